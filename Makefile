@@ -1,0 +1,75 @@
+# tern: the commands in README.md. Every target installs missing Debian
+# packages first (scripts/install-deps.sh), then configures and builds with
+# CMake.
+
+JOBS ?= $(shell nproc)
+BUILD ?= build
+DATA ?= ./data
+FUZZ_SECONDS ?= 60
+CMAKE_FLAGS ?=
+
+.PHONY: all build run test asan tsan fuzz bench lint format deps clean
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+$(BUILD)/Makefile: CMakeLists.txt
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@ln -sf $(BUILD)/compile_commands.json compile_commands.json
+
+build: deps $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Start ternd on loopback with the built-in defaults and ./data.
+run: build
+	./$(BUILD)/ternd --data-path $(DATA)
+
+# Build and run every suite: unit, fuzz corpora, crash, end-to-end.
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer.
+asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=address,undefined >/dev/null
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS)
+
+# The threaded storage code under ThreadSanitizer.
+tsan: deps
+	CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=thread >/dev/null
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS) -L 'unit|crash'
+
+# Run every libFuzzer target for FUZZ_SECONDS each, growing its corpus.
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DTERN_FUZZ=ON \
+		-DTERN_SANITIZE=address,undefined >/dev/null
+	cmake --build build-fuzz -j $(JOBS)
+	@for d in tests/fuzz/*/; do \
+		t=$$(basename $$d); \
+		echo "== fuzz $$t ($(FUZZ_SECONDS)s)"; \
+		./build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 \
+			$$d/corpus || exit 1; \
+	done
+
+bench: deps
+	cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build-bench -j $(JOBS) --target tern-storage-bench
+	./build-bench/tern-storage-bench
+
+lint: build
+	@echo "== clang-format"
+	@clang-format --dry-run -Werror $$(git ls-files '*.c' '*.h')
+	@echo "== clang-tidy"
+	@clang-tidy -p $(BUILD) --quiet $$(git ls-files 'src/*.c') 2>/dev/null
+	@echo "== cppcheck"
+	@cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
+		--inline-suppr --suppress=missingIncludeSystem -I src $$(git ls-files 'src/*.c')
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz build-bench compile_commands.json

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing tern need. Idempotent
+# and quick when everything is present: it asks dpkg first and runs apt-get
+# only for what is missing.
+set -euo pipefail
+
+packages=(
+    build-essential cmake pkg-config
+    clang clang-format clang-tidy cppcheck
+    libclang-rt-14-dev
+    libuv1-dev libcmocka-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+if ! command -v python3 >/dev/null 2>&1; then
+    missing+=(python3)
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

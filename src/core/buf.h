@@ -1,0 +1,79 @@
+/* The three buffer types of tern, and no others:
+ *
+ * - tn_iov_t: a borrowed span (base, len). Same layout as uv_buf_t and
+ *   struct iovec, so arrays of it pass to writev(2) and uv_write unchanged.
+ * - tn_buf_t: a growable byte buffer with an explicit consume position, for
+ *   parsing input and building output.
+ * - tn_msg_t: a reference-counted message body that the tail cache, the
+ *   in-flight table and pending socket writes share without copying.
+ *
+ * Thread safety: tn_buf_t and tn_msg_t belong to one thread at a time. A
+ * tn_msg_t's count is not atomic: only its owning loop thread refs and
+ * unrefs it; a storage thread may read its bytes while the loop holds a
+ * reference for it (the append request says so). */
+#ifndef TN_CORE_BUF_H
+#define TN_CORE_BUF_H
+
+#include "core/platform.h"
+
+#include <sys/uio.h>
+
+typedef struct {
+    char *base;
+    size_t len;
+} tn_iov_t;
+
+_Static_assert(sizeof(tn_iov_t) == sizeof(struct iovec), "tn_iov_t must match struct iovec");
+_Static_assert(offsetof(tn_iov_t, len) == offsetof(struct iovec, iov_len),
+               "tn_iov_t must match struct iovec");
+
+static inline tn_iov_t tn_iov(const void *base, size_t len)
+{
+    tn_iov_t v = {(char *)base, len};
+    return v;
+}
+
+typedef struct {
+    char *base;  /* owned; NULL until the first growth */
+    size_t len;  /* bytes written */
+    size_t off;  /* bytes consumed from the front */
+    size_t cap;  /* allocated bytes */
+} tn_buf_t;
+
+void tn_buf_init(tn_buf_t *b);
+void tn_buf_fini(tn_buf_t *b);
+/* Make room for `extra` more bytes past len. 0 or UV_ENOMEM. */
+int tn_buf_reserve(tn_buf_t *b, size_t extra);
+/* Append a copy of [data, data+n). 0 or UV_ENOMEM. */
+int tn_buf_append(tn_buf_t *b, const void *data, size_t n);
+/* Unconsumed bytes. */
+static inline char *tn_buf_data(const tn_buf_t *b)
+{
+    return b->base + b->off;
+}
+static inline size_t tn_buf_size(const tn_buf_t *b)
+{
+    return b->len - b->off;
+}
+/* Drop n bytes from the front (n <= size); compacts lazily. */
+void tn_buf_consume(tn_buf_t *b, size_t n);
+void tn_buf_reset(tn_buf_t *b);
+
+typedef struct tn_msg_s tn_msg_t;
+struct tn_msg_s {
+    uint32_t refs;
+    uint32_t len;
+    char data[];
+};
+
+/* A message of len bytes with one reference, or NULL. Copies `data` when
+ * it is not NULL. */
+tn_msg_t *tn_msg_new(const void *data, uint32_t len);
+static inline tn_msg_t *tn_msg_ref(tn_msg_t *m)
+{
+    m->refs++;
+    return m;
+}
+void tn_msg_unref(tn_msg_t *m);
+
+#endif

@@ -1,0 +1,679 @@
+/* Configuration: the option table, value parsers, and the sources in
+ * precedence order. See config.h for the rules. */
+#include "core/platform.h"
+
+#include "core/alloc.h"
+#include "core/config.h"
+#include "core/err.h"
+#include "core/log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OPT_STR, OPT_INT, OPT_SIZE, OPT_DURATION, OPT_BOOL, OPT_ENUM } opt_type_t;
+
+typedef struct {
+    const char *name;
+    opt_type_t type;
+    size_t offset;
+    const char *def;
+    int64_t min;
+    int64_t max;
+    const char *const *choices; /* OPT_ENUM, NULL-terminated */
+    const char *help;
+} opt_t;
+
+#define F(field) offsetof(tn_config_t, field)
+#define MS       ((int64_t)1000000)
+#define SEC      (1000 * MS)
+
+static const char *const log_levels[] = {"debug", "info", "notice", "warn", "error", NULL};
+static const char *const durabilities[] = {"durable", "write_ack", "relaxed", NULL};
+
+static const opt_t options[] = {
+    {"config", OPT_STR, F(config_file), "", 0, 0, NULL,
+     "config file of `name = value` lines (also TERN_CONFIG)"},
+    {"data-path", OPT_STR, F(data_path), "data", 0, 0, NULL,
+     "directory holding the message log, channel state and metadata"},
+    {"log-level", OPT_ENUM, F(log_level), "info", 0, 0, log_levels,
+     "least severe log level written: debug, info, notice, warn, error"},
+    {"segment-bytes", OPT_SIZE, F(segment_bytes), "64MiB", 64 * 1024, 1024 * 1024 * 1024, NULL,
+     "size at which a partition's active segment file is sealed and a new one begun"},
+    {"index-interval-bytes", OPT_SIZE, F(index_interval_bytes), "4KiB", 256, 1024 * 1024, NULL,
+     "log bytes between two entries of a segment's sparse offset index"},
+    {"max-msg-size", OPT_SIZE, F(max_msg_size), "1MiB", 1, 100 * 1024 * 1024, NULL,
+     "largest message body accepted, in bytes"},
+    {"durability", OPT_ENUM, F(durability), "durable", 0, 0, durabilities,
+     "default publish durability: durable (ack after fdatasync), write_ack (ack after write, "
+     "deliver after fdatasync), relaxed (ack and deliver after write)"},
+    {"commit-max-requests", OPT_INT, F(commit_max_requests), "64", 1, 65536, NULL,
+     "most publish requests gathered into one group commit"},
+    {"commit-max-bytes", OPT_SIZE, F(commit_max_bytes), "8MiB", 4096, 256 * 1024 * 1024, NULL,
+     "most record bytes gathered into one group commit"},
+    {"commit-max-delay", OPT_DURATION, F(commit_max_delay_ns), "1ms", 0, 100 * MS, NULL,
+     "longest a group commit waits for more requests after its first"},
+    {"relaxed-sync-messages", OPT_INT, F(relaxed_sync_messages), "2500", 1, 10000000, NULL,
+     "relaxed mode: fdatasync after this many unsynced messages"},
+    {"relaxed-sync-bytes", OPT_SIZE, F(relaxed_sync_bytes), "8MiB", 4096, 1024 * 1024 * 1024,
+     NULL, "relaxed mode: fdatasync after this many unsynced bytes"},
+    {"relaxed-sync-interval", OPT_DURATION, F(relaxed_sync_interval_ns), "10ms", MS, 10 * SEC,
+     NULL, "relaxed mode: fdatasync at most this long after an unsynced write"},
+    {"wal-commit-max-records", OPT_INT, F(wal_commit_max_records), "1024", 1, 65536, NULL,
+     "most channel WAL records (FIN, REQ, ...) gathered into one group commit"},
+    {"wal-commit-max-delay", OPT_DURATION, F(wal_commit_max_delay_ns), "1ms", 0, 100 * MS, NULL,
+     "longest a channel WAL group commit waits for more records after its first"},
+    {"checkpoint-every", OPT_INT, F(checkpoint_every), "8192", 16, 1048576, NULL,
+     "channel WAL records between two checkpoints of a channel's state"},
+    {"disk-high-watermark", OPT_INT, F(disk_high_watermark), "90", 1, 100, NULL,
+     "disk usage percent at or above which publishes are refused"},
+    {"disk-low-watermark", OPT_INT, F(disk_low_watermark), "85", 0, 99, NULL,
+     "disk usage percent below which publishes are accepted again"},
+    {"disk-min-free-bytes", OPT_SIZE, F(disk_min_free_bytes), "256MiB", 0, INT64_MAX, NULL,
+     "publishes are refused while fewer bytes than this are free"},
+    {"disk-check-interval", OPT_DURATION, F(disk_check_interval_ns), "1s", 10 * MS, 60 * SEC,
+     NULL, "how often free disk space is checked"},
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) TN_PRINTF(3, 4);
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static const opt_t *find_opt(const char *name, size_t len)
+{
+    for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
+        const char *o = options[i].name;
+        if (strlen(o) != len)
+            continue;
+        size_t k = 0;
+        for (; k < len; k++) {
+            char c = name[k] == '_' ? '-' : name[k];
+            if (c != o[k])
+                break;
+        }
+        if (k == len)
+            return &options[i];
+    }
+    return NULL;
+}
+
+/* --- value parsers ------------------------------------------------------ */
+
+static int parse_i64(const char *s, const char **end, int64_t *out)
+{
+    if (!isdigit((unsigned char)*s) && *s != '-')
+        return TN_ECONFIG;
+    errno = 0;
+    char *e;
+    long long v = strtoll(s, &e, 10);
+    if (errno == ERANGE)
+        return TN_ERANGE;
+    if (e == s)
+        return TN_ECONFIG;
+    *end = e;
+    *out = v;
+    return 0;
+}
+
+int tn_parse_size(const char *s, int64_t *out)
+{
+    const char *e;
+    int64_t v;
+    int rc = parse_i64(s, &e, &v);
+    if (rc != 0)
+        return rc;
+    if (v < 0)
+        return TN_ERANGE;
+    static const struct {
+        const char *suffix;
+        int64_t mul;
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"K", 1024},
+                 {"KB", 1024},
+                 {"KiB", 1024},
+                 {"M", 1024 * 1024},
+                 {"MB", 1024 * 1024},
+                 {"MiB", 1024 * 1024},
+                 {"G", 1024 * 1024 * 1024},
+                 {"GB", 1024 * 1024 * 1024},
+                 {"GiB", 1024 * 1024 * 1024}};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(units); i++) {
+        if (strcmp(e, units[i].suffix) == 0) {
+            if (v > INT64_MAX / units[i].mul)
+                return TN_ERANGE;
+            *out = v * units[i].mul;
+            return 0;
+        }
+    }
+    return TN_ECONFIG;
+}
+
+int tn_parse_duration_ns(const char *s, int64_t *out)
+{
+    if (strcmp(s, "0") == 0) {
+        *out = 0;
+        return 0;
+    }
+    static const struct {
+        const char *unit;
+        int64_t ns;
+    } units[] = {{"ns", 1},       {"us", 1000},     {"µs", 1000},
+                 {"ms", 1000000}, {"s", 1000000000}, {"m", 60LL * 1000000000},
+                 {"h", 3600LL * 1000000000}};
+    int64_t total = 0;
+    const char *p = s;
+    if (*p == '\0')
+        return TN_ECONFIG;
+    while (*p != '\0') {
+        const char *e;
+        int64_t v;
+        int rc = parse_i64(p, &e, &v);
+        if (rc != 0)
+            return rc;
+        if (v < 0)
+            return TN_ERANGE;
+        size_t best = 0;
+        int64_t mul = 0;
+        for (size_t i = 0; i < TN_ARRAY_SIZE(units); i++) {
+            size_t n = strlen(units[i].unit);
+            /* Longest match, so "ms" wins over "m". */
+            if (n > best && strncmp(e, units[i].unit, n) == 0) {
+                best = n;
+                mul = units[i].ns;
+            }
+        }
+        if (best == 0)
+            return TN_ECONFIG;
+        if (v > (INT64_MAX - total) / mul)
+            return TN_ERANGE;
+        total += v * mul;
+        p = e + best;
+    }
+    *out = total;
+    return 0;
+}
+
+int tn_parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"true", "1", "yes", "on"};
+    static const char *const no[] = {"false", "0", "no", "off"};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(yes); i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return TN_ECONFIG;
+}
+
+/* --- formatting values for messages and --help -------------------------- */
+
+static void format_size(char *buf, size_t len, int64_t v)
+{
+    if (v == INT64_MAX)
+        snprintf(buf, len, "unlimited");
+    else if (v >= (int64_t)TN_GIB && v % (int64_t)TN_GIB == 0)
+        snprintf(buf, len, "%" PRId64 "GiB", v / (int64_t)TN_GIB);
+    else if (v >= (int64_t)TN_MIB && v % (int64_t)TN_MIB == 0)
+        snprintf(buf, len, "%" PRId64 "MiB", v / (int64_t)TN_MIB);
+    else if (v >= (int64_t)TN_KIB && v % (int64_t)TN_KIB == 0)
+        snprintf(buf, len, "%" PRId64 "KiB", v / (int64_t)TN_KIB);
+    else
+        snprintf(buf, len, "%" PRId64, v);
+}
+
+static void format_duration(char *buf, size_t len, int64_t ns)
+{
+    if (ns == 0)
+        snprintf(buf, len, "0");
+    else if (ns % SEC == 0)
+        snprintf(buf, len, "%" PRId64 "s", ns / SEC);
+    else if (ns % MS == 0)
+        snprintf(buf, len, "%" PRId64 "ms", ns / MS);
+    else if (ns % 1000 == 0)
+        snprintf(buf, len, "%" PRId64 "us", ns / 1000);
+    else
+        snprintf(buf, len, "%" PRId64 "ns", ns);
+}
+
+static void format_range(const opt_t *o, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+    switch (o->type) {
+    case OPT_INT:
+        snprintf(buf, len, "%" PRId64 "..%" PRId64, o->min, o->max);
+        break;
+    case OPT_SIZE:
+        format_size(lo, sizeof(lo), o->min);
+        format_size(hi, sizeof(hi), o->max);
+        snprintf(buf, len, "%s..%s", lo, hi);
+        break;
+    case OPT_DURATION:
+        format_duration(lo, sizeof(lo), o->min);
+        format_duration(hi, sizeof(hi), o->max);
+        snprintf(buf, len, "%s..%s", lo, hi);
+        break;
+    case OPT_BOOL:
+        snprintf(buf, len, "true or false");
+        break;
+    case OPT_ENUM: {
+        size_t n = 0;
+        buf[0] = '\0';
+        for (const char *const *c = o->choices; *c != NULL; c++)
+            n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s",
+                                  c == o->choices ? "" : ", ", *c);
+        break;
+    }
+    case OPT_STR:
+        snprintf(buf, len, "a string");
+        break;
+    }
+}
+
+static const char *type_word(opt_type_t t)
+{
+    switch (t) {
+    case OPT_INT:
+        return "an integer";
+    case OPT_SIZE:
+        return "a size (bytes, or with KiB/MiB/GiB)";
+    case OPT_DURATION:
+        return "a duration (e.g. 250ms, 1s)";
+    case OPT_BOOL:
+        return "true or false";
+    case OPT_ENUM:
+        return "one of";
+    case OPT_STR:
+        return "a string";
+    }
+    return "";
+}
+
+/* --- setting ------------------------------------------------------------ */
+
+static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const char *source,
+                   char *err, size_t errlen)
+{
+    char *field = (char *)cfg + o->offset;
+    char range[256];
+    format_range(o, range, sizeof(range));
+    int64_t v = 0;
+    int rc = 0;
+
+    switch (o->type) {
+    case OPT_STR: {
+        char *copy = tn_strdup(value);
+        if (copy == NULL)
+            return UV_ENOMEM;
+        tn_free(*(char **)field);
+        *(char **)field = copy;
+        return 0;
+    }
+    case OPT_BOOL: {
+        bool b;
+        if (tn_parse_bool(value, &b) != 0) {
+            set_err(err, errlen, "%s (%s): \"%s\" is not %s", o->name, source, value,
+                    type_word(o->type));
+            return TN_ECONFIG;
+        }
+        *(bool *)field = b;
+        return 0;
+    }
+    case OPT_ENUM:
+        for (int i = 0; o->choices[i] != NULL; i++) {
+            if (strcmp(value, o->choices[i]) == 0) {
+                *(int *)field = i;
+                return 0;
+            }
+        }
+        set_err(err, errlen, "%s (%s): \"%s\" is not one of %s", o->name, source, value, range);
+        return TN_ECONFIG;
+    case OPT_INT: {
+        const char *e;
+        rc = parse_i64(value, &e, &v);
+        if (rc == 0 && *e != '\0')
+            rc = TN_ECONFIG;
+        break;
+    }
+    case OPT_SIZE:
+        rc = tn_parse_size(value, &v);
+        break;
+    case OPT_DURATION:
+        rc = tn_parse_duration_ns(value, &v);
+        break;
+    }
+    if (rc == TN_ECONFIG) {
+        set_err(err, errlen, "%s (%s): \"%s\" is not %s; accepted range %s", o->name, source,
+                value, type_word(o->type), range);
+        return TN_ECONFIG;
+    }
+    if (rc != 0 || v < o->min || v > o->max) {
+        set_err(err, errlen, "%s (%s): \"%s\" is out of range; accepted range %s", o->name,
+                source, value, range);
+        return TN_ECONFIG;
+    }
+    *(int64_t *)field = v;
+    return 0;
+}
+
+int tn_config_set(tn_config_t *cfg, const char *name, const char *value, const char *source,
+                  char *err, size_t errlen)
+{
+    const opt_t *o = find_opt(name, strlen(name));
+    if (o == NULL) {
+        set_err(err, errlen, "unknown option \"%s\" (%s); see --help", name, source);
+        return TN_ECONFIG;
+    }
+    return set_opt(cfg, o, value, source, err, errlen);
+}
+
+int tn_config_init(tn_config_t *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
+        int rc = set_opt(cfg, &options[i], options[i].def, "default", NULL, 0);
+        if (rc != 0) {
+            tn_config_fini(cfg);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+void tn_config_fini(tn_config_t *cfg)
+{
+    for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
+        if (options[i].type == OPT_STR) {
+            char **p = (char **)((char *)cfg + options[i].offset);
+            tn_free(*p);
+            *p = NULL;
+        }
+    }
+}
+
+int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
+{
+    if (cfg->disk_low_watermark >= cfg->disk_high_watermark) {
+        set_err(err, errlen,
+                "disk-low-watermark (%" PRId64 ") must be below disk-high-watermark (%" PRId64
+                ")",
+                cfg->disk_low_watermark, cfg->disk_high_watermark);
+        return TN_ECONFIG;
+    }
+    if (cfg->data_path[0] == '\0') {
+        set_err(err, errlen, "data-path must not be empty");
+        return TN_ECONFIG;
+    }
+    if (cfg->max_msg_size > cfg->commit_max_bytes) {
+        set_err(err, errlen,
+                "max-msg-size (%" PRId64 ") must not exceed commit-max-bytes (%" PRId64 ")",
+                cfg->max_msg_size, cfg->commit_max_bytes);
+        return TN_ECONFIG;
+    }
+    return 0;
+}
+
+/* --- sources ------------------------------------------------------------ */
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static int load_file(tn_config_t *cfg, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        set_err(err, errlen, "config: cannot open \"%s\": %s", path, strerror(errno));
+        return TN_ECONFIG;
+    }
+    char line[4096];
+    int lineno = 0;
+    int rc = 0;
+    while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
+        lineno++;
+        if (strchr(line, '\n') == NULL && !feof(f)) {
+            set_err(err, errlen, "config %s:%d: line longer than %zu bytes", path, lineno,
+                    sizeof(line) - 1);
+            rc = TN_ECONFIG;
+            break;
+        }
+        char *s = trim(line);
+        if (*s == '\0' || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (eq == NULL) {
+            set_err(err, errlen, "config %s:%d: expected `name = value`", path, lineno);
+            rc = TN_ECONFIG;
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s);
+        char *val = trim(eq + 1);
+        size_t vl = strlen(val);
+        if (vl >= 2 && val[0] == '"') {
+            char *close = strchr(val + 1, '"');
+            if (close == NULL) {
+                set_err(err, errlen, "config %s:%d: unterminated string", path, lineno);
+                rc = TN_ECONFIG;
+                break;
+            }
+            *close = '\0';
+            val++;
+        } else {
+            char *hash = strchr(val, '#');
+            if (hash != NULL) {
+                *hash = '\0';
+                val = trim(val);
+            }
+        }
+        char source[512];
+        snprintf(source, sizeof(source), "config %s:%d", path, lineno);
+        if (strcmp(key, "config") == 0) {
+            set_err(err, errlen, "%s: `config` cannot be set inside a config file", source);
+            rc = TN_ECONFIG;
+            break;
+        }
+        rc = tn_config_set(cfg, key, val, source, err, errlen);
+    }
+    fclose(f);
+    return rc;
+}
+
+static int apply_env(tn_config_t *cfg, char **envp, char *err, size_t errlen)
+{
+    if (envp == NULL)
+        return 0;
+    for (char **e = envp; *e != NULL; e++) {
+        if (strncmp(*e, "TERN_", 5) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        if (eq == NULL)
+            continue;
+        char name[128];
+        size_t n = (size_t)(eq - (*e + 5));
+        if (n == 0 || n >= sizeof(name))
+            continue;
+        for (size_t i = 0; i < n; i++)
+            name[i] = (char)tolower((unsigned char)(*e)[5 + i]);
+        name[n] = '\0';
+        const opt_t *o = find_opt(name, n);
+        if (o == NULL || strcmp(o->name, "config") == 0)
+            continue; /* TERN_ variables of other tools, and TERN_CONFIG, done already */
+        char source[160];
+        snprintf(source, sizeof(source), "environment %.*s", (int)(eq - *e), *e);
+        int rc = set_opt(cfg, o, eq + 1, source, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static const char *env_get(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = envp; e != NULL && *e != NULL; e++) {
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    }
+    return NULL;
+}
+
+/* Walk argv. With `apply` false only --config/--help/--version are noted;
+ * with it true every option is set. */
+static int walk_args(tn_config_t *cfg, int argc, char **argv, bool apply, const char **config,
+                     char *err, size_t errlen)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            cfg->want_help = true;
+            continue;
+        }
+        if (strcmp(a, "--version") == 0) {
+            cfg->want_version = true;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            set_err(err, errlen, "unexpected argument \"%s\"; options look like --name=value",
+                    a);
+            return TN_ECONFIG;
+        }
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        const opt_t *o = find_opt(name, nlen);
+        if (o == NULL) {
+            set_err(err, errlen, "unknown option \"--%.*s\"; see --help", (int)nlen, name);
+            return TN_ECONFIG;
+        }
+        const char *value;
+        if (eq != NULL) {
+            value = eq + 1;
+        } else if (o->type == OPT_BOOL &&
+                   (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+            value = "true";
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            set_err(err, errlen, "option --%s needs a value", o->name);
+            return TN_ECONFIG;
+        }
+        if (strcmp(o->name, "config") == 0) {
+            *config = value;
+            continue;
+        }
+        if (apply) {
+            char source[128];
+            snprintf(source, sizeof(source), "flag --%s", o->name);
+            int rc = set_opt(cfg, o, value, source, err, errlen);
+            if (rc != 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *err,
+                   size_t errlen)
+{
+    const char *config = env_get(envp, "TERN_CONFIG");
+    int rc = walk_args(cfg, argc, argv, false, &config, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (cfg->want_help || cfg->want_version)
+        return 0;
+    if (config != NULL && config[0] != '\0') {
+        rc = set_opt(cfg, &options[0], config, "flag --config", err, errlen);
+        if (rc != 0)
+            return rc;
+        rc = load_file(cfg, config, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    rc = apply_env(cfg, envp, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = walk_args(cfg, argc, argv, true, &config, err, errlen);
+    if (rc != 0)
+        return rc;
+    return tn_config_validate(cfg, err, errlen);
+}
+
+void tn_config_print_help(FILE *out, const char *prog)
+{
+    fprintf(out,
+            "usage: %s [--name=value ...]\n\n"
+            "Every option can also be set as TERN_<NAME> in the environment (dashes as\n"
+            "underscores) or as `name = value` in a --config file. Precedence, lowest first:\n"
+            "default < config file < environment < command line.\n\n",
+            prog);
+    for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
+        const opt_t *o = &options[i];
+        char range[256];
+        format_range(o, range, sizeof(range));
+        fprintf(out, "  --%s", o->name);
+        if (o->type == OPT_STR)
+            fprintf(out, " (default \"%s\")\n", o->def);
+        else if (o->type == OPT_ENUM)
+            fprintf(out, " (default %s; one of %s)\n", o->def, range);
+        else
+            fprintf(out, " (default %s; range %s)\n", o->def, range);
+        fprintf(out, "        %s\n", o->help);
+    }
+    fprintf(out, "  --help\n        print this help and exit\n"
+                 "  --version\n        print the version and exit\n");
+}
+
+void tn_config_print(FILE *out, const tn_config_t *cfg)
+{
+    /* options[0] is --config itself, which a config file cannot set. */
+    for (size_t i = 1; i < TN_ARRAY_SIZE(options); i++) {
+        const opt_t *o = &options[i];
+        const char *field = (const char *)cfg + o->offset;
+        char buf[64];
+        fprintf(out, "%s = ", o->name);
+        switch (o->type) {
+        case OPT_STR:
+            fprintf(out, "\"%s\"\n", *(char *const *)field ? *(char *const *)field : "");
+            break;
+        case OPT_BOOL:
+            fprintf(out, "%s\n", *(const bool *)field ? "true" : "false");
+            break;
+        case OPT_ENUM:
+            fprintf(out, "%s\n", o->choices[*(const int *)field]);
+            break;
+        case OPT_INT:
+            fprintf(out, "%" PRId64 "\n", *(const int64_t *)field);
+            break;
+        case OPT_SIZE:
+            format_size(buf, sizeof(buf), *(const int64_t *)field);
+            fprintf(out, "%s\n", buf);
+            break;
+        case OPT_DURATION:
+            format_duration(buf, sizeof(buf), *(const int64_t *)field);
+            fprintf(out, "%s\n", buf);
+            break;
+        }
+    }
+}

@@ -1,0 +1,93 @@
+/* Configuration: every setting of ternd, from four sources with one
+ * precedence rule:
+ *
+ *     built-in default < config file < TERN_* environment < command line
+ *
+ * Each option has one name. On the command line it is `--name=value` or
+ * `--name value`; in the environment TERN_NAME with dashes as underscores
+ * (TERN_DATA_PATH); in the config file (--config or TERN_CONFIG) a flat
+ * `name = value` line, with dashes or underscores (nsqd's file style),
+ * `#` comments and optional double quotes. Every value is validated when it
+ * is set, and cross-option rules after all sources are merged; an error
+ * names the option, where the value came from and the accepted range.
+ *
+ * Value syntax: sizes take a plain byte count or a KiB/MiB/GiB suffix (K, M,
+ * G also mean binary units); durations take Go-style units (`250ms`, `1s`,
+ * `1m30s`, `500us`), or a bare 0; booleans true/false/1/0/yes/no/on/off. */
+#ifndef TN_CORE_CONFIG_H
+#define TN_CORE_CONFIG_H
+
+#include "core/platform.h"
+
+#include <stdio.h>
+
+typedef enum {
+    TN_DURABILITY_DURABLE = 0, /* ack after fdatasync */
+    TN_DURABILITY_WRITE_ACK,   /* ack after write; deliverable after fdatasync */
+    TN_DURABILITY_RELAXED,     /* ack and deliver after write; background sync */
+} tn_durability_t;
+
+typedef struct tn_config_s {
+    char *config_file;
+    char *data_path;
+    int log_level;
+
+    /* storage: partition log */
+    int64_t segment_bytes;
+    int64_t index_interval_bytes;
+    int64_t max_msg_size;
+    int durability;
+    /* storage: publish group commit */
+    int64_t commit_max_requests;
+    int64_t commit_max_bytes;
+    int64_t commit_max_delay_ns;
+    /* storage: relaxed-mode background sync */
+    int64_t relaxed_sync_messages;
+    int64_t relaxed_sync_bytes;
+    int64_t relaxed_sync_interval_ns;
+    /* storage: channel WAL */
+    int64_t wal_commit_max_records;
+    int64_t wal_commit_max_delay_ns;
+    int64_t checkpoint_every;
+    /* storage: disk watermarks */
+    int64_t disk_high_watermark;
+    int64_t disk_low_watermark;
+    int64_t disk_min_free_bytes;
+    int64_t disk_check_interval_ns;
+
+    /* set by tn_config_load when --help / --version was given */
+    bool want_help;
+    bool want_version;
+} tn_config_t;
+
+/* Fill cfg with the built-in defaults. Call tn_config_fini when done. */
+int tn_config_init(tn_config_t *cfg);
+void tn_config_fini(tn_config_t *cfg);
+
+/* Apply the config file, envp (NULL-terminated, may be NULL) and argv on
+ * top of the current values, in precedence order, then run cross-option
+ * checks. On failure returns TN_ECONFIG and writes one line naming the
+ * option and the accepted range into err. Borrows every argument. */
+int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *err,
+                   size_t errlen);
+
+/* Set one option by name (dashes or underscores) from text. `source`
+ * describes where the value came from, for the error message. */
+int tn_config_set(tn_config_t *cfg, const char *name, const char *value, const char *source,
+                  char *err, size_t errlen);
+
+/* Cross-option checks (e.g. low watermark below high). */
+int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen);
+
+/* Print every option with its default and help text. */
+void tn_config_print_help(FILE *out, const char *prog);
+
+/* Print the effective configuration as a config file. */
+void tn_config_print(FILE *out, const tn_config_t *cfg);
+
+/* Parsers shared with other modules. Return 0 or TN_ERANGE/TN_ECONFIG. */
+int tn_parse_size(const char *s, int64_t *out);
+int tn_parse_duration_ns(const char *s, int64_t *out);
+int tn_parse_bool(const char *s, bool *out);
+
+#endif

@@ -1,0 +1,35 @@
+/* The error table: tn_strerror() and tn_err_name() for tern's own codes,
+ * falling through to libuv for system and libuv codes. */
+#include "core/platform.h"
+
+#include "core/err.h"
+
+const char *tn_strerror(int err)
+{
+    switch (err) {
+    case 0:
+        return "success";
+#define TN_ERR_TEXT(name, text)                                                                    \
+    case TN_E##name:                                                                               \
+        return text;
+        TN_ERR_MAP(TN_ERR_TEXT)
+#undef TN_ERR_TEXT
+    default:
+        return uv_strerror(err);
+    }
+}
+
+const char *tn_err_name(int err)
+{
+    switch (err) {
+    case 0:
+        return "OK";
+#define TN_ERR_NAME(name, text)                                                                    \
+    case TN_E##name:                                                                               \
+        return "TN_E" #name;
+        TN_ERR_MAP(TN_ERR_NAME)
+#undef TN_ERR_NAME
+    default:
+        return uv_err_name(err);
+    }
+}

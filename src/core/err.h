@@ -1,0 +1,47 @@
+/* Error codes. Errors are negative ints and 0 is success. libuv's codes
+ * (UV_ENOMEM, UV_EIO, ...) pass through unchanged; tern's own codes live in
+ * the TN_ERR_MAP table below, which also generates tn_strerror() and
+ * tn_err_name(). They sit far below libuv's range so the two never meet. */
+#ifndef TN_CORE_ERR_H
+#define TN_CORE_ERR_H
+
+#include "core/platform.h"
+
+#include <uv.h>
+
+/* X(name, text) */
+#define TN_ERR_MAP(X)                                                                              \
+    X(CORRUPT, "data failed its checksum or structure check")                                      \
+    X(FORMAT, "data directory has an unsupported format version")                                  \
+    X(LOCKED, "data directory is locked by another process")                                       \
+    X(DISKHIGH, "disk usage is above the high watermark; writes refused")                          \
+    X(FAILED, "storage failed earlier and refuses writes until restart")                           \
+    X(TOOBIG, "value exceeds its size limit")                                                      \
+    X(CONFIG, "invalid configuration")                                                             \
+    X(NOTFOUND, "not found")                                                                       \
+    X(GAP, "offset is absent from the log")                                                        \
+    X(CLOSED, "object is closed")                                                                  \
+    X(RANGE, "value out of range")                                                               \
+    X(SHORT, "incomplete data: more bytes needed")
+
+enum {
+    TN__ERR_BASE = -100000,
+#define TN_ERR_ENUM(name, text) TN_E##name,
+    TN_ERR_MAP(TN_ERR_ENUM)
+#undef TN_ERR_ENUM
+    TN__ERR_END
+};
+
+/* A static, human-readable description of err (tern or libuv code). */
+const char *tn_strerror(int err);
+
+/* The symbolic name of err, e.g. "TN_ECORRUPT" or "EIO". */
+const char *tn_err_name(int err);
+
+/* Convert an errno value (positive) into the matching negative code. */
+static inline int tn_err_from_errno(int e)
+{
+    return e > 0 ? -e : UV_EIO;
+}
+
+#endif

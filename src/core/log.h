@@ -1,0 +1,59 @@
+/* Levelled, rate-limited logging to stderr.
+ *
+ * TN_LOG checks the level before it evaluates its arguments, so a disabled
+ * debug line costs one comparison. TN_LOG_RL additionally lets through at
+ * most one line per interval from the same call site and reports how many
+ * it suppressed; use it for errors that can repeat per request. Nothing at
+ * info or below belongs on a per-message path.
+ *
+ * Thread safety: any thread; each line is written with one write(2). */
+#ifndef TN_CORE_LOG_H
+#define TN_CORE_LOG_H
+
+#include "core/platform.h"
+
+typedef enum {
+    TN_LOG_DEBUG = 0,
+    TN_LOG_INFO,
+    TN_LOG_NOTICE,
+    TN_LOG_WARN,
+    TN_LOG_ERROR,
+    TN_LOG_OFF
+} tn_log_level_t;
+
+extern int tn_log_level;
+
+/* Rate limiter state for one call site. */
+typedef struct {
+    int64_t next_ms;
+    uint64_t suppressed;
+} tn_log_rl_t;
+
+#define TN_LOG(level, ...)                                                                         \
+    do {                                                                                           \
+        if ((level) >= tn_log_level)                                                               \
+            tn_log_write((level), __FILE__, __LINE__, __VA_ARGS__);                                \
+    } while (0)
+
+#define TN_LOG_RL(level, interval_ms, ...)                                                         \
+    do {                                                                                           \
+        static tn_log_rl_t tn__rl_;                                                                \
+        if ((level) >= tn_log_level && tn_log_rl_allow(&tn__rl_, (interval_ms)))                   \
+            tn_log_write((level), __FILE__, __LINE__, __VA_ARGS__);                                \
+    } while (0)
+
+void tn_log_write(int level, const char *file, int line, const char *fmt, ...) TN_PRINTF(4, 5);
+
+/* Decide whether a rate-limited line may be written now. Thread-safe enough
+ * for logging: a race lets an extra line through, never loses state. */
+bool tn_log_rl_allow(tn_log_rl_t *rl, int64_t interval_ms);
+
+/* Parse "debug", "info", "notice", "warn" or "error". Returns the level or
+ * -1 for an unknown name. */
+int tn_log_level_parse(const char *name);
+const char *tn_log_level_name(int level);
+
+/* Direct log output to fd (default 2). For tests. */
+void tn_log_set_fd(int fd);
+
+#endif

@@ -1,0 +1,108 @@
+/* The channel log: one channel's durable state on one partition, as a
+ * checkpoint file plus a WAL, with group-committed records.
+ *
+ * A channel exists on disk exactly when its checkpoint exists. Creating
+ * one truncates (or creates) its WAL and syncs it before writing the first
+ * checkpoint, so the leftover WAL of a channel whose deletion crashed can
+ * never replay into a new channel of the same name; deleting one removes
+ * the checkpoint (and syncs the directory) before the WAL.
+ *
+ * A record (FIN, REQ, PAUSE, EMPTY, TIMEOUTS) completes on the loop thread
+ * after the fdatasync that covers it. The WAL committer keeps its own
+ * replica of the cursor, applying each record as it is written, and writes
+ * a checkpoint (temp file, fsync, rename, directory fsync, then WAL
+ * truncate and fsync) every checkpoint_every records, so replay at startup
+ * stays short. The queue engine keeps the live state on the loop thread
+ * and applies the same records there.
+ *
+ * Threads: open, submit, close and delete on the loop thread; records are
+ * processed on the store's WAL committer thread. */
+#ifndef TN_STORAGE_CHANLOG_H
+#define TN_STORAGE_CHANLOG_H
+
+#include "core/platform.h"
+
+#include "storage/cursor.h"
+#include "storage/store.h"
+
+typedef struct tn_walop_s tn_walop_t;
+typedef void (*tn_walop_cb)(tn_walop_t *op, int status);
+typedef void (*tn_chanlog_cb)(tn_chanlog_t *cl);
+
+/* A WAL record request: caller-owned, in use until its callback returns. */
+struct tn_walop_s {
+    tn__sreq_t s; /* private */
+    void *data;
+    tn_walrec_t rec;
+    /* Private. */
+    tn_chanlog_t *cl;
+    tn_walop_cb cb;
+    tn_walop_t *pnext;
+};
+
+struct tn_chanlog_s {
+    tn_store_t *store;
+    char *dir;
+    char *name;
+    char *wal_path;
+    atomic_int err;
+    char errmsg[512];
+
+    /* WAL committer thread (after open). */
+    int fd;
+    uint64_t wal_size;
+    uint64_t synced;
+    uint64_t next_seq;
+    uint32_t since_ckpt;
+    tn_cursor_t durable;
+    tn_walop_t *rhead;
+    tn_walop_t *rtail;
+    tn_chanlog_t *rnext;
+    bool in_round;
+    uint64_t checkpoints;
+
+    /* Loop thread. */
+    tn_chanlog_t *next_open;
+    tn_chanlog_t *prev_open;
+    tn__sreq_t close_req;
+    tn_chanlog_cb close_cb;
+    bool closing;
+    void *data;
+};
+
+/* Open the channel `channel` of topic/partition, creating it from
+ * `initial` (borrowed; NULL means frontier 0) when it has no checkpoint.
+ * On success *state receives a copy of the recovered cursor (the caller
+ * owns it: tn_cursor_fini). A torn WAL tail is truncated; a bad
+ * checkpoint, a sequence gap or damage below the durable mark opens the
+ * log isolated (tn_chanlog_err() != 0, errmsg says where) with *state at
+ * the checkpoint. Returns an error only when no object could be made.
+ * Blocks on disk: call at startup or from a worker thread. */
+int tn_chanlog_open(tn_store_t *store, const char *topic, uint32_t partition,
+                    const char *channel, const tn_cursor_t *initial, tn_chanlog_t **out,
+                    tn_cursor_t *state);
+
+/* Queue one record. 0, or at once the sticky error, TN_ECLOSED or
+ * UV_EINVAL (unknown op). cb runs on the loop thread after the fdatasync. */
+int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec,
+                      tn_walop_cb cb);
+
+int tn_chanlog_err(tn_chanlog_t *cl);
+
+/* Close after queued records complete; cb (may be NULL) runs on the loop
+ * thread before the memory is freed. */
+void tn_chanlog_close(tn_chanlog_t *cl, tn_chanlog_cb cb);
+
+/* Remove a closed channel's files: checkpoint, directory fsync, WAL. */
+int tn_chanlog_delete(tn_store_t *store, const char *topic, uint32_t partition,
+                      const char *channel);
+
+/* Channels (names with a checkpoint) of one partition; cb borrows the name. */
+typedef int (*tn_chanlog_list_cb)(void *arg, const char *channel);
+int tn_chanlog_list(tn_store_t *store, const char *topic, uint32_t partition,
+                    tn_chanlog_list_cb cb, void *arg);
+
+/* Internal to src/storage. */
+void tn__chanlog_round(tn__committer_t *c, tn__sreq_t *round);
+
+#endif

@@ -1,0 +1,172 @@
+/* The committer thread: gathering rounds of requests. See commit.h. */
+#include "core/platform.h"
+
+#include "storage/commit.h"
+
+#include "core/alloc.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <string.h>
+
+/* Shortest and longest quiet gap that ends a round early. */
+#define QUIET_MIN_NS 20000
+
+static void timed_wait(tn__committer_t *c, int64_t deadline_ns)
+{
+    int64_t now = tn_now_mono_ns();
+    if (deadline_ns <= now)
+        return;
+    uv_cond_timedwait(&c->cond, &c->lock, (uint64_t)(deadline_ns - now));
+}
+
+static void committer_main(void *arg)
+{
+    tn__committer_t *c = arg;
+    uv_mutex_lock(&c->lock);
+    for (;;) {
+        while (c->head == NULL && !c->stop) {
+            int64_t now = tn_now_mono_ns();
+            if (c->next_tick_ns != 0 && now >= c->next_tick_ns) {
+                c->next_tick_ns = 0;
+                uv_mutex_unlock(&c->lock);
+                int64_t next = c->tick(c, now);
+                uv_mutex_lock(&c->lock);
+                if (next != 0 && (c->next_tick_ns == 0 || next < c->next_tick_ns))
+                    c->next_tick_ns = next;
+                continue;
+            }
+            c->waiting = true;
+            if (c->next_tick_ns != 0)
+                timed_wait(c, c->next_tick_ns);
+            else
+                uv_cond_wait(&c->cond, &c->lock);
+            c->waiting = false;
+        }
+        if (c->head == NULL && c->stop)
+            break;
+
+        /* Gather a round. */
+        tn__sreq_t *first = c->head, *last = c->head;
+        c->head = first->next;
+        c->qlen--;
+        c->qbytes -= first->bytes;
+        size_t n = 1;
+        uint64_t bytes = first->bytes;
+        int64_t start = tn_now_mono_ns();
+        int64_t quiet = TN_MAX(c->max_delay_ns / 8, QUIET_MIN_NS);
+        int64_t last_arrival = start;
+        bool wait_more = c->last_round > 1 && c->max_delay_ns > 0;
+        while (n < c->max_reqs && bytes < c->max_bytes) {
+            if (c->head != NULL) {
+                if (bytes + c->head->bytes > c->max_bytes)
+                    break; /* carried to the next round */
+                tn__sreq_t *r = c->head;
+                c->head = r->next;
+                c->qlen--;
+                c->qbytes -= r->bytes;
+                last->next = r;
+                last = r;
+                n++;
+                bytes += r->bytes;
+                last_arrival = tn_now_mono_ns();
+                continue;
+            }
+            if (!wait_more || c->stop)
+                break;
+            int64_t deadline = TN_MIN(start + c->max_delay_ns, last_arrival + quiet);
+            if (tn_now_mono_ns() >= deadline)
+                break;
+            c->gathering = true;
+            c->round_n = n;
+            c->round_bytes = bytes;
+            timed_wait(c, deadline);
+            c->gathering = false;
+        }
+        last->next = NULL;
+        if (c->head == NULL)
+            c->tail = NULL;
+        c->last_round = n;
+        uv_mutex_unlock(&c->lock);
+
+        c->process(c, first);
+        c->rounds++;
+        c->requests += n;
+
+        uv_mutex_lock(&c->lock);
+        int64_t now = tn_now_mono_ns();
+        if (c->next_tick_ns != 0 && now >= c->next_tick_ns) {
+            c->next_tick_ns = 0;
+            uv_mutex_unlock(&c->lock);
+            int64_t next = c->tick(c, now);
+            uv_mutex_lock(&c->lock);
+            if (next != 0 && (c->next_tick_ns == 0 || next < c->next_tick_ns))
+                c->next_tick_ns = next;
+        }
+    }
+    uv_mutex_unlock(&c->lock);
+}
+
+int tn__committer_start(tn__committer_t *c)
+{
+    int rc = uv_mutex_init(&c->lock);
+    if (rc != 0)
+        return rc;
+    rc = uv_cond_init(&c->cond);
+    if (rc != 0) {
+        uv_mutex_destroy(&c->lock);
+        return rc;
+    }
+    rc = uv_thread_create(&c->thread, committer_main, c);
+    if (rc != 0) {
+        uv_cond_destroy(&c->cond);
+        uv_mutex_destroy(&c->lock);
+        return rc;
+    }
+    c->started = true;
+    return 0;
+}
+
+void tn__committer_stop(tn__committer_t *c)
+{
+    if (!c->started)
+        return;
+    uv_mutex_lock(&c->lock);
+    c->stop = true;
+    uv_cond_signal(&c->cond);
+    uv_mutex_unlock(&c->lock);
+    uv_thread_join(&c->thread);
+    uv_cond_destroy(&c->cond);
+    uv_mutex_destroy(&c->lock);
+    tn_free(c->scratch);
+    c->scratch = NULL;
+    c->started = false;
+}
+
+void tn__committer_submit(tn__committer_t *c, tn__sreq_t *req)
+{
+    req->next = NULL;
+    uv_mutex_lock(&c->lock);
+    if (c->tail != NULL)
+        c->tail->next = req;
+    else
+        c->head = req;
+    c->tail = req;
+    c->qlen++;
+    c->qbytes += req->bytes;
+    if (c->waiting || (c->gathering && (c->round_n + c->qlen >= c->max_reqs ||
+                                        c->round_bytes + c->qbytes >= c->max_bytes)))
+        uv_cond_signal(&c->cond);
+    uv_mutex_unlock(&c->lock);
+}
+
+void tn__committer_wake_at(tn__committer_t *c, int64_t at_ns)
+{
+    uv_mutex_lock(&c->lock);
+    if (c->next_tick_ns == 0 || at_ns < c->next_tick_ns) {
+        c->next_tick_ns = at_ns;
+        if (c->waiting)
+            uv_cond_signal(&c->cond);
+    }
+    uv_mutex_unlock(&c->lock);
+}

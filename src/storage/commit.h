@@ -1,0 +1,80 @@
+/* The committer: a storage thread that gathers requests into group commits.
+ *
+ * The loop thread submits requests; the committer takes the first, then
+ * keeps gathering until it has max_reqs requests or max_bytes bytes, or
+ * max_delay has passed since the first, or (when the previous round showed
+ * concurrency) no new request came within a short quiet gap. It hands the
+ * round to its `process` function, which writes, syncs and completes every
+ * request through tn__store_complete. Between rounds it runs its `tick`
+ * function when that is due (background syncs, disk checks).
+ *
+ * Internal to src/storage (tn__ names). Thread safety: submit from any
+ * thread; process and tick run on the committer thread only. */
+#ifndef TN_STORAGE_COMMIT_H
+#define TN_STORAGE_COMMIT_H
+
+#include "core/platform.h"
+
+#include <uv.h>
+
+typedef struct tn_store_s tn_store_t;
+typedef struct tn__sreq_s tn__sreq_t;
+typedef struct tn__committer_s tn__committer_t;
+
+/* A storage request. Embedded first in every request type. */
+struct tn__sreq_s {
+    tn__sreq_t *next;
+    uint64_t bytes; /* counted against the round's byte limit */
+    int status;
+    /* Control requests (GC, close, ...) set exec: it runs on the committer
+     * thread after the round's records are written and synced, and must
+     * complete the request itself. Record requests leave it NULL. */
+    void (*exec)(tn__committer_t *c, tn__sreq_t *req);
+    /* Runs on the loop thread when the request completes. */
+    void (*done)(tn__sreq_t *req);
+};
+
+/* Process one round (a NULL-terminated chain in submission order). */
+typedef void (*tn__round_fn)(tn__committer_t *c, tn__sreq_t *round);
+/* Periodic work; returns the monotonic ns time it wants to run next, or 0. */
+typedef int64_t (*tn__tick_fn)(tn__committer_t *c, int64_t now_ns);
+
+struct tn__committer_s {
+    tn_store_t *store;
+    const char *name;
+    uv_thread_t thread;
+    uv_mutex_t lock;
+    uv_cond_t cond;
+    tn__sreq_t *head;
+    tn__sreq_t *tail;
+    size_t qlen;
+    uint64_t qbytes;
+    bool waiting;   /* idle, waiting for the first request */
+    bool gathering; /* waiting for more requests of a round */
+    size_t round_n; /* requests taken so far by the gathering round */
+    uint64_t round_bytes;
+    bool stop;
+    bool started;
+    uint32_t max_reqs;
+    uint64_t max_bytes;
+    int64_t max_delay_ns;
+    size_t last_round;
+    int64_t next_tick_ns; /* committer thread only after start */
+    tn__round_fn process;
+    tn__tick_fn tick;
+    /* Scratch owned by the committer thread. */
+    void *scratch;
+    size_t scratch_cap;
+    /* Counters (committer thread writes, anyone reads approximately). */
+    uint64_t rounds;
+    uint64_t requests;
+};
+
+int tn__committer_start(tn__committer_t *c);
+/* Drain what is queued, then stop and join the thread. */
+void tn__committer_stop(tn__committer_t *c);
+void tn__committer_submit(tn__committer_t *c, tn__sreq_t *req);
+/* Ask for a tick no later than at_ns (any thread). */
+void tn__committer_wake_at(tn__committer_t *c, int64_t at_ns);
+
+#endif

@@ -1,0 +1,79 @@
+/* The storage I/O shim. Every file operation of the storage engine goes
+ * through these functions. They return 0 or a negative error (never -1 with
+ * errno), retry EINTR and short writes, and fsync directories by path.
+ *
+ * Under TN_TEST the shim can also simulate a power cut. Between
+ * tn_io_sim_start() and tn_io_sim_powerloss() it remembers every write,
+ * truncate, create, rename, unlink and mkdir that no fdatasync/fsync (of the
+ * file, or of the directory for namespace changes) has covered yet. At a
+ * chosen operation the "power goes off": that operation and every later one
+ * fail with UV_EIO. tn_io_sim_powerloss() then rewrites the files under the
+ * simulated root into one state a real machine could be in after the cut:
+ * each uncovered write is kept, dropped or torn (a random subset of its 512
+ * byte sectors kept), each directory keeps a random prefix of its uncovered
+ * namespace changes, and everything covered by a sync survives exactly.
+ *
+ * Thread safety: any thread. The simulator serialises on one mutex. */
+#ifndef TN_STORAGE_IO_H
+#define TN_STORAGE_IO_H
+
+#include "core/platform.h"
+
+#include "core/buf.h"
+
+#include <fcntl.h>
+#include <sys/types.h>
+
+/* Format a path into buf; UV_ENAMETOOLONG when it does not fit. */
+int tn_io_path(char *buf, size_t len, const char *fmt, ...) TN_PRINTF(3, 4);
+
+int tn_io_open(const char *path, int flags, int mode, int *fd_out);
+int tn_io_close(int fd);
+/* Write all of iov at file position off. */
+int tn_io_pwritev(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off);
+int tn_io_pwrite(int fd, const void *buf, size_t len, uint64_t off);
+/* Read up to len bytes at off; *nread < len only at end of file. */
+int tn_io_pread(int fd, void *buf, size_t len, uint64_t off, size_t *nread);
+int tn_io_fdatasync(int fd);
+int tn_io_fsync(int fd);
+int tn_io_ftruncate(int fd, uint64_t len);
+int tn_io_fsize(int fd, uint64_t *size);
+int tn_io_rename(const char *from, const char *to);
+int tn_io_unlink(const char *path);
+/* mkdir; UV_EEXIST when it exists. */
+int tn_io_mkdir(const char *path, int mode);
+/* mkdir -p, then fsync each directory whose entry was created. */
+int tn_io_mkdir_p(const char *path, int mode);
+int tn_io_fsync_dir(const char *path);
+/* Atomically replace dir/name with data: write dir/name.tmp, fsync it,
+ * rename over dir/name, fsync dir. */
+int tn_io_write_file_atomic(const char *dir, const char *name, const void *data, size_t len);
+/* Read a whole file of at most max bytes into out (appended). TN_ETOOBIG
+ * when larger, UV_ENOENT when absent. */
+int tn_io_read_file(const char *path, size_t max, tn_buf_t *out);
+
+#ifdef TN_TEST
+/* Start simulating under root (recursively): the current contents count as
+ * durable. */
+int tn_io_sim_start(const char *root);
+/* Cut the power when n more mutating operations have run (n >= 0); the
+ * n+1th fails with UV_EIO, as does everything after it. */
+void tn_io_sim_cut_after(long n);
+/* Cut the power now. */
+void tn_io_sim_cut(void);
+bool tn_io_sim_is_cut(void);
+/* Mutating operations seen since start. */
+long tn_io_sim_ops(void);
+/* Rewrite root to a possible post-power-loss state chosen by seed and stop
+ * simulating. Call after everything that used the files is closed. */
+int tn_io_sim_powerloss(uint64_t seed);
+/* Stop simulating without changing any file. */
+void tn_io_sim_stop(void);
+
+/* Fault injection outside the simulator: make the nth next write (or
+ * fdatasync/fsync) fail with err, once. n < 0 disarms. */
+void tn_io_fail_write_after(long n, int err);
+void tn_io_fail_sync_after(long n, int err);
+#endif
+
+#endif

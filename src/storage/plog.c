@@ -1,0 +1,1060 @@
+/* The partition log: recovery, group-committed appends, segment rolls,
+ * reads by offset, background syncs for relaxed mode, and GC.
+ *
+ * Durability invariants (every change here must keep them):
+ *   1. Appends gathered in one round are written with one pwritev per
+ *      partition file (more only when a segment rolls), and the
+ *      fdatasync runs on the committer thread, never on the loop thread.
+ *   2. A durable-mode append completes only from the fdatasync that covers
+ *      all of its records; write_ack and relaxed complete after the write.
+ *   3. durable_next only moves after an fdatasync returned success for
+ *      every record below it; visible_next never passes durable_next
+ *      outside relaxed mode.
+ *   4. Data is synced before anything that points at it: a segment is
+ *      fdatasync'ed before its sidecar index is written, and the sidecar
+ *      is written (temp file, fsync, rename, directory fsync) before the
+ *      next segment is created; the directory is fsynced after a segment
+ *      file is created or unlinked.
+ *   5. A failed write or fdatasync is sticky: the log refuses every later
+ *      append and read and never retries the fsync, whose failure may have
+ *      dropped dirty pages the kernel will not write again.
+ *   6. A record's sync_mark is the segment length covered by an fdatasync
+ *      when the record was written; recovery trusts it to tell a torn tail
+ *      from damage (segment.c).
+ *
+ * DESIGN: a round on the log committer.
+ *   1. Group the round's appends by partition, in arrival order.
+ *   2. Per partition: assign offsets, encode headers (CRC over header, key
+ *      and body; bodies are never copied), pwritev, then publish the new
+ *      length, count, index entries and written_next under the log's lock.
+ *      Roll to a new segment first when a batch would overflow the active
+ *      one.
+ *   3. Complete write_ack and relaxed appends.
+ *   4. fdatasync each durable and write_ack partition written this round,
+ *      advance durable_next, complete durable appends.
+ *   5. Relaxed partitions sync when their unsynced messages, bytes or age
+ *      pass the configured limits (the tick handles age).
+ *   6. Run control requests (GC, close) in order. */
+#include "core/platform.h"
+
+#include "storage/plog.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
+#include "storage/disk.h"
+#include "storage/io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t offset;
+    uint64_t pos;
+} note_t;
+
+/* The log committer's scratch arrays. */
+typedef struct {
+    tn_iov_t *iov;
+    size_t iov_cap;
+    note_t *notes;
+    size_t notes_cap;
+    tn_plog_t *relaxed; /* logs holding unsynced relaxed-mode data */
+    int64_t next_disk_check_ns;
+} log_scratch_t;
+
+static void set_sticky(tn_plog_t *plog, int err, const char *fmt, ...) TN_PRINTF(3, 4);
+static void set_sticky(tn_plog_t *plog, int err, const char *fmt, ...)
+{
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&plog->err, &expected, err))
+        return;
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    snprintf(plog->errmsg, sizeof(plog->errmsg), "partition %s/%u: %s: %s", plog->topic,
+             plog->partition, what, tn_strerror(err));
+    TN_LOG(TN_LOG_ERROR, "%s; the partition refuses writes until restart", plog->errmsg);
+}
+
+static tn_seg_t *active_seg(tn_plog_t *plog)
+{
+    return plog->segs[plog->nsegs - 1];
+}
+
+static int push_seg(tn_plog_t *plog, tn_seg_t *seg)
+{
+    if (plog->nsegs == plog->segs_cap) {
+        uint32_t cap = plog->segs_cap ? plog->segs_cap * 2 : 8;
+        tn_seg_t **p = tn_realloc(plog->segs, cap * sizeof(*p));
+        if (p == NULL)
+            return UV_ENOMEM;
+        plog->segs = p;
+        plog->segs_cap = cap;
+    }
+    plog->segs[plog->nsegs++] = seg;
+    return 0;
+}
+
+static int seg_path(const tn_plog_t *plog, uint64_t base, const char *ext, char *buf, size_t len)
+{
+    char name[64];
+    tn_seg_name(base, ext, name, sizeof(name));
+    if ((size_t)snprintf(buf, len, "%s/%s", plog->dir, name) >= len)
+        return UV_ENAMETOOLONG;
+    return 0;
+}
+
+/* Create an empty segment file at base, durable in the directory. */
+static int create_segment(tn_plog_t *plog, uint64_t base, tn_seg_t **out)
+{
+    char path[4096];
+    int rc = seg_path(plog, base, "log", path, sizeof(path));
+    if (rc != 0)
+        return rc;
+    tn_seg_t *seg;
+    rc = tn_seg_new(path, base, &seg);
+    if (rc != 0)
+        return rc;
+    rc = tn_io_open(path, O_RDWR | O_CREAT | O_EXCL, 0644, &seg->fd);
+    if (rc == 0)
+        rc = tn_io_fsync_dir(plog->dir);
+    if (rc != 0) {
+        tn_seg_unref(seg);
+        return rc;
+    }
+    seg->idx_loaded = true;
+    *out = seg;
+    return 0;
+}
+
+/* --- recovery ------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int list_segments(tn_plog_t *plog, uint64_t **bases, size_t *n)
+{
+    DIR *d = opendir(plog->dir);
+    if (d == NULL)
+        return tn_err_from_errno(errno);
+    size_t cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    *bases = NULL;
+    *n = 0;
+    while ((e = readdir(d)) != NULL) {
+        uint64_t base;
+        size_t len = strlen(e->d_name);
+        if (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) {
+            /* An atomic write that never reached its rename. */
+            char path[4096];
+            snprintf(path, sizeof(path), "%s/%s", plog->dir, e->d_name);
+            tn_io_unlink(path);
+            continue;
+        }
+        if (!tn_seg_parse_name(e->d_name, &base))
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            uint64_t *p = tn_realloc(*bases, cap * sizeof(*p));
+            if (p == NULL) {
+                rc = UV_ENOMEM;
+                break;
+            }
+            *bases = p;
+        }
+        (*bases)[(*n)++] = base;
+    }
+    closedir(d);
+    if (rc != 0) {
+        tn_free(*bases);
+        *bases = NULL;
+        return rc;
+    }
+    qsort(*bases, *n, sizeof(**bases), cmp_u64);
+    return 0;
+}
+
+/* Open and check one segment. Sets the log's sticky error (and returns 0)
+ * on corruption; returns an error only when the open itself failed. */
+static int recover_segment(tn_plog_t *plog, uint64_t base, bool last, tn_seg_t **out)
+{
+    uint32_t interval = plog->store->opts.index_interval;
+    char path[4096];
+    int rc = seg_path(plog, base, "log", path, sizeof(path));
+    if (rc != 0)
+        return rc;
+    tn_seg_t *seg;
+    rc = tn_seg_new(path, base, &seg);
+    if (rc != 0)
+        return rc;
+    rc = tn_io_open(path, last ? O_RDWR : O_RDONLY, 0, &seg->fd);
+    uint64_t fsize = 0;
+    if (rc == 0)
+        rc = tn_io_fsize(seg->fd, &fsize);
+    if (rc != 0)
+        goto fail;
+
+    if (!last) {
+        rc = tn_seg_index_open(seg, fsize);
+        if (rc == 0) {
+            seg->sealed = true;
+            *out = seg;
+            return 0;
+        }
+        if (rc != UV_ENOENT && rc != TN_ECORRUPT)
+            goto fail;
+        TN_LOG(TN_LOG_WARN, "partition %s/%u: index of segment %" PRIu64 " %s; rebuilding",
+               plog->topic, plog->partition, base, rc == UV_ENOENT ? "missing" : "invalid");
+    }
+
+    tn_seg_scan_t scan;
+    rc = tn_seg_scan(seg->fd, fsize, base, interval, seg, &scan);
+    if (rc != 0)
+        goto fail;
+    seg->count = scan.count;
+    seg->size = scan.valid_len;
+    seg->synced = scan.valid_len;
+    seg->first_ns = scan.first_ns;
+    seg->last_ns = scan.last_ns;
+    seg->idx_loaded = true;
+
+    if (scan.tail != 0 && (!last || scan.durable_damage)) {
+        set_sticky(plog, TN_ECORRUPT,
+                   "segment %s: %s at byte %" PRIu64 "%s", path,
+                   scan.tail == TN_ESHORT ? "truncated record" : "bad record", scan.tail_pos,
+                   last ? " below data that had been made durable" : " in a sealed segment");
+    } else if (scan.tail != 0) {
+        TN_LOG(TN_LOG_WARN,
+               "partition %s/%u: truncating torn tail of segment %" PRIu64 ": %" PRIu64
+               " bytes after byte %" PRIu64 " (%" PRIu64 " records kept)",
+               plog->topic, plog->partition, base, fsize - scan.valid_len, scan.valid_len,
+               scan.count);
+        rc = tn_io_ftruncate(seg->fd, scan.valid_len);
+        if (rc == 0)
+            rc = tn_io_fdatasync(seg->fd);
+        if (rc != 0)
+            goto fail;
+    } else if (!last) {
+        if (scan.count == 0) {
+            set_sticky(plog, TN_ECORRUPT, "segment %s is empty but not the last", path);
+        } else {
+            seg->sealed = true;
+            rc = tn_seg_index_write(seg, plog->dir);
+            if (rc != 0)
+                goto fail;
+        }
+    }
+    *out = seg;
+    return 0;
+fail:
+    tn_seg_unref(seg);
+    return rc;
+}
+
+static int recover(tn_plog_t *plog)
+{
+    uint64_t *bases;
+    size_t n;
+    int rc = list_segments(plog, &bases, &n);
+    if (rc != 0)
+        return rc;
+    if (n == 0) {
+        tn_seg_t *seg;
+        rc = create_segment(plog, 0, &seg);
+        if (rc == 0 && (rc = push_seg(plog, seg)) != 0)
+            tn_seg_unref(seg);
+        tn_free(bases);
+        return rc;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        tn_seg_t *seg;
+        rc = recover_segment(plog, bases[i], i + 1 == n, &seg);
+        if (rc != 0)
+            break;
+        if (plog->nsegs > 0) {
+            tn_seg_t *prev = active_seg(plog);
+            uint64_t end = prev->base + prev->count;
+            if (seg->base < end) {
+                set_sticky(plog, TN_ECORRUPT,
+                           "segment %" PRIu64 " overlaps the previous segment ending at %" PRIu64,
+                           seg->base, end);
+            } else if (seg->base > end) {
+                TN_LOG(TN_LOG_NOTICE, "partition %s/%u: offsets %" PRIu64 "..%" PRIu64 " absent",
+                       plog->topic, plog->partition, end, seg->base - 1);
+            }
+        }
+        rc = push_seg(plog, seg);
+        if (rc != 0)
+            tn_seg_unref(seg);
+    }
+    tn_free(bases);
+    if (rc != 0)
+        return rc;
+    tn_seg_t *act = active_seg(plog);
+    plog->next_offset = act->base + act->count;
+    plog->last_publish_ns = act->last_ns;
+    atomic_store(&plog->written_next, plog->next_offset);
+    atomic_store(&plog->durable_next, plog->next_offset);
+    return 0;
+}
+
+static void progress_done(tn__sreq_t *s);
+
+static void plog_free(tn_plog_t *plog)
+{
+    for (uint32_t i = 0; i < plog->nsegs; i++)
+        tn_seg_unref(plog->segs[i]);
+    tn_free(plog->segs);
+    uv_mutex_destroy(&plog->lock);
+    tn_free(plog->dir);
+    tn_free(plog->topic);
+    tn_free(plog);
+}
+
+int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_plog_t **out)
+{
+    if (!tn_store_valid_name(topic))
+        return UV_EINVAL;
+    tn_plog_t *plog = tn_calloc(1, sizeof(*plog));
+    if (plog == NULL)
+        return UV_ENOMEM;
+    plog->store = store;
+    plog->partition = partition;
+    plog->progress_req.done = progress_done;
+    atomic_init(&plog->durability, store->opts.durability);
+    int rc = uv_mutex_init(&plog->lock);
+    if (rc != 0) {
+        tn_free(plog);
+        return rc;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/%s/%" PRIu32, store->topics_path, topic, partition);
+    plog->topic = tn_strdup(topic);
+    plog->dir = tn_strdup(dir);
+    if (plog->topic == NULL || plog->dir == NULL) {
+        rc = UV_ENOMEM;
+        goto fail;
+    }
+    rc = tn_io_mkdir_p(dir, 0755);
+    if (rc != 0)
+        goto fail;
+    rc = recover(plog);
+    if (rc != 0)
+        goto fail;
+    plog->next_open = store->plogs;
+    if (store->plogs != NULL)
+        store->plogs->prev_open = plog;
+    store->plogs = plog;
+    *out = plog;
+    return 0;
+fail:
+    plog_free(plog);
+    return rc;
+}
+
+/* --- appends ------------------------------------------------------------- */
+
+static void append_done(tn__sreq_t *s)
+{
+    tn_append_t *req = (tn_append_t *)s;
+    req->plog->pending--;
+    if (req->hdrs != req->hdr_inline)
+        tn_free(req->hdrs);
+    req->hdrs = NULL;
+    req->cb(req, s->status);
+}
+
+int tn_plog_append(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, uint32_t n,
+                   tn_append_cb cb)
+{
+    if (n == 0 || recs == NULL || cb == NULL)
+        return UV_EINVAL;
+    if (plog->closing)
+        return TN_ECLOSED;
+    int err = atomic_load(&plog->err);
+    if (err != 0)
+        return err;
+    if (tn_store_disk_high(plog->store))
+        return TN_EDISKHIGH;
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (recs[i].body.len > plog->store->opts.max_body || recs[i].key.len > UINT16_MAX)
+            return TN_ETOOBIG;
+        bytes += TN_REC_HDR + recs[i].key.len + recs[i].body.len;
+    }
+    if (n == 1) {
+        req->hdrs = req->hdr_inline;
+    } else {
+        req->hdrs = tn_malloc((size_t)n * TN_REC_HDR);
+        if (req->hdrs == NULL)
+            return UV_ENOMEM;
+    }
+    req->s.next = NULL;
+    req->s.bytes = bytes;
+    req->s.status = 0;
+    req->s.exec = NULL;
+    req->s.done = append_done;
+    req->plog = plog;
+    req->recs = recs;
+    req->nrecs = n;
+    req->cb = cb;
+    req->pnext = NULL;
+    req->early = false;
+    req->first_offset = 0;
+    req->publish_ns = 0;
+    plog->pending++;
+    tn__committer_submit(&plog->store->logc, &req->s);
+    return 0;
+}
+
+static int scratch_reserve(tn__committer_t *c, size_t niov, size_t nnotes)
+{
+    log_scratch_t *ls = c->scratch;
+    if (niov > ls->iov_cap) {
+        size_t cap = TN_MAX(niov, ls->iov_cap * 2);
+        tn_iov_t *p = tn_realloc(ls->iov, cap * sizeof(*p));
+        if (p == NULL)
+            return UV_ENOMEM;
+        ls->iov = p;
+        ls->iov_cap = cap;
+    }
+    if (nnotes > ls->notes_cap) {
+        size_t cap = TN_MAX(nnotes, ls->notes_cap * 2);
+        note_t *p = tn_realloc(ls->notes, cap * sizeof(*p));
+        if (p == NULL)
+            return UV_ENOMEM;
+        ls->notes = p;
+        ls->notes_cap = cap;
+    }
+    return 0;
+}
+
+/* Write the gathered iovs at wstart and publish the new records. */
+static int flush(tn_plog_t *plog, tn_seg_t *seg, uint64_t wstart, uint64_t wend,
+                 const tn_iov_t *iov, size_t niov, const note_t *notes, size_t nnotes,
+                 int64_t publish_ns)
+{
+    if (niov == 0)
+        return 0;
+    int rc = tn_io_pwritev(seg->fd, iov, (int)niov, wstart);
+    if (rc != 0)
+        return rc;
+    uint32_t interval = plog->store->opts.index_interval;
+    uv_mutex_lock(&plog->lock);
+    for (size_t i = 0; i < nnotes; i++) {
+        /* A missing index entry only lengthens a later read's scan. */
+        (void)tn_seg_index_note(seg, notes[i].offset, notes[i].pos, interval);
+    }
+    if (seg->count == 0)
+        seg->first_ns = publish_ns;
+    seg->last_ns = publish_ns;
+    seg->count += nnotes;
+    seg->size = wend;
+    uv_mutex_unlock(&plog->lock);
+    atomic_store(&plog->written_next, notes[nnotes - 1].offset + 1);
+    return 0;
+}
+
+static void advance_durable(tn_plog_t *plog, uint64_t next)
+{
+    if (next > atomic_load(&plog->durable_next))
+        atomic_store(&plog->durable_next, next);
+}
+
+/* Seal the active segment and start a new one at next_offset. */
+static int roll(tn_plog_t *plog)
+{
+    tn_seg_t *old = active_seg(plog);
+    int rc = tn_io_fdatasync(old->fd);
+    if (rc != 0) {
+        set_sticky(plog, rc, "fdatasync of segment %" PRIu64 " before sealing", old->base);
+        return rc;
+    }
+    old->synced = old->size;
+    advance_durable(plog, old->base + old->count);
+    rc = tn_seg_index_write(old, plog->dir);
+    if (rc != 0) {
+        set_sticky(plog, rc, "writing the index of segment %" PRIu64, old->base);
+        return rc;
+    }
+    tn_seg_t *seg;
+    rc = create_segment(plog, plog->next_offset, &seg);
+    if (rc != 0) {
+        set_sticky(plog, rc, "creating segment %" PRIu64, plog->next_offset);
+        return rc;
+    }
+    uv_mutex_lock(&plog->lock);
+    old->sealed = true;
+    rc = push_seg(plog, seg);
+    uv_mutex_unlock(&plog->lock);
+    if (rc != 0) {
+        tn_seg_unref(seg);
+        set_sticky(plog, rc, "adding segment %" PRIu64, plog->next_offset);
+    }
+    return rc;
+}
+
+static void fail_from(tn_append_t *from, tn_append_t *upto, int err)
+{
+    for (tn_append_t *r = from; r != NULL; r = r->pnext) {
+        if (r->s.status == 0)
+            r->s.status = err;
+        if (r == upto)
+            break;
+    }
+}
+
+/* Write this round's appends of one log. */
+static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
+{
+    log_scratch_t *ls = c->scratch;
+    size_t niov_max = 0, nnotes_max = 0;
+    for (tn_append_t *r = plog->rhead; r != NULL; r = r->pnext) {
+        niov_max += 3 * (size_t)r->nrecs;
+        nnotes_max += r->nrecs;
+    }
+    if (scratch_reserve(c, niov_max, nnotes_max) != 0) {
+        fail_from(plog->rhead, NULL, UV_ENOMEM);
+        return;
+    }
+    uint64_t seg_limit = plog->store->opts.segment_bytes;
+    int64_t pub = TN_MAX(now_ns, plog->last_publish_ns);
+    plog->last_publish_ns = pub;
+
+    tn_seg_t *seg = active_seg(plog);
+    uint64_t wstart = seg->size, pos = seg->size;
+    size_t niov = 0, nnotes = 0;
+    tn_append_t *group = plog->rhead; /* first request not yet flushed */
+
+    for (tn_append_t *r = plog->rhead; r != NULL; r = r->pnext) {
+        int err = atomic_load(&plog->err);
+        if (err != 0) {
+            r->s.status = err;
+            continue;
+        }
+        if (pos > 0 && pos + r->s.bytes > seg_limit) {
+            int rc = flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes, pub);
+            if (rc != 0) {
+                set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
+                fail_from(group, r, rc);
+                continue;
+            }
+            if (roll(plog) != 0) {
+                r->s.status = atomic_load(&plog->err);
+                continue;
+            }
+            seg = active_seg(plog);
+            wstart = pos = 0;
+            niov = nnotes = 0;
+            group = r;
+        }
+        r->first_offset = plog->next_offset;
+        r->publish_ns = pub;
+        for (uint32_t i = 0; i < r->nrecs; i++) {
+            const tn_rec_in_t *in = &r->recs[i];
+            tn_rec_hdr_t h = {
+                .offset = plog->next_offset++,
+                .publish_ns = pub,
+                .deliver_at_ms = in->deliver_at_ms,
+                .body_len = (uint32_t)in->body.len,
+                .sync_mark = (uint32_t)TN_MIN(seg->synced, (uint64_t)UINT32_MAX),
+                .key_len = (uint16_t)in->key.len,
+                .flags = i + 1 < r->nrecs ? TN_REC_F_MORE : 0,
+            };
+            unsigned char *hdr = r->hdrs + (size_t)i * TN_REC_HDR;
+            tn_rec_encode(hdr, &h, in->key.base, in->body.base);
+            ls->iov[niov++] = tn_iov(hdr, TN_REC_HDR);
+            if (in->key.len > 0)
+                ls->iov[niov++] = in->key;
+            if (in->body.len > 0)
+                ls->iov[niov++] = in->body;
+            ls->notes[nnotes].offset = h.offset;
+            ls->notes[nnotes].pos = pos;
+            nnotes++;
+            pos += tn_rec_size(&h);
+        }
+    }
+    int rc = flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes, pub);
+    if (rc != 0) {
+        set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
+        fail_from(group, NULL, rc);
+    }
+}
+
+/* fdatasync the active segment and advance durable_next. */
+static int sync_log(tn_plog_t *plog)
+{
+    if (atomic_load(&plog->err) != 0)
+        return atomic_load(&plog->err);
+    tn_seg_t *seg = active_seg(plog);
+    uint64_t written = atomic_load(&plog->written_next);
+    int rc = tn_io_fdatasync(seg->fd);
+    if (rc != 0) {
+        set_sticky(plog, rc, "fdatasync of segment %" PRIu64, seg->base);
+        return rc;
+    }
+    seg->synced = seg->size;
+    advance_durable(plog, written);
+    plog->unsynced_msgs = 0;
+    plog->unsynced_bytes = 0;
+    plog->unsynced_since_ns = 0;
+    return 0;
+}
+
+static void queue_progress(tn_plog_t *plog, tn__sreq_t **head, tn__sreq_t **tail)
+{
+    if (plog->on_progress == NULL)
+        return;
+    tn_store_t *store = plog->store;
+    uv_mutex_lock(&store->done_lock);
+    bool queued = plog->progress_queued;
+    plog->progress_queued = true;
+    uv_mutex_unlock(&store->done_lock);
+    if (queued)
+        return;
+    plog->progress_req.next = NULL;
+    if (*tail != NULL)
+        (*tail)->next = &plog->progress_req;
+    else
+        *head = &plog->progress_req;
+    *tail = &plog->progress_req;
+}
+
+static void chain_req(tn__sreq_t *s, tn__sreq_t **head, tn__sreq_t **tail)
+{
+    s->next = NULL;
+    if (*tail != NULL)
+        (*tail)->next = s;
+    else
+        *head = s;
+    *tail = s;
+}
+
+static void relaxed_add(log_scratch_t *ls, tn_plog_t *plog, int64_t now_mono)
+{
+    if (plog->unsynced_since_ns == 0)
+        plog->unsynced_since_ns = now_mono;
+    if (!plog->in_relaxed) {
+        plog->in_relaxed = true;
+        plog->relaxed_next = ls->relaxed;
+        ls->relaxed = plog;
+    }
+}
+
+static void relaxed_remove(log_scratch_t *ls, tn_plog_t *plog)
+{
+    if (!plog->in_relaxed)
+        return;
+    for (tn_plog_t **p = &ls->relaxed; *p != NULL; p = &(*p)->relaxed_next) {
+        if (*p == plog) {
+            *p = plog->relaxed_next;
+            break;
+        }
+    }
+    plog->in_relaxed = false;
+    plog->relaxed_next = NULL;
+}
+
+void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
+{
+    tn_store_t *store = c->store;
+    if (c->scratch == NULL) {
+        c->scratch = tn_calloc(1, sizeof(log_scratch_t));
+        if (c->scratch == NULL) {
+            for (tn__sreq_t *s = round; s != NULL; s = s->next)
+                s->status = UV_ENOMEM;
+            /* Control requests still run: they complete themselves. */
+        }
+    }
+    log_scratch_t *ls = c->scratch;
+    tn_plog_t *logs = NULL, *logs_tail = NULL;
+    tn__sreq_t *controls = NULL, *controls_tail = NULL;
+
+    /* 1. Group appends by log; set control requests aside. */
+    for (tn__sreq_t *s = round, *next; s != NULL; s = next) {
+        next = s->next;
+        if (s->exec != NULL) {
+            chain_req(s, &controls, &controls_tail);
+            continue;
+        }
+        tn_append_t *r = (tn_append_t *)s;
+        tn_plog_t *plog = r->plog;
+        if (!plog->in_round) {
+            plog->in_round = true;
+            plog->rhead = plog->rtail = NULL;
+            plog->rnext = NULL;
+            if (logs_tail != NULL)
+                logs_tail->rnext = plog;
+            else
+                logs = plog;
+            logs_tail = plog;
+        }
+        r->pnext = NULL;
+        if (plog->rtail != NULL)
+            plog->rtail->pnext = r;
+        else
+            plog->rhead = r;
+        plog->rtail = r;
+    }
+
+    /* 2. Write. */
+    int64_t now_ns = tn_now_wall_ns();
+    if (ls != NULL) {
+        for (tn_plog_t *p = logs; p != NULL; p = p->rnext)
+            write_log(c, p, now_ns);
+    }
+
+    /* 3. Complete what is acknowledged at write. */
+    tn__sreq_t *head = NULL, *tail = NULL;
+    for (tn_plog_t *p = logs; p != NULL; p = p->rnext) {
+        int mode = atomic_load(&p->durability);
+        if (mode == TN_DURABILITY_DURABLE)
+            continue;
+        for (tn_append_t *r = p->rhead; r != NULL; r = r->pnext) {
+            r->early = true;
+            chain_req(&r->s, &head, &tail);
+        }
+        if (mode == TN_DURABILITY_RELAXED)
+            queue_progress(p, &head, &tail);
+    }
+    if (head != NULL)
+        tn__store_complete(store, head, tail);
+
+    /* 4. Sync, then complete the rest. */
+    head = tail = NULL;
+    int64_t now_mono = tn_now_mono_ns();
+    const tn_store_opts_t *o = &store->opts;
+    for (tn_plog_t *p = logs, *next; p != NULL; p = next) {
+        next = p->rnext;
+        int mode = atomic_load(&p->durability);
+        bool wrote = false;
+        uint64_t msgs = 0, bytes = 0;
+        for (tn_append_t *r = p->rhead; r != NULL; r = r->pnext) {
+            if (r->s.status == 0) {
+                wrote = true;
+                msgs += r->nrecs;
+                bytes += r->s.bytes;
+            }
+        }
+        if (mode == TN_DURABILITY_RELAXED) {
+            if (wrote) {
+                p->unsynced_msgs += msgs;
+                p->unsynced_bytes += bytes;
+                if (p->unsynced_msgs >= o->relaxed_sync_messages ||
+                    p->unsynced_bytes >= o->relaxed_sync_bytes) {
+                    sync_log(p);
+                    if (ls != NULL)
+                        relaxed_remove(ls, p);
+                } else if (ls != NULL) {
+                    relaxed_add(ls, p, now_mono);
+                    tn__committer_wake_at(c, p->unsynced_since_ns + o->relaxed_sync_interval_ns);
+                }
+            }
+        } else {
+            int rc = wrote ? sync_log(p) : 0;
+            for (tn_append_t *r = p->rhead; r != NULL; r = r->pnext) {
+                if (r->s.status == 0)
+                    r->s.status = rc;
+                if (!r->early)
+                    chain_req(&r->s, &head, &tail);
+            }
+            if (wrote && ls != NULL)
+                relaxed_remove(ls, p);
+            queue_progress(p, &head, &tail);
+        }
+        p->in_round = false;
+        p->rhead = p->rtail = NULL;
+        p->rnext = NULL;
+    }
+    if (head != NULL)
+        tn__store_complete(store, head, tail);
+
+    /* 6. Control requests, in order. */
+    for (tn__sreq_t *s = controls, *next; s != NULL; s = next) {
+        next = s->next;
+        s->exec(c, s);
+    }
+}
+
+int64_t tn__plog_tick(tn__committer_t *c, int64_t now_ns)
+{
+    tn_store_t *store = c->store;
+    if (c->scratch == NULL) {
+        c->scratch = tn_calloc(1, sizeof(log_scratch_t));
+        if (c->scratch == NULL)
+            return now_ns + store->opts.disk_check_interval_ns;
+    }
+    log_scratch_t *ls = c->scratch;
+    int64_t next = 0;
+    tn__sreq_t *head = NULL, *tail = NULL;
+    for (tn_plog_t *p = ls->relaxed, *pn; p != NULL; p = pn) {
+        pn = p->relaxed_next;
+        int64_t due = p->unsynced_since_ns + store->opts.relaxed_sync_interval_ns;
+        if (now_ns >= due) {
+            sync_log(p);
+            relaxed_remove(ls, p);
+            queue_progress(p, &head, &tail);
+        } else if (next == 0 || due < next) {
+            next = due;
+        }
+    }
+    if (head != NULL)
+        tn__store_complete(store, head, tail);
+    if (now_ns >= ls->next_disk_check_ns) {
+        tn__disk_check(store);
+        ls->next_disk_check_ns = now_ns + store->opts.disk_check_interval_ns;
+    }
+    if (next == 0 || ls->next_disk_check_ns < next)
+        next = ls->next_disk_check_ns;
+    return next;
+}
+
+/* --- reads ---------------------------------------------------------------- */
+
+int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *rec)
+{
+    int err = atomic_load(&plog->err);
+    if (err != 0)
+        return err;
+    if (offset >= atomic_load(&plog->written_next))
+        return TN_ENOTFOUND;
+    uv_mutex_lock(&plog->lock);
+    uint32_t lo = 0, hi = plog->nsegs;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (plog->segs[mid]->base <= offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0) {
+        uv_mutex_unlock(&plog->lock);
+        return TN_ENOTFOUND;
+    }
+    tn_seg_t *seg = plog->segs[lo - 1];
+    if (offset >= seg->base + seg->count) {
+        uv_mutex_unlock(&plog->lock);
+        return TN_EGAP;
+    }
+    if (!seg->idx_loaded) {
+        int rc = tn_seg_index_load(seg);
+        if (rc != 0) {
+            TN_LOG_RL(TN_LOG_WARN, 10000, "partition %s/%u: index of segment %" PRIu64 ": %s",
+                      plog->topic, plog->partition, seg->base, tn_strerror(rc));
+        }
+    }
+    uint64_t start = seg->idx_loaded ? tn_seg_index_find(seg, offset) : 0;
+    uint64_t limit = seg->size;
+    tn_seg_ref(seg);
+    uv_mutex_unlock(&plog->lock);
+    int rc = tn_seg_read_at(seg, start, limit, offset, scratch, rec);
+    tn_seg_unref(seg);
+    if (rc == TN_ECORRUPT)
+        set_sticky(plog, rc, "reading offset %" PRIu64 " of segment %" PRIu64, offset,
+                   seg->base);
+    return rc;
+}
+
+uint64_t tn_plog_written_next(tn_plog_t *plog)
+{
+    return atomic_load(&plog->written_next);
+}
+
+uint64_t tn_plog_durable_next(tn_plog_t *plog)
+{
+    return atomic_load(&plog->durable_next);
+}
+
+uint64_t tn_plog_visible_next(tn_plog_t *plog)
+{
+    if (atomic_load(&plog->durability) == TN_DURABILITY_RELAXED)
+        return atomic_load(&plog->written_next);
+    return atomic_load(&plog->durable_next);
+}
+
+int tn_plog_err(tn_plog_t *plog)
+{
+    return atomic_load(&plog->err);
+}
+
+void tn_plog_set_durability(tn_plog_t *plog, int mode)
+{
+    atomic_store(&plog->durability, mode);
+}
+
+void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    uv_mutex_lock(&plog->lock);
+    out->segments = plog->nsegs;
+    out->first_offset = plog->nsegs ? plog->segs[0]->base : 0;
+    for (uint32_t i = 0; i < plog->nsegs; i++)
+        out->bytes += plog->segs[i]->size;
+    uv_mutex_unlock(&plog->lock);
+    out->written_next = tn_plog_written_next(plog);
+    out->durable_next = tn_plog_durable_next(plog);
+    out->visible_next = tn_plog_visible_next(plog);
+    out->unsynced_messages = out->written_next - out->durable_next;
+    out->err = tn_plog_err(plog);
+}
+
+/* --- GC -------------------------------------------------------------------- */
+
+static uint32_t gc_plan_locked(tn_plog_t *plog, uint64_t below, int64_t older_than_ns)
+{
+    uint32_t n = 0;
+    while (n + 1 < plog->nsegs) {
+        tn_seg_t *s = plog->segs[n];
+        bool settled = s->base + s->count <= below;
+        bool old = older_than_ns != 0 && s->last_ns < older_than_ns;
+        if (!s->sealed || !(settled || old))
+            break;
+        n++;
+    }
+    return n;
+}
+
+uint32_t tn_plog_gc_plan(tn_plog_t *plog, uint64_t below_offset, int64_t older_than_ns)
+{
+    uv_mutex_lock(&plog->lock);
+    uint32_t n = gc_plan_locked(plog, below_offset, older_than_ns);
+    uv_mutex_unlock(&plog->lock);
+    return n;
+}
+
+static void gc_exec(tn__committer_t *c, tn__sreq_t *s)
+{
+    tn_plog_gc_t *req = (tn_plog_gc_t *)s;
+    tn_plog_t *plog = req->plog;
+    int rc = atomic_load(&plog->err);
+    if (rc == 0) {
+        uv_mutex_lock(&plog->lock);
+        uint32_t n = gc_plan_locked(plog, req->below_offset, req->older_than_ns);
+        tn_seg_t **victims = n ? tn_malloc(n * sizeof(*victims)) : NULL;
+        if (n > 0 && victims == NULL) {
+            rc = UV_ENOMEM;
+            n = 0;
+        }
+        if (n > 0) {
+            memcpy(victims, plog->segs, n * sizeof(*victims));
+            memmove(plog->segs, plog->segs + n, (plog->nsegs - n) * sizeof(*plog->segs));
+            plog->nsegs -= n;
+        }
+        uv_mutex_unlock(&plog->lock);
+        for (uint32_t i = 0; i < n; i++) {
+            tn_seg_t *seg = victims[i];
+            char path[4096];
+            seg_path(plog, seg->base, "idx", path, sizeof(path));
+            int r1 = tn_io_unlink(path);
+            int r2 = tn_io_unlink(seg->path);
+            if (r1 != 0 && r1 != UV_ENOENT && rc == 0)
+                rc = r1;
+            if (r2 != 0 && rc == 0)
+                rc = r2;
+            req->deleted++;
+            req->deleted_bytes += seg->size;
+            tn_seg_unref(seg); /* readers still holding it keep the fd open */
+        }
+        tn_free(victims);
+        if (n > 0) {
+            int r = tn_io_fsync_dir(plog->dir);
+            if (r != 0) {
+                set_sticky(plog, r, "fsync of the directory after deleting segments");
+                rc = r;
+            }
+        }
+    }
+    s->status = rc;
+    tn__store_complete(c->store, s, s);
+}
+
+static void gc_done(tn__sreq_t *s)
+{
+    tn_plog_gc_t *req = (tn_plog_gc_t *)s;
+    req->plog->pending--;
+    req->cb(req, s->status);
+}
+
+int tn_plog_gc(tn_plog_t *plog, tn_plog_gc_t *req, uint64_t below_offset, int64_t older_than_ns,
+               tn_plog_gc_cb cb)
+{
+    if (plog->closing)
+        return TN_ECLOSED;
+    memset(&req->s, 0, sizeof(req->s));
+    req->s.exec = gc_exec;
+    req->s.done = gc_done;
+    req->plog = plog;
+    req->below_offset = below_offset;
+    req->older_than_ns = older_than_ns;
+    req->cb = cb;
+    req->deleted = 0;
+    req->deleted_bytes = 0;
+    plog->pending++;
+    tn__committer_submit(&plog->store->logc, &req->s);
+    return 0;
+}
+
+/* --- close ------------------------------------------------------------------ */
+
+static void close_exec(tn__committer_t *c, tn__sreq_t *s)
+{
+    tn_plog_t *plog = TN_CONTAINER_OF(s, tn_plog_t, close_req);
+    if (c->scratch != NULL && plog->in_relaxed) {
+        sync_log(plog);
+        relaxed_remove(c->scratch, plog);
+    }
+    tn__store_complete(c->store, s, s);
+}
+
+static void close_done(tn__sreq_t *s)
+{
+    tn_plog_t *plog = TN_CONTAINER_OF(s, tn_plog_t, close_req);
+    tn_store_t *store = plog->store;
+    if (plog->prev_open != NULL)
+        plog->prev_open->next_open = plog->next_open;
+    else
+        store->plogs = plog->next_open;
+    if (plog->next_open != NULL)
+        plog->next_open->prev_open = plog->prev_open;
+    tn_plog_cb cb = plog->close_cb;
+    if (cb != NULL)
+        cb(plog);
+    plog_free(plog);
+    tn__store_closed_one(store);
+}
+
+static void progress_done(tn__sreq_t *s)
+{
+    tn_plog_t *plog = TN_CONTAINER_OF(s, tn_plog_t, progress_req);
+    uv_mutex_lock(&plog->store->done_lock);
+    plog->progress_queued = false;
+    uv_mutex_unlock(&plog->store->done_lock);
+    if (plog->on_progress != NULL && !plog->closing)
+        plog->on_progress(plog);
+}
+
+void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb)
+{
+    if (plog->closing)
+        return;
+    plog->closing = true;
+    plog->close_cb = cb;
+    memset(&plog->close_req, 0, sizeof(plog->close_req));
+    plog->close_req.exec = close_exec;
+    plog->close_req.done = close_done;
+    plog->store->closing++;
+    tn__committer_submit(&plog->store->logc, &plog->close_req);
+}

@@ -1,0 +1,71 @@
+/* The record codec. See record.h for the layout. */
+#include "core/platform.h"
+
+#include "storage/record.h"
+
+#include "core/crc32c.h"
+#include "core/err.h"
+
+static uint32_t record_crc(const unsigned char *hdr, const void *key, uint32_t key_len,
+                           const void *body, uint32_t body_len)
+{
+    uint32_t crc = tn_crc32c(0, hdr + 8, TN_REC_HDR - 8);
+    if (key_len > 0)
+        crc = tn_crc32c(crc, key, key_len);
+    if (body_len > 0)
+        crc = tn_crc32c(crc, body, body_len);
+    return crc;
+}
+
+void tn_rec_encode(unsigned char *out, const tn_rec_hdr_t *h, const void *key, const void *body)
+{
+    tn_put_u32(out, TN_REC_MAGIC);
+    tn_put_u64(out + 8, h->offset);
+    tn_put_u64(out + 16, (uint64_t)h->publish_ns);
+    tn_put_u64(out + 24, (uint64_t)h->deliver_at_ms);
+    tn_put_u32(out + 32, h->body_len);
+    tn_put_u32(out + 36, h->sync_mark);
+    tn_put_u16(out + 40, h->key_len);
+    tn_put_u16(out + 42, h->flags);
+    tn_put_u32(out + 4, record_crc(out, key, h->key_len, body, h->body_len));
+}
+
+int tn_rec_decode_hdr(const unsigned char *buf, size_t len, tn_rec_hdr_t *h)
+{
+    if (len < TN_REC_HDR)
+        return TN_ESHORT;
+    if (tn_get_u32(buf) != TN_REC_MAGIC)
+        return TN_ECORRUPT;
+    h->offset = tn_get_u64(buf + 8);
+    h->publish_ns = (int64_t)tn_get_u64(buf + 16);
+    h->deliver_at_ms = (int64_t)tn_get_u64(buf + 24);
+    h->body_len = tn_get_u32(buf + 32);
+    h->sync_mark = tn_get_u32(buf + 36);
+    h->key_len = tn_get_u16(buf + 40);
+    h->flags = tn_get_u16(buf + 42);
+    if (h->body_len > TN_REC_MAX_BODY || (h->flags & ~TN_REC_F_KNOWN) != 0 ||
+        h->offset > INT64_MAX)
+        return TN_ECORRUPT;
+    return 0;
+}
+
+int tn_rec_decode(const unsigned char *buf, size_t len, tn_rec_t *rec)
+{
+    int rc = tn_rec_decode_hdr(buf, len, &rec->h);
+    if (rc != 0)
+        return rc;
+    if (len < tn_rec_size(&rec->h))
+        return TN_ESHORT;
+    rec->key = (const char *)buf + TN_REC_HDR;
+    rec->body = rec->key + rec->h.key_len;
+    return tn_rec_verify(buf, rec->key, rec->body);
+}
+
+int tn_rec_verify(const unsigned char *hdr, const void *key, const void *body)
+{
+    uint32_t key_len = tn_get_u16(hdr + 40);
+    uint32_t body_len = tn_get_u32(hdr + 32);
+    if (record_crc(hdr, key, key_len, body, body_len) != tn_get_u32(hdr + 4))
+        return TN_ECORRUPT;
+    return 0;
+}

@@ -1,0 +1,121 @@
+/* Segment files: the pieces of a partition log.
+ *
+ * A segment is `<base>.log`, base being the offset of its first record as
+ * 20 decimal digits, holding records back to back (record.h). When sealed it
+ * gets a sidecar `<base>.idx`, written atomically after the segment's data
+ * is durable, so that opening a partition reads one small header per sealed
+ * segment instead of scanning its records:
+ *
+ *   0  u32 magic "TNI1"
+ *   4  u32 crc32c over bytes 8..64
+ *   8  u64 base offset
+ *  16  u64 record count
+ *  24  u64 segment length in bytes (must equal the .log file's length)
+ *  32  i64 first publish_ns
+ *  40  i64 last publish_ns (the newest record; drives age retention)
+ *  48  u32 entry count
+ *  52  u32 crc32c over the entries
+ *  56  u64 reserved, 0
+ *  64  entries: { u32 offset - base, u32 byte position } each
+ *
+ * The entries form a sparse index (one per index-interval bytes of log),
+ * loaded only when a reader first needs the segment.
+ *
+ * Ownership and threads: a tn_seg_t belongs to its partition log. Its size,
+ * count and index change only on the log's commit thread, under the log's
+ * lock; readers copy what they need under that lock and read the file
+ * without it, holding a reference so the segment outlives a concurrent GC. */
+#ifndef TN_STORAGE_SEGMENT_H
+#define TN_STORAGE_SEGMENT_H
+
+#include "core/platform.h"
+
+#include "core/buf.h"
+#include "storage/record.h"
+
+#include <stdatomic.h>
+
+#define TN_SEG_IDX_HDR   64
+#define TN_SEG_IDX_MAGIC 0x31494E54u /* "TNI1" */
+
+typedef struct {
+    uint32_t rel; /* offset - base */
+    uint32_t pos; /* byte position of that record */
+} tn_ient_t;
+
+typedef struct tn_seg_s {
+    uint64_t base;
+    uint64_t count;   /* records */
+    uint64_t size;    /* valid bytes */
+    uint64_t synced;  /* bytes known durable */
+    int64_t first_ns; /* publish time of the first record, 0 if empty */
+    int64_t last_ns;  /* newest publish time, 0 if empty */
+    int fd;
+    bool sealed;
+    bool idx_loaded;
+    atomic_uint refs;
+    tn_ient_t *idx;
+    uint32_t nidx;
+    uint32_t idx_cap;
+    uint64_t idx_next_pos; /* add an index entry at or after this position */
+    char *path;            /* <dir>/<base>.log */
+} tn_seg_t;
+
+/* What a scan found. */
+typedef struct {
+    uint64_t count;     /* whole records (complete batches) */
+    uint64_t valid_len; /* bytes they span */
+    int64_t first_ns;
+    int64_t last_ns;
+    uint64_t max_sync_mark;
+    int tail;           /* 0: clean end; TN_ESHORT: torn; TN_ECORRUPT: bad data */
+    uint64_t tail_pos;  /* where the problem starts */
+    bool durable_damage; /* a later valid record proves tail_pos was durable */
+} tn_seg_scan_t;
+
+/* Format the file name of a segment ("%020llu.log") into buf. */
+void tn_seg_name(uint64_t base, const char *ext, char *buf, size_t len);
+/* Parse "<20 digits>.log"; false if name is not a segment name. */
+bool tn_seg_parse_name(const char *name, uint64_t *base);
+
+/* A new segment object for path (copied), with one reference, not open. */
+int tn_seg_new(const char *path, uint64_t base, tn_seg_t **out);
+/* Drop a reference; the last one closes the file and frees. */
+void tn_seg_unref(tn_seg_t *seg);
+static inline void tn_seg_ref(tn_seg_t *seg)
+{
+    atomic_fetch_add(&seg->refs, 1);
+}
+
+/* Scan the records of fd (file_size bytes) that should start at offset
+ * base. Builds seg's sparse index as it goes when seg is not NULL. Reads
+ * with the shim; returns 0 (and fills out, including a torn or corrupt
+ * tail) or an I/O error. */
+int tn_seg_scan(int fd, uint64_t file_size, uint64_t base, uint32_t interval, tn_seg_t *seg,
+                tn_seg_scan_t *out);
+
+/* Add an index entry for a record at pos when the interval says so. Call
+ * with the log's lock held. 0 or UV_ENOMEM. */
+int tn_seg_index_note(tn_seg_t *seg, uint64_t offset, uint64_t pos, uint32_t interval);
+
+/* Write seg's sidecar atomically in dir. The segment's data must already
+ * be durable. */
+int tn_seg_index_write(const tn_seg_t *seg, const char *dir);
+
+/* Read and check a sidecar header against file_size; fills count, size
+ * and times. 0, UV_ENOENT or TN_ECORRUPT. */
+int tn_seg_index_open(tn_seg_t *seg, uint64_t file_size);
+
+/* Load a sealed segment's index entries from its sidecar. */
+int tn_seg_index_load(tn_seg_t *seg);
+
+/* Position of the last index entry at or before offset (log lock held). */
+uint64_t tn_seg_index_find(const tn_seg_t *seg, uint64_t offset);
+
+/* Read the record at offset, scanning forward from byte position start and
+ * never past limit. The record is decoded into scratch (reset first) and
+ * rec points into it. 0, TN_ECORRUPT, TN_EGAP or an I/O error. */
+int tn_seg_read_at(tn_seg_t *seg, uint64_t start, uint64_t limit, uint64_t offset,
+                   tn_buf_t *scratch, tn_rec_t *rec);
+
+#endif

@@ -1,0 +1,370 @@
+/* The store: the data directory (lock, FORMAT, layout), the committer
+ * threads and the completion path back to the loop thread. */
+#include "core/platform.h"
+
+#include "storage/store.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
+#include "storage/chanlog.h"
+#include "storage/disk.h"
+#include "storage/io.h"
+#include "storage/plog.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void tn_store_opts_from_config(tn_store_opts_t *o, const tn_config_t *cfg)
+{
+    memset(o, 0, sizeof(*o));
+    o->data_path = cfg->data_path;
+    o->segment_bytes = (uint64_t)cfg->segment_bytes;
+    o->index_interval = (uint32_t)cfg->index_interval_bytes;
+    o->max_body = (uint32_t)cfg->max_msg_size;
+    o->durability = cfg->durability;
+    o->commit_max_requests = (uint32_t)cfg->commit_max_requests;
+    o->commit_max_bytes = (uint64_t)cfg->commit_max_bytes;
+    o->commit_max_delay_ns = cfg->commit_max_delay_ns;
+    o->relaxed_sync_messages = (uint64_t)cfg->relaxed_sync_messages;
+    o->relaxed_sync_bytes = (uint64_t)cfg->relaxed_sync_bytes;
+    o->relaxed_sync_interval_ns = cfg->relaxed_sync_interval_ns;
+    o->wal_max_records = (uint32_t)cfg->wal_commit_max_records;
+    o->wal_max_delay_ns = cfg->wal_commit_max_delay_ns;
+    o->checkpoint_every = (uint32_t)cfg->checkpoint_every;
+    o->disk_high_pct = (int)cfg->disk_high_watermark;
+    o->disk_low_pct = (int)cfg->disk_low_watermark;
+    o->disk_min_free = (uint64_t)cfg->disk_min_free_bytes;
+    o->disk_check_interval_ns = cfg->disk_check_interval_ns;
+}
+
+bool tn_store_valid_name(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 255 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) TN_PRINTF(3, 4);
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int take_lock(tn_store_t *store, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/LOCK", store->path);
+    int fd;
+    int rc = tn_io_open(path, O_RDWR | O_CREAT, 0644, &fd);
+    if (rc != 0) {
+        set_err(err, errlen, "cannot open lock file %s: %s", path, tn_strerror(rc));
+        return rc;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        size_t n = 0;
+        tn_io_pread(fd, pid, sizeof(pid) - 1, 0, &n);
+        pid[n] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        tn_io_close(fd);
+        if (e == EWOULDBLOCK) {
+            set_err(err, errlen, "data directory %s is locked by another process (pid %s)",
+                    store->path, pid[0] ? pid : "unknown");
+            return TN_ELOCKED;
+        }
+        set_err(err, errlen, "cannot lock %s: %s", path, strerror(e));
+        return tn_err_from_errno(e);
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    /* The pid is informational; a failure to write it is not fatal. */
+    if (ftruncate(fd, 0) == 0)
+        (void)tn_io_pwrite(fd, pid, (size_t)len, 0);
+    store->lock_fd = fd;
+    return 0;
+}
+
+static int check_format(tn_store_t *store, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/FORMAT", store->path);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_io_read_file(path, 4096, &b);
+    if (rc == UV_ENOENT) {
+        tn_buf_fini(&b);
+        struct stat st;
+        if (stat(store->topics_path, &st) == 0) {
+            set_err(err, errlen,
+                    "data directory %s has topics/ but no FORMAT file; refusing to guess its "
+                    "format (restore FORMAT or move the directory aside)",
+                    store->path);
+            return TN_ECORRUPT;
+        }
+        char text[64];
+        int n = snprintf(text, sizeof(text), "tern-storage %d\n", TN_STORE_FORMAT);
+        rc = tn_io_write_file_atomic(store->path, "FORMAT", text, (size_t)n);
+        if (rc != 0)
+            set_err(err, errlen, "cannot write %s: %s", path, tn_strerror(rc));
+        return rc;
+    }
+    if (rc != 0) {
+        tn_buf_fini(&b);
+        set_err(err, errlen, "cannot read %s: %s", path, tn_strerror(rc));
+        return rc;
+    }
+    int version = -1;
+    char text[64] = "";
+    snprintf(text, sizeof(text), "%.*s", (int)TN_MIN(b.len, sizeof(text) - 1), b.base);
+    tn_buf_fini(&b);
+    char tail = '\0';
+    if (sscanf(text, "tern-storage %d%c", &version, &tail) < 1 || version < 1 ||
+        (tail != '\n' && tail != '\0')) {
+        set_err(err, errlen, "%s is not a tern FORMAT file", path);
+        return TN_ECORRUPT;
+    }
+    if (version > TN_STORE_FORMAT) {
+        set_err(err, errlen,
+                "data directory %s has storage format %d; this ternd reads format %d at most "
+                "(run a newer ternd)",
+                store->path, version, TN_STORE_FORMAT);
+        return TN_EFORMAT;
+    }
+    return 0;
+}
+
+static void on_async(uv_async_t *h)
+{
+    tn_store_t *store = h->data;
+    uv_mutex_lock(&store->done_lock);
+    tn__sreq_t *s = store->done_head;
+    store->done_head = store->done_tail = NULL;
+    uv_mutex_unlock(&store->done_lock);
+    while (s != NULL) {
+        tn__sreq_t *next = s->next;
+        s->done(s);
+        s = next;
+    }
+}
+
+void tn__store_complete(tn_store_t *store, tn__sreq_t *head, tn__sreq_t *tail)
+{
+    tail->next = NULL;
+    uv_mutex_lock(&store->done_lock);
+    if (store->done_tail != NULL)
+        store->done_tail->next = head;
+    else
+        store->done_head = head;
+    store->done_tail = tail;
+    uv_mutex_unlock(&store->done_lock);
+    uv_async_send(&store->async);
+}
+
+static void store_free(tn_store_t *store)
+{
+    if (store->lock_fd >= 0)
+        tn_io_close(store->lock_fd); /* releases the flock */
+    uv_mutex_destroy(&store->done_lock);
+    tn_free(store->path);
+    tn_free(store->topics_path);
+    tn_free(store);
+}
+
+int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out, char *err,
+                  size_t errlen)
+{
+    tn_store_t *store = tn_calloc(1, sizeof(*store));
+    if (store == NULL)
+        return UV_ENOMEM;
+    store->loop = loop;
+    store->opts = *opts;
+    store->lock_fd = -1;
+    store->opts.data_path = NULL;
+    int rc = uv_mutex_init(&store->done_lock);
+    if (rc != 0) {
+        tn_free(store);
+        return rc;
+    }
+    char topics[4096];
+    snprintf(topics, sizeof(topics), "%s/topics", opts->data_path);
+    store->path = tn_strdup(opts->data_path);
+    store->topics_path = tn_strdup(topics);
+    if (store->path == NULL || store->topics_path == NULL) {
+        store_free(store);
+        return UV_ENOMEM;
+    }
+    store->opts.data_path = store->path;
+
+    rc = tn_io_mkdir_p(store->path, 0755);
+    if (rc != 0) {
+        set_err(err, errlen, "cannot create data directory %s: %s", store->path,
+                tn_strerror(rc));
+        goto fail;
+    }
+    if ((rc = take_lock(store, err, errlen)) != 0 || (rc = check_format(store, err, errlen)) != 0)
+        goto fail;
+    char meta[4096];
+    snprintf(meta, sizeof(meta), "%s/meta", store->path);
+    if ((rc = tn_io_mkdir_p(store->topics_path, 0755)) != 0 ||
+        (rc = tn_io_mkdir_p(meta, 0755)) != 0) {
+        set_err(err, errlen, "cannot create directories under %s: %s", store->path,
+                tn_strerror(rc));
+        goto fail;
+    }
+    tn__disk_check(store);
+
+    store->logc.store = store;
+    store->logc.name = "log";
+    store->logc.max_reqs = opts->commit_max_requests;
+    store->logc.max_bytes = opts->commit_max_bytes;
+    store->logc.max_delay_ns = opts->commit_max_delay_ns;
+    store->logc.process = tn__plog_round;
+    store->logc.tick = tn__plog_tick;
+    store->logc.next_tick_ns = tn_now_mono_ns() + opts->disk_check_interval_ns;
+    store->walc.store = store;
+    store->walc.name = "wal";
+    store->walc.max_reqs = opts->wal_max_records;
+    store->walc.max_bytes = UINT64_MAX;
+    store->walc.max_delay_ns = opts->wal_max_delay_ns;
+    store->walc.process = tn__chanlog_round;
+    store->walc.tick = NULL;
+
+    /* The threads start first: nothing can reach the async handle before
+     * a request is submitted, and no request exists before open returns. */
+    if ((rc = tn__committer_start(&store->logc)) != 0 ||
+        (rc = tn__committer_start(&store->walc)) != 0) {
+        set_err(err, errlen, "cannot start storage threads: %s", uv_strerror(rc));
+        tn__committer_stop(&store->logc);
+        goto fail;
+    }
+    rc = uv_async_init(loop, &store->async, on_async);
+    if (rc != 0) {
+        set_err(err, errlen, "uv_async_init: %s", uv_strerror(rc));
+        tn__committer_stop(&store->logc);
+        tn__committer_stop(&store->walc);
+        goto fail;
+    }
+    store->async.data = store;
+    *out = store;
+    return 0;
+fail:
+    store_free(store);
+    return rc;
+}
+
+static void on_async_closed(uv_handle_t *h)
+{
+    tn_store_t *store = h->data;
+    tn_store_close_cb cb = store->close_cb;
+    if (cb != NULL)
+        cb(store);
+    store_free(store);
+}
+
+static void finish_close(tn_store_t *store)
+{
+    tn__committer_stop(&store->logc);
+    tn__committer_stop(&store->walc);
+    /* Completions posted by the last rounds. */
+    on_async(&store->async);
+    uv_close((uv_handle_t *)&store->async, on_async_closed);
+}
+
+void tn__store_closed_one(tn_store_t *store)
+{
+    if (store->closing > 0)
+        store->closing--;
+    if (store->closing == 0 && store->close_cb != NULL && store->plogs == NULL &&
+        store->chanlogs == NULL)
+        finish_close(store);
+}
+
+static void noop_close_cb(tn_store_t *store)
+{
+    (void)store;
+}
+
+void tn_store_close(tn_store_t *store, tn_store_close_cb cb)
+{
+    store->close_cb = cb != NULL ? cb : noop_close_cb;
+    if (store->plogs == NULL && store->chanlogs == NULL && store->closing == 0) {
+        finish_close(store);
+        return;
+    }
+    for (tn_chanlog_t *c = store->chanlogs; c != NULL; c = c->next_open)
+        tn_chanlog_close(c, NULL);
+    for (tn_plog_t *p = store->plogs; p != NULL; p = p->next_open)
+        tn_plog_close(p, NULL);
+}
+
+int tn_store_list_topics(tn_store_t *store, tn_store_topic_cb cb, void *arg)
+{
+    DIR *d = opendir(store->topics_path);
+    if (d == NULL)
+        return tn_err_from_errno(errno);
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (!tn_store_valid_name(e->d_name))
+            continue;
+        rc = cb(arg, e->d_name);
+    }
+    closedir(d);
+    return rc;
+}
+
+int tn_store_list_partitions(tn_store_t *store, const char *topic, tn_store_partition_cb cb,
+                             void *arg)
+{
+    if (!tn_store_valid_name(topic))
+        return UV_EINVAL;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", store->topics_path, topic);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return tn_err_from_errno(errno);
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        const char *s = e->d_name;
+        if (*s == '\0' || strlen(s) > 10 || (s[0] == '0' && s[1] != '\0'))
+            continue;
+        uint64_t v = 0;
+        bool digits = true;
+        for (const char *p = s; *p; p++) {
+            if (*p < '0' || *p > '9') {
+                digits = false;
+                break;
+            }
+            v = v * 10 + (uint64_t)(*p - '0');
+        }
+        if (!digits || v > UINT32_MAX)
+            continue;
+        rc = cb(arg, topic, (uint32_t)v);
+    }
+    closedir(d);
+    return rc;
+}

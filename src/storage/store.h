@@ -1,0 +1,118 @@
+/* The store: one data directory and the storage threads that serve it.
+ *
+ * Layout under the data path (docs/storage-format.md has every byte):
+ *
+ *   FORMAT                       "tern-storage <version>\n"
+ *   LOCK                         flock()ed by the running daemon; holds its pid
+ *   topics/<topic>/<partition>/  one partition log: <base>.log segments,
+ *                                <base>.idx sidecars, <channel>.wal and
+ *                                <channel>.ckpt channel state
+ *   meta/                        metastore (Raft log and snapshots)
+ *
+ * The store owns two committer threads: one for partition log appends (and
+ * segment rolls, GC, background syncs, the disk check), one for channel WAL
+ * records and checkpoints. Their completions come back to the loop thread
+ * through one uv_async_t.
+ *
+ * Thread safety: open/close and every tn_store_* call on the loop thread
+ * that opened it, unless a function says otherwise. */
+#ifndef TN_STORAGE_STORE_H
+#define TN_STORAGE_STORE_H
+
+#include "core/platform.h"
+
+#include "core/config.h"
+#include "storage/commit.h"
+
+#include <stdatomic.h>
+#include <uv.h>
+
+#define TN_STORE_FORMAT 1
+
+typedef struct tn_plog_s tn_plog_t;
+typedef struct tn_chanlog_s tn_chanlog_t;
+typedef void (*tn_store_close_cb)(tn_store_t *store);
+
+/* Storage settings; tn_store_opts_from_config fills them from a config. */
+typedef struct {
+    const char *data_path; /* borrowed for tn_store_open; the store copies it */
+    uint64_t segment_bytes;
+    uint32_t index_interval;
+    uint32_t max_body;
+    int durability; /* tn_durability_t, default for new partitions */
+    uint32_t commit_max_requests;
+    uint64_t commit_max_bytes;
+    int64_t commit_max_delay_ns;
+    uint64_t relaxed_sync_messages;
+    uint64_t relaxed_sync_bytes;
+    int64_t relaxed_sync_interval_ns;
+    uint32_t wal_max_records;
+    int64_t wal_max_delay_ns;
+    uint32_t checkpoint_every;
+    int disk_high_pct;
+    int disk_low_pct;
+    uint64_t disk_min_free;
+    int64_t disk_check_interval_ns;
+} tn_store_opts_t;
+
+void tn_store_opts_from_config(tn_store_opts_t *o, const tn_config_t *cfg);
+
+struct tn_store_s {
+    uv_loop_t *loop;
+    tn_store_opts_t opts;
+    char *path;
+    char *topics_path;
+    int lock_fd;
+    uv_async_t async;
+    uv_mutex_t done_lock;
+    tn__sreq_t *done_head;
+    tn__sreq_t *done_tail;
+    tn__committer_t logc;
+    tn__committer_t walc;
+    atomic_bool disk_high;
+    atomic_int disk_used_pct;
+    atomic_uint_fast64_t disk_free;
+    /* Open objects (loop thread), for closing them with the store. */
+    tn_plog_t *plogs;
+    tn_chanlog_t *chanlogs;
+    size_t closing;
+    tn_store_close_cb close_cb;
+    char errmsg[512];
+};
+
+/* Open (creating if needed) the data directory: take the lock, check or
+ * write FORMAT, start the storage threads. On failure returns TN_ELOCKED,
+ * TN_EFORMAT, TN_ECORRUPT or an I/O error and writes a line into err.
+ * Copies opts. */
+int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out, char *err,
+                  size_t errlen);
+
+/* Close every partition log and channel log still open (after their queued
+ * requests finish), stop the threads, release the lock, and call cb; the
+ * store is freed after cb returns. */
+void tn_store_close(tn_store_t *store, tn_store_close_cb cb);
+
+/* Topics and partitions present on disk, for recovery at startup. The
+ * callback borrows the name. Returns 0 or an I/O error. */
+typedef int (*tn_store_topic_cb)(void *arg, const char *topic);
+int tn_store_list_topics(tn_store_t *store, tn_store_topic_cb cb, void *arg);
+typedef int (*tn_store_partition_cb)(void *arg, const char *topic, uint32_t partition);
+int tn_store_list_partitions(tn_store_t *store, const char *topic, tn_store_partition_cb cb,
+                             void *arg);
+
+/* Whether disk usage is above the high watermark (any thread). */
+static inline bool tn_store_disk_high(tn_store_t *store)
+{
+    return atomic_load_explicit(&store->disk_high, memory_order_relaxed);
+}
+
+/* Whether name is a valid topic or channel name for storage:
+ * [A-Za-z0-9._-]{1,255}, and not "." or "..". */
+bool tn_store_valid_name(const char *name);
+
+/* Internal to src/storage. */
+void tn__store_complete(tn_store_t *store, tn__sreq_t *head, tn__sreq_t *tail);
+/* A plog or chanlog finished closing (loop thread). */
+void tn__store_closed_one(tn_store_t *store);
+
+#endif

@@ -1,0 +1,188 @@
+/* Helpers shared by the unit tests. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/err.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+char *tu_tempdir(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    char tmpl[4096];
+    snprintf(tmpl, sizeof(tmpl), "%s/tern-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    char *d = mkdtemp(tmpl);
+    assert_non_null(d);
+    char *out = strdup(d);
+    assert_non_null(out);
+    return out;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void tu_rmrf(const char *path)
+{
+    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void tu_store_opts(tn_store_opts_t *o, const char *path)
+{
+    memset(o, 0, sizeof(*o));
+    o->data_path = path;
+    o->segment_bytes = 64 * 1024;
+    o->index_interval = 256;
+    o->max_body = 1024 * 1024;
+    o->durability = TN_DURABILITY_DURABLE;
+    o->commit_max_requests = 64;
+    o->commit_max_bytes = 8 * 1024 * 1024;
+    o->commit_max_delay_ns = 1000000;
+    o->relaxed_sync_messages = 2500;
+    o->relaxed_sync_bytes = 8 * 1024 * 1024;
+    o->relaxed_sync_interval_ns = 10 * 1000000;
+    o->wal_max_records = 1024;
+    o->wal_max_delay_ns = 1000000;
+    o->checkpoint_every = 8192;
+    o->disk_high_pct = 100;
+    o->disk_low_pct = 99;
+    o->disk_min_free = 0;
+    o->disk_check_interval_ns = 1000000000;
+}
+
+tn_store_t *tu_store_open(uv_loop_t *loop, const tn_store_opts_t *o)
+{
+    tn_store_t *store = NULL;
+    char err[512] = "";
+    int rc = tn_store_open(loop, o, &store, err, sizeof(err));
+    if (rc != 0)
+        fail_msg("tn_store_open: %s: %s", tn_strerror(rc), err);
+    return store;
+}
+
+static void on_store_closed(tn_store_t *store)
+{
+    *(bool *)store->loop->data = true;
+}
+
+void tu_store_close(uv_loop_t *loop, tn_store_t *store)
+{
+    bool done = false;
+    loop->data = &done;
+    tn_store_close(store, on_store_closed);
+    while (!done)
+        uv_run(loop, UV_RUN_ONCE);
+    loop->data = NULL;
+}
+
+static void on_plog_closed(tn_plog_t *plog)
+{
+    *(bool *)plog->store->loop->data = true;
+}
+
+void tu_plog_close(uv_loop_t *loop, tn_plog_t *plog)
+{
+    bool done = false;
+    loop->data = &done;
+    tn_plog_close(plog, on_plog_closed);
+    while (!done)
+        uv_run(loop, UV_RUN_ONCE);
+    loop->data = NULL;
+}
+
+void tu_loop_fini(uv_loop_t *loop)
+{
+    uv_run(loop, UV_RUN_NOWAIT);
+    assert_int_equal(uv_loop_close(loop), 0);
+}
+
+typedef struct {
+    bool done;
+    int status;
+} wait_t;
+
+static void on_append(tn_append_t *req, int status)
+{
+    wait_t *w = req->data;
+    w->done = true;
+    w->status = status;
+}
+
+int tu_append_batch(uv_loop_t *loop, tn_plog_t *plog, const tn_rec_in_t *recs, uint32_t n,
+                    uint64_t *first)
+{
+    tn_append_t req;
+    wait_t w = {false, 0};
+    req.data = &w;
+    int rc = tn_plog_append(plog, &req, recs, n, on_append);
+    if (rc != 0)
+        return rc;
+    while (!w.done)
+        uv_run(loop, UV_RUN_ONCE);
+    if (first != NULL)
+        *first = req.first_offset;
+    return w.status;
+}
+
+int tu_append(uv_loop_t *loop, tn_plog_t *plog, const void *body, size_t len, uint64_t *offset)
+{
+    tn_rec_in_t rec = {{NULL, 0}, tn_iov(body, len), 0};
+    return tu_append_batch(loop, plog, &rec, 1, offset);
+}
+
+void tu_expect_body(tn_plog_t *plog, uint64_t offset, const void *body, size_t len)
+{
+    tn_buf_t scratch;
+    tn_buf_init(&scratch);
+    tn_rec_t rec;
+    int rc = tn_plog_read(plog, offset, &scratch, &rec);
+    if (rc != 0)
+        fail_msg("read offset %llu: %s", (unsigned long long)offset, tn_strerror(rc));
+    assert_int_equal(rec.h.offset, offset);
+    assert_int_equal(rec.h.body_len, len);
+    assert_memory_equal(rec.body, body, len);
+    tn_buf_fini(&scratch);
+}
+
+size_t tu_body(uint64_t n, char *buf, size_t len)
+{
+    int k = snprintf(buf, len, "msg-%llu-", (unsigned long long)n);
+    size_t total = (size_t)k + (size_t)(n * 7 % 300);
+    if (total > len)
+        total = len;
+    for (size_t i = (size_t)k; i < total; i++)
+        buf[i] = (char)('a' + (n + i) % 26);
+    return total;
+}
+
+long tu_file_size(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    return (long)st.st_size;
+}
+
+void tu_patch_file(const char *path, long pos, const void *data, size_t len)
+{
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, data, len, pos), (ssize_t)len);
+    close(fd);
+}
+
+void tu_truncate_file(const char *path, long len)
+{
+    assert_int_equal(truncate(path, len), 0);
+}

@@ -1,0 +1,53 @@
+/* Helpers shared by the unit tests: temporary directories, a store with
+ * small test-sized limits, and running the loop until a request is done.
+ * Every helper fails the current test (cmocka) instead of returning an
+ * error. */
+#ifndef TN_TESTS_TESTUTIL_H
+#define TN_TESTS_TESTUTIL_H
+
+#include "core/platform.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "storage/plog.h"
+#include "storage/store.h"
+
+/* A fresh empty directory under $TMPDIR (or /tmp); free with tu_rmrf+free. */
+char *tu_tempdir(void);
+void tu_rmrf(const char *path);
+
+/* Options for a test store in path: 64 KiB segments, 256 byte index
+ * interval, durable mode, no disk minimum. */
+void tu_store_opts(tn_store_opts_t *o, const char *path);
+tn_store_t *tu_store_open(uv_loop_t *loop, const tn_store_opts_t *o);
+/* Close the store and run the loop until it is gone. */
+void tu_store_close(uv_loop_t *loop, tn_store_t *store);
+/* Close a plog alone and run the loop until it is gone. */
+void tu_plog_close(uv_loop_t *loop, tn_plog_t *plog);
+/* uv_loop_close must succeed: every handle was closed. */
+void tu_loop_fini(uv_loop_t *loop);
+
+/* Append one record and wait for its completion; returns the status and
+ * sets *offset. */
+int tu_append(uv_loop_t *loop, tn_plog_t *plog, const void *body, size_t len, uint64_t *offset);
+/* Append n records as one batch and wait; returns the status. */
+int tu_append_batch(uv_loop_t *loop, tn_plog_t *plog, const tn_rec_in_t *recs, uint32_t n,
+                    uint64_t *first);
+/* Read offset and compare its body with (body, len). */
+void tu_expect_body(tn_plog_t *plog, uint64_t offset, const void *body, size_t len);
+/* Deterministic body for a numbered message: "msg-<n>-" then filler. */
+size_t tu_body(uint64_t n, char *buf, size_t len);
+
+/* Bytes of a file, or -1. */
+long tu_file_size(const char *path);
+/* Write bytes at pos of an existing file (for corruption tests). */
+void tu_patch_file(const char *path, long pos, const void *data, size_t len);
+void tu_truncate_file(const char *path, long len);
+
+#endif
