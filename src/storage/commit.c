@@ -20,6 +20,19 @@ static void timed_wait(tn__committer_t *c, int64_t deadline_ns)
     uv_cond_timedwait(&c->cond, &c->lock, (uint64_t)(deadline_ns - now));
 }
 
+/* Take the queue's first request (lock held, queue not empty). */
+static tn__sreq_t *pop(tn__committer_t *c)
+{
+    tn__sreq_t *r = c->head;
+    c->head = r->next;
+    if (c->head == NULL)
+        c->tail = NULL;
+    c->qlen--;
+    c->qbytes -= r->bytes;
+    r->next = NULL;
+    return r;
+}
+
 static void committer_main(void *arg)
 {
     tn__committer_t *c = arg;
@@ -47,10 +60,7 @@ static void committer_main(void *arg)
             break;
 
         /* Gather a round. */
-        tn__sreq_t *first = c->head, *last = c->head;
-        c->head = first->next;
-        c->qlen--;
-        c->qbytes -= first->bytes;
+        tn__sreq_t *first = pop(c), *last = first;
         size_t n = 1;
         uint64_t bytes = first->bytes;
         int64_t start = tn_now_mono_ns();
@@ -61,10 +71,7 @@ static void committer_main(void *arg)
             if (c->head != NULL) {
                 if (bytes + c->head->bytes > c->max_bytes)
                     break; /* carried to the next round */
-                tn__sreq_t *r = c->head;
-                c->head = r->next;
-                c->qlen--;
-                c->qbytes -= r->bytes;
+                tn__sreq_t *r = pop(c);
                 last->next = r;
                 last = r;
                 n++;
@@ -83,9 +90,6 @@ static void committer_main(void *arg)
             timed_wait(c, deadline);
             c->gathering = false;
         }
-        last->next = NULL;
-        if (c->head == NULL)
-            c->tail = NULL;
         c->last_round = n;
         uv_mutex_unlock(&c->lock);
 

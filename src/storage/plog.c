@@ -299,6 +299,8 @@ static int recover(tn_plog_t *plog)
         rc = push_seg(plog, seg);
         if (rc != 0)
             tn_seg_unref(seg);
+        if (atomic_load(&plog->err) != 0)
+            break; /* isolated: what follows is not looked at */
     }
     tn_free(bases);
     if (rc != 0)
