@@ -1,0 +1,148 @@
+/* The I/O shim's power-loss simulator: what is synced survives exactly;
+ * what is not may be dropped, kept or torn; a directory entry needs a
+ * directory fsync; after the cut every operation fails. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/err.h"
+#include "storage/io.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void path_in(char *buf, const char *dir, const char *name)
+{
+    snprintf(buf, 4096, "%s/%s", dir, name);
+}
+
+static void test_synced_survives(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char p[4096];
+    path_in(p, dir, "a");
+    for (uint64_t seed = 1; seed <= 50; seed++) {
+        assert_int_equal(tn_io_sim_start(dir), 0);
+        int fd;
+        assert_int_equal(tn_io_open(p, O_RDWR | O_CREAT | O_TRUNC, 0644, &fd), 0);
+        assert_int_equal(tn_io_pwrite(fd, "hello world", 11, 0), 0);
+        assert_int_equal(tn_io_fdatasync(fd), 0);
+        assert_int_equal(tn_io_fsync_dir(dir), 0);
+        assert_int_equal(tn_io_pwrite(fd, "XXXXX", 5, 0), 0); /* never synced */
+        tn_io_close(fd);
+        assert_int_equal(tn_io_sim_powerloss(seed), 0);
+        tn_buf_t b;
+        tn_buf_init(&b);
+        assert_int_equal(tn_io_read_file(p, 1 << 20, &b), 0);
+        assert_int_equal(b.len, 11);
+        /* Either the old bytes or the new ones, sector by sector. */
+        assert_true(memcmp(b.base, "hello world", 11) == 0 ||
+                    memcmp(b.base, "XXXXX world", 11) == 0);
+        tn_buf_fini(&b);
+    }
+    tu_rmrf(dir);
+    free(dir);
+}
+
+static void test_unsynced_create_may_vanish(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char p[4096];
+    path_in(p, dir, "new");
+    int vanished = 0, kept = 0;
+    for (uint64_t seed = 1; seed <= 60; seed++) {
+        remove(p);
+        assert_int_equal(tn_io_sim_start(dir), 0);
+        int fd;
+        assert_int_equal(tn_io_open(p, O_RDWR | O_CREAT, 0644, &fd), 0);
+        assert_int_equal(tn_io_pwrite(fd, "data", 4, 0), 0);
+        assert_int_equal(tn_io_fdatasync(fd), 0); /* data synced, entry not */
+        tn_io_close(fd);
+        assert_int_equal(tn_io_sim_powerloss(seed), 0);
+        long size = tu_file_size(p);
+        if (size < 0)
+            vanished++;
+        else {
+            assert_int_equal(size, 4);
+            kept++;
+        }
+    }
+    assert_true(vanished > 0 && kept > 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+static void test_rename_is_atomic(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char p[4096];
+    path_in(p, dir, "file");
+    for (uint64_t seed = 1; seed <= 60; seed++) {
+        assert_int_equal(tn_io_sim_start(dir), 0);
+        assert_int_equal(tn_io_write_file_atomic(dir, "file", "version-one", 11), 0);
+        assert_int_equal(tn_io_sim_powerloss(seed), 0);
+        assert_int_equal(tn_io_sim_start(dir), 0);
+        int fd;
+        char tmp[4096];
+        path_in(tmp, dir, "file.tmp");
+        /* Second version written but its rename's directory never synced. */
+        assert_int_equal(tn_io_open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644, &fd), 0);
+        assert_int_equal(tn_io_pwrite(fd, "version-two", 11, 0), 0);
+        assert_int_equal(tn_io_fdatasync(fd), 0);
+        tn_io_close(fd);
+        assert_int_equal(tn_io_rename(tmp, p), 0);
+        assert_int_equal(tn_io_sim_powerloss(seed * 7), 0);
+        tn_buf_t b;
+        tn_buf_init(&b);
+        assert_int_equal(tn_io_read_file(p, 100, &b), 0);
+        assert_int_equal(b.len, 11);
+        assert_true(memcmp(b.base, "version-one", 11) == 0 ||
+                    memcmp(b.base, "version-two", 11) == 0);
+        tn_buf_fini(&b);
+        remove(tmp);
+    }
+    tu_rmrf(dir);
+    free(dir);
+}
+
+static void test_cut_stops_everything(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char p[4096];
+    path_in(p, dir, "f");
+    assert_int_equal(tn_io_sim_start(dir), 0);
+    int fd;
+    assert_int_equal(tn_io_open(p, O_RDWR | O_CREAT, 0644, &fd), 0);
+    long before = tn_io_sim_ops();
+    tn_io_sim_cut_after(1);
+    assert_int_equal(tn_io_pwrite(fd, "a", 1, 0), 0);
+    assert_int_equal(tn_io_pwrite(fd, "b", 1, 1), UV_EIO);
+    assert_true(tn_io_sim_is_cut());
+    assert_int_equal(tn_io_fdatasync(fd), UV_EIO);
+    assert_int_equal(tn_io_fsync_dir(dir), UV_EIO);
+    size_t n;
+    char c;
+    assert_int_equal(tn_io_pread(fd, &c, 1, 0, &n), UV_EIO);
+    assert_true(tn_io_sim_ops() > before);
+    tn_io_close(fd);
+    assert_int_equal(tn_io_sim_powerloss(3), 0);
+    assert_false(tn_io_sim_is_cut());
+    tu_rmrf(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_synced_survives),
+        cmocka_unit_test(test_unsynced_create_may_vanish),
+        cmocka_unit_test(test_rename_is_atomic),
+        cmocka_unit_test(test_cut_stops_everything),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,176 @@
+/* The store: lock file, FORMAT handling, listing topics and partitions,
+ * name rules, and the disk watermark rule. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/err.h"
+#include "storage/disk.h"
+#include "storage/io.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void write_text(const char *dir, const char *name, const char *text)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int try_open(uv_loop_t *loop, const char *dir, tn_store_t **store, char *err, size_t len)
+{
+    tn_store_opts_t o;
+    tu_store_opts(&o, dir);
+    return tn_store_open(loop, &o, store, err, len);
+}
+
+static void test_lock_refuses_second_daemon(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char *dir = tu_tempdir();
+    tn_store_t *a, *b;
+    char err[512];
+    assert_int_equal(try_open(&loop, dir, &a, err, sizeof(err)), 0);
+    assert_int_equal(try_open(&loop, dir, &b, err, sizeof(err)), TN_ELOCKED);
+    assert_non_null(strstr(err, "locked by another process (pid "));
+    tu_store_close(&loop, a);
+    assert_int_equal(try_open(&loop, dir, &b, err, sizeof(err)), 0);
+    tu_store_close(&loop, b);
+    tu_loop_fini(&loop);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+static void test_format_rules(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char *dir = tu_tempdir();
+    tn_store_t *s;
+    char err[512];
+
+    assert_int_equal(try_open(&loop, dir, &s, err, sizeof(err)), 0);
+    tu_store_close(&loop, s);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/FORMAT", dir);
+    FILE *f = fopen(path, "r");
+    char line[64] = "";
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    assert_string_equal(line, "tern-storage 1\n");
+
+    write_text(dir, "FORMAT", "tern-storage 2\n");
+    assert_int_equal(try_open(&loop, dir, &s, err, sizeof(err)), TN_EFORMAT);
+    assert_non_null(strstr(err, "format 2"));
+
+    write_text(dir, "FORMAT", "something else\n");
+    assert_int_equal(try_open(&loop, dir, &s, err, sizeof(err)), TN_ECORRUPT);
+    assert_non_null(strstr(err, "not a tern FORMAT"));
+
+    /* Data present but FORMAT gone: refuse rather than guess. */
+    assert_int_equal(remove(path), 0);
+    assert_int_equal(try_open(&loop, dir, &s, err, sizeof(err)), TN_ECORRUPT);
+    assert_non_null(strstr(err, "no FORMAT"));
+
+    tu_loop_fini(&loop);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+static int add_name(void *arg, const char *name)
+{
+    strcat(arg, name);
+    strcat(arg, ";");
+    return 0;
+}
+
+static int add_partition(void *arg, const char *topic, uint32_t p)
+{
+    char buf[300];
+    snprintf(buf, sizeof(buf), "%s/%u;", topic, p);
+    strcat(arg, buf);
+    return 0;
+}
+
+static void test_listing(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char *dir = tu_tempdir();
+    tn_store_opts_t o;
+    tu_store_opts(&o, dir);
+    tn_store_t *s = tu_store_open(&loop, &o);
+    tn_plog_t *p;
+    assert_int_equal(tn_plog_open(s, "alpha", 0, &p), 0);
+    assert_int_equal(tn_plog_open(s, "alpha", 2, &p), 0);
+    char junk[4096];
+    snprintf(junk, sizeof(junk), "%s/topics/alpha/07", dir); /* not a partition name */
+    mkdir(junk, 0755);
+    snprintf(junk, sizeof(junk), "%s/topics/alpha/x", dir);
+    mkdir(junk, 0755);
+    char names[1024] = "";
+    assert_int_equal(tn_store_list_topics(s, add_name, names), 0);
+    assert_string_equal(names, "alpha;");
+    char parts[1024] = "";
+    assert_int_equal(tn_store_list_partitions(s, "alpha", add_partition, parts), 0);
+    assert_true(strstr(parts, "alpha/0;") != NULL && strstr(parts, "alpha/2;") != NULL);
+    assert_int_equal(strlen(parts), strlen("alpha/0;alpha/2;"));
+    tu_store_close(&loop, s);
+    tu_loop_fini(&loop);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    assert_true(tn_store_valid_name("orders.v2_eu-west"));
+    assert_false(tn_store_valid_name(""));
+    assert_false(tn_store_valid_name("."));
+    assert_false(tn_store_valid_name(".."));
+    assert_false(tn_store_valid_name("a/b"));
+    assert_false(tn_store_valid_name("ch#ephemeral"));
+    char longname[300];
+    memset(longname, 'a', sizeof(longname));
+    longname[255] = '\0';
+    assert_true(tn_store_valid_name(longname));
+    longname[255] = 'a';
+    longname[256] = '\0';
+    assert_false(tn_store_valid_name(longname));
+}
+
+static void test_disk_rule(void **state)
+{
+    (void)state;
+    /* Enter at the high mark or below the free minimum. */
+    assert_false(tn_disk_decide(false, 89, 1000, 90, 80, 100));
+    assert_true(tn_disk_decide(false, 90, 1000, 90, 80, 100));
+    assert_true(tn_disk_decide(false, 10, 99, 90, 80, 100));
+    /* Stay high until under the low mark (hysteresis). */
+    assert_true(tn_disk_decide(true, 85, 1000, 90, 80, 100));
+    assert_true(tn_disk_decide(true, 80, 1000, 90, 80, 100));
+    assert_false(tn_disk_decide(true, 79, 1000, 90, 80, 100));
+    assert_true(tn_disk_decide(true, 50, 10, 90, 80, 100));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lock_refuses_second_daemon),
+        cmocka_unit_test(test_format_rules),
+        cmocka_unit_test(test_listing),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_disk_rule),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
