@@ -414,7 +414,6 @@ int tn_plog_append(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, u
     req->nrecs = n;
     req->cb = cb;
     req->pnext = NULL;
-    req->early = false;
     req->first_offset = 0;
     req->publish_ns = 0;
     plog->pending++;
@@ -719,17 +718,31 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
             write_log(c, p, now_ns);
     }
 
+    /* Tally each log's round and fix its mode before any request goes
+     * back: a request completed early belongs to the loop thread again
+     * (and may be resubmitted at once), so nothing below may touch it. */
+    for (tn_plog_t *p = logs; p != NULL; p = p->rnext) {
+        p->round_mode = atomic_load(&p->durability);
+        p->round_msgs = p->round_bytes = 0;
+        for (tn_append_t *r = p->rhead; r != NULL; r = r->pnext) {
+            if (r->s.status == 0) {
+                p->round_msgs += r->nrecs;
+                p->round_bytes += r->s.bytes;
+            }
+        }
+    }
+
     /* 3. Complete what is acknowledged at write. */
     tn__sreq_t *head = NULL, *tail = NULL;
     for (tn_plog_t *p = logs; p != NULL; p = p->rnext) {
-        int mode = atomic_load(&p->durability);
-        if (mode == TN_DURABILITY_DURABLE)
+        if (p->round_mode == TN_DURABILITY_DURABLE)
             continue;
-        for (tn_append_t *r = p->rhead; r != NULL; r = r->pnext) {
-            r->early = true;
+        for (tn_append_t *r = p->rhead, *rn; r != NULL; r = rn) {
+            rn = r->pnext;
             chain_req(&r->s, &head, &tail);
         }
-        if (mode == TN_DURABILITY_RELAXED)
+        p->rhead = p->rtail = NULL;
+        if (p->round_mode == TN_DURABILITY_RELAXED)
             queue_progress(p, &head, &tail);
     }
     if (head != NULL)
@@ -741,20 +754,11 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
     const tn_store_opts_t *o = &store->opts;
     for (tn_plog_t *p = logs, *next; p != NULL; p = next) {
         next = p->rnext;
-        int mode = atomic_load(&p->durability);
-        bool wrote = false;
-        uint64_t msgs = 0, bytes = 0;
-        for (tn_append_t *r = p->rhead; r != NULL; r = r->pnext) {
-            if (r->s.status == 0) {
-                wrote = true;
-                msgs += r->nrecs;
-                bytes += r->s.bytes;
-            }
-        }
-        if (mode == TN_DURABILITY_RELAXED) {
+        bool wrote = p->round_msgs > 0;
+        if (p->round_mode == TN_DURABILITY_RELAXED) {
             if (wrote) {
-                p->unsynced_msgs += msgs;
-                p->unsynced_bytes += bytes;
+                p->unsynced_msgs += p->round_msgs;
+                p->unsynced_bytes += p->round_bytes;
                 if (p->unsynced_msgs >= o->relaxed_sync_messages ||
                     p->unsynced_bytes >= o->relaxed_sync_bytes) {
                     sync_log(p);
@@ -767,11 +771,14 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
             }
         } else {
             int rc = wrote ? sync_log(p) : 0;
+            /* Only durable-mode requests are still here. */
             for (tn_append_t *r = p->rhead; r != NULL; r = r->pnext) {
                 if (r->s.status == 0)
                     r->s.status = rc;
-                if (!r->early)
-                    chain_req(&r->s, &head, &tail);
+            }
+            for (tn_append_t *r = p->rhead, *rn; r != NULL; r = rn) {
+                rn = r->pnext;
+                chain_req(&r->s, &head, &tail);
             }
             if (wrote && ls != NULL)
                 relaxed_remove(ls, p);

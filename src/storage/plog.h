@@ -49,7 +49,6 @@ struct tn_append_s {
     unsigned char *hdrs;
     unsigned char hdr_inline[TN_REC_HDR];
     tn_append_t *pnext;
-    bool early; /* completed after write (write_ack/relaxed) */
 };
 
 /* A GC request. */
@@ -104,6 +103,9 @@ struct tn_plog_s {
     tn_append_t *rtail;
     tn_plog_t *rnext; /* next log touched this round */
     bool in_round;
+    int round_mode;        /* durability mode read once per round */
+    uint64_t round_msgs;   /* records and bytes written this round */
+    uint64_t round_bytes;
     uint64_t unsynced_msgs;
     uint64_t unsynced_bytes;
     int64_t unsynced_since_ns;
