@@ -271,7 +271,7 @@ static void checkpoint(tn_chanlog_t *cl)
     }
     cl->wal_size = cl->synced = 0;
     cl->since_ckpt = 0;
-    cl->checkpoints++;
+    atomic_fetch_add_explicit(&cl->checkpoints, 1, memory_order_relaxed);
 }
 
 static void write_log(tn__committer_t *c, tn_chanlog_t *cl)

@@ -59,7 +59,7 @@ struct tn_chanlog_s {
     tn_walop_t *rtail;
     tn_chanlog_t *rnext;
     bool in_round;
-    uint64_t checkpoints;
+    atomic_uint_fast64_t checkpoints; /* any thread may read */
 
     /* Loop thread. */
     tn_chanlog_t *next_open;

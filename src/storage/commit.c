@@ -94,8 +94,8 @@ static void committer_main(void *arg)
         uv_mutex_unlock(&c->lock);
 
         c->process(c, first);
-        c->rounds++;
-        c->requests += n;
+        atomic_fetch_add_explicit(&c->rounds, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->requests, n, memory_order_relaxed);
 
         uv_mutex_lock(&c->lock);
         int64_t now = tn_now_mono_ns();

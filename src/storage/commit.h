@@ -15,6 +15,7 @@
 
 #include "core/platform.h"
 
+#include <stdatomic.h>
 #include <uv.h>
 
 typedef struct tn_store_s tn_store_t;
@@ -65,9 +66,9 @@ struct tn__committer_s {
     /* Scratch owned by the committer thread. */
     void *scratch;
     size_t scratch_cap;
-    /* Counters (committer thread writes, anyone reads approximately). */
-    uint64_t rounds;
-    uint64_t requests;
+    /* Counters: the committer thread writes, any thread may read. */
+    atomic_uint_fast64_t rounds;
+    atomic_uint_fast64_t requests;
 };
 
 int tn__committer_start(tn__committer_t *c);

@@ -138,7 +138,7 @@ static void test_checkpoints_bound_the_wal(void **state)
     tn_cursor_fini(&st);
     for (uint64_t i = 0; i < 500; i += 25)
         assert_int_equal(fin_range(fx, cl, i, i + 25), 0);
-    assert_true(cl->checkpoints >= 9);
+    assert_true(atomic_load(&cl->checkpoints) >= 9);
     char wal[4096];
     snprintf(wal, sizeof(wal), "%s/topics/t/0/c.wal", fx->dir);
     assert_true(tu_file_size(wal) <= 50 * (TN_WAL_HDR + 8));

@@ -436,7 +436,7 @@ static void test_concurrent_appends_group(void **state)
     for (int i = 0; i < N; i++)
         assert_int_equal(reqs[i].first_offset, (uint64_t)(i / 2));
     /* Fewer rounds than requests: they were grouped. */
-    assert_true(fx->store->logc.rounds < N);
+    assert_true(atomic_load(&fx->store->logc.rounds) < N);
 }
 
 typedef struct {
