@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef enum { OPT_STR, OPT_INT, OPT_SIZE, OPT_DURATION, OPT_BOOL, OPT_ENUM } opt_type_t;
 
@@ -149,7 +150,7 @@ int tn_parse_size(const char *s, int64_t *out)
                  {"GB", 1024 * 1024 * 1024},
                  {"GiB", 1024 * 1024 * 1024}};
     for (size_t i = 0; i < TN_ARRAY_SIZE(units); i++) {
-        if (strcmp(e, units[i].suffix) == 0) {
+        if (strcasecmp(e, units[i].suffix) == 0) {
             if (v > INT64_MAX / units[i].mul)
                 return TN_ERANGE;
             *out = v * units[i].mul;
@@ -554,6 +555,10 @@ static int walk_args(tn_config_t *cfg, int argc, char **argv, bool apply, const 
             cfg->want_version = true;
             continue;
         }
+        if (strcmp(a, "--print-config") == 0) {
+            cfg->want_print = true;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
             set_err(err, errlen, "unexpected argument \"%s\"; options look like --name=value",
                     a);
@@ -641,7 +646,8 @@ void tn_config_print_help(FILE *out, const char *prog)
             fprintf(out, " (default %s; range %s)\n", o->def, range);
         fprintf(out, "        %s\n", o->help);
     }
-    fprintf(out, "  --help\n        print this help and exit\n"
+    fprintf(out, "  --print-config\n        print the effective configuration and exit\n"
+                 "  --help\n        print this help and exit\n"
                  "  --version\n        print the version and exit\n");
 }
 

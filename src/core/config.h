@@ -55,9 +55,10 @@ typedef struct tn_config_s {
     int64_t disk_min_free_bytes;
     int64_t disk_check_interval_ns;
 
-    /* set by tn_config_load when --help / --version was given */
+    /* set by tn_config_load when --help, --version or --print-config was given */
     bool want_help;
     bool want_version;
+    bool want_print;
 } tn_config_t;
 
 /* Fill cfg with the built-in defaults. Call tn_config_fini when done. */
