@@ -72,9 +72,10 @@ static int recover_partition(void *arg, const char *topic, uint32_t partition)
     }
     d->records += st.written_next - st.first_offset;
     TN_LOG(TN_LOG_INFO,
-           "partition %s/%" PRIu32 ": offsets %" PRIu64 "..%" PRIu64 " in %" PRIu32
-           " segments (%" PRIu64 " bytes)",
-           topic, partition, st.first_offset, st.written_next, st.segments, st.bytes);
+           "partition %s/%" PRIu32 ": %" PRIu64 " records from offset %" PRIu64
+           ", next offset %" PRIu64 ", %" PRIu32 " segments, %" PRIu64 " bytes",
+           topic, partition, st.written_next - st.first_offset, st.first_offset, st.written_next,
+           st.segments, st.bytes);
     chan_ctx_t ctx = {d, topic, partition};
     return tn_chanlog_list(d->store, topic, partition, recover_channel, &ctx);
 }
@@ -84,11 +85,10 @@ static int recover_channel(void *arg, const char *channel)
     chan_ctx_t *ctx = arg;
     tn_chanlog_t *cl;
     tn_cursor_t state;
-    int rc = tn_chanlog_open(ctx->d->store, ctx->topic, ctx->partition, channel, NULL, &cl,
-                             &state);
+    int rc = tn_chanlog_open(ctx->d->store, ctx->topic, ctx->partition, channel, NULL, &cl, &state);
     if (rc != 0) {
-        TN_LOG(TN_LOG_ERROR, "cannot open channel %s of %s/%" PRIu32 ": %s", channel,
-               ctx->topic, ctx->partition, tn_strerror(rc));
+        TN_LOG(TN_LOG_ERROR, "cannot open channel %s of %s/%" PRIu32 ": %s", channel, ctx->topic,
+               ctx->partition, tn_strerror(rc));
         return rc;
     }
     ctx->d->channels++;
@@ -98,8 +98,8 @@ static int recover_channel(void *arg, const char *channel)
         TN_LOG(TN_LOG_INFO,
                "channel %s of %s/%" PRIu32 ": settled below %" PRIu64 ", %" PRIu32
                " settled ahead, %" PRIu32 " requeued%s",
-               channel, ctx->topic, ctx->partition, state.frontier, state.nsettled,
-               state.nrequeued, state.paused ? ", paused" : "");
+               channel, ctx->topic, ctx->partition, state.frontier, state.nsettled, state.nrequeued,
+               state.paused ? ", paused" : "");
     tn_cursor_fini(&state);
     return 0;
 }
@@ -184,8 +184,8 @@ int main(int argc, char **argv)
         tn_store_close(d.store, NULL);
     } else {
         TN_LOG(TN_LOG_NOTICE,
-               "ternd %s ready: data %s, %" PRIu64 " partitions (%" PRIu64
-               " isolated), %" PRIu64 " channels, %" PRIu64 " records recovered",
+               "ternd %s ready: data %s, %" PRIu64 " partitions (%" PRIu64 " isolated), %" PRIu64
+               " channels, %" PRIu64 " records recovered",
                TN_VERSION, cfg.data_path, d.partitions, d.isolated, d.channels, d.records);
         if (tn_store_disk_high(d.store))
             TN_LOG(TN_LOG_WARN, "disk is above the high watermark: publishes will be refused");

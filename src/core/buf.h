@@ -34,10 +34,10 @@ static inline tn_iov_t tn_iov(const void *base, size_t len)
 }
 
 typedef struct {
-    char *base;  /* owned; NULL until the first growth */
-    size_t len;  /* bytes written */
-    size_t off;  /* bytes consumed from the front */
-    size_t cap;  /* allocated bytes */
+    char *base; /* owned; NULL until the first growth */
+    size_t len; /* bytes written */
+    size_t off; /* bytes consumed from the front */
+    size_t cap; /* allocated bytes */
 } tn_buf_t;
 
 void tn_buf_init(tn_buf_t *b);

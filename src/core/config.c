@@ -59,10 +59,10 @@ static const opt_t options[] = {
      "longest a group commit waits for more requests after its first"},
     {"relaxed-sync-messages", OPT_INT, F(relaxed_sync_messages), "2500", 1, 10000000, NULL,
      "relaxed mode: fdatasync after this many unsynced messages"},
-    {"relaxed-sync-bytes", OPT_SIZE, F(relaxed_sync_bytes), "8MiB", 4096, 1024 * 1024 * 1024,
-     NULL, "relaxed mode: fdatasync after this many unsynced bytes"},
-    {"relaxed-sync-interval", OPT_DURATION, F(relaxed_sync_interval_ns), "10ms", MS, 10 * SEC,
-     NULL, "relaxed mode: fdatasync at most this long after an unsynced write"},
+    {"relaxed-sync-bytes", OPT_SIZE, F(relaxed_sync_bytes), "8MiB", 4096, 1024 * 1024 * 1024, NULL,
+     "relaxed mode: fdatasync after this many unsynced bytes"},
+    {"relaxed-sync-interval", OPT_DURATION, F(relaxed_sync_interval_ns), "10ms", MS, 10 * SEC, NULL,
+     "relaxed mode: fdatasync at most this long after an unsynced write"},
     {"wal-commit-max-records", OPT_INT, F(wal_commit_max_records), "1024", 1, 65536, NULL,
      "most channel WAL records (FIN, REQ, ...) gathered into one group commit"},
     {"wal-commit-max-delay", OPT_DURATION, F(wal_commit_max_delay_ns), "1ms", 0, 100 * MS, NULL,
@@ -75,8 +75,8 @@ static const opt_t options[] = {
      "disk usage percent below which publishes are accepted again"},
     {"disk-min-free-bytes", OPT_SIZE, F(disk_min_free_bytes), "256MiB", 0, INT64_MAX, NULL,
      "publishes are refused while fewer bytes than this are free"},
-    {"disk-check-interval", OPT_DURATION, F(disk_check_interval_ns), "1s", 10 * MS, 60 * SEC,
-     NULL, "how often free disk space is checked"},
+    {"disk-check-interval", OPT_DURATION, F(disk_check_interval_ns), "1s", 10 * MS, 60 * SEC, NULL,
+     "how often free disk space is checked"},
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) TN_PRINTF(3, 4);
@@ -169,8 +169,12 @@ int tn_parse_duration_ns(const char *s, int64_t *out)
     static const struct {
         const char *unit;
         int64_t ns;
-    } units[] = {{"ns", 1},       {"us", 1000},     {"µs", 1000},
-                 {"ms", 1000000}, {"s", 1000000000}, {"m", 60LL * 1000000000},
+    } units[] = {{"ns", 1},
+                 {"us", 1000},
+                 {"µs", 1000},
+                 {"ms", 1000000},
+                 {"s", 1000000000},
+                 {"m", 60LL * 1000000000},
                  {"h", 3600LL * 1000000000}};
     int64_t total = 0;
     const char *p = s;
@@ -359,13 +363,13 @@ static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const ch
         break;
     }
     if (rc == TN_ECONFIG) {
-        set_err(err, errlen, "%s (%s): \"%s\" is not %s; accepted range %s", o->name, source,
-                value, type_word(o->type), range);
+        set_err(err, errlen, "%s (%s): \"%s\" is not %s; accepted range %s", o->name, source, value,
+                type_word(o->type), range);
         return TN_ECONFIG;
     }
     if (rc != 0 || v < o->min || v > o->max) {
-        set_err(err, errlen, "%s (%s): \"%s\" is out of range; accepted range %s", o->name,
-                source, value, range);
+        set_err(err, errlen, "%s (%s): \"%s\" is out of range; accepted range %s", o->name, source,
+                value, range);
         return TN_ECONFIG;
     }
     *(int64_t *)field = v;
@@ -411,8 +415,7 @@ int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
 {
     if (cfg->disk_low_watermark >= cfg->disk_high_watermark) {
         set_err(err, errlen,
-                "disk-low-watermark (%" PRId64 ") must be below disk-high-watermark (%" PRId64
-                ")",
+                "disk-low-watermark (%" PRId64 ") must be below disk-high-watermark (%" PRId64 ")",
                 cfg->disk_low_watermark, cfg->disk_high_watermark);
         return TN_ECONFIG;
     }
@@ -560,8 +563,7 @@ static int walk_args(tn_config_t *cfg, int argc, char **argv, bool apply, const 
             continue;
         }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
-            set_err(err, errlen, "unexpected argument \"%s\"; options look like --name=value",
-                    a);
+            set_err(err, errlen, "unexpected argument \"%s\"; options look like --name=value", a);
             return TN_ECONFIG;
         }
         const char *name = a + 2;
@@ -575,8 +577,7 @@ static int walk_args(tn_config_t *cfg, int argc, char **argv, bool apply, const 
         const char *value;
         if (eq != NULL) {
             value = eq + 1;
-        } else if (o->type == OPT_BOOL &&
-                   (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
+        } else if (o->type == OPT_BOOL && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)) {
             value = "true";
         } else if (i + 1 < argc) {
             value = argv[++i];
@@ -599,8 +600,7 @@ static int walk_args(tn_config_t *cfg, int argc, char **argv, bool apply, const 
     return 0;
 }
 
-int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *err,
-                   size_t errlen)
+int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *err, size_t errlen)
 {
     const char *config = env_get(envp, "TERN_CONFIG");
     int rc = walk_args(cfg, argc, argv, false, &config, err, errlen);

@@ -69,8 +69,7 @@ void tn_config_fini(tn_config_t *cfg);
  * top of the current values, in precedence order, then run cross-option
  * checks. On failure returns TN_ECONFIG and writes one line naming the
  * option and the accepted range into err. Borrows every argument. */
-int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *err,
-                   size_t errlen);
+int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *err, size_t errlen);
 
 /* Set one option by name (dashes or underscores) from text. `source`
  * describes where the value came from, for the error message. */

@@ -21,7 +21,7 @@
     X(NOTFOUND, "not found")                                                                       \
     X(GAP, "offset is absent from the log")                                                        \
     X(CLOSED, "object is closed")                                                                  \
-    X(RANGE, "value out of range")                                                               \
+    X(RANGE, "value out of range")                                                                 \
     X(SHORT, "incomplete data: more bytes needed")
 
 enum {
@@ -29,7 +29,7 @@ enum {
 #define TN_ERR_ENUM(name, text) TN_E##name,
     TN_ERR_MAP(TN_ERR_ENUM)
 #undef TN_ERR_ENUM
-    TN__ERR_END
+        TN__ERR_END
 };
 
 /* A static, human-readable description of err (tern or libuv code). */

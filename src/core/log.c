@@ -64,9 +64,10 @@ void tn_log_write(int level, const char *file, int line, const char *fmt, ...)
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
 
-    int n = snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %-6s %s:%d: ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, (int)(ms % 1000), tn_log_level_name(level), base, line);
+    int n = snprintf(buf, sizeof(buf),
+                     "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %-6s %s:%d: ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000),
+                     tn_log_level_name(level), base, line);
     if (n < 0)
         return;
     va_list ap;

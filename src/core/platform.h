@@ -15,14 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TN_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define TN_MIN(a, b)     ((a) < (b) ? (a) : (b))
-#define TN_MAX(a, b)     ((a) > (b) ? (a) : (b))
-#define TN_LIKELY(x)     __builtin_expect(!!(x), 1)
-#define TN_UNLIKELY(x)   __builtin_expect(!!(x), 0)
+#define TN_ARRAY_SIZE(a)                  (sizeof(a) / sizeof((a)[0]))
+#define TN_MIN(a, b)                      ((a) < (b) ? (a) : (b))
+#define TN_MAX(a, b)                      ((a) > (b) ? (a) : (b))
+#define TN_LIKELY(x)                      __builtin_expect(!!(x), 1)
+#define TN_UNLIKELY(x)                    __builtin_expect(!!(x), 0)
 #define TN_CONTAINER_OF(ptr, type, field) ((type *)((char *)(ptr)-offsetof(type, field)))
-#define TN_PRINTF(f, a)  __attribute__((format(printf, f, a)))
-#define TN_NORETURN      __attribute__((noreturn))
+#define TN_PRINTF(f, a)                   __attribute__((format(printf, f, a)))
+#define TN_NORETURN                       __attribute__((noreturn))
 
 #define TN_KIB ((uint64_t)1024)
 #define TN_MIB (1024 * TN_KIB)

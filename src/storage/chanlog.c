@@ -30,8 +30,8 @@
 #include <unistd.h>
 
 /* A WAL larger than this cannot come from checkpoint_every records. */
-#define WAL_MAX_BYTES   (64u * 1024 * 1024)
-#define CKPT_MAX_BYTES  (256u * 1024 * 1024)
+#define WAL_MAX_BYTES  (64u * 1024 * 1024)
+#define CKPT_MAX_BYTES (256u * 1024 * 1024)
 
 static void set_sticky(tn_chanlog_t *cl, int err, const char *fmt, ...) TN_PRINTF(3, 4);
 static void set_sticky(tn_chanlog_t *cl, int err, const char *fmt, ...)
@@ -54,8 +54,7 @@ static int partition_dir(tn_store_t *store, const char *topic, uint32_t partitio
 {
     if (!tn_store_valid_name(topic))
         return UV_EINVAL;
-    if ((size_t)snprintf(buf, len, "%s/%s/%" PRIu32, store->topics_path, topic, partition) >=
-        len)
+    if ((size_t)snprintf(buf, len, "%s/%s/%" PRIu32, store->topics_path, topic, partition) >= len)
         return UV_ENAMETOOLONG;
     return 0;
 }
@@ -133,8 +132,8 @@ static int recover_channel(tn_chanlog_t *cl, const char *ckpt_path)
     if ((rc = tn_io_fsize(cl->fd, &size)) != 0)
         return rc;
     if (size > WAL_MAX_BYTES) {
-        set_sticky(cl, TN_ECORRUPT, "WAL %s is %" PRIu64 " bytes, more than %u", cl->wal_path,
-                   size, WAL_MAX_BYTES);
+        set_sticky(cl, TN_ECORRUPT, "WAL %s is %" PRIu64 " bytes, more than %u", cl->wal_path, size,
+                   WAL_MAX_BYTES);
         return 0;
     }
     tn_buf_init(&b);
@@ -168,8 +167,7 @@ static int recover_channel(tn_chanlog_t *cl, const char *ckpt_path)
     if (r.tail != 0) {
         TN_LOG(TN_LOG_WARN, "channel %s in %s: truncating torn WAL tail of %" PRIu64 " bytes",
                cl->name, cl->dir, (uint64_t)got - r.valid_len);
-        if ((rc = tn_io_ftruncate(cl->fd, r.valid_len)) != 0 ||
-            (rc = tn_io_fdatasync(cl->fd)) != 0)
+        if ((rc = tn_io_ftruncate(cl->fd, r.valid_len)) != 0 || (rc = tn_io_fdatasync(cl->fd)) != 0)
             return rc;
     }
     cl->wal_size = cl->synced = r.valid_len;
@@ -177,9 +175,8 @@ static int recover_channel(tn_chanlog_t *cl, const char *ckpt_path)
     return 0;
 }
 
-int tn_chanlog_open(tn_store_t *store, const char *topic, uint32_t partition,
-                    const char *channel, const tn_cursor_t *initial, tn_chanlog_t **out,
-                    tn_cursor_t *state)
+int tn_chanlog_open(tn_store_t *store, const char *topic, uint32_t partition, const char *channel,
+                    const tn_cursor_t *initial, tn_chanlog_t **out, tn_cursor_t *state)
 {
     char dir[4096];
     int rc = partition_dir(store, topic, partition, dir, sizeof(dir));
@@ -436,8 +433,7 @@ void tn_chanlog_close(tn_chanlog_t *cl, tn_chanlog_cb cb)
     tn__committer_submit(&cl->store->walc, &cl->close_req);
 }
 
-int tn_chanlog_delete(tn_store_t *store, const char *topic, uint32_t partition,
-                      const char *channel)
+int tn_chanlog_delete(tn_store_t *store, const char *topic, uint32_t partition, const char *channel)
 {
     char dir[4096], path[4096];
     int rc = partition_dir(store, topic, partition, dir, sizeof(dir));
@@ -460,8 +456,8 @@ int tn_chanlog_delete(tn_store_t *store, const char *topic, uint32_t partition,
     return tn_io_fsync_dir(dir);
 }
 
-int tn_chanlog_list(tn_store_t *store, const char *topic, uint32_t partition,
-                    tn_chanlog_list_cb cb, void *arg)
+int tn_chanlog_list(tn_store_t *store, const char *topic, uint32_t partition, tn_chanlog_list_cb cb,
+                    void *arg)
 {
     char dir[4096];
     int rc = partition_dir(store, topic, partition, dir, sizeof(dir));

@@ -78,14 +78,12 @@ struct tn_chanlog_s {
  * log isolated (tn_chanlog_err() != 0, errmsg says where) with *state at
  * the checkpoint. Returns an error only when no object could be made.
  * Blocks on disk: call at startup or from a worker thread. */
-int tn_chanlog_open(tn_store_t *store, const char *topic, uint32_t partition,
-                    const char *channel, const tn_cursor_t *initial, tn_chanlog_t **out,
-                    tn_cursor_t *state);
+int tn_chanlog_open(tn_store_t *store, const char *topic, uint32_t partition, const char *channel,
+                    const tn_cursor_t *initial, tn_chanlog_t **out, tn_cursor_t *state);
 
 /* Queue one record. 0, or at once the sticky error, TN_ECLOSED or
  * UV_EINVAL (unknown op). cb runs on the loop thread after the fdatasync. */
-int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec,
-                      tn_walop_cb cb);
+int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, tn_walop_cb cb);
 
 int tn_chanlog_err(tn_chanlog_t *cl);
 
@@ -99,8 +97,8 @@ int tn_chanlog_delete(tn_store_t *store, const char *topic, uint32_t partition,
 
 /* Channels (names with a checkpoint) of one partition; cb borrows the name. */
 typedef int (*tn_chanlog_list_cb)(void *arg, const char *channel);
-int tn_chanlog_list(tn_store_t *store, const char *topic, uint32_t partition,
-                    tn_chanlog_list_cb cb, void *arg);
+int tn_chanlog_list(tn_store_t *store, const char *topic, uint32_t partition, tn_chanlog_list_cb cb,
+                    void *arg);
 
 /* Internal to src/storage. */
 void tn__chanlog_round(tn__committer_t *c, tn__sreq_t *round);

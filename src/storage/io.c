@@ -108,8 +108,8 @@ static struct {
     sfile_t *files;
     size_t nfiles;
     size_t files_cap;
-    nspace_t vol;  /* volatile path -> file */
-    nspace_t dur;  /* durable path -> file */
+    nspace_t vol;   /* volatile path -> file */
+    nspace_t dur;   /* durable path -> file */
     nspace_t ddirs; /* durable directories (id unused) */
     dirop_t *dops;
     size_t ndops;
@@ -534,7 +534,8 @@ int tn_io_sim_powerloss(uint64_t seed)
     free(done);
 
     int rc = rm_tree_contents(sim.root);
-    qsort(dirs.v, dirs.n, sizeof(*dirs.v), cmp_len);
+    if (dirs.n > 1)
+        qsort(dirs.v, dirs.n, sizeof(*dirs.v), cmp_len);
     for (size_t i = 0; i < dirs.n; i++) {
         if (strcmp(dirs.v[i].path, sim.root) == 0)
             continue;
@@ -1053,18 +1054,18 @@ int tn_io_write_file_atomic(const char *dir, const char *name, const void *data,
 
 int tn_io_read_file(const char *path, size_t max, tn_buf_t *out)
 {
-    int fd;
+    int fd = -1;
     int rc = tn_io_open(path, O_RDONLY, 0, &fd);
     if (rc != 0)
         return rc;
-    uint64_t size;
+    uint64_t size = 0;
     rc = tn_io_fsize(fd, &size);
     if (rc == 0 && size > max)
         rc = TN_ETOOBIG;
     if (rc == 0)
         rc = tn_buf_reserve(out, (size_t)size);
     if (rc == 0) {
-        size_t n;
+        size_t n = 0;
         rc = tn_io_pread(fd, out->base + out->len, (size_t)size, 0, &n);
         if (rc == 0)
             out->len += n;

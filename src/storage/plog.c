@@ -183,7 +183,8 @@ static int list_segments(tn_plog_t *plog, uint64_t **bases, size_t *n)
         *bases = NULL;
         return rc;
     }
-    qsort(*bases, *n, sizeof(**bases), cmp_u64);
+    if (*n > 1)
+        qsort(*bases, *n, sizeof(**bases), cmp_u64);
     return 0;
 }
 
@@ -232,8 +233,7 @@ static int recover_segment(tn_plog_t *plog, uint64_t base, bool last, tn_seg_t *
     seg->idx_loaded = true;
 
     if (scan.tail != 0 && (!last || scan.durable_damage)) {
-        set_sticky(plog, TN_ECORRUPT,
-                   "segment %s: %s at byte %" PRIu64 "%s", path,
+        set_sticky(plog, TN_ECORRUPT, "segment %s: %s at byte %" PRIu64 "%s", path,
                    scan.tail == TN_ESHORT ? "truncated record" : "bad record", scan.tail_pos,
                    last ? " below data that had been made durable" : " in a sealed segment");
     } else if (scan.tail != 0) {
@@ -266,8 +266,8 @@ fail:
 
 static int recover(tn_plog_t *plog)
 {
-    uint64_t *bases;
-    size_t n;
+    uint64_t *bases = NULL;
+    size_t n = 0;
     int rc = list_segments(plog, &bases, &n);
     if (rc != 0)
         return rc;
@@ -536,7 +536,8 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
     plog->last_publish_ns = pub;
 
     tn_seg_t *seg = active_seg(plog);
-    uint64_t wstart = seg->size, pos = seg->size;
+    uint64_t wstart = seg->size; /* where this flush's writes start */
+    uint64_t pos = wstart;       /* where the next record goes */
     size_t niov = 0, nnotes = 0;
     tn_append_t *group = plog->rhead; /* first request not yet flushed */
 
@@ -872,8 +873,7 @@ int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *
     int rc = tn_seg_read_at(seg, start, limit, offset, scratch, rec);
     tn_seg_unref(seg);
     if (rc == TN_ECORRUPT)
-        set_sticky(plog, rc, "reading offset %" PRIu64 " of segment %" PRIu64, offset,
-                   seg->base);
+        set_sticky(plog, rc, "reading offset %" PRIu64 " of segment %" PRIu64, offset, seg->base);
     return rc;
 }
 

@@ -28,8 +28,8 @@ typedef void (*tn_plog_cb)(tn_plog_t *plog);
 /* One record to append. key and body are borrowed until the append's
  * callback runs. */
 typedef struct {
-    tn_iov_t key;  /* may be empty; at most 65535 bytes */
-    tn_iov_t body; /* at most the store's max_body */
+    tn_iov_t key;          /* may be empty; at most 65535 bytes */
+    tn_iov_t body;         /* at most the store's max_body */
     int64_t deliver_at_ms; /* 0 = deliverable at once */
 } tn_rec_in_t;
 
@@ -59,8 +59,8 @@ struct tn_plog_gc_s {
     void *data;
     /* in */
     tn_plog_t *plog;
-    uint64_t below_offset;  /* segments wholly below this may go */
-    int64_t older_than_ns;  /* or whose newest record is older (wall ns); 0 = off */
+    uint64_t below_offset; /* segments wholly below this may go */
+    int64_t older_than_ns; /* or whose newest record is older (wall ns); 0 = off */
     tn_plog_gc_cb cb;
     /* out */
     uint32_t deleted;
@@ -103,8 +103,8 @@ struct tn_plog_s {
     tn_append_t *rtail;
     tn_plog_t *rnext; /* next log touched this round */
     bool in_round;
-    int round_mode;        /* durability mode read once per round */
-    uint64_t round_msgs;   /* records and bytes written this round */
+    int round_mode;      /* durability mode read once per round */
+    uint64_t round_msgs; /* records and bytes written this round */
     uint64_t round_bytes;
     uint64_t unsynced_msgs;
     uint64_t unsynced_bytes;

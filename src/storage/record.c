@@ -43,8 +43,7 @@ int tn_rec_decode_hdr(const unsigned char *buf, size_t len, tn_rec_hdr_t *h)
     h->sync_mark = tn_get_u32(buf + 36);
     h->key_len = tn_get_u16(buf + 40);
     h->flags = tn_get_u16(buf + 42);
-    if (h->body_len > TN_REC_MAX_BODY || (h->flags & ~TN_REC_F_KNOWN) != 0 ||
-        h->offset > INT64_MAX)
+    if (h->body_len > TN_REC_MAX_BODY || (h->flags & ~TN_REC_F_KNOWN) != 0 || h->offset > INT64_MAX)
         return TN_ECORRUPT;
     return 0;
 }

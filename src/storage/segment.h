@@ -68,8 +68,8 @@ typedef struct {
     int64_t first_ns;
     int64_t last_ns;
     uint64_t max_sync_mark;
-    int tail;           /* 0: clean end; TN_ESHORT: torn; TN_ECORRUPT: bad data */
-    uint64_t tail_pos;  /* where the problem starts */
+    int tail;            /* 0: clean end; TN_ESHORT: torn; TN_ECORRUPT: bad data */
+    uint64_t tail_pos;   /* where the problem starts */
     bool durable_damage; /* a later valid record proves tail_pos was durable */
 } tn_seg_scan_t;
 

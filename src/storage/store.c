@@ -136,19 +136,27 @@ static int check_format(tn_store_t *store, char *err, size_t errlen)
         set_err(err, errlen, "cannot read %s: %s", path, tn_strerror(rc));
         return rc;
     }
-    int version = -1;
     char text[64] = "";
     snprintf(text, sizeof(text), "%.*s", (int)TN_MIN(b.len, sizeof(text) - 1), b.base);
     tn_buf_fini(&b);
-    char tail = '\0';
-    if (sscanf(text, "tern-storage %d%c", &version, &tail) < 1 || version < 1 ||
-        (tail != '\n' && tail != '\0')) {
+    const char *prefix = "tern-storage ";
+    char *end = NULL;
+    long version = -1;
+    if (strncmp(text, prefix, strlen(prefix)) == 0) {
+        const char *digits = text + strlen(prefix);
+        errno = 0;
+        version = (*digits >= '0' && *digits <= '9') ? strtol(digits, &end, 10) : -1;
+        if (errno != 0 || end == NULL || (*end != '\n' && *end != '\0') ||
+            (*end == '\n' && end[1] != '\0'))
+            version = -1;
+    }
+    if (version < 1) {
         set_err(err, errlen, "%s is not a tern FORMAT file", path);
         return TN_ECORRUPT;
     }
     if (version > TN_STORE_FORMAT) {
         set_err(err, errlen,
-                "data directory %s has storage format %d; this ternd reads format %d at most "
+                "data directory %s has storage format %ld; this ternd reads format %d at most "
                 "(run a newer ternd)",
                 store->path, version, TN_STORE_FORMAT);
         return TN_EFORMAT;
@@ -220,8 +228,7 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
 
     rc = tn_io_mkdir_p(store->path, 0755);
     if (rc != 0) {
-        set_err(err, errlen, "cannot create data directory %s: %s", store->path,
-                tn_strerror(rc));
+        set_err(err, errlen, "cannot create data directory %s: %s", store->path, tn_strerror(rc));
         goto fail;
     }
     if ((rc = take_lock(store, err, errlen)) != 0 || (rc = check_format(store, err, errlen)) != 0)

@@ -30,10 +30,10 @@
 #include <limits.h>
 #include <string.h>
 
-#define NPART     3
-#define MAXREC    200000
-#define BATCHES   32
-#define WAVES     4
+#define NPART   3
+#define MAXREC  200000
+#define BATCHES 32
+#define WAVES   4
 
 typedef struct {
     uint64_t acked_next[NPART]; /* not used for ordering; highest acked + 1 */
@@ -161,8 +161,7 @@ static void verify(uv_loop_t *loop, const char *dir, tn_store_opts_t *opts, ledg
                          tn_strerror(rc));
             uint32_t got = check_body(rec.body, rec.h.body_len);
             if (got == 0)
-                fail_msg("partition %d offset %llu: malformed body", p,
-                         (unsigned long long)off);
+                fail_msg("partition %d offset %llu: malformed body", p, (unsigned long long)off);
             if (want != 0 && got != want && durable)
                 fail_msg("partition %d offset %llu: id %u, acknowledged id %u", p,
                          (unsigned long long)off, got - 1, want - 1);
@@ -181,8 +180,7 @@ static void verify(uv_loop_t *loop, const char *dir, tn_store_opts_t *opts, ledg
             fail_msg("recovery of channel on partition %d failed: %s", p, cl->errmsg);
         for (uint64_t off = 0; off < MAXREC; off++) {
             if (l->fin_acked[p][off] && !tn_cursor_is_settled(&cur, off))
-                fail_msg("partition %d: acknowledged FIN of %llu lost", p,
-                         (unsigned long long)off);
+                fail_msg("partition %d: acknowledged FIN of %llu lost", p, (unsigned long long)off);
         }
         tn_cursor_fini(&cur);
     }
@@ -193,8 +191,8 @@ static void verify(uv_loop_t *loop, const char *dir, tn_store_opts_t *opts, ledg
 
 /* One iteration with the power cut after `cut` mutating operations (or
  * never when cut < 0). Returns the operations it performed. */
-static long iterate(uv_loop_t *loop, const char *dir, tn_store_opts_t *opts, ledger_t *l,
-                    long cut, bool gc, long *ops_after_open)
+static long iterate(uv_loop_t *loop, const char *dir, tn_store_opts_t *opts, ledger_t *l, long cut,
+                    bool gc, long *ops_after_open)
 {
     *ops_after_open = LONG_MAX;
     assert_int_equal(tn_io_sim_start(dir), 0);

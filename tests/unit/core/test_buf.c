@@ -119,10 +119,8 @@ static void test_log_levels_and_rate_limit(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_buf_grow_consume),
-        cmocka_unit_test(test_msg_refcount),
-        cmocka_unit_test(test_alloc_failure_injection),
-        cmocka_unit_test(test_error_table),
+        cmocka_unit_test(test_buf_grow_consume),          cmocka_unit_test(test_msg_refcount),
+        cmocka_unit_test(test_alloc_failure_injection),   cmocka_unit_test(test_error_table),
         cmocka_unit_test(test_log_levels_and_rate_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

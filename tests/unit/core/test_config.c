@@ -89,9 +89,9 @@ static void test_precedence(void **state)
     int rc = tn_config_load(&cfg, 4, argv, envp, err, sizeof(err));
     if (rc != 0)
         fail_msg("%s", err);
-    assert_string_equal(cfg.data_path, "/from/file");      /* file over default */
-    assert_int_equal(cfg.segment_bytes, 2 * 1024 * 1024);  /* env over file */
-    assert_int_equal(cfg.commit_max_requests, 30);         /* flag over env */
+    assert_string_equal(cfg.data_path, "/from/file");     /* file over default */
+    assert_int_equal(cfg.segment_bytes, 2 * 1024 * 1024); /* env over file */
+    assert_int_equal(cfg.commit_max_requests, 30);        /* flag over env */
     assert_int_equal(cfg.durability, TN_DURABILITY_RELAXED);
     tn_config_fini(&cfg);
     unlink(file);
@@ -151,11 +151,20 @@ static void test_help_lists_every_option(void **state)
     FILE *f = open_memstream(&buf, &len);
     tn_config_print_help(f, "ternd");
     fclose(f);
-    const char *names[] = {"--data-path", "--segment-bytes", "--commit-max-requests",
-                           "--commit-max-bytes", "--commit-max-delay", "--durability",
-                           "--relaxed-sync-messages", "--wal-commit-max-records",
-                           "--checkpoint-every", "--disk-high-watermark", "--log-level",
-                           "--max-msg-size", "--help", "default 64MiB"};
+    const char *names[] = {"--data-path",
+                           "--segment-bytes",
+                           "--commit-max-requests",
+                           "--commit-max-bytes",
+                           "--commit-max-delay",
+                           "--durability",
+                           "--relaxed-sync-messages",
+                           "--wal-commit-max-records",
+                           "--checkpoint-every",
+                           "--disk-high-watermark",
+                           "--log-level",
+                           "--max-msg-size",
+                           "--help",
+                           "default 64MiB"};
     for (size_t i = 0; i < TN_ARRAY_SIZE(names); i++) {
         if (strstr(buf, names[i]) == NULL)
             fail_msg("--help lacks %s", names[i]);

@@ -147,8 +147,11 @@ static void test_frame_codec(void **state)
 {
     (void)state;
     unsigned char buf[TN_WAL_MAX_FRAME];
-    tn_walrec_t in[] = {fin(5), req(6, -3, 4), {TN_WAL_PAUSE, 0, 0, 0, 1},
-                        {TN_WAL_EMPTY, 9, 0, 0, 0}, {TN_WAL_TIMEOUTS, 0, 0, 0, 12345}};
+    tn_walrec_t in[] = {fin(5),
+                        req(6, -3, 4),
+                        {TN_WAL_PAUSE, 0, 0, 0, 1},
+                        {TN_WAL_EMPTY, 9, 0, 0, 0},
+                        {TN_WAL_TIMEOUTS, 0, 0, 0, 12345}};
     for (size_t i = 0; i < TN_ARRAY_SIZE(in); i++) {
         size_t n = tn_wal_encode(buf, &in[i], 1000 + i, 64);
         assert_true(n > 0);

@@ -425,8 +425,7 @@ static void test_concurrent_appends_group(void **state)
         snprintf(bodies[i], sizeof(bodies[i]), "body %d", i);
         recs[i] = (tn_rec_in_t){{NULL, 0}, tn_iov(bodies[i], strlen(bodies[i])), 0};
         reqs[i].data = &w;
-        assert_int_equal(tn_plog_append(i % 2 ? b : a, &reqs[i], &recs[i], 1, on_mode_append),
-                         0);
+        assert_int_equal(tn_plog_append(i % 2 ? b : a, &reqs[i], &recs[i], 1, on_mode_append), 0);
     }
     while (w.done < N)
         uv_run(&fx->loop, UV_RUN_ONCE);
@@ -579,8 +578,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_missing_and_bad_index_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_tail_truncated_on_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_sealed_segment_isolates, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_corruption_found_by_read_is_sticky, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_corruption_found_by_read_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fsync_failure_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_failure_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durability_modes, setup, teardown),

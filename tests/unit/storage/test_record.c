@@ -12,8 +12,13 @@
 static size_t build(unsigned char *buf, uint64_t offset, const char *key, const char *body,
                     uint16_t flags)
 {
-    tn_rec_hdr_t h = {offset, 1700000000123456789LL, 1700000001000LL, (uint32_t)strlen(body),
-                      4096, (uint16_t)strlen(key), flags};
+    tn_rec_hdr_t h = {offset,
+                      1700000000123456789LL,
+                      1700000001000LL,
+                      (uint32_t)strlen(body),
+                      4096,
+                      (uint16_t)strlen(key),
+                      flags};
     tn_rec_encode(buf, &h, key, body);
     memcpy(buf + TN_REC_HDR, key, h.key_len);
     memcpy(buf + TN_REC_HDR + h.key_len, body, h.body_len);
