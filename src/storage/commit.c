@@ -38,6 +38,10 @@ static void committer_main(void *arg)
     tn__committer_t *c = arg;
     uv_mutex_lock(&c->lock);
     for (;;) {
+        /* After a round of several requests their writers will likely all
+         * come back: wait for that many (up to max_delay) before waking,
+         * instead of waking for the first and again for the rest. */
+        bool expect_cohort = c->last_round > 1 && c->max_delay_ns > 0;
         while (c->head == NULL && !c->stop) {
             int64_t now = tn_now_mono_ns();
             if (c->next_tick_ns != 0 && now >= c->next_tick_ns) {
@@ -47,6 +51,19 @@ static void committer_main(void *arg)
                 uv_mutex_lock(&c->lock);
                 if (next != 0 && (c->next_tick_ns == 0 || next < c->next_tick_ns))
                     c->next_tick_ns = next;
+                continue;
+            }
+            if (expect_cohort) {
+                expect_cohort = false;
+                c->gathering = true;
+                c->round_n = 0;
+                c->round_bytes = 0;
+                c->round_target = TN_MIN((size_t)c->max_reqs, c->last_round);
+                int64_t deadline = now + c->max_delay_ns;
+                if (c->next_tick_ns != 0 && c->next_tick_ns < deadline)
+                    deadline = c->next_tick_ns;
+                timed_wait(c, deadline);
+                c->gathering = false;
                 continue;
             }
             c->waiting = true;
@@ -65,8 +82,9 @@ static void committer_main(void *arg)
         uint64_t bytes = first->bytes;
         int64_t start = tn_now_mono_ns();
         int64_t quiet = TN_MAX(c->max_delay_ns / 8, QUIET_MIN_NS);
-        int64_t last_arrival = start;
         bool wait_more = c->last_round > 1 && c->max_delay_ns > 0;
+        /* A round as large as the last one has every steady writer in it. */
+        size_t target = TN_MIN((size_t)c->max_reqs, TN_MAX(c->last_round, (size_t)2));
         while (n < c->max_reqs && bytes < c->max_bytes) {
             if (c->head != NULL) {
                 if (bytes + c->head->bytes > c->max_bytes)
@@ -76,17 +94,17 @@ static void committer_main(void *arg)
                 last = r;
                 n++;
                 bytes += r->bytes;
-                last_arrival = tn_now_mono_ns();
                 continue;
             }
-            if (!wait_more || c->stop)
+            if (!wait_more || c->stop || n >= target)
                 break;
-            int64_t deadline = TN_MIN(start + c->max_delay_ns, last_arrival + quiet);
+            int64_t deadline = TN_MIN(start + c->max_delay_ns, c->last_submit_ns + quiet);
             if (tn_now_mono_ns() >= deadline)
                 break;
             c->gathering = true;
             c->round_n = n;
             c->round_bytes = bytes;
+            c->round_target = target;
             timed_wait(c, deadline);
             c->gathering = false;
         }
@@ -158,7 +176,8 @@ void tn__committer_submit(tn__committer_t *c, tn__sreq_t *req)
     c->tail = req;
     c->qlen++;
     c->qbytes += req->bytes;
-    if (c->waiting || (c->gathering && (c->round_n + c->qlen >= c->max_reqs ||
+    c->last_submit_ns = tn_now_mono_ns();
+    if (c->waiting || (c->gathering && (c->round_n + c->qlen >= c->round_target ||
                                         c->round_bytes + c->qbytes >= c->max_bytes)))
         uv_cond_signal(&c->cond);
     uv_mutex_unlock(&c->lock);

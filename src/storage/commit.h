@@ -2,8 +2,11 @@
  *
  * The loop thread submits requests; the committer takes the first, then
  * keeps gathering until it has max_reqs requests or max_bytes bytes, or
- * max_delay has passed since the first, or (when the previous round showed
- * concurrency) no new request came within a short quiet gap. It hands the
+ * max_delay has passed since the first. It stops earlier when the round
+ * already holds as many requests as the previous one (a steady set of
+ * concurrent writers has all come back), or when no request arrived for a
+ * short quiet gap; it does not wait at all after a round of one (a lone
+ * writer should not pay the delay). It hands the
  * round to its `process` function, which writes, syncs and completes every
  * request through tn__store_complete. Between rounds it runs its `tick`
  * function when that is due (background syncs, disk checks).
@@ -54,6 +57,8 @@ struct tn__committer_s {
     bool gathering; /* waiting for more requests of a round */
     size_t round_n; /* requests taken so far by the gathering round */
     uint64_t round_bytes;
+    size_t round_target;    /* the gathering round is complete at this many */
+    int64_t last_submit_ns; /* monotonic time of the latest submission */
     bool stop;
     bool started;
     uint32_t max_reqs;
