@@ -160,7 +160,10 @@ void tn__committer_stop(tn__committer_t *c)
     uv_thread_join(&c->thread);
     uv_cond_destroy(&c->cond);
     uv_mutex_destroy(&c->lock);
-    tn_free(c->scratch);
+    if (c->fini != NULL)
+        c->fini(c);
+    else
+        tn_free(c->scratch);
     c->scratch = NULL;
     c->started = false;
 }
@@ -185,6 +188,8 @@ void tn__committer_submit(tn__committer_t *c, tn__sreq_t *req)
 
 void tn__committer_wake_at(tn__committer_t *c, int64_t at_ns)
 {
+    if (at_ns < 1)
+        at_ns = 1; /* 0 means "no tick due" */
     uv_mutex_lock(&c->lock);
     if (c->next_tick_ns == 0 || at_ns < c->next_tick_ns) {
         c->next_tick_ns = at_ns;

@@ -68,6 +68,8 @@ struct tn__committer_s {
     int64_t next_tick_ns; /* committer thread only after start */
     tn__round_fn process;
     tn__tick_fn tick;
+    /* Frees scratch at stop; NULL means scratch is one tn_malloc block. */
+    void (*fini)(tn__committer_t *c);
     /* Scratch owned by the committer thread. */
     void *scratch;
     size_t scratch_cap;

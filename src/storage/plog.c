@@ -799,6 +799,17 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
     }
 }
 
+void tn__plog_committer_fini(tn__committer_t *c)
+{
+    log_scratch_t *ls = c->scratch;
+    if (ls == NULL)
+        return;
+    tn_free(ls->iov);
+    tn_free(ls->notes);
+    tn_free(ls);
+    c->scratch = NULL;
+}
+
 int64_t tn__plog_tick(tn__committer_t *c, int64_t now_ns)
 {
     tn_store_t *store = c->store;

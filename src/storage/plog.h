@@ -178,5 +178,6 @@ int tn_plog_gc(tn_plog_t *plog, tn_plog_gc_t *req, uint64_t below_offset, int64_
 /* Internal to src/storage. */
 void tn__plog_round(tn__committer_t *c, tn__sreq_t *round);
 int64_t tn__plog_tick(tn__committer_t *c, int64_t now_ns);
+void tn__plog_committer_fini(tn__committer_t *c);
 
 #endif

@@ -250,6 +250,7 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
     store->logc.max_delay_ns = opts->commit_max_delay_ns;
     store->logc.process = tn__plog_round;
     store->logc.tick = tn__plog_tick;
+    store->logc.fini = tn__plog_committer_fini;
     store->logc.next_tick_ns = tn_now_mono_ns() + opts->disk_check_interval_ns;
     store->walc.store = store;
     store->walc.name = "wal";

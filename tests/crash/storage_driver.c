@@ -220,7 +220,7 @@ static int cmd_verify(const char *dir, const char *mode, const char *ledger)
     uv_loop_t loop;
     uv_loop_init(&loop);
     tn_cursor_t cur[NPART];
-    open_all(&loop, dir, mode, cur);
+    tn_store_t *store = open_all(&loop, dir, mode, cur);
     FILE *f = fopen(ledger, "r");
     if (f == NULL) {
         perror(ledger);
@@ -273,6 +273,12 @@ static int cmd_verify(const char *dir, const char *mode, const char *ledger)
         tn_cursor_fini(&cur[p]);
     printf("records=%llu missing=%llu corrupt=%llu fins=%llu fins_lost=%llu\n", records, missing,
            corrupt, fins, fins_lost);
+    tn_store_close(store, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(&loop) != 0) {
+        fprintf(stderr, "loop not closed cleanly\n");
+        return 1;
+    }
     bool ok = corrupt == 0 && fins_lost == 0 && (strcmp(mode, "durable") != 0 || missing == 0);
     return ok ? 0 : 1;
 }

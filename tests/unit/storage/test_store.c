@@ -1,11 +1,10 @@
 /* The store: lock file, FORMAT handling, listing topics and partitions,
- * name rules, and the disk watermark rule. */
+ * and the name rules. */
 #include "core/platform.h"
 
 #include "testutil.h"
 
 #include "core/err.h"
-#include "storage/disk.h"
 #include "storage/io.h"
 
 #include <stdio.h>
@@ -149,20 +148,6 @@ static void test_names(void **state)
     assert_false(tn_store_valid_name(longname));
 }
 
-static void test_disk_rule(void **state)
-{
-    (void)state;
-    /* Enter at the high mark or below the free minimum. */
-    assert_false(tn_disk_decide(false, 89, 1000, 90, 80, 100));
-    assert_true(tn_disk_decide(false, 90, 1000, 90, 80, 100));
-    assert_true(tn_disk_decide(false, 10, 99, 90, 80, 100));
-    /* Stay high until under the low mark (hysteresis). */
-    assert_true(tn_disk_decide(true, 85, 1000, 90, 80, 100));
-    assert_true(tn_disk_decide(true, 80, 1000, 90, 80, 100));
-    assert_false(tn_disk_decide(true, 79, 1000, 90, 80, 100));
-    assert_true(tn_disk_decide(true, 50, 10, 90, 80, 100));
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -170,7 +155,6 @@ int main(void)
         cmocka_unit_test(test_format_rules),
         cmocka_unit_test(test_listing),
         cmocka_unit_test(test_names),
-        cmocka_unit_test(test_disk_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
