@@ -79,17 +79,6 @@ static const opt_t options[] = {
      "how often free disk space is checked"},
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) TN_PRINTF(3, 4);
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static const opt_t *find_opt(const char *name, size_t len)
 {
     for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
@@ -332,8 +321,8 @@ static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const ch
     case OPT_BOOL: {
         bool b;
         if (tn_parse_bool(value, &b) != 0) {
-            set_err(err, errlen, "%s (%s): \"%s\" is not %s", o->name, source, value,
-                    type_word(o->type));
+            tn_errbuf(err, errlen, "%s (%s): \"%s\" is not %s", o->name, source, value,
+                      type_word(o->type));
             return TN_ECONFIG;
         }
         *(bool *)field = b;
@@ -346,7 +335,7 @@ static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const ch
                 return 0;
             }
         }
-        set_err(err, errlen, "%s (%s): \"%s\" is not one of %s", o->name, source, value, range);
+        tn_errbuf(err, errlen, "%s (%s): \"%s\" is not one of %s", o->name, source, value, range);
         return TN_ECONFIG;
     case OPT_INT: {
         const char *e;
@@ -363,13 +352,13 @@ static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const ch
         break;
     }
     if (rc == TN_ECONFIG) {
-        set_err(err, errlen, "%s (%s): \"%s\" is not %s; accepted range %s", o->name, source, value,
-                type_word(o->type), range);
+        tn_errbuf(err, errlen, "%s (%s): \"%s\" is not %s; accepted range %s", o->name, source,
+                  value, type_word(o->type), range);
         return TN_ECONFIG;
     }
     if (rc != 0 || v < o->min || v > o->max) {
-        set_err(err, errlen, "%s (%s): \"%s\" is out of range; accepted range %s", o->name, source,
-                value, range);
+        tn_errbuf(err, errlen, "%s (%s): \"%s\" is out of range; accepted range %s", o->name,
+                  source, value, range);
         return TN_ECONFIG;
     }
     *(int64_t *)field = v;
@@ -381,7 +370,7 @@ int tn_config_set(tn_config_t *cfg, const char *name, const char *value, const c
 {
     const opt_t *o = find_opt(name, strlen(name));
     if (o == NULL) {
-        set_err(err, errlen, "unknown option \"%s\" (%s); see --help", name, source);
+        tn_errbuf(err, errlen, "unknown option \"%s\" (%s); see --help", name, source);
         return TN_ECONFIG;
     }
     return set_opt(cfg, o, value, source, err, errlen);
@@ -414,19 +403,20 @@ void tn_config_fini(tn_config_t *cfg)
 int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
 {
     if (cfg->disk_low_watermark >= cfg->disk_high_watermark) {
-        set_err(err, errlen,
-                "disk-low-watermark (%" PRId64 ") must be below disk-high-watermark (%" PRId64 ")",
-                cfg->disk_low_watermark, cfg->disk_high_watermark);
+        tn_errbuf(err, errlen,
+                  "disk-low-watermark (%" PRId64 ") must be below disk-high-watermark (%" PRId64
+                  ")",
+                  cfg->disk_low_watermark, cfg->disk_high_watermark);
         return TN_ECONFIG;
     }
     if (cfg->data_path[0] == '\0') {
-        set_err(err, errlen, "data-path must not be empty");
+        tn_errbuf(err, errlen, "data-path must not be empty");
         return TN_ECONFIG;
     }
     if (cfg->max_msg_size > cfg->commit_max_bytes) {
-        set_err(err, errlen,
-                "max-msg-size (%" PRId64 ") must not exceed commit-max-bytes (%" PRId64 ")",
-                cfg->max_msg_size, cfg->commit_max_bytes);
+        tn_errbuf(err, errlen,
+                  "max-msg-size (%" PRId64 ") must not exceed commit-max-bytes (%" PRId64 ")",
+                  cfg->max_msg_size, cfg->commit_max_bytes);
         return TN_ECONFIG;
     }
     return 0;
@@ -448,7 +438,7 @@ static int load_file(tn_config_t *cfg, const char *path, char *err, size_t errle
 {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
-        set_err(err, errlen, "config: cannot open \"%s\": %s", path, strerror(errno));
+        tn_errbuf(err, errlen, "config: cannot open \"%s\": %s", path, strerror(errno));
         return TN_ECONFIG;
     }
     char line[4096];
@@ -457,8 +447,8 @@ static int load_file(tn_config_t *cfg, const char *path, char *err, size_t errle
     while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
         lineno++;
         if (strchr(line, '\n') == NULL && !feof(f)) {
-            set_err(err, errlen, "config %s:%d: line longer than %zu bytes", path, lineno,
-                    sizeof(line) - 1);
+            tn_errbuf(err, errlen, "config %s:%d: line longer than %zu bytes", path, lineno,
+                      sizeof(line) - 1);
             rc = TN_ECONFIG;
             break;
         }
@@ -467,7 +457,7 @@ static int load_file(tn_config_t *cfg, const char *path, char *err, size_t errle
             continue;
         char *eq = strchr(s, '=');
         if (eq == NULL) {
-            set_err(err, errlen, "config %s:%d: expected `name = value`", path, lineno);
+            tn_errbuf(err, errlen, "config %s:%d: expected `name = value`", path, lineno);
             rc = TN_ECONFIG;
             break;
         }
@@ -478,7 +468,7 @@ static int load_file(tn_config_t *cfg, const char *path, char *err, size_t errle
         if (vl >= 2 && val[0] == '"') {
             char *close = strchr(val + 1, '"');
             if (close == NULL) {
-                set_err(err, errlen, "config %s:%d: unterminated string", path, lineno);
+                tn_errbuf(err, errlen, "config %s:%d: unterminated string", path, lineno);
                 rc = TN_ECONFIG;
                 break;
             }
@@ -494,7 +484,7 @@ static int load_file(tn_config_t *cfg, const char *path, char *err, size_t errle
         char source[512];
         snprintf(source, sizeof(source), "config %s:%d", path, lineno);
         if (strcmp(key, "config") == 0) {
-            set_err(err, errlen, "%s: `config` cannot be set inside a config file", source);
+            tn_errbuf(err, errlen, "%s: `config` cannot be set inside a config file", source);
             rc = TN_ECONFIG;
             break;
         }
@@ -563,7 +553,7 @@ static int walk_args(tn_config_t *cfg, int argc, char **argv, bool apply, const 
             continue;
         }
         if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
-            set_err(err, errlen, "unexpected argument \"%s\"; options look like --name=value", a);
+            tn_errbuf(err, errlen, "unexpected argument \"%s\"; options look like --name=value", a);
             return TN_ECONFIG;
         }
         const char *name = a + 2;
@@ -571,7 +561,7 @@ static int walk_args(tn_config_t *cfg, int argc, char **argv, bool apply, const 
         size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
         const opt_t *o = find_opt(name, nlen);
         if (o == NULL) {
-            set_err(err, errlen, "unknown option \"--%.*s\"; see --help", (int)nlen, name);
+            tn_errbuf(err, errlen, "unknown option \"--%.*s\"; see --help", (int)nlen, name);
             return TN_ECONFIG;
         }
         const char *value;
@@ -582,7 +572,7 @@ static int walk_args(tn_config_t *cfg, int argc, char **argv, bool apply, const 
         } else if (i + 1 < argc) {
             value = argv[++i];
         } else {
-            set_err(err, errlen, "option --%s needs a value", o->name);
+            tn_errbuf(err, errlen, "option --%s needs a value", o->name);
             return TN_ECONFIG;
         }
         if (strcmp(o->name, "config") == 0) {

@@ -4,6 +4,19 @@
 
 #include "core/err.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
+void tn_errbuf(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
 const char *tn_strerror(int err)
 {
     switch (err) {

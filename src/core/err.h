@@ -38,6 +38,11 @@ const char *tn_strerror(int err);
 /* The symbolic name of err, e.g. "TN_ECORRUPT" or "EIO". */
 const char *tn_err_name(int err);
 
+/* Format a one-line error description into err (errlen bytes); does
+ * nothing when err is NULL. For functions that explain their failures to
+ * their caller through an err buffer. */
+void tn_errbuf(char *err, size_t errlen, const char *fmt, ...) TN_PRINTF(3, 4);
+
 /* Convert an errno value (positive) into the matching negative code. */
 static inline int tn_err_from_errno(int e)
 {

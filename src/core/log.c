@@ -2,11 +2,13 @@
  * single write(2) so lines from different threads do not interleave. */
 #include "core/platform.h"
 
+#include "core/assert.h"
 #include "core/log.h"
 #include "core/time.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,4 +84,10 @@ void tn_log_write(int level, const char *file, int line, const char *fmt, ...)
     buf[len++] = '\n';
     ssize_t w = write(log_fd, buf, len);
     (void)w;
+}
+
+void tn_assert_fail(const char *expr, const char *file, int line)
+{
+    tn_log_write(TN_LOG_ERROR, file, line, "assertion failed: %s", expr);
+    abort();
 }

@@ -16,6 +16,7 @@
 #include "storage/chanlog.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "storage/io.h"
@@ -301,6 +302,8 @@ static void write_log(tn__committer_t *c, tn_chanlog_t *cl)
         cl->durable.seq = cl->next_seq++;
     }
     int rc = atomic_load(&cl->err);
+    /* The replica and the WAL advance together: seq is dense. */
+    TN_DASSERT(rc != 0 || cl->durable.seq + 1 == cl->next_seq);
     if (rc == 0) {
         rc = tn_io_pwrite(cl->fd, buf, len, cl->wal_size);
         if (rc != 0)
@@ -318,18 +321,8 @@ static void write_log(tn__committer_t *c, tn_chanlog_t *cl)
 void tn__chanlog_round(tn__committer_t *c, tn__sreq_t *round)
 {
     tn_chanlog_t *logs = NULL, *logs_tail = NULL;
-    tn__sreq_t *controls = NULL, *controls_tail = NULL;
-    for (tn__sreq_t *s = round, *next; s != NULL; s = next) {
-        next = s->next;
-        s->next = NULL;
-        if (s->exec != NULL) {
-            if (controls_tail != NULL)
-                controls_tail->next = s;
-            else
-                controls = s;
-            controls_tail = s;
-            continue;
-        }
+    tn__sreq_t *controls = tn__round_split(&round);
+    for (tn__sreq_t *s = round; s != NULL; s = s->next) {
         tn_walop_t *op = (tn_walop_t *)s;
         tn_chanlog_t *cl = op->cl;
         if (!cl->in_round) {
@@ -393,10 +386,7 @@ void tn__chanlog_round(tn__committer_t *c, tn__sreq_t *round)
         cl->rnext = NULL;
     }
 
-    for (tn__sreq_t *s = controls, *next; s != NULL; s = next) {
-        next = s->next;
-        s->exec(c, s);
-    }
+    tn__round_exec(c, controls);
 }
 
 static void close_exec(tn__committer_t *c, tn__sreq_t *s)

@@ -33,6 +33,18 @@ static tn__sreq_t *pop(tn__committer_t *c)
     return r;
 }
 
+/* Run the due tick without the lock (held on entry and on return) and
+ * keep the earlier of its answer and any wake_at made meanwhile. */
+static void run_tick(tn__committer_t *c, int64_t now)
+{
+    c->next_tick_ns = 0;
+    uv_mutex_unlock(&c->lock);
+    int64_t next = c->tick(c, now);
+    uv_mutex_lock(&c->lock);
+    if (next != 0 && (c->next_tick_ns == 0 || next < c->next_tick_ns))
+        c->next_tick_ns = next;
+}
+
 static void committer_main(void *arg)
 {
     tn__committer_t *c = arg;
@@ -45,12 +57,7 @@ static void committer_main(void *arg)
         while (c->head == NULL && !c->stop) {
             int64_t now = tn_now_mono_ns();
             if (c->next_tick_ns != 0 && now >= c->next_tick_ns) {
-                c->next_tick_ns = 0;
-                uv_mutex_unlock(&c->lock);
-                int64_t next = c->tick(c, now);
-                uv_mutex_lock(&c->lock);
-                if (next != 0 && (c->next_tick_ns == 0 || next < c->next_tick_ns))
-                    c->next_tick_ns = next;
+                run_tick(c, now);
                 continue;
             }
             if (expect_cohort) {
@@ -117,14 +124,8 @@ static void committer_main(void *arg)
 
         uv_mutex_lock(&c->lock);
         int64_t now = tn_now_mono_ns();
-        if (c->next_tick_ns != 0 && now >= c->next_tick_ns) {
-            c->next_tick_ns = 0;
-            uv_mutex_unlock(&c->lock);
-            int64_t next = c->tick(c, now);
-            uv_mutex_lock(&c->lock);
-            if (next != 0 && (c->next_tick_ns == 0 || next < c->next_tick_ns))
-                c->next_tick_ns = next;
-        }
+        if (c->next_tick_ns != 0 && now >= c->next_tick_ns)
+            run_tick(c, now);
     }
     uv_mutex_unlock(&c->lock);
 }
@@ -197,4 +198,31 @@ void tn__committer_wake_at(tn__committer_t *c, int64_t at_ns)
             uv_cond_signal(&c->cond);
     }
     uv_mutex_unlock(&c->lock);
+}
+
+tn__sreq_t *tn__round_split(tn__sreq_t **round)
+{
+    tn__sreq_t *records = NULL, **rt = &records;
+    tn__sreq_t *controls = NULL, **ct = &controls;
+    for (tn__sreq_t *s = *round, *next; s != NULL; s = next) {
+        next = s->next;
+        s->next = NULL;
+        if (s->exec != NULL) {
+            *ct = s;
+            ct = &s->next;
+        } else {
+            *rt = s;
+            rt = &s->next;
+        }
+    }
+    *round = records;
+    return controls;
+}
+
+void tn__round_exec(tn__committer_t *c, tn__sreq_t *controls)
+{
+    for (tn__sreq_t *s = controls, *next; s != NULL; s = next) {
+        next = s->next;
+        s->exec(c, s);
+    }
 }

@@ -79,6 +79,11 @@ struct tn__committer_s {
 };
 
 int tn__committer_start(tn__committer_t *c);
+/* Move the control requests out of a round (order kept in both) and
+ * return them; *round keeps the record requests. */
+tn__sreq_t *tn__round_split(tn__sreq_t **round);
+/* Run a round's control requests in order. */
+void tn__round_exec(tn__committer_t *c, tn__sreq_t *controls);
 /* Drain what is queued, then stop and join the thread. */
 void tn__committer_stop(tn__committer_t *c);
 void tn__committer_submit(tn__committer_t *c, tn__sreq_t *req);

@@ -897,7 +897,7 @@ int tn_io_pread(int fd, void *buf, size_t len, uint64_t off, size_t *nread)
     return 0;
 }
 
-int tn_io_fdatasync(int fd)
+static int sync_fd(int fd, bool data_only)
 {
 #ifdef TN_TEST
     int inj = injected(&fail_sync_countdown, &fail_sync_err);
@@ -907,24 +907,19 @@ int tn_io_fdatasync(int fd)
     int rc = sim_sync(fd);
     if (rc != 0)
         return rc;
-    if (fdatasync(fd) != 0)
+    if ((data_only ? fdatasync(fd) : fsync(fd)) != 0)
         return tn_err_from_errno(errno);
     return 0;
 }
 
+int tn_io_fdatasync(int fd)
+{
+    return sync_fd(fd, true);
+}
+
 int tn_io_fsync(int fd)
 {
-#ifdef TN_TEST
-    int inj = injected(&fail_sync_countdown, &fail_sync_err);
-    if (inj != 0)
-        return inj;
-#endif
-    int rc = sim_sync(fd);
-    if (rc != 0)
-        return rc;
-    if (fsync(fd) != 0)
-        return tn_err_from_errno(errno);
-    return 0;
+    return sync_fd(fd, false);
 }
 
 int tn_io_ftruncate(int fd, uint64_t len)

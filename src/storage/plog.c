@@ -40,6 +40,7 @@
 #include "storage/plog.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -450,6 +451,9 @@ static int flush(tn_plog_t *plog, tn_seg_t *seg, uint64_t wstart, uint64_t wend,
 {
     if (niov == 0)
         return 0;
+    /* Records land where the segment ends, with the next offsets in order. */
+    TN_ASSERT(wstart == seg->size && nnotes > 0);
+    TN_ASSERT(notes[0].offset == seg->base + seg->count);
     int rc = tn_io_pwritev(seg->fd, iov, (int)niov, wstart);
     if (rc != 0)
         return rc;
@@ -471,6 +475,8 @@ static int flush(tn_plog_t *plog, tn_seg_t *seg, uint64_t wstart, uint64_t wend,
 
 static void advance_durable(tn_plog_t *plog, uint64_t next)
 {
+    /* Nothing is durable that was not written. */
+    TN_ASSERT(next <= atomic_load(&plog->written_next));
     if (next > atomic_load(&plog->durable_next))
         atomic_store(&plog->durable_next, next);
 }
@@ -508,13 +514,13 @@ static int roll(tn_plog_t *plog)
     return rc;
 }
 
-static void fail_from(tn_append_t *from, tn_append_t *upto, int err)
+/* Fail every request from `from` to the end of the log's round chain
+ * that has not failed already. */
+static void fail_from(tn_append_t *from, int err)
 {
     for (tn_append_t *r = from; r != NULL; r = r->pnext) {
         if (r->s.status == 0)
             r->s.status = err;
-        if (r == upto)
-            break;
     }
 }
 
@@ -528,7 +534,7 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
         nnotes_max += r->nrecs;
     }
     if (scratch_reserve(c, niov_max, nnotes_max) != 0) {
-        fail_from(plog->rhead, NULL, UV_ENOMEM);
+        fail_from(plog->rhead, UV_ENOMEM);
         return;
     }
     uint64_t seg_limit = plog->store->opts.segment_bytes;
@@ -542,21 +548,23 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
     tn_append_t *group = plog->rhead; /* first request not yet flushed */
 
     for (tn_append_t *r = plog->rhead; r != NULL; r = r->pnext) {
+        /* Sticky errors can come from a reader thread too. Whatever is
+         * not on disk yet fails with it: the unflushed group and the rest. */
         int err = atomic_load(&plog->err);
         if (err != 0) {
-            r->s.status = err;
-            continue;
+            fail_from(group, err);
+            return;
         }
         if (pos > 0 && pos + r->s.bytes > seg_limit) {
             int rc = flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes, pub);
             if (rc != 0) {
                 set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
-                fail_from(group, r, rc);
-                continue;
+                fail_from(group, rc);
+                return;
             }
             if (roll(plog) != 0) {
-                r->s.status = atomic_load(&plog->err);
-                continue;
+                fail_from(r, atomic_load(&plog->err));
+                return;
             }
             seg = active_seg(plog);
             wstart = pos = 0;
@@ -589,10 +597,12 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
             pos += tn_rec_size(&h);
         }
     }
-    int rc = flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes, pub);
+    int err = atomic_load(&plog->err);
+    int rc = err != 0 ? err : flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes, pub);
     if (rc != 0) {
-        set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
-        fail_from(group, NULL, rc);
+        if (err == 0)
+            set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
+        fail_from(group, rc);
     }
 }
 
@@ -683,15 +693,10 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
     }
     log_scratch_t *ls = c->scratch;
     tn_plog_t *logs = NULL, *logs_tail = NULL;
-    tn__sreq_t *controls = NULL, *controls_tail = NULL;
+    tn__sreq_t *controls = tn__round_split(&round);
 
-    /* 1. Group appends by log; set control requests aside. */
-    for (tn__sreq_t *s = round, *next; s != NULL; s = next) {
-        next = s->next;
-        if (s->exec != NULL) {
-            chain_req(s, &controls, &controls_tail);
-            continue;
-        }
+    /* 1. Group appends by log. */
+    for (tn__sreq_t *s = round; s != NULL; s = s->next) {
         tn_append_t *r = (tn_append_t *)s;
         tn_plog_t *plog = r->plog;
         if (!plog->in_round) {
@@ -793,10 +798,7 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
         tn__store_complete(store, head, tail);
 
     /* 6. Control requests, in order. */
-    for (tn__sreq_t *s = controls, *next; s != NULL; s = next) {
-        next = s->next;
-        s->exec(c, s);
-    }
+    tn__round_exec(c, controls);
 }
 
 void tn__plog_committer_fini(tn__committer_t *c)

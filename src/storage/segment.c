@@ -293,20 +293,30 @@ static int read_idx_header(const tn_seg_t *seg, int fd, unsigned char *hdr, uint
     return 0;
 }
 
-int tn_seg_index_open(tn_seg_t *seg, uint64_t file_size)
+/* Open seg's sidecar and read and check its header; on success *fd is
+ * open (the caller closes it). */
+static int open_idx(const tn_seg_t *seg, int *fd, unsigned char *hdr, uint64_t *fsize)
 {
     char path[4096];
     idx_path(seg, path, sizeof(path));
-    int fd;
-    int rc = tn_io_open(path, O_RDONLY, 0, &fd);
+    int rc = tn_io_open(path, O_RDONLY, 0, fd);
     if (rc != 0)
         return rc;
+    rc = read_idx_header(seg, *fd, hdr, fsize);
+    if (rc != 0)
+        tn_io_close(*fd);
+    return rc;
+}
+
+int tn_seg_index_open(tn_seg_t *seg, uint64_t file_size)
+{
+    int fd;
     unsigned char hdr[TN_SEG_IDX_HDR];
     uint64_t fsize;
-    rc = read_idx_header(seg, fd, hdr, &fsize);
-    tn_io_close(fd);
+    int rc = open_idx(seg, &fd, hdr, &fsize);
     if (rc != 0)
         return rc;
+    tn_io_close(fd);
     uint64_t count = tn_get_u64(hdr + 16);
     uint64_t size = tn_get_u64(hdr + 24);
     if (size != file_size || count == 0 || count > size / TN_REC_HDR)
@@ -321,19 +331,14 @@ int tn_seg_index_open(tn_seg_t *seg, uint64_t file_size)
 
 int tn_seg_index_load(tn_seg_t *seg)
 {
-    char path[4096];
-    idx_path(seg, path, sizeof(path));
     int fd;
-    int rc = tn_io_open(path, O_RDONLY, 0, &fd);
-    if (rc != 0)
-        return rc;
     unsigned char hdr[TN_SEG_IDX_HDR];
     uint64_t fsize;
+    int rc = open_idx(seg, &fd, hdr, &fsize);
+    if (rc != 0)
+        return rc;
     tn_ient_t *idx = NULL;
     unsigned char *raw = NULL;
-    rc = read_idx_header(seg, fd, hdr, &fsize);
-    if (rc != 0)
-        goto out;
     uint32_t n = tn_get_u32(hdr + 48);
     size_t body = (size_t)n * 8;
     raw = tn_malloc(body);

@@ -61,17 +61,6 @@ bool tn_store_valid_name(const char *name)
     return true;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) TN_PRINTF(3, 4);
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int take_lock(tn_store_t *store, char *err, size_t errlen)
 {
     char path[4096];
@@ -79,7 +68,7 @@ static int take_lock(tn_store_t *store, char *err, size_t errlen)
     int fd;
     int rc = tn_io_open(path, O_RDWR | O_CREAT, 0644, &fd);
     if (rc != 0) {
-        set_err(err, errlen, "cannot open lock file %s: %s", path, tn_strerror(rc));
+        tn_errbuf(err, errlen, "cannot open lock file %s: %s", path, tn_strerror(rc));
         return rc;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -91,11 +80,11 @@ static int take_lock(tn_store_t *store, char *err, size_t errlen)
         pid[strcspn(pid, "\n")] = '\0';
         tn_io_close(fd);
         if (e == EWOULDBLOCK) {
-            set_err(err, errlen, "data directory %s is locked by another process (pid %s)",
-                    store->path, pid[0] ? pid : "unknown");
+            tn_errbuf(err, errlen, "data directory %s is locked by another process (pid %s)",
+                      store->path, pid[0] ? pid : "unknown");
             return TN_ELOCKED;
         }
-        set_err(err, errlen, "cannot lock %s: %s", path, strerror(e));
+        tn_errbuf(err, errlen, "cannot lock %s: %s", path, strerror(e));
         return tn_err_from_errno(e);
     }
     char pid[32];
@@ -118,22 +107,22 @@ static int check_format(tn_store_t *store, char *err, size_t errlen)
         tn_buf_fini(&b);
         struct stat st;
         if (stat(store->topics_path, &st) == 0) {
-            set_err(err, errlen,
-                    "data directory %s has topics/ but no FORMAT file; refusing to guess its "
-                    "format (restore FORMAT or move the directory aside)",
-                    store->path);
+            tn_errbuf(err, errlen,
+                      "data directory %s has topics/ but no FORMAT file; refusing to guess its "
+                      "format (restore FORMAT or move the directory aside)",
+                      store->path);
             return TN_ECORRUPT;
         }
         char text[64];
         int n = snprintf(text, sizeof(text), "tern-storage %d\n", TN_STORE_FORMAT);
         rc = tn_io_write_file_atomic(store->path, "FORMAT", text, (size_t)n);
         if (rc != 0)
-            set_err(err, errlen, "cannot write %s: %s", path, tn_strerror(rc));
+            tn_errbuf(err, errlen, "cannot write %s: %s", path, tn_strerror(rc));
         return rc;
     }
     if (rc != 0) {
         tn_buf_fini(&b);
-        set_err(err, errlen, "cannot read %s: %s", path, tn_strerror(rc));
+        tn_errbuf(err, errlen, "cannot read %s: %s", path, tn_strerror(rc));
         return rc;
     }
     char text[64] = "";
@@ -151,14 +140,14 @@ static int check_format(tn_store_t *store, char *err, size_t errlen)
             version = -1;
     }
     if (version < 1) {
-        set_err(err, errlen, "%s is not a tern FORMAT file", path);
+        tn_errbuf(err, errlen, "%s is not a tern FORMAT file", path);
         return TN_ECORRUPT;
     }
     if (version > TN_STORE_FORMAT) {
-        set_err(err, errlen,
-                "data directory %s has storage format %ld; this ternd reads format %d at most "
-                "(run a newer ternd)",
-                store->path, version, TN_STORE_FORMAT);
+        tn_errbuf(err, errlen,
+                  "data directory %s has storage format %ld; this ternd reads format %d at most "
+                  "(run a newer ternd)",
+                  store->path, version, TN_STORE_FORMAT);
         return TN_EFORMAT;
     }
     return 0;
@@ -228,7 +217,7 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
 
     rc = tn_io_mkdir_p(store->path, 0755);
     if (rc != 0) {
-        set_err(err, errlen, "cannot create data directory %s: %s", store->path, tn_strerror(rc));
+        tn_errbuf(err, errlen, "cannot create data directory %s: %s", store->path, tn_strerror(rc));
         goto fail;
     }
     if ((rc = take_lock(store, err, errlen)) != 0 || (rc = check_format(store, err, errlen)) != 0)
@@ -237,8 +226,8 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
     snprintf(meta, sizeof(meta), "%s/meta", store->path);
     if ((rc = tn_io_mkdir_p(store->topics_path, 0755)) != 0 ||
         (rc = tn_io_mkdir_p(meta, 0755)) != 0) {
-        set_err(err, errlen, "cannot create directories under %s: %s", store->path,
-                tn_strerror(rc));
+        tn_errbuf(err, errlen, "cannot create directories under %s: %s", store->path,
+                  tn_strerror(rc));
         goto fail;
     }
     tn__disk_check(store);
@@ -264,13 +253,13 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
      * a request is submitted, and no request exists before open returns. */
     if ((rc = tn__committer_start(&store->logc)) != 0 ||
         (rc = tn__committer_start(&store->walc)) != 0) {
-        set_err(err, errlen, "cannot start storage threads: %s", uv_strerror(rc));
+        tn_errbuf(err, errlen, "cannot start storage threads: %s", uv_strerror(rc));
         tn__committer_stop(&store->logc);
         goto fail;
     }
     rc = uv_async_init(loop, &store->async, on_async);
     if (rc != 0) {
-        set_err(err, errlen, "uv_async_init: %s", uv_strerror(rc));
+        tn_errbuf(err, errlen, "uv_async_init: %s", uv_strerror(rc));
         tn__committer_stop(&store->logc);
         tn__committer_stop(&store->walc);
         goto fail;

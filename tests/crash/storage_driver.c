@@ -17,6 +17,8 @@
  *       an acknowledged record is missing. */
 #include "core/platform.h"
 
+#include "body.h"
+
 #include "core/err.h"
 #include "core/log.h"
 #include "storage/chanlog.h"
@@ -31,34 +33,6 @@
 
 #define NPART     3
 #define APPENDERS 16
-
-static size_t make_body(uint64_t id, char *buf, size_t cap)
-{
-    int k = snprintf(buf, cap, "id=%llu;", (unsigned long long)id);
-    size_t len = (size_t)k + (size_t)(id * 37 % 400);
-    if (len > cap)
-        len = cap;
-    for (size_t i = (size_t)k; i < len; i++)
-        buf[i] = (char)('A' + (id + i * 3) % 26);
-    return len;
-}
-
-/* id + 1 of a well-formed body, 0 otherwise. */
-static uint64_t check_body(const char *body, size_t len)
-{
-    unsigned long long id;
-    char tmp[40];
-    size_t n = TN_MIN(len, sizeof(tmp) - 1);
-    memcpy(tmp, body, n);
-    tmp[n] = '\0';
-    if (sscanf(tmp, "id=%llu;", &id) != 1)
-        return 0;
-    char expect[512];
-    size_t elen = make_body(id, expect, sizeof(expect));
-    if (elen != len || memcmp(expect, body, len) != 0)
-        return 0;
-    return id + 1;
-}
 
 static void opts_for(tn_store_opts_t *o, const char *dir, const char *mode)
 {
@@ -155,7 +129,7 @@ static void start(appender_t *a)
     uint32_t n = 1 + (uint32_t)(rnd() % 4);
     for (uint32_t i = 0; i < n; i++) {
         a->ids[i] = next_id++;
-        size_t len = make_body(a->ids[i], a->bodies[i], sizeof(a->bodies[i]));
+        size_t len = crash_body(a->ids[i], a->bodies[i], sizeof(a->bodies[i]));
         a->recs[i] = (tn_rec_in_t){{NULL, 0}, tn_iov(a->bodies[i], len), 0};
     }
     a->req.data = a;
@@ -235,7 +209,7 @@ static int cmd_verify(const char *dir, const char *mode, const char *ledger)
         for (uint64_t off = 0; off < end; off++) {
             tn_rec_t rec;
             int rc = tn_plog_read(plogs[p], off, &scratch, &rec);
-            if (rc != 0 || check_body(rec.body, rec.h.body_len) == 0) {
+            if (rc != 0 || crash_body_check(rec.body, rec.h.body_len) == 0) {
                 fprintf(stderr, "partition %u offset %llu: %s\n", p, (unsigned long long)off,
                         rc ? tn_strerror(rc) : "malformed body");
                 corrupt++;
@@ -257,7 +231,7 @@ static int cmd_verify(const char *dir, const char *mode, const char *ledger)
             int rc = tn_plog_read(plogs[part], off, &scratch, &rec);
             if (rc == TN_ENOTFOUND) {
                 missing++;
-            } else if (rc != 0 || check_body(rec.body, rec.h.body_len) != id + 1) {
+            } else if (rc != 0 || crash_body_check(rec.body, rec.h.body_len) != id + 1) {
                 fprintf(stderr, "partition %llu offset %llu: expected id %llu\n", part, off, id);
                 corrupt++;
             }

@@ -18,6 +18,8 @@
  * recover from what earlier cuts left. */
 #include "core/platform.h"
 
+#include "body.h"
+
 #include "testutil.h"
 
 #include "core/err.h"
@@ -53,34 +55,6 @@ static uint64_t rnd(ledger_t *l)
 }
 
 /* Self-describing body: "id=<n>;" then bytes derived from n. */
-static size_t make_body(uint32_t id, char *buf, size_t cap)
-{
-    int k = snprintf(buf, cap, "id=%u;", id);
-    size_t len = (size_t)k + (id * 37u) % 400;
-    if (len > cap)
-        len = cap;
-    for (size_t i = (size_t)k; i < len; i++)
-        buf[i] = (char)('A' + (id + i * 3) % 26);
-    return len;
-}
-
-/* The id of a well-formed body, or 0 when it is not one. */
-static uint32_t check_body(const char *body, size_t len)
-{
-    unsigned id;
-    int k;
-    char tmp[32];
-    size_t n = TN_MIN(len, sizeof(tmp) - 1);
-    memcpy(tmp, body, n);
-    tmp[n] = '\0';
-    if (sscanf(tmp, "id=%u;%n", &id, &k) != 1)
-        return 0;
-    char expect[512];
-    size_t elen = make_body(id, expect, sizeof(expect));
-    if (elen != len || memcmp(expect, body, len) != 0)
-        return 0;
-    return id + 1;
-}
 
 typedef struct {
     tn_append_t req;
@@ -159,7 +133,7 @@ static void verify(uv_loop_t *loop, const char *dir, tn_store_opts_t *opts, ledg
             if (rc != 0)
                 fail_msg("partition %d offset %llu: %s", p, (unsigned long long)off,
                          tn_strerror(rc));
-            uint32_t got = check_body(rec.body, rec.h.body_len);
+            uint32_t got = crash_body_check(rec.body, rec.h.body_len);
             if (got == 0)
                 fail_msg("partition %d offset %llu: malformed body", p, (unsigned long long)off);
             if (want != 0 && got != want && durable)
@@ -233,7 +207,7 @@ static long iterate(uv_loop_t *loop, const char *dir, tn_store_opts_t *opts, led
             uint32_t n = 1 + (uint32_t)(rnd(l) % 4 == 0 ? rnd(l) % 8 : 0);
             for (uint32_t k = 0; k < n; k++) {
                 b->ids[k] = l->next_id++;
-                size_t len = make_body(b->ids[k], b->bodies[k], sizeof(b->bodies[k]));
+                size_t len = crash_body(b->ids[k], b->bodies[k], sizeof(b->bodies[k]));
                 b->recs[k] = (tn_rec_in_t){{NULL, 0}, tn_iov(b->bodies[k], len), 0};
             }
             if (plogs[b->part] != NULL &&
