@@ -6,6 +6,7 @@
 
 #include "testutil.h"
 
+#include "core/alloc.h"
 #include "core/err.h"
 #include "storage/chanlog.h"
 #include "storage/io.h"
@@ -312,6 +313,49 @@ static void test_fsync_failure_sticky(void **state)
     assert_int_equal(fin_range(fx, cl, 3, 4), UV_EIO);
 }
 
+static void test_alloc_failures(void **state)
+{
+    fx_t *fx = *state;
+    tn_cursor_t st;
+    tn_chanlog_t *cl = open_cl(fx, "c", &st);
+    tn_cursor_fini(&st);
+    assert_int_equal(fin_range(fx, cl, 0, 40), 0);
+    assert_int_equal(fin_range(fx, cl, 45, 60), 0);
+    tn_chanlog_close(cl, NULL);
+    reopen(fx);
+    /* Every allocation of open and replay fails cleanly, leaking nothing. */
+    for (long n = 0;; n++) {
+        tn_alloc_fail_after(n);
+        int rc = tn_chanlog_open(fx->store, "t", 0, "c", NULL, &cl, &st);
+        tn_alloc_fail_after(-1);
+        if (rc == 0) {
+            assert_int_equal(tn_chanlog_err(cl), 0);
+            assert_int_equal(st.frontier, 40);
+            assert_true(tn_cursor_is_settled(&st, 59));
+            tn_cursor_fini(&st);
+            break;
+        }
+        assert_int_equal(rc, UV_ENOMEM);
+        assert_true(n < 10000);
+    }
+    /* Creating a channel with an initial state, under the same failures. */
+    tn_cursor_t init;
+    tn_cursor_init(&init, 7);
+    for (long n = 0;; n++) {
+        tn_alloc_fail_after(n);
+        int rc = tn_chanlog_open(fx->store, "t", 1, "new", &init, &cl, &st);
+        tn_alloc_fail_after(-1);
+        if (rc == 0) {
+            assert_int_equal(st.frontier, 7);
+            tn_cursor_fini(&st);
+            break;
+        }
+        assert_int_equal(rc, UV_ENOMEM);
+        assert_true(n < 10000);
+    }
+    tn_cursor_fini(&init);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +366,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_damage_isolates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_initial_delete_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fsync_failure_sticky, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alloc_failures, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 
 #include "testutil.h"
 
+#include "core/alloc.h"
 #include "core/err.h"
 #include "storage/io.h"
 
@@ -148,6 +149,30 @@ static void test_names(void **state)
     assert_false(tn_store_valid_name(longname));
 }
 
+static void test_open_alloc_failures(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char *dir = tu_tempdir();
+    for (long n = 0;; n++) {
+        tn_store_t *s = NULL;
+        char err[512];
+        tn_alloc_fail_after(n);
+        int rc = try_open(&loop, dir, &s, err, sizeof(err));
+        tn_alloc_fail_after(-1);
+        if (rc == 0) {
+            tu_store_close(&loop, s);
+            break;
+        }
+        assert_int_equal(rc, UV_ENOMEM);
+        assert_true(n < 1000);
+    }
+    tu_loop_fini(&loop);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +180,7 @@ int main(void)
         cmocka_unit_test(test_format_rules),
         cmocka_unit_test(test_listing),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_open_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
