@@ -22,7 +22,8 @@
     X(GAP, "offset is absent from the log")                                                        \
     X(CLOSED, "object is closed")                                                                  \
     X(RANGE, "value out of range")                                                                 \
-    X(SHORT, "incomplete data: more bytes needed")
+    X(SHORT, "incomplete data: more bytes needed")                                                 \
+    X(PROTO, "protocol error")
 
 enum {
     TN__ERR_BASE = -100000,
