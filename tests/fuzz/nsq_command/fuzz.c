@@ -2,11 +2,14 @@
  * parsed command after command as a connection would. Checks: a command
  * never claims more bytes than it was given, its borrowed spans lie inside
  * the input, MPUB's messages add up to its body, `need` is beyond what was
- * given, and every error has a code and a text. */
+ * given, and every error has a code and a text. IDENTIFY bodies go
+ * through the JSON decoder: it accepts (settings stay in range) or refuses
+ * with a code and a text, and never touches the settings when it refuses. */
 #include "core/platform.h"
 
 #include "core/err.h"
 #include "proto/nsq/codec.h"
+#include "proto/nsq/identify.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +54,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         inside(&cmd.channel, buf + off, used);
         inside(&cmd.id, buf + off, used);
         inside(&cmd.body, buf + off, used);
+        if (cmd.op == TN_NSQ_IDENTIFY) {
+            static const tn_nsq_server_opts_t srv = {60000, 65536, 25,   30000, 900000, 2500,
+                                                     6,     true,  true, true,  false};
+            tn_nsq_client_opts_t c, before;
+            tn_nsq_client_defaults(&c, 60000);
+            before = c;
+            int err = 0;
+            char msg[256] = "";
+            int irc =
+                tn_nsq_identify(cmd.body.base, cmd.body.len, &srv, &c, &err, msg, sizeof(msg));
+            if (irc == 0) {
+                if (c.heartbeat_ms < 0 || c.heartbeat_ms > 60000 || c.sample_rate < 0 ||
+                    c.sample_rate > 99 || c.msg_timeout_ms < 1000 || c.deflate_level < 1 ||
+                    c.deflate_level > 6 || (c.deflate && c.snappy) ||
+                    strlen(c.user_agent) >= TN_NSQ_CLIENT_STR)
+                    abort();
+            } else if (irc != TN_EPROTO || err == 0 || msg[0] == '\0' ||
+                       memcmp(&c, &before, sizeof(c)) != 0) {
+                abort();
+            }
+        }
         if (cmd.op == TN_NSQ_MPUB) {
             size_t pos = 0, total = 4;
             uint32_t n = 0;
