@@ -23,7 +23,9 @@ int tn_buf_reserve(tn_buf_t *b, size_t extra)
     if (b->off > 0 && b->off == b->len) {
         b->off = b->len = 0;
     }
-    if (b->cap - b->len >= extra)
+    /* Always leave base allocated, so base + len is valid arithmetic even
+     * for a reservation of zero bytes. */
+    if (b->cap - b->len >= extra && b->base != NULL)
         return 0;
     /* Reclaim consumed space before growing. */
     if (b->off > 0 && b->cap - (b->len - b->off) >= extra) {

@@ -42,7 +42,8 @@ typedef struct {
 
 void tn_buf_init(tn_buf_t *b);
 void tn_buf_fini(tn_buf_t *b);
-/* Make room for `extra` more bytes past len. 0 or UV_ENOMEM. */
+/* Make room for `extra` more bytes past len (base is non-NULL afterwards,
+ * even for extra 0). 0 or UV_ENOMEM. */
 int tn_buf_reserve(tn_buf_t *b, size_t extra);
 /* Append a copy of [data, data+n). 0 or UV_ENOMEM. */
 int tn_buf_append(tn_buf_t *b, const void *data, size_t n);

@@ -61,6 +61,8 @@ static int chunk(tn_snappy_dec_t *d, unsigned type, const char *body, size_t len
             return TN_ECORRUPT;
         if (type == CHUNK_UNCOMPRESSED && n > TN_SNAPPY_MAX_CHUNK)
             return TN_ECORRUPT;
+        if (n == 0) /* an empty chunk: only its CRC to check */
+            return masked_crc("", 0) == crc ? 0 : TN_ECORRUPT;
         int rc = tn_buf_reserve(out, n);
         if (rc != 0)
             return rc;

@@ -27,6 +27,16 @@ static void test_buf_grow_consume(void **state)
     tn_buf_fini(&b);
 }
 
+static void test_reserve_zero_allocates(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_buf_reserve(&b, 0), 0);
+    assert_non_null(b.base); /* base + len is then always defined */
+    tn_buf_fini(&b);
+}
+
 static void test_msg_refcount(void **state)
 {
     (void)state;
@@ -45,6 +55,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buf_grow_consume),
+        cmocka_unit_test(test_reserve_zero_allocates),
         cmocka_unit_test(test_msg_refcount),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -72,6 +72,9 @@ static void test_format_rules(void **state)
     assert_int_equal(try_open(&loop, dir, &s, err, sizeof(err)), TN_EFORMAT);
     assert_non_null(strstr(err, "format 2"));
 
+    write_text(dir, "FORMAT", ""); /* empty: not a FORMAT file either */
+    assert_int_equal(try_open(&loop, dir, &s, err, sizeof(err)), TN_ECORRUPT);
+
     write_text(dir, "FORMAT", "something else\n");
     assert_int_equal(try_open(&loop, dir, &s, err, sizeof(err)), TN_ECORRUPT);
     assert_non_null(strstr(err, "not a tern FORMAT"));
