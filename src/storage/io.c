@@ -685,9 +685,12 @@ int tn_io_close(int fd)
 }
 
 #ifdef TN_TEST
-/* Record a write in the simulator; returns UV_EIO when the power is off. */
-static int sim_write(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off)
+/* The simulated file behind fd, counting one mutating operation. Returns
+ * with sim_lock held when *f is set; UV_EIO when the power is off (lock
+ * released); 0 with *f NULL when fd is not tracked (lock released). */
+static int sim_file_op(int fd, sfile_t **f)
 {
+    *f = NULL;
     if (!SIM_ACTIVE() || fd < 0 || fd >= SIM_MAX_FD)
         return 0;
     uv_mutex_lock(&sim_lock);
@@ -700,10 +703,20 @@ static int sim_write(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off)
         uv_mutex_unlock(&sim_lock);
         return UV_EIO;
     }
+    *f = &sim.files[id];
+    return 0;
+}
+
+/* Record a write in the simulator; returns UV_EIO when the power is off. */
+static int sim_write(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off)
+{
+    sfile_t *f;
+    int rc = sim_file_op(fd, &f);
+    if (f == NULL)
+        return rc;
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++)
         total += iov[i].len;
-    sfile_t *f = &sim.files[id];
     f->pend = xgrow(f->pend, &f->cap, f->npend + 1, sizeof(*f->pend));
     pend_t *p = &f->pend[f->npend++];
     p->kind = P_WRITE;
@@ -723,41 +736,27 @@ static int sim_write(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off)
 
 static int sim_truncate(int fd, uint64_t len)
 {
-    if (!SIM_ACTIVE() || fd < 0 || fd >= SIM_MAX_FD)
-        return 0;
-    uv_mutex_lock(&sim_lock);
-    int id = sim.active ? sim.fdmap[fd] : -1;
-    if (id >= 0) {
-        if (sim_tick()) {
-            uv_mutex_unlock(&sim_lock);
-            return UV_EIO;
-        }
-        sfile_t *f = &sim.files[id];
-        f->pend = xgrow(f->pend, &f->cap, f->npend + 1, sizeof(*f->pend));
-        f->pend[f->npend++] = (pend_t){P_TRUNC, len, 0, NULL};
-    }
+    sfile_t *f;
+    int rc = sim_file_op(fd, &f);
+    if (f == NULL)
+        return rc;
+    f->pend = xgrow(f->pend, &f->cap, f->npend + 1, sizeof(*f->pend));
+    f->pend[f->npend++] = (pend_t){P_TRUNC, len, 0, NULL};
     uv_mutex_unlock(&sim_lock);
     return 0;
 }
 
 static int sim_sync(int fd)
 {
-    if (!SIM_ACTIVE() || fd < 0 || fd >= SIM_MAX_FD)
-        return 0;
-    uv_mutex_lock(&sim_lock);
-    int id = sim.active ? sim.fdmap[fd] : -1;
-    if (id >= 0) {
-        if (sim_tick()) {
-            uv_mutex_unlock(&sim_lock);
-            return UV_EIO;
-        }
-        sfile_t *f = &sim.files[id];
-        for (size_t k = 0; k < f->npend; k++) {
-            apply_pend(&f->data, &f->len, &f->pend[k], NULL);
-            free(f->pend[k].data);
-        }
-        f->npend = 0;
+    sfile_t *f;
+    int rc = sim_file_op(fd, &f);
+    if (f == NULL)
+        return rc;
+    for (size_t k = 0; k < f->npend; k++) {
+        apply_pend(&f->data, &f->len, &f->pend[k], NULL);
+        free(f->pend[k].data);
     }
+    f->npend = 0;
     uv_mutex_unlock(&sim_lock);
     return 0;
 }
