@@ -218,6 +218,18 @@ static int recover_segment(tn_plog_t *plog, uint64_t base, bool last, tn_seg_t *
         }
         if (rc != UV_ENOENT && rc != TN_ECORRUPT)
             goto fail;
+        if (rc == UV_ENOENT && fsize == 0) {
+            /* An empty segment that never had data or a sidecar: left by
+             * tn_plog_advance between creating the next segment and
+             * removing this one. Nothing to lose. */
+            TN_LOG(TN_LOG_NOTICE, "partition %s/%u: removing empty segment %" PRIu64, plog->topic,
+                   plog->partition, base);
+            tn_seg_unref(seg);
+            if ((rc = tn_io_unlink(path)) != 0 || (rc = tn_io_fsync_dir(plog->dir)) != 0)
+                return rc;
+            *out = NULL;
+            return 0;
+        }
         TN_LOG(TN_LOG_WARN, "partition %s/%u: index of segment %" PRIu64 " %s; rebuilding",
                plog->topic, plog->partition, base, rc == UV_ENOENT ? "missing" : "invalid");
     }
@@ -285,6 +297,8 @@ static int recover(tn_plog_t *plog)
         rc = recover_segment(plog, bases[i], i + 1 == n, &seg);
         if (rc != 0)
             break;
+        if (seg == NULL)
+            continue; /* an empty leftover, removed */
         if (plog->nsegs > 0) {
             tn_seg_t *prev = active_seg(plog);
             uint64_t end = prev->base + prev->count;
@@ -481,8 +495,9 @@ static void advance_durable(tn_plog_t *plog, uint64_t next)
         atomic_store(&plog->durable_next, next);
 }
 
-/* Seal the active segment and start a new one at next_offset. */
-static int roll(tn_plog_t *plog)
+/* fdatasync the active segment and write its sidecar: it is sealed once
+ * the next segment exists. */
+static int seal_active(tn_plog_t *plog)
 {
     tn_seg_t *old = active_seg(plog);
     int rc = tn_io_fdatasync(old->fd);
@@ -493,25 +508,36 @@ static int roll(tn_plog_t *plog)
     old->synced = old->size;
     advance_durable(plog, old->base + old->count);
     rc = tn_seg_index_write(old, plog->dir);
-    if (rc != 0) {
+    if (rc != 0)
         set_sticky(plog, rc, "writing the index of segment %" PRIu64, old->base);
-        return rc;
-    }
+    return rc;
+}
+
+/* Create the segment at base and make it the active one. */
+static int start_segment(tn_plog_t *plog, uint64_t base)
+{
     tn_seg_t *seg;
-    rc = create_segment(plog, plog->next_offset, &seg);
+    int rc = create_segment(plog, base, &seg);
     if (rc != 0) {
-        set_sticky(plog, rc, "creating segment %" PRIu64, plog->next_offset);
+        set_sticky(plog, rc, "creating segment %" PRIu64, base);
         return rc;
     }
     uv_mutex_lock(&plog->lock);
-    old->sealed = true;
+    active_seg(plog)->sealed = true;
     rc = push_seg(plog, seg);
     uv_mutex_unlock(&plog->lock);
     if (rc != 0) {
         tn_seg_unref(seg);
-        set_sticky(plog, rc, "adding segment %" PRIu64, plog->next_offset);
+        set_sticky(plog, rc, "adding segment %" PRIu64, base);
     }
     return rc;
+}
+
+/* Seal the active segment and start a new one at next_offset. */
+static int roll(tn_plog_t *plog)
+{
+    int rc = seal_active(plog);
+    return rc != 0 ? rc : start_segment(plog, plog->next_offset);
 }
 
 /* Fail every request from `from` to the end of the log's round chain
@@ -1024,6 +1050,73 @@ int tn_plog_gc(tn_plog_t *plog, tn_plog_gc_t *req, uint64_t below_offset, int64_
     req->cb = cb;
     req->deleted = 0;
     req->deleted_bytes = 0;
+    plog->pending++;
+    tn__committer_submit(&plog->store->logc, &req->s);
+    return 0;
+}
+
+/* --- advance ---------------------------------------------------------------- */
+
+static void advance_exec(tn__committer_t *c, tn__sreq_t *s)
+{
+    tn_plog_advance_t *req = (tn_plog_advance_t *)s;
+    tn_plog_t *plog = req->plog;
+    int rc = atomic_load(&plog->err);
+    if (rc == 0 && req->next > plog->next_offset) {
+        tn_seg_t *old = active_seg(plog);
+        bool empty = old->count == 0;
+        if (!empty)
+            rc = seal_active(plog);
+        if (rc == 0)
+            rc = start_segment(plog, req->next);
+        if (rc == 0 && empty) {
+            /* The empty segment goes; until its unlink is durable,
+             * recovery removes it (empty, no sidecar, not last). */
+            uv_mutex_lock(&plog->lock);
+            memmove(&plog->segs[plog->nsegs - 2], &plog->segs[plog->nsegs - 1],
+                    sizeof(*plog->segs));
+            plog->nsegs--;
+            uv_mutex_unlock(&plog->lock);
+            int r = tn_io_unlink(old->path);
+            if (r == 0)
+                r = tn_io_fsync_dir(plog->dir);
+            if (r != 0) {
+                set_sticky(plog, r, "removing empty segment %" PRIu64, old->base);
+                rc = r;
+            }
+            tn_seg_unref(old);
+        }
+        if (rc == 0) {
+            plog->next_offset = req->next;
+            atomic_store(&plog->written_next, req->next);
+            advance_durable(plog, req->next);
+            TN_LOG(TN_LOG_NOTICE, "partition %s/%u: advanced to offset %" PRIu64, plog->topic,
+                   plog->partition, req->next);
+        }
+    }
+    s->status = rc;
+    tn__store_complete(c->store, s, s);
+}
+
+static void advance_done(tn__sreq_t *s)
+{
+    tn_plog_advance_t *req = (tn_plog_advance_t *)s;
+    req->plog->pending--;
+    req->cb(req, s->status);
+}
+
+int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_plog_advance_cb cb)
+{
+    if (plog->closing)
+        return TN_ECLOSED;
+    if (next > INT64_MAX)
+        return UV_EINVAL;
+    memset(&req->s, 0, sizeof(req->s));
+    req->s.exec = advance_exec;
+    req->s.done = advance_done;
+    req->plog = plog;
+    req->next = next;
+    req->cb = cb;
     plog->pending++;
     tn__committer_submit(&plog->store->logc, &req->s);
     return 0;

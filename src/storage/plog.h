@@ -67,6 +67,17 @@ struct tn_plog_gc_s {
     uint64_t deleted_bytes;
 };
 
+/* An advance request. */
+typedef struct tn_plog_advance_s tn_plog_advance_t;
+typedef void (*tn_plog_advance_cb)(tn_plog_advance_t *req, int status);
+struct tn_plog_advance_s {
+    tn__sreq_t s;
+    void *data;
+    tn_plog_t *plog;
+    uint64_t next;
+    tn_plog_advance_cb cb;
+};
+
 typedef struct {
     uint64_t first_offset; /* lowest offset still stored */
     uint64_t written_next;
@@ -174,6 +185,16 @@ uint32_t tn_plog_gc_plan(tn_plog_t *plog, uint64_t below_offset, int64_t older_t
  * segment keep it until they finish. 0 when queued, else an error. */
 int tn_plog_gc(tn_plog_t *plog, tn_plog_gc_t *req, uint64_t below_offset, int64_t older_than_ns,
                tn_plog_gc_cb cb);
+
+/* Make next the next offset to assign, if it is above the current one:
+ * the offsets skipped are never assigned and read as TN_EGAP (TN_ENOTFOUND
+ * when no record precedes them, as after GC). The recovery
+ * of a channel that refers to offsets the log lost (an unsynced tail in
+ * write_ack or relaxed mode, cut by a power failure) uses this so that no
+ * offset is ever reused. Durable (a new segment starts at next) when cb
+ * runs with 0. Queued after earlier appends. 0 when queued, TN_ECLOSED,
+ * UV_EINVAL. */
+int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_plog_advance_cb cb);
 
 /* Internal to src/storage. */
 void tn__plog_round(tn__committer_t *c, tn__sreq_t *round);
