@@ -186,3 +186,33 @@ void tu_truncate_file(const char *path, long len)
 {
     assert_int_equal(truncate(path, len), 0);
 }
+
+tu_fx_t *tu_fx_new(void (*tweak)(tn_store_opts_t *o))
+{
+    tu_fx_t *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    assert_int_equal(uv_loop_init(&fx->loop), 0);
+    fx->dir = tu_tempdir();
+    tu_store_opts(&fx->opts, fx->dir);
+    if (tweak != NULL)
+        tweak(&fx->opts);
+    fx->store = tu_store_open(&fx->loop, &fx->opts);
+    return fx;
+}
+
+void tu_fx_free(tu_fx_t *fx)
+{
+    if (fx->store != NULL)
+        tu_store_close(&fx->loop, fx->store);
+    tu_loop_fini(&fx->loop);
+    tu_rmrf(fx->dir);
+    free(fx->dir);
+    free(fx);
+}
+
+void tu_fx_reopen(tu_fx_t *fx)
+{
+    if (fx->store != NULL)
+        tu_store_close(&fx->loop, fx->store);
+    fx->store = tu_store_open(&fx->loop, &fx->opts);
+}

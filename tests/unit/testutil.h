@@ -44,6 +44,23 @@ void tu_expect_body(tn_plog_t *plog, uint64_t offset, const void *body, size_t l
 /* Deterministic body for a numbered message: "msg-<n>-" then filler. */
 size_t tu_body(uint64_t n, char *buf, size_t len);
 
+/* A loop, a temporary data directory and a store open on it: the fixture
+ * of the storage tests. */
+typedef struct {
+    uv_loop_t loop;
+    char *dir;
+    tn_store_opts_t opts;
+    tn_store_t *store; /* NULL while a test has it closed */
+} tu_fx_t;
+
+/* A new fixture; tweak (may be NULL) adjusts the options before the store
+ * opens. */
+tu_fx_t *tu_fx_new(void (*tweak)(tn_store_opts_t *o));
+/* Close what is open, check the loop closes, remove the directory. */
+void tu_fx_free(tu_fx_t *fx);
+/* Close the store and open it again with fx->opts (recovery runs). */
+void tu_fx_reopen(tu_fx_t *fx);
+
 /* Bytes of a file, or -1. */
 long tu_file_size(const char *path);
 /* Write bytes at pos of an existing file (for corruption tests). */

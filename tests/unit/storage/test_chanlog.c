@@ -17,41 +17,24 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct {
-    uv_loop_t loop;
-    char *dir;
-    tn_store_opts_t opts;
-    tn_store_t *store;
-} fx_t;
+typedef tu_fx_t fx_t;
+
+/* Checkpoints often enough for the tests to cross them. */
+static void chanlog_opts(tn_store_opts_t *o)
+{
+    o->checkpoint_every = 50;
+}
 
 static int setup(void **state)
 {
-    fx_t *fx = calloc(1, sizeof(*fx));
-    uv_loop_init(&fx->loop);
-    fx->dir = tu_tempdir();
-    tu_store_opts(&fx->opts, fx->dir);
-    fx->opts.checkpoint_every = 50;
-    fx->store = tu_store_open(&fx->loop, &fx->opts);
-    *state = fx;
+    *state = tu_fx_new(chanlog_opts);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    fx_t *fx = *state;
-    if (fx->store != NULL)
-        tu_store_close(&fx->loop, fx->store);
-    tu_loop_fini(&fx->loop);
-    tu_rmrf(fx->dir);
-    free(fx->dir);
-    free(fx);
+    tu_fx_free(*state);
     return 0;
-}
-
-static void reopen(fx_t *fx)
-{
-    tu_store_close(&fx->loop, fx->store);
-    fx->store = tu_store_open(&fx->loop, &fx->opts);
 }
 
 static tn_chanlog_t *open_cl(fx_t *fx, const char *ch, tn_cursor_t *state)
@@ -115,7 +98,7 @@ static void test_records_survive_reopen(void **state)
     r = (tn_walrec_t){99, 0, 0, 0, 0};
     assert_int_equal(tn_chanlog_submit(cl, &op, &r, on_op), UV_EINVAL);
 
-    reopen(fx);
+    tu_fx_reopen(fx);
     cl = open_cl(fx, "workers", &st);
     assert_int_equal(tn_chanlog_err(cl), 0);
     assert_int_equal(st.frontier, 10);
@@ -143,7 +126,7 @@ static void test_checkpoints_bound_the_wal(void **state)
     char wal[4096];
     snprintf(wal, sizeof(wal), "%s/topics/t/0/c.wal", fx->dir);
     assert_true(tu_file_size(wal) <= 50 * (TN_WAL_HDR + 8));
-    reopen(fx);
+    tu_fx_reopen(fx);
     cl = open_cl(fx, "c", &st);
     assert_int_equal(st.frontier, 500);
     assert_int_equal(st.finish_count, 500);
@@ -205,7 +188,7 @@ static void test_torn_wal_tail(void **state)
     tn_cursor_fini(&st);
     assert_int_equal(tu_file_size(wal), 4 * (TN_WAL_HDR + 8));
     assert_int_equal(fin_range(fx, cl, 4, 6), 0);
-    reopen(fx);
+    tu_fx_reopen(fx);
     cl = open_cl(fx, "c", &st);
     assert_int_equal(st.frontier, 6);
     tn_cursor_fini(&st);
@@ -271,7 +254,7 @@ static void test_create_initial_delete_list(void **state)
     assert_string_equal(names, "late,");
 
     tn_chanlog_close(cl, NULL);
-    reopen(fx);
+    tu_fx_reopen(fx);
     assert_int_equal(tn_chanlog_delete(fx->store, "t", 0, "late"), 0);
     names[0] = '\0';
     assert_int_equal(tn_chanlog_list(fx->store, "t", 0, collect, names), 0);
@@ -283,14 +266,14 @@ static void test_create_initial_delete_list(void **state)
     tn_cursor_fini(&st);
     assert_int_equal(fin_range(fx, cl, 900, 950), 0);
     tn_chanlog_close(cl, NULL);
-    reopen(fx);
+    tu_fx_reopen(fx);
     char path[4096];
     snprintf(path, sizeof(path), "%s/topics/t/0/late.ckpt", fx->dir);
     assert_int_equal(unlink(path), 0);
     tn_cursor_init(&init, 10);
     assert_int_equal(tn_chanlog_open(fx->store, "t", 0, "late", &init, &cl, &st), 0);
     tn_cursor_fini(&st);
-    reopen(fx);
+    tu_fx_reopen(fx);
     assert_int_equal(tn_chanlog_open(fx->store, "t", 0, "late", NULL, &cl, &st), 0);
     assert_int_equal(st.frontier, 10);
     assert_int_equal(st.finish_count, 0);
@@ -322,7 +305,7 @@ static void test_alloc_failures(void **state)
     assert_int_equal(fin_range(fx, cl, 0, 40), 0);
     assert_int_equal(fin_range(fx, cl, 45, 60), 0);
     tn_chanlog_close(cl, NULL);
-    reopen(fx);
+    tu_fx_reopen(fx);
     /* Every allocation of open and replay fails cleanly, leaking nothing. */
     for (long n = 0;; n++) {
         tn_alloc_fail_after(n);

@@ -17,40 +17,18 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct {
-    uv_loop_t loop;
-    char *dir;
-    tn_store_opts_t opts;
-    tn_store_t *store;
-} fx_t;
+typedef tu_fx_t fx_t;
 
 static int setup(void **state)
 {
-    fx_t *fx = calloc(1, sizeof(*fx));
-    uv_loop_init(&fx->loop);
-    fx->dir = tu_tempdir();
-    tu_store_opts(&fx->opts, fx->dir);
-    fx->store = tu_store_open(&fx->loop, &fx->opts);
-    *state = fx;
+    *state = tu_fx_new(NULL);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    fx_t *fx = *state;
-    if (fx->store != NULL)
-        tu_store_close(&fx->loop, fx->store);
-    tu_loop_fini(&fx->loop);
-    tu_rmrf(fx->dir);
-    free(fx->dir);
-    free(fx);
+    tu_fx_free(*state);
     return 0;
-}
-
-static void reopen_store(fx_t *fx)
-{
-    tu_store_close(&fx->loop, fx->store);
-    fx->store = tu_store_open(&fx->loop, &fx->opts);
 }
 
 static tn_plog_t *open_log(fx_t *fx, const char *topic, uint32_t part)
@@ -163,7 +141,7 @@ static void test_reopen_uses_sidecars(void **state)
     fx_t *fx = *state;
     tn_plog_t *plog = open_log(fx, "t", 3);
     append_n(fx, plog, 0, 1200);
-    reopen_store(fx);
+    tu_fx_reopen(fx);
     plog = open_log(fx, "t", 3);
     assert_int_equal(tn_plog_err(plog), 0);
     assert_int_equal(tn_plog_written_next(plog), 1200);
@@ -393,7 +371,7 @@ static void test_relaxed_sync_by_count(void **state)
     fx->opts.relaxed_sync_messages = 10;
     fx->opts.relaxed_sync_interval_ns = 60LL * 1000000000; /* only the count can trigger */
     fx->opts.durability = TN_DURABILITY_RELAXED;
-    reopen_store(fx);
+    tu_fx_reopen(fx);
     tn_plog_t *plog = open_log(fx, "r", 0);
     append_n(fx, plog, 0, 9);
     assert_int_equal(tn_plog_durable_next(plog), 0);
@@ -505,7 +483,7 @@ static void test_gc_by_offset_and_age(void **state)
     assert_int_equal(run_gc(fx, plog, UINT64_MAX, 0), 0);
 
     /* Reopen: offsets continue, nothing below the kept segment. */
-    reopen_store(fx);
+    tu_fx_reopen(fx);
     plog = open_log(fx, "gc", 0);
     assert_int_equal(tn_plog_err(plog), 0);
     assert_int_equal(tn_plog_written_next(plog), 1500);
@@ -517,14 +495,14 @@ static void test_disk_high_refuses_appends(void **state)
 {
     fx_t *fx = *state;
     fx->opts.disk_min_free = UINT64_MAX; /* no disk is that large */
-    reopen_store(fx);
+    tu_fx_reopen(fx);
     assert_true(tn_store_disk_high(fx->store));
     tn_plog_t *plog = open_log(fx, "t", 0);
     tn_append_t req;
     tn_rec_in_t rec = {{NULL, 0}, tn_iov("x", 1), 0};
     assert_int_equal(tn_plog_append(plog, &req, &rec, 1, on_mode_append), TN_EDISKHIGH);
     fx->opts.disk_min_free = 0;
-    reopen_store(fx);
+    tu_fx_reopen(fx);
     assert_false(tn_store_disk_high(fx->store));
 }
 
@@ -603,7 +581,7 @@ static void test_advance(void **state)
     append_n(fx, plog, 100, 3);
     advance(fx, plog, 50); /* below the tail: nothing to do */
     assert_int_equal(tn_plog_written_next(plog), 103);
-    reopen_store(fx);
+    tu_fx_reopen(fx);
     plog = open_log(fx, "adv", 0);
     assert_int_equal(tn_plog_err(plog), 0);
     assert_int_equal(tn_plog_written_next(plog), 103);
@@ -620,7 +598,7 @@ static void test_advance(void **state)
     assert_int_equal(count_files(dir, ".log"), 1);
     /* Nothing precedes them: like GC'd offsets, not found. */
     expect_absent(fresh, 0, 40, TN_ENOTFOUND);
-    reopen_store(fx);
+    tu_fx_reopen(fx);
     fresh = open_log(fx, "adv", 1);
     assert_int_equal(tn_plog_written_next(fresh), 42);
     expect_all(fresh, 40, 2);
