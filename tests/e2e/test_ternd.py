@@ -42,6 +42,32 @@ class Daemon:
         return self.proc.returncode
 
 
+def run_driver_until(data, ledger, done, timeout=60):
+    """Run the crash driver on data, logging to ledger, until done() is
+    true (polled), then SIGKILL it. Fails if it never gets there."""
+    with open(ledger, "wb") as out:
+        p = subprocess.Popen([DRIVER, "run", data, "durable", "0"], stdout=out)
+        deadline = time.monotonic() + timeout
+        try:
+            while not done():
+                if p.poll() is not None:
+                    raise AssertionError(f"driver exited early ({p.returncode})")
+                if time.monotonic() > deadline:
+                    raise AssertionError("driver made too little progress")
+                time.sleep(0.05)
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+
+def ledger_lines(ledger):
+    try:
+        with open(ledger) as f:
+            return sum(1 for line in f if line.startswith("A "))
+    except FileNotFoundError:
+        return 0
+
+
 class TerndTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tern-e2e-")
@@ -112,13 +138,9 @@ class TerndTest(unittest.TestCase):
         # Let the crash driver write partitions and channels, kill it hard,
         # then check ternd recovers all of it at startup.
         ledger = os.path.join(self.dir, "ledger")
-        with open(ledger, "wb") as out:
-            p = subprocess.Popen([DRIVER, "run", self.data, "durable", "0"], stdout=out)
-            time.sleep(0.5)
-            p.send_signal(signal.SIGKILL)
-            p.wait()
-        acked = sum(1 for line in open(ledger) if line.startswith("A "))
-        self.assertGreater(acked, 0)
+        run_driver_until(self.data, ledger, lambda: ledger_lines(ledger) >= 200)
+        acked = ledger_lines(ledger)
+        self.assertGreaterEqual(acked, 200)
         d = Daemon(self.data)
         line = d.wait_for("ready")
         self.assertIn("3 partitions (0 isolated), 3 channels", line)
@@ -128,14 +150,9 @@ class TerndTest(unittest.TestCase):
 
     def test_damaged_partition_is_isolated_not_fatal(self):
         ledger = os.path.join(self.dir, "ledger")
-        with open(ledger, "wb") as out:
-            p = subprocess.Popen([DRIVER, "run", self.data, "durable", "0"], stdout=out)
-            time.sleep(0.3)
-            p.send_signal(signal.SIGKILL)
-            p.wait()
         seg = os.path.join(self.data, "topics", "crash", "1", "00000000000000000000.log")
-        size = os.path.getsize(seg)
-        self.assertGreater(size, 2000)
+        run_driver_until(self.data, ledger,
+                         lambda: os.path.exists(seg) and os.path.getsize(seg) > 4000)
         # Damage a record near the start; later records claim it was durable.
         with open(seg, "r+b") as f:
             f.seek(60)
