@@ -387,7 +387,6 @@ fail:
 static void append_done(tn__sreq_t *s)
 {
     tn_append_t *req = (tn_append_t *)s;
-    req->plog->pending--;
     if (req->hdrs != req->hdr_inline)
         tn_free(req->hdrs);
     req->hdrs = NULL;
@@ -431,7 +430,6 @@ int tn_plog_append(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, u
     req->pnext = NULL;
     req->first_offset = 0;
     req->publish_ns = 0;
-    plog->pending++;
     tn__committer_submit(&plog->store->logc, &req->s);
     return 0;
 }
@@ -1032,7 +1030,6 @@ static void gc_exec(tn__committer_t *c, tn__sreq_t *s)
 static void gc_done(tn__sreq_t *s)
 {
     tn_plog_gc_t *req = (tn_plog_gc_t *)s;
-    req->plog->pending--;
     req->cb(req, s->status);
 }
 
@@ -1050,7 +1047,6 @@ int tn_plog_gc(tn_plog_t *plog, tn_plog_gc_t *req, uint64_t below_offset, int64_
     req->cb = cb;
     req->deleted = 0;
     req->deleted_bytes = 0;
-    plog->pending++;
     tn__committer_submit(&plog->store->logc, &req->s);
     return 0;
 }
@@ -1101,7 +1097,6 @@ static void advance_exec(tn__committer_t *c, tn__sreq_t *s)
 static void advance_done(tn__sreq_t *s)
 {
     tn_plog_advance_t *req = (tn_plog_advance_t *)s;
-    req->plog->pending--;
     req->cb(req, s->status);
 }
 
@@ -1117,7 +1112,6 @@ int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_p
     req->plog = plog;
     req->next = next;
     req->cb = cb;
-    plog->pending++;
     tn__committer_submit(&plog->store->logc, &req->s);
     return 0;
 }

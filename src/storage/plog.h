@@ -85,8 +85,7 @@ typedef struct {
     uint64_t visible_next;
     uint32_t segments;
     uint64_t bytes;
-    uint64_t unsynced_messages;
-    uint64_t unsynced_bytes;
+    uint64_t unsynced_messages; /* written, not yet covered by an fdatasync */
     int err;
 } tn_plog_stats_t;
 
@@ -133,7 +132,6 @@ struct tn_plog_s {
     tn__sreq_t close_req;
     tn_plog_cb close_cb;
     bool closing;
-    uint32_t pending; /* requests submitted, not yet completed */
 };
 
 /* Open a partition log, creating its directory and first segment when

@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/name.h"
 #include "core/time.h"
 #include "storage/chanlog.h"
 #include "storage/disk.h"
@@ -49,16 +50,7 @@ void tn_store_opts_from_config(tn_store_opts_t *o, const tn_config_t *cfg)
 
 bool tn_store_valid_name(const char *name)
 {
-    size_t n = strlen(name);
-    if (n == 0 || n > 255 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
+    return tn_name_valid(name, strlen(name));
 }
 
 static int take_lock(tn_store_t *store, char *err, size_t errlen)

@@ -4,6 +4,7 @@
 #include "proto/nsq/codec.h"
 
 #include "core/err.h"
+#include "core/name.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,21 +47,6 @@ static int fail(tn_nsq_cmd_t *cmd, tn_nsq_err_t err, const char *fmt, ...)
     return TN_EPROTO;
 }
 
-static bool name_chars(const char *s, size_t len)
-{
-    if (len == 0 || len > TN_NSQ_MAX_NAME)
-        return false;
-    if ((len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.'))
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
-}
-
 #define EPHEMERAL     "#ephemeral"
 #define EPHEMERAL_LEN (sizeof(EPHEMERAL) - 1)
 
@@ -73,14 +59,14 @@ bool tn_nsq_valid_topic(const char *s, size_t len)
 {
     if (tn_nsq_is_ephemeral(s, len))
         len -= EPHEMERAL_LEN; /* nsqd allows ephemeral topics too */
-    return name_chars(s, len);
+    return tn_name_valid(s, len);
 }
 
 bool tn_nsq_valid_channel(const char *s, size_t len)
 {
     if (tn_nsq_is_ephemeral(s, len))
         len -= EPHEMERAL_LEN;
-    return name_chars(s, len);
+    return tn_name_valid(s, len);
 }
 
 /* nsqd's ByteToBase10: decimal digits only, no sign. */

@@ -29,7 +29,6 @@
 #define TN_NSQ_ID_LEN        16
 #define TN_NSQ_MSG_HDR       26 /* timestamp, attempts, id */
 #define TN_NSQ_FRAME_HDR     8  /* size, type */
-#define TN_NSQ_MAX_NAME      255
 #define TN_NSQ_MAX_PARTITION 0xFFFFu
 #define TN_NSQ_MAX_OFFSET    ((UINT64_C(1) << 48) - 1)
 
@@ -128,8 +127,8 @@ int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq
  * sets *msg while messages remain. */
 bool tn_nsq_mpub_next(const tn_nsq_cmd_t *cmd, size_t *pos, tn_iov_t *msg);
 
-/* Topic names: [A-Za-z0-9._-]{1,255} and not "." or "..". Channel names:
- * the same, optionally ending in "#ephemeral". */
+/* Topic and channel names: tern's rule (core/name.h), optionally ending in
+ * "#ephemeral". */
 bool tn_nsq_valid_topic(const char *s, size_t len);
 bool tn_nsq_valid_channel(const char *s, size_t len);
 /* Whether a valid name ends in "#ephemeral". */

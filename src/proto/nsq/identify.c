@@ -149,7 +149,7 @@ static int on_start_map(void *c)
         x->too_deep = true;
         return 0;
     }
-    if (x->depth == 1 && x->field >= 0 && fields[x->field].type != F_NONE) {
+    if (x->depth == 1 && x->field >= 0) { /* an object where a known field's value goes */
         x->bad_type = true;
         return 0;
     }

@@ -1,0 +1,19 @@
+/* The name rule. See name.h. */
+#include "core/platform.h"
+
+#include "core/name.h"
+
+bool tn_name_valid(const char *s, size_t len)
+{
+    if (len == 0 || len > TN_NAME_MAX)
+        return false;
+    if ((len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.'))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
