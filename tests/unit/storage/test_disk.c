@@ -7,8 +7,6 @@
 #include "core/err.h"
 #include "storage/disk.h"
 
-#include <stdlib.h>
-
 static void test_disk_rule(void **state)
 {
     (void)state;
@@ -26,12 +24,8 @@ static void test_disk_rule(void **state)
 static void test_real_check(void **state)
 {
     (void)state;
-    uv_loop_t loop;
-    uv_loop_init(&loop);
-    char *dir = tu_tempdir();
-    tn_store_opts_t o;
-    tu_store_opts(&o, dir);
-    tn_store_t *s = tu_store_open(&loop, &o);
+    tu_fx_t *fx = tu_fx_new(NULL);
+    tn_store_t *s = fx->store;
     assert_false(tn_store_disk_high(s));
     assert_true(atomic_load(&s->disk_used_pct) > 0);
     assert_true(atomic_load(&s->disk_free) > 0);
@@ -44,10 +38,7 @@ static void test_real_check(void **state)
     s->opts.disk_low_pct = 99;
     tn__disk_check(s);
     assert_false(tn_store_disk_high(s));
-    tu_store_close(&loop, s);
-    tu_loop_fini(&loop);
-    tu_rmrf(dir);
-    free(dir);
+    tu_fx_free(fx);
 }
 
 int main(void)
