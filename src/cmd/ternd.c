@@ -7,13 +7,15 @@
  *   2. Open the data directory: take its lock (a second daemon on the same
  *      directory exits with status 1), check FORMAT, start the storage
  *      threads.
- *   3. Recover every partition log and channel log on disk. A partition
- *      found damaged is isolated and reported; the others serve.
- *   4. Run the loop until SIGINT or SIGTERM, then close every log (queued
- *      writes finish first), stop the storage threads and release the lock.
- *
- * The NSQ and HTTP listeners arrive with the queue engine and HTTP issues;
- * until then ternd owns and recovers the data directory. */
+ *   3. Open the queue engine: it recovers every partition log and channel
+ *      log on disk. A partition found damaged is isolated and reported;
+ *      the others serve.
+ *   4. Listen for NSQ TCP clients, and run the loop until SIGINT or
+ *      SIGTERM.
+ *   5. Shut down in reverse: close the listener and every connection
+ *      (in-flight messages go back to their channels), let the engine's
+ *      storage requests finish, close every log, stop the storage threads
+ *      and release the lock. */
 #include "core/platform.h"
 
 #include "cmd/version.h"
@@ -21,8 +23,8 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
-#include "storage/chanlog.h"
-#include "storage/plog.h"
+#include "proto/nsq/server.h"
+#include "queue/queue.h"
 #include "storage/store.h"
 
 #include <inttypes.h>
@@ -33,87 +35,33 @@
 extern char **environ;
 
 typedef struct {
+    uv_loop_t *loop;
     tn_store_t *store;
+    tn_broker_t *broker;
+    tn_nsq_server_t *nsq;
     uv_signal_t sigint;
     uv_signal_t sigterm;
-    uint64_t partitions;
-    uint64_t isolated;
-    uint64_t channels;
-    uint64_t records;
     int rc;
 } daemon_t;
-
-static int recover_channel(void *arg, const char *channel);
-
-typedef struct {
-    daemon_t *d;
-    const char *topic;
-    uint32_t partition;
-} chan_ctx_t;
-
-static int recover_partition(void *arg, const char *topic, uint32_t partition)
-{
-    daemon_t *d = arg;
-    tn_plog_t *plog;
-    int rc = tn_plog_open(d->store, topic, partition, &plog);
-    if (rc != 0) {
-        TN_LOG(TN_LOG_ERROR, "cannot open partition %s/%" PRIu32 ": %s", topic, partition,
-               tn_strerror(rc));
-        return rc;
-    }
-    d->partitions++;
-    tn_plog_stats_t st;
-    tn_plog_stats(plog, &st);
-    if (st.err != 0) {
-        d->isolated++;
-        TN_LOG(TN_LOG_ERROR, "partition %s/%" PRIu32 " isolated: %s", topic, partition,
-               plog->errmsg);
-        return 0;
-    }
-    d->records += st.written_next - st.first_offset;
-    TN_LOG(TN_LOG_INFO,
-           "partition %s/%" PRIu32 ": %" PRIu64 " records from offset %" PRIu64
-           ", next offset %" PRIu64 ", %" PRIu32 " segments, %" PRIu64 " bytes",
-           topic, partition, st.written_next - st.first_offset, st.first_offset, st.written_next,
-           st.segments, st.bytes);
-    chan_ctx_t ctx = {d, topic, partition};
-    return tn_chanlog_list(d->store, topic, partition, recover_channel, &ctx);
-}
-
-static int recover_channel(void *arg, const char *channel)
-{
-    chan_ctx_t *ctx = arg;
-    tn_chanlog_t *cl;
-    tn_cursor_t state;
-    int rc = tn_chanlog_open(ctx->d->store, ctx->topic, ctx->partition, channel, NULL, &cl, &state);
-    if (rc != 0) {
-        TN_LOG(TN_LOG_ERROR, "cannot open channel %s of %s/%" PRIu32 ": %s", channel, ctx->topic,
-               ctx->partition, tn_strerror(rc));
-        return rc;
-    }
-    ctx->d->channels++;
-    if (tn_chanlog_err(cl) != 0)
-        TN_LOG(TN_LOG_ERROR, "channel isolated: %s", cl->errmsg);
-    else
-        TN_LOG(TN_LOG_INFO,
-               "channel %s of %s/%" PRIu32 ": settled below %" PRIu64 ", %" PRIu32
-               " settled ahead, %" PRIu32 " requeued%s",
-               channel, ctx->topic, ctx->partition, state.frontier, state.nsettled, state.nrequeued,
-               state.paused ? ", paused" : "");
-    tn_cursor_fini(&state);
-    return 0;
-}
-
-static int recover_topic(void *arg, const char *topic)
-{
-    daemon_t *d = arg;
-    return tn_store_list_partitions(d->store, topic, recover_partition, d);
-}
 
 static void on_store_closed(tn_store_t *store)
 {
     (void)store;
     TN_LOG(TN_LOG_NOTICE, "storage closed; exiting");
+}
+
+static daemon_t *g_daemon; /* for the close callbacks, which carry no argument */
+
+static void on_broker_closed(tn_broker_t *b)
+{
+    (void)b;
+    tn_store_close(g_daemon->store, on_store_closed);
+}
+
+static void on_nsq_closed(void *arg)
+{
+    daemon_t *d = arg;
+    tn_broker_close(d->broker, on_broker_closed);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -122,7 +70,37 @@ static void on_signal(uv_signal_t *h, int signum)
     TN_LOG(TN_LOG_NOTICE, "%s received: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
-    tn_store_close(d->store, on_store_closed);
+    if (d->nsq != NULL)
+        tn_nsq_server_close(d->nsq, on_nsq_closed, d);
+    else if (d->broker != NULL)
+        tn_broker_close(d->broker, on_broker_closed);
+    else
+        tn_store_close(d->store, on_store_closed);
+}
+
+/* The recovery summary for the ready line. */
+static void summarise(tn_broker_t *b, char *out, size_t len)
+{
+    uint64_t parts = 0, isolated = 0, channels = 0, records = 0;
+    for (size_t i = 0; i < b->nbuckets; i++) {
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
+            for (uint32_t p = 0; p < t->nparts; p++) {
+                tn_plog_stats_t st;
+                tn_plog_stats(t->parts[p].plog, &st);
+                parts++;
+                if (st.err != 0)
+                    isolated++;
+                else
+                    records += st.written_next - st.first_offset;
+            }
+            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+                channels += t->nparts;
+        }
+    }
+    snprintf(out, len,
+             "%" PRIu64 " partitions (%" PRIu64 " isolated), %" PRIu64 " channels, %" PRIu64
+             " records recovered",
+             parts, isolated, channels, records);
 }
 
 int main(int argc, char **argv)
@@ -175,7 +153,11 @@ int main(int argc, char **argv)
     d.sigint.data = d.sigterm.data = &d;
     uv_signal_start(&d.sigint, on_signal, SIGINT);
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-    rc = tn_store_list_topics(d.store, recover_topic, &d);
+    d.loop = &loop;
+    g_daemon = &d;
+    tn_broker_opts_t bopts;
+    tn_broker_opts_from_config(&bopts, &cfg);
+    rc = tn_broker_open(&loop, d.store, &bopts, &d.broker);
     if (rc != 0) {
         TN_LOG(TN_LOG_ERROR, "recovery failed: %s", tn_strerror(rc));
         d.rc = 1;
@@ -183,12 +165,26 @@ int main(int argc, char **argv)
         uv_close((uv_handle_t *)&d.sigterm, NULL);
         tn_store_close(d.store, NULL);
     } else {
-        TN_LOG(TN_LOG_NOTICE,
-               "ternd %s ready: data %s, %" PRIu64 " partitions (%" PRIu64 " isolated), %" PRIu64
-               " channels, %" PRIu64 " records recovered",
-               TN_VERSION, cfg.data_path, d.partitions, d.isolated, d.channels, d.records);
-        if (tn_store_disk_high(d.store))
-            TN_LOG(TN_LOG_WARN, "disk is above the high watermark: publishes will be refused");
+        tn_nsq_opts_t nopts;
+        tn_nsq_opts_from_config(&nopts, &cfg, TN_VERSION);
+        rc =
+            tn_nsq_server_start(&loop, d.broker, &nopts, cfg.tcp_address, &d.nsq, err, sizeof(err));
+        if (rc != 0) {
+            TN_LOG(TN_LOG_ERROR, "%s", err);
+            d.rc = 1;
+            uv_close((uv_handle_t *)&d.sigint, NULL);
+            uv_close((uv_handle_t *)&d.sigterm, NULL);
+            tn_broker_close(d.broker, on_broker_closed);
+        } else {
+            char summary[256];
+            summarise(d.broker, summary, sizeof(summary));
+            TN_LOG(TN_LOG_NOTICE, "NSQ TCP listening on port %d (%s)", tn_nsq_server_port(d.nsq),
+                   cfg.tcp_address);
+            TN_LOG(TN_LOG_NOTICE, "ternd %s ready: data %s, %s", TN_VERSION, cfg.data_path,
+                   summary);
+            if (tn_store_disk_high(d.store))
+                TN_LOG(TN_LOG_WARN, "disk is above the high watermark: publishes will be refused");
+        }
     }
     uv_run(&loop, UV_RUN_DEFAULT);
     rc = uv_loop_close(&loop);

@@ -55,6 +55,34 @@ typedef struct tn_config_s {
     int64_t disk_min_free_bytes;
     int64_t disk_check_interval_ns;
 
+    /* network */
+    char *tcp_address;
+    char *http_address;
+    char *broadcast_address;
+    int64_t node_id;
+    int64_t max_connections;
+    /* NSQ protocol (nsqd's flags) */
+    int64_t max_body_size;
+    int64_t max_rdy_count;
+    int64_t msg_timeout_ns;
+    int64_t max_msg_timeout_ns;
+    int64_t max_req_timeout_ns;
+    int64_t max_heartbeat_interval_ns;
+    int64_t max_output_buffer_size;
+    int64_t max_output_buffer_timeout_ns;
+    bool deflate;
+    int64_t max_deflate_level;
+    bool snappy;
+    /* queue engine */
+    int64_t bootstrap_window_ns;
+    int64_t retention_ns;
+    int64_t max_attempts;
+    int64_t tail_cache_bytes;
+    int64_t max_inflight_bytes;
+    int64_t max_inflight_messages;
+    int64_t max_ahead;
+    int64_t gc_interval_ns;
+
     /* set by tn_config_load when --help, --version or --print-config was given */
     bool want_help;
     bool want_version;

@@ -213,10 +213,12 @@ int tn_chanlog_open(tn_store_t *store, const char *topic, uint32_t partition, co
     if (rc != 0)
         goto fail;
     cl->next_seq = cl->durable.seq + 1;
+    uv_mutex_lock(&store->open_lock);
     cl->next_open = store->chanlogs;
     if (store->chanlogs != NULL)
         store->chanlogs->prev_open = cl;
     store->chanlogs = cl;
+    uv_mutex_unlock(&store->open_lock);
     *out = cl;
     return 0;
 fail:
@@ -398,12 +400,14 @@ static void close_done(tn__sreq_t *s)
 {
     tn_chanlog_t *cl = TN_CONTAINER_OF(s, tn_chanlog_t, close_req);
     tn_store_t *store = cl->store;
+    uv_mutex_lock(&store->open_lock);
     if (cl->prev_open != NULL)
         cl->prev_open->next_open = cl->next_open;
     else
         store->chanlogs = cl->next_open;
     if (cl->next_open != NULL)
         cl->next_open->prev_open = cl->prev_open;
+    uv_mutex_unlock(&store->open_lock);
     if (cl->close_cb != NULL)
         cl->close_cb(cl);
     chanlog_free(cl);

@@ -192,10 +192,14 @@ int tn_cursor_apply(tn_cursor_t *c, const tn_walrec_t *r)
             c->frontier = r->offset;
             trim_below_frontier(c);
             /* Settled entries at the new frontier let it advance further. */
-            while (c->nsettled > 0 && c->settled[0] == c->frontier) {
+            uint32_t k = 0;
+            while (k < c->nsettled && c->settled[k] == c->frontier) {
                 c->frontier++;
-                memmove(c->settled, c->settled + 1, (c->nsettled - 1) * sizeof(*c->settled));
-                c->nsettled--;
+                k++;
+            }
+            if (k > 0) {
+                memmove(c->settled, c->settled + k, (c->nsettled - k) * sizeof(*c->settled));
+                c->nsettled -= k;
             }
         }
         return 0;

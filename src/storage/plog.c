@@ -371,10 +371,12 @@ int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_pl
     rc = recover(plog);
     if (rc != 0)
         goto fail;
+    uv_mutex_lock(&store->open_lock);
     plog->next_open = store->plogs;
     if (store->plogs != NULL)
         store->plogs->prev_open = plog;
     store->plogs = plog;
+    uv_mutex_unlock(&store->open_lock);
     *out = plog;
     return 0;
 fail:
@@ -981,6 +983,21 @@ uint32_t tn_plog_gc_plan(tn_plog_t *plog, uint64_t below_offset, int64_t older_t
     return n;
 }
 
+uint64_t tn_plog_offset_after_ns(tn_plog_t *plog, int64_t ns)
+{
+    uv_mutex_lock(&plog->lock);
+    uint64_t off = atomic_load(&plog->written_next);
+    for (uint32_t i = 0; i < plog->nsegs; i++) {
+        tn_seg_t *s = plog->segs[i];
+        if (!s->sealed || s->last_ns >= ns) {
+            off = s->base;
+            break;
+        }
+    }
+    uv_mutex_unlock(&plog->lock);
+    return off;
+}
+
 static void gc_exec(tn__committer_t *c, tn__sreq_t *s)
 {
     tn_plog_gc_t *req = (tn_plog_gc_t *)s;
@@ -1132,12 +1149,14 @@ static void close_done(tn__sreq_t *s)
 {
     tn_plog_t *plog = TN_CONTAINER_OF(s, tn_plog_t, close_req);
     tn_store_t *store = plog->store;
+    uv_mutex_lock(&store->open_lock);
     if (plog->prev_open != NULL)
         plog->prev_open->next_open = plog->next_open;
     else
         store->plogs = plog->next_open;
     if (plog->next_open != NULL)
         plog->next_open->prev_open = plog->prev_open;
+    uv_mutex_unlock(&store->open_lock);
     tn_plog_cb cb = plog->close_cb;
     if (cb != NULL)
         cb(plog);

@@ -178,6 +178,12 @@ void tn_plog_set_durability(tn_plog_t *plog, int mode);
  * prefix qualifies, never the active segment. Any thread. */
 uint32_t tn_plog_gc_plan(tn_plog_t *plog, uint64_t below_offset, int64_t older_than_ns);
 
+/* The base offset of the oldest segment holding a record published at or
+ * after ns (wall clock), or the active segment's base: every record below
+ * it is older than ns. Segment granularity; for keeping a time window of
+ * records out of GC. Any thread. */
+uint64_t tn_plog_offset_after_ns(tn_plog_t *plog, int64_t ns);
+
 /* Delete the segments tn_plog_gc_plan would name at the time the committer
  * runs the request (unlink, then fsync the directory). Readers holding a
  * segment keep it until they finish. 0 when queued, else an error. */

@@ -177,6 +177,7 @@ static void store_free(tn_store_t *store)
     if (store->lock_fd >= 0)
         tn_io_close(store->lock_fd); /* releases the flock */
     uv_mutex_destroy(&store->done_lock);
+    uv_mutex_destroy(&store->open_lock);
     tn_free(store->path);
     tn_free(store->topics_path);
     tn_free(store);
@@ -194,6 +195,12 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
     store->opts.data_path = NULL;
     int rc = uv_mutex_init(&store->done_lock);
     if (rc != 0) {
+        tn_free(store);
+        return rc;
+    }
+    rc = uv_mutex_init(&store->open_lock);
+    if (rc != 0) {
+        uv_mutex_destroy(&store->done_lock);
         tn_free(store);
         return rc;
     }
@@ -303,10 +310,14 @@ void tn_store_close(tn_store_t *store, tn_store_close_cb cb)
         finish_close(store);
         return;
     }
+    /* Closing does not unlink (that happens in the close completion), so
+     * the walk is stable; the lock orders it after any worker's open. */
+    uv_mutex_lock(&store->open_lock);
     for (tn_chanlog_t *c = store->chanlogs; c != NULL; c = c->next_open)
         tn_chanlog_close(c, NULL);
     for (tn_plog_t *p = store->plogs; p != NULL; p = p->next_open)
         tn_plog_close(p, NULL);
+    uv_mutex_unlock(&store->open_lock);
 }
 
 int tn_store_list_topics(tn_store_t *store, tn_store_topic_cb cb, void *arg)

@@ -72,7 +72,9 @@ struct tn_store_s {
     atomic_bool disk_high;
     atomic_int disk_used_pct;
     atomic_uint_fast64_t disk_free;
-    /* Open objects (loop thread), for closing them with the store. */
+    /* Open objects, for closing them with the store. Opens may run on
+     * worker threads, so the lists are guarded by open_lock. */
+    uv_mutex_t open_lock;
     tn_plog_t *plogs;
     tn_chanlog_t *chanlogs;
     size_t closing;

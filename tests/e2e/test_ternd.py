@@ -13,33 +13,12 @@ import tempfile
 import time
 import unittest
 
+from daemon import Daemon
+import daemon as daemon_mod
+
 TERND = None
+
 DRIVER = None
-
-
-class Daemon:
-    def __init__(self, data, *args, env=None):
-        self.proc = subprocess.Popen([TERND, f"--data-path={data}", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=env, text=True)
-        self.lines = []
-
-    def wait_for(self, text, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            if text in line:
-                return line
-        raise AssertionError(f"ternd never said {text!r}; it said:\n{''.join(self.lines)}")
-
-    def stop(self, sig=signal.SIGTERM, timeout=30):
-        self.proc.send_signal(sig)
-        out, err = self.proc.communicate(timeout=timeout)
-        self.lines.append(err)
-        return self.proc.returncode
 
 
 def run_driver_until(data, ledger, done, timeout=60):
@@ -173,6 +152,7 @@ def main():
     ap.add_argument("--driver", required=True)
     args, rest = ap.parse_known_args()
     TERND = os.path.abspath(args.ternd)
+    daemon_mod.TERND = TERND
     DRIVER = os.path.abspath(args.driver)
     unittest.main(argv=[sys.argv[0], "-v", *rest])
 

@@ -1,0 +1,1021 @@
+/* The NSQ V2 TCP server. See server.h for the design. */
+#include "core/platform.h"
+
+#include "proto/nsq/server.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
+#include "proto/nsq/compress.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PENDING_PUBS 64               /* publishes in flight per connection */
+#define MAX_UNSENT       (8 * 1024 * 1024) /* output bytes before reading pauses */
+#define READ_CHUNK       (64 * 1024)
+
+typedef enum { ST_MAGIC = 0, ST_ACTIVE, ST_CLOSED } conn_state_t;
+
+typedef struct conn_s conn_t;
+
+/* A publish in flight; answers leave in this order. */
+typedef struct pubreq_s {
+    tn_pub_t pub;
+    conn_t *conn;
+    tn_nsq_op_t op;
+    bool done;
+    int status;
+    struct pubreq_s *next;
+} pubreq_t;
+
+struct conn_s {
+    uv_tcp_t tcp;
+    uv_timer_t hb;    /* heartbeats, idle and command timeouts */
+    uv_timer_t flush; /* output_buffer_timeout */
+    uv_write_t wreq;
+    tn_nsq_server_t *srv;
+    conn_t *prev;
+    conn_t *next;
+    conn_state_t state;
+    uint32_t refs; /* handles open + publishes in flight */
+    char remote[64];
+
+    tn_buf_t in;     /* received bytes, decompressed: what commands parse from */
+    tn_buf_t out;    /* frames not yet written */
+    tn_buf_t wbuf;   /* bytes being written */
+    bool writing;
+    bool flush_armed;
+    bool close_after_write;
+    bool reading;
+
+    tn_nsq_client_opts_t opts;
+    bool subscribed;
+    bool cls; /* CLS received: no more deliveries */
+    bool blocked; /* waiting for a topic or channel to be created */
+    tn_waiter_t wait;
+    char sub_topic[256];
+    char sub_channel[256];
+    tn_consumer_t consumer;
+    tn_topic_t *topic;
+
+    pubreq_t *phead;
+    pubreq_t *ptail;
+    uint32_t npending;
+
+    int64_t last_recv_ms;
+    int64_t cmd_started_ms; /* first byte of an incomplete command, 0 if none */
+    int64_t last_hb_ms;
+    int64_t connected_ms;
+
+    /* compression, once negotiated */
+    bool snappy;
+    bool deflate;
+    tn_snappy_dec_t sdec;
+    tn_snappy_enc_t senc;
+    tn_inflate_t zdec;
+    tn_deflate_t zenc;
+    bool decode_more;
+};
+
+struct tn_nsq_server_s {
+    uv_loop_t *loop;
+    tn_broker_t *broker;
+    tn_nsq_opts_t opts;
+    uv_tcp_t listener;
+    int port;
+    conn_t *conns;
+    uint32_t nconns;
+    bool closing;
+    uint32_t refs; /* listener + connections */
+    void (*close_cb)(void *arg);
+    void *close_arg;
+};
+
+void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const char *version)
+{
+    memset(o, 0, sizeof(*o));
+    o->limits.max_line = 1024;
+    o->limits.max_msg_size = (uint64_t)cfg->max_msg_size;
+    o->limits.max_body_size = (uint64_t)cfg->max_body_size;
+    o->limits.max_mpub_count = 65536;
+    o->limits.max_rdy_count = cfg->max_rdy_count;
+    o->limits.max_defer_ms = cfg->max_req_timeout_ns / 1000000;
+    o->srv.max_heartbeat_interval_ms = cfg->max_heartbeat_interval_ns / 1000000;
+    o->srv.max_output_buffer_size = cfg->max_output_buffer_size;
+    o->srv.min_output_buffer_timeout_ms = 25;
+    o->srv.max_output_buffer_timeout_ms = cfg->max_output_buffer_timeout_ns / 1000000;
+    o->srv.max_msg_timeout_ms = cfg->max_msg_timeout_ns / 1000000;
+    o->srv.max_rdy_count = cfg->max_rdy_count;
+    o->srv.max_deflate_level = (int)cfg->max_deflate_level;
+    o->srv.deflate_enabled = cfg->deflate;
+    o->srv.snappy_enabled = cfg->snappy;
+    o->srv.tls_available = false;
+    o->srv.auth_required = false;
+    o->msg_timeout_ms = cfg->msg_timeout_ns / 1000000;
+    o->max_req_ms = cfg->max_req_timeout_ns / 1000000;
+    o->max_connections = (uint32_t)cfg->max_connections;
+    o->handshake_timeout_ms = 5000;
+    o->command_timeout_ms = 30000;
+    o->version = version;
+}
+
+/* --- lifetime ---------------------------------------------------------------- */
+
+static void server_unref(tn_nsq_server_t *s)
+{
+    if (--s->refs > 0)
+        return;
+    void (*cb)(void *) = s->close_cb;
+    void *arg = s->close_arg;
+    tn_free(s);
+    if (cb != NULL)
+        cb(arg);
+}
+
+static void conn_unref(conn_t *c)
+{
+    if (--c->refs > 0)
+        return;
+    tn_nsq_server_t *s = c->srv;
+    tn_buf_fini(&c->in);
+    tn_buf_fini(&c->out);
+    tn_buf_fini(&c->wbuf);
+    tn_snappy_dec_fini(&c->sdec);
+    tn_snappy_enc_fini(&c->senc);
+    if (c->deflate) {
+        tn_inflate_fini(&c->zdec);
+        tn_deflate_fini(&c->zenc);
+    }
+    tn_free(c);
+    server_unref(s);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    conn_unref(h->data);
+}
+
+static void conn_close(conn_t *c)
+{
+    if (c->state == ST_CLOSED)
+        return;
+    c->state = ST_CLOSED;
+    tn_nsq_server_t *s = c->srv;
+    if (c->subscribed)
+        tn_consumer_detach(&c->consumer);
+    c->subscribed = false;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    s->nconns--;
+    uv_close((uv_handle_t *)&c->hb, on_handle_closed);
+    uv_close((uv_handle_t *)&c->flush, on_handle_closed);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+}
+
+/* --- output ------------------------------------------------------------------ */
+
+static void flush(conn_t *c);
+
+static void on_written(uv_write_t *req, int status)
+{
+    conn_t *c = req->data;
+    c->writing = false;
+    tn_buf_reset(&c->wbuf);
+    if (c->state == ST_CLOSED) {
+        conn_unref(c);
+        return;
+    }
+    if (status != 0) {
+        conn_close(c);
+        conn_unref(c);
+        return;
+    }
+    if (c->close_after_write && tn_buf_size(&c->out) == 0) {
+        conn_close(c);
+        conn_unref(c);
+        return;
+    }
+    if (tn_buf_size(&c->out) > 0)
+        flush(c);
+    conn_unref(c);
+}
+
+static void flush(conn_t *c)
+{
+    if (c->state == ST_CLOSED || c->writing)
+        return;
+    if (c->flush_armed) {
+        uv_timer_stop(&c->flush);
+        c->flush_armed = false;
+    }
+    if (tn_buf_size(&c->out) == 0) {
+        if (c->close_after_write)
+            conn_close(c);
+        return;
+    }
+    int rc = 0;
+    if (c->snappy)
+        rc = tn_snappy_encode(&c->senc, tn_buf_data(&c->out), tn_buf_size(&c->out), &c->wbuf);
+    else if (c->deflate)
+        rc = tn_deflate_encode(&c->zenc, tn_buf_data(&c->out), tn_buf_size(&c->out), &c->wbuf);
+    else {
+        /* Swap instead of copying. */
+        tn_buf_t t = c->wbuf;
+        c->wbuf = c->out;
+        c->out = t;
+    }
+    tn_buf_reset(&c->out);
+    if (rc != 0) {
+        conn_close(c);
+        return;
+    }
+    uv_buf_t b = uv_buf_init(tn_buf_data(&c->wbuf), (unsigned)tn_buf_size(&c->wbuf));
+    c->wreq.data = c;
+    rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written);
+    if (rc != 0) {
+        conn_close(c);
+        return;
+    }
+    c->writing = true;
+    c->refs++;
+}
+
+static void on_flush_timer(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    c->flush_armed = false;
+    flush(c);
+}
+
+static void respond(conn_t *c, const char *text)
+{
+    if (tn_nsq_write_response(&c->out, text, strlen(text)) != 0)
+        conn_close(c);
+    else
+        flush(c);
+}
+
+static void start_reading(conn_t *c);
+static void process(conn_t *c);
+static void arm_hb(conn_t *c);
+
+/* Send an error frame; a fatal one closes the connection once written. */
+static void send_error(conn_t *c, tn_nsq_err_t err, const char *text)
+{
+    if (c->state == ST_CLOSED)
+        return;
+    if (tn_nsq_write_error(&c->out, err, text) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (tn_nsq_err_fatal(err)) {
+        c->close_after_write = true;
+        if (c->reading) {
+            uv_read_stop((uv_stream_t *)&c->tcp);
+            c->reading = false;
+        }
+    }
+    flush(c);
+}
+
+/* --- deliveries -------------------------------------------------------------- */
+
+static void on_deliver(tn_consumer_t *cons, const tn_delivery_t *d)
+{
+    conn_t *c = cons->data;
+    char id[TN_NSQ_ID_LEN];
+    tn_nsq_id_encode(d->partition, d->offset, id);
+    unsigned char hdr[TN_NSQ_FRAME_HDR + TN_NSQ_MSG_HDR];
+    tn_nsq_message_header(hdr, d->publish_ns, d->attempts, id, d->body->len);
+    if (tn_buf_append(&c->out, hdr, sizeof(hdr)) != 0 ||
+        tn_buf_append(&c->out, d->body->data, d->body->len) != 0) {
+        conn_close(c);
+        return;
+    }
+    /* nsqd flushes at once when the client's RDY count is reached, or
+     * when buffering is off; otherwise after output_buffer_timeout. */
+    bool full = c->opts.output_buffer_size == 0 ||
+                tn_buf_size(&c->out) >= (size_t)c->opts.output_buffer_size ||
+                tn_consumer_inflight(cons) >= cons->credit;
+    if (full || c->opts.output_buffer_timeout_ms == 0) {
+        flush(c);
+    } else if (!c->flush_armed) {
+        c->flush_armed = true;
+        uv_timer_start(&c->flush, on_flush_timer, (uint64_t)c->opts.output_buffer_timeout_ms, 0);
+    }
+}
+
+/* --- publishes ------------------------------------------------------------------ */
+
+static void answer_publishes(conn_t *c)
+{
+    while (c->phead != NULL && c->phead->done) {
+        pubreq_t *r = c->phead;
+        c->phead = r->next;
+        if (c->phead == NULL)
+            c->ptail = NULL;
+        c->npending--;
+        if (c->state != ST_CLOSED) {
+            if (r->status == 0) {
+                respond(c, "OK");
+            } else if (r->status == TN_EDISKHIGH) {
+                send_error(c, TN_NSQ_E_THROTTLED, "disk usage above the high watermark");
+            } else {
+                tn_nsq_err_t e = r->op == TN_NSQ_MPUB   ? TN_NSQ_E_MPUB_FAILED
+                                 : r->op == TN_NSQ_DPUB ? TN_NSQ_E_DPUB_FAILED
+                                                        : TN_NSQ_E_PUB_FAILED;
+                char text[160];
+                snprintf(text, sizeof(text), "%s failed: %s",
+                         r->op == TN_NSQ_MPUB   ? "MPUB"
+                         : r->op == TN_NSQ_DPUB ? "DPUB"
+                                                : "PUB",
+                         tn_strerror(r->status));
+                send_error(c, e, text);
+            }
+        }
+        tn_pub_fini(&r->pub);
+        tn_free(r);
+        conn_unref(c);
+    }
+}
+
+static void on_published(tn_pub_t *p, int status)
+{
+    pubreq_t *r = p->data;
+    conn_t *c = r->conn;
+    r->done = true;
+    r->status = status;
+    c->refs++; /* answer_publishes may drop the last reference */
+    answer_publishes(c);
+    if (c->state != ST_CLOSED && c->npending < MAX_PENDING_PUBS) {
+        process(c);
+        start_reading(c);
+    }
+    conn_unref(c);
+}
+
+static void handle_publish(conn_t *c, const tn_nsq_cmd_t *cmd)
+{
+    uint32_t n = cmd->op == TN_NSQ_MPUB ? cmd->nmsgs : 1;
+    pubreq_t *r = tn_calloc(1, sizeof(*r));
+    if (r == NULL || tn_pub_init(&r->pub, n) != 0) {
+        tn_free(r);
+        send_error(c, TN_NSQ_E_PUB_FAILED, "out of memory");
+        return;
+    }
+    r->conn = c;
+    r->op = cmd->op;
+    r->pub.data = r;
+    int rc = 0;
+    if (cmd->op == TN_NSQ_MPUB) {
+        size_t pos = 0;
+        tn_iov_t m;
+        for (uint32_t i = 0; rc == 0 && tn_nsq_mpub_next(cmd, &pos, &m); i++)
+            rc = tn_pub_set(&r->pub, i, m.base, m.len);
+    } else {
+        rc = tn_pub_set(&r->pub, 0, cmd->body.base, cmd->body.len);
+    }
+    int64_t deliver_at = 0;
+    if (cmd->op == TN_NSQ_DPUB && cmd->num > 0)
+        deliver_at = tn_now_wall_ms() + cmd->num;
+    if (rc == 0)
+        rc = tn_broker_publish(c->srv->broker, cmd->topic.base, cmd->topic.len, &r->pub,
+                               deliver_at, on_published);
+    if (rc != 0) {
+        /* Answer in order: queue it as done. */
+        r->done = true;
+        r->status = rc;
+    }
+    if (c->ptail != NULL)
+        c->ptail->next = r;
+    else
+        c->phead = r;
+    c->ptail = r;
+    c->npending++;
+    c->refs++;
+    if (r->done)
+        answer_publishes(c);
+}
+
+/* --- SUB -------------------------------------------------------------------------- */
+
+static void sub_continue(conn_t *c);
+
+static void on_sub_wait(tn_waiter_t *w, int status)
+{
+    conn_t *c = w->data;
+    if (c->state == ST_CLOSED) {
+        conn_unref(c);
+        return;
+    }
+    if (status != 0) {
+        c->blocked = false;
+        char text[160];
+        snprintf(text, sizeof(text), "SUB failed to create topic or channel: %s",
+                 tn_strerror(status));
+        send_error(c, TN_NSQ_E_SUB_FAILED, text);
+        conn_unref(c);
+        return;
+    }
+    sub_continue(c);
+    conn_unref(c);
+}
+
+/* Find or create the topic, then the channel; waits when either is being
+ * created (the connection reads no further command meanwhile). */
+static void sub_continue(conn_t *c)
+{
+    tn_broker_t *b = c->srv->broker;
+    c->wait.cb = on_sub_wait;
+    c->wait.data = c;
+    tn_topic_t *t;
+    int rc = tn_broker_topic(b, c->sub_topic, strlen(c->sub_topic), true, 0, &c->wait, &t);
+    if (rc == UV_EAGAIN) {
+        c->blocked = true;
+        c->refs++;
+        return;
+    }
+    tn_channel_t *ch = NULL;
+    if (rc == 0)
+        rc = tn_topic_channel(t, c->sub_channel, strlen(c->sub_channel), true, &c->wait, &ch);
+    if (rc == UV_EAGAIN) {
+        c->blocked = true;
+        c->refs++;
+        return;
+    }
+    c->blocked = false;
+    if (rc != 0) {
+        char text[160];
+        snprintf(text, sizeof(text), "SUB failed to create topic or channel: %s", tn_strerror(rc));
+        send_error(c, TN_NSQ_E_SUB_FAILED, text);
+        return;
+    }
+    c->topic = t;
+    c->consumer.deliver = on_deliver;
+    c->consumer.data = c;
+    c->consumer.timeout_ms = c->opts.msg_timeout_ms + c->opts.output_buffer_timeout_ms;
+    c->consumer.sample_rate = (uint32_t)c->opts.sample_rate;
+    tn_consumer_attach(&c->consumer, ch);
+    c->subscribed = true;
+    respond(c, "OK");
+    process(c);
+    start_reading(c);
+}
+
+/* --- commands --------------------------------------------------------------------- */
+
+static void switch_compression(conn_t *c)
+{
+    /* Bytes after IDENTIFY that are already here are compressed: take
+     * them out of the parse buffer and feed them to the decoder. */
+    tn_buf_t raw = c->in;
+    tn_buf_init(&c->in);
+    if (c->opts.snappy) {
+        c->snappy = true;
+    } else if (c->opts.deflate) {
+        if (tn_inflate_init(&c->zdec) != 0 ||
+            tn_deflate_init(&c->zenc, c->opts.deflate_level) != 0) {
+            tn_buf_fini(&raw);
+            conn_close(c);
+            return;
+        }
+        c->deflate = true;
+    }
+    respond(c, "OK");
+    if (tn_buf_size(&raw) > 0) {
+        bool more = false;
+        int rc = c->snappy ? tn_snappy_decode(&c->sdec, tn_buf_data(&raw), tn_buf_size(&raw),
+                                              &c->in, READ_CHUNK * 4, &more)
+                           : tn_inflate_decode(&c->zdec, tn_buf_data(&raw), tn_buf_size(&raw),
+                                               &c->in, READ_CHUNK * 4, &more);
+        c->decode_more = more;
+        if (rc != 0)
+            send_error(c, TN_NSQ_E_BAD_BODY, "invalid compressed stream");
+    }
+    tn_buf_fini(&raw);
+}
+
+static void handle_identify(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
+{
+    if (c->subscribed) {
+        send_error(c, TN_NSQ_E_INVALID, "cannot IDENTIFY in current state");
+        return;
+    }
+    if (c->snappy || c->deflate) {
+        send_error(c, TN_NSQ_E_INVALID, "IDENTIFY compression already negotiated");
+        return;
+    }
+    int err = 0;
+    char msg[256];
+    int rc = tn_nsq_identify(cmd->body.base, cmd->body.len, &c->srv->opts.srv, &c->opts, &err,
+                             msg, sizeof(msg));
+    if (rc != 0) {
+        send_error(c, rc == TN_EPROTO ? (tn_nsq_err_t)err : TN_NSQ_E_IDENTIFY_FAILED,
+                   rc == TN_EPROTO ? msg : "IDENTIFY failed: out of memory");
+        return;
+    }
+    tn_buf_consume(&c->in, consumed);
+    if (c->opts.feature_negotiation) {
+        tn_buf_t body;
+        tn_buf_init(&body);
+        rc = tn_nsq_identify_response(&c->opts, &c->srv->opts.srv, c->srv->opts.version, &body);
+        if (rc == 0)
+            rc = tn_nsq_write_response(&c->out, tn_buf_data(&body), tn_buf_size(&body));
+        tn_buf_fini(&body);
+        if (rc != 0) {
+            conn_close(c);
+            return;
+        }
+        flush(c);
+    } else {
+        respond(c, "OK");
+    }
+    arm_hb(c);
+    if (c->opts.snappy || c->opts.deflate)
+        switch_compression(c);
+}
+
+static void settle_failed(conn_t *c, tn_nsq_err_t e, const char *name, const tn_nsq_cmd_t *cmd,
+                          int rc)
+{
+    char text[160];
+    snprintf(text, sizeof(text), "%s %.*s failed %s", name, (int)cmd->id.len, cmd->id.base,
+             rc == TN_ENOTFOUND || rc == UV_ESRCH || rc == UV_EINVAL ? "ID not in flight"
+                                                                      : tn_strerror(rc));
+    send_error(c, e, text);
+}
+
+/* Whether the command answers with a frame other than a publish answer
+ * (these wait until earlier publishes have answered). */
+static bool answers(tn_nsq_op_t op)
+{
+    switch (op) {
+    case TN_NSQ_PUB:
+    case TN_NSQ_MPUB:
+    case TN_NSQ_DPUB:
+    case TN_NSQ_RDY:
+    case TN_NSQ_NOP:
+        return false;
+    default:
+        return true;
+    }
+}
+
+/* Handle one command. Returns false when the connection must stop
+ * processing (closed, blocked); *consume says whether the bytes are used
+ * up (IDENTIFY consumes them itself, before switching compression). */
+static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
+{
+    uint32_t part;
+    uint64_t off;
+    int rc;
+    switch (cmd->op) {
+    case TN_NSQ_IDENTIFY:
+        handle_identify(c, cmd, consumed);
+        return c->state != ST_CLOSED && !c->close_after_write;
+    case TN_NSQ_AUTH:
+        send_error(c, TN_NSQ_E_AUTH_DISABLED, "AUTH disabled");
+        break;
+    case TN_NSQ_SUB:
+        if (c->subscribed) {
+            send_error(c, TN_NSQ_E_INVALID, "cannot SUB in current state");
+            break;
+        }
+        if (c->opts.heartbeat_ms <= 0) {
+            send_error(c, TN_NSQ_E_INVALID, "cannot SUB with heartbeats disabled");
+            break;
+        }
+        snprintf(c->sub_topic, sizeof(c->sub_topic), "%.*s", (int)cmd->topic.len, cmd->topic.base);
+        snprintf(c->sub_channel, sizeof(c->sub_channel), "%.*s", (int)cmd->channel.len,
+                 cmd->channel.base);
+        tn_buf_consume(&c->in, consumed);
+        sub_continue(c);
+        return !c->blocked && c->state != ST_CLOSED && !c->close_after_write;
+    case TN_NSQ_PUB:
+    case TN_NSQ_MPUB:
+    case TN_NSQ_DPUB:
+        handle_publish(c, cmd);
+        break;
+    case TN_NSQ_RDY:
+        if (!c->subscribed) {
+            send_error(c, TN_NSQ_E_INVALID, "cannot RDY in current state");
+            break;
+        }
+        if (!c->cls)
+            tn_consumer_credit(&c->consumer, (uint32_t)cmd->num);
+        break;
+    case TN_NSQ_FIN:
+    case TN_NSQ_REQ:
+    case TN_NSQ_TOUCH: {
+        const char *name = cmd->op == TN_NSQ_FIN   ? "FIN"
+                           : cmd->op == TN_NSQ_REQ ? "REQ"
+                                                   : "TOUCH";
+        if (!c->subscribed) {
+            char text[64];
+            snprintf(text, sizeof(text), "cannot %s in current state", name);
+            send_error(c, TN_NSQ_E_INVALID, text);
+            break;
+        }
+        if (tn_nsq_id_decode(cmd->id.base, cmd->id.len, &part, &off) != 0) {
+            send_error(c, TN_NSQ_E_INVALID, "Invalid Message ID");
+            break;
+        }
+        if (cmd->op == TN_NSQ_FIN) {
+            rc = tn_consumer_fin(&c->consumer, part, off, false, 0);
+            if (rc != 0)
+                settle_failed(c, TN_NSQ_E_FIN_FAILED, name, cmd, rc);
+        } else if (cmd->op == TN_NSQ_REQ) {
+            int64_t delay = cmd->num;
+            if (delay > c->srv->opts.max_req_ms)
+                delay = c->srv->opts.max_req_ms;
+            rc = tn_consumer_req(&c->consumer, part, off, false, 0, delay);
+            if (rc != 0)
+                settle_failed(c, TN_NSQ_E_REQ_FAILED, name, cmd, rc);
+        } else {
+            rc = tn_consumer_touch(&c->consumer, part, off, false, 0, c->opts.msg_timeout_ms);
+            if (rc != 0)
+                settle_failed(c, TN_NSQ_E_TOUCH_FAILED, name, cmd, rc);
+        }
+        break;
+    }
+    case TN_NSQ_NOP:
+        break;
+    case TN_NSQ_CLS:
+        if (!c->subscribed || c->cls) {
+            send_error(c, TN_NSQ_E_INVALID, "cannot CLS in current state");
+            break;
+        }
+        c->cls = true;
+        tn_consumer_credit(&c->consumer, 0);
+        respond(c, "CLOSE_WAIT");
+        break;
+    }
+    tn_buf_consume(&c->in, consumed);
+    return c->state != ST_CLOSED && !c->close_after_write;
+}
+
+static void decode_more(conn_t *c)
+{
+    bool more = false;
+    int rc = c->snappy ? tn_snappy_decode(&c->sdec, NULL, 0, &c->in, READ_CHUNK * 4, &more)
+                       : tn_inflate_decode(&c->zdec, NULL, 0, &c->in, READ_CHUNK * 4, &more);
+    c->decode_more = more;
+    if (rc != 0)
+        send_error(c, TN_NSQ_E_BAD_BODY, "invalid compressed stream");
+}
+
+static void process(conn_t *c)
+{
+    for (;;) {
+        if (c->state != ST_ACTIVE || c->blocked || c->close_after_write)
+            return;
+        if (c->npending >= MAX_PENDING_PUBS)
+            return;
+        size_t len = tn_buf_size(&c->in);
+        if (len == 0) {
+            c->cmd_started_ms = 0;
+            if (c->decode_more) {
+                decode_more(c);
+                continue;
+            }
+            return;
+        }
+        tn_nsq_cmd_t cmd;
+        size_t consumed = 0;
+        int rc = tn_nsq_parse(tn_buf_data(&c->in), len, &c->srv->opts.limits, &cmd, &consumed);
+        if (rc == TN_ESHORT) {
+            if (c->cmd_started_ms == 0) {
+                c->cmd_started_ms = tn_now_mono_ms();
+                arm_hb(c);
+            }
+            if (c->decode_more) {
+                decode_more(c);
+                continue;
+            }
+            return;
+        }
+        if (rc != 0 && c->npending > 0)
+            return; /* answer the publishes before the error */
+        if (rc != 0) {
+            send_error(c, cmd.err, cmd.errmsg);
+            return;
+        }
+        if (answers(cmd.op) && c->npending > 0)
+            return;
+        c->cmd_started_ms = 0;
+        if (!handle(c, &cmd, consumed))
+            return;
+    }
+}
+
+/* --- input ------------------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    conn_t *c = h->data;
+    (void)suggested;
+    static char scratch[READ_CHUNK]; /* loop thread only; compressed input lands here */
+    if (c->snappy || c->deflate) {
+        *buf = uv_buf_init(scratch, sizeof(scratch));
+        return;
+    }
+    if (tn_buf_reserve(&c->in, READ_CHUNK) != 0) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init(c->in.base + c->in.len, READ_CHUNK);
+}
+
+static void stop_reading(conn_t *c)
+{
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+}
+
+static bool should_read(const conn_t *c)
+{
+    return c->state == ST_ACTIVE || c->state == ST_MAGIC
+               ? !c->blocked && !c->close_after_write && c->npending < MAX_PENDING_PUBS &&
+                     !c->decode_more &&
+                     tn_buf_size(&c->out) + tn_buf_size(&c->wbuf) < MAX_UNSENT
+               : false;
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+
+static void start_reading(conn_t *c)
+{
+    if (c->reading || !should_read(c))
+        return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+        c->reading = true;
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    conn_t *c = stream->data;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    if (nread == 0)
+        return;
+    c->last_recv_ms = tn_now_mono_ms();
+    if (c->snappy || c->deflate) {
+        bool more = false;
+        int rc = c->snappy ? tn_snappy_decode(&c->sdec, buf->base, (size_t)nread, &c->in,
+                                              READ_CHUNK * 4, &more)
+                           : tn_inflate_decode(&c->zdec, buf->base, (size_t)nread, &c->in,
+                                               READ_CHUNK * 4, &more);
+        c->decode_more = more;
+        if (rc != 0) {
+            send_error(c, TN_NSQ_E_BAD_BODY, "invalid compressed stream");
+            return;
+        }
+    } else {
+        c->in.len += (size_t)nread;
+    }
+    if (c->state == ST_MAGIC) {
+        if (tn_buf_size(&c->in) < TN_NSQ_MAGIC_LEN)
+            return;
+        if (memcmp(tn_buf_data(&c->in), TN_NSQ_MAGIC, TN_NSQ_MAGIC_LEN) != 0) {
+            TN_LOG_RL(TN_LOG_NOTICE, 10000, "NSQ client %s: bad protocol magic; closing",
+                      c->remote);
+            conn_close(c);
+            return;
+        }
+        tn_buf_consume(&c->in, TN_NSQ_MAGIC_LEN);
+        c->state = ST_ACTIVE;
+        c->last_hb_ms = c->last_recv_ms;
+        arm_hb(c);
+    }
+    process(c);
+    if (!should_read(c))
+        stop_reading(c);
+}
+
+/* --- timers ------------------------------------------------------------------------- */
+
+static void on_hb(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    int64_t now = tn_now_mono_ms();
+    if (c->state == ST_MAGIC) {
+        if (now - c->connected_ms >= c->srv->opts.handshake_timeout_ms) {
+            conn_close(c);
+            return;
+        }
+        arm_hb(c);
+        return;
+    }
+    if (c->cmd_started_ms != 0 && now - c->cmd_started_ms >= c->srv->opts.command_timeout_ms &&
+        !c->blocked && c->npending == 0) {
+        send_error(c, TN_NSQ_E_INVALID, "command timed out");
+        return;
+    }
+    int64_t hb = c->opts.heartbeat_ms;
+    if (hb > 0) {
+        if (now - c->last_recv_ms >= 2 * hb) {
+            TN_LOG_RL(TN_LOG_NOTICE, 10000, "NSQ client %s: no data for %" PRId64 " ms; closing",
+                      c->remote, now - c->last_recv_ms);
+            conn_close(c);
+            return;
+        }
+        if (now - c->last_hb_ms >= hb) {
+            c->last_hb_ms = now;
+            respond(c, "_heartbeat_");
+        }
+    }
+    arm_hb(c);
+}
+
+/* Run on_hb at the earliest of: the handshake deadline, the next
+ * heartbeat, the liveness deadline, the command deadline. */
+static void arm_hb(conn_t *c)
+{
+    if (c->state == ST_CLOSED)
+        return;
+    int64_t now = tn_now_mono_ms();
+    int64_t at;
+    if (c->state == ST_MAGIC) {
+        at = c->connected_ms + c->srv->opts.handshake_timeout_ms;
+    } else {
+        at = now + c->srv->opts.command_timeout_ms;
+        int64_t hb = c->opts.heartbeat_ms;
+        if (hb > 0) {
+            at = TN_MIN(at, c->last_hb_ms + hb);
+            at = TN_MIN(at, c->last_recv_ms + 2 * hb);
+        }
+        if (c->cmd_started_ms != 0)
+            at = TN_MIN(at, c->cmd_started_ms + c->srv->opts.command_timeout_ms);
+    }
+    int64_t delay = at > now ? at - now : 1;
+    uv_timer_start(&c->hb, on_hb, (uint64_t)delay, 0);
+}
+
+/* --- listener ------------------------------------------------------------------------- */
+
+static void on_reject_closed(uv_handle_t *h)
+{
+    tn_free(h);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    tn_nsq_server_t *s = server->data;
+    if (status != 0 || s->closing)
+        return;
+    if (s->nconns >= s->opts.max_connections) {
+        uv_tcp_t *t = tn_malloc(sizeof(*t));
+        if (t == NULL)
+            return;
+        uv_tcp_init(s->loop, t);
+        if (uv_accept(server, (uv_stream_t *)t) == 0)
+            TN_LOG_RL(TN_LOG_WARN, 10000, "NSQ connection refused: %" PRIu32 " open (max)",
+                      s->nconns);
+        uv_close((uv_handle_t *)t, on_reject_closed);
+        return;
+    }
+    conn_t *c = tn_calloc(1, sizeof(*c));
+    if (c == NULL)
+        return;
+    c->srv = s;
+    uv_tcp_init(s->loop, &c->tcp);
+    c->tcp.data = c;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        c->refs = 1;
+        s->refs++;
+        c->state = ST_CLOSED;
+        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_timer_init(s->loop, &c->hb);
+    c->hb.data = c;
+    uv_timer_init(s->loop, &c->flush);
+    c->flush.data = c;
+    c->refs = 3;
+    s->refs++;
+    tn_buf_init(&c->in);
+    tn_buf_init(&c->out);
+    tn_buf_init(&c->wbuf);
+    tn_snappy_dec_init(&c->sdec);
+    tn_snappy_enc_init(&c->senc);
+    tn_nsq_client_defaults(&c->opts, s->opts.msg_timeout_ms);
+    c->connected_ms = c->last_recv_ms = tn_now_mono_ms();
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    snprintf(c->remote, sizeof(c->remote), "?");
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+        char host[48] = "";
+        int port = 0;
+        if (ss.ss_family == AF_INET) {
+            uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof(host));
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof(host));
+            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        }
+        snprintf(c->remote, sizeof(c->remote), "%s:%d", host, port);
+    }
+    c->next = s->conns;
+    if (s->conns != NULL)
+        s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    arm_hb(c);
+    start_reading(c);
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    server_unref(h->data);
+}
+
+static int parse_addr(const char *addr, struct sockaddr_storage *ss)
+{
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL)
+        return UV_EINVAL;
+    char host[256];
+    size_t hl = (size_t)(colon - addr);
+    if (hl >= sizeof(host))
+        return UV_EINVAL;
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 0 || port > 65535 || end == colon + 1)
+        return UV_EINVAL;
+    if (hl == 0)
+        snprintf(host, sizeof(host), "0.0.0.0");
+    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+        host[hl - 1] = '\0';
+        return uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)ss);
+    }
+    return uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss);
+}
+
+int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_t *opts,
+                        const char *addr, tn_nsq_server_t **out, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    int rc = parse_addr(addr, &ss);
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "tcp-address \"%s\": expected host:port with a numeric IP", addr);
+        return rc;
+    }
+    tn_nsq_server_t *s = tn_calloc(1, sizeof(*s));
+    if (s == NULL)
+        return UV_ENOMEM;
+    s->loop = loop;
+    s->broker = broker;
+    s->opts = *opts;
+    uv_tcp_init(loop, &s->listener);
+    s->listener.data = s;
+    s->refs = 1;
+    rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "cannot listen on %s: %s", addr, uv_strerror(rc));
+        /* Freed once the handle has closed (the caller runs the loop). */
+        s->closing = true;
+        uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+        *out = NULL;
+        return rc;
+    }
+    struct sockaddr_storage bound;
+    int blen = sizeof(bound);
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &blen);
+    s->port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                                          : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    *out = s;
+    return 0;
+}
+
+int tn_nsq_server_port(const tn_nsq_server_t *s)
+{
+    return s->port;
+}
+
+void tn_nsq_server_close(tn_nsq_server_t *s, void (*cb)(void *arg), void *arg)
+{
+    s->closing = true;
+    s->close_cb = cb;
+    s->close_arg = arg;
+    while (s->conns != NULL)
+        conn_close(s->conns);
+    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+}

@@ -1,0 +1,68 @@
+/* The NSQ V2 TCP server: a listener and one state machine per connection
+ * that speaks nsqd's protocol over the queue engine.
+ *
+ * DESIGN: a connection.
+ *   1. Within the handshake timeout the client sends the magic "  V2";
+ *      anything else closes the socket.
+ *   2. Commands are parsed from the input buffer (codec.h) and handled in
+ *      order. Publishes go to the engine and their answers (OK or an
+ *      error) leave in command order once their durability boundary is
+ *      reached; several may be in flight (go-nsq pipelines them). A
+ *      command that answers something else waits until the publishes
+ *      before it have answered, so answers never cross.
+ *   3. After SUB the connection is a consumer of its channel: RDY sets its
+ *      credit, deliveries are written into the output buffer and flushed
+ *      when the client's RDY count is reached, the buffer fills, or the
+ *      output_buffer_timeout passes. FIN, REQ and TOUCH settle by message
+ *      ID, checked against this connection's leases.
+ *   4. IDENTIFY may switch on Snappy or Deflate: the IDENTIFY answer goes
+ *      out plain, every later byte both ways through the stream, starting
+ *      with an OK frame, as nsqd does.
+ *   5. A fatal error frame is flushed, then the connection closes. Closing
+ *      (by either side) returns the connection's in-flight messages to the
+ *      channel at once.
+ *
+ * Bounds: a command's bytes are buffered only up to its checked size;
+ * reading pauses while a connection has too many publishes in flight or
+ * too much unsent output; a client silent for two heartbeat intervals is
+ * dropped; a command must complete within the command timeout once its
+ * first byte arrived; connections over max_connections are closed at once.
+ *
+ * Threads: the loop thread of the broker. */
+#ifndef TN_PROTO_NSQ_SERVER_H
+#define TN_PROTO_NSQ_SERVER_H
+
+#include "core/platform.h"
+
+#include "proto/nsq/codec.h"
+#include "proto/nsq/identify.h"
+#include "queue/queue.h"
+
+#include <uv.h>
+
+typedef struct tn_nsq_server_s tn_nsq_server_t;
+
+typedef struct {
+    tn_nsq_limits_t limits;
+    tn_nsq_server_opts_t srv;
+    int64_t msg_timeout_ms;   /* default lease of a delivery */
+    int64_t max_req_ms;       /* REQ delays are clamped to this */
+    uint32_t max_connections;
+    int64_t handshake_timeout_ms;
+    int64_t command_timeout_ms;
+    const char *version; /* borrowed for the server's lifetime */
+} tn_nsq_opts_t;
+
+void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const char *version);
+
+/* Listen on addr ("host:port"; port 0 picks one). On failure returns an
+ * error and writes a line into err. opts is copied. */
+int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_t *opts,
+                        const char *addr, tn_nsq_server_t **out, char *err, size_t errlen);
+/* The port it listens on. */
+int tn_nsq_server_port(const tn_nsq_server_t *s);
+/* Stop listening, close every connection (their in-flight messages go back
+ * to their channels) and free the server; cb runs when all is closed. */
+void tn_nsq_server_close(tn_nsq_server_t *s, void (*cb)(void *arg), void *arg);
+
+#endif

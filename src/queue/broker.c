@@ -1,0 +1,701 @@
+/* The broker: the topic registry, startup load, the tail cache, disk
+ * fetches, deadlines, pumping and GC. See queue.h for the design. */
+#include "core/platform.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/name.h"
+#include "core/time.h"
+#include "queue/internal.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define FETCH_MAX_RECORDS 256
+#define FETCH_MAX_BYTES   (1024 * 1024)
+
+void tn_broker_opts_from_config(tn_broker_opts_t *o, const tn_config_t *cfg)
+{
+    memset(o, 0, sizeof(*o));
+    o->default_partitions = 1;
+    o->bootstrap_window_ms = cfg->bootstrap_window_ns / 1000000;
+    o->retention_ns = cfg->retention_ns;
+    o->max_attempts = (uint32_t)cfg->max_attempts;
+    o->cache_bytes = (uint64_t)cfg->tail_cache_bytes;
+    o->max_inflight_bytes = (uint64_t)cfg->max_inflight_bytes;
+    o->max_inflight_msgs = (uint64_t)cfg->max_inflight_messages;
+    o->max_ahead = (uint64_t)cfg->max_ahead;
+    o->gc_interval_ms = cfg->gc_interval_ns / 1000000;
+}
+
+/* --- tail cache ----------------------------------------------------------- */
+
+static uint64_t centry_cost(const tn_centry_t *e)
+{
+    return sizeof(*e) + 32 + (e->body != NULL ? e->body->len : 0);
+}
+
+static void centry_unlink(tn_broker_t *b, tn_centry_t *e)
+{
+    if (e->prev != NULL)
+        e->prev->next = e->next;
+    else
+        b->cache_head = e->next;
+    if (e->next != NULL)
+        e->next->prev = e->prev;
+    else
+        b->cache_tail = e->prev;
+    b->cache_bytes -= centry_cost(e);
+}
+
+static void centry_free(tn_broker_t *b, tn_centry_t *e)
+{
+    centry_unlink(b, e);
+    tn_u64map_del(&e->part->cache, e->offset);
+    if (e->body != NULL)
+        tn_msg_unref(e->body);
+    tn_free(e);
+}
+
+tn_centry_t *tn__cache_get(tn_part_t *p, uint64_t offset)
+{
+    return tn_u64map_get(&p->cache, offset);
+}
+
+int tn__cache_put(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t deliver_at_ms,
+                  tn_msg_t *body)
+{
+    tn_broker_t *b = p->topic->broker;
+    tn_centry_t *old = tn_u64map_get(&p->cache, offset);
+    if (old != NULL)
+        centry_free(b, old);
+    tn_centry_t *e = tn_malloc(sizeof(*e));
+    if (e == NULL) {
+        if (body != NULL)
+            tn_msg_unref(body);
+        return UV_ENOMEM;
+    }
+    e->offset = offset;
+    e->publish_ns = publish_ns;
+    e->deliver_at_ms = deliver_at_ms;
+    e->body = body;
+    e->part = p;
+    if (tn_u64map_put(&p->cache, offset, e) != 0) {
+        if (body != NULL)
+            tn_msg_unref(body);
+        tn_free(e);
+        return UV_ENOMEM;
+    }
+    e->next = NULL;
+    e->prev = b->cache_tail;
+    if (b->cache_tail != NULL)
+        b->cache_tail->next = e;
+    else
+        b->cache_head = e;
+    b->cache_tail = e;
+    b->cache_bytes += centry_cost(e);
+    /* Evict oldest first, but never the entry just added. */
+    while (b->cache_bytes > b->opts.cache_bytes && b->cache_head != e)
+        centry_free(b, b->cache_head);
+    return 0;
+}
+
+void tn__cache_drop_part(tn_part_t *p)
+{
+    tn_broker_t *b = p->topic->broker;
+    size_t pos = 0;
+    uint64_t key;
+    void *val;
+    /* Collect first: freeing changes the map. */
+    while (tn_u64map_next(&p->cache, &pos, &key, &val)) {
+        tn_centry_t *e = val;
+        centry_unlink(b, e);
+        if (e->body != NULL)
+            tn_msg_unref(e->body);
+        tn_free(e);
+    }
+    tn_u64map_fini(&p->cache);
+    tn_u64map_init(&p->cache);
+}
+
+/* --- disk fetches ------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t offset;
+    int64_t publish_ns;
+    int64_t deliver_at_ms;
+    tn_msg_t *body; /* NULL: no record at this offset */
+} fetched_t;
+
+struct tn_fetch_s {
+    uv_work_t work;
+    tn_part_t *part;
+    uint64_t from;
+    uint64_t until;
+    fetched_t recs[FETCH_MAX_RECORDS];
+    uint32_t n;
+    int err;
+};
+
+/* Worker thread: read records without touching loop-thread state. */
+static void fetch_work(uv_work_t *w)
+{
+    tn_fetch_t *f = TN_CONTAINER_OF(w, tn_fetch_t, work);
+    tn_buf_t scratch;
+    tn_buf_init(&scratch);
+    uint64_t bytes = 0;
+    for (uint64_t off = f->from; off < f->until && f->n < FETCH_MAX_RECORDS; off++) {
+        tn_rec_t rec;
+        tn_buf_reset(&scratch);
+        int rc = tn_plog_read(f->part->plog, off, &scratch, &rec);
+        fetched_t *r = &f->recs[f->n];
+        r->offset = off;
+        r->body = NULL;
+        r->publish_ns = 0;
+        r->deliver_at_ms = 0;
+        if (rc == TN_EGAP || rc == TN_ENOTFOUND) {
+            f->n++;
+            continue;
+        }
+        if (rc != 0) {
+            f->err = rc;
+            break;
+        }
+        r->body = tn_msg_new(rec.body, rec.h.body_len);
+        if (r->body == NULL) {
+            f->err = UV_ENOMEM;
+            break;
+        }
+        r->publish_ns = rec.h.publish_ns;
+        r->deliver_at_ms = rec.h.deliver_at_ms;
+        f->n++;
+        bytes += rec.h.body_len;
+        if (bytes >= FETCH_MAX_BYTES)
+            break;
+    }
+    tn_buf_fini(&scratch);
+}
+
+static void fetch_done(uv_work_t *w, int status)
+{
+    tn_fetch_t *f = TN_CONTAINER_OF(w, tn_fetch_t, work);
+    tn_part_t *p = f->part;
+    tn_topic_t *t = p->topic;
+    tn_broker_t *b = t->broker;
+    (void)status;
+    for (uint32_t i = 0; i < f->n; i++) {
+        fetched_t *r = &f->recs[i];
+        if (!b->closing && !t->deleted &&
+            tn__cache_put(p, r->offset, r->publish_ns, r->deliver_at_ms, r->body) == 0)
+            continue;
+        if (b->closing || t->deleted) {
+            if (r->body != NULL)
+                tn_msg_unref(r->body);
+        }
+    }
+    if (f->err != 0)
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "reading %s/%" PRIu32 " at offset %" PRIu64 ": %s",
+                  t->name, p->index, f->from + f->n, tn_strerror(f->err));
+    p->fetch = NULL;
+    t->busy--;
+    tn_free(f);
+    if (!b->closing && !t->deleted)
+        tn__topic_pump_all(t);
+    else if (t->deleted && t->busy == 0)
+        tn__topic_free(t);
+    tn__broker_work_done(b);
+}
+
+void tn__part_fetch(tn_part_t *p, uint64_t from)
+{
+    if (p->fetch != NULL)
+        return;
+    tn_broker_t *b = p->topic->broker;
+    tn_fetch_t *f = tn_calloc(1, sizeof(*f));
+    if (f == NULL)
+        return; /* the next pump tries again */
+    f->part = p;
+    f->from = from;
+    f->until = tn_plog_visible_next(p->plog);
+    if (uv_queue_work(b->loop, &f->work, fetch_work, fetch_done) != 0) {
+        tn_free(f);
+        return;
+    }
+    p->fetch = f;
+    p->topic->busy++;
+    b->workers++;
+}
+
+/* --- topics registry ------------------------------------------------------- */
+
+static uint64_t name_hash(const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+tn_topic_t *tn__topic_find(tn_broker_t *b, const char *name, size_t len)
+{
+    tn_topic_t *t = b->buckets[name_hash(name, len) & (b->nbuckets - 1)];
+    for (; t != NULL; t = t->hnext)
+        if (strlen(t->name) == len && memcmp(t->name, name, len) == 0)
+            return t;
+    return NULL;
+}
+
+static void rehash(tn_broker_t *b)
+{
+    size_t n = b->nbuckets * 2;
+    tn_topic_t **nb = tn_calloc(n, sizeof(*nb));
+    if (nb == NULL)
+        return; /* chains just get longer */
+    for (size_t i = 0; i < b->nbuckets; i++) {
+        tn_topic_t *t = b->buckets[i];
+        while (t != NULL) {
+            tn_topic_t *next = t->hnext;
+            size_t k = name_hash(t->name, strlen(t->name)) & (n - 1);
+            t->hnext = nb[k];
+            nb[k] = t;
+            t = next;
+        }
+    }
+    tn_free(b->buckets);
+    b->buckets = nb;
+    b->nbuckets = n;
+}
+
+void tn__topic_insert(tn_broker_t *b, tn_topic_t *t)
+{
+    if (b->ntopics + 1 > b->nbuckets)
+        rehash(b);
+    size_t k = name_hash(t->name, strlen(t->name)) & (b->nbuckets - 1);
+    t->hnext = b->buckets[k];
+    b->buckets[k] = t;
+    b->ntopics++;
+}
+
+static void topic_unlink(tn_broker_t *b, tn_topic_t *t)
+{
+    tn_topic_t **pp = &b->buckets[name_hash(t->name, strlen(t->name)) & (b->nbuckets - 1)];
+    while (*pp != NULL && *pp != t)
+        pp = &(*pp)->hnext;
+    if (*pp == t) {
+        *pp = t->hnext;
+        b->ntopics--;
+    }
+}
+
+/* Creating a topic: open its partition logs on a worker thread. */
+typedef struct {
+    uv_work_t work;
+    tn_topic_t *t;
+    int rc;
+} topic_job_t;
+
+static void topic_create_work(uv_work_t *w)
+{
+    topic_job_t *j = TN_CONTAINER_OF(w, topic_job_t, work);
+    tn_topic_t *t = j->t;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        int rc = tn_plog_open(t->broker->store, t->name, i, &t->parts[i].plog);
+        if (rc != 0) {
+            j->rc = rc;
+            return;
+        }
+    }
+}
+
+static void topic_create_done(uv_work_t *w, int status)
+{
+    topic_job_t *j = TN_CONTAINER_OF(w, topic_job_t, work);
+    tn_topic_t *t = j->t;
+    tn_broker_t *b = t->broker;
+    int rc = j->rc != 0 ? j->rc : status;
+    tn_free(j);
+    t->busy--;
+    if (rc != 0) {
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "cannot create topic %s: %s", t->name, tn_strerror(rc));
+        t->state = TN_OBJ_FAILED;
+        t->err = rc;
+        topic_unlink(b, t);
+        tn__waiters_fire(&t->waiters, rc);
+        tn__topic_free(t);
+    } else {
+        for (uint32_t i = 0; i < t->nparts; i++)
+            tn__part_ready(&t->parts[i]);
+        t->state = TN_OBJ_READY;
+        TN_LOG(TN_LOG_INFO, "topic %s created with %" PRIu32 " partition(s)", t->name, t->nparts);
+        tn__waiters_fire(&t->waiters, 0);
+    }
+    tn__broker_work_done(b);
+}
+
+int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, uint32_t nparts,
+                    tn_waiter_t *w, tn_topic_t **out)
+{
+    if (b->closing)
+        return TN_ECLOSED;
+    tn_topic_t *t = tn__topic_find(b, name, len);
+    if (t != NULL) {
+        if (t->state == TN_OBJ_READY) {
+            *out = t;
+            return 0;
+        }
+        if (t->state == TN_OBJ_FAILED)
+            return t->err;
+        if (w != NULL) {
+            w->next = t->waiters;
+            t->waiters = w;
+        }
+        return UV_EAGAIN;
+    }
+    if (!create)
+        return TN_ENOTFOUND;
+    if (!tn_name_valid(name, len))
+        return UV_EINVAL;
+    t = tn__topic_new(b, name, len, nparts != 0 ? nparts : b->opts.default_partitions);
+    if (t == NULL)
+        return UV_ENOMEM;
+    topic_job_t *j = tn_calloc(1, sizeof(*j));
+    if (j == NULL) {
+        tn__topic_free(t);
+        return UV_ENOMEM;
+    }
+    j->t = t;
+    int rc = uv_queue_work(b->loop, &j->work, topic_create_work, topic_create_done);
+    if (rc != 0) {
+        tn_free(j);
+        tn__topic_free(t);
+        return rc;
+    }
+    t->busy++;
+    b->workers++;
+    tn__topic_insert(b, t);
+    if (w != NULL) {
+        w->next = NULL;
+        t->waiters = w;
+    }
+    return UV_EAGAIN;
+}
+
+/* --- pumping and deadlines ------------------------------------------------- */
+
+static void on_idle(uv_idle_t *h)
+{
+    tn_broker_t *b = h->data;
+    /* Pumping may queue channels again (a fetch ended, credit came back);
+     * those wait for the next pass, so one pass is bounded. */
+    tn_channel_t *list = b->pump_head;
+    b->pump_head = NULL;
+    while (list != NULL) {
+        tn_channel_t *ch = list;
+        list = ch->pump_next;
+        ch->pump_next = NULL;
+        ch->pump_queued = false;
+        ch->busy--;
+        if (ch->deleted) {
+            if (ch->busy == 0)
+                tn__channel_free(ch);
+            continue;
+        }
+        if (!b->closing)
+            tn__channel_pump(ch);
+    }
+    if (b->pump_head == NULL)
+        uv_idle_stop(&b->idle);
+}
+
+void tn__broker_unstarve(tn_broker_t *b)
+{
+    tn_channel_t *s = b->starved;
+    b->starved = NULL;
+    while (s != NULL) {
+        tn_channel_t *next = s->starve_next;
+        s->starve_next = NULL;
+        s->starving = false;
+        s->busy--;
+        if (s->deleted && s->busy == 0)
+            tn__channel_free(s);
+        else if (!s->deleted)
+            tn__broker_pump_later(s);
+        s = next;
+    }
+}
+
+void tn__broker_pump_later(tn_channel_t *ch)
+{
+    tn_broker_t *b = ch->topic->broker;
+    if (ch->pump_queued || b->closing)
+        return;
+    ch->pump_queued = true;
+    ch->busy++;
+    ch->pump_next = b->pump_head;
+    b->pump_head = ch;
+    uv_idle_start(&b->idle, on_idle);
+}
+
+static void arm_timer(tn_broker_t *b);
+
+static void on_timer(uv_timer_t *h)
+{
+    tn_broker_t *b = h->data;
+    b->timer_at = INT64_MAX;
+    int64_t now = tn_now_mono_ms();
+    for (;;) {
+        tn_heap_node_t *n = tn_heap_min(&b->wakes);
+        if (n == NULL || n->key > now)
+            break;
+        tn_heap_remove(&b->wakes, n);
+        tn_chpart_t *cp = TN_CONTAINER_OF(n, tn_chpart_t, wake);
+        tn__chpart_wake(cp, now);
+        tn__broker_rewake(cp);
+    }
+    arm_timer(b);
+}
+
+static void arm_timer(tn_broker_t *b)
+{
+    if (b->closing)
+        return;
+    tn_heap_node_t *n = tn_heap_min(&b->wakes);
+    if (n == NULL) {
+        if (b->timer_at != INT64_MAX) {
+            uv_timer_stop(&b->timer);
+            b->timer_at = INT64_MAX;
+        }
+        return;
+    }
+    if (n->key == b->timer_at)
+        return;
+    int64_t now = tn_now_mono_ms();
+    /* +1: a timer may fire a little before its millisecond ends; firing
+     * late by a millisecond is fine, early is not. */
+    int64_t delay = n->key > now ? n->key - now + 1 : 0;
+    b->timer_at = n->key;
+    uv_timer_start(&b->timer, on_timer, (uint64_t)delay, 0);
+}
+
+void tn__broker_rewake(tn_chpart_t *cp)
+{
+    tn_broker_t *b = cp->ch->topic->broker;
+    int64_t at = tn_leases_next_deadline(&cp->leases);
+    tn_heap_node_t *pm = tn_heap_min(&cp->pending);
+    if (pm != NULL && pm->key < at)
+        at = pm->key;
+    if (cp->ch->deleted || b->closing)
+        at = INT64_MAX;
+    if (at == INT64_MAX) {
+        if (tn_heap_contains(&cp->wake))
+            tn_heap_remove(&b->wakes, &cp->wake);
+    } else if (tn_heap_contains(&cp->wake)) {
+        if (cp->wake.key != at)
+            tn_heap_update(&b->wakes, &cp->wake, at);
+    } else if (tn_heap_insert(&b->wakes, &cp->wake, at) != 0) {
+        /* Out of memory: the GC timer's periodic sweep wakes it instead. */
+        return;
+    }
+    arm_timer(b);
+}
+
+/* --- GC ----------------------------------------------------------------------- */
+
+static void on_gc_done(tn_plog_gc_t *req, int status)
+{
+    tn_part_t *p = req->data;
+    tn_topic_t *t = p->topic;
+    p->gc_busy = false;
+    t->busy--;
+    tn_broker_t *b = t->broker;
+    if (status == 0 && req->deleted > 0) {
+        b->gc_segments += req->deleted;
+        tn_plog_stats_t st;
+        tn_plog_stats(p->plog, &st);
+        p->first_offset = st.first_offset;
+        TN_LOG(TN_LOG_INFO,
+               "topic %s/%" PRIu32 ": reclaimed %" PRIu32 " segment(s), %" PRIu64
+               " bytes; oldest offset now %" PRIu64,
+               t->name, p->index, req->deleted, req->deleted_bytes, st.first_offset);
+        if (!t->deleted && !b->closing)
+            tn__topic_settle_below(t, p->index, st.first_offset);
+    } else if (status != 0) {
+        TN_LOG_RL(TN_LOG_ERROR, 60000, "GC of %s/%" PRIu32 " failed: %s", t->name, p->index,
+                  tn_strerror(status));
+    }
+    if (t->deleted && t->busy == 0)
+        tn__topic_free(t);
+    tn__broker_work_done(b);
+}
+
+static void gc_topic(tn_broker_t *b, tn_topic_t *t, int64_t now_wall_ns)
+{
+    if (t->state != TN_OBJ_READY || t->deleted)
+        return;
+    int64_t older = b->opts.retention_ns ? now_wall_ns - b->opts.retention_ns : 0;
+    int64_t keep_ns = now_wall_ns - b->opts.bootstrap_window_ms * 1000000;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        tn_part_t *p = &t->parts[i];
+        if (p->gc_busy || tn_plog_err(p->plog) != 0)
+            continue;
+        uint64_t below = tn__topic_gc_bound(t, i);
+        if (below == UINT64_MAX)
+            below = 0; /* no durable channel yet: keep everything for the first */
+        /* Keep the bootstrap window for channels created later. */
+        uint64_t window = tn_plog_offset_after_ns(p->plog, keep_ns);
+        if (window < below)
+            below = window;
+        if (tn_plog_gc_plan(p->plog, below, older) == 0)
+            continue;
+        p->gc.data = p;
+        if (tn_plog_gc(p->plog, &p->gc, below, older, on_gc_done) == 0) {
+            p->gc_busy = true;
+            t->busy++;
+            b->workers++;
+        }
+    }
+}
+
+static void on_gc_timer(uv_timer_t *h)
+{
+    tn_broker_t *b = h->data;
+    int64_t now = tn_now_wall_ns();
+    for (size_t i = 0; i < b->nbuckets; i++)
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext)
+            gc_topic(b, t, now);
+    /* Starved channels get another chance even if no lease ended. */
+    tn__broker_unstarve(b);
+}
+
+/* --- open and close --------------------------------------------------------- */
+
+typedef struct {
+    tn_broker_t *b;
+    int rc;
+} load_ctx_t;
+
+static int load_partition_count(void *arg, const char *topic, uint32_t partition)
+{
+    (void)topic;
+    uint32_t *n = arg;
+    if (partition + 1 > *n)
+        *n = partition + 1;
+    return 0;
+}
+
+static int load_channel(void *arg, const char *channel)
+{
+    tn_topic_t *t = arg;
+    /* A channel exists when partition 0 has it; each partition opens it. */
+    return tn__channel_load(t, channel);
+}
+
+static int load_topic(void *arg, const char *name)
+{
+    load_ctx_t *ctx = arg;
+    uint32_t nparts = 0;
+    int rc = tn_store_list_partitions(ctx->b->store, name, load_partition_count, &nparts);
+    if (rc != 0 || nparts == 0)
+        return rc;
+    tn_topic_t *t;
+    rc = tn__topic_load(ctx->b, name, nparts, &t);
+    if (rc != 0)
+        return rc;
+    return tn_chanlog_list(ctx->b->store, name, 0, load_channel, t);
+}
+
+int tn_broker_open(uv_loop_t *loop, tn_store_t *store, const tn_broker_opts_t *opts,
+                   tn_broker_t **out)
+{
+    tn_broker_t *b = tn_calloc(1, sizeof(*b));
+    if (b == NULL)
+        return UV_ENOMEM;
+    b->loop = loop;
+    b->store = store;
+    b->opts = *opts;
+    if (b->opts.default_partitions == 0)
+        b->opts.default_partitions = 1;
+    b->nbuckets = 64;
+    b->buckets = tn_calloc(b->nbuckets, sizeof(*b->buckets));
+    if (b->buckets == NULL) {
+        tn_free(b);
+        return UV_ENOMEM;
+    }
+    b->timer_at = INT64_MAX;
+    b->nonce_seed = (uint32_t)tn_now_wall_ns() * 2654435761u;
+    tn_heap_init(&b->wakes);
+    uv_idle_init(loop, &b->idle);
+    b->idle.data = b;
+    uv_timer_init(loop, &b->timer);
+    b->timer.data = b;
+    uv_timer_init(loop, &b->gc_timer);
+    b->gc_timer.data = b;
+    b->handles_open = 3;
+    load_ctx_t ctx = {b, 0};
+    int rc = tn_store_list_topics(store, load_topic, &ctx);
+    if (rc != 0)
+        TN_LOG(TN_LOG_ERROR, "loading topics: %s", tn_strerror(rc));
+    uint64_t gc_ms = b->opts.gc_interval_ms > 0 ? (uint64_t)b->opts.gc_interval_ms : 10000;
+    uv_timer_start(&b->gc_timer, on_gc_timer, gc_ms, gc_ms);
+    *out = b;
+    return 0;
+}
+
+static void maybe_finish_close(tn_broker_t *b)
+{
+    if (!b->closing || b->workers != 0 || b->handles_open != 0)
+        return;
+    for (size_t i = 0; i < b->nbuckets; i++) {
+        tn_topic_t *t = b->buckets[i];
+        while (t != NULL) {
+            tn_topic_t *next = t->hnext;
+            tn__topic_free(t);
+            t = next;
+        }
+    }
+    tn_free(b->buckets);
+    tn_heap_fini(&b->wakes);
+    void (*cb)(tn_broker_t *) = b->close_cb;
+    tn_free(b);
+    if (cb != NULL)
+        cb(NULL);
+}
+
+void tn__broker_work_done(tn_broker_t *b)
+{
+    b->workers--;
+    maybe_finish_close(b);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    tn_broker_t *b = h->data;
+    b->handles_open--;
+    maybe_finish_close(b);
+}
+
+void tn_broker_close(tn_broker_t *b, void (*cb)(tn_broker_t *b))
+{
+    if (b->closing)
+        return;
+    b->closing = true;
+    b->close_cb = cb;
+    while (b->pump_head != NULL) {
+        tn_channel_t *ch = b->pump_head;
+        b->pump_head = ch->pump_next;
+        ch->pump_next = NULL;
+        ch->pump_queued = false;
+        ch->busy--;
+    }
+    while (b->starved != NULL) {
+        tn_channel_t *ch = b->starved;
+        b->starved = ch->starve_next;
+        ch->starve_next = NULL;
+        ch->starving = false;
+        ch->busy--;
+    }
+    uv_close((uv_handle_t *)&b->idle, on_handle_closed);
+    uv_close((uv_handle_t *)&b->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&b->gc_timer, on_handle_closed);
+}

@@ -1,0 +1,980 @@
+/* Channels: creation, delivery, settling, timeouts and consumers. See
+ * queue.h for the design and the invariants. */
+#include "core/platform.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/name.h"
+#include "core/time.h"
+#include "queue/internal.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define EPHEMERAL_SUFFIX     "#ephemeral"
+#define EPHEMERAL_SUFFIX_LEN 10
+
+/* --- channel log records ------------------------------------------------- */
+
+typedef struct {
+    tn_walop_t op;
+    tn_chpart_t *cp;
+    uint64_t frontier_after;
+} walop_t;
+
+static void on_walop(tn_walop_t *op, int status)
+{
+    walop_t *w = TN_CONTAINER_OF(op, walop_t, op);
+    tn_chpart_t *cp = w->cp;
+    tn_channel_t *ch = cp->ch;
+    tn_broker_t *b = ch->topic->broker;
+    if (status == 0) {
+        if (w->frontier_after > cp->synced_frontier)
+            cp->synced_frontier = w->frontier_after;
+    } else if (!cp->broken && status != TN_ECLOSED) {
+        cp->broken = true;
+        TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": log write failed (%s); delivery stops",
+               ch->name, ch->topic->name, cp->part->index, tn_strerror(status));
+    }
+    tn_free(w);
+    ch->busy--;
+    if (ch->deleted && ch->busy == 0)
+        tn__channel_free(ch);
+    tn__broker_work_done(b);
+}
+
+/* Apply rec to the live cursor and, for a durable channel, write it. */
+static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
+{
+    int rc = tn_cursor_apply(&cp->cur, rec);
+    if (rc != 0)
+        return rc;
+    if (cp->cl == NULL) {
+        cp->synced_frontier = cp->cur.frontier;
+        return 0;
+    }
+    walop_t *w = tn_malloc(sizeof(*w));
+    if (w == NULL)
+        return UV_ENOMEM;
+    w->cp = cp;
+    w->frontier_after = cp->cur.frontier;
+    w->op.data = w;
+    rc = tn_chanlog_submit(cp->cl, &w->op, rec, on_walop);
+    if (rc != 0) {
+        tn_free(w);
+        if (!cp->broken) {
+            cp->broken = true;
+            TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": %s; delivery stops", cp->ch->name,
+                   cp->ch->topic->name, cp->part->index, tn_strerror(rc));
+        }
+        return rc;
+    }
+    cp->ch->busy++;
+    cp->ch->topic->broker->workers++;
+    return 0;
+}
+
+static int record_fin(tn_chpart_t *cp, uint64_t offset)
+{
+    tn_walrec_t r = {.op = TN_WAL_FIN, .offset = offset};
+    return record(cp, &r);
+}
+
+/* --- pending entries ------------------------------------------------------ */
+
+static int pend_insert(tn_chpart_t *cp, tn__pend_t *pe, int64_t due_mono, int64_t now_mono)
+{
+    pe->ready = due_mono <= now_mono;
+    if (pe->ready)
+        return tn_heap_insert(&cp->ready, &pe->node, (int64_t)pe->offset);
+    return tn_heap_insert(&cp->pending, &pe->node, due_mono);
+}
+
+static void pend_unlink(tn_chpart_t *cp, tn__pend_t *pe)
+{
+    if (tn_heap_contains(&pe->node))
+        tn_heap_remove(pe->ready ? &cp->ready : &cp->pending, &pe->node);
+}
+
+/* Make offset wait until due_mono (at once when it is not in the future). */
+static int pend_add(tn_chpart_t *cp, uint64_t offset, uint32_t attempts, int64_t due_mono)
+{
+    int64_t now = tn_now_mono_ms();
+    tn__pend_t *pe = tn_u64map_get(&cp->pend_map, offset);
+    if (pe != NULL) {
+        pend_unlink(cp, pe);
+        pe->attempts = attempts;
+        if (pend_insert(cp, pe, due_mono, now) != 0) {
+            tn_u64map_del(&cp->pend_map, offset);
+            tn_free(pe);
+            return UV_ENOMEM;
+        }
+        return 0;
+    }
+    pe = tn_malloc(sizeof(*pe));
+    if (pe == NULL)
+        return UV_ENOMEM;
+    tn_heap_node_init(&pe->node);
+    pe->offset = offset;
+    pe->attempts = attempts;
+    if (tn_u64map_put(&cp->pend_map, offset, pe) != 0) {
+        tn_free(pe);
+        return UV_ENOMEM;
+    }
+    if (pend_insert(cp, pe, due_mono, now) != 0) {
+        tn_u64map_del(&cp->pend_map, offset);
+        tn_free(pe);
+        return UV_ENOMEM;
+    }
+    return 0;
+}
+
+static void pend_free(tn_chpart_t *cp, tn__pend_t *pe)
+{
+    pend_unlink(cp, pe);
+    tn_u64map_del(&cp->pend_map, pe->offset);
+    tn_free(pe);
+}
+
+/* Move the entries that have come due into the ready heap. */
+static void promote(tn_chpart_t *cp, int64_t now_mono)
+{
+    for (;;) {
+        tn_heap_node_t *n = tn_heap_min(&cp->pending);
+        if (n == NULL || n->key > now_mono)
+            return;
+        tn__pend_t *pe = TN_CONTAINER_OF(n, tn__pend_t, node);
+        tn_heap_remove(&cp->pending, n);
+        if (pend_insert(cp, pe, now_mono, now_mono) != 0) {
+            /* Out of memory: leave it pending a little longer. */
+            pe->ready = false;
+            tn_heap_insert(&cp->pending, &pe->node, now_mono + 100);
+            return;
+        }
+    }
+}
+
+/* Wall-clock ms to the monotonic clock the timers use. */
+static int64_t wall_to_mono(int64_t wall_ms, int64_t now_wall, int64_t now_mono)
+{
+    return wall_ms <= now_wall ? now_mono : now_mono + (wall_ms - now_wall);
+}
+
+/* --- channel partitions ----------------------------------------------------- */
+
+/* Take over *cur (moved in). */
+static int chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanlog_t *cl,
+                       tn_cursor_t *cur)
+{
+    tn_broker_t *b = ch->topic->broker;
+    cp->ch = ch;
+    cp->part = part;
+    cp->cl = cl;
+    cp->cur = *cur;
+    memset(cur, 0, sizeof(*cur));
+    tn_leases_init(&cp->leases, b->nonce_seed++ * 7919u);
+    tn_heap_init(&cp->pending);
+    tn_heap_init(&cp->ready);
+    tn_u64map_init(&cp->pend_map);
+    tn_heap_node_init(&cp->wake);
+    cp->scan = cp->cur.frontier;
+    cp->synced_frontier = cp->cur.frontier;
+    if (cl != NULL && tn_chanlog_err(cl) != 0)
+        cp->broken = true;
+    int64_t now_wall = tn_now_wall_ms();
+    int64_t now_mono = tn_now_mono_ms();
+    for (uint32_t i = 0; i < cp->cur.nrequeued; i++) {
+        const tn_requeue_t *r = &cp->cur.requeued[i];
+        int rc = pend_add(cp, r->offset, r->attempts, wall_to_mono(r->due_ms, now_wall, now_mono));
+        if (rc != 0)
+            return rc;
+    }
+    /* Offsets GC removed by age are settled for this channel. */
+    if (cp->cur.frontier < part->first_offset) {
+        tn_walrec_t r = {.op = TN_WAL_EMPTY, .offset = part->first_offset};
+        record(cp, &r);
+        cp->scan = cp->cur.frontier;
+    }
+    return 0;
+}
+
+static void chpart_fini(tn_chpart_t *cp)
+{
+    if (cp->ch == NULL)
+        return;
+    tn_broker_t *b = cp->ch->topic->broker;
+    if (tn_heap_contains(&cp->wake))
+        tn_heap_remove(&b->wakes, &cp->wake);
+    size_t pos = 0;
+    uint64_t key;
+    void *val;
+    while (tn_u64map_next(&cp->leases.by_offset, &pos, &key, &val)) {
+        tn_lease_t *l = val;
+        b->inflight_bytes -= l->bytes;
+        b->inflight_msgs--;
+    }
+    tn_leases_fini(&cp->leases);
+    tn_heap_fini(&cp->pending);
+    tn_heap_fini(&cp->ready);
+    pos = 0;
+    while (tn_u64map_next(&cp->pend_map, &pos, &key, &val))
+        tn_free(val);
+    tn_u64map_fini(&cp->pend_map);
+    tn_cursor_fini(&cp->cur);
+}
+
+/* The highest offset the cursor refers to, plus one (0 when none). */
+static uint64_t cursor_end(const tn_cursor_t *c)
+{
+    uint64_t end = c->frontier;
+    if (c->nsettled > 0 && c->settled[c->nsettled - 1] + 1 > end)
+        end = c->settled[c->nsettled - 1] + 1;
+    if (c->nrequeued > 0 && c->requeued[c->nrequeued - 1].offset + 1 > end)
+        end = c->requeued[c->nrequeued - 1].offset + 1;
+    return end;
+}
+
+static void on_advanced(tn_plog_advance_t *req, int status)
+{
+    tn_part_t *p = req->data;
+    p->advancing = false;
+    tn_broker_t *b = p->topic->broker;
+    if (status != 0)
+        TN_LOG(TN_LOG_ERROR, "partition %s/%" PRIu32 ": cannot skip lost offsets: %s",
+               p->topic->name, p->index, tn_strerror(status));
+    tn__broker_work_done(b);
+}
+
+/* A channel that refers to offsets its partition lost (an unsynced tail of
+ * a write_ack or relaxed log, cut by a power failure) must never see them
+ * assigned to new messages: move the log past them. */
+static void check_lost_tail(tn_chpart_t *cp)
+{
+    tn_part_t *p = cp->part;
+    uint64_t end = cursor_end(&cp->cur);
+    if (end <= tn_plog_written_next(p->plog) || p->advancing)
+        return;
+    TN_LOG(TN_LOG_WARN,
+           "partition %s/%" PRIu32 ": channel %s refers to offsets up to %" PRIu64
+           " but the log ends at %" PRIu64 " (unsynced tail lost); skipping them",
+           p->topic->name, p->index, cp->ch->name, end, tn_plog_written_next(p->plog));
+    p->advance.data = p;
+    if (tn_plog_advance(p->plog, &p->advance, end, on_advanced) == 0) {
+        p->advancing = true;
+        p->topic->broker->workers++;
+    }
+}
+
+/* --- channels --------------------------------------------------------------- */
+
+static tn_channel_t *channel_new(tn_topic_t *t, const char *name, size_t len)
+{
+    tn_channel_t *ch = tn_calloc(1, sizeof(*ch));
+    if (ch == NULL)
+        return NULL;
+    ch->topic = t;
+    ch->name = tn_malloc(len + 1);
+    ch->parts = tn_calloc(t->nparts, sizeof(*ch->parts));
+    if (ch->name == NULL || ch->parts == NULL) {
+        tn_free(ch->name);
+        tn_free(ch->parts);
+        tn_free(ch);
+        return NULL;
+    }
+    memcpy(ch->name, name, len);
+    ch->name[len] = '\0';
+    ch->ephemeral = len > EPHEMERAL_SUFFIX_LEN &&
+                    memcmp(name + len - EPHEMERAL_SUFFIX_LEN, EPHEMERAL_SUFFIX,
+                           EPHEMERAL_SUFFIX_LEN) == 0;
+    return ch;
+}
+
+void tn__channel_free(tn_channel_t *ch)
+{
+    for (uint32_t i = 0; i < ch->topic->nparts; i++)
+        chpart_fini(&ch->parts[i]);
+    tn_free(ch->parts);
+    tn_free(ch->name);
+    tn_free(ch);
+}
+
+static void channel_link(tn_topic_t *t, tn_channel_t *ch)
+{
+    ch->next = t->channels;
+    t->channels = ch;
+}
+
+static void channel_unlink(tn_channel_t *ch)
+{
+    tn_channel_t **pp = &ch->topic->channels;
+    while (*pp != NULL && *pp != ch)
+        pp = &(*pp)->next;
+    if (*pp == ch)
+        *pp = ch->next;
+}
+
+static tn_channel_t *channel_find(tn_topic_t *t, const char *name, size_t len)
+{
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        if (strlen(ch->name) == len && memcmp(ch->name, name, len) == 0)
+            return ch;
+    return NULL;
+}
+
+int tn__channel_load(tn_topic_t *t, const char *name)
+{
+    tn_channel_t *ch = channel_new(t, name, strlen(name));
+    if (ch == NULL)
+        return UV_ENOMEM;
+    tn_broker_t *b = t->broker;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        tn_chanlog_t *cl;
+        tn_cursor_t cur;
+        int rc = tn_chanlog_open(b->store, t->name, i, name, NULL, &cl, &cur);
+        if (rc != 0) {
+            TN_LOG(TN_LOG_ERROR, "cannot open channel %s of %s/%" PRIu32 ": %s", name, t->name, i,
+                   tn_strerror(rc));
+            tn__channel_free(ch);
+            return rc;
+        }
+        if (tn_chanlog_err(cl) != 0)
+            TN_LOG(TN_LOG_ERROR, "channel isolated: %s", cl->errmsg);
+        rc = chpart_init(&ch->parts[i], ch, &t->parts[i], cl, &cur);
+        if (rc != 0) {
+            tn_cursor_fini(&cur);
+            tn__channel_free(ch);
+            return rc;
+        }
+        tn_chpart_t *cp = &ch->parts[i];
+        TN_LOG(TN_LOG_INFO,
+               "channel %s of %s/%" PRIu32 ": settled below %" PRIu64 ", %" PRIu32
+               " settled ahead, %" PRIu32 " requeued%s",
+               name, t->name, i, cp->cur.frontier, cp->cur.nsettled, cp->cur.nrequeued,
+               cp->cur.paused ? ", paused" : "");
+        check_lost_tail(cp);
+        tn__broker_rewake(cp);
+    }
+    ch->paused = ch->parts[0].cur.paused;
+    ch->state = TN_OBJ_READY;
+    channel_link(t, ch);
+    return 0;
+}
+
+/* Creating a durable channel: on a worker thread, find where each
+ * partition starts and open (create) its channel logs. */
+typedef struct {
+    uv_work_t work;
+    tn_channel_t *ch;
+    bool first; /* the topic's first durable channel: it gets the backlog */
+    int64_t since_ns;
+    tn_chanlog_t **cls;
+    tn_cursor_t *curs;
+    int rc;
+} chan_job_t;
+
+/* The first offset published at or after since_ns (binary search over the
+ * partition's records; their publish times never go back). */
+static uint64_t find_start(tn_plog_t *plog, uint64_t lo, uint64_t hi, int64_t since_ns)
+{
+    tn_buf_t scratch;
+    tn_buf_init(&scratch);
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        tn_rec_t rec;
+        tn_buf_reset(&scratch);
+        int rc = tn_plog_read(plog, mid, &scratch, &rec);
+        if (rc == 0 && rec.h.publish_ns >= since_ns)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    tn_buf_fini(&scratch);
+    return lo;
+}
+
+static void chan_create_work(uv_work_t *w)
+{
+    chan_job_t *j = TN_CONTAINER_OF(w, chan_job_t, work);
+    tn_channel_t *ch = j->ch;
+    tn_topic_t *t = ch->topic;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        tn_plog_t *plog = t->parts[i].plog;
+        tn_plog_stats_t st;
+        tn_plog_stats(plog, &st);
+        uint64_t start = st.first_offset;
+        if (!j->first)
+            start = find_start(plog, st.first_offset, st.visible_next, j->since_ns);
+        tn_cursor_t init;
+        tn_cursor_init(&init, start);
+        int rc = tn_chanlog_open(t->broker->store, t->name, i, ch->name, &init, &j->cls[i],
+                                 &j->curs[i]);
+        tn_cursor_fini(&init);
+        if (rc != 0) {
+            j->rc = rc;
+            return;
+        }
+    }
+}
+
+static void chan_create_done(uv_work_t *w, int status)
+{
+    chan_job_t *j = TN_CONTAINER_OF(w, chan_job_t, work);
+    tn_channel_t *ch = j->ch;
+    tn_topic_t *t = ch->topic;
+    tn_broker_t *b = t->broker;
+    int rc = j->rc != 0 ? j->rc : status;
+    ch->busy--;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        if (rc == 0 && !b->closing) {
+            rc = chpart_init(&ch->parts[i], ch, &t->parts[i], j->cls[i], &j->curs[i]);
+        } else {
+            tn_cursor_fini(&j->curs[i]);
+        }
+    }
+    if (rc == 0 && b->closing)
+        rc = TN_ECLOSED;
+    if (rc != 0) {
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "cannot create channel %s of %s: %s", ch->name, t->name,
+                  tn_strerror(rc));
+        ch->state = TN_OBJ_FAILED;
+        ch->err = rc;
+        channel_unlink(ch);
+        tn__waiters_fire(&ch->waiters, rc);
+        tn__channel_free(ch);
+    } else {
+        ch->state = TN_OBJ_READY;
+        TN_LOG(TN_LOG_INFO, "channel %s of %s created, starting at offset %" PRIu64 "%s", ch->name,
+               t->name, ch->parts[0].cur.frontier, j->first ? " (the retained backlog)" : "");
+        tn__waiters_fire(&ch->waiters, 0);
+    }
+    tn_free(j->cls);
+    tn_free(j->curs);
+    tn_free(j);
+    tn__broker_work_done(b);
+}
+
+static bool has_durable_channel(const tn_topic_t *t)
+{
+    for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        if (!ch->ephemeral)
+            return true;
+    return false;
+}
+
+int tn_topic_channel(tn_topic_t *t, const char *name, size_t len, bool create, tn_waiter_t *w,
+                     tn_channel_t **out)
+{
+    tn_broker_t *b = t->broker;
+    if (b->closing)
+        return TN_ECLOSED;
+    tn_channel_t *ch = channel_find(t, name, len);
+    if (ch != NULL) {
+        if (ch->state == TN_OBJ_READY) {
+            *out = ch;
+            return 0;
+        }
+        if (ch->state == TN_OBJ_FAILED)
+            return ch->err;
+        if (w != NULL) {
+            w->next = ch->waiters;
+            ch->waiters = w;
+        }
+        return UV_EAGAIN;
+    }
+    if (!create)
+        return TN_ENOTFOUND;
+    size_t base = len;
+    if (len > EPHEMERAL_SUFFIX_LEN &&
+        memcmp(name + len - EPHEMERAL_SUFFIX_LEN, EPHEMERAL_SUFFIX, EPHEMERAL_SUFFIX_LEN) == 0)
+        base = len - EPHEMERAL_SUFFIX_LEN;
+    if (!tn_name_valid(name, base) || len > 255)
+        return UV_EINVAL;
+    ch = channel_new(t, name, len);
+    if (ch == NULL)
+        return UV_ENOMEM;
+    if (ch->ephemeral) {
+        /* In memory only, from the tail. */
+        for (uint32_t i = 0; i < t->nparts; i++) {
+            tn_cursor_t cur;
+            tn_cursor_init(&cur, tn_plog_visible_next(t->parts[i].plog));
+            int rc = chpart_init(&ch->parts[i], ch, &t->parts[i], NULL, &cur);
+            if (rc != 0) {
+                tn_cursor_fini(&cur);
+                tn__channel_free(ch);
+                return rc;
+            }
+        }
+        ch->state = TN_OBJ_READY;
+        channel_link(t, ch);
+        *out = ch;
+        return 0;
+    }
+    chan_job_t *j = tn_calloc(1, sizeof(*j));
+    if (j != NULL) {
+        j->cls = tn_calloc(t->nparts, sizeof(*j->cls));
+        j->curs = tn_calloc(t->nparts, sizeof(*j->curs));
+    }
+    if (j == NULL || j->cls == NULL || j->curs == NULL) {
+        if (j != NULL) {
+            tn_free(j->cls);
+            tn_free(j->curs);
+        }
+        tn_free(j);
+        tn__channel_free(ch);
+        return UV_ENOMEM;
+    }
+    j->ch = ch;
+    j->first = !has_durable_channel(t);
+    j->since_ns = tn_now_wall_ns() - b->opts.bootstrap_window_ms * 1000000;
+    int rc = uv_queue_work(b->loop, &j->work, chan_create_work, chan_create_done);
+    if (rc != 0) {
+        tn_free(j->cls);
+        tn_free(j->curs);
+        tn_free(j);
+        tn__channel_free(ch);
+        return rc;
+    }
+    ch->busy++;
+    b->workers++;
+    channel_link(t, ch);
+    if (w != NULL) {
+        w->next = NULL;
+        ch->waiters = w;
+    }
+    return UV_EAGAIN;
+}
+
+/* --- GC support ----------------------------------------------------------- */
+
+uint64_t tn__topic_gc_bound(tn_topic_t *t, uint32_t p)
+{
+    uint64_t bound = UINT64_MAX;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        if (ch->ephemeral)
+            continue;
+        if (ch->state != TN_OBJ_READY)
+            return 0; /* where it starts is not known yet */
+        if (ch->parts[p].synced_frontier < bound)
+            bound = ch->parts[p].synced_frontier;
+    }
+    return bound;
+}
+
+void tn__topic_settle_below(tn_topic_t *t, uint32_t p, uint64_t below)
+{
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        if (ch->state != TN_OBJ_READY)
+            continue;
+        tn_chpart_t *cp = &ch->parts[p];
+        if (cp->cur.frontier >= below)
+            continue;
+        tn_walrec_t r = {.op = TN_WAL_EMPTY, .offset = below};
+        record(cp, &r);
+        if (cp->scan < cp->cur.frontier)
+            cp->scan = cp->cur.frontier;
+    }
+}
+
+/* --- delivery --------------------------------------------------------------- */
+
+typedef struct {
+    tn_chpart_t *cp;
+    uint64_t offset;
+    uint32_t attempts;
+    tn_centry_t *e;
+} cand_t;
+
+static bool budget_full(const tn_broker_t *b)
+{
+    return b->inflight_bytes >= b->opts.max_inflight_bytes ||
+           b->inflight_msgs >= b->opts.max_inflight_msgs;
+}
+
+/* The next message of cp to deliver, if one is ready now. */
+static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, cand_t *out)
+{
+    if (cp->broken || tn_plog_err(cp->part->plog) != 0)
+        return false;
+    tn_part_t *part = cp->part;
+    /* Due entries first: requeued, timed out, deferred. */
+    promote(cp, now_mono);
+    for (;;) {
+        tn_heap_node_t *n = tn_heap_min(&cp->ready);
+        if (n == NULL)
+            break;
+        tn__pend_t *pe = TN_CONTAINER_OF(n, tn__pend_t, node);
+        if (tn_cursor_is_settled(&cp->cur, pe->offset)) {
+            pend_free(cp, pe);
+            continue;
+        }
+        tn_centry_t *e = tn__cache_get(part, pe->offset);
+        if (e == NULL) {
+            cp->waiting_fetch = true;
+            tn__part_fetch(part, pe->offset);
+            return false;
+        }
+        uint64_t off = pe->offset;
+        uint32_t attempts = pe->attempts;
+        pend_free(cp, pe);
+        if (e->body == NULL) {
+            record_fin(cp, off);
+            continue;
+        }
+        *out = (cand_t){cp, off, attempts, e};
+        return true;
+    }
+    /* Then the scan. */
+    uint64_t limit = tn_plog_visible_next(part->plog);
+    uint64_t ahead = cp->cur.frontier + cp->ch->topic->broker->opts.max_ahead;
+    if (ahead < limit)
+        limit = ahead;
+    if (cp->scan < cp->cur.frontier)
+        cp->scan = cp->cur.frontier;
+    while (cp->scan < limit) {
+        uint64_t off = cp->scan;
+        if (tn_cursor_is_settled(&cp->cur, off) || tn_leases_get(&cp->leases, off) != NULL ||
+            tn_u64map_get(&cp->pend_map, off) != NULL) {
+            cp->scan++;
+            continue;
+        }
+        tn_centry_t *e = tn__cache_get(part, off);
+        if (e == NULL) {
+            cp->waiting_fetch = true;
+            tn__part_fetch(part, off);
+            return false;
+        }
+        if (e->body == NULL) {
+            record_fin(cp, off);
+            cp->scan++;
+            continue;
+        }
+        if (e->deliver_at_ms > now_wall) {
+            if (pend_add(cp, off, 0, wall_to_mono(e->deliver_at_ms, now_wall, now_mono)) != 0)
+                return false;
+            cp->scan++;
+            tn__broker_rewake(cp);
+            continue;
+        }
+        cp->scan++;
+        *out = (cand_t){cp, off, 0, e};
+        return true;
+    }
+    return false;
+}
+
+static bool next_candidate(tn_channel_t *ch, int64_t now_mono, int64_t now_wall, cand_t *out)
+{
+    uint32_t n = ch->topic->nparts;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = (ch->next_part + k) % n;
+        if (chpart_next(&ch->parts[i], now_mono, now_wall, out)) {
+            ch->next_part = i + 1;
+            return true;
+        }
+    }
+    return false;
+}
+
+static tn_consumer_t *next_consumer(tn_channel_t *ch)
+{
+    tn_consumer_t *c = ch->consumers;
+    for (uint32_t k = 0; k < ch->nconsumers; k++, c = c->next)
+        if (c->owner.count < c->credit)
+            return c;
+    return NULL;
+}
+
+static void starve(tn_channel_t *ch)
+{
+    tn_broker_t *b = ch->topic->broker;
+    if (ch->starving)
+        return;
+    ch->starving = true;
+    ch->busy++;
+    ch->starve_next = b->starved;
+    b->starved = ch;
+}
+
+static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono)
+{
+    tn_chpart_t *cp = k->cp;
+    tn_broker_t *b = cp->ch->topic->broker;
+    uint32_t attempts = k->attempts < 65535 ? k->attempts + 1 : 65535;
+    if (c->sample_rate > 0) {
+        uint32_t n = c->sample_n++ % 100;
+        if (n >= c->sample_rate) {
+            /* Sampled out: consumed for this channel without being sent. */
+            record_fin(cp, k->offset);
+            return;
+        }
+    }
+    tn_lease_t *l;
+    uint32_t bytes = k->e->body->len;
+    int rc = tn_leases_add(&cp->leases, k->offset, attempts, bytes, &c->owner,
+                           now_mono + c->timeout_ms, &l);
+    if (rc != 0) {
+        /* Out of memory: try again soon. */
+        pend_add(cp, k->offset, k->attempts, now_mono + 100);
+        tn__broker_rewake(cp);
+        return;
+    }
+    l->data = cp;
+    b->inflight_bytes += bytes;
+    b->inflight_msgs++;
+    cp->ch->message_count++;
+    c->message_count++;
+    tn__broker_rewake(cp);
+    tn_delivery_t d = {
+        .partition = cp->part->index,
+        .offset = k->offset,
+        .nonce = l->nonce,
+        .attempts = (uint16_t)attempts,
+        .publish_ns = k->e->publish_ns,
+        .body = k->e->body,
+    };
+    c->deliver(c, &d);
+}
+
+void tn__channel_pump(tn_channel_t *ch)
+{
+    tn_broker_t *b = ch->topic->broker;
+    if (ch->state != TN_OBJ_READY || ch->paused || ch->topic->paused || ch->nconsumers == 0)
+        return;
+    int64_t now_mono = tn_now_mono_ms();
+    int64_t now_wall = tn_now_wall_ms();
+    for (;;) {
+        tn_consumer_t *c = next_consumer(ch);
+        if (c == NULL)
+            return;
+        if (budget_full(b)) {
+            starve(ch);
+            return;
+        }
+        cand_t k;
+        if (!next_candidate(ch, now_mono, now_wall, &k))
+            return;
+        /* Rotate: the next message goes to the next consumer. */
+        ch->consumers = c->next;
+        hand_over(c, &k, now_mono);
+    }
+}
+
+/* --- timeouts --------------------------------------------------------------- */
+
+static void lease_end(tn_chpart_t *cp, tn_lease_t *l)
+{
+    tn_broker_t *b = cp->ch->topic->broker;
+    b->inflight_bytes -= l->bytes;
+    b->inflight_msgs--;
+    tn_leases_remove(&cp->leases, l);
+    if (b->starved != NULL && !budget_full(b))
+        tn__broker_unstarve(b);
+}
+
+void tn__chpart_wake(tn_chpart_t *cp, int64_t now_ms)
+{
+    tn_channel_t *ch = cp->ch;
+    bool any = false;
+    tn_lease_t *l;
+    while ((l = tn_leases_expired(&cp->leases, now_ms)) != NULL) {
+        uint64_t off = l->offset;
+        uint32_t attempts = l->attempts;
+        lease_end(cp, l);
+        pend_add(cp, off, attempts, now_ms);
+        cp->cur.timeout_count++;
+        ch->topic->broker->timeouts++;
+        any = true;
+    }
+    if (any && cp->cl != NULL) {
+        tn_walrec_t r = {.op = TN_WAL_TIMEOUTS, .value = cp->cur.timeout_count};
+        record(cp, &r);
+    }
+    promote(cp, now_ms);
+    if (any || tn_heap_size(&cp->ready) > 0)
+        tn__broker_pump_later(ch);
+}
+
+/* --- consumers ----------------------------------------------------------------- */
+
+void tn_consumer_attach(tn_consumer_t *c, tn_channel_t *ch)
+{
+    c->ch = ch;
+    c->owner.head = NULL;
+    c->owner.count = 0;
+    c->credit = 0;
+    c->sample_n = 0;
+    if (ch->consumers == NULL) {
+        c->next = c->prev = c;
+        ch->consumers = c;
+    } else {
+        tn_consumer_t *h = ch->consumers;
+        c->next = h;
+        c->prev = h->prev;
+        h->prev->next = c;
+        h->prev = c;
+    }
+    ch->nconsumers++;
+}
+
+void tn_consumer_detach(tn_consumer_t *c)
+{
+    tn_channel_t *ch = c->ch;
+    if (ch == NULL)
+        return;
+    int64_t now = tn_now_mono_ms();
+    while (c->owner.head != NULL) {
+        tn_lease_t *l = c->owner.head;
+        tn_chpart_t *cp = l->data;
+        uint64_t off = l->offset;
+        uint32_t attempts = l->attempts;
+        lease_end(cp, l);
+        pend_add(cp, off, attempts, now);
+        tn__broker_rewake(cp);
+    }
+    if (c->next == c) {
+        ch->consumers = NULL;
+    } else {
+        c->prev->next = c->next;
+        c->next->prev = c->prev;
+        if (ch->consumers == c)
+            ch->consumers = c->next;
+    }
+    c->next = c->prev = NULL;
+    c->ch = NULL;
+    ch->nconsumers--;
+    if (ch->ephemeral && ch->nconsumers == 0) {
+        /* An ephemeral channel ends with its last consumer. */
+        channel_unlink(ch);
+        ch->deleted = true;
+        for (uint32_t i = 0; i < ch->topic->nparts; i++)
+            tn__broker_rewake(&ch->parts[i]);
+        if (ch->busy == 0)
+            tn__channel_free(ch);
+        return;
+    }
+    tn__broker_pump_later(ch);
+}
+
+void tn_consumer_credit(tn_consumer_t *c, uint32_t credit)
+{
+    bool more = credit > c->credit;
+    c->credit = credit;
+    if (more && c->ch != NULL)
+        tn__broker_pump_later(c->ch);
+}
+
+static int find_lease(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                      uint32_t nonce, tn_chpart_t **cpp, tn_lease_t **lp)
+{
+    tn_channel_t *ch = c->ch;
+    if (ch == NULL || partition >= ch->topic->nparts)
+        return UV_EINVAL;
+    tn_chpart_t *cp = &ch->parts[partition];
+    int rc = tn_leases_find(&cp->leases, offset, check_nonce, nonce, &c->owner, lp);
+    if (rc != 0)
+        return rc;
+    *cpp = cp;
+    return 0;
+}
+
+int tn_consumer_fin(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                    uint32_t nonce)
+{
+    tn_chpart_t *cp;
+    tn_lease_t *l;
+    int rc = find_lease(c, partition, offset, check_nonce, nonce, &cp, &l);
+    if (rc != 0)
+        return rc;
+    lease_end(cp, l);
+    record_fin(cp, offset);
+    c->finish_count++;
+    tn__broker_rewake(cp);
+    tn__broker_pump_later(c->ch);
+    return 0;
+}
+
+int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                    uint32_t nonce, int64_t delay_ms)
+{
+    tn_chpart_t *cp;
+    tn_lease_t *l;
+    int rc = find_lease(c, partition, offset, check_nonce, nonce, &cp, &l);
+    if (rc != 0)
+        return rc;
+    if (delay_ms < 0)
+        delay_ms = 0;
+    uint32_t attempts = l->attempts;
+    lease_end(cp, l);
+    int64_t now_mono = tn_now_mono_ms();
+    tn_walrec_t r = {.op = TN_WAL_REQ,
+                     .offset = offset,
+                     .due_ms = tn_now_wall_ms() + delay_ms,
+                     .attempts = attempts};
+    record(cp, &r);
+    pend_add(cp, offset, attempts, now_mono + delay_ms);
+    c->requeue_count++;
+    tn__broker_rewake(cp);
+    tn__broker_pump_later(c->ch);
+    return 0;
+}
+
+int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                      uint32_t nonce, int64_t timeout_ms)
+{
+    tn_chpart_t *cp;
+    tn_lease_t *l;
+    int rc = find_lease(c, partition, offset, check_nonce, nonce, &cp, &l);
+    if (rc != 0)
+        return rc;
+    tn_leases_touch(&cp->leases, l, tn_now_mono_ms() + timeout_ms);
+    tn__broker_rewake(cp);
+    return 0;
+}
+
+/* --- stats and admin -------------------------------------------------------- */
+
+void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->message_count = ch->message_count;
+    if (ch->state != TN_OBJ_READY)
+        return;
+    int64_t now = tn_now_mono_ms();
+    for (uint32_t i = 0; i < ch->topic->nparts; i++) {
+        const tn_chpart_t *cp = &ch->parts[i];
+        uint64_t tail = tn_plog_visible_next(cp->part->plog);
+        uint64_t unsettled = tail > cp->cur.frontier ? tail - cp->cur.frontier : 0;
+        unsettled = unsettled > cp->cur.nsettled ? unsettled - cp->cur.nsettled : 0;
+        out->depth += unsettled;
+        out->inflight += tn_leases_count(&cp->leases);
+        size_t pos = 0;
+        uint64_t key;
+        void *val;
+        while (tn_u64map_next(&cp->pend_map, &pos, &key, &val)) {
+            const tn__pend_t *pe = val;
+            if (!pe->ready && pe->node.key > now)
+                out->deferred++;
+        }
+        out->finish_count += cp->cur.finish_count;
+        out->requeue_count += cp->cur.requeue_count;
+        out->timeout_count += cp->cur.timeout_count;
+    }
+}
+
+int tn_channel_pause(tn_channel_t *ch, bool paused)
+{
+    if (ch->state != TN_OBJ_READY)
+        return UV_EAGAIN;
+    ch->paused = paused;
+    int rc = 0;
+    for (uint32_t i = 0; i < ch->topic->nparts; i++) {
+        tn_walrec_t r = {.op = TN_WAL_PAUSE, .value = paused ? 1 : 0};
+        int e = record(&ch->parts[i], &r);
+        if (e != 0 && rc == 0)
+            rc = e;
+    }
+    if (!paused)
+        tn__broker_pump_later(ch);
+    return rc;
+}

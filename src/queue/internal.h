@@ -1,0 +1,56 @@
+/* Names shared by the files of src/queue and no one else. */
+#ifndef TN_QUEUE_INTERNAL_H
+#define TN_QUEUE_INTERNAL_H
+
+#include "core/platform.h"
+
+#include "queue/queue.h"
+
+/* A pending entry: a message of a channel partition waiting for a time. */
+typedef struct {
+    tn_heap_node_t node; /* pending: key = due, monotonic ms; ready: key = offset */
+    uint64_t offset;
+    uint32_t attempts; /* deliveries so far */
+    bool ready;
+} tn__pend_t;
+
+/* broker.c */
+void tn__broker_pump_later(tn_channel_t *ch);
+/* Recompute when cp next needs the timer (lease deadline, pending due). */
+void tn__broker_rewake(tn_chpart_t *cp);
+tn_centry_t *tn__cache_get(tn_part_t *p, uint64_t offset);
+/* Insert (taking over one reference to body, which may be NULL for a gap). */
+int tn__cache_put(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t deliver_at_ms,
+                  tn_msg_t *body);
+void tn__cache_drop_part(tn_part_t *p);
+/* Start reading records from `from` into the cache, unless a read is under
+ * way; the topic's channels are pumped when it ends. */
+void tn__part_fetch(tn_part_t *p, uint64_t from);
+void tn__broker_work_done(tn_broker_t *b);
+tn_topic_t *tn__topic_find(tn_broker_t *b, const char *name, size_t len);
+
+/* topic.c */
+void tn__part_ready(tn_part_t *p);
+void tn__broker_unstarve(tn_broker_t *b);
+void tn__topic_pump_all(tn_topic_t *t);
+void tn__topic_free(tn_topic_t *t);
+void tn__waiters_fire(tn_waiter_t **list, int status);
+int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, tn_topic_t **out);
+void tn__topic_insert(tn_broker_t *b, tn_topic_t *t);
+tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t nparts);
+
+/* channel.c */
+void tn__channel_pump(tn_channel_t *ch);
+/* Expire leases and release pending entries that are due. */
+void tn__chpart_wake(tn_chpart_t *cp, int64_t now_ms);
+void tn__channel_free(tn_channel_t *ch);
+/* Load a durable channel found on disk (startup). */
+int tn__channel_load(tn_topic_t *t, const char *name);
+/* The frontier GC may go below: the lowest durable frontier of the
+ * topic's durable channels on partition p, or UINT64_MAX when it has none. */
+uint64_t tn__topic_gc_bound(tn_topic_t *t, uint32_t p);
+/* Settle every offset below `below` on partition p of each channel (GC by
+ * age passed them). */
+void tn__topic_settle_below(tn_topic_t *t, uint32_t p, uint64_t below);
+
+#endif

@@ -1,0 +1,356 @@
+/* The queue engine: topics, partitions, channels, consumers, publishing,
+ * delivery and settling. Every door (NSQ TCP, NSQ HTTP, /v1) calls these
+ * functions; none of them touches storage directly.
+ *
+ * A topic has P partitions, each one partition log (storage/plog.h). A
+ * channel is a consumer group on a topic with, per partition, a cursor
+ * (storage/cursor.h: frontier, settled-ahead set, requeued entries), a
+ * lease table (queue/lease.h) and a pending heap (messages waiting for a
+ * time: requeued with a delay, deferred by DPUB, or timed out and due at
+ * once). Durable channels write every settle to their channel log
+ * (storage/chanlog.h); `#ephemeral` channels keep it all in memory and
+ * vanish with their last consumer.
+ *
+ * DESIGN: publish.
+ *   1. The door copies the bodies into reference-counted messages
+ *      (tn_pub_set) and calls tn_broker_publish with a topic name; a
+ *      missing topic is created first (its partition logs open on a
+ *      worker thread), publishes wait for it.
+ *   2. The engine picks a partition (round robin) and appends the batch
+ *      as one atomic group-committed append.
+ *   3. At the durability boundary the messages enter the partition's tail
+ *      cache (so fresh deliveries never read the disk), the door's callback
+ *      runs (it answers OK), and the partition's channels are pumped once
+ *      the new records are visible.
+ *
+ * DESIGN: delivery (the pump of a channel, run from a uv_idle handle so
+ * everything that happened in one loop pass is served in one go).
+ *   1. While a consumer has credit (its RDY minus its in-flight count) and
+ *      the node-wide in-flight budgets allow: take the next candidate,
+ *      rotating over partitions: first a due pending entry, else the next
+ *      offset of the scan (from the frontier up to the partition's visible
+ *      position, at most max_ahead past the frontier), skipping settled,
+ *      leased and pending offsets.
+ *   2. Look the record up in the tail cache. On a miss, the partition
+ *      fetches a run of records on a worker thread and the channel waits
+ *      for it. A gap (an offset skipped by recovery) is settled. A record
+ *      deferred into the future joins the pending heap.
+ *   3. Lease it to the consumer (new nonce, deadline now + timeout) and hand
+ *      it over through the consumer's deliver callback.
+ *
+ * DESIGN: settling. FIN and REQ apply to the live cursor at once (the
+ * message stops counting as in flight, as in nsqd) and are written to the
+ * channel log; a crash before that write is durable redelivers the message,
+ * never loses one. GC only reclaims below the frontier the channel log
+ * has made durable. Timeouts put the message back as due at once and count
+ * in timeout_count (written to the log in batches).
+ *
+ * Invariants:
+ *   - An offset of a channel partition is in at most one of: settled (below
+ *     the frontier or in the settled set), leased, pending.
+ *   - The scan position is at or above the frontier; everything between
+ *     the frontier and the scan position is settled, leased or pending.
+ *   - Memory per channel partition is bounded by max_ahead, not by the
+ *     backlog on disk.
+ *
+ * Threads: everything here runs on the loop thread of the broker. */
+#ifndef TN_QUEUE_QUEUE_H
+#define TN_QUEUE_QUEUE_H
+
+#include "core/platform.h"
+
+#include "core/buf.h"
+#include "core/config.h"
+#include "core/heap.h"
+#include "core/u64map.h"
+#include "queue/lease.h"
+#include "storage/chanlog.h"
+#include "storage/plog.h"
+#include "storage/store.h"
+
+#include <uv.h>
+
+typedef struct tn_broker_s tn_broker_t;
+typedef struct tn_topic_s tn_topic_t;
+typedef struct tn_part_s tn_part_t;
+typedef struct tn_channel_s tn_channel_t;
+typedef struct tn_chpart_s tn_chpart_t;
+typedef struct tn_consumer_s tn_consumer_t;
+typedef struct tn_pub_s tn_pub_t;
+typedef struct tn_waiter_s tn_waiter_t;
+typedef struct tn_centry_s tn_centry_t;
+
+typedef struct {
+    uint32_t default_partitions;
+    int64_t bootstrap_window_ms;
+    int64_t retention_ns; /* 0: no age limit */
+    uint32_t max_attempts; /* 0: no dead-lettering */
+    uint64_t cache_bytes;
+    uint64_t max_inflight_bytes;
+    uint64_t max_inflight_msgs;
+    uint64_t max_ahead;
+    int64_t gc_interval_ms;
+} tn_broker_opts_t;
+
+void tn_broker_opts_from_config(tn_broker_opts_t *o, const tn_config_t *cfg);
+
+typedef enum { TN_OBJ_CREATING = 0, TN_OBJ_READY, TN_OBJ_FAILED } tn_obj_state_t;
+
+/* Waiting for a topic or channel being created: cb runs on the loop thread
+ * with 0 or the error that failed the creation. Caller-owned. */
+typedef void (*tn_waiter_cb)(tn_waiter_t *w, int status);
+struct tn_waiter_s {
+    tn_waiter_cb cb;
+    void *data;
+    tn_waiter_t *next;
+};
+
+/* One cached record of a partition: its body (NULL for an offset that
+ * holds no record) and the metadata delivery needs. */
+struct tn_centry_s {
+    uint64_t offset;
+    int64_t publish_ns;
+    int64_t deliver_at_ms;
+    tn_msg_t *body;
+    tn_part_t *part;
+    tn_centry_t *prev; /* broker-wide FIFO, oldest first */
+    tn_centry_t *next;
+};
+
+typedef struct tn_fetch_s tn_fetch_t;
+
+struct tn_part_s {
+    tn_topic_t *topic;
+    uint32_t index;
+    tn_plog_t *plog;
+    tn_u64map_t cache; /* offset -> tn_centry_t */
+    tn_fetch_t *fetch; /* the read in progress, or NULL */
+    uint64_t first_offset; /* lowest offset kept, as of the last GC */
+    tn_plog_gc_t gc;
+    bool gc_busy;
+    tn_plog_advance_t advance;
+    bool advancing;
+};
+
+struct tn_topic_s {
+    tn_broker_t *broker;
+    char *name;
+    tn_obj_state_t state;
+    int err;
+    uint32_t nparts;
+    tn_part_t *parts;
+    tn_channel_t *channels;
+    tn_waiter_t *waiters;
+    uint32_t next_part; /* round robin for publishes without a key */
+    bool paused;
+    bool deleted;
+    uint64_t message_count; /* published since start */
+    uint64_t message_bytes;
+    tn_topic_t *hnext;
+    uint32_t busy; /* worker jobs holding the topic */
+};
+
+struct tn_chpart_s {
+    tn_channel_t *ch;
+    tn_part_t *part;
+    tn_chanlog_t *cl; /* NULL for ephemeral channels */
+    tn_cursor_t cur;  /* live state: settles apply here first */
+    tn_leases_t leases;
+    uint64_t scan;
+    tn_heap_t pending;    /* tn__pend_t due later, by due time (monotonic ms) */
+    tn_heap_t ready;      /* tn__pend_t due now, lowest offset first */
+    tn_u64map_t pend_map; /* offset -> tn__pend_t, in either heap */
+    uint64_t synced_frontier; /* frontier the channel log has made durable */
+    uint64_t timeouts_logged;
+    tn_heap_node_t wake; /* in the broker's wake heap: next deadline */
+    bool waiting_fetch;
+    bool broken; /* its log failed: no more deliveries */
+};
+
+struct tn_channel_s {
+    tn_topic_t *topic;
+    char *name;
+    bool ephemeral;
+    tn_obj_state_t state;
+    int err;
+    tn_chpart_t *parts;
+    tn_waiter_t *waiters;
+    tn_consumer_t *consumers; /* circular list */
+    uint32_t nconsumers;
+    uint32_t next_part;
+    bool paused;
+    bool deleted;
+    bool pump_queued;
+    tn_channel_t *pump_next;
+    bool starving; /* in the broker's starved list */
+    tn_channel_t *starve_next;
+    tn_channel_t *next; /* topic's list */
+    uint32_t busy;
+    uint64_t message_count; /* delivered since start */
+    uint64_t dlq_count;
+};
+
+/* A message handed to a consumer. body is borrowed for the callback; take
+ * a reference (tn_msg_ref) to keep it. */
+typedef struct {
+    uint32_t partition;
+    uint64_t offset;
+    uint32_t nonce;
+    uint16_t attempts;
+    int64_t publish_ns;
+    tn_msg_t *body;
+} tn_delivery_t;
+
+typedef void (*tn_deliver_cb)(tn_consumer_t *c, const tn_delivery_t *d);
+
+/* A consumer attached to a channel (an NSQ connection after SUB, a native
+ * long-poll). Caller-owned; attach with tn_consumer_attach. */
+struct tn_consumer_s {
+    tn_channel_t *ch;
+    tn_lease_owner_t owner; /* its leases: the in-flight count is owner.count */
+    uint32_t credit;        /* RDY: in flight at most this many */
+    int64_t timeout_ms;     /* lease duration */
+    uint32_t sample_rate;   /* 0: all; else deliver this many of each 100 */
+    uint32_t sample_n;
+    tn_deliver_cb deliver;
+    void *data;
+    tn_consumer_t *prev;
+    tn_consumer_t *next;
+    uint64_t message_count;
+    uint64_t finish_count;
+    uint64_t requeue_count;
+};
+
+/* A publish: caller-owned, in use from tn_broker_publish until cb. */
+typedef void (*tn_pub_cb)(tn_pub_t *p, int status);
+struct tn_pub_s {
+    tn_append_t app; /* private */
+    void *data;
+    uint32_t partition; /* result: where it went */
+    uint64_t first_offset;
+    /* Private. */
+    tn_broker_t *broker;
+    tn_topic_t *topic;
+    tn_waiter_t wait;
+    uint32_t n;
+    tn_msg_t **msgs;
+    tn_rec_in_t *recs;
+    tn_msg_t *msg1;
+    tn_rec_in_t rec1;
+    int64_t deliver_at_ms;
+    tn_pub_cb cb;
+};
+
+struct tn_broker_s {
+    uv_loop_t *loop;
+    tn_store_t *store;
+    tn_broker_opts_t opts;
+    tn_topic_t **buckets;
+    size_t nbuckets;
+    size_t ntopics;
+    /* tail cache */
+    tn_centry_t *cache_head;
+    tn_centry_t *cache_tail;
+    uint64_t cache_bytes;
+    /* in-flight budget */
+    uint64_t inflight_bytes;
+    uint64_t inflight_msgs;
+    /* pumping */
+    uv_idle_t idle;
+    tn_channel_t *pump_head;
+    tn_channel_t *starved; /* waiting for the in-flight budget */
+    /* deadlines */
+    uv_timer_t timer;
+    int64_t timer_at;
+    tn_heap_t wakes; /* tn_chpart_t.wake */
+    uv_timer_t gc_timer;
+    uint32_t workers; /* worker jobs in flight */
+    bool closing;
+    void (*close_cb)(tn_broker_t *b);
+    uint32_t handles_open;
+    uint32_t nonce_seed;
+    /* counters */
+    uint64_t timeouts;
+    uint64_t dlq_moves;
+    uint64_t gc_segments;
+};
+
+/* Open the engine over an open store and load every topic and channel on
+ * disk (blocking: call at startup). Partitions or channels found damaged
+ * are isolated and logged. 0 or an error. */
+int tn_broker_open(uv_loop_t *loop, tn_store_t *store, const tn_broker_opts_t *opts,
+                   tn_broker_t **out);
+/* Stop timers and free the engine's memory once its workers and storage
+ * requests finish; cb runs after that, with NULL (the broker is gone). Consumers must be detached first. The store is closed
+ * by the caller afterwards. */
+void tn_broker_close(tn_broker_t *b, void (*cb)(tn_broker_t *b));
+
+/* Find a topic; with create, make a missing one (nparts 0: the default).
+ * Returns 0 with *out ready; UV_EAGAIN when it is being created: w (when
+ * not NULL) is queued and its cb runs when the creation ends, after which
+ * the caller looks again; TN_ENOTFOUND; UV_EINVAL (bad name); or the error
+ * of a failed creation. */
+int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, uint32_t nparts,
+                    tn_waiter_t *w, tn_topic_t **out);
+
+/* Same for a channel of a ready topic. An ephemeral channel (name ending
+ * in #ephemeral) is created at once; a durable one opens its channel logs
+ * on a worker thread. */
+int tn_topic_channel(tn_topic_t *t, const char *name, size_t len, bool create, tn_waiter_t *w,
+                     tn_channel_t **out);
+
+/* Prepare a publish of n messages; tn_pub_set copies each body in. 0 or
+ * UV_ENOMEM. tn_pub_fini releases what the publish holds. */
+int tn_pub_init(tn_pub_t *p, uint32_t n);
+int tn_pub_set(tn_pub_t *p, uint32_t i, const void *data, size_t len);
+void tn_pub_fini(tn_pub_t *p);
+
+/* Publish p to the topic called name (created when missing). deliver_at_ms
+ * (wall clock, 0 = now) defers delivery. Returns 0 when under way (cb runs
+ * with the final status: 0 at the durability boundary, else an error), or
+ * at once UV_EINVAL, TN_EDISKHIGH, TN_ECLOSED or a storage error. */
+int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
+                      int64_t deliver_at_ms, tn_pub_cb cb);
+
+/* Attach c (deliver, timeout_ms, data set by the caller; credit 0) to a
+ * ready channel. */
+void tn_consumer_attach(tn_consumer_t *c, tn_channel_t *ch);
+/* Detach: its in-flight messages go back to the channel, due at once. An
+ * ephemeral channel goes away with its last consumer. */
+void tn_consumer_detach(tn_consumer_t *c);
+/* Set the credit (RDY) and deliver what it allows. */
+void tn_consumer_credit(tn_consumer_t *c, uint32_t credit);
+static inline size_t tn_consumer_inflight(const tn_consumer_t *c)
+{
+    return c->owner.count;
+}
+
+/* Settle a message this consumer holds. check_nonce: the nonce must match
+ * its current delivery (receipt handles); NSQ checks the owner only.
+ * Returns 0, TN_ENOTFOUND (not in flight), UV_ESRCH (in flight for
+ * another delivery or consumer), UV_EINVAL (no such partition). */
+int tn_consumer_fin(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                    uint32_t nonce);
+/* Put it back, deliverable after delay_ms (0: at once). */
+int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                    uint32_t nonce, int64_t delay_ms);
+/* Renew its lease for timeout_ms from now. */
+int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
+                      uint32_t nonce, int64_t timeout_ms);
+
+/* Stats of one channel. */
+typedef struct {
+    uint64_t depth; /* unsettled messages from the frontier to the tail */
+    uint64_t inflight;
+    uint64_t deferred;
+    uint64_t finish_count;
+    uint64_t requeue_count;
+    uint64_t timeout_count;
+    uint64_t message_count;
+} tn_channel_stats_t;
+void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out);
+
+/* Pause or unpause delivery of a channel (durable for durable channels). */
+int tn_channel_pause(tn_channel_t *ch, bool paused);
+
+#endif

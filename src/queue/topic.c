@@ -1,0 +1,269 @@
+/* Topics and publishing. See queue.h for the design. */
+#include "core/platform.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/name.h"
+#include "core/time.h"
+#include "queue/internal.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+void tn__waiters_fire(tn_waiter_t **list, int status)
+{
+    /* Oldest first: the list is pushed at the front. */
+    tn_waiter_t *rev = NULL;
+    while (*list != NULL) {
+        tn_waiter_t *w = *list;
+        *list = w->next;
+        w->next = rev;
+        rev = w;
+    }
+    while (rev != NULL) {
+        tn_waiter_t *w = rev;
+        rev = w->next;
+        w->next = NULL;
+        w->cb(w, status);
+    }
+}
+
+static void on_plog_progress(tn_plog_t *plog)
+{
+    tn_part_t *p = plog->data;
+    if (p != NULL && !p->topic->deleted)
+        tn__topic_pump_all(p->topic);
+}
+
+tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t nparts)
+{
+    tn_topic_t *t = tn_calloc(1, sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    t->broker = b;
+    t->name = tn_malloc(len + 1);
+    t->parts = tn_calloc(nparts, sizeof(*t->parts));
+    if (t->name == NULL || t->parts == NULL) {
+        tn_free(t->name);
+        tn_free(t->parts);
+        tn_free(t);
+        return NULL;
+    }
+    memcpy(t->name, name, len);
+    t->name[len] = '\0';
+    t->nparts = nparts;
+    for (uint32_t i = 0; i < nparts; i++) {
+        tn_part_t *p = &t->parts[i];
+        p->topic = t;
+        p->index = i;
+        tn_u64map_init(&p->cache);
+    }
+    return t;
+}
+
+void tn__topic_free(tn_topic_t *t)
+{
+    while (t->channels != NULL) {
+        tn_channel_t *ch = t->channels;
+        t->channels = ch->next;
+        tn__channel_free(ch);
+    }
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        tn_part_t *p = &t->parts[i];
+        tn__cache_drop_part(p);
+        tn_u64map_fini(&p->cache);
+        if (p->plog != NULL) {
+            p->plog->on_progress = NULL;
+            p->plog->data = NULL;
+            /* The store closes every log still open when it closes. */
+            if (t->deleted)
+                tn_plog_close(p->plog, NULL);
+        }
+    }
+    tn_free(t->parts);
+    tn_free(t->name);
+    tn_free(t);
+}
+
+void tn__part_ready(tn_part_t *p)
+{
+    tn_plog_stats_t st;
+    tn_plog_stats(p->plog, &st);
+    p->first_offset = st.first_offset;
+    p->plog->data = p;
+    p->plog->on_progress = on_plog_progress;
+}
+
+int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, tn_topic_t **out)
+{
+    tn_topic_t *t = tn__topic_new(b, name, strlen(name), nparts);
+    if (t == NULL)
+        return UV_ENOMEM;
+    for (uint32_t i = 0; i < nparts; i++) {
+        int rc = tn_plog_open(b->store, name, i, &t->parts[i].plog);
+        if (rc != 0) {
+            TN_LOG(TN_LOG_ERROR, "cannot open partition %s/%" PRIu32 ": %s", name, i,
+                   tn_strerror(rc));
+            tn__topic_free(t);
+            return rc;
+        }
+        tn_plog_t *plog = t->parts[i].plog;
+        tn_plog_stats_t st;
+        tn_plog_stats(plog, &st);
+        if (st.err != 0)
+            TN_LOG(TN_LOG_ERROR, "partition %s/%" PRIu32 " isolated: %s", name, i, plog->errmsg);
+        else
+            TN_LOG(TN_LOG_INFO,
+                   "partition %s/%" PRIu32 ": %" PRIu64 " records from offset %" PRIu64
+                   ", next offset %" PRIu64 ", %" PRIu32 " segments, %" PRIu64 " bytes",
+                   name, i, st.written_next - st.first_offset, st.first_offset, st.written_next,
+                   st.segments, st.bytes);
+        tn__part_ready(&t->parts[i]);
+    }
+    t->state = TN_OBJ_READY;
+    tn__topic_insert(b, t);
+    *out = t;
+    return 0;
+}
+
+void tn__topic_pump_all(tn_topic_t *t)
+{
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        if (ch->nconsumers > 0)
+            tn__broker_pump_later(ch);
+}
+
+/* --- publish --------------------------------------------------------------- */
+
+int tn_pub_init(tn_pub_t *p, uint32_t n)
+{
+    memset(p, 0, sizeof(*p));
+    if (n == 0)
+        return UV_EINVAL;
+    p->n = n;
+    if (n == 1) {
+        p->msgs = &p->msg1;
+        p->recs = &p->rec1;
+        return 0;
+    }
+    p->msgs = tn_calloc(n, sizeof(*p->msgs));
+    p->recs = tn_calloc(n, sizeof(*p->recs));
+    if (p->msgs == NULL || p->recs == NULL) {
+        tn_free(p->msgs);
+        tn_free(p->recs);
+        p->msgs = NULL;
+        p->recs = NULL;
+        return UV_ENOMEM;
+    }
+    return 0;
+}
+
+int tn_pub_set(tn_pub_t *p, uint32_t i, const void *data, size_t len)
+{
+    if (i >= p->n || len > UINT32_MAX)
+        return UV_EINVAL;
+    tn_msg_t *m = tn_msg_new(data, (uint32_t)len);
+    if (m == NULL)
+        return UV_ENOMEM;
+    if (p->msgs[i] != NULL)
+        tn_msg_unref(p->msgs[i]);
+    p->msgs[i] = m;
+    p->recs[i].key = tn_iov(NULL, 0);
+    p->recs[i].body = tn_iov(m->data, m->len);
+    p->recs[i].deliver_at_ms = 0;
+    return 0;
+}
+
+void tn_pub_fini(tn_pub_t *p)
+{
+    if (p->msgs == NULL)
+        return;
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->msgs[i] != NULL)
+            tn_msg_unref(p->msgs[i]);
+    if (p->msgs != &p->msg1) {
+        tn_free(p->msgs);
+        tn_free(p->recs);
+    }
+    p->msgs = NULL;
+    p->recs = NULL;
+}
+
+static void on_appended(tn_append_t *req, int status)
+{
+    tn_pub_t *p = req->data;
+    tn_topic_t *t = p->topic;
+    tn_part_t *part = &t->parts[p->partition];
+    t->busy--;
+    if (status == 0) {
+        p->first_offset = req->first_offset;
+        t->message_count += p->n;
+        for (uint32_t i = 0; i < p->n; i++) {
+            t->message_bytes += p->msgs[i]->len;
+            if (!t->deleted && !t->broker->closing)
+                tn__cache_put(part, req->first_offset + i, req->publish_ns, p->deliver_at_ms,
+                              tn_msg_ref(p->msgs[i]));
+        }
+    }
+    bool freed = t->deleted && t->busy == 0;
+    tn_broker_t *b = t->broker;
+    p->cb(p, status);
+    if (freed)
+        tn__topic_free(t);
+    tn__broker_work_done(b);
+}
+
+static int append_to(tn_topic_t *t, tn_pub_t *p)
+{
+    uint32_t idx = t->next_part++ % t->nparts;
+    tn_part_t *part = &t->parts[idx];
+    p->partition = idx;
+    p->app.data = p;
+    for (uint32_t i = 0; i < p->n; i++)
+        p->recs[i].deliver_at_ms = p->deliver_at_ms;
+    int rc = tn_plog_append(part->plog, &p->app, p->recs, p->n, on_appended);
+    if (rc == 0) {
+        t->busy++;
+        t->broker->workers++;
+    }
+    return rc;
+}
+
+static void on_topic_ready(tn_waiter_t *w, int status)
+{
+    tn_pub_t *p = w->data;
+    /* On success p->topic is ready; on failure it is being freed. */
+    if (status == 0 && p->broker->closing)
+        status = TN_ECLOSED;
+    if (status == 0) {
+        status = append_to(p->topic, p);
+        if (status == 0)
+            return;
+    }
+    p->cb(p, status);
+}
+
+int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
+                      int64_t deliver_at_ms, tn_pub_cb cb)
+{
+    if (p->n == 0 || !tn_name_valid(name, len))
+        return UV_EINVAL;
+    if (tn_store_disk_high(b->store))
+        return TN_EDISKHIGH;
+    p->broker = b;
+    p->cb = cb;
+    p->deliver_at_ms = deliver_at_ms;
+    p->wait.cb = on_topic_ready;
+    p->wait.data = p;
+    tn_topic_t *t = NULL;
+    int rc = tn_broker_topic(b, name, len, true, 0, &p->wait, &t);
+    if (rc == UV_EAGAIN) {
+        p->topic = tn__topic_find(b, name, len);
+        return 0;
+    }
+    if (rc != 0)
+        return rc;
+    p->topic = t;
+    return append_to(t, p);
+}
