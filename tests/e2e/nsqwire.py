@@ -18,6 +18,117 @@ class Closed(Exception):
     pass
 
 
+# -- Snappy framing (just enough for tests: we send uncompressed chunks and
+# decode whatever the server sends) ---------------------------------------
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def _mask(crc):
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def snappy_uncompress_block(data):
+    """Decode one raw Snappy block."""
+    pos, length, shift = 0, 0, 0
+    while True:
+        b = data[pos]
+        pos += 1
+        length |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            break
+    out = bytearray()
+    while pos < len(data):
+        tag = data[pos]
+        pos += 1
+        kind = tag & 3
+        if kind == 0:
+            n = tag >> 2
+            if n >= 60:
+                extra = n - 59
+                n = int.from_bytes(data[pos:pos + extra], "little")
+                pos += extra
+            n += 1
+            out += data[pos:pos + n]
+            pos += n
+            continue
+        if kind == 1:
+            n = ((tag >> 2) & 7) + 4
+            off = ((tag >> 5) << 8) | data[pos]
+            pos += 1
+        elif kind == 2:
+            n = (tag >> 2) + 1
+            off = int.from_bytes(data[pos:pos + 2], "little")
+            pos += 2
+        else:
+            n = (tag >> 2) + 1
+            off = int.from_bytes(data[pos:pos + 4], "little")
+            pos += 4
+        for _ in range(n):
+            out.append(out[-off])
+    assert len(out) == length, "snappy length mismatch"
+    return bytes(out)
+
+
+class SnappyStream:
+    IDENT = b"\xff\x06\x00\x00sNaPpY"
+
+    def __init__(self):
+        self.pending = b""
+        self.sent_ident = False
+
+    def encode(self, data):
+        out = b""
+        if not self.sent_ident:
+            out += self.IDENT
+            self.sent_ident = True
+        for i in range(0, len(data), 65536):
+            chunk = data[i:i + 65536]
+            payload = _mask(crc32c(chunk)).to_bytes(4, "little") + chunk
+            out += b"\x01" + len(payload).to_bytes(3, "little") + payload
+        return out
+
+    def decode(self, data):
+        self.pending += data
+        out = b""
+        while len(self.pending) >= 4:
+            kind = self.pending[0]
+            n = int.from_bytes(self.pending[1:4], "little")
+            if len(self.pending) < 4 + n:
+                break
+            body = self.pending[4:4 + n]
+            self.pending = self.pending[4 + n:]
+            if kind == 0xFF:
+                continue
+            if kind == 0x00:
+                chunk = snappy_uncompress_block(body[4:])
+            elif kind == 0x01:
+                chunk = body[4:]
+            else:
+                continue
+            assert _mask(crc32c(chunk)) == int.from_bytes(body[:4], "little"), "bad chunk CRC"
+            out += chunk
+        return out
+
+
 class Message:
     def __init__(self, data):
         self.timestamp, self.attempts = struct.unpack(">qH", data[:10])
@@ -34,6 +145,7 @@ class Conn:
         self.buf = b""
         self.inflate = None
         self.deflate = None
+        self.snappy = None
         if magic:
             self.sock.sendall(b"  V2")
 
@@ -48,6 +160,8 @@ class Conn:
     def send(self, data):
         if self.deflate is not None:
             data = self.deflate.compress(data) + self.deflate.flush(zlib.Z_SYNC_FLUSH)
+        elif self.snappy is not None:
+            data = self.snappy.encode(data)
         self.sock.sendall(data)
 
     def cmd(self, line, body=None):
@@ -106,6 +220,8 @@ class Conn:
             raise Closed("connection closed by the server")
         if self.inflate is not None:
             chunk = self.inflate.decompress(chunk)
+        elif self.snappy is not None:
+            chunk = self.snappy.decode(chunk)
         self.buf += chunk
 
     def read_frame(self, skip_heartbeats=True):
@@ -154,3 +270,9 @@ class Conn:
         rest, self.buf = self.buf, b""
         if rest:
             self.buf = self.inflate.decompress(rest)
+
+    def start_snappy(self):
+        self.snappy = SnappyStream()
+        rest, self.buf = self.buf, b""
+        if rest:
+            self.buf = self.snappy.decode(rest)

@@ -1,0 +1,519 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the NSQ V2 TCP protocol against the real ternd:
+every command, the negotiated features, the error codes and which of them
+close the connection, delivery (RDY, timeouts, REQ, DPUB, sampling,
+ephemeral channels, CLS, backlog and bootstrap window) and durability
+across a SIGKILL. Each test class starts its own daemon on port 0 with a
+temporary data directory."""
+import argparse
+import os
+import shutil
+import socket
+import struct
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+import daemon as daemon_mod
+import nsqwire
+from daemon import Daemon
+from nsqwire import FRAME_ERROR, FRAME_MESSAGE, FRAME_RESPONSE, Conn
+
+
+def fresh(prefix="t"):
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+class Base(unittest.TestCase):
+    ARGS = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tern-nsq-")
+        cls.data = os.path.join(cls.dir, "data")
+        cls.d = Daemon(cls.data, *cls.ARGS)
+        cls.d.wait_for("ready")
+        cls.port = cls.d.tcp_port
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, f"ternd exited {rc}:\n{cls.d.log()}"
+
+    def setUp(self):
+        self.conns = []
+
+    def tearDown(self):
+        for c in self.conns:
+            c.close()
+
+    def conn(self, **identify):
+        c = Conn(self.port)
+        self.conns.append(c)
+        if identify is not None:
+            c.identify(**identify)
+        return c
+
+    def consumer(self, topic, channel, rdy=10, **identify):
+        c = self.conn(**identify)
+        self.assertEqual(c.sub(topic, channel), (FRAME_RESPONSE, b"OK"))
+        if rdy:
+            c.rdy(rdy)
+        return c
+
+    def assertError(self, frame, code):
+        kind, data = frame
+        self.assertEqual(kind, FRAME_ERROR, data)
+        self.assertTrue(data.startswith(code.encode()), data)
+
+    def no_message(self, c, wait=0.5):
+        c.sock.settimeout(wait)
+        try:
+            kind, data = c.read_frame()
+        except socket.timeout:
+            return True
+        finally:
+            c.sock.settimeout(10)
+        self.fail(f"unexpected frame {kind} {data[:60]!r}")
+
+
+class PublishConsume(Base):
+    def test_pub_sub_fin(self):
+        t = fresh()
+        p = self.conn()
+        for i in range(5):
+            self.assertEqual(p.pub(t, b"m%d" % i), (FRAME_RESPONSE, b"OK"))
+        c = self.consumer(t, "ch")
+        got = []
+        for _ in range(5):
+            m = c.read_message()
+            self.assertEqual(m.attempts, 1)
+            self.assertEqual(len(m.id), 16)
+            got.append(m.body)
+            c.fin(m.id)
+        self.assertEqual(got, [b"m%d" % i for i in range(5)])
+        self.no_message(c)
+
+    def test_mpub_is_one_batch_and_ids_are_dense(self):
+        t = fresh()
+        p = self.conn()
+        self.assertEqual(p.mpub(t, [b"a", b"bb", b"ccc"]), (FRAME_RESPONSE, b"OK"))
+        c = self.consumer(t, "ch")
+        ms = [c.read_message() for _ in range(3)]
+        self.assertEqual([m.body for m in ms], [b"a", b"bb", b"ccc"])
+        ids = [int(m.id, 16) for m in ms]
+        self.assertEqual(ids, list(range(ids[0], ids[0] + 3)))
+        ts = ms[0].timestamp
+        self.assertLess(abs(ts / 1e9 - time.time()), 60)
+
+    def test_each_channel_gets_every_message(self):
+        t = fresh()
+        a = self.consumer(t, "a")
+        b = self.consumer(t, "b")
+        p = self.conn()
+        p.pub(t, b"x")
+        self.assertEqual(a.read_message().body, b"x")
+        self.assertEqual(b.read_message().body, b"x")
+
+    def test_consumers_of_one_channel_share_it(self):
+        t = fresh()
+        a = self.consumer(t, "ch", rdy=100)
+        b = self.consumer(t, "ch", rdy=100)
+        p = self.conn()
+        p.mpub(t, [b"%d" % i for i in range(40)])
+        seen = []
+        for c in (a, b):
+            c.sock.settimeout(1)
+            try:
+                while True:
+                    m = c.read_message()
+                    seen.append(m.body)
+                    c.fin(m.id)
+            except socket.timeout:
+                pass
+        self.assertEqual(sorted(seen), sorted(b"%d" % i for i in range(40)))
+
+    def test_rdy_limits_in_flight(self):
+        t = fresh()
+        p = self.conn()
+        p.mpub(t, [b"%d" % i for i in range(10)])
+        c = self.consumer(t, "ch", rdy=3)
+        ms = [c.read_message() for _ in range(3)]
+        self.no_message(c)
+        c.fin(ms[0].id)
+        m = c.read_message()
+        self.assertEqual(m.body, b"3")
+        c.rdy(0)
+        c.fin(ms[1].id)
+        self.no_message(c)
+
+    def test_first_channel_gets_the_backlog(self):
+        t = fresh()
+        p = self.conn()
+        p.mpub(t, [b"old1", b"old2"])
+        c = self.consumer(t, "first")
+        self.assertEqual(c.read_message().body, b"old1")
+        self.assertEqual(c.read_message().body, b"old2")
+        # A later channel starts at the bootstrap window (90 s by default),
+        # so it sees the recent messages too.
+        c2 = self.consumer(t, "second")
+        self.assertEqual(c2.read_message().body, b"old1")
+
+    def test_pipelined_publishes_answer_in_order(self):
+        t = fresh()
+        p = self.conn()
+        data = b""
+        for i in range(50):
+            data += f"PUB {t}\n".encode() + struct.pack(">I", 2) + b"%02d" % i
+        p.send(data)
+        for _ in range(50):
+            self.assertEqual(p.read_response(), (FRAME_RESPONSE, b"OK"))
+        c = self.consumer(t, "ch", rdy=100)
+        self.assertEqual([c.read_message().body for _ in range(50)],
+                         [b"%02d" % i for i in range(50)])
+
+    def test_large_message(self):
+        t = fresh()
+        p = self.conn()
+        body = os.urandom(1024 * 1024)
+        self.assertEqual(p.pub(t, body), (FRAME_RESPONSE, b"OK"))
+        c = self.consumer(t, "ch")
+        self.assertEqual(c.read_message().body, body)
+
+
+class Settling(Base):
+    def test_req_with_delay_redelivers_later(self):
+        t = fresh()
+        self.conn().pub(t, b"x")
+        c = self.consumer(t, "ch")
+        m = c.read_message()
+        start = time.monotonic()
+        c.req(m.id, 300)
+        m2 = c.read_message()
+        self.assertGreaterEqual(time.monotonic() - start, 0.29)
+        self.assertEqual((m2.id, m2.attempts, m2.body), (m.id, 2, b"x"))
+        c.fin(m2.id)
+        self.no_message(c)
+
+    def test_timeout_redelivers_and_touch_extends(self):
+        t = fresh()
+        self.conn().pub(t, b"x")
+        c = self.consumer(t, "ch", msg_timeout=1000)
+        m = c.read_message()
+        start = time.monotonic()
+        # TOUCH twice, 600 ms apart: the lease outlives its first second.
+        time.sleep(0.6)
+        c.touch(m.id)
+        time.sleep(0.6)
+        c.touch(m.id)
+        self.no_message(c, 0.3)
+        m2 = c.read_message()
+        self.assertGreaterEqual(time.monotonic() - start, 2.0)
+        self.assertEqual((m2.id, m2.attempts), (m.id, 2))
+
+    def test_fin_of_unknown_id_fails_but_keeps_connection(self):
+        t = fresh()
+        c = self.consumer(t, "ch")
+        c.fin("00000000000000ff")
+        self.assertError(c.read_frame(), "E_FIN_FAILED")
+        c.req("00000000000000ff", 0)
+        self.assertError(c.read_frame(), "E_REQ_FAILED")
+        c.touch("00000000000000ff")
+        self.assertError(c.read_frame(), "E_TOUCH_FAILED")
+        self.conn().pub(t, b"still")
+        self.assertEqual(c.read_message().body, b"still")
+
+    def test_fin_from_another_connection_fails(self):
+        t = fresh()
+        self.conn().pub(t, b"x")
+        a = self.consumer(t, "ch")
+        m = a.read_message()
+        b = self.consumer(t, "ch")
+        b.fin(m.id)
+        self.assertError(b.read_frame(), "E_FIN_FAILED")
+
+    def test_disconnect_returns_in_flight_at_once(self):
+        t = fresh()
+        self.conn().pub(t, b"x")
+        a = self.consumer(t, "ch")
+        m = a.read_message()
+        a.close()
+        b = self.consumer(t, "ch")
+        m2 = b.read_message()
+        self.assertEqual((m2.id, m2.attempts), (m.id, 2))
+
+    def test_dpub_defers(self):
+        t = fresh()
+        c = self.consumer(t, "ch")
+        start = time.monotonic()
+        self.assertEqual(self.conn().dpub(t, 500, b"later"), (FRAME_RESPONSE, b"OK"))
+        self.conn().pub(t, b"now")
+        self.assertEqual(c.read_message().body, b"now")
+        m = c.read_message()
+        self.assertEqual(m.body, b"later")
+        self.assertGreaterEqual(time.monotonic() - start, 0.5)
+
+    def test_cls(self):
+        t = fresh()
+        self.conn().pub(t, b"x")
+        c = self.consumer(t, "ch")
+        m = c.read_message()
+        c.cmd("CLS")
+        self.assertEqual(c.read_frame(), (FRAME_RESPONSE, b"CLOSE_WAIT"))
+        c.fin(m.id)  # still accepted
+        self.conn().pub(t, b"y")
+        self.no_message(c)
+
+    def test_sampling_delivers_a_share(self):
+        t = fresh()
+        self.conn().mpub(t, [b"%d" % i for i in range(200)])
+        c = self.consumer(t, "ch", rdy=200, sample_rate=25)
+        got = 0
+        c.sock.settimeout(1)
+        try:
+            while True:
+                m = c.read_message()
+                c.fin(m.id)
+                got += 1
+        except socket.timeout:
+            pass
+        self.assertEqual(got, 50)
+
+    def test_ephemeral_channel_starts_at_tail_and_vanishes(self):
+        t = fresh()
+        self.conn().pub(t, b"before")
+        c = self.consumer(t, "eph#ephemeral")
+        self.conn().pub(t, b"after")
+        m = c.read_message()
+        self.assertEqual(m.body, b"after")
+        c.close()
+        time.sleep(0.2)
+        c2 = self.consumer(t, "eph#ephemeral")
+        self.no_message(c2)
+
+
+class Errors(Base):
+    def closes_after(self, c, line, body=None, code="E_INVALID"):
+        c.cmd(line, body)
+        self.assertError(c.read_frame(), code)
+        self.assertTrue(c.expect_closed())
+
+    def test_bad_magic_closes(self):
+        c = Conn(self.port, magic=False)
+        self.conns.append(c)
+        c.sock.sendall(b"  V1")
+        self.assertTrue(c.expect_closed())
+
+    def test_invalid_command(self):
+        self.closes_after(self.conn(), "BOGUS")
+
+    def test_bad_topic_name(self):
+        self.closes_after(self.conn(), "PUB bad/name", b"x", "E_BAD_TOPIC")
+
+    def test_bad_channel_name(self):
+        self.closes_after(self.conn(), f"SUB {fresh()} bad*chan", None, "E_BAD_CHANNEL")
+
+    def test_empty_message(self):
+        self.closes_after(self.conn(), f"PUB {fresh()}", b"", "E_BAD_MESSAGE")
+
+    def test_message_too_big(self):
+        c = self.conn()
+        c.sock.sendall(f"PUB {fresh()}\n".encode() + struct.pack(">I", 1024 * 1024 + 1))
+        self.assertError(c.read_frame(), "E_BAD_MESSAGE")
+        self.assertTrue(c.expect_closed())
+
+    def test_mpub_trailing_bytes_publishes_nothing(self):
+        t = fresh()
+        body = struct.pack(">I", 1) + struct.pack(">I", 1) + b"a" + b"junk"
+        self.closes_after(self.conn(), f"MPUB {t}", body, "E_BAD_BODY")
+        c = self.consumer(t, "ch")
+        self.no_message(c)
+
+    def test_rdy_before_sub(self):
+        self.closes_after(self.conn(), "RDY 1")
+
+    def test_rdy_over_max(self):
+        c = self.consumer(fresh(), "ch", rdy=0)
+        self.closes_after(c, "RDY 2501")
+
+    def test_fin_before_sub(self):
+        self.closes_after(self.conn(), "FIN 0000000000000000")
+
+    def test_sub_twice(self):
+        c = self.consumer(fresh(), "ch", rdy=0)
+        self.closes_after(c, f"SUB {fresh()} ch")
+
+    def test_dpub_over_max_delay(self):
+        self.closes_after(self.conn(), f"DPUB {fresh()} 3600001", b"x")
+
+    def test_identify_bad_heartbeat_text(self):
+        c = Conn(self.port)
+        self.conns.append(c)
+        c.cmd("IDENTIFY", b'{"heartbeat_interval": 100}')
+        kind, data = c.read_frame()
+        self.assertEqual(data, b"E_BAD_BODY IDENTIFY heartbeat interval (100) is invalid")
+        self.assertTrue(c.expect_closed())
+
+    def test_identify_wrong_type(self):
+        c = Conn(self.port)
+        self.conns.append(c)
+        c.cmd("IDENTIFY", b'{"heartbeat_interval": "x"}')
+        self.assertError(c.read_frame(), "E_BAD_BODY")
+
+    def test_sub_with_heartbeats_disabled(self):
+        c = self.conn(heartbeat_interval=-1)
+        self.closes_after(c, f"SUB {fresh()} ch")
+
+    def test_auth_disabled(self):
+        self.closes_after(self.conn(), "AUTH", b"secret", "E_AUTH_DISABLED")
+
+    def test_line_too_long(self):
+        c = self.conn()
+        c.sock.sendall(b"PUB " + b"a" * 2000)
+        self.assertError(c.read_frame(), "E_INVALID")
+        self.assertTrue(c.expect_closed())
+
+
+class Heartbeats(Base):
+    def test_heartbeat_sent_and_silent_client_dropped(self):
+        c = self.conn(heartbeat_interval=1000)
+        start = time.monotonic()
+        kind, data = c.read_frame(skip_heartbeats=False)
+        self.assertEqual((kind, data), (FRAME_RESPONSE, b"_heartbeat_"))
+        self.assertGreaterEqual(time.monotonic() - start, 0.9)
+        # Never answer: closed after two intervals of silence.
+        c.sock.settimeout(5)
+        while True:
+            try:
+                c.read_frame(skip_heartbeats=False)
+            except nsqwire.Closed:
+                break
+        self.assertLess(time.monotonic() - start, 4)
+
+    def test_nop_keeps_alive(self):
+        c = self.conn(heartbeat_interval=1000)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            kind, data = c.read_frame(skip_heartbeats=False)
+            self.assertEqual(data, b"_heartbeat_")
+            c.cmd("NOP")
+        self.assertEqual(c.pub(fresh(), b"alive"), (FRAME_RESPONSE, b"OK"))
+
+
+class Compression(Base):
+    def test_deflate(self):
+        t = fresh()
+        c = Conn(self.port)
+        self.conns.append(c)
+        r = c.identify(deflate=True, deflate_level=3)
+        self.assertTrue(r["deflate"])
+        self.assertEqual(r["deflate_level"], 3)
+        c.start_deflate()
+        self.assertEqual(c.read_frame(), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.pub(t, b"z" * 5000), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        c.rdy(1)
+        self.assertEqual(c.read_message().body, b"z" * 5000)
+
+    def test_snappy(self):
+        t = fresh()
+        c = Conn(self.port)
+        self.conns.append(c)
+        r = c.identify(snappy=True)
+        self.assertTrue(r["snappy"])
+        c.start_snappy()
+        self.assertEqual(c.read_frame(), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.pub(t, b"s" * 5000), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        c.rdy(1)
+        self.assertEqual(c.read_message().body, b"s" * 5000)
+
+    def test_both_is_an_error(self):
+        c = Conn(self.port)
+        self.conns.append(c)
+        c.cmd("IDENTIFY", b'{"snappy": true, "deflate": true}')
+        self.assertError(c.read_frame(), "E_IDENTIFY_FAILED")
+
+
+class Limits(Base):
+    ARGS = ("--max-connections=3", "--disk-high-watermark=1", "--disk-low-watermark=0")
+
+    def test_connection_cap(self):
+        cs = [Conn(self.port) for _ in range(3)]
+        self.conns.extend(cs)
+        for c in cs:
+            c.identify()
+        extra = Conn(self.port)
+        self.conns.append(extra)
+        self.assertTrue(extra.expect_closed())
+
+    def test_disk_high_throttles_but_keeps_connection(self):
+        c = self.conn()
+        self.assertError(c.pub(fresh(), b"x"), "E_THROTTLED")
+        c.cmd("NOP")
+        self.assertError(c.pub(fresh(), b"x"), "E_THROTTLED")
+
+
+class Durability(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tern-nsq-")
+        self.data = os.path.join(self.dir, "data")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_acked_survive_sigkill_and_fins_stick(self):
+        d = Daemon(self.data)
+        d.wait_for("ready")
+        p = Conn(d.tcp_port)
+        p.identify()
+        for i in range(100):
+            self.assertEqual(p.pub("dur", b"%03d" % i), (FRAME_RESPONSE, b"OK"))
+        c = Conn(d.tcp_port)
+        c.identify()
+        c.sub("dur", "ch")
+        c.rdy(40)
+        fins = []
+        for _ in range(40):
+            m = c.read_message()
+            c.fin(m.id)
+            fins.append(m.body)
+        time.sleep(0.5)  # FINs are group-committed within milliseconds
+        d.kill()
+        p.close()
+        c.close()
+
+        d = Daemon(self.data)
+        d.wait_for("ready")
+        c = Conn(d.tcp_port)
+        c.identify()
+        c.sub("dur", "ch")
+        c.rdy(100)
+        rest = []
+        c.sock.settimeout(2)
+        try:
+            while True:
+                m = c.read_message()
+                rest.append(m.body)
+                c.fin(m.id)
+        except socket.timeout:
+            pass
+        self.assertEqual(sorted(fins + rest), [b"%03d" % i for i in range(100)])
+        self.assertFalse(set(fins) & set(rest), "a durable FIN was redelivered")
+        c.close()
+        self.assertEqual(d.stop(), 0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    daemon_mod.TERND = os.path.abspath(args.ternd)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
