@@ -8,7 +8,7 @@ DATA ?= ./data
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 
-.PHONY: all build run test asan tsan fuzz bench lint format deps clean
+.PHONY: all build compat-deps run test asan tsan fuzz bench lint format deps clean
 
 all: build
 
@@ -26,12 +26,19 @@ build: deps $(BUILD)/Makefile
 run: build
 	./$(BUILD)/ternd --data-path $(DATA)
 
-# Build and run every suite: unit, fuzz corpora, crash, end-to-end.
-test: build
+# The nsqjs client for the compatibility suite, pinned by its lockfile.
+compat-deps: deps
+	@if [ ! -f tests/compat/node_modules/.package-lock.json ] || \
+	    [ tests/compat/package-lock.json -nt tests/compat/node_modules/.package-lock.json ]; then \
+		cd tests/compat && npm ci --no-audit --no-fund --loglevel=error; \
+	fi
+
+# Build and run every suite: unit, fuzz corpora, crash, end-to-end, compat.
+test: build compat-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer.
-asan: deps
+asan: deps compat-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=address,undefined >/dev/null
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS)

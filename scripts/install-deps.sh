@@ -20,6 +20,14 @@ done
 if ! command -v python3 >/dev/null 2>&1; then
     missing+=(python3)
 fi
+# Node.js and npm run the nsqjs compatibility suite; a machine may have
+# them from elsewhere (nodesource, nvm), which is fine.
+if ! command -v node >/dev/null 2>&1; then
+    missing+=(nodejs)
+fi
+if ! command -v npm >/dev/null 2>&1; then
+    missing+=(npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
