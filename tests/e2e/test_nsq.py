@@ -438,8 +438,8 @@ class Compression(Base):
         self.assertError(c.read_frame(), "E_IDENTIFY_FAILED")
 
 
-class Limits(Base):
-    ARGS = ("--max-connections=3", "--disk-high-watermark=1", "--disk-low-watermark=0")
+class ConnectionCap(Base):
+    ARGS = ("--max-connections=3",)
 
     def test_connection_cap(self):
         cs = [Conn(self.port) for _ in range(3)]
@@ -449,6 +449,10 @@ class Limits(Base):
         extra = Conn(self.port)
         self.conns.append(extra)
         self.assertTrue(extra.expect_closed())
+
+
+class Throttle(Base):
+    ARGS = ("--disk-high-watermark=1", "--disk-low-watermark=0")
 
     def test_disk_high_throttles_but_keeps_connection(self):
         c = self.conn()
