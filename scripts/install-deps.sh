@@ -8,7 +8,7 @@ packages=(
     build-essential cmake pkg-config
     clang clang-format clang-tidy cppcheck
     libclang-rt-14-dev
-    libuv1-dev libcmocka-dev libyajl-dev libsnappy-dev zlib1g-dev
+    libuv1-dev libcmocka-dev libyajl-dev libsnappy-dev zlib1g-dev libssl-dev
 )
 
 missing=()
@@ -22,6 +22,10 @@ if ! command -v python3 >/dev/null 2>&1; then
 fi
 # Node.js and npm run the nsqjs compatibility suite; a machine may have
 # them from elsewhere (nodesource, nvm), which is fine.
+# The openssl command makes the certificates of the TLS tests.
+if ! command -v openssl >/dev/null 2>&1; then
+    missing+=(openssl)
+fi
 if ! command -v node >/dev/null 2>&1; then
     missing+=(nodejs)
 fi

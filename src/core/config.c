@@ -34,6 +34,8 @@ typedef struct {
 
 static const char *const log_levels[] = {"debug", "info", "notice", "warn", "error", NULL};
 static const char *const durabilities[] = {"durable", "write_ack", "relaxed", NULL};
+static const char *const client_auth_policies[] = {"", "require", "require-verify", NULL};
+static const char *const tls_required_values[] = {"false", "true", "tcp-https", NULL};
 
 static const opt_t options[] = {
     {"config", OPT_STR, F(config_file), "", 0, 0, NULL,
@@ -106,6 +108,19 @@ static const opt_t options[] = {
     {"max-deflate-level", OPT_INT, F(max_deflate_level), "6", 1, 9, NULL,
      "highest deflate level a client may ask for"},
     {"snappy", OPT_BOOL, F(snappy), "true", 0, 0, NULL, "offer snappy compression"},
+    {"tls-cert", OPT_STR, F(tls_cert), "", 0, 0, NULL,
+     "PEM certificate (chain) for TLS; enables the tls_v1 upgrade"},
+    {"tls-key", OPT_STR, F(tls_key), "", 0, 0, NULL, "PEM private key of tls-cert"},
+    {"tls-root-ca-file", OPT_STR, F(tls_root_ca_file), "", 0, 0, NULL,
+     "PEM CA bundle that verifies client certificates"},
+    {"tls-client-auth-policy", OPT_ENUM, F(tls_client_auth_policy), "", 0, 0, client_auth_policies,
+     "ask clients for a certificate: require, or require-verify"},
+    {"tls-required", OPT_ENUM, F(tls_required), "false", 0, 0, tls_required_values,
+     "NSQ TCP clients must upgrade to TLS before any command but IDENTIFY"},
+    {"tls-min-version", OPT_STR, F(tls_min_version), "tls1.2", 0, 0, NULL,
+     "oldest TLS version accepted: tls1.0, tls1.1, tls1.2 or tls1.3"},
+    {"auth-http-address", OPT_STR, F(auth_http_address), "", 0, 0, NULL,
+     "nsqauthd-compatible servers for AUTH, host:port, comma-separated"},
     {"bootstrap-window", OPT_DURATION, F(bootstrap_window_ns), "90s", 0, 7 * 24 * 3600 * SEC, NULL,
      "a channel created after others starts this far back from the tail"},
     {"retention", OPT_DURATION, F(retention_ns), "168h", 0, INT64_MAX, NULL,
@@ -456,6 +471,14 @@ int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
     }
     if (cfg->data_path[0] == '\0') {
         tn_errbuf(err, errlen, "data-path must not be empty");
+        return TN_ECONFIG;
+    }
+    if ((cfg->tls_cert[0] == '\0') != (cfg->tls_key[0] == '\0')) {
+        tn_errbuf(err, errlen, "tls-cert and tls-key must be given together");
+        return TN_ECONFIG;
+    }
+    if (cfg->tls_required != 0 && cfg->tls_cert[0] == '\0') {
+        tn_errbuf(err, errlen, "tls-required needs tls-cert and tls-key");
         return TN_ECONFIG;
     }
     if (cfg->max_msg_size > cfg->commit_max_bytes) {

@@ -73,6 +73,13 @@ typedef struct tn_config_s {
     bool deflate;
     int64_t max_deflate_level;
     bool snappy;
+    char *tls_cert;
+    char *tls_key;
+    char *tls_root_ca_file;
+    int tls_client_auth_policy; /* 0 none, 1 require, 2 require-verify */
+    int tls_required;           /* 0 false, 1 true, 2 tcp-https */
+    char *tls_min_version;
+    char *auth_http_address;
     /* queue engine */
     int64_t bootstrap_window_ns;
     int64_t retention_ns;

@@ -195,8 +195,8 @@ static void fetch_done(uv_work_t *w, int status)
         }
     }
     if (f->err != 0)
-        TN_LOG_RL(TN_LOG_ERROR, 10000, "reading %s/%" PRIu32 " at offset %" PRIu64 ": %s",
-                  t->name, p->index, f->from + f->n, tn_strerror(f->err));
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "reading %s/%" PRIu32 " at offset %" PRIu64 ": %s", t->name,
+                  p->index, f->from + f->n, tn_strerror(f->err));
     p->fetch = NULL;
     t->busy--;
     tn_free(f);

@@ -284,9 +284,9 @@ static tn_channel_t *channel_new(tn_topic_t *t, const char *name, size_t len)
     }
     memcpy(ch->name, name, len);
     ch->name[len] = '\0';
-    ch->ephemeral = len > EPHEMERAL_SUFFIX_LEN &&
-                    memcmp(name + len - EPHEMERAL_SUFFIX_LEN, EPHEMERAL_SUFFIX,
-                           EPHEMERAL_SUFFIX_LEN) == 0;
+    ch->ephemeral =
+        len > EPHEMERAL_SUFFIX_LEN &&
+        memcmp(name + len - EPHEMERAL_SUFFIX_LEN, EPHEMERAL_SUFFIX, EPHEMERAL_SUFFIX_LEN) == 0;
     return ch;
 }
 
@@ -407,8 +407,8 @@ static void chan_create_work(uv_work_t *w)
             start = find_start(plog, st.first_offset, st.visible_next, j->since_ns);
         tn_cursor_t init;
         tn_cursor_init(&init, start);
-        int rc = tn_chanlog_open(t->broker->store, t->name, i, ch->name, &init, &j->cls[i],
-                                 &j->curs[i]);
+        int rc =
+            tn_chanlog_open(t->broker->store, t->name, i, ch->name, &init, &j->cls[i], &j->curs[i]);
         tn_cursor_fini(&init);
         if (rc != 0) {
             j->rc = rc;

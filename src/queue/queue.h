@@ -83,7 +83,7 @@ typedef struct tn_centry_s tn_centry_t;
 typedef struct {
     uint32_t default_partitions;
     int64_t bootstrap_window_ms;
-    int64_t retention_ns; /* 0: no age limit */
+    int64_t retention_ns;  /* 0: no age limit */
     uint32_t max_attempts; /* 0: no dead-lettering */
     uint64_t cache_bytes;
     uint64_t max_inflight_bytes;
@@ -123,8 +123,8 @@ struct tn_part_s {
     tn_topic_t *topic;
     uint32_t index;
     tn_plog_t *plog;
-    tn_u64map_t cache; /* offset -> tn_centry_t */
-    tn_fetch_t *fetch; /* the read in progress, or NULL */
+    tn_u64map_t cache;     /* offset -> tn_centry_t */
+    tn_fetch_t *fetch;     /* the read in progress, or NULL */
     uint64_t first_offset; /* lowest offset kept, as of the last GC */
     tn_plog_gc_t gc;
     bool gc_busy;
@@ -157,9 +157,9 @@ struct tn_chpart_s {
     tn_cursor_t cur;  /* live state: settles apply here first */
     tn_leases_t leases;
     uint64_t scan;
-    tn_heap_t pending;    /* tn__pend_t due later, by due time (monotonic ms) */
-    tn_heap_t ready;      /* tn__pend_t due now, lowest offset first */
-    tn_u64map_t pend_map; /* offset -> tn__pend_t, in either heap */
+    tn_heap_t pending;        /* tn__pend_t due later, by due time (monotonic ms) */
+    tn_heap_t ready;          /* tn__pend_t due now, lowest offset first */
+    tn_u64map_t pend_map;     /* offset -> tn__pend_t, in either heap */
     uint64_t synced_frontier; /* frontier the channel log has made durable */
     uint64_t timeouts_logged;
     tn_heap_node_t wake; /* in the broker's wake heap: next deadline */
@@ -281,8 +281,8 @@ struct tn_broker_s {
 int tn_broker_open(uv_loop_t *loop, tn_store_t *store, const tn_broker_opts_t *opts,
                    tn_broker_t **out);
 /* Stop timers and free the engine's memory once its workers and storage
- * requests finish; cb runs after that, with NULL (the broker is gone). Consumers must be detached first. The store is closed
- * by the caller afterwards. */
+ * requests finish; cb runs after that, with NULL (the broker is gone). Consumers must be detached
+ * first. The store is closed by the caller afterwards. */
 void tn_broker_close(tn_broker_t *b, void (*cb)(tn_broker_t *b));
 
 /* Find a topic; with create, make a missing one (nparts 0: the default).

@@ -155,6 +155,29 @@ test('deferred publish arrives after its delay', async () => {
   w.close()
 })
 
+test('TLS, and TLS with snappy', async (t) => {
+  const { execFileSync } = require('node:child_process')
+  const fs = require('node:fs')
+  const os = require('node:os')
+  const path = require('node:path')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tern-compat-tls-'))
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+    '-subj', '/CN=127.0.0.1', '-keyout', `${dir}/key.pem`, '-out', `${dir}/cert.pem`],
+  { stdio: 'ignore' })
+  const tls = await startTernd([`--tls-cert=${dir}/cert.pem`, `--tls-key=${dir}/key.pem`])
+  const saved = addr
+  addr = `127.0.0.1:${tls.tcpPort}`
+  try {
+    await roundTrip({ tls: true, tlsVerification: false }, { tls: true, tlsVerification: false })
+    await roundTrip({ tls: true, tlsVerification: false, snappy: true },
+      { tls: true, tlsVerification: false, snappy: true })
+  } finally {
+    addr = saved
+    await tls.stop()
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+})
+
 test('a bad topic name is refused', async () => {
   const w = await writer()
   await assert.rejects(publish(w, 'bad/topic', 'x'))

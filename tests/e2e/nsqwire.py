@@ -276,3 +276,8 @@ class Conn:
         rest, self.buf = self.buf, b""
         if rest:
             self.buf = self.snappy.decode(rest)
+
+    def start_tls(self, context):
+        """Wrap the socket after an IDENTIFY that negotiated tls_v1."""
+        assert not self.buf, "bytes arrived before the TLS handshake"
+        self.sock = context.wrap_socket(self.sock)

@@ -14,6 +14,8 @@ import sys
 import tempfile
 import time
 import unittest
+import ssl
+import subprocess
 import uuid
 
 import daemon as daemon_mod
@@ -459,6 +461,122 @@ class Throttle(Base):
         self.assertError(c.pub(fresh(), b"x"), "E_THROTTLED")
         c.cmd("NOP")
         self.assertError(c.pub(fresh(), b"x"), "E_THROTTLED")
+
+
+CERTS = None
+
+
+def certs():
+    """A CA, a server certificate for 127.0.0.1 and a client certificate
+    (CN client1), made once with the openssl command."""
+    global CERTS
+    if CERTS is not None:
+        return CERTS
+    d = tempfile.mkdtemp(prefix="tern-certs-")
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=tern-test-ca",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    for name, cn in (("server", "127.0.0.1"), ("client", "client1")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}", "-keyout", f"{name}.key",
+            "-out", f"{name}.csr")
+        with open(os.path.join(d, f"{name}.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\n" if name == "server" else "")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
+    CERTS = d
+    return d
+
+
+def client_context(with_cert=False):
+    ctx = ssl.create_default_context(cafile=os.path.join(certs(), "ca.pem"))
+    ctx.check_hostname = False
+    if with_cert:
+        ctx.load_cert_chain(os.path.join(certs(), "client.pem"), os.path.join(certs(), "client.key"))
+    return ctx
+
+
+class TLSBase(Base):
+    EXTRA = ()
+
+    @classmethod
+    def setUpClass(cls):
+        d = certs()
+        cls.ARGS = (f"--tls-cert={d}/server.pem", f"--tls-key={d}/server.key", *cls.EXTRA)
+        super().setUpClass()
+
+    def tls_conn(self, with_cert=False, **identify):
+        c = Conn(self.port)
+        self.conns.append(c)
+        r = c.identify(tls_v1=True, **identify)
+        self.assertTrue(r["tls_v1"])
+        c.start_tls(client_context(with_cert))
+        self.assertEqual(c.read_frame(), (FRAME_RESPONSE, b"OK"))
+        return c, r
+
+
+class TLS(TLSBase):
+    def test_tls_round_trip(self):
+        t = fresh()
+        c, _ = self.tls_conn()
+        self.assertEqual(c.pub(t, b"secret"), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        c.rdy(1)
+        self.assertEqual(c.read_message().body, b"secret")
+
+    def test_tls_with_deflate(self):
+        t = fresh()
+        c, r = self.tls_conn(deflate=True)
+        self.assertTrue(r["deflate"])
+        c.start_deflate()
+        self.assertEqual(c.read_frame(), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.pub(t, b"d" * 3000), (FRAME_RESPONSE, b"OK"))
+
+    def test_tls_with_snappy(self):
+        t = fresh()
+        c, r = self.tls_conn(snappy=True)
+        c.start_snappy()
+        self.assertEqual(c.read_frame(), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.pub(t, b"s" * 3000), (FRAME_RESPONSE, b"OK"))
+
+    def test_plain_still_allowed(self):
+        self.assertEqual(self.conn().pub(fresh(), b"x"), (FRAME_RESPONSE, b"OK"))
+
+
+class TLSRequired(TLSBase):
+    EXTRA = ("--tls-required=true",)
+
+    def test_plain_command_refused(self):
+        c = self.conn()
+        c.cmd(f"PUB {fresh()}", b"x")
+        self.assertError(c.read_frame(), "E_TLS_REQUIRED")
+        self.assertTrue(c.expect_closed())
+
+    def test_tls_accepted(self):
+        c, _ = self.tls_conn()
+        self.assertEqual(c.pub(fresh(), b"x"), (FRAME_RESPONSE, b"OK"))
+
+
+class MutualTLS(TLSBase):
+    @classmethod
+    def setUpClass(cls):
+        cls.EXTRA = ("--tls-client-auth-policy=require-verify",
+                     f"--tls-root-ca-file={certs()}/ca.pem")
+        super().setUpClass()
+
+    def test_client_certificate_required(self):
+        c = Conn(self.port)
+        self.conns.append(c)
+        c.identify(tls_v1=True)
+        with self.assertRaises((ssl.SSLError, ConnectionError, nsqwire.Closed)):
+            c.start_tls(client_context(with_cert=False))
+            c.read_frame()
+
+    def test_verified_client_certificate(self):
+        c, _ = self.tls_conn(with_cert=True)
+        self.assertEqual(c.pub(fresh(), b"x"), (FRAME_RESPONSE, b"OK"))
 
 
 class Durability(unittest.TestCase):

@@ -8,13 +8,14 @@
 #include "core/log.h"
 #include "core/time.h"
 #include "proto/nsq/compress.h"
+#include "proto/nsq/tls.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PENDING_PUBS 64               /* publishes in flight per connection */
+#define MAX_PENDING_PUBS 64                /* publishes in flight per connection */
 #define MAX_UNSENT       (8 * 1024 * 1024) /* output bytes before reading pauses */
 #define READ_CHUNK       (64 * 1024)
 
@@ -44,9 +45,12 @@ struct conn_s {
     uint32_t refs; /* handles open + publishes in flight */
     char remote[64];
 
-    tn_buf_t in;     /* received bytes, decompressed: what commands parse from */
-    tn_buf_t out;    /* frames not yet written */
-    tn_buf_t wbuf;   /* bytes being written */
+    tn_buf_t in;    /* received bytes, decompressed: what commands parse from */
+    tn_buf_t out;   /* frames not encoded yet */
+    tn_buf_t stage; /* compressed bytes on their way into TLS */
+    tn_buf_t wire;  /* encoded bytes not handed to the socket yet */
+    tn_buf_t wbuf;  /* bytes being written */
+    tn_buf_t tlsin; /* decrypted bytes on their way to the decompressor */
     bool writing;
     bool flush_armed;
     bool close_after_write;
@@ -54,7 +58,7 @@ struct conn_s {
 
     tn_nsq_client_opts_t opts;
     bool subscribed;
-    bool cls; /* CLS received: no more deliveries */
+    bool cls;     /* CLS received: no more deliveries */
     bool blocked; /* waiting for a topic or channel to be created */
     tn_waiter_t wait;
     char sub_topic[256];
@@ -79,10 +83,16 @@ struct conn_s {
     tn_inflate_t zdec;
     tn_deflate_t zenc;
     bool decode_more;
+
+    /* TLS, once negotiated */
+    tn_tls_t *tls;
+    bool tls_done;
+    char common_name[256];
 };
 
 struct tn_nsq_server_s {
     uv_loop_t *loop;
+    tn_tls_ctx_t *tls; /* NULL when no certificate is configured */
     tn_broker_t *broker;
     tn_nsq_opts_t opts;
     uv_tcp_t listener;
@@ -113,7 +123,6 @@ void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const cha
     o->srv.max_deflate_level = (int)cfg->max_deflate_level;
     o->srv.deflate_enabled = cfg->deflate;
     o->srv.snappy_enabled = cfg->snappy;
-    o->srv.tls_available = false;
     o->srv.auth_required = false;
     o->msg_timeout_ms = cfg->msg_timeout_ns / 1000000;
     o->max_req_ms = cfg->max_req_timeout_ns / 1000000;
@@ -121,7 +130,21 @@ void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const cha
     o->handshake_timeout_ms = 5000;
     o->command_timeout_ms = 30000;
     o->version = version;
+    o->tls_cert = cfg->tls_cert;
+    o->tls_key = cfg->tls_key;
+    o->tls_ca = cfg->tls_root_ca_file;
+    o->tls_min_version = cfg->tls_min_version;
+    o->tls_policy = cfg->tls_client_auth_policy;
+    o->tls_required = cfg->tls_required != 0;
+    o->srv.tls_available = cfg->tls_cert[0] != '\0';
 }
+
+static void start_reading(conn_t *c);
+static void process(conn_t *c);
+static void arm_hb(conn_t *c);
+static void feed_plain(conn_t *c, const char *data, size_t len);
+static void switch_compression(conn_t *c);
+static void tls_established(conn_t *c);
 
 /* --- lifetime ---------------------------------------------------------------- */
 
@@ -131,6 +154,7 @@ static void server_unref(tn_nsq_server_t *s)
         return;
     void (*cb)(void *) = s->close_cb;
     void *arg = s->close_arg;
+    tn_tls_ctx_free(s->tls);
     tn_free(s);
     if (cb != NULL)
         cb(arg);
@@ -143,7 +167,11 @@ static void conn_unref(conn_t *c)
     tn_nsq_server_t *s = c->srv;
     tn_buf_fini(&c->in);
     tn_buf_fini(&c->out);
+    tn_buf_fini(&c->stage);
+    tn_buf_fini(&c->wire);
     tn_buf_fini(&c->wbuf);
+    tn_buf_fini(&c->tlsin);
+    tn_tls_free(c->tls);
     tn_snappy_dec_fini(&c->sdec);
     tn_snappy_enc_fini(&c->senc);
     if (c->deflate) {
@@ -198,48 +226,80 @@ static void on_written(uv_write_t *req, int status)
         conn_unref(c);
         return;
     }
-    if (c->close_after_write && tn_buf_size(&c->out) == 0) {
+    flush(c);
+    if (c->state != ST_CLOSED && !c->writing && c->close_after_write)
         conn_close(c);
-        conn_unref(c);
-        return;
+    else if (c->state != ST_CLOSED && !c->writing) {
+        /* Output drained: reading may resume. */
+        process(c);
+        start_reading(c);
     }
-    if (tn_buf_size(&c->out) > 0)
-        flush(c);
     conn_unref(c);
+}
+
+/* Encode the frames in out through the layers in force now (compression,
+ * then TLS) into wire. Called before a layer changes, so every byte is
+ * encoded with the layers that were negotiated when it was queued. */
+static int encode_out(conn_t *c)
+{
+    int rc = 0;
+    size_t n = tn_buf_size(&c->out);
+    if (n > 0) {
+        const char *data = tn_buf_data(&c->out);
+        tn_buf_t *dst = c->tls != NULL ? &c->stage : &c->wire;
+        if (c->snappy) {
+            rc = tn_snappy_encode(&c->senc, data, n, dst);
+        } else if (c->deflate) {
+            rc = tn_deflate_encode(&c->zenc, data, n, dst);
+        } else if (c->tls == NULL) {
+            if (tn_buf_size(&c->wire) == 0) {
+                /* Swap instead of copying. */
+                tn_buf_t t = c->wire;
+                c->wire = c->out;
+                c->out = t;
+            } else {
+                rc = tn_buf_append(&c->wire, data, n);
+            }
+        }
+        if (rc == 0 && c->tls != NULL) {
+            if (c->snappy || c->deflate)
+                rc = tn_tls_write(c->tls, tn_buf_data(&c->stage), tn_buf_size(&c->stage), &c->wire);
+            else
+                rc = tn_tls_write(c->tls, data, n, &c->wire);
+            tn_buf_reset(&c->stage);
+        }
+        tn_buf_reset(&c->out);
+    }
+    if (rc == 0 && c->tls != NULL)
+        rc = tn_tls_drain(c->tls, &c->wire);
+    return rc;
 }
 
 static void flush(conn_t *c)
 {
-    if (c->state == ST_CLOSED || c->writing)
+    if (c->state == ST_CLOSED)
         return;
     if (c->flush_armed) {
         uv_timer_stop(&c->flush);
         c->flush_armed = false;
     }
-    if (tn_buf_size(&c->out) == 0) {
+    if (encode_out(c) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (c->writing)
+        return;
+    if (tn_buf_size(&c->wire) == 0) {
         if (c->close_after_write)
             conn_close(c);
         return;
     }
-    int rc = 0;
-    if (c->snappy)
-        rc = tn_snappy_encode(&c->senc, tn_buf_data(&c->out), tn_buf_size(&c->out), &c->wbuf);
-    else if (c->deflate)
-        rc = tn_deflate_encode(&c->zenc, tn_buf_data(&c->out), tn_buf_size(&c->out), &c->wbuf);
-    else {
-        /* Swap instead of copying. */
-        tn_buf_t t = c->wbuf;
-        c->wbuf = c->out;
-        c->out = t;
-    }
-    tn_buf_reset(&c->out);
-    if (rc != 0) {
-        conn_close(c);
-        return;
-    }
+    tn_buf_t t = c->wbuf;
+    c->wbuf = c->wire;
+    c->wire = t;
     uv_buf_t b = uv_buf_init(tn_buf_data(&c->wbuf), (unsigned)tn_buf_size(&c->wbuf));
     c->wreq.data = c;
-    rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written);
+    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written);
     if (rc != 0) {
         conn_close(c);
         return;
@@ -262,10 +322,6 @@ static void respond(conn_t *c, const char *text)
     else
         flush(c);
 }
-
-static void start_reading(conn_t *c);
-static void process(conn_t *c);
-static void arm_hb(conn_t *c);
 
 /* Send an error frame; a fatal one closes the connection once written. */
 static void send_error(conn_t *c, tn_nsq_err_t err, const char *text)
@@ -387,8 +443,8 @@ static void handle_publish(conn_t *c, const tn_nsq_cmd_t *cmd)
     if (cmd->op == TN_NSQ_DPUB && cmd->num > 0)
         deliver_at = tn_now_wall_ms() + cmd->num;
     if (rc == 0)
-        rc = tn_broker_publish(c->srv->broker, cmd->topic.base, cmd->topic.len, &r->pub,
-                               deliver_at, on_published);
+        rc = tn_broker_publish(c->srv->broker, cmd->topic.base, cmd->topic.len, &r->pub, deliver_at,
+                               on_published);
     if (rc != 0) {
         /* Answer in order: queue it as done. */
         r->done = true;
@@ -478,6 +534,7 @@ static void switch_compression(conn_t *c)
      * them out of the parse buffer and feed them to the decoder. */
     tn_buf_t raw = c->in;
     tn_buf_init(&c->in);
+    flush(c); /* what is queued goes out uncompressed */
     if (c->opts.snappy) {
         c->snappy = true;
     } else if (c->opts.deflate) {
@@ -490,17 +547,34 @@ static void switch_compression(conn_t *c)
         c->deflate = true;
     }
     respond(c, "OK");
-    if (tn_buf_size(&raw) > 0) {
-        bool more = false;
-        int rc = c->snappy ? tn_snappy_decode(&c->sdec, tn_buf_data(&raw), tn_buf_size(&raw),
-                                              &c->in, READ_CHUNK * 4, &more)
-                           : tn_inflate_decode(&c->zdec, tn_buf_data(&raw), tn_buf_size(&raw),
-                                               &c->in, READ_CHUNK * 4, &more);
-        c->decode_more = more;
-        if (rc != 0)
-            send_error(c, TN_NSQ_E_BAD_BODY, "invalid compressed stream");
-    }
+    if (tn_buf_size(&raw) > 0)
+        feed_plain(c, tn_buf_data(&raw), tn_buf_size(&raw));
     tn_buf_fini(&raw);
+}
+
+static void start_tls(conn_t *c)
+{
+    flush(c); /* the IDENTIFY answer goes out in the clear */
+    c->tls = tn_tls_new(c->srv->tls);
+    if (c->tls == NULL) {
+        conn_close(c);
+        return;
+    }
+    /* Handshake bytes that arrived with the IDENTIFY. */
+    if (tn_buf_size(&c->in) > 0) {
+        tn_buf_t raw = c->in;
+        tn_buf_init(&c->in);
+        bool done = false;
+        int rc = tn_tls_feed(c->tls, tn_buf_data(&raw), tn_buf_size(&raw), &c->tlsin, &done);
+        tn_buf_fini(&raw);
+        flush(c);
+        if (rc != 0) {
+            conn_close(c);
+            return;
+        }
+        if (done)
+            tls_established(c);
+    }
 }
 
 static void handle_identify(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
@@ -515,8 +589,8 @@ static void handle_identify(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
     }
     int err = 0;
     char msg[256];
-    int rc = tn_nsq_identify(cmd->body.base, cmd->body.len, &c->srv->opts.srv, &c->opts, &err,
-                             msg, sizeof(msg));
+    int rc = tn_nsq_identify(cmd->body.base, cmd->body.len, &c->srv->opts.srv, &c->opts, &err, msg,
+                             sizeof(msg));
     if (rc != 0) {
         send_error(c, rc == TN_EPROTO ? (tn_nsq_err_t)err : TN_NSQ_E_IDENTIFY_FAILED,
                    rc == TN_EPROTO ? msg : "IDENTIFY failed: out of memory");
@@ -539,7 +613,9 @@ static void handle_identify(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
         respond(c, "OK");
     }
     arm_hb(c);
-    if (c->opts.snappy || c->opts.deflate)
+    if (c->opts.tls_v1)
+        start_tls(c);
+    else if (c->opts.snappy || c->opts.deflate)
         switch_compression(c);
 }
 
@@ -549,7 +625,7 @@ static void settle_failed(conn_t *c, tn_nsq_err_t e, const char *name, const tn_
     char text[160];
     snprintf(text, sizeof(text), "%s %.*s failed %s", name, (int)cmd->id.len, cmd->id.base,
              rc == TN_ENOTFOUND || rc == UV_ESRCH || rc == UV_EINVAL ? "ID not in flight"
-                                                                      : tn_strerror(rc));
+                                                                     : tn_strerror(rc));
     send_error(c, e, text);
 }
 
@@ -577,6 +653,12 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
     uint32_t part;
     uint64_t off;
     int rc;
+    if (c->srv->opts.tls_required && c->tls == NULL && cmd->op != TN_NSQ_IDENTIFY &&
+        cmd->op != TN_NSQ_NOP) {
+        send_error(c, TN_NSQ_E_TLS_REQUIRED,
+                   "TLS is required: IDENTIFY with tls_v1 true before any other command");
+        return false;
+    }
     switch (cmd->op) {
     case TN_NSQ_IDENTIFY:
         handle_identify(c, cmd, consumed);
@@ -615,9 +697,7 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
     case TN_NSQ_FIN:
     case TN_NSQ_REQ:
     case TN_NSQ_TOUCH: {
-        const char *name = cmd->op == TN_NSQ_FIN   ? "FIN"
-                           : cmd->op == TN_NSQ_REQ ? "REQ"
-                                                   : "TOUCH";
+        const char *name = cmd->op == TN_NSQ_FIN ? "FIN" : cmd->op == TN_NSQ_REQ ? "REQ" : "TOUCH";
         if (!c->subscribed) {
             char text[64];
             snprintf(text, sizeof(text), "cannot %s in current state", name);
@@ -677,6 +757,8 @@ static void process(conn_t *c)
     for (;;) {
         if (c->state != ST_ACTIVE || c->blocked || c->close_after_write)
             return;
+        if (c->tls != NULL && !c->tls_done)
+            return; /* handshake under way */
         if (c->npending >= MAX_PENDING_PUBS)
             return;
         size_t len = tn_buf_size(&c->in);
@@ -718,12 +800,39 @@ static void process(conn_t *c)
 
 /* --- input ------------------------------------------------------------------------- */
 
+/* Bytes after TLS: through the decompressor when one is on. */
+static void feed_plain(conn_t *c, const char *data, size_t len)
+{
+    if (!c->snappy && !c->deflate) {
+        if (tn_buf_append(&c->in, data, len) != 0)
+            conn_close(c);
+        return;
+    }
+    bool more = false;
+    int rc = c->snappy ? tn_snappy_decode(&c->sdec, data, len, &c->in, READ_CHUNK * 4, &more)
+                       : tn_inflate_decode(&c->zdec, data, len, &c->in, READ_CHUNK * 4, &more);
+    c->decode_more = more;
+    if (rc != 0)
+        send_error(c, TN_NSQ_E_BAD_BODY, "invalid compressed stream");
+}
+
+/* The TLS handshake finished: answer OK through it, as nsqd does, then
+ * switch on the compression IDENTIFY negotiated, if any. */
+static void tls_established(conn_t *c)
+{
+    c->tls_done = true;
+    tn_tls_common_name(c->tls, c->common_name, sizeof(c->common_name));
+    respond(c, "OK");
+    if (c->state != ST_CLOSED && (c->opts.snappy || c->opts.deflate))
+        switch_compression(c);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     conn_t *c = h->data;
     (void)suggested;
     static char scratch[READ_CHUNK]; /* loop thread only; compressed input lands here */
-    if (c->snappy || c->deflate) {
+    if (c->snappy || c->deflate || c->tls != NULL) {
         *buf = uv_buf_init(scratch, sizeof(scratch));
         return;
     }
@@ -747,7 +856,8 @@ static bool should_read(const conn_t *c)
     return c->state == ST_ACTIVE || c->state == ST_MAGIC
                ? !c->blocked && !c->close_after_write && c->npending < MAX_PENDING_PUBS &&
                      !c->decode_more &&
-                     tn_buf_size(&c->out) + tn_buf_size(&c->wbuf) < MAX_UNSENT
+                     tn_buf_size(&c->out) + tn_buf_size(&c->wire) + tn_buf_size(&c->wbuf) <
+                         MAX_UNSENT
                : false;
 }
 
@@ -771,17 +881,26 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     c->last_recv_ms = tn_now_mono_ms();
-    if (c->snappy || c->deflate) {
-        bool more = false;
-        int rc = c->snappy ? tn_snappy_decode(&c->sdec, buf->base, (size_t)nread, &c->in,
-                                              READ_CHUNK * 4, &more)
-                           : tn_inflate_decode(&c->zdec, buf->base, (size_t)nread, &c->in,
-                                               READ_CHUNK * 4, &more);
-        c->decode_more = more;
+    if (c->tls != NULL) {
+        bool done = false;
+        int rc = tn_tls_feed(c->tls, buf->base, (size_t)nread, &c->tlsin, &done);
+        flush(c); /* handshake records, alerts */
         if (rc != 0) {
-            send_error(c, TN_NSQ_E_BAD_BODY, "invalid compressed stream");
+            TN_LOG_RL(TN_LOG_NOTICE, 10000, "NSQ client %s: %s; closing", c->remote,
+                      tn_tls_errmsg(c->tls));
+            conn_close(c);
             return;
         }
+        if (done && !c->tls_done)
+            tls_established(c);
+        if (c->state == ST_CLOSED)
+            return;
+        if (tn_buf_size(&c->tlsin) > 0) {
+            feed_plain(c, tn_buf_data(&c->tlsin), tn_buf_size(&c->tlsin));
+            tn_buf_reset(&c->tlsin);
+        }
+    } else if (c->snappy || c->deflate) {
+        feed_plain(c, buf->base, (size_t)nread);
     } else {
         c->in.len += (size_t)nread;
     }
@@ -908,7 +1027,10 @@ static void on_connection(uv_stream_t *server, int status)
     s->refs++;
     tn_buf_init(&c->in);
     tn_buf_init(&c->out);
+    tn_buf_init(&c->stage);
+    tn_buf_init(&c->wire);
     tn_buf_init(&c->wbuf);
+    tn_buf_init(&c->tlsin);
     tn_snappy_dec_init(&c->sdec);
     tn_snappy_enc_init(&c->senc);
     tn_nsq_client_defaults(&c->opts, s->opts.msg_timeout_ms);
@@ -982,6 +1104,16 @@ int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_
     s->loop = loop;
     s->broker = broker;
     s->opts = *opts;
+    if (opts->tls_cert != NULL && opts->tls_cert[0] != '\0') {
+        rc = tn_tls_ctx_new(opts->tls_cert, opts->tls_key, opts->tls_ca,
+                            (tn_tls_client_policy_t)opts->tls_policy, opts->tls_min_version,
+                            &s->tls, err, errlen);
+        if (rc != 0) {
+            tn_free(s);
+            return rc;
+        }
+    }
+    s->opts.srv.tls_available = s->tls != NULL;
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     s->refs = 1;

@@ -45,12 +45,20 @@ typedef struct tn_nsq_server_s tn_nsq_server_t;
 typedef struct {
     tn_nsq_limits_t limits;
     tn_nsq_server_opts_t srv;
-    int64_t msg_timeout_ms;   /* default lease of a delivery */
-    int64_t max_req_ms;       /* REQ delays are clamped to this */
+    int64_t msg_timeout_ms; /* default lease of a delivery */
+    int64_t max_req_ms;     /* REQ delays are clamped to this */
     uint32_t max_connections;
     int64_t handshake_timeout_ms;
     int64_t command_timeout_ms;
     const char *version; /* borrowed for the server's lifetime */
+    /* TLS: certificate and key PEM files (NULL or "": no TLS), client CA,
+     * client policy (tls.h), minimum version; borrowed for the start. */
+    const char *tls_cert;
+    const char *tls_key;
+    const char *tls_ca;
+    const char *tls_min_version;
+    int tls_policy;
+    bool tls_required;
 } tn_nsq_opts_t;
 
 void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const char *version);
