@@ -178,6 +178,35 @@ test('TLS, and TLS with snappy', async (t) => {
   }
 })
 
+test('AUTH through an nsqauthd-style server', async () => {
+  const http = require('node:http')
+  const seen = []
+  const authd = http.createServer((req, res) => {
+    const u = new URL(req.url, 'http://x')
+    seen.push(u.searchParams.get('auth_secret'))
+    if (u.searchParams.get('auth_secret') !== 'opensesame') {
+      res.writeHead(403).end()
+      return
+    }
+    res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({
+      ttl: 60, identity: 'compat', identity_url: '',
+      authorizations: [{ topic: '.*', channels: ['.*'], permissions: ['publish', 'subscribe'] }],
+    }))
+  })
+  await new Promise((res) => authd.listen(0, '127.0.0.1', res))
+  const secured = await startTernd([`--auth-http-address=127.0.0.1:${authd.address().port}`])
+  const saved = addr
+  addr = `127.0.0.1:${secured.tcpPort}`
+  try {
+    await roundTrip({ authSecret: 'opensesame' }, { authSecret: 'opensesame' })
+    assert.ok(seen.includes('opensesame'))
+  } finally {
+    addr = saved
+    await secured.stop()
+    authd.close()
+  }
+})
+
 test('a bad topic name is refused', async () => {
   const w = await writer()
   await assert.rejects(publish(w, 'bad/topic', 'x'))

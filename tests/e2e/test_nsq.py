@@ -14,7 +14,11 @@ import sys
 import tempfile
 import time
 import unittest
+import json
 import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
 import subprocess
 import uuid
 
@@ -577,6 +581,142 @@ class MutualTLS(TLSBase):
     def test_verified_client_certificate(self):
         c, _ = self.tls_conn(with_cert=True)
         self.assertEqual(c.pub(fresh(), b"x"), (FRAME_RESPONSE, b"OK"))
+
+
+class AuthServer:
+    """An nsqauthd stand-in: the answer depends on the secret."""
+
+    def __init__(self):
+        self.hits = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                u = urlparse(self.path)
+                q = {k: v[0] for k, v in parse_qs(u.query, keep_blank_values=True).items()}
+                outer.hits.append(q)
+                secret = q.get("auth_secret", "")
+                if u.path != "/auth" or secret == "deny":
+                    self.send_response(403)
+                    self.end_headers()
+                    return
+                grants = {
+                    "all": [{"topic": ".*", "channels": [".*"],
+                             "permissions": ["publish", "subscribe"]}],
+                    "pub-only": [{"topic": "^pub", "channels": [],
+                                  "permissions": ["publish"]}],
+                    "short": [{"topic": ".*", "channels": [".*"], "permissions": ["publish"]}],
+                    "none": [],
+                }.get(secret)
+                if grants is None:
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                body = json.dumps({"ttl": 1 if secret == "short" else 3600,
+                                   "identity": f"user-{secret}",
+                                   "identity_url": "http://example.invalid/u",
+                                   "authorizations": grants}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def count(self, secret):
+        return sum(1 for h in self.hits if h.get("auth_secret") == secret)
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Auth(Base):
+    @classmethod
+    def setUpClass(cls):
+        cls.auth = AuthServer()
+        # A dead server first: AUTH falls through to the next.
+        dead = socket.socket()
+        dead.bind(("127.0.0.1", 0))
+        dead_port = dead.getsockname()[1]
+        dead.close()
+        cls.ARGS = (f"--auth-http-address=127.0.0.1:{dead_port},127.0.0.1:{cls.auth.port}",)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.auth.close()
+
+    def authed(self, secret):
+        c = Conn(self.port)
+        self.conns.append(c)
+        r = c.identify()
+        self.assertTrue(r["auth_required"])
+        c.cmd("AUTH", secret.encode())
+        return c, c.read_frame()
+
+    def test_pub_before_auth(self):
+        c = self.conn()
+        c.cmd(f"PUB {fresh()}", b"x")
+        self.assertEqual(c.read_frame()[1], b"E_AUTH_FIRST AUTH required before PUB")
+        self.assertTrue(c.expect_closed())
+
+    def test_auth_then_pub_and_sub(self):
+        c, (kind, data) = self.authed("all")
+        self.assertEqual(kind, FRAME_RESPONSE)
+        self.assertEqual(json.loads(data), {"identity": "user-all",
+                                            "identity_url": "http://example.invalid/u",
+                                            "permission_count": 1})
+        t = fresh()
+        self.assertEqual(c.pub(t, b"x"), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        hit = [h for h in self.auth.hits if h["auth_secret"] == "all"][0]
+        self.assertEqual(hit["tls"], "false")
+        self.assertEqual(hit["remote_ip"], "127.0.0.1")
+
+    def test_permissions_are_regexes(self):
+        c, (kind, _) = self.authed("pub-only")
+        self.assertEqual(kind, FRAME_RESPONSE)
+        self.assertEqual(c.pub("pubthing", b"x"), (FRAME_RESPONSE, b"OK"))
+        c.cmd("PUB other", struct.pack(">I", 1) + b"x")
+        self.assertEqual(c.read_frame()[1], b'E_UNAUTHORIZED AUTH failed for PUB on "other" ""')
+        self.assertTrue(c.expect_closed())
+        c2, _ = self.authed("pub-only")
+        c2.cmd("SUB pubthing ch")
+        self.assertError(c2.read_frame(), "E_UNAUTHORIZED")
+
+    def test_denied_and_empty(self):
+        c, frame = self.authed("deny")
+        self.assertError(frame, "E_AUTH_FAILED")
+        self.assertTrue(c.expect_closed())
+        c, frame = self.authed("none")
+        self.assertEqual(frame[1], b"E_UNAUTHORIZED AUTH no authorizations found")
+
+    def test_results_are_cached(self):
+        for _ in range(3):
+            c, (kind, _) = self.authed("all")
+            self.assertEqual(kind, FRAME_RESPONSE)
+        self.assertLessEqual(self.auth.count("all"), 1 + 1)  # at most one per test that asked
+
+    def test_expired_grants_are_renewed(self):
+        c, (kind, _) = self.authed("short")
+        self.assertEqual(kind, FRAME_RESPONSE)
+        before = self.auth.count("short")
+        time.sleep(1.2)
+        self.assertEqual(c.pub(fresh(), b"x"), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(self.auth.count("short"), before + 1)
+
+    def test_second_auth_is_invalid(self):
+        c, _ = self.authed("all")
+        c.cmd("AUTH", b"all")
+        self.assertEqual(c.read_frame()[1], b"E_INVALID AUTH already set")
 
 
 class Durability(unittest.TestCase):

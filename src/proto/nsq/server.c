@@ -3,6 +3,7 @@
 
 #include "proto/nsq/server.h"
 
+#include "auth/nsqauth.h"
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -84,6 +85,13 @@ struct conn_s {
     tn_deflate_t zenc;
     bool decode_more;
 
+    /* AUTH */
+    tn_authz_t *authz;
+    char *secret;
+    size_t secret_len;
+    tn_auth_req_t areq;
+    bool authing;
+
     /* TLS, once negotiated */
     tn_tls_t *tls;
     bool tls_done;
@@ -92,7 +100,8 @@ struct conn_s {
 
 struct tn_nsq_server_s {
     uv_loop_t *loop;
-    tn_tls_ctx_t *tls; /* NULL when no certificate is configured */
+    tn_tls_ctx_t *tls;  /* NULL when no certificate is configured */
+    tn_nsqauth_t *auth; /* NULL when AUTH is not configured */
     tn_broker_t *broker;
     tn_nsq_opts_t opts;
     uv_tcp_t listener;
@@ -136,6 +145,7 @@ void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const cha
     o->tls_min_version = cfg->tls_min_version;
     o->tls_policy = cfg->tls_client_auth_policy;
     o->tls_required = cfg->tls_required != 0;
+    o->auth_http_address = cfg->auth_http_address;
     o->srv.tls_available = cfg->tls_cert[0] != '\0';
 }
 
@@ -155,6 +165,8 @@ static void server_unref(tn_nsq_server_t *s)
     void (*cb)(void *) = s->close_cb;
     void *arg = s->close_arg;
     tn_tls_ctx_free(s->tls);
+    if (s->auth != NULL)
+        tn_nsqauth_close(s->auth);
     tn_free(s);
     if (cb != NULL)
         cb(arg);
@@ -172,6 +184,8 @@ static void conn_unref(conn_t *c)
     tn_buf_fini(&c->wbuf);
     tn_buf_fini(&c->tlsin);
     tn_tls_free(c->tls);
+    tn_authz_unref(c->authz);
+    tn_free(c->secret);
     tn_snappy_dec_fini(&c->sdec);
     tn_snappy_enc_fini(&c->senc);
     if (c->deflate) {
@@ -196,6 +210,11 @@ static void conn_close(conn_t *c)
     if (c->subscribed)
         tn_consumer_detach(&c->consumer);
     c->subscribed = false;
+    if (c->authing) {
+        tn_nsqauth_cancel(&c->areq);
+        c->authing = false;
+        c->refs--; /* the reference the check held; handles still hold theirs */
+    }
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -629,6 +648,158 @@ static void settle_failed(conn_t *c, tn_nsq_err_t e, const char *name, const tn_
     send_error(c, e, text);
 }
 
+/* --- AUTH -------------------------------------------------------------------------- */
+
+static void json_str(tn_buf_t *out, const char *s)
+{
+    tn_buf_append(out, "\"", 1);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') {
+            char e[2] = {'\\', (char)ch};
+            tn_buf_append(out, e, 2);
+        } else if (ch < 0x20) {
+            char e[8];
+            snprintf(e, sizeof(e), "\\u%04x", ch);
+            tn_buf_append(out, e, 6);
+        } else {
+            tn_buf_append(out, s, 1);
+        }
+    }
+    tn_buf_append(out, "\"", 1);
+}
+
+static void on_auth(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz)
+{
+    conn_t *c = req->data;
+    bool first = c->authz == NULL;
+    c->authing = false;
+    c->blocked = false;
+    if (result != TN_AUTH_OK) {
+        if (result == TN_AUTH_NONE)
+            send_error(c, TN_NSQ_E_UNAUTHORIZED, "AUTH no authorizations found");
+        else if (result == TN_AUTH_DENIED)
+            send_error(c, TN_NSQ_E_AUTH_FAILED, "AUTH failed: denied by the auth server");
+        else
+            send_error(c, TN_NSQ_E_AUTH_FAILED, "AUTH failed: no auth server answered");
+        conn_unref(c);
+        return;
+    }
+    tn_authz_unref(c->authz);
+    c->authz = authz;
+    if (first) {
+        tn_buf_t body;
+        tn_buf_init(&body);
+        tn_buf_append(&body, "{\"identity\":", 12);
+        json_str(&body, authz->identity);
+        tn_buf_append(&body, ",\"identity_url\":", 16);
+        json_str(&body, authz->identity_url);
+        char tail[64];
+        int n = snprintf(tail, sizeof(tail), ",\"permission_count\":%u}", authz->nrules);
+        tn_buf_append(&body, tail, (size_t)n);
+        if (tn_nsq_write_response(&c->out, tn_buf_data(&body), tn_buf_size(&body)) != 0)
+            conn_close(c);
+        else
+            flush(c);
+        tn_buf_fini(&body);
+    }
+    if (c->state != ST_CLOSED) {
+        process(c);
+        start_reading(c);
+    }
+    conn_unref(c);
+}
+
+/* Ask the auth servers about the connection's secret (first AUTH, or a
+ * renewal once the grants expired); the connection waits. */
+static void start_auth(conn_t *c)
+{
+    c->areq.data = c;
+    c->authing = true;
+    c->blocked = true;
+    c->refs++;
+    const char *ip = c->remote;
+    char host[64];
+    snprintf(host, sizeof(host), "%s", c->remote);
+    char *colon = strrchr(host, ':');
+    if (colon != NULL) {
+        *colon = '\0';
+        ip = host;
+    }
+    if (tn_nsqauth_check(c->srv->auth, &c->areq, ip, c->tls_done, c->common_name, c->secret,
+                         c->secret_len, on_auth) != 0) {
+        c->authing = false;
+        c->blocked = false;
+        send_error(c, TN_NSQ_E_AUTH_FAILED, "AUTH failed: out of memory");
+        conn_unref(c);
+    }
+}
+
+static void handle_auth(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
+{
+    tn_buf_consume(&c->in, consumed);
+    if (c->srv->auth == NULL) {
+        send_error(c, TN_NSQ_E_AUTH_DISABLED, "AUTH disabled");
+        return;
+    }
+    if (c->authz != NULL || c->secret != NULL) {
+        send_error(c, TN_NSQ_E_INVALID, "AUTH already set");
+        return;
+    }
+    if (c->subscribed) {
+        send_error(c, TN_NSQ_E_INVALID, "cannot AUTH in current state");
+        return;
+    }
+    if (cmd->body.len == 0) {
+        send_error(c, TN_NSQ_E_BAD_BODY, "AUTH invalid body size 0");
+        return;
+    }
+    c->secret = tn_malloc(cmd->body.len);
+    if (c->secret == NULL) {
+        send_error(c, TN_NSQ_E_AUTH_FAILED, "AUTH failed: out of memory");
+        return;
+    }
+    memcpy(c->secret, cmd->body.base, cmd->body.len);
+    c->secret_len = cmd->body.len;
+    start_auth(c);
+}
+
+/* When AUTH is configured: may this command run? 1 yes, 0 no (an error
+ * went out), -1 not yet (the grants expired and are being renewed). */
+static int auth_gate(conn_t *c, const tn_nsq_cmd_t *cmd)
+{
+    if (c->srv->auth == NULL)
+        return 1;
+    const char *name = cmd->op == TN_NSQ_SUB    ? "SUB"
+                       : cmd->op == TN_NSQ_MPUB ? "MPUB"
+                       : cmd->op == TN_NSQ_DPUB ? "DPUB"
+                                                : "PUB";
+    char text[640];
+    if (c->authz == NULL) {
+        snprintf(text, sizeof(text), "AUTH required before %s", name);
+        send_error(c, TN_NSQ_E_AUTH_FIRST, text);
+        return 0;
+    }
+    if (c->authz->expires_ms <= tn_now_mono_ms()) {
+        start_auth(c);
+        return -1;
+    }
+    char topic[256], channel[256] = "";
+    snprintf(topic, sizeof(topic), "%.*s", (int)cmd->topic.len, cmd->topic.base);
+    bool ok;
+    if (cmd->op == TN_NSQ_SUB) {
+        snprintf(channel, sizeof(channel), "%.*s", (int)cmd->channel.len, cmd->channel.base);
+        ok = tn_authz_can_subscribe(c->authz, topic, channel);
+    } else {
+        ok = tn_authz_can_publish(c->authz, topic);
+    }
+    if (ok)
+        return 1;
+    snprintf(text, sizeof(text), "AUTH failed for %s on \"%s\" \"%s\"", name, topic, channel);
+    send_error(c, TN_NSQ_E_UNAUTHORIZED, text);
+    return 0;
+}
+
 /* Whether the command answers with a frame other than a publish answer
  * (these wait until earlier publishes have answered). */
 static bool answers(tn_nsq_op_t op)
@@ -659,13 +830,21 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
                    "TLS is required: IDENTIFY with tls_v1 true before any other command");
         return false;
     }
+    if (cmd->op == TN_NSQ_SUB || cmd->op == TN_NSQ_PUB || cmd->op == TN_NSQ_MPUB ||
+        cmd->op == TN_NSQ_DPUB) {
+        int g = auth_gate(c, cmd);
+        if (g <= 0)
+            return false; /* not consumed when waiting: it runs after the renewal */
+    }
     switch (cmd->op) {
     case TN_NSQ_IDENTIFY:
         handle_identify(c, cmd, consumed);
         return c->state != ST_CLOSED && !c->close_after_write;
     case TN_NSQ_AUTH:
-        send_error(c, TN_NSQ_E_AUTH_DISABLED, "AUTH disabled");
-        break;
+        /* Consumed first: a cached answer resumes processing at once. The
+         * secret is copied before the bytes can move. */
+        handle_auth(c, cmd, consumed);
+        return !c->blocked && c->state != ST_CLOSED && !c->close_after_write;
     case TN_NSQ_SUB:
         if (c->subscribed) {
             send_error(c, TN_NSQ_E_INVALID, "cannot SUB in current state");
@@ -1114,6 +1293,17 @@ int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_
         }
     }
     s->opts.srv.tls_available = s->tls != NULL;
+    if (opts->auth_http_address != NULL && opts->auth_http_address[0] != '\0') {
+        rc = tn_nsqauth_new(loop, opts->auth_http_address, 5000, &s->auth);
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "auth-http-address \"%s\": %s", opts->auth_http_address,
+                      tn_strerror(rc));
+            tn_tls_ctx_free(s->tls);
+            tn_free(s);
+            return rc;
+        }
+    }
+    s->opts.srv.auth_required = s->auth != NULL;
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     s->refs = 1;

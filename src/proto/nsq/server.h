@@ -59,6 +59,7 @@ typedef struct {
     const char *tls_min_version;
     int tls_policy;
     bool tls_required;
+    const char *auth_http_address; /* nsqauthd servers, "" for none; borrowed */
 } tn_nsq_opts_t;
 
 void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const char *version);

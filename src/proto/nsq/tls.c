@@ -55,9 +55,8 @@ static int accept_any(int ok, X509_STORE_CTX *ctx)
     return 1;
 }
 
-int tn_tls_ctx_new(const char *cert, const char *key, const char *ca,
-                   tn_tls_client_policy_t policy, const char *minv, tn_tls_ctx_t **out,
-                   char *err, size_t errlen)
+int tn_tls_ctx_new(const char *cert, const char *key, const char *ca, tn_tls_client_policy_t policy,
+                   const char *minv, tn_tls_ctx_t **out, char *err, size_t errlen)
 {
     int ver = min_version(minv);
     if (ver < 0) {
@@ -96,8 +95,7 @@ int tn_tls_ctx_new(const char *cert, const char *key, const char *ca,
     }
     if (policy == TN_TLS_CLIENT_REQUIRE_VERIFY) {
         if (ca == NULL || *ca == '\0') {
-            tn_errbuf(err, errlen,
-                      "tls-client-auth-policy require-verify needs tls-root-ca-file");
+            tn_errbuf(err, errlen, "tls-client-auth-policy require-verify needs tls-root-ca-file");
             goto fail;
         }
         SSL_CTX_set_verify(c->ssl, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);

@@ -22,8 +22,8 @@ typedef struct tn_tls_ctx_s tn_tls_ctx_t;
 typedef struct tn_tls_s tn_tls_t;
 
 typedef enum {
-    TN_TLS_CLIENT_NONE = 0,     /* no client certificate asked for */
-    TN_TLS_CLIENT_REQUIRE,      /* a certificate must be sent (not verified) */
+    TN_TLS_CLIENT_NONE = 0,      /* no client certificate asked for */
+    TN_TLS_CLIENT_REQUIRE,       /* a certificate must be sent (not verified) */
     TN_TLS_CLIENT_REQUIRE_VERIFY /* and must verify against the root CA */
 } tn_tls_client_policy_t;
 
@@ -31,9 +31,8 @@ typedef enum {
  * "") verifies client certificates; min_version is "tls1.0".."tls1.3".
  * On failure returns TN_ECONFIG with a line naming the file and OpenSSL's
  * reason in err. */
-int tn_tls_ctx_new(const char *cert, const char *key, const char *ca,
-                   tn_tls_client_policy_t policy, const char *min_version, tn_tls_ctx_t **out,
-                   char *err, size_t errlen);
+int tn_tls_ctx_new(const char *cert, const char *key, const char *ca, tn_tls_client_policy_t policy,
+                   const char *min_version, tn_tls_ctx_t **out, char *err, size_t errlen);
 void tn_tls_ctx_free(tn_tls_ctx_t *ctx);
 
 /* A server session. NULL when out of memory. */

@@ -1,0 +1,98 @@
+/* NSQ AUTH against nsqauthd-compatible HTTP servers.
+ *
+ * A client's AUTH secret is checked by
+ *
+ *   GET http://<server>/auth?remote_ip=<ip>&tls=<bool>&common_name=<cn>&auth_secret=<secret>
+ *
+ * answered with JSON {"ttl": seconds, "identity": ..., "identity_url": ...,
+ * "authorizations": [{"topic": regex, "channels": [regex...],
+ * "permissions": ["publish" | "subscribe"...]}]}. Servers are tried in
+ * order: 401 or 403 is a definitive denial, anything else (refused
+ * connection, timeout, 5xx, a body that does not parse) tries the next.
+ * Results are cached for their TTL, keyed by (remote ip, tls, common name,
+ * secret), so reconnecting clients do not cost a request each.
+ *
+ * Regexes are unanchored searches like NSQ's (POSIX extended syntax, which
+ * covers what nsqauthd configurations use: `.*`, `^prefix`, `a|b`).
+ *
+ * Threads: the loop thread. */
+#ifndef TN_AUTH_NSQAUTH_H
+#define TN_AUTH_NSQAUTH_H
+
+#include "core/platform.h"
+
+#include <regex.h>
+#include <uv.h>
+
+#define TN_NSQAUTH_MAX_RESPONSE (256 * 1024)
+#define TN_NSQAUTH_MAX_RULES    256
+
+typedef struct tn_nsqauth_s tn_nsqauth_t;
+typedef struct tn_authz_s tn_authz_t;
+typedef struct tn_auth_req_s tn_auth_req_t;
+
+/* What a secret grants: shared by the cache and the connections using it
+ * (reference-counted). */
+typedef struct {
+    regex_t topic;
+    regex_t *channels;
+    uint32_t nchannels;
+    bool publish;
+    bool subscribe;
+} tn_authz_rule_t;
+
+struct tn_authz_s {
+    uint32_t refs;
+    char *identity;
+    char *identity_url;
+    int64_t expires_ms; /* monotonic */
+    tn_authz_rule_t *rules;
+    uint32_t nrules;
+};
+
+void tn_authz_ref(tn_authz_t *a);
+void tn_authz_unref(tn_authz_t *a);
+/* Whether a may publish to topic / subscribe to topic's channel. */
+bool tn_authz_can_publish(const tn_authz_t *a, const char *topic);
+bool tn_authz_can_subscribe(const tn_authz_t *a, const char *topic, const char *channel);
+
+typedef enum {
+    TN_AUTH_OK = 0,
+    TN_AUTH_DENIED,       /* 401/403 */
+    TN_AUTH_NONE,         /* answered, but granted nothing */
+    TN_AUTH_UNAVAILABLE,  /* no server answered usably */
+} tn_auth_result_t;
+
+/* cb runs on the loop thread; authz (on TN_AUTH_OK) is a new reference for
+ * the caller. */
+typedef void (*tn_auth_cb)(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz);
+
+/* Caller-owned; in use until cb runs, or until tn_nsqauth_cancel. */
+struct tn_auth_req_s {
+    void *data;
+    /* private */
+    tn_nsqauth_t *auth;
+    tn_auth_cb cb;
+    char *key;
+    char *query;
+    uint32_t server;
+    void *http; /* the request in flight */
+    tn_auth_req_t *next;
+};
+
+/* servers: comma-separated host:port list (borrowed). 0, UV_EINVAL (empty
+ * list) or UV_ENOMEM. */
+int tn_nsqauth_new(uv_loop_t *loop, const char *servers, int64_t timeout_ms,
+                   tn_nsqauth_t **out);
+/* Cancel what is in flight and free once it has wound down. */
+void tn_nsqauth_close(tn_nsqauth_t *a);
+
+/* Check a secret. Answers from the cache at once (cb runs before this
+ * returns) or asks the servers. 0 or UV_ENOMEM. */
+int tn_nsqauth_check(tn_nsqauth_t *a, tn_auth_req_t *req, const char *remote_ip, bool tls,
+                     const char *common_name, const char *secret, size_t secret_len,
+                     tn_auth_cb cb);
+/* The caller goes away: cb will not run. */
+void tn_nsqauth_cancel(tn_auth_req_t *req);
+
+#endif
