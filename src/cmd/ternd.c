@@ -133,6 +133,12 @@ int main(int argc, char **argv)
     }
     tn_log_level = cfg.log_level;
     tn_alloc_install_uv();
+    tn_broker_opts_t bopts;
+    if (tn_broker_opts_from_config(&bopts, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ternd: %s\n", err);
+        tn_config_fini(&cfg);
+        return 2;
+    }
 
     uv_loop_t loop;
     uv_loop_init(&loop);
@@ -143,6 +149,7 @@ int main(int argc, char **argv)
     int rc = tn_store_open(&loop, &opts, &d.store, err, sizeof(err));
     if (rc != 0) {
         TN_LOG(TN_LOG_ERROR, "cannot open the data directory: %s", err);
+        tn_broker_opts_fini(&bopts);
         uv_loop_close(&loop);
         tn_config_fini(&cfg);
         return 1;
@@ -155,9 +162,8 @@ int main(int argc, char **argv)
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     d.loop = &loop;
     g_daemon = &d;
-    tn_broker_opts_t bopts;
-    tn_broker_opts_from_config(&bopts, &cfg);
     rc = tn_broker_open(&loop, d.store, &bopts, &d.broker);
+    tn_broker_opts_fini(&bopts);
     if (rc != 0) {
         TN_LOG(TN_LOG_ERROR, "recovery failed: %s", tn_strerror(rc));
         d.rc = 1;

@@ -127,6 +127,9 @@ static const opt_t options[] = {
      "segments older than this are reclaimed even if unconsumed (0: no age limit)"},
     {"max-attempts", OPT_INT, F(max_attempts), "0", 0, 65535, NULL,
      "deliveries before a message moves to <topic>.<channel>.DLQ (0: never)"},
+    {"ttl-discard-topics", OPT_STR, F(ttl_discard_topics), "", 0, 0, NULL,
+     "topics whose messages expire: name=duration, comma-separated; a trailing * matches a "
+     "prefix (e.g. metrics.*=5m)"},
     {"tail-cache-size", OPT_SIZE, F(tail_cache_bytes), "64MiB", 0, INT64_MAX, NULL,
      "recent message bodies kept in memory so fresh deliveries do not read the disk"},
     {"max-inflight-bytes", OPT_SIZE, F(max_inflight_bytes), "512MiB", 1024 * 1024, INT64_MAX, NULL,

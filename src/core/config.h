@@ -84,6 +84,7 @@ typedef struct tn_config_s {
     int64_t bootstrap_window_ns;
     int64_t retention_ns;
     int64_t max_attempts;
+    char *ttl_discard_topics;
     int64_t tail_cache_bytes;
     int64_t max_inflight_bytes;
     int64_t max_inflight_messages;

@@ -15,7 +15,76 @@
 #define FETCH_MAX_RECORDS 256
 #define FETCH_MAX_BYTES   (1024 * 1024)
 
-void tn_broker_opts_from_config(tn_broker_opts_t *o, const tn_config_t *cfg)
+static int parse_ttl_rules(tn_broker_opts_t *o, const char *spec, char *err, size_t errlen)
+{
+    const char *p = spec;
+    while (*p != '\0') {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        char dur[64];
+        tn_ttl_rule_t r;
+        memset(&r, 0, sizeof(r));
+        size_t nl = eq != NULL ? (size_t)(eq - p) : 0;
+        if (nl > 0 && p[nl - 1] == '*') {
+            r.prefix = true;
+            nl--;
+        }
+        size_t dl = eq != NULL ? len - (size_t)(eq - p) - 1 : 0;
+        int64_t ns = 0;
+        if (eq == NULL || nl >= sizeof(r.name) || dl == 0 || dl >= sizeof(dur) ||
+            (nl == 0 && !r.prefix)) {
+            tn_errbuf(err, errlen,
+                      "ttl-discard-topics: \"%.*s\" is not name=duration (e.g. clicks=10m)",
+                      (int)len, p);
+            return TN_ECONFIG;
+        }
+        memcpy(r.name, p, nl);
+        r.name[nl] = '\0';
+        memcpy(dur, eq + 1, dl);
+        dur[dl] = '\0';
+        if (tn_parse_duration_ns(dur, &ns) != 0 || ns < 1000000) {
+            tn_errbuf(err, errlen, "ttl-discard-topics: \"%s\" is not a duration of 1ms or more",
+                      dur);
+            return TN_ECONFIG;
+        }
+        if (nl > 0 && !tn_name_valid(r.name, nl)) {
+            tn_errbuf(err, errlen, "ttl-discard-topics: \"%s\" is not a valid topic name",
+                      r.name);
+            return TN_ECONFIG;
+        }
+        r.ttl_ms = ns / 1000000;
+        tn_ttl_rule_t *nr = tn_realloc(o->ttl_rules, (o->nttl_rules + 1) * sizeof(*nr));
+        if (nr == NULL)
+            return UV_ENOMEM;
+        o->ttl_rules = nr;
+        o->ttl_rules[o->nttl_rules++] = r;
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+void tn_broker_opts_fini(tn_broker_opts_t *o)
+{
+    tn_free(o->ttl_rules);
+    o->ttl_rules = NULL;
+    o->nttl_rules = 0;
+}
+
+int64_t tn__ttl_for(const tn_broker_t *b, const char *name)
+{
+    for (uint32_t i = 0; i < b->opts.nttl_rules; i++) {
+        const tn_ttl_rule_t *r = &b->opts.ttl_rules[i];
+        if (r->prefix ? strncmp(name, r->name, strlen(r->name)) == 0 : strcmp(name, r->name) == 0)
+            return r->ttl_ms;
+    }
+    return 0;
+}
+
+int tn_broker_opts_from_config(tn_broker_opts_t *o, const tn_config_t *cfg, char *err,
+                               size_t errlen)
 {
     memset(o, 0, sizeof(*o));
     o->default_partitions = 1;
@@ -27,6 +96,10 @@ void tn_broker_opts_from_config(tn_broker_opts_t *o, const tn_config_t *cfg)
     o->max_inflight_msgs = (uint64_t)cfg->max_inflight_messages;
     o->max_ahead = (uint64_t)cfg->max_ahead;
     o->gc_interval_ms = cfg->gc_interval_ns / 1000000;
+    int rc = parse_ttl_rules(o, cfg->ttl_discard_topics, err, errlen);
+    if (rc != 0)
+        tn_broker_opts_fini(o);
+    return rc;
 }
 
 /* --- tail cache ----------------------------------------------------------- */
@@ -534,6 +607,12 @@ static void gc_topic(tn_broker_t *b, tn_topic_t *t, int64_t now_wall_ns)
     if (t->state != TN_OBJ_READY || t->deleted)
         return;
     int64_t older = b->opts.retention_ns ? now_wall_ns - b->opts.retention_ns : 0;
+    if (t->ttl_ms > 0) {
+        /* Every record of a segment older than the TTL has expired. */
+        int64_t ttl_older = now_wall_ns - t->ttl_ms * 1000000;
+        if (older == 0 || ttl_older > older)
+            older = ttl_older;
+    }
     int64_t keep_ns = now_wall_ns - b->opts.bootstrap_window_ms * 1000000;
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_part_t *p = &t->parts[i];
@@ -614,6 +693,15 @@ int tn_broker_open(uv_loop_t *loop, tn_store_t *store, const tn_broker_opts_t *o
     b->loop = loop;
     b->store = store;
     b->opts = *opts;
+    b->opts.ttl_rules = NULL;
+    if (opts->nttl_rules > 0) {
+        b->opts.ttl_rules = tn_malloc(opts->nttl_rules * sizeof(*opts->ttl_rules));
+        if (b->opts.ttl_rules == NULL) {
+            tn_free(b);
+            return UV_ENOMEM;
+        }
+        memcpy(b->opts.ttl_rules, opts->ttl_rules, opts->nttl_rules * sizeof(*opts->ttl_rules));
+    }
     if (b->opts.default_partitions == 0)
         b->opts.default_partitions = 1;
     b->nbuckets = 64;
@@ -655,6 +743,7 @@ static void maybe_finish_close(tn_broker_t *b)
         }
     }
     tn_free(b->buckets);
+    tn_free(b->opts.ttl_rules);
     tn_heap_fini(&b->wakes);
     void (*cb)(tn_broker_t *) = b->close_cb;
     tn_free(b);

@@ -211,6 +211,8 @@ static void chpart_fini(tn_chpart_t *cp)
     void *val;
     while (tn_u64map_next(&cp->leases.by_offset, &pos, &key, &val)) {
         tn_lease_t *l = val;
+        if (l->owner == NULL)
+            continue; /* a dead-letter move: not in the budget */
         b->inflight_bytes -= l->bytes;
         b->inflight_msgs--;
     }
@@ -696,11 +698,113 @@ static void starve(tn_channel_t *ch)
     b->starved = ch;
 }
 
-static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono)
+/* --- dead letters --------------------------------------------------------- */
+
+typedef struct {
+    tn_pub_t pub;
+    tn_chpart_t *cp;
+    uint64_t offset;
+} dlq_move_t;
+
+/* <topic>.<channel>.DLQ; a name too long for that keeps a prefix of the
+ * topic and adds a hash of both names, so it stays unique. */
+static void dlq_name(const tn_channel_t *ch, char *out, size_t len)
+{
+    int n = snprintf(out, len, "%s.%s.DLQ", ch->topic->name, ch->name);
+    if (n > 0 && (size_t)n <= 255)
+        return;
+    uint32_t h = 2166136261u;
+    for (const char *p = ch->topic->name; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    h = (h ^ 0) * 16777619u;
+    for (const char *p = ch->name; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    snprintf(out, len, "%.200s.%08x.DLQ", ch->topic->name, h);
+}
+
+static void on_dlq_published(tn_pub_t *p, int status)
+{
+    dlq_move_t *d = p->data;
+    tn_chpart_t *cp = d->cp;
+    tn_channel_t *ch = cp->ch;
+    tn_broker_t *b = ch->topic->broker;
+    if (!ch->deleted && !b->closing) {
+        tn_lease_t *l = tn_leases_get(&cp->leases, d->offset);
+        uint32_t attempts = l != NULL ? l->attempts : 0;
+        if (l != NULL)
+            tn_leases_remove(&cp->leases, l);
+        if (status == 0) {
+            /* The copy is durable: now settle the source. */
+            record_fin(cp, d->offset);
+            ch->dlq_count++;
+            b->dlq_moves++;
+        } else {
+            TN_LOG_RL(TN_LOG_ERROR, 10000,
+                      "moving a message of %s/%s to its dead-letter topic failed: %s; retrying",
+                      ch->topic->name, ch->name, tn_strerror(status));
+            pend_add(cp, d->offset, attempts > 0 ? attempts - 1 : 0, tn_now_mono_ms() + 1000);
+        }
+        tn__broker_rewake(cp);
+        tn__broker_pump_later(ch);
+    }
+    tn_pub_fini(&d->pub);
+    tn_free(d);
+    ch->busy--;
+    if (ch->deleted && ch->busy == 0)
+        tn__channel_free(ch);
+}
+
+/* Publish a copy to the dead-letter topic, then settle the source. The
+ * message stays leased to no one meanwhile, so nothing redelivers it; a
+ * crash in between delivers it again (and may copy it twice), never loses
+ * it. */
+static void dead_letter(const cand_t *k, uint32_t attempts)
 {
     tn_chpart_t *cp = k->cp;
-    tn_broker_t *b = cp->ch->topic->broker;
+    tn_channel_t *ch = cp->ch;
+    tn_broker_t *b = ch->topic->broker;
+    dlq_move_t *d = tn_calloc(1, sizeof(*d));
+    tn_lease_t *l;
+    if (d == NULL || tn_pub_init(&d->pub, 1) != 0 ||
+        tn_pub_set(&d->pub, 0, k->e->body->data, k->e->body->len) != 0 ||
+        tn_leases_add(&cp->leases, k->offset, attempts, 0, NULL, INT64_MAX, &l) != 0) {
+        if (d != NULL)
+            tn_pub_fini(&d->pub);
+        tn_free(d);
+        pend_add(cp, k->offset, k->attempts, tn_now_mono_ms() + 1000);
+        tn__broker_rewake(cp);
+        return;
+    }
+    l->data = cp;
+    d->cp = cp;
+    d->offset = k->offset;
+    d->pub.data = d;
+    char name[300];
+    dlq_name(ch, name, sizeof(name));
+    int rc = tn_broker_publish(b, name, strlen(name), &d->pub, 0, on_dlq_published);
+    ch->busy++;
+    if (rc != 0)
+        on_dlq_published(&d->pub, rc);
+}
+
+static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64_t now_wall)
+{
+    tn_chpart_t *cp = k->cp;
+    tn_topic_t *t = cp->ch->topic;
+    tn_broker_t *b = t->broker;
     uint32_t attempts = k->attempts < 65535 ? k->attempts + 1 : 65535;
+    if (t->ttl_ms > 0 && k->e->publish_ns / 1000000 + t->ttl_ms <= now_wall) {
+        /* Expired: it leaves the channel undelivered, with no dead letter. */
+        record_fin(cp, k->offset);
+        t->ttl_discards++;
+        b->ttl_discards++;
+        return;
+    }
+    if (b->opts.max_attempts > 0 && attempts > b->opts.max_attempts && t->ttl_ms == 0 &&
+        !t->is_dlq && !cp->ch->ephemeral) {
+        dead_letter(k, attempts);
+        return;
+    }
     if (c->sample_rate > 0) {
         uint32_t n = c->sample_n++ % 100;
         if (n >= c->sample_rate) {
@@ -756,7 +860,7 @@ void tn__channel_pump(tn_channel_t *ch)
             return;
         /* Rotate: the next message goes to the next consumer. */
         ch->consumers = c->next;
-        hand_over(c, &k, now_mono);
+        hand_over(c, &k, now_mono, now_wall);
     }
 }
 

@@ -27,6 +27,7 @@ void tn__cache_drop_part(tn_part_t *p);
  * way; the topic's channels are pumped when it ends. */
 void tn__part_fetch(tn_part_t *p, uint64_t from);
 void tn__broker_work_done(tn_broker_t *b);
+int64_t tn__ttl_for(const tn_broker_t *b, const char *name);
 tn_topic_t *tn__topic_find(tn_broker_t *b, const char *name, size_t len);
 
 /* topic.c */

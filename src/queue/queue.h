@@ -80,6 +80,14 @@ typedef struct tn_pub_s tn_pub_t;
 typedef struct tn_waiter_s tn_waiter_t;
 typedef struct tn_centry_s tn_centry_t;
 
+/* A ttl_discard rule: topics named `name` (or starting with it, when
+ * prefix) expire their messages after ttl_ms. */
+typedef struct {
+    char name[256];
+    bool prefix;
+    int64_t ttl_ms;
+} tn_ttl_rule_t;
+
 typedef struct {
     uint32_t default_partitions;
     int64_t bootstrap_window_ms;
@@ -90,9 +98,15 @@ typedef struct {
     uint64_t max_inflight_msgs;
     uint64_t max_ahead;
     int64_t gc_interval_ms;
+    tn_ttl_rule_t *ttl_rules;
+    uint32_t nttl_rules;
 } tn_broker_opts_t;
 
-void tn_broker_opts_from_config(tn_broker_opts_t *o, const tn_config_t *cfg);
+/* Fill o from cfg. 0, or TN_ECONFIG with a line in err (a bad
+ * ttl-discard-topics entry). o->ttl_rules is owned by o: tn_broker_opts_fini. */
+int tn_broker_opts_from_config(tn_broker_opts_t *o, const tn_config_t *cfg, char *err,
+                               size_t errlen);
+void tn_broker_opts_fini(tn_broker_opts_t *o);
 
 typedef enum { TN_OBJ_CREATING = 0, TN_OBJ_READY, TN_OBJ_FAILED } tn_obj_state_t;
 
@@ -144,6 +158,9 @@ struct tn_topic_s {
     uint32_t next_part; /* round robin for publishes without a key */
     bool paused;
     bool deleted;
+    bool is_dlq;    /* its name ends in .DLQ: never dead-letters itself */
+    int64_t ttl_ms; /* ttl_discard topics: messages expire; 0: reliable */
+    uint64_t ttl_discards;
     uint64_t message_count; /* published since start */
     uint64_t message_bytes;
     tn_topic_t *hnext;
@@ -272,6 +289,7 @@ struct tn_broker_s {
     /* counters */
     uint64_t timeouts;
     uint64_t dlq_moves;
+    uint64_t ttl_discards;
     uint64_t gc_segments;
 };
 

@@ -53,6 +53,8 @@ tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t
     memcpy(t->name, name, len);
     t->name[len] = '\0';
     t->nparts = nparts;
+    t->ttl_ms = tn__ttl_for(b, t->name);
+    t->is_dlq = len >= 4 && memcmp(name + len - 4, ".DLQ", 4) == 0;
     for (uint32_t i = 0; i < nparts; i++) {
         tn_part_t *p = &t->parts[i];
         p->topic = t;

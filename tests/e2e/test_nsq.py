@@ -719,6 +719,65 @@ class Auth(Base):
         self.assertEqual(c.read_frame()[1], b"E_INVALID AUTH already set")
 
 
+class DeadLetters(Base):
+    ARGS = ("--max-attempts=2",)
+
+    def test_moves_after_max_attempts(self):
+        t = fresh()
+        self.conn().pub(t, b"poison")
+        c = self.consumer(t, "ch")
+        for attempt in (1, 2):
+            m = c.read_message()
+            self.assertEqual(m.attempts, attempt)
+            c.req(m.id, 0)
+        self.no_message(c, 1.0)
+        dlq = self.consumer(f"{t}.ch.DLQ", "inspect")
+        m = dlq.read_message()
+        self.assertEqual(m.body, b"poison")
+        self.assertEqual(m.attempts, 1)
+
+    def test_finished_in_time_stays(self):
+        t = fresh()
+        self.conn().pub(t, b"fine")
+        c = self.consumer(t, "ch")
+        m = c.read_message()
+        c.req(m.id, 0)
+        m = c.read_message()
+        c.fin(m.id)
+        dlq = self.consumer(f"{t}.ch.DLQ", "inspect")
+        self.no_message(dlq)
+
+
+class TTLTopics(Base):
+    ARGS = ("--ttl-discard-topics=ttl*=1s,exact=1h",)
+
+    def test_expired_messages_leave_every_channel(self):
+        t = fresh("ttl")
+        c = self.consumer(t, "ch", rdy=0)
+        self.conn().pub(t, b"stale")
+        time.sleep(1.3)
+        self.conn().pub(t, b"fresh")
+        c.rdy(10)
+        self.assertEqual(c.read_message().body, b"fresh")
+        self.no_message(c)
+
+    def test_redelivery_after_expiry_is_dropped(self):
+        t = fresh("ttl")
+        c = self.consumer(t, "ch")
+        self.conn().pub(t, b"x")
+        m = c.read_message()
+        time.sleep(1.2)
+        c.req(m.id, 0)
+        self.no_message(c)
+
+    def test_bad_rule_is_a_config_error(self):
+        res = subprocess.run([daemon_mod.TERND, f"--data-path={self.dir}/other",
+                              "--ttl-discard-topics=nodur"], capture_output=True, text=True,
+                             timeout=30)
+        self.assertNotEqual(res.returncode, 0)
+        self.assertIn("ttl-discard-topics", res.stderr)
+
+
 class Durability(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tern-nsq-")
