@@ -28,9 +28,9 @@
 #include <string.h>
 #include <yajl/yajl_tree.h>
 
-#define CACHE_MAX     10000
-#define MAX_TTL_S     3600
-#define MAX_PATTERN   4096
+#define CACHE_MAX   10000
+#define MAX_TTL_S   3600
+#define MAX_PATTERN 4096
 
 typedef struct {
     char host[256];
@@ -571,8 +571,7 @@ void tn_nsqauth_close(tn_nsqauth_t *a)
 }
 
 int tn_nsqauth_check(tn_nsqauth_t *a, tn_auth_req_t *req, const char *remote_ip, bool tls,
-                     const char *common_name, const char *secret, size_t secret_len,
-                     tn_auth_cb cb)
+                     const char *common_name, const char *secret, size_t secret_len, tn_auth_cb cb)
 {
     void *data = req->data;
     memset(req, 0, sizeof(*req));
@@ -585,8 +584,8 @@ int tn_nsqauth_check(tn_nsqauth_t *a, tn_auth_req_t *req, const char *remote_ip,
     if (rc == 0)
         rc = url_escape(&q, remote_ip, strlen(remote_ip));
     if (rc == 0)
-        rc = tn_buf_append(&q, tls ? "&tls=true&common_name=" : "&tls=false&common_name=",
-                           tls ? 22 : 23);
+        rc = tn_buf_append(
+            &q, tls ? "&tls=true&common_name=" : "&tls=false&common_name=", tls ? 22 : 23);
     if (rc == 0)
         rc = url_escape(&q, common_name, strlen(common_name));
     if (rc == 0)

@@ -58,9 +58,9 @@ bool tn_authz_can_subscribe(const tn_authz_t *a, const char *topic, const char *
 
 typedef enum {
     TN_AUTH_OK = 0,
-    TN_AUTH_DENIED,       /* 401/403 */
-    TN_AUTH_NONE,         /* answered, but granted nothing */
-    TN_AUTH_UNAVAILABLE,  /* no server answered usably */
+    TN_AUTH_DENIED,      /* 401/403 */
+    TN_AUTH_NONE,        /* answered, but granted nothing */
+    TN_AUTH_UNAVAILABLE, /* no server answered usably */
 } tn_auth_result_t;
 
 /* cb runs on the loop thread; authz (on TN_AUTH_OK) is a new reference for
@@ -82,16 +82,14 @@ struct tn_auth_req_s {
 
 /* servers: comma-separated host:port list (borrowed). 0, UV_EINVAL (empty
  * list) or UV_ENOMEM. */
-int tn_nsqauth_new(uv_loop_t *loop, const char *servers, int64_t timeout_ms,
-                   tn_nsqauth_t **out);
+int tn_nsqauth_new(uv_loop_t *loop, const char *servers, int64_t timeout_ms, tn_nsqauth_t **out);
 /* Cancel what is in flight and free once it has wound down. */
 void tn_nsqauth_close(tn_nsqauth_t *a);
 
 /* Check a secret. Answers from the cache at once (cb runs before this
  * returns) or asks the servers. 0 or UV_ENOMEM. */
 int tn_nsqauth_check(tn_nsqauth_t *a, tn_auth_req_t *req, const char *remote_ip, bool tls,
-                     const char *common_name, const char *secret, size_t secret_len,
-                     tn_auth_cb cb);
+                     const char *common_name, const char *secret, size_t secret_len, tn_auth_cb cb);
 /* The caller goes away: cb will not run. */
 void tn_nsqauth_cancel(tn_auth_req_t *req);
 

@@ -133,6 +133,10 @@ int main(int argc, char **argv)
     }
     tn_log_level = cfg.log_level;
     tn_alloc_install_uv();
+    for (uint32_t i = 0; i < cfg.nignored_seen; i++) {
+        const tn_config_ignored_t *ig = &tn_config_nsqd_ignored[cfg.ignored_seen[i]];
+        TN_LOG(TN_LOG_WARN, "nsqd option %s has no effect in tern: %s", ig->name, ig->instead);
+    }
     tn_broker_opts_t bopts;
     if (tn_broker_opts_from_config(&bopts, &cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "ternd: %s\n", err);

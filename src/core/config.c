@@ -142,6 +142,64 @@ static const opt_t options[] = {
      "how often finished segments are reclaimed"},
 };
 
+const tn_config_ignored_t tn_config_nsqd_ignored[] = {
+    {"mem-queue-size", "every message is written to disk and fsynced; the tail cache "
+                       "(tail-cache-size) keeps recent ones in memory"},
+    {"sync-every", "publishes are fsynced before OK by group commit (durability, "
+                   "commit-max-requests)"},
+    {"sync-timeout", "fsyncs are group-committed within commit-max-delay"},
+    {"max-bytes-per-file", "segments roll at segment-bytes"},
+    {"max-channel-consumers", "consumers per channel are bounded by max-connections"},
+    {"min-output-buffer-timeout", "the lowest output_buffer_timeout is 25ms"},
+    {"output-buffer-timeout", "clients choose output_buffer_timeout in IDENTIFY (default 250ms)"},
+    {"e2e-processing-latency-percentile", "latency percentiles come with /stats and /metrics"},
+    {"e2e-processing-latency-window-time", "latency percentiles come with /stats and /metrics"},
+    {"statsd-address", "tern exports Prometheus /metrics instead of statsd"},
+    {"statsd-prefix", "tern exports Prometheus /metrics instead of statsd"},
+    {"statsd-interval", "tern exports Prometheus /metrics instead of statsd"},
+    {"statsd-mem-stats", "tern exports Prometheus /metrics instead of statsd"},
+    {"statsd-udp-packet-size", "tern exports Prometheus /metrics instead of statsd"},
+    {"statsd-exclude-ephemeral", "tern exports Prometheus /metrics instead of statsd"},
+    {"log-prefix", "log lines carry a timestamp, level and source location"},
+    {"worker-id", "use node-id"},
+    {"http-client-connect-timeout", "AUTH requests time out after 5s in all"},
+    {"http-client-request-timeout", "AUTH requests time out after 5s in all"},
+    {"auth-http-request-method", "AUTH requests are GETs, as nsqauthd expects"},
+    {"topology-region", "IDENTIFY answers an empty topology_region"},
+    {"topology-zone", "IDENTIFY answers an empty topology_zone"},
+    {"https-address", "TLS is served on the NSQ TCP port through the tls_v1 upgrade; the "
+                      "HTTP listener has no TLS yet"},
+    {"broadcast-tcp-port", "clients are told the tcp-address port"},
+    {"broadcast-http-port", "clients are told the http-address port"},
+    {"lookupd-tcp-address", "ternd does not register with nsqlookupd yet"},
+    {"nsqlookupd-tcp-addresses", "ternd does not register with nsqlookupd yet"},
+};
+const size_t tn_config_nsqd_ignored_count = TN_ARRAY_SIZE(tn_config_nsqd_ignored);
+
+static int find_ignored(const char *name, size_t len)
+{
+    for (size_t i = 0; i < TN_ARRAY_SIZE(tn_config_nsqd_ignored); i++) {
+        const char *o = tn_config_nsqd_ignored[i].name;
+        if (strlen(o) != len)
+            continue;
+        size_t k = 0;
+        while (k < len && (name[k] == '_' ? '-' : name[k]) == o[k])
+            k++;
+        if (k == len)
+            return (int)i;
+    }
+    return -1;
+}
+
+static void note_ignored(tn_config_t *cfg, int idx)
+{
+    for (uint32_t i = 0; i < cfg->nignored_seen; i++)
+        if (cfg->ignored_seen[i] == (uint32_t)idx)
+            return;
+    if (cfg->nignored_seen < TN_ARRAY_SIZE(cfg->ignored_seen))
+        cfg->ignored_seen[cfg->nignored_seen++] = (uint32_t)idx;
+}
+
 static const opt_t *find_opt(const char *name, size_t len)
 {
     for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
@@ -433,6 +491,11 @@ int tn_config_set(tn_config_t *cfg, const char *name, const char *value, const c
 {
     const opt_t *o = find_opt(name, strlen(name));
     if (o == NULL) {
+        int ig = find_ignored(name, strlen(name));
+        if (ig >= 0) {
+            note_ignored(cfg, ig);
+            return 0;
+        }
         tn_errbuf(err, errlen, "unknown option \"%s\" (%s); see --help", name, source);
         return TN_ECONFIG;
     }
@@ -632,8 +695,17 @@ static int walk_args(tn_config_t *cfg, int argc, char **argv, bool apply, const 
         size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
         const opt_t *o = find_opt(name, nlen);
         if (o == NULL) {
-            tn_errbuf(err, errlen, "unknown option \"--%.*s\"; see --help", (int)nlen, name);
-            return TN_ECONFIG;
+            int ig = find_ignored(name, nlen);
+            if (ig < 0) {
+                tn_errbuf(err, errlen, "unknown option \"--%.*s\"; see --help", (int)nlen, name);
+                return TN_ECONFIG;
+            }
+            /* An nsqd option with no use here: skip its value, if separate. */
+            if (eq == NULL && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                i++;
+            if (apply)
+                note_ignored(cfg, ig);
+            continue;
         }
         const char *value;
         if (eq != NULL) {

@@ -91,6 +91,11 @@ typedef struct tn_config_s {
     int64_t max_ahead;
     int64_t gc_interval_ns;
 
+    /* nsqd options tern accepts but has no use for, as given (index into
+     * tn_config_nsqd_ignored), for one startup warning each */
+    uint32_t ignored_seen[64];
+    uint32_t nignored_seen;
+
     /* set by tn_config_load when --help, --version or --print-config was given */
     bool want_help;
     bool want_version;
@@ -114,6 +119,16 @@ int tn_config_set(tn_config_t *cfg, const char *name, const char *value, const c
 
 /* Cross-option checks (e.g. low watermark below high). */
 int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen);
+
+/* nsqd's options that mean nothing in tern: accepted (so an nsqd unit file
+ * or config starts ternd unchanged) and reported once at startup with what
+ * tern does instead. */
+typedef struct {
+    const char *name;
+    const char *instead;
+} tn_config_ignored_t;
+extern const tn_config_ignored_t tn_config_nsqd_ignored[];
+extern const size_t tn_config_nsqd_ignored_count;
 
 /* Print every option with its default and help text. */
 void tn_config_print_help(FILE *out, const char *prog);

@@ -49,8 +49,7 @@ static int parse_ttl_rules(tn_broker_opts_t *o, const char *spec, char *err, siz
             return TN_ECONFIG;
         }
         if (nl > 0 && !tn_name_valid(r.name, nl)) {
-            tn_errbuf(err, errlen, "ttl-discard-topics: \"%s\" is not a valid topic name",
-                      r.name);
+            tn_errbuf(err, errlen, "ttl-discard-topics: \"%s\" is not a valid topic name", r.name);
             return TN_ECONFIG;
         }
         r.ttl_ms = ns / 1000000;

@@ -778,6 +778,38 @@ class TTLTopics(Base):
         self.assertIn("ttl-discard-topics", res.stderr)
 
 
+class NsqdFlags(unittest.TestCase):
+    """An nsqd command line and config file start ternd unchanged."""
+
+    def test_nsqd_command_line_and_config_file(self):
+        d = tempfile.mkdtemp(prefix="tern-nsqd-")
+        try:
+            conf = os.path.join(d, "nsqd.cfg")
+            with open(conf, "w") as f:
+                f.write('# an nsqd config file\n'
+                        'mem_queue_size = 10000\n'
+                        'max_rdy_count = 200\n'
+                        'msg_timeout = "30s"\n'
+                        'nsqlookupd_tcp_addresses = ["127.0.0.1:4160"]\n'
+                        'statsd_prefix = "nsq.%s"\n')
+            dm = Daemon(os.path.join(d, "data"), f"--config={conf}", "--sync-every=2500",
+                        "--max-msg-size=2097152", "--snappy=true", "--deflate", "--worker-id", "3",
+                        "--statsd-mem-stats", "--max-heartbeat-interval=1m")
+            dm.wait_for("ready")
+            log = dm.log()
+            for name in ("mem-queue-size", "sync-every", "worker-id", "statsd-mem-stats",
+                         "nsqlookupd-tcp-addresses", "statsd-prefix"):
+                self.assertIn(f"nsqd option {name} has no effect", log)
+            c = Conn(dm.tcp_port)
+            r = c.identify()
+            self.assertEqual(r["max_rdy_count"], 200)
+            self.assertEqual(r["msg_timeout"], 30000)
+            c.close()
+            self.assertEqual(dm.stop(), 0)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 class Durability(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tern-nsq-")
