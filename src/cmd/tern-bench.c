@@ -60,16 +60,16 @@ typedef struct {
     int64_t pub_end_ms;
     int64_t consume_start_ms;
     int64_t last_recv_ms;
-    uint64_t acked;      /* messages acknowledged by the broker */
+    uint64_t acked; /* messages acknowledged by the broker */
     uint64_t pub_bytes;
-    uint64_t received;   /* message frames */
+    uint64_t received; /* message frames */
     uint64_t unique;
     uint64_t duplicates;
     uint64_t errors;
-    uint32_t *lat_us;    /* publish-ack latency samples */
+    uint32_t *lat_us; /* publish-ack latency samples */
     size_t nlat;
     size_t lat_cap;
-    uint8_t **seen;      /* per producer: deliveries of each sequence */
+    uint8_t **seen; /* per producer: deliveries of each sequence */
     uint64_t *seen_cap;
     uint64_t *acked_upto; /* per producer: sequences acknowledged, in order */
     uv_timer_t tick;
@@ -155,8 +155,8 @@ static void publish_more(conn_t *c)
     if (body == NULL)
         die("out of memory");
     while (c->inflight < B.o.pipeline) {
-        if (B.o.count > 0 && (int64_t)(B.acked + (uint64_t)c->inflight * (uint64_t)B.o.batch) >=
-                                 B.o.count)
+        if (B.o.count > 0 &&
+            (int64_t)(B.acked + (uint64_t)c->inflight * (uint64_t)B.o.batch) >= B.o.count)
             break;
         char line[300];
         if (B.o.batch == 1) {
@@ -440,14 +440,20 @@ int main(int argc, char **argv)
 {
     opts_t o = {"127.0.0.1", 4150, 16, 16, 1, 1, 200, 100, 10000, 0, 60000, "bench", "bench"};
     static char host[256];
-    static const struct option longopts[] = {
-        {"addr", required_argument, NULL, 'a'},     {"producers", required_argument, NULL, 'p'},
-        {"consumers", required_argument, NULL, 'c'}, {"batch", required_argument, NULL, 'b'},
-        {"pipeline", required_argument, NULL, 'P'}, {"size", required_argument, NULL, 's'},
-        {"rdy", required_argument, NULL, 'r'},      {"duration", required_argument, NULL, 'd'},
-        {"count", required_argument, NULL, 'n'},    {"drain-timeout", required_argument, NULL, 'D'},
-        {"topic", required_argument, NULL, 't'},    {"channel", required_argument, NULL, 'C'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"addr", required_argument, NULL, 'a'},
+                                             {"producers", required_argument, NULL, 'p'},
+                                             {"consumers", required_argument, NULL, 'c'},
+                                             {"batch", required_argument, NULL, 'b'},
+                                             {"pipeline", required_argument, NULL, 'P'},
+                                             {"size", required_argument, NULL, 's'},
+                                             {"rdy", required_argument, NULL, 'r'},
+                                             {"duration", required_argument, NULL, 'd'},
+                                             {"count", required_argument, NULL, 'n'},
+                                             {"drain-timeout", required_argument, NULL, 'D'},
+                                             {"topic", required_argument, NULL, 't'},
+                                             {"channel", required_argument, NULL, 'C'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     int ch;
     int64_t ns;
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -461,13 +467,27 @@ int main(int argc, char **argv)
             o.port = atoi(colon + 1);
             break;
         }
-        case 'p': o.producers = atoi(optarg); break;
-        case 'c': o.consumers = atoi(optarg); break;
-        case 'b': o.batch = atoi(optarg); break;
-        case 'P': o.pipeline = atoi(optarg); break;
-        case 's': o.size = atoi(optarg); break;
-        case 'r': o.rdy = atoi(optarg); break;
-        case 'n': o.count = atoll(optarg); break;
+        case 'p':
+            o.producers = atoi(optarg);
+            break;
+        case 'c':
+            o.consumers = atoi(optarg);
+            break;
+        case 'b':
+            o.batch = atoi(optarg);
+            break;
+        case 'P':
+            o.pipeline = atoi(optarg);
+            break;
+        case 's':
+            o.size = atoi(optarg);
+            break;
+        case 'r':
+            o.rdy = atoi(optarg);
+            break;
+        case 'n':
+            o.count = atoll(optarg);
+            break;
         case 'd':
             if (tn_parse_duration_ns(optarg, &ns) != 0)
                 die("--duration: not a duration");
@@ -478,10 +498,18 @@ int main(int argc, char **argv)
                 die("--drain-timeout: not a duration");
             o.drain_ms = ns / 1000000;
             break;
-        case 't': o.topic = optarg; break;
-        case 'C': o.channel = optarg; break;
-        case 'h': usage(); return 0;
-        default: usage(); return 2;
+        case 't':
+            o.topic = optarg;
+            break;
+        case 'C':
+            o.channel = optarg;
+            break;
+        case 'h':
+            usage();
+            return 0;
+        default:
+            usage();
+            return 2;
         }
     }
     if (o.size < 8 || o.producers < 1 || o.producers > 65535 || o.consumers < 0 || o.batch < 1 ||

@@ -628,6 +628,8 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, can
     }
     /* Then the scan. */
     uint64_t limit = tn_plog_visible_next(part->plog);
+    if (part->appended_next < limit)
+        limit = part->appended_next;
     uint64_t ahead = cp->cur.frontier + cp->ch->topic->broker->opts.max_ahead;
     if (ahead < limit)
         limit = ahead;

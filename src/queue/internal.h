@@ -18,8 +18,14 @@ typedef struct {
 void tn__broker_pump_later(tn_channel_t *ch);
 /* Recompute when cp next needs the timer (lease deadline, pending due). */
 void tn__broker_rewake(tn_chpart_t *cp);
+/* cache.c: the tail cache. */
 tn_centry_t *tn__cache_get(tn_part_t *p, uint64_t offset);
-/* Insert (taking over one reference to body, which may be NULL for a gap). */
+/* A record just appended (offsets arrive in order per partition): into the
+ * ring. Takes over one reference to body. */
+void tn__cache_append(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t deliver_at_ms,
+                      tn_msg_t *body);
+/* A record read from disk (body NULL for an offset with no record): into
+ * the cold map. Takes over one reference to body. */
 int tn__cache_put(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t deliver_at_ms,
                   tn_msg_t *body);
 void tn__cache_drop_part(tn_part_t *p);

@@ -120,14 +120,16 @@ struct tn_waiter_s {
 };
 
 /* One cached record of a partition: its body (NULL for an offset that
- * holds no record) and the metadata delivery needs. */
+ * holds no record) and the metadata delivery needs. Hot entries live in
+ * the partition's ring; cold ones (read back from disk) in its map, on a
+ * broker-wide FIFO. */
 struct tn_centry_s {
     uint64_t offset;
     int64_t publish_ns;
     int64_t deliver_at_ms;
     tn_msg_t *body;
     tn_part_t *part;
-    tn_centry_t *prev; /* broker-wide FIFO, oldest first */
+    tn_centry_t *prev; /* cold entries: broker-wide FIFO, oldest first */
     tn_centry_t *next;
 };
 
@@ -137,9 +139,24 @@ struct tn_part_s {
     tn_topic_t *topic;
     uint32_t index;
     tn_plog_t *plog;
-    tn_u64map_t cache;     /* offset -> tn_centry_t */
+    /* Tail cache: the newest records by offset in a ring ([ring_lo,
+     * ring_hi), slot offset & (ring_cap - 1)); older records read from
+     * disk in the cold map. */
+    tn_centry_t *ring;
+    uint32_t ring_cap;
+    uint64_t ring_lo;
+    uint64_t ring_hi;
+    uint64_t ring_bytes;
+    tn_part_t *hot_prev; /* broker's list of partitions with a non-empty ring */
+    tn_part_t *hot_next;
+    tn_u64map_t cache;     /* cold: offset -> tn_centry_t */
     tn_fetch_t *fetch;     /* the read in progress, or NULL */
     uint64_t first_offset; /* lowest offset kept, as of the last GC */
+    /* Every offset below this is on disk or has had its append completion
+     * run here (so its body is in the tail cache): delivery scans stop
+     * there, so a record made visible a moment before its completion is
+     * not read back from disk. */
+    uint64_t appended_next;
     tn_plog_gc_t gc;
     bool gc_busy;
     tn_plog_advance_t advance;
@@ -266,7 +283,10 @@ struct tn_broker_s {
     size_t nbuckets;
     size_t ntopics;
     /* tail cache */
-    tn_centry_t *cache_head;
+    tn_part_t *hot;      /* partitions with a non-empty ring */
+    tn_part_t *evict_at; /* where ring eviction goes next */
+    uint64_t hot_bytes;
+    tn_centry_t *cache_head; /* cold entries, oldest first */
     tn_centry_t *cache_tail;
     uint64_t cache_bytes;
     /* in-flight budget */

@@ -93,6 +93,7 @@ void tn__part_ready(tn_part_t *p)
     tn_plog_stats_t st;
     tn_plog_stats(p->plog, &st);
     p->first_offset = st.first_offset;
+    p->appended_next = st.written_next;
     p->plog->data = p;
     p->plog->on_progress = on_plog_progress;
 }
@@ -200,16 +201,20 @@ static void on_appended(tn_append_t *req, int status)
     t->busy--;
     if (status == 0) {
         p->first_offset = req->first_offset;
+        if (req->first_offset + p->n > part->appended_next)
+            part->appended_next = req->first_offset + p->n;
         t->message_count += p->n;
         for (uint32_t i = 0; i < p->n; i++) {
             t->message_bytes += p->msgs[i]->len;
             if (!t->deleted && !t->broker->closing)
-                tn__cache_put(part, req->first_offset + i, req->publish_ns, p->deliver_at_ms,
-                              tn_msg_ref(p->msgs[i]));
+                tn__cache_append(part, req->first_offset + i, req->publish_ns, p->deliver_at_ms,
+                                 tn_msg_ref(p->msgs[i]));
         }
     }
     bool freed = t->deleted && t->busy == 0;
     tn_broker_t *b = t->broker;
+    if (status == 0 && !t->deleted && !b->closing)
+        tn__topic_pump_all(t);
     p->cb(p, status);
     if (freed)
         tn__topic_free(t);
