@@ -81,13 +81,54 @@ tn_msg_t *tn_msg_new(const void *data, uint32_t len)
         return NULL;
     m->refs = 1;
     m->len = len;
+    m->block = NULL;
     if (data != NULL && len > 0)
         memcpy(m->data, data, len);
     return m;
 }
 
+struct tn_msg_block_s {
+    uint32_t live; /* messages still referenced */
+};
+
 void tn_msg_unref(tn_msg_t *m)
 {
-    if (m != NULL && --m->refs == 0)
+    if (m == NULL || --m->refs > 0)
+        return;
+    if (m->block == NULL)
         tn_free(m);
+    else if (--m->block->live == 0)
+        tn_free(m->block);
+}
+
+int tn_msg_new_batch(uint32_t n, const tn_iov_t *bodies, tn_msg_t **out)
+{
+    /* Each message aligned for its header. */
+    size_t align = _Alignof(tn_msg_t);
+    size_t total = sizeof(tn_msg_block_t);
+    total = (total + align - 1) & ~(align - 1);
+    for (uint32_t i = 0; i < n; i++) {
+        if (bodies[i].len > UINT32_MAX)
+            return UV_EINVAL;
+        total += (sizeof(tn_msg_t) + bodies[i].len + align - 1) & ~(align - 1);
+    }
+    char *mem = tn_malloc(total);
+    if (mem == NULL)
+        return UV_ENOMEM;
+    tn_msg_block_t *b = (tn_msg_block_t *)(void *)mem;
+    b->live = n;
+    size_t pos = (sizeof(*b) + align - 1) & ~(align - 1);
+    for (uint32_t i = 0; i < n; i++) {
+        tn_msg_t *m = (tn_msg_t *)(void *)(mem + pos);
+        m->refs = 1;
+        m->len = (uint32_t)bodies[i].len;
+        m->block = b;
+        if (bodies[i].len > 0)
+            memcpy(m->data, bodies[i].base, bodies[i].len);
+        out[i] = m;
+        pos += (sizeof(tn_msg_t) + bodies[i].len + align - 1) & ~(align - 1);
+    }
+    if (n == 0)
+        tn_free(mem);
+    return 0;
 }

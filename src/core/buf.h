@@ -61,9 +61,11 @@ void tn_buf_consume(tn_buf_t *b, size_t n);
 void tn_buf_reset(tn_buf_t *b);
 
 typedef struct tn_msg_s tn_msg_t;
+typedef struct tn_msg_block_s tn_msg_block_t;
 struct tn_msg_s {
     uint32_t refs;
     uint32_t len;
+    tn_msg_block_t *block; /* the allocation it shares, or NULL */
     char data[];
 };
 
@@ -76,5 +78,10 @@ static inline tn_msg_t *tn_msg_ref(tn_msg_t *m)
     return m;
 }
 void tn_msg_unref(tn_msg_t *m);
+
+/* n messages in one allocation (a batch: MPUB), each with one reference,
+ * copied from bodies[i]; the allocation goes when the last of them does.
+ * Fills out[0..n). 0 or UV_ENOMEM. */
+int tn_msg_new_batch(uint32_t n, const tn_iov_t *bodies, tn_msg_t **out);
 
 #endif

@@ -653,6 +653,7 @@ static void maybe_finish_close(tn_broker_t *b)
     }
     tn_free(b->buckets);
     tn_free(b->opts.ttl_rules);
+    tn__channel_spares_free();
     tn_heap_fini(&b->wakes);
     void (*cb)(tn_broker_t *) = b->close_cb;
     tn_free(b);

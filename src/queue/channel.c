@@ -17,11 +17,50 @@
 
 /* --- channel log records ------------------------------------------------- */
 
-typedef struct {
+typedef struct walop_s {
     tn_walop_t op;
     tn_chpart_t *cp;
     uint64_t frontier_after;
+    struct walop_s *next_spare;
 } walop_t;
+
+/* Freed channel-log requests kept for reuse: one is needed per FIN. Loop
+ * thread only. */
+#define WALOP_SPARE 4096
+static walop_t *walop_spare;
+static uint32_t walop_nspare;
+
+static walop_t *walop_get(void)
+{
+    walop_t *w = walop_spare;
+    if (w != NULL) {
+        walop_spare = w->next_spare;
+        walop_nspare--;
+        return w;
+    }
+    return tn_malloc(sizeof(*w));
+}
+
+void tn__channel_spares_free(void)
+{
+    while (walop_spare != NULL) {
+        walop_t *w = walop_spare;
+        walop_spare = w->next_spare;
+        tn_free(w);
+    }
+    walop_nspare = 0;
+}
+
+static void walop_put(walop_t *w)
+{
+    if (walop_nspare >= WALOP_SPARE) {
+        tn_free(w);
+        return;
+    }
+    w->next_spare = walop_spare;
+    walop_spare = w;
+    walop_nspare++;
+}
 
 static void on_walop(tn_walop_t *op, int status)
 {
@@ -37,7 +76,7 @@ static void on_walop(tn_walop_t *op, int status)
         TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": log write failed (%s); delivery stops",
                ch->name, ch->topic->name, cp->part->index, tn_strerror(status));
     }
-    tn_free(w);
+    walop_put(w);
     ch->busy--;
     if (ch->deleted && ch->busy == 0)
         tn__channel_free(ch);
@@ -54,7 +93,7 @@ static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
         cp->synced_frontier = cp->cur.frontier;
         return 0;
     }
-    walop_t *w = tn_malloc(sizeof(*w));
+    walop_t *w = walop_get();
     if (w == NULL)
         return UV_ENOMEM;
     w->cp = cp;
@@ -62,7 +101,7 @@ static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
     w->op.data = w;
     rc = tn_chanlog_submit(cp->cl, &w->op, rec, on_walop);
     if (rc != 0) {
-        tn_free(w);
+        walop_put(w);
         if (!cp->broken) {
             cp->broken = true;
             TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": %s; delivery stops", cp->ch->name,

@@ -47,6 +47,8 @@ void tn__topic_insert(tn_broker_t *b, tn_topic_t *t);
 tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t nparts);
 
 /* channel.c */
+/* Free the pooled channel-log requests (at broker close). */
+void tn__channel_spares_free(void);
 void tn__channel_pump(tn_channel_t *ch);
 /* Expire leases and release pending entries that are due. */
 void tn__chpart_wake(tn_chpart_t *cp, int64_t now_ms);

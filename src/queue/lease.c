@@ -14,6 +14,8 @@ void tn_leases_init(tn_leases_t *ls, uint32_t seed)
     tn_heap_init(&ls->deadlines);
     ls->bytes = 0;
     ls->next_nonce = seed;
+    ls->spare = NULL;
+    ls->nspare = 0;
 }
 
 static void owner_unlink(tn_lease_t *l)
@@ -32,6 +34,19 @@ static void owner_unlink(tn_lease_t *l)
     l->owner_prev = l->owner_next = NULL;
 }
 
+/* Keep a few freed leases: a busy channel adds and removes one per
+ * message. */
+static void release(tn_leases_t *ls, tn_lease_t *l)
+{
+    if (ls->nspare >= TN_LEASE_SPARE) {
+        tn_free(l);
+        return;
+    }
+    l->owner_next = ls->spare;
+    ls->spare = l;
+    ls->nspare++;
+}
+
 void tn_leases_fini(tn_leases_t *ls)
 {
     /* The heap first: it touches the nodes inside the leases. */
@@ -46,6 +61,12 @@ void tn_leases_fini(tn_leases_t *ls)
     }
     tn_u64map_fini(&ls->by_offset);
     ls->bytes = 0;
+    while (ls->spare != NULL) {
+        tn_lease_t *l = ls->spare;
+        ls->spare = l->owner_next;
+        tn_free(l);
+    }
+    ls->nspare = 0;
 }
 
 int tn_leases_add(tn_leases_t *ls, uint64_t offset, uint32_t attempts, uint32_t bytes,
@@ -53,9 +74,14 @@ int tn_leases_add(tn_leases_t *ls, uint64_t offset, uint32_t attempts, uint32_t 
 {
     if (tn_u64map_get(&ls->by_offset, offset) != NULL)
         return UV_EEXIST;
-    tn_lease_t *l = tn_calloc(1, sizeof(*l));
-    if (l == NULL)
+    tn_lease_t *l = ls->spare;
+    if (l != NULL) {
+        ls->spare = l->owner_next;
+        ls->nspare--;
+        memset(l, 0, sizeof(*l));
+    } else if ((l = tn_calloc(1, sizeof(*l))) == NULL) {
         return UV_ENOMEM;
+    }
     tn_heap_node_init(&l->deadline);
     l->offset = offset;
     l->attempts = attempts;
@@ -67,7 +93,7 @@ int tn_leases_add(tn_leases_t *ls, uint64_t offset, uint32_t attempts, uint32_t 
             tn_heap_remove(&ls->deadlines, &l->deadline);
     }
     if (rc != 0) {
-        tn_free(l);
+        release(ls, l);
         return rc;
     }
     /* Nonces only need to differ between deliveries of one message; a
@@ -114,7 +140,7 @@ void tn_leases_remove(tn_leases_t *ls, tn_lease_t *l)
     tn_u64map_del(&ls->by_offset, l->offset);
     owner_unlink(l);
     ls->bytes -= l->bytes;
-    tn_free(l);
+    release(ls, l);
 }
 
 tn_lease_t *tn_leases_expired(const tn_leases_t *ls, int64_t now_ms)

@@ -48,7 +48,11 @@ typedef struct {
     tn_heap_t deadlines;
     uint64_t bytes;
     uint32_t next_nonce;
+    tn_lease_t *spare; /* freed leases kept for reuse (at most TN_LEASE_SPARE) */
+    uint32_t nspare;
 } tn_leases_t;
+
+#define TN_LEASE_SPARE 256
 
 /* seed varies the first nonce (e.g. from the clock) so nonces differ
  * across restarts, where a stale handle must not match a new lease. */

@@ -341,6 +341,9 @@ int tn_topic_channel(tn_topic_t *t, const char *name, size_t len, bool create, t
  * UV_ENOMEM. tn_pub_fini releases what the publish holds. */
 int tn_pub_init(tn_pub_t *p, uint32_t n);
 int tn_pub_set(tn_pub_t *p, uint32_t i, const void *data, size_t len);
+/* Copy in all n bodies (borrowed) at once, in one allocation; for
+ * batches. The publish must have no body set yet. */
+int tn_pub_set_all(tn_pub_t *p, const tn_iov_t *bodies);
 void tn_pub_fini(tn_pub_t *p);
 
 /* Publish p to the topic called name (created when missing). deliver_at_ms

@@ -178,6 +178,22 @@ int tn_pub_set(tn_pub_t *p, uint32_t i, const void *data, size_t len)
     return 0;
 }
 
+int tn_pub_set_all(tn_pub_t *p, const tn_iov_t *bodies)
+{
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->msgs[i] != NULL)
+            return UV_EINVAL;
+    int rc = tn_msg_new_batch(p->n, bodies, p->msgs);
+    if (rc != 0)
+        return rc;
+    for (uint32_t i = 0; i < p->n; i++) {
+        p->recs[i].key = tn_iov(NULL, 0);
+        p->recs[i].body = tn_iov(p->msgs[i]->data, p->msgs[i]->len);
+        p->recs[i].deliver_at_ms = 0;
+    }
+    return 0;
+}
+
 void tn_pub_fini(tn_pub_t *p)
 {
     if (p->msgs == NULL)

@@ -451,10 +451,16 @@ static void handle_publish(conn_t *c, const tn_nsq_cmd_t *cmd)
     r->pub.data = r;
     int rc = 0;
     if (cmd->op == TN_NSQ_MPUB) {
-        size_t pos = 0;
-        tn_iov_t m;
-        for (uint32_t i = 0; rc == 0 && tn_nsq_mpub_next(cmd, &pos, &m); i++)
-            rc = tn_pub_set(&r->pub, i, m.base, m.len);
+        tn_iov_t *bodies = tn_malloc(n * sizeof(*bodies));
+        if (bodies == NULL) {
+            rc = UV_ENOMEM;
+        } else {
+            size_t pos = 0;
+            for (uint32_t i = 0; i < n && tn_nsq_mpub_next(cmd, &pos, &bodies[i]); i++)
+                ;
+            rc = tn_pub_set_all(&r->pub, bodies);
+            tn_free(bodies);
+        }
     } else {
         rc = tn_pub_set(&r->pub, 0, cmd->body.base, cmd->body.len);
     }
