@@ -313,10 +313,25 @@ static void flush(conn_t *c)
             conn_close(c);
         return;
     }
+    /* Most writes fit the socket buffer: try at once, and queue only what
+     * is left. */
+    uv_buf_t b = uv_buf_init(tn_buf_data(&c->wire), (unsigned)tn_buf_size(&c->wire));
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n > 0)
+        tn_buf_consume(&c->wire, (size_t)n);
+    else if (n != UV_EAGAIN) {
+        conn_close(c);
+        return;
+    }
+    if (tn_buf_size(&c->wire) == 0) {
+        if (c->close_after_write)
+            conn_close(c);
+        return;
+    }
     tn_buf_t t = c->wbuf;
     c->wbuf = c->wire;
     c->wire = t;
-    uv_buf_t b = uv_buf_init(tn_buf_data(&c->wbuf), (unsigned)tn_buf_size(&c->wbuf));
+    b = uv_buf_init(tn_buf_data(&c->wbuf), (unsigned)tn_buf_size(&c->wbuf));
     c->wreq.data = c;
     int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written);
     if (rc != 0) {
