@@ -1,0 +1,543 @@
+/* Tests of the queue engine through its API (no sockets): publishing,
+ * delivery by credit, FIN/REQ/TOUCH, timeouts, nonces, consumers leaving,
+ * backlog and bootstrap window, ephemeral channels, dead letters, the
+ * in-flight budget, deferred messages and recovery after a restart. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
+#include "queue/queue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXD 256
+
+typedef struct {
+    tn_consumer_t c;
+    tn_delivery_t d[MAXD];
+    char bodies[MAXD][64];
+    int n;
+} sink_t;
+
+static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
+{
+    sink_t *s = c->data;
+    assert_true(s->n < MAXD);
+    s->d[s->n] = *d;
+    snprintf(s->bodies[s->n], sizeof(s->bodies[0]), "%.*s", (int)d->body->len, d->body->data);
+    s->d[s->n].body = NULL; /* borrowed only for the callback */
+    s->n++;
+}
+
+typedef struct {
+    tu_fx_t *fx;
+    tn_broker_t *b;
+    tn_broker_opts_t opts;
+} qfx_t;
+
+static void default_opts(tn_broker_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->default_partitions = 1;
+    o->bootstrap_window_ms = 90000;
+    o->cache_bytes = 1 << 20;
+    o->max_inflight_bytes = 1 << 30;
+    o->max_inflight_msgs = 100000;
+    o->max_ahead = 1 << 16;
+    o->gc_interval_ms = 3600000;
+}
+
+static void open_broker(qfx_t *q)
+{
+    assert_int_equal(tn_broker_open(&q->fx->loop, q->fx->store, &q->opts, &q->b), 0);
+}
+
+static void on_broker_closed(tn_broker_t *b)
+{
+    (void)b;
+}
+
+static void close_broker(qfx_t *q)
+{
+    tn_broker_close(q->b, on_broker_closed);
+    /* Run until its handles and requests are done. */
+    for (int i = 0; i < 1000; i++)
+        uv_run(&q->fx->loop, UV_RUN_NOWAIT);
+    q->b = NULL;
+}
+
+static qfx_t *qfx_new(void (*tweak)(tn_broker_opts_t *o))
+{
+    qfx_t *q = calloc(1, sizeof(*q));
+    q->fx = tu_fx_new(NULL);
+    default_opts(&q->opts);
+    if (tweak != NULL)
+        tweak(&q->opts);
+    open_broker(q);
+    return q;
+}
+
+static void qfx_free(qfx_t *q)
+{
+    if (q->b != NULL)
+        close_broker(q);
+    tu_fx_free(q->fx);
+    free(q);
+}
+
+/* Restart: close broker and store, open both again (recovery runs). */
+static void restart(qfx_t *q)
+{
+    close_broker(q);
+    tu_fx_reopen(q->fx);
+    open_broker(q);
+}
+
+/* Run the loop until cond(arg) or about 5 s pass. */
+static bool run_until(qfx_t *q, bool (*cond)(void *), void *arg)
+{
+    int64_t deadline = tn_now_mono_ms() + 5000;
+    while (!cond(arg)) {
+        if (tn_now_mono_ms() > deadline)
+            return false;
+        uv_run(&q->fx->loop, UV_RUN_ONCE);
+    }
+    return true;
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
+static void run_for(qfx_t *q, int64_t ms)
+{
+    int64_t until = tn_now_mono_ms() + ms;
+    uv_timer_t t;
+    uv_timer_init(&q->fx->loop, &t);
+    while (tn_now_mono_ms() < until) {
+        uv_timer_start(&t, on_tick, 5, 0);
+        uv_run(&q->fx->loop, UV_RUN_ONCE);
+    }
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&q->fx->loop, UV_RUN_NOWAIT);
+}
+
+typedef struct {
+    tn_pub_t p;
+    bool done;
+    int status;
+} pubw_t;
+
+static void on_pub(tn_pub_t *p, int status)
+{
+    pubw_t *w = p->data;
+    w->done = true;
+    w->status = status;
+}
+
+static bool pub_done(void *arg)
+{
+    return ((pubw_t *)arg)->done;
+}
+
+static void publish(qfx_t *q, const char *topic, const char *body, int64_t deliver_at)
+{
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 1), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, body, strlen(body)), 0);
+    w.p.data = &w;
+    assert_int_equal(tn_broker_publish(q->b, topic, strlen(topic), &w.p, deliver_at, on_pub), 0);
+    assert_true(run_until(q, pub_done, &w));
+    assert_int_equal(w.status, 0);
+    tn_pub_fini(&w.p);
+}
+
+typedef struct {
+    tn_waiter_t w;
+    bool done;
+    int status;
+} waitw_t;
+
+static void on_wait(tn_waiter_t *w, int status)
+{
+    waitw_t *x = (waitw_t *)w;
+    x->done = true;
+    x->status = status;
+}
+
+static bool wait_done(void *arg)
+{
+    return ((waitw_t *)arg)->done;
+}
+
+static tn_channel_t *channel(qfx_t *q, const char *topic, const char *name)
+{
+    tn_topic_t *t;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    int rc = tn_broker_topic(q->b, topic, strlen(topic), true, 0, &w.w, &t);
+    if (rc == UV_EAGAIN) {
+        assert_true(run_until(q, wait_done, &w));
+        assert_int_equal(w.status, 0);
+        rc = tn_broker_topic(q->b, topic, strlen(topic), false, 0, NULL, &t);
+    }
+    assert_int_equal(rc, 0);
+    tn_channel_t *ch;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    rc = tn_topic_channel(t, name, strlen(name), true, &w.w, &ch);
+    if (rc == UV_EAGAIN) {
+        assert_true(run_until(q, wait_done, &w));
+        assert_int_equal(w.status, 0);
+        rc = tn_topic_channel(t, name, strlen(name), false, NULL, &ch);
+    }
+    assert_int_equal(rc, 0);
+    return ch;
+}
+
+static void attach(sink_t *s, tn_channel_t *ch, uint32_t credit, int64_t timeout_ms)
+{
+    memset(s, 0, sizeof(*s));
+    s->c.deliver = on_deliver;
+    s->c.data = s;
+    s->c.timeout_ms = timeout_ms;
+    tn_consumer_attach(&s->c, ch);
+    tn_consumer_credit(&s->c, credit);
+}
+
+typedef struct {
+    sink_t *s;
+    int n;
+} want_t;
+
+static bool has_n(void *arg)
+{
+    want_t *w = arg;
+    return w->s->n >= w->n;
+}
+
+static void expect_n(qfx_t *q, sink_t *s, int n)
+{
+    want_t w = {s, n};
+    assert_true(run_until(q, has_n, &w));
+}
+
+/* --- tests ------------------------------------------------------------------ */
+
+static void test_publish_deliver_fin(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    publish(q, "t", "one", 0);
+    publish(q, "t", "two", 0);
+    expect_n(q, &s, 2);
+    assert_string_equal(s.bodies[0], "one");
+    assert_string_equal(s.bodies[1], "two");
+    assert_int_equal(s.d[0].attempts, 1);
+    assert_int_equal(tn_consumer_inflight(&s.c), 2);
+    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), 0);
+    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), TN_ENOTFOUND);
+    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[1].offset, true, s.d[1].nonce + 1), UV_ESRCH);
+    assert_int_equal(tn_consumer_fin(&s.c, 7, s.d[1].offset, false, 0), UV_EINVAL);
+    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[1].offset, true, s.d[1].nonce), 0);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
+    assert_int_equal(st.inflight, 0);
+    assert_int_equal(st.finish_count, 2);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+static void test_credit_limits_inflight(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 2, 60000);
+    for (int i = 0; i < 5; i++)
+        publish(q, "t", "m", 0);
+    run_for(q, 50);
+    assert_int_equal(s.n, 2);
+    tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0);
+    expect_n(q, &s, 3);
+    run_for(q, 30);
+    assert_int_equal(s.n, 3);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+static void test_req_delay_and_attempts(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    publish(q, "t", "x", 0);
+    expect_n(q, &s, 1);
+    int64_t t0 = tn_now_mono_ms();
+    assert_int_equal(tn_consumer_req(&s.c, 0, s.d[0].offset, false, 0, 150), 0);
+    run_for(q, 60);
+    assert_int_equal(s.n, 1);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.deferred, 1);
+    expect_n(q, &s, 2);
+    assert_true(tn_now_mono_ms() - t0 >= 150);
+    assert_int_equal(s.d[1].offset, s.d[0].offset);
+    assert_int_equal(s.d[1].attempts, 2);
+    assert_int_not_equal(s.d[1].nonce, s.d[0].nonce);
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.requeue_count, 1);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+static void test_timeout_redelivers_and_touch(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 10, 100);
+    publish(q, "t", "x", 0);
+    expect_n(q, &s, 1);
+    run_for(q, 60);
+    assert_int_equal(tn_consumer_touch(&s.c, 0, s.d[0].offset, false, 0, 100), 0);
+    run_for(q, 60);
+    assert_int_equal(s.n, 1); /* touched: 120 ms in, not expired */
+    expect_n(q, &s, 2);
+    assert_int_equal(s.d[1].attempts, 2);
+    /* The first delivery's nonce no longer settles it. */
+    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, true, s.d[0].nonce), UV_ESRCH);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.timeout_count, 1);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+static void test_detach_returns_inflight(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t a, b;
+    attach(&a, ch, 10, 60000);
+    publish(q, "t", "x", 0);
+    expect_n(q, &a, 1);
+    attach(&b, ch, 10, 60000);
+    tn_consumer_detach(&a.c);
+    expect_n(q, &b, 1);
+    assert_int_equal(b.d[0].offset, a.d[0].offset);
+    assert_int_equal(b.d[0].attempts, 2);
+    tn_consumer_detach(&b.c);
+    qfx_free(q);
+}
+
+static void zero_bootstrap(tn_broker_opts_t *o)
+{
+    o->bootstrap_window_ms = 0;
+}
+
+static void test_backlog_and_bootstrap(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(zero_bootstrap);
+    publish(q, "t", "early", 0);
+    tn_channel_t *first = channel(q, "t", "first");
+    tn_channel_t *second = channel(q, "t", "second");
+    sink_t a, b;
+    attach(&a, first, 10, 60000);
+    attach(&b, second, 10, 60000);
+    expect_n(q, &a, 1);
+    assert_string_equal(a.bodies[0], "early"); /* the first channel gets the backlog */
+    run_for(q, 30);
+    assert_int_equal(b.n, 0); /* a later one starts at the (empty) window */
+    publish(q, "t", "late", 0);
+    expect_n(q, &b, 1);
+    assert_string_equal(b.bodies[0], "late");
+    tn_consumer_detach(&a.c);
+    tn_consumer_detach(&b.c);
+    qfx_free(q);
+}
+
+static void test_ephemeral_channel(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    publish(q, "t", "before", 0);
+    tn_channel_t *ch = channel(q, "t", "e#ephemeral");
+    assert_true(ch->ephemeral);
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    publish(q, "t", "after", 0);
+    expect_n(q, &s, 1);
+    assert_string_equal(s.bodies[0], "after");
+    tn_consumer_detach(&s.c);
+    tn_topic_t *t;
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
+    assert_int_equal(tn_topic_channel(t, "e#ephemeral", 11, false, NULL, &ch), TN_ENOTFOUND);
+    qfx_free(q);
+}
+
+static void one_attempt(tn_broker_opts_t *o)
+{
+    o->max_attempts = 1;
+}
+
+static void test_dead_letter(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(one_attempt);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    publish(q, "t", "poison", 0);
+    expect_n(q, &s, 1);
+    tn_consumer_req(&s.c, 0, s.d[0].offset, false, 0, 0);
+    run_for(q, 50);
+    assert_int_equal(s.n, 1);
+    tn_channel_t *dlq = channel(q, "t.c.DLQ", "inspect");
+    sink_t d;
+    attach(&d, dlq, 10, 60000);
+    expect_n(q, &d, 1);
+    assert_string_equal(d.bodies[0], "poison");
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
+    assert_int_equal(ch->dlq_count, 1);
+    tn_consumer_detach(&s.c);
+    tn_consumer_detach(&d.c);
+    qfx_free(q);
+}
+
+static void two_slots(tn_broker_opts_t *o)
+{
+    o->max_inflight_msgs = 2;
+}
+
+static void test_inflight_budget(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(two_slots);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 100, 60000);
+    for (int i = 0; i < 4; i++)
+        publish(q, "t", "m", 0);
+    run_for(q, 50);
+    assert_int_equal(s.n, 2);
+    tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0);
+    expect_n(q, &s, 3);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+static void test_deferred_publish(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    int64_t t0 = tn_now_mono_ms();
+    publish(q, "t", "later", tn_now_wall_ms() + 150);
+    publish(q, "t", "now", 0);
+    expect_n(q, &s, 1);
+    assert_string_equal(s.bodies[0], "now");
+    expect_n(q, &s, 2);
+    assert_string_equal(s.bodies[1], "later");
+    assert_true(tn_now_mono_ms() - t0 >= 140);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+static void test_restart_keeps_fins_and_redelivers_the_rest(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    publish(q, "t", "a", 0);
+    publish(q, "t", "b", 0);
+    publish(q, "t", "c", 0);
+    expect_n(q, &s, 3);
+    tn_consumer_fin(&s.c, 0, s.d[1].offset, false, 0);
+    tn_consumer_req(&s.c, 0, s.d[2].offset, false, 0, 0);
+    run_for(q, 50); /* the channel log commits */
+    tn_consumer_detach(&s.c);
+    restart(q);
+    ch = channel(q, "t", "c");
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 2);
+    run_for(q, 30);
+    assert_int_equal(s.n, 2);
+    /* a (never settled) and c (requeued once: attempts kept) come back. */
+    bool saw_a = false, saw_c = false;
+    for (int i = 0; i < s.n; i++) {
+        if (strcmp(s.bodies[i], "a") == 0)
+            saw_a = true;
+        if (strcmp(s.bodies[i], "c") == 0) {
+            saw_c = true;
+            assert_int_equal(s.d[i].attempts, 2);
+        }
+    }
+    assert_true(saw_a && saw_c);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.finish_count, 1);
+    assert_int_equal(st.requeue_count, 1);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+static void test_bad_names(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_topic_t *t;
+    assert_int_equal(tn_broker_topic(q->b, "a/b", 3, true, 0, NULL, &t), UV_EINVAL);
+    assert_int_equal(tn_broker_topic(q->b, "nope", 4, false, 0, NULL, &t), TN_ENOTFOUND);
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    tn_pub_init(&w.p, 1);
+    tn_pub_set(&w.p, 0, "x", 1);
+    assert_int_equal(tn_broker_publish(q->b, "..", 2, &w.p, 0, on_pub), UV_EINVAL);
+    tn_pub_fini(&w.p);
+    qfx_free(q);
+}
+
+int main(void)
+{
+    tn_log_level = TN_LOG_WARN;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_publish_deliver_fin),
+        cmocka_unit_test(test_credit_limits_inflight),
+        cmocka_unit_test(test_req_delay_and_attempts),
+        cmocka_unit_test(test_timeout_redelivers_and_touch),
+        cmocka_unit_test(test_detach_returns_inflight),
+        cmocka_unit_test(test_backlog_and_bootstrap),
+        cmocka_unit_test(test_ephemeral_channel),
+        cmocka_unit_test(test_dead_letter),
+        cmocka_unit_test(test_inflight_budget),
+        cmocka_unit_test(test_deferred_publish),
+        cmocka_unit_test(test_restart_keeps_fins_and_redelivers_the_rest),
+        cmocka_unit_test(test_bad_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
