@@ -63,8 +63,9 @@ fuzz: deps
 
 bench: deps
 	cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build build-bench -j $(JOBS) --target tern-storage-bench
+	cmake --build build-bench -j $(JOBS) --target tern-storage-bench ternd tern-bench
 	./build-bench/tern-storage-bench
+	./bench/nsq_bench.sh build-bench
 
 lint: build
 	@echo "== clang-format"

@@ -60,6 +60,7 @@ typedef struct {
     int64_t pub_end_ms;
     int64_t consume_start_ms;
     int64_t last_recv_ms;
+    uint64_t sent;  /* messages sent in publishes */
     uint64_t acked; /* messages acknowledged by the broker */
     uint64_t pub_bytes;
     uint64_t received; /* message frames */
@@ -399,13 +400,23 @@ static void finish(void)
     exit(missing > 0 ? 1 : 0);
 }
 
+static int inflight_total(void)
+{
+    int n = 0;
+    for (int i = 0; i < B.nconns; i++)
+        if (B.conns[i]->producer)
+            n += B.conns[i]->inflight;
+    return n;
+}
+
 static void on_tick(uv_timer_t *t)
 {
     (void)t;
     int64_t now = tn_now_mono_ms();
     if (B.publishing) {
-        bool stop = (B.o.duration_ms > 0 && now - B.start_ms >= B.o.duration_ms) ||
-                    (B.o.count > 0 && (int64_t)B.acked >= B.o.count);
+        bool stop =
+            (B.o.duration_ms > 0 && now - B.start_ms >= B.o.duration_ms) ||
+            (B.o.count > 0 && (int64_t)B.sent + B.o.batch > B.o.count && inflight_total() == 0);
         if (stop) {
             B.publishing = false;
             B.pub_end_ms = now;

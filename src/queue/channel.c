@@ -1082,7 +1082,6 @@ int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, boo
 void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
 {
     memset(out, 0, sizeof(*out));
-    out->message_count = ch->message_count;
     if (ch->state != TN_OBJ_READY)
         return;
     int64_t now = tn_now_mono_ms();
@@ -1105,6 +1104,9 @@ void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
         out->requeue_count += cp->cur.requeue_count;
         out->timeout_count += cp->cur.timeout_count;
     }
+    /* Messages that entered the channel: finished or still in it. Both
+     * parts survive a restart, so this does too. */
+    out->message_count = out->finish_count + out->depth;
 }
 
 int tn_channel_pause(tn_channel_t *ch, bool paused)
@@ -1122,4 +1124,54 @@ int tn_channel_pause(tn_channel_t *ch, bool paused)
     if (!paused)
         tn__broker_pump_later(ch);
     return rc;
+}
+
+int tn_channel_empty(tn_channel_t *ch)
+{
+    if (ch->state != TN_OBJ_READY)
+        return UV_EAGAIN;
+    tn_broker_t *b = ch->topic->broker;
+    int rc = 0;
+    for (uint32_t i = 0; i < ch->topic->nparts; i++) {
+        tn_chpart_t *cp = &ch->parts[i];
+        /* In flight: the leases end (a late FIN fails, as in nsqd). */
+        size_t pos = 0;
+        uint64_t key;
+        void *val;
+        tn_lease_t *l;
+        while ((l = tn_leases_expired(&cp->leases, INT64_MAX)) != NULL) {
+            if (l->owner != NULL) {
+                b->inflight_bytes -= l->bytes;
+                b->inflight_msgs--;
+            }
+            tn_leases_remove(&cp->leases, l);
+        }
+        while (tn_u64map_next(&cp->pend_map, &pos, &key, &val)) {
+            tn__pend_t *pe = val;
+            pend_unlink(cp, pe);
+            tn_free(pe);
+        }
+        tn_u64map_fini(&cp->pend_map);
+        tn_u64map_init(&cp->pend_map);
+        uint64_t tail = tn_plog_visible_next(cp->part->plog);
+        if (cp->part->appended_next > tail)
+            tail = cp->part->appended_next;
+        tn_walrec_t r = {.op = TN_WAL_EMPTY, .offset = tail};
+        int e = record(cp, &r);
+        if (e != 0 && rc == 0)
+            rc = e;
+        if (cp->scan < cp->cur.frontier)
+            cp->scan = cp->cur.frontier;
+        tn__broker_rewake(cp);
+    }
+    if (b->starved != NULL)
+        tn__broker_unstarve(b);
+    return rc;
+}
+
+void tn_topic_pause(tn_topic_t *t, bool paused)
+{
+    t->paused = paused;
+    if (!paused)
+        tn__topic_pump_all(t);
 }

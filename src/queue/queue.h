@@ -387,11 +387,18 @@ typedef struct {
     uint64_t finish_count;
     uint64_t requeue_count;
     uint64_t timeout_count;
-    uint64_t message_count;
+    uint64_t message_count; /* entered the channel: finished + depth; survives restarts */
 } tn_channel_stats_t;
 void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out);
 
 /* Pause or unpause delivery of a channel (durable for durable channels). */
 int tn_channel_pause(tn_channel_t *ch, bool paused);
+/* Drop everything the channel holds: its backlog up to the tail, deferred
+ * and requeued messages, and what is in flight (later FINs for those
+ * fail). Durable for durable channels; counters stay. */
+int tn_channel_empty(tn_channel_t *ch);
+/* Pause or unpause delivery on every channel of a topic (publishes go on).
+ * Held in memory: a restart unpauses. */
+void tn_topic_pause(tn_topic_t *t, bool paused);
 
 #endif

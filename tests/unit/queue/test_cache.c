@@ -132,8 +132,10 @@ static void test_alloc_failure_drops_not_crashes(void **state)
         tn_alloc_fail_after(fail);
         tn_msg_t *m = msg("q");
         if (m != NULL) {
+            /* Each call takes over one reference, even when it fails. */
+            tn_msg_ref(m);
             tn__cache_append(&f.p[0], (uint64_t)fail, 0, 0, m);
-            tn__cache_put(&f.p[1], (uint64_t)fail, 0, 0, tn_msg_ref(m));
+            tn__cache_put(&f.p[1], (uint64_t)fail, 0, 0, m);
         }
         tn_alloc_fail_after(-1);
     }

@@ -57,17 +57,21 @@ static void open_broker(qfx_t *q)
     assert_int_equal(tn_broker_open(&q->fx->loop, q->fx->store, &q->opts, &q->b), 0);
 }
 
+static bool broker_closed;
+
 static void on_broker_closed(tn_broker_t *b)
 {
     (void)b;
+    broker_closed = true;
 }
 
 static void close_broker(qfx_t *q)
 {
+    broker_closed = false;
     tn_broker_close(q->b, on_broker_closed);
-    /* Run until its handles and requests are done. */
-    for (int i = 0; i < 1000; i++)
-        uv_run(&q->fx->loop, UV_RUN_NOWAIT);
+    /* Its handles close and its storage requests finish first. */
+    while (!broker_closed)
+        uv_run(&q->fx->loop, UV_RUN_ONCE);
     q->b = NULL;
 }
 
@@ -506,6 +510,49 @@ static void test_restart_keeps_fins_and_redelivers_the_rest(void **state)
     qfx_free(q);
 }
 
+static void test_pause_and_empty(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    assert_int_equal(tn_channel_pause(ch, true), 0);
+    publish(q, "t", "held", 0);
+    run_for(q, 30);
+    assert_int_equal(s.n, 0);
+    assert_int_equal(tn_channel_pause(ch, false), 0);
+    expect_n(q, &s, 1);
+    tn_topic_pause(ch->topic, true);
+    publish(q, "t", "a", 0);
+    publish(q, "t", "b", 0);
+    run_for(q, 30);
+    assert_int_equal(s.n, 1);
+    /* Empty: the backlog and the in-flight message go. */
+    assert_int_equal(tn_channel_empty(ch), 0);
+    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), TN_ENOTFOUND);
+    tn_topic_pause(ch->topic, false);
+    run_for(q, 30);
+    assert_int_equal(s.n, 1);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
+    assert_int_equal(st.inflight, 0);
+    publish(q, "t", "after", 0);
+    expect_n(q, &s, 2);
+    assert_string_equal(s.bodies[1], "after");
+    tn_consumer_detach(&s.c);
+    /* Pause and empty survive a restart. */
+    assert_int_equal(tn_channel_pause(ch, true), 0);
+    run_for(q, 30);
+    restart(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->paused);
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 1); /* "after", never finished */
+    qfx_free(q);
+}
+
 static void test_bad_names(void **state)
 {
     (void)state;
@@ -537,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_inflight_budget),
         cmocka_unit_test(test_deferred_publish),
         cmocka_unit_test(test_restart_keeps_fins_and_redelivers_the_rest),
+        cmocka_unit_test(test_pause_and_empty),
         cmocka_unit_test(test_bad_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
