@@ -32,6 +32,7 @@ run() {
     "$build/tern-bench" --addr "127.0.0.1:$port" --duration "$dur" "$@" | sed -n '2,5p'
 }
 
+if [ -z "${ONLY_BACKLOG:-}" ]; then
 start
 run --producers 16 --consumers 16 --batch 64 --size 200 --topic mpub200
 run --producers 16 --consumers 16 --batch 64 --size 1024 --topic mpub1k
@@ -40,11 +41,24 @@ run --producers 64 --consumers 0 --batch 1 --size 200 --topic pub200
 run --producers 16 --consumers 16 --batch 1 --size 200 --topic pubsub200
 run --producers 16 --consumers 16 --batch 1 --size 1024 --topic pubsub1k
 stop
+fi
 
 if [ -n "${BACKLOG:-}" ]; then
     echo "== backlog of $BACKLOG messages, then RSS"
     start
     "$build/tern-bench" --addr "127.0.0.1:$port" --producers 16 --consumers 0 --batch 64 \
         --size 200 --count "$BACKLOG" --topic backlog | sed -n '2,3p'
+    echo "after publishing: RSS $(awk '/VmRSS/ {print $2 " " $3}' /proc/$pid/status)"
+    stop
+    echo "== restart over the backlog, then a consumer subscribes and reads for 5 s"
+    "$build/ternd" --data-path="$work/data" --tcp-address=127.0.0.1:0 2>"$work/log" &
+    pid=$!
+    for _ in $(seq 600); do
+        port=$(grep -o 'listening on port [0-9]*' "$work/log" | awk '{print $4}' || true)
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    "$build/tern-bench" --addr "127.0.0.1:$port" --producers 1 --consumers 8 --batch 1 \
+        --size 200 --duration 5s --drain-timeout 5s --topic backlog | sed -n '4,4p' || true
     stop
 fi

@@ -156,9 +156,9 @@ static void publish_more(conn_t *c)
     if (body == NULL)
         die("out of memory");
     while (c->inflight < B.o.pipeline) {
-        if (B.o.count > 0 &&
-            (int64_t)(B.acked + (uint64_t)c->inflight * (uint64_t)B.o.batch) >= B.o.count)
+        if (B.o.count > 0 && (int64_t)B.sent + B.o.batch > B.o.count)
             break;
+        B.sent += (uint64_t)B.o.batch;
         char line[300];
         if (B.o.batch == 1) {
             int n = snprintf(line, sizeof(line), "PUB %s\n", B.o.topic);
