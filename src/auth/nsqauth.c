@@ -137,9 +137,7 @@ static int compile(regex_t *re, const char *pattern)
     return regcomp(re, pattern, REG_EXTENDED | REG_NOSUB) == 0 ? 0 : UV_EINVAL;
 }
 
-/* Build grants from a response body (NUL-terminated). NULL when it is not
- * a valid answer. */
-static tn_authz_t *parse_grants(const char *body)
+tn_authz_t *tn_nsqauth_parse(const char *body)
 {
     char errbuf[128];
     yajl_val root = yajl_tree_parse(body, errbuf, sizeof(errbuf));
@@ -339,7 +337,7 @@ static void http_finish(http_t *x, bool ok)
         if (status == 401 || status == 403) {
             req_done(req, TN_AUTH_DENIED, NULL);
         } else {
-            tn_authz_t *authz = status == 200 && body != NULL ? parse_grants(body) : NULL;
+            tn_authz_t *authz = status == 200 && body != NULL ? tn_nsqauth_parse(body) : NULL;
             if (authz != NULL) {
                 cache_put(a, req->key, authz);
                 req_done(req, authz->nrules > 0 ? TN_AUTH_OK : TN_AUTH_NONE,

@@ -52,6 +52,11 @@ struct tn_authz_s {
 
 void tn_authz_ref(tn_authz_t *a);
 void tn_authz_unref(tn_authz_t *a);
+/* Grants from an auth server's answer (body NUL-terminated, borrowed): a
+ * new reference, or NULL when the body is not a valid answer (not JSON,
+ * no positive integer ttl, a bad regex, over the limits). */
+tn_authz_t *tn_nsqauth_parse(const char *body);
+
 /* Whether a may publish to topic / subscribe to topic's channel. */
 bool tn_authz_can_publish(const tn_authz_t *a, const char *topic);
 bool tn_authz_can_subscribe(const tn_authz_t *a, const char *topic, const char *channel);

@@ -115,6 +115,7 @@ struct tn_fetch_s {
     tn_part_t *part;
     uint64_t from;
     uint64_t until;
+    uint64_t max_bytes;
     fetched_t recs[FETCH_MAX_RECORDS];
     uint32_t n;
     int err;
@@ -153,7 +154,7 @@ static void fetch_work(uv_work_t *w)
         r->deliver_at_ms = rec.h.deliver_at_ms;
         f->n++;
         bytes += rec.h.body_len;
-        if (bytes >= FETCH_MAX_BYTES)
+        if (bytes >= f->max_bytes)
             break;
     }
     tn_buf_fini(&scratch);
@@ -200,6 +201,9 @@ void tn__part_fetch(tn_part_t *p, uint64_t from)
     f->part = p;
     f->from = from;
     f->until = tn_plog_visible_next(p->plog);
+    /* Half the cold cache at most, so a read never evicts its own first
+     * records before the channel that asked for them takes them. */
+    f->max_bytes = TN_MIN((uint64_t)FETCH_MAX_BYTES, b->opts.cache_bytes / 8);
     if (uv_queue_work(b->loop, &f->work, fetch_work, fetch_done) != 0) {
         tn_free(f);
         return;

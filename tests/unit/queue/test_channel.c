@@ -553,6 +553,63 @@ static void test_pause_and_empty(void **state)
     qfx_free(q);
 }
 
+static void fast_gc(tn_broker_opts_t *o)
+{
+    o->bootstrap_window_ms = 0;
+    o->gc_interval_ms = 20;
+}
+
+static void publish_many(qfx_t *q, const char *topic, int n)
+{
+    char body[1024];
+    memset(body, 'g', sizeof(body) - 1);
+    body[sizeof(body) - 1] = '\0';
+    for (int i = 0; i < n; i++)
+        publish(q, topic, body, 0);
+}
+
+static uint32_t segments(qfx_t *q, const char *topic)
+{
+    tn_topic_t *t;
+    assert_int_equal(tn_broker_topic(q->b, topic, strlen(topic), false, 0, NULL, &t), 0);
+    tn_plog_stats_t st;
+    tn_plog_stats(t->parts[0].plog, &st);
+    return st.segments;
+}
+
+static void test_backlog_kept_across_restart_then_gc(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(fast_gc);
+    /* 64 KiB segments: 300 messages of 1 KiB fill several. */
+    publish_many(q, "t", 300);
+    uint32_t before = segments(q, "t");
+    assert_true(before >= 4);
+    run_for(q, 100);
+    assert_int_equal(segments(q, "t"), before); /* no channel yet: everything kept */
+    restart(q);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, MAXD, 60000);
+    int got = 0;
+    while (got < 300) {
+        expect_n(q, &s, 1);
+        for (int i = 0; i < s.n; i++)
+            assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[i].offset, false, 0), 0);
+        got += s.n;
+        s.n = 0;
+    }
+    assert_int_equal(got, 300); /* the first channel got the whole backlog */
+    /* Everything finished and durable: GC takes every sealed segment. */
+    int64_t deadline = tn_now_mono_ms() + 5000;
+    while (segments(q, "t") > 1 && tn_now_mono_ms() < deadline)
+        run_for(q, 20);
+    assert_int_equal(segments(q, "t"), 1);
+    assert_true(q->b->gc_segments >= before - 1);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 static void test_bad_names(void **state)
 {
     (void)state;
@@ -585,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_deferred_publish),
         cmocka_unit_test(test_restart_keeps_fins_and_redelivers_the_rest),
         cmocka_unit_test(test_pause_and_empty),
+        cmocka_unit_test(test_backlog_kept_across_restart_then_gc),
         cmocka_unit_test(test_bad_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
