@@ -331,6 +331,19 @@ class Errors(Base):
         self.assertError(c.read_frame(), "E_BAD_MESSAGE")
         self.assertTrue(c.expect_closed())
 
+    def test_error_reaches_a_client_still_sending(self):
+        # Refused at the size prefix while the client goes on sending its
+        # body: the server shuts down its side and drains, so the client
+        # reads the error frame rather than a connection reset.
+        c = self.conn()
+        c.sock.sendall(f"PUB {fresh()}\n".encode() + struct.pack(">I", 8 * 1024 * 1024))
+        try:
+            c.sock.sendall(b"x" * (2 * 1024 * 1024))
+        except OSError:
+            pass
+        self.assertError(c.read_frame(), "E_BAD_MESSAGE")
+        self.assertTrue(c.expect_closed())
+
     def test_mpub_trailing_bytes_publishes_nothing(self):
         t = fresh()
         body = struct.pack(">I", 1) + struct.pack(">I", 1) + b"a" + b"junk"

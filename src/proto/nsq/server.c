@@ -55,6 +55,8 @@ struct conn_s {
     bool writing;
     bool flush_armed;
     bool close_after_write;
+    bool draining; /* write side shut down after a fatal error */
+    uv_shutdown_t shutdown;
     bool reading;
 
     tn_nsq_client_opts_t opts;
@@ -231,6 +233,40 @@ static void conn_close(conn_t *c)
 
 static void flush(conn_t *c);
 
+static void on_drain_timeout(uv_timer_t *t)
+{
+    conn_close(t->data);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    (void)status;
+    conn_unref(req->data);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
+/* After a fatal error frame is out: shut down the write side and read
+ * (and drop) what the client still sends, briefly, before closing, so the
+ * client reads the error instead of a connection reset. */
+static void close_gracefully(conn_t *c)
+{
+    if (c->state == ST_CLOSED || c->draining)
+        return;
+    c->draining = true;
+    uv_timer_stop(&c->hb);
+    c->shutdown.data = c;
+    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->refs++;
+    if (!c->reading && uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+        c->reading = true;
+    uv_timer_start(&c->flush, on_drain_timeout, 1000, 0);
+}
+
 static void on_written(uv_write_t *req, int status)
 {
     conn_t *c = req->data;
@@ -247,7 +283,7 @@ static void on_written(uv_write_t *req, int status)
     }
     flush(c);
     if (c->state != ST_CLOSED && !c->writing && c->close_after_write)
-        conn_close(c);
+        close_gracefully(c);
     else if (c->state != ST_CLOSED && !c->writing) {
         /* Output drained: reading may resume. */
         process(c);
@@ -310,7 +346,7 @@ static void flush(conn_t *c)
         return;
     if (tn_buf_size(&c->wire) == 0) {
         if (c->close_after_write)
-            conn_close(c);
+            close_gracefully(c);
         return;
     }
     /* Most writes fit the socket buffer: try at once, and queue only what
@@ -325,7 +361,7 @@ static void flush(conn_t *c)
     }
     if (tn_buf_size(&c->wire) == 0) {
         if (c->close_after_write)
-            conn_close(c);
+            close_gracefully(c);
         return;
     }
     tn_buf_t t = c->wbuf;
@@ -1032,7 +1068,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     conn_t *c = h->data;
     (void)suggested;
     static char scratch[READ_CHUNK]; /* loop thread only; compressed input lands here */
-    if (c->snappy || c->deflate || c->tls != NULL) {
+    if (c->snappy || c->deflate || c->tls != NULL || c->draining) {
         *buf = uv_buf_init(scratch, sizeof(scratch));
         return;
     }
@@ -1078,8 +1114,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    if (nread == 0)
-        return;
+    if (nread == 0 || c->draining)
+        return; /* dropped: the connection is closing */
     c->last_recv_ms = tn_now_mono_ms();
     if (c->tls != NULL) {
         bool done = false;
@@ -1128,6 +1164,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 static void on_hb(uv_timer_t *t)
 {
     conn_t *c = t->data;
+    if (c->draining)
+        return;
     int64_t now = tn_now_mono_ms();
     if (c->state == ST_MAGIC) {
         if (now - c->connected_ms >= c->srv->opts.handshake_timeout_ms) {
@@ -1162,7 +1200,7 @@ static void on_hb(uv_timer_t *t)
  * heartbeat, the liveness deadline, the command deadline. */
 static void arm_hb(conn_t *c)
 {
-    if (c->state == ST_CLOSED)
+    if (c->state == ST_CLOSED || c->draining)
         return;
     int64_t now = tn_now_mono_ms();
     int64_t at;

@@ -43,10 +43,10 @@ static void test_parse_refusals(void **state)
     const char *bad[] = {
         "",
         "[]",
-        "{\"authorizations\": []}",                      /* no ttl */
-        "{\"ttl\": 0, \"authorizations\": []}",          /* ttl must be positive */
-        "{\"ttl\": \"60\", \"authorizations\": []}",     /* wrong type */
-        "{\"ttl\": 60}",                                 /* no authorizations */
+        "{\"authorizations\": []}",                  /* no ttl */
+        "{\"ttl\": 0, \"authorizations\": []}",      /* ttl must be positive */
+        "{\"ttl\": \"60\", \"authorizations\": []}", /* wrong type */
+        "{\"ttl\": 60}",                             /* no authorizations */
         "{\"ttl\": 60, \"authorizations\": [{\"topic\": \"(\", \"permissions\": []}]}",
         "{\"ttl\": 60, \"authorizations\": [{\"permissions\": []}]}", /* no topic */
         "{\"ttl\": 60, \"authorizations\": [{\"topic\": \"a\"}]}",    /* no permissions */
@@ -117,7 +117,7 @@ static void on_sread(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
         return;
     uv_read_stop(s);
     assert_non_null(strstr(c->buf, "GET /auth?remote_ip=10.0.0.1&tls=false&common_name="
-                                    "&auth_secret=s%20e"));
+                                   "&auth_secret=s%20e"));
     c->srv->hits++;
     uv_buf_t r = uv_buf_init((char *)c->srv->reply, (unsigned)strlen(c->srv->reply));
     c->w.data = c;
