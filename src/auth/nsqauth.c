@@ -168,14 +168,14 @@ tn_authz_t *tn_nsqauth_parse(const char *body)
     a->identity_url = tn_strdup(url != NULL ? url : "");
     if (a->identity == NULL || a->identity_url == NULL)
         goto bad;
-    size_t n = auths != NULL ? YAJL_GET_ARRAY(auths)->len : 0;
+    size_t n = auths != NULL ? auths->u.array.len : 0;
     if (n > TN_NSQAUTH_MAX_RULES)
         goto bad;
     a->rules = n ? tn_calloc(n, sizeof(*a->rules)) : NULL;
     if (n > 0 && a->rules == NULL)
         goto bad;
     for (size_t i = 0; i < n; i++) {
-        yajl_val item = YAJL_GET_ARRAY(auths)->values[i];
+        yajl_val item = auths->u.array.values[i];
         const char *topic = str_at(item, "topic");
         const char *ch_path[] = {"channels", NULL};
         const char *perm_path[] = {"permissions", NULL};
@@ -187,20 +187,20 @@ tn_authz_t *tn_nsqauth_parse(const char *body)
         if (compile(&r->topic, topic) != 0)
             goto bad;
         a->nrules++;
-        size_t nc = chans != NULL ? YAJL_GET_ARRAY(chans)->len : 0;
+        size_t nc = chans != NULL ? chans->u.array.len : 0;
         if (nc > TN_NSQAUTH_MAX_RULES)
             goto bad;
         r->channels = nc ? tn_calloc(nc, sizeof(*r->channels)) : NULL;
         if (nc > 0 && r->channels == NULL)
             goto bad;
         for (size_t k = 0; k < nc; k++) {
-            yajl_val c = YAJL_GET_ARRAY(chans)->values[k];
+            yajl_val c = chans->u.array.values[k];
             if (!YAJL_IS_STRING(c) || compile(&r->channels[k], YAJL_GET_STRING(c)) != 0)
                 goto bad;
             r->nchannels++;
         }
-        for (size_t k = 0; k < YAJL_GET_ARRAY(perms)->len; k++) {
-            yajl_val p = YAJL_GET_ARRAY(perms)->values[k];
+        for (size_t k = 0; k < perms->u.array.len; k++) {
+            yajl_val p = perms->u.array.values[k];
             const char *perm = YAJL_IS_STRING(p) ? p->u.string : NULL;
             if (perm == NULL)
                 goto bad;
@@ -328,8 +328,13 @@ static void http_finish(http_t *x, bool ok)
         const char *body = NULL;
         if (ok && tn_buf_append(&x->resp, "", 1) == 0) {
             const char *r = tn_buf_data(&x->resp);
-            if (sscanf(r, "HTTP/%*d.%*d %d", &status) != 1)
-                status = 0;
+            /* "HTTP/1.x NNN ..." */
+            if (strncmp(r, "HTTP/1.", 7) == 0 && r[7] != '\0' && r[8] == ' ') {
+                char *end;
+                long v = strtol(r + 9, &end, 10);
+                if (end == r + 12 && v >= 100 && v <= 599)
+                    status = (int)v;
+            }
             body = strstr(r, "\r\n\r\n");
             if (body != NULL)
                 body += 4;

@@ -25,6 +25,7 @@
 #include "core/time.h"
 #include "proto/nsq/codec.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -431,6 +432,19 @@ static void on_tick(uv_timer_t *t)
         finish();
 }
 
+/* An integer option, or exit naming the flag. */
+static long long num(const char *s, const char *flag)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0') {
+        fprintf(stderr, "tern-bench: --%s: \"%s\" is not an integer\n", flag, s);
+        exit(2);
+    }
+    return v;
+}
+
 static void usage(void)
 {
     printf("usage: tern-bench [options]\n"
@@ -475,29 +489,29 @@ int main(int argc, char **argv)
                 die("--addr needs host:port");
             snprintf(host, sizeof(host), "%.*s", (int)(colon - optarg), optarg);
             o.host = host;
-            o.port = atoi(colon + 1);
+            o.port = (int)num(colon + 1, "addr port");
             break;
         }
         case 'p':
-            o.producers = atoi(optarg);
+            o.producers = (int)num(optarg, "producers");
             break;
         case 'c':
-            o.consumers = atoi(optarg);
+            o.consumers = (int)num(optarg, "consumers");
             break;
         case 'b':
-            o.batch = atoi(optarg);
+            o.batch = (int)num(optarg, "batch");
             break;
         case 'P':
-            o.pipeline = atoi(optarg);
+            o.pipeline = (int)num(optarg, "pipeline");
             break;
         case 's':
-            o.size = atoi(optarg);
+            o.size = (int)num(optarg, "size");
             break;
         case 'r':
-            o.rdy = atoi(optarg);
+            o.rdy = (int)num(optarg, "rdy");
             break;
         case 'n':
-            o.count = atoll(optarg);
+            o.count = num(optarg, "count");
             break;
         case 'd':
             if (tn_parse_duration_ns(optarg, &ns) != 0)

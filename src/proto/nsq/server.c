@@ -34,7 +34,9 @@ typedef struct pubreq_s {
     struct pubreq_s *next;
 } pubreq_t;
 
-struct conn_s {
+/* Field order follows the protocol state, not packing: a few dozen bytes
+ * per connection. */
+struct conn_s { // NOLINT(clang-analyzer-optin.performance.Padding)
     uv_tcp_t tcp;
     uv_timer_t hb;    /* heartbeats, idle and command timeouts */
     uv_timer_t flush; /* output_buffer_timeout */
