@@ -30,7 +30,7 @@
 
 #define CACHE_MAX   10000
 #define MAX_TTL_S   3600
-#define MAX_PATTERN 4096
+#define MAX_PATTERN 512
 
 typedef struct {
     char host[256];
@@ -130,9 +130,51 @@ static const char *str_at(yajl_val v, const char *name)
     return s != NULL ? YAJL_GET_STRING(s) : NULL;
 }
 
+/* Patterns come from the auth server. glibc's regcomp can take time and
+ * memory exponential in stacked repetitions ("a++++", "(a{30}){30}"),
+ * which nsqauthd's RE2 would never do; such patterns are refused: no
+ * quantifier right after another, bounds of at most 32, at most 64
+ * quantifiers. */
+static bool pattern_tame(const char *p)
+{
+    bool after_quant = false;
+    int quants = 0;
+    for (; *p; p++) {
+        char c = *p;
+        if (c == '\\' && p[1] != '\0') {
+            p++;
+            after_quant = false;
+            continue;
+        }
+        if (c == '*' || c == '+' || c == '?' || c == '{') {
+            if (after_quant || ++quants > 64)
+                return false;
+            if (c == '{') {
+                const char *q = p + 1;
+                while (*q && *q != '}') {
+                    if (*q >= '0' && *q <= '9') {
+                        long n = strtol(q, (char **)&q, 10);
+                        if (n > 32)
+                            return false;
+                    } else {
+                        q++;
+                    }
+                }
+                if (*q != '}')
+                    return false;
+                p = q;
+            }
+            after_quant = true;
+            continue;
+        }
+        after_quant = false;
+    }
+    return true;
+}
+
 static int compile(regex_t *re, const char *pattern)
 {
-    if (strlen(pattern) > MAX_PATTERN)
+    if (strlen(pattern) > MAX_PATTERN || !pattern_tame(pattern))
         return UV_EINVAL;
     return regcomp(re, pattern, REG_EXTENDED | REG_NOSUB) == 0 ? 0 : UV_EINVAL;
 }

@@ -53,6 +53,9 @@ static void test_parse_refusals(void **state)
         "{\"ttl\": 60, \"authorizations\": [{\"topic\": \"a\", \"channels\": [1],"
         " \"permissions\": []}]}",
         "{\"ttl\": 60, \"authorizations\": [",
+        /* patterns that would blow up glibc's regcomp */
+        "{\"ttl\": 60, \"authorizations\": [{\"topic\": \"a++++++++\", \"permissions\": []}]}",
+        "{\"ttl\": 60, \"authorizations\": [{\"topic\": \"(a{30}){99}\", \"permissions\": []}]}",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         tn_authz_t *a = tn_nsqauth_parse(bad[i]);
