@@ -4,8 +4,9 @@
  * Hot: each partition keeps its newest records in a ring indexed by
  * offset (appends arrive in offset order), so a lookup is one array access
  * and an append one store, without per-record allocation. The rings share
- * one byte budget (tail-cache-size); over it, the oldest entry of the
- * partitions' rings is dropped, taking partitions in turn.
+ * one byte budget (tail-cache-size); over it, entries are dropped oldest
+ * first from the partition appended to least recently, so a topic nobody
+ * publishes to any more gives its memory up to the busy ones.
  *
  * Cold: records a lagging channel reads back from disk go into the
  * partition's map, on one broker-wide FIFO with a quarter of the budget. */
@@ -26,25 +27,28 @@ static uint64_t entry_cost(const tn_centry_t *e)
 
 /* --- hot ring ----------------------------------------------------------------- */
 
+/* The hot list is ordered by last append, most recent first. */
 static void hot_link(tn_broker_t *b, tn_part_t *p)
 {
     p->hot_prev = NULL;
     p->hot_next = b->hot;
     if (b->hot != NULL)
         b->hot->hot_prev = p;
+    else
+        b->hot_tail = p;
     b->hot = p;
 }
 
 static void hot_unlink(tn_broker_t *b, tn_part_t *p)
 {
-    if (b->evict_at == p)
-        b->evict_at = p->hot_next;
     if (p->hot_prev != NULL)
         p->hot_prev->hot_next = p->hot_next;
     else if (b->hot == p)
         b->hot = p->hot_next;
     if (p->hot_next != NULL)
         p->hot_next->hot_prev = p->hot_prev;
+    else if (b->hot_tail == p)
+        b->hot_tail = p->hot_prev;
     p->hot_prev = p->hot_next = NULL;
 }
 
@@ -68,20 +72,17 @@ static void ring_clear(tn_broker_t *b, tn_part_t *p)
         ring_pop(b, p);
 }
 
-/* Drop old entries, partitions in turn, until the rings fit the budget;
- * `keep` (the partition being appended to) keeps at least one entry. */
+/* Drop entries until the rings fit the budget: from the partition
+ * appended to least recently, oldest first; `keep` (the partition being
+ * appended to) keeps at least its newest entry. */
 static void ring_evict(tn_broker_t *b, tn_part_t *keep)
 {
     while (b->hot_bytes > b->opts.cache_bytes) {
-        tn_part_t *p = b->evict_at != NULL ? b->evict_at : b->hot;
+        tn_part_t *p = b->hot_tail;
         if (p == NULL)
             return;
-        b->evict_at = p->hot_next;
-        if (p == keep && p->ring_hi - p->ring_lo <= 1) {
-            if (b->hot == p && p->hot_next == NULL)
-                return; /* nothing else to drop */
-            continue;
-        }
+        if (p == keep && p->ring_hi - p->ring_lo <= 1)
+            return; /* the only entry left is the one just added */
         ring_pop(b, p);
     }
 }
@@ -120,8 +121,10 @@ void tn__cache_append(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t
         if (p->ring_lo == p->ring_hi)
             p->ring_lo = p->ring_hi = offset;
     }
-    if (p->ring_lo == p->ring_hi)
-        hot_link(b, p);
+    /* Most recently appended to: the front of the hot list. */
+    if (p->ring_lo != p->ring_hi)
+        hot_unlink(b, p);
+    hot_link(b, p);
     tn_centry_t *e = &p->ring[offset & (p->ring_cap - 1)];
     e->offset = offset;
     e->publish_ns = publish_ns;

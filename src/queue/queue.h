@@ -283,8 +283,8 @@ struct tn_broker_s {
     size_t nbuckets;
     size_t ntopics;
     /* tail cache */
-    tn_part_t *hot;      /* partitions with a non-empty ring */
-    tn_part_t *evict_at; /* where ring eviction goes next */
+    tn_part_t *hot;      /* partitions with a non-empty ring, last appended first */
+    tn_part_t *hot_tail; /* the one appended to least recently: evicted first */
     uint64_t hot_bytes;
     tn_centry_t *cache_head; /* cold entries, oldest first */
     tn_centry_t *cache_tail;

@@ -85,6 +85,28 @@ static void test_budget_evicts_oldest_in_turn(void **state)
     cfx_fini(&f);
 }
 
+static void test_idle_partition_gives_way(void **state)
+{
+    (void)state;
+    cfx_t f;
+    cfx_init(&f, 20 * 1024);
+    char body[200];
+    memset(body, 'x', sizeof(body) - 1);
+    body[sizeof(body) - 1] = '\0';
+    for (uint64_t off = 0; off < 200; off++)
+        tn__cache_append(&f.p[0], off, 0, 0, msg(body));
+    /* p0 went quiet; p1 is busy: p1 keeps everything it appends while p0
+     * has entries to give. */
+    for (uint64_t off = 0; off < 50; off++)
+        tn__cache_append(&f.p[1], off, 0, 0, msg(body));
+    for (uint64_t off = 0; off < 50; off++)
+        assert_non_null(tn__cache_get(&f.p[1], off));
+    assert_null(tn__cache_get(&f.p[0], 60));
+    assert_non_null(tn__cache_get(&f.p[0], 199));
+    assert_true(f.b.hot_bytes <= 20 * 1024);
+    cfx_fini(&f);
+}
+
 static void test_gap_restarts_ring(void **state)
 {
     (void)state;
@@ -148,6 +170,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_in_order_and_growth),
         cmocka_unit_test(test_budget_evicts_oldest_in_turn),
+        cmocka_unit_test(test_idle_partition_gives_way),
         cmocka_unit_test(test_gap_restarts_ring),
         cmocka_unit_test(test_cold_map),
         cmocka_unit_test(test_alloc_failure_drops_not_crashes),
