@@ -396,6 +396,54 @@ class Errors(Base):
         self.assertTrue(c.expect_closed())
 
 
+class NsqdQuirks(Base):
+    """Details of nsqd's behaviour that clients notice (nsqd-facts)."""
+    ARGS = ("--max-req-timeout=1s",)
+
+    def test_rdy_without_count_means_one(self):
+        t = fresh()
+        self.conn().mpub(t, [b"a", b"b"])
+        c = self.consumer(t, "ch", rdy=0)
+        c.cmd("RDY")
+        self.assertEqual(c.read_message().body, b"a")
+        self.no_message(c)
+
+    def test_crlf_and_extra_parameters(self):
+        t = fresh()
+        c = self.conn()
+        c.send(f"PUB {t} extra\r\n".encode() + struct.pack(">I", 1) + b"x")
+        self.assertEqual(c.read_response(), (FRAME_RESPONSE, b"OK"))
+
+    def test_double_space_is_an_empty_topic(self):
+        c = self.conn()
+        c.send(b"PUB  t\n" + struct.pack(">I", 1) + b"x")
+        self.assertError(c.read_frame(), "E_BAD_TOPIC")
+
+    def test_identify_twice_before_sub(self):
+        c = self.conn(msg_timeout=5000)
+        r = c.identify(msg_timeout=7000)
+        self.assertEqual(r["msg_timeout"], 7000)
+        self.assertEqual(c.sub(fresh(), "ch"), (FRAME_RESPONSE, b"OK"))
+        c.cmd("IDENTIFY", b"{}")
+        self.assertError(c.read_frame(), "E_INVALID")
+
+    def test_req_delay_over_max_is_clamped(self):
+        t = fresh()
+        self.conn().pub(t, b"x")
+        c = self.consumer(t, "ch")
+        m = c.read_message()
+        start = time.monotonic()
+        c.req(m.id, 3600000)  # far over --max-req-timeout=1s: clamped, not refused
+        m2 = c.read_message()
+        self.assertLess(time.monotonic() - start, 3)
+        self.assertEqual(m2.id, m.id)
+
+    def test_heartbeat_minus_one_then_sub_refused(self):
+        c = self.conn(heartbeat_interval=-1)
+        c.cmd(f"SUB {fresh()} ch")
+        self.assertError(c.read_frame(), "E_INVALID")
+
+
 class Heartbeats(Base):
     def test_heartbeat_sent_and_silent_client_dropped(self):
         c = self.conn(heartbeat_interval=1000)
