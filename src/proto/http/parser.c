@@ -1,0 +1,428 @@
+/* The HTTP/1.1 request parser. See parser.h for the rules. */
+#include "core/platform.h"
+
+#include "proto/http/parser.h"
+
+#include "core/err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+static int fail(tn_http_req_t *req, int status, const char *fmt, ...) TN_PRINTF(3, 4);
+static int fail(tn_http_req_t *req, int status, const char *fmt, ...)
+{
+    req->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(req->errmsg, sizeof(req->errmsg), fmt, ap);
+    va_end(ap);
+    return TN_EPROTO;
+}
+
+/* RFC 9110 tchar. */
+static bool is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return true;
+    return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+/* Visible characters and obs-text, as a request target or field value. */
+static bool is_vchar(unsigned char c)
+{
+    return (c > 0x20 && c != 0x7f);
+}
+
+static bool iov_ieq(tn_iov_t v, const char *s)
+{
+    size_t n = strlen(s);
+    return v.len == n && strncasecmp(v.base, s, n) == 0;
+}
+
+/* Find the end of the line starting at p: returns the index of its LF
+ * and sets *eol to the length of the line without CR/LF; -1 when no LF
+ * yet, -2 for a bare CR. */
+static long line_end(const char *buf, size_t len, size_t p, size_t *eol)
+{
+    for (size_t i = p; i < len; i++) {
+        if (buf[i] == '\n') {
+            *eol = (i > p && buf[i - 1] == '\r') ? i - 1 - p : i - p;
+            return (long)i;
+        }
+        if (buf[i] == '\r' && i + 1 < len && buf[i + 1] != '\n')
+            return -2;
+    }
+    return -1;
+}
+
+/* Comma-separated tokens of a header value: does it hold tok? */
+static bool has_token(tn_iov_t v, const char *tok)
+{
+    size_t n = strlen(tok);
+    size_t i = 0;
+    while (i < v.len) {
+        while (i < v.len && (v.base[i] == ' ' || v.base[i] == '\t' || v.base[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < v.len && v.base[i] != ',')
+            i++;
+        size_t end = i;
+        while (end > start && (v.base[end - 1] == ' ' || v.base[end - 1] == '\t'))
+            end--;
+        if (end - start == n && strncasecmp(v.base + start, tok, n) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int parse_request_line(const char *line, size_t len, tn_http_req_t *req)
+{
+    size_t i = 0;
+    while (i < len && is_tchar((unsigned char)line[i]))
+        i++;
+    if (i == 0 || i >= len || line[i] != ' ')
+        return fail(req, 400, "malformed request line");
+    req->method = tn_iov(line, i);
+    size_t t = ++i;
+    while (i < len && line[i] != ' ') {
+        if (!is_vchar((unsigned char)line[i]))
+            return fail(req, 400, "invalid character in the request target");
+        i++;
+    }
+    if (i == t || i >= len)
+        return fail(req, 400, "malformed request line");
+    req->target = tn_iov(line + t, i - t);
+    if (line[t] != '/' && !(req->target.len == 1 && line[t] == '*'))
+        return fail(req, 400, "the request target must be a path");
+    i++;
+    if (len - i != 8 || memcmp(line + i, "HTTP/1.", 7) != 0 || line[i + 7] < '0' ||
+        line[i + 7] > '9') {
+        if (len - i >= 5 && memcmp(line + i, "HTTP/", 5) == 0)
+            return fail(req, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
+        return fail(req, 400, "malformed request line");
+    }
+    req->minor = line[i + 7] - '0';
+    if (req->minor > 1)
+        return fail(req, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
+    const char *q = memchr(req->target.base, '?', req->target.len);
+    if (q != NULL) {
+        req->path = tn_iov(req->target.base, (size_t)(q - req->target.base));
+        req->query = tn_iov(q + 1, req->target.len - req->path.len - 1);
+    } else {
+        req->path = req->target;
+        req->query = tn_iov(NULL, 0);
+    }
+    return 0;
+}
+
+static int parse_header(const char *line, size_t len, tn_http_req_t *req)
+{
+    if (line[0] == ' ' || line[0] == '\t')
+        return fail(req, 400, "obsolete header line folding");
+    size_t i = 0;
+    while (i < len && is_tchar((unsigned char)line[i]))
+        i++;
+    if (i == 0 || i >= len || line[i] != ':')
+        return fail(req, 400, "malformed header line");
+    if (req->nheaders == TN_HTTP_MAX_HEADERS)
+        return fail(req, 431, "more than %d header lines", TN_HTTP_MAX_HEADERS);
+    tn_iov_t name = tn_iov(line, i);
+    i++;
+    while (i < len && (line[i] == ' ' || line[i] == '\t'))
+        i++;
+    size_t end = len;
+    while (end > i && (line[end - 1] == ' ' || line[end - 1] == '\t'))
+        end--;
+    for (size_t k = i; k < end; k++) {
+        unsigned char c = (unsigned char)line[k];
+        if (c != '\t' && (c < 0x20 || c == 0x7f))
+            return fail(req, 400, "invalid character in header %.*s", (int)TN_MIN(name.len, 64),
+                        name.base);
+    }
+    tn_http_header_t *h = &req->headers[req->nheaders++];
+    h->name = name;
+    h->value = tn_iov(line + i, end - i);
+    return 0;
+}
+
+/* Content-Length, Transfer-Encoding, Host, Connection, Expect. */
+static int check_headers(tn_http_req_t *req)
+{
+    bool host = false, te = false;
+    bool conn_close = false, conn_keep = false;
+    for (uint32_t k = 0; k < req->nheaders; k++) {
+        tn_http_header_t *h = &req->headers[k];
+        if (iov_ieq(h->name, "content-length")) {
+            if (h->value.len == 0 || h->value.len > 18)
+                return fail(req, 400, "invalid Content-Length");
+            int64_t v = 0;
+            for (size_t i = 0; i < h->value.len; i++) {
+                char c = h->value.base[i];
+                if (c < '0' || c > '9')
+                    return fail(req, 400, "invalid Content-Length");
+                v = v * 10 + (c - '0');
+            }
+            if (req->content_length >= 0 && req->content_length != v)
+                return fail(req, 400, "conflicting Content-Length headers");
+            req->content_length = v;
+        } else if (iov_ieq(h->name, "transfer-encoding")) {
+            if (te || !iov_ieq(h->value, "chunked"))
+                return fail(req, 501, "only Transfer-Encoding: chunked is supported");
+            te = true;
+        } else if (iov_ieq(h->name, "host")) {
+            if (host)
+                return fail(req, 400, "more than one Host header");
+            host = true;
+        } else if (iov_ieq(h->name, "connection")) {
+            conn_close = conn_close || has_token(h->value, "close");
+            conn_keep = conn_keep || has_token(h->value, "keep-alive");
+        } else if (iov_ieq(h->name, "expect")) {
+            if (!iov_ieq(h->value, "100-continue"))
+                return fail(req, 417, "unsupported expectation");
+            req->expect_continue = true;
+        }
+    }
+    if (te && req->content_length >= 0)
+        return fail(req, 400, "Content-Length together with Transfer-Encoding");
+    if (req->minor == 1 && !host)
+        return fail(req, 400, "HTTP/1.1 request without Host");
+    req->chunked = te;
+    req->keep_alive = req->minor == 1 ? !conn_close : conn_keep && !conn_close;
+    if (req->minor == 0)
+        req->expect_continue = false;
+    return 0;
+}
+
+int tn_http_parse_head(const char *buf, size_t len, size_t max_head, tn_http_req_t *req,
+                       size_t *consumed)
+{
+    req->nheaders = 0;
+    req->content_length = -1;
+    req->chunked = false;
+    req->keep_alive = false;
+    req->expect_continue = false;
+    req->status = 0;
+    req->errmsg[0] = '\0';
+    size_t limit = TN_MIN(len, max_head);
+    size_t p = 0;
+    /* Empty lines before a request are allowed (RFC 9112 2.2). */
+    while (p < limit && (buf[p] == '\r' || buf[p] == '\n')) {
+        if (buf[p] == '\r' && (p + 1 >= limit || buf[p + 1] != '\n'))
+            break;
+        p += buf[p] == '\r' ? 2 : 1;
+    }
+    size_t eol;
+    long lf = line_end(buf, limit, p, &eol);
+    if (lf == -2)
+        return fail(req, 400, "bare CR in the request line");
+    if (lf < 0)
+        return len >= max_head ? fail(req, 431, "request head over %zu bytes", max_head)
+                               : TN_ESHORT;
+    int rc = parse_request_line(buf + p, eol, req);
+    if (rc != 0)
+        return rc;
+    p = (size_t)lf + 1;
+    for (;;) {
+        lf = line_end(buf, limit, p, &eol);
+        if (lf == -2)
+            return fail(req, 400, "bare CR in a header line");
+        if (lf < 0)
+            return len >= max_head ? fail(req, 431, "request head over %zu bytes", max_head)
+                                   : TN_ESHORT;
+        if (eol == 0) {
+            p = (size_t)lf + 1;
+            break;
+        }
+        rc = parse_header(buf + p, eol, req);
+        if (rc != 0)
+            return rc;
+        p = (size_t)lf + 1;
+    }
+    rc = check_headers(req);
+    if (rc != 0)
+        return rc;
+    *consumed = p;
+    return 0;
+}
+
+const tn_iov_t *tn_http_header(const tn_http_req_t *req, const char *name)
+{
+    for (uint32_t k = 0; k < req->nheaders; k++)
+        if (iov_ieq(req->headers[k].name, name))
+            return &req->headers[k].value;
+    return NULL;
+}
+
+/* --- chunked bodies ---------------------------------------------------------- */
+
+enum {
+    CH_SIZE = 0, /* reading hex digits */
+    CH_EXT,      /* skipping a chunk extension */
+    CH_DATA,     /* chunk bytes */
+    CH_DATA_CR,  /* the CRLF after them */
+    CH_DATA_LF,
+    CH_TRAILER,  /* trailer lines after the last chunk */
+    CH_DONE,
+};
+
+#define CHUNK_LINE_MAX 4096
+
+void tn_http_chunked_init(tn_http_chunked_t *d)
+{
+    memset(d, 0, sizeof(*d));
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int tn_http_chunked_decode(tn_http_chunked_t *d, const char *in, size_t len, size_t *consumed,
+                           tn_buf_t *out, uint64_t max_total, bool *done)
+{
+    size_t i = 0;
+    *done = d->state == CH_DONE;
+    while (i < len && d->state != CH_DONE) {
+        char c = in[i];
+        switch (d->state) {
+        case CH_SIZE: {
+            int v = hexval(c);
+            if (v >= 0) {
+                if (d->line >= 15) /* 2^60 bytes is plenty */
+                    return TN_EPROTO;
+                d->left = d->left * 16 + (uint64_t)v;
+                d->line++;
+                i++;
+                break;
+            }
+            if (d->line == 0)
+                return TN_EPROTO; /* no size */
+            if (c == ';' || c == ' ' || c == '\t') {
+                d->state = CH_EXT;
+                i++;
+                break;
+            }
+            if (c == '\r') {
+                i++;
+                break; /* the LF follows */
+            }
+            if (c != '\n')
+                return TN_EPROTO;
+            i++;
+            d->line = 0;
+            if (d->left > max_total - TN_MIN(max_total, d->total))
+                return TN_ETOOBIG;
+            d->state = d->left == 0 ? CH_TRAILER : CH_DATA;
+            break;
+        }
+        case CH_EXT:
+            if (c == '\n') {
+                d->state = CH_SIZE; /* re-enter to finish the line */
+                continue;
+            }
+            if (++d->line > CHUNK_LINE_MAX)
+                return TN_EPROTO;
+            i++;
+            break;
+        case CH_DATA: {
+            size_t n = (size_t)TN_MIN((uint64_t)(len - i), d->left);
+            int rc = tn_buf_append(out, in + i, n);
+            if (rc != 0)
+                return rc;
+            i += n;
+            d->left -= n;
+            d->total += n;
+            if (d->left == 0)
+                d->state = CH_DATA_CR;
+            break;
+        }
+        case CH_DATA_CR:
+            if (c == '\r') {
+                d->state = CH_DATA_LF;
+                i++;
+                break;
+            }
+            d->state = CH_DATA_LF;
+            continue;
+        case CH_DATA_LF:
+            if (c != '\n')
+                return TN_EPROTO;
+            i++;
+            d->state = CH_SIZE;
+            d->line = 0;
+            break;
+        case CH_TRAILER:
+            /* Lines until an empty one; their content is ignored. */
+            if (c == '\n') {
+                i++;
+                if (d->line == 0) {
+                    d->state = CH_DONE;
+                    break;
+                }
+                d->line = 0;
+                break;
+            }
+            if (c != '\r' && ++d->line > CHUNK_LINE_MAX)
+                return TN_EPROTO;
+            i++;
+            break;
+        default:
+            return TN_EPROTO;
+        }
+    }
+    *consumed = i;
+    *done = d->state == CH_DONE;
+    return 0;
+}
+
+/* --- query parameters -------------------------------------------------------- */
+
+int tn_http_query(tn_iov_t query, const char *name, char *out, size_t outlen)
+{
+    size_t nlen = strlen(name);
+    size_t i = 0;
+    while (i <= query.len && query.len > 0) {
+        size_t start = i;
+        while (i < query.len && query.base[i] != '&')
+            i++;
+        tn_iov_t pair = tn_iov(query.base + start, i - start);
+        const char *eq = memchr(pair.base, '=', pair.len);
+        size_t klen = eq != NULL ? (size_t)(eq - pair.base) : pair.len;
+        if (klen == nlen && memcmp(pair.base, name, nlen) == 0) {
+            const char *v = eq != NULL ? eq + 1 : pair.base + pair.len;
+            size_t vlen = eq != NULL ? pair.len - klen - 1 : 0;
+            size_t o = 0;
+            for (size_t k = 0; k < vlen; k++) {
+                char c = v[k];
+                if (c == '+') {
+                    c = ' ';
+                } else if (c == '%') {
+                    if (k + 2 >= vlen)
+                        return UV_EINVAL;
+                    int hi = hexval(v[k + 1]), lo = hexval(v[k + 2]);
+                    if (hi < 0 || lo < 0)
+                        return UV_EINVAL;
+                    c = (char)(hi * 16 + lo);
+                    k += 2;
+                }
+                if (o + 1 >= outlen)
+                    return TN_ETOOBIG;
+                out[o++] = c;
+            }
+            if (outlen == 0)
+                return TN_ETOOBIG;
+            out[o] = '\0';
+            return 1;
+        }
+        i++;
+    }
+    return 0;
+}

@@ -1,0 +1,84 @@
+/* The HTTP/1.1 request parser: request line and headers from a byte
+ * buffer, chunked request bodies as they arrive, and query parameters.
+ * Strict on purpose (RFC 9112): whatever two parsers could read
+ * differently is refused, so nothing can be smuggled past tern or a proxy
+ * in front of it.
+ *
+ *   - Request line `METHOD SP origin-form SP HTTP/1.x`, method a token,
+ *     target starting with `/` (or `*`), no controls or spaces in it;
+ *     other versions are 505.
+ *   - Header lines `name: value`; lines end in CRLF or a bare LF (a bare
+ *     CR is an error); no whitespace before the colon and no obsolete line
+ *     folding (400); at most TN_HTTP_MAX_HEADERS (431); the whole head at
+ *     most the caller's max_head bytes (431).
+ *   - Content-Length: digits only; several must agree; together with
+ *     Transfer-Encoding it is 400. Transfer-Encoding other than `chunked`
+ *     is 501. HTTP/1.1 needs Host (400). `Expect: 100-continue` is noted;
+ *     other expectations are 417.
+ *
+ * Every span points into the parsed buffer (borrowed). Thread safety: pure
+ * functions; any thread. */
+#ifndef TN_PROTO_HTTP_PARSER_H
+#define TN_PROTO_HTTP_PARSER_H
+
+#include "core/platform.h"
+
+#include "core/buf.h"
+
+#define TN_HTTP_MAX_HEADERS 100
+
+typedef struct {
+    tn_iov_t name;
+    tn_iov_t value;
+} tn_http_header_t;
+
+typedef struct {
+    tn_iov_t method;
+    tn_iov_t target; /* path and query as sent */
+    tn_iov_t path;
+    tn_iov_t query; /* after '?', without it; empty when none */
+    int minor;      /* HTTP/1.minor */
+    tn_http_header_t headers[TN_HTTP_MAX_HEADERS];
+    uint32_t nheaders;
+    int64_t content_length; /* -1: none given */
+    bool chunked;
+    bool keep_alive;
+    bool expect_continue;
+    /* When parsing fails: the status to answer and why. */
+    int status;
+    char errmsg[128];
+} tn_http_req_t;
+
+/* Parse a request head from the front of buf. Returns 0 (*consumed = the
+ * head's bytes, body not included), TN_ESHORT (incomplete; more bytes
+ * needed, and fewer than max_head arrived), or TN_EPROTO (req->status and
+ * req->errmsg say why; the connection cannot continue). */
+int tn_http_parse_head(const char *buf, size_t len, size_t max_head, tn_http_req_t *req,
+                       size_t *consumed);
+
+/* The value of header name (case-insensitive), first occurrence, or NULL. */
+const tn_iov_t *tn_http_header(const tn_http_req_t *req, const char *name);
+
+/* Chunked body decoding, incrementally. */
+typedef struct {
+    int state;
+    uint64_t left;  /* bytes of the current chunk still to come */
+    uint64_t total; /* decoded so far */
+    uint32_t line;  /* bytes of the current size/extension/trailer line */
+} tn_http_chunked_t;
+
+void tn_http_chunked_init(tn_http_chunked_t *d);
+/* Decode from in (borrowed), appending data to out. *consumed says how
+ * much of in was used; *done is set after the last chunk and its
+ * trailers. Returns 0, TN_ETOOBIG (the body would pass max_total), TN_EPROTO
+ * (malformed) or UV_ENOMEM. */
+int tn_http_chunked_decode(tn_http_chunked_t *d, const char *in, size_t len, size_t *consumed,
+                           tn_buf_t *out, uint64_t max_total, bool *done);
+
+/* Find query parameter name in query (a=b&c=d) and percent-decode its
+ * value (`+` is a space) into out (NUL-terminated). Returns 1 found, 0 not
+ * found, TN_ETOOBIG (the value does not fit outlen), UV_EINVAL (a bad
+ * escape). A parameter given without `=` has the empty value. */
+int tn_http_query(tn_iov_t query, const char *name, char *out, size_t outlen);
+
+#endif
