@@ -23,6 +23,8 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "api/nsq_http.h"
+#include "proto/http/server.h"
 #include "proto/nsq/server.h"
 #include "queue/queue.h"
 #include "storage/store.h"
@@ -39,6 +41,8 @@ typedef struct {
     tn_store_t *store;
     tn_broker_t *broker;
     tn_nsq_server_t *nsq;
+    tn_http_server_t *http;
+    tn_nsq_http_t api;
     uv_signal_t sigint;
     uv_signal_t sigterm;
     int rc;
@@ -64,13 +68,25 @@ static void on_nsq_closed(void *arg)
     tn_broker_close(d->broker, on_broker_closed);
 }
 
+static void on_http_closed(void *arg)
+{
+    daemon_t *d = arg;
+    if (d->nsq != NULL)
+        tn_nsq_server_close(d->nsq, on_nsq_closed, d);
+    else
+        tn_broker_close(d->broker, on_broker_closed);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     daemon_t *d = h->data;
     TN_LOG(TN_LOG_NOTICE, "%s received: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
-    if (d->nsq != NULL)
+    d->api.ready = false;
+    if (d->http != NULL)
+        tn_http_server_close(d->http, on_http_closed, d);
+    else if (d->nsq != NULL)
         tn_nsq_server_close(d->nsq, on_nsq_closed, d);
     else if (d->broker != NULL)
         tn_broker_close(d->broker, on_broker_closed);
@@ -186,6 +202,25 @@ int main(int argc, char **argv)
             uv_close((uv_handle_t *)&d.sigterm, NULL);
             tn_broker_close(d.broker, on_broker_closed);
         } else {
+            tn_http_opts_t hopts;
+            tn_http_opts_default(&hopts);
+            tn_nsq_http_init(&d.api, &cfg, TN_VERSION);
+            d.api.broker = d.broker;
+            d.api.tcp_port = tn_nsq_server_port(d.nsq);
+            rc = tn_http_server_start(&loop, &hopts, cfg.http_address, &d.http, err, sizeof(err));
+            if (rc == 0) {
+                d.api.http_port = tn_http_server_port(d.http);
+                rc = tn_nsq_http_register(d.http, &d.api);
+            }
+            if (rc != 0) {
+                TN_LOG(TN_LOG_ERROR, "%s", err[0] ? err : "cannot start the HTTP server");
+                d.rc = 1;
+                raise(SIGTERM);
+            } else {
+                d.api.ready = true;
+                TN_LOG(TN_LOG_NOTICE, "HTTP listening on port %d (%s)", d.api.http_port,
+                       cfg.http_address);
+            }
             char summary[256];
             summarise(d.broker, summary, sizeof(summary));
             TN_LOG(TN_LOG_NOTICE, "NSQ TCP listening on port %d (%s)", tn_nsq_server_port(d.nsq),

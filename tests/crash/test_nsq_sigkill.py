@@ -44,7 +44,8 @@ class State:
 
 
 def start(ternd, data):
-    p = subprocess.Popen([ternd, f"--data-path={data}", "--tcp-address=127.0.0.1:0"],
+    p = subprocess.Popen([ternd, f"--data-path={data}", "--tcp-address=127.0.0.1:0",
+                          "--http-address=127.0.0.1:0"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     port = None
     lines = []

@@ -1,7 +1,8 @@
 """Starting and stopping the real ternd for end-to-end tests.
 
 Every daemon listens on port 0 on 127.0.0.1 (the kernel picks a free
-port); the port is read from its log line "NSQ TCP listening on port N".
+port); the ports are read from its log lines "NSQ TCP listening on port N"
+and "HTTP listening on port N".
 """
 import os
 import signal
@@ -16,10 +17,13 @@ class Daemon:
         argv = [TERND, f"--data-path={data}"]
         if listen and not any(a.startswith("--tcp-address") for a in args):
             argv.append("--tcp-address=127.0.0.1:0")
+        if listen and not any(a.startswith("--http-address") for a in args):
+            argv.append("--http-address=127.0.0.1:0")
         self.proc = subprocess.Popen([*argv, *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env, text=True)
         self.lines = []
         self.tcp_port = None
+        self.http_port = None
 
     def wait_for(self, text, timeout=30):
         deadline = time.monotonic() + timeout
@@ -30,6 +34,8 @@ class Daemon:
             self.lines.append(line)
             if "NSQ TCP listening on port " in line:
                 self.tcp_port = int(line.split("listening on port ")[1].split()[0])
+            if "HTTP listening on port " in line:
+                self.http_port = int(line.split("listening on port ")[1].split()[0])
             if text in line:
                 return line
         raise AssertionError(f"ternd never said {text!r}; it said:\n{''.join(self.lines)}")

@@ -263,7 +263,7 @@ enum {
     CH_DATA,     /* chunk bytes */
     CH_DATA_CR,  /* the CRLF after them */
     CH_DATA_LF,
-    CH_TRAILER,  /* trailer lines after the last chunk */
+    CH_TRAILER, /* trailer lines after the last chunk */
     CH_DONE,
 };
 

@@ -33,7 +33,8 @@ static bool iov_is(tn_iov_t v, const char *s)
 static void test_simple_get(void **state)
 {
     (void)state;
-    const char *s = "GET /pub?topic=a%20b&x HTTP/1.1\r\nHost: h\r\nUser-Agent:  curl/8 \r\n\r\nBODY";
+    const char *s =
+        "GET /pub?topic=a%20b&x HTTP/1.1\r\nHost: h\r\nUser-Agent:  curl/8 \r\n\r\nBODY";
     tn_http_req_t req;
     size_t used;
     assert_int_equal(parse(s, &req, &used), 0);

@@ -1,0 +1,42 @@
+/* NSQ's HTTP API on tern's HTTP server: /ping, /info, /pub, /mpub, and
+ * the health endpoints /healthz and /readyz. Publishing answers `OK` at
+ * the same durability boundary as the TCP PUB (after the fdatasync in
+ * durable mode). Errors are nsqd's: a status and {"message": "<CODE>"};
+ * a request whose Accept names `application/vnd.nsq; version=1.0` gets
+ * the `X-NSQ-Content-Type: nsq; version=1.0` header, as from nsqd.
+ *
+ * Threads: the loop thread. */
+#ifndef TN_API_NSQ_HTTP_H
+#define TN_API_NSQ_HTTP_H
+
+#include "core/platform.h"
+
+#include "core/config.h"
+#include "proto/http/server.h"
+#include "queue/queue.h"
+
+typedef struct {
+    tn_broker_t *broker;
+    const char *version;           /* borrowed */
+    const char *broadcast_address; /* borrowed; "" means the host name */
+    int tcp_port;
+    int http_port;
+    uint64_t max_msg_size;
+    uint64_t max_body_size;
+    int64_t max_defer_ms;
+    int64_t max_heartbeat_interval_ms;
+    int64_t max_output_buffer_size;
+    int64_t max_output_buffer_timeout_ms;
+    int max_deflate_level;
+    int64_t start_time; /* unix seconds */
+    bool ready;         /* /readyz: storage opened and recovered, not draining */
+} tn_nsq_http_t;
+
+/* Fill the settings from cfg (ports and broker are the caller's). */
+void tn_nsq_http_init(tn_nsq_http_t *api, const tn_config_t *cfg, const char *version);
+
+/* Register the routes on srv; api is borrowed for the server's lifetime.
+ * 0 or UV_ENOMEM. */
+int tn_nsq_http_register(tn_http_server_t *srv, tn_nsq_http_t *api);
+
+#endif

@@ -1,0 +1,818 @@
+/* The HTTP/1.1 server core. See server.h for the design. */
+#include "core/platform.h"
+
+#include "proto/http/server.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define BODY_START  (64 * 1024)
+#define LARGE_BODY  (1024 * 1024)
+#define READ_CHUNK  (64 * 1024)
+#define DRAIN_MS    1000
+
+typedef struct route_s {
+    char *method;
+    char *path;
+    uint64_t max_body;
+    const char *too_big;
+    tn_http_handler_cb handler;
+    void *arg;
+    struct route_s *next;
+} route_t;
+
+typedef enum { C_HEAD = 0, C_BODY, C_HANDLING, C_DRAINING, C_CLOSED } cstate_t;
+
+typedef struct conn_s conn_t;
+
+struct conn_s {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_write_t wreq;
+    uv_shutdown_t sreq;
+    tn_http_server_t *srv;
+    conn_t *prev;
+    conn_t *next;
+    cstate_t state;
+    uint32_t refs;
+    char remote[64];
+    tn_buf_t in;
+    tn_buf_t out;  /* answers not written yet */
+    tn_buf_t wbuf; /* being written */
+    bool writing;
+    bool reading;
+    bool close_after; /* close (gracefully) once the output is written */
+    bool head_started;
+    /* the request being read or handled */
+    tn_http_request_t *req;
+    const route_t *route;
+    uint64_t body_left; /* Content-Length bytes still to read */
+    tn_http_chunked_t chunk;
+    uint64_t large; /* budget bytes taken for this body */
+};
+
+struct tn_http_server_s {
+    uv_loop_t *loop;
+    tn_http_opts_t opts;
+    uv_tcp_t listener;
+    int port;
+    route_t *routes;
+    conn_t *conns;
+    uint32_t nconns;
+    bool waiting_accept; /* a connection waits for a free slot */
+    bool closing;
+    uint32_t refs;
+    uint64_t large_in_use;
+    void (*close_cb)(void *arg);
+    void *close_arg;
+};
+
+void tn_http_opts_default(tn_http_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->max_connections = 10000;
+    o->max_head = 64 * 1024;
+    o->head_timeout_ms = 5000;
+    o->body_timeout_ms = 30000;
+    o->idle_timeout_ms = 60000;
+    o->large_body_budget = 256 * 1024 * 1024;
+    o->server_name = "ternd";
+}
+
+const char *tn_http_reason(int status)
+{
+    switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+    }
+}
+
+/* --- lifetime ----------------------------------------------------------------- */
+
+static void server_unref(tn_http_server_t *s)
+{
+    if (--s->refs > 0)
+        return;
+    while (s->routes != NULL) {
+        route_t *r = s->routes;
+        s->routes = r->next;
+        tn_free(r->method);
+        tn_free(r->path);
+        tn_free(r);
+    }
+    void (*cb)(void *) = s->close_cb;
+    void *arg = s->close_arg;
+    tn_free(s);
+    if (cb != NULL)
+        cb(arg);
+}
+
+static void request_free(conn_t *c)
+{
+    tn_http_request_t *r = c->req;
+    if (r == NULL)
+        return;
+    tn_buf_fini(&r->body);
+    tn_buf_fini(&r->headbuf);
+    tn_free(r);
+    c->req = NULL;
+    if (c->large > 0) {
+        c->srv->large_in_use -= c->large;
+        c->large = 0;
+    }
+}
+
+static void conn_unref(conn_t *c)
+{
+    if (--c->refs > 0)
+        return;
+    tn_http_server_t *s = c->srv;
+    request_free(c);
+    tn_buf_fini(&c->in);
+    tn_buf_fini(&c->out);
+    tn_buf_fini(&c->wbuf);
+    tn_free(c);
+    server_unref(s);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    conn_unref(h->data);
+}
+
+static void accept_waiting(tn_http_server_t *s);
+
+static void conn_close(conn_t *c)
+{
+    if (c->state == C_CLOSED)
+        return;
+    bool handling = c->state == C_HANDLING;
+    c->state = C_CLOSED;
+    tn_http_server_t *s = c->srv;
+    if (handling && c->req != NULL) {
+        /* The client went away with its request parked. */
+        tn_http_request_t *r = c->req;
+        if (r->on_cancel != NULL)
+            r->on_cancel(r);
+    }
+    request_free(c);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    s->nconns--;
+    uv_close((uv_handle_t *)&c->timer, on_closed);
+    uv_close((uv_handle_t *)&c->tcp, on_closed);
+    accept_waiting(s);
+}
+
+/* --- output ------------------------------------------------------------------- */
+
+static void flush(conn_t *c);
+static void advance(conn_t *c);
+static void start_reading(conn_t *c);
+
+static void on_drain_timer(uv_timer_t *t)
+{
+    conn_close(t->data);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    (void)status;
+    conn_unref(req->data);
+}
+
+/* Shut down the write side, read and drop what still comes, then close. */
+static void close_gracefully(conn_t *c)
+{
+    if (c->state == C_CLOSED || c->state == C_DRAINING)
+        return;
+    c->state = C_DRAINING;
+    request_free(c);
+    c->sreq.data = c;
+    if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->refs++;
+    start_reading(c);
+    uv_timer_start(&c->timer, on_drain_timer, DRAIN_MS, 0);
+}
+
+static void on_written(uv_write_t *w, int status)
+{
+    conn_t *c = w->data;
+    c->writing = false;
+    tn_buf_reset(&c->wbuf);
+    if (c->state != C_CLOSED) {
+        if (status != 0)
+            conn_close(c);
+        else
+            flush(c);
+    }
+    conn_unref(c);
+}
+
+static void flush(conn_t *c)
+{
+    if (c->state == C_CLOSED || c->writing)
+        return;
+    if (tn_buf_size(&c->out) == 0) {
+        if (c->close_after)
+            close_gracefully(c);
+        return;
+    }
+    uv_buf_t b = uv_buf_init(tn_buf_data(&c->out), (unsigned)tn_buf_size(&c->out));
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n > 0)
+        tn_buf_consume(&c->out, (size_t)n);
+    else if (n != UV_EAGAIN) {
+        conn_close(c);
+        return;
+    }
+    if (tn_buf_size(&c->out) == 0) {
+        if (c->close_after)
+            close_gracefully(c);
+        return;
+    }
+    tn_buf_t t = c->wbuf;
+    c->wbuf = c->out;
+    c->out = t;
+    tn_buf_reset(&c->out);
+    b = uv_buf_init(tn_buf_data(&c->wbuf), (unsigned)tn_buf_size(&c->wbuf));
+    c->wreq.data = c;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->writing = true;
+    c->refs++;
+}
+
+static int append_fmt(tn_buf_t *b, const char *fmt, ...) TN_PRINTF(2, 3);
+static int append_fmt(tn_buf_t *b, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return UV_EINVAL;
+    return tn_buf_append(b, line, (size_t)n);
+}
+
+/* Write a whole answer into the output. */
+static void write_answer(conn_t *c, int minor, int status, const char *ctype, const char *headers,
+                         const void *body, size_t len, bool head_only)
+{
+    bool keep = !c->close_after;
+    int rc = append_fmt(&c->out, "HTTP/1.%d %d %s\r\nServer: %s\r\nContent-Length: %zu\r\n",
+                        minor, status, tn_http_reason(status), c->srv->opts.server_name, len);
+    if (rc == 0 && ctype != NULL)
+        rc = append_fmt(&c->out, "Content-Type: %s\r\n", ctype);
+    if (rc == 0 && !keep)
+        rc = tn_buf_append(&c->out, "Connection: close\r\n", 19);
+    else if (rc == 0 && minor == 0)
+        rc = tn_buf_append(&c->out, "Connection: keep-alive\r\n", 24);
+    if (rc == 0 && headers != NULL)
+        rc = tn_buf_append(&c->out, headers, strlen(headers));
+    if (rc == 0)
+        rc = tn_buf_append(&c->out, "\r\n", 2);
+    if (rc == 0 && !head_only && len > 0)
+        rc = tn_buf_append(&c->out, body, len);
+    if (rc != 0)
+        conn_close(c);
+}
+
+/* An error the server answers itself; the connection closes afterwards
+ * when the request's body was not (or not wholly) read. */
+static void answer_error(conn_t *c, int minor, int status, const char *message, bool close)
+{
+    char body[256];
+    int n = snprintf(body, sizeof(body), "{\"message\":\"%s\"}", message);
+    if (close)
+        c->close_after = true;
+    const char *extra = status == 503 ? "Retry-After: 1\r\n" : NULL;
+    write_answer(c, minor, status, "application/json; charset=utf-8", extra, body, (size_t)n,
+                 false);
+    request_free(c);
+    c->state = C_HEAD;
+    flush(c);
+}
+
+void tn_http_respond(tn_http_request_t *r, int status, const char *content_type,
+                     const char *headers, const void *body, size_t len)
+{
+    conn_t *c = r->conn;
+    if (c->state != C_HANDLING || c->req != r)
+        return;
+    if (!r->head.keep_alive)
+        c->close_after = true;
+    write_answer(c, r->head.minor, status, content_type, headers, body, len, r->head_only);
+    if (c->state == C_CLOSED)
+        return;
+    request_free(c);
+    c->state = C_HEAD;
+    c->refs++;
+    flush(c);
+    if (!c->close_after) {
+        start_reading(c);
+        advance(c); /* the next pipelined request, if any */
+    }
+    conn_unref(c);
+}
+
+/* --- input --------------------------------------------------------------------- */
+
+static void on_timer(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    if (c->state == C_BODY) {
+        answer_error(c, c->req != NULL ? c->req->head.minor : 1, 408, "BODY_TIMEOUT", true);
+        return;
+    }
+    if (c->state == C_HEAD) {
+        if (c->head_started)
+            answer_error(c, 1, 408, "HEADER_TIMEOUT", true);
+        else
+            conn_close(c); /* idle keep-alive */
+    }
+}
+
+static void arm(conn_t *c, int64_t ms)
+{
+    uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
+}
+
+static const route_t *find_route(tn_http_server_t *s, const tn_http_req_t *h, bool *path_known,
+                                 char *allow, size_t allowlen)
+{
+    *path_known = false;
+    allow[0] = '\0';
+    size_t an = 0;
+    const route_t *hit = NULL;
+    bool head = h->method.len == 4 && memcmp(h->method.base, "HEAD", 4) == 0;
+    for (const route_t *r = s->routes; r != NULL; r = r->next) {
+        if (strlen(r->path) != h->path.len || memcmp(r->path, h->path.base, h->path.len) != 0)
+            continue;
+        *path_known = true;
+        an += (size_t)snprintf(allow + an, an < allowlen ? allowlen - an : 0, "%s%s",
+                               an ? ", " : "", r->method);
+        size_t ml = strlen(r->method);
+        if (hit == NULL && ((ml == h->method.len && memcmp(r->method, h->method.base, ml) == 0) ||
+                            (head && strcmp(r->method, "GET") == 0)))
+            hit = r;
+    }
+    return hit;
+}
+
+/* Grow a body buffer to hold n more bytes: 64 KiB first, then fourfold. */
+static int body_reserve(tn_buf_t *b, size_t n)
+{
+    size_t need = tn_buf_size(b) + n;
+    if (b->cap - b->len >= n && b->base != NULL)
+        return 0;
+    size_t cap = b->cap ? b->cap * 4 : BODY_START;
+    while (cap < need)
+        cap *= 4;
+    return tn_buf_reserve(b, cap - b->len);
+}
+
+/* Take budget for bytes of a large body; false when the node has none. */
+static bool take_large(conn_t *c, uint64_t bytes)
+{
+    tn_http_server_t *s = c->srv;
+    if (s->large_in_use + bytes > s->opts.large_body_budget)
+        return false;
+    s->large_in_use += bytes;
+    c->large += bytes;
+    return true;
+}
+
+static void dispatch(conn_t *c)
+{
+    c->state = C_HANDLING;
+    uv_timer_stop(&c->timer);
+    tn_http_request_t *r = c->req;
+    c->refs++;
+    c->route->handler(r, c->route->arg);
+    conn_unref(c);
+}
+
+/* Start a request whose head parsed from the front of c->in. */
+static void begin(conn_t *c, size_t headlen)
+{
+    tn_http_server_t *s = c->srv;
+    tn_http_request_t *r = tn_calloc(1, sizeof(*r));
+    if (r == NULL) {
+        conn_close(c);
+        return;
+    }
+    tn_buf_init(&r->body);
+    tn_buf_init(&r->headbuf);
+    size_t used;
+    if (tn_buf_append(&r->headbuf, tn_buf_data(&c->in), headlen) != 0 ||
+        tn_http_parse_head(tn_buf_data(&r->headbuf), headlen, headlen + 1, &r->head, &used) != 0) {
+        tn_buf_fini(&r->headbuf);
+        tn_free(r);
+        conn_close(c);
+        return;
+    }
+    tn_buf_consume(&c->in, headlen);
+    r->conn = c;
+    snprintf(r->remote, sizeof(r->remote), "%s", c->remote);
+    c->req = r;
+    c->head_started = false;
+    tn_http_req_t *h = &r->head;
+    bool has_body = h->chunked || h->content_length > 0;
+    bool known;
+    char allow[256];
+    const route_t *route = find_route(s, h, &known, allow, sizeof(allow));
+    if (route == NULL) {
+        if (!known) {
+            answer_error(c, h->minor, 404, "NOT_FOUND", has_body);
+            return;
+        }
+        char hdr[300];
+        snprintf(hdr, sizeof(hdr), "Allow: %s\r\n", allow);
+        c->close_after = c->close_after || has_body;
+        static const char body[] = "{\"message\":\"METHOD_NOT_ALLOWED\"}";
+        write_answer(c, h->minor, 405, "application/json; charset=utf-8", hdr, body,
+                     sizeof(body) - 1, false);
+        request_free(c);
+        c->state = C_HEAD;
+        flush(c);
+        return;
+    }
+    r->head_only = h->method.len == 4 && memcmp(h->method.base, "HEAD", 4) == 0;
+    c->route = route;
+    if (has_body) {
+        if ((uint64_t)TN_MAX(h->content_length, 0) > route->max_body ||
+            (h->chunked && route->max_body == 0)) {
+            answer_error(c, h->minor, 413, route->too_big, true);
+            return;
+        }
+        if (h->content_length > LARGE_BODY && !take_large(c, (uint64_t)h->content_length)) {
+            answer_error(c, h->minor, 503, "BUSY", true);
+            return;
+        }
+        if (h->expect_continue)
+            tn_buf_append(&c->out, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        c->body_left = h->chunked ? 0 : (uint64_t)h->content_length;
+        tn_http_chunked_init(&c->chunk);
+        c->state = C_BODY;
+        arm(c, s->opts.body_timeout_ms);
+        flush(c);
+        return;
+    }
+    dispatch(c);
+}
+
+/* Move body bytes from c->in into the request. */
+static void read_body(conn_t *c)
+{
+    tn_http_request_t *r = c->req;
+    size_t avail = tn_buf_size(&c->in);
+    if (avail == 0)
+        return;
+    arm(c, c->srv->opts.body_timeout_ms); /* progress */
+    if (!r->head.chunked) {
+        size_t n = (size_t)TN_MIN((uint64_t)avail, c->body_left);
+        if (body_reserve(&r->body, n) != 0 || tn_buf_append(&r->body, tn_buf_data(&c->in), n) != 0) {
+            conn_close(c);
+            return;
+        }
+        tn_buf_consume(&c->in, n);
+        c->body_left -= n;
+        if (c->body_left == 0)
+            dispatch(c);
+        return;
+    }
+    if (body_reserve(&r->body, TN_MIN(avail, (size_t)READ_CHUNK)) != 0) {
+        conn_close(c);
+        return;
+    }
+    size_t used = 0;
+    bool done = false;
+    int rc = tn_http_chunked_decode(&c->chunk, tn_buf_data(&c->in), avail, &used, &r->body,
+                                    c->route->max_body, &done);
+    tn_buf_consume(&c->in, used);
+    if (rc == TN_ETOOBIG) {
+        answer_error(c, r->head.minor, 413, c->route->too_big, true);
+        return;
+    }
+    if (rc != 0) {
+        answer_error(c, r->head.minor, 400, "BAD_CHUNKED_BODY", true);
+        return;
+    }
+    /* A chunked body over 1 MiB takes budget a megabyte at a time. */
+    while (tn_buf_size(&r->body) > LARGE_BODY + c->large) {
+        if (!take_large(c, LARGE_BODY)) {
+            answer_error(c, r->head.minor, 503, "BUSY", true);
+            return;
+        }
+    }
+    if (done)
+        dispatch(c);
+}
+
+static void advance(conn_t *c)
+{
+    for (;;) {
+        if (c->state == C_BODY) {
+            read_body(c);
+            if (c->state == C_BODY)
+                return;
+            continue;
+        }
+        if (c->state != C_HEAD || c->close_after)
+            return;
+        size_t len = tn_buf_size(&c->in);
+        if (len == 0) {
+            arm(c, c->srv->opts.idle_timeout_ms);
+            return;
+        }
+        tn_http_req_t probe;
+        size_t used = 0;
+        int rc = tn_http_parse_head(tn_buf_data(&c->in), len, c->srv->opts.max_head, &probe,
+                                    &used);
+        if (rc == TN_ESHORT) {
+            if (!c->head_started) {
+                c->head_started = true;
+                arm(c, c->srv->opts.head_timeout_ms);
+            }
+            return;
+        }
+        if (rc != 0) {
+            char code[64];
+            snprintf(code, sizeof(code), "%s", probe.status == 431 ? "HEADERS_TOO_LARGE"
+                                               : probe.status == 505 ? "VERSION_NOT_SUPPORTED"
+                                               : probe.status == 501 ? "NOT_IMPLEMENTED"
+                                               : probe.status == 417 ? "EXPECTATION_FAILED"
+                                                                     : "BAD_REQUEST");
+            answer_error(c, 1, probe.status, code, true);
+            return;
+        }
+        begin(c, used);
+        if (c->state == C_HANDLING || c->state == C_CLOSED || c->state == C_DRAINING)
+            return;
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    conn_t *c = h->data;
+    (void)suggested;
+    static char scratch[READ_CHUNK]; /* loop thread only: dropped bytes land here */
+    if (c->state == C_DRAINING) {
+        *buf = uv_buf_init(scratch, sizeof(scratch));
+        return;
+    }
+    if (tn_buf_reserve(&c->in, READ_CHUNK) != 0) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init(c->in.base + c->in.len, READ_CHUNK);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    conn_t *c = stream->data;
+    (void)buf;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    if (nread == 0 || c->state == C_DRAINING)
+        return;
+    c->in.len += (size_t)nread;
+    if (c->state == C_HANDLING) {
+        /* Pipelined bytes wait; a client that piles up more than a head's
+         * worth is paused until this request is answered. */
+        if (tn_buf_size(&c->in) > c->srv->opts.max_head) {
+            uv_read_stop(stream);
+            c->reading = false;
+        }
+        return;
+    }
+    c->refs++;
+    advance(c);
+    conn_unref(c);
+}
+
+static void start_reading(conn_t *c)
+{
+    if (c->reading || c->state == C_CLOSED)
+        return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+        c->reading = true;
+}
+
+/* --- listener -------------------------------------------------------------------- */
+
+static void accept_one(tn_http_server_t *s)
+{
+    conn_t *c = tn_calloc(1, sizeof(*c));
+    if (c == NULL)
+        return;
+    c->srv = s;
+    uv_tcp_init(s->loop, &c->tcp);
+    c->tcp.data = c;
+    uv_timer_init(s->loop, &c->timer);
+    c->timer.data = c;
+    c->refs = 2;
+    s->refs++;
+    tn_buf_init(&c->in);
+    tn_buf_init(&c->out);
+    tn_buf_init(&c->wbuf);
+    c->next = s->conns;
+    if (s->conns != NULL)
+        s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    snprintf(c->remote, sizeof(c->remote), "?");
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+        char host[48] = "";
+        int port = 0;
+        if (ss.ss_family == AF_INET) {
+            uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof(host));
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof(host));
+            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        }
+        snprintf(c->remote, sizeof(c->remote), "%s:%d", host, port);
+    }
+    arm(c, s->opts.idle_timeout_ms);
+    start_reading(c);
+}
+
+static void accept_waiting(tn_http_server_t *s)
+{
+    if (s->waiting_accept && !s->closing && s->nconns < s->opts.max_connections) {
+        s->waiting_accept = false;
+        accept_one(s);
+    }
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    tn_http_server_t *s = server->data;
+    if (status != 0 || s->closing)
+        return;
+    if (s->nconns >= s->opts.max_connections) {
+        /* Not accepted: libuv holds this one and the kernel's backlog the
+         * rest, until a connection closes. */
+        s->waiting_accept = true;
+        return;
+    }
+    accept_one(s);
+}
+
+static int parse_addr(const char *addr, struct sockaddr_storage *ss)
+{
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL)
+        return UV_EINVAL;
+    char host[256];
+    size_t hl = (size_t)(colon - addr);
+    if (hl >= sizeof(host))
+        return UV_EINVAL;
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 0 || port > 65535 || end == colon + 1)
+        return UV_EINVAL;
+    if (hl == 0)
+        snprintf(host, sizeof(host), "0.0.0.0");
+    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+        host[hl - 1] = '\0';
+        return uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)ss);
+    }
+    return uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss);
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    server_unref(h->data);
+}
+
+int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char *addr,
+                         tn_http_server_t **out, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    int rc = parse_addr(addr, &ss);
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "http-address \"%s\": expected host:port with a numeric IP", addr);
+        return rc;
+    }
+    tn_http_server_t *s = tn_calloc(1, sizeof(*s));
+    if (s == NULL)
+        return UV_ENOMEM;
+    s->loop = loop;
+    s->opts = *opts;
+    s->refs = 1;
+    uv_tcp_init(loop, &s->listener);
+    s->listener.data = s;
+    rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "cannot listen on %s: %s", addr, uv_strerror(rc));
+        s->closing = true;
+        uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+        *out = NULL;
+        return rc;
+    }
+    struct sockaddr_storage bound;
+    int blen = sizeof(bound);
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &blen);
+    s->port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                                          : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    *out = s;
+    return 0;
+}
+
+int tn_http_server_port(const tn_http_server_t *s)
+{
+    return s->port;
+}
+
+void tn_http_server_close(tn_http_server_t *s, void (*cb)(void *arg), void *arg)
+{
+    s->closing = true;
+    s->close_cb = cb;
+    s->close_arg = arg;
+    while (s->conns != NULL)
+        conn_close(s->conns);
+    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+}
+
+int tn_http_route(tn_http_server_t *s, const char *method, const char *path, uint64_t max_body,
+                  const char *too_big, tn_http_handler_cb handler, void *arg)
+{
+    route_t *r = tn_calloc(1, sizeof(*r));
+    if (r == NULL)
+        return UV_ENOMEM;
+    r->method = tn_strdup(method);
+    r->path = tn_strdup(path);
+    if (r->method == NULL || r->path == NULL) {
+        tn_free(r->method);
+        tn_free(r->path);
+        tn_free(r);
+        return UV_ENOMEM;
+    }
+    r->max_body = max_body;
+    r->too_big = too_big != NULL ? too_big : "BODY_TOO_BIG";
+    r->handler = handler;
+    r->arg = arg;
+    /* Appended: the first route registered for a method wins. */
+    route_t **pp = &s->routes;
+    while (*pp != NULL)
+        pp = &(*pp)->next;
+    *pp = r;
+    return 0;
+}

@@ -1,0 +1,98 @@
+/* The HTTP/1.1 server core: listener, connections, routing, bodies,
+ * responses and the listener's bounds. Handlers (src/api) see parsed
+ * requests with their whole body and answer with tn_http_respond, at once
+ * or later (long polls park the request and answer when they can).
+ *
+ * DESIGN: a connection.
+ *   1. Read until a request head parses (tn_http_parse_head). The head
+ *      must arrive within head_timeout (408) and fit max_head (431).
+ *   2. Route it: unknown path 404, known path with another method 405
+ *      (with Allow). A declared body over the route's limit is 413 before
+ *      a byte of it is read; `Expect: 100-continue` gets its interim
+ *      answer only when the request will be read.
+ *   3. Read the body (Content-Length or chunked) into a buffer that starts
+ *      at 64 KiB and grows fourfold as bytes arrive, never to the declared
+ *      length up front. A body over 1 MiB first takes its share of a
+ *      node-wide budget (503 and `Retry-After: 1` when it is spent). Bodies
+ *      must keep arriving (body_timeout, 408).
+ *   4. Call the handler. Pipelined requests wait in the input buffer until
+ *      this one is answered, so answers leave in order.
+ *   5. After the answer: keep-alive reads the next request (idle_timeout
+ *      closes a quiet connection); otherwise, and after any error answered
+ *      before the body was read, the server shuts down its write side and
+ *      drains the input briefly, so the client reads the status instead of
+ *      a reset.
+ *
+ * Connections over max_connections are not accepted: they wait in the
+ * kernel's accept backlog until one closes. A client that goes away while
+ * its request is parked is noticed (its socket is still read) and the
+ * handler's cancel callback runs.
+ *
+ * Threads: the loop thread. */
+#ifndef TN_PROTO_HTTP_SERVER_H
+#define TN_PROTO_HTTP_SERVER_H
+
+#include "core/platform.h"
+
+#include "core/buf.h"
+#include "proto/http/parser.h"
+
+#include <uv.h>
+
+typedef struct tn_http_server_s tn_http_server_t;
+typedef struct tn_http_request_s tn_http_request_t;
+typedef void (*tn_http_handler_cb)(tn_http_request_t *r, void *arg);
+
+/* One request: valid from the handler's call until tn_http_respond (or,
+ * when the client went away, until the cancel callback returns). */
+struct tn_http_request_s {
+    tn_http_req_t head; /* spans point into the request's own copy */
+    tn_buf_t body;
+    char remote[64];
+    /* For a handler that answers later: cancel runs (instead of any
+     * answer) if the client disconnects first. */
+    void (*on_cancel)(tn_http_request_t *r);
+    void *data;
+    /* Private. */
+    void *conn;
+    tn_buf_t headbuf;
+    bool head_only; /* HEAD: answer without the body */
+};
+
+typedef struct {
+    uint32_t max_connections;
+    size_t max_head;           /* 64 KiB */
+    int64_t head_timeout_ms;   /* 5 s */
+    int64_t body_timeout_ms;   /* 30 s without progress */
+    int64_t idle_timeout_ms;   /* keep-alive, 60 s */
+    uint64_t large_body_budget; /* node-wide bytes of bodies over 1 MiB in flight */
+    const char *server_name;   /* "Server:" header, borrowed */
+} tn_http_opts_t;
+
+void tn_http_opts_default(tn_http_opts_t *o);
+
+/* Listen on addr ("host:port", port 0 picks one). On failure writes a line
+ * into err. opts are copied. */
+int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char *addr,
+                         tn_http_server_t **out, char *err, size_t errlen);
+int tn_http_server_port(const tn_http_server_t *s);
+/* Close the listener and every connection (parked requests are
+ * cancelled); cb runs when all is closed. */
+void tn_http_server_close(tn_http_server_t *s, void (*cb)(void *arg), void *arg);
+
+/* Route method + exact path to handler; max_body bounds the request body
+ * (0: no body allowed), and a larger one is answered 413 with
+ * {"message": too_big} (NULL: "BODY_TOO_BIG"; borrowed for the server's
+ * lifetime). Several methods may share a path. 0 or UV_ENOMEM. */
+int tn_http_route(tn_http_server_t *s, const char *method, const char *path, uint64_t max_body,
+                  const char *too_big, tn_http_handler_cb handler, void *arg);
+
+/* Answer r and end it. content_type may be NULL (no header); headers (may
+ * be NULL) are extra lines, each ending in "\r\n"; body is copied. */
+void tn_http_respond(tn_http_request_t *r, int status, const char *content_type,
+                     const char *headers, const void *body, size_t len);
+
+/* The standard reason phrase of a status. */
+const char *tn_http_reason(int status);
+
+#endif

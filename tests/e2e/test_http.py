@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the HTTP door against the real ternd: nsqd's /ping,
+/info, /pub and /mpub with their answers and error codes, health, routing
+(404/405), keep-alive and pipelining, chunked bodies, 100-continue, HEAD,
+and the server's bounds (oversized and slow heads, malformed requests,
+bodies over their limit)."""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import socket
+import struct
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+import daemon as daemon_mod
+from daemon import Daemon
+from nsqwire import Conn
+
+
+def fresh(prefix="h"):
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+class HTTP(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tern-http-")
+        cls.d = Daemon(os.path.join(cls.dir, "data"))
+        cls.d.wait_for("ready")
+        cls.port = cls.d.http_port
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, f"ternd exited {rc}:\n{cls.d.log()}"
+
+    def request(self, method, path, body=None, headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            c.close()
+
+    def raw(self, data, timeout=10):
+        """Send raw bytes, return everything the server sends until it
+        closes (or the timeout)."""
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        try:
+            s.sendall(data)
+            out = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except (socket.timeout, ConnectionResetError):
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            return out
+        finally:
+            s.close()
+
+    def consume(self, topic, n):
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.sub(topic, "ch")
+        c.rdy(n + 10)
+        got = [c.read_message() for _ in range(n)]
+        c.close()
+        return got
+
+    # -- nsqd endpoints -------------------------------------------------
+
+    def test_ping(self):
+        status, headers, body = self.request("GET", "/ping")
+        self.assertEqual((status, body), (200, b"OK"))
+        self.assertNotIn("X-NSQ-Content-Type", headers)
+
+    def test_info(self):
+        status, headers, body = self.request("GET", "/info")
+        self.assertEqual(status, 200)
+        info = json.loads(body)
+        self.assertEqual(info["tcp_port"], self.d.tcp_port)
+        self.assertEqual(info["http_port"], self.port)
+        self.assertEqual(info["max_heartbeat_interval"], 60 * 10**9)  # ns, as nsqd
+        self.assertIn("version", info)
+
+    def test_health(self):
+        self.assertEqual(self.request("GET", "/healthz")[0], 200)
+        self.assertEqual(self.request("GET", "/readyz")[0], 200)
+
+    def test_pub_then_consume(self):
+        t = fresh()
+        status, headers, body = self.request("POST", f"/pub?topic={t}", b"hello http")
+        self.assertEqual((status, body), (200, b"OK"))
+        self.assertEqual(self.consume(t, 1)[0].body, b"hello http")
+
+    def test_pub_errors(self):
+        t = fresh()
+        cases = [
+            (f"/pub", b"x", 400, "MISSING_ARG_TOPIC"),
+            (f"/pub?topic=", b"x", 400, "MISSING_ARG_TOPIC"),
+            (f"/pub?topic=bad/name", b"x", 400, "INVALID_TOPIC"),
+            (f"/pub?topic={t}", b"", 400, "MSG_EMPTY"),
+            (f"/pub?topic={t}&defer=-1", b"x", 400, "INVALID_DEFER"),
+            (f"/pub?topic={t}&defer=3600001", b"x", 400, "INVALID_DEFER"),
+            (f"/pub?topic={t}", b"x" * (1024 * 1024 + 1), 413, "MSG_TOO_BIG"),
+        ]
+        for path, body, want_status, want in cases:
+            status, headers, out = self.request("POST", path, body)
+            self.assertEqual(status, want_status, (path, out))
+            self.assertEqual(json.loads(out)["message"], want, path)
+
+    def test_deferred_pub(self):
+        t = fresh()
+        start = time.monotonic()
+        self.assertEqual(self.request("POST", f"/pub?topic={t}&defer=400", b"later")[0], 200)
+        m = self.consume(t, 1)[0]
+        self.assertEqual(m.body, b"later")
+        self.assertGreaterEqual(time.monotonic() - start, 0.4)
+
+    def test_mpub_text_and_binary(self):
+        t = fresh()
+        status, _, body = self.request("POST", f"/mpub?topic={t}", b"one\ntwo\n\nthree\n")
+        self.assertEqual((status, body), (200, b"OK"))
+        payload = struct.pack(">I", 2)
+        for m in (b"four", b"five"):
+            payload += struct.pack(">I", len(m)) + m
+        status, _, body = self.request("POST", f"/mpub?topic={t}&binary=true", payload)
+        self.assertEqual((status, body), (200, b"OK"))
+        got = [m.body for m in self.consume(t, 5)]
+        self.assertEqual(got, [b"one", b"two", b"three", b"four", b"five"])
+
+    def test_mpub_errors(self):
+        t = fresh()
+        self.assertEqual(self.request("POST", f"/mpub?topic={t}", b"")[0], 200)  # nothing
+        bad = struct.pack(">I", 2) + struct.pack(">I", 1) + b"a"
+        status, _, body = self.request("POST", f"/mpub?topic={t}&binary=true", bad)
+        self.assertEqual((status, json.loads(body)["message"]), (413, "BAD_BODY"))
+        trailing = struct.pack(">I", 1) + struct.pack(">I", 1) + b"a" + b"junk"
+        status, _, body = self.request("POST", f"/mpub?topic={t}&binary=true", trailing)
+        self.assertEqual((status, json.loads(body)["message"]), (413, "BAD_BODY"))
+        empty_msg = struct.pack(">I", 1) + struct.pack(">I", 0)
+        status, _, body = self.request("POST", f"/mpub?topic={t}&binary=true", empty_msg)
+        self.assertEqual((status, json.loads(body)["message"]), (413, "BAD_MESSAGE"))
+
+    def test_v1_negotiation(self):
+        t = fresh()
+        hdr = {"Accept": "application/vnd.nsq; version=1.0"}
+        status, headers, body = self.request("POST", f"/pub?topic={t}", b"x", hdr)
+        self.assertEqual(status, 200)
+        self.assertEqual(headers.get("X-NSQ-Content-Type"), "nsq; version=1.0")
+        status, headers, body = self.request("POST", "/pub", b"x", hdr)
+        self.assertEqual(headers.get("X-NSQ-Content-Type"), "nsq; version=1.0")
+
+    # -- the server core -------------------------------------------------
+
+    def test_404_and_405(self):
+        status, _, body = self.request("GET", "/nope")
+        self.assertEqual(status, 404)
+        status, headers, _ = self.request("GET", "/pub?topic=x")
+        self.assertEqual(status, 405)
+        self.assertIn("POST", headers["Allow"])
+
+    def test_head(self):
+        status, headers, body = self.request("HEAD", "/ping")
+        self.assertEqual((status, body, headers["Content-Length"]), (200, b"", "2"))
+
+    def test_keepalive_and_pipelining(self):
+        t = fresh()
+        req = (f"POST /pub?topic={t} HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nA"
+               f"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+               f"POST /pub?topic={t} HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+               f"Connection: close\r\n\r\nB").encode()
+        out = self.raw(req)
+        self.assertEqual(out.count(b"HTTP/1.1 200 OK"), 3)
+        self.assertTrue(out.endswith(b"OK"))
+        self.assertEqual([m.body for m in self.consume(t, 2)], [b"A", b"B"])
+
+    def test_chunked_body(self):
+        t = fresh()
+        req = (f"POST /pub?topic={t} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+               f"Connection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n").encode()
+        out = self.raw(req)
+        self.assertIn(b"200 OK", out)
+        self.assertEqual(self.consume(t, 1)[0].body, b"hello world")
+
+    def test_expect_continue(self):
+        t = fresh()
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(f"POST /pub?topic={t} HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                  f"Expect: 100-continue\r\n\r\n".encode())
+        self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 100 Continue"))
+        s.sendall(b"abc")
+        self.assertIn(b"200 OK", s.recv(1000))
+        s.close()
+
+    def test_malformed_request_line(self):
+        out = self.raw(b"GARBAGE\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 400"), out)
+
+    def test_oversized_head(self):
+        head = b"GET /ping HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 70000 + b"\r\n\r\n"
+        out = self.raw(head)
+        self.assertTrue(out.startswith(b"HTTP/1.1 431"), out[:80])
+
+    def test_declared_huge_body_refused_before_reading(self):
+        t = fresh()
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(f"POST /mpub?topic={t} HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Length: {1 << 30}\r\n\r\n".encode() + b"x" * 1000)
+        out = s.recv(1000)
+        self.assertTrue(out.startswith(b"HTTP/1.1 413"), out)
+        self.assertIn(b"TOO_BIG", out)
+        s.close()
+
+    def test_slow_head_times_out(self):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=15)
+        s.sendall(b"GET /ping HTTP/1.1\r\nHo")
+        start = time.monotonic()
+        out = s.recv(1000)
+        self.assertTrue(out.startswith(b"HTTP/1.1 408"), out)
+        self.assertGreaterEqual(time.monotonic() - start, 4)
+        s.close()
+
+    def test_version_not_supported(self):
+        out = self.raw(b"GET /ping HTTP/2.0\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 505"), out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    daemon_mod.TERND = os.path.abspath(args.ternd)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
