@@ -9,6 +9,7 @@
 #include "core/time.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +64,7 @@ static void answer_error(tn_http_request_t *r, int status, const char *code)
 
 static void answer_ok(tn_http_request_t *r)
 {
-    tn_http_respond(r, 200, "text/plain; charset=utf-8", wants_v1(r) ? V1_HEADER : NULL, "OK",
-                    2);
+    tn_http_respond(r, 200, "text/plain; charset=utf-8", wants_v1(r) ? V1_HEADER : NULL, "OK", 2);
 }
 
 /* --- /ping, /info, health -------------------------------------------------- */
@@ -107,8 +107,312 @@ static void on_readyz(tn_http_request_t *r, void *arg)
     if (api->ready)
         tn_http_respond(r, 200, "text/plain; charset=utf-8", NULL, "OK", 2);
     else
-        tn_http_respond(r, 503, "text/plain; charset=utf-8", "Retry-After: 1\r\n", "NOT_READY",
-                        9);
+        tn_http_respond(r, 503, "text/plain; charset=utf-8", "Retry-After: 1\r\n", "NOT_READY", 9);
+}
+
+/* --- /stats ------------------------------------------------------------------- */
+
+static int appendf(tn_buf_t *b, const char *fmt, ...) TN_PRINTF(2, 3);
+static int appendf(tn_buf_t *b, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return UV_EINVAL;
+    return tn_buf_append(b, line, TN_MIN((size_t)n, sizeof(line) - 1));
+}
+
+typedef struct {
+    uint64_t depth;         /* retained for a first channel (no channel yet) */
+    uint64_t message_count; /* ever published: offsets are dense from 0 */
+    uint32_t nchannels;
+} topic_sums_t;
+
+static void topic_sums(const tn_topic_t *t, topic_sums_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        tn_plog_stats_t st;
+        tn_plog_stats(t->parts[i].plog, &st);
+        out->message_count += st.written_next;
+        if (t->channels == NULL)
+            out->depth += st.visible_next - st.first_offset;
+    }
+    for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        out->nchannels++;
+}
+
+static bool name_is(const char *name, const char *want)
+{
+    return want[0] == '\0' || strcmp(name, want) == 0;
+}
+
+static void stats_json(tn_nsq_http_t *api, tn_buf_t *b, const char *ftopic, const char *fchan,
+                       bool clients)
+{
+    static const char latency[] = "\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}";
+    appendf(b, "{\"version\":\"%s\",\"health\":\"OK\",\"start_time\":%" PRId64 ",\"topics\":",
+            api->version, api->start_time);
+    bool any_topic = false;
+    tn_broker_t *br = api->broker;
+    for (size_t i = 0; i < br->nbuckets; i++) {
+        for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->state != TN_OBJ_READY || !name_is(t->name, ftopic))
+                continue;
+            topic_sums_t ts;
+            topic_sums(t, &ts);
+            tn_buf_append(b, any_topic ? "," : "[", 1);
+            any_topic = true;
+            appendf(b,
+                    "{\"topic_name\":\"%s\",\"depth\":%" PRIu64 ",\"backend_depth\":%" PRIu64
+                    ",\"message_count\":%" PRIu64 ",\"message_bytes\":%" PRIu64
+                    ",\"paused\":%s,%s,\"channels\":",
+                    t->name, ts.depth, ts.depth, ts.message_count, t->message_bytes,
+                    t->paused ? "true" : "false", latency);
+            bool any_chan = false;
+            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+                if (ch->state != TN_OBJ_READY || !name_is(ch->name, fchan))
+                    continue;
+                tn_channel_stats_t cs;
+                tn_channel_stats(ch, &cs);
+                /* nsqd's depth excludes what is in flight and deferred. */
+                uint64_t depth = cs.depth - TN_MIN(cs.depth, cs.inflight + cs.deferred);
+                tn_buf_append(b, any_chan ? "," : "[", 1);
+                any_chan = true;
+                appendf(b,
+                        "{\"channel_name\":\"%s\",\"depth\":%" PRIu64 ",\"backend_depth\":%" PRIu64
+                        ",\"in_flight_count\":%" PRIu64 ",\"deferred_count\":%" PRIu64
+                        ",\"message_count\":%" PRIu64 ",\"requeue_count\":%" PRIu64
+                        ",\"timeout_count\":%" PRIu64 ",\"client_count\":%u,\"paused\":%s,%s,"
+                        "\"clients\":",
+                        ch->name, depth, depth, cs.inflight, cs.deferred, cs.message_count,
+                        cs.requeue_count, cs.timeout_count, ch->nconsumers,
+                        ch->paused ? "true" : "false", latency);
+                if (!clients || ch->nconsumers == 0) {
+                    tn_buf_append(b, "null}", 5);
+                    continue;
+                }
+                tn_consumer_t *c = ch->consumers;
+                tn_buf_append(b, "[", 1);
+                for (uint32_t k = 0; k < ch->nconsumers; k++, c = c->next) {
+                    if (k > 0)
+                        tn_buf_append(b, ",", 1);
+                    if (c->describe != NULL)
+                        c->describe(c, b);
+                    else
+                        tn_buf_append(b, "{}", 2);
+                }
+                tn_buf_append(b, "]}", 2);
+            }
+            tn_buf_append(b, any_chan ? "]}" : "null}", any_chan ? 2 : 5);
+        }
+    }
+    tn_buf_append(b, any_topic ? "]" : "null", any_topic ? 1 : 4);
+    static const char tail[] = ",\"producers\":null}";
+    tn_buf_append(b, tail, sizeof(tail) - 1);
+}
+
+static void stats_text(tn_nsq_http_t *api, tn_buf_t *b, const char *ftopic, const char *fchan)
+{
+    int64_t up = tn_now_wall_ns() / 1000000000 - api->start_time;
+    appendf(b, "ternd v%s\nstart_time %" PRId64 "\nuptime %" PRId64 "s\n\nHealth: OK\n\n",
+            api->version, api->start_time, up);
+    tn_broker_t *br = api->broker;
+    bool any = false;
+    for (size_t i = 0; i < br->nbuckets; i++) {
+        for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->state != TN_OBJ_READY || !name_is(t->name, ftopic))
+                continue;
+            any = true;
+            topic_sums_t ts;
+            topic_sums(t, &ts);
+            appendf(b,
+                    "[%-15s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " msgs: %-8" PRIu64 "%s\n",
+                    t->name, ts.depth, ts.depth, ts.message_count, t->paused ? " *P" : "");
+            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+                if (ch->state != TN_OBJ_READY || !name_is(ch->name, fchan))
+                    continue;
+                tn_channel_stats_t cs;
+                tn_channel_stats(ch, &cs);
+                uint64_t depth = cs.depth - TN_MIN(cs.depth, cs.inflight + cs.deferred);
+                appendf(b,
+                        "    [%-15s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " inflt: %-4" PRIu64
+                        " def: %-4" PRIu64 " re-q: %-5" PRIu64 " timeout: %-5" PRIu64
+                        " msgs: %-8" PRIu64 " clients: %u%s\n",
+                        ch->name, depth, depth, cs.inflight, cs.deferred, cs.requeue_count,
+                        cs.timeout_count, cs.message_count, ch->nconsumers,
+                        ch->paused ? " *P" : "");
+            }
+        }
+    }
+    if (!any)
+        appendf(b, "NO_TOPICS\n");
+}
+
+static void on_stats(tn_http_request_t *r, void *arg)
+{
+    tn_nsq_http_t *api = arg;
+    char format[16] = "", topic[256] = "", channel[256] = "", inc[16] = "true";
+    if (tn_http_query(r->head.query, "format", format, sizeof(format)) < 0 ||
+        tn_http_query(r->head.query, "topic", topic, sizeof(topic)) < 0 ||
+        tn_http_query(r->head.query, "channel", channel, sizeof(channel)) < 0 ||
+        tn_http_query(r->head.query, "include_clients", inc, sizeof(inc)) < 0) {
+        answer_error(r, 400, "INVALID_REQUEST");
+        return;
+    }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    if (strcmp(format, "json") == 0) {
+        stats_json(api, &b, topic, channel, strcmp(inc, "false") != 0 && strcmp(inc, "0") != 0);
+        tn_buf_append(&b, "", 1);
+        answer_json(r, 200, tn_buf_data(&b));
+    } else {
+        stats_text(api, &b, topic, channel);
+        tn_http_respond(r, 200, "text/plain; charset=utf-8", NULL, tn_buf_data(&b),
+                        tn_buf_size(&b));
+    }
+    tn_buf_fini(&b);
+}
+
+/* --- lookupd endpoints ------------------------------------------------------------- */
+
+/* This node as a lookupd producer entry, without the closing brace. */
+static void producer_json(tn_nsq_http_t *api, tn_buf_t *b)
+{
+    char host[256] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    const char *bcast = api->broadcast_address[0] != '\0' ? api->broadcast_address : host;
+    appendf(b,
+            "{\"remote_address\":\"%s:%d\",\"hostname\":\"%s\",\"broadcast_address\":\"%s\","
+            "\"tcp_port\":%d,\"http_port\":%d,\"version\":\"%s\"",
+            bcast, api->tcp_port, host, bcast, api->tcp_port, api->http_port, api->version);
+}
+
+static void channels_json(const tn_topic_t *t, tn_buf_t *b)
+{
+    tn_buf_append(b, "[", 1);
+    bool first = true;
+    for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        if (ch->state != TN_OBJ_READY)
+            continue;
+        appendf(b, "%s\"%s\"", first ? "" : ",", ch->name);
+        first = false;
+    }
+    tn_buf_append(b, "]", 1);
+}
+
+/* go-nsq reads /lookup's plain body only when this header is present. */
+static void answer_lookupd(tn_http_request_t *r, int status, tn_buf_t *b)
+{
+    tn_buf_append(b, "", 1);
+    const char *extra = status == 200 ? V1_HEADER : NULL;
+    tn_http_respond(r, status, "application/json; charset=utf-8", extra, tn_buf_data(b),
+                    tn_buf_size(b) - 1);
+}
+
+static tn_topic_t *ready_topic(tn_nsq_http_t *api, const char *name)
+{
+    tn_topic_t *t;
+    return tn_broker_topic(api->broker, name, strlen(name), false, 0, NULL, &t) == 0 ? t : NULL;
+}
+
+static void on_lookup(tn_http_request_t *r, void *arg)
+{
+    tn_nsq_http_t *api = arg;
+    char topic[256];
+    int rc = tn_http_query(r->head.query, "topic", topic, sizeof(topic));
+    if (rc != 1 || topic[0] == '\0') {
+        answer_error(r, 400, "MISSING_ARG_TOPIC");
+        return;
+    }
+    tn_topic_t *t = ready_topic(api, topic);
+    if (t == NULL) {
+        answer_error(r, 404, "TOPIC_NOT_FOUND");
+        return;
+    }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"channels\":", 12);
+    channels_json(t, &b);
+    tn_buf_append(&b, ",\"producers\":[", 14);
+    producer_json(api, &b);
+    tn_buf_append(&b, "}]}", 3);
+    answer_lookupd(r, 200, &b);
+    tn_buf_fini(&b);
+}
+
+static void topics_json(tn_nsq_http_t *api, tn_buf_t *b)
+{
+    tn_buf_append(b, "[", 1);
+    bool first = true;
+    tn_broker_t *br = api->broker;
+    for (size_t i = 0; i < br->nbuckets; i++)
+        for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->state != TN_OBJ_READY)
+                continue;
+            appendf(b, "%s\"%s\"", first ? "" : ",", t->name);
+            first = false;
+        }
+    tn_buf_append(b, "]", 1);
+}
+
+static void on_topics(tn_http_request_t *r, void *arg)
+{
+    tn_nsq_http_t *api = arg;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"topics\":", 10);
+    topics_json(api, &b);
+    tn_buf_append(&b, "}", 1);
+    answer_lookupd(r, 200, &b);
+    tn_buf_fini(&b);
+}
+
+static void on_channels(tn_http_request_t *r, void *arg)
+{
+    tn_nsq_http_t *api = arg;
+    char topic[256];
+    int rc = tn_http_query(r->head.query, "topic", topic, sizeof(topic));
+    if (rc != 1 || topic[0] == '\0') {
+        answer_error(r, 400, "MISSING_ARG_TOPIC");
+        return;
+    }
+    tn_topic_t *t = ready_topic(api, topic);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"channels\":", 12);
+    if (t != NULL)
+        channels_json(t, &b);
+    else
+        tn_buf_append(&b, "[]", 2);
+    tn_buf_append(&b, "}", 1);
+    answer_lookupd(r, 200, &b);
+    tn_buf_fini(&b);
+}
+
+static void on_nodes(tn_http_request_t *r, void *arg)
+{
+    tn_nsq_http_t *api = arg;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"producers\":[", 14);
+    producer_json(api, &b);
+    tn_buf_append(&b, ",\"topics\":", 10);
+    topics_json(api, &b);
+    /* nsqadmin needs one tombstone flag per topic. */
+    tn_buf_append(&b, ",\"tombstones\":[", 15);
+    uint64_t n = 0;
+    tn_broker_t *br = api->broker;
+    for (size_t i = 0; i < br->nbuckets; i++)
+        for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext)
+            if (t->state == TN_OBJ_READY)
+                appendf(&b, "%sfalse", n++ ? "," : "");
+    tn_buf_append(&b, "]}]}", 4);
+    answer_lookupd(r, 200, &b);
+    tn_buf_fini(&b);
 }
 
 /* --- /pub, /mpub ---------------------------------------------------------------- */
@@ -180,8 +484,8 @@ static void publish(tn_http_request_t *r, tn_nsq_http_t *api, hpub_t *h, const c
     h->pub.data = h;
     r->data = h;
     r->on_cancel = on_hpub_cancel;
-    int rc = tn_broker_publish(api->broker, topic, strlen(topic), &h->pub, deliver_at,
-                               on_hpub_done);
+    int rc =
+        tn_broker_publish(api->broker, topic, strlen(topic), &h->pub, deliver_at, on_hpub_done);
     if (rc != 0)
         on_hpub_done(&h->pub, rc);
 }
@@ -221,8 +525,8 @@ static uint32_t be32(const unsigned char *p)
 
 /* Split an /mpub body into messages. Returns the count (0 with *code set
  * on a malformed body) and fills bodies (caller frees). */
-static uint32_t split_mpub(tn_http_request_t *r, tn_nsq_http_t *api, bool binary,
-                           tn_iov_t **out, const char **code, int *status)
+static uint32_t split_mpub(tn_http_request_t *r, tn_nsq_http_t *api, bool binary, tn_iov_t **out,
+                           const char **code, int *status)
 {
     const char *data = tn_buf_data(&r->body);
     size_t len = tn_buf_size(&r->body);
@@ -355,8 +659,14 @@ int tn_nsq_http_register(tn_http_server_t *srv, tn_nsq_http_t *api)
     rc = rc ? rc : tn_http_route(srv, "GET", "/ping", 0, NULL, on_ping, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/info", 0, NULL, on_info, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/healthz", 0, NULL, on_healthz, api);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/stats", 0, NULL, on_stats, api);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/lookup", 0, NULL, on_lookup, api);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/topics", 0, NULL, on_topics, api);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/channels", 0, NULL, on_channels, api);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/nodes", 0, NULL, on_nodes, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/readyz", 0, NULL, on_readyz, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/pub", api->max_msg_size, "MSG_TOO_BIG", on_pub, api);
+    rc =
+        rc ? rc : tn_http_route(srv, "POST", "/pub", api->max_msg_size, "MSG_TOO_BIG", on_pub, api);
     rc = rc ? rc : tn_http_route(srv, "PUT", "/pub", api->max_msg_size, "MSG_TOO_BIG", on_pub, api);
     rc = rc ? rc : tn_http_route(srv, "POST", "/mpub", api->max_body_size, "TOO_BIG", on_mpub, api);
     rc = rc ? rc : tn_http_route(srv, "PUT", "/mpub", api->max_body_size, "TOO_BIG", on_mpub, api);

@@ -247,6 +247,8 @@ struct tn_consumer_s {
     uint32_t sample_rate;   /* 0: all; else deliver this many of each 100 */
     uint32_t sample_n;
     tn_deliver_cb deliver;
+    /* Optional: append this consumer's /stats client object (JSON) to out. */
+    void (*describe)(tn_consumer_t *c, tn_buf_t *out);
     void *data;
     tn_consumer_t *prev;
     tn_consumer_t *next;

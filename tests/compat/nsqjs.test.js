@@ -207,6 +207,36 @@ test('AUTH through an nsqauthd-style server', async () => {
   }
 })
 
+test('consumers discover ternd through its lookupd endpoints', async () => {
+  const node = await startTernd(['--broadcast-address=127.0.0.1'])
+  const topic = fresh('lk')
+  try {
+    const w = await new Promise((resolve, reject) => {
+      const x = new nsq.Writer('127.0.0.1', node.tcpPort)
+      x.on('ready', () => resolve(x))
+      x.on('error', reject)
+      x.connect()
+    })
+    await publish(w, topic, 'found me')
+    const got = []
+    const r = new nsq.Reader(topic, 'ch', {
+      lookupdHTTPAddresses: [`127.0.0.1:${node.httpPort}`],
+      lookupdPollInterval: 1,
+    })
+    r.on('message', (m) => {
+      got.push(m.body.toString())
+      m.finish()
+    })
+    r.connect()
+    await waitFor(() => got.length === 1)
+    assert.deepStrictEqual(got, ['found me'])
+    r.close()
+    w.close()
+  } finally {
+    await node.stop()
+  }
+})
+
 test('a bad topic name is refused', async () => {
   const w = await writer()
   await assert.rejects(publish(w, 'bad/topic', 'x'))

@@ -19,15 +19,19 @@ function startTernd(extraArgs = []) {
   let log = ''
   return new Promise((resolve, reject) => {
     let tcpPort = 0
+    let httpPort = 0
     const timer = setTimeout(() => reject(new Error(`ternd did not start:\n${log}`)), 30000)
     proc.stderr.on('data', (chunk) => {
       log += chunk
       const m = /NSQ TCP listening on port (\d+)/.exec(log)
       if (m) tcpPort = Number(m[1])
+      const h = /HTTP listening on port (\d+)/.exec(log)
+      if (h) httpPort = Number(h[1])
       if (tcpPort && /ready/.test(log)) {
         clearTimeout(timer)
         resolve({
           tcpPort,
+          httpPort,
           log: () => log,
           stop: () =>
             new Promise((res, rej) => {

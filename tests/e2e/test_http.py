@@ -161,6 +161,66 @@ class HTTP(unittest.TestCase):
         status, headers, body = self.request("POST", "/pub", b"x", hdr)
         self.assertEqual(headers.get("X-NSQ-Content-Type"), "nsq; version=1.0")
 
+    def test_stats(self):
+        t = fresh()
+        self.request("POST", f"/mpub?topic={t}", b"a\nb\nc\n")
+        c = Conn(self.d.tcp_port)
+        c.identify(client_id="stats-client", hostname="h1")
+        c.sub(t, "ch")
+        c.rdy(1)
+        m = c.read_message()
+        status, _, body = self.request("GET", f"/stats?format=json&topic={t}")
+        self.assertEqual(status, 200)
+        st = json.loads(body)
+        self.assertEqual(st["health"], "OK")
+        self.assertIsNone(st["producers"])
+        [topic] = st["topics"]
+        self.assertEqual(topic["topic_name"], t)
+        self.assertEqual(topic["message_count"], 3)
+        self.assertIn("e2e_processing_latency", topic)
+        [ch] = topic["channels"]
+        self.assertEqual(ch["channel_name"], "ch")
+        self.assertEqual((ch["depth"], ch["in_flight_count"], ch["client_count"]), (2, 1, 1))
+        self.assertIn("e2e_processing_latency", ch)
+        [client] = ch["clients"]
+        self.assertEqual((client["client_id"], client["hostname"]), ("stats-client", "h1"))
+        self.assertEqual((client["ready_count"], client["in_flight_count"]), (1, 1))
+        # Filters and nulls, as nsqd.
+        st = json.loads(self.request("GET", f"/stats?format=json&topic={t}&include_clients=false")[2])
+        self.assertIsNone(st["topics"][0]["channels"][0]["clients"])
+        st = json.loads(self.request("GET", "/stats?format=json&topic=nosuchtopic")[2])
+        self.assertIsNone(st["topics"])
+        st = json.loads(self.request("GET", f"/stats?format=json&topic={t}&channel=none")[2])
+        self.assertIsNone(st["topics"][0]["channels"])
+        status, headers, text = self.request("GET", f"/stats?topic={t}")
+        self.assertEqual(status, 200)
+        self.assertIn(t.encode(), text)
+        self.assertIn(b"inflt: 1", text)
+        c.fin(m.id)
+        c.close()
+
+    def test_lookupd_endpoints(self):
+        t = fresh()
+        self.request("POST", f"/pub?topic={t}", b"x")
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.sub(t, "lch")
+        status, headers, body = self.request("GET", f"/lookup?topic={t}")
+        self.assertEqual(status, 200)
+        self.assertEqual(headers.get("X-NSQ-Content-Type"), "nsq; version=1.0")
+        lk = json.loads(body)
+        self.assertEqual(lk["channels"], ["lch"])
+        [p] = lk["producers"]
+        self.assertEqual((p["tcp_port"], p["http_port"]), (self.d.tcp_port, self.port))
+        self.assertEqual(self.request("GET", "/lookup?topic=nosuch")[0], 404)
+        self.assertIn(t, json.loads(self.request("GET", "/topics")[2])["topics"])
+        self.assertEqual(json.loads(self.request("GET", f"/channels?topic={t}")[2]),
+                         {"channels": ["lch"]})
+        [node] = json.loads(self.request("GET", "/nodes")[2])["producers"]
+        self.assertEqual(len(node["topics"]), len(node["tombstones"]))
+        self.assertIn(t, node["topics"])
+        c.close()
+
     # -- the server core -------------------------------------------------
 
     def test_404_and_405(self):

@@ -14,10 +14,10 @@
 #include <string.h>
 #include <strings.h>
 
-#define BODY_START  (64 * 1024)
-#define LARGE_BODY  (1024 * 1024)
-#define READ_CHUNK  (64 * 1024)
-#define DRAIN_MS    1000
+#define BODY_START (64 * 1024)
+#define LARGE_BODY (1024 * 1024)
+#define READ_CHUNK (64 * 1024)
+#define DRAIN_MS   1000
 
 typedef struct route_s {
     char *method;
@@ -90,30 +90,54 @@ void tn_http_opts_default(tn_http_opts_t *o)
 const char *tn_http_reason(int status)
 {
     switch (status) {
-    case 100: return "Continue";
-    case 101: return "Switching Protocols";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 415: return "Unsupported Media Type";
-    case 417: return "Expectation Failed";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 100:
+        return "Continue";
+    case 101:
+        return "Switching Protocols";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 204:
+        return "No Content";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 417:
+        return "Expectation Failed";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 503:
+        return "Service Unavailable";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Unknown";
     }
 }
 
@@ -300,8 +324,8 @@ static void write_answer(conn_t *c, int minor, int status, const char *ctype, co
                          const void *body, size_t len, bool head_only)
 {
     bool keep = !c->close_after;
-    int rc = append_fmt(&c->out, "HTTP/1.%d %d %s\r\nServer: %s\r\nContent-Length: %zu\r\n",
-                        minor, status, tn_http_reason(status), c->srv->opts.server_name, len);
+    int rc = append_fmt(&c->out, "HTTP/1.%d %d %s\r\nServer: %s\r\nContent-Length: %zu\r\n", minor,
+                        status, tn_http_reason(status), c->srv->opts.server_name, len);
     if (rc == 0 && ctype != NULL)
         rc = append_fmt(&c->out, "Content-Type: %s\r\n", ctype);
     if (rc == 0 && !keep)
@@ -512,7 +536,8 @@ static void read_body(conn_t *c)
     arm(c, c->srv->opts.body_timeout_ms); /* progress */
     if (!r->head.chunked) {
         size_t n = (size_t)TN_MIN((uint64_t)avail, c->body_left);
-        if (body_reserve(&r->body, n) != 0 || tn_buf_append(&r->body, tn_buf_data(&c->in), n) != 0) {
+        if (body_reserve(&r->body, n) != 0 ||
+            tn_buf_append(&r->body, tn_buf_data(&c->in), n) != 0) {
             conn_close(c);
             return;
         }
@@ -568,8 +593,7 @@ static void advance(conn_t *c)
         }
         tn_http_req_t probe;
         size_t used = 0;
-        int rc = tn_http_parse_head(tn_buf_data(&c->in), len, c->srv->opts.max_head, &probe,
-                                    &used);
+        int rc = tn_http_parse_head(tn_buf_data(&c->in), len, c->srv->opts.max_head, &probe, &used);
         if (rc == TN_ESHORT) {
             if (!c->head_started) {
                 c->head_started = true;
@@ -579,11 +603,12 @@ static void advance(conn_t *c)
         }
         if (rc != 0) {
             char code[64];
-            snprintf(code, sizeof(code), "%s", probe.status == 431 ? "HEADERS_TOO_LARGE"
-                                               : probe.status == 505 ? "VERSION_NOT_SUPPORTED"
-                                               : probe.status == 501 ? "NOT_IMPLEMENTED"
-                                               : probe.status == 417 ? "EXPECTATION_FAILED"
-                                                                     : "BAD_REQUEST");
+            snprintf(code, sizeof(code), "%s",
+                     probe.status == 431   ? "HEADERS_TOO_LARGE"
+                     : probe.status == 505 ? "VERSION_NOT_SUPPORTED"
+                     : probe.status == 501 ? "NOT_IMPLEMENTED"
+                     : probe.status == 417 ? "EXPECTATION_FAILED"
+                                           : "BAD_REQUEST");
             answer_error(c, 1, probe.status, code, true);
             return;
         }

@@ -61,12 +61,12 @@ struct tn_http_request_s {
 
 typedef struct {
     uint32_t max_connections;
-    size_t max_head;           /* 64 KiB */
-    int64_t head_timeout_ms;   /* 5 s */
-    int64_t body_timeout_ms;   /* 30 s without progress */
-    int64_t idle_timeout_ms;   /* keep-alive, 60 s */
+    size_t max_head;            /* 64 KiB */
+    int64_t head_timeout_ms;    /* 5 s */
+    int64_t body_timeout_ms;    /* 30 s without progress */
+    int64_t idle_timeout_ms;    /* keep-alive, 60 s */
     uint64_t large_body_budget; /* node-wide bytes of bodies over 1 MiB in flight */
-    const char *server_name;   /* "Server:" header, borrowed */
+    const char *server_name;    /* "Server:" header, borrowed */
 } tn_http_opts_t;
 
 void tn_http_opts_default(tn_http_opts_t *o);

@@ -441,6 +441,50 @@ static void on_deliver(tn_consumer_t *cons, const tn_delivery_t *d)
     }
 }
 
+/* The /stats client object of this connection, in nsqd's field names. */
+static void json_escape(tn_buf_t *out, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') {
+            char e[2] = {'\\', (char)ch};
+            tn_buf_append(out, e, 2);
+        } else if (ch < 0x20) {
+            char e[8];
+            snprintf(e, sizeof(e), "\\u%04x", ch);
+            tn_buf_append(out, e, 6);
+        } else {
+            tn_buf_append(out, s, 1);
+        }
+    }
+}
+
+static void on_describe(tn_consumer_t *cons, tn_buf_t *out)
+{
+    conn_t *c = cons->data;
+    char line[768];
+    tn_buf_append(out, "{\"client_id\":\"", 14);
+    json_escape(out, c->opts.client_id);
+    tn_buf_append(out, "\",\"hostname\":\"", 14);
+    json_escape(out, c->opts.hostname);
+    tn_buf_append(out, "\",\"user_agent\":\"", 16);
+    json_escape(out, c->opts.user_agent);
+    int64_t age_ms = tn_now_mono_ms() - c->connected_ms;
+    int n =
+        snprintf(line, sizeof(line),
+                 "\",\"version\":\"V2\",\"remote_address\":\"%s\",\"state\":3,"
+                 "\"ready_count\":%u,\"in_flight_count\":%zu,\"message_count\":%" PRIu64
+                 ",\"finish_count\":%" PRIu64 ",\"requeue_count\":%" PRIu64
+                 ",\"connect_ts\":%" PRId64 ",\"sample_rate\":%d,\"deflate\":%s,"
+                 "\"snappy\":%s,\"tls\":%s,\"authed\":%s,\"msg_timeout\":%" PRId64 "}",
+                 c->remote, cons->credit, tn_consumer_inflight(cons), cons->message_count,
+                 cons->finish_count, cons->requeue_count, tn_now_wall_ms() / 1000 - age_ms / 1000,
+                 c->opts.sample_rate, c->deflate ? "true" : "false", c->snappy ? "true" : "false",
+                 c->tls_done ? "true" : "false", c->authz != NULL ? "true" : "false",
+                 c->opts.msg_timeout_ms);
+    tn_buf_append(out, line, (size_t)n);
+}
+
 /* --- publishes ------------------------------------------------------------------ */
 
 static void answer_publishes(conn_t *c)
@@ -594,6 +638,7 @@ static void sub_continue(conn_t *c)
     }
     c->topic = t;
     c->consumer.deliver = on_deliver;
+    c->consumer.describe = on_describe;
     c->consumer.data = c;
     c->consumer.timeout_ms = c->opts.msg_timeout_ms + c->opts.output_buffer_timeout_ms;
     c->consumer.sample_rate = (uint32_t)c->opts.sample_rate;
@@ -709,22 +754,12 @@ static void settle_failed(conn_t *c, tn_nsq_err_t e, const char *name, const tn_
 
 /* --- AUTH -------------------------------------------------------------------------- */
 
+static void json_escape(tn_buf_t *out, const char *s);
+
 static void json_str(tn_buf_t *out, const char *s)
 {
     tn_buf_append(out, "\"", 1);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            char e[2] = {'\\', (char)ch};
-            tn_buf_append(out, e, 2);
-        } else if (ch < 0x20) {
-            char e[8];
-            snprintf(e, sizeof(e), "\\u%04x", ch);
-            tn_buf_append(out, e, 6);
-        } else {
-            tn_buf_append(out, s, 1);
-        }
-    }
+    json_escape(out, s);
     tn_buf_append(out, "\"", 1);
 }
 
