@@ -47,6 +47,8 @@ typedef struct {
     int64_t drain_ms;
     const char *topic;
     const char *channel;
+    int http_port;        /* > 0: producers publish over HTTP to this port */
+    const char *http_get; /* with http_port: GET this path instead (e.g. /ping) */
 } opts_t;
 
 typedef struct conn_s conn_t;
@@ -85,6 +87,7 @@ struct conn_s {
     int id;
     bool producer;
     bool ready;
+    bool http;
     tn_buf_t in;
     /* producer */
     uint64_t next_seq;
@@ -161,7 +164,31 @@ static void publish_more(conn_t *c)
             break;
         B.sent += (uint64_t)B.o.batch;
         char line[300];
-        if (B.o.batch == 1) {
+        if (B.o.http_port > 0 && B.o.http_get != NULL) {
+            int n = snprintf(line, sizeof(line), "GET %s HTTP/1.1\r\nHost: bench\r\n\r\n",
+                             B.o.http_get);
+            tn_buf_append(&req, line, (size_t)n);
+        } else if (B.o.http_port > 0 && B.o.batch == 1) {
+            int n = snprintf(line, sizeof(line),
+                             "POST /pub?topic=%s HTTP/1.1\r\nHost: bench\r\n"
+                             "Content-Length: %d\r\n\r\n",
+                             B.o.topic, B.o.size);
+            tn_buf_append(&req, line, (size_t)n);
+            body_of(c, c->next_seq, body);
+            tn_buf_append(&req, body, (size_t)B.o.size);
+        } else if (B.o.http_port > 0) {
+            int n = snprintf(line, sizeof(line),
+                             "POST /mpub?topic=%s&binary=true HTTP/1.1\r\nHost: bench\r\n"
+                             "Content-Length: %d\r\n\r\n",
+                             B.o.topic, 4 + B.o.batch * (4 + B.o.size));
+            tn_buf_append(&req, line, (size_t)n);
+            put_u32(&req, (uint32_t)B.o.batch);
+            for (int i = 0; i < B.o.batch; i++) {
+                put_u32(&req, (uint32_t)B.o.size);
+                body_of(c, c->next_seq + (uint64_t)i, body);
+                tn_buf_append(&req, body, (size_t)B.o.size);
+            }
+        } else if (B.o.batch == 1) {
             int n = snprintf(line, sizeof(line), "PUB %s\n", B.o.topic);
             tn_buf_append(&req, line, (size_t)n);
             put_u32(&req, (uint32_t)B.o.size);
@@ -214,6 +241,9 @@ static void mark_seen(uint64_t id)
         B.seen[p][seq]++;
 }
 
+static void ack_one(conn_t *c);
+static void on_message(conn_t *c, const char *data, size_t len);
+
 static void on_frame(conn_t *c, int32_t type, const char *data, size_t len)
 {
     if (type == TN_NSQ_FRAME_RESPONSE && len == 11 && memcmp(data, "_heartbeat_", 11) == 0) {
@@ -249,37 +279,49 @@ static void on_frame(conn_t *c, int32_t type, const char *data, size_t len)
             return;
         }
         if (c->producer && c->inflight > 0) {
-            int64_t now = tn_now_mono_ns() / 1000;
-            int64_t lat = now - c->sent_ms[c->head];
-            uint64_t first = c->first_seq[c->head];
-            c->head = (c->head + 1) % 1024;
-            c->inflight--;
-            B.acked += (uint64_t)B.o.batch;
-            B.pub_bytes += (uint64_t)B.o.batch * (uint64_t)B.o.size;
-            B.acked_upto[c->id] = first + (uint64_t)B.o.batch;
-            if (B.nlat == B.lat_cap) {
-                B.lat_cap = B.lat_cap ? B.lat_cap * 2 : 65536;
-                B.lat_us = tn_realloc(B.lat_us, B.lat_cap * sizeof(*B.lat_us));
-                if (B.lat_us == NULL)
-                    die("out of memory");
-            }
-            B.lat_us[B.nlat++] = (uint32_t)(lat > UINT32_MAX ? UINT32_MAX : lat);
+            ack_one(c);
             publish_more(c);
         }
         return;
     }
     if (type == TN_NSQ_FRAME_MESSAGE && len >= TN_NSQ_MSG_HDR) {
-        B.received++;
-        B.last_recv_ms = tn_now_mono_ms();
-        if (len >= TN_NSQ_MSG_HDR + 8) {
-            uint64_t id;
-            memcpy(&id, data + TN_NSQ_MSG_HDR, 8);
-            mark_seen(id);
-        }
-        tn_buf_append(&c->fins, "FIN ", 4);
-        tn_buf_append(&c->fins, data + 10, TN_NSQ_ID_LEN);
-        tn_buf_append(&c->fins, "\n", 1);
+        on_message(c, data, len);
     }
+}
+
+/* The oldest request in flight on c was answered. */
+static void ack_one(conn_t *c)
+{
+    int64_t now = tn_now_mono_ns() / 1000;
+    int64_t lat = now - c->sent_ms[c->head];
+    uint64_t first = c->first_seq[c->head];
+    c->head = (c->head + 1) % 1024;
+    c->inflight--;
+    B.acked += (uint64_t)B.o.batch;
+    B.pub_bytes += (uint64_t)B.o.batch * (uint64_t)B.o.size;
+    B.acked_upto[c->id] = first + (uint64_t)B.o.batch;
+    if (B.nlat == B.lat_cap) {
+        B.lat_cap = B.lat_cap ? B.lat_cap * 2 : 65536;
+        B.lat_us = tn_realloc(B.lat_us, B.lat_cap * sizeof(*B.lat_us));
+        if (B.lat_us == NULL)
+            die("out of memory");
+    }
+    B.lat_us[B.nlat++] = (uint32_t)(lat > UINT32_MAX ? UINT32_MAX : lat);
+}
+
+/* A message frame arrived on consumer c: ledger, then FIN it. */
+static void on_message(conn_t *c, const char *data, size_t len)
+{
+    B.received++;
+    B.last_recv_ms = tn_now_mono_ms();
+    if (len >= TN_NSQ_MSG_HDR + 8) {
+        uint64_t id;
+        memcpy(&id, data + TN_NSQ_MSG_HDR, 8);
+        mark_seen(id);
+    }
+    tn_buf_append(&c->fins, "FIN ", 4);
+    tn_buf_append(&c->fins, data + 10, TN_NSQ_ID_LEN);
+    tn_buf_append(&c->fins, "\n", 1);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -310,6 +352,33 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         return;
     }
     c->in.len += (size_t)n;
+    if (c->http) {
+        /* Responses: status line, headers, Content-Length body. */
+        for (;;) {
+            const char *p = tn_buf_data(&c->in);
+            size_t avail = tn_buf_size(&c->in);
+            const char *end = avail > 0 ? memmem(p, avail, "\r\n\r\n", 4) : NULL;
+            if (end == NULL)
+                break;
+            size_t head = (size_t)(end - p) + 4;
+            const char *cl = memmem(p, head, "Content-Length: ", 16);
+            size_t body = cl != NULL ? (size_t)strtoul(cl + 16, NULL, 10) : 0;
+            if (avail < head + body)
+                break;
+            if (avail < 12 || memcmp(p + 9, "200", 3) != 0) {
+                fprintf(stderr, "tern-bench: HTTP answer %.*s\n", (int)TN_MIN(avail, 40), p);
+                B.errors++;
+            }
+            if (c->inflight > 0) {
+                ack_one(c);
+                tn_buf_consume(&c->in, head + body);
+                publish_more(c);
+            } else {
+                tn_buf_consume(&c->in, head + body);
+            }
+        }
+        return;
+    }
     while (tn_buf_size(&c->in) >= 8) {
         const char *p = tn_buf_data(&c->in);
         uint32_t size = be32(p);
@@ -332,6 +401,11 @@ static void on_connect(uv_connect_t *req, int status)
     }
     uv_tcp_nodelay(&c->tcp, 1);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (c->http) {
+        c->ready = true;
+        publish_more(c);
+        return;
+    }
     tn_buf_t hello;
     tn_buf_init(&hello);
     tn_buf_append(&hello, "  V2", 4);
@@ -381,10 +455,14 @@ static void finish(void)
     double con_s = (double)((B.last_recv_ms ? B.last_recv_ms : now) - B.start_ms) / 1000.0;
     qsort(B.lat_us, B.nlat, sizeof(*B.lat_us), cmp_u32);
     uint64_t missing = B.o.consumers > 0 ? missing_count() : 0;
+    const char *kind = B.o.http_port > 0 ? (B.o.http_get != NULL ? "HTTP GET"
+                                            : B.o.batch == 1     ? "HTTP /pub"
+                                                                 : "HTTP /mpub")
+                       : B.o.batch == 1  ? "PUB"
+                                         : "MPUB";
     printf("tern-bench: %d producers (%s x %d, pipeline %d), %d consumers (RDY %d), %d-byte "
            "messages\n",
-           B.o.producers, B.o.batch == 1 ? "PUB" : "MPUB", B.o.batch, B.o.pipeline, B.o.consumers,
-           B.o.rdy, B.o.size);
+           B.o.producers, kind, B.o.batch, B.o.pipeline, B.o.consumers, B.o.rdy, B.o.size);
     printf("publish: %" PRIu64 " msgs acked in %.2f s = %.0f msgs/s, %.1f MiB/s\n", B.acked, pub_s,
            pub_s > 0 ? (double)B.acked / pub_s : 0,
            pub_s > 0 ? (double)B.pub_bytes / pub_s / 1048576.0 : 0);
@@ -458,12 +536,16 @@ static void usage(void)
            "  --duration DUR         publish for this long (10s)\n"
            "  --count N              or until N messages are acknowledged\n"
            "  --drain-timeout DUR    how long consumers may take to catch up (60s)\n"
-           "  --topic NAME           (bench) --channel NAME (bench)\n");
+           "  --topic NAME           (bench) --channel NAME (bench)\n"
+           "  --http-port PORT       producers publish with HTTP /pub (/mpub?binary=true for\n"
+           "                         --batch > 1) on this port; consumers still use --addr\n"
+           "  --http-get PATH        with --http-port: GET PATH instead of publishing\n");
 }
 
 int main(int argc, char **argv)
 {
-    opts_t o = {"127.0.0.1", 4150, 16, 16, 1, 1, 200, 100, 10000, 0, 60000, "bench", "bench"};
+    opts_t o = {"127.0.0.1", 4150, 16,    16,      1,       1, 200, 100,
+                10000,       0,    60000, "bench", "bench", 0, NULL};
     static char host[256];
     static const struct option longopts[] = {{"addr", required_argument, NULL, 'a'},
                                              {"producers", required_argument, NULL, 'p'},
@@ -477,6 +559,8 @@ int main(int argc, char **argv)
                                              {"drain-timeout", required_argument, NULL, 'D'},
                                              {"topic", required_argument, NULL, 't'},
                                              {"channel", required_argument, NULL, 'C'},
+                                             {"http-port", required_argument, NULL, 'H'},
+                                             {"http-get", required_argument, NULL, 'G'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     int ch;
@@ -529,6 +613,12 @@ int main(int argc, char **argv)
         case 'C':
             o.channel = optarg;
             break;
+        case 'H':
+            o.http_port = (int)num(optarg, "http-port");
+            break;
+        case 'G':
+            o.http_get = optarg;
+            break;
         case 'h':
             usage();
             return 0;
@@ -563,12 +653,16 @@ int main(int argc, char **argv)
         c->b = &B;
         c->producer = i < o.producers;
         c->id = c->producer ? i : i - o.producers;
+        c->http = c->producer && o.http_port > 0;
         tn_buf_init(&c->in);
         tn_buf_init(&c->fins);
         uv_tcp_init(B.loop, &c->tcp);
         c->tcp.data = c;
         c->connect.data = c;
-        uv_tcp_connect(&c->connect, &c->tcp, (struct sockaddr *)&addr, on_connect);
+        struct sockaddr_in haddr = addr;
+        if (c->http)
+            haddr.sin_port = htons((uint16_t)o.http_port);
+        uv_tcp_connect(&c->connect, &c->tcp, (struct sockaddr *)&haddr, on_connect);
         B.conns[i] = c;
     }
     uv_timer_init(B.loop, &B.tick);

@@ -78,17 +78,21 @@ function waitFor(cond, ms = 10000) {
 async function roundTrip(writerOpts, readerOpts) {
   const topic = fresh()
   const w = await writer(writerOpts)
-  const got = []
-  const r = await reader(topic, 'ch', readerOpts, (m) => {
-    got.push(m.body.toString())
-    m.finish()
-  })
-  await publish(w, topic, 'one')
-  await publish(w, topic, ['two', 'three'])
-  await waitFor(() => got.length === 3)
-  assert.deepStrictEqual(got.sort(), ['one', 'three', 'two'])
-  r.close()
-  w.close()
+  let r = null
+  try {
+    const got = []
+    r = await reader(topic, 'ch', readerOpts, (m) => {
+      got.push(m.body.toString())
+      m.finish()
+    })
+    await publish(w, topic, 'one')
+    await publish(w, topic, ['two', 'three'])
+    await waitFor(() => got.length === 3)
+    assert.deepStrictEqual(got.sort(), ['one', 'three', 'two'])
+  } finally {
+    if (r) r.close()
+    w.close()
+  }
 }
 
 test('publish and consume, single and multiple', async () => {
@@ -210,8 +214,10 @@ test('AUTH through an nsqauthd-style server', async () => {
 test('consumers discover ternd through its lookupd endpoints', async () => {
   const node = await startTernd(['--broadcast-address=127.0.0.1'])
   const topic = fresh('lk')
+  let w = null
+  let r = null
   try {
-    const w = await new Promise((resolve, reject) => {
+    w = await new Promise((resolve, reject) => {
       const x = new nsq.Writer('127.0.0.1', node.tcpPort)
       x.on('ready', () => resolve(x))
       x.on('error', reject)
@@ -219,7 +225,7 @@ test('consumers discover ternd through its lookupd endpoints', async () => {
     })
     await publish(w, topic, 'found me')
     const got = []
-    const r = new nsq.Reader(topic, 'ch', {
+    r = new nsq.Reader(topic, 'ch', {
       lookupdHTTPAddresses: [`127.0.0.1:${node.httpPort}`],
       lookupdPollInterval: 1,
     })
@@ -227,12 +233,15 @@ test('consumers discover ternd through its lookupd endpoints', async () => {
       got.push(m.body.toString())
       m.finish()
     })
+    r.on('error', () => {})
     r.connect()
     await waitFor(() => got.length === 1)
     assert.deepStrictEqual(got, ['found me'])
-    r.close()
-    w.close()
   } finally {
+    // Close the clients even when the test failed, or their timers keep
+    // the runner alive.
+    if (r) r.close()
+    if (w) w.close()
     await node.stop()
   }
 })
