@@ -415,6 +415,156 @@ static void on_nodes(tn_http_request_t *r, void *arg)
     tn_buf_fini(&b);
 }
 
+/* --- topic and channel management ------------------------------------------------ */
+
+enum { OP_CREATE, OP_EMPTY, OP_PAUSE, OP_UNPAUSE };
+
+typedef struct {
+    tn_waiter_t w;
+    tn_http_request_t *r; /* NULL once the client went away */
+    tn_nsq_http_t *api;
+    int op;
+    bool channel_op;
+    char topic[256];
+    char channel[256];
+} mgmt_t;
+
+static void mgmt_run(mgmt_t *m);
+
+static void on_mgmt_cancel(tn_http_request_t *r)
+{
+    mgmt_t *m = r->data;
+    m->r = NULL; /* the creation goes on; its waiter frees m */
+}
+
+static void on_mgmt_wait(tn_waiter_t *w, int status)
+{
+    mgmt_t *m = (mgmt_t *)w;
+    if (m->r == NULL) {
+        tn_free(m);
+        return;
+    }
+    if (status != 0) {
+        m->r->on_cancel = NULL;
+        answer_error(m->r, 503, "E_STORAGE");
+        tn_free(m);
+        return;
+    }
+    mgmt_run(m);
+}
+
+/* Do the operation, or wait for a topic or channel being created; frees m
+ * once answered. */
+static void mgmt_run(mgmt_t *m)
+{
+    tn_http_request_t *r = m->r;
+    tn_broker_t *b = m->api->broker;
+    bool create = m->op == OP_CREATE;
+    tn_topic_t *t;
+    m->w.cb = on_mgmt_wait;
+    /* /channel/create needs the topic to exist, as in nsqd. */
+    int rc = tn_broker_topic(b, m->topic, strlen(m->topic), create && !m->channel_op, 0, &m->w, &t);
+    if (rc == UV_EAGAIN)
+        return;
+    r->on_cancel = NULL;
+    if (rc == TN_ENOTFOUND) {
+        answer_error(r, 404, "TOPIC_NOT_FOUND");
+        tn_free(m);
+        return;
+    }
+    if (rc != 0) {
+        answer_error(r, 503, "E_STORAGE");
+        tn_free(m);
+        return;
+    }
+    if (!m->channel_op) {
+        if (m->op == OP_EMPTY) {
+            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+                tn_channel_empty(ch);
+        } else if (m->op == OP_PAUSE || m->op == OP_UNPAUSE) {
+            tn_topic_pause(t, m->op == OP_PAUSE);
+        }
+        tn_http_respond(r, 200, NULL, NULL, "", 0);
+        tn_free(m);
+        return;
+    }
+    tn_channel_t *ch;
+    r->on_cancel = on_mgmt_cancel;
+    rc = tn_topic_channel(t, m->channel, strlen(m->channel), create, &m->w, &ch);
+    if (rc == UV_EAGAIN)
+        return;
+    r->on_cancel = NULL;
+    if (rc == TN_ENOTFOUND)
+        answer_error(r, 404, "CHANNEL_NOT_FOUND");
+    else if (rc != 0)
+        answer_error(r, 503, "E_STORAGE");
+    else {
+        if (m->op == OP_EMPTY)
+            tn_channel_empty(ch);
+        else if (m->op == OP_PAUSE || m->op == OP_UNPAUSE)
+            tn_channel_pause(ch, m->op == OP_PAUSE);
+        tn_http_respond(r, 200, NULL, NULL, "", 0);
+    }
+    tn_free(m);
+}
+
+static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_op)
+{
+    mgmt_t *m = tn_calloc(1, sizeof(*m));
+    if (m == NULL) {
+        answer_error(r, 503, "E_OUT_OF_MEMORY");
+        return;
+    }
+    m->r = r;
+    m->api = api;
+    m->op = op;
+    m->channel_op = channel_op;
+    /* nsqd names errors by family: the channel endpoints say INVALID_ARG_TOPIC. */
+    int rc = tn_http_query(r->head.query, "topic", m->topic, sizeof(m->topic));
+    if (rc != 1 || m->topic[0] == '\0') {
+        answer_error(r, 400, "MISSING_ARG_TOPIC");
+        tn_free(m);
+        return;
+    }
+    if (!tn_name_valid(m->topic, strlen(m->topic))) {
+        answer_error(r, 400, channel_op ? "INVALID_ARG_TOPIC" : "INVALID_TOPIC");
+        tn_free(m);
+        return;
+    }
+    if (channel_op) {
+        rc = tn_http_query(r->head.query, "channel", m->channel, sizeof(m->channel));
+        if (rc != 1 || m->channel[0] == '\0') {
+            answer_error(r, 400, "MISSING_ARG_CHANNEL");
+            tn_free(m);
+            return;
+        }
+        size_t len = strlen(m->channel);
+        size_t base = len > 10 && strcmp(m->channel + len - 10, "#ephemeral") == 0 ? len - 10 : len;
+        if (!tn_name_valid(m->channel, base)) {
+            answer_error(r, 400, "INVALID_ARG_CHANNEL");
+            tn_free(m);
+            return;
+        }
+    }
+    r->data = m;
+    r->on_cancel = on_mgmt_cancel;
+    mgmt_run(m);
+}
+
+#define MGMT_HANDLER(fn, op, chan)                                                                 \
+    static void fn(tn_http_request_t *r, void *arg)                                                \
+    {                                                                                              \
+        mgmt(r, arg, op, chan);                                                                    \
+    }
+MGMT_HANDLER(on_topic_create, OP_CREATE, false)
+MGMT_HANDLER(on_topic_empty, OP_EMPTY, false)
+MGMT_HANDLER(on_topic_pause, OP_PAUSE, false)
+MGMT_HANDLER(on_topic_unpause, OP_UNPAUSE, false)
+MGMT_HANDLER(on_channel_create, OP_CREATE, true)
+MGMT_HANDLER(on_channel_empty, OP_EMPTY, true)
+MGMT_HANDLER(on_channel_pause, OP_PAUSE, true)
+MGMT_HANDLER(on_channel_unpause, OP_UNPAUSE, true)
+
 /* --- /pub, /mpub ---------------------------------------------------------------- */
 
 typedef struct {
@@ -660,6 +810,14 @@ int tn_nsq_http_register(tn_http_server_t *srv, tn_nsq_http_t *api)
     rc = rc ? rc : tn_http_route(srv, "GET", "/info", 0, NULL, on_info, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/healthz", 0, NULL, on_healthz, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/stats", 0, NULL, on_stats, api);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/topic/create", 0, NULL, on_topic_create, api);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/topic/empty", 0, NULL, on_topic_empty, api);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/topic/pause", 0, NULL, on_topic_pause, api);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/topic/unpause", 0, NULL, on_topic_unpause, api);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/channel/create", 0, NULL, on_channel_create, api);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/channel/empty", 0, NULL, on_channel_empty, api);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/channel/pause", 0, NULL, on_channel_pause, api);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/channel/unpause", 0, NULL, on_channel_unpause, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/lookup", 0, NULL, on_lookup, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/topics", 0, NULL, on_topics, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/channels", 0, NULL, on_channels, api);

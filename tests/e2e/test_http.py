@@ -221,6 +221,60 @@ class HTTP(unittest.TestCase):
         self.assertIn(t, node["topics"])
         c.close()
 
+    def test_topic_and_channel_management(self):
+        t = fresh()
+        self.assertEqual(self.request("POST", f"/topic/create?topic={t}")[0], 200)
+        self.assertIn(t, json.loads(self.request("GET", "/topics")[2])["topics"])
+        # /channel/create does not create the topic, as in nsqd.
+        status, _, body = self.request("POST", f"/channel/create?topic={fresh()}&channel=c")
+        self.assertEqual((status, json.loads(body)["message"]), (404, "TOPIC_NOT_FOUND"))
+        self.assertEqual(self.request("POST", f"/channel/create?topic={t}&channel=c")[0], 200)
+        self.assertEqual(json.loads(self.request("GET", f"/channels?topic={t}")[2]),
+                         {"channels": ["c"]})
+        # Pause holds deliveries; unpause releases them.
+        self.assertEqual(self.request("POST", f"/channel/pause?topic={t}&channel=c")[0], 200)
+        self.request("POST", f"/pub?topic={t}", b"held")
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.sub(t, "c")
+        c.rdy(5)
+        c.sock.settimeout(0.5)
+        with self.assertRaises(socket.timeout):
+            c.read_message()
+        c.sock.settimeout(10)
+        st = json.loads(self.request("GET", f"/stats?format=json&topic={t}")[2])
+        self.assertTrue(st["topics"][0]["channels"][0]["paused"])
+        self.assertEqual(self.request("POST", f"/channel/unpause?topic={t}&channel=c")[0], 200)
+        self.assertEqual(c.read_message().body, b"held")
+        # Empty drops the backlog.
+        self.request("POST", f"/channel/pause?topic={t}&channel=c")
+        self.request("POST", f"/mpub?topic={t}", b"x\ny\n")
+        self.assertEqual(self.request("POST", f"/channel/empty?topic={t}&channel=c")[0], 200)
+        st = json.loads(self.request("GET", f"/stats?format=json&topic={t}")[2])
+        self.assertEqual(st["topics"][0]["channels"][0]["depth"], 0)
+        self.assertEqual(self.request("POST", f"/topic/pause?topic={t}")[0], 200)
+        self.assertTrue(json.loads(self.request("GET", f"/stats?format=json&topic={t}")[2])
+                        ["topics"][0]["paused"])
+        self.assertEqual(self.request("POST", f"/topic/unpause?topic={t}")[0], 200)
+        c.close()
+
+    def test_management_errors(self):
+        cases = [
+            ("/topic/create", 400, "MISSING_ARG_TOPIC"),
+            ("/topic/create?topic=a/b", 400, "INVALID_TOPIC"),
+            (f"/topic/pause?topic={fresh()}", 404, "TOPIC_NOT_FOUND"),
+            ("/channel/create?topic=a/b&channel=c", 400, "INVALID_ARG_TOPIC"),
+            ("/channel/create?topic=abc", 400, "MISSING_ARG_CHANNEL"),
+            ("/channel/create?topic=abc&channel=c*", 400, "INVALID_ARG_CHANNEL"),
+        ]
+        for path, want_status, want in cases:
+            status, _, body = self.request("POST", path)
+            self.assertEqual((status, json.loads(body)["message"]), (want_status, want), path)
+        t = fresh()
+        self.request("POST", f"/topic/create?topic={t}")
+        status, _, body = self.request("POST", f"/channel/pause?topic={t}&channel=nope")
+        self.assertEqual((status, json.loads(body)["message"]), (404, "CHANNEL_NOT_FOUND"))
+
     # -- the server core -------------------------------------------------
 
     def test_404_and_405(self):
