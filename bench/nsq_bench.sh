@@ -27,6 +27,10 @@ stop() {
     kill $pid; wait $pid || true
 }
 
+http_port() {
+    grep -o 'HTTP listening on port [0-9]*' "$work/log" | awk '{print $5}'
+}
+
 run() {
     echo "== $*"
     "$build/tern-bench" --addr "127.0.0.1:$port" --duration "$dur" "$@" | sed -n '2,5p'
@@ -40,6 +44,10 @@ run --producers 16 --consumers 0 --batch 64 --size 200 --topic mpubonly
 run --producers 64 --consumers 0 --batch 1 --size 200 --topic pub200
 run --producers 16 --consumers 16 --batch 1 --size 200 --topic pubsub200
 run --producers 16 --consumers 16 --batch 1 --size 1024 --topic pubsub1k
+hp=$(http_port)
+run --http-port "$hp" --http-get /ping --producers 64 --consumers 0
+run --http-port "$hp" --producers 64 --consumers 0 --batch 1 --size 200 --topic httppub
+run --http-port "$hp" --producers 16 --consumers 16 --batch 64 --size 200 --topic httpmpub
 stop
 fi
 
