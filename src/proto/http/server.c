@@ -7,6 +7,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "proto/http/encoding.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -447,8 +448,39 @@ static bool take_large(conn_t *c, uint64_t bytes)
     return true;
 }
 
+/* Decode a gzip or zstd body in place; false when an error was answered. */
+static bool decode_body(conn_t *c)
+{
+    tn_http_request_t *r = c->req;
+    const tn_iov_t *enc = tn_http_header(&r->head, "content-encoding");
+    if (enc == NULL || tn_buf_size(&r->body) == 0)
+        return true;
+    tn_buf_t plain;
+    tn_buf_init(&plain);
+    int rc = tn_http_decode_body(*enc, tn_iov(tn_buf_data(&r->body), tn_buf_size(&r->body)),
+                                 c->route->max_body, &plain);
+    if (rc != 0) {
+        tn_buf_fini(&plain);
+        int minor = r->head.minor;
+        if (rc == UV_ENOTSUP)
+            answer_error(c, minor, 415, "UNSUPPORTED_CONTENT_ENCODING", false);
+        else if (rc == TN_ETOOBIG)
+            answer_error(c, minor, 413, c->route->too_big, false);
+        else if (rc == UV_ENOMEM)
+            answer_error(c, minor, 503, "BUSY", false);
+        else
+            answer_error(c, minor, 400, "BAD_CONTENT_ENCODING", false);
+        return false;
+    }
+    tn_buf_fini(&r->body);
+    r->body = plain;
+    return true;
+}
+
 static void dispatch(conn_t *c)
 {
+    if (!decode_body(c))
+        return;
     c->state = C_HANDLING;
     uv_timer_stop(&c->timer);
     tn_http_request_t *r = c->req;

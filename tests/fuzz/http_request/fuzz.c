@@ -2,11 +2,12 @@
  * one after another, each followed by its body (Content-Length, or chunked
  * through the decoder), with query lookups on every target. Checks: spans
  * lie inside the input, a head never claims more than it was given, a
- * refusal carries a status and a text, and decoded chunked bodies stay
- * within their limit. */
+ * refusal carries a status and a text, and decoded bodies (chunked, gzip,
+ * zstd) stay within their limit. */
 #include "core/platform.h"
 
 #include "core/err.h"
+#include "proto/http/encoding.h"
 #include "proto/http/parser.h"
 
 #include <stdlib.h>
@@ -63,6 +64,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else if (req.content_length > 0) {
             if ((uint64_t)req.content_length > size - off)
                 return 0;
+            /* A coded body decodes within its cap, or is refused. */
+            const tn_iov_t *enc = tn_http_header(&req, "content-encoding");
+            if (enc != NULL) {
+                tn_buf_t plain;
+                tn_buf_init(&plain);
+                int d = tn_http_decode_body(*enc, tn_iov(buf + off, (size_t)req.content_length),
+                                            4096, &plain);
+                if (tn_buf_size(&plain) > 4096 || (d != 0 && tn_buf_size(&plain) != 0))
+                    abort();
+                tn_buf_fini(&plain);
+            }
             off += (size_t)req.content_length;
         }
     }
