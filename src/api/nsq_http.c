@@ -417,7 +417,7 @@ static void on_nodes(tn_http_request_t *r, void *arg)
 
 /* --- topic and channel management ------------------------------------------------ */
 
-enum { OP_CREATE, OP_EMPTY, OP_PAUSE, OP_UNPAUSE };
+enum { OP_CREATE, OP_EMPTY, OP_PAUSE, OP_UNPAUSE, OP_DELETE };
 
 typedef struct {
     tn_waiter_t w;
@@ -430,6 +430,19 @@ typedef struct {
 } mgmt_t;
 
 static void mgmt_run(mgmt_t *m);
+
+static void on_deleted(void *arg, int status)
+{
+    mgmt_t *m = arg;
+    if (m->r != NULL) {
+        m->r->on_cancel = NULL;
+        if (status == 0)
+            tn_http_respond(m->r, 200, NULL, NULL, "", 0);
+        else
+            answer_error(m->r, 503, "E_STORAGE");
+    }
+    tn_free(m);
+}
 
 static void on_mgmt_cancel(tn_http_request_t *r)
 {
@@ -472,9 +485,24 @@ static void mgmt_run(mgmt_t *m)
         tn_free(m);
         return;
     }
+    if (rc == UV_EBUSY) {
+        answer_error(r, 409, "TOPIC_BEING_DELETED");
+        tn_free(m);
+        return;
+    }
     if (rc != 0) {
         answer_error(r, 503, "E_STORAGE");
         tn_free(m);
+        return;
+    }
+    if (!m->channel_op && m->op == OP_DELETE) {
+        r->on_cancel = on_mgmt_cancel;
+        rc = tn_topic_delete(t, on_deleted, m);
+        if (rc != 0) {
+            r->on_cancel = NULL;
+            answer_error(r, rc == UV_EBUSY ? 409 : 503, rc == UV_EBUSY ? "BUSY" : "E_STORAGE");
+            tn_free(m);
+        }
         return;
     }
     if (!m->channel_op) {
@@ -498,7 +526,14 @@ static void mgmt_run(mgmt_t *m)
         answer_error(r, 404, "CHANNEL_NOT_FOUND");
     else if (rc != 0)
         answer_error(r, 503, "E_STORAGE");
-    else {
+    else if (m->op == OP_DELETE) {
+        r->on_cancel = on_mgmt_cancel;
+        rc = tn_channel_delete(ch, on_deleted, m);
+        if (rc == 0)
+            return; /* on_deleted answers and frees m */
+        r->on_cancel = NULL;
+        answer_error(r, rc == UV_EBUSY ? 409 : 503, rc == UV_EBUSY ? "BUSY" : "E_STORAGE");
+    } else {
         if (m->op == OP_EMPTY)
             tn_channel_empty(ch);
         else if (m->op == OP_PAUSE || m->op == OP_UNPAUSE)
@@ -564,6 +599,8 @@ MGMT_HANDLER(on_channel_create, OP_CREATE, true)
 MGMT_HANDLER(on_channel_empty, OP_EMPTY, true)
 MGMT_HANDLER(on_channel_pause, OP_PAUSE, true)
 MGMT_HANDLER(on_channel_unpause, OP_UNPAUSE, true)
+MGMT_HANDLER(on_topic_delete, OP_DELETE, false)
+MGMT_HANDLER(on_channel_delete, OP_DELETE, true)
 
 /* --- /pub, /mpub ---------------------------------------------------------------- */
 
@@ -818,6 +855,8 @@ int tn_nsq_http_register(tn_http_server_t *srv, tn_nsq_http_t *api)
     rc = rc ? rc : tn_http_route(srv, "POST", "/channel/empty", 0, NULL, on_channel_empty, api);
     rc = rc ? rc : tn_http_route(srv, "POST", "/channel/pause", 0, NULL, on_channel_pause, api);
     rc = rc ? rc : tn_http_route(srv, "POST", "/channel/unpause", 0, NULL, on_channel_unpause, api);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/topic/delete", 0, NULL, on_topic_delete, api);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/channel/delete", 0, NULL, on_channel_delete, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/lookup", 0, NULL, on_lookup, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/topics", 0, NULL, on_topics, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/channels", 0, NULL, on_channels, api);

@@ -181,6 +181,8 @@ static void fetch_done(uv_work_t *w, int status)
         TN_LOG_RL(TN_LOG_ERROR, 10000, "reading %s/%" PRIu32 " at offset %" PRIu64 ": %s", t->name,
                   p->index, f->from + f->n, tn_strerror(f->err));
     p->fetch = NULL;
+    if (p->close_after_fetch != NULL)
+        tn__part_close_deferred(p);
     t->busy--;
     tn_free(f);
     if (!b->closing && !t->deleted)
@@ -263,7 +265,7 @@ void tn__topic_insert(tn_broker_t *b, tn_topic_t *t)
     b->ntopics++;
 }
 
-static void topic_unlink(tn_broker_t *b, tn_topic_t *t)
+void tn__topic_unlink(tn_broker_t *b, tn_topic_t *t)
 {
     tn_topic_t **pp = &b->buckets[name_hash(t->name, strlen(t->name)) & (b->nbuckets - 1)];
     while (*pp != NULL && *pp != t)
@@ -306,7 +308,7 @@ static void topic_create_done(uv_work_t *w, int status)
         TN_LOG_RL(TN_LOG_ERROR, 10000, "cannot create topic %s: %s", t->name, tn_strerror(rc));
         t->state = TN_OBJ_FAILED;
         t->err = rc;
-        topic_unlink(b, t);
+        tn__topic_unlink(b, t);
         tn__waiters_fire(&t->waiters, rc);
         tn__topic_free(t);
     } else {
@@ -332,6 +334,8 @@ int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, u
         }
         if (t->state == TN_OBJ_FAILED)
             return t->err;
+        if (t->state == TN_OBJ_DELETING)
+            return UV_EBUSY;
         if (w != NULL) {
             w->next = t->waiters;
             t->waiters = w;

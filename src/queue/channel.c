@@ -1175,3 +1175,163 @@ void tn_topic_pause(tn_topic_t *t, bool paused)
     if (!paused)
         tn__topic_pump_all(t);
 }
+
+/* --- deletion ------------------------------------------------------------------- */
+
+typedef struct {
+    void (*done)(void *arg);
+    void *arg;
+    uint32_t left;
+} drop_t;
+
+static void kick_all(tn_channel_t *ch)
+{
+    while (ch->nconsumers > 0) {
+        tn_consumer_t *c = ch->consumers;
+        if (c->kick != NULL)
+            c->kick(c);
+        if (c->ch == ch)
+            tn_consumer_detach(c); /* the door did not */
+    }
+}
+
+static void on_drop_closed(tn_chanlog_t *cl)
+{
+    drop_t *d = cl->data;
+    if (--d->left == 0) {
+        d->done(d->arg);
+        tn_free(d);
+    }
+}
+
+uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg)
+{
+    if (ch->ephemeral) {
+        /* Gone with its last consumer. */
+        bool had = ch->nconsumers > 0;
+        kick_all(ch);
+        if (!had) {
+            channel_unlink(ch);
+            ch->deleted = true;
+            if (ch->busy == 0)
+                tn__channel_free(ch);
+        }
+        return 0;
+    }
+    ch->busy++;
+    kick_all(ch);
+    channel_unlink(ch);
+    ch->deleted = true;
+    drop_t *d = tn_calloc(1, sizeof(*d));
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < ch->topic->nparts; i++) {
+        tn_chpart_t *cp = &ch->parts[i];
+        tn__broker_rewake(cp);
+        if (cp->cl == NULL)
+            continue;
+        cp->broken = true;
+        if (d != NULL) {
+            cp->cl->data = d;
+            d->left++;
+            n++;
+            tn_chanlog_close(cp->cl, on_drop_closed);
+        } else {
+            tn_chanlog_close(cp->cl, NULL); /* out of memory: not waited for */
+        }
+        cp->cl = NULL;
+    }
+    if (d != NULL) {
+        d->done = done;
+        d->arg = arg;
+        if (d->left == 0)
+            tn_free(d);
+    }
+    ch->busy--;
+    if (ch->busy == 0)
+        tn__channel_free(ch);
+    return n;
+}
+
+typedef struct {
+    uv_work_t work;
+    tn_broker_t *b;
+    char *topic;
+    char *channel;
+    uint32_t nparts;
+    tn_delete_cb cb;
+    void *arg;
+    int rc;
+} chdel_t;
+
+static void chdel_work(uv_work_t *w)
+{
+    chdel_t *d = TN_CONTAINER_OF(w, chdel_t, work);
+    /* Partition 0 last: while its checkpoint exists the channel exists. */
+    for (uint32_t i = d->nparts; i-- > 0;) {
+        int rc = tn_chanlog_delete(d->b->store, d->topic, i, d->channel);
+        if (rc != 0 && rc != UV_ENOENT && d->rc == 0)
+            d->rc = rc;
+    }
+}
+
+static void chdel_done(uv_work_t *w, int status)
+{
+    chdel_t *d = TN_CONTAINER_OF(w, chdel_t, work);
+    tn_broker_t *b = d->b;
+    if (d->rc == 0 && status != 0)
+        d->rc = status;
+    if (d->rc != 0)
+        TN_LOG(TN_LOG_ERROR, "deleting channel %s of %s: %s", d->channel, d->topic,
+               tn_strerror(d->rc));
+    else
+        TN_LOG(TN_LOG_INFO, "channel %s of %s deleted", d->channel, d->topic);
+    if (d->cb != NULL)
+        d->cb(d->arg, d->rc);
+    tn_free(d->topic);
+    tn_free(d->channel);
+    tn_free(d);
+    tn__broker_work_done(b);
+}
+
+static void chdel_start(void *arg)
+{
+    chdel_t *d = arg;
+    if (uv_queue_work(d->b->loop, &d->work, chdel_work, chdel_done) != 0) {
+        d->rc = UV_ENOMEM;
+        d->b->workers++;
+        chdel_done(&d->work, 0);
+        return;
+    }
+    d->b->workers++;
+}
+
+int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg)
+{
+    if (ch->state != TN_OBJ_READY || ch->deleted)
+        return UV_EBUSY;
+    tn_broker_t *b = ch->topic->broker;
+    if (ch->ephemeral) {
+        tn__channel_drop(ch, NULL, NULL);
+        if (cb != NULL)
+            cb(arg, 0);
+        return 0;
+    }
+    chdel_t *d = tn_calloc(1, sizeof(*d));
+    if (d == NULL)
+        return UV_ENOMEM;
+    d->b = b;
+    d->topic = tn_strdup(ch->topic->name);
+    d->channel = tn_strdup(ch->name);
+    d->nparts = ch->topic->nparts;
+    d->cb = cb;
+    d->arg = arg;
+    if (d->topic == NULL || d->channel == NULL) {
+        tn_free(d->topic);
+        tn_free(d->channel);
+        tn_free(d);
+        return UV_ENOMEM;
+    }
+    if (tn__channel_drop(ch, chdel_start, d) == 0)
+        chdel_start(d);
+    return 0;
+}

@@ -34,9 +34,12 @@ void tn__cache_drop_part(tn_part_t *p);
 void tn__part_fetch(tn_part_t *p, uint64_t from);
 void tn__broker_work_done(tn_broker_t *b);
 int64_t tn__ttl_for(const tn_broker_t *b, const char *name);
+void tn__topic_unlink(tn_broker_t *b, tn_topic_t *t);
 tn_topic_t *tn__topic_find(tn_broker_t *b, const char *name, size_t len);
 
 /* topic.c */
+/* Close a partition log whose deletion waited for a read to end. */
+void tn__part_close_deferred(tn_part_t *p);
 void tn__part_ready(tn_part_t *p);
 void tn__broker_unstarve(tn_broker_t *b);
 void tn__topic_pump_all(tn_topic_t *t);
@@ -47,6 +50,11 @@ void tn__topic_insert(tn_broker_t *b, tn_topic_t *t);
 tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t nparts);
 
 /* channel.c */
+/* Kick the consumers of ch, unlink it from its topic and close its channel
+ * logs; done(arg) runs once they are closed (at once for an ephemeral
+ * channel, which is gone when this returns). Returns the number of logs
+ * being closed. */
+uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg);
 /* Free the pooled channel-log requests (at broker close). */
 void tn__channel_spares_free(void);
 void tn__channel_pump(tn_channel_t *ch);

@@ -108,7 +108,7 @@ int tn_broker_opts_from_config(tn_broker_opts_t *o, const tn_config_t *cfg, char
                                size_t errlen);
 void tn_broker_opts_fini(tn_broker_opts_t *o);
 
-typedef enum { TN_OBJ_CREATING = 0, TN_OBJ_READY, TN_OBJ_FAILED } tn_obj_state_t;
+typedef enum { TN_OBJ_CREATING = 0, TN_OBJ_READY, TN_OBJ_FAILED, TN_OBJ_DELETING } tn_obj_state_t;
 
 /* Waiting for a topic or channel being created: cb runs on the loop thread
  * with 0 or the error that failed the creation. Caller-owned. */
@@ -149,9 +149,10 @@ struct tn_part_s {
     uint64_t ring_bytes;
     tn_part_t *hot_prev; /* broker's list of partitions with a non-empty ring */
     tn_part_t *hot_next;
-    tn_u64map_t cache;     /* cold: offset -> tn_centry_t */
-    tn_fetch_t *fetch;     /* the read in progress, or NULL */
-    uint64_t first_offset; /* lowest offset kept, as of the last GC */
+    tn_u64map_t cache;       /* cold: offset -> tn_centry_t */
+    tn_fetch_t *fetch;       /* the read in progress, or NULL */
+    void *close_after_fetch; /* topic deletion waiting for that read */
+    uint64_t first_offset;   /* lowest offset kept, as of the last GC */
     /* Every offset below this is on disk or has had its append completion
      * run here (so its body is in the tail cache): delivery scans stop
      * there, so a record made visible a moment before its completion is
@@ -247,6 +248,9 @@ struct tn_consumer_s {
     uint32_t sample_rate;   /* 0: all; else deliver this many of each 100 */
     uint32_t sample_n;
     tn_deliver_cb deliver;
+    /* Optional: its channel or topic is being deleted: the door drops the
+     * client (detaching it). Without it the engine detaches it. */
+    void (*kick)(tn_consumer_t *c);
     /* Optional: append this consumer's /stats client object (JSON) to out. */
     void (*describe)(tn_consumer_t *c, tn_buf_t *out);
     void *data;
@@ -402,5 +406,13 @@ int tn_channel_empty(tn_channel_t *ch);
 /* Pause or unpause delivery on every channel of a topic (publishes go on).
  * Held in memory: a restart unpauses. */
 void tn_topic_pause(tn_topic_t *t, bool paused);
+
+/* Deletion: consumers are kicked, in-flight messages dropped, files
+ * removed (durably, before cb). cb (may be NULL) runs on the loop thread
+ * with 0 or an error once it is done; the object is gone by then. While a
+ * topic is being deleted, looking it up gives UV_EBUSY. */
+typedef void (*tn_delete_cb)(void *arg, int status);
+int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg);
+int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg);
 
 #endif

@@ -290,3 +290,107 @@ int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
     p->topic = t;
     return append_to(t, p);
 }
+
+/* --- deletion ---------------------------------------------------------------------- */
+
+typedef struct {
+    uv_work_t work;
+    tn_topic_t *t;
+    uint32_t left; /* channel logs and partition logs still closing */
+    tn_delete_cb cb;
+    void *arg;
+    int rc;
+} tdel_t;
+
+static void tdel_work(uv_work_t *w)
+{
+    tdel_t *d = TN_CONTAINER_OF(w, tdel_t, work);
+    d->rc = tn_store_remove_topic(d->t->broker->store, d->t->name);
+}
+
+static void tdel_done(uv_work_t *w, int status)
+{
+    tdel_t *d = TN_CONTAINER_OF(w, tdel_t, work);
+    tn_topic_t *t = d->t;
+    tn_broker_t *b = t->broker;
+    int rc = d->rc != 0 ? d->rc : status;
+    if (rc != 0)
+        TN_LOG(TN_LOG_ERROR, "deleting topic %s: %s", t->name, tn_strerror(rc));
+    else
+        TN_LOG(TN_LOG_INFO, "topic %s deleted", t->name);
+    tn__topic_unlink(b, t);
+    if (d->cb != NULL)
+        d->cb(d->arg, rc);
+    tn_free(d);
+    t->deleted = true;
+    t->busy--;
+    if (t->busy == 0)
+        tn__topic_free(t);
+    tn__broker_work_done(b);
+}
+
+static void tdel_step(void *arg)
+{
+    tdel_t *d = arg;
+    if (--d->left > 0)
+        return;
+    tn_broker_t *b = d->t->broker;
+    b->workers++;
+    if (uv_queue_work(b->loop, &d->work, tdel_work, tdel_done) != 0) {
+        d->rc = UV_ENOMEM;
+        tdel_done(&d->work, 0);
+    }
+}
+
+static void on_tdel_plog_closed(tn_plog_t *plog)
+{
+    tdel_step(plog->data);
+}
+
+void tn__part_close_deferred(tn_part_t *p)
+{
+    void *d = p->close_after_fetch;
+    p->close_after_fetch = NULL;
+    p->plog->on_progress = NULL;
+    p->plog->data = d;
+    tn_plog_close(p->plog, on_tdel_plog_closed);
+    p->plog = NULL;
+}
+
+int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg)
+{
+    if (t->state != TN_OBJ_READY)
+        return UV_EBUSY;
+    /* A channel being created reads the logs on a worker thread. */
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        if (ch->state != TN_OBJ_READY)
+            return UV_EBUSY;
+    tdel_t *d = tn_calloc(1, sizeof(*d));
+    if (d == NULL)
+        return UV_ENOMEM;
+    d->t = t;
+    d->cb = cb;
+    d->arg = arg;
+    d->left = 1; /* held until everything is asked to close */
+    t->state = TN_OBJ_DELETING;
+    t->busy++;
+    while (t->channels != NULL)
+        d->left += tn__channel_drop(t->channels, tdel_step, d);
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        tn_part_t *p = &t->parts[i];
+        if (p->plog == NULL)
+            continue;
+        d->left++;
+        if (p->fetch != NULL) {
+            /* A worker is reading this log: close it when the read ends. */
+            p->close_after_fetch = d;
+            continue;
+        }
+        p->plog->on_progress = NULL;
+        p->plog->data = d;
+        tn_plog_close(p->plog, on_tdel_plog_closed);
+        p->plog = NULL;
+    }
+    tdel_step(d);
+    return 0;
+}

@@ -183,6 +183,8 @@ static void store_free(tn_store_t *store)
     tn_free(store);
 }
 
+static void rm_children(const char *dir);
+
 int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out, char *err,
                   size_t errlen)
 {
@@ -221,14 +223,17 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
     }
     if ((rc = take_lock(store, err, errlen)) != 0 || (rc = check_format(store, err, errlen)) != 0)
         goto fail;
-    char meta[4096];
+    char meta[4096], trash[4096];
     snprintf(meta, sizeof(meta), "%s/meta", store->path);
+    snprintf(trash, sizeof(trash), "%s/trash", store->path);
     if ((rc = tn_io_mkdir_p(store->topics_path, 0755)) != 0 ||
-        (rc = tn_io_mkdir_p(meta, 0755)) != 0) {
+        (rc = tn_io_mkdir_p(meta, 0755)) != 0 || (rc = tn_io_mkdir_p(trash, 0755)) != 0) {
         tn_errbuf(err, errlen, "cannot create directories under %s: %s", store->path,
                   tn_strerror(rc));
         goto fail;
     }
+    /* What a deletion moved to trash/ before a crash is finished off. */
+    rm_children(trash);
     tn__disk_check(store);
 
     store->logc.store = store;
@@ -318,6 +323,52 @@ void tn_store_close(tn_store_t *store, tn_store_close_cb cb)
     for (tn_plog_t *p = store->plogs; p != NULL; p = p->next_open)
         tn_plog_close(p, NULL);
     uv_mutex_unlock(&store->open_lock);
+}
+
+/* Remove everything under dir (not dir itself). Best effort: what cannot
+ * be removed stays for the next attempt. */
+static void rm_children(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            rm_children(path);
+            rmdir(path);
+        } else {
+            unlink(path);
+        }
+    }
+    closedir(d);
+}
+
+int tn_store_remove_topic(tn_store_t *store, const char *topic)
+{
+    char from[4096], to[4400], trash[4000];
+    snprintf(from, sizeof(from), "%s/%s", store->topics_path, topic);
+    snprintf(trash, sizeof(trash), "%s/trash", store->path);
+    snprintf(to, sizeof(to), "%s/%.255s.%lld", trash, topic, (long long)tn_now_wall_ns());
+    /* The rename is the commit point: once it is durable the topic is gone
+     * at the next start, whatever happens to the removal below. */
+    int rc = tn_io_rename(from, to);
+    if (rc == UV_ENOENT)
+        return 0;
+    if (rc != 0)
+        return rc;
+    if ((rc = tn_io_fsync_dir(store->topics_path)) != 0 || (rc = tn_io_fsync_dir(trash)) != 0)
+        return rc;
+    rm_children(to);
+    rmdir(to);
+    return 0;
 }
 
 int tn_store_list_topics(tn_store_t *store, tn_store_topic_cb cb, void *arg)

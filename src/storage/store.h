@@ -8,6 +8,7 @@
  *                                <base>.idx sidecars, <channel>.wal and
  *                                <channel>.ckpt channel state
  *   meta/                        metastore (Raft log and snapshots)
+ *   trash/                       deleted topics on their way out
  *
  * The store owns two committer threads: one for partition log appends (and
  * segment rolls, GC, background syncs, the disk check), one for channel WAL
@@ -101,6 +102,12 @@ int tn_store_list_topics(tn_store_t *store, tn_store_topic_cb cb, void *arg);
 typedef int (*tn_store_partition_cb)(void *arg, const char *topic, uint32_t partition);
 int tn_store_list_partitions(tn_store_t *store, const char *topic, tn_store_partition_cb cb,
                              void *arg);
+
+/* Remove a topic's directory (its logs and channel logs closed): renamed
+ * into trash/ (durably: the topic is gone from then on, even after a
+ * crash), then deleted; a start clears what a crash left in trash/.
+ * Blocks on disk: call from a worker thread. 0 or an I/O error. */
+int tn_store_remove_topic(tn_store_t *store, const char *topic);
 
 /* Whether disk usage is above the high watermark (any thread). */
 static inline bool tn_store_disk_high(tn_store_t *store)

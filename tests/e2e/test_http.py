@@ -259,6 +259,38 @@ class HTTP(unittest.TestCase):
         self.assertEqual(self.request("POST", f"/topic/unpause?topic={t}")[0], 200)
         c.close()
 
+    def test_topic_and_channel_delete(self):
+        t = fresh()
+        self.request("POST", f"/mpub?topic={t}", b"old1\nold2\n")
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.sub(t, "c")
+        c.rdy(1)
+        c.read_message()
+        other = Conn(self.d.tcp_port)
+        other.identify()
+        other.sub(t, "c2")
+        # Deleting a channel disconnects its consumers and removes its files.
+        self.assertEqual(self.request("POST", f"/channel/delete?topic={t}&channel=c2")[0], 200)
+        self.assertTrue(other.expect_closed())
+        self.assertEqual(json.loads(self.request("GET", f"/channels?topic={t}")[2]),
+                         {"channels": ["c"]})
+        pdir = os.path.join(self.dir, "data", "topics", t, "0")
+        self.assertFalse(os.path.exists(os.path.join(pdir, "c2.ckpt")))
+        self.assertEqual(self.request("POST", f"/channel/delete?topic={t}&channel=c2")[0], 404)
+        # Deleting the topic: consumers gone, directory gone, name free again.
+        self.assertEqual(self.request("POST", f"/topic/delete?topic={t}")[0], 200)
+        self.assertTrue(c.expect_closed())
+        self.assertNotIn(t, json.loads(self.request("GET", "/topics")[2])["topics"])
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "data", "topics", t)))
+        self.assertEqual(self.request("POST", f"/topic/delete?topic={t}")[0], 404)
+        self.request("POST", f"/pub?topic={t}", b"new")
+        st = json.loads(self.request("GET", f"/stats?format=json&topic={t}")[2])
+        self.assertEqual(st["topics"][0]["message_count"], 1)
+        self.assertEqual(self.consume(t, 1)[0].body, b"new")
+        c.close()
+        other.close()
+
     def test_management_errors(self):
         cases = [
             ("/topic/create", 400, "MISSING_ARG_TOPIC"),

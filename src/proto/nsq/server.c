@@ -485,6 +485,12 @@ static void on_describe(tn_consumer_t *cons, tn_buf_t *out)
     tn_buf_append(out, line, (size_t)n);
 }
 
+/* Its channel or topic is being deleted: drop the client, as nsqd does. */
+static void on_kick(tn_consumer_t *cons)
+{
+    conn_close(cons->data);
+}
+
 /* --- publishes ------------------------------------------------------------------ */
 
 static void answer_publishes(conn_t *c)
@@ -639,6 +645,7 @@ static void sub_continue(conn_t *c)
     c->topic = t;
     c->consumer.deliver = on_deliver;
     c->consumer.describe = on_describe;
+    c->consumer.kick = on_kick;
     c->consumer.data = c;
     c->consumer.timeout_ms = c->opts.msg_timeout_ms + c->opts.output_buffer_timeout_ms;
     c->consumer.sample_rate = (uint32_t)c->opts.sample_rate;

@@ -610,6 +610,57 @@ static void test_backlog_kept_across_restart_then_gc(void **state)
     qfx_free(q);
 }
 
+static bool deleted_flag;
+static int deleted_status;
+
+static void on_deleted(void *arg, int status)
+{
+    (void)arg;
+    deleted_flag = true;
+    deleted_status = status;
+}
+
+static bool is_deleted(void *arg)
+{
+    (void)arg;
+    return deleted_flag;
+}
+
+static void test_delete_survives_restart(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *keep = channel(q, "t", "keep");
+    tn_channel_t *gone = channel(q, "t", "gone");
+    (void)keep;
+    sink_t s;
+    attach(&s, gone, 10, 60000);
+    publish(q, "t", "m", 0);
+    expect_n(q, &s, 1);
+    deleted_flag = false;
+    assert_int_equal(tn_channel_delete(gone, on_deleted, NULL), 0);
+    assert_null(s.c.ch); /* its consumer was detached */
+    assert_true(run_until(q, is_deleted, NULL));
+    assert_int_equal(deleted_status, 0);
+    publish(q, "other", "x", 0);
+    restart(q);
+    tn_topic_t *t;
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
+    tn_channel_t *ch;
+    assert_int_equal(tn_topic_channel(t, "gone", 4, false, NULL, &ch), TN_ENOTFOUND);
+    assert_int_equal(tn_topic_channel(t, "keep", 4, false, NULL, &ch), 0);
+    deleted_flag = false;
+    assert_int_equal(tn_topic_delete(t, on_deleted, NULL), 0);
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, true, 0, NULL, &t), UV_EBUSY);
+    assert_true(run_until(q, is_deleted, NULL));
+    assert_int_equal(deleted_status, 0);
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), TN_ENOTFOUND);
+    restart(q);
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), TN_ENOTFOUND);
+    assert_int_equal(tn_broker_topic(q->b, "other", 5, false, 0, NULL, &t), 0);
+    qfx_free(q);
+}
+
 static void test_bad_names(void **state)
 {
     (void)state;
@@ -643,6 +694,7 @@ int main(void)
         cmocka_unit_test(test_restart_keeps_fins_and_redelivers_the_rest),
         cmocka_unit_test(test_pause_and_empty),
         cmocka_unit_test(test_backlog_kept_across_restart_then_gc),
+        cmocka_unit_test(test_delete_survives_restart),
         cmocka_unit_test(test_bad_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
