@@ -204,6 +204,8 @@ int main(int argc, char **argv)
         } else {
             tn_http_opts_t hopts;
             tn_http_opts_default(&hopts);
+            hopts.max_connections = (uint32_t)cfg.http_max_connections;
+            hopts.large_body_budget = (uint64_t)cfg.http_large_body_budget;
             tn_nsq_http_init(&d.api, &cfg, TN_VERSION);
             d.api.broker = d.broker;
             d.api.tcp_port = tn_nsq_server_port(d.nsq);

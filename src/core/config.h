@@ -59,6 +59,8 @@ typedef struct tn_config_s {
     char *tcp_address;
     char *http_address;
     char *broadcast_address;
+    int64_t http_max_connections;
+    int64_t http_large_body_budget;
     int64_t node_id;
     int64_t max_connections;
     /* NSQ protocol (nsqd's flags) */

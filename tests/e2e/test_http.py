@@ -413,6 +413,61 @@ class HTTP(unittest.TestCase):
         self.assertTrue(out.startswith(b"HTTP/1.1 505"), out)
 
 
+class HTTPBounds(unittest.TestCase):
+    """Bounds that need their own daemon: the connection cap and the
+    node-wide budget for large bodies."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tern-http-")
+        self.d = Daemon(os.path.join(self.dir, "data"), "--http-max-connections=2",
+                        "--http-large-body-budget=2MiB")
+        self.d.wait_for("ready")
+        self.port = self.d.http_port
+
+    def tearDown(self):
+        rc = self.d.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.assertEqual(rc, 0)
+
+    def test_extra_connections_wait_in_the_backlog(self):
+        a = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        b = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        a.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertIn(b"200 OK", a.recv(1000))
+        # The third connects (the kernel's backlog) but is not served...
+        c = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        c.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        c.settimeout(0.5)
+        with self.assertRaises(socket.timeout):
+            c.recv(1000)
+        # ...until one of the first two closes.
+        a.close()
+        c.settimeout(5)
+        self.assertIn(b"200 OK", c.recv(1000))
+        b.close()
+        c.close()
+
+    def test_large_bodies_share_a_budget(self):
+        t = fresh()
+        # One 1.5 MiB body declared and stalled holds most of the 2 MiB...
+        a = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        a.sendall(f"POST /mpub?topic={t} HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Length: {1536 * 1024}\r\n\r\n".encode() + b"x" * 1000)
+        time.sleep(0.2)
+        # ...so a second large one is refused with 503 and Retry-After.
+        b = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        b.sendall(f"POST /mpub?topic={t} HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Length: {1536 * 1024}\r\n\r\n".encode())
+        out = b.recv(1000)
+        self.assertTrue(out.startswith(b"HTTP/1.1 503"), out)
+        self.assertIn(b"Retry-After: 1", out)
+        # Small bodies are not affected.
+        status = HTTP.request(self, "POST", f"/pub?topic={t}", b"small")[0]
+        self.assertEqual(status, 200)
+        a.close()
+        b.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)
