@@ -23,6 +23,7 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "api/metrics.h"
 #include "api/nsq_http.h"
 #include "proto/http/server.h"
 #include "proto/nsq/server.h"
@@ -42,7 +43,9 @@ typedef struct {
     tn_broker_t *broker;
     tn_nsq_server_t *nsq;
     tn_http_server_t *http;
+    tn_http_server_t *metrics_http; /* NULL: /metrics is on the API port */
     tn_nsq_http_t api;
+    tn_metrics_t metrics;
     uv_signal_t sigint;
     uv_signal_t sigterm;
     int rc;
@@ -71,6 +74,12 @@ static void on_nsq_closed(void *arg)
 static void on_http_closed(void *arg)
 {
     daemon_t *d = arg;
+    if (d->metrics_http != NULL) {
+        tn_http_server_t *m = d->metrics_http;
+        d->metrics_http = NULL;
+        tn_http_server_close(m, on_http_closed, d);
+        return;
+    }
     if (d->nsq != NULL)
         tn_nsq_server_close(d->nsq, on_nsq_closed, d);
     else
@@ -213,6 +222,24 @@ int main(int argc, char **argv)
             if (rc == 0) {
                 d.api.http_port = tn_http_server_port(d.http);
                 rc = tn_nsq_http_register(d.http, &d.api);
+            }
+            d.metrics.api = &d.api;
+            d.metrics.nsq = d.nsq;
+            d.metrics.http = d.http;
+            d.metrics.max_topics = (uint32_t)cfg.metrics_max_topics;
+            if (rc == 0 && cfg.metrics_address[0] != '\0') {
+                tn_http_opts_t mopts;
+                tn_http_opts_default(&mopts);
+                mopts.max_connections = 64;
+                rc = tn_http_server_start(&loop, &mopts, cfg.metrics_address, &d.metrics_http, err,
+                                          sizeof(err));
+                if (rc == 0) {
+                    rc = tn_metrics_register(d.metrics_http, &d.metrics);
+                    TN_LOG(TN_LOG_NOTICE, "metrics listening on port %d (%s)",
+                           tn_http_server_port(d.metrics_http), cfg.metrics_address);
+                }
+            } else if (rc == 0) {
+                rc = tn_metrics_register(d.http, &d.metrics);
             }
             if (rc != 0) {
                 TN_LOG(TN_LOG_ERROR, "%s", err[0] ? err : "cannot start the HTTP server");

@@ -60,6 +60,8 @@ typedef struct tn_config_s {
     char *http_address;
     char *broadcast_address;
     int64_t http_max_connections;
+    char *metrics_address;
+    int64_t metrics_max_topics;
     int64_t http_large_body_budget;
     int64_t node_id;
     int64_t max_connections;

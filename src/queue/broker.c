@@ -630,6 +630,8 @@ int tn_broker_open(uv_loop_t *loop, tn_store_t *store, const tn_broker_opts_t *o
     b->timer_at = INT64_MAX;
     b->nonce_seed = (uint32_t)tn_now_wall_ns() * 2654435761u;
     tn_heap_init(&b->wakes);
+    tn_hist_init(&b->pub_hist);
+    tn_hist_init(&b->walop_hist);
     uv_idle_init(loop, &b->idle);
     b->idle.data = b;
     uv_timer_init(loop, &b->timer);

@@ -21,6 +21,7 @@ typedef struct walop_s {
     tn_walop_t op;
     tn_chpart_t *cp;
     uint64_t frontier_after;
+    int64_t start_ns;
     struct walop_s *next_spare;
 } walop_t;
 
@@ -69,6 +70,7 @@ static void on_walop(tn_walop_t *op, int status)
     tn_channel_t *ch = cp->ch;
     tn_broker_t *b = ch->topic->broker;
     if (status == 0) {
+        tn_hist_observe(&b->walop_hist, tn_now_mono_ns() - w->start_ns);
         if (w->frontier_after > cp->synced_frontier)
             cp->synced_frontier = w->frontier_after;
     } else if (!cp->broken && status != TN_ECLOSED) {
@@ -98,6 +100,7 @@ static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
         return UV_ENOMEM;
     w->cp = cp;
     w->frontier_after = cp->cur.frontier;
+    w->start_ns = tn_now_mono_ns();
     w->op.data = w;
     rc = tn_chanlog_submit(cp->cl, &w->op, rec, on_walop);
     if (rc != 0) {

@@ -62,6 +62,7 @@
 #include "core/buf.h"
 #include "core/config.h"
 #include "core/heap.h"
+#include "core/hist.h"
 #include "core/u64map.h"
 #include "queue/lease.h"
 #include "storage/chanlog.h"
@@ -278,6 +279,7 @@ struct tn_pub_s {
     tn_msg_t *msg1;
     tn_rec_in_t rec1;
     int64_t deliver_at_ms;
+    int64_t start_ns;
     tn_pub_cb cb;
 };
 
@@ -312,6 +314,10 @@ struct tn_broker_s {
     void (*close_cb)(tn_broker_t *b);
     uint32_t handles_open;
     uint32_t nonce_seed;
+    /* latency: publish to its durability boundary; channel-log records
+     * (FIN, REQ, ...) to their fdatasync */
+    tn_hist_t pub_hist;
+    tn_hist_t walop_hist;
     /* counters */
     uint64_t timeouts;
     uint64_t dlq_moves;

@@ -216,6 +216,7 @@ static void on_appended(tn_append_t *req, int status)
     tn_part_t *part = &t->parts[p->partition];
     t->busy--;
     if (status == 0) {
+        tn_hist_observe(&t->broker->pub_hist, tn_now_mono_ns() - p->start_ns);
         p->first_offset = req->first_offset;
         if (req->first_offset + p->n > part->appended_next)
             part->appended_next = req->first_offset + p->n;
@@ -277,6 +278,7 @@ int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
     p->broker = b;
     p->cb = cb;
     p->deliver_at_ms = deliver_at_ms;
+    p->start_ns = tn_now_mono_ns();
     p->wait.cb = on_topic_ready;
     p->wait.data = p;
     tn_topic_t *t = NULL;

@@ -19,6 +19,7 @@
 #include "core/assert.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/time.h"
 #include "storage/io.h"
 #include "storage/wal.h"
 
@@ -359,7 +360,9 @@ void tn__chanlog_round(tn__committer_t *c, tn__sreq_t *round)
     for (tn_chanlog_t *cl = logs; cl != NULL; cl = cl->rnext) {
         int rc = atomic_load(&cl->err);
         if (rc == 0 && cl->synced < cl->wal_size) {
+            int64_t t0 = tn_now_mono_ns();
             rc = tn_io_fdatasync(cl->fd);
+            tn_hist_observe(&cl->store->walsync_hist, tn_now_mono_ns() - t0);
             if (rc != 0)
                 set_sticky(cl, rc, "fdatasync of the WAL");
             else

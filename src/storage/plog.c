@@ -639,7 +639,9 @@ static int sync_log(tn_plog_t *plog)
         return atomic_load(&plog->err);
     tn_seg_t *seg = active_seg(plog);
     uint64_t written = atomic_load(&plog->written_next);
+    int64_t t0 = tn_now_mono_ns();
     int rc = tn_io_fdatasync(seg->fd);
+    tn_hist_observe(&plog->store->fsync_hist, tn_now_mono_ns() - t0);
     if (rc != 0) {
         set_sticky(plog, rc, "fdatasync of segment %" PRIu64, seg->base);
         return rc;

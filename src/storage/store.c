@@ -193,6 +193,8 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
         return UV_ENOMEM;
     store->loop = loop;
     store->opts = *opts;
+    tn_hist_init(&store->fsync_hist);
+    tn_hist_init(&store->walsync_hist);
     store->lock_fd = -1;
     store->opts.data_path = NULL;
     int rc = uv_mutex_init(&store->done_lock);

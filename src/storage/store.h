@@ -23,6 +23,7 @@
 #include "core/platform.h"
 
 #include "core/config.h"
+#include "core/hist.h"
 #include "storage/commit.h"
 
 #include <stdatomic.h>
@@ -70,6 +71,8 @@ struct tn_store_s {
     tn__sreq_t *done_tail;
     tn__committer_t logc;
     tn__committer_t walc;
+    tn_hist_t fsync_hist;   /* fdatasync of partition logs (storage threads write it) */
+    tn_hist_t walsync_hist; /* fdatasync of channel logs */
     atomic_bool disk_high;
     atomic_int disk_used_pct;
     atomic_uint_fast64_t disk_free;

@@ -24,6 +24,7 @@ class Daemon:
         self.lines = []
         self.tcp_port = None
         self.http_port = None
+        self.metrics_port = None
 
     def wait_for(self, text, timeout=30):
         deadline = time.monotonic() + timeout
@@ -34,6 +35,8 @@ class Daemon:
             self.lines.append(line)
             if "NSQ TCP listening on port " in line:
                 self.tcp_port = int(line.split("listening on port ")[1].split()[0])
+            if "metrics listening on port " in line:
+                self.metrics_port = int(line.split("listening on port ")[1].split()[0])
             if "HTTP listening on port " in line:
                 self.http_port = int(line.split("listening on port ")[1].split()[0])
             if text in line:

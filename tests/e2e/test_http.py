@@ -338,6 +338,32 @@ class HTTP(unittest.TestCase):
         self.assertEqual((status, out), (200, b"OK"))
         self.assertEqual(self.consume(t2, 1)[0].body, b"zstd!")
 
+    def test_metrics(self):
+        t = fresh()
+        self.request("POST", f"/pub?topic={t}", b"m")
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.sub(t, "mc")
+        c.rdy(1)
+        c.read_message()
+        status, headers, body = self.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+        text = body.decode()
+        for needle in ("tern_publish_duration_seconds_bucket{le=\"+Inf\"}",
+                       "tern_fsync_duration_seconds_count{log=\"partition\"}",
+                       "tern_inflight_messages ", "tern_nsq_connections ",
+                       f"tern_topic_messages_total{{topic=\"{t}\"}} 1",
+                       f"tern_channel_in_flight{{topic=\"{t}\",channel=\"mc\"}} 1",
+                       "tern_nsq_errors_total{code=\"E_INVALID\"}",
+                       "tern_http_responses_total{class=\"2xx\"}", "tern_disk_high 0"):
+            self.assertIn(needle, text)
+        # Every sample line parses: name{labels} value.
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                float(line.rsplit(" ", 1)[1])
+        c.close()
+
     # -- the server core -------------------------------------------------
 
     def test_404_and_405(self):
@@ -466,6 +492,34 @@ class HTTPBounds(unittest.TestCase):
         self.assertEqual(status, 200)
         a.close()
         b.close()
+
+
+class MetricsListener(unittest.TestCase):
+    def test_separate_listener_and_topic_cap(self):
+        d = tempfile.mkdtemp(prefix="tern-http-")
+        try:
+            dm = Daemon(os.path.join(d, "data"), "--metrics-address=127.0.0.1:0",
+                        "--metrics-max-topics=1")
+            dm.wait_for("ready")
+            for name in ("ma", "mb", "mc"):
+                c = http.client.HTTPConnection("127.0.0.1", dm.http_port, timeout=10)
+                c.request("POST", f"/pub?topic={name}", body=b"x")
+                c.getresponse().read()
+                c.close()
+            c = http.client.HTTPConnection("127.0.0.1", dm.metrics_port, timeout=10)
+            c.request("GET", "/metrics")
+            text = c.getresponse().read().decode()
+            c.close()
+            self.assertIn("tern_metrics_topics_omitted 2", text)
+            self.assertEqual(text.count("tern_topic_messages_total{"), 1)
+            # Not on the API port when it has a listener of its own.
+            c = http.client.HTTPConnection("127.0.0.1", dm.http_port, timeout=10)
+            c.request("GET", "/metrics")
+            self.assertEqual(c.getresponse().status, 404)
+            c.close()
+            self.assertEqual(dm.stop(), 0)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def main():

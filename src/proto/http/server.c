@@ -72,6 +72,8 @@ struct tn_http_server_s {
     bool closing;
     uint32_t refs;
     uint64_t large_in_use;
+    uint64_t requests;
+    uint64_t by_status[6];
     void (*close_cb)(void *arg);
     void *close_arg;
 };
@@ -325,6 +327,9 @@ static void write_answer(conn_t *c, int minor, int status, const char *ctype, co
                          const void *body, size_t len, bool head_only)
 {
     bool keep = !c->close_after;
+    c->srv->requests++;
+    if (status >= 100 && status < 600)
+        c->srv->by_status[status / 100]++;
     int rc = append_fmt(&c->out, "HTTP/1.%d %d %s\r\nServer: %s\r\nContent-Length: %zu\r\n", minor,
                         status, tn_http_reason(status), c->srv->opts.server_name, len);
     if (rc == 0 && ctype != NULL)
@@ -831,6 +836,14 @@ int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char
                                           : ntohs(((struct sockaddr_in *)&bound)->sin_port);
     *out = s;
     return 0;
+}
+
+void tn_http_server_stats(const tn_http_server_t *s, tn_http_server_stats_t *out)
+{
+    out->connections = s->nconns;
+    out->requests = s->requests;
+    memcpy(out->by_status, s->by_status, sizeof(out->by_status));
+    out->large_body_bytes = s->large_in_use;
 }
 
 int tn_http_server_port(const tn_http_server_t *s)

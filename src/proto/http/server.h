@@ -76,6 +76,15 @@ void tn_http_opts_default(tn_http_opts_t *o);
 int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char *addr,
                          tn_http_server_t **out, char *err, size_t errlen);
 int tn_http_server_port(const tn_http_server_t *s);
+
+typedef struct {
+    uint32_t connections;
+    uint64_t requests;
+    uint64_t by_status[6];     /* answers by class: [1] 1xx .. [5] 5xx */
+    uint64_t large_body_bytes; /* budget in use */
+} tn_http_server_stats_t;
+
+void tn_http_server_stats(const tn_http_server_t *s, tn_http_server_stats_t *out);
 /* Close the listener and every connection (parked requests are
  * cancelled); cb runs when all is closed. */
 void tn_http_server_close(tn_http_server_t *s, void (*cb)(void *arg), void *arg);

@@ -114,6 +114,8 @@ struct tn_nsq_server_s {
     uint32_t nconns;
     bool closing;
     uint32_t refs; /* listener + connections */
+    uint64_t errors[TN_NSQ_E_THROTTLED + 1];
+    uint64_t refused;
     void (*close_cb)(void *arg);
     void *close_arg;
 };
@@ -400,6 +402,8 @@ static void send_error(conn_t *c, tn_nsq_err_t err, const char *text)
 {
     if (c->state == ST_CLOSED)
         return;
+    if ((size_t)err < TN_ARRAY_SIZE(c->srv->errors))
+        c->srv->errors[err]++;
     if (tn_nsq_write_error(&c->out, err, text) != 0) {
         conn_close(c);
         return;
@@ -1281,6 +1285,7 @@ static void on_connection(uv_stream_t *server, int status)
         if (t == NULL)
             return;
         uv_tcp_init(s->loop, t);
+        s->refused++;
         if (uv_accept(server, (uv_stream_t *)t) == 0)
             TN_LOG_RL(TN_LOG_WARN, 10000, "NSQ connection refused: %" PRIu32 " open (max)",
                       s->nconns);
@@ -1428,6 +1433,13 @@ int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_
                                           : ntohs(((struct sockaddr_in *)&bound)->sin_port);
     *out = s;
     return 0;
+}
+
+void tn_nsq_server_stats(const tn_nsq_server_t *s, tn_nsq_server_stats_t *out)
+{
+    out->connections = s->nconns;
+    memcpy(out->errors, s->errors, sizeof(out->errors));
+    out->refused_connections = s->refused;
 }
 
 int tn_nsq_server_port(const tn_nsq_server_t *s)

@@ -68,6 +68,14 @@ void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const cha
  * error and writes a line into err. opts is copied. */
 int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_t *opts,
                         const char *addr, tn_nsq_server_t **out, char *err, size_t errlen);
+typedef struct {
+    uint32_t connections;
+    uint64_t errors[TN_NSQ_E_THROTTLED + 1]; /* error frames sent, by code */
+    uint64_t refused_connections;            /* over max_connections */
+} tn_nsq_server_stats_t;
+
+void tn_nsq_server_stats(const tn_nsq_server_t *s, tn_nsq_server_stats_t *out);
+
 /* The port it listens on. */
 int tn_nsq_server_port(const tn_nsq_server_t *s);
 /* Stop listening, close every connection (their in-flight messages go back

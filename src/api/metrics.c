@@ -1,0 +1,168 @@
+/* Prometheus /metrics. See metrics.h. */
+#include "core/platform.h"
+
+#include "api/metrics.h"
+
+#include "core/err.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static int put(tn_buf_t *b, const char *fmt, ...) TN_PRINTF(2, 3);
+static int put(tn_buf_t *b, const char *fmt, ...)
+{
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return UV_EINVAL;
+    return tn_buf_append(b, line, TN_MIN((size_t)n, sizeof(line) - 1));
+}
+
+static void family(tn_buf_t *b, const char *name, const char *type, const char *help)
+{
+    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void scalar(tn_buf_t *b, const char *name, const char *type, const char *help,
+                   uint64_t v)
+{
+    family(b, name, type, help);
+    put(b, "%s %" PRIu64 "\n", name, v);
+}
+
+static void per_topic(const tn_metrics_t *m, tn_buf_t *b)
+{
+    tn_broker_t *br = m->api->broker;
+    uint32_t listed = 0, omitted = 0;
+    /* One pass per family keeps each family's lines together, as the
+     * exposition format asks. */
+    static const char *const fams[][3] = {
+        {"tern_topic_messages_total", "counter", "messages ever published to the topic"},
+        {"tern_channel_depth", "gauge", "messages waiting in the channel (not in flight)"},
+        {"tern_channel_in_flight", "gauge", "messages delivered and not yet finished"},
+        {"tern_channel_deferred", "gauge", "messages waiting for a time (REQ delay, DPUB)"},
+        {"tern_channel_finishes_total", "counter", "messages finished"},
+        {"tern_channel_requeues_total", "counter", "messages requeued"},
+        {"tern_channel_timeouts_total", "counter", "deliveries that timed out"},
+        {"tern_channel_consumers", "gauge", "consumers attached"},
+    };
+    for (size_t f = 0; f < TN_ARRAY_SIZE(fams); f++) {
+        family(b, fams[f][0], fams[f][1], fams[f][2]);
+        listed = omitted = 0;
+        for (size_t i = 0; i < br->nbuckets; i++) {
+            for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
+                if (t->state != TN_OBJ_READY)
+                    continue;
+                if (listed >= m->max_topics) {
+                    omitted++;
+                    continue;
+                }
+                listed++;
+                if (f == 0) {
+                    uint64_t total = 0;
+                    for (uint32_t p = 0; p < t->nparts; p++)
+                        total += tn_plog_written_next(t->parts[p].plog);
+                    put(b, "%s{topic=\"%s\"} %" PRIu64 "\n", fams[f][0], t->name, total);
+                    continue;
+                }
+                for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+                    if (ch->state != TN_OBJ_READY)
+                        continue;
+                    tn_channel_stats_t cs;
+                    tn_channel_stats(ch, &cs);
+                    uint64_t v = 0;
+                    switch (f) {
+                    case 1: v = cs.depth - TN_MIN(cs.depth, cs.inflight + cs.deferred); break;
+                    case 2: v = cs.inflight; break;
+                    case 3: v = cs.deferred; break;
+                    case 4: v = cs.finish_count; break;
+                    case 5: v = cs.requeue_count; break;
+                    case 6: v = cs.timeout_count; break;
+                    default: v = ch->nconsumers; break;
+                    }
+                    put(b, "%s{topic=\"%s\",channel=\"%s\"} %" PRIu64 "\n", fams[f][0], t->name,
+                        ch->name, v);
+                }
+            }
+        }
+    }
+    scalar(b, "tern_metrics_topics_omitted", "gauge",
+           "topics left out of the per-topic series (metrics-max-topics)", omitted);
+}
+
+int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
+{
+    tn_broker_t *br = m->api->broker;
+    tn_store_t *st = br->store;
+    family(b, "tern_build_info", "gauge", "ternd's version");
+    put(b, "tern_build_info{version=\"%s\"} 1\n", m->api->version);
+    scalar(b, "tern_ready", "gauge", "1 when /readyz answers 200", m->api->ready ? 1 : 0);
+    tn_hist_write(&br->pub_hist, "tern_publish_duration_seconds", "",
+                  "publish to its durability boundary (OK sent after this)", b);
+    tn_hist_write(&br->walop_hist, "tern_channel_log_duration_seconds", "",
+                  "a FIN, REQ or other channel record to its fdatasync", b);
+    tn_hist_write(&st->fsync_hist, "tern_fsync_duration_seconds", "log=\"partition\"",
+                  "fdatasync calls of the storage threads", b);
+    tn_hist_write(&st->walsync_hist, "tern_fsync_duration_seconds", "log=\"channel\"", NULL, b);
+    scalar(b, "tern_inflight_messages", "gauge", "delivered, unfinished messages (node-wide)",
+           br->inflight_msgs);
+    scalar(b, "tern_inflight_bytes", "gauge", "bytes of delivered, unfinished messages",
+           br->inflight_bytes);
+    family(b, "tern_tail_cache_bytes", "gauge", "message bodies held in memory");
+    put(b, "tern_tail_cache_bytes{kind=\"recent\"} %" PRIu64 "\n", br->hot_bytes);
+    put(b, "tern_tail_cache_bytes{kind=\"read_back\"} %" PRIu64 "\n", br->cache_bytes);
+    scalar(b, "tern_timeouts_total", "counter", "deliveries that timed out", br->timeouts);
+    scalar(b, "tern_dead_letters_total", "counter", "messages moved to a .DLQ topic",
+           br->dlq_moves);
+    scalar(b, "tern_ttl_discards_total", "counter", "messages expired by a TTL topic",
+           br->ttl_discards);
+    scalar(b, "tern_gc_segments_total", "counter", "segments reclaimed", br->gc_segments);
+    scalar(b, "tern_disk_high", "gauge", "1 while publishes are refused for lack of disk",
+           tn_store_disk_high(st) ? 1 : 0);
+    scalar(b, "tern_disk_used_percent", "gauge", "used space of the data path's file system",
+           (uint64_t)atomic_load(&st->disk_used_pct));
+    if (m->nsq != NULL) {
+        tn_nsq_server_stats_t ns;
+        tn_nsq_server_stats(m->nsq, &ns);
+        scalar(b, "tern_nsq_connections", "gauge", "open NSQ TCP connections", ns.connections);
+        scalar(b, "tern_nsq_refused_connections_total", "counter",
+               "NSQ connections closed at once (max-connections)", ns.refused_connections);
+        family(b, "tern_nsq_errors_total", "counter", "NSQ error frames sent, by code");
+        for (int e = 1; e <= TN_NSQ_E_THROTTLED; e++)
+            put(b, "tern_nsq_errors_total{code=\"%s\"} %" PRIu64 "\n",
+                tn_nsq_err_code((tn_nsq_err_t)e), ns.errors[e]);
+    }
+    if (m->http != NULL) {
+        tn_http_server_stats_t hs;
+        tn_http_server_stats(m->http, &hs);
+        scalar(b, "tern_http_connections", "gauge", "open HTTP connections", hs.connections);
+        family(b, "tern_http_responses_total", "counter", "HTTP answers, by status class");
+        for (int k = 1; k <= 5; k++)
+            put(b, "tern_http_responses_total{class=\"%dxx\"} %" PRIu64 "\n", k, hs.by_status[k]);
+        scalar(b, "tern_http_large_body_bytes", "gauge",
+               "bytes of the node-wide budget for bodies over 1 MiB in use", hs.large_body_bytes);
+    }
+    per_topic(m, b);
+    return 0;
+}
+
+static void on_metrics(tn_http_request_t *r, void *arg)
+{
+    tn_metrics_t *m = arg;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_metrics_write(m, &b);
+    tn_http_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, tn_buf_data(&b),
+                    tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
+
+int tn_metrics_register(tn_http_server_t *srv, tn_metrics_t *m)
+{
+    return tn_http_route(srv, "GET", "/metrics", 0, NULL, on_metrics, m);
+}

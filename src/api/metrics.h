@@ -1,0 +1,33 @@
+/* Prometheus /metrics: the text exposition of the engine, storage and
+ * doors: publish and channel-log latency histograms, fsync latency, queue
+ * depths, in-flight counts, connections, refused requests by reason, disk
+ * state, timeouts, dead letters and TTL discards. Per-topic and
+ * per-channel series stop at max_topics topics (the rest are counted in
+ * tern_metrics_topics_omitted), so the label cardinality is bounded.
+ *
+ * Served on the API port, or on a listener of its own (`--metrics-address`)
+ * meant to stay internal.
+ *
+ * Threads: the loop thread. */
+#ifndef TN_API_METRICS_H
+#define TN_API_METRICS_H
+
+#include "core/platform.h"
+
+#include "api/nsq_http.h"
+#include "proto/nsq/server.h"
+
+typedef struct {
+    tn_nsq_http_t *api; /* borrowed: broker, readiness, version */
+    tn_nsq_server_t *nsq;
+    tn_http_server_t *http; /* the API server, for its connection counts */
+    uint32_t max_topics;
+} tn_metrics_t;
+
+/* Append the exposition to out. 0 or UV_ENOMEM. */
+int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *out);
+
+/* Serve GET /metrics from srv; m is borrowed for the server's lifetime. */
+int tn_metrics_register(tn_http_server_t *srv, tn_metrics_t *m);
+
+#endif
