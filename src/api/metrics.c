@@ -28,8 +28,7 @@ static void family(tn_buf_t *b, const char *name, const char *type, const char *
     put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void scalar(tn_buf_t *b, const char *name, const char *type, const char *help,
-                   uint64_t v)
+static void scalar(tn_buf_t *b, const char *name, const char *type, const char *help, uint64_t v)
 {
     family(b, name, type, help);
     put(b, "%s %" PRIu64 "\n", name, v);
@@ -77,13 +76,27 @@ static void per_topic(const tn_metrics_t *m, tn_buf_t *b)
                     tn_channel_stats(ch, &cs);
                     uint64_t v = 0;
                     switch (f) {
-                    case 1: v = cs.depth - TN_MIN(cs.depth, cs.inflight + cs.deferred); break;
-                    case 2: v = cs.inflight; break;
-                    case 3: v = cs.deferred; break;
-                    case 4: v = cs.finish_count; break;
-                    case 5: v = cs.requeue_count; break;
-                    case 6: v = cs.timeout_count; break;
-                    default: v = ch->nconsumers; break;
+                    case 1:
+                        v = cs.depth - TN_MIN(cs.depth, cs.inflight + cs.deferred);
+                        break;
+                    case 2:
+                        v = cs.inflight;
+                        break;
+                    case 3:
+                        v = cs.deferred;
+                        break;
+                    case 4:
+                        v = cs.finish_count;
+                        break;
+                    case 5:
+                        v = cs.requeue_count;
+                        break;
+                    case 6:
+                        v = cs.timeout_count;
+                        break;
+                    default:
+                        v = ch->nconsumers;
+                        break;
                     }
                     put(b, "%s{topic=\"%s\",channel=\"%s\"} %" PRIu64 "\n", fams[f][0], t->name,
                         ch->name, v);

@@ -26,6 +26,7 @@
 #include "api/metrics.h"
 #include "api/nsq_http.h"
 #include "proto/http/server.h"
+#include "proto/nsq/lookupd.h"
 #include "proto/nsq/server.h"
 #include "queue/queue.h"
 #include "storage/store.h"
@@ -46,6 +47,7 @@ typedef struct {
     tn_http_server_t *metrics_http; /* NULL: /metrics is on the API port */
     tn_nsq_http_t api;
     tn_metrics_t metrics;
+    tn_lookupd_t *lookupd;
     uv_signal_t sigint;
     uv_signal_t sigterm;
     int rc;
@@ -74,6 +76,12 @@ static void on_nsq_closed(void *arg)
 static void on_http_closed(void *arg)
 {
     daemon_t *d = arg;
+    if (d->lookupd != NULL) {
+        tn_lookupd_t *l = d->lookupd;
+        d->lookupd = NULL;
+        tn_lookupd_stop(l, on_http_closed, d);
+        return;
+    }
     if (d->metrics_http != NULL) {
         tn_http_server_t *m = d->metrics_http;
         d->metrics_http = NULL;
@@ -101,6 +109,27 @@ static void on_signal(uv_signal_t *h, int signum)
         tn_broker_close(d->broker, on_broker_closed);
     else
         tn_store_close(d->store, on_store_closed);
+}
+
+/* lookupd-tcp-address and nsqd's config spelling ["a:1", "b:2"] as one
+ * comma-separated list. */
+static void lookupd_list(const tn_config_t *cfg, char *out, size_t len)
+{
+    size_t n = 0;
+    const char *srcs[] = {cfg->lookupd_tcp_address, cfg->nsqlookupd_tcp_addresses};
+    for (size_t k = 0; k < 2; k++) {
+        for (const char *p = srcs[k]; *p != '\0' && n + 2 < len; p++) {
+            char ch = *p;
+            if (ch == '[' || ch == ']' || ch == '"' || ch == ' ')
+                continue;
+            out[n++] = ch;
+        }
+        if (n > 0 && n + 2 < len && out[n - 1] != ',' && k == 0 && srcs[1][0] != '\0')
+            out[n++] = ',';
+    }
+    while (n > 0 && out[n - 1] == ',')
+        n--;
+    out[n] = '\0';
 }
 
 /* The recovery summary for the ready line. */
@@ -240,6 +269,16 @@ int main(int argc, char **argv)
                 }
             } else if (rc == 0) {
                 rc = tn_metrics_register(d.http, &d.metrics);
+            }
+            char lookupds[2048];
+            lookupd_list(&cfg, lookupds, sizeof(lookupds));
+            if (rc == 0 && lookupds[0] != '\0') {
+                tn_lookupd_opts_t lo = {cfg.broadcast_address, d.api.tcp_port, d.api.http_port,
+                                        TN_VERSION};
+                rc = tn_lookupd_start(&loop, d.broker, lookupds, &lo, &d.lookupd);
+                if (rc != 0)
+                    snprintf(err, sizeof(err),
+                             "lookupd-tcp-address \"%.900s\": expected host:port[,...]", lookupds);
             }
             if (rc != 0) {
                 TN_LOG(TN_LOG_ERROR, "%s", err[0] ? err : "cannot start the HTTP server");

@@ -83,6 +83,10 @@ static const opt_t options[] = {
      "NSQ TCP listener, host:port (port 0 picks a free port)"},
     {"http-address", OPT_STR, F(http_address), "127.0.0.1:4151", 0, 0, NULL,
      "HTTP listener, host:port"},
+    {"lookupd-tcp-address", OPT_STR, F(lookupd_tcp_address), "", 0, 0, NULL,
+     "nsqlookupd servers to register topics and channels with, host:port, comma-separated"},
+    {"nsqlookupd-tcp-addresses", OPT_STR, F(nsqlookupd_tcp_addresses), "", 0, 0, NULL,
+     "the same, as nsqd's config file spells it ([\"host:port\", ...] accepted)"},
     {"metrics-address", OPT_STR, F(metrics_address), "", 0, 0, NULL,
      "a listener of its own for /metrics, host:port (default: on http-address)"},
     {"metrics-max-topics", OPT_INT, F(metrics_max_topics), "1000", 0, 1000000, NULL,
@@ -179,8 +183,6 @@ const tn_config_ignored_t tn_config_nsqd_ignored[] = {
                       "HTTP listener has no TLS yet"},
     {"broadcast-tcp-port", "clients are told the tcp-address port"},
     {"broadcast-http-port", "clients are told the http-address port"},
-    {"lookupd-tcp-address", "ternd does not register with nsqlookupd yet"},
-    {"nsqlookupd-tcp-addresses", "ternd does not register with nsqlookupd yet"},
 };
 const size_t tn_config_nsqd_ignored_count = TN_ARRAY_SIZE(tn_config_nsqd_ignored);
 

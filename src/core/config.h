@@ -61,6 +61,8 @@ typedef struct tn_config_s {
     char *broadcast_address;
     int64_t http_max_connections;
     char *metrics_address;
+    char *lookupd_tcp_address;
+    char *nsqlookupd_tcp_addresses;
     int64_t metrics_max_topics;
     int64_t http_large_body_budget;
     int64_t node_id;

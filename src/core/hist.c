@@ -8,8 +8,8 @@
 
 /* Upper bounds in nanoseconds: 100 us .. 10 s. */
 static const int64_t bounds_ns[TN_HIST_BUCKETS] = {
-    100000,    250000,    500000,     1000000,    2500000,    5000000,    10000000,
-    25000000,  50000000,  100000000,  250000000,  500000000,  1000000000, 10000000000,
+    100000,   250000,   500000,    1000000,   2500000,   5000000,    10000000,
+    25000000, 50000000, 100000000, 250000000, 500000000, 1000000000, 10000000000,
 };
 
 void tn_hist_init(tn_hist_t *h)
@@ -45,8 +45,8 @@ int tn_hist_write(const tn_hist_t *h, const char *name, const char *labels, cons
     for (int i = 0; i <= TN_HIST_BUCKETS && rc == 0; i++) {
         cum += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
         if (i < TN_HIST_BUCKETS)
-            n = snprintf(line, sizeof(line), "%s_bucket{%s%sle=\"%g\"} %" PRIu64 "\n", name,
-                         labels, sep, (double)bounds_ns[i] / 1e9, cum);
+            n = snprintf(line, sizeof(line), "%s_bucket{%s%sle=\"%g\"} %" PRIu64 "\n", name, labels,
+                         sep, (double)bounds_ns[i] / 1e9, cum);
         else
             n = snprintf(line, sizeof(line), "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name,
                          labels, sep, cum);

@@ -316,6 +316,7 @@ static void topic_create_done(uv_work_t *w, int status)
             tn__part_ready(&t->parts[i]);
         t->state = TN_OBJ_READY;
         TN_LOG(TN_LOG_INFO, "topic %s created with %" PRIu32 " partition(s)", t->name, t->nparts);
+        tn__broker_event(b, TN_EV_TOPIC_UP, t->name, NULL);
         tn__waiters_fire(&t->waiters, 0);
     }
     tn__broker_work_done(b);

@@ -490,6 +490,7 @@ static void chan_create_done(uv_work_t *w, int status)
         ch->state = TN_OBJ_READY;
         TN_LOG(TN_LOG_INFO, "channel %s of %s created, starting at offset %" PRIu64 "%s", ch->name,
                t->name, ch->parts[0].cur.frontier, j->first ? " (the retained backlog)" : "");
+        tn__broker_event(b, TN_EV_CHANNEL_UP, t->name, ch->name);
         tn__waiters_fire(&ch->waiters, 0);
     }
     tn_free(j->cls);
@@ -551,6 +552,7 @@ int tn_topic_channel(tn_topic_t *t, const char *name, size_t len, bool create, t
         }
         ch->state = TN_OBJ_READY;
         channel_link(t, ch);
+        tn__broker_event(b, TN_EV_CHANNEL_UP, t->name, ch->name);
         *out = ch;
         return 0;
     }
@@ -993,6 +995,7 @@ void tn_consumer_detach(tn_consumer_t *c)
     ch->nconsumers--;
     if (ch->ephemeral && ch->nconsumers == 0) {
         /* An ephemeral channel ends with its last consumer. */
+        tn__broker_event(ch->topic->broker, TN_EV_CHANNEL_DOWN, ch->topic->name, ch->name);
         channel_unlink(ch);
         ch->deleted = true;
         for (uint32_t i = 0; i < ch->topic->nparts; i++)
@@ -1214,6 +1217,7 @@ uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg)
         bool had = ch->nconsumers > 0;
         kick_all(ch);
         if (!had) {
+            tn__broker_event(ch->topic->broker, TN_EV_CHANNEL_DOWN, ch->topic->name, ch->name);
             channel_unlink(ch);
             ch->deleted = true;
             if (ch->busy == 0)
@@ -1223,6 +1227,7 @@ uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg)
     }
     ch->busy++;
     kick_all(ch);
+    tn__broker_event(ch->topic->broker, TN_EV_CHANNEL_DOWN, ch->topic->name, ch->name);
     channel_unlink(ch);
     ch->deleted = true;
     drop_t *d = tn_calloc(1, sizeof(*d));

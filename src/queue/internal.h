@@ -15,6 +15,12 @@ typedef struct {
 } tn__pend_t;
 
 /* broker.c */
+static inline void tn__broker_event(tn_broker_t *b, tn_broker_event_t ev, const char *topic,
+                                    const char *channel)
+{
+    if (b->on_event != NULL && !b->closing)
+        b->on_event(b->event_arg, ev, topic, channel);
+}
 void tn__broker_pump_later(tn_channel_t *ch);
 /* Recompute when cp next needs the timer (lease deadline, pending due). */
 void tn__broker_rewake(tn_chpart_t *cp);

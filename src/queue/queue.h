@@ -283,8 +283,21 @@ struct tn_pub_s {
     tn_pub_cb cb;
 };
 
+/* What the engine tells a listener (lookupd registration) about. */
+typedef enum {
+    TN_EV_TOPIC_UP = 1,
+    TN_EV_TOPIC_DOWN,
+    TN_EV_CHANNEL_UP,
+    TN_EV_CHANNEL_DOWN,
+} tn_broker_event_t;
+
+typedef void (*tn_broker_event_cb)(void *arg, tn_broker_event_t ev, const char *topic,
+                                   const char *channel);
+
 struct tn_broker_s {
     uv_loop_t *loop;
+    tn_broker_event_cb on_event; /* optional; channel is NULL for topic events */
+    void *event_arg;
     tn_store_t *store;
     tn_broker_opts_t opts;
     tn_topic_t **buckets;

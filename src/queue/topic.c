@@ -321,6 +321,7 @@ static void tdel_done(uv_work_t *w, int status)
     else
         TN_LOG(TN_LOG_INFO, "topic %s deleted", t->name);
     tn__topic_unlink(b, t);
+    tn__broker_event(b, TN_EV_TOPIC_DOWN, t->name, NULL);
     if (d->cb != NULL)
         d->cb(d->arg, rc);
     tn_free(d);

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import unittest
+import threading
 import uuid
 import zlib
 
@@ -519,6 +520,114 @@ class MetricsListener(unittest.TestCase):
             c.close()
             self.assertEqual(dm.stop(), 0)
         finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+class FakeLookupd:
+    """An nsqlookupd stand-in speaking its TCP protocol: records IDENTIFY
+    bodies and REGISTER/UNREGISTER lines, answers OK frames."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        self.events = []
+        self.identities = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def handle(self, conn):
+        buf = b""
+
+        def need(n):
+            nonlocal buf
+            while len(buf) < n:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    raise EOFError
+                buf += chunk
+
+        ok = struct.pack(">Ii", 6, 0) + b"OK"
+        try:
+            need(4)
+            assert buf[:4] == b"  V1"
+            buf = buf[4:]
+            while True:
+                while b"\n" not in buf:
+                    need(len(buf) + 1)
+                line, buf = buf.split(b"\n", 1)
+                if line == b"IDENTIFY":
+                    need(4)
+                    n = struct.unpack(">I", buf[:4])[0]
+                    need(4 + n)
+                    with self.lock:
+                        self.identities.append(json.loads(buf[4:4 + n]))
+                    buf = buf[4 + n:]
+                elif line != b"PING":
+                    with self.lock:
+                        self.events.append(line.decode())
+                conn.sendall(ok)
+        except (EOFError, OSError, AssertionError):
+            conn.close()
+
+    def wait_for(self, event, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if event in self.events:
+                    return True
+            time.sleep(0.05)
+        raise AssertionError(f"lookupd never saw {event!r}; saw {self.events}")
+
+    def close(self):
+        self.sock.close()
+
+
+class LookupdRegistration(unittest.TestCase):
+    def test_registers_and_follows_changes(self):
+        lk = FakeLookupd()
+        d = tempfile.mkdtemp(prefix="tern-http-")
+        try:
+            data = os.path.join(d, "data")
+            dm = Daemon(data, f"--lookupd-tcp-address=127.0.0.1:{lk.port}",
+                        "--broadcast-address=127.0.0.1")
+            dm.wait_for("ready")
+            c = http.client.HTTPConnection("127.0.0.1", dm.http_port, timeout=10)
+            c.request("POST", "/pub?topic=lkt", body=b"x")
+            c.getresponse().read()
+            lk.wait_for("REGISTER lkt")
+            ident = lk.identities[0]
+            self.assertEqual((ident["tcp_port"], ident["http_port"]), (dm.tcp_port, dm.http_port))
+            self.assertEqual(ident["broadcast_address"], "127.0.0.1")
+            c.request("POST", "/channel/create?topic=lkt&channel=lkc")
+            c.getresponse().read()
+            lk.wait_for("REGISTER lkt lkc")
+            c.request("POST", "/channel/delete?topic=lkt&channel=lkc")
+            c.getresponse().read()
+            lk.wait_for("UNREGISTER lkt lkc")
+            c.close()
+            self.assertEqual(dm.stop(), 0)
+            # A restart registers what is on disk; nsqd's config spelling works.
+            conf = os.path.join(d, "nsqd.cfg")
+            with open(conf, "w") as f:
+                f.write(f'nsqlookupd_tcp_addresses = ["127.0.0.1:{lk.port}"]\n')
+            with lk.lock:
+                lk.events.clear()
+            dm = Daemon(data, f"--config={conf}")
+            dm.wait_for("ready")
+            lk.wait_for("REGISTER lkt")
+            self.assertEqual(dm.stop(), 0)
+        finally:
+            lk.close()
             shutil.rmtree(d, ignore_errors=True)
 
 

@@ -859,7 +859,7 @@ class NsqdFlags(unittest.TestCase):
             dm.wait_for("ready")
             log = dm.log()
             for name in ("mem-queue-size", "sync-every", "worker-id", "statsd-mem-stats",
-                         "nsqlookupd-tcp-addresses", "statsd-prefix"):
+                         "statsd-prefix"):
                 self.assertIn(f"nsqd option {name} has no effect", log)
             c = Conn(dm.tcp_port)
             r = c.identify()

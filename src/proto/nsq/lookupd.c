@@ -1,0 +1,377 @@
+/* Registration with nsqlookupd. See lookupd.h for the design. */
+#include "core/platform.h"
+
+#include "proto/nsq/lookupd.h"
+
+#include "core/alloc.h"
+#include "core/buf.h"
+#include "core/err.h"
+#include "core/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PING_MS        15000
+#define BACKOFF_MIN_MS 1000
+#define BACKOFF_MAX_MS 15000
+
+typedef struct lconn_s lconn_t;
+
+struct lconn_s {
+    tn_lookupd_t *l;
+    char host[256];
+    char port[8];
+    uv_getaddrinfo_t gai;
+    uv_connect_t creq;
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    tn_buf_t in;
+    int backoff_ms;
+    uint32_t refs; /* timer + tcp (when open) + a resolve or connect in flight */
+    bool tcp_open;
+    bool connected;
+    lconn_t *next;
+};
+
+struct tn_lookupd_s {
+    uv_loop_t *loop;
+    tn_broker_t *broker;
+    tn_lookupd_opts_t opts;
+    char *broadcast;
+    char *version;
+    lconn_t *conns;
+    uint32_t open; /* lconns not yet freed */
+    bool stopping;
+    void (*stop_cb)(void *arg);
+    void *stop_arg;
+};
+
+static void lconn_unref(lconn_t *c)
+{
+    if (--c->refs > 0)
+        return;
+    tn_lookupd_t *l = c->l;
+    tn_buf_fini(&c->in);
+    tn_free(c);
+    if (--l->open == 0 && l->stopping) {
+        void (*cb)(void *) = l->stop_cb;
+        void *arg = l->stop_arg;
+        tn_free(l->broadcast);
+        tn_free(l->version);
+        tn_free(l);
+        if (cb != NULL)
+            cb(arg);
+    }
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    lconn_unref(h->data);
+}
+
+static void on_write_done(uv_write_t *w, int status)
+{
+    (void)status;
+    tn_free(w); /* the bytes follow the request in one allocation */
+}
+
+static void send_bytes(lconn_t *c, const void *data, size_t len)
+{
+    if (!c->connected)
+        return;
+    uv_write_t *w = tn_malloc(sizeof(*w) + len);
+    if (w == NULL)
+        return;
+    memcpy(w + 1, data, len);
+    uv_buf_t b = uv_buf_init((char *)(w + 1), (unsigned)len);
+    if (uv_write(w, (uv_stream_t *)&c->tcp, &b, 1, on_write_done) != 0)
+        tn_free(w);
+}
+
+/* "VERB topic[ channel]\n" */
+static void send_cmd(lconn_t *c, const char *verb, const char *topic, const char *channel)
+{
+    char line[600];
+    int n = channel != NULL ? snprintf(line, sizeof(line), "%s %s %s\n", verb, topic, channel)
+                            : snprintf(line, sizeof(line), "%s %s\n", verb, topic);
+    if (n > 0 && (size_t)n < sizeof(line))
+        send_bytes(c, line, (size_t)n);
+}
+
+static void start_connect(lconn_t *c);
+
+static void on_timer(uv_timer_t *t)
+{
+    lconn_t *c = t->data;
+    if (c->connected) {
+        send_bytes(c, "PING\n", 5);
+        return;
+    }
+    start_connect(c);
+}
+
+/* The connection is gone: close the socket, try again after a backoff. */
+static void lost(lconn_t *c)
+{
+    c->connected = false;
+    if (c->tcp_open) {
+        c->tcp_open = false;
+        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    }
+    if (c->l->stopping)
+        return;
+    uv_timer_start(&c->timer, on_timer, (uint64_t)c->backoff_ms, 0);
+    c->backoff_ms = TN_MIN(c->backoff_ms * 2, BACKOFF_MAX_MS);
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    lconn_t *c = h->data;
+    (void)suggested;
+    if (tn_buf_reserve(&c->in, 4096) != 0) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    *buf = uv_buf_init(c->in.base + c->in.len, 4096);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    lconn_t *c = s->data;
+    (void)buf;
+    if (n < 0) {
+        TN_LOG_RL(TN_LOG_WARN, 60000, "lookupd %s:%s: connection lost (%s); reconnecting", c->host,
+                  c->port, uv_strerror((int)n));
+        lost(c);
+        return;
+    }
+    c->in.len += (size_t)n;
+    while (tn_buf_size(&c->in) >= 8) {
+        const unsigned char *p = (const unsigned char *)tn_buf_data(&c->in);
+        uint32_t size = be32(p);
+        if (size < 4 || size > 1024 * 1024) {
+            lost(c);
+            return;
+        }
+        if (tn_buf_size(&c->in) < 4 + (size_t)size)
+            break;
+        uint32_t type = be32(p + 4);
+        if (type == 1)
+            TN_LOG_RL(TN_LOG_WARN, 60000, "lookupd %s:%s answered: %.*s", c->host, c->port,
+                      (int)TN_MIN(size - 4, 200u), (const char *)p + 8);
+        tn_buf_consume(&c->in, 4 + (size_t)size);
+    }
+}
+
+/* Register everything this node has. */
+static void register_all(lconn_t *c)
+{
+    tn_broker_t *b = c->l->broker;
+    for (size_t i = 0; i < b->nbuckets; i++) {
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->state != TN_OBJ_READY)
+                continue;
+            send_cmd(c, "REGISTER", t->name, NULL);
+            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+                if (ch->state == TN_OBJ_READY)
+                    send_cmd(c, "REGISTER", t->name, ch->name);
+        }
+    }
+}
+
+static void on_connected(uv_connect_t *req, int status)
+{
+    lconn_t *c = req->data;
+    if (c->l->stopping || status != 0) {
+        if (status != 0 && !c->l->stopping)
+            TN_LOG_RL(TN_LOG_WARN, 60000, "lookupd %s:%s: cannot connect (%s); retrying",
+                      c->host, c->port, uv_strerror(status));
+        lost(c);
+        lconn_unref(c);
+        return;
+    }
+    c->connected = true;
+    c->backoff_ms = BACKOFF_MIN_MS;
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    tn_lookupd_t *l = c->l;
+    char host[256] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    char body[1024];
+    int n = snprintf(body, sizeof(body),
+                     "{\"broadcast_address\":\"%s\",\"hostname\":\"%s\",\"tcp_port\":%d,"
+                     "\"http_port\":%d,\"version\":\"%s\"}",
+                     l->broadcast[0] != '\0' ? l->broadcast : host, host, l->opts.tcp_port,
+                     l->opts.http_port, l->version);
+    unsigned char hdr[4 + 9 + 4];
+    memcpy(hdr, "  V1", 4);
+    memcpy(hdr + 4, "IDENTIFY\n", 9);
+    hdr[13] = (unsigned char)(n >> 24);
+    hdr[14] = (unsigned char)(n >> 16);
+    hdr[15] = (unsigned char)(n >> 8);
+    hdr[16] = (unsigned char)n;
+    send_bytes(c, hdr, sizeof(hdr));
+    send_bytes(c, body, (size_t)n);
+    register_all(c);
+    uv_timer_start(&c->timer, on_timer, PING_MS, PING_MS);
+    TN_LOG(TN_LOG_INFO, "registered with lookupd %s:%s", c->host, c->port);
+    lconn_unref(c);
+}
+
+static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
+{
+    lconn_t *c = g->data;
+    if (c->l->stopping || status != 0 || res == NULL) {
+        uv_freeaddrinfo(res);
+        if (!c->l->stopping)
+            lost(c);
+        lconn_unref(c);
+        return;
+    }
+    uv_tcp_init(c->l->loop, &c->tcp);
+    c->tcp.data = c;
+    c->tcp_open = true;
+    c->refs++;
+    c->creq.data = c;
+    int rc = uv_tcp_connect(&c->creq, &c->tcp, res->ai_addr, on_connected);
+    uv_freeaddrinfo(res);
+    if (rc != 0) {
+        lost(c);
+        lconn_unref(c);
+        return;
+    }
+    /* the resolve's reference passes to the connect */
+}
+
+static void start_connect(lconn_t *c)
+{
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    c->gai.data = c;
+    c->refs++;
+    if (uv_getaddrinfo(c->l->loop, &c->gai, on_resolved, c->host, c->port, &hints) != 0) {
+        c->refs--;
+        lost(c);
+    }
+}
+
+/* Engine events: follow creations and deletions. */
+static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const char *channel)
+{
+    tn_lookupd_t *l = arg;
+    for (lconn_t *c = l->conns; c != NULL; c = c->next) {
+        switch (ev) {
+        case TN_EV_TOPIC_UP:
+            send_cmd(c, "REGISTER", topic, NULL);
+            break;
+        case TN_EV_TOPIC_DOWN:
+            send_cmd(c, "UNREGISTER", topic, NULL);
+            break;
+        case TN_EV_CHANNEL_UP:
+            send_cmd(c, "REGISTER", topic, channel);
+            break;
+        case TN_EV_CHANNEL_DOWN:
+            send_cmd(c, "UNREGISTER", topic, channel);
+            break;
+        }
+    }
+}
+
+int tn_lookupd_start(uv_loop_t *loop, tn_broker_t *broker, const char *addrs,
+                     const tn_lookupd_opts_t *opts, tn_lookupd_t **out)
+{
+    tn_lookupd_t *l = tn_calloc(1, sizeof(*l));
+    if (l == NULL)
+        return UV_ENOMEM;
+    l->loop = loop;
+    l->broker = broker;
+    l->opts = *opts;
+    l->broadcast = tn_strdup(opts->broadcast_address != NULL ? opts->broadcast_address : "");
+    l->version = tn_strdup(opts->version);
+    if (l->broadcast == NULL || l->version == NULL) {
+        tn_free(l->broadcast);
+        tn_free(l->version);
+        tn_free(l);
+        return UV_ENOMEM;
+    }
+    const char *p = addrs;
+    int rc = 0;
+    while (*p != '\0' && rc == 0) {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && *p == ' ')
+            p++, len--;
+        const char *colon = len > 0 ? memrchr(p, ':', len) : NULL;
+        if (len > 0) {
+            size_t hl = colon != NULL ? (size_t)(colon - p) : 0;
+            size_t pl = colon != NULL ? len - hl - 1 : 0;
+            if (colon == NULL || hl == 0 || hl >= 256 || pl == 0 || pl >= 8) {
+                rc = UV_EINVAL;
+                break;
+            }
+            lconn_t *c = tn_calloc(1, sizeof(*c));
+            if (c == NULL) {
+                rc = UV_ENOMEM;
+                break;
+            }
+            memcpy(c->host, p, hl);
+            memcpy(c->port, colon + 1, pl);
+            c->l = l;
+            c->backoff_ms = BACKOFF_MIN_MS;
+            tn_buf_init(&c->in);
+            uv_timer_init(loop, &c->timer);
+            c->timer.data = c;
+            c->refs = 1;
+            c->next = l->conns;
+            l->conns = c;
+            l->open++;
+        }
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    if (rc != 0 || l->conns == NULL) {
+        l->stopping = true;
+        for (lconn_t *c = l->conns; c != NULL; c = c->next)
+            uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+        if (l->conns == NULL) {
+            tn_free(l->broadcast);
+            tn_free(l->version);
+            tn_free(l);
+        }
+        return rc != 0 ? rc : UV_EINVAL;
+    }
+    broker->on_event = on_event;
+    broker->event_arg = l;
+    for (lconn_t *c = l->conns; c != NULL; c = c->next)
+        start_connect(c);
+    *out = l;
+    return 0;
+}
+
+void tn_lookupd_stop(tn_lookupd_t *l, void (*cb)(void *arg), void *arg)
+{
+    l->stopping = true;
+    l->stop_cb = cb;
+    l->stop_arg = arg;
+    if (l->broker->event_arg == l) {
+        l->broker->on_event = NULL;
+        l->broker->event_arg = NULL;
+    }
+    for (lconn_t *c = l->conns; c != NULL; c = c->next) {
+        c->connected = false;
+        if (c->tcp_open) {
+            c->tcp_open = false;
+            uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+        }
+        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    }
+}
