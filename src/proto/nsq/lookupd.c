@@ -209,14 +209,12 @@ static void on_connected(uv_connect_t *req, int status)
                      "\"http_port\":%d,\"version\":\"%s\"}",
                      l->broadcast[0] != '\0' ? l->broadcast : host, host, l->opts.tcp_port,
                      l->opts.http_port, l->version);
-    unsigned char hdr[4 + 9 + 4];
-    memcpy(hdr, "  V1", 4);
-    memcpy(hdr + 4, "IDENTIFY\n", 9);
-    hdr[13] = (unsigned char)(n >> 24);
-    hdr[14] = (unsigned char)(n >> 16);
-    hdr[15] = (unsigned char)(n >> 8);
-    hdr[16] = (unsigned char)n;
-    send_bytes(c, hdr, sizeof(hdr));
+    /* The magic, the command line, then the body's u32 big-endian size. */
+    static const char start[] = "  V1IDENTIFY\n";
+    unsigned char size[4] = {(unsigned char)(n >> 24), (unsigned char)(n >> 16),
+                             (unsigned char)(n >> 8), (unsigned char)n};
+    send_bytes(c, start, sizeof(start) - 1);
+    send_bytes(c, size, sizeof(size));
     send_bytes(c, body, (size_t)n);
     register_all(c);
     uv_timer_start(&c->timer, on_timer, PING_MS, PING_MS);
