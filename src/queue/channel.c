@@ -1090,7 +1090,6 @@ void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
     memset(out, 0, sizeof(*out));
     if (ch->state != TN_OBJ_READY)
         return;
-    int64_t now = tn_now_mono_ms();
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
         const tn_chpart_t *cp = &ch->parts[i];
         uint64_t tail = tn_plog_visible_next(cp->part->plog);
@@ -1098,14 +1097,9 @@ void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
         unsettled = unsettled > cp->cur.nsettled ? unsettled - cp->cur.nsettled : 0;
         out->depth += unsettled;
         out->inflight += tn_leases_count(&cp->leases);
-        size_t pos = 0;
-        uint64_t key;
-        void *val;
-        while (tn_u64map_next(&cp->pend_map, &pos, &key, &val)) {
-            const tn__pend_t *pe = val;
-            if (!pe->ready && pe->node.key > now)
-                out->deferred++;
-        }
+        /* Entries still in the pending heap wait for a time; due ones move
+         * to the ready heap as the pump or the timer gets to them. */
+        out->deferred += tn_heap_size(&cp->pending);
         out->finish_count += cp->cur.finish_count;
         out->requeue_count += cp->cur.requeue_count;
         out->timeout_count += cp->cur.timeout_count;

@@ -191,8 +191,8 @@ static void on_connected(uv_connect_t *req, int status)
     lconn_t *c = req->data;
     if (c->l->stopping || status != 0) {
         if (status != 0 && !c->l->stopping)
-            TN_LOG_RL(TN_LOG_WARN, 60000, "lookupd %s:%s: cannot connect (%s); retrying",
-                      c->host, c->port, uv_strerror(status));
+            TN_LOG_RL(TN_LOG_WARN, 60000, "lookupd %s:%s: cannot connect (%s); retrying", c->host,
+                      c->port, uv_strerror(status));
         lost(c);
         lconn_unref(c);
         return;

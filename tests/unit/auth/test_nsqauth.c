@@ -50,8 +50,8 @@ static void test_parse_refusals(void **state)
         "{\"ttl\": 60, \"authorizations\": [{\"topic\": \"(\", \"permissions\": []}]}",
         "{\"ttl\": 60, \"authorizations\": [{\"permissions\": []}]}", /* no topic */
         "{\"ttl\": 60, \"authorizations\": [{\"topic\": \"a\"}]}",    /* no permissions */
-        "{\"ttl\": 60, \"authorizations\": [{\"topic\": \"a\", \"channels\": [1],"
-        " \"permissions\": []}]}",
+        ("{\"ttl\": 60, \"authorizations\": [{\"topic\": \"a\", \"channels\": [1],"
+         " \"permissions\": []}]}"),
         "{\"ttl\": 60, \"authorizations\": [",
         /* patterns that would blow up glibc's regcomp */
         "{\"ttl\": 60, \"authorizations\": [{\"topic\": \"a++++++++\", \"permissions\": []}]}",
