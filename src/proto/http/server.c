@@ -4,6 +4,7 @@
 #include "proto/http/server.h"
 
 #include "core/alloc.h"
+#include "proto/addr.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -731,21 +732,7 @@ static void accept_one(tn_http_server_t *s)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    snprintf(c->remote, sizeof(c->remote), "?");
-    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
-        char host[48] = "";
-        int port = 0;
-        if (ss.ss_family == AF_INET) {
-            uv_ip4_name((struct sockaddr_in *)&ss, host, sizeof(host));
-            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            uv_ip6_name((struct sockaddr_in6 *)&ss, host, sizeof(host));
-            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        }
-        snprintf(c->remote, sizeof(c->remote), "%s:%d", host, port);
-    }
+    tn_addr_peer(&c->tcp, c->remote, sizeof(c->remote));
     arm(c, s->opts.idle_timeout_ms);
     start_reading(c);
 }
@@ -772,30 +759,6 @@ static void on_connection(uv_stream_t *server, int status)
     accept_one(s);
 }
 
-static int parse_addr(const char *addr, struct sockaddr_storage *ss)
-{
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL)
-        return UV_EINVAL;
-    char host[256];
-    size_t hl = (size_t)(colon - addr);
-    if (hl >= sizeof(host))
-        return UV_EINVAL;
-    memcpy(host, addr, hl);
-    host[hl] = '\0';
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port < 0 || port > 65535 || end == colon + 1)
-        return UV_EINVAL;
-    if (hl == 0)
-        snprintf(host, sizeof(host), "0.0.0.0");
-    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-        host[hl - 1] = '\0';
-        return uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)ss);
-    }
-    return uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss);
-}
-
 static void on_listener_closed(uv_handle_t *h)
 {
     server_unref(h->data);
@@ -806,7 +769,7 @@ int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char
 {
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
-    int rc = parse_addr(addr, &ss);
+    int rc = tn_addr_parse(addr, &ss);
     if (rc != 0) {
         tn_errbuf(err, errlen, "http-address \"%s\": expected host:port with a numeric IP", addr);
         return rc;
@@ -829,11 +792,7 @@ int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char
         *out = NULL;
         return rc;
     }
-    struct sockaddr_storage bound;
-    int blen = sizeof(bound);
-    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &blen);
-    s->port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
-                                          : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    s->port = tn_addr_local_port(&s->listener);
     *out = s;
     return 0;
 }
