@@ -243,6 +243,9 @@ int main(int argc, char **argv)
             tn_http_opts_t hopts;
             tn_http_opts_default(&hopts);
             hopts.max_connections = (uint32_t)cfg.http_max_connections;
+            hopts.head_timeout_ms = cfg.http_head_timeout_ns / 1000000;
+            hopts.body_timeout_ms = cfg.http_body_timeout_ns / 1000000;
+            hopts.idle_timeout_ms = cfg.http_idle_timeout_ns / 1000000;
             hopts.large_body_budget = (uint64_t)cfg.http_large_body_budget;
             tn_nsq_http_init(&d.api, &cfg, TN_VERSION);
             d.api.broker = d.broker;

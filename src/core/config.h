@@ -60,6 +60,9 @@ typedef struct tn_config_s {
     char *http_address;
     char *broadcast_address;
     int64_t http_max_connections;
+    int64_t http_head_timeout_ns;
+    int64_t http_body_timeout_ns;
+    int64_t http_idle_timeout_ns;
     char *metrics_address;
     char *lookupd_tcp_address;
     char *nsqlookupd_tcp_addresses;

@@ -292,6 +292,27 @@ class HTTP(unittest.TestCase):
         c.close()
         other.close()
 
+    def test_client_leaving_a_parked_publish(self):
+        # Each client sends a /pub and hangs up at once, often while the
+        # request is parked (topic creation, the group commit). The
+        # publishes still complete; nothing crashes or leaks.
+        t = fresh()
+        for i in range(50):
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            s.sendall(f"POST /pub?topic={t} HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n"
+                      f"{i % 10}".encode())
+            s.close()
+        deadline = time.monotonic() + 10
+        count = 0
+        while time.monotonic() < deadline:
+            st = json.loads(self.request("GET", f"/stats?format=json&topic={t}")[2])
+            count = st["topics"][0]["message_count"] if st["topics"] else 0
+            if count == 50:
+                break
+            time.sleep(0.05)
+        self.assertEqual(count, 50)
+        self.assertEqual(self.request("GET", "/ping")[0], 200)
+
     def test_management_errors(self):
         cases = [
             ("/topic/create", 400, "MISSING_ARG_TOPIC"),
@@ -447,7 +468,8 @@ class HTTPBounds(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tern-http-")
         self.d = Daemon(os.path.join(self.dir, "data"), "--http-max-connections=2",
-                        "--http-large-body-budget=2MiB")
+                        "--http-large-body-budget=2MiB", "--http-body-timeout=1s",
+                        "--http-idle-timeout=2s")
         self.d.wait_for("ready")
         self.port = self.d.http_port
 
@@ -473,6 +495,27 @@ class HTTPBounds(unittest.TestCase):
         self.assertIn(b"200 OK", c.recv(1000))
         b.close()
         c.close()
+
+    def test_stalled_body_times_out(self):
+        # Declares 64 KiB, sends 1 KiB, stalls: 408 once the body pauses
+        # for --http-body-timeout, and the connection closes.
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(f"POST /pub?topic={fresh()} HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Length: 65536\r\n\r\n".encode() + b"x" * 1024)
+        start = time.monotonic()
+        out = s.recv(1000)
+        self.assertTrue(out.startswith(b"HTTP/1.1 408"), out)
+        self.assertGreaterEqual(time.monotonic() - start, 0.9)
+        s.close()
+
+    def test_idle_keepalive_closes(self):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertIn(b"200 OK", s.recv(1000))
+        start = time.monotonic()
+        self.assertEqual(s.recv(1000), b"")  # closed by the server, silently
+        self.assertGreaterEqual(time.monotonic() - start, 1.9)
+        s.close()
 
     def test_large_bodies_share_a_budget(self):
         t = fresh()
