@@ -3,6 +3,8 @@
 
 #include "proto/addr.h"
 
+#include "core/err.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,17 @@ int tn_addr_parse(const char *addr, struct sockaddr_storage *ss)
         return uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)ss);
     }
     return uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss);
+}
+
+int tn_addr_listen(uv_tcp_t *tcp, const struct sockaddr_storage *ss, uv_connection_cb cb,
+                   const char *addr, char *err, size_t errlen)
+{
+    int rc = uv_tcp_bind(tcp, (const struct sockaddr *)ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)tcp, 511, cb);
+    if (rc != 0)
+        tn_errbuf(err, errlen, "cannot listen on %s: %s", addr, uv_strerror(rc));
+    return rc;
 }
 
 static int port_of(const struct sockaddr_storage *ss)

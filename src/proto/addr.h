@@ -13,6 +13,11 @@
 /* "host:port" with a numeric IPv4 or [IPv6] host (empty: every IPv4
  * interface). 0 or UV_EINVAL. */
 int tn_addr_parse(const char *addr, struct sockaddr_storage *ss);
+/* Bind an initialised tcp handle to ss and listen with cb. On failure
+ * writes "cannot listen on <addr>: <reason>" into err; the caller closes
+ * the handle either way when done with it. 0 or a libuv error. */
+int tn_addr_listen(uv_tcp_t *tcp, const struct sockaddr_storage *ss, uv_connection_cb cb,
+                   const char *addr, char *err, size_t errlen);
 /* "ip:port" of tcp's peer, or "?" (out always NUL-terminated). */
 void tn_addr_peer(const uv_tcp_t *tcp, char *out, size_t len);
 /* The local port of a bound handle, or 0. */

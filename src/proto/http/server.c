@@ -782,11 +782,8 @@ int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char
     s->refs = 1;
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
-    rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    rc = tn_addr_listen(&s->listener, &ss, on_connection, addr, err, errlen);
     if (rc != 0) {
-        tn_errbuf(err, errlen, "cannot listen on %s: %s", addr, uv_strerror(rc));
         s->closing = true;
         uv_close((uv_handle_t *)&s->listener, on_listener_closed);
         *out = NULL;

@@ -1378,11 +1378,8 @@ int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     s->refs = 1;
-    rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    rc = tn_addr_listen(&s->listener, &ss, on_connection, addr, err, errlen);
     if (rc != 0) {
-        tn_errbuf(err, errlen, "cannot listen on %s: %s", addr, uv_strerror(rc));
         /* Freed once the handle has closed (the caller runs the loop). */
         s->closing = true;
         uv_close((uv_handle_t *)&s->listener, on_listener_closed);
