@@ -207,17 +207,18 @@ class Settling(Base):
     def test_timeout_redelivers_and_touch_extends(self):
         t = fresh()
         self.conn().pub(t, b"x")
-        c = self.consumer(t, "ch", msg_timeout=1000)
+        c = self.consumer(t, "ch", msg_timeout=2000)
         m = c.read_message()
         start = time.monotonic()
-        # TOUCH twice, 600 ms apart: the lease outlives its first second.
-        time.sleep(0.6)
+        # TOUCH twice, a second apart (each leaves a second of slack before
+        # the lease would end): the lease outlives its first two seconds.
+        time.sleep(1.0)
         c.touch(m.id)
-        time.sleep(0.6)
+        time.sleep(1.0)
         c.touch(m.id)
-        self.no_message(c, 0.3)
+        self.no_message(c, 0.5)
         m2 = c.read_message()
-        self.assertGreaterEqual(time.monotonic() - start, 2.0)
+        self.assertGreaterEqual(time.monotonic() - start, 3.5)
         self.assertEqual((m2.id, m2.attempts), (m.id, 2))
 
     def test_fin_of_unknown_id_fails_but_keeps_connection(self):
@@ -435,7 +436,7 @@ class NsqdQuirks(Base):
         start = time.monotonic()
         c.req(m.id, 3600000)  # far over --max-req-timeout=1s: clamped, not refused
         m2 = c.read_message()
-        self.assertLess(time.monotonic() - start, 3)
+        self.assertLess(time.monotonic() - start, 10)  # an hour unclamped
         self.assertEqual(m2.id, m.id)
 
     def test_heartbeat_minus_one_then_sub_refused(self):
@@ -458,7 +459,8 @@ class Heartbeats(Base):
                 c.read_frame(skip_heartbeats=False)
             except nsqwire.Closed:
                 break
-        self.assertLess(time.monotonic() - start, 4)
+        # Two silent intervals (2 s) close it; generous for a loaded machine.
+        self.assertLess(time.monotonic() - start, 8)
 
     def test_nop_keeps_alive(self):
         c = self.conn(heartbeat_interval=1000)
