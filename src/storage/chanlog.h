@@ -52,6 +52,7 @@ struct tn_chanlog_s {
     int fd;
     uint64_t wal_size;
     uint64_t synced;
+    uint64_t alloc; /* WAL file size: wal_size plus zeroed space ahead */
     uint64_t next_seq;
     uint32_t since_ckpt;
     tn_cursor_t durable;

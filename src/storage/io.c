@@ -868,6 +868,27 @@ int tn_io_pwritev(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off)
     return 0;
 }
 
+#define ZERO_CHUNK (64 * 1024)
+static const unsigned char zeros[ZERO_CHUNK];
+
+int tn_io_write_zeros(int fd, uint64_t from, uint64_t to)
+{
+    int rc = 0;
+    while (from < to && rc == 0) {
+        tn_iov_t iov[16];
+        int n = 0;
+        uint64_t p = from;
+        while (p < to && n < (int)TN_ARRAY_SIZE(iov)) {
+            size_t len = (size_t)TN_MIN(to - p, (uint64_t)ZERO_CHUNK);
+            iov[n++] = tn_iov((void *)zeros, len);
+            p += len;
+        }
+        rc = tn_io_pwritev(fd, iov, n, from);
+        from = p;
+    }
+    return rc;
+}
+
 int tn_io_pwrite(int fd, const void *buf, size_t len, uint64_t off)
 {
     tn_iov_t v = tn_iov(buf, len);

@@ -32,6 +32,8 @@ int tn_io_close(int fd);
 /* Write all of iov at file position off. */
 int tn_io_pwritev(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off);
 int tn_io_pwrite(int fd, const void *buf, size_t len, uint64_t off);
+/* Write zeros over [from, to). */
+int tn_io_write_zeros(int fd, uint64_t from, uint64_t to);
 /* Read up to len bytes at off; *nread < len only at end of file. */
 int tn_io_pread(int fd, void *buf, size_t len, uint64_t off, size_t *nread);
 int tn_io_fdatasync(int fd);

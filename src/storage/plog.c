@@ -241,11 +241,18 @@ static int recover_segment(tn_plog_t *plog, uint64_t base, bool last, tn_seg_t *
     seg->count = scan.count;
     seg->size = scan.valid_len;
     seg->synced = scan.valid_len;
+    seg->alloc = scan.valid_len;
     seg->first_ns = scan.first_ns;
     seg->last_ns = scan.last_ns;
     seg->idx_loaded = true;
 
-    if (scan.tail != 0 && (!last || scan.durable_damage)) {
+    if (scan.tail != 0 && last && scan.zero_tail) {
+        /* Space written ahead of the records (see zero_ahead), left by a
+         * crash: nothing was lost. The cut need not be durable. */
+        rc = tn_io_ftruncate(seg->fd, scan.valid_len);
+        if (rc != 0)
+            goto fail;
+    } else if (scan.tail != 0 && (!last || scan.durable_damage)) {
         set_sticky(plog, TN_ECORRUPT, "segment %s: %s at byte %" PRIu64 "%s", path,
                    scan.tail == TN_ESHORT ? "truncated record" : "bad record", scan.tail_pos,
                    last ? " below data that had been made durable" : " in a sealed segment");
@@ -458,6 +465,48 @@ static int scratch_reserve(tn__committer_t *c, size_t niov, size_t nnotes)
     return 0;
 }
 
+/* Zeroed space kept written ahead of the active segment's records. An
+ * fdatasync of records written into it changes no file size, so the file
+ * system skips the journal commit an append needs (ext4 on this project's
+ * test machine: ~100 us per small write + fdatasync instead of ~175 us).
+ * The price is one extra write of each byte, once per ZERO_AHEAD. Recovery
+ * trims a zero tail; sealing and closing truncate it. */
+#define ZERO_AHEAD (1024 * 1024)
+
+/* Make sure the file extends with zeros past wend (the end of the records
+ * about to be written), up to the segment size limit. A failure (a full
+ * disk) only costs the speed-up: the file is cut back and appends go on. */
+static int zero_ahead(tn_plog_t *plog, tn_seg_t *seg, uint64_t wend)
+{
+    if (wend <= seg->alloc || plog->no_zeros)
+        return 0;
+    uint64_t limit = plog->store->opts.segment_bytes;
+    uint64_t target = TN_MIN(wend + ZERO_AHEAD, TN_MAX(limit, wend));
+    int rc = tn_io_write_zeros(seg->fd, wend, target);
+    if (rc == 0) {
+        seg->alloc = target;
+        return 0;
+    }
+    TN_LOG(TN_LOG_WARN, "partition %s/%u: cannot zero space ahead of segment %" PRIu64 ": %s",
+           plog->topic, plog->partition, seg->base, tn_strerror(rc));
+    plog->no_zeros = true;
+    rc = tn_io_ftruncate(seg->fd, seg->size);
+    seg->alloc = seg->size;
+    return rc;
+}
+
+/* Cut the zeroed space off the end of a segment that takes no more
+ * records. The cut need not be durable: recovery trims a zero tail. */
+static int trim_zeros(tn_seg_t *seg)
+{
+    if (seg->alloc <= seg->size)
+        return 0;
+    int rc = tn_io_ftruncate(seg->fd, seg->size);
+    if (rc == 0)
+        seg->alloc = seg->size;
+    return rc;
+}
+
 /* Write the gathered iovs at wstart and publish the new records. */
 static int flush(tn_plog_t *plog, tn_seg_t *seg, uint64_t wstart, uint64_t wend,
                  const tn_iov_t *iov, size_t niov, const note_t *notes, size_t nnotes,
@@ -468,7 +517,9 @@ static int flush(tn_plog_t *plog, tn_seg_t *seg, uint64_t wstart, uint64_t wend,
     /* Records land where the segment ends, with the next offsets in order. */
     TN_ASSERT(wstart == seg->size && nnotes > 0);
     TN_ASSERT(notes[0].offset == seg->base + seg->count);
-    int rc = tn_io_pwritev(seg->fd, iov, (int)niov, wstart);
+    int rc = zero_ahead(plog, seg, wend);
+    if (rc == 0)
+        rc = tn_io_pwritev(seg->fd, iov, (int)niov, wstart);
     if (rc != 0)
         return rc;
     uint32_t interval = plog->store->opts.index_interval;
@@ -500,7 +551,9 @@ static void advance_durable(tn_plog_t *plog, uint64_t next)
 static int seal_active(tn_plog_t *plog)
 {
     tn_seg_t *old = active_seg(plog);
-    int rc = tn_io_fdatasync(old->fd);
+    int rc = trim_zeros(old);
+    if (rc == 0)
+        rc = tn_io_fdatasync(old->fd);
     if (rc != 0) {
         set_sticky(plog, rc, "fdatasync of segment %" PRIu64 " before sealing", old->base);
         return rc;
@@ -522,6 +575,7 @@ static int start_segment(tn_plog_t *plog, uint64_t base)
         set_sticky(plog, rc, "creating segment %" PRIu64, base);
         return rc;
     }
+    plog->no_zeros = false;
     uv_mutex_lock(&plog->lock);
     active_seg(plog)->sealed = true;
     rc = push_seg(plog, seg);
@@ -1144,6 +1198,9 @@ static void close_exec(tn__committer_t *c, tn__sreq_t *s)
         sync_log(plog);
         relaxed_remove(c->scratch, plog);
     }
+    if (plog->nsegs > 0 && trim_zeros(active_seg(plog)) != 0)
+        TN_LOG(TN_LOG_WARN, "partition %s/%u: cannot trim the zeroed tail of its last segment",
+               plog->topic, plog->partition);
     tn__store_complete(c->store, s, s);
 }
 

@@ -121,6 +121,7 @@ struct tn_plog_s {
     int64_t unsynced_since_ns;
     tn_plog_t *relaxed_next; /* list of logs with unsynced relaxed data */
     bool in_relaxed;
+    bool no_zeros; /* writing zeros ahead failed: not again until the next segment */
 
     /* Loop thread. */
     tn_plog_cb on_progress; /* visible_next may have moved */

@@ -171,6 +171,27 @@ static int find_durable_evidence(win_t *w, uint64_t from, uint64_t cut, bool *fo
     return 0;
 }
 
+/* Whether every byte from `from` to the end of the file is zero. */
+static int all_zero(win_t *w, uint64_t from, bool *zero)
+{
+    *zero = true;
+    for (uint64_t p = from; p < w->file_size;) {
+        size_t n = (size_t)TN_MIN(w->file_size - p, (uint64_t)SCAN_WINDOW);
+        const unsigned char *b;
+        int rc = win_get(w, p, n, &b);
+        if (rc != 0)
+            return rc;
+        for (size_t i = 0; i < n; i++) {
+            if (b[i] != 0) {
+                *zero = false;
+                return 0;
+            }
+        }
+        p += n;
+    }
+    return 0;
+}
+
 int tn_seg_scan(int fd, uint64_t file_size, uint64_t base, uint32_t interval, tn_seg_t *seg,
                 tn_seg_scan_t *out)
 {
@@ -228,7 +249,10 @@ int tn_seg_scan(int fd, uint64_t file_size, uint64_t base, uint32_t interval, tn
         out->tail = TN_ESHORT; /* the file ends inside a batch */
     if (out->tail != 0) {
         out->tail_pos = out->valid_len;
-        rc = find_durable_evidence(&w, out->valid_len + 1, out->valid_len, &out->durable_damage);
+        rc = all_zero(&w, out->valid_len, &out->zero_tail);
+        if (rc == 0 && !out->zero_tail)
+            rc =
+                find_durable_evidence(&w, out->valid_len + 1, out->valid_len, &out->durable_damage);
         if (rc != 0)
             goto out;
     }

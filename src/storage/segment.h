@@ -48,6 +48,7 @@ typedef struct tn_seg_s {
     uint64_t count;   /* records */
     uint64_t size;    /* valid bytes */
     uint64_t synced;  /* bytes known durable */
+    uint64_t alloc;   /* file size: valid bytes plus zeroed space ahead of them */
     int64_t first_ns; /* publish time of the first record, 0 if empty */
     int64_t last_ns;  /* newest publish time, 0 if empty */
     int fd;
@@ -71,6 +72,7 @@ typedef struct {
     int tail;            /* 0: clean end; TN_ESHORT: torn; TN_ECORRUPT: bad data */
     uint64_t tail_pos;   /* where the problem starts */
     bool durable_damage; /* a later valid record proves tail_pos was durable */
+    bool zero_tail;      /* every byte from tail_pos on is zero: space written ahead */
 } tn_seg_scan_t;
 
 /* Format the file name of a segment ("%020llu.log") into buf. */

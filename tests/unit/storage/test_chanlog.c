@@ -114,6 +114,34 @@ static void test_records_survive_reopen(void **state)
     tn_cursor_fini(&st);
 }
 
+/* A crash leaves the zeros written ahead of the WAL's frames: recovery
+ * cuts them off without calling it damage. */
+static void test_wal_zero_tail_trimmed(void **state)
+{
+    fx_t *fx = *state;
+    tn_cursor_t st;
+    tn_chanlog_t *cl = open_cl(fx, "c", &st);
+    tn_cursor_fini(&st);
+    assert_int_equal(fin_range(fx, cl, 0, 5), 0);
+    char wal[4096];
+    snprintf(wal, sizeof(wal), "%s/topics/t/0/c.wal", fx->dir);
+    assert_true(tu_file_size(wal) >= 256 * 1024); /* zeros ahead while open */
+    tu_fx_reopen(fx);
+    long len = tu_file_size(wal);
+    static const unsigned char zeros[5000];
+    tu_patch_file(wal, len, zeros, sizeof(zeros));
+    cl = open_cl(fx, "c", &st);
+    assert_int_equal(atomic_load(&cl->err), 0);
+    assert_int_equal(st.frontier, 5);
+    assert_int_equal(tu_file_size(wal), len);
+    tn_cursor_fini(&st);
+    assert_int_equal(fin_range(fx, cl, 5, 8), 0);
+    tu_fx_reopen(fx);
+    cl = open_cl(fx, "c", &st);
+    assert_int_equal(st.frontier, 8);
+    tn_cursor_fini(&st);
+}
+
 static void test_checkpoints_bound_the_wal(void **state)
 {
     fx_t *fx = *state;
@@ -125,8 +153,8 @@ static void test_checkpoints_bound_the_wal(void **state)
     assert_true(atomic_load(&cl->checkpoints) >= 9);
     char wal[4096];
     snprintf(wal, sizeof(wal), "%s/topics/t/0/c.wal", fx->dir);
+    tu_fx_reopen(fx); /* closing cut the zeros ahead off */
     assert_true(tu_file_size(wal) <= 50 * (TN_WAL_HDR + 8));
-    tu_fx_reopen(fx);
     cl = open_cl(fx, "c", &st);
     assert_int_equal(st.frontier, 500);
     assert_int_equal(st.finish_count, 500);
@@ -343,6 +371,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_records_survive_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wal_zero_tail_trimmed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_checkpoints_bound_the_wal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_between_rename_and_truncate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_torn_wal_tail, setup, teardown),

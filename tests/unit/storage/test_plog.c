@@ -193,9 +193,9 @@ static void test_torn_tail_truncated_on_reopen(void **state)
     append_n(fx, plog, 0, 10);
     char path[4096];
     snprintf(path, sizeof(path), "%s/topics/t/0/00000000000000000000.log", fx->dir);
-    long full = tu_file_size(path);
     tu_store_close(&fx->loop, fx->store);
     fx->store = NULL;
+    long full = tu_file_size(path);   /* closing cut the zeros ahead off */
     tu_truncate_file(path, full - 3); /* tear the 10th record */
     fx->store = tu_store_open(&fx->loop, &fx->opts);
     plog = open_log(fx, "t", 0);
@@ -291,11 +291,56 @@ static void test_fsync_failure_is_sticky(void **state)
     assert_int_equal(tn_plog_durable_next(plog), 3);
 }
 
+/* A crash leaves the zeros written ahead of the records: recovery cuts
+ * them off without calling it damage, and appends go on after the last
+ * record. */
+static void test_zero_tail_trimmed_on_reopen(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *plog = open_log(fx, "t", 0);
+    append_n(fx, plog, 0, 10);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/t/0/00000000000000000000.log", fx->dir);
+    /* Zeros ahead while open, up to the segment size limit. */
+    assert_int_equal(tu_file_size(path), (long)fx->opts.segment_bytes);
+    tu_store_close(&fx->loop, fx->store);
+    fx->store = NULL;
+    long full = tu_file_size(path);
+    assert_true(full < 4096);
+    static const unsigned char zeros[70000];
+    tu_patch_file(path, full, zeros, sizeof(zeros)); /* what a crash leaves */
+    fx->store = tu_store_open(&fx->loop, &fx->opts);
+    plog = open_log(fx, "t", 0);
+    assert_int_equal(tn_plog_err(plog), 0);
+    assert_int_equal(tn_plog_written_next(plog), 10);
+    assert_int_equal(tu_file_size(path), full);
+    append_n(fx, plog, 10, 5);
+    expect_all(plog, 0, 15);
+}
+
+/* Zeros that cannot be written (a full disk) cost only the speed-up: the
+ * append goes on at the end of the records. */
+static void test_zero_write_failure_falls_back(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *plog = open_log(fx, "t", 0);
+    tn_io_fail_write_after(0, UV_ENOSPC); /* the zeros */
+    append_n(fx, plog, 0, 1);
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(tn_plog_err(plog), 0);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/t/0/00000000000000000000.log", fx->dir);
+    long one = tu_file_size(path);
+    assert_true(one > TN_REC_HDR && one < 100); /* no zeros after the record */
+    append_n(fx, plog, 1, 3);
+    expect_all(plog, 0, 4);
+}
+
 static void test_write_failure_is_sticky(void **state)
 {
     fx_t *fx = *state;
     tn_plog_t *plog = open_log(fx, "t", 0);
-    tn_io_fail_write_after(0, UV_ENOSPC);
+    tn_io_fail_write_after(1, UV_ENOSPC); /* the records, after the zeros */
     assert_int_equal(tu_append(&fx->loop, plog, "x", 1, NULL), UV_ENOSPC);
     tn_io_fail_write_after(-1, 0);
     assert_int_equal(tn_plog_err(plog), UV_ENOSPC);
@@ -657,6 +702,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_sealed_segment_isolates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_found_by_read_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fsync_failure_is_sticky, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zero_tail_trimmed_on_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zero_write_failure_falls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_failure_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durability_modes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relaxed_sync_by_count, setup, teardown),
