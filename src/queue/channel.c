@@ -1186,6 +1186,8 @@ typedef struct {
 
 static void kick_all(tn_channel_t *ch)
 {
+    /* Held: the last detach of an ephemeral channel would free it here. */
+    ch->busy++;
     while (ch->nconsumers > 0) {
         tn_consumer_t *c = ch->consumers;
         if (c->kick != NULL)
@@ -1193,6 +1195,7 @@ static void kick_all(tn_channel_t *ch)
         if (c->ch == ch)
             tn_consumer_detach(c); /* the door did not */
     }
+    ch->busy--;
 }
 
 static void on_drop_closed(tn_chanlog_t *cl)
@@ -1214,9 +1217,10 @@ uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg)
             tn__broker_event(ch->topic->broker, TN_EV_CHANNEL_DOWN, ch->topic->name, ch->name);
             channel_unlink(ch);
             ch->deleted = true;
-            if (ch->busy == 0)
-                tn__channel_free(ch);
         }
+        /* With consumers, the last detach unlinked it. */
+        if (ch->busy == 0)
+            tn__channel_free(ch);
         return 0;
     }
     ch->busy++;

@@ -663,6 +663,35 @@ static void test_delete_survives_restart(void **state)
     qfx_free(q);
 }
 
+static void kick_detaches(tn_consumer_t *c)
+{
+    tn_consumer_detach(c);
+}
+
+/* A door that detaches its consumer when kicked (as the live feed does)
+ * ends an ephemeral channel inside the kick: deleting the topic must not
+ * touch the channel afterwards. */
+static void test_kick_ends_ephemeral_channel(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "e#ephemeral");
+    sink_t a, b;
+    attach(&a, ch, 10, 60000);
+    attach(&b, ch, 10, 60000);
+    a.c.kick = kick_detaches;
+    b.c.kick = kick_detaches;
+    tn_topic_t *t;
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
+    deleted_flag = false;
+    assert_int_equal(tn_topic_delete(t, on_deleted, NULL), 0);
+    assert_null(a.c.ch);
+    assert_null(b.c.ch);
+    assert_true(run_until(q, is_deleted, NULL));
+    assert_int_equal(deleted_status, 0);
+    qfx_free(q);
+}
+
 static void test_bad_names(void **state)
 {
     (void)state;
@@ -690,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_detach_returns_inflight),
         cmocka_unit_test(test_backlog_and_bootstrap),
         cmocka_unit_test(test_ephemeral_channel),
+        cmocka_unit_test(test_kick_ends_ephemeral_channel),
         cmocka_unit_test(test_dead_letter),
         cmocka_unit_test(test_inflight_budget),
         cmocka_unit_test(test_deferred_publish),
