@@ -31,7 +31,7 @@ typedef struct route_s {
     struct route_s *next;
 } route_t;
 
-typedef enum { C_HEAD = 0, C_BODY, C_HANDLING, C_DRAINING, C_CLOSED } cstate_t;
+typedef enum { C_HEAD = 0, C_BODY, C_HANDLING, C_UPGRADED, C_DRAINING, C_CLOSED } cstate_t;
 
 typedef struct conn_s conn_t;
 
@@ -59,6 +59,9 @@ struct conn_s {
     uint64_t body_left; /* Content-Length bytes still to read */
     tn_http_chunked_t chunk;
     uint64_t large; /* budget bytes taken for this body */
+    /* after an upgrade */
+    const tn_http_upgrade_ops_t *up;
+    void *up_arg;
 };
 
 struct tn_http_server_s {
@@ -69,6 +72,7 @@ struct tn_http_server_s {
     route_t *routes;
     conn_t *conns;
     uint32_t nconns;
+    uint32_t nupgraded;
     bool waiting_accept; /* a connection waits for a free slot */
     bool closing;
     uint32_t refs;
@@ -200,10 +204,23 @@ static void on_closed(uv_handle_t *h)
 
 static void accept_waiting(tn_http_server_t *s);
 
+/* The upgraded connection ends: tell its owner, once. */
+static void up_gone(conn_t *c)
+{
+    if (c->state != C_UPGRADED)
+        return;
+    c->srv->nupgraded--;
+    const tn_http_upgrade_ops_t *up = c->up;
+    c->up = NULL;
+    if (up != NULL && up->on_close != NULL)
+        up->on_close(c->up_arg);
+}
+
 static void conn_close(conn_t *c)
 {
     if (c->state == C_CLOSED)
         return;
+    up_gone(c);
     bool handling = c->state == C_HANDLING;
     c->state = C_CLOSED;
     tn_http_server_t *s = c->srv;
@@ -248,6 +265,9 @@ static void close_gracefully(conn_t *c)
 {
     if (c->state == C_CLOSED || c->state == C_DRAINING)
         return;
+    up_gone(c);
+    if (c->state == C_CLOSED)
+        return;
     c->state = C_DRAINING;
     request_free(c);
     c->sreq.data = c;
@@ -270,6 +290,9 @@ static void on_written(uv_write_t *w, int status)
             conn_close(c);
         else
             flush(c);
+        if (c->state == C_UPGRADED && !c->writing && tn_buf_size(&c->out) == 0 && c->up != NULL &&
+            c->up->on_drain != NULL)
+            c->up->on_drain(c->up_arg);
     }
     conn_unref(c);
 }
@@ -409,6 +432,52 @@ static void arm(conn_t *c, int64_t ms)
     uv_timer_start(&c->timer, on_timer, (uint64_t)ms, 0);
 }
 
+/* Whether path matches pattern (exact, {name} = one non-empty segment);
+ * params (may be NULL) receives the {name} segments in order. */
+static bool path_matches(const char *pattern, tn_iov_t path, tn_iov_t *params)
+{
+    const char *p = pattern;
+    size_t i = 0, np = 0;
+    while (*p != '\0') {
+        if (*p == '{') {
+            const char *end = strchr(p, '}');
+            if (end == NULL)
+                return false;
+            size_t start = i;
+            while (i < path.len && path.base[i] != '/')
+                i++;
+            if (i == start)
+                return false;
+            if (params != NULL && np < TN_HTTP_MAX_PARAMS)
+                params[np] = tn_iov(path.base + start, i - start);
+            np++;
+            p = end + 1;
+            continue;
+        }
+        if (i >= path.len || path.base[i] != *p)
+            return false;
+        i++;
+        p++;
+    }
+    return i == path.len;
+}
+
+const tn_iov_t *tn_http_param(const tn_http_request_t *r, const char *name)
+{
+    if (r->pattern == NULL)
+        return NULL;
+    size_t n = strlen(name), k = 0;
+    for (const char *p = r->pattern; (p = strchr(p, '{')) != NULL; k++) {
+        const char *end = strchr(p, '}');
+        if (end == NULL || k >= TN_HTTP_MAX_PARAMS)
+            return NULL;
+        if ((size_t)(end - p - 1) == n && memcmp(p + 1, name, n) == 0)
+            return &r->params[k];
+        p = end;
+    }
+    return NULL;
+}
+
 static const route_t *find_route(tn_http_server_t *s, const tn_http_req_t *h, bool *path_known,
                                  char *allow, size_t allowlen)
 {
@@ -418,7 +487,7 @@ static const route_t *find_route(tn_http_server_t *s, const tn_http_req_t *h, bo
     const route_t *hit = NULL;
     bool head = h->method.len == 4 && memcmp(h->method.base, "HEAD", 4) == 0;
     for (const route_t *r = s->routes; r != NULL; r = r->next) {
-        if (strlen(r->path) != h->path.len || memcmp(r->path, h->path.base, h->path.len) != 0)
+        if (!path_matches(r->path, h->path, NULL))
             continue;
         *path_known = true;
         an += (size_t)snprintf(allow + an, an < allowlen ? allowlen - an : 0, "%s%s",
@@ -541,6 +610,8 @@ static void begin(conn_t *c, size_t headlen)
         return;
     }
     r->head_only = h->method.len == 4 && memcmp(h->method.base, "HEAD", 4) == 0;
+    r->pattern = route->path;
+    path_matches(route->path, h->path, r->params);
     c->route = route;
     if (has_body) {
         if ((uint64_t)TN_MAX(h->content_length, 0) > route->max_body ||
@@ -656,6 +727,24 @@ static void advance(conn_t *c)
     }
 }
 
+/* Hand the input to the upgraded connection's owner. */
+static void up_feed(conn_t *c)
+{
+    if (tn_buf_size(&c->in) == 0 || c->up == NULL)
+        return;
+    c->refs++;
+    /* The owner may close (and so free nothing of ours but c->in's use). */
+    tn_buf_t in = c->in;
+    tn_buf_init(&c->in);
+    c->up->on_data(c->up_arg, tn_buf_data(&in), tn_buf_size(&in));
+    tn_buf_reset(&in);
+    if (c->in.base == NULL)
+        c->in = in; /* keep the buffer for the next read */
+    else
+        tn_buf_fini(&in);
+    conn_unref(c);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     conn_t *c = h->data;
@@ -683,6 +772,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0 || c->state == C_DRAINING)
         return;
     c->in.len += (size_t)nread;
+    if (c->state == C_UPGRADED) {
+        up_feed(c);
+        return;
+    }
     if (c->state == C_HANDLING) {
         /* Pipelined bytes wait; a client that piles up more than a head's
          * worth is paused until this request is answered. */
@@ -797,6 +890,7 @@ int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char
 void tn_http_server_stats(const tn_http_server_t *s, tn_http_server_stats_t *out)
 {
     out->connections = s->nconns;
+    out->upgraded = s->nupgraded;
     out->requests = s->requests;
     memcpy(out->by_status, s->by_status, sizeof(out->by_status));
     out->large_body_bytes = s->large_in_use;
@@ -841,4 +935,86 @@ int tn_http_route(tn_http_server_t *s, const char *method, const char *path, uin
         pp = &(*pp)->next;
     *pp = r;
     return 0;
+}
+
+/* --- upgraded connections ------------------------------------------------------ */
+
+static void on_leftover(uv_timer_t *t)
+{
+    up_feed(t->data);
+}
+
+tn_http_conn_t *tn_http_upgrade(tn_http_request_t *r, const char *headers,
+                                const tn_http_upgrade_ops_t *ops, void *arg)
+{
+    conn_t *c = r->conn;
+    if (c->state != C_HANDLING || c->req != r)
+        return NULL;
+    c->srv->requests++;
+    c->srv->by_status[1]++;
+    int rc = append_fmt(&c->out, "HTTP/1.1 101 %s\r\nServer: %s\r\n", tn_http_reason(101),
+                        c->srv->opts.server_name);
+    if (rc == 0 && headers != NULL)
+        rc = tn_buf_append(&c->out, headers, strlen(headers));
+    if (rc == 0)
+        rc = tn_buf_append(&c->out, "\r\n", 2);
+    request_free(c);
+    if (rc != 0) {
+        conn_close(c);
+        return NULL;
+    }
+    c->state = C_UPGRADED;
+    c->up = ops;
+    c->up_arg = arg;
+    c->srv->nupgraded++;
+    uv_timer_stop(&c->timer);
+    flush(c);
+    if (c->state != C_UPGRADED)
+        return NULL;
+    start_reading(c);
+    /* Bytes that came with the request go to the owner once it has its
+     * handle. */
+    if (tn_buf_size(&c->in) > 0)
+        uv_timer_start(&c->timer, on_leftover, 0, 0);
+    return (tn_http_conn_t *)c;
+}
+
+int tn_http_conn_write(tn_http_conn_t *hc, const void *data, size_t len)
+{
+    conn_t *c = (conn_t *)hc;
+    if (c->state != C_UPGRADED)
+        return UV_EPIPE;
+    if (tn_buf_append(&c->out, data, len) != 0) {
+        conn_close(c);
+        return UV_ENOMEM;
+    }
+    flush(c);
+    return 0;
+}
+
+size_t tn_http_conn_pending(const tn_http_conn_t *hc)
+{
+    const conn_t *c = (const conn_t *)hc;
+    return tn_buf_size(&c->out) + (c->writing ? tn_buf_size(&c->wbuf) : 0);
+}
+
+void tn_http_conn_close(tn_http_conn_t *hc)
+{
+    conn_t *c = (conn_t *)hc;
+    if (c->state != C_UPGRADED)
+        return;
+    c->close_after = true;
+    flush(c);
+}
+
+void tn_http_conn_abort(tn_http_conn_t *hc)
+{
+    conn_t *c = (conn_t *)hc;
+    if (c->state == C_UPGRADED)
+        conn_close(c);
+}
+
+const char *tn_http_conn_remote(const tn_http_conn_t *hc)
+{
+    return ((const conn_t *)hc)->remote;
 }

@@ -43,6 +43,9 @@ typedef struct tn_http_server_s tn_http_server_t;
 typedef struct tn_http_request_s tn_http_request_t;
 typedef void (*tn_http_handler_cb)(tn_http_request_t *r, void *arg);
 
+/* Path parameters a route pattern may hold. */
+#define TN_HTTP_MAX_PARAMS 4
+
 /* One request: valid from the handler's call until tn_http_respond (or,
  * when the client went away, until the cancel callback returns). */
 struct tn_http_request_s {
@@ -56,7 +59,9 @@ struct tn_http_request_s {
     /* Private. */
     void *conn;
     tn_buf_t headbuf;
-    bool head_only; /* HEAD: answer without the body */
+    bool head_only;      /* HEAD: answer without the body */
+    const char *pattern; /* the route's path, with its {name} segments */
+    tn_iov_t params[TN_HTTP_MAX_PARAMS];
 };
 
 typedef struct {
@@ -78,7 +83,8 @@ int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char
 int tn_http_server_port(const tn_http_server_t *s);
 
 typedef struct {
-    uint32_t connections;
+    uint32_t connections; /* upgraded ones included */
+    uint32_t upgraded;
     uint64_t requests;
     uint64_t by_status[6];     /* answers by class: [1] 1xx .. [5] 5xx */
     uint64_t large_body_bytes; /* budget in use */
@@ -89,17 +95,54 @@ void tn_http_server_stats(const tn_http_server_t *s, tn_http_server_stats_t *out
  * cancelled); cb runs when all is closed. */
 void tn_http_server_close(tn_http_server_t *s, void (*cb)(void *arg), void *arg);
 
-/* Route method + exact path to handler; max_body bounds the request body
+/* Route method + path to handler. The path is exact, except that a
+ * segment written {name} matches any one non-empty segment (read it with
+ * tn_http_param); exact routes and patterns are tried in the order they
+ * were added. max_body bounds the request body
  * (0: no body allowed), and a larger one is answered 413 with
  * {"message": too_big} (NULL: "BODY_TOO_BIG"; borrowed for the server's
  * lifetime). Several methods may share a path. 0 or UV_ENOMEM. */
 int tn_http_route(tn_http_server_t *s, const char *method, const char *path, uint64_t max_body,
                   const char *too_big, tn_http_handler_cb handler, void *arg);
 
+/* The path segment matched by {name} in r's route, or NULL. */
+const tn_iov_t *tn_http_param(const tn_http_request_t *r, const char *name);
+
 /* Answer r and end it. content_type may be NULL (no header); headers (may
  * be NULL) are extra lines, each ending in "\r\n"; body is copied. */
 void tn_http_respond(tn_http_request_t *r, int status, const char *content_type,
                      const char *headers, const void *body, size_t len);
+
+/* Upgrading a request's connection to another protocol (WebSocket): the
+ * server answers 101 and from then on hands the connection's bytes to
+ * the handler's callbacks and writes what it is given. */
+typedef struct tn_http_conn_s tn_http_conn_t;
+typedef struct {
+    /* Bytes from the client (the first call may carry bytes that came
+     * right after the request). */
+    void (*on_data)(void *arg, const char *data, size_t len);
+    /* Everything written so far has left (optional). */
+    void (*on_drain)(void *arg);
+    /* The connection is gone (closed by either side or by the server's
+     * shutdown); no call follows. May run inside tn_http_conn_close. */
+    void (*on_close)(void *arg);
+} tn_http_upgrade_ops_t;
+
+/* Answer r with 101 Switching Protocols plus headers (each line ending in
+ * "\r\n", borrowed) and hand the connection over. ops is borrowed for the
+ * connection's lifetime. NULL when r is no longer answerable. */
+tn_http_conn_t *tn_http_upgrade(tn_http_request_t *r, const char *headers,
+                                const tn_http_upgrade_ops_t *ops, void *arg);
+/* Queue bytes; 0, or UV_ENOMEM (the connection is then closing). */
+int tn_http_conn_write(tn_http_conn_t *c, const void *data, size_t len);
+/* Bytes queued and not yet handed to the kernel. */
+size_t tn_http_conn_pending(const tn_http_conn_t *c);
+/* Close after what is queued is written (write side first, so the client
+ * reads it all). on_close follows. */
+void tn_http_conn_close(tn_http_conn_t *c);
+/* Close at once, dropping what is queued. on_close follows. */
+void tn_http_conn_abort(tn_http_conn_t *c);
+const char *tn_http_conn_remote(const tn_http_conn_t *c);
 
 /* The standard reason phrase of a status. */
 const char *tn_http_reason(int status);
