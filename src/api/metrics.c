@@ -160,6 +160,20 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
         scalar(b, "tern_http_large_body_bytes", "gauge",
                "bytes of the node-wide budget for bodies over 1 MiB in use", hs.large_body_bytes);
     }
+    if (m->ws != NULL) {
+        tn_ws_stats_t ws;
+        tn_ws_stats(m->ws, &ws);
+        scalar(b, "tern_ws_connections", "gauge", "live WebSocket connections", ws.connections);
+        scalar(b, "tern_ws_messages_total", "counter", "live feed frames written whole",
+               ws.messages);
+        scalar(b, "tern_ws_bytes_total", "counter", "live feed frame bytes written", ws.bytes);
+        family(b, "tern_ws_rejected_total", "counter",
+               "live feed connections refused or closed, by reason");
+        put(b, "tern_ws_rejected_total{reason=\"auth\"} %" PRIu64 "\n", ws.auth_failures);
+        put(b, "tern_ws_rejected_total{reason=\"capacity\"} %" PRIu64 "\n", ws.capacity_rejections);
+        put(b, "tern_ws_rejected_total{reason=\"not_ttl\"} %" PRIu64 "\n", ws.ttl_rejections);
+        put(b, "tern_ws_rejected_total{reason=\"slow_consumer\"} %" PRIu64 "\n", ws.slow_closes);
+    }
     per_topic(m, b);
     return 0;
 }

@@ -15,12 +15,14 @@
 #include "core/platform.h"
 
 #include "api/nsq_http.h"
+#include "api/ws.h"
 #include "proto/nsq/server.h"
 
 typedef struct {
     tn_nsq_http_t *api; /* borrowed: broker, readiness, version */
     tn_nsq_server_t *nsq;
     tn_http_server_t *http; /* the API server, for its connection counts */
+    tn_ws_t *ws;            /* NULL: the live feed is off */
     uint32_t max_topics;
 } tn_metrics_t;
 

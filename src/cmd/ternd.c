@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "api/metrics.h"
 #include "api/nsq_http.h"
+#include "api/ws.h"
 #include "proto/http/server.h"
 #include "proto/nsq/lookupd.h"
 #include "proto/nsq/server.h"
@@ -32,6 +33,7 @@
 #include "storage/store.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,7 @@ typedef struct {
     tn_http_server_t *metrics_http; /* NULL: /metrics is on the API port */
     tn_nsq_http_t api;
     tn_metrics_t metrics;
+    tn_ws_t *ws; /* NULL: the live feed is off */
     tn_lookupd_t *lookupd;
     uv_signal_t sigint;
     uv_signal_t sigterm;
@@ -76,6 +79,9 @@ static void on_nsq_closed(void *arg)
 static void on_http_closed(void *arg)
 {
     daemon_t *d = arg;
+    tn_ws_free(d->ws); /* its connections closed with the HTTP server */
+    d->ws = NULL;
+    d->metrics.ws = NULL;
     if (d->lookupd != NULL) {
         tn_lookupd_t *l = d->lookupd;
         d->lookupd = NULL;
@@ -101,6 +107,8 @@ static void on_signal(uv_signal_t *h, int signum)
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     d->api.ready = false;
+    if (d->ws != NULL)
+        tn_ws_close_all(d->ws, "E_SHUTDOWN", "the node is shutting down");
     if (d->http != NULL)
         tn_http_server_close(d->http, on_http_closed, d);
     else if (d->nsq != NULL)
@@ -187,9 +195,18 @@ int main(int argc, char **argv)
     }
     tn_log_level = cfg.log_level;
     tn_alloc_install_uv();
+    /* A peer that goes away while we write must cost an EPIPE on that
+     * socket, not the process. */
+    signal(SIGPIPE, SIG_IGN);
     for (uint32_t i = 0; i < cfg.nignored_seen; i++) {
         const tn_config_ignored_t *ig = &tn_config_nsqd_ignored[cfg.ignored_seen[i]];
         TN_LOG(TN_LOG_WARN, "nsqd option %s has no effect in tern: %s", ig->name, ig->instead);
+    }
+    tn_ws_opts_t wopts;
+    if (tn_ws_opts_from_config(&wopts, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ternd: %s\n", err);
+        tn_config_fini(&cfg);
+        return 2;
     }
     tn_broker_opts_t bopts;
     if (tn_broker_opts_from_config(&bopts, &cfg, err, sizeof(err)) != 0) {
@@ -255,6 +272,18 @@ int main(int argc, char **argv)
                 d.api.http_port = tn_http_server_port(d.http);
                 rc = tn_nsq_http_register(d.http, &d.api);
             }
+            if (rc == 0 && cfg.websocket_enabled) {
+                wopts.broker = d.broker;
+                wopts.auth = tn_nsq_server_auth(d.nsq);
+                wopts.ready = &d.api.ready;
+                if ((rc = tn_ws_new(&loop, &wopts, &d.ws)) == 0)
+                    rc = tn_ws_register(d.http, d.ws);
+                if (rc == 0)
+                    TN_LOG(TN_LOG_NOTICE,
+                           "live WebSocket feed on /v1/ws/topics/{topic} (%u allowed origins)",
+                           wopts.norigins);
+            }
+            d.metrics.ws = d.ws;
             d.metrics.api = &d.api;
             d.metrics.nsq = d.nsq;
             d.metrics.http = d.http;

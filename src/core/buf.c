@@ -4,6 +4,7 @@
 #include "core/alloc.h"
 #include "core/buf.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <uv.h>
 
@@ -131,4 +132,23 @@ int tn_msg_new_batch(uint32_t n, const tn_iov_t *bodies, tn_msg_t **out)
     if (n == 0)
         tn_free(mem);
     return 0;
+}
+
+int tn_buf_json_escape(tn_buf_t *b, const char *s)
+{
+    int rc = 0;
+    for (; *s != '\0' && rc == 0; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') {
+            char e[2] = {'\\', (char)ch};
+            rc = tn_buf_append(b, e, 2);
+        } else if (ch < 0x20) {
+            char e[8];
+            snprintf(e, sizeof(e), "\\u%04x", ch);
+            rc = tn_buf_append(b, e, 6);
+        } else {
+            rc = tn_buf_append(b, s, 1);
+        }
+    }
+    return rc;
 }

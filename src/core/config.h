@@ -99,6 +99,15 @@ typedef struct tn_config_s {
     int64_t max_inflight_messages;
     int64_t max_ahead;
     int64_t gc_interval_ns;
+    /* live WebSocket feed */
+    bool websocket_enabled;
+    int64_t websocket_max_connections;
+    int64_t websocket_max_connections_per_topic;
+    int64_t websocket_frame_inflight_bytes;
+    char *websocket_allowed_origins;
+    int64_t websocket_heartbeat_interval_ns;
+    int64_t websocket_auth_timeout_ns;
+    int64_t websocket_write_timeout_ns;
 
     /* nsqd options tern accepts but has no use for, as given (index into
      * tn_config_nsqd_ignored), for one startup warning each */

@@ -69,6 +69,14 @@ void tn_addr_peer(const uv_tcp_t *tcp, char *out, size_t len)
     snprintf(out, len, "%s:%d", host, port_of(&ss));
 }
 
+void tn_addr_peer_ip(const char *peer, char *out, size_t len)
+{
+    snprintf(out, len, "%s", peer);
+    char *colon = strrchr(out, ':');
+    if (colon != NULL)
+        *colon = '\0';
+}
+
 int tn_addr_local_port(const uv_tcp_t *tcp)
 {
     struct sockaddr_storage ss;

@@ -20,6 +20,8 @@ int tn_addr_listen(uv_tcp_t *tcp, const struct sockaddr_storage *ss, uv_connecti
                    const char *addr, char *err, size_t errlen);
 /* "ip:port" of tcp's peer, or "?" (out always NUL-terminated). */
 void tn_addr_peer(const uv_tcp_t *tcp, char *out, size_t len);
+/* The IP part of a peer name written by tn_addr_peer ("ip:port"). */
+void tn_addr_peer_ip(const char *peer, char *out, size_t len);
 /* The local port of a bound handle, or 0. */
 int tn_addr_local_port(const uv_tcp_t *tcp);
 

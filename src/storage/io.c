@@ -878,11 +878,11 @@ int tn_io_write_zeros(int fd, uint64_t from, uint64_t to)
         tn_iov_t iov[16];
         int n = 0;
         uint64_t p = from;
-        while (p < to && n < (int)TN_ARRAY_SIZE(iov)) {
+        do {
             size_t len = (size_t)TN_MIN(to - p, (uint64_t)ZERO_CHUNK);
             iov[n++] = tn_iov((void *)zeros, len);
             p += len;
-        }
+        } while (p < to && n < (int)TN_ARRAY_SIZE(iov));
         rc = tn_io_pwritev(fd, iov, n, from);
         from = p;
     }

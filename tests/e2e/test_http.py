@@ -163,6 +163,44 @@ class HTTP(unittest.TestCase):
         status, headers, body = self.request("POST", "/pub", b"x", hdr)
         self.assertEqual(headers.get("X-NSQ-Content-Type"), "nsq; version=1.0")
 
+    def test_stats_has_what_nsqadmin_reads(self):
+        # The fields nsqadmin and nsq_stat decode from a node's /stats, with
+        # the JSON types their Go structs need (a string where a number is
+        # expected fails the whole decode).
+        t = fresh()
+        self.request("POST", f"/pub?topic={t}", b"a")
+        c = Conn(self.d.tcp_port)
+        c.identify(client_id="admin-view", hostname="h2", user_agent="ua/1")
+        c.sub(t, "ch")
+        c.rdy(1)
+        c.read_message()
+        st = json.loads(self.request("GET", f"/stats?format=json&topic={t}")[2])
+        num, text, flag = (int,), (str,), (bool,)
+        self.assertIsInstance(st["version"], str)
+        self.assertRegex(st["version"], r"^\d+\.\d+\.\d+")
+        self.assertIsInstance(st["start_time"], int)
+        [topic] = st["topics"]
+        # nsqadmin derives memory_depth itself (depth - backend_depth).
+        for k, ty in {"topic_name": text, "depth": num, "backend_depth": num,
+                      "message_count": num, "message_bytes": num, "paused": flag,
+                      "channels": (list,), "e2e_processing_latency": (dict,)}.items():
+            self.assertIsInstance(topic[k], ty, k)
+        [ch] = topic["channels"]
+        for k, ty in {"channel_name": text, "depth": num, "backend_depth": num,
+                      "in_flight_count": num, "deferred_count": num,
+                      "requeue_count": num, "timeout_count": num, "message_count": num,
+                      "client_count": num, "paused": flag, "clients": (list,),
+                      "e2e_processing_latency": (dict,)}.items():
+            self.assertIsInstance(ch[k], ty, k)
+        [cl] = ch["clients"]
+        for k, ty in {"client_id": text, "hostname": text, "version": text,
+                      "remote_address": text, "user_agent": text, "connect_ts": num,
+                      "ready_count": num, "in_flight_count": num, "message_count": num,
+                      "finish_count": num, "requeue_count": num, "sample_rate": num,
+                      "tls": flag, "deflate": flag, "snappy": flag, "authed": flag}.items():
+            self.assertIsInstance(cl[k], ty, k)
+        c.close()
+
     def test_stats(self):
         t = fresh()
         self.request("POST", f"/mpub?topic={t}", b"a\nb\nc\n")

@@ -447,33 +447,16 @@ static void on_deliver(tn_consumer_t *cons, const tn_delivery_t *d)
 }
 
 /* The /stats client object of this connection, in nsqd's field names. */
-static void json_escape(tn_buf_t *out, const char *s)
-{
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            char e[2] = {'\\', (char)ch};
-            tn_buf_append(out, e, 2);
-        } else if (ch < 0x20) {
-            char e[8];
-            snprintf(e, sizeof(e), "\\u%04x", ch);
-            tn_buf_append(out, e, 6);
-        } else {
-            tn_buf_append(out, s, 1);
-        }
-    }
-}
-
 static void on_describe(tn_consumer_t *cons, tn_buf_t *out)
 {
     conn_t *c = cons->data;
     char line[768];
     tn_buf_append(out, "{\"client_id\":\"", 14);
-    json_escape(out, c->opts.client_id);
+    tn_buf_json_escape(out, c->opts.client_id);
     tn_buf_append(out, "\",\"hostname\":\"", 14);
-    json_escape(out, c->opts.hostname);
+    tn_buf_json_escape(out, c->opts.hostname);
     tn_buf_append(out, "\",\"user_agent\":\"", 16);
-    json_escape(out, c->opts.user_agent);
+    tn_buf_json_escape(out, c->opts.user_agent);
     int64_t age_ms = tn_now_mono_ms() - c->connected_ms;
     int n =
         snprintf(line, sizeof(line),
@@ -766,12 +749,10 @@ static void settle_failed(conn_t *c, tn_nsq_err_t e, const char *name, const tn_
 
 /* --- AUTH -------------------------------------------------------------------------- */
 
-static void json_escape(tn_buf_t *out, const char *s);
-
 static void json_str(tn_buf_t *out, const char *s)
 {
     tn_buf_append(out, "\"", 1);
-    json_escape(out, s);
+    tn_buf_json_escape(out, s);
     tn_buf_append(out, "\"", 1);
 }
 
@@ -824,14 +805,8 @@ static void start_auth(conn_t *c)
     c->authing = true;
     c->blocked = true;
     c->refs++;
-    const char *ip = c->remote;
-    char host[64];
-    snprintf(host, sizeof(host), "%s", c->remote);
-    char *colon = strrchr(host, ':');
-    if (colon != NULL) {
-        *colon = '\0';
-        ip = host;
-    }
+    char ip[64];
+    tn_addr_peer_ip(c->remote, ip, sizeof(ip));
     if (tn_nsqauth_check(c->srv->auth, &c->areq, ip, c->tls_done, c->common_name, c->secret,
                          c->secret_len, on_auth) != 0) {
         c->authing = false;
@@ -1396,6 +1371,11 @@ void tn_nsq_server_stats(const tn_nsq_server_t *s, tn_nsq_server_stats_t *out)
     out->connections = s->nconns;
     memcpy(out->errors, s->errors, sizeof(out->errors));
     out->refused_connections = s->refused;
+}
+
+tn_nsqauth_t *tn_nsq_server_auth(const tn_nsq_server_t *s)
+{
+    return s->auth;
 }
 
 int tn_nsq_server_port(const tn_nsq_server_t *s)

@@ -34,6 +34,7 @@
 
 #include "core/platform.h"
 
+#include "auth/nsqauth.h"
 #include "proto/nsq/codec.h"
 #include "proto/nsq/identify.h"
 #include "queue/queue.h"
@@ -77,6 +78,9 @@ typedef struct {
 void tn_nsq_server_stats(const tn_nsq_server_t *s, tn_nsq_server_stats_t *out);
 
 /* The port it listens on. */
+/* The nsqauthd client AUTH uses, or NULL when AUTH is not configured
+ * (other doors share its cache). */
+tn_nsqauth_t *tn_nsq_server_auth(const tn_nsq_server_t *s);
 int tn_nsq_server_port(const tn_nsq_server_t *s);
 /* Stop listening, close every connection (their in-flight messages go back
  * to their channels) and free the server; cb runs when all is closed. */

@@ -1,0 +1,18 @@
+/* Fuzz target: bytes from a WebSocket client of the live feed, in the auth
+ * phase: libwslay's frame decoder as tern drives it (pieces of any size,
+ * masked and unmasked frames, fragments, control frames, oversized
+ * messages) and the auth control parser. Anything goes in; the session
+ * ends cleanly. */
+#include "core/platform.h"
+
+#include "api/ws.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size > 1024 * 1024)
+        return 0;
+    tn__ws_fuzz(data, size);
+    return 0;
+}
