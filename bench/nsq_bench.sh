@@ -15,7 +15,7 @@ start() {
     "$build/ternd" --data-path="$work/data" --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0 "$@" 2>"$work/log" &
     pid=$!
     for _ in $(seq 100); do
-        port=$(grep -o 'listening on port [0-9]*' "$work/log" | awk '{print $4}' || true)
+        port=$(grep -o 'NSQ TCP listening on port [0-9]*' "$work/log" | awk '{print $6}' || true)
         [ -n "$port" ] && return
         sleep 0.05
     done
@@ -63,7 +63,7 @@ if [ -n "${BACKLOG:-}" ]; then
         2>"$work/log" &
     pid=$!
     for _ in $(seq 600); do
-        port=$(grep -o 'listening on port [0-9]*' "$work/log" | awk '{print $4}' || true)
+        port=$(grep -o 'NSQ TCP listening on port [0-9]*' "$work/log" | awk '{print $6}' || true)
         [ -n "$port" ] && break
         sleep 0.1
     done
