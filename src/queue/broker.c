@@ -709,3 +709,25 @@ void tn_broker_close(tn_broker_t *b, void (*cb)(tn_broker_t *b))
     uv_close((uv_handle_t *)&b->timer, on_handle_closed);
     uv_close((uv_handle_t *)&b->gc_timer, on_handle_closed);
 }
+
+int tn_broker_listen(tn_broker_t *b, tn_broker_event_cb cb, void *arg)
+{
+    if (b->nlisteners == TN_BROKER_MAX_LISTENERS)
+        return UV_ENOSPC;
+    b->listeners[b->nlisteners].cb = cb;
+    b->listeners[b->nlisteners].arg = arg;
+    b->nlisteners++;
+    return 0;
+}
+
+void tn_broker_unlisten(tn_broker_t *b, tn_broker_event_cb cb, void *arg)
+{
+    for (uint32_t i = 0; i < b->nlisteners; i++) {
+        if (b->listeners[i].cb == cb && b->listeners[i].arg == arg) {
+            memmove(&b->listeners[i], &b->listeners[i + 1],
+                    (b->nlisteners - i - 1) * sizeof(b->listeners[0]));
+            b->nlisteners--;
+            return;
+        }
+    }
+}

@@ -18,8 +18,8 @@ typedef struct {
 static inline void tn__broker_event(tn_broker_t *b, tn_broker_event_t ev, const char *topic,
                                     const char *channel)
 {
-    if (b->on_event != NULL && !b->closing)
-        b->on_event(b->event_arg, ev, topic, channel);
+    for (uint32_t i = 0; i < b->nlisteners && !b->closing; i++)
+        b->listeners[i].cb(b->listeners[i].arg, ev, topic, channel);
 }
 void tn__broker_pump_later(tn_channel_t *ch);
 /* Recompute when cp next needs the timer (lease deadline, pending due). */

@@ -294,10 +294,16 @@ typedef enum {
 typedef void (*tn_broker_event_cb)(void *arg, tn_broker_event_t ev, const char *topic,
                                    const char *channel);
 
+#define TN_BROKER_MAX_LISTENERS 4
+
 struct tn_broker_s {
     uv_loop_t *loop;
-    tn_broker_event_cb on_event; /* optional; channel is NULL for topic events */
-    void *event_arg;
+    /* Told of topic and channel events (channel is NULL for topic events). */
+    struct {
+        tn_broker_event_cb cb;
+        void *arg;
+    } listeners[TN_BROKER_MAX_LISTENERS];
+    uint32_t nlisteners;
     tn_store_t *store;
     tn_broker_opts_t opts;
     tn_topic_t **buckets;
@@ -353,6 +359,10 @@ void tn_broker_close(tn_broker_t *b, void (*cb)(tn_broker_t *b));
  * not NULL) is queued and its cb runs when the creation ends, after which
  * the caller looks again; TN_ENOTFOUND; UV_EINVAL (bad name); or the error
  * of a failed creation. */
+/* Add / remove a listener for topic and channel events. 0 or UV_ENOSPC. */
+int tn_broker_listen(tn_broker_t *b, tn_broker_event_cb cb, void *arg);
+void tn_broker_unlisten(tn_broker_t *b, tn_broker_event_cb cb, void *arg);
+
 int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, uint32_t nparts,
                     tn_waiter_t *w, tn_topic_t **out);
 

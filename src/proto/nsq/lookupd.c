@@ -347,8 +347,12 @@ int tn_lookupd_start(uv_loop_t *loop, tn_broker_t *broker, const char *addrs,
         }
         return rc != 0 ? rc : UV_EINVAL;
     }
-    broker->on_event = on_event;
-    broker->event_arg = l;
+    if ((rc = tn_broker_listen(broker, on_event, l)) != 0) {
+        l->stopping = true;
+        for (lconn_t *c = l->conns; c != NULL; c = c->next)
+            uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+        return rc;
+    }
     for (lconn_t *c = l->conns; c != NULL; c = c->next)
         start_connect(c);
     *out = l;
@@ -360,10 +364,7 @@ void tn_lookupd_stop(tn_lookupd_t *l, void (*cb)(void *arg), void *arg)
     l->stopping = true;
     l->stop_cb = cb;
     l->stop_arg = arg;
-    if (l->broker->event_arg == l) {
-        l->broker->on_event = NULL;
-        l->broker->event_arg = NULL;
-    }
+    tn_broker_unlisten(l->broker, on_event, l);
     for (lconn_t *c = l->conns; c != NULL; c = c->next) {
         c->connected = false;
         if (c->tcp_open) {
