@@ -12,7 +12,7 @@ trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$wor
 
 start() {
     rm -rf "$work/data"
-    "$build/ternd" --data-path="$work/data" --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0 "$@" 2>"$work/log" &
+    "$build/ternd" --data-path="$work/data" --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0 --raft-address=127.0.0.1:0 "$@" 2>"$work/log" &
     pid=$!
     for _ in $(seq 100); do
         port=$(grep -o 'NSQ TCP listening on port [0-9]*' "$work/log" | awk '{print $6}' || true)
@@ -59,7 +59,7 @@ if [ -n "${BACKLOG:-}" ]; then
     echo "after publishing: RSS $(awk '/VmRSS/ {print $2 " " $3}' /proc/$pid/status)"
     stop
     echo "== restart over the backlog, then a consumer subscribes and reads for 5 s"
-    "$build/ternd" --data-path="$work/data" --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0 \
+    "$build/ternd" --data-path="$work/data" --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0 --raft-address=127.0.0.1:0 \
         2>"$work/log" &
     pid=$!
     for _ in $(seq 600); do

@@ -101,10 +101,15 @@ static void on_healthz(tn_http_request_t *r, void *arg)
     tn_http_respond(r, 200, "text/plain; charset=utf-8", NULL, "OK", 2);
 }
 
+bool tn_nsq_http_ready(tn_nsq_http_t *api)
+{
+    return api->ready && (api->meta == NULL || tn_meta_ready(api->meta));
+}
+
 static void on_readyz(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
-    if (api->ready)
+    if (tn_nsq_http_ready(api))
         tn_http_respond(r, 200, "text/plain; charset=utf-8", NULL, "OK", 2);
     else
         tn_http_respond(r, 503, "text/plain; charset=utf-8", "Retry-After: 1\r\n", "NOT_READY", 9);

@@ -12,6 +12,7 @@
 #include "core/platform.h"
 
 #include "core/config.h"
+#include "meta/meta.h"
 #include "proto/http/server.h"
 #include "queue/queue.h"
 
@@ -29,11 +30,15 @@ typedef struct {
     int64_t max_output_buffer_timeout_ms;
     int max_deflate_level;
     int64_t start_time; /* unix seconds */
-    bool ready;         /* /readyz: storage opened and recovered, not draining */
+    bool ready;         /* storage opened and recovered, listeners up, not draining */
+    tn_meta_t *meta;    /* /readyz also waits for its replica to catch up (NULL: not used) */
 } tn_nsq_http_t;
 
 /* Fill the settings from cfg (ports and broker are the caller's). */
 void tn_nsq_http_init(tn_nsq_http_t *api, const tn_config_t *cfg, const char *version);
+
+/* What /readyz answers: ready, and the metastore caught up. */
+bool tn_nsq_http_ready(tn_nsq_http_t *api);
 
 /* Register the routes on srv; api is borrowed for the server's lifetime.
  * 0 or UV_ENOMEM. */

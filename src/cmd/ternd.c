@@ -23,12 +23,14 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "api/catalog.h"
 #include "api/metrics.h"
 #include "api/nsq_http.h"
 #include "api/ws.h"
 #include "proto/http/server.h"
 #include "proto/nsq/lookupd.h"
 #include "proto/nsq/server.h"
+#include "meta/meta.h"
 #include "queue/queue.h"
 #include "storage/store.h"
 
@@ -50,6 +52,8 @@ typedef struct {
     tn_nsq_http_t api;
     tn_metrics_t metrics;
     tn_ws_t *ws; /* NULL: the live feed is off */
+    tn_meta_t *meta;
+    tn_catalog_t *catalog;
     tn_lookupd_t *lookupd;
     uv_signal_t sigint;
     uv_signal_t sigterm;
@@ -64,10 +68,24 @@ static void on_store_closed(tn_store_t *store)
 
 static daemon_t *g_daemon; /* for the close callbacks, which carry no argument */
 
+static void on_meta_closed(void *arg)
+{
+    daemon_t *d = arg;
+    tn_store_close(d->store, on_store_closed);
+}
+
 static void on_broker_closed(tn_broker_t *b)
 {
     (void)b;
-    tn_store_close(g_daemon->store, on_store_closed);
+    daemon_t *d = g_daemon;
+    if (d->meta != NULL) {
+        tn_meta_t *m = d->meta;
+        d->meta = NULL;
+        d->api.meta = NULL;
+        tn_meta_close(m, on_meta_closed, d);
+        return;
+    }
+    tn_store_close(d->store, on_store_closed);
 }
 
 static void on_nsq_closed(void *arg)
@@ -107,6 +125,8 @@ static void on_signal(uv_signal_t *h, int signum)
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     d->api.ready = false;
+    tn_catalog_stop(d->catalog);
+    d->catalog = NULL;
     if (d->ws != NULL)
         tn_ws_close_all(d->ws, "E_SHUTDOWN", "the node is shutting down");
     if (d->http != NULL)
@@ -116,7 +136,7 @@ static void on_signal(uv_signal_t *h, int signum)
     else if (d->broker != NULL)
         tn_broker_close(d->broker, on_broker_closed);
     else
-        tn_store_close(d->store, on_store_closed);
+        on_broker_closed(NULL);
 }
 
 /* lookupd-tcp-address and nsqd's config spelling ["a:1", "b:2"] as one
@@ -163,6 +183,24 @@ static void summarise(tn_broker_t *b, char *out, size_t len)
              "%" PRIu64 " partitions (%" PRIu64 " isolated), %" PRIu64 " channels, %" PRIu64
              " records recovered",
              parts, isolated, channels, records);
+}
+
+/* The metastore, in <data>/meta, after the engine has recovered (libraft
+ * runs on the loop from here on). */
+static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errlen)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/meta", cfg->data_path);
+    tn_meta_opts_t mo = {dir,
+                         (uint64_t)cfg->node_id + 1,
+                         cfg->raft_address,
+                         (unsigned)(cfg->raft_election_timeout_ns / 1000000),
+                         0,
+                         0};
+    mo.heartbeat_ms = TN_MAX(mo.election_ms / 10, 10u);
+    int rc = tn_meta_open(d->loop, &mo, &d->meta, err, errlen);
+    d->api.meta = d->meta;
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -244,8 +282,18 @@ int main(int argc, char **argv)
         d.rc = 1;
         uv_close((uv_handle_t *)&d.sigint, NULL);
         uv_close((uv_handle_t *)&d.sigterm, NULL);
-        tn_store_close(d.store, NULL);
+        on_broker_closed(NULL);
+    } else if ((rc = open_meta(&d, &cfg, err, sizeof(err))) != 0) {
+        TN_LOG(TN_LOG_ERROR, "%s", err);
+        d.rc = 1;
+        uv_close((uv_handle_t *)&d.sigint, NULL);
+        uv_close((uv_handle_t *)&d.sigterm, NULL);
+        tn_broker_close(d.broker, on_broker_closed);
     } else {
+        tn_catalog_opts_t co = {cfg.msg_timeout_ns / 1000000, cfg.retention_ns / 1000000,
+                                (uint32_t)cfg.max_attempts, (uint8_t)cfg.durability};
+        if (tn_catalog_start(d.broker, d.meta, &co, &d.catalog) != 0)
+            TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
         tn_nsq_opts_t nopts;
         tn_nsq_opts_from_config(&nopts, &cfg, TN_VERSION);
         rc =

@@ -56,9 +56,9 @@ static inline size_t tn_buf_size(const tn_buf_t *b)
 {
     return b->len - b->off;
 }
-/* Drop n bytes from the front (n <= size); compacts lazily. */
 /* Append s (NUL-terminated) escaped for the inside of a JSON string. */
 int tn_buf_json_escape(tn_buf_t *b, const char *s);
+/* Drop n bytes from the front (n <= size); compacts lazily. */
 void tn_buf_consume(tn_buf_t *b, size_t n);
 void tn_buf_reset(tn_buf_t *b);
 

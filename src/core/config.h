@@ -69,6 +69,8 @@ typedef struct tn_config_s {
     int64_t metrics_max_topics;
     int64_t http_large_body_budget;
     int64_t node_id;
+    char *raft_address;
+    int64_t raft_election_timeout_ns;
     int64_t max_connections;
     /* NSQ protocol (nsqd's flags) */
     int64_t max_body_size;

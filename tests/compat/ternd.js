@@ -12,7 +12,8 @@ function startTernd(extraArgs = []) {
   const bin = process.env.TERND
   if (!bin) throw new Error('set TERND to the ternd binary')
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tern-compat-'))
-  const args = [`--data-path=${dir}/data`, '--tcp-address=127.0.0.1:0', '--http-address=127.0.0.1:0']
+  const args = [`--data-path=${dir}/data`, '--tcp-address=127.0.0.1:0', '--http-address=127.0.0.1:0',
+    '--raft-address=127.0.0.1:0']
   const proc = spawn(bin, [...args, ...extraArgs], {
     stdio: ['ignore', 'ignore', 'pipe'],
   })

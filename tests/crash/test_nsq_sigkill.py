@@ -45,7 +45,7 @@ class State:
 
 def start(ternd, data):
     p = subprocess.Popen([ternd, f"--data-path={data}", "--tcp-address=127.0.0.1:0",
-                          "--http-address=127.0.0.1:0"],
+                          "--http-address=127.0.0.1:0", "--raft-address=127.0.0.1:0"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     port = None
     lines = []

@@ -19,6 +19,8 @@ class Daemon:
             argv.append("--tcp-address=127.0.0.1:0")
         if listen and not any(a.startswith("--http-address") for a in args):
             argv.append("--http-address=127.0.0.1:0")
+        if listen and not any(a.startswith("--raft-address") for a in args):
+            argv.append("--raft-address=127.0.0.1:0")
         self.proc = subprocess.Popen([*argv, *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env, text=True)
         self.lines = []

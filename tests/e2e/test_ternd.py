@@ -4,6 +4,7 @@ directory lock, FORMAT checks, recovery at startup of a directory written
 by the storage engine, and clean shutdown on SIGTERM/SIGINT. Each test
 starts the real binary on a temporary data directory."""
 import argparse
+import http.client
 import os
 import shutil
 import signal
@@ -15,10 +16,25 @@ import unittest
 
 from daemon import Daemon
 import daemon as daemon_mod
+from nsqwire import Conn
 
 TERND = None
 
 DRIVER = None
+
+
+def http_get(port, path, method="GET"):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request(method, path)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def http_post(port, path):
+    return http_get(port, path, "POST")
 
 
 def run_driver_until(data, ledger, done, timeout=60):
@@ -104,6 +120,36 @@ class TerndTest(unittest.TestCase):
         d = Daemon(self.data)
         d.wait_for("ready")
         self.assertEqual(d.stop(signal.SIGINT), 0)
+
+    def test_metastore_keeps_the_catalog(self):
+        # Topics and channels the NSQ doors create are recorded in the
+        # Raft metastore (ephemeral channels are not), and a restart replays
+        # them; /readyz waits for the replica.
+        d = Daemon(self.data)
+        d.wait_for("metastore ready: leader, 0 topics")
+        c = Conn(d.tcp_port)
+        c.identify()
+        for t in ("cat-a", "cat-b", "cat-c"):
+            c.pub(t, b"x")
+        c.close()
+        s = Conn(d.tcp_port)
+        s.identify()
+        s.sub("cat-a", "durable")
+        s2 = Conn(d.tcp_port)
+        s2.identify()
+        s2.sub("cat-a", "tmp#ephemeral")
+        st, _ = http_get(d.http_port, "/readyz")
+        self.assertEqual(st, 200)
+        st, _ = http_post(d.http_port, "/topic/delete?topic=cat-c")
+        self.assertEqual(st, 200)
+        time.sleep(0.3)
+        s.close()
+        s2.close()
+        self.assertEqual(d.stop(), 0)
+        self.assertTrue(os.path.isdir(os.path.join(self.data, "meta")))
+        d = Daemon(self.data)
+        d.wait_for("metastore ready: leader, 2 topics")
+        self.assertEqual(d.stop(), 0)
 
     def test_newer_format_refused(self):
         os.makedirs(self.data)

@@ -1,0 +1,444 @@
+/* The metastore command codec. See cmd.h for the layout. */
+#include "core/platform.h"
+
+#include "meta/cmd.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+
+#include <string.h>
+
+/* --- encoding ------------------------------------------------------------------ */
+
+typedef struct {
+    tn_buf_t *out;
+    int rc;
+} wr_t;
+
+static void w_bytes(wr_t *w, const void *p, size_t n)
+{
+    if (w->rc == 0)
+        w->rc = tn_buf_append(w->out, p, n);
+}
+
+static void w_u8(wr_t *w, uint8_t v)
+{
+    w_bytes(w, &v, 1);
+}
+
+static void w_u16(wr_t *w, uint16_t v)
+{
+    unsigned char b[2];
+    tn_put_u16(b, v);
+    w_bytes(w, b, 2);
+}
+
+static void w_u32(wr_t *w, uint32_t v)
+{
+    unsigned char b[4];
+    tn_put_u32(b, v);
+    w_bytes(w, b, 4);
+}
+
+static void w_u64(wr_t *w, uint64_t v)
+{
+    unsigned char b[8];
+    tn_put_u64(b, v);
+    w_bytes(w, b, 8);
+}
+
+static void w_str(wr_t *w, const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n > max) {
+        if (w->rc == 0)
+            w->rc = UV_EINVAL;
+        return;
+    }
+    w_u16(w, (uint16_t)n);
+    w_bytes(w, s, n);
+}
+
+static void w_topic(wr_t *w, const tn_meta_topic_t *t)
+{
+    w_str(w, t->name, TN_NAME_MAX);
+    w_u32(w, t->partitions);
+    w_u64(w, (uint64_t)t->retention_ms);
+    w_u64(w, (uint64_t)t->visibility_timeout_ms);
+    w_u64(w, (uint64_t)t->max_inflight);
+    w_u64(w, (uint64_t)t->max_acked_ahead);
+    w_u8(w, t->delivery_mode);
+    w_u8(w, t->durability);
+    w_u64(w, (uint64_t)t->ttl_ms);
+    w_u32(w, t->max_attempts);
+    w_u64(w, (uint64_t)t->created_at_ms);
+    w_str(w, t->owner, TN_META_USER_MAX);
+    w_str(w, t->parent, TN_NAME_MAX);
+    w_u64(w, (uint64_t)t->fanout_delay_ms);
+    w_u64(w, t->attach_epoch);
+}
+
+static void w_user(wr_t *w, const tn_meta_user_t *u)
+{
+    w_str(w, u->name, TN_META_USER_MAX);
+    w_str(w, u->hash, TN_META_HASH_MAX);
+    w_u8(w, u->root ? 1 : 0);
+    w_u64(w, (uint64_t)u->created_at_ms);
+    w_u64(w, (uint64_t)u->updated_at_ms);
+    if (u->ngrants > TN_META_MAX_GRANTS && w->rc == 0)
+        w->rc = UV_EINVAL;
+    w_u16(w, u->ngrants);
+    for (uint16_t i = 0; i < u->ngrants && w->rc == 0; i++) {
+        const tn_meta_grant_t *g = &u->grants[i];
+        if (g->npatterns > TN_META_MAX_PATTERNS)
+            w->rc = UV_EINVAL;
+        w_u8(w, g->action);
+        w_u16(w, g->npatterns);
+        for (uint16_t k = 0; k < g->npatterns; k++)
+            w_str(w, g->patterns[k], TN_NAME_MAX + 1);
+    }
+}
+
+int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
+{
+    size_t start = tn_buf_size(out);
+    wr_t w = {out, 0};
+    static const unsigned char magic[2] = {'T', 'M'};
+    w_bytes(&w, magic, 2);
+    w_u8(&w, TN_META_VERSION);
+    w_u8(&w, c->type);
+    w_u32(&w, 0); /* payload length, set below */
+    switch (c->type) {
+    case TN_MC_TOPIC_PUT:
+        w_u8(&w, c->if_absent ? 1 : 0);
+        w_topic(&w, &c->topic);
+        break;
+    case TN_MC_TOPIC_DELETE:
+        w_str(&w, c->topic.name, TN_NAME_MAX);
+        break;
+    case TN_MC_CHANNEL_PUT:
+    case TN_MC_CHANNEL_DELETE:
+        w_u8(&w, c->if_absent ? 1 : 0);
+        w_str(&w, c->topic.name, TN_NAME_MAX);
+        w_str(&w, c->channel, TN_NAME_MAX);
+        break;
+    case TN_MC_USER_PUT:
+        w_u8(&w, c->if_absent ? 1 : 0);
+        w_user(&w, &c->user);
+        break;
+    case TN_MC_USER_DELETE:
+        w_str(&w, c->user.name, TN_META_USER_MAX);
+        break;
+    case TN_MC_MEMBER_PUT:
+        w_u64(&w, c->member.id);
+        w_str(&w, c->member.addr, TN_META_ADDR_MAX);
+        break;
+    default:
+        w.rc = UV_EINVAL;
+    }
+    size_t payload = tn_buf_size(out) - start - TN_META_HDR;
+    if (w.rc == 0 && payload > TN_META_MAX_CMD - TN_META_HDR)
+        w.rc = UV_EINVAL;
+    if (w.rc == 0) {
+        tn_put_u32((unsigned char *)tn_buf_data(out) + start + 4, (uint32_t)payload);
+        static const unsigned char zeros[8];
+        size_t pad = (8 - (TN_META_HDR + payload) % 8) % 8;
+        w_bytes(&w, zeros, pad);
+    }
+    if (w.rc != 0)
+        out->len = out->off + start; /* nothing half-written stays */
+    return w.rc;
+}
+
+/* --- decoding ------------------------------------------------------------------ */
+
+typedef struct {
+    const unsigned char *p;
+    size_t left;
+    int rc;
+} rd_t;
+
+static const unsigned char *r_take(rd_t *r, size_t n)
+{
+    if (r->rc != 0 || r->left < n) {
+        if (r->rc == 0)
+            r->rc = TN_ECORRUPT;
+        return NULL;
+    }
+    const unsigned char *p = r->p;
+    r->p += n;
+    r->left -= n;
+    return p;
+}
+
+static uint8_t r_u8(rd_t *r)
+{
+    const unsigned char *p = r_take(r, 1);
+    return p != NULL ? p[0] : 0;
+}
+
+static uint16_t r_u16(rd_t *r)
+{
+    const unsigned char *p = r_take(r, 2);
+    return p != NULL ? tn_get_u16(p) : 0;
+}
+
+static uint32_t r_u32(rd_t *r)
+{
+    const unsigned char *p = r_take(r, 4);
+    return p != NULL ? tn_get_u32(p) : 0;
+}
+
+static uint64_t r_u64(rd_t *r)
+{
+    const unsigned char *p = r_take(r, 8);
+    return p != NULL ? tn_get_u64(p) : 0;
+}
+
+/* A flag byte: 0 or 1, anything else is damage. */
+static bool r_flag(rd_t *r)
+{
+    uint8_t v = r_u8(r);
+    if (v > 1 && r->rc == 0)
+        r->rc = TN_ECORRUPT;
+    return v == 1;
+}
+
+static int64_t r_i64(rd_t *r)
+{
+    return (int64_t)r_u64(r);
+}
+
+/* A string of at most max bytes into out (max + 1 bytes). */
+static void r_str(rd_t *r, char *out, size_t max)
+{
+    out[0] = '\0';
+    uint16_t n = r_u16(r);
+    if (r->rc == 0 && n > max) {
+        r->rc = TN_ECORRUPT;
+        return;
+    }
+    const unsigned char *p = r_take(r, n);
+    if (p == NULL)
+        return;
+    if (memchr(p, '\0', n) != NULL) {
+        r->rc = TN_ECORRUPT;
+        return;
+    }
+    memcpy(out, p, n);
+    out[n] = '\0';
+}
+
+static void r_name(rd_t *r, char *out, bool may_be_empty)
+{
+    r_str(r, out, TN_NAME_MAX);
+    size_t n = strlen(out);
+    if (r->rc == 0 && !(may_be_empty && n == 0) && !tn_name_valid(out, n))
+        r->rc = TN_ECORRUPT;
+}
+
+static bool user_name_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > TN_META_USER_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-'))
+            return false;
+    }
+    return true;
+}
+
+static void r_topic(rd_t *r, tn_meta_topic_t *t)
+{
+    r_name(r, t->name, false);
+    t->partitions = r_u32(r);
+    t->retention_ms = r_i64(r);
+    t->visibility_timeout_ms = r_i64(r);
+    t->max_inflight = r_i64(r);
+    t->max_acked_ahead = r_i64(r);
+    t->delivery_mode = r_u8(r);
+    t->durability = r_u8(r);
+    t->ttl_ms = r_i64(r);
+    t->max_attempts = r_u32(r);
+    t->created_at_ms = r_i64(r);
+    r_str(r, t->owner, TN_META_USER_MAX);
+    r_name(r, t->parent, true);
+    t->fanout_delay_ms = r_i64(r);
+    t->attach_epoch = r_u64(r);
+    if (r->rc == 0 &&
+        (t->partitions == 0 || t->partitions > 65535 || t->retention_ms < 0 ||
+         t->visibility_timeout_ms < 0 || t->max_inflight < 0 || t->max_acked_ahead < 0 ||
+         t->delivery_mode > TN_DELIVERY_TTL_DISCARD || t->durability > 2 || t->ttl_ms < 0 ||
+         (t->delivery_mode == TN_DELIVERY_TTL_DISCARD && t->ttl_ms == 0) ||
+         t->fanout_delay_ms < 0 || (t->owner[0] != '\0' && !user_name_valid(t->owner))))
+        r->rc = TN_ECORRUPT;
+}
+
+static void r_user(rd_t *r, tn_meta_user_t *u)
+{
+    r_str(r, u->name, TN_META_USER_MAX);
+    r_str(r, u->hash, TN_META_HASH_MAX);
+    uint8_t root = r_u8(r);
+    u->root = root == 1;
+    u->created_at_ms = r_i64(r);
+    u->updated_at_ms = r_i64(r);
+    uint16_t ng = r_u16(r);
+    if (r->rc == 0 && (!user_name_valid(u->name) || root > 1 || ng > TN_META_MAX_GRANTS))
+        r->rc = TN_ECORRUPT;
+    if (r->rc != 0 || ng == 0)
+        return;
+    u->grants = tn_calloc(ng, sizeof(*u->grants));
+    if (u->grants == NULL) {
+        r->rc = UV_ENOMEM;
+        return;
+    }
+    u->ngrants = ng;
+    for (uint16_t i = 0; i < ng && r->rc == 0; i++) {
+        tn_meta_grant_t *g = &u->grants[i];
+        g->action = r_u8(r);
+        uint16_t np = r_u16(r);
+        if (r->rc == 0 && (g->action < TN_GRANT_PRODUCE || g->action > TN_GRANT_ADMIN ||
+                           np > TN_META_MAX_PATTERNS))
+            r->rc = TN_ECORRUPT;
+        if (r->rc != 0)
+            break;
+        if (np == 0)
+            continue;
+        g->patterns = tn_calloc(np, sizeof(*g->patterns));
+        if (g->patterns == NULL) {
+            r->rc = UV_ENOMEM;
+            break;
+        }
+        for (uint16_t k = 0; k < np && r->rc == 0; k++) {
+            char pat[TN_NAME_MAX + 2];
+            r_str(r, pat, TN_NAME_MAX + 1);
+            if (r->rc != 0)
+                break;
+            g->patterns[k] = tn_strdup(pat);
+            if (g->patterns[k] == NULL)
+                r->rc = UV_ENOMEM;
+            else
+                g->npatterns = (uint16_t)(k + 1);
+        }
+    }
+}
+
+int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *used)
+{
+    memset(c, 0, sizeof(*c));
+    const unsigned char *b = buf;
+    if (len < TN_META_HDR)
+        return TN_ESHORT;
+    if (b[0] != 'T' || b[1] != 'M')
+        return TN_ECORRUPT;
+    if (b[2] != TN_META_VERSION)
+        return UV_ENOTSUP;
+    uint32_t payload = tn_get_u32(b + 4);
+    if (payload > TN_META_MAX_CMD - TN_META_HDR)
+        return TN_ECORRUPT;
+    size_t total = TN_META_HDR + payload;
+    size_t padded = (total + 7) / 8 * 8;
+    if (len < padded)
+        return TN_ESHORT;
+    for (size_t i = total; i < padded; i++) {
+        if (b[i] != 0)
+            return TN_ECORRUPT;
+    }
+    c->type = b[3];
+    rd_t r = {b + TN_META_HDR, payload, 0};
+    switch (c->type) {
+    case TN_MC_TOPIC_PUT:
+        c->if_absent = r_flag(&r);
+        r_topic(&r, &c->topic);
+        break;
+    case TN_MC_TOPIC_DELETE:
+        r_name(&r, c->topic.name, false);
+        break;
+    case TN_MC_CHANNEL_PUT:
+    case TN_MC_CHANNEL_DELETE:
+        c->if_absent = r_flag(&r);
+        r_name(&r, c->topic.name, false);
+        r_name(&r, c->channel, false);
+        break;
+    case TN_MC_USER_PUT:
+        c->if_absent = r_flag(&r);
+        r_user(&r, &c->user);
+        break;
+    case TN_MC_USER_DELETE:
+        r_str(&r, c->user.name, TN_META_USER_MAX);
+        if (r.rc == 0 && !user_name_valid(c->user.name))
+            r.rc = TN_ECORRUPT;
+        break;
+    case TN_MC_MEMBER_PUT:
+        c->member.id = r_u64(&r);
+        r_str(&r, c->member.addr, TN_META_ADDR_MAX);
+        if (r.rc == 0 && (c->member.id == 0 || c->member.addr[0] == '\0'))
+            r.rc = TN_ECORRUPT;
+        break;
+    default:
+        return UV_ENOTSUP;
+    }
+    if (r.rc == 0 && r.left != 0)
+        r.rc = TN_ECORRUPT; /* trailing bytes */
+    if (r.rc != 0) {
+        tn_meta_cmd_fini(c);
+        return r.rc;
+    }
+    *used = padded;
+    return 0;
+}
+
+void tn_meta_user_fini(tn_meta_user_t *u)
+{
+    for (uint16_t i = 0; i < u->ngrants; i++) {
+        for (uint16_t k = 0; k < u->grants[i].npatterns; k++)
+            tn_free(u->grants[i].patterns[k]);
+        tn_free(u->grants[i].patterns);
+    }
+    tn_free(u->grants);
+    u->grants = NULL;
+    u->ngrants = 0;
+}
+
+int tn_meta_user_copy(tn_meta_user_t *dst, const tn_meta_user_t *src)
+{
+    tn_meta_user_fini(dst);
+    tn_meta_user_t u = *src;
+    u.grants = NULL;
+    u.ngrants = 0;
+    if (src->ngrants > 0) {
+        u.grants = tn_calloc(src->ngrants, sizeof(*u.grants));
+        if (u.grants == NULL)
+            return UV_ENOMEM;
+        u.ngrants = src->ngrants;
+        for (uint16_t i = 0; i < src->ngrants; i++) {
+            const tn_meta_grant_t *g = &src->grants[i];
+            u.grants[i].action = g->action;
+            if (g->npatterns == 0)
+                continue;
+            u.grants[i].patterns = tn_calloc(g->npatterns, sizeof(char *));
+            if (u.grants[i].patterns == NULL) {
+                tn_meta_user_fini(&u);
+                return UV_ENOMEM;
+            }
+            for (uint16_t k = 0; k < g->npatterns; k++) {
+                u.grants[i].patterns[k] = tn_strdup(g->patterns[k]);
+                if (u.grants[i].patterns[k] == NULL) {
+                    tn_meta_user_fini(&u);
+                    return UV_ENOMEM;
+                }
+                u.grants[i].npatterns = (uint16_t)(k + 1);
+            }
+        }
+    }
+    *dst = u;
+    return 0;
+}
+
+void tn_meta_cmd_fini(tn_meta_cmd_t *c)
+{
+    tn_meta_user_fini(&c->user);
+}

@@ -1,0 +1,113 @@
+/* Metastore commands: what the Raft log carries, and the records a
+ * snapshot holds. A versioned binary encoding; the decoder refuses unknown
+ * versions and command types, bad lengths, invalid names and trailing
+ * bytes with an error, never by guessing.
+ *
+ * Layout (all integers little-endian):
+ *   [2] magic "TM"  [1] version (1)  [1] type  [4] payload length
+ *   payload, then zero padding to a multiple of 8 bytes (libraft wants
+ *   entries in 8-byte multiples).
+ * Strings are [2] length + bytes; lists are [2] count + items.
+ *
+ * Threads: any (pure functions). */
+#ifndef TN_META_CMD_H
+#define TN_META_CMD_H
+
+#include "core/platform.h"
+
+#include "core/buf.h"
+#include "core/name.h"
+
+#define TN_META_VERSION      1
+#define TN_META_HDR          8
+#define TN_META_MAX_CMD      (1024 * 1024)
+#define TN_META_USER_MAX     64
+#define TN_META_HASH_MAX     128
+#define TN_META_ADDR_MAX     256
+#define TN_META_MAX_GRANTS   64
+#define TN_META_MAX_PATTERNS 64
+
+typedef enum {
+    TN_MC_TOPIC_PUT = 1,
+    TN_MC_TOPIC_DELETE = 2,
+    TN_MC_CHANNEL_PUT = 3,
+    TN_MC_CHANNEL_DELETE = 4,
+    TN_MC_USER_PUT = 5,
+    TN_MC_USER_DELETE = 6,
+    TN_MC_MEMBER_PUT = 7,
+} tn_meta_cmd_type_t;
+
+typedef enum { TN_DELIVERY_RELIABLE = 0, TN_DELIVERY_TTL_DISCARD = 1 } tn_delivery_mode_t;
+typedef enum {
+    TN_GRANT_PRODUCE = 1,
+    TN_GRANT_CONSUME,
+    TN_GRANT_CREATE,
+    TN_GRANT_ADMIN
+} tn_grant_action_t;
+
+typedef struct {
+    char name[TN_NAME_MAX + 1];
+    uint32_t partitions;
+    int64_t retention_ms;
+    int64_t visibility_timeout_ms;
+    int64_t max_inflight;    /* per partition */
+    int64_t max_acked_ahead; /* per partition */
+    uint8_t delivery_mode;   /* tn_delivery_mode_t */
+    uint8_t durability;      /* 0 durable, 1 write_ack, 2 relaxed */
+    int64_t ttl_ms;
+    uint32_t max_attempts;
+    int64_t created_at_ms;
+    char owner[TN_META_USER_MAX + 1];
+    char parent[TN_NAME_MAX + 1]; /* "" for none */
+    int64_t fanout_delay_ms;
+    uint64_t attach_epoch;
+} tn_meta_topic_t;
+
+typedef struct {
+    uint8_t action; /* tn_grant_action_t */
+    uint16_t npatterns;
+    char **patterns; /* owned */
+} tn_meta_grant_t;
+
+typedef struct {
+    char name[TN_META_USER_MAX + 1];
+    char hash[TN_META_HASH_MAX + 1]; /* bcrypt $2b$ */
+    bool root;
+    int64_t created_at_ms;
+    int64_t updated_at_ms;
+    uint16_t ngrants;
+    tn_meta_grant_t *grants; /* owned */
+} tn_meta_user_t;
+
+typedef struct {
+    uint64_t id;
+    char addr[TN_META_ADDR_MAX + 1];
+} tn_meta_member_t;
+
+/* A decoded command. */
+typedef struct {
+    uint8_t type;
+    bool if_absent; /* TOPIC_PUT, CHANNEL_PUT, USER_PUT: fail with UV_EEXIST if present */
+    tn_meta_topic_t topic;
+    char channel[TN_NAME_MAX + 1];
+    tn_meta_user_t user;
+    tn_meta_member_t member;
+} tn_meta_cmd_t;
+
+/* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of
+ * range) or UV_ENOMEM. */
+int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out);
+
+/* Decode one command from the front of buf. 0 (*used = its padded
+ * length), TN_ESHORT (buf holds less than the header says), TN_ECORRUPT
+ * (bad magic, lengths, names or padding), UV_ENOTSUP (a version or command
+ * type this build does not know) or UV_ENOMEM. On success c owns memory:
+ * tn_meta_cmd_fini. */
+int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *used);
+void tn_meta_cmd_fini(tn_meta_cmd_t *c);
+
+void tn_meta_user_fini(tn_meta_user_t *u);
+/* Deep copy of a user's grants into dst (dst's own are released). */
+int tn_meta_user_copy(tn_meta_user_t *dst, const tn_meta_user_t *src);
+
+#endif

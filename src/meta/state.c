@@ -1,0 +1,390 @@
+/* The metastore state machine. See state.h. */
+#include "core/platform.h"
+
+#include "meta/state.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+
+#include <string.h>
+
+#define SNAP_MAGIC "TMS1"
+#define SNAP_HDR   24
+
+void tn_meta_state_init(tn_meta_state_t *s)
+{
+    memset(s, 0, sizeof(*s));
+}
+
+static void topic_free(tn_meta_topic_entry_t *t)
+{
+    for (uint32_t i = 0; i < t->nchannels; i++)
+        tn_free(t->channels[i]);
+    tn_free(t->channels);
+    tn_free(t);
+}
+
+static void user_free(tn_meta_user_t *u)
+{
+    tn_meta_user_fini(u);
+    tn_free(u);
+}
+
+void tn_meta_state_fini(tn_meta_state_t *s)
+{
+    for (size_t i = 0; i < s->ntopics; i++)
+        topic_free(s->topics[i]);
+    for (size_t i = 0; i < s->nusers; i++)
+        user_free(s->users[i]);
+    tn_free(s->topics);
+    tn_free(s->users);
+    tn_free(s->members);
+    memset(s, 0, sizeof(*s));
+}
+
+/* Binary search over an array of pointers to records whose first member is
+ * the name: the index of name, or where it would go (*found false). */
+static size_t search(void *const *arr, size_t n, const char *name, size_t name_off, bool *found)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp((const char *)arr[mid] + name_off, name);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
+#define TOPIC_NAME_OFF (offsetof(tn_meta_topic_entry_t, rec) + offsetof(tn_meta_topic_t, name))
+
+/* Make room for one more pointer in *arr (capacity *cap). */
+static int grow(void ***arr, size_t n, size_t *cap)
+{
+    if (n < *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : 16;
+    void **p = tn_realloc(*arr, nc * sizeof(*p));
+    if (p == NULL)
+        return UV_ENOMEM;
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
+static void insert_at(void **arr, size_t *n, size_t at, void *item)
+{
+    memmove(&arr[at + 1], &arr[at], (*n - at) * sizeof(*arr));
+    arr[at] = item;
+    (*n)++;
+}
+
+static void remove_at(void **arr, size_t *n, size_t at)
+{
+    memmove(&arr[at], &arr[at + 1], (*n - at - 1) * sizeof(*arr));
+    (*n)--;
+}
+
+const tn_meta_topic_entry_t *tn_meta_topic_find(const tn_meta_state_t *s, const char *name)
+{
+    bool found;
+    size_t i = search((void *const *)s->topics, s->ntopics, name, TOPIC_NAME_OFF, &found);
+    return found ? s->topics[i] : NULL;
+}
+
+const tn_meta_user_t *tn_meta_user_find(const tn_meta_state_t *s, const char *name)
+{
+    bool found;
+    size_t i =
+        search((void *const *)s->users, s->nusers, name, offsetof(tn_meta_user_t, name), &found);
+    return found ? s->users[i] : NULL;
+}
+
+size_t tn_meta_topic_after(const tn_meta_state_t *s, const char *after)
+{
+    if (after[0] == '\0')
+        return 0;
+    bool found;
+    size_t i = search((void *const *)s->topics, s->ntopics, after, TOPIC_NAME_OFF, &found);
+    return found ? i + 1 : i;
+}
+
+static size_t channel_search(const tn_meta_topic_entry_t *t, const char *name, bool *found)
+{
+    size_t lo = 0, hi = t->nchannels;
+    *found = false;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(t->channels[mid], name);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+bool tn_meta_channel_exists(const tn_meta_state_t *s, const char *topic, const char *channel)
+{
+    const tn_meta_topic_entry_t *t = tn_meta_topic_find(s, topic);
+    bool found = false;
+    if (t != NULL)
+        channel_search(t, channel, &found);
+    return found;
+}
+
+static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    bool found;
+    size_t i = search((void *const *)s->topics, s->ntopics, c->topic.name, TOPIC_NAME_OFF, &found);
+    if (found) {
+        if (c->if_absent)
+            return UV_EEXIST;
+        s->topics[i]->rec = c->topic;
+        return 0;
+    }
+    if (grow((void ***)&s->topics, s->ntopics, &s->tcap) != 0)
+        return UV_ENOMEM;
+    tn_meta_topic_entry_t *t = tn_calloc(1, sizeof(*t));
+    if (t == NULL)
+        return UV_ENOMEM;
+    t->rec = c->topic;
+    insert_at((void **)s->topics, &s->ntopics, i, t);
+    return 0;
+}
+
+static int topic_delete(tn_meta_state_t *s, const char *name)
+{
+    bool found;
+    size_t i = search((void *const *)s->topics, s->ntopics, name, TOPIC_NAME_OFF, &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    topic_free(s->topics[i]);
+    remove_at((void **)s->topics, &s->ntopics, i);
+    return 0;
+}
+
+static int channel_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    tn_meta_topic_entry_t *t = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, c->topic.name);
+    if (t == NULL)
+        return TN_ENOTFOUND;
+    bool found;
+    size_t i = channel_search(t, c->channel, &found);
+    if (found)
+        return c->if_absent ? UV_EEXIST : 0;
+    size_t n = t->nchannels, cap = t->chcap;
+    if (grow((void ***)&t->channels, n, &cap) != 0)
+        return UV_ENOMEM;
+    t->chcap = (uint32_t)cap;
+    char *name = tn_strdup(c->channel);
+    if (name == NULL)
+        return UV_ENOMEM;
+    insert_at((void **)t->channels, &n, i, name);
+    t->nchannels = (uint32_t)n;
+    return 0;
+}
+
+static int channel_delete(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    tn_meta_topic_entry_t *t = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, c->topic.name);
+    if (t == NULL)
+        return TN_ENOTFOUND;
+    bool found;
+    size_t i = channel_search(t, c->channel, &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    tn_free(t->channels[i]);
+    size_t n = t->nchannels;
+    remove_at((void **)t->channels, &n, i);
+    t->nchannels = (uint32_t)n;
+    return 0;
+}
+
+static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    bool found;
+    size_t i = search((void *const *)s->users, s->nusers, c->user.name,
+                      offsetof(tn_meta_user_t, name), &found);
+    if (found && c->if_absent)
+        return UV_EEXIST;
+    tn_meta_user_t *u = tn_calloc(1, sizeof(*u));
+    if (u == NULL || tn_meta_user_copy(u, &c->user) != 0) {
+        tn_free(u);
+        return UV_ENOMEM;
+    }
+    if (found) {
+        user_free(s->users[i]);
+        s->users[i] = u;
+    } else {
+        if (grow((void ***)&s->users, s->nusers, &s->ucap) != 0) {
+            user_free(u);
+            return UV_ENOMEM;
+        }
+        insert_at((void **)s->users, &s->nusers, i, u);
+    }
+    s->users_version++;
+    return 0;
+}
+
+static int user_delete(tn_meta_state_t *s, const char *name)
+{
+    bool found;
+    size_t i =
+        search((void *const *)s->users, s->nusers, name, offsetof(tn_meta_user_t, name), &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    user_free(s->users[i]);
+    remove_at((void **)s->users, &s->nusers, i);
+    s->users_version++;
+    return 0;
+}
+
+static int member_put(tn_meta_state_t *s, const tn_meta_member_t *m)
+{
+    for (size_t i = 0; i < s->nmembers; i++) {
+        if (s->members[i].id == m->id) {
+            s->members[i] = *m;
+            return 0;
+        }
+    }
+    if (s->nmembers == s->mcap) {
+        size_t nc = s->mcap ? s->mcap * 2 : 4;
+        tn_meta_member_t *p = tn_realloc(s->members, nc * sizeof(*p));
+        if (p == NULL)
+            return UV_ENOMEM;
+        s->members = p;
+        s->mcap = nc;
+    }
+    s->members[s->nmembers++] = *m;
+    return 0;
+}
+
+int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    switch (c->type) {
+    case TN_MC_TOPIC_PUT:
+        return topic_put(s, c);
+    case TN_MC_TOPIC_DELETE:
+        return topic_delete(s, c->topic.name);
+    case TN_MC_CHANNEL_PUT:
+        return channel_put(s, c);
+    case TN_MC_CHANNEL_DELETE:
+        return channel_delete(s, c);
+    case TN_MC_USER_PUT:
+        return user_put(s, c);
+    case TN_MC_USER_DELETE:
+        return user_delete(s, c->user.name);
+    case TN_MC_MEMBER_PUT:
+        return member_put(s, &c->member);
+    default:
+        return UV_ENOTSUP;
+    }
+}
+
+/* --- snapshots ------------------------------------------------------------------ */
+
+int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
+{
+    size_t start = tn_buf_size(out);
+    unsigned char hdr[SNAP_HDR] = {0};
+    memcpy(hdr, SNAP_MAGIC, 4);
+    tn_put_u64(hdr + 8, s->users_version);
+    int rc = tn_buf_append(out, hdr, sizeof(hdr));
+    uint64_t count = 0;
+    tn_meta_cmd_t c;
+    for (size_t i = 0; i < s->ntopics && rc == 0; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_TOPIC_PUT;
+        c.topic = t->rec;
+        rc = tn_meta_cmd_encode(&c, out);
+        count++;
+        for (uint32_t k = 0; k < t->nchannels && rc == 0; k++) {
+            memset(&c, 0, sizeof(c));
+            c.type = TN_MC_CHANNEL_PUT;
+            snprintf(c.topic.name, sizeof(c.topic.name), "%s", t->rec.name);
+            snprintf(c.channel, sizeof(c.channel), "%s", t->channels[k]);
+            rc = tn_meta_cmd_encode(&c, out);
+            count++;
+        }
+    }
+    for (size_t i = 0; i < s->nusers && rc == 0; i++) {
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_USER_PUT;
+        c.user = *s->users[i]; /* borrowed grants: encode only reads them */
+        rc = tn_meta_cmd_encode(&c, out);
+        count++;
+    }
+    for (size_t i = 0; i < s->nmembers && rc == 0; i++) {
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_MEMBER_PUT;
+        c.member = s->members[i];
+        rc = tn_meta_cmd_encode(&c, out);
+        count++;
+    }
+    if (rc != 0) {
+        out->len = out->off + start;
+        return rc;
+    }
+    tn_put_u64((unsigned char *)tn_buf_data(out) + start + 16, count);
+    return 0;
+}
+
+int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
+{
+    const unsigned char *b = buf;
+    if (len < SNAP_HDR || memcmp(b, SNAP_MAGIC, 3) != 0)
+        return TN_ECORRUPT;
+    if (b[3] != '1')
+        return UV_ENOTSUP;
+    if (tn_get_u32(b + 4) != 0)
+        return TN_ECORRUPT;
+    uint64_t users_version = tn_get_u64(b + 8);
+    uint64_t count = tn_get_u64(b + 16);
+    tn_meta_state_t fresh;
+    tn_meta_state_init(&fresh);
+    size_t at = SNAP_HDR;
+    int rc = 0;
+    for (uint64_t i = 0; i < count && rc == 0; i++) {
+        tn_meta_cmd_t c;
+        size_t used;
+        rc = tn_meta_cmd_decode(b + at, len - at, &c, &used);
+        if (rc == TN_ESHORT)
+            rc = TN_ECORRUPT;
+        if (rc != 0)
+            break;
+        if (c.type != TN_MC_TOPIC_PUT && c.type != TN_MC_CHANNEL_PUT && c.type != TN_MC_USER_PUT &&
+            c.type != TN_MC_MEMBER_PUT)
+            rc = TN_ECORRUPT;
+        if (rc == 0) {
+            c.if_absent = true; /* a snapshot names each record once */
+            rc = tn_meta_state_apply(&fresh, &c);
+            if (rc == UV_EEXIST || rc == TN_ENOTFOUND)
+                rc = TN_ECORRUPT;
+        }
+        tn_meta_cmd_fini(&c);
+        at += used;
+    }
+    if (rc == 0 && at != len)
+        rc = TN_ECORRUPT;
+    if (rc != 0) {
+        tn_meta_state_fini(&fresh);
+        return rc;
+    }
+    fresh.users_version = users_version;
+    tn_meta_state_fini(s);
+    *s = fresh;
+    return 0;
+}

@@ -1,0 +1,59 @@
+/* The metastore's state machine: topics (with their channels), users and
+ * members, changed only by applying commands (meta/cmd.h) in log order, so
+ * every replica that applies the same log holds the same state. Topics and
+ * users are kept sorted by name (pages of GET /v1/topics come in that
+ * order).
+ *
+ * Snapshot layout: [4] "TMS1" [4] 0 [8] users_version [8] record count,
+ * then that many PUT commands (topics, each followed by its channels, then
+ * users, then members), each in the command encoding.
+ *
+ * Threads: the caller's (the loop thread in ternd). */
+#ifndef TN_META_STATE_H
+#define TN_META_STATE_H
+
+#include "core/platform.h"
+
+#include "meta/cmd.h"
+
+typedef struct {
+    tn_meta_topic_t rec;
+    char **channels; /* sorted, owned */
+    uint32_t nchannels;
+    uint32_t chcap;
+} tn_meta_topic_entry_t;
+
+typedef struct {
+    tn_meta_topic_entry_t **topics; /* sorted by name */
+    size_t ntopics;
+    size_t tcap;
+    tn_meta_user_t **users; /* sorted by name */
+    size_t nusers;
+    size_t ucap;
+    tn_meta_member_t *members;
+    size_t nmembers;
+    size_t mcap;
+    uint64_t users_version; /* bumped by every user change (credential caches key on it) */
+} tn_meta_state_t;
+
+void tn_meta_state_init(tn_meta_state_t *s);
+void tn_meta_state_fini(tn_meta_state_t *s);
+
+/* Apply one command. 0; UV_EEXIST (a PUT with if_absent found the record);
+ * TN_ENOTFOUND (a delete of a missing record, a channel of a missing
+ * topic); UV_ENOMEM. A refused command changes nothing. */
+int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c);
+
+const tn_meta_topic_entry_t *tn_meta_topic_find(const tn_meta_state_t *s, const char *name);
+const tn_meta_user_t *tn_meta_user_find(const tn_meta_state_t *s, const char *name);
+bool tn_meta_channel_exists(const tn_meta_state_t *s, const char *topic, const char *channel);
+/* Index of the first topic whose name sorts after `after` ("" = 0). */
+size_t tn_meta_topic_after(const tn_meta_state_t *s, const char *after);
+
+/* Append a snapshot of s to out. 0 or UV_ENOMEM. */
+int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out);
+/* Replace s with the snapshot in buf. 0, TN_ECORRUPT (s unchanged),
+ * UV_ENOTSUP (a newer format) or UV_ENOMEM. */
+int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len);
+
+#endif

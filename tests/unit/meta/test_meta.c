@@ -1,0 +1,471 @@
+/* Tests of the metastore: the command codec (round trips, refusals of
+ * unknown versions and types, damaged input), the state machine's answers,
+ * snapshots, and the libraft replica in a temporary directory: proposals,
+ * restart from the log, restart from a snapshot plus the log. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/time.h"
+#include "meta/meta.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static tn_meta_cmd_t topic_cmd(const char *name, bool if_absent)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_PUT;
+    c.if_absent = if_absent;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.topic.partitions = 3;
+    c.topic.retention_ms = 7 * 24 * 3600 * 1000LL;
+    c.topic.visibility_timeout_ms = 30000;
+    c.topic.max_inflight = 1024;
+    c.topic.max_acked_ahead = 1024;
+    c.topic.created_at_ms = 1700000000000LL;
+    snprintf(c.topic.owner, sizeof(c.topic.owner), "alice");
+    return c;
+}
+
+static char *pat(const char *s)
+{
+    return tn_strdup(s);
+}
+
+/* A user with two grants; owns its grants (tn_meta_cmd_fini). */
+static tn_meta_cmd_t user_cmd(const char *name)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_USER_PUT;
+    snprintf(c.user.name, sizeof(c.user.name), "%s", name);
+    snprintf(c.user.hash, sizeof(c.user.hash),
+             "$2b$10$abcdefghijklmnopqrstuuFh2pMwO6Q6Qy0b1S8y9cX3Y6oEo1Y2");
+    c.user.created_at_ms = c.user.updated_at_ms = 1700000000000LL;
+    c.user.ngrants = 2;
+    c.user.grants = tn_calloc(2, sizeof(*c.user.grants));
+    c.user.grants[0].action = TN_GRANT_PRODUCE;
+    c.user.grants[0].npatterns = 2;
+    c.user.grants[0].patterns = tn_calloc(2, sizeof(char *));
+    c.user.grants[0].patterns[0] = pat("orders*");
+    c.user.grants[0].patterns[1] = pat("*");
+    c.user.grants[1].action = TN_GRANT_ADMIN;
+    return c;
+}
+
+static void roundtrip(const tn_meta_cmd_t *c, tn_meta_cmd_t *out)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(c, &b), 0);
+    assert_int_equal(tn_buf_size(&b) % 8, 0);
+    size_t used = 0;
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), out, &used), 0);
+    assert_int_equal(used, tn_buf_size(&b));
+    /* Every shorter prefix is incomplete, never misread. */
+    for (size_t n = 0; n < tn_buf_size(&b); n += 3) {
+        tn_meta_cmd_t x;
+        int rc = tn_meta_cmd_decode(tn_buf_data(&b), n, &x, &used);
+        assert_int_equal(rc, TN_ESHORT);
+    }
+    tn_buf_fini(&b);
+}
+
+static void test_codec_roundtrip(void **state)
+{
+    (void)state;
+    tn_meta_cmd_t c = topic_cmd("orders.eu", true), d;
+    c.topic.delivery_mode = TN_DELIVERY_TTL_DISCARD;
+    c.topic.ttl_ms = 60000;
+    c.topic.durability = 1;
+    c.topic.max_attempts = 5;
+    snprintf(c.topic.parent, sizeof(c.topic.parent), "orders");
+    c.topic.fanout_delay_ms = 1000;
+    c.topic.attach_epoch = 0x0123456789abcdefULL;
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_TOPIC_PUT);
+    assert_true(d.if_absent);
+    assert_memory_equal(&d.topic, &c.topic, sizeof(c.topic));
+    tn_meta_cmd_fini(&d);
+
+    tn_meta_cmd_t u = user_cmd("bob");
+    u.user.root = true;
+    roundtrip(&u, &d);
+    assert_string_equal(d.user.name, "bob");
+    assert_string_equal(d.user.hash, u.user.hash);
+    assert_true(d.user.root);
+    assert_int_equal(d.user.ngrants, 2);
+    assert_int_equal(d.user.grants[0].action, TN_GRANT_PRODUCE);
+    assert_int_equal(d.user.grants[0].npatterns, 2);
+    assert_string_equal(d.user.grants[0].patterns[1], "*");
+    assert_int_equal(d.user.grants[1].action, TN_GRANT_ADMIN);
+    assert_int_equal(d.user.grants[1].npatterns, 0);
+    tn_meta_cmd_fini(&d);
+    tn_meta_cmd_fini(&u);
+
+    tn_meta_cmd_t ch;
+    memset(&ch, 0, sizeof(ch));
+    ch.type = TN_MC_CHANNEL_PUT;
+    snprintf(ch.topic.name, sizeof(ch.topic.name), "t");
+    snprintf(ch.channel, sizeof(ch.channel), "default");
+    roundtrip(&ch, &d);
+    assert_string_equal(d.channel, "default");
+    tn_meta_cmd_fini(&d);
+
+    tn_meta_cmd_t m;
+    memset(&m, 0, sizeof(m));
+    m.type = TN_MC_MEMBER_PUT;
+    m.member.id = 7;
+    snprintf(m.member.addr, sizeof(m.member.addr), "10.0.0.7:4153");
+    roundtrip(&m, &d);
+    assert_int_equal(d.member.id, 7);
+    assert_string_equal(d.member.addr, "10.0.0.7:4153");
+}
+
+static void test_codec_refusals(void **state)
+{
+    (void)state;
+    tn_meta_cmd_t c = topic_cmd("t", false), d;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    unsigned char *p = (unsigned char *)tn_buf_data(&b);
+    size_t len = tn_buf_size(&b), used;
+
+    p[2] = 2; /* a later version */
+    assert_int_equal(tn_meta_cmd_decode(p, len, &d, &used), UV_ENOTSUP);
+    p[2] = 1;
+    p[3] = 99; /* an unknown command */
+    assert_int_equal(tn_meta_cmd_decode(p, len, &d, &used), UV_ENOTSUP);
+    p[3] = TN_MC_TOPIC_PUT;
+    p[0] = 'X';
+    assert_int_equal(tn_meta_cmd_decode(p, len, &d, &used), TN_ECORRUPT);
+    p[0] = 'T';
+    /* The name's length says more than the payload holds. */
+    p[TN_META_HDR + 1] = 200;
+    assert_int_equal(tn_meta_cmd_decode(p, len, &d, &used), TN_ECORRUPT);
+    p[TN_META_HDR + 1] = 1;
+    /* A bad topic name. */
+    p[TN_META_HDR + 3] = '/';
+    assert_int_equal(tn_meta_cmd_decode(p, len, &d, &used), TN_ECORRUPT);
+    p[TN_META_HDR + 3] = 't';
+    assert_int_equal(tn_meta_cmd_decode(p, len, &d, &used), 0);
+    /* Non-zero padding. */
+    uint32_t payload = tn_get_u32(p + 4);
+    if ((TN_META_HDR + payload) % 8 != 0) {
+        p[len - 1] = 1;
+        assert_int_equal(tn_meta_cmd_decode(p, len, &d, &used), TN_ECORRUPT);
+        p[len - 1] = 0;
+    }
+    /* Zero partitions. */
+    tn_meta_cmd_t z = topic_cmd("t", false);
+    z.topic.partitions = 0;
+    tn_buf_reset(&b);
+    assert_int_equal(tn_meta_cmd_encode(&z, &b), 0);
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    /* A name too long to encode. */
+    tn_meta_cmd_t big;
+    memset(&big, 0, sizeof(big));
+    big.type = TN_MC_MEMBER_PUT;
+    big.member.id = 1;
+    memset(big.member.addr, 'a', TN_META_ADDR_MAX);
+    tn_buf_reset(&b);
+    assert_int_equal(tn_meta_cmd_encode(&big, &b), 0);
+    tn_meta_cmd_t bad_user = user_cmd("no spaces allowed");
+    tn_buf_reset(&b);
+    assert_int_equal(tn_meta_cmd_encode(&bad_user, &b), 0);
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    tn_meta_cmd_fini(&bad_user);
+    tn_buf_fini(&b);
+}
+
+static void test_state_answers(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    const char *names[] = {"m", "a", "z", "b"};
+    for (size_t i = 0; i < 4; i++) {
+        tn_meta_cmd_t c = topic_cmd(names[i], true);
+        assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    }
+    tn_meta_cmd_t again = topic_cmd("m", true);
+    assert_int_equal(tn_meta_state_apply(&s, &again), UV_EEXIST);
+    again.if_absent = false;
+    again.topic.partitions = 9; /* a replace keeps channels */
+    tn_meta_cmd_t ch;
+    memset(&ch, 0, sizeof(ch));
+    ch.type = TN_MC_CHANNEL_PUT;
+    snprintf(ch.topic.name, sizeof(ch.topic.name), "m");
+    snprintf(ch.channel, sizeof(ch.channel), "default");
+    assert_int_equal(tn_meta_state_apply(&s, &ch), 0);
+    assert_int_equal(tn_meta_state_apply(&s, &ch), 0);
+    ch.if_absent = true;
+    assert_int_equal(tn_meta_state_apply(&s, &ch), UV_EEXIST);
+    assert_int_equal(tn_meta_state_apply(&s, &again), 0);
+    assert_int_equal(tn_meta_topic_find(&s, "m")->rec.partitions, 9);
+    assert_true(tn_meta_channel_exists(&s, "m", "default"));
+    snprintf(ch.topic.name, sizeof(ch.topic.name), "nope");
+    assert_int_equal(tn_meta_state_apply(&s, &ch), TN_ENOTFOUND);
+    /* Sorted, with pages after a name. */
+    assert_int_equal(s.ntopics, 4);
+    assert_string_equal(s.topics[0]->rec.name, "a");
+    assert_string_equal(s.topics[3]->rec.name, "z");
+    assert_int_equal(tn_meta_topic_after(&s, ""), 0);
+    assert_int_equal(tn_meta_topic_after(&s, "b"), 2);
+    assert_int_equal(tn_meta_topic_after(&s, "c"), 2);
+    tn_meta_cmd_t del;
+    memset(&del, 0, sizeof(del));
+    del.type = TN_MC_TOPIC_DELETE;
+    snprintf(del.topic.name, sizeof(del.topic.name), "m");
+    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
+    assert_int_equal(tn_meta_state_apply(&s, &del), TN_ENOTFOUND);
+    assert_null(tn_meta_topic_find(&s, "m"));
+    /* Users move users_version. */
+    tn_meta_cmd_t u = user_cmd("bob");
+    uint64_t v = s.users_version;
+    assert_int_equal(tn_meta_state_apply(&s, &u), 0);
+    assert_true(s.users_version > v);
+    u.if_absent = true;
+    assert_int_equal(tn_meta_state_apply(&s, &u), UV_EEXIST);
+    assert_int_equal(tn_meta_user_find(&s, "bob")->ngrants, 2);
+    tn_meta_cmd_fini(&u);
+    tn_meta_state_fini(&s);
+}
+
+static void fill(tn_meta_state_t *s, int ntopics)
+{
+    for (int i = 0; i < ntopics; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "topic-%04d", i);
+        tn_meta_cmd_t c = topic_cmd(name, false);
+        assert_int_equal(tn_meta_state_apply(s, &c), 0);
+        tn_meta_cmd_t ch;
+        memset(&ch, 0, sizeof(ch));
+        ch.type = TN_MC_CHANNEL_PUT;
+        snprintf(ch.topic.name, sizeof(ch.topic.name), "%s", name);
+        snprintf(ch.channel, sizeof(ch.channel), "default");
+        assert_int_equal(tn_meta_state_apply(s, &ch), 0);
+    }
+    tn_meta_cmd_t u = user_cmd("root");
+    u.user.root = true;
+    assert_int_equal(tn_meta_state_apply(s, &u), 0);
+    tn_meta_cmd_fini(&u);
+    tn_meta_cmd_t m;
+    memset(&m, 0, sizeof(m));
+    m.type = TN_MC_MEMBER_PUT;
+    m.member.id = 1;
+    snprintf(m.member.addr, sizeof(m.member.addr), "127.0.0.1:4153");
+    assert_int_equal(tn_meta_state_apply(s, &m), 0);
+}
+
+static void test_snapshot_roundtrip(void **state)
+{
+    (void)state;
+    tn_meta_state_t s, r;
+    tn_meta_state_init(&s);
+    tn_meta_state_init(&r);
+    fill(&s, 50);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    assert_int_equal(r.ntopics, 50);
+    assert_int_equal(r.nusers, 1);
+    assert_int_equal(r.nmembers, 1);
+    assert_int_equal(r.users_version, s.users_version);
+    assert_true(tn_meta_channel_exists(&r, "topic-0049", "default"));
+    assert_true(tn_meta_user_find(&r, "root")->root);
+    /* Damage anywhere is refused and leaves the state as it was. */
+    char *p = tn_buf_data(&b);
+    p[tn_buf_size(&b) / 2] ^= 0x40;
+    int rc = tn_meta_state_restore(&r, p, tn_buf_size(&b));
+    p[tn_buf_size(&b) / 2] ^= 0x40;
+    if (rc != 0)
+        assert_int_equal(r.ntopics, 50);
+    assert_int_equal(tn_meta_state_restore(&r, p, tn_buf_size(&b) - 8), TN_ECORRUPT);
+    p[3] = '2';
+    assert_int_equal(tn_meta_state_restore(&r, p, tn_buf_size(&b)), UV_ENOTSUP);
+    assert_int_equal(r.ntopics, 50);
+    tn_buf_fini(&b);
+    tn_meta_state_fini(&s);
+    tn_meta_state_fini(&r);
+}
+
+/* --- the replica on libraft ------------------------------------------------------------ */
+
+typedef struct {
+    int done;
+    int last;
+} counter_t;
+
+static void on_done(tn_meta_req_t *req, int status)
+{
+    counter_t *c = req->data;
+    c->done++;
+    c->last = status;
+}
+
+static bool run_until(uv_loop_t *loop, bool (*cond)(void *), void *arg)
+{
+    int64_t deadline = tn_now_mono_ms() + 30000;
+    while (!cond(arg)) {
+        if (tn_now_mono_ms() > deadline)
+            return false;
+        uv_run(loop, UV_RUN_ONCE);
+    }
+    return true;
+}
+
+static bool is_ready(void *arg)
+{
+    return tn_meta_ready(arg);
+}
+
+typedef struct {
+    counter_t *c;
+    int n;
+} want_t;
+
+static bool has_done(void *arg)
+{
+    want_t *w = arg;
+    return w->c->done >= w->n;
+}
+
+static bool closed_flag;
+static void on_closed(void *arg)
+{
+    (void)arg;
+    closed_flag = true;
+}
+
+static bool is_closed(void *arg)
+{
+    (void)arg;
+    return closed_flag;
+}
+
+static tn_meta_t *open_meta(uv_loop_t *loop, const char *dir, unsigned threshold)
+{
+    tn_meta_opts_t o = {dir, 1, "127.0.0.1:0", 150, 50, threshold};
+    tn_meta_t *m = NULL;
+    char err[256] = "";
+    int rc = tn_meta_open(loop, &o, &m, err, sizeof(err));
+    if (rc != 0)
+        fail_msg("tn_meta_open: %s", err);
+    assert_true(run_until(loop, is_ready, m));
+    return m;
+}
+
+static void close_meta(uv_loop_t *loop, tn_meta_t *m)
+{
+    closed_flag = false;
+    tn_meta_close(m, on_closed, NULL);
+    assert_true(run_until(loop, is_closed, NULL));
+}
+
+static void propose_topics(uv_loop_t *loop, tn_meta_t *m, int from, int to)
+{
+    int n = to - from;
+    tn_meta_req_t *reqs = tn_calloc((size_t)n, sizeof(*reqs));
+    counter_t c = {0, 0};
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "t%05d", from + i);
+        tn_meta_cmd_t cmd = topic_cmd(name, true);
+        reqs[i].data = &c;
+        assert_int_equal(tn_meta_propose(m, &reqs[i], &cmd, on_done), 0);
+    }
+    want_t w = {&c, n};
+    assert_true(run_until(loop, has_done, &w));
+    assert_int_equal(c.last, 0);
+    tn_free(reqs);
+}
+
+static void test_replica_restart(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char mdir[4096];
+    snprintf(mdir, sizeof(mdir), "%s/meta", dir);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+
+    tn_meta_t *m = open_meta(&loop, mdir, 64);
+    /* Answers of the state machine come back to the proposer. */
+    tn_meta_req_t req;
+    counter_t c = {0, 0};
+    req.data = &c;
+    tn_meta_cmd_t t = topic_cmd("orders", true);
+    assert_int_equal(tn_meta_propose(m, &req, &t, on_done), 0);
+    want_t w = {&c, 1};
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(c.last, 0);
+    assert_int_equal(tn_meta_propose(m, &req, &t, on_done), 0);
+    w.n = 2;
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(c.last, UV_EEXIST);
+    /* Enough entries for snapshots (threshold 64) to be taken. */
+    propose_topics(&loop, m, 0, 300);
+    tn_meta_cmd_t u = user_cmd("bob");
+    assert_int_equal(tn_meta_propose(m, &req, &u, on_done), 0);
+    tn_meta_cmd_fini(&u);
+    w.n = 3;
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(c.last, 0);
+    assert_int_equal(tn_meta_state(m)->ntopics, 301);
+    close_meta(&loop, m);
+    /* A snapshot was taken, so the restart below restores from it. */
+    DIR *d = opendir(mdir);
+    assert_non_null(d);
+    bool snap = false;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        snap = snap || strncmp(e->d_name, "snapshot-", 9) == 0;
+    closedir(d);
+    assert_true(snap);
+
+    /* Restart: snapshot plus the log's tail give the same state. */
+    m = open_meta(&loop, mdir, 64);
+    const tn_meta_state_t *s = tn_meta_state(m);
+    assert_int_equal(s->ntopics, 301);
+    assert_non_null(tn_meta_topic_find(s, "orders"));
+    assert_non_null(tn_meta_topic_find(s, "t00299"));
+    assert_int_equal(tn_meta_user_find(s, "bob")->ngrants, 2);
+    propose_topics(&loop, m, 300, 310);
+    close_meta(&loop, m);
+
+    m = open_meta(&loop, mdir, 64);
+    assert_int_equal(tn_meta_state(m)->ntopics, 311);
+    /* Proposals still waiting when it closes are told so. */
+    c.done = 0;
+    tn_meta_cmd_t late = topic_cmd("late", true);
+    int rc = tn_meta_propose(m, &req, &late, on_done);
+    assert_int_equal(rc, 0);
+    close_meta(&loop, m);
+    assert_int_equal(c.done, 1);
+    assert_true(c.last == 0 || c.last == TN_ECLOSED);
+    assert_int_equal(tn_meta_propose(m = open_meta(&loop, mdir, 64), &req, &late, on_done), 0);
+    close_meta(&loop, m);
+
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_codec_roundtrip), cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_state_answers),   cmocka_unit_test(test_snapshot_roundtrip),
+        cmocka_unit_test(test_replica_restart),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
