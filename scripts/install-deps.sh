@@ -8,7 +8,7 @@ packages=(
     build-essential cmake pkg-config
     clang clang-format clang-tidy cppcheck
     libclang-rt-14-dev
-    libuv1-dev libcmocka-dev libyajl-dev libsnappy-dev zlib1g-dev libssl-dev libzstd-dev libwslay-dev libraft-dev
+    libuv1-dev libcmocka-dev libyajl-dev libsnappy-dev zlib1g-dev libssl-dev libzstd-dev libwslay-dev libraft-dev libcrypt-dev
 )
 
 missing=()

@@ -114,7 +114,8 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
     tn_store_t *st = br->store;
     family(b, "tern_build_info", "gauge", "ternd's version");
     put(b, "tern_build_info{version=\"%s\"} 1\n", m->api->version);
-    scalar(b, "tern_ready", "gauge", "1 when /readyz answers 200", tn_nsq_http_ready(m->api) ? 1 : 0);
+    scalar(b, "tern_ready", "gauge", "1 when /readyz answers 200",
+           tn_nsq_http_ready(m->api) ? 1 : 0);
     tn_hist_write(&br->pub_hist, "tern_publish_duration_seconds", "",
                   "publish to its durability boundary (OK sent after this)", b);
     tn_hist_write(&br->walop_hist, "tern_channel_log_duration_seconds", "",

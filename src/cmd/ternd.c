@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "api/catalog.h"
 #include "api/metrics.h"
+#include "api/users.h"
 #include "api/nsq_http.h"
 #include "api/ws.h"
 #include "proto/http/server.h"
@@ -54,6 +55,7 @@ typedef struct {
     tn_ws_t *ws; /* NULL: the live feed is off */
     tn_meta_t *meta;
     tn_catalog_t *catalog;
+    const char *data_path; /* borrowed from the config */
     tn_lookupd_t *lookupd;
     uv_signal_t sigint;
     uv_signal_t sigterm;
@@ -185,19 +187,30 @@ static void summarise(tn_broker_t *b, char *out, size_t len)
              parts, isolated, channels, records);
 }
 
+static void on_meta_ready(void *arg)
+{
+    daemon_t *d = arg;
+    int rc = tn_users_seed_root(d->loop, d->meta, d->data_path, getenv("TERN_ADMIN_PASSWORD"));
+    if (rc != 0)
+        TN_LOG(TN_LOG_ERROR, "cannot seed the root user: %s", tn_strerror(rc));
+}
+
 /* The metastore, in <data>/meta, after the engine has recovered (libraft
  * runs on the loop from here on). */
 static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errlen)
 {
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", cfg->data_path);
-    tn_meta_opts_t mo = {dir,
-                         (uint64_t)cfg->node_id + 1,
-                         cfg->raft_address,
-                         (unsigned)(cfg->raft_election_timeout_ns / 1000000),
-                         0,
-                         0};
+    tn_meta_opts_t mo;
+    memset(&mo, 0, sizeof(mo));
+    mo.dir = dir;
+    mo.node_id = (uint64_t)cfg->node_id + 1;
+    mo.address = cfg->raft_address;
+    mo.election_ms = (unsigned)(cfg->raft_election_timeout_ns / 1000000);
     mo.heartbeat_ms = TN_MAX(mo.election_ms / 10, 10u);
+    mo.on_ready = on_meta_ready;
+    mo.ready_arg = d;
+    d->data_path = cfg->data_path;
     int rc = tn_meta_open(d->loop, &mo, &d->meta, err, errlen);
     d->api.meta = d->meta;
     return rc;
@@ -283,7 +296,7 @@ int main(int argc, char **argv)
         uv_close((uv_handle_t *)&d.sigint, NULL);
         uv_close((uv_handle_t *)&d.sigterm, NULL);
         on_broker_closed(NULL);
-    } else if ((rc = open_meta(&d, &cfg, err, sizeof(err))) != 0) {
+    } else if (open_meta(&d, &cfg, err, sizeof(err)) != 0) {
         TN_LOG(TN_LOG_ERROR, "%s", err);
         d.rc = 1;
         uv_close((uv_handle_t *)&d.sigint, NULL);

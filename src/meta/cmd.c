@@ -393,10 +393,11 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
 
 void tn_meta_user_fini(tn_meta_user_t *u)
 {
-    for (uint16_t i = 0; i < u->ngrants; i++) {
-        for (uint16_t k = 0; k < u->grants[i].npatterns; k++)
-            tn_free(u->grants[i].patterns[k]);
-        tn_free(u->grants[i].patterns);
+    for (uint16_t i = 0; u->grants != NULL && i < u->ngrants; i++) {
+        char **pats = u->grants[i].patterns;
+        for (uint16_t k = 0; pats != NULL && k < u->grants[i].npatterns; k++)
+            tn_free(pats[k]);
+        tn_free(pats);
     }
     tn_free(u->grants);
     u->grants = NULL;
@@ -417,7 +418,7 @@ int tn_meta_user_copy(tn_meta_user_t *dst, const tn_meta_user_t *src)
         for (uint16_t i = 0; i < src->ngrants; i++) {
             const tn_meta_grant_t *g = &src->grants[i];
             u.grants[i].action = g->action;
-            if (g->npatterns == 0)
+            if (g->npatterns == 0 || g->patterns == NULL)
                 continue;
             u.grants[i].patterns = tn_calloc(g->npatterns, sizeof(char *));
             if (u.grants[i].patterns == NULL) {

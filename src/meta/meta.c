@@ -35,6 +35,8 @@ struct tn_meta_s {
     char address[TN_META_ADDR_MAX + 1];
     void (*close_cb)(void *arg);
     void *close_arg;
+    void (*on_ready)(void *arg);
+    void *ready_arg;
 };
 
 /* --- the state machine, as libraft sees it --------------------------------------- */
@@ -56,7 +58,9 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
         if (rc != UV_ENOTSUP)
             rc = TN_ECORRUPT;
     }
-    *result = (void *)(intptr_t)rc;
+    /* libraft hands this pointer to the proposer's callback as is: the
+     * state machine's answer travels in it. */
+    *result = (void *)(intptr_t)rc; // NOLINT(performance-no-int-to-ptr)
     return 0;
 }
 
@@ -155,6 +159,8 @@ static void on_poll(uv_timer_t *t)
         m->ready = true;
         TN_LOG(TN_LOG_NOTICE, "metastore ready: leader, %zu topics, %zu users, log index %llu",
                m->state.ntopics, m->state.nusers, (unsigned long long)raft_last_index(&m->raft));
+        if (m->on_ready != NULL)
+            m->on_ready(m->ready_arg);
     }
     if (m->ready)
         uv_timer_stop(t);
@@ -248,6 +254,8 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     if (m == NULL)
         return UV_ENOMEM;
     m->loop = loop;
+    m->on_ready = o->on_ready;
+    m->ready_arg = o->ready_arg;
     tn_meta_state_init(&m->state);
     snprintf(m->address, sizeof(m->address), "%s", o->address);
     m->fsm.version = 1;

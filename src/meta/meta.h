@@ -55,6 +55,8 @@ typedef struct {
     unsigned election_ms; /* election timeout */
     unsigned heartbeat_ms;
     unsigned snapshot_threshold; /* log entries between snapshots */
+    void (*on_ready)(void *arg); /* optional: once, when first ready */
+    void *ready_arg;
 } tn_meta_opts_t;
 
 /* Open (and bootstrap when new) and start. On failure err has a line. */

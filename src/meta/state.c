@@ -299,7 +299,8 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
 {
     size_t start = tn_buf_size(out);
     unsigned char hdr[SNAP_HDR] = {0};
-    memcpy(hdr, SNAP_MAGIC, 4);
+    static const unsigned char magic[4] = {'T', 'M', 'S', '1'};
+    memcpy(hdr, magic, sizeof(magic));
     tn_put_u64(hdr + 8, s->users_version);
     int rc = tn_buf_append(out, hdr, sizeof(hdr));
     uint64_t count = 0;

@@ -1046,12 +1046,22 @@ int tn_io_fsync_dir(const char *path)
 
 int tn_io_write_file_atomic(const char *dir, const char *name, const void *data, size_t len)
 {
+    return tn_io_write_file_atomic_mode(dir, name, data, len, 0644);
+}
+
+int tn_io_write_file_atomic_mode(const char *dir, const char *name, const void *data, size_t len,
+                                 int mode)
+{
     char tmp[4096], dst[4096];
     if ((size_t)snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name) >= sizeof(tmp) ||
         (size_t)snprintf(dst, sizeof(dst), "%s/%s", dir, name) >= sizeof(dst))
         return UV_ENAMETOOLONG;
     int fd;
-    int rc = tn_io_open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644, &fd);
+    int rc = 0;
+    struct stat st;
+    if (stat(tmp, &st) == 0 && (rc = tn_io_unlink(tmp)) != 0)
+        return rc; /* a leftover .tmp would keep its own mode */
+    rc = tn_io_open(tmp, O_WRONLY | O_CREAT | O_TRUNC, mode, &fd);
     if (rc != 0)
         return rc;
     rc = tn_io_pwrite(fd, data, len, 0);

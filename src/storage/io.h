@@ -50,6 +50,9 @@ int tn_io_fsync_dir(const char *path);
 /* Atomically replace dir/name with data: write dir/name.tmp, fsync it,
  * rename over dir/name, fsync dir. */
 int tn_io_write_file_atomic(const char *dir, const char *name, const void *data, size_t len);
+/* The same, creating the file with mode (0600 for secrets). */
+int tn_io_write_file_atomic_mode(const char *dir, const char *name, const void *data, size_t len,
+                                 int mode);
 /* Read a whole file of at most max bytes into out (appended). TN_ETOOBIG
  * when larger, UV_ENOENT when absent. */
 int tn_io_read_file(const char *path, size_t max, tn_buf_t *out);

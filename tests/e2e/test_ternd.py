@@ -151,6 +151,35 @@ class TerndTest(unittest.TestCase):
         d.wait_for("metastore ready: leader, 2 topics")
         self.assertEqual(d.stop(), 0)
 
+    def test_root_user_seeded_once(self):
+        d = Daemon(self.data)
+        line = d.wait_for("root user admin created")
+        self.assertIn("its password is in", line)
+        path = os.path.join(self.data, "admin-password")
+        st = os.stat(path)
+        self.assertEqual(st.st_mode & 0o777, 0o600)
+        with open(path) as f:
+            pw = f.read()
+        self.assertRegex(pw, r"^[A-Za-z0-9_-]{32}\n$")
+        self.assertNotIn(pw.strip(), d.log())  # never logged
+        self.assertEqual(d.stop(), 0)
+        # Once: a restart (even with the variable set) keeps the user.
+        env = dict(os.environ, TERN_ADMIN_PASSWORD="from-env")
+        d = Daemon(self.data, env=env)
+        d.wait_for("metastore ready: leader, 0 topics, 1 users")
+        self.assertEqual(d.stop(), 0)
+        self.assertNotIn("root user", d.log())
+        with open(path) as f:
+            self.assertEqual(f.read(), pw)
+
+    def test_root_password_from_environment(self):
+        env = dict(os.environ, TERN_ADMIN_PASSWORD="correct horse")
+        d = Daemon(self.data, env=env)
+        d.wait_for("root user admin created with the password from TERN_ADMIN_PASSWORD")
+        self.assertEqual(d.stop(), 0)
+        self.assertFalse(os.path.exists(os.path.join(self.data, "admin-password")))
+        self.assertNotIn("correct horse", d.log())
+
     def test_newer_format_refused(self):
         os.makedirs(self.data)
         with open(os.path.join(self.data, "FORMAT"), "w") as f:

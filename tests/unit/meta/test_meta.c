@@ -354,7 +354,14 @@ static bool is_closed(void *arg)
 
 static tn_meta_t *open_meta(uv_loop_t *loop, const char *dir, unsigned threshold)
 {
-    tn_meta_opts_t o = {dir, 1, "127.0.0.1:0", 150, 50, threshold};
+    tn_meta_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.dir = dir;
+    o.node_id = 1;
+    o.address = "127.0.0.1:0";
+    o.election_ms = 150;
+    o.heartbeat_ms = 50;
+    o.snapshot_threshold = threshold;
     tn_meta_t *m = NULL;
     char err[256] = "";
     int rc = tn_meta_open(loop, &o, &m, err, sizeof(err));
