@@ -31,6 +31,13 @@ typedef struct route_s {
     struct route_s *next;
 } route_t;
 
+typedef struct guard_s {
+    char *prefix;
+    tn_http_handler_cb fn;
+    void *arg;
+    struct guard_s *next;
+} guard_t;
+
 typedef enum { C_HEAD = 0, C_BODY, C_HANDLING, C_UPGRADED, C_DRAINING, C_CLOSED } cstate_t;
 
 typedef struct conn_s conn_t;
@@ -59,6 +66,7 @@ struct conn_s {
     uint64_t body_left; /* Content-Length bytes still to read */
     tn_http_chunked_t chunk;
     uint64_t large; /* budget bytes taken for this body */
+    bool guarded;   /* the request waits for its guard */
     /* after an upgrade */
     const tn_http_upgrade_ops_t *up;
     void *up_arg;
@@ -70,6 +78,7 @@ struct tn_http_server_s {
     uv_tcp_t listener;
     int port;
     route_t *routes;
+    guard_t *guards;
     conn_t *conns;
     uint32_t nconns;
     uint32_t nupgraded;
@@ -155,6 +164,12 @@ static void server_unref(tn_http_server_t *s)
 {
     if (--s->refs > 0)
         return;
+    while (s->guards != NULL) {
+        guard_t *g = s->guards;
+        s->guards = g->next;
+        tn_free(g->prefix);
+        tn_free(g);
+    }
     while (s->routes != NULL) {
         route_t *r = s->routes;
         s->routes = r->next;
@@ -396,6 +411,12 @@ void tn_http_respond(tn_http_request_t *r, int status, const char *content_type,
         return;
     if (!r->head.keep_alive)
         c->close_after = true;
+    if (c->guarded) {
+        /* Answered by its guard: a body it declared was never read. */
+        c->guarded = false;
+        if (r->head.chunked || r->head.content_length > 0)
+            c->close_after = true;
+    }
     write_answer(c, r->head.minor, status, content_type, headers, body, len, r->head_only);
     if (c->state == C_CLOSED)
         return;
@@ -564,6 +585,32 @@ static void dispatch(conn_t *c)
     conn_unref(c);
 }
 
+static void route_request(conn_t *c);
+
+static const guard_t *find_guard(const tn_http_server_t *s, const tn_http_req_t *h)
+{
+    for (const guard_t *g = s->guards; g != NULL; g = g->next) {
+        size_t n = strlen(g->prefix);
+        if (h->path.len >= n && memcmp(h->path.base, g->prefix, n) == 0)
+            return g;
+    }
+    return NULL;
+}
+
+void tn_http_resume(tn_http_request_t *r)
+{
+    conn_t *c = r->conn;
+    if (c->state != C_HANDLING || c->req != r || !c->guarded)
+        return;
+    c->guarded = false;
+    c->state = C_HEAD;
+    c->refs++;
+    route_request(c);
+    if (c->state == C_BODY)
+        advance(c); /* body bytes that arrived meanwhile */
+    conn_unref(c);
+}
+
 /* Start a request whose head parsed from the front of c->in. */
 static void begin(conn_t *c, size_t headlen)
 {
@@ -588,6 +635,27 @@ static void begin(conn_t *c, size_t headlen)
     snprintf(r->remote, sizeof(r->remote), "%s", c->remote);
     c->req = r;
     c->head_started = false;
+    const guard_t *g = find_guard(s, &r->head);
+    if (g != NULL) {
+        /* Parked until the guard lets it through (tn_http_resume) or
+         * answers it; its body waits unread. */
+        c->state = C_HANDLING;
+        c->guarded = true;
+        uv_timer_stop(&c->timer);
+        c->refs++;
+        g->fn(r, g->arg);
+        conn_unref(c);
+        return;
+    }
+    route_request(c);
+}
+
+/* Route the request whose head is in c->req, then read its body or
+ * dispatch it. */
+static void route_request(conn_t *c)
+{
+    tn_http_server_t *s = c->srv;
+    tn_http_request_t *r = c->req;
     tn_http_req_t *h = &r->head;
     bool has_body = h->chunked || h->content_length > 0;
     bool known;
@@ -1017,4 +1085,20 @@ void tn_http_conn_abort(tn_http_conn_t *hc)
 const char *tn_http_conn_remote(const tn_http_conn_t *hc)
 {
     return ((const conn_t *)hc)->remote;
+}
+
+int tn_http_guard(tn_http_server_t *s, const char *prefix, tn_http_handler_cb fn, void *arg)
+{
+    guard_t *g = tn_calloc(1, sizeof(*g));
+    if (g == NULL || (g->prefix = tn_strdup(prefix)) == NULL) {
+        tn_free(g);
+        return UV_ENOMEM;
+    }
+    g->fn = fn;
+    g->arg = arg;
+    guard_t **pp = &s->guards;
+    while (*pp != NULL)
+        pp = &(*pp)->next;
+    *pp = g;
+    return 0;
 }

@@ -61,6 +61,7 @@ struct tn_http_request_s {
     tn_buf_t headbuf;
     bool head_only;      /* HEAD: answer without the body */
     const char *pattern; /* the route's path, with its {name} segments */
+    char principal[72];  /* who a guard let through ("" if none) */
     tn_iov_t params[TN_HTTP_MAX_PARAMS];
 };
 
@@ -104,6 +105,15 @@ void tn_http_server_close(tn_http_server_t *s, void (*cb)(void *arg), void *arg)
  * lifetime). Several methods may share a path. 0 or UV_ENOMEM. */
 int tn_http_route(tn_http_server_t *s, const char *method, const char *path, uint64_t max_body,
                   const char *too_big, tn_http_handler_cb handler, void *arg);
+
+/* Run fn on every request whose path starts with prefix, before routing
+ * and before its body is read (authentication): fn either answers r
+ * (tn_http_respond; the body is then not read and the connection closes
+ * gracefully if one was coming) or lets it through with tn_http_resume,
+ * at once or later (it may park r like a handler). An unknown path under
+ * the prefix meets the guard first. 0 or UV_ENOMEM. */
+int tn_http_guard(tn_http_server_t *s, const char *prefix, tn_http_handler_cb fn, void *arg);
+void tn_http_resume(tn_http_request_t *r);
 
 /* The path segment matched by {name} in r's route, or NULL. */
 const tn_iov_t *tn_http_param(const tn_http_request_t *r, const char *name);
