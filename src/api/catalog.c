@@ -11,6 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The per-partition in-flight and acked-ahead caps a topic gets when none
+ * is given (the native API's defaults). */
+#define TN_CATALOG_DEFAULT_CAP 1024
+
 struct tn_catalog_s {
     tn_broker_t *broker;
     tn_meta_t *meta;
@@ -68,6 +72,8 @@ static void record_topic(tn_catalog_t *c, const tn_topic_t *t)
     cmd.topic.partitions = t->nparts;
     cmd.topic.retention_ms = c->o.retention_ms;
     cmd.topic.visibility_timeout_ms = c->o.visibility_timeout_ms;
+    cmd.topic.max_inflight = TN_CATALOG_DEFAULT_CAP;
+    cmd.topic.max_acked_ahead = TN_CATALOG_DEFAULT_CAP;
     cmd.topic.delivery_mode = t->ttl_ms > 0 ? TN_DELIVERY_TTL_DISCARD : TN_DELIVERY_RELIABLE;
     cmd.topic.ttl_ms = t->ttl_ms;
     cmd.topic.max_attempts = c->o.max_attempts;

@@ -14,20 +14,25 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct {
+struct tn_seed_s {
     uv_work_t work;
     tn_meta_req_t req;
-    tn_meta_t *meta;
+    tn_meta_t *meta; /* NULL once cancelled */
+    tn_seed_t **handle;
     char path[4096];
     bool from_env;
     char password[TN_PASSWORD_MAX + 1];
     size_t len;
     char hash[TN_BCRYPT_HASH_MAX + 1];
     int rc;
-} seed_t;
+};
+
+typedef struct tn_seed_s seed_t;
 
 static void seed_free(seed_t *s)
 {
+    if (s->handle != NULL)
+        *s->handle = NULL;
     OPENSSL_cleanse(s->password, sizeof(s->password));
     tn_free(s);
 }
@@ -58,6 +63,10 @@ static void hash_work(uv_work_t *w)
 static void hash_done(uv_work_t *w, int status)
 {
     seed_t *s = w->data;
+    if (s->meta == NULL) { /* cancelled: the metastore is closing */
+        seed_free(s);
+        return;
+    }
     if (status != 0 || s->rc != 0) {
         TN_LOG(TN_LOG_ERROR, "hashing the root password failed: %s",
                tn_strerror(status != 0 ? status : s->rc));
@@ -83,8 +92,14 @@ static void hash_done(uv_work_t *w, int status)
     }
 }
 
+void tn_users_seed_cancel(tn_seed_t *s)
+{
+    if (s != NULL && s->meta != NULL && s->req.meta == NULL)
+        s->meta = NULL; /* still hashing; once proposed, the metastore answers it */
+}
+
 int tn_users_seed_root(uv_loop_t *loop, tn_meta_t *meta, const char *data_path,
-                       const char *env_password)
+                       const char *env_password, tn_seed_t **handle)
 {
     if (tn_meta_state(meta)->nusers > 0)
         return 0;
@@ -119,7 +134,11 @@ int tn_users_seed_root(uv_loop_t *loop, tn_meta_t *meta, const char *data_path,
     }
     s->work.data = s;
     rc = uv_queue_work(loop, &s->work, hash_work, hash_done);
-    if (rc != 0)
+    if (rc != 0) {
         seed_free(s);
-    return rc;
+        return rc;
+    }
+    s->handle = handle;
+    *handle = s;
+    return 0;
 }

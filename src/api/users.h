@@ -23,9 +23,14 @@
 #define TN_ROOT_USER           "admin"
 #define TN_ADMIN_PASSWORD_FILE "admin-password"
 
+typedef struct tn_seed_s tn_seed_t;
+
 /* Start seeding (a no-op when users exist). env_password may be NULL.
- * data_path and env_password are copied. 0 or an error. */
+ * data_path and env_password are copied. While it runs *handle points at
+ * it; it sets *handle to NULL when it ends. 0 or an error. */
 int tn_users_seed_root(uv_loop_t *loop, tn_meta_t *meta, const char *data_path,
-                       const char *env_password);
+                       const char *env_password, tn_seed_t **handle);
+/* The metastore is closing: the seed ends without proposing. */
+void tn_users_seed_cancel(tn_seed_t *s);
 
 #endif

@@ -26,6 +26,7 @@
 #include "api/catalog.h"
 #include "api/metrics.h"
 #include "api/users.h"
+#include "api/v1.h"
 #include "api/nsq_http.h"
 #include "api/ws.h"
 #include "proto/http/server.h"
@@ -56,6 +57,8 @@ typedef struct {
     tn_meta_t *meta;
     tn_catalog_t *catalog;
     const char *data_path; /* borrowed from the config */
+    tn_v1_t v1;
+    tn_seed_t *seed; /* the root user being seeded, or NULL */
     tn_lookupd_t *lookupd;
     uv_signal_t sigint;
     uv_signal_t sigterm;
@@ -82,6 +85,7 @@ static void on_broker_closed(tn_broker_t *b)
     daemon_t *d = g_daemon;
     if (d->meta != NULL) {
         tn_meta_t *m = d->meta;
+        tn_users_seed_cancel(d->seed);
         d->meta = NULL;
         d->api.meta = NULL;
         tn_meta_close(m, on_meta_closed, d);
@@ -129,6 +133,7 @@ static void on_signal(uv_signal_t *h, int signum)
     d->api.ready = false;
     tn_catalog_stop(d->catalog);
     d->catalog = NULL;
+    tn_v1_close(&d->v1);
     if (d->ws != NULL)
         tn_ws_close_all(d->ws, "E_SHUTDOWN", "the node is shutting down");
     if (d->http != NULL)
@@ -190,7 +195,8 @@ static void summarise(tn_broker_t *b, char *out, size_t len)
 static void on_meta_ready(void *arg)
 {
     daemon_t *d = arg;
-    int rc = tn_users_seed_root(d->loop, d->meta, d->data_path, getenv("TERN_ADMIN_PASSWORD"));
+    int rc =
+        tn_users_seed_root(d->loop, d->meta, d->data_path, getenv("TERN_ADMIN_PASSWORD"), &d->seed);
     if (rc != 0)
         TN_LOG(TN_LOG_ERROR, "cannot seed the root user: %s", tn_strerror(rc));
 }
@@ -333,6 +339,17 @@ int main(int argc, char **argv)
                 d.api.http_port = tn_http_server_port(d.http);
                 rc = tn_nsq_http_register(d.http, &d.api);
             }
+            if (rc == 0 &&
+                (rc = tn_v1_init(&d.v1, &loop, d.meta, d.broker, cfg.security_enabled)) == 0)
+                rc = tn_v1_register(d.http, &d.v1);
+            if (rc == 0 && !cfg.security_enabled)
+                TN_LOG(TN_LOG_WARN,
+                       "security is OFF (security-enabled=false): /v1 asks for no "
+                       "credentials and checks no rights; never run this in production");
+            else if (rc == 0 && cfg.auth_http_address[0] == '\0')
+                TN_LOG(TN_LOG_NOTICE, "/v1 requires Basic auth; the NSQ doors (TCP and nsqd's HTTP "
+                                      "endpoints) stay open as nsqd's are, since no AUTH server is "
+                                      "configured");
             if (rc == 0 && cfg.websocket_enabled) {
                 wopts.broker = d.broker;
                 wopts.auth = tn_nsq_server_auth(d.nsq);

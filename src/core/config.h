@@ -70,6 +70,7 @@ typedef struct tn_config_s {
     int64_t http_large_body_budget;
     int64_t node_id;
     char *raft_address;
+    bool security_enabled;
     int64_t raft_election_timeout_ns;
     int64_t max_connections;
     /* NSQ protocol (nsqd's flags) */

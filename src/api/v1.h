@@ -1,0 +1,48 @@
+/* The native /v1 API: authentication of every /v1 request, and the routes
+ * served so far: reading users (admin) and topics.
+ *
+ * DESIGN: a /v1 request.
+ *   1. The HTTP server's guard runs before routing, so an unauthenticated
+ *      request to any /v1 path, known or not, is 401 (with
+ *      `WWW-Authenticate: Basic realm="tern"`). The live feed under
+ *      /v1/ws/ authenticates on its own (see ws.h).
+ *   2. Basic credentials are checked by the verifier (auth/authn.h)
+ *      against the users in the metastore: 401 for unknown users and wrong
+ *      passwords, 429 when throttled.
+ *   3. The route's handler authorizes: user management is for admins
+ *      (the root user or an `admin` grant); a topic's record and stats
+ *      need any grant matching its name, its ownership, or admin, and
+ *      lists hold only such topics.
+ * Errors are {"error": "<message>"}.
+ *
+ * With security off (`security-enabled=false`, a development mode) no
+ * credentials are asked for and every check passes.
+ *
+ * Threads: the loop thread. */
+#ifndef TN_API_V1_H
+#define TN_API_V1_H
+
+#include "core/platform.h"
+
+#include "auth/authn.h"
+#include "meta/meta.h"
+#include "proto/http/server.h"
+#include "queue/queue.h"
+
+typedef struct {
+    tn_meta_t *meta;
+    tn_broker_t *broker;
+    tn_authn_t *authn;
+    bool security;
+} tn_v1_t;
+
+/* 0 or an error; tn_v1_close releases it. */
+int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, bool security);
+/* Register the guard and routes on srv; v is borrowed for its lifetime. */
+int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v);
+void tn_v1_close(tn_v1_t *v);
+
+/* Whether pattern (exact, or a prefix ending in '*') matches name. */
+bool tn_v1_pattern_match(const char *pattern, const char *name);
+
+#endif

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the native /v1 API served so far against the real
+ternd: authentication before routing (401 for any /v1 path without valid
+credentials, the failed-login throttle's 429), the root user, reading
+users, listing topics with pagination, a topic's record and partition
+stats, and security-off development mode."""
+import argparse
+import base64
+import http.client
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import unittest
+import uuid
+
+import daemon as daemon_mod
+from daemon import Daemon
+from nsqwire import Conn
+
+PASSWORD = "root-pw-for-tests"
+
+
+def basic(user, pw):
+    return "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
+
+
+class Base(unittest.TestCase):
+    ARGS = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tern-v1-")
+        env = dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD)
+        cls.d = Daemon(os.path.join(cls.dir, "data"), *cls.ARGS, env=env)
+        cls.d.wait_for("ready")
+        cls.port = cls.d.http_port
+        cls.d.wait_for("root user admin created")
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, f"ternd exited {rc}:\n{cls.d.log()}"
+
+    def request(self, method, path, body=None, auth=(None, None), headers=None):
+        h = dict(headers or {})
+        if auth[0] is not None:
+            h["Authorization"] = basic(*auth)
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            c.close()
+
+    def admin(self, method, path, body=None):
+        status, _, data = self.request(method, path, body, ("admin", PASSWORD))
+        return status, json.loads(data) if data else None
+
+    def publish(self, topic, n):
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        for i in range(n):
+            c.pub(topic, b"m%d" % i)
+        c.close()
+
+
+class Secured(Base):
+    def test_every_v1_path_needs_credentials_first(self):
+        for method, path in (("GET", "/v1/topics"), ("GET", "/v1/no/such/route"),
+                             ("DELETE", "/v1/users/admin"), ("GET", "/v1")):
+            status, headers, body = self.request(method, path)
+            self.assertEqual(status, 401, path)
+            self.assertEqual(headers["WWW-Authenticate"], 'Basic realm="tern"')
+            self.assertEqual(json.loads(body), {"error": "authentication required"})
+        for bad in ("Bearer x", "Basic !!!", "Basic " + base64.b64encode(b"nocolon").decode()):
+            status, _, _ = self.request("GET", "/v1/topics", headers={"Authorization": bad})
+            self.assertEqual(status, 401)
+        # An unknown user and a wrong password look the same.
+        self.assertEqual(self.request("GET", "/v1/topics", auth=("nobody", "x"))[0], 401)
+        self.assertEqual(self.request("GET", "/v1/topics", auth=("admin", "nope"))[0], 401)
+        # Authenticated: unknown paths are 404, other methods 405.
+        self.assertEqual(self.admin("GET", "/v1/no/such/route")[0], 404)
+        self.assertEqual(self.admin("PUT", "/v1/topics")[0], 405)
+        # Non-/v1 doors are not affected.
+        self.assertEqual(self.request("GET", "/ping")[0], 200)
+
+    def test_refused_before_reading_a_body(self):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(b"POST /v1/topics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        self.assertTrue(data.startswith(b"HTTP/1.1 401 "), data[:100])
+
+    def test_topics_list_get_and_stats(self):
+        t1, t2, t3 = (f"v1{uuid.uuid4().hex[:8]}{k}" for k in "abc")
+        self.publish(t1, 3)
+        self.publish(t2, 1)
+        self.publish(t3, 2)
+        import time
+        deadline = time.monotonic() + 10
+        while True:
+            status, body = self.admin("GET", "/v1/topics?limit=1000")
+            names = [t["name"] for t in body["topics"]]
+            if all(t in names for t in (t1, t2, t3)) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(status, 200)
+        self.assertEqual(names, sorted(names))
+        self.assertEqual(body["next_page_token"], "")
+        # Pages of one, in name order, following next_page_token.
+        seen, token = [], ""
+        while True:
+            status, page = self.admin("GET", f"/v1/topics?limit=1&page_token={token}")
+            self.assertEqual(status, 200)
+            seen += [t["name"] for t in page["topics"]]
+            token = page["next_page_token"]
+            if not token:
+                break
+        self.assertEqual(seen, names)
+        for bad in ("limit=0", "limit=-1", "limit=abc", "limit="):
+            status, body = self.admin("GET", f"/v1/topics?{bad}")
+            self.assertEqual(status, 400, bad)
+            self.assertEqual(body["error"], "limit must be a positive integer")
+        status, t = self.admin("GET", f"/v1/topics/{t1}")
+        self.assertEqual(status, 200)
+        self.assertEqual((t["name"], t["partitions"], t["delivery_mode"]), (t1, 1, "reliable"))
+        self.assertEqual(t["max_in_flight_per_partition"], 1024)
+        [p] = t["partition_stats"]
+        self.assertEqual((p["index"], p["oldest_offset"], p["next_offset"]), (0, 0, 3))
+        self.assertEqual(p["high_watermark"], 3)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{t1}?partition=0")[0], 200)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{t1}?partition=1")[1]["error"],
+                         "invalid partition")
+        self.assertEqual(self.admin("GET", "/v1/topics/nosuchtopic")[1]["error"],
+                         "topic not found")
+
+    def test_users(self):
+        status, users = self.admin("GET", "/v1/users")
+        self.assertEqual(status, 200)
+        [root] = [u for u in users if u["username"] == "admin"]
+        self.assertTrue(root["root"])
+        self.assertEqual(root["grants"], [{"action": "admin", "patterns": []}])
+        self.assertNotIn("hash", json.dumps(users))
+        self.assertNotIn("$2b$", json.dumps(users))
+        status, u = self.admin("GET", "/v1/users/admin")
+        self.assertEqual((status, u["username"]), (200, "admin"))
+        self.assertEqual(self.admin("GET", "/v1/users/ghost")[0], 404)
+
+
+class Throttle(Base):
+    """A daemon of its own: the test locks the root user out for a while."""
+
+    def test_failed_logins_are_throttled(self):
+        user = "admin"
+        statuses = [self.request("GET", "/v1/users", auth=(user, f"wrong{i}"))[0]
+                    for i in range(6)]
+        self.assertEqual(statuses[:5], [401] * 5)
+        self.assertEqual(statuses[5], 429)
+        status, headers, body = self.request("GET", "/v1/users", auth=(user, PASSWORD))
+        self.assertEqual(status, 429)  # even the right password, until a token is back
+        self.assertIn("Retry-After", headers)
+        self.assertEqual(json.loads(body), {"error": "too many failed authentication attempts"})
+
+
+class DevMode(Base):
+    ARGS = ("--security-enabled=false",)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tern-v1-")
+        cls.d = Daemon(os.path.join(cls.dir, "data"), *cls.ARGS)
+        cls.d.wait_for("metastore ready")
+        cls.port = cls.d.http_port
+
+    def test_no_credentials_needed(self):
+        status, _, body = self.request("GET", "/v1/topics")
+        self.assertEqual(status, 200)
+        self.assertIn(b"topics", body)
+        self.assertIn("security is OFF", self.d.log())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    daemon_mod.TERND = os.path.abspath(args.ternd)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
