@@ -606,8 +606,12 @@ void tn_http_resume(tn_http_request_t *r)
     c->state = C_HEAD;
     c->refs++;
     route_request(c);
-    if (c->state == C_BODY)
-        advance(c); /* body bytes that arrived meanwhile */
+    if (c->state == C_BODY) {
+        /* Reading may have paused while the guard ran (more than a head's
+         * worth arrived); the body that came meanwhile is read first. */
+        start_reading(c);
+        advance(c);
+    }
     conn_unref(c);
 }
 
