@@ -5,6 +5,7 @@
 #include "proto/nsq/identify.h"
 
 #include "core/alloc.h"
+#include "proto/http/json.h"
 #include "core/err.h"
 #include "proto/nsq/codec.h"
 
@@ -205,54 +206,8 @@ static const yajl_callbacks callbacks = {
     on_start_map, on_map_key, on_end_map, on_start_array, on_end_array,
 };
 
-/* yajl's memory. yajl does not check its own allocations, so it must
- * never see one fail: each parse gets an arena allocated up front (where
- * running out of memory is an ordinary error) and sized so that yajl
- * cannot exhaust it. Bodies are at most TN_NSQ_IDENTIFY_MAX bytes and
- * nesting is cut at MAX_DEPTH, which bounds yajl's state stack; its string
- * decode buffer doubles up to at most twice the longest string, and every
- * doubling is a fresh block here (free is a no-op), so 8 x the body plus a
- * fixed part covers the worst case with room to spare. */
-#define MAX_DEPTH   32
-#define ARENA_FIXED (16 * 1024)
-
-typedef struct {
-    char *base;
-    size_t used;
-    size_t cap;
-} arena_t;
-
-static void *a_malloc(void *ctx, size_t n)
-{
-    arena_t *a = ctx;
-    size_t need = ((n + 15) & ~(size_t)15) + 16;
-    if (a->cap - a->used < need)
-        return NULL; /* cannot happen within the bounds above */
-    char *p = a->base + a->used;
-    memcpy(p, &n, sizeof(n));
-    a->used += need;
-    return p + 16;
-}
-
-static void *a_realloc(void *ctx, void *ptr, size_t n)
-{
-    if (ptr == NULL)
-        return a_malloc(ctx, n);
-    size_t old;
-    memcpy(&old, (char *)ptr - 16, sizeof(old));
-    if (n <= old)
-        return ptr;
-    void *q = a_malloc(ctx, n);
-    if (q != NULL)
-        memcpy(q, ptr, old);
-    return q;
-}
-
-static void a_free(void *ctx, void *ptr)
-{
-    (void)ctx;
-    (void)ptr;
-}
+/* yajl's memory is tn_json_events' arena, sized from the body; nesting is
+ * cut at MAX_DEPTH, which keeps yajl's state stack within it. */
 
 void tn_nsq_client_defaults(tn_nsq_client_opts_t *c, int64_t msg_timeout_ms)
 {
@@ -284,29 +239,17 @@ int tn_nsq_identify(const char *body, size_t len, const tn_nsq_server_opts_t *sr
     ctx_t x;
     memset(&x, 0, sizeof(x));
     x.field = -1;
-    arena_t arena = {NULL, 0, ARENA_FIXED + 8 * len};
-    arena.base = tn_malloc(arena.cap);
-    if (arena.base == NULL)
-        return UV_ENOMEM;
-    yajl_alloc_funcs af = {a_malloc, a_realloc, a_free, &arena};
-    yajl_handle h = yajl_alloc(&callbacks, &af, &x);
-    if (h == NULL) {
-        tn_free(arena.base);
-        return UV_ENOMEM;
-    }
     /* Go accepts bytes that are not UTF-8 in strings; so do we. */
-    yajl_config(h, yajl_dont_validate_strings, 1);
-    yajl_status st = yajl_parse(h, (const unsigned char *)body, len);
-    if (st == yajl_status_ok)
-        st = yajl_complete_parse(h);
-    yajl_free(h);
-    tn_free(arena.base);
+    bool parsed = false;
+    int rc = tn_json_events(body, len, &callbacks, &x, false, &parsed);
+    if (rc != 0)
+        return rc;
     if (x.too_deep)
         return bad(err, msg, msglen, TN_NSQ_E_BAD_BODY, "IDENTIFY body nested deeper than %d",
                    MAX_DEPTH);
     /* The body must be one JSON object (a top-level null is an empty one
      * for Go; a scalar is not an object). */
-    bool object_ok = st == yajl_status_ok && !x.bad_type;
+    bool object_ok = parsed && !x.bad_type;
     if (object_ok) {
         size_t i = 0;
         while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r'))

@@ -1,0 +1,217 @@
+/* Strict flat-object JSON decoding. See json.h. */
+#include "core/platform.h"
+
+#include "proto/http/json.h"
+
+#include "core/alloc.h"
+#include "core/arena.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <uv.h>
+#include <yajl/yajl_parse.h>
+
+/* yajl does not check its own allocations, so it must never see one
+ * fail: each parse gets an arena allocated up front and sized so that
+ * yajl cannot exhaust it (nesting is refused at depth 2, which bounds its
+ * state stack; its string buffer doubles up to twice the longest string,
+ * each doubling a fresh block here, so 8 x the body plus a fixed part
+ * covers the worst case). */
+#define ARENA_FIXED (16 * 1024)
+
+typedef struct {
+    const tn_jfield_t *fields;
+    size_t n;
+    char *out;
+    bool *present;
+    bool seen[TN_JSON_MAX_FIELDS];
+    int depth;
+    int field; /* the key being read, or -1 */
+    char err[160];
+} ctx_t;
+
+static int fail(ctx_t *x, const char *fmt, ...) TN_PRINTF(2, 3);
+static int fail(ctx_t *x, const char *fmt, ...)
+{
+    if (x->err[0] == '\0') {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(x->err, sizeof(x->err), fmt, ap);
+        va_end(ap);
+    }
+    return 0;
+}
+
+static const char *type_name(tn_jfield_type_t t)
+{
+    return t == TN_JF_INT ? "an integer" : t == TN_JF_STR ? "a string" : "a boolean";
+}
+
+/* A scalar at depth 1 for the current key. */
+static int scalar(ctx_t *x, int type, long long i, int b, const unsigned char *s, size_t len)
+{
+    if (x->depth != 1 || x->field < 0)
+        return fail(x, "invalid json: the body must be one JSON object");
+    const tn_jfield_t *f = &x->fields[x->field];
+    int idx = x->field;
+    x->field = -1;
+    if (type == 0) /* null */
+        return 1;
+    if ((int)f->type != type)
+        return fail(x, "invalid json: field \"%s\" must be %s", f->name, type_name(f->type));
+    char *p = x->out + f->off;
+    if (type == TN_JF_INT) {
+        int64_t v = i;
+        memcpy(p, &v, sizeof(v));
+    } else if (type == TN_JF_BOOL) {
+        bool v = b != 0;
+        memcpy(p, &v, sizeof(v));
+    } else {
+        if (len > f->max || memchr(s, '\0', len) != NULL)
+            return fail(x, "invalid json: field \"%s\" is longer than %zu bytes or holds NUL",
+                        f->name, f->max);
+        memcpy(p, s, len);
+        p[len] = '\0';
+    }
+    x->present[idx] = true;
+    return 1;
+}
+
+static int on_null(void *c)
+{
+    return scalar(c, 0, 0, 0, NULL, 0);
+}
+
+static int on_bool(void *c, int b)
+{
+    return scalar(c, TN_JF_BOOL, 0, b, NULL, 0);
+}
+
+static int on_int(void *c, long long i)
+{
+    return scalar(c, TN_JF_INT, i, 0, NULL, 0);
+}
+
+static int on_double(void *c, double d)
+{
+    ctx_t *x = c;
+    (void)d;
+    if (x->depth == 1 && x->field >= 0 && x->fields[x->field].type == TN_JF_INT)
+        return fail(x, "invalid json: field \"%s\" must be an integer", x->fields[x->field].name);
+    return scalar(c, -1, 0, 0, NULL, 0);
+}
+
+static int on_string(void *c, const unsigned char *s, size_t n)
+{
+    return scalar(c, TN_JF_STR, 0, 0, s, n);
+}
+
+static int on_start_map(void *c)
+{
+    ctx_t *x = c;
+    if (x->depth != 0)
+        return fail(x, "invalid json: nested objects are not accepted here");
+    x->depth = 1;
+    return 1;
+}
+
+static int on_map_key(void *c, const unsigned char *k, size_t n)
+{
+    ctx_t *x = c;
+    for (size_t i = 0; i < x->n; i++) {
+        if (strlen(x->fields[i].name) == n && memcmp(x->fields[i].name, k, n) == 0) {
+            if (x->seen[i])
+                return fail(x, "invalid json: duplicate field \"%s\"", x->fields[i].name);
+            x->seen[i] = true;
+            x->field = (int)i;
+            return 1;
+        }
+    }
+    return fail(x, "invalid json: unknown field \"%.*s\"", (int)TN_MIN(n, (size_t)64), k);
+}
+
+static int on_end_map(void *c)
+{
+    ctx_t *x = c;
+    x->depth = 2; /* done: anything after is not one object */
+    return 1;
+}
+
+static int on_start_array(void *c)
+{
+    ctx_t *x = c;
+    if (x->depth == 1 && x->field >= 0)
+        return fail(x, "invalid json: field \"%s\" must be %s", x->fields[x->field].name,
+                    type_name(x->fields[x->field].type));
+    return fail(x, "invalid json: the body must be one JSON object");
+}
+
+static int on_end_array(void *c)
+{
+    (void)c;
+    return 0;
+}
+
+static const yajl_callbacks callbacks = {
+    on_null,      on_bool,    on_int,     on_double,      NULL,         on_string,
+    on_start_map, on_map_key, on_end_map, on_start_array, on_end_array,
+};
+
+int tn_json_events(const char *body, size_t len, const yajl_callbacks *cb, void *ctx,
+                   bool validate_utf8, bool *ok)
+{
+    tn_arena_t arena = {NULL, 0, ARENA_FIXED + 8 * len};
+    arena.base = tn_malloc(arena.cap);
+    if (arena.base == NULL)
+        return UV_ENOMEM;
+    yajl_alloc_funcs af = {tn_arena_malloc, tn_arena_realloc, tn_arena_free, &arena};
+    yajl_handle h = yajl_alloc(cb, &af, ctx);
+    if (h == NULL) {
+        tn_free(arena.base);
+        return UV_ENOMEM;
+    }
+    if (!validate_utf8)
+        yajl_config(h, yajl_dont_validate_strings, 1);
+    yajl_status st = yajl_parse(h, (const unsigned char *)body, len);
+    if (st == yajl_status_ok)
+        st = yajl_complete_parse(h);
+    yajl_free(h);
+    tn_free(arena.base);
+    *ok = st == yajl_status_ok;
+    return 0;
+}
+
+int tn_json_object(const char *body, size_t len, const tn_jfield_t *fields, size_t nfields,
+                   void *out, bool *present, char *err, size_t errlen)
+{
+    if (nfields > TN_JSON_MAX_FIELDS || len > TN_JSON_MAX_BODY) {
+        snprintf(err, errlen, "request body too large");
+        return UV_EINVAL;
+    }
+    ctx_t x;
+    memset(&x, 0, sizeof(x));
+    x.fields = fields;
+    x.n = nfields;
+    x.out = out;
+    x.present = present;
+    x.field = -1;
+    memset(present, 0, nfields * sizeof(*present));
+    bool ok = false;
+    int rc = tn_json_events(body, len, &callbacks, &x, true, &ok);
+    if (rc != 0)
+        return rc;
+    if (x.err[0] != '\0') {
+        snprintf(err, errlen, "%s", x.err);
+        return UV_EINVAL;
+    }
+    if (!ok) {
+        snprintf(err, errlen, "invalid json: not well-formed");
+        return UV_EINVAL;
+    }
+    if (x.depth != 2) {
+        snprintf(err, errlen, "invalid json: the body must be one JSON object");
+        return UV_EINVAL;
+    }
+    return 0;
+}

@@ -1,0 +1,88 @@
+/* Tests of the strict flat-object JSON decoder: fields of each type,
+ * null as absent, and every refusal with its message. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "proto/http/json.h"
+
+#include <stddef.h>
+#include <string.h>
+
+typedef struct {
+    char name[16];
+    int64_t partitions;
+    bool flag;
+} body_t;
+
+static const tn_jfield_t fields[] = {
+    {"name", TN_JF_STR, offsetof(body_t, name), 15},
+    {"partitions", TN_JF_INT, offsetof(body_t, partitions), 0},
+    {"flag", TN_JF_BOOL, offsetof(body_t, flag), 0},
+};
+
+static int decode(const char *s, body_t *b, bool *present, char *err)
+{
+    memset(b, 0, sizeof(*b));
+    return tn_json_object(s, strlen(s), fields, 3, b, present, err, 160);
+}
+
+static void test_fields(void **state)
+{
+    (void)state;
+    body_t b;
+    bool present[3];
+    char err[160];
+    assert_int_equal(
+        decode(" {\"name\":\"orders\",\"partitions\":7,\"flag\":true} ", &b, present, err), 0);
+    assert_string_equal(b.name, "orders");
+    assert_int_equal(b.partitions, 7);
+    assert_true(b.flag);
+    assert_true(present[0] && present[1] && present[2]);
+    assert_int_equal(decode("{\"name\":null}", &b, present, err), 0);
+    assert_false(present[0]);
+    assert_int_equal(decode("{}", &b, present, err), 0);
+    assert_int_equal(decode("{\"partitions\":-3}", &b, present, err), 0);
+    assert_int_equal(b.partitions, -3);
+    assert_int_equal(decode("{\"name\":\"\\u00e9t\\u00e9\"}", &b, present, err), 0);
+}
+
+static void refused(const char *body, const char *msg)
+{
+    body_t b;
+    bool present[3];
+    char err[160] = "";
+    assert_int_equal(decode(body, &b, present, err), UV_EINVAL);
+    if (strstr(err, msg) == NULL)
+        fail_msg("%s: got \"%s\", expected \"%s\"", body, err, msg);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    refused("{\"nme\":\"x\"}", "unknown field \"nme\"");
+    refused("{\"name\":\"a\",\"name\":\"b\"}", "duplicate field \"name\"");
+    refused("{\"name\":5}", "field \"name\" must be a string");
+    refused("{\"partitions\":\"5\"}", "field \"partitions\" must be an integer");
+    refused("{\"partitions\":1.5}", "field \"partitions\" must be an integer");
+    refused("{\"flag\":1}", "field \"flag\" must be a boolean");
+    refused("{\"partitions\":[1]}", "field \"partitions\" must be an integer");
+    refused("{\"name\":{\"a\":1}}", "nested objects");
+    refused("{\"name\":\"0123456789abcdef\"}", "longer than 15");
+    refused("[]", "one JSON object");
+    refused("\"x\"", "one JSON object");
+    refused("", "not well-formed");
+    refused("{\"name\":\"x\"} {}", "not well-formed");
+    refused("{\"name\":\"x\"", "not well-formed");
+    refused("{\"partitions\":99999999999999999999}", "not well-formed");
+    refused("{name:1}", "not well-formed");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fields),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
