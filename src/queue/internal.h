@@ -57,9 +57,9 @@ tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t
 
 /* channel.c */
 /* Kick the consumers of ch, unlink it from its topic and close its channel
- * logs; done(arg) runs once they are closed (at once for an ephemeral
- * channel, which is gone when this returns). Returns the number of logs
- * being closed. */
+ * logs. Returns the number of logs being closed; when it is more than 0,
+ * done(arg) runs once, after the last of them closed, and with 0 it never
+ * runs (an ephemeral channel is gone when this returns). */
 uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg);
 /* Free the pooled channel-log requests (at broker close). */
 void tn__channel_spares_free(void);

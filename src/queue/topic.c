@@ -378,7 +378,7 @@ int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg)
     t->state = TN_OBJ_DELETING;
     t->busy++;
     while (t->channels != NULL)
-        d->left += tn__channel_drop(t->channels, tdel_step, d);
+        d->left += tn__channel_drop(t->channels, tdel_step, d) > 0 ? 1 : 0; /* one call each */
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_part_t *p = &t->parts[i];
         if (p->plog == NULL)

@@ -692,6 +692,31 @@ static void test_kick_ends_ephemeral_channel(void **state)
     qfx_free(q);
 }
 
+static void three_partitions(tn_broker_opts_t *o)
+{
+    o->default_partitions = 3;
+}
+
+/* Deleting a topic of several partitions with a durable channel waits for
+ * the channel's logs once, not once per partition. */
+static void test_delete_multi_partition_topic(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(three_partitions);
+    tn_channel_t *ch = channel(q, "t", "durable");
+    assert_int_equal(ch->topic->nparts, 3);
+    for (int i = 0; i < 6; i++)
+        publish(q, "t", "m", 0);
+    tn_topic_t *t;
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
+    deleted_flag = false;
+    assert_int_equal(tn_topic_delete(t, on_deleted, NULL), 0);
+    assert_true(run_until(q, is_deleted, NULL));
+    assert_int_equal(deleted_status, 0);
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), TN_ENOTFOUND);
+    qfx_free(q);
+}
+
 static void test_bad_names(void **state)
 {
     (void)state;
@@ -720,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_backlog_and_bootstrap),
         cmocka_unit_test(test_ephemeral_channel),
         cmocka_unit_test(test_kick_ends_ephemeral_channel),
+        cmocka_unit_test(test_delete_multi_partition_topic),
         cmocka_unit_test(test_dead_letter),
         cmocka_unit_test(test_inflight_budget),
         cmocka_unit_test(test_deferred_publish),
