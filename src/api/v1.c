@@ -6,12 +6,16 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/time.h"
+#include "proto/http/json.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define JSON         "application/json; charset=utf-8"
 #define LIST_DEFAULT 100
@@ -100,7 +104,7 @@ static void guard(tn_http_request_t *r, void *arg)
     tn_v1_t *v = arg;
     tn_iov_t path = r->head.path;
     size_t wl = sizeof(WS_PREFIX) - 1;
-    if (!v->security || (path.len >= wl && memcmp(path.base, WS_PREFIX, wl) == 0)) {
+    if (!v->o.security || (path.len >= wl && memcmp(path.base, WS_PREFIX, wl) == 0)) {
         tn_http_resume(r);
         return;
     }
@@ -142,7 +146,7 @@ static const tn_meta_user_t *caller(tn_v1_t *v, const tn_http_request_t *r)
 
 static bool is_admin(tn_v1_t *v, const tn_http_request_t *r)
 {
-    if (!v->security)
+    if (!v->o.security)
         return true;
     const tn_meta_user_t *u = caller(v, r);
     if (u == NULL)
@@ -415,17 +419,431 @@ static void on_topic_get(tn_http_request_t *r, void *arg)
     respond_buf(r, 200, &b);
 }
 
+/* --- creating and deleting topics ---------------------------------------------------- */
+
+#define DEFAULT_PARTITIONS 3
+#define DEFAULT_VISIBILITY 30000
+#define DEFAULT_CAP        1024
+
+/* The cross-site guard of state-changing requests. */
+static bool api_request(const tn_http_request_t *r)
+{
+    if (tn_http_header(&r->head, "x-tern-client") != NULL ||
+        tn_http_header(&r->head, "x-narad-client") != NULL)
+        return true;
+    const tn_iov_t *ct = tn_http_header(&r->head, "content-type");
+    if (ct == NULL)
+        return false;
+    static const char *const ok[] = {"application/json", "application/octet-stream"};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(ok); i++) {
+        size_t n = strlen(ok[i]);
+        if (ct->len >= n && strncasecmp(ct->base, ok[i], n) == 0 &&
+            (ct->len == n || ct->base[n] == ';' || ct->base[n] == ' '))
+            return true;
+    }
+    return false;
+}
+
+static bool guard_write(tn_http_request_t *r)
+{
+    if (api_request(r))
+        return true;
+    error(r, 415,
+          "state-changing requests need Content-Type application/json or "
+          "application/octet-stream, or an X-Tern-Client header",
+          NULL);
+    return false;
+}
+
+typedef struct {
+    char name[TN_NAME_MAX + 1];
+    int64_t partitions;
+    int64_t retention_ms;
+    int64_t visibility_timeout_ms;
+    int64_t max_inflight;
+    int64_t max_acked_ahead;
+    char delivery_mode[16];
+    int64_t ttl_ms;
+    int64_t max_attempts;
+    char durability[16];
+    char owner[TN_USERNAME_MAX + 1];
+    char parent[TN_NAME_MAX + 1];
+    int64_t fanout_delay_ms;
+} create_body_t;
+
+enum {
+    CF_NAME,
+    CF_PARTITIONS,
+    CF_RETENTION,
+    CF_VISIBILITY,
+    CF_INFLIGHT,
+    CF_ACKED_AHEAD,
+    CF_MODE,
+    CF_TTL,
+    CF_ATTEMPTS,
+    CF_DURABILITY,
+    CF_OWNER,
+    CF_PARENT,
+    CF_DELAY,
+    CF_COUNT
+};
+
+static const tn_jfield_t create_fields[] = {
+    {"name", TN_JF_STR, offsetof(create_body_t, name), TN_NAME_MAX},
+    {"partitions", TN_JF_INT, offsetof(create_body_t, partitions), 0},
+    {"retention_ms", TN_JF_INT, offsetof(create_body_t, retention_ms), 0},
+    {"visibility_timeout_ms", TN_JF_INT, offsetof(create_body_t, visibility_timeout_ms), 0},
+    {"max_in_flight_per_partition", TN_JF_INT, offsetof(create_body_t, max_inflight), 0},
+    {"max_acked_ahead_per_partition", TN_JF_INT, offsetof(create_body_t, max_acked_ahead), 0},
+    {"delivery_mode", TN_JF_STR, offsetof(create_body_t, delivery_mode), 15},
+    {"ttl_ms", TN_JF_INT, offsetof(create_body_t, ttl_ms), 0},
+    {"max_attempts", TN_JF_INT, offsetof(create_body_t, max_attempts), 0},
+    {"durability", TN_JF_STR, offsetof(create_body_t, durability), 15},
+    {"owner", TN_JF_STR, offsetof(create_body_t, owner), TN_USERNAME_MAX},
+    {"parent", TN_JF_STR, offsetof(create_body_t, parent), TN_NAME_MAX},
+    {"fanout_delay_ms", TN_JF_INT, offsetof(create_body_t, fanout_delay_ms), 0},
+};
+_Static_assert(TN_ARRAY_SIZE(create_fields) == CF_COUNT, "create_fields and its enum disagree");
+
+/* The record a create body asks for, or a 400 message in err. */
+static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *given,
+                            tn_meta_topic_t *t, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof(*t));
+    if (!given[CF_NAME] || !tn_name_valid(b->name, strlen(b->name))) {
+        snprintf(err, errlen, "invalid argument: name must match [A-Za-z0-9._-]{1,255}");
+        return false;
+    }
+    if (given[CF_PARENT] || given[CF_DELAY]) {
+        snprintf(err, errlen, "invalid argument: child topics are not supported yet");
+        return false;
+    }
+    snprintf(t->name, sizeof(t->name), "%s", b->name);
+    int64_t parts = given[CF_PARTITIONS] ? b->partitions : DEFAULT_PARTITIONS;
+    if (parts < 1 || parts > (int64_t)v->o.max_partitions) {
+        snprintf(err, errlen, "invalid argument: partitions must be 1..%u", v->o.max_partitions);
+        return false;
+    }
+    t->partitions = (uint32_t)parts;
+    t->retention_ms = given[CF_RETENTION] ? b->retention_ms : v->o.default_retention_ms;
+    t->visibility_timeout_ms = given[CF_VISIBILITY] && b->visibility_timeout_ms != 0
+                                   ? b->visibility_timeout_ms
+                                   : DEFAULT_VISIBILITY;
+    t->max_inflight = given[CF_INFLIGHT] && b->max_inflight != 0 ? b->max_inflight : DEFAULT_CAP;
+    t->max_acked_ahead =
+        given[CF_ACKED_AHEAD] && b->max_acked_ahead != 0 ? b->max_acked_ahead : DEFAULT_CAP;
+    if (t->retention_ms < 0 || t->visibility_timeout_ms < 0 || t->max_inflight < 0 ||
+        t->max_acked_ahead < 0) {
+        snprintf(err, errlen, "invalid argument: retention, timeouts and caps must be >= 0");
+        return false;
+    }
+    const char *mode = given[CF_MODE] ? b->delivery_mode : "reliable";
+    if (strcmp(mode, "reliable") == 0) {
+        t->delivery_mode = TN_DELIVERY_RELIABLE;
+        if (given[CF_TTL] && b->ttl_ms != 0) {
+            snprintf(err, errlen, "invalid argument: ttl_ms needs delivery_mode ttl_discard");
+            return false;
+        }
+    } else if (strcmp(mode, "ttl_discard") == 0) {
+        t->delivery_mode = TN_DELIVERY_TTL_DISCARD;
+        if (!given[CF_TTL] || b->ttl_ms <= 0) {
+            snprintf(err, errlen, "invalid argument: delivery_mode ttl_discard needs ttl_ms > 0");
+            return false;
+        }
+        t->ttl_ms = b->ttl_ms;
+    } else {
+        snprintf(err, errlen, "invalid argument: delivery_mode must be reliable or ttl_discard");
+        return false;
+    }
+    if (given[CF_ATTEMPTS] && (b->max_attempts < 0 || b->max_attempts > UINT16_MAX)) {
+        snprintf(err, errlen, "invalid argument: max_attempts must be 0..65535");
+        return false;
+    }
+    t->max_attempts = given[CF_ATTEMPTS] ? (uint32_t)b->max_attempts : 0;
+    const char *dur = given[CF_DURABILITY] ? b->durability : "durable";
+    if (strcmp(dur, "durable") == 0) {
+        t->durability = 0;
+    } else if (strcmp(dur, "write_ack") == 0) {
+        t->durability = 1;
+    } else if (strcmp(dur, "relaxed") == 0) {
+        t->durability = 2;
+    } else {
+        snprintf(err, errlen, "invalid argument: durability must be durable, write_ack or relaxed");
+        return false;
+    }
+    t->created_at_ms = tn_now_wall_ms();
+    return true;
+}
+
+static bool can_create(tn_v1_t *v, const tn_http_request_t *r, const char *name)
+{
+    if (is_admin(v, r))
+        return true;
+    const tn_meta_user_t *u = caller(v, r);
+    for (uint16_t i = 0; u != NULL && i < u->ngrants; i++) {
+        if (u->grants[i].action != TN_GRANT_CREATE)
+            continue;
+        for (uint16_t k = 0; k < u->grants[i].npatterns; k++) {
+            if (tn_v1_pattern_match(u->grants[i].patterns[k], name))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* One create or delete under way; the request may leave before it ends. */
+typedef struct {
+    tn_v1_t *v;
+    tn_http_request_t *r; /* NULL once the client left */
+    tn_meta_req_t mreq;
+    tn_waiter_t wait;
+    char topic[TN_NAME_MAX + 1];
+    int64_t ttl_ms;
+    uint32_t partitions;
+} op_t;
+
+static void op_cancel(tn_http_request_t *r)
+{
+    op_t *op = r->data;
+    op->r = NULL;
+}
+
+static void op_end(op_t *op, int status, const char *msg)
+{
+    if (op->r != NULL) {
+        op->r->on_cancel = NULL;
+        if (status == 201 || status == 200) {
+            const tn_meta_topic_entry_t *e =
+                tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+            tn_buf_t b;
+            tn_buf_init(&b);
+            if (e != NULL)
+                topic_json(op->v, &b, e, false, -1);
+            else
+                tn_buf_append(&b, "{}", 2);
+            respond_buf(op->r, status, &b);
+        } else if (status == 204) {
+            tn_http_respond(op->r, 204, NULL, NULL, NULL, 0);
+        } else {
+            error(op->r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
+        }
+    }
+    tn_free(op);
+}
+
+static void create_step(op_t *op);
+
+static void on_channel_recorded(tn_meta_req_t *req, int status)
+{
+    (void)status; /* recorded, or the catalog was first: either way it is there */
+    op_end(req->data, 201, NULL);
+}
+
+static void on_create_wait(tn_waiter_t *w, int status)
+{
+    op_t *op = w->data;
+    if (status != 0) {
+        TN_LOG(TN_LOG_ERROR, "topic %s: creating it in the queue engine failed: %s", op->topic,
+               tn_strerror(status));
+        op_end(op, 500, "create failed");
+        return;
+    }
+    create_step(op);
+}
+
+/* The engine's side: the topic, then its default channel. */
+static void create_step(op_t *op)
+{
+    if (op->v->closing) {
+        op_end(op, 503, "shutting down");
+        return;
+    }
+    op->wait.cb = on_create_wait;
+    op->wait.data = op;
+    tn_topic_t *t = NULL;
+    int rc = tn_broker_topic(op->v->broker, op->topic, strlen(op->topic), true, op->partitions,
+                             &op->wait, &t);
+    if (rc == UV_EAGAIN)
+        return;
+    tn_channel_t *ch = NULL;
+    if (rc == 0) {
+        if (op->ttl_ms > 0)
+            t->ttl_ms = op->ttl_ms;
+        rc = tn_topic_channel(t, "default", 7, true, &op->wait, &ch);
+        if (rc == UV_EAGAIN)
+            return;
+    }
+    if (rc != 0) {
+        TN_LOG(TN_LOG_ERROR, "topic %s: creating it in the queue engine failed: %s", op->topic,
+               tn_strerror(rc));
+        op_end(op, 500, "create failed");
+        return;
+    }
+    /* The default channel is in the record the answer shows. */
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_CHANNEL_PUT;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
+    snprintf(c.channel, sizeof(c.channel), "default");
+    op->mreq.data = op;
+    if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_channel_recorded) != 0)
+        op_end(op, 201, NULL);
+}
+
+static void on_create_recorded(tn_meta_req_t *req, int status)
+{
+    op_t *op = req->data;
+    if (status == UV_EEXIST) {
+        op_end(op, 409, "topic already exists");
+        return;
+    }
+    if (status != 0) {
+        op_end(op, 503, "control plane temporarily unavailable");
+        return;
+    }
+    create_step(op);
+}
+
+static void on_topic_create(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!guard_write(r))
+        return;
+    create_body_t b;
+    memset(&b, 0, sizeof(b));
+    bool given[CF_COUNT];
+    char err[192];
+    int rc = tn_json_object(tn_buf_data(&r->body), tn_buf_size(&r->body), create_fields, CF_COUNT,
+                            &b, given, err, sizeof(err));
+    if (rc == UV_ENOMEM) {
+        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    if (rc != 0 || !topic_from_body(v, &b, given, &c.topic, err, sizeof(err))) {
+        error(r, 400, err, NULL);
+        return;
+    }
+    if (v->o.security && !can_create(v, r, c.topic.name)) {
+        error(r, 403, "no create grant for this topic name", NULL);
+        return;
+    }
+    tn_topic_t *existing = NULL;
+    if (tn_meta_topic_find(tn_meta_state(v->meta), c.topic.name) != NULL ||
+        tn_broker_topic(v->broker, c.topic.name, strlen(c.topic.name), false, 0, NULL, &existing) !=
+            TN_ENOTFOUND) {
+        error(r, 409, "topic already exists", NULL);
+        return;
+    }
+    if (v->o.security)
+        snprintf(c.topic.owner, sizeof(c.topic.owner), "%.*s", TN_USERNAME_MAX, r->principal);
+    c.type = TN_MC_TOPIC_PUT;
+    c.if_absent = true;
+    op_t *op = tn_calloc(1, sizeof(*op));
+    if (op == NULL) {
+        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    op->v = v;
+    op->r = r;
+    snprintf(op->topic, sizeof(op->topic), "%s", c.topic.name);
+    op->ttl_ms = c.topic.ttl_ms;
+    op->partitions = c.topic.partitions;
+    op->mreq.data = op;
+    r->data = op;
+    r->on_cancel = op_cancel;
+    rc = tn_meta_propose(v->meta, &op->mreq, &c, on_create_recorded);
+    if (rc != 0) {
+        r->on_cancel = NULL;
+        op->r = NULL;
+        tn_free(op);
+        error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+    }
+}
+
+static void on_engine_deleted(void *arg, int status)
+{
+    op_t *op = arg;
+    if (status != 0) {
+        TN_LOG(TN_LOG_ERROR, "topic %s: deleting it in the queue engine failed: %s", op->topic,
+               tn_strerror(status));
+        op_end(op, 500, "delete failed");
+        return;
+    }
+    op_end(op, 204, NULL);
+}
+
+static void on_delete_recorded(tn_meta_req_t *req, int status)
+{
+    op_t *op = req->data;
+    if (status == TN_ENOTFOUND) {
+        op_end(op, 404, "topic not found");
+        return;
+    }
+    if (status != 0) {
+        op_end(op, 503, "control plane temporarily unavailable");
+        return;
+    }
+    tn_topic_t *t = NULL;
+    if (op->v->closing ||
+        tn_broker_topic(op->v->broker, op->topic, strlen(op->topic), false, 0, NULL, &t) != 0 ||
+        tn_topic_delete(t, on_engine_deleted, op) != 0)
+        op_end(op, 204, NULL); /* nothing (left) in the engine */
+}
+
+static void on_topic_delete(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    const tn_iov_t *name = tn_http_param(r, "topic");
+    char topic[TN_NAME_MAX + 1] = "";
+    if (name != NULL && name->len <= TN_NAME_MAX) {
+        memcpy(topic, name->base, name->len);
+        topic[name->len] = '\0';
+    }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), topic);
+    if (e == NULL) {
+        error(r, 404, "topic not found", NULL);
+        return;
+    }
+    bool owner = e->rec.owner[0] != '\0' && strcmp(e->rec.owner, r->principal) == 0;
+    if (v->o.security && !owner && !is_admin(v, r)) {
+        error(r, 403, "only the topic's owner or an admin may delete it", NULL);
+        return;
+    }
+    op_t *op = tn_calloc(1, sizeof(*op));
+    if (op == NULL) {
+        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    op->v = v;
+    op->r = r;
+    snprintf(op->topic, sizeof(op->topic), "%s", topic);
+    op->mreq.data = op;
+    r->data = op;
+    r->on_cancel = op_cancel;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_DELETE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    if (tn_meta_propose(v->meta, &op->mreq, &c, on_delete_recorded) != 0) {
+        r->on_cancel = NULL;
+        tn_free(op);
+        error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+    }
+}
+
 /* --- lifetime ------------------------------------------------------------------ */
 
-int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, bool security)
+int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, const tn_v1_opts_t *o)
 {
     memset(v, 0, sizeof(*v));
     v->meta = meta;
     v->broker = b;
-    v->security = security;
-    tn_authn_opts_t o;
-    tn_authn_opts_default(&o);
-    return tn_authn_new(loop, &o, lookup, v, &v->authn);
+    v->o = *o;
+    tn_authn_opts_t ao;
+    tn_authn_opts_default(&ao);
+    return tn_authn_new(loop, &ao, lookup, v, &v->authn);
 }
 
 int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
@@ -435,11 +853,16 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/users/{username}", 0, NULL, on_user_get, v);
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics", 0, NULL, on_topics_list, v);
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics/{topic}", 0, NULL, on_topic_get, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/v1/topics", TN_JSON_MAX_BODY, "request body too large",
+                            on_topic_create, v);
+    rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/topics/{topic}", 0, NULL, on_topic_delete, v);
     return rc;
 }
 
 void tn_v1_close(tn_v1_t *v)
 {
+    v->closing = true;
     if (v->authn != NULL)
         tn_authn_close(v->authn, NULL, NULL);
     v->authn = NULL;

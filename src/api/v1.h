@@ -13,7 +13,15 @@
  *      (the root user or an `admin` grant); a topic's record and stats
  *      need any grant matching its name, its ownership, or admin, and
  *      lists hold only such topics.
- * Errors are {"error": "<message>"}.
+ * Errors are {"error": "<message>"}. POST, PUT and PATCH also need an API
+ * content type (application/json or application/octet-stream) or an
+ * X-Tern-Client / X-Narad-Client header, checked after authentication
+ * (415): a cross-site form cannot send either.
+ *
+ * DESIGN: creating a topic. Validate the body, authorize (a `create`
+ * grant on the name, or admin), propose the record to the metastore
+ * (if absent: a race loses with 409), then create the topic in the queue
+ * engine and its `default` channel, and answer 201 with the record.
  *
  * With security off (`security-enabled=false`, a development mode) no
  * credentials are asked for and every check passes.
@@ -30,14 +38,21 @@
 #include "queue/queue.h"
 
 typedef struct {
+    bool security;
+    uint32_t max_partitions;      /* 108 */
+    int64_t default_retention_ms; /* 7 days */
+} tn_v1_opts_t;
+
+typedef struct {
     tn_meta_t *meta;
     tn_broker_t *broker;
     tn_authn_t *authn;
-    bool security;
+    tn_v1_opts_t o;
+    bool closing;
 } tn_v1_t;
 
 /* 0 or an error; tn_v1_close releases it. */
-int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, bool security);
+int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, const tn_v1_opts_t *o);
 /* Register the guard and routes on srv; v is borrowed for its lifetime. */
 int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v);
 void tn_v1_close(tn_v1_t *v);

@@ -195,6 +195,16 @@ static void summarise(tn_broker_t *b, char *out, size_t len)
 static void on_meta_ready(void *arg)
 {
     daemon_t *d = arg;
+    /* The engine takes expiring topics' TTLs from the rules by name; those
+     * created through /v1 carry theirs in the metastore. */
+    const tn_meta_state_t *ms = tn_meta_state(d->meta);
+    for (size_t i = 0; d->broker != NULL && i < ms->ntopics; i++) {
+        const tn_meta_topic_t *rec = &ms->topics[i]->rec;
+        tn_topic_t *t = NULL;
+        if (rec->delivery_mode == TN_DELIVERY_TTL_DISCARD && rec->ttl_ms > 0 &&
+            tn_broker_topic(d->broker, rec->name, strlen(rec->name), false, 0, NULL, &t) == 0)
+            t->ttl_ms = rec->ttl_ms;
+    }
     int rc =
         tn_users_seed_root(d->loop, d->meta, d->data_path, getenv("TERN_ADMIN_PASSWORD"), &d->seed);
     if (rc != 0)
@@ -339,8 +349,9 @@ int main(int argc, char **argv)
                 d.api.http_port = tn_http_server_port(d.http);
                 rc = tn_nsq_http_register(d.http, &d.api);
             }
-            if (rc == 0 &&
-                (rc = tn_v1_init(&d.v1, &loop, d.meta, d.broker, cfg.security_enabled)) == 0)
+            tn_v1_opts_t vo = {cfg.security_enabled, (uint32_t)cfg.max_partitions,
+                               cfg.retention_ns / 1000000};
+            if (rc == 0 && (rc = tn_v1_init(&d.v1, &loop, d.meta, d.broker, &vo)) == 0)
                 rc = tn_v1_register(d.http, &d.v1);
             if (rc == 0 && !cfg.security_enabled)
                 TN_LOG(TN_LOG_WARN,

@@ -123,6 +123,8 @@ static const opt_t options[] = {
     {"broadcast-address", OPT_STR, F(broadcast_address), "", 0, 0, NULL,
      "address advertised to clients and lookupd (default: the host name)"},
     {"node-id", OPT_INT, F(node_id), "0", 0, 1023, NULL, "this node's id in the cluster"},
+    {"max-partitions", OPT_INT, F(max_partitions), "108", 1, 65535, NULL,
+     "most partitions a topic created through /v1 may have"},
     {"security-enabled", OPT_BOOL, F(security_enabled), "true", 0, 0, NULL,
      "require Basic auth (tern's own users) on /v1; false is a development mode"},
     {"raft-address", OPT_STR, F(raft_address), "127.0.0.1:4153", 0, 0, NULL,

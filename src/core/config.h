@@ -71,6 +71,7 @@ typedef struct tn_config_s {
     int64_t node_id;
     char *raft_address;
     bool security_enabled;
+    int64_t max_partitions;
     int64_t raft_election_timeout_ns;
     int64_t max_connections;
     /* NSQ protocol (nsqd's flags) */

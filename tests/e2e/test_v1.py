@@ -144,6 +144,87 @@ class Secured(Base):
         self.assertEqual(self.admin("GET", "/v1/topics/nosuchtopic")[1]["error"],
                          "topic not found")
 
+    def create(self, body, headers=None, auth=("admin", PASSWORD)):
+        h = {"Content-Type": "application/json"} if headers is None else headers
+        status, _, data = self.request("POST", "/v1/topics", json.dumps(body).encode()
+                                       if not isinstance(body, (bytes, str)) else body,
+                                       auth, h)
+        return status, json.loads(data) if data else None
+
+    def test_create_with_defaults_then_use_and_delete(self):
+        name = f"c{uuid.uuid4().hex[:10]}"
+        status, t = self.create({"name": name, "owner": "someone-else"})
+        self.assertEqual(status, 201, t)
+        self.assertEqual(t["name"], name)
+        self.assertEqual(t["partitions"], 3)
+        self.assertEqual(t["retention_ms"], 7 * 24 * 3600 * 1000)
+        self.assertEqual(t["visibility_timeout_ms"], 30000)
+        self.assertEqual(t["max_in_flight_per_partition"], 1024)
+        self.assertEqual(t["max_acked_ahead_per_partition"], 1024)
+        self.assertEqual((t["delivery_mode"], t["durability"]), ("reliable", "durable"))
+        self.assertEqual(t["owner"], "admin")  # the caller, whatever the body says
+        self.assertEqual(t["channels"], ["default"])
+        self.assertEqual(self.create({"name": name})[0], 409)
+        # The NSQ doors see it: a publish lands in one of its 3 partitions.
+        self.publish(name, 4)
+        status, got = self.admin("GET", f"/v1/topics/{name}")
+        self.assertEqual(len(got["partition_stats"]), 3)
+        self.assertEqual(sum(p["next_offset"] for p in got["partition_stats"]), 4)
+        status, _, _ = self.request("DELETE", f"/v1/topics/{name}", auth=("admin", PASSWORD))
+        self.assertEqual(status, 204)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{name}")[0], 404)
+        self.assertEqual(self.request("DELETE", f"/v1/topics/{name}",
+                                      auth=("admin", PASSWORD))[0], 404)
+
+    def test_create_expiring_topic(self):
+        name = f"e{uuid.uuid4().hex[:10]}"
+        status, t = self.create({"name": name, "partitions": 1, "delivery_mode": "ttl_discard",
+                                 "ttl_ms": 60000, "durability": "write_ack", "max_attempts": 5,
+                                 "retention_ms": 0, "visibility_timeout_ms": 0})
+        self.assertEqual(status, 201, t)
+        self.assertEqual((t["delivery_mode"], t["ttl_ms"]), ("ttl_discard", 60000))
+        self.assertEqual((t["durability"], t["max_attempts"]), ("write_ack", 5))
+        self.assertEqual((t["retention_ms"], t["visibility_timeout_ms"]), (0, 30000))
+
+    def test_create_refusals(self):
+        cases = [
+            ({"nme": "x"}, 'unknown field "nme"'),
+            ({"name": "a b"}, "name must match"),
+            ({}, "name must match"),
+            ({"name": "x", "partitions": 0}, "partitions must be 1..108"),
+            ({"name": "x", "partitions": 109}, "partitions must be 1..108"),
+            ({"name": "x", "partitions": "3"}, 'field "partitions" must be an integer'),
+            ({"name": "x", "delivery_mode": "fast"}, "delivery_mode must be"),
+            ({"name": "x", "delivery_mode": "ttl_discard"}, "needs ttl_ms > 0"),
+            ({"name": "x", "ttl_ms": 5}, "needs delivery_mode ttl_discard"),
+            ({"name": "x", "durability": "maybe"}, "durability must be"),
+            ({"name": "x", "retention_ms": -1}, "must be >= 0"),
+            ({"name": "x", "parent": "y"}, "child topics are not supported yet"),
+            ('{"name":"x"', "invalid json"),
+            ('[1]', "invalid json"),
+        ]
+        for body, msg in cases:
+            status, err = self.create(body)
+            self.assertEqual(status, 400, body)
+            self.assertIn(msg, err["error"], body)
+
+    def test_cross_site_guard_after_auth(self):
+        body = json.dumps({"name": "guarded"}).encode()
+        status, err = self.create(body, headers={"Content-Type": "text/plain"})
+        self.assertEqual(status, 415)
+        self.assertIn("X-Tern-Client", err["error"])
+        self.assertEqual(self.create(body, headers={})[0], 415)
+        # Anonymous: 401 comes first.
+        self.assertEqual(self.create(body, headers={}, auth=(None, None))[0], 401)
+        # The client header or an API content type passes.
+        name = f"g{uuid.uuid4().hex[:8]}"
+        body = json.dumps({"name": name}).encode()
+        self.assertEqual(self.create(body, headers={"X-Narad-Client": "t"})[0], 201)
+        name = f"g{uuid.uuid4().hex[:8]}"
+        body = json.dumps({"name": name}).encode()
+        self.assertEqual(self.create(body, headers={
+            "Content-Type": "application/json; charset=utf-8"})[0], 201)
+
     def test_users(self):
         status, users = self.admin("GET", "/v1/users")
         self.assertEqual(status, 200)
@@ -155,6 +236,26 @@ class Secured(Base):
         status, u = self.admin("GET", "/v1/users/admin")
         self.assertEqual((status, u["username"]), (200, "admin"))
         self.assertEqual(self.admin("GET", "/v1/users/ghost")[0], 404)
+
+
+class Restart(Base):
+    def test_created_topic_survives_restart(self):
+        name = f"r{uuid.uuid4().hex[:10]}"
+        status, _, _ = self.request("POST", "/v1/topics",
+                                    json.dumps({"name": name, "partitions": 2,
+                                                "delivery_mode": "ttl_discard",
+                                                "ttl_ms": 90000}).encode(),
+                                    ("admin", PASSWORD), {"Content-Type": "application/json"})
+        self.assertEqual(status, 201)
+        self.assertEqual(self.d.stop(), 0)
+        env = dict(os.environ)
+        self.__class__.d = Daemon(os.path.join(self.dir, "data"), env=env)
+        self.d.wait_for("metastore ready")
+        self.__class__.port = self.d.http_port
+        status, t = self.admin("GET", f"/v1/topics/{name}")
+        self.assertEqual(status, 200)
+        self.assertEqual((t["partitions"], t["ttl_ms"], t["channels"]), (2, 90000, ["default"]))
+        self.assertEqual(len(t["partition_stats"]), 2)
 
 
 class Throttle(Base):
