@@ -833,6 +833,133 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
     }
 }
 
+/* --- produce ------------------------------------------------------------------ */
+
+#define MAX_KEY 1024
+
+typedef struct {
+    tn_pub_t pub;
+    tn_http_request_t *r; /* NULL once the client left */
+} produce_t;
+
+static bool can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic)
+{
+    if (is_admin(v, r))
+        return true;
+    const tn_meta_user_t *u = caller(v, r);
+    for (uint16_t i = 0; u != NULL && i < u->ngrants; i++) {
+        if (u->grants[i].action != action)
+            continue;
+        for (uint16_t k = 0; k < u->grants[i].npatterns; k++) {
+            if (tn_v1_pattern_match(u->grants[i].patterns[k], topic))
+                return true;
+        }
+    }
+    return false;
+}
+
+static uint32_t key_hash(const char *k, size_t n)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)k[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+static void produce_cancel(tn_http_request_t *r)
+{
+    produce_t *pr = r->data;
+    pr->r = NULL;
+}
+
+static void on_produced(tn_pub_t *p, int status)
+{
+    produce_t *pr = p->data;
+    tn_http_request_t *r = pr->r;
+    tn_pub_fini(&pr->pub);
+    tn_free(pr);
+    if (r == NULL)
+        return;
+    r->on_cancel = NULL;
+    if (status == 0)
+        tn_http_respond(r, 202, NULL, NULL, NULL, 0);
+    else if (status == TN_EDISKHIGH)
+        error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
+    else
+        error(r, 500, "produce failed", NULL);
+}
+
+static void on_produce(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!guard_write(r))
+        return;
+    const tn_iov_t *name = tn_http_param(r, "topic");
+    char topic[TN_NAME_MAX + 1] = "";
+    if (name != NULL && name->len <= TN_NAME_MAX) {
+        memcpy(topic, name->base, name->len);
+        topic[name->len] = '\0';
+    }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), topic);
+    if (e == NULL) {
+        error(r, 404, "topic not found", NULL);
+        return;
+    }
+    if (v->o.security && !can_do(v, r, TN_GRANT_PRODUCE, topic)) {
+        error(r, 403, "no produce grant for this topic", NULL);
+        return;
+    }
+    if (tn_buf_size(&r->body) == 0) {
+        error(r, 400, "message required", NULL);
+        return;
+    }
+    char key[MAX_KEY + 1];
+    int krc = tn_http_query(r->head.query, "key", key, sizeof(key));
+    if (krc < 0) {
+        error(r, 400, "invalid argument: key is malformed or longer than 1024 bytes", NULL);
+        return;
+    }
+    int64_t part = -1;
+    int q = query_int(r, "partition", &part);
+    if (q < 0 || (q == 1 && part >= (int64_t)e->rec.partitions)) {
+        error(r, 400, "invalid argument: partition out of range", NULL);
+        return;
+    }
+    produce_t *pr = tn_calloc(1, sizeof(*pr));
+    if (pr == NULL || tn_pub_init(&pr->pub, 1) != 0 ||
+        tn_pub_set(&pr->pub, 0, tn_buf_data(&r->body), tn_buf_size(&r->body)) != 0 ||
+        (krc == 1 && key[0] != '\0' && tn_pub_set_key(&pr->pub, 0, key, strlen(key)) != 0)) {
+        if (pr != NULL)
+            tn_pub_fini(&pr->pub);
+        tn_free(pr);
+        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    if (q == 1) {
+        pr->pub.pinned = true;
+        pr->pub.pin = (uint32_t)part;
+    } else if (krc == 1 && key[0] != '\0') {
+        pr->pub.pinned = true;
+        pr->pub.pin = key_hash(key, strlen(key)) % e->rec.partitions;
+    }
+    pr->pub.data = pr;
+    pr->r = r;
+    r->data = pr;
+    r->on_cancel = produce_cancel;
+    int rc = tn_broker_publish(v->broker, topic, strlen(topic), &pr->pub, 0, on_produced);
+    if (rc != 0) {
+        r->on_cancel = NULL;
+        tn_pub_fini(&pr->pub);
+        tn_free(pr);
+        if (rc == TN_EDISKHIGH)
+            error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
+        else
+            error(r, 500, "produce failed", NULL);
+    }
+}
+
 /* --- lifetime ------------------------------------------------------------------ */
 
 int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, const tn_v1_opts_t *o)
@@ -857,6 +984,9 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
             : tn_http_route(srv, "POST", "/v1/topics", TN_JSON_MAX_BODY, "request body too large",
                             on_topic_create, v);
     rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/topics/{topic}", 0, NULL, on_topic_delete, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/v1/topics/{topic}/produce", v->o.max_msg_size,
+                            "request body too large", on_produce, v);
     return rc;
 }
 

@@ -41,6 +41,7 @@ typedef struct {
     bool security;
     uint32_t max_partitions;      /* 108 */
     int64_t default_retention_ms; /* 7 days */
+    uint64_t max_msg_size;        /* the message size limit, inclusive */
 } tn_v1_opts_t;
 
 typedef struct {

@@ -58,25 +58,23 @@ typedef struct {
     tn_catalog_t *catalog;
     const char *data_path; /* borrowed from the config */
     tn_v1_t v1;
-    tn_seed_t *seed; /* the root user being seeded, or NULL */
+    tn_seed_t *seed;   /* the root user being seeded, or NULL */
+    bool meta_stopped; /* libraft left on the loop: stop it and exit */
     tn_lookupd_t *lookupd;
     uv_signal_t sigint;
     uv_signal_t sigterm;
     int rc;
 } daemon_t;
 
+static daemon_t *g_daemon; /* for the close callbacks, which carry no argument */
+
 static void on_store_closed(tn_store_t *store)
 {
     (void)store;
     TN_LOG(TN_LOG_NOTICE, "storage closed; exiting");
-}
-
-static daemon_t *g_daemon; /* for the close callbacks, which carry no argument */
-
-static void on_meta_closed(void *arg)
-{
-    daemon_t *d = arg;
-    tn_store_close(d->store, on_store_closed);
+    /* libraft's handles are still on the loop (tn_meta_stop). */
+    if (g_daemon != NULL && g_daemon->meta_stopped)
+        uv_stop(g_daemon->loop);
 }
 
 static void on_broker_closed(tn_broker_t *b)
@@ -84,12 +82,10 @@ static void on_broker_closed(tn_broker_t *b)
     (void)b;
     daemon_t *d = g_daemon;
     if (d->meta != NULL) {
-        tn_meta_t *m = d->meta;
         tn_users_seed_cancel(d->seed);
-        d->meta = NULL;
         d->api.meta = NULL;
-        tn_meta_close(m, on_meta_closed, d);
-        return;
+        tn_meta_stop(d->meta);
+        d->meta_stopped = true;
     }
     tn_store_close(d->store, on_store_closed);
 }
@@ -350,7 +346,7 @@ int main(int argc, char **argv)
                 rc = tn_nsq_http_register(d.http, &d.api);
             }
             tn_v1_opts_t vo = {cfg.security_enabled, (uint32_t)cfg.max_partitions,
-                               cfg.retention_ns / 1000000};
+                               cfg.retention_ns / 1000000, (uint64_t)cfg.max_msg_size};
             if (rc == 0 && (rc = tn_v1_init(&d.v1, &loop, d.meta, d.broker, &vo)) == 0)
                 rc = tn_v1_register(d.http, &d.v1);
             if (rc == 0 && !cfg.security_enabled)
@@ -421,6 +417,13 @@ int main(int argc, char **argv)
         }
     }
     uv_run(&loop, UV_RUN_DEFAULT);
+    if (d.meta_stopped) {
+        /* The metastore's libraft still holds handles on the loop (see
+         * tn_meta_stop): leave from here, where everything it holds is
+         * still reachable. */
+        tn_config_fini(&cfg);
+        exit(d.rc);
+    }
     rc = uv_loop_close(&loop);
     if (rc != 0) {
         TN_LOG(TN_LOG_ERROR, "loop not closed cleanly: %s", uv_strerror(rc));

@@ -368,3 +368,12 @@ void tn_meta_close(tn_meta_t *m, void (*cb)(void *arg), void *arg)
     }
     uv_timer_start(&m->poll, on_close_poll, LEADER_POLL_MS, LEADER_POLL_MS);
 }
+
+void tn_meta_stop(tn_meta_t *m)
+{
+    if (m->closing)
+        return;
+    m->closing = true;
+    fail_waiting(m, TN_ECLOSED);
+    uv_timer_stop(&m->poll);
+}

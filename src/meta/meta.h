@@ -70,5 +70,13 @@ const tn_meta_state_t *tn_meta_state(const tn_meta_t *m);
 bool tn_meta_ready(tn_meta_t *m);
 /* Stop: waiting proposals get TN_ECLOSED; cb runs once Raft has closed. */
 void tn_meta_close(tn_meta_t *m, void (*cb)(void *arg), void *arg);
+/* Stop at process exit without closing libraft: waiting proposals get
+ * TN_ECLOSED and no more are taken, but libraft's handles stay on the loop
+ * (the caller stops the loop and exits). Closing libraft 0.15 crashed
+ * inside it now and then (a NULL dereference in one of its libuv
+ * callbacks, about once in a hundred daemon stops under load); its log is
+ * fsynced at every commit, so this is a crash-like stop that it recovers
+ * from at the next start, as after SIGKILL. */
+void tn_meta_stop(tn_meta_t *m);
 
 #endif

@@ -267,6 +267,8 @@ typedef void (*tn_pub_cb)(tn_pub_t *p, int status);
 struct tn_pub_s {
     tn_append_t app; /* private */
     void *data;
+    bool pinned; /* set with pin: this partition, not round robin */
+    uint32_t pin;
     uint32_t partition; /* result: where it went */
     uint64_t first_offset;
     /* Private. */
@@ -278,6 +280,8 @@ struct tn_pub_s {
     tn_rec_in_t *recs;
     tn_msg_t *msg1;
     tn_rec_in_t rec1;
+    tn_msg_t **keys; /* copies of the keys set, or NULL */
+    tn_msg_t *key1;
     int64_t deliver_at_ms;
     int64_t start_ns;
     tn_pub_cb cb;
@@ -379,6 +383,9 @@ int tn_pub_set(tn_pub_t *p, uint32_t i, const void *data, size_t len);
 /* Copy in all n bodies (borrowed) at once, in one allocation; for
  * batches. The publish must have no body set yet. */
 int tn_pub_set_all(tn_pub_t *p, const tn_iov_t *bodies);
+/* Give message i (already set) a key, copied. 0, UV_EINVAL (i out of
+ * range, key over 65535 bytes) or UV_ENOMEM. */
+int tn_pub_set_key(tn_pub_t *p, uint32_t i, const void *key, size_t len);
 void tn_pub_fini(tn_pub_t *p);
 
 /* Publish p to the topic called name (created when missing). deliver_at_ms

@@ -194,8 +194,39 @@ int tn_pub_set_all(tn_pub_t *p, const tn_iov_t *bodies)
     return 0;
 }
 
+int tn_pub_set_key(tn_pub_t *p, uint32_t i, const void *key, size_t len)
+{
+    if (i >= p->n || p->msgs[i] == NULL || len > UINT16_MAX)
+        return UV_EINVAL;
+    if (p->keys == NULL) {
+        if (p->n == 1) {
+            p->keys = &p->key1;
+        } else {
+            p->keys = tn_calloc(p->n, sizeof(*p->keys));
+            if (p->keys == NULL)
+                return UV_ENOMEM;
+        }
+    }
+    tn_msg_t *k = tn_msg_new(key, (uint32_t)len);
+    if (k == NULL)
+        return UV_ENOMEM;
+    if (p->keys[i] != NULL)
+        tn_msg_unref(p->keys[i]);
+    p->keys[i] = k;
+    p->recs[i].key = tn_iov(k->data, k->len);
+    return 0;
+}
+
 void tn_pub_fini(tn_pub_t *p)
 {
+    if (p->keys != NULL) {
+        for (uint32_t i = 0; i < p->n; i++)
+            if (p->keys[i] != NULL)
+                tn_msg_unref(p->keys[i]);
+        if (p->keys != &p->key1)
+            tn_free(p->keys);
+        p->keys = NULL;
+    }
     if (p->msgs == NULL)
         return;
     for (uint32_t i = 0; i < p->n; i++)
@@ -240,7 +271,9 @@ static void on_appended(tn_append_t *req, int status)
 
 static int append_to(tn_topic_t *t, tn_pub_t *p)
 {
-    uint32_t idx = t->next_part++ % t->nparts;
+    if (p->pinned && p->pin >= t->nparts)
+        return UV_EINVAL;
+    uint32_t idx = p->pinned ? p->pin : t->next_part++ % t->nparts;
     tn_part_t *part = &t->parts[idx];
     p->partition = idx;
     p->app.data = p;

@@ -225,6 +225,45 @@ class Secured(Base):
         self.assertEqual(self.create(body, headers={
             "Content-Type": "application/json; charset=utf-8"})[0], 201)
 
+    def produce(self, topic, body, query="", ctype="application/octet-stream"):
+        h = {"Content-Type": ctype} if ctype else {}
+        return self.request("POST", f"/v1/topics/{topic}/produce{query}", body,
+                            ("admin", PASSWORD), h)
+
+    def test_produce(self):
+        name = f"p{uuid.uuid4().hex[:10]}"
+        self.assertEqual(self.create({"name": name})[0], 201)
+        status, headers, body = self.produce(name, b"hello")
+        self.assertEqual((status, body), (202, b""))
+        # The default channel is an NSQ channel too.
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.sub(name, "default")
+        c.rdy(1)
+        self.assertEqual(c.read_message().body, b"hello")
+        c.close()
+        # A key always lands in the same partition; a partition pins it.
+        for i in range(5):
+            self.assertEqual(self.produce(name, b"k%d" % i, "?key=customer-42")[0], 202)
+        self.assertEqual(self.produce(name, b"pinned", "?partition=2")[0], 202)
+        _, t = self.admin("GET", f"/v1/topics/{name}")
+        offsets = [p["next_offset"] for p in t["partition_stats"]]
+        self.assertEqual(sum(offsets), 7)
+        self.assertTrue(any(n >= 5 for n in offsets), offsets)
+        self.assertGreaterEqual(offsets[2], 1)
+        # Refusals.
+        self.assertEqual(self.produce(name, b"x", "?partition=3")[0], 400)
+        self.assertEqual(self.produce(name, b"x", "?partition=two")[0], 400)
+        status, _, body = self.produce(name, b"")
+        self.assertEqual((status, json.loads(body)["error"]), (400, "message required"))
+        self.assertEqual(self.produce(name, b"x", ctype=None)[0], 415)
+        self.assertEqual(self.produce(name, b"x", ctype="text/plain")[0], 415)
+        self.assertEqual(self.produce("nosuch" + name, b"x")[0], 404)
+        # The size limit (1 MiB) is inclusive.
+        self.assertEqual(self.produce(name, b"m" * (1024 * 1024))[0], 202)
+        status, _, body = self.produce(name, b"m" * (1024 * 1024 + 1))
+        self.assertEqual(status, 413)
+
     def test_users(self):
         status, users = self.admin("GET", "/v1/users")
         self.assertEqual(status, 200)
