@@ -160,6 +160,20 @@ static bool is_admin(tn_v1_t *v, const tn_http_request_t *r)
     return false;
 }
 
+/* Whether u holds a grant of action (0: any) whose pattern matches name. */
+static bool has_grant(const tn_meta_user_t *u, uint8_t action, const char *name)
+{
+    for (uint16_t i = 0; u != NULL && i < u->ngrants; i++) {
+        if (action != 0 && u->grants[i].action != action)
+            continue;
+        for (uint16_t k = 0; k < u->grants[i].npatterns; k++) {
+            if (tn_v1_pattern_match(u->grants[i].patterns[k], name))
+                return true;
+        }
+    }
+    return false;
+}
+
 /* Any grant on the topic's name, its ownership, or admin. */
 static bool can_read(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
 {
@@ -170,13 +184,24 @@ static bool can_read(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic
         return false;
     if (t->owner[0] != '\0' && strcmp(t->owner, u->name) == 0)
         return true;
-    for (uint16_t i = 0; i < u->ngrants; i++) {
-        for (uint16_t k = 0; k < u->grants[i].npatterns; k++) {
-            if (tn_v1_pattern_match(u->grants[i].patterns[k], t->name))
-                return true;
-        }
+    return has_grant(u, 0, t->name);
+}
+
+/* The topic named by the path's {topic}, copied into topic; NULL after
+ * answering 404 when the metastore has no such topic. */
+static const tn_meta_topic_entry_t *path_topic(tn_v1_t *v, tn_http_request_t *r,
+                                               char topic[TN_NAME_MAX + 1])
+{
+    const tn_iov_t *name = tn_http_param(r, "topic");
+    topic[0] = '\0';
+    if (name != NULL && name->len <= TN_NAME_MAX) {
+        memcpy(topic, name->base, name->len);
+        topic[name->len] = '\0';
     }
-    return false;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), topic);
+    if (e == NULL)
+        error(r, 404, "topic not found", NULL);
+    return e;
 }
 
 /* --- users ------------------------------------------------------------------ */
@@ -392,17 +417,10 @@ static void on_topics_list(tn_http_request_t *r, void *arg)
 static void on_topic_get(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    const tn_iov_t *name = tn_http_param(r, "topic");
-    char topic[TN_NAME_MAX + 1] = "";
-    if (name != NULL && name->len <= TN_NAME_MAX) {
-        memcpy(topic, name->base, name->len);
-        topic[name->len] = '\0';
-    }
-    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), topic);
-    if (e == NULL) {
-        error(r, 404, "topic not found", NULL);
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    if (e == NULL)
         return;
-    }
     if (!can_read(v, r, &e->rec)) {
         error(r, 403, "no grant on this topic", NULL);
         return;
@@ -577,18 +595,7 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
 
 static bool can_create(tn_v1_t *v, const tn_http_request_t *r, const char *name)
 {
-    if (is_admin(v, r))
-        return true;
-    const tn_meta_user_t *u = caller(v, r);
-    for (uint16_t i = 0; u != NULL && i < u->ngrants; i++) {
-        if (u->grants[i].action != TN_GRANT_CREATE)
-            continue;
-        for (uint16_t k = 0; k < u->grants[i].npatterns; k++) {
-            if (tn_v1_pattern_match(u->grants[i].patterns[k], name))
-                return true;
-        }
-    }
-    return false;
+    return is_admin(v, r) || has_grant(caller(v, r), TN_GRANT_CREATE, name);
 }
 
 /* One create or delete under way; the request may leave before it ends. */
@@ -795,17 +802,10 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
 static void on_topic_delete(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    const tn_iov_t *name = tn_http_param(r, "topic");
-    char topic[TN_NAME_MAX + 1] = "";
-    if (name != NULL && name->len <= TN_NAME_MAX) {
-        memcpy(topic, name->base, name->len);
-        topic[name->len] = '\0';
-    }
-    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), topic);
-    if (e == NULL) {
-        error(r, 404, "topic not found", NULL);
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    if (e == NULL)
         return;
-    }
     bool owner = e->rec.owner[0] != '\0' && strcmp(e->rec.owner, r->principal) == 0;
     if (v->o.security && !owner && !is_admin(v, r)) {
         error(r, 403, "only the topic's owner or an admin may delete it", NULL);
@@ -844,18 +844,7 @@ typedef struct {
 
 static bool can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic)
 {
-    if (is_admin(v, r))
-        return true;
-    const tn_meta_user_t *u = caller(v, r);
-    for (uint16_t i = 0; u != NULL && i < u->ngrants; i++) {
-        if (u->grants[i].action != action)
-            continue;
-        for (uint16_t k = 0; k < u->grants[i].npatterns; k++) {
-            if (tn_v1_pattern_match(u->grants[i].patterns[k], topic))
-                return true;
-        }
-    }
-    return false;
+    return is_admin(v, r) || has_grant(caller(v, r), action, topic);
 }
 
 static uint32_t key_hash(const char *k, size_t n)
@@ -896,17 +885,10 @@ static void on_produce(tn_http_request_t *r, void *arg)
     tn_v1_t *v = arg;
     if (!guard_write(r))
         return;
-    const tn_iov_t *name = tn_http_param(r, "topic");
-    char topic[TN_NAME_MAX + 1] = "";
-    if (name != NULL && name->len <= TN_NAME_MAX) {
-        memcpy(topic, name->base, name->len);
-        topic[name->len] = '\0';
-    }
-    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), topic);
-    if (e == NULL) {
-        error(r, 404, "topic not found", NULL);
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    if (e == NULL)
         return;
-    }
     if (v->o.security && !can_do(v, r, TN_GRANT_PRODUCE, topic)) {
         error(r, 403, "no produce grant for this topic", NULL);
         return;
