@@ -638,6 +638,33 @@ static void op_end(op_t *op, int status, const char *msg)
     tn_free(op);
 }
 
+/* Start an operation on c's topic by proposing c; r stays parked until
+ * the operation answers it (cb may run before this returns). false when
+ * it could not start, with r answered. */
+static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, tn_meta_cb cb)
+{
+    op_t *op = tn_calloc(1, sizeof(*op));
+    if (op == NULL) {
+        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return false;
+    }
+    op->v = v;
+    op->r = r;
+    snprintf(op->topic, sizeof(op->topic), "%s", c->topic.name);
+    op->ttl_ms = c->topic.ttl_ms;
+    op->partitions = c->topic.partitions;
+    op->mreq.data = op;
+    r->data = op;
+    r->on_cancel = op_cancel;
+    if (tn_meta_propose(v->meta, &op->mreq, c, cb) != 0) {
+        r->on_cancel = NULL;
+        tn_free(op);
+        error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+        return false;
+    }
+    return true;
+}
+
 static void create_step(op_t *op);
 
 static void on_channel_recorded(tn_meta_req_t *req, int status)
@@ -747,26 +774,7 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
         snprintf(c.topic.owner, sizeof(c.topic.owner), "%.*s", TN_USERNAME_MAX, r->principal);
     c.type = TN_MC_TOPIC_PUT;
     c.if_absent = true;
-    op_t *op = tn_calloc(1, sizeof(*op));
-    if (op == NULL) {
-        error(r, 503, "out of memory", "Retry-After: 1\r\n");
-        return;
-    }
-    op->v = v;
-    op->r = r;
-    snprintf(op->topic, sizeof(op->topic), "%s", c.topic.name);
-    op->ttl_ms = c.topic.ttl_ms;
-    op->partitions = c.topic.partitions;
-    op->mreq.data = op;
-    r->data = op;
-    r->on_cancel = op_cancel;
-    rc = tn_meta_propose(v->meta, &op->mreq, &c, on_create_recorded);
-    if (rc != 0) {
-        r->on_cancel = NULL;
-        op->r = NULL;
-        tn_free(op);
-        error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
-    }
+    (void)op_start(v, r, &c, on_create_recorded);
 }
 
 static void on_engine_deleted(void *arg, int status)
@@ -811,26 +819,11 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
         error(r, 403, "only the topic's owner or an admin may delete it", NULL);
         return;
     }
-    op_t *op = tn_calloc(1, sizeof(*op));
-    if (op == NULL) {
-        error(r, 503, "out of memory", "Retry-After: 1\r\n");
-        return;
-    }
-    op->v = v;
-    op->r = r;
-    snprintf(op->topic, sizeof(op->topic), "%s", topic);
-    op->mreq.data = op;
-    r->data = op;
-    r->on_cancel = op_cancel;
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_TOPIC_DELETE;
     snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
-    if (tn_meta_propose(v->meta, &op->mreq, &c, on_delete_recorded) != 0) {
-        r->on_cancel = NULL;
-        tn_free(op);
-        error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
-    }
+    (void)op_start(v, r, &c, on_delete_recorded);
 }
 
 /* --- produce ------------------------------------------------------------------ */
