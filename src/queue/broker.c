@@ -108,6 +108,7 @@ typedef struct {
     int64_t publish_ns;
     int64_t deliver_at_ms;
     tn_msg_t *body; /* NULL: no record at this offset */
+    tn_msg_t *key;  /* NULL: none */
 } fetched_t;
 
 struct tn_fetch_s {
@@ -135,6 +136,7 @@ static void fetch_work(uv_work_t *w)
         fetched_t *r = &f->recs[f->n];
         r->offset = off;
         r->body = NULL;
+        r->key = NULL;
         r->publish_ns = 0;
         r->deliver_at_ms = 0;
         if (rc == TN_EGAP || rc == TN_ENOTFOUND) {
@@ -146,6 +148,13 @@ static void fetch_work(uv_work_t *w)
             break;
         }
         r->body = tn_msg_new(rec.body, rec.h.body_len);
+        if (r->body != NULL && rec.h.key_len > 0) {
+            r->key = tn_msg_new(rec.key, rec.h.key_len);
+            if (r->key == NULL) {
+                tn_msg_unref(r->body);
+                r->body = NULL;
+            }
+        }
         if (r->body == NULL) {
             f->err = UV_ENOMEM;
             break;
@@ -170,11 +179,13 @@ static void fetch_done(uv_work_t *w, int status)
     for (uint32_t i = 0; i < f->n; i++) {
         fetched_t *r = &f->recs[i];
         if (!b->closing && !t->deleted &&
-            tn__cache_put(p, r->offset, r->publish_ns, r->deliver_at_ms, r->body) == 0)
+            tn__cache_put(p, r->offset, r->publish_ns, r->deliver_at_ms, r->body, r->key) == 0)
             continue;
         if (b->closing || t->deleted) {
             if (r->body != NULL)
                 tn_msg_unref(r->body);
+            if (r->key != NULL)
+                tn_msg_unref(r->key);
         }
     }
     if (f->err != 0)

@@ -22,7 +22,8 @@
 
 static uint64_t entry_cost(const tn_centry_t *e)
 {
-    return sizeof(*e) + 16 + (e->body != NULL ? e->body->len : 0);
+    return sizeof(*e) + 16 + (e->body != NULL ? e->body->len : 0) +
+           (e->key != NULL ? e->key->len : 0);
 }
 
 /* --- hot ring ----------------------------------------------------------------- */
@@ -60,7 +61,10 @@ static void ring_pop(tn_broker_t *b, tn_part_t *p)
     b->hot_bytes -= cost;
     if (e->body != NULL)
         tn_msg_unref(e->body);
+    if (e->key != NULL)
+        tn_msg_unref(e->key);
     e->body = NULL;
+    e->key = NULL;
     p->ring_lo++;
     if (p->ring_lo == p->ring_hi)
         hot_unlink(b, p);
@@ -102,7 +106,7 @@ static int ring_grow(tn_part_t *p)
 }
 
 void tn__cache_append(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t deliver_at_ms,
-                      tn_msg_t *body)
+                      tn_msg_t *body, tn_msg_t *key)
 {
     tn_broker_t *b = p->topic->broker;
     if (p->ring_lo == p->ring_hi || offset != p->ring_hi) {
@@ -115,6 +119,8 @@ void tn__cache_append(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t
         /* Out of memory: make room by dropping the oldest. */
         if (p->ring_cap == 0) {
             tn_msg_unref(body);
+            if (key != NULL)
+                tn_msg_unref(key);
             return;
         }
         ring_pop(b, p);
@@ -130,6 +136,7 @@ void tn__cache_append(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t
     e->publish_ns = publish_ns;
     e->deliver_at_ms = deliver_at_ms;
     e->body = body;
+    e->key = key;
     e->part = p;
     p->ring_hi = offset + 1;
     uint64_t cost = entry_cost(e);
@@ -153,12 +160,19 @@ static void cold_unlink(tn_broker_t *b, tn_centry_t *e)
     b->cache_bytes -= entry_cost(e);
 }
 
+static void centry_unref(tn_centry_t *e)
+{
+    if (e->body != NULL)
+        tn_msg_unref(e->body);
+    if (e->key != NULL)
+        tn_msg_unref(e->key);
+}
+
 static void cold_free(tn_broker_t *b, tn_centry_t *e)
 {
     cold_unlink(b, e);
     tn_u64map_del(&e->part->cache, e->offset);
-    if (e->body != NULL)
-        tn_msg_unref(e->body);
+    centry_unref(e);
     tn_free(e);
 }
 
@@ -170,7 +184,7 @@ tn_centry_t *tn__cache_get(tn_part_t *p, uint64_t offset)
 }
 
 int tn__cache_put(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t deliver_at_ms,
-                  tn_msg_t *body)
+                  tn_msg_t *body, tn_msg_t *key)
 {
     tn_broker_t *b = p->topic->broker;
     tn_centry_t *old = tn_u64map_get(&p->cache, offset);
@@ -180,16 +194,18 @@ int tn__cache_put(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t del
     if (e == NULL) {
         if (body != NULL)
             tn_msg_unref(body);
+        if (key != NULL)
+            tn_msg_unref(key);
         return UV_ENOMEM;
     }
     e->offset = offset;
     e->publish_ns = publish_ns;
     e->deliver_at_ms = deliver_at_ms;
     e->body = body;
+    e->key = key;
     e->part = p;
     if (tn_u64map_put(&p->cache, offset, e) != 0) {
-        if (body != NULL)
-            tn_msg_unref(body);
+        centry_unref(e);
         tn_free(e);
         return UV_ENOMEM;
     }
@@ -222,8 +238,7 @@ void tn__cache_drop_part(tn_part_t *p)
     while (tn_u64map_next(&p->cache, &pos, &key, &val)) {
         tn_centry_t *e = val;
         cold_unlink(b, e);
-        if (e->body != NULL)
-            tn_msg_unref(e->body);
+        centry_unref(e);
         tn_free(e);
     }
     tn_u64map_fini(&p->cache);

@@ -643,6 +643,9 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, can
     if (cp->broken || tn_plog_err(cp->part->plog) != 0)
         return false;
     tn_part_t *part = cp->part;
+    tn_topic_t *t = part->topic;
+    if (t->max_inflight_part > 0 && tn_leases_count(&cp->leases) >= t->max_inflight_part)
+        return false;
     /* Due entries first: requeued, timed out, deferred. */
     promote(cp, now_mono);
     for (;;) {
@@ -674,7 +677,9 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, can
     uint64_t limit = tn_plog_visible_next(part->plog);
     if (part->appended_next < limit)
         limit = part->appended_next;
-    uint64_t ahead = cp->cur.frontier + cp->ch->topic->broker->opts.max_ahead;
+    uint64_t ahead = cp->cur.frontier + t->broker->opts.max_ahead;
+    if (t->max_acked_ahead > 0 && cp->cur.nsettled >= t->max_acked_ahead)
+        ahead = cp->cur.frontier + 1; /* only the head may go out until it is acked */
     if (ahead < limit)
         limit = ahead;
     if (cp->scan < cp->cur.frontier)
@@ -724,13 +729,11 @@ static bool next_candidate(tn_channel_t *ch, int64_t now_mono, int64_t now_wall,
     return false;
 }
 
-static tn_consumer_t *next_consumer(tn_channel_t *ch)
+/* Whether c may take one more message: an NSQ consumer while its in-flight
+ * count is under its RDY, a pulling one while it has asks left. */
+static bool has_credit(const tn_consumer_t *c)
 {
-    tn_consumer_t *c = ch->consumers;
-    for (uint32_t k = 0; k < ch->nconsumers; k++, c = c->next)
-        if (c->owner.count < c->credit)
-            return c;
-    return NULL;
+    return c->pull ? c->credit > 0 : c->owner.count < c->credit;
 }
 
 static void starve(tn_channel_t *ch)
@@ -882,10 +885,16 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
         .attempts = (uint16_t)attempts,
         .publish_ns = k->e->publish_ns,
         .body = k->e->body,
+        .key = k->e->key,
     };
+    if (c->pull)
+        c->credit--;
     c->deliver(c, &d);
 }
 
+/* Candidates go to consumers in rotation. A pinned consumer takes only
+ * from its partition; once an unpinned one finds nothing, the others are
+ * not asked again in this pass. */
 void tn__channel_pump(tn_channel_t *ch)
 {
     tn_broker_t *b = ch->topic->broker;
@@ -893,20 +902,34 @@ void tn__channel_pump(tn_channel_t *ch)
         return;
     int64_t now_mono = tn_now_mono_ms();
     int64_t now_wall = tn_now_wall_ms();
-    for (;;) {
-        tn_consumer_t *c = next_consumer(ch);
-        if (c == NULL)
-            return;
+    bool drained = false;
+    uint32_t idle = 0;
+    tn_consumer_t *c = ch->consumers;
+    while (c != NULL && idle < ch->nconsumers) {
+        if (!has_credit(c) || (!c->pinned && drained)) {
+            c = c->next;
+            idle++;
+            continue;
+        }
         if (budget_full(b)) {
             starve(ch);
             return;
         }
         cand_t k;
-        if (!next_candidate(ch, now_mono, now_wall, &k))
-            return;
+        bool got = c->pinned ? c->pin < ch->topic->nparts &&
+                                   chpart_next(&ch->parts[c->pin], now_mono, now_wall, &k)
+                             : next_candidate(ch, now_mono, now_wall, &k);
+        if (!got) {
+            drained = drained || !c->pinned;
+            c = c->next;
+            idle++;
+            continue;
+        }
         /* Rotate: the next message goes to the next consumer. */
         ch->consumers = c->next;
         hand_over(c, &k, now_mono, now_wall);
+        c = ch->consumers;
+        idle = 0;
     }
 }
 
@@ -1029,6 +1052,15 @@ static int find_lease(tn_consumer_t *c, uint32_t partition, uint64_t offset, boo
     return 0;
 }
 
+static void settle(tn_consumer_t *c, tn_chpart_t *cp, tn_lease_t *l, uint64_t offset)
+{
+    lease_end(cp, l);
+    record_fin(cp, offset);
+    c->finish_count++;
+    tn__broker_rewake(cp);
+    tn__broker_pump_later(c->ch);
+}
+
 int tn_consumer_fin(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                     uint32_t nonce)
 {
@@ -1037,11 +1069,21 @@ int tn_consumer_fin(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
     int rc = find_lease(c, partition, offset, check_nonce, nonce, &cp, &l);
     if (rc != 0)
         return rc;
-    lease_end(cp, l);
-    record_fin(cp, offset);
-    c->finish_count++;
-    tn__broker_rewake(cp);
-    tn__broker_pump_later(c->ch);
+    settle(c, cp, l, offset);
+    return 0;
+}
+
+int tn_consumer_ack(tn_consumer_t *c, uint32_t partition, uint64_t offset, uint32_t nonce)
+{
+    tn_chpart_t *cp;
+    tn_lease_t *l;
+    int rc = find_lease(c, partition, offset, true, nonce, &cp, &l);
+    if (rc != 0)
+        return rc;
+    uint32_t cap = c->ch->topic->max_acked_ahead;
+    if (cap > 0 && offset != cp->cur.frontier && cp->cur.nsettled >= cap)
+        return UV_ENOBUFS;
+    settle(c, cp, l, offset);
     return 0;
 }
 

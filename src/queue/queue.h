@@ -129,6 +129,7 @@ struct tn_centry_s {
     int64_t publish_ns;
     int64_t deliver_at_ms;
     tn_msg_t *body;
+    tn_msg_t *key; /* NULL: the record has no key */
     tn_part_t *part;
     tn_centry_t *prev; /* cold entries: broker-wide FIFO, oldest first */
     tn_centry_t *next;
@@ -179,6 +180,11 @@ struct tn_topic_s {
     bool deleted;
     bool is_dlq;    /* its name ends in .DLQ: never dead-letters itself */
     int64_t ttl_ms; /* ttl_discard topics: messages expire; 0: reliable */
+    /* Per channel partition, 0: no cap: leases at once; offsets settled
+     * ahead of the frontier (at the cap only the frontier goes out, and a
+     * receipt-handle ack past it is refused). */
+    uint32_t max_inflight_part;
+    uint32_t max_acked_ahead;
     uint64_t ttl_discards;
     uint64_t message_count; /* published since start */
     uint64_t message_bytes;
@@ -235,6 +241,7 @@ typedef struct {
     uint16_t attempts;
     int64_t publish_ns;
     tn_msg_t *body;
+    const tn_msg_t *key; /* NULL: none */
 } tn_delivery_t;
 
 typedef void (*tn_deliver_cb)(tn_consumer_t *c, const tn_delivery_t *d);
@@ -244,9 +251,14 @@ typedef void (*tn_deliver_cb)(tn_consumer_t *c, const tn_delivery_t *d);
 struct tn_consumer_s {
     tn_channel_t *ch;
     tn_lease_owner_t owner; /* its leases: the in-flight count is owner.count */
-    uint32_t credit;        /* RDY: in flight at most this many */
-    int64_t timeout_ms;     /* lease duration */
-    uint32_t sample_rate;   /* 0: all; else deliver this many of each 100 */
+    uint32_t credit;        /* RDY: in flight at most this many; pull: asks left */
+    /* A pulling consumer (a long-poll) asks for credit messages; each
+     * delivery spends one, acked or not. */
+    bool pull;
+    bool pinned; /* deliver only from partition pin */
+    uint32_t pin;
+    int64_t timeout_ms;   /* lease duration */
+    uint32_t sample_rate; /* 0: all; else deliver this many of each 100 */
     uint32_t sample_n;
     tn_deliver_cb deliver;
     /* Optional: its channel or topic is being deleted: the door drops the
@@ -395,8 +407,8 @@ void tn_pub_fini(tn_pub_t *p);
 int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb);
 
-/* Attach c (deliver, timeout_ms, data set by the caller; credit 0) to a
- * ready channel. */
+/* Attach c (deliver, timeout_ms, data, and pull/pinned/pin set by the
+ * caller; credit 0) to a ready channel. */
 void tn_consumer_attach(tn_consumer_t *c, tn_channel_t *ch);
 /* Detach: its in-flight messages go back to the channel, due at once. An
  * ephemeral channel goes away with its last consumer. */
@@ -414,6 +426,11 @@ static inline size_t tn_consumer_inflight(const tn_consumer_t *c)
  * another delivery or consumer), UV_EINVAL (no such partition). */
 int tn_consumer_fin(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                     uint32_t nonce);
+/* Settle by receipt handle: the nonce must match, and when the topic has
+ * an acked-ahead cap that is reached, an offset other than the frontier
+ * is refused with UV_ENOBUFS (the head of the queue must be acked first).
+ * Otherwise as tn_consumer_fin. */
+int tn_consumer_ack(tn_consumer_t *c, uint32_t partition, uint64_t offset, uint32_t nonce);
 /* Put it back, deliverable after delay_ms (0: at once). */
 int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                     uint32_t nonce, int64_t delay_ms);

@@ -256,7 +256,9 @@ static void on_appended(tn_append_t *req, int status)
             t->message_bytes += p->msgs[i]->len;
             if (!t->deleted && !t->broker->closing)
                 tn__cache_append(part, req->first_offset + i, req->publish_ns, p->deliver_at_ms,
-                                 tn_msg_ref(p->msgs[i]));
+                                 tn_msg_ref(p->msgs[i]),
+                                 p->keys != NULL && p->keys[i] != NULL ? tn_msg_ref(p->keys[i])
+                                                                       : NULL);
         }
     }
     bool freed = t->deleted && t->busy == 0;

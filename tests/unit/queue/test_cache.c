@@ -50,7 +50,7 @@ static void test_ring_in_order_and_growth(void **state)
     char buf[32];
     for (uint64_t off = 100; off < 5100; off++) {
         snprintf(buf, sizeof(buf), "m%llu", (unsigned long long)off);
-        tn__cache_append(&f.p[0], off, (int64_t)off, 0, msg(buf));
+        tn__cache_append(&f.p[0], off, (int64_t)off, 0, msg(buf), NULL);
     }
     assert_true(f.p[0].ring_cap >= 5000);
     for (uint64_t off = 100; off < 5100; off += 777) {
@@ -75,7 +75,7 @@ static void test_budget_evicts_oldest_in_turn(void **state)
     memset(body, 'x', sizeof(body) - 1);
     body[sizeof(body) - 1] = '\0';
     for (uint64_t off = 0; off < 1000; off++)
-        tn__cache_append(&f.p[off % 2], off / 2, 0, 0, msg(body));
+        tn__cache_append(&f.p[off % 2], off / 2, 0, 0, msg(body), NULL);
     assert_true(f.b.hot_bytes <= 20 * 1024);
     /* The newest of each partition are kept, the oldest gone. */
     assert_non_null(tn__cache_get(&f.p[0], 499));
@@ -94,11 +94,11 @@ static void test_idle_partition_gives_way(void **state)
     memset(body, 'x', sizeof(body) - 1);
     body[sizeof(body) - 1] = '\0';
     for (uint64_t off = 0; off < 200; off++)
-        tn__cache_append(&f.p[0], off, 0, 0, msg(body));
+        tn__cache_append(&f.p[0], off, 0, 0, msg(body), NULL);
     /* p0 went quiet; p1 is busy: p1 keeps everything it appends while p0
      * has entries to give. */
     for (uint64_t off = 0; off < 50; off++)
-        tn__cache_append(&f.p[1], off, 0, 0, msg(body));
+        tn__cache_append(&f.p[1], off, 0, 0, msg(body), NULL);
     for (uint64_t off = 0; off < 50; off++)
         assert_non_null(tn__cache_get(&f.p[1], off));
     assert_null(tn__cache_get(&f.p[0], 60));
@@ -112,9 +112,9 @@ static void test_gap_restarts_ring(void **state)
     (void)state;
     cfx_t f;
     cfx_init(&f, 1 << 20);
-    tn__cache_append(&f.p[0], 10, 0, 0, msg("a"));
-    tn__cache_append(&f.p[0], 11, 0, 0, msg("b"));
-    tn__cache_append(&f.p[0], 50, 0, 0, msg("c")); /* offsets 12..49 were skipped */
+    tn__cache_append(&f.p[0], 10, 0, 0, msg("a"), NULL);
+    tn__cache_append(&f.p[0], 11, 0, 0, msg("b"), NULL);
+    tn__cache_append(&f.p[0], 50, 0, 0, msg("c"), NULL); /* offsets 12..49 were skipped */
     assert_null(tn__cache_get(&f.p[0], 10));
     assert_non_null(tn__cache_get(&f.p[0], 50));
     assert_int_equal(f.p[0].ring_lo, 50);
@@ -130,17 +130,17 @@ static void test_cold_map(void **state)
     memset(body, 'y', sizeof(body) - 1);
     body[sizeof(body) - 1] = '\0';
     for (uint64_t off = 0; off < 40; off++)
-        assert_int_equal(tn__cache_put(&f.p[1], off, 0, 0, msg(body)), 0);
+        assert_int_equal(tn__cache_put(&f.p[1], off, 0, 0, msg(body), NULL), 0);
     assert_true(f.b.cache_bytes <= 4096 + 1024);
     assert_non_null(tn__cache_get(&f.p[1], 39));
     assert_null(tn__cache_get(&f.p[1], 0));
     /* A gap entry: no body. */
-    assert_int_equal(tn__cache_put(&f.p[1], 100, 0, 0, NULL), 0);
+    assert_int_equal(tn__cache_put(&f.p[1], 100, 0, 0, NULL, NULL), 0);
     tn_centry_t *e = tn__cache_get(&f.p[1], 100);
     assert_non_null(e);
     assert_null(e->body);
     /* Replacing an entry keeps one. */
-    assert_int_equal(tn__cache_put(&f.p[1], 39, 0, 0, msg("z")), 0);
+    assert_int_equal(tn__cache_put(&f.p[1], 39, 0, 0, msg("z"), NULL), 0);
     assert_int_equal(tn__cache_get(&f.p[1], 39)->body->len, 1);
     cfx_fini(&f);
 }
@@ -156,8 +156,8 @@ static void test_alloc_failure_drops_not_crashes(void **state)
         if (m != NULL) {
             /* Each call takes over one reference, even when it fails. */
             tn_msg_ref(m);
-            tn__cache_append(&f.p[0], (uint64_t)fail, 0, 0, m);
-            tn__cache_put(&f.p[1], (uint64_t)fail, 0, 0, m);
+            tn__cache_append(&f.p[0], (uint64_t)fail, 0, 0, m, NULL);
+            tn__cache_put(&f.p[1], (uint64_t)fail, 0, 0, m, NULL);
         }
         tn_alloc_fail_after(-1);
     }

@@ -21,6 +21,7 @@ typedef struct {
     tn_consumer_t c;
     tn_delivery_t d[MAXD];
     char bodies[MAXD][64];
+    char keys[MAXD][16];
     int n;
 } sink_t;
 
@@ -30,7 +31,10 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     assert_true(s->n < MAXD);
     s->d[s->n] = *d;
     snprintf(s->bodies[s->n], sizeof(s->bodies[0]), "%.*s", (int)d->body->len, d->body->data);
+    if (d->key != NULL)
+        snprintf(s->keys[s->n], sizeof(s->keys[0]), "%.*s", (int)d->key->len, d->key->data);
     s->d[s->n].body = NULL; /* borrowed only for the callback */
+    s->d[s->n].key = NULL;
     s->n++;
 }
 
@@ -717,6 +721,141 @@ static void test_delete_multi_partition_topic(void **state)
     qfx_free(q);
 }
 
+/* Publish body with key to one partition. */
+static void publish_keyed(qfx_t *q, const char *topic, const char *body, const char *key,
+                          uint32_t partition)
+{
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 1), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, body, strlen(body)), 0);
+    if (key != NULL)
+        assert_int_equal(tn_pub_set_key(&w.p, 0, key, strlen(key)), 0);
+    w.p.pinned = true;
+    w.p.pin = partition;
+    w.p.data = &w;
+    assert_int_equal(tn_broker_publish(q->b, topic, strlen(topic), &w.p, 0, on_pub), 0);
+    assert_true(run_until(q, pub_done, &w));
+    assert_int_equal(w.status, 0);
+    assert_int_equal(w.p.partition, partition);
+    tn_pub_fini(&w.p);
+}
+
+/* A pulling consumer gets as many messages as it asked for, however many
+ * it still holds; keys come with the deliveries, from memory and from
+ * disk after a restart. */
+static void test_pull_credit_and_keys(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    for (int i = 0; i < 5; i++)
+        publish_keyed(q, "t", "m", i % 2 ? "odd" : NULL, 0);
+    sink_t s;
+    memset(&s, 0, sizeof(s));
+    s.c.deliver = on_deliver;
+    s.c.data = &s;
+    s.c.timeout_ms = 60000;
+    s.c.pull = true;
+    tn_consumer_attach(&s.c, ch);
+    tn_consumer_credit(&s.c, 2);
+    expect_n(q, &s, 2);
+    run_for(q, 30);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.c.credit, 0);
+    assert_string_equal(s.keys[0], "");
+    assert_string_equal(s.keys[1], "odd");
+    tn_consumer_credit(&s.c, 2); /* still holding two: a puller gets two more */
+    expect_n(q, &s, 4);
+    assert_int_equal(tn_consumer_inflight(&s.c), 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[i].offset, s.d[i].nonce), 0);
+    tn_consumer_detach(&s.c);
+    restart(q);
+    ch = channel(q, "t", "c");
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 1);
+    assert_string_equal(s.keys[0], "");
+    assert_int_equal(s.d[0].offset, 4);
+    tn_consumer_detach(&s.c);
+    restart(q);
+    ch = channel(q, "t", "c2"); /* the backlog is read back from disk */
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 5);
+    assert_string_equal(s.keys[1], "odd");
+    assert_string_equal(s.keys[3], "odd");
+    assert_string_equal(s.keys[4], "");
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+/* A pinned consumer takes only from its partition; an unpinned one beside
+ * it still gets the rest. */
+static void test_pinned_consumer(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(three_partitions);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t pin;
+    memset(&pin, 0, sizeof(pin));
+    pin.c.deliver = on_deliver;
+    pin.c.data = &pin;
+    pin.c.timeout_ms = 60000;
+    pin.c.pinned = true;
+    pin.c.pin = 2;
+    tn_consumer_attach(&pin.c, ch);
+    tn_consumer_credit(&pin.c, 10);
+    for (uint32_t p = 0; p < 3; p++)
+        publish_keyed(q, "t", "m", NULL, p);
+    expect_n(q, &pin, 1);
+    run_for(q, 30);
+    assert_int_equal(pin.n, 1);
+    assert_int_equal(pin.d[0].partition, 2);
+    sink_t any;
+    attach(&any, ch, 10, 60000);
+    expect_n(q, &any, 2);
+    assert_int_not_equal(any.d[0].partition, 2);
+    assert_int_not_equal(any.d[1].partition, 2);
+    tn_consumer_detach(&any.c);
+    tn_consumer_detach(&pin.c);
+    qfx_free(q);
+}
+
+/* The topic's per-partition in-flight cap; the acked-ahead cap refuses
+ * acks past the head and then lets only the head out. */
+static void test_topic_caps(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    ch->topic->max_inflight_part = 3;
+    ch->topic->max_acked_ahead = 3;
+    for (int i = 0; i < 6; i++)
+        publish(q, "t", "m", 0);
+    sink_t s;
+    attach(&s, ch, 100, 60000);
+    expect_n(q, &s, 3);
+    run_for(q, 30);
+    assert_int_equal(s.n, 3); /* capped at 3 in flight */
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce + 1), UV_ESRCH);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[2].offset, s.d[2].nonce), 0);
+    expect_n(q, &s, 5); /* two more go out: offsets 3 and 4 */
+    assert_int_equal(s.d[3].offset, 3);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[3].offset, s.d[3].nonce), 0);
+    /* Three settled ahead of the head (offset 0): a fourth is refused, and
+     * nothing but the head would go out. */
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[4].offset, s.d[4].nonce), UV_ENOBUFS);
+    run_for(q, 30);
+    assert_int_equal(s.n, 5);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[4].offset, s.d[4].nonce), 0);
+    expect_n(q, &s, 6);
+    assert_int_equal(s.d[5].offset, 5);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 static void test_bad_names(void **state)
 {
     (void)state;
@@ -754,6 +893,9 @@ int main(void)
         cmocka_unit_test(test_backlog_kept_across_restart_then_gc),
         cmocka_unit_test(test_delete_survives_restart),
         cmocka_unit_test(test_bad_names),
+        cmocka_unit_test(test_pull_credit_and_keys),
+        cmocka_unit_test(test_pinned_consumer),
+        cmocka_unit_test(test_topic_caps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
