@@ -637,14 +637,16 @@ static bool budget_full(const tn_broker_t *b)
            b->inflight_msgs >= b->opts.max_inflight_msgs;
 }
 
-/* The next message of cp to deliver, if one is ready now. */
-static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, cand_t *out)
+/* The next message of cp to deliver, if one is ready now; capped: the
+ * topic's in-flight and acked-ahead caps apply (pulling consumers). */
+static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, bool capped,
+                        cand_t *out)
 {
     if (cp->broken || tn_plog_err(cp->part->plog) != 0)
         return false;
     tn_part_t *part = cp->part;
     tn_topic_t *t = part->topic;
-    if (t->max_inflight_part > 0 && tn_leases_count(&cp->leases) >= t->max_inflight_part)
+    if (capped && t->max_inflight_part > 0 && tn_leases_count(&cp->leases) >= t->max_inflight_part)
         return false;
     /* Due entries first: requeued, timed out, deferred. */
     promote(cp, now_mono);
@@ -678,7 +680,7 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, can
     if (part->appended_next < limit)
         limit = part->appended_next;
     uint64_t ahead = cp->cur.frontier + t->broker->opts.max_ahead;
-    if (t->max_acked_ahead > 0 && cp->cur.nsettled >= t->max_acked_ahead)
+    if (capped && t->max_acked_ahead > 0 && cp->cur.nsettled >= t->max_acked_ahead)
         ahead = cp->cur.frontier + 1; /* only the head may go out until it is acked */
     if (ahead < limit)
         limit = ahead;
@@ -716,12 +718,13 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, can
     return false;
 }
 
-static bool next_candidate(tn_channel_t *ch, int64_t now_mono, int64_t now_wall, cand_t *out)
+static bool next_candidate(tn_channel_t *ch, int64_t now_mono, int64_t now_wall, bool capped,
+                           cand_t *out)
 {
     uint32_t n = ch->topic->nparts;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = (ch->next_part + k) % n;
-        if (chpart_next(&ch->parts[i], now_mono, now_wall, out)) {
+        if (chpart_next(&ch->parts[i], now_mono, now_wall, capped, out)) {
             ch->next_part = i + 1;
             return true;
         }
@@ -893,8 +896,9 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
 }
 
 /* Candidates go to consumers in rotation. A pinned consumer takes only
- * from its partition; once an unpinned one finds nothing, the others are
- * not asked again in this pass. */
+ * from its partition; once an unpinned one finds nothing, the others of
+ * its kind (pulling or not: the caps differ) are not asked again in this
+ * pass. */
 void tn__channel_pump(tn_channel_t *ch)
 {
     tn_broker_t *b = ch->topic->broker;
@@ -902,11 +906,11 @@ void tn__channel_pump(tn_channel_t *ch)
         return;
     int64_t now_mono = tn_now_mono_ms();
     int64_t now_wall = tn_now_wall_ms();
-    bool drained = false;
+    bool drained[2] = {false, false}; /* [pull] */
     uint32_t idle = 0;
     tn_consumer_t *c = ch->consumers;
     while (c != NULL && idle < ch->nconsumers) {
-        if (!has_credit(c) || (!c->pinned && drained)) {
+        if (!has_credit(c) || (!c->pinned && drained[c->pull])) {
             c = c->next;
             idle++;
             continue;
@@ -917,10 +921,10 @@ void tn__channel_pump(tn_channel_t *ch)
         }
         cand_t k;
         bool got = c->pinned ? c->pin < ch->topic->nparts &&
-                                   chpart_next(&ch->parts[c->pin], now_mono, now_wall, &k)
-                             : next_candidate(ch, now_mono, now_wall, &k);
+                                   chpart_next(&ch->parts[c->pin], now_mono, now_wall, c->pull, &k)
+                             : next_candidate(ch, now_mono, now_wall, c->pull, &k);
         if (!got) {
-            drained = drained || !c->pinned;
+            drained[c->pull] = drained[c->pull] || !c->pinned;
             c = c->next;
             idle++;
             continue;

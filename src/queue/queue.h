@@ -180,9 +180,11 @@ struct tn_topic_s {
     bool deleted;
     bool is_dlq;    /* its name ends in .DLQ: never dead-letters itself */
     int64_t ttl_ms; /* ttl_discard topics: messages expire; 0: reliable */
-    /* Per channel partition, 0: no cap: leases at once; offsets settled
-     * ahead of the frontier (at the cap only the frontier goes out, and a
-     * receipt-handle ack past it is refused). */
+    /* Caps of the native API's consumes (pulling consumers and receipt
+     * handle acks; NSQ consumers have RDY), per channel partition, 0: no
+     * cap: leases at once; offsets settled ahead of the frontier (at the
+     * cap only the frontier goes out to pullers, and tn_consumer_ack past
+     * it is refused). */
     uint32_t max_inflight_part;
     uint32_t max_acked_ahead;
     uint64_t ttl_discards;

@@ -832,8 +832,18 @@ static void test_topic_caps(void **state)
     ch->topic->max_acked_ahead = 3;
     for (int i = 0; i < 6; i++)
         publish(q, "t", "m", 0);
+    sink_t nsq; /* not pulling: the caps are not for it */
+    attach(&nsq, channel(q, "t", "n"), 100, 60000);
+    expect_n(q, &nsq, 6);
+    tn_consumer_detach(&nsq.c);
     sink_t s;
-    attach(&s, ch, 100, 60000);
+    memset(&s, 0, sizeof(s));
+    s.c.deliver = on_deliver;
+    s.c.data = &s;
+    s.c.timeout_ms = 60000;
+    s.c.pull = true;
+    tn_consumer_attach(&s.c, ch);
+    tn_consumer_credit(&s.c, 100);
     expect_n(q, &s, 3);
     run_for(q, 30);
     assert_int_equal(s.n, 3); /* capped at 3 in flight */
