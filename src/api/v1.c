@@ -4,6 +4,7 @@
 #include "api/v1.h"
 
 #include "core/alloc.h"
+#include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -935,6 +936,170 @@ static void on_produce(tn_http_request_t *r, void *arg)
     }
 }
 
+/* --- consume and settle -------------------------------------------------------- */
+
+#define EPHEMERAL_SUFFIX "#ephemeral"
+
+/* The `channel` query parameter ("default" when absent) into out; false
+ * after answering 400. */
+static bool query_channel(tn_http_request_t *r, char out[TN_NAME_MAX + 1])
+{
+    int rc = tn_http_query(r->head.query, "channel", out, TN_NAME_MAX + 1);
+    if (rc == 0) {
+        snprintf(out, TN_NAME_MAX + 1, "default");
+        return true;
+    }
+    size_t n = rc == 1 ? strlen(out) : 0;
+    size_t k = sizeof(EPHEMERAL_SUFFIX) - 1;
+    if (n >= k && strcmp(out + n - k, EPHEMERAL_SUFFIX) == 0) {
+        error(r, 400,
+              "invalid argument: ephemeral channels live only while a connected consumer holds "
+              "them (NSQ TCP or the live feed)",
+              NULL);
+        return false;
+    }
+    if (rc != 1 || !tn_name_valid(out, n)) {
+        error(r, 400, "invalid argument: channel must match [A-Za-z0-9._-]{1,255}", NULL);
+        return false;
+    }
+    return true;
+}
+
+/* `wait`: a Go-style duration (negative means 0), clamped to the most
+ * allowed. false after answering 400. */
+static bool query_wait(tn_v1_t *v, tn_http_request_t *r, int64_t *out)
+{
+    char buf[64];
+    int rc = tn_http_query(r->head.query, "wait", buf, sizeof(buf));
+    *out = 0;
+    if (rc == 0 || (rc == 1 && buf[0] == '\0'))
+        return true;
+    int64_t ns = 0;
+    const char *d = buf[0] == '-' ? buf + 1 : buf;
+    if (rc != 1 || tn_parse_duration_ns(d, &ns) != 0) {
+        error(r, 400, "invalid argument: wait must be a duration such as 500ms or 5s", NULL);
+        return false;
+    }
+    if (buf[0] != '-')
+        *out = TN_MIN(ns / 1000000, v->o.max_consume_wait_ms);
+    return true;
+}
+
+static void on_consume(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    if (e == NULL)
+        return;
+    if (v->o.security && !can_do(v, r, TN_GRANT_CONSUME, topic)) {
+        error(r, 403, "no consume grant for this topic", NULL);
+        return;
+    }
+    tn_consume_args_t a;
+    memset(&a, 0, sizeof(a));
+    snprintf(a.topic, sizeof(a.topic), "%s", topic);
+    if (!query_channel(r, a.channel) || !query_wait(v, r, &a.wait_ms))
+        return;
+    int64_t part = 0;
+    int64_t offset = 0;
+    int64_t max = 0;
+    int qp = query_int(r, "partition", &part);
+    int qo = query_int(r, "offset", &offset);
+    int qm = query_int(r, "max", &max);
+    if (qp < 0 || (qp == 1 && part >= (int64_t)e->rec.partitions)) {
+        error(r, 400, "invalid argument: partition out of range", NULL);
+        return;
+    }
+    if (qo < 0) {
+        error(r, 400, "invalid argument: offset must be a non-negative integer", NULL);
+        return;
+    }
+    if (qo == 1 && qp != 1) {
+        error(r, 400, "partition required for replay-mode consume", NULL);
+        return;
+    }
+    if (qm != 0) {
+        if (qm < 0 || max < 1 || max > TN_CONSUME_BATCH_MAX) {
+            error(r, 400, "invalid argument: max must be 1..100", NULL);
+            return;
+        }
+        if (tn_http_header(&r->head, "x-tern-client") == NULL &&
+            tn_http_header(&r->head, "x-narad-client") == NULL) {
+            error(r, 400, "a batch consume (max) needs an X-Tern-Client header", NULL);
+            return;
+        }
+        if (qo == 1) {
+            error(r, 400, "invalid argument: max does not combine with offset (replay reads one)",
+                  NULL);
+            return;
+        }
+    }
+    a.partitions = e->rec.partitions;
+    a.visibility_ms = e->rec.visibility_timeout_ms;
+    a.max_inflight = (uint32_t)TN_MIN(e->rec.max_inflight, (int64_t)UINT32_MAX);
+    a.max_acked_ahead = (uint32_t)TN_MIN(e->rec.max_acked_ahead, (int64_t)UINT32_MAX);
+    a.ttl_ms = e->rec.delivery_mode == TN_DELIVERY_TTL_DISCARD ? e->rec.ttl_ms : 0;
+    a.pinned = qp == 1;
+    a.partition = (uint32_t)part;
+    a.replay = qo == 1;
+    a.offset = (uint64_t)offset;
+    a.max = (uint32_t)max;
+    a.ident = v->o.security ? r->principal : "";
+    tn_consume_start(v->consume, r, &a);
+}
+
+static void on_ack(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!guard_write(r))
+        return;
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    if (e == NULL)
+        return;
+    if (v->o.security && !can_do(v, r, TN_GRANT_CONSUME, topic)) {
+        error(r, 403, "no consume grant for this topic", NULL);
+        return;
+    }
+    char handle[96];
+    int rc = tn_http_query(r->head.query, "receipt_handle", handle, sizeof(handle));
+    if (rc == 0 || (rc == 1 && handle[0] == '\0')) {
+        error(r, 400, "receipt_handle required", NULL);
+        return;
+    }
+    uint32_t p, nonce;
+    uint64_t off;
+    if (rc != 1 || tn_receipt_parse(handle, strlen(handle), &p, &off, &nonce) != 0) {
+        error(r, 400, "receipt handle is malformed", NULL);
+        return;
+    }
+    char ext[16];
+    rc = tn_http_query(r->head.query, "extend", ext, sizeof(ext));
+    tn_settle_t how;
+    if (rc == 0 || (rc == 1 && (ext[0] == '\0' || strcmp(ext, "false") == 0))) {
+        how = TN_SETTLE_ACK;
+    } else if (rc == 1 && (strcmp(ext, "true") == 0 || strcmp(ext, "1") == 0)) {
+        how = TN_SETTLE_EXTEND;
+    } else if (rc == 1 && strcmp(ext, "0") == 0) {
+        how = TN_SETTLE_NACK;
+    } else {
+        error(r, 400, "invalid argument: extend must be true, false, 1 or 0", NULL);
+        return;
+    }
+    char channel[TN_NAME_MAX + 1];
+    if (!query_channel(r, channel))
+        return;
+    rc = tn_consume_settle(v->consume, topic, channel, p, off, nonce, how,
+                           e->rec.visibility_timeout_ms);
+    if (rc == 0)
+        tn_http_respond(r, 204, NULL, NULL, NULL, 0);
+    else if (rc == UV_ENOBUFS)
+        error(r, 503, "acked-ahead set is full; head of queue may be stuck", "Retry-After: 1\r\n");
+    else
+        error(r, 410, "receipt handle no longer matches an active reservation", NULL);
+}
+
 /* --- lifetime ------------------------------------------------------------------ */
 
 int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, const tn_v1_opts_t *o)
@@ -945,7 +1110,9 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, con
     v->o = *o;
     tn_authn_opts_t ao;
     tn_authn_opts_default(&ao);
-    return tn_authn_new(loop, &ao, lookup, v, &v->authn);
+    tn_consume_opts_t co = {o->max_consumes_per_user};
+    int rc = tn_consume_new(loop, b, &co, &v->consume);
+    return rc != 0 ? rc : tn_authn_new(loop, &ao, lookup, v, &v->authn);
 }
 
 int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
@@ -962,12 +1129,16 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     rc = rc ? rc
             : tn_http_route(srv, "POST", "/v1/topics/{topic}/produce", v->o.max_msg_size,
                             "request body too large", on_produce, v);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics/{topic}/consume", 0, NULL, on_consume, v);
+    rc = rc ? rc : tn_http_route(srv, "POST", "/v1/topics/{topic}/ack", 0, NULL, on_ack, v);
     return rc;
 }
 
 void tn_v1_close(tn_v1_t *v)
 {
     v->closing = true;
+    tn_consume_close(v->consume);
+    v->consume = NULL;
     if (v->authn != NULL)
         tn_authn_close(v->authn, NULL, NULL);
     v->authn = NULL;

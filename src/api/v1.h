@@ -32,6 +32,7 @@
 
 #include "core/platform.h"
 
+#include "api/consume.h"
 #include "auth/authn.h"
 #include "meta/meta.h"
 #include "proto/http/server.h"
@@ -42,12 +43,15 @@ typedef struct {
     uint32_t max_partitions;      /* 108 */
     int64_t default_retention_ms; /* 7 days */
     uint64_t max_msg_size;        /* the message size limit, inclusive */
+    int64_t max_consume_wait_ms;  /* 10 s */
+    uint32_t max_consumes_per_user;
 } tn_v1_opts_t;
 
 typedef struct {
     tn_meta_t *meta;
     tn_broker_t *broker;
     tn_authn_t *authn;
+    tn_consume_t *consume;
     tn_v1_opts_t o;
     bool closing;
 } tn_v1_t;

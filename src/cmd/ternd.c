@@ -345,8 +345,12 @@ int main(int argc, char **argv)
                 d.api.http_port = tn_http_server_port(d.http);
                 rc = tn_nsq_http_register(d.http, &d.api);
             }
-            tn_v1_opts_t vo = {cfg.security_enabled, (uint32_t)cfg.max_partitions,
-                               cfg.retention_ns / 1000000, (uint64_t)cfg.max_msg_size};
+            tn_v1_opts_t vo = {cfg.security_enabled,
+                               (uint32_t)cfg.max_partitions,
+                               cfg.retention_ns / 1000000,
+                               (uint64_t)cfg.max_msg_size,
+                               cfg.http_max_consume_wait_ns / 1000000,
+                               (uint32_t)cfg.http_max_consumes_per_user};
             if (rc == 0 && (rc = tn_v1_init(&d.v1, &loop, d.meta, d.broker, &vo)) == 0)
                 rc = tn_v1_register(d.http, &d.v1);
             if (rc == 0 && !cfg.security_enabled)

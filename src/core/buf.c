@@ -136,19 +136,73 @@ int tn_msg_new_batch(uint32_t n, const tn_iov_t *bodies, tn_msg_t **out)
 
 int tn_buf_json_escape(tn_buf_t *b, const char *s)
 {
+    return tn_buf_json_escape_n(b, s, strlen(s));
+}
+
+int tn_buf_json_escape_n(tn_buf_t *b, const char *s, size_t len)
+{
     int rc = 0;
-    for (; *s != '\0' && rc == 0; s++) {
-        unsigned char ch = (unsigned char)*s;
+    size_t run = 0; /* bytes copied as they are, pending */
+    for (size_t i = 0; i < len && rc == 0; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch != '"' && ch != '\\' && ch >= 0x20) {
+            run++;
+            continue;
+        }
+        rc = tn_buf_append(b, s + i - run, run);
+        run = 0;
+        if (rc != 0)
+            break;
         if (ch == '"' || ch == '\\') {
             char e[2] = {'\\', (char)ch};
             rc = tn_buf_append(b, e, 2);
-        } else if (ch < 0x20) {
+        } else {
             char e[8];
             snprintf(e, sizeof(e), "\\u%04x", ch);
             rc = tn_buf_append(b, e, 6);
-        } else {
-            rc = tn_buf_append(b, s, 1);
         }
     }
+    if (rc == 0 && run > 0)
+        rc = tn_buf_append(b, s + len - run, run);
     return rc;
+}
+
+bool tn_utf8_valid(const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = p[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) {
+            n = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (len - i <= n)
+            return false;
+        for (size_t k = 1; k <= n; k++) {
+            if ((p[i + k] & 0xC0) != 0x80)
+                return false;
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        /* Overlong forms, surrogates and code points past U+10FFFF. */
+        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += n + 1;
+    }
+    return true;
 }

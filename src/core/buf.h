@@ -58,6 +58,11 @@ static inline size_t tn_buf_size(const tn_buf_t *b)
 }
 /* Append s (NUL-terminated) escaped for the inside of a JSON string. */
 int tn_buf_json_escape(tn_buf_t *b, const char *s);
+/* The same for len bytes that may hold NUL (as \u0000). */
+int tn_buf_json_escape_n(tn_buf_t *b, const char *s, size_t len);
+/* Whether len bytes are well-formed UTF-8 (no overlong forms, surrogates
+ * or code points past U+10FFFF). */
+bool tn_utf8_valid(const void *data, size_t len);
 /* Drop n bytes from the front (n <= size); compacts lazily. */
 void tn_buf_consume(tn_buf_t *b, size_t n);
 void tn_buf_reset(tn_buf_t *b);

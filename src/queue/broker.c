@@ -192,6 +192,7 @@ static void fetch_done(uv_work_t *w, int status)
         TN_LOG_RL(TN_LOG_ERROR, 10000, "reading %s/%" PRIu32 " at offset %" PRIu64 ": %s", t->name,
                   p->index, f->from + f->n, tn_strerror(f->err));
     p->fetch = NULL;
+    tn__waiters_fire(&p->fetch_waiters, b->closing || t->deleted ? TN_ECLOSED : f->err);
     if (p->close_after_fetch != NULL)
         tn__part_close_deferred(p);
     t->busy--;
@@ -224,6 +225,37 @@ void tn__part_fetch(tn_part_t *p, uint64_t from)
     p->fetch = f;
     p->topic->busy++;
     b->workers++;
+}
+
+int tn_part_record(tn_topic_t *t, uint32_t p, uint64_t offset, tn_waiter_t *w,
+                   const tn_centry_t **out)
+{
+    if (p >= t->nparts)
+        return UV_EINVAL;
+    tn_part_t *part = &t->parts[p];
+    uint64_t end = TN_MIN(tn_plog_visible_next(part->plog), part->appended_next);
+    if (offset >= end)
+        return TN_ENOTFOUND;
+    tn_plog_stats_t st;
+    tn_plog_stats(part->plog, &st);
+    if (offset < st.first_offset)
+        return UV_ERANGE;
+    tn_centry_t *e = tn__cache_get(part, offset);
+    if (e != NULL) {
+        *out = e;
+        return e->body != NULL ? 0 : TN_EGAP;
+    }
+    tn__part_fetch(part, offset);
+    if (w != NULL) {
+        w->next = part->fetch_waiters;
+        part->fetch_waiters = w;
+    }
+    if (part->fetch == NULL) {
+        /* It could not start (out of memory): try again soon. */
+        part->fetch_waiters = w != NULL ? w->next : part->fetch_waiters;
+        return UV_ENOMEM;
+    }
+    return UV_EAGAIN;
 }
 
 /* --- topics registry ------------------------------------------------------- */

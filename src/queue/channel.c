@@ -937,6 +937,11 @@ void tn__channel_pump(tn_channel_t *ch)
     }
 }
 
+void tn_channel_pump_now(tn_channel_t *ch)
+{
+    tn__channel_pump(ch);
+}
+
 /* --- timeouts --------------------------------------------------------------- */
 
 static void lease_end(tn_chpart_t *cp, tn_lease_t *l)

@@ -151,10 +151,11 @@ struct tn_part_s {
     uint64_t ring_bytes;
     tn_part_t *hot_prev; /* broker's list of partitions with a non-empty ring */
     tn_part_t *hot_next;
-    tn_u64map_t cache;       /* cold: offset -> tn_centry_t */
-    tn_fetch_t *fetch;       /* the read in progress, or NULL */
-    void *close_after_fetch; /* topic deletion waiting for that read */
-    uint64_t first_offset;   /* lowest offset kept, as of the last GC */
+    tn_u64map_t cache;          /* cold: offset -> tn_centry_t */
+    tn_fetch_t *fetch;          /* the read in progress, or NULL */
+    tn_waiter_t *fetch_waiters; /* replay reads waiting for it */
+    void *close_after_fetch;    /* topic deletion waiting for that read */
+    uint64_t first_offset;      /* lowest offset kept, as of the last GC */
     /* Every offset below this is on disk or has had its append completion
      * run here (so its body is in the tail cache): delivery scans stop
      * there, so a record made visible a moment before its completion is
@@ -415,6 +416,9 @@ void tn_consumer_attach(tn_consumer_t *c, tn_channel_t *ch);
 /* Detach: its in-flight messages go back to the channel, due at once. An
  * ephemeral channel goes away with its last consumer. */
 void tn_consumer_detach(tn_consumer_t *c);
+/* Deliver what the channel's consumers may take now, rather than at the
+ * end of the loop turn (a long-poll about to give up looks once more). */
+void tn_channel_pump_now(tn_channel_t *ch);
 /* Set the credit (RDY) and deliver what it allows. */
 void tn_consumer_credit(tn_consumer_t *c, uint32_t credit);
 static inline size_t tn_consumer_inflight(const tn_consumer_t *c)
@@ -439,6 +443,18 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
 /* Renew its lease for timeout_ms from now. */
 int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                       uint32_t nonce, int64_t timeout_ms);
+
+/* The record at offset of partition p of a ready topic, for a replay
+ * read that leases nothing: from the tail cache, or read from disk into it
+ * first. 0 with *out (borrowed until control returns to the loop);
+ * TN_ENOTFOUND when offset is at or past what consumers may see;
+ * UV_ERANGE when it is below the oldest record kept; TN_EGAP when there is
+ * no record there (a hole recovery skipped); UV_EINVAL for no such
+ * partition; UV_EAGAIN when it is being read: w (when not NULL) is queued
+ * and its cb runs when the read ends (0 or the read's error), and the
+ * caller looks again. */
+int tn_part_record(tn_topic_t *t, uint32_t p, uint64_t offset, tn_waiter_t *w,
+                   const tn_centry_t **out);
 
 /* Stats of one channel. */
 typedef struct {

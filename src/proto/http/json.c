@@ -158,27 +158,143 @@ static const yajl_callbacks callbacks = {
     on_start_map, on_map_key, on_end_map, on_start_array, on_end_array,
 };
 
+/* Every event passes through here on its way to the caller's callbacks,
+ * to note where the top-level value ends: yajl takes a second value that
+ * starts but does not end (`"a" "`) for the end of its input, so what
+ * follows the first value must be whitespace. (A second complete value is
+ * yajl's own "trailing garbage", at its first token.) */
+typedef struct {
+    const yajl_callbacks *cb;
+    void *ctx;
+    yajl_handle h;
+    size_t depth;
+    size_t end;     /* where the top-level value ended; 0: not yet */
+    size_t len;     /* of the whole input */
+    bool finishing; /* in yajl_complete_parse: a number ends with the input */
+} wrap_t;
+
+static void ended(wrap_t *w)
+{
+    if (w->depth == 0)
+        w->end = w->finishing ? w->len : yajl_get_bytes_consumed(w->h);
+}
+
+static int value(wrap_t *w)
+{
+    ended(w);
+    return 1;
+}
+
+#define FORWARD(w, fn, ...) ((w)->cb != NULL && (w)->cb->fn != NULL ? (w)->cb->fn(__VA_ARGS__) : 1)
+
+static int w_null(void *c)
+{
+    wrap_t *w = c;
+    return value(w) && FORWARD(w, yajl_null, w->ctx);
+}
+
+static int w_bool(void *c, int b)
+{
+    wrap_t *w = c;
+    return value(w) && FORWARD(w, yajl_boolean, w->ctx, b);
+}
+
+static int w_int(void *c, long long i)
+{
+    wrap_t *w = c;
+    return value(w) && FORWARD(w, yajl_integer, w->ctx, i);
+}
+
+static int w_double(void *c, double d)
+{
+    wrap_t *w = c;
+    return value(w) && FORWARD(w, yajl_double, w->ctx, d);
+}
+
+static int w_number(void *c, const char *s, size_t n)
+{
+    wrap_t *w = c;
+    return value(w) && FORWARD(w, yajl_number, w->ctx, s, n);
+}
+
+static int w_string(void *c, const unsigned char *s, size_t n)
+{
+    wrap_t *w = c;
+    return value(w) && FORWARD(w, yajl_string, w->ctx, s, n);
+}
+
+static int w_start_map(void *c)
+{
+    wrap_t *w = c;
+    if (++w->depth > TN_JSON_MAX_DEPTH)
+        return 0;
+    return FORWARD(w, yajl_start_map, w->ctx);
+}
+
+static int w_map_key(void *c, const unsigned char *k, size_t n)
+{
+    wrap_t *w = c;
+    return FORWARD(w, yajl_map_key, w->ctx, k, n);
+}
+
+static int w_end_map(void *c)
+{
+    wrap_t *w = c;
+    w->depth--;
+    ended(w);
+    return FORWARD(w, yajl_end_map, w->ctx);
+}
+
+static int w_start_array(void *c)
+{
+    wrap_t *w = c;
+    if (++w->depth > TN_JSON_MAX_DEPTH)
+        return 0;
+    return FORWARD(w, yajl_start_array, w->ctx);
+}
+
+static int w_end_array(void *c)
+{
+    wrap_t *w = c;
+    w->depth--;
+    ended(w);
+    return FORWARD(w, yajl_end_array, w->ctx);
+}
+
 int tn_json_events(const char *body, size_t len, const yajl_callbacks *cb, void *ctx,
                    bool validate_utf8, bool *ok)
 {
+    wrap_t w = {cb, ctx, NULL, 0, 0, len, false};
+    yajl_callbacks wcb = {w_null,      w_bool,    NULL,      NULL,          NULL,       w_string,
+                          w_start_map, w_map_key, w_end_map, w_start_array, w_end_array};
+    if (cb == NULL || cb->yajl_number != NULL) {
+        wcb.yajl_number = w_number;
+    } else {
+        wcb.yajl_integer = w_int;
+        wcb.yajl_double = w_double;
+    }
     tn_arena_t arena = {NULL, 0, ARENA_FIXED + 8 * len};
     arena.base = tn_malloc(arena.cap);
     if (arena.base == NULL)
         return UV_ENOMEM;
     yajl_alloc_funcs af = {tn_arena_malloc, tn_arena_realloc, tn_arena_free, &arena};
-    yajl_handle h = yajl_alloc(cb, &af, ctx);
+    yajl_handle h = yajl_alloc(&wcb, &af, &w);
     if (h == NULL) {
         tn_free(arena.base);
         return UV_ENOMEM;
     }
+    w.h = h;
     if (!validate_utf8)
         yajl_config(h, yajl_dont_validate_strings, 1);
     yajl_status st = yajl_parse(h, (const unsigned char *)body, len);
+    w.finishing = true;
     if (st == yajl_status_ok)
         st = yajl_complete_parse(h);
     yajl_free(h);
     tn_free(arena.base);
-    *ok = st == yajl_status_ok;
+    *ok = st == yajl_status_ok && w.end > 0 && w.depth == 0;
+    for (size_t i = w.end; *ok && i < len; i++)
+        *ok = body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r';
     return 0;
 }
 

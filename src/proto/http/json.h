@@ -27,16 +27,18 @@ typedef struct {
 
 #define TN_JSON_MAX_FIELDS 32
 #define TN_JSON_MAX_BODY   (1024 * 1024)
+#define TN_JSON_MAX_DEPTH  512 /* deeper nesting is refused (yajl's stack stays small) */
 
 /* Decode body into out. present[i] tells whether fields[i] was given.
  * 0, UV_EINVAL (err has the reason) or UV_ENOMEM. */
 int tn_json_object(const char *body, size_t len, const tn_jfield_t *fields, size_t nfields,
                    void *out, bool *present, char *err, size_t errlen);
 
-/* Run yajl's callback parser over body with ctx, in an arena sized from
- * len (callers must bound nesting so yajl's stack stays small). 0 with
- * *ok telling whether yajl accepted the whole body, or UV_ENOMEM.
- * validate_utf8 false accepts strings that are not UTF-8. */
+/* Run yajl's callback parser over body with ctx (cb may be NULL: only
+ * check), in an arena sized from len. 0 with *ok telling whether the body
+ * is exactly one JSON value (whitespace around it allowed, nesting at most
+ * TN_JSON_MAX_DEPTH), or UV_ENOMEM. validate_utf8 false accepts strings
+ * that are not UTF-8. */
 int tn_json_events(const char *body, size_t len, const yajl_callbacks *cb, void *ctx,
                    bool validate_utf8, bool *ok);
 

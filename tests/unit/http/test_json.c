@@ -76,6 +76,46 @@ static void test_refusals(void **state)
     refused("{\"name\":\"x\"", "not well-formed");
     refused("{\"partitions\":99999999999999999999}", "not well-formed");
     refused("{name:1}", "not well-formed");
+    /* A second value that starts but never ends, which yajl alone would
+     * take for the end of the input. */
+    refused("{\"name\":\"x\"} \"", "not well-formed");
+    refused("{\"name\":\"x\"}\"abc", "not well-formed");
+}
+
+static bool valid(const char *s)
+{
+    bool ok = false;
+    assert_int_equal(tn_json_events(s, strlen(s), NULL, NULL, true, &ok), 0);
+    return ok;
+}
+
+static void test_validation(void **state)
+{
+    (void)state;
+    assert_true(valid("{\"a\":[1,2,{\"b\":null}]}"));
+    assert_true(valid(" 123 "));
+    assert_true(valid("\"\""));
+    assert_true(valid("123456789012345678901234567890")); /* no integer range for validation */
+    assert_false(valid("\"\"\""));
+    assert_false(valid("\"\" \"x"));
+    assert_false(valid("1 2"));
+    assert_false(valid("{} {}"));
+    assert_false(valid("[1,"));
+    assert_false(valid(""));
+    assert_false(valid("   "));
+    char deep[2 * TN_JSON_MAX_DEPTH + 8];
+    size_t n = 0;
+    for (int i = 0; i < TN_JSON_MAX_DEPTH; i++)
+        deep[n++] = '[';
+    for (int i = 0; i < TN_JSON_MAX_DEPTH; i++)
+        deep[n++] = ']';
+    deep[n] = '\0';
+    assert_true(valid(deep));
+    memmove(deep + 1, deep, n + 1);
+    deep[0] = '[';
+    deep[n + 1] = ']';
+    deep[n + 2] = '\0';
+    assert_false(valid(deep));
 }
 
 int main(void)
@@ -83,6 +123,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fields),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_validation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,756 @@
+/* Consumes of the native API. See consume.h. */
+#include "core/platform.h"
+
+#include "api/consume.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
+#include "proto/http/json.h"
+
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define JSON            "application/json; charset=utf-8"
+#define SWEEP_MS        1000
+#define FETCH_GRACE_MS  1000
+#define JSON_PAYLOAD_MAX (4u << 20) /* larger payloads are not parsed to tell JSON */
+
+typedef struct lane_s lane_t;
+typedef struct poll_s poll_t;
+typedef struct ident_s ident_t;
+
+/* A consume request from its start to its answer. */
+struct poll_s {
+    tn_consume_t *cs;
+    tn_http_request_t *r; /* NULL once answered or the client left */
+    tn_consume_args_t a;
+    char ident[72];
+    uint32_t charge; /* counted against its identity */
+    tn_waiter_t wait;
+    bool waiting; /* on an engine waiter: freed when it fires */
+    bool held;    /* looked at by expire: freed there */
+    bool done;    /* answered (or abandoned) and unlinked */
+    lane_t *lane; /* parked: in lane's queue */
+    poll_t *prev;
+    poll_t *next;
+    tn_heap_node_t deadline; /* key: monotonic ms */
+    int64_t started_ms;
+    uint32_t want; /* messages it may still take */
+    uint32_t got;
+    tn_buf_t out; /* batch: the messages so far, comma separated */
+};
+
+/* One pulling consumer of the engine and the requests parked on it. */
+struct lane_s {
+    tn_consumer_t c;
+    tn_consume_t *cs;
+    char topic[TN_NAME_MAX + 1];
+    char channel[TN_NAME_MAX + 1];
+    poll_t *head;
+    poll_t *tail;
+    uint32_t want; /* sum over its polls: the consumer's credit */
+    lane_t *next;
+};
+
+struct ident_s {
+    char name[72];
+    uint32_t count;
+    ident_t *next;
+};
+
+struct tn_consume_s {
+    uv_loop_t *loop;
+    tn_broker_t *broker;
+    tn_consume_opts_t o;
+    lane_t *lanes;
+    ident_t *idents;
+    tn_heap_t deadlines;
+    uv_timer_t timer;
+    int64_t timer_at;
+    int64_t next_sweep;
+    uint32_t waiting; /* polls on engine waiters */
+    bool closing;
+    bool timer_closed;
+};
+
+static void arm(tn_consume_t *cs);
+
+/* --- rendering ------------------------------------------------------------- */
+
+static void appendf(tn_buf_t *b, const char *fmt, ...) TN_PRINTF(2, 3);
+static void appendf(tn_buf_t *b, const char *fmt, ...)
+{
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        tn_buf_append(b, line, (size_t)TN_MIN((size_t)n, sizeof(line) - 1));
+}
+
+static bool json_valid(const char *data, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r'))
+        i++;
+    if (i == len || len > JSON_PAYLOAD_MAX || strchr("{[\"-0123456789tfn", data[i]) == NULL)
+        return false;
+    bool ok = false;
+    return tn_json_events(data, len, NULL, NULL, true, &ok) == 0 && ok;
+}
+
+static void base64(tn_buf_t *b, const void *data, size_t len)
+{
+    size_t n = 4 * ((len + 2) / 3);
+    if (tn_buf_reserve(b, n + 1) != 0)
+        return;
+    EVP_EncodeBlock((unsigned char *)b->base + b->len, data, (int)len);
+    b->len += n;
+}
+
+/* "name":<bytes> as JSON if they are JSON (payloads only), else a string
+ * if UTF-8, else base64 with "<name>_encoding":"base64". */
+static void bytes_field(tn_buf_t *b, const char *name, const char *data, size_t len, bool as_json)
+{
+    appendf(b, ",\"%s\":", name);
+    if (as_json && json_valid(data, len)) {
+        tn_buf_append(b, data, len);
+    } else if (tn_utf8_valid(data, len)) {
+        tn_buf_append(b, "\"", 1);
+        tn_buf_json_escape_n(b, data, len);
+        tn_buf_append(b, "\"", 1);
+    } else {
+        tn_buf_append(b, "\"", 1);
+        base64(b, data, len);
+        appendf(b, "\",\"%s_encoding\":\"base64\"", name);
+    }
+}
+
+void tn_consume_render(tn_buf_t *b, const char *topic, const tn_consume_item_t *m)
+{
+    tn_buf_append(b, "{\"topic\":\"", 10);
+    tn_buf_json_escape(b, topic);
+    appendf(b, "\",\"partition\":%" PRIu32 ",\"offset\":%" PRIu64, m->partition, m->offset);
+    if (m->key != NULL && m->key->len > 0)
+        bytes_field(b, "key", m->key->data, m->key->len, false);
+    bytes_field(b, "payload", m->body->data, m->body->len, true);
+    appendf(b, ",\"timestamp\":%" PRId64, m->publish_ns / 1000000000);
+    if (m->nonce != 0)
+        appendf(b, ",\"attempts\":%" PRIu32 ",\"receipt_handle\":\"%" PRIu32 ":%" PRIu64
+                   ":%" PRIu32 "\"",
+                m->attempts, m->partition, m->offset, m->nonce);
+    tn_buf_append(b, "}", 1);
+}
+
+
+/* --- identities ------------------------------------------------------------ */
+
+static ident_t *ident_find(tn_consume_t *cs, const char *name)
+{
+    for (ident_t *i = cs->idents; i != NULL; i = i->next)
+        if (strcmp(i->name, name) == 0)
+            return i;
+    return NULL;
+}
+
+/* Count n more consumes for name: false when that would pass the cap. */
+static bool ident_take(tn_consume_t *cs, const char *name, uint32_t n)
+{
+    if (cs->o.max_per_ident == 0 || name[0] == '\0')
+        return true;
+    ident_t *i = ident_find(cs, name);
+    uint32_t have = i != NULL ? i->count : 0;
+    if (have + n > cs->o.max_per_ident)
+        return false;
+    if (i == NULL) {
+        i = tn_calloc(1, sizeof(*i));
+        if (i == NULL)
+            return false;
+        snprintf(i->name, sizeof(i->name), "%s", name);
+        i->next = cs->idents;
+        cs->idents = i;
+    }
+    i->count += n;
+    return true;
+}
+
+static void ident_give(tn_consume_t *cs, const char *name, uint32_t n)
+{
+    ident_t **pp = &cs->idents;
+    for (; *pp != NULL; pp = &(*pp)->next) {
+        ident_t *i = *pp;
+        if (strcmp(i->name, name) != 0)
+            continue;
+        i->count -= TN_MIN(n, i->count);
+        if (i->count == 0) {
+            *pp = i->next;
+            tn_free(i);
+        }
+        return;
+    }
+}
+
+/* --- lanes ----------------------------------------------------------------- */
+
+static void lane_credit(lane_t *l)
+{
+    tn_consumer_credit(&l->c, l->want);
+}
+
+static void lane_free(lane_t *l)
+{
+    tn_consume_t *cs = l->cs;
+    for (lane_t **pp = &cs->lanes; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == l) {
+            *pp = l->next;
+            break;
+        }
+    }
+    tn_consumer_detach(&l->c);
+    tn_free(l);
+}
+
+/* Take p out of its lane, the deadlines and its identity's count. */
+static void poll_unlink(poll_t *p)
+{
+    tn_consume_t *cs = p->cs;
+    p->done = true;
+    if (p->charge > 0)
+        ident_give(cs, p->ident, p->charge);
+    p->charge = 0;
+    if (tn_heap_contains(&p->deadline))
+        tn_heap_remove(&cs->deadlines, &p->deadline);
+    lane_t *l = p->lane;
+    p->lane = NULL;
+    if (l != NULL) {
+        if (p->prev != NULL)
+            p->prev->next = p->next;
+        else
+            l->head = p->next;
+        if (p->next != NULL)
+            p->next->prev = p->prev;
+        else
+            l->tail = p->prev;
+        l->want -= p->want;
+        p->want = 0;
+        lane_credit(l);
+    }
+}
+
+static void poll_free(poll_t *p)
+{
+    poll_unlink(p);
+    if (p->waiting || p->held)
+        return; /* freed by on_ready or expire */
+    tn_buf_fini(&p->out);
+    tn_free(p);
+}
+
+static void error(tn_http_request_t *r, int status, const char *msg)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"error\":\"", 10);
+    tn_buf_json_escape(&b, msg);
+    tn_buf_append(&b, "\"}\n", 3);
+    tn_http_respond(r, status, JSON, status == 503 || status == 429 ? "Retry-After: 1\r\n" : NULL,
+                    tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
+
+/* Answer p (if its client is still there) and free it. */
+static void finish(poll_t *p, int status, const char *msg)
+{
+    tn_http_request_t *r = p->r;
+    if (r != NULL) {
+        r->on_cancel = NULL;
+        p->r = NULL;
+        if (status == 200 && p->a.max > 0) {
+            tn_buf_t b;
+            tn_buf_init(&b);
+            tn_buf_append(&b, "{\"messages\":[", 13);
+            tn_buf_append(&b, tn_buf_data(&p->out), tn_buf_size(&p->out));
+            tn_buf_append(&b, "]}\n", 3);
+            tn_http_respond(r, 200, JSON, NULL, tn_buf_data(&b), tn_buf_size(&b));
+            tn_buf_fini(&b);
+        } else if (status == 200) {
+            tn_buf_append(&p->out, "\n", 1);
+            tn_http_respond(r, 200, JSON, NULL, tn_buf_data(&p->out), tn_buf_size(&p->out));
+        } else if (status == 204) {
+            tn_http_respond(r, 204, NULL, NULL, NULL, 0);
+        } else {
+            error(r, status, msg);
+        }
+    }
+    poll_free(p);
+}
+
+static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
+{
+    lane_t *l = c->data;
+    poll_t *p = l->head;
+    while (p != NULL && p->want == 0)
+        p = p->next;
+    if (p == NULL) {
+        /* Nobody asked (should not happen): it goes back at once. */
+        tn_consumer_req(c, d->partition, d->offset, true, d->nonce, 0);
+        return;
+    }
+    tn_consume_item_t m = {d->partition, d->offset,     d->nonce, d->attempts,
+                d->publish_ns, d->body, d->key};
+    if (p->got > 0)
+        tn_buf_append(&p->out, ",", 1);
+    tn_consume_render(&p->out, l->topic, &m);
+    p->got++;
+    p->want--;
+    l->want--;
+    if (p->a.max == 0 || p->want == 0) {
+        finish(p, 200, NULL);
+        return;
+    }
+    /* A batch: answered on the next loop turn, once the engine has handed
+     * out what is ready. */
+    tn_heap_update(&l->cs->deadlines, &p->deadline, 0);
+    arm(l->cs);
+}
+
+static void on_kick(tn_consumer_t *c)
+{
+    lane_t *l = c->data;
+    while (l->head != NULL) {
+        poll_t *p = l->head;
+        if (p->got > 0)
+            finish(p, 200, NULL);
+        else
+            finish(p, 404, "the topic or channel was deleted");
+    }
+    lane_free(l);
+}
+
+static void describe(tn_consumer_t *c, tn_buf_t *out)
+{
+    lane_t *l = c->data;
+    appendf(out,
+            "{\"client_id\":\"http\",\"hostname\":\"\",\"version\":\"V2\",\"remote_address\":"
+            "\"http\",\"state\":3,\"ready_count\":%" PRIu32 ",\"in_flight_count\":%zu,"
+            "\"message_count\":%" PRIu64 ",\"finish_count\":%" PRIu64 ",\"requeue_count\":%" PRIu64
+            ",\"user_agent\":\"tern-http-consume\"}",
+            l->want, tn_consumer_inflight(c), c->message_count, c->finish_count, c->requeue_count);
+}
+
+static lane_t *lane_find(tn_consume_t *cs, const char *topic, const char *channel, bool pinned,
+                         uint32_t pin)
+{
+    for (lane_t *l = cs->lanes; l != NULL; l = l->next) {
+        if (l->c.pinned == pinned && (!pinned || l->c.pin == pin) &&
+            strcmp(l->topic, topic) == 0 && strcmp(l->channel, channel) == 0)
+            return l;
+    }
+    return NULL;
+}
+
+static lane_t *lane_get(tn_consume_t *cs, tn_channel_t *ch, const tn_consume_args_t *a)
+{
+    lane_t *l = lane_find(cs, a->topic, a->channel, a->pinned, a->partition);
+    if (l != NULL && l->c.ch == ch)
+        return l;
+    if (l != NULL)
+        lane_free(l); /* of a channel since deleted and made again */
+    l = tn_calloc(1, sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    l->cs = cs;
+    snprintf(l->topic, sizeof(l->topic), "%s", a->topic);
+    snprintf(l->channel, sizeof(l->channel), "%s", a->channel);
+    l->c.deliver = on_deliver;
+    l->c.kick = on_kick;
+    l->c.describe = describe;
+    l->c.data = l;
+    l->c.pull = true;
+    l->c.pinned = a->pinned;
+    l->c.pin = a->partition;
+    l->c.timeout_ms = a->visibility_ms;
+    tn_consumer_attach(&l->c, ch);
+    l->next = cs->lanes;
+    cs->lanes = l;
+    return l;
+}
+
+static void sweep(tn_consume_t *cs)
+{
+    lane_t *l = cs->lanes;
+    while (l != NULL) {
+        lane_t *next = l->next;
+        if (l->head == NULL && tn_consumer_inflight(&l->c) == 0)
+            lane_free(l);
+        l = next;
+    }
+}
+
+/* --- parking ----------------------------------------------------------------- */
+
+static void on_timer(uv_timer_t *h);
+
+static void arm(tn_consume_t *cs)
+{
+    if (cs->closing)
+        return;
+    int64_t at = cs->lanes != NULL ? cs->next_sweep : INT64_MAX;
+    tn_heap_node_t *n = tn_heap_min(&cs->deadlines);
+    if (n != NULL && n->key < at)
+        at = n->key;
+    if (at == INT64_MAX) {
+        uv_timer_stop(&cs->timer);
+        cs->timer_at = INT64_MAX;
+        return;
+    }
+    if (at == cs->timer_at && uv_is_active((uv_handle_t *)&cs->timer))
+        return;
+    int64_t now = tn_now_mono_ms();
+    cs->timer_at = at;
+    uv_timer_start(&cs->timer, on_timer, at > now ? (uint64_t)(at - now) : 0, 0);
+}
+
+static bool fetching(const tn_channel_t *ch, const poll_t *p)
+{
+    for (uint32_t i = 0; i < ch->topic->nparts; i++) {
+        if ((!p->a.pinned || i == p->a.partition) && ch->parts[i].waiting_fetch)
+            return true;
+    }
+    return false;
+}
+
+/* A poll whose time came: a batch with messages is answered with them;
+ * otherwise the channel is looked at once more before 204. */
+static void expire(poll_t *p, int64_t now)
+{
+    if (p->got > 0) {
+        finish(p, 200, NULL);
+        return;
+    }
+    tn_channel_t *ch = p->lane->c.ch;
+    tn_heap_update(&p->cs->deadlines, &p->deadline, INT64_MAX);
+    p->held = true;
+    tn_channel_pump_now(ch); /* may answer p */
+    p->held = false;
+    if (p->done) {
+        poll_free(p);
+        return;
+    }
+    if (p->got > 0) {
+        finish(p, 200, NULL);
+    } else if (fetching(ch, p) && now - p->started_ms < p->a.wait_ms + FETCH_GRACE_MS) {
+        tn_heap_update(&p->cs->deadlines, &p->deadline, now + 10);
+    } else {
+        finish(p, 204, NULL);
+    }
+}
+
+static void on_timer(uv_timer_t *h)
+{
+    tn_consume_t *cs = h->data;
+    int64_t now = tn_now_mono_ms();
+    cs->timer_at = INT64_MAX;
+    for (;;) {
+        tn_heap_node_t *n = tn_heap_min(&cs->deadlines);
+        if (n == NULL || n->key > now)
+            break;
+        expire(TN_CONTAINER_OF(n, poll_t, deadline), now);
+    }
+    if (now >= cs->next_sweep) {
+        cs->next_sweep = now + SWEEP_MS;
+        sweep(cs);
+    }
+    arm(cs);
+}
+
+static void on_cancel(tn_http_request_t *r)
+{
+    poll_t *p = r->data;
+    p->r = NULL;
+    poll_free(p);
+}
+
+/* The channel is ready: join the lane and wait. */
+static void park(poll_t *p, tn_channel_t *ch)
+{
+    tn_consume_t *cs = p->cs;
+    tn_topic_t *t = ch->topic;
+    t->max_inflight_part = p->a.max_inflight;
+    t->max_acked_ahead = p->a.max_acked_ahead;
+    if (p->a.ttl_ms > 0)
+        t->ttl_ms = p->a.ttl_ms;
+    lane_t *l = lane_get(cs, ch, &p->a);
+    int64_t now = tn_now_mono_ms();
+    if (l == NULL || tn_heap_insert(&cs->deadlines, &p->deadline, now + p->a.wait_ms) != 0) {
+        finish(p, 503, "out of memory");
+        return;
+    }
+    l->c.timeout_ms = p->a.visibility_ms;
+    p->lane = l;
+    p->prev = l->tail;
+    if (l->tail != NULL)
+        l->tail->next = p;
+    else
+        l->head = p;
+    l->tail = p;
+    l->want += p->want;
+    if (cs->lanes != NULL && cs->next_sweep == 0)
+        cs->next_sweep = now + SWEEP_MS;
+    lane_credit(l);
+    arm(cs);
+}
+
+static void acquire(poll_t *p);
+
+static void maybe_free(tn_consume_t *cs);
+
+static void on_ready(tn_waiter_t *w, int status)
+{
+    poll_t *p = w->data;
+    tn_consume_t *cs = p->cs;
+    p->waiting = false;
+    cs->waiting--;
+    if (p->r == NULL || cs->closing) {
+        finish(p, 503, "shutting down");
+        if (cs->closing)
+            maybe_free(cs);
+        return;
+    }
+    if (status != 0) {
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "topic %s channel %s: %s", p->a.topic, p->a.channel,
+                  tn_strerror(status));
+        finish(p, 500, "consume failed");
+        return;
+    }
+    acquire(p);
+}
+
+static void wait_on(poll_t *p)
+{
+    p->waiting = true;
+    p->cs->waiting++;
+}
+
+/* --- replay ----------------------------------------------------------------- */
+
+static void replay(poll_t *p, tn_topic_t *t)
+{
+    const tn_centry_t *e = NULL;
+    int rc = tn_part_record(t, p->a.partition, p->a.offset, &p->wait, &e);
+    if (rc == UV_EAGAIN) {
+        wait_on(p);
+        return;
+    }
+    if (rc == TN_ENOTFOUND) {
+        finish(p, 204, NULL);
+    } else if (rc == UV_ERANGE || rc == TN_EGAP) {
+        char msg[160];
+        tn_plog_stats_t st;
+        tn_plog_stats(t->parts[p->a.partition].plog, &st);
+        if (rc == UV_ERANGE)
+            snprintf(msg, sizeof(msg),
+                     "offset aged out of retention (oldest retained: %" PRIu64 ")",
+                     st.first_offset);
+        else
+            snprintf(msg, sizeof(msg), "offset %" PRIu64 " holds no readable record",
+                     p->a.offset);
+        finish(p, 410, msg);
+    } else if (rc != 0) {
+        finish(p, 500, "consume failed");
+    } else {
+        tn_consume_item_t m = {p->a.partition, e->offset, 0, 0, e->publish_ns, e->body, e->key};
+        tn_consume_render(&p->out, p->a.topic, &m);
+        p->got = 1;
+        finish(p, 200, NULL);
+    }
+}
+
+/* Find (or make) the topic and channel; p waits on the engine when they
+ * are being made. */
+static void acquire(poll_t *p)
+{
+    tn_consume_t *cs = p->cs;
+    p->wait.cb = on_ready;
+    p->wait.data = p;
+    tn_topic_t *t = NULL;
+    const tn_consume_args_t *a = &p->a;
+    int rc = tn_broker_topic(cs->broker, a->topic, strlen(a->topic), true, a->partitions,
+                             &p->wait, &t);
+    if (rc == UV_EAGAIN) {
+        wait_on(p);
+        return;
+    }
+    if (rc == 0 && ((a->pinned || a->replay) && a->partition >= t->nparts)) {
+        finish(p, 400, "invalid argument: partition out of range");
+        return;
+    }
+    if (rc == 0 && a->replay) {
+        replay(p, t);
+        return;
+    }
+    tn_channel_t *ch = NULL;
+    if (rc == 0) {
+        rc = tn_topic_channel(t, a->channel, strlen(a->channel), true, &p->wait, &ch);
+        if (rc == UV_EAGAIN) {
+            wait_on(p);
+            return;
+        }
+    }
+    if (rc == UV_EBUSY || rc == TN_ENOTFOUND) {
+        finish(p, 404, "topic not found");
+        return;
+    }
+    if (rc != 0) {
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "topic %s channel %s: %s", a->topic, a->channel,
+                  tn_strerror(rc));
+        finish(p, 500, "consume failed");
+        return;
+    }
+    park(p, ch);
+}
+
+void tn_consume_start(tn_consume_t *cs, tn_http_request_t *r, const tn_consume_args_t *a)
+{
+    if (cs->closing) {
+        error(r, 503, "shutting down");
+        return;
+    }
+    uint32_t charge = a->replay ? 1 : TN_MAX(a->max, 1u);
+    if (cs->o.max_per_ident > 0)
+        charge = TN_MIN(charge, cs->o.max_per_ident);
+    if (!ident_take(cs, a->ident, charge)) {
+        error(r, 429, "too many concurrent consumes for this user");
+        return;
+    }
+    poll_t *p = tn_calloc(1, sizeof(*p));
+    if (p == NULL) {
+        ident_give(cs, a->ident, charge);
+        error(r, 503, "out of memory");
+        return;
+    }
+    p->cs = cs;
+    p->r = r;
+    p->a = *a;
+    snprintf(p->ident, sizeof(p->ident), "%s", a->ident);
+    p->a.ident = p->ident;
+    p->charge = cs->o.max_per_ident > 0 && a->ident[0] != '\0' ? charge : 0;
+    p->want = TN_MAX(a->max, 1u);
+    p->started_ms = tn_now_mono_ms();
+    tn_heap_node_init(&p->deadline);
+    tn_buf_init(&p->out);
+    r->data = p;
+    r->on_cancel = on_cancel;
+    acquire(p);
+}
+
+/* --- settling ----------------------------------------------------------------- */
+
+int tn_consume_settle(tn_consume_t *cs, const char *topic, const char *channel, uint32_t partition,
+                      uint64_t offset, uint32_t nonce, tn_settle_t how, int64_t visibility_ms)
+{
+    for (lane_t *l = cs->lanes; l != NULL; l = l->next) {
+        if ((l->c.pinned && l->c.pin != partition) || strcmp(l->topic, topic) != 0 ||
+            strcmp(l->channel, channel) != 0)
+            continue;
+        int rc;
+        if (how == TN_SETTLE_ACK)
+            rc = tn_consumer_ack(&l->c, partition, offset, nonce);
+        else if (how == TN_SETTLE_EXTEND)
+            rc = tn_consumer_touch(&l->c, partition, offset, true, nonce, visibility_ms);
+        else
+            rc = tn_consumer_req(&l->c, partition, offset, true, nonce, 0);
+        if (rc == 0 || rc == UV_ENOBUFS)
+            return rc;
+    }
+    return TN_ENOTFOUND;
+}
+
+int tn_receipt_parse(const char *s, size_t len, uint32_t *partition, uint64_t *offset,
+                     uint32_t *nonce)
+{
+    uint64_t v[3] = {0, 0, 0};
+    size_t field = 0;
+    size_t digits = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (c == ':') {
+            if (digits == 0 || ++field > 2)
+                return UV_EINVAL;
+            digits = 0;
+            continue;
+        }
+        if (c < '0' || c > '9' || ++digits > 20)
+            return UV_EINVAL;
+        uint64_t d = (uint64_t)(c - '0');
+        if (v[field] > (UINT64_MAX - d) / 10)
+            return UV_EINVAL;
+        v[field] = v[field] * 10 + d;
+    }
+    if (field != 2 || digits == 0 || v[0] > UINT32_MAX || v[1] > INT64_MAX || v[2] == 0 ||
+        v[2] > UINT32_MAX)
+        return UV_EINVAL;
+    *partition = (uint32_t)v[0];
+    *offset = v[1];
+    *nonce = (uint32_t)v[2];
+    return 0;
+}
+
+/* --- lifetime ----------------------------------------------------------------- */
+
+int tn_consume_new(uv_loop_t *loop, tn_broker_t *b, const tn_consume_opts_t *o, tn_consume_t **out)
+{
+    tn_consume_t *cs = tn_calloc(1, sizeof(*cs));
+    if (cs == NULL)
+        return UV_ENOMEM;
+    cs->loop = loop;
+    cs->broker = b;
+    cs->o = *o;
+    cs->timer_at = INT64_MAX;
+    tn_heap_init(&cs->deadlines);
+    uv_timer_init(loop, &cs->timer);
+    cs->timer.data = cs;
+    *out = cs;
+    return 0;
+}
+
+static void maybe_free(tn_consume_t *cs)
+{
+    if (!cs->timer_closed || cs->waiting > 0)
+        return;
+    tn_heap_fini(&cs->deadlines);
+    tn_free(cs);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    tn_consume_t *cs = h->data;
+    cs->timer_closed = true;
+    maybe_free(cs);
+}
+
+void tn_consume_close(tn_consume_t *cs)
+{
+    if (cs == NULL || cs->closing)
+        return;
+    cs->closing = true;
+    while (cs->lanes != NULL) {
+        lane_t *l = cs->lanes;
+        while (l->head != NULL)
+            finish(l->head, 503, "shutting down");
+        lane_free(l);
+    }
+    while (cs->idents != NULL) {
+        ident_t *i = cs->idents;
+        cs->idents = i->next;
+        tn_free(i);
+    }
+    uv_close((uv_handle_t *)&cs->timer, on_timer_closed);
+}

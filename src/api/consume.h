@@ -1,0 +1,103 @@
+/* Consumes of the native API (long polls, batches, replay reads) and
+ * settling by receipt handle.
+ *
+ * DESIGN: a queue consume.
+ *   1. v1.c authenticates, authorizes and validates the request, and hands
+ *      it here with its topic's settings.
+ *   2. The channel (`default` unless named) is found in the queue engine,
+ *      or created as an NSQ SUB would create it: the first channel of a
+ *      topic gets the retained backlog, later ones the bootstrap window.
+ *   3. The request joins a lane: one pulling consumer of the engine per
+ *      (topic, channel, pinned partition or any). The lane owns the leases
+ *      of the messages it hands out, so a lease outlives the request that
+ *      took it and a receipt handle works from any connection. A lane asks
+ *      the engine for as many messages as its parked requests want; each
+ *      message goes to the oldest of them.
+ *   4. A single consume is answered with its message. A batch is answered
+ *      once the messages that were ready went out (on the next loop turn),
+ *      or when full. A request that nothing reached within its wait is
+ *      answered 204 (one still waiting for a disk read the engine started
+ *      for it gets up to a second more).
+ * A lane with no parked request and no lease is detached by a sweep every
+ * second. Deleting the channel or topic answers its parked requests 404.
+ *
+ * Receipt handles are `partition:offset:nonce`; settling one looks for the
+ * lease in the lanes of the (topic, channel): a lease that expired, was
+ * settled or went out again under a new nonce is stale (410).
+ *
+ * Threads: the loop thread. */
+#ifndef TN_API_CONSUME_H
+#define TN_API_CONSUME_H
+
+#include "core/platform.h"
+
+#include "core/name.h"
+#include "proto/http/server.h"
+#include "queue/queue.h"
+
+typedef struct tn_consume_s tn_consume_t;
+
+typedef struct {
+    uint32_t max_per_ident; /* concurrent consumes per user (a batch of N counts N); 0: none */
+} tn_consume_opts_t;
+
+#define TN_CONSUME_BATCH_MAX 100
+
+typedef struct {
+    char topic[TN_NAME_MAX + 1];
+    char channel[TN_NAME_MAX + 1];
+    uint32_t partitions; /* the topic record's (a missing engine topic is made so) */
+    int64_t visibility_ms;
+    uint32_t max_inflight; /* per partition; 0: none */
+    uint32_t max_acked_ahead;
+    int64_t ttl_ms;  /* ttl_discard topics; 0: reliable */
+    int64_t wait_ms; /* 0: answer with what is there now */
+    bool pinned;     /* only from partition */
+    uint32_t partition;
+    bool replay; /* read offset of partition: no lease, no handle */
+    uint64_t offset;
+    uint32_t max;      /* 0: a single consume; else a batch of up to max */
+    const char *ident; /* who asks, for the per-identity cap ("" none); borrowed */
+} tn_consume_args_t;
+
+int tn_consume_new(uv_loop_t *loop, tn_broker_t *b, const tn_consume_opts_t *o,
+                   tn_consume_t **out);
+/* Serve a consume: r is answered now or parked until it can be. */
+void tn_consume_start(tn_consume_t *cs, tn_http_request_t *r, const tn_consume_args_t *a);
+
+typedef enum { TN_SETTLE_ACK = 1, TN_SETTLE_EXTEND, TN_SETTLE_NACK } tn_settle_t;
+
+/* Settle the lease of a receipt handle on (topic, channel): ack, extend by
+ * visibility_ms, or nack (deliverable again at once). 0, TN_ENOTFOUND (no
+ * such live lease: stale) or UV_ENOBUFS (ack refused: the acked-ahead cap
+ * is reached and this is not the head of the partition). */
+int tn_consume_settle(tn_consume_t *cs, const char *topic, const char *channel, uint32_t partition,
+                      uint64_t offset, uint32_t nonce, tn_settle_t how, int64_t visibility_ms);
+
+/* Parse a receipt handle `partition:offset:nonce` (decimal, no signs,
+ * nonce >= 1). 0 or UV_EINVAL. */
+int tn_receipt_parse(const char *s, size_t len, uint32_t *partition, uint64_t *offset,
+                     uint32_t *nonce);
+
+/* One message as a consume answers it: {"topic", "partition", "offset",
+ * "key" (when there is one), "payload", "payload_encoding" (base64 only),
+ * "timestamp" (Unix seconds), and for a lease "attempts" and
+ * "receipt_handle"}. The payload goes in as it is when it is JSON (up to
+ * 4 MiB), else as a string when it is UTF-8, else in base64; the key as a
+ * string when it is UTF-8, else in base64 with "key_encoding". */
+typedef struct {
+    uint32_t partition;
+    uint64_t offset;
+    uint32_t nonce; /* 0: a replay read (no handle) */
+    uint32_t attempts;
+    int64_t publish_ns;
+    const tn_msg_t *body;
+    const tn_msg_t *key; /* NULL: none */
+} tn_consume_item_t;
+void tn_consume_render(tn_buf_t *b, const char *topic, const tn_consume_item_t *m);
+
+/* Answer every parked request 503 and detach every lane (before the
+ * engine closes); the registry frees itself afterwards. */
+void tn_consume_close(tn_consume_t *cs);
+
+#endif
