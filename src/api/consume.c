@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define JSON            "application/json; charset=utf-8"
-#define SWEEP_MS        1000
-#define FETCH_GRACE_MS  1000
+#define JSON             "application/json; charset=utf-8"
+#define SWEEP_MS         1000
+#define FETCH_GRACE_MS   1000
 #define JSON_PAYLOAD_MAX (4u << 20) /* larger payloads are not parsed to tell JSON */
 
 typedef struct lane_s lane_t;
@@ -143,12 +143,12 @@ void tn_consume_render(tn_buf_t *b, const char *topic, const tn_consume_item_t *
     bytes_field(b, "payload", m->body->data, m->body->len, true);
     appendf(b, ",\"timestamp\":%" PRId64, m->publish_ns / 1000000000);
     if (m->nonce != 0)
-        appendf(b, ",\"attempts\":%" PRIu32 ",\"receipt_handle\":\"%" PRIu32 ":%" PRIu64
-                   ":%" PRIu32 "\"",
+        appendf(b,
+                ",\"attempts\":%" PRIu32 ",\"receipt_handle\":\"%" PRIu32 ":%" PRIu64 ":%" PRIu32
+                "\"",
                 m->attempts, m->partition, m->offset, m->nonce);
     tn_buf_append(b, "}", 1);
 }
-
 
 /* --- identities ------------------------------------------------------------ */
 
@@ -303,8 +303,8 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
         tn_consumer_req(c, d->partition, d->offset, true, d->nonce, 0);
         return;
     }
-    tn_consume_item_t m = {d->partition, d->offset,     d->nonce, d->attempts,
-                d->publish_ns, d->body, d->key};
+    tn_consume_item_t m = {d->partition,  d->offset, d->nonce, d->attempts,
+                           d->publish_ns, d->body,   d->key};
     if (p->got > 0)
         tn_buf_append(&p->out, ",", 1);
     tn_consume_render(&p->out, l->topic, &m);
@@ -349,8 +349,8 @@ static lane_t *lane_find(tn_consume_t *cs, const char *topic, const char *channe
                          uint32_t pin)
 {
     for (lane_t *l = cs->lanes; l != NULL; l = l->next) {
-        if (l->c.pinned == pinned && (!pinned || l->c.pin == pin) &&
-            strcmp(l->topic, topic) == 0 && strcmp(l->channel, channel) == 0)
+        if (l->c.pinned == pinned && (!pinned || l->c.pin == pin) && strcmp(l->topic, topic) == 0 &&
+            strcmp(l->channel, channel) == 0)
             return l;
     }
     return NULL;
@@ -560,8 +560,7 @@ static void replay(poll_t *p, tn_topic_t *t)
                      "offset aged out of retention (oldest retained: %" PRIu64 ")",
                      st.first_offset);
         else
-            snprintf(msg, sizeof(msg), "offset %" PRIu64 " holds no readable record",
-                     p->a.offset);
+            snprintf(msg, sizeof(msg), "offset %" PRIu64 " holds no readable record", p->a.offset);
         finish(p, 410, msg);
     } else if (rc != 0) {
         finish(p, 500, "consume failed");
@@ -582,8 +581,8 @@ static void acquire(poll_t *p)
     p->wait.data = p;
     tn_topic_t *t = NULL;
     const tn_consume_args_t *a = &p->a;
-    int rc = tn_broker_topic(cs->broker, a->topic, strlen(a->topic), true, a->partitions,
-                             &p->wait, &t);
+    int rc =
+        tn_broker_topic(cs->broker, a->topic, strlen(a->topic), true, a->partitions, &p->wait, &t);
     if (rc == UV_EAGAIN) {
         wait_on(p);
         return;

@@ -60,8 +60,7 @@ typedef struct {
     const char *ident; /* who asks, for the per-identity cap ("" none); borrowed */
 } tn_consume_args_t;
 
-int tn_consume_new(uv_loop_t *loop, tn_broker_t *b, const tn_consume_opts_t *o,
-                   tn_consume_t **out);
+int tn_consume_new(uv_loop_t *loop, tn_broker_t *b, const tn_consume_opts_t *o, tn_consume_t **out);
 /* Serve a consume: r is answered now or parked until it can be. */
 void tn_consume_start(tn_consume_t *cs, tn_http_request_t *r, const tn_consume_args_t *a);
 

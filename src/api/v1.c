@@ -8,6 +8,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "api/batch.h"
 #include "proto/http/json.h"
 
 #include <inttypes.h>
@@ -936,6 +937,164 @@ static void on_produce(tn_http_request_t *r, void *arg)
     }
 }
 
+/* --- batch produce ------------------------------------------------------------ */
+
+/* One batch produce: a publish per partition it touches. */
+typedef struct {
+    tn_http_request_t *r; /* NULL once the client left */
+    uint32_t pending;     /* publishes not ended */
+    uint32_t count;       /* messages */
+    int status;           /* the first failure, or 0 */
+    uint32_t npubs;
+    tn_pub_t pubs[];
+} batch_op_t;
+
+static void batch_cancel(tn_http_request_t *r)
+{
+    batch_op_t *op = r->data;
+    op->r = NULL;
+}
+
+static void batch_end(batch_op_t *op)
+{
+    tn_http_request_t *r = op->r;
+    int status = op->status;
+    uint32_t count = op->count;
+    for (uint32_t i = 0; i < op->npubs; i++)
+        tn_pub_fini(&op->pubs[i]);
+    tn_free(op);
+    if (r == NULL)
+        return;
+    r->on_cancel = NULL;
+    if (status == 0) {
+        char body[64];
+        int n = snprintf(body, sizeof(body), "{\"accepted\":%" PRIu32 "}\n", count);
+        tn_http_respond(r, 202, JSON, NULL, body, (size_t)n);
+    } else if (status == TN_EDISKHIGH) {
+        error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
+    } else {
+        error(r, 500, "produce failed", NULL);
+    }
+}
+
+static void on_batch_published(tn_pub_t *p, int status)
+{
+    batch_op_t *op = p->data;
+    if (status != 0 && op->status == 0)
+        op->status = status;
+    if (--op->pending == 0)
+        batch_end(op);
+}
+
+static void on_produce_batch(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!guard_write(r))
+        return;
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    if (e == NULL)
+        return;
+    if (v->o.security && !can_do(v, r, TN_GRANT_PRODUCE, topic)) {
+        error(r, 403, "no produce grant for this topic", NULL);
+        return;
+    }
+    tn_batch_t b;
+    char err[192];
+    int rc = tn_batch_decode(tn_buf_data(&r->body), tn_buf_size(&r->body), TN_V1_BATCH_MAX,
+                             v->o.max_msg_size, MAX_KEY, &b, err, sizeof(err));
+    if (rc != 0) {
+        if (rc == UV_ENOMEM)
+            error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        else
+            error(r, 400, err, NULL);
+        return;
+    }
+    uint32_t nparts = e->rec.partitions;
+    uint32_t keyless = v->next_part++ % nparts; /* one partition for the messages without a key */
+    uint32_t *part = tn_calloc(b.n, sizeof(*part));
+    uint32_t *per = tn_calloc(nparts, sizeof(*per));
+    batch_op_t *op = NULL;
+    tn_iov_t *bodies = tn_calloc(b.n, sizeof(*bodies));
+    uint32_t used = 0;
+    rc = part == NULL || per == NULL || bodies == NULL ? UV_ENOMEM : 0;
+    for (uint32_t i = 0; rc == 0 && i < b.n; i++) {
+        const tn_batch_msg_t *m = &b.msgs[i];
+        if (m->partition >= (int64_t)nparts) {
+            snprintf(err, sizeof(err), "message %" PRIu32 ": partition out of range", i);
+            rc = UV_EINVAL;
+            break;
+        }
+        part[i] = m->partition >= 0 ? (uint32_t)m->partition
+                  : m->key_len > 0  ? key_hash(b.data.base + m->key_off, m->key_len) % nparts
+                                    : keyless;
+        used += per[part[i]]++ == 0;
+    }
+    if (rc == 0 && tn_store_disk_high(v->broker->store))
+        rc = TN_EDISKHIGH;
+    if (rc == 0) {
+        op = tn_calloc(1, sizeof(*op) + used * sizeof(tn_pub_t));
+        rc = op == NULL ? UV_ENOMEM : 0;
+    }
+    /* One publish per partition, its messages in batch order. */
+    for (uint32_t p = 0; rc == 0 && p < nparts; p++) {
+        if (per[p] == 0)
+            continue;
+        tn_pub_t *pub = &op->pubs[op->npubs];
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < b.n; i++) {
+            if (part[i] == p)
+                bodies[k++] = tn_iov(b.data.base + b.msgs[i].payload_off, b.msgs[i].payload_len);
+        }
+        rc = tn_pub_init(pub, per[p]);
+        if (rc == 0)
+            op->npubs++;
+        rc = rc ? rc : tn_pub_set_all(pub, bodies);
+        k = 0;
+        for (uint32_t i = 0; rc == 0 && i < b.n; i++) {
+            if (part[i] != p)
+                continue;
+            if (b.msgs[i].key_len > 0)
+                rc = tn_pub_set_key(pub, k, b.data.base + b.msgs[i].key_off, b.msgs[i].key_len);
+            k++;
+        }
+        pub->pinned = true;
+        pub->pin = p;
+        pub->data = op;
+    }
+    tn_free(part);
+    tn_free(per);
+    tn_free(bodies);
+    uint32_t count = b.n;
+    tn_batch_fini(&b);
+    if (rc != 0) {
+        if (op != NULL) {
+            for (uint32_t i = 0; i < op->npubs; i++)
+                tn_pub_fini(&op->pubs[i]);
+            tn_free(op);
+        }
+        if (rc == UV_EINVAL)
+            error(r, 400, err, NULL);
+        else if (rc == TN_EDISKHIGH)
+            error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
+        else
+            error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    op->r = r;
+    op->count = count;
+    op->pending = op->npubs + 1; /* held until every publish started */
+    r->data = op;
+    r->on_cancel = batch_cancel;
+    for (uint32_t i = 0; i < op->npubs; i++) {
+        int prc =
+            tn_broker_publish(v->broker, topic, strlen(topic), &op->pubs[i], 0, on_batch_published);
+        if (prc != 0)
+            on_batch_published(&op->pubs[i], prc);
+    }
+    on_batch_published(&op->pubs[0], 0);
+}
+
 /* --- consume and settle -------------------------------------------------------- */
 
 #define EPHEMERAL_SUFFIX "#ephemeral"
@@ -1049,6 +1208,25 @@ static void on_consume(tn_http_request_t *r, void *arg)
     tn_consume_start(v->consume, r, &a);
 }
 
+/* `extend`: absent, empty or false acks; true or 1 extends; 0 nacks.
+ * false after answering 400. */
+static bool query_extend(tn_http_request_t *r, tn_settle_t *how)
+{
+    char ext[16];
+    int rc = tn_http_query(r->head.query, "extend", ext, sizeof(ext));
+    if (rc == 0 || (rc == 1 && (ext[0] == '\0' || strcmp(ext, "false") == 0))) {
+        *how = TN_SETTLE_ACK;
+    } else if (rc == 1 && (strcmp(ext, "true") == 0 || strcmp(ext, "1") == 0)) {
+        *how = TN_SETTLE_EXTEND;
+    } else if (rc == 1 && strcmp(ext, "0") == 0) {
+        *how = TN_SETTLE_NACK;
+    } else {
+        error(r, 400, "invalid argument: extend must be true, false, 1 or 0", NULL);
+        return false;
+    }
+    return true;
+}
+
 static void on_ack(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
@@ -1074,21 +1252,9 @@ static void on_ack(tn_http_request_t *r, void *arg)
         error(r, 400, "receipt handle is malformed", NULL);
         return;
     }
-    char ext[16];
-    rc = tn_http_query(r->head.query, "extend", ext, sizeof(ext));
     tn_settle_t how;
-    if (rc == 0 || (rc == 1 && (ext[0] == '\0' || strcmp(ext, "false") == 0))) {
-        how = TN_SETTLE_ACK;
-    } else if (rc == 1 && (strcmp(ext, "true") == 0 || strcmp(ext, "1") == 0)) {
-        how = TN_SETTLE_EXTEND;
-    } else if (rc == 1 && strcmp(ext, "0") == 0) {
-        how = TN_SETTLE_NACK;
-    } else {
-        error(r, 400, "invalid argument: extend must be true, false, 1 or 0", NULL);
-        return;
-    }
     char channel[TN_NAME_MAX + 1];
-    if (!query_channel(r, channel))
+    if (!query_extend(r, &how) || !query_channel(r, channel))
         return;
     rc = tn_consume_settle(v->consume, topic, channel, p, off, nonce, how,
                            e->rec.visibility_timeout_ms);
@@ -1098,6 +1264,74 @@ static void on_ack(tn_http_request_t *r, void *arg)
         error(r, 503, "acked-ahead set is full; head of queue may be stuck", "Retry-After: 1\r\n");
     else
         error(r, 410, "receipt handle no longer matches an active reservation", NULL);
+}
+
+static void on_ack_batch(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!guard_write(r))
+        return;
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    if (e == NULL)
+        return;
+    if (v->o.security && !can_do(v, r, TN_GRANT_CONSUME, topic)) {
+        error(r, 403, "no consume grant for this topic", NULL);
+        return;
+    }
+    tn_settle_t how;
+    char channel[TN_NAME_MAX + 1];
+    if (!query_extend(r, &how) || !query_channel(r, channel))
+        return;
+    char(*handles)[TN_HANDLE_MAX] = tn_calloc(TN_CONSUME_BATCH_MAX, TN_HANDLE_MAX);
+    if (handles == NULL) {
+        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    uint32_t n = 0;
+    char err[160];
+    int rc = tn_batch_handles(tn_buf_data(&r->body), tn_buf_size(&r->body), TN_CONSUME_BATCH_MAX,
+                              handles, &n, err, sizeof(err));
+    if (rc != 0) {
+        tn_free(handles);
+        if (rc == UV_ENOMEM)
+            error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        else
+            error(r, 400, err, NULL);
+        return;
+    }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"results\":[", 12);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p, nonce;
+        uint64_t off;
+        int status;
+        const char *msg = NULL;
+        if (tn_receipt_parse(handles[i], strlen(handles[i]), &p, &off, &nonce) != 0) {
+            status = 400;
+            msg = "receipt handle is malformed";
+        } else {
+            rc = tn_consume_settle(v->consume, topic, channel, p, off, nonce, how,
+                                   e->rec.visibility_timeout_ms);
+            status = rc == 0 ? 204 : rc == UV_ENOBUFS ? 503 : 410;
+            msg = rc == 0            ? NULL
+                  : rc == UV_ENOBUFS ? "acked-ahead set is full; head of queue may be stuck"
+                                     : "receipt handle no longer matches an active reservation";
+        }
+        tn_buf_append(&b,
+                      i > 0 ? ",{\"receipt_handle\":" : "{\"receipt_handle\":", i > 0 ? 19 : 18);
+        json_str(&b, handles[i]);
+        appendf(&b, ",\"status\":%d", status);
+        if (msg != NULL) {
+            tn_buf_append(&b, ",\"error\":", 9);
+            json_str(&b, msg);
+        }
+        tn_buf_append(&b, "}", 1);
+    }
+    tn_buf_append(&b, "]}", 2);
+    tn_free(handles);
+    respond_buf(r, 200, &b);
 }
 
 /* --- lifetime ------------------------------------------------------------------ */
@@ -1131,6 +1365,12 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
                             "request body too large", on_produce, v);
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics/{topic}/consume", 0, NULL, on_consume, v);
     rc = rc ? rc : tn_http_route(srv, "POST", "/v1/topics/{topic}/ack", 0, NULL, on_ack, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/v1/topics/{topic}/produce/batch", TN_V1_BATCH_MAX_BODY,
+                            "request body too large", on_produce_batch, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/v1/topics/{topic}/ack/batch", TN_JSON_MAX_BODY,
+                            "request body too large", on_ack_batch, v);
     return rc;
 }
 

@@ -38,6 +38,9 @@
 #include "proto/http/server.h"
 #include "queue/queue.h"
 
+#define TN_V1_BATCH_MAX      1000               /* messages in a batch produce */
+#define TN_V1_BATCH_MAX_BODY (16 * 1024 * 1024) /* its body, decoded */
+
 typedef struct {
     bool security;
     uint32_t max_partitions;      /* 108 */
@@ -53,6 +56,7 @@ typedef struct {
     tn_authn_t *authn;
     tn_consume_t *consume;
     tn_v1_opts_t o;
+    uint32_t next_part; /* batch produces without keys take turns */
     bool closing;
 } tn_v1_t;
 

@@ -3,6 +3,8 @@
 
 #include "auth/passwd.h"
 
+#include "core/buf.h"
+
 #include <crypt.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -68,56 +70,6 @@ bool tn_username_valid(const char *s, size_t len)
     return true;
 }
 
-static int b64_value(unsigned char ch)
-{
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    if (ch == '+')
-        return 62;
-    if (ch == '/')
-        return 63;
-    return -1;
-}
-
-/* Strict standard base64 with padding; 0 or UV_EINVAL. */
-static int b64_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t *outlen)
-{
-    if (len == 0 || len % 4 != 0)
-        return UV_EINVAL;
-    size_t n = 0;
-    for (size_t i = 0; i < len; i += 4) {
-        int v[4];
-        int pad = 0;
-        for (int k = 0; k < 4; k++) {
-            unsigned char ch = (unsigned char)in[i + (size_t)k];
-            if (ch == '=' && i + 4 == len && k >= 2) {
-                v[k] = 0;
-                pad++;
-                continue;
-            }
-            if (pad > 0)
-                return UV_EINVAL; /* data after padding */
-            v[k] = b64_value(ch);
-            if (v[k] < 0)
-                return UV_EINVAL;
-        }
-        uint32_t w =
-            (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
-        unsigned char b[3] = {(unsigned char)(w >> 16), (unsigned char)(w >> 8), (unsigned char)w};
-        size_t take = (size_t)(3 - pad);
-        if (n + take > cap)
-            return UV_EINVAL;
-        memcpy(out + n, b, take);
-        n += take;
-    }
-    *outlen = n;
-    return 0;
-}
-
 int tn_basic_parse(const char *value, size_t len, char user[TN_USERNAME_MAX + 1],
                    char password[TN_PASSWORD_MAX + 1], size_t *password_len)
 {
@@ -135,7 +87,7 @@ int tn_basic_parse(const char *value, size_t len, char user[TN_USERNAME_MAX + 1]
         bl--;
     unsigned char raw[TN_USERNAME_MAX + 1 + TN_PASSWORD_MAX];
     size_t n = 0;
-    if (bl > 4 * ((sizeof(raw) + 2) / 3) || b64_decode(b, bl, raw, sizeof(raw), &n) != 0)
+    if (bl > 4 * ((sizeof(raw) + 2) / 3) || tn_base64_decode(b, bl, raw, sizeof(raw), &n) != 0)
         return UV_EINVAL;
     unsigned char *colon = memchr(raw, ':', n);
     if (colon == NULL)

@@ -206,3 +206,52 @@ bool tn_utf8_valid(const void *data, size_t len)
     }
     return true;
 }
+
+static int b64_value(unsigned char ch)
+{
+    if (ch >= 'A' && ch <= 'Z')
+        return ch - 'A';
+    if (ch >= 'a' && ch <= 'z')
+        return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0' + 52;
+    if (ch == '+')
+        return 62;
+    if (ch == '/')
+        return 63;
+    return -1;
+}
+
+int tn_base64_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t *outlen)
+{
+    if (len == 0 || len % 4 != 0)
+        return UV_EINVAL;
+    size_t n = 0;
+    for (size_t i = 0; i < len; i += 4) {
+        int v[4];
+        int pad = 0;
+        for (int k = 0; k < 4; k++) {
+            unsigned char ch = (unsigned char)in[i + (size_t)k];
+            if (ch == '=' && i + 4 == len && k >= 2) {
+                v[k] = 0;
+                pad++;
+                continue;
+            }
+            if (pad > 0)
+                return UV_EINVAL; /* data after padding */
+            v[k] = b64_value(ch);
+            if (v[k] < 0)
+                return UV_EINVAL;
+        }
+        uint32_t w =
+            (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+        unsigned char b[3] = {(unsigned char)(w >> 16), (unsigned char)(w >> 8), (unsigned char)w};
+        size_t take = (size_t)(3 - pad);
+        if (n + take > cap)
+            return UV_EINVAL;
+        memcpy(out + n, b, take);
+        n += take;
+    }
+    *outlen = n;
+    return 0;
+}

@@ -63,6 +63,10 @@ int tn_buf_json_escape_n(tn_buf_t *b, const char *s, size_t len);
 /* Whether len bytes are well-formed UTF-8 (no overlong forms, surrogates
  * or code points past U+10FFFF). */
 bool tn_utf8_valid(const void *data, size_t len);
+/* Strict standard base64 with padding (no whitespace, nothing after the
+ * padding, len a multiple of 4 and not 0) into out[cap]. 0 with *outlen,
+ * or UV_EINVAL (malformed, or out too small). */
+int tn_base64_decode(const char *in, size_t len, unsigned char *out, size_t cap, size_t *outlen);
 /* Drop n bytes from the front (n <= size); compacts lazily. */
 void tn_buf_consume(tn_buf_t *b, size_t n);
 void tn_buf_reset(tn_buf_t *b);

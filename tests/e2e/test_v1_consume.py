@@ -4,9 +4,11 @@ their wake-up on produce, payload rendering, receipt handles with ack,
 extend and nack (204, 410 stale, 503 at the acked-ahead cap), lease expiry
 redelivery, batch consume, replay reads, pinned partitions, named
 channels, the per-identity cap, NSQ and /v1 sharing one channel both ways,
-a deleted topic answering its parked consumes, and settled state kept
-across a restart."""
+a deleted topic answering its parked consumes, settled state kept across
+a restart, and batch produce and batch ack (limits, all-or-nothing,
+compressed bodies, per-handle results)."""
 import base64
+import gzip
 import json
 import os
 import threading
@@ -22,7 +24,7 @@ from test_v1 import PASSWORD, Base
 API = {"X-Tern-Client": "tests"}
 
 
-class Consume(Base):
+class Helpers(Base):
     def create(self, **fields):
         name = f"c{uuid.uuid4().hex[:10]}"
         body = dict({"name": name, "partitions": 1}, **fields)
@@ -47,6 +49,9 @@ class Consume(Base):
             ("admin", PASSWORD), API)
         return status, json.loads(data) if data else None
 
+
+
+class Consume(Helpers):
     def test_consume_renders_and_acks(self):
         t = self.create()
         self.produce(t, b'{"order": 7, "items": [1, 2]}', "?key=cust-1")
@@ -265,6 +270,120 @@ class Consume(Base):
         self.assertEqual(self.admin("DELETE", f"/v1/topics/{t}")[0], 204)
         th.join(15)
         self.assertEqual(out["r"][0], 404)
+
+
+class Batches(Helpers):
+    def batch(self, topic, items, headers=None, raw=None):
+        body = raw if raw is not None else json.dumps(items).encode()
+        status, _, data = self.request("POST", f"/v1/topics/{topic}/produce/batch", body,
+                                       ("admin", PASSWORD), dict(API, **(headers or {})))
+        return status, json.loads(data) if data else None
+
+    def drain(self, topic, n):
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < n and time.monotonic() < deadline:
+            status, body = self.consume(topic, "?max=100&wait=2s", API)
+            if status == 200:
+                got += body["messages"]
+        return got
+
+    def test_batch_produce_shapes(self):
+        t = self.create(partitions=3)
+        items = [{"payload": {"order": 1, "lines": [{"sku": "a"}, 2, None, True]}, "key": "c1"},
+                 {"payload": "text"},
+                 {"payload": base64.b64encode(b"\x00\xffbin").decode(),
+                  "payload_encoding": "base64"},
+                 {"payload_encoding": "base64", "payload": "aGk="},
+                 {"payload": 42, "partition": 2}]
+        self.assertEqual(self.batch(t, items), (202, {"accepted": 5}))
+        got = {json.dumps(m["payload"]): m for m in self.drain(t, 5)}
+        self.assertEqual(len(got), 5)
+        self.assertEqual(got[json.dumps({"order": 1, "lines": [{"sku": "a"}, 2, None, True]})]
+                         ["key"], "c1")
+        self.assertIn('"text"', got)
+        self.assertIn('"hi"', got)
+        self.assertEqual(got["42"]["partition"], 2)
+        [binary] = [m for m in got.values() if m.get("payload_encoding") == "base64"]
+        self.assertEqual(base64.b64decode(binary["payload"]), b"\x00\xffbin")
+        # Keyed messages of a batch land with the single produce's key hash.
+        self.produce(t, b"single", "?key=c1")
+        _, one = self.consume(t, "?wait=2s")
+        self.assertEqual(one["partition"], got[json.dumps(
+            {"order": 1, "lines": [{"sku": "a"}, 2, None, True]})]["partition"])
+
+    def test_batch_limits_and_refusals(self):
+        t = self.create()
+        status, body = self.batch(t, [{"payload": "m%d" % i} for i in range(1000)])
+        self.assertEqual((status, body), (202, {"accepted": 1000}))
+        status, body = self.batch(t, [{"payload": "m%d" % i} for i in range(1001)])
+        self.assertEqual((status, body["error"]), (400, "a batch holds at most 1000 messages"))
+        # A megabyte of [0,0,...] stops at its first element.
+        zeros = b"[" + b"0," * (512 * 1024) + b"0]"
+        status, body = self.batch(t, None, raw=zeros)
+        self.assertEqual((status, body["error"]), (400, "message 0 must be an object"))
+        for items, why in (([], "at least one"), ([{"key": "x"}], "payload required"),
+                           ([{"payload": ""}], "empty payload"),
+                           ([{"payload": "x", "partition": 1}], "partition out of range"),
+                           ([{"payload": "x", "partition": -1}], "partition must be"),
+                           ([{"payload": "x", "extra": 1}], 'unknown field "extra"'),
+                           ([{"payload": {"a": 1}, "payload_encoding": "base64"}], "base64"),
+                           ([{"payload": "x", "payload_encoding": "hex"}], "payload_encoding"),
+                           ([{"payload": "x"}, {"payload": "y", "key": 5}], "message 1: key"),
+                           ({"payload": "x"}, "JSON array")):
+            status, body = self.batch(t, items)
+            self.assertEqual(status, 400, items)
+            self.assertIn(why, body["error"], items)
+        status, body = self.batch(t, None, raw=b'[{"payload":"x","payload":"y"}]')
+        self.assertEqual((status, body["error"]), (400, 'message 0: duplicate field "payload"'))
+        status, body = self.batch(t, None, raw=b'[{"payload":"x"}] [')
+        self.assertEqual(status, 400)
+        # Each message at most the message size limit, inclusive.
+        big = "m" * (1024 * 1024)
+        self.assertEqual(self.batch(t, [{"payload": big}])[0], 202)
+        self.assertEqual(self.batch(t, [{"payload": big + "m"}])[0], 400)
+        # Refused batches published nothing: 1000 + 1 big one are there.
+        _, rec = self.admin("GET", f"/v1/topics/{t}")
+        self.assertEqual(rec["partition_stats"][0]["next_offset"], 1001)
+        # gzip bodies, up to 16 MiB decoded.
+        packed = gzip.compress(json.dumps([{"payload": "z%d" % i} for i in range(10)]).encode())
+        self.assertEqual(self.batch(t, None, {"Content-Encoding": "gzip"}, raw=packed),
+                         (202, {"accepted": 10}))
+        bomb = gzip.compress(b"[" + b" " * (17 * 1024 * 1024) + b"]")
+        status, _ = self.batch(t, None, {"Content-Encoding": "gzip"}, raw=bomb)
+        self.assertEqual(status, 413)
+        # The guard and the grant checks apply.
+        status, _, _ = self.request("POST", f"/v1/topics/{t}/produce/batch", b"[]",
+                                    ("admin", PASSWORD))
+        self.assertEqual(status, 415)
+        self.assertEqual(self.batch("nosuch" + t, [{"payload": "x"}])[0], 404)
+
+    def test_batch_ack(self):
+        t = self.create()
+        self.batch(t, [{"payload": "a%d" % i} for i in range(3)])
+        msgs = self.drain(t, 3)
+        handles = [m["receipt_handle"] for m in msgs]
+        body = json.dumps([handles[0], "junk", handles[1], handles[0]]).encode()
+        status, _, data = self.request("POST", f"/v1/topics/{t}/ack/batch", body,
+                                       ("admin", PASSWORD), API)
+        self.assertEqual(status, 200)
+        results = json.loads(data)["results"]
+        self.assertEqual([r["status"] for r in results], [204, 400, 204, 410])
+        self.assertEqual([r["receipt_handle"] for r in results],
+                         [handles[0], "junk", handles[1], handles[0]])
+        self.assertEqual(results[1]["error"], "receipt handle is malformed")
+        # Extend and nack apply to the whole batch.
+        status, _, data = self.request("POST", f"/v1/topics/{t}/ack/batch?extend=0",
+                                       json.dumps([handles[2]]).encode(), ("admin", PASSWORD), API)
+        self.assertEqual(json.loads(data)["results"][0]["status"], 204)
+        status, m = self.consume(t, "?wait=2s")
+        self.assertEqual((status, m["attempts"]), (200, 2))
+        for body, why in ((b"[]", "at least one"), (b"[1]", "receipt handle strings"),
+                          (json.dumps(["0:0:1"] * 101).encode(), "at most 100")):
+            status, _, data = self.request("POST", f"/v1/topics/{t}/ack/batch", body,
+                                           ("admin", PASSWORD), API)
+            self.assertEqual(status, 400)
+            self.assertIn(why, json.loads(data)["error"])
 
 
 class IdentityCap(Base):

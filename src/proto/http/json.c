@@ -14,8 +14,8 @@
 
 /* yajl does not check its own allocations, so it must never see one
  * fail: each parse gets an arena allocated up front and sized so that
- * yajl cannot exhaust it (nesting is refused at depth 2, which bounds its
- * state stack; its string buffer doubles up to twice the longest string,
+ * yajl cannot exhaust it (nesting is refused past TN_JSON_MAX_DEPTH, which
+ * bounds its state stack; its string buffer doubles up to twice the longest string,
  * each doubling a fresh block here, so 8 x the body plus a fixed part
  * covers the worst case). */
 #define ARENA_FIXED (16 * 1024)
