@@ -13,8 +13,7 @@
 #include <uv.h>
 
 enum { F_NONE = -1, F_PAYLOAD, F_ENCODING, F_KEY, F_PARTITION, F_COUNT };
-static const char *const field_names[F_COUNT] = {"payload", "payload_encoding", "key",
-                                                 "partition"};
+static const char *const field_names[F_COUNT] = {"payload", "payload_encoding", "key", "partition"};
 
 typedef struct {
     tn_batch_t *b;
@@ -26,9 +25,9 @@ typedef struct {
     bool seen[F_COUNT];
     bool base64;
     bool string_payload;
-    tn_buf_t raw;     /* a non-string payload being written out as JSON */
+    tn_buf_t raw;                      /* a non-string payload being written out as JSON */
     bool comma[TN_JSON_MAX_DEPTH + 2]; /* raw: a value was written at this depth */
-    bool after_key;   /* raw: a key was just written */
+    bool after_key;                    /* raw: a key was just written */
     char err[160];
     bool oom;
 } ctx_t;
@@ -137,8 +136,7 @@ static int scalar(ctx_t *x, const char *text, size_t tlen, const unsigned char *
         return payload_done(x, text, tlen, false);
     case F_ENCODING:
         if (!is_string || slen != 6 || memcmp(s, "base64", 6) != 0)
-            return fail(x, "message %" PRIu32 ": payload_encoding must be \"base64\"",
-                        index_of(x));
+            return fail(x, "message %" PRIu32 ": payload_encoding must be \"base64\"", index_of(x));
         x->base64 = true;
         return 1;
     case F_KEY:
@@ -335,8 +333,7 @@ int tn_batch_decode(const char *body, size_t len, uint32_t max_msgs, uint64_t ma
     if (rc == 0 && x->oom)
         rc = UV_ENOMEM;
     if (rc == 0 && (x->err[0] != '\0' || !ok)) {
-        snprintf(err, errlen, "%s",
-                 x->err[0] != '\0' ? x->err : "invalid json: not well-formed");
+        snprintf(err, errlen, "%s", x->err[0] != '\0' ? x->err : "invalid json: not well-formed");
         rc = UV_EINVAL;
     }
     if (rc == 0 && out->n == 0) {
@@ -432,8 +429,8 @@ static int h_end_array(void *c)
 }
 
 static const yajl_callbacks handle_callbacks = {
-    h_other, h_bool,  NULL,    NULL,          h_number,    h_string,
-    h_other, h_key,   h_other, h_start_array, h_end_array,
+    h_other, h_bool, NULL,    NULL,          h_number,    h_string,
+    h_other, h_key,  h_other, h_start_array, h_end_array,
 };
 
 int tn_batch_handles(const char *body, size_t len, uint32_t max, char (*handles)[TN_HANDLE_MAX],

@@ -30,7 +30,7 @@ typedef struct {
     size_t payload_off; /* into the batch's data */
     size_t payload_len;
     size_t key_off;
-    size_t key_len; /* 0: no key */
+    size_t key_len;    /* 0: no key */
     int64_t partition; /* -1: none given */
 } tn_batch_msg_t;
 

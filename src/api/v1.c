@@ -3,6 +3,8 @@
 
 #include "api/v1.h"
 
+#include "api/v1_internal.h"
+
 #include "core/alloc.h"
 #include "core/config.h"
 #include "core/err.h"
@@ -24,7 +26,7 @@
 #define LIST_MAX     1000
 #define WS_PREFIX    "/v1/ws/"
 
-static void error(tn_http_request_t *r, int status, const char *msg, const char *headers)
+void tn__v1_error(tn_http_request_t *r, int status, const char *msg, const char *headers)
 {
     tn_buf_t b;
     tn_buf_init(&b);
@@ -35,8 +37,7 @@ static void error(tn_http_request_t *r, int status, const char *msg, const char 
     tn_buf_fini(&b);
 }
 
-static void appendf(tn_buf_t *b, const char *fmt, ...) TN_PRINTF(2, 3);
-static void appendf(tn_buf_t *b, const char *fmt, ...)
+void tn__v1_appendf(tn_buf_t *b, const char *fmt, ...)
 {
     char line[512];
     va_list ap;
@@ -47,11 +48,18 @@ static void appendf(tn_buf_t *b, const char *fmt, ...)
         tn_buf_append(b, line, (size_t)TN_MIN((size_t)n, sizeof(line) - 1));
 }
 
-static void json_str(tn_buf_t *b, const char *s)
+void tn__v1_json_str(tn_buf_t *b, const char *s)
 {
     tn_buf_append(b, "\"", 1);
     tn_buf_json_escape(b, s);
     tn_buf_append(b, "\"", 1);
+}
+
+void tn__v1_respond_buf(tn_http_request_t *r, int status, tn_buf_t *b)
+{
+    tn_buf_append(b, "\n", 1);
+    tn_http_respond(r, status, JSON, NULL, tn_buf_data(b), tn_buf_size(b));
+    tn_buf_fini(b);
 }
 
 /* --- authentication ------------------------------------------------------------ */
@@ -73,7 +81,7 @@ static const char *lookup(void *arg, const char *user, uint64_t *version)
 
 static void unauthorized(tn_http_request_t *r)
 {
-    error(r, 401, "authentication required", "WWW-Authenticate: Basic realm=\"tern\"\r\n");
+    tn__v1_error(r, 401, "authentication required", "WWW-Authenticate: Basic realm=\"tern\"\r\n");
 }
 
 static void on_checked(tn_authn_req_t *req, tn_authn_result_t result)
@@ -89,7 +97,7 @@ static void on_checked(tn_authn_req_t *req, tn_authn_result_t result)
     }
     tn_free(a);
     if (result == TN_AUTHN_THROTTLED)
-        error(r, 429, "too many failed authentication attempts", "Retry-After: 12\r\n");
+        tn__v1_error(r, 429, "too many failed authentication attempts", "Retry-After: 12\r\n");
     else
         unauthorized(r);
 }
@@ -115,7 +123,7 @@ static void guard(tn_http_request_t *r, void *arg)
     size_t plen = 0;
     authing_t *a = tn_calloc(1, sizeof(*a));
     if (a == NULL) {
-        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
     if (h == NULL || tn_basic_parse(h->base, h->len, a->user, password, &plen) != 0) {
@@ -141,16 +149,16 @@ bool tn_v1_pattern_match(const char *pattern, const char *name)
     return strcmp(pattern, name) == 0;
 }
 
-static const tn_meta_user_t *caller(tn_v1_t *v, const tn_http_request_t *r)
+const tn_meta_user_t *tn__v1_caller(tn_v1_t *v, const tn_http_request_t *r)
 {
     return tn_meta_user_find(tn_meta_state(v->meta), r->principal);
 }
 
-static bool is_admin(tn_v1_t *v, const tn_http_request_t *r)
+bool tn__v1_is_admin(tn_v1_t *v, const tn_http_request_t *r)
 {
     if (!v->o.security)
         return true;
-    const tn_meta_user_t *u = caller(v, r);
+    const tn_meta_user_t *u = tn__v1_caller(v, r);
     if (u == NULL)
         return false;
     if (u->root)
@@ -163,7 +171,7 @@ static bool is_admin(tn_v1_t *v, const tn_http_request_t *r)
 }
 
 /* Whether u holds a grant of action (0: any) whose pattern matches name. */
-static bool has_grant(const tn_meta_user_t *u, uint8_t action, const char *name)
+bool tn__v1_has_grant(const tn_meta_user_t *u, uint8_t action, const char *name)
 {
     for (uint16_t i = 0; u != NULL && i < u->ngrants; i++) {
         if (action != 0 && u->grants[i].action != action)
@@ -179,19 +187,19 @@ static bool has_grant(const tn_meta_user_t *u, uint8_t action, const char *name)
 /* Any grant on the topic's name, its ownership, or admin. */
 static bool can_read(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
 {
-    if (is_admin(v, r))
+    if (tn__v1_is_admin(v, r))
         return true;
-    const tn_meta_user_t *u = caller(v, r);
+    const tn_meta_user_t *u = tn__v1_caller(v, r);
     if (u == NULL)
         return false;
     if (t->owner[0] != '\0' && strcmp(t->owner, u->name) == 0)
         return true;
-    return has_grant(u, 0, t->name);
+    return tn__v1_has_grant(u, 0, t->name);
 }
 
 /* The topic named by the path's {topic}, copied into topic; NULL after
  * answering 404 when the metastore has no such topic. */
-static const tn_meta_topic_entry_t *path_topic(tn_v1_t *v, tn_http_request_t *r,
+const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
                                                char topic[TN_NAME_MAX + 1])
 {
     const tn_iov_t *name = tn_http_param(r, "topic");
@@ -202,98 +210,8 @@ static const tn_meta_topic_entry_t *path_topic(tn_v1_t *v, tn_http_request_t *r,
     }
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), topic);
     if (e == NULL)
-        error(r, 404, "topic not found", NULL);
+        tn__v1_error(r, 404, "topic not found", NULL);
     return e;
-}
-
-/* --- users ------------------------------------------------------------------ */
-
-static const char *action_name(uint8_t a)
-{
-    switch (a) {
-    case TN_GRANT_PRODUCE:
-        return "produce";
-    case TN_GRANT_CONSUME:
-        return "consume";
-    case TN_GRANT_CREATE:
-        return "create";
-    default:
-        return "admin";
-    }
-}
-
-static void user_json(tn_buf_t *b, const tn_meta_user_t *u)
-{
-    tn_buf_append(b, "{\"username\":", 12);
-    json_str(b, u->name);
-    tn_buf_append(b, ",\"grants\":[", 11);
-    for (uint16_t i = 0; i < u->ngrants; i++) {
-        if (i > 0)
-            tn_buf_append(b, ",", 1);
-        appendf(b, "{\"action\":\"%s\",\"patterns\":[", action_name(u->grants[i].action));
-        for (uint16_t k = 0; k < u->grants[i].npatterns; k++) {
-            if (k > 0)
-                tn_buf_append(b, ",", 1);
-            json_str(b, u->grants[i].patterns[k]);
-        }
-        tn_buf_append(b, "]}", 2);
-    }
-    tn_buf_append(b, "]", 1);
-    if (u->root)
-        tn_buf_append(b, ",\"root\":true", 12);
-    appendf(b, ",\"created_at_ms\":%" PRId64 ",\"updated_at_ms\":%" PRId64 "}", u->created_at_ms,
-            u->updated_at_ms);
-}
-
-static void respond_buf(tn_http_request_t *r, int status, tn_buf_t *b)
-{
-    tn_buf_append(b, "\n", 1);
-    tn_http_respond(r, status, JSON, NULL, tn_buf_data(b), tn_buf_size(b));
-    tn_buf_fini(b);
-}
-
-static void on_users_list(tn_http_request_t *r, void *arg)
-{
-    tn_v1_t *v = arg;
-    if (!is_admin(v, r)) {
-        error(r, 403, "admin rights required", NULL);
-        return;
-    }
-    const tn_meta_state_t *s = tn_meta_state(v->meta);
-    tn_buf_t b;
-    tn_buf_init(&b);
-    tn_buf_append(&b, "[", 1);
-    for (size_t i = 0; i < s->nusers; i++) {
-        if (i > 0)
-            tn_buf_append(&b, ",", 1);
-        user_json(&b, s->users[i]);
-    }
-    tn_buf_append(&b, "]", 1);
-    respond_buf(r, 200, &b);
-}
-
-static void on_user_get(tn_http_request_t *r, void *arg)
-{
-    tn_v1_t *v = arg;
-    if (!is_admin(v, r)) {
-        error(r, 403, "admin rights required", NULL);
-        return;
-    }
-    const tn_iov_t *name = tn_http_param(r, "username");
-    char user[TN_USERNAME_MAX + 1] = "";
-    if (name != NULL && name->len <= TN_USERNAME_MAX) {
-        memcpy(user, name->base, name->len);
-        user[name->len] = '\0';
-    }
-    const tn_meta_user_t *u = tn_meta_user_find(tn_meta_state(v->meta), user);
-    if (u == NULL) {
-        error(r, 404, "user not found", NULL);
-        return;
-    }
-    tn_buf_t b;
-    tn_buf_init(&b);
-    user_json(&b, u);
-    respond_buf(r, 200, &b);
 }
 
 /* --- topics ------------------------------------------------------------------ */
@@ -308,28 +226,28 @@ static void topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
 {
     const tn_meta_topic_t *t = &e->rec;
     tn_buf_append(b, "{\"name\":", 8);
-    json_str(b, t->name);
-    appendf(b,
-            ",\"partitions\":%u,\"retention_ms\":%" PRId64 ",\"visibility_timeout_ms\":%" PRId64
-            ",\"max_in_flight_per_partition\":%" PRId64
-            ",\"max_acked_ahead_per_partition\":%" PRId64 ",\"created_at\":%" PRId64,
-            t->partitions, t->retention_ms, t->visibility_timeout_ms, t->max_inflight,
-            t->max_acked_ahead, t->created_at_ms / 1000);
+    tn__v1_json_str(b, t->name);
+    tn__v1_appendf(b,
+                   ",\"partitions\":%u,\"retention_ms\":%" PRId64
+                   ",\"visibility_timeout_ms\":%" PRId64 ",\"max_in_flight_per_partition\":%" PRId64
+                   ",\"max_acked_ahead_per_partition\":%" PRId64 ",\"created_at\":%" PRId64,
+                   t->partitions, t->retention_ms, t->visibility_timeout_ms, t->max_inflight,
+                   t->max_acked_ahead, t->created_at_ms / 1000);
     if (t->owner[0] != '\0') {
         tn_buf_append(b, ",\"owner\":", 9);
-        json_str(b, t->owner);
+        tn__v1_json_str(b, t->owner);
     }
-    appendf(b,
-            ",\"role\":\"%s\",\"delivery_mode\":\"%s\",\"ttl_ms\":%" PRId64
-            ",\"max_attempts\":%u,\"durability\":\"%s\"",
-            t->parent[0] != '\0' ? "child" : "standalone",
-            t->delivery_mode == TN_DELIVERY_TTL_DISCARD ? "ttl_discard" : "reliable", t->ttl_ms,
-            t->max_attempts, durability_name(t->durability));
+    tn__v1_appendf(b,
+                   ",\"role\":\"%s\",\"delivery_mode\":\"%s\",\"ttl_ms\":%" PRId64
+                   ",\"max_attempts\":%u,\"durability\":\"%s\"",
+                   t->parent[0] != '\0' ? "child" : "standalone",
+                   t->delivery_mode == TN_DELIVERY_TTL_DISCARD ? "ttl_discard" : "reliable",
+                   t->ttl_ms, t->max_attempts, durability_name(t->durability));
     tn_buf_append(b, ",\"channels\":[", 13);
     for (uint32_t i = 0; i < e->nchannels; i++) {
         if (i > 0)
             tn_buf_append(b, ",", 1);
-        json_str(b, e->channels[i]);
+        tn__v1_json_str(b, e->channels[i]);
     }
     tn_buf_append(b, "]", 1);
     if (stats) {
@@ -342,12 +260,12 @@ static void topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
                 continue;
             tn_plog_stats_t st;
             tn_plog_stats(bt->parts[p].plog, &st);
-            appendf(b,
-                    "%s{\"index\":%u,\"segments\":%u,\"oldest_offset\":%" PRIu64
-                    ",\"next_offset\":%" PRIu64 ",\"high_watermark\":%" PRIu64
-                    ",\"size_bytes\":%" PRIu64 "}",
-                    first ? "" : ",", p, st.segments, st.first_offset, st.written_next,
-                    st.visible_next, st.bytes);
+            tn__v1_appendf(b,
+                           "%s{\"index\":%u,\"segments\":%u,\"oldest_offset\":%" PRIu64
+                           ",\"next_offset\":%" PRIu64 ",\"high_watermark\":%" PRIu64
+                           ",\"size_bytes\":%" PRIu64 "}",
+                           first ? "" : ",", p, st.segments, st.first_offset, st.written_next,
+                           st.visible_next, st.bytes);
             first = false;
         }
         tn_buf_append(b, "]", 1);
@@ -357,7 +275,7 @@ static void topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
 
 /* A query parameter that must be a non-negative integer when present:
  * 1 (value set), 0 (absent) or -1 (malformed). */
-static int query_int(const tn_http_request_t *r, const char *name, int64_t *out)
+int tn__v1_query_int(const tn_http_request_t *r, const char *name, int64_t *out)
 {
     char buf[32];
     int rc = tn_http_query(r->head.query, name, buf, sizeof(buf));
@@ -377,16 +295,16 @@ static void on_topics_list(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     int64_t limit = LIST_DEFAULT;
-    int q = query_int(r, "limit", &limit);
+    int q = tn__v1_query_int(r, "limit", &limit);
     if (q < 0 || (q == 1 && limit < 1)) {
-        error(r, 400, "limit must be a positive integer", NULL);
+        tn__v1_error(r, 400, "limit must be a positive integer", NULL);
         return;
     }
     limit = TN_MIN(limit, (int64_t)LIST_MAX);
     char token[TN_NAME_MAX + 1] = "";
     int rc = tn_http_query(r->head.query, "page_token", token, sizeof(token));
     if (rc < 0) {
-        error(r, 400, "invalid page_token", NULL);
+        tn__v1_error(r, 400, "invalid page_token", NULL);
         return;
     }
     const tn_meta_state_t *s = tn_meta_state(v->meta);
@@ -411,32 +329,32 @@ static void on_topics_list(tn_http_request_t *r, void *arg)
         n++;
     }
     tn_buf_append(&b, "],\"next_page_token\":", 20);
-    json_str(&b, more && last != NULL ? last : "");
+    tn__v1_json_str(&b, more && last != NULL ? last : "");
     tn_buf_append(&b, "}", 1);
-    respond_buf(r, 200, &b);
+    tn__v1_respond_buf(r, 200, &b);
 }
 
 static void on_topic_get(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
     if (!can_read(v, r, &e->rec)) {
-        error(r, 403, "no grant on this topic", NULL);
+        tn__v1_error(r, 403, "no grant on this topic", NULL);
         return;
     }
     int64_t part = -1;
-    int q = query_int(r, "partition", &part);
+    int q = tn__v1_query_int(r, "partition", &part);
     if (q < 0 || (q == 1 && part >= (int64_t)e->rec.partitions)) {
-        error(r, 400, "invalid partition", NULL);
+        tn__v1_error(r, 400, "invalid partition", NULL);
         return;
     }
     tn_buf_t b;
     tn_buf_init(&b);
     topic_json(v, &b, e, true, q == 1 ? part : -1);
-    respond_buf(r, 200, &b);
+    tn__v1_respond_buf(r, 200, &b);
 }
 
 /* --- creating and deleting topics ---------------------------------------------------- */
@@ -464,14 +382,14 @@ static bool api_request(const tn_http_request_t *r)
     return false;
 }
 
-static bool guard_write(tn_http_request_t *r)
+bool tn__v1_guard_write(tn_http_request_t *r)
 {
     if (api_request(r))
         return true;
-    error(r, 415,
-          "state-changing requests need Content-Type application/json or "
-          "application/octet-stream, or an X-Tern-Client header",
-          NULL);
+    tn__v1_error(r, 415,
+                 "state-changing requests need Content-Type application/json or "
+                 "application/octet-stream, or an X-Tern-Client header",
+                 NULL);
     return false;
 }
 
@@ -597,7 +515,7 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
 
 static bool can_create(tn_v1_t *v, const tn_http_request_t *r, const char *name)
 {
-    return is_admin(v, r) || has_grant(caller(v, r), TN_GRANT_CREATE, name);
+    return tn__v1_is_admin(v, r) || tn__v1_has_grant(tn__v1_caller(v, r), TN_GRANT_CREATE, name);
 }
 
 /* One create or delete under way; the request may leave before it ends. */
@@ -630,11 +548,11 @@ static void op_end(op_t *op, int status, const char *msg)
                 topic_json(op->v, &b, e, false, -1);
             else
                 tn_buf_append(&b, "{}", 2);
-            respond_buf(op->r, status, &b);
+            tn__v1_respond_buf(op->r, status, &b);
         } else if (status == 204) {
             tn_http_respond(op->r, 204, NULL, NULL, NULL, 0);
         } else {
-            error(op->r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
+            tn__v1_error(op->r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
         }
     }
     tn_free(op);
@@ -647,7 +565,7 @@ static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, t
 {
     op_t *op = tn_calloc(1, sizeof(*op));
     if (op == NULL) {
-        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return false;
     }
     op->v = v;
@@ -661,7 +579,7 @@ static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, t
     if (tn_meta_propose(v->meta, &op->mreq, c, cb) != 0) {
         r->on_cancel = NULL;
         tn_free(op);
-        error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
         return false;
     }
     return true;
@@ -743,7 +661,7 @@ static void on_create_recorded(tn_meta_req_t *req, int status)
 static void on_topic_create(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!guard_write(r))
+    if (!tn__v1_guard_write(r))
         return;
     create_body_t b;
     memset(&b, 0, sizeof(b));
@@ -752,24 +670,24 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
     int rc = tn_json_object(tn_buf_data(&r->body), tn_buf_size(&r->body), create_fields, CF_COUNT,
                             &b, given, err, sizeof(err));
     if (rc == UV_ENOMEM) {
-        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
     if (rc != 0 || !topic_from_body(v, &b, given, &c.topic, err, sizeof(err))) {
-        error(r, 400, err, NULL);
+        tn__v1_error(r, 400, err, NULL);
         return;
     }
     if (v->o.security && !can_create(v, r, c.topic.name)) {
-        error(r, 403, "no create grant for this topic name", NULL);
+        tn__v1_error(r, 403, "no create grant for this topic name", NULL);
         return;
     }
     tn_topic_t *existing = NULL;
     if (tn_meta_topic_find(tn_meta_state(v->meta), c.topic.name) != NULL ||
         tn_broker_topic(v->broker, c.topic.name, strlen(c.topic.name), false, 0, NULL, &existing) !=
             TN_ENOTFOUND) {
-        error(r, 409, "topic already exists", NULL);
+        tn__v1_error(r, 409, "topic already exists", NULL);
         return;
     }
     if (v->o.security)
@@ -813,12 +731,12 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
     bool owner = e->rec.owner[0] != '\0' && strcmp(e->rec.owner, r->principal) == 0;
-    if (v->o.security && !owner && !is_admin(v, r)) {
-        error(r, 403, "only the topic's owner or an admin may delete it", NULL);
+    if (v->o.security && !owner && !tn__v1_is_admin(v, r)) {
+        tn__v1_error(r, 403, "only the topic's owner or an admin may delete it", NULL);
         return;
     }
     tn_meta_cmd_t c;
@@ -837,9 +755,9 @@ typedef struct {
     tn_http_request_t *r; /* NULL once the client left */
 } produce_t;
 
-static bool can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic)
+bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic)
 {
-    return is_admin(v, r) || has_grant(caller(v, r), action, topic);
+    return tn__v1_is_admin(v, r) || tn__v1_has_grant(tn__v1_caller(v, r), action, topic);
 }
 
 static uint32_t key_hash(const char *k, size_t n)
@@ -870,38 +788,38 @@ static void on_produced(tn_pub_t *p, int status)
     if (status == 0)
         tn_http_respond(r, 202, NULL, NULL, NULL, 0);
     else if (status == TN_EDISKHIGH)
-        error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
+        tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
     else
-        error(r, 500, "produce failed", NULL);
+        tn__v1_error(r, 500, "produce failed", NULL);
 }
 
 static void on_produce(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!guard_write(r))
+    if (!tn__v1_guard_write(r))
         return;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
-    if (v->o.security && !can_do(v, r, TN_GRANT_PRODUCE, topic)) {
-        error(r, 403, "no produce grant for this topic", NULL);
+    if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_PRODUCE, topic)) {
+        tn__v1_error(r, 403, "no produce grant for this topic", NULL);
         return;
     }
     if (tn_buf_size(&r->body) == 0) {
-        error(r, 400, "message required", NULL);
+        tn__v1_error(r, 400, "message required", NULL);
         return;
     }
     char key[MAX_KEY + 1];
     int krc = tn_http_query(r->head.query, "key", key, sizeof(key));
     if (krc < 0) {
-        error(r, 400, "invalid argument: key is malformed or longer than 1024 bytes", NULL);
+        tn__v1_error(r, 400, "invalid argument: key is malformed or longer than 1024 bytes", NULL);
         return;
     }
     int64_t part = -1;
-    int q = query_int(r, "partition", &part);
+    int q = tn__v1_query_int(r, "partition", &part);
     if (q < 0 || (q == 1 && part >= (int64_t)e->rec.partitions)) {
-        error(r, 400, "invalid argument: partition out of range", NULL);
+        tn__v1_error(r, 400, "invalid argument: partition out of range", NULL);
         return;
     }
     produce_t *pr = tn_calloc(1, sizeof(*pr));
@@ -911,7 +829,7 @@ static void on_produce(tn_http_request_t *r, void *arg)
         if (pr != NULL)
             tn_pub_fini(&pr->pub);
         tn_free(pr);
-        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
     if (q == 1) {
@@ -931,9 +849,9 @@ static void on_produce(tn_http_request_t *r, void *arg)
         tn_pub_fini(&pr->pub);
         tn_free(pr);
         if (rc == TN_EDISKHIGH)
-            error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
+            tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
         else
-            error(r, 500, "produce failed", NULL);
+            tn__v1_error(r, 500, "produce failed", NULL);
     }
 }
 
@@ -971,9 +889,9 @@ static void batch_end(batch_op_t *op)
         int n = snprintf(body, sizeof(body), "{\"accepted\":%" PRIu32 "}\n", count);
         tn_http_respond(r, 202, JSON, NULL, body, (size_t)n);
     } else if (status == TN_EDISKHIGH) {
-        error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
+        tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
     } else {
-        error(r, 500, "produce failed", NULL);
+        tn__v1_error(r, 500, "produce failed", NULL);
     }
 }
 
@@ -989,14 +907,14 @@ static void on_batch_published(tn_pub_t *p, int status)
 static void on_produce_batch(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!guard_write(r))
+    if (!tn__v1_guard_write(r))
         return;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
-    if (v->o.security && !can_do(v, r, TN_GRANT_PRODUCE, topic)) {
-        error(r, 403, "no produce grant for this topic", NULL);
+    if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_PRODUCE, topic)) {
+        tn__v1_error(r, 403, "no produce grant for this topic", NULL);
         return;
     }
     tn_batch_t b;
@@ -1005,9 +923,9 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
                              v->o.max_msg_size, MAX_KEY, &b, err, sizeof(err));
     if (rc != 0) {
         if (rc == UV_ENOMEM)
-            error(r, 503, "out of memory", "Retry-After: 1\r\n");
+            tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         else
-            error(r, 400, err, NULL);
+            tn__v1_error(r, 400, err, NULL);
         return;
     }
     uint32_t nparts = e->rec.partitions;
@@ -1074,11 +992,11 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
             tn_free(op);
         }
         if (rc == UV_EINVAL)
-            error(r, 400, err, NULL);
+            tn__v1_error(r, 400, err, NULL);
         else if (rc == TN_EDISKHIGH)
-            error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
+            tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
         else
-            error(r, 503, "out of memory", "Retry-After: 1\r\n");
+            tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
     op->r = r;
@@ -1111,14 +1029,15 @@ static bool query_channel(tn_http_request_t *r, char out[TN_NAME_MAX + 1])
     size_t n = rc == 1 ? strlen(out) : 0;
     size_t k = sizeof(EPHEMERAL_SUFFIX) - 1;
     if (n >= k && strcmp(out + n - k, EPHEMERAL_SUFFIX) == 0) {
-        error(r, 400,
-              "invalid argument: ephemeral channels live only while a connected consumer holds "
-              "them (NSQ TCP or the live feed)",
-              NULL);
+        tn__v1_error(
+            r, 400,
+            "invalid argument: ephemeral channels live only while a connected consumer holds "
+            "them (NSQ TCP or the live feed)",
+            NULL);
         return false;
     }
     if (rc != 1 || !tn_name_valid(out, n)) {
-        error(r, 400, "invalid argument: channel must match [A-Za-z0-9._-]{1,255}", NULL);
+        tn__v1_error(r, 400, "invalid argument: channel must match [A-Za-z0-9._-]{1,255}", NULL);
         return false;
     }
     return true;
@@ -1136,7 +1055,7 @@ static bool query_wait(tn_v1_t *v, tn_http_request_t *r, int64_t *out)
     int64_t ns = 0;
     const char *d = buf[0] == '-' ? buf + 1 : buf;
     if (rc != 1 || tn_parse_duration_ns(d, &ns) != 0) {
-        error(r, 400, "invalid argument: wait must be a duration such as 500ms or 5s", NULL);
+        tn__v1_error(r, 400, "invalid argument: wait must be a duration such as 500ms or 5s", NULL);
         return false;
     }
     if (buf[0] != '-')
@@ -1148,11 +1067,11 @@ static void on_consume(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
-    if (v->o.security && !can_do(v, r, TN_GRANT_CONSUME, topic)) {
-        error(r, 403, "no consume grant for this topic", NULL);
+    if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_CONSUME, topic)) {
+        tn__v1_error(r, 403, "no consume grant for this topic", NULL);
         return;
     }
     tn_consume_args_t a;
@@ -1163,34 +1082,35 @@ static void on_consume(tn_http_request_t *r, void *arg)
     int64_t part = 0;
     int64_t offset = 0;
     int64_t max = 0;
-    int qp = query_int(r, "partition", &part);
-    int qo = query_int(r, "offset", &offset);
-    int qm = query_int(r, "max", &max);
+    int qp = tn__v1_query_int(r, "partition", &part);
+    int qo = tn__v1_query_int(r, "offset", &offset);
+    int qm = tn__v1_query_int(r, "max", &max);
     if (qp < 0 || (qp == 1 && part >= (int64_t)e->rec.partitions)) {
-        error(r, 400, "invalid argument: partition out of range", NULL);
+        tn__v1_error(r, 400, "invalid argument: partition out of range", NULL);
         return;
     }
     if (qo < 0) {
-        error(r, 400, "invalid argument: offset must be a non-negative integer", NULL);
+        tn__v1_error(r, 400, "invalid argument: offset must be a non-negative integer", NULL);
         return;
     }
     if (qo == 1 && qp != 1) {
-        error(r, 400, "partition required for replay-mode consume", NULL);
+        tn__v1_error(r, 400, "partition required for replay-mode consume", NULL);
         return;
     }
     if (qm != 0) {
         if (qm < 0 || max < 1 || max > TN_CONSUME_BATCH_MAX) {
-            error(r, 400, "invalid argument: max must be 1..100", NULL);
+            tn__v1_error(r, 400, "invalid argument: max must be 1..100", NULL);
             return;
         }
         if (tn_http_header(&r->head, "x-tern-client") == NULL &&
             tn_http_header(&r->head, "x-narad-client") == NULL) {
-            error(r, 400, "a batch consume (max) needs an X-Tern-Client header", NULL);
+            tn__v1_error(r, 400, "a batch consume (max) needs an X-Tern-Client header", NULL);
             return;
         }
         if (qo == 1) {
-            error(r, 400, "invalid argument: max does not combine with offset (replay reads one)",
-                  NULL);
+            tn__v1_error(r, 400,
+                         "invalid argument: max does not combine with offset (replay reads one)",
+                         NULL);
             return;
         }
     }
@@ -1221,7 +1141,7 @@ static bool query_extend(tn_http_request_t *r, tn_settle_t *how)
     } else if (rc == 1 && strcmp(ext, "0") == 0) {
         *how = TN_SETTLE_NACK;
     } else {
-        error(r, 400, "invalid argument: extend must be true, false, 1 or 0", NULL);
+        tn__v1_error(r, 400, "invalid argument: extend must be true, false, 1 or 0", NULL);
         return false;
     }
     return true;
@@ -1230,26 +1150,26 @@ static bool query_extend(tn_http_request_t *r, tn_settle_t *how)
 static void on_ack(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!guard_write(r))
+    if (!tn__v1_guard_write(r))
         return;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
-    if (v->o.security && !can_do(v, r, TN_GRANT_CONSUME, topic)) {
-        error(r, 403, "no consume grant for this topic", NULL);
+    if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_CONSUME, topic)) {
+        tn__v1_error(r, 403, "no consume grant for this topic", NULL);
         return;
     }
     char handle[96];
     int rc = tn_http_query(r->head.query, "receipt_handle", handle, sizeof(handle));
     if (rc == 0 || (rc == 1 && handle[0] == '\0')) {
-        error(r, 400, "receipt_handle required", NULL);
+        tn__v1_error(r, 400, "receipt_handle required", NULL);
         return;
     }
     uint32_t p, nonce;
     uint64_t off;
     if (rc != 1 || tn_receipt_parse(handle, strlen(handle), &p, &off, &nonce) != 0) {
-        error(r, 400, "receipt handle is malformed", NULL);
+        tn__v1_error(r, 400, "receipt handle is malformed", NULL);
         return;
     }
     tn_settle_t how;
@@ -1261,22 +1181,23 @@ static void on_ack(tn_http_request_t *r, void *arg)
     if (rc == 0)
         tn_http_respond(r, 204, NULL, NULL, NULL, 0);
     else if (rc == UV_ENOBUFS)
-        error(r, 503, "acked-ahead set is full; head of queue may be stuck", "Retry-After: 1\r\n");
+        tn__v1_error(r, 503, "acked-ahead set is full; head of queue may be stuck",
+                     "Retry-After: 1\r\n");
     else
-        error(r, 410, "receipt handle no longer matches an active reservation", NULL);
+        tn__v1_error(r, 410, "receipt handle no longer matches an active reservation", NULL);
 }
 
 static void on_ack_batch(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!guard_write(r))
+    if (!tn__v1_guard_write(r))
         return;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
-    if (v->o.security && !can_do(v, r, TN_GRANT_CONSUME, topic)) {
-        error(r, 403, "no consume grant for this topic", NULL);
+    if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_CONSUME, topic)) {
+        tn__v1_error(r, 403, "no consume grant for this topic", NULL);
         return;
     }
     tn_settle_t how;
@@ -1285,7 +1206,7 @@ static void on_ack_batch(tn_http_request_t *r, void *arg)
         return;
     char(*handles)[TN_HANDLE_MAX] = tn_calloc(TN_CONSUME_BATCH_MAX, TN_HANDLE_MAX);
     if (handles == NULL) {
-        error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
     uint32_t n = 0;
@@ -1295,9 +1216,9 @@ static void on_ack_batch(tn_http_request_t *r, void *arg)
     if (rc != 0) {
         tn_free(handles);
         if (rc == UV_ENOMEM)
-            error(r, 503, "out of memory", "Retry-After: 1\r\n");
+            tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         else
-            error(r, 400, err, NULL);
+            tn__v1_error(r, 400, err, NULL);
         return;
     }
     tn_buf_t b;
@@ -1321,17 +1242,17 @@ static void on_ack_batch(tn_http_request_t *r, void *arg)
         }
         tn_buf_append(&b,
                       i > 0 ? ",{\"receipt_handle\":" : "{\"receipt_handle\":", i > 0 ? 19 : 18);
-        json_str(&b, handles[i]);
-        appendf(&b, ",\"status\":%d", status);
+        tn__v1_json_str(&b, handles[i]);
+        tn__v1_appendf(&b, ",\"status\":%d", status);
         if (msg != NULL) {
             tn_buf_append(&b, ",\"error\":", 9);
-            json_str(&b, msg);
+            tn__v1_json_str(&b, msg);
         }
         tn_buf_append(&b, "}", 1);
     }
     tn_buf_append(&b, "]}", 2);
     tn_free(handles);
-    respond_buf(r, 200, &b);
+    tn__v1_respond_buf(r, 200, &b);
 }
 
 /* --- lifetime ------------------------------------------------------------------ */
@@ -1341,6 +1262,7 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, con
     memset(v, 0, sizeof(*v));
     v->meta = meta;
     v->broker = b;
+    v->loop = loop;
     v->o = *o;
     tn_authn_opts_t ao;
     tn_authn_opts_default(&ao);
@@ -1352,8 +1274,7 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, con
 int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     int rc = tn_http_guard(srv, "/v1", guard, v);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/users", 0, NULL, on_users_list, v);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/users/{username}", 0, NULL, on_user_get, v);
+    rc = rc ? rc : tn__v1_users_register(srv, v);
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics", 0, NULL, on_topics_list, v);
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics/{topic}", 0, NULL, on_topic_get, v);
     rc = rc ? rc
@@ -1379,6 +1300,7 @@ void tn_v1_close(tn_v1_t *v)
     v->closing = true;
     tn_consume_close(v->consume);
     v->consume = NULL;
+    tn__v1_users_close(v);
     if (v->authn != NULL)
         tn_authn_close(v->authn, NULL, NULL);
     v->authn = NULL;

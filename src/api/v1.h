@@ -57,6 +57,8 @@ typedef struct {
     tn_consume_t *consume;
     tn_v1_opts_t o;
     uint32_t next_part; /* batch produces without keys take turns */
+    uv_loop_t *loop;
+    void *users; /* v1_users.c's hashing queue */
     bool closing;
 } tn_v1_t;
 

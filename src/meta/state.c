@@ -219,11 +219,28 @@ static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
                       offsetof(tn_meta_user_t, name), &found);
     if (found && c->if_absent)
         return UV_EEXIST;
+    /* The root user's invariants, whatever a door sent: a new user is root
+     * only while there is none; an update keeps the root flag and the root
+     * user's grants. */
+    const tn_meta_user_t *old = found ? s->users[i] : NULL;
+    if (old == NULL && c->user.root) {
+        for (size_t k = 0; k < s->nusers; k++)
+            if (s->users[k]->root)
+                return UV_EPERM;
+    }
     tn_meta_user_t *u = tn_calloc(1, sizeof(*u));
-    if (u == NULL || tn_meta_user_copy(u, &c->user) != 0) {
+    tn_meta_user_t keep;
+    if (old != NULL && old->root) {
+        keep = c->user;
+        keep.grants = old->grants;
+        keep.ngrants = old->ngrants;
+    }
+    if (u == NULL || tn_meta_user_copy(u, old != NULL && old->root ? &keep : &c->user) != 0) {
         tn_free(u);
         return UV_ENOMEM;
     }
+    if (old != NULL)
+        u->root = old->root;
     if (found) {
         user_free(s->users[i]);
         s->users[i] = u;
@@ -245,6 +262,8 @@ static int user_delete(tn_meta_state_t *s, const char *name)
         search((void *const *)s->users, s->nusers, name, offsetof(tn_meta_user_t, name), &found);
     if (!found)
         return TN_ENOTFOUND;
+    if (s->users[i]->root)
+        return UV_EPERM;
     user_free(s->users[i]);
     remove_at((void **)s->users, &s->nusers, i);
     s->users_version++;

@@ -277,6 +277,130 @@ class Secured(Base):
         self.assertEqual(self.admin("GET", "/v1/users/ghost")[0], 404)
 
 
+class Users(Base):
+    API = {"X-Tern-Client": "tests"}
+
+    def as_user(self, who, method, path, body=None):
+        data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) \
+            else body
+        status, _, out = self.request(method, path, data, who, self.API)
+        return status, json.loads(out) if out else None
+
+    def root(self, method, path, body=None):
+        return self.as_user(("admin", PASSWORD), method, path, body)
+
+    def test_user_lifecycle_grants_and_rights(self):
+        bob = f"bob{uuid.uuid4().hex[:6]}"
+        grants = [{"action": "produce", "patterns": ["orders-*"]},
+                  {"action": "consume", "patterns": ["orders-*", "audit"]}]
+        status, u = self.root("POST", "/v1/users",
+                              {"username": bob, "password": "pw-1", "grants": grants})
+        self.assertEqual(status, 201, u)
+        self.assertEqual((u["username"], u["grants"]), (bob, grants))
+        self.assertNotIn("root", u)
+        self.assertNotIn("hash", u)
+        self.assertEqual(self.root("POST", "/v1/users",
+                                   {"username": bob, "password": "x"})[0], 409)
+        for body, why in (({"username": "bad name", "password": "x"}, "username"),
+                          ({"username": "ok"}, "required"),
+                          ({"username": "ok", "password": ""}, "password"),
+                          ({"username": "ok", "password": "x", "grants": [{"action": "admin",
+                            "patterns": ["a"]}]}, "admin grant takes no patterns"),
+                          ({"username": "ok", "password": "x", "grants": [{"action": "produce"}]},
+                           "needs a pattern"),
+                          ({"username": "ok", "password": "x", "grants": [{"action": "steal",
+                            "patterns": ["a"]}]}, "action"),
+                          ({"username": "ok", "password": "x", "grants": [{"action": "produce",
+                            "patterns": ["a*b"]}]}, "pattern"),
+                          ({"username": "ok", "password": "x", "root": True}, "unknown field")):
+            status, body = self.root("POST", "/v1/users", body)
+            self.assertEqual(status, 400, body)
+            self.assertIn(why, body["error"])
+        me = (bob, "pw-1")
+        # What bob may and may not do.
+        self.assertEqual(self.as_user(me, "GET", "/v1/users")[0], 403)
+        self.assertEqual(self.as_user(me, "POST", "/v1/users",
+                                      {"username": "x1", "password": "x"})[0], 403)
+        self.assertEqual(self.as_user(me, "POST", "/v1/topics", {"name": "orders-9"})[0], 403)
+        topic = f"orders-{uuid.uuid4().hex[:6]}"
+        self.assertEqual(self.root("POST", "/v1/topics", {"name": topic, "partitions": 1})[0], 201)
+        other = f"other-{uuid.uuid4().hex[:6]}"
+        self.assertEqual(self.root("POST", "/v1/topics", {"name": other, "partitions": 1})[0], 201)
+        self.assertEqual(self.as_user(me, "POST", f"/v1/topics/{topic}/produce", b"hi")[0], 202)
+        self.assertEqual(self.as_user(me, "POST", f"/v1/topics/{other}/produce", b"hi")[0], 403)
+        status, m = self.as_user(me, "GET", f"/v1/topics/{topic}/consume?wait=2s")
+        self.assertEqual((status, m["payload"]), (200, "hi"))
+        self.assertEqual(self.as_user(me, "GET", f"/v1/topics/{other}/consume")[0], 403)
+        status, listing = self.as_user(me, "GET", "/v1/topics?limit=1000")
+        names = [t["name"] for t in listing["topics"]]
+        self.assertIn(topic, names)
+        self.assertNotIn(other, names)
+        self.assertEqual(self.as_user(me, "GET", f"/v1/topics/{other}")[0], 403)
+        # Grants change on the next request, no new login.
+        status, u = self.root("PUT", f"/v1/users/{bob}/grants",
+                              {"grants": grants + [{"action": "create", "patterns": [bob + "-*"]}]})
+        self.assertEqual((status, len(u["grants"])), (200, 3))
+        status, t = self.as_user(me, "POST", "/v1/topics", {"name": bob + "-t"})
+        self.assertEqual((status, t["owner"]), (201, bob))
+        self.assertEqual(self.as_user(me, "DELETE", f"/v1/topics/{bob}-t")[0], 204)
+        self.assertEqual(self.as_user(me, "PUT", f"/v1/users/{bob}/grants", {"grants": []})[0],
+                         403)
+        # Self-service password change needs the current password.
+        status, body = self.as_user(me, "PUT", f"/v1/users/{bob}/password", {"new_password": "n"})
+        self.assertEqual((status, body["error"]),
+                         (400, "invalid argument: current_password required"))
+        status, body = self.as_user(me, "PUT", f"/v1/users/{bob}/password",
+                                    {"current_password": "nope", "new_password": "pw-2"})
+        self.assertEqual((status, body["error"]), (403, "current password is wrong"))
+        self.assertEqual(self.as_user(me, "PUT", f"/v1/users/{bob}/password",
+                                      {"current_password": "pw-1", "new_password": "pw-2"})[0], 204)
+        self.assertEqual(self.as_user(me, "GET", "/v1/topics")[0], 401)
+        me = (bob, "pw-2")
+        self.assertEqual(self.as_user(me, "GET", "/v1/topics")[0], 200)
+        # Another user's password is for admins.
+        self.assertEqual(self.as_user(me, "PUT", "/v1/users/admin/password",
+                                      {"current_password": PASSWORD, "new_password": "x"})[0], 403)
+        self.assertEqual(self.root("PUT", f"/v1/users/{bob}/password",
+                                   {"new_password": "pw-3"})[0], 204)
+        self.assertEqual(self.as_user((bob, "pw-3"), "GET", "/v1/topics")[0], 200)
+        # Deleted: its credentials stop working.
+        self.assertEqual(self.root("DELETE", f"/v1/users/{bob}")[0], 204)
+        self.assertEqual(self.root("DELETE", f"/v1/users/{bob}")[0], 404)
+        self.assertEqual(self.as_user((bob, "pw-3"), "GET", "/v1/topics")[0], 401)
+        self.d.wait_for(f"audit: admin deleted user {bob}", timeout=10)
+        self.assertIn(f"audit: admin created user {bob}", self.d.log())
+        self.assertIn(f"audit: admin deleted user {bob}", self.d.log())
+
+    def test_delegation_and_self_protection(self):
+        carol = f"carol{uuid.uuid4().hex[:6]}"
+        admin_grant = [{"action": "admin", "patterns": []}]
+        self.assertEqual(self.root("POST", "/v1/users", {"username": carol, "password": "c",
+                                                         "grants": admin_grant})[0], 201)
+        me = (carol, "c")
+        dave = f"dave{uuid.uuid4().hex[:6]}"
+        status, body = self.as_user(me, "POST", "/v1/users", {"username": dave, "password": "d",
+                                                              "grants": admin_grant})
+        self.assertEqual((status, body["error"]), (403, "only the root user may grant admin"))
+        scoped = [{"action": "consume", "patterns": ["*"]}]
+        self.assertEqual(self.as_user(me, "POST", "/v1/users", {"username": dave, "password": "d",
+                                                                "grants": scoped})[0], 201)
+        self.assertEqual(self.as_user(me, "PUT", f"/v1/users/{dave}/grants",
+                                      {"grants": admin_grant})[0], 403)
+        for method, path, body, why in (
+                ("PUT", "/v1/users/admin/grants", {"grants": []}, "root user's grants"),
+                ("DELETE", "/v1/users/admin", None, "root user cannot be deleted"),
+                ("DELETE", f"/v1/users/{carol}", None, "cannot delete yourself"),
+                ("PUT", f"/v1/users/{carol}/grants", {"grants": []}, "your own grants"),
+                ("PUT", "/v1/users/admin/password", {"new_password": "x"}, "only the root")):
+            status, answer = self.as_user(me, method, path, body)
+            self.assertEqual(status, 403, path)
+            self.assertIn(why, answer["error"])
+        self.assertEqual(self.root("DELETE", "/v1/users/admin")[0], 403)
+        self.assertEqual(self.as_user(me, "DELETE", f"/v1/users/{dave}")[0], 204)
+        self.assertEqual(self.root("DELETE", f"/v1/users/{carol}")[0], 204)
+        self.assertEqual(self.root("PUT", "/v1/users/nobody/grants", {"grants": []})[0], 404)
+
+
 class Restart(Base):
     def test_created_topic_survives_restart(self):
         name = f"r{uuid.uuid4().hex[:10]}"
@@ -295,6 +419,22 @@ class Restart(Base):
         self.assertEqual(status, 200)
         self.assertEqual((t["partitions"], t["ttl_ms"], t["channels"]), (2, 90000, ["default"]))
         self.assertEqual(len(t["partition_stats"]), 2)
+
+    def test_users_and_grants_survive_restart(self):
+        name = f"u{uuid.uuid4().hex[:8]}"
+        body = json.dumps({"username": name, "password": "pw",
+                           "grants": [{"action": "produce", "patterns": ["r*"]}]}).encode()
+        status, _, _ = self.request("POST", "/v1/users", body, ("admin", PASSWORD),
+                                    {"Content-Type": "application/json"})
+        self.assertEqual(status, 201)
+        self.assertEqual(self.d.stop(), 0)
+        self.__class__.d = Daemon(os.path.join(self.dir, "data"), env=dict(os.environ))
+        self.d.wait_for("metastore ready")
+        self.__class__.port = self.d.http_port
+        status, _, data = self.request("GET", f"/v1/users/{name}", None, ("admin", PASSWORD))
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(data)["grants"], [{"action": "produce", "patterns": ["r*"]}])
+        self.assertEqual(self.request("GET", "/v1/topics", None, (name, "pw"))[0], 200)
 
 
 class Throttle(Base):

@@ -116,9 +116,17 @@ static void test_receipt_parse(void **state)
     assert_int_equal(p, 3);
     assert_int_equal(off, 18446744073709551ULL);
     assert_int_equal(nonce, 7);
-    const char *bad[] = {"",      "1:2",    "1:2:0",   "1:2:3:4",   "-1:2:3",
-                         "1::3",  "a:b:c",  "1:2:3 ",  "4294967296:0:1",
-                         "0:9223372036854775808:1", "0:0:4294967296"};
+    const char *bad[] = {"",
+                         "1:2",
+                         "1:2:0",
+                         "1:2:3:4",
+                         "-1:2:3",
+                         "1::3",
+                         "a:b:c",
+                         "1:2:3 ",
+                         "4294967296:0:1",
+                         "0:9223372036854775808:1",
+                         "0:0:4294967296"};
     for (size_t i = 0; i < TN_ARRAY_SIZE(bad); i++)
         assert_int_equal(tn_receipt_parse(bad[i], strlen(bad[i]), &p, &off, &nonce), UV_EINVAL);
 }

@@ -239,6 +239,50 @@ static void test_state_answers(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* The root user's invariants hold whatever a command says. */
+static void test_root_invariants(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    tn_meta_cmd_t root = user_cmd("admin");
+    root.user.root = true;
+    assert_int_equal(tn_meta_state_apply(&s, &root), 0);
+    tn_meta_cmd_t other = user_cmd("eve");
+    other.user.root = true; /* a second root is refused */
+    assert_int_equal(tn_meta_state_apply(&s, &other), UV_EPERM);
+    other.user.root = false;
+    assert_int_equal(tn_meta_state_apply(&s, &other), 0);
+    /* An update of root keeps the flag and the grants, takes the hash. */
+    uint16_t ngrants = tn_meta_user_find(&s, "admin")->ngrants;
+    tn_meta_cmd_t upd = user_cmd("admin");
+    upd.user.root = false;
+    tn_meta_user_fini(&upd.user);
+    snprintf(upd.user.name, sizeof(upd.user.name), "admin");
+    snprintf(upd.user.hash, sizeof(upd.user.hash), "$2b$10$new");
+    assert_int_equal(tn_meta_state_apply(&s, &upd), 0);
+    const tn_meta_user_t *u = tn_meta_user_find(&s, "admin");
+    assert_true(u->root);
+    assert_int_equal(u->ngrants, ngrants);
+    assert_string_equal(u->hash, "$2b$10$new");
+    /* An update of another user never makes it root. */
+    other.user.root = true;
+    other.if_absent = false;
+    assert_int_equal(tn_meta_state_apply(&s, &other), 0);
+    assert_false(tn_meta_user_find(&s, "eve")->root);
+    tn_meta_cmd_t del;
+    memset(&del, 0, sizeof(del));
+    del.type = TN_MC_USER_DELETE;
+    snprintf(del.user.name, sizeof(del.user.name), "admin");
+    assert_int_equal(tn_meta_state_apply(&s, &del), UV_EPERM);
+    snprintf(del.user.name, sizeof(del.user.name), "eve");
+    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
+    tn_meta_cmd_fini(&root);
+    tn_meta_cmd_fini(&other);
+    tn_meta_cmd_fini(&upd);
+    tn_meta_state_fini(&s);
+}
+
 static void fill(tn_meta_state_t *s, int ntopics)
 {
     for (int i = 0; i < ntopics; i++) {
@@ -470,9 +514,9 @@ static void test_replica_restart(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_codec_roundtrip), cmocka_unit_test(test_codec_refusals),
-        cmocka_unit_test(test_state_answers),   cmocka_unit_test(test_snapshot_roundtrip),
-        cmocka_unit_test(test_replica_restart),
+        cmocka_unit_test(test_codec_roundtrip),    cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_state_answers),      cmocka_unit_test(test_root_invariants),
+        cmocka_unit_test(test_snapshot_roundtrip), cmocka_unit_test(test_replica_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,43 @@
+/* Names shared by the files of the /v1 API (v1.c, v1_users.c) and no one
+ * else. */
+#ifndef TN_API_V1_INTERNAL_H
+#define TN_API_V1_INTERNAL_H
+
+#include "core/platform.h"
+
+#include "api/v1.h"
+
+#define TN__V1_JSON "application/json; charset=utf-8"
+
+/* Answer {"error": msg}; headers (may be NULL) are extra lines. */
+void tn__v1_error(tn_http_request_t *r, int status, const char *msg, const char *headers);
+/* Answer b (a JSON document, a newline is added) and release it. */
+void tn__v1_respond_buf(tn_http_request_t *r, int status, tn_buf_t *b);
+void tn__v1_appendf(tn_buf_t *b, const char *fmt, ...) TN_PRINTF(2, 3);
+/* s as a JSON string, quotes included. */
+void tn__v1_json_str(tn_buf_t *b, const char *s);
+
+/* The authenticated user of r (NULL with security off). */
+const tn_meta_user_t *tn__v1_caller(tn_v1_t *v, const tn_http_request_t *r);
+/* The root user or an `admin` grant (always, with security off). */
+bool tn__v1_is_admin(tn_v1_t *v, const tn_http_request_t *r);
+/* Whether u holds a grant of action (0: any) whose pattern matches name. */
+bool tn__v1_has_grant(const tn_meta_user_t *u, uint8_t action, const char *name);
+/* Admin, or a grant of action matching topic. */
+bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic);
+/* The topic named by the path's {topic}, copied into topic; NULL after
+ * answering 404 when the metastore has no such topic. */
+const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
+                                               char topic[TN_NAME_MAX + 1]);
+/* A query parameter that must be a non-negative integer when present:
+ * 1 (value set), 0 (absent) or -1 (malformed). */
+int tn__v1_query_int(const tn_http_request_t *r, const char *name, int64_t *out);
+/* The cross-site guard of state-changing requests: false after 415. */
+bool tn__v1_guard_write(tn_http_request_t *r);
+
+/* v1_users.c: the /v1/users routes. 0 or UV_ENOMEM. */
+int tn__v1_users_register(tn_http_server_t *srv, tn_v1_t *v);
+/* Stop hashing (answers waiting requests 503). */
+void tn__v1_users_close(tn_v1_t *v);
+
+#endif
