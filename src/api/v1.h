@@ -34,6 +34,7 @@
 
 #include "api/consume.h"
 #include "auth/authn.h"
+#include "auth/nsqauth.h"
 #include "meta/meta.h"
 #include "proto/http/server.h"
 #include "queue/queue.h"
@@ -67,6 +68,12 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, con
 /* Register the guard and routes on srv; v is borrowed for its lifetime. */
 int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v);
 void tn_v1_close(tn_v1_t *v);
+
+/* The checker that makes tern's users serve NSQ AUTH (secret
+ * user:password; produce grants publish, consume grants subscribe to any
+ * channel, admin both on every topic). v must be initialised before the
+ * first AUTH arrives. */
+tn_nsqauth_local_t tn_v1_nsq_auth(tn_v1_t *v);
 
 /* Whether pattern (exact, or a prefix ending in '*') matches name. */
 bool tn_v1_pattern_match(const char *pattern, const char *name);

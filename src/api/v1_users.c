@@ -16,6 +16,7 @@
 
 #include "api/v1_internal.h"
 
+#include "auth/nsqauth.h"
 #include "auth/passwd.h"
 #include "core/alloc.h"
 #include "core/err.h"
@@ -66,8 +67,8 @@ static void user_json(tn_buf_t *b, const tn_meta_user_t *u)
     tn_buf_append(b, "]", 1);
     if (u->root)
         tn_buf_append(b, ",\"root\":true", 12);
-    tn__v1_appendf(b, ",\"created_at_ms\":%" PRId64 ",\"updated_at_ms\":%" PRId64 "}", u->created_at_ms,
-            u->updated_at_ms);
+    tn__v1_appendf(b, ",\"created_at_ms\":%" PRId64 ",\"updated_at_ms\":%" PRId64 "}",
+                   u->created_at_ms, u->updated_at_ms);
 }
 
 static void on_users_list(tn_http_request_t *r, void *arg)
@@ -114,7 +115,6 @@ static void on_user_get(tn_http_request_t *r, void *arg)
     tn__v1_respond_buf(r, 200, &b);
 }
 
-
 /* --- request bodies -------------------------------------------------------------- */
 
 enum { UF_USERNAME, UF_PASSWORD, UF_GRANTS, UF_COUNT };
@@ -131,9 +131,9 @@ typedef struct {
     tn_meta_grant_t grants[TN_META_MAX_GRANTS];
     uint16_t ngrants;
     /* parsing */
-    int depth;    /* 1 object, 2 grants array, 3 a grant, 4 its patterns */
-    int field;    /* at depth 1 */
-    int gfield;   /* at depth 3: 0 action, 1 patterns, -1 none */
+    int depth;  /* 1 object, 2 grants array, 3 a grant, 4 its patterns */
+    int field;  /* at depth 1 */
+    int gfield; /* at depth 3: 0 action, 1 patterns, -1 none */
     bool gseen[2];
     char err[160];
     bool oom;
@@ -335,7 +335,7 @@ static int u_end_array(void *c)
 }
 
 static const yajl_callbacks user_callbacks = {
-    u_other,     u_bool, NULL,     NULL,          u_number,    u_string,
+    u_other,     u_bool, NULL,      NULL,          u_number,    u_string,
     u_start_map, u_key,  u_end_map, u_start_array, u_end_array,
 };
 
@@ -347,8 +347,8 @@ static bool decode_user(tn_http_request_t *r, ubody_t *x, unsigned allow)
     x->allow = allow;
     x->field = -1;
     bool ok = false;
-    int rc = tn_json_events(tn_buf_data(&r->body), tn_buf_size(&r->body), &user_callbacks, x,
-                            true, &ok);
+    int rc =
+        tn_json_events(tn_buf_data(&r->body), tn_buf_size(&r->body), &user_callbacks, x, true, &ok);
     if (rc != 0 || x->oom) {
         ubody_fini(x);
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
@@ -851,6 +851,89 @@ static void on_user_password(tn_http_request_t *r, void *arg)
     }
 }
 
+/* --- NSQ AUTH by tern users --------------------------------------------------- */
+
+#define NSQ_AUTH_TTL_MS 60000 /* grant changes reach NSQ connections within a minute */
+
+typedef struct {
+    tn_authn_req_t areq;
+    tn_auth_req_t *req;
+    tn_v1_t *v;
+    char user[TN_USERNAME_MAX + 1];
+} nsqcheck_t;
+
+static void on_nsq_checked(tn_authn_req_t *areq, tn_authn_result_t result)
+{
+    nsqcheck_t *nc = areq->data;
+    tn_auth_req_t *req = nc->req;
+    const tn_meta_user_t *u =
+        result == TN_AUTHN_OK ? tn_meta_user_find(tn_meta_state(nc->v->meta), nc->user) : NULL;
+    tn_free(nc);
+    if (u == NULL) {
+        tn_nsqauth_answer(req, TN_AUTH_DENIED, NULL);
+        return;
+    }
+    tn_authz_grant_t g[TN_META_MAX_GRANTS * TN_META_MAX_PATTERNS];
+    uint32_t n = 0;
+    for (uint16_t i = 0; i < u->ngrants; i++) {
+        const tn_meta_grant_t *gr = &u->grants[i];
+        if (gr->action == TN_GRANT_ADMIN) {
+            g[n++] = (tn_authz_grant_t){"*", true, true};
+            continue;
+        }
+        if (gr->action != TN_GRANT_PRODUCE && gr->action != TN_GRANT_CONSUME)
+            continue;
+        for (uint16_t k = 0; k < gr->npatterns; k++)
+            g[n++] = (tn_authz_grant_t){gr->patterns[k], gr->action == TN_GRANT_PRODUCE,
+                                        gr->action == TN_GRANT_CONSUME};
+    }
+    if (n == 0) {
+        tn_nsqauth_answer(req, TN_AUTH_NONE, NULL);
+        return;
+    }
+    tn_authz_t *authz = tn_authz_from_grants(u->name, g, n, NSQ_AUTH_TTL_MS);
+    tn_nsqauth_answer(req, authz != NULL ? TN_AUTH_OK : TN_AUTH_UNAVAILABLE, authz);
+}
+
+static int nsq_check(void *arg, tn_auth_req_t *req, const char *secret, size_t len)
+{
+    tn_v1_t *v = arg;
+    if (v->authn == NULL || v->closing)
+        return UV_ECANCELED;
+    const char *colon = memchr(secret, ':', len);
+    size_t ul = colon != NULL ? (size_t)(colon - secret) : 0;
+    size_t pl = colon != NULL ? len - ul - 1 : 0;
+    if (colon == NULL || ul == 0 || ul > TN_USERNAME_MAX || pl == 0 || pl > TN_PASSWORD_MAX) {
+        tn_nsqauth_answer(req, TN_AUTH_DENIED, NULL);
+        return 0;
+    }
+    nsqcheck_t *nc = tn_calloc(1, sizeof(*nc));
+    if (nc == NULL)
+        return UV_ENOMEM;
+    nc->req = req;
+    nc->v = v;
+    memcpy(nc->user, secret, ul);
+    nc->areq.data = nc;
+    req->local_data = nc;
+    tn_authn_check(v->authn, &nc->areq, nc->user, colon + 1, pl, on_nsq_checked);
+    return 0;
+}
+
+static void nsq_cancel(void *arg, tn_auth_req_t *req)
+{
+    (void)arg;
+    nsqcheck_t *nc = req->local_data;
+    if (nc == NULL)
+        return;
+    tn_authn_cancel(&nc->areq);
+    tn_free(nc);
+}
+
+tn_nsqauth_local_t tn_v1_nsq_auth(tn_v1_t *v)
+{
+    return (tn_nsqauth_local_t){nsq_check, nsq_cancel, v};
+}
+
 int tn__v1_users_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     v->users = tn_calloc(1, sizeof(hashq_t));
@@ -861,8 +944,7 @@ int tn__v1_users_register(tn_http_server_t *srv, tn_v1_t *v)
     rc = rc ? rc
             : tn_http_route(srv, "POST", "/v1/users", TN_JSON_MAX_BODY, "request body too large",
                             on_user_create, v);
-    rc = rc ? rc
-            : tn_http_route(srv, "DELETE", "/v1/users/{username}", 0, NULL, on_user_delete, v);
+    rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/users/{username}", 0, NULL, on_user_delete, v);
     rc = rc ? rc
             : tn_http_route(srv, "PUT", "/v1/users/{username}/grants", TN_JSON_MAX_BODY,
                             "request body too large", on_user_grants, v);

@@ -56,6 +56,8 @@ struct tn_nsqauth_s {
     size_t ncache;
     uint32_t inflight;
     bool closing;
+    bool has_local;
+    tn_nsqauth_local_t local;
 };
 
 typedef struct {
@@ -256,6 +258,55 @@ tn_authz_t *tn_nsqauth_parse(const char *body)
     return a;
 bad:
     yajl_tree_free(root);
+    tn_authz_unref(a);
+    return NULL;
+}
+
+tn_authz_t *tn_authz_from_grants(const char *identity, const tn_authz_grant_t *g, uint32_t n,
+                                 int64_t ttl_ms)
+{
+    tn_authz_t *a = tn_calloc(1, sizeof(*a));
+    if (a == NULL)
+        return NULL;
+    a->refs = 1;
+    a->expires_ms = tn_now_mono_ms() + ttl_ms;
+    a->identity = tn_strdup(identity);
+    a->identity_url = tn_strdup("");
+    a->rules = n > 0 ? tn_calloc(n, sizeof(*a->rules)) : NULL;
+    if (a->identity == NULL || a->identity_url == NULL || (n > 0 && a->rules == NULL))
+        goto bad;
+    for (uint32_t i = 0; i < n; i++) {
+        /* Names hold [A-Za-z0-9._-]: only '.' needs escaping. */
+        char re[2 * 256 + 4];
+        size_t len = strlen(g[i].pattern);
+        bool prefix = len > 0 && g[i].pattern[len - 1] == '*';
+        size_t k = 0;
+        re[k++] = '^';
+        for (size_t j = 0; j < len - (prefix ? 1 : 0) && k + 4 < sizeof(re); j++) {
+            char c = g[i].pattern[j];
+            if (c == '.')
+                re[k++] = '\\';
+            else if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '_' || c == '-'))
+                goto bad;
+            re[k++] = c;
+        }
+        if (!prefix)
+            re[k++] = '$';
+        re[k] = '\0';
+        tn_authz_rule_t *r = &a->rules[a->nrules];
+        if (regcomp(&r->topic, re, REG_EXTENDED | REG_NOSUB) != 0)
+            goto bad;
+        a->nrules++;
+        r->channels = tn_calloc(1, sizeof(*r->channels));
+        if (r->channels == NULL || regcomp(&r->channels[0], ".*", REG_EXTENDED | REG_NOSUB) != 0)
+            goto bad;
+        r->nchannels = 1;
+        r->publish = g[i].publish;
+        r->subscribe = g[i].subscribe;
+    }
+    return a;
+bad:
     tn_authz_unref(a);
     return NULL;
 }
@@ -598,6 +649,29 @@ int tn_nsqauth_new(uv_loop_t *loop, const char *servers, int64_t timeout_ms, tn_
     return 0;
 }
 
+int tn_nsqauth_new_local(uv_loop_t *loop, const tn_nsqauth_local_t *local, tn_nsqauth_t **out)
+{
+    tn_nsqauth_t *a = tn_calloc(1, sizeof(*a));
+    if (a == NULL)
+        return UV_ENOMEM;
+    a->loop = loop;
+    tn_u64map_init(&a->cache);
+    a->has_local = true;
+    a->local = *local;
+    *out = a;
+    return 0;
+}
+
+void tn_nsqauth_answer(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz)
+{
+    tn_nsqauth_t *a = req->auth;
+    req->local = false;
+    req->local_data = NULL;
+    a->inflight--;
+    req_done(req, result, authz);
+    maybe_free(a);
+}
+
 static void maybe_free(tn_nsqauth_t *a)
 {
     if (!a->closing || a->inflight > 0)
@@ -623,6 +697,14 @@ int tn_nsqauth_check(tn_nsqauth_t *a, tn_auth_req_t *req, const char *remote_ip,
     req->data = data;
     req->auth = a;
     req->cb = cb;
+    if (a->has_local) {
+        req->local = true;
+        a->inflight++;
+        int rc = a->local.check(a->local.arg, req, secret, secret_len);
+        if (rc != 0 && req->local)
+            tn_nsqauth_answer(req, TN_AUTH_UNAVAILABLE, NULL);
+        return 0;
+    }
     tn_buf_t q;
     tn_buf_init(&q);
     int rc = tn_buf_append(&q, "remote_ip=", 10);
@@ -663,6 +745,15 @@ int tn_nsqauth_check(tn_nsqauth_t *a, tn_auth_req_t *req, const char *remote_ip,
 
 void tn_nsqauth_cancel(tn_auth_req_t *req)
 {
+    if (req->local) {
+        tn_nsqauth_t *a = req->auth;
+        a->local.cancel(a->local.arg, req);
+        req->local = false;
+        req->local_data = NULL;
+        a->inflight--;
+        maybe_free(a);
+        return;
+    }
     /* The exchange runs on (its handles close in order) but answers no one. */
     if (req->http != NULL)
         ((http_t *)req->http)->req = NULL;

@@ -83,11 +83,42 @@ struct tn_auth_req_s {
     uint32_t server;
     void *http; /* the request in flight */
     tn_auth_req_t *next;
+    bool local;       /* a local check is in flight */
+    void *local_data; /* for the local checker */
 };
 
 /* servers: comma-separated host:port list (borrowed). 0, UV_EINVAL (empty
  * list) or UV_ENOMEM. */
 int tn_nsqauth_new(uv_loop_t *loop, const char *servers, int64_t timeout_ms, tn_nsqauth_t **out);
+/* A checker in place of the HTTP servers (tern's own users serving NSQ
+ * AUTH). check starts checking secret for req and answers through
+ * tn_nsqauth_answer, at once or later; it returns 0, or an error (the
+ * check then fails as unavailable, and no answer may follow). cancel
+ * abandons req's check: no answer may follow it. Answers are not cached
+ * here (the checker has its own cache). */
+typedef struct {
+    int (*check)(void *arg, tn_auth_req_t *req, const char *secret, size_t len);
+    void (*cancel)(void *arg, tn_auth_req_t *req);
+    void *arg;
+} tn_nsqauth_local_t;
+
+/* local is copied. 0 or UV_ENOMEM. */
+int tn_nsqauth_new_local(uv_loop_t *loop, const tn_nsqauth_local_t *local, tn_nsqauth_t **out);
+/* A local checker's answer; authz (on TN_AUTH_OK) is handed over. */
+void tn_nsqauth_answer(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz);
+
+/* A grant of tern's kind as an NSQ rule: pattern is a topic name, or a
+ * prefix ending in '*' ("*" alone: every topic); any channel. */
+typedef struct {
+    const char *pattern;
+    bool publish;
+    bool subscribe;
+} tn_authz_grant_t;
+/* Grants (valid for ttl_ms) from tern's: a new reference, or NULL (out of
+ * memory, or a pattern that is not a name). */
+tn_authz_t *tn_authz_from_grants(const char *identity, const tn_authz_grant_t *g, uint32_t n,
+                                 int64_t ttl_ms);
+
 /* Cancel what is in flight and free once it has wound down. */
 void tn_nsqauth_close(tn_nsqauth_t *a);
 

@@ -321,6 +321,10 @@ int main(int argc, char **argv)
             TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
         tn_nsq_opts_t nopts;
         tn_nsq_opts_from_config(&nopts, &cfg, TN_VERSION);
+        /* The /v1 API is set up below, before the loop runs any AUTH. */
+        tn_nsqauth_local_t nsq_users = tn_v1_nsq_auth(&d.v1);
+        if (cfg.nsq_auth_users)
+            nopts.auth_local = &nsq_users;
         rc =
             tn_nsq_server_start(&loop, d.broker, &nopts, cfg.tcp_address, &d.nsq, err, sizeof(err));
         if (rc != 0) {
@@ -357,6 +361,8 @@ int main(int argc, char **argv)
                 TN_LOG(TN_LOG_WARN,
                        "security is OFF (security-enabled=false): /v1 asks for no "
                        "credentials and checks no rights; never run this in production");
+            else if (rc == 0 && cfg.nsq_auth_users)
+                TN_LOG(TN_LOG_NOTICE, "NSQ AUTH is served by tern's users (secret user:password)");
             else if (rc == 0 && cfg.auth_http_address[0] == '\0')
                 TN_LOG(TN_LOG_NOTICE, "/v1 requires Basic auth; the NSQ doors (TCP and nsqd's HTTP "
                                       "endpoints) stay open as nsqd's are, since no AUTH server is "

@@ -168,6 +168,9 @@ static const opt_t options[] = {
      "NSQ TCP clients must upgrade to TLS before any command but IDENTIFY"},
     {"tls-min-version", OPT_STR, F(tls_min_version), "tls1.2", 0, 0, NULL,
      "oldest TLS version accepted: tls1.0, tls1.1, tls1.2 or tls1.3"},
+    {"nsq-auth-users", OPT_BOOL, F(nsq_auth_users), "false", 0, 0, NULL,
+     "tern's own users serve NSQ AUTH (secret user:password; produce grants publish, consume "
+     "grants subscribe) in place of an auth server"},
     {"auth-http-address", OPT_STR, F(auth_http_address), "", 0, 0, NULL,
      "nsqauthd-compatible servers for AUTH, host:port, comma-separated"},
     {"bootstrap-window", OPT_DURATION, F(bootstrap_window_ns), "90s", 0, 7 * 24 * 3600 * SEC, NULL,
@@ -588,6 +591,14 @@ int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
     }
     if ((cfg->tls_cert[0] == '\0') != (cfg->tls_key[0] == '\0')) {
         tn_errbuf(err, errlen, "tls-cert and tls-key must be given together");
+        return TN_ECONFIG;
+    }
+    if (cfg->nsq_auth_users && cfg->auth_http_address[0] != '\0') {
+        tn_errbuf(err, errlen, "nsq-auth-users and auth-http-address exclude each other");
+        return TN_ECONFIG;
+    }
+    if (cfg->nsq_auth_users && !cfg->security_enabled) {
+        tn_errbuf(err, errlen, "nsq-auth-users needs security-enabled");
         return TN_ECONFIG;
     }
     if (cfg->tls_required != 0 && cfg->tls_cert[0] == '\0') {

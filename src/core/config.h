@@ -95,6 +95,7 @@ typedef struct tn_config_s {
     int tls_required;           /* 0 false, 1 true, 2 tcp-https */
     char *tls_min_version;
     char *auth_http_address;
+    bool nsq_auth_users;
     /* queue engine */
     int64_t bootstrap_window_ns;
     int64_t retention_ns;

@@ -401,6 +401,63 @@ class Users(Base):
         self.assertEqual(self.root("PUT", "/v1/users/nobody/grants", {"grants": []})[0], 404)
 
 
+class NsqAuthByUsers(Base):
+    ARGS = ("--nsq-auth-users",)
+
+    def test_nsq_auth_with_tern_users(self):
+        self.assertIn("NSQ AUTH is served by tern's users", self.d.log())
+        name = f"n{uuid.uuid4().hex[:6]}"
+        body = json.dumps({"username": name, "password": "pw", "grants": [
+            {"action": "produce", "patterns": ["jobs.*"]},
+            {"action": "consume", "patterns": ["jobs.a"]}]}).encode()
+        self.assertEqual(self.request("POST", "/v1/users", body, ("admin", PASSWORD),
+                                      {"Content-Type": "application/json"})[0], 201)
+        # PUB before AUTH is refused and closes the connection.
+        c = Conn(self.d.tcp_port)
+        self.assertTrue(c.identify()["auth_required"])
+        c.cmd("PUB jobs.a", b"\0\0\0\1x")
+        self.assertEqual(c.read_frame()[1], b"E_AUTH_FIRST AUTH required before PUB")
+        c.close()
+        for secret, want in ((f"{name}:nope", b"E_AUTH_FAILED"), ("nocolon", b"E_AUTH_FAILED"),
+                             (f"{name}:", b"E_AUTH_FAILED")):
+            c = Conn(self.d.tcp_port)
+            c.identify()
+            c.cmd("AUTH", secret.encode())
+            self.assertTrue(c.read_frame()[1].startswith(want), secret)
+            c.close()
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.cmd("AUTH", f"{name}:pw".encode())
+        kind, data = c.read_frame()
+        self.assertEqual(json.loads(data), {"identity": name, "identity_url": "",
+                                            "permission_count": 2})
+        self.assertEqual(c.pub("jobs.a", b"x")[1], b"OK")
+        self.assertEqual(c.pub("jobs.b", b"x")[1], b"OK")
+        self.assertEqual(c.sub("jobs.a", "workers")[1], b"OK")
+        c.close()
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.cmd("AUTH", f"{name}:pw".encode())
+        c.read_frame()
+        c.cmd("PUB jobsXb", b"\0\0\0\1x")  # '.' is literal in a pattern
+        self.assertTrue(c.read_frame()[1].startswith(b"E_UNAUTHORIZED"))
+        c.close()
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.cmd("AUTH", f"{name}:pw".encode())
+        c.read_frame()
+        c.cmd("SUB jobs.b workers")
+        self.assertTrue(c.read_frame()[1].startswith(b"E_UNAUTHORIZED"))
+        c.close()
+        # The root user (admin) may do everything.
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.cmd("AUTH", f"admin:{PASSWORD}".encode())
+        c.read_frame()
+        self.assertEqual(c.pub("anything", b"x")[1], b"OK")
+        c.close()
+
+
 class Restart(Base):
     def test_created_topic_survives_restart(self):
         name = f"r{uuid.uuid4().hex[:10]}"

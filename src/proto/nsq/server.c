@@ -1339,7 +1339,15 @@ int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_
         }
     }
     s->opts.srv.tls_available = s->tls != NULL;
-    if (opts->auth_http_address != NULL && opts->auth_http_address[0] != '\0') {
+    if (opts->auth_local != NULL) {
+        rc = tn_nsqauth_new_local(loop, opts->auth_local, &s->auth);
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "NSQ AUTH by tern users: %s", tn_strerror(rc));
+            tn_tls_ctx_free(s->tls);
+            tn_free(s);
+            return rc;
+        }
+    } else if (opts->auth_http_address != NULL && opts->auth_http_address[0] != '\0') {
         rc = tn_nsqauth_new(loop, opts->auth_http_address, 5000, &s->auth);
         if (rc != 0) {
             tn_errbuf(err, errlen, "auth-http-address \"%s\": %s", opts->auth_http_address,

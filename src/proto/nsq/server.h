@@ -61,6 +61,9 @@ typedef struct {
     int tls_policy;
     bool tls_required;
     const char *auth_http_address; /* nsqauthd servers, "" for none; borrowed */
+    /* A local checker (tern's users) in place of auth servers; NULL for
+     * none; copied. */
+    const tn_nsqauth_local_t *auth_local;
 } tn_nsq_opts_t;
 
 void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const char *version);

@@ -119,6 +119,10 @@ static void test_errors_name_key_and_range(void **state)
     expect_error(2, a2, NULL, "commit-max-requests", "1..65536");
     char *a3[] = {"ternd", "--durability=eventually", NULL};
     expect_error(2, a3, NULL, "durability", "durable, write_ack, relaxed");
+    char *a3b[] = {"ternd", "--nsq-auth-users", "--auth-http-address=127.0.0.1:4181", NULL};
+    expect_error(3, a3b, NULL, "nsq-auth-users", "auth-http-address");
+    char *a3c[] = {"ternd", "--nsq-auth-users", "--security-enabled=false", NULL};
+    expect_error(3, a3c, NULL, "nsq-auth-users", "security-enabled");
     char *a4[] = {"ternd", "--no-such-option=1", NULL};
     expect_error(2, a4, NULL, "unknown option", "--no-such-option");
     char *a5[] = {"ternd", NULL};
