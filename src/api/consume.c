@@ -3,6 +3,8 @@
 
 #include "api/consume.h"
 
+#include "api/quota.h"
+
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -23,7 +25,6 @@
 
 typedef struct lane_s lane_t;
 typedef struct poll_s poll_t;
-typedef struct ident_s ident_t;
 
 /* A consume request from its start to its answer. */
 struct poll_s {
@@ -58,18 +59,12 @@ struct lane_s {
     lane_t *next;
 };
 
-struct ident_s {
-    char name[72];
-    uint32_t count;
-    ident_t *next;
-};
-
 struct tn_consume_s {
     uv_loop_t *loop;
     tn_broker_t *broker;
     tn_consume_opts_t o;
     lane_t *lanes;
-    ident_t *idents;
+    tn_quota_t quota;
     tn_heap_t deadlines;
     uv_timer_t timer;
     int64_t timer_at;
@@ -150,53 +145,6 @@ void tn_consume_render(tn_buf_t *b, const char *topic, const tn_consume_item_t *
     tn_buf_append(b, "}", 1);
 }
 
-/* --- identities ------------------------------------------------------------ */
-
-static ident_t *ident_find(tn_consume_t *cs, const char *name)
-{
-    for (ident_t *i = cs->idents; i != NULL; i = i->next)
-        if (strcmp(i->name, name) == 0)
-            return i;
-    return NULL;
-}
-
-/* Count n more consumes for name: false when that would pass the cap. */
-static bool ident_take(tn_consume_t *cs, const char *name, uint32_t n)
-{
-    if (cs->o.max_per_ident == 0 || name[0] == '\0')
-        return true;
-    ident_t *i = ident_find(cs, name);
-    uint32_t have = i != NULL ? i->count : 0;
-    if (have + n > cs->o.max_per_ident)
-        return false;
-    if (i == NULL) {
-        i = tn_calloc(1, sizeof(*i));
-        if (i == NULL)
-            return false;
-        snprintf(i->name, sizeof(i->name), "%s", name);
-        i->next = cs->idents;
-        cs->idents = i;
-    }
-    i->count += n;
-    return true;
-}
-
-static void ident_give(tn_consume_t *cs, const char *name, uint32_t n)
-{
-    ident_t **pp = &cs->idents;
-    for (; *pp != NULL; pp = &(*pp)->next) {
-        ident_t *i = *pp;
-        if (strcmp(i->name, name) != 0)
-            continue;
-        i->count -= TN_MIN(n, i->count);
-        if (i->count == 0) {
-            *pp = i->next;
-            tn_free(i);
-        }
-        return;
-    }
-}
-
 /* --- lanes ----------------------------------------------------------------- */
 
 static void lane_credit(lane_t *l)
@@ -222,8 +170,7 @@ static void poll_unlink(poll_t *p)
 {
     tn_consume_t *cs = p->cs;
     p->done = true;
-    if (p->charge > 0)
-        ident_give(cs, p->ident, p->charge);
+    tn_quota_give(&cs->quota, p->ident, p->charge);
     p->charge = 0;
     if (tn_heap_contains(&p->deadline))
         tn_heap_remove(&cs->deadlines, &p->deadline);
@@ -622,16 +569,14 @@ void tn_consume_start(tn_consume_t *cs, tn_http_request_t *r, const tn_consume_a
         error(r, 503, "shutting down");
         return;
     }
-    uint32_t charge = a->replay ? 1 : TN_MAX(a->max, 1u);
-    if (cs->o.max_per_ident > 0)
-        charge = TN_MIN(charge, cs->o.max_per_ident);
-    if (!ident_take(cs, a->ident, charge)) {
+    uint32_t charge = 0;
+    if (!tn_quota_take(&cs->quota, a->ident, a->replay ? 1 : TN_MAX(a->max, 1u), &charge)) {
         error(r, 429, "too many concurrent consumes for this user");
         return;
     }
     poll_t *p = tn_calloc(1, sizeof(*p));
     if (p == NULL) {
-        ident_give(cs, a->ident, charge);
+        tn_quota_give(&cs->quota, a->ident, charge);
         error(r, 503, "out of memory");
         return;
     }
@@ -640,7 +585,7 @@ void tn_consume_start(tn_consume_t *cs, tn_http_request_t *r, const tn_consume_a
     p->a = *a;
     snprintf(p->ident, sizeof(p->ident), "%s", a->ident);
     p->a.ident = p->ident;
-    p->charge = cs->o.max_per_ident > 0 && a->ident[0] != '\0' ? charge : 0;
+    p->charge = charge;
     p->want = TN_MAX(a->max, 1u);
     p->started_ms = tn_now_mono_ms();
     tn_heap_node_init(&p->deadline);
@@ -712,6 +657,7 @@ int tn_consume_new(uv_loop_t *loop, tn_broker_t *b, const tn_consume_opts_t *o, 
     cs->loop = loop;
     cs->broker = b;
     cs->o = *o;
+    tn_quota_init(&cs->quota, o->max_per_ident);
     cs->timer_at = INT64_MAX;
     tn_heap_init(&cs->deadlines);
     uv_timer_init(loop, &cs->timer);
@@ -746,10 +692,6 @@ void tn_consume_close(tn_consume_t *cs)
             finish(l->head, 503, "shutting down");
         lane_free(l);
     }
-    while (cs->idents != NULL) {
-        ident_t *i = cs->idents;
-        cs->idents = i->next;
-        tn_free(i);
-    }
+    tn_quota_fini(&cs->quota);
     uv_close((uv_handle_t *)&cs->timer, on_timer_closed);
 }

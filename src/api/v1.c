@@ -753,7 +753,19 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
 typedef struct {
     tn_pub_t pub;
     tn_http_request_t *r; /* NULL once the client left */
+    tn_v1_t *v;
+    uint32_t charge; /* counted against its user */
+    char ident[72];
 } produce_t;
+
+/* Count a produce of n messages against r's user; false after 429. */
+static bool produce_take(tn_v1_t *v, tn_http_request_t *r, uint32_t n, uint32_t *charge)
+{
+    if (tn_quota_take(&v->produces, v->o.security ? r->principal : "", n, charge))
+        return true;
+    tn__v1_error(r, 429, "too many concurrent produces for this user", "Retry-After: 1\r\n");
+    return false;
+}
 
 bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic)
 {
@@ -780,6 +792,7 @@ static void on_produced(tn_pub_t *p, int status)
 {
     produce_t *pr = p->data;
     tn_http_request_t *r = pr->r;
+    tn_quota_give(&pr->v->produces, pr->ident, pr->charge);
     tn_pub_fini(&pr->pub);
     tn_free(pr);
     if (r == NULL)
@@ -822,6 +835,9 @@ static void on_produce(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 400, "invalid argument: partition out of range", NULL);
         return;
     }
+    uint32_t charge = 0;
+    if (!produce_take(v, r, 1, &charge))
+        return;
     produce_t *pr = tn_calloc(1, sizeof(*pr));
     if (pr == NULL || tn_pub_init(&pr->pub, 1) != 0 ||
         tn_pub_set(&pr->pub, 0, tn_buf_data(&r->body), tn_buf_size(&r->body)) != 0 ||
@@ -829,9 +845,13 @@ static void on_produce(tn_http_request_t *r, void *arg)
         if (pr != NULL)
             tn_pub_fini(&pr->pub);
         tn_free(pr);
+        tn_quota_give(&v->produces, r->principal, charge);
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
+    pr->v = v;
+    pr->charge = charge;
+    snprintf(pr->ident, sizeof(pr->ident), "%s", r->principal);
     if (q == 1) {
         pr->pub.pinned = true;
         pr->pub.pin = (uint32_t)part;
@@ -846,6 +866,7 @@ static void on_produce(tn_http_request_t *r, void *arg)
     int rc = tn_broker_publish(v->broker, topic, strlen(topic), &pr->pub, 0, on_produced);
     if (rc != 0) {
         r->on_cancel = NULL;
+        tn_quota_give(&v->produces, pr->ident, pr->charge);
         tn_pub_fini(&pr->pub);
         tn_free(pr);
         if (rc == TN_EDISKHIGH)
@@ -860,9 +881,12 @@ static void on_produce(tn_http_request_t *r, void *arg)
 /* One batch produce: a publish per partition it touches. */
 typedef struct {
     tn_http_request_t *r; /* NULL once the client left */
-    uint32_t pending;     /* publishes not ended */
-    uint32_t count;       /* messages */
-    int status;           /* the first failure, or 0 */
+    tn_v1_t *v;
+    uint32_t charge; /* counted against its user */
+    char ident[72];
+    uint32_t pending; /* publishes not ended */
+    uint32_t count;   /* messages */
+    int status;       /* the first failure, or 0 */
     uint32_t npubs;
     tn_pub_t pubs[];
 } batch_op_t;
@@ -878,6 +902,7 @@ static void batch_end(batch_op_t *op)
     tn_http_request_t *r = op->r;
     int status = op->status;
     uint32_t count = op->count;
+    tn_quota_give(&op->v->produces, op->ident, op->charge);
     for (uint32_t i = 0; i < op->npubs; i++)
         tn_pub_fini(&op->pubs[i]);
     tn_free(op);
@@ -1000,7 +1025,15 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
         return;
     }
     op->r = r;
+    op->v = v;
     op->count = count;
+    if (!produce_take(v, r, count, &op->charge)) {
+        for (uint32_t i = 0; i < op->npubs; i++)
+            tn_pub_fini(&op->pubs[i]);
+        tn_free(op);
+        return;
+    }
+    snprintf(op->ident, sizeof(op->ident), "%s", r->principal);
     op->pending = op->npubs + 1; /* held until every publish started */
     r->data = op;
     r->on_cancel = batch_cancel;
@@ -1263,6 +1296,7 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, con
     v->meta = meta;
     v->broker = b;
     v->loop = loop;
+    tn_quota_init(&v->produces, o->max_produces_per_user);
     v->o = *o;
     tn_authn_opts_t ao;
     tn_authn_opts_default(&ao);
@@ -1301,6 +1335,7 @@ void tn_v1_close(tn_v1_t *v)
     tn_consume_close(v->consume);
     v->consume = NULL;
     tn__v1_users_close(v);
+    tn_quota_fini(&v->produces);
     if (v->authn != NULL)
         tn_authn_close(v->authn, NULL, NULL);
     v->authn = NULL;

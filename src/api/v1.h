@@ -33,6 +33,7 @@
 #include "core/platform.h"
 
 #include "api/consume.h"
+#include "api/quota.h"
 #include "auth/authn.h"
 #include "auth/nsqauth.h"
 #include "meta/meta.h"
@@ -49,6 +50,7 @@ typedef struct {
     uint64_t max_msg_size;        /* the message size limit, inclusive */
     int64_t max_consume_wait_ms;  /* 10 s */
     uint32_t max_consumes_per_user;
+    uint32_t max_produces_per_user; /* 0: no cap */
 } tn_v1_opts_t;
 
 typedef struct {
@@ -57,7 +59,8 @@ typedef struct {
     tn_authn_t *authn;
     tn_consume_t *consume;
     tn_v1_opts_t o;
-    uint32_t next_part; /* batch produces without keys take turns */
+    uint32_t next_part;  /* batch produces without keys take turns */
+    tn_quota_t produces; /* per user in progress */
     uv_loop_t *loop;
     void *users; /* v1_users.c's hashing queue */
     bool closing;

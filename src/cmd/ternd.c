@@ -354,7 +354,8 @@ int main(int argc, char **argv)
                                cfg.retention_ns / 1000000,
                                (uint64_t)cfg.max_msg_size,
                                cfg.http_max_consume_wait_ns / 1000000,
-                               (uint32_t)cfg.http_max_consumes_per_user};
+                               (uint32_t)cfg.http_max_consumes_per_user,
+                               (uint32_t)cfg.http_max_produces_per_user};
             if (rc == 0 && (rc = tn_v1_init(&d.v1, &loop, d.meta, d.broker, &vo)) == 0)
                 rc = tn_v1_register(d.http, &d.v1);
             if (rc == 0 && !cfg.security_enabled)

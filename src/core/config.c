@@ -129,6 +129,8 @@ static const opt_t options[] = {
      "longest wait a /v1 consume may ask for (longer ones are clamped)"},
     {"http-max-consumes-per-user", OPT_INT, F(http_max_consumes_per_user), "64", 0, 1000000, NULL,
      "concurrent /v1 consumes per user, a batch of N counting N (429 beyond; 0: no cap)"},
+    {"http-max-produces-per-user", OPT_INT, F(http_max_produces_per_user), "0", 0, 1000000, NULL,
+     "concurrent /v1 produces per user, a batch of N counting N (429 beyond; 0: no cap)"},
     {"security-enabled", OPT_BOOL, F(security_enabled), "true", 0, 0, NULL,
      "require Basic auth (tern's own users) on /v1; false is a development mode"},
     {"raft-address", OPT_STR, F(raft_address), "127.0.0.1:4153", 0, 0, NULL,
