@@ -357,6 +357,25 @@ static void on_topic_get(tn_http_request_t *r, void *arg)
     tn__v1_respond_buf(r, 200, &b);
 }
 
+void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec)
+{
+    tn_topic_t *t = NULL;
+    if (tn_broker_topic(b, rec->name, strlen(rec->name), false, 0, NULL, &t) != 0)
+        return;
+    t->max_inflight_part = (uint32_t)TN_MIN(rec->max_inflight, (int64_t)UINT32_MAX);
+    t->max_acked_ahead = (uint32_t)TN_MIN(rec->max_acked_ahead, (int64_t)UINT32_MAX);
+    if (rec->delivery_mode == TN_DELIVERY_TTL_DISCARD && rec->ttl_ms > 0)
+        t->ttl_ms = rec->ttl_ms;
+    if (!rec->native)
+        return;
+    t->own_settings = true;
+    t->own_retention_ns =
+        rec->retention_ms > INT64_MAX / 1000000 ? INT64_MAX : rec->retention_ms * 1000000;
+    t->own_max_attempts = rec->max_attempts;
+    for (uint32_t i = 0; i < t->nparts; i++)
+        tn_plog_set_durability(t->parts[i].plog, rec->durability);
+}
+
 /* --- creating and deleting topics ---------------------------------------------------- */
 
 #define DEFAULT_PARTITIONS 3
@@ -633,6 +652,9 @@ static void create_step(op_t *op)
         op_end(op, 500, "create failed");
         return;
     }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+    if (e != NULL)
+        tn_v1_apply_topic(op->v->broker, &e->rec);
     /* The default channel is in the record the answer shows. */
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
@@ -694,7 +716,104 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
         snprintf(c.topic.owner, sizeof(c.topic.owner), "%.*s", TN_USERNAME_MAX, r->principal);
     c.type = TN_MC_TOPIC_PUT;
     c.if_absent = true;
+    c.topic.native = true;
     (void)op_start(v, r, &c, on_create_recorded);
+}
+
+typedef struct {
+    int64_t partitions;
+    int64_t retention_ms;
+    int64_t visibility_timeout_ms;
+    int64_t max_inflight;
+    int64_t max_acked_ahead;
+} patch_body_t;
+
+enum { PF_PARTITIONS, PF_RETENTION, PF_VISIBILITY, PF_INFLIGHT, PF_ACKED_AHEAD, PF_COUNT };
+
+static const tn_jfield_t patch_fields[] = {
+    {"partitions", TN_JF_INT, offsetof(patch_body_t, partitions), 0},
+    {"retention_ms", TN_JF_INT, offsetof(patch_body_t, retention_ms), 0},
+    {"visibility_timeout_ms", TN_JF_INT, offsetof(patch_body_t, visibility_timeout_ms), 0},
+    {"max_in_flight_per_partition", TN_JF_INT, offsetof(patch_body_t, max_inflight), 0},
+    {"max_acked_ahead_per_partition", TN_JF_INT, offsetof(patch_body_t, max_acked_ahead), 0},
+};
+_Static_assert(TN_ARRAY_SIZE(patch_fields) == PF_COUNT, "patch_fields and its enum disagree");
+
+static void on_patch_recorded(tn_meta_req_t *req, int status)
+{
+    op_t *op = req->data;
+    if (status != 0) {
+        op_end(op, 503, "control plane temporarily unavailable");
+        return;
+    }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+    if (e != NULL)
+        tn_v1_apply_topic(op->v->broker, &e->rec);
+    op_end(op, 200, NULL);
+}
+
+static bool can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
+{
+    bool owner = t->owner[0] != '\0' && strcmp(t->owner, r->principal) == 0;
+    return !v->o.security || owner || tn__v1_is_admin(v, r);
+}
+
+static void on_topic_patch(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!tn__v1_guard_write(r))
+        return;
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    if (e == NULL)
+        return;
+    if (!can_manage(v, r, &e->rec)) {
+        tn__v1_error(r, 403, "only the topic's owner or an admin may change it", NULL);
+        return;
+    }
+    patch_body_t b;
+    memset(&b, 0, sizeof(b));
+    bool given[PF_COUNT];
+    char err[192];
+    int rc = tn_json_object(tn_buf_data(&r->body), tn_buf_size(&r->body), patch_fields, PF_COUNT,
+                            &b, given, err, sizeof(err));
+    if (rc == UV_ENOMEM) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    bool any = false;
+    for (int i = 0; i < PF_COUNT; i++)
+        any = any || given[i];
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_PUT;
+    c.topic = e->rec;
+    const char *refusal = rc != 0 ? err : NULL;
+    if (refusal == NULL && !any)
+        refusal = "invalid argument: give at least one of partitions, retention_ms, "
+                  "visibility_timeout_ms, max_in_flight_per_partition, "
+                  "max_acked_ahead_per_partition";
+    else if (refusal == NULL && given[PF_PARTITIONS] && b.partitions < e->rec.partitions)
+        refusal = "invalid argument: partitions can grow, never shrink";
+    else if (refusal == NULL && given[PF_PARTITIONS] && b.partitions > e->rec.partitions)
+        refusal = "invalid argument: growing a topic's partitions is not supported yet";
+    else if (refusal == NULL && (b.retention_ms < 0 || b.visibility_timeout_ms < 0 ||
+                                 b.max_inflight < 0 || b.max_acked_ahead < 0))
+        refusal = "invalid argument: retention, timeouts and caps must be >= 0";
+    if (refusal != NULL) {
+        tn__v1_error(r, 400, refusal, NULL);
+        return;
+    }
+    if (given[PF_RETENTION])
+        c.topic.retention_ms = b.retention_ms;
+    if (given[PF_VISIBILITY])
+        c.topic.visibility_timeout_ms =
+            b.visibility_timeout_ms ? b.visibility_timeout_ms : DEFAULT_VISIBILITY;
+    if (given[PF_INFLIGHT])
+        c.topic.max_inflight = b.max_inflight ? b.max_inflight : DEFAULT_CAP;
+    if (given[PF_ACKED_AHEAD])
+        c.topic.max_acked_ahead = b.max_acked_ahead ? b.max_acked_ahead : DEFAULT_CAP;
+    (void)op_start(v, r, &c, on_patch_recorded);
 }
 
 static void on_engine_deleted(void *arg, int status)
@@ -734,8 +853,7 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
     const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
-    bool owner = e->rec.owner[0] != '\0' && strcmp(e->rec.owner, r->principal) == 0;
-    if (v->o.security && !owner && !tn__v1_is_admin(v, r)) {
+    if (!can_manage(v, r, &e->rec)) {
         tn__v1_error(r, 403, "only the topic's owner or an admin may delete it", NULL);
         return;
     }
@@ -1315,6 +1433,9 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
             : tn_http_route(srv, "POST", "/v1/topics", TN_JSON_MAX_BODY, "request body too large",
                             on_topic_create, v);
     rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/topics/{topic}", 0, NULL, on_topic_delete, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "PATCH", "/v1/topics/{topic}", TN_JSON_MAX_BODY,
+                            "request body too large", on_topic_patch, v);
     rc = rc ? rc
             : tn_http_route(srv, "POST", "/v1/topics/{topic}/produce", v->o.max_msg_size,
                             "request body too large", on_produce, v);

@@ -78,6 +78,11 @@ void tn_v1_close(tn_v1_t *v);
  * first AUTH arrives. */
 tn_nsqauth_local_t tn_v1_nsq_auth(tn_v1_t *v);
 
+/* Give the queue engine's topic (when it exists) the settings of its
+ * record: the /v1 caps and TTL, and for a topic created through /v1 its
+ * own retention, dead-lettering and durability. */
+void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec);
+
 /* Whether pattern (exact, or a prefix ending in '*') matches name. */
 bool tn_v1_pattern_match(const char *pattern, const char *name);
 

@@ -191,16 +191,11 @@ static void summarise(tn_broker_t *b, char *out, size_t len)
 static void on_meta_ready(void *arg)
 {
     daemon_t *d = arg;
-    /* The engine takes expiring topics' TTLs from the rules by name; those
-     * created through /v1 carry theirs in the metastore. */
+    /* Topics created through /v1 carry their settings in the metastore
+     * (the engine takes the others' from the server's options). */
     const tn_meta_state_t *ms = tn_meta_state(d->meta);
-    for (size_t i = 0; d->broker != NULL && i < ms->ntopics; i++) {
-        const tn_meta_topic_t *rec = &ms->topics[i]->rec;
-        tn_topic_t *t = NULL;
-        if (rec->delivery_mode == TN_DELIVERY_TTL_DISCARD && rec->ttl_ms > 0 &&
-            tn_broker_topic(d->broker, rec->name, strlen(rec->name), false, 0, NULL, &t) == 0)
-            t->ttl_ms = rec->ttl_ms;
-    }
+    for (size_t i = 0; d->broker != NULL && i < ms->ntopics; i++)
+        tn_v1_apply_topic(d->broker, &ms->topics[i]->rec);
     int rc =
         tn_users_seed_root(d->loop, d->meta, d->data_path, getenv("TERN_ADMIN_PASSWORD"), &d->seed);
     if (rc != 0)

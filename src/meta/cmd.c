@@ -110,7 +110,7 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
     w_u32(&w, 0); /* payload length, set below */
     switch (c->type) {
     case TN_MC_TOPIC_PUT:
-        w_u8(&w, c->if_absent ? 1 : 0);
+        w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0));
         w_topic(&w, &c->topic);
         break;
     case TN_MC_TOPIC_DELETE:
@@ -350,10 +350,15 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     c->type = b[3];
     rd_t r = {b + TN_META_HDR, payload, 0};
     switch (c->type) {
-    case TN_MC_TOPIC_PUT:
-        c->if_absent = r_flag(&r);
+    case TN_MC_TOPIC_PUT: {
+        uint8_t flags = r_u8(&r);
+        if (r.rc == 0 && (flags & ~3u) != 0)
+            r.rc = TN_ECORRUPT;
+        c->if_absent = (flags & 1) != 0;
         r_topic(&r, &c->topic);
+        c->topic.native = (flags & 2) != 0;
         break;
+    }
     case TN_MC_TOPIC_DELETE:
         r_name(&r, c->topic.name, false);
         break;

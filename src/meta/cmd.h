@@ -61,6 +61,10 @@ typedef struct {
     char parent[TN_NAME_MAX + 1]; /* "" for none */
     int64_t fanout_delay_ms;
     uint64_t attach_epoch;
+    /* Created through /v1: its settings are its own. (NSQ-created topics
+     * follow the server's options, which the record only shows.) Carried
+     * in bit 1 of TOPIC_PUT's flag byte. */
+    bool native;
 } tn_meta_topic_t;
 
 typedef struct {

@@ -567,7 +567,8 @@ static void gc_topic(tn_broker_t *b, tn_topic_t *t, int64_t now_wall_ns)
 {
     if (t->state != TN_OBJ_READY || t->deleted)
         return;
-    int64_t older = b->opts.retention_ns ? now_wall_ns - b->opts.retention_ns : 0;
+    int64_t retention = t->own_settings ? t->own_retention_ns : b->opts.retention_ns;
+    int64_t older = retention ? now_wall_ns - retention : 0;
     if (t->ttl_ms > 0) {
         /* Every record of a segment older than the TTL has expired. */
         int64_t ttl_older = now_wall_ns - t->ttl_ms * 1000000;

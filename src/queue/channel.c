@@ -852,8 +852,9 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
         b->ttl_discards++;
         return;
     }
-    if (b->opts.max_attempts > 0 && attempts > b->opts.max_attempts && t->ttl_ms == 0 &&
-        !t->is_dlq && !cp->ch->ephemeral) {
+    uint32_t max_attempts = t->own_settings ? t->own_max_attempts : b->opts.max_attempts;
+    if (max_attempts > 0 && attempts > max_attempts && t->ttl_ms == 0 && !t->is_dlq &&
+        !cp->ch->ephemeral) {
         dead_letter(k, attempts);
         return;
     }

@@ -188,6 +188,11 @@ struct tn_topic_s {
      * it is refused). */
     uint32_t max_inflight_part;
     uint32_t max_acked_ahead;
+    /* Settings of the topic's own (a /v1 topic's record) in place of the
+     * broker's options. */
+    bool own_settings;
+    int64_t own_retention_ns;  /* 0: no age limit */
+    uint32_t own_max_attempts; /* 0: no dead-lettering */
     uint64_t ttl_discards;
     uint64_t message_count; /* published since start */
     uint64_t message_bytes;

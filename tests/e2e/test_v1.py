@@ -264,6 +264,58 @@ class Secured(Base):
         status, _, body = self.produce(name, b"m" * (1024 * 1024 + 1))
         self.assertEqual(status, 413)
 
+    def patch(self, topic, body, auth=("admin", PASSWORD)):
+        status, _, data = self.request("PATCH", f"/v1/topics/{topic}", json.dumps(body).encode(),
+                                       auth, {"Content-Type": "application/json"})
+        return status, json.loads(data) if data else None
+
+    def test_patch_topic(self):
+        name = f"pt{uuid.uuid4().hex[:8]}"
+        self.assertEqual(self.create({"name": name, "partitions": 2,
+                                      "visibility_timeout_ms": 5000})[0], 201)
+        status, t = self.patch(name, {"retention_ms": 3600000, "visibility_timeout_ms": 0,
+                                      "max_in_flight_per_partition": 7, "partitions": 2})
+        self.assertEqual(status, 200, t)
+        self.assertEqual((t["retention_ms"], t["visibility_timeout_ms"],
+                          t["max_in_flight_per_partition"], t["max_acked_ahead_per_partition"],
+                          t["partitions"]), (3600000, 30000, 7, 1024, 2))
+        self.assertEqual(self.admin("GET", f"/v1/topics/{name}")[1]["retention_ms"], 3600000)
+        for body, why in (({}, "at least one"), ({"partitions": 1}, "never shrink"),
+                          ({"partitions": 3}, "not supported"), ({"retention_ms": -1}, ">= 0"),
+                          ({"ttl_ms": 5}, "unknown field"), ({"name": "x"}, "unknown field")):
+            status, answer = self.patch(name, body)
+            self.assertEqual(status, 400, body)
+            self.assertIn(why, answer["error"])
+        self.assertEqual(self.patch("nosuch" + name, {"retention_ms": 1})[0], 404)
+        status, _, _ = self.request("PATCH", f"/v1/topics/{name}", b'{"retention_ms":1}',
+                                    ("admin", PASSWORD))
+        self.assertEqual(status, 415)
+
+    def test_own_max_attempts_dead_letters(self):
+        name = f"dl{uuid.uuid4().hex[:8]}"
+        self.assertEqual(self.create({"name": name, "partitions": 1, "max_attempts": 2})[0], 201)
+        self.assertEqual(self.produce(name, b"poison")[0], 202)
+        api = {"X-Tern-Client": "t"}
+        for attempt in (1, 2):
+            status, _, data = self.request("GET", f"/v1/topics/{name}/consume?wait=3s", None,
+                                           ("admin", PASSWORD))
+            m = json.loads(data)
+            self.assertEqual((status, m["attempts"]), (200, attempt))
+            self.assertEqual(self.request(
+                "POST", f"/v1/topics/{name}/ack?extend=0&receipt_handle={m['receipt_handle']}",
+                None, ("admin", PASSWORD), api)[0], 204)
+        # The third delivery would pass max_attempts: it moved to the DLQ.
+        self.assertEqual(self.request("GET", f"/v1/topics/{name}/consume?wait=1s", None,
+                                      ("admin", PASSWORD))[0], 204)
+        dlq = f"{name}.default.DLQ"
+        import time
+        deadline = time.monotonic() + 10
+        while self.admin("GET", f"/v1/topics/{dlq}")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status, _, data = self.request("GET", f"/v1/topics/{dlq}/consume?wait=3s", None,
+                                       ("admin", PASSWORD))
+        self.assertEqual((status, json.loads(data)["payload"]), (200, "poison"))
+
     def test_users(self):
         status, users = self.admin("GET", "/v1/users")
         self.assertEqual(status, 200)

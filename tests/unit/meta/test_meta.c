@@ -88,10 +88,16 @@ static void test_codec_roundtrip(void **state)
     snprintf(c.topic.parent, sizeof(c.topic.parent), "orders");
     c.topic.fanout_delay_ms = 1000;
     c.topic.attach_epoch = 0x0123456789abcdefULL;
+    c.topic.native = true;
     roundtrip(&c, &d);
     assert_int_equal(d.type, TN_MC_TOPIC_PUT);
     assert_true(d.if_absent);
     assert_memory_equal(&d.topic, &c.topic, sizeof(c.topic));
+    tn_meta_cmd_fini(&d);
+    c.if_absent = false; /* each flag on its own */
+    roundtrip(&c, &d);
+    assert_false(d.if_absent);
+    assert_true(d.topic.native);
     tn_meta_cmd_fini(&d);
 
     tn_meta_cmd_t u = user_cmd("bob");
