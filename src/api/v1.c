@@ -1427,6 +1427,7 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     int rc = tn_http_guard(srv, "/v1", guard, v);
     rc = rc ? rc : tn__v1_users_register(srv, v);
+    rc = rc ? rc : tn__v1_cluster_register(srv, v);
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics", 0, NULL, on_topics_list, v);
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics/{topic}", 0, NULL, on_topic_get, v);
     rc = rc ? rc

@@ -35,6 +35,9 @@ int tn__v1_query_int(const tn_http_request_t *r, const char *name, int64_t *out)
 /* The cross-site guard of state-changing requests: false after 415. */
 bool tn__v1_guard_write(tn_http_request_t *r);
 
+/* v1_cluster.c: the /v1/cluster routes. 0 or UV_ENOMEM. */
+int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v);
+
 /* v1_users.c: the /v1/users routes. 0 or UV_ENOMEM. */
 int tn__v1_users_register(tn_http_server_t *srv, tn_v1_t *v);
 /* Stop hashing (answers waiting requests 503). */

@@ -64,6 +64,8 @@ typedef struct {
     uv_signal_t sigint;
     uv_signal_t sigterm;
     int rc;
+    uint64_t raft_id;
+    const char *raft_address; /* borrowed from the configuration */
 } daemon_t;
 
 static daemon_t *g_daemon; /* for the close callbacks, which carry no argument */
@@ -196,6 +198,7 @@ static void on_meta_ready(void *arg)
     const tn_meta_state_t *ms = tn_meta_state(d->meta);
     for (size_t i = 0; d->broker != NULL && i < ms->ntopics; i++)
         tn_v1_apply_topic(d->broker, &ms->topics[i]->rec);
+    tn_v1_join(d->meta, d->raft_id, d->raft_address);
     int rc =
         tn_users_seed_root(d->loop, d->meta, d->data_path, getenv("TERN_ADMIN_PASSWORD"), &d->seed);
     if (rc != 0)
@@ -218,6 +221,8 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     mo.on_ready = on_meta_ready;
     mo.ready_arg = d;
     d->data_path = cfg->data_path;
+    d->raft_id = mo.node_id;
+    d->raft_address = cfg->raft_address;
     int rc = tn_meta_open(d->loop, &mo, &d->meta, err, errlen);
     d->api.meta = d->meta;
     return rc;

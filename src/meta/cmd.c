@@ -133,6 +133,10 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_u64(&w, c->member.id);
         w_str(&w, c->member.addr, TN_META_ADDR_MAX);
         break;
+    case TN_MC_MEMBER_DRAIN:
+        w_u64(&w, c->member.id);
+        w_u8(&w, c->member.draining ? 1 : 0);
+        break;
     default:
         w.rc = UV_EINVAL;
     }
@@ -381,6 +385,12 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         c->member.id = r_u64(&r);
         r_str(&r, c->member.addr, TN_META_ADDR_MAX);
         if (r.rc == 0 && (c->member.id == 0 || c->member.addr[0] == '\0'))
+            r.rc = TN_ECORRUPT;
+        break;
+    case TN_MC_MEMBER_DRAIN:
+        c->member.id = r_u64(&r);
+        c->member.draining = r_flag(&r);
+        if (r.rc == 0 && c->member.id == 0)
             r.rc = TN_ECORRUPT;
         break;
     default:

@@ -35,6 +35,7 @@ typedef enum {
     TN_MC_USER_PUT = 5,
     TN_MC_USER_DELETE = 6,
     TN_MC_MEMBER_PUT = 7,
+    TN_MC_MEMBER_DRAIN = 8, /* [8] id [1] draining */
 } tn_meta_cmd_type_t;
 
 typedef enum { TN_DELIVERY_RELIABLE = 0, TN_DELIVERY_TTL_DISCARD = 1 } tn_delivery_mode_t;
@@ -86,6 +87,7 @@ typedef struct {
 typedef struct {
     uint64_t id;
     char addr[TN_META_ADDR_MAX + 1];
+    bool draining; /* set by MEMBER_DRAIN (MEMBER_PUT keeps it) */
 } tn_meta_member_t;
 
 /* A decoded command. */

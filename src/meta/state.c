@@ -274,7 +274,9 @@ static int member_put(tn_meta_state_t *s, const tn_meta_member_t *m)
 {
     for (size_t i = 0; i < s->nmembers; i++) {
         if (s->members[i].id == m->id) {
+            bool draining = s->members[i].draining;
             s->members[i] = *m;
+            s->members[i].draining = draining;
             return 0;
         }
     }
@@ -307,6 +309,14 @@ int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c)
         return user_delete(s, c->user.name);
     case TN_MC_MEMBER_PUT:
         return member_put(s, &c->member);
+    case TN_MC_MEMBER_DRAIN:
+        for (size_t i = 0; i < s->nmembers; i++) {
+            if (s->members[i].id == c->member.id) {
+                s->members[i].draining = c->member.draining;
+                return 0;
+            }
+        }
+        return TN_ENOTFOUND;
     default:
         return UV_ENOTSUP;
     }
@@ -353,6 +363,11 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
         c.member = s->members[i];
         rc = tn_meta_cmd_encode(&c, out);
         count++;
+        if (rc == 0 && s->members[i].draining) {
+            c.type = TN_MC_MEMBER_DRAIN;
+            rc = tn_meta_cmd_encode(&c, out);
+            count++;
+        }
     }
     if (rc != 0) {
         out->len = out->off + start;
@@ -386,7 +401,7 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
         if (rc != 0)
             break;
         if (c.type != TN_MC_TOPIC_PUT && c.type != TN_MC_CHANNEL_PUT && c.type != TN_MC_USER_PUT &&
-            c.type != TN_MC_MEMBER_PUT)
+            c.type != TN_MC_MEMBER_PUT && c.type != TN_MC_MEMBER_DRAIN)
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */

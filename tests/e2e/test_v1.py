@@ -316,6 +316,33 @@ class Secured(Base):
                                        ("admin", PASSWORD))
         self.assertEqual((status, json.loads(data)["payload"]), (200, "poison"))
 
+    def test_cluster_of_one(self):
+        import time
+        deadline = time.monotonic() + 10
+        while True:
+            status, body = self.admin("GET", "/v1/cluster/members")
+            if body["members"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(status, 200)
+        [m] = body["members"]
+        self.assertEqual((m["id"], m["addr"], m["status"], m["draining"], m["outbound_moves"]),
+                         ("1", "127.0.0.1:0", "alive", False, 0))
+        self.assertGreaterEqual(m["owned_partitions"], 0)
+        self.assertEqual(self.admin("GET", "/v1/cluster/moves"), (200, {"moves": []}))
+        api = {"X-Tern-Client": "t"}
+        path = "/v1/cluster/members/1/decommission"
+        self.assertEqual(self.request("POST", path, None, ("admin", PASSWORD), api)[0], 204)
+        self.assertTrue(self.admin("GET", "/v1/cluster/members")[1]["members"][0]["draining"])
+        self.assertEqual(self.request("DELETE", path, None, ("admin", PASSWORD))[0], 204)
+        self.assertFalse(self.admin("GET", "/v1/cluster/members")[1]["members"][0]["draining"])
+        self.assertEqual(self.request("POST", "/v1/cluster/members/7/decommission", None,
+                                      ("admin", PASSWORD), api)[0], 404)
+        self.assertEqual(self.request("POST", "/v1/cluster/members/x/decommission", None,
+                                      ("admin", PASSWORD), api)[0], 404)
+        self.assertEqual(self.request("POST", path, None, ("admin", PASSWORD))[0], 415)
+        self.assertEqual(self.request("GET", "/v1/cluster/members")[0], 401)
+
     def test_users(self):
         status, users = self.admin("GET", "/v1/users")
         self.assertEqual(status, 200)
@@ -371,6 +398,7 @@ class Users(Base):
         me = (bob, "pw-1")
         # What bob may and may not do.
         self.assertEqual(self.as_user(me, "GET", "/v1/users")[0], 403)
+        self.assertEqual(self.as_user(me, "GET", "/v1/cluster/members")[0], 403)
         self.assertEqual(self.as_user(me, "POST", "/v1/users",
                                       {"username": "x1", "password": "x"})[0], 403)
         self.assertEqual(self.as_user(me, "POST", "/v1/topics", {"name": "orders-9"})[0], 403)

@@ -313,6 +313,16 @@ static void fill(tn_meta_state_t *s, int ntopics)
     m.member.id = 1;
     snprintf(m.member.addr, sizeof(m.member.addr), "127.0.0.1:4153");
     assert_int_equal(tn_meta_state_apply(s, &m), 0);
+    m.type = TN_MC_MEMBER_DRAIN;
+    m.member.draining = true;
+    assert_int_equal(tn_meta_state_apply(s, &m), 0);
+    m.type = TN_MC_MEMBER_PUT; /* a put keeps the draining flag */
+    m.member.draining = false;
+    assert_int_equal(tn_meta_state_apply(s, &m), 0);
+    assert_true(s->members[0].draining);
+    m.type = TN_MC_MEMBER_DRAIN;
+    m.member.id = 99;
+    assert_int_equal(tn_meta_state_apply(s, &m), TN_ENOTFOUND);
 }
 
 static void test_snapshot_roundtrip(void **state)
@@ -329,6 +339,7 @@ static void test_snapshot_roundtrip(void **state)
     assert_int_equal(r.ntopics, 50);
     assert_int_equal(r.nusers, 1);
     assert_int_equal(r.nmembers, 1);
+    assert_true(r.members[0].draining);
     assert_int_equal(r.users_version, s.users_version);
     assert_true(tn_meta_channel_exists(&r, "topic-0049", "default"));
     assert_true(tn_meta_user_find(&r, "root")->root);

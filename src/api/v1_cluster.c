@@ -1,0 +1,195 @@
+/* The /v1/cluster routes (admins only): the members the metastore knows,
+ * partition moves, and draining a member (decommission). A node records
+ * itself as a member when its metastore is first ready. In a cluster of
+ * one the node owns every partition, and there is nowhere to move one:
+ * draining is recorded, and `moves` stays empty.
+ *
+ * Threads: the loop thread. */
+#include "core/platform.h"
+
+#include "api/v1_internal.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool admin_only(tn_v1_t *v, tn_http_request_t *r)
+{
+    if (tn__v1_is_admin(v, r))
+        return true;
+    tn__v1_error(r, 403, "admin rights required", NULL);
+    return false;
+}
+
+/* Partitions of every topic the queue engine has here. */
+static uint64_t owned_partitions(const tn_v1_t *v)
+{
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        tn_topic_t *t = NULL;
+        const char *name = s->topics[i]->rec.name;
+        if (tn_broker_topic(v->broker, name, strlen(name), false, 0, NULL, &t) == 0)
+            n += t->nparts;
+    }
+    return n;
+}
+
+static void on_members(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!admin_only(v, r))
+        return;
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"members\":[", 12);
+    for (size_t i = 0; i < s->nmembers; i++) {
+        const tn_meta_member_t *m = &s->members[i];
+        tn__v1_appendf(&b, "%s{\"id\":\"%" PRIu64 "\",\"addr\":", i > 0 ? "," : "", m->id);
+        tn__v1_json_str(&b, m->addr);
+        /* Every member is this node, and it answers. */
+        tn__v1_appendf(&b,
+                       ",\"status\":\"alive\",\"draining\":%s,\"owned_partitions\":%" PRIu64
+                       ",\"outbound_moves\":0}",
+                       m->draining ? "true" : "false", owned_partitions(v));
+    }
+    tn_buf_append(&b, "]}", 2);
+    tn__v1_respond_buf(r, 200, &b);
+}
+
+static void on_moves(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!admin_only(v, r))
+        return;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"moves\":[]}", 12);
+    tn__v1_respond_buf(r, 200, &b);
+}
+
+typedef struct {
+    tn_meta_req_t mreq;
+    tn_http_request_t *r; /* NULL once the client left */
+} drain_t;
+
+static void drain_cancel(tn_http_request_t *r)
+{
+    drain_t *d = r->data;
+    d->r = NULL;
+}
+
+static void on_drained(tn_meta_req_t *req, int status)
+{
+    drain_t *d = req->data;
+    tn_http_request_t *r = d->r;
+    tn_free(d);
+    if (r == NULL)
+        return;
+    r->on_cancel = NULL;
+    if (status == 0)
+        tn_http_respond(r, 204, NULL, NULL, NULL, 0);
+    else if (status == TN_ENOTFOUND)
+        tn__v1_error(r, 404, "member not found", NULL);
+    else
+        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+}
+
+static void decommission(tn_v1_t *v, tn_http_request_t *r, bool draining)
+{
+    if (draining && !tn__v1_guard_write(r))
+        return;
+    if (!admin_only(v, r))
+        return;
+    const tn_iov_t *id = tn_http_param(r, "id");
+    char buf[24] = "";
+    if (id != NULL && id->len < sizeof(buf)) {
+        memcpy(buf, id->base, id->len);
+        buf[id->len] = '\0';
+    }
+    char *end = NULL;
+    unsigned long long n = strtoull(buf, &end, 10);
+    if (buf[0] < '0' || buf[0] > '9' || *end != '\0' || n == 0) {
+        tn__v1_error(r, 404, "member not found", NULL);
+        return;
+    }
+    drain_t *d = tn_calloc(1, sizeof(*d));
+    if (d == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_DRAIN;
+    c.member.id = n;
+    c.member.draining = draining;
+    d->r = r;
+    d->mreq.data = d;
+    r->data = d;
+    r->on_cancel = drain_cancel;
+    if (tn_meta_propose(v->meta, &d->mreq, &c, on_drained) != 0) {
+        r->on_cancel = NULL;
+        tn_free(d);
+        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+        return;
+    }
+    TN_LOG(TN_LOG_NOTICE, "audit: %s %s member %llu", r->principal[0] ? r->principal : "(open)",
+           draining ? "set draining on" : "cleared draining on", n);
+}
+
+static void on_decommission(tn_http_request_t *r, void *arg)
+{
+    decommission(arg, r, true);
+}
+
+static void on_recommission(tn_http_request_t *r, void *arg)
+{
+    decommission(arg, r, false);
+}
+
+int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v)
+{
+    int rc = tn_http_route(srv, "GET", "/v1/cluster/members", 0, NULL, on_members, v);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/cluster/moves", 0, NULL, on_moves, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/v1/cluster/members/{id}/decommission", 0, NULL,
+                            on_decommission, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}/decommission", 0, NULL,
+                            on_recommission, v);
+    return rc;
+}
+
+/* --- joining ------------------------------------------------------------------ */
+
+static void on_joined(tn_meta_req_t *req, int status)
+{
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "metastore: recording this node as a member failed: %s",
+               tn_strerror(status));
+    tn_free(req);
+}
+
+void tn_v1_join(tn_meta_t *meta, uint64_t id, const char *addr)
+{
+    const tn_meta_state_t *s = tn_meta_state(meta);
+    for (size_t i = 0; i < s->nmembers; i++)
+        if (s->members[i].id == id && strcmp(s->members[i].addr, addr) == 0)
+            return;
+    tn_meta_req_t *req = tn_calloc(1, sizeof(*req));
+    if (req == NULL)
+        return;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_PUT;
+    c.member.id = id;
+    snprintf(c.member.addr, sizeof(c.member.addr), "%s", addr);
+    if (tn_meta_propose(meta, req, &c, on_joined) != 0)
+        tn_free(req);
+}
