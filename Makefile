@@ -63,9 +63,10 @@ fuzz: deps
 
 bench: deps
 	cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build build-bench -j $(JOBS) --target tern-storage-bench ternd tern-bench
+	cmake --build build-bench -j $(JOBS) --target tern-storage-bench ternd tern-bench tern-v1-bench
 	./build-bench/tern-storage-bench
 	./bench/nsq_bench.sh build-bench
+	./bench/v1_bench.sh build-bench
 
 lint: build
 	@echo "== clang-format"
