@@ -3,6 +3,8 @@
 
 #include "api/catalog.h"
 
+#include "api/v1.h"
+
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -60,10 +62,9 @@ static bool ephemeral(const char *channel)
     return n >= k && strcmp(channel + n - k, suffix) == 0;
 }
 
-static void record_topic(tn_catalog_t *c, const tn_topic_t *t)
+/* The record of a topic the engine makes for an NSQ door. */
+static void topic_record(tn_catalog_t *c, const tn_topic_t *t, tn_meta_cmd_t *out)
 {
-    if (tn_meta_topic_find(tn_meta_state(c->meta), t->name) != NULL)
-        return;
     tn_meta_cmd_t cmd;
     memset(&cmd, 0, sizeof(cmd));
     cmd.type = TN_MC_TOPIC_PUT;
@@ -79,9 +80,73 @@ static void record_topic(tn_catalog_t *c, const tn_topic_t *t)
     cmd.topic.max_attempts = c->o.max_attempts;
     cmd.topic.durability = c->o.durability;
     cmd.topic.created_at_ms = tn_now_wall_ms();
+    *out = cmd;
+}
+
+static void record_topic(tn_catalog_t *c, const tn_topic_t *t)
+{
+    if (tn_meta_topic_find(tn_meta_state(c->meta), t->name) != NULL)
+        return;
+    tn_meta_cmd_t cmd;
+    topic_record(c, t, &cmd);
     char what[TN_NAME_MAX + 8];
     snprintf(what, sizeof(what), "topic %s", t->name);
     propose(c, &cmd, what);
+}
+
+/* --- the creation gate ------------------------------------------------------- */
+
+typedef struct {
+    tn_meta_req_t req;
+    tn_gate_t *g;
+} gated_t;
+
+static void on_gate_recorded(tn_meta_req_t *req, int status)
+{
+    gated_t *x = req->data;
+    tn_gate_t *g = x->g;
+    tn_free(x);
+    /* Already there (a /v1 creation recorded it first), or a channel of a
+     * topic from before the metastore: the engine goes on. */
+    if (status == UV_EEXIST || status == TN_ENOTFOUND)
+        status = 0;
+    tn_gate_done(g, status);
+}
+
+static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
+{
+    tn_catalog_t *c = arg;
+    const tn_meta_state_t *s = tn_meta_state(c->meta);
+    tn_meta_cmd_t cmd;
+    if (ch == NULL) {
+        if (tn_meta_topic_find(s, t->name) != NULL) {
+            tn_gate_done(g, 0);
+            return;
+        }
+        topic_record(c, t, &cmd);
+    } else {
+        if (tn_meta_channel_exists(s, t->name, ch->name)) {
+            tn_gate_done(g, 0);
+            return;
+        }
+        memset(&cmd, 0, sizeof(cmd));
+        cmd.type = TN_MC_CHANNEL_PUT;
+        cmd.if_absent = true;
+        snprintf(cmd.topic.name, sizeof(cmd.topic.name), "%s", t->name);
+        snprintf(cmd.channel, sizeof(cmd.channel), "%s", ch->name);
+    }
+    gated_t *x = tn_calloc(1, sizeof(*x));
+    if (x == NULL) {
+        tn_gate_done(g, UV_ENOMEM);
+        return;
+    }
+    x->g = g;
+    x->req.data = x;
+    int rc = tn_meta_propose(c->meta, &x->req, &cmd, on_gate_recorded);
+    if (rc != 0) {
+        tn_free(x);
+        tn_gate_done(g, rc);
+    }
 }
 
 static void record_channel(tn_catalog_t *c, const char *topic, const char *channel, bool add)
@@ -109,6 +174,10 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
         tn_topic_t *t = NULL;
         if (tn_broker_topic(c->broker, topic, strlen(topic), false, 0, NULL, &t) == 0)
             record_topic(c, t);
+        /* A /v1 topic made (again) in the engine takes its record's settings. */
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), topic);
+        if (e != NULL)
+            tn_v1_apply_topic(c->broker, &e->rec);
         break;
     }
     case TN_EV_TOPIC_DOWN: {
@@ -143,6 +212,7 @@ int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, t
         tn_free(c);
         return rc;
     }
+    tn_broker_set_gate(b, gate, c);
     /* What recovery found on disk. */
     for (size_t i = 0; i < b->nbuckets; i++) {
         for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
@@ -159,10 +229,68 @@ int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, t
     return 0;
 }
 
+/* --- reconciling ------------------------------------------------------------ */
+
+static void on_reconciled(tn_waiter_t *w, int status)
+{
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN,
+               "metastore: creating a recorded topic or channel in the queue engine "
+               "failed: %s",
+               tn_strerror(status));
+    tn_free(w);
+}
+
+/* Ask the engine for what a record names; a creation that must wait gets a
+ * waiter that only logs its end. */
+static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
+{
+    tn_waiter_t *w = tn_calloc(1, sizeof(*w));
+    if (w == NULL)
+        return;
+    w->cb = on_reconciled;
+    tn_topic_t *t = NULL;
+    const char *name = e->rec.name;
+    int rc = tn_broker_topic(c->broker, name, strlen(name), true, e->rec.partitions, w, &t);
+    if (rc == UV_EAGAIN) {
+        TN_LOG(TN_LOG_NOTICE, "metastore: topic %s was recorded but had no files; creating it",
+               name);
+        return; /* its channels follow at the next start, or at their first use */
+    }
+    tn_free(w);
+    if (rc != 0)
+        return;
+    for (uint32_t i = 0; i < e->nchannels; i++) {
+        const char *ch = e->channels[i];
+        tn_channel_t *out = NULL;
+        if (tn_topic_channel(t, ch, strlen(ch), false, NULL, &out) != TN_ENOTFOUND)
+            continue;
+        tn_waiter_t *cw = tn_calloc(1, sizeof(*cw));
+        if (cw == NULL)
+            return;
+        cw->cb = on_reconciled;
+        rc = tn_topic_channel(t, ch, strlen(ch), true, cw, &out);
+        if (rc == UV_EAGAIN)
+            TN_LOG(TN_LOG_NOTICE,
+                   "metastore: channel %s of %s was recorded but had no files; creating it", ch,
+                   name);
+        else
+            tn_free(cw);
+    }
+}
+
+void tn_catalog_reconcile(tn_catalog_t *c)
+{
+    const tn_meta_state_t *s = tn_meta_state(c->meta);
+    for (size_t i = 0; i < s->ntopics; i++)
+        make(c, s->topics[i]);
+}
+
 void tn_catalog_stop(tn_catalog_t *c)
 {
     if (c == NULL)
         return;
     tn_broker_unlisten(c->broker, on_event, c);
+    tn_broker_set_gate(c->broker, NULL, NULL);
     tn_free(c);
 }

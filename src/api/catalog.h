@@ -1,13 +1,22 @@
 /* The catalog: keeps the metastore's record of topics and channels in step
- * with what the NSQ doors create and delete in the queue engine (a topic
- * auto-created by a PUB, a channel by a SUB, deletions over HTTP), and, at
- * startup, records what the engine recovered from disk and the metastore
- * does not know yet. Ephemeral channels stay out of it.
+ * with the queue engine. Ephemeral channels stay out of it.
  *
- * DESIGN: the engine acts first and the catalog records it (a proposal with
- * if_absent per event; answers that the record already exists or is already
- * gone are expected and quiet). The native /v1 API will invert this for
- * its own writes: metastore first, then the engine.
+ * DESIGN: creations go through the metastore first. The catalog is the
+ * engine's creation gate: before the engine creates a topic (a PUB
+ * auto-creating it, /topic/create, a dead-letter topic, /v1) or a durable
+ * channel (a SUB, /channel/create, a /v1 consume), the catalog proposes
+ * its record (if absent) and the engine goes on once it is committed; a
+ * refusal fails the creation. Deletions over the doors are proposed first
+ * by the doors themselves (nsq_http.c, v1.c), then done in the engine;
+ * the catalog also records engine deletions it hears of (quietly, when the
+ * record is already gone).
+ *
+ * At startup it records what the engine recovered from disk and the
+ * metastore does not know yet (data from before the metastore, or a crash
+ * between a creation's record and its files), and once the metastore is
+ * ready (tn_catalog_reconcile) creates in the engine what the metastore
+ * records and the engine lacks (a crash after the record, before the
+ * files).
  *
  * Threads: the loop thread. */
 #ifndef TN_API_CATALOG_H
@@ -29,6 +38,9 @@ typedef struct {
 
 /* Start listening to b and record what b holds now. 0 or an error. */
 int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, tn_catalog_t **out);
+/* Create in the engine the topics (with their partition counts) and
+ * durable channels the metastore records and the engine lacks. */
+void tn_catalog_reconcile(tn_catalog_t *c);
 /* Stop listening (proposals under way finish on their own). */
 void tn_catalog_stop(tn_catalog_t *c);
 

@@ -432,6 +432,8 @@ typedef struct {
     bool channel_op;
     char topic[256];
     char channel[256];
+    tn_meta_req_t mreq;
+    bool recorded; /* a deletion: the metastore has dropped the record */
 } mgmt_t;
 
 static void mgmt_run(mgmt_t *m);
@@ -471,6 +473,53 @@ static void on_mgmt_wait(tn_waiter_t *w, int status)
     mgmt_run(m);
 }
 
+/* A deletion the metastore has recorded: now the engine's part, even if
+ * the client has left (else a restart would create it again). */
+static void on_delete_recorded(tn_meta_req_t *req, int status)
+{
+    mgmt_t *m = req->data;
+    if (status != 0 && status != TN_ENOTFOUND) {
+        if (m->r != NULL) {
+            m->r->on_cancel = NULL;
+            answer_error(m->r, 503, "E_METASTORE");
+        }
+        tn_free(m);
+        return;
+    }
+    m->recorded = true;
+    tn_topic_t *t = NULL;
+    tn_channel_t *ch = NULL;
+    int rc = tn_broker_topic(m->api->broker, m->topic, strlen(m->topic), false, 0, NULL, &t);
+    if (rc == 0 && m->channel_op)
+        rc = tn_topic_channel(t, m->channel, strlen(m->channel), false, NULL, &ch);
+    if (rc == 0)
+        rc = m->channel_op ? tn_channel_delete(ch, on_deleted, m)
+                           : tn_topic_delete(t, on_deleted, m);
+    if (rc == 0)
+        return; /* on_deleted answers and frees m */
+    /* Gone meanwhile, or being deleted by another request. */
+    on_deleted(m, rc == TN_ENOTFOUND || rc == UV_EBUSY ? 0 : rc);
+}
+
+/* Propose the deletion of m's topic or channel first; false when there is
+ * no metastore (the engine deletes at once). */
+static bool delete_through_meta(mgmt_t *m)
+{
+    if (m->api->meta == NULL || m->recorded)
+        return false;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = m->channel_op ? TN_MC_CHANNEL_DELETE : TN_MC_TOPIC_DELETE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", m->topic);
+    snprintf(c.channel, sizeof(c.channel), "%s", m->channel);
+    m->mreq.data = m;
+    m->r->on_cancel = on_mgmt_cancel;
+    int rc = tn_meta_propose(m->api->meta, &m->mreq, &c, on_delete_recorded);
+    if (rc != 0)
+        on_delete_recorded(&m->mreq, rc);
+    return true;
+}
+
 /* Do the operation, or wait for a topic or channel being created; frees m
  * once answered. */
 static void mgmt_run(mgmt_t *m)
@@ -501,6 +550,8 @@ static void mgmt_run(mgmt_t *m)
         return;
     }
     if (!m->channel_op && m->op == OP_DELETE) {
+        if (delete_through_meta(m))
+            return;
         r->on_cancel = on_mgmt_cancel;
         rc = tn_topic_delete(t, on_deleted, m);
         if (rc != 0) {
@@ -532,6 +583,8 @@ static void mgmt_run(mgmt_t *m)
     else if (rc != 0)
         answer_error(r, 503, "E_STORAGE");
     else if (m->op == OP_DELETE) {
+        if (delete_through_meta(m))
+            return;
         r->on_cancel = on_mgmt_cancel;
         rc = tn_channel_delete(ch, on_deleted, m);
         if (rc == 0)

@@ -207,8 +207,8 @@ static void *producer(void *arg)
         int64_t t0 = tn_now_mono_ns();
         const char *rb;
         size_t rl;
-        int st = roundtrip(c, "POST", path, "Content-Type: application/json\r\n", body, n, &rb,
-                           &rl);
+        int st =
+            roundtrip(c, "POST", path, "Content-Type: application/json\r\n", body, n, &rb, &rl);
         if (st != 202) {
             atomic_fetch_add(&g_errors, 1);
             if (st < 0)
@@ -259,8 +259,8 @@ static void *consumer(void *arg)
         }
         h += 18;
         const char *q = strchr(h, '"');
-        snprintf(ack, sizeof(ack), "/v1/topics/%s/ack?receipt_handle=%.*s", g_o.topic,
-                 (int)(q - h), h);
+        snprintf(ack, sizeof(ack), "/v1/topics/%s/ack?receipt_handle=%.*s", g_o.topic, (int)(q - h),
+                 h);
         if (roundtrip(c, "POST", ack, "", NULL, 0, &rb, &rl) != 204)
             atomic_fetch_add(&g_errors, 1);
         else
@@ -275,10 +275,9 @@ static void *consumer(void *arg)
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: tern-v1-bench [--addr host:port] [--user u --password p] [--topic t]\n"
-            "         [--partitions n] [--producers n] [--consumers n] [--batch b]\n"
-            "         [--size bytes] [--duration 5s]\n");
+    fprintf(stderr, "usage: tern-v1-bench [--addr host:port] [--user u --password p] [--topic t]\n"
+                    "         [--partitions n] [--producers n] [--consumers n] [--batch b]\n"
+                    "         [--size bytes] [--duration 5s]\n");
     exit(2);
 }
 
@@ -294,13 +293,17 @@ int main(int argc, char **argv)
     o->size = 200;
     o->duration_ms = 5000;
     const char *user = NULL, *password = NULL;
-    static const struct option longs[] = {
-        {"addr", required_argument, NULL, 'a'},       {"user", required_argument, NULL, 'u'},
-        {"password", required_argument, NULL, 'w'},   {"topic", required_argument, NULL, 't'},
-        {"partitions", required_argument, NULL, 'P'}, {"producers", required_argument, NULL, 'p'},
-        {"consumers", required_argument, NULL, 'c'},  {"batch", required_argument, NULL, 'b'},
-        {"size", required_argument, NULL, 's'},       {"duration", required_argument, NULL, 'd'},
-        {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {{"addr", required_argument, NULL, 'a'},
+                                          {"user", required_argument, NULL, 'u'},
+                                          {"password", required_argument, NULL, 'w'},
+                                          {"topic", required_argument, NULL, 't'},
+                                          {"partitions", required_argument, NULL, 'P'},
+                                          {"producers", required_argument, NULL, 'p'},
+                                          {"consumers", required_argument, NULL, 'c'},
+                                          {"batch", required_argument, NULL, 'b'},
+                                          {"size", required_argument, NULL, 's'},
+                                          {"duration", required_argument, NULL, 'd'},
+                                          {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (ch) {

@@ -198,6 +198,8 @@ static void on_meta_ready(void *arg)
     const tn_meta_state_t *ms = tn_meta_state(d->meta);
     for (size_t i = 0; d->broker != NULL && i < ms->ntopics; i++)
         tn_v1_apply_topic(d->broker, &ms->topics[i]->rec);
+    if (d->catalog != NULL)
+        tn_catalog_reconcile(d->catalog);
     tn_v1_join(d->meta, d->raft_id, d->raft_address);
     int rc =
         tn_users_seed_root(d->loop, d->meta, d->data_path, getenv("TERN_ADMIN_PASSWORD"), &d->seed);

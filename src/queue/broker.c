@@ -399,7 +399,7 @@ int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, u
         return UV_ENOMEM;
     }
     j->t = t;
-    int rc = uv_queue_work(b->loop, &j->work, topic_create_work, topic_create_done);
+    int rc = tn__gate_then_queue(b, &j->work, topic_create_work, topic_create_done, t, NULL);
     if (rc != 0) {
         tn_free(j);
         tn__topic_free(t);
@@ -413,6 +413,51 @@ int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, u
         t->waiters = w;
     }
     return UV_EAGAIN;
+}
+
+void tn_broker_set_gate(tn_broker_t *b, tn_gate_fn fn, void *arg)
+{
+    b->gate = fn;
+    b->gate_arg = arg;
+}
+
+int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_after_work_cb after,
+                        tn_topic_t *t, tn_channel_t *ch)
+{
+    if (b->gate == NULL)
+        return uv_queue_work(b->loop, work, run, after);
+    tn_gate_t *g = tn_calloc(1, sizeof(*g));
+    if (g == NULL)
+        return UV_ENOMEM;
+    *g = (tn_gate_t){b, work, run, after, true, false, 0};
+    b->gate(b->gate_arg, g, t, ch);
+    g->asking = false;
+    if (!g->answered)
+        return 0;
+    /* Answered at once: the caller learns it from the return value. */
+    int status = g->status;
+    tn_free(g);
+    return status != 0 ? status : uv_queue_work(b->loop, work, run, after);
+}
+
+void tn_gate_done(tn_gate_t *g, int status)
+{
+    if (g->asking) {
+        g->answered = true;
+        g->status = status;
+        return;
+    }
+    tn_broker_t *b = g->b;
+    uv_work_t *work = g->work;
+    uv_work_cb run = g->run;
+    uv_after_work_cb after = g->after;
+    tn_free(g);
+    if (status == 0 && b->closing)
+        status = TN_ECLOSED;
+    if (status == 0)
+        status = uv_queue_work(b->loop, work, run, after);
+    if (status != 0)
+        after(work, status); /* the job ends as a failed creation */
 }
 
 /* --- pumping and deadlines ------------------------------------------------- */

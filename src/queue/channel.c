@@ -573,7 +573,7 @@ int tn_topic_channel(tn_topic_t *t, const char *name, size_t len, bool create, t
     j->ch = ch;
     j->first = !has_durable_channel(t);
     j->since_ns = tn_now_wall_ns() - b->opts.bootstrap_window_ms * 1000000;
-    int rc = uv_queue_work(b->loop, &j->work, chan_create_work, chan_create_done);
+    int rc = tn__gate_then_queue(b, &j->work, chan_create_work, chan_create_done, t, ch);
     if (rc != 0) {
         tn_free(j->cls);
         tn_free(j->curs);

@@ -55,6 +55,22 @@ int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, tn_topic_t
 void tn__topic_insert(tn_broker_t *b, tn_topic_t *t);
 tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t nparts);
 
+/* A creation the gate holds: the worker job to queue once it opens. */
+struct tn_gate_s {
+    tn_broker_t *b;
+    uv_work_t *work;
+    uv_work_cb run;
+    uv_after_work_cb after;
+    bool asking;   /* inside the gate function */
+    bool answered; /* it answered before returning */
+    int status;
+};
+/* Ask the gate (if any) before queueing work; else queue it at once. 0
+ * (queued, or waiting for the gate: after runs in any case), or an error
+ * (nothing will run: the gate refused at once, or uv_queue_work failed). */
+int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_after_work_cb after,
+                        tn_topic_t *t, tn_channel_t *ch);
+
 /* channel.c */
 /* Kick the consumers of ch, unlink it from its topic and close its channel
  * logs. Returns the number of logs being closed; when it is more than 0,

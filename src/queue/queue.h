@@ -320,6 +320,14 @@ typedef void (*tn_broker_event_cb)(void *arg, tn_broker_event_t ev, const char *
 
 #define TN_BROKER_MAX_LISTENERS 4
 
+/* The creation gate: asked before the engine creates a topic (ch NULL;
+ * t is being created: its name, partitions and TTL are set) or a durable
+ * channel ch of t, for whichever door asked, so that the
+ * metastore records it first. The creation goes on when the gate calls
+ * tn_gate_done(g, 0), or fails with the status it gives. */
+typedef struct tn_gate_s tn_gate_t;
+typedef void (*tn_gate_fn)(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch);
+
 struct tn_broker_s {
     uv_loop_t *loop;
     /* Told of topic and channel events (channel is NULL for topic events). */
@@ -328,6 +336,8 @@ struct tn_broker_s {
         void *arg;
     } listeners[TN_BROKER_MAX_LISTENERS];
     uint32_t nlisteners;
+    tn_gate_fn gate;
+    void *gate_arg;
     tn_store_t *store;
     tn_broker_opts_t opts;
     tn_topic_t **buckets;
@@ -389,6 +399,11 @@ void tn_broker_unlisten(tn_broker_t *b, tn_broker_event_cb cb, void *arg);
 
 int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, uint32_t nparts,
                     tn_waiter_t *w, tn_topic_t **out);
+
+/* Set (fn NULL: remove) the creation gate. */
+void tn_broker_set_gate(tn_broker_t *b, tn_gate_fn fn, void *arg);
+/* The gate's answer for g (which is freed). */
+void tn_gate_done(tn_gate_t *g, int status);
 
 /* Same for a channel of a ready topic. An ephemeral channel (name ending
  * in #ephemeral) is created at once; a durable one opens its channel logs

@@ -539,6 +539,52 @@ class NsqAuthByUsers(Base):
 
 
 class Restart(Base):
+    def test_nsq_creations_and_deletions_go_through_the_metastore(self):
+        t = f"g{uuid.uuid4().hex[:8]}"
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        c.pub(t, b"x")
+        # Recorded before the engine made it: no waiting.
+        status, rec = self.admin("GET", f"/v1/topics/{t}")
+        self.assertEqual((status, rec["partitions"]), (200, 1))
+        c.sub(t, "workers")
+        self.assertEqual(self.admin("GET", f"/v1/topics/{t}")[1]["channels"], ["workers"])
+        c.close()
+        status, _, _ = self.request("POST", f"/channel/delete?topic={t}&channel=workers")
+        self.assertEqual(status, 200)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{t}")[1]["channels"], [])
+        self.assertEqual(self.request("POST", f"/topic/delete?topic={t}")[0], 200)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{t}")[0], 404)
+
+    def test_recorded_topic_without_files_is_made_at_start(self):
+        name = f"rec{uuid.uuid4().hex[:8]}"
+        status, _, _ = self.request("POST", "/v1/topics",
+                                    json.dumps({"name": name, "partitions": 3}).encode(),
+                                    ("admin", PASSWORD), {"Content-Type": "application/json"})
+        self.assertEqual(status, 201)
+        self.assertEqual(self.d.stop(), 0)
+        # As if it crashed after the record and before the files.
+        shutil.rmtree(os.path.join(self.dir, "data", "topics", name))
+        self.__class__.d = Daemon(os.path.join(self.dir, "data"), env=dict(os.environ))
+        self.d.wait_for("metastore ready")
+        self.d.wait_for(f"topic {name} was recorded but had no files")
+        self.__class__.port = self.d.http_port
+        import time
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            status, t = self.admin("GET", f"/v1/topics/{name}")
+            if len(t.get("partition_stats", [])) == 3:
+                break
+            time.sleep(0.05)
+        self.assertEqual(len(t["partition_stats"]), 3)
+        # Its channel comes back at its first use; produce and consume work.
+        status, _, _ = self.request("POST", f"/v1/topics/{name}/produce", b"again",
+                                    ("admin", PASSWORD), {"X-Tern-Client": "t"})
+        self.assertEqual(status, 202)
+        status, _, data = self.request("GET", f"/v1/topics/{name}/consume?wait=3s", None,
+                                       ("admin", PASSWORD))
+        self.assertEqual((status, json.loads(data)["payload"]), (200, "again"))
+
     def test_created_topic_survives_restart(self):
         name = f"r{uuid.uuid4().hex[:10]}"
         status, _, _ = self.request("POST", "/v1/topics",

@@ -866,6 +866,71 @@ static void test_topic_caps(void **state)
     qfx_free(q);
 }
 
+/* The creation gate: creations wait for it, a refusal fails them, and an
+ * answer given at once works too. */
+typedef struct {
+    tn_gate_t *held;
+    int calls;
+    int answer_now; /* 1: accept at once, -1: refuse at once, 0: hold */
+    bool last_was_channel;
+} gatefx_t;
+
+static void test_gate_fn(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
+{
+    gatefx_t *x = arg;
+    (void)t;
+    x->calls++;
+    x->last_was_channel = ch != NULL;
+    if (x->answer_now == 1)
+        tn_gate_done(g, 0);
+    else if (x->answer_now == -1)
+        tn_gate_done(g, UV_EPERM);
+    else
+        x->held = g;
+}
+
+static void test_creation_gate(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    gatefx_t x = {0};
+    tn_broker_set_gate(q->b, test_gate_fn, &x);
+    tn_topic_t *t = NULL;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    assert_int_equal(tn_broker_topic(q->b, "g1", 2, true, 0, &w.w, &t), UV_EAGAIN);
+    assert_int_equal(x.calls, 1);
+    assert_false(x.last_was_channel);
+    run_for(q, 50);
+    assert_false(w.done); /* held by the gate */
+    tn_gate_done(x.held, 0);
+    assert_true(run_until(q, wait_done, &w));
+    assert_int_equal(w.status, 0);
+    /* A refusal fails the creation; the topic is not there afterwards. */
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    assert_int_equal(tn_broker_topic(q->b, "g2", 2, true, 0, &w.w, &t), UV_EAGAIN);
+    tn_gate_done(x.held, UV_EPERM);
+    assert_true(run_until(q, wait_done, &w));
+    assert_int_equal(w.status, UV_EPERM);
+    assert_int_equal(tn_broker_topic(q->b, "g2", 2, false, 0, NULL, &t), TN_ENOTFOUND);
+    /* Answers given at once. */
+    x.answer_now = -1;
+    assert_int_equal(tn_broker_topic(q->b, "g3", 2, true, 0, NULL, &t), UV_EPERM);
+    assert_int_equal(tn_broker_topic(q->b, "g3", 2, false, 0, NULL, &t), TN_ENOTFOUND);
+    x.answer_now = 1;
+    tn_channel_t *ch = channel(q, "g1", "durable");
+    assert_true(x.last_was_channel);
+    assert_int_equal(x.calls, 4);
+    /* Ephemeral channels do not ask. */
+    ch = channel(q, "g1", "e#ephemeral");
+    assert_int_equal(x.calls, 4);
+    (void)ch;
+    tn_broker_set_gate(q->b, NULL, NULL);
+    qfx_free(q);
+}
+
 static void test_bad_names(void **state)
 {
     (void)state;
@@ -906,6 +971,7 @@ int main(void)
         cmocka_unit_test(test_pull_credit_and_keys),
         cmocka_unit_test(test_pinned_consumer),
         cmocka_unit_test(test_topic_caps),
+        cmocka_unit_test(test_creation_gate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
