@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/time.h"
 #include "api/batch.h"
+#include "api/fanout.h"
 #include "proto/http/json.h"
 
 #include <inttypes.h>
@@ -185,7 +186,7 @@ bool tn__v1_has_grant(const tn_meta_user_t *u, uint8_t action, const char *name)
 }
 
 /* Any grant on the topic's name, its ownership, or admin. */
-static bool can_read(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
+bool tn__v1_can_read(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
 {
     if (tn__v1_is_admin(v, r))
         return true;
@@ -221,7 +222,7 @@ static const char *durability_name(uint8_t d)
     return d == 1 ? "write_ack" : d == 2 ? "relaxed" : "durable";
 }
 
-static void topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, bool stats,
+void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, bool stats,
                        int64_t only_partition)
 {
     const tn_meta_topic_t *t = &e->rec;
@@ -237,12 +238,34 @@ static void topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
         tn_buf_append(b, ",\"owner\":", 9);
         tn__v1_json_str(b, t->owner);
     }
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    size_t nchildren = t->parent[0] != '\0' ? 0 : tn__v1_children_of(s, t->name);
     tn__v1_appendf(b,
                    ",\"role\":\"%s\",\"delivery_mode\":\"%s\",\"ttl_ms\":%" PRId64
                    ",\"max_attempts\":%u,\"durability\":\"%s\"",
-                   t->parent[0] != '\0' ? "child" : "standalone",
+                   t->parent[0] != '\0' ? "child"
+                   : nchildren > 0      ? "parent"
+                                        : "standalone",
                    t->delivery_mode == TN_DELIVERY_TTL_DISCARD ? "ttl_discard" : "reliable",
                    t->ttl_ms, t->max_attempts, durability_name(t->durability));
+    if (t->parent[0] != '\0') {
+        tn_buf_append(b, ",\"parent\":", 10);
+        tn__v1_json_str(b, t->parent);
+        tn__v1_appendf(b, ",\"attach_epoch\":\"%016" PRIx64 "\",\"fanout_delay_ms\":%" PRId64,
+                       t->attach_epoch, t->fanout_delay_ms);
+    } else if (nchildren > 0) {
+        tn_buf_append(b, ",\"children\":[", 13);
+        bool first = true;
+        for (size_t i = 0; i < s->ntopics; i++) {
+            if (strcmp(s->topics[i]->rec.parent, t->name) != 0)
+                continue;
+            if (!first)
+                tn_buf_append(b, ",", 1);
+            tn__v1_json_str(b, s->topics[i]->rec.name);
+            first = false;
+        }
+        tn_buf_append(b, "]", 1);
+    }
     tn_buf_append(b, ",\"channels\":[", 13);
     for (uint32_t i = 0; i < e->nchannels; i++) {
         if (i > 0)
@@ -316,7 +339,7 @@ static void on_topics_list(tn_http_request_t *r, void *arg)
     bool more = false;
     for (size_t i = tn_meta_topic_after(s, token); i < s->ntopics; i++) {
         const tn_meta_topic_entry_t *e = s->topics[i];
-        if (!can_read(v, r, &e->rec))
+        if (!tn__v1_can_read(v, r, &e->rec))
             continue;
         if (n == limit) {
             more = true;
@@ -324,7 +347,7 @@ static void on_topics_list(tn_http_request_t *r, void *arg)
         }
         if (n > 0)
             tn_buf_append(&b, ",", 1);
-        topic_json(v, &b, e, false, -1);
+        tn__v1_topic_json(v, &b, e, false, -1);
         last = e->rec.name;
         n++;
     }
@@ -341,7 +364,7 @@ static void on_topic_get(tn_http_request_t *r, void *arg)
     const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
-    if (!can_read(v, r, &e->rec)) {
+    if (!tn__v1_can_read(v, r, &e->rec)) {
         tn__v1_error(r, 403, "no grant on this topic", NULL);
         return;
     }
@@ -353,7 +376,7 @@ static void on_topic_get(tn_http_request_t *r, void *arg)
     }
     tn_buf_t b;
     tn_buf_init(&b);
-    topic_json(v, &b, e, true, q == 1 ? part : -1);
+    tn__v1_topic_json(v, &b, e, true, q == 1 ? part : -1);
     tn__v1_respond_buf(r, 200, &b);
 }
 
@@ -472,7 +495,9 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
         return false;
     }
     if (given[CF_PARENT] || given[CF_DELAY]) {
-        snprintf(err, errlen, "invalid argument: child topics are not supported yet");
+        snprintf(err, errlen,
+                 "invalid argument: create-and-attach is not supported yet; create the topic, "
+                 "then POST /v1/topics/{parent}/children");
         return false;
     }
     snprintf(t->name, sizeof(t->name), "%s", b->name);
@@ -564,7 +589,7 @@ static void op_end(op_t *op, int status, const char *msg)
             tn_buf_t b;
             tn_buf_init(&b);
             if (e != NULL)
-                topic_json(op->v, &b, e, false, -1);
+                tn__v1_topic_json(op->v, &b, e, false, -1);
             else
                 tn_buf_append(&b, "{}", 2);
             tn__v1_respond_buf(op->r, status, &b);
@@ -937,6 +962,10 @@ static void on_produce(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 403, "no produce grant for this topic", NULL);
         return;
     }
+    if (e->rec.parent[0] != '\0' && e->rec.fanout_delay_ms > 0) {
+        tn__v1_error(r, 409, "direct produce to a delay child is not allowed", NULL);
+        return;
+    }
     if (tn_buf_size(&r->body) == 0) {
         tn__v1_error(r, 400, "message required", NULL);
         return;
@@ -1058,6 +1087,10 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
         return;
     if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_PRODUCE, topic)) {
         tn__v1_error(r, 403, "no produce grant for this topic", NULL);
+        return;
+    }
+    if (e->rec.parent[0] != '\0' && e->rec.fanout_delay_ms > 0) {
+        tn__v1_error(r, 409, "direct produce to a delay child is not allowed", NULL);
         return;
     }
     tn_batch_t b;
@@ -1420,6 +1453,7 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, con
     tn_authn_opts_default(&ao);
     tn_consume_opts_t co = {o->max_consumes_per_user};
     int rc = tn_consume_new(loop, b, &co, &v->consume);
+    rc = rc ? rc : tn_fanout_new(loop, b, meta, &v->fanout);
     return rc != 0 ? rc : tn_authn_new(loop, &ao, lookup, v, &v->authn);
 }
 
@@ -1428,6 +1462,7 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     int rc = tn_http_guard(srv, "/v1", guard, v);
     rc = rc ? rc : tn__v1_users_register(srv, v);
     rc = rc ? rc : tn__v1_cluster_register(srv, v);
+    rc = rc ? rc : tn__v1_children_register(srv, v);
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics", 0, NULL, on_topics_list, v);
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics/{topic}", 0, NULL, on_topic_get, v);
     rc = rc ? rc
@@ -1456,6 +1491,8 @@ void tn_v1_close(tn_v1_t *v)
     v->closing = true;
     tn_consume_close(v->consume);
     v->consume = NULL;
+    tn_fanout_close(v->fanout);
+    v->fanout = NULL;
     tn__v1_users_close(v);
     tn_quota_fini(&v->produces);
     if (v->authn != NULL)

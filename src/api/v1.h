@@ -58,6 +58,7 @@ typedef struct {
     tn_broker_t *broker;
     tn_authn_t *authn;
     tn_consume_t *consume;
+    struct tn_fanout_s *fanout; /* api/fanout.h */
     tn_v1_opts_t o;
     uint32_t next_part;  /* batch produces without keys take turns */
     tn_quota_t produces; /* per user in progress */

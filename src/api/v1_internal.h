@@ -35,6 +35,22 @@ int tn__v1_query_int(const tn_http_request_t *r, const char *name, int64_t *out)
 /* The cross-site guard of state-changing requests: false after 415. */
 bool tn__v1_guard_write(tn_http_request_t *r);
 
+/* Any grant on t's name, its ownership, or admin. */
+bool tn__v1_can_read(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t);
+/* A topic as JSON (stats: with partition_stats, of only_partition when
+ * >= 0). */
+void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, bool stats,
+                       int64_t only_partition);
+
+/* v1_children.c: the child topic routes. 0 or UV_ENOMEM. */
+int tn__v1_children_register(tn_http_server_t *srv, tn_v1_t *v);
+/* How many children parent has. */
+size_t tn__v1_children_of(const tn_meta_state_t *s, const char *parent);
+/* Why parent -> child may not be linked with delay_ms: an HTTP status
+ * with *msg, or 0. */
+int tn__v1_link_refusal(tn_v1_t *v, const tn_meta_topic_t *parent, const tn_meta_topic_t *child,
+                        int64_t delay_ms, const char **msg);
+
 /* v1_cluster.c: the /v1/cluster routes. 0 or UV_ENOMEM. */
 int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v);
 

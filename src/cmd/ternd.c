@@ -27,6 +27,7 @@
 #include "api/metrics.h"
 #include "api/users.h"
 #include "api/v1.h"
+#include "api/fanout.h"
 #include "api/nsq_http.h"
 #include "api/ws.h"
 #include "proto/http/server.h"
@@ -200,6 +201,8 @@ static void on_meta_ready(void *arg)
         tn_v1_apply_topic(d->broker, &ms->topics[i]->rec);
     if (d->catalog != NULL)
         tn_catalog_reconcile(d->catalog);
+    if (d->v1.fanout != NULL)
+        tn_fanout_sync(d->v1.fanout);
     tn_v1_join(d->meta, d->raft_id, d->raft_address);
     int rc =
         tn_users_seed_root(d->loop, d->meta, d->data_path, getenv("TERN_ADMIN_PASSWORD"), &d->seed);

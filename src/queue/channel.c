@@ -410,7 +410,8 @@ int tn__channel_load(tn_topic_t *t, const char *name)
 typedef struct {
     uv_work_t work;
     tn_channel_t *ch;
-    bool first; /* the topic's first durable channel: it gets the backlog */
+    bool first;   /* the topic's first durable channel: it gets the backlog */
+    bool at_tail; /* starts at the tail, whatever came before */
     int64_t since_ns;
     tn_chanlog_t **cls;
     tn_cursor_t *curs;
@@ -447,7 +448,9 @@ static void chan_create_work(uv_work_t *w)
         tn_plog_stats_t st;
         tn_plog_stats(plog, &st);
         uint64_t start = st.first_offset;
-        if (!j->first)
+        if (j->at_tail)
+            start = st.visible_next;
+        else if (!j->first)
             start = find_start(plog, st.first_offset, st.visible_next, j->since_ns);
         tn_cursor_t init;
         tn_cursor_init(&init, start);
@@ -489,7 +492,10 @@ static void chan_create_done(uv_work_t *w, int status)
     } else {
         ch->state = TN_OBJ_READY;
         TN_LOG(TN_LOG_INFO, "channel %s of %s created, starting at offset %" PRIu64 "%s", ch->name,
-               t->name, ch->parts[0].cur.frontier, j->first ? " (the retained backlog)" : "");
+               t->name, ch->parts[0].cur.frontier,
+               j->first     ? " (the retained backlog)"
+               : j->at_tail ? " (the tail)"
+                            : "");
         tn__broker_event(b, TN_EV_CHANNEL_UP, t->name, ch->name);
         tn__waiters_fire(&ch->waiters, 0);
     }
@@ -507,8 +513,23 @@ static bool has_durable_channel(const tn_topic_t *t)
     return false;
 }
 
+static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create, bool at_tail,
+                       tn_waiter_t *w, tn_channel_t **out);
+
 int tn_topic_channel(tn_topic_t *t, const char *name, size_t len, bool create, tn_waiter_t *w,
                      tn_channel_t **out)
+{
+    return channel_get(t, name, len, create, false, w, out);
+}
+
+int tn_topic_channel_at_tail(tn_topic_t *t, const char *name, size_t len, tn_waiter_t *w,
+                             tn_channel_t **out)
+{
+    return channel_get(t, name, len, true, true, w, out);
+}
+
+static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create, bool at_tail,
+                       tn_waiter_t *w, tn_channel_t **out)
 {
     tn_broker_t *b = t->broker;
     if (b->closing)
@@ -571,7 +592,8 @@ int tn_topic_channel(tn_topic_t *t, const char *name, size_t len, bool create, t
         return UV_ENOMEM;
     }
     j->ch = ch;
-    j->first = !has_durable_channel(t);
+    j->first = !has_durable_channel(t) && !at_tail;
+    j->at_tail = at_tail;
     j->since_ns = tn_now_wall_ns() - b->opts.bootstrap_window_ms * 1000000;
     int rc = tn__gate_then_queue(b, &j->work, chan_create_work, chan_create_done, t, ch);
     if (rc != 0) {

@@ -411,6 +411,12 @@ void tn_gate_done(tn_gate_t *g, int status);
 int tn_topic_channel(tn_topic_t *t, const char *name, size_t len, bool create, tn_waiter_t *w,
                      tn_channel_t **out);
 
+/* Create a durable channel that starts at the topic's tail (nothing
+ * published before is its to deliver), as for a fan-out child. As
+ * tn_topic_channel with create; an existing channel is found as it is. */
+int tn_topic_channel_at_tail(tn_topic_t *t, const char *name, size_t len, tn_waiter_t *w,
+                             tn_channel_t **out);
+
 /* Prepare a publish of n messages; tn_pub_set copies each body in. 0 or
  * UV_ENOMEM. tn_pub_fini releases what the publish holds. */
 int tn_pub_init(tn_pub_t *p, uint32_t n);

@@ -386,6 +386,93 @@ class Batches(Helpers):
             self.assertIn(why, json.loads(data)["error"])
 
 
+class Children(Helpers):
+    def link(self, parent, child, delay=None):
+        body = {"child": child}
+        if delay is not None:
+            body["delay_ms"] = delay
+        status, _, data = self.request("POST", f"/v1/topics/{parent}/children",
+                                       json.dumps(body).encode(), ("admin", PASSWORD), API)
+        return status, json.loads(data) if data else None
+
+    def test_fan_out_to_children(self):
+        p = self.create(partitions=2)
+        c1 = self.create(partitions=3)
+        self.produce(p, b"before")  # children get no backfill
+        status, rec = self.link(p, c1)
+        self.assertEqual((status, rec["role"], rec["children"]), (200, "parent", [c1]), rec)
+        _, crec = self.admin("GET", f"/v1/topics/{c1}")
+        self.assertEqual((crec["role"], crec["parent"], crec["fanout_delay_ms"]), ("child", p, 0))
+        self.assertRegex(crec["attach_epoch"], "^[0-9a-f]{16}$")
+        for i in range(3):
+            self.produce(p, b"m%d" % i, "?key=k%d" % i)
+        got = []
+        deadline = time.monotonic() + 15
+        while len(got) < 3 and time.monotonic() < deadline:
+            status, m = self.consume(c1, "?wait=2s")
+            if status == 200:
+                got.append(m)
+                self.assertEqual(self.ack(c1, m["receipt_handle"])[0], 204)
+        self.assertEqual(sorted(m["payload"] for m in got), ["m0", "m1", "m2"])
+        self.assertEqual({m["key"] for m in got}, {"k0", "k1", "k2"})
+        self.assertEqual(self.consume(c1, "?wait=500ms")[0], 204)  # not "before"
+        status, kids = self.admin("GET", f"/v1/topics/{p}/children")
+        self.assertEqual(status, 200)
+        self.assertEqual(kids["parent"], p)
+        [k] = kids["children"]
+        self.assertEqual((k["name"], k["delay_ms"], k["lag_complete"]), (c1, 0, True))
+        # Detached: no more copies; it stands alone.
+        status, _, _ = self.request("DELETE", f"/v1/topics/{p}/children/{c1}", None,
+                                    ("admin", PASSWORD))
+        self.assertEqual(status, 204)
+        self.assertEqual(self.request("DELETE", f"/v1/topics/{p}/children/{c1}", None,
+                                      ("admin", PASSWORD))[0], 404)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{c1}")[1]["role"], "standalone")
+        self.assertEqual(self.admin("GET", f"/v1/topics/{p}")[1]["role"], "standalone")
+        self.produce(p, b"after")
+        self.assertEqual(self.consume(c1, "?wait=1s")[0], 204)
+
+    def test_delayed_child(self):
+        p = self.create()
+        d = self.create()
+        self.assertEqual(self.link(p, d, delay=1500)[0], 200)
+        self.produce(p, b"later")
+        start = time.monotonic()
+        self.assertEqual(self.consume(d)[0], 204)
+        status, m = self.consume(d, "?wait=8s")
+        self.assertEqual((status, m["payload"]), (200, "later"))
+        self.assertGreaterEqual(time.monotonic() - start, 1.0)
+        status, _, data = self.request("POST", f"/v1/topics/{d}/produce", b"x",
+                                       ("admin", PASSWORD), API)
+        self.assertEqual((status, json.loads(data)["error"]),
+                         (409, "direct produce to a delay child is not allowed"))
+        # Deleting the parent leaves the child standalone.
+        self.assertEqual(self.admin("DELETE", f"/v1/topics/{p}")[0], 204)
+        deadline = time.monotonic() + 10
+        while self.admin("GET", f"/v1/topics/{d}")[1]["role"] != "standalone" and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{d}")[1]["role"], "standalone")
+
+    def test_link_refusals(self):
+        p = self.create()
+        c = self.create()
+        short = self.create(retention_ms=60000)
+        self.assertEqual(self.link(p, c)[0], 200)
+        for parent, child, delay, want in ((p, p, None, 400), (p, c, None, 409), (c, p, None, 409),
+                                           (p, "nosuch", None, 404), (short, p, None, 400),
+                                           (p, self.create(), 366 * 86400 * 1000, 400)):
+            status, body = self.link(parent, child, delay)
+            self.assertEqual(status, want, (parent, child, body))
+        other = self.create()
+        status, body = self.link(other, c)
+        self.assertEqual(status, 409)
+        self.assertIn("another parent", body["error"])
+        status, _, data = self.request("POST", f"/v1/topics/{p}/children", b'{"delay_ms":1}',
+                                       ("admin", PASSWORD), API)
+        self.assertEqual(status, 400)
+
+
 class IdentityCap(Base):
     ARGS = ("--http-max-consumes-per-user=2",)
 
@@ -419,6 +506,24 @@ class IdentityCap(Base):
 
 
 class RestartKeepsSettled(Base):
+    def test_links_survive_restart(self):
+        names = [f"l{uuid.uuid4().hex[:8]}" for _ in range(2)]
+        for n in names:
+            self.assertEqual(self.request("POST", "/v1/topics", json.dumps({"name": n}).encode(),
+                                          ("admin", PASSWORD), API)[0], 201)
+        body = json.dumps({"child": names[1]}).encode()
+        self.assertEqual(self.request("POST", f"/v1/topics/{names[0]}/children", body,
+                                      ("admin", PASSWORD), API)[0], 200)
+        self.assertEqual(self.d.stop(), 0)
+        self.__class__.d = Daemon(os.path.join(self.dir, "data"), env=dict(os.environ))
+        self.d.wait_for("metastore ready")
+        self.__class__.port = self.d.http_port
+        self.assertEqual(self.request("POST", f"/v1/topics/{names[0]}/produce", b"kept",
+                                      ("admin", PASSWORD), API)[0], 202)
+        status, _, data = self.request("GET", f"/v1/topics/{names[1]}/consume?wait=8s", None,
+                                       ("admin", PASSWORD))
+        self.assertEqual((status, json.loads(data)["payload"]), (200, "kept"))
+
     def test_acked_stay_acked(self):
         name = f"rs{uuid.uuid4().hex[:8]}"
         status, _, _ = self.request("POST", "/v1/topics",

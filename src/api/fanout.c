@@ -1,0 +1,325 @@
+/* Fan-out to child topics. See fanout.h. */
+#include "core/platform.h"
+
+#include "api/fanout.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define CREDIT        256
+#define LEASE_MS      60000
+#define RETRY_MS      1000
+#define SYNC_EVERY_MS 2000
+
+typedef struct runner_s runner_t;
+
+struct runner_s {
+    tn_consumer_t c;
+    tn_fanout_t *f;
+    char parent[TN_NAME_MAX + 1];
+    char child[TN_NAME_MAX + 1];
+    uint64_t epoch;
+    int64_t delay_ms;
+    uint32_t copies; /* publishes in flight */
+    bool attached;
+    bool dead;  /* stopped: freed when its copies end */
+    bool stale; /* not seen in this sync */
+    tn_waiter_t wait;
+    bool waiting;
+    runner_t *next;
+};
+
+struct tn_fanout_s {
+    tn_broker_t *broker;
+    tn_meta_t *meta;
+    runner_t *runners;
+    uv_timer_t timer;
+    bool closing;
+};
+
+typedef struct {
+    tn_pub_t pub;
+    runner_t *r;
+    uint32_t partition;
+    uint64_t offset;
+    uint32_t nonce;
+} copy_t;
+
+void tn_fanout_channel(uint64_t epoch, char out[32])
+{
+    snprintf(out, 32, TN_FANOUT_CHANNEL_PREFIX "%016" PRIx64, epoch);
+}
+
+static void runner_maybe_free(runner_t *r)
+{
+    if (r->dead && r->copies == 0 && !r->waiting)
+        tn_free(r);
+}
+
+static uint32_t key_hash(const char *k, size_t n)
+{
+    uint32_t h = 2166136261u; /* FNV-1a, as a produce's key */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)k[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+static void on_copied(tn_pub_t *p, int status)
+{
+    copy_t *cp = p->data;
+    runner_t *r = cp->r;
+    r->copies--;
+    if (!r->dead && r->attached) {
+        if (status == 0) {
+            tn_consumer_fin(&r->c, cp->partition, cp->offset, true, cp->nonce);
+        } else {
+            TN_LOG_RL(TN_LOG_WARN, 10000, "fan-out %s -> %s: copying failed: %s; retrying",
+                      r->parent, r->child, tn_strerror(status));
+            tn_consumer_req(&r->c, cp->partition, cp->offset, true, cp->nonce, RETRY_MS);
+        }
+    }
+    tn_pub_fini(&cp->pub);
+    tn_free(cp);
+    runner_maybe_free(r);
+}
+
+static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
+{
+    runner_t *r = c->data;
+    tn_topic_t *child = NULL;
+    int rc = tn_broker_topic(r->f->broker, r->child, strlen(r->child), false, 0, NULL, &child);
+    copy_t *cp = rc == 0 ? tn_calloc(1, sizeof(*cp)) : NULL;
+    if (cp == NULL || tn_pub_init(&cp->pub, 1) != 0 ||
+        tn_pub_set(&cp->pub, 0, d->body->data, d->body->len) != 0 ||
+        (d->key != NULL && tn_pub_set_key(&cp->pub, 0, d->key->data, d->key->len) != 0)) {
+        if (cp != NULL)
+            tn_pub_fini(&cp->pub);
+        tn_free(cp);
+        tn_consumer_req(c, d->partition, d->offset, true, d->nonce, RETRY_MS);
+        return;
+    }
+    if (d->key != NULL && d->key->len > 0) {
+        cp->pub.pinned = true;
+        cp->pub.pin = key_hash(d->key->data, d->key->len) % child->nparts;
+    }
+    cp->r = r;
+    cp->partition = d->partition;
+    cp->offset = d->offset;
+    cp->nonce = d->nonce;
+    cp->pub.data = cp;
+    int64_t at = r->delay_ms > 0 ? d->publish_ns / 1000000 + r->delay_ms : 0;
+    if (at <= tn_now_wall_ms())
+        at = 0;
+    r->copies++;
+    rc = tn_broker_publish(r->f->broker, r->child, strlen(r->child), &cp->pub, at, on_copied);
+    if (rc != 0)
+        on_copied(&cp->pub, rc);
+}
+
+static void runner_stop(runner_t *r)
+{
+    r->dead = true;
+    if (r->attached) {
+        r->attached = false;
+        tn_consumer_detach(&r->c);
+    }
+    runner_maybe_free(r);
+}
+
+static void on_kick(tn_consumer_t *c)
+{
+    runner_t *r = c->data;
+    /* Its channel or the parent is being deleted: the next sync decides. */
+    r->attached = false;
+    tn_consumer_detach(c);
+    for (runner_t **pp = &r->f->runners; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    }
+    runner_stop(r);
+}
+
+static void runner_start(runner_t *r);
+
+static void on_channel_ready(tn_waiter_t *w, int status)
+{
+    runner_t *r = w->data;
+    r->waiting = false;
+    if (r->dead) {
+        runner_maybe_free(r);
+        return;
+    }
+    if (status == 0)
+        runner_start(r);
+}
+
+/* Attach r to its channel on the parent (created at the tail if missing,
+ * as at the first start after an attach that crashed before it). */
+static void runner_start(runner_t *r)
+{
+    tn_fanout_t *f = r->f;
+    tn_topic_t *t = NULL;
+    if (tn_broker_topic(f->broker, r->parent, strlen(r->parent), false, 0, NULL, &t) != 0)
+        return; /* the next sync tries again */
+    char name[32];
+    tn_fanout_channel(r->epoch, name);
+    tn_channel_t *ch = NULL;
+    r->wait.cb = on_channel_ready;
+    r->wait.data = r;
+    int rc = tn_topic_channel_at_tail(t, name, strlen(name), &r->wait, &ch);
+    if (rc == UV_EAGAIN) {
+        r->waiting = true;
+        return;
+    }
+    if (rc != 0)
+        return;
+    r->c.deliver = on_deliver;
+    r->c.kick = on_kick;
+    r->c.data = r;
+    r->c.timeout_ms = LEASE_MS;
+    tn_consumer_attach(&r->c, ch);
+    tn_consumer_credit(&r->c, CREDIT);
+    r->attached = true;
+    TN_LOG(TN_LOG_INFO, "fan-out %s -> %s running (channel %s)", r->parent, r->child, name);
+}
+
+static void on_unlinked(tn_meta_req_t *req, int status)
+{
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "fan-out: making a child standalone failed: %s", tn_strerror(status));
+    tn_free(req);
+}
+
+static void on_channel_deleted(void *arg, int status)
+{
+    (void)arg;
+    (void)status;
+}
+
+void tn_fanout_sync(tn_fanout_t *f)
+{
+    if (f->closing || !tn_meta_ready(f->meta))
+        return;
+    const tn_meta_state_t *s = tn_meta_state(f->meta);
+    for (runner_t *r = f->runners; r != NULL; r = r->next)
+        r->stale = true;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_t *rec = &s->topics[i]->rec;
+        if (rec->parent[0] == '\0')
+            continue;
+        if (tn_meta_topic_find(s, rec->parent) == NULL) {
+            /* The parent is gone: the child stands alone. */
+            tn_meta_cmd_t c;
+            memset(&c, 0, sizeof(c));
+            c.type = TN_MC_TOPIC_PUT;
+            c.topic = *rec;
+            c.topic.parent[0] = '\0';
+            c.topic.fanout_delay_ms = 0;
+            c.topic.attach_epoch = 0;
+            tn_meta_req_t *req = tn_calloc(1, sizeof(*req));
+            if (req != NULL && tn_meta_propose(f->meta, req, &c, on_unlinked) != 0)
+                tn_free(req);
+            continue;
+        }
+        runner_t *r = f->runners;
+        while (r != NULL && !(r->epoch == rec->attach_epoch && strcmp(r->child, rec->name) == 0))
+            r = r->next;
+        if (r != NULL) {
+            r->stale = false;
+            r->delay_ms = rec->fanout_delay_ms;
+            if (!r->attached && !r->waiting)
+                runner_start(r);
+            continue;
+        }
+        r = tn_calloc(1, sizeof(*r));
+        if (r == NULL)
+            continue;
+        r->f = f;
+        snprintf(r->parent, sizeof(r->parent), "%s", rec->parent);
+        snprintf(r->child, sizeof(r->child), "%s", rec->name);
+        r->epoch = rec->attach_epoch;
+        r->delay_ms = rec->fanout_delay_ms;
+        r->next = f->runners;
+        f->runners = r;
+        runner_start(r);
+    }
+    /* Links that are gone: stop, and delete their channel. */
+    for (runner_t **pp = &f->runners; *pp != NULL;) {
+        runner_t *r = *pp;
+        if (!r->stale) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        char name[32];
+        tn_fanout_channel(r->epoch, name);
+        tn_topic_t *t = NULL;
+        tn_channel_t *ch = NULL;
+        bool had = r->attached;
+        runner_stop(r);
+        if (had &&
+            tn_broker_topic(f->broker, r->parent, strlen(r->parent), false, 0, NULL, &t) == 0 &&
+            tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)
+            tn_channel_delete(ch, on_channel_deleted, NULL);
+    }
+}
+
+bool tn_fanout_lag(tn_fanout_t *f, const char *child, uint64_t *lag)
+{
+    for (runner_t *r = f->runners; r != NULL; r = r->next) {
+        if (strcmp(r->child, child) != 0 || !r->attached)
+            continue;
+        tn_channel_stats_t st;
+        tn_channel_stats(r->c.ch, &st);
+        *lag = st.depth;
+        return true;
+    }
+    return false;
+}
+
+static void on_timer(uv_timer_t *h)
+{
+    tn_fanout_sync(h->data);
+}
+
+int tn_fanout_new(uv_loop_t *loop, tn_broker_t *b, tn_meta_t *m, tn_fanout_t **out)
+{
+    tn_fanout_t *f = tn_calloc(1, sizeof(*f));
+    if (f == NULL)
+        return UV_ENOMEM;
+    f->broker = b;
+    f->meta = m;
+    uv_timer_init(loop, &f->timer);
+    f->timer.data = f;
+    uv_timer_start(&f->timer, on_timer, SYNC_EVERY_MS, SYNC_EVERY_MS);
+    *out = f;
+    return 0;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    tn_free(h->data);
+}
+
+void tn_fanout_close(tn_fanout_t *f)
+{
+    if (f == NULL)
+        return;
+    f->closing = true;
+    while (f->runners != NULL) {
+        runner_t *r = f->runners;
+        f->runners = r->next;
+        runner_stop(r);
+    }
+    uv_close((uv_handle_t *)&f->timer, on_timer_closed);
+}

@@ -1,0 +1,375 @@
+/* The /v1 routes of child topics: attach, list (with lag), detach. The
+ * copying itself is fanout.c's.
+ *
+ * Threads: the loop thread. */
+#include "core/platform.h"
+
+#include "api/v1_internal.h"
+
+#include "api/fanout.h"
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "proto/http/json.h"
+
+#include <inttypes.h>
+#include <openssl/rand.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_CHILDREN 108
+#define MAX_DELAY_MS (365LL * 24 * 3600 * 1000)
+#define HOUR_MS      (3600LL * 1000)
+
+size_t tn__v1_children_of(const tn_meta_state_t *s, const char *parent)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->ntopics; i++)
+        n += strcmp(s->topics[i]->rec.parent, parent) == 0;
+    return n;
+}
+
+static bool can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
+{
+    bool owner = t->owner[0] != '\0' && strcmp(t->owner, r->principal) == 0;
+    return !v->o.security || owner || tn__v1_is_admin(v, r);
+}
+
+/* An attach or detach under way. */
+typedef struct {
+    tn_v1_t *v;
+    tn_http_request_t *r; /* NULL once the client left */
+    tn_meta_req_t mreq;
+    tn_waiter_t wait;
+    char parent[TN_NAME_MAX + 1];
+    char child[TN_NAME_MAX + 1];
+    uint64_t epoch;
+    int64_t delay_ms;
+    bool attach;
+} link_t;
+
+static void link_cancel(tn_http_request_t *r)
+{
+    link_t *l = r->data;
+    l->r = NULL;
+}
+
+static void link_end(link_t *l, int status, const char *msg)
+{
+    tn_http_request_t *r = l->r;
+    tn_v1_t *v = l->v;
+    char parent[TN_NAME_MAX + 1];
+    snprintf(parent, sizeof(parent), "%s", l->parent);
+    tn_free(l);
+    if (r == NULL)
+        return;
+    r->on_cancel = NULL;
+    if (status == 200) {
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), parent);
+        tn_buf_t b;
+        tn_buf_init(&b);
+        if (e != NULL)
+            tn__v1_topic_json(v, &b, e, false, -1);
+        else
+            tn_buf_append(&b, "{}", 2);
+        tn__v1_respond_buf(r, 200, &b);
+    } else if (status == 204) {
+        tn_http_respond(r, 204, NULL, NULL, NULL, 0);
+    } else {
+        tn__v1_error(r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
+    }
+}
+
+static void drop_channel(tn_v1_t *v, const char *parent, uint64_t epoch)
+{
+    char name[32];
+    tn_fanout_channel(epoch, name);
+    tn_topic_t *t = NULL;
+    tn_channel_t *ch = NULL;
+    if (tn_broker_topic(v->broker, parent, strlen(parent), false, 0, NULL, &t) == 0 &&
+        tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)
+        tn_channel_delete(ch, NULL, NULL);
+}
+
+static void on_link_recorded(tn_meta_req_t *req, int status)
+{
+    link_t *l = req->data;
+    if (status != 0) {
+        if (l->attach)
+            drop_channel(l->v, l->parent, l->epoch);
+        link_end(l, 503, "control plane temporarily unavailable");
+        return;
+    }
+    if (l->r != NULL)
+        TN_LOG(TN_LOG_NOTICE, "audit: %s %s child %s %s %s",
+               l->r->principal[0] ? l->r->principal : "(open)", l->attach ? "attached" : "detached",
+               l->child, l->attach ? "to" : "from", l->parent);
+    tn_fanout_sync(l->v->fanout);
+    link_end(l, l->attach ? 200 : 204, NULL);
+}
+
+/* Record the child's link (attach) or its absence (detach). */
+static void propose_link(link_t *l)
+{
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(l->v->meta), l->child);
+    if (e == NULL) {
+        if (l->attach)
+            drop_channel(l->v, l->parent, l->epoch);
+        link_end(l, 404, "child topic not found");
+        return;
+    }
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_PUT;
+    c.topic = e->rec;
+    if (l->attach) {
+        snprintf(c.topic.parent, sizeof(c.topic.parent), "%s", l->parent);
+        c.topic.fanout_delay_ms = l->delay_ms;
+        c.topic.attach_epoch = l->epoch;
+    } else {
+        c.topic.parent[0] = '\0';
+        c.topic.fanout_delay_ms = 0;
+        c.topic.attach_epoch = 0;
+    }
+    l->mreq.data = l;
+    if (tn_meta_propose(l->v->meta, &l->mreq, &c, on_link_recorded) != 0) {
+        if (l->attach)
+            drop_channel(l->v, l->parent, l->epoch);
+        link_end(l, 503, "control plane temporarily unavailable");
+    }
+}
+
+static void attach_step(link_t *l);
+
+static void on_link_channel(tn_waiter_t *w, int status)
+{
+    link_t *l = w->data;
+    if (status != 0) {
+        link_end(l, 503, "creating the fan-out channel failed");
+        return;
+    }
+    attach_step(l);
+}
+
+/* The parent's channel for the child, at its tail, then the record. */
+static void attach_step(link_t *l)
+{
+    tn_topic_t *t = NULL;
+    if (l->v->closing ||
+        tn_broker_topic(l->v->broker, l->parent, strlen(l->parent), false, 0, NULL, &t) != 0) {
+        link_end(l, 503, "the parent topic is not ready");
+        return;
+    }
+    char name[32];
+    tn_fanout_channel(l->epoch, name);
+    tn_channel_t *ch = NULL;
+    l->wait.cb = on_link_channel;
+    l->wait.data = l;
+    int rc = tn_topic_channel_at_tail(t, name, strlen(name), &l->wait, &ch);
+    if (rc == UV_EAGAIN)
+        return;
+    if (rc != 0) {
+        link_end(l, 503, "creating the fan-out channel failed");
+        return;
+    }
+    propose_link(l);
+}
+
+static link_t *link_new(tn_v1_t *v, tn_http_request_t *r, const char *parent, const char *child,
+                        bool attach)
+{
+    link_t *l = tn_calloc(1, sizeof(*l));
+    if (l == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return NULL;
+    }
+    l->v = v;
+    l->r = r;
+    l->attach = attach;
+    snprintf(l->parent, sizeof(l->parent), "%s", parent);
+    snprintf(l->child, sizeof(l->child), "%s", child);
+    r->data = l;
+    r->on_cancel = link_cancel;
+    return l;
+}
+
+typedef struct {
+    char child[TN_NAME_MAX + 1];
+    int64_t delay_ms;
+} attach_body_t;
+
+static const tn_jfield_t attach_fields[] = {
+    {"child", TN_JF_STR, offsetof(attach_body_t, child), TN_NAME_MAX},
+    {"delay_ms", TN_JF_INT, offsetof(attach_body_t, delay_ms), 0},
+};
+
+/* Why the link parent -> child may not be made (status and message), or
+ * 0. */
+int tn__v1_link_refusal(tn_v1_t *v, const tn_meta_topic_t *parent, const tn_meta_topic_t *child,
+                        int64_t delay_ms, const char **msg)
+{
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    if (strcmp(parent->name, child->name) == 0) {
+        *msg = "invalid argument: a topic cannot be its own child";
+        return 400;
+    }
+    if (delay_ms < 0 || delay_ms > MAX_DELAY_MS) {
+        *msg = "invalid argument: delay_ms must be 0 .. 1 year";
+        return 400;
+    }
+    if (parent->retention_ms != 0 && parent->retention_ms < delay_ms + HOUR_MS) {
+        *msg = "invalid argument: the delay exceeds the parent's retention (it needs the delay "
+               "plus an hour)";
+        return 400;
+    }
+    if (parent->parent[0] != '\0') {
+        *msg = "fan-out role conflict: the parent is itself a child";
+        return 409;
+    }
+    if (tn__v1_children_of(s, child->name) > 0) {
+        *msg = "fan-out role conflict: the child is a parent";
+        return 409;
+    }
+    if (strcmp(child->parent, parent->name) == 0) {
+        *msg = "child already attached";
+        return 409;
+    }
+    if (child->parent[0] != '\0') {
+        *msg = "fan-out role conflict: the child is attached to another parent";
+        return 409;
+    }
+    if (tn__v1_children_of(s, parent->name) >= MAX_CHILDREN) {
+        *msg = "fan-out child limit reached (108)";
+        return 409;
+    }
+    return 0;
+}
+
+static void on_attach(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!tn__v1_guard_write(r))
+        return;
+    char parent[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *pe = tn__v1_path_topic(v, r, parent);
+    if (pe == NULL)
+        return;
+    attach_body_t b;
+    memset(&b, 0, sizeof(b));
+    bool given[2];
+    char err[192];
+    int rc = tn_json_object(tn_buf_data(&r->body), tn_buf_size(&r->body), attach_fields, 2, &b,
+                            given, err, sizeof(err));
+    if (rc == UV_ENOMEM) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    if (rc != 0 || !given[0]) {
+        tn__v1_error(r, 400, rc != 0 ? err : "invalid argument: child required", NULL);
+        return;
+    }
+    const tn_meta_topic_entry_t *ce = tn_meta_topic_find(tn_meta_state(v->meta), b.child);
+    if (ce == NULL) {
+        tn__v1_error(r, 404, "child topic not found", NULL);
+        return;
+    }
+    if (!can_manage(v, r, &pe->rec) || !can_manage(v, r, &ce->rec)) {
+        tn__v1_error(r, 403, "attaching needs ownership (or admin) of both topics", NULL);
+        return;
+    }
+    const char *msg = NULL;
+    int status = tn__v1_link_refusal(v, &pe->rec, &ce->rec, b.delay_ms, &msg);
+    if (status != 0) {
+        tn__v1_error(r, status, msg, NULL);
+        return;
+    }
+    link_t *l = link_new(v, r, parent, b.child, true);
+    if (l == NULL)
+        return;
+    l->delay_ms = b.delay_ms;
+    while (l->epoch == 0) {
+        if (RAND_bytes((unsigned char *)&l->epoch, sizeof(l->epoch)) != 1) {
+            r->on_cancel = NULL;
+            tn_free(l);
+            tn__v1_error(r, 503, "no randomness for the attach epoch", "Retry-After: 1\r\n");
+            return;
+        }
+    }
+    attach_step(l);
+}
+
+static void on_detach(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    char parent[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *pe = tn__v1_path_topic(v, r, parent);
+    if (pe == NULL)
+        return;
+    const tn_iov_t *cn = tn_http_param(r, "child");
+    char child[TN_NAME_MAX + 1] = "";
+    if (cn != NULL && cn->len <= TN_NAME_MAX) {
+        memcpy(child, cn->base, cn->len);
+        child[cn->len] = '\0';
+    }
+    const tn_meta_topic_entry_t *ce = tn_meta_topic_find(tn_meta_state(v->meta), child);
+    if (ce == NULL || strcmp(ce->rec.parent, parent) != 0) {
+        tn__v1_error(r, 404, "not found: the child is not attached to this parent", NULL);
+        return;
+    }
+    if (!can_manage(v, r, &pe->rec) || !can_manage(v, r, &ce->rec)) {
+        tn__v1_error(r, 403, "detaching needs ownership (or admin) of both topics", NULL);
+        return;
+    }
+    link_t *l = link_new(v, r, parent, child, false);
+    if (l != NULL)
+        propose_link(l);
+}
+
+static void on_children(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    char parent[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *pe = tn__v1_path_topic(v, r, parent);
+    if (pe == NULL)
+        return;
+    if (!tn__v1_can_read(v, r, &pe->rec)) {
+        tn__v1_error(r, 403, "no grant on this topic", NULL);
+        return;
+    }
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"parent\":", 10);
+    tn__v1_json_str(&b, parent);
+    tn_buf_append(&b, ",\"children\":[", 13);
+    bool first = true;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_t *t = &s->topics[i]->rec;
+        if (strcmp(t->parent, parent) != 0)
+            continue;
+        uint64_t lag = 0;
+        bool complete = tn_fanout_lag(v->fanout, t->name, &lag);
+        tn_buf_append(&b, first ? "{\"name\":" : ",{\"name\":", first ? 8 : 9);
+        tn__v1_json_str(&b, t->name);
+        tn__v1_appendf(&b,
+                       ",\"delay_ms\":%" PRId64 ",\"lag_messages\":%" PRIu64
+                       ",\"lag_complete\":%s}",
+                       t->fanout_delay_ms, lag, complete ? "true" : "false");
+        first = false;
+    }
+    tn_buf_append(&b, "]}", 2);
+    tn__v1_respond_buf(r, 200, &b);
+}
+
+int tn__v1_children_register(tn_http_server_t *srv, tn_v1_t *v)
+{
+    int rc = tn_http_route(srv, "POST", "/v1/topics/{topic}/children", TN_JSON_MAX_BODY,
+                           "request body too large", on_attach, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "GET", "/v1/topics/{topic}/children", 0, NULL, on_children, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "DELETE", "/v1/topics/{topic}/children/{child}", 0, NULL,
+                            on_detach, v);
+    return rc;
+}
