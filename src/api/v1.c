@@ -494,10 +494,8 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
         snprintf(err, errlen, "invalid argument: name must match [A-Za-z0-9._-]{1,255}");
         return false;
     }
-    if (given[CF_PARENT] || given[CF_DELAY]) {
-        snprintf(err, errlen,
-                 "invalid argument: create-and-attach is not supported yet; create the topic, "
-                 "then POST /v1/topics/{parent}/children");
+    if (given[CF_DELAY] && !given[CF_PARENT]) {
+        snprintf(err, errlen, "invalid argument: fanout_delay_ms requires parent");
         return false;
     }
     snprintf(t->name, sizeof(t->name), "%s", b->name);
@@ -557,6 +555,12 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
     return true;
 }
 
+static bool can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
+{
+    bool owner = t->owner[0] != '\0' && strcmp(t->owner, r->principal) == 0;
+    return !v->o.security || owner || tn__v1_is_admin(v, r);
+}
+
 static bool can_create(tn_v1_t *v, const tn_http_request_t *r, const char *name)
 {
     return tn__v1_is_admin(v, r) || tn__v1_has_grant(tn__v1_caller(v, r), TN_GRANT_CREATE, name);
@@ -571,6 +575,8 @@ typedef struct {
     char topic[TN_NAME_MAX + 1];
     int64_t ttl_ms;
     uint32_t partitions;
+    char parent[TN_NAME_MAX + 1]; /* create-and-attach */
+    int64_t delay_ms;
 } op_t;
 
 static void op_cancel(tn_http_request_t *r)
@@ -603,9 +609,11 @@ static void op_end(op_t *op, int status, const char *msg)
 }
 
 /* Start an operation on c's topic by proposing c; r stays parked until
- * the operation answers it (cb may run before this returns). false when
- * it could not start, with r answered. */
-static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, tn_meta_cb cb)
+ * the operation answers it (cb may run before this returns). parent (may
+ * be NULL): a creation then attaches the topic to it. false when it could
+ * not start, with r answered. */
+static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, tn_meta_cb cb,
+                     const char *parent, int64_t delay_ms)
 {
     op_t *op = tn_calloc(1, sizeof(*op));
     if (op == NULL) {
@@ -614,6 +622,9 @@ static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, t
     }
     op->v = v;
     op->r = r;
+    if (parent != NULL)
+        snprintf(op->parent, sizeof(op->parent), "%s", parent);
+    op->delay_ms = delay_ms;
     snprintf(op->topic, sizeof(op->topic), "%s", c->topic.name);
     op->ttl_ms = c->topic.ttl_ms;
     op->partitions = c->topic.partitions;
@@ -634,7 +645,14 @@ static void create_step(op_t *op);
 static void on_channel_recorded(tn_meta_req_t *req, int status)
 {
     (void)status; /* recorded, or the catalog was first: either way it is there */
-    op_end(req->data, 201, NULL);
+    op_t *op = req->data;
+    if (op->parent[0] != '\0') {
+        /* The attach answers (201 with the attached child). */
+        tn__v1_attach_created(op->v, op->r, op->parent, op->topic, op->delay_ms);
+        tn_free(op);
+        return;
+    }
+    op_end(op, 201, NULL);
 }
 
 static void on_create_wait(tn_waiter_t *w, int status)
@@ -737,12 +755,30 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 409, "topic already exists", NULL);
         return;
     }
+    if (given[CF_PARENT]) {
+        const tn_meta_topic_entry_t *pe = tn_meta_topic_find(tn_meta_state(v->meta), b.parent);
+        if (pe == NULL) {
+            tn__v1_error(r, 404, "parent topic not found", NULL);
+            return;
+        }
+        if (!can_manage(v, r, &pe->rec)) {
+            tn__v1_error(r, 403, "attaching needs ownership (or admin) of the parent", NULL);
+            return;
+        }
+        const char *msg = NULL;
+        int st = tn__v1_link_refusal(v, &pe->rec, &c.topic, b.fanout_delay_ms, &msg);
+        if (st != 0) {
+            tn__v1_error(r, st, msg, NULL);
+            return;
+        }
+    }
     if (v->o.security)
         snprintf(c.topic.owner, sizeof(c.topic.owner), "%.*s", TN_USERNAME_MAX, r->principal);
     c.type = TN_MC_TOPIC_PUT;
     c.if_absent = true;
     c.topic.native = true;
-    (void)op_start(v, r, &c, on_create_recorded);
+    (void)op_start(v, r, &c, on_create_recorded, given[CF_PARENT] ? b.parent : NULL,
+                   b.fanout_delay_ms);
 }
 
 typedef struct {
@@ -775,12 +811,6 @@ static void on_patch_recorded(tn_meta_req_t *req, int status)
     if (e != NULL)
         tn_v1_apply_topic(op->v->broker, &e->rec);
     op_end(op, 200, NULL);
-}
-
-static bool can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
-{
-    bool owner = t->owner[0] != '\0' && strcmp(t->owner, r->principal) == 0;
-    return !v->o.security || owner || tn__v1_is_admin(v, r);
 }
 
 static void on_topic_patch(tn_http_request_t *r, void *arg)
@@ -838,7 +868,7 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
         c.topic.max_inflight = b.max_inflight ? b.max_inflight : DEFAULT_CAP;
     if (given[PF_ACKED_AHEAD])
         c.topic.max_acked_ahead = b.max_acked_ahead ? b.max_acked_ahead : DEFAULT_CAP;
-    (void)op_start(v, r, &c, on_patch_recorded);
+    (void)op_start(v, r, &c, on_patch_recorded, NULL, 0);
 }
 
 static void on_engine_deleted(void *arg, int status)
@@ -886,7 +916,7 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_TOPIC_DELETE;
     snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
-    (void)op_start(v, r, &c, on_delete_recorded);
+    (void)op_start(v, r, &c, on_delete_recorded, NULL, 0);
 }
 
 /* --- produce ------------------------------------------------------------------ */

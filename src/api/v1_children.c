@@ -47,6 +47,7 @@ typedef struct {
     uint64_t epoch;
     int64_t delay_ms;
     bool attach;
+    bool created; /* create-and-attach: answer 201 with the child */
 } link_t;
 
 static void link_cancel(tn_http_request_t *r)
@@ -59,21 +60,23 @@ static void link_end(link_t *l, int status, const char *msg)
 {
     tn_http_request_t *r = l->r;
     tn_v1_t *v = l->v;
-    char parent[TN_NAME_MAX + 1];
-    snprintf(parent, sizeof(parent), "%s", l->parent);
+    char shown[TN_NAME_MAX + 1];
+    snprintf(shown, sizeof(shown), "%s", l->created ? l->child : l->parent);
+    if (status == 200 && l->created)
+        status = 201;
     tn_free(l);
     if (r == NULL)
         return;
     r->on_cancel = NULL;
-    if (status == 200) {
-        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), parent);
+    if (status == 200 || status == 201) {
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), shown);
         tn_buf_t b;
         tn_buf_init(&b);
         if (e != NULL)
             tn__v1_topic_json(v, &b, e, false, -1);
         else
             tn_buf_append(&b, "{}", 2);
-        tn__v1_respond_buf(r, 200, &b);
+        tn__v1_respond_buf(r, status, &b);
     } else if (status == 204) {
         tn_http_respond(r, 204, NULL, NULL, NULL, 0);
     } else {
@@ -181,7 +184,8 @@ static link_t *link_new(tn_v1_t *v, tn_http_request_t *r, const char *parent, co
 {
     link_t *l = tn_calloc(1, sizeof(*l));
     if (l == NULL) {
-        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        if (r != NULL)
+            tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return NULL;
     }
     l->v = v;
@@ -189,9 +193,37 @@ static link_t *link_new(tn_v1_t *v, tn_http_request_t *r, const char *parent, co
     l->attach = attach;
     snprintf(l->parent, sizeof(l->parent), "%s", parent);
     snprintf(l->child, sizeof(l->child), "%s", child);
-    r->data = l;
-    r->on_cancel = link_cancel;
+    if (r != NULL) {
+        r->data = l;
+        r->on_cancel = link_cancel;
+    }
     return l;
+}
+
+/* A fresh nonzero epoch; false when there is no randomness. */
+static bool new_epoch(uint64_t *epoch)
+{
+    *epoch = 0;
+    while (*epoch == 0) {
+        if (RAND_bytes((unsigned char *)epoch, sizeof(*epoch)) != 1)
+            return false;
+    }
+    return true;
+}
+
+void tn__v1_attach_created(tn_v1_t *v, tn_http_request_t *r, const char *parent, const char *child,
+                           int64_t delay_ms)
+{
+    link_t *l = link_new(v, r, parent, child, true);
+    if (l == NULL)
+        return;
+    l->created = true;
+    l->delay_ms = delay_ms;
+    if (!new_epoch(&l->epoch)) {
+        link_end(l, 503, "the topic was created but could not be attached");
+        return;
+    }
+    attach_step(l);
 }
 
 typedef struct {
@@ -288,13 +320,9 @@ static void on_attach(tn_http_request_t *r, void *arg)
     if (l == NULL)
         return;
     l->delay_ms = b.delay_ms;
-    while (l->epoch == 0) {
-        if (RAND_bytes((unsigned char *)&l->epoch, sizeof(l->epoch)) != 1) {
-            r->on_cancel = NULL;
-            tn_free(l);
-            tn__v1_error(r, 503, "no randomness for the attach epoch", "Retry-After: 1\r\n");
-            return;
-        }
+    if (!new_epoch(&l->epoch)) {
+        link_end(l, 503, "no randomness for the attach epoch");
+        return;
     }
     attach_step(l);
 }
@@ -352,10 +380,9 @@ static void on_children(tn_http_request_t *r, void *arg)
         bool complete = tn_fanout_lag(v->fanout, t->name, &lag);
         tn_buf_append(&b, first ? "{\"name\":" : ",{\"name\":", first ? 8 : 9);
         tn__v1_json_str(&b, t->name);
-        tn__v1_appendf(&b,
-                       ",\"delay_ms\":%" PRId64 ",\"lag_messages\":%" PRIu64
-                       ",\"lag_complete\":%s}",
-                       t->fanout_delay_ms, lag, complete ? "true" : "false");
+        tn__v1_appendf(
+            &b, ",\"delay_ms\":%" PRId64 ",\"lag_messages\":%" PRIu64 ",\"lag_complete\":%s}",
+            t->fanout_delay_ms, lag, complete ? "true" : "false");
         first = false;
     }
     tn_buf_append(&b, "]}", 2);
@@ -366,8 +393,8 @@ int tn__v1_children_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     int rc = tn_http_route(srv, "POST", "/v1/topics/{topic}/children", TN_JSON_MAX_BODY,
                            "request body too large", on_attach, v);
-    rc = rc ? rc
-            : tn_http_route(srv, "GET", "/v1/topics/{topic}/children", 0, NULL, on_children, v);
+    rc =
+        rc ? rc : tn_http_route(srv, "GET", "/v1/topics/{topic}/children", 0, NULL, on_children, v);
     rc = rc ? rc
             : tn_http_route(srv, "DELETE", "/v1/topics/{topic}/children/{child}", 0, NULL,
                             on_detach, v);

@@ -51,6 +51,11 @@ size_t tn__v1_children_of(const tn_meta_state_t *s, const char *parent);
 int tn__v1_link_refusal(tn_v1_t *v, const tn_meta_topic_t *parent, const tn_meta_topic_t *child,
                         int64_t delay_ms, const char **msg);
 
+/* Attach child (just created) to parent and answer r (may be NULL: the
+ * client left) 201 with the child's record, or the error. */
+void tn__v1_attach_created(tn_v1_t *v, tn_http_request_t *r, const char *parent, const char *child,
+                           int64_t delay_ms);
+
 /* v1_cluster.c: the /v1/cluster routes. 0 or UV_ENOMEM. */
 int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v);
 

@@ -199,7 +199,7 @@ class Secured(Base):
             ({"name": "x", "ttl_ms": 5}, "needs delivery_mode ttl_discard"),
             ({"name": "x", "durability": "maybe"}, "durability must be"),
             ({"name": "x", "retention_ms": -1}, "must be >= 0"),
-            ({"name": "x", "parent": "y"}, "create-and-attach is not supported yet"),
+            ({"name": "x", "fanout_delay_ms": 5}, "fanout_delay_ms requires parent"),
             ('{"name":"x"', "invalid json"),
             ('[1]', "invalid json"),
         ]

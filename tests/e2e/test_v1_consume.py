@@ -454,6 +454,23 @@ class Children(Helpers):
             time.sleep(0.1)
         self.assertEqual(self.admin("GET", f"/v1/topics/{d}")[1]["role"], "standalone")
 
+    def test_create_as_child(self):
+        p = self.create()
+        name = f"cc{uuid.uuid4().hex[:8]}"
+        body = json.dumps({"name": name, "parent": p, "fanout_delay_ms": 0}).encode()
+        status, _, data = self.request("POST", "/v1/topics", body, ("admin", PASSWORD), API)
+        rec = json.loads(data)
+        self.assertEqual((status, rec["name"], rec["role"], rec["parent"]), (201, name, "child", p))
+        self.produce(p, b"copied")
+        status, m = self.consume(name, "?wait=8s")
+        self.assertEqual((status, m["payload"]), (200, "copied"))
+        for body, want in (({"name": "x" + name, "fanout_delay_ms": 5}, 400),
+                           ({"name": "y" + name, "parent": "nosuch"}, 404),
+                           ({"name": "z" + name, "parent": name}, 409)):
+            status, _, _ = self.request("POST", "/v1/topics", json.dumps(body).encode(),
+                                        ("admin", PASSWORD), API)
+            self.assertEqual(status, want, body)
+
     def test_link_refusals(self):
         p = self.create()
         c = self.create()
