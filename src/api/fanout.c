@@ -261,14 +261,14 @@ void tn_fanout_sync(tn_fanout_t *f)
             continue;
         }
         *pp = r->next;
-        char name[32];
+        char name[32], parent[TN_NAME_MAX + 1];
         tn_fanout_channel(r->epoch, name);
+        snprintf(parent, sizeof(parent), "%s", r->parent);
         tn_topic_t *t = NULL;
         tn_channel_t *ch = NULL;
         bool had = r->attached;
-        runner_stop(r);
-        if (had &&
-            tn_broker_topic(f->broker, r->parent, strlen(r->parent), false, 0, NULL, &t) == 0 &&
+        runner_stop(r); /* r may be gone */
+        if (had && tn_broker_topic(f->broker, parent, strlen(parent), false, 0, NULL, &t) == 0 &&
             tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)
             tn_channel_delete(ch, on_channel_deleted, NULL);
     }

@@ -1264,10 +1264,11 @@ static void kick_all(tn_channel_t *ch)
     ch->busy++;
     while (ch->nconsumers > 0) {
         tn_consumer_t *c = ch->consumers;
-        if (c->kick != NULL)
-            c->kick(c);
-        if (c->ch == ch)
-            tn_consumer_detach(c); /* the door did not */
+        void (*kick)(tn_consumer_t * c) = c->kick;
+        /* Detached first: the door may free c in its kick. */
+        tn_consumer_detach(c);
+        if (kick != NULL)
+            kick(c);
     }
     ch->busy--;
 }

@@ -269,8 +269,9 @@ struct tn_consumer_s {
     uint32_t sample_rate; /* 0: all; else deliver this many of each 100 */
     uint32_t sample_n;
     tn_deliver_cb deliver;
-    /* Optional: its channel or topic is being deleted: the door drops the
-     * client (detaching it). Without it the engine detaches it. */
+    /* Optional: its channel or topic is being deleted. The engine has
+     * detached c already (its in-flight messages went back); the door
+     * drops the client and may free c here. */
     void (*kick)(tn_consumer_t *c);
     /* Optional: append this consumer's /stats client object (JSON) to out. */
     void (*describe)(tn_consumer_t *c, tn_buf_t *out);
