@@ -382,7 +382,11 @@ static void expire(poll_t *p, int64_t now)
         finish(p, 200, NULL);
         return;
     }
-    tn_channel_t *ch = p->lane->c.ch;
+    tn_channel_t *ch = p->lane != NULL ? p->lane->c.ch : NULL;
+    if (ch == NULL) {
+        finish(p, 204, NULL);
+        return;
+    }
     tn_heap_update(&p->cs->deadlines, &p->deadline, INT64_MAX);
     p->held = true;
     tn_channel_pump_now(ch); /* may answer p */

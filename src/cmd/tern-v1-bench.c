@@ -56,6 +56,13 @@ static opts_t g_o;
 static atomic_bool g_stop;
 static atomic_uint_fast64_t g_requests, g_messages, g_consumed, g_errors;
 
+static int to_int(const char *s)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    return (int)v;
+}
+
 static void sample(samples_t *s, int64_t ns)
 {
     if (s->n == s->cap) {
@@ -130,7 +137,7 @@ static int roundtrip(conn_t *c, const char *method, const char *path, const char
         char *end = memmem(c->buf, c->len, "\r\n\r\n", 4);
         if (end != NULL) {
             size_t hlen = (size_t)(end - c->buf) + 4;
-            int status = atoi(c->buf + 9);
+            int status = to_int(c->buf + 9);
             size_t clen = 0;
             char *cl = memmem(c->buf, hlen, "Content-Length: ", 16);
             if (cl != NULL)
@@ -312,7 +319,7 @@ int main(int argc, char **argv)
             if (colon == NULL)
                 usage();
             snprintf(o->host, sizeof(o->host), "%.*s", (int)(colon - optarg), optarg);
-            o->port = atoi(colon + 1);
+            o->port = to_int(colon + 1);
             break;
         }
         case 'u':
@@ -325,19 +332,19 @@ int main(int argc, char **argv)
             snprintf(o->topic, sizeof(o->topic), "%s", optarg);
             break;
         case 'P':
-            o->partitions = atoi(optarg);
+            o->partitions = to_int(optarg);
             break;
         case 'p':
-            o->producers = atoi(optarg);
+            o->producers = to_int(optarg);
             break;
         case 'c':
-            o->consumers = atoi(optarg);
+            o->consumers = to_int(optarg);
             break;
         case 'b':
-            o->batch = atoi(optarg);
+            o->batch = to_int(optarg);
             break;
         case 's':
-            o->size = atoi(optarg);
+            o->size = to_int(optarg);
             break;
         case 'd': {
             char *end;
@@ -358,21 +365,23 @@ int main(int argc, char **argv)
     conn_t *c = malloc(sizeof(*c));
     if (c == NULL || conn_open(c) != 0) {
         fprintf(stderr, "tern-v1-bench: cannot connect to %s:%d\n", o->host, o->port);
+        free(c);
         return 1;
     }
     char body[512];
     int bl = snprintf(body, sizeof(body), "{\"name\":\"%s\",\"partitions\":%d}", o->topic,
                       o->partitions);
-    const char *rb;
-    size_t rl;
+    const char *rb = "";
+    size_t rl = 0;
     int st = roundtrip(c, "POST", "/v1/topics", "Content-Type: application/json\r\n", body,
                        (size_t)bl, &rb, &rl);
-    if (st != 201 && st != 409) {
-        fprintf(stderr, "tern-v1-bench: creating topic %s: HTTP %d %s\n", o->topic, st, rb);
-        return 1;
-    }
     close(c->fd);
     free(c);
+    if (st != 201 && st != 409) {
+        fprintf(stderr, "tern-v1-bench: creating topic %s: HTTP %d %.*s\n", o->topic, st, (int)rl,
+                rb);
+        return 1;
+    }
     int n = o->producers + o->consumers;
     worker_t *w = calloc((size_t)n, sizeof(*w));
     int64_t t0 = tn_now_mono_ns();
