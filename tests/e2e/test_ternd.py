@@ -114,12 +114,12 @@ class TerndTest(unittest.TestCase):
         second = self.run_ternd(f"--data-path={self.data}")
         self.assertEqual(second.returncode, 1)
         self.assertIn("locked by another process", second.stderr)
-        self.assertEqual(d.stop(), 0)
+        self.assertEqual(d.stop(), 0, d.log())
         self.assertIn("storage closed", "".join(d.lines))
         # The lock is released: a new daemon starts, and SIGINT works too.
         d = Daemon(self.data)
         d.wait_for("ready")
-        self.assertEqual(d.stop(signal.SIGINT), 0)
+        self.assertEqual(d.stop(signal.SIGINT), 0, d.log())
 
     def test_metastore_keeps_the_catalog(self):
         # Topics and channels the NSQ doors create are recorded in the
@@ -145,11 +145,11 @@ class TerndTest(unittest.TestCase):
         time.sleep(0.3)
         s.close()
         s2.close()
-        self.assertEqual(d.stop(), 0)
+        self.assertEqual(d.stop(), 0, d.log())
         self.assertTrue(os.path.isdir(os.path.join(self.data, "meta")))
         d = Daemon(self.data)
         d.wait_for("metastore ready: leader, 2 topics")
-        self.assertEqual(d.stop(), 0)
+        self.assertEqual(d.stop(), 0, d.log())
 
     def test_root_user_seeded_once(self):
         d = Daemon(self.data)
@@ -162,12 +162,12 @@ class TerndTest(unittest.TestCase):
             pw = f.read()
         self.assertRegex(pw, r"^[A-Za-z0-9_-]{32}\n$")
         self.assertNotIn(pw.strip(), d.log())  # never logged
-        self.assertEqual(d.stop(), 0)
+        self.assertEqual(d.stop(), 0, d.log())
         # Once: a restart (even with the variable set) keeps the user.
         env = dict(os.environ, TERN_ADMIN_PASSWORD="from-env")
         d = Daemon(self.data, env=env)
         d.wait_for("metastore ready: leader, 0 topics, 1 users")
-        self.assertEqual(d.stop(), 0)
+        self.assertEqual(d.stop(), 0, d.log())
         self.assertNotIn("root user", d.log())
         with open(path) as f:
             self.assertEqual(f.read(), pw)
@@ -176,7 +176,7 @@ class TerndTest(unittest.TestCase):
         env = dict(os.environ, TERN_ADMIN_PASSWORD="correct horse")
         d = Daemon(self.data, env=env)
         d.wait_for("root user admin created with the password from TERN_ADMIN_PASSWORD")
-        self.assertEqual(d.stop(), 0)
+        self.assertEqual(d.stop(), 0, d.log())
         self.assertFalse(os.path.exists(os.path.join(self.data, "admin-password")))
         self.assertNotIn("correct horse", d.log())
 
@@ -200,7 +200,7 @@ class TerndTest(unittest.TestCase):
         self.assertIn("3 partitions (0 isolated), 3 channels", line)
         records = int(line.split(" records recovered")[0].rsplit(" ", 1)[1])
         self.assertGreaterEqual(records, acked)
-        self.assertEqual(d.stop(), 0)
+        self.assertEqual(d.stop(), 0, d.log())
 
     def test_damaged_partition_is_isolated_not_fatal(self):
         ledger = os.path.join(self.dir, "ledger")
@@ -217,7 +217,7 @@ class TerndTest(unittest.TestCase):
         line = d.wait_for("ready")
         self.assertIn("3 partitions (1 isolated)", line)
         self.assertIn("partition crash/1 isolated", "".join(d.lines))
-        self.assertEqual(d.stop(), 0)
+        self.assertEqual(d.stop(), 0, d.log())
 
 
 def main():

@@ -554,7 +554,8 @@ class Restart(Base):
         self.assertEqual(status, 200)
         self.assertEqual(self.admin("GET", f"/v1/topics/{t}")[1]["channels"], [])
         self.assertEqual(self.request("POST", f"/topic/delete?topic={t}")[0], 200)
-        self.assertEqual(self.admin("GET", f"/v1/topics/{t}")[0], 404)
+        status, body = self.admin("GET", f"/v1/topics/{t}")
+        self.assertEqual(status, 404, (body, self.d.log()))
 
     def test_recorded_topic_without_files_is_made_at_start(self):
         name = f"rec{uuid.uuid4().hex[:8]}"
