@@ -1,5 +1,8 @@
-/* The native /v1 API: authentication of every /v1 request, and the routes
- * served so far: reading users (admin) and topics.
+/* The native /v1 API: authentication of every /v1 request and its routes:
+ * topics (create, list, get, change, delete), produce (single and batch),
+ * consume and settle (consume.c), users (v1_users.c), child topics
+ * (v1_children.c, fanout.c) and the cluster (v1_cluster.c). The full
+ * reference is docs/http-api.md.
  *
  * DESIGN: a /v1 request.
  *   1. The HTTP server's guard runs before routing, so an unauthenticated
@@ -9,10 +12,12 @@
  *   2. Basic credentials are checked by the verifier (auth/authn.h)
  *      against the users in the metastore: 401 for unknown users and wrong
  *      passwords, 429 when throttled.
- *   3. The route's handler authorizes: user management is for admins
- *      (the root user or an `admin` grant); a topic's record and stats
- *      need any grant matching its name, its ownership, or admin, and
- *      lists hold only such topics.
+ *   3. The route's handler authorizes: user management and the cluster
+ *      routes are for admins (the root user or an `admin` grant); a
+ *      topic's record, stats and children need any grant matching its
+ *      name, its ownership, or admin, and lists hold only such topics;
+ *      produce needs a `produce` grant, consume and settling `consume`;
+ *      changing, deleting and linking topics needs ownership or admin.
  * Errors are {"error": "<message>"}. POST, PUT and PATCH also need an API
  * content type (application/json or application/octet-stream) or an
  * X-Tern-Client / X-Narad-Client header, checked after authentication
@@ -21,7 +26,8 @@
  * DESIGN: creating a topic. Validate the body, authorize (a `create`
  * grant on the name, or admin), propose the record to the metastore
  * (if absent: a race loses with 409), then create the topic in the queue
- * engine and its `default` channel, and answer 201 with the record.
+ * engine and its `default` channel, and answer 201 with the record
+ * (with a parent, attach it first and answer with the attached child).
  *
  * With security off (`security-enabled=false`, a development mode) no
  * credentials are asked for and every check passes.
