@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/time.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -260,6 +261,15 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
     tn_free(w);
     if (rc != 0)
         return;
+    if (t->nparts < e->rec.partitions) {
+        /* A crash after the record of a growth, before the engine's part. */
+        TN_LOG(TN_LOG_NOTICE,
+               "metastore: topic %s has %" PRIu32 " partitions recorded and %" PRIu32
+               " on disk; growing it",
+               name, e->rec.partitions, t->nparts);
+        tn_topic_grow(t, e->rec.partitions, NULL, NULL);
+        return;
+    }
     for (uint32_t i = 0; i < e->nchannels; i++) {
         const char *ch = e->channels[i];
         tn_channel_t *out = NULL;

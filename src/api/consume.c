@@ -368,7 +368,7 @@ static void arm(tn_consume_t *cs)
 static bool fetching(const tn_channel_t *ch, const poll_t *p)
 {
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
-        if ((!p->a.pinned || i == p->a.partition) && ch->parts[i].waiting_fetch)
+        if ((!p->a.pinned || i == p->a.partition) && ch->parts[i]->waiting_fetch)
             return true;
     }
     return false;
@@ -505,7 +505,7 @@ static void replay(poll_t *p, tn_topic_t *t)
     } else if (rc == UV_ERANGE || rc == TN_EGAP) {
         char msg[160];
         tn_plog_stats_t st;
-        tn_plog_stats(t->parts[p->a.partition].plog, &st);
+        tn_plog_stats(t->parts[p->a.partition]->plog, &st);
         if (rc == UV_ERANGE)
             snprintf(msg, sizeof(msg),
                      "offset aged out of retention (oldest retained: %" PRIu64 ")",

@@ -141,7 +141,7 @@ static void topic_sums(const tn_topic_t *t, topic_sums_t *out)
     memset(out, 0, sizeof(*out));
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_plog_stats_t st;
-        tn_plog_stats(t->parts[i].plog, &st);
+        tn_plog_stats(t->parts[i]->plog, &st);
         out->message_count += st.written_next;
         if (t->channels == NULL)
             out->depth += st.visible_next - st.first_offset;

@@ -282,7 +282,7 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
             if (only_partition >= 0 && (int64_t)p != only_partition)
                 continue;
             tn_plog_stats_t st;
-            tn_plog_stats(bt->parts[p].plog, &st);
+            tn_plog_stats(bt->parts[p]->plog, &st);
             tn__v1_appendf(b,
                            "%s{\"index\":%u,\"segments\":%u,\"oldest_offset\":%" PRIu64
                            ",\"next_offset\":%" PRIu64 ",\"high_watermark\":%" PRIu64
@@ -396,7 +396,7 @@ void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec)
         rec->retention_ms > INT64_MAX / 1000000 ? INT64_MAX : rec->retention_ms * 1000000;
     t->own_max_attempts = rec->max_attempts;
     for (uint32_t i = 0; i < t->nparts; i++)
-        tn_plog_set_durability(t->parts[i].plog, rec->durability);
+        tn_plog_set_durability(t->parts[i]->plog, rec->durability);
 }
 
 /* --- creating and deleting topics ---------------------------------------------------- */
@@ -800,6 +800,19 @@ static const tn_jfield_t patch_fields[] = {
 };
 _Static_assert(TN_ARRAY_SIZE(patch_fields) == PF_COUNT, "patch_fields and its enum disagree");
 
+static void on_grown(void *arg, int status)
+{
+    op_t *op = arg;
+    if (status != 0) {
+        op_end(op, 500, "growing the topic failed");
+        return;
+    }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+    if (e != NULL)
+        tn_v1_apply_topic(op->v->broker, &e->rec);
+    op_end(op, 200, NULL);
+}
+
 static void on_patch_recorded(tn_meta_req_t *req, int status)
 {
     op_t *op = req->data;
@@ -807,10 +820,20 @@ static void on_patch_recorded(tn_meta_req_t *req, int status)
         op_end(op, 503, "control plane temporarily unavailable");
         return;
     }
-    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
-    if (e != NULL)
-        tn_v1_apply_topic(op->v->broker, &e->rec);
-    op_end(op, 200, NULL);
+    /* More partitions: the record has them; now the engine's topic. */
+    tn_topic_t *t = NULL;
+    if (!op->v->closing &&
+        tn_broker_topic(op->v->broker, op->topic, strlen(op->topic), false, 0, NULL, &t) == 0 &&
+        t->nparts < op->partitions) {
+        int rc = tn_topic_grow(t, op->partitions, on_grown, op);
+        if (rc == 0)
+            return;
+        op_end(op, 503,
+               rc == UV_EBUSY ? "the topic is busy; send the change again"
+                              : "growing the topic failed");
+        return;
+    }
+    on_grown(op, 0);
 }
 
 static void on_topic_patch(tn_http_request_t *r, void *arg)
@@ -850,8 +873,8 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
                   "max_acked_ahead_per_partition";
     else if (refusal == NULL && given[PF_PARTITIONS] && b.partitions < e->rec.partitions)
         refusal = "invalid argument: partitions can grow, never shrink";
-    else if (refusal == NULL && given[PF_PARTITIONS] && b.partitions > e->rec.partitions)
-        refusal = "invalid argument: growing a topic's partitions is not supported yet";
+    else if (refusal == NULL && given[PF_PARTITIONS] && b.partitions > v->o.max_partitions)
+        refusal = "invalid argument: partitions above max-partitions";
     else if (refusal == NULL && (b.retention_ms < 0 || b.visibility_timeout_ms < 0 ||
                                  b.max_inflight < 0 || b.max_acked_ahead < 0))
         refusal = "invalid argument: retention, timeouts and caps must be >= 0";
@@ -859,6 +882,8 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 400, refusal, NULL);
         return;
     }
+    if (given[PF_PARTITIONS])
+        c.topic.partitions = (uint32_t)b.partitions;
     if (given[PF_RETENTION])
         c.topic.retention_ms = b.retention_ms;
     if (given[PF_VISIBILITY])

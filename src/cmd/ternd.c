@@ -174,7 +174,7 @@ static void summarise(tn_broker_t *b, char *out, size_t len)
         for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
             for (uint32_t p = 0; p < t->nparts; p++) {
                 tn_plog_stats_t st;
-                tn_plog_stats(t->parts[p].plog, &st);
+                tn_plog_stats(t->parts[p]->plog, &st);
                 parts++;
                 if (st.err != 0)
                     isolated++;

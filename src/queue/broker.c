@@ -232,7 +232,7 @@ int tn_part_record(tn_topic_t *t, uint32_t p, uint64_t offset, tn_waiter_t *w,
 {
     if (p >= t->nparts)
         return UV_EINVAL;
-    tn_part_t *part = &t->parts[p];
+    tn_part_t *part = t->parts[p];
     uint64_t end = TN_MIN(tn_plog_visible_next(part->plog), part->appended_next);
     if (offset >= end)
         return TN_ENOTFOUND;
@@ -331,7 +331,7 @@ static void topic_create_work(uv_work_t *w)
     topic_job_t *j = TN_CONTAINER_OF(w, topic_job_t, work);
     tn_topic_t *t = j->t;
     for (uint32_t i = 0; i < t->nparts; i++) {
-        int rc = tn_plog_open(t->broker->store, t->name, i, &t->parts[i].plog);
+        int rc = tn_plog_open(t->broker->store, t->name, i, &t->parts[i]->plog);
         if (rc != 0) {
             j->rc = rc;
             return;
@@ -356,7 +356,7 @@ static void topic_create_done(uv_work_t *w, int status)
         tn__topic_free(t);
     } else {
         for (uint32_t i = 0; i < t->nparts; i++)
-            tn__part_ready(&t->parts[i]);
+            tn__part_ready(t->parts[i]);
         t->state = TN_OBJ_READY;
         TN_LOG(TN_LOG_INFO, "topic %s created with %" PRIu32 " partition(s)", t->name, t->nparts);
         tn__broker_event(b, TN_EV_TOPIC_UP, t->name, NULL);
@@ -622,7 +622,7 @@ static void gc_topic(tn_broker_t *b, tn_topic_t *t, int64_t now_wall_ns)
     }
     int64_t keep_ns = now_wall_ns - b->opts.bootstrap_window_ms * 1000000;
     for (uint32_t i = 0; i < t->nparts; i++) {
-        tn_part_t *p = &t->parts[i];
+        tn_part_t *p = t->parts[i];
         if (p->gc_busy || tn_plog_err(p->plog) != 0)
             continue;
         uint64_t below = tn__topic_gc_bound(t, i);

@@ -206,8 +206,8 @@ static int64_t wall_to_mono(int64_t wall_ms, int64_t now_wall, int64_t now_mono)
 /* --- channel partitions ----------------------------------------------------- */
 
 /* Take over *cur (moved in). */
-static int chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanlog_t *cl,
-                       tn_cursor_t *cur)
+int tn__chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanlog_t *cl,
+                    tn_cursor_t *cur)
 {
     tn_broker_t *b = ch->topic->broker;
     cp->ch = ch;
@@ -320,7 +320,12 @@ static tn_channel_t *channel_new(tn_topic_t *t, const char *name, size_t len)
     ch->topic = t;
     ch->name = tn_malloc(len + 1);
     ch->parts = tn_calloc(t->nparts, sizeof(*ch->parts));
-    if (ch->name == NULL || ch->parts == NULL) {
+    bool ok = ch->name != NULL && ch->parts != NULL;
+    for (uint32_t i = 0; ok && i < t->nparts; i++)
+        ok = (ch->parts[i] = tn_calloc(1, sizeof(tn_chpart_t))) != NULL;
+    if (!ok) {
+        for (uint32_t i = 0; ch->parts != NULL && i < t->nparts; i++)
+            tn_free(ch->parts[i]);
         tn_free(ch->name);
         tn_free(ch->parts);
         tn_free(ch);
@@ -336,8 +341,10 @@ static tn_channel_t *channel_new(tn_topic_t *t, const char *name, size_t len)
 
 void tn__channel_free(tn_channel_t *ch)
 {
-    for (uint32_t i = 0; i < ch->topic->nparts; i++)
-        chpart_fini(&ch->parts[i]);
+    for (uint32_t i = 0; i < ch->topic->nparts; i++) {
+        chpart_fini(ch->parts[i]);
+        tn_free(ch->parts[i]);
+    }
     tn_free(ch->parts);
     tn_free(ch->name);
     tn_free(ch);
@@ -384,13 +391,13 @@ int tn__channel_load(tn_topic_t *t, const char *name)
         }
         if (tn_chanlog_err(cl) != 0)
             TN_LOG(TN_LOG_ERROR, "channel isolated: %s", cl->errmsg);
-        rc = chpart_init(&ch->parts[i], ch, &t->parts[i], cl, &cur);
+        rc = tn__chpart_init(ch->parts[i], ch, t->parts[i], cl, &cur);
         if (rc != 0) {
             tn_cursor_fini(&cur);
             tn__channel_free(ch);
             return rc;
         }
-        tn_chpart_t *cp = &ch->parts[i];
+        tn_chpart_t *cp = ch->parts[i];
         TN_LOG(TN_LOG_INFO,
                "channel %s of %s/%" PRIu32 ": settled below %" PRIu64 ", %" PRIu32
                " settled ahead, %" PRIu32 " requeued%s",
@@ -399,7 +406,7 @@ int tn__channel_load(tn_topic_t *t, const char *name)
         check_lost_tail(cp);
         tn__broker_rewake(cp);
     }
-    ch->paused = ch->parts[0].cur.paused;
+    ch->paused = ch->parts[0]->cur.paused;
     ch->state = TN_OBJ_READY;
     channel_link(t, ch);
     return 0;
@@ -444,7 +451,7 @@ static void chan_create_work(uv_work_t *w)
     tn_channel_t *ch = j->ch;
     tn_topic_t *t = ch->topic;
     for (uint32_t i = 0; i < t->nparts; i++) {
-        tn_plog_t *plog = t->parts[i].plog;
+        tn_plog_t *plog = t->parts[i]->plog;
         tn_plog_stats_t st;
         tn_plog_stats(plog, &st);
         uint64_t start = st.first_offset;
@@ -474,7 +481,7 @@ static void chan_create_done(uv_work_t *w, int status)
     ch->busy--;
     for (uint32_t i = 0; i < t->nparts; i++) {
         if (rc == 0 && !b->closing) {
-            rc = chpart_init(&ch->parts[i], ch, &t->parts[i], j->cls[i], &j->curs[i]);
+            rc = tn__chpart_init(ch->parts[i], ch, t->parts[i], j->cls[i], &j->curs[i]);
         } else {
             tn_cursor_fini(&j->curs[i]);
         }
@@ -492,7 +499,7 @@ static void chan_create_done(uv_work_t *w, int status)
     } else {
         ch->state = TN_OBJ_READY;
         TN_LOG(TN_LOG_INFO, "channel %s of %s created, starting at offset %" PRIu64 "%s", ch->name,
-               t->name, ch->parts[0].cur.frontier,
+               t->name, ch->parts[0]->cur.frontier,
                j->first     ? " (the retained backlog)"
                : j->at_tail ? " (the tail)"
                             : "");
@@ -550,6 +557,14 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
     }
     if (!create)
         return TN_ENOTFOUND;
+    if (t->growing) {
+        /* It gets every partition once the topic has them all. */
+        if (w != NULL) {
+            w->next = t->waiters;
+            t->waiters = w;
+        }
+        return UV_EAGAIN;
+    }
     size_t base = len;
     if (len > EPHEMERAL_SUFFIX_LEN &&
         memcmp(name + len - EPHEMERAL_SUFFIX_LEN, EPHEMERAL_SUFFIX, EPHEMERAL_SUFFIX_LEN) == 0)
@@ -563,8 +578,8 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
         /* In memory only, from the tail. */
         for (uint32_t i = 0; i < t->nparts; i++) {
             tn_cursor_t cur;
-            tn_cursor_init(&cur, tn_plog_visible_next(t->parts[i].plog));
-            int rc = chpart_init(&ch->parts[i], ch, &t->parts[i], NULL, &cur);
+            tn_cursor_init(&cur, tn_plog_visible_next(t->parts[i]->plog));
+            int rc = tn__chpart_init(ch->parts[i], ch, t->parts[i], NULL, &cur);
             if (rc != 0) {
                 tn_cursor_fini(&cur);
                 tn__channel_free(ch);
@@ -623,8 +638,8 @@ uint64_t tn__topic_gc_bound(tn_topic_t *t, uint32_t p)
             continue;
         if (ch->state != TN_OBJ_READY)
             return 0; /* where it starts is not known yet */
-        if (ch->parts[p].synced_frontier < bound)
-            bound = ch->parts[p].synced_frontier;
+        if (ch->parts[p]->synced_frontier < bound)
+            bound = ch->parts[p]->synced_frontier;
     }
     return bound;
 }
@@ -634,7 +649,7 @@ void tn__topic_settle_below(tn_topic_t *t, uint32_t p, uint64_t below)
     for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
         if (ch->state != TN_OBJ_READY)
             continue;
-        tn_chpart_t *cp = &ch->parts[p];
+        tn_chpart_t *cp = ch->parts[p];
         if (cp->cur.frontier >= below)
             continue;
         tn_walrec_t r = {.op = TN_WAL_EMPTY, .offset = below};
@@ -746,7 +761,7 @@ static bool next_candidate(tn_channel_t *ch, int64_t now_mono, int64_t now_wall,
     uint32_t n = ch->topic->nparts;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = (ch->next_part + k) % n;
-        if (chpart_next(&ch->parts[i], now_mono, now_wall, capped, out)) {
+        if (chpart_next(ch->parts[i], now_mono, now_wall, capped, out)) {
             ch->next_part = i + 1;
             return true;
         }
@@ -944,7 +959,7 @@ void tn__channel_pump(tn_channel_t *ch)
         }
         cand_t k;
         bool got = c->pinned ? c->pin < ch->topic->nparts &&
-                                   chpart_next(&ch->parts[c->pin], now_mono, now_wall, c->pull, &k)
+                                   chpart_next(ch->parts[c->pin], now_mono, now_wall, c->pull, &k)
                              : next_candidate(ch, now_mono, now_wall, c->pull, &k);
         if (!got) {
             drained[c->pull] = drained[c->pull] || !c->pinned;
@@ -1054,7 +1069,7 @@ void tn_consumer_detach(tn_consumer_t *c)
         channel_unlink(ch);
         ch->deleted = true;
         for (uint32_t i = 0; i < ch->topic->nparts; i++)
-            tn__broker_rewake(&ch->parts[i]);
+            tn__broker_rewake(ch->parts[i]);
         if (ch->busy == 0)
             tn__channel_free(ch);
         return;
@@ -1076,7 +1091,7 @@ static int find_lease(tn_consumer_t *c, uint32_t partition, uint64_t offset, boo
     tn_channel_t *ch = c->ch;
     if (ch == NULL || partition >= ch->topic->nparts)
         return UV_EINVAL;
-    tn_chpart_t *cp = &ch->parts[partition];
+    tn_chpart_t *cp = ch->parts[partition];
     int rc = tn_leases_find(&cp->leases, offset, check_nonce, nonce, &c->owner, lp);
     if (rc != 0)
         return rc;
@@ -1165,7 +1180,7 @@ void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
     if (ch->state != TN_OBJ_READY)
         return;
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
-        const tn_chpart_t *cp = &ch->parts[i];
+        const tn_chpart_t *cp = ch->parts[i];
         uint64_t tail = tn_plog_visible_next(cp->part->plog);
         uint64_t unsettled = tail > cp->cur.frontier ? tail - cp->cur.frontier : 0;
         unsettled = unsettled > cp->cur.nsettled ? unsettled - cp->cur.nsettled : 0;
@@ -1191,7 +1206,7 @@ int tn_channel_pause(tn_channel_t *ch, bool paused)
     int rc = 0;
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
         tn_walrec_t r = {.op = TN_WAL_PAUSE, .value = paused ? 1 : 0};
-        int e = record(&ch->parts[i], &r);
+        int e = record(ch->parts[i], &r);
         if (e != 0 && rc == 0)
             rc = e;
     }
@@ -1207,7 +1222,7 @@ int tn_channel_empty(tn_channel_t *ch)
     tn_broker_t *b = ch->topic->broker;
     int rc = 0;
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
-        tn_chpart_t *cp = &ch->parts[i];
+        tn_chpart_t *cp = ch->parts[i];
         /* In flight: the leases end (a late FIN fails, as in nsqd). */
         size_t pos = 0;
         uint64_t key;
@@ -1306,7 +1321,7 @@ uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg)
     drop_t *d = tn_calloc(1, sizeof(*d));
     uint32_t n = 0;
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
-        tn_chpart_t *cp = &ch->parts[i];
+        tn_chpart_t *cp = ch->parts[i];
         tn__broker_rewake(cp);
         if (cp->cl == NULL)
             continue;
@@ -1388,7 +1403,7 @@ static void chdel_start(void *arg)
 
 int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg)
 {
-    if (ch->state != TN_OBJ_READY || ch->deleted)
+    if (ch->state != TN_OBJ_READY || ch->deleted || ch->topic->growing)
         return UV_EBUSY;
     tn_broker_t *b = ch->topic->broker;
     if (ch->ephemeral) {

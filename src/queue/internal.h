@@ -72,6 +72,10 @@ int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_afte
                         tn_topic_t *t, tn_channel_t *ch);
 
 /* channel.c */
+/* Set up a channel's state on one partition from its log (NULL: in
+ * memory) and recovered cursor (taken over on success). 0 or UV_ENOMEM. */
+int tn__chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanlog_t *cl,
+                    tn_cursor_t *cur);
 /* Kick the consumers of ch, unlink it from its topic and close its channel
  * logs. Returns the number of logs being closed; when it is more than 0,
  * done(arg) runs once, after the last of them closed, and with 0 it never

@@ -173,12 +173,13 @@ struct tn_topic_s {
     tn_obj_state_t state;
     int err;
     uint32_t nparts;
-    tn_part_t *parts;
+    tn_part_t **parts; /* each its own allocation: pointers to them stay valid as it grows */
     tn_channel_t *channels;
     tn_waiter_t *waiters;
     uint32_t next_part; /* round robin for publishes without a key */
     bool paused;
     bool deleted;
+    bool growing;   /* tn_topic_grow under way: channel creations and deletions wait */
     bool is_dlq;    /* its name ends in .DLQ: never dead-letters itself */
     int64_t ttl_ms; /* ttl_discard topics: messages expire; 0: reliable */
     /* Caps of the native API's consumes (pulling consumers and receipt
@@ -223,7 +224,7 @@ struct tn_channel_s {
     bool ephemeral;
     tn_obj_state_t state;
     int err;
-    tn_chpart_t *parts;
+    tn_chpart_t **parts; /* one per partition of the topic, each its own allocation */
     tn_waiter_t *waiters;
     tn_consumer_t *consumers; /* circular list */
     uint32_t nconsumers;
@@ -512,5 +513,16 @@ void tn_topic_pause(tn_topic_t *t, bool paused);
 typedef void (*tn_delete_cb)(void *arg, int status);
 int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg);
 int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg);
+
+/* Grow a ready topic to nparts partitions (more than it has). The new
+ * partition logs are opened on a worker thread, and each channel gets the
+ * new partitions from their first offset (all of it is new). Meanwhile
+ * the topic answers lookups as being created (publishes wait), and
+ * creating or deleting a channel waits or is refused. cb runs with 0 or
+ * the error; after an error the topic keeps its partitions (a new
+ * partition's files may remain; the next start, which counts partition
+ * directories, takes them). 0 when under way, UV_EINVAL (not more),
+ * UV_EBUSY (not ready, or a channel is being made), UV_ENOMEM. */
+int tn_topic_grow(tn_topic_t *t, uint32_t nparts, tn_delete_cb cb, void *arg);
 
 #endif

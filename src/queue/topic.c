@@ -44,7 +44,12 @@ tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t
     t->broker = b;
     t->name = tn_malloc(len + 1);
     t->parts = tn_calloc(nparts, sizeof(*t->parts));
-    if (t->name == NULL || t->parts == NULL) {
+    bool ok = t->name != NULL && t->parts != NULL;
+    for (uint32_t i = 0; ok && i < nparts; i++)
+        ok = (t->parts[i] = tn_calloc(1, sizeof(tn_part_t))) != NULL;
+    if (!ok) {
+        for (uint32_t i = 0; t->parts != NULL && i < nparts; i++)
+            tn_free(t->parts[i]);
         tn_free(t->name);
         tn_free(t->parts);
         tn_free(t);
@@ -56,7 +61,7 @@ tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t
     t->ttl_ms = tn__ttl_for(b, t->name);
     t->is_dlq = len >= 4 && memcmp(name + len - 4, ".DLQ", 4) == 0;
     for (uint32_t i = 0; i < nparts; i++) {
-        tn_part_t *p = &t->parts[i];
+        tn_part_t *p = t->parts[i];
         p->topic = t;
         p->index = i;
         tn_u64map_init(&p->cache);
@@ -72,7 +77,7 @@ void tn__topic_free(tn_topic_t *t)
         tn__channel_free(ch);
     }
     for (uint32_t i = 0; i < t->nparts; i++) {
-        tn_part_t *p = &t->parts[i];
+        tn_part_t *p = t->parts[i];
         tn__cache_drop_part(p);
         tn_u64map_fini(&p->cache);
         if (p->plog != NULL) {
@@ -82,6 +87,7 @@ void tn__topic_free(tn_topic_t *t)
             if (t->deleted)
                 tn_plog_close(p->plog, NULL);
         }
+        tn_free(p);
     }
     tn_free(t->parts);
     tn_free(t->name);
@@ -104,14 +110,14 @@ int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, tn_topic_t
     if (t == NULL)
         return UV_ENOMEM;
     for (uint32_t i = 0; i < nparts; i++) {
-        int rc = tn_plog_open(b->store, name, i, &t->parts[i].plog);
+        int rc = tn_plog_open(b->store, name, i, &t->parts[i]->plog);
         if (rc != 0) {
             TN_LOG(TN_LOG_ERROR, "cannot open partition %s/%" PRIu32 ": %s", name, i,
                    tn_strerror(rc));
             tn__topic_free(t);
             return rc;
         }
-        tn_plog_t *plog = t->parts[i].plog;
+        tn_plog_t *plog = t->parts[i]->plog;
         tn_plog_stats_t st;
         tn_plog_stats(plog, &st);
         if (st.err != 0)
@@ -122,7 +128,7 @@ int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, tn_topic_t
                    ", next offset %" PRIu64 ", %" PRIu32 " segments, %" PRIu64 " bytes",
                    name, i, st.written_next - st.first_offset, st.first_offset, st.written_next,
                    st.segments, st.bytes);
-        tn__part_ready(&t->parts[i]);
+        tn__part_ready(t->parts[i]);
     }
     t->state = TN_OBJ_READY;
     tn__topic_insert(b, t);
@@ -244,7 +250,7 @@ static void on_appended(tn_append_t *req, int status)
 {
     tn_pub_t *p = req->data;
     tn_topic_t *t = p->topic;
-    tn_part_t *part = &t->parts[p->partition];
+    tn_part_t *part = t->parts[p->partition];
     t->busy--;
     if (status == 0) {
         tn_hist_observe(&t->broker->pub_hist, tn_now_mono_ns() - p->start_ns);
@@ -276,7 +282,7 @@ static int append_to(tn_topic_t *t, tn_pub_t *p)
     if (p->pinned && p->pin >= t->nparts)
         return UV_EINVAL;
     uint32_t idx = p->pinned ? p->pin : t->next_part++ % t->nparts;
-    tn_part_t *part = &t->parts[idx];
+    tn_part_t *part = t->parts[idx];
     p->partition = idx;
     p->app.data = p;
     for (uint32_t i = 0; i < p->n; i++)
@@ -415,7 +421,7 @@ int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg)
     while (t->channels != NULL)
         d->left += tn__channel_drop(t->channels, tdel_step, d) > 0 ? 1 : 0; /* one call each */
     for (uint32_t i = 0; i < t->nparts; i++) {
-        tn_part_t *p = &t->parts[i];
+        tn_part_t *p = t->parts[i];
         if (p->plog == NULL)
             continue;
         d->left++;
@@ -430,5 +436,195 @@ int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg)
         p->plog = NULL;
     }
     tdel_step(d);
+    return 0;
+}
+
+/* --- growing --------------------------------------------------------------------- */
+
+typedef struct {
+    uv_work_t work;
+    tn_topic_t *t;
+    uint32_t from;      /* the first new partition */
+    uint32_t to;        /* the new count */
+    tn_plog_t **plogs;  /* [to - from] */
+    uint32_t nch;       /* durable channels */
+    char **names;       /* [nch] */
+    tn_chanlog_t **cls; /* [nch][to - from] */
+    tn_cursor_t *curs;
+    int rc;
+    tn_delete_cb cb;
+    void *arg;
+} grow_t;
+
+static void grow_work(uv_work_t *w)
+{
+    grow_t *g = TN_CONTAINER_OF(w, grow_t, work);
+    tn_topic_t *t = g->t;
+    uint32_t n = g->to - g->from;
+    for (uint32_t k = 0; k < n && g->rc == 0; k++)
+        g->rc = tn_plog_open(t->broker->store, t->name, g->from + k, &g->plogs[k]);
+    for (uint32_t c = 0; c < g->nch && g->rc == 0; c++) {
+        for (uint32_t k = 0; k < n && g->rc == 0; k++)
+            g->rc = tn_chanlog_open(t->broker->store, t->name, g->from + k, g->names[c], NULL,
+                                    &g->cls[c * n + k], &g->curs[c * n + k]);
+    }
+}
+
+static void grow_free(grow_t *g, bool close)
+{
+    uint32_t n = g->to - g->from;
+    for (uint32_t k = 0; close && k < n; k++)
+        if (g->plogs[k] != NULL)
+            tn_plog_close(g->plogs[k], NULL);
+    for (uint32_t i = 0; i < g->nch * n; i++) {
+        if (close && g->cls[i] != NULL) {
+            tn_chanlog_close(g->cls[i], NULL);
+            tn_cursor_fini(&g->curs[i]);
+        }
+    }
+    for (uint32_t c = 0; c < g->nch; c++)
+        tn_free(g->names[c]);
+    tn_free(g->names);
+    tn_free(g->plogs);
+    tn_free(g->cls);
+    tn_free(g->curs);
+    tn_free(g);
+}
+
+/* Give every channel its new partitions; false when out of memory. */
+static bool grow_channels(grow_t *g)
+{
+    tn_topic_t *t = g->t;
+    uint32_t n = g->to - g->from;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        tn_chpart_t **parts = tn_realloc(ch->parts, g->to * sizeof(*parts));
+        if (parts == NULL)
+            return false;
+        ch->parts = parts;
+        uint32_t c = 0;
+        while (!ch->ephemeral && c < g->nch && strcmp(g->names[c], ch->name) != 0)
+            c++;
+        for (uint32_t k = 0; k < n; k++) {
+            tn_chpart_t *cp = tn_calloc(1, sizeof(*cp));
+            if (cp == NULL)
+                return false;
+            ch->parts[g->from + k] = cp;
+            tn_cursor_t cur;
+            tn_chanlog_t *cl = NULL;
+            if (!ch->ephemeral && c < g->nch) {
+                cl = g->cls[c * n + k];
+                cur = g->curs[c * n + k];
+                g->cls[c * n + k] = NULL; /* the channel's now */
+            } else {
+                tn_cursor_init(&cur, 0);
+            }
+            if (tn__chpart_init(cp, ch, t->parts[g->from + k], cl, &cur) != 0)
+                return false;
+        }
+    }
+    return true;
+}
+
+static void grow_done(uv_work_t *w, int status)
+{
+    grow_t *g = TN_CONTAINER_OF(w, grow_t, work);
+    tn_topic_t *t = g->t;
+    tn_broker_t *b = t->broker;
+    int rc = g->rc != 0 ? g->rc : status;
+    t->busy--;
+    if (rc == 0 && b->closing)
+        rc = TN_ECLOSED;
+    uint32_t n = g->to - g->from;
+    tn_part_t **parts = rc == 0 ? tn_realloc(t->parts, g->to * sizeof(*parts)) : NULL;
+    if (rc == 0 && parts == NULL)
+        rc = UV_ENOMEM;
+    if (rc == 0) {
+        t->parts = parts;
+        for (uint32_t k = 0; k < n; k++)
+            t->parts[g->from + k] = NULL;
+        for (uint32_t k = 0; k < n && rc == 0; k++) {
+            tn_part_t *p = tn_calloc(1, sizeof(*p));
+            if (p == NULL) {
+                rc = UV_ENOMEM;
+                break;
+            }
+            p->topic = t;
+            p->index = g->from + k;
+            tn_u64map_init(&p->cache);
+            p->plog = g->plogs[k];
+            g->plogs[k] = NULL;
+            t->parts[g->from + k] = p;
+        }
+    }
+    /* Out of memory half-way through leaves the topic unusable: there is no
+     * going back from partitions already handed out, so it fails loudly. */
+    if (rc == 0 && !grow_channels(g))
+        rc = UV_ENOMEM;
+    if (rc == 0) {
+        for (uint32_t k = 0; k < n; k++)
+            tn__part_ready(t->parts[g->from + k]);
+        t->nparts = g->to;
+        TN_LOG(TN_LOG_NOTICE, "topic %s grew to %" PRIu32 " partitions", t->name, t->nparts);
+    } else {
+        TN_LOG(TN_LOG_ERROR, "growing topic %s to %" PRIu32 " partitions failed: %s", t->name,
+               g->to, tn_strerror(rc));
+    }
+    t->growing = false;
+    t->state = TN_OBJ_READY;
+    tn_delete_cb cb = g->cb;
+    void *arg = g->arg;
+    grow_free(g, rc != 0);
+    tn__waiters_fire(&t->waiters, 0);
+    if (rc == 0)
+        tn__topic_pump_all(t);
+    if (cb != NULL)
+        cb(arg, rc);
+    if (t->deleted && t->busy == 0)
+        tn__topic_free(t);
+    tn__broker_work_done(b);
+}
+
+int tn_topic_grow(tn_topic_t *t, uint32_t nparts, tn_delete_cb cb, void *arg)
+{
+    if (nparts <= t->nparts)
+        return UV_EINVAL;
+    if (t->state != TN_OBJ_READY || t->growing)
+        return UV_EBUSY;
+    uint32_t nch = 0;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        if (ch->state != TN_OBJ_READY)
+            return UV_EBUSY;
+        nch += !ch->ephemeral;
+    }
+    uint32_t n = nparts - t->nparts;
+    grow_t *g = tn_calloc(1, sizeof(*g));
+    if (g == NULL)
+        return UV_ENOMEM;
+    g->t = t;
+    g->from = t->nparts;
+    g->to = nparts;
+    g->cb = cb;
+    g->arg = arg;
+    g->nch = nch;
+    g->plogs = tn_calloc(n, sizeof(*g->plogs));
+    g->names = tn_calloc(nch + 1, sizeof(*g->names));
+    g->cls = tn_calloc((size_t)nch * n + 1, sizeof(*g->cls));
+    g->curs = tn_calloc((size_t)nch * n + 1, sizeof(*g->curs));
+    bool ok = g->plogs != NULL && g->names != NULL && g->cls != NULL && g->curs != NULL;
+    uint32_t c = 0;
+    for (tn_channel_t *ch = t->channels; ok && ch != NULL; ch = ch->next) {
+        if (ch->ephemeral)
+            continue;
+        ok = (g->names[c++] = tn_strdup(ch->name)) != NULL;
+    }
+    tn_broker_t *b = t->broker;
+    if (!ok || uv_queue_work(b->loop, &g->work, grow_work, grow_done) != 0) {
+        grow_free(g, false);
+        return UV_ENOMEM;
+    }
+    t->growing = true;
+    t->state = TN_OBJ_CREATING;
+    t->busy++;
+    b->workers++;
     return 0;
 }

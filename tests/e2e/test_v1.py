@@ -280,8 +280,17 @@ class Secured(Base):
                           t["max_in_flight_per_partition"], t["max_acked_ahead_per_partition"],
                           t["partitions"]), (3600000, 30000, 7, 1024, 2))
         self.assertEqual(self.admin("GET", f"/v1/topics/{name}")[1]["retention_ms"], 3600000)
+        # Growing: 2 -> 4 partitions; the default channel gets the new ones.
+        status, t = self.patch(name, {"partitions": 4})
+        self.assertEqual((status, t["partitions"]), (200, 4))
+        self.assertEqual(len(self.admin("GET", f"/v1/topics/{name}")[1]["partition_stats"]), 4)
+        self.assertEqual(self.produce(name, b"in-p3", "?partition=3")[0], 202)
+        status, _, data = self.request("GET", f"/v1/topics/{name}/consume?wait=3s", None,
+                                       ("admin", PASSWORD))
+        m = json.loads(data)
+        self.assertEqual((status, m["partition"], m["payload"]), (200, 3, "in-p3"))
         for body, why in (({}, "at least one"), ({"partitions": 1}, "never shrink"),
-                          ({"partitions": 3}, "not supported"), ({"retention_ms": -1}, ">= 0"),
+                          ({"partitions": 109}, "max-partitions"), ({"retention_ms": -1}, ">= 0"),
                           ({"ttl_ms": 5}, "unknown field"), ({"name": "x"}, "unknown field")):
             status, answer = self.patch(name, body)
             self.assertEqual(status, 400, body)

@@ -579,7 +579,7 @@ static uint32_t segments(qfx_t *q, const char *topic)
     tn_topic_t *t;
     assert_int_equal(tn_broker_topic(q->b, topic, strlen(topic), false, 0, NULL, &t), 0);
     tn_plog_stats_t st;
-    tn_plog_stats(t->parts[0].plog, &st);
+    tn_plog_stats(t->parts[0]->plog, &st);
     return st.segments;
 }
 
@@ -931,6 +931,61 @@ static void test_creation_gate(void **state)
     qfx_free(q);
 }
 
+static bool grown_flag;
+static int grown_status;
+
+static void on_grown(void *arg, int status)
+{
+    (void)arg;
+    grown_flag = true;
+    grown_status = status;
+}
+
+static bool is_grown(void *arg)
+{
+    (void)arg;
+    return grown_flag;
+}
+
+/* Growing a topic: its channels get the new partitions from their first
+ * offset, and a restart finds all of it. */
+static void test_grow_partitions(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 100, 60000);
+    publish(q, "t", "old", 0);
+    expect_n(q, &s, 1);
+    tn_topic_t *t = ch->topic;
+    assert_int_equal(tn_topic_grow(t, 1, on_grown, NULL), UV_EINVAL);
+    grown_flag = false;
+    assert_int_equal(tn_topic_grow(t, 3, on_grown, NULL), 0);
+    assert_int_equal(tn_topic_grow(t, 4, on_grown, NULL), UV_EBUSY);
+    assert_true(run_until(q, is_grown, NULL));
+    assert_int_equal(grown_status, 0);
+    assert_int_equal(t->nparts, 3);
+    publish_keyed(q, "t", "new", "k", 2);
+    expect_n(q, &s, 2);
+    assert_int_equal(s.d[1].partition, 2);
+    assert_string_equal(s.bodies[1], "new");
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(tn_consumer_fin(&s.c, s.d[i].partition, s.d[i].offset, false, 0), 0);
+    tn_consumer_detach(&s.c);
+    restart(q);
+    ch = channel(q, "t", "c");
+    assert_int_equal(ch->topic->nparts, 3);
+    attach(&s, ch, 100, 60000);
+    publish_keyed(q, "t", "after", NULL, 1);
+    expect_n(q, &s, 1);
+    assert_int_equal(s.d[0].partition, 1);
+    run_for(q, 30);
+    assert_int_equal(s.n, 1); /* nothing settled came back */
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 static void test_bad_names(void **state)
 {
     (void)state;
@@ -972,6 +1027,7 @@ int main(void)
         cmocka_unit_test(test_pinned_consumer),
         cmocka_unit_test(test_topic_caps),
         cmocka_unit_test(test_creation_gate),
+        cmocka_unit_test(test_grow_partitions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
