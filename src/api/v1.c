@@ -1515,6 +1515,9 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, con
 int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     int rc = tn_http_guard(srv, "/v1", guard, v);
+    /* /metrics on this listener names every topic: it takes the same
+     * credentials (a listener of its own, metrics-address, stays open). */
+    rc = rc ? rc : tn_http_guard(srv, "/metrics", guard, v);
     rc = rc ? rc : tn__v1_users_register(srv, v);
     rc = rc ? rc : tn__v1_cluster_register(srv, v);
     rc = rc ? rc : tn__v1_children_register(srv, v);

@@ -5,6 +5,7 @@
 and the server's bounds (oversized and slow heads, malformed requests,
 bodies over their limit)."""
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -28,13 +29,19 @@ def fresh(prefix="h"):
     return f"{prefix}{uuid.uuid4().hex[:10]}"
 
 
+ADMIN_PASSWORD = "http-tests-password"
+ADMIN = {"Authorization": "Basic " + base64.b64encode(f"admin:{ADMIN_PASSWORD}".encode()).decode()}
+
+
 class HTTP(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="tern-http-")
-        cls.d = Daemon(os.path.join(cls.dir, "data"))
+        cls.d = Daemon(os.path.join(cls.dir, "data"),
+                       env=dict(os.environ, TERN_ADMIN_PASSWORD=ADMIN_PASSWORD))
         cls.d.wait_for("ready")
         cls.port = cls.d.http_port
+        cls.d.wait_for("root user admin created")
 
     @classmethod
     def tearDownClass(cls):
@@ -406,7 +413,9 @@ class HTTP(unittest.TestCase):
         c.sub(t, "mc")
         c.rdy(1)
         c.read_message()
-        status, headers, body = self.request("GET", "/metrics")
+        # On the API port /metrics needs credentials, as /v1 does.
+        self.assertEqual(self.request("GET", "/metrics")[0], 401)
+        status, headers, body = self.request("GET", "/metrics", headers=ADMIN)
         self.assertEqual(status, 200)
         self.assertTrue(headers["Content-Type"].startswith("text/plain; version=0.0.4"))
         text = body.decode()
@@ -583,6 +592,7 @@ class MetricsListener(unittest.TestCase):
             dm = Daemon(os.path.join(d, "data"), "--metrics-address=127.0.0.1:0",
                         "--metrics-max-topics=1")
             dm.wait_for("ready")
+            dm.wait_for("root user admin created")
             for name in ("ma", "mb", "mc"):
                 c = http.client.HTTPConnection("127.0.0.1", dm.http_port, timeout=10)
                 c.request("POST", f"/pub?topic={name}", body=b"x")
@@ -594,11 +604,16 @@ class MetricsListener(unittest.TestCase):
             c.close()
             self.assertIn("tern_metrics_topics_omitted 2", text)
             self.assertEqual(text.count("tern_topic_messages_total{"), 1)
-            # Not on the API port when it has a listener of its own.
-            c = http.client.HTTPConnection("127.0.0.1", dm.http_port, timeout=10)
-            c.request("GET", "/metrics")
-            self.assertEqual(c.getresponse().status, 404)
-            c.close()
+            # Not on the API port when it has a listener of its own (the
+            # API port asks for credentials first, then has no such route).
+            with open(os.path.join(d, "data", "admin-password")) as f:
+                pw = f.read().strip()
+            auth = {"Authorization": "Basic " + base64.b64encode(f"admin:{pw}".encode()).decode()}
+            for headers, want in (({}, 401), (auth, 404)):
+                c = http.client.HTTPConnection("127.0.0.1", dm.http_port, timeout=10)
+                c.request("GET", "/metrics", headers=headers)
+                self.assertEqual(c.getresponse().status, want)
+                c.close()
             self.assertEqual(dm.stop(), 0)
         finally:
             shutil.rmtree(d, ignore_errors=True)

@@ -6,6 +6,7 @@ client data frames, topic deletion and pause, shutdown, capacity, the
 frame budget and write deadline, AUTH by header and by control frame, and
 the metrics."""
 import argparse
+import base64
 import http.client
 import os
 import shutil
@@ -29,6 +30,10 @@ def fresh(prefix="live"):
     return f"{prefix}{uuid.uuid4().hex[:10]}"
 
 
+ADMIN_PASSWORD = "ws-tests-password"
+ADMIN = {"Authorization": "Basic " + base64.b64encode(f"admin:{ADMIN_PASSWORD}".encode()).decode()}
+
+
 class Base(unittest.TestCase):
     ARGS = ()
 
@@ -36,9 +41,11 @@ class Base(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="tern-ws-")
         cls.d = Daemon(os.path.join(cls.dir, "data"), "--websocket-enabled",
-                       "--ttl-discard-topics=live*=1h", *cls.ARGS)
+                       "--ttl-discard-topics=live*=1h", *cls.ARGS,
+                       env=dict(os.environ, TERN_ADMIN_PASSWORD=ADMIN_PASSWORD))
         cls.d.wait_for("ready")
         cls.port = cls.d.http_port
+        cls.d.wait_for("root user admin created")
 
     @classmethod
     def tearDownClass(cls):
@@ -82,7 +89,7 @@ class Base(unittest.TestCase):
         return cm.exception
 
     def metric(self, name):
-        _, body = self.request("GET", "/metrics")
+        _, body = self.request("GET", "/metrics", headers=ADMIN)
         for line in body.decode().splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])
