@@ -117,30 +117,10 @@ static void on_user_get(tn_http_request_t *r, void *arg)
 
 /* --- request bodies -------------------------------------------------------------- */
 
-enum { UF_USERNAME, UF_PASSWORD, UF_GRANTS, UF_COUNT };
-static const char *const user_fields[UF_COUNT] = {"username", "password", "grants"};
+static const char *const user_fields[TN__V1_UF_COUNT] = {"username", "password", "grants"};
 
-/* A user body: {"username", "password", "grants": [{"action", "patterns":
- * [...]}]}, each field allowed or not per route. */
-typedef struct {
-    unsigned allow; /* 1 << UF_... */
-    bool seen[UF_COUNT];
-    char username[TN_USERNAME_MAX + 1];
-    char password[TN_PASSWORD_MAX + 1];
-    size_t plen;
-    tn_meta_grant_t grants[TN_META_MAX_GRANTS];
-    uint16_t ngrants;
-    /* parsing */
-    int depth;  /* 1 object, 2 grants array, 3 a grant, 4 its patterns */
-    int field;  /* at depth 1 */
-    int gfield; /* at depth 3: 0 action, 1 patterns, -1 none */
-    bool gseen[2];
-    char err[160];
-    bool oom;
-} ubody_t;
-
-static int ufail(ubody_t *x, const char *fmt, ...) TN_PRINTF(2, 3);
-static int ufail(ubody_t *x, const char *fmt, ...)
+static int ufail(tn__v1_user_body_t *x, const char *fmt, ...) TN_PRINTF(2, 3);
+static int ufail(tn__v1_user_body_t *x, const char *fmt, ...)
 {
     if (x->err[0] == '\0') {
         va_list ap;
@@ -151,7 +131,7 @@ static int ufail(ubody_t *x, const char *fmt, ...)
     return 0;
 }
 
-static void ubody_fini(ubody_t *x)
+void tn__v1_user_body_fini(tn__v1_user_body_t *x)
 {
     for (uint16_t i = 0; i < x->ngrants; i++) {
         for (uint16_t k = 0; k < x->grants[i].npatterns; k++)
@@ -164,15 +144,15 @@ static void ubody_fini(ubody_t *x)
 
 static int u_string(void *c, const unsigned char *s, size_t n)
 {
-    ubody_t *x = c;
-    if (x->depth == 1 && x->field == UF_USERNAME) {
+    tn__v1_user_body_t *x = c;
+    if (x->depth == 1 && x->field == TN__V1_UF_USERNAME) {
         if (n > TN_USERNAME_MAX || !tn_username_valid((const char *)s, n))
             return ufail(x, "invalid argument: username must match [A-Za-z0-9._-]{1,64}");
         memcpy(x->username, s, n);
         x->username[n] = '\0';
         return 1;
     }
-    if (x->depth == 1 && x->field == UF_PASSWORD) {
+    if (x->depth == 1 && x->field == TN__V1_UF_PASSWORD) {
         if (n == 0 || n > TN_PASSWORD_MAX || memchr(s, '\0', n) != NULL)
             return ufail(x, "invalid argument: password must be 1..1024 bytes without NUL");
         memcpy(x->password, s, n);
@@ -217,7 +197,7 @@ static int u_string(void *c, const unsigned char *s, size_t n)
 
 static int u_other(void *c)
 {
-    ubody_t *x = c;
+    tn__v1_user_body_t *x = c;
     if (x->depth == 1 && x->field >= 0)
         return ufail(x, "invalid json: field \"%s\" has the wrong type", user_fields[x->field]);
     return ufail(x, "invalid json: unexpected value");
@@ -238,7 +218,7 @@ static int u_number(void *c, const char *s, size_t n)
 
 static int u_start_map(void *c)
 {
-    ubody_t *x = c;
+    tn__v1_user_body_t *x = c;
     if (x->depth == 0) {
         x->depth = 1;
         x->field = -1;
@@ -265,9 +245,9 @@ static int u_start_map(void *c)
 
 static int u_key(void *c, const unsigned char *k, size_t n)
 {
-    ubody_t *x = c;
+    tn__v1_user_body_t *x = c;
     if (x->depth == 1) {
-        for (int i = 0; i < UF_COUNT; i++) {
+        for (int i = 0; i < TN__V1_UF_COUNT; i++) {
             if (strlen(user_fields[i]) != n || memcmp(user_fields[i], k, n) != 0)
                 continue;
             if (!(x->allow & (1u << i)))
@@ -296,7 +276,7 @@ static int u_key(void *c, const unsigned char *k, size_t n)
 
 static int u_end_map(void *c)
 {
-    ubody_t *x = c;
+    tn__v1_user_body_t *x = c;
     if (x->depth == 3) {
         if (!x->gseen[0])
             return ufail(x, "invalid argument: a grant needs an action");
@@ -309,8 +289,8 @@ static int u_end_map(void *c)
 
 static int u_start_array(void *c)
 {
-    ubody_t *x = c;
-    if (x->depth == 1 && x->field == UF_GRANTS) {
+    tn__v1_user_body_t *x = c;
+    if (x->depth == 1 && x->field == TN__V1_UF_GRANTS) {
         x->depth = 2;
         return 1;
     }
@@ -323,7 +303,7 @@ static int u_start_array(void *c)
 
 static int u_end_array(void *c)
 {
-    ubody_t *x = c;
+    tn__v1_user_body_t *x = c;
     if (x->depth == 4) {
         x->depth = 3;
         x->gfield = -1;
@@ -339,20 +319,16 @@ static const yajl_callbacks user_callbacks = {
     u_start_map, u_key,  u_end_map, u_start_array, u_end_array,
 };
 
-/* Decode r's body into x (allow: the fields this route takes); false after
- * answering 400. */
-static bool decode_user(tn_http_request_t *r, ubody_t *x, unsigned allow)
+int tn__v1_user_body(const char *body, size_t len, unsigned allow, tn__v1_user_body_t *x)
 {
     memset(x, 0, sizeof(*x));
     x->allow = allow;
     x->field = -1;
     bool ok = false;
-    int rc =
-        tn_json_events(tn_buf_data(&r->body), tn_buf_size(&r->body), &user_callbacks, x, true, &ok);
+    int rc = tn_json_events(body, len, &user_callbacks, x, true, &ok);
     if (rc != 0 || x->oom) {
-        ubody_fini(x);
-        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
-        return false;
+        tn__v1_user_body_fini(x);
+        return UV_ENOMEM;
     }
     if (x->err[0] == '\0' && (!ok || x->depth != 5))
         snprintf(x->err, sizeof(x->err), "invalid json: the body must be one JSON object");
@@ -366,11 +342,25 @@ static bool decode_user(tn_http_request_t *r, ubody_t *x, unsigned allow)
                      action_name(g->action));
     }
     if (x->err[0] != '\0') {
-        tn__v1_error(r, 400, x->err, NULL);
-        ubody_fini(x);
-        return false;
+        char err[sizeof(x->err)];
+        memcpy(err, x->err, sizeof(err));
+        tn__v1_user_body_fini(x);
+        memcpy(x->err, err, sizeof(err));
+        return UV_EINVAL;
     }
-    return true;
+    return 0;
+}
+
+/* Decode r's body into x (allow: the fields this route takes); false after
+ * answering 400 or 503. */
+static bool decode_user(tn_http_request_t *r, tn__v1_user_body_t *x, unsigned allow)
+{
+    int rc = tn__v1_user_body(tn_buf_data(&r->body), tn_buf_size(&r->body), allow, x);
+    if (rc == UV_ENOMEM)
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+    else if (rc != 0)
+        tn__v1_error(r, 400, x->err, NULL);
+    return rc == 0;
 }
 
 /* --- rights ------------------------------------------------------------------ */
@@ -652,7 +642,7 @@ static bool admin_only(tn_v1_t *v, tn_http_request_t *r)
 }
 
 /* Deep copy of grants into op (hashing outlives the request's body). */
-static bool own_grants(uop_t *op, const ubody_t *x)
+static bool own_grants(uop_t *op, const tn__v1_user_body_t *x)
 {
     tn_meta_user_t tmp, src;
     memset(&tmp, 0, sizeof(tmp));
@@ -672,18 +662,19 @@ static void on_user_create(tn_http_request_t *r, void *arg)
     tn_v1_t *v = arg;
     if (!tn__v1_guard_write(r) || !admin_only(v, r))
         return;
-    ubody_t *x = tn_malloc(sizeof(*x));
+    tn__v1_user_body_t *x = tn_malloc(sizeof(*x));
     if (x == NULL) {
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
-    if (!decode_user(r, x, 1u << UF_USERNAME | 1u << UF_PASSWORD | 1u << UF_GRANTS)) {
+    if (!decode_user(
+            r, x, 1u << TN__V1_UF_USERNAME | 1u << TN__V1_UF_PASSWORD | 1u << TN__V1_UF_GRANTS)) {
         tn_free(x);
         return;
     }
     const char *refusal = NULL;
     int status = 400;
-    if (!x->seen[UF_USERNAME] || !x->seen[UF_PASSWORD]) {
+    if (!x->seen[TN__V1_UF_USERNAME] || !x->seen[TN__V1_UF_PASSWORD]) {
         refusal = "invalid argument: username and password are required";
     } else if (grants_admin(x->grants, x->ngrants) && !caller_is_root(v, r)) {
         refusal = "only the root user may grant admin";
@@ -694,7 +685,7 @@ static void on_user_create(tn_http_request_t *r, void *arg)
     }
     if (refusal != NULL) {
         tn__v1_error(r, status, refusal, NULL);
-        ubody_fini(x);
+        tn__v1_user_body_fini(x);
         tn_free(x);
         return;
     }
@@ -709,7 +700,7 @@ static void on_user_create(tn_http_request_t *r, void *arg)
             op = NULL;
         }
     }
-    ubody_fini(x);
+    tn__v1_user_body_fini(x);
     tn_free(x);
     if (op != NULL)
         hash_start(op);
@@ -760,16 +751,16 @@ static void on_user_grants(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 403, "you cannot change your own grants", NULL);
         return;
     }
-    ubody_t *x = tn_malloc(sizeof(*x));
+    tn__v1_user_body_t *x = tn_malloc(sizeof(*x));
     if (x == NULL) {
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
-    if (!decode_user(r, x, 1u << UF_GRANTS)) {
+    if (!decode_user(r, x, 1u << TN__V1_UF_GRANTS)) {
         tn_free(x);
         return;
     }
-    if (!x->seen[UF_GRANTS]) {
+    if (!x->seen[TN__V1_UF_GRANTS]) {
         tn__v1_error(r, 400, "invalid argument: grants required", NULL);
     } else if (grants_admin(x->grants, x->ngrants) && !caller_is_root(v, r)) {
         tn__v1_error(r, 403, "only the root user may grant admin", NULL);
@@ -781,7 +772,7 @@ static void on_user_grants(tn_http_request_t *r, void *arg)
             propose(op);
         }
     }
-    ubody_fini(x);
+    tn__v1_user_body_fini(x);
     tn_free(x);
 }
 
