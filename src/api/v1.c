@@ -1004,23 +1004,38 @@ static void on_produced(tn_pub_t *p, int status)
         tn__v1_error(r, 500, "produce failed", NULL);
 }
 
+/* The path's topic for an operation needing a grant of action (produce or
+ * consume); write: a state-changing request (the cross-site guard). NULL
+ * after answering 415, 404 or 403. A produce to a delay child is 409. */
+static const tn_meta_topic_entry_t *granted_topic(tn_v1_t *v, tn_http_request_t *r, uint8_t action,
+                                                  bool write, char topic[TN_NAME_MAX + 1])
+{
+    if (write && !tn__v1_guard_write(r))
+        return NULL;
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    if (e == NULL)
+        return NULL;
+    if (v->o.security && !tn__v1_can_do(v, r, action, topic)) {
+        tn__v1_error(r, 403,
+                     action == TN_GRANT_PRODUCE ? "no produce grant for this topic"
+                                                : "no consume grant for this topic",
+                     NULL);
+        return NULL;
+    }
+    if (action == TN_GRANT_PRODUCE && e->rec.parent[0] != '\0' && e->rec.fanout_delay_ms > 0) {
+        tn__v1_error(r, 409, "direct produce to a delay child is not allowed", NULL);
+        return NULL;
+    }
+    return e;
+}
+
 static void on_produce(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_guard_write(r))
-        return;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = granted_topic(v, r, TN_GRANT_PRODUCE, true, topic);
     if (e == NULL)
         return;
-    if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_PRODUCE, topic)) {
-        tn__v1_error(r, 403, "no produce grant for this topic", NULL);
-        return;
-    }
-    if (e->rec.parent[0] != '\0' && e->rec.fanout_delay_ms > 0) {
-        tn__v1_error(r, 409, "direct produce to a delay child is not allowed", NULL);
-        return;
-    }
     if (tn_buf_size(&r->body) == 0) {
         tn__v1_error(r, 400, "message required", NULL);
         return;
@@ -1134,20 +1149,10 @@ static void on_batch_published(tn_pub_t *p, int status)
 static void on_produce_batch(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_guard_write(r))
-        return;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = granted_topic(v, r, TN_GRANT_PRODUCE, true, topic);
     if (e == NULL)
         return;
-    if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_PRODUCE, topic)) {
-        tn__v1_error(r, 403, "no produce grant for this topic", NULL);
-        return;
-    }
-    if (e->rec.parent[0] != '\0' && e->rec.fanout_delay_ms > 0) {
-        tn__v1_error(r, 409, "direct produce to a delay child is not allowed", NULL);
-        return;
-    }
     tn_batch_t b;
     char err[192];
     int rc = tn_batch_decode(tn_buf_data(&r->body), tn_buf_size(&r->body), TN_V1_BATCH_MAX,
@@ -1306,13 +1311,9 @@ static void on_consume(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = granted_topic(v, r, TN_GRANT_CONSUME, false, topic);
     if (e == NULL)
         return;
-    if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_CONSUME, topic)) {
-        tn__v1_error(r, 403, "no consume grant for this topic", NULL);
-        return;
-    }
     tn_consume_args_t a;
     memset(&a, 0, sizeof(a));
     snprintf(a.topic, sizeof(a.topic), "%s", topic);
@@ -1389,16 +1390,10 @@ static bool query_extend(tn_http_request_t *r, tn_settle_t *how)
 static void on_ack(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_guard_write(r))
-        return;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = granted_topic(v, r, TN_GRANT_CONSUME, true, topic);
     if (e == NULL)
         return;
-    if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_CONSUME, topic)) {
-        tn__v1_error(r, 403, "no consume grant for this topic", NULL);
-        return;
-    }
     char handle[96];
     int rc = tn_http_query(r->head.query, "receipt_handle", handle, sizeof(handle));
     if (rc == 0 || (rc == 1 && handle[0] == '\0')) {
@@ -1429,16 +1424,10 @@ static void on_ack(tn_http_request_t *r, void *arg)
 static void on_ack_batch(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_guard_write(r))
-        return;
     char topic[TN_NAME_MAX + 1];
-    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    const tn_meta_topic_entry_t *e = granted_topic(v, r, TN_GRANT_CONSUME, true, topic);
     if (e == NULL)
         return;
-    if (v->o.security && !tn__v1_can_do(v, r, TN_GRANT_CONSUME, topic)) {
-        tn__v1_error(r, 403, "no consume grant for this topic", NULL);
-        return;
-    }
     tn_settle_t how;
     char channel[TN_NAME_MAX + 1];
     if (!query_extend(r, &how) || !query_channel(r, channel))
