@@ -215,6 +215,14 @@ const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
     return e;
 }
 
+bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r)
+{
+    if (tn__v1_is_admin(v, r))
+        return true;
+    tn__v1_error(r, 403, "admin rights required", NULL);
+    return false;
+}
+
 /* --- topics ------------------------------------------------------------------ */
 
 static const char *durability_name(uint8_t d)
@@ -555,7 +563,7 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
     return true;
 }
 
-static bool can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
+bool tn__v1_can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
 {
     bool owner = t->owner[0] != '\0' && strcmp(t->owner, r->principal) == 0;
     return !v->o.security || owner || tn__v1_is_admin(v, r);
@@ -761,7 +769,7 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
             tn__v1_error(r, 404, "parent topic not found", NULL);
             return;
         }
-        if (!can_manage(v, r, &pe->rec)) {
+        if (!tn__v1_can_manage(v, r, &pe->rec)) {
             tn__v1_error(r, 403, "attaching needs ownership (or admin) of the parent", NULL);
             return;
         }
@@ -845,7 +853,7 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
     const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
-    if (!can_manage(v, r, &e->rec)) {
+    if (!tn__v1_can_manage(v, r, &e->rec)) {
         tn__v1_error(r, 403, "only the topic's owner or an admin may change it", NULL);
         return;
     }
@@ -933,7 +941,7 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
     const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     if (e == NULL)
         return;
-    if (!can_manage(v, r, &e->rec)) {
+    if (!tn__v1_can_manage(v, r, &e->rec)) {
         tn__v1_error(r, 403, "only the topic's owner or an admin may delete it", NULL);
         return;
     }

@@ -30,12 +30,6 @@ size_t tn__v1_children_of(const tn_meta_state_t *s, const char *parent)
     return n;
 }
 
-static bool can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
-{
-    bool owner = t->owner[0] != '\0' && strcmp(t->owner, r->principal) == 0;
-    return !v->o.security || owner || tn__v1_is_admin(v, r);
-}
-
 /* An attach or detach under way. */
 typedef struct {
     tn_v1_t *v;
@@ -306,7 +300,7 @@ static void on_attach(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 404, "child topic not found", NULL);
         return;
     }
-    if (!can_manage(v, r, &pe->rec) || !can_manage(v, r, &ce->rec)) {
+    if (!tn__v1_can_manage(v, r, &pe->rec) || !tn__v1_can_manage(v, r, &ce->rec)) {
         tn__v1_error(r, 403, "attaching needs ownership (or admin) of both topics", NULL);
         return;
     }
@@ -345,7 +339,7 @@ static void on_detach(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 404, "not found: the child is not attached to this parent", NULL);
         return;
     }
-    if (!can_manage(v, r, &pe->rec) || !can_manage(v, r, &ce->rec)) {
+    if (!tn__v1_can_manage(v, r, &pe->rec) || !tn__v1_can_manage(v, r, &ce->rec)) {
         tn__v1_error(r, 403, "detaching needs ownership (or admin) of both topics", NULL);
         return;
     }

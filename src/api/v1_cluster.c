@@ -18,14 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool admin_only(tn_v1_t *v, tn_http_request_t *r)
-{
-    if (tn__v1_is_admin(v, r))
-        return true;
-    tn__v1_error(r, 403, "admin rights required", NULL);
-    return false;
-}
-
 /* Partitions of every topic the queue engine has here. */
 static uint64_t owned_partitions(const tn_v1_t *v)
 {
@@ -43,7 +35,7 @@ static uint64_t owned_partitions(const tn_v1_t *v)
 static void on_members(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!admin_only(v, r))
+    if (!tn__v1_admin_only(v, r))
         return;
     const tn_meta_state_t *s = tn_meta_state(v->meta);
     tn_buf_t b;
@@ -66,7 +58,7 @@ static void on_members(tn_http_request_t *r, void *arg)
 static void on_moves(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!admin_only(v, r))
+    if (!tn__v1_admin_only(v, r))
         return;
     tn_buf_t b;
     tn_buf_init(&b);
@@ -105,7 +97,7 @@ static void decommission(tn_v1_t *v, tn_http_request_t *r, bool draining)
 {
     if (draining && !tn__v1_guard_write(r))
         return;
-    if (!admin_only(v, r))
+    if (!tn__v1_admin_only(v, r))
         return;
     const tn_iov_t *id = tn_http_param(r, "id");
     char buf[24] = "";

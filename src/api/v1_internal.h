@@ -24,6 +24,10 @@ const tn_meta_user_t *tn__v1_caller(tn_v1_t *v, const tn_http_request_t *r);
 bool tn__v1_is_admin(tn_v1_t *v, const tn_http_request_t *r);
 /* Whether u holds a grant of action (0: any) whose pattern matches name. */
 bool tn__v1_has_grant(const tn_meta_user_t *u, uint8_t action, const char *name);
+/* Admin, or false after answering 403. */
+bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r);
+/* The topic's owner or an admin (or security off). */
+bool tn__v1_can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t);
 /* Admin, or a grant of action matching topic. */
 bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic);
 /* The topic named by the path's {topic}, copied into topic; NULL after

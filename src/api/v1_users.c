@@ -74,10 +74,8 @@ static void user_json(tn_buf_t *b, const tn_meta_user_t *u)
 static void on_users_list(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_is_admin(v, r)) {
-        tn__v1_error(r, 403, "admin rights required", NULL);
+    if (!tn__v1_admin_only(v, r))
         return;
-    }
     const tn_meta_state_t *s = tn_meta_state(v->meta);
     tn_buf_t b;
     tn_buf_init(&b);
@@ -94,10 +92,8 @@ static void on_users_list(tn_http_request_t *r, void *arg)
 static void on_user_get(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_is_admin(v, r)) {
-        tn__v1_error(r, 403, "admin rights required", NULL);
+    if (!tn__v1_admin_only(v, r))
         return;
-    }
     const tn_iov_t *name = tn_http_param(r, "username");
     char user[TN_USERNAME_MAX + 1] = "";
     if (name != NULL && name->len <= TN_USERNAME_MAX) {
@@ -633,14 +629,6 @@ static void hash_start(uop_t *op)
 
 /* --- routes ------------------------------------------------------------------ */
 
-static bool admin_only(tn_v1_t *v, tn_http_request_t *r)
-{
-    if (tn__v1_is_admin(v, r))
-        return true;
-    tn__v1_error(r, 403, "admin rights required", NULL);
-    return false;
-}
-
 /* Deep copy of grants into op (hashing outlives the request's body). */
 static bool own_grants(uop_t *op, const tn__v1_user_body_t *x)
 {
@@ -660,7 +648,7 @@ static bool own_grants(uop_t *op, const tn__v1_user_body_t *x)
 static void on_user_create(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_guard_write(r) || !admin_only(v, r))
+    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r))
         return;
     tn__v1_user_body_t *x = tn_malloc(sizeof(*x));
     if (x == NULL) {
@@ -710,7 +698,7 @@ static void on_user_delete(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     char user[TN_USERNAME_MAX + 1];
-    if (!admin_only(v, r))
+    if (!tn__v1_admin_only(v, r))
         return;
     const tn_meta_user_t *u =
         path_user(r, user) ? tn_meta_user_find(tn_meta_state(v->meta), user) : NULL;
@@ -735,7 +723,7 @@ static void on_user_grants(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     char user[TN_USERNAME_MAX + 1];
-    if (!tn__v1_guard_write(r) || !admin_only(v, r))
+    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r))
         return;
     const tn_meta_user_t *u =
         path_user(r, user) ? tn_meta_user_find(tn_meta_state(v->meta), user) : NULL;
