@@ -350,6 +350,19 @@ int tn_parse_duration_ns(const char *s, int64_t *out)
             return rc;
         if (v < 0)
             return TN_ERANGE;
+        /* A fraction, as Go's durations take ("1.5s"): up to 9 digits. */
+        int64_t frac = 0, scale = 1;
+        if (*e == '.') {
+            e++;
+            if (!isdigit((unsigned char)*e))
+                return TN_ECONFIG;
+            for (; isdigit((unsigned char)*e); e++) {
+                if (scale < 1000000000) {
+                    frac = frac * 10 + (*e - '0');
+                    scale *= 10;
+                }
+            }
+        }
         size_t best = 0;
         int64_t mul = 0;
         for (size_t i = 0; i < TN_ARRAY_SIZE(units); i++) {
@@ -365,6 +378,10 @@ int tn_parse_duration_ns(const char *s, int64_t *out)
         if (v > (INT64_MAX - total) / mul)
             return TN_ERANGE;
         total += v * mul;
+        int64_t part = frac * (mul / scale) + (mul % scale != 0 ? frac * (mul % scale) / scale : 0);
+        if (part > INT64_MAX - total)
+            return TN_ERANGE;
+        total += part;
         p = e + best;
     }
     *out = total;

@@ -105,6 +105,9 @@ class Consume(Helpers):
         start = time.monotonic()
         self.assertEqual(self.consume(t, "?wait=300ms")[0], 204)
         self.assertGreaterEqual(time.monotonic() - start, 0.25)
+        start = time.monotonic()
+        self.assertEqual(self.consume(t, "?wait=0.3s")[0], 204)  # fractions, as Go writes them
+        self.assertGreaterEqual(time.monotonic() - start, 0.25)
 
     def test_lease_expiry_extend_and_nack(self):
         t = self.create(visibility_timeout_ms=2000)

@@ -48,6 +48,15 @@ static void test_parsers(void **state)
     assert_int_equal(v, 500000);
     assert_int_equal(tn_parse_duration_ns("0", &v), 0);
     assert_int_equal(v, 0);
+    assert_int_equal(tn_parse_duration_ns("1.5s", &v), 0);
+    assert_int_equal(v, 1500000000LL);
+    assert_int_equal(tn_parse_duration_ns("0.25ms", &v), 0);
+    assert_int_equal(v, 250000);
+    assert_int_equal(tn_parse_duration_ns("1m0.5s", &v), 0);
+    assert_int_equal(v, 60500000000LL);
+    assert_int_equal(tn_parse_duration_ns("1.0000000001s", &v), 0); /* past 9 digits: cut */
+    assert_int_equal(v, 1000000000LL);
+    assert_int_equal(tn_parse_duration_ns("1.s", &v), TN_ECONFIG);
     assert_int_equal(tn_parse_duration_ns("10", &v), TN_ECONFIG);
     assert_int_equal(tn_parse_duration_ns("", &v), TN_ECONFIG);
     assert_int_equal(tn_parse_duration_ns("5parsecs", &v), TN_ECONFIG);
