@@ -1512,6 +1512,7 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, con
 int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     int rc = tn_http_guard(srv, "/v1", guard, v);
+    rc = rc ? rc : tn_http_guard_not_found(srv, "/v1", "{\"error\":\"not found\"}\n");
     /* /metrics on this listener names every topic: it takes the same
      * credentials (a listener of its own, metrics-address, stays open). */
     rc = rc ? rc : tn_http_guard(srv, "/metrics", guard, v);

@@ -84,7 +84,7 @@ class Secured(Base):
         self.assertEqual(self.request("GET", "/v1/topics", auth=("nobody", "x"))[0], 401)
         self.assertEqual(self.request("GET", "/v1/topics", auth=("admin", "nope"))[0], 401)
         # Authenticated: unknown paths are 404, other methods 405.
-        self.assertEqual(self.admin("GET", "/v1/no/such/route")[0], 404)
+        self.assertEqual(self.admin("GET", "/v1/no/such/route"), (404, {"error": "not found"}))
         self.assertEqual(self.admin("PUT", "/v1/topics")[0], 405)
         # Non-/v1 doors are not affected.
         self.assertEqual(self.request("GET", "/ping")[0], 200)

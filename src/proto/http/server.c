@@ -35,6 +35,7 @@ typedef struct guard_s {
     char *prefix;
     tn_http_handler_cb fn;
     void *arg;
+    const char *not_found; /* body of a 404 under the prefix (borrowed), or NULL */
     struct guard_s *next;
 } guard_t;
 
@@ -597,6 +598,17 @@ static const guard_t *find_guard(const tn_http_server_t *s, const tn_http_req_t 
     return NULL;
 }
 
+int tn_http_guard_not_found(tn_http_server_t *s, const char *prefix, const char *body)
+{
+    for (guard_t *g = s->guards; g != NULL; g = g->next) {
+        if (strcmp(g->prefix, prefix) == 0) {
+            g->not_found = body;
+            return 0;
+        }
+    }
+    return TN_ENOTFOUND;
+}
+
 void tn_http_resume(tn_http_request_t *r)
 {
     conn_t *c = r->conn;
@@ -666,6 +678,16 @@ static void route_request(conn_t *c)
     char allow[256];
     const route_t *route = find_route(s, h, &known, allow, sizeof(allow));
     if (route == NULL) {
+        const guard_t *g = known ? NULL : find_guard(s, h);
+        if (g != NULL && g->not_found != NULL) {
+            c->close_after = c->close_after || has_body;
+            write_answer(c, h->minor, 404, "application/json; charset=utf-8", NULL, g->not_found,
+                         strlen(g->not_found), false);
+            request_free(c);
+            c->state = C_HEAD;
+            flush(c);
+            return;
+        }
         if (!known) {
             answer_error(c, h->minor, 404, "NOT_FOUND", has_body);
             return;

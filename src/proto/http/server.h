@@ -114,6 +114,10 @@ int tn_http_route(tn_http_server_t *s, const char *method, const char *path, uin
  * the prefix meets the guard first. 0 or UV_ENOMEM. */
 int tn_http_guard(tn_http_server_t *s, const char *prefix, tn_http_handler_cb fn, void *arg);
 void tn_http_resume(tn_http_request_t *r);
+/* Answer 404 for unknown paths under a guard's prefix with body (a JSON
+ * document, borrowed for the server's lifetime) instead of the server's
+ * own. 0, or TN_ENOTFOUND when no guard has that prefix. */
+int tn_http_guard_not_found(tn_http_server_t *s, const char *prefix, const char *body);
 
 /* The path segment matched by {name} in r's route, or NULL. */
 const tn_iov_t *tn_http_param(const tn_http_request_t *r, const char *name);
