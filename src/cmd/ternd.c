@@ -41,6 +41,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 extern char **environ;
@@ -436,9 +437,15 @@ int main(int argc, char **argv)
     if (d.meta_stopped) {
         /* The metastore's libraft still holds handles on the loop (see
          * tn_meta_stop): leave from here, where everything it holds is
-         * still reachable. */
+         * still reachable. _exit, not exit: a worker thread may still be
+         * running a job nobody waits for any more (a bcrypt hash of a
+         * cancelled request), and exit's handlers (libcrypto's cleanup)
+         * would pull its state from under it. Storage is closed and
+         * durable; only the log streams need flushing. */
         tn_config_fini(&cfg);
-        exit(d.rc);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(d.rc);
     }
     rc = uv_loop_close(&loop);
     if (rc != 0) {
