@@ -694,26 +694,35 @@ static void on_user_create(tn_http_request_t *r, void *arg)
         hash_start(op);
 }
 
-static void on_user_delete(tn_http_request_t *r, void *arg)
+/* The path's user for an admin changing another, non-root user: NULL
+ * after answering 403 (not_root: the root user; not_self: the caller) or
+ * 404. */
+static const tn_meta_user_t *other_user(tn_v1_t *v, tn_http_request_t *r,
+                                        char user[TN_USERNAME_MAX + 1], const char *not_root,
+                                        const char *not_self)
 {
-    tn_v1_t *v = arg;
-    char user[TN_USERNAME_MAX + 1];
     if (!tn__v1_admin_only(v, r))
-        return;
+        return NULL;
     const tn_meta_user_t *u =
         path_user(r, user) ? tn_meta_user_find(tn_meta_state(v->meta), user) : NULL;
     if (u == NULL) {
         tn__v1_error(r, 404, "user not found", NULL);
-        return;
+        return NULL;
     }
-    if (u->root) {
-        tn__v1_error(r, 403, "the root user cannot be deleted", NULL);
-        return;
+    if (u->root || strcmp(user, r->principal) == 0) {
+        tn__v1_error(r, 403, u->root ? not_root : not_self, NULL);
+        return NULL;
     }
-    if (strcmp(user, r->principal) == 0) {
-        tn__v1_error(r, 403, "you cannot delete yourself", NULL);
+    return u;
+}
+
+static void on_user_delete(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    char user[TN_USERNAME_MAX + 1];
+    if (other_user(v, r, user, "the root user cannot be deleted", "you cannot delete yourself") ==
+        NULL)
         return;
-    }
     uop_t *op = uop_new(v, r, OP_DELETE, user);
     if (op != NULL)
         propose(op);
@@ -723,22 +732,9 @@ static void on_user_grants(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     char user[TN_USERNAME_MAX + 1];
-    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r))
+    if (!tn__v1_guard_write(r) || other_user(v, r, user, "the root user's grants cannot change",
+                                             "you cannot change your own grants") == NULL)
         return;
-    const tn_meta_user_t *u =
-        path_user(r, user) ? tn_meta_user_find(tn_meta_state(v->meta), user) : NULL;
-    if (u == NULL) {
-        tn__v1_error(r, 404, "user not found", NULL);
-        return;
-    }
-    if (u->root) {
-        tn__v1_error(r, 403, "the root user's grants cannot change", NULL);
-        return;
-    }
-    if (strcmp(user, r->principal) == 0) {
-        tn__v1_error(r, 403, "you cannot change your own grants", NULL);
-        return;
-    }
     tn__v1_user_body_t *x = tn_malloc(sizeof(*x));
     if (x == NULL) {
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
