@@ -473,44 +473,10 @@ static void on_mgmt_wait(tn_waiter_t *w, int status)
     mgmt_run(m);
 }
 
-static void delete_in_engine(mgmt_t *m);
-
-static void on_delete_retry(tn_waiter_t *w, int status)
+/* The engine's answer to a recorded deletion: nothing there is done too. */
+static void on_engine_deleted(void *arg, int status)
 {
-    (void)status;
-    delete_in_engine((mgmt_t *)w);
-}
-
-/* The engine's part of a recorded deletion, even if the client has left
- * (else a restart would make it again). A channel being created holds
- * the deletion until it is ready. */
-static void delete_in_engine(mgmt_t *m)
-{
-    tn_topic_t *t = NULL;
-    tn_channel_t *ch = NULL;
-    m->w.cb = on_delete_retry;
-    int rc = tn_broker_topic(m->api->broker, m->topic, strlen(m->topic), false, 0, &m->w, &t);
-    if (rc == UV_EAGAIN)
-        return;
-    if (rc == 0 && m->channel_op) {
-        rc = tn_topic_channel(t, m->channel, strlen(m->channel), false, &m->w, &ch);
-        if (rc == UV_EAGAIN)
-            return;
-    }
-    if (rc == 0 && !m->channel_op) {
-        for (tn_channel_t *c = t->channels; c != NULL; c = c->next) {
-            if (c->state == TN_OBJ_CREATING &&
-                tn_topic_channel(t, c->name, strlen(c->name), false, &m->w, &ch) == UV_EAGAIN)
-                return;
-        }
-    }
-    if (rc == 0)
-        rc = m->channel_op ? tn_channel_delete(ch, on_deleted, m)
-                           : tn_topic_delete(t, on_deleted, m);
-    if (rc == 0)
-        return; /* on_deleted answers and frees m */
-    /* Gone meanwhile, or being deleted by another request. */
-    on_deleted(m, rc == TN_ENOTFOUND || rc == UV_EBUSY ? 0 : rc);
+    on_deleted(arg, status == TN_ENOTFOUND ? 0 : status);
 }
 
 /* A deletion the metastore has recorded: now the engine's part. */
@@ -526,7 +492,12 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
         return;
     }
     m->recorded = true;
-    delete_in_engine(m);
+    /* The engine's part, even if the client has left (else a restart would
+     * make it again). */
+    int rc = tn_broker_delete(m->api->broker, m->topic, m->channel_op ? m->channel : NULL,
+                              on_engine_deleted, m);
+    if (rc != 0)
+        on_deleted(m, rc);
 }
 
 /* Propose the deletion of m's topic or channel first; false when there is

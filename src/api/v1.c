@@ -907,7 +907,7 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
 static void on_engine_deleted(void *arg, int status)
 {
     op_t *op = arg;
-    if (status != 0) {
+    if (status != 0 && status != TN_ENOTFOUND) { /* not there: nothing to remove */
         TN_LOG(TN_LOG_ERROR, "topic %s: deleting it in the queue engine failed: %s", op->topic,
                tn_strerror(status));
         op_end(op, 500, "delete failed");
@@ -927,11 +927,13 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
         op_end(op, 503, "control plane temporarily unavailable");
         return;
     }
-    tn_topic_t *t = NULL;
-    if (op->v->closing ||
-        tn_broker_topic(op->v->broker, op->topic, strlen(op->topic), false, 0, NULL, &t) != 0 ||
-        tn_topic_delete(t, on_engine_deleted, op) != 0)
-        op_end(op, 204, NULL); /* nothing (left) in the engine */
+    /* The engine's part (waiting for a creation or growth under way). */
+    if (op->v->closing) {
+        op_end(op, 503, "shutting down");
+        return;
+    }
+    if (tn_broker_delete(op->v->broker, op->topic, NULL, on_engine_deleted, op) != 0)
+        op_end(op, 503, "out of memory");
 }
 
 static void on_topic_delete(tn_http_request_t *r, void *arg)

@@ -513,6 +513,14 @@ void tn_topic_pause(tn_topic_t *t, bool paused);
 typedef void (*tn_delete_cb)(void *arg, int status);
 int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg);
 int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg);
+/* Delete the topic called topic (channel NULL) or its channel, waiting
+ * first for it, or a channel of it, to finish being created or grown (the
+ * metastore has already dropped the record: the files must go too). cb
+ * runs with 0 (deleted, or being deleted by another request),
+ * TN_ENOTFOUND (no such topic or channel), TN_ECLOSED or an error, possibly
+ * before this returns. 0, or UV_ENOMEM (cb will not run). */
+int tn_broker_delete(tn_broker_t *b, const char *topic, const char *channel, tn_delete_cb cb,
+                     void *arg);
 
 /* Grow a ready topic to nparts partitions (more than it has). The new
  * partition logs are opened on a worker thread, and each channel gets the

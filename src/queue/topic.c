@@ -628,3 +628,89 @@ int tn_topic_grow(tn_topic_t *t, uint32_t nparts, tn_delete_cb cb, void *arg)
     b->workers++;
     return 0;
 }
+
+/* --- deleting by name ------------------------------------------------------------ */
+
+typedef struct {
+    tn_waiter_t w; /* first: the waiter is the request */
+    tn_broker_t *b;
+    char *topic;
+    char *channel; /* NULL: the topic */
+    tn_delete_cb cb;
+    void *arg;
+} named_del_t;
+
+static void named_del_step(named_del_t *d);
+
+static void on_named_del_wait(tn_waiter_t *w, int status)
+{
+    named_del_t *d = (named_del_t *)w;
+    if (status == TN_ECLOSED || d->b->closing) {
+        d->cb(d->arg, TN_ECLOSED);
+        tn_free(d->topic);
+        tn_free(d->channel);
+        tn_free(d);
+        return;
+    }
+    named_del_step(d); /* made, or failed to be: look again */
+}
+
+static void on_named_deleted(void *arg, int status)
+{
+    named_del_t *d = arg;
+    d->cb(d->arg, status);
+    tn_free(d->topic);
+    tn_free(d->channel);
+    tn_free(d);
+}
+
+static void named_del_step(named_del_t *d)
+{
+    tn_topic_t *t = NULL;
+    tn_channel_t *ch = NULL;
+    d->w.cb = on_named_del_wait;
+    int rc = tn_broker_topic(d->b, d->topic, strlen(d->topic), false, 0, &d->w, &t);
+    if (rc == UV_EAGAIN)
+        return; /* being created or grown */
+    if (rc == 0 && d->channel != NULL) {
+        rc = tn_topic_channel(t, d->channel, strlen(d->channel), false, &d->w, &ch);
+        if (rc == UV_EAGAIN)
+            return;
+    }
+    if (rc == 0 && d->channel == NULL) {
+        /* A channel being made reads the logs on a worker: wait for it. */
+        for (tn_channel_t *c = t->channels; c != NULL; c = c->next) {
+            if (c->state == TN_OBJ_CREATING &&
+                tn_topic_channel(t, c->name, strlen(c->name), false, &d->w, &ch) == UV_EAGAIN)
+                return;
+        }
+    }
+    if (rc == 0)
+        rc = d->channel != NULL ? tn_channel_delete(ch, on_named_deleted, d)
+                                : tn_topic_delete(t, on_named_deleted, d);
+    if (rc == 0)
+        return;
+    /* UV_EBUSY here: another request is deleting it. */
+    on_named_deleted(d, rc == UV_EBUSY ? 0 : rc);
+}
+
+int tn_broker_delete(tn_broker_t *b, const char *topic, const char *channel, tn_delete_cb cb,
+                     void *arg)
+{
+    named_del_t *d = tn_calloc(1, sizeof(*d));
+    if (d == NULL)
+        return UV_ENOMEM;
+    d->b = b;
+    d->cb = cb;
+    d->arg = arg;
+    d->topic = tn_strdup(topic);
+    d->channel = channel != NULL ? tn_strdup(channel) : NULL;
+    if (d->topic == NULL || (channel != NULL && d->channel == NULL)) {
+        tn_free(d->topic);
+        tn_free(d->channel);
+        tn_free(d);
+        return UV_ENOMEM;
+    }
+    named_del_step(d);
+    return 0;
+}

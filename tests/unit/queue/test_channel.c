@@ -988,6 +988,36 @@ static void test_grow_partitions(void **state)
     qfx_free(q);
 }
 
+/* A deletion by name waits for the topic and its channels to be made. */
+static void test_delete_waits_for_creation(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_topic_t *t = NULL;
+    assert_int_equal(tn_broker_topic(q->b, "young", 5, true, 0, NULL, &t), UV_EAGAIN);
+    deleted_flag = false;
+    assert_int_equal(tn_broker_delete(q->b, "young", NULL, on_deleted, NULL), 0);
+    assert_false(deleted_flag); /* still being made */
+    assert_true(run_until(q, is_deleted, NULL));
+    assert_int_equal(deleted_status, 0);
+    assert_int_equal(tn_broker_topic(q->b, "young", 5, false, 0, NULL, &t), TN_ENOTFOUND);
+    /* A channel being made holds its topic's deletion too. */
+    tn_channel_t *ch = channel(q, "t", "c");
+    t = ch->topic;
+    assert_int_equal(tn_topic_channel(t, "c2", 2, true, NULL, &ch), UV_EAGAIN);
+    assert_int_equal(tn_topic_delete(t, NULL, NULL), UV_EBUSY);
+    deleted_flag = false;
+    assert_int_equal(tn_broker_delete(q->b, "t", NULL, on_deleted, NULL), 0);
+    assert_true(run_until(q, is_deleted, NULL));
+    assert_int_equal(deleted_status, 0);
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), TN_ENOTFOUND);
+    deleted_flag = false;
+    assert_int_equal(tn_broker_delete(q->b, "nope", NULL, on_deleted, NULL), 0);
+    assert_true(deleted_flag);
+    assert_int_equal(deleted_status, TN_ENOTFOUND);
+    qfx_free(q);
+}
+
 static void test_bad_names(void **state)
 {
     (void)state;
@@ -1030,6 +1060,7 @@ int main(void)
         cmocka_unit_test(test_topic_caps),
         cmocka_unit_test(test_creation_gate),
         cmocka_unit_test(test_grow_partitions),
+        cmocka_unit_test(test_delete_waits_for_creation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
