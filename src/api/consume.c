@@ -4,6 +4,7 @@
 #include "api/consume.h"
 
 #include "api/quota.h"
+#include "api/v1_internal.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -18,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define JSON             "application/json; charset=utf-8"
 #define SWEEP_MS         1000
 #define FETCH_GRACE_MS   1000
 #define JSON_PAYLOAD_MAX (4u << 20) /* larger payloads are not parsed to tell JSON */
@@ -78,18 +78,6 @@ static void arm(tn_consume_t *cs);
 
 /* --- rendering ------------------------------------------------------------- */
 
-static void appendf(tn_buf_t *b, const char *fmt, ...) TN_PRINTF(2, 3);
-static void appendf(tn_buf_t *b, const char *fmt, ...)
-{
-    char line[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        tn_buf_append(b, line, (size_t)TN_MIN((size_t)n, sizeof(line) - 1));
-}
-
 static bool json_valid(const char *data, size_t len)
 {
     size_t i = 0;
@@ -114,7 +102,7 @@ static void base64(tn_buf_t *b, const void *data, size_t len)
  * if UTF-8, else base64 with "<name>_encoding":"base64". */
 static void bytes_field(tn_buf_t *b, const char *name, const char *data, size_t len, bool as_json)
 {
-    appendf(b, ",\"%s\":", name);
+    tn__v1_appendf(b, ",\"%s\":", name);
     if (as_json && json_valid(data, len)) {
         tn_buf_append(b, data, len);
     } else if (tn_utf8_valid(data, len)) {
@@ -124,7 +112,7 @@ static void bytes_field(tn_buf_t *b, const char *name, const char *data, size_t 
     } else {
         tn_buf_append(b, "\"", 1);
         base64(b, data, len);
-        appendf(b, "\",\"%s_encoding\":\"base64\"", name);
+        tn__v1_appendf(b, "\",\"%s_encoding\":\"base64\"", name);
     }
 }
 
@@ -132,16 +120,16 @@ void tn_consume_render(tn_buf_t *b, const char *topic, const tn_consume_item_t *
 {
     tn_buf_append(b, "{\"topic\":\"", 10);
     tn_buf_json_escape(b, topic);
-    appendf(b, "\",\"partition\":%" PRIu32 ",\"offset\":%" PRIu64, m->partition, m->offset);
+    tn__v1_appendf(b, "\",\"partition\":%" PRIu32 ",\"offset\":%" PRIu64, m->partition, m->offset);
     if (m->key != NULL && m->key->len > 0)
         bytes_field(b, "key", m->key->data, m->key->len, false);
     bytes_field(b, "payload", m->body->data, m->body->len, true);
-    appendf(b, ",\"timestamp\":%" PRId64, m->publish_ns / 1000000000);
+    tn__v1_appendf(b, ",\"timestamp\":%" PRId64, m->publish_ns / 1000000000);
     if (m->nonce != 0)
-        appendf(b,
-                ",\"attempts\":%" PRIu32 ",\"receipt_handle\":\"%" PRIu32 ":%" PRIu64 ":%" PRIu32
-                "\"",
-                m->attempts, m->partition, m->offset, m->nonce);
+        tn__v1_appendf(b,
+                       ",\"attempts\":%" PRIu32 ",\"receipt_handle\":\"%" PRIu32 ":%" PRIu64
+                       ":%" PRIu32 "\"",
+                       m->attempts, m->partition, m->offset, m->nonce);
     tn_buf_append(b, "}", 1);
 }
 
@@ -202,14 +190,7 @@ static void poll_free(poll_t *p)
 
 static void error(tn_http_request_t *r, int status, const char *msg)
 {
-    tn_buf_t b;
-    tn_buf_init(&b);
-    tn_buf_append(&b, "{\"error\":\"", 10);
-    tn_buf_json_escape(&b, msg);
-    tn_buf_append(&b, "\"}\n", 3);
-    tn_http_respond(r, status, JSON, status == 503 || status == 429 ? "Retry-After: 1\r\n" : NULL,
-                    tn_buf_data(&b), tn_buf_size(&b));
-    tn_buf_fini(&b);
+    tn__v1_error(r, status, msg, status == 503 || status == 429 ? "Retry-After: 1\r\n" : NULL);
 }
 
 /* Answer p (if its client is still there) and free it. */
@@ -225,11 +206,11 @@ static void finish(poll_t *p, int status, const char *msg)
             tn_buf_append(&b, "{\"messages\":[", 13);
             tn_buf_append(&b, tn_buf_data(&p->out), tn_buf_size(&p->out));
             tn_buf_append(&b, "]}\n", 3);
-            tn_http_respond(r, 200, JSON, NULL, tn_buf_data(&b), tn_buf_size(&b));
+            tn_http_respond(r, 200, TN__V1_JSON, NULL, tn_buf_data(&b), tn_buf_size(&b));
             tn_buf_fini(&b);
         } else if (status == 200) {
             tn_buf_append(&p->out, "\n", 1);
-            tn_http_respond(r, 200, JSON, NULL, tn_buf_data(&p->out), tn_buf_size(&p->out));
+            tn_http_respond(r, 200, TN__V1_JSON, NULL, tn_buf_data(&p->out), tn_buf_size(&p->out));
         } else if (status == 204) {
             tn_http_respond(r, 204, NULL, NULL, NULL, 0);
         } else {
@@ -284,12 +265,13 @@ static void on_kick(tn_consumer_t *c)
 static void describe(tn_consumer_t *c, tn_buf_t *out)
 {
     lane_t *l = c->data;
-    appendf(out,
-            "{\"client_id\":\"http\",\"hostname\":\"\",\"version\":\"V2\",\"remote_address\":"
-            "\"http\",\"state\":3,\"ready_count\":%" PRIu32 ",\"in_flight_count\":%zu,"
-            "\"message_count\":%" PRIu64 ",\"finish_count\":%" PRIu64 ",\"requeue_count\":%" PRIu64
-            ",\"user_agent\":\"tern-http-consume\"}",
-            l->want, tn_consumer_inflight(c), c->message_count, c->finish_count, c->requeue_count);
+    tn__v1_appendf(
+        out,
+        "{\"client_id\":\"http\",\"hostname\":\"\",\"version\":\"V2\",\"remote_address\":"
+        "\"http\",\"state\":3,\"ready_count\":%" PRIu32 ",\"in_flight_count\":%zu,"
+        "\"message_count\":%" PRIu64 ",\"finish_count\":%" PRIu64 ",\"requeue_count\":%" PRIu64
+        ",\"user_agent\":\"tern-http-consume\"}",
+        l->want, tn_consumer_inflight(c), c->message_count, c->finish_count, c->requeue_count);
 }
 
 static lane_t *lane_find(tn_consume_t *cs, const char *topic, const char *channel, bool pinned,
@@ -433,11 +415,6 @@ static void on_cancel(tn_http_request_t *r)
 static void park(poll_t *p, tn_channel_t *ch)
 {
     tn_consume_t *cs = p->cs;
-    tn_topic_t *t = ch->topic;
-    t->max_inflight_part = p->a.max_inflight;
-    t->max_acked_ahead = p->a.max_acked_ahead;
-    if (p->a.ttl_ms > 0)
-        t->ttl_ms = p->a.ttl_ms;
     lane_t *l = lane_get(cs, ch, &p->a);
     int64_t now = tn_now_mono_ms();
     if (l == NULL || tn_heap_insert(&cs->deadlines, &p->deadline, now + p->a.wait_ms) != 0) {

@@ -48,9 +48,6 @@ typedef struct {
     char channel[TN_NAME_MAX + 1];
     uint32_t partitions; /* the topic record's (a missing engine topic is made so) */
     int64_t visibility_ms;
-    uint32_t max_inflight; /* per partition; 0: none */
-    uint32_t max_acked_ahead;
-    int64_t ttl_ms;  /* ttl_discard topics; 0: reliable */
     int64_t wait_ms; /* 0: answer with what is there now */
     bool pinned;     /* only from partition */
     uint32_t partition;

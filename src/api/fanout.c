@@ -3,6 +3,8 @@
 
 #include "api/fanout.h"
 
+#include "api/v1_internal.h"
+
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -62,16 +64,6 @@ static void runner_maybe_free(runner_t *r)
         tn_free(r);
 }
 
-static uint32_t key_hash(const char *k, size_t n)
-{
-    uint32_t h = 2166136261u; /* FNV-1a, as a produce's key */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)k[i];
-        h *= 16777619u;
-    }
-    return h;
-}
-
 static void on_copied(tn_pub_t *p, int status)
 {
     copy_t *cp = p->data;
@@ -108,7 +100,7 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     }
     if (d->key != NULL && d->key->len > 0) {
         cp->pub.pinned = true;
-        cp->pub.pin = key_hash(d->key->data, d->key->len) % child->nparts;
+        cp->pub.pin = tn__v1_key_hash(d->key->data, d->key->len) % child->nparts;
     }
     cp->r = r;
     cp->partition = d->partition;

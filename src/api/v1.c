@@ -980,7 +980,7 @@ bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const
     return tn__v1_is_admin(v, r) || tn__v1_has_grant(tn__v1_caller(v, r), action, topic);
 }
 
-static uint32_t key_hash(const char *k, size_t n)
+uint32_t tn__v1_key_hash(const char *k, size_t n)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
     for (size_t i = 0; i < n; i++) {
@@ -1084,7 +1084,7 @@ static void on_produce(tn_http_request_t *r, void *arg)
         pr->pub.pin = (uint32_t)part;
     } else if (krc == 1 && key[0] != '\0') {
         pr->pub.pinned = true;
-        pr->pub.pin = key_hash(key, strlen(key)) % e->rec.partitions;
+        pr->pub.pin = tn__v1_key_hash(key, strlen(key)) % e->rec.partitions;
     }
     pr->pub.data = pr;
     pr->r = r;
@@ -1190,7 +1190,7 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
             break;
         }
         part[i] = m->partition >= 0 ? (uint32_t)m->partition
-                  : m->key_len > 0  ? key_hash(b.data.base + m->key_off, m->key_len) % nparts
+                  : m->key_len > 0  ? tn__v1_key_hash(b.data.base + m->key_off, m->key_len) % nparts
                                     : keyless;
         used += per[part[i]]++ == 0;
     }
@@ -1366,9 +1366,6 @@ static void on_consume(tn_http_request_t *r, void *arg)
     }
     a.partitions = e->rec.partitions;
     a.visibility_ms = e->rec.visibility_timeout_ms;
-    a.max_inflight = (uint32_t)TN_MIN(e->rec.max_inflight, (int64_t)UINT32_MAX);
-    a.max_acked_ahead = (uint32_t)TN_MIN(e->rec.max_acked_ahead, (int64_t)UINT32_MAX);
-    a.ttl_ms = e->rec.delivery_mode == TN_DELIVERY_TTL_DISCARD ? e->rec.ttl_ms : 0;
     a.pinned = qp == 1;
     a.partition = (uint32_t)part;
     a.replay = qo == 1;

@@ -18,6 +18,10 @@ void tn__v1_appendf(tn_buf_t *b, const char *fmt, ...) TN_PRINTF(2, 3);
 /* s as a JSON string, quotes included. */
 void tn__v1_json_str(tn_buf_t *b, const char *s);
 
+/* The partition hash of a message key (FNV-1a; modulo the partition
+ * count): produce, batch produce and fan-out copies agree on it. */
+uint32_t tn__v1_key_hash(const char *k, size_t n);
+
 /* The authenticated user of r (NULL with security off). */
 const tn_meta_user_t *tn__v1_caller(tn_v1_t *v, const tn_http_request_t *r);
 /* The root user or an `admin` grant (always, with security off). */
