@@ -118,9 +118,17 @@ static void on_write_done(uv_write_t *w, int status)
         B.errors++;
 }
 
-/* Write a copy of data (the connection keeps building the next one). */
+/* Write src now as far as the socket takes it and queue a copy of the
+ * rest (the connection keeps building the next one in src). A direct
+ * write spares the loop the epoll_ctl calls a queued uv_write costs. */
 static void send_buf(conn_t *c, tn_buf_t *src)
 {
+    if (tn_buf_size(src) == 0)
+        return;
+    uv_buf_t now = uv_buf_init(tn_buf_data(src), (unsigned)tn_buf_size(src));
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &now, 1);
+    if (n > 0)
+        tn_buf_consume(src, (size_t)n);
     if (tn_buf_size(src) == 0)
         return;
     uv_write_t *w = tn_malloc(sizeof(*w));

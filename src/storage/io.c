@@ -838,17 +838,21 @@ int tn_io_pwritev(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off)
     int rc = sim_write(fd, iov, iovcnt, off);
     if (rc != 0)
         return rc;
-    struct iovec local[64];
+    /* Up to IOV_MAX vectors per call, straight from the caller's array
+     * (tn_iov_t is laid out as struct iovec); a short write carries the
+     * rest of its chunk over in a local copy that is adjusted in place. */
+    enum { CHUNK = 1024 };
     while (iovcnt > 0) {
-        int n = TN_MIN(iovcnt, (int)TN_ARRAY_SIZE(local));
-        memcpy(local, iov, (size_t)n * sizeof(*local));
-        struct iovec *v = local;
+        int n = TN_MIN(iovcnt, CHUNK);
+        const struct iovec *v = (const struct iovec *)iov;
+        struct iovec *copy = NULL;
         int left = n;
         while (left > 0) {
             ssize_t w = pwritev(fd, v, left, (off_t)off);
             if (w < 0) {
                 if (errno == EINTR)
                     continue;
+                tn_free(copy);
                 return tn_err_from_errno(errno);
             }
             off += (uint64_t)w;
@@ -858,10 +862,19 @@ int tn_io_pwritev(int fd, const tn_iov_t *iov, int iovcnt, uint64_t off)
                 left--;
             }
             if (left > 0) {
-                v->iov_base = (char *)v->iov_base + w;
-                v->iov_len -= (size_t)w;
+                if (copy == NULL) {
+                    copy = tn_malloc((size_t)left * sizeof(*copy));
+                    if (copy == NULL)
+                        return UV_ENOMEM;
+                    memcpy(copy, v, (size_t)left * sizeof(*copy));
+                    v = copy;
+                }
+                struct iovec *m = copy + (v - copy); /* v points into copy now */
+                m->iov_base = (char *)m->iov_base + w;
+                m->iov_len -= (size_t)w;
             }
         }
+        tn_free(copy);
         iov += n;
         iovcnt -= n;
     }

@@ -8,9 +8,11 @@
 #include "core/err.h"
 #include "storage/io.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static void path_in(char *buf, const char *dir, const char *name)
 {
@@ -136,6 +138,86 @@ static void test_cut_stops_everything(void **state)
     free(dir);
 }
 
+/* More vectors than one pwritev takes (IOV_MAX, 1024): written in
+ * order, in several calls. */
+static void test_pwritev_many_vectors(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char p[4096];
+    path_in(p, dir, "many");
+    enum { N = 3000 };
+    static char bytes[N];
+    static tn_iov_t iov[N];
+    for (int i = 0; i < N; i++) {
+        bytes[i] = (char)('a' + i % 26);
+        iov[i] = tn_iov(&bytes[i], 1);
+    }
+    int fd;
+    assert_int_equal(tn_io_open(p, O_RDWR | O_CREAT | O_TRUNC, 0644, &fd), 0);
+    assert_int_equal(tn_io_pwrite(fd, "head:", 5, 0), 0);
+    assert_int_equal(tn_io_pwritev(fd, iov, N, 5), 0);
+    tn_io_close(fd);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_io_read_file(p, 1 << 20, &b), 0);
+    assert_int_equal(b.len, 5 + N);
+    assert_memory_equal(b.base, "head:", 5);
+    assert_memory_equal(b.base + 5, bytes, N);
+    tn_buf_fini(&b);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* A short write (here: the file size limit cuts the first call) goes on
+ * from the byte it stopped at, and the error of the next call is
+ * returned; what was written before it is in place. */
+static void test_pwritev_short_write(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char p[4096];
+    path_in(p, dir, "short");
+    char x[60], y[60], z[60];
+    memset(x, 'x', sizeof(x));
+    memset(y, 'y', sizeof(y));
+    memset(z, 'z', sizeof(z));
+    tn_iov_t iov[3] = {tn_iov(x, 60), tn_iov(y, 60), tn_iov(z, 60)};
+    int fd;
+    assert_int_equal(tn_io_open(p, O_RDWR | O_CREAT | O_TRUNC, 0644, &fd), 0);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 100;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = tn_io_pwritev(fd, iov, 3, 0);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, prev);
+    assert_int_equal(rc, UV_EFBIG);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_io_read_file(p, 1 << 20, &b), 0);
+    assert_int_equal(b.len, 100);
+    assert_memory_equal(b.base, x, 60);
+    assert_memory_equal(b.base + 60, y, 40);
+    tn_buf_reset(&b);
+    /* The caller's vectors are untouched. */
+    assert_ptr_equal(iov[1].base, y);
+    assert_int_equal(iov[1].len, 60);
+    /* A second try with a limit past the end writes everything. */
+    assert_int_equal(tn_io_pwritev(fd, iov, 3, 0), 0);
+    tn_io_close(fd);
+    assert_int_equal(tn_io_read_file(p, 1 << 20, &b), 0);
+    assert_int_equal(b.len, 180);
+    assert_memory_equal(b.base, x, 60);
+    assert_memory_equal(b.base + 60, y, 60);
+    assert_memory_equal(b.base + 120, z, 60);
+    tn_buf_fini(&b);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -143,6 +225,8 @@ int main(void)
         cmocka_unit_test(test_unsynced_create_may_vanish),
         cmocka_unit_test(test_rename_is_atomic),
         cmocka_unit_test(test_cut_stops_everything),
+        cmocka_unit_test(test_pwritev_many_vectors),
+        cmocka_unit_test(test_pwritev_short_write),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
