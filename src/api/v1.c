@@ -824,6 +824,10 @@ static void on_grown(void *arg, int status)
 static void on_patch_recorded(tn_meta_req_t *req, int status)
 {
     op_t *op = req->data;
+    if (status == TN_ENOTFOUND) { /* deleted while the change was on its way */
+        op_end(op, 404, "topic not found");
+        return;
+    }
     if (status != 0) {
         op_end(op, 503, "control plane temporarily unavailable");
         return;
@@ -873,6 +877,7 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_TOPIC_PUT;
+    c.if_present = true;
     c.topic = e->rec;
     const char *refusal = rc != 0 ? err : NULL;
     if (refusal == NULL && !any)

@@ -95,7 +95,10 @@ static void on_link_recorded(tn_meta_req_t *req, int status)
     if (status != 0) {
         if (l->attach)
             drop_channel(l->v, l->parent, l->epoch);
-        link_end(l, 503, "control plane temporarily unavailable");
+        if (status == TN_ENOTFOUND) /* deleted while the link was on its way */
+            link_end(l, 404, "child topic not found");
+        else
+            link_end(l, 503, "control plane temporarily unavailable");
         return;
     }
     if (l->r != NULL)
@@ -119,6 +122,7 @@ static void propose_link(link_t *l)
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_TOPIC_PUT;
+    c.if_present = true;
     c.topic = e->rec;
     if (l->attach) {
         snprintf(c.topic.parent, sizeof(c.topic.parent), "%s", l->parent);

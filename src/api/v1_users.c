@@ -521,7 +521,8 @@ static void propose(uop_t *op)
         snprintf(c.user.name, sizeof(c.user.name), "%s", op->user);
     } else {
         c.type = TN_MC_USER_PUT;
-        c.user = *cur; /* borrowed grants */
+        c.if_present = true; /* a delete committed meanwhile stands */
+        c.user = *cur;       /* borrowed grants */
         c.user.updated_at_ms = now;
         if (op->kind == OP_PASSWORD) {
             snprintf(c.user.hash, sizeof(c.user.hash), "%s", op->hash);

@@ -110,7 +110,7 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
     w_u32(&w, 0); /* payload length, set below */
     switch (c->type) {
     case TN_MC_TOPIC_PUT:
-        w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0));
+        w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_present ? 4 : 0));
         w_topic(&w, &c->topic);
         break;
     case TN_MC_TOPIC_DELETE:
@@ -123,7 +123,7 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_str(&w, c->channel, TN_NAME_MAX);
         break;
     case TN_MC_USER_PUT:
-        w_u8(&w, c->if_absent ? 1 : 0);
+        w_u8(&w, (c->if_absent ? 1 : 0) | (c->if_present ? 2 : 0));
         w_user(&w, &c->user);
         break;
     case TN_MC_USER_DELETE:
@@ -356,9 +356,10 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     switch (c->type) {
     case TN_MC_TOPIC_PUT: {
         uint8_t flags = r_u8(&r);
-        if (r.rc == 0 && (flags & ~3u) != 0)
+        if (r.rc == 0 && ((flags & ~7u) != 0 || (flags & 5u) == 5u))
             r.rc = TN_ECORRUPT;
         c->if_absent = (flags & 1) != 0;
+        c->if_present = (flags & 4) != 0;
         r_topic(&r, &c->topic);
         c->topic.native = (flags & 2) != 0;
         break;
@@ -372,10 +373,15 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         r_name(&r, c->topic.name, false);
         r_name(&r, c->channel, false);
         break;
-    case TN_MC_USER_PUT:
-        c->if_absent = r_flag(&r);
+    case TN_MC_USER_PUT: {
+        uint8_t flags = r_u8(&r); /* 1 if_absent, 2 if_present, never both */
+        if (r.rc == 0 && flags > 2)
+            r.rc = TN_ECORRUPT;
+        c->if_absent = flags == 1;
+        c->if_present = flags == 2;
         r_user(&r, &c->user);
         break;
+    }
     case TN_MC_USER_DELETE:
         r_str(&r, c->user.name, TN_META_USER_MAX);
         if (r.rc == 0 && !user_name_valid(c->user.name))

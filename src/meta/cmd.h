@@ -8,6 +8,8 @@
  *   payload, then zero padding to a multiple of 8 bytes (libraft wants
  *   entries in 8-byte multiples).
  * Strings are [2] length + bytes; lists are [2] count + items.
+ * TOPIC_PUT's flag byte: bit 0 if_absent, bit 1 native, bit 2 if_present;
+ * USER_PUT's: 1 if_absent, 2 if_present; never both conditions.
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -94,6 +96,10 @@ typedef struct {
 typedef struct {
     uint8_t type;
     bool if_absent; /* TOPIC_PUT, CHANNEL_PUT, USER_PUT: fail with UV_EEXIST if present */
+    /* TOPIC_PUT, USER_PUT: fail with TN_ENOTFOUND if absent. An update
+     * made from a read copy sets it, so a delete committed in between is
+     * not undone by the update bringing the record back. */
+    bool if_present;
     tn_meta_topic_t topic;
     char channel[TN_NAME_MAX + 1];
     tn_meta_user_t user;

@@ -154,6 +154,8 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
         s->topics[i]->rec = c->topic;
         return 0;
     }
+    if (c->if_present)
+        return TN_ENOTFOUND;
     if (grow((void ***)&s->topics, s->ntopics, &s->tcap) != 0)
         return UV_ENOMEM;
     tn_meta_topic_entry_t *t = tn_calloc(1, sizeof(*t));
@@ -219,6 +221,8 @@ static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
                       offsetof(tn_meta_user_t, name), &found);
     if (found && c->if_absent)
         return UV_EEXIST;
+    if (!found && c->if_present)
+        return TN_ENOTFOUND;
     /* The root user's invariants, whatever a door sent: a new user is root
      * only while there is none; an update keeps the root flag and the root
      * user's grants. */
