@@ -18,10 +18,13 @@
  * is given (the native API's defaults). */
 #define TN_CATALOG_DEFAULT_CAP 1024
 
+typedef struct pending_s pending_t;
+
 struct tn_catalog_s {
     tn_broker_t *broker;
     tn_meta_t *meta;
     tn_catalog_opts_t o;
+    pending_t *pending; /* recorded topics being created or grown */
 };
 
 /* One proposal, freed by its callback. */
@@ -242,34 +245,93 @@ static void on_reconciled(tn_waiter_t *w, int status)
     tn_free(w);
 }
 
-/* Ask the engine for what a record names; a creation that must wait gets a
- * waiter that only logs its end. */
+/* A recorded topic the engine is creating or growing: once that is done
+ * its recorded channels are made too. Owned by the catalog's list until
+ * its callback; a catalog that stops first detaches it (c = NULL). */
+struct pending_s {
+    tn_waiter_t w;
+    tn_catalog_t *c;
+    pending_t *next;
+    char topic[TN_NAME_MAX + 1];
+};
+
+static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e);
+
+static pending_t *pending_new(tn_catalog_t *c, const char *topic)
+{
+    pending_t *p = tn_calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    p->c = c;
+    snprintf(p->topic, sizeof(p->topic), "%s", topic);
+    p->w.data = p;
+    p->next = c->pending;
+    c->pending = p;
+    return p;
+}
+
+/* Take p off its catalog's list and free it, after making the channels
+ * of the topic's record (as the metastore has it now) when it was made. */
+static void pending_end(pending_t *p, int status)
+{
+    tn_catalog_t *c = p->c;
+    if (c != NULL) {
+        pending_t **pp = &c->pending;
+        while (*pp != p)
+            pp = &(*pp)->next;
+        *pp = p->next;
+    }
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "metastore: making recorded topic %s in the queue engine failed: %s",
+               p->topic, tn_strerror(status));
+    if (c != NULL && status == 0) {
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), p->topic);
+        if (e != NULL)
+            make(c, e);
+    }
+    tn_free(p);
+}
+
+static void on_topic_made(tn_waiter_t *w, int status)
+{
+    pending_end(w->data, status);
+}
+
+static void on_topic_grown(void *arg, int status)
+{
+    pending_end(arg, status);
+}
+
+/* Ask the engine for what a record names: the topic with its recorded
+ * partitions, then its recorded channels (after the topic is made or
+ * grown, when that must wait). */
 static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
 {
-    tn_waiter_t *w = tn_calloc(1, sizeof(*w));
-    if (w == NULL)
-        return;
-    w->cb = on_reconciled;
-    tn_topic_t *t = NULL;
     const char *name = e->rec.name;
-    int rc = tn_broker_topic(c->broker, name, strlen(name), true, e->rec.partitions, w, &t);
+    pending_t *p = pending_new(c, name);
+    if (p == NULL)
+        return;
+    p->w.cb = on_topic_made;
+    tn_topic_t *t = NULL;
+    int rc = tn_broker_topic(c->broker, name, strlen(name), true, e->rec.partitions, &p->w, &t);
     if (rc == UV_EAGAIN) {
         TN_LOG(TN_LOG_NOTICE, "metastore: topic %s was recorded but had no files; creating it",
                name);
-        return; /* its channels follow at the next start, or at their first use */
+        return; /* on_topic_made goes on with its channels */
     }
-    tn_free(w);
-    if (rc != 0)
-        return;
-    if (t->nparts < e->rec.partitions) {
+    if (rc == 0 && t->nparts < e->rec.partitions) {
         /* A crash after the record of a growth, before the engine's part. */
         TN_LOG(TN_LOG_NOTICE,
                "metastore: topic %s has %" PRIu32 " partitions recorded and %" PRIu32
                " on disk; growing it",
                name, e->rec.partitions, t->nparts);
-        tn_topic_grow(t, e->rec.partitions, NULL, NULL);
-        return;
+        if (tn_topic_grow(t, e->rec.partitions, on_topic_grown, p) == 0)
+            return;
+        TN_LOG(TN_LOG_WARN, "metastore: topic %s cannot grow now; its next start will", name);
     }
+    pending_end(p, TN_ECLOSED); /* only unlinks and frees: nothing pending */
+    if (rc != 0)
+        return;
     for (uint32_t i = 0; i < e->nchannels; i++) {
         const char *ch = e->channels[i];
         tn_channel_t *out = NULL;
@@ -302,5 +364,8 @@ void tn_catalog_stop(tn_catalog_t *c)
         return;
     tn_broker_unlisten(c->broker, on_event, c);
     tn_broker_set_gate(c->broker, NULL, NULL);
+    /* Creations still under way finish without us. */
+    for (pending_t *p = c->pending; p != NULL; p = p->next)
+        p->c = NULL;
     tn_free(c);
 }
