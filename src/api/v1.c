@@ -247,7 +247,7 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
         tn__v1_json_str(b, t->owner);
     }
     const tn_meta_state_t *s = tn_meta_state(v->meta);
-    size_t nchildren = t->parent[0] != '\0' ? 0 : tn__v1_children_of(s, t->name);
+    size_t nchildren = t->parent[0] != '\0' ? 0 : e->nchildren;
     tn__v1_appendf(b,
                    ",\"role\":\"%s\",\"delivery_mode\":\"%s\",\"ttl_ms\":%" PRId64
                    ",\"max_attempts\":%u,\"durability\":\"%s\"",
@@ -263,14 +263,13 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
                        t->attach_epoch, t->fanout_delay_ms);
     } else if (nchildren > 0) {
         tn_buf_append(b, ",\"children\":[", 13);
-        bool first = true;
-        for (size_t i = 0; i < s->ntopics; i++) {
+        size_t seen = 0;
+        for (size_t i = 0; i < s->ntopics && seen < nchildren; i++) {
             if (strcmp(s->topics[i]->rec.parent, t->name) != 0)
                 continue;
-            if (!first)
+            if (seen++ > 0)
                 tn_buf_append(b, ",", 1);
             tn__v1_json_str(b, s->topics[i]->rec.name);
-            first = false;
         }
         tn_buf_append(b, "]", 1);
     }

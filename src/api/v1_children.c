@@ -24,10 +24,8 @@
 
 size_t tn__v1_children_of(const tn_meta_state_t *s, const char *parent)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < s->ntopics; i++)
-        n += strcmp(s->topics[i]->rec.parent, parent) == 0;
-    return n;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, parent);
+    return e != NULL ? e->nchildren : 0;
 }
 
 /* An attach or detach under way. */

@@ -144,6 +144,17 @@ bool tn_meta_channel_exists(const tn_meta_state_t *s, const char *topic, const c
     return found;
 }
 
+/* One child more (d = 1) or less (d = -1) for the topic named parent, or
+ * for the dangling count when there is no such topic. */
+static void count_child(tn_meta_state_t *s, const char *parent, int d)
+{
+    tn_meta_topic_entry_t *p = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, parent);
+    if (p != NULL)
+        p->nchildren = (uint32_t)((int64_t)p->nchildren + d);
+    else
+        s->dangling = (size_t)((int64_t)s->dangling + d);
+}
+
 static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
 {
     bool found;
@@ -151,7 +162,14 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
     if (found) {
         if (c->if_absent)
             return UV_EEXIST;
-        s->topics[i]->rec = c->topic;
+        tn_meta_topic_entry_t *t = s->topics[i];
+        if (strcmp(t->rec.parent, c->topic.parent) != 0) {
+            if (t->rec.parent[0] != '\0')
+                count_child(s, t->rec.parent, -1);
+            if (c->topic.parent[0] != '\0')
+                count_child(s, c->topic.parent, 1);
+        }
+        t->rec = c->topic;
         return 0;
     }
     if (c->if_present)
@@ -163,6 +181,15 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
         return UV_ENOMEM;
     t->rec = c->topic;
     insert_at((void **)s->topics, &s->ntopics, i, t);
+    /* Children that named this topic before it was (re)made are its own. */
+    for (size_t k = 0; s->dangling > 0 && k < s->ntopics; k++) {
+        if (k != i && strcmp(s->topics[k]->rec.parent, t->rec.name) == 0) {
+            t->nchildren++;
+            s->dangling--;
+        }
+    }
+    if (t->rec.parent[0] != '\0')
+        count_child(s, t->rec.parent, 1);
     return 0;
 }
 
@@ -172,7 +199,11 @@ static int topic_delete(tn_meta_state_t *s, const char *name)
     size_t i = search((void *const *)s->topics, s->ntopics, name, TOPIC_NAME_OFF, &found);
     if (!found)
         return TN_ENOTFOUND;
-    topic_free(s->topics[i]);
+    tn_meta_topic_entry_t *t = s->topics[i];
+    if (t->rec.parent[0] != '\0')
+        count_child(s, t->rec.parent, -1);
+    s->dangling += t->nchildren; /* its children now name a missing parent */
+    topic_free(t);
     remove_at((void **)s->topics, &s->ntopics, i);
     return 0;
 }

@@ -21,6 +21,7 @@ typedef struct {
     char **channels; /* sorted, owned */
     uint32_t nchannels;
     uint32_t chcap;
+    uint32_t nchildren; /* topics whose parent this is (derived, not stored) */
 } tn_meta_topic_entry_t;
 
 typedef struct {
@@ -34,6 +35,9 @@ typedef struct {
     size_t nmembers;
     size_t mcap;
     uint64_t users_version; /* bumped by every user change (credential caches key on it) */
+    /* Topics naming a parent that is not there (deleted, or not yet
+     * restored from a snapshot): a topic made with that name counts them. */
+    size_t dangling;
 } tn_meta_state_t;
 
 void tn_meta_state_init(tn_meta_state_t *s);

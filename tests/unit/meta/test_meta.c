@@ -359,6 +359,82 @@ static void test_snapshot_roundtrip(void **state)
     tn_meta_state_fini(&r);
 }
 
+static tn_meta_cmd_t child_cmd(const char *name, const char *parent)
+{
+    tn_meta_cmd_t c = topic_cmd(name, false);
+    snprintf(c.topic.parent, sizeof(c.topic.parent), "%s", parent);
+    return c;
+}
+
+static uint32_t children(const tn_meta_state_t *s, const char *name)
+{
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, name);
+    assert_non_null(e);
+    return e->nchildren;
+}
+
+/* Every topic knows how many children name it, through attach, detach,
+ * moves, deletes on either side, a parent made again, and a snapshot
+ * that restores children before their parent. */
+static void test_child_counts(void **state)
+{
+    (void)state;
+    tn_meta_state_t s, r;
+    tn_meta_state_init(&s);
+    tn_meta_state_init(&r);
+    tn_meta_cmd_t c = topic_cmd("zparent", true);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    c = topic_cmd("other", true);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    const char *kids[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        c = child_cmd(kids[i], "zparent");
+        assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    }
+    assert_int_equal(children(&s, "zparent"), 3);
+    c = child_cmd("a", ""); /* detach */
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    c = child_cmd("b", "other"); /* move */
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    c = child_cmd("b", "other"); /* a put that keeps the parent */
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    assert_int_equal(children(&s, "zparent"), 1);
+    assert_int_equal(children(&s, "other"), 1);
+    assert_int_equal(children(&s, "a"), 0);
+
+    /* Snapshot: "c" is restored before "zparent". */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    assert_int_equal(children(&r, "zparent"), 1);
+    assert_int_equal(children(&r, "other"), 1);
+    assert_int_equal(r.dangling, 0);
+    tn_buf_fini(&b);
+
+    /* The parent goes; its child still names it until unlinked. */
+    tn_meta_cmd_t del;
+    memset(&del, 0, sizeof(del));
+    del.type = TN_MC_TOPIC_DELETE;
+    snprintf(del.topic.name, sizeof(del.topic.name), "zparent");
+    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
+    assert_int_equal(s.dangling, 1);
+    c = topic_cmd("zparent", true); /* made again: the child counts */
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    assert_int_equal(children(&s, "zparent"), 1);
+    assert_int_equal(s.dangling, 0);
+    snprintf(del.topic.name, sizeof(del.topic.name), "b"); /* a child goes */
+    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
+    assert_int_equal(children(&s, "other"), 0);
+    snprintf(del.topic.name, sizeof(del.topic.name), "zparent");
+    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
+    c = child_cmd("c", ""); /* unlinked after its parent went */
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    assert_int_equal(s.dangling, 0);
+    tn_meta_state_fini(&s);
+    tn_meta_state_fini(&r);
+}
+
 /* --- the replica on libraft ------------------------------------------------------------ */
 
 typedef struct {
@@ -589,10 +665,10 @@ static void test_update_if_present(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_codec_roundtrip),   cmocka_unit_test(test_codec_refusals),
-        cmocka_unit_test(test_update_if_present), cmocka_unit_test(test_state_answers),
-        cmocka_unit_test(test_root_invariants),   cmocka_unit_test(test_snapshot_roundtrip),
-        cmocka_unit_test(test_replica_restart),
+        cmocka_unit_test(test_codec_roundtrip),    cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_update_if_present),  cmocka_unit_test(test_child_counts),
+        cmocka_unit_test(test_state_answers),      cmocka_unit_test(test_root_invariants),
+        cmocka_unit_test(test_snapshot_roundtrip), cmocka_unit_test(test_replica_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
