@@ -187,7 +187,7 @@ static void runner_start(runner_t *r)
 
 static void on_unlinked(tn_meta_req_t *req, int status)
 {
-    if (status != 0 && status != TN_ECLOSED && status != TN_ENOTFOUND)
+    if (status != 0 && status != TN_ECLOSED && status != TN_ENOTFOUND && status != TN_ECHANGED)
         TN_LOG(TN_LOG_WARN, "fan-out: making a child standalone failed: %s", tn_strerror(status));
     tn_free(req);
 }
@@ -214,7 +214,8 @@ void tn_fanout_sync(tn_fanout_t *f)
             tn_meta_cmd_t c;
             memset(&c, 0, sizeof(c));
             c.type = TN_MC_TOPIC_PUT;
-            c.if_present = true;
+            c.if_unchanged = true; /* a change landing first: the next sync */
+            c.expect = tn_meta_topic_fingerprint(rec);
             c.topic = *rec;
             c.topic.parent[0] = '\0';
             c.topic.fanout_delay_ms = 0;

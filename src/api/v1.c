@@ -573,7 +573,24 @@ static bool can_create(tn_v1_t *v, const tn_http_request_t *r, const char *name)
     return tn__v1_is_admin(v, r) || tn__v1_has_grant(tn__v1_caller(v, r), TN_GRANT_CREATE, name);
 }
 
-/* One create or delete under way; the request may leave before it ends. */
+typedef struct {
+    int64_t partitions;
+    int64_t retention_ms;
+    int64_t visibility_timeout_ms;
+    int64_t max_inflight;
+    int64_t max_acked_ahead;
+} patch_body_t;
+
+enum { PF_PARTITIONS, PF_RETENTION, PF_VISIBILITY, PF_INFLIGHT, PF_ACKED_AHEAD, PF_COUNT };
+
+/* A PATCH's fields, kept to make the change again from a newer record. */
+typedef struct {
+    patch_body_t b;
+    bool given[PF_COUNT];
+} patch_t;
+
+/* One create, change or delete under way; the request may leave before
+ * it ends. */
 typedef struct {
     tn_v1_t *v;
     tn_http_request_t *r; /* NULL once the client left */
@@ -584,6 +601,8 @@ typedef struct {
     uint32_t partitions;
     char parent[TN_NAME_MAX + 1]; /* create-and-attach */
     int64_t delay_ms;
+    patch_t patch; /* PATCH */
+    int tries;     /* PATCH proposals refused because the record changed */
 } op_t;
 
 static void op_cancel(tn_http_request_t *r)
@@ -620,7 +639,7 @@ static void op_end(op_t *op, int status, const char *msg)
  * be NULL): a creation then attaches the topic to it. false when it could
  * not start, with r answered. */
 static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, tn_meta_cb cb,
-                     const char *parent, int64_t delay_ms)
+                     const char *parent, int64_t delay_ms, const patch_t *patch)
 {
     op_t *op = tn_calloc(1, sizeof(*op));
     if (op == NULL) {
@@ -632,6 +651,8 @@ static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, t
     if (parent != NULL)
         snprintf(op->parent, sizeof(op->parent), "%s", parent);
     op->delay_ms = delay_ms;
+    if (patch != NULL)
+        op->patch = *patch;
     snprintf(op->topic, sizeof(op->topic), "%s", c->topic.name);
     op->ttl_ms = c->topic.ttl_ms;
     op->partitions = c->topic.partitions;
@@ -785,18 +806,8 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
     c.if_absent = true;
     c.topic.native = true;
     (void)op_start(v, r, &c, on_create_recorded, given[CF_PARENT] ? b.parent : NULL,
-                   b.fanout_delay_ms);
+                   b.fanout_delay_ms, NULL);
 }
-
-typedef struct {
-    int64_t partitions;
-    int64_t retention_ms;
-    int64_t visibility_timeout_ms;
-    int64_t max_inflight;
-    int64_t max_acked_ahead;
-} patch_body_t;
-
-enum { PF_PARTITIONS, PF_RETENTION, PF_VISIBILITY, PF_INFLIGHT, PF_ACKED_AHEAD, PF_COUNT };
 
 static const tn_jfield_t patch_fields[] = {
     {"partitions", TN_JF_INT, offsetof(patch_body_t, partitions), 0},
@@ -820,11 +831,59 @@ static void on_grown(void *arg, int status)
     op_end(op, 200, NULL);
 }
 
+/* The update p makes of cur, into c: NULL, or why it is refused. The
+ * proposal is refused in turn if the record changes before it lands. */
+static const char *patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
+                              tn_meta_cmd_t *c)
+{
+    const patch_body_t *b = &p->b;
+    if (p->given[PF_PARTITIONS] && b->partitions < cur->partitions)
+        return "invalid argument: partitions can grow, never shrink";
+    if (p->given[PF_PARTITIONS] && b->partitions > v->o.max_partitions)
+        return "invalid argument: partitions above max-partitions";
+    memset(c, 0, sizeof(*c));
+    c->type = TN_MC_TOPIC_PUT;
+    c->if_unchanged = true;
+    c->expect = tn_meta_topic_fingerprint(cur);
+    c->topic = *cur;
+    if (p->given[PF_PARTITIONS])
+        c->topic.partitions = (uint32_t)b->partitions;
+    if (p->given[PF_RETENTION])
+        c->topic.retention_ms = b->retention_ms;
+    if (p->given[PF_VISIBILITY])
+        c->topic.visibility_timeout_ms =
+            b->visibility_timeout_ms ? b->visibility_timeout_ms : DEFAULT_VISIBILITY;
+    if (p->given[PF_INFLIGHT])
+        c->topic.max_inflight = b->max_inflight ? b->max_inflight : DEFAULT_CAP;
+    if (p->given[PF_ACKED_AHEAD])
+        c->topic.max_acked_ahead = b->max_acked_ahead ? b->max_acked_ahead : DEFAULT_CAP;
+    return NULL;
+}
+
 static void on_patch_recorded(tn_meta_req_t *req, int status)
 {
     op_t *op = req->data;
     if (status == TN_ENOTFOUND) { /* deleted while the change was on its way */
         op_end(op, 404, "topic not found");
+        return;
+    }
+    if (status == TN_ECHANGED && ++op->tries < 5 && !op->v->closing) {
+        /* Another change landed first: make this one again on top of it. */
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+        tn_meta_cmd_t c;
+        const char *refusal = e != NULL ? patch_make(op->v, &op->patch, &e->rec, &c) : NULL;
+        if (e == NULL)
+            op_end(op, 404, "topic not found");
+        else if (refusal != NULL)
+            op_end(op, 409, refusal); /* e.g. it grew past the asked count meanwhile */
+        else if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_patch_recorded) != 0)
+            op_end(op, 503, "control plane temporarily unavailable");
+        else
+            op->partitions = c.topic.partitions;
+        return;
+    }
+    if (status == TN_ECHANGED) {
+        op_end(op, 409, "the topic kept changing while this change was applied; send it again");
         return;
     }
     if (status != 0) {
@@ -873,39 +932,25 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
     bool any = false;
     for (int i = 0; i < PF_COUNT; i++)
         any = any || given[i];
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_PUT;
-    c.if_present = true;
-    c.topic = e->rec;
     const char *refusal = rc != 0 ? err : NULL;
     if (refusal == NULL && !any)
         refusal = "invalid argument: give at least one of partitions, retention_ms, "
                   "visibility_timeout_ms, max_in_flight_per_partition, "
                   "max_acked_ahead_per_partition";
-    else if (refusal == NULL && given[PF_PARTITIONS] && b.partitions < e->rec.partitions)
-        refusal = "invalid argument: partitions can grow, never shrink";
-    else if (refusal == NULL && given[PF_PARTITIONS] && b.partitions > v->o.max_partitions)
-        refusal = "invalid argument: partitions above max-partitions";
     else if (refusal == NULL && (b.retention_ms < 0 || b.visibility_timeout_ms < 0 ||
                                  b.max_inflight < 0 || b.max_acked_ahead < 0))
         refusal = "invalid argument: retention, timeouts and caps must be >= 0";
+    patch_t p;
+    p.b = b;
+    memcpy(p.given, given, sizeof(p.given));
+    tn_meta_cmd_t c;
+    if (refusal == NULL)
+        refusal = patch_make(v, &p, &e->rec, &c);
     if (refusal != NULL) {
         tn__v1_error(r, 400, refusal, NULL);
         return;
     }
-    if (given[PF_PARTITIONS])
-        c.topic.partitions = (uint32_t)b.partitions;
-    if (given[PF_RETENTION])
-        c.topic.retention_ms = b.retention_ms;
-    if (given[PF_VISIBILITY])
-        c.topic.visibility_timeout_ms =
-            b.visibility_timeout_ms ? b.visibility_timeout_ms : DEFAULT_VISIBILITY;
-    if (given[PF_INFLIGHT])
-        c.topic.max_inflight = b.max_inflight ? b.max_inflight : DEFAULT_CAP;
-    if (given[PF_ACKED_AHEAD])
-        c.topic.max_acked_ahead = b.max_acked_ahead ? b.max_acked_ahead : DEFAULT_CAP;
-    (void)op_start(v, r, &c, on_patch_recorded, NULL, 0);
+    (void)op_start(v, r, &c, on_patch_recorded, NULL, 0, &p);
 }
 
 static void on_engine_deleted(void *arg, int status)
@@ -955,7 +1000,7 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_TOPIC_DELETE;
     snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
-    (void)op_start(v, r, &c, on_delete_recorded, NULL, 0);
+    (void)op_start(v, r, &c, on_delete_recorded, NULL, 0, NULL);
 }
 
 /* --- produce ------------------------------------------------------------------ */

@@ -40,6 +40,7 @@ typedef struct {
     int64_t delay_ms;
     bool attach;
     bool created; /* create-and-attach: answer 201 with the child */
+    int tries;    /* proposals refused because the child's record changed */
 } link_t;
 
 static void link_cancel(tn_http_request_t *r)
@@ -87,14 +88,22 @@ static void drop_channel(tn_v1_t *v, const char *parent, uint64_t epoch)
         tn_channel_delete(ch, NULL, NULL);
 }
 
+static void propose_link(link_t *l);
+
 static void on_link_recorded(tn_meta_req_t *req, int status)
 {
     link_t *l = req->data;
+    if (status == TN_ECHANGED && ++l->tries < 5 && !l->v->closing) {
+        propose_link(l); /* another change landed first: again on top of it */
+        return;
+    }
     if (status != 0) {
         if (l->attach)
             drop_channel(l->v, l->parent, l->epoch);
         if (status == TN_ENOTFOUND) /* deleted while the link was on its way */
             link_end(l, 404, "child topic not found");
+        else if (status == TN_ECHANGED)
+            link_end(l, 409, "the child topic kept changing meanwhile; send the request again");
         else
             link_end(l, 503, "control plane temporarily unavailable");
         return;
@@ -117,10 +126,36 @@ static void propose_link(link_t *l)
         link_end(l, 404, "child topic not found");
         return;
     }
+    if (l->tries > 0) {
+        /* Made again after another change landed: the request's checks
+         * again, on the records as they are now. */
+        const char *msg = NULL;
+        int st = 0;
+        if (l->attach) {
+            const tn_meta_topic_entry_t *pe =
+                tn_meta_topic_find(tn_meta_state(l->v->meta), l->parent);
+            if (pe == NULL) {
+                st = 404;
+                msg = "parent topic not found";
+            } else {
+                st = tn__v1_link_refusal(l->v, &pe->rec, &e->rec, l->delay_ms, &msg);
+            }
+        } else if (strcmp(e->rec.parent, l->parent) != 0) {
+            st = 404;
+            msg = "not found: the child is not attached to this parent";
+        }
+        if (st != 0) {
+            if (l->attach)
+                drop_channel(l->v, l->parent, l->epoch);
+            link_end(l, st, msg);
+            return;
+        }
+    }
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_TOPIC_PUT;
-    c.if_present = true;
+    c.if_unchanged = true; /* made from the record as it is now */
+    c.expect = tn_meta_topic_fingerprint(&e->rec);
     c.topic = e->rec;
     if (l->attach) {
         snprintf(c.topic.parent, sizeof(c.topic.parent), "%s", l->parent);

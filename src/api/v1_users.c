@@ -415,9 +415,10 @@ struct uop_s {
     char hash[TN_BCRYPT_HASH_MAX + 1];
     bool wrong_current;
     int rc;
-    tn_meta_grant_t *grants; /* OP_CREATE: owned; OP_GRANTS: the body's, until proposed */
+    tn_meta_grant_t *grants; /* OP_CREATE, OP_GRANTS (owns_grants) */
     uint16_t ngrants;
     bool owns_grants;
+    int tries;   /* proposals refused because the record changed meanwhile */
     uop_t *next; /* waiting to hash */
 };
 
@@ -473,6 +474,8 @@ static void uop_end(uop_t *op, int status, const char *msg)
     uop_free(op);
 }
 
+static void propose(uop_t *op);
+
 static void on_user_proposed(tn_meta_req_t *req, int status)
 {
     uop_t *op = req->data;
@@ -482,6 +485,10 @@ static void on_user_proposed(tn_meta_req_t *req, int status)
         if (op->r != NULL)
             audit(op->r, what[op->kind], op->user);
         uop_end(op, op->kind == OP_CREATE ? 201 : op->kind == OP_GRANTS ? 200 : 204, NULL);
+    } else if (status == TN_ECHANGED && ++op->tries < 5) {
+        propose(op); /* made again from the record as it is now */
+    } else if (status == TN_ECHANGED) {
+        uop_end(op, 409, "the user kept changing while this change was applied; send it again");
     } else if (status == UV_EEXIST) {
         uop_end(op, 409, "user already exists");
     } else if (status == TN_ENOTFOUND) {
@@ -520,9 +527,12 @@ static void propose(uop_t *op)
         c.type = TN_MC_USER_DELETE;
         snprintf(c.user.name, sizeof(c.user.name), "%s", op->user);
     } else {
+        /* Made from the record as it is now; refused if another change
+         * lands first (then read again), or if a delete did. */
         c.type = TN_MC_USER_PUT;
-        c.if_present = true; /* a delete committed meanwhile stands */
-        c.user = *cur;       /* borrowed grants */
+        c.if_unchanged = true;
+        c.expect = tn_meta_user_fingerprint(cur);
+        c.user = *cur; /* borrowed grants */
         c.user.updated_at_ms = now;
         if (op->kind == OP_PASSWORD) {
             snprintf(c.user.hash, sizeof(c.user.hash), "%s", op->hash);
@@ -533,10 +543,6 @@ static void propose(uop_t *op)
     }
     op->mreq.data = op;
     int rc = tn_meta_propose(v->meta, &op->mreq, &c, on_user_proposed);
-    if (op->owns_grants) /* the encoding has its copy */
-        release_grants(op->grants, op->ngrants);
-    op->owns_grants = false;
-    op->grants = NULL;
     if (rc != 0)
         uop_end(op, 503, "control plane temporarily unavailable");
 }
@@ -751,11 +757,12 @@ static void on_user_grants(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 403, "only the root user may grant admin", NULL);
     } else {
         uop_t *op = uop_new(v, r, OP_GRANTS, user);
-        if (op != NULL) {
-            op->grants = x->grants; /* proposed at once: the body outlives it */
-            op->ngrants = x->ngrants;
-            propose(op);
+        if (op != NULL && !own_grants(op, x)) { /* a retry may outlive the body */
+            uop_end(op, 503, "out of memory");
+            op = NULL;
         }
+        if (op != NULL)
+            propose(op);
     }
     tn__v1_user_body_fini(x);
     tn_free(x);

@@ -23,7 +23,8 @@
     X(CLOSED, "object is closed")                                                                  \
     X(RANGE, "value out of range")                                                                 \
     X(SHORT, "incomplete data: more bytes needed")                                                 \
-    X(PROTO, "protocol error")
+    X(PROTO, "protocol error")                                                                     \
+    X(CHANGED, "the record changed since it was read")
 
 enum {
     TN__ERR_BASE = -100000,

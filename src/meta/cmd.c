@@ -99,6 +99,79 @@ static void w_user(wr_t *w, const tn_meta_user_t *u)
     }
 }
 
+/* --- fingerprints ------------------------------------------------------------ */
+
+typedef struct {
+    uint64_t h;
+} fnv_t;
+
+static void fnv_bytes(fnv_t *f, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        f->h ^= b[i];
+        f->h *= UINT64_C(0x100000001b3);
+    }
+}
+
+static void fnv_u64(fnv_t *f, uint64_t v)
+{
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+    fnv_bytes(f, b, 8);
+}
+
+/* Length first, so "ab"+"c" and "a"+"bc" differ. */
+static void fnv_str(fnv_t *f, const char *s)
+{
+    size_t n = strlen(s);
+    fnv_u64(f, n);
+    fnv_bytes(f, s, n);
+}
+
+uint64_t tn_meta_topic_fingerprint(const tn_meta_topic_t *t)
+{
+    fnv_t f = {UINT64_C(0xcbf29ce484222325)};
+    fnv_str(&f, t->name);
+    fnv_u64(&f, t->partitions);
+    fnv_u64(&f, (uint64_t)t->retention_ms);
+    fnv_u64(&f, (uint64_t)t->visibility_timeout_ms);
+    fnv_u64(&f, (uint64_t)t->max_inflight);
+    fnv_u64(&f, (uint64_t)t->max_acked_ahead);
+    fnv_u64(&f, t->delivery_mode);
+    fnv_u64(&f, t->durability);
+    fnv_u64(&f, (uint64_t)t->ttl_ms);
+    fnv_u64(&f, t->max_attempts);
+    fnv_u64(&f, (uint64_t)t->created_at_ms);
+    fnv_str(&f, t->owner);
+    fnv_str(&f, t->parent);
+    fnv_u64(&f, (uint64_t)t->fanout_delay_ms);
+    fnv_u64(&f, t->attach_epoch);
+    fnv_u64(&f, t->native ? 1 : 0);
+    return f.h;
+}
+
+uint64_t tn_meta_user_fingerprint(const tn_meta_user_t *u)
+{
+    fnv_t f = {UINT64_C(0xcbf29ce484222325)};
+    fnv_str(&f, u->name);
+    fnv_str(&f, u->hash);
+    fnv_u64(&f, u->root ? 1 : 0);
+    fnv_u64(&f, (uint64_t)u->created_at_ms);
+    fnv_u64(&f, (uint64_t)u->updated_at_ms);
+    fnv_u64(&f, u->ngrants);
+    for (uint16_t i = 0; i < u->ngrants; i++) {
+        fnv_u64(&f, u->grants[i].action);
+        fnv_u64(&f, u->grants[i].npatterns);
+        for (uint16_t k = 0; k < u->grants[i].npatterns; k++)
+            fnv_str(&f, u->grants[i].patterns[k]);
+    }
+    return f.h;
+}
+
+/* --- encoding ----------------------------------------------------------------- */
+
 int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
 {
     size_t start = tn_buf_size(out);
@@ -108,10 +181,15 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
     w_u8(&w, TN_META_VERSION);
     w_u8(&w, c->type);
     w_u32(&w, 0); /* payload length, set below */
+    if (c->if_absent && (c->if_present || c->if_unchanged))
+        w.rc = UV_EINVAL; /* not encodable: contradictory */
     switch (c->type) {
     case TN_MC_TOPIC_PUT:
-        w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_present ? 4 : 0));
+        w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_present ? 4 : 0) |
+                     (c->if_unchanged ? 8 : 0));
         w_topic(&w, &c->topic);
+        if (c->if_unchanged)
+            w_u64(&w, c->expect);
         break;
     case TN_MC_TOPIC_DELETE:
         w_str(&w, c->topic.name, TN_NAME_MAX);
@@ -123,8 +201,10 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_str(&w, c->channel, TN_NAME_MAX);
         break;
     case TN_MC_USER_PUT:
-        w_u8(&w, (c->if_absent ? 1 : 0) | (c->if_present ? 2 : 0));
+        w_u8(&w, c->if_unchanged ? 3 : c->if_present ? 2 : c->if_absent ? 1 : 0);
         w_user(&w, &c->user);
+        if (c->if_unchanged)
+            w_u64(&w, c->expect);
         break;
     case TN_MC_USER_DELETE:
         w_str(&w, c->user.name, TN_META_USER_MAX);
@@ -356,12 +436,15 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     switch (c->type) {
     case TN_MC_TOPIC_PUT: {
         uint8_t flags = r_u8(&r);
-        if (r.rc == 0 && ((flags & ~7u) != 0 || (flags & 5u) == 5u))
+        if (r.rc == 0 && ((flags & ~15u) != 0 || ((flags & 1) != 0 && (flags & 12) != 0)))
             r.rc = TN_ECORRUPT;
         c->if_absent = (flags & 1) != 0;
         c->if_present = (flags & 4) != 0;
+        c->if_unchanged = (flags & 8) != 0;
         r_topic(&r, &c->topic);
         c->topic.native = (flags & 2) != 0;
+        if (c->if_unchanged)
+            c->expect = r_u64(&r);
         break;
     }
     case TN_MC_TOPIC_DELETE:
@@ -374,12 +457,15 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         r_name(&r, c->channel, false);
         break;
     case TN_MC_USER_PUT: {
-        uint8_t flags = r_u8(&r); /* 1 if_absent, 2 if_present, never both */
-        if (r.rc == 0 && flags > 2)
+        uint8_t cond = r_u8(&r); /* 1 if_absent, 2 if_present, 3 if_unchanged */
+        if (r.rc == 0 && cond > 3)
             r.rc = TN_ECORRUPT;
-        c->if_absent = flags == 1;
-        c->if_present = flags == 2;
+        c->if_absent = cond == 1;
+        c->if_present = cond == 2;
+        c->if_unchanged = cond == 3;
         r_user(&r, &c->user);
+        if (c->if_unchanged)
+            c->expect = r_u64(&r);
         break;
     }
     case TN_MC_USER_DELETE:

@@ -8,8 +8,10 @@
  *   payload, then zero padding to a multiple of 8 bytes (libraft wants
  *   entries in 8-byte multiples).
  * Strings are [2] length + bytes; lists are [2] count + items.
- * TOPIC_PUT's flag byte: bit 0 if_absent, bit 1 native, bit 2 if_present;
- * USER_PUT's: 1 if_absent, 2 if_present; never both conditions.
+ * TOPIC_PUT's flag byte: bit 0 if_absent, bit 1 native, bit 2 if_present,
+ * bit 3 if_unchanged (then [8] expect follows the topic); USER_PUT's
+ * condition byte: 1 if_absent, 2 if_present, 3 if_unchanged (then [8]
+ * expect follows the user); if_absent never with another condition.
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -100,6 +102,12 @@ typedef struct {
      * made from a read copy sets it, so a delete committed in between is
      * not undone by the update bringing the record back. */
     bool if_present;
+    /* TOPIC_PUT, USER_PUT: apply only while the stored record is the one
+     * the update was made from (its fingerprint is `expect`): TN_ECHANGED
+     * otherwise, TN_ENOTFOUND when it is gone. Two updates made from the
+     * same read copy then never undo each other; the loser reads again. */
+    bool if_unchanged;
+    uint64_t expect;
     tn_meta_topic_t topic;
     char channel[TN_NAME_MAX + 1];
     tn_meta_user_t user;
@@ -119,6 +127,11 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
 void tn_meta_cmd_fini(tn_meta_cmd_t *c);
 
 void tn_meta_user_fini(tn_meta_user_t *u);
+/* A 64-bit hash of every field of a record (FNV-1a over the fields in
+ * encoding order), for if_unchanged. Allocates nothing, so every replica
+ * computes the same. */
+uint64_t tn_meta_topic_fingerprint(const tn_meta_topic_t *t);
+uint64_t tn_meta_user_fingerprint(const tn_meta_user_t *u);
 /* Deep copy of a user's grants into dst (dst's own are released). */
 int tn_meta_user_copy(tn_meta_user_t *dst, const tn_meta_user_t *src);
 

@@ -163,6 +163,8 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
         if (c->if_absent)
             return UV_EEXIST;
         tn_meta_topic_entry_t *t = s->topics[i];
+        if (c->if_unchanged && tn_meta_topic_fingerprint(&t->rec) != c->expect)
+            return TN_ECHANGED;
         if (strcmp(t->rec.parent, c->topic.parent) != 0) {
             if (t->rec.parent[0] != '\0')
                 count_child(s, t->rec.parent, -1);
@@ -172,7 +174,7 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
         t->rec = c->topic;
         return 0;
     }
-    if (c->if_present)
+    if (c->if_present || c->if_unchanged)
         return TN_ENOTFOUND;
     if (grow((void ***)&s->topics, s->ntopics, &s->tcap) != 0)
         return UV_ENOMEM;
@@ -252,8 +254,10 @@ static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
                       offsetof(tn_meta_user_t, name), &found);
     if (found && c->if_absent)
         return UV_EEXIST;
-    if (!found && c->if_present)
+    if (!found && (c->if_present || c->if_unchanged))
         return TN_ENOTFOUND;
+    if (found && c->if_unchanged && tn_meta_user_fingerprint(s->users[i]) != c->expect)
+        return TN_ECHANGED;
     /* The root user's invariants, whatever a door sent: a new user is root
      * only while there is none; an update keeps the root flag and the root
      * user's grants. */

@@ -365,6 +365,31 @@ class Secured(Base):
         self.assertEqual(self.admin("GET", "/v1/users/ghost")[0], 404)
 
 
+    def test_concurrent_patches_all_land(self):
+        """Changes of different fields sent together are all kept: each is
+        made from the record it read, and one that loses the race is made
+        again on top of the winner instead of overwriting it."""
+        import threading
+        name = f"cc{uuid.uuid4().hex[:8]}"
+        self.assertEqual(self.create({"name": name})[0], 201)
+        fields = ("retention_ms", "visibility_timeout_ms", "max_in_flight_per_partition",
+                  "max_acked_ahead_per_partition")
+        for rnd in range(1, 6):
+            want = {f: 1000 * rnd + i + 1 for i, f in enumerate(fields)}
+            answers = []
+
+            def one(field):
+                answers.append(self.patch(name, {field: want[field]})[0])
+
+            threads = [threading.Thread(target=one, args=(f,)) for f in fields]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(answers, [200] * 4)
+            rec = self.admin("GET", f"/v1/topics/{name}")[1]
+            self.assertEqual({f: rec[f] for f in fields}, want, f"round {rnd}")
+
 class Users(Base):
     API = {"X-Tern-Client": "tests"}
 
@@ -459,6 +484,31 @@ class Users(Base):
         self.d.wait_for(f"audit: admin deleted user {bob}", timeout=10)
         self.assertIn(f"audit: admin created user {bob}", self.d.log())
         self.assertIn(f"audit: admin deleted user {bob}", self.d.log())
+
+    def test_concurrent_password_and_grants_changes_both_land(self):
+        import threading
+        eve = f"eve{uuid.uuid4().hex[:6]}"
+        self.assertEqual(self.root("POST", "/v1/users", {"username": eve, "password": "p0"})[0],
+                         201)
+        for rnd in range(1, 4):
+            grants = [{"action": "consume", "patterns": [f"round-{rnd}"]}]
+            answers = {}
+
+            def pw():
+                answers["pw"] = self.root("PUT", f"/v1/users/{eve}/password",
+                                          {"new_password": f"p{rnd}"})[0]
+
+            def gr():
+                answers["gr"] = self.root("PUT", f"/v1/users/{eve}/grants", {"grants": grants})[0]
+
+            threads = [threading.Thread(target=pw), threading.Thread(target=gr)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(answers, {"pw": 204, "gr": 200})
+            self.assertEqual(self.root("GET", f"/v1/users/{eve}")[1]["grants"], grants)
+            self.assertEqual(self.as_user((eve, f"p{rnd}"), "GET", "/v1/topics")[0], 200)
 
     def test_delegation_and_self_protection(self):
         carol = f"carol{uuid.uuid4().hex[:6]}"

@@ -359,6 +359,103 @@ static void test_snapshot_roundtrip(void **state)
     tn_meta_state_fini(&r);
 }
 
+/* if_unchanged: an update made from a read copy lands only while the
+ * record is still that copy; the fingerprint sees every field. */
+static void test_update_if_unchanged(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    tn_meta_cmd_t c = topic_cmd("t", true);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    const tn_meta_topic_t read = tn_meta_topic_find(&s, "t")->rec;
+    uint64_t fp = tn_meta_topic_fingerprint(&read);
+    /* Every field moves the fingerprint. */
+    tn_meta_topic_t x = read;
+    x.native = !x.native;
+    assert_true(tn_meta_topic_fingerprint(&x) != fp);
+    x = read;
+    snprintf(x.parent, sizeof(x.parent), "p");
+    assert_true(tn_meta_topic_fingerprint(&x) != fp);
+    x = read;
+    x.attach_epoch++;
+    assert_true(tn_meta_topic_fingerprint(&x) != fp);
+    x = read;
+    x.retention_ms++;
+    assert_true(tn_meta_topic_fingerprint(&x) != fp);
+
+    /* Two updates from the same read: the first lands, the second is
+     * refused and changes nothing. */
+    tn_meta_cmd_t a = topic_cmd("t", false), b = topic_cmd("t", false), d;
+    a.topic = b.topic = read;
+    a.if_unchanged = b.if_unchanged = true;
+    a.expect = b.expect = fp;
+    a.topic.retention_ms = 1000;
+    b.topic.partitions = 7;
+    roundtrip(&a, &d);
+    assert_true(d.if_unchanged);
+    assert_true(d.expect == fp);
+    tn_meta_cmd_fini(&d);
+    assert_int_equal(tn_meta_state_apply(&s, &a), 0);
+    assert_int_equal(tn_meta_state_apply(&s, &b), TN_ECHANGED);
+    assert_int_equal(tn_meta_topic_find(&s, "t")->rec.retention_ms, 1000);
+    assert_int_equal(tn_meta_topic_find(&s, "t")->rec.partitions, 3);
+    /* Made again from the new record, it lands. */
+    b.topic = tn_meta_topic_find(&s, "t")->rec;
+    b.topic.partitions = 7;
+    b.expect = tn_meta_topic_fingerprint(&tn_meta_topic_find(&s, "t")->rec);
+    assert_int_equal(tn_meta_state_apply(&s, &b), 0);
+    assert_int_equal(tn_meta_topic_find(&s, "t")->rec.partitions, 7);
+    /* Gone: not found, and not made again. */
+    tn_meta_cmd_t del;
+    memset(&del, 0, sizeof(del));
+    del.type = TN_MC_TOPIC_DELETE;
+    snprintf(del.topic.name, sizeof(del.topic.name), "t");
+    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
+    assert_int_equal(tn_meta_state_apply(&s, &b), TN_ENOTFOUND);
+    assert_null(tn_meta_topic_find(&s, "t"));
+
+    /* Users: a password change and a grants change from the same read. */
+    tn_meta_cmd_t u = user_cmd("bob");
+    assert_int_equal(tn_meta_state_apply(&s, &u), 0);
+    uint64_t ufp = tn_meta_user_fingerprint(tn_meta_user_find(&s, "bob"));
+    tn_meta_cmd_t pw = user_cmd("bob");
+    pw.if_unchanged = true;
+    pw.expect = ufp;
+    snprintf(pw.user.hash, sizeof(pw.user.hash), "$2b$10$other");
+    roundtrip(&pw, &d);
+    assert_true(d.if_unchanged);
+    assert_false(d.if_present);
+    assert_true(d.expect == ufp);
+    tn_meta_cmd_fini(&d);
+    tn_meta_cmd_t gr = user_cmd("bob");
+    gr.if_unchanged = true;
+    gr.expect = ufp;
+    gr.user.grants[0].action = TN_GRANT_CONSUME;
+    assert_int_equal(tn_meta_state_apply(&s, &pw), 0);
+    assert_int_equal(tn_meta_state_apply(&s, &gr), TN_ECHANGED);
+    assert_string_equal(tn_meta_user_find(&s, "bob")->hash, "$2b$10$other");
+    assert_int_equal(tn_meta_user_find(&s, "bob")->grants[0].action, TN_GRANT_PRODUCE);
+
+    /* if_absent with if_unchanged: refused both ways. */
+    tn_buf_t buf;
+    tn_buf_init(&buf);
+    a.if_absent = true;
+    assert_int_equal(tn_meta_cmd_encode(&a, &buf), UV_EINVAL);
+    tn_buf_reset(&buf);
+    a.if_absent = false;
+    assert_int_equal(tn_meta_cmd_encode(&a, &buf), 0);
+    tn_buf_data(&buf)[TN_META_HDR] |= 1;
+    size_t used;
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&buf), tn_buf_size(&buf), &d, &used),
+                     TN_ECORRUPT);
+    tn_buf_fini(&buf);
+    tn_meta_cmd_fini(&u);
+    tn_meta_cmd_fini(&pw);
+    tn_meta_cmd_fini(&gr);
+    tn_meta_state_fini(&s);
+}
+
 static tn_meta_cmd_t child_cmd(const char *name, const char *parent)
 {
     tn_meta_cmd_t c = topic_cmd(name, false);
@@ -625,20 +722,26 @@ static void test_update_if_present(void **state)
     assert_false(d.if_absent);
     tn_meta_cmd_fini(&d);
 
-    /* Both at once: the encoder writes what it is given; the decoder
-     * refuses it. */
+    /* Both at once: the encoder refuses it, and so does the decoder (the
+     * flag byte set by hand; a user's condition byte cannot say both). */
     tn_buf_t b;
     tn_buf_init(&b);
     c.if_absent = true;
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    tn_buf_reset(&b);
+    u.if_absent = true;
+    assert_int_equal(tn_meta_cmd_encode(&u, &b), UV_EINVAL);
+    tn_buf_reset(&b);
+    c.if_absent = u.if_absent = false;
     assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    tn_buf_data(&b)[TN_META_HDR] |= 1; /* if_absent beside if_present */
     size_t used;
     assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used), TN_ECORRUPT);
     tn_buf_reset(&b);
-    u.if_absent = true;
     assert_int_equal(tn_meta_cmd_encode(&u, &b), 0);
+    tn_buf_data(&b)[TN_META_HDR] = 4; /* no such condition */
     assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used), TN_ECORRUPT);
     tn_buf_fini(&b);
-    c.if_absent = u.if_absent = false;
 
     tn_meta_state_t s;
     tn_meta_state_init(&s);
@@ -665,10 +768,11 @@ static void test_update_if_present(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_codec_roundtrip),    cmocka_unit_test(test_codec_refusals),
-        cmocka_unit_test(test_update_if_present),  cmocka_unit_test(test_child_counts),
-        cmocka_unit_test(test_state_answers),      cmocka_unit_test(test_root_invariants),
-        cmocka_unit_test(test_snapshot_roundtrip), cmocka_unit_test(test_replica_restart),
+        cmocka_unit_test(test_codec_roundtrip),     cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_update_if_present),   cmocka_unit_test(test_child_counts),
+        cmocka_unit_test(test_update_if_unchanged), cmocka_unit_test(test_state_answers),
+        cmocka_unit_test(test_root_invariants),     cmocka_unit_test(test_snapshot_roundtrip),
+        cmocka_unit_test(test_replica_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
