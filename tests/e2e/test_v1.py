@@ -45,11 +45,11 @@ class Base(unittest.TestCase):
         shutil.rmtree(cls.dir, ignore_errors=True)
         assert rc == 0, f"ternd exited {rc}:\n{cls.d.log()}"
 
-    def request(self, method, path, body=None, auth=(None, None), headers=None):
+    def request(self, method, path, body=None, auth=(None, None), headers=None, timeout=10):
         h = dict(headers or {})
         if auth[0] is not None:
             h["Authorization"] = basic(*auth)
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             c.request(method, path, body=body, headers=h)
             r = c.getresponse()

@@ -39,8 +39,9 @@ class Helpers(Base):
         self.assertEqual(status, 202, data)
 
     def consume(self, topic, query="", headers=None):
+        # The client waits well past any long poll (wait <= 10s here).
         status, _, data = self.request("GET", f"/v1/topics/{topic}/consume{query}", None,
-                                       ("admin", PASSWORD), headers)
+                                       ("admin", PASSWORD), headers, timeout=30)
         return status, json.loads(data) if data else None
 
     def ack(self, topic, handle, query=""):
@@ -508,8 +509,10 @@ class IdentityCap(Base):
             # The probe below may hold a slot for a moment: a poller refused
             # then asks again.
             for _ in range(100):
+                # A client timeout well past the long poll's (ASan builds
+                # answer it late).
                 status = self.request("GET", f"/v1/topics/{name}/consume?wait=10s", None,
-                                      ("admin", PASSWORD))[0]
+                                      ("admin", PASSWORD), timeout=30)[0]
                 if status != 429:
                     break
                 time.sleep(0.05)
