@@ -872,14 +872,15 @@ static void on_patch_recorded(tn_meta_req_t *req, int status)
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
         tn_meta_cmd_t c;
         const char *refusal = e != NULL ? patch_make(op->v, &op->patch, &e->rec, &c) : NULL;
-        if (e == NULL)
+        if (e == NULL) {
             op_end(op, 404, "topic not found");
-        else if (refusal != NULL)
+        } else if (refusal != NULL) {
             op_end(op, 409, refusal); /* e.g. it grew past the asked count meanwhile */
-        else if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_patch_recorded) != 0)
-            op_end(op, 503, "control plane temporarily unavailable");
-        else
-            op->partitions = c.topic.partitions;
+        } else {
+            op->partitions = c.topic.partitions; /* before: the answer may come at once */
+            if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_patch_recorded) != 0)
+                op_end(op, 503, "control plane temporarily unavailable");
+        }
         return;
     }
     if (status == TN_ECHANGED) {
