@@ -7,6 +7,7 @@ across a SIGKILL. Each test class starts its own daemon on port 0 with a
 temporary data directory."""
 import argparse
 import os
+import re
 import shutil
 import socket
 import struct
@@ -865,6 +866,54 @@ class Durability(unittest.TestCase):
         self.assertFalse(set(fins) & set(rest), "a durable FIN was redelivered")
         c.close()
         self.assertEqual(d.stop(), 0)
+
+
+class Bench(Base):
+    """tern-bench (beside ternd in the build) against a real daemon: every
+    mode reports its figures, and the ledger finds every acknowledged
+    message delivered."""
+
+    def bench(self, *args):
+        exe = os.path.join(os.path.dirname(daemon_mod.TERND), "tern-bench")
+        r = subprocess.run([exe, "--addr", f"127.0.0.1:{self.port}", *args],
+                           capture_output=True, text=True, timeout=60)
+        return r.returncode, r.stdout, r.stderr
+
+    def figures(self, out, line):
+        m = re.search(line, out)
+        self.assertIsNotNone(m, out)
+        return [int(x) for x in m.groups()]
+
+    def test_pub_and_mpub_with_consumers_ledger_clean(self):
+        for batch in ("1", "16"):
+            rc, out, err = self.bench("--producers", "4", "--consumers", "2", "--batch", batch,
+                                      "--size", "100", "--count", "2000",
+                                      "--topic", fresh("bench"))
+            self.assertEqual(rc, 0, out + err)
+            acked, = self.figures(out, r"publish: (\d+) msgs acked")
+            self.assertEqual(acked, 2000)
+            self.assertIn("publish-ack latency (ms, per request): p50", out)
+            a, r_, missing, dups = self.figures(
+                out, r"ledger: acked (\d+), received (\d+) unique, missing (\d+), "
+                     r"duplicates (\d+)")
+            self.assertEqual((a, r_, missing, dups), (2000, 2000, 0, 0), out)
+
+    def test_http_publish_and_bad_arguments(self):
+        rc, out, err = self.bench("--http-port", str(self.d.http_port), "--producers", "2",
+                                  "--consumers", "1", "--count", "300", "--size", "64",
+                                  "--topic", fresh("hbench"))
+        self.assertEqual(rc, 0, out + err)
+        a, r_, missing, _ = self.figures(
+            out, r"ledger: acked (\d+), received (\d+) unique, missing (\d+), "
+                 r"duplicates (\d+)")
+        self.assertEqual((a, r_, missing), (300, 300, 0), out)
+        rc, out, err = self.bench("--size", "4")
+        self.assertEqual(rc, 2)
+        self.assertIn("--size >= 8", err)
+        rc, out, err = self.bench("--topic", "x" * 300)
+        self.assertEqual((rc, err.strip()),
+                         (2, "tern-bench: --topic (200), --channel (64) or --http-get (200) "
+                             "is too long"))
 
 
 def main():
