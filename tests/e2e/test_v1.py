@@ -9,8 +9,10 @@ import base64
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -389,6 +391,40 @@ class Secured(Base):
             self.assertEqual(answers, [200] * 4)
             rec = self.admin("GET", f"/v1/topics/{name}")[1]
             self.assertEqual({f: rec[f] for f in fields}, want, f"round {rnd}")
+
+class V1Bench(Base):
+    """tern-v1-bench (beside ternd in the build) against a real daemon."""
+
+    def bench(self, *args):
+        exe = os.path.join(os.path.dirname(daemon_mod.TERND), "tern-v1-bench")
+        r = subprocess.run([exe, "--addr", f"127.0.0.1:{self.port}", *args],
+                           capture_output=True, text=True, timeout=60)
+        return r.returncode, r.stdout, r.stderr
+
+    def test_produce_consume_and_batches(self):
+        for extra in ((), ("--batch", "10")):
+            topic = f"vb{uuid.uuid4().hex[:8]}"
+            rc, out, err = self.bench("--user", "admin", "--password", PASSWORD,
+                                      "--topic", topic, "--partitions", "2", "--producers", "2",
+                                      "--consumers", "2", "--duration", "1s", *extra)
+            self.assertEqual(rc, 0, out + err)
+            m = re.search(r"produce: (\d+) requests \((\d+) msgs\)", out)
+            self.assertIsNotNone(m, out)
+            reqs, msgs = int(m.group(1)), int(m.group(2))
+            self.assertGreater(reqs, 0)
+            self.assertEqual(msgs, reqs * (10 if extra else 1))
+            m = re.search(r"consume\+ack: (\d+) round trips", out)
+            self.assertGreater(int(m.group(1)), 0, out)
+            self.assertIn("produce-to-consume latency (ms): p50", out)
+            self.assertIn("errors: 0", out)
+            # The topic it made is there, with its partitions.
+            self.assertEqual(self.admin("GET", f"/v1/topics/{topic}")[1]["partitions"], 2)
+
+    def test_wrong_credentials_are_reported(self):
+        rc, out, err = self.bench("--user", "admin", "--password", "wrong", "--duration", "1s")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("HTTP 401", err)
+
 
 class Users(Base):
     API = {"X-Tern-Client": "tests"}
