@@ -107,33 +107,37 @@ static void restart(qfx_t *q)
 }
 
 /* Run the loop until cond(arg) or about 5 s pass. */
-static bool run_until(qfx_t *q, bool (*cond)(void *), void *arg)
-{
-    int64_t deadline = tn_now_mono_ms() + 5000;
-    while (!cond(arg)) {
-        if (tn_now_mono_ms() > deadline)
-            return false;
-        uv_run(&q->fx->loop, UV_RUN_ONCE);
-    }
-    return true;
-}
-
 static void on_tick(uv_timer_t *t)
 {
     (void)t;
 }
 
-static void run_for(qfx_t *q, int64_t ms)
+/* Run the loop with a repeating 5 ms tick beside the broker's own timers
+ * (some an hour apart), so a loop turn never sleeps longer than that: a
+ * one-shot tick restarted each turn could fire before the turn's poll on
+ * a loaded machine, and the poll then slept until the broker's next
+ * timer. Stops when done(arg) says so or at deadline_ms; returns done. */
+static bool run_ticking(qfx_t *q, bool (*done)(void *), void *arg, int64_t deadline_ms)
 {
-    int64_t until = tn_now_mono_ms() + ms;
     uv_timer_t t;
     uv_timer_init(&q->fx->loop, &t);
-    while (tn_now_mono_ms() < until) {
-        uv_timer_start(&t, on_tick, 5, 0);
+    uv_timer_start(&t, on_tick, 5, 5);
+    bool ok;
+    while (!(ok = done != NULL && done(arg)) && tn_now_mono_ms() < deadline_ms)
         uv_run(&q->fx->loop, UV_RUN_ONCE);
-    }
     uv_close((uv_handle_t *)&t, NULL);
     uv_run(&q->fx->loop, UV_RUN_NOWAIT);
+    return ok;
+}
+
+static bool run_until(qfx_t *q, bool (*cond)(void *), void *arg)
+{
+    return run_ticking(q, cond, arg, tn_now_mono_ms() + 5000);
+}
+
+static void run_for(qfx_t *q, int64_t ms)
+{
+    (void)run_ticking(q, NULL, NULL, tn_now_mono_ms() + ms);
 }
 
 typedef struct {
