@@ -16,7 +16,6 @@ import random
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,6 +24,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 
+import crashutil  # noqa: E402
 import nsqwire  # noqa: E402
 from nsqwire import FRAME_RESPONSE, Conn  # noqa: E402
 
@@ -44,27 +44,7 @@ class State:
 
 
 def start(ternd, data):
-    p = subprocess.Popen([ternd, f"--data-path={data}", "--tcp-address=127.0.0.1:0",
-                          "--http-address=127.0.0.1:0", "--raft-address=127.0.0.1:0"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    port = None
-    lines = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = p.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if "NSQ TCP listening on port " in line:
-            port = int(line.split("listening on port ")[1].split()[0])
-        if " ready:" in line:
-            break
-    if port is None:
-        p.kill()
-        raise AssertionError("ternd did not start:\n" + "".join(lines))
-    # Keep draining stderr so the daemon never blocks on a full pipe.
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-    return p, port
+    return crashutil.start_ternd(ternd, data, "NSQ TCP listening on port ", " ready:")
 
 
 def producer(port, pid, st, stop, counter):

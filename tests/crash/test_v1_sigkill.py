@@ -18,11 +18,12 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+import crashutil
 
 TOPIC = "crash"
 PASSWORD = "crash-test-password"
@@ -40,27 +41,8 @@ class State:
 
 
 def start(ternd, data):
-    env = dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD)
-    p = subprocess.Popen([ternd, f"--data-path={data}", "--tcp-address=127.0.0.1:0",
-                          "--http-address=127.0.0.1:0", "--raft-address=127.0.0.1:0"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    port = None
-    lines = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = p.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if "HTTP listening on port " in line:
-            port = int(line.split("listening on port ")[1].split()[0])
-        if "metastore ready" in line:
-            break
-    if port is None:
-        p.kill()
-        raise AssertionError("ternd did not start:\n" + "".join(lines))
-    threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-    return p, port
+    return crashutil.start_ternd(ternd, data, "HTTP listening on port ", "metastore ready",
+                                 env={"TERN_ADMIN_PASSWORD": PASSWORD})
 
 
 def call(conn, method, path, body=None):
