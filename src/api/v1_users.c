@@ -523,6 +523,11 @@ static void propose(uop_t *op)
     } else if (cur == NULL) {
         uop_end(op, 404, "user not found");
         return;
+    } else if (op->check_hash[0] != '\0' && strcmp(cur->hash, op->check_hash) != 0) {
+        /* A self-service change checked the current password against a
+         * hash that has been replaced since: that check no longer holds. */
+        uop_end(op, 409, "the password changed while this change was applied; send it again");
+        return;
     } else if (op->kind == OP_DELETE) {
         c.type = TN_MC_USER_DELETE;
         snprintf(c.user.name, sizeof(c.user.name), "%s", op->user);

@@ -546,6 +546,44 @@ class Users(Base):
             self.assertEqual(self.root("GET", f"/v1/users/{eve}")[1]["grants"], grants)
             self.assertEqual(self.as_user((eve, f"p{rnd}"), "GET", "/v1/topics")[0], 200)
 
+    def test_self_service_change_racing_an_admin_reset(self):
+        """An admin's reset always stands: a self-service change racing it
+        lands first (and is then reset), finds its checked password
+        replaced (409), or arrives after the reset with the old password
+        (401 or 403)."""
+        import threading
+        fay = f"fay{uuid.uuid4().hex[:6]}"
+        self.assertEqual(self.root("POST", "/v1/users", {"username": fay, "password": "f0"})[0],
+                         201)
+        current = "f0"
+        for rnd in range(1, 4):
+            answers = {}
+
+            def mine():
+                answers["self"] = self.as_user((fay, current), "PUT",
+                                               f"/v1/users/{fay}/password",
+                                               {"current_password": current,
+                                                "new_password": f"mine{rnd}"})
+
+            def reset():
+                answers["admin"] = self.root("PUT", f"/v1/users/{fay}/password",
+                                             {"new_password": f"reset{rnd}"})[0]
+
+            threads = [threading.Thread(target=mine), threading.Thread(target=reset)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(answers["admin"], 204)
+            status, body = answers["self"]
+            self.assertIn(status, (204, 401, 403, 409), body)
+            if status == 409:
+                self.assertEqual(body["error"], "the password changed while this change was "
+                                                "applied; send it again")
+            current = f"reset{rnd}"
+            self.assertEqual(self.as_user((fay, current), "GET", "/v1/topics")[0], 200)
+            self.assertEqual(self.as_user((fay, f"mine{rnd}"), "GET", "/v1/topics")[0], 401)
+
     def test_delegation_and_self_protection(self):
         carol = f"carol{uuid.uuid4().hex[:6]}"
         admin_grant = [{"action": "admin", "patterns": []}]
