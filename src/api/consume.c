@@ -85,8 +85,7 @@ static bool json_valid(const char *data, size_t len)
         i++;
     if (i == len || len > JSON_PAYLOAD_MAX || strchr("{[\"-0123456789tfn", data[i]) == NULL)
         return false;
-    bool ok = false;
-    return tn_json_events(data, len, NULL, NULL, true, &ok) == 0 && ok;
+    return tn_json_valid(data, len);
 }
 
 static void base64(tn_buf_t *b, const void *data, size_t len)

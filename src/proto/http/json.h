@@ -42,4 +42,12 @@ int tn_json_object(const char *body, size_t len, const tn_jfield_t *fields, size
 int tn_json_events(const char *body, size_t len, const yajl_callbacks *cb, void *ctx,
                    bool validate_utf8, bool *ok);
 
+/* Whether body is exactly one JSON value (whitespace around it allowed,
+ * nesting at most TN_JSON_MAX_DEPTH, strings of UTF-8 as yajl checks it),
+ * in one pass that allocates nothing: tn_json_events' verdict (no
+ * callbacks, validate_utf8), except that only RFC 8259's whitespace
+ * counts (yajl also skips \v and \f between tokens, which a strict
+ * reader of a document embedding the value would refuse). */
+bool tn_json_valid(const char *body, size_t len);
+
 #endif

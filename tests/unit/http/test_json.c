@@ -82,11 +82,20 @@ static void test_refusals(void **state)
     refused("{\"name\":\"x\"}\"abc", "not well-formed");
 }
 
-static bool valid(const char *s)
+/* yajl's verdict, which tn_json_valid must give too (inputs here have no
+ * \v or \f, the whitespace only yajl takes). */
+static bool valid_n(const char *s, size_t n)
 {
     bool ok = false;
-    assert_int_equal(tn_json_events(s, strlen(s), NULL, NULL, true, &ok), 0);
+    assert_int_equal(tn_json_events(s, n, NULL, NULL, true, &ok), 0);
+    if (tn_json_valid(s, n) != ok)
+        fail_msg("tn_json_valid says %d, yajl %d: %.*s", !ok, ok, (int)n, s);
     return ok;
+}
+
+static bool valid(const char *s)
+{
+    return valid_n(s, strlen(s));
 }
 
 static void test_validation(void **state)
@@ -103,6 +112,57 @@ static void test_validation(void **state)
     assert_false(valid("[1,"));
     assert_false(valid(""));
     assert_false(valid("   "));
+    /* Scalars, numbers, keywords. */
+    const char *yes[] = {"0",
+                         "-0",
+                         "0.5",
+                         "-12.25e+3",
+                         "1E9",
+                         "1e-9",
+                         "true",
+                         "false",
+                         "null",
+                         "[]",
+                         "{}",
+                         " [ ] ",
+                         "{\"a\":{}}",
+                         "[[],[[]]]",
+                         "{\"\":\"\"}",
+                         "\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u00e9 \\uD800\"",
+                         "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"",
+                         "\"\x7f\"",
+                         "\"\xc0\x80\"" /* overlong: yajl only counts bytes */};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+        assert_true(valid(yes[i]));
+    const char *no[] = {"01",        "-",
+                        "1.",        ".5",
+                        "1e",        "1e+",
+                        "+1",        "--1",
+                        "0x10",      "NaN",
+                        "tru",       "truex",
+                        "nul",       "[1,]",
+                        "[,1]",      "{\"a\"}",
+                        "{\"a\":}",  "{\"a\":1,}",
+                        "{a:1}",     "{\"a\" 1}",
+                        "[1 2]",     "[}",
+                        "{]",        "\"\\x\"",
+                        "\"\\u12\"", "\"\\u12g4\"",
+                        "\"\t\"",    "\"abc",
+                        "\"\xc3\"",  "\"\xe2\x82\"",
+                        "\"\x80\"",  "\"\xf8\x80\x80\x80\x80\"",
+                        "// c\n1",   "[1]]",
+                        "]"};
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+        assert_false(valid(no[i]));
+    assert_false(valid_n("\"a\0b\"", 5)); /* a NUL inside a string */
+    assert_false(valid_n("1\0", 2));
+    /* \v and \f between tokens: yajl takes them, RFC 8259 (and so
+     * tn_json_valid) does not. */
+    bool ok = false;
+    assert_int_equal(tn_json_events("[1,\f2]", 6, NULL, NULL, true, &ok), 0);
+    assert_true(ok);
+    assert_false(tn_json_valid("[1,\f2]", 6));
+    assert_false(tn_json_valid("\v1", 2));
     char deep[2 * TN_JSON_MAX_DEPTH + 8];
     size_t n = 0;
     for (int i = 0; i < TN_JSON_MAX_DEPTH; i++)
