@@ -181,12 +181,11 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
     w_u8(&w, TN_META_VERSION);
     w_u8(&w, c->type);
     w_u32(&w, 0); /* payload length, set below */
-    if (c->if_absent && (c->if_present || c->if_unchanged))
+    if (c->if_absent && c->if_unchanged)
         w.rc = UV_EINVAL; /* not encodable: contradictory */
     switch (c->type) {
     case TN_MC_TOPIC_PUT:
-        w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_present ? 4 : 0) |
-                     (c->if_unchanged ? 8 : 0));
+        w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_unchanged ? 4 : 0));
         w_topic(&w, &c->topic);
         if (c->if_unchanged)
             w_u64(&w, c->expect);
@@ -201,7 +200,7 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_str(&w, c->channel, TN_NAME_MAX);
         break;
     case TN_MC_USER_PUT:
-        w_u8(&w, c->if_unchanged ? 3 : c->if_present ? 2 : c->if_absent ? 1 : 0);
+        w_u8(&w, c->if_unchanged ? 2 : c->if_absent ? 1 : 0);
         w_user(&w, &c->user);
         if (c->if_unchanged)
             w_u64(&w, c->expect);
@@ -436,11 +435,10 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     switch (c->type) {
     case TN_MC_TOPIC_PUT: {
         uint8_t flags = r_u8(&r);
-        if (r.rc == 0 && ((flags & ~15u) != 0 || ((flags & 1) != 0 && (flags & 12) != 0)))
+        if (r.rc == 0 && ((flags & ~7u) != 0 || (flags & 5u) == 5u))
             r.rc = TN_ECORRUPT;
         c->if_absent = (flags & 1) != 0;
-        c->if_present = (flags & 4) != 0;
-        c->if_unchanged = (flags & 8) != 0;
+        c->if_unchanged = (flags & 4) != 0;
         r_topic(&r, &c->topic);
         c->topic.native = (flags & 2) != 0;
         if (c->if_unchanged)
@@ -457,12 +455,11 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         r_name(&r, c->channel, false);
         break;
     case TN_MC_USER_PUT: {
-        uint8_t cond = r_u8(&r); /* 1 if_absent, 2 if_present, 3 if_unchanged */
-        if (r.rc == 0 && cond > 3)
+        uint8_t cond = r_u8(&r); /* 1 if_absent, 2 if_unchanged */
+        if (r.rc == 0 && cond > 2)
             r.rc = TN_ECORRUPT;
         c->if_absent = cond == 1;
-        c->if_present = cond == 2;
-        c->if_unchanged = cond == 3;
+        c->if_unchanged = cond == 2;
         r_user(&r, &c->user);
         if (c->if_unchanged)
             c->expect = r_u64(&r);

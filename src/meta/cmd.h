@@ -8,10 +8,10 @@
  *   payload, then zero padding to a multiple of 8 bytes (libraft wants
  *   entries in 8-byte multiples).
  * Strings are [2] length + bytes; lists are [2] count + items.
- * TOPIC_PUT's flag byte: bit 0 if_absent, bit 1 native, bit 2 if_present,
- * bit 3 if_unchanged (then [8] expect follows the topic); USER_PUT's
- * condition byte: 1 if_absent, 2 if_present, 3 if_unchanged (then [8]
- * expect follows the user); if_absent never with another condition.
+ * TOPIC_PUT's flag byte: bit 0 if_absent, bit 1 native, bit 2 if_unchanged
+ * (then [8] expect follows the topic), never bits 0 and 2 together;
+ * USER_PUT's condition byte: 0 none, 1 if_absent, 2 if_unchanged (then
+ * [8] expect follows the user).
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -98,14 +98,11 @@ typedef struct {
 typedef struct {
     uint8_t type;
     bool if_absent; /* TOPIC_PUT, CHANNEL_PUT, USER_PUT: fail with UV_EEXIST if present */
-    /* TOPIC_PUT, USER_PUT: fail with TN_ENOTFOUND if absent. An update
-     * made from a read copy sets it, so a delete committed in between is
-     * not undone by the update bringing the record back. */
-    bool if_present;
     /* TOPIC_PUT, USER_PUT: apply only while the stored record is the one
      * the update was made from (its fingerprint is `expect`): TN_ECHANGED
      * otherwise, TN_ENOTFOUND when it is gone. Two updates made from the
-     * same read copy then never undo each other; the loser reads again. */
+     * same read copy then never undo each other (the loser reads again),
+     * and an update never brings back a record deleted meanwhile. */
     bool if_unchanged;
     uint64_t expect;
     tn_meta_topic_t topic;

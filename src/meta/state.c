@@ -174,7 +174,7 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
         t->rec = c->topic;
         return 0;
     }
-    if (c->if_present || c->if_unchanged)
+    if (c->if_unchanged)
         return TN_ENOTFOUND;
     if (grow((void ***)&s->topics, s->ntopics, &s->tcap) != 0)
         return UV_ENOMEM;
@@ -254,7 +254,7 @@ static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
                       offsetof(tn_meta_user_t, name), &found);
     if (found && c->if_absent)
         return UV_EEXIST;
-    if (!found && (c->if_present || c->if_unchanged))
+    if (!found && c->if_unchanged)
         return TN_ENOTFOUND;
     if (found && c->if_unchanged && tn_meta_user_fingerprint(s->users[i]) != c->expect)
         return TN_ECHANGED;

@@ -45,7 +45,7 @@ void tn_meta_state_fini(tn_meta_state_t *s);
 
 /* Apply one command. 0; UV_EEXIST (a PUT with if_absent found the record);
  * TN_ENOTFOUND (a delete of a missing record, a channel of a missing
- * topic, a PUT with if_present or if_unchanged of a missing record);
+ * topic, a PUT with if_unchanged of a missing record);
  * TN_ECHANGED (a PUT with if_unchanged found another record); UV_ENOMEM. A refused command changes
  * nothing.
  */

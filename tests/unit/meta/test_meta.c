@@ -392,8 +392,11 @@ static void test_update_if_unchanged(void **state)
     a.expect = b.expect = fp;
     a.topic.retention_ms = 1000;
     b.topic.partitions = 7;
+    a.topic.native = true;
     roundtrip(&a, &d);
     assert_true(d.if_unchanged);
+    assert_false(d.if_absent);
+    assert_true(d.topic.native);
     assert_true(d.expect == fp);
     tn_meta_cmd_fini(&d);
     assert_int_equal(tn_meta_state_apply(&s, &a), 0);
@@ -425,7 +428,7 @@ static void test_update_if_unchanged(void **state)
     snprintf(pw.user.hash, sizeof(pw.user.hash), "$2b$10$other");
     roundtrip(&pw, &d);
     assert_true(d.if_unchanged);
-    assert_false(d.if_present);
+    assert_false(d.if_absent);
     assert_true(d.expect == ufp);
     tn_meta_cmd_fini(&d);
     tn_meta_cmd_t gr = user_cmd("bob");
@@ -449,7 +452,25 @@ static void test_update_if_unchanged(void **state)
     size_t used;
     assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&buf), tn_buf_size(&buf), &d, &used),
                      TN_ECORRUPT);
+    tn_buf_reset(&buf);
+    pw.if_absent = true; /* a user's condition byte cannot say both */
+    assert_int_equal(tn_meta_cmd_encode(&pw, &buf), UV_EINVAL);
+    tn_buf_reset(&buf);
+    pw.if_absent = false;
+    assert_int_equal(tn_meta_cmd_encode(&pw, &buf), 0);
+    tn_buf_data(&buf)[TN_META_HDR] = 3; /* no such condition */
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&buf), tn_buf_size(&buf), &d, &used),
+                     TN_ECORRUPT);
     tn_buf_fini(&buf);
+    /* A user deleted meanwhile is not brought back. */
+    tn_meta_cmd_t udel;
+    memset(&udel, 0, sizeof(udel));
+    udel.type = TN_MC_USER_DELETE;
+    snprintf(udel.user.name, sizeof(udel.user.name), "bob");
+    assert_int_equal(tn_meta_state_apply(&s, &udel), 0);
+    pw.expect = tn_meta_user_fingerprint(&pw.user);
+    assert_int_equal(tn_meta_state_apply(&s, &pw), TN_ENOTFOUND);
+    assert_null(tn_meta_user_find(&s, "bob"));
     tn_meta_cmd_fini(&u);
     tn_meta_cmd_fini(&pw);
     tn_meta_cmd_fini(&gr);
@@ -701,78 +722,13 @@ static void test_replica_restart(void **state)
     free(dir);
 }
 
-/* An update made from a read copy (if_present) does not bring back a
- * record deleted meanwhile; the flag travels in the encoding, and a
- * command asking for both conditions is refused. */
-static void test_update_if_present(void **state)
-{
-    (void)state;
-    tn_meta_cmd_t c = topic_cmd("t", false), d;
-    c.if_present = true;
-    c.topic.native = true;
-    roundtrip(&c, &d);
-    assert_true(d.if_present);
-    assert_false(d.if_absent);
-    assert_true(d.topic.native);
-    tn_meta_cmd_fini(&d);
-    tn_meta_cmd_t u = user_cmd("bob");
-    u.if_present = true;
-    roundtrip(&u, &d);
-    assert_true(d.if_present);
-    assert_false(d.if_absent);
-    tn_meta_cmd_fini(&d);
-
-    /* Both at once: the encoder refuses it, and so does the decoder (the
-     * flag byte set by hand; a user's condition byte cannot say both). */
-    tn_buf_t b;
-    tn_buf_init(&b);
-    c.if_absent = true;
-    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
-    tn_buf_reset(&b);
-    u.if_absent = true;
-    assert_int_equal(tn_meta_cmd_encode(&u, &b), UV_EINVAL);
-    tn_buf_reset(&b);
-    c.if_absent = u.if_absent = false;
-    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
-    tn_buf_data(&b)[TN_META_HDR] |= 1; /* if_absent beside if_present */
-    size_t used;
-    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used), TN_ECORRUPT);
-    tn_buf_reset(&b);
-    assert_int_equal(tn_meta_cmd_encode(&u, &b), 0);
-    tn_buf_data(&b)[TN_META_HDR] = 4; /* no such condition */
-    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used), TN_ECORRUPT);
-    tn_buf_fini(&b);
-
-    tn_meta_state_t s;
-    tn_meta_state_init(&s);
-    assert_int_equal(tn_meta_state_apply(&s, &c), TN_ENOTFOUND);
-    assert_null(tn_meta_topic_find(&s, "t"));
-    assert_int_equal(tn_meta_state_apply(&s, &u), TN_ENOTFOUND);
-    assert_null(tn_meta_user_find(&s, "bob"));
-    tn_meta_cmd_t create = topic_cmd("t", true);
-    assert_int_equal(tn_meta_state_apply(&s, &create), 0);
-    c.topic.partitions = 8;
-    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
-    assert_int_equal(tn_meta_topic_find(&s, "t")->rec.partitions, 8);
-    tn_meta_cmd_t del;
-    memset(&del, 0, sizeof(del));
-    del.type = TN_MC_TOPIC_DELETE;
-    snprintf(del.topic.name, sizeof(del.topic.name), "t");
-    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
-    assert_int_equal(tn_meta_state_apply(&s, &c), TN_ENOTFOUND);
-    assert_null(tn_meta_topic_find(&s, "t"));
-    tn_meta_cmd_fini(&u);
-    tn_meta_state_fini(&s);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_codec_roundtrip),     cmocka_unit_test(test_codec_refusals),
-        cmocka_unit_test(test_update_if_present),   cmocka_unit_test(test_child_counts),
-        cmocka_unit_test(test_update_if_unchanged), cmocka_unit_test(test_state_answers),
-        cmocka_unit_test(test_root_invariants),     cmocka_unit_test(test_snapshot_roundtrip),
-        cmocka_unit_test(test_replica_restart),
+        cmocka_unit_test(test_codec_roundtrip),    cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_child_counts),       cmocka_unit_test(test_update_if_unchanged),
+        cmocka_unit_test(test_state_answers),      cmocka_unit_test(test_root_invariants),
+        cmocka_unit_test(test_snapshot_roundtrip), cmocka_unit_test(test_replica_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
