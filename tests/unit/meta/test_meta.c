@@ -33,6 +33,18 @@ static tn_meta_cmd_t topic_cmd(const char *name, bool if_absent)
     return c;
 }
 
+static tn_meta_cmd_t delete_cmd(uint8_t type, const char *name)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = type;
+    if (type == TN_MC_USER_DELETE)
+        snprintf(c.user.name, sizeof(c.user.name), "%s", name);
+    else
+        snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    return c;
+}
+
 static char *pat(const char *s)
 {
     return tn_strdup(s);
@@ -226,10 +238,7 @@ static void test_state_answers(void **state)
     assert_int_equal(tn_meta_topic_after(&s, ""), 0);
     assert_int_equal(tn_meta_topic_after(&s, "b"), 2);
     assert_int_equal(tn_meta_topic_after(&s, "c"), 2);
-    tn_meta_cmd_t del;
-    memset(&del, 0, sizeof(del));
-    del.type = TN_MC_TOPIC_DELETE;
-    snprintf(del.topic.name, sizeof(del.topic.name), "m");
+    tn_meta_cmd_t del = delete_cmd(TN_MC_TOPIC_DELETE, "m");
     assert_int_equal(tn_meta_state_apply(&s, &del), 0);
     assert_int_equal(tn_meta_state_apply(&s, &del), TN_ENOTFOUND);
     assert_null(tn_meta_topic_find(&s, "m"));
@@ -276,10 +285,7 @@ static void test_root_invariants(void **state)
     other.if_absent = false;
     assert_int_equal(tn_meta_state_apply(&s, &other), 0);
     assert_false(tn_meta_user_find(&s, "eve")->root);
-    tn_meta_cmd_t del;
-    memset(&del, 0, sizeof(del));
-    del.type = TN_MC_USER_DELETE;
-    snprintf(del.user.name, sizeof(del.user.name), "admin");
+    tn_meta_cmd_t del = delete_cmd(TN_MC_USER_DELETE, "admin");
     assert_int_equal(tn_meta_state_apply(&s, &del), UV_EPERM);
     snprintf(del.user.name, sizeof(del.user.name), "eve");
     assert_int_equal(tn_meta_state_apply(&s, &del), 0);
@@ -410,10 +416,7 @@ static void test_update_if_unchanged(void **state)
     assert_int_equal(tn_meta_state_apply(&s, &b), 0);
     assert_int_equal(tn_meta_topic_find(&s, "t")->rec.partitions, 7);
     /* Gone: not found, and not made again. */
-    tn_meta_cmd_t del;
-    memset(&del, 0, sizeof(del));
-    del.type = TN_MC_TOPIC_DELETE;
-    snprintf(del.topic.name, sizeof(del.topic.name), "t");
+    tn_meta_cmd_t del = delete_cmd(TN_MC_TOPIC_DELETE, "t");
     assert_int_equal(tn_meta_state_apply(&s, &del), 0);
     assert_int_equal(tn_meta_state_apply(&s, &b), TN_ENOTFOUND);
     assert_null(tn_meta_topic_find(&s, "t"));
@@ -463,10 +466,7 @@ static void test_update_if_unchanged(void **state)
                      TN_ECORRUPT);
     tn_buf_fini(&buf);
     /* A user deleted meanwhile is not brought back. */
-    tn_meta_cmd_t udel;
-    memset(&udel, 0, sizeof(udel));
-    udel.type = TN_MC_USER_DELETE;
-    snprintf(udel.user.name, sizeof(udel.user.name), "bob");
+    tn_meta_cmd_t udel = delete_cmd(TN_MC_USER_DELETE, "bob");
     assert_int_equal(tn_meta_state_apply(&s, &udel), 0);
     pw.expect = tn_meta_user_fingerprint(&pw.user);
     assert_int_equal(tn_meta_state_apply(&s, &pw), TN_ENOTFOUND);
@@ -531,10 +531,7 @@ static void test_child_counts(void **state)
     tn_buf_fini(&b);
 
     /* The parent goes; its child still names it until unlinked. */
-    tn_meta_cmd_t del;
-    memset(&del, 0, sizeof(del));
-    del.type = TN_MC_TOPIC_DELETE;
-    snprintf(del.topic.name, sizeof(del.topic.name), "zparent");
+    tn_meta_cmd_t del = delete_cmd(TN_MC_TOPIC_DELETE, "zparent");
     assert_int_equal(tn_meta_state_apply(&s, &del), 0);
     assert_int_equal(s.dangling, 1);
     c = topic_cmd("zparent", true); /* made again: the child counts */
