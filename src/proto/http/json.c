@@ -433,7 +433,7 @@ static bool v_word(vcur_t *c, const char *w, size_t n)
 bool tn_json_valid(const char *body, size_t len)
 {
     vcur_t c = {(const unsigned char *)body, (const unsigned char *)body + len};
-    unsigned char stack[(TN_JSON_MAX_DEPTH + 7) / 8];
+    unsigned char stack[(TN_JSON_MAX_DEPTH + 7) / 8] = {0};
     int depth = 0;
     enum { VALUE, AFTER } state = VALUE;
     for (;;) {
