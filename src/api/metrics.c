@@ -4,6 +4,7 @@
 #include "api/metrics.h"
 
 #include "core/err.h"
+#include "core/time.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -138,6 +139,12 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
     scalar(b, "tern_gc_segments_total", "counter", "segments reclaimed", br->gc_segments);
     scalar(b, "tern_disk_high", "gauge", "1 while publishes are refused for lack of disk",
            tn_store_disk_high(st) ? 1 : 0);
+    uint64_t polled = st->poll_ns_total;
+    if (st->poll_started_ns != 0)
+        polled += (uint64_t)(tn_now_mono_ns() - st->poll_started_ns);
+    family(b, "tern_busy_poll_seconds_total", "counter",
+           "time the event loop polled for group commits instead of sleeping (commit-busy-poll)");
+    put(b, "tern_busy_poll_seconds_total %.6f\n", (double)polled / 1e9);
     scalar(b, "tern_disk_used_percent", "gauge", "used space of the data path's file system",
            (uint64_t)atomic_load(&st->disk_used_pct));
     if (m->nsq != NULL) {

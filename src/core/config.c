@@ -59,6 +59,11 @@ static const opt_t options[] = {
      "most record bytes gathered into one group commit"},
     {"commit-max-delay", OPT_DURATION, F(commit_max_delay_ns), "1ms", 0, 100 * MS, NULL,
      "longest a group commit waits for more requests after its first"},
+    {"commit-busy-poll", OPT_DURATION, F(commit_busy_poll_ns), "500us", 0, 10 * MS, NULL,
+     "longest the event loop polls for a group commit to finish instead of sleeping, while "
+     "commit-busy-poll-min publishes wait on it and commits take no longer (0: never)"},
+    {"commit-busy-poll-min", OPT_INT, F(commit_busy_poll_min), "8", 1, 65536, NULL,
+     "fewest publishes waiting on group commits that make the event loop busy-poll"},
     {"relaxed-sync-messages", OPT_INT, F(relaxed_sync_messages), "2500", 1, 10000000, NULL,
      "relaxed mode: fdatasync after this many unsynced messages"},
     {"relaxed-sync-bytes", OPT_SIZE, F(relaxed_sync_bytes), "8MiB", 4096, 1024 * 1024 * 1024, NULL,

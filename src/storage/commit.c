@@ -118,7 +118,12 @@ static void committer_main(void *arg)
         c->last_round = n;
         uv_mutex_unlock(&c->lock);
 
+        int64_t t0 = tn_now_mono_ns();
         c->process(c, first);
+        int64_t took = tn_now_mono_ns() - t0;
+        int64_t avg = atomic_load_explicit(&c->round_ns, memory_order_relaxed);
+        atomic_store_explicit(&c->round_ns, avg == 0 ? took : avg + (took - avg) / 8,
+                              memory_order_relaxed);
         atomic_fetch_add_explicit(&c->rounds, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&c->requests, n, memory_order_relaxed);
 

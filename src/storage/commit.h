@@ -76,6 +76,7 @@ struct tn__committer_s {
     /* Counters: the committer thread writes, any thread may read. */
     atomic_uint_fast64_t rounds;
     atomic_uint_fast64_t requests;
+    atomic_int_fast64_t round_ns; /* moving average of a round's processing time */
 };
 
 int tn__committer_start(tn__committer_t *c);

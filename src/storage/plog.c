@@ -396,6 +396,7 @@ fail:
 static void append_done(tn__sreq_t *s)
 {
     tn_append_t *req = (tn_append_t *)s;
+    tn__store_append_back(req->plog->store);
     if (req->hdrs != req->hdr_inline)
         tn_free(req->hdrs);
     req->hdrs = NULL;
@@ -439,6 +440,7 @@ int tn_plog_append(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, u
     req->pnext = NULL;
     req->first_offset = 0;
     req->publish_ns = 0;
+    tn__store_append_out(plog->store);
     tn__committer_submit(&plog->store->logc, &req->s);
     return 0;
 }

@@ -36,6 +36,8 @@ void tn_store_opts_from_config(tn_store_opts_t *o, const tn_config_t *cfg)
     o->commit_max_requests = (uint32_t)cfg->commit_max_requests;
     o->commit_max_bytes = (uint64_t)cfg->commit_max_bytes;
     o->commit_max_delay_ns = cfg->commit_max_delay_ns;
+    o->busy_poll_ns = cfg->commit_busy_poll_ns;
+    o->busy_poll_min = (uint32_t)cfg->commit_busy_poll_min;
     o->relaxed_sync_messages = (uint64_t)cfg->relaxed_sync_messages;
     o->relaxed_sync_bytes = (uint64_t)cfg->relaxed_sync_bytes;
     o->relaxed_sync_interval_ns = cfg->relaxed_sync_interval_ns;
@@ -159,6 +161,48 @@ static void on_async(uv_async_t *h)
     }
 }
 
+static void poll_stop(tn_store_t *store, int64_t now)
+{
+    uv_idle_stop(&store->poll);
+    store->poll_ns_total += (uint64_t)(now - store->poll_started_ns);
+    store->poll_started_ns = 0;
+}
+
+static void on_poll(uv_idle_t *h)
+{
+    tn_store_t *store = h->data;
+    uv_mutex_lock(&store->done_lock);
+    bool done = store->done_head != NULL;
+    uv_mutex_unlock(&store->done_lock);
+    int64_t now = tn_now_mono_ns();
+    if (done) {
+        on_async(&store->async);
+        store->poll_until_ns = now + store->opts.busy_poll_ns;
+    }
+    if (store->appends_out < store->opts.busy_poll_min || now >= store->poll_until_ns)
+        poll_stop(store, now);
+}
+
+void tn__store_append_out(tn_store_t *store)
+{
+    store->appends_out++;
+    if (store->opts.busy_poll_ns <= 0 || store->appends_out < store->opts.busy_poll_min ||
+        atomic_load_explicit(&store->logc.round_ns, memory_order_relaxed) >
+            store->opts.busy_poll_ns)
+        return;
+    int64_t now = tn_now_mono_ns();
+    store->poll_until_ns = now + store->opts.busy_poll_ns;
+    if (store->poll_started_ns == 0) {
+        store->poll_started_ns = now;
+        uv_idle_start(&store->poll, on_poll);
+    }
+}
+
+void tn__store_append_back(tn_store_t *store)
+{
+    store->appends_out--;
+}
+
 void tn__store_complete(tn_store_t *store, tn__sreq_t *head, tn__sreq_t *tail)
 {
     tail->next = NULL;
@@ -271,6 +315,8 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
         goto fail;
     }
     store->async.data = store;
+    uv_idle_init(loop, &store->poll);
+    store->poll.data = store;
     *out = store;
     return 0;
 fail:
@@ -293,6 +339,9 @@ static void finish_close(tn_store_t *store)
     tn__committer_stop(&store->walc);
     /* Completions posted by the last rounds. */
     on_async(&store->async);
+    if (store->poll_started_ns != 0)
+        poll_stop(store, tn_now_mono_ns());
+    uv_close((uv_handle_t *)&store->poll, NULL);
     uv_close((uv_handle_t *)&store->async, on_async_closed);
 }
 

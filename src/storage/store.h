@@ -15,6 +15,16 @@
  * records and checkpoints. Their completions come back to the loop thread
  * through one uv_async_t.
  *
+ * Busy-polling: while at least busy_poll_min publish appends are out and
+ * the partition committer's rounds take no longer than busy_poll_ns on
+ * average, the loop polls for their completions (a uv_idle_t, so the loop
+ * keeps serving every other event) instead of sleeping until the async
+ * wakes it: each round's answers go out a wake-up sooner (~12 µs on a VM),
+ * which is what a set of producers waiting on the same commits gains. It
+ * stops when the appends drop below the minimum, or after busy_poll_ns
+ * without a completion; a lone producer, or a disk slower than the budget,
+ * never makes it poll.
+ *
  * Thread safety: open/close and every tn_store_* call on the loop thread
  * that opened it, unless a function says otherwise. */
 #ifndef TN_STORAGE_STORE_H
@@ -45,6 +55,8 @@ typedef struct {
     uint32_t commit_max_requests;
     uint64_t commit_max_bytes;
     int64_t commit_max_delay_ns;
+    int64_t busy_poll_ns;   /* 0: the loop never busy-polls */
+    uint32_t busy_poll_min; /* publish appends out that start it */
     uint64_t relaxed_sync_messages;
     uint64_t relaxed_sync_bytes;
     int64_t relaxed_sync_interval_ns;
@@ -69,6 +81,12 @@ struct tn_store_s {
     uv_mutex_t done_lock;
     tn__sreq_t *done_head;
     tn__sreq_t *done_tail;
+    /* Busy-polling (loop thread only; see above). */
+    uv_idle_t poll;
+    uint32_t appends_out;    /* publish appends submitted, not completed */
+    int64_t poll_until_ns;   /* stop polling at this time */
+    int64_t poll_started_ns; /* 0 while not polling */
+    uint64_t poll_ns_total;  /* time spent polling, for metrics */
     tn__committer_t logc;
     tn__committer_t walc;
     tn_hist_t fsync_hist;   /* fdatasync of partition logs (storage threads write it) */
@@ -124,6 +142,9 @@ bool tn_store_valid_name(const char *name);
 
 /* Internal to src/storage. */
 void tn__store_complete(tn_store_t *store, tn__sreq_t *head, tn__sreq_t *tail);
+/* A publish append was submitted / completed (loop thread). */
+void tn__store_append_out(tn_store_t *store);
+void tn__store_append_back(tn_store_t *store);
 /* A plog or chanlog finished closing (loop thread). */
 void tn__store_closed_one(tn_store_t *store);
 

@@ -425,7 +425,8 @@ class HTTP(unittest.TestCase):
                        f"tern_topic_messages_total{{topic=\"{t}\"}} 1",
                        f"tern_channel_in_flight{{topic=\"{t}\",channel=\"mc\"}} 1",
                        "tern_nsq_errors_total{code=\"E_INVALID\"}",
-                       "tern_http_responses_total{class=\"2xx\"}", "tern_disk_high 0"):
+                       "tern_http_responses_total{class=\"2xx\"}", "tern_disk_high 0",
+                       "tern_busy_poll_seconds_total "):
             self.assertIn(needle, text)
         # Every sample line parses: name{labels} value.
         for line in text.splitlines():

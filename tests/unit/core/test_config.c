@@ -21,6 +21,8 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.commit_max_requests, 64);
     assert_int_equal(cfg.commit_max_bytes, 8 * 1024 * 1024);
     assert_int_equal(cfg.commit_max_delay_ns, 1000000);
+    assert_int_equal(cfg.commit_busy_poll_ns, 500000);
+    assert_int_equal(cfg.commit_busy_poll_min, 8);
     assert_int_equal(cfg.wal_commit_max_records, 1024);
     assert_int_equal(cfg.durability, TN_DURABILITY_DURABLE);
     assert_int_equal(tn_config_validate(&cfg, NULL, 0), 0);
@@ -126,6 +128,8 @@ static void test_errors_name_key_and_range(void **state)
     expect_error(2, a1, NULL, "segment-bytes", "64KiB..1GiB");
     char *a2[] = {"ternd", "--commit-max-requests=lots", NULL};
     expect_error(2, a2, NULL, "commit-max-requests", "1..65536");
+    char *a2b[] = {"ternd", "--commit-busy-poll=20ms", NULL};
+    expect_error(2, a2b, NULL, "commit-busy-poll", "0..10ms");
     char *a3[] = {"ternd", "--durability=eventually", NULL};
     expect_error(2, a3, NULL, "durability", "durable, write_ack, relaxed");
     char *a3b[] = {"ternd", "--nsq-auth-users", "--auth-http-address=127.0.0.1:4181", NULL};
@@ -169,6 +173,8 @@ static void test_help_lists_every_option(void **state)
                            "--commit-max-requests",
                            "--commit-max-bytes",
                            "--commit-max-delay",
+                           "--commit-busy-poll",
+                           "--commit-busy-poll-min",
                            "--durability",
                            "--relaxed-sync-messages",
                            "--wal-commit-max-records",
@@ -188,8 +194,9 @@ static void test_help_lists_every_option(void **state)
     tn_config_t cfg, back;
     assert_int_equal(tn_config_init(&cfg), 0);
     assert_int_equal(tn_config_init(&back), 0);
-    char *argv[] = {"ternd", "--commit-max-delay=750us", "--segment-bytes=3MiB", NULL};
-    assert_int_equal(tn_config_load(&cfg, 3, argv, NULL, NULL, 0), 0);
+    char *argv[] = {"ternd", "--commit-max-delay=750us", "--segment-bytes=3MiB",
+                    "--commit-busy-poll=0", NULL};
+    assert_int_equal(tn_config_load(&cfg, 4, argv, NULL, NULL, 0), 0);
     char path[] = "/tmp/tern-print-XXXXXX";
     int fd = mkstemp(path);
     f = fdopen(fd, "w");
@@ -203,6 +210,7 @@ static void test_help_lists_every_option(void **state)
     if (rc != 0)
         fail_msg("%s", err);
     assert_int_equal(back.commit_max_delay_ns, 750000);
+    assert_int_equal(back.commit_busy_poll_ns, 0);
     assert_int_equal(back.segment_bytes, 3 * 1024 * 1024);
     unlink(path);
     tn_config_fini(&cfg);

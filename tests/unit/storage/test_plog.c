@@ -435,30 +435,96 @@ static void test_relaxed_sync_by_count(void **state)
     assert_int_equal(tn_plog_written_next(plog), 13);
 }
 
-static void test_concurrent_appends_group(void **state)
+enum { CONCURRENT = 200 };
+
+/* CONCURRENT single-record appends alternately to a and b, all submitted
+ * before any completes; runs the loop until every one has. Returns the
+ * requests (static: valid until the next call). */
+static tn_append_t *append_concurrently(fx_t *fx, tn_plog_t *a, tn_plog_t *b)
 {
-    fx_t *fx = *state;
-    tn_plog_t *a = open_log(fx, "a", 0), *b = open_log(fx, "b", 1);
-    enum { N = 200 };
-    static tn_append_t reqs[N];
-    static tn_rec_in_t recs[N];
-    static char bodies[N][32];
+    static tn_append_t reqs[CONCURRENT];
+    static tn_rec_in_t recs[CONCURRENT];
+    static char bodies[CONCURRENT][32];
     mode_wait_t w = {fx, 0, 0, 0, 0};
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < CONCURRENT; i++) {
         snprintf(bodies[i], sizeof(bodies[i]), "body %d", i);
         recs[i] = (tn_rec_in_t){{NULL, 0}, tn_iov(bodies[i], strlen(bodies[i])), 0};
         reqs[i].data = &w;
         assert_int_equal(tn_plog_append(i % 2 ? b : a, &reqs[i], &recs[i], 1, on_mode_append), 0);
     }
-    while (w.done < N)
+    while (w.done < CONCURRENT)
         uv_run(&fx->loop, UV_RUN_ONCE);
-    assert_int_equal(tn_plog_written_next(a), N / 2);
-    assert_int_equal(tn_plog_written_next(b), N / 2);
+    assert_int_equal(w.status, 0);
+    return reqs;
+}
+
+/* What append_concurrently wrote reads back. */
+static void expect_concurrent(tn_plog_t *a, tn_plog_t *b)
+{
+    for (int i = 0; i < CONCURRENT; i++) {
+        char body[32];
+        snprintf(body, sizeof(body), "body %d", i);
+        tu_expect_body(i % 2 ? b : a, (uint64_t)(i / 2), body, strlen(body));
+    }
+}
+
+static void test_concurrent_appends_group(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *a = open_log(fx, "a", 0), *b = open_log(fx, "b", 1);
+    tn_append_t *reqs = append_concurrently(fx, a, b);
+    expect_concurrent(a, b);
+    assert_int_equal(tn_plog_written_next(a), CONCURRENT / 2);
+    assert_int_equal(tn_plog_written_next(b), CONCURRENT / 2);
     /* Submission order is offset order within a partition. */
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < CONCURRENT; i++)
         assert_int_equal(reqs[i].first_offset, (uint64_t)(i / 2));
     /* Fewer rounds than requests: they were grouped. */
-    assert_true(atomic_load(&fx->store->logc.rounds) < N);
+    assert_true(atomic_load(&fx->store->logc.rounds) < CONCURRENT);
+    /* The tests' stores never busy-poll unless asked to. */
+    assert_int_equal(fx->store->poll_ns_total, 0);
+}
+
+/* Busy-polling: with enough appends out the loop polls for their
+ * completions, and stops (the idle handle inactive, so a loop with
+ * nothing else to do can end) once they are back. */
+static void test_busy_poll_while_appends_out(void **state)
+{
+    fx_t *fx = *state;
+    /* A budget no commit exceeds, even on a loaded test machine. */
+    fx->opts.busy_poll_ns = 30LL * 1000000000;
+    fx->opts.busy_poll_min = 4;
+    tu_fx_reopen(fx);
+    tn_plog_t *a = open_log(fx, "a", 0), *b = open_log(fx, "b", 1);
+    append_concurrently(fx, a, b);
+    assert_true(fx->store->poll_ns_total > 0);
+    assert_int_equal(fx->store->appends_out, 0);
+    assert_int_equal(fx->store->poll_started_ns, 0);
+    assert_false(uv_is_active((uv_handle_t *)&fx->store->poll));
+    expect_concurrent(a, b);
+
+    /* Below the minimum: no polling. */
+    uint64_t polled = fx->store->poll_ns_total;
+    append_n(fx, open_log(fx, "c", 0), 0, 3);
+    assert_int_equal(fx->store->poll_ns_total, polled);
+    assert_false(uv_is_active((uv_handle_t *)&fx->store->poll));
+}
+
+/* Commits slower on average than the budget never start it: polling
+ * would burn the budget and sleep anyway. */
+static void test_busy_poll_skips_slow_commits(void **state)
+{
+    fx_t *fx = *state;
+    fx->opts.busy_poll_ns = 1000; /* 1 µs: below any write + fdatasync */
+    fx->opts.busy_poll_min = 1;
+    tu_fx_reopen(fx);
+    tn_plog_t *a = open_log(fx, "a", 0), *b = open_log(fx, "b", 1);
+    append_n(fx, a, 0, 1); /* polls (no average yet), then records one */
+    assert_true(atomic_load(&fx->store->logc.round_ns) > 1000);
+    uint64_t polled = fx->store->poll_ns_total;
+    append_concurrently(fx, a, b);
+    assert_int_equal(fx->store->poll_ns_total, polled);
+    assert_false(uv_is_active((uv_handle_t *)&fx->store->poll));
 }
 
 typedef struct {
@@ -708,6 +774,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_durability_modes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relaxed_sync_by_count, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_appends_group, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_poll_while_appends_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_poll_skips_slow_commits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_by_offset_and_age, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_high_refuses_appends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup, teardown),
