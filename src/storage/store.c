@@ -161,8 +161,12 @@ static void on_async(uv_async_t *h)
     }
 }
 
+/* Idempotent: a completion run by on_poll may close the store, which
+ * stops polling before on_poll looks again. */
 static void poll_stop(tn_store_t *store, int64_t now)
 {
+    if (store->poll_started_ns == 0)
+        return;
     uv_idle_stop(&store->poll);
     store->poll_ns_total += (uint64_t)(now - store->poll_started_ns);
     store->poll_started_ns = 0;
@@ -339,8 +343,7 @@ static void finish_close(tn_store_t *store)
     tn__committer_stop(&store->walc);
     /* Completions posted by the last rounds. */
     on_async(&store->async);
-    if (store->poll_started_ns != 0)
-        poll_stop(store, tn_now_mono_ns());
+    poll_stop(store, tn_now_mono_ns());
     uv_close((uv_handle_t *)&store->poll, NULL);
     uv_close((uv_handle_t *)&store->async, on_async_closed);
 }

@@ -510,6 +510,33 @@ static void test_busy_poll_while_appends_out(void **state)
     assert_false(uv_is_active((uv_handle_t *)&fx->store->poll));
 }
 
+/* Closing the store while the loop polls: the plogs' close completions
+ * follow the appends', so the store may finish closing inside a poll;
+ * polling stops once and its handle closes with the store. */
+static void test_busy_poll_store_closed_meanwhile(void **state)
+{
+    fx_t *fx = *state;
+    fx->opts.busy_poll_ns = 30LL * 1000000000;
+    fx->opts.busy_poll_min = 4;
+    tu_fx_reopen(fx);
+    tn_plog_t *plog = open_log(fx, "a", 0);
+    enum { N = 16 };
+    tn_append_t reqs[N];
+    tn_rec_in_t rec = {{NULL, 0}, tn_iov("closing", 7), 0};
+    mode_wait_t w = {fx, 0, 0, 0, 0};
+    for (int i = 0; i < N; i++) {
+        reqs[i].data = &w;
+        assert_int_equal(tn_plog_append(plog, &reqs[i], &rec, 1, on_mode_append), 0);
+    }
+    assert_true(uv_is_active((uv_handle_t *)&fx->store->poll));
+    tu_store_close(&fx->loop, fx->store);
+    fx->store = NULL;
+    assert_int_equal(w.done, N);
+    assert_int_equal(w.status, 0);
+    /* Nothing of the store is left on the loop. */
+    assert_int_equal(uv_run(&fx->loop, UV_RUN_NOWAIT), 0);
+}
+
 /* Commits slower on average than the budget never start it: polling
  * would burn the budget and sleep anyway. */
 static void test_busy_poll_skips_slow_commits(void **state)
@@ -776,6 +803,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_appends_group, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_poll_while_appends_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_poll_skips_slow_commits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_poll_store_closed_meanwhile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_by_offset_and_age, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_high_refuses_appends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup, teardown),
