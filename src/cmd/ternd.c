@@ -229,9 +229,7 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     d->data_path = cfg->data_path;
     d->raft_id = mo.node_id;
     d->raft_address = cfg->raft_address;
-    int rc = tn_meta_open(d->loop, &mo, &d->meta, err, errlen);
-    d->api.meta = d->meta;
-    return rc;
+    return tn_meta_open(d->loop, &mo, &d->meta, err, errlen);
 }
 
 int main(int argc, char **argv)
@@ -349,6 +347,7 @@ int main(int argc, char **argv)
             hopts.large_body_budget = (uint64_t)cfg.http_large_body_budget;
             tn_nsq_http_init(&d.api, &cfg, TN_VERSION);
             d.api.broker = d.broker;
+            d.api.meta = d.meta; /* deletions go through it; /readyz waits for it */
             d.api.tcp_port = tn_nsq_server_port(d.nsq);
             rc = tn_http_server_start(&loop, &hopts, cfg.http_address, &d.http, err, sizeof(err));
             if (rc == 0) {

@@ -685,7 +685,7 @@ class Restart(Base):
         c.close()
         status, _, _ = self.request("POST", f"/channel/delete?topic={t}&channel=workers")
         self.assertEqual(status, 200)
-        self.assertEqual(self.admin("GET", f"/v1/topics/{t}")[1]["channels"], [])
+        self.assertEqual(self.admin("GET", f"/v1/topics/{t}")[1]["channels"], [], self.d.log())
         self.assertEqual(self.request("POST", f"/topic/delete?topic={t}")[0], 200)
         status, body = self.admin("GET", f"/v1/topics/{t}")
         self.assertEqual(status, 404, (body, self.d.log()))
