@@ -6,7 +6,11 @@
  * and an append one store, without per-record allocation. The rings share
  * one byte budget (tail-cache-size); over it, entries are dropped oldest
  * first from the partition appended to least recently, so a topic nobody
- * publishes to any more gives its memory up to the busy ones.
+ * publishes to any more gives its memory up to the busy ones, its ring
+ * array too: the budget counts entries, so a ring that eviction leaves
+ * at a quarter full or less is halved, and an empty one freed (else every
+ * partition that was once busy would keep a ring sized for the whole
+ * budget).
  *
  * Cold: records a lagging channel reads back from disk go into the
  * partition's map, on one broker-wide FIFO with a quarter of the budget. */
@@ -76,6 +80,30 @@ static void ring_clear(tn_broker_t *b, tn_part_t *p)
         ring_pop(b, p);
 }
 
+/* Give back most of a ring that eviction has emptied (see above). Moves
+ * the entries: no pointer into a ring outlives an append. */
+static void ring_shrink(tn_part_t *p)
+{
+    uint64_t n = p->ring_hi - p->ring_lo;
+    if (n == 0) {
+        tn_free(p->ring);
+        p->ring = NULL;
+        p->ring_cap = 0;
+        return;
+    }
+    if (p->ring_cap <= RING_MIN || n > p->ring_cap / 4)
+        return;
+    uint32_t cap = p->ring_cap / 2;
+    tn_centry_t *r = tn_calloc(cap, sizeof(*r));
+    if (r == NULL)
+        return; /* keeps the larger one */
+    for (uint64_t off = p->ring_lo; off < p->ring_hi; off++)
+        r[off & (cap - 1)] = p->ring[off & (p->ring_cap - 1)];
+    tn_free(p->ring);
+    p->ring = r;
+    p->ring_cap = cap;
+}
+
 /* Drop entries until the rings fit the budget: from the partition
  * appended to least recently, oldest first; `keep` (the partition being
  * appended to) keeps at least its newest entry. */
@@ -88,6 +116,8 @@ static void ring_evict(tn_broker_t *b, tn_part_t *keep)
         if (p == keep && p->ring_hi - p->ring_lo <= 1)
             return; /* the only entry left is the one just added */
         ring_pop(b, p);
+        if (p != keep)
+            ring_shrink(p);
     }
 }
 

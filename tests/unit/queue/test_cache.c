@@ -107,6 +107,46 @@ static void test_idle_partition_gives_way(void **state)
     cfx_fini(&f);
 }
 
+/* A ring that eviction empties gives its array back, not only its
+ * entries: the quiet partition's array shrinks with what it holds and is
+ * freed once it holds nothing; the newest entries it keeps meanwhile stay
+ * readable after each move. */
+static void test_idle_ring_gives_back_its_array(void **state)
+{
+    (void)state;
+    cfx_t f;
+    char body[200];
+    memset(body, 'x', sizeof(body) - 1);
+    body[sizeof(body) - 1] = '\0';
+    uint64_t per = sizeof(tn_centry_t) + 16 + strlen(body);
+    cfx_init(&f, 20000 * per);
+    for (uint64_t off = 0; off < 20000; off++)
+        tn__cache_append(&f.p[0], off, (int64_t)off, 0, msg(body), NULL);
+    assert_int_equal(f.p[0].ring_cap, 32768);
+    /* p1 takes the budget over, a quarter of it first. */
+    for (uint64_t off = 0; off < 15500; off++)
+        tn__cache_append(&f.p[1], off, 0, 0, msg(body), NULL);
+    uint64_t left = f.p[0].ring_hi - f.p[0].ring_lo;
+    assert_int_equal(left, 4500);
+    assert_int_equal(f.p[0].ring_cap, 16384); /* halved once it fell to a quarter */
+    for (uint64_t off = 20000 - left; off < 20000; off += 97) {
+        tn_centry_t *e = tn__cache_get(&f.p[0], off);
+        assert_non_null(e);
+        assert_int_equal(e->publish_ns, (int64_t)off);
+        assert_int_equal(e->offset, off);
+    }
+    assert_null(tn__cache_get(&f.p[0], 20000 - left - 1));
+    for (uint64_t off = 15500; off < 20000; off++)
+        tn__cache_append(&f.p[1], off, 0, 0, msg(body), NULL);
+    assert_int_equal(f.p[0].ring_hi, f.p[0].ring_lo);
+    assert_null(f.p[0].ring);
+    assert_int_equal(f.p[0].ring_cap, 0);
+    /* Appended to again, it starts a new ring. */
+    tn__cache_append(&f.p[0], 20000, 0, 0, msg(body), NULL);
+    assert_non_null(tn__cache_get(&f.p[0], 20000));
+    cfx_fini(&f);
+}
+
 static void test_gap_restarts_ring(void **state)
 {
     (void)state;
@@ -171,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_ring_in_order_and_growth),
         cmocka_unit_test(test_budget_evicts_oldest_in_turn),
         cmocka_unit_test(test_idle_partition_gives_way),
+        cmocka_unit_test(test_idle_ring_gives_back_its_array),
         cmocka_unit_test(test_gap_restarts_ring),
         cmocka_unit_test(test_cold_map),
         cmocka_unit_test(test_alloc_failure_drops_not_crashes),
