@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -33,6 +34,7 @@ static atomic_long fail_write_countdown = -1;
 static atomic_int fail_write_err;
 static atomic_long fail_sync_countdown = -1;
 static atomic_int fail_sync_err;
+static atomic_llong sync_delay_ns;
 
 static int injected(atomic_long *countdown, atomic_int *err)
 {
@@ -57,6 +59,11 @@ void tn_io_fail_sync_after(long n, int err)
 {
     atomic_store(&fail_sync_err, err);
     atomic_store(&fail_sync_countdown, n);
+}
+
+void tn_io_delay_sync(int64_t ns)
+{
+    atomic_store(&sync_delay_ns, ns);
 }
 
 /* --- simulator state ----------------------------------------------------- */
@@ -933,6 +940,12 @@ int tn_io_pread(int fd, void *buf, size_t len, uint64_t off, size_t *nread)
 static int sync_fd(int fd, bool data_only)
 {
 #ifdef TN_TEST
+    int64_t delay = atomic_load(&sync_delay_ns);
+    if (delay > 0) {
+        struct timespec ts = {(time_t)(delay / 1000000000), (long)(delay % 1000000000)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
     int inj = injected(&fail_sync_countdown, &fail_sync_err);
     if (inj != 0)
         return inj;

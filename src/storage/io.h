@@ -79,6 +79,8 @@ void tn_io_sim_stop(void);
  * fdatasync/fsync) fail with err, once. n < 0 disarms. */
 void tn_io_fail_write_after(long n, int err);
 void tn_io_fail_sync_after(long n, int err);
+/* Every fdatasync/fsync sleeps ns first (a slow or stalled disk); 0 stops. */
+void tn_io_delay_sync(int64_t ns);
 #endif
 
 #endif

@@ -161,6 +161,11 @@ static void on_async(uv_async_t *h)
     }
 }
 
+/* A stalled disk: this many busy_poll_ns with appends out and none
+ * completed. Polling ends then, and does not start again until one has,
+ * however many appends keep arriving. */
+#define POLL_STALL 4
+
 /* Idempotent: a completion run by on_poll may close the store, which
  * stops polling before on_poll looks again. */
 static void poll_stop(tn_store_t *store, int64_t now)
@@ -172,29 +177,41 @@ static void poll_stop(tn_store_t *store, int64_t now)
     store->poll_started_ns = 0;
 }
 
+static bool stalled(const tn_store_t *store, int64_t now)
+{
+    return now - store->progress_ns >= POLL_STALL * store->opts.busy_poll_ns;
+}
+
 static void on_poll(uv_idle_t *h)
 {
     tn_store_t *store = h->data;
     uv_mutex_lock(&store->done_lock);
     bool done = store->done_head != NULL;
     uv_mutex_unlock(&store->done_lock);
+    if (done)
+        on_async(&store->async); /* moves progress_ns */
     int64_t now = tn_now_mono_ns();
-    if (done) {
-        on_async(&store->async);
+    if (done)
         store->poll_until_ns = now + store->opts.busy_poll_ns;
-    }
-    if (store->appends_out < store->opts.busy_poll_min || now >= store->poll_until_ns)
+    if (store->appends_out < store->opts.busy_poll_min || now >= store->poll_until_ns ||
+        stalled(store, now))
         poll_stop(store, now);
 }
 
 void tn__store_append_out(tn_store_t *store)
 {
-    store->appends_out++;
-    if (store->opts.busy_poll_ns <= 0 || store->appends_out < store->opts.busy_poll_min ||
+    if (store->opts.busy_poll_ns <= 0) {
+        store->appends_out++;
+        return;
+    }
+    int64_t now = tn_now_mono_ns();
+    if (store->appends_out++ == 0)
+        store->progress_ns = now;
+    if (store->appends_out < store->opts.busy_poll_min || stalled(store, now) ||
         atomic_load_explicit(&store->logc.round_ns, memory_order_relaxed) >
             store->opts.busy_poll_ns)
         return;
-    int64_t now = tn_now_mono_ns();
+    /* New appends keep it going: the round they join is still to come. */
     store->poll_until_ns = now + store->opts.busy_poll_ns;
     if (store->poll_started_ns == 0) {
         store->poll_started_ns = now;
@@ -205,6 +222,12 @@ void tn__store_append_out(tn_store_t *store)
 void tn__store_append_back(tn_store_t *store)
 {
     store->appends_out--;
+    if (store->opts.busy_poll_ns <= 0)
+        return;
+    store->progress_ns = tn_now_mono_ns();
+    /* At once, whichever of the async or a poll ran this completion. */
+    if (store->appends_out < store->opts.busy_poll_min)
+        poll_stop(store, store->progress_ns);
 }
 
 void tn__store_complete(tn_store_t *store, tn__sreq_t *head, tn__sreq_t *tail)

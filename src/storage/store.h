@@ -21,9 +21,10 @@
  * keeps serving every other event) instead of sleeping until the async
  * wakes it: each round's answers go out a wake-up sooner (~12 µs on a VM),
  * which is what a set of producers waiting on the same commits gains. It
- * stops when the appends drop below the minimum, or after busy_poll_ns
- * without a completion; a lone producer, or a disk slower than the budget,
- * never makes it poll.
+ * stops when the appends drop below the minimum, after busy_poll_ns
+ * without a submission or completion, or after four times that without a
+ * completion (a stalled disk); a lone producer, or a disk slower than the
+ * budget on average, never makes it poll.
  *
  * Thread safety: open/close and every tn_store_* call on the loop thread
  * that opened it, unless a function says otherwise. */
@@ -85,6 +86,7 @@ struct tn_store_s {
     uv_idle_t poll;
     uint32_t appends_out;    /* publish appends submitted, not completed */
     int64_t poll_until_ns;   /* stop polling at this time */
+    int64_t progress_ns;     /* the last completion, or appends began to be out */
     int64_t poll_started_ns; /* 0 while not polling */
     uint64_t poll_ns_total;  /* time spent polling, for metrics */
     tn__committer_t logc;

@@ -537,6 +537,42 @@ static void test_busy_poll_store_closed_meanwhile(void **state)
     assert_int_equal(uv_run(&fx->loop, UV_RUN_NOWAIT), 0);
 }
 
+/* A stalled disk does not keep the loop polling, however many appends
+ * keep arriving: it stops after four budgets without a completion. */
+static void test_busy_poll_stops_on_a_stall(void **state)
+{
+    fx_t *fx = *state;
+    fx->opts.busy_poll_ns = 1000000; /* 1 ms */
+    fx->opts.busy_poll_min = 1;
+    tu_fx_reopen(fx);
+    tn_plog_t *plog = open_log(fx, "a", 0);
+    enum { N = 200 };
+    static tn_append_t reqs[N];
+    tn_rec_in_t rec = {{NULL, 0}, tn_iov("stalled", 7), 0};
+    mode_wait_t w = {fx, 0, 0, 0, 0};
+    tn_io_delay_sync(300LL * 1000000); /* each sync takes 300 ms */
+    int n = 0;
+    int64_t start = tn_now_mono_ns();
+    /* An append every ~100 µs for 50 ms, all waiting on the stalled sync. */
+    while (tn_now_mono_ns() - start < 50LL * 1000000 && n < N) {
+        reqs[n].data = &w;
+        assert_int_equal(tn_plog_append(plog, &reqs[n], &rec, 1, on_mode_append), 0);
+        n++;
+        uv_run(&fx->loop, UV_RUN_NOWAIT);
+        usleep(100);
+    }
+    tn_io_delay_sync(0);
+    bool polling = uv_is_active((uv_handle_t *)&fx->store->poll);
+    int done = w.done;
+    while (w.done < n)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    /* The first sync was still in flight, and polling had given up. */
+    assert_int_equal(done, 0);
+    assert_false(polling);
+    assert_true(fx->store->poll_ns_total < 150LL * 1000000);
+    assert_int_equal(w.status, 0);
+}
+
 /* Commits slower on average than the budget never start it: polling
  * would burn the budget and sleep anyway. */
 static void test_busy_poll_skips_slow_commits(void **state)
@@ -803,6 +839,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_appends_group, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_poll_while_appends_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_poll_skips_slow_commits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_poll_stops_on_a_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_poll_store_closed_meanwhile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_by_offset_and_age, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_high_refuses_appends, setup, teardown),
