@@ -5,6 +5,7 @@
 
 #include "core/alloc.h"
 #include "proto/addr.h"
+#include "proto/stream.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -317,36 +318,17 @@ static void flush(conn_t *c)
 {
     if (c->state == C_CLOSED || c->writing)
         return;
-    if (tn_buf_size(&c->out) == 0) {
-        if (c->close_after)
-            close_gracefully(c);
-        return;
-    }
-    uv_buf_t b = uv_buf_init(tn_buf_data(&c->out), (unsigned)tn_buf_size(&c->out));
-    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-    if (n > 0)
-        tn_buf_consume(&c->out, (size_t)n);
-    else if (n != UV_EAGAIN) {
-        conn_close(c);
-        return;
-    }
-    if (tn_buf_size(&c->out) == 0) {
-        if (c->close_after)
-            close_gracefully(c);
-        return;
-    }
-    tn_buf_t t = c->wbuf;
-    c->wbuf = c->out;
-    c->out = t;
-    tn_buf_reset(&c->out);
-    b = uv_buf_init(tn_buf_data(&c->wbuf), (unsigned)tn_buf_size(&c->wbuf));
     c->wreq.data = c;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
+    int rc = tn_stream_send((uv_stream_t *)&c->tcp, &c->out, &c->wbuf, &c->wreq, on_written);
+    if (rc < 0) {
         conn_close(c);
-        return;
+    } else if (rc == 0) {
+        if (c->close_after)
+            close_gracefully(c);
+    } else {
+        c->writing = true;
+        c->refs++;
     }
-    c->writing = true;
-    c->refs++;
 }
 
 static int append_fmt(tn_buf_t *b, const char *fmt, ...) TN_PRINTF(2, 3);

@@ -6,6 +6,7 @@
 #include "auth/nsqauth.h"
 #include "core/alloc.h"
 #include "proto/addr.h"
+#include "proto/stream.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -349,38 +350,17 @@ static void flush(conn_t *c)
     }
     if (c->writing)
         return;
-    if (tn_buf_size(&c->wire) == 0) {
-        if (c->close_after_write)
-            close_gracefully(c);
-        return;
-    }
-    /* Most writes fit the socket buffer: try at once, and queue only what
-     * is left. */
-    uv_buf_t b = uv_buf_init(tn_buf_data(&c->wire), (unsigned)tn_buf_size(&c->wire));
-    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-    if (n > 0)
-        tn_buf_consume(&c->wire, (size_t)n);
-    else if (n != UV_EAGAIN) {
-        conn_close(c);
-        return;
-    }
-    if (tn_buf_size(&c->wire) == 0) {
-        if (c->close_after_write)
-            close_gracefully(c);
-        return;
-    }
-    tn_buf_t t = c->wbuf;
-    c->wbuf = c->wire;
-    c->wire = t;
-    b = uv_buf_init(tn_buf_data(&c->wbuf), (unsigned)tn_buf_size(&c->wbuf));
     c->wreq.data = c;
-    int rc = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written);
-    if (rc != 0) {
+    int rc = tn_stream_send((uv_stream_t *)&c->tcp, &c->wire, &c->wbuf, &c->wreq, on_written);
+    if (rc < 0) {
         conn_close(c);
-        return;
+    } else if (rc == 0) {
+        if (c->close_after_write)
+            close_gracefully(c);
+    } else {
+        c->writing = true;
+        c->refs++;
     }
-    c->writing = true;
-    c->refs++;
 }
 
 static void on_flush_timer(uv_timer_t *t)
