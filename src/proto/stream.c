@@ -3,8 +3,7 @@
 
 #include "proto/stream.h"
 
-int tn_stream_send(uv_stream_t *s, tn_buf_t *out, tn_buf_t *held, uv_write_t *req,
-                   uv_write_cb cb)
+int tn_stream_send(uv_stream_t *s, tn_buf_t *out, tn_buf_t *held, uv_write_t *req, uv_write_cb cb)
 {
     if (tn_buf_size(out) == 0)
         return 0;

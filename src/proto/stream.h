@@ -19,7 +19,6 @@
  * on return either way. Returns 0 when everything went out at once, 1
  * when req is queued (req->data as the caller set it), or a libuv error
  * (the caller closes the connection). */
-int tn_stream_send(uv_stream_t *s, tn_buf_t *out, tn_buf_t *held, uv_write_t *req,
-                   uv_write_cb cb);
+int tn_stream_send(uv_stream_t *s, tn_buf_t *out, tn_buf_t *held, uv_write_t *req, uv_write_cb cb);
 
 #endif

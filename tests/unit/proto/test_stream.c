@@ -17,6 +17,8 @@ typedef struct {
     uv_pipe_t w; /* the sending end */
     uv_pipe_t r; /* the peer, reading everything into got */
     tn_buf_t got;
+    tn_buf_t out, held; /* the sender's buffers */
+    uv_write_t req;
     int written; /* write callbacks seen */
     int status;
 } sfx_t;
@@ -55,6 +57,14 @@ static void sfx_init(sfx_t *f)
     assert_int_equal(uv_pipe_open(&f->r, fds[1]), 0);
     f->r.data = f;
     tn_buf_init(&f->got);
+    tn_buf_init(&f->out);
+    tn_buf_init(&f->held);
+    f->req.data = f;
+}
+
+static int send_out(sfx_t *f)
+{
+    return tn_stream_send((uv_stream_t *)&f->w, &f->out, &f->held, &f->req, on_written);
 }
 
 static void sfx_fini(sfx_t *f)
@@ -65,6 +75,8 @@ static void sfx_fini(sfx_t *f)
         uv_close((uv_handle_t *)&f->r, NULL);
     tu_loop_fini(&f->loop);
     tn_buf_fini(&f->got);
+    tn_buf_fini(&f->out);
+    tn_buf_fini(&f->held);
 }
 
 static void test_small_output_goes_at_once(void **state)
@@ -72,24 +84,17 @@ static void test_small_output_goes_at_once(void **state)
     (void)state;
     sfx_t f;
     sfx_init(&f);
-    tn_buf_t out, held;
-    tn_buf_init(&out);
-    tn_buf_init(&held);
-    assert_int_equal(tn_buf_append(&out, "OK frame", 8), 0);
-    uv_write_t req;
-    req.data = &f;
-    assert_int_equal(tn_stream_send((uv_stream_t *)&f.w, &out, &held, &req, on_written), 0);
-    assert_int_equal(tn_buf_size(&out), 0);
-    assert_int_equal(tn_buf_size(&held), 0);
+    assert_int_equal(tn_buf_append(&f.out, "OK frame", 8), 0);
+    assert_int_equal(send_out(&f), 0);
+    assert_int_equal(tn_buf_size(&f.out), 0);
+    assert_int_equal(tn_buf_size(&f.held), 0);
     /* Nothing to send: nothing done. */
-    assert_int_equal(tn_stream_send((uv_stream_t *)&f.w, &out, &held, &req, on_written), 0);
+    assert_int_equal(send_out(&f), 0);
     assert_int_equal(uv_read_start((uv_stream_t *)&f.r, on_alloc, on_read), 0);
     while (tn_buf_size(&f.got) < 8)
         uv_run(&f.loop, UV_RUN_ONCE);
     assert_memory_equal(tn_buf_data(&f.got), "OK frame", 8);
     assert_int_equal(f.written, 0);
-    tn_buf_fini(&out);
-    tn_buf_fini(&held);
     sfx_fini(&f);
 }
 
@@ -105,29 +110,22 @@ static void test_large_output_is_queued_in_order(void **state)
     assert_non_null(data);
     for (size_t i = 0; i < SIZE; i++)
         data[i] = (char)('a' + (i * 7) % 26);
-    tn_buf_t out, held;
-    tn_buf_init(&out);
-    tn_buf_init(&held);
-    assert_int_equal(tn_buf_append(&out, data, SIZE), 0);
-    uv_write_t req;
-    req.data = &f;
-    assert_int_equal(tn_stream_send((uv_stream_t *)&f.w, &out, &held, &req, on_written), 1);
-    assert_int_equal(tn_buf_size(&out), 0);
-    assert_true(tn_buf_size(&held) > 0 && tn_buf_size(&held) < SIZE);
-    assert_int_equal(tn_buf_append(&out, "next", 4), 0); /* out takes new output meanwhile */
+    assert_int_equal(tn_buf_append(&f.out, data, SIZE), 0);
+    assert_int_equal(send_out(&f), 1);
+    assert_int_equal(tn_buf_size(&f.out), 0);
+    assert_true(tn_buf_size(&f.held) > 0 && tn_buf_size(&f.held) < SIZE);
+    assert_int_equal(tn_buf_append(&f.out, "next", 4), 0); /* out takes new output meanwhile */
     assert_int_equal(uv_read_start((uv_stream_t *)&f.r, on_alloc, on_read), 0);
     while (f.written == 0)
         uv_run(&f.loop, UV_RUN_ONCE);
     assert_int_equal(f.status, 0);
-    tn_buf_reset(&held); /* as a caller's write callback does */
-    assert_int_equal(tn_stream_send((uv_stream_t *)&f.w, &out, &held, &req, on_written), 0);
+    tn_buf_reset(&f.held); /* as a caller's write callback does */
+    assert_int_equal(send_out(&f), 0);
     while (tn_buf_size(&f.got) < SIZE + 4)
         uv_run(&f.loop, UV_RUN_ONCE);
     assert_memory_equal(tn_buf_data(&f.got), data, SIZE);
     assert_memory_equal((char *)tn_buf_data(&f.got) + SIZE, "next", 4);
     free(data);
-    tn_buf_fini(&out);
-    tn_buf_fini(&held);
     sfx_fini(&f);
 }
 
@@ -139,17 +137,8 @@ static void test_peer_gone_is_an_error(void **state)
     sfx_init(&f);
     uv_close((uv_handle_t *)&f.r, NULL);
     uv_run(&f.loop, UV_RUN_NOWAIT);
-    tn_buf_t out, held;
-    tn_buf_init(&out);
-    tn_buf_init(&held);
-    assert_int_equal(tn_buf_append(&out, "lost", 4), 0);
-    uv_write_t req;
-    req.data = &f;
-    int rc = tn_stream_send((uv_stream_t *)&f.w, &out, &held, &req, on_written);
-    assert_true(rc < 0);
-    assert_int_equal(rc, UV_EPIPE);
-    tn_buf_fini(&out);
-    tn_buf_fini(&held);
+    assert_int_equal(tn_buf_append(&f.out, "lost", 4), 0);
+    assert_int_equal(send_out(&f), UV_EPIPE);
     sfx_fini(&f);
 }
 
