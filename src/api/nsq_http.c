@@ -318,6 +318,18 @@ static void answer_lookupd(tn_http_request_t *r, int status, tn_buf_t *b)
                     tn_buf_size(b) - 1);
 }
 
+/* The topic= argument, which must be there: false when the 400 was
+ * answered. */
+static bool topic_arg(tn_http_request_t *r, char *topic, size_t len)
+{
+    int rc = tn_http_query(r->head.query, "topic", topic, len);
+    if (rc != 1 || topic[0] == '\0') {
+        answer_error(r, 400, "MISSING_ARG_TOPIC");
+        return false;
+    }
+    return true;
+}
+
 static tn_topic_t *ready_topic(tn_nsq_http_t *api, const char *name)
 {
     tn_topic_t *t;
@@ -328,11 +340,8 @@ static void on_lookup(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
     char topic[256];
-    int rc = tn_http_query(r->head.query, "topic", topic, sizeof(topic));
-    if (rc != 1 || topic[0] == '\0') {
-        answer_error(r, 400, "MISSING_ARG_TOPIC");
+    if (!topic_arg(r, topic, sizeof(topic)))
         return;
-    }
     tn_topic_t *t = ready_topic(api, topic);
     if (t == NULL) {
         answer_error(r, 404, "TOPIC_NOT_FOUND");
@@ -380,11 +389,8 @@ static void on_channels(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
     char topic[256];
-    int rc = tn_http_query(r->head.query, "topic", topic, sizeof(topic));
-    if (rc != 1 || topic[0] == '\0') {
-        answer_error(r, 400, "MISSING_ARG_TOPIC");
+    if (!topic_arg(r, topic, sizeof(topic)))
         return;
-    }
     tn_topic_t *t = ready_topic(api, topic);
     tn_buf_t b;
     tn_buf_init(&b);
@@ -612,9 +618,7 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
     m->op = op;
     m->channel_op = channel_op;
     /* nsqd names errors by family: the channel endpoints say INVALID_ARG_TOPIC. */
-    int rc = tn_http_query(r->head.query, "topic", m->topic, sizeof(m->topic));
-    if (rc != 1 || m->topic[0] == '\0') {
-        answer_error(r, 400, "MISSING_ARG_TOPIC");
+    if (!topic_arg(r, m->topic, sizeof(m->topic))) {
         tn_free(m);
         return;
     }
@@ -624,7 +628,7 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
         return;
     }
     if (channel_op) {
-        rc = tn_http_query(r->head.query, "channel", m->channel, sizeof(m->channel));
+        int rc = tn_http_query(r->head.query, "channel", m->channel, sizeof(m->channel));
         if (rc != 1 || m->channel[0] == '\0') {
             answer_error(r, 400, "MISSING_ARG_CHANNEL");
             tn_free(m);
