@@ -80,12 +80,7 @@ static void arm(tn_consume_t *cs);
 
 static bool json_valid(const char *data, size_t len)
 {
-    size_t i = 0;
-    while (i < len && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r'))
-        i++;
-    if (i == len || len > JSON_PAYLOAD_MAX || strchr("{[\"-0123456789tfn", data[i]) == NULL)
-        return false;
-    return tn_json_valid(data, len);
+    return len <= JSON_PAYLOAD_MAX && tn_json_valid(data, len);
 }
 
 static void base64(tn_buf_t *b, const void *data, size_t len)

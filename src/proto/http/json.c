@@ -428,6 +428,15 @@ static bool v_word(vcur_t *c, const char *w, size_t n)
     return true;
 }
 
+/* An object member's key and its colon, from the opening quote on. */
+static bool v_key(vcur_t *c)
+{
+    if (c->p == c->end || *c->p++ != '"' || !v_string(c))
+        return false;
+    v_ws(c);
+    return c->p < c->end && *c->p++ == ':';
+}
+
 /* Iterative: a stack of one bit per open container (1 object, 0 array)
  * holds the nesting, so depth costs no recursion. */
 bool tn_json_valid(const char *body, size_t len)
@@ -458,13 +467,8 @@ bool tn_json_valid(const char *body, size_t len)
                     state = AFTER;
                     continue;
                 }
-                if (x == '{') { /* a key, then a colon */
-                    if (c.p == c.end || *c.p++ != '"' || !v_string(&c))
-                        return false;
-                    v_ws(&c);
-                    if (c.p == c.end || *c.p++ != ':')
-                        return false;
-                }
+                if (x == '{' && !v_key(&c))
+                    return false;
                 continue; /* a value follows */
             }
             if (x == '"') {
@@ -495,10 +499,7 @@ bool tn_json_valid(const char *body, size_t len)
             return false;
         if (in_object) {
             v_ws(&c);
-            if (c.p == c.end || *c.p++ != '"' || !v_string(&c))
-                return false;
-            v_ws(&c);
-            if (c.p == c.end || *c.p++ != ':')
+            if (!v_key(&c))
                 return false;
         }
         state = VALUE;
