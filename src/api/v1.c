@@ -867,7 +867,7 @@ static void on_patch_recorded(tn_meta_req_t *req, int status)
         op_end(op, 404, "topic not found");
         return;
     }
-    if (status == TN_ECHANGED && ++op->tries < 5 && !op->v->closing) {
+    if (status == TN_ECHANGED && ++op->tries < TN__V1_CHANGE_TRIES && !op->v->closing) {
         /* Another change landed first: make this one again on top of it. */
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
         tn_meta_cmd_t c;

@@ -93,7 +93,7 @@ static void propose_link(link_t *l);
 static void on_link_recorded(tn_meta_req_t *req, int status)
 {
     link_t *l = req->data;
-    if (status == TN_ECHANGED && ++l->tries < 5 && !l->v->closing) {
+    if (status == TN_ECHANGED && ++l->tries < TN__V1_CHANGE_TRIES && !l->v->closing) {
         propose_link(l); /* another change landed first: again on top of it */
         return;
     }

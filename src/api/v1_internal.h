@@ -10,6 +10,10 @@
 
 #define TN__V1_JSON "application/json; charset=utf-8"
 
+/* A read-modify-write of a record (if_unchanged) that loses this many
+ * races to other changes answers 409 instead of trying again. */
+#define TN__V1_CHANGE_TRIES 5
+
 /* Answer {"error": msg}; headers (may be NULL) are extra lines. */
 void tn__v1_error(tn_http_request_t *r, int status, const char *msg, const char *headers);
 /* Answer b (a JSON document, a newline is added) and release it. */

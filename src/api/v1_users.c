@@ -485,7 +485,7 @@ static void on_user_proposed(tn_meta_req_t *req, int status)
         if (op->r != NULL)
             audit(op->r, what[op->kind], op->user);
         uop_end(op, op->kind == OP_CREATE ? 201 : op->kind == OP_GRANTS ? 200 : 204, NULL);
-    } else if (status == TN_ECHANGED && ++op->tries < 5) {
+    } else if (status == TN_ECHANGED && ++op->tries < TN__V1_CHANGE_TRIES) {
         propose(op); /* made again from the record as it is now */
     } else if (status == TN_ECHANGED) {
         uop_end(op, 409, "the user kept changing while this change was applied; send it again");

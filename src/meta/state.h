@@ -45,10 +45,9 @@ void tn_meta_state_fini(tn_meta_state_t *s);
 
 /* Apply one command. 0; UV_EEXIST (a PUT with if_absent found the record);
  * TN_ENOTFOUND (a delete of a missing record, a channel of a missing
- * topic, a PUT with if_unchanged of a missing record);
- * TN_ECHANGED (a PUT with if_unchanged found another record); UV_ENOMEM. A refused command changes
- * nothing.
- */
+ * topic, a PUT with if_unchanged of a missing record); TN_ECHANGED (a
+ * PUT with if_unchanged found another record); UV_ENOMEM. A refused
+ * command changes nothing. */
 int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c);
 
 const tn_meta_topic_entry_t *tn_meta_topic_find(const tn_meta_state_t *s, const char *name);
