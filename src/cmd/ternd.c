@@ -6,7 +6,8 @@
  *      and its accepted range.
  *   2. Open the data directory: take its lock (a second daemon on the same
  *      directory exits with status 1), check FORMAT, start the storage
- *      threads.
+ *      threads; then write --pid-file, if given (a daemon refused the lock
+ *      leaves the running one's file alone).
  *   3. Open the queue engine: it recovers every partition log and channel
  *      log on disk. A partition found damaged is isolated and reported;
  *      the others serve.
@@ -15,7 +16,7 @@
  *   5. Shut down in reverse: close the listener and every connection
  *      (in-flight messages go back to their channels), let the engine's
  *      storage requests finish, close every log, stop the storage threads
- *      and release the lock. */
+ *      and release the lock; remove the pid file. */
 #include "core/platform.h"
 
 #include "cmd/version.h"
@@ -37,6 +38,7 @@
 #include "queue/queue.h"
 #include "storage/store.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -167,6 +169,18 @@ static void lookupd_list(const tn_config_t *cfg, char *out, size_t len)
     out[n] = '\0';
 }
 
+/* --pid-file: the process id and a newline. Returns 0 or a negative errno. */
+static int write_pid_file(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return tn_err_from_errno(errno);
+    int rc = fprintf(f, "%ld\n", (long)getpid()) < 0 ? tn_err_from_errno(errno) : 0;
+    if (fclose(f) != 0 && rc == 0)
+        rc = tn_err_from_errno(errno);
+    return rc;
+}
+
 /* The recovery summary for the ready line. */
 static void summarise(tn_broker_t *b, char *out, size_t len)
 {
@@ -292,6 +306,15 @@ int main(int argc, char **argv)
     if (rc != 0) {
         TN_LOG(TN_LOG_ERROR, "cannot open the data directory: %s", err);
         tn_broker_opts_fini(&bopts);
+        uv_loop_close(&loop);
+        tn_config_fini(&cfg);
+        return 1;
+    }
+    if (cfg.pid_file[0] != '\0' && (rc = write_pid_file(cfg.pid_file)) != 0) {
+        TN_LOG(TN_LOG_ERROR, "cannot write the pid file %s: %s", cfg.pid_file, tn_strerror(rc));
+        tn_broker_opts_fini(&bopts);
+        tn_store_close(d.store, NULL);
+        uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);
         tn_config_fini(&cfg);
         return 1;
@@ -441,6 +464,8 @@ int main(int argc, char **argv)
          * cancelled request), and exit's handlers (libcrypto's cleanup)
          * would pull its state from under it. Storage is closed and
          * durable; only the log streams need flushing. */
+        if (cfg.pid_file[0] != '\0')
+            unlink(cfg.pid_file);
         tn_config_fini(&cfg);
         fflush(stdout);
         fflush(stderr);
@@ -451,6 +476,8 @@ int main(int argc, char **argv)
         TN_LOG(TN_LOG_ERROR, "loop not closed cleanly: %s", uv_strerror(rc));
         d.rc = 1;
     }
+    if (cfg.pid_file[0] != '\0')
+        unlink(cfg.pid_file);
     tn_config_fini(&cfg);
     return d.rc;
 }

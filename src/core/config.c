@@ -42,6 +42,9 @@ static const opt_t options[] = {
      "config file of `name = value` lines (also TERN_CONFIG)"},
     {"data-path", OPT_STR, F(data_path), "data", 0, 0, NULL,
      "directory holding the message log, channel state and metadata"},
+    {"pid-file", OPT_STR, F(pid_file), "", 0, 0, NULL,
+     "file to write ternd's process id to once the data directory is locked; removed at a "
+     "clean exit (empty: none)"},
     {"log-level", OPT_ENUM, F(log_level), "info", 0, 0, log_levels,
      "least severe log level written: debug, info, notice, warn, error"},
     {"segment-bytes", OPT_SIZE, F(segment_bytes), "64MiB", 64 * 1024, 1024 * 1024 * 1024, NULL,

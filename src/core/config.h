@@ -30,6 +30,7 @@ typedef enum {
 typedef struct tn_config_s {
     char *config_file;
     char *data_path;
+    char *pid_file; /* "": none */
     int log_level;
 
     /* storage: partition log */

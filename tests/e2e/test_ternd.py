@@ -121,6 +121,28 @@ class TerndTest(unittest.TestCase):
         d.wait_for("ready")
         self.assertEqual(d.stop(signal.SIGINT), 0, d.log())
 
+    def test_pid_file(self):
+        # --pid-file is written once the lock is held, left alone by a daemon
+        # refused the lock, and removed at a clean exit; a pid file that
+        # cannot be written stops the start.
+        pid_file = os.path.join(self.dir, "ternd.pid")
+        d = Daemon(self.data, f"--pid-file={pid_file}")
+        d.wait_for("ready")
+        with open(pid_file) as f:
+            self.assertEqual(f.read(), f"{d.proc.pid}\n")
+        second = self.run_ternd(f"--data-path={self.data}", f"--pid-file={pid_file}")
+        self.assertEqual(second.returncode, 1)
+        with open(pid_file) as f:
+            self.assertEqual(f.read(), f"{d.proc.pid}\n")
+        self.assertEqual(d.stop(), 0, d.log())
+        self.assertFalse(os.path.exists(pid_file), "a clean exit removes the pid file")
+        res = self.run_ternd(f"--data-path={self.data}", f"--pid-file={self.dir}/no/ternd.pid",
+                             "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0",
+                             "--raft-address=127.0.0.1:0")
+        self.assertEqual(res.returncode, 1)
+        self.assertIn(f"cannot write the pid file {self.dir}/no/ternd.pid: no such file",
+                      res.stderr)
+
     def test_metastore_keeps_the_catalog(self):
         # Topics and channels the NSQ doors create are recorded in the
         # Raft metastore (ephemeral channels are not), and a restart replays
