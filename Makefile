@@ -1,12 +1,23 @@
 # tern: the commands in README.md. Every target installs missing Debian
 # packages first (scripts/install-deps.sh), then configures and builds with
 # CMake.
+#
+# Builds are quiet: no "Entering directory" lines (CMake's make runs under
+# this one), no per-file or per-target progress (CMAKE_RULE_MESSAGES and
+# CMAKE_TARGET_MESSAGES off), no echoed commands. What the compiler says
+# (every error and warning, in full) and make's own error lines still
+# print; ctest's output is untouched.
 
 JOBS ?= $(shell nproc)
 BUILD ?= build
 DATA ?= ./data
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
+TERND_FLAGS ?=
+# QUIET at configure time; QUIET_MAKE goes to the make of CMake's Makefile
+# generator at build time.
+QUIET := -DCMAKE_RULE_MESSAGES=OFF -DCMAKE_TARGET_MESSAGES=OFF
+QUIET_MAKE := -- --no-print-directory -s
 
 .PHONY: all build compat-deps run test asan tsan fuzz bench lint format deps clean
 
@@ -15,16 +26,21 @@ all: build
 deps:
 	@./scripts/install-deps.sh
 
-$(BUILD)/Makefile: CMakeLists.txt
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+# Configured again when this file changes too (it holds the CMake flags);
+# the touch marks it done even when CMake leaves its Makefile as it was.
+$(BUILD)/Makefile: CMakeLists.txt Makefile
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(QUIET) $(CMAKE_FLAGS) >/dev/null
+	@touch $@
 	@ln -sf $(BUILD)/compile_commands.json compile_commands.json
 
 build: deps $(BUILD)/Makefile
-	cmake --build $(BUILD) -j $(JOBS)
+	@cmake --build $(BUILD) -j $(JOBS) $(QUIET_MAKE)
 
-# Start ternd on loopback with the built-in defaults and ./data.
+# Start ternd in the foreground on loopback with the built-in defaults (and
+# TERND_FLAGS) on $(DATA); its process id is in $(DATA)/ternd.pid while it
+# runs. Stop it with Ctrl-C or kill $$(cat $(DATA)/ternd.pid).
 run: build
-	./$(BUILD)/ternd --data-path $(DATA)
+	@./$(BUILD)/ternd --data-path $(DATA) --pid-file $(DATA)/ternd.pid $(TERND_FLAGS)
 
 # The nsqjs client for the compatibility suite, pinned by its lockfile.
 compat-deps: deps
@@ -39,21 +55,21 @@ test: build compat-deps
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer.
 asan: deps compat-deps
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=address,undefined >/dev/null
-	cmake --build build-asan -j $(JOBS)
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=address,undefined $(QUIET) >/dev/null
+	cmake --build build-asan -j $(JOBS) $(QUIET_MAKE)
 	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS)
 
 # The threaded storage code under ThreadSanitizer.
 tsan: deps
-	CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=thread >/dev/null
-	cmake --build build-tsan -j $(JOBS)
+	CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=thread $(QUIET) >/dev/null
+	cmake --build build-tsan -j $(JOBS) $(QUIET_MAKE)
 	cd build-tsan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS) -L 'unit|crash'
 
 # Run every libFuzzer target for FUZZ_SECONDS each, growing its corpus.
 fuzz: deps
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DTERN_FUZZ=ON \
-		-DTERN_SANITIZE=address,undefined >/dev/null
-	cmake --build build-fuzz -j $(JOBS)
+		-DTERN_SANITIZE=address,undefined $(QUIET) >/dev/null
+	cmake --build build-fuzz -j $(JOBS) $(QUIET_MAKE)
 	@for d in tests/fuzz/*/; do \
 		t=$$(basename $$d); \
 		echo "== fuzz $$t ($(FUZZ_SECONDS)s)"; \
@@ -62,8 +78,9 @@ fuzz: deps
 	done
 
 bench: deps
-	cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build build-bench -j $(JOBS) --target tern-storage-bench ternd tern-bench tern-v1-bench
+	cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release $(QUIET) >/dev/null
+	cmake --build build-bench -j $(JOBS) --target tern-storage-bench ternd tern-bench tern-v1-bench \
+		$(QUIET_MAKE)
 	./build-bench/tern-storage-bench
 	./bench/nsq_bench.sh build-bench
 	./bench/v1_bench.sh build-bench
