@@ -8,6 +8,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/name.h"
 #include "core/time.h"
 
 #include <inttypes.h>
@@ -57,13 +58,6 @@ static void propose(tn_catalog_t *c, const tn_meta_cmd_t *cmd, const char *what)
             TN_LOG(TN_LOG_WARN, "metastore: cannot record %s: %s", what, tn_strerror(rc));
         tn_free(p);
     }
-}
-
-static bool ephemeral(const char *channel)
-{
-    static const char suffix[] = "#ephemeral";
-    size_t n = strlen(channel), k = sizeof(suffix) - 1;
-    return n >= k && strcmp(channel + n - k, suffix) == 0;
 }
 
 /* The record of a topic the engine makes for an NSQ door. */
@@ -155,7 +149,7 @@ static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
 
 static void record_channel(tn_catalog_t *c, const char *topic, const char *channel, bool add)
 {
-    if (ephemeral(channel))
+    if (tn_name_ephemeral(channel, strlen(channel)))
         return;
     if (add && tn_meta_channel_exists(tn_meta_state(c->meta), topic, channel))
         return;
@@ -173,6 +167,9 @@ static void record_channel(tn_catalog_t *c, const char *topic, const char *chann
 static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const char *channel)
 {
     tn_catalog_t *c = arg;
+    /* Ephemeral topics live in memory only, and so never in the record. */
+    if (tn_name_ephemeral(topic, strlen(topic)))
+        return;
     switch (ev) {
     case TN_EV_TOPIC_UP: {
         tn_topic_t *t = NULL;

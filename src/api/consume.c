@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/time.h"
 #include "proto/http/json.h"
+#include "proto/nsq/clientstats.h"
 
 #include <inttypes.h>
 #include <openssl/evp.h>
@@ -55,7 +56,8 @@ struct lane_s {
     char channel[TN_NAME_MAX + 1];
     poll_t *head;
     poll_t *tail;
-    uint32_t want; /* sum over its polls: the consumer's credit */
+    uint32_t want;     /* sum over its polls: the consumer's credit */
+    int64_t started_s; /* wall clock, seconds: its connect_ts in /stats */
     lane_t *next;
 };
 
@@ -256,16 +258,23 @@ static void on_kick(tn_consumer_t *c)
     lane_free(l);
 }
 
-static void describe(tn_consumer_t *c, tn_buf_t *out)
+/* The lane in /stats: one client entry for every /v1 long poll on it. */
+static void describe(tn_consumer_t *c, const char *topic, tn_buf_t *out)
 {
     lane_t *l = c->data;
-    tn__v1_appendf(
-        out,
-        "{\"client_id\":\"http\",\"hostname\":\"\",\"version\":\"V2\",\"remote_address\":"
-        "\"http\",\"state\":3,\"ready_count\":%" PRIu32 ",\"in_flight_count\":%zu,"
-        "\"message_count\":%" PRIu64 ",\"finish_count\":%" PRIu64 ",\"requeue_count\":%" PRIu64
-        ",\"user_agent\":\"tern-http-consume\"}",
-        l->want, tn_consumer_inflight(c), c->message_count, c->finish_count, c->requeue_count);
+    tn_nsq_client_stats_t s = {
+        .client_id = "http",
+        .remote_address = "http",
+        .user_agent = "tern-http-consume",
+        .state = TN_NSQ_STATE_SUBSCRIBED,
+        .ready_count = l->want,
+        .in_flight_count = tn_consumer_inflight(c),
+        .message_count = c->message_count,
+        .finish_count = c->finish_count,
+        .requeue_count = c->requeue_count,
+        .connect_ts = l->started_s,
+    };
+    tn_nsq_client_stats_json(out, &s, topic);
 }
 
 static lane_t *lane_find(tn_consume_t *cs, const char *topic, const char *channel, bool pinned,
@@ -296,6 +305,7 @@ static lane_t *lane_get(tn_consume_t *cs, tn_channel_t *ch, const tn_consume_arg
     l->c.kick = on_kick;
     l->c.describe = describe;
     l->c.data = l;
+    l->started_s = tn_now_wall_ms() / 1000;
     l->c.pull = true;
     l->c.pinned = a->pinned;
     l->c.pin = a->partition;

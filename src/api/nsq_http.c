@@ -7,6 +7,7 @@
 #include "core/err.h"
 #include "core/name.h"
 #include "core/time.h"
+#include "proto/nsq/codec.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #define V1_HEADER "X-NSQ-Content-Type: nsq; version=1.0\r\n"
@@ -33,7 +35,10 @@ void tn_nsq_http_init(tn_nsq_http_t *api, const tn_config_t *cfg, const char *ve
     api->start_time = tn_now_wall_ns() / 1000000000;
 }
 
-/* Whether the client negotiated nsqd's v1 responses. */
+/* Whether the client asked for nsqd's v1 responses. nsqd 1.x answers
+ * every endpoint but /ping in the v1 shape (bare JSON, errors as
+ * {"message":...}, the X-NSQ-Content-Type header) whatever the client
+ * asks; the header on /ping is only for clients that ask. */
 static bool wants_v1(const tn_http_request_t *r)
 {
     const tn_iov_t *a = tn_http_header(&r->head, "accept");
@@ -46,12 +51,7 @@ static bool wants_v1(const tn_http_request_t *r)
 
 static void answer_json(tn_http_request_t *r, int status, const char *json)
 {
-    const char *extra = status == 429 || status == 503 ? "Retry-After: 1\r\n" : NULL;
-    char hdrs[128];
-    if (wants_v1(r)) {
-        snprintf(hdrs, sizeof(hdrs), "%s%s", V1_HEADER, extra != NULL ? extra : "");
-        extra = hdrs;
-    }
+    const char *extra = status == 429 || status == 503 ? V1_HEADER "Retry-After: 1\r\n" : V1_HEADER;
     tn_http_respond(r, status, "application/json; charset=utf-8", extra, json, strlen(json));
 }
 
@@ -64,7 +64,13 @@ static void answer_error(tn_http_request_t *r, int status, const char *code)
 
 static void answer_ok(tn_http_request_t *r)
 {
-    tn_http_respond(r, 200, "text/plain; charset=utf-8", wants_v1(r) ? V1_HEADER : NULL, "OK", 2);
+    tn_http_respond(r, 200, "text/plain; charset=utf-8", V1_HEADER, "OK", 2);
+}
+
+/* 200 with no body: a management action done. */
+static void answer_done(tn_http_request_t *r)
+{
+    tn_http_respond(r, 200, NULL, V1_HEADER, "", 0);
 }
 
 /* --- /ping, /info, health -------------------------------------------------- */
@@ -73,7 +79,7 @@ static void on_ping(tn_http_request_t *r, void *arg)
 {
     (void)arg;
     /* nsqd answers a bare OK here, without the v1 header. */
-    tn_http_respond(r, 200, "text/plain; charset=utf-8", NULL, "OK", 2);
+    tn_http_respond(r, 200, "text/plain; charset=utf-8", wants_v1(r) ? V1_HEADER : NULL, "OK", 2);
 }
 
 static void on_info(tn_http_request_t *r, void *arg)
@@ -131,7 +137,7 @@ static int appendf(tn_buf_t *b, const char *fmt, ...)
 }
 
 typedef struct {
-    uint64_t depth;         /* retained for a first channel (no channel yet) */
+    uint64_t depth;         /* held by the topic itself (tn_topic_depth) */
     uint64_t message_count; /* ever published: offsets are dense from 0 */
     uint32_t nchannels;
 } topic_sums_t;
@@ -139,13 +145,9 @@ typedef struct {
 static void topic_sums(const tn_topic_t *t, topic_sums_t *out)
 {
     memset(out, 0, sizeof(*out));
-    for (uint32_t i = 0; i < t->nparts; i++) {
-        tn_plog_stats_t st;
-        tn_plog_stats(t->parts[i]->plog, &st);
-        out->message_count += st.written_next;
-        if (t->channels == NULL)
-            out->depth += st.visible_next - st.first_offset;
-    }
+    for (uint32_t i = 0; i < t->nparts; i++)
+        out->message_count += tn_plog_written_next(t->parts[i]->plog);
+    out->depth = tn_topic_depth(t);
     for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
         out->nchannels++;
 }
@@ -155,106 +157,188 @@ static bool name_is(const char *name, const char *want)
     return want[0] == '\0' || strcmp(name, want) == 0;
 }
 
+/* Whether the NSQ doors see a topic or channel: a name longer than nsqd
+ * takes (a /v1 topic can have 255 characters) is not reachable there, so
+ * it is not listed there either. */
+static bool nsq_named(const char *name)
+{
+    return tn_nsq_valid_topic(name, strlen(name));
+}
+
+static bool nsq_topic(const tn_topic_t *t)
+{
+    return t->state == TN_OBJ_READY && nsq_named(t->name);
+}
+
+static bool nsq_channel(const tn_channel_t *ch)
+{
+    return ch->state == TN_OBJ_READY && nsq_named(ch->name);
+}
+
+static int by_topic_name(const void *a, const void *b)
+{
+    return strcmp((*(tn_topic_t *const *)a)->name, (*(tn_topic_t *const *)b)->name);
+}
+
+static int by_channel_name(const void *a, const void *b)
+{
+    return strcmp((*(tn_channel_t *const *)a)->name, (*(tn_channel_t *const *)b)->name);
+}
+
+/* The topics /stats shows, sorted by name as nsqd sorts them (ftopic ""
+ * for all): a tn_malloc'ed array, *n long (NULL when none). */
+static tn_topic_t **stats_topics(tn_nsq_http_t *api, const char *ftopic, size_t *n)
+{
+    tn_broker_t *br = api->broker;
+    tn_topic_t **v = br->ntopics > 0 ? tn_malloc(br->ntopics * sizeof(*v)) : NULL;
+    *n = 0;
+    for (size_t i = 0; v != NULL && i < br->nbuckets; i++)
+        for (tn_topic_t *t = br->buckets[i]; t != NULL && *n < br->ntopics; t = t->hnext)
+            if (nsq_topic(t) && name_is(t->name, ftopic))
+                v[(*n)++] = t;
+    if (*n > 1)
+        qsort(v, *n, sizeof(*v), by_topic_name);
+    return v;
+}
+
+/* Same for the channels of t. */
+static tn_channel_t **stats_channels(const tn_topic_t *t, const char *fchan, size_t *n)
+{
+    size_t all = 0;
+    for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        all++;
+    tn_channel_t **v = all > 0 ? tn_malloc(all * sizeof(*v)) : NULL;
+    *n = 0;
+    for (tn_channel_t *ch = t->channels; v != NULL && ch != NULL; ch = ch->next)
+        if (nsq_channel(ch) && name_is(ch->name, fchan))
+            v[(*n)++] = ch;
+    if (*n > 1)
+        qsort(v, *n, sizeof(*v), by_channel_name);
+    return v;
+}
+
+/* nsqd's /stats JSON: topics is null only when a named topic does not
+ * exist; with a channel named, topics without it are left out; channels
+ * and (with include_clients) clients are arrays, empty when there are
+ * none. */
 static void stats_json(tn_nsq_http_t *api, tn_buf_t *b, const char *ftopic, const char *fchan,
                        bool clients)
 {
     static const char latency[] = "\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}";
     appendf(b, "{\"version\":\"%s\",\"health\":\"OK\",\"start_time\":%" PRId64 ",\"topics\":",
             api->version, api->start_time);
-    bool any_topic = false;
-    tn_broker_t *br = api->broker;
-    for (size_t i = 0; i < br->nbuckets; i++) {
-        for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
-            if (t->state != TN_OBJ_READY || !name_is(t->name, ftopic))
+    size_t nt;
+    tn_topic_t **topics = stats_topics(api, ftopic, &nt);
+    if (nt == 0 && ftopic[0] != '\0') {
+        tn_buf_append(b, "null", 4);
+    } else {
+        tn_buf_append(b, "[", 1);
+        bool any_topic = false;
+        for (size_t i = 0; i < nt; i++) {
+            tn_topic_t *t = topics[i];
+            size_t nc;
+            tn_channel_t **chans = stats_channels(t, fchan, &nc);
+            if (fchan[0] != '\0' && nc == 0) {
+                tn_free(chans);
                 continue;
+            }
             topic_sums_t ts;
             topic_sums(t, &ts);
-            tn_buf_append(b, any_topic ? "," : "[", 1);
+            if (any_topic)
+                tn_buf_append(b, ",", 1);
             any_topic = true;
-            appendf(b,
-                    "{\"topic_name\":\"%s\",\"depth\":%" PRIu64 ",\"backend_depth\":%" PRIu64
-                    ",\"message_count\":%" PRIu64 ",\"message_bytes\":%" PRIu64
-                    ",\"paused\":%s,%s,\"channels\":",
-                    t->name, ts.depth, ts.depth, ts.message_count, t->message_bytes,
-                    t->paused ? "true" : "false", latency);
-            bool any_chan = false;
-            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
-                if (ch->state != TN_OBJ_READY || !name_is(ch->name, fchan))
-                    continue;
+            appendf(b, "{\"topic_name\":\"%s\",\"channels\":[", t->name);
+            for (size_t k = 0; k < nc; k++) {
+                tn_channel_t *ch = chans[k];
                 tn_channel_stats_t cs;
                 tn_channel_stats(ch, &cs);
                 /* nsqd's depth excludes what is in flight and deferred. */
                 uint64_t depth = cs.depth - TN_MIN(cs.depth, cs.inflight + cs.deferred);
-                tn_buf_append(b, any_chan ? "," : "[", 1);
-                any_chan = true;
+                if (k > 0)
+                    tn_buf_append(b, ",", 1);
                 appendf(b,
                         "{\"channel_name\":\"%s\",\"depth\":%" PRIu64 ",\"backend_depth\":%" PRIu64
                         ",\"in_flight_count\":%" PRIu64 ",\"deferred_count\":%" PRIu64
                         ",\"message_count\":%" PRIu64 ",\"requeue_count\":%" PRIu64
-                        ",\"timeout_count\":%" PRIu64 ",\"client_count\":%u,\"paused\":%s,%s,"
-                        "\"clients\":",
+                        ",\"timeout_count\":%" PRIu64 ",\"client_count\":%u,\"clients\":",
                         ch->name, depth, depth, cs.inflight, cs.deferred, cs.message_count,
-                        cs.requeue_count, cs.timeout_count, ch->nconsumers,
-                        ch->paused ? "true" : "false", latency);
-                if (!clients || ch->nconsumers == 0) {
-                    tn_buf_append(b, "null}", 5);
-                    continue;
+                        cs.requeue_count, cs.timeout_count, ch->nconsumers);
+                if (!clients) {
+                    tn_buf_append(b, "null", 4); /* nsqd: include_clients=false */
+                } else {
+                    tn_consumer_t *c = ch->consumers;
+                    tn_buf_append(b, "[", 1);
+                    for (uint32_t j = 0; j < ch->nconsumers; j++, c = c->next) {
+                        if (j > 0)
+                            tn_buf_append(b, ",", 1);
+                        if (c->describe != NULL)
+                            c->describe(c, ftopic, b);
+                        else
+                            tn_buf_append(b, "{}", 2);
+                    }
+                    tn_buf_append(b, "]", 1);
                 }
-                tn_consumer_t *c = ch->consumers;
-                tn_buf_append(b, "[", 1);
-                for (uint32_t k = 0; k < ch->nconsumers; k++, c = c->next) {
-                    if (k > 0)
-                        tn_buf_append(b, ",", 1);
-                    if (c->describe != NULL)
-                        c->describe(c, b);
-                    else
-                        tn_buf_append(b, "{}", 2);
-                }
-                tn_buf_append(b, "]}", 2);
+                appendf(b, ",\"paused\":%s,%s}", ch->paused ? "true" : "false", latency);
             }
-            tn_buf_append(b, any_chan ? "]}" : "null}", any_chan ? 2 : 5);
+            tn_free(chans);
+            appendf(b,
+                    "],\"depth\":%" PRIu64 ",\"backend_depth\":%" PRIu64
+                    ",\"message_count\":%" PRIu64 ",\"message_bytes\":%" PRIu64
+                    ",\"paused\":%s,%s}",
+                    ts.depth, ts.depth, ts.message_count, t->message_bytes,
+                    t->paused ? "true" : "false", latency);
         }
+        tn_buf_append(b, "]", 1);
     }
-    tn_buf_append(b, any_topic ? "]" : "null", any_topic ? 1 : 4);
-    static const char tail[] = ",\"producers\":null}";
-    tn_buf_append(b, tail, sizeof(tail) - 1);
+    tn_free(topics);
+    tn_buf_append(b, ",\"producers\":", 13);
+    if (clients && api->nsq != NULL)
+        tn_nsq_server_producers_json(api->nsq, ftopic, b);
+    else
+        tn_buf_append(b, "null", 4);
+    tn_buf_append(b, "}", 1);
 }
 
+/* nsqd's text /stats, without its Go memory section and client lines
+ * (format=json has the clients). */
 static void stats_text(tn_nsq_http_t *api, tn_buf_t *b, const char *ftopic, const char *fchan)
 {
+    char when[32];
+    time_t start = (time_t)api->start_time;
+    struct tm tm;
+    gmtime_r(&start, &tm);
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
     int64_t up = tn_now_wall_ns() / 1000000000 - api->start_time;
-    appendf(b, "ternd v%s\nstart_time %" PRId64 "\nuptime %" PRId64 "s\n\nHealth: OK\n\n",
-            api->version, api->start_time, up);
-    tn_broker_t *br = api->broker;
-    bool any = false;
-    for (size_t i = 0; i < br->nbuckets; i++) {
-        for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
-            if (t->state != TN_OBJ_READY || !name_is(t->name, ftopic))
-                continue;
-            any = true;
-            topic_sums_t ts;
-            topic_sums(t, &ts);
+    appendf(b, "ternd v%s\nstart_time %s\nuptime %" PRId64 "s\n\nHealth: OK\n", api->version, when,
+            up);
+    size_t nt;
+    tn_topic_t **topics = stats_topics(api, ftopic, &nt);
+    appendf(b, nt == 0 ? "\nTopics: None\n" : "\nTopics:");
+    for (size_t i = 0; i < nt; i++) {
+        tn_topic_t *t = topics[i];
+        topic_sums_t ts;
+        topic_sums(t, &ts);
+        appendf(b,
+                "\n%s[%-15s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " msgs: %-8" PRIu64
+                " e2e%%: \n",
+                t->paused ? "*P " : "   ", t->name, ts.depth, ts.depth, ts.message_count);
+        size_t nc;
+        tn_channel_t **chans = stats_channels(t, fchan, &nc);
+        for (size_t k = 0; k < nc; k++) {
+            tn_channel_t *ch = chans[k];
+            tn_channel_stats_t cs;
+            tn_channel_stats(ch, &cs);
+            uint64_t depth = cs.depth - TN_MIN(cs.depth, cs.inflight + cs.deferred);
             appendf(b,
-                    "[%-15s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " msgs: %-8" PRIu64 "%s\n",
-                    t->name, ts.depth, ts.depth, ts.message_count, t->paused ? " *P" : "");
-            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
-                if (ch->state != TN_OBJ_READY || !name_is(ch->name, fchan))
-                    continue;
-                tn_channel_stats_t cs;
-                tn_channel_stats(ch, &cs);
-                uint64_t depth = cs.depth - TN_MIN(cs.depth, cs.inflight + cs.deferred);
-                appendf(b,
-                        "    [%-15s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " inflt: %-4" PRIu64
-                        " def: %-4" PRIu64 " re-q: %-5" PRIu64 " timeout: %-5" PRIu64
-                        " msgs: %-8" PRIu64 " clients: %u%s\n",
-                        ch->name, depth, depth, cs.inflight, cs.deferred, cs.requeue_count,
-                        cs.timeout_count, cs.message_count, ch->nconsumers,
-                        ch->paused ? " *P" : "");
-            }
+                    "%s[%-25s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " inflt: %-4" PRIu64
+                    " def: %-4" PRIu64 " re-q: %-5" PRIu64 " timeout: %-5" PRIu64
+                    " msgs: %-8" PRIu64 " e2e%%: \n",
+                    ch->paused ? "   *P " : "      ", ch->name, depth, depth, cs.inflight,
+                    cs.deferred, cs.requeue_count, cs.timeout_count, cs.message_count);
         }
+        tn_free(chans);
     }
-    if (!any)
-        appendf(b, "NO_TOPICS\n");
+    tn_free(topics);
 }
 
 static void on_stats(tn_http_request_t *r, void *arg)
@@ -276,7 +360,7 @@ static void on_stats(tn_http_request_t *r, void *arg)
         answer_json(r, 200, tn_buf_data(&b));
     } else {
         stats_text(api, &b, topic, channel);
-        tn_http_respond(r, 200, "text/plain; charset=utf-8", NULL, tn_buf_data(&b),
+        tn_http_respond(r, 200, "text/plain; charset=utf-8", V1_HEADER, tn_buf_data(&b),
                         tn_buf_size(&b));
     }
     tn_buf_fini(&b);
@@ -301,7 +385,7 @@ static void channels_json(const tn_topic_t *t, tn_buf_t *b)
     tn_buf_append(b, "[", 1);
     bool first = true;
     for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
-        if (ch->state != TN_OBJ_READY)
+        if (!nsq_channel(ch))
             continue;
         appendf(b, "%s\"%s\"", first ? "" : ",", ch->name);
         first = false;
@@ -313,8 +397,7 @@ static void channels_json(const tn_topic_t *t, tn_buf_t *b)
 static void answer_lookupd(tn_http_request_t *r, int status, tn_buf_t *b)
 {
     tn_buf_append(b, "", 1);
-    const char *extra = status == 200 ? V1_HEADER : NULL;
-    tn_http_respond(r, status, "application/json; charset=utf-8", extra, tn_buf_data(b),
+    tn_http_respond(r, status, "application/json; charset=utf-8", V1_HEADER, tn_buf_data(b),
                     tn_buf_size(b) - 1);
 }
 
@@ -333,6 +416,8 @@ static bool topic_arg(tn_http_request_t *r, char *topic, size_t len)
 static tn_topic_t *ready_topic(tn_nsq_http_t *api, const char *name)
 {
     tn_topic_t *t;
+    if (!nsq_named(name))
+        return NULL;
     return tn_broker_topic(api->broker, name, strlen(name), false, 0, NULL, &t) == 0 ? t : NULL;
 }
 
@@ -365,7 +450,7 @@ static void topics_json(tn_nsq_http_t *api, tn_buf_t *b)
     tn_broker_t *br = api->broker;
     for (size_t i = 0; i < br->nbuckets; i++)
         for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
-            if (t->state != TN_OBJ_READY)
+            if (!nsq_topic(t))
                 continue;
             appendf(b, "%s\"%s\"", first ? "" : ",", t->name);
             first = false;
@@ -419,7 +504,7 @@ static void on_nodes(tn_http_request_t *r, void *arg)
     tn_broker_t *br = api->broker;
     for (size_t i = 0; i < br->nbuckets; i++)
         for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext)
-            if (t->state == TN_OBJ_READY)
+            if (nsq_topic(t))
                 appendf(&b, "%sfalse", n++ ? "," : "");
     tn_buf_append(&b, "]}]}", 4);
     answer_lookupd(r, 200, &b);
@@ -450,7 +535,7 @@ static void on_deleted(void *arg, int status)
     if (m->r != NULL) {
         m->r->on_cancel = NULL;
         if (status == 0)
-            tn_http_respond(m->r, 200, NULL, NULL, "", 0);
+            answer_done(m->r);
         else
             answer_error(m->r, 503, "E_STORAGE");
     }
@@ -477,6 +562,12 @@ static void on_mgmt_wait(tn_waiter_t *w, int status)
         return;
     }
     mgmt_run(m);
+}
+
+/* /topic/empty has dropped what the topic held. */
+static void on_emptied(void *arg, int status)
+{
+    on_deleted(arg, status);
 }
 
 /* The engine's answer to a recorded deletion: nothing there is done too. */
@@ -510,7 +601,8 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
  * no metastore (the engine deletes at once). */
 static bool delete_through_meta(mgmt_t *m)
 {
-    if (m->api->meta == NULL || m->recorded)
+    if (m->api->meta == NULL || m->recorded || tn_nsq_is_ephemeral(m->topic, strlen(m->topic)) ||
+        (m->channel_op && tn_nsq_is_ephemeral(m->channel, strlen(m->channel))))
         return false;
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
@@ -568,12 +660,21 @@ static void mgmt_run(mgmt_t *m)
     }
     if (!m->channel_op) {
         if (m->op == OP_EMPTY) {
-            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
-                tn_channel_empty(ch);
+            r->on_cancel = on_mgmt_cancel;
+            rc = tn_topic_empty(t, on_emptied, m);
+            if (rc == 0)
+                return; /* on_emptied answers and frees m */
+            r->on_cancel = NULL;
+            if (rc == UV_EAGAIN)
+                answer_error(r, 409, "CHANNELS_BEHIND_PAUSE");
+            else
+                answer_error(r, rc == UV_EBUSY ? 409 : 503, rc == UV_EBUSY ? "BUSY" : "E_STORAGE");
+            tn_free(m);
+            return;
         } else if (m->op == OP_PAUSE || m->op == OP_UNPAUSE) {
             tn_topic_pause(t, m->op == OP_PAUSE);
         }
-        tn_http_respond(r, 200, NULL, NULL, "", 0);
+        answer_done(r);
         tn_free(m);
         return;
     }
@@ -601,7 +702,7 @@ static void mgmt_run(mgmt_t *m)
             tn_channel_empty(ch);
         else if (m->op == OP_PAUSE || m->op == OP_UNPAUSE)
             tn_channel_pause(ch, m->op == OP_PAUSE);
-        tn_http_respond(r, 200, NULL, NULL, "", 0);
+        answer_done(r);
     }
     tn_free(m);
 }
@@ -622,7 +723,7 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
         tn_free(m);
         return;
     }
-    if (!tn_name_valid(m->topic, strlen(m->topic))) {
+    if (!tn_nsq_valid_topic(m->topic, strlen(m->topic))) {
         answer_error(r, 400, channel_op ? "INVALID_ARG_TOPIC" : "INVALID_TOPIC");
         tn_free(m);
         return;
@@ -634,9 +735,7 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
             tn_free(m);
             return;
         }
-        size_t len = strlen(m->channel);
-        size_t base = len > 10 && strcmp(m->channel + len - 10, "#ephemeral") == 0 ? len - 10 : len;
-        if (!tn_name_valid(m->channel, base)) {
+        if (!tn_nsq_valid_channel(m->channel, strlen(m->channel))) {
             answer_error(r, 400, "INVALID_ARG_CHANNEL");
             tn_free(m);
             return;
@@ -686,6 +785,8 @@ static void on_hpub_done(tn_pub_t *p, int status)
             answer_ok(r);
         else if (status == TN_EDISKHIGH)
             answer_error(r, 429, "E_THROTTLED");
+        else if (status == TN_EFULL)
+            answer_error(r, 503, "EPHEMERAL_TOPIC_FULL");
         else
             answer_error(r, 503, "E_STORAGE");
     }
@@ -702,7 +803,7 @@ static bool pub_args(tn_http_request_t *r, tn_nsq_http_t *api, char *topic, size
         answer_error(r, 400, "MISSING_ARG_TOPIC");
         return false;
     }
-    if (rc != 1 || !tn_name_valid(topic, strlen(topic))) {
+    if (rc != 1 || !tn_nsq_valid_topic(topic, strlen(topic))) {
         answer_error(r, 400, "INVALID_TOPIC");
         return false;
     }
@@ -926,7 +1027,9 @@ int tn_nsq_http_register(tn_http_server_t *srv, tn_nsq_http_t *api)
     rc =
         rc ? rc : tn_http_route(srv, "POST", "/pub", api->max_msg_size, "MSG_TOO_BIG", on_pub, api);
     rc = rc ? rc : tn_http_route(srv, "PUT", "/pub", api->max_msg_size, "MSG_TOO_BIG", on_pub, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/mpub", api->max_body_size, "TOO_BIG", on_mpub, api);
-    rc = rc ? rc : tn_http_route(srv, "PUT", "/mpub", api->max_body_size, "TOO_BIG", on_mpub, api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/mpub", api->max_body_size, "BODY_TOO_BIG", on_mpub, api);
+    rc = rc ? rc
+            : tn_http_route(srv, "PUT", "/mpub", api->max_body_size, "BODY_TOO_BIG", on_mpub, api);
     return rc;
 }

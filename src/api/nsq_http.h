@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "meta/meta.h"
 #include "proto/http/server.h"
+#include "proto/nsq/server.h"
 #include "queue/queue.h"
 
 typedef struct {
@@ -29,9 +30,10 @@ typedef struct {
     int64_t max_output_buffer_size;
     int64_t max_output_buffer_timeout_ms;
     int max_deflate_level;
-    int64_t start_time; /* unix seconds */
-    bool ready;         /* storage opened and recovered, listeners up, not draining */
-    tn_meta_t *meta;    /* /readyz also waits for its replica to catch up (NULL: not used) */
+    int64_t start_time;   /* unix seconds */
+    bool ready;           /* storage opened and recovered, listeners up, not draining */
+    tn_meta_t *meta;      /* /readyz also waits for its replica to catch up (NULL: not used) */
+    tn_nsq_server_t *nsq; /* the NSQ TCP server, for /stats' producers (NULL: none) */
 } tn_nsq_http_t;
 
 /* Fill the settings from cfg (ports and broker are the caller's). */

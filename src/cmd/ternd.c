@@ -372,6 +372,7 @@ int main(int argc, char **argv)
             d.api.broker = d.broker;
             d.api.meta = d.meta; /* deletions go through it; /readyz waits for it */
             d.api.tcp_port = tn_nsq_server_port(d.nsq);
+            d.api.nsq = d.nsq;
             rc = tn_http_server_start(&loop, &hopts, cfg.http_address, &d.http, err, sizeof(err));
             if (rc == 0) {
                 d.api.http_port = tn_http_server_port(d.http);

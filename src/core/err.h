@@ -24,7 +24,8 @@
     X(RANGE, "value out of range")                                                                 \
     X(SHORT, "incomplete data: more bytes needed")                                                 \
     X(PROTO, "protocol error")                                                                     \
-    X(CHANGED, "the record changed since it was read")
+    X(CHANGED, "the record changed since it was read")                                             \
+    X(FULL, "an ephemeral topic holds as many messages as it may; consume them first")
 
 enum {
     TN__ERR_BASE = -100000,

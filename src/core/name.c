@@ -3,6 +3,8 @@
 
 #include "core/name.h"
 
+#include <string.h>
+
 bool tn_name_valid(const char *s, size_t len)
 {
     if (len == 0 || len > TN_NAME_MAX)
@@ -16,4 +18,17 @@ bool tn_name_valid(const char *s, size_t len)
             return false;
     }
     return true;
+}
+
+bool tn_name_ephemeral(const char *s, size_t len)
+{
+    return len > TN_NAME_EPHEMERAL_LEN &&
+           memcmp(s + len - TN_NAME_EPHEMERAL_LEN, TN_NAME_EPHEMERAL, TN_NAME_EPHEMERAL_LEN) == 0;
+}
+
+bool tn_name_valid_any(const char *s, size_t len)
+{
+    if (len > TN_NAME_MAX)
+        return false;
+    return tn_name_valid(s, tn_name_ephemeral(s, len) ? len - TN_NAME_EPHEMERAL_LEN : len);
 }

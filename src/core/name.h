@@ -1,14 +1,23 @@
 /* Names of topics and channels, one rule for every door and for storage:
  * [A-Za-z0-9._-]{1,255}, and never "." or ".." (so a name is safe as a
- * file name as it is). NSQ's "#ephemeral" suffix is the NSQ codec's
- * business, on top of this rule. */
+ * file name as it is). The engine also takes such a name followed by
+ * NSQ's "#ephemeral" (255 characters in all): an ephemeral topic lives in
+ * memory only, an ephemeral channel goes with its last consumer. The NSQ
+ * doors narrow the rule to nsqd's 64 characters (proto/nsq/codec.h). */
 #ifndef TN_CORE_NAME_H
 #define TN_CORE_NAME_H
 
 #include "core/platform.h"
 
-#define TN_NAME_MAX 255
+#define TN_NAME_MAX           255
+#define TN_NAME_EPHEMERAL     "#ephemeral"
+#define TN_NAME_EPHEMERAL_LEN (sizeof(TN_NAME_EPHEMERAL) - 1)
 
 bool tn_name_valid(const char *s, size_t len);
+/* Whether s ends in "#ephemeral" after at least one character. */
+bool tn_name_ephemeral(const char *s, size_t len);
+/* A valid name, or a valid name followed by "#ephemeral", at most
+ * TN_NAME_MAX characters in all. */
+bool tn_name_valid_any(const char *s, size_t len);
 
 #endif

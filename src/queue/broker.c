@@ -95,6 +95,8 @@ int tn_broker_opts_from_config(tn_broker_opts_t *o, const tn_config_t *cfg, char
     o->max_inflight_msgs = (uint64_t)cfg->max_inflight_messages;
     o->max_ahead = (uint64_t)cfg->max_ahead;
     o->gc_interval_ms = cfg->gc_interval_ns / 1000000;
+    o->mem_max_records = 10000;
+    o->mem_max_bytes = 64 * 1024 * 1024;
     int rc = parse_ttl_rules(o, cfg->ttl_discard_topics, err, errlen);
     if (rc != 0)
         tn_broker_opts_fini(o);
@@ -330,8 +332,11 @@ static void topic_create_work(uv_work_t *w)
 {
     topic_job_t *j = TN_CONTAINER_OF(w, topic_job_t, work);
     tn_topic_t *t = j->t;
+    const tn_broker_opts_t *o = &t->broker->opts;
     for (uint32_t i = 0; i < t->nparts; i++) {
-        int rc = tn_plog_open(t->broker->store, t->name, i, &t->parts[i]->plog);
+        int rc = t->memory ? tn_plog_open_memory(t->broker->store, t->name, i, o->mem_max_records,
+                                                 o->mem_max_bytes, &t->parts[i]->plog)
+                           : tn_plog_open(t->broker->store, t->name, i, &t->parts[i]->plog);
         if (rc != 0) {
             j->rc = rc;
             return;
@@ -388,7 +393,7 @@ int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, u
     }
     if (!create)
         return TN_ENOTFOUND;
-    if (!tn_name_valid(name, len))
+    if (!tn_name_valid_any(name, len))
         return UV_EINVAL;
     t = tn__topic_new(b, name, len, nparts != 0 ? nparts : b->opts.default_partitions);
     if (t == NULL)
@@ -424,7 +429,8 @@ void tn_broker_set_gate(tn_broker_t *b, tn_gate_fn fn, void *arg)
 int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_after_work_cb after,
                         tn_topic_t *t, tn_channel_t *ch)
 {
-    if (b->gate == NULL)
+    /* Ephemeral topics and their channels are never recorded. */
+    if (b->gate == NULL || t->memory)
         return uv_queue_work(b->loop, work, run, after);
     tn_gate_t *g = tn_calloc(1, sizeof(*g));
     if (g == NULL)
@@ -623,6 +629,10 @@ static void gc_topic(tn_broker_t *b, tn_topic_t *t, int64_t now_wall_ns)
     int64_t keep_ns = now_wall_ns - b->opts.bootstrap_window_ms * 1000000;
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_part_t *p = t->parts[i];
+        if (t->memory) {
+            tn__part_mem_trim(p);
+            continue;
+        }
         if (p->gc_busy || tn_plog_err(p->plog) != 0)
             continue;
         uint64_t below = tn__topic_gc_bound(t, i);

@@ -12,9 +12,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-#define EPHEMERAL_SUFFIX     "#ephemeral"
-#define EPHEMERAL_SUFFIX_LEN 10
-
 /* --- channel log records ------------------------------------------------- */
 
 typedef struct walop_s {
@@ -333,9 +330,8 @@ static tn_channel_t *channel_new(tn_topic_t *t, const char *name, size_t len)
     }
     memcpy(ch->name, name, len);
     ch->name[len] = '\0';
-    ch->ephemeral =
-        len > EPHEMERAL_SUFFIX_LEN &&
-        memcmp(name + len - EPHEMERAL_SUFFIX_LEN, EPHEMERAL_SUFFIX, EPHEMERAL_SUFFIX_LEN) == 0;
+    ch->ephemeral = tn_name_ephemeral(name, len);
+    ch->memory = ch->ephemeral || t->memory;
     return ch;
 }
 
@@ -515,7 +511,7 @@ static void chan_create_done(uv_work_t *w, int status)
 static bool has_durable_channel(const tn_topic_t *t)
 {
     for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
-        if (!ch->ephemeral)
+        if (!ch->memory)
             return true;
     return false;
 }
@@ -565,20 +561,20 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
         }
         return UV_EAGAIN;
     }
-    size_t base = len;
-    if (len > EPHEMERAL_SUFFIX_LEN &&
-        memcmp(name + len - EPHEMERAL_SUFFIX_LEN, EPHEMERAL_SUFFIX, EPHEMERAL_SUFFIX_LEN) == 0)
-        base = len - EPHEMERAL_SUFFIX_LEN;
-    if (!tn_name_valid(name, base) || len > 255)
+    if (!tn_name_valid_any(name, len))
         return UV_EINVAL;
+    /* The first channel of an ephemeral topic gets what the topic held
+     * for it, as in nsqd; every other memory channel starts at the tail. */
+    bool backlog = t->memory && t->channels == NULL && !at_tail;
     ch = channel_new(t, name, len);
     if (ch == NULL)
         return UV_ENOMEM;
-    if (ch->ephemeral) {
-        /* In memory only, from the tail. */
+    if (ch->memory) {
         for (uint32_t i = 0; i < t->nparts; i++) {
+            tn_plog_stats_t st;
+            tn_plog_stats(t->parts[i]->plog, &st);
             tn_cursor_t cur;
-            tn_cursor_init(&cur, tn_plog_visible_next(t->parts[i]->plog));
+            tn_cursor_init(&cur, backlog ? st.first_offset : st.visible_next);
             int rc = tn__chpart_init(ch->parts[i], ch, t->parts[i], NULL, &cur);
             if (rc != 0) {
                 tn_cursor_fini(&cur);
@@ -629,6 +625,34 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
 }
 
 /* --- GC support ----------------------------------------------------------- */
+
+uint64_t tn__topic_mem_bound(tn_topic_t *t, uint32_t p)
+{
+    if (t->channels == NULL)
+        return 0; /* held for the first channel */
+    uint64_t bound = UINT64_MAX;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        if (ch->parts[p]->cur.frontier < bound)
+            bound = ch->parts[p]->cur.frontier;
+    return bound;
+}
+
+void tn__part_mem_trim(tn_part_t *p)
+{
+    if (tn_plog_mem_trim(p->plog, tn__topic_mem_bound(p->topic, p->index)) == 0)
+        return;
+    tn_plog_stats_t st;
+    tn_plog_stats(p->plog, &st);
+    p->first_offset = st.first_offset;
+}
+
+void tn__topic_vanish_if_unused(tn_topic_t *t)
+{
+    /* nsqd deletes an ephemeral topic when its last channel goes. */
+    if (t->memory && t->channels == NULL && t->state == TN_OBJ_READY && !t->deleted &&
+        !t->broker->closing)
+        (void)tn_topic_delete(t, NULL, NULL);
+}
 
 uint64_t tn__topic_gc_bound(tn_topic_t *t, uint32_t p)
 {
@@ -712,10 +736,8 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, boo
         *out = (cand_t){cp, off, attempts, e};
         return true;
     }
-    /* Then the scan. */
-    uint64_t limit = tn_plog_visible_next(part->plog);
-    if (part->appended_next < limit)
-        limit = part->appended_next;
+    /* Then the scan, up to what the topic hands its channels. */
+    uint64_t limit = tn__part_limit(part);
     uint64_t ahead = cp->cur.frontier + t->broker->opts.max_ahead;
     if (capped && t->max_acked_ahead > 0 && cp->cur.nsettled >= t->max_acked_ahead)
         ahead = cp->cur.frontier + 1; /* only the head may go out until it is acked */
@@ -891,7 +913,7 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
     }
     uint32_t max_attempts = t->own_settings ? t->own_max_attempts : b->opts.max_attempts;
     if (max_attempts > 0 && attempts > max_attempts && t->ttl_ms == 0 && !t->is_dlq &&
-        !cp->ch->ephemeral) {
+        !cp->ch->memory) {
         dead_letter(k, attempts);
         return;
     }
@@ -940,7 +962,7 @@ static void hand_over(tn_consumer_t *c, const cand_t *k, int64_t now_mono, int64
 void tn__channel_pump(tn_channel_t *ch)
 {
     tn_broker_t *b = ch->topic->broker;
-    if (ch->state != TN_OBJ_READY || ch->paused || ch->topic->paused || ch->nconsumers == 0)
+    if (ch->state != TN_OBJ_READY || ch->paused || ch->nconsumers == 0)
         return;
     int64_t now_mono = tn_now_mono_ms();
     int64_t now_wall = tn_now_wall_ms();
@@ -1065,13 +1087,15 @@ void tn_consumer_detach(tn_consumer_t *c)
     ch->nconsumers--;
     if (ch->ephemeral && ch->nconsumers == 0) {
         /* An ephemeral channel ends with its last consumer. */
-        tn__broker_event(ch->topic->broker, TN_EV_CHANNEL_DOWN, ch->topic->name, ch->name);
+        tn_topic_t *t = ch->topic;
+        tn__broker_event(t->broker, TN_EV_CHANNEL_DOWN, t->name, ch->name);
         channel_unlink(ch);
         ch->deleted = true;
-        for (uint32_t i = 0; i < ch->topic->nparts; i++)
+        for (uint32_t i = 0; i < t->nparts; i++)
             tn__broker_rewake(ch->parts[i]);
         if (ch->busy == 0)
             tn__channel_free(ch);
+        tn__topic_vanish_if_unused(t);
         return;
     }
     tn__broker_pump_later(ch);
@@ -1181,7 +1205,7 @@ void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
         return;
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
         const tn_chpart_t *cp = ch->parts[i];
-        uint64_t tail = tn_plog_visible_next(cp->part->plog);
+        uint64_t tail = tn__part_limit(cp->part);
         uint64_t unsettled = tail > cp->cur.frontier ? tail - cp->cur.frontier : 0;
         unsettled = unsettled > cp->cur.nsettled ? unsettled - cp->cur.nsettled : 0;
         out->depth += unsettled;
@@ -1258,11 +1282,40 @@ int tn_channel_empty(tn_channel_t *ch)
     return rc;
 }
 
+uint64_t tn__part_limit(const tn_part_t *p)
+{
+    uint64_t limit = TN_MIN(tn_plog_visible_next(p->plog), p->appended_next);
+    return p->topic->paused && p->hold < limit ? p->hold : limit;
+}
+
 void tn_topic_pause(tn_topic_t *t, bool paused)
 {
+    if (paused && !t->paused) {
+        for (uint32_t i = 0; i < t->nparts; i++)
+            t->parts[i]->hold = tn__part_limit(t->parts[i]);
+    }
     t->paused = paused;
     if (!paused)
         tn__topic_pump_all(t);
+}
+
+uint64_t tn_topic_depth(const tn_topic_t *t)
+{
+    uint64_t depth = 0;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        const tn_part_t *p = t->parts[i];
+        uint64_t end = TN_MIN(tn_plog_visible_next(p->plog), p->appended_next);
+        uint64_t from = end;
+        if (t->channels == NULL) {
+            tn_plog_stats_t st;
+            tn_plog_stats(p->plog, &st);
+            from = st.first_offset;
+        } else if (t->paused) {
+            from = p->hold;
+        }
+        depth += end > from ? end - from : 0;
+    }
+    return depth;
 }
 
 /* --- deletion ------------------------------------------------------------------- */
@@ -1299,18 +1352,19 @@ static void on_drop_closed(tn_chanlog_t *cl)
 
 uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg)
 {
-    if (ch->ephemeral) {
-        /* Gone with its last consumer. */
-        bool had = ch->nconsumers > 0;
+    if (ch->memory) {
+        /* Nothing on disk. The last detach of an ephemeral channel's
+         * consumers unlinks it; otherwise it is unlinked here. */
+        tn_topic_t *t = ch->topic;
         kick_all(ch);
-        if (!had) {
-            tn__broker_event(ch->topic->broker, TN_EV_CHANNEL_DOWN, ch->topic->name, ch->name);
+        if (!ch->deleted) {
+            tn__broker_event(t->broker, TN_EV_CHANNEL_DOWN, t->name, ch->name);
             channel_unlink(ch);
             ch->deleted = true;
         }
-        /* With consumers, the last detach unlinked it. */
         if (ch->busy == 0)
             tn__channel_free(ch);
+        tn__topic_vanish_if_unused(t);
         return 0;
     }
     ch->busy++;
@@ -1406,7 +1460,7 @@ int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg)
     if (ch->state != TN_OBJ_READY || ch->deleted || ch->topic->growing)
         return UV_EBUSY;
     tn_broker_t *b = ch->topic->broker;
-    if (ch->ephemeral) {
+    if (ch->memory) {
         tn__channel_drop(ch, NULL, NULL);
         if (cb != NULL)
             cb(arg, 0);

@@ -92,6 +92,16 @@ int tn__channel_load(tn_topic_t *t, const char *name);
 /* The frontier GC may go below: the lowest durable frontier of the
  * topic's durable channels on partition p, or UINT64_MAX when it has none. */
 uint64_t tn__topic_gc_bound(tn_topic_t *t, uint32_t p);
+/* The offset below which the partition's channels may deliver: what is
+ * visible and appended, and while the topic is paused, its hold point. */
+uint64_t tn__part_limit(const tn_part_t *p);
+/* An ephemeral topic's partition p: every channel is done below this
+ * (0 while the topic has no channel: it holds everything for the first). */
+uint64_t tn__topic_mem_bound(tn_topic_t *t, uint32_t p);
+/* Drop what the channels of an ephemeral topic's partition are done with. */
+void tn__part_mem_trim(tn_part_t *p);
+/* Delete an ephemeral topic that has no channel left (others: nothing). */
+void tn__topic_vanish_if_unused(tn_topic_t *t);
 /* Settle every offset below `below` on partition p of each channel (GC by
  * age passed them). */
 void tn__topic_settle_below(tn_topic_t *t, uint32_t p, uint64_t below);

@@ -101,6 +101,10 @@ typedef struct {
     int64_t gc_interval_ms;
     tn_ttl_rule_t *ttl_rules;
     uint32_t nttl_rules;
+    /* What a partition of an ephemeral topic (memory only) holds at most:
+     * records and bytes of bodies and keys; publishes beyond are refused. */
+    uint32_t mem_max_records;
+    uint64_t mem_max_bytes;
 } tn_broker_opts_t;
 
 /* Fill o from cfg. 0, or TN_ECONFIG with a line in err (a bad
@@ -165,6 +169,9 @@ struct tn_part_s {
     bool gc_busy;
     tn_plog_advance_t advance;
     bool advancing;
+    /* While the topic is paused: offsets from here on are held at the
+     * topic (its depth), not delivered by any channel. */
+    uint64_t hold;
 };
 
 struct tn_topic_s {
@@ -179,8 +186,12 @@ struct tn_topic_s {
     uint32_t next_part; /* round robin for publishes without a key */
     bool paused;
     bool deleted;
-    bool growing;   /* tn_topic_grow under way: channel creations and deletions wait */
-    bool is_dlq;    /* its name ends in .DLQ: never dead-letters itself */
+    bool growing; /* tn_topic_grow under way: channel creations and deletions wait */
+    bool is_dlq;  /* its name ends in .DLQ: never dead-letters itself */
+    /* Its name ends in #ephemeral: its partitions live in memory only
+     * (storage/plog.h tn_plog_open_memory), so do its channels; the
+     * metastore never records it; it goes once its last channel is gone. */
+    bool memory;
     int64_t ttl_ms; /* ttl_discard topics: messages expire; 0: reliable */
     /* Caps of the native API's consumes (pulling consumers and receipt
      * handle acks; NSQ consumers have RDY), per channel partition, 0: no
@@ -221,7 +232,8 @@ struct tn_chpart_s {
 struct tn_channel_s {
     tn_topic_t *topic;
     char *name;
-    bool ephemeral;
+    bool ephemeral; /* its name ends in #ephemeral: it goes with its last consumer */
+    bool memory;    /* no channel log: ephemeral, or a channel of an ephemeral topic */
     tn_obj_state_t state;
     int err;
     tn_chpart_t **parts; /* one per partition of the topic, each its own allocation */
@@ -274,8 +286,9 @@ struct tn_consumer_s {
      * detached c already (its in-flight messages went back); the door
      * drops the client and may free c here. */
     void (*kick)(tn_consumer_t *c);
-    /* Optional: append this consumer's /stats client object (JSON) to out. */
-    void (*describe)(tn_consumer_t *c, tn_buf_t *out);
+    /* Optional: append this consumer's /stats client object (JSON) to out;
+     * topic ("" for all) is the /stats filter, for its pub_counts. */
+    void (*describe)(tn_consumer_t *c, const char *topic, tn_buf_t *out);
     void *data;
     tn_consumer_t *prev;
     tn_consumer_t *next;
@@ -502,15 +515,31 @@ int tn_channel_pause(tn_channel_t *ch, bool paused);
  * and requeued messages, and what is in flight (later FINs for those
  * fail). Durable for durable channels; counters stay. */
 int tn_channel_empty(tn_channel_t *ch);
-/* Pause or unpause delivery on every channel of a topic (publishes go on).
- * Held in memory: a restart unpauses. */
+/* Pause or unpause a topic, as nsqd does: while paused, what is published
+ * is held at the topic (its depth) and no channel receives it; what the
+ * channels held before goes on being delivered. Unpausing hands the held
+ * messages to every channel, in order. Held in memory: a restart
+ * unpauses. */
 void tn_topic_pause(tn_topic_t *t, bool paused);
+/* Messages the topic itself holds: while it has no channel, what it
+ * retains for the first one; while paused, what arrived since. */
+uint64_t tn_topic_depth(const tn_topic_t *t);
 
 /* Deletion: consumers are kicked, in-flight messages dropped, files
  * removed (durably, before cb). cb (may be NULL) runs on the loop thread
  * with 0 or an error once it is done; the object is gone by then. While a
  * topic is being deleted, looking it up gives UV_EBUSY. */
 typedef void (*tn_delete_cb)(void *arg, int status);
+/* Drop what the topic itself holds (tn_topic_depth), as nsqd's
+ * /topic/empty: the retained messages of a topic without channels are
+ * dropped durably (the first channel made later starts after them); a
+ * paused topic's held messages are settled in every channel. Channels'
+ * own messages are untouched. cb runs with 0 or an error once done
+ * (possibly before this returns). 0 when under way; UV_EBUSY (not ready,
+ * or being emptied); UV_EAGAIN (paused, and a channel has not yet
+ * finished the messages from before the pause: they cannot be told
+ * apart); UV_ENOMEM. */
+int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg);
 int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg);
 int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg);
 /* Delete the topic called topic (channel NULL) or its channel, waiting

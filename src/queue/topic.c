@@ -60,6 +60,7 @@ tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t
     t->nparts = nparts;
     t->ttl_ms = tn__ttl_for(b, t->name);
     t->is_dlq = len >= 4 && memcmp(name + len - 4, ".DLQ", 4) == 0;
+    t->memory = tn_name_ephemeral(name, len);
     for (uint32_t i = 0; i < nparts; i++) {
         tn_part_t *p = t->parts[i];
         p->topic = t;
@@ -287,6 +288,8 @@ static int append_to(tn_topic_t *t, tn_pub_t *p)
     p->app.data = p;
     for (uint32_t i = 0; i < p->n; i++)
         p->recs[i].deliver_at_ms = p->deliver_at_ms;
+    if (t->memory)
+        tn__part_mem_trim(part);
     int rc = tn_plog_append(part->plog, &p->app, p->recs, p->n, on_appended);
     if (rc == 0) {
         t->busy++;
@@ -312,9 +315,9 @@ static void on_topic_ready(tn_waiter_t *w, int status)
 int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb)
 {
-    if (p->n == 0 || !tn_name_valid(name, len))
+    if (p->n == 0 || !tn_name_valid_any(name, len))
         return UV_EINVAL;
-    if (tn_store_disk_high(b->store))
+    if (tn_store_disk_high(b->store) && !tn_name_ephemeral(name, len))
         return TN_EDISKHIGH;
     p->broker = b;
     p->cb = cb;
@@ -334,6 +337,99 @@ int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
     return append_to(t, p);
 }
 
+/* --- emptying ----------------------------------------------------------------------- */
+
+typedef struct {
+    tn_topic_t *t;
+    uint32_t left; /* partitions whose floor is being written, + 1 while starting */
+    int rc;
+    tn_delete_cb cb;
+    void *arg;
+    tn_plog_floor_t reqs[]; /* one per partition */
+} tempty_t;
+
+static void tempty_step(tempty_t *e)
+{
+    if (--e->left > 0)
+        return;
+    tn_topic_t *t = e->t;
+    tn_broker_t *b = t->broker;
+    for (uint32_t i = 0; i < t->nparts && !t->deleted; i++) {
+        tn_plog_stats_t st;
+        tn_plog_stats(t->parts[i]->plog, &st);
+        t->parts[i]->first_offset = st.first_offset;
+    }
+    t->busy--;
+    bool freed = t->deleted && t->busy == 0;
+    if (e->cb != NULL)
+        e->cb(e->arg, e->rc);
+    tn_free(e);
+    if (freed)
+        tn__topic_free(t);
+    tn__broker_work_done(b);
+}
+
+static void on_floor_written(tn_plog_floor_t *req, int status)
+{
+    tempty_t *e = req->data;
+    if (status != 0 && e->rc == 0)
+        e->rc = status;
+    tempty_step(e);
+}
+
+int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
+{
+    if (t->state != TN_OBJ_READY || t->growing)
+        return UV_EBUSY;
+    if (t->channels != NULL) {
+        if (!t->paused) {
+            /* Everything went on to the channels: the topic holds nothing. */
+            if (cb != NULL)
+                cb(arg, 0);
+            return 0;
+        }
+        /* Paused: settle what was held in every channel, which is exact
+         * only for a channel that has finished everything from before. */
+        for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+            if (ch->state != TN_OBJ_READY)
+                return UV_EBUSY;
+            for (uint32_t i = 0; i < t->nparts; i++)
+                if (ch->parts[i]->cur.frontier < t->parts[i]->hold)
+                    return UV_EAGAIN;
+        }
+        for (uint32_t i = 0; i < t->nparts; i++) {
+            tn_part_t *p = t->parts[i];
+            uint64_t end = TN_MIN(tn_plog_visible_next(p->plog), p->appended_next);
+            tn__topic_settle_below(t, i, end);
+            p->hold = end;
+        }
+        if (cb != NULL)
+            cb(arg, 0);
+        return 0;
+    }
+    tempty_t *e = tn_calloc(1, sizeof(*e) + t->nparts * sizeof(e->reqs[0]));
+    if (e == NULL)
+        return UV_ENOMEM;
+    e->t = t;
+    e->cb = cb;
+    e->arg = arg;
+    e->left = 1;
+    t->busy++;
+    t->broker->workers++;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        tn_part_t *p = t->parts[i];
+        e->reqs[i].data = e;
+        uint64_t end = TN_MIN(tn_plog_visible_next(p->plog), p->appended_next);
+        int rc = tn_plog_drop_below(p->plog, &e->reqs[i], end, on_floor_written);
+        if (rc == 0)
+            e->left++;
+        else if (e->rc == 0)
+            e->rc = rc;
+    }
+    tempty_step(e);
+    return 0;
+}
+
 /* --- deletion ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -348,7 +444,8 @@ typedef struct {
 static void tdel_work(uv_work_t *w)
 {
     tdel_t *d = TN_CONTAINER_OF(w, tdel_t, work);
-    d->rc = tn_store_remove_topic(d->t->broker->store, d->t->name);
+    if (!d->t->memory) /* an ephemeral topic has no files */
+        d->rc = tn_store_remove_topic(d->t->broker->store, d->t->name);
 }
 
 static void tdel_done(uv_work_t *w, int status)

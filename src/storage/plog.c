@@ -44,6 +44,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "core/crc32c.h"
 #include "storage/disk.h"
 #include "storage/io.h"
 
@@ -284,6 +285,37 @@ fail:
     return rc;
 }
 
+/* The floor file: u32 magic "TNF1", u32 crc32c of the next 8 bytes, u64
+ * the floor; all little-endian (docs/storage-format.md). */
+#define FLOOR_FILE  "floor"
+#define FLOOR_MAGIC 0x31464E54u /* "TNF1" read as a little-endian u32 */
+#define FLOOR_SIZE  16
+
+static int recover_floor(tn_plog_t *plog)
+{
+    char path[4096];
+    int rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, FLOOR_FILE);
+    if (rc != 0)
+        return rc;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    rc = tn_io_read_file(path, 64, &b);
+    if (rc == UV_ENOENT) {
+        tn_buf_fini(&b);
+        return 0;
+    }
+    if (rc == 0) {
+        const unsigned char *p = (const unsigned char *)tn_buf_data(&b);
+        if (tn_buf_size(&b) != FLOOR_SIZE || tn_get_u32(p) != FLOOR_MAGIC ||
+            tn_get_u32(p + 4) != tn_crc32c(0, p + 8, 8))
+            set_sticky(plog, TN_ECORRUPT, "floor file %s is damaged", path);
+        else
+            plog->floor = tn_get_u64(p + 8);
+    }
+    tn_buf_fini(&b);
+    return rc;
+}
+
 static int recover(tn_plog_t *plog)
 {
     uint64_t *bases = NULL;
@@ -327,6 +359,9 @@ static int recover(tn_plog_t *plog)
     tn_free(bases);
     if (rc != 0)
         return rc;
+    rc = recover_floor(plog);
+    if (rc != 0)
+        return rc;
     tn_seg_t *act = active_seg(plog);
     plog->next_offset = act->base + act->count;
     plog->last_publish_ns = act->last_ns;
@@ -339,6 +374,8 @@ static void progress_done(tn__sreq_t *s);
 
 static void plog_free(tn_plog_t *plog)
 {
+    if (plog->mem)
+        tn__memlog_free(plog);
     for (uint32_t i = 0; i < plog->nsegs; i++)
         tn_seg_unref(plog->segs[i]);
     tn_free(plog->segs);
@@ -348,10 +385,9 @@ static void plog_free(tn_plog_t *plog)
     tn_free(plog);
 }
 
-int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_plog_t **out)
+/* A log object with nothing open yet: 0 or an error (nothing to free). */
+static int plog_new(tn_store_t *store, const char *topic, uint32_t partition, tn_plog_t **out)
 {
-    if (!tn_store_valid_name(topic))
-        return UV_EINVAL;
     tn_plog_t *plog = tn_calloc(1, sizeof(*plog));
     if (plog == NULL)
         return UV_ENOMEM;
@@ -364,11 +400,39 @@ int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_pl
         tn_free(plog);
         return rc;
     }
+    plog->topic = tn_strdup(topic);
+    if (plog->topic == NULL) {
+        plog_free(plog);
+        return UV_ENOMEM;
+    }
+    *out = plog;
+    return 0;
+}
+
+/* On the store's list of open logs, which it closes with itself. */
+static void track_open(tn_plog_t *plog)
+{
+    tn_store_t *store = plog->store;
+    uv_mutex_lock(&store->open_lock);
+    plog->next_open = store->plogs;
+    if (store->plogs != NULL)
+        store->plogs->prev_open = plog;
+    store->plogs = plog;
+    uv_mutex_unlock(&store->open_lock);
+}
+
+int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_plog_t **out)
+{
+    if (!tn_store_valid_name(topic))
+        return UV_EINVAL;
+    tn_plog_t *plog;
+    int rc = plog_new(store, topic, partition, &plog);
+    if (rc != 0)
+        return rc;
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/%s/%" PRIu32, store->topics_path, topic, partition);
-    plog->topic = tn_strdup(topic);
     plog->dir = tn_strdup(dir);
-    if (plog->topic == NULL || plog->dir == NULL) {
+    if (plog->dir == NULL) {
         rc = UV_ENOMEM;
         goto fail;
     }
@@ -378,17 +442,27 @@ int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_pl
     rc = recover(plog);
     if (rc != 0)
         goto fail;
-    uv_mutex_lock(&store->open_lock);
-    plog->next_open = store->plogs;
-    if (store->plogs != NULL)
-        store->plogs->prev_open = plog;
-    store->plogs = plog;
-    uv_mutex_unlock(&store->open_lock);
+    track_open(plog);
     *out = plog;
     return 0;
 fail:
     plog_free(plog);
     return rc;
+}
+
+int tn_plog_open_memory(tn_store_t *store, const char *topic, uint32_t partition,
+                        uint32_t max_records, uint64_t max_bytes, tn_plog_t **out)
+{
+    tn_plog_t *plog;
+    int rc = plog_new(store, topic, partition, &plog);
+    if (rc != 0)
+        return rc;
+    plog->mem = true;
+    plog->mem_max_records = max_records;
+    plog->mem_max_bytes = max_bytes;
+    track_open(plog);
+    *out = plog;
+    return 0;
 }
 
 /* --- appends ------------------------------------------------------------- */
@@ -413,6 +487,8 @@ int tn_plog_append(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, u
     int err = atomic_load(&plog->err);
     if (err != 0)
         return err;
+    if (plog->mem)
+        return tn__memlog_append(plog, req, recs, n, cb);
     if (tn_store_disk_high(plog->store))
         return TN_EDISKHIGH;
     uint64_t bytes = 0;
@@ -936,9 +1012,15 @@ int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *
     int err = atomic_load(&plog->err);
     if (err != 0)
         return err;
+    if (plog->mem)
+        return tn__memlog_read(plog, offset, scratch, rec);
     if (offset >= atomic_load(&plog->written_next))
         return TN_ENOTFOUND;
     uv_mutex_lock(&plog->lock);
+    if (offset < plog->floor) {
+        uv_mutex_unlock(&plog->lock);
+        return TN_ENOTFOUND;
+    }
     uint32_t lo = 0, hi = plog->nsegs;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
@@ -1006,7 +1088,10 @@ void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out)
     memset(out, 0, sizeof(*out));
     uv_mutex_lock(&plog->lock);
     out->segments = plog->nsegs;
-    out->first_offset = plog->nsegs ? plog->segs[0]->base : 0;
+    out->first_offset = plog->mem ? plog->mem_first : plog->nsegs ? plog->segs[0]->base : 0;
+    if (out->first_offset < plog->floor)
+        out->first_offset = plog->floor;
+    out->bytes = plog->mem_bytes;
     for (uint32_t i = 0; i < plog->nsegs; i++)
         out->bytes += plog->segs[i]->size;
     uv_mutex_unlock(&plog->lock);
@@ -1022,6 +1107,8 @@ void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out)
 static uint32_t gc_plan_locked(tn_plog_t *plog, uint64_t below, int64_t older_than_ns)
 {
     uint32_t n = 0;
+    if (below < plog->floor)
+        below = plog->floor;
     while (n + 1 < plog->nsegs) {
         tn_seg_t *s = plog->segs[n];
         bool settled = s->base + s->count <= below;
@@ -1179,7 +1266,7 @@ int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_p
 {
     if (plog->closing)
         return TN_ECLOSED;
-    if (next > INT64_MAX)
+    if (next > INT64_MAX || plog->mem)
         return UV_EINVAL;
     memset(&req->s, 0, sizeof(req->s));
     req->s.exec = advance_exec;
@@ -1187,6 +1274,58 @@ int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_p
     req->plog = plog;
     req->next = next;
     req->cb = cb;
+    tn__committer_submit(&plog->store->logc, &req->s);
+    return 0;
+}
+
+/* --- floor ------------------------------------------------------------------ */
+
+static void floor_exec(tn__committer_t *c, tn__sreq_t *s)
+{
+    tn_plog_floor_t *req = (tn_plog_floor_t *)s;
+    tn_plog_t *plog = req->plog;
+    int rc = atomic_load(&plog->err);
+    uint64_t below = TN_MIN(req->below, plog->next_offset);
+    if (rc == 0 && below > plog->floor) {
+        unsigned char b[FLOOR_SIZE];
+        tn_put_u32(b, FLOOR_MAGIC);
+        tn_put_u64(b + 8, below);
+        tn_put_u32(b + 4, tn_crc32c(0, b + 8, 8));
+        rc = tn_io_write_file_atomic(plog->dir, FLOOR_FILE, b, sizeof(b));
+        if (rc == 0) {
+            uv_mutex_lock(&plog->lock);
+            plog->floor = below;
+            uv_mutex_unlock(&plog->lock);
+        } else {
+            set_sticky(plog, rc, "writing the floor file");
+        }
+    }
+    s->status = rc;
+    tn__store_complete(c->store, s, s);
+}
+
+static void floor_done(tn__sreq_t *s)
+{
+    tn_plog_floor_t *req = (tn_plog_floor_t *)s;
+    req->cb(req, s->status);
+}
+
+int tn_plog_drop_below(tn_plog_t *plog, tn_plog_floor_t *req, uint64_t below, tn_plog_floor_cb cb)
+{
+    if (plog->closing)
+        return TN_ECLOSED;
+    memset(&req->s, 0, sizeof(req->s));
+    req->s.done = floor_done;
+    req->plog = plog;
+    req->below = below;
+    req->cb = cb;
+    if (plog->mem) {
+        /* Nothing to make durable: drop them now, answer on a later turn. */
+        tn_plog_mem_trim(plog, below);
+        tn__store_complete(plog->store, &req->s, &req->s);
+        return 0;
+    }
+    req->s.exec = floor_exec;
     tn__committer_submit(&plog->store->logc, &req->s);
     return 0;
 }

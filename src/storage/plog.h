@@ -78,6 +78,17 @@ struct tn_plog_advance_s {
     tn_plog_advance_cb cb;
 };
 
+/* A request to drop the records below an offset (tn_plog_drop_below). */
+typedef struct tn_plog_floor_s tn_plog_floor_t;
+typedef void (*tn_plog_floor_cb)(tn_plog_floor_t *req, int status);
+struct tn_plog_floor_s {
+    tn__sreq_t s;
+    void *data;
+    tn_plog_t *plog;
+    uint64_t below;
+    tn_plog_floor_cb cb;
+};
+
 typedef struct {
     uint64_t first_offset; /* lowest offset still stored */
     uint64_t written_next;
@@ -99,6 +110,9 @@ struct tn_plog_s {
     char errmsg[512];
     atomic_uint_fast64_t written_next;
     atomic_uint_fast64_t durable_next;
+    /* Records below it are dropped (tn_plog_drop_below): read as absent,
+     * free for GC. Guarded by lock; durable in the partition's floor file. */
+    uint64_t floor;
 
     /* Segments, oldest first; the last is active. Guarded by lock. */
     uv_mutex_t lock;
@@ -133,6 +147,17 @@ struct tn_plog_s {
     tn__sreq_t close_req;
     tn_plog_cb close_cb;
     bool closing;
+
+    /* Memory-only logs (tn_plog_open_memory): the records of offsets
+     * [mem_first, written_next) in a ring of mem_cap slots (a power of
+     * two), slot offset & (mem_cap - 1). Guarded by lock. */
+    bool mem;
+    struct tn__mrec_s *mrecs;
+    uint32_t mem_cap;
+    uint64_t mem_first;
+    uint64_t mem_bytes;
+    uint32_t mem_max_records;
+    uint64_t mem_max_bytes;
 };
 
 /* Open a partition log, creating its directory and first segment when
@@ -144,6 +169,22 @@ struct tn_plog_s {
  * when no log object could be made (out of memory, I/O error on the
  * directory). Blocks on disk: call at startup, or from a worker thread. */
 int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_plog_t **out);
+
+/* Open a log that keeps its records in memory only (an NSQ `#ephemeral`
+ * topic's partition): nothing is written to disk, a restart loses it.
+ * It holds at most max_records records and max_bytes of keys and bodies;
+ * an append beyond either is refused with TN_EFULL until
+ * tn_plog_mem_trim drops what every reader is done with. Appends complete
+ * on a later loop turn (never inside tn_plog_append), as for a disk log;
+ * reads, stats and close work as for one; GC (tn_plog_gc_plan) never
+ * picks anything, and tn_plog_advance is UV_EINVAL. Loop thread; does not
+ * block. 0 or UV_ENOMEM. */
+int tn_plog_open_memory(tn_store_t *store, const char *topic, uint32_t partition,
+                        uint32_t max_records, uint64_t max_bytes, tn_plog_t **out);
+
+/* A memory log: drop the records below offset below (loop thread).
+ * Returns how many went. */
+uint64_t tn_plog_mem_trim(tn_plog_t *plog, uint64_t below);
 
 /* Close the log after its queued requests complete; cb (may be NULL) runs
  * on the loop thread, after which the memory is freed. */
@@ -201,7 +242,19 @@ int tn_plog_gc(tn_plog_t *plog, tn_plog_gc_t *req, uint64_t below_offset, int64_
  * UV_EINVAL. */
 int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_plog_advance_cb cb);
 
-/* Internal to src/storage. */
+/* Drop every record below `below` (at most the next offset to assign):
+ * they read as TN_ENOTFOUND from then on, the stats' first_offset moves
+ * up to it, and GC reclaims the segments wholly below it whatever the
+ * bounds it is given. Durable before cb runs with 0: the floor file is
+ * written and synced (for a memory log, the records are freed). Queued
+ * after earlier appends. 0 when queued, TN_ECLOSED. */
+int tn_plog_drop_below(tn_plog_t *plog, tn_plog_floor_t *req, uint64_t below, tn_plog_floor_cb cb);
+
+/* Internal to src/storage: memlog.c serves these for memory logs. */
+int tn__memlog_append(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, uint32_t n,
+                      tn_append_cb cb);
+int tn__memlog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *rec);
+void tn__memlog_free(tn_plog_t *plog);
 void tn__plog_round(tn__committer_t *c, tn__sreq_t *round);
 int64_t tn__plog_tick(tn__committer_t *c, int64_t now_ns);
 void tn__plog_committer_fini(tn__committer_t *c);

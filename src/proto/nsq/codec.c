@@ -47,26 +47,21 @@ static int fail(tn_nsq_cmd_t *cmd, tn_nsq_err_t err, const char *fmt, ...)
     return TN_EPROTO;
 }
 
-#define EPHEMERAL     "#ephemeral"
-#define EPHEMERAL_LEN (sizeof(EPHEMERAL) - 1)
-
 bool tn_nsq_is_ephemeral(const char *s, size_t len)
 {
-    return len > EPHEMERAL_LEN && memcmp(s + len - EPHEMERAL_LEN, EPHEMERAL, EPHEMERAL_LEN) == 0;
+    return tn_name_ephemeral(s, len);
 }
 
+/* nsqd's rule (internal/protocol/names.go): 1 to 64 characters in all,
+ * the "#ephemeral" suffix included. */
 bool tn_nsq_valid_topic(const char *s, size_t len)
 {
-    if (tn_nsq_is_ephemeral(s, len))
-        len -= EPHEMERAL_LEN; /* nsqd allows ephemeral topics too */
-    return tn_name_valid(s, len);
+    return len <= TN_NSQ_NAME_MAX && tn_name_valid_any(s, len);
 }
 
 bool tn_nsq_valid_channel(const char *s, size_t len)
 {
-    if (tn_nsq_is_ephemeral(s, len))
-        len -= EPHEMERAL_LEN;
-    return tn_name_valid(s, len);
+    return len <= TN_NSQ_NAME_MAX && tn_name_valid_any(s, len);
 }
 
 /* nsqd's ByteToBase10: decimal digits only, no sign. */
@@ -350,7 +345,8 @@ int tn_nsq_write_response(tn_buf_t *out, const char *data, size_t len)
 int tn_nsq_write_error(tn_buf_t *out, tn_nsq_err_t err, const char *text)
 {
     char code[40];
-    int n = snprintf(code, sizeof(code), "%s ", tn_nsq_err_code(err));
+    /* No text: the code alone, as nsqd sends E_BAD_PROTOCOL. */
+    int n = snprintf(code, sizeof(code), text[0] != '\0' ? "%s " : "%s", tn_nsq_err_code(err));
     size_t tlen = strlen(text);
     size_t at = out->len + TN_NSQ_FRAME_HDR + (size_t)n;
     int rc = frame(out, TN_NSQ_FRAME_ERROR, code, (size_t)n, text, tlen);

@@ -72,6 +72,7 @@ typedef enum {
     X(SUB_FAILED, true)                                                                            \
     X(IDENTIFY_FAILED, true)                                                                       \
     X(TLS_REQUIRED, true)                                                                          \
+    X(BAD_PROTOCOL, true)                                                                          \
     X(THROTTLED, false)
 
 typedef enum {
@@ -127,8 +128,11 @@ int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq
  * sets *msg while messages remain. */
 bool tn_nsq_mpub_next(const tn_nsq_cmd_t *cmd, size_t *pos, tn_iov_t *msg);
 
-/* Topic and channel names: tern's rule (core/name.h), optionally ending in
- * "#ephemeral". */
+/* Topic and channel names as nsqd takes them: 1 to TN_NSQ_NAME_MAX
+ * characters of tern's rule (core/name.h), optionally ending in
+ * "#ephemeral", the suffix counted. A longer /v1 topic is not reachable
+ * through the NSQ doors. */
+#define TN_NSQ_NAME_MAX 64
 bool tn_nsq_valid_topic(const char *s, size_t len);
 bool tn_nsq_valid_channel(const char *s, size_t len);
 /* Whether a valid name ends in "#ephemeral". */

@@ -3,6 +3,8 @@
 
 #include "proto/nsq/lookupd.h"
 
+#include "proto/nsq/codec.h"
+
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/err.h"
@@ -93,6 +95,10 @@ static void send_bytes(lconn_t *c, const void *data, size_t len)
 /* "VERB topic[ channel]\n" */
 static void send_cmd(lconn_t *c, const char *verb, const char *topic, const char *channel)
 {
+    /* Names nsqd would not take (a long /v1 topic) are not NSQ's to see. */
+    if (!tn_nsq_valid_topic(topic, strlen(topic)) ||
+        (channel != NULL && !tn_nsq_valid_channel(channel, strlen(channel))))
+        return;
     char line[600];
     int n = channel != NULL ? snprintf(line, sizeof(line), "%s %s %s\n", verb, topic, channel)
                             : snprintf(line, sizeof(line), "%s %s\n", verb, topic);

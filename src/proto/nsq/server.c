@@ -10,6 +10,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "proto/nsq/clientstats.h"
 #include "proto/nsq/compress.h"
 #include "proto/nsq/tls.h"
 
@@ -31,6 +32,7 @@ typedef struct pubreq_s {
     tn_pub_t pub;
     conn_t *conn;
     tn_nsq_op_t op;
+    tn_nsq_pubcount_t *pc; /* the connection's count for the topic */
     bool done;
     int status;
     struct pubreq_s *next;
@@ -76,6 +78,7 @@ struct conn_s { // NOLINT(clang-analyzer-optin.performance.Padding)
     pubreq_t *phead;
     pubreq_t *ptail;
     uint32_t npending;
+    tn_nsq_pubcount_t *pubs; /* what it has published, per topic: a producer in /stats */
 
     int64_t last_recv_ms;
     int64_t cmd_started_ms; /* first byte of an incomplete command, 0 if none */
@@ -193,6 +196,7 @@ static void conn_unref(conn_t *c)
     tn_buf_fini(&c->tlsin);
     tn_tls_free(c->tls);
     tn_authz_unref(c->authz);
+    tn_nsq_pubcount_free(c->pubs);
     tn_free(c->secret);
     tn_snappy_dec_fini(&c->sdec);
     tn_snappy_enc_fini(&c->senc);
@@ -426,31 +430,44 @@ static void on_deliver(tn_consumer_t *cons, const tn_delivery_t *d)
     }
 }
 
-/* The /stats client object of this connection, in nsqd's field names. */
-static void on_describe(tn_consumer_t *cons, tn_buf_t *out)
+/* The /stats entry of a connection (consumer or producer), in nsqd's
+ * field names; topic limits its pub_counts. */
+static void describe_conn(conn_t *c, const char *topic, tn_buf_t *out)
 {
-    conn_t *c = cons->data;
-    char line[768];
-    tn_buf_append(out, "{\"client_id\":\"", 14);
-    tn_buf_json_escape(out, c->opts.client_id);
-    tn_buf_append(out, "\",\"hostname\":\"", 14);
-    tn_buf_json_escape(out, c->opts.hostname);
-    tn_buf_append(out, "\",\"user_agent\":\"", 16);
-    tn_buf_json_escape(out, c->opts.user_agent);
+    const tn_consumer_t *cons = c->subscribed ? &c->consumer : NULL;
+    tn_tls_info_t tls;
+    if (c->tls_done)
+        tn_tls_info(c->tls, &tls);
     int64_t age_ms = tn_now_mono_ms() - c->connected_ms;
-    int n =
-        snprintf(line, sizeof(line),
-                 "\",\"version\":\"V2\",\"remote_address\":\"%s\",\"state\":3,"
-                 "\"ready_count\":%u,\"in_flight_count\":%zu,\"message_count\":%" PRIu64
-                 ",\"finish_count\":%" PRIu64 ",\"requeue_count\":%" PRIu64
-                 ",\"connect_ts\":%" PRId64 ",\"sample_rate\":%d,\"deflate\":%s,"
-                 "\"snappy\":%s,\"tls\":%s,\"authed\":%s,\"msg_timeout\":%" PRId64 "}",
-                 c->remote, cons->credit, tn_consumer_inflight(cons), cons->message_count,
-                 cons->finish_count, cons->requeue_count, tn_now_wall_ms() / 1000 - age_ms / 1000,
-                 c->opts.sample_rate, c->deflate ? "true" : "false", c->snappy ? "true" : "false",
-                 c->tls_done ? "true" : "false", c->authz != NULL ? "true" : "false",
-                 c->opts.msg_timeout_ms);
-    tn_buf_append(out, line, (size_t)n);
+    tn_nsq_client_stats_t s = {
+        .client_id = c->opts.client_id,
+        .hostname = c->opts.hostname,
+        .remote_address = c->remote,
+        .user_agent = c->opts.user_agent,
+        .state = cons == NULL ? TN_NSQ_STATE_INIT
+                 : c->cls     ? TN_NSQ_STATE_CLOSING
+                              : TN_NSQ_STATE_SUBSCRIBED,
+        .ready_count = cons != NULL ? cons->credit : 0,
+        .in_flight_count = cons != NULL ? tn_consumer_inflight(cons) : 0,
+        .message_count = cons != NULL ? cons->message_count : 0,
+        .finish_count = cons != NULL ? cons->finish_count : 0,
+        .requeue_count = cons != NULL ? cons->requeue_count : 0,
+        .connect_ts = (tn_now_wall_ms() - age_ms) / 1000,
+        .sample_rate = c->opts.sample_rate,
+        .deflate = c->deflate,
+        .snappy = c->snappy,
+        .authed = c->authz != NULL,
+        .auth_identity = c->authz != NULL ? c->authz->identity : NULL,
+        .auth_identity_url = c->authz != NULL ? c->authz->identity_url : NULL,
+        .pubs = c->pubs,
+        .tls = c->tls_done ? &tls : NULL,
+    };
+    tn_nsq_client_stats_json(out, &s, topic);
+}
+
+static void on_describe(tn_consumer_t *cons, const char *topic, tn_buf_t *out)
+{
+    describe_conn(cons->data, topic, out);
 }
 
 /* Its channel or topic is being deleted: drop the client, as nsqd does. */
@@ -469,6 +486,8 @@ static void answer_publishes(conn_t *c)
         if (c->phead == NULL)
             c->ptail = NULL;
         c->npending--;
+        if (r->status == 0 && r->pc != NULL)
+            r->pc->count += r->op == TN_NSQ_MPUB ? r->pub.n : 1;
         if (c->state != ST_CLOSED) {
             if (r->status == 0) {
                 respond(c, "OK");
@@ -520,6 +539,7 @@ static void handle_publish(conn_t *c, const tn_nsq_cmd_t *cmd)
     r->conn = c;
     r->op = cmd->op;
     r->pub.data = r;
+    r->pc = tn_nsq_pubcount_get(&c->pubs, cmd->topic.base, cmd->topic.len);
     int rc = 0;
     if (cmd->op == TN_NSQ_MPUB) {
         tn_iov_t *bodies = tn_malloc(n * sizeof(*bodies));
@@ -1150,7 +1170,9 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         if (memcmp(tn_buf_data(&c->in), TN_NSQ_MAGIC, TN_NSQ_MAGIC_LEN) != 0) {
             TN_LOG_RL(TN_LOG_NOTICE, 10000, "NSQ client %s: bad protocol magic; closing",
                       c->remote);
-            conn_close(c);
+            /* nsqd answers with a bare E_BAD_PROTOCOL error frame. */
+            tn_buf_reset(&c->in);
+            send_error(c, TN_NSQ_E_BAD_PROTOCOL, "");
             return;
         }
         tn_buf_consume(&c->in, TN_NSQ_MAGIC_LEN);
@@ -1352,6 +1374,19 @@ int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_
     s->port = tn_addr_local_port(&s->listener);
     *out = s;
     return 0;
+}
+
+int tn_nsq_server_producers_json(const tn_nsq_server_t *s, const char *topic, tn_buf_t *out)
+{
+    bool any = false;
+    for (conn_t *c = s->conns; c != NULL; c = c->next) {
+        if (c->pubs == NULL)
+            continue;
+        tn_buf_append(out, any ? "," : "[", 1);
+        describe_conn(c, topic, out);
+        any = true;
+    }
+    return any ? tn_buf_append(out, "]", 1) : tn_buf_append(out, "null", 4);
 }
 
 void tn_nsq_server_stats(const tn_nsq_server_t *s, tn_nsq_server_stats_t *out)

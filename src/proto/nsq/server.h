@@ -80,6 +80,12 @@ typedef struct {
 
 void tn_nsq_server_stats(const tn_nsq_server_t *s, tn_nsq_server_stats_t *out);
 
+/* /stats' "producers": a JSON array of the connections that have
+ * published (nsqd's client entries, pub_counts limited to topic when it
+ * is not ""), or null when none has. Appended to out; 0 or UV_ENOMEM.
+ * Loop thread. */
+int tn_nsq_server_producers_json(const tn_nsq_server_t *s, const char *topic, tn_buf_t *out);
+
 /* The port it listens on. */
 /* The nsqauthd client AUTH uses, or NULL when AUTH is not configured
  * (other doors share its cache). */

@@ -227,6 +227,28 @@ int tn_tls_write(tn_tls_t *t, const char *data, size_t len, tn_buf_t *wire)
     return tn_tls_drain(t, wire);
 }
 
+void tn_tls_info(tn_tls_t *t, tn_tls_info_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    int v = SSL_version(t->ssl);
+    snprintf(out->version, sizeof(out->version), "%s",
+             v == TLS1_3_VERSION   ? "TLS1.3"
+             : v == TLS1_2_VERSION ? "TLS1.2"
+             : v == TLS1_1_VERSION ? "TLS1.1"
+             : v == TLS1_VERSION   ? "TLS1.0"
+                                   : "Unknown");
+    const SSL_CIPHER *c = SSL_get_current_cipher(t->ssl);
+    const char *name = c != NULL ? SSL_CIPHER_standard_name(c) : NULL;
+    snprintf(out->cipher, sizeof(out->cipher), "%s", name != NULL ? name : "");
+    const unsigned char *proto = NULL;
+    unsigned int plen = 0;
+    SSL_get0_alpn_selected(t->ssl, &proto, &plen);
+    if (proto != NULL && plen < sizeof(out->alpn)) {
+        memcpy(out->alpn, proto, plen);
+        out->alpn[plen] = '\0';
+    }
+}
+
 void tn_tls_common_name(tn_tls_t *t, char *out, size_t len)
 {
     out[0] = '\0';

@@ -49,6 +49,16 @@ int tn_tls_write(tn_tls_t *t, const char *data, size_t len, tn_buf_t *wire);
 int tn_tls_drain(tn_tls_t *t, tn_buf_t *wire);
 /* The client certificate's common name, or "" (after the handshake). */
 void tn_tls_common_name(tn_tls_t *t, char *out, size_t len);
+
+/* What the handshake agreed, in the words of nsqd's /stats: version
+ * "TLS1.2" or "TLS1.3", the cipher suite's standard (IANA) name, and the
+ * ALPN protocol ("" when none was negotiated). */
+typedef struct {
+    char version[16];
+    char cipher[64];
+    char alpn[64];
+} tn_tls_info_t;
+void tn_tls_info(tn_tls_t *t, tn_tls_info_t *out);
 const char *tn_tls_errmsg(const tn_tls_t *t);
 
 #endif

@@ -287,6 +287,29 @@ static void test_names_and_ids(void **state)
     assert_true(tn_nsq_is_ephemeral("c#ephemeral", 11));
     assert_false(tn_nsq_is_ephemeral("c", 1));
     assert_false(tn_nsq_valid_channel("c#other", 7));
+    assert_false(tn_nsq_valid_topic("#ephemeral", 10));
+    /* nsqd's 64 characters, the #ephemeral suffix counted. */
+    char name[80];
+    memset(name, 'n', sizeof(name));
+    assert_true(tn_nsq_valid_topic(name, 64));
+    assert_false(tn_nsq_valid_topic(name, 65));
+    assert_true(tn_nsq_valid_channel(name, 64));
+    assert_false(tn_nsq_valid_channel(name, 65));
+    memcpy(name + 54, "#ephemeral", 10);
+    assert_true(tn_nsq_valid_topic(name, 64));
+    memcpy(name + 55, "#ephemeral", 10);
+    assert_false(tn_nsq_valid_topic(name, 65));
+    assert_false(tn_nsq_valid_channel(name, 65));
+    /* The error frame without text is the code alone (E_BAD_PROTOCOL). */
+    tn_buf_t out;
+    tn_buf_init(&out);
+    assert_int_equal(tn_nsq_write_error(&out, TN_NSQ_E_BAD_PROTOCOL, ""), 0);
+    assert_int_equal(tn_buf_size(&out), 8 + 14);
+    assert_memory_equal(tn_buf_data(&out),
+                        "\0\0\0\x12\0\0\0\x01"
+                        "E_BAD_PROTOCOL",
+                        22);
+    tn_buf_fini(&out);
 
     char id[TN_NSQ_ID_LEN];
     tn_nsq_id_encode(3, 0x123456789aULL, id);

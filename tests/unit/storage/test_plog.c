@@ -813,6 +813,171 @@ static void test_empty_leftover_segment(void **state)
     assert_int_equal(tn_plog_err(plog), TN_ECORRUPT);
 }
 
+typedef struct {
+    int done;
+    int status;
+} floor_wait_t;
+
+static void on_floor(tn_plog_floor_t *req, int status)
+{
+    floor_wait_t *w = req->data;
+    w->done = 1;
+    w->status = status;
+}
+
+static int drop_below(fx_t *fx, tn_plog_t *plog, uint64_t below)
+{
+    tn_plog_floor_t req;
+    floor_wait_t w = {0, 0};
+    req.data = &w;
+    assert_int_equal(tn_plog_drop_below(plog, &req, below, on_floor), 0);
+    assert_int_equal(w.done, 0); /* never answered inside the call */
+    while (!w.done)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    return w.status;
+}
+
+static void test_floor_drops_the_head_durably(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *plog = open_log(fx, "fl", 0);
+    append_n(fx, plog, 0, 1500);
+    assert_true(plog->nsegs >= 4);
+    uint64_t second_base = plog->segs[1]->base;
+    /* Before: GC with bound 0 has nothing to do. */
+    assert_int_equal(tn_plog_gc_plan(plog, 0, 0), 0);
+    assert_int_equal(drop_below(fx, plog, second_base + 5), 0);
+    tn_plog_stats_t st;
+    tn_plog_stats(plog, &st);
+    assert_int_equal(st.first_offset, second_base + 5);
+    expect_absent(plog, 0, second_base + 5, TN_ENOTFOUND);
+    expect_all(plog, second_base + 5, 1500 - second_base - 5);
+    /* GC reclaims below the floor whatever bound it is given. */
+    assert_int_equal(tn_plog_gc_plan(plog, 0, 0), 1);
+    assert_int_equal(run_gc(fx, plog, 0, 0), 1);
+    /* A floor never goes down, and never past the next offset. */
+    assert_int_equal(drop_below(fx, plog, 3), 0);
+    tn_plog_stats(plog, &st);
+    assert_int_equal(st.first_offset, second_base + 5);
+    assert_int_equal(drop_below(fx, plog, UINT64_MAX), 0);
+    tn_plog_stats(plog, &st);
+    assert_int_equal(st.first_offset, 1500);
+
+    /* It survives a reopen; appends go on from the same offset. */
+    tu_fx_reopen(fx);
+    plog = open_log(fx, "fl", 0);
+    assert_int_equal(tn_plog_err(plog), 0);
+    tn_plog_stats(plog, &st);
+    assert_int_equal((st.first_offset), 1500);
+    expect_absent(plog, 1400, 1500, TN_ENOTFOUND);
+    append_n(fx, plog, 1500, 3);
+    expect_all(plog, 1500, 3);
+}
+
+static void test_damaged_floor_isolates(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *plog = open_log(fx, "flbad", 0);
+    append_n(fx, plog, 0, 10);
+    assert_int_equal(drop_below(fx, plog, 4), 0);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/floor", plog->dir);
+    tu_fx_reopen(fx);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, 9, SEEK_SET);
+    fputc(0x7f, f);
+    fclose(f);
+    plog = open_log(fx, "flbad", 0);
+    assert_int_equal(tn_plog_err(plog), TN_ECORRUPT);
+}
+
+typedef struct {
+    int done;
+    int status;
+    uint64_t first;
+} mem_wait_t;
+
+static void on_mem_append(tn_append_t *req, int status)
+{
+    mem_wait_t *w = req->data;
+    w->done++;
+    w->status = status;
+    w->first = req->first_offset;
+}
+
+static void test_memory_log(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *plog = NULL;
+    assert_int_equal(tn_plog_open_memory(fx->store, "m#ephemeral", 0, 4, 100, &plog), 0);
+    tn_rec_in_t recs[3] = {{{NULL, 0}, tn_iov("one", 3), 0},
+                           {tn_iov("k", 1), tn_iov("two", 3), 77},
+                           {{NULL, 0}, tn_iov("three", 5), 0}};
+    tn_append_t req;
+    mem_wait_t w = {0, 0, 0};
+    req.data = &w;
+    assert_int_equal(tn_plog_append(plog, &req, recs, 3, on_mem_append), 0);
+    assert_int_equal(w.done, 0); /* answered on a later loop turn */
+    while (!w.done)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(w.status, 0);
+    assert_int_equal(w.first, 0);
+    tn_buf_t scratch;
+    tn_buf_init(&scratch);
+    tn_rec_t rec;
+    assert_int_equal(tn_plog_read(plog, 1, &scratch, &rec), 0);
+    assert_int_equal(rec.h.key_len, 1);
+    assert_memory_equal(rec.key, "k", 1);
+    assert_memory_equal(rec.body, "two", 3);
+    assert_int_equal(rec.h.deliver_at_ms, 77);
+    assert_int_equal(tn_plog_read(plog, 3, &scratch, &rec), TN_ENOTFOUND);
+    /* Over the record bound: refused, nothing taken. */
+    tn_append_t req2;
+    req2.data = &w;
+    assert_int_equal(tn_plog_append(plog, &req2, recs, 2, on_mem_append), TN_EFULL);
+    assert_int_equal(tn_plog_written_next(plog), 3);
+    /* Trimmed, it takes more; the ring grows past its first size. */
+    assert_int_equal(tn_plog_mem_trim(plog, 2), 2);
+    assert_int_equal(tn_plog_read(plog, 1, &scratch, &rec), TN_ENOTFOUND);
+    assert_int_equal(tn_plog_read(plog, 2, &scratch, &rec), 0);
+    assert_memory_equal(rec.body, "three", 5);
+    w.done = 0;
+    assert_int_equal(tn_plog_append(plog, &req2, recs, 3, on_mem_append), 0);
+    while (!w.done)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(w.first, 3);
+    tn_plog_stats_t st;
+    tn_plog_stats(plog, &st);
+    assert_int_equal(st.first_offset, 2);
+    assert_int_equal(st.visible_next, 6);
+    assert_int_equal(st.bytes, 5 + 3 + 4 + 5);
+    /* Over the byte bound. */
+    tn_rec_in_t big = {{NULL, 0}, tn_iov(scratch.base, 0), 0};
+    char blob[90];
+    memset(blob, 'b', sizeof(blob));
+    big.body = tn_iov(blob, sizeof(blob));
+    assert_int_equal(tn_plog_mem_trim(plog, 6), 4);
+    assert_int_equal(tn_plog_append(plog, &req2, &big, 1, on_mem_append), 0);
+    w.done = 0;
+    while (!w.done)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(tn_plog_append(plog, &req2, &big, 1, on_mem_append), TN_EFULL);
+    /* A memory log never advances, and GC never picks anything. */
+    tn_plog_advance_t adv;
+    assert_int_equal(tn_plog_advance(plog, &adv, 100, NULL), UV_EINVAL);
+    assert_int_equal(tn_plog_gc_plan(plog, UINT64_MAX, INT64_MAX), 0);
+    /* Its floor frees the records at once. */
+    assert_int_equal(drop_below(fx, plog, 7), 0);
+    assert_int_equal(tn_plog_read(plog, 6, &scratch, &rec), TN_ENOTFOUND);
+    tn_buf_fini(&scratch);
+    /* Nothing on disk. */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/topics/m#ephemeral", fx->dir);
+    assert_int_equal(access(dir, F_OK), -1);
+    /* The store closes it with itself (teardown). */
+}
+
 static void test_names_refused(void **state)
 {
     fx_t *fx = *state;
@@ -845,6 +1010,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_busy_poll_stops_on_a_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_poll_store_closed_meanwhile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_by_offset_and_age, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_floor_drops_the_head_durably, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damaged_floor_isolates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_log, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_high_refuses_appends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names_refused, setup, teardown),
