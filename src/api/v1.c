@@ -411,6 +411,24 @@ void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec)
 #define DEFAULT_PARTITIONS 3
 #define DEFAULT_VISIBILITY 30000
 #define DEFAULT_CAP        1024
+/* A topic's retention_ms is 0 (no age limit) or at least an hour: what a
+ * lagging child or a slow consumer can count on. */
+#define MIN_RETENTION_MS (3600LL * 1000)
+
+/* Why a retention_ms asked for is refused (into err), or false. */
+static bool retention_refused(int64_t ms, char *err, size_t errlen)
+{
+    if (ms == 0 || ms >= MIN_RETENTION_MS)
+        return false;
+    if (ms < 0)
+        snprintf(err, errlen, "invalid argument: retention_ms must be >= 0 (0 means no age limit)");
+    else
+        snprintf(err, errlen,
+                 "invalid argument: retention_ms must be 0 (no age limit) or at least %lld "
+                 "(1 hour); got %" PRId64,
+                 MIN_RETENTION_MS, ms);
+    return true;
+}
 
 /* The cross-site guard of state-changing requests. */
 static bool api_request(const tn_http_request_t *r)
@@ -512,6 +530,8 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
         return false;
     }
     t->partitions = (uint32_t)parts;
+    if (given[CF_RETENTION] && retention_refused(b->retention_ms, err, errlen))
+        return false;
     t->retention_ms = given[CF_RETENTION] ? b->retention_ms : v->o.default_retention_ms;
     t->visibility_timeout_ms = given[CF_VISIBILITY] && b->visibility_timeout_ms != 0
                                    ? b->visibility_timeout_ms
@@ -831,16 +851,23 @@ static void on_grown(void *arg, int status)
     op_end(op, 200, NULL);
 }
 
-/* The update p makes of cur, into c: NULL, or why it is refused. The
- * proposal is refused in turn if the record changes before it lands. */
-static const char *patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
-                              tn_meta_cmd_t *c)
+/* The update p makes of cur, into c: true, or false with why it is
+ * refused in err. The proposal is refused in turn if the record changes
+ * before it lands. */
+static bool patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur, tn_meta_cmd_t *c,
+                       char *err, size_t errlen)
 {
     const patch_body_t *b = &p->b;
-    if (p->given[PF_PARTITIONS] && b->partitions < cur->partitions)
-        return "invalid argument: partitions can grow, never shrink";
-    if (p->given[PF_PARTITIONS] && b->partitions > v->o.max_partitions)
-        return "invalid argument: partitions above max-partitions";
+    if (p->given[PF_PARTITIONS] && b->partitions <= (int64_t)cur->partitions) {
+        snprintf(err, errlen, "invalid argument: partitions can only grow: the topic has %u",
+                 cur->partitions);
+        return false;
+    }
+    if (p->given[PF_PARTITIONS] && b->partitions > v->o.max_partitions) {
+        snprintf(err, errlen, "invalid argument: partitions must be at most %u (max-partitions)",
+                 v->o.max_partitions);
+        return false;
+    }
     memset(c, 0, sizeof(*c));
     c->type = TN_MC_TOPIC_PUT;
     c->if_unchanged = true;
@@ -857,7 +884,7 @@ static const char *patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_
         c->topic.max_inflight = b->max_inflight ? b->max_inflight : DEFAULT_CAP;
     if (p->given[PF_ACKED_AHEAD])
         c->topic.max_acked_ahead = b->max_acked_ahead ? b->max_acked_ahead : DEFAULT_CAP;
-    return NULL;
+    return true;
 }
 
 static void on_patch_recorded(tn_meta_req_t *req, int status)
@@ -871,11 +898,11 @@ static void on_patch_recorded(tn_meta_req_t *req, int status)
         /* Another change landed first: make this one again on top of it. */
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
         tn_meta_cmd_t c;
-        const char *refusal = e != NULL ? patch_make(op->v, &op->patch, &e->rec, &c) : NULL;
+        char refusal[160];
         if (e == NULL) {
             op_end(op, 404, "topic not found");
-        } else if (refusal != NULL) {
-            op_end(op, 409, refusal); /* e.g. it grew past the asked count meanwhile */
+        } else if (!patch_make(op->v, &op->patch, &e->rec, &c, refusal, sizeof(refusal))) {
+            op_end(op, 409, refusal); /* e.g. it grew to the asked count meanwhile */
         } else {
             op->partitions = c.topic.partitions; /* before: the answer may come at once */
             if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_patch_recorded) != 0)
@@ -933,22 +960,26 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
     bool any = false;
     for (int i = 0; i < PF_COUNT; i++)
         any = any || given[i];
-    const char *refusal = rc != 0 ? err : NULL;
-    if (refusal == NULL && !any)
-        refusal = "invalid argument: give at least one of partitions, retention_ms, "
-                  "visibility_timeout_ms, max_in_flight_per_partition, "
-                  "max_acked_ahead_per_partition";
-    else if (refusal == NULL && (b.retention_ms < 0 || b.visibility_timeout_ms < 0 ||
-                                 b.max_inflight < 0 || b.max_acked_ahead < 0))
-        refusal = "invalid argument: retention, timeouts and caps must be >= 0";
+    bool refused = rc != 0;
+    if (!refused && !any) {
+        snprintf(err, sizeof(err),
+                 "invalid argument: give at least one of partitions, retention_ms, "
+                 "visibility_timeout_ms, max_in_flight_per_partition, "
+                 "max_acked_ahead_per_partition");
+        refused = true;
+    } else if (!refused && given[PF_RETENTION]) {
+        refused = retention_refused(b.retention_ms, err, sizeof(err));
+    }
+    if (!refused && (b.visibility_timeout_ms < 0 || b.max_inflight < 0 || b.max_acked_ahead < 0)) {
+        snprintf(err, sizeof(err), "invalid argument: timeouts and caps must be >= 0");
+        refused = true;
+    }
     patch_t p;
     p.b = b;
     memcpy(p.given, given, sizeof(p.given));
     tn_meta_cmd_t c;
-    if (refusal == NULL)
-        refusal = patch_make(v, &p, &e->rec, &c);
-    if (refusal != NULL) {
-        tn__v1_error(r, 400, refusal, NULL);
+    if (refused || !patch_make(v, &p, &e->rec, &c, err, sizeof(err))) {
+        tn__v1_error(r, 400, err, NULL);
         return;
     }
     (void)op_start(v, r, &c, on_patch_recorded, NULL, 0, &p);

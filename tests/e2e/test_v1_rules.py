@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of the /v1 rules that Narad enforces, against the real
-ternd: the health endpoints' JSON bodies."""
+ternd: the health endpoints' JSON bodies, and the one-hour retention floor on
+create and PATCH, partitions that only grow."""
 import json
 import os
 import time
@@ -57,6 +58,43 @@ class Rules(Base):
             self.assertEqual(status, 200, path)
             self.assertEqual(headers["Content-Type"], "application/json; charset=utf-8", path)
             self.assertEqual(json.loads(data), body, path)
+
+    def test_retention_floor(self):
+        for ms in (1, 60000, HOUR - 1):
+            status, body = self.send("POST", "/v1/topics", {"name": f"r{ms}x{uuid.uuid4().hex[:6]}",
+                                                            "retention_ms": ms})
+            self.assertEqual(status, 400, ms)
+            self.assertEqual(body["error"],
+                             "invalid argument: retention_ms must be 0 (no age limit) or at least "
+                             f"3600000 (1 hour); got {ms}")
+        status, body = self.send("POST", "/v1/topics", {"name": "neg" + uuid.uuid4().hex[:6],
+                                                        "retention_ms": -5})
+        self.assertEqual(status, 400)
+        self.assertIn("retention_ms must be >= 0", body["error"])
+        t = self.create(retention_ms=HOUR)
+        forever = self.create(retention_ms=0)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{forever}")[1]["retention_ms"], 0)
+        # PATCH: the same rule; a refused change changes nothing.
+        for ms in (1, HOUR - 1):
+            status, body = self.send("PATCH", f"/v1/topics/{t}", {"retention_ms": ms})
+            self.assertEqual(status, 400, ms)
+            self.assertIn("at least 3600000 (1 hour)", body["error"])
+        self.assertEqual(self.admin("GET", f"/v1/topics/{t}")[1]["retention_ms"], HOUR)
+        for ms in (0, 2 * HOUR):
+            status, rec = self.send("PATCH", f"/v1/topics/{t}", {"retention_ms": ms})
+            self.assertEqual((status, rec["retention_ms"]), (200, ms))
+
+    def test_partitions_only_grow(self):
+        t = self.create(partitions=4)
+        for n in (4, 3, 0):
+            status, body = self.send("PATCH", f"/v1/topics/{t}", {"partitions": n})
+            self.assertEqual((status, body["error"]),
+                             (400, "invalid argument: partitions can only grow: the topic has 4"), n)
+        status, rec = self.send("PATCH", f"/v1/topics/{t}", {"partitions": 5})
+        self.assertEqual((status, rec["partitions"]), (200, 5))
+        status, body = self.send("PATCH", f"/v1/topics/{t}", {"partitions": 5})
+        self.assertEqual((status, body["error"]),
+                         (400, "invalid argument: partitions can only grow: the topic has 5"))
 
 
 if __name__ == "__main__":
