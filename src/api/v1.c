@@ -85,6 +85,77 @@ static void unauthorized(tn_http_request_t *r)
     tn__v1_error(r, 401, "authentication required", "WWW-Authenticate: Basic realm=\"tern\"\r\n");
 }
 
+/* Order keys (spans) by length, then bytes. */
+static int key_cmp(const void *a, const void *b)
+{
+    const tn_iov_t *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return memcmp(x->base, y->base, x->len);
+}
+
+/* A query parameter (its raw name) given more than once in q, into *dup:
+ * 1, 0 (none), or UV_ENOMEM. Sorting the names keeps a query of many
+ * distinct ones cheap. */
+static int repeated_param(tn_iov_t q, tn_iov_t *dup)
+{
+    size_t n = 1;
+    for (size_t i = 0; i < q.len; i++)
+        n += q.base[i] == '&';
+    if (q.len == 0 || n < 2)
+        return 0;
+    tn_iov_t few[16];
+    tn_iov_t *keys = n <= TN_ARRAY_SIZE(few) ? few : tn_malloc(n * sizeof(*keys));
+    if (keys == NULL)
+        return UV_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i <= q.len;) {
+        size_t start = i;
+        while (i < q.len && q.base[i] != '&')
+            i++;
+        const char *eq = memchr(q.base + start, '=', i - start);
+        size_t klen = eq != NULL ? (size_t)(eq - (q.base + start)) : i - start;
+        if (klen > 0) /* "a&&b": an empty pair names nothing */
+            keys[k++] = tn_iov(q.base + start, klen);
+        i++;
+    }
+    qsort(keys, k, sizeof(*keys), key_cmp);
+    int found = 0;
+    for (size_t i = 1; i < k && !found; i++) {
+        if (key_cmp(&keys[i - 1], &keys[i]) == 0) {
+            *dup = keys[i];
+            found = 1;
+        }
+    }
+    if (keys != few)
+        tn_free(keys);
+    return found;
+}
+
+/* Let an authenticated /v1 request through to its route, unless a query
+ * parameter comes twice: no /v1 route takes a parameter more than once,
+ * so a second value is a client's mistake, refused here for every route
+ * rather than letting one value win silently. */
+static void pass(tn_http_request_t *r)
+{
+    tn_iov_t path = r->head.path;
+    tn_iov_t dup;
+    int rc =
+        path.len >= 3 && memcmp(path.base, "/v1", 3) == 0 ? repeated_param(r->head.query, &dup) : 0;
+    if (rc == UV_ENOMEM) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    if (rc == 1) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "invalid argument: query parameter %.*s given more than once",
+                 (int)TN_MIN(dup.len, (size_t)64), dup.base);
+        tn__v1_error(r, 400, msg, NULL);
+        return;
+    }
+    tn_http_resume(r);
+}
+
 static void on_checked(tn_authn_req_t *req, tn_authn_result_t result)
 {
     authing_t *a = req->data;
@@ -93,7 +164,7 @@ static void on_checked(tn_authn_req_t *req, tn_authn_result_t result)
     if (result == TN_AUTHN_OK) {
         snprintf(r->principal, sizeof(r->principal), "%s", a->user);
         tn_free(a);
-        tn_http_resume(r);
+        pass(r);
         return;
     }
     tn_free(a);
@@ -115,8 +186,12 @@ static void guard(tn_http_request_t *r, void *arg)
     tn_v1_t *v = arg;
     tn_iov_t path = r->head.path;
     size_t wl = sizeof(WS_PREFIX) - 1;
-    if (!v->o.security || (path.len >= wl && memcmp(path.base, WS_PREFIX, wl) == 0)) {
-        tn_http_resume(r);
+    if (path.len >= wl && memcmp(path.base, WS_PREFIX, wl) == 0) {
+        tn_http_resume(r); /* the live feed checks its own credentials and query */
+        return;
+    }
+    if (!v->o.security) {
+        pass(r);
         return;
     }
     const tn_iov_t *h = tn_http_header(&r->head, "authorization");

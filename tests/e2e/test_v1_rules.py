@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end tests of the /v1 rules that Narad enforces, against the real
-ternd: the health endpoints' JSON bodies, and the one-hour retention floor on
-create and PATCH, partitions that only grow."""
+ternd: the health endpoints' JSON bodies, the one-hour retention floor on
+create and PATCH, partitions that only grow, and a query parameter given twice
+refused on every /v1 route (nsqd's endpoints keep taking the first)."""
 import json
 import os
 import time
@@ -95,6 +96,62 @@ class Rules(Base):
         status, body = self.send("PATCH", f"/v1/topics/{t}", {"partitions": 5})
         self.assertEqual((status, body["error"]),
                          (400, "invalid argument: partitions can only grow: the topic has 5"))
+
+    def test_repeated_query_parameter_on_every_route(self):
+        t = self.create(partitions=2)
+        self.produce(t, b"x")
+        routes = [
+            ("GET", "/v1/topics?limit=1&limit=2", "limit"),
+            ("GET", "/v1/topics?page_token=a&page_token=a", "page_token"),
+            ("GET", f"/v1/topics/{t}?partition=0&partition=1", "partition"),
+            ("POST", "/v1/topics?x=1&x=2", "x"),
+            ("PATCH", f"/v1/topics/{t}?x=1&x=2", "x"),
+            ("DELETE", f"/v1/topics/{t}?x=1&x=2", "x"),
+            ("POST", f"/v1/topics/{t}/produce?partition=0&partition=1", "partition"),
+            ("POST", f"/v1/topics/{t}/produce?key=a&partition=0&key=b", "key"),
+            ("GET", f"/v1/topics/{t}/consume?wait=1s&wait=2s", "wait"),
+            ("GET", f"/v1/topics/{t}/consume?channel=a&channel=b", "channel"),
+            ("GET", f"/v1/topics/{t}/consume?partition=0&offset=0&offset=1", "offset"),
+            ("GET", f"/v1/topics/{t}/consume?max=1&max=2", "max"),
+            ("GET", f"/v1/topics/{t}/consume?partition=1&partition=1", "partition"),
+            ("POST", f"/v1/topics/{t}/ack?receipt_handle=0:0:1&receipt_handle=0:0:2",
+             "receipt_handle"),
+            ("POST", f"/v1/topics/{t}/ack?receipt_handle=0:0:1&extend=1&extend", "extend"),
+            ("POST", f"/v1/topics/{t}/produce/batch?y=1&y", "y"),
+            ("POST", f"/v1/topics/{t}/ack/batch?channel=a&channel=a", "channel"),
+            ("GET", f"/v1/topics/{t}/children?z=&z=", "z"),
+            ("POST", f"/v1/topics/{t}/children?z=1&z=1", "z"),
+            ("DELETE", f"/v1/topics/{t}/children/c?z=1&z=1", "z"),
+            ("GET", "/v1/cluster/members?a=1&a=1", "a"),
+            ("GET", "/v1/cluster/moves?a=1&a=1", "a"),
+            ("POST", "/v1/cluster/members/1/decommission?a=1&a=1", "a"),
+            ("DELETE", "/v1/cluster/members/1/decommission?a=1&a=1", "a"),
+            ("GET", "/v1/users?a=1&a=2", "a"),
+            ("GET", "/v1/users/admin?a=1&a=2", "a"),
+            ("POST", "/v1/users?a=1&a=2", "a"),
+            ("DELETE", "/v1/users/nobody?a=1&a=2", "a"),
+            ("PUT", "/v1/users/nobody/grants?a=1&a=2", "a"),
+            ("PUT", "/v1/users/admin/password?a=1&a=2", "a"),
+        ]
+        for method, path, name in routes:
+            status, _, data = self.request(method, path, b"{}", ("admin", PASSWORD), API)
+            self.assertEqual(status, 400, (method, path, data))
+            self.assertEqual(json.loads(data)["error"],
+                             f"invalid argument: query parameter {name} given more than once",
+                             (method, path))
+        # Nothing was changed or taken by the refused requests.
+        self.assertEqual(self.admin("GET", f"/v1/topics/{t}")[1]["name"], t)
+        status, m = self.consume(t, "?wait=2s")
+        self.assertEqual((status, m["payload"]), (200, "x"))
+        # Credentials still come first; one value each is fine.
+        self.assertEqual(self.request("GET", "/v1/topics?limit=1&limit=2")[0], 401)
+        self.assertEqual(self.admin("GET", "/v1/topics?limit=1&page_token=")[0], 200)
+        # nsqd's endpoints take the first value, as nsqd does.
+        status, _, data = self.request("POST", f"/pub?topic={t}n&topic=other{t}", b"y")
+        self.assertEqual((status, data), (200, b"OK"))
+        status, _, data = self.request("GET", f"/stats?format=json&topic={t}n")
+        self.assertEqual(status, 200)
+        self.assertEqual([x["topic_name"] for x in json.loads(data)["topics"]], [f"{t}n"])
 
 
 if __name__ == "__main__":
