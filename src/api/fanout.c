@@ -98,7 +98,14 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
         tn_consumer_req(c, d->partition, d->offset, true, d->nonce, RETRY_MS);
         return;
     }
-    if (d->key != NULL && d->key->len > 0) {
+    /* Equal counts (a child created with its parent has the parent's):
+     * parent partition p feeds child partition p. Otherwise a key picks
+     * the child's partition as a produce's does, and a keyless copy goes
+     * where the engine spreads it. */
+    if (child->nparts == c->ch->topic->nparts) {
+        cp->pub.pinned = true;
+        cp->pub.pin = d->partition;
+    } else if (d->key != NULL && d->key->len > 0) {
         cp->pub.pinned = true;
         cp->pub.pin = tn__v1_key_hash(d->key->data, d->key->len) % child->nparts;
     }

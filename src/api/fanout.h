@@ -7,7 +7,10 @@
  *      backfill), then records the link in the metastore.
  *   2. A runner (a consumer of that channel, up to 256 messages in
  *      flight) publishes each message it gets into the child, with its
- *      key (which picks the child's partition as a produce's key does).
+ *      key. While the two have as many partitions (a child created with
+ *      its parent starts so), parent partition p feeds child partition
+ *      p; otherwise the key picks the child's partition as a produce's
+ *      key does.
  *      For a delayed child the copy is deferred until its parent publish
  *      time plus the delay, so the child's consumers see it then. Once the
  *      copy is durable the parent message is finished on the channel; a

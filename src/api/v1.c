@@ -888,6 +888,16 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
             tn__v1_error(r, 403, "attaching needs ownership (or admin) of the parent", NULL);
             return;
         }
+        /* Parent partition p feeds child partition p (fanout.h). */
+        if (given[CF_PARTITIONS] && c.topic.partitions != pe->rec.partitions) {
+            snprintf(err, sizeof(err),
+                     "invalid argument: a topic created with a parent has the parent's partition "
+                     "count: the parent has %u, the request asks for %u",
+                     pe->rec.partitions, c.topic.partitions);
+            tn__v1_error(r, 400, err, NULL);
+            return;
+        }
+        c.topic.partitions = pe->rec.partitions;
         const char *msg = NULL;
         int st = tn__v1_link_refusal(v, &pe->rec, &c.topic, b.fanout_delay_ms, &msg);
         if (st != 0) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """End-to-end tests of the /v1 rules that Narad enforces, against the real
 ternd: the health endpoints' JSON bodies, the one-hour retention floor on
-create and PATCH, partitions that only grow, and a query parameter given twice
-refused on every /v1 route (nsqd's endpoints keep taking the first)."""
+create and PATCH, partitions that only grow, a query parameter given twice
+refused on every /v1 route (nsqd's endpoints keep taking the first), and a
+child created with its parent taking the parent's partition count with
+parent partition p feeding child partition p."""
 import json
 import os
 import time
@@ -152,6 +154,31 @@ class Rules(Base):
         status, _, data = self.request("GET", f"/stats?format=json&topic={t}n")
         self.assertEqual(status, 200)
         self.assertEqual([x["topic_name"] for x in json.loads(data)["topics"]], [f"{t}n"])
+
+    def test_child_takes_the_parents_partitions(self):
+        p = self.create(partitions=3)
+        status, body = self.send("POST", "/v1/topics", {"name": "c" + p, "parent": p,
+                                                        "partitions": 4})
+        self.assertEqual((status, body["error"]),
+                         (400, "invalid argument: a topic created with a parent has the parent's "
+                               "partition count: the parent has 3, the request asks for 4"))
+        self.assertEqual(self.admin("GET", f"/v1/topics/c{p}")[0], 404)
+        status, rec = self.send("POST", "/v1/topics", {"name": "c" + p, "parent": p})
+        self.assertEqual((status, rec["partitions"], rec["role"]), (201, 3, "child"), rec)
+        status, rec = self.send("POST", "/v1/topics", {"name": "d" + p, "parent": p,
+                                                       "partitions": 3})
+        self.assertEqual((status, rec["partitions"]), (201, 3), rec)
+        # Parent partition p feeds child partition p, whatever the key and
+        # with no key (a pinned produce whose key hashes elsewhere too).
+        sent = [(0, ""), (0, "&key=a"), (1, ""), (2, "&key=b"), (2, ""), (2, "&key=zz")]
+        for part, key in sent:
+            self.produce(p, b"p%d" % part, f"?partition={part}{key}")
+        self.wait_offsets(p, [2, 1, 3])
+        for child in ("c" + p, "d" + p):
+            self.wait_offsets(child, [2, 1, 3])
+            for part in range(3):
+                status, m = self.consume(child, f"?partition={part}&offset=0")
+                self.assertEqual((status, m["partition"], m["payload"]), (200, part, f"p{part}"))
 
 
 if __name__ == "__main__":
