@@ -16,10 +16,11 @@
  *      copy is durable the parent message is finished on the channel; a
  *      failed copy is retried a second later. A crash in between copies
  *      it again (at least once), never loses it.
- *   3. tn_fanout_sync (after attach and detach, at startup, and every two
- *      seconds) makes the runners match the links: it starts missing ones,
- *      stops and deletes the channels of links that are gone, and makes the
- *      children of a deleted parent standalone.
+ *   3. tn_fanout_sync (after attach, detach and delete, at startup, and
+ *      every two seconds) makes the runners match the links: it starts
+ *      missing ones, stops those of links that are gone and deletes their
+ *      channels (a deleted parent's go with it). Deleting a parent
+ *      detaches its children in the metastore itself (meta/state.h).
  * A link's lag is its channel's depth: parent messages not copied yet.
  *
  * Threads: the loop thread. */

@@ -1098,6 +1098,9 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
         op_end(op, 503, "shutting down");
         return;
     }
+    /* Its children stand alone now (the delete detached them): their
+     * fan-out runners stop before the topic goes. */
+    tn_fanout_sync(op->v->fanout);
     if (tn_broker_delete(op->v->broker, op->topic, NULL, on_engine_deleted, op) != 0)
         op_end(op, 503, "out of memory");
 }

@@ -2,9 +2,10 @@
 """End-to-end tests of the /v1 rules that Narad enforces, against the real
 ternd: the health endpoints' JSON bodies, the one-hour retention floor on
 create and PATCH, partitions that only grow, a query parameter given twice
-refused on every /v1 route (nsqd's endpoints keep taking the first), and a
+refused on every /v1 route (nsqd's endpoints keep taking the first), a
 child created with its parent taking the parent's partition count with
-parent partition p feeding child partition p."""
+parent partition p feeding child partition p, and deleting a parent
+leaving its children standalone, with their messages, consumable."""
 import json
 import os
 import time
@@ -179,6 +180,74 @@ class Rules(Base):
             for part in range(3):
                 status, m = self.consume(child, f"?partition={part}&offset=0")
                 self.assertEqual((status, m["partition"], m["payload"]), (200, part, f"p{part}"))
+
+    def test_deleting_a_parent_leaves_standalone_children(self):
+        p = self.create(partitions=2)
+        kid = "k" + p
+        status, rec = self.send("POST", "/v1/topics", {"name": kid, "parent": p})
+        self.assertEqual(status, 201, rec)
+        late = self.create(partitions=2)  # attached after creation, with a delay
+        status, rec = self.send("POST", f"/v1/topics/{p}/children", {"child": late,
+                                                                     "delay_ms": 1000})
+        self.assertEqual((status, rec["children"]), (200, [kid, late]), rec)
+        for i in range(4):
+            self.produce(p, b"m%d" % i, f"?partition={i % 2}")
+        self.wait_offsets(kid, [2, 2])
+        self.wait_offsets(late, [2, 2])
+        self.assertEqual(self.send("DELETE", f"/v1/topics/{p}")[0], 204)
+        # In the same change: no waiting for a later sweep.
+        for child in (kid, late):
+            status, rec = self.admin("GET", f"/v1/topics/{child}")
+            self.assertEqual((status, rec["role"]), (200, "standalone"), rec)
+            for field in ("parent", "attach_epoch", "fanout_delay_ms"):
+                self.assertNotIn(field, rec)
+        self.assertEqual(self.admin("GET", f"/v1/topics/{p}")[0], 404)
+        # The children keep their messages and are consumed as any topic.
+        got = []
+        deadline = time.monotonic() + 15
+        while len(got) < 4 and time.monotonic() < deadline:
+            status, m = self.consume(kid, "?wait=2s")
+            if status == 200:
+                got.append(m["payload"])
+                st, _, _ = self.request(
+                    "POST", f"/v1/topics/{kid}/ack?receipt_handle={m['receipt_handle']}", None,
+                    ("admin", PASSWORD), API)
+                self.assertEqual(st, 204)
+        self.assertEqual(sorted(got), ["m0", "m1", "m2", "m3"])
+        self.assertEqual(self.consume(kid, "?wait=200ms")[0], 204)
+        # A former delay child takes produces directly now.
+        self.produce(late, b"direct")
+        status, m = self.consume(late, "?wait=2s")
+        self.assertEqual(status, 200)
+        # The parent's name made again starts with no children, and its
+        # messages go nowhere else.
+        self.create(name=p, partitions=2)
+        status, rec = self.admin("GET", f"/v1/topics/{p}")
+        self.assertEqual((rec["role"], rec.get("children")), ("standalone", None))
+        self.produce(p, b"new", "?partition=0")
+        time.sleep(2.5)  # past a fan-out sync: nothing may copy it
+        self.assertEqual(self.next_offsets(kid), [2, 2])
+        self.assertEqual(self.next_offsets(late)[0] + self.next_offsets(late)[1], 5)
+
+
+class RulesRestart(Base):
+    def test_detached_children_stay_standalone_after_restart(self):
+        p = f"rp{uuid.uuid4().hex[:8]}"
+        body = json.dumps({"name": p, "partitions": 1}).encode()
+        self.assertEqual(self.request("POST", "/v1/topics", body, ("admin", PASSWORD), API)[0],
+                         201)
+        body = json.dumps({"name": "c" + p, "parent": p}).encode()
+        self.assertEqual(self.request("POST", "/v1/topics", body, ("admin", PASSWORD), API)[0],
+                         201)
+        self.assertEqual(self.admin("DELETE", f"/v1/topics/{p}")[0], 204)
+        self.assertEqual(self.d.stop(), 0, self.d.log())
+        env = dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD)
+        type(self).d = Daemon(os.path.join(self.dir, "data"), env=env)
+        self.d.wait_for("metastore ready")
+        type(self).port = self.d.http_port
+        status, rec = self.admin("GET", f"/v1/topics/c{p}")
+        self.assertEqual((status, rec["role"]), (200, "standalone"), rec)
+        self.assertNotIn("parent", rec)
 
 
 if __name__ == "__main__":
