@@ -98,7 +98,14 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
         tn_consumer_req(c, d->partition, d->offset, true, d->nonce, RETRY_MS);
         return;
     }
-    if (d->key != NULL && d->key->len > 0) {
+    /* Equal counts (a child created with its parent has the parent's):
+     * parent partition p feeds child partition p. Otherwise a key picks
+     * the child's partition as a produce's does, and a keyless copy goes
+     * where the engine spreads it. */
+    if (child->nparts == c->ch->topic->nparts) {
+        cp->pub.pinned = true;
+        cp->pub.pin = d->partition;
+    } else if (d->key != NULL && d->key->len > 0) {
         cp->pub.pinned = true;
         cp->pub.pin = tn__v1_key_hash(d->key->data, d->key->len) % child->nparts;
     }
@@ -185,13 +192,6 @@ static void runner_start(runner_t *r)
     TN_LOG(TN_LOG_INFO, "fan-out %s -> %s running (channel %s)", r->parent, r->child, name);
 }
 
-static void on_unlinked(tn_meta_req_t *req, int status)
-{
-    if (status != 0 && status != TN_ECLOSED && status != TN_ENOTFOUND && status != TN_ECHANGED)
-        TN_LOG(TN_LOG_WARN, "fan-out: making a child standalone failed: %s", tn_strerror(status));
-    tn_free(req);
-}
-
 static void on_channel_deleted(void *arg, int status)
 {
     (void)arg;
@@ -209,22 +209,6 @@ void tn_fanout_sync(tn_fanout_t *f)
         const tn_meta_topic_t *rec = &s->topics[i]->rec;
         if (rec->parent[0] == '\0')
             continue;
-        if (tn_meta_topic_find(s, rec->parent) == NULL) {
-            /* The parent is gone: the child stands alone. */
-            tn_meta_cmd_t c;
-            memset(&c, 0, sizeof(c));
-            c.type = TN_MC_TOPIC_PUT;
-            c.if_unchanged = true; /* a change landing first: the next sync */
-            c.expect = tn_meta_topic_fingerprint(rec);
-            c.topic = *rec;
-            c.topic.parent[0] = '\0';
-            c.topic.fanout_delay_ms = 0;
-            c.topic.attach_epoch = 0;
-            tn_meta_req_t *req = tn_calloc(1, sizeof(*req));
-            if (req != NULL && tn_meta_propose(f->meta, req, &c, on_unlinked) != 0)
-                tn_free(req);
-            continue;
-        }
         runner_t *r = f->runners;
         while (r != NULL && !(r->epoch == rec->attach_epoch && strcmp(r->child, rec->name) == 0))
             r = r->next;
@@ -260,7 +244,8 @@ void tn_fanout_sync(tn_fanout_t *f)
         snprintf(parent, sizeof(parent), "%s", r->parent);
         tn_topic_t *t = NULL;
         tn_channel_t *ch = NULL;
-        bool had = r->attached;
+        /* A deleted parent takes its channels with it. */
+        bool had = r->attached && tn_meta_topic_find(s, parent) != NULL;
         runner_stop(r); /* r may be gone */
         if (had && tn_broker_topic(f->broker, parent, strlen(parent), false, 0, NULL, &t) == 0 &&
             tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)

@@ -7,16 +7,20 @@
  *      backfill), then records the link in the metastore.
  *   2. A runner (a consumer of that channel, up to 256 messages in
  *      flight) publishes each message it gets into the child, with its
- *      key (which picks the child's partition as a produce's key does).
+ *      key. While the two have as many partitions (a child created with
+ *      its parent starts so), parent partition p feeds child partition
+ *      p; otherwise the key picks the child's partition as a produce's
+ *      key does.
  *      For a delayed child the copy is deferred until its parent publish
  *      time plus the delay, so the child's consumers see it then. Once the
  *      copy is durable the parent message is finished on the channel; a
  *      failed copy is retried a second later. A crash in between copies
  *      it again (at least once), never loses it.
- *   3. tn_fanout_sync (after attach and detach, at startup, and every two
- *      seconds) makes the runners match the links: it starts missing ones,
- *      stops and deletes the channels of links that are gone, and makes the
- *      children of a deleted parent standalone.
+ *   3. tn_fanout_sync (after attach, detach and delete, at startup, and
+ *      every two seconds) makes the runners match the links: it starts
+ *      missing ones, stops those of links that are gone and deletes their
+ *      channels (a deleted parent's go with it). Deleting a parent
+ *      detaches its children in the metastore itself (meta/state.h).
  * A link's lag is its channel's depth: parent messages not copied yet.
  *
  * Threads: the loop thread. */

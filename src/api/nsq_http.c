@@ -101,10 +101,17 @@ static void on_info(tn_http_request_t *r, void *arg)
     answer_json(r, 200, body);
 }
 
+/* Liveness: 200 while the process serves, 503 once its shutdown began
+ * (Narad's bodies). */
 static void on_healthz(tn_http_request_t *r, void *arg)
 {
-    (void)arg;
-    tn_http_respond(r, 200, "text/plain; charset=utf-8", NULL, "OK", 2);
+    tn_nsq_http_t *api = arg;
+    static const char ok[] = "{\"status\":\"ok\"}\n";
+    static const char bye[] = "{\"status\":\"shutting down\"}\n";
+    if (api->shutting_down)
+        tn_http_respond(r, 503, "application/json; charset=utf-8", NULL, bye, sizeof(bye) - 1);
+    else
+        tn_http_respond(r, 200, "application/json; charset=utf-8", NULL, ok, sizeof(ok) - 1);
 }
 
 bool tn_nsq_http_ready(tn_nsq_http_t *api)
@@ -115,10 +122,13 @@ bool tn_nsq_http_ready(tn_nsq_http_t *api)
 static void on_readyz(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
+    static const char ready[] = "{\"status\":\"ready\"}\n";
+    static const char not_ready[] = "{\"error\":\"not ready\"}\n";
     if (tn_nsq_http_ready(api))
-        tn_http_respond(r, 200, "text/plain; charset=utf-8", NULL, "OK", 2);
+        tn_http_respond(r, 200, "application/json; charset=utf-8", NULL, ready, sizeof(ready) - 1);
     else
-        tn_http_respond(r, 503, "text/plain; charset=utf-8", "Retry-After: 1\r\n", "NOT_READY", 9);
+        tn_http_respond(r, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", not_ready,
+                        sizeof(not_ready) - 1);
 }
 
 /* --- /stats ------------------------------------------------------------------- */

@@ -32,6 +32,7 @@ typedef struct {
     int max_deflate_level;
     int64_t start_time;   /* unix seconds */
     bool ready;           /* storage opened and recovered, listeners up, not draining */
+    bool shutting_down;   /* a shutdown began (SIGTERM, SIGINT): /healthz answers 503 */
     tn_meta_t *meta;      /* /readyz also waits for its replica to catch up (NULL: not used) */
     tn_nsq_server_t *nsq; /* the NSQ TCP server, for /stats' producers (NULL: none) */
 } tn_nsq_http_t;

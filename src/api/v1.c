@@ -85,6 +85,77 @@ static void unauthorized(tn_http_request_t *r)
     tn__v1_error(r, 401, "authentication required", "WWW-Authenticate: Basic realm=\"tern\"\r\n");
 }
 
+/* Order keys (spans) by length, then bytes. */
+static int key_cmp(const void *a, const void *b)
+{
+    const tn_iov_t *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return memcmp(x->base, y->base, x->len);
+}
+
+/* A query parameter (its raw name) given more than once in q, into *dup:
+ * 1, 0 (none), or UV_ENOMEM. Sorting the names keeps a query of many
+ * distinct ones cheap. */
+static int repeated_param(tn_iov_t q, tn_iov_t *dup)
+{
+    size_t n = 1;
+    for (size_t i = 0; i < q.len; i++)
+        n += q.base[i] == '&';
+    if (q.len == 0 || n < 2)
+        return 0;
+    tn_iov_t few[16];
+    tn_iov_t *keys = n <= TN_ARRAY_SIZE(few) ? few : tn_malloc(n * sizeof(*keys));
+    if (keys == NULL)
+        return UV_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i <= q.len;) {
+        size_t start = i;
+        while (i < q.len && q.base[i] != '&')
+            i++;
+        const char *eq = memchr(q.base + start, '=', i - start);
+        size_t klen = eq != NULL ? (size_t)(eq - (q.base + start)) : i - start;
+        if (klen > 0) /* "a&&b": an empty pair names nothing */
+            keys[k++] = tn_iov(q.base + start, klen);
+        i++;
+    }
+    qsort(keys, k, sizeof(*keys), key_cmp);
+    int found = 0;
+    for (size_t i = 1; i < k && !found; i++) {
+        if (key_cmp(&keys[i - 1], &keys[i]) == 0) {
+            *dup = keys[i];
+            found = 1;
+        }
+    }
+    if (keys != few)
+        tn_free(keys);
+    return found;
+}
+
+/* Let an authenticated /v1 request through to its route, unless a query
+ * parameter comes twice: no /v1 route takes a parameter more than once,
+ * so a second value is a client's mistake, refused here for every route
+ * rather than letting one value win silently. */
+static void pass(tn_http_request_t *r)
+{
+    tn_iov_t path = r->head.path;
+    tn_iov_t dup;
+    int rc =
+        path.len >= 3 && memcmp(path.base, "/v1", 3) == 0 ? repeated_param(r->head.query, &dup) : 0;
+    if (rc == UV_ENOMEM) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    if (rc == 1) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "invalid argument: query parameter %.*s given more than once",
+                 (int)TN_MIN(dup.len, (size_t)64), dup.base);
+        tn__v1_error(r, 400, msg, NULL);
+        return;
+    }
+    tn_http_resume(r);
+}
+
 static void on_checked(tn_authn_req_t *req, tn_authn_result_t result)
 {
     authing_t *a = req->data;
@@ -93,7 +164,7 @@ static void on_checked(tn_authn_req_t *req, tn_authn_result_t result)
     if (result == TN_AUTHN_OK) {
         snprintf(r->principal, sizeof(r->principal), "%s", a->user);
         tn_free(a);
-        tn_http_resume(r);
+        pass(r);
         return;
     }
     tn_free(a);
@@ -115,8 +186,12 @@ static void guard(tn_http_request_t *r, void *arg)
     tn_v1_t *v = arg;
     tn_iov_t path = r->head.path;
     size_t wl = sizeof(WS_PREFIX) - 1;
-    if (!v->o.security || (path.len >= wl && memcmp(path.base, WS_PREFIX, wl) == 0)) {
-        tn_http_resume(r);
+    if (path.len >= wl && memcmp(path.base, WS_PREFIX, wl) == 0) {
+        tn_http_resume(r); /* the live feed checks its own credentials and query */
+        return;
+    }
+    if (!v->o.security) {
+        pass(r);
         return;
     }
     const tn_iov_t *h = tn_http_header(&r->head, "authorization");
@@ -411,6 +486,24 @@ void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec)
 #define DEFAULT_PARTITIONS 3
 #define DEFAULT_VISIBILITY 30000
 #define DEFAULT_CAP        1024
+/* A topic's retention_ms is 0 (no age limit) or at least an hour: what a
+ * lagging child or a slow consumer can count on. */
+#define MIN_RETENTION_MS (3600LL * 1000)
+
+/* Why a retention_ms asked for is refused (into err), or false. */
+static bool retention_refused(int64_t ms, char *err, size_t errlen)
+{
+    if (ms == 0 || ms >= MIN_RETENTION_MS)
+        return false;
+    if (ms < 0)
+        snprintf(err, errlen, "invalid argument: retention_ms must be >= 0 (0 means no age limit)");
+    else
+        snprintf(err, errlen,
+                 "invalid argument: retention_ms must be 0 (no age limit) or at least %lld "
+                 "(1 hour); got %" PRId64,
+                 MIN_RETENTION_MS, ms);
+    return true;
+}
 
 /* The cross-site guard of state-changing requests. */
 static bool api_request(const tn_http_request_t *r)
@@ -512,6 +605,8 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
         return false;
     }
     t->partitions = (uint32_t)parts;
+    if (given[CF_RETENTION] && retention_refused(b->retention_ms, err, errlen))
+        return false;
     t->retention_ms = given[CF_RETENTION] ? b->retention_ms : v->o.default_retention_ms;
     t->visibility_timeout_ms = given[CF_VISIBILITY] && b->visibility_timeout_ms != 0
                                    ? b->visibility_timeout_ms
@@ -793,6 +888,16 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
             tn__v1_error(r, 403, "attaching needs ownership (or admin) of the parent", NULL);
             return;
         }
+        /* Parent partition p feeds child partition p (fanout.h). */
+        if (given[CF_PARTITIONS] && c.topic.partitions != pe->rec.partitions) {
+            snprintf(err, sizeof(err),
+                     "invalid argument: a topic created with a parent has the parent's partition "
+                     "count: the parent has %u, the request asks for %u",
+                     pe->rec.partitions, c.topic.partitions);
+            tn__v1_error(r, 400, err, NULL);
+            return;
+        }
+        c.topic.partitions = pe->rec.partitions;
         const char *msg = NULL;
         int st = tn__v1_link_refusal(v, &pe->rec, &c.topic, b.fanout_delay_ms, &msg);
         if (st != 0) {
@@ -831,16 +936,23 @@ static void on_grown(void *arg, int status)
     op_end(op, 200, NULL);
 }
 
-/* The update p makes of cur, into c: NULL, or why it is refused. The
- * proposal is refused in turn if the record changes before it lands. */
-static const char *patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
-                              tn_meta_cmd_t *c)
+/* The update p makes of cur, into c: true, or false with why it is
+ * refused in err. The proposal is refused in turn if the record changes
+ * before it lands. */
+static bool patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur, tn_meta_cmd_t *c,
+                       char *err, size_t errlen)
 {
     const patch_body_t *b = &p->b;
-    if (p->given[PF_PARTITIONS] && b->partitions < cur->partitions)
-        return "invalid argument: partitions can grow, never shrink";
-    if (p->given[PF_PARTITIONS] && b->partitions > v->o.max_partitions)
-        return "invalid argument: partitions above max-partitions";
+    if (p->given[PF_PARTITIONS] && b->partitions <= (int64_t)cur->partitions) {
+        snprintf(err, errlen, "invalid argument: partitions can only grow: the topic has %u",
+                 cur->partitions);
+        return false;
+    }
+    if (p->given[PF_PARTITIONS] && b->partitions > v->o.max_partitions) {
+        snprintf(err, errlen, "invalid argument: partitions must be at most %u (max-partitions)",
+                 v->o.max_partitions);
+        return false;
+    }
     memset(c, 0, sizeof(*c));
     c->type = TN_MC_TOPIC_PUT;
     c->if_unchanged = true;
@@ -857,7 +969,7 @@ static const char *patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_
         c->topic.max_inflight = b->max_inflight ? b->max_inflight : DEFAULT_CAP;
     if (p->given[PF_ACKED_AHEAD])
         c->topic.max_acked_ahead = b->max_acked_ahead ? b->max_acked_ahead : DEFAULT_CAP;
-    return NULL;
+    return true;
 }
 
 static void on_patch_recorded(tn_meta_req_t *req, int status)
@@ -871,11 +983,11 @@ static void on_patch_recorded(tn_meta_req_t *req, int status)
         /* Another change landed first: make this one again on top of it. */
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
         tn_meta_cmd_t c;
-        const char *refusal = e != NULL ? patch_make(op->v, &op->patch, &e->rec, &c) : NULL;
+        char refusal[160];
         if (e == NULL) {
             op_end(op, 404, "topic not found");
-        } else if (refusal != NULL) {
-            op_end(op, 409, refusal); /* e.g. it grew past the asked count meanwhile */
+        } else if (!patch_make(op->v, &op->patch, &e->rec, &c, refusal, sizeof(refusal))) {
+            op_end(op, 409, refusal); /* e.g. it grew to the asked count meanwhile */
         } else {
             op->partitions = c.topic.partitions; /* before: the answer may come at once */
             if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_patch_recorded) != 0)
@@ -933,22 +1045,26 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
     bool any = false;
     for (int i = 0; i < PF_COUNT; i++)
         any = any || given[i];
-    const char *refusal = rc != 0 ? err : NULL;
-    if (refusal == NULL && !any)
-        refusal = "invalid argument: give at least one of partitions, retention_ms, "
-                  "visibility_timeout_ms, max_in_flight_per_partition, "
-                  "max_acked_ahead_per_partition";
-    else if (refusal == NULL && (b.retention_ms < 0 || b.visibility_timeout_ms < 0 ||
-                                 b.max_inflight < 0 || b.max_acked_ahead < 0))
-        refusal = "invalid argument: retention, timeouts and caps must be >= 0";
+    bool refused = rc != 0;
+    if (!refused && !any) {
+        snprintf(err, sizeof(err),
+                 "invalid argument: give at least one of partitions, retention_ms, "
+                 "visibility_timeout_ms, max_in_flight_per_partition, "
+                 "max_acked_ahead_per_partition");
+        refused = true;
+    } else if (!refused && given[PF_RETENTION]) {
+        refused = retention_refused(b.retention_ms, err, sizeof(err));
+    }
+    if (!refused && (b.visibility_timeout_ms < 0 || b.max_inflight < 0 || b.max_acked_ahead < 0)) {
+        snprintf(err, sizeof(err), "invalid argument: timeouts and caps must be >= 0");
+        refused = true;
+    }
     patch_t p;
     p.b = b;
     memcpy(p.given, given, sizeof(p.given));
     tn_meta_cmd_t c;
-    if (refusal == NULL)
-        refusal = patch_make(v, &p, &e->rec, &c);
-    if (refusal != NULL) {
-        tn__v1_error(r, 400, refusal, NULL);
+    if (refused || !patch_make(v, &p, &e->rec, &c, err, sizeof(err))) {
+        tn__v1_error(r, 400, err, NULL);
         return;
     }
     (void)op_start(v, r, &c, on_patch_recorded, NULL, 0, &p);
@@ -982,6 +1098,9 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
         op_end(op, 503, "shutting down");
         return;
     }
+    /* Its children stand alone now (the delete detached them): their
+     * fan-out runners stop before the topic goes. */
+    tn_fanout_sync(op->v->fanout);
     if (tn_broker_delete(op->v->broker, op->topic, NULL, on_engine_deleted, op) != 0)
         op_end(op, 503, "out of memory");
 }

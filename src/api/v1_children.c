@@ -102,6 +102,10 @@ static void on_link_recorded(tn_meta_req_t *req, int status)
             drop_channel(l->v, l->parent, l->epoch);
         if (status == TN_ENOTFOUND) /* deleted while the link was on its way */
             link_end(l, 404, "child topic not found");
+        else if (status == UV_ENOENT) /* the parent was */
+            link_end(l, 404, "parent topic not found");
+        else if (status == UV_EINVAL)
+            link_end(l, 400, "invalid argument: a topic cannot be its own child");
         else if (status == TN_ECHANGED)
             link_end(l, 409, "the child topic kept changing meanwhile; send the request again");
         else

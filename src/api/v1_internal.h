@@ -43,7 +43,9 @@ bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const
 const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
                                                char topic[TN_NAME_MAX + 1]);
 /* A query parameter that must be a non-negative integer when present:
- * 1 (value set), 0 (absent) or -1 (malformed). */
+ * 1 (value set), 0 (absent) or -1 (malformed). Readers of /v1 query
+ * parameters may take the first value: a name given twice never reaches
+ * a route (the /v1 guard answers 400). */
 int tn__v1_query_int(const tn_http_request_t *r, const char *name, int64_t *out);
 /* The cross-site guard of state-changing requests: false after 415. */
 bool tn__v1_guard_write(tn_http_request_t *r);

@@ -133,6 +133,7 @@ static void on_signal(uv_signal_t *h, int signum)
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     d->api.ready = false;
+    d->api.shutting_down = true;
     tn_catalog_stop(d->catalog);
     d->catalog = NULL;
     tn_v1_close(&d->v1);

@@ -144,28 +144,45 @@ bool tn_meta_channel_exists(const tn_meta_state_t *s, const char *topic, const c
     return found;
 }
 
-/* One child more (d = 1) or less (d = -1) for the topic named parent, or
- * for the dangling count when there is no such topic. */
+/* One child more (d = 1) or less (d = -1) for the topic named parent
+ * (which is there: a PUT naming a missing parent is refused). */
 static void count_child(tn_meta_state_t *s, const char *parent, int d)
 {
     tn_meta_topic_entry_t *p = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, parent);
     if (p != NULL)
         p->nchildren = (uint32_t)((int64_t)p->nchildren + d);
-    else
-        s->dangling = (size_t)((int64_t)s->dangling + d);
 }
 
-static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+/* A topic's fan-out link cleared: it stands alone. */
+static void unlink_child(tn_meta_topic_t *t)
+{
+    t->parent[0] = '\0';
+    t->fanout_delay_ms = 0;
+    t->attach_epoch = 0;
+}
+
+/* restoring: a snapshot is being read, whose topics come by name, so a
+ * child may come before its parent; restore counts children at the end. */
+static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
 {
     bool found;
     size_t i = search((void *const *)s->topics, s->ntopics, c->topic.name, TOPIC_NAME_OFF, &found);
+    if (found && c->if_absent)
+        return UV_EEXIST;
+    if (found && c->if_unchanged && tn_meta_topic_fingerprint(&s->topics[i]->rec) != c->expect)
+        return TN_ECHANGED;
+    if (!found && c->if_unchanged)
+        return TN_ENOTFOUND;
+    /* A link names a topic that is there (a parent deleted meanwhile
+     * detached its children, and an attach made before that lands after
+     * it): so no child ever names a missing parent. */
+    if (!restoring && c->topic.parent[0] != '\0' && strcmp(c->topic.parent, c->topic.name) == 0)
+        return UV_EINVAL;
+    if (!restoring && c->topic.parent[0] != '\0' && tn_meta_topic_find(s, c->topic.parent) == NULL)
+        return UV_ENOENT;
     if (found) {
-        if (c->if_absent)
-            return UV_EEXIST;
         tn_meta_topic_entry_t *t = s->topics[i];
-        if (c->if_unchanged && tn_meta_topic_fingerprint(&t->rec) != c->expect)
-            return TN_ECHANGED;
-        if (strcmp(t->rec.parent, c->topic.parent) != 0) {
+        if (!restoring && strcmp(t->rec.parent, c->topic.parent) != 0) {
             if (t->rec.parent[0] != '\0')
                 count_child(s, t->rec.parent, -1);
             if (c->topic.parent[0] != '\0')
@@ -174,8 +191,6 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
         t->rec = c->topic;
         return 0;
     }
-    if (c->if_unchanged)
-        return TN_ENOTFOUND;
     if (grow((void ***)&s->topics, s->ntopics, &s->tcap) != 0)
         return UV_ENOMEM;
     tn_meta_topic_entry_t *t = tn_calloc(1, sizeof(*t));
@@ -183,18 +198,14 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
         return UV_ENOMEM;
     t->rec = c->topic;
     insert_at((void **)s->topics, &s->ntopics, i, t);
-    /* Children that named this topic before it was (re)made are its own. */
-    for (size_t k = 0; s->dangling > 0 && k < s->ntopics; k++) {
-        if (k != i && strcmp(s->topics[k]->rec.parent, t->rec.name) == 0) {
-            t->nchildren++;
-            s->dangling--;
-        }
-    }
-    if (t->rec.parent[0] != '\0')
+    if (!restoring && t->rec.parent[0] != '\0')
         count_child(s, t->rec.parent, 1);
     return 0;
 }
 
+/* Deleting a parent detaches its children in the same change: they stay,
+ * with their messages, as standalone topics, and every replica applying
+ * the delete makes the same ones standalone. */
 static int topic_delete(tn_meta_state_t *s, const char *name)
 {
     bool found;
@@ -204,7 +215,10 @@ static int topic_delete(tn_meta_state_t *s, const char *name)
     tn_meta_topic_entry_t *t = s->topics[i];
     if (t->rec.parent[0] != '\0')
         count_child(s, t->rec.parent, -1);
-    s->dangling += t->nchildren; /* its children now name a missing parent */
+    for (size_t k = 0; k < s->ntopics; k++) {
+        if (k != i && strcmp(s->topics[k]->rec.parent, name) == 0)
+            unlink_child(&s->topics[k]->rec);
+    }
     topic_free(t);
     remove_at((void **)s->topics, &s->ntopics, i);
     return 0;
@@ -331,11 +345,11 @@ static int member_put(tn_meta_state_t *s, const tn_meta_member_t *m)
     return 0;
 }
 
-int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
 {
     switch (c->type) {
     case TN_MC_TOPIC_PUT:
-        return topic_put(s, c);
+        return topic_put(s, c, restoring);
     case TN_MC_TOPIC_DELETE:
         return topic_delete(s, c->topic.name);
     case TN_MC_CHANNEL_PUT:
@@ -359,6 +373,11 @@ int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c)
     default:
         return UV_ENOTSUP;
     }
+}
+
+int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    return apply(s, c, false);
 }
 
 /* --- snapshots ------------------------------------------------------------------ */
@@ -416,6 +435,26 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
     return 0;
 }
 
+/* After a restore: each topic's child count, from the links its children
+ * name. A child whose parent is not in the snapshot (one written before
+ * deleting a parent detached its children) stands alone, as it would had
+ * the delete been applied now. */
+static void settle_children(tn_meta_state_t *s)
+{
+    for (size_t i = 0; i < s->ntopics; i++) {
+        tn_meta_topic_t *rec = &s->topics[i]->rec;
+        if (rec->parent[0] == '\0')
+            continue;
+        bool found;
+        size_t k =
+            search((void *const *)s->topics, s->ntopics, rec->parent, TOPIC_NAME_OFF, &found);
+        if (found && k != i)
+            s->topics[k]->nchildren++;
+        else
+            unlink_child(rec);
+    }
+}
+
 int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
 {
     const unsigned char *b = buf;
@@ -444,7 +483,7 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */
-            rc = tn_meta_state_apply(&fresh, &c);
+            rc = apply(&fresh, &c, true);
             if (rc == UV_EEXIST || rc == TN_ENOTFOUND)
                 rc = TN_ECORRUPT;
         }
@@ -457,6 +496,7 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
         tn_meta_state_fini(&fresh);
         return rc;
     }
+    settle_children(&fresh);
     fresh.users_version = users_version;
     tn_meta_state_fini(s);
     *s = fresh;

@@ -35,9 +35,6 @@ typedef struct {
     size_t nmembers;
     size_t mcap;
     uint64_t users_version; /* bumped by every user change (credential caches key on it) */
-    /* Topics naming a parent that is not there (deleted, or not yet
-     * restored from a snapshot): a topic made with that name counts them. */
-    size_t dangling;
 } tn_meta_state_t;
 
 void tn_meta_state_init(tn_meta_state_t *s);
@@ -46,8 +43,15 @@ void tn_meta_state_fini(tn_meta_state_t *s);
 /* Apply one command. 0; UV_EEXIST (a PUT with if_absent found the record);
  * TN_ENOTFOUND (a delete of a missing record, a channel of a missing
  * topic, a PUT with if_unchanged of a missing record); TN_ECHANGED (a
- * PUT with if_unchanged found another record); UV_ENOMEM. A refused
- * command changes nothing. */
+ * PUT with if_unchanged found another record); UV_ENOENT (a TOPIC_PUT
+ * naming a parent that is not there); UV_EINVAL (a TOPIC_PUT naming the
+ * topic itself as its parent); UV_ENOMEM. A refused command changes
+ * nothing.
+ *
+ * Links: a child's record names its parent, which is always there.
+ * TOPIC_DELETE of a parent detaches its children in the same change
+ * (parent, fanout_delay_ms and attach_epoch cleared: they stand alone,
+ * keeping their channels). */
 int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c);
 
 const tn_meta_topic_entry_t *tn_meta_topic_find(const tn_meta_state_t *s, const char *name);

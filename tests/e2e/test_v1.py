@@ -201,6 +201,7 @@ class Secured(Base):
             ({"name": "x", "ttl_ms": 5}, "needs delivery_mode ttl_discard"),
             ({"name": "x", "durability": "maybe"}, "durability must be"),
             ({"name": "x", "retention_ms": -1}, "must be >= 0"),
+            ({"name": "x", "retention_ms": 1000}, "or at least 3600000 (1 hour); got 1000"),
             ({"name": "x", "fanout_delay_ms": 5}, "fanout_delay_ms requires parent"),
             ('{"name":"x"', "invalid json"),
             ('[1]', "invalid json"),
@@ -276,7 +277,7 @@ class Secured(Base):
         self.assertEqual(self.create({"name": name, "partitions": 2,
                                       "visibility_timeout_ms": 5000})[0], 201)
         status, t = self.patch(name, {"retention_ms": 3600000, "visibility_timeout_ms": 0,
-                                      "max_in_flight_per_partition": 7, "partitions": 2})
+                                      "max_in_flight_per_partition": 7})
         self.assertEqual(status, 200, t)
         self.assertEqual((t["retention_ms"], t["visibility_timeout_ms"],
                           t["max_in_flight_per_partition"], t["max_acked_ahead_per_partition"],
@@ -291,7 +292,9 @@ class Secured(Base):
                                        ("admin", PASSWORD))
         m = json.loads(data)
         self.assertEqual((status, m["partition"], m["payload"]), (200, 3, "in-p3"))
-        for body, why in (({}, "at least one"), ({"partitions": 1}, "never shrink"),
+        for body, why in (({}, "at least one"), ({"partitions": 1}, "can only grow"),
+                          ({"partitions": 4}, "can only grow: the topic has 4"),
+                          ({"retention_ms": 59000}, "at least 3600000 (1 hour)"),
                           ({"partitions": 109}, "max-partitions"), ({"retention_ms": -1}, ">= 0"),
                           ({"ttl_ms": 5}, "unknown field"), ({"name": "x"}, "unknown field")):
             status, answer = self.patch(name, body)
@@ -377,7 +380,9 @@ class Secured(Base):
         fields = ("retention_ms", "visibility_timeout_ms", "max_in_flight_per_partition",
                   "max_acked_ahead_per_partition")
         for rnd in range(1, 6):
-            want = {f: 1000 * rnd + i + 1 for i, f in enumerate(fields)}
+            # (retention_ms: above its one-hour floor)
+            want = {f: 3600000 * (f == "retention_ms") + 1000 * rnd + i + 1
+                    for i, f in enumerate(fields)}
             answers = []
 
             def one(field):

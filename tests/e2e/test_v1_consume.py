@@ -479,10 +479,10 @@ class Children(Helpers):
     def test_link_refusals(self):
         p = self.create()
         c = self.create()
-        short = self.create(retention_ms=60000)
+        short = self.create(retention_ms=3600 * 1000)  # the least there is: no room for a delay
         self.assertEqual(self.link(p, c)[0], 200)
         for parent, child, delay, want in ((p, p, None, 400), (p, c, None, 409), (c, p, None, 409),
-                                           (p, "nosuch", None, 404), (short, p, None, 400),
+                                           (p, "nosuch", None, 404), (short, p, 1000, 400),
                                            (p, self.create(), 366 * 86400 * 1000, 400)):
             status, body = self.link(parent, child, delay)
             self.assertEqual(status, want, (parent, child, body))

@@ -491,9 +491,30 @@ static uint32_t children(const tn_meta_state_t *s, const char *name)
     return e->nchildren;
 }
 
+/* The bytes of a state's snapshot, to compare two states whole. */
+static void snapshot_of(const tn_meta_state_t *s, tn_buf_t *out)
+{
+    tn_buf_init(out);
+    assert_int_equal(tn_meta_state_snapshot(s, out), 0);
+}
+
+static void assert_same_state(const tn_meta_state_t *a, const tn_meta_state_t *b)
+{
+    tn_buf_t x, y;
+    snapshot_of(a, &x);
+    snapshot_of(b, &y);
+    assert_int_equal(tn_buf_size(&x), tn_buf_size(&y));
+    assert_memory_equal(tn_buf_data(&x), tn_buf_data(&y), tn_buf_size(&x));
+    for (size_t i = 0; i < a->ntopics; i++)
+        assert_int_equal(a->topics[i]->nchildren, b->topics[i]->nchildren);
+    tn_buf_fini(&x);
+    tn_buf_fini(&y);
+}
+
 /* Every topic knows how many children name it, through attach, detach,
- * moves, deletes on either side, a parent made again, and a snapshot
- * that restores children before their parent. */
+ * moves, a child's delete, and a snapshot that restores children before
+ * their parent; a link to a topic that is not there (or to itself) is
+ * refused and changes nothing. */
 static void test_child_counts(void **state)
 {
     (void)state;
@@ -520,32 +541,137 @@ static void test_child_counts(void **state)
     assert_int_equal(children(&s, "other"), 1);
     assert_int_equal(children(&s, "a"), 0);
 
+    /* No link to a missing topic, nor to itself, new or existing. */
+    c = child_cmd("d", "nosuch");
+    assert_int_equal(tn_meta_state_apply(&s, &c), UV_ENOENT);
+    assert_null(tn_meta_topic_find(&s, "d"));
+    c = child_cmd("a", "nosuch");
+    assert_int_equal(tn_meta_state_apply(&s, &c), UV_ENOENT);
+    c = child_cmd("a", "a");
+    assert_int_equal(tn_meta_state_apply(&s, &c), UV_EINVAL);
+    assert_string_equal(tn_meta_topic_find(&s, "a")->rec.parent, "");
+
     /* Snapshot: "c" is restored before "zparent". */
     tn_buf_t b;
-    tn_buf_init(&b);
-    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
+    snapshot_of(&s, &b);
     assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
     assert_int_equal(children(&r, "zparent"), 1);
     assert_int_equal(children(&r, "other"), 1);
-    assert_int_equal(r.dangling, 0);
+    assert_string_equal(tn_meta_topic_find(&r, "c")->rec.parent, "zparent");
+    assert_same_state(&s, &r);
     tn_buf_fini(&b);
 
-    /* The parent goes; its child still names it until unlinked. */
-    tn_meta_cmd_t del = delete_cmd(TN_MC_TOPIC_DELETE, "zparent");
-    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
-    assert_int_equal(s.dangling, 1);
-    c = topic_cmd("zparent", true); /* made again: the child counts */
-    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
-    assert_int_equal(children(&s, "zparent"), 1);
-    assert_int_equal(s.dangling, 0);
-    snprintf(del.topic.name, sizeof(del.topic.name), "b"); /* a child goes */
+    tn_meta_cmd_t del = delete_cmd(TN_MC_TOPIC_DELETE, "b"); /* a child goes */
     assert_int_equal(tn_meta_state_apply(&s, &del), 0);
     assert_int_equal(children(&s, "other"), 0);
-    snprintf(del.topic.name, sizeof(del.topic.name), "zparent");
-    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
-    c = child_cmd("c", ""); /* unlinked after its parent went */
+    assert_int_equal(children(&s, "zparent"), 1);
+    tn_meta_state_fini(&s);
+    tn_meta_state_fini(&r);
+}
+
+/* Deleting a parent detaches its children in the same change: each stands
+ * alone (no parent, delay or epoch) with its channels, other links stay,
+ * a topic made again with the parent's name has no children, and a
+ * replica that restored a snapshot from before the delete and then
+ * applies it holds the same state as the one that applied it all. */
+static void test_parent_delete_detaches_children(void **state)
+{
+    (void)state;
+    tn_meta_state_t s, r;
+    tn_meta_state_init(&s);
+    tn_meta_state_init(&r);
+    tn_meta_cmd_t c = topic_cmd("p", true);
     assert_int_equal(tn_meta_state_apply(&s, &c), 0);
-    assert_int_equal(s.dangling, 0);
+    c = topic_cmd("q", true);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    c = child_cmd("a", "p");
+    c.topic.fanout_delay_ms = 5000;
+    c.topic.attach_epoch = 0x1234abcdULL;
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    c = child_cmd("z", "p");
+    c.topic.attach_epoch = 7;
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    c = child_cmd("qq", "q");
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    tn_meta_cmd_t ch;
+    memset(&ch, 0, sizeof(ch));
+    ch.type = TN_MC_CHANNEL_PUT;
+    snprintf(ch.topic.name, sizeof(ch.topic.name), "a");
+    snprintf(ch.channel, sizeof(ch.channel), "default");
+    assert_int_equal(tn_meta_state_apply(&s, &ch), 0);
+    assert_int_equal(children(&s, "p"), 2);
+
+    tn_buf_t before;
+    snapshot_of(&s, &before);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&before), tn_buf_size(&before)), 0);
+    tn_buf_fini(&before);
+
+    tn_meta_cmd_t del = delete_cmd(TN_MC_TOPIC_DELETE, "p");
+    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
+    assert_null(tn_meta_topic_find(&s, "p"));
+    const char *kids[] = {"a", "z"};
+    for (int i = 0; i < 2; i++) {
+        const tn_meta_topic_t *k = &tn_meta_topic_find(&s, kids[i])->rec;
+        assert_string_equal(k->parent, "");
+        assert_int_equal(k->fanout_delay_ms, 0);
+        assert_int_equal(k->attach_epoch, 0);
+        assert_int_equal(k->partitions, 3);
+    }
+    assert_true(tn_meta_channel_exists(&s, "a", "default"));
+    assert_string_equal(tn_meta_topic_find(&s, "qq")->rec.parent, "q");
+    assert_int_equal(children(&s, "q"), 1);
+
+    /* The other replica, from the snapshot, applies the same delete. */
+    assert_int_equal(tn_meta_state_apply(&r, &del), 0);
+    assert_same_state(&s, &r);
+
+    /* An attach that was on its way when the parent went is refused. */
+    c = child_cmd("a", "p");
+    assert_int_equal(tn_meta_state_apply(&s, &c), UV_ENOENT);
+    /* Made again, the name has no children; the next snapshot agrees. */
+    c = topic_cmd("p", true);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    assert_int_equal(children(&s, "p"), 0);
+    tn_buf_t after;
+    snapshot_of(&s, &after);
+    tn_meta_state_t t;
+    tn_meta_state_init(&t);
+    assert_int_equal(tn_meta_state_restore(&t, tn_buf_data(&after), tn_buf_size(&after)), 0);
+    assert_same_state(&s, &t);
+    tn_buf_fini(&after);
+    tn_meta_state_fini(&t);
+    tn_meta_state_fini(&s);
+    tn_meta_state_fini(&r);
+}
+
+/* A snapshot written before deleting a parent detached its children can
+ * name a parent that is not there: restoring it makes that child
+ * standalone, as the delete does now, and counts the others. */
+static void test_restore_settles_old_links(void **state)
+{
+    (void)state;
+    tn_meta_state_t s, r;
+    tn_meta_state_init(&s);
+    tn_meta_state_init(&r);
+    tn_meta_cmd_t c = topic_cmd("p", true);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    c = child_cmd("a", "p");
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    c = child_cmd("b", "p");
+    c.topic.attach_epoch = 9;
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    /* What an older build left: b names a parent that was deleted. */
+    tn_meta_topic_entry_t *e = (tn_meta_topic_entry_t *)tn_meta_topic_find(&s, "b");
+    snprintf(e->rec.parent, sizeof(e->rec.parent), "gone");
+    tn_buf_t b;
+    snapshot_of(&s, &b);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    tn_buf_fini(&b);
+    const tn_meta_topic_t *rb = &tn_meta_topic_find(&r, "b")->rec;
+    assert_string_equal(rb->parent, "");
+    assert_int_equal(rb->attach_epoch, 0);
+    assert_string_equal(tn_meta_topic_find(&r, "a")->rec.parent, "p");
+    assert_int_equal(children(&r, "p"), 1);
     tn_meta_state_fini(&s);
     tn_meta_state_fini(&r);
 }
@@ -722,10 +848,16 @@ static void test_replica_restart(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_codec_roundtrip),    cmocka_unit_test(test_codec_refusals),
-        cmocka_unit_test(test_child_counts),       cmocka_unit_test(test_update_if_unchanged),
-        cmocka_unit_test(test_state_answers),      cmocka_unit_test(test_root_invariants),
-        cmocka_unit_test(test_snapshot_roundtrip), cmocka_unit_test(test_replica_restart),
+        cmocka_unit_test(test_codec_roundtrip),
+        cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_child_counts),
+        cmocka_unit_test(test_parent_delete_detaches_children),
+        cmocka_unit_test(test_restore_settles_old_links),
+        cmocka_unit_test(test_update_if_unchanged),
+        cmocka_unit_test(test_state_answers),
+        cmocka_unit_test(test_root_invariants),
+        cmocka_unit_test(test_snapshot_roundtrip),
+        cmocka_unit_test(test_replica_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
