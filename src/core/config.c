@@ -3,9 +3,11 @@
 #include "core/platform.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/netaddr.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -15,7 +17,19 @@
 #include <string.h>
 #include <strings.h>
 
-typedef enum { OPT_STR, OPT_INT, OPT_SIZE, OPT_DURATION, OPT_BOOL, OPT_ENUM } opt_type_t;
+/* OPT_ADDR: a listener's host:port, resolved by tn_config_load (see
+ * listeners[]); OPT_ADDRS: host:port servers to dial, comma-separated,
+ * checked but resolved only when dialled. Both are kept as text. */
+typedef enum {
+    OPT_STR,
+    OPT_INT,
+    OPT_SIZE,
+    OPT_DURATION,
+    OPT_BOOL,
+    OPT_ENUM,
+    OPT_ADDR,
+    OPT_ADDRS
+} opt_type_t;
 
 typedef struct {
     const char *name;
@@ -84,15 +98,16 @@ static const opt_t options[] = {
      "publishes are refused while fewer bytes than this are free"},
     {"disk-check-interval", OPT_DURATION, F(disk_check_interval_ns), "1s", 10 * MS, 60 * SEC, NULL,
      "how often free disk space is checked"},
-    {"tcp-address", OPT_STR, F(tcp_address), "127.0.0.1:4150", 0, 0, NULL,
-     "NSQ TCP listener, host:port (port 0 picks a free port)"},
-    {"http-address", OPT_STR, F(http_address), "127.0.0.1:4151", 0, 0, NULL,
+    {"tcp-address", OPT_ADDR, F(tcp_address), "127.0.0.1:4150", 0, 0, NULL,
+     "NSQ TCP listener, host:port (:port or 0.0.0.0:port: every interface; port 0 picks a "
+     "free port)"},
+    {"http-address", OPT_ADDR, F(http_address), "127.0.0.1:4151", 0, 0, NULL,
      "HTTP listener, host:port"},
-    {"lookupd-tcp-address", OPT_STR, F(lookupd_tcp_address), "", 0, 0, NULL,
+    {"lookupd-tcp-address", OPT_ADDRS, F(lookupd_tcp_address), "", 0, 0, NULL,
      "nsqlookupd servers to register topics and channels with, host:port, comma-separated"},
-    {"nsqlookupd-tcp-addresses", OPT_STR, F(nsqlookupd_tcp_addresses), "", 0, 0, NULL,
+    {"nsqlookupd-tcp-addresses", OPT_ADDRS, F(nsqlookupd_tcp_addresses), "", 0, 0, NULL,
      "the same, as nsqd's config file spells it ([\"host:port\", ...] accepted)"},
-    {"metrics-address", OPT_STR, F(metrics_address), "", 0, 0, NULL,
+    {"metrics-address", OPT_ADDR, F(metrics_address), "", 0, 0, NULL,
      "a listener of its own for /metrics, host:port (default: on http-address)"},
     {"websocket-enabled", OPT_BOOL, F(websocket_enabled), "false", 0, 0, NULL,
      "serve the live WebSocket feed of ttl_discard topics (GET /v1/ws/topics/{topic})"},
@@ -138,8 +153,9 @@ static const opt_t options[] = {
      "concurrent /v1 produces per user, a batch of N counting N (429 beyond; 0: no cap)"},
     {"security-enabled", OPT_BOOL, F(security_enabled), "true", 0, 0, NULL,
      "require Basic auth (tern's own users) on /v1; false is a development mode"},
-    {"raft-address", OPT_STR, F(raft_address), "127.0.0.1:4153", 0, 0, NULL,
-     "the metastore's Raft address (IPv4 host:port; port 0 picks one, fine for a single node)"},
+    {"raft-address", OPT_ADDR, F(raft_address), "127.0.0.1:4153", 0, 0, NULL,
+     "the metastore's Raft listener and the address peers reach it at (IPv4 host:port; port 0 "
+     "picks one, fine for a single node)"},
     {"raft-election-timeout", OPT_DURATION, F(raft_election_timeout_ns), "1s", 50 * MS, 60 * SEC,
      NULL, "Raft election timeout of the metastore"},
     {"max-connections", OPT_INT, F(max_connections), "10000", 1, 1000000, NULL,
@@ -199,6 +215,22 @@ static const opt_t options[] = {
      "how far past a channel's oldest unfinished message it delivers"},
     {"gc-interval", OPT_DURATION, F(gc_interval_ns), "10s", 10 * MS, 3600 * SEC, NULL,
      "how often finished segments are reclaimed"},
+};
+
+/* The OPT_ADDR options: where each keeps its resolved address, and how it
+ * resolves. */
+static const struct {
+    size_t text;   /* the option's offset */
+    size_t listen; /* its tn_config_listen_t */
+    bool optional; /* "" leaves this listener off */
+    int flags;     /* TN_NETADDR_* */
+} listeners[] = {
+    {F(tcp_address), F(tcp_listen), false, 0},
+    {F(http_address), F(http_listen), false, 0},
+    {F(metrics_address), F(metrics_listen), true, 0},
+    /* libraft 0.15's TCP transport reads IPv4 "a.b.c.d:port" only, and
+     * peers dial what it is given. */
+    {F(raft_address), F(raft_listen), false, TN_NETADDR_IPV4},
 };
 
 const tn_config_ignored_t tn_config_nsqd_ignored[] = {
@@ -471,6 +503,12 @@ static void format_range(const opt_t *o, char *buf, size_t len)
     case OPT_STR:
         snprintf(buf, len, "a string");
         break;
+    case OPT_ADDR:
+        snprintf(buf, len, "host:port");
+        break;
+    case OPT_ADDRS:
+        snprintf(buf, len, "host:port, comma-separated");
+        break;
     }
 }
 
@@ -489,11 +527,200 @@ static const char *type_word(opt_type_t t)
         return "one of";
     case OPT_STR:
         return "a string";
+    case OPT_ADDR:
+        return "host:port";
+    case OPT_ADDRS:
+        return "host:port, comma-separated";
     }
     return "";
 }
 
 /* --- setting ------------------------------------------------------------ */
+
+static bool is_text(opt_type_t t)
+{
+    return t == OPT_STR || t == OPT_ADDR || t == OPT_ADDRS;
+}
+
+static int set_text(tn_config_t *cfg, const opt_t *o, const char *value)
+{
+    char **field = (char **)((char *)cfg + o->offset);
+    char *copy = tn_strdup(value);
+    if (copy == NULL)
+        return UV_ENOMEM;
+    tn_free(*field);
+    *field = copy;
+    return 0;
+}
+
+static size_t listener_index(const opt_t *o)
+{
+    size_t i = 0;
+    while (i + 1 < TN_ARRAY_SIZE(listeners) && listeners[i].text != o->offset)
+        i++;
+    TN_ASSERT(listeners[i].text == o->offset);
+    return i;
+}
+
+/* A listener address: its syntax is checked here, an IP literal resolved
+ * at once (that never blocks); a host name waits for resolve_listeners,
+ * so only the value that wins is looked up. */
+static int set_addr(tn_config_t *cfg, const opt_t *o, const char *value, const char *source,
+                    char *err, size_t errlen)
+{
+    size_t li = listener_index(o);
+    tn_config_listen_t next;
+    memset(&next, 0, sizeof(next));
+    snprintf(next.source, sizeof(next.source), "%s", source);
+    if (value[0] != '\0' || !listeners[li].optional) {
+        tn_hostport_t hp;
+        char why[384];
+        int rc = tn_netaddr_split(value, &hp, why, sizeof(why));
+        if (rc == 0 && hp.numeric)
+            rc = tn_netaddr_resolve(&hp, listeners[li].flags, &next.addr, why, sizeof(why));
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "%s (%s): \"%s\": %s", o->name, source, value, why);
+            return TN_ECONFIG;
+        }
+        next.pending = !hp.numeric;
+    }
+    next.addr.option = o->name;
+    int rc = set_text(cfg, o, value);
+    if (rc != 0)
+        return rc;
+    *(tn_config_listen_t *)((char *)cfg + listeners[li].listen) = next;
+    return 0;
+}
+
+/* Look up the listeners' host names, once, for the values that won. */
+static int resolve_listeners(tn_config_t *cfg, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < TN_ARRAY_SIZE(listeners); i++) {
+        tn_config_listen_t *cl = (tn_config_listen_t *)((char *)cfg + listeners[i].listen);
+        if (!cl->pending)
+            continue;
+        const char *text = *(char **)((char *)cfg + listeners[i].text);
+        const char *option = cl->addr.option;
+        tn_hostport_t hp;
+        char why[384];
+        int rc = tn_netaddr_split(text, &hp, why, sizeof(why));
+        if (rc == 0)
+            rc = tn_netaddr_resolve(&hp, listeners[i].flags, &cl->addr, why, sizeof(why));
+        cl->addr.option = option;
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "%s (%s): \"%s\": %s", option, cl->source, text, why);
+            return TN_ECONFIG;
+        }
+        cl->pending = false;
+    }
+    return 0;
+}
+
+/* Call fn on each host:port of a server list: comma-separated, or nsqd's
+ * config-file array of strings (["a:4160", "b:4160"]). Empty elements are
+ * skipped. Returns the first nonzero fn returns. */
+static int each_server(const char *list, int (*fn)(void *arg, const char *s, size_t n), void *arg)
+{
+    const char *p = list;
+    const char *end = list + strlen(list);
+    while (p < end && isspace((unsigned char)*p))
+        p++;
+    while (end > p && isspace((unsigned char)end[-1]))
+        end--;
+    bool array = false;
+    if (end - p >= 2 && *p == '[' && end[-1] == ']') {
+        /* An array, not an element "[::1]:4160": its first element is
+         * quoted, or it has none. */
+        const char *q = p + 1;
+        while (q < end - 1 && isspace((unsigned char)*q))
+            q++;
+        if (q == end - 1 || *q == '"') {
+            array = true;
+            p = q;
+            end--;
+        }
+    }
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *e = comma != NULL ? comma : end;
+        const char *b = p;
+        while (b < e && isspace((unsigned char)*b))
+            b++;
+        while (e > b && isspace((unsigned char)e[-1]))
+            e--;
+        if (array && e - b >= 2 && *b == '"' && e[-1] == '"') {
+            b++;
+            e--;
+        }
+        if (e > b) {
+            int rc = fn(arg, b, (size_t)(e - b));
+            if (rc != 0)
+                return rc;
+        }
+        p = comma != NULL ? comma + 1 : end;
+    }
+    return 0;
+}
+
+typedef struct {
+    char *why;
+    size_t whylen;
+} server_check_t;
+
+static int check_server(void *arg, const char *s, size_t n)
+{
+    server_check_t *c = arg;
+    char elem[TN_NETADDR_HOST_MAX + 16];
+    tn_hostport_t hp;
+    char why[384];
+    if (n >= sizeof(elem)) {
+        tn_errbuf(c->why, c->whylen, "\"%.40s...\": longer than %zu bytes", s, sizeof(elem) - 1);
+        return TN_ECONFIG;
+    }
+    memcpy(elem, s, n);
+    elem[n] = '\0';
+    if (tn_netaddr_split(elem, &hp, why, sizeof(why)) != 0) {
+        tn_errbuf(c->why, c->whylen, "\"%s\": %s", elem, why);
+        return TN_ECONFIG;
+    }
+    if (hp.host[0] == '\0') {
+        tn_errbuf(c->why, c->whylen, "\"%s\": missing host (a server to dial needs one)", elem);
+        return TN_ECONFIG;
+    }
+    if (hp.port == 0) {
+        tn_errbuf(c->why, c->whylen, "\"%s\": port 0 cannot be dialled", elem);
+        return TN_ECONFIG;
+    }
+    return 0;
+}
+
+typedef struct {
+    char *out;
+    size_t n;
+} server_join_t;
+
+static int join_server(void *arg, const char *s, size_t n)
+{
+    server_join_t *j = arg;
+    if (j->n > 0)
+        j->out[j->n++] = ',';
+    memcpy(j->out + j->n, s, n);
+    j->n += n;
+    return 0;
+}
+
+char *tn_config_lookupds(const tn_config_t *cfg)
+{
+    /* The joined list is never longer than the two texts and a comma. */
+    size_t cap = strlen(cfg->lookupd_tcp_address) + strlen(cfg->nsqlookupd_tcp_addresses) + 2;
+    server_join_t j = {tn_malloc(cap), 0};
+    if (j.out == NULL)
+        return NULL;
+    each_server(cfg->lookupd_tcp_address, join_server, &j);
+    each_server(cfg->nsqlookupd_tcp_addresses, join_server, &j);
+    j.out[j.n] = '\0';
+    return j.out;
+}
 
 static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const char *source,
                    char *err, size_t errlen)
@@ -505,13 +732,18 @@ static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const ch
     int rc = 0;
 
     switch (o->type) {
-    case OPT_STR: {
-        char *copy = tn_strdup(value);
-        if (copy == NULL)
-            return UV_ENOMEM;
-        tn_free(*(char **)field);
-        *(char **)field = copy;
-        return 0;
+    case OPT_STR:
+        return set_text(cfg, o, value);
+    case OPT_ADDR:
+        return set_addr(cfg, o, value, source, err, errlen);
+    case OPT_ADDRS: {
+        char why[512];
+        server_check_t chk = {why, sizeof(why)};
+        if (each_server(value, check_server, &chk) != 0) {
+            tn_errbuf(err, errlen, "%s (%s): %s", o->name, source, why);
+            return TN_ECONFIG;
+        }
+        return set_text(cfg, o, value);
     }
     case OPT_BOOL: {
         bool b;
@@ -592,7 +824,7 @@ int tn_config_init(tn_config_t *cfg)
 void tn_config_fini(tn_config_t *cfg)
 {
     for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
-        if (options[i].type == OPT_STR) {
+        if (is_text(options[i].type)) {
             char **p = (char **)((char *)cfg + options[i].offset);
             tn_free(*p);
             *p = NULL;
@@ -837,6 +1069,9 @@ int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *e
     rc = walk_args(cfg, argc, argv, true, &config, err, errlen);
     if (rc != 0)
         return rc;
+    rc = resolve_listeners(cfg, err, errlen);
+    if (rc != 0)
+        return rc;
     return tn_config_validate(cfg, err, errlen);
 }
 
@@ -853,7 +1088,7 @@ void tn_config_print_help(FILE *out, const char *prog)
         char range[256];
         format_range(o, range, sizeof(range));
         fprintf(out, "  --%s", o->name);
-        if (o->type == OPT_STR)
+        if (is_text(o->type))
             fprintf(out, " (default \"%s\")\n", o->def);
         else if (o->type == OPT_ENUM)
             fprintf(out, " (default %s; one of %s)\n", o->def, range);
@@ -876,6 +1111,8 @@ void tn_config_print(FILE *out, const tn_config_t *cfg)
         fprintf(out, "%s = ", o->name);
         switch (o->type) {
         case OPT_STR:
+        case OPT_ADDR:
+        case OPT_ADDRS:
             fprintf(out, "\"%s\"\n", *(char *const *)field ? *(char *const *)field : "");
             break;
         case OPT_BOOL:

@@ -19,6 +19,8 @@
 
 #include "core/platform.h"
 
+#include "core/netaddr.h"
+
 #include <stdio.h>
 
 typedef enum {
@@ -26,6 +28,15 @@ typedef enum {
     TN_DURABILITY_WRITE_ACK,   /* ack after write; deliverable after fdatasync */
     TN_DURABILITY_RELAXED,     /* ack and deliver after write; background sync */
 } tn_durability_t;
+
+/* A listener's address option after tn_config_load: addr is what to bind
+ * (the option's text stays in its char * field). The rest is the
+ * loader's bookkeeping. */
+typedef struct {
+    tn_netaddr_t addr; /* ss_family AF_UNSPEC: an optional listener left off */
+    bool pending;      /* a host name, resolved at the end of tn_config_load */
+    char source[256];  /* where the text came from, for errors */
+} tn_config_listen_t;
 
 typedef struct tn_config_s {
     char *config_file;
@@ -119,6 +130,14 @@ typedef struct tn_config_s {
     int64_t websocket_auth_timeout_ns;
     int64_t websocket_write_timeout_ns;
 
+    /* Listener addresses (tcp-address, http-address, metrics-address,
+     * raft-address) as tn_config_load resolved them: host names are looked
+     * up once, there, so no listener resolves anything on the loop. */
+    tn_config_listen_t tcp_listen;
+    tn_config_listen_t http_listen;
+    tn_config_listen_t metrics_listen;
+    tn_config_listen_t raft_listen; /* IPv4 only: libraft's transport */
+
     /* nsqd options tern accepts but has no use for, as given (index into
      * tn_config_nsqd_ignored), for one startup warning each */
     uint32_t ignored_seen[64];
@@ -147,6 +166,14 @@ int tn_config_set(tn_config_t *cfg, const char *name, const char *value, const c
 
 /* Cross-option checks (e.g. low watermark below high). */
 int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen);
+
+/* The nsqlookupd servers of lookupd-tcp-address and
+ * nsqlookupd-tcp-addresses (either spelling: a comma-separated list, or
+ * nsqd's config-file array ["host:port", ...]) as one comma-separated
+ * list of host:port, each already checked by tn_netaddr_split. Returns a
+ * string the caller frees with tn_free ("" for none), or NULL when out of
+ * memory. */
+char *tn_config_lookupds(const tn_config_t *cfg);
 
 /* nsqd's options that mean nothing in tern: accepted (so an nsqd unit file
  * or config starts ternd unchanged) and reported once at startup with what

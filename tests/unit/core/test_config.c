@@ -4,6 +4,7 @@
 
 #include "testutil.h"
 
+#include "core/alloc.h"
 #include "core/config.h"
 #include "core/err.h"
 
@@ -160,6 +161,109 @@ static void test_errors_name_key_and_range(void **state)
     expect_error(2, a10, NULL, "/nonexistent/tern.conf", "cannot open");
 }
 
+static void test_listener_addresses(void **state)
+{
+    (void)state;
+    /* Defaults are resolved by init alone (IP literals never block). */
+    tn_config_t cfg;
+    assert_int_equal(tn_config_init(&cfg), 0);
+    assert_string_equal(cfg.tcp_listen.addr.name, "127.0.0.1:4150");
+    assert_string_equal(cfg.tcp_listen.addr.option, "tcp-address");
+    assert_string_equal(cfg.http_listen.addr.name, "127.0.0.1:4151");
+    assert_string_equal(cfg.raft_listen.addr.name, "127.0.0.1:4153");
+    assert_int_equal(cfg.metrics_listen.addr.sa.ss_family, AF_UNSPEC); /* off */
+    tn_config_fini(&cfg);
+
+    /* nsqd's forms; a name resolves once, at the end of the load. */
+    char *file = write_tmp("http_address = \"no-such-host.invalid:4151\"\n"
+                           "metrics-address = \"localhost:9100\"\n");
+    char cfgflag[256];
+    snprintf(cfgflag, sizeof(cfgflag), "--config=%s", file);
+    char *argv[] = {"ternd",
+                    cfgflag,
+                    "--tcp-address=:4150",
+                    "--http-address=[::1]:0",
+                    "--raft-address=0.0.0.0:4153",
+                    NULL};
+    assert_int_equal(tn_config_init(&cfg), 0);
+    char err[512] = "";
+    /* The file's name that does not resolve lost to the flag: never looked up. */
+    if (tn_config_load(&cfg, 5, argv, NULL, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_string_equal(cfg.tcp_address, ":4150");
+    assert_true(cfg.tcp_listen.addr.any);
+    assert_string_equal(cfg.tcp_listen.addr.name, "[::]:4150");
+    assert_string_equal(cfg.http_listen.addr.name, "[::1]:0");
+    assert_string_equal(cfg.metrics_listen.addr.name, "127.0.0.1:9100");
+    assert_string_equal(cfg.metrics_listen.addr.option, "metrics-address");
+    assert_false(cfg.metrics_listen.pending);
+    /* libraft takes IPv4 only: every interface is 0.0.0.0 there. */
+    assert_string_equal(cfg.raft_listen.addr.name, "0.0.0.0:4153");
+    tn_config_fini(&cfg);
+    unlink(file);
+    free(file);
+
+    /* Each kind of mistake, with the option, its source and the value. */
+    char *a1[] = {"ternd", "--tcp-address=127.0.0.1:99999", NULL};
+    expect_error(2, a1, NULL,
+                 "tcp-address (flag --tcp-address): \"127.0.0.1:99999\": port 99999 is out of "
+                 "range 0-65535",
+                 "");
+    char *a2[] = {"ternd", "--http-address=localhost", NULL};
+    expect_error(2, a2, NULL, "http-address (flag --http-address): \"localhost\"", "missing port");
+    char *a3[] = {"ternd", "--http-address=", NULL};
+    expect_error(2, a3, NULL, "http-address", "empty");
+    char *a4[] = {"ternd", "--tcp-address", "4150", NULL};
+    expect_error(3, a4, NULL, "tcp-address", "write :4150");
+    char *a5[] = {"ternd", NULL};
+    char *e5[] = {"TERN_METRICS_ADDRESS=no-such-host.invalid:9100", NULL};
+    expect_error(1, a5, e5,
+                 "metrics-address (environment TERN_METRICS_ADDRESS): "
+                 "\"no-such-host.invalid:9100\"",
+                 "does not resolve");
+    char *e6[] = {"TERN_RAFT_ADDRESS=[::1]:4153", NULL};
+    expect_error(1, a5, e6, "raft-address (environment TERN_RAFT_ADDRESS)", "only IPv4");
+    file = write_tmp("tcp_address = \"nowhere.invalid:4150\"\n");
+    snprintf(cfgflag, sizeof(cfgflag), "--config=%s", file);
+    char *a7[] = {"ternd", cfgflag, NULL};
+    char src[300];
+    snprintf(src, sizeof(src), "tcp-address (config %s:1)", file);
+    expect_error(2, a7, NULL, src, "host \"nowhere.invalid\" does not resolve");
+    unlink(file);
+    free(file);
+}
+
+static void test_lookupd_lists(void **state)
+{
+    (void)state;
+    tn_config_t cfg;
+    assert_int_equal(tn_config_init(&cfg), 0);
+    char *argv[] = {"ternd", "--lookupd-tcp-address= a:4160 ,[::1]:4160,,",
+                    "--nsqlookupd-tcp-addresses=[\"b:4160\", \"[::2]:4160\"]", NULL};
+    char err[512] = "";
+    if (tn_config_load(&cfg, 3, argv, NULL, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    char *list = tn_config_lookupds(&cfg);
+    assert_non_null(list);
+    assert_string_equal(list, "a:4160,[::1]:4160,b:4160,[::2]:4160");
+    tn_free(list);
+    tn_config_fini(&cfg);
+
+    assert_int_equal(tn_config_init(&cfg), 0);
+    list = tn_config_lookupds(&cfg);
+    assert_string_equal(list, "");
+    tn_free(list);
+    tn_config_fini(&cfg);
+
+    char *a1[] = {"ternd", "--lookupd-tcp-address=a:4160,b", NULL};
+    expect_error(2, a1, NULL, "lookupd-tcp-address (flag --lookupd-tcp-address): \"b\"",
+                 "missing port");
+    char *a2[] = {"ternd", "--lookupd-tcp-address=:4160", NULL};
+    expect_error(2, a2, NULL, "lookupd-tcp-address", "missing host");
+    char *a3[] = {"ternd", "--nsqlookupd-tcp-addresses=[\"a:0\"]", NULL};
+    expect_error(2, a3, NULL, "nsqlookupd-tcp-addresses", "port 0 cannot be dialled");
+}
+
 static void test_help_lists_every_option(void **state)
 {
     (void)state;
@@ -224,6 +328,8 @@ int main(void)
         cmocka_unit_test(test_parsers),
         cmocka_unit_test(test_precedence),
         cmocka_unit_test(test_errors_name_key_and_range),
+        cmocka_unit_test(test_listener_addresses),
+        cmocka_unit_test(test_lookupd_lists),
         cmocka_unit_test(test_help_lists_every_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
