@@ -173,7 +173,7 @@ class TerndTest(unittest.TestCase):
         # A port in use, for each listener: the error names the address,
         # the option and the system error; ternd never says "ready" and
         # does not pretend a signal came.
-        for opt in ("tcp-address", "http-address", "metrics-address"):
+        for opt in ("tcp-address", "http-address", "metrics-address", "raft-address"):
             with self.subTest(opt=opt):
                 taken = socket.socket()
                 taken.bind(("127.0.0.1", 0))
@@ -186,8 +186,10 @@ class TerndTest(unittest.TestCase):
                                          f"--{opt}=127.0.0.1:{port}")
                 finally:
                     taken.close()
+                prefix = "metastore: " if opt == "raft-address" else ""
                 self.assert_failed_start(
-                    res, f"cannot listen on 127.0.0.1:{port} ({opt}): address already in use")
+                    res, f"{prefix}cannot listen on 127.0.0.1:{port} ({opt}): "
+                         "address already in use")
         # An address this host does not have (TEST-NET-1, RFC 5737).
         res = self.run_ternd(f"--data-path={self.data}", "--tcp-address=127.0.0.1:0",
                              "--http-address=192.0.2.1:4151", "--raft-address=127.0.0.1:0")
