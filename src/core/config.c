@@ -327,6 +327,10 @@ static int parse_i64(const char *s, const char **end, int64_t *out)
 
 int tn_parse_size(const char *s, int64_t *out)
 {
+    if (strcmp(s, "unlimited") == 0) {
+        *out = INT64_MAX;
+        return 0;
+    }
     const char *e;
     int64_t v;
     int rc = parse_i64(s, &e, &v);
@@ -363,6 +367,10 @@ int tn_parse_duration_ns(const char *s, int64_t *out)
 {
     if (strcmp(s, "0") == 0) {
         *out = 0;
+        return 0;
+    }
+    if (strcmp(s, "unlimited") == 0) {
+        *out = INT64_MAX;
         return 0;
     }
     static const struct {
@@ -458,18 +466,30 @@ static void format_size(char *buf, size_t len, int64_t v)
         snprintf(buf, len, "%" PRId64, v);
 }
 
+/* A duration in the largest unit that holds it exactly (15m, 90s, 750us),
+ * so --help and --print-config show it the same way and the printed
+ * configuration loads back to the same value. */
 static void format_duration(char *buf, size_t len, int64_t ns)
 {
-    if (ns == 0)
+    static const struct {
+        const char *unit;
+        int64_t ns;
+    } units[] = {{"h", 3600 * SEC}, {"m", 60 * SEC}, {"s", SEC}, {"ms", MS}, {"us", 1000}};
+    if (ns == INT64_MAX) {
+        snprintf(buf, len, "unlimited");
+        return;
+    }
+    if (ns == 0) {
         snprintf(buf, len, "0");
-    else if (ns % SEC == 0)
-        snprintf(buf, len, "%" PRId64 "s", ns / SEC);
-    else if (ns % MS == 0)
-        snprintf(buf, len, "%" PRId64 "ms", ns / MS);
-    else if (ns % 1000 == 0)
-        snprintf(buf, len, "%" PRId64 "us", ns / 1000);
-    else
-        snprintf(buf, len, "%" PRId64 "ns", ns);
+        return;
+    }
+    for (size_t i = 0; i < TN_ARRAY_SIZE(units); i++) {
+        if (ns % units[i].ns == 0) {
+            snprintf(buf, len, "%" PRId64 "%s", ns / units[i].ns, units[i].unit);
+            return;
+        }
+    }
+    snprintf(buf, len, "%" PRId64 "ns", ns);
 }
 
 static void format_range(const opt_t *o, char *buf, size_t len)
@@ -497,7 +517,7 @@ static void format_range(const opt_t *o, char *buf, size_t len)
         buf[0] = '\0';
         for (const char *const *c = o->choices; *c != NULL; c++)
             n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s",
-                                  c == o->choices ? "" : ", ", *c);
+                                  c == o->choices ? "" : ", ", **c != '\0' ? *c : "\"\"");
         break;
     }
     case OPT_STR:
@@ -1075,28 +1095,203 @@ int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *e
     return tn_config_validate(cfg, err, errlen);
 }
 
+/* A value as --print-config writes it and --help shows defaults: sizes in
+ * KiB/MiB/GiB, durations in their largest exact unit, text unquoted. */
+static void format_value(const opt_t *o, const tn_config_t *cfg, char *buf, size_t len)
+{
+    const char *field = (const char *)cfg + o->offset;
+    switch (o->type) {
+    case OPT_STR:
+    case OPT_ADDR:
+    case OPT_ADDRS:
+        snprintf(buf, len, "%s", *(char *const *)field ? *(char *const *)field : "");
+        break;
+    case OPT_BOOL:
+        snprintf(buf, len, "%s", *(const bool *)field ? "true" : "false");
+        break;
+    case OPT_ENUM:
+        snprintf(buf, len, "%s", o->choices[*(const int *)field]);
+        break;
+    case OPT_INT:
+        snprintf(buf, len, "%" PRId64, *(const int64_t *)field);
+        break;
+    case OPT_SIZE:
+        format_size(buf, len, *(const int64_t *)field);
+        break;
+    case OPT_DURATION:
+        format_duration(buf, len, *(const int64_t *)field);
+        break;
+    }
+}
+
+/* --help's areas, in order, each listing its options in the order shown;
+ * every option is in exactly one (the unit test checks), and one left out
+ * would still print, under "Other options". */
+static const struct {
+    const char *title;
+    const char *names; /* space-separated */
+} help_groups[] = {
+    {"General", "config data-path log-level"},
+    {"Listeners and addresses", "tcp-address http-address metrics-address broadcast-address "
+                                "lookupd-tcp-address nsqlookupd-tcp-addresses"},
+    {"Storage", "durability segment-bytes index-interval-bytes commit-max-requests "
+                "commit-max-bytes commit-max-delay commit-busy-poll commit-busy-poll-min "
+                "relaxed-sync-messages relaxed-sync-bytes relaxed-sync-interval "
+                "wal-commit-max-records wal-commit-max-delay checkpoint-every "
+                "disk-high-watermark disk-low-watermark disk-min-free-bytes "
+                "disk-check-interval retention gc-interval"},
+    {"Delivery", "msg-timeout max-msg-timeout max-req-timeout bootstrap-window max-attempts "
+                 "ttl-discard-topics max-ahead tail-cache-size"},
+    {"NSQ protocol", "max-rdy-count max-heartbeat-interval max-output-buffer-size "
+                     "max-output-buffer-timeout deflate max-deflate-level snappy"},
+    {"HTTP", "http-head-timeout http-body-timeout http-idle-timeout http-max-consume-wait "
+             "metrics-max-topics"},
+    {"WebSocket live feed", "websocket-enabled websocket-allowed-origins "
+                            "websocket-max-connections websocket-max-connections-per-topic "
+                            "websocket-frame-inflight-bytes websocket-heartbeat-interval "
+                            "websocket-auth-timeout websocket-write-timeout"},
+    {"Security", "security-enabled nsq-auth-users auth-http-address tls-cert tls-key "
+                 "tls-root-ca-file tls-client-auth-policy tls-required tls-min-version"},
+    {"Metastore", "raft-address node-id raft-election-timeout"},
+    {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
+               "http-large-body-budget max-partitions http-max-consumes-per-user "
+               "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},
+};
+
+/* The help_groups entry holding name, or -1. */
+static int group_of(const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t g = 0; g < TN_ARRAY_SIZE(help_groups); g++) {
+        for (const char *p = help_groups[g].names; *p != '\0';) {
+            size_t len = strcspn(p, " ");
+            if (len == n && memcmp(p, name, n) == 0)
+                return (int)g;
+            p += len;
+            p += strspn(p, " ");
+        }
+    }
+    return -1;
+}
+
+/* text, indented, in lines of at most 79 columns (a longer word stands
+ * alone). */
+static void print_wrapped(FILE *out, const char *text, int indent)
+{
+    const int width = 79;
+    int col = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        while (*p == ' ')
+            p++;
+        size_t w = strcspn(p, " ");
+        if (w == 0)
+            break;
+        if (col > indent && col + 1 + (int)w > width) {
+            fputc('\n', out);
+            col = 0;
+        }
+        if (col == 0)
+            col = fprintf(out, "%*s", indent, "");
+        else
+            col += fprintf(out, " ");
+        col += fprintf(out, "%.*s", (int)w, p);
+        p += w;
+    }
+    fputc('\n', out);
+}
+
+static void print_option(FILE *out, const opt_t *o, const tn_config_t *defaults)
+{
+    char def[512], range[256];
+    format_value(o, defaults, def, sizeof(def));
+    if (def[0] == '\0')
+        snprintf(def, sizeof(def), "(none)");
+    format_range(o, range, sizeof(range));
+    switch (o->type) {
+    case OPT_STR:
+    case OPT_BOOL:
+        fprintf(out, "  --%s (default %s)\n", o->name, def);
+        break;
+    case OPT_ADDR:
+    case OPT_ADDRS:
+        fprintf(out, "  --%s %s (default %s)\n", o->name, range, def);
+        break;
+    case OPT_ENUM:
+        fprintf(out, "  --%s (default %s; one of %s)\n", o->name, def, range);
+        break;
+    case OPT_INT:
+    case OPT_SIZE:
+    case OPT_DURATION:
+        fprintf(out, "  --%s (default %s; range %s)\n", o->name, def, range);
+        break;
+    }
+    print_wrapped(out, o->help, 8);
+}
+
 void tn_config_print_help(FILE *out, const char *prog)
 {
     fprintf(out,
             "usage: %s [--name=value ...]\n\n"
             "Every option can also be set as TERN_<NAME> in the environment (dashes as\n"
             "underscores) or as `name = value` in a --config file. Precedence, lowest first:\n"
-            "default < config file < environment < command line.\n\n",
+            "default < config file < environment < command line. Sizes take KiB, MiB or GiB;\n"
+            "durations Go's units (500us, 250ms, 1.5s, 1m30s, 1h); `unlimited` is the\n"
+            "largest of either.\n",
             prog);
-    for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
-        const opt_t *o = &options[i];
-        char range[256];
-        format_range(o, range, sizeof(range));
-        fprintf(out, "  --%s", o->name);
-        if (is_text(o->type))
-            fprintf(out, " (default \"%s\")\n", o->def);
-        else if (o->type == OPT_ENUM)
-            fprintf(out, " (default %s; one of %s)\n", o->def, range);
-        else
-            fprintf(out, " (default %s; range %s)\n", o->def, range);
-        fprintf(out, "        %s\n", o->help);
+    /* The defaults as --print-config would print them: from a
+     * configuration holding nothing else. */
+    tn_config_t defaults;
+    if (tn_config_init(&defaults) != 0) {
+        fprintf(out, "\n(out of memory: cannot list the options)\n");
+        return;
     }
-    fprintf(out, "  --print-config\n        print the effective configuration and exit\n"
+    for (size_t g = 0; g < TN_ARRAY_SIZE(help_groups); g++) {
+        fprintf(out, "\n%s:\n", help_groups[g].title);
+        for (const char *p = help_groups[g].names; *p != '\0';) {
+            size_t len = strcspn(p, " ");
+            const opt_t *o = find_opt(p, len);
+            if (o != NULL)
+                print_option(out, o, &defaults);
+            p += len;
+            p += strspn(p, " ");
+        }
+    }
+    bool titled = false;
+    for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
+        if (group_of(options[i].name) >= 0)
+            continue;
+        if (!titled)
+            fprintf(out, "\nOther options:\n");
+        titled = true;
+        print_option(out, &options[i], &defaults);
+    }
+    tn_config_fini(&defaults);
+
+    fprintf(out, "\nnsqd options accepted with no effect (an nsqd command line or config file\n"
+                 "starts ternd unchanged; each one given logs a warning at startup):\n");
+    for (size_t i = 0; i < TN_ARRAY_SIZE(tn_config_nsqd_ignored); i++) {
+        fprintf(out, "  --%s\n", tn_config_nsqd_ignored[i].name);
+        print_wrapped(out, tn_config_nsqd_ignored[i].instead, 8);
+    }
+
+    fprintf(out, "\nEnvironment:\n"
+                 "  TERN_<OPTION>\n");
+    print_wrapped(out,
+                  "any option above, upper case with dashes as underscores "
+                  "(TERN_DATA_PATH=/var/lib/tern); above the config file, below the command line",
+                  8);
+    fprintf(out, "  TERN_CONFIG\n");
+    print_wrapped(out, "the config file, as --config", 8);
+    fprintf(out, "  TERN_ADMIN_PASSWORD\n");
+    print_wrapped(out,
+                  "the password of the root user admin, used once, when a data directory's first "
+                  "start creates that user (without it a generated one is written to "
+                  "<data-path>/admin-password)",
+                  8);
+
+    fprintf(out, "\nCommands:\n"
+                 "  --print-config\n        print the effective configuration and exit\n"
                  "  --help\n        print this help and exit\n"
                  "  --version\n        print the version and exit\n");
 }
@@ -1106,32 +1301,11 @@ void tn_config_print(FILE *out, const tn_config_t *cfg)
     /* options[0] is --config itself, which a config file cannot set. */
     for (size_t i = 1; i < TN_ARRAY_SIZE(options); i++) {
         const opt_t *o = &options[i];
-        const char *field = (const char *)cfg + o->offset;
-        char buf[64];
-        fprintf(out, "%s = ", o->name);
-        switch (o->type) {
-        case OPT_STR:
-        case OPT_ADDR:
-        case OPT_ADDRS:
-            fprintf(out, "\"%s\"\n", *(char *const *)field ? *(char *const *)field : "");
-            break;
-        case OPT_BOOL:
-            fprintf(out, "%s\n", *(const bool *)field ? "true" : "false");
-            break;
-        case OPT_ENUM:
-            fprintf(out, "%s\n", o->choices[*(const int *)field]);
-            break;
-        case OPT_INT:
-            fprintf(out, "%" PRId64 "\n", *(const int64_t *)field);
-            break;
-        case OPT_SIZE:
-            format_size(buf, sizeof(buf), *(const int64_t *)field);
-            fprintf(out, "%s\n", buf);
-            break;
-        case OPT_DURATION:
-            format_duration(buf, sizeof(buf), *(const int64_t *)field);
-            fprintf(out, "%s\n", buf);
-            break;
-        }
+        char buf[4096];
+        format_value(o, cfg, buf, sizeof(buf));
+        if (is_text(o->type))
+            fprintf(out, "%s = \"%s\"\n", o->name, buf);
+        else
+            fprintf(out, "%s = %s\n", o->name, buf);
     }
 }

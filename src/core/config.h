@@ -13,7 +13,9 @@
  *
  * Value syntax: sizes take a plain byte count or a KiB/MiB/GiB suffix (K, M,
  * G also mean binary units); durations take Go-style units (`250ms`, `1.5s`,
- * `1m30s`, `500us`), or a bare 0; booleans true/false/1/0/yes/no/on/off. */
+ * `1m30s`, `500us`), or a bare 0; `unlimited` is the largest size or
+ * duration, for the options whose range goes that far; booleans
+ * true/false/1/0/yes/no/on/off. */
 #ifndef TN_CORE_CONFIG_H
 #define TN_CORE_CONFIG_H
 

@@ -6,6 +6,7 @@ starts the real binary on a temporary data directory."""
 import argparse
 import http.client
 import os
+import re
 import shutil
 import signal
 import socket
@@ -92,6 +93,28 @@ class TerndTest(unittest.TestCase):
                     "--disk-high-watermark", "--checkpoint-every"):
             self.assertIn(opt, res.stdout)
         self.assertIn("default 64MiB", res.stdout)
+        # Shape: areas in order, every option once, defaults as
+        # --print-config writes them, human ranges, nsqd's no-op flags and
+        # the environment.
+        out = res.stdout
+        titles = re.findall(r"\n\n(\S[^\n]*):\n", out)
+        self.assertEqual(titles[:10], [
+            "General", "Listeners and addresses", "Storage", "Delivery", "NSQ protocol",
+            "HTTP", "WebSocket live feed", "Security", "Metastore", "Limits"])
+        self.assertIn("Environment", titles)
+        self.assertNotIn("Other options", titles)
+        printed = self.run_ternd("--print-config").stdout
+        for line in printed.splitlines():
+            name, value = line.split(" = ", 1)
+            value = value.strip('"') or "(none)"
+            heads = [h for h in out.splitlines() if h.startswith(f"  --{name} ")]
+            self.assertEqual(len(heads), 1, name)
+            self.assertIn(f"(default {value}", heads[0])
+        self.assertNotIn("9223372036854775807", out)
+        self.assertIn("--retention (default 168h; range 0..unlimited)", out)
+        self.assertIn("  --mem-queue-size\n", out)
+        self.assertIn("  TERN_ADMIN_PASSWORD\n", out)
+        self.assertIn("  TERN_CONFIG\n", out)
 
     def test_bad_values_name_option_and_range(self):
         res = self.run_ternd(f"--data-path={self.data}", "--segment-bytes=1k")

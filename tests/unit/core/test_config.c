@@ -63,6 +63,10 @@ static void test_parsers(void **state)
     assert_int_equal(tn_parse_duration_ns("10", &v), TN_ECONFIG);
     assert_int_equal(tn_parse_duration_ns("", &v), TN_ECONFIG);
     assert_int_equal(tn_parse_duration_ns("5parsecs", &v), TN_ECONFIG);
+    assert_int_equal(tn_parse_duration_ns("unlimited", &v), 0);
+    assert_int_equal(v, INT64_MAX);
+    assert_int_equal(tn_parse_size("unlimited", &v), 0);
+    assert_int_equal(v, INT64_MAX);
     bool b;
     assert_int_equal(tn_parse_bool("yes", &b), 0);
     assert_true(b);
@@ -264,6 +268,113 @@ static void test_lookupd_lists(void **state)
     expect_error(2, a3, NULL, "nsqlookupd-tcp-addresses", "port 0 cannot be dialled");
 }
 
+static char *capture(void (*print)(FILE *, const tn_config_t *), const tn_config_t *cfg)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    print(f, cfg);
+    fclose(f);
+    return buf;
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+static void test_help_groups_and_formats(void **state)
+{
+    (void)state;
+    char *help = NULL;
+    size_t hlen = 0;
+    FILE *f = open_memstream(&help, &hlen);
+    tn_config_print_help(f, "ternd");
+    fclose(f);
+    tn_config_t cfg;
+    assert_int_equal(tn_config_init(&cfg), 0);
+    char *printed = capture(tn_config_print, &cfg);
+
+    /* Every option --print-config writes is in --help once, under an
+     * area, with its default written the way --print-config writes it
+     * ("" as (none)). */
+    assert_null(strstr(help, "Other options"));
+    char *line = printed;
+    size_t noptions = 0;
+    while (*line != '\0') {
+        char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        *nl = '\0';
+        char *eq = strstr(line, " = ");
+        assert_non_null(eq);
+        *eq = '\0';
+        char *value = eq + 3;
+        size_t vl = strlen(value);
+        if (vl >= 2 && value[0] == '"') {
+            value[vl - 1] = '\0';
+            value++;
+        }
+        char head[160], def[600];
+        snprintf(head, sizeof(head), "\n  --%s ", line);
+        if (count(help, head) != 1)
+            fail_msg("--help shows --%s %zu times", line, count(help, head));
+        const char *at = strstr(help, head);
+        const char *eol = strchr(at + 1, '\n');
+        snprintf(def, sizeof(def), "(default %s", value[0] != '\0' ? value : "(none)");
+        const char *d = strstr(at, def);
+        if (d == NULL || d > eol)
+            fail_msg("--%s: %.*s lacks %s", line, (int)(eol - at), at, def);
+        noptions++;
+        line = nl + 1;
+    }
+    assert_true(noptions > 50); /* the loop read the whole list */
+    assert_non_null(strstr(help, "\n  --config (default (none))"));
+
+    const char *areas[] = {"\nGeneral:\n",      "\nListeners and addresses:\n",
+                           "\nStorage:\n",      "\nDelivery:\n",
+                           "\nNSQ protocol:\n", "\nHTTP:\n",
+                           "\nSecurity:\n",     "\nMetastore:\n",
+                           "\nLimits:\n"};
+    const char *prev = help;
+    for (size_t i = 0; i < TN_ARRAY_SIZE(areas); i++) {
+        const char *a = strstr(help, areas[i]);
+        if (a == NULL || a < prev)
+            fail_msg("area %s missing or out of order", areas[i]);
+        prev = a;
+    }
+    /* Human units everywhere. */
+    assert_null(strstr(help, "9223372036854775807"));
+    assert_non_null(strstr(help, "--retention (default 168h; range 0..unlimited)"));
+    assert_non_null(strstr(help, "--max-msg-timeout (default 15m; range 1s..24h)"));
+    assert_non_null(strstr(help, "--tail-cache-size (default 64MiB; range 0..unlimited)"));
+    assert_non_null(strstr(help, "--metrics-address host:port (default (none))"));
+    /* nsqd's no-op flags, and the environment. */
+    for (size_t i = 0; i < tn_config_nsqd_ignored_count; i++) {
+        char flag[160];
+        snprintf(flag, sizeof(flag), "\n  --%s\n", tn_config_nsqd_ignored[i].name);
+        if (count(help, flag) != 1)
+            fail_msg("--help lacks the nsqd flag %s", flag);
+    }
+    assert_non_null(strstr(help, "\n  TERN_CONFIG\n"));
+    assert_non_null(strstr(help, "\n  TERN_<OPTION>\n"));
+    assert_non_null(strstr(help, "\n  TERN_ADMIN_PASSWORD\n"));
+    assert_null(strstr(help, "TERN_CLUSTER_SECRET"));
+    /* No line runs past 80 columns but the option heads. */
+    for (const char *p = help; *p != '\0';) {
+        const char *e = strchr(p, '\n');
+        assert_non_null(e);
+        if (e - p > 80 && strncmp(p, "  --", 4) != 0)
+            fail_msg("long help line: %.*s", (int)(e - p), p);
+        p = e + 1;
+    }
+    free(printed);
+    free(help);
+    tn_config_fini(&cfg);
+}
+
 static void test_help_lists_every_option(void **state)
 {
     (void)state;
@@ -298,9 +409,15 @@ static void test_help_lists_every_option(void **state)
     tn_config_t cfg, back;
     assert_int_equal(tn_config_init(&cfg), 0);
     assert_int_equal(tn_config_init(&back), 0);
-    char *argv[] = {"ternd", "--commit-max-delay=750us", "--segment-bytes=3MiB",
-                    "--commit-busy-poll=0", NULL};
-    assert_int_equal(tn_config_load(&cfg, 4, argv, NULL, NULL, 0), 0);
+    char *argv[] = {"ternd",
+                    "--commit-max-delay=750us",
+                    "--segment-bytes=3MiB",
+                    "--commit-busy-poll=0",
+                    "--retention=unlimited",
+                    "--msg-timeout=90s",
+                    "--max-msg-timeout=2h",
+                    NULL};
+    assert_int_equal(tn_config_load(&cfg, 7, argv, NULL, NULL, 0), 0);
     char path[] = "/tmp/tern-print-XXXXXX";
     int fd = mkstemp(path);
     f = fdopen(fd, "w");
@@ -316,6 +433,9 @@ static void test_help_lists_every_option(void **state)
     assert_int_equal(back.commit_max_delay_ns, 750000);
     assert_int_equal(back.commit_busy_poll_ns, 0);
     assert_int_equal(back.segment_bytes, 3 * 1024 * 1024);
+    assert_int_equal(back.retention_ns, INT64_MAX);
+    assert_int_equal(back.msg_timeout_ns, 90LL * 1000000000);
+    assert_int_equal(back.max_msg_timeout_ns, 7200LL * 1000000000);
     unlink(path);
     tn_config_fini(&cfg);
     tn_config_fini(&back);
@@ -330,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_errors_name_key_and_range),
         cmocka_unit_test(test_listener_addresses),
         cmocka_unit_test(test_lookupd_lists),
+        cmocka_unit_test(test_help_groups_and_formats),
         cmocka_unit_test(test_help_lists_every_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
