@@ -250,10 +250,13 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
     tn_nsq_opts_t nopts;
     tn_nsq_opts_from_config(&nopts, cfg, TN_VERSION);
-    /* The /v1 API is set up below, before the loop runs any AUTH. */
+    /* How the NSQ doors authenticate (nsq-auth, as the configuration
+     * settled it): tern's users, an nsqauthd server, or not at all. The
+     * /v1 API is set up below, before the loop runs any AUTH. */
     tn_nsqauth_local_t nsq_users = tn_v1_nsq_auth(&d->v1);
-    if (cfg->nsq_auth_users)
-        nopts.auth_local = &nsq_users;
+    nopts.auth_local = cfg->nsq_auth == TN_NSQ_AUTH_USERS ? &nsq_users : NULL;
+    if (cfg->nsq_auth != TN_NSQ_AUTH_EXTERNAL)
+        nopts.auth_http_address = "";
     int rc =
         tn_nsq_server_start(loop, d->broker, &nopts, &cfg->tcp_listen.addr, &d->nsq, err, errlen);
     if (rc != 0)
@@ -295,9 +298,9 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     if (!cfg->security_enabled)
         TN_LOG(TN_LOG_WARN, "security is OFF (security-enabled=false): /v1 asks for no "
                             "credentials and checks no rights; never run this in production");
-    else if (cfg->nsq_auth_users)
+    else if (cfg->nsq_auth == TN_NSQ_AUTH_USERS)
         TN_LOG(TN_LOG_NOTICE, "NSQ AUTH is served by tern's users (secret user:password)");
-    else if (cfg->auth_http_address[0] == '\0')
+    else if (cfg->nsq_auth == TN_NSQ_AUTH_OPEN)
         TN_LOG(TN_LOG_NOTICE, "/v1 requires Basic auth; the NSQ doors (TCP and nsqd's HTTP "
                               "endpoints) stay open as nsqd's are, since no AUTH server is "
                               "configured");

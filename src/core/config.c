@@ -50,6 +50,8 @@ static const char *const log_levels[] = {"debug", "info", "notice", "warn", "err
 static const char *const durabilities[] = {"durable", "write_ack", "relaxed", NULL};
 static const char *const client_auth_policies[] = {"", "require", "require-verify", NULL};
 static const char *const tls_required_values[] = {"false", "true", "tcp-https", NULL};
+/* In tn_nsq_auth_t order. */
+static const char *const nsq_auth_values[] = {"open", "users", "external", NULL};
 
 static const opt_t options[] = {
     {"config", OPT_STR, F(config_file), "", 0, 0, NULL,
@@ -191,6 +193,11 @@ static const opt_t options[] = {
      "NSQ TCP clients must upgrade to TLS before any command but IDENTIFY"},
     {"tls-min-version", OPT_STR, F(tls_min_version), "tls1.2", 0, 0, NULL,
      "oldest TLS version accepted: tls1.0, tls1.1, tls1.2 or tls1.3"},
+    /* Not given (""): derived from the two below (see settle_nsq_auth). */
+    {"nsq-auth", OPT_ENUM, F(nsq_auth_given), "", 0, 0, nsq_auth_values,
+     "how the NSQ doors (TCP 4150 and nsqd's HTTP endpoints) authenticate: open (nsqd's default: "
+     "no AUTH), users (AUTH user:password against tern's users), external (an nsqauthd server, "
+     "auth-http-address)"},
     {"nsq-auth-users", OPT_BOOL, F(nsq_auth_users), "false", 0, 0, NULL,
      "tern's own users serve NSQ AUTH (secret user:password; produce grants publish, consume "
      "grants subscribe) in place of an auth server"},
@@ -782,6 +789,12 @@ static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const ch
                 return 0;
             }
         }
+        if (value[0] == '\0' && o->def[0] == '\0' && o->choices[0] != NULL &&
+            o->choices[0][0] != '\0') {
+            /* An enum whose default is "not given" (-1): "" gives it back. */
+            *(int *)field = -1;
+            return 0;
+        }
         tn_errbuf(err, errlen, "%s (%s): \"%s\" is not one of %s", o->name, source, value, range);
         return TN_ECONFIG;
     case OPT_INT: {
@@ -852,6 +865,78 @@ void tn_config_fini(tn_config_t *cfg)
     }
 }
 
+/* nsq-auth when given, else what nsq-auth-users and auth-http-address
+ * imply. */
+static int nsq_auth_of(const tn_config_t *cfg)
+{
+    if (cfg->nsq_auth_given >= 0)
+        return cfg->nsq_auth_given;
+    if (cfg->nsq_auth_users)
+        return TN_NSQ_AUTH_USERS;
+    if (cfg->auth_http_address[0] != '\0')
+        return TN_NSQ_AUTH_EXTERNAL;
+    return TN_NSQ_AUTH_OPEN;
+}
+
+/* A given nsq-auth must agree with the older two options, which also
+ * exclude each other; users need tern's users to be on. */
+static int check_nsq_auth(const tn_config_t *cfg, char *err, size_t errlen)
+{
+    const char *server = cfg->auth_http_address;
+    bool has_server = server[0] != '\0';
+    switch (cfg->nsq_auth_given) {
+    case TN_NSQ_AUTH_OPEN:
+        if (has_server) {
+            tn_errbuf(err, errlen,
+                      "nsq-auth=open contradicts auth-http-address=\"%s\" (an AUTH server means "
+                      "nsq-auth=external); drop one of them",
+                      server);
+            return TN_ECONFIG;
+        }
+        if (cfg->nsq_auth_users) {
+            tn_errbuf(err, errlen,
+                      "nsq-auth=open contradicts nsq-auth-users=true (which means "
+                      "nsq-auth=users); drop one of them");
+            return TN_ECONFIG;
+        }
+        break;
+    case TN_NSQ_AUTH_USERS:
+        if (has_server) {
+            tn_errbuf(err, errlen,
+                      "nsq-auth=users contradicts auth-http-address=\"%s\" (users checks AUTH "
+                      "against tern's own users, not an AUTH server); drop one of them",
+                      server);
+            return TN_ECONFIG;
+        }
+        break;
+    case TN_NSQ_AUTH_EXTERNAL:
+        if (cfg->nsq_auth_users) {
+            tn_errbuf(err, errlen,
+                      "nsq-auth=external contradicts nsq-auth-users=true (which means "
+                      "nsq-auth=users); drop one of them");
+            return TN_ECONFIG;
+        }
+        if (!has_server) {
+            tn_errbuf(err, errlen,
+                      "nsq-auth=external needs auth-http-address (the nsqauthd servers to ask)");
+            return TN_ECONFIG;
+        }
+        break;
+    default:
+        if (cfg->nsq_auth_users && has_server) {
+            tn_errbuf(err, errlen, "nsq-auth-users and auth-http-address exclude each other");
+            return TN_ECONFIG;
+        }
+        break;
+    }
+    if (nsq_auth_of(cfg) == TN_NSQ_AUTH_USERS && !cfg->security_enabled) {
+        tn_errbuf(err, errlen, "%s needs security-enabled (tern's users are off without it)",
+                  cfg->nsq_auth_users ? "nsq-auth-users" : "nsq-auth=users");
+        return TN_ECONFIG;
+    }
+    return 0;
+}
+
 int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
 {
     if (cfg->disk_low_watermark >= cfg->disk_high_watermark) {
@@ -869,14 +954,9 @@ int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
         tn_errbuf(err, errlen, "tls-cert and tls-key must be given together");
         return TN_ECONFIG;
     }
-    if (cfg->nsq_auth_users && cfg->auth_http_address[0] != '\0') {
-        tn_errbuf(err, errlen, "nsq-auth-users and auth-http-address exclude each other");
-        return TN_ECONFIG;
-    }
-    if (cfg->nsq_auth_users && !cfg->security_enabled) {
-        tn_errbuf(err, errlen, "nsq-auth-users needs security-enabled");
-        return TN_ECONFIG;
-    }
+    int rc = check_nsq_auth(cfg, err, errlen);
+    if (rc != 0)
+        return rc;
     if (cfg->tls_required != 0 && cfg->tls_cert[0] == '\0') {
         tn_errbuf(err, errlen, "tls-required needs tls-cert and tls-key");
         return TN_ECONFIG;
@@ -1092,7 +1172,11 @@ int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *e
     rc = resolve_listeners(cfg, err, errlen);
     if (rc != 0)
         return rc;
-    return tn_config_validate(cfg, err, errlen);
+    rc = tn_config_validate(cfg, err, errlen);
+    if (rc != 0)
+        return rc;
+    cfg->nsq_auth = nsq_auth_of(cfg);
+    return 0;
 }
 
 /* A value as --print-config writes it and --help shows defaults: sizes in
@@ -1109,9 +1193,11 @@ static void format_value(const opt_t *o, const tn_config_t *cfg, char *buf, size
     case OPT_BOOL:
         snprintf(buf, len, "%s", *(const bool *)field ? "true" : "false");
         break;
-    case OPT_ENUM:
-        snprintf(buf, len, "%s", o->choices[*(const int *)field]);
+    case OPT_ENUM: {
+        int v = *(const int *)field;
+        snprintf(buf, len, "%s", v >= 0 ? o->choices[v] : "");
         break;
+    }
     case OPT_INT:
         snprintf(buf, len, "%" PRId64, *(const int64_t *)field);
         break;
@@ -1150,7 +1236,7 @@ static const struct {
                             "websocket-max-connections websocket-max-connections-per-topic "
                             "websocket-frame-inflight-bytes websocket-heartbeat-interval "
                             "websocket-auth-timeout websocket-write-timeout"},
-    {"Security", "security-enabled nsq-auth-users auth-http-address tls-cert tls-key "
+    {"Security", "security-enabled nsq-auth nsq-auth-users auth-http-address tls-cert tls-key "
                  "tls-root-ca-file tls-client-auth-policy tls-required tls-min-version"},
     {"Metastore", "raft-address node-id raft-election-timeout"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "

@@ -31,6 +31,14 @@ typedef enum {
     TN_DURABILITY_RELAXED,     /* ack and deliver after write; background sync */
 } tn_durability_t;
 
+/* How the NSQ doors (TCP and nsqd's HTTP endpoints) authenticate: the
+ * nsq-auth option, or what nsq-auth-users and auth-http-address imply. */
+typedef enum {
+    TN_NSQ_AUTH_OPEN = 0, /* nsqd's default: no AUTH */
+    TN_NSQ_AUTH_USERS,    /* AUTH user:password against tern's users */
+    TN_NSQ_AUTH_EXTERNAL, /* an nsqauthd server, auth-http-address */
+} tn_nsq_auth_t;
+
 /* A listener's address option after tn_config_load: addr is what to bind
  * (the option's text stays in its char * field). The rest is the
  * loader's bookkeeping. */
@@ -112,6 +120,11 @@ typedef struct tn_config_s {
     char *tls_min_version;
     char *auth_http_address;
     bool nsq_auth_users;
+    /* The effective choice (tn_nsq_auth_t), set by tn_config_load: nsq-auth
+     * when given, else users with nsq-auth-users, external with an
+     * auth-http-address, open otherwise. Read this, not the two options. */
+    int nsq_auth;
+    int nsq_auth_given; /* nsq-auth as given (tn_nsq_auth_t), or -1 */
     /* queue engine */
     int64_t bootstrap_window_ns;
     int64_t retention_ns;
@@ -166,7 +179,8 @@ int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *e
 int tn_config_set(tn_config_t *cfg, const char *name, const char *value, const char *source,
                   char *err, size_t errlen);
 
-/* Cross-option checks (e.g. low watermark below high). */
+/* Cross-option checks (e.g. low watermark below high, nsq-auth against
+ * nsq-auth-users and auth-http-address). */
 int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen);
 
 /* The nsqlookupd servers of lookupd-tcp-address and

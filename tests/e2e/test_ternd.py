@@ -5,6 +5,7 @@ by the storage engine, and clean shutdown on SIGTERM/SIGINT. Each test
 starts the real binary on a temporary data directory."""
 import argparse
 import http.client
+import json
 import os
 import re
 import shutil
@@ -222,6 +223,42 @@ class TerndTest(unittest.TestCase):
         d = Daemon(self.data)
         d.wait_for("ready")
         self.assertEqual(d.stop(), 0, d.log())
+
+    def test_nsq_auth_chooses_how_the_nsq_doors_authenticate(self):
+        # nsq-auth=users alone (without nsq-auth-users) puts tern's users
+        # behind AUTH.
+        env = dict(os.environ, TERN_ADMIN_PASSWORD="s3cret-pw")
+        d = Daemon(self.data, "--nsq-auth=users", env=env)
+        d.wait_for("root user admin created")
+        try:
+            self.assertIn("NSQ AUTH is served by tern's users", d.log())
+            c = Conn(d.tcp_port)
+            self.assertTrue(c.identify()["auth_required"])
+            c.cmd("AUTH", b"admin:s3cret-pw")
+            kind, data = c.read_frame()
+            self.assertEqual(kind, FRAME_RESPONSE, data)
+            self.assertEqual(json.loads(data)["identity"], "admin")
+            c.close()
+        finally:
+            self.assertEqual(d.stop(), 0, d.log())
+        # open: no AUTH, as nsqd.
+        d = Daemon(self.data, "--nsq-auth=open")
+        d.wait_for("ready")
+        try:
+            c = Conn(d.tcp_port)
+            self.assertFalse(c.identify().get("auth_required", False))
+            self.assertEqual(c.pub("open_topic", b"x"), (FRAME_RESPONSE, b"OK"))
+            c.close()
+        finally:
+            self.assertEqual(d.stop(), 0, d.log())
+        # A contradiction exits 2 naming both options.
+        res = self.run_ternd(f"--data-path={self.data}", "--nsq-auth=open",
+                             "--auth-http-address=127.0.0.1:4181")
+        self.assertEqual(res.returncode, 2, res.stderr)
+        self.assertIn("nsq-auth=open contradicts auth-http-address", res.stderr)
+        res = self.run_ternd(f"--data-path={self.data}", "--nsq-auth=external")
+        self.assertEqual(res.returncode, 2, res.stderr)
+        self.assertIn("nsq-auth=external needs auth-http-address", res.stderr)
 
     def test_config_file_and_precedence(self):
         conf = os.path.join(self.dir, "tern.conf")

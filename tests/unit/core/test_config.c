@@ -268,6 +268,62 @@ static void test_lookupd_lists(void **state)
     expect_error(2, a3, NULL, "nsqlookupd-tcp-addresses", "port 0 cannot be dialled");
 }
 
+static int nsq_auth_after(int argc, char **argv)
+{
+    tn_config_t cfg;
+    assert_int_equal(tn_config_init(&cfg), 0);
+    char err[512] = "";
+    if (tn_config_load(&cfg, argc, argv, NULL, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    int v = cfg.nsq_auth;
+    tn_config_fini(&cfg);
+    return v;
+}
+
+static void test_nsq_auth(void **state)
+{
+    (void)state;
+    /* Not given: derived from the two older options. */
+    char *a0[] = {"ternd", NULL};
+    assert_int_equal(nsq_auth_after(1, a0), TN_NSQ_AUTH_OPEN);
+    char *a1[] = {"ternd", "--nsq-auth-users", NULL};
+    assert_int_equal(nsq_auth_after(2, a1), TN_NSQ_AUTH_USERS);
+    char *a2[] = {"ternd", "--auth-http-address=127.0.0.1:4181", NULL};
+    assert_int_equal(nsq_auth_after(2, a2), TN_NSQ_AUTH_EXTERNAL);
+    /* Given, alone or agreeing with them. */
+    char *a3[] = {"ternd", "--nsq-auth=users", NULL};
+    assert_int_equal(nsq_auth_after(2, a3), TN_NSQ_AUTH_USERS);
+    char *a4[] = {"ternd", "--nsq-auth=users", "--nsq-auth-users=true", NULL};
+    assert_int_equal(nsq_auth_after(3, a4), TN_NSQ_AUTH_USERS);
+    char *a5[] = {"ternd", "--nsq-auth=external", "--auth-http-address=127.0.0.1:4181", NULL};
+    assert_int_equal(nsq_auth_after(3, a5), TN_NSQ_AUTH_EXTERNAL);
+    char *a6[] = {"ternd", "--nsq-auth=open", NULL};
+    assert_int_equal(nsq_auth_after(2, a6), TN_NSQ_AUTH_OPEN);
+    /* An empty value is "not given" again. */
+    char *a7[] = {"ternd", "--nsq-auth=open", "--nsq-auth=", "--nsq-auth-users", NULL};
+    assert_int_equal(nsq_auth_after(4, a7), TN_NSQ_AUTH_USERS);
+
+    /* Contradictions name both options. */
+    char *b1[] = {"ternd", "--nsq-auth=open", "--auth-http-address=127.0.0.1:4181", NULL};
+    expect_error(3, b1, NULL, "nsq-auth=open", "auth-http-address");
+    char *b2[] = {"ternd", "--nsq-auth=open", "--nsq-auth-users", NULL};
+    expect_error(3, b2, NULL, "nsq-auth=open", "nsq-auth-users");
+    char *b3[] = {"ternd", "--nsq-auth=external", NULL};
+    expect_error(2, b3, NULL, "nsq-auth=external", "needs auth-http-address");
+    char *b4[] = {"ternd", "--nsq-auth=users", "--auth-http-address=127.0.0.1:4181", NULL};
+    expect_error(3, b4, NULL, "nsq-auth=users", "auth-http-address");
+    char *b5[] = {"ternd", "--nsq-auth=external", "--auth-http-address=a:1", "--nsq-auth-users",
+                  NULL};
+    expect_error(4, b5, NULL, "nsq-auth=external", "nsq-auth-users");
+    char *b6[] = {"ternd", "--nsq-auth=users", "--security-enabled=false", NULL};
+    expect_error(3, b6, NULL, "nsq-auth=users", "security-enabled");
+    char *b7[] = {"ternd", "--nsq-auth=ldap", NULL};
+    expect_error(2, b7, NULL, "nsq-auth (flag --nsq-auth)", "open, users, external");
+    char *b8[] = {"ternd", NULL};
+    char *e8[] = {"TERN_NSQ_AUTH=external", NULL};
+    expect_error(1, b8, e8, "nsq-auth=external", "auth-http-address");
+}
+
 static char *capture(void (*print)(FILE *, const tn_config_t *), const tn_config_t *cfg)
 {
     char *buf = NULL;
@@ -450,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_errors_name_key_and_range),
         cmocka_unit_test(test_listener_addresses),
         cmocka_unit_test(test_lookupd_lists),
+        cmocka_unit_test(test_nsq_auth),
         cmocka_unit_test(test_help_groups_and_formats),
         cmocka_unit_test(test_help_lists_every_option),
     };
