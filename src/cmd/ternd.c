@@ -11,8 +11,13 @@
  *   3. Open the queue engine: it recovers every partition log and channel
  *      log on disk. A partition found damaged is isolated and reported;
  *      the others serve.
- *   4. Listen for NSQ TCP clients, and run the loop until SIGINT or
- *      SIGTERM.
+ *   4. Start the metastore (its Raft listener), then the doors: the NSQ
+ *      TCP listener, the HTTP listener and its APIs, the metrics listener,
+ *      lookupd registration. Listener addresses were resolved in step 1,
+ *      so nothing here looks up a name. If any of them fails (a port in
+ *      use, say), log why, naming the option and the address, close what
+ *      started, and exit with status 1 without ever logging "ready".
+ *      Otherwise log "ready" and run the loop until SIGINT or SIGTERM.
  *   5. Shut down in reverse: close the listener and every connection
  *      (in-flight messages go back to their channels), let the engine's
  *      storage requests finish, close every log, stop the storage threads
@@ -126,10 +131,11 @@ static void on_http_closed(void *arg)
         tn_broker_close(d->broker, on_broker_closed);
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+/* Close everything that started, front to back; the loop then runs dry
+ * (or on_store_closed stops it). For a signal, and for a start that
+ * failed part way. */
+static void shut_down(daemon_t *d)
 {
-    daemon_t *d = h->data;
-    TN_LOG(TN_LOG_NOTICE, "%s received: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     d->api.ready = false;
@@ -149,25 +155,11 @@ static void on_signal(uv_signal_t *h, int signum)
         on_broker_closed(NULL);
 }
 
-/* lookupd-tcp-address and nsqd's config spelling ["a:1", "b:2"] as one
- * comma-separated list. */
-static void lookupd_list(const tn_config_t *cfg, char *out, size_t len)
+static void on_signal(uv_signal_t *h, int signum)
 {
-    size_t n = 0;
-    const char *srcs[] = {cfg->lookupd_tcp_address, cfg->nsqlookupd_tcp_addresses};
-    for (size_t k = 0; k < 2; k++) {
-        for (const char *p = srcs[k]; *p != '\0' && n + 2 < len; p++) {
-            char ch = *p;
-            if (ch == '[' || ch == ']' || ch == '"' || ch == ' ')
-                continue;
-            out[n++] = ch;
-        }
-        if (n > 0 && n + 2 < len && out[n - 1] != ',' && k == 0 && srcs[1][0] != '\0')
-            out[n++] = ',';
-    }
-    while (n > 0 && out[n - 1] == ',')
-        n--;
-    out[n] = '\0';
+    daemon_t *d = h->data;
+    TN_LOG(TN_LOG_NOTICE, "%s received: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    shut_down(d);
 }
 
 /* --pid-file: the process id and a newline. Returns 0 or a negative errno. */
@@ -236,15 +228,151 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     memset(&mo, 0, sizeof(mo));
     mo.dir = dir;
     mo.node_id = (uint64_t)cfg->node_id + 1;
-    mo.address = cfg->raft_address;
+    mo.address = cfg->raft_listen.addr.name; /* numeric: libraft parses IPv4 only */
     mo.election_ms = (unsigned)(cfg->raft_election_timeout_ns / 1000000);
     mo.heartbeat_ms = TN_MAX(mo.election_ms / 10, 10u);
     mo.on_ready = on_meta_ready;
     mo.ready_arg = d;
     d->data_path = cfg->data_path;
     d->raft_id = mo.node_id;
-    d->raft_address = cfg->raft_address;
+    d->raft_address = cfg->raft_listen.addr.name;
     return tn_meta_open(d->loop, &mo, &d->meta, err, errlen);
+}
+
+/* A listener's option text for its "listening" line, with the address
+ * it resolved to when that reads differently ("localhost:4150 =
+ * 127.0.0.1:4150"). */
+static const char *bound(const char *text, const tn_config_listen_t *l, char *buf, size_t len)
+{
+    if (strcmp(text, l->addr.name) == 0)
+        return text;
+    snprintf(buf, len, "%s = %s", text, l->addr.name);
+    return buf;
+}
+
+/* Everything that serves, once the engine and the metastore are up: the
+ * NSQ TCP listener, the HTTP listener with its APIs, the live feed, the
+ * metrics listener, lookupd registration. Returns nonzero with the reason
+ * in err at the first that fails; shut_down closes what started. */
+static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts, char *err,
+                       size_t errlen)
+{
+    uv_loop_t *loop = d->loop;
+    char as[TN_NETADDR_NAME_MAX + 300];
+    tn_catalog_opts_t co = {cfg->msg_timeout_ns / 1000000, cfg->retention_ns / 1000000,
+                            (uint32_t)cfg->max_attempts, (uint8_t)cfg->durability};
+    if (tn_catalog_start(d->broker, d->meta, &co, &d->catalog) != 0)
+        TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
+    tn_nsq_opts_t nopts;
+    tn_nsq_opts_from_config(&nopts, cfg, TN_VERSION);
+    /* How the NSQ doors authenticate (nsq-auth, as the configuration
+     * settled it): tern's users, an nsqauthd server, or not at all. The
+     * /v1 API is set up below, before the loop runs any AUTH. */
+    tn_nsqauth_local_t nsq_users = tn_v1_nsq_auth(&d->v1);
+    nopts.auth_local = cfg->nsq_auth == TN_NSQ_AUTH_USERS ? &nsq_users : NULL;
+    if (cfg->nsq_auth != TN_NSQ_AUTH_EXTERNAL)
+        nopts.auth_http_address = "";
+    int rc =
+        tn_nsq_server_start(loop, d->broker, &nopts, &cfg->tcp_listen.addr, &d->nsq, err, errlen);
+    if (rc != 0)
+        return rc;
+    TN_LOG(TN_LOG_NOTICE, "NSQ TCP listening on port %d (%s)", tn_nsq_server_port(d->nsq),
+           bound(cfg->tcp_address, &cfg->tcp_listen, as, sizeof(as)));
+
+    tn_http_opts_t hopts;
+    tn_http_opts_default(&hopts);
+    hopts.max_connections = (uint32_t)cfg->http_max_connections;
+    hopts.head_timeout_ms = cfg->http_head_timeout_ns / 1000000;
+    hopts.body_timeout_ms = cfg->http_body_timeout_ns / 1000000;
+    hopts.idle_timeout_ms = cfg->http_idle_timeout_ns / 1000000;
+    hopts.large_body_budget = (uint64_t)cfg->http_large_body_budget;
+    tn_nsq_http_init(&d->api, cfg, TN_VERSION);
+    d->api.broker = d->broker;
+    d->api.meta = d->meta; /* deletions go through it; /readyz waits for it */
+    d->api.tcp_port = tn_nsq_server_port(d->nsq);
+    d->api.nsq = d->nsq; /* /stats lists its producers */
+    rc = tn_http_server_start(loop, &hopts, &cfg->http_listen.addr, &d->http, err, errlen);
+    if (rc != 0)
+        return rc;
+    d->api.http_port = tn_http_server_port(d->http);
+    TN_LOG(TN_LOG_NOTICE, "HTTP listening on port %d (%s)", d->api.http_port,
+           bound(cfg->http_address, &cfg->http_listen, as, sizeof(as)));
+    rc = tn_nsq_http_register(d->http, &d->api);
+    tn_v1_opts_t vo = {cfg->security_enabled,
+                       (uint32_t)cfg->max_partitions,
+                       cfg->retention_ns / 1000000,
+                       (uint64_t)cfg->max_msg_size,
+                       cfg->http_max_consume_wait_ns / 1000000,
+                       (uint32_t)cfg->http_max_consumes_per_user,
+                       (uint32_t)cfg->http_max_produces_per_user};
+    if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, &vo)) == 0)
+        rc = tn_v1_register(d->http, &d->v1);
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "cannot set up the HTTP APIs: %s", tn_strerror(rc));
+        return rc;
+    }
+    if (!cfg->security_enabled)
+        TN_LOG(TN_LOG_WARN, "security is OFF (security-enabled=false): /v1 asks for no "
+                            "credentials and checks no rights; never run this in production");
+    else if (cfg->nsq_auth == TN_NSQ_AUTH_USERS)
+        TN_LOG(TN_LOG_NOTICE, "NSQ AUTH is served by tern's users (secret user:password)");
+    else if (cfg->nsq_auth == TN_NSQ_AUTH_OPEN)
+        TN_LOG(TN_LOG_NOTICE, "/v1 requires Basic auth; the NSQ doors (TCP and nsqd's HTTP "
+                              "endpoints) stay open as nsqd's are, since no AUTH server is "
+                              "configured");
+    if (cfg->websocket_enabled) {
+        wopts->broker = d->broker;
+        wopts->auth = tn_nsq_server_auth(d->nsq);
+        wopts->ready = &d->api.ready;
+        if ((rc = tn_ws_new(loop, wopts, &d->ws)) == 0)
+            rc = tn_ws_register(d->http, d->ws);
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "cannot set up the live WebSocket feed: %s", tn_strerror(rc));
+            return rc;
+        }
+        TN_LOG(TN_LOG_NOTICE, "live WebSocket feed on /v1/ws/topics/{topic} (%u allowed origins)",
+               wopts->norigins);
+    }
+    d->metrics.ws = d->ws;
+    d->metrics.api = &d->api;
+    d->metrics.nsq = d->nsq;
+    d->metrics.http = d->http;
+    d->metrics.max_topics = (uint32_t)cfg->metrics_max_topics;
+    if (cfg->metrics_listen.addr.sa.ss_family != AF_UNSPEC) {
+        tn_http_opts_t mopts;
+        tn_http_opts_default(&mopts);
+        mopts.max_connections = 64;
+        rc = tn_http_server_start(loop, &mopts, &cfg->metrics_listen.addr, &d->metrics_http, err,
+                                  errlen);
+        if (rc != 0)
+            return rc;
+        rc = tn_metrics_register(d->metrics_http, &d->metrics);
+        if (rc == 0)
+            TN_LOG(TN_LOG_NOTICE, "metrics listening on port %d (%s)",
+                   tn_http_server_port(d->metrics_http),
+                   bound(cfg->metrics_address, &cfg->metrics_listen, as, sizeof(as)));
+    } else {
+        rc = tn_metrics_register(d->http, &d->metrics);
+    }
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "cannot set up /metrics: %s", tn_strerror(rc));
+        return rc;
+    }
+    char *lookupds = tn_config_lookupds(cfg);
+    if (lookupds == NULL) {
+        tn_errbuf(err, errlen, "cannot start lookupd registration: %s", tn_strerror(UV_ENOMEM));
+        return UV_ENOMEM;
+    }
+    if (lookupds[0] != '\0') {
+        tn_lookupd_opts_t lo = {cfg->broadcast_address, d->api.tcp_port, d->api.http_port,
+                                TN_VERSION};
+        rc = tn_lookupd_start(loop, d->broker, lookupds, &lo, &d->lookupd);
+        if (rc != 0)
+            tn_errbuf(err, errlen, "cannot start registration with nsqlookupd %s: %s", lookupds,
+                      tn_strerror(rc));
+    }
+    tn_free(lookupds);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -342,120 +470,21 @@ int main(int argc, char **argv)
         uv_close((uv_handle_t *)&d.sigint, NULL);
         uv_close((uv_handle_t *)&d.sigterm, NULL);
         tn_broker_close(d.broker, on_broker_closed);
+    } else if (start_doors(&d, &cfg, &wopts, err, sizeof(err)) != 0) {
+        /* Nothing is served yet: say why, close what started, exit 1.
+         * The metastore stops first, so it does not come up (and seed,
+         * and say "ready") while the rest closes. */
+        TN_LOG(TN_LOG_ERROR, "%s", err);
+        d.rc = 1;
+        tn_meta_stop(d.meta);
+        shut_down(&d);
     } else {
-        tn_catalog_opts_t co = {cfg.msg_timeout_ns / 1000000, cfg.retention_ns / 1000000,
-                                (uint32_t)cfg.max_attempts, (uint8_t)cfg.durability};
-        if (tn_catalog_start(d.broker, d.meta, &co, &d.catalog) != 0)
-            TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
-        tn_nsq_opts_t nopts;
-        tn_nsq_opts_from_config(&nopts, &cfg, TN_VERSION);
-        /* The /v1 API is set up below, before the loop runs any AUTH. */
-        tn_nsqauth_local_t nsq_users = tn_v1_nsq_auth(&d.v1);
-        if (cfg.nsq_auth_users)
-            nopts.auth_local = &nsq_users;
-        rc =
-            tn_nsq_server_start(&loop, d.broker, &nopts, cfg.tcp_address, &d.nsq, err, sizeof(err));
-        if (rc != 0) {
-            TN_LOG(TN_LOG_ERROR, "%s", err);
-            d.rc = 1;
-            uv_close((uv_handle_t *)&d.sigint, NULL);
-            uv_close((uv_handle_t *)&d.sigterm, NULL);
-            tn_broker_close(d.broker, on_broker_closed);
-        } else {
-            tn_http_opts_t hopts;
-            tn_http_opts_default(&hopts);
-            hopts.max_connections = (uint32_t)cfg.http_max_connections;
-            hopts.head_timeout_ms = cfg.http_head_timeout_ns / 1000000;
-            hopts.body_timeout_ms = cfg.http_body_timeout_ns / 1000000;
-            hopts.idle_timeout_ms = cfg.http_idle_timeout_ns / 1000000;
-            hopts.large_body_budget = (uint64_t)cfg.http_large_body_budget;
-            tn_nsq_http_init(&d.api, &cfg, TN_VERSION);
-            d.api.broker = d.broker;
-            d.api.meta = d.meta; /* deletions go through it; /readyz waits for it */
-            d.api.tcp_port = tn_nsq_server_port(d.nsq);
-            d.api.nsq = d.nsq;
-            rc = tn_http_server_start(&loop, &hopts, cfg.http_address, &d.http, err, sizeof(err));
-            if (rc == 0) {
-                d.api.http_port = tn_http_server_port(d.http);
-                rc = tn_nsq_http_register(d.http, &d.api);
-            }
-            tn_v1_opts_t vo = {cfg.security_enabled,
-                               (uint32_t)cfg.max_partitions,
-                               cfg.retention_ns / 1000000,
-                               (uint64_t)cfg.max_msg_size,
-                               cfg.http_max_consume_wait_ns / 1000000,
-                               (uint32_t)cfg.http_max_consumes_per_user,
-                               (uint32_t)cfg.http_max_produces_per_user};
-            if (rc == 0 && (rc = tn_v1_init(&d.v1, &loop, d.meta, d.broker, &vo)) == 0)
-                rc = tn_v1_register(d.http, &d.v1);
-            if (rc == 0 && !cfg.security_enabled)
-                TN_LOG(TN_LOG_WARN,
-                       "security is OFF (security-enabled=false): /v1 asks for no "
-                       "credentials and checks no rights; never run this in production");
-            else if (rc == 0 && cfg.nsq_auth_users)
-                TN_LOG(TN_LOG_NOTICE, "NSQ AUTH is served by tern's users (secret user:password)");
-            else if (rc == 0 && cfg.auth_http_address[0] == '\0')
-                TN_LOG(TN_LOG_NOTICE, "/v1 requires Basic auth; the NSQ doors (TCP and nsqd's HTTP "
-                                      "endpoints) stay open as nsqd's are, since no AUTH server is "
-                                      "configured");
-            if (rc == 0 && cfg.websocket_enabled) {
-                wopts.broker = d.broker;
-                wopts.auth = tn_nsq_server_auth(d.nsq);
-                wopts.ready = &d.api.ready;
-                if ((rc = tn_ws_new(&loop, &wopts, &d.ws)) == 0)
-                    rc = tn_ws_register(d.http, d.ws);
-                if (rc == 0)
-                    TN_LOG(TN_LOG_NOTICE,
-                           "live WebSocket feed on /v1/ws/topics/{topic} (%u allowed origins)",
-                           wopts.norigins);
-            }
-            d.metrics.ws = d.ws;
-            d.metrics.api = &d.api;
-            d.metrics.nsq = d.nsq;
-            d.metrics.http = d.http;
-            d.metrics.max_topics = (uint32_t)cfg.metrics_max_topics;
-            if (rc == 0 && cfg.metrics_address[0] != '\0') {
-                tn_http_opts_t mopts;
-                tn_http_opts_default(&mopts);
-                mopts.max_connections = 64;
-                rc = tn_http_server_start(&loop, &mopts, cfg.metrics_address, &d.metrics_http, err,
-                                          sizeof(err));
-                if (rc == 0) {
-                    rc = tn_metrics_register(d.metrics_http, &d.metrics);
-                    TN_LOG(TN_LOG_NOTICE, "metrics listening on port %d (%s)",
-                           tn_http_server_port(d.metrics_http), cfg.metrics_address);
-                }
-            } else if (rc == 0) {
-                rc = tn_metrics_register(d.http, &d.metrics);
-            }
-            char lookupds[2048];
-            lookupd_list(&cfg, lookupds, sizeof(lookupds));
-            if (rc == 0 && lookupds[0] != '\0') {
-                tn_lookupd_opts_t lo = {cfg.broadcast_address, d.api.tcp_port, d.api.http_port,
-                                        TN_VERSION};
-                rc = tn_lookupd_start(&loop, d.broker, lookupds, &lo, &d.lookupd);
-                if (rc != 0)
-                    snprintf(err, sizeof(err),
-                             "lookupd-tcp-address \"%.900s\": expected host:port[,...]", lookupds);
-            }
-            if (rc != 0) {
-                TN_LOG(TN_LOG_ERROR, "%s", err[0] ? err : "cannot start the HTTP server");
-                d.rc = 1;
-                raise(SIGTERM);
-            } else {
-                d.api.ready = true;
-                TN_LOG(TN_LOG_NOTICE, "HTTP listening on port %d (%s)", d.api.http_port,
-                       cfg.http_address);
-            }
-            char summary[256];
-            summarise(d.broker, summary, sizeof(summary));
-            TN_LOG(TN_LOG_NOTICE, "NSQ TCP listening on port %d (%s)", tn_nsq_server_port(d.nsq),
-                   cfg.tcp_address);
-            TN_LOG(TN_LOG_NOTICE, "ternd %s ready: data %s, %s", TN_VERSION, cfg.data_path,
-                   summary);
-            if (tn_store_disk_high(d.store))
-                TN_LOG(TN_LOG_WARN, "disk is above the high watermark: publishes will be refused");
-        }
+        char summary[256];
+        summarise(d.broker, summary, sizeof(summary));
+        d.api.ready = true;
+        TN_LOG(TN_LOG_NOTICE, "ternd %s ready: data %s, %s", TN_VERSION, cfg.data_path, summary);
+        if (tn_store_disk_high(d.store))
+            TN_LOG(TN_LOG_WARN, "disk is above the high watermark: publishes will be refused");
     }
     uv_run(&loop, UV_RUN_DEFAULT);
     if (d.meta_stopped) {

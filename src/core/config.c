@@ -3,9 +3,11 @@
 #include "core/platform.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/netaddr.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -15,7 +17,19 @@
 #include <string.h>
 #include <strings.h>
 
-typedef enum { OPT_STR, OPT_INT, OPT_SIZE, OPT_DURATION, OPT_BOOL, OPT_ENUM } opt_type_t;
+/* OPT_ADDR: a listener's host:port, resolved by tn_config_load (see
+ * listeners[]); OPT_ADDRS: host:port servers to dial, comma-separated,
+ * checked but resolved only when dialled. Both are kept as text. */
+typedef enum {
+    OPT_STR,
+    OPT_INT,
+    OPT_SIZE,
+    OPT_DURATION,
+    OPT_BOOL,
+    OPT_ENUM,
+    OPT_ADDR,
+    OPT_ADDRS
+} opt_type_t;
 
 typedef struct {
     const char *name;
@@ -36,6 +50,8 @@ static const char *const log_levels[] = {"debug", "info", "notice", "warn", "err
 static const char *const durabilities[] = {"durable", "write_ack", "relaxed", NULL};
 static const char *const client_auth_policies[] = {"", "require", "require-verify", NULL};
 static const char *const tls_required_values[] = {"false", "true", "tcp-https", NULL};
+/* In tn_nsq_auth_t order. */
+static const char *const nsq_auth_values[] = {"open", "users", "external", NULL};
 
 static const opt_t options[] = {
     {"config", OPT_STR, F(config_file), "", 0, 0, NULL,
@@ -87,15 +103,16 @@ static const opt_t options[] = {
      "publishes are refused while fewer bytes than this are free"},
     {"disk-check-interval", OPT_DURATION, F(disk_check_interval_ns), "1s", 10 * MS, 60 * SEC, NULL,
      "how often free disk space is checked"},
-    {"tcp-address", OPT_STR, F(tcp_address), "127.0.0.1:4150", 0, 0, NULL,
-     "NSQ TCP listener, host:port (port 0 picks a free port)"},
-    {"http-address", OPT_STR, F(http_address), "127.0.0.1:4151", 0, 0, NULL,
+    {"tcp-address", OPT_ADDR, F(tcp_address), "127.0.0.1:4150", 0, 0, NULL,
+     "NSQ TCP listener, host:port (:port or 0.0.0.0:port: every interface; port 0 picks a "
+     "free port)"},
+    {"http-address", OPT_ADDR, F(http_address), "127.0.0.1:4151", 0, 0, NULL,
      "HTTP listener, host:port"},
-    {"lookupd-tcp-address", OPT_STR, F(lookupd_tcp_address), "", 0, 0, NULL,
+    {"lookupd-tcp-address", OPT_ADDRS, F(lookupd_tcp_address), "", 0, 0, NULL,
      "nsqlookupd servers to register topics and channels with, host:port, comma-separated"},
-    {"nsqlookupd-tcp-addresses", OPT_STR, F(nsqlookupd_tcp_addresses), "", 0, 0, NULL,
+    {"nsqlookupd-tcp-addresses", OPT_ADDRS, F(nsqlookupd_tcp_addresses), "", 0, 0, NULL,
      "the same, as nsqd's config file spells it ([\"host:port\", ...] accepted)"},
-    {"metrics-address", OPT_STR, F(metrics_address), "", 0, 0, NULL,
+    {"metrics-address", OPT_ADDR, F(metrics_address), "", 0, 0, NULL,
      "a listener of its own for /metrics, host:port (default: on http-address)"},
     {"websocket-enabled", OPT_BOOL, F(websocket_enabled), "false", 0, 0, NULL,
      "serve the live WebSocket feed of ttl_discard topics (GET /v1/ws/topics/{topic})"},
@@ -141,8 +158,9 @@ static const opt_t options[] = {
      "concurrent /v1 produces per user, a batch of N counting N (429 beyond; 0: no cap)"},
     {"security-enabled", OPT_BOOL, F(security_enabled), "true", 0, 0, NULL,
      "require Basic auth (tern's own users) on /v1; false is a development mode"},
-    {"raft-address", OPT_STR, F(raft_address), "127.0.0.1:4153", 0, 0, NULL,
-     "the metastore's Raft address (IPv4 host:port; port 0 picks one, fine for a single node)"},
+    {"raft-address", OPT_ADDR, F(raft_address), "127.0.0.1:4153", 0, 0, NULL,
+     "the metastore's Raft listener and the address peers reach it at (IPv4 host:port; port 0 "
+     "picks one, fine for a single node)"},
     {"raft-election-timeout", OPT_DURATION, F(raft_election_timeout_ns), "1s", 50 * MS, 60 * SEC,
      NULL, "Raft election timeout of the metastore"},
     {"max-connections", OPT_INT, F(max_connections), "10000", 1, 1000000, NULL,
@@ -178,6 +196,11 @@ static const opt_t options[] = {
      "NSQ TCP clients must upgrade to TLS before any command but IDENTIFY"},
     {"tls-min-version", OPT_STR, F(tls_min_version), "tls1.2", 0, 0, NULL,
      "oldest TLS version accepted: tls1.0, tls1.1, tls1.2 or tls1.3"},
+    /* Not given (""): derived from the two below (see settle_nsq_auth). */
+    {"nsq-auth", OPT_ENUM, F(nsq_auth_given), "", 0, 0, nsq_auth_values,
+     "how the NSQ doors (TCP 4150 and nsqd's HTTP endpoints) authenticate: open (nsqd's default: "
+     "no AUTH), users (AUTH user:password against tern's users), external (an nsqauthd server, "
+     "auth-http-address)"},
     {"nsq-auth-users", OPT_BOOL, F(nsq_auth_users), "false", 0, 0, NULL,
      "tern's own users serve NSQ AUTH (secret user:password; produce grants publish, consume "
      "grants subscribe) in place of an auth server"},
@@ -202,6 +225,22 @@ static const opt_t options[] = {
      "how far past a channel's oldest unfinished message it delivers"},
     {"gc-interval", OPT_DURATION, F(gc_interval_ns), "10s", 10 * MS, 3600 * SEC, NULL,
      "how often finished segments are reclaimed"},
+};
+
+/* The OPT_ADDR options: where each keeps its resolved address, and how it
+ * resolves. */
+static const struct {
+    size_t text;   /* the option's offset */
+    size_t listen; /* its tn_config_listen_t */
+    bool optional; /* "" leaves this listener off */
+    int flags;     /* TN_NETADDR_* */
+} listeners[] = {
+    {F(tcp_address), F(tcp_listen), false, 0},
+    {F(http_address), F(http_listen), false, 0},
+    {F(metrics_address), F(metrics_listen), true, 0},
+    /* libraft 0.15's TCP transport reads IPv4 "a.b.c.d:port" only, and
+     * peers dial what it is given. */
+    {F(raft_address), F(raft_listen), false, TN_NETADDR_IPV4},
 };
 
 const tn_config_ignored_t tn_config_nsqd_ignored[] = {
@@ -298,6 +337,10 @@ static int parse_i64(const char *s, const char **end, int64_t *out)
 
 int tn_parse_size(const char *s, int64_t *out)
 {
+    if (strcmp(s, "unlimited") == 0) {
+        *out = INT64_MAX;
+        return 0;
+    }
     const char *e;
     int64_t v;
     int rc = parse_i64(s, &e, &v);
@@ -334,6 +377,10 @@ int tn_parse_duration_ns(const char *s, int64_t *out)
 {
     if (strcmp(s, "0") == 0) {
         *out = 0;
+        return 0;
+    }
+    if (strcmp(s, "unlimited") == 0) {
+        *out = INT64_MAX;
         return 0;
     }
     static const struct {
@@ -429,18 +476,30 @@ static void format_size(char *buf, size_t len, int64_t v)
         snprintf(buf, len, "%" PRId64, v);
 }
 
+/* A duration in the largest unit that holds it exactly (15m, 90s, 750us),
+ * so --help and --print-config show it the same way and the printed
+ * configuration loads back to the same value. */
 static void format_duration(char *buf, size_t len, int64_t ns)
 {
-    if (ns == 0)
+    static const struct {
+        const char *unit;
+        int64_t ns;
+    } units[] = {{"h", 3600 * SEC}, {"m", 60 * SEC}, {"s", SEC}, {"ms", MS}, {"us", 1000}};
+    if (ns == INT64_MAX) {
+        snprintf(buf, len, "unlimited");
+        return;
+    }
+    if (ns == 0) {
         snprintf(buf, len, "0");
-    else if (ns % SEC == 0)
-        snprintf(buf, len, "%" PRId64 "s", ns / SEC);
-    else if (ns % MS == 0)
-        snprintf(buf, len, "%" PRId64 "ms", ns / MS);
-    else if (ns % 1000 == 0)
-        snprintf(buf, len, "%" PRId64 "us", ns / 1000);
-    else
-        snprintf(buf, len, "%" PRId64 "ns", ns);
+        return;
+    }
+    for (size_t i = 0; i < TN_ARRAY_SIZE(units); i++) {
+        if (ns % units[i].ns == 0) {
+            snprintf(buf, len, "%" PRId64 "%s", ns / units[i].ns, units[i].unit);
+            return;
+        }
+    }
+    snprintf(buf, len, "%" PRId64 "ns", ns);
 }
 
 static void format_range(const opt_t *o, char *buf, size_t len)
@@ -468,11 +527,17 @@ static void format_range(const opt_t *o, char *buf, size_t len)
         buf[0] = '\0';
         for (const char *const *c = o->choices; *c != NULL; c++)
             n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s",
-                                  c == o->choices ? "" : ", ", *c);
+                                  c == o->choices ? "" : ", ", **c != '\0' ? *c : "\"\"");
         break;
     }
     case OPT_STR:
         snprintf(buf, len, "a string");
+        break;
+    case OPT_ADDR:
+        snprintf(buf, len, "host:port");
+        break;
+    case OPT_ADDRS:
+        snprintf(buf, len, "host:port, comma-separated");
         break;
     }
 }
@@ -492,11 +557,200 @@ static const char *type_word(opt_type_t t)
         return "one of";
     case OPT_STR:
         return "a string";
+    case OPT_ADDR:
+        return "host:port";
+    case OPT_ADDRS:
+        return "host:port, comma-separated";
     }
     return "";
 }
 
 /* --- setting ------------------------------------------------------------ */
+
+static bool is_text(opt_type_t t)
+{
+    return t == OPT_STR || t == OPT_ADDR || t == OPT_ADDRS;
+}
+
+static int set_text(tn_config_t *cfg, const opt_t *o, const char *value)
+{
+    char **field = (char **)((char *)cfg + o->offset);
+    char *copy = tn_strdup(value);
+    if (copy == NULL)
+        return UV_ENOMEM;
+    tn_free(*field);
+    *field = copy;
+    return 0;
+}
+
+static size_t listener_index(const opt_t *o)
+{
+    size_t i = 0;
+    while (i + 1 < TN_ARRAY_SIZE(listeners) && listeners[i].text != o->offset)
+        i++;
+    TN_ASSERT(listeners[i].text == o->offset);
+    return i;
+}
+
+/* A listener address: its syntax is checked here, an IP literal resolved
+ * at once (that never blocks); a host name waits for resolve_listeners,
+ * so only the value that wins is looked up. */
+static int set_addr(tn_config_t *cfg, const opt_t *o, const char *value, const char *source,
+                    char *err, size_t errlen)
+{
+    size_t li = listener_index(o);
+    tn_config_listen_t next;
+    memset(&next, 0, sizeof(next));
+    snprintf(next.source, sizeof(next.source), "%s", source);
+    if (value[0] != '\0' || !listeners[li].optional) {
+        tn_hostport_t hp;
+        char why[384];
+        int rc = tn_netaddr_split(value, &hp, why, sizeof(why));
+        if (rc == 0 && hp.numeric)
+            rc = tn_netaddr_resolve(&hp, listeners[li].flags, &next.addr, why, sizeof(why));
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "%s (%s): \"%s\": %s", o->name, source, value, why);
+            return TN_ECONFIG;
+        }
+        next.pending = !hp.numeric;
+    }
+    next.addr.option = o->name;
+    int rc = set_text(cfg, o, value);
+    if (rc != 0)
+        return rc;
+    *(tn_config_listen_t *)((char *)cfg + listeners[li].listen) = next;
+    return 0;
+}
+
+/* Look up the listeners' host names, once, for the values that won. */
+static int resolve_listeners(tn_config_t *cfg, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < TN_ARRAY_SIZE(listeners); i++) {
+        tn_config_listen_t *cl = (tn_config_listen_t *)((char *)cfg + listeners[i].listen);
+        if (!cl->pending)
+            continue;
+        const char *text = *(char **)((char *)cfg + listeners[i].text);
+        const char *option = cl->addr.option;
+        tn_hostport_t hp;
+        char why[384];
+        int rc = tn_netaddr_split(text, &hp, why, sizeof(why));
+        if (rc == 0)
+            rc = tn_netaddr_resolve(&hp, listeners[i].flags, &cl->addr, why, sizeof(why));
+        cl->addr.option = option;
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "%s (%s): \"%s\": %s", option, cl->source, text, why);
+            return TN_ECONFIG;
+        }
+        cl->pending = false;
+    }
+    return 0;
+}
+
+/* Call fn on each host:port of a server list: comma-separated, or nsqd's
+ * config-file array of strings (["a:4160", "b:4160"]). Empty elements are
+ * skipped. Returns the first nonzero fn returns. */
+static int each_server(const char *list, int (*fn)(void *arg, const char *s, size_t n), void *arg)
+{
+    const char *p = list;
+    const char *end = list + strlen(list);
+    while (p < end && isspace((unsigned char)*p))
+        p++;
+    while (end > p && isspace((unsigned char)end[-1]))
+        end--;
+    bool array = false;
+    if (end - p >= 2 && *p == '[' && end[-1] == ']') {
+        /* An array, not an element "[::1]:4160": its first element is
+         * quoted, or it has none. */
+        const char *q = p + 1;
+        while (q < end - 1 && isspace((unsigned char)*q))
+            q++;
+        if (q == end - 1 || *q == '"') {
+            array = true;
+            p = q;
+            end--;
+        }
+    }
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *e = comma != NULL ? comma : end;
+        const char *b = p;
+        while (b < e && isspace((unsigned char)*b))
+            b++;
+        while (e > b && isspace((unsigned char)e[-1]))
+            e--;
+        if (array && e - b >= 2 && *b == '"' && e[-1] == '"') {
+            b++;
+            e--;
+        }
+        if (e > b) {
+            int rc = fn(arg, b, (size_t)(e - b));
+            if (rc != 0)
+                return rc;
+        }
+        p = comma != NULL ? comma + 1 : end;
+    }
+    return 0;
+}
+
+typedef struct {
+    char *why;
+    size_t whylen;
+} server_check_t;
+
+static int check_server(void *arg, const char *s, size_t n)
+{
+    server_check_t *c = arg;
+    char elem[TN_NETADDR_HOST_MAX + 16];
+    tn_hostport_t hp;
+    char why[384];
+    if (n >= sizeof(elem)) {
+        tn_errbuf(c->why, c->whylen, "\"%.40s...\": longer than %zu bytes", s, sizeof(elem) - 1);
+        return TN_ECONFIG;
+    }
+    memcpy(elem, s, n);
+    elem[n] = '\0';
+    if (tn_netaddr_split(elem, &hp, why, sizeof(why)) != 0) {
+        tn_errbuf(c->why, c->whylen, "\"%s\": %s", elem, why);
+        return TN_ECONFIG;
+    }
+    if (hp.host[0] == '\0') {
+        tn_errbuf(c->why, c->whylen, "\"%s\": missing host (a server to dial needs one)", elem);
+        return TN_ECONFIG;
+    }
+    if (hp.port == 0) {
+        tn_errbuf(c->why, c->whylen, "\"%s\": port 0 cannot be dialled", elem);
+        return TN_ECONFIG;
+    }
+    return 0;
+}
+
+typedef struct {
+    char *out;
+    size_t n;
+} server_join_t;
+
+static int join_server(void *arg, const char *s, size_t n)
+{
+    server_join_t *j = arg;
+    if (j->n > 0)
+        j->out[j->n++] = ',';
+    memcpy(j->out + j->n, s, n);
+    j->n += n;
+    return 0;
+}
+
+char *tn_config_lookupds(const tn_config_t *cfg)
+{
+    /* The joined list is never longer than the two texts and a comma. */
+    size_t cap = strlen(cfg->lookupd_tcp_address) + strlen(cfg->nsqlookupd_tcp_addresses) + 2;
+    server_join_t j = {tn_malloc(cap), 0};
+    if (j.out == NULL)
+        return NULL;
+    each_server(cfg->lookupd_tcp_address, join_server, &j);
+    each_server(cfg->nsqlookupd_tcp_addresses, join_server, &j);
+    j.out[j.n] = '\0';
+    return j.out;
+}
 
 static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const char *source,
                    char *err, size_t errlen)
@@ -508,13 +762,18 @@ static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const ch
     int rc = 0;
 
     switch (o->type) {
-    case OPT_STR: {
-        char *copy = tn_strdup(value);
-        if (copy == NULL)
-            return UV_ENOMEM;
-        tn_free(*(char **)field);
-        *(char **)field = copy;
-        return 0;
+    case OPT_STR:
+        return set_text(cfg, o, value);
+    case OPT_ADDR:
+        return set_addr(cfg, o, value, source, err, errlen);
+    case OPT_ADDRS: {
+        char why[512];
+        server_check_t chk = {why, sizeof(why)};
+        if (each_server(value, check_server, &chk) != 0) {
+            tn_errbuf(err, errlen, "%s (%s): %s", o->name, source, why);
+            return TN_ECONFIG;
+        }
+        return set_text(cfg, o, value);
     }
     case OPT_BOOL: {
         bool b;
@@ -532,6 +791,12 @@ static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const ch
                 *(int *)field = i;
                 return 0;
             }
+        }
+        if (value[0] == '\0' && o->def[0] == '\0' && o->choices[0] != NULL &&
+            o->choices[0][0] != '\0') {
+            /* An enum whose default is "not given" (-1): "" gives it back. */
+            *(int *)field = -1;
+            return 0;
         }
         tn_errbuf(err, errlen, "%s (%s): \"%s\" is not one of %s", o->name, source, value, range);
         return TN_ECONFIG;
@@ -595,12 +860,84 @@ int tn_config_init(tn_config_t *cfg)
 void tn_config_fini(tn_config_t *cfg)
 {
     for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
-        if (options[i].type == OPT_STR) {
+        if (is_text(options[i].type)) {
             char **p = (char **)((char *)cfg + options[i].offset);
             tn_free(*p);
             *p = NULL;
         }
     }
+}
+
+/* nsq-auth when given, else what nsq-auth-users and auth-http-address
+ * imply. */
+static int nsq_auth_of(const tn_config_t *cfg)
+{
+    if (cfg->nsq_auth_given >= 0)
+        return cfg->nsq_auth_given;
+    if (cfg->nsq_auth_users)
+        return TN_NSQ_AUTH_USERS;
+    if (cfg->auth_http_address[0] != '\0')
+        return TN_NSQ_AUTH_EXTERNAL;
+    return TN_NSQ_AUTH_OPEN;
+}
+
+/* A given nsq-auth must agree with the older two options, which also
+ * exclude each other; users need tern's users to be on. */
+static int check_nsq_auth(const tn_config_t *cfg, char *err, size_t errlen)
+{
+    const char *server = cfg->auth_http_address;
+    bool has_server = server[0] != '\0';
+    switch (cfg->nsq_auth_given) {
+    case TN_NSQ_AUTH_OPEN:
+        if (has_server) {
+            tn_errbuf(err, errlen,
+                      "nsq-auth=open contradicts auth-http-address=\"%s\" (an AUTH server means "
+                      "nsq-auth=external); drop one of them",
+                      server);
+            return TN_ECONFIG;
+        }
+        if (cfg->nsq_auth_users) {
+            tn_errbuf(err, errlen,
+                      "nsq-auth=open contradicts nsq-auth-users=true (which means "
+                      "nsq-auth=users); drop one of them");
+            return TN_ECONFIG;
+        }
+        break;
+    case TN_NSQ_AUTH_USERS:
+        if (has_server) {
+            tn_errbuf(err, errlen,
+                      "nsq-auth=users contradicts auth-http-address=\"%s\" (users checks AUTH "
+                      "against tern's own users, not an AUTH server); drop one of them",
+                      server);
+            return TN_ECONFIG;
+        }
+        break;
+    case TN_NSQ_AUTH_EXTERNAL:
+        if (cfg->nsq_auth_users) {
+            tn_errbuf(err, errlen,
+                      "nsq-auth=external contradicts nsq-auth-users=true (which means "
+                      "nsq-auth=users); drop one of them");
+            return TN_ECONFIG;
+        }
+        if (!has_server) {
+            tn_errbuf(err, errlen,
+                      "nsq-auth=external needs auth-http-address (the nsqauthd servers to ask)");
+            return TN_ECONFIG;
+        }
+        break;
+    default:
+        if (cfg->nsq_auth_users && has_server) {
+            tn_errbuf(err, errlen, "nsq-auth-users and auth-http-address exclude each other");
+            return TN_ECONFIG;
+        }
+        break;
+    }
+    if (nsq_auth_of(cfg) == TN_NSQ_AUTH_USERS && !cfg->security_enabled) {
+        tn_errbuf(err, errlen, "%s needs security-enabled (tern's users are off without it)",
+                  cfg->nsq_auth_users ? "nsq-auth-users" : "nsq-auth=users");
+        return TN_ECONFIG;
+    }
+    return 0;
 }
 
 int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
@@ -620,14 +957,9 @@ int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
         tn_errbuf(err, errlen, "tls-cert and tls-key must be given together");
         return TN_ECONFIG;
     }
-    if (cfg->nsq_auth_users && cfg->auth_http_address[0] != '\0') {
-        tn_errbuf(err, errlen, "nsq-auth-users and auth-http-address exclude each other");
-        return TN_ECONFIG;
-    }
-    if (cfg->nsq_auth_users && !cfg->security_enabled) {
-        tn_errbuf(err, errlen, "nsq-auth-users needs security-enabled");
-        return TN_ECONFIG;
-    }
+    int rc = check_nsq_auth(cfg, err, errlen);
+    if (rc != 0)
+        return rc;
     if (cfg->tls_required != 0 && cfg->tls_cert[0] == '\0') {
         tn_errbuf(err, errlen, "tls-required needs tls-cert and tls-key");
         return TN_ECONFIG;
@@ -840,7 +1172,150 @@ int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *e
     rc = walk_args(cfg, argc, argv, true, &config, err, errlen);
     if (rc != 0)
         return rc;
-    return tn_config_validate(cfg, err, errlen);
+    rc = resolve_listeners(cfg, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = tn_config_validate(cfg, err, errlen);
+    if (rc != 0)
+        return rc;
+    cfg->nsq_auth = nsq_auth_of(cfg);
+    return 0;
+}
+
+/* A value as --print-config writes it and --help shows defaults: sizes in
+ * KiB/MiB/GiB, durations in their largest exact unit, text unquoted. */
+static void format_value(const opt_t *o, const tn_config_t *cfg, char *buf, size_t len)
+{
+    const char *field = (const char *)cfg + o->offset;
+    switch (o->type) {
+    case OPT_STR:
+    case OPT_ADDR:
+    case OPT_ADDRS:
+        snprintf(buf, len, "%s", *(char *const *)field ? *(char *const *)field : "");
+        break;
+    case OPT_BOOL:
+        snprintf(buf, len, "%s", *(const bool *)field ? "true" : "false");
+        break;
+    case OPT_ENUM: {
+        int v = *(const int *)field;
+        snprintf(buf, len, "%s", v >= 0 ? o->choices[v] : "");
+        break;
+    }
+    case OPT_INT:
+        snprintf(buf, len, "%" PRId64, *(const int64_t *)field);
+        break;
+    case OPT_SIZE:
+        format_size(buf, len, *(const int64_t *)field);
+        break;
+    case OPT_DURATION:
+        format_duration(buf, len, *(const int64_t *)field);
+        break;
+    }
+}
+
+/* --help's areas, in order, each listing its options in the order shown;
+ * every option is in exactly one (the unit test checks), and one left out
+ * would still print, under "Other options". */
+static const struct {
+    const char *title;
+    const char *names; /* space-separated */
+} help_groups[] = {
+    {"General", "config data-path log-level"},
+    {"Listeners and addresses", "tcp-address http-address metrics-address broadcast-address "
+                                "lookupd-tcp-address nsqlookupd-tcp-addresses"},
+    {"Storage", "durability segment-bytes index-interval-bytes commit-max-requests "
+                "commit-max-bytes commit-max-delay commit-busy-poll commit-busy-poll-min "
+                "relaxed-sync-messages relaxed-sync-bytes relaxed-sync-interval "
+                "wal-commit-max-records wal-commit-max-delay checkpoint-every "
+                "disk-high-watermark disk-low-watermark disk-min-free-bytes "
+                "disk-check-interval retention gc-interval"},
+    {"Delivery", "msg-timeout max-msg-timeout max-req-timeout bootstrap-window max-attempts "
+                 "ttl-discard-topics max-ahead tail-cache-size"},
+    {"NSQ protocol", "max-rdy-count max-heartbeat-interval max-output-buffer-size "
+                     "max-output-buffer-timeout deflate max-deflate-level snappy"},
+    {"HTTP", "http-head-timeout http-body-timeout http-idle-timeout http-max-consume-wait "
+             "metrics-max-topics"},
+    {"WebSocket live feed", "websocket-enabled websocket-allowed-origins "
+                            "websocket-max-connections websocket-max-connections-per-topic "
+                            "websocket-frame-inflight-bytes websocket-heartbeat-interval "
+                            "websocket-auth-timeout websocket-write-timeout"},
+    {"Security", "security-enabled nsq-auth nsq-auth-users auth-http-address tls-cert tls-key "
+                 "tls-root-ca-file tls-client-auth-policy tls-required tls-min-version"},
+    {"Metastore", "raft-address node-id raft-election-timeout"},
+    {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
+               "http-large-body-budget max-partitions http-max-consumes-per-user "
+               "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},
+};
+
+/* The help_groups entry holding name, or -1. */
+static int group_of(const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t g = 0; g < TN_ARRAY_SIZE(help_groups); g++) {
+        for (const char *p = help_groups[g].names; *p != '\0';) {
+            size_t len = strcspn(p, " ");
+            if (len == n && memcmp(p, name, n) == 0)
+                return (int)g;
+            p += len;
+            p += strspn(p, " ");
+        }
+    }
+    return -1;
+}
+
+/* text, indented, in lines of at most 79 columns (a longer word stands
+ * alone). */
+static void print_wrapped(FILE *out, const char *text, int indent)
+{
+    const int width = 79;
+    int col = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        while (*p == ' ')
+            p++;
+        size_t w = strcspn(p, " ");
+        if (w == 0)
+            break;
+        if (col > indent && col + 1 + (int)w > width) {
+            fputc('\n', out);
+            col = 0;
+        }
+        if (col == 0)
+            col = fprintf(out, "%*s", indent, "");
+        else
+            col += fprintf(out, " ");
+        col += fprintf(out, "%.*s", (int)w, p);
+        p += w;
+    }
+    fputc('\n', out);
+}
+
+static void print_option(FILE *out, const opt_t *o, const tn_config_t *defaults)
+{
+    char def[512], range[256];
+    format_value(o, defaults, def, sizeof(def));
+    if (def[0] == '\0')
+        snprintf(def, sizeof(def), "(none)");
+    format_range(o, range, sizeof(range));
+    switch (o->type) {
+    case OPT_STR:
+    case OPT_BOOL:
+        fprintf(out, "  --%s (default %s)\n", o->name, def);
+        break;
+    case OPT_ADDR:
+    case OPT_ADDRS:
+        fprintf(out, "  --%s %s (default %s)\n", o->name, range, def);
+        break;
+    case OPT_ENUM:
+        fprintf(out, "  --%s (default %s; one of %s)\n", o->name, def, range);
+        break;
+    case OPT_INT:
+    case OPT_SIZE:
+    case OPT_DURATION:
+        fprintf(out, "  --%s (default %s; range %s)\n", o->name, def, range);
+        break;
+    }
+    print_wrapped(out, o->help, 8);
 }
 
 void tn_config_print_help(FILE *out, const char *prog)
@@ -849,22 +1324,63 @@ void tn_config_print_help(FILE *out, const char *prog)
             "usage: %s [--name=value ...]\n\n"
             "Every option can also be set as TERN_<NAME> in the environment (dashes as\n"
             "underscores) or as `name = value` in a --config file. Precedence, lowest first:\n"
-            "default < config file < environment < command line.\n\n",
+            "default < config file < environment < command line. Sizes take KiB, MiB or GiB;\n"
+            "durations Go's units (500us, 250ms, 1.5s, 1m30s, 1h); `unlimited` is the\n"
+            "largest of either.\n",
             prog);
-    for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
-        const opt_t *o = &options[i];
-        char range[256];
-        format_range(o, range, sizeof(range));
-        fprintf(out, "  --%s", o->name);
-        if (o->type == OPT_STR)
-            fprintf(out, " (default \"%s\")\n", o->def);
-        else if (o->type == OPT_ENUM)
-            fprintf(out, " (default %s; one of %s)\n", o->def, range);
-        else
-            fprintf(out, " (default %s; range %s)\n", o->def, range);
-        fprintf(out, "        %s\n", o->help);
+    /* The defaults as --print-config would print them: from a
+     * configuration holding nothing else. */
+    tn_config_t defaults;
+    if (tn_config_init(&defaults) != 0) {
+        fprintf(out, "\n(out of memory: cannot list the options)\n");
+        return;
     }
-    fprintf(out, "  --print-config\n        print the effective configuration and exit\n"
+    for (size_t g = 0; g < TN_ARRAY_SIZE(help_groups); g++) {
+        fprintf(out, "\n%s:\n", help_groups[g].title);
+        for (const char *p = help_groups[g].names; *p != '\0';) {
+            size_t len = strcspn(p, " ");
+            const opt_t *o = find_opt(p, len);
+            if (o != NULL)
+                print_option(out, o, &defaults);
+            p += len;
+            p += strspn(p, " ");
+        }
+    }
+    bool titled = false;
+    for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
+        if (group_of(options[i].name) >= 0)
+            continue;
+        if (!titled)
+            fprintf(out, "\nOther options:\n");
+        titled = true;
+        print_option(out, &options[i], &defaults);
+    }
+    tn_config_fini(&defaults);
+
+    fprintf(out, "\nnsqd options accepted with no effect (an nsqd command line or config file\n"
+                 "starts ternd unchanged; each one given logs a warning at startup):\n");
+    for (size_t i = 0; i < TN_ARRAY_SIZE(tn_config_nsqd_ignored); i++) {
+        fprintf(out, "  --%s\n", tn_config_nsqd_ignored[i].name);
+        print_wrapped(out, tn_config_nsqd_ignored[i].instead, 8);
+    }
+
+    fprintf(out, "\nEnvironment:\n"
+                 "  TERN_<OPTION>\n");
+    print_wrapped(out,
+                  "any option above, upper case with dashes as underscores "
+                  "(TERN_DATA_PATH=/var/lib/tern); above the config file, below the command line",
+                  8);
+    fprintf(out, "  TERN_CONFIG\n");
+    print_wrapped(out, "the config file, as --config", 8);
+    fprintf(out, "  TERN_ADMIN_PASSWORD\n");
+    print_wrapped(out,
+                  "the password of the root user admin, used once, when a data directory's first "
+                  "start creates that user (without it a generated one is written to "
+                  "<data-path>/admin-password)",
+                  8);
+
+    fprintf(out, "\nCommands:\n"
+                 "  --print-config\n        print the effective configuration and exit\n"
                  "  --help\n        print this help and exit\n"
                  "  --version\n        print the version and exit\n");
 }
@@ -874,30 +1390,11 @@ void tn_config_print(FILE *out, const tn_config_t *cfg)
     /* options[0] is --config itself, which a config file cannot set. */
     for (size_t i = 1; i < TN_ARRAY_SIZE(options); i++) {
         const opt_t *o = &options[i];
-        const char *field = (const char *)cfg + o->offset;
-        char buf[64];
-        fprintf(out, "%s = ", o->name);
-        switch (o->type) {
-        case OPT_STR:
-            fprintf(out, "\"%s\"\n", *(char *const *)field ? *(char *const *)field : "");
-            break;
-        case OPT_BOOL:
-            fprintf(out, "%s\n", *(const bool *)field ? "true" : "false");
-            break;
-        case OPT_ENUM:
-            fprintf(out, "%s\n", o->choices[*(const int *)field]);
-            break;
-        case OPT_INT:
-            fprintf(out, "%" PRId64 "\n", *(const int64_t *)field);
-            break;
-        case OPT_SIZE:
-            format_size(buf, sizeof(buf), *(const int64_t *)field);
-            fprintf(out, "%s\n", buf);
-            break;
-        case OPT_DURATION:
-            format_duration(buf, sizeof(buf), *(const int64_t *)field);
-            fprintf(out, "%s\n", buf);
-            break;
-        }
+        char buf[4096];
+        format_value(o, cfg, buf, sizeof(buf));
+        if (is_text(o->type))
+            fprintf(out, "%s = \"%s\"\n", o->name, buf);
+        else
+            fprintf(out, "%s = %s\n", o->name, buf);
     }
 }

@@ -13,11 +13,15 @@
  *
  * Value syntax: sizes take a plain byte count or a KiB/MiB/GiB suffix (K, M,
  * G also mean binary units); durations take Go-style units (`250ms`, `1.5s`,
- * `1m30s`, `500us`), or a bare 0; booleans true/false/1/0/yes/no/on/off. */
+ * `1m30s`, `500us`), or a bare 0; `unlimited` is the largest size or
+ * duration, for the options whose range goes that far; booleans
+ * true/false/1/0/yes/no/on/off. */
 #ifndef TN_CORE_CONFIG_H
 #define TN_CORE_CONFIG_H
 
 #include "core/platform.h"
+
+#include "core/netaddr.h"
 
 #include <stdio.h>
 
@@ -26,6 +30,23 @@ typedef enum {
     TN_DURABILITY_WRITE_ACK,   /* ack after write; deliverable after fdatasync */
     TN_DURABILITY_RELAXED,     /* ack and deliver after write; background sync */
 } tn_durability_t;
+
+/* How the NSQ doors (TCP and nsqd's HTTP endpoints) authenticate: the
+ * nsq-auth option, or what nsq-auth-users and auth-http-address imply. */
+typedef enum {
+    TN_NSQ_AUTH_OPEN = 0, /* nsqd's default: no AUTH */
+    TN_NSQ_AUTH_USERS,    /* AUTH user:password against tern's users */
+    TN_NSQ_AUTH_EXTERNAL, /* an nsqauthd server, auth-http-address */
+} tn_nsq_auth_t;
+
+/* A listener's address option after tn_config_load: addr is what to bind
+ * (the option's text stays in its char * field). The rest is the
+ * loader's bookkeeping. */
+typedef struct {
+    tn_netaddr_t addr; /* ss_family AF_UNSPEC: an optional listener left off */
+    bool pending;      /* a host name, resolved at the end of tn_config_load */
+    char source[256];  /* where the text came from, for errors */
+} tn_config_listen_t;
 
 typedef struct tn_config_s {
     char *config_file;
@@ -100,6 +121,11 @@ typedef struct tn_config_s {
     char *tls_min_version;
     char *auth_http_address;
     bool nsq_auth_users;
+    /* The effective choice (tn_nsq_auth_t), set by tn_config_load: nsq-auth
+     * when given, else users with nsq-auth-users, external with an
+     * auth-http-address, open otherwise. Read this, not the two options. */
+    int nsq_auth;
+    int nsq_auth_given; /* nsq-auth as given (tn_nsq_auth_t), or -1 */
     /* queue engine */
     int64_t bootstrap_window_ns;
     int64_t retention_ns;
@@ -119,6 +145,14 @@ typedef struct tn_config_s {
     int64_t websocket_heartbeat_interval_ns;
     int64_t websocket_auth_timeout_ns;
     int64_t websocket_write_timeout_ns;
+
+    /* Listener addresses (tcp-address, http-address, metrics-address,
+     * raft-address) as tn_config_load resolved them: host names are looked
+     * up once, there, so no listener resolves anything on the loop. */
+    tn_config_listen_t tcp_listen;
+    tn_config_listen_t http_listen;
+    tn_config_listen_t metrics_listen;
+    tn_config_listen_t raft_listen; /* IPv4 only: libraft's transport */
 
     /* nsqd options tern accepts but has no use for, as given (index into
      * tn_config_nsqd_ignored), for one startup warning each */
@@ -146,8 +180,17 @@ int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *e
 int tn_config_set(tn_config_t *cfg, const char *name, const char *value, const char *source,
                   char *err, size_t errlen);
 
-/* Cross-option checks (e.g. low watermark below high). */
+/* Cross-option checks (e.g. low watermark below high, nsq-auth against
+ * nsq-auth-users and auth-http-address). */
 int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen);
+
+/* The nsqlookupd servers of lookupd-tcp-address and
+ * nsqlookupd-tcp-addresses (either spelling: a comma-separated list, or
+ * nsqd's config-file array ["host:port", ...]) as one comma-separated
+ * list of host:port, each already checked by tn_netaddr_split. Returns a
+ * string the caller frees with tn_free ("" for none), or NULL when out of
+ * memory. */
+char *tn_config_lookupds(const tn_config_t *cfg);
 
 /* nsqd's options that mean nothing in tern: accepted (so an nsqd unit file
  * or config starts ternd unchanged) and reported once at startup with what

@@ -6,12 +6,15 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/netaddr.h"
 
 #include <raft/uv.h>
 #include <stdio.h>
 #include <string.h>
 #include <errno.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* How often a node not yet leader looks again before sending what waits. */
 #define LEADER_POLL_MS 10
@@ -237,6 +240,36 @@ static void on_raft_closed(struct raft *r)
     uv_close((uv_handle_t *)&m->poll, on_poll_closed);
 }
 
+/* Why raft_start could not listen on address, into why ("" when a socket
+ * of our own can listen there after all). libraft 0.15's TCP transport
+ * drops the system error of its bind and listen: raft_start answers
+ * RAFT_IOERR, and raft_errmsg, the io's and the transport's errmsg stay
+ * empty. So repeat the two, as libuv makes them (SO_REUSEADDR, as libraft's
+ * listener has), on a socket that is closed again at once. */
+static void explain_listen(const char *address, char *why, size_t len)
+{
+    why[0] = '\0';
+    tn_hostport_t hp;
+    tn_netaddr_t na;
+    if (tn_netaddr_split(address, &hp, NULL, 0) != 0 || !hp.numeric ||
+        tn_netaddr_resolve(&hp, TN_NETADDR_IPV4, &na, NULL, 0) != 0)
+        return;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, len, "%s", tn_strerror(tn_err_from_errno(errno)));
+        return;
+    }
+    int on = 1;
+    int rc = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    if (rc == 0)
+        rc = bind(fd, (const struct sockaddr *)&na.sa, sizeof(struct sockaddr_in));
+    if (rc == 0)
+        rc = listen(fd, 1);
+    if (rc != 0)
+        snprintf(why, len, "%s", tn_strerror(tn_err_from_errno(errno)));
+    close(fd);
+}
+
 int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char *err,
                  size_t errlen)
 {
@@ -299,9 +332,29 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     raft_set_heartbeat_timeout(&m->raft, o->heartbeat_ms ? o->heartbeat_ms : 100);
     raft_set_snapshot_threshold(&m->raft, o->snapshot_threshold ? o->snapshot_threshold : 1024);
     raft_set_snapshot_trailing(&m->raft, 128);
+    /* A refused bootstrap (a node that has its state) leaves its text in
+     * the errmsg: clear it, so only raft_start's own failure shows. */
+    m->raft.errmsg[0] = '\0';
+    m->io.errmsg[0] = '\0';
+    m->transport.errmsg[0] = '\0';
     rc = raft_start(&m->raft);
     if (rc != 0) {
-        tn_errbuf(err, errlen, "metastore: start: %s", raft_errmsg(&m->raft));
+        /* The first of libraft's messages that says something; for a
+         * listener that failed, none does (see explain_listen). */
+        const char *msg = raft_errmsg(&m->raft);
+        if (msg[0] == '\0')
+            msg = m->io.errmsg;
+        if (msg[0] == '\0')
+            msg = m->transport.errmsg;
+        char why[128] = "";
+        if (msg[0] == '\0' && rc == RAFT_IOERR)
+            explain_listen(m->address, why, sizeof(why));
+        if (why[0] != '\0')
+            tn_errbuf(err, errlen, "metastore: cannot listen on %s (raft-address): %s", m->address,
+                      why);
+        else
+            tn_errbuf(err, errlen, "metastore: start: %s",
+                      msg[0] != '\0' ? msg : raft_strerror(rc));
         goto fail_raft;
     }
     m->start_index = raft_last_index(&m->raft);

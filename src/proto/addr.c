@@ -9,49 +9,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tn_addr_parse(const char *addr, struct sockaddr_storage *ss)
+int tn_addr_listen(uv_tcp_t *tcp, const tn_netaddr_t *addr, uv_connection_cb cb, char *err,
+                   size_t errlen)
 {
-    memset(ss, 0, sizeof(*ss));
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL)
-        return UV_EINVAL;
-    char host[256];
-    size_t hl = (size_t)(colon - addr);
-    if (hl >= sizeof(host))
-        return UV_EINVAL;
-    memcpy(host, addr, hl);
-    host[hl] = '\0';
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port < 0 || port > 65535 || end == colon + 1)
-        return UV_EINVAL;
-    if (hl == 0)
-        snprintf(host, sizeof(host), "0.0.0.0");
-    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-        host[hl - 1] = '\0';
-        return uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)ss);
+    int rc = uv_tcp_bind(tcp, (const struct sockaddr *)&addr->sa, 0);
+    if (rc == UV_EAFNOSUPPORT && addr->any && addr->sa.ss_family == AF_INET6) {
+        /* No IPv6 here: every interface is what IPv4 has (the handle has
+         * no socket yet, so it binds afresh). */
+        struct sockaddr_in sin;
+        uv_ip4_addr("0.0.0.0", tn_netaddr_port(&addr->sa), &sin);
+        rc = uv_tcp_bind(tcp, (const struct sockaddr *)&sin, 0);
     }
-    return uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss);
-}
-
-int tn_addr_listen(uv_tcp_t *tcp, const struct sockaddr_storage *ss, uv_connection_cb cb,
-                   const char *addr, char *err, size_t errlen)
-{
-    int rc = uv_tcp_bind(tcp, (const struct sockaddr *)ss, 0);
+    /* A port in use shows here: libuv reports bind's EADDRINUSE at listen. */
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)tcp, 511, cb);
-    if (rc != 0)
-        tn_errbuf(err, errlen, "cannot listen on %s: %s", addr, uv_strerror(rc));
+    if (rc != 0 && addr->option != NULL)
+        tn_errbuf(err, errlen, "cannot listen on %s (%s): %s", addr->name, addr->option,
+                  uv_strerror(rc));
+    else if (rc != 0)
+        tn_errbuf(err, errlen, "cannot listen on %s: %s", addr->name, uv_strerror(rc));
     return rc;
-}
-
-static int port_of(const struct sockaddr_storage *ss)
-{
-    if (ss->ss_family == AF_INET6)
-        return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
-    if (ss->ss_family == AF_INET)
-        return ntohs(((const struct sockaddr_in *)ss)->sin_port);
-    return 0;
 }
 
 void tn_addr_peer(const uv_tcp_t *tcp, char *out, size_t len)
@@ -62,11 +39,18 @@ void tn_addr_peer(const uv_tcp_t *tcp, char *out, size_t len)
     if (uv_tcp_getpeername(tcp, (struct sockaddr *)&ss, &sl) != 0)
         return;
     char host[48] = "";
-    if (ss.ss_family == AF_INET)
+    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&ss;
+    if (ss.ss_family == AF_INET) {
         uv_ip4_name((const struct sockaddr_in *)&ss, host, sizeof(host));
-    else if (ss.ss_family == AF_INET6)
-        uv_ip6_name((const struct sockaddr_in6 *)&ss, host, sizeof(host));
-    snprintf(out, len, "%s:%d", host, port_of(&ss));
+    } else if (ss.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr)) {
+        /* An IPv4 client of a listener on every interface (one IPv6
+         * socket): named as IPv4, as nsqd's Go names it. */
+        const uint8_t *b = sin6->sin6_addr.s6_addr + 12;
+        snprintf(host, sizeof(host), "%u.%u.%u.%u", b[0], b[1], b[2], b[3]);
+    } else if (ss.ss_family == AF_INET6) {
+        uv_ip6_name(sin6, host, sizeof(host));
+    }
+    snprintf(out, len, "%s:%d", host, tn_netaddr_port(&ss));
 }
 
 void tn_addr_peer_ip(const char *peer, char *out, size_t len)
@@ -83,5 +67,5 @@ int tn_addr_local_port(const uv_tcp_t *tcp)
     int sl = sizeof(ss);
     if (uv_tcp_getsockname(tcp, (struct sockaddr *)&ss, &sl) != 0)
         return 0;
-    return port_of(&ss);
+    return tn_netaddr_port(&ss);
 }

@@ -519,6 +519,14 @@ class HTTP(unittest.TestCase):
         out = self.raw(b"GET /ping HTTP/2.0\r\n\r\n")
         self.assertTrue(out.startswith(b"HTTP/1.1 505"), out)
 
+    def test_text_after_the_version_is_a_bad_request(self):
+        # Only a well-formed line with another version is 505; text after
+        # the version makes the line malformed.
+        out = self.raw(b"GET /ping HTTP/1.1 x\r\nHost: a\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 400"), out)
+        out = self.raw(b"GET /ping HTTP/1.10\r\nHost: a\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 400"), out)
+
 
 class HTTPBounds(unittest.TestCase):
     """Bounds that need their own daemon: the connection cap and the

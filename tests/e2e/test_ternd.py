@@ -5,9 +5,12 @@ by the storage engine, and clean shutdown on SIGTERM/SIGINT. Each test
 starts the real binary on a temporary data directory."""
 import argparse
 import http.client
+import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,7 +19,7 @@ import unittest
 
 from daemon import Daemon
 import daemon as daemon_mod
-from nsqwire import Conn
+from nsqwire import Conn, FRAME_RESPONSE
 
 TERND = None
 
@@ -55,6 +58,16 @@ def run_driver_until(data, ledger, done, timeout=60):
             p.wait()
 
 
+def ipv6_loopback():
+    """Whether this host can listen on ::1 (some containers have no IPv6)."""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
 def ledger_lines(ledger):
     try:
         with open(ledger) as f:
@@ -81,6 +94,28 @@ class TerndTest(unittest.TestCase):
                     "--disk-high-watermark", "--checkpoint-every"):
             self.assertIn(opt, res.stdout)
         self.assertIn("default 64MiB", res.stdout)
+        # Shape: areas in order, every option once, defaults as
+        # --print-config writes them, human ranges, nsqd's no-op flags and
+        # the environment.
+        out = res.stdout
+        titles = re.findall(r"\n\n(\S[^\n]*):\n", out)
+        self.assertEqual(titles[:10], [
+            "General", "Listeners and addresses", "Storage", "Delivery", "NSQ protocol",
+            "HTTP", "WebSocket live feed", "Security", "Metastore", "Limits"])
+        self.assertIn("Environment", titles)
+        self.assertNotIn("Other options", titles)
+        printed = self.run_ternd("--print-config").stdout
+        for line in printed.splitlines():
+            name, value = line.split(" = ", 1)
+            value = value.strip('"') or "(none)"
+            heads = [h for h in out.splitlines() if h.startswith(f"  --{name} ")]
+            self.assertEqual(len(heads), 1, name)
+            self.assertIn(f"(default {value}", heads[0])
+        self.assertNotIn("9223372036854775807", out)
+        self.assertIn("--retention (default 168h; range 0..unlimited)", out)
+        self.assertIn("  --mem-queue-size\n", out)
+        self.assertIn("  TERN_ADMIN_PASSWORD\n", out)
+        self.assertIn("  TERN_CONFIG\n", out)
 
     def test_bad_values_name_option_and_range(self):
         res = self.run_ternd(f"--data-path={self.data}", "--segment-bytes=1k")
@@ -93,6 +128,137 @@ class TerndTest(unittest.TestCase):
         self.assertIn("TERN_DURABILITY", res.stderr)
         self.assertIn("durable, write_ack, relaxed", res.stderr)
         self.assertFalse(os.path.exists(self.data), "nothing is created on a config error")
+
+    def test_bad_listener_addresses_exit_2(self):
+        # Each mistake has its own message naming the option, where the
+        # value came from and what is wrong; nothing is created.
+        cases = [
+            (["--tcp-address=127.0.0.1:99999"], None,
+             'tcp-address (flag --tcp-address): "127.0.0.1:99999": '
+             "port 99999 is out of range 0-65535"),
+            (["--http-address=localhost"], None,
+             'http-address (flag --http-address): "localhost": missing port'),
+            (["--tcp-address=4150"], None, "write :4150"),
+            (["--tcp-address="], None, 'tcp-address (flag --tcp-address): "": empty'),
+            ([], {"TERN_METRICS_ADDRESS": "no-such-host.invalid:9100"},
+             'metrics-address (environment TERN_METRICS_ADDRESS): "no-such-host.invalid:9100": '
+             'host "no-such-host.invalid" does not resolve'),
+            (["--raft-address=[::1]:4153"], None, "raft-address (flag --raft-address)"),
+            (["--lookupd-tcp-address=a:4160,b"], None,
+             'lookupd-tcp-address (flag --lookupd-tcp-address): "b": missing port'),
+        ]
+        for args, env, want in cases:
+            with self.subTest(args=args, env=env):
+                res = self.run_ternd(f"--data-path={self.data}", *args,
+                                     env=dict(os.environ, **(env or {})))
+                self.assertEqual(res.returncode, 2, res.stderr)
+                self.assertIn(want, res.stderr)
+        conf = os.path.join(self.dir, "tern.conf")
+        with open(conf, "w") as f:
+            f.write('http_address = "[::1"\n')
+        res = self.run_ternd(f"--data-path={self.data}", f"--config={conf}")
+        self.assertEqual(res.returncode, 2, res.stderr)
+        self.assertIn(f"http-address (config {conf}:1): \"[::1\": missing ']'", res.stderr)
+        self.assertFalse(os.path.exists(self.data), "nothing is created on a config error")
+
+    def test_listener_addresses_as_nsqd_takes_them(self):
+        # ":port" and 0.0.0.0:port are every interface, IPv4 and IPv6, as
+        # nsqd's net.Listen; a host name is resolved at startup.
+        d = Daemon(self.data, "--tcp-address=0.0.0.0:0", "--http-address=:0",
+                   "--metrics-address=localhost:0")
+        d.wait_for("ready")
+        try:
+            self.assertIn("metrics listening on port", d.log())
+            self.assertIn("(localhost:0 = 127.0.0.1:0)", d.log())
+            self.assertEqual(http_get(d.http_port, "/ping"), (200, b"OK"))
+            self.assertEqual(http_get(d.metrics_port, "/metrics")[0], 200)
+            c = Conn(d.tcp_port)
+            self.assertEqual(c.pub("addr_v4", b"x"), (FRAME_RESPONSE, b"OK"))
+            c.close()
+            if ipv6_loopback():
+                h = http.client.HTTPConnection("::1", d.http_port, timeout=10)
+                h.request("GET", "/ping")
+                self.assertEqual(h.getresponse().read(), b"OK")
+                h.close()
+                c = Conn(d.tcp_port, host="::1")
+                self.assertEqual(c.pub("addr_v6", b"x"), (FRAME_RESPONSE, b"OK"))
+                c.close()
+        finally:
+            self.assertEqual(d.stop(), 0, d.log())
+
+    def assert_failed_start(self, res, want):
+        self.assertEqual(res.returncode, 1, res.stderr)
+        self.assertIn(want, res.stderr)
+        self.assertNotRegex(res.stderr, r"\bready\b")  # "already in use" may be there
+        self.assertNotIn("SIGTERM", res.stderr)
+        self.assertNotIn("SIGINT", res.stderr)
+
+    def test_listener_that_cannot_bind_exits_1(self):
+        # A port in use, for each listener: the error names the address,
+        # the option and the system error; ternd never says "ready" and
+        # does not pretend a signal came.
+        for opt in ("tcp-address", "http-address", "metrics-address", "raft-address"):
+            with self.subTest(opt=opt):
+                taken = socket.socket()
+                taken.bind(("127.0.0.1", 0))
+                taken.listen(1)
+                port = taken.getsockname()[1]
+                try:
+                    res = self.run_ternd(f"--data-path={self.data}", "--tcp-address=127.0.0.1:0",
+                                         "--http-address=127.0.0.1:0",
+                                         "--raft-address=127.0.0.1:0",
+                                         f"--{opt}=127.0.0.1:{port}")
+                finally:
+                    taken.close()
+                prefix = "metastore: " if opt == "raft-address" else ""
+                self.assert_failed_start(
+                    res, f"{prefix}cannot listen on 127.0.0.1:{port} ({opt}): "
+                         "address already in use")
+        # An address this host does not have (TEST-NET-1, RFC 5737).
+        res = self.run_ternd(f"--data-path={self.data}", "--tcp-address=127.0.0.1:0",
+                             "--http-address=192.0.2.1:4151", "--raft-address=127.0.0.1:0")
+        self.assert_failed_start(
+            res, "cannot listen on 192.0.2.1:4151 (http-address): address not available")
+        # The data directory was released: a normal start works.
+        d = Daemon(self.data)
+        d.wait_for("ready")
+        self.assertEqual(d.stop(), 0, d.log())
+
+    def test_nsq_auth_chooses_how_the_nsq_doors_authenticate(self):
+        # nsq-auth=users alone (without nsq-auth-users) puts tern's users
+        # behind AUTH.
+        env = dict(os.environ, TERN_ADMIN_PASSWORD="s3cret-pw")
+        d = Daemon(self.data, "--nsq-auth=users", env=env)
+        d.wait_for("root user admin created")
+        try:
+            self.assertIn("NSQ AUTH is served by tern's users", d.log())
+            c = Conn(d.tcp_port)
+            self.assertTrue(c.identify()["auth_required"])
+            c.cmd("AUTH", b"admin:s3cret-pw")
+            kind, data = c.read_frame()
+            self.assertEqual(kind, FRAME_RESPONSE, data)
+            self.assertEqual(json.loads(data)["identity"], "admin")
+            c.close()
+        finally:
+            self.assertEqual(d.stop(), 0, d.log())
+        # open: no AUTH, as nsqd.
+        d = Daemon(self.data, "--nsq-auth=open")
+        d.wait_for("ready")
+        try:
+            c = Conn(d.tcp_port)
+            self.assertFalse(c.identify().get("auth_required", False))
+            self.assertEqual(c.pub("open_topic", b"x"), (FRAME_RESPONSE, b"OK"))
+            c.close()
+        finally:
+            self.assertEqual(d.stop(), 0, d.log())
+        # A contradiction exits 2 naming both options.
+        res = self.run_ternd(f"--data-path={self.data}", "--nsq-auth=open",
+                             "--auth-http-address=127.0.0.1:4181")
+        self.assertEqual(res.returncode, 2, res.stderr)
+        self.assertIn("nsq-auth=open contradicts auth-http-address", res.stderr)
+        res = self.run_ternd(f"--data-path={self.data}", "--nsq-auth=external")
+        self.assertEqual(res.returncode, 2, res.stderr)
+        self.assertIn("nsq-auth=external needs auth-http-address", res.stderr)
 
     def test_config_file_and_precedence(self):
         conf = os.path.join(self.dir, "tern.conf")

@@ -30,6 +30,11 @@ static bool is_tchar(unsigned char c)
 }
 
 /* Visible characters and obs-text, as a request target or field value. */
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
 static bool is_vchar(unsigned char c)
 {
     return (c > 0x20 && c != 0x7f);
@@ -97,15 +102,16 @@ static int parse_request_line(const char *line, size_t len, tn_http_req_t *req)
     if (line[t] != '/' && !(req->target.len == 1 && line[t] == '*'))
         return fail(req, 400, "the request target must be a path");
     i++;
-    if (len - i != 8 || memcmp(line + i, "HTTP/1.", 7) != 0 || line[i + 7] < '0' ||
-        line[i + 7] > '9') {
-        if (len - i >= 5 && memcmp(line + i, "HTTP/", 5) == 0)
-            return fail(req, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
+    /* HTTP-version is exactly "HTTP/" DIGIT "." DIGIT and ends the line:
+     * anything else there is a malformed line (400), and only a well-formed
+     * version other than 1.0 or 1.1 is 505. */
+    const char *v = line + i;
+    if (len - i != 8 || memcmp(v, "HTTP/", 5) != 0 || !is_digit(v[5]) || v[6] != '.' ||
+        !is_digit(v[7]))
         return fail(req, 400, "malformed request line");
-    }
-    req->minor = line[i + 7] - '0';
-    if (req->minor > 1)
+    if (v[5] != '1' || v[7] > '1')
         return fail(req, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
+    req->minor = v[7] - '0';
     const char *q = memchr(req->target.base, '?', req->target.len);
     if (q != NULL) {
         req->path = tn_iov(req->target.base, (size_t)(q - req->target.base));

@@ -5,8 +5,10 @@
  * in front of it.
  *
  *   - Request line `METHOD SP origin-form SP HTTP/1.x`, method a token,
- *     target starting with `/` (or `*`), no controls or spaces in it;
- *     other versions are 505.
+ *     target starting with `/` (or `*`), no controls or spaces in it, the
+ *     version last on the line (anything after it is 400); a well-formed
+ *     version `HTTP/d.d` other than 1.0 and 1.1 is 505, any other version
+ *     text 400.
  *   - Header lines `name: value`; lines end in CRLF or a bare LF (a bare
  *     CR is an error); no whitespace before the colon and no obsolete line
  *     folding (400); at most TN_HTTP_MAX_HEADERS (431); the whole head at

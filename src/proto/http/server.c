@@ -933,16 +933,10 @@ static void on_listener_closed(uv_handle_t *h)
     server_unref(h->data);
 }
 
-int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char *addr,
+int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const tn_netaddr_t *addr,
                          tn_http_server_t **out, char *err, size_t errlen)
 {
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof(ss));
-    int rc = tn_addr_parse(addr, &ss);
-    if (rc != 0) {
-        tn_errbuf(err, errlen, "http-address \"%s\": expected host:port with a numeric IP", addr);
-        return rc;
-    }
+    *out = NULL;
     tn_http_server_t *s = tn_calloc(1, sizeof(*s));
     if (s == NULL)
         return UV_ENOMEM;
@@ -951,7 +945,7 @@ int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char
     s->refs = 1;
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
-    rc = tn_addr_listen(&s->listener, &ss, on_connection, addr, err, errlen);
+    int rc = tn_addr_listen(&s->listener, addr, on_connection, err, errlen);
     if (rc != 0) {
         s->closing = true;
         uv_close((uv_handle_t *)&s->listener, on_listener_closed);

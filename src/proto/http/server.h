@@ -35,6 +35,7 @@
 #include "core/platform.h"
 
 #include "core/buf.h"
+#include "core/netaddr.h"
 #include "proto/http/parser.h"
 
 #include <uv.h>
@@ -77,9 +78,12 @@ typedef struct {
 
 void tn_http_opts_default(tn_http_opts_t *o);
 
-/* Listen on addr ("host:port", port 0 picks one). On failure writes a line
- * into err. opts are copied. */
-int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const char *addr,
+/* Listen on addr, resolved by the configuration (port 0 picks one). On
+ * failure writes a line naming the address, its option and the system
+ * error into err ("cannot listen on 127.0.0.1:4151 (http-address): address
+ * already in use") and sets *out to NULL; the handle closes on the loop.
+ * opts and addr are copied/borrowed for the call. */
+int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const tn_netaddr_t *addr,
                          tn_http_server_t **out, char *err, size_t errlen);
 int tn_http_server_port(const tn_http_server_t *s);
 

@@ -9,6 +9,7 @@
 #include "core/buf.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/netaddr.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,11 +314,20 @@ int tn_lookupd_start(uv_loop_t *loop, tn_broker_t *broker, const char *addrs,
         size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
         while (len > 0 && *p == ' ')
             p++, len--;
-        const char *colon = len > 0 ? memrchr(p, ':', len) : NULL;
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
         if (len > 0) {
-            size_t hl = colon != NULL ? (size_t)(colon - p) : 0;
-            size_t pl = colon != NULL ? len - hl - 1 : 0;
-            if (colon == NULL || hl == 0 || hl >= 256 || pl == 0 || pl >= 8) {
+            /* host:port as every address option reads it ([IPv6]:port
+             * too); a server needs a host, and a port to dial. */
+            char one[TN_NETADDR_HOST_MAX + 16];
+            tn_hostport_t hp;
+            if (len >= sizeof(one)) {
+                rc = UV_EINVAL;
+                break;
+            }
+            memcpy(one, p, len);
+            one[len] = '\0';
+            if (tn_netaddr_split(one, &hp, NULL, 0) != 0 || hp.host[0] == '\0' || hp.port == 0) {
                 rc = UV_EINVAL;
                 break;
             }
@@ -326,8 +336,8 @@ int tn_lookupd_start(uv_loop_t *loop, tn_broker_t *broker, const char *addrs,
                 rc = UV_ENOMEM;
                 break;
             }
-            memcpy(c->host, p, hl);
-            memcpy(c->port, colon + 1, pl);
+            snprintf(c->host, sizeof(c->host), "%s", hp.host);
+            snprintf(c->port, sizeof(c->port), "%d", hp.port);
             c->l = l;
             c->backoff_ms = BACKOFF_MIN_MS;
             tn_buf_init(&c->in);

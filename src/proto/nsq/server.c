@@ -1316,15 +1316,10 @@ static void on_listener_closed(uv_handle_t *h)
 }
 
 int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_t *opts,
-                        const char *addr, tn_nsq_server_t **out, char *err, size_t errlen)
+                        const tn_netaddr_t *addr, tn_nsq_server_t **out, char *err, size_t errlen)
 {
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof(ss));
-    int rc = tn_addr_parse(addr, &ss);
-    if (rc != 0) {
-        tn_errbuf(err, errlen, "tcp-address \"%s\": expected host:port with a numeric IP", addr);
-        return rc;
-    }
+    int rc;
+    *out = NULL;
     tn_nsq_server_t *s = tn_calloc(1, sizeof(*s));
     if (s == NULL)
         return UV_ENOMEM;
@@ -1363,7 +1358,7 @@ int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     s->refs = 1;
-    rc = tn_addr_listen(&s->listener, &ss, on_connection, addr, err, errlen);
+    rc = tn_addr_listen(&s->listener, addr, on_connection, err, errlen);
     if (rc != 0) {
         /* Freed once the handle has closed (the caller runs the loop). */
         s->closing = true;

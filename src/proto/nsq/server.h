@@ -35,6 +35,7 @@
 #include "core/platform.h"
 
 #include "auth/nsqauth.h"
+#include "core/netaddr.h"
 #include "proto/nsq/codec.h"
 #include "proto/nsq/identify.h"
 #include "queue/queue.h"
@@ -68,10 +69,12 @@ typedef struct {
 
 void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const char *version);
 
-/* Listen on addr ("host:port"; port 0 picks one). On failure returns an
- * error and writes a line into err. opts is copied. */
+/* Listen on addr, resolved by the configuration (port 0 picks one). On
+ * failure returns an error, writes a line into err (for a listener, one
+ * naming the address, its option and the system error) and sets *out to
+ * NULL. opts is copied; addr is borrowed for the call. */
 int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_t *opts,
-                        const char *addr, tn_nsq_server_t **out, char *err, size_t errlen);
+                        const tn_netaddr_t *addr, tn_nsq_server_t **out, char *err, size_t errlen);
 typedef struct {
     uint32_t connections;
     uint64_t errors[TN_NSQ_E_THROTTLED + 1]; /* error frames sent, by code */

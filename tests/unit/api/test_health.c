@@ -9,6 +9,7 @@
 #include "testutil.h"
 
 #include "api/nsq_http.h"
+#include "core/netaddr.h"
 #include "proto/http/server.h"
 
 #include <arpa/inet.h>
@@ -36,8 +37,11 @@ static int setup(void **state)
     tn_http_opts_t o;
     tn_http_opts_default(&o);
     char err[256] = "";
-    assert_int_equal(tn_http_server_start(&f->loop, &o, "127.0.0.1:0", &f->srv, err, sizeof(err)),
-                     0);
+    tn_hostport_t hp;
+    tn_netaddr_t na;
+    assert_int_equal(tn_netaddr_split("127.0.0.1:0", &hp, err, sizeof(err)), 0);
+    assert_int_equal(tn_netaddr_resolve(&hp, 0, &na, err, sizeof(err)), 0);
+    assert_int_equal(tn_http_server_start(&f->loop, &o, &na, &f->srv, err, sizeof(err)), 0);
     memset(&f->api, 0, sizeof(f->api));
     assert_int_equal(tn_nsq_http_register(f->srv, &f->api), 0);
     *state = f;

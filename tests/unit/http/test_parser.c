@@ -85,6 +85,19 @@ static void test_versions_and_keepalive(void **state)
     assert_int_equal(parse("GET / HTTP/1.1\nHost: a\n\n", &req, &used), 0); /* bare LF */
     expect_status("GET / HTTP/2.0\r\n\r\n", 505);
     expect_status("GET / HTTP/1.2\r\nHost: a\r\n\r\n", 505);
+    expect_status("GET / HTTP/0.9\r\n\r\n", 505);
+    expect_status("GET / HTTP/3.1\r\n\r\n", 505);
+    /* Not a version, or something after it: a malformed line, not 505. */
+    expect_status("GET /ping HTTP/1.1 x\r\nHost: a\r\n\r\n", 400);
+    expect_status("GET /ping HTTP/1.1 \r\nHost: a\r\n\r\n", 400);
+    expect_status("GET /ping HTTP/2.0 x\r\n\r\n", 400);
+    expect_status("GET / HTTP/1.10\r\nHost: a\r\n\r\n", 400);
+    expect_status("GET / HTTP/2\r\n\r\n", 400);
+    expect_status("GET / HTTP/1.x\r\n\r\n", 400);
+    expect_status("GET / HTTP/x.1\r\n\r\n", 400);
+    expect_status("GET / HTTP/1,1\r\n\r\n", 400);
+    expect_status("GET / http/1.1\r\nHost: a\r\n\r\n", 400);
+    expect_status("GET / HTTP/\r\n\r\n", 400);
     expect_status("GET / HTTP/1.1\r\n\r\n", 400); /* no Host */
 }
 
