@@ -24,6 +24,7 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "api/access.h"
 #include "api/catalog.h"
 #include "api/metrics.h"
 #include "api/users.h"
@@ -69,10 +70,19 @@ typedef struct {
     uv_signal_t sigterm;
     int rc;
     uint64_t raft_id;
+    bool security; /* security-enabled */
     const char *raft_address; /* borrowed from the configuration */
 } daemon_t;
 
-static daemon_t *g_daemon; /* for the close callbacks, which carry no argument */
+static daemon_t *g_daemon;
+
+/* The NSQ TCP door's question, with no NSQ AUTH configured: is this topic
+ * closed to it (api/access.h)? */
+static bool nsq_protected(void *arg, const char *topic)
+{
+    daemon_t *d = arg;
+    return d->security && tn_access_protected(d->meta, topic);
+} /* for the close callbacks, which carry no argument */
 
 static void on_store_closed(tn_store_t *store)
 {
@@ -353,6 +363,9 @@ int main(int argc, char **argv)
         tn_nsqauth_local_t nsq_users = tn_v1_nsq_auth(&d.v1);
         if (cfg.nsq_auth_users)
             nopts.auth_local = &nsq_users;
+        nopts.is_protected = nsq_protected;
+        nopts.protected_arg = &d;
+        d.security = cfg.security_enabled;
         rc =
             tn_nsq_server_start(&loop, d.broker, &nopts, cfg.tcp_address, &d.nsq, err, sizeof(err));
         if (rc != 0) {
@@ -374,6 +387,8 @@ int main(int argc, char **argv)
             d.api.meta = d.meta; /* deletions go through it; /readyz waits for it */
             d.api.tcp_port = tn_nsq_server_port(d.nsq);
             d.api.nsq = d.nsq;
+            d.api.v1 = &d.v1; /* its users decide on protected topics */
+            d.api.protect_all = cfg.nsq_auth_users;
             rc = tn_http_server_start(&loop, &hopts, cfg.http_address, &d.http, err, sizeof(err));
             if (rc == 0) {
                 d.api.http_port = tn_http_server_port(d.http);
@@ -393,15 +408,26 @@ int main(int argc, char **argv)
                        "security is OFF (security-enabled=false): /v1 asks for no "
                        "credentials and checks no rights; never run this in production");
             else if (rc == 0 && cfg.nsq_auth_users)
-                TN_LOG(TN_LOG_NOTICE, "NSQ AUTH is served by tern's users (secret user:password)");
-            else if (rc == 0 && cfg.auth_http_address[0] == '\0')
+                TN_LOG(TN_LOG_NOTICE,
+                       "NSQ AUTH is served by tern's users (secret user:password): every topic "
+                       "needs an identity with the right grant, AUTH on TCP and Basic "
+                       "credentials on nsqd's HTTP endpoints");
+            else if (rc == 0 && cfg.auth_http_address[0] != '\0')
+                TN_LOG(TN_LOG_NOTICE,
+                       "NSQ AUTH is served by %s: its grants decide on TCP; on nsqd's HTTP "
+                       "endpoints, topics with an owner need Basic credentials",
+                       cfg.auth_http_address);
+            else if (rc == 0)
                 TN_LOG(TN_LOG_NOTICE, "/v1 requires Basic auth; the NSQ doors (TCP and nsqd's HTTP "
-                                      "endpoints) stay open as nsqd's are, since no AUTH server is "
-                                      "configured");
+                                      "endpoints) are open as nsqd's are, since no NSQ auth is "
+                                      "configured, but topics with an owner (made through /v1) "
+                                      "are refused to them without credentials");
             if (rc == 0 && cfg.websocket_enabled) {
                 wopts.broker = d.broker;
                 wopts.auth = tn_nsq_server_auth(d.nsq);
                 wopts.ready = &d.api.ready;
+                wopts.is_protected = nsq_protected;
+                wopts.protected_arg = &d;
                 if ((rc = tn_ws_new(&loop, &wopts, &d.ws)) == 0)
                     rc = tn_ws_register(d.http, d.ws);
                 if (rc == 0)
