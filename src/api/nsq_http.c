@@ -7,6 +7,8 @@
 #include "core/err.h"
 #include "core/name.h"
 #include "core/time.h"
+#include "api/access.h"
+#include "api/v1_internal.h"
 #include "proto/nsq/codec.h"
 
 #include <inttypes.h>
@@ -175,9 +177,67 @@ static bool nsq_named(const char *name)
     return tn_nsq_valid_topic(name, strlen(name));
 }
 
-static bool nsq_topic(const tn_topic_t *t)
+/* --- access ----------------------------------------------------------------- */
+
+/* Whether these endpoints need credentials for topic: a protected one
+ * (api/access.h), or every topic when NSQ AUTH is served by tern's users. */
+static bool guarded(const tn_nsq_http_t *api, const char *topic)
 {
-    return t->state == TN_OBJ_READY && nsq_named(t->name);
+    if (api->v1 == NULL || !api->v1->o.security)
+        return false;
+    return api->protect_all || tn_access_protected(api->meta, topic);
+}
+
+typedef enum { NEED_READ, NEED_PRODUCE, NEED_CONSUME, NEED_MANAGE } need_t;
+
+/* Whether r's user may do what need says on topic: admin, the topic's
+ * owner, or a grant of the kind (any grant, to see it). */
+static bool may(tn_nsq_http_t *api, const tn_http_request_t *r, const char *topic, need_t need)
+{
+    tn_v1_t *v = api->v1;
+    if (r->principal[0] == '\0')
+        return false;
+    if (tn__v1_is_admin(v, r))
+        return true;
+    const char *owner = tn_access_owner(api->meta, topic);
+    if (owner != NULL && strcmp(owner, r->principal) == 0)
+        return true;
+    switch (need) {
+    case NEED_READ:
+        return tn__v1_has_grant(tn__v1_caller(v, r), 0, topic);
+    case NEED_PRODUCE:
+        return tn__v1_can_do(v, r, TN_GRANT_PRODUCE, topic);
+    case NEED_CONSUME:
+        return tn__v1_can_do(v, r, TN_GRANT_CONSUME, topic);
+    case NEED_MANAGE:
+        break;
+    }
+    return false;
+}
+
+/* For a guarded topic, whether r may go on; false after answering 401
+ * (no credentials came) or 403 (they do not cover it). */
+static bool authorize(tn_http_request_t *r, tn_nsq_http_t *api, const char *topic, need_t need)
+{
+    if (!guarded(api, topic))
+        return true;
+    if (r->principal[0] == '\0') {
+        tn__v1_nsq_refuse(r, 401, "AUTH_REQUIRED");
+        return false;
+    }
+    if (!may(api, r, topic, need)) {
+        tn__v1_nsq_refuse(r, 403, "FORBIDDEN");
+        return false;
+    }
+    return true;
+}
+
+/* Whether r is shown topic t: ready, reachable by NSQ, and not guarded
+ * from r's user (an anonymous caller sees no protected topic). */
+static bool nsq_topic(tn_nsq_http_t *api, const tn_http_request_t *r, const tn_topic_t *t)
+{
+    return t->state == TN_OBJ_READY && nsq_named(t->name) &&
+           (!guarded(api, t->name) || may(api, r, t->name, NEED_READ));
 }
 
 static bool nsq_channel(const tn_channel_t *ch)
@@ -197,14 +257,15 @@ static int by_channel_name(const void *a, const void *b)
 
 /* The topics /stats shows, sorted by name as nsqd sorts them (ftopic ""
  * for all): a tn_malloc'ed array, *n long (NULL when none). */
-static tn_topic_t **stats_topics(tn_nsq_http_t *api, const char *ftopic, size_t *n)
+static tn_topic_t **stats_topics(tn_nsq_http_t *api, const tn_http_request_t *r, const char *ftopic,
+                                 size_t *n)
 {
     tn_broker_t *br = api->broker;
     tn_topic_t **v = br->ntopics > 0 ? tn_malloc(br->ntopics * sizeof(*v)) : NULL;
     *n = 0;
     for (size_t i = 0; v != NULL && i < br->nbuckets; i++)
         for (tn_topic_t *t = br->buckets[i]; t != NULL && *n < br->ntopics; t = t->hnext)
-            if (nsq_topic(t) && name_is(t->name, ftopic))
+            if (nsq_topic(api, r, t) && name_is(t->name, ftopic))
                 v[(*n)++] = t;
     if (*n > 1)
         qsort(v, *n, sizeof(*v), by_topic_name);
@@ -231,14 +292,14 @@ static tn_channel_t **stats_channels(const tn_topic_t *t, const char *fchan, siz
  * exist; with a channel named, topics without it are left out; channels
  * and (with include_clients) clients are arrays, empty when there are
  * none. */
-static void stats_json(tn_nsq_http_t *api, tn_buf_t *b, const char *ftopic, const char *fchan,
-                       bool clients)
+static void stats_json(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t *b,
+                       const char *ftopic, const char *fchan, bool clients)
 {
     static const char latency[] = "\"e2e_processing_latency\":{\"count\":0,\"percentiles\":null}";
     appendf(b, "{\"version\":\"%s\",\"health\":\"OK\",\"start_time\":%" PRId64 ",\"topics\":",
             api->version, api->start_time);
     size_t nt;
-    tn_topic_t **topics = stats_topics(api, ftopic, &nt);
+    tn_topic_t **topics = stats_topics(api, r, ftopic, &nt);
     if (nt == 0 && ftopic[0] != '\0') {
         tn_buf_append(b, "null", 4);
     } else {
@@ -309,9 +370,11 @@ static void stats_json(tn_nsq_http_t *api, tn_buf_t *b, const char *ftopic, cons
     tn_buf_append(b, "}", 1);
 }
 
-/* nsqd's text /stats, without its Go memory section and client lines
- * (format=json has the clients). */
-static void stats_text(tn_nsq_http_t *api, tn_buf_t *b, const char *ftopic, const char *fchan)
+/* nsqd's text /stats, without its Go memory section, client lines and
+ * e2e latency column (tern keeps no percentiles; format=json has the
+ * clients). */
+static void stats_text(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t *b,
+                       const char *ftopic, const char *fchan)
 {
     char when[32];
     time_t start = (time_t)api->start_time;
@@ -322,15 +385,13 @@ static void stats_text(tn_nsq_http_t *api, tn_buf_t *b, const char *ftopic, cons
     appendf(b, "ternd v%s\nstart_time %s\nuptime %" PRId64 "s\n\nHealth: OK\n", api->version, when,
             up);
     size_t nt;
-    tn_topic_t **topics = stats_topics(api, ftopic, &nt);
+    tn_topic_t **topics = stats_topics(api, r, ftopic, &nt);
     appendf(b, nt == 0 ? "\nTopics: None\n" : "\nTopics:");
     for (size_t i = 0; i < nt; i++) {
         tn_topic_t *t = topics[i];
         topic_sums_t ts;
         topic_sums(t, &ts);
-        appendf(b,
-                "\n%s[%-15s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " msgs: %-8" PRIu64
-                " e2e%%: \n",
+        appendf(b, "\n%s[%-15s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " msgs: %" PRIu64 "\n",
                 t->paused ? "*P " : "   ", t->name, ts.depth, ts.depth, ts.message_count);
         size_t nc;
         tn_channel_t **chans = stats_channels(t, fchan, &nc);
@@ -341,8 +402,8 @@ static void stats_text(tn_nsq_http_t *api, tn_buf_t *b, const char *ftopic, cons
             uint64_t depth = cs.depth - TN_MIN(cs.depth, cs.inflight + cs.deferred);
             appendf(b,
                     "%s[%-25s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " inflt: %-4" PRIu64
-                    " def: %-4" PRIu64 " re-q: %-5" PRIu64 " timeout: %-5" PRIu64
-                    " msgs: %-8" PRIu64 " e2e%%: \n",
+                    " def: %-4" PRIu64 " re-q: %-5" PRIu64 " timeout: %-5" PRIu64 " msgs: %" PRIu64
+                    "\n",
                     ch->paused ? "   *P " : "      ", ch->name, depth, depth, cs.inflight,
                     cs.deferred, cs.requeue_count, cs.timeout_count, cs.message_count);
         }
@@ -365,11 +426,11 @@ static void on_stats(tn_http_request_t *r, void *arg)
     tn_buf_t b;
     tn_buf_init(&b);
     if (strcmp(format, "json") == 0) {
-        stats_json(api, &b, topic, channel, strcmp(inc, "false") != 0 && strcmp(inc, "0") != 0);
+        stats_json(api, r, &b, topic, channel, strcmp(inc, "false") != 0 && strcmp(inc, "0") != 0);
         tn_buf_append(&b, "", 1);
         answer_json(r, 200, tn_buf_data(&b));
     } else {
-        stats_text(api, &b, topic, channel);
+        stats_text(api, r, &b, topic, channel);
         tn_http_respond(r, 200, "text/plain; charset=utf-8", V1_HEADER, tn_buf_data(&b),
                         tn_buf_size(&b));
     }
@@ -423,12 +484,12 @@ static bool topic_arg(tn_http_request_t *r, char *topic, size_t len)
     return true;
 }
 
-static tn_topic_t *ready_topic(tn_nsq_http_t *api, const char *name)
+static tn_topic_t *ready_topic(tn_nsq_http_t *api, const tn_http_request_t *r, const char *name)
 {
     tn_topic_t *t;
-    if (!nsq_named(name))
+    if (tn_broker_topic(api->broker, name, strlen(name), false, 0, NULL, &t) != 0)
         return NULL;
-    return tn_broker_topic(api->broker, name, strlen(name), false, 0, NULL, &t) == 0 ? t : NULL;
+    return nsq_topic(api, r, t) ? t : NULL;
 }
 
 static void on_lookup(tn_http_request_t *r, void *arg)
@@ -437,7 +498,7 @@ static void on_lookup(tn_http_request_t *r, void *arg)
     char topic[256];
     if (!topic_arg(r, topic, sizeof(topic)))
         return;
-    tn_topic_t *t = ready_topic(api, topic);
+    tn_topic_t *t = ready_topic(api, r, topic);
     if (t == NULL) {
         answer_error(r, 404, "TOPIC_NOT_FOUND");
         return;
@@ -453,14 +514,14 @@ static void on_lookup(tn_http_request_t *r, void *arg)
     tn_buf_fini(&b);
 }
 
-static void topics_json(tn_nsq_http_t *api, tn_buf_t *b)
+static void topics_json(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t *b)
 {
     tn_buf_append(b, "[", 1);
     bool first = true;
     tn_broker_t *br = api->broker;
     for (size_t i = 0; i < br->nbuckets; i++)
         for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
-            if (!nsq_topic(t))
+            if (!nsq_topic(api, r, t))
                 continue;
             appendf(b, "%s\"%s\"", first ? "" : ",", t->name);
             first = false;
@@ -474,7 +535,7 @@ static void on_topics(tn_http_request_t *r, void *arg)
     tn_buf_t b;
     tn_buf_init(&b);
     tn_buf_append(&b, "{\"topics\":", 10);
-    topics_json(api, &b);
+    topics_json(api, r, &b);
     tn_buf_append(&b, "}", 1);
     answer_lookupd(r, 200, &b);
     tn_buf_fini(&b);
@@ -486,7 +547,7 @@ static void on_channels(tn_http_request_t *r, void *arg)
     char topic[256];
     if (!topic_arg(r, topic, sizeof(topic)))
         return;
-    tn_topic_t *t = ready_topic(api, topic);
+    tn_topic_t *t = ready_topic(api, r, topic);
     tn_buf_t b;
     tn_buf_init(&b);
     tn_buf_append(&b, "{\"channels\":", 12);
@@ -507,14 +568,14 @@ static void on_nodes(tn_http_request_t *r, void *arg)
     tn_buf_append(&b, "{\"producers\":[", 14);
     producer_json(api, &b);
     tn_buf_append(&b, ",\"topics\":", 10);
-    topics_json(api, &b);
+    topics_json(api, r, &b);
     /* nsqadmin needs one tombstone flag per topic. */
     tn_buf_append(&b, ",\"tombstones\":[", 15);
     uint64_t n = 0;
     tn_broker_t *br = api->broker;
     for (size_t i = 0; i < br->nbuckets; i++)
         for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext)
-            if (nsq_topic(t))
+            if (nsq_topic(api, r, t))
                 appendf(&b, "%sfalse", n++ ? "," : "");
     tn_buf_append(&b, "]}]}", 4);
     answer_lookupd(r, 200, &b);
@@ -751,6 +812,14 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
             return;
         }
     }
+    /* On a guarded topic: a channel's actions are its consumers' (a
+     * consume grant); the topic's, its owner's; creating an existing
+     * topic, anyone's who may see it. */
+    need_t need = channel_op ? NEED_CONSUME : op == OP_CREATE ? NEED_READ : NEED_MANAGE;
+    if (!authorize(r, api, m->topic, need)) {
+        tn_free(m);
+        return;
+    }
     r->data = m;
     r->on_cancel = on_mgmt_cancel;
     mgmt_run(m);
@@ -833,7 +902,7 @@ static bool pub_args(tn_http_request_t *r, tn_nsq_http_t *api, char *topic, size
         answer_error(r, 400, "INVALID_DEFER");
         return false;
     }
-    return true;
+    return authorize(r, api, topic, NEED_PRODUCE);
 }
 
 static void publish(tn_http_request_t *r, tn_nsq_http_t *api, hpub_t *h, const char *topic,

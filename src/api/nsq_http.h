@@ -35,6 +35,10 @@ typedef struct {
     bool shutting_down;   /* a shutdown began (SIGTERM, SIGINT): /healthz answers 503 */
     tn_meta_t *meta;      /* /readyz also waits for its replica to catch up (NULL: not used) */
     tn_nsq_server_t *nsq; /* the NSQ TCP server, for /stats' producers (NULL: none) */
+    /* The /v1 API, whose users and grants decide on protected topics
+     * (api/access.h); NULL: nothing is protected. */
+    struct tn_v1_s *v1;
+    bool protect_all; /* NSQ AUTH by tern's users: every topic needs credentials here */
 } tn_nsq_http_t;
 
 /* Fill the settings from cfg (ports and broker are the caller's). */

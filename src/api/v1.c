@@ -68,6 +68,7 @@ void tn__v1_respond_buf(tn_http_request_t *r, int status, tn_buf_t *b)
 typedef struct {
     tn_authn_req_t req;
     tn_http_request_t *r;
+    bool nsq; /* for one of nsqd's endpoints: answered in their style */
     char user[TN_USERNAME_MAX + 1];
 } authing_t;
 
@@ -83,6 +84,18 @@ static const char *lookup(void *arg, const char *user, uint64_t *version)
 static void unauthorized(tn_http_request_t *r)
 {
     tn__v1_error(r, 401, "authentication required", "WWW-Authenticate: Basic realm=\"tern\"\r\n");
+}
+
+void tn__v1_nsq_refuse(tn_http_request_t *r, int status, const char *code)
+{
+    char body[96];
+    int n = snprintf(body, sizeof(body), "{\"message\":\"%s\"}", code);
+    const char *hdrs = status == 401   ? "X-NSQ-Content-Type: nsq; version=1.0\r\n"
+                                         "WWW-Authenticate: Basic realm=\"tern\"\r\n"
+                       : status == 429 ? "X-NSQ-Content-Type: nsq; version=1.0\r\n"
+                                         "Retry-After: 12\r\n"
+                                       : "X-NSQ-Content-Type: nsq; version=1.0\r\n";
+    tn_http_respond(r, status, "application/json; charset=utf-8", hdrs, body, (size_t)n);
 }
 
 /* Order keys (spans) by length, then bytes. */
@@ -161,14 +174,21 @@ static void on_checked(tn_authn_req_t *req, tn_authn_result_t result)
     authing_t *a = req->data;
     tn_http_request_t *r = a->r;
     r->on_cancel = NULL;
+    bool nsq = a->nsq;
     if (result == TN_AUTHN_OK) {
         snprintf(r->principal, sizeof(r->principal), "%s", a->user);
         tn_free(a);
-        pass(r);
+        if (nsq)
+            tn_http_resume(r); /* nsqd's endpoints take the first of a repeated parameter */
+        else
+            pass(r);
         return;
     }
     tn_free(a);
-    if (result == TN_AUTHN_THROTTLED)
+    if (nsq)
+        tn__v1_nsq_refuse(r, result == TN_AUTHN_THROTTLED ? 429 : 401,
+                          result == TN_AUTHN_THROTTLED ? "TOO_MANY_FAILED_LOGINS" : "AUTH_FAILED");
+    else if (result == TN_AUTHN_THROTTLED)
         tn__v1_error(r, 429, "too many failed authentication attempts", "Retry-After: 12\r\n");
     else
         unauthorized(r);
@@ -208,6 +228,39 @@ static void guard(tn_http_request_t *r, void *arg)
         return;
     }
     a->r = r;
+    a->req.data = a;
+    r->data = a;
+    r->on_cancel = on_auth_cancel;
+    tn_authn_check(v->authn, &a->req, a->user, password, plen, on_checked);
+    memset(password, 0, sizeof(password));
+}
+
+/* nsqd's endpoints: credentials are optional (nsqd has none; a topic
+ * without an owner stays open), but when given they must be right, and
+ * the handler then knows who asks (r->principal) for a protected topic
+ * (api/access.h). */
+static void nsq_guard(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    const tn_iov_t *h = tn_http_header(&r->head, "authorization");
+    if (!v->o.security || h == NULL) {
+        tn_http_resume(r);
+        return;
+    }
+    authing_t *a = tn_calloc(1, sizeof(*a));
+    if (a == NULL) {
+        tn__v1_nsq_refuse(r, 503, "E_OUT_OF_MEMORY");
+        return;
+    }
+    char password[TN_PASSWORD_MAX + 1];
+    size_t plen = 0;
+    if (tn_basic_parse(h->base, h->len, a->user, password, &plen) != 0) {
+        tn_free(a);
+        tn__v1_nsq_refuse(r, 401, "AUTH_FAILED");
+        return;
+    }
+    a->r = r;
+    a->nsq = true;
     a->req.data = a;
     r->data = a;
     r->on_cancel = on_auth_cancel;
@@ -1684,6 +1737,13 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     /* /metrics on this listener names every topic: it takes the same
      * credentials (a listener of its own, metrics-address, stays open). */
     rc = rc ? rc : tn_http_guard(srv, "/metrics", guard, v);
+    /* nsqd's endpoints that name a topic or list them (api/nsq_http.c
+     * checks the rights on protected topics). */
+    static const char *const nsq_paths[] = {"/pub",    "/mpub",   "/topic/",   "/channel/",
+                                            "/stats",  "/lookup", "/topics",   "/channels",
+                                            "/nodes"};
+    for (size_t i = 0; rc == 0 && i < TN_ARRAY_SIZE(nsq_paths); i++)
+        rc = tn_http_guard(srv, nsq_paths[i], nsq_guard, v);
     rc = rc ? rc : tn__v1_users_register(srv, v);
     rc = rc ? rc : tn__v1_cluster_register(srv, v);
     rc = rc ? rc : tn__v1_children_register(srv, v);

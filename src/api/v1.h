@@ -59,7 +59,7 @@ typedef struct {
     uint32_t max_produces_per_user; /* 0: no cap */
 } tn_v1_opts_t;
 
-typedef struct {
+typedef struct tn_v1_s {
     tn_meta_t *meta;
     tn_broker_t *broker;
     tn_authn_t *authn;

@@ -36,6 +36,9 @@ bool tn__v1_has_grant(const tn_meta_user_t *u, uint8_t action, const char *name)
 bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r);
 /* The topic's owner or an admin (or security off). */
 bool tn__v1_can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t);
+/* Refuse one of nsqd's endpoints in its style: status and
+ * {"message":code} (401 asks for Basic credentials). */
+void tn__v1_nsq_refuse(tn_http_request_t *r, int status, const char *code);
 /* Admin, or a grant of action matching topic. */
 bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic);
 /* The topic named by the path's {topic}, copied into topic; NULL after

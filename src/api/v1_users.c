@@ -861,8 +861,24 @@ static void on_nsq_checked(tn_authn_req_t *areq, tn_authn_result_t result)
         tn_nsqauth_answer(req, TN_AUTH_DENIED, NULL);
         return;
     }
-    tn_authz_grant_t g[TN_META_MAX_GRANTS * TN_META_MAX_PATTERNS];
+    /* The topics the user owns are theirs to publish to and consume, as
+     * on /v1; the root user, like an admin, has every topic. */
+    const tn_meta_state_t *ms = tn_meta_state(nc->v->meta);
+    size_t owned = 0;
+    for (size_t i = 0; i < ms->ntopics; i++)
+        owned += strcmp(ms->topics[i]->rec.owner, u->name) == 0;
+    size_t cap = (size_t)TN_META_MAX_GRANTS * TN_META_MAX_PATTERNS + owned + 1;
+    tn_authz_grant_t *g = tn_malloc(cap * sizeof(*g));
+    if (g == NULL) {
+        tn_nsqauth_answer(req, TN_AUTH_UNAVAILABLE, NULL);
+        return;
+    }
     uint32_t n = 0;
+    if (u->root)
+        g[n++] = (tn_authz_grant_t){"*", true, true};
+    for (size_t i = 0; i < ms->ntopics; i++)
+        if (strcmp(ms->topics[i]->rec.owner, u->name) == 0)
+            g[n++] = (tn_authz_grant_t){ms->topics[i]->rec.name, true, true};
     for (uint16_t i = 0; i < u->ngrants; i++) {
         const tn_meta_grant_t *gr = &u->grants[i];
         if (gr->action == TN_GRANT_ADMIN) {
@@ -876,10 +892,12 @@ static void on_nsq_checked(tn_authn_req_t *areq, tn_authn_result_t result)
                                         gr->action == TN_GRANT_CONSUME};
     }
     if (n == 0) {
+        tn_free(g);
         tn_nsqauth_answer(req, TN_AUTH_NONE, NULL);
         return;
     }
     tn_authz_t *authz = tn_authz_from_grants(u->name, g, n, NSQ_AUTH_TTL_MS);
+    tn_free(g);
     tn_nsqauth_answer(req, authz != NULL ? TN_AUTH_OK : TN_AUTH_UNAVAILABLE, authz);
 }
 

@@ -962,6 +962,14 @@ static void handle_ws(tn_http_request_t *r, void *arg)
         answer(r, 409, "E_WS_TTL_REQUIRED", "the live feed serves ttl_discard topics only", NULL);
         return;
     }
+    if (ws->o.auth == NULL && ws->o.is_protected != NULL &&
+        ws->o.is_protected(ws->o.protected_arg, topic)) {
+        ws->st.auth_failures++;
+        answer(r, 403, "E_UNAUTHORIZED",
+               "the topic is protected (it has an owner) and the feed has no NSQ auth configured",
+               NULL);
+        return;
+    }
     if (ws->o.ready != NULL && !*ws->o.ready) {
         answer(r, 503, "E_NOT_READY", "the node is not serving", "Retry-After: 1\r\n");
         return;

@@ -55,6 +55,10 @@ typedef struct tn_ws_s tn_ws_t;
 typedef struct {
     tn_broker_t *broker;
     tn_nsqauth_t *auth; /* NULL: no AUTH */
+    /* Without AUTH: whether a topic is closed to the open feed (owned
+     * through /v1; api/access.h). NULL: every topic is open. */
+    bool (*is_protected)(void *arg, const char *topic);
+    void *protected_arg;
     const bool *ready;  /* the node's readiness (borrowed) */
     int64_t node_id;
     uint32_t max_connections;

@@ -29,6 +29,7 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "api/access.h"
 #include "api/catalog.h"
 #include "api/metrics.h"
 #include "api/users.h"
@@ -74,10 +75,19 @@ typedef struct {
     uv_signal_t sigterm;
     int rc;
     uint64_t raft_id;
+    bool security; /* security-enabled */
     const char *raft_address; /* borrowed from the configuration */
 } daemon_t;
 
-static daemon_t *g_daemon; /* for the close callbacks, which carry no argument */
+static daemon_t *g_daemon;
+
+/* The NSQ TCP door's question, with no NSQ AUTH configured: is this topic
+ * closed to it (api/access.h)? */
+static bool nsq_protected(void *arg, const char *topic)
+{
+    daemon_t *d = arg;
+    return d->security && tn_access_protected(d->meta, topic);
+} /* for the close callbacks, which carry no argument */
 
 static void on_store_closed(tn_store_t *store)
 {
@@ -272,6 +282,10 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     nopts.auth_local = cfg->nsq_auth == TN_NSQ_AUTH_USERS ? &nsq_users : NULL;
     if (cfg->nsq_auth != TN_NSQ_AUTH_EXTERNAL)
         nopts.auth_http_address = "";
+    /* Without NSQ auth, topics with an owner are closed to the open doors. */
+    d->security = cfg->security_enabled;
+    nopts.is_protected = nsq_protected;
+    nopts.protected_arg = d;
     int rc =
         tn_nsq_server_start(loop, d->broker, &nopts, &cfg->tcp_listen.addr, &d->nsq, err, errlen);
     if (rc != 0)
@@ -291,6 +305,8 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     d->api.meta = d->meta; /* deletions go through it; /readyz waits for it */
     d->api.tcp_port = tn_nsq_server_port(d->nsq);
     d->api.nsq = d->nsq; /* /stats lists its producers */
+    d->api.v1 = &d->v1;  /* its users decide on protected topics */
+    d->api.protect_all = cfg->nsq_auth == TN_NSQ_AUTH_USERS;
     rc = tn_http_server_start(loop, &hopts, &cfg->http_listen.addr, &d->http, err, errlen);
     if (rc != 0)
         return rc;
@@ -315,15 +331,26 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         TN_LOG(TN_LOG_WARN, "security is OFF (security-enabled=false): /v1 asks for no "
                             "credentials and checks no rights; never run this in production");
     else if (cfg->nsq_auth == TN_NSQ_AUTH_USERS)
-        TN_LOG(TN_LOG_NOTICE, "NSQ AUTH is served by tern's users (secret user:password)");
-    else if (cfg->nsq_auth == TN_NSQ_AUTH_OPEN)
+        TN_LOG(TN_LOG_NOTICE,
+               "nsq-auth=users: NSQ AUTH is served by tern's users (secret user:password); every "
+               "topic needs an identity with the right grant, AUTH on TCP and Basic credentials "
+               "on nsqd's HTTP endpoints");
+    else if (cfg->nsq_auth == TN_NSQ_AUTH_EXTERNAL)
+        TN_LOG(TN_LOG_NOTICE,
+               "nsq-auth=external: NSQ AUTH is served by %s, whose grants decide on TCP; on "
+               "nsqd's HTTP endpoints, topics with an owner need Basic credentials",
+               cfg->auth_http_address);
+    else
         TN_LOG(TN_LOG_NOTICE, "/v1 requires Basic auth; the NSQ doors (TCP and nsqd's HTTP "
-                              "endpoints) stay open as nsqd's are, since no AUTH server is "
-                              "configured");
+                              "endpoints) are open as nsqd's are (nsq-auth=open), but topics with "
+                              "an owner (made through /v1) are refused to them without "
+                              "credentials");
     if (cfg->websocket_enabled) {
         wopts->broker = d->broker;
         wopts->auth = tn_nsq_server_auth(d->nsq);
         wopts->ready = &d->api.ready;
+        wopts->is_protected = nsq_protected;
+        wopts->protected_arg = d;
         if ((rc = tn_ws_new(loop, wopts, &d->ws)) == 0)
             rc = tn_ws_register(d->http, d->ws);
         if (rc != 0) {

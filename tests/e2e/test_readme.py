@@ -83,7 +83,9 @@ VOLATILE = [
     ("receipt handle", r"\b\d+:\d+:\d+\b", r"\d+:\d+:\d+"),
     ("pid", r"(?<=\(pid )\d+(?=\))", r"\d+"),
     ("subscription id", r"(?<='subscription_id': ')\d+(?=')", r"\d+"),
-    ("/stats time", r"(?<=^start_time )\d+$|(?<=^uptime )\d+(?=s$)", r"\d+"),
+    ("/stats start", r"(?<=^start_time )\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$",
+     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"),
+    ("/stats uptime", r"(?<=^uptime )\d+(?=s$)", r"\d+"),
 ]
 # tern-bench's result lines: every number is a figure, except the ledger's
 # verdict (missing 0, duplicates 0).

@@ -845,17 +845,31 @@ static void handle_auth(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
     start_auth(c);
 }
 
-/* When AUTH is configured: may this command run? 1 yes, 0 no (an error
+/* May this command run? With AUTH configured the connection's grants
+ * decide; without, a protected topic is refused. 1 yes, 0 no (an error
  * went out), -1 not yet (the grants expired and are being renewed). */
 static int auth_gate(conn_t *c, const tn_nsq_cmd_t *cmd)
 {
-    if (c->srv->auth == NULL)
-        return 1;
     const char *name = cmd->op == TN_NSQ_SUB    ? "SUB"
                        : cmd->op == TN_NSQ_MPUB ? "MPUB"
                        : cmd->op == TN_NSQ_DPUB ? "DPUB"
                                                 : "PUB";
     char text[640];
+    const tn_nsq_opts_t *o = &c->srv->opts;
+    if (c->srv->auth == NULL) {
+        char topic[TN_NSQ_NAME_MAX + 1];
+        snprintf(topic, sizeof(topic), "%.*s", (int)cmd->topic.len, cmd->topic.base);
+        if (o->is_protected == NULL || !o->is_protected(o->protected_arg, topic))
+            return 1;
+        /* An open door cannot authenticate anyone: NSQ clients send AUTH
+         * only when the server asks for it, for every topic. */
+        snprintf(text, sizeof(text),
+                 "%s on \"%s\" refused: the topic is protected (it has an owner) and this "
+                 "server's NSQ doors are open (no NSQ auth configured)",
+                 name, topic);
+        send_error(c, TN_NSQ_E_UNAUTHORIZED, text);
+        return 0;
+    }
     if (c->authz == NULL) {
         snprintf(text, sizeof(text), "AUTH required before %s", name);
         send_error(c, TN_NSQ_E_AUTH_FIRST, text);

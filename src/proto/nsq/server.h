@@ -65,6 +65,11 @@ typedef struct {
     /* A local checker (tern's users) in place of auth servers; NULL for
      * none; copied. */
     const tn_nsqauth_local_t *auth_local;
+    /* Without AUTH configured: whether a topic is closed to this open door
+     * (owned through /v1; api/access.h). PUB, MPUB, DPUB and SUB on it are
+     * refused with E_UNAUTHORIZED. NULL: every topic is open. */
+    bool (*is_protected)(void *arg, const char *topic);
+    void *protected_arg;
 } tn_nsq_opts_t;
 
 void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const char *version);

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""End-to-end tests of one access model across the doors, against the real
+ternd: a topic with an owner (made through /v1) is refused to anonymous
+NSQ TCP clients (E_UNAUTHORIZED), to anonymous callers of nsqd's HTTP
+endpoints (401, 403 with the wrong grant, nothing published, delivered or
+deleted), hidden from their listings, and refused to the open live feed;
+an NSQ-made topic stays fully open; with tern's users serving NSQ AUTH,
+the identity's grants decide on every topic."""
+import argparse
+import base64
+import http.client
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+import daemon as daemon_mod
+from daemon import Daemon
+from nsqwire import FRAME_ERROR, FRAME_RESPONSE, Conn
+from wsclient import WS, HandshakeError
+
+PASSWORD = "access-tests-password"
+
+
+def basic(user, password):
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+ADMIN = basic("admin", PASSWORD)
+ALICE = basic("alice", "alice-pw")  # produce and consume on sec*
+BOB = basic("bob", "bob-pw")  # consume on other* only
+JSON = {"Content-Type": "application/json"}
+
+
+def fresh(prefix):
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+class Base(unittest.TestCase):
+    ARGS = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tern-access-")
+        cls.d = Daemon(os.path.join(cls.dir, "data"), *cls.ARGS,
+                       env=dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD))
+        cls.d.wait_for("ready")
+        cls.d.wait_for("root user admin created")
+        cls.http = cls.d.http_port
+        cls.port = cls.d.tcp_port
+        for user, pw, grants in (
+                ("alice", "alice-pw", [{"action": "produce", "patterns": ["sec*"]},
+                                       {"action": "consume", "patterns": ["sec*"]}]),
+                ("bob", "bob-pw", [{"action": "consume", "patterns": ["other*"]}])):
+            st, _, body = cls.request("POST", "/v1/users",
+                                      json.dumps({"username": user, "password": pw,
+                                                  "grants": grants}).encode(),
+                                      dict(ADMIN, **JSON))
+            assert st == 201, body
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, f"ternd exited {rc}:\n{cls.d.log()}"
+
+    @classmethod
+    def request(cls, method, path, body=None, headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", cls.http, timeout=30)
+        try:
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        finally:
+            c.close()
+
+    def setUp(self):
+        self.conns = []
+
+    def tearDown(self):
+        for c in self.conns:
+            c.close()
+
+    def conn(self, **identify):
+        c = Conn(self.port)
+        self.conns.append(c)
+        r = c.identify(**identify)
+        return c, r
+
+    def owned_topic(self, extra=None):
+        """A topic admin made through /v1, holding one message."""
+        t = fresh("sec")
+        st, _, body = self.request("POST", "/v1/topics",
+                                   json.dumps(dict({"name": t}, **(extra or {}))).encode(),
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 201, body)
+        st, _, body = self.request("POST", f"/v1/topics/{t}/produce", b'{"n":1}',
+                                   dict(ADMIN, **JSON))
+        self.assertEqual(st, 202, body)
+        return t
+
+    def next_offset(self, t):
+        st, _, body = self.request("GET", f"/v1/topics/{t}", headers=ADMIN)
+        self.assertEqual(st, 200, body)
+        return sum(p["next_offset"] for p in json.loads(body)["partition_stats"])
+
+    def still_has_its_message(self, t):
+        st, _, body = self.request("GET", f"/v1/topics/{t}/consume?wait=5s", headers=ADMIN)
+        self.assertEqual(st, 200, body)
+        self.assertEqual(json.loads(body)["payload"], {"n": 1})
+
+    def refused(self, frame, code="E_UNAUTHORIZED"):
+        kind, data = frame
+        self.assertEqual(kind, FRAME_ERROR, data)
+        self.assertTrue(data.startswith(code.encode()), data)
+
+
+class OpenDoors(Base):
+    """No NSQ auth configured (the default)."""
+
+    def test_tcp_refuses_anonymous_clients_on_an_owned_topic(self):
+        t = self.owned_topic()
+        before = self.next_offset(t)
+        c, _ = self.conn()
+        self.refused(c.sub(t, "default"))
+        for send in (lambda c: c.pub(t, b"x"), lambda c: c.mpub(t, [b"x", b"y"]),
+                     lambda c: c.dpub(t, 10, b"x")):
+            c, _ = self.conn()
+            kind, data = send(c)
+            self.refused((kind, data))
+            self.assertIn(b"protected", data)
+        self.assertEqual(self.next_offset(t), before)  # nothing published
+        self.still_has_its_message(t)  # nothing taken off the channel
+        # Its dead-letter topic belongs to the same owner.
+        c, _ = self.conn()
+        self.refused(c.sub(f"{t}.default.DLQ", "x"))
+
+    def test_http_refuses_anonymous_callers_and_the_wrong_grant(self):
+        t = self.owned_topic()
+        before = self.next_offset(t)
+        for path in (f"/pub?topic={t}", f"/mpub?topic={t}", f"/topic/delete?topic={t}",
+                     f"/topic/empty?topic={t}", f"/topic/pause?topic={t}",
+                     f"/channel/empty?topic={t}&channel=default",
+                     f"/channel/delete?topic={t}&channel=default",
+                     f"/channel/create?topic={t}&channel=sneaky"):
+            data = b"x" if "pub" in path else None
+            st, h, body = self.request("POST", path, data)
+            self.assertEqual((st, json.loads(body)), (401, {"message": "AUTH_REQUIRED"}), path)
+            self.assertIn("Basic", h.get("www-authenticate", ""))
+            st, _, body = self.request("POST", path, data, BOB)
+            self.assertEqual((st, json.loads(body)), (403, {"message": "FORBIDDEN"}), path)
+        st, _, body = self.request("POST", f"/pub?topic={t}", b"x", basic("alice", "wrong"))
+        self.assertEqual((st, json.loads(body)), (401, {"message": "AUTH_FAILED"}))
+        self.assertEqual(self.next_offset(t), before)
+        self.still_has_its_message(t)
+        # Not listed to anonymous callers.
+        st, _, body = self.request("GET", "/stats?format=json")
+        self.assertNotIn(t, [x["topic_name"] for x in json.loads(body)["topics"]])
+        self.assertNotIn(t.encode(), self.request("GET", "/stats")[2])
+        self.assertNotIn(t, json.loads(self.request("GET", "/topics")[2])["topics"])
+        self.assertEqual(self.request("GET", f"/lookup?topic={t}")[0], 404)
+        self.assertEqual(json.loads(self.request("GET", f"/channels?topic={t}")[2]),
+                         {"channels": []})
+        node = json.loads(self.request("GET", "/nodes")[2])["producers"][0]
+        self.assertNotIn(t, node["topics"])
+        # Listed to those who may see it.
+        st, _, body = self.request("GET", "/stats?format=json", headers=ALICE)
+        self.assertIn(t, [x["topic_name"] for x in json.loads(body)["topics"]])
+        self.assertIn(t, json.loads(self.request("GET", "/topics", headers=ADMIN)[2])["topics"])
+
+    def test_the_right_grant_and_ownership_go_through(self):
+        t = self.owned_topic()
+        before = self.next_offset(t)
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b'{"n":2}', ALICE)[0], 200)
+        self.assertEqual(self.next_offset(t), before + 1)
+        st, _, _ = self.request("POST", f"/channel/pause?topic={t}&channel=default", None, ALICE)
+        self.assertEqual(st, 200)
+        self.assertEqual(self.request("POST", f"/channel/unpause?topic={t}&channel=default",
+                                      None, ALICE)[0], 200)
+        # The topic itself is the owner's (or an admin's).
+        self.assertEqual(self.request("POST", f"/topic/delete?topic={t}", None, ALICE)[0], 403)
+        self.assertEqual(self.request("POST", f"/topic/delete?topic={t}", None, ADMIN)[0], 200)
+        self.assertEqual(self.request("GET", f"/v1/topics/{t}", headers=ADMIN)[0], 404)
+
+    def test_an_nsq_topic_stays_open(self):
+        t = fresh("open")
+        c, r = self.conn()
+        self.assertFalse(r["auth_required"])
+        self.assertEqual(c.pub(t, b"m"), (FRAME_RESPONSE, b"OK"))
+        s, _ = self.conn()
+        self.assertEqual(s.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        s.rdy(1)
+        self.assertEqual(s.read_message().body, b"m")
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b"m2")[0], 200)
+        st, _, body = self.request("GET", "/stats?format=json")
+        self.assertIn(t, [x["topic_name"] for x in json.loads(body)["topics"]])
+        self.assertEqual(self.request("POST", f"/channel/empty?topic={t}&channel=ch")[0], 200)
+        s.close()
+        self.assertEqual(self.request("POST", f"/topic/delete?topic={t}")[0], 200)
+
+
+class OpenFeed(Base):
+    ARGS = ("--websocket-enabled",)
+
+    def test_the_live_feed_refuses_an_owned_topic(self):
+        t = self.owned_topic({"delivery_mode": "ttl_discard", "ttl_ms": 60000})
+        with self.assertRaises(HandshakeError) as e:
+            WS(self.http, f"/v1/ws/topics/{t}")
+        self.assertEqual(e.exception.status, 403)
+        self.assertIn("E_UNAUTHORIZED", json.dumps(e.exception.json()))
+
+
+class UsersServeAuth(Base):
+    ARGS = ("--nsq-auth-users",)
+
+    def test_grants_decide_on_every_topic(self):
+        t = self.owned_topic()
+        c, r = self.conn(feature_negotiation=True)
+        self.assertTrue(r["auth_required"])
+        # Without AUTH first, nothing goes.
+        self.refused(c.pub(t, b"x"), "E_AUTH_FIRST")
+        c, _ = self.conn(feature_negotiation=True)
+        c.cmd("AUTH", b"alice:alice-pw")
+        kind, data = c.read_frame()
+        self.assertEqual(kind, FRAME_RESPONSE, data)
+        self.assertEqual(json.loads(data)["identity"], "alice")
+        self.assertEqual(c.pub(t, b"x"), (FRAME_RESPONSE, b"OK"))
+        # An unowned topic outside alice's grants is refused too.
+        self.refused(c.pub(fresh("open"), b"x"))
+        # The topic's owner (here the root user) has it.
+        c, _ = self.conn(feature_negotiation=True)
+        c.cmd("AUTH", f"admin:{PASSWORD}".encode())
+        kind, data = c.read_frame()
+        self.assertEqual(kind, FRAME_RESPONSE, data)
+        self.assertEqual(c.sub(t, "default"), (FRAME_RESPONSE, b"OK"))
+        # nsqd's HTTP endpoints need credentials for every topic.
+        o = fresh("open")
+        st, _, body = self.request("POST", f"/pub?topic={o}", b"m")
+        self.assertEqual((st, json.loads(body)), (401, {"message": "AUTH_REQUIRED"}))
+        self.assertEqual(self.request("POST", f"/pub?topic={o}", b"m", ADMIN)[0], 200)
+        self.assertEqual(self.request("POST", f"/pub?topic={o}", b"m", ALICE)[0], 403)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    daemon_mod.TERND = os.path.abspath(args.ternd)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
