@@ -727,9 +727,18 @@ typedef struct {
     int64_t visibility_timeout_ms;
     int64_t max_inflight;
     int64_t max_acked_ahead;
+    char owner[TN_USERNAME_MAX + 1];
 } patch_body_t;
 
-enum { PF_PARTITIONS, PF_RETENTION, PF_VISIBILITY, PF_INFLIGHT, PF_ACKED_AHEAD, PF_COUNT };
+enum {
+    PF_PARTITIONS,
+    PF_RETENTION,
+    PF_VISIBILITY,
+    PF_INFLIGHT,
+    PF_ACKED_AHEAD,
+    PF_OWNER,
+    PF_COUNT
+};
 
 /* A PATCH's fields, kept to make the change again from a newer record. */
 typedef struct {
@@ -973,6 +982,7 @@ static const tn_jfield_t patch_fields[] = {
     {"visibility_timeout_ms", TN_JF_INT, offsetof(patch_body_t, visibility_timeout_ms), 0},
     {"max_in_flight_per_partition", TN_JF_INT, offsetof(patch_body_t, max_inflight), 0},
     {"max_acked_ahead_per_partition", TN_JF_INT, offsetof(patch_body_t, max_acked_ahead), 0},
+    {"owner", TN_JF_STR, offsetof(patch_body_t, owner), TN_USERNAME_MAX},
 };
 _Static_assert(TN_ARRAY_SIZE(patch_fields) == PF_COUNT, "patch_fields and its enum disagree");
 
@@ -1022,6 +1032,8 @@ static bool patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
         c->topic.max_inflight = b->max_inflight ? b->max_inflight : DEFAULT_CAP;
     if (p->given[PF_ACKED_AHEAD])
         c->topic.max_acked_ahead = b->max_acked_ahead ? b->max_acked_ahead : DEFAULT_CAP;
+    if (p->given[PF_OWNER])
+        snprintf(c->topic.owner, sizeof(c->topic.owner), "%s", b->owner);
     return true;
 }
 
@@ -1103,10 +1115,21 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
         snprintf(err, sizeof(err),
                  "invalid argument: give at least one of partitions, retention_ms, "
                  "visibility_timeout_ms, max_in_flight_per_partition, "
-                 "max_acked_ahead_per_partition");
+                 "max_acked_ahead_per_partition, owner");
         refused = true;
     } else if (!refused && given[PF_RETENTION]) {
         refused = retention_refused(b.retention_ms, err, sizeof(err));
+    }
+    /* Adopting a topic (an NSQ door's, say) protects it on every door
+     * (api/access.h); "" gives it back to the open doors. */
+    if (!refused && given[PF_OWNER] && v->o.security && !tn__v1_is_admin(v, r)) {
+        tn__v1_error(r, 403, "only an admin may change a topic's owner", NULL);
+        return;
+    }
+    if (!refused && given[PF_OWNER] && b.owner[0] != '\0' &&
+        tn_meta_user_find(tn_meta_state(v->meta), b.owner) == NULL) {
+        snprintf(err, sizeof(err), "invalid argument: owner %s is not a user", b.owner);
+        refused = true;
     }
     if (!refused && (b.visibility_timeout_ms < 0 || b.max_inflight < 0 || b.max_acked_ahead < 0)) {
         snprintf(err, sizeof(err), "invalid argument: timeouts and caps must be >= 0");
@@ -1739,9 +1762,9 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     rc = rc ? rc : tn_http_guard(srv, "/metrics", guard, v);
     /* nsqd's endpoints that name a topic or list them (api/nsq_http.c
      * checks the rights on protected topics). */
-    static const char *const nsq_paths[] = {"/pub",    "/mpub",   "/topic/",   "/channel/",
-                                            "/stats",  "/lookup", "/topics",   "/channels",
-                                            "/nodes"};
+    static const char *const nsq_paths[] = {"/pub",      "/mpub",     "/topic/",
+                                            "/channel/", "/stats",    "/lookup",
+                                            "/topics",   "/channels", "/nodes"};
     for (size_t i = 0; rc == 0 && i < TN_ARRAY_SIZE(nsq_paths); i++)
         rc = tn_http_guard(srv, nsq_paths[i], nsq_guard, v);
     rc = rc ? rc : tn__v1_users_register(srv, v);

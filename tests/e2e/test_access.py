@@ -98,9 +98,11 @@ class Base(unittest.TestCase):
                                    json.dumps(dict({"name": t}, **(extra or {}))).encode(),
                                    dict(ADMIN, **JSON))
         self.assertEqual(st, 201, body)
-        st, _, body = self.request("POST", f"/v1/topics/{t}/produce", b'{"n":1}',
-                                   dict(ADMIN, **JSON))
-        self.assertEqual(st, 202, body)
+        c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=30)
+        c.request("POST", f"/v1/topics/{t}/produce", b'{"n":1}', dict(ADMIN, **JSON))
+        r = c.getresponse()
+        self.assertEqual((r.status, r.reason), (202, "Accepted"), r.read())
+        c.close()
         return t
 
     def next_offset(self, t):
@@ -201,6 +203,29 @@ class OpenDoors(Base):
         self.assertEqual(self.request("POST", f"/channel/empty?topic={t}&channel=ch")[0], 200)
         s.close()
         self.assertEqual(self.request("POST", f"/topic/delete?topic={t}")[0], 200)
+
+
+    def test_an_admin_adopts_an_nsq_topic_and_gives_it_back(self):
+        t = fresh("secadopt")
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b"m")[0], 200)
+        patch = lambda body, who: self.request("PATCH", f"/v1/topics/{t}", json.dumps(body).encode(),
+                                               dict(who, **JSON))
+        # Only an admin may, and only to a user that exists.
+        self.assertEqual(patch({"owner": "alice"}, ALICE)[0], 403)
+        st, _, body = patch({"owner": "nobody"}, ADMIN)
+        self.assertEqual(st, 400, body)
+        st, _, body = patch({"owner": "alice"}, ADMIN)
+        self.assertEqual((st, json.loads(body)["owner"]), (200, "alice"))
+        c, _ = self.conn()
+        self.refused(c.pub(t, b"x"))
+        self.assertEqual(self.request("POST", f"/pub?topic={t}", b"m")[0], 401)
+        # Its owner may now do what an owner does.
+        self.assertEqual(self.request("POST", f"/topic/pause?topic={t}", None, ALICE)[0], 200)
+        self.assertEqual(self.request("POST", f"/topic/unpause?topic={t}", None, ALICE)[0], 200)
+        # Given back, it is open again.
+        self.assertEqual(patch({"owner": ""}, ADMIN)[0], 200)
+        c, _ = self.conn()
+        self.assertEqual(c.pub(t, b"x"), (FRAME_RESPONSE, b"OK"))
 
 
 class OpenFeed(Base):

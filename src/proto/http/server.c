@@ -117,6 +117,8 @@ const char *tn_http_reason(int status)
         return "OK";
     case 201:
         return "Created";
+    case 202:
+        return "Accepted";
     case 204:
         return "No Content";
     case 400:
@@ -151,6 +153,8 @@ const char *tn_http_reason(int status)
         return "Internal Server Error";
     case 501:
         return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
     case 503:
         return "Service Unavailable";
     case 505:
