@@ -1220,7 +1220,7 @@ static const struct {
     const char *title;
     const char *names; /* space-separated */
 } help_groups[] = {
-    {"General", "config data-path log-level"},
+    {"General", "config data-path log-level pid-file"},
     {"Listeners and addresses", "tcp-address http-address metrics-address broadcast-address "
                                 "lookupd-tcp-address nsqlookupd-tcp-addresses"},
     {"Storage", "durability segment-bytes index-interval-bytes commit-max-requests "

@@ -167,8 +167,17 @@ class Secured(Base):
         self.assertEqual(t["owner"], "admin")  # the caller, whatever the body says
         self.assertEqual(t["channels"], ["default"])
         self.assertEqual(self.create({"name": name})[0], 409)
-        # The NSQ doors see it: a publish lands in one of its 3 partitions.
-        self.publish(name, 4)
+        # The NSQ doors see it, but it has an owner: an anonymous PUB is
+        # refused, one with the owner's credentials over nsqd's /pub lands
+        # in one of its 3 partitions.
+        c = Conn(self.d.tcp_port)
+        c.identify()
+        kind, data = c.pub(name, b"m")
+        self.assertTrue(data.startswith(b"E_UNAUTHORIZED"), data)
+        c.close()
+        for i in range(4):
+            self.assertEqual(self.request("POST", f"/pub?topic={name}", b"m%d" % i,
+                                          ("admin", PASSWORD))[0], 200)
         status, got = self.admin("GET", f"/v1/topics/{name}")
         self.assertEqual(len(got["partition_stats"]), 3)
         self.assertEqual(sum(p["next_offset"] for p in got["partition_stats"]), 4)
@@ -238,13 +247,22 @@ class Secured(Base):
         self.assertEqual(self.create({"name": name})[0], 201)
         status, headers, body = self.produce(name, b"hello")
         self.assertEqual((status, body), (202, b""))
-        # The default channel is an NSQ channel too.
+        # The default channel is an NSQ channel too, but an open NSQ door
+        # cannot authenticate anyone, so it is closed to anonymous SUBs
+        # (NsqAuthByUsers shares it); /v1 consumes it.
         c = Conn(self.d.tcp_port)
         c.identify()
-        c.sub(name, "default")
-        c.rdy(1)
-        self.assertEqual(c.read_message().body, b"hello")
+        kind, data = c.sub(name, "default")
+        self.assertTrue(data.startswith(b"E_UNAUTHORIZED"), data)
         c.close()
+        status, _, body = self.request("GET", f"/v1/topics/{name}/consume?wait=5s",
+                                       auth=("admin", PASSWORD))
+        self.assertEqual(status, 200, body)
+        got = json.loads(body)
+        self.assertEqual(got["payload"], "hello")
+        self.assertEqual(self.request("POST", f"/v1/topics/{name}/ack?receipt_handle="
+                                      f"{got['receipt_handle']}", b"", ("admin", PASSWORD),
+                                      {"X-Tern-Client": "t"})[0], 204)
         # A key always lands in the same partition; a partition pins it.
         for i in range(5):
             self.assertEqual(self.produce(name, b"k%d" % i, "?key=customer-42")[0], 202)
@@ -701,11 +719,9 @@ class Restart(Base):
                                     json.dumps({"name": name, "partitions": 3}).encode(),
                                     ("admin", PASSWORD), {"Content-Type": "application/json"})
         self.assertEqual(status, 201)
-        for ch in ("audit", "billing"):  # one SUB per connection
-            c = Conn(self.d.tcp_port)
-            c.identify()
-            c.sub(name, ch)
-            c.close()
+        for ch in ("audit", "billing"):  # through nsqd's HTTP door, with the owner's credentials
+            self.assertEqual(self.request("POST", f"/channel/create?topic={name}&channel={ch}",
+                                          None, ("admin", PASSWORD))[0], 200)
         self.assertEqual(self.admin("GET", f"/v1/topics/{name}")[1]["channels"],
                          ["audit", "billing", "default"])
         self.assertEqual(self.d.stop(), 0)
@@ -727,11 +743,11 @@ class Restart(Base):
                 break
             time.sleep(0.05)
         self.assertEqual(len(t["partition_stats"]), 3)
-        c = Conn(self.d.tcp_port)
-        c.identify()
-        c.pub(name, b"early")
-        c.close()
-        status, _, data = self.request("GET", "/stats?format=json&topic=" + name)
+        self.assertEqual(self.request("POST", f"/pub?topic={name}", b"early",
+                                      ("admin", PASSWORD))[0], 200)
+        # A protected topic is listed to those who may see it.
+        status, _, data = self.request("GET", "/stats?format=json&topic=" + name,
+                                       auth=("admin", PASSWORD))
         self.assertEqual(status, 200)
         topic = [x for x in json.loads(data)["topics"] if x["topic_name"] == name][0]
         depths = {ch["channel_name"]: ch["depth"] for ch in topic["channels"]}
