@@ -59,7 +59,7 @@ typedef struct {
      * through /v1; api/access.h). NULL: every topic is open. */
     bool (*is_protected)(void *arg, const char *topic);
     void *protected_arg;
-    const bool *ready;  /* the node's readiness (borrowed) */
+    const bool *ready; /* the node's readiness (borrowed) */
     int64_t node_id;
     uint32_t max_connections;
     uint32_t max_per_topic;

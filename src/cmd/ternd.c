@@ -75,7 +75,7 @@ typedef struct {
     uv_signal_t sigterm;
     int rc;
     uint64_t raft_id;
-    bool security; /* security-enabled */
+    bool security;            /* security-enabled */
     const char *raft_address; /* borrowed from the configuration */
 } daemon_t;
 
