@@ -854,8 +854,8 @@ static void on_nsq_checked(tn_authn_req_t *areq, tn_authn_result_t result)
 {
     nsqcheck_t *nc = areq->data;
     tn_auth_req_t *req = nc->req;
-    const tn_meta_user_t *u =
-        result == TN_AUTHN_OK ? tn_meta_user_find(tn_meta_state(nc->v->meta), nc->user) : NULL;
+    const tn_meta_state_t *ms = tn_meta_state(nc->v->meta);
+    const tn_meta_user_t *u = result == TN_AUTHN_OK ? tn_meta_user_find(ms, nc->user) : NULL;
     tn_free(nc);
     if (u == NULL) {
         tn_nsqauth_answer(req, TN_AUTH_DENIED, NULL);
@@ -863,7 +863,6 @@ static void on_nsq_checked(tn_authn_req_t *areq, tn_authn_result_t result)
     }
     /* The topics the user owns are theirs to publish to and consume, as
      * on /v1; the root user, like an admin, has every topic. */
-    const tn_meta_state_t *ms = tn_meta_state(nc->v->meta);
     size_t owned = 0;
     for (size_t i = 0; i < ms->ntopics; i++)
         owned += strcmp(ms->topics[i]->rec.owner, u->name) == 0;
