@@ -72,8 +72,8 @@ int tn_nsq_client_stats_json(tn_buf_t *out, const tn_nsq_client_stats_t *s, cons
     }
     bool any = false;
     for (const tn_nsq_pubcount_t *p = s->pubs; rc == 0 && p != NULL; p = p->next) {
-        if (topic != NULL && topic[0] != '\0' && strcmp(topic, p->topic) != 0)
-            continue;
+        if (p->count == 0 || (topic != NULL && topic[0] != '\0' && strcmp(topic, p->topic) != 0))
+            continue; /* nsqd counts only what was published */
         const char *open = any ? ",{\"topic\":\"" : "\"pub_counts\":[{\"topic\":\"";
         rc = tn_buf_append(out, open, strlen(open));
         rc = rc ? rc : tn_buf_json_escape(out, p->topic);

@@ -15,7 +15,8 @@
 #include "proto/nsq/tls.h"
 
 /* Messages a connection has published to one topic (a list per
- * connection, newest topic first). */
+ * connection, newest topic first). An entry is made when a publish is
+ * taken and counts once it succeeds; one at 0 is not shown. */
 typedef struct tn_nsq_pubcount_s {
     struct tn_nsq_pubcount_s *next;
     uint64_t count;

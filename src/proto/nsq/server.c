@@ -1389,7 +1389,11 @@ int tn_nsq_server_producers_json(const tn_nsq_server_t *s, const char *topic, tn
 {
     bool any = false;
     for (conn_t *c = s->conns; c != NULL; c = c->next) {
-        if (c->pubs == NULL)
+        /* A producer is a connection with a publish that succeeded. */
+        bool published = false;
+        for (const tn_nsq_pubcount_t *p = c->pubs; p != NULL && !published; p = p->next)
+            published = p->count > 0;
+        if (!published)
             continue;
         tn_buf_append(out, any ? "," : "[", 1);
         describe_conn(c, topic, out);
