@@ -11,19 +11,16 @@ import base64
 import http.client
 import json
 import os
-import shutil
 import sys
-import tempfile
-import time
 import unittest
 import uuid
 
 import daemon as daemon_mod
-from daemon import Daemon
-from nsqwire import FRAME_ERROR, FRAME_RESPONSE, Conn
+import test_nsq_doors as doors
+from nsqwire import FRAME_ERROR, FRAME_RESPONSE
 from wsclient import WS, HandshakeError
 
-PASSWORD = "access-tests-password"
+PASSWORD = doors.PASSWORD
 
 
 def basic(user, password):
@@ -40,18 +37,10 @@ def fresh(prefix):
     return f"{prefix}{uuid.uuid4().hex[:10]}"
 
 
-class Base(unittest.TestCase):
-    ARGS = ()
-
+class Base(doors.Base):
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="tern-access-")
-        cls.d = Daemon(os.path.join(cls.dir, "data"), *cls.ARGS,
-                       env=dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD))
-        cls.d.wait_for("ready")
-        cls.d.wait_for("root user admin created")
-        cls.http = cls.d.http_port
-        cls.port = cls.d.tcp_port
+        super().setUpClass()
         for user, pw, grants in (
                 ("alice", "alice-pw", [{"action": "produce", "patterns": ["sec*"]},
                                        {"action": "consume", "patterns": ["sec*"]}]),
@@ -61,35 +50,6 @@ class Base(unittest.TestCase):
                                                   "grants": grants}).encode(),
                                       dict(ADMIN, **JSON))
             assert st == 201, body
-
-    @classmethod
-    def tearDownClass(cls):
-        rc = cls.d.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        assert rc == 0, f"ternd exited {rc}:\n{cls.d.log()}"
-
-    @classmethod
-    def request(cls, method, path, body=None, headers=None):
-        c = http.client.HTTPConnection("127.0.0.1", cls.http, timeout=30)
-        try:
-            c.request(method, path, body=body, headers=headers or {})
-            r = c.getresponse()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-        finally:
-            c.close()
-
-    def setUp(self):
-        self.conns = []
-
-    def tearDown(self):
-        for c in self.conns:
-            c.close()
-
-    def conn(self, **identify):
-        c = Conn(self.port)
-        self.conns.append(c)
-        r = c.identify(**identify)
-        return c, r
 
     def owned_topic(self, extra=None):
         """A topic admin made through /v1, holding one message."""
@@ -127,18 +87,18 @@ class OpenDoors(Base):
     def test_tcp_refuses_anonymous_clients_on_an_owned_topic(self):
         t = self.owned_topic()
         before = self.next_offset(t)
-        c, _ = self.conn()
+        c = self.conn()
         self.refused(c.sub(t, "default"))
         for send in (lambda c: c.pub(t, b"x"), lambda c: c.mpub(t, [b"x", b"y"]),
                      lambda c: c.dpub(t, 10, b"x")):
-            c, _ = self.conn()
+            c = self.conn()
             kind, data = send(c)
             self.refused((kind, data))
             self.assertIn(b"protected", data)
         self.assertEqual(self.next_offset(t), before)  # nothing published
         self.still_has_its_message(t)  # nothing taken off the channel
         # Its dead-letter topic belongs to the same owner.
-        c, _ = self.conn()
+        c = self.conn()
         self.refused(c.sub(f"{t}.default.DLQ", "x"))
 
     def test_http_refuses_anonymous_callers_and_the_wrong_grant(self):
@@ -190,10 +150,11 @@ class OpenDoors(Base):
 
     def test_an_nsq_topic_stays_open(self):
         t = fresh("open")
-        c, r = self.conn()
+        c = self.conn()
+        r = c.identified
         self.assertFalse(r["auth_required"])
         self.assertEqual(c.pub(t, b"m"), (FRAME_RESPONSE, b"OK"))
-        s, _ = self.conn()
+        s = self.conn()
         self.assertEqual(s.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
         s.rdy(1)
         self.assertEqual(s.read_message().body, b"m")
@@ -216,7 +177,7 @@ class OpenDoors(Base):
         self.assertEqual(st, 400, body)
         st, _, body = patch({"owner": "alice"}, ADMIN)
         self.assertEqual((st, json.loads(body)["owner"]), (200, "alice"))
-        c, _ = self.conn()
+        c = self.conn()
         self.refused(c.pub(t, b"x"))
         self.assertEqual(self.request("POST", f"/pub?topic={t}", b"m")[0], 401)
         # Its owner may now do what an owner does.
@@ -224,7 +185,7 @@ class OpenDoors(Base):
         self.assertEqual(self.request("POST", f"/topic/unpause?topic={t}", None, ALICE)[0], 200)
         # Given back, it is open again.
         self.assertEqual(patch({"owner": ""}, ADMIN)[0], 200)
-        c, _ = self.conn()
+        c = self.conn()
         self.assertEqual(c.pub(t, b"x"), (FRAME_RESPONSE, b"OK"))
 
 
@@ -244,11 +205,12 @@ class UsersServeAuth(Base):
 
     def test_grants_decide_on_every_topic(self):
         t = self.owned_topic()
-        c, r = self.conn(feature_negotiation=True)
+        c = self.conn(feature_negotiation=True)
+        r = c.identified
         self.assertTrue(r["auth_required"])
         # Without AUTH first, nothing goes.
         self.refused(c.pub(t, b"x"), "E_AUTH_FIRST")
-        c, _ = self.conn(feature_negotiation=True)
+        c = self.conn(feature_negotiation=True)
         c.cmd("AUTH", b"alice:alice-pw")
         kind, data = c.read_frame()
         self.assertEqual(kind, FRAME_RESPONSE, data)
@@ -257,7 +219,7 @@ class UsersServeAuth(Base):
         # An unowned topic outside alice's grants is refused too.
         self.refused(c.pub(fresh("open"), b"x"))
         # The topic's owner (here the root user) has it.
-        c, _ = self.conn(feature_negotiation=True)
+        c = self.conn(feature_negotiation=True)
         c.cmd("AUTH", f"admin:{PASSWORD}".encode())
         kind, data = c.read_frame()
         self.assertEqual(kind, FRAME_RESPONSE, data)

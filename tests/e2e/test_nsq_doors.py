@@ -40,6 +40,9 @@ def q(s):
 
 
 class Base(unittest.TestCase):
+    """A real ternd (with a known root password) per test class, and the
+    NSQ connections a test opens, closed after it. test_access.py builds
+    on it too."""
     ARGS = ()
 
     @classmethod
@@ -70,13 +73,15 @@ class Base(unittest.TestCase):
             c.close()
 
     def conn(self, **identify):
+        """A connection that has IDENTIFYed; the answer is c.identified."""
         c = Conn(self.port)
         self.conns.append(c)
-        c.identify(**identify)
+        c.identified = c.identify(**identify)
         return c
 
-    def request(self, method, path, body=None, headers=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.http, timeout=30)
+    @classmethod
+    def request(cls, method, path, body=None, headers=None):
+        c = http.client.HTTPConnection("127.0.0.1", cls.http, timeout=30)
         try:
             c.request(method, path, body=body, headers=headers or {})
             r = c.getresponse()
