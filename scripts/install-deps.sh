@@ -9,6 +9,7 @@ packages=(
     clang clang-format clang-tidy cppcheck
     libclang-rt-14-dev
     libuv1-dev libcmocka-dev libyajl-dev libsnappy-dev zlib1g-dev libssl-dev libzstd-dev libwslay-dev libraft-dev libcrypt-dev
+    libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
 )
 
 missing=()

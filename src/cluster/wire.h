@@ -1,0 +1,221 @@
+/* The node RPC wire format: the frames a cluster stream carries, the
+ * fields of a request and a reply, the opcode table, and the secret proof
+ * bound to a QUIC session. Pure functions and a byte-level framer; no
+ * sockets, so every decoder here is unit-tested and fuzzed on its own.
+ *
+ * A frame (all integers big-endian), TN_WIRE_HDR = 20 bytes of header:
+ *   [4] magic "TNR1"  [1] version (1)  [1] type  [2] reserved (0)
+ *   [8] request id    [4] payload length (<= TN_WIRE_MAX_PAYLOAD)
+ *   payload
+ * Types: AUTH (the 32-byte proof, first frame each way), REQUEST, REPLY,
+ * CANCEL (no payload: the request with that id is abandoned), PING and PONG
+ * (no payload), ERROR (u16 length + message: a frame the peer could not
+ * take, for a request id nobody may be waiting on).
+ *
+ * A request payload: [1] opcode, then the op's fields in order. Integers
+ * are big-endian; strings and byte fields are [4] length + bytes; a bool is
+ * one byte, 0 or 1. Decoding is exact: a missing field, a length beyond
+ * the payload, a bool other than 0/1 or a trailing byte is TN_EPROTO, so an
+ * older node answers a field it does not know with 400 instead of
+ * guessing.
+ *
+ * A reply payload: [2] HTTP status, [4] content type length + content
+ * type, [4] body length + body. Errors travel as their HTTP status and a
+ * JSON body, so the HTTP boundary passes them through unchanged.
+ *
+ * Threads: any (pure functions; a framer belongs to its stream's thread). */
+#ifndef TN_CLUSTER_WIRE_H
+#define TN_CLUSTER_WIRE_H
+
+#include "core/platform.h"
+
+#include "core/buf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TN_WIRE_MAGIC       0x544E5231u /* "TNR1" */
+#define TN_WIRE_VERSION     1
+#define TN_WIRE_HDR         20
+#define TN_WIRE_MAX_PAYLOAD (16u * 1024 * 1024)
+/* Before a stream has proved the secret, a frame is read under this cap
+ * (header included), so an unauthenticated peer cannot make a node hold
+ * more than this per stream. */
+#define TN_WIRE_PROOF_CAP 64
+#define TN_WIRE_PROOF_LEN 32 /* HMAC-SHA256 */
+#define TN_WIRE_EKM_LEN   32 /* RFC 8446 exporter output */
+/* The exporter label both ends use for the proof's keying material. */
+#define TN_WIRE_EKM_LABEL "tern-cluster-auth-v1"
+/* ALPN of node RPC over QUIC. */
+#define TN_WIRE_ALPN "tern-cluster-v1"
+
+typedef enum {
+    TN_WF_ERROR = 3,
+    TN_WF_PING = 4,
+    TN_WF_PONG = 5,
+    TN_WF_CANCEL = 6,
+    TN_WF_REQUEST = 8,
+    TN_WF_REPLY = 9,
+    TN_WF_AUTH = 10,
+} tn_wire_frame_type_t;
+
+/* Lanes: a request rides the lane of its opcode, so bulk traffic never
+ * queues control calls behind it. */
+typedef enum {
+    TN_LANE_PRODUCE = 0,
+    TN_LANE_CONSUME = 1,
+    TN_LANE_ACK = 2,
+    TN_LANE_CONTROL = 3,
+    TN_LANE_COUNT = 4,
+} tn_wire_lane_t;
+
+#define TN_LANE_STREAMS         16 /* produce, consume, ack */
+#define TN_LANE_CONTROL_STREAMS 4
+
+/* Opcodes. Values are stable on the wire and only ever appended; the one
+ * table (wire.c) names each op, its lane and its metric label, and
+ * docs/cluster.md lists them. */
+typedef enum {
+    /* Echo the payload back (200, application/octet-stream): the round
+     * trip the benchmarks and the liveness checks measure. Fields: bytes. */
+    TN_OP_ECHO = 1,
+    /* Propose a metastore command on the leader. Fields: bytes command
+     * (meta/cmd.h encoding). Reply 200 with the state machine's answer as
+     * a [4] signed big-endian int; 421 with the leader's API address as the
+     * body when this node is not the leader; 503 when there is none. */
+    TN_OP_META_PROPOSE = 2,
+    /* Ask to be admitted as a voter. Fields: u64 node id, string Raft
+     * address, string API address. 200 once admitted (or already a
+     * member); 421 + leader address; 409 when the id is taken by another
+     * address. */
+    TN_OP_JOIN = 3,
+    /* The leader's commit index, after confirming it still leads (a Raft
+     * barrier): for destructive actions on a follower. Fields: none.
+     * Reply 200 with [8] index. */
+    TN_OP_LEADER_INDEX = 4,
+    /* This node's view: JSON {node_id, leader, term, applied, commit,
+     * ready}. Fields: none. */
+    TN_OP_NODE_STATUS = 5,
+    TN_OP__COUNT
+} tn_wire_op_t;
+
+typedef struct {
+    uint8_t type;
+    uint64_t id;
+    uint32_t len;
+} tn_wire_hdr_t;
+
+/* Write a frame header into out. */
+void tn_wire_hdr_encode(uint8_t out[TN_WIRE_HDR], uint8_t type, uint64_t id, uint32_t len);
+/* Decode a header from the front of buf. 0, TN_ESHORT (fewer than
+ * TN_WIRE_HDR bytes), TN_EPROTO (bad magic, version, reserved bits or
+ * type) or TN_ETOOBIG (payload longer than max). */
+int tn_wire_hdr_decode(const uint8_t *buf, size_t len, uint32_t max, tn_wire_hdr_t *h);
+/* Append a whole frame (header + payload, copied) to out. 0 or UV_ENOMEM;
+ * UV_EINVAL when len > TN_WIRE_MAX_PAYLOAD. */
+int tn_wire_frame_append(tn_buf_t *out, uint8_t type, uint64_t id, const void *payload,
+                         size_t len);
+
+/* --- the framer: a stream's bytes in, whole frames out ----------------------- */
+
+typedef struct {
+    tn_buf_t pending; /* bytes of a frame not yet whole */
+    uint32_t max;     /* payload cap for the next frame */
+    int err;          /* sticky: once a frame is refused the stream is done */
+} tn_wire_framer_t;
+
+/* frame: a whole frame; payload borrowed for the call. Return 0 to go on,
+ * or an error to stop (the framer keeps it as its sticky error). The
+ * callback may change f->max (the cap after a proof). */
+typedef int (*tn_wire_frame_cb)(void *arg, const tn_wire_hdr_t *h, const uint8_t *payload);
+
+void tn_wire_framer_init(tn_wire_framer_t *f, uint32_t max);
+void tn_wire_framer_fini(tn_wire_framer_t *f);
+/* Feed bytes (borrowed); calls cb for each whole frame, in order. Holds
+ * only the bytes of an incomplete frame. 0, or the sticky error
+ * (TN_EPROTO, TN_ETOOBIG, UV_ENOMEM, or what cb returned). */
+int tn_wire_framer_push(tn_wire_framer_t *f, const void *data, size_t len, tn_wire_frame_cb cb,
+                        void *arg);
+
+/* --- request and reply fields ---------------------------------------------- */
+
+/* Writers append to a tn_buf_t; each returns 0 or UV_ENOMEM. */
+int tn_wire_put_u8(tn_buf_t *b, uint8_t v);
+int tn_wire_put_bool(tn_buf_t *b, bool v);
+int tn_wire_put_u16(tn_buf_t *b, uint16_t v);
+int tn_wire_put_u32(tn_buf_t *b, uint32_t v);
+int tn_wire_put_u64(tn_buf_t *b, uint64_t v);
+int tn_wire_put_i32(tn_buf_t *b, int32_t v);
+int tn_wire_put_i64(tn_buf_t *b, int64_t v);
+/* [4] length + bytes (copied). */
+int tn_wire_put_bytes(tn_buf_t *b, const void *p, size_t len);
+int tn_wire_put_str(tn_buf_t *b, const char *s);
+
+/* A reader over a borrowed payload. After the first failure every get
+ * returns TN_EPROTO and leaves its output unset; tn_wire_end then checks
+ * nothing trails. */
+typedef struct {
+    const uint8_t *p;
+    size_t len;
+    size_t off;
+    int err;
+} tn_wire_in_t;
+
+void tn_wire_in_init(tn_wire_in_t *in, const void *p, size_t len);
+int tn_wire_get_u8(tn_wire_in_t *in, uint8_t *v);
+int tn_wire_get_bool(tn_wire_in_t *in, bool *v);
+int tn_wire_get_u16(tn_wire_in_t *in, uint16_t *v);
+int tn_wire_get_u32(tn_wire_in_t *in, uint32_t *v);
+int tn_wire_get_u64(tn_wire_in_t *in, uint64_t *v);
+int tn_wire_get_i32(tn_wire_in_t *in, int32_t *v);
+int tn_wire_get_i64(tn_wire_in_t *in, int64_t *v);
+/* A byte field of at most max bytes; *out points into the payload. */
+int tn_wire_get_bytes(tn_wire_in_t *in, size_t max, const uint8_t **out, size_t *len);
+/* A string of at most max bytes with no NUL, copied into out (max + 1). */
+int tn_wire_get_str(tn_wire_in_t *in, size_t max, char *out);
+/* 0 when every byte was read and nothing failed, else TN_EPROTO. */
+int tn_wire_end(const tn_wire_in_t *in);
+
+/* A reply: status, content type (borrowed, may be ""), body (borrowed). */
+typedef struct {
+    uint16_t status;
+    const char *ctype;
+    size_t ctype_len;
+    const uint8_t *body;
+    size_t body_len;
+} tn_wire_reply_t;
+
+int tn_wire_reply_encode(tn_buf_t *b, uint16_t status, const char *ctype, const void *body,
+                         size_t len);
+/* Exact decode of a reply payload; fields point into it. 0 or TN_EPROTO
+ * (status outside 100..599, content type over 255 bytes, short, trailing). */
+int tn_wire_reply_decode(const void *p, size_t len, tn_wire_reply_t *out);
+
+/* --- opcodes ------------------------------------------------------------------ */
+
+/* NULL for an opcode this build does not know. The name is the metric's
+ * op label ("echo", "meta_propose", ...). */
+const char *tn_wire_op_name(uint8_t op);
+tn_wire_lane_t tn_wire_op_lane(uint8_t op);
+
+/* --- the secret proof ----------------------------------------------------------- */
+
+/* HMAC-SHA256(secret, role || ekm), role "client" or "server". 0, or
+ * TN_EFAILED when the crypto library refuses. */
+int tn_wire_proof(const uint8_t *secret, size_t secret_len, bool client,
+                  const uint8_t ekm[TN_WIRE_EKM_LEN], uint8_t out[TN_WIRE_PROOF_LEN]);
+/* Whether proof (len bytes) is the peer's proof for role and ekm; compares
+ * in constant time, and a length other than TN_WIRE_PROOF_LEN is false. */
+bool tn_wire_proof_check(const uint8_t *secret, size_t secret_len, bool client,
+                         const uint8_t ekm[TN_WIRE_EKM_LEN], const uint8_t *proof, size_t len);
+/* The QUIC stateless reset key: HMAC-SHA256(secret, "tern-quic-stateless-reset-v1"). */
+int tn_wire_reset_key(const uint8_t *secret, size_t secret_len, uint8_t out[32]);
+
+/* --- dial backoff --------------------------------------------------------------- */
+
+/* The wait after the n-th consecutive failed dial (n >= 1): 250 ms
+ * doubling to 2 s. */
+uint64_t tn_wire_backoff_ms(unsigned failures);
+
+#endif
