@@ -49,6 +49,9 @@
 #define TN_WIRE_EKM_LABEL "tern-cluster-auth-v1"
 /* ALPN of node RPC over QUIC. */
 #define TN_WIRE_ALPN "tern-cluster-v1"
+/* The longest Raft or API address a request carries (a member record's,
+ * TN_META_ADDR_MAX). */
+#define TN_WIRE_ADDR_MAX 256
 
 typedef enum {
     TN_WF_ERROR = 3,
@@ -110,12 +113,14 @@ typedef struct {
 void tn_wire_hdr_encode(uint8_t out[TN_WIRE_HDR], uint8_t type, uint64_t id, uint32_t len);
 /* Decode a header from the front of buf. 0, TN_ESHORT (fewer than
  * TN_WIRE_HDR bytes), TN_EPROTO (bad magic, version, reserved bits or
- * type) or TN_ETOOBIG (payload longer than max). */
+ * type) or TN_ETOOBIG (payload longer than max, or than
+ * TN_WIRE_MAX_PAYLOAD whatever max says). The payload length of a type
+ * that carries none (PING, PONG, CANCEL) is the frame handler's to
+ * refuse. */
 int tn_wire_hdr_decode(const uint8_t *buf, size_t len, uint32_t max, tn_wire_hdr_t *h);
 /* Append a whole frame (header + payload, copied) to out. 0 or UV_ENOMEM;
  * UV_EINVAL when len > TN_WIRE_MAX_PAYLOAD. */
-int tn_wire_frame_append(tn_buf_t *out, uint8_t type, uint64_t id, const void *payload,
-                         size_t len);
+int tn_wire_frame_append(tn_buf_t *out, uint8_t type, uint64_t id, const void *payload, size_t len);
 
 /* --- the framer: a stream's bytes in, whole frames out ----------------------- */
 
@@ -133,8 +138,10 @@ typedef int (*tn_wire_frame_cb)(void *arg, const tn_wire_hdr_t *h, const uint8_t
 void tn_wire_framer_init(tn_wire_framer_t *f, uint32_t max);
 void tn_wire_framer_fini(tn_wire_framer_t *f);
 /* Feed bytes (borrowed); calls cb for each whole frame, in order. Holds
- * only the bytes of an incomplete frame. 0, or the sticky error
- * (TN_EPROTO, TN_ETOOBIG, UV_ENOMEM, or what cb returned). */
+ * only the bytes of an incomplete frame, and refuses a frame over the cap
+ * as soon as its header is in, before its payload arrives. 0, or the
+ * sticky error (TN_EPROTO, TN_ETOOBIG, UV_ENOMEM, or what cb returned).
+ * cb must not push into the same framer. */
 int tn_wire_framer_push(tn_wire_framer_t *f, const void *data, size_t len, tn_wire_frame_cb cb,
                         void *arg);
 
@@ -148,7 +155,7 @@ int tn_wire_put_u32(tn_buf_t *b, uint32_t v);
 int tn_wire_put_u64(tn_buf_t *b, uint64_t v);
 int tn_wire_put_i32(tn_buf_t *b, int32_t v);
 int tn_wire_put_i64(tn_buf_t *b, int64_t v);
-/* [4] length + bytes (copied). */
+/* [4] length + bytes (copied); UV_EINVAL past 4 GiB - 1. */
 int tn_wire_put_bytes(tn_buf_t *b, const void *p, size_t len);
 int tn_wire_put_str(tn_buf_t *b, const char *s);
 
@@ -186,6 +193,9 @@ typedef struct {
     size_t body_len;
 } tn_wire_reply_t;
 
+/* Append a reply payload; ctype (NUL-terminated, NULL for "") and body
+ * copied. 0, UV_ENOMEM, or UV_EINVAL (status outside 100..599, content type
+ * over 255 bytes); on failure b is as it was. */
 int tn_wire_reply_encode(tn_buf_t *b, uint16_t status, const char *ctype, const void *body,
                          size_t len);
 /* Exact decode of a reply payload; fields point into it. 0 or TN_EPROTO
@@ -197,25 +207,41 @@ int tn_wire_reply_decode(const void *p, size_t len, tn_wire_reply_t *out);
 /* NULL for an opcode this build does not know. The name is the metric's
  * op label ("echo", "meta_propose", ...). */
 const char *tn_wire_op_name(uint8_t op);
+/* The lane of op; TN_LANE_CONTROL for an unknown one. */
 tn_wire_lane_t tn_wire_op_lane(uint8_t op);
+/* Whether a request payload (borrowed) is exactly an opcode this build
+ * knows followed by that op's fields, as listed above (bytes up to
+ * TN_WIRE_MAX_PAYLOAD, addresses up to TN_WIRE_ADDR_MAX). The shape only:
+ * the handler judges the values. 0, TN_EPROTO (empty, a field short,
+ * overlong or malformed, or trailing bytes) or UV_ENOTSUP (unknown
+ * opcode, answered 400 "unsupported rpc operation"). */
+int tn_wire_request_check(const void *p, size_t len);
 
 /* --- the secret proof ----------------------------------------------------------- */
 
-/* HMAC-SHA256(secret, role || ekm), role "client" or "server". 0, or
+/* HMAC-SHA256(key, data) into out, the building block of the proof and
+ * the reset key (OpenSSL). 0, UV_EINVAL (key over INT_MAX bytes) or
  * TN_EFAILED when the crypto library refuses. */
+int tn_wire_hmac_sha256(const uint8_t *key, size_t key_len, const void *data, size_t len,
+                        uint8_t out[32]);
+/* HMAC-SHA256(secret, role || ekm), role the six bytes "client" or
+ * "server" (no NUL). 0, UV_EINVAL for an empty secret, or TN_EFAILED when
+ * the crypto library refuses. */
 int tn_wire_proof(const uint8_t *secret, size_t secret_len, bool client,
                   const uint8_t ekm[TN_WIRE_EKM_LEN], uint8_t out[TN_WIRE_PROOF_LEN]);
 /* Whether proof (len bytes) is the peer's proof for role and ekm; compares
- * in constant time, and a length other than TN_WIRE_PROOF_LEN is false. */
+ * in constant time, and a length other than TN_WIRE_PROOF_LEN or an empty
+ * secret is false. */
 bool tn_wire_proof_check(const uint8_t *secret, size_t secret_len, bool client,
                          const uint8_t ekm[TN_WIRE_EKM_LEN], const uint8_t *proof, size_t len);
-/* The QUIC stateless reset key: HMAC-SHA256(secret, "tern-quic-stateless-reset-v1"). */
+/* The QUIC stateless reset key: HMAC-SHA256(secret, "tern-quic-stateless-reset-v1").
+ * 0, UV_EINVAL for an empty secret, or TN_EFAILED. */
 int tn_wire_reset_key(const uint8_t *secret, size_t secret_len, uint8_t out[32]);
 
 /* --- dial backoff --------------------------------------------------------------- */
 
-/* The wait after the n-th consecutive failed dial (n >= 1): 250 ms
- * doubling to 2 s. */
+/* The wait after the n-th consecutive failed dial: 250 ms doubling to
+ * 2 s (250, 500, 1000, 2000, 2000, ...); 0 for n = 0. */
 uint64_t tn_wire_backoff_ms(unsigned failures);
 
 #endif

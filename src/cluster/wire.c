@@ -1,0 +1,572 @@
+/* The node RPC wire codec: frame headers, the framer that cuts a stream's
+ * bytes into frames, request and reply fields, the opcode table, the
+ * secret proof and the dial backoff. See wire.h for the layouts.
+ *
+ * DESIGN (the framer)
+ * 1. While nothing is pending, whole frames are handed to the callback
+ *    straight from the pushed bytes, without a copy.
+ * 2. A frame cut by the end of a push is copied into `pending`; its header
+ *    is checked as soon as its 20 bytes are there, so a frame over the cap
+ *    is refused before any of its payload is held.
+ * 3. The cap is read again for every header, after the previous frame's
+ *    callback: a callback that accepts a proof raises it for the next
+ *    frame.
+ * Failure: the first refused header, allocation failure or callback error
+ * is kept in f->err and returned by every later push; the stream is done.
+ * Invariant: `pending` never holds more than one incomplete frame, and a
+ * frame's payload never exceeds the cap in force when its header arrived. */
+#include "core/platform.h"
+
+#include "cluster/wire.h"
+
+#include "core/err.h"
+#include "meta/cmd.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <limits.h>
+#include <string.h>
+
+_Static_assert(TN_WIRE_ADDR_MAX == TN_META_ADDR_MAX, "a JOIN address must fit a member record");
+
+/* --- big-endian integers ---------------------------------------------------- */
+
+static void be_put(uint8_t *p, uint64_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * (n - 1 - i)));
+}
+
+static uint64_t be_get(const uint8_t *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* --- frame header ----------------------------------------------------------- */
+
+void tn_wire_hdr_encode(uint8_t out[TN_WIRE_HDR], uint8_t type, uint64_t id, uint32_t len)
+{
+    be_put(out, TN_WIRE_MAGIC, 4);
+    out[4] = TN_WIRE_VERSION;
+    out[5] = type;
+    out[6] = out[7] = 0;
+    be_put(out + 8, id, 8);
+    be_put(out + 16, len, 4);
+}
+
+static bool frame_type_known(uint8_t type)
+{
+    switch (type) {
+    case TN_WF_ERROR:
+    case TN_WF_PING:
+    case TN_WF_PONG:
+    case TN_WF_CANCEL:
+    case TN_WF_REQUEST:
+    case TN_WF_REPLY:
+    case TN_WF_AUTH:
+        return true;
+    default:
+        return false;
+    }
+}
+
+int tn_wire_hdr_decode(const uint8_t *buf, size_t len, uint32_t max, tn_wire_hdr_t *h)
+{
+    if (len < TN_WIRE_HDR)
+        return TN_ESHORT;
+    if (be_get(buf, 4) != TN_WIRE_MAGIC || buf[4] != TN_WIRE_VERSION || buf[6] != 0 ||
+        buf[7] != 0 || !frame_type_known(buf[5]))
+        return TN_EPROTO;
+    uint32_t plen = (uint32_t)be_get(buf + 16, 4);
+    if (plen > TN_MIN(max, TN_WIRE_MAX_PAYLOAD))
+        return TN_ETOOBIG;
+    h->type = buf[5];
+    h->id = be_get(buf + 8, 8);
+    h->len = plen;
+    return 0;
+}
+
+int tn_wire_frame_append(tn_buf_t *out, uint8_t type, uint64_t id, const void *payload, size_t len)
+{
+    if (len > TN_WIRE_MAX_PAYLOAD)
+        return UV_EINVAL;
+    int rc = tn_buf_reserve(out, TN_WIRE_HDR + len);
+    if (rc != 0)
+        return rc;
+    tn_wire_hdr_encode((uint8_t *)out->base + out->len, type, id, (uint32_t)len);
+    out->len += TN_WIRE_HDR;
+    if (len > 0)
+        memcpy(out->base + out->len, payload, len);
+    out->len += len;
+    return 0;
+}
+
+/* --- the framer ---------------------------------------------------------------- */
+
+/* A pending buffer grown past this for one big frame is released once the
+ * frame is delivered, so an idle stream holds no more than this. */
+#define FRAMER_KEEP (64 * 1024)
+
+void tn_wire_framer_init(tn_wire_framer_t *f, uint32_t max)
+{
+    tn_buf_init(&f->pending);
+    f->max = max;
+    f->err = 0;
+}
+
+void tn_wire_framer_fini(tn_wire_framer_t *f)
+{
+    tn_buf_fini(&f->pending);
+}
+
+static int framer_fail(tn_wire_framer_t *f, int err)
+{
+    f->err = err;
+    tn_buf_fini(&f->pending);
+    tn_buf_init(&f->pending);
+    return err;
+}
+
+/* Move up to `want` bytes from the input into pending. */
+static int framer_take(tn_wire_framer_t *f, const uint8_t **p, size_t *len, size_t want)
+{
+    size_t n = TN_MIN(want, *len);
+    int rc = tn_buf_append(&f->pending, *p, n);
+    if (rc != 0)
+        return rc;
+    *p += n;
+    *len -= n;
+    return 0;
+}
+
+int tn_wire_framer_push(tn_wire_framer_t *f, const void *data, size_t len, tn_wire_frame_cb cb,
+                        void *arg)
+{
+    if (f->err != 0)
+        return f->err;
+    const uint8_t *p = data;
+    tn_wire_hdr_t h;
+    int rc;
+
+    /* Finish the frame a previous push left incomplete. */
+    size_t have = tn_buf_size(&f->pending);
+    if (have > 0) {
+        if (have < TN_WIRE_HDR) {
+            if ((rc = framer_take(f, &p, &len, TN_WIRE_HDR - have)) != 0)
+                return framer_fail(f, rc);
+            have = tn_buf_size(&f->pending);
+            if (have < TN_WIRE_HDR)
+                return 0;
+        }
+        rc = tn_wire_hdr_decode((const uint8_t *)tn_buf_data(&f->pending), have, f->max, &h);
+        if (rc != 0)
+            return framer_fail(f, rc);
+        size_t need = TN_WIRE_HDR + (size_t)h.len;
+        if (have < need) {
+            if ((rc = tn_buf_reserve(&f->pending, need - have)) != 0 ||
+                (rc = framer_take(f, &p, &len, need - have)) != 0)
+                return framer_fail(f, rc);
+            if (tn_buf_size(&f->pending) < need)
+                return 0;
+        }
+        rc = cb(arg, &h, (const uint8_t *)tn_buf_data(&f->pending) + TN_WIRE_HDR);
+        if (f->pending.cap > FRAMER_KEEP) {
+            tn_buf_fini(&f->pending);
+            tn_buf_init(&f->pending);
+        } else {
+            tn_buf_reset(&f->pending);
+        }
+        if (rc != 0)
+            return framer_fail(f, rc);
+    }
+
+    /* Whole frames straight from the input; the tail goes to pending. */
+    while (len > 0) {
+        rc = tn_wire_hdr_decode(p, len, f->max, &h);
+        if (rc == TN_ESHORT)
+            break;
+        if (rc != 0)
+            return framer_fail(f, rc);
+        size_t need = TN_WIRE_HDR + (size_t)h.len;
+        if (len < need) {
+            if ((rc = tn_buf_reserve(&f->pending, need)) != 0)
+                return framer_fail(f, rc);
+            break;
+        }
+        rc = cb(arg, &h, p + TN_WIRE_HDR);
+        if (rc != 0)
+            return framer_fail(f, rc);
+        p += need;
+        len -= need;
+    }
+    if (len > 0 && (rc = tn_buf_append(&f->pending, p, len)) != 0)
+        return framer_fail(f, rc);
+    return 0;
+}
+
+/* --- field writers ------------------------------------------------------------ */
+
+static int put_be(tn_buf_t *b, uint64_t v, unsigned n)
+{
+    uint8_t tmp[8];
+    be_put(tmp, v, n);
+    return tn_buf_append(b, tmp, n);
+}
+
+int tn_wire_put_u8(tn_buf_t *b, uint8_t v)
+{
+    return tn_buf_append(b, &v, 1);
+}
+
+int tn_wire_put_bool(tn_buf_t *b, bool v)
+{
+    return tn_wire_put_u8(b, v ? 1 : 0);
+}
+
+int tn_wire_put_u16(tn_buf_t *b, uint16_t v)
+{
+    return put_be(b, v, 2);
+}
+
+int tn_wire_put_u32(tn_buf_t *b, uint32_t v)
+{
+    return put_be(b, v, 4);
+}
+
+int tn_wire_put_u64(tn_buf_t *b, uint64_t v)
+{
+    return put_be(b, v, 8);
+}
+
+int tn_wire_put_i32(tn_buf_t *b, int32_t v)
+{
+    return put_be(b, (uint32_t)v, 4);
+}
+
+int tn_wire_put_i64(tn_buf_t *b, int64_t v)
+{
+    return put_be(b, (uint64_t)v, 8);
+}
+
+int tn_wire_put_bytes(tn_buf_t *b, const void *p, size_t len)
+{
+    if (len > UINT32_MAX)
+        return UV_EINVAL;
+    int rc = tn_buf_reserve(b, 4 + len);
+    if (rc != 0)
+        return rc;
+    be_put((uint8_t *)b->base + b->len, len, 4);
+    b->len += 4;
+    if (len > 0)
+        memcpy(b->base + b->len, p, len);
+    b->len += len;
+    return 0;
+}
+
+int tn_wire_put_str(tn_buf_t *b, const char *s)
+{
+    return tn_wire_put_bytes(b, s, strlen(s));
+}
+
+/* --- field readers ------------------------------------------------------------ */
+
+void tn_wire_in_init(tn_wire_in_t *in, const void *p, size_t len)
+{
+    in->p = p;
+    in->len = len;
+    in->off = 0;
+    in->err = 0;
+}
+
+/* The next n bytes, or NULL (and the reader failed) when fewer are left. */
+static const uint8_t *in_take(tn_wire_in_t *in, size_t n)
+{
+    if (in->err != 0)
+        return NULL;
+    if (in->len - in->off < n) {
+        in->err = TN_EPROTO;
+        return NULL;
+    }
+    const uint8_t *at = in->p + in->off;
+    in->off += n;
+    return at;
+}
+
+static int get_be(tn_wire_in_t *in, unsigned n, uint64_t *v)
+{
+    const uint8_t *at = in_take(in, n);
+    if (at == NULL)
+        return TN_EPROTO;
+    *v = be_get(at, n);
+    return 0;
+}
+
+int tn_wire_get_u8(tn_wire_in_t *in, uint8_t *v)
+{
+    uint64_t x;
+    int rc = get_be(in, 1, &x);
+    if (rc == 0)
+        *v = (uint8_t)x;
+    return rc;
+}
+
+int tn_wire_get_bool(tn_wire_in_t *in, bool *v)
+{
+    if (in->err != 0)
+        return TN_EPROTO;
+    if (in->off < in->len && in->p[in->off] > 1) {
+        in->err = TN_EPROTO;
+        return TN_EPROTO;
+    }
+    uint8_t x;
+    int rc = tn_wire_get_u8(in, &x);
+    if (rc == 0)
+        *v = x == 1;
+    return rc;
+}
+
+int tn_wire_get_u16(tn_wire_in_t *in, uint16_t *v)
+{
+    uint64_t x;
+    int rc = get_be(in, 2, &x);
+    if (rc == 0)
+        *v = (uint16_t)x;
+    return rc;
+}
+
+int tn_wire_get_u32(tn_wire_in_t *in, uint32_t *v)
+{
+    uint64_t x;
+    int rc = get_be(in, 4, &x);
+    if (rc == 0)
+        *v = (uint32_t)x;
+    return rc;
+}
+
+int tn_wire_get_u64(tn_wire_in_t *in, uint64_t *v)
+{
+    return get_be(in, 8, v);
+}
+
+int tn_wire_get_i32(tn_wire_in_t *in, int32_t *v)
+{
+    uint64_t x;
+    int rc = get_be(in, 4, &x);
+    if (rc == 0)
+        *v = (int32_t)(uint32_t)x;
+    return rc;
+}
+
+int tn_wire_get_i64(tn_wire_in_t *in, int64_t *v)
+{
+    uint64_t x;
+    int rc = get_be(in, 8, &x);
+    if (rc == 0)
+        *v = (int64_t)x;
+    return rc;
+}
+
+int tn_wire_get_bytes(tn_wire_in_t *in, size_t max, const uint8_t **out, size_t *len)
+{
+    uint64_t n;
+    if (get_be(in, 4, &n) != 0)
+        return TN_EPROTO;
+    if (n > max) {
+        in->err = TN_EPROTO;
+        return TN_EPROTO;
+    }
+    const uint8_t *at = in_take(in, (size_t)n);
+    if (at == NULL)
+        return TN_EPROTO;
+    *out = at;
+    *len = (size_t)n;
+    return 0;
+}
+
+int tn_wire_get_str(tn_wire_in_t *in, size_t max, char *out)
+{
+    const uint8_t *at;
+    size_t n;
+    if (tn_wire_get_bytes(in, max, &at, &n) != 0)
+        return TN_EPROTO;
+    if (memchr(at, 0, n) != NULL) {
+        in->err = TN_EPROTO;
+        return TN_EPROTO;
+    }
+    memcpy(out, at, n);
+    out[n] = '\0';
+    return 0;
+}
+
+int tn_wire_end(const tn_wire_in_t *in)
+{
+    return in->err == 0 && in->off == in->len ? 0 : TN_EPROTO;
+}
+
+/* --- reply ------------------------------------------------------------------------ */
+
+#define REPLY_CTYPE_MAX 255
+
+int tn_wire_reply_encode(tn_buf_t *b, uint16_t status, const char *ctype, const void *body,
+                         size_t len)
+{
+    if (ctype == NULL)
+        ctype = "";
+    size_t clen = strlen(ctype);
+    if (status < 100 || status > 599 || clen > REPLY_CTYPE_MAX || len > UINT32_MAX)
+        return UV_EINVAL;
+    size_t at = b->len;
+    int rc;
+    if ((rc = tn_buf_reserve(b, 2 + 4 + clen + 4 + len)) != 0 ||
+        (rc = tn_wire_put_u16(b, status)) != 0 || (rc = tn_wire_put_bytes(b, ctype, clen)) != 0 ||
+        (rc = tn_wire_put_bytes(b, body, len)) != 0) {
+        b->len = at; /* nothing half-written stays behind */
+        return rc;
+    }
+    return 0;
+}
+
+int tn_wire_reply_decode(const void *p, size_t len, tn_wire_reply_t *out)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    uint16_t status;
+    const uint8_t *ctype, *body;
+    size_t clen, blen;
+    if (tn_wire_get_u16(&in, &status) != 0 || status < 100 || status > 599 ||
+        tn_wire_get_bytes(&in, REPLY_CTYPE_MAX, &ctype, &clen) != 0 ||
+        tn_wire_get_bytes(&in, TN_WIRE_MAX_PAYLOAD, &body, &blen) != 0 || tn_wire_end(&in) != 0)
+        return TN_EPROTO;
+    out->status = status;
+    out->ctype = (const char *)ctype;
+    out->ctype_len = clen;
+    out->body = body;
+    out->body_len = blen;
+    return 0;
+}
+
+/* --- opcodes ----------------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    tn_wire_lane_t lane;
+} ops[TN_OP__COUNT] = {
+    /* Produce, consume and ack ops (the router's, still to come) take the
+     * bulk lanes; everything so far is control traffic. */
+    [TN_OP_ECHO] = {"echo", TN_LANE_CONTROL},
+    [TN_OP_META_PROPOSE] = {"meta_propose", TN_LANE_CONTROL},
+    [TN_OP_JOIN] = {"join", TN_LANE_CONTROL},
+    [TN_OP_LEADER_INDEX] = {"leader_index", TN_LANE_CONTROL},
+    [TN_OP_NODE_STATUS] = {"node_status", TN_LANE_CONTROL},
+};
+
+const char *tn_wire_op_name(uint8_t op)
+{
+    return op < TN_OP__COUNT ? ops[op].name : NULL;
+}
+
+tn_wire_lane_t tn_wire_op_lane(uint8_t op)
+{
+    return op < TN_OP__COUNT && ops[op].name != NULL ? ops[op].lane : TN_LANE_CONTROL;
+}
+
+int tn_wire_request_check(const void *p, size_t len)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    uint8_t op;
+    if (tn_wire_get_u8(&in, &op) != 0)
+        return TN_EPROTO;
+    if (tn_wire_op_name(op) == NULL)
+        return UV_ENOTSUP;
+    const uint8_t *bytes;
+    size_t n;
+    uint64_t id;
+    char addr[TN_WIRE_ADDR_MAX + 1];
+    switch ((tn_wire_op_t)op) {
+    case TN_OP_ECHO:
+    case TN_OP_META_PROPOSE:
+        (void)tn_wire_get_bytes(&in, TN_WIRE_MAX_PAYLOAD, &bytes, &n);
+        break;
+    case TN_OP_JOIN:
+        (void)tn_wire_get_u64(&in, &id);
+        (void)tn_wire_get_str(&in, TN_WIRE_ADDR_MAX, addr);
+        (void)tn_wire_get_str(&in, TN_WIRE_ADDR_MAX, addr);
+        break;
+    case TN_OP_LEADER_INDEX:
+    case TN_OP_NODE_STATUS:
+    case TN_OP__COUNT:
+        break;
+    }
+    return tn_wire_end(&in);
+}
+
+/* --- the secret proof ----------------------------------------------------------------- */
+
+int tn_wire_hmac_sha256(const uint8_t *key, size_t key_len, const void *data, size_t len,
+                        uint8_t out[32])
+{
+    if (key_len > INT_MAX)
+        return UV_EINVAL;
+    unsigned int n = 0;
+    /* OpenSSL wants a non-NULL key even when it is empty. */
+    static const uint8_t none[1] = {0};
+    if (HMAC(EVP_sha256(), key_len > 0 ? key : none, (int)key_len, data, len, out, &n) == NULL ||
+        n != 32)
+        return TN_EFAILED;
+    return 0;
+}
+
+#define ROLE_LEN 6 /* "client", "server" */
+
+int tn_wire_proof(const uint8_t *secret, size_t secret_len, bool client,
+                  const uint8_t ekm[TN_WIRE_EKM_LEN], uint8_t out[TN_WIRE_PROOF_LEN])
+{
+    if (secret_len == 0)
+        return UV_EINVAL;
+    static const uint8_t role_client[ROLE_LEN] = {'c', 'l', 'i', 'e', 'n', 't'};
+    static const uint8_t role_server[ROLE_LEN] = {'s', 'e', 'r', 'v', 'e', 'r'};
+    uint8_t msg[ROLE_LEN + TN_WIRE_EKM_LEN];
+    memcpy(msg, client ? role_client : role_server, ROLE_LEN);
+    memcpy(msg + ROLE_LEN, ekm, TN_WIRE_EKM_LEN);
+    return tn_wire_hmac_sha256(secret, secret_len, msg, sizeof(msg), out);
+}
+
+bool tn_wire_proof_check(const uint8_t *secret, size_t secret_len, bool client,
+                         const uint8_t ekm[TN_WIRE_EKM_LEN], const uint8_t *proof, size_t len)
+{
+    uint8_t want[TN_WIRE_PROOF_LEN];
+    if (len != TN_WIRE_PROOF_LEN || tn_wire_proof(secret, secret_len, client, ekm, want) != 0)
+        return false;
+    bool ok = CRYPTO_memcmp(want, proof, TN_WIRE_PROOF_LEN) == 0;
+    OPENSSL_cleanse(want, sizeof(want));
+    return ok;
+}
+
+#define RESET_CONTEXT "tern-quic-stateless-reset-v1"
+
+int tn_wire_reset_key(const uint8_t *secret, size_t secret_len, uint8_t out[32])
+{
+    if (secret_len == 0)
+        return UV_EINVAL;
+    return tn_wire_hmac_sha256(secret, secret_len, RESET_CONTEXT, strlen(RESET_CONTEXT), out);
+}
+
+/* --- dial backoff ------------------------------------------------------------------------- */
+
+#define BACKOFF_FIRST_MS 250
+#define BACKOFF_MAX_MS   2000
+
+uint64_t tn_wire_backoff_ms(unsigned failures)
+{
+    if (failures == 0)
+        return 0;
+    uint64_t ms = BACKOFF_FIRST_MS;
+    for (unsigned i = 1; i < failures && ms < BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    return TN_MIN(ms, BACKOFF_MAX_MS);
+}

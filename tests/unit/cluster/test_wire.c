@@ -1,0 +1,836 @@
+/* The node RPC wire codec: frame headers and their refusals, the framer
+ * over every way a stream can cut its bytes, field and reply round trips
+ * and refusals, the opcode table, the secret proof and the backoff. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "cluster/wire.h"
+#include "core/alloc.h"
+#include "core/err.h"
+
+#include <string.h>
+
+/* --- frame header --------------------------------------------------------- */
+
+static void test_hdr_round_trip(void **state)
+{
+    (void)state;
+    uint8_t b[TN_WIRE_HDR];
+    tn_wire_hdr_encode(b, TN_WF_REQUEST, 0x0102030405060708ull, 0x00a0b0c0);
+    static const uint8_t want[TN_WIRE_HDR] = {'T', 'N', 'R', '1', 1, 8, 0,    0,    1,    2,
+                                              3,   4,   5,   6,   7, 8, 0x00, 0xa0, 0xb0, 0xc0};
+    assert_memory_equal(b, want, TN_WIRE_HDR);
+    tn_wire_hdr_t h;
+    assert_int_equal(tn_wire_hdr_decode(b, sizeof(b), TN_WIRE_MAX_PAYLOAD, &h), 0);
+    assert_int_equal(h.type, TN_WF_REQUEST);
+    assert_true(h.id == 0x0102030405060708ull);
+    assert_int_equal(h.len, 0x00a0b0c0);
+
+    static const uint8_t types[] = {TN_WF_ERROR,   TN_WF_PING,  TN_WF_PONG, TN_WF_CANCEL,
+                                    TN_WF_REQUEST, TN_WF_REPLY, TN_WF_AUTH};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(types); i++) {
+        tn_wire_hdr_encode(b, types[i], UINT64_MAX, 0);
+        assert_int_equal(tn_wire_hdr_decode(b, sizeof(b), 0, &h), 0);
+        assert_int_equal(h.type, types[i]);
+        assert_true(h.id == UINT64_MAX);
+        assert_int_equal(h.len, 0);
+    }
+}
+
+static void test_hdr_refusals(void **state)
+{
+    (void)state;
+    uint8_t good[TN_WIRE_HDR], b[TN_WIRE_HDR];
+    tn_wire_hdr_t h;
+    tn_wire_hdr_encode(good, TN_WF_REPLY, 7, 100);
+
+    for (size_t n = 0; n < TN_WIRE_HDR; n++)
+        assert_int_equal(tn_wire_hdr_decode(good, n, TN_WIRE_MAX_PAYLOAD, &h), TN_ESHORT);
+
+    for (int i = 0; i < 4; i++) { /* every magic byte */
+        memcpy(b, good, sizeof(b));
+        b[i] ^= 0x01;
+        assert_int_equal(tn_wire_hdr_decode(b, sizeof(b), TN_WIRE_MAX_PAYLOAD, &h), TN_EPROTO);
+    }
+    memcpy(b, good, sizeof(b));
+    b[4] = 2; /* version */
+    assert_int_equal(tn_wire_hdr_decode(b, sizeof(b), TN_WIRE_MAX_PAYLOAD, &h), TN_EPROTO);
+    b[4] = 0;
+    assert_int_equal(tn_wire_hdr_decode(b, sizeof(b), TN_WIRE_MAX_PAYLOAD, &h), TN_EPROTO);
+    for (int i = 6; i < 8; i++) { /* reserved */
+        memcpy(b, good, sizeof(b));
+        b[i] = 0x80;
+        assert_int_equal(tn_wire_hdr_decode(b, sizeof(b), TN_WIRE_MAX_PAYLOAD, &h), TN_EPROTO);
+    }
+    static const uint8_t bad_types[] = {0, 1, 2, 7, 11, 255};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(bad_types); i++) {
+        tn_wire_hdr_encode(b, bad_types[i], 1, 0);
+        assert_int_equal(tn_wire_hdr_decode(b, sizeof(b), TN_WIRE_MAX_PAYLOAD, &h), TN_EPROTO);
+    }
+    /* Over the caller's cap, and over the absolute cap whatever it says. */
+    assert_int_equal(tn_wire_hdr_decode(good, sizeof(good), 99, &h), TN_ETOOBIG);
+    assert_int_equal(tn_wire_hdr_decode(good, sizeof(good), 100, &h), 0);
+    tn_wire_hdr_encode(b, TN_WF_REQUEST, 1, TN_WIRE_MAX_PAYLOAD + 1);
+    assert_int_equal(tn_wire_hdr_decode(b, sizeof(b), UINT32_MAX, &h), TN_ETOOBIG);
+    tn_wire_hdr_encode(b, TN_WF_REQUEST, 1, TN_WIRE_MAX_PAYLOAD);
+    assert_int_equal(tn_wire_hdr_decode(b, sizeof(b), UINT32_MAX, &h), 0);
+}
+
+static void test_frame_append(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_frame_append(&b, TN_WF_PING, 3, NULL, 0), 0);
+    assert_int_equal(tn_wire_frame_append(&b, TN_WF_AUTH, 4, "abc", 3), 0);
+    assert_int_equal(tn_buf_size(&b), 2 * TN_WIRE_HDR + 3);
+    tn_wire_hdr_t h;
+    const uint8_t *p = (const uint8_t *)tn_buf_data(&b);
+    assert_int_equal(tn_wire_hdr_decode(p, TN_WIRE_HDR, 0, &h), 0);
+    assert_int_equal(h.type, TN_WF_PING);
+    assert_int_equal(tn_wire_hdr_decode(p + TN_WIRE_HDR, TN_WIRE_HDR, 3, &h), 0);
+    assert_int_equal(h.type, TN_WF_AUTH);
+    assert_true(h.id == 4);
+    assert_memory_equal(p + 2 * TN_WIRE_HDR, "abc", 3);
+    assert_int_equal(tn_wire_frame_append(&b, TN_WF_REQUEST, 5, p, TN_WIRE_MAX_PAYLOAD + 1),
+                     UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), 2 * TN_WIRE_HDR + 3);
+    tn_buf_fini(&b);
+}
+
+/* --- the framer -------------------------------------------------------------- */
+
+#define MAX_SEEN 64
+
+typedef struct {
+    size_t n;
+    tn_wire_hdr_t h[MAX_SEEN];
+    uint8_t payload[MAX_SEEN][256];
+    int fail_at;         /* return an error on this frame (1-based), 0 never */
+    uint32_t raise_to;   /* when not 0, set f->max to it after the first frame */
+    tn_wire_framer_t *f; /* for raise_to */
+} seen_t;
+
+static int on_frame(void *arg, const tn_wire_hdr_t *h, const uint8_t *payload)
+{
+    seen_t *s = arg;
+    assert_true(s->n < MAX_SEEN);
+    s->h[s->n] = *h;
+    memcpy(s->payload[s->n], payload, TN_MIN(h->len, sizeof(s->payload[0])));
+    s->n++;
+    if (s->fail_at != 0 && (int)s->n == s->fail_at)
+        return UV_ECANCELED;
+    if (s->raise_to != 0)
+        s->f->max = s->raise_to;
+    return 0;
+}
+
+/* Three frames of 0, 5 and 200 payload bytes. */
+static void three_frames(tn_buf_t *b)
+{
+    uint8_t big[200];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (uint8_t)i;
+    tn_buf_init(b);
+    assert_int_equal(tn_wire_frame_append(b, TN_WF_PING, 1, NULL, 0), 0);
+    assert_int_equal(tn_wire_frame_append(b, TN_WF_REQUEST, 2, "hello", 5), 0);
+    assert_int_equal(tn_wire_frame_append(b, TN_WF_REPLY, 3, big, sizeof(big)), 0);
+}
+
+static void expect_three(const seen_t *s)
+{
+    assert_int_equal(s->n, 3);
+    assert_int_equal(s->h[0].type, TN_WF_PING);
+    assert_int_equal(s->h[0].len, 0);
+    assert_true(s->h[1].id == 2);
+    assert_int_equal(s->h[1].len, 5);
+    assert_memory_equal(s->payload[1], "hello", 5);
+    assert_int_equal(s->h[2].type, TN_WF_REPLY);
+    assert_int_equal(s->h[2].len, 200);
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(s->payload[2][i], i);
+}
+
+static void push_in_chunks(size_t chunk)
+{
+    tn_buf_t b;
+    three_frames(&b);
+    seen_t s = {0};
+    tn_wire_framer_t f;
+    tn_wire_framer_init(&f, TN_WIRE_MAX_PAYLOAD);
+    const uint8_t *p = (const uint8_t *)tn_buf_data(&b);
+    size_t len = tn_buf_size(&b);
+    for (size_t at = 0; at < len; at += chunk)
+        assert_int_equal(tn_wire_framer_push(&f, p + at, TN_MIN(chunk, len - at), on_frame, &s), 0);
+    expect_three(&s);
+    assert_int_equal(tn_buf_size(&f.pending), 0);
+    tn_wire_framer_fini(&f);
+    tn_buf_fini(&b);
+}
+
+static void test_framer_byte_by_byte(void **state)
+{
+    (void)state;
+    push_in_chunks(1);
+}
+
+static void test_framer_odd_chunks(void **state)
+{
+    (void)state;
+    static const size_t chunks[] = {2, 3, 7, 13, 19, 20, 21, 39, 41, 199, 245};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(chunks); i++)
+        push_in_chunks(chunks[i]);
+}
+
+static void test_framer_one_push(void **state)
+{
+    (void)state;
+    push_in_chunks(100000); /* all three frames in one push */
+    /* An empty push is nothing. */
+    tn_wire_framer_t f;
+    seen_t s = {0};
+    tn_wire_framer_init(&f, 10);
+    assert_int_equal(tn_wire_framer_push(&f, "", 0, on_frame, &s), 0);
+    assert_int_equal(s.n, 0);
+    tn_wire_framer_fini(&f);
+}
+
+static void test_framer_holds_only_incomplete(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    three_frames(&b);
+    seen_t s = {0};
+    tn_wire_framer_t f;
+    tn_wire_framer_init(&f, TN_WIRE_MAX_PAYLOAD);
+    /* The first two frames whole and 10 bytes of the third. */
+    size_t cut = 2 * TN_WIRE_HDR + 5 + 10;
+    assert_int_equal(tn_wire_framer_push(&f, tn_buf_data(&b), cut, on_frame, &s), 0);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(tn_buf_size(&f.pending), 10);
+    assert_int_equal(
+        tn_wire_framer_push(&f, tn_buf_data(&b) + cut, tn_buf_size(&b) - cut, on_frame, &s), 0);
+    expect_three(&s);
+    assert_int_equal(tn_buf_size(&f.pending), 0);
+    tn_wire_framer_fini(&f);
+    tn_buf_fini(&b);
+}
+
+static void test_framer_proof_cap(void **state)
+{
+    (void)state;
+    const uint32_t cap = TN_WIRE_PROOF_CAP - TN_WIRE_HDR;
+    uint8_t hdr[TN_WIRE_HDR];
+    tn_wire_framer_t f;
+    seen_t s = {0};
+
+    /* A proof-sized frame passes under the cap. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    uint8_t proof[TN_WIRE_PROOF_LEN] = {1, 2, 3};
+    assert_int_equal(tn_wire_frame_append(&b, TN_WF_AUTH, 0, proof, sizeof(proof)), 0);
+    tn_wire_framer_init(&f, cap);
+    assert_int_equal(tn_wire_framer_push(&f, tn_buf_data(&b), tn_buf_size(&b), on_frame, &s), 0);
+    assert_int_equal(s.n, 1);
+    assert_memory_equal(s.payload[0], proof, sizeof(proof));
+    tn_wire_framer_fini(&f);
+    tn_buf_fini(&b);
+
+    /* A header announcing one byte more is refused on its own, before any
+     * payload, whether it comes whole or byte by byte. */
+    tn_wire_hdr_encode(hdr, TN_WF_AUTH, 0, cap + 1);
+    memset(&s, 0, sizeof(s));
+    tn_wire_framer_init(&f, cap);
+    assert_int_equal(tn_wire_framer_push(&f, hdr, sizeof(hdr), on_frame, &s), TN_ETOOBIG);
+    assert_int_equal(s.n, 0);
+    assert_int_equal(tn_buf_size(&f.pending), 0);
+    tn_wire_framer_fini(&f);
+
+    tn_wire_hdr_encode(hdr, TN_WF_REQUEST, 9, TN_WIRE_MAX_PAYLOAD);
+    tn_wire_framer_init(&f, cap);
+    for (size_t i = 0; i + 1 < sizeof(hdr); i++)
+        assert_int_equal(tn_wire_framer_push(&f, hdr + i, 1, on_frame, &s), 0);
+    assert_int_equal(tn_wire_framer_push(&f, hdr + sizeof(hdr) - 1, 1, on_frame, &s), TN_ETOOBIG);
+    assert_int_equal(s.n, 0);
+    assert_int_equal(tn_buf_size(&f.pending), 0);
+    tn_wire_framer_fini(&f);
+}
+
+static void test_framer_sticky(void **state)
+{
+    (void)state;
+    uint8_t junk[TN_WIRE_HDR] = "XXXXXXXXXXXXXXXXXXX";
+    tn_buf_t b;
+    three_frames(&b);
+    tn_wire_framer_t f;
+    seen_t s = {0};
+
+    /* A bad header: this push and every later one fail, good frames too. */
+    tn_wire_framer_init(&f, TN_WIRE_MAX_PAYLOAD);
+    assert_int_equal(tn_wire_framer_push(&f, junk, sizeof(junk), on_frame, &s), TN_EPROTO);
+    assert_int_equal(tn_wire_framer_push(&f, tn_buf_data(&b), tn_buf_size(&b), on_frame, &s),
+                     TN_EPROTO);
+    assert_int_equal(s.n, 0);
+    tn_wire_framer_fini(&f);
+
+    /* Good frames before the bad one are delivered; nothing after. */
+    tn_buf_t c;
+    tn_buf_init(&c);
+    assert_int_equal(tn_buf_append(&c, tn_buf_data(&b), TN_WIRE_HDR), 0); /* the ping */
+    assert_int_equal(tn_buf_append(&c, junk, sizeof(junk)), 0);
+    assert_int_equal(tn_buf_append(&c, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    tn_wire_framer_init(&f, TN_WIRE_MAX_PAYLOAD);
+    assert_int_equal(tn_wire_framer_push(&f, tn_buf_data(&c), tn_buf_size(&c), on_frame, &s),
+                     TN_EPROTO);
+    assert_int_equal(s.n, 1);
+    tn_wire_framer_fini(&f);
+    tn_buf_fini(&c);
+
+    /* A callback's error stops the push at that frame and sticks. */
+    memset(&s, 0, sizeof(s));
+    s.fail_at = 2;
+    tn_wire_framer_init(&f, TN_WIRE_MAX_PAYLOAD);
+    assert_int_equal(tn_wire_framer_push(&f, tn_buf_data(&b), tn_buf_size(&b), on_frame, &s),
+                     UV_ECANCELED);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(tn_wire_framer_push(&f, tn_buf_data(&b), tn_buf_size(&b), on_frame, &s),
+                     UV_ECANCELED);
+    assert_int_equal(s.n, 2);
+    tn_wire_framer_fini(&f);
+
+    /* The same when the failing frame was completed from pending bytes. */
+    memset(&s, 0, sizeof(s));
+    s.fail_at = 1;
+    tn_wire_framer_init(&f, TN_WIRE_MAX_PAYLOAD);
+    assert_int_equal(tn_wire_framer_push(&f, tn_buf_data(&b), 5, on_frame, &s), 0);
+    assert_int_equal(
+        tn_wire_framer_push(&f, tn_buf_data(&b) + 5, tn_buf_size(&b) - 5, on_frame, &s),
+        UV_ECANCELED);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(tn_buf_size(&f.pending), 0);
+    tn_wire_framer_fini(&f);
+    tn_buf_fini(&b);
+}
+
+static void test_framer_callback_raises_max(void **state)
+{
+    (void)state;
+    /* A proof under the pre-auth cap, then a 200-byte request in the same
+     * push: refused without the raise, taken with it. */
+    const uint32_t cap = TN_WIRE_PROOF_CAP - TN_WIRE_HDR;
+    uint8_t big[200] = {0};
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_frame_append(&b, TN_WF_AUTH, 0, big, TN_WIRE_PROOF_LEN), 0);
+    assert_int_equal(tn_wire_frame_append(&b, TN_WF_REQUEST, 1, big, sizeof(big)), 0);
+
+    for (size_t chunk = 1; chunk <= tn_buf_size(&b); chunk = chunk * 3 + 1) {
+        tn_wire_framer_t f;
+        seen_t s = {0};
+        tn_wire_framer_init(&f, cap);
+        int rc = 0;
+        for (size_t at = 0; at < tn_buf_size(&b) && rc == 0; at += chunk)
+            rc = tn_wire_framer_push(&f, tn_buf_data(&b) + at, TN_MIN(chunk, tn_buf_size(&b) - at),
+                                     on_frame, &s);
+        assert_int_equal(rc, TN_ETOOBIG);
+        assert_int_equal(s.n, 1);
+        tn_wire_framer_fini(&f);
+
+        memset(&s, 0, sizeof(s));
+        s.f = &f;
+        s.raise_to = TN_WIRE_MAX_PAYLOAD;
+        tn_wire_framer_init(&f, cap);
+        for (size_t at = 0; at < tn_buf_size(&b); at += chunk)
+            assert_int_equal(tn_wire_framer_push(&f, tn_buf_data(&b) + at,
+                                                 TN_MIN(chunk, tn_buf_size(&b) - at), on_frame, &s),
+                             0);
+        assert_int_equal(s.n, 2);
+        assert_int_equal(s.h[1].len, sizeof(big));
+        tn_wire_framer_fini(&f);
+    }
+    tn_buf_fini(&b);
+}
+
+static void test_framer_out_of_memory(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    three_frames(&b);
+    tn_wire_framer_t f;
+    seen_t s = {0};
+    tn_wire_framer_init(&f, TN_WIRE_MAX_PAYLOAD);
+    tn_alloc_fail_after(0);
+    int rc = tn_wire_framer_push(&f, tn_buf_data(&b), 3, on_frame, &s);
+    tn_alloc_fail_after(-1);
+    assert_int_equal(rc, UV_ENOMEM);
+    assert_int_equal(tn_wire_framer_push(&f, tn_buf_data(&b), tn_buf_size(&b), on_frame, &s),
+                     UV_ENOMEM);
+    assert_int_equal(s.n, 0);
+    tn_wire_framer_fini(&f);
+    tn_buf_fini(&b);
+}
+
+/* --- fields -------------------------------------------------------------------- */
+
+static void test_fields_round_trip(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_put_u8(&b, 0xab), 0);
+    assert_int_equal(tn_wire_put_bool(&b, true), 0);
+    assert_int_equal(tn_wire_put_bool(&b, false), 0);
+    assert_int_equal(tn_wire_put_u16(&b, 0xbeef), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 0xdeadbeef), 0);
+    assert_int_equal(tn_wire_put_u64(&b, 0x0123456789abcdefull), 0);
+    assert_int_equal(tn_wire_put_i32(&b, -2), 0);
+    assert_int_equal(tn_wire_put_i64(&b, INT64_MIN), 0);
+    assert_int_equal(tn_wire_put_bytes(&b, "\0\1\2", 3), 0);
+    assert_int_equal(tn_wire_put_bytes(&b, NULL, 0), 0);
+    assert_int_equal(tn_wire_put_str(&b, "127.0.0.1:4261"), 0);
+    assert_int_equal(tn_wire_put_str(&b, ""), 0);
+
+    /* Big-endian on the wire. */
+    static const uint8_t head[] = {0xab, 1,    0,    0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef,
+                                   0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xff,
+                                   0xff, 0xff, 0xfe, 0x80, 0,    0,    0,    0,    0,
+                                   0,    0,    0,    0,    0,    3,    0,    1,    2};
+    assert_memory_equal(tn_buf_data(&b), head, sizeof(head));
+
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, tn_buf_data(&b), tn_buf_size(&b));
+    uint8_t u8;
+    bool t, f;
+    uint16_t u16;
+    uint32_t u32;
+    uint64_t u64;
+    int32_t i32;
+    int64_t i64;
+    const uint8_t *bytes;
+    size_t n;
+    char str[32];
+    assert_int_equal(tn_wire_get_u8(&in, &u8), 0);
+    assert_int_equal(u8, 0xab);
+    assert_int_equal(tn_wire_get_bool(&in, &t), 0);
+    assert_true(t);
+    assert_int_equal(tn_wire_get_bool(&in, &f), 0);
+    assert_false(f);
+    assert_int_equal(tn_wire_get_u16(&in, &u16), 0);
+    assert_int_equal(u16, 0xbeef);
+    assert_int_equal(tn_wire_get_u32(&in, &u32), 0);
+    assert_int_equal(u32, 0xdeadbeef);
+    assert_int_equal(tn_wire_get_u64(&in, &u64), 0);
+    assert_true(u64 == 0x0123456789abcdefull);
+    assert_int_equal(tn_wire_get_i32(&in, &i32), 0);
+    assert_int_equal(i32, -2);
+    assert_int_equal(tn_wire_get_i64(&in, &i64), 0);
+    assert_true(i64 == INT64_MIN);
+    assert_int_equal(tn_wire_get_bytes(&in, 3, &bytes, &n), 0);
+    assert_int_equal(n, 3);
+    assert_memory_equal(bytes, "\0\1\2", 3);
+    assert_ptr_equal(bytes, (const uint8_t *)tn_buf_data(&b) + sizeof(head) - 3); /* borrowed */
+    assert_int_equal(tn_wire_get_bytes(&in, 0, &bytes, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(tn_wire_end(&in), TN_EPROTO); /* two strings still unread */
+    assert_int_equal(tn_wire_get_str(&in, 14, str), 0);
+    assert_string_equal(str, "127.0.0.1:4261");
+    assert_int_equal(tn_wire_get_str(&in, 0, str), 0);
+    assert_string_equal(str, "");
+    assert_int_equal(tn_wire_end(&in), 0);
+    tn_buf_fini(&b);
+}
+
+/* Every fixed-size reader on one byte fewer than it needs fails, and the
+ * failure sticks. */
+static void test_fields_short(void **state)
+{
+    (void)state;
+    static const uint8_t z[8] = {0};
+    tn_wire_in_t in;
+    uint8_t u8;
+    bool bl;
+    uint16_t u16;
+    uint32_t u32;
+    uint64_t u64 = 77;
+    int32_t i32;
+    int64_t i64;
+    tn_wire_in_init(&in, z, 0);
+    assert_int_equal(tn_wire_get_u8(&in, &u8), TN_EPROTO);
+    tn_wire_in_init(&in, z, 0);
+    assert_int_equal(tn_wire_get_bool(&in, &bl), TN_EPROTO);
+    tn_wire_in_init(&in, z, 1);
+    assert_int_equal(tn_wire_get_u16(&in, &u16), TN_EPROTO);
+    tn_wire_in_init(&in, z, 3);
+    assert_int_equal(tn_wire_get_u32(&in, &u32), TN_EPROTO);
+    tn_wire_in_init(&in, z, 3);
+    assert_int_equal(tn_wire_get_i32(&in, &i32), TN_EPROTO);
+    tn_wire_in_init(&in, z, 7);
+    assert_int_equal(tn_wire_get_u64(&in, &u64), TN_EPROTO);
+    assert_true(u64 == 77); /* output left unset */
+    tn_wire_in_init(&in, z, 7);
+    assert_int_equal(tn_wire_get_i64(&in, &i64), TN_EPROTO);
+    /* Sticky: a read that would fit now fails too, and so does the end. */
+    assert_int_equal(tn_wire_get_u8(&in, &u8), TN_EPROTO);
+    assert_int_equal(tn_wire_end(&in), TN_EPROTO);
+
+    /* A byte field whose length prefix is cut, or whose bytes are. */
+    const uint8_t *bytes;
+    size_t n;
+    char s[8];
+    static const uint8_t cut_len[] = {0, 0, 0};
+    tn_wire_in_init(&in, cut_len, sizeof(cut_len));
+    assert_int_equal(tn_wire_get_bytes(&in, 100, &bytes, &n), TN_EPROTO);
+    static const uint8_t cut_body[] = {0, 0, 0, 4, 'a', 'b', 'c'};
+    tn_wire_in_init(&in, cut_body, sizeof(cut_body));
+    assert_int_equal(tn_wire_get_bytes(&in, 100, &bytes, &n), TN_EPROTO);
+    tn_wire_in_init(&in, cut_body, sizeof(cut_body));
+    assert_int_equal(tn_wire_get_str(&in, 7, s), TN_EPROTO);
+    /* A length near 4 GiB does not wrap the bounds check. */
+    static const uint8_t huge[] = {0xff, 0xff, 0xff, 0xff, 'a'};
+    tn_wire_in_init(&in, huge, sizeof(huge));
+    assert_int_equal(tn_wire_get_bytes(&in, SIZE_MAX, &bytes, &n), TN_EPROTO);
+}
+
+static void test_fields_overlong_trailing_bool(void **state)
+{
+    (void)state;
+    tn_wire_in_t in;
+    const uint8_t *bytes;
+    size_t n;
+    char s[8];
+    /* Over the field's max, though the bytes are there. */
+    static const uint8_t four[] = {0, 0, 0, 4, 'a', 'b', 'c', 'd'};
+    tn_wire_in_init(&in, four, sizeof(four));
+    assert_int_equal(tn_wire_get_bytes(&in, 3, &bytes, &n), TN_EPROTO);
+    assert_int_equal(tn_wire_end(&in), TN_EPROTO);
+    tn_wire_in_init(&in, four, sizeof(four));
+    assert_int_equal(tn_wire_get_str(&in, 3, s), TN_EPROTO);
+    tn_wire_in_init(&in, four, sizeof(four));
+    assert_int_equal(tn_wire_get_str(&in, 4, s), 0);
+    assert_string_equal(s, "abcd");
+    assert_int_equal(tn_wire_end(&in), 0);
+    /* A string holding a NUL. */
+    static const uint8_t nul[] = {0, 0, 0, 3, 'a', 0, 'c'};
+    tn_wire_in_init(&in, nul, sizeof(nul));
+    assert_int_equal(tn_wire_get_str(&in, 7, s), TN_EPROTO);
+    /* Trailing bytes. */
+    tn_wire_in_init(&in, four, sizeof(four));
+    uint32_t u32;
+    assert_int_equal(tn_wire_get_u32(&in, &u32), 0);
+    assert_int_equal(tn_wire_end(&in), TN_EPROTO);
+    /* A bool other than 0 or 1. */
+    static const uint8_t bools[] = {2, 0xff};
+    for (size_t i = 0; i < sizeof(bools); i++) {
+        bool v = false;
+        tn_wire_in_init(&in, &bools[i], 1);
+        assert_int_equal(tn_wire_get_bool(&in, &v), TN_EPROTO);
+        assert_false(v);
+        assert_int_equal(tn_wire_end(&in), TN_EPROTO);
+    }
+}
+
+/* --- reply ---------------------------------------------------------------------- */
+
+static void test_reply_codec(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    static const char body[] = "{\"error\":\"no leader\"}";
+    assert_int_equal(tn_wire_reply_encode(&b, 503, "application/json", body, strlen(body)), 0);
+    static const uint8_t head[] = {0x01, 0xf7, 0, 0, 0, 16};
+    assert_memory_equal(tn_buf_data(&b), head, sizeof(head));
+    tn_wire_reply_t r;
+    assert_int_equal(tn_wire_reply_decode(tn_buf_data(&b), tn_buf_size(&b), &r), 0);
+    assert_int_equal(r.status, 503);
+    assert_int_equal(r.ctype_len, 16);
+    assert_memory_equal(r.ctype, "application/json", 16);
+    assert_int_equal(r.body_len, strlen(body));
+    assert_memory_equal(r.body, body, strlen(body));
+
+    /* No content type, no body. */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_reply_encode(&b, 204, NULL, NULL, 0), 0);
+    assert_int_equal(tn_buf_size(&b), 10);
+    assert_int_equal(tn_wire_reply_decode(tn_buf_data(&b), tn_buf_size(&b), &r), 0);
+    assert_int_equal(r.status, 204);
+    assert_int_equal(r.ctype_len, 0);
+    assert_int_equal(r.body_len, 0);
+
+    /* Encoder refusals leave the buffer as it was. */
+    char ctype[257];
+    memset(ctype, 'x', 256);
+    ctype[256] = '\0';
+    assert_int_equal(tn_wire_reply_encode(&b, 200, ctype, NULL, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_reply_encode(&b, 99, "", NULL, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_reply_encode(&b, 600, "", NULL, 0), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), 10);
+    ctype[255] = '\0';
+    assert_int_equal(tn_wire_reply_encode(&b, 599, ctype, "x", 1), 0);
+    assert_int_equal(tn_wire_reply_decode(tn_buf_data(&b) + 10, tn_buf_size(&b) - 10, &r), 0);
+    assert_int_equal(r.status, 599);
+    assert_int_equal(r.ctype_len, 255);
+
+    /* Decoder refusals: every cut, a trailing byte, bad statuses, a long
+     * content type. */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_reply_encode(&b, 200, "text/plain", "ok", 2), 0);
+    for (size_t cut = 0; cut < tn_buf_size(&b); cut++)
+        assert_int_equal(tn_wire_reply_decode(tn_buf_data(&b), cut, &r), TN_EPROTO);
+    assert_int_equal(tn_buf_append(&b, "!", 1), 0);
+    assert_int_equal(tn_wire_reply_decode(tn_buf_data(&b), tn_buf_size(&b), &r), TN_EPROTO);
+    static const uint16_t bad_status[] = {0, 99, 600, 0xffff};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(bad_status); i++) {
+        tn_buf_t c;
+        tn_buf_init(&c);
+        assert_int_equal(tn_wire_put_u16(&c, bad_status[i]), 0);
+        assert_int_equal(tn_wire_put_str(&c, ""), 0);
+        assert_int_equal(tn_wire_put_str(&c, ""), 0);
+        assert_int_equal(tn_wire_reply_decode(tn_buf_data(&c), tn_buf_size(&c), &r), TN_EPROTO);
+        tn_buf_fini(&c);
+    }
+    tn_buf_reset(&b);
+    memset(ctype, 'x', 256);
+    ctype[256] = '\0';
+    assert_int_equal(tn_wire_put_u16(&b, 200), 0);
+    assert_int_equal(tn_wire_put_str(&b, ctype), 0);
+    assert_int_equal(tn_wire_put_str(&b, ""), 0);
+    assert_int_equal(tn_wire_reply_decode(tn_buf_data(&b), tn_buf_size(&b), &r), TN_EPROTO);
+    tn_buf_fini(&b);
+}
+
+/* --- opcodes and request shapes --------------------------------------------------- */
+
+static void test_op_table(void **state)
+{
+    (void)state;
+    static const struct {
+        uint8_t op;
+        const char *name;
+    } want[] = {
+        {TN_OP_ECHO, "echo"},
+        {TN_OP_META_PROPOSE, "meta_propose"},
+        {TN_OP_JOIN, "join"},
+        {TN_OP_LEADER_INDEX, "leader_index"},
+        {TN_OP_NODE_STATUS, "node_status"},
+    };
+    assert_int_equal(TN_ARRAY_SIZE(want), TN_OP__COUNT - 1); /* every op is listed */
+    for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
+        assert_non_null(tn_wire_op_name(want[i].op));
+        assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
+        assert_int_equal(tn_wire_op_lane(want[i].op), TN_LANE_CONTROL);
+    }
+    assert_null(tn_wire_op_name(0));
+    for (unsigned op = TN_OP__COUNT; op <= 255; op++) {
+        assert_null(tn_wire_op_name((uint8_t)op));
+        assert_int_equal(tn_wire_op_lane((uint8_t)op), TN_LANE_CONTROL);
+    }
+}
+
+static void test_request_check(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+
+    /* Good requests of every op, and each one cut or grown by a byte. */
+    tn_buf_t good[TN_OP__COUNT];
+    for (int op = TN_OP_ECHO; op < TN_OP__COUNT; op++) {
+        tn_buf_init(&good[op]);
+        assert_int_equal(tn_wire_put_u8(&good[op], (uint8_t)op), 0);
+    }
+    assert_int_equal(tn_wire_put_bytes(&good[TN_OP_ECHO], "ping", 4), 0);
+    assert_int_equal(tn_wire_put_bytes(&good[TN_OP_META_PROPOSE], "TM\1\1\0\0\0\0", 8), 0);
+    assert_int_equal(tn_wire_put_u64(&good[TN_OP_JOIN], 2), 0);
+    assert_int_equal(tn_wire_put_str(&good[TN_OP_JOIN], "127.0.0.1:4262"), 0);
+    assert_int_equal(tn_wire_put_str(&good[TN_OP_JOIN], "127.0.0.1:4252"), 0);
+    for (int op = TN_OP_ECHO; op < TN_OP__COUNT; op++) {
+        tn_buf_t *g = &good[op];
+        assert_int_equal(tn_wire_request_check(tn_buf_data(g), tn_buf_size(g)), 0);
+        if (tn_buf_size(g) > 1)
+            assert_int_equal(tn_wire_request_check(tn_buf_data(g), tn_buf_size(g) - 1), TN_EPROTO);
+        assert_int_equal(tn_buf_append(g, "", 1), 0);
+        assert_int_equal(tn_wire_request_check(tn_buf_data(g), tn_buf_size(g)), TN_EPROTO);
+        tn_buf_fini(g);
+    }
+
+    /* No opcode; unknown opcodes, with or without a payload. */
+    assert_int_equal(tn_wire_request_check("", 0), TN_EPROTO);
+    static const uint8_t unknown[] = {0, TN_OP__COUNT, 200, 255};
+    for (size_t i = 0; i < sizeof(unknown); i++) {
+        assert_int_equal(tn_wire_request_check(&unknown[i], 1), UV_ENOTSUP);
+        uint8_t more[3] = {unknown[i], 1, 2};
+        assert_int_equal(tn_wire_request_check(more, sizeof(more)), UV_ENOTSUP);
+    }
+
+    /* JOIN: an address over TN_WIRE_ADDR_MAX, or holding a NUL. */
+    char addr[TN_WIRE_ADDR_MAX + 2];
+    memset(addr, 'a', TN_WIRE_ADDR_MAX + 1);
+    addr[TN_WIRE_ADDR_MAX + 1] = '\0';
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_u8(&b, TN_OP_JOIN), 0);
+    assert_int_equal(tn_wire_put_u64(&b, 1), 0);
+    assert_int_equal(tn_wire_put_str(&b, addr), 0);
+    assert_int_equal(tn_wire_put_str(&b, "x"), 0);
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&b), tn_buf_size(&b)), TN_EPROTO);
+    addr[TN_WIRE_ADDR_MAX] = '\0';
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_u8(&b, TN_OP_JOIN), 0);
+    assert_int_equal(tn_wire_put_u64(&b, 1), 0);
+    assert_int_equal(tn_wire_put_str(&b, "x"), 0);
+    assert_int_equal(tn_wire_put_str(&b, addr), 0);
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&b), tn_buf_size(&b)), 0);
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_u8(&b, TN_OP_JOIN), 0);
+    assert_int_equal(tn_wire_put_u64(&b, 1), 0);
+    assert_int_equal(tn_wire_put_bytes(&b, "a\0b", 3), 0);
+    assert_int_equal(tn_wire_put_str(&b, "x"), 0);
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&b), tn_buf_size(&b)), TN_EPROTO);
+    tn_buf_fini(&b);
+}
+
+/* --- the secret proof --------------------------------------------------------------- */
+
+static void test_hmac_rfc4231(void **state)
+{
+    (void)state;
+    uint8_t out[32];
+    /* RFC 4231 test case 1. */
+    uint8_t key1[20];
+    memset(key1, 0x0b, sizeof(key1));
+    static const uint8_t mac1[32] = {0xb0, 0x34, 0x4c, 0x61, 0xd8, 0xdb, 0x38, 0x53,
+                                     0x5c, 0xa8, 0xaf, 0xce, 0xaf, 0x0b, 0xf1, 0x2b,
+                                     0x88, 0x1d, 0xc2, 0x00, 0xc9, 0x83, 0x3d, 0xa7,
+                                     0x26, 0xe9, 0x37, 0x6c, 0x2e, 0x32, 0xcf, 0xf7};
+    assert_int_equal(tn_wire_hmac_sha256(key1, sizeof(key1), "Hi There", 8, out), 0);
+    assert_memory_equal(out, mac1, 32);
+    /* Test case 2: a key shorter than the output. */
+    static const uint8_t mac2[32] = {0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e,
+                                     0x6a, 0x04, 0x24, 0x26, 0x08, 0x95, 0x75, 0xc7,
+                                     0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27, 0x39, 0x83,
+                                     0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
+    const char *data2 = "what do ya want for nothing?";
+    assert_int_equal(tn_wire_hmac_sha256((const uint8_t *)"Jefe", 4, data2, strlen(data2), out), 0);
+    assert_memory_equal(out, mac2, 32);
+}
+
+static const uint8_t secret[] = "a cluster secret of some length";
+
+static void test_proof(void **state)
+{
+    (void)state;
+    uint8_t ekm[TN_WIRE_EKM_LEN];
+    for (size_t i = 0; i < sizeof(ekm); i++)
+        ekm[i] = (uint8_t)(i * 7 + 1);
+    uint8_t pc[TN_WIRE_PROOF_LEN], ps[TN_WIRE_PROOF_LEN], want[TN_WIRE_PROOF_LEN];
+    assert_int_equal(tn_wire_proof(secret, sizeof(secret) - 1, true, ekm, pc), 0);
+    assert_int_equal(tn_wire_proof(secret, sizeof(secret) - 1, false, ekm, ps), 0);
+    assert_memory_not_equal(pc, ps, TN_WIRE_PROOF_LEN); /* the roles differ */
+
+    /* The proof is HMAC(secret, role || ekm), as documented. */
+    static const char *const roles[] = {"client", "server"};
+    const uint8_t *proofs[] = {pc, ps};
+    for (int i = 0; i < 2; i++) {
+        tn_buf_t msg;
+        tn_buf_init(&msg);
+        assert_int_equal(tn_buf_append(&msg, roles[i], 6), 0);
+        assert_int_equal(tn_buf_append(&msg, ekm, sizeof(ekm)), 0);
+        assert_int_equal(tn_wire_hmac_sha256(secret, sizeof(secret) - 1, tn_buf_data(&msg),
+                                             tn_buf_size(&msg), want),
+                         0);
+        assert_memory_equal(proofs[i], want, TN_WIRE_PROOF_LEN);
+        tn_buf_fini(&msg);
+    }
+
+    assert_true(tn_wire_proof_check(secret, sizeof(secret) - 1, true, ekm, pc, sizeof(pc)));
+    assert_true(tn_wire_proof_check(secret, sizeof(secret) - 1, false, ekm, ps, sizeof(ps)));
+    /* A proof of one role does not pass for the other. */
+    assert_false(tn_wire_proof_check(secret, sizeof(secret) - 1, false, ekm, pc, sizeof(pc)));
+    assert_false(tn_wire_proof_check(secret, sizeof(secret) - 1, true, ekm, ps, sizeof(ps)));
+    /* Any flipped bit of the ekm, the proof or the secret fails. */
+    for (size_t bit = 0; bit < 8 * TN_WIRE_EKM_LEN; bit++) {
+        ekm[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        assert_false(tn_wire_proof_check(secret, sizeof(secret) - 1, true, ekm, pc, sizeof(pc)));
+        ekm[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    }
+    for (size_t bit = 0; bit < 8 * TN_WIRE_PROOF_LEN; bit++) {
+        pc[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        assert_false(tn_wire_proof_check(secret, sizeof(secret) - 1, true, ekm, pc, sizeof(pc)));
+        pc[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    }
+    uint8_t other[sizeof(secret)];
+    memcpy(other, secret, sizeof(secret));
+    other[0] ^= 1;
+    assert_false(tn_wire_proof_check(other, sizeof(secret) - 1, true, ekm, pc, sizeof(pc)));
+    /* Wrong lengths, even with the right prefix. */
+    uint8_t longer[TN_WIRE_PROOF_LEN + 1];
+    memcpy(longer, pc, sizeof(pc));
+    longer[TN_WIRE_PROOF_LEN] = 0;
+    assert_false(
+        tn_wire_proof_check(secret, sizeof(secret) - 1, true, ekm, longer, sizeof(longer)));
+    assert_false(tn_wire_proof_check(secret, sizeof(secret) - 1, true, ekm, pc, sizeof(pc) - 1));
+    assert_false(tn_wire_proof_check(secret, sizeof(secret) - 1, true, ekm, pc, 0));
+    assert_true(tn_wire_proof_check(secret, sizeof(secret) - 1, true, ekm, pc, sizeof(pc)));
+    /* An empty secret proves nothing. */
+    assert_int_equal(tn_wire_proof(secret, 0, true, ekm, want), UV_EINVAL);
+    assert_false(tn_wire_proof_check(secret, 0, true, ekm, pc, sizeof(pc)));
+}
+
+static void test_reset_key(void **state)
+{
+    (void)state;
+    uint8_t k1[32], k2[32], want[32];
+    assert_int_equal(tn_wire_reset_key(secret, sizeof(secret) - 1, k1), 0);
+    assert_int_equal(tn_wire_reset_key(secret, sizeof(secret) - 1, k2), 0);
+    assert_memory_equal(k1, k2, 32); /* every node of a cluster derives the same key */
+    const char *ctx = "tern-quic-stateless-reset-v1";
+    assert_int_equal(tn_wire_hmac_sha256(secret, sizeof(secret) - 1, ctx, strlen(ctx), want), 0);
+    assert_memory_equal(k1, want, 32);
+    assert_int_equal(tn_wire_reset_key(secret, sizeof(secret) - 2, k2), 0);
+    assert_memory_not_equal(k1, k2, 32);
+    assert_int_equal(tn_wire_reset_key(secret, 0, k2), UV_EINVAL);
+}
+
+/* --- backoff ------------------------------------------------------------------------- */
+
+static void test_backoff(void **state)
+{
+    (void)state;
+    assert_int_equal(tn_wire_backoff_ms(0), 0);
+    assert_int_equal(tn_wire_backoff_ms(1), 250);
+    assert_int_equal(tn_wire_backoff_ms(2), 500);
+    assert_int_equal(tn_wire_backoff_ms(3), 1000);
+    assert_int_equal(tn_wire_backoff_ms(4), 2000);
+    assert_int_equal(tn_wire_backoff_ms(5), 2000);
+    assert_int_equal(tn_wire_backoff_ms(100), 2000);
+    assert_int_equal(tn_wire_backoff_ms(UINT32_MAX), 2000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hdr_round_trip),
+        cmocka_unit_test(test_hdr_refusals),
+        cmocka_unit_test(test_frame_append),
+        cmocka_unit_test(test_framer_byte_by_byte),
+        cmocka_unit_test(test_framer_odd_chunks),
+        cmocka_unit_test(test_framer_one_push),
+        cmocka_unit_test(test_framer_holds_only_incomplete),
+        cmocka_unit_test(test_framer_proof_cap),
+        cmocka_unit_test(test_framer_sticky),
+        cmocka_unit_test(test_framer_callback_raises_max),
+        cmocka_unit_test(test_framer_out_of_memory),
+        cmocka_unit_test(test_fields_round_trip),
+        cmocka_unit_test(test_fields_short),
+        cmocka_unit_test(test_fields_overlong_trailing_bool),
+        cmocka_unit_test(test_reply_codec),
+        cmocka_unit_test(test_op_table),
+        cmocka_unit_test(test_request_check),
+        cmocka_unit_test(test_hmac_rfc4231),
+        cmocka_unit_test(test_proof),
+        cmocka_unit_test(test_reset_key),
+        cmocka_unit_test(test_backoff),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
