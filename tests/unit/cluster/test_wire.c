@@ -590,6 +590,26 @@ static void test_reply_codec(void **state)
         assert_int_equal(tn_wire_reply_decode(tn_buf_data(&c), tn_buf_size(&c), &r), TN_EPROTO);
         tn_buf_fini(&c);
     }
+    /* Control characters in the content type (it becomes a header). */
+    static const char *const dirty[] = {"text/plain\r\nX-Evil: 1", "a\tb", "\x7f"};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(dirty); i++) {
+        tn_buf_t c;
+        tn_buf_init(&c);
+        assert_int_equal(tn_wire_reply_encode(&c, 200, dirty[i], NULL, 0), UV_EINVAL);
+        assert_int_equal(tn_buf_size(&c), 0);
+        assert_int_equal(tn_wire_put_u16(&c, 200), 0);
+        assert_int_equal(tn_wire_put_str(&c, dirty[i]), 0);
+        assert_int_equal(tn_wire_put_str(&c, ""), 0);
+        assert_int_equal(tn_wire_reply_decode(tn_buf_data(&c), tn_buf_size(&c), &r), TN_EPROTO);
+        tn_buf_fini(&c);
+    }
+    tn_buf_t c;
+    tn_buf_init(&c);
+    assert_int_equal(tn_wire_put_u16(&c, 200), 0);
+    assert_int_equal(tn_wire_put_bytes(&c, "a\0b", 3), 0);
+    assert_int_equal(tn_wire_put_str(&c, ""), 0);
+    assert_int_equal(tn_wire_reply_decode(tn_buf_data(&c), tn_buf_size(&c), &r), TN_EPROTO);
+    tn_buf_fini(&c);
     tn_buf_reset(&b);
     memset(ctype, 'x', 256);
     ctype[256] = '\0';
@@ -777,6 +797,25 @@ static void test_proof(void **state)
     assert_false(tn_wire_proof_check(secret, 0, true, ekm, pc, sizeof(pc)));
 }
 
+static void test_auth_check(void **state)
+{
+    (void)state;
+    uint8_t ekm[TN_WIRE_EKM_LEN] = {9, 8, 7};
+    uint8_t pc[TN_WIRE_PROOF_LEN];
+    assert_int_equal(tn_wire_proof(secret, sizeof(secret) - 1, true, ekm, pc), 0);
+    tn_wire_hdr_t h = {.type = TN_WF_AUTH, .id = 0, .len = TN_WIRE_PROOF_LEN};
+    assert_int_equal(tn_wire_auth_check(secret, sizeof(secret) - 1, true, ekm, &h, pc), 0);
+    assert_int_equal(tn_wire_auth_check(secret, sizeof(secret) - 1, false, ekm, &h, pc), UV_EACCES);
+    pc[31] ^= 0x80;
+    assert_int_equal(tn_wire_auth_check(secret, sizeof(secret) - 1, true, ekm, &h, pc), UV_EACCES);
+    pc[31] ^= 0x80;
+    h.type = TN_WF_REQUEST; /* a request before the proof */
+    assert_int_equal(tn_wire_auth_check(secret, sizeof(secret) - 1, true, ekm, &h, pc), TN_EPROTO);
+    h.type = TN_WF_AUTH;
+    h.len = TN_WIRE_PROOF_LEN - 1;
+    assert_int_equal(tn_wire_auth_check(secret, sizeof(secret) - 1, true, ekm, &h, pc), TN_EPROTO);
+}
+
 static void test_reset_key(void **state)
 {
     (void)state;
@@ -829,6 +868,7 @@ int main(void)
         cmocka_unit_test(test_request_check),
         cmocka_unit_test(test_hmac_rfc4231),
         cmocka_unit_test(test_proof),
+        cmocka_unit_test(test_auth_check),
         cmocka_unit_test(test_reset_key),
         cmocka_unit_test(test_backoff),
     };
