@@ -373,6 +373,22 @@ static void test_framer_out_of_memory(void **state)
 
 /* --- fields -------------------------------------------------------------------- */
 
+static void test_writers_out_of_memory(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_alloc_fail_after(0);
+    assert_int_equal(tn_wire_put_u8(&b, 1), UV_ENOMEM);
+    assert_int_equal(tn_wire_put_u64(&b, 1), UV_ENOMEM);
+    assert_int_equal(tn_wire_put_str(&b, "x"), UV_ENOMEM);
+    assert_int_equal(tn_wire_frame_append(&b, TN_WF_PING, 1, NULL, 0), UV_ENOMEM);
+    assert_int_equal(tn_wire_reply_encode(&b, 200, "text/plain", "ok", 2), UV_ENOMEM);
+    tn_alloc_fail_after(-1);
+    assert_int_equal(tn_buf_size(&b), 0);
+    tn_buf_fini(&b);
+}
+
 static void test_fields_round_trip(void **state)
 {
     (void)state;
@@ -860,6 +876,7 @@ int main(void)
         cmocka_unit_test(test_framer_sticky),
         cmocka_unit_test(test_framer_callback_raises_max),
         cmocka_unit_test(test_framer_out_of_memory),
+        cmocka_unit_test(test_writers_out_of_memory),
         cmocka_unit_test(test_fields_round_trip),
         cmocka_unit_test(test_fields_short),
         cmocka_unit_test(test_fields_overlong_trailing_bool),
