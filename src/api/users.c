@@ -47,6 +47,14 @@ static void on_seeded(tn_meta_req_t *req, int status)
         else
             TN_LOG(TN_LOG_NOTICE, "root user %s created; its password is in %s/%s", TN_ROOT_USER,
                    s->path, TN_ADMIN_PASSWORD_FILE);
+    } else if (status == UV_EEXIST && !s->from_env) {
+        /* Another node of the cluster seeded first: the password written
+         * here is not the root user's, so it must not stay to mislead. */
+        char file[sizeof(s->path) + sizeof(TN_ADMIN_PASSWORD_FILE) + 1];
+        snprintf(file, sizeof(file), "%s/%s", s->path, TN_ADMIN_PASSWORD_FILE);
+        int rc = tn_io_unlink(file);
+        TN_LOG(TN_LOG_NOTICE, "root user %s was created by another node%s", TN_ROOT_USER,
+               rc == 0 ? "; removed the unused password file" : "");
     } else if (status != UV_EEXIST && status != TN_ECLOSED) {
         TN_LOG(TN_LOG_ERROR, "creating the root user failed: %s (the next start tries again)",
                tn_strerror(status));

@@ -11,6 +11,10 @@
  *      between leaves no user, so the next start seeds again (a generated
  *      password is then replaced in the file). The password is never
  *      logged.
+ *   4. In a cluster every node seeds when it first finds no user; the
+ *      first proposal the leader applies wins, and a node whose proposal
+ *      found the user there removes the password file it wrote (that
+ *      password is nobody's). The file is then on the node that won.
  *
  * Threads: the loop thread. */
 #ifndef TN_API_USERS_H
