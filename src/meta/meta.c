@@ -352,10 +352,13 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     if (rc == 0)
         rc = o->join_only ? RAFT_CANTBOOTSTRAP : raft_bootstrap(&m->raft, &conf);
     raft_configuration_close(&conf);
-    if (rc == 0) {
+    if (rc == 0 && o->npeers == 0) {
+        TN_LOG(TN_LOG_NOTICE, "metastore: new cluster bootstrapped with node %llu at %s",
+               (unsigned long long)o->node_id, m->address);
+    } else if (rc == 0) {
         TN_LOG(TN_LOG_NOTICE,
-               "metastore: new cluster bootstrapped with %zu voters, node %llu at %s",
-               TN_MAX(o->npeers, (size_t)1), (unsigned long long)o->node_id, m->address);
+               "metastore: new cluster bootstrapped with %zu voters, node %llu at %s", o->npeers,
+               (unsigned long long)o->node_id, m->address);
     } else if (rc != RAFT_CANTBOOTSTRAP) {
         tn_errbuf(err, errlen, "metastore: bootstrap: %s", raft_errmsg(&m->raft));
         goto fail_raft;
