@@ -1311,13 +1311,18 @@ static int settle_cluster(tn_config_t *cfg, char **envp, char *err, size_t errle
     return 0;
 }
 
-/* Only processes on this host reach a loopback Raft listener. */
-static bool raft_loopback(const tn_config_t *cfg)
+/* Only processes on this host reach a loopback (IPv4: Raft's) address. */
+static bool loopback4(const tn_netaddr_t *a)
 {
-    const struct sockaddr_storage *sa = &cfg->raft_listen.addr.sa;
+    const struct sockaddr_storage *sa = &a->sa;
     if (sa->ss_family == AF_INET)
         return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
     return false;
+}
+
+static bool raft_loopback(const tn_config_t *cfg)
+{
+    return loopback4(&cfg->raft_listen.addr);
 }
 
 static int check_readable(const char *option, const char *path, char *err, size_t errlen)
@@ -1377,6 +1382,16 @@ static int check_cluster(const tn_config_t *cfg, char *err, size_t errlen)
                           cfg->peers[i].addr.name, cfg->peers[j].id, cfg->peers[i].id);
                 return TN_ECONFIG;
             }
+        }
+    }
+    for (size_t i = 1; i < cfg->npeers; i++) {
+        if (loopback4(&cfg->peers[i].addr) != loopback4(&cfg->peers[0].addr)) {
+            tn_errbuf(err, errlen,
+                      "peers mixes loopback and other addresses (%s, %s): a node on another host "
+                      "cannot reach a loopback Raft address, and Raft keeps the address a node "
+                      "first started on",
+                      cfg->peers[0].addr.name, cfg->peers[i].addr.name);
+            return TN_ECONFIG;
         }
     }
     if (cfg->npeers > 0) {

@@ -15,7 +15,11 @@
  * G also mean binary units); durations take Go-style units (`250ms`, `1.5s`,
  * `1m30s`, `500us`), or a bare 0; `unlimited` is the largest size or
  * duration, for the options whose range goes that far; booleans
- * true/false/1/0/yes/no/on/off. */
+ * true/false/1/0/yes/no/on/off.
+ *
+ * One setting has no option: the cluster secret comes from
+ * TERN_CLUSTER_SECRET or the file cluster-secret-file names, never from a
+ * flag (which shows in ps) or a config-file value. */
 #ifndef TN_CORE_CONFIG_H
 #define TN_CORE_CONFIG_H
 

@@ -682,6 +682,11 @@ static void test_cluster_peers(void **state)
     char *q4[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5001,2@127.0.0.1:5009", NULL};
     expect_refused(q4, env, "peers lists this node (2) at 127.0.0.1:5009",
                    "raft-address is 127.0.0.1:5002");
+    char *q5[] = {"ternd", NODE2, "--peers=1@192.0.2.1:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(q5, env,
+                   "peers mixes loopback and other addresses (192.0.2.1:5001, "
+                   "127.0.0.1:5002)",
+                   "");
     /* This node's own settings. */
     char *n1[] = {"ternd", "--raft-address=127.0.0.1:5002", "--http-address=127.0.0.1:5102",
                   "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002", NULL};
