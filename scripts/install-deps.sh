@@ -27,6 +27,14 @@ fi
 if ! command -v openssl >/dev/null 2>&1; then
     missing+=(openssl)
 fi
+# ip and nft make the network namespaces and the partition rules of the
+# cluster tests (tests/cluster/netns.py).
+if ! command -v ip >/dev/null 2>&1; then
+    missing+=(iproute2)
+fi
+if ! command -v nft >/dev/null 2>&1; then
+    missing+=(nftables)
+fi
 if ! command -v node >/dev/null 2>&1; then
     missing+=(nodejs)
 fi

@@ -77,6 +77,7 @@ typedef struct {
     uint64_t raft_id;
     bool security;            /* security-enabled */
     const char *raft_address; /* borrowed from the configuration */
+    tn_meta_peer_t *peers;    /* --peers for the metastore, or NULL */
 } daemon_t;
 
 static daemon_t *g_daemon;
@@ -228,6 +229,24 @@ static void on_meta_ready(void *arg)
         TN_LOG(TN_LOG_ERROR, "cannot seed the root user: %s", tn_strerror(rc));
 }
 
+/* Whether dir holds Raft state: libraft's metadata files, written by the
+ * bootstrap and by every node once it has taken part. */
+static bool has_raft_state(const char *dir)
+{
+    char path[4200];
+    for (int i = 1; i <= 2; i++) {
+        snprintf(path, sizeof(path), "%s/metadata%d", dir, i);
+        if (access(path, F_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
+static const char *nonempty(const char *s)
+{
+    return s[0] != '\0' ? s : NULL;
+}
+
 /* The metastore, in <data>/meta, after the engine has recovered (libraft
  * runs on the loop from here on). */
 static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errlen)
@@ -237,12 +256,33 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     tn_meta_opts_t mo;
     memset(&mo, 0, sizeof(mo));
     mo.dir = dir;
-    mo.node_id = (uint64_t)cfg->node_id + 1;
+    mo.node_id = tn_config_raft_id(cfg);
     mo.address = cfg->raft_listen.addr.name; /* numeric: libraft parses IPv4 only */
     mo.election_ms = (unsigned)(cfg->raft_election_timeout_ns / 1000000);
     mo.heartbeat_ms = TN_MAX(mo.election_ms / 10, 10u);
     mo.on_ready = on_meta_ready;
     mo.ready_arg = d;
+    if (cfg->npeers > 0) {
+        d->peers = tn_calloc(cfg->npeers, sizeof(*d->peers));
+        if (d->peers == NULL) {
+            tn_errbuf(err, errlen, "metastore: %s", tn_strerror(UV_ENOMEM));
+            return UV_ENOMEM;
+        }
+        for (size_t i = 0; i < cfg->npeers; i++) {
+            d->peers[i].id = cfg->peers[i].id;
+            snprintf(d->peers[i].raft_addr, sizeof(d->peers[i].raft_addr), "%s",
+                     cfg->peers[i].addr.name);
+        }
+    }
+    mo.peers = d->peers;
+    mo.npeers = cfg->npeers;
+    mo.join_only = cfg->njoin > 0 && !has_raft_state(dir);
+    mo.api_addr = nonempty(cfg->advertise);
+    mo.heartbeat_interval_ms = (unsigned)(cfg->cluster_heartbeat_interval_ns / 1000000);
+    mo.dead_after_ms = (unsigned)(cfg->cluster_dead_after_ns / 1000000);
+    mo.tls_cert = nonempty(cfg->raft_tls_cert);
+    mo.tls_key = nonempty(cfg->raft_tls_key);
+    mo.tls_ca = nonempty(cfg->raft_tls_ca);
     d->data_path = cfg->data_path;
     d->raft_id = mo.node_id;
     d->raft_address = cfg->raft_listen.addr.name;
@@ -439,6 +479,12 @@ int main(int argc, char **argv)
         const tn_config_ignored_t *ig = &tn_config_nsqd_ignored[cfg.ignored_seen[i]];
         TN_LOG(TN_LOG_WARN, "nsqd option %s has no effect in tern: %s", ig->name, ig->instead);
     }
+    if (cfg.cluster_secret_generated)
+        TN_LOG(TN_LOG_NOTICE, "single node with no cluster secret: generated a per-process "
+                              "secret, so node RPC is closed to other processes");
+    else if (cfg.cluster_secret_len == 0)
+        TN_LOG(TN_LOG_WARN, "node RPC plane is unauthenticated (security-enabled=false and no "
+                            "cluster secret)");
     tn_ws_opts_t wopts;
     if (tn_ws_opts_from_config(&wopts, &cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "ternd: %s\n", err);
@@ -524,7 +570,7 @@ int main(int argc, char **argv)
          * durable; only the log streams need flushing. */
         if (cfg.pid_file[0] != '\0')
             unlink(cfg.pid_file);
-        tn_config_fini(&cfg);
+        tn_config_fini(&cfg); /* wipes the cluster secret */
         fflush(stdout);
         fflush(stderr);
         _exit(d.rc);
@@ -536,6 +582,7 @@ int main(int argc, char **argv)
     }
     if (cfg.pid_file[0] != '\0')
         unlink(cfg.pid_file);
+    tn_free(d.peers);
     tn_config_fini(&cfg);
     return d.rc;
 }

@@ -11,15 +11,22 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* OPT_ADDR: a listener's host:port, resolved by tn_config_load (see
  * listeners[]); OPT_ADDRS: host:port servers to dial, comma-separated,
- * checked but resolved only when dialled. Both are kept as text. */
+ * checked but resolved only when dialled; OPT_DIAL: one such host:port,
+ * never a wildcard; OPT_PEERS: ID@host:port, comma-separated, resolved by
+ * tn_config_load (settle_cluster). All are kept as text. */
 typedef enum {
     OPT_STR,
     OPT_INT,
@@ -28,7 +35,9 @@ typedef enum {
     OPT_BOOL,
     OPT_ENUM,
     OPT_ADDR,
-    OPT_ADDRS
+    OPT_ADDRS,
+    OPT_DIAL,
+    OPT_PEERS
 } opt_type_t;
 
 typedef struct {
@@ -147,7 +156,10 @@ static const opt_t options[] = {
      INT64_MAX, NULL, "node-wide bytes of HTTP request bodies over 1 MiB being read (503 beyond)"},
     {"broadcast-address", OPT_STR, F(broadcast_address), "", 0, 0, NULL,
      "address advertised to clients and lookupd (default: the host name)"},
-    {"node-id", OPT_INT, F(node_id), "0", 0, 1023, NULL, "this node's id in the cluster"},
+    {"node-id", OPT_INT, F(node_id), "0", 0, 1023, NULL,
+     "this node's id in the cluster: with peers or join >= 1 and its Raft id; a lone node's Raft "
+     "id "
+     "is node-id + 1"},
     {"max-partitions", OPT_INT, F(max_partitions), "108", 1, 65535, NULL,
      "most partitions a topic created through /v1 may have"},
     {"http-max-consume-wait", OPT_DURATION, F(http_max_consume_wait_ns), "10s", 0, 60 * SEC, NULL,
@@ -225,6 +237,42 @@ static const opt_t options[] = {
      "how far past a channel's oldest unfinished message it delivers"},
     {"gc-interval", OPT_DURATION, F(gc_interval_ns), "10s", 10 * MS, 3600 * SEC, NULL,
      "how often finished segments are reclaimed"},
+    {"advertise-address", OPT_DIAL, F(advertise_address), "", 0, 0, NULL,
+     "the API address other nodes and clients reach this node at: HTTP on TCP and node RPC on "
+     "UDP, the same port number (default: http-address when it names one interface)"},
+    {"peers", OPT_PEERS, F(peers_text), "", 0, 0, NULL,
+     "the Raft addresses of the initial voters, this node included, the same on every initial "
+     "node; an empty data directory bootstraps with exactly these voters"},
+    {"join", OPT_ADDRS, F(join_text), "", 0, 0, NULL,
+     "API addresses of existing members, for a node added later: it asks to be admitted until "
+     "the leader adds it as a voter"},
+    {"cluster-secret-file", OPT_STR, F(cluster_secret_file), "", 0, 0, NULL,
+     "file holding the cluster secret (at least 32 bytes; a trailing newline is not part of it; "
+     "readable by its owner only), or TERN_CLUSTER_SECRET; never a flag value"},
+    {"raft-tls-cert", OPT_STR, F(raft_tls_cert), "", 0, 0, NULL,
+     "PEM certificate this node presents on Raft connections (mutual TLS; with raft-tls-key and "
+     "raft-tls-ca)"},
+    {"raft-tls-key", OPT_STR, F(raft_tls_key), "", 0, 0, NULL, "PEM private key of raft-tls-cert"},
+    {"raft-tls-ca", OPT_STR, F(raft_tls_ca), "", 0, 0, NULL,
+     "PEM CA that signs every node's Raft certificate; peers' certificates are verified with it"},
+    {"allow-plaintext-raft", OPT_BOOL, F(allow_plaintext_raft), "false", 0, 0, NULL,
+     "with security on, let Raft on a non-loopback raft-address run without TLS (fence its "
+     "port: Raft has no authentication of its own)"},
+    {"allow-insecure-cluster", OPT_BOOL, F(allow_insecure_cluster), "false", 0, 0, NULL,
+     "let a node with security-enabled=false take peers or join (its node RPC is "
+     "unauthenticated without a cluster secret)"},
+    {"cluster-heartbeat-interval", OPT_DURATION, F(cluster_heartbeat_interval_ns), "5s", 100 * MS,
+     60 * SEC, NULL, "how often a member re-registers with the cluster"},
+    {"cluster-dead-after", OPT_DURATION, F(cluster_dead_after_ns), "30s", 200 * MS, 3600 * SEC,
+     NULL,
+     "the leader marks a member dead after this long without its heartbeat (at least two "
+     "heartbeat intervals)"},
+    {"cluster-rpc-dial-timeout", OPT_DURATION, F(cluster_rpc_dial_timeout_ns), "1s", 10 * MS,
+     60 * SEC, NULL, "longest a node RPC dial to a peer may take"},
+    {"cluster-rpc-timeout", OPT_DURATION, F(cluster_rpc_timeout_ns), "5s", 100 * MS, 600 * SEC,
+     NULL, "reply deadline of a node RPC whose caller has none of its own"},
+    {"cluster-join-interval", OPT_DURATION, F(cluster_join_interval_ns), "2s", 100 * MS, 60 * SEC,
+     NULL, "a joining node asks the --join addresses to be admitted this often"},
 };
 
 /* The OPT_ADDR options: where each keeps its resolved address, and how it
@@ -539,6 +587,12 @@ static void format_range(const opt_t *o, char *buf, size_t len)
     case OPT_ADDRS:
         snprintf(buf, len, "host:port, comma-separated");
         break;
+    case OPT_DIAL:
+        snprintf(buf, len, "host:port");
+        break;
+    case OPT_PEERS:
+        snprintf(buf, len, "ID@host:port, comma-separated");
+        break;
     }
 }
 
@@ -561,6 +615,10 @@ static const char *type_word(opt_type_t t)
         return "host:port";
     case OPT_ADDRS:
         return "host:port, comma-separated";
+    case OPT_DIAL:
+        return "host:port";
+    case OPT_PEERS:
+        return "ID@host:port, comma-separated";
     }
     return "";
 }
@@ -569,7 +627,7 @@ static const char *type_word(opt_type_t t)
 
 static bool is_text(opt_type_t t)
 {
-    return t == OPT_STR || t == OPT_ADDR || t == OPT_ADDRS;
+    return t == OPT_STR || t == OPT_ADDR || t == OPT_ADDRS || t == OPT_DIAL || t == OPT_PEERS;
 }
 
 static int set_text(tn_config_t *cfg, const opt_t *o, const char *value)
@@ -724,6 +782,65 @@ static int check_server(void *arg, const char *s, size_t n)
     return 0;
 }
 
+/* check_server, and the host is not every interface: an address another
+ * node dials (advertise-address, a --peers entry). hp, when not NULL,
+ * gets the split address. */
+static int check_dial(server_check_t *c, const char *s, size_t n, tn_hostport_t *hp)
+{
+    int rc = check_server(c, s, n);
+    if (rc != 0)
+        return rc;
+    char elem[TN_NETADDR_HOST_MAX + 16];
+    memcpy(elem, s, n);
+    elem[n] = '\0';
+    tn_hostport_t split;
+    tn_netaddr_t na;
+    tn_netaddr_split(elem, &split, NULL, 0);
+    if (split.numeric && tn_netaddr_resolve(&split, 0, &na, NULL, 0) == 0 && na.any) {
+        tn_errbuf(c->why, c->whylen,
+                  "\"%s\": every interface is not an address another node can dial", elem);
+        return TN_ECONFIG;
+    }
+    if (hp != NULL)
+        *hp = split;
+    return 0;
+}
+
+/* The id of a --peers entry "ID@host:port" (1..1023, node-id's range),
+ * and where its address starts. */
+static int split_peer(server_check_t *c, const char *s, size_t n, uint64_t *id, size_t *at)
+{
+    const char *sep = memchr(s, '@', n);
+    if (sep == NULL) {
+        tn_errbuf(c->why, c->whylen, "\"%.*s\": expected ID@host:port", (int)TN_MIN(n, 300), s);
+        return TN_ECONFIG;
+    }
+    uint64_t v = 0;
+    size_t idlen = (size_t)(sep - s);
+    bool ok = idlen > 0 && idlen <= 4;
+    for (size_t i = 0; ok && i < idlen; i++) {
+        ok = isdigit((unsigned char)s[i]) != 0;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (!ok || v < 1 || v > 1023) {
+        tn_errbuf(c->why, c->whylen, "\"%.*s\": the id must be a node-id of 1..1023",
+                  (int)TN_MIN(n, 300), s);
+        return TN_ECONFIG;
+    }
+    *id = v;
+    *at = idlen + 1;
+    return 0;
+}
+
+static int check_peer(void *arg, const char *s, size_t n)
+{
+    server_check_t *c = arg;
+    uint64_t id;
+    size_t at;
+    int rc = split_peer(c, s, n, &id, &at);
+    return rc != 0 ? rc : check_dial(c, s + at, n - at, NULL);
+}
+
 typedef struct {
     char *out;
     size_t n;
@@ -752,6 +869,25 @@ char *tn_config_lookupds(const tn_config_t *cfg)
     return j.out;
 }
 
+/* The flag or config-file spelling of the secret, refused: a flag value
+ * shows in ps, and one file of its own (cluster-secret-file) can be kept
+ * unreadable to others where a whole config file often is not. */
+static bool refuse_secret_value(const char *name, size_t len, const char *source, char *err,
+                                size_t errlen)
+{
+    static const char secret[] = "cluster-secret";
+    if (len != sizeof(secret) - 1)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if ((name[i] == '_' ? '-' : name[i]) != secret[i])
+            return false;
+    tn_errbuf(err, errlen,
+              "cluster-secret (%s) is not taken as a value (a flag shows in ps): set "
+              "TERN_CLUSTER_SECRET or cluster-secret-file",
+              source);
+    return true;
+}
+
 static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const char *source,
                    char *err, size_t errlen)
 {
@@ -770,6 +906,19 @@ static int set_opt(tn_config_t *cfg, const opt_t *o, const char *value, const ch
         char why[512];
         server_check_t chk = {why, sizeof(why)};
         if (each_server(value, check_server, &chk) != 0) {
+            tn_errbuf(err, errlen, "%s (%s): %s", o->name, source, why);
+            return TN_ECONFIG;
+        }
+        return set_text(cfg, o, value);
+    }
+    case OPT_DIAL:
+    case OPT_PEERS: {
+        char why[512];
+        server_check_t chk = {why, sizeof(why)};
+        int bad = o->type == OPT_PEERS ? each_server(value, check_peer, &chk)
+                  : value[0] != '\0'   ? check_dial(&chk, value, strlen(value), NULL)
+                                       : 0;
+        if (bad != 0) {
             tn_errbuf(err, errlen, "%s (%s): %s", o->name, source, why);
             return TN_ECONFIG;
         }
@@ -832,6 +981,8 @@ int tn_config_set(tn_config_t *cfg, const char *name, const char *value, const c
                   char *err, size_t errlen)
 {
     const opt_t *o = find_opt(name, strlen(name));
+    if (o == NULL && refuse_secret_value(name, strlen(name), source, err, errlen))
+        return TN_ECONFIG;
     if (o == NULL) {
         int ig = find_ignored(name, strlen(name));
         if (ig >= 0) {
@@ -857,6 +1008,18 @@ int tn_config_init(tn_config_t *cfg)
     return 0;
 }
 
+static void free_cluster_lists(tn_config_t *cfg)
+{
+    tn_free(cfg->peers);
+    cfg->peers = NULL;
+    cfg->npeers = 0;
+    for (size_t i = 0; i < cfg->njoin; i++)
+        tn_free(cfg->join[i]);
+    tn_free(cfg->join);
+    cfg->join = NULL;
+    cfg->njoin = 0;
+}
+
 void tn_config_fini(tn_config_t *cfg)
 {
     for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
@@ -866,6 +1029,19 @@ void tn_config_fini(tn_config_t *cfg)
             *p = NULL;
         }
     }
+    free_cluster_lists(cfg);
+    OPENSSL_cleanse(cfg->cluster_secret, sizeof(cfg->cluster_secret));
+    cfg->cluster_secret_len = 0;
+}
+
+bool tn_config_clustered(const tn_config_t *cfg)
+{
+    return cfg->npeers > 0 || cfg->njoin > 0;
+}
+
+uint64_t tn_config_raft_id(const tn_config_t *cfg)
+{
+    return tn_config_clustered(cfg) ? (uint64_t)cfg->node_id : (uint64_t)cfg->node_id + 1;
 }
 
 /* nsq-auth when given, else what nsq-auth-users and auth-http-address
@@ -940,6 +1116,390 @@ static int check_nsq_auth(const tn_config_t *cfg, char *err, size_t errlen)
     return 0;
 }
 
+/* --- the cluster options ------------------------------------------------ */
+
+static const char *env_get(char **envp, const char *name);
+
+typedef struct {
+    tn_config_t *cfg;
+    server_check_t chk;
+} cluster_parse_t;
+
+static int add_peer(void *arg, const char *s, size_t n)
+{
+    cluster_parse_t *p = arg;
+    uint64_t id;
+    size_t at;
+    tn_hostport_t hp;
+    int rc = split_peer(&p->chk, s, n, &id, &at);
+    if (rc == 0)
+        rc = check_dial(&p->chk, s + at, n - at, &hp);
+    if (rc != 0)
+        return rc;
+    tn_config_peer_t *peer = &p->cfg->peers[p->cfg->npeers];
+    char why[384];
+    if (tn_netaddr_resolve(&hp, TN_NETADDR_IPV4, &peer->addr, why, sizeof(why)) != 0) {
+        tn_errbuf(p->chk.why, p->chk.whylen, "\"%.*s\": %s", (int)TN_MIN(n, 300), s, why);
+        return TN_ECONFIG;
+    }
+    if (peer->addr.any) {
+        tn_errbuf(p->chk.why, p->chk.whylen,
+                  "\"%.*s\": every interface is not an address another node can dial",
+                  (int)TN_MIN(n, 300), s);
+        return TN_ECONFIG;
+    }
+    peer->addr.option = "peers";
+    peer->id = id;
+    p->cfg->npeers++;
+    return 0;
+}
+
+static int add_join(void *arg, const char *s, size_t n)
+{
+    cluster_parse_t *p = arg;
+    int rc = check_dial(&p->chk, s, n, NULL);
+    if (rc != 0)
+        return rc;
+    char *copy = tn_malloc(n + 1);
+    if (copy == NULL)
+        return UV_ENOMEM;
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    p->cfg->join[p->cfg->njoin++] = copy;
+    return 0;
+}
+
+/* Elements of a comma-separated list, at most. */
+static size_t list_bound(const char *text)
+{
+    size_t n = 1;
+    for (const char *c = text; *c != '\0'; c++)
+        n += *c == ',';
+    return n;
+}
+
+/* The secret from what was read, into cfg; what and source name it for
+ * errors (the secret itself never goes into one). */
+static int take_secret(tn_config_t *cfg, const uint8_t *b, size_t len, const char *what, char *err,
+                       size_t errlen)
+{
+    if (len < TN_CONFIG_SECRET_MIN || len > TN_CONFIG_SECRET_MAX) {
+        tn_errbuf(err, errlen,
+                  "%s: the cluster secret is %s%zu bytes; it needs %d to %d (e.g. the 64 "
+                  "characters of `openssl rand -hex 32`)",
+                  what, len > TN_CONFIG_SECRET_MAX ? "over " : "",
+                  TN_MIN(len, (size_t)TN_CONFIG_SECRET_MAX), TN_CONFIG_SECRET_MIN,
+                  TN_CONFIG_SECRET_MAX);
+        return TN_ECONFIG;
+    }
+    memcpy(cfg->cluster_secret, b, len);
+    cfg->cluster_secret_len = len;
+    return 0;
+}
+
+/* cluster-secret-file: a regular file that only its owner may read or
+ * write (a secret readable by other local users lets any of them act as
+ * a node, and node RPC skips authorization; ssh refuses a private key for
+ * the same reason), whose one trailing newline ("\n" or "\r\n") is not
+ * part of the secret. */
+static int read_secret_file(tn_config_t *cfg, char *err, size_t errlen)
+{
+    const char *path = cfg->cluster_secret_file;
+    char what[300];
+    snprintf(what, sizeof(what), "cluster-secret-file \"%.200s\"", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        tn_errbuf(err, errlen, "%s: cannot open: %s", what, strerror(errno));
+        return TN_ECONFIG;
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        tn_errbuf(err, errlen, "%s: %s", what, strerror(errno));
+        rc = TN_ECONFIG;
+    } else if (!S_ISREG(st.st_mode)) {
+        tn_errbuf(err, errlen, "%s: not a regular file", what);
+        rc = TN_ECONFIG;
+    } else if ((st.st_mode & 077) != 0) {
+        tn_errbuf(err, errlen,
+                  "%s: mode %04o lets group or others at it; the secret must be readable by "
+                  "its owner only (chmod 600)",
+                  what, (unsigned)(st.st_mode & 07777));
+        rc = TN_ECONFIG;
+    }
+    uint8_t buf[TN_CONFIG_SECRET_MAX + 3];
+    size_t len = 0;
+    while (rc == 0 && len < sizeof(buf)) {
+        ssize_t r = read(fd, buf + len, sizeof(buf) - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            tn_errbuf(err, errlen, "%s: cannot read: %s", what, strerror(errno));
+            rc = TN_ECONFIG;
+        }
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    close(fd);
+    if (rc == 0) {
+        if (len > 0 && buf[len - 1] == '\n')
+            len--;
+        if (len > 0 && buf[len - 1] == '\r' && len < sizeof(buf) - 1)
+            len--;
+        rc = take_secret(cfg, buf, len, what, err, errlen);
+    }
+    OPENSSL_cleanse(buf, sizeof(buf));
+    return rc;
+}
+
+/* After the listeners are resolved: --peers parsed and resolved, --join
+ * split, the advertised address, the secret read. The cross-option rules
+ * are check_cluster's. */
+static int settle_cluster(tn_config_t *cfg, char **envp, char *err, size_t errlen)
+{
+    free_cluster_lists(cfg);
+    char why[512];
+    cluster_parse_t p = {cfg, {why, sizeof(why)}};
+    if (cfg->peers_text[0] != '\0') {
+        cfg->peers = tn_calloc(list_bound(cfg->peers_text), sizeof(*cfg->peers));
+        if (cfg->peers == NULL)
+            return UV_ENOMEM;
+        int rc = each_server(cfg->peers_text, add_peer, &p);
+        if (rc == UV_ENOMEM)
+            return rc;
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "peers: %s", why);
+            return TN_ECONFIG;
+        }
+    }
+    if (cfg->join_text[0] != '\0') {
+        cfg->join = tn_calloc(list_bound(cfg->join_text), sizeof(*cfg->join));
+        if (cfg->join == NULL)
+            return UV_ENOMEM;
+        int rc = each_server(cfg->join_text, add_join, &p);
+        if (rc == UV_ENOMEM)
+            return rc;
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "join: %s", why);
+            return TN_ECONFIG;
+        }
+    }
+    const tn_netaddr_t *http = &cfg->http_listen.addr;
+    if (cfg->advertise_address[0] != '\0')
+        snprintf(cfg->advertise, sizeof(cfg->advertise), "%s", cfg->advertise_address);
+    else if (!http->any && tn_netaddr_port(&http->sa) != 0)
+        snprintf(cfg->advertise, sizeof(cfg->advertise), "%s", http->name);
+    else
+        cfg->advertise[0] = '\0';
+
+    OPENSSL_cleanse(cfg->cluster_secret, sizeof(cfg->cluster_secret));
+    cfg->cluster_secret_len = 0;
+    cfg->cluster_secret_generated = false;
+    const char *env = env_get(envp, "TERN_CLUSTER_SECRET");
+    if (env != NULL && cfg->cluster_secret_file[0] != '\0') {
+        tn_errbuf(err, errlen,
+                  "TERN_CLUSTER_SECRET and cluster-secret-file are both set; give the cluster "
+                  "secret one way");
+        return TN_ECONFIG;
+    }
+    if (env != NULL)
+        return take_secret(cfg, (const uint8_t *)env, strlen(env), "TERN_CLUSTER_SECRET", err,
+                           errlen);
+    if (cfg->cluster_secret_file[0] != '\0')
+        return read_secret_file(cfg, err, errlen);
+    return 0;
+}
+
+/* Only processes on this host reach a loopback (IPv4: Raft's) address. */
+static bool loopback4(const tn_netaddr_t *a)
+{
+    const struct sockaddr_storage *sa = &a->sa;
+    if (sa->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    return false;
+}
+
+static bool raft_loopback(const tn_config_t *cfg)
+{
+    return loopback4(&cfg->raft_listen.addr);
+}
+
+static int check_readable(const char *option, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        tn_errbuf(err, errlen, "%s: cannot read \"%s\": %s", option, path, strerror(errno));
+        return TN_ECONFIG;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* The rules of a node that takes peers or joins, and of node RPC and Raft
+ * security (the issue's "Starting a cluster"). */
+static int check_cluster(const tn_config_t *cfg, char *err, size_t errlen)
+{
+    bool clustered = tn_config_clustered(cfg);
+    const char *raft = cfg->raft_listen.addr.name;
+    if (cfg->npeers > 0 && cfg->njoin > 0) {
+        tn_errbuf(err, errlen,
+                  "peers and join exclude each other: peers names the initial voters (on each of "
+                  "them), join is for a node added later");
+        return TN_ECONFIG;
+    }
+    if (clustered && cfg->node_id < 1) {
+        tn_errbuf(err, errlen,
+                  "node-id must be >= 1 with %s (it is this node's Raft id and member id; 0, the "
+                  "default, is a lone node's)",
+                  cfg->npeers > 0 ? "peers" : "join");
+        return TN_ECONFIG;
+    }
+    if (clustered && cfg->raft_listen.addr.any) {
+        tn_errbuf(err, errlen,
+                  "raft-address %s is every interface; with peers or join it must be the one "
+                  "address the other nodes dial",
+                  raft);
+        return TN_ECONFIG;
+    }
+    if (clustered && tn_netaddr_port(&cfg->raft_listen.addr.sa) == 0) {
+        tn_errbuf(err, errlen,
+                  "raft-address %s has port 0; with peers or join it needs a fixed port (the "
+                  "other nodes dial it)",
+                  raft);
+        return TN_ECONFIG;
+    }
+    for (size_t i = 0; i < cfg->npeers; i++) {
+        for (size_t j = 0; j < i; j++) {
+            if (cfg->peers[i].id == cfg->peers[j].id) {
+                tn_errbuf(err, errlen, "peers lists node %" PRIu64 " twice", cfg->peers[i].id);
+                return TN_ECONFIG;
+            }
+            if (strcmp(cfg->peers[i].addr.name, cfg->peers[j].addr.name) == 0) {
+                tn_errbuf(err, errlen,
+                          "peers lists %s for nodes %" PRIu64 " and %" PRIu64
+                          "; every voter needs its own Raft address",
+                          cfg->peers[i].addr.name, cfg->peers[j].id, cfg->peers[i].id);
+                return TN_ECONFIG;
+            }
+        }
+    }
+    for (size_t i = 1; i < cfg->npeers; i++) {
+        if (loopback4(&cfg->peers[i].addr) != loopback4(&cfg->peers[0].addr)) {
+            tn_errbuf(err, errlen,
+                      "peers mixes loopback and other addresses (%s, %s): a node on another host "
+                      "cannot reach a loopback Raft address, and Raft keeps the address a node "
+                      "first started on",
+                      cfg->peers[0].addr.name, cfg->peers[i].addr.name);
+            return TN_ECONFIG;
+        }
+    }
+    if (cfg->npeers > 0) {
+        const tn_config_peer_t *self = NULL;
+        for (size_t i = 0; i < cfg->npeers; i++)
+            if (cfg->peers[i].id == (uint64_t)cfg->node_id)
+                self = &cfg->peers[i];
+        if (self == NULL) {
+            tn_errbuf(err, errlen,
+                      "peers has no entry for this node (node-id %" PRId64
+                      "); list every initial voter, this one included, the same on each",
+                      cfg->node_id);
+            return TN_ECONFIG;
+        }
+        if (strcmp(self->addr.name, raft) != 0) {
+            tn_errbuf(err, errlen,
+                      "peers lists this node (%" PRId64 ") at %s but raft-address is %s; they "
+                      "must be the same address",
+                      cfg->node_id, self->addr.name, raft);
+            return TN_ECONFIG;
+        }
+    }
+    const tn_netaddr_t *http = &cfg->http_listen.addr;
+    if (clustered && tn_netaddr_port(&http->sa) == 0) {
+        tn_errbuf(err, errlen,
+                  "http-address %s has port 0; with peers or join the API (and node RPC, on the "
+                  "same port over UDP) needs a fixed port",
+                  http->name);
+        return TN_ECONFIG;
+    }
+    if (clustered && cfg->advertise[0] == '\0') {
+        tn_errbuf(err, errlen,
+                  "http-address %s is every interface: with peers or join give advertise-address, "
+                  "the address other nodes and clients reach this node at",
+                  http->name);
+        return TN_ECONFIG;
+    }
+    if (cfg->security_enabled && clustered && cfg->cluster_secret_len == 0) {
+        tn_errbuf(err, errlen,
+                  "a node with %s and security-enabled needs the cluster secret: set "
+                  "TERN_CLUSTER_SECRET or cluster-secret-file (the same on every node)",
+                  cfg->npeers > 0 ? "peers" : "join");
+        return TN_ECONFIG;
+    }
+    if (!cfg->security_enabled && clustered && !cfg->allow_insecure_cluster) {
+        tn_errbuf(err, errlen,
+                  "security-enabled=false with %s needs allow-insecure-cluster (node RPC "
+                  "without a cluster secret is open to anyone who reaches the port)",
+                  cfg->npeers > 0 ? "peers" : "join");
+        return TN_ECONFIG;
+    }
+    const char *tls[3] = {cfg->raft_tls_cert, cfg->raft_tls_key, cfg->raft_tls_ca};
+    static const char *const tls_names[3] = {"raft-tls-cert", "raft-tls-key", "raft-tls-ca"};
+    int ntls = 0;
+    for (int i = 0; i < 3; i++)
+        ntls += tls[i][0] != '\0';
+    if (ntls != 0 && ntls != 3) {
+        int missing = tls[0][0] == '\0' ? 0 : tls[1][0] == '\0' ? 1 : 2;
+        tn_errbuf(err, errlen,
+                  "raft-tls-cert, raft-tls-key and raft-tls-ca go together: %s is "
+                  "missing",
+                  tls_names[missing]);
+        return TN_ECONFIG;
+    }
+    for (int i = 0; i < ntls; i++) {
+        int rc = check_readable(tls_names[i], tls[i], err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    if (cfg->security_enabled && ntls == 0 && !raft_loopback(cfg) && !cfg->allow_plaintext_raft) {
+        tn_errbuf(err, errlen,
+                  "raft-address %s is not a loopback address: with security-enabled give "
+                  "raft-tls-cert, raft-tls-key and raft-tls-ca (Raft has no authentication of "
+                  "its own), or allow-plaintext-raft with the Raft port fenced",
+                  raft);
+        return TN_ECONFIG;
+    }
+    if (cfg->cluster_dead_after_ns < 2 * cfg->cluster_heartbeat_interval_ns) {
+        char d[32], h[32];
+        format_duration(d, sizeof(d), cfg->cluster_dead_after_ns);
+        format_duration(h, sizeof(h), cfg->cluster_heartbeat_interval_ns);
+        tn_errbuf(err, errlen,
+                  "cluster-dead-after (%s) must be at least twice cluster-heartbeat-interval "
+                  "(%s), so one late heartbeat does not mark a member dead",
+                  d, h);
+        return TN_ECONFIG;
+    }
+    return 0;
+}
+
+/* A lone secured node with no secret: one for this process only, in
+ * memory (never logged or written), so only this node can use its node
+ * RPC. */
+static int generate_secret(tn_config_t *cfg, char *err, size_t errlen)
+{
+    if (!cfg->security_enabled || cfg->cluster_secret_len != 0 || tn_config_clustered(cfg))
+        return 0;
+    if (RAND_bytes(cfg->cluster_secret, TN_CONFIG_SECRET_MIN) != 1) {
+        tn_errbuf(err, errlen,
+                  "cannot generate a per-process cluster secret (OpenSSL "
+                  "RAND_bytes failed)");
+        return TN_ECONFIG;
+    }
+    cfg->cluster_secret_len = TN_CONFIG_SECRET_MIN;
+    cfg->cluster_secret_generated = true;
+    return 0;
+}
+
 int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
 {
     if (cfg->disk_low_watermark >= cfg->disk_high_watermark) {
@@ -970,7 +1530,7 @@ int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
                   cfg->max_msg_size, cfg->commit_max_bytes);
         return TN_ECONFIG;
     }
-    return 0;
+    return check_cluster(cfg, err, errlen);
 }
 
 /* --- sources ------------------------------------------------------------ */
@@ -1111,6 +1671,8 @@ static int walk_args(tn_config_t *cfg, int argc, char **argv, bool apply, const 
         const char *eq = strchr(name, '=');
         size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
         const opt_t *o = find_opt(name, nlen);
+        if (o == NULL && refuse_secret_value(name, nlen, "flag --cluster-secret", err, errlen))
+            return TN_ECONFIG;
         if (o == NULL) {
             int ig = find_ignored(name, nlen);
             if (ig < 0) {
@@ -1175,7 +1737,15 @@ int tn_config_load(tn_config_t *cfg, int argc, char **argv, char **envp, char *e
     rc = resolve_listeners(cfg, err, errlen);
     if (rc != 0)
         return rc;
+    rc = settle_cluster(cfg, envp, err, errlen);
+    if (rc == UV_ENOMEM)
+        tn_errbuf(err, errlen, "out of memory reading the cluster options");
+    if (rc != 0)
+        return TN_ECONFIG;
     rc = tn_config_validate(cfg, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = generate_secret(cfg, err, errlen);
     if (rc != 0)
         return rc;
     cfg->nsq_auth = nsq_auth_of(cfg);
@@ -1191,6 +1761,8 @@ static void format_value(const opt_t *o, const tn_config_t *cfg, char *buf, size
     case OPT_STR:
     case OPT_ADDR:
     case OPT_ADDRS:
+    case OPT_DIAL:
+    case OPT_PEERS:
         snprintf(buf, len, "%s", *(char *const *)field ? *(char *const *)field : "");
         break;
     case OPT_BOOL:
@@ -1242,6 +1814,10 @@ static const struct {
     {"Security", "security-enabled nsq-auth nsq-auth-users auth-http-address tls-cert tls-key "
                  "tls-root-ca-file tls-client-auth-policy tls-required tls-min-version"},
     {"Metastore", "raft-address node-id raft-election-timeout"},
+    {"Cluster", "advertise-address peers join cluster-secret-file raft-tls-cert raft-tls-key "
+                "raft-tls-ca allow-plaintext-raft allow-insecure-cluster "
+                "cluster-heartbeat-interval cluster-dead-after cluster-rpc-dial-timeout "
+                "cluster-rpc-timeout cluster-join-interval"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},
@@ -1304,6 +1880,8 @@ static void print_option(FILE *out, const opt_t *o, const tn_config_t *defaults)
         break;
     case OPT_ADDR:
     case OPT_ADDRS:
+    case OPT_DIAL:
+    case OPT_PEERS:
         fprintf(out, "  --%s %s (default %s)\n", o->name, range, def);
         break;
     case OPT_ENUM:
@@ -1372,6 +1950,13 @@ void tn_config_print_help(FILE *out, const char *prog)
                   8);
     fprintf(out, "  TERN_CONFIG\n");
     print_wrapped(out, "the config file, as --config", 8);
+    fprintf(out, "  TERN_CLUSTER_SECRET\n");
+    print_wrapped(
+        out,
+        "the cluster secret, the same on every node (at least 32 bytes), as "
+        "cluster-secret-file would hold it; there is no flag for it (a flag shows in ps). "
+        "A lone node without one generates one for the process",
+        8);
     fprintf(out, "  TERN_ADMIN_PASSWORD\n");
     print_wrapped(out,
                   "the password of the root user admin, used once, when a data directory's first "

@@ -15,7 +15,11 @@
  * G also mean binary units); durations take Go-style units (`250ms`, `1.5s`,
  * `1m30s`, `500us`), or a bare 0; `unlimited` is the largest size or
  * duration, for the options whose range goes that far; booleans
- * true/false/1/0/yes/no/on/off. */
+ * true/false/1/0/yes/no/on/off.
+ *
+ * One setting has no option: the cluster secret comes from
+ * TERN_CLUSTER_SECRET or the file cluster-secret-file names, never from a
+ * flag (which shows in ps) or a config-file value. */
 #ifndef TN_CORE_CONFIG_H
 #define TN_CORE_CONFIG_H
 
@@ -38,6 +42,16 @@ typedef enum {
     TN_NSQ_AUTH_USERS,    /* AUTH user:password against tern's users */
     TN_NSQ_AUTH_EXTERNAL, /* an nsqauthd server, auth-http-address */
 } tn_nsq_auth_t;
+
+/* One initial voter of --peers, as tn_config_load parsed and resolved it. */
+typedef struct {
+    uint64_t id;       /* its Raft id (>= 1) */
+    tn_netaddr_t addr; /* its Raft address, IPv4; addr.name is what Raft records */
+} tn_config_peer_t;
+
+/* The cluster secret's bounds, in bytes. */
+#define TN_CONFIG_SECRET_MIN 32
+#define TN_CONFIG_SECRET_MAX 1024
 
 /* A listener's address option after tn_config_load: addr is what to bind
  * (the option's text stays in its char * field). The rest is the
@@ -146,6 +160,41 @@ typedef struct tn_config_s {
     int64_t websocket_auth_timeout_ns;
     int64_t websocket_write_timeout_ns;
 
+    /* cluster (the option texts; tn_config_load settles the lists below) */
+    char *advertise_address; /* "": derived, see advertise */
+    char *peers_text;        /* --peers ID@HOST:PORT,... */
+    char *join_text;         /* --join HOST:PORT,... */
+    char *cluster_secret_file;
+    char *raft_tls_cert;
+    char *raft_tls_key;
+    char *raft_tls_ca;
+    bool allow_plaintext_raft;
+    bool allow_insecure_cluster;
+    int64_t cluster_heartbeat_interval_ns;
+    int64_t cluster_dead_after_ns;
+    int64_t cluster_rpc_dial_timeout_ns;
+    int64_t cluster_rpc_timeout_ns;
+    int64_t cluster_join_interval_ns;
+
+    /* Settled by tn_config_load (owned; freed, the secret wiped, by
+     * tn_config_fini). peers: the initial voters, this node among them
+     * (npeers 0: none given); join: the API addresses of --join, each
+     * host:port checked, resolved only when dialled. */
+    tn_config_peer_t *peers;
+    size_t npeers;
+    char **join;
+    size_t njoin;
+    /* The API address other nodes reach this node at: advertise-address,
+     * else http-address when it names one interface ("" for a lone node
+     * whose HTTP listener is a wildcard or port 0). */
+    char advertise[TN_NETADDR_HOST_MAX + 8];
+    /* The cluster secret: TERN_CLUSTER_SECRET or cluster-secret-file, or
+     * on a lone secured node one generated for this process (never
+     * logged or written). Length 0: none (security off, open node RPC). */
+    uint8_t cluster_secret[TN_CONFIG_SECRET_MAX];
+    size_t cluster_secret_len;
+    bool cluster_secret_generated;
+
     /* Listener addresses (tcp-address, http-address, metrics-address,
      * raft-address) as tn_config_load resolved them: host names are looked
      * up once, there, so no listener resolves anything on the loop. */
@@ -201,6 +250,14 @@ typedef struct {
 } tn_config_ignored_t;
 extern const tn_config_ignored_t tn_config_nsqd_ignored[];
 extern const size_t tn_config_nsqd_ignored_count;
+
+/* A node of a cluster: --peers or --join was given. */
+bool tn_config_clustered(const tn_config_t *cfg);
+
+/* This node's Raft id: node-id in a cluster (where it must be >= 1 and is
+ * the id --peers lists it under); node-id + 1 on a lone node, as before
+ * clusters, so a data directory made then keeps its id. */
+uint64_t tn_config_raft_id(const tn_config_t *cfg);
 
 /* Print every option with its default and help text. */
 void tn_config_print_help(FILE *out, const char *prog);

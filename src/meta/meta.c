@@ -146,11 +146,36 @@ static void fail_waiting(tn_meta_t *m, int status)
     m->waiting_tail = NULL;
 }
 
+/* A follower is ready once it knows a leader and has applied what it had
+ * at start and what the leader told it is committed. */
+static void follower_ready(tn_meta_t *m)
+{
+    raft_id leader = 0;
+    const char *addr = NULL;
+    raft_leader(&m->raft, &leader, &addr);
+    raft_index applied = raft_last_applied(&m->raft);
+    if (m->ready || leader == 0 || applied < m->start_index || applied < m->raft.commit_index)
+        return;
+    m->ready = true;
+    TN_LOG(TN_LOG_NOTICE,
+           "metastore ready: follower of node %llu, %zu topics, %zu users, log index %llu",
+           (unsigned long long)leader, m->state.ntopics, m->state.nusers,
+           (unsigned long long)raft_last_index(&m->raft));
+    if (m->on_ready != NULL)
+        m->on_ready(m->ready_arg);
+}
+
 static void on_poll(uv_timer_t *t)
 {
     tn_meta_t *m = t->data;
-    if (m->closing || raft_state(&m->raft) != RAFT_LEADER)
+    if (m->closing)
         return;
+    if (raft_state(&m->raft) != RAFT_LEADER) {
+        follower_ready(m);
+        if (m->ready && m->waiting == NULL)
+            uv_timer_stop(t);
+        return;
+    }
     while (m->waiting != NULL) {
         tn_meta_req_t *req = m->waiting;
         m->waiting = req->next;
@@ -315,14 +340,24 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
         goto fail_io;
     }
     m->raft.data = m;
+    /* The initial voters: --peers (this node among them), or this node
+     * alone; a node that joins never bootstraps (the leader adds it). */
     struct raft_configuration conf;
     raft_configuration_init(&conf);
-    rc = raft_configuration_add(&conf, o->node_id, m->address, RAFT_VOTER);
+    rc = 0;
+    if (o->npeers == 0)
+        rc = raft_configuration_add(&conf, o->node_id, m->address, RAFT_VOTER);
+    for (size_t i = 0; rc == 0 && i < o->npeers; i++)
+        rc = raft_configuration_add(&conf, o->peers[i].id, o->peers[i].raft_addr, RAFT_VOTER);
     if (rc == 0)
-        rc = raft_bootstrap(&m->raft, &conf);
+        rc = o->join_only ? RAFT_CANTBOOTSTRAP : raft_bootstrap(&m->raft, &conf);
     raft_configuration_close(&conf);
-    if (rc == 0) {
+    if (rc == 0 && o->npeers == 0) {
         TN_LOG(TN_LOG_NOTICE, "metastore: new cluster bootstrapped with node %llu at %s",
+               (unsigned long long)o->node_id, m->address);
+    } else if (rc == 0) {
+        TN_LOG(TN_LOG_NOTICE,
+               "metastore: new cluster bootstrapped with %zu voters, node %llu at %s", o->npeers,
                (unsigned long long)o->node_id, m->address);
     } else if (rc != RAFT_CANTBOOTSTRAP) {
         tn_errbuf(err, errlen, "metastore: bootstrap: %s", raft_errmsg(&m->raft));

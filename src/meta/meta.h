@@ -49,6 +49,11 @@ struct tn_meta_req_s {
 };
 
 typedef struct {
+    uint64_t id;
+    char raft_addr[TN_META_ADDR_MAX + 1];
+} tn_meta_peer_t;
+
+typedef struct {
     const char *dir;      /* the Raft directory (<data>/meta), created if missing */
     uint64_t node_id;     /* >= 1 */
     const char *address;  /* this node's Raft address, IPv4 host:port */
@@ -57,6 +62,19 @@ typedef struct {
     unsigned snapshot_threshold; /* log entries between snapshots */
     void (*on_ready)(void *arg); /* optional: once, when first ready */
     void *ready_arg;
+    const tn_meta_peer_t *peers;
+    size_t npeers;        /* the initial voters incl. this node; 0 = a lone node */
+    bool join_only;       /* --join given and no Raft state: never bootstrap */
+    const char *api_addr; /* this node's advertised API address (host:port) */
+    unsigned heartbeat_interval_ms,
+        dead_after_ms; /* member heartbeat (5000) and dead-after (30000); 0 = defaults */
+    /* forwarding a proposal made on a follower to the leader (node RPC, wired by the lead):
+       forward(arg, leader_id, leader_api_addr, cmd, cmd_len, done, done_arg) returns 0 or an error;
+       done(done_arg, status) later gives the leader's state-machine answer or an error. */
+    int (*forward)(void *arg, uint64_t leader_id, const char *leader_api_addr, const void *cmd,
+                   size_t len, void (*done)(void *done_arg, int status), void *done_arg);
+    void *forward_arg;
+    const char *tls_cert, *tls_key, *tls_ca; /* all three or none: Raft over mutual TLS */
 } tn_meta_opts_t;
 
 /* Open (and bootstrap when new) and start. On failure err has a line. */

@@ -99,9 +99,9 @@ class TerndTest(unittest.TestCase):
         # the environment.
         out = res.stdout
         titles = re.findall(r"\n\n(\S[^\n]*):\n", out)
-        self.assertEqual(titles[:10], [
+        self.assertEqual(titles[:11], [
             "General", "Listeners and addresses", "Storage", "Delivery", "NSQ protocol",
-            "HTTP", "WebSocket live feed", "Security", "Metastore", "Limits"])
+            "HTTP", "WebSocket live feed", "Security", "Metastore", "Cluster", "Limits"])
         self.assertIn("Environment", titles)
         self.assertNotIn("Other options", titles)
         printed = self.run_ternd("--print-config").stdout

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void test_defaults(void **state)
 {
@@ -188,11 +190,12 @@ static void test_listener_addresses(void **state)
                     "--tcp-address=:4150",
                     "--http-address=[::1]:0",
                     "--raft-address=0.0.0.0:4153",
+                    "--allow-plaintext-raft",
                     NULL};
     assert_int_equal(tn_config_init(&cfg), 0);
     char err[512] = "";
     /* The file's name that does not resolve lost to the flag: never looked up. */
-    if (tn_config_load(&cfg, 5, argv, NULL, err, sizeof(err)) != 0)
+    if (tn_config_load(&cfg, 6, argv, NULL, err, sizeof(err)) != 0)
         fail_msg("%s", err);
     assert_string_equal(cfg.tcp_address, ":4150");
     assert_true(cfg.tcp_listen.addr.any);
@@ -393,7 +396,7 @@ static void test_help_groups_and_formats(void **state)
                            "\nStorage:\n",      "\nDelivery:\n",
                            "\nNSQ protocol:\n", "\nHTTP:\n",
                            "\nSecurity:\n",     "\nMetastore:\n",
-                           "\nLimits:\n"};
+                           "\nCluster:\n",      "\nLimits:\n"};
     const char *prev = help;
     for (size_t i = 0; i < TN_ARRAY_SIZE(areas); i++) {
         const char *a = strstr(help, areas[i]);
@@ -417,7 +420,7 @@ static void test_help_groups_and_formats(void **state)
     assert_non_null(strstr(help, "\n  TERN_CONFIG\n"));
     assert_non_null(strstr(help, "\n  TERN_<OPTION>\n"));
     assert_non_null(strstr(help, "\n  TERN_ADMIN_PASSWORD\n"));
-    assert_null(strstr(help, "TERN_CLUSTER_SECRET"));
+    assert_non_null(strstr(help, "\n  TERN_CLUSTER_SECRET\n"));
     /* No line runs past 80 columns but the option heads. */
     for (const char *p = help; *p != '\0';) {
         const char *e = strchr(p, '\n');
@@ -497,6 +500,489 @@ static void test_help_lists_every_option(void **state)
     tn_config_fini(&back);
 }
 
+/* --- the cluster options ------------------------------------------------ */
+
+#define SECRET40 "0123456789abcdef0123456789abcdef01234567"
+
+/* Load argv (NULL-terminated) and envp into cfg; the error, if any, into
+ * err. */
+static int load(tn_config_t *cfg, char **argv, char **envp, char *err, size_t errlen)
+{
+    int argc = 0;
+    while (argv[argc] != NULL)
+        argc++;
+    assert_int_equal(tn_config_init(cfg), 0);
+    err[0] = '\0';
+    return tn_config_load(cfg, argc, argv, envp, err, errlen);
+}
+
+static void expect_refused(char **argv, char **envp, const char *must1, const char *must2)
+{
+    int argc = 0;
+    while (argv[argc] != NULL)
+        argc++;
+    expect_error(argc, argv, envp, must1, must2);
+}
+
+static void expect_loads(char **argv, char **envp)
+{
+    tn_config_t cfg;
+    char err[512];
+    if (load(&cfg, argv, envp, err, sizeof(err)) != 0)
+        fail_msg("refused: %s", err);
+    tn_config_fini(&cfg);
+}
+
+/* A file of text with the given mode. Free the path. */
+static char *write_mode(const char *text, size_t len, mode_t mode)
+{
+    char *path = strdup("/tmp/tern-secret-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, len), (ssize_t)len);
+    close(fd);
+    assert_int_equal(chmod(path, mode), 0);
+    return path;
+}
+
+static void test_cluster_defaults(void **state)
+{
+    (void)state;
+    tn_config_t cfg;
+    assert_int_equal(tn_config_init(&cfg), 0);
+    assert_string_equal(cfg.advertise_address, "");
+    assert_string_equal(cfg.peers_text, "");
+    assert_int_equal(cfg.cluster_heartbeat_interval_ns, 5000000000LL);
+    assert_int_equal(cfg.cluster_dead_after_ns, 30000000000LL);
+    assert_int_equal(cfg.cluster_rpc_dial_timeout_ns, 1000000000LL);
+    assert_int_equal(cfg.cluster_rpc_timeout_ns, 5000000000LL);
+    assert_int_equal(cfg.cluster_join_interval_ns, 2000000000LL);
+    assert_false(cfg.allow_plaintext_raft);
+    assert_false(cfg.allow_insecure_cluster);
+    tn_config_fini(&cfg);
+
+    /* A lone secured node: a generated 32-byte secret, a new one each
+     * process; the HTTP address is advertised; Raft id node-id + 1. */
+    char *argv[] = {"ternd", NULL};
+    char err[512];
+    tn_config_t a, b;
+    assert_int_equal(load(&a, argv, NULL, err, sizeof(err)), 0);
+    assert_int_equal(load(&b, argv, NULL, err, sizeof(err)), 0);
+    assert_true(a.cluster_secret_generated);
+    assert_int_equal(a.cluster_secret_len, 32);
+    assert_int_equal(b.cluster_secret_len, 32);
+    assert_memory_not_equal(a.cluster_secret, b.cluster_secret, 32);
+    assert_false(tn_config_clustered(&a));
+    assert_int_equal(tn_config_raft_id(&a), 1);
+    assert_string_equal(a.advertise, "127.0.0.1:4151");
+    assert_int_equal(a.npeers, 0);
+    assert_int_equal(a.njoin, 0);
+    /* --print-config shows no secret (nor any trace of one). */
+    char *printed = capture(tn_config_print, &a);
+    assert_null(strstr(printed, "cluster-secret ="));
+    assert_non_null(strstr(printed, "cluster-secret-file = \"\"\n"));
+    free(printed);
+    /* fini wipes it. */
+    tn_config_fini(&a);
+    uint8_t zero[TN_CONFIG_SECRET_MAX] = {0};
+    assert_memory_equal(a.cluster_secret, zero, sizeof(zero));
+    assert_int_equal(a.cluster_secret_len, 0);
+    tn_config_fini(&b);
+
+    /* Security off: no secret, none generated (node RPC is open, and
+     * ternd warns so). A wildcard or port-0 HTTP address advertises
+     * nothing on a lone node. */
+    char *off[] = {"ternd", "--security-enabled=false", "--http-address=:4151", NULL};
+    assert_int_equal(load(&a, off, NULL, err, sizeof(err)), 0);
+    assert_int_equal(a.cluster_secret_len, 0);
+    assert_false(a.cluster_secret_generated);
+    assert_string_equal(a.advertise, "");
+    tn_config_fini(&a);
+    char *zero_port[] = {"ternd", "--http-address=127.0.0.1:0", "--node-id=7", NULL};
+    assert_int_equal(load(&a, zero_port, NULL, err, sizeof(err)), 0);
+    assert_string_equal(a.advertise, "");
+    assert_int_equal(tn_config_raft_id(&a), 8);
+    tn_config_fini(&a);
+}
+
+static void test_cluster_peers(void **state)
+{
+    (void)state;
+    char *env[] = {"TERN_CLUSTER_SECRET=" SECRET40, NULL};
+    char *argv[] = {"ternd",
+                    "--node-id=2",
+                    "--raft-address=127.0.0.1:5002",
+                    "--http-address=127.0.0.1:5102",
+                    "--peers= 1@127.0.0.1:5001, 2@localhost:5002,3@127.0.0.1:5003 ",
+                    NULL};
+    tn_config_t cfg;
+    char err[512];
+    if (load(&cfg, argv, env, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_true(tn_config_clustered(&cfg));
+    assert_int_equal(tn_config_raft_id(&cfg), 2); /* the id --peers lists it under */
+    assert_int_equal(cfg.npeers, 3);
+    assert_int_equal(cfg.peers[0].id, 1);
+    assert_string_equal(cfg.peers[0].addr.name, "127.0.0.1:5001");
+    assert_int_equal(cfg.peers[1].id, 2);
+    assert_string_equal(cfg.peers[1].addr.name, "127.0.0.1:5002"); /* localhost, resolved */
+    assert_string_equal(cfg.peers[1].addr.option, "peers");
+    assert_int_equal(cfg.peers[2].id, 3);
+    assert_string_equal(cfg.advertise, "127.0.0.1:5102");
+    assert_int_equal(cfg.cluster_secret_len, 40);
+    assert_memory_equal(cfg.cluster_secret, SECRET40, 40);
+    assert_false(cfg.cluster_secret_generated);
+    /* --print-config writes the list back as given; it loads again. */
+    char *printed = capture(tn_config_print, &cfg);
+    assert_non_null(
+        strstr(printed, "peers = \" 1@127.0.0.1:5001, 2@localhost:5002,3@127.0.0.1:5003 \"\n"));
+    free(printed);
+    tn_config_fini(&cfg);
+
+    /* A wildcard HTTP listener with an advertised address. */
+    char *adv[] = {"ternd",
+                   "--node-id=1",
+                   "--raft-address=127.0.0.1:5001",
+                   "--http-address=0.0.0.0:5101",
+                   "--advertise-address=node1.example:5101",
+                   "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002",
+                   NULL};
+    assert_int_equal(load(&cfg, adv, env, err, sizeof(err)), 0);
+    assert_string_equal(cfg.advertise, "node1.example:5101");
+    tn_config_fini(&cfg);
+
+#define NODE2 "--node-id=2", "--raft-address=127.0.0.1:5002", "--http-address=127.0.0.1:5102"
+    /* Each entry's syntax, with the option and its source. */
+    char *p1[] = {"ternd", NODE2, "--peers=x@127.0.0.1:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(p1, env, "peers (flag --peers): \"x@127.0.0.1:5001\"", "node-id of 1..1023");
+    char *p2[] = {"ternd", NODE2, "--peers=0@127.0.0.1:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(p2, env, "peers", "node-id of 1..1023");
+    char *p3[] = {"ternd", NODE2, "--peers=1024@127.0.0.1:5001", NULL};
+    expect_refused(p3, env, "peers", "node-id of 1..1023");
+    char *p4[] = {"ternd", NODE2, "--peers=127.0.0.1:5001", NULL};
+    expect_refused(p4, env, "\"127.0.0.1:5001\"", "expected ID@host:port");
+    char *p5[] = {"ternd", NODE2, "--peers=1@0.0.0.0:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(p5, env, "\"0.0.0.0:5001\"", "every interface");
+    char *p6[] = {"ternd", NODE2, "--peers=1@127.0.0.1:0,2@127.0.0.1:5002", NULL};
+    expect_refused(p6, env, "peers", "port 0 cannot be dialled");
+    char *p7[] = {"ternd", NODE2, "--peers=1@127.0.0.1,2@127.0.0.1:5002", NULL};
+    expect_refused(p7, env, "peers", "missing port");
+    /* Resolved at the end of the load, like the listeners: IPv4 only. */
+    char *p8[] = {"ternd", NODE2, "--peers=1@[::1]:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(p8, env, "peers: \"1@[::1]:5001\"", "IPv4");
+    char *p9[] = {"ternd", NODE2, "--peers=1@nowhere.invalid:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(p9, env, "peers: \"1@nowhere.invalid:5001\"", "does not resolve");
+    /* The list as a whole. */
+    char *q1[] = {"ternd", NODE2, "--peers=2@127.0.0.1:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(q1, env, "peers lists node 2 twice", "");
+    char *q2[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5002,2@localhost:5002", NULL};
+    expect_refused(q2, env, "peers lists 127.0.0.1:5002 for nodes 1 and 2", "");
+    char *q3[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5001,3@127.0.0.1:5003", NULL};
+    expect_refused(q3, env, "peers has no entry for this node (node-id 2)", "");
+    char *q4[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5001,2@127.0.0.1:5009", NULL};
+    expect_refused(q4, env, "peers lists this node (2) at 127.0.0.1:5009",
+                   "raft-address is 127.0.0.1:5002");
+    char *q5[] = {"ternd", NODE2, "--peers=1@192.0.2.1:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(q5, env,
+                   "peers mixes loopback and other addresses (192.0.2.1:5001, "
+                   "127.0.0.1:5002)",
+                   "");
+    /* This node's own settings. */
+    char *n1[] = {"ternd", "--raft-address=127.0.0.1:5002", "--http-address=127.0.0.1:5102",
+                  "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(n1, env, "node-id must be >= 1 with peers", "");
+    char *n2[] = {"ternd",
+                  "--node-id=2",
+                  "--raft-address=0.0.0.0:5002",
+                  "--http-address=127.0.0.1:5102",
+                  "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002",
+                  "--allow-plaintext-raft",
+                  NULL};
+    expect_refused(n2, env, "raft-address 0.0.0.0:5002 is every interface", "");
+    char *n3[] = {"ternd",
+                  "--node-id=2",
+                  "--raft-address=127.0.0.1:0",
+                  "--http-address=127.0.0.1:5102",
+                  "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002",
+                  NULL};
+    expect_refused(n3, env, "raft-address 127.0.0.1:0 has port 0", "");
+    char *n4[] = {"ternd",
+                  "--node-id=2",
+                  "--raft-address=127.0.0.1:5002",
+                  "--http-address=[::]:5102",
+                  "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002",
+                  NULL};
+    expect_refused(n4, env, "http-address [::]:5102 is every interface", "advertise-address");
+    char *n5[] = {"ternd",
+                  "--node-id=2",
+                  "--raft-address=127.0.0.1:5002",
+                  "--http-address=127.0.0.1:0",
+                  "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002",
+                  NULL};
+    expect_refused(n5, env, "http-address 127.0.0.1:0 has port 0", "");
+    char *n6[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002",
+                  "--advertise-address=0.0.0.0:5102", NULL};
+    expect_refused(n6, env, "advertise-address (flag --advertise-address): \"0.0.0.0:5102\"",
+                   "every interface");
+    char *n7[] = {"ternd", NODE2, "--advertise-address=:5102", NULL};
+    expect_refused(n7, env, "advertise-address", "missing host");
+    char *n8[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002",
+                  "--join=127.0.0.1:5101", NULL};
+    expect_refused(n8, env, "peers and join exclude each other", "");
+    /* Secured, with peers, and no secret. */
+    char *s1[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(s1, NULL, "TERN_CLUSTER_SECRET", "cluster-secret-file");
+#undef NODE2
+}
+
+static void test_cluster_join(void **state)
+{
+    (void)state;
+    char *env[] = {"TERN_CLUSTER_SECRET=" SECRET40, NULL};
+    char *argv[] = {"ternd",
+                    "--node-id=4",
+                    "--raft-address=127.0.0.1:5004",
+                    "--http-address=127.0.0.1:5104",
+                    "--join=127.0.0.1:5101, node2.example:5102",
+                    NULL};
+    tn_config_t cfg;
+    char err[512];
+    if (load(&cfg, argv, env, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_true(tn_config_clustered(&cfg));
+    assert_int_equal(tn_config_raft_id(&cfg), 4);
+    assert_int_equal(cfg.npeers, 0);
+    assert_int_equal(cfg.njoin, 2);
+    assert_string_equal(cfg.join[0], "127.0.0.1:5101");
+    assert_string_equal(cfg.join[1], "node2.example:5102"); /* resolved when dialled */
+    tn_config_fini(&cfg);
+
+    char *j1[] = {"ternd", "--raft-address=127.0.0.1:5004", "--http-address=127.0.0.1:5104",
+                  "--join=127.0.0.1:5101", NULL};
+    expect_refused(j1, env, "node-id must be >= 1 with join", "");
+    char *j2[] = {"ternd", "--node-id=4", "--join=127.0.0.1", NULL};
+    expect_refused(j2, env, "join (flag --join): \"127.0.0.1\"", "missing port");
+    char *j3[] = {"ternd", "--node-id=4", "--join=127.0.0.1:0", NULL};
+    expect_refused(j3, env, "join", "port 0");
+    char *j4[] = {"ternd",
+                  "--node-id=4",
+                  "--raft-address=127.0.0.1:5004",
+                  "--http-address=127.0.0.1:5104",
+                  "--join=0.0.0.0:5101",
+                  NULL};
+    expect_refused(j4, env, "join: \"0.0.0.0:5101\"", "every interface");
+    char *j5[] = {"ternd",
+                  "--node-id=4",
+                  "--raft-address=127.0.0.1:5004",
+                  "--http-address=127.0.0.1:5104",
+                  "--join=127.0.0.1:5101",
+                  NULL};
+    expect_refused(j5, NULL, "a node with join and security-enabled needs the cluster secret",
+                   "TERN_CLUSTER_SECRET or cluster-secret-file");
+}
+
+static void test_cluster_secret(void **state)
+{
+    (void)state;
+    char *peers[] = {"ternd",
+                     "--node-id=1",
+                     "--raft-address=127.0.0.1:5001",
+                     "--http-address=127.0.0.1:5101",
+                     "--peers=1@127.0.0.1:5001",
+                     NULL,
+                     NULL};
+    tn_config_t cfg;
+    char err[512];
+
+    /* From a file: one trailing newline (or CRLF) is not part of it. */
+    const char *texts[] = {SECRET40 "\n", SECRET40 "\r\n", SECRET40};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(texts); i++) {
+        char *path = write_mode(texts[i], strlen(texts[i]), 0600);
+        char flag[300];
+        snprintf(flag, sizeof(flag), "--cluster-secret-file=%s", path);
+        peers[5] = flag;
+        if (load(&cfg, peers, NULL, err, sizeof(err)) != 0)
+            fail_msg("%s", err);
+        assert_int_equal(cfg.cluster_secret_len, 40);
+        assert_memory_equal(cfg.cluster_secret, SECRET40, 40);
+        tn_config_fini(&cfg);
+        unlink(path);
+        free(path);
+    }
+    /* Binary bytes are bytes; a second newline is part of it. */
+    char bin[34];
+    for (size_t i = 0; i < sizeof(bin); i++)
+        bin[i] = (char)(i * 37);
+    bin[32] = '\n';
+    bin[33] = '\n';
+    char *path = write_mode(bin, sizeof(bin), 0400);
+    char flag[300];
+    snprintf(flag, sizeof(flag), "--cluster-secret-file=%s", path);
+    peers[5] = flag;
+    assert_int_equal(load(&cfg, peers, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.cluster_secret_len, 33);
+    assert_memory_equal(cfg.cluster_secret, bin, 33);
+    tn_config_fini(&cfg);
+    /* Both ways at once. */
+    char *both[] = {"TERN_CLUSTER_SECRET=" SECRET40, NULL};
+    expect_refused(peers, both, "TERN_CLUSTER_SECRET and cluster-secret-file are both set", "");
+    unlink(path);
+    free(path);
+
+    /* Too short (31 bytes and the newline), too long, readable by others,
+     * missing, not a file. */
+    path = write_mode("0123456789abcdef0123456789abcde\n", 32, 0600);
+    snprintf(flag, sizeof(flag), "--cluster-secret-file=%s", path);
+    expect_refused(peers, NULL, "cluster-secret-file", "is 31 bytes; it needs 32 to 1024");
+    unlink(path);
+    free(path);
+    char big[1100];
+    memset(big, 'k', sizeof(big));
+    path = write_mode(big, sizeof(big), 0600);
+    snprintf(flag, sizeof(flag), "--cluster-secret-file=%s", path);
+    expect_refused(peers, NULL, "cluster-secret-file", "is over 1024 bytes");
+    unlink(path);
+    free(path);
+    path = write_mode(SECRET40, 40, 0640);
+    snprintf(flag, sizeof(flag), "--cluster-secret-file=%s", path);
+    expect_refused(peers, NULL, "mode 0640 lets group or others at it", "chmod 600");
+    assert_int_equal(chmod(path, 0604), 0);
+    expect_refused(peers, NULL, "mode 0604", "readable by its owner only");
+    unlink(path);
+    expect_refused(peers, NULL, "cluster-secret-file", "cannot open: No such file");
+    free(path);
+    peers[5] = "--cluster-secret-file=/tmp";
+    expect_refused(peers, NULL, "cluster-secret-file \"/tmp\"", "not a regular file");
+
+    /* From the environment; too short there too. A lone node takes a
+     * given one and generates none. */
+    peers[5] = NULL;
+    char *shortenv[] = {"TERN_CLUSTER_SECRET=short", NULL};
+    expect_refused(peers, shortenv, "TERN_CLUSTER_SECRET", "is 5 bytes");
+    char *emptyenv[] = {"TERN_CLUSTER_SECRET=", NULL};
+    char *lone[] = {"ternd", NULL};
+    expect_refused(lone, emptyenv, "TERN_CLUSTER_SECRET", "is 0 bytes");
+    assert_int_equal(load(&cfg, lone, both, err, sizeof(err)), 0);
+    assert_false(cfg.cluster_secret_generated);
+    assert_int_equal(cfg.cluster_secret_len, 40);
+    tn_config_fini(&cfg);
+
+    /* Never a flag or config-file value; and never in an error. */
+    char *flagged[] = {"ternd", "--cluster-secret=" SECRET40, NULL};
+    expect_refused(flagged, NULL, "cluster-secret (flag --cluster-secret) is not taken",
+                   "TERN_CLUSTER_SECRET or cluster-secret-file");
+    char *file = write_tmp("cluster_secret = " SECRET40 "\n");
+    char cfgflag[256];
+    snprintf(cfgflag, sizeof(cfgflag), "--config=%s", file);
+    char *filed[] = {"ternd", cfgflag, NULL};
+    assert_int_equal(load(&cfg, filed, NULL, err, sizeof(err)), TN_ECONFIG);
+    assert_non_null(strstr(err, "cluster-secret (config "));
+    assert_null(strstr(err, SECRET40));
+    tn_config_fini(&cfg);
+    unlink(file);
+    free(file);
+}
+
+static void test_cluster_security(void **state)
+{
+    (void)state;
+    char *env[] = {"TERN_CLUSTER_SECRET=" SECRET40, NULL};
+    /* Security off with peers: only with allow-insecure-cluster; then no
+     * secret is needed and none is generated. */
+    char *off[] = {"ternd",
+                   "--security-enabled=false",
+                   "--node-id=1",
+                   "--raft-address=127.0.0.1:5001",
+                   "--http-address=127.0.0.1:5101",
+                   "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002",
+                   NULL,
+                   NULL};
+    expect_refused(off, NULL, "security-enabled=false with peers needs allow-insecure-cluster", "");
+    off[6] = "--allow-insecure-cluster";
+    tn_config_t cfg;
+    char err[512];
+    assert_int_equal(load(&cfg, off, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.cluster_secret_len, 0);
+    assert_false(cfg.cluster_secret_generated);
+    tn_config_fini(&cfg);
+
+    /* Secured Raft off loopback (even on a lone node): TLS files, or
+     * allow-plaintext-raft. TEST-NET-1 is never bound by the loader. */
+    char *ca = write_mode("CA\n", 3, 0644);
+    char *cert = write_mode("CERT\n", 5, 0644);
+    char *key = write_mode("KEY\n", 4, 0600);
+    char fca[300], fcert[300], fkey[300];
+    snprintf(fca, sizeof(fca), "--raft-tls-ca=%s", ca);
+    snprintf(fcert, sizeof(fcert), "--raft-tls-cert=%s", cert);
+    snprintf(fkey, sizeof(fkey), "--raft-tls-key=%s", key);
+    char *r1[] = {"ternd", "--raft-address=192.0.2.1:4153", NULL, NULL, NULL, NULL};
+    expect_refused(r1, NULL, "raft-address 192.0.2.1:4153 is not a loopback address",
+                   "raft-tls-cert, raft-tls-key and raft-tls-ca");
+    expect_refused(r1, NULL, "", "allow-plaintext-raft");
+    r1[2] = "--allow-plaintext-raft";
+    expect_loads(r1, NULL);
+    r1[2] = fcert;
+    r1[3] = fkey;
+    r1[4] = fca;
+    assert_int_equal(load(&cfg, r1, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.raft_tls_ca, ca);
+    tn_config_fini(&cfg);
+    char *r2[] = {"ternd", "--raft-address=192.0.2.1:4153", "--security-enabled=false", NULL};
+    expect_loads(r2, NULL);
+    /* Loopback needs neither; a whole loopback cluster neither. */
+    char *r3[] = {"ternd", "--raft-address=127.0.0.9:4153", NULL};
+    expect_loads(r3, NULL);
+    char *lo[] = {"ternd",
+                  "--node-id=1",
+                  "--raft-address=127.0.0.1:5001",
+                  "--http-address=127.0.0.1:5101",
+                  "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002",
+                  NULL};
+    expect_loads(lo, env);
+    /* The three go together, and each must be readable. */
+    char *t1[] = {"ternd", fcert, fkey, NULL};
+    expect_refused(t1, NULL, "raft-tls-cert, raft-tls-key and raft-tls-ca go together",
+                   "raft-tls-ca is missing");
+    char *t2[] = {"ternd", fca, fkey, NULL};
+    expect_refused(t2, NULL, "go together", "raft-tls-cert is missing");
+    char *t3[] = {"ternd", fcert, fkey, "--raft-tls-ca=/nonexistent/ca.pem", NULL};
+    expect_refused(t3, NULL, "raft-tls-ca: cannot read \"/nonexistent/ca.pem\"", "No such file");
+    unlink(ca);
+    unlink(cert);
+    unlink(key);
+    free(ca);
+    free(cert);
+    free(key);
+}
+
+static void test_cluster_timeouts(void **state)
+{
+    (void)state;
+    char *a1[] = {"ternd", "--cluster-heartbeat-interval=2s", "--cluster-dead-after=3s", NULL};
+    expect_refused(a1, NULL, "cluster-dead-after (3s) must be at least twice",
+                   "cluster-heartbeat-interval (2s)");
+    char *a2[] = {"ternd",
+                  "--cluster-heartbeat-interval=1s",
+                  "--cluster-dead-after=2s",
+                  "--cluster-rpc-dial-timeout=250ms",
+                  "--cluster-rpc-timeout=10s",
+                  "--cluster-join-interval=500ms",
+                  NULL};
+    tn_config_t cfg;
+    char err[512];
+    if (load(&cfg, a2, NULL, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(cfg.cluster_dead_after_ns, 2000000000LL);
+    assert_int_equal(cfg.cluster_rpc_dial_timeout_ns, 250000000LL);
+    assert_int_equal(cfg.cluster_rpc_timeout_ns, 10000000000LL);
+    assert_int_equal(cfg.cluster_join_interval_ns, 500000000LL);
+    tn_config_fini(&cfg);
+    char *a3[] = {"ternd", "--cluster-rpc-dial-timeout=5ms", NULL};
+    expect_refused(a3, NULL, "cluster-rpc-dial-timeout", "10ms..1m");
+    char *a4[] = {"ternd", "--cluster-heartbeat-interval=2m", NULL};
+    expect_refused(a4, NULL, "cluster-heartbeat-interval", "100ms..1m");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -509,6 +995,12 @@ int main(void)
         cmocka_unit_test(test_nsq_auth),
         cmocka_unit_test(test_help_groups_and_formats),
         cmocka_unit_test(test_help_lists_every_option),
+        cmocka_unit_test(test_cluster_defaults),
+        cmocka_unit_test(test_cluster_peers),
+        cmocka_unit_test(test_cluster_join),
+        cmocka_unit_test(test_cluster_secret),
+        cmocka_unit_test(test_cluster_security),
+        cmocka_unit_test(test_cluster_timeouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

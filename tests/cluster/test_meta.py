@@ -1,0 +1,341 @@
+"""The metastore across real ternd nodes (tests/cluster/harness.py): bootstrap
+of 3 and 5 voters, /readyz only once a node has caught up, a leader SIGKILL,
+restarts on the same data directory, a partitioned leader (network
+namespaces), and the start-up refusals of the cluster options seen from
+outside. The tests that need node RPC (writes forwarded from followers,
+joins, member liveness) are here too, skipped until the lead wires node RPC
+in (harness.NEEDS_RPC).
+
+Run: python3 tests/cluster/test_meta.py --ternd build/ternd [unittest args]
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import harness  # noqa: E402
+import netns  # noqa: E402
+from harness import NEEDS_RPC, Cluster, run_ternd  # noqa: E402
+
+
+def wait_until(what, fn, timeout=60, interval=0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+class ClusterTest(unittest.TestCase):
+    def make(self, n, **kw):
+        c = Cluster(n, **kw)
+        self.addCleanup(c.close)
+        # A failing test shows every node's log.
+        self.addCleanup(self._dump_on_failure, c)
+        return c
+
+    def _dump_on_failure(self, c):
+        outcome = getattr(self, "_outcome", None)
+        result = getattr(outcome, "result", None)
+        errors = list(getattr(result, "errors", [])) + list(getattr(result, "failures", []))
+        if any(test is self for test, _ in errors):
+            sys.stderr.write(c.logs())
+
+    def create_topics(self, node, names):
+        for name in names:
+            status, body = node.request("POST", "/v1/topics", {"name": name, "partitions": 1})
+            self.assertEqual(status, 201, (name, body))
+
+    def assert_replicated(self, nodes, names, timeout=60):
+        for node in nodes:
+            wait_until(f"node {node.id} to list {len(names)} topics",
+                       lambda: set(names) <= set(node.topics()), timeout)
+
+
+class Bootstrap(ClusterTest):
+    def check_bootstrap(self, n):
+        c = self.make(n).start()
+        for node in c.nodes:
+            self.assertIn(f"metastore: new cluster bootstrapped with {n} voters, node {node.id} "
+                          f"at {node.raft_address}", node.log())
+        leader = c.find_leader()
+        # One leader: every other node holds a write it cannot forward yet.
+        followers = [x for x in c.nodes if x is not leader]
+        self.assertEqual(len(followers), n - 1)
+        names = [f"boot{n}-{i}" for i in range(5)]
+        self.create_topics(leader, names)
+        # Every replica has every write, and reads come from it.
+        self.assert_replicated(c.nodes, names)
+        for node in c.nodes:
+            self.assertEqual(node.stop(), 0, node.log())
+
+    def test_bootstrap_of_three(self):
+        self.check_bootstrap(3)
+
+    def test_bootstrap_of_five(self):
+        self.check_bootstrap(5)
+
+    def test_secret_and_tls_files_from_the_harness(self):
+        # The harness's certificates chain to its CA and to no other; a
+        # cluster given them and the secret file starts (Raft runs over TLS
+        # once the rafttls transport is in; loopback Raft needs neither).
+        c = self.make(3, tls=True)
+        other = harness.make_certs(os.path.join(c.dir, "other"), ["stranger"], "other-ca")
+        ok = harness.subprocess.run(["openssl", "verify", "-CAfile", c.certs["ca"],
+                                     c.certs["node1"][0]], capture_output=True, text=True)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        bad = harness.subprocess.run(["openssl", "verify", "-CAfile", c.certs["ca"],
+                                      other["stranger"][0]], capture_output=True, text=True)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertEqual(os.stat(c.secret_file).st_mode & 0o777, 0o600)
+        c.start()
+        self.create_topics(c.find_leader(), ["tls-0"])
+        self.assert_replicated(c.nodes, ["tls-0"])
+
+
+class Readiness(ClusterTest):
+    def test_not_ready_without_a_quorum(self):
+        # One voter of three cannot elect a leader: it serves HTTP but
+        # /readyz stays 503; a second voter makes a quorum and both become
+        # ready.
+        c = self.make(3)
+        first, second, _ = c.nodes
+        first.start()
+        first.daemon.wait_for(" ready: data ")
+        for _ in range(10):
+            self.assertEqual(first.readyz(), 503)
+            time.sleep(0.5)
+        second.start()
+        c.wait_ready([first, second])
+        self.assertEqual(first.readyz(), 200)
+
+    def test_readyz_only_after_catch_up(self):
+        c = self.make(3).start()
+        leader = c.find_leader()
+        lagging = [x for x in c.nodes if x is not leader][0]
+        self.create_topics(leader, ["before-0"])
+        self.assert_replicated([lagging], ["before-0"])
+        self.assertEqual(lagging.stop(), 0, lagging.log())
+        names = [f"missed-{i}" for i in range(30)]
+        self.create_topics(leader, names)
+        lagging.start()
+        # Its first 200 comes with everything it missed in its replica.
+        wait_until("the restarted node to be ready", lambda: lagging.readyz() == 200, 90)
+        self.assertLessEqual(set(names) | {"before-0"}, set(lagging.topics()))
+
+
+class Failures(ClusterTest):
+    def test_leader_sigkill_keeps_acknowledged_writes(self):
+        c = self.make(3).start()
+        leader = c.find_leader()
+        acked = [f"acked-{i}" for i in range(10)]
+        self.create_topics(leader, acked)
+        leader.kill()
+        # The other two elect a new leader, which has every acknowledged
+        # write and takes new ones.
+        survivors = [x for x in c.nodes if x is not leader]
+        new_leader = c.find_leader(survivors, timeout=60)
+        self.assertLessEqual(set(acked), set(new_leader.topics()))
+        self.create_topics(new_leader, ["after-kill"])
+        # The killed node comes back on its data directory as a follower
+        # and catches up.
+        leader.start()
+        leader.wait_ready()
+        self.assert_replicated([leader], acked + ["after-kill"])
+
+    def test_graceful_stop_and_restart_of_every_node(self):
+        c = self.make(3).start()
+        self.create_topics(c.find_leader(), ["kept"])
+        self.assert_replicated(c.nodes, ["kept"])
+        for node in c.nodes:
+            self.assertEqual(node.stop(), 0, node.log())
+        self.assertFalse(os.path.exists(os.path.join(c.nodes[0].dir, "ternd.pid")))
+        c.start()
+        self.assert_replicated(c.nodes, ["kept"])
+        self.create_topics(c.find_leader(), ["after-restart"])
+        self.assert_replicated(c.nodes, ["after-restart"])
+        for node in c.nodes:
+            self.assertIn("metastore: new cluster bootstrapped", node.log())
+            self.assertEqual(node.log().count("metastore: new cluster bootstrapped"), 1)
+
+
+class Partition(ClusterTest):
+    def test_partitioned_leader_is_replaced_and_catches_up(self):
+        ok, why = netns.available()
+        if not ok:
+            self.skipTest(f"network namespaces unavailable here: {why}")
+        net = netns.Net(3)
+        self.addCleanup(net.close)
+        # Raft off loopback: plaintext, allowed explicitly (the Raft TLS
+        # transport comes with the rafttls branch).
+        c = self.make(3, hosts=net.hosts, prefixes=[net.prefix(i) for i in range(3)],
+                      args=["--allow-plaintext-raft"]).start()
+        leader = c.find_leader()
+        self.create_topics(leader, ["pre-partition"])
+        i = c.nodes.index(leader)
+        net.isolate(i)
+        rest = [x for x in c.nodes if x is not leader]
+        new_leader = c.find_leader(rest, timeout=60)
+        self.create_topics(new_leader, ["during-partition"])
+        net.heal(i)
+        self.assert_replicated([leader], ["pre-partition", "during-partition"], timeout=90)
+
+
+class Refusals(unittest.TestCase):
+    """Each refusal of the cluster options, from outside: exit status 2 and
+    one line naming the setting; nothing is opened."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tern-refuse-")
+        self.addCleanup(harness.shutil.rmtree, self.dir, True)
+        self.secret = os.path.join(self.dir, "secret")
+        fd = os.open(self.secret, os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("s" * 40 + "\n")
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        self.base = [f"--data-path={os.path.join(self.dir, 'data')}", "--node-id=1",
+                     "--raft-address=127.0.0.1:21901", "--http-address=127.0.0.1:21911",
+                     "--tcp-address=127.0.0.1:0"]
+        self.peers = "--peers=1@127.0.0.1:21901,2@127.0.0.1:21902"
+
+    def refused(self, *args, env=None, expect=()):
+        res = run_ternd(*self.base, *args, env=env or self.env)
+        self.assertEqual(res.returncode, 2, res.stderr)
+        lines = res.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, res.stderr)
+        for text in expect:
+            self.assertIn(text, lines[0])
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "data")), "data dir opened")
+        return lines[0]
+
+    def test_peers_without_a_secret(self):
+        self.refused(self.peers, expect=("TERN_CLUSTER_SECRET", "cluster-secret-file"))
+        self.refused("--join=127.0.0.1:21912", expect=("join", "TERN_CLUSTER_SECRET"))
+
+    def test_secret_forms(self):
+        line = self.refused("--cluster-secret=" + "x" * 40, self.peers,
+                            expect=("cluster-secret", "TERN_CLUSTER_SECRET"))
+        self.assertNotIn("x" * 40, line)
+        env = dict(self.env, TERN_CLUSTER_SECRET="too-short")
+        self.refused(self.peers, env=env, expect=("TERN_CLUSTER_SECRET", "is 9 bytes"))
+        os.chmod(self.secret, 0o644)
+        self.refused(self.peers, f"--cluster-secret-file={self.secret}",
+                     expect=("cluster-secret-file", "chmod 600"))
+        os.chmod(self.secret, 0o600)
+        env = dict(self.env, TERN_CLUSTER_SECRET="y" * 40)
+        self.refused(self.peers, f"--cluster-secret-file={self.secret}", env=env,
+                     expect=("both set",))
+
+    def test_security_rules(self):
+        sf = f"--cluster-secret-file={self.secret}"
+        self.refused(self.peers, "--security-enabled=false", expect=("allow-insecure-cluster",))
+        self.refused("--raft-address=192.0.2.1:21901",
+                     expect=("not a loopback address", "allow-plaintext-raft"))
+        self.refused(self.peers, sf, f"--raft-tls-cert={self.secret}",
+                     expect=("raft-tls-key is missing",))
+        self.refused(self.peers, sf, "--http-address=0.0.0.0:21911",
+                     expect=("advertise-address", "http-address"))
+        self.refused(self.peers, sf, "--node-id=0", expect=("node-id must be >= 1",))
+        self.refused(self.peers, sf, "--join=127.0.0.1:21912", expect=("exclude each other",))
+
+    def test_wrong_peers_entry_for_itself(self):
+        sf = f"--cluster-secret-file={self.secret}"
+        self.refused("--peers=1@127.0.0.1:21999,2@127.0.0.1:21902", sf,
+                     expect=("peers lists this node (1) at 127.0.0.1:21999",
+                             "raft-address is 127.0.0.1:21901"))
+        self.refused("--peers=2@127.0.0.1:21902,3@127.0.0.1:21903", sf,
+                     expect=("peers has no entry for this node (node-id 1)",))
+
+    def test_lone_node_secret_notices(self):
+        # A lone secured node generates its secret and says so (never what
+        # it is); with security off it warns that node RPC is open.
+        from daemon import Daemon
+        d = Daemon(os.path.join(self.dir, "lone"), env=self.env)
+        d.wait_for(" ready: data ")
+        self.assertEqual(d.stop(), 0)
+        self.assertIn("single node with no cluster secret: generated a per-process secret, so "
+                      "node RPC is closed to other processes", d.log())
+        d = Daemon(os.path.join(self.dir, "open"), "--security-enabled=false", env=self.env)
+        d.wait_for(" ready: data ")
+        self.assertEqual(d.stop(), 0)
+        warned = [line for line in d.log().splitlines()
+                  if "node RPC plane is unauthenticated" in line]
+        self.assertEqual(len(warned), 1, d.log())
+        self.assertIn(" warn ", warned[0])
+
+
+@unittest.skip(NEEDS_RPC)
+class NeedsNodeRpc(ClusterTest):
+    def test_writes_sent_to_followers_land_once(self):
+        c = self.make(3).start()
+        leader = c.find_leader()
+        names = []
+        for node in c.nodes:
+            if node is leader:
+                continue
+            mine = [f"via-{node.id}-{i}" for i in range(5)]
+            self.create_topics(node, mine)  # answered with the leader's result
+            names += mine
+        self.assert_replicated(c.nodes, names)
+        for node in c.nodes:
+            listed = node.topics()
+            for name in names:
+                self.assertEqual(listed.count(name), 1, (node.id, name))
+
+    def test_fourth_node_joins(self):
+        c = self.make(3).start()
+        joiner = c.add_joiner()
+        self.assertNotIn("--peers=", " ".join(joiner.args()))
+        joiner.start()
+        joiner.wait_ready(120)
+        self.assertNotIn("new cluster bootstrapped", joiner.log())
+        for node in c.nodes:
+            status, body = node.request("GET", "/v1/cluster/members")
+            self.assertEqual(status, 200, body)
+            ids = sorted(int(m["id"]) for m in body["members"])
+            self.assertEqual(ids, [1, 2, 3, 4])
+        self.create_topics(c.find_leader(), ["after-join"])
+        self.assert_replicated([joiner], ["after-join"])
+
+    def test_member_dead_after_timeout_and_alive_after_restart(self):
+        c = self.make(3, args=["--cluster-heartbeat-interval=500ms",
+                               "--cluster-dead-after=3s"]).start()
+        leader = c.find_leader()
+        victim = [x for x in c.nodes if x is not leader][0]
+
+        def status_of(node_id):
+            status, body = leader.request("GET", "/v1/cluster/members")
+            if status != 200:
+                return None
+            for m in body["members"]:
+                if str(m["id"]) == str(node_id):
+                    return m["status"]
+            return None
+
+        wait_until("every member alive", lambda: all(status_of(n.id) == "alive"
+                                                      for n in c.nodes), 30)
+        victim.kill()
+        wait_until("the killed member dead", lambda: status_of(victim.id) == "dead", 60)
+        victim.start()
+        victim.wait_ready()
+        wait_until("the member alive again", lambda: status_of(victim.id) == "alive", 60)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    harness.set_ternd(args.ternd)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
