@@ -1,6 +1,7 @@
 /* The /v1/cluster routes (admins only): the members the metastore knows,
- * partition moves, and draining a member (decommission). A node records
- * itself as a member when its metastore is first ready. In a cluster of
+ * partition moves, and draining a member (decommission). Every node
+ * registers itself as a member (the metastore does, each heartbeat
+ * interval). In a cluster of
  * one the node owns every partition, and there is nowhere to move one:
  * draining is recorded, and `moves` stays empty.
  *
@@ -156,32 +157,4 @@ int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v)
             : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}/decommission", 0, NULL,
                             on_recommission, v);
     return rc;
-}
-
-/* --- joining ------------------------------------------------------------------ */
-
-static void on_joined(tn_meta_req_t *req, int status)
-{
-    if (status != 0 && status != TN_ECLOSED)
-        TN_LOG(TN_LOG_WARN, "metastore: recording this node as a member failed: %s",
-               tn_strerror(status));
-    tn_free(req);
-}
-
-void tn_v1_join(tn_meta_t *meta, uint64_t id, const char *addr)
-{
-    const tn_meta_state_t *s = tn_meta_state(meta);
-    for (size_t i = 0; i < s->nmembers; i++)
-        if (s->members[i].id == id && strcmp(s->members[i].addr, addr) == 0)
-            return;
-    tn_meta_req_t *req = tn_calloc(1, sizeof(*req));
-    if (req == NULL)
-        return;
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_MEMBER_PUT;
-    c.member.id = id;
-    snprintf(c.member.addr, sizeof(c.member.addr), "%s", addr);
-    if (tn_meta_propose(meta, req, &c, on_joined) != 0)
-        tn_free(req);
 }

@@ -6,6 +6,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define SNAP_MAGIC "TMS1"
@@ -323,25 +324,84 @@ static int user_delete(tn_meta_state_t *s, const char *name)
     return 0;
 }
 
-static int member_put(tn_meta_state_t *s, const tn_meta_member_t *m)
+/* The index of member id in the sorted array, or where it would go. */
+static size_t member_search(const tn_meta_state_t *s, uint64_t id, bool *found)
 {
-    for (size_t i = 0; i < s->nmembers; i++) {
-        if (s->members[i].id == m->id) {
-            bool draining = s->members[i].draining;
-            s->members[i] = *m;
-            s->members[i].draining = draining;
-            return 0;
+    size_t lo = 0, hi = s->nmembers;
+    *found = false;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->members[mid].id == id) {
+            *found = true;
+            return mid;
         }
+        if (s->members[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    if (s->nmembers == s->mcap) {
-        size_t nc = s->mcap ? s->mcap * 2 : 4;
-        tn_meta_member_t *p = tn_realloc(s->members, nc * sizeof(*p));
-        if (p == NULL)
-            return UV_ENOMEM;
-        s->members = p;
-        s->mcap = nc;
+    return lo;
+}
+
+const tn_meta_member_t *tn_meta_member_find(const tn_meta_state_t *s, uint64_t id)
+{
+    bool found;
+    size_t i = member_search(s, id, &found);
+    return found ? &s->members[i] : NULL;
+}
+
+/* A registration (MEMBER_PUT of the first build, or MEMBER_REG with the
+ * full record): the member is alive; draining stays as it was. MEMBER_PUT
+ * keeps the API address and heartbeat it does not carry. */
+static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, bool full)
+{
+    bool found;
+    size_t i = member_search(s, m->id, &found);
+    if (!found) {
+        if (s->nmembers == s->mcap) {
+            size_t nc = s->mcap ? s->mcap * 2 : 4;
+            tn_meta_member_t *p = tn_realloc(s->members, nc * sizeof(*p));
+            if (p == NULL)
+                return UV_ENOMEM;
+            s->members = p;
+            s->mcap = nc;
+        }
+        memmove(&s->members[i + 1], &s->members[i], (s->nmembers - i) * sizeof(*s->members));
+        s->nmembers++;
+        memset(&s->members[i], 0, sizeof(s->members[i]));
+        s->members[i].id = m->id;
     }
-    s->members[s->nmembers++] = *m;
+    tn_meta_member_t *r = &s->members[i];
+    snprintf(r->addr, sizeof(r->addr), "%s", m->addr);
+    if (full) {
+        snprintf(r->api_addr, sizeof(r->api_addr), "%s", m->api_addr);
+        r->heartbeat_ms = m->heartbeat_ms;
+    }
+    r->status = TN_MEMBER_ALIVE;
+    return 0;
+}
+
+/* Applies only while the record has the heartbeat the decision was made
+ * from: a registration that landed after the leader looked wins. */
+static int member_status(tn_meta_state_t *s, const tn_meta_member_t *m)
+{
+    bool found;
+    size_t i = member_search(s, m->id, &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    if (s->members[i].heartbeat_ms != m->heartbeat_ms)
+        return TN_ECHANGED;
+    s->members[i].status = m->status;
+    return 0;
+}
+
+static int member_drain(tn_meta_state_t *s, const tn_meta_member_t *m)
+{
+    bool found;
+    size_t i = member_search(s, m->id, &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    s->members[i].draining = m->draining;
     return 0;
 }
 
@@ -361,15 +421,14 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_USER_DELETE:
         return user_delete(s, c->user.name);
     case TN_MC_MEMBER_PUT:
-        return member_put(s, &c->member);
+    case TN_MC_MEMBER_REG:
+        return member_register(s, &c->member, c->type == TN_MC_MEMBER_REG);
+    case TN_MC_MEMBER_STATUS:
+        return member_status(s, &c->member);
     case TN_MC_MEMBER_DRAIN:
-        for (size_t i = 0; i < s->nmembers; i++) {
-            if (s->members[i].id == c->member.id) {
-                s->members[i].draining = c->member.draining;
-                return 0;
-            }
-        }
-        return TN_ENOTFOUND;
+        return member_drain(s, &c->member);
+    case TN_MC_NOOP:
+        return 0;
     default:
         return UV_ENOTSUP;
     }
@@ -417,10 +476,15 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
     }
     for (size_t i = 0; i < s->nmembers && rc == 0; i++) {
         memset(&c, 0, sizeof(c));
-        c.type = TN_MC_MEMBER_PUT;
+        c.type = TN_MC_MEMBER_REG;
         c.member = s->members[i];
         rc = tn_meta_cmd_encode(&c, out);
         count++;
+        if (rc == 0 && s->members[i].status != TN_MEMBER_ALIVE) {
+            c.type = TN_MC_MEMBER_STATUS;
+            rc = tn_meta_cmd_encode(&c, out);
+            count++;
+        }
         if (rc == 0 && s->members[i].draining) {
             c.type = TN_MC_MEMBER_DRAIN;
             rc = tn_meta_cmd_encode(&c, out);
@@ -479,7 +543,8 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
         if (rc != 0)
             break;
         if (c.type != TN_MC_TOPIC_PUT && c.type != TN_MC_CHANNEL_PUT && c.type != TN_MC_USER_PUT &&
-            c.type != TN_MC_MEMBER_PUT && c.type != TN_MC_MEMBER_DRAIN)
+            c.type != TN_MC_MEMBER_PUT && c.type != TN_MC_MEMBER_DRAIN &&
+            c.type != TN_MC_MEMBER_REG && c.type != TN_MC_MEMBER_STATUS)
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */

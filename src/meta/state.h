@@ -31,7 +31,7 @@ typedef struct {
     tn_meta_user_t **users; /* sorted by name */
     size_t nusers;
     size_t ucap;
-    tn_meta_member_t *members;
+    tn_meta_member_t *members; /* sorted by id */
     size_t nmembers;
     size_t mcap;
     uint64_t users_version; /* bumped by every user change (credential caches key on it) */
@@ -56,6 +56,8 @@ int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c);
 
 const tn_meta_topic_entry_t *tn_meta_topic_find(const tn_meta_state_t *s, const char *name);
 const tn_meta_user_t *tn_meta_user_find(const tn_meta_state_t *s, const char *name);
+/* A member by id (members are sorted by id), or NULL. */
+const tn_meta_member_t *tn_meta_member_find(const tn_meta_state_t *s, uint64_t id);
 bool tn_meta_channel_exists(const tn_meta_state_t *s, const char *topic, const char *channel);
 /* Index of the first topic whose name sorts after `after` ("" = 0). */
 size_t tn_meta_topic_after(const tn_meta_state_t *s, const char *after);

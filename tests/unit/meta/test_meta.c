@@ -11,7 +11,12 @@
 #include "core/time.h"
 #include "meta/meta.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <signal.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -845,6 +850,379 @@ static void test_replica_restart(void **state)
     free(dir);
 }
 
+/* --- several voters on one loop (libraft's TCP transport on loopback) ------------ */
+
+#define NNODES 4
+
+typedef struct {
+    uv_loop_t *loop;
+    tn_meta_t *m[NNODES + 1]; /* by id */
+    char dir[NNODES + 1][4096];
+    char raft[NNODES + 1][32];
+    char api[NNODES + 1][32];
+    int forwarded;
+} cluster_t;
+
+static cluster_t *the_cluster;
+
+/* A free TCP port below 32768 on 127.0.0.1 (tests stay out of the
+ * ephemeral range). */
+static int free_port(void)
+{
+    static int next = 0;
+    if (next == 0)
+        next = 20000 + (int)(getpid() % 5000) * 2;
+    for (; next < 32000; next++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons((uint16_t)next);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+        close(fd);
+        if (rc == 0)
+            return next++;
+    }
+    fail_msg("no free port");
+    return 0;
+}
+
+typedef struct {
+    tn_meta_req_t req;
+    tn_meta_forward_done done;
+    void *done_arg;
+} hop_t;
+
+static void on_hop(tn_meta_req_t *req, int status)
+{
+    hop_t *h = req->data;
+    h->done(h->done_arg, status);
+    tn_free(h);
+}
+
+/* The node RPC stand-in: the leader's tn_meta_propose_encoded, called
+ * directly; its refusal (TN_ENOTLEADER) goes back through done. */
+static int forward_hook(void *arg, uint64_t leader, const char *api, const void *cmd, size_t len,
+                        tn_meta_forward_done done, void *done_arg)
+{
+    cluster_t *c = arg;
+    assert_true(leader >= 1 && leader <= NNODES);
+    assert_string_equal(api, c->api[leader]);
+    c->forwarded++;
+    hop_t *h = tn_calloc(1, sizeof(*h));
+    h->done = done;
+    h->done_arg = done_arg;
+    h->req.data = h;
+    int rc = tn_meta_propose_encoded(c->m[leader], &h->req, cmd, len, on_hop);
+    if (rc != 0) {
+        tn_free(h);
+        done(done_arg, rc);
+    }
+    return 0;
+}
+
+static void cluster_open(cluster_t *c, uint64_t id, bool join_only)
+{
+    tn_meta_peer_t peers[3];
+    for (uint64_t i = 1; i <= 3; i++) {
+        peers[i - 1].id = i;
+        snprintf(peers[i - 1].raft_addr, sizeof(peers[i - 1].raft_addr), "%s", c->raft[i]);
+    }
+    tn_meta_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.dir = c->dir[id];
+    o.node_id = id;
+    o.address = c->raft[id];
+    o.api_addr = c->api[id];
+    o.election_ms = 300;
+    o.heartbeat_ms = 50;
+    o.heartbeat_interval_ms = 200;
+    o.dead_after_ms = 1500;
+    o.peers = join_only ? NULL : peers;
+    o.npeers = join_only ? 0 : 3;
+    o.join_only = join_only;
+    o.forward = forward_hook;
+    o.forward_arg = c;
+    char err[256] = "";
+    if (tn_meta_open(c->loop, &o, &c->m[id], err, sizeof(err)) != 0)
+        fail_msg("tn_meta_open %llu: %s", (unsigned long long)id, err);
+}
+
+/* The leader every given node agrees on, or 0. */
+static uint64_t agreed_leader(cluster_t *c, uint64_t n)
+{
+    uint64_t agreed = 0;
+    for (uint64_t i = 1; i <= n; i++) {
+        uint64_t id = 0;
+        const char *api = NULL;
+        if (c->m[i] == NULL || tn_meta_leader(c->m[i], &id, &api) != 0)
+            return 0;
+        if (agreed != 0 && id != agreed)
+            return 0;
+        agreed = id;
+    }
+    return agreed;
+}
+
+static bool three_caught_up(void *arg)
+{
+    cluster_t *c = arg;
+    for (uint64_t i = 1; i <= 3; i++)
+        if (!tn_meta_ready(c->m[i]) || !tn_meta_caught_up(c->m[i]))
+            return false;
+    return agreed_leader(c, 3) != 0;
+}
+
+static bool members_registered(void *arg)
+{
+    cluster_t *c = arg;
+    for (uint64_t i = 1; i <= 3; i++) {
+        const tn_meta_state_t *s = tn_meta_state(c->m[i]);
+        if (s->nmembers < 3)
+            return false;
+        for (uint64_t k = 1; k <= 3; k++) {
+            const tn_meta_member_t *mem = tn_meta_member_find(s, k);
+            if (mem == NULL || strcmp(mem->api_addr, c->api[k]) != 0)
+                return false;
+        }
+    }
+    return true;
+}
+
+typedef struct {
+    cluster_t *c;
+    uint64_t n;
+    const char *topic;
+} topic_wait_t;
+
+static bool topic_everywhere(void *arg)
+{
+    topic_wait_t *w = arg;
+    for (uint64_t i = 1; i <= w->n; i++)
+        if (tn_meta_topic_find(tn_meta_state(w->c->m[i]), w->topic) == NULL)
+            return false;
+    return true;
+}
+
+typedef struct {
+    int done;
+    int status;
+} async_t;
+
+static void on_async(void *arg, int status)
+{
+    async_t *a = arg;
+    a->done++;
+    a->status = status;
+}
+
+static bool async_done(void *arg)
+{
+    return ((async_t *)arg)->done > 0;
+}
+
+typedef struct {
+    tn_meta_t *m;
+    uint64_t id;
+    uint8_t status;
+} member_wait_t;
+
+static bool member_has_status(void *arg)
+{
+    member_wait_t *w = arg;
+    const tn_meta_member_t *mem = tn_meta_member_find(tn_meta_state(w->m), w->id);
+    return mem != NULL && mem->status == w->status;
+}
+
+static bool node4_caught_up(void *arg)
+{
+    cluster_t *c = arg;
+    return tn_meta_ready(c->m[4]) && tn_meta_caught_up(c->m[4]);
+}
+
+static bool leader_moved(void *arg)
+{
+    uint64_t *old = arg;
+    uint64_t now = agreed_leader(the_cluster, 4);
+    return now != 0 && now != *old;
+}
+
+static int closed_count;
+static void on_node_closed(void *arg)
+{
+    (void)arg;
+    closed_count++;
+}
+
+static bool all_closed(void *arg)
+{
+    return closed_count >= *(int *)arg;
+}
+
+static void test_cluster(void **state)
+{
+    (void)state;
+    /* libraft writes to peers that closed (ternd ignores SIGPIPE too). */
+    signal(SIGPIPE, SIG_IGN);
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    cluster_t c;
+    memset(&c, 0, sizeof(c));
+    c.loop = &loop;
+    the_cluster = &c;
+    for (uint64_t i = 1; i <= NNODES; i++) {
+        snprintf(c.dir[i], sizeof(c.dir[i]), "%s/meta%llu", dir, (unsigned long long)i);
+        snprintf(c.raft[i], sizeof(c.raft[i]), "127.0.0.1:%d", free_port());
+        snprintf(c.api[i], sizeof(c.api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
+    }
+    for (uint64_t i = 1; i <= 3; i++)
+        cluster_open(&c, i, false);
+    /* Bootstrap of the same three voters everywhere: one leader, and every
+     * node caught up (followers included) and registered. */
+    assert_true(run_until(&loop, three_caught_up, &c));
+    assert_true(run_until(&loop, members_registered, &c));
+    uint64_t leader = agreed_leader(&c, 3);
+    uint64_t follower = leader == 1 ? 2 : 1;
+    uint64_t id = 0;
+    const char *api = NULL;
+    assert_int_equal(tn_meta_leader(c.m[follower], &id, &api), 0);
+    assert_int_equal(id, leader);
+    assert_string_equal(api, c.api[leader]);
+
+    /* A proposal on a follower goes to the leader and answers with the
+     * leader's result; every replica applies it. */
+    tn_meta_req_t req;
+    counter_t cnt = {0, 0};
+    req.data = &cnt;
+    tn_meta_cmd_t t = topic_cmd("orders", true);
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &t, on_done), 0);
+    want_t w = {&cnt, 1};
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, 0);
+    assert_true(c.forwarded > 0);
+    topic_wait_t tw = {&c, 3, "orders"};
+    assert_true(run_until(&loop, topic_everywhere, &tw));
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &t, on_done), 0);
+    w.n = 2;
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, UV_EEXIST); /* the leader's answer */
+
+    /* The RPC handler's entry point refuses on a follower, and refuses
+     * what is not exactly one command. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&t, &b), 0);
+    assert_int_equal(
+        tn_meta_propose_encoded(c.m[follower], &req, tn_buf_data(&b), tn_buf_size(&b), on_done),
+        TN_ENOTLEADER);
+    assert_int_equal(
+        tn_meta_propose_encoded(c.m[leader], &req, tn_buf_data(&b), tn_buf_size(&b) - 8, on_done),
+        TN_ECORRUPT);
+    tn_buf_append(&b, "\0\0\0\0\0\0\0\0", 8);
+    assert_int_equal(
+        tn_meta_propose_encoded(c.m[leader], &req, tn_buf_data(&b), tn_buf_size(&b), on_done),
+        TN_ECORRUPT);
+    tn_buf_fini(&b);
+
+    /* Confirmation, on the leader (a barrier) and on a follower (a NOOP
+     * through the leader). */
+    async_t a = {0, -1};
+    assert_int_equal(tn_meta_confirm(c.m[leader], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_confirm(c.m[follower], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+
+    /* A member that stops registering is marked dead by the leader; its
+     * registration brings it back. */
+    tn_meta_cmd_t reg;
+    memset(&reg, 0, sizeof(reg));
+    reg.type = TN_MC_MEMBER_REG;
+    reg.member.id = 9;
+    snprintf(reg.member.addr, sizeof(reg.member.addr), "127.0.0.9:4153");
+    snprintf(reg.member.api_addr, sizeof(reg.member.api_addr), "127.0.0.9:4151");
+    reg.member.heartbeat_ms = tn_now_wall_ms();
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &reg, on_done), 0);
+    member_wait_t mw = {c.m[follower], 9, TN_MEMBER_DEAD};
+    assert_true(run_until(&loop, member_has_status, &mw));
+    reg.member.heartbeat_ms = tn_now_wall_ms();
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &reg, on_done), 0);
+    mw.status = TN_MEMBER_ALIVE;
+    assert_true(run_until(&loop, member_has_status, &mw));
+    /* The three real members stayed alive throughout. */
+    for (uint64_t i = 1; i <= 3; i++)
+        assert_int_equal(tn_meta_member_find(tn_meta_state(c.m[leader]), i)->status,
+                         TN_MEMBER_ALIVE);
+
+    /* A fourth node joins: it waits as join_only until the leader adds
+     * it, then catches up to the same state. */
+    cluster_open(&c, 4, true);
+    assert_false(tn_meta_caught_up(c.m[4]));
+    assert_int_equal(tn_meta_join(c.m[follower], 4, c.raft[4], on_async, &a), TN_ENOTLEADER);
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_join(c.m[leader], 4, c.raft[4], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+    assert_true(run_until(&loop, node4_caught_up, &c));
+    tw.n = 4;
+    assert_true(run_until(&loop, topic_everywhere, &tw));
+    /* Joining again at the same address is success; another address for
+     * the same id, or another id at a member's address, is refused. */
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_join(c.m[leader], 4, c.raft[4], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+    a.done = 0;
+    assert_int_equal(tn_meta_join(c.m[leader], 4, "127.0.0.1:1", on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, TN_EIDTAKEN);
+    a.done = 0;
+    assert_int_equal(tn_meta_join(c.m[leader], 5, c.raft[4], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, UV_EADDRINUSE);
+
+    /* A proposal on the new node goes through the leader too. */
+    tn_meta_cmd_t t2 = topic_cmd("payments", true);
+    cnt.done = 0;
+    assert_int_equal(tn_meta_propose(c.m[4], &req, &t2, on_done), 0);
+    w.n = 1;
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, 0);
+    topic_wait_t tw2 = {&c, 4, "payments"};
+    assert_true(run_until(&loop, topic_everywhere, &tw2));
+
+    /* Leadership transfer before a stop: another node leads after. */
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_transfer(c.m[leader], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+    assert_true(run_until(&loop, leader_moved, &leader));
+    /* On a node that does not lead, there is nothing to hand over. */
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_transfer(c.m[leader], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+
+    closed_count = 0;
+    for (uint64_t i = 1; i <= NNODES; i++)
+        tn_meta_close(c.m[i], on_node_closed, NULL);
+    int n = NNODES;
+    assert_true(run_until(&loop, all_closed, &n));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -858,6 +1236,7 @@ int main(void)
         cmocka_unit_test(test_root_invariants),
         cmocka_unit_test(test_snapshot_roundtrip),
         cmocka_unit_test(test_replica_restart),
+        cmocka_unit_test(test_cluster),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
