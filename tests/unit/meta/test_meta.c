@@ -850,6 +850,287 @@ static void test_replica_restart(void **state)
     free(dir);
 }
 
+static tn_meta_cmd_t reg_cmd(uint64_t id, int64_t heartbeat)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_REG;
+    c.member.id = id;
+    snprintf(c.member.addr, sizeof(c.member.addr), "10.0.0.%llu:4153", (unsigned long long)id);
+    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "10.0.0.%llu:4151",
+             (unsigned long long)id);
+    c.member.heartbeat_ms = heartbeat;
+    return c;
+}
+
+static tn_meta_cmd_t status_cmd(uint64_t id, uint8_t status, int64_t heartbeat)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_STATUS;
+    c.member.id = id;
+    c.member.status = status;
+    c.member.heartbeat_ms = heartbeat;
+    return c;
+}
+
+static void test_codec_members(void **state)
+{
+    (void)state;
+    tn_meta_cmd_t c = reg_cmd(12, 1700000000123LL), d;
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_MEMBER_REG);
+    assert_int_equal(d.member.id, 12);
+    assert_string_equal(d.member.addr, "10.0.0.12:4153");
+    assert_string_equal(d.member.api_addr, "10.0.0.12:4151");
+    assert_int_equal(d.member.heartbeat_ms, 1700000000123LL);
+    c = status_cmd(12, TN_MEMBER_DEAD, 1700000000123LL);
+    roundtrip(&c, &d);
+    assert_int_equal(d.member.status, TN_MEMBER_DEAD);
+    assert_int_equal(d.member.heartbeat_ms, 1700000000123LL);
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_NOOP;
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_NOOP);
+    uint64_t owners[3] = {3, 0, 1};
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_OWNERS;
+    snprintf(c.topic.name, sizeof(c.topic.name), "orders");
+    c.owners = owners;
+    c.nowners = 3;
+    roundtrip(&c, &d);
+    assert_string_equal(d.topic.name, "orders");
+    assert_int_equal(d.nowners, 3);
+    assert_memory_equal(d.owners, owners, sizeof(owners));
+    tn_meta_cmd_fini(&d);
+
+    /* The first build's MEMBER_PUT, byte for byte, still decodes. */
+    static const unsigned char old[24] = {'T', 'M', 1, 7, 15, 0, 0,   0,   7,   0,   0,   0,
+                                          0,   0,   0, 0, 5,  0, '1', '.', '2', ':', '3', 0};
+    size_t used = 0;
+    assert_int_equal(tn_meta_cmd_decode(old, sizeof(old), &d, &used), 0);
+    assert_int_equal(used, 24);
+    assert_int_equal(d.type, TN_MC_MEMBER_PUT);
+    assert_int_equal(d.member.id, 7);
+    assert_string_equal(d.member.addr, "1.2:3");
+
+    /* Refusals: what cannot be a record does not encode, and damage does
+     * not decode. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    c = reg_cmd(0, 1);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    c = reg_cmd(1, -1);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    c = reg_cmd(1, 1);
+    c.member.addr[0] = '\0';
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    c = status_cmd(1, 2, 1);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_OWNERS;
+    snprintf(c.topic.name, sizeof(c.topic.name), "orders");
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL); /* no partitions */
+    assert_int_equal(tn_buf_size(&b), 0);
+    c = status_cmd(1, TN_MEMBER_DEAD, 1);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    unsigned char *p = (unsigned char *)tn_buf_data(&b);
+    p[TN_META_HDR + 8] = 2; /* a status that does not exist */
+    assert_int_equal(tn_meta_cmd_decode(p, tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    tn_buf_reset(&b);
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_OWNERS;
+    snprintf(c.topic.name, sizeof(c.topic.name), "orders");
+    c.owners = owners;
+    c.nowners = 3;
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    p = (unsigned char *)tn_buf_data(&b);
+    p[TN_META_HDR + 2 + 6] = 4; /* the count says more owners than follow */
+    assert_int_equal(tn_meta_cmd_decode(p, tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    p[TN_META_HDR + 2 + 6] = 2; /* or fewer */
+    assert_int_equal(tn_meta_cmd_decode(p, tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    tn_buf_fini(&b);
+}
+
+static void apply_ok(tn_meta_state_t *s, tn_meta_cmd_t c)
+{
+    assert_int_equal(tn_meta_state_apply(s, &c), 0);
+}
+
+static void expect_owners(const tn_meta_state_t *s, const char *topic, const uint64_t *want,
+                          uint32_t n)
+{
+    assert_int_equal(tn_meta_topic_find(s, topic)->rec.partitions, n);
+    for (uint32_t p = 0; p < n; p++) {
+        if (tn_meta_state_owner(s, topic, p) != want[p])
+            fail_msg("%s partition %u: owner %llu, want %llu", topic, p,
+                     (unsigned long long)tn_meta_state_owner(s, topic, p),
+                     (unsigned long long)want[p]);
+    }
+    assert_int_equal(tn_meta_state_owner(s, topic, n), 0);
+}
+
+static tn_meta_cmd_t sized_topic(const char *name, uint32_t partitions)
+{
+    tn_meta_cmd_t c = topic_cmd(name, false);
+    c.topic.partitions = partitions;
+    return c;
+}
+
+static void test_placement(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    /* A topic made before any member registered: unassigned. */
+    apply_ok(&s, sized_topic("early", 4));
+    assert_int_equal(s.unassigned, 4);
+    assert_int_equal(tn_meta_state_owner(&s, "early", 0), 0);
+    /* The first registration picks it up (one member: it owns all). */
+    apply_ok(&s, reg_cmd(3, 1000));
+    assert_int_equal(s.unassigned, 0);
+    expect_owners(&s, "early", (const uint64_t[]){3, 3, 3, 3}, 4);
+    apply_ok(&s, reg_cmd(1, 1000));
+    apply_ok(&s, reg_cmd(2, 1000));
+    /* Members are sorted by id whatever order they registered in. */
+    assert_int_equal(s.members[0].id, 1);
+    assert_int_equal(s.members[2].id, 3);
+    /* p mod n over the alive members sorted by id. */
+    apply_ok(&s, sized_topic("orders", 5));
+    expect_owners(&s, "orders", (const uint64_t[]){1, 2, 3, 1, 2}, 5);
+    /* Growth places only the new partitions. */
+    apply_ok(&s, sized_topic("orders", 7));
+    expect_owners(&s, "orders", (const uint64_t[]){1, 2, 3, 1, 2, 3, 1}, 7);
+    /* A status made from an old heartbeat is refused; a dead owner keeps
+     * its partitions; new ones go to the alive members only. */
+    tn_meta_cmd_t dead = status_cmd(2, TN_MEMBER_DEAD, 999);
+    assert_int_equal(tn_meta_state_apply(&s, &dead), TN_ECHANGED);
+    assert_int_equal(tn_meta_member_find(&s, 2)->status, TN_MEMBER_ALIVE);
+    apply_ok(&s, status_cmd(2, TN_MEMBER_DEAD, 1000));
+    assert_int_equal(tn_meta_member_find(&s, 2)->status, TN_MEMBER_DEAD);
+    expect_owners(&s, "orders", (const uint64_t[]){1, 2, 3, 1, 2, 3, 1}, 7);
+    apply_ok(&s, sized_topic("late", 4));
+    expect_owners(&s, "late", (const uint64_t[]){1, 3, 1, 3}, 4);
+    assert_int_equal(tn_meta_state_owned(&s, 1), 3 + 2);
+    assert_int_equal(tn_meta_state_owned(&s, 2), 2);
+    assert_int_equal(tn_meta_state_owned(&s, 3), 4 + 2 + 2);
+    /* A registration brings a dead member back, and keeps draining. */
+    tn_meta_cmd_t drain;
+    memset(&drain, 0, sizeof(drain));
+    drain.type = TN_MC_MEMBER_DRAIN;
+    drain.member.id = 2;
+    drain.member.draining = true;
+    apply_ok(&s, drain);
+    apply_ok(&s, reg_cmd(2, 2000));
+    const tn_meta_member_t *m2 = tn_meta_member_find(&s, 2);
+    assert_int_equal(m2->status, TN_MEMBER_ALIVE);
+    assert_int_equal(m2->heartbeat_ms, 2000);
+    assert_true(m2->draining);
+    /* A shrink forgets the owners of partitions gone; regrowing places
+     * them again by the rule. */
+    apply_ok(&s, sized_topic("orders", 2));
+    expect_owners(&s, "orders", (const uint64_t[]){1, 2}, 2);
+    apply_ok(&s, sized_topic("orders", 4));
+    expect_owners(&s, "orders", (const uint64_t[]){1, 2, 3, 1}, 4);
+    /* The old registration keeps the full record's API address and
+     * heartbeat. */
+    tn_meta_cmd_t put;
+    memset(&put, 0, sizeof(put));
+    put.type = TN_MC_MEMBER_PUT;
+    put.member.id = 3;
+    snprintf(put.member.addr, sizeof(put.member.addr), "10.0.0.3:4153");
+    apply_ok(&s, put);
+    assert_string_equal(tn_meta_member_find(&s, 3)->api_addr, "10.0.0.3:4151");
+    assert_int_equal(tn_meta_member_find(&s, 3)->heartbeat_ms, 1000);
+    /* Owners are a snapshot record, not a log entry. */
+    uint64_t owners[4] = {9, 9, 9, 9};
+    tn_meta_cmd_t po;
+    memset(&po, 0, sizeof(po));
+    po.type = TN_MC_PART_OWNERS;
+    snprintf(po.topic.name, sizeof(po.topic.name), "late");
+    po.owners = owners;
+    po.nowners = 4;
+    assert_int_equal(tn_meta_state_apply(&s, &po), UV_EINVAL);
+    expect_owners(&s, "late", (const uint64_t[]){1, 3, 1, 3}, 4);
+    tn_meta_cmd_t st = status_cmd(77, TN_MEMBER_DEAD, 0);
+    assert_int_equal(tn_meta_state_apply(&s, &st), TN_ENOTFOUND);
+
+    /* A snapshot keeps assignments and the member records. */
+    tn_meta_state_t r;
+    tn_meta_state_init(&r);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    apply_ok(&s, status_cmd(2, TN_MEMBER_DEAD, 2000));
+    apply_ok(&s, sized_topic("empty", 3)); /* placed on 1 and 3 */
+    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    expect_owners(&r, "orders", (const uint64_t[]){1, 2, 3, 1}, 4);
+    expect_owners(&r, "late", (const uint64_t[]){1, 3, 1, 3}, 4);
+    expect_owners(&r, "early", (const uint64_t[]){3, 3, 3, 3}, 4);
+    expect_owners(&r, "empty", (const uint64_t[]){1, 3, 1}, 3);
+    assert_int_equal(r.unassigned, 0);
+    assert_int_equal(r.nmembers, 3);
+    const tn_meta_member_t *r2 = tn_meta_member_find(&r, 2);
+    assert_int_equal(r2->status, TN_MEMBER_DEAD);
+    assert_true(r2->draining);
+    assert_int_equal(r2->heartbeat_ms, 2000);
+    assert_string_equal(r2->api_addr, "10.0.0.2:4151");
+    assert_int_equal(tn_meta_member_find(&r, 1)->status, TN_MEMBER_ALIVE);
+    /* Restored and applied states take the next command the same way. */
+    apply_ok(&s, sized_topic("after", 3));
+    apply_ok(&r, sized_topic("after", 3));
+    expect_owners(&r, "after", (const uint64_t[]){1, 3, 1}, 3);
+    expect_owners(&s, "after", (const uint64_t[]){1, 3, 1}, 3);
+    tn_buf_fini(&b);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+}
+
+/* A snapshot of the first build (MEMBER_PUT members, no owners) restores
+ * with every partition unassigned; the next registration places them. */
+static void test_old_snapshot_placement(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    unsigned char hdr[24] = {'T', 'M', 'S', '1'};
+    tn_put_u64(hdr + 16, 2);
+    tn_buf_append(&b, hdr, sizeof(hdr));
+    tn_meta_cmd_t t = sized_topic("legacy", 3);
+    assert_int_equal(tn_meta_cmd_encode(&t, &b), 0);
+    tn_meta_cmd_t put;
+    memset(&put, 0, sizeof(put));
+    put.type = TN_MC_MEMBER_PUT;
+    put.member.id = 1;
+    snprintf(put.member.addr, sizeof(put.member.addr), "127.0.0.1:4153");
+    assert_int_equal(tn_meta_cmd_encode(&put, &b), 0);
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(tn_meta_state_restore(&s, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    assert_int_equal(s.unassigned, 3);
+    assert_int_equal(tn_meta_member_find(&s, 1)->status, TN_MEMBER_ALIVE);
+    expect_owners(&s, "legacy", (const uint64_t[]){0, 0, 0}, 3);
+    apply_ok(&s, reg_cmd(1, 5000));
+    expect_owners(&s, "legacy", (const uint64_t[]){1, 1, 1}, 3);
+    assert_int_equal(s.unassigned, 0);
+    /* A snapshot whose owner record does not fit its topic is refused. */
+    tn_meta_cmd_t po;
+    memset(&po, 0, sizeof(po));
+    po.type = TN_MC_PART_OWNERS;
+    snprintf(po.topic.name, sizeof(po.topic.name), "legacy");
+    uint64_t owners[2] = {1, 1};
+    po.owners = owners;
+    po.nowners = 2;
+    tn_put_u64((unsigned char *)tn_buf_data(&b) + 16, 3);
+    assert_int_equal(tn_meta_cmd_encode(&po, &b), 0);
+    tn_meta_state_t r;
+    tn_meta_state_init(&r);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), TN_ECORRUPT);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+    tn_buf_fini(&b);
+}
+
 /* --- several voters on one loop (libraft's TCP transport on loopback) ------------ */
 
 #define NNODES 4
@@ -1172,6 +1453,14 @@ static void test_cluster(void **state)
     assert_true(run_until(&loop, node4_caught_up, &c));
     tw.n = 4;
     assert_true(run_until(&loop, topic_everywhere, &tw));
+    /* Placement is in the state machine: every replica has the same
+     * owners, placed over the three members alive when it was made. */
+    for (uint32_t p = 0; p < 3; p++) {
+        uint64_t owner = tn_meta_state_owner(tn_meta_state(c.m[leader]), "orders", p);
+        assert_int_equal(owner, p + 1);
+        for (uint64_t i = 1; i <= NNODES; i++)
+            assert_int_equal(tn_meta_state_owner(tn_meta_state(c.m[i]), "orders", p), owner);
+    }
     /* Joining again at the same address is success; another address for
      * the same id, or another id at a member's address, is refused. */
     a.done = 0;
@@ -1228,6 +1517,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codec_roundtrip),
         cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_codec_members),
+        cmocka_unit_test(test_placement),
+        cmocka_unit_test(test_old_snapshot_placement),
         cmocka_unit_test(test_child_counts),
         cmocka_unit_test(test_parent_delete_detaches_children),
         cmocka_unit_test(test_restore_settles_old_links),
