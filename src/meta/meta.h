@@ -1,5 +1,6 @@
 /* The metastore: the state machine of meta/state.h replicated with
- * libraft (libuv I/O, TCP transport), its log and snapshots in
+ * libraft (libuv I/O, tern's TCP transport of meta/transport.h, with
+ * mutual TLS when the certificate files are given), its log and snapshots in
  * <data>/meta/. A node with no Raft state bootstraps itself as the single
  * voter of a new cluster; a cluster of one runs the same code path as a
  * larger one.
@@ -57,6 +58,10 @@ typedef struct {
     unsigned snapshot_threshold; /* log entries between snapshots */
     void (*on_ready)(void *arg); /* optional: once, when first ready */
     void *ready_arg;
+    /* PEM files, borrowed for tn_meta_open: all three for Raft over mutual
+     * TLS (peers must present a certificate signed by tls_ca), or none
+     * for plaintext. */
+    const char *tls_cert, *tls_key, *tls_ca;
 } tn_meta_opts_t;
 
 /* Open (and bootstrap when new) and start. On failure err has a line. */
