@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/netaddr.h"
 #include "core/time.h"
+#include "meta/transport.h"
 
 #include <raft/uv.h>
 #include <stdio.h>
@@ -991,7 +992,7 @@ static void on_raft_closed(struct raft *r)
 {
     tn_meta_t *m = r->data;
     raft_uv_close(&m->io);
-    raft_uv_tcp_close(&m->transport);
+    tn_meta_transport_fini(&m->transport);
     uv_close((uv_handle_t *)&m->poll, on_poll_closed);
 }
 
@@ -1116,15 +1117,17 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     m->fsm.restore = fsm_restore;
     uv_timer_init(loop, &m->poll);
     m->poll.data = m;
-    int rc = raft_uv_tcp_init(&m->transport, loop);
+    tn_meta_transport_opts_t topts = {o->tls_cert, o->tls_key, o->tls_ca};
+    char terr[512];
+    int rc = tn_meta_transport_init(&m->transport, loop, &topts, terr, sizeof(terr));
     if (rc != 0) {
-        tn_errbuf(err, errlen, "metastore: transport: %s", raft_strerror(rc));
+        tn_errbuf(err, errlen, "metastore: %s", rc == UV_ENOMEM ? tn_strerror(rc) : terr);
         goto fail_timer;
     }
     rc = raft_uv_init(&m->io, loop, o->dir, &m->transport);
     if (rc != 0) {
         tn_errbuf(err, errlen, "metastore: %s: %s", o->dir, raft_strerror(rc));
-        raft_uv_tcp_close(&m->transport);
+        tn_meta_transport_fini(&m->transport);
         goto fail_timer;
     }
     rc = raft_init(&m->raft, &m->io, &m->fsm, o->node_id, m->address);
@@ -1194,7 +1197,7 @@ fail_raft:
     return TN_EFAILED;
 fail_io:
     raft_uv_close(&m->io);
-    raft_uv_tcp_close(&m->transport);
+    tn_meta_transport_fini(&m->transport);
 fail_timer:
     raft_configuration_close(&conf);
     uv_close((uv_handle_t *)&m->poll, on_poll_closed);

@@ -1,5 +1,6 @@
 /* The metastore: the state machine of meta/state.h replicated with
- * libraft (libuv I/O, TCP transport), its log and snapshots in
+ * libraft (libuv I/O, tern's TCP transport of meta/transport.h, with
+ * mutual TLS when the certificate files are given), its log and snapshots in
  * <data>/meta/. A node with no Raft state bootstraps: with no peers as the
  * single voter of a new cluster, with peers as one of exactly that voter
  * set (every initial node bootstraps the same configuration); a join_only
@@ -98,6 +99,10 @@ typedef struct {
     unsigned dead_after_ms;         /* dead after this without a registration; 0 = 30000 */
     tn_meta_forward_fn forward;     /* NULL: a follower's proposals wait for leadership */
     void *forward_arg;
+    /* PEM files, borrowed for tn_meta_open: all three for Raft over mutual
+     * TLS (peers must present a certificate signed by tls_ca), or none
+     * for plaintext. */
+    const char *tls_cert, *tls_key, *tls_ca;
 } tn_meta_opts_t;
 
 /* Open (and bootstrap when new) and start. On failure err has a line. */

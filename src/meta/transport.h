@@ -1,0 +1,76 @@
+/* tern's libraft transport (struct raft_uv_transport): Raft's connections
+ * between nodes over TCP, with OpenSSL mutual TLS when certificate files
+ * are given and in plaintext otherwise. Raft has no authentication of its
+ * own, so with TLS a node talks Raft only with peers whose certificate
+ * chains to the configured CA, and refuses (and logs) any other.
+ *
+ * libraft connections are one-way: the dialer only writes Raft messages,
+ * the acceptor only reads them. Before handing a connection to libraft the
+ * two ends exchange a small handshake of tern's own (after TLS, inside it):
+ *
+ *   dialer -> acceptor, 16 bytes then the address:
+ *     [4] "TNRH"   [2] version (1, little endian)   [2] address length (1..TN_META_ADDR_MAX)
+ *     [8] the dialer's Raft id (little endian, >= 1)   [n] its Raft address, "a.b.c.d:port"
+ *   acceptor -> dialer, 8 bytes: [4] "TNRA"   [2] version (1)   [2] zero
+ *
+ * A handshake that breaks any of these rules, or does not complete within
+ * TN_META_TRANSPORT_HANDSHAKE_MS, closes the connection. The answer lets
+ * the dialer report a refused connection as a failed connect (libraft
+ * retries it) rather than as a stream that dies at its first write.
+ *
+ * DESIGN: a connection with TLS.
+ *   1. connect (dialer) or accept (acceptor) a TCP socket; TLS 1.3 (1.2 at
+ *      least) runs on memory BIOs on the loop thread, both sides present
+ *      their certificate and verify the other's chain against the CA.
+ *   2. The handshake above, inside TLS.
+ *   3. An AF_UNIX socketpair: one end, a uv_pipe_t allocated with
+ *      raft_malloc, goes to libraft (which owns it from then on: it closes
+ *      it and frees it with raft_free); the transport pumps the other end
+ *      to and from the TLS connection. Back-pressure: while more than
+ *      TN_META_TRANSPORT_QUEUE_MAX bytes wait to be written on one side,
+ *      the other side is not read.
+ *   4. Either side ending (EOF, an error, TLS failing) closes both of the
+ *      transport's handles; libraft then sees EOF on its end.
+ * Without TLS, steps 1 and 3 fall away: libraft gets the TCP stream
+ * itself, read exactly up to the end of the handshake.
+ *
+ * Close (libraft's transport close, from raft_close): stop listening,
+ * close every connection still handshaking or pumping, fail pending
+ * connects with RAFT_CANCELED, and only then call the close callback.
+ *
+ * Addresses are IPv4 "host:port" with a numeric host (the config resolves
+ * names); an empty host listens on every interface.
+ *
+ * Threads: the loop thread of the raft_io it serves. */
+#ifndef TN_META_TRANSPORT_H
+#define TN_META_TRANSPORT_H
+
+#include "core/platform.h"
+
+#include <raft.h>
+#include <raft/uv.h>
+#include <uv.h>
+
+#define TN_META_TRANSPORT_HANDSHAKE_MS 10000
+#define TN_META_TRANSPORT_QUEUE_MAX    (256 * 1024)
+
+typedef struct {
+    /* PEM files, borrowed for the call: all three for mutual TLS, all
+     * NULL (or "") for plaintext. */
+    const char *tls_cert; /* this node's certificate (chain) */
+    const char *tls_key;  /* its private key */
+    const char *tls_ca;   /* the CA that peers' certificates must chain to */
+} tn_meta_transport_opts_t;
+
+/* Set up t (caller-owned) for raft_uv_init on loop: t->impl is allocated
+ * and the certificates are loaded now. On failure returns TN_ECONFIG (only
+ * some TLS files given, or one that does not load: err names it and says
+ * why) or UV_ENOMEM, and t needs no fini. */
+int tn_meta_transport_init(struct raft_uv_transport *t, uv_loop_t *loop,
+                           const tn_meta_transport_opts_t *o, char *err, size_t errlen);
+/* Release t's memory: after libraft closed the transport (the raft_io's
+ * close, i.e. in or after raft_close's callback), or when t was never
+ * initialised by libraft (raft_uv_init or raft_init failed). */
+void tn_meta_transport_fini(struct raft_uv_transport *t);
+
+#endif
