@@ -564,7 +564,11 @@ static void conn_arm_timer(tn_quic_conn_t *c)
         return;
     }
     uint64_t now = uv_hrtime();
-    uint64_t ms = exp <= now ? 0 : (exp - now + 999999) / 1000000;
+    /* Rounded down: the pacer asks for waits well under a millisecond, and
+     * rounding them up to libuv's 1 ms would cap a connection at one
+     * burst per millisecond. A wait under 1 ms comes back on the next loop
+     * pass. */
+    uint64_t ms = exp <= now ? 0 : (exp - now) / 1000000;
     uv_timer_start(&c->timer, on_conn_timer, ms, 0);
 }
 
@@ -1218,8 +1222,16 @@ int tn_quic_ep_open(uv_loop_t *loop, const tn_quic_ep_opts_t *o, tn_quic_ep_t **
     if (rc == 0)
         rc = uv_udp_getsockname(&ep->udp, (struct sockaddr *)&ep->local, &len);
     ep->locallen = (socklen_t)len;
-    if (rc == 0)
+    if (rc == 0) {
+        /* Room for a burst of many streams' packets: the kernel's default
+         * (about 200 KiB) drops under 64 calls of 4 KiB in flight, and a
+         * drop costs a loss recovery. The kernel caps it at rmem_max. */
+        int bufsz = 4 * 1024 * 1024;
+        uv_recv_buffer_size((uv_handle_t *)&ep->udp, &bufsz);
+        bufsz = 4 * 1024 * 1024;
+        uv_send_buffer_size((uv_handle_t *)&ep->udp, &bufsz);
         rc = uv_udp_recv_start(&ep->udp, on_alloc, on_recv);
+    }
     if (rc != 0) {
         tn_errbuf(err, errlen, "quic: bind %s/udp: %s", name, uv_strerror(rc));
         /* The memory goes when libuv lets go of the handles. */

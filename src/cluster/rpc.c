@@ -166,6 +166,7 @@ struct tn_rpc_s {
     uint8_t reset_key[32];
     uint64_t dial_ms, reply_ms, ping_ms, ping_interval_ms, idle_ms;
     bool accept_any_proof;
+    unsigned lane_streams;
     tn_quic_ep_t *ep, *bulk_ep;
     char addr[ADDR_MAX];
     tn_rpc_handler_t handlers[256];
@@ -477,6 +478,8 @@ static void call_place(tn_rpc_call_t *c)
     peer_t *p = c->p;
     int lane = c->lane;
     unsigned n = lane == TN_LANE_CONTROL ? TN_LANE_CONTROL_STREAMS : TN_LANE_STREAMS;
+    if (p->r->lane_streams && p->r->lane_streams < n)
+        n = p->r->lane_streams;
     int slot = (int)(p->rr[lane]++ % n);
     cstream_t *st = p->lanes[lane][slot];
     if (!st) {
@@ -1169,6 +1172,7 @@ int tn_rpc_open(uv_loop_t *loop, const tn_rpc_opts_t *o, tn_rpc_t **out, char *e
     r->ping_ms = o->ping_timeout_ms ? o->ping_timeout_ms : 1000;
     r->ping_interval_ms = o->ping_interval_ms ? o->ping_interval_ms : 1000;
     r->idle_ms = o->idle_timeout_ms ? o->idle_timeout_ms : 30000;
+    r->lane_streams = o->lane_streams;
 #ifdef TN_TEST
     r->accept_any_proof = o->test_accept_any_proof;
 #endif

@@ -77,6 +77,9 @@ typedef struct {
     uint64_t ping_timeout_ms;  /* 0 = 1000 */
     uint64_t ping_interval_ms; /* the least time between two pings of a connection; 0 = 1000 */
     uint64_t idle_timeout_ms;  /* QUIC idle timeout; 0 = 30000 */
+    /* Streams per lane, at most the defaults (16/16/16/4); 0 = those. 1
+     * makes each lane one stream, as the benchmark's one-stream run wants. */
+    unsigned lane_streams;
 #ifdef TN_TEST
     bool test_accept_any_proof; /* an impostor server: takes any client proof */
     bool test_silent_close;     /* close without CONNECTION_CLOSE, as a crash would */
