@@ -1097,13 +1097,15 @@ static void on_sstream_data(void *arg, tn_quic_stream_t *qs, const uint8_t *data
         return;
     if (!ss->authed)
         STAT(ss->r, streams_refused);
-    if (!ss->authed)
+    if (rc == UV_EACCES)
         TN_LOG_RL(TN_LOG_WARN, 5000,
-                  "rpc: stream from %s did not prove the cluster secret (%s); reset", ss->peer,
-                  rc == UV_EACCES ? "wrong proof or no AUTH frame first" : tn_strerror(rc));
+                  "rpc: stream from %s did not prove the cluster secret (a wrong proof, or no "
+                  "AUTH frame first); reset",
+                  ss->peer);
     else
-        TN_LOG_RL(TN_LOG_WARN, 5000, "rpc: stream from %s sent a bad frame (%s); reset", ss->peer,
-                  tn_strerror(rc));
+        TN_LOG_RL(TN_LOG_WARN, 5000,
+                  "rpc: stream from %s sent a frame this node refuses (%s)%s; reset", ss->peer,
+                  tn_strerror(rc), ss->authed ? "" : " before proving the cluster secret");
     tn_quic_stream_reset(qs, rc == UV_EACCES ? APP_AUTH_FAIL : APP_PROTO);
     ss->qs = NULL;
     sstream_end(ss);

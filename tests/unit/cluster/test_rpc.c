@@ -704,6 +704,44 @@ static void test_restart_reset(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+static void test_ping_closes_dead_connection(void **state)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    holder_t h = {0};
+    tn_rpc_handler_t hs[] = {{TN_OP_META_PROPOSE, TN_RPC_OP_EXEMPT, on_hold, &h}};
+    tn_rpc_t *srv = rpc_open_x(&loop, "127.0.0.1:0", SECRET, hs, 1, silent);
+    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    char addr[80];
+    snprintf(addr, sizeof addr, "%s", tn_rpc_addr(srv));
+    expect_echo(&loop, cli, addr, -1, "alive");
+    tn_buf_t b;
+    propose_payload(&b);
+    res_t res = {0};
+    assert_int_equal(tn_rpc_call(cli, addr, TN_OP_META_PROPOSE, tn_buf_data(&b), tn_buf_size(&b),
+                                 500, on_res, &res, NULL),
+                     0);
+    while (h.calls == 0)
+        run_for(&loop, 5);
+    /* The server vanishes without a word and nothing comes back. */
+    rpc_close(&loop, srv);
+    run_until(&loop, &res.done);
+    assert_int_equal(res.status, UV_ETIMEDOUT);
+    /* The ping after the deadline goes unanswered: the connection is
+     * closed (1 s later), so the next call would dial again. */
+    tn_rpc_test_stats_t st;
+    do {
+        run_for(&loop, 20);
+        tn_rpc_test_stats(cli, &st);
+    } while (st.ping_closes == 0);
+    assert_int_equal(st.pings, 1);
+    assert_int_equal(st.pongs, 0);
+    res_fini(&res);
+    tn_buf_fini(&b);
+    rpc_close(&loop, cli);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 static void test_payload_cap(void **state)
 {
     uv_loop_t loop;
@@ -854,15 +892,95 @@ static void test_backoff(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+static void oom_tweak(tn_rpc_opts_t *o)
+{
+    o->dial_timeout_ms = 300;
+}
+
+/* Out of memory at every point of a first call (open, dial, streams,
+ * proof, request, reply): the call fails with an error or succeeds, the
+ * server keeps serving, and everything closes. */
+static void test_out_of_memory(void **state)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_buf_t b;
+    echo_payload(&b, "oom", 3);
+    /* How many allocations one first call makes. */
+    unsigned long before = tn_alloc_count();
+    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *cli = rpc_open_x(&loop, "127.0.0.1:0", SECRET, NULL, 0, oom_tweak);
+    expect_echo(&loop, cli, tn_rpc_addr(srv), -1, "count");
+    unsigned long total = tn_alloc_count() - before;
+    rpc_close(&loop, cli);
+    rpc_close(&loop, srv);
+    unsigned long step = total / 80 ? total / 80 : 1;
+    int ok = 0, failed = 0;
+    for (unsigned long n = 0; n <= total + step; n += step) {
+        srv = rpc_open(&loop, SECRET, NULL, 0);
+        tn_alloc_fail_after((long)n);
+        tn_rpc_opts_t o;
+        memset(&o, 0, sizeof o);
+        o.bind = "127.0.0.1:0";
+        o.secret = (const uint8_t *)SECRET;
+        o.secret_len = strlen(SECRET);
+        o.dial_timeout_ms = 300;
+        tn_rpc_t *c = NULL;
+        char err[256];
+        int rc = tn_rpc_open(&loop, &o, &c, err, sizeof err);
+        if (rc != 0) {
+            assert_int_equal(rc, UV_ENOMEM);
+            tn_alloc_fail_after(-1);
+            failed++;
+            rpc_close(&loop, srv);
+            continue;
+        }
+        res_t res = {0};
+        rc = tn_rpc_call(c, tn_rpc_addr(srv), TN_OP_ECHO, tn_buf_data(&b), tn_buf_size(&b), 500,
+                         on_res, &res, NULL);
+        if (rc == 0) {
+            run_until(&loop, &res.done);
+            tn_alloc_fail_after(-1);
+            if (res.status == 0)
+                ok++;
+            else
+                failed++;
+        } else {
+            tn_alloc_fail_after(-1);
+            assert_int_equal(rc, UV_ENOMEM);
+            failed++;
+        }
+        res_fini(&res);
+        rpc_close(&loop, c);
+        /* The server still serves. */
+        tn_rpc_t *probe = rpc_open(&loop, SECRET, NULL, 0);
+        expect_echo(&loop, probe, tn_rpc_addr(srv), -1, "after");
+        rpc_close(&loop, probe);
+        rpc_close(&loop, srv);
+    }
+    assert_true(ok >= 1);     /* with room for every allocation */
+    assert_true(failed >= 1); /* and without */
+    tn_buf_fini(&b);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_echo_every_lane),     cmocka_unit_test(test_many_concurrent),
-        cmocka_unit_test(test_wrong_secret_client), cmocka_unit_test(test_impostor_server),
-        cmocka_unit_test(test_garbage_and_flood),   cmocka_unit_test(test_cancel_reaches_handler),
-        cmocka_unit_test(test_cancel_while_queued), cmocka_unit_test(test_timeout_and_ping),
-        cmocka_unit_test(test_restart_reset),       cmocka_unit_test(test_payload_cap),
-        cmocka_unit_test(test_unknown_op),          cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_echo_every_lane),
+        cmocka_unit_test(test_many_concurrent),
+        cmocka_unit_test(test_wrong_secret_client),
+        cmocka_unit_test(test_impostor_server),
+        cmocka_unit_test(test_garbage_and_flood),
+        cmocka_unit_test(test_cancel_reaches_handler),
+        cmocka_unit_test(test_cancel_while_queued),
+        cmocka_unit_test(test_timeout_and_ping),
+        cmocka_unit_test(test_restart_reset),
+        cmocka_unit_test(test_ping_closes_dead_connection),
+        cmocka_unit_test(test_payload_cap),
+        cmocka_unit_test(test_unknown_op),
+        cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_out_of_memory),
     };
     if (getenv("TN_TEST_FILTER"))
         cmocka_set_test_filter(getenv("TN_TEST_FILTER"));
