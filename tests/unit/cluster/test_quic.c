@@ -1,0 +1,264 @@
+/* The QUIC endpoints on their own: two endpoints on one loop over
+ * loopback. The exporter material both ends see, a byte stream both ways
+ * with a FIN, session resumption from the dialer's cache, a close seen by
+ * both ends, and a stream refused by a server that takes no streams.
+ * uv_loop_close returns 0 at the end of each test. */
+#include "core/platform.h"
+
+#include "cluster/quic.h"
+#include "core/err.h"
+
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    tn_quic_conn_t *conn;
+    int ready, closed, streams;
+    int err;
+    uint8_t ekm[TN_QUIC_EKM_LEN];
+    tn_quic_stream_t *s;
+} side_t;
+
+typedef struct {
+    tn_buf_t got;
+    int ended;
+    int err;
+    bool echo; /* write back what arrives */
+} sdata_t;
+
+static void on_sdata(void *arg, tn_quic_stream_t *s, const uint8_t *p, size_t n)
+{
+    sdata_t *d = arg;
+    assert_int_equal(tn_buf_append(&d->got, p, n), 0);
+    if (d->echo)
+        assert_int_equal(tn_quic_stream_write(s, p, n), 0);
+}
+
+static void on_sclosed(void *arg, tn_quic_stream_t *s, int err)
+{
+    sdata_t *d = arg;
+    d->ended++;
+    d->err = err;
+}
+
+static const tn_quic_stream_cbs_t scbs = {on_sdata, on_sclosed};
+
+static sdata_t server_data;
+
+static void on_ready(void *arg, tn_quic_conn_t *c)
+{
+    side_t *s = arg;
+    s->conn = c;
+    s->ready++;
+    assert_int_equal(tn_quic_conn_ekm(c, s->ekm), 0);
+}
+
+static void on_stream(void *arg, tn_quic_conn_t *c, tn_quic_stream_t *st)
+{
+    side_t *s = arg;
+    s->streams++;
+    s->s = st;
+    if (server_data.echo)
+        tn_quic_stream_set_cbs(st, &scbs, &server_data);
+}
+
+static void on_closed(void *arg, tn_quic_conn_t *c, int err)
+{
+    side_t *s = arg;
+    s->closed++;
+    s->err = err;
+    s->conn = NULL;
+}
+
+static const tn_quic_conn_cbs_t cbs = {on_ready, on_stream, on_closed};
+
+static side_t srv_side, cli_side;
+
+static tn_quic_ep_t *ep_open(uv_loop_t *loop, bool accept)
+{
+    struct sockaddr_in a;
+    uv_ip4_addr("127.0.0.1", 0, &a);
+    tn_quic_ep_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.bind = (const struct sockaddr *)&a;
+    memset(o.reset_key, 7, sizeof o.reset_key);
+    o.accept = accept;
+    o.server_cbs = &cbs;
+    o.server_arg = &srv_side;
+    tn_quic_ep_t *ep = NULL;
+    char err[128];
+    assert_int_equal(tn_quic_ep_open(loop, &o, &ep, err, sizeof err), 0);
+    return ep;
+}
+
+static void run_while(uv_loop_t *loop, const int *v, int want)
+{
+    int64_t spins = 0;
+    while (*v < want) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        if (++spins % 1000 == 0)
+            usleep(1000);
+        assert_true(spins < 20000000);
+    }
+}
+
+static void on_ep_closed(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static void ep_close(uv_loop_t *loop, tn_quic_ep_t *ep)
+{
+    int done = 0;
+    tn_quic_ep_close(ep, on_ep_closed, &done);
+    run_while(loop, &done, 1);
+}
+
+static void setup(void)
+{
+    memset(&srv_side, 0, sizeof srv_side);
+    memset(&cli_side, 0, sizeof cli_side);
+    tn_buf_fini(&server_data.got);
+    memset(&server_data, 0, sizeof server_data);
+    tn_buf_init(&server_data.got);
+}
+
+static void test_stream_ekm_close(void **state)
+{
+    setup();
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_quic_ep_t *srv = ep_open(&loop, true);
+    tn_quic_ep_t *cli = ep_open(&loop, false);
+    struct sockaddr_storage sa;
+    tn_quic_ep_addr(srv, &sa);
+    server_data.echo = true;
+    tn_quic_conn_t *c = NULL;
+    assert_int_equal(tn_quic_connect(cli, (const struct sockaddr *)&sa, &cbs, &cli_side, &c), 0);
+    uint8_t tmp[TN_QUIC_EKM_LEN];
+    assert_int_equal(tn_quic_conn_ekm(c, tmp), TN_ECLOSED); /* not before the handshake */
+    run_while(&loop, &cli_side.ready, 1);
+    assert_false(tn_quic_conn_resumed(c));
+
+    sdata_t cd;
+    memset(&cd, 0, sizeof cd);
+    tn_buf_init(&cd.got);
+    tn_quic_stream_t *s = NULL;
+    assert_int_equal(tn_quic_stream_open(c, &scbs, &cd, &s), 0);
+    /* 300 KiB both ways: several packets, windows given back as read. */
+    size_t total = 300 * 1024;
+    uint8_t *buf = malloc(total);
+    for (size_t i = 0; i < total; i++)
+        buf[i] = (uint8_t)(i * 31 + 7);
+    assert_int_equal(tn_quic_stream_write(s, buf, total), 0);
+    while (tn_buf_size(&cd.got) < total) {
+        uv_run(&loop, UV_RUN_ONCE);
+    }
+    assert_memory_equal(tn_buf_data(&cd.got), buf, total);
+    assert_memory_equal(tn_buf_data(&server_data.got), buf, total);
+    run_while(&loop, &srv_side.ready, 1);
+    /* Both ends exported the same keying material. */
+    assert_memory_equal(cli_side.ekm, srv_side.ekm, TN_QUIC_EKM_LEN);
+
+    /* The dialer finishes its stream: the server sees the FIN. */
+    tn_quic_stream_close(s);
+    run_while(&loop, &server_data.ended, 1);
+    assert_int_equal(server_data.err, 0);
+    assert_int_equal(cd.ended, 0); /* no callback after the owner's close */
+
+    /* A close by the dialer reaches the server. */
+    tn_quic_conn_close(c, 0);
+    assert_int_equal(cli_side.closed, 0); /* from the loop, not inside */
+    run_while(&loop, &cli_side.closed, 1);
+    assert_int_equal(cli_side.err, TN_ECLOSED);
+    run_while(&loop, &srv_side.closed, 1);
+    assert_int_equal(srv_side.err, TN_ECLOSED);
+
+    free(buf);
+    tn_buf_fini(&cd.got);
+    ep_close(&loop, cli);
+    ep_close(&loop, srv);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void test_resumption(void **state)
+{
+    setup();
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_quic_ep_t *srv = ep_open(&loop, true);
+    tn_quic_ep_t *cli = ep_open(&loop, false);
+    struct sockaddr_storage sa;
+    tn_quic_ep_addr(srv, &sa);
+    uint8_t first[TN_QUIC_EKM_LEN];
+    for (int round = 0; round < 2; round++) {
+        tn_quic_conn_t *c = NULL;
+        assert_int_equal(tn_quic_connect(cli, (const struct sockaddr *)&sa, &cbs, &cli_side, &c),
+                         0);
+        run_while(&loop, &cli_side.ready, round + 1);
+        /* The second dial resumes from the ticket of the first. */
+        assert_int_equal(tn_quic_conn_resumed(c), round == 1);
+        if (round == 0) {
+            memcpy(first, cli_side.ekm, sizeof first);
+            /* Give the session ticket time to arrive. */
+            for (int i = 0; i < 50; i++) {
+                uv_run(&loop, UV_RUN_NOWAIT);
+                usleep(1000);
+            }
+        } else {
+            /* Fresh keying material all the same. */
+            assert_memory_not_equal(first, cli_side.ekm, sizeof first);
+        }
+        tn_quic_conn_close(c, 0);
+        run_while(&loop, &cli_side.closed, round + 1);
+    }
+    ep_close(&loop, cli);
+    ep_close(&loop, srv);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void test_stream_refused(void **state)
+{
+    setup();
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_quic_ep_t *srv = ep_open(&loop, true);
+    tn_quic_ep_t *cli = ep_open(&loop, false);
+    struct sockaddr_storage sa;
+    tn_quic_ep_addr(srv, &sa);
+    tn_quic_conn_t *c = NULL;
+    assert_int_equal(tn_quic_connect(cli, (const struct sockaddr *)&sa, &cbs, &cli_side, &c), 0);
+    run_while(&loop, &cli_side.ready, 1);
+    /* The server's stream callback leaves it without callbacks: reset. */
+    sdata_t cd;
+    memset(&cd, 0, sizeof cd);
+    tn_buf_init(&cd.got);
+    tn_quic_stream_t *s = NULL;
+    assert_int_equal(tn_quic_stream_open(c, &scbs, &cd, &s), 0);
+    assert_int_equal(tn_quic_stream_write(s, "hello", 5), 0);
+    run_while(&loop, &cd.ended, 1);
+    assert_int_equal(cd.err, UV_ECONNRESET);
+    assert_int_equal(srv_side.streams, 1);
+    tn_buf_fini(&cd.got);
+    /* Closing the endpoint ends its connections: the peer hears of it. */
+    ep_close(&loop, srv);
+    run_while(&loop, &cli_side.closed, 1);
+    assert_int_equal(cli_side.err, TN_ECLOSED);
+    ep_close(&loop, cli);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stream_ekm_close),
+        cmocka_unit_test(test_resumption),
+        cmocka_unit_test(test_stream_refused),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    tn_buf_fini(&server_data.got);
+    return rc;
+}
