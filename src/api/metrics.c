@@ -183,6 +183,8 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
         put(b, "tern_ws_rejected_total{reason=\"slow_consumer\"} %" PRIu64 "\n", ws.slow_closes);
     }
     per_topic(m, b);
+    if (m->rpc != NULL)
+        return tn_rpc_metrics_write(m->rpc, b);
     return 0;
 }
 

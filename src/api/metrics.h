@@ -16,6 +16,7 @@
 
 #include "api/nsq_http.h"
 #include "api/ws.h"
+#include "cluster/rpc.h"
 #include "proto/nsq/server.h"
 
 typedef struct {
@@ -23,6 +24,7 @@ typedef struct {
     tn_nsq_server_t *nsq;
     tn_http_server_t *http; /* the API server, for its connection counts */
     tn_ws_t *ws;            /* NULL: the live feed is off */
+    tn_rpc_t *rpc;          /* node RPC: the calls this node made; NULL before it opened */
     uint32_t max_topics;
 } tn_metrics_t;
 

@@ -25,6 +25,10 @@ static void on_members(tn_http_request_t *r, void *arg)
     if (!tn__v1_admin_only(v, r))
         return;
     const tn_meta_state_t *s = tn_meta_state(v->meta);
+    uint64_t leader = 0;
+    const char *leader_api = "";
+    if (tn_meta_leader(v->meta, &leader, &leader_api) != 0)
+        leader = 0; /* none known: no member is marked */
     tn_buf_t b;
     tn_buf_init(&b);
     tn_buf_append(&b, "{\"members\":[", 12);
@@ -38,12 +42,12 @@ static void on_members(tn_http_request_t *r, void *arg)
         tn__v1_json_str(&b, m->addr);
         tn_buf_append(&b, ",\"api_addr\":", 12);
         tn__v1_json_str(&b, m->api_addr);
-        tn__v1_appendf(&b,
-                       ",\"status\":\"%s\",\"draining\":%s,\"last_heartbeat_ms\":%" PRId64
-                       ",\"owned_partitions\":%" PRIu64 ",\"outbound_moves\":0}",
-                       m->status == TN_MEMBER_DEAD ? "dead" : "alive",
-                       m->draining ? "true" : "false", m->heartbeat_ms,
-                       tn_meta_state_owned(s, m->id));
+        tn__v1_appendf(
+            &b,
+            ",\"status\":\"%s\",\"leader\":%s,\"draining\":%s,\"last_heartbeat_ms\":%" PRId64
+            ",\"owned_partitions\":%" PRIu64 ",\"outbound_moves\":0}",
+            m->status == TN_MEMBER_DEAD ? "dead" : "alive", m->id == leader ? "true" : "false",
+            m->draining ? "true" : "false", m->heartbeat_ms, tn_meta_state_owned(s, m->id));
     }
     tn_buf_append(&b, "]}", 2);
     tn__v1_respond_buf(r, 200, &b);

@@ -40,6 +40,8 @@
 #include "proto/http/server.h"
 #include "proto/nsq/lookupd.h"
 #include "proto/nsq/server.h"
+#include "cluster/control.h"
+#include "cluster/rpc.h"
 #include "meta/meta.h"
 #include "queue/queue.h"
 #include "storage/store.h"
@@ -78,6 +80,10 @@ typedef struct {
     bool security;            /* security-enabled */
     const char *raft_address; /* borrowed from the configuration */
     tn_meta_peer_t *peers;    /* --peers for the metastore, or NULL */
+    tn_control_t *control;    /* the cluster control plane on node RPC */
+    tn_rpc_t *rpc;            /* node RPC (QUIC on the HTTP port number, over UDP) */
+    bool stopping;            /* a signal came: leadership transfer, then shut_down */
+    bool shut;                /* shut_down ran */
 } daemon_t;
 
 static daemon_t *g_daemon;
@@ -136,10 +142,26 @@ static void on_http_closed(void *arg)
         tn_http_server_close(m, on_http_closed, d);
         return;
     }
+    if (d->rpc != NULL) {
+        /* Node RPC next: its calls in flight end, its handlers answer. */
+        tn_rpc_t *r = d->rpc;
+        d->rpc = NULL;
+        d->metrics.rpc = NULL;
+        tn_rpc_close(r, on_http_closed, d);
+        return;
+    }
+    if (d->control != NULL) {
+        tn_control_t *c = d->control;
+        d->control = NULL;
+        tn_control_close(c, on_http_closed, d);
+        return;
+    }
     if (d->nsq != NULL)
         tn_nsq_server_close(d->nsq, on_nsq_closed, d);
-    else
+    else if (d->broker != NULL)
         tn_broker_close(d->broker, on_broker_closed);
+    else
+        on_broker_closed(NULL);
 }
 
 /* Close everything that started, front to back; the loop then runs dry
@@ -147,6 +169,9 @@ static void on_http_closed(void *arg)
  * failed part way. */
 static void shut_down(daemon_t *d)
 {
+    if (d->shut)
+        return;
+    d->shut = true;
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     d->api.ready = false;
@@ -158,18 +183,41 @@ static void shut_down(daemon_t *d)
         tn_ws_close_all(d->ws, "E_SHUTDOWN", "the node is shutting down");
     if (d->http != NULL)
         tn_http_server_close(d->http, on_http_closed, d);
-    else if (d->nsq != NULL)
-        tn_nsq_server_close(d->nsq, on_nsq_closed, d);
-    else if (d->broker != NULL)
-        tn_broker_close(d->broker, on_broker_closed);
     else
-        on_broker_closed(NULL);
+        on_http_closed(d);
+}
+
+static void on_transferred(void *arg, int status)
+{
+    daemon_t *d = arg;
+    uint64_t leader = 0;
+    const char *api = "";
+    if (status == 0 && tn_meta_leader(d->meta, &leader, &api) == 0 && leader != d->raft_id)
+        TN_LOG(TN_LOG_NOTICE, "metastore leadership handed to node %llu",
+               (unsigned long long)leader);
+    else if (status != 0 && status != TN_ENOTFOUND && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "metastore leadership transfer failed: %s; stopping anyway",
+               tn_strerror(status));
+    shut_down(d);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
 {
     daemon_t *d = h->data;
     TN_LOG(TN_LOG_NOTICE, "%s received: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    if (d->stopping) {
+        /* A second signal while leadership is being handed over: now. */
+        shut_down(d);
+        return;
+    }
+    d->stopping = true;
+    uint64_t leader = 0;
+    const char *api = "";
+    /* A leader hands Raft leadership to another voter first, so the
+     * cluster does not wait an election timeout for a new one. */
+    if (d->meta != NULL && d->api.ready && tn_meta_leader(d->meta, &leader, &api) == 0 &&
+        leader == d->raft_id && tn_meta_transfer(d->meta, on_transferred, d) == 0)
+        return;
     shut_down(d);
 }
 
@@ -279,13 +327,38 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     mo.api_addr = nonempty(cfg->advertise);
     mo.heartbeat_interval_ms = (unsigned)(cfg->cluster_heartbeat_interval_ns / 1000000);
     mo.dead_after_ms = (unsigned)(cfg->cluster_dead_after_ns / 1000000);
+    /* The control plane first: the metastore forwards a follower's
+     * proposals through it, and node RPC (opened with the doors) serves
+     * its operations. */
+    tn_control_opts_t copts;
+    memset(&copts, 0, sizeof(copts));
+    copts.node_id = mo.node_id;
+    copts.raft_addr = mo.address;
+    copts.api_addr = cfg->advertise;
+    if (mo.join_only) {
+        copts.join = (const char *const *)cfg->join;
+        copts.njoin = cfg->njoin;
+    }
+    copts.join_retry_ms = (uint64_t)(cfg->cluster_join_interval_ns / 1000000);
+    int crc = tn_control_new(d->loop, &copts, &d->control);
+    if (crc != 0) {
+        tn_errbuf(err, errlen, "cluster control plane: %s", tn_strerror(crc));
+        return crc;
+    }
+    mo.forward = tn_control_forward;
+    mo.forward_arg = d->control;
     mo.tls_cert = nonempty(cfg->raft_tls_cert);
     mo.tls_key = nonempty(cfg->raft_tls_key);
     mo.tls_ca = nonempty(cfg->raft_tls_ca);
     d->data_path = cfg->data_path;
     d->raft_id = mo.node_id;
     d->raft_address = cfg->raft_listen.addr.name;
-    return tn_meta_open(d->loop, &mo, &d->meta, err, errlen);
+    int rc = tn_meta_open(d->loop, &mo, &d->meta, err, errlen);
+    if (rc != 0) {
+        tn_control_close(d->control, NULL, NULL);
+        d->control = NULL;
+    }
+    return rc;
 }
 
 /* A listener's option text for its "listening" line, with the address
@@ -297,6 +370,43 @@ static const char *bound(const char *text, const tn_config_listen_t *l, char *bu
         return text;
     snprintf(buf, len, "%s = %s", text, l->addr.name);
     return buf;
+}
+
+/* With security off and no secret, node RPC is open, as that mode opts
+ * into: every node of such a cluster proves this public value, which
+ * authenticates nothing (startup warns). */
+static const uint8_t open_secret[32] = "tern node rpc: no secret (open)";
+
+/* Node RPC on the HTTP listener's address and port, over UDP. */
+static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errlen)
+{
+    tn_hostport_t hp;
+    char why[128];
+    if (tn_netaddr_split(cfg->http_listen.addr.name, &hp, why, sizeof(why)) != 0) {
+        tn_errbuf(err, errlen, "node RPC: %s: %s", cfg->http_listen.addr.name, why);
+        return TN_ECONFIG;
+    }
+    char bind[TN_NETADDR_NAME_MAX + 8];
+    snprintf(bind, sizeof(bind), strchr(hp.host, ':') != NULL ? "[%s]:%d" : "%s:%d", hp.host,
+             d->api.http_port);
+    size_t nh = 0;
+    const tn_rpc_handler_t *h = tn_control_handlers(d->control, &nh);
+    tn_rpc_opts_t ro;
+    memset(&ro, 0, sizeof(ro));
+    ro.bind = bind;
+    ro.secret = cfg->cluster_secret_len > 0 ? cfg->cluster_secret : open_secret;
+    ro.secret_len = cfg->cluster_secret_len > 0 ? cfg->cluster_secret_len : sizeof(open_secret);
+    ro.handlers = h;
+    ro.nhandlers = nh;
+    ro.dial_timeout_ms = (uint64_t)(cfg->cluster_rpc_dial_timeout_ns / 1000000);
+    ro.reply_timeout_ms = (uint64_t)(cfg->cluster_rpc_timeout_ns / 1000000);
+    int rc = tn_rpc_open(d->loop, &ro, &d->rpc, err, errlen);
+    if (rc != 0)
+        return rc;
+    TN_LOG(TN_LOG_NOTICE, "node RPC listening on %s/udp", tn_rpc_addr(d->rpc));
+    tn_control_start(d->control, d->meta, d->rpc);
+    d->metrics.rpc = d->rpc;
+    return 0;
 }
 
 /* Everything that serves, once the engine and the metastore are up: the
@@ -352,6 +462,8 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     d->api.http_port = tn_http_server_port(d->http);
     TN_LOG(TN_LOG_NOTICE, "HTTP listening on port %d (%s)", d->api.http_port,
            bound(cfg->http_address, &cfg->http_listen, as, sizeof(as)));
+    if ((rc = start_rpc(d, cfg, err, errlen)) != 0)
+        return rc;
     rc = tn_nsq_http_register(d->http, &d->api);
     tn_v1_opts_t vo = {cfg->security_enabled,
                        (uint32_t)cfg->max_partitions,

@@ -966,6 +966,11 @@ bool tn_meta_ready(tn_meta_t *m)
     return m->ready && !m->closing;
 }
 
+uint64_t tn_meta_applied_index(tn_meta_t *m)
+{
+    return raft_last_applied(&m->raft);
+}
+
 bool tn_meta_caught_up(tn_meta_t *m)
 {
     return caught_up(m);

@@ -153,6 +153,8 @@ int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
 const tn_meta_state_t *tn_meta_state(const tn_meta_t *m);
 bool tn_meta_ready(tn_meta_t *m);
 bool tn_meta_caught_up(tn_meta_t *m);
+/* The index of the last log entry applied to the local replica. */
+uint64_t tn_meta_applied_index(tn_meta_t *m);
 /* Stop: waiting proposals get TN_ECLOSED; cb runs once Raft has closed. */
 void tn_meta_close(tn_meta_t *m, void (*cb)(void *arg), void *arg);
 /* Stop at process exit without closing libraft: waiting proposals get

@@ -28,7 +28,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,9 +37,6 @@ import daemon as daemon_mod  # noqa: E402
 from daemon import Daemon  # noqa: E402
 
 PASSWORD = "cluster-harness-admin"
-# The skip reason of the tests that wait for node RPC (forwarded writes,
-# joins, member liveness): the lead removes it when node RPC is wired.
-NEEDS_RPC = "needs node RPC forwarding (lead merges)"
 
 _used_ports = set()
 
@@ -235,7 +231,6 @@ class Cluster:
             fd = os.open(self.secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(os.urandom(32).hex() + "\n")
-        self.probes = 0
         self.certs = None
         if tls:
             self.certs = make_certs(os.path.join(self.dir, "certs"),
@@ -292,38 +287,16 @@ class Cluster:
 
     def find_leader(self, nodes=None, timeout=60):
         """The metastore leader among nodes (default: the running ones):
-        the node whose /v1/cluster/members marks itself leader, else the
-        node that answers a metadata write (creating a topic
-        "leader-probe-N" of one partition) while the others hold theirs.
-        The second rule holds until followers forward writes over node
-        RPC."""
+        the node that /v1/cluster/members, asked of itself, marks leader."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            candidates = [n for n in (nodes or self.running()) if n.running()]
-            for n in candidates:
+            for n in [n for n in (nodes or self.running()) if n.running()]:
                 status, body = n.request("GET", "/v1/cluster/members", timeout=5)
                 if status == 200 and isinstance(body, dict):
                     for m in body.get("members", []):
                         if m.get("leader") is True and str(m.get("id")) == str(n.id):
                             return n
-            answered = []
-            self.probes += 1
-            name = f"leader-probe-{self.probes}"
-
-            def probe(node):
-                status, _ = node.request("POST", "/v1/topics", {"name": name, "partitions": 1},
-                                         timeout=3)
-                if status == 201:
-                    answered.append(node)
-
-            threads = [threading.Thread(target=probe, args=(n,)) for n in candidates]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            if len(answered) == 1:
-                return answered[0]
-            time.sleep(0.5)
+            time.sleep(0.2)
         raise AssertionError("no metastore leader found:\n" + self.logs())
 
     def logs(self):

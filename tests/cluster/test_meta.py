@@ -2,9 +2,8 @@
 of 3 and 5 voters, /readyz only once a node has caught up, a leader SIGKILL,
 restarts on the same data directory, a partitioned leader (network
 namespaces), and the start-up refusals of the cluster options seen from
-outside. The tests that need node RPC (writes forwarded from followers,
-joins, member liveness) are here too, skipped until the lead wires node RPC
-in (harness.NEEDS_RPC).
+outside, and over node RPC: writes sent to followers (forwarded to the
+leader), a fourth node joining with --join, member liveness.
 
 Run: python3 tests/cluster/test_meta.py --ternd build/ternd [unittest args]
 """
@@ -20,7 +19,7 @@ sys.path.insert(0, HERE)
 
 import harness  # noqa: E402
 import netns  # noqa: E402
-from harness import NEEDS_RPC, Cluster, run_ternd  # noqa: E402
+from harness import Cluster, run_ternd  # noqa: E402
 
 
 def wait_until(what, fn, timeout=60, interval=0.2):
@@ -64,12 +63,16 @@ class Bootstrap(ClusterTest):
     def check_bootstrap(self, n):
         c = self.make(n).start()
         for node in c.nodes:
-            self.assertIn(f"metastore: new cluster bootstrapped with {n} voters, node {node.id} "
-                          f"at {node.raft_address}", node.log())
+            self.assertIn(f"metastore: new cluster bootstrapped with {n} voters (this node "
+                          f"{node.id} at {node.raft_address})", node.log())
         leader = c.find_leader()
-        # One leader: every other node holds a write it cannot forward yet.
-        followers = [x for x in c.nodes if x is not leader]
-        self.assertEqual(len(followers), n - 1)
+        # One leader, and every node's replica names the same one.
+        def marked(node):
+            status, body = node.request("GET", "/v1/cluster/members")
+            self.assertEqual(status, 200, body)
+            return [m["id"] for m in body["members"] if m["leader"]]
+        wait_until("every node naming the leader",
+                   lambda: all(marked(x) == [str(leader.id)] for x in c.nodes), 30)
         names = [f"boot{n}-{i}" for i in range(5)]
         self.create_topics(leader, names)
         # Every replica has every write, and reads come from it.
@@ -272,7 +275,6 @@ class Refusals(unittest.TestCase):
         self.assertIn(" warn ", warned[0])
 
 
-@unittest.skip(NEEDS_RPC)
 class NeedsNodeRpc(ClusterTest):
     def test_writes_sent_to_followers_land_once(self):
         c = self.make(3).start()
