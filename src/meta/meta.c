@@ -205,11 +205,16 @@ static void submit(tn_meta_t *m, tn_meta_req_t *req)
 
 static void on_poll(uv_timer_t *t);
 
-/* Run the tick at once (something waits). */
-static void wake(tn_meta_t *m)
+/* Run the tick after delay_ms (0: at once; something waits). */
+static void wake_in(tn_meta_t *m, uint64_t delay_ms)
 {
     if (!m->closing)
-        uv_timer_start(&m->poll, on_poll, 0, LEADER_POLL_MS);
+        uv_timer_start(&m->poll, on_poll, delay_ms, LEADER_POLL_MS);
+}
+
+static void wake(tn_meta_t *m)
+{
+    wake_in(m, 0);
 }
 
 /* At the head of the waiting list (a forward the leader sent back). */
@@ -243,9 +248,11 @@ static void on_forwarded(void *arg, int status)
     if (m == NULL)
         return; /* answered TN_ECLOSED when the metastore closed */
     if (status == TN_ENOTLEADER && !m->closing && uv_now(m->loop) < req->deadline) {
-        /* Not proposed there: send it again once the leader is known. */
+        /* Not proposed there: send it again once the leader is known (at
+         * the next poll, not at once: a hook answering at once must not
+         * spin the loop). */
         push_front(m, req);
-        wake(m);
+        wake_in(m, LEADER_POLL_MS);
         return;
     }
     raft_free(req->buf.base);

@@ -8,11 +8,13 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/time.h"
 #include "meta/meta.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -1512,6 +1514,132 @@ static void test_cluster(void **state)
     free(dir);
 }
 
+/* A node whose peers never come: no leader, so proposals are answered
+ * TN_ENOLEADER after their bound, and the leader-only calls refuse. */
+static void test_no_leader(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    char *dir = tu_tempdir();
+    char mdir[4096];
+    snprintf(mdir, sizeof(mdir), "%s/meta", dir);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char addr[3][32];
+    tn_meta_peer_t peers[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", free_port());
+        peers[i].id = (uint64_t)i + 1;
+        snprintf(peers[i].raft_addr, sizeof(peers[i].raft_addr), "%s", addr[i]);
+    }
+    tn_meta_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.dir = mdir;
+    o.node_id = 1;
+    o.address = addr[0];
+    o.election_ms = 150;
+    o.heartbeat_ms = 50;
+    char err[256] = "";
+    tn_meta_t *m = NULL;
+    /* Peer lists that cannot be a configuration are refused up front. */
+    o.peers = peers + 1;
+    o.npeers = 2;
+    assert_int_equal(tn_meta_open(&loop, &o, &m, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "does not name this node"));
+    tn_meta_peer_t dup[2] = {peers[0], peers[0]};
+    o.peers = dup;
+    assert_int_equal(tn_meta_open(&loop, &o, &m, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "listed twice"));
+    tn_meta_peer_t moved[1] = {peers[0]};
+    snprintf(moved[0].raft_addr, sizeof(moved[0].raft_addr), "127.0.0.1:1");
+    o.peers = moved;
+    o.npeers = 1;
+    assert_int_equal(tn_meta_open(&loop, &o, &m, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "in the peer list"));
+    o.peers = peers;
+    o.npeers = 3;
+    o.join_only = true;
+    assert_int_equal(tn_meta_open(&loop, &o, &m, err, sizeof(err)), UV_EINVAL);
+    o.join_only = false;
+    if (tn_meta_open(&loop, &o, &m, err, sizeof(err)) != 0)
+        fail_msg("tn_meta_open: %s", err);
+
+    tn_meta_req_t req;
+    counter_t cnt = {0, 0};
+    req.data = &cnt;
+    tn_meta_cmd_t t = topic_cmd("orders", true);
+    int64_t start = tn_now_mono_ms();
+    assert_int_equal(tn_meta_propose(m, &req, &t, on_done), 0);
+    want_t w = {&cnt, 1};
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, TN_ENOLEADER);
+    assert_true(tn_now_mono_ms() - start >= 4900);
+    assert_null(tn_meta_topic_find(tn_meta_state(m), "orders"));
+    uint64_t id = 0;
+    const char *api = NULL;
+    assert_int_equal(tn_meta_leader(m, &id, &api), TN_ENOLEADER);
+    assert_false(tn_meta_caught_up(m));
+    assert_false(tn_meta_ready(m));
+    async_t a = {0, -1};
+    assert_int_equal(tn_meta_join(m, 4, "127.0.0.1:2", on_async, &a), TN_ENOTLEADER);
+    assert_int_equal(tn_meta_transfer(m, on_async, &a), 0); /* not the leader: nothing to do */
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+    close_meta(&loop, m);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* The Raft configuration keeps the address a node first started on; a
+ * restart on another one says so at error level. */
+static void test_moved_address(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char mdir[4096], logpath[4200];
+    snprintf(mdir, sizeof(mdir), "%s/meta", dir);
+    snprintf(logpath, sizeof(logpath), "%s/log", dir);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_meta_t *m = open_meta(&loop, mdir, 64);
+    close_meta(&loop, m);
+    char moved[32];
+    snprintf(moved, sizeof(moved), "127.0.0.1:%d", free_port());
+    int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    tn_log_set_fd(fd);
+    tn_meta_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.dir = mdir;
+    o.node_id = 1;
+    o.address = moved;
+    o.election_ms = 150;
+    o.heartbeat_ms = 50;
+    char err[256] = "";
+    int rc = tn_meta_open(&loop, &o, &m, err, sizeof(err));
+    if (rc != 0)
+        fail_msg("tn_meta_open: %s", err);
+    assert_true(run_until(&loop, is_ready, m));
+    close_meta(&loop, m);
+    tn_log_set_fd(2);
+    close(fd);
+    FILE *f = fopen(logpath, "r");
+    char text[8192] = "";
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    char want[200];
+    snprintf(want, sizeof(want), "records node 1 at 127.0.0.1:0, but it now advertises %s", moved);
+    if (strstr(text, want) == NULL || strstr(text, "error") == NULL)
+        fail_msg("no error line about the address in: %s", text);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1529,6 +1657,8 @@ int main(void)
         cmocka_unit_test(test_snapshot_roundtrip),
         cmocka_unit_test(test_replica_restart),
         cmocka_unit_test(test_cluster),
+        cmocka_unit_test(test_no_leader),
+        cmocka_unit_test(test_moved_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
