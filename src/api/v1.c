@@ -343,6 +343,14 @@ const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
     return e;
 }
 
+bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r)
+{
+    if (tn_meta_caught_up(v->meta))
+        return true;
+    tn__v1_error(r, 503, "control plane not caught up", "Retry-After: 1\r\n");
+    return false;
+}
+
 bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r)
 {
     if (tn__v1_is_admin(v, r))
@@ -1199,6 +1207,8 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 403, "only the topic's owner or an admin may delete it", NULL);
         return;
     }
+    if (!tn__v1_caught_up(v, r))
+        return;
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_TOPIC_DELETE;
