@@ -796,7 +796,7 @@ int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
     m->xfer_arg = arg;
     m->xfer_active = true;
     m->xfer_status = 0;
-    m->xfer_deadline = uv_now(m->loop) + 2 * (uint64_t)m->election_ms + 1000;
+    m->xfer_deadline = uv_now(m->loop) + 3 * (uint64_t)m->election_ms + 2000;
     if (raft_state(&m->raft) == RAFT_LEADER) {
         memset(&m->xfer, 0, sizeof(m->xfer));
         m->xfer.data = m;

@@ -1225,7 +1225,7 @@ static void cluster_open(cluster_t *c, uint64_t id, bool join_only)
     o.election_ms = 300;
     o.heartbeat_ms = 50;
     o.heartbeat_interval_ms = 200;
-    o.dead_after_ms = 1500;
+    o.dead_after_ms = 3000; /* far above the 200 ms registrations, even on a loaded machine */
     o.peers = join_only ? NULL : peers;
     o.npeers = join_only ? 0 : 3;
     o.join_only = join_only;
