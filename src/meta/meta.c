@@ -343,8 +343,10 @@ static void dispatch_waiting(tn_meta_t *m)
         } else if (can_forward) {
             forward(m, req, leader, api);
         } else if (now >= req->deadline) {
+            /* A leader known but out of reach (no hook, or no API address
+             * recorded for it yet): this node is not the leader. */
             raft_free(req->buf.base);
-            req->cb(req, TN_ENOLEADER);
+            req->cb(req, leader != 0 ? TN_ENOTLEADER : TN_ENOLEADER);
         } else {
             if (keep_tail != NULL)
                 keep_tail->next = req;

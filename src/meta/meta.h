@@ -14,7 +14,8 @@
  *      where the leader's handler calls tn_meta_propose_encoded) and the
  *      caller gets the leader's answer. With no leader known, proposals
  *      wait in order, each at most NO_LEADER_MS (5 s), then get
- *      TN_ENOLEADER.
+ *      TN_ENOLEADER (TN_ENOTLEADER when a leader is known but cannot be
+ *      reached: no forward hook, or no API address recorded for it).
  *   2. libraft appends it to the log (fsynced) and commits it once a
  *      majority has it (a single voter: at once).
  *   3. Every replica applies it to its state in log order; on the
@@ -96,7 +97,7 @@ typedef struct {
     const char *api_addr;           /* this node's advertised API address (host:port); NULL = "" */
     unsigned heartbeat_interval_ms; /* member registration interval; 0 = 5000 */
     unsigned dead_after_ms;         /* dead after this without a registration; 0 = 30000 */
-    tn_meta_forward_fn forward;     /* NULL: a follower's proposals wait for leadership */
+    tn_meta_forward_fn forward;     /* NULL: a follower answers TN_ENOTLEADER after 5 s */
     void *forward_arg;
 } tn_meta_opts_t;
 
