@@ -111,7 +111,8 @@ int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn
  * node encoded (len bytes, copied), decoded and checked first. 0 (cb
  * follows), TN_ENOTLEADER (this node is not the leader: the caller
  * answers 421), TN_ECORRUPT (not exactly one valid command), UV_ENOTSUP
- * (a version or type this build does not know), TN_ECLOSED, UV_ENOMEM. */
+ * (a version or type this build does not know), UV_EINVAL (a snapshot-only
+ * record), TN_ECLOSED, UV_ENOMEM. */
 int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, size_t len,
                             tn_meta_cb cb);
 /* The leader as this node knows it: 0 with its id and API address (from

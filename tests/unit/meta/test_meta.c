@@ -1411,6 +1411,19 @@ static void test_cluster(void **state)
     assert_int_equal(
         tn_meta_propose_encoded(c.m[leader], &req, tn_buf_data(&b), tn_buf_size(&b), on_done),
         TN_ECORRUPT);
+    /* A snapshot-only record is not proposed. */
+    tn_buf_reset(&b);
+    uint64_t owners[1] = {1};
+    tn_meta_cmd_t po;
+    memset(&po, 0, sizeof(po));
+    po.type = TN_MC_PART_OWNERS;
+    snprintf(po.topic.name, sizeof(po.topic.name), "orders");
+    po.owners = owners;
+    po.nowners = 1;
+    assert_int_equal(tn_meta_cmd_encode(&po, &b), 0);
+    assert_int_equal(
+        tn_meta_propose_encoded(c.m[leader], &req, tn_buf_data(&b), tn_buf_size(&b), on_done),
+        UV_EINVAL);
     tn_buf_fini(&b);
 
     /* Confirmation, on the leader (a barrier) and on a follower (a NOOP
