@@ -420,26 +420,30 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
         tn_buf_append(b, ",\"partition_stats\":[", 20);
         tn_topic_t *bt = NULL;
         bool live = tn_broker_topic(v->broker, t->name, strlen(t->name), false, 0, NULL, &bt) == 0;
+        uint32_t nlocal = live ? bt->nparts : 0;
         bool first = true;
-        for (uint32_t p = 0; live && p < bt->nparts; p++) {
+        /* One entry per partition of the record, on every node: its owner
+         * (the metastore's assignment, null while no member was alive to
+         * take it), and the log's numbers where the log is on this node. */
+        for (uint32_t p = 0; p < TN_MAX(t->partitions, nlocal); p++) {
             if (only_partition >= 0 && (int64_t)p != only_partition)
                 continue;
-            tn_plog_stats_t st;
-            tn_plog_stats(bt->parts[p]->plog, &st);
-            tn__v1_appendf(b,
-                           "%s{\"index\":%u,\"segments\":%u,\"oldest_offset\":%" PRIu64
-                           ",\"next_offset\":%" PRIu64 ",\"high_watermark\":%" PRIu64
-                           ",\"size_bytes\":%" PRIu64 ",\"owner_node\":",
-                           first ? "" : ",", p, st.segments, st.first_offset, st.written_next,
-                           st.visible_next, st.bytes);
-            /* The metastore's assignment, the same on every node; null
-             * while no member was alive to take it. */
+            tn__v1_appendf(b, "%s{\"index\":%u", first ? "" : ",", p);
+            first = false;
+            if (p < nlocal) {
+                tn_plog_stats_t st;
+                tn_plog_stats(bt->parts[p]->plog, &st);
+                tn__v1_appendf(
+                    b,
+                    ",\"segments\":%u,\"oldest_offset\":%" PRIu64 ",\"next_offset\":%" PRIu64
+                    ",\"high_watermark\":%" PRIu64 ",\"size_bytes\":%" PRIu64,
+                    st.segments, st.first_offset, st.written_next, st.visible_next, st.bytes);
+            }
             uint64_t owner = tn_meta_state_owner(s, t->name, p);
             if (owner != 0)
-                tn__v1_appendf(b, "\"%" PRIu64 "\"}", owner);
+                tn__v1_appendf(b, ",\"owner_node\":\"%" PRIu64 "\"}", owner);
             else
-                tn_buf_append(b, "null}", 5);
-            first = false;
+                tn__v1_appendf(b, ",\"owner_node\":null}");
         }
         tn_buf_append(b, "]", 1);
     }

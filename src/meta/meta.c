@@ -344,8 +344,10 @@ static void dispatch_waiting(tn_meta_t *m)
         } else if (can_forward) {
             forward(m, req, leader, api);
         } else if (now >= req->deadline) {
+            /* A leader known but out of reach (no hook, or no API address
+             * recorded for it yet): this node is not the leader. */
             raft_free(req->buf.base);
-            req->cb(req, TN_ENOLEADER);
+            req->cb(req, leader != 0 ? TN_ENOTLEADER : TN_ENOLEADER);
         } else {
             if (keep_tail != NULL)
                 keep_tail->next = req;
@@ -353,6 +355,13 @@ static void dispatch_waiting(tn_meta_t *m)
                 keep = req;
             keep_tail = req;
         }
+    }
+    while (keep != NULL && m->closing) {
+        /* A callback above closed the metastore after these were kept. */
+        tn_meta_req_t *req = keep;
+        keep = req->next;
+        raft_free(req->buf.base);
+        req->cb(req, TN_ECLOSED);
     }
     if (keep != NULL) {
         /* Before anything proposed meanwhile. */
@@ -423,9 +432,12 @@ int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, s
         rc = TN_ECORRUPT;
     if (rc != 0)
         return rc;
+    uint8_t type = c.type;
     tn_meta_cmd_fini(&c);
     if (used != len)
         return TN_ECORRUPT; /* one command, nothing after it */
+    if (type == TN_MC_PART_OWNERS)
+        return UV_EINVAL; /* a snapshot record */
     rc = take_buffer(req, buf, len);
     if (rc != 0)
         return rc;
