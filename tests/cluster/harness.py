@@ -71,35 +71,43 @@ def basic(user, pw):
     return "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
 
 
+def _openssl(*args):
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
 def make_certs(directory, names, ca_name="tern-test-ca"):
     """A CA and, per name, a key and certificate it signs (CN = the name,
     subjectAltName IP:127.0.0.1 and DNS:name), with the openssl command.
     Returns {"ca": path, name: (cert, key), ...}."""
     os.makedirs(directory, exist_ok=True)
-
-    def run(*args):
-        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
     ca_key = os.path.join(directory, "ca.key")
     ca = os.path.join(directory, "ca.pem")
-    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-        "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", f"/CN={ca_name}")
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", f"/CN={ca_name}")
     out = {"ca": ca}
     for name in names:
-        key = os.path.join(directory, f"{name}.key")
-        csr = os.path.join(directory, f"{name}.csr")
-        cert = os.path.join(directory, f"{name}.pem")
-        ext = os.path.join(directory, f"{name}.ext")
-        with open(ext, "w") as f:
-            f.write(f"subjectAltName=IP:127.0.0.1,DNS:{name}\n"
-                    "extendedKeyUsage=serverAuth,clientAuth\n")
-        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
-        run("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
-            "-out", cert, "-days", "2", "-extfile", ext)
-        os.chmod(key, 0o600)
-        out[name] = (cert, key)
+        out[name] = issue_cert(directory, name)
     return out
+
+
+def issue_cert(directory, name):
+    """A key and certificate for name, signed by the CA make_certs made in
+    directory: (cert, key)."""
+    ca_key = os.path.join(directory, "ca.key")
+    ca = os.path.join(directory, "ca.pem")
+    key = os.path.join(directory, f"{name}.key")
+    csr = os.path.join(directory, f"{name}.csr")
+    cert = os.path.join(directory, f"{name}.pem")
+    ext = os.path.join(directory, f"{name}.ext")
+    with open(ext, "w") as f:
+        f.write(f"subjectAltName=IP:127.0.0.1,DNS:{name}\n"
+                "extendedKeyUsage=serverAuth,clientAuth\n")
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", key, "-out", csr, "-subj", f"/CN={name}")
+    _openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+             "-out", cert, "-days", "2", "-extfile", ext)
+    os.chmod(key, 0o600)
+    return cert, key
 
 
 class Node:
@@ -252,6 +260,9 @@ class Cluster:
         node = Node(self, len(self.nodes) + 1)
         node.join = ",".join(n.api_address for n in self.nodes)
         self.nodes.append(node)
+        if self.certs is not None:
+            self.certs[f"node{node.id}"] = issue_cert(os.path.join(self.dir, "certs"),
+                                                      f"node{node.id}")
         return node
 
     def args_for(self, node):
