@@ -19,9 +19,12 @@
  *      started, and exit with status 1 without ever logging "ready".
  *      Otherwise log "ready" and run the loop until SIGINT or SIGTERM.
  *   5. Shut down in reverse: close the listener and every connection
- *      (in-flight messages go back to their channels), let the engine's
- *      storage requests finish, close every log, stop the storage threads
- *      and release the lock; remove the pid file. */
+ *      (in-flight messages go back to their channels); close the
+ *      metastore (what was proposed is answered first, and libraft closes
+ *      once it writes nothing: meta.c); then the engine: let its storage
+ *      requests finish, close every log, stop the storage threads and
+ *      release the lock; remove the pid file. The loop then closes with
+ *      nothing left on it. */
 #include "core/platform.h"
 
 #include "cmd/version.h"
@@ -70,8 +73,7 @@ typedef struct {
     tn_catalog_t *catalog;
     const char *data_path; /* borrowed from the config */
     tn_v1_t v1;
-    tn_seed_t *seed;   /* the root user being seeded, or NULL */
-    bool meta_stopped; /* libraft left on the loop: stop it and exit */
+    tn_seed_t *seed; /* the root user being seeded, or NULL */
     tn_lookupd_t *lookupd;
     uv_signal_t sigint;
     uv_signal_t sigterm;
@@ -100,28 +102,49 @@ static void on_store_closed(tn_store_t *store)
 {
     (void)store;
     TN_LOG(TN_LOG_NOTICE, "storage closed; exiting");
-    /* libraft's handles are still on the loop (tn_meta_stop). */
-    if (g_daemon != NULL && g_daemon->meta_stopped)
-        uv_stop(g_daemon->loop);
 }
 
 static void on_broker_closed(tn_broker_t *b)
 {
     (void)b;
-    daemon_t *d = g_daemon;
-    if (d->meta != NULL) {
-        tn_users_seed_cancel(d->seed);
-        d->api.meta = NULL;
-        tn_meta_stop(d->meta);
-        d->meta_stopped = true;
+    tn_store_close(g_daemon->store, on_store_closed);
+}
+
+/* Then the engine, then storage. */
+static void close_engine(daemon_t *d)
+{
+    if (d->broker != NULL)
+        tn_broker_close(d->broker, on_broker_closed);
+    else
+        on_broker_closed(NULL);
+}
+
+/* libraft has closed (every handle of its on the loop too). */
+static void on_meta_closed(void *arg)
+{
+    daemon_t *d = arg;
+    d->meta = NULL;
+    close_engine(d);
+}
+
+/* The doors are closed: the metastore closes before the engine, because
+ * the answers to what was proposed still arrive while it closes (meta.c
+ * waits for them before closing libraft) and they lead into the engine (a
+ * recorded deletion removes the files, a recorded creation makes them). */
+static void close_meta(daemon_t *d)
+{
+    if (d->meta == NULL) {
+        close_engine(d);
+        return;
     }
-    tn_store_close(d->store, on_store_closed);
+    tn_users_seed_cancel(d->seed);
+    d->api.meta = NULL;
+    tn_meta_close(d->meta, on_meta_closed, d);
 }
 
 static void on_nsq_closed(void *arg)
 {
-    daemon_t *d = arg;
-    tn_broker_close(d->broker, on_broker_closed);
+    close_meta(arg);
 }
 
 static void on_http_closed(void *arg)
@@ -158,15 +181,12 @@ static void on_http_closed(void *arg)
     }
     if (d->nsq != NULL)
         tn_nsq_server_close(d->nsq, on_nsq_closed, d);
-    else if (d->broker != NULL)
-        tn_broker_close(d->broker, on_broker_closed);
     else
-        on_broker_closed(NULL);
+        close_meta(d);
 }
 
-/* Close everything that started, front to back; the loop then runs dry
- * (or on_store_closed stops it). For a signal, and for a start that
- * failed part way. */
+/* Close everything that started, front to back; the loop then runs dry.
+ * For a signal, and for a start that failed part way. */
 static void shut_down(daemon_t *d)
 {
     if (d->shut)
@@ -671,21 +691,6 @@ int main(int argc, char **argv)
             TN_LOG(TN_LOG_WARN, "disk is above the high watermark: publishes will be refused");
     }
     uv_run(&loop, UV_RUN_DEFAULT);
-    if (d.meta_stopped) {
-        /* The metastore's libraft still holds handles on the loop (see
-         * tn_meta_stop): leave from here, where everything it holds is
-         * still reachable. _exit, not exit: a worker thread may still be
-         * running a job nobody waits for any more (a bcrypt hash of a
-         * cancelled request), and exit's handlers (libcrypto's cleanup)
-         * would pull its state from under it. Storage is closed and
-         * durable; only the log streams need flushing. */
-        if (cfg.pid_file[0] != '\0')
-            unlink(cfg.pid_file);
-        tn_config_fini(&cfg); /* wipes the cluster secret */
-        fflush(stdout);
-        fflush(stderr);
-        _exit(d.rc);
-    }
     rc = uv_loop_close(&loop);
     if (rc != 0) {
         TN_LOG(TN_LOG_ERROR, "loop not closed cleanly: %s", uv_strerror(rc));
@@ -695,5 +700,12 @@ int main(int argc, char **argv)
         unlink(cfg.pid_file);
     tn_free(d.peers);
     tn_config_fini(&cfg);
-    return d.rc;
+    /* _exit, not exit: libuv never joins its worker threads, and one that
+     * hashed a password (bcrypt) holds OpenSSL's per-thread state, which
+     * exit's handlers (libcrypto's cleanup) would pull the shared state
+     * from under. Everything on the loop has closed and storage is
+     * durable; only the log streams need flushing. */
+    fflush(stdout);
+    fflush(stderr);
+    _exit(d.rc);
 }

@@ -44,7 +44,8 @@ struct tn_meta_s {
     tn_meta_state_t state;
     raft_index start_index; /* last log index when started */
     bool ready;
-    bool closing;
+    bool closing;       /* no more proposals (tn_meta_stop or tn_meta_close) */
+    bool close_started; /* tn_meta_close was called */
     unsigned close_polls;
     uint32_t inflight;       /* proposals handed to libraft, not yet answered */
     uint64_t last_answer_ms; /* loop time of the last answer */
@@ -1222,22 +1223,27 @@ fail_timer:
     return TN_EFAILED;
 }
 
-/* Close once nothing is in flight and the start-up election has settled:
- * libraft 0.15 crashes (a NULL dereference inside it) when raft_close runs
- * while entries it has appended are still being written, and can when
- * closed while it is still becoming leader. The wait is bounded:
- * CLOSE_WAIT_POLLS polls of LEADER_POLL_MS. */
+/* Close libraft only while it writes nothing. raft_close (uvAppendClose)
+ * fails the disk appends in flight at once, inside the call, and libraft
+ * 0.15 mishandles that: the leader's append callback truncates its
+ * in-memory log from each failed append's first index, so with two or
+ * more in flight the second truncates past the end of the log
+ * (replication.c appendLeaderCb -> logTruncate; an assertion in a debug
+ * build of libraft, a corrupted log and a NULL dereference in Debian's);
+ * and a write the kernel already had completes into a segment the close
+ * abandoned (uv_append.c uvAliveSegmentWriteCb; libuv's uv_poll_stop
+ * assertion). Nothing is being written when every proposal of ours has its
+ * answer and every entry in the log is stored (last_stored is the last
+ * index; it also lags while a follower installs a snapshot). settled()
+ * and raft_close run in the same timer callback, so no append starts
+ * between them, and never inside a libraft callback (tn_meta_close). The
+ * wait is bounded: CLOSE_WAIT_POLLS polls of LEADER_POLL_MS; past that
+ * libraft is closed anyway, with a warning. */
 #define CLOSE_WAIT_POLLS 300
-
-/* Quiet time after the last answer: libraft keeps writing behind a commit
- * for a moment (segment bookkeeping), and closing under it crashed. */
-#define CLOSE_QUIET_MS 200
 
 static bool settled(tn_meta_t *m)
 {
-    return m->inflight == 0 && raft_state(&m->raft) == RAFT_LEADER &&
-           raft_last_applied(&m->raft) >= raft_last_index(&m->raft) &&
-           (m->last_answer_ms == 0 || uv_now(m->loop) - m->last_answer_ms >= CLOSE_QUIET_MS);
+    return m->inflight == 0 && m->raft.last_stored == raft_last_index(&m->raft);
 }
 
 static void on_close_poll(uv_timer_t *t)
@@ -1246,25 +1252,32 @@ static void on_close_poll(uv_timer_t *t)
     if (++m->close_polls < CLOSE_WAIT_POLLS && !settled(m))
         return;
     if (!settled(m))
-        TN_LOG(TN_LOG_WARN, "metastore: closing with %u proposals still in flight", m->inflight);
+        TN_LOG(TN_LOG_WARN,
+               "metastore: closing while libraft still writes (%u proposals in flight, log "
+               "index %llu, stored %llu)",
+               m->inflight, (unsigned long long)raft_last_index(&m->raft),
+               (unsigned long long)m->raft.last_stored);
     uv_timer_stop(t);
     raft_close(&m->raft, on_raft_closed);
 }
 
 void tn_meta_close(tn_meta_t *m, void (*cb)(void *arg), void *arg)
 {
-    if (m->closing)
+    if (m->close_started)
         return;
-    m->closing = true;
+    m->close_started = true;
+    m->closing = true; /* perhaps already, by tn_meta_stop */
     m->close_cb = cb;
     m->close_arg = arg;
     fail_waiting(m, TN_ECLOSED);
     uv_timer_stop(&m->poll);
-    if (settled(m)) {
-        raft_close(&m->raft, on_raft_closed);
-        return;
-    }
-    uv_timer_start(&m->poll, on_close_poll, LEADER_POLL_MS, LEADER_POLL_MS);
+    /* Never raft_close from here: the caller may be inside a libraft
+     * callback (a proposal's answer comes from within its disk-write
+     * callback, and what the answer sets off may end in a close), and libraft
+     * 0.15 asserts when closed under its own write callback
+     * (uvAliveSegmentWriteCb finds uv->closing with the segment not being
+     * finalized). The timer runs the first check on the next loop pass. */
+    uv_timer_start(&m->poll, on_close_poll, 0, LEADER_POLL_MS);
 }
 
 void tn_meta_stop(tn_meta_t *m)

@@ -157,15 +157,17 @@ bool tn_meta_ready(tn_meta_t *m);
 bool tn_meta_caught_up(tn_meta_t *m);
 /* The index of the last log entry applied to the local replica. */
 uint64_t tn_meta_applied_index(tn_meta_t *m);
-/* Stop: waiting proposals get TN_ECLOSED; cb runs once Raft has closed. */
+/* Close: no more proposals, waiting ones get TN_ECLOSED; those already
+ * handed to libraft get their answers first, and libraft is closed only
+ * once it writes nothing (at most 3 s of waiting): libraft 0.15 corrupts
+ * its in-memory log when raft_close fails two or more appends in flight
+ * (the crash tern saw at raft_close; meta.c's settled() has the detail).
+ * cb runs once libraft, its transport and every handle of theirs have
+ * closed, and m is freed then. Also after tn_meta_stop. */
 void tn_meta_close(tn_meta_t *m, void (*cb)(void *arg), void *arg);
-/* Stop at process exit without closing libraft: waiting proposals get
- * TN_ECLOSED and no more are taken, but libraft's handles stay on the loop
- * (the caller stops the loop and exits). Closing libraft 0.15 crashed
- * inside it now and then (a NULL dereference in one of its libuv
- * callbacks, about once in a hundred daemon stops under load); its log is
- * fsynced at every commit, so this is a crash-like stop that it recovers
- * from at the next start, as after SIGKILL. */
+/* Stop taking proposals (waiting ones get TN_ECLOSED) without closing
+ * libraft yet: for a start that fails part way, so the metastore does not
+ * come up while the rest closes. tn_meta_close follows. */
 void tn_meta_stop(tn_meta_t *m);
 
 #endif

@@ -1443,16 +1443,15 @@ static void chdel_done(uv_work_t *w, int status)
     tn__broker_work_done(b);
 }
 
+/* The deletion counts as a broker work from tn_channel_delete on (so
+ * tn_broker_close waits for logs still closing before it frees b). */
 static void chdel_start(void *arg)
 {
     chdel_t *d = arg;
     if (uv_queue_work(d->b->loop, &d->work, chdel_work, chdel_done) != 0) {
         d->rc = UV_ENOMEM;
-        d->b->workers++;
         chdel_done(&d->work, 0);
-        return;
     }
-    d->b->workers++;
 }
 
 int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg)
@@ -1481,6 +1480,7 @@ int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg)
         tn_free(d);
         return UV_ENOMEM;
     }
+    b->workers++;
     if (tn__channel_drop(ch, chdel_start, d) == 0)
         chdel_start(d);
     return 0;

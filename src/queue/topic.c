@@ -476,7 +476,6 @@ static void tdel_step(void *arg)
     if (--d->left > 0)
         return;
     tn_broker_t *b = d->t->broker;
-    b->workers++;
     if (uv_queue_work(b->loop, &d->work, tdel_work, tdel_done) != 0) {
         d->rc = UV_ENOMEM;
         tdel_done(&d->work, 0);
@@ -515,6 +514,10 @@ int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg)
     d->left = 1; /* held until everything is asked to close */
     t->state = TN_OBJ_DELETING;
     t->busy++;
+    /* A broker work from here to tdel_done, not only while the files are
+     * removed: tn_broker_close must not free the topic while its logs are
+     * still closing (tdel_step would then run on a freed topic). */
+    t->broker->workers++;
     while (t->channels != NULL)
         d->left += tn__channel_drop(t->channels, tdel_step, d) > 0 ? 1 : 0; /* one call each */
     for (uint32_t i = 0; i < t->nparts; i++) {
