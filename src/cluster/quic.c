@@ -90,6 +90,7 @@ struct tn_quic_stream_s {
     uint64_t sent;        /* stream offset handed to ngtcp2 */
     uint64_t written;     /* stream offset queued by the owner */
     uint64_t reset_code;
+    uint64_t peer_code; /* the application code of the peer's reset, 0 for none */
     bool detached;     /* the owner is gone: no callbacks */
     bool fin_pending;  /* send FIN after the queued bytes */
     bool fin_sent;     /* ngtcp2 took the FIN */
@@ -774,6 +775,8 @@ static int on_stream_close(ngtcp2_conn *q, uint32_t flags, int64_t sid, uint64_t
     tn_quic_stream_t *s = sud;
     if (c->dead || !s)
         return 0;
+    if ((flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) && s->peer_code == 0)
+        s->peer_code = code;
     stream_end(s, (flags & NGTCP2_STREAM_CLOSE_FLAG_APP_ERROR_CODE_SET) ? UV_ECONNRESET : 0);
     bool remote = ngtcp2_conn_is_server(q) ? (sid & 1) == 0 : (sid & 1) == 1;
     stream_free(s);
@@ -790,6 +793,7 @@ static int on_stream_reset(ngtcp2_conn *q, int64_t sid, uint64_t final_size, uin
     if (c->dead || !s)
         return 0;
     bool was = s->detached;
+    s->peer_code = code;
     stream_end(s, UV_ECONNRESET);
     if (!was) {
         s->reset_wanted = true;
@@ -1440,6 +1444,11 @@ void tn_quic_stream_close(tn_quic_stream_t *s)
     s->detached = true;
     s->fin_pending = true;
     mark_dirty(s->c);
+}
+
+uint64_t tn_quic_stream_peer_code(const tn_quic_stream_t *s)
+{
+    return s->peer_code;
 }
 
 void tn_quic_stream_reset(tn_quic_stream_t *s, uint64_t app_code)

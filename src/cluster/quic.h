@@ -143,6 +143,9 @@ size_t tn_quic_stream_unacked(const tn_quic_stream_t *s);
 /* Finish the stream after the queued bytes (FIN) and stop reading; no
  * callbacks after this call; the memory goes when ngtcp2 is done. */
 void tn_quic_stream_close(tn_quic_stream_t *s);
+/* In the closed callback of a stream the peer reset: the application
+ * code it gave (0 when none). */
+uint64_t tn_quic_stream_peer_code(const tn_quic_stream_t *s);
 /* Abort both directions with app_code (RESET_STREAM + STOP_SENDING); no
  * callbacks after this call. */
 void tn_quic_stream_reset(tn_quic_stream_t *s, uint64_t app_code);

@@ -436,6 +436,21 @@ static void on_cstream_closed(void *arg, tn_quic_stream_t *qs, int err)
 {
     cstream_t *st = arg;
     st->qs = NULL;
+    if (!st->authed && err == UV_ECONNRESET && tn_quic_stream_peer_code(qs) == APP_AUTH_FAIL) {
+        /* The server refused this node's proof: a different secret. */
+        peer_t *p = st->p;
+        int64_t now = tn_now_mono_ms();
+        if (now >= p->auth_log_next_ms) {
+            p->auth_log_next_ms = now + AUTH_LOG_MS;
+            TN_LOG(TN_LOG_ERROR,
+                   "rpc: peer %s refused this node's proof of the cluster secret; no request is "
+                   "sent to it (is TERN_CLUSTER_SECRET the same on every node?)",
+                   p->addr);
+        }
+        cstream_fail(st, UV_EACCES, "the peer refused this node's proof of the cluster secret",
+                     false, 0);
+        return;
+    }
     cstream_fail(st, UV_ECONNRESET, "the stream ended", false, 0);
 }
 

@@ -85,7 +85,7 @@ class Secret(ClusterTest):
             rc, line, _ = probe(node.api_address, wrong, 8)
             self.assertEqual(rc, 3, line)
             self.assertTrue(line.startswith("ok 0 failed 8 "), line)
-            self.assertIn("prove the cluster secret", line)
+            self.assertIn("refused this node's proof of the cluster secret", line)
             wait_until(f"node {node.id} to log the refused stream",
                        lambda n=node: "did not prove the cluster secret" in n.log(), 10)
             self.assertIn("rpc: stream from 127.0.0.1:", node.log())
@@ -97,8 +97,8 @@ class Secret(ClusterTest):
         joiner.start()
         # Its join calls never get through: it stays out, unready, and says
         # why; the cluster does not list it and keeps working.
-        wait_until("the joiner to log why", lambda: "could not prove the cluster secret"
-                   in joiner.log(), 30)
+        wait_until("the joiner to log why", lambda: "refused this node's proof of the cluster "
+                   "secret" in joiner.log(), 30)
         time.sleep(3)
         self.assertTrue(joiner.running(), joiner.log())
         self.assertEqual(joiner.readyz(), 503)
