@@ -9,6 +9,7 @@ Run: python3 tests/cluster/test_meta.py --ternd build/ternd [unittest args]
 """
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -88,8 +89,8 @@ class Bootstrap(ClusterTest):
 
     def test_secret_and_tls_files_from_the_harness(self):
         # The harness's certificates chain to its CA and to no other; a
-        # cluster given them and the secret file starts (Raft runs over TLS
-        # once the rafttls transport is in; loopback Raft needs neither).
+        # cluster given them and the secret file starts, with Raft over
+        # mutual TLS (loopback Raft could go without).
         c = self.make(3, tls=True)
         other = harness.make_certs(os.path.join(c.dir, "other"), ["stranger"], "other-ca")
         ok = harness.subprocess.run(["openssl", "verify", "-CAfile", c.certs["ca"],
@@ -154,6 +155,21 @@ class Failures(ClusterTest):
         leader.wait_ready()
         self.assert_replicated([leader], acked + ["after-kill"])
 
+    def test_graceful_stop_hands_leadership_over(self):
+        c = self.make(3).start()
+        leader = c.find_leader()
+        self.create_topics(leader, ["before-handover"])
+        self.assertEqual(leader.stop(), 0, leader.log())
+        # The leader handed Raft leadership to another voter before it
+        # stopped, rather than leaving the others to an election timeout.
+        self.assertRegex(leader.log(), r"metastore leadership handed to node [0-9]+")
+        survivors = [x for x in c.nodes if x is not leader]
+        new_leader = c.find_leader(survivors)
+        handed = re.search(r"metastore leadership handed to node ([0-9]+)", leader.log())
+        self.assertEqual(handed.group(1), str(new_leader.id))
+        self.create_topics(new_leader, ["after-handover"])
+        self.assert_replicated(survivors, ["before-handover", "after-handover"])
+
     def test_graceful_stop_and_restart_of_every_node(self):
         c = self.make(3).start()
         self.create_topics(c.find_leader(), ["kept"])
@@ -177,10 +193,9 @@ class Partition(ClusterTest):
             self.skipTest(f"network namespaces unavailable here: {why}")
         net = netns.Net(3)
         self.addCleanup(net.close)
-        # Raft off loopback: plaintext, allowed explicitly (the Raft TLS
-        # transport comes with the rafttls branch).
+        # Raft off loopback, so over mutual TLS (required there).
         c = self.make(3, hosts=net.hosts, prefixes=[net.prefix(i) for i in range(3)],
-                      args=["--allow-plaintext-raft"]).start()
+                      tls=True).start()
         leader = c.find_leader()
         self.create_topics(leader, ["pre-partition"])
         i = c.nodes.index(leader)
