@@ -118,7 +118,10 @@ static void on_healthz(tn_http_request_t *r, void *arg)
 
 bool tn_nsq_http_ready(tn_nsq_http_t *api)
 {
-    return api->ready && (api->meta == NULL || tn_meta_ready(api->meta));
+    /* Caught up now (leader known and heard from, a voter, applied >=
+     * commit), and the log found at start replayed. */
+    return api->ready &&
+           (api->meta == NULL || (tn_meta_ready(api->meta) && tn_meta_caught_up(api->meta)));
 }
 
 static void on_readyz(tn_http_request_t *r, void *arg)

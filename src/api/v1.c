@@ -421,9 +421,16 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
             tn__v1_appendf(b,
                            "%s{\"index\":%u,\"segments\":%u,\"oldest_offset\":%" PRIu64
                            ",\"next_offset\":%" PRIu64 ",\"high_watermark\":%" PRIu64
-                           ",\"size_bytes\":%" PRIu64 "}",
+                           ",\"size_bytes\":%" PRIu64 ",\"owner_node\":",
                            first ? "" : ",", p, st.segments, st.first_offset, st.written_next,
                            st.visible_next, st.bytes);
+            /* The metastore's assignment, the same on every node; null
+             * while no member was alive to take it. */
+            uint64_t owner = tn_meta_state_owner(s, t->name, p);
+            if (owner != 0)
+                tn__v1_appendf(b, "\"%" PRIu64 "\"}", owner);
+            else
+                tn_buf_append(b, "null}", 5);
             first = false;
         }
         tn_buf_append(b, "]", 1);

@@ -90,10 +90,6 @@ tn_nsqauth_local_t tn_v1_nsq_auth(tn_v1_t *v);
  * own retention, dead-lettering and durability. */
 void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec);
 
-/* Record this node (Raft id, address) as a member in the metastore,
- * unless it is there already (at the first ready). */
-void tn_v1_join(tn_meta_t *meta, uint64_t id, const char *addr);
-
 /* Whether pattern (exact, or a prefix ending in '*') matches name. */
 bool tn_v1_pattern_match(const char *pattern, const char *name);
 

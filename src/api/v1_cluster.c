@@ -1,7 +1,8 @@
 /* The /v1/cluster routes (admins only): the members the metastore knows,
- * partition moves, and draining a member (decommission). A node records
- * itself as a member when its metastore is first ready. In a cluster of
- * one the node owns every partition, and there is nowhere to move one:
+ * partition moves, and draining a member (decommission). Every node
+ * registers itself as a member (the metastore does, each heartbeat
+ * interval); the leader marks one dead when it stops. Owned partitions
+ * are the metastore's assignments. Partition moves are not made yet:
  * draining is recorded, and `moves` stays empty.
  *
  * Threads: the loop thread. */
@@ -18,20 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Partitions of every topic the queue engine has here. */
-static uint64_t owned_partitions(const tn_v1_t *v)
-{
-    const tn_meta_state_t *s = tn_meta_state(v->meta);
-    uint64_t n = 0;
-    for (size_t i = 0; i < s->ntopics; i++) {
-        tn_topic_t *t = NULL;
-        const char *name = s->topics[i]->rec.name;
-        if (tn_broker_topic(v->broker, name, strlen(name), false, 0, NULL, &t) == 0)
-            n += t->nparts;
-    }
-    return n;
-}
-
 static void on_members(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
@@ -43,13 +30,20 @@ static void on_members(tn_http_request_t *r, void *arg)
     tn_buf_append(&b, "{\"members\":[", 12);
     for (size_t i = 0; i < s->nmembers; i++) {
         const tn_meta_member_t *m = &s->members[i];
+        /* addr (the Raft address) stays for the clients of the first
+         * build; raft_addr says the same by name. */
         tn__v1_appendf(&b, "%s{\"id\":\"%" PRIu64 "\",\"addr\":", i > 0 ? "," : "", m->id);
         tn__v1_json_str(&b, m->addr);
-        /* Every member is this node, and it answers. */
+        tn_buf_append(&b, ",\"raft_addr\":", 13);
+        tn__v1_json_str(&b, m->addr);
+        tn_buf_append(&b, ",\"api_addr\":", 12);
+        tn__v1_json_str(&b, m->api_addr);
         tn__v1_appendf(&b,
-                       ",\"status\":\"alive\",\"draining\":%s,\"owned_partitions\":%" PRIu64
-                       ",\"outbound_moves\":0}",
-                       m->draining ? "true" : "false", owned_partitions(v));
+                       ",\"status\":\"%s\",\"draining\":%s,\"last_heartbeat_ms\":%" PRId64
+                       ",\"owned_partitions\":%" PRIu64 ",\"outbound_moves\":0}",
+                       m->status == TN_MEMBER_DEAD ? "dead" : "alive",
+                       m->draining ? "true" : "false", m->heartbeat_ms,
+                       tn_meta_state_owned(s, m->id));
     }
     tn_buf_append(&b, "]}", 2);
     tn__v1_respond_buf(r, 200, &b);
@@ -156,32 +150,4 @@ int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v)
             : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}/decommission", 0, NULL,
                             on_recommission, v);
     return rc;
-}
-
-/* --- joining ------------------------------------------------------------------ */
-
-static void on_joined(tn_meta_req_t *req, int status)
-{
-    if (status != 0 && status != TN_ECLOSED)
-        TN_LOG(TN_LOG_WARN, "metastore: recording this node as a member failed: %s",
-               tn_strerror(status));
-    tn_free(req);
-}
-
-void tn_v1_join(tn_meta_t *meta, uint64_t id, const char *addr)
-{
-    const tn_meta_state_t *s = tn_meta_state(meta);
-    for (size_t i = 0; i < s->nmembers; i++)
-        if (s->members[i].id == id && strcmp(s->members[i].addr, addr) == 0)
-            return;
-    tn_meta_req_t *req = tn_calloc(1, sizeof(*req));
-    if (req == NULL)
-        return;
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_MEMBER_PUT;
-    c.member.id = id;
-    snprintf(c.member.addr, sizeof(c.member.addr), "%s", addr);
-    if (tn_meta_propose(meta, req, &c, on_joined) != 0)
-        tn_free(req);
 }

@@ -221,7 +221,6 @@ static void on_meta_ready(void *arg)
         tn_catalog_reconcile(d->catalog);
     if (d->v1.fanout != NULL)
         tn_fanout_sync(d->v1.fanout);
-    tn_v1_join(d->meta, d->raft_id, d->raft_address);
     int rc =
         tn_users_seed_root(d->loop, d->meta, d->data_path, getenv("TERN_ADMIN_PASSWORD"), &d->seed);
     if (rc != 0)

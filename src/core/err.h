@@ -25,7 +25,10 @@
     X(SHORT, "incomplete data: more bytes needed")                                                 \
     X(PROTO, "protocol error")                                                                     \
     X(CHANGED, "the record changed since it was read")                                             \
-    X(FULL, "an ephemeral topic holds as many messages as it may; consume them first")
+    X(FULL, "an ephemeral topic holds as many messages as it may; consume them first")             \
+    X(NOTLEADER, "this node is not the metastore leader")                                          \
+    X(NOLEADER, "no metastore leader is known (no quorum)")                                        \
+    X(IDTAKEN, "a member with this id is in the cluster at another address")
 
 enum {
     TN__ERR_BASE = -100000,

@@ -216,6 +216,31 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_u64(&w, c->member.id);
         w_u8(&w, c->member.draining ? 1 : 0);
         break;
+    case TN_MC_MEMBER_REG:
+        if (c->member.id == 0 || c->member.addr[0] == '\0' || c->member.heartbeat_ms < 0)
+            w.rc = UV_EINVAL;
+        w_u64(&w, c->member.id);
+        w_str(&w, c->member.addr, TN_META_ADDR_MAX);
+        w_str(&w, c->member.api_addr, TN_META_ADDR_MAX);
+        w_u64(&w, (uint64_t)c->member.heartbeat_ms);
+        break;
+    case TN_MC_MEMBER_STATUS:
+        if (c->member.id == 0 || c->member.status > TN_MEMBER_DEAD || c->member.heartbeat_ms < 0)
+            w.rc = UV_EINVAL;
+        w_u64(&w, c->member.id);
+        w_u8(&w, c->member.status);
+        w_u64(&w, (uint64_t)c->member.heartbeat_ms);
+        break;
+    case TN_MC_NOOP:
+        break;
+    case TN_MC_PART_OWNERS:
+        if (c->nowners == 0 || c->nowners > TN_META_MAX_PARTITIONS)
+            w.rc = UV_EINVAL;
+        w_str(&w, c->topic.name, TN_NAME_MAX);
+        w_u32(&w, c->nowners);
+        for (uint32_t i = 0; i < c->nowners && w.rc == 0; i++)
+            w_u64(&w, c->owners[i]);
+        break;
     default:
         w.rc = UV_EINVAL;
     }
@@ -352,7 +377,7 @@ static void r_topic(rd_t *r, tn_meta_topic_t *t)
     t->fanout_delay_ms = r_i64(r);
     t->attach_epoch = r_u64(r);
     if (r->rc == 0 &&
-        (t->partitions == 0 || t->partitions > 65535 || t->retention_ms < 0 ||
+        (t->partitions == 0 || t->partitions > TN_META_MAX_PARTITIONS || t->retention_ms < 0 ||
          t->visibility_timeout_ms < 0 || t->max_inflight < 0 || t->max_acked_ahead < 0 ||
          t->delivery_mode > TN_DELIVERY_TTL_DISCARD || t->durability > 2 || t->ttl_ms < 0 ||
          (t->delivery_mode == TN_DELIVERY_TTL_DISCARD && t->ttl_ms == 0) ||
@@ -482,6 +507,42 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         if (r.rc == 0 && c->member.id == 0)
             r.rc = TN_ECORRUPT;
         break;
+    case TN_MC_MEMBER_REG:
+        c->member.id = r_u64(&r);
+        r_str(&r, c->member.addr, TN_META_ADDR_MAX);
+        r_str(&r, c->member.api_addr, TN_META_ADDR_MAX);
+        c->member.heartbeat_ms = r_i64(&r);
+        if (r.rc == 0 &&
+            (c->member.id == 0 || c->member.addr[0] == '\0' || c->member.heartbeat_ms < 0))
+            r.rc = TN_ECORRUPT;
+        break;
+    case TN_MC_MEMBER_STATUS:
+        c->member.id = r_u64(&r);
+        c->member.status = r_u8(&r);
+        c->member.heartbeat_ms = r_i64(&r);
+        if (r.rc == 0 &&
+            (c->member.id == 0 || c->member.status > TN_MEMBER_DEAD || c->member.heartbeat_ms < 0))
+            r.rc = TN_ECORRUPT;
+        break;
+    case TN_MC_NOOP:
+        break;
+    case TN_MC_PART_OWNERS: {
+        r_name(&r, c->topic.name, false);
+        uint32_t n = r_u32(&r);
+        if (r.rc == 0 && (n == 0 || n > TN_META_MAX_PARTITIONS || (size_t)n * 8 != r.left))
+            r.rc = TN_ECORRUPT;
+        if (r.rc != 0)
+            break;
+        c->owners = tn_calloc(n, sizeof(*c->owners));
+        if (c->owners == NULL) {
+            r.rc = UV_ENOMEM;
+            break;
+        }
+        c->nowners = n;
+        for (uint32_t i = 0; i < n; i++)
+            c->owners[i] = r_u64(&r);
+        break;
+    }
     default:
         return UV_ENOTSUP;
     }
@@ -546,4 +607,7 @@ int tn_meta_user_copy(tn_meta_user_t *dst, const tn_meta_user_t *src)
 void tn_meta_cmd_fini(tn_meta_cmd_t *c)
 {
     tn_meta_user_fini(&c->user);
+    tn_free(c->owners);
+    c->owners = NULL;
+    c->nowners = 0;
 }

@@ -12,6 +12,12 @@
  * (then [8] expect follows the topic), never bits 0 and 2 together;
  * USER_PUT's condition byte: 0 none, 1 if_absent, 2 if_unchanged (then
  * [8] expect follows the user).
+ * Members: MEMBER_PUT ([8] id, Raft address) is the first build's
+ * registration and still decodes; MEMBER_REG carries the full record
+ * ([8] id, Raft address, API address, [8] heartbeat ms); MEMBER_STATUS
+ * ([8] id, [1] status, [8] the heartbeat the decision was made from).
+ * NOOP has no payload (a confirmation through the log). PART_OWNERS
+ * ([s] topic, [4] count, count x [8] owner) is a snapshot record only.
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -22,14 +28,15 @@
 #include "core/buf.h"
 #include "core/name.h"
 
-#define TN_META_VERSION      1
-#define TN_META_HDR          8
-#define TN_META_MAX_CMD      (1024 * 1024)
-#define TN_META_USER_MAX     64
-#define TN_META_HASH_MAX     128
-#define TN_META_ADDR_MAX     256
-#define TN_META_MAX_GRANTS   64
-#define TN_META_MAX_PATTERNS 64
+#define TN_META_VERSION        1
+#define TN_META_HDR            8
+#define TN_META_MAX_CMD        (1024 * 1024)
+#define TN_META_USER_MAX       64
+#define TN_META_HASH_MAX       128
+#define TN_META_ADDR_MAX       256
+#define TN_META_MAX_GRANTS     64
+#define TN_META_MAX_PATTERNS   64
+#define TN_META_MAX_PARTITIONS 65535
 
 typedef enum {
     TN_MC_TOPIC_PUT = 1,
@@ -40,7 +47,13 @@ typedef enum {
     TN_MC_USER_DELETE = 6,
     TN_MC_MEMBER_PUT = 7,
     TN_MC_MEMBER_DRAIN = 8, /* [8] id [1] draining */
+    TN_MC_MEMBER_REG = 9,
+    TN_MC_MEMBER_STATUS = 10,
+    TN_MC_NOOP = 11,
+    TN_MC_PART_OWNERS = 12,
 } tn_meta_cmd_type_t;
+
+typedef enum { TN_MEMBER_ALIVE = 0, TN_MEMBER_DEAD = 1 } tn_member_status_t;
 
 typedef enum { TN_DELIVERY_RELIABLE = 0, TN_DELIVERY_TTL_DISCARD = 1 } tn_delivery_mode_t;
 typedef enum {
@@ -90,8 +103,11 @@ typedef struct {
 
 typedef struct {
     uint64_t id;
-    char addr[TN_META_ADDR_MAX + 1];
-    bool draining; /* set by MEMBER_DRAIN (MEMBER_PUT keeps it) */
+    char addr[TN_META_ADDR_MAX + 1];     /* Raft address */
+    char api_addr[TN_META_ADDR_MAX + 1]; /* host:port; "" until a MEMBER_REG */
+    uint8_t status;                      /* tn_member_status_t */
+    bool draining;                       /* set by MEMBER_DRAIN (registrations keep it) */
+    int64_t heartbeat_ms;                /* the registering node's wall clock; 0 = never */
 } tn_meta_member_t;
 
 /* A decoded command. */
@@ -108,7 +124,10 @@ typedef struct {
     tn_meta_topic_t topic;
     char channel[TN_NAME_MAX + 1];
     tn_meta_user_t user;
-    tn_meta_member_t member;
+    tn_meta_member_t member; /* MEMBER_STATUS: member.heartbeat_ms is the expected one */
+    /* PART_OWNERS (topic.name): owner member id per partition, 0 = none. */
+    uint64_t *owners; /* owned */
+    uint32_t nowners;
 } tn_meta_cmd_t;
 
 /* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of

@@ -7,6 +7,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/netaddr.h"
+#include "core/time.h"
 
 #include <raft/uv.h>
 #include <stdio.h>
@@ -16,8 +17,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* How often a node not yet leader looks again before sending what waits. */
+/* How often the tick runs while something waits (a proposal for a
+ * leader, a join, a transfer, readiness), and otherwise. */
 #define LEADER_POLL_MS 10
+#define TICK_MS        100
+/* A proposal waits at most this long for a leader to be known. */
+#define NO_LEADER_MS 5000
+/* A follower is caught up only if it heard from the leader this recently. */
+#define CONTACT_MS 5000
+/* A join waits at most this long for the configuration to be free. */
+#define JOIN_MS                       30000
+#define DEFAULT_HEARTBEAT_INTERVAL_MS 5000
+#define DEFAULT_DEAD_AFTER_MS         30000
+
+typedef struct fwd_s fwd_t;
+typedef struct join_s join_t;
 
 struct tn_meta_s {
     uv_loop_t *loop;
@@ -40,6 +54,56 @@ struct tn_meta_s {
     void *close_arg;
     void (*on_ready)(void *arg);
     void *ready_arg;
+    /* The cluster. */
+    uint64_t id;
+    tn_meta_forward_fn forward;
+    void *forward_arg;
+    fwd_t *fwds;   /* forwarded, waiting for the leader's answer */
+    join_t *joins; /* tn_meta_join requests, FIFO, one in libraft at a time */
+    /* This node's registration, and the leader's dead marking. */
+    tn_meta_req_t reg;
+    tn_meta_req_t mark;
+    uint64_t next_reg_ms;
+    int64_t leader_since_wall; /* wall ms this node became leader; 0 = not leader */
+    /* tn_meta_transfer. */
+    struct raft_transfer xfer;
+    uint64_t xfer_deadline;
+    void (*xfer_cb)(void *arg, int status);
+    void *xfer_arg;
+    int xfer_status; /* 1 while undecided */
+    unsigned election_ms;
+    unsigned hb_interval_ms;
+    unsigned dead_after_ms;
+    bool addr_checked;
+    bool reg_busy;
+    bool reg_failing;
+    bool mark_busy;
+    bool xfer_active;  /* a transfer request is waiting for its answer */
+    bool xfer_in_raft; /* raft_transfer took it and has not called back */
+    char api_addr[TN_META_ADDR_MAX + 1];
+};
+
+/* A proposal sent to the leader; m NULL once abandoned (the metastore
+ * closed and answered the request itself). */
+struct fwd_s {
+    tn_meta_t *m;
+    tn_meta_req_t *req;
+    fwd_t *prev, *next;
+};
+
+enum { JOIN_START, JOIN_ADDING, JOIN_PROMOTE, JOIN_PROMOTING, JOIN_DONE };
+
+struct join_s {
+    tn_meta_t *m; /* NULL once abandoned while libraft holds the change */
+    uint64_t id;
+    char addr[TN_META_ADDR_MAX + 1];
+    int step;
+    int status;
+    uint64_t deadline;
+    struct raft_change change;
+    void (*cb)(void *arg, int status);
+    void *arg;
+    join_t *next;
 };
 
 /* --- the state machine, as libraft sees it --------------------------------------- */
@@ -115,7 +179,9 @@ static void on_applied(struct raft_apply *a, int status, void *result)
     req->meta->last_answer_ms = uv_now(req->meta->loop);
     int rc;
     if (status != 0)
-        rc = req->meta->closing || status == RAFT_SHUTDOWN ? TN_ECLOSED : TN_EFAILED;
+        rc = req->meta->closing || status == RAFT_SHUTDOWN               ? TN_ECLOSED
+             : status == RAFT_NOTLEADER || status == RAFT_LEADERSHIPLOST ? TN_ENOTLEADER
+                                                                         : TN_EFAILED;
     else
         rc = (int)(intptr_t)result;
     req->cb(req, rc);
@@ -131,42 +197,170 @@ static void submit(tn_meta_t *m, tn_meta_req_t *req)
         /* Not taken: the buffer is still ours. */
         raft_free(req->buf.base);
         TN_LOG(TN_LOG_WARN, "metastore: proposal refused: %s", raft_strerror(rc));
-        req->cb(req, rc == RAFT_NOMEM ? UV_ENOMEM : TN_EFAILED);
+        req->cb(req, rc == RAFT_NOMEM       ? UV_ENOMEM
+                     : rc == RAFT_NOTLEADER ? TN_ENOTLEADER
+                                            : TN_EFAILED);
     }
 }
 
-static void fail_waiting(tn_meta_t *m, int status)
+static void on_poll(uv_timer_t *t);
+
+/* Run the tick after delay_ms (0: at once; something waits). */
+static void wake_in(tn_meta_t *m, uint64_t delay_ms)
 {
-    while (m->waiting != NULL) {
-        tn_meta_req_t *req = m->waiting;
-        m->waiting = req->next;
-        raft_free(req->buf.base);
-        req->cb(req, status);
-    }
-    m->waiting_tail = NULL;
+    if (!m->closing)
+        uv_timer_start(&m->poll, on_poll, delay_ms, LEADER_POLL_MS);
 }
 
-static void on_poll(uv_timer_t *t)
+static void wake(tn_meta_t *m)
 {
-    tn_meta_t *m = t->data;
-    if (m->closing || raft_state(&m->raft) != RAFT_LEADER)
+    wake_in(m, 0);
+}
+
+/* At the head of the waiting list (a forward the leader sent back). */
+static void push_front(tn_meta_t *m, tn_meta_req_t *req)
+{
+    req->next = m->waiting;
+    m->waiting = req;
+    if (m->waiting_tail == NULL)
+        m->waiting_tail = req;
+}
+
+static void fwd_unlink(tn_meta_t *m, fwd_t *f)
+{
+    if (f->prev != NULL)
+        f->prev->next = f->next;
+    else
+        m->fwds = f->next;
+    if (f->next != NULL)
+        f->next->prev = f->prev;
+    f->prev = f->next = NULL;
+}
+
+static void on_forwarded(void *arg, int status)
+{
+    fwd_t *f = arg;
+    tn_meta_t *m = f->m;
+    tn_meta_req_t *req = f->req;
+    if (m != NULL)
+        fwd_unlink(m, f);
+    tn_free(f);
+    if (m == NULL)
+        return; /* answered TN_ECLOSED when the metastore closed */
+    if (status == TN_ENOTLEADER && !m->closing && uv_now(m->loop) < req->deadline) {
+        /* Not proposed there: send it again once the leader is known (at
+         * the next poll, not at once: a hook answering at once must not
+         * spin the loop). */
+        push_front(m, req);
+        wake_in(m, LEADER_POLL_MS);
         return;
-    while (m->waiting != NULL) {
-        tn_meta_req_t *req = m->waiting;
-        m->waiting = req->next;
+    }
+    raft_free(req->buf.base);
+    req->cb(req, status);
+}
+
+/* Hand req to the leader through the forward hook. */
+static void forward(tn_meta_t *m, tn_meta_req_t *req, uint64_t leader, const char *api)
+{
+    fwd_t *f = tn_calloc(1, sizeof(*f));
+    if (f == NULL) {
+        raft_free(req->buf.base);
+        req->cb(req, UV_ENOMEM);
+        return;
+    }
+    f->m = m;
+    f->req = req;
+    f->next = m->fwds;
+    if (m->fwds != NULL)
+        m->fwds->prev = f;
+    m->fwds = f;
+    int rc = m->forward(m->forward_arg, leader, api, req->buf.base, req->buf.len, on_forwarded, f);
+    if (rc != 0) {
+        fwd_unlink(m, f);
+        tn_free(f);
+        TN_LOG(TN_LOG_WARN, "metastore: forwarding a proposal to leader %llu at %s failed: %s",
+               (unsigned long long)leader, api, tn_strerror(rc));
+        raft_free(req->buf.base);
+        req->cb(req, rc);
+    }
+}
+
+/* The API address in the leader's member record ("" before it registered). */
+static const char *member_api(const tn_meta_t *m, uint64_t id)
+{
+    const tn_meta_member_t *mem = tn_meta_member_find(&m->state, id);
+    return mem != NULL ? mem->api_addr : "";
+}
+
+/* Send what waits where it can go: to libraft on the leader, to the
+ * leader through the forward hook on a follower; answer TN_ENOLEADER what
+ * waited past its deadline. */
+static void dispatch_waiting(tn_meta_t *m)
+{
+    if (m->waiting == NULL)
+        return;
+    raft_id leader = 0;
+    const char *raft_addr = NULL;
+    raft_leader(&m->raft, &leader, &raft_addr);
+    bool self = raft_state(&m->raft) == RAFT_LEADER;
+    const char *api = leader != 0 && !self ? member_api(m, leader) : "";
+    bool can_forward = !self && leader != 0 && m->forward != NULL && api[0] != '\0';
+    uint64_t now = uv_now(m->loop);
+    tn_meta_req_t *list = m->waiting;
+    tn_meta_req_t *keep = NULL, *keep_tail = NULL;
+    m->waiting = m->waiting_tail = NULL;
+    while (list != NULL) {
+        tn_meta_req_t *req = list;
+        list = req->next;
+        req->next = NULL;
+        if (m->closing) {
+            raft_free(req->buf.base);
+            req->cb(req, TN_ECLOSED);
+        } else if (self) {
+            submit(m, req);
+        } else if (can_forward) {
+            forward(m, req, leader, api);
+        } else if (now >= req->deadline) {
+            raft_free(req->buf.base);
+            req->cb(req, TN_ENOLEADER);
+        } else {
+            if (keep_tail != NULL)
+                keep_tail->next = req;
+            else
+                keep = req;
+            keep_tail = req;
+        }
+    }
+    if (keep != NULL) {
+        /* Before anything proposed meanwhile. */
+        keep_tail->next = m->waiting;
         if (m->waiting == NULL)
-            m->waiting_tail = NULL;
-        submit(m, req);
+            m->waiting_tail = keep_tail;
+        m->waiting = keep;
     }
-    if (!m->ready && raft_last_applied(&m->raft) >= m->start_index) {
-        m->ready = true;
-        TN_LOG(TN_LOG_NOTICE, "metastore ready: leader, %zu topics, %zu users, log index %llu",
-               m->state.ntopics, m->state.nusers, (unsigned long long)raft_last_index(&m->raft));
-        if (m->on_ready != NULL)
-            m->on_ready(m->ready_arg);
-    }
-    if (m->ready)
-        uv_timer_stop(t);
+}
+
+static void enqueue(tn_meta_t *m, tn_meta_req_t *req)
+{
+    req->next = NULL;
+    req->deadline = uv_now(m->loop) + NO_LEADER_MS;
+    if (m->waiting_tail != NULL)
+        m->waiting_tail->next = req;
+    else
+        m->waiting = req;
+    m->waiting_tail = req;
+    wake(m);
+}
+
+/* req's buffer: a raft_malloc copy of len bytes. */
+static int take_buffer(tn_meta_req_t *req, const void *p, size_t len)
+{
+    req->buf.len = len;
+    req->buf.base = raft_malloc(len);
+    if (req->buf.base == NULL)
+        return UV_ENOMEM;
+    memcpy(req->buf.base, p, len);
+    return 0;
 }
 
 int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn_meta_cb cb)
@@ -176,18 +370,11 @@ int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn
     tn_buf_t b;
     tn_buf_init(&b);
     int rc = tn_meta_cmd_encode(c, &b);
-    if (rc != 0) {
-        tn_buf_fini(&b);
-        return rc;
-    }
-    req->buf.len = tn_buf_size(&b);
-    req->buf.base = raft_malloc(req->buf.len);
-    if (req->buf.base == NULL) {
-        tn_buf_fini(&b);
-        return UV_ENOMEM;
-    }
-    memcpy(req->buf.base, tn_buf_data(&b), req->buf.len);
+    if (rc == 0)
+        rc = take_buffer(req, tn_buf_data(&b), tn_buf_size(&b));
     tn_buf_fini(&b);
+    if (rc != 0)
+        return rc;
     req->meta = m;
     req->cb = cb;
     req->next = NULL;
@@ -195,14 +382,497 @@ int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn
         submit(m, req);
         return 0;
     }
-    if (m->waiting_tail != NULL)
-        m->waiting_tail->next = req;
-    else
-        m->waiting = req;
-    m->waiting_tail = req;
-    if (!uv_is_active((uv_handle_t *)&m->poll))
-        uv_timer_start(&m->poll, on_poll, LEADER_POLL_MS, LEADER_POLL_MS);
+    enqueue(m, req);
     return 0;
+}
+
+int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, size_t len,
+                            tn_meta_cb cb)
+{
+    if (m->closing)
+        return TN_ECLOSED;
+    if (raft_state(&m->raft) != RAFT_LEADER)
+        return TN_ENOTLEADER;
+    tn_meta_cmd_t c;
+    size_t used = 0;
+    int rc = tn_meta_cmd_decode(buf, len, &c, &used);
+    if (rc == TN_ESHORT)
+        rc = TN_ECORRUPT;
+    if (rc != 0)
+        return rc;
+    tn_meta_cmd_fini(&c);
+    if (used != len)
+        return TN_ECORRUPT; /* one command, nothing after it */
+    rc = take_buffer(req, buf, len);
+    if (rc != 0)
+        return rc;
+    req->meta = m;
+    req->cb = cb;
+    req->next = NULL;
+    submit(m, req);
+    return 0;
+}
+
+int tn_meta_leader(tn_meta_t *m, uint64_t *id, const char **api_addr)
+{
+    raft_id leader = 0;
+    const char *raft_addr = NULL;
+    raft_leader(&m->raft, &leader, &raft_addr);
+    if (leader == 0 || m->closing)
+        return TN_ENOLEADER;
+    *id = leader;
+    *api_addr = leader == m->id ? m->api_addr : member_api(m, leader);
+    return 0;
+}
+
+/* Answer everything that waits for this node: proposals (waiting or
+ * forwarded), joins, a transfer. At close and stop. */
+static void fail_waiting(tn_meta_t *m, int status)
+{
+    while (m->waiting != NULL) {
+        tn_meta_req_t *req = m->waiting;
+        m->waiting = req->next;
+        raft_free(req->buf.base);
+        req->cb(req, status);
+    }
+    m->waiting_tail = NULL;
+    while (m->fwds != NULL) {
+        fwd_t *f = m->fwds;
+        fwd_unlink(m, f);
+        f->m = NULL; /* freed when the hook answers */
+        raft_free(f->req->buf.base);
+        f->req->cb(f->req, status);
+    }
+    while (m->joins != NULL) {
+        join_t *j = m->joins;
+        m->joins = j->next;
+        j->cb(j->arg, status);
+        if (j->step == JOIN_ADDING || j->step == JOIN_PROMOTING)
+            j->m = NULL; /* libraft holds it: freed by its callback */
+        else
+            tn_free(j);
+    }
+    if (m->xfer_active) {
+        m->xfer_active = false;
+        m->xfer_cb(m->xfer_arg, status);
+    }
+}
+
+/* --- members ------------------------------------------------------------------- */
+
+static bool is_voter(tn_meta_t *m)
+{
+    const struct raft_configuration *c = &m->raft.configuration;
+    for (unsigned i = 0; i < c->n; i++)
+        if (c->servers[i].id == m->id)
+            return c->servers[i].role == RAFT_VOTER;
+    return false;
+}
+
+static bool caught_up(tn_meta_t *m)
+{
+    if (m->closing)
+        return false;
+    raft_id leader = 0;
+    const char *addr = NULL;
+    raft_leader(&m->raft, &leader, &addr);
+    if (leader == 0 || !is_voter(m))
+        return false;
+    if (raft_state(&m->raft) != RAFT_LEADER &&
+        m->io.time(&m->io) - m->raft.election_timer_start > CONTACT_MS)
+        return false;
+    return raft_last_applied(&m->raft) >= m->raft.commit_index;
+}
+
+static void on_registered(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->reg_busy = false;
+    if (status == 0 || status == TN_ECLOSED) {
+        if (status == 0 && m->reg_failing)
+            TN_LOG(TN_LOG_NOTICE, "metastore: member registration of node %llu recorded again",
+                   (unsigned long long)m->id);
+        m->reg_failing = status != 0 && m->reg_failing;
+        return;
+    }
+    if (!m->reg_failing)
+        TN_LOG(TN_LOG_WARN, "metastore: member registration of node %llu failed: %s",
+               (unsigned long long)m->id, tn_strerror(status));
+    m->reg_failing = true;
+}
+
+/* Every heartbeat interval: this node's full member record. */
+static void register_self(tn_meta_t *m)
+{
+    uint64_t now = uv_now(m->loop);
+    if (m->reg_busy || now < m->next_reg_ms)
+        return;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_REG;
+    c.member.id = m->id;
+    snprintf(c.member.addr, sizeof(c.member.addr), "%s", m->address);
+    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "%s", m->api_addr);
+    c.member.heartbeat_ms = tn_now_wall_ms();
+    m->reg.data = m;
+    m->next_reg_ms = now + m->hb_interval_ms;
+    if (tn_meta_propose(m, &m->reg, &c, on_registered) == 0)
+        m->reg_busy = true;
+}
+
+static void on_marked(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->mark_busy = false;
+    if (status != 0 && status != TN_ECHANGED && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "metastore: marking a member dead failed: %s", tn_strerror(status));
+}
+
+/* On the leader: the first alive member whose last registration is
+ * dead_after old, by this node's wall clock, counting from no earlier
+ * than when this node became leader (a new leader gives every member a
+ * full dead_after to register). One MEMBER_STATUS at a time. */
+static void mark_dead(tn_meta_t *m)
+{
+    if (m->mark_busy || m->leader_since_wall == 0)
+        return;
+    int64_t now = tn_now_wall_ms();
+    const tn_meta_state_t *s = &m->state;
+    for (size_t i = 0; i < s->nmembers; i++) {
+        const tn_meta_member_t *mem = &s->members[i];
+        if (mem->id == m->id || mem->status != TN_MEMBER_ALIVE)
+            continue;
+        int64_t since = TN_MAX(mem->heartbeat_ms, m->leader_since_wall);
+        if (now - since <= (int64_t)m->dead_after_ms)
+            continue;
+        tn_meta_cmd_t c;
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_MEMBER_STATUS;
+        c.member.id = mem->id;
+        c.member.status = TN_MEMBER_DEAD;
+        c.member.heartbeat_ms = mem->heartbeat_ms;
+        TN_LOG(TN_LOG_WARN,
+               "metastore: member %llu (%s) has not registered for %lld ms: marking it dead",
+               (unsigned long long)mem->id, mem->api_addr, (long long)(now - mem->heartbeat_ms));
+        m->mark.data = m;
+        if (tn_meta_propose(m, &m->mark, &c, on_marked) == 0)
+            m->mark_busy = true;
+        return;
+    }
+}
+
+/* Once the Raft configuration names this node: the address it records is
+ * the one peers dial, kept from the node's first start. */
+static void check_address(tn_meta_t *m)
+{
+    if (m->addr_checked)
+        return;
+    const struct raft_configuration *c = &m->raft.configuration;
+    for (unsigned i = 0; i < c->n; i++) {
+        if (c->servers[i].id != m->id)
+            continue;
+        m->addr_checked = true;
+        if (strcmp(c->servers[i].address, m->address) != 0)
+            TN_LOG(TN_LOG_ERROR,
+                   "metastore: the Raft configuration records node %llu at %s, but it now "
+                   "advertises %s; peers keep dialing %s (the address a node first started on)",
+                   (unsigned long long)m->id, c->servers[i].address, m->address,
+                   c->servers[i].address);
+        return;
+    }
+}
+
+/* --- joins ---------------------------------------------------------------------- */
+
+static int change_error(int rc)
+{
+    switch (rc) {
+    case RAFT_NOTLEADER:
+    case RAFT_LEADERSHIPLOST:
+        return TN_ENOTLEADER;
+    case RAFT_SHUTDOWN:
+        return TN_ECLOSED;
+    case RAFT_NOMEM:
+        return UV_ENOMEM;
+    default:
+        return TN_EFAILED;
+    }
+}
+
+static void join_finish(join_t *j, int status)
+{
+    j->step = JOIN_DONE;
+    j->status = status;
+}
+
+static void on_join_change(struct raft_change *req, int status)
+{
+    join_t *j = req->data;
+    tn_meta_t *m = j->m;
+    if (m == NULL) {
+        tn_free(j);
+        return;
+    }
+    if (status != 0) {
+        TN_LOG(TN_LOG_WARN, "metastore: join of node %llu at %s: %s", (unsigned long long)j->id,
+               j->addr, raft_strerror(status));
+        join_finish(j, m->closing ? TN_ECLOSED : change_error(status));
+    } else if (j->step == JOIN_ADDING) {
+        j->step = JOIN_PROMOTE;
+    } else {
+        TN_LOG(TN_LOG_NOTICE, "metastore: node %llu at %s joined as a voter",
+               (unsigned long long)j->id, j->addr);
+        join_finish(j, 0);
+    }
+    wake(m);
+}
+
+/* Take the head join one step further. */
+static void join_step(tn_meta_t *m, join_t *j)
+{
+    if (j->step == JOIN_ADDING || j->step == JOIN_PROMOTING || j->step == JOIN_DONE)
+        return;
+    if (raft_state(&m->raft) != RAFT_LEADER) {
+        join_finish(j, TN_ENOTLEADER);
+        return;
+    }
+    const struct raft_configuration *c = &m->raft.configuration;
+    const struct raft_server *srv = NULL;
+    for (unsigned i = 0; i < c->n; i++) {
+        if (c->servers[i].id == j->id)
+            srv = &c->servers[i];
+        else if (strcmp(c->servers[i].address, j->addr) == 0) {
+            join_finish(j, UV_EADDRINUSE);
+            return;
+        }
+    }
+    if (srv != NULL && strcmp(srv->address, j->addr) != 0) {
+        join_finish(j, TN_EIDTAKEN);
+        return;
+    }
+    if (srv != NULL && srv->role == RAFT_VOTER) {
+        join_finish(j, 0);
+        return;
+    }
+    j->change.data = j;
+    int rc;
+    if (srv == NULL) {
+        rc = raft_add(&m->raft, &j->change, j->id, j->addr, on_join_change);
+        if (rc == 0)
+            j->step = JOIN_ADDING;
+    } else {
+        rc = raft_assign(&m->raft, &j->change, j->id, RAFT_VOTER, on_join_change);
+        if (rc == 0)
+            j->step = JOIN_PROMOTING;
+    }
+    if (rc == RAFT_CANTCHANGE) {
+        if (uv_now(m->loop) >= j->deadline)
+            join_finish(j, UV_ETIMEDOUT);
+        return; /* another change is under way: the next tick tries again */
+    }
+    if (rc != 0) {
+        TN_LOG(TN_LOG_WARN, "metastore: join of node %llu at %s refused: %s",
+               (unsigned long long)j->id, j->addr, raft_strerror(rc));
+        join_finish(j, change_error(rc));
+    }
+}
+
+static void run_joins(tn_meta_t *m)
+{
+    while (m->joins != NULL && !m->closing) {
+        join_t *j = m->joins;
+        join_step(m, j);
+        if (j->step != JOIN_DONE)
+            return;
+        m->joins = j->next;
+        j->cb(j->arg, j->status);
+        tn_free(j);
+    }
+}
+
+int tn_meta_join(tn_meta_t *m, uint64_t id, const char *raft_addr,
+                 void (*cb)(void *arg, int status), void *arg)
+{
+    if (m->closing)
+        return TN_ECLOSED;
+    if (raft_state(&m->raft) != RAFT_LEADER)
+        return TN_ENOTLEADER;
+    if (id == 0 || raft_addr == NULL || raft_addr[0] == '\0' ||
+        strlen(raft_addr) > TN_META_ADDR_MAX)
+        return UV_EINVAL;
+    join_t *j = tn_calloc(1, sizeof(*j));
+    if (j == NULL)
+        return UV_ENOMEM;
+    j->m = m;
+    j->id = id;
+    snprintf(j->addr, sizeof(j->addr), "%s", raft_addr);
+    j->cb = cb;
+    j->arg = arg;
+    j->step = JOIN_START;
+    j->deadline = uv_now(m->loop) + JOIN_MS;
+    join_t **pp = &m->joins;
+    while (*pp != NULL)
+        pp = &(*pp)->next;
+    *pp = j;
+    wake(m);
+    return 0;
+}
+
+/* --- leadership transfer -------------------------------------------------------- */
+
+static void on_transferred(struct raft_transfer *req)
+{
+    tn_meta_t *m = req->data;
+    m->xfer_in_raft = false;
+    wake(m);
+}
+
+static void run_transfer(tn_meta_t *m)
+{
+    if (!m->xfer_active)
+        return;
+    bool started = m->xfer_status == 1;
+    if (started) {
+        if (raft_state(&m->raft) != RAFT_LEADER)
+            m->xfer_status = 0;
+        else if (uv_now(m->loop) >= m->xfer_deadline)
+            m->xfer_status = UV_ETIMEDOUT;
+        else
+            return;
+    }
+    m->xfer_active = false;
+    if (started && m->xfer_status == 0) {
+        raft_id leader = 0;
+        const char *addr = NULL;
+        raft_leader(&m->raft, &leader, &addr);
+        TN_LOG(TN_LOG_NOTICE, "metastore: leadership handed over (leader now %llu)",
+               (unsigned long long)leader);
+    }
+    m->xfer_cb(m->xfer_arg, m->xfer_status);
+}
+
+int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
+{
+    if (m->closing)
+        return TN_ECLOSED;
+    if (m->xfer_active || m->xfer_in_raft)
+        return UV_EBUSY;
+    m->xfer_cb = cb;
+    m->xfer_arg = arg;
+    m->xfer_active = true;
+    m->xfer_status = 0;
+    m->xfer_deadline = uv_now(m->loop) + 2 * (uint64_t)m->election_ms + 1000;
+    if (raft_state(&m->raft) == RAFT_LEADER) {
+        memset(&m->xfer, 0, sizeof(m->xfer));
+        m->xfer.data = m;
+        int rc = raft_transfer(&m->raft, &m->xfer, 0, on_transferred);
+        if (rc == 0) {
+            m->xfer_in_raft = true;
+            m->xfer_status = 1;
+        } else {
+            m->xfer_status = rc == RAFT_NOTFOUND ? TN_ENOTFOUND : TN_EFAILED;
+            if (rc != RAFT_NOTFOUND)
+                TN_LOG(TN_LOG_WARN, "metastore: leadership transfer refused: %s",
+                       raft_strerror(rc));
+        }
+    }
+    wake(m);
+    return 0;
+}
+
+/* --- confirmation ---------------------------------------------------------------- */
+
+typedef struct {
+    tn_meta_t *m;
+    struct raft_barrier barrier;
+    tn_meta_req_t req;
+    void (*cb)(void *arg, int status);
+    void *arg;
+} confirm_t;
+
+static void on_barrier(struct raft_barrier *b, int status)
+{
+    confirm_t *c = b->data;
+    int rc = status == 0                                                 ? 0
+             : c->m->closing || status == RAFT_SHUTDOWN                  ? TN_ECLOSED
+             : status == RAFT_NOTLEADER || status == RAFT_LEADERSHIPLOST ? TN_ENOTLEADER
+                                                                         : TN_EFAILED;
+    void (*cb)(void *, int) = c->cb;
+    void *arg = c->arg;
+    tn_free(c);
+    cb(arg, rc);
+}
+
+static void on_confirm_noop(tn_meta_req_t *req, int status)
+{
+    confirm_t *c = req->data;
+    void (*cb)(void *, int) = c->cb;
+    void *arg = c->arg;
+    tn_free(c);
+    cb(arg, status);
+}
+
+int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
+{
+    if (m->closing)
+        return TN_ECLOSED;
+    confirm_t *c = tn_calloc(1, sizeof(*c));
+    if (c == NULL)
+        return UV_ENOMEM;
+    c->m = m;
+    c->cb = cb;
+    c->arg = arg;
+    if (raft_state(&m->raft) == RAFT_LEADER) {
+        c->barrier.data = c;
+        if (raft_barrier(&m->raft, &c->barrier, on_barrier) == 0)
+            return 0;
+    }
+    /* A follower (or a leader whose barrier was refused): a NOOP through
+     * the log, which a follower forwards to the leader. */
+    tn_meta_cmd_t cmd;
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.type = TN_MC_NOOP;
+    c->req.data = c;
+    int rc = tn_meta_propose(m, &c->req, &cmd, on_confirm_noop);
+    if (rc != 0)
+        tn_free(c);
+    return rc;
+}
+
+/* --- the tick ------------------------------------------------------------------- */
+
+static void on_poll(uv_timer_t *t)
+{
+    tn_meta_t *m = t->data;
+    if (m->closing)
+        return;
+    bool leader = raft_state(&m->raft) == RAFT_LEADER;
+    if (leader && m->leader_since_wall == 0)
+        m->leader_since_wall = tn_now_wall_ms();
+    else if (!leader)
+        m->leader_since_wall = 0;
+    check_address(m);
+    dispatch_waiting(m);
+    if (!m->closing)
+        run_joins(m);
+    if (!m->closing)
+        run_transfer(m);
+    if (!m->closing && !m->ready && caught_up(m) && raft_last_applied(&m->raft) >= m->start_index) {
+        m->ready = true;
+        TN_LOG(TN_LOG_NOTICE, "metastore ready: %s, %zu topics, %zu users, log index %llu",
+               leader ? "leader" : "follower", m->state.ntopics, m->state.nusers,
+               (unsigned long long)raft_last_index(&m->raft));
+        if (m->on_ready != NULL)
+            m->on_ready(m->ready_arg);
+    }
+    if (!m->closing)
+        register_self(m);
+    if (!m->closing && leader)
+        mark_dead(m);
+    if (m->closing)
+        return; /* the close owns the timer now */
+    bool busy = m->waiting != NULL || m->joins != NULL || m->xfer_active || !m->ready;
+    uv_timer_set_repeat(t, busy ? LEADER_POLL_MS : TICK_MS);
 }
 
 const tn_meta_state_t *tn_meta_state(const tn_meta_t *m)
@@ -213,6 +883,11 @@ const tn_meta_state_t *tn_meta_state(const tn_meta_t *m)
 bool tn_meta_ready(tn_meta_t *m)
 {
     return m->ready && !m->closing;
+}
+
+bool tn_meta_caught_up(tn_meta_t *m)
+{
+    return caught_up(m);
 }
 
 /* --- lifetime ------------------------------------------------------------------ */
@@ -270,25 +945,87 @@ static void explain_listen(const char *address, char *why, size_t len)
     close(fd);
 }
 
+/* The initial configuration: the peers, or this node alone. */
+static int initial_conf(const tn_meta_opts_t *o, struct raft_configuration *conf, char *err,
+                        size_t errlen)
+{
+    if (o->npeers == 0)
+        return raft_configuration_add(conf, o->node_id, o->address, RAFT_VOTER) == 0 ? 0
+                                                                                     : UV_ENOMEM;
+    bool self = false;
+    for (size_t i = 0; i < o->npeers; i++) {
+        const tn_meta_peer_t *p = &o->peers[i];
+        if (p->id == o->node_id) {
+            self = true;
+            if (strcmp(p->raft_addr, o->address) != 0) {
+                tn_errbuf(err, errlen,
+                          "metastore: peer %llu is at %s in the peer list, but this node (%llu) "
+                          "listens on %s",
+                          (unsigned long long)p->id, p->raft_addr, (unsigned long long)p->id,
+                          o->address);
+                return UV_EINVAL;
+            }
+        }
+        int rc = raft_configuration_add(conf, p->id, p->raft_addr, RAFT_VOTER);
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "metastore: peer %llu at %s: %s", (unsigned long long)p->id,
+                      p->raft_addr,
+                      rc == RAFT_DUPLICATEID        ? "the id is listed twice"
+                      : rc == RAFT_DUPLICATEADDRESS ? "the address is listed twice"
+                                                    : raft_strerror(rc));
+            return UV_EINVAL;
+        }
+    }
+    if (!self) {
+        tn_errbuf(err, errlen, "metastore: the peer list does not name this node (%llu)",
+                  (unsigned long long)o->node_id);
+        return UV_EINVAL;
+    }
+    return 0;
+}
+
 int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char *err,
                  size_t errlen)
 {
-    if (o->node_id == 0 || strlen(o->address) > TN_META_ADDR_MAX) {
-        tn_errbuf(err, errlen, "metastore: node id must be >= 1 and the address at most %d bytes",
+    if (o->node_id == 0 || strlen(o->address) > TN_META_ADDR_MAX ||
+        (o->api_addr != NULL && strlen(o->api_addr) > TN_META_ADDR_MAX)) {
+        tn_errbuf(err, errlen, "metastore: node id must be >= 1 and the addresses at most %d bytes",
                   TN_META_ADDR_MAX);
         return UV_EINVAL;
     }
+    if (o->join_only && o->npeers > 0) {
+        tn_errbuf(err, errlen, "metastore: a joining node takes no initial peer list");
+        return UV_EINVAL;
+    }
+    struct raft_configuration conf;
+    raft_configuration_init(&conf);
+    int crc = o->join_only ? 0 : initial_conf(o, &conf, err, errlen);
+    if (crc != 0) {
+        raft_configuration_close(&conf);
+        return crc;
+    }
     if (mkdir(o->dir, 0755) != 0 && errno != EEXIST) {
         int rc = tn_err_from_errno(errno);
+        raft_configuration_close(&conf);
         tn_errbuf(err, errlen, "metastore: cannot create %s: %s", o->dir, tn_strerror(rc));
         return rc;
     }
     tn_meta_t *m = tn_calloc(1, sizeof(*m));
-    if (m == NULL)
+    if (m == NULL) {
+        raft_configuration_close(&conf);
         return UV_ENOMEM;
+    }
     m->loop = loop;
     m->on_ready = o->on_ready;
     m->ready_arg = o->ready_arg;
+    m->id = o->node_id;
+    snprintf(m->api_addr, sizeof(m->api_addr), "%s", o->api_addr != NULL ? o->api_addr : "");
+    m->election_ms = o->election_ms ? o->election_ms : 1000;
+    m->hb_interval_ms =
+        o->heartbeat_interval_ms ? o->heartbeat_interval_ms : DEFAULT_HEARTBEAT_INTERVAL_MS;
+    m->dead_after_ms = o->dead_after_ms ? o->dead_after_ms : DEFAULT_DEAD_AFTER_MS;
+    m->forward = o->forward;
+    m->forward_arg = o->forward_arg;
     tn_meta_state_init(&m->state);
     snprintf(m->address, sizeof(m->address), "%s", o->address);
     m->fsm.version = 1;
@@ -315,20 +1052,26 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
         goto fail_io;
     }
     m->raft.data = m;
-    struct raft_configuration conf;
-    raft_configuration_init(&conf);
-    rc = raft_configuration_add(&conf, o->node_id, m->address, RAFT_VOTER);
-    if (rc == 0)
-        rc = raft_bootstrap(&m->raft, &conf);
+    /* Every initial node bootstraps the same configuration (index 1 is the
+     * same entry everywhere); a joining node has none until the leader
+     * adds it. */
+    rc = o->join_only ? RAFT_CANTBOOTSTRAP : raft_bootstrap(&m->raft, &conf);
     raft_configuration_close(&conf);
-    if (rc == 0) {
+    if (rc == 0 && o->npeers == 0) {
         TN_LOG(TN_LOG_NOTICE, "metastore: new cluster bootstrapped with node %llu at %s",
                (unsigned long long)o->node_id, m->address);
+    } else if (rc == 0) {
+        TN_LOG(TN_LOG_NOTICE,
+               "metastore: new cluster bootstrapped with %zu voters (this node %llu at %s)",
+               o->npeers, (unsigned long long)o->node_id, m->address);
     } else if (rc != RAFT_CANTBOOTSTRAP) {
         tn_errbuf(err, errlen, "metastore: bootstrap: %s", raft_errmsg(&m->raft));
         goto fail_raft;
+    } else if (o->join_only) {
+        TN_LOG(TN_LOG_NOTICE, "metastore: node %llu at %s waits to be added to a cluster",
+               (unsigned long long)o->node_id, m->address);
     }
-    raft_set_election_timeout(&m->raft, o->election_ms ? o->election_ms : 1000);
+    raft_set_election_timeout(&m->raft, m->election_ms);
     raft_set_heartbeat_timeout(&m->raft, o->heartbeat_ms ? o->heartbeat_ms : 100);
     raft_set_snapshot_threshold(&m->raft, o->snapshot_threshold ? o->snapshot_threshold : 1024);
     raft_set_snapshot_trailing(&m->raft, 128);
@@ -372,6 +1115,7 @@ fail_io:
     raft_uv_close(&m->io);
     raft_uv_tcp_close(&m->transport);
 fail_timer:
+    raft_configuration_close(&conf);
     uv_close((uv_handle_t *)&m->poll, on_poll_closed);
     *out = NULL;
     return TN_EFAILED;

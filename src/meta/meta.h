@@ -1,13 +1,20 @@
 /* The metastore: the state machine of meta/state.h replicated with
  * libraft (libuv I/O, TCP transport), its log and snapshots in
- * <data>/meta/. A node with no Raft state bootstraps itself as the single
- * voter of a new cluster; a cluster of one runs the same code path as a
+ * <data>/meta/. A node with no Raft state bootstraps: with no peers as the
+ * single voter of a new cluster, with peers as one of exactly that voter
+ * set (every initial node bootstraps the same configuration); a join_only
+ * node never bootstraps and waits for the leader to add it
+ * (tn_meta_join there). A cluster of one runs the same code path as a
  * larger one.
  *
  * DESIGN: a metadata write.
  *   1. The door builds a command (meta/cmd.h) and proposes it
- *      (tn_meta_propose). Until this node is leader (right after start),
- *      proposals wait in order.
+ *      (tn_meta_propose). On the leader it goes to libraft at once. On a
+ *      follower it goes to the leader through opts->forward (node RPC,
+ *      where the leader's handler calls tn_meta_propose_encoded) and the
+ *      caller gets the leader's answer. With no leader known, proposals
+ *      wait in order, each at most NO_LEADER_MS (5 s), then get
+ *      TN_ENOLEADER.
  *   2. libraft appends it to the log (fsynced) and commits it once a
  *      majority has it (a single voter: at once).
  *   3. Every replica applies it to its state in log order; on the
@@ -15,8 +22,17 @@
  *      machine's answer (0, UV_EEXIST, TN_ENOTFOUND, UV_ENOTSUP for a
  *      command this build does not know).
  *
- * Ready (tn_meta_ready): a leader is known and everything in the log at
- * start has been applied, so reads from the local replica are current.
+ * Members: every heartbeat_interval each node registers itself
+ * (MEMBER_REG: id, Raft and API address, its wall clock), proposed like
+ * any write; the leader marks a member dead (MEMBER_STATUS) once its
+ * recorded heartbeat is dead_after old by the leader's wall clock, and a
+ * registration brings it back.
+ *
+ * Ready (tn_meta_ready, latched once): caught up and everything in the
+ * log at start applied. Caught up (tn_meta_caught_up, now): a leader is
+ * known, this node is a voter, a follower heard from the leader within
+ * CONTACT_MS (5 s), and applied >= commit; /readyz and destructive
+ * actions check it.
  *
  * Threads: the loop thread. */
 #ifndef TN_META_META_H
@@ -45,8 +61,25 @@ struct tn_meta_req_s {
     tn_meta_t *meta;
     tn_meta_cb cb;
     struct raft_buffer buf;
-    tn_meta_req_t *next; /* waiting for leadership */
+    tn_meta_req_t *next; /* waiting for a leader */
+    uint64_t deadline;   /* loop ms: TN_ENOLEADER after it */
 };
+
+typedef struct {
+    uint64_t id;
+    char raft_addr[TN_META_ADDR_MAX + 1];
+} tn_meta_peer_t;
+
+/* Forwarding a proposal made on a follower to the leader (node RPC):
+ * returns 0 (done follows, exactly once, possibly before forward returns)
+ * or an error (done never runs). cmd is valid during the call only.
+ * done's status: the leader's state-machine answer, or an error
+ * (TN_ENOTLEADER when the node asked was not the leader: the proposal is
+ * sent again to the new leader while its deadline allows). */
+typedef void (*tn_meta_forward_done)(void *done_arg, int status);
+typedef int (*tn_meta_forward_fn)(void *arg, uint64_t leader_id, const char *leader_api_addr,
+                                  const void *cmd, size_t len, tn_meta_forward_done done,
+                                  void *done_arg);
 
 typedef struct {
     const char *dir;      /* the Raft directory (<data>/meta), created if missing */
@@ -57,6 +90,14 @@ typedef struct {
     unsigned snapshot_threshold; /* log entries between snapshots */
     void (*on_ready)(void *arg); /* optional: once, when first ready */
     void *ready_arg;
+    const tn_meta_peer_t *peers; /* the initial voters incl. this node; 0 = a lone node */
+    size_t npeers;
+    bool join_only;                 /* --join given and no Raft state: never bootstrap */
+    const char *api_addr;           /* this node's advertised API address (host:port); NULL = "" */
+    unsigned heartbeat_interval_ms; /* member registration interval; 0 = 5000 */
+    unsigned dead_after_ms;         /* dead after this without a registration; 0 = 30000 */
+    tn_meta_forward_fn forward;     /* NULL: a follower's proposals wait for leadership */
+    void *forward_arg;
 } tn_meta_opts_t;
 
 /* Open (and bootstrap when new) and start. On failure err has a line. */
@@ -65,9 +106,46 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
 /* Propose c (copied). 0 (cb follows), UV_EINVAL (c does not encode),
  * TN_ECLOSED or UV_ENOMEM. */
 int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn_meta_cb cb);
+/* On the leader, for the node RPC handler: propose a command another
+ * node encoded (len bytes, copied), decoded and checked first. 0 (cb
+ * follows), TN_ENOTLEADER (this node is not the leader: the caller
+ * answers 421), TN_ECORRUPT (not exactly one valid command), UV_ENOTSUP
+ * (a version or type this build does not know), TN_ECLOSED, UV_ENOMEM. */
+int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, size_t len,
+                            tn_meta_cb cb);
+/* The leader as this node knows it: 0 with its id and API address (from
+ * its member record; "" before it registered; valid until the next
+ * callback from the metastore), or TN_ENOLEADER. */
+int tn_meta_leader(tn_meta_t *m, uint64_t *id, const char **api_addr);
+/* The leader's side of a join: add id at raft_addr as a spare, then make
+ * it a voter once caught up (libraft promotes it after catch-up rounds).
+ * 0 and cb(arg, status) later, from the loop: 0 (a voter now, or it was
+ * one at that address already), TN_IDTAKEN (id is in the configuration
+ * at another address), UV_EADDRINUSE (another id has that address),
+ * TN_ENOTLEADER (leadership moved: ask the new leader), UV_ETIMEDOUT
+ * (another change kept the configuration busy for JOIN_MS), TN_EFAILED
+ * (libraft refused; logged), TN_ECLOSED. Or at once: TN_ENOTLEADER,
+ * UV_EINVAL (id 0 or a bad address), TN_ECLOSED, UV_ENOMEM. */
+int tn_meta_join(tn_meta_t *m, uint64_t id, const char *raft_addr,
+                 void (*cb)(void *arg, int status), void *arg);
+/* Hand leadership to another voter before a graceful stop (raft_transfer
+ * to any voter, then wait until libraft shows another leader, at most
+ * 2 election timeouts + 1 s). 0 and cb(arg, status) later: 0 (another node
+ * leads, or this one did not), TN_ENOTFOUND (no other voter), UV_ETIMEDOUT
+ * (still leader at the bound), TN_EFAILED, TN_ECLOSED. Or at once UV_EBUSY
+ * (a transfer is under way) or TN_ECLOSED. */
+int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
+/* Confirm with the leader that this node's view is current, for a
+ * destructive action: on the leader a raft_barrier (every earlier entry
+ * committed and applied); on a follower a NOOP command proposed (so
+ * forwarded to the leader, which commits it), then caught up again. 0 and
+ * cb(arg, status) later: 0, or the proposal's error (TN_ENOLEADER,
+ * TN_ECLOSED, ...). Or at once TN_ECLOSED / UV_ENOMEM. */
+int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
 /* The local replica, for reads. */
 const tn_meta_state_t *tn_meta_state(const tn_meta_t *m);
 bool tn_meta_ready(tn_meta_t *m);
+bool tn_meta_caught_up(tn_meta_t *m);
 /* Stop: waiting proposals get TN_ECLOSED; cb runs once Raft has closed. */
 void tn_meta_close(tn_meta_t *m, void (*cb)(void *arg), void *arg);
 /* Stop at process exit without closing libraft: waiting proposals get

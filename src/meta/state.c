@@ -6,6 +6,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define SNAP_MAGIC "TMS1"
@@ -21,6 +22,7 @@ static void topic_free(tn_meta_topic_entry_t *t)
     for (uint32_t i = 0; i < t->nchannels; i++)
         tn_free(t->channels[i]);
     tn_free(t->channels);
+    tn_free(t->owners);
     tn_free(t);
 }
 
@@ -161,6 +163,96 @@ static void unlink_child(tn_meta_topic_t *t)
     t->attach_epoch = 0;
 }
 
+/* --- placement ------------------------------------------------------------------ */
+
+static size_t alive_count(const tn_meta_state_t *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->nmembers; i++)
+        n += s->members[i].status == TN_MEMBER_ALIVE;
+    return n;
+}
+
+/* The k-th alive member by id (k < alive_count). */
+static uint64_t nth_alive(const tn_meta_state_t *s, size_t k)
+{
+    for (size_t i = 0; i < s->nmembers; i++) {
+        if (s->members[i].status != TN_MEMBER_ALIVE)
+            continue;
+        if (k-- == 0)
+            return s->members[i].id;
+    }
+    return 0;
+}
+
+static uint32_t count_unassigned(const tn_meta_topic_entry_t *t, uint32_t from, uint32_t to)
+{
+    uint32_t n = 0;
+    for (uint32_t p = from; p < to; p++)
+        n += t->owners[p] == 0;
+    return n;
+}
+
+/* Partitions [from, to) of t: owner = the alive members sorted by id,
+ * index p mod n (none alive: unassigned, picked up at a registration). */
+static void place(tn_meta_state_t *s, tn_meta_topic_entry_t *t, uint32_t from, uint32_t to)
+{
+    size_t n = alive_count(s);
+    for (uint32_t p = from; p < to; p++) {
+        t->owners[p] = n > 0 ? nth_alive(s, p % n) : 0;
+        if (t->owners[p] == 0)
+            s->unassigned++;
+    }
+}
+
+/* A member became alive: every unassigned partition gets its owner by
+ * the same rule. */
+static void place_unassigned(tn_meta_state_t *s)
+{
+    size_t n = alive_count(s);
+    if (s->unassigned == 0 || n == 0)
+        return;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t p = 0; p < t->rec.partitions; p++)
+            if (t->owners[p] == 0)
+                t->owners[p] = nth_alive(s, p % n);
+    }
+    s->unassigned = 0;
+}
+
+uint64_t tn_meta_state_owner(const tn_meta_state_t *s, const char *topic, uint32_t p)
+{
+    const tn_meta_topic_entry_t *t = tn_meta_topic_find(s, topic);
+    return t != NULL && p < t->rec.partitions ? t->owners[p] : 0;
+}
+
+uint64_t tn_meta_state_owned(const tn_meta_state_t *s, uint64_t member)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t p = 0; p < t->rec.partitions; p++)
+            n += t->owners[p] == member;
+    }
+    return n;
+}
+
+/* The owners array of t sized for partitions (new slots 0); UV_ENOMEM
+ * leaves t as it was. */
+static int owners_fit(tn_meta_topic_entry_t *t, uint32_t partitions)
+{
+    if (partitions <= t->owners_cap)
+        return 0;
+    uint64_t *o = tn_realloc(t->owners, (size_t)partitions * sizeof(*o));
+    if (o == NULL)
+        return UV_ENOMEM;
+    memset(o + t->owners_cap, 0, (size_t)(partitions - t->owners_cap) * sizeof(*o));
+    t->owners = o;
+    t->owners_cap = partitions;
+    return 0;
+}
+
 /* restoring: a snapshot is being read, whose topics come by name, so a
  * child may come before its parent; restore counts children at the end. */
 static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
@@ -182,6 +274,15 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         return UV_ENOENT;
     if (found) {
         tn_meta_topic_entry_t *t = s->topics[i];
+        uint32_t was = t->rec.partitions, now = c->topic.partitions;
+        if (owners_fit(t, now) != 0)
+            return UV_ENOMEM;
+        /* Growth places only the new partitions; a shrink forgets the
+         * owners of the ones gone. */
+        if (now < was) {
+            s->unassigned -= count_unassigned(t, now, was);
+            memset(t->owners + now, 0, (size_t)(was - now) * sizeof(*t->owners));
+        }
         if (!restoring && strcmp(t->rec.parent, c->topic.parent) != 0) {
             if (t->rec.parent[0] != '\0')
                 count_child(s, t->rec.parent, -1);
@@ -189,15 +290,26 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
                 count_child(s, c->topic.parent, 1);
         }
         t->rec = c->topic;
+        if (now > was && restoring)
+            s->unassigned += now - was;
+        else if (now > was)
+            place(s, t, was, now);
         return 0;
     }
     if (grow((void ***)&s->topics, s->ntopics, &s->tcap) != 0)
         return UV_ENOMEM;
     tn_meta_topic_entry_t *t = tn_calloc(1, sizeof(*t));
-    if (t == NULL)
+    if (t == NULL || owners_fit(t, c->topic.partitions) != 0) {
+        tn_free(t);
         return UV_ENOMEM;
+    }
     t->rec = c->topic;
     insert_at((void **)s->topics, &s->ntopics, i, t);
+    /* Restoring: the snapshot's owner record follows (none: unassigned). */
+    if (restoring)
+        s->unassigned += t->rec.partitions;
+    else
+        place(s, t, 0, t->rec.partitions);
     if (!restoring && t->rec.parent[0] != '\0')
         count_child(s, t->rec.parent, 1);
     return 0;
@@ -213,6 +325,7 @@ static int topic_delete(tn_meta_state_t *s, const char *name)
     if (!found)
         return TN_ENOTFOUND;
     tn_meta_topic_entry_t *t = s->topics[i];
+    s->unassigned -= count_unassigned(t, 0, t->rec.partitions);
     if (t->rec.parent[0] != '\0')
         count_child(s, t->rec.parent, -1);
     for (size_t k = 0; k < s->ntopics; k++) {
@@ -323,25 +436,101 @@ static int user_delete(tn_meta_state_t *s, const char *name)
     return 0;
 }
 
-static int member_put(tn_meta_state_t *s, const tn_meta_member_t *m)
+/* The index of member id in the sorted array, or where it would go. */
+static size_t member_search(const tn_meta_state_t *s, uint64_t id, bool *found)
 {
-    for (size_t i = 0; i < s->nmembers; i++) {
-        if (s->members[i].id == m->id) {
-            bool draining = s->members[i].draining;
-            s->members[i] = *m;
-            s->members[i].draining = draining;
-            return 0;
+    size_t lo = 0, hi = s->nmembers;
+    *found = false;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->members[mid].id == id) {
+            *found = true;
+            return mid;
         }
+        if (s->members[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    if (s->nmembers == s->mcap) {
-        size_t nc = s->mcap ? s->mcap * 2 : 4;
-        tn_meta_member_t *p = tn_realloc(s->members, nc * sizeof(*p));
-        if (p == NULL)
-            return UV_ENOMEM;
-        s->members = p;
-        s->mcap = nc;
+    return lo;
+}
+
+const tn_meta_member_t *tn_meta_member_find(const tn_meta_state_t *s, uint64_t id)
+{
+    bool found;
+    size_t i = member_search(s, id, &found);
+    return found ? &s->members[i] : NULL;
+}
+
+/* A registration (MEMBER_PUT of the first build, or MEMBER_REG with the
+ * full record): the member is alive; draining stays as it was. MEMBER_PUT
+ * keeps the API address and heartbeat it does not carry. */
+static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, bool full, bool restoring)
+{
+    bool found;
+    size_t i = member_search(s, m->id, &found);
+    if (!found) {
+        if (s->nmembers == s->mcap) {
+            size_t nc = s->mcap ? s->mcap * 2 : 4;
+            tn_meta_member_t *p = tn_realloc(s->members, nc * sizeof(*p));
+            if (p == NULL)
+                return UV_ENOMEM;
+            s->members = p;
+            s->mcap = nc;
+        }
+        memmove(&s->members[i + 1], &s->members[i], (s->nmembers - i) * sizeof(*s->members));
+        s->nmembers++;
+        memset(&s->members[i], 0, sizeof(s->members[i]));
+        s->members[i].id = m->id;
     }
-    s->members[s->nmembers++] = *m;
+    tn_meta_member_t *r = &s->members[i];
+    snprintf(r->addr, sizeof(r->addr), "%s", m->addr);
+    if (full) {
+        snprintf(r->api_addr, sizeof(r->api_addr), "%s", m->api_addr);
+        r->heartbeat_ms = m->heartbeat_ms;
+    }
+    r->status = TN_MEMBER_ALIVE;
+    if (!restoring)
+        place_unassigned(s);
+    return 0;
+}
+
+/* Applies only while the record has the heartbeat the decision was made
+ * from: a registration that landed after the leader looked wins. */
+static int member_status(tn_meta_state_t *s, const tn_meta_member_t *m, bool restoring)
+{
+    bool found;
+    size_t i = member_search(s, m->id, &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    if (s->members[i].heartbeat_ms != m->heartbeat_ms)
+        return TN_ECHANGED;
+    s->members[i].status = m->status;
+    /* A dead owner keeps its partitions (their data is only there). */
+    if (!restoring && m->status == TN_MEMBER_ALIVE)
+        place_unassigned(s);
+    return 0;
+}
+
+/* A snapshot's owners of one topic (read after the topic). */
+static int part_owners(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    tn_meta_topic_entry_t *t = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, c->topic.name);
+    if (t == NULL || c->nowners != t->rec.partitions)
+        return TN_ECORRUPT;
+    s->unassigned -= count_unassigned(t, 0, t->rec.partitions);
+    memcpy(t->owners, c->owners, (size_t)c->nowners * sizeof(*c->owners));
+    s->unassigned += count_unassigned(t, 0, t->rec.partitions);
+    return 0;
+}
+
+static int member_drain(tn_meta_state_t *s, const tn_meta_member_t *m)
+{
+    bool found;
+    size_t i = member_search(s, m->id, &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    s->members[i].draining = m->draining;
     return 0;
 }
 
@@ -361,15 +550,17 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_USER_DELETE:
         return user_delete(s, c->user.name);
     case TN_MC_MEMBER_PUT:
-        return member_put(s, &c->member);
+    case TN_MC_MEMBER_REG:
+        return member_register(s, &c->member, c->type == TN_MC_MEMBER_REG, restoring);
+    case TN_MC_MEMBER_STATUS:
+        return member_status(s, &c->member, restoring);
+    case TN_MC_PART_OWNERS:
+        /* A snapshot record: as a log entry it is refused. */
+        return restoring ? part_owners(s, c) : UV_EINVAL;
     case TN_MC_MEMBER_DRAIN:
-        for (size_t i = 0; i < s->nmembers; i++) {
-            if (s->members[i].id == c->member.id) {
-                s->members[i].draining = c->member.draining;
-                return 0;
-            }
-        }
-        return TN_ENOTFOUND;
+        return member_drain(s, &c->member);
+    case TN_MC_NOOP:
+        return 0;
     default:
         return UV_ENOTSUP;
     }
@@ -407,6 +598,15 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
             rc = tn_meta_cmd_encode(&c, out);
             count++;
         }
+        if (rc == 0 && count_unassigned(t, 0, t->rec.partitions) < t->rec.partitions) {
+            memset(&c, 0, sizeof(c));
+            c.type = TN_MC_PART_OWNERS;
+            snprintf(c.topic.name, sizeof(c.topic.name), "%s", t->rec.name);
+            c.owners = t->owners; /* borrowed: encode only reads it */
+            c.nowners = t->rec.partitions;
+            rc = tn_meta_cmd_encode(&c, out);
+            count++;
+        }
     }
     for (size_t i = 0; i < s->nusers && rc == 0; i++) {
         memset(&c, 0, sizeof(c));
@@ -417,10 +617,15 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
     }
     for (size_t i = 0; i < s->nmembers && rc == 0; i++) {
         memset(&c, 0, sizeof(c));
-        c.type = TN_MC_MEMBER_PUT;
+        c.type = TN_MC_MEMBER_REG;
         c.member = s->members[i];
         rc = tn_meta_cmd_encode(&c, out);
         count++;
+        if (rc == 0 && s->members[i].status != TN_MEMBER_ALIVE) {
+            c.type = TN_MC_MEMBER_STATUS;
+            rc = tn_meta_cmd_encode(&c, out);
+            count++;
+        }
         if (rc == 0 && s->members[i].draining) {
             c.type = TN_MC_MEMBER_DRAIN;
             rc = tn_meta_cmd_encode(&c, out);
@@ -479,7 +684,9 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
         if (rc != 0)
             break;
         if (c.type != TN_MC_TOPIC_PUT && c.type != TN_MC_CHANNEL_PUT && c.type != TN_MC_USER_PUT &&
-            c.type != TN_MC_MEMBER_PUT && c.type != TN_MC_MEMBER_DRAIN)
+            c.type != TN_MC_MEMBER_PUT && c.type != TN_MC_MEMBER_DRAIN &&
+            c.type != TN_MC_MEMBER_REG && c.type != TN_MC_MEMBER_STATUS &&
+            c.type != TN_MC_PART_OWNERS)
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */

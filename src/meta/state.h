@@ -4,9 +4,19 @@
  * users are kept sorted by name (pages of GET /v1/topics come in that
  * order).
  *
+ * Placement (in the state machine, so every replica agrees): a TOPIC_PUT
+ * that makes or grows a topic gives each new partition p the owner = the
+ * alive members sorted by id, index p mod n; a partition with no owner (no
+ * member alive then, or a snapshot from before owners were kept) gets one
+ * by the same rule when a member registers or comes back alive. Owners are
+ * sticky: a dead owner keeps its partitions.
+ *
  * Snapshot layout: [4] "TMS1" [4] 0 [8] users_version [8] record count,
- * then that many PUT commands (topics, each followed by its channels, then
- * users, then members), each in the command encoding.
+ * then that many records in the command encoding: topics, each followed by
+ * its channels and its PART_OWNERS (when any partition has an owner), then
+ * users, then members (MEMBER_REG, then MEMBER_STATUS when dead and
+ * MEMBER_DRAIN when draining). An older snapshot (MEMBER_PUT members, no
+ * owners) still restores.
  *
  * Threads: the caller's (the loop thread in ternd). */
 #ifndef TN_META_STATE_H
@@ -22,6 +32,10 @@ typedef struct {
     uint32_t nchannels;
     uint32_t chcap;
     uint32_t nchildren; /* topics whose parent this is (derived, not stored) */
+    /* Owner member id of each of rec.partitions partitions, 0 = none yet
+     * (owners_cap slots, zero past rec.partitions). */
+    uint64_t *owners;
+    uint32_t owners_cap;
 } tn_meta_topic_entry_t;
 
 typedef struct {
@@ -31,10 +45,11 @@ typedef struct {
     tn_meta_user_t **users; /* sorted by name */
     size_t nusers;
     size_t ucap;
-    tn_meta_member_t *members;
+    tn_meta_member_t *members; /* sorted by id */
     size_t nmembers;
     size_t mcap;
     uint64_t users_version; /* bumped by every user change (credential caches key on it) */
+    uint64_t unassigned;    /* partitions with no owner, over every topic */
 } tn_meta_state_t;
 
 void tn_meta_state_init(tn_meta_state_t *s);
@@ -45,8 +60,9 @@ void tn_meta_state_fini(tn_meta_state_t *s);
  * topic, a PUT with if_unchanged of a missing record); TN_ECHANGED (a
  * PUT with if_unchanged found another record); UV_ENOENT (a TOPIC_PUT
  * naming a parent that is not there); UV_EINVAL (a TOPIC_PUT naming the
- * topic itself as its parent); UV_ENOMEM. A refused command changes
- * nothing.
+ * topic itself as its parent; PART_OWNERS, a snapshot record); TN_ECHANGED
+ * also for a MEMBER_STATUS whose heartbeat is not the member's; UV_ENOMEM. A refused command
+ * changes nothing.
  *
  * Links: a child's record names its parent, which is always there.
  * TOPIC_DELETE of a parent detaches its children in the same change
@@ -56,9 +72,17 @@ int tn_meta_state_apply(tn_meta_state_t *s, const tn_meta_cmd_t *c);
 
 const tn_meta_topic_entry_t *tn_meta_topic_find(const tn_meta_state_t *s, const char *name);
 const tn_meta_user_t *tn_meta_user_find(const tn_meta_state_t *s, const char *name);
+/* A member by id (members are sorted by id), or NULL. */
+const tn_meta_member_t *tn_meta_member_find(const tn_meta_state_t *s, uint64_t id);
 bool tn_meta_channel_exists(const tn_meta_state_t *s, const char *topic, const char *channel);
 /* Index of the first topic whose name sorts after `after` ("" = 0). */
 size_t tn_meta_topic_after(const tn_meta_state_t *s, const char *after);
+
+/* The owner (member id) of partition p of topic, 0 = unassigned (or no
+ * such partition). */
+uint64_t tn_meta_state_owner(const tn_meta_state_t *s, const char *topic, uint32_t p);
+/* How many partitions, over every topic, member owns. */
+uint64_t tn_meta_state_owned(const tn_meta_state_t *s, uint64_t member);
 
 /* Append a snapshot of s to out. 0 or UV_ENOMEM. */
 int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out);

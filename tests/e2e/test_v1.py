@@ -181,6 +181,8 @@ class Secured(Base):
         status, got = self.admin("GET", f"/v1/topics/{name}")
         self.assertEqual(len(got["partition_stats"]), 3)
         self.assertEqual(sum(p["next_offset"] for p in got["partition_stats"]), 4)
+        # The metastore placed every partition on the only member.
+        self.assertEqual([p["owner_node"] for p in got["partition_stats"]], ["1", "1", "1"])
         status, _, _ = self.request("DELETE", f"/v1/topics/{name}", auth=("admin", PASSWORD))
         self.assertEqual(status, 204)
         self.assertEqual(self.admin("GET", f"/v1/topics/{name}")[0], 404)
@@ -358,9 +360,15 @@ class Secured(Base):
             time.sleep(0.05)
         self.assertEqual(status, 200)
         [m] = body["members"]
-        self.assertEqual((m["id"], m["addr"], m["status"], m["draining"], m["outbound_moves"]),
-                         ("1", "127.0.0.1:0", "alive", False, 0))
-        self.assertGreaterEqual(m["owned_partitions"], 0)
+        self.assertEqual((m["id"], m["addr"], m["raft_addr"], m["status"], m["draining"],
+                          m["outbound_moves"]),
+                         ("1", "127.0.0.1:0", "127.0.0.1:0", "alive", False, 0))
+        self.assertIsInstance(m["api_addr"], str)
+        # Registered by this node's own wall clock, at most a few seconds ago.
+        self.assertLess(abs(m["last_heartbeat_ms"] - time.time() * 1000), 60000)
+        # It owns every partition of every topic (the only member).
+        _, topics = self.admin("GET", "/v1/topics?limit=1000")
+        self.assertEqual(m["owned_partitions"], sum(t["partitions"] for t in topics["topics"]))
         self.assertEqual(self.admin("GET", "/v1/cluster/moves"), (200, {"moves": []}))
         api = {"X-Tern-Client": "t"}
         path = "/v1/cluster/members/1/decommission"

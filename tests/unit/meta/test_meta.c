@@ -8,10 +8,17 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/time.h"
 #include "meta/meta.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -845,11 +852,802 @@ static void test_replica_restart(void **state)
     free(dir);
 }
 
+static tn_meta_cmd_t reg_cmd(uint64_t id, int64_t heartbeat)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_REG;
+    c.member.id = id;
+    snprintf(c.member.addr, sizeof(c.member.addr), "10.0.0.%llu:4153", (unsigned long long)id);
+    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "10.0.0.%llu:4151",
+             (unsigned long long)id);
+    c.member.heartbeat_ms = heartbeat;
+    return c;
+}
+
+static tn_meta_cmd_t status_cmd(uint64_t id, uint8_t status, int64_t heartbeat)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_STATUS;
+    c.member.id = id;
+    c.member.status = status;
+    c.member.heartbeat_ms = heartbeat;
+    return c;
+}
+
+static void test_codec_members(void **state)
+{
+    (void)state;
+    tn_meta_cmd_t c = reg_cmd(12, 1700000000123LL), d;
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_MEMBER_REG);
+    assert_int_equal(d.member.id, 12);
+    assert_string_equal(d.member.addr, "10.0.0.12:4153");
+    assert_string_equal(d.member.api_addr, "10.0.0.12:4151");
+    assert_int_equal(d.member.heartbeat_ms, 1700000000123LL);
+    c = status_cmd(12, TN_MEMBER_DEAD, 1700000000123LL);
+    roundtrip(&c, &d);
+    assert_int_equal(d.member.status, TN_MEMBER_DEAD);
+    assert_int_equal(d.member.heartbeat_ms, 1700000000123LL);
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_NOOP;
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_NOOP);
+    uint64_t owners[3] = {3, 0, 1};
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_OWNERS;
+    snprintf(c.topic.name, sizeof(c.topic.name), "orders");
+    c.owners = owners;
+    c.nowners = 3;
+    roundtrip(&c, &d);
+    assert_string_equal(d.topic.name, "orders");
+    assert_int_equal(d.nowners, 3);
+    assert_memory_equal(d.owners, owners, sizeof(owners));
+    tn_meta_cmd_fini(&d);
+
+    /* The first build's MEMBER_PUT, byte for byte, still decodes. */
+    static const unsigned char old[24] = {'T', 'M', 1, 7, 15, 0, 0,   0,   7,   0,   0,   0,
+                                          0,   0,   0, 0, 5,  0, '1', '.', '2', ':', '3', 0};
+    size_t used = 0;
+    assert_int_equal(tn_meta_cmd_decode(old, sizeof(old), &d, &used), 0);
+    assert_int_equal(used, 24);
+    assert_int_equal(d.type, TN_MC_MEMBER_PUT);
+    assert_int_equal(d.member.id, 7);
+    assert_string_equal(d.member.addr, "1.2:3");
+
+    /* Refusals: what cannot be a record does not encode, and damage does
+     * not decode. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    c = reg_cmd(0, 1);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    c = reg_cmd(1, -1);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    c = reg_cmd(1, 1);
+    c.member.addr[0] = '\0';
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    c = status_cmd(1, 2, 1);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_OWNERS;
+    snprintf(c.topic.name, sizeof(c.topic.name), "orders");
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL); /* no partitions */
+    assert_int_equal(tn_buf_size(&b), 0);
+    c = status_cmd(1, TN_MEMBER_DEAD, 1);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    unsigned char *p = (unsigned char *)tn_buf_data(&b);
+    p[TN_META_HDR + 8] = 2; /* a status that does not exist */
+    assert_int_equal(tn_meta_cmd_decode(p, tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    tn_buf_reset(&b);
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_OWNERS;
+    snprintf(c.topic.name, sizeof(c.topic.name), "orders");
+    c.owners = owners;
+    c.nowners = 3;
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    p = (unsigned char *)tn_buf_data(&b);
+    p[TN_META_HDR + 2 + 6] = 4; /* the count says more owners than follow */
+    assert_int_equal(tn_meta_cmd_decode(p, tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    p[TN_META_HDR + 2 + 6] = 2; /* or fewer */
+    assert_int_equal(tn_meta_cmd_decode(p, tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    tn_buf_fini(&b);
+}
+
+static void apply_ok(tn_meta_state_t *s, tn_meta_cmd_t c)
+{
+    assert_int_equal(tn_meta_state_apply(s, &c), 0);
+}
+
+static void expect_owners(const tn_meta_state_t *s, const char *topic, const uint64_t *want,
+                          uint32_t n)
+{
+    assert_int_equal(tn_meta_topic_find(s, topic)->rec.partitions, n);
+    for (uint32_t p = 0; p < n; p++) {
+        if (tn_meta_state_owner(s, topic, p) != want[p])
+            fail_msg("%s partition %u: owner %llu, want %llu", topic, p,
+                     (unsigned long long)tn_meta_state_owner(s, topic, p),
+                     (unsigned long long)want[p]);
+    }
+    assert_int_equal(tn_meta_state_owner(s, topic, n), 0);
+}
+
+static tn_meta_cmd_t sized_topic(const char *name, uint32_t partitions)
+{
+    tn_meta_cmd_t c = topic_cmd(name, false);
+    c.topic.partitions = partitions;
+    return c;
+}
+
+static void test_placement(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    /* A topic made before any member registered: unassigned. */
+    apply_ok(&s, sized_topic("early", 4));
+    assert_int_equal(s.unassigned, 4);
+    assert_int_equal(tn_meta_state_owner(&s, "early", 0), 0);
+    /* The first registration picks it up (one member: it owns all). */
+    apply_ok(&s, reg_cmd(3, 1000));
+    assert_int_equal(s.unassigned, 0);
+    expect_owners(&s, "early", (const uint64_t[]){3, 3, 3, 3}, 4);
+    apply_ok(&s, reg_cmd(1, 1000));
+    apply_ok(&s, reg_cmd(2, 1000));
+    /* Members are sorted by id whatever order they registered in. */
+    assert_int_equal(s.members[0].id, 1);
+    assert_int_equal(s.members[2].id, 3);
+    /* p mod n over the alive members sorted by id. */
+    apply_ok(&s, sized_topic("orders", 5));
+    expect_owners(&s, "orders", (const uint64_t[]){1, 2, 3, 1, 2}, 5);
+    /* Growth places only the new partitions. */
+    apply_ok(&s, sized_topic("orders", 7));
+    expect_owners(&s, "orders", (const uint64_t[]){1, 2, 3, 1, 2, 3, 1}, 7);
+    /* A status made from an old heartbeat is refused; a dead owner keeps
+     * its partitions; new ones go to the alive members only. */
+    tn_meta_cmd_t dead = status_cmd(2, TN_MEMBER_DEAD, 999);
+    assert_int_equal(tn_meta_state_apply(&s, &dead), TN_ECHANGED);
+    assert_int_equal(tn_meta_member_find(&s, 2)->status, TN_MEMBER_ALIVE);
+    apply_ok(&s, status_cmd(2, TN_MEMBER_DEAD, 1000));
+    assert_int_equal(tn_meta_member_find(&s, 2)->status, TN_MEMBER_DEAD);
+    expect_owners(&s, "orders", (const uint64_t[]){1, 2, 3, 1, 2, 3, 1}, 7);
+    apply_ok(&s, sized_topic("late", 4));
+    expect_owners(&s, "late", (const uint64_t[]){1, 3, 1, 3}, 4);
+    assert_int_equal(tn_meta_state_owned(&s, 1), 3 + 2);
+    assert_int_equal(tn_meta_state_owned(&s, 2), 2);
+    assert_int_equal(tn_meta_state_owned(&s, 3), 4 + 2 + 2);
+    /* A registration brings a dead member back, and keeps draining. */
+    tn_meta_cmd_t drain;
+    memset(&drain, 0, sizeof(drain));
+    drain.type = TN_MC_MEMBER_DRAIN;
+    drain.member.id = 2;
+    drain.member.draining = true;
+    apply_ok(&s, drain);
+    apply_ok(&s, reg_cmd(2, 2000));
+    const tn_meta_member_t *m2 = tn_meta_member_find(&s, 2);
+    assert_int_equal(m2->status, TN_MEMBER_ALIVE);
+    assert_int_equal(m2->heartbeat_ms, 2000);
+    assert_true(m2->draining);
+    /* A shrink forgets the owners of partitions gone; regrowing places
+     * them again by the rule. */
+    apply_ok(&s, sized_topic("orders", 2));
+    expect_owners(&s, "orders", (const uint64_t[]){1, 2}, 2);
+    apply_ok(&s, sized_topic("orders", 4));
+    expect_owners(&s, "orders", (const uint64_t[]){1, 2, 3, 1}, 4);
+    /* The old registration keeps the full record's API address and
+     * heartbeat. */
+    tn_meta_cmd_t put;
+    memset(&put, 0, sizeof(put));
+    put.type = TN_MC_MEMBER_PUT;
+    put.member.id = 3;
+    snprintf(put.member.addr, sizeof(put.member.addr), "10.0.0.3:4153");
+    apply_ok(&s, put);
+    assert_string_equal(tn_meta_member_find(&s, 3)->api_addr, "10.0.0.3:4151");
+    assert_int_equal(tn_meta_member_find(&s, 3)->heartbeat_ms, 1000);
+    /* Owners are a snapshot record, not a log entry. */
+    uint64_t owners[4] = {9, 9, 9, 9};
+    tn_meta_cmd_t po;
+    memset(&po, 0, sizeof(po));
+    po.type = TN_MC_PART_OWNERS;
+    snprintf(po.topic.name, sizeof(po.topic.name), "late");
+    po.owners = owners;
+    po.nowners = 4;
+    assert_int_equal(tn_meta_state_apply(&s, &po), UV_EINVAL);
+    expect_owners(&s, "late", (const uint64_t[]){1, 3, 1, 3}, 4);
+    tn_meta_cmd_t st = status_cmd(77, TN_MEMBER_DEAD, 0);
+    assert_int_equal(tn_meta_state_apply(&s, &st), TN_ENOTFOUND);
+
+    /* A snapshot keeps assignments and the member records. */
+    tn_meta_state_t r;
+    tn_meta_state_init(&r);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    apply_ok(&s, status_cmd(2, TN_MEMBER_DEAD, 2000));
+    apply_ok(&s, sized_topic("empty", 3)); /* placed on 1 and 3 */
+    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    expect_owners(&r, "orders", (const uint64_t[]){1, 2, 3, 1}, 4);
+    expect_owners(&r, "late", (const uint64_t[]){1, 3, 1, 3}, 4);
+    expect_owners(&r, "early", (const uint64_t[]){3, 3, 3, 3}, 4);
+    expect_owners(&r, "empty", (const uint64_t[]){1, 3, 1}, 3);
+    assert_int_equal(r.unassigned, 0);
+    assert_int_equal(r.nmembers, 3);
+    const tn_meta_member_t *r2 = tn_meta_member_find(&r, 2);
+    assert_int_equal(r2->status, TN_MEMBER_DEAD);
+    assert_true(r2->draining);
+    assert_int_equal(r2->heartbeat_ms, 2000);
+    assert_string_equal(r2->api_addr, "10.0.0.2:4151");
+    assert_int_equal(tn_meta_member_find(&r, 1)->status, TN_MEMBER_ALIVE);
+    /* Restored and applied states take the next command the same way. */
+    apply_ok(&s, sized_topic("after", 3));
+    apply_ok(&r, sized_topic("after", 3));
+    expect_owners(&r, "after", (const uint64_t[]){1, 3, 1}, 3);
+    expect_owners(&s, "after", (const uint64_t[]){1, 3, 1}, 3);
+    tn_buf_fini(&b);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+}
+
+/* A snapshot of the first build (MEMBER_PUT members, no owners) restores
+ * with every partition unassigned; the next registration places them. */
+static void test_old_snapshot_placement(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    unsigned char hdr[24] = {'T', 'M', 'S', '1'};
+    tn_put_u64(hdr + 16, 2);
+    tn_buf_append(&b, hdr, sizeof(hdr));
+    tn_meta_cmd_t t = sized_topic("legacy", 3);
+    assert_int_equal(tn_meta_cmd_encode(&t, &b), 0);
+    tn_meta_cmd_t put;
+    memset(&put, 0, sizeof(put));
+    put.type = TN_MC_MEMBER_PUT;
+    put.member.id = 1;
+    snprintf(put.member.addr, sizeof(put.member.addr), "127.0.0.1:4153");
+    assert_int_equal(tn_meta_cmd_encode(&put, &b), 0);
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(tn_meta_state_restore(&s, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    assert_int_equal(s.unassigned, 3);
+    assert_int_equal(tn_meta_member_find(&s, 1)->status, TN_MEMBER_ALIVE);
+    expect_owners(&s, "legacy", (const uint64_t[]){0, 0, 0}, 3);
+    apply_ok(&s, reg_cmd(1, 5000));
+    expect_owners(&s, "legacy", (const uint64_t[]){1, 1, 1}, 3);
+    assert_int_equal(s.unassigned, 0);
+    /* A snapshot whose owner record does not fit its topic is refused. */
+    tn_meta_cmd_t po;
+    memset(&po, 0, sizeof(po));
+    po.type = TN_MC_PART_OWNERS;
+    snprintf(po.topic.name, sizeof(po.topic.name), "legacy");
+    uint64_t owners[2] = {1, 1};
+    po.owners = owners;
+    po.nowners = 2;
+    tn_put_u64((unsigned char *)tn_buf_data(&b) + 16, 3);
+    assert_int_equal(tn_meta_cmd_encode(&po, &b), 0);
+    tn_meta_state_t r;
+    tn_meta_state_init(&r);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), TN_ECORRUPT);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+    tn_buf_fini(&b);
+}
+
+/* --- several voters on one loop (libraft's TCP transport on loopback) ------------ */
+
+#define NNODES 4
+
+typedef struct {
+    uv_loop_t *loop;
+    tn_meta_t *m[NNODES + 1]; /* by id */
+    char dir[NNODES + 1][4096];
+    char raft[NNODES + 1][32];
+    char api[NNODES + 1][32];
+    int forwarded;
+} cluster_t;
+
+static cluster_t *the_cluster;
+
+/* A free TCP port below 32768 on 127.0.0.1 (tests stay out of the
+ * ephemeral range). */
+static int free_port(void)
+{
+    static int next = 0;
+    if (next == 0)
+        next = 20000 + (int)(getpid() % 5000) * 2;
+    for (; next < 32000; next++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons((uint16_t)next);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+        close(fd);
+        if (rc == 0)
+            return next++;
+    }
+    fail_msg("no free port");
+    return 0;
+}
+
+typedef struct {
+    tn_meta_req_t req;
+    tn_meta_forward_done done;
+    void *done_arg;
+} hop_t;
+
+static void on_hop(tn_meta_req_t *req, int status)
+{
+    hop_t *h = req->data;
+    h->done(h->done_arg, status);
+    tn_free(h);
+}
+
+/* The node RPC stand-in: the leader's tn_meta_propose_encoded, called
+ * directly; its refusal (TN_ENOTLEADER) goes back through done. */
+static int forward_hook(void *arg, uint64_t leader, const char *api, const void *cmd, size_t len,
+                        tn_meta_forward_done done, void *done_arg)
+{
+    cluster_t *c = arg;
+    assert_true(leader >= 1 && leader <= NNODES);
+    assert_string_equal(api, c->api[leader]);
+    c->forwarded++;
+    hop_t *h = tn_calloc(1, sizeof(*h));
+    h->done = done;
+    h->done_arg = done_arg;
+    h->req.data = h;
+    int rc = tn_meta_propose_encoded(c->m[leader], &h->req, cmd, len, on_hop);
+    if (rc != 0) {
+        tn_free(h);
+        done(done_arg, rc);
+    }
+    return 0;
+}
+
+static void cluster_open(cluster_t *c, uint64_t id, bool join_only)
+{
+    tn_meta_peer_t peers[3];
+    for (uint64_t i = 1; i <= 3; i++) {
+        peers[i - 1].id = i;
+        snprintf(peers[i - 1].raft_addr, sizeof(peers[i - 1].raft_addr), "%s", c->raft[i]);
+    }
+    tn_meta_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.dir = c->dir[id];
+    o.node_id = id;
+    o.address = c->raft[id];
+    o.api_addr = c->api[id];
+    o.election_ms = 300;
+    o.heartbeat_ms = 50;
+    o.heartbeat_interval_ms = 200;
+    o.dead_after_ms = 1500;
+    o.peers = join_only ? NULL : peers;
+    o.npeers = join_only ? 0 : 3;
+    o.join_only = join_only;
+    o.forward = forward_hook;
+    o.forward_arg = c;
+    char err[256] = "";
+    if (tn_meta_open(c->loop, &o, &c->m[id], err, sizeof(err)) != 0)
+        fail_msg("tn_meta_open %llu: %s", (unsigned long long)id, err);
+}
+
+/* The leader every given node agrees on, or 0. */
+static uint64_t agreed_leader(cluster_t *c, uint64_t n)
+{
+    uint64_t agreed = 0;
+    for (uint64_t i = 1; i <= n; i++) {
+        uint64_t id = 0;
+        const char *api = NULL;
+        if (c->m[i] == NULL || tn_meta_leader(c->m[i], &id, &api) != 0)
+            return 0;
+        if (agreed != 0 && id != agreed)
+            return 0;
+        agreed = id;
+    }
+    return agreed;
+}
+
+static bool three_caught_up(void *arg)
+{
+    cluster_t *c = arg;
+    for (uint64_t i = 1; i <= 3; i++)
+        if (!tn_meta_ready(c->m[i]) || !tn_meta_caught_up(c->m[i]))
+            return false;
+    return agreed_leader(c, 3) != 0;
+}
+
+static bool members_registered(void *arg)
+{
+    cluster_t *c = arg;
+    for (uint64_t i = 1; i <= 3; i++) {
+        const tn_meta_state_t *s = tn_meta_state(c->m[i]);
+        if (s->nmembers < 3)
+            return false;
+        for (uint64_t k = 1; k <= 3; k++) {
+            const tn_meta_member_t *mem = tn_meta_member_find(s, k);
+            if (mem == NULL || strcmp(mem->api_addr, c->api[k]) != 0)
+                return false;
+        }
+    }
+    return true;
+}
+
+typedef struct {
+    cluster_t *c;
+    uint64_t n;
+    const char *topic;
+} topic_wait_t;
+
+static bool topic_everywhere(void *arg)
+{
+    topic_wait_t *w = arg;
+    for (uint64_t i = 1; i <= w->n; i++)
+        if (tn_meta_topic_find(tn_meta_state(w->c->m[i]), w->topic) == NULL)
+            return false;
+    return true;
+}
+
+typedef struct {
+    int done;
+    int status;
+} async_t;
+
+static void on_async(void *arg, int status)
+{
+    async_t *a = arg;
+    a->done++;
+    a->status = status;
+}
+
+static bool async_done(void *arg)
+{
+    return ((async_t *)arg)->done > 0;
+}
+
+typedef struct {
+    tn_meta_t *m;
+    uint64_t id;
+    uint8_t status;
+} member_wait_t;
+
+static bool member_has_status(void *arg)
+{
+    member_wait_t *w = arg;
+    const tn_meta_member_t *mem = tn_meta_member_find(tn_meta_state(w->m), w->id);
+    return mem != NULL && mem->status == w->status;
+}
+
+static bool node4_caught_up(void *arg)
+{
+    cluster_t *c = arg;
+    return tn_meta_ready(c->m[4]) && tn_meta_caught_up(c->m[4]);
+}
+
+static bool leader_moved(void *arg)
+{
+    uint64_t *old = arg;
+    uint64_t now = agreed_leader(the_cluster, 4);
+    return now != 0 && now != *old;
+}
+
+static int closed_count;
+static void on_node_closed(void *arg)
+{
+    (void)arg;
+    closed_count++;
+}
+
+static bool all_closed(void *arg)
+{
+    return closed_count >= *(int *)arg;
+}
+
+static void test_cluster(void **state)
+{
+    (void)state;
+    /* libraft writes to peers that closed (ternd ignores SIGPIPE too). */
+    signal(SIGPIPE, SIG_IGN);
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    cluster_t c;
+    memset(&c, 0, sizeof(c));
+    c.loop = &loop;
+    the_cluster = &c;
+    for (uint64_t i = 1; i <= NNODES; i++) {
+        snprintf(c.dir[i], sizeof(c.dir[i]), "%s/meta%llu", dir, (unsigned long long)i);
+        snprintf(c.raft[i], sizeof(c.raft[i]), "127.0.0.1:%d", free_port());
+        snprintf(c.api[i], sizeof(c.api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
+    }
+    for (uint64_t i = 1; i <= 3; i++)
+        cluster_open(&c, i, false);
+    /* Bootstrap of the same three voters everywhere: one leader, and every
+     * node caught up (followers included) and registered. */
+    assert_true(run_until(&loop, three_caught_up, &c));
+    assert_true(run_until(&loop, members_registered, &c));
+    uint64_t leader = agreed_leader(&c, 3);
+    uint64_t follower = leader == 1 ? 2 : 1;
+    uint64_t id = 0;
+    const char *api = NULL;
+    assert_int_equal(tn_meta_leader(c.m[follower], &id, &api), 0);
+    assert_int_equal(id, leader);
+    assert_string_equal(api, c.api[leader]);
+
+    /* A proposal on a follower goes to the leader and answers with the
+     * leader's result; every replica applies it. */
+    tn_meta_req_t req;
+    counter_t cnt = {0, 0};
+    req.data = &cnt;
+    tn_meta_cmd_t t = topic_cmd("orders", true);
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &t, on_done), 0);
+    want_t w = {&cnt, 1};
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, 0);
+    assert_true(c.forwarded > 0);
+    topic_wait_t tw = {&c, 3, "orders"};
+    assert_true(run_until(&loop, topic_everywhere, &tw));
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &t, on_done), 0);
+    w.n = 2;
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, UV_EEXIST); /* the leader's answer */
+
+    /* The RPC handler's entry point refuses on a follower, and refuses
+     * what is not exactly one command. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&t, &b), 0);
+    assert_int_equal(
+        tn_meta_propose_encoded(c.m[follower], &req, tn_buf_data(&b), tn_buf_size(&b), on_done),
+        TN_ENOTLEADER);
+    assert_int_equal(
+        tn_meta_propose_encoded(c.m[leader], &req, tn_buf_data(&b), tn_buf_size(&b) - 8, on_done),
+        TN_ECORRUPT);
+    tn_buf_append(&b, "\0\0\0\0\0\0\0\0", 8);
+    assert_int_equal(
+        tn_meta_propose_encoded(c.m[leader], &req, tn_buf_data(&b), tn_buf_size(&b), on_done),
+        TN_ECORRUPT);
+    tn_buf_fini(&b);
+
+    /* Confirmation, on the leader (a barrier) and on a follower (a NOOP
+     * through the leader). */
+    async_t a = {0, -1};
+    assert_int_equal(tn_meta_confirm(c.m[leader], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_confirm(c.m[follower], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+
+    /* A member that stops registering is marked dead by the leader; its
+     * registration brings it back. */
+    tn_meta_cmd_t reg;
+    memset(&reg, 0, sizeof(reg));
+    reg.type = TN_MC_MEMBER_REG;
+    reg.member.id = 9;
+    snprintf(reg.member.addr, sizeof(reg.member.addr), "127.0.0.9:4153");
+    snprintf(reg.member.api_addr, sizeof(reg.member.api_addr), "127.0.0.9:4151");
+    reg.member.heartbeat_ms = tn_now_wall_ms();
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &reg, on_done), 0);
+    member_wait_t mw = {c.m[follower], 9, TN_MEMBER_DEAD};
+    assert_true(run_until(&loop, member_has_status, &mw));
+    reg.member.heartbeat_ms = tn_now_wall_ms();
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &reg, on_done), 0);
+    mw.status = TN_MEMBER_ALIVE;
+    assert_true(run_until(&loop, member_has_status, &mw));
+    /* The three real members stayed alive throughout. */
+    for (uint64_t i = 1; i <= 3; i++)
+        assert_int_equal(tn_meta_member_find(tn_meta_state(c.m[leader]), i)->status,
+                         TN_MEMBER_ALIVE);
+
+    /* A fourth node joins: it waits as join_only until the leader adds
+     * it, then catches up to the same state. */
+    cluster_open(&c, 4, true);
+    assert_false(tn_meta_caught_up(c.m[4]));
+    assert_int_equal(tn_meta_join(c.m[follower], 4, c.raft[4], on_async, &a), TN_ENOTLEADER);
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_join(c.m[leader], 4, c.raft[4], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+    assert_true(run_until(&loop, node4_caught_up, &c));
+    tw.n = 4;
+    assert_true(run_until(&loop, topic_everywhere, &tw));
+    /* Placement is in the state machine: every replica has the same
+     * owners, placed over the three members alive when it was made. */
+    for (uint32_t p = 0; p < 3; p++) {
+        uint64_t owner = tn_meta_state_owner(tn_meta_state(c.m[leader]), "orders", p);
+        assert_int_equal(owner, p + 1);
+        for (uint64_t i = 1; i <= NNODES; i++)
+            assert_int_equal(tn_meta_state_owner(tn_meta_state(c.m[i]), "orders", p), owner);
+    }
+    /* Joining again at the same address is success; another address for
+     * the same id, or another id at a member's address, is refused. */
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_join(c.m[leader], 4, c.raft[4], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+    a.done = 0;
+    assert_int_equal(tn_meta_join(c.m[leader], 4, "127.0.0.1:1", on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, TN_EIDTAKEN);
+    a.done = 0;
+    assert_int_equal(tn_meta_join(c.m[leader], 5, c.raft[4], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, UV_EADDRINUSE);
+
+    /* A proposal on the new node goes through the leader too. */
+    tn_meta_cmd_t t2 = topic_cmd("payments", true);
+    cnt.done = 0;
+    assert_int_equal(tn_meta_propose(c.m[4], &req, &t2, on_done), 0);
+    w.n = 1;
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, 0);
+    topic_wait_t tw2 = {&c, 4, "payments"};
+    assert_true(run_until(&loop, topic_everywhere, &tw2));
+
+    /* Leadership transfer before a stop: another node leads after. */
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_transfer(c.m[leader], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+    assert_true(run_until(&loop, leader_moved, &leader));
+    /* On a node that does not lead, there is nothing to hand over. */
+    a.done = 0;
+    a.status = -1;
+    assert_int_equal(tn_meta_transfer(c.m[leader], on_async, &a), 0);
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+
+    closed_count = 0;
+    for (uint64_t i = 1; i <= NNODES; i++)
+        tn_meta_close(c.m[i], on_node_closed, NULL);
+    int n = NNODES;
+    assert_true(run_until(&loop, all_closed, &n));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* A node whose peers never come: no leader, so proposals are answered
+ * TN_ENOLEADER after their bound, and the leader-only calls refuse. */
+static void test_no_leader(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    char *dir = tu_tempdir();
+    char mdir[4096];
+    snprintf(mdir, sizeof(mdir), "%s/meta", dir);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char addr[3][32];
+    tn_meta_peer_t peers[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", free_port());
+        peers[i].id = (uint64_t)i + 1;
+        snprintf(peers[i].raft_addr, sizeof(peers[i].raft_addr), "%s", addr[i]);
+    }
+    tn_meta_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.dir = mdir;
+    o.node_id = 1;
+    o.address = addr[0];
+    o.election_ms = 150;
+    o.heartbeat_ms = 50;
+    char err[256] = "";
+    tn_meta_t *m = NULL;
+    /* Peer lists that cannot be a configuration are refused up front. */
+    o.peers = peers + 1;
+    o.npeers = 2;
+    assert_int_equal(tn_meta_open(&loop, &o, &m, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "does not name this node"));
+    tn_meta_peer_t dup[2] = {peers[0], peers[0]};
+    o.peers = dup;
+    assert_int_equal(tn_meta_open(&loop, &o, &m, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "listed twice"));
+    tn_meta_peer_t moved[1] = {peers[0]};
+    snprintf(moved[0].raft_addr, sizeof(moved[0].raft_addr), "127.0.0.1:1");
+    o.peers = moved;
+    o.npeers = 1;
+    assert_int_equal(tn_meta_open(&loop, &o, &m, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "in the peer list"));
+    o.peers = peers;
+    o.npeers = 3;
+    o.join_only = true;
+    assert_int_equal(tn_meta_open(&loop, &o, &m, err, sizeof(err)), UV_EINVAL);
+    o.join_only = false;
+    if (tn_meta_open(&loop, &o, &m, err, sizeof(err)) != 0)
+        fail_msg("tn_meta_open: %s", err);
+
+    tn_meta_req_t req;
+    counter_t cnt = {0, 0};
+    req.data = &cnt;
+    tn_meta_cmd_t t = topic_cmd("orders", true);
+    int64_t start = tn_now_mono_ms();
+    assert_int_equal(tn_meta_propose(m, &req, &t, on_done), 0);
+    want_t w = {&cnt, 1};
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, TN_ENOLEADER);
+    assert_true(tn_now_mono_ms() - start >= 4900);
+    assert_null(tn_meta_topic_find(tn_meta_state(m), "orders"));
+    uint64_t id = 0;
+    const char *api = NULL;
+    assert_int_equal(tn_meta_leader(m, &id, &api), TN_ENOLEADER);
+    assert_false(tn_meta_caught_up(m));
+    assert_false(tn_meta_ready(m));
+    async_t a = {0, -1};
+    assert_int_equal(tn_meta_join(m, 4, "127.0.0.1:2", on_async, &a), TN_ENOTLEADER);
+    assert_int_equal(tn_meta_transfer(m, on_async, &a), 0); /* not the leader: nothing to do */
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(a.status, 0);
+    close_meta(&loop, m);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
+/* The Raft configuration keeps the address a node first started on; a
+ * restart on another one says so at error level. */
+static void test_moved_address(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char mdir[4096], logpath[4200];
+    snprintf(mdir, sizeof(mdir), "%s/meta", dir);
+    snprintf(logpath, sizeof(logpath), "%s/log", dir);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_meta_t *m = open_meta(&loop, mdir, 64);
+    close_meta(&loop, m);
+    char moved[32];
+    snprintf(moved, sizeof(moved), "127.0.0.1:%d", free_port());
+    int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    tn_log_set_fd(fd);
+    tn_meta_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.dir = mdir;
+    o.node_id = 1;
+    o.address = moved;
+    o.election_ms = 150;
+    o.heartbeat_ms = 50;
+    char err[256] = "";
+    int rc = tn_meta_open(&loop, &o, &m, err, sizeof(err));
+    if (rc != 0)
+        fail_msg("tn_meta_open: %s", err);
+    assert_true(run_until(&loop, is_ready, m));
+    close_meta(&loop, m);
+    tn_log_set_fd(2);
+    close(fd);
+    FILE *f = fopen(logpath, "r");
+    char text[8192] = "";
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    char want[200];
+    snprintf(want, sizeof(want), "records node 1 at 127.0.0.1:0, but it now advertises %s", moved);
+    if (strstr(text, want) == NULL || strstr(text, "error") == NULL)
+        fail_msg("no error line about the address in: %s", text);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codec_roundtrip),
         cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_codec_members),
+        cmocka_unit_test(test_placement),
+        cmocka_unit_test(test_old_snapshot_placement),
         cmocka_unit_test(test_child_counts),
         cmocka_unit_test(test_parent_delete_detaches_children),
         cmocka_unit_test(test_restore_settles_old_links),
@@ -858,6 +1656,9 @@ int main(void)
         cmocka_unit_test(test_root_invariants),
         cmocka_unit_test(test_snapshot_roundtrip),
         cmocka_unit_test(test_replica_restart),
+        cmocka_unit_test(test_cluster),
+        cmocka_unit_test(test_no_leader),
+        cmocka_unit_test(test_moved_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
