@@ -232,6 +232,8 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_u64(&w, (uint64_t)c->member.heartbeat_ms);
         break;
     case TN_MC_NOOP:
+        w_u64(&w, c->member.id);
+        w_u64(&w, c->nonce);
         break;
     case TN_MC_PART_OWNERS:
         if (c->nowners == 0 || c->nowners > TN_META_MAX_PARTITIONS)
@@ -525,6 +527,8 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_NOOP:
+        c->member.id = r_u64(&r);
+        c->nonce = r_u64(&r);
         break;
     case TN_MC_PART_OWNERS: {
         r_name(&r, c->topic.name, false);

@@ -16,7 +16,8 @@
  * registration and still decodes; MEMBER_REG carries the full record
  * ([8] id, Raft address, API address, [8] heartbeat ms); MEMBER_STATUS
  * ([8] id, [1] status, [8] the heartbeat the decision was made from).
- * NOOP has no payload (a confirmation through the log). PART_OWNERS
+ * NOOP ([8] proposer id, [8] nonce) changes nothing (a follower's
+ * confirmation with the leader, through the log). PART_OWNERS
  * ([s] topic, [4] count, count x [8] owner) is a snapshot record only.
  *
  * Threads: any (pure functions). */
@@ -128,6 +129,7 @@ typedef struct {
     /* PART_OWNERS (topic.name): owner member id per partition, 0 = none. */
     uint64_t *owners; /* owned */
     uint32_t nowners;
+    uint64_t nonce; /* NOOP (with member.id, the proposer) */
 } tn_meta_cmd_t;
 
 /* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of

@@ -32,6 +32,7 @@
 
 typedef struct fwd_s fwd_t;
 typedef struct join_s join_t;
+typedef struct confirm_s confirm_t;
 
 struct tn_meta_s {
     uv_loop_t *loop;
@@ -58,8 +59,10 @@ struct tn_meta_s {
     uint64_t id;
     tn_meta_forward_fn forward;
     void *forward_arg;
-    fwd_t *fwds;   /* forwarded, waiting for the leader's answer */
-    join_t *joins; /* tn_meta_join requests, FIFO, one in libraft at a time */
+    fwd_t *fwds;          /* forwarded, waiting for the leader's answer */
+    join_t *joins;        /* tn_meta_join requests, FIFO, one in libraft at a time */
+    confirm_t *confirms;  /* tn_meta_confirm NOOPs not yet answered and applied */
+    uint64_t confirm_seq; /* the next NOOP's nonce (random start per open) */
     /* This node's registration, and the leader's dead marking. */
     tn_meta_req_t reg;
     tn_meta_req_t mark;
@@ -91,6 +94,21 @@ struct fwd_s {
     fwd_t *prev, *next;
 };
 
+/* A tn_meta_confirm through a NOOP (a follower's). */
+struct confirm_s {
+    tn_meta_t *m;
+    struct raft_barrier barrier;
+    tn_meta_req_t req;
+    uint64_t nonce;    /* of its NOOP, with this node's id */
+    uint64_t deadline; /* loop ms */
+    int status;
+    bool answered; /* the NOOP's proposal answered (status) */
+    bool applied;  /* the NOOP applied to this replica */
+    void (*cb)(void *arg, int status);
+    void *arg;
+    confirm_t *next; /* m->confirms */
+};
+
 enum { JOIN_START, JOIN_ADDING, JOIN_PROMOTE, JOIN_PROMOTING, JOIN_DONE };
 
 struct join_s {
@@ -108,6 +126,8 @@ struct join_s {
 
 /* --- the state machine, as libraft sees it --------------------------------------- */
 
+static void confirm_applied(tn_meta_t *m, uint64_t nonce);
+
 static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **result)
 {
     tn_meta_t *m = fsm->data;
@@ -116,6 +136,8 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
     int rc = tn_meta_cmd_decode(buf->base, buf->len, &c, &used);
     if (rc == 0) {
         rc = tn_meta_state_apply(&m->state, &c);
+        if (c.type == TN_MC_NOOP && c.member.id == m->id)
+            confirm_applied(m, c.nonce);
         tn_meta_cmd_fini(&c);
     } else {
         /* Refused as a whole and identically by every replica of this
@@ -456,6 +478,19 @@ static void fail_waiting(tn_meta_t *m, int status)
         m->xfer_active = false;
         m->xfer_cb(m->xfer_arg, status);
     }
+    /* Confirmations answered but not yet applied here; one still in
+     * libraft (a leader's NOOP) is answered by its on_applied. */
+    confirm_t **pp = &m->confirms;
+    while (*pp != NULL) {
+        confirm_t *c = *pp;
+        if (!c->answered) {
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        c->cb(c->arg, status);
+        tn_free(c);
+    }
 }
 
 /* --- members ------------------------------------------------------------------- */
@@ -782,14 +817,6 @@ int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
 
 /* --- confirmation ---------------------------------------------------------------- */
 
-typedef struct {
-    tn_meta_t *m;
-    struct raft_barrier barrier;
-    tn_meta_req_t req;
-    void (*cb)(void *arg, int status);
-    void *arg;
-} confirm_t;
-
 static void on_barrier(struct raft_barrier *b, int status)
 {
     confirm_t *c = b->data;
@@ -803,13 +830,56 @@ static void on_barrier(struct raft_barrier *b, int status)
     cb(arg, rc);
 }
 
-static void on_confirm_noop(tn_meta_req_t *req, int status)
+static void confirm_finish(tn_meta_t *m, confirm_t *c, int status)
 {
-    confirm_t *c = req->data;
+    for (confirm_t **pp = &m->confirms; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
     void (*cb)(void *, int) = c->cb;
     void *arg = c->arg;
     tn_free(c);
     cb(arg, status);
+}
+
+/* From fsm_apply: this node's NOOP reached its own replica. */
+static void confirm_applied(tn_meta_t *m, uint64_t nonce)
+{
+    for (confirm_t *c = m->confirms; c != NULL; c = c->next) {
+        if (c->nonce == nonce) {
+            c->applied = true;
+            wake(m);
+            return;
+        }
+    }
+}
+
+static void on_confirm_noop(tn_meta_req_t *req, int status)
+{
+    confirm_t *c = req->data;
+    c->answered = true;
+    c->status = c->m->closing && status == 0 ? TN_ECLOSED : status;
+    if (c->status != 0 || c->applied)
+        confirm_finish(c->m, c, c->status);
+}
+
+/* Answered 0 by the leader: done once applied here too (then every
+ * entry committed before the confirmation is in this replica), or
+ * UV_ETIMEDOUT at the deadline. */
+static void run_confirms(tn_meta_t *m)
+{
+    uint64_t now = uv_now(m->loop);
+    confirm_t *c = m->confirms;
+    while (c != NULL && !m->closing) {
+        confirm_t *next = c->next;
+        if (c->answered && c->applied)
+            confirm_finish(m, c, 0);
+        else if (c->answered && now >= c->deadline)
+            confirm_finish(m, c, UV_ETIMEDOUT);
+        c = next;
+    }
 }
 
 int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
@@ -827,15 +897,22 @@ int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
         if (raft_barrier(&m->raft, &c->barrier, on_barrier) == 0)
             return 0;
     }
-    /* A follower (or a leader whose barrier was refused): a NOOP through
-     * the log, which a follower forwards to the leader. */
+    /* A follower (or a leader whose barrier was refused): a NOOP of this
+     * node's through the log, forwarded to the leader from a follower. */
     tn_meta_cmd_t cmd;
     memset(&cmd, 0, sizeof(cmd));
     cmd.type = TN_MC_NOOP;
+    cmd.member.id = m->id;
+    cmd.nonce = c->nonce = m->confirm_seq++;
+    c->deadline = uv_now(m->loop) + 2 * (uint64_t)NO_LEADER_MS;
     c->req.data = c;
+    c->next = m->confirms;
+    m->confirms = c;
     int rc = tn_meta_propose(m, &c->req, &cmd, on_confirm_noop);
-    if (rc != 0)
+    if (rc != 0) {
+        m->confirms = c->next;
         tn_free(c);
+    }
     return rc;
 }
 
@@ -857,6 +934,8 @@ static void on_poll(uv_timer_t *t)
         run_joins(m);
     if (!m->closing)
         run_transfer(m);
+    if (!m->closing)
+        run_confirms(m);
     if (!m->closing && !m->ready && caught_up(m) && raft_last_applied(&m->raft) >= m->start_index) {
         m->ready = true;
         TN_LOG(TN_LOG_NOTICE, "metastore ready: %s, %zu topics, %zu users, log index %llu",
@@ -871,7 +950,8 @@ static void on_poll(uv_timer_t *t)
         mark_dead(m);
     if (m->closing)
         return; /* the close owns the timer now */
-    bool busy = m->waiting != NULL || m->joins != NULL || m->xfer_active || !m->ready;
+    bool busy = m->waiting != NULL || m->joins != NULL || m->xfer_active || m->confirms != NULL ||
+                !m->ready;
     uv_timer_set_repeat(t, busy ? LEADER_POLL_MS : TICK_MS);
 }
 
@@ -1026,6 +1106,7 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     m->dead_after_ms = o->dead_after_ms ? o->dead_after_ms : DEFAULT_DEAD_AFTER_MS;
     m->forward = o->forward;
     m->forward_arg = o->forward_arg;
+    m->confirm_seq = (uint64_t)tn_now_wall_ns();
     tn_meta_state_init(&m->state);
     snprintf(m->address, sizeof(m->address), "%s", o->address);
     m->fsm.version = 1;

@@ -137,10 +137,12 @@ int tn_meta_join(tn_meta_t *m, uint64_t id, const char *raft_addr,
 int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
 /* Confirm with the leader that this node's view is current, for a
  * destructive action: on the leader a raft_barrier (every earlier entry
- * committed and applied); on a follower a NOOP command proposed (so
- * forwarded to the leader, which commits it), then caught up again. 0 and
- * cb(arg, status) later: 0, or the proposal's error (TN_ENOLEADER,
- * TN_ECLOSED, ...). Or at once TN_ECLOSED / UV_ENOMEM. */
+ * committed and applied); on a follower a NOOP of this node's (id and
+ * nonce) proposed, so forwarded to the leader, which commits it, and then
+ * applied to this replica too (so everything committed before the call is
+ * here). 0 and cb(arg, status) later: 0, the proposal's error
+ * (TN_ENOLEADER, TN_ECLOSED, ...), or UV_ETIMEDOUT (committed but not
+ * applied here within 10 s). Or at once TN_ECLOSED / UV_ENOMEM. */
 int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
 /* The local replica, for reads. */
 const tn_meta_state_t *tn_meta_state(const tn_meta_t *m);

@@ -892,8 +892,12 @@ static void test_codec_members(void **state)
     assert_int_equal(d.member.heartbeat_ms, 1700000000123LL);
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_NOOP;
+    c.member.id = 3;
+    c.nonce = 0xfedcba9876543210ULL;
     roundtrip(&c, &d);
     assert_int_equal(d.type, TN_MC_NOOP);
+    assert_int_equal(d.member.id, 3);
+    assert_true(d.nonce == 0xfedcba9876543210ULL);
     uint64_t owners[3] = {3, 0, 1};
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_PART_OWNERS;
