@@ -361,6 +361,7 @@ struct pending_s {
     tn_waiter_t w;
     tn_catalog_t *c;
     pending_t *next;
+    bool following; /* make's: a change of the replica */
     char topic[TN_NAME_MAX + 1];
 };
 
@@ -394,7 +395,7 @@ static void pending_end(pending_t *p, int status)
     if (c != NULL && status == 0) {
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), p->topic);
         if (e != NULL)
-            make(c, e, false);
+            make(c, e, p->following);
     }
     tn_free(p);
 }
@@ -443,6 +444,7 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
     pending_t *p = pending_new(c, name);
     if (p == NULL)
         return;
+    p->following = following;
     p->w.cb = on_topic_made;
     tn_topic_t *t = NULL;
     int rc = tn_broker_topic(c->broker, name, strlen(name), true, e->rec.partitions, &p->w, &t);
@@ -455,14 +457,16 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
         return; /* on_topic_made goes on with its channels */
     }
     if (rc == 0 && t->nparts < e->rec.partitions) {
-        /* A crash after the record of a growth, before the engine's part. */
-        TN_LOG(TN_LOG_NOTICE,
+        /* A crash after the record of a growth, before the engine's part;
+         * or, following, a growth another node recorded. */
+        TN_LOG(following ? TN_LOG_INFO : TN_LOG_NOTICE,
                "metastore: topic %s has %" PRIu32 " partitions recorded and %" PRIu32
                " on disk; growing it",
                name, e->rec.partitions, t->nparts);
         if (tn_topic_grow(t, e->rec.partitions, on_topic_grown, p) == 0)
             return;
-        TN_LOG(TN_LOG_WARN, "metastore: topic %s cannot grow now; its next start will", name);
+        TN_LOG(TN_LOG_WARN, "metastore: topic %s cannot grow now; %s", name,
+               following ? "the next change of the metastore tries again" : "its next start will");
     }
     pending_end(p, TN_ECLOSED); /* only unlinks and frees: nothing pending */
     if (rc != 0)
@@ -477,7 +481,10 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
             return;
         cw->cb = on_reconciled;
         rc = tn_topic_channel(t, ch, strlen(ch), true, cw, &out);
-        if (rc == UV_EAGAIN)
+        if (rc == UV_EAGAIN && following)
+            TN_LOG(TN_LOG_INFO, "metastore: channel %s of %s is recorded; making it here", ch,
+                   name);
+        else if (rc == UV_EAGAIN)
             TN_LOG(TN_LOG_NOTICE,
                    "metastore: channel %s of %s was recorded but had no files; creating it", ch,
                    name);
