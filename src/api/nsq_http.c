@@ -686,7 +686,10 @@ static bool delete_through_meta(mgmt_t *m)
     snprintf(c.channel, sizeof(c.channel), "%s", m->channel);
     m->mreq.data = m;
     m->r->on_cancel = on_mgmt_cancel;
-    int rc = tn_meta_propose(m->api->meta, &m->mreq, &c, on_delete_recorded);
+    /* A destructive action waits for a current replica (503 E_METASTORE). */
+    int rc = tn_meta_caught_up(m->api->meta)
+                 ? tn_meta_propose(m->api->meta, &m->mreq, &c, on_delete_recorded)
+                 : TN_ENOLEADER;
     if (rc != 0)
         on_delete_recorded(&m->mreq, rc);
     return true;

@@ -343,6 +343,14 @@ const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
     return e;
 }
 
+bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r)
+{
+    if (tn_meta_caught_up(v->meta))
+        return true;
+    tn__v1_error(r, 503, "control plane not caught up", "Retry-After: 1\r\n");
+    return false;
+}
+
 bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r)
 {
     if (tn__v1_is_admin(v, r))
@@ -412,30 +420,30 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
         tn_buf_append(b, ",\"partition_stats\":[", 20);
         tn_topic_t *bt = NULL;
         bool live = tn_broker_topic(v->broker, t->name, strlen(t->name), false, 0, NULL, &bt) == 0;
+        uint32_t nlocal = live ? bt->nparts : 0;
         bool first = true;
-        for (uint32_t p = 0; live && p < bt->nparts; p++) {
+        /* One entry per partition of the record, on every node: its owner
+         * (the metastore's assignment, null while no member was alive to
+         * take it), and the log's numbers where the log is on this node. */
+        for (uint32_t p = 0; p < TN_MAX(t->partitions, nlocal); p++) {
             if (only_partition >= 0 && (int64_t)p != only_partition)
                 continue;
-            /* A partition that lives on another node has no log here:
-             * its sizes are the owner's to tell. */
-            tn_plog_stats_t st;
-            memset(&st, 0, sizeof(st));
-            if (tn_topic_part_local(bt, p))
+            tn__v1_appendf(b, "%s{\"index\":%u", first ? "" : ",", p);
+            first = false;
+            if (p < nlocal && tn_topic_part_local(bt, p)) {
+                tn_plog_stats_t st;
                 tn_plog_stats(bt->parts[p]->plog, &st);
-            tn__v1_appendf(b,
-                           "%s{\"index\":%u,\"segments\":%u,\"oldest_offset\":%" PRIu64
-                           ",\"next_offset\":%" PRIu64 ",\"high_watermark\":%" PRIu64
-                           ",\"size_bytes\":%" PRIu64 ",\"owner_node\":",
-                           first ? "" : ",", p, st.segments, st.first_offset, st.written_next,
-                           st.visible_next, st.bytes);
-            /* The metastore's assignment, the same on every node; null
-             * while no member was alive to take it. */
+                tn__v1_appendf(
+                    b,
+                    ",\"segments\":%u,\"oldest_offset\":%" PRIu64 ",\"next_offset\":%" PRIu64
+                    ",\"high_watermark\":%" PRIu64 ",\"size_bytes\":%" PRIu64,
+                    st.segments, st.first_offset, st.written_next, st.visible_next, st.bytes);
+            }
             uint64_t owner = tn_meta_state_owner(s, t->name, p);
             if (owner != 0)
-                tn__v1_appendf(b, "\"%" PRIu64 "\"}", owner);
+                tn__v1_appendf(b, ",\"owner_node\":\"%" PRIu64 "\"}", owner);
             else
-                tn_buf_append(b, "null}", 5);
-            first = false;
+                tn__v1_appendf(b, ",\"owner_node\":null}");
         }
         tn_buf_append(b, "]", 1);
     }
@@ -1202,6 +1210,8 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 403, "only the topic's owner or an admin may delete it", NULL);
         return;
     }
+    if (!tn__v1_caught_up(v, r))
+        return;
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_TOPIC_DELETE;

@@ -93,6 +93,8 @@ static void decommission(tn_v1_t *v, tn_http_request_t *r, bool draining)
         return;
     if (!tn__v1_admin_only(v, r))
         return;
+    if (draining && !tn__v1_caught_up(v, r))
+        return;
     const tn_iov_t *id = tn_http_param(r, "id");
     char buf[24] = "";
     if (id != NULL && id->len < sizeof(buf)) {

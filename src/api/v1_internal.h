@@ -34,6 +34,9 @@ bool tn__v1_is_admin(tn_v1_t *v, const tn_http_request_t *r);
 bool tn__v1_has_grant(const tn_meta_user_t *u, uint8_t action, const char *name);
 /* Admin, or false after answering 403. */
 bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r);
+/* For a destructive action: the metastore is caught up (tn_meta_caught_up),
+ * or false after answering 503 with Retry-After. */
+bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r);
 /* The topic's owner or an admin (or security off). */
 bool tn__v1_can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t);
 /* Refuse one of nsqd's endpoints in its style: status and

@@ -528,6 +528,10 @@ static void propose(uop_t *op)
          * hash that has been replaced since: that check no longer holds. */
         uop_end(op, 409, "the password changed while this change was applied; send it again");
         return;
+    } else if (op->kind == OP_DELETE && !tn_meta_caught_up(v->meta)) {
+        /* A destructive action waits for a current replica. */
+        uop_end(op, 503, "control plane not caught up");
+        return;
     } else if (op->kind == OP_DELETE) {
         c.type = TN_MC_USER_DELETE;
         snprintf(c.user.name, sizeof(c.user.name), "%s", op->user);

@@ -350,8 +350,10 @@ static void dispatch_waiting(tn_meta_t *m)
         } else if (can_forward) {
             forward(m, req, leader, api);
         } else if (now >= req->deadline) {
+            /* A leader known but out of reach (no hook, or no API address
+             * recorded for it yet): this node is not the leader. */
             raft_free(req->buf.base);
-            req->cb(req, TN_ENOLEADER);
+            req->cb(req, leader != 0 ? TN_ENOTLEADER : TN_ENOLEADER);
         } else {
             if (keep_tail != NULL)
                 keep_tail->next = req;
@@ -359,6 +361,13 @@ static void dispatch_waiting(tn_meta_t *m)
                 keep = req;
             keep_tail = req;
         }
+    }
+    while (keep != NULL && m->closing) {
+        /* A callback above closed the metastore after these were kept. */
+        tn_meta_req_t *req = keep;
+        keep = req->next;
+        raft_free(req->buf.base);
+        req->cb(req, TN_ECLOSED);
     }
     if (keep != NULL) {
         /* Before anything proposed meanwhile. */
@@ -429,9 +438,12 @@ int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, s
         rc = TN_ECORRUPT;
     if (rc != 0)
         return rc;
+    uint8_t type = c.type;
     tn_meta_cmd_fini(&c);
     if (used != len)
         return TN_ECORRUPT; /* one command, nothing after it */
+    if (type == TN_MC_PART_OWNERS)
+        return UV_EINVAL; /* a snapshot record */
     rc = take_buffer(req, buf, len);
     if (rc != 0)
         return rc;
@@ -803,7 +815,7 @@ int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
     m->xfer_arg = arg;
     m->xfer_active = true;
     m->xfer_status = 0;
-    m->xfer_deadline = uv_now(m->loop) + 2 * (uint64_t)m->election_ms + 1000;
+    m->xfer_deadline = uv_now(m->loop) + 3 * (uint64_t)m->election_ms + 2000;
     if (raft_state(&m->raft) == RAFT_LEADER) {
         memset(&m->xfer, 0, sizeof(m->xfer));
         m->xfer.data = m;

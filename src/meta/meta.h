@@ -14,7 +14,8 @@
  *      where the leader's handler calls tn_meta_propose_encoded) and the
  *      caller gets the leader's answer. With no leader known, proposals
  *      wait in order, each at most NO_LEADER_MS (5 s), then get
- *      TN_ENOLEADER.
+ *      TN_ENOLEADER (TN_ENOTLEADER when a leader is known but cannot be
+ *      reached: no forward hook, or no API address recorded for it).
  *   2. libraft appends it to the log (fsynced) and commits it once a
  *      majority has it (a single voter: at once).
  *   3. Every replica applies it to its state in log order; on the
@@ -96,7 +97,7 @@ typedef struct {
     const char *api_addr;           /* this node's advertised API address (host:port); NULL = "" */
     unsigned heartbeat_interval_ms; /* member registration interval; 0 = 5000 */
     unsigned dead_after_ms;         /* dead after this without a registration; 0 = 30000 */
-    tn_meta_forward_fn forward;     /* NULL: a follower's proposals wait for leadership */
+    tn_meta_forward_fn forward;     /* NULL: a follower answers TN_ENOTLEADER after 5 s */
     void *forward_arg;
 } tn_meta_opts_t;
 
@@ -110,7 +111,8 @@ int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn
  * node encoded (len bytes, copied), decoded and checked first. 0 (cb
  * follows), TN_ENOTLEADER (this node is not the leader: the caller
  * answers 421), TN_ECORRUPT (not exactly one valid command), UV_ENOTSUP
- * (a version or type this build does not know), TN_ECLOSED, UV_ENOMEM. */
+ * (a version or type this build does not know), UV_EINVAL (a snapshot-only
+ * record), TN_ECLOSED, UV_ENOMEM. */
 int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, size_t len,
                             tn_meta_cb cb);
 /* The leader as this node knows it: 0 with its id and API address (from
@@ -130,10 +132,10 @@ int tn_meta_join(tn_meta_t *m, uint64_t id, const char *raft_addr,
                  void (*cb)(void *arg, int status), void *arg);
 /* Hand leadership to another voter before a graceful stop (raft_transfer
  * to any voter, then wait until libraft shows another leader, at most
- * 2 election timeouts + 1 s). 0 and cb(arg, status) later: 0 (another node
- * leads, or this one did not), TN_ENOTFOUND (no other voter), UV_ETIMEDOUT
- * (still leader at the bound), TN_EFAILED, TN_ECLOSED. Or at once UV_EBUSY
- * (a transfer is under way) or TN_ECLOSED. */
+ * 3 election timeouts + 2 s: 5 s with the default 1 s). 0 and cb(arg, status) later: 0 (another
+ * node leads, or this one did not), TN_ENOTFOUND (no other voter), UV_ETIMEDOUT (still leader at
+ * the bound), TN_EFAILED, TN_ECLOSED. Or at once UV_EBUSY (a transfer is under way) or TN_ECLOSED.
+ */
 int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
 /* Confirm with the leader that this node's view is current, for a
  * destructive action: on the leader a raft_barrier (every earlier entry

@@ -1148,6 +1148,7 @@ typedef struct {
     char raft[NNODES + 1][32];
     char api[NNODES + 1][32];
     int forwarded;
+    int refuse; /* the hook's answer when not 0 (a peer out of reach) */
 } cluster_t;
 
 static cluster_t *the_cluster;
@@ -1196,6 +1197,8 @@ static int forward_hook(void *arg, uint64_t leader, const char *api, const void 
     cluster_t *c = arg;
     assert_true(leader >= 1 && leader <= NNODES);
     assert_string_equal(api, c->api[leader]);
+    if (c->refuse != 0)
+        return c->refuse;
     c->forwarded++;
     hop_t *h = tn_calloc(1, sizeof(*h));
     h->done = done;
@@ -1225,7 +1228,7 @@ static void cluster_open(cluster_t *c, uint64_t id, bool join_only)
     o.election_ms = 300;
     o.heartbeat_ms = 50;
     o.heartbeat_interval_ms = 200;
-    o.dead_after_ms = 1500;
+    o.dead_after_ms = 3000; /* far above the 200 ms registrations, even on a loaded machine */
     o.peers = join_only ? NULL : peers;
     o.npeers = join_only ? 0 : 3;
     o.join_only = join_only;
@@ -1396,6 +1399,18 @@ static void test_cluster(void **state)
     assert_true(run_until(&loop, has_done, &w));
     assert_int_equal(cnt.last, UV_EEXIST); /* the leader's answer */
 
+    /* A hook that cannot reach the leader: the proposal is answered with
+     * its error, and nothing is applied. */
+    c.refuse = UV_ECONNREFUSED;
+    tn_meta_cmd_t lost = topic_cmd("lost", true);
+    cnt.done = 0;
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &lost, on_done), 0);
+    w.n = 1;
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, UV_ECONNREFUSED);
+    c.refuse = 0;
+    assert_null(tn_meta_topic_find(tn_meta_state(c.m[leader]), "lost"));
+
     /* The RPC handler's entry point refuses on a follower, and refuses
      * what is not exactly one command. */
     tn_buf_t b;
@@ -1411,6 +1426,19 @@ static void test_cluster(void **state)
     assert_int_equal(
         tn_meta_propose_encoded(c.m[leader], &req, tn_buf_data(&b), tn_buf_size(&b), on_done),
         TN_ECORRUPT);
+    /* A snapshot-only record is not proposed. */
+    tn_buf_reset(&b);
+    uint64_t owners[1] = {1};
+    tn_meta_cmd_t po;
+    memset(&po, 0, sizeof(po));
+    po.type = TN_MC_PART_OWNERS;
+    snprintf(po.topic.name, sizeof(po.topic.name), "orders");
+    po.owners = owners;
+    po.nowners = 1;
+    assert_int_equal(tn_meta_cmd_encode(&po, &b), 0);
+    assert_int_equal(
+        tn_meta_propose_encoded(c.m[leader], &req, tn_buf_data(&b), tn_buf_size(&b), on_done),
+        UV_EINVAL);
     tn_buf_fini(&b);
 
     /* Confirmation, on the leader (a barrier) and on a follower (a NOOP
