@@ -284,8 +284,7 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
 static bool place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
 {
     tn_catalog_t *c = arg;
-    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), t->name);
-    *owner = e != NULL && p < e->rec.partitions && e->owners != NULL ? e->owners[p] : 0;
+    *owner = tn_meta_state_owner(tn_meta_state(c->meta), t->name, p);
     if (*owner == 0)
         return !c->o.cluster;
     return *owner == c->o.node_id;
@@ -302,9 +301,9 @@ static void on_meta_change(void *arg)
 {
     tn_catalog_t *c = arg;
     release_held(c, false);
-    if (!c->o.cluster && tn_meta_state(c->meta)->nmembers <= 1)
-        return;
     const tn_meta_state_t *s = tn_meta_state(c->meta);
+    if (!c->o.cluster && s->nmembers <= 1)
+        return;
     for (size_t i = 0; i < s->ntopics; i++)
         make(c, s->topics[i], true);
     tn_broker_follow_placement(c->broker);
