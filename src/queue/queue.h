@@ -619,7 +619,8 @@ void tn_broker_follow_placement(tn_broker_t *b);
  * partitions now placed here are opened (on a worker thread; meanwhile
  * the topic answers lookups as being created, publishes wait), and local
  * ones now owned by another node become remote, their files left on disk
- * (logged at warning level). A local partition the placement leaves
+ * (logged at warning level; such a partition is served here again only
+ * after a restart). A local partition the placement leaves
  * unplaced (owner 0) stays local. A topic busy being created, grown or
  * given a channel follows once that ends. cb (may be NULL) runs with 0 or
  * the error of the opening (the partitions stay remote then), possibly

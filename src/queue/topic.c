@@ -975,7 +975,6 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
         return 0;
     }
     uint32_t nopen = 0;
-    bool back = false; /* a partition whose log was open here is served again */
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_part_t *p = t->parts[i];
         uint64_t owner = 0;
@@ -998,19 +997,15 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             continue;
         }
         if (p->plog != NULL) {
-            /* Its log stayed open here while another node was named. */
-            p->remote = false;
-            p->owner = 0;
-            back = true;
-            TN_LOG(TN_LOG_NOTICE, "partition %s/%" PRIu32 " is placed on this node again", t->name,
-                   i);
+            /* Set aside above for another owner. Owners are sticky, so the
+             * metastore does not give it back while this node runs; should
+             * it, channels made meanwhile have no log on it, and a
+             * restart, which loads it from disk, serves it again. */
             continue;
         }
         nopen++;
     }
     if (nopen == 0) {
-        if (back)
-            tn__topic_pump_all(t);
         if (cb != NULL)
             cb(arg, 0);
         return 0;

@@ -534,6 +534,10 @@ static void test_given_away_left_on_disk(void **state)
     bool on_disk[MAXP];
     parts_on_disk(q, "t", on_disk);
     assert_true(on_disk[1]);
+    /* Set aside while running: given back, it waits for a restart. */
+    owners[1] = SELF;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 1));
     /* Its record is still there for whoever looks at the disk. */
     restart(q, false);
     t = topic(q, "t", 0);
