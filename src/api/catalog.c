@@ -20,12 +20,26 @@
 #define TN_CATALOG_DEFAULT_CAP 1024
 
 typedef struct pending_s pending_t;
+typedef struct held_s held_t;
+typedef struct gated_s gated_t;
 
 struct tn_catalog_s {
     tn_broker_t *broker;
     tn_meta_t *meta;
     tn_catalog_opts_t o;
     pending_t *pending; /* recorded topics being created or grown */
+    held_t *held;       /* topic creations waiting for their record in the replica */
+    gated_t *gated;     /* the gate's proposals under way */
+};
+
+/* A topic creation whose record the leader committed before this replica
+ * applied it (a follower): the engine asks where the partitions live as
+ * soon as the gate opens, so the gate stays shut until the record is
+ * here. */
+struct held_s {
+    tn_gate_t *g;
+    char topic[TN_NAME_MAX + 1];
+    held_t *next;
 };
 
 /* One proposal, freed by its callback. */
@@ -94,21 +108,65 @@ static void record_topic(tn_catalog_t *c, const tn_topic_t *t)
 
 /* --- the creation gate ------------------------------------------------------- */
 
-typedef struct {
+/* A proposal of the gate. On the catalog's list until its callback; a
+ * catalog that stops first detaches it (c = NULL). */
+struct gated_s {
     tn_meta_req_t req;
     tn_gate_t *g;
-} gated_t;
+    tn_catalog_t *c;
+    char topic[TN_NAME_MAX + 1]; /* a topic creation's; "" for a channel */
+    gated_t *next;
+};
 
 static void on_gate_recorded(tn_meta_req_t *req, int status)
 {
     gated_t *x = req->data;
     tn_gate_t *g = x->g;
-    tn_free(x);
+    tn_catalog_t *c = x->c;
+    bool topic = x->topic[0] != '\0';
+    if (c != NULL) {
+        gated_t **pp = &c->gated;
+        while (*pp != x)
+            pp = &(*pp)->next;
+        *pp = x->next;
+    }
     /* Already there (a /v1 creation recorded it first), or a channel of a
      * topic from before the metastore: the engine goes on. */
     if (status == UV_EEXIST || status == TN_ENOTFOUND)
         status = 0;
+    if (status == 0 && topic && c != NULL && c->o.cluster &&
+        tn_meta_topic_find(tn_meta_state(c->meta), x->topic) == NULL) {
+        held_t *h = tn_calloc(1, sizeof(*h));
+        if (h != NULL) {
+            h->g = g;
+            snprintf(h->topic, sizeof(h->topic), "%s", x->topic);
+            h->next = c->held;
+            c->held = h;
+            tn_free(x);
+            return; /* on_meta_change opens it */
+        }
+        /* Out of memory: it goes on, unplaced; the next change places it. */
+    }
+    tn_free(x);
     tn_gate_done(g, status);
+}
+
+/* Open the held gates whose record has arrived (all of them: stopping). */
+static void release_held(tn_catalog_t *c, bool all)
+{
+    const tn_meta_state_t *s = tn_meta_state(c->meta);
+    held_t **pp = &c->held;
+    while (*pp != NULL) {
+        held_t *h = *pp;
+        if (!all && tn_meta_topic_find(s, h->topic) == NULL) {
+            pp = &h->next;
+            continue;
+        }
+        *pp = h->next;
+        tn_gate_t *g = h->g;
+        tn_free(h);
+        tn_gate_done(g, all ? TN_ECLOSED : 0);
+    }
 }
 
 static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
@@ -139,9 +197,15 @@ static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
         return;
     }
     x->g = g;
+    x->c = c;
+    if (ch == NULL)
+        snprintf(x->topic, sizeof(x->topic), "%s", t->name);
     x->req.data = x;
+    x->next = c->gated;
+    c->gated = x;
     int rc = tn_meta_propose(c->meta, &x->req, &cmd, on_gate_recorded);
     if (rc != 0) {
+        c->gated = x->next;
         tn_free(x);
         tn_gate_done(g, rc);
     }
@@ -200,6 +264,51 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
     }
 }
 
+/* --- placement ---------------------------------------------------------------- */
+
+/* Where partition p of t lives, for the engine (tn_place_fn): here when
+ * the metastore names this node its owner, elsewhere when it names
+ * another.
+ *
+ * Unassigned (owner 0: no member was alive when the partition was made,
+ * or a snapshot from before owners were kept), and a topic this replica
+ * has no record of yet, count as here on a lone node and as not placed
+ * in a cluster. A lone node is the only member there can be: the
+ * metastore gives it every unassigned partition once it registers (the
+ * rule in meta/state.h), so "here" is what the record will say anyway,
+ * and a lone node serves every topic exactly as it did before placement
+ * existed, also before its first registration is committed and for data
+ * from before the metastore. In a cluster an unassigned partition opened
+ * on every node would fork its log, so none opens it until the metastore
+ * names its owner (placement follows then). */
+static bool place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
+{
+    tn_catalog_t *c = arg;
+    *owner = tn_meta_state_owner(tn_meta_state(c->meta), t->name, p);
+    if (*owner == 0)
+        return !c->o.cluster;
+    return *owner == c->o.node_id;
+}
+
+static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following);
+
+/* The metastore's replica changed (another node's topic, a growth, an
+ * assignment, a member's heartbeat): in a cluster, make what the records
+ * name and follow the placement. A lone node has every partition already
+ * and nothing to follow (it is the only member: its topics all came
+ * through its own gate). */
+static void on_meta_change(void *arg)
+{
+    tn_catalog_t *c = arg;
+    release_held(c, false);
+    const tn_meta_state_t *s = tn_meta_state(c->meta);
+    if (!c->o.cluster && s->nmembers <= 1)
+        return;
+    for (size_t i = 0; i < s->ntopics; i++)
+        make(c, s->topics[i], true);
+    tn_broker_follow_placement(c->broker);
+}
+
 int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, tn_catalog_t **out)
 {
     tn_catalog_t *c = tn_calloc(1, sizeof(*c));
@@ -214,6 +323,8 @@ int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, t
         return rc;
     }
     tn_broker_set_gate(b, gate, c);
+    tn_broker_set_placement(b, place, c);
+    tn_meta_on_change(m, on_meta_change, c);
     /* What recovery found on disk. */
     for (size_t i = 0; i < b->nbuckets; i++) {
         for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
@@ -249,10 +360,9 @@ struct pending_s {
     tn_waiter_t w;
     tn_catalog_t *c;
     pending_t *next;
+    bool following; /* make's: a change of the replica */
     char topic[TN_NAME_MAX + 1];
 };
-
-static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e);
 
 static pending_t *pending_new(tn_catalog_t *c, const char *topic)
 {
@@ -284,7 +394,7 @@ static void pending_end(pending_t *p, int status)
     if (c != NULL && status == 0) {
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), p->topic);
         if (e != NULL)
-            make(c, e);
+            make(c, e, p->following);
     }
     tn_free(p);
 }
@@ -299,32 +409,63 @@ static void on_topic_grown(void *arg, int status)
     pending_end(arg, status);
 }
 
+/* Whether the engine has the topic of e with its partitions and its
+ * durable channels (or is making them). */
+static bool made(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
+{
+    for (const pending_t *p = c->pending; p != NULL; p = p->next)
+        if (strcmp(p->topic, e->rec.name) == 0)
+            return true;
+    tn_topic_t *t = NULL;
+    int rc = tn_broker_topic(c->broker, e->rec.name, strlen(e->rec.name), false, 0, NULL, &t);
+    if (rc == UV_EAGAIN)
+        return true; /* being made or grown: a later change looks again */
+    if (rc != 0 || t->nparts < e->rec.partitions)
+        return false;
+    for (uint32_t i = 0; i < e->nchannels; i++) {
+        tn_channel_t *out = NULL;
+        if (tn_topic_channel(t, e->channels[i], strlen(e->channels[i]), false, NULL, &out) ==
+            TN_ENOTFOUND)
+            return false;
+    }
+    return true;
+}
+
 /* Ask the engine for what a record names: the topic with its recorded
  * partitions, then its recorded channels (after the topic is made or
- * grown, when that must wait). */
-static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
+ * grown, when that must wait). following: a change of the replica (in a
+ * cluster, a record another node made), not the start-up check. */
+static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following)
 {
     const char *name = e->rec.name;
+    if (following && made(c, e))
+        return;
     pending_t *p = pending_new(c, name);
     if (p == NULL)
         return;
+    p->following = following;
     p->w.cb = on_topic_made;
     tn_topic_t *t = NULL;
     int rc = tn_broker_topic(c->broker, name, strlen(name), true, e->rec.partitions, &p->w, &t);
     if (rc == UV_EAGAIN) {
-        TN_LOG(TN_LOG_NOTICE, "metastore: topic %s was recorded but had no files; creating it",
-               name);
+        if (following)
+            TN_LOG(TN_LOG_INFO, "metastore: topic %s is recorded; making it here", name);
+        else
+            TN_LOG(TN_LOG_NOTICE, "metastore: topic %s was recorded but had no files; creating it",
+                   name);
         return; /* on_topic_made goes on with its channels */
     }
     if (rc == 0 && t->nparts < e->rec.partitions) {
-        /* A crash after the record of a growth, before the engine's part. */
-        TN_LOG(TN_LOG_NOTICE,
+        /* A crash after the record of a growth, before the engine's part;
+         * or, following, a growth another node recorded. */
+        TN_LOG(following ? TN_LOG_INFO : TN_LOG_NOTICE,
                "metastore: topic %s has %" PRIu32 " partitions recorded and %" PRIu32
                " on disk; growing it",
                name, e->rec.partitions, t->nparts);
         if (tn_topic_grow(t, e->rec.partitions, on_topic_grown, p) == 0)
             return;
-        TN_LOG(TN_LOG_WARN, "metastore: topic %s cannot grow now; its next start will", name);
+        TN_LOG(TN_LOG_WARN, "metastore: topic %s cannot grow now; %s", name,
+               following ? "the next change of the metastore tries again" : "its next start will");
     }
     pending_end(p, TN_ECLOSED); /* only unlinks and frees: nothing pending */
     if (rc != 0)
@@ -339,7 +480,10 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
             return;
         cw->cb = on_reconciled;
         rc = tn_topic_channel(t, ch, strlen(ch), true, cw, &out);
-        if (rc == UV_EAGAIN)
+        if (rc == UV_EAGAIN && following)
+            TN_LOG(TN_LOG_INFO, "metastore: channel %s of %s is recorded; making it here", ch,
+                   name);
+        else if (rc == UV_EAGAIN)
             TN_LOG(TN_LOG_NOTICE,
                    "metastore: channel %s of %s was recorded but had no files; creating it", ch,
                    name);
@@ -350,9 +494,13 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
 
 void tn_catalog_reconcile(tn_catalog_t *c)
 {
+    release_held(c, false);
     const tn_meta_state_t *s = tn_meta_state(c->meta);
     for (size_t i = 0; i < s->ntopics; i++)
-        make(c, s->topics[i]);
+        make(c, s->topics[i], false);
+    /* Partitions with no files at start (another node's, or placed here
+     * while this node was down) open once the replica says whose they are. */
+    tn_broker_follow_placement(c->broker);
 }
 
 void tn_catalog_stop(tn_catalog_t *c)
@@ -361,6 +509,11 @@ void tn_catalog_stop(tn_catalog_t *c)
         return;
     tn_broker_unlisten(c->broker, on_event, c);
     tn_broker_set_gate(c->broker, NULL, NULL);
+    tn_broker_set_placement(c->broker, NULL, NULL);
+    tn_meta_on_change(c->meta, NULL, NULL);
+    release_held(c, true);
+    for (gated_t *x = c->gated; x != NULL; x = x->next)
+        x->c = NULL;
     /* Creations still under way finish without us. */
     for (pending_t *p = c->pending; p != NULL; p = p->next)
         p->c = NULL;

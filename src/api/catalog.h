@@ -18,6 +18,15 @@
  * records and the engine lacks (a crash after the record, before the
  * files).
  *
+ * DESIGN: placement. The catalog is also the engine's placement function
+ * (queue.h): a partition lives here when the metastore names this node its
+ * owner. Whenever the replica changes (tn_meta_on_change) in a cluster, it
+ * makes in the engine the topics, partitions and channels the records name
+ * (other nodes' creations and growths) and has the engine follow the
+ * placement: partitions placed here open, the others stay remote. A topic
+ * created here on a follower waits at the gate until the replica has
+ * applied its record, so its partitions are placed at creation.
+ *
  * Threads: the loop thread. */
 #ifndef TN_API_CATALOG_H
 #define TN_API_CATALOG_H
@@ -34,6 +43,11 @@ typedef struct {
     int64_t retention_ms;
     uint32_t max_attempts;
     uint8_t durability;
+    /* Placement: this node's member id (the metastore's node id), and
+     * whether it is one of a cluster (peers or join addresses given) rather
+     * than a lone node; see place() in catalog.c for what that changes. */
+    uint64_t node_id;
+    bool cluster;
 } tn_catalog_opts_t;
 
 /* Start listening to b and record what b holds now. 0 or an error. */

@@ -523,6 +523,21 @@ static void acquire(poll_t *p)
         finish(p, 400, "invalid argument: partition out of range");
         return;
     }
+    if (rc == 0 && (a->pinned || a->replay) && !tn_topic_part_local(t, a->partition)) {
+        /* Not routed yet: the partition's log is on its owner. */
+        char msg[160];
+        uint64_t owner = t->parts[a->partition]->owner;
+        if (owner != 0)
+            snprintf(msg, sizeof(msg),
+                     "partition %" PRIu32 " lives on node %" PRIu64 ", not on this one",
+                     a->partition, owner);
+        else
+            snprintf(msg, sizeof(msg),
+                     "partition %" PRIu32 " is not placed on a node yet; try again shortly",
+                     a->partition);
+        finish(p, 503, msg);
+        return;
+    }
     if (rc == 0 && a->replay) {
         replay(p, t);
         return;

@@ -66,7 +66,8 @@ static void per_topic(const tn_metrics_t *m, tn_buf_t *b)
                 if (f == 0) {
                     uint64_t total = 0;
                     for (uint32_t p = 0; p < t->nparts; p++)
-                        total += tn_plog_written_next(t->parts[p]->plog);
+                        if (tn_topic_part_local(t, p))
+                            total += tn_plog_written_next(t->parts[p]->plog);
                     put(b, "%s{topic=\"%s\"} %" PRIu64 "\n", fams[f][0], t->name, total);
                     continue;
                 }

@@ -161,7 +161,8 @@ static void topic_sums(const tn_topic_t *t, topic_sums_t *out)
 {
     memset(out, 0, sizeof(*out));
     for (uint32_t i = 0; i < t->nparts; i++)
-        out->message_count += tn_plog_written_next(t->parts[i]->plog);
+        if (tn_topic_part_local(t, i))
+            out->message_count += tn_plog_written_next(t->parts[i]->plog);
     out->depth = tn_topic_depth(t);
     for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
         out->nchannels++;
@@ -872,6 +873,10 @@ static void on_hpub_done(tn_pub_t *p, int status)
             answer_error(r, 429, "E_THROTTLED");
         else if (status == TN_EFULL)
             answer_error(r, 503, "EPHEMERAL_TOPIC_FULL");
+        else if (status == TN_EREMOTE)
+            /* No partition of the topic is on this node; publishing through
+             * the node that holds one comes with routing. */
+            answer_error(r, 503, "E_PUB_FAILED: the partitions of this topic live on other nodes");
         else
             answer_error(r, 503, "E_STORAGE");
     }

@@ -430,7 +430,7 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
                 continue;
             tn__v1_appendf(b, "%s{\"index\":%u", first ? "" : ",", p);
             first = false;
-            if (p < nlocal) {
+            if (p < nlocal && tn_topic_part_local(bt, p)) {
                 tn_plog_stats_t st;
                 tn_plog_stats(bt->parts[p]->plog, &st);
                 tn__v1_appendf(
@@ -549,8 +549,7 @@ void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec)
     t->own_retention_ns =
         rec->retention_ms > INT64_MAX / 1000000 ? INT64_MAX : rec->retention_ms * 1000000;
     t->own_max_attempts = rec->max_attempts;
-    for (uint32_t i = 0; i < t->nparts; i++)
-        tn_plog_set_durability(t->parts[i]->plog, rec->durability);
+    tn_topic_set_durability(t, rec->durability);
 }
 
 /* --- creating and deleting topics ---------------------------------------------------- */
@@ -1224,6 +1223,42 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
 
 #define MAX_KEY 1024
 
+/* 503 for a produce to a partition whose log lives on another node (the
+ * engine's TN_EREMOTE): this node does not route it yet. owner 0: not
+ * placed yet (a retry soon may land), or with partition UINT32_MAX: no
+ * partition of the topic is here. */
+static void answer_remote(tn_http_request_t *r, uint32_t partition, uint64_t owner)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    if (partition == UINT32_MAX)
+        tn__v1_appendf(&b, "{\"error\":\"every partition of this topic lives on another node; "
+                           "produce there (this node does not route produces yet)\"");
+    else if (owner != 0)
+        tn__v1_appendf(
+            &b,
+            "{\"error\":\"partition %" PRIu32 " lives on node %" PRIu64
+            "; produce there (this node does not route produces yet)\",\"partition\":%" PRIu32
+            ",\"owner_node\":\"%" PRIu64 "\"",
+            partition, owner, partition, owner);
+    else
+        tn__v1_appendf(&b,
+                       "{\"error\":\"partition %" PRIu32
+                       " is not placed on a node yet\",\"partition\":%" PRIu32
+                       ",\"owner_node\":null",
+                       partition, partition);
+    tn_buf_append(&b, "}\n", 2);
+    tn_http_respond(r, 503, JSON, owner == 0 ? "Retry-After: 1\r\n" : NULL, tn_buf_data(&b),
+                    tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
+
+/* The partition a TN_EREMOTE publish names for answer_remote. */
+static uint32_t remote_partition(const tn_pub_t *p)
+{
+    return p->pinned ? p->partition : UINT32_MAX;
+}
+
 typedef struct {
     tn_pub_t pub;
     tn_http_request_t *r; /* NULL once the client left */
@@ -1266,6 +1301,8 @@ static void on_produced(tn_pub_t *p, int status)
 {
     produce_t *pr = p->data;
     tn_http_request_t *r = pr->r;
+    uint32_t rpart = remote_partition(p);
+    uint64_t owner = p->owner;
     tn_quota_give(&pr->v->produces, pr->ident, pr->charge);
     tn_pub_fini(&pr->pub);
     tn_free(pr);
@@ -1274,6 +1311,8 @@ static void on_produced(tn_pub_t *p, int status)
     r->on_cancel = NULL;
     if (status == 0)
         tn_http_respond(r, 202, NULL, NULL, NULL, 0);
+    else if (status == TN_EREMOTE)
+        answer_remote(r, rpart, owner);
     else if (status == TN_EDISKHIGH)
         tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
     else
@@ -1360,9 +1399,13 @@ static void on_produce(tn_http_request_t *r, void *arg)
     if (rc != 0) {
         r->on_cancel = NULL;
         tn_quota_give(&v->produces, pr->ident, pr->charge);
+        uint32_t rpart = remote_partition(&pr->pub);
+        uint64_t owner = pr->pub.owner;
         tn_pub_fini(&pr->pub);
         tn_free(pr);
-        if (rc == TN_EDISKHIGH)
+        if (rc == TN_EREMOTE)
+            answer_remote(r, rpart, owner);
+        else if (rc == TN_EDISKHIGH)
             tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
         else
             tn__v1_error(r, 500, "produce failed", NULL);
@@ -1377,9 +1420,11 @@ typedef struct {
     tn_v1_t *v;
     uint32_t charge; /* counted against its user */
     char ident[72];
-    uint32_t pending; /* publishes not ended */
-    uint32_t count;   /* messages */
-    int status;       /* the first failure, or 0 */
+    uint32_t pending;     /* publishes not ended */
+    uint32_t count;       /* messages */
+    int status;           /* the first failure, or 0 */
+    uint32_t remote_part; /* with status TN_EREMOTE: answer_remote's */
+    uint64_t remote_owner;
     uint32_t npubs;
     tn_pub_t pubs[];
 } batch_op_t;
@@ -1395,6 +1440,8 @@ static void batch_end(batch_op_t *op)
     tn_http_request_t *r = op->r;
     int status = op->status;
     uint32_t count = op->count;
+    uint32_t rpart = op->remote_part;
+    uint64_t owner = op->remote_owner;
     tn_quota_give(&op->v->produces, op->ident, op->charge);
     for (uint32_t i = 0; i < op->npubs; i++)
         tn_pub_fini(&op->pubs[i]);
@@ -1406,6 +1453,8 @@ static void batch_end(batch_op_t *op)
         char body[64];
         int n = snprintf(body, sizeof(body), "{\"accepted\":%" PRIu32 "}\n", count);
         tn_http_respond(r, 202, JSON, NULL, body, (size_t)n);
+    } else if (status == TN_EREMOTE) {
+        answer_remote(r, rpart, owner);
     } else if (status == TN_EDISKHIGH) {
         tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
     } else {
@@ -1416,8 +1465,11 @@ static void batch_end(batch_op_t *op)
 static void on_batch_published(tn_pub_t *p, int status)
 {
     batch_op_t *op = p->data;
-    if (status != 0 && op->status == 0)
+    if (status != 0 && op->status == 0) {
         op->status = status;
+        op->remote_part = remote_partition(p);
+        op->remote_owner = p->owner;
+    }
     if (--op->pending == 0)
         batch_end(op);
 }
@@ -1441,7 +1493,14 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
         return;
     }
     uint32_t nparts = e->rec.partitions;
-    uint32_t keyless = v->next_part++ % nparts; /* one partition for the messages without a key */
+    /* One partition for the messages without a key: a local one, when the
+     * engine has the topic (the others live on other nodes). */
+    tn_topic_t *bt = NULL;
+    bool live = tn_broker_topic(v->broker, topic, strlen(topic), false, 0, NULL, &bt) == 0 &&
+                bt->nparts >= nparts;
+    uint32_t keyless = v->next_part++ % nparts;
+    for (uint32_t k = 0; live && k < nparts && !tn_topic_part_local(bt, keyless); k++)
+        keyless = v->next_part++ % nparts;
     uint32_t *part = tn_calloc(b.n, sizeof(*part));
     uint32_t *per = tn_calloc(nparts, sizeof(*per));
     batch_op_t *op = NULL;
@@ -1459,6 +1518,15 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
                   : m->key_len > 0  ? tn__v1_key_hash(b.data.base + m->key_off, m->key_len) % nparts
                                     : keyless;
         used += per[part[i]]++ == 0;
+    }
+    /* All or nothing: refused before anything is published when a
+     * partition it needs lives on another node. */
+    uint32_t rpart = UINT32_MAX;
+    for (uint32_t p = 0; rc == 0 && live && p < nparts; p++) {
+        if (per[p] > 0 && !tn_topic_part_local(bt, p)) {
+            rpart = p;
+            rc = TN_EREMOTE;
+        }
     }
     if (rc == 0 && tn_store_disk_high(v->broker->store))
         rc = TN_EDISKHIGH;
@@ -1505,6 +1573,8 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
         }
         if (rc == UV_EINVAL)
             tn__v1_error(r, 400, err, NULL);
+        else if (rc == TN_EREMOTE)
+            answer_remote(r, rpart, bt->parts[rpart]->owner);
         else if (rc == TN_EDISKHIGH)
             tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
         else

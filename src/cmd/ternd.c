@@ -79,6 +79,7 @@ typedef struct {
     uv_signal_t sigterm;
     int rc;
     uint64_t raft_id;
+    bool cluster;             /* peers or join addresses: placement counts */
     bool security;            /* security-enabled */
     const char *raft_address; /* borrowed from the configuration */
     tn_meta_peer_t *peers;    /* --peers for the metastore, or NULL */
@@ -260,6 +261,8 @@ static void summarise(tn_broker_t *b, char *out, size_t len)
     for (size_t i = 0; i < b->nbuckets; i++) {
         for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
             for (uint32_t p = 0; p < t->nparts; p++) {
+                if (!tn_topic_part_local(t, p))
+                    continue; /* no files here: another node's */
                 tn_plog_stats_t st;
                 tn_plog_stats(t->parts[p]->plog, &st);
                 parts++;
@@ -373,6 +376,9 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     d->data_path = cfg->data_path;
     d->raft_id = mo.node_id;
     d->raft_address = cfg->raft_listen.addr.name;
+    /* One of a cluster, not a lone node: unassigned partitions wait for an
+     * owner rather than open here (catalog.c, place()). */
+    d->cluster = mo.npeers > 0 || mo.join_only;
     int rc = tn_meta_open(d->loop, &mo, &d->meta, err, errlen);
     if (rc != 0) {
         tn_control_close(d->control, NULL, NULL);
@@ -438,8 +444,12 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
 {
     uv_loop_t *loop = d->loop;
     char as[TN_NETADDR_NAME_MAX + 300];
-    tn_catalog_opts_t co = {cfg->msg_timeout_ns / 1000000, cfg->retention_ns / 1000000,
-                            (uint32_t)cfg->max_attempts, (uint8_t)cfg->durability};
+    tn_catalog_opts_t co = {cfg->msg_timeout_ns / 1000000,
+                            cfg->retention_ns / 1000000,
+                            (uint32_t)cfg->max_attempts,
+                            (uint8_t)cfg->durability,
+                            d->raft_id,
+                            d->cluster};
     if (tn_catalog_start(d->broker, d->meta, &co, &d->catalog) != 0)
         TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
     tn_nsq_opts_t nopts;

@@ -28,7 +28,8 @@
     X(FULL, "an ephemeral topic holds as many messages as it may; consume them first")             \
     X(NOTLEADER, "this node is not the metastore leader")                                          \
     X(NOLEADER, "no metastore leader is known (no quorum)")                                        \
-    X(IDTAKEN, "a member with this id is in the cluster at another address")
+    X(IDTAKEN, "a member with this id is in the cluster at another address")                       \
+    X(REMOTE, "the partition lives on another node")
 
 enum {
     TN__ERR_BASE = -100000,

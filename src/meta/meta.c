@@ -80,6 +80,11 @@ struct tn_meta_s {
     unsigned hb_interval_ms;
     unsigned dead_after_ms;
     bool addr_checked;
+    /* tn_meta_on_change: applied entries changed the state since the last
+     * tick (told from the tick, never from inside libraft's callbacks). */
+    bool changed;
+    void (*on_change)(void *arg);
+    void *change_arg;
     bool reg_busy;
     bool reg_failing;
     bool mark_busy;
@@ -138,6 +143,7 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
     int rc = tn_meta_cmd_decode(buf->base, buf->len, &c, &used);
     if (rc == 0) {
         rc = tn_meta_state_apply(&m->state, &c);
+        m->changed = m->changed || (rc == 0 && c.type != TN_MC_NOOP);
         if (c.type == TN_MC_NOOP && c.member.id == m->id)
             confirm_applied(m, c.nonce);
         tn_meta_cmd_fini(&c);
@@ -191,6 +197,7 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
         return rc == UV_ENOMEM ? RAFT_NOMEM : RAFT_CORRUPT;
     }
     raft_free(buf->base);
+    m->changed = true;
     return 0;
 }
 
@@ -955,8 +962,13 @@ static void on_poll(uv_timer_t *t)
         TN_LOG(TN_LOG_NOTICE, "metastore ready: %s, %zu topics, %zu users, log index %llu",
                leader ? "leader" : "follower", m->state.ntopics, m->state.nusers,
                (unsigned long long)raft_last_index(&m->raft));
+        m->changed = false; /* on_ready covers what came before */
         if (m->on_ready != NULL)
             m->on_ready(m->ready_arg);
+    }
+    if (!m->closing && m->ready && m->changed && m->on_change != NULL) {
+        m->changed = false;
+        m->on_change(m->change_arg);
     }
     if (!m->closing)
         register_self(m);
@@ -967,6 +979,12 @@ static void on_poll(uv_timer_t *t)
     bool busy = m->waiting != NULL || m->joins != NULL || m->xfer_active || m->confirms != NULL ||
                 !m->ready;
     uv_timer_set_repeat(t, busy ? LEADER_POLL_MS : TICK_MS);
+}
+
+void tn_meta_on_change(tn_meta_t *m, void (*cb)(void *arg), void *arg)
+{
+    m->on_change = cb;
+    m->change_arg = arg;
 }
 
 const tn_meta_state_t *tn_meta_state(const tn_meta_t *m)

@@ -151,6 +151,11 @@ int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
  * (TN_ENOLEADER, TN_ECLOSED, ...), or UV_ETIMEDOUT (committed but not
  * applied here within 10 s). Or at once TN_ECLOSED / UV_ENOMEM. */
 int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
+/* Be told (cb(arg), on the loop thread, from the metastore's tick: within
+ * about 100 ms) after applied log entries or a restored snapshot changed
+ * the local replica, once it is ready; cb NULL: no more. For followers of
+ * the state (the catalog follows topic records and placement). */
+void tn_meta_on_change(tn_meta_t *m, void (*cb)(void *arg), void *arg);
 /* The local replica, for reads. */
 const tn_meta_state_t *tn_meta_state(const tn_meta_t *m);
 bool tn_meta_ready(tn_meta_t *m);

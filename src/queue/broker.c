@@ -235,6 +235,8 @@ int tn_part_record(tn_topic_t *t, uint32_t p, uint64_t offset, tn_waiter_t *w,
     if (p >= t->nparts)
         return UV_EINVAL;
     tn_part_t *part = t->parts[p];
+    if (part->remote)
+        return TN_EREMOTE;
     uint64_t end = TN_MIN(tn_plog_visible_next(part->plog), part->appended_next);
     if (offset >= end)
         return TN_ENOTFOUND;
@@ -334,6 +336,8 @@ static void topic_create_work(uv_work_t *w)
     tn_topic_t *t = j->t;
     const tn_broker_opts_t *o = &t->broker->opts;
     for (uint32_t i = 0; i < t->nparts; i++) {
+        if (t->parts[i]->remote)
+            continue; /* its log is on its owner */
         int rc = t->memory ? tn_plog_open_memory(t->broker->store, t->name, i, o->mem_max_records,
                                                  o->mem_max_bytes, &t->parts[i]->plog)
                            : tn_plog_open(t->broker->store, t->name, i, &t->parts[i]->plog);
@@ -360,12 +364,28 @@ static void topic_create_done(uv_work_t *w, int status)
         tn__waiters_fire(&t->waiters, rc);
         tn__topic_free(t);
     } else {
-        for (uint32_t i = 0; i < t->nparts; i++)
+        uint32_t remote = 0;
+        for (uint32_t i = 0; i < t->nparts; i++) {
+            if (t->parts[i]->remote) {
+                remote++;
+                continue;
+            }
             tn__part_ready(t->parts[i]);
+            if (t->durability >= 0)
+                tn_plog_set_durability(t->parts[i]->plog, t->durability);
+        }
         t->state = TN_OBJ_READY;
-        TN_LOG(TN_LOG_INFO, "topic %s created with %" PRIu32 " partition(s)", t->name, t->nparts);
+        if (remote == 0)
+            TN_LOG(TN_LOG_INFO, "topic %s created with %" PRIu32 " partition(s)", t->name,
+                   t->nparts);
+        else
+            TN_LOG(TN_LOG_INFO,
+                   "topic %s created with %" PRIu32 " partition(s), %" PRIu32
+                   " of them on other nodes",
+                   t->name, t->nparts, remote);
         tn__broker_event(b, TN_EV_TOPIC_UP, t->name, NULL);
         tn__waiters_fire(&t->waiters, 0);
+        tn__topic_place_resume(t);
     }
     tn__broker_work_done(b);
 }
@@ -426,16 +446,40 @@ void tn_broker_set_gate(tn_broker_t *b, tn_gate_fn fn, void *arg)
     b->gate_arg = arg;
 }
 
+void tn_broker_set_placement(tn_broker_t *b, tn_place_fn fn, void *arg)
+{
+    b->place = fn;
+    b->place_arg = arg;
+}
+
+void tn_broker_follow_placement(tn_broker_t *b)
+{
+    if (b->closing || b->place == NULL)
+        return;
+    for (size_t i = 0; i < b->nbuckets; i++) {
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->memory || t->state == TN_OBJ_FAILED || t->state == TN_OBJ_DELETING)
+                continue;
+            /* Busy ones follow by themselves once free; out of memory
+             * leaves it for the next change. */
+            (void)tn_topic_follow_placement(t, NULL, NULL);
+        }
+    }
+}
+
 int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_after_work_cb after,
                         tn_topic_t *t, tn_channel_t *ch)
 {
     /* Ephemeral topics and their channels are never recorded. */
-    if (b->gate == NULL || t->memory)
+    if (b->gate == NULL || t->memory) {
+        if (ch == NULL)
+            tn__topic_place_new(t, 0);
         return uv_queue_work(b->loop, work, run, after);
+    }
     tn_gate_t *g = tn_calloc(1, sizeof(*g));
     if (g == NULL)
         return UV_ENOMEM;
-    *g = (tn_gate_t){b, work, run, after, true, false, 0};
+    *g = (tn_gate_t){b, work, run, after, true, false, 0, ch == NULL ? t : NULL};
     b->gate(b->gate_arg, g, t, ch);
     g->asking = false;
     if (!g->answered)
@@ -443,6 +487,8 @@ int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_afte
     /* Answered at once: the caller learns it from the return value. */
     int status = g->status;
     tn_free(g);
+    if (status == 0 && ch == NULL)
+        tn__topic_place_new(t, 0); /* its record is committed: where it lives is known */
     return status != 0 ? status : uv_queue_work(b->loop, work, run, after);
 }
 
@@ -457,9 +503,12 @@ void tn_gate_done(tn_gate_t *g, int status)
     uv_work_t *work = g->work;
     uv_work_cb run = g->run;
     uv_after_work_cb after = g->after;
+    tn_topic_t *place = g->place;
     tn_free(g);
     if (status == 0 && b->closing)
         status = TN_ECLOSED;
+    if (status == 0 && place != NULL)
+        tn__topic_place_new(place, 0); /* its record is committed: where it lives is known */
     if (status == 0)
         status = uv_queue_work(b->loop, work, run, after);
     if (status != 0)
@@ -629,6 +678,8 @@ static void gc_topic(tn_broker_t *b, tn_topic_t *t, int64_t now_wall_ns)
     int64_t keep_ns = now_wall_ns - b->opts.bootstrap_window_ms * 1000000;
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_part_t *p = t->parts[i];
+        if (p->remote)
+            continue; /* its owner keeps it (and a copy left here is not touched) */
         if (t->memory) {
             tn__part_mem_trim(p);
             continue;
@@ -671,34 +722,56 @@ typedef struct {
     int rc;
 } load_ctx_t;
 
+/* The partitions of a topic on disk: their count (the highest index + 1)
+ * and, once present is allocated, which of them are there. */
+typedef struct {
+    uint32_t n;
+    bool *present;
+} load_parts_t;
+
 static int load_partition_count(void *arg, const char *topic, uint32_t partition)
 {
     (void)topic;
-    uint32_t *n = arg;
-    if (partition + 1 > *n)
-        *n = partition + 1;
+    load_parts_t *lp = arg;
+    if (lp->present != NULL) {
+        if (partition < lp->n)
+            lp->present[partition] = true;
+        return 0;
+    }
+    if (partition + 1 > lp->n)
+        lp->n = partition + 1;
     return 0;
 }
 
 static int load_channel(void *arg, const char *channel)
 {
     tn_topic_t *t = arg;
-    /* A channel exists when partition 0 has it; each partition opens it. */
+    /* A channel exists when its lowest local partition has it (deletion
+     * removes that one last); each local partition opens it. */
     return tn__channel_load(t, channel);
 }
 
 static int load_topic(void *arg, const char *name)
 {
     load_ctx_t *ctx = arg;
-    uint32_t nparts = 0;
-    int rc = tn_store_list_partitions(ctx->b->store, name, load_partition_count, &nparts);
-    if (rc != 0 || nparts == 0)
+    load_parts_t lp = {0, NULL};
+    int rc = tn_store_list_partitions(ctx->b->store, name, load_partition_count, &lp);
+    if (rc != 0 || lp.n == 0)
         return rc;
-    tn_topic_t *t;
-    rc = tn__topic_load(ctx->b, name, nparts, &t);
+    lp.present = tn_calloc(lp.n, sizeof(*lp.present));
+    if (lp.present == NULL)
+        return UV_ENOMEM;
+    rc = tn_store_list_partitions(ctx->b->store, name, load_partition_count, &lp);
+    tn_topic_t *t = NULL;
+    if (rc == 0)
+        rc = tn__topic_load(ctx->b, name, lp.n, lp.present, &t);
+    uint32_t lowest = 0;
+    while (lowest < lp.n && !lp.present[lowest])
+        lowest++;
+    tn_free(lp.present);
     if (rc != 0)
         return rc;
-    return tn_chanlog_list(ctx->b->store, name, 0, load_channel, t);
+    return tn_chanlog_list(ctx->b->store, name, lowest, load_channel, t);
 }
 
 int tn_broker_open(uv_loop_t *loop, tn_store_t *store, const tn_broker_opts_t *opts,

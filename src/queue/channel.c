@@ -238,6 +238,23 @@ int tn__chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanl
     return 0;
 }
 
+static void chpart_fini(tn_chpart_t *cp);
+
+int tn__chpart_reset(tn_chpart_t *cp, tn_chanlog_t *cl, tn_cursor_t *cur)
+{
+    tn_channel_t *ch = cp->ch;
+    tn_part_t *part = cp->part;
+    /* A remote partition's state is idle: no lease, nothing pending. */
+    chpart_fini(cp);
+    memset(cp, 0, sizeof(*cp));
+    int rc = tn__chpart_init(cp, ch, part, cl, cur);
+    if (rc == 0 && ch->paused && cl != NULL) {
+        tn_walrec_t r = {.op = TN_WAL_PAUSE, .value = 1};
+        rc = record(cp, &r);
+    }
+    return rc;
+}
+
 static void chpart_fini(tn_chpart_t *cp)
 {
     if (cp->ch == NULL)
@@ -378,6 +395,17 @@ int tn__channel_load(tn_topic_t *t, const char *name)
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_chanlog_t *cl;
         tn_cursor_t cur;
+        if (t->parts[i]->remote) {
+            /* Its log is on the partition's owner: idle state here. */
+            tn_cursor_init(&cur, 0);
+            int rc = tn__chpart_init(ch->parts[i], ch, t->parts[i], NULL, &cur);
+            if (rc != 0) {
+                tn_cursor_fini(&cur);
+                tn__channel_free(ch);
+                return rc;
+            }
+            continue;
+        }
         int rc = tn_chanlog_open(b->store, t->name, i, name, NULL, &cl, &cur);
         if (rc != 0) {
             TN_LOG(TN_LOG_ERROR, "cannot open channel %s of %s/%" PRIu32 ": %s", name, t->name, i,
@@ -402,7 +430,13 @@ int tn__channel_load(tn_topic_t *t, const char *name)
         check_lost_tail(cp);
         tn__broker_rewake(cp);
     }
-    ch->paused = ch->parts[0]->cur.paused;
+    ch->paused = false;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        if (!t->parts[i]->remote) {
+            ch->paused = ch->parts[i]->cur.paused;
+            break;
+        }
+    }
     ch->state = TN_OBJ_READY;
     channel_link(t, ch);
     return 0;
@@ -447,6 +481,8 @@ static void chan_create_work(uv_work_t *w)
     tn_channel_t *ch = j->ch;
     tn_topic_t *t = ch->topic;
     for (uint32_t i = 0; i < t->nparts; i++) {
+        if (t->parts[i]->remote)
+            continue; /* its channel log is on the partition's owner */
         tn_plog_t *plog = t->parts[i]->plog;
         tn_plog_stats_t st;
         tn_plog_stats(plog, &st);
@@ -476,6 +512,8 @@ static void chan_create_done(uv_work_t *w, int status)
     int rc = j->rc != 0 ? j->rc : status;
     ch->busy--;
     for (uint32_t i = 0; i < t->nparts; i++) {
+        if (t->parts[i]->remote && j->cls[i] == NULL)
+            tn_cursor_init(&j->curs[i], 0); /* idle: the log is on its owner */
         if (rc == 0 && !b->closing) {
             rc = tn__chpart_init(ch->parts[i], ch, t->parts[i], j->cls[i], &j->curs[i]);
         } else {
@@ -505,6 +543,7 @@ static void chan_create_done(uv_work_t *w, int status)
     tn_free(j->cls);
     tn_free(j->curs);
     tn_free(j);
+    tn__topic_place_resume(t);
     tn__broker_work_done(b);
 }
 
@@ -572,7 +611,9 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
     if (ch->memory) {
         for (uint32_t i = 0; i < t->nparts; i++) {
             tn_plog_stats_t st;
-            tn_plog_stats(t->parts[i]->plog, &st);
+            memset(&st, 0, sizeof(st));
+            if (!t->parts[i]->remote)
+                tn_plog_stats(t->parts[i]->plog, &st);
             tn_cursor_t cur;
             tn_cursor_init(&cur, backlog ? st.first_offset : st.visible_next);
             int rc = tn__chpart_init(ch->parts[i], ch, t->parts[i], NULL, &cur);
@@ -703,6 +744,8 @@ static bool budget_full(const tn_broker_t *b)
 static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, bool capped,
                         cand_t *out)
 {
+    if (cp->part->remote)
+        return false; /* delivered by its owner */
     if (cp->broken || tn_plog_err(cp->part->plog) != 0)
         return false;
     tn_part_t *part = cp->part;
@@ -1205,6 +1248,8 @@ void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
         return;
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
         const tn_chpart_t *cp = ch->parts[i];
+        if (cp->part->remote)
+            continue; /* counted by its owner */
         uint64_t tail = tn__part_limit(cp->part);
         uint64_t unsettled = tail > cp->cur.frontier ? tail - cp->cur.frontier : 0;
         unsettled = unsettled > cp->cur.nsettled ? unsettled - cp->cur.nsettled : 0;
@@ -1229,6 +1274,8 @@ int tn_channel_pause(tn_channel_t *ch, bool paused)
     ch->paused = paused;
     int rc = 0;
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
+        if (ch->parts[i]->part->remote)
+            continue; /* a partition opened later takes ch->paused */
         tn_walrec_t r = {.op = TN_WAL_PAUSE, .value = paused ? 1 : 0};
         int e = record(ch->parts[i], &r);
         if (e != 0 && rc == 0)
@@ -1247,6 +1294,8 @@ int tn_channel_empty(tn_channel_t *ch)
     int rc = 0;
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
         tn_chpart_t *cp = ch->parts[i];
+        if (cp->part->remote)
+            continue;
         /* In flight: the leases end (a late FIN fails, as in nsqd). */
         size_t pos = 0;
         uint64_t key;
@@ -1292,7 +1341,8 @@ void tn_topic_pause(tn_topic_t *t, bool paused)
 {
     if (paused && !t->paused) {
         for (uint32_t i = 0; i < t->nparts; i++)
-            t->parts[i]->hold = tn__part_limit(t->parts[i]);
+            if (!t->parts[i]->remote)
+                t->parts[i]->hold = tn__part_limit(t->parts[i]);
     }
     t->paused = paused;
     if (!paused)
@@ -1304,6 +1354,8 @@ uint64_t tn_topic_depth(const tn_topic_t *t)
     uint64_t depth = 0;
     for (uint32_t i = 0; i < t->nparts; i++) {
         const tn_part_t *p = t->parts[i];
+        if (p->remote)
+            continue; /* held by its owner */
         uint64_t end = TN_MIN(tn_plog_visible_next(p->plog), p->appended_next);
         uint64_t from = end;
         if (t->channels == NULL) {

@@ -51,7 +51,10 @@ void tn__broker_unstarve(tn_broker_t *b);
 void tn__topic_pump_all(tn_topic_t *t);
 void tn__topic_free(tn_topic_t *t);
 void tn__waiters_fire(tn_waiter_t **list, int status);
-int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, tn_topic_t **out);
+/* Load a topic found on disk: the partitions present are opened, the
+ * others (a cluster node holds only its own) are remote, not placed yet. */
+int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, const bool *present,
+                   tn_topic_t **out);
 void tn__topic_insert(tn_broker_t *b, tn_topic_t *t);
 tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t nparts);
 
@@ -64,7 +67,14 @@ struct tn_gate_s {
     bool asking;   /* inside the gate function */
     bool answered; /* it answered before returning */
     int status;
+    tn_topic_t *place; /* a topic being created: placed once the gate opens */
 };
+/* Ask the placement about every partition of t (being created): marks the
+ * remote ones, which the creation does not open. */
+void tn__topic_place_new(tn_topic_t *t, uint32_t from);
+/* A creation, growth or channel creation of t ended: run a placement
+ * follow that waited for it. */
+void tn__topic_place_resume(tn_topic_t *t);
 /* Ask the gate (if any) before queueing work; else queue it at once. 0
  * (queued, or waiting for the gate: after runs in any case), or an error
  * (nothing will run: the gate refused at once, or uv_queue_work failed). */
@@ -72,6 +82,10 @@ int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_afte
                         tn_topic_t *t, tn_channel_t *ch);
 
 /* channel.c */
+/* Give cp, the idle state of a channel on a partition that was remote,
+ * the log (NULL: in memory) and cursor (taken over) of the partition now
+ * opened here. 0 or UV_ENOMEM. */
+int tn__chpart_reset(tn_chpart_t *cp, tn_chanlog_t *cl, tn_cursor_t *cur);
 /* Set up a channel's state on one partition from its log (NULL: in
  * memory) and recovered cursor (taken over on success). 0 or UV_ENOMEM. */
 int tn__chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanlog_t *cl,

@@ -53,6 +53,27 @@
  *   - Memory per channel partition is bounded by max_ahead, not by the
  *     backlog on disk.
  *
+ * DESIGN: placement (a cluster). A topic keeps its partition count on
+ * every node, but a partition's log lives only on the node that owns it
+ * (the metastore's assignment, asked through the broker's placement
+ * function). The others are remote: no log open, no file, the owner's
+ * member id kept; channels hold an idle partition state for them. Remote
+ * partitions take no part in publishing (round robin goes over the local
+ * ones; one pinned to a remote partition is refused with TN_EREMOTE),
+ * delivery, depth, stats or GC.
+ *   1. A topic being created asks the placement for each partition once
+ *      its record is committed (after the creation gate), and opens only
+ *      the local ones; growth does the same for the new partitions.
+ *   2. tn_topic_follow_placement asks again: a remote partition now placed
+ *      here is opened on a worker thread (its log and its durable
+ *      channels' logs, all new), the topic waiting meanwhile as while it
+ *      grows. A partition open here and now owned by another node (a data
+ *      directory restored onto another node) is made remote with a
+ *      warning; its files stay on disk, nothing is deleted. Owners are
+ *      sticky, so data never moves.
+ *   3. With no placement function (a lone engine, the unit tests) every
+ *      partition is local.
+ *
  * Threads: everything here runs on the loop thread of the broker. */
 #ifndef TN_QUEUE_QUEUE_H
 #define TN_QUEUE_QUEUE_H
@@ -172,6 +193,13 @@ struct tn_part_s {
     /* While the topic is paused: offsets from here on are held at the
      * topic (its depth), not delivered by any channel. */
     uint64_t hold;
+    /* Placement: the partition lives on another node (owner, its member
+     * id; 0 while the metastore has not placed it). plog is NULL, except
+     * for a partition found on disk here that the metastore gives to
+     * another node: that log stays open, untouched, and unused. */
+    bool remote;
+    bool opening; /* tn_topic_follow_placement is opening it */
+    uint64_t owner;
 };
 
 struct tn_topic_s {
@@ -205,6 +233,12 @@ struct tn_topic_s {
     bool own_settings;
     int64_t own_retention_ns;  /* 0: no age limit */
     uint32_t own_max_attempts; /* 0: no dead-lettering */
+    /* The durability of its partition logs (tn_topic_set_durability), for
+     * those opened later; -1: the store's default. */
+    int durability;
+    /* tn_topic_follow_placement was asked while the topic was busy: it
+     * runs once the creation, growth or channel creation ends. */
+    bool place_again;
     uint64_t ttl_discards;
     uint64_t message_count; /* published since start */
     uint64_t message_bytes;
@@ -306,6 +340,9 @@ struct tn_pub_s {
     uint32_t pin;
     uint32_t partition; /* result: where it went */
     uint64_t first_offset;
+    /* Result, with TN_EREMOTE: the member that owns the partition asked
+     * for (0: not placed yet, or every partition is on other nodes). */
+    uint64_t owner;
     /* Private. */
     tn_broker_t *broker;
     tn_topic_t *topic;
@@ -343,6 +380,12 @@ typedef void (*tn_broker_event_cb)(void *arg, tn_broker_event_t ev, const char *
 typedef struct tn_gate_s tn_gate_t;
 typedef void (*tn_gate_fn)(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch);
 
+/* The placement: whether partition p of topic t (borrowed; its name and
+ * partition count are set) lives on this node; false with *owner, the
+ * member id that holds it (0: not placed yet). Ephemeral topics are never
+ * asked (they are local everywhere). */
+typedef bool (*tn_place_fn)(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner);
+
 struct tn_broker_s {
     uv_loop_t *loop;
     /* Told of topic and channel events (channel is NULL for topic events). */
@@ -353,6 +396,8 @@ struct tn_broker_s {
     uint32_t nlisteners;
     tn_gate_fn gate;
     void *gate_arg;
+    tn_place_fn place; /* NULL: every partition is local */
+    void *place_arg;
     tn_store_t *store;
     tn_broker_opts_t opts;
     tn_topic_t **buckets;
@@ -445,9 +490,12 @@ int tn_pub_set_key(tn_pub_t *p, uint32_t i, const void *key, size_t len);
 void tn_pub_fini(tn_pub_t *p);
 
 /* Publish p to the topic called name (created when missing). deliver_at_ms
- * (wall clock, 0 = now) defers delivery. Returns 0 when under way (cb runs
+ * (wall clock, 0 = now) defers delivery. Without a pin the partition is
+ * the next local one, round robin. Returns 0 when under way (cb runs
  * with the final status: 0 at the durability boundary, else an error), or
- * at once UV_EINVAL, TN_EDISKHIGH, TN_ECLOSED or a storage error. */
+ * at once UV_EINVAL, TN_EDISKHIGH, TN_ECLOSED or a storage error.
+ * TN_EREMOTE (at once or through cb): the pinned partition, or every
+ * partition of the topic, lives on another node (p->owner). */
 int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb);
 
@@ -561,5 +609,30 @@ int tn_broker_delete(tn_broker_t *b, const char *topic, const char *channel, tn_
  * directories, takes them). 0 when under way, UV_EINVAL (not more),
  * UV_EBUSY (not ready, or a channel is being made), UV_ENOMEM. */
 int tn_topic_grow(tn_topic_t *t, uint32_t nparts, tn_delete_cb cb, void *arg);
+
+/* Set (fn NULL: remove) the placement function. Topics already open keep
+ * their partitions until tn_broker_follow_placement. */
+void tn_broker_set_placement(tn_broker_t *b, tn_place_fn fn, void *arg);
+/* Follow the placement for every topic (tn_topic_follow_placement). */
+void tn_broker_follow_placement(tn_broker_t *b);
+/* Ask the placement again for each partition of t and follow it: remote
+ * partitions now placed here are opened (on a worker thread; meanwhile
+ * the topic answers lookups as being created, publishes wait), and local
+ * ones now owned by another node become remote, their files left on disk
+ * (logged at warning level; such a partition is served here again only
+ * after a restart). A local partition the placement leaves
+ * unplaced (owner 0) stays local. A topic busy being created, grown or
+ * given a channel follows once that ends. cb (may be NULL) runs with 0 or
+ * the error of the opening (the partitions stay remote then), possibly
+ * before this returns; 0, or UV_ENOMEM (cb will not run). */
+int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg);
+/* Whether partition p of t has its log here. */
+static inline bool tn_topic_part_local(const tn_topic_t *t, uint32_t p)
+{
+    return p < t->nparts && !t->parts[p]->remote;
+}
+/* Set the durability of every local partition log (tn_plog_set_durability)
+ * and of those opened later. */
+void tn_topic_set_durability(tn_topic_t *t, int mode);
 
 #endif

@@ -58,6 +58,7 @@ tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t
     memcpy(t->name, name, len);
     t->name[len] = '\0';
     t->nparts = nparts;
+    t->durability = -1;
     t->ttl_ms = tn__ttl_for(b, t->name);
     t->is_dlq = len >= 4 && memcmp(name + len - 4, ".DLQ", 4) == 0;
     t->memory = tn_name_ephemeral(name, len);
@@ -105,12 +106,19 @@ void tn__part_ready(tn_part_t *p)
     p->plog->on_progress = on_plog_progress;
 }
 
-int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, tn_topic_t **out)
+int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, const bool *present,
+                   tn_topic_t **out)
 {
     tn_topic_t *t = tn__topic_new(b, name, strlen(name), nparts);
     if (t == NULL)
         return UV_ENOMEM;
     for (uint32_t i = 0; i < nparts; i++) {
+        if (!present[i]) {
+            /* Not on disk: another node's, until the placement says. */
+            t->parts[i]->remote = true;
+            TN_LOG(TN_LOG_INFO, "partition %s/%" PRIu32 " has no files here: remote", name, i);
+            continue;
+        }
         int rc = tn_plog_open(b->store, name, i, &t->parts[i]->plog);
         if (rc != 0) {
             TN_LOG(TN_LOG_ERROR, "cannot open partition %s/%" PRIu32 ": %s", name, i,
@@ -278,11 +286,33 @@ static void on_appended(tn_append_t *req, int status)
     tn__broker_work_done(b);
 }
 
+/* The next local partition, round robin; false when every one is remote. */
+static bool next_local(tn_topic_t *t, uint32_t *out)
+{
+    for (uint32_t k = 0; k < t->nparts; k++) {
+        uint32_t idx = t->next_part++ % t->nparts;
+        if (!t->parts[idx]->remote) {
+            *out = idx;
+            return true;
+        }
+    }
+    return false;
+}
+
 static int append_to(tn_topic_t *t, tn_pub_t *p)
 {
     if (p->pinned && p->pin >= t->nparts)
         return UV_EINVAL;
-    uint32_t idx = p->pinned ? p->pin : t->next_part++ % t->nparts;
+    uint32_t idx = p->pin;
+    if (p->pinned && t->parts[idx]->remote) {
+        p->partition = idx;
+        p->owner = t->parts[idx]->owner;
+        return TN_EREMOTE;
+    }
+    if (!p->pinned && !next_local(t, &idx)) {
+        p->owner = 0;
+        return TN_EREMOTE;
+    }
     tn_part_t *part = t->parts[idx];
     p->partition = idx;
     p->app.data = p;
@@ -355,6 +385,8 @@ static void tempty_step(tempty_t *e)
     tn_topic_t *t = e->t;
     tn_broker_t *b = t->broker;
     for (uint32_t i = 0; i < t->nparts && !t->deleted; i++) {
+        if (t->parts[i]->remote)
+            continue;
         tn_plog_stats_t st;
         tn_plog_stats(t->parts[i]->plog, &st);
         t->parts[i]->first_offset = st.first_offset;
@@ -394,11 +426,13 @@ int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
             if (ch->state != TN_OBJ_READY)
                 return UV_EBUSY;
             for (uint32_t i = 0; i < t->nparts; i++)
-                if (ch->parts[i]->cur.frontier < t->parts[i]->hold)
+                if (!t->parts[i]->remote && ch->parts[i]->cur.frontier < t->parts[i]->hold)
                     return UV_EAGAIN;
         }
         for (uint32_t i = 0; i < t->nparts; i++) {
             tn_part_t *p = t->parts[i];
+            if (p->remote)
+                continue;
             uint64_t end = TN_MIN(tn_plog_visible_next(p->plog), p->appended_next);
             tn__topic_settle_below(t, i, end);
             p->hold = end;
@@ -418,6 +452,8 @@ int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
     t->broker->workers++;
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_part_t *p = t->parts[i];
+        if (p->remote)
+            continue;
         e->reqs[i].data = e;
         uint64_t end = TN_MIN(tn_plog_visible_next(p->plog), p->appended_next);
         int rc = tn_plog_drop_below(p->plog, &e->reqs[i], end, on_floor_written);
@@ -547,6 +583,8 @@ typedef struct {
     uint32_t from;      /* the first new partition */
     uint32_t to;        /* the new count */
     tn_plog_t **plogs;  /* [to - from] */
+    bool *remote;       /* [to - from]: placed on another node, not opened */
+    uint64_t *owners;   /* [to - from] */
     uint32_t nch;       /* durable channels */
     char **names;       /* [nch] */
     tn_chanlog_t **cls; /* [nch][to - from] */
@@ -562,11 +600,13 @@ static void grow_work(uv_work_t *w)
     tn_topic_t *t = g->t;
     uint32_t n = g->to - g->from;
     for (uint32_t k = 0; k < n && g->rc == 0; k++)
-        g->rc = tn_plog_open(t->broker->store, t->name, g->from + k, &g->plogs[k]);
+        if (!g->remote[k])
+            g->rc = tn_plog_open(t->broker->store, t->name, g->from + k, &g->plogs[k]);
     for (uint32_t c = 0; c < g->nch && g->rc == 0; c++) {
         for (uint32_t k = 0; k < n && g->rc == 0; k++)
-            g->rc = tn_chanlog_open(t->broker->store, t->name, g->from + k, g->names[c], NULL,
-                                    &g->cls[c * n + k], &g->curs[c * n + k]);
+            if (!g->remote[k])
+                g->rc = tn_chanlog_open(t->broker->store, t->name, g->from + k, g->names[c], NULL,
+                                        &g->cls[c * n + k], &g->curs[c * n + k]);
     }
 }
 
@@ -586,6 +626,8 @@ static void grow_free(grow_t *g, bool close)
         tn_free(g->names[c]);
     tn_free(g->names);
     tn_free(g->plogs);
+    tn_free(g->remote);
+    tn_free(g->owners);
     tn_free(g->cls);
     tn_free(g->curs);
     tn_free(g);
@@ -611,7 +653,7 @@ static bool grow_channels(grow_t *g)
             ch->parts[g->from + k] = cp;
             tn_cursor_t cur;
             tn_chanlog_t *cl = NULL;
-            if (!ch->ephemeral && c < g->nch) {
+            if (!ch->ephemeral && c < g->nch && !g->remote[k]) {
                 cl = g->cls[c * n + k];
                 cur = g->curs[c * n + k];
                 g->cls[c * n + k] = NULL; /* the channel's now */
@@ -652,6 +694,8 @@ static void grow_done(uv_work_t *w, int status)
             p->index = g->from + k;
             tn_u64map_init(&p->cache);
             p->plog = g->plogs[k];
+            p->remote = g->remote[k];
+            p->owner = g->owners[k];
             g->plogs[k] = NULL;
             t->parts[g->from + k] = p;
         }
@@ -661,8 +705,14 @@ static void grow_done(uv_work_t *w, int status)
     if (rc == 0 && !grow_channels(g))
         rc = UV_ENOMEM;
     if (rc == 0) {
-        for (uint32_t k = 0; k < n; k++)
-            tn__part_ready(t->parts[g->from + k]);
+        for (uint32_t k = 0; k < n; k++) {
+            tn_part_t *p = t->parts[g->from + k];
+            if (p->remote)
+                continue;
+            tn__part_ready(p);
+            if (t->durability >= 0)
+                tn_plog_set_durability(p->plog, t->durability);
+        }
         t->nparts = g->to;
         TN_LOG(TN_LOG_NOTICE, "topic %s grew to %" PRIu32 " partitions", t->name, t->nparts);
     } else {
@@ -681,6 +731,8 @@ static void grow_done(uv_work_t *w, int status)
         cb(arg, rc);
     if (t->deleted && t->busy == 0)
         tn__topic_free(t);
+    else
+        tn__topic_place_resume(t);
     tn__broker_work_done(b);
 }
 
@@ -707,21 +759,295 @@ int tn_topic_grow(tn_topic_t *t, uint32_t nparts, tn_delete_cb cb, void *arg)
     g->arg = arg;
     g->nch = nch;
     g->plogs = tn_calloc(n, sizeof(*g->plogs));
+    g->remote = tn_calloc(n, sizeof(*g->remote));
+    g->owners = tn_calloc(n, sizeof(*g->owners));
     g->names = tn_calloc(nch + 1, sizeof(*g->names));
     g->cls = tn_calloc((size_t)nch * n + 1, sizeof(*g->cls));
     g->curs = tn_calloc((size_t)nch * n + 1, sizeof(*g->curs));
-    bool ok = g->plogs != NULL && g->names != NULL && g->cls != NULL && g->curs != NULL;
+    bool ok = g->plogs != NULL && g->names != NULL && g->cls != NULL && g->curs != NULL &&
+              g->remote != NULL && g->owners != NULL;
+    /* The new partitions' record is committed: ask where each lives. */
+    tn_broker_t *b = t->broker;
+    for (uint32_t k = 0; ok && !t->memory && b->place != NULL && k < n; k++)
+        g->remote[k] = !b->place(b->place_arg, t, g->from + k, &g->owners[k]);
     uint32_t c = 0;
     for (tn_channel_t *ch = t->channels; ok && ch != NULL; ch = ch->next) {
         if (ch->ephemeral)
             continue;
         ok = (g->names[c++] = tn_strdup(ch->name)) != NULL;
     }
-    tn_broker_t *b = t->broker;
     if (!ok || uv_queue_work(b->loop, &g->work, grow_work, grow_done) != 0) {
         grow_free(g, false);
         return UV_ENOMEM;
     }
+    t->growing = true;
+    t->state = TN_OBJ_CREATING;
+    t->busy++;
+    b->workers++;
+    return 0;
+}
+
+/* --- placement ------------------------------------------------------------------ */
+
+void tn__topic_place_new(tn_topic_t *t, uint32_t from)
+{
+    tn_broker_t *b = t->broker;
+    if (t->memory || b->place == NULL)
+        return;
+    for (uint32_t i = from; i < t->nparts; i++) {
+        tn_part_t *p = t->parts[i];
+        p->owner = 0;
+        p->remote = !b->place(b->place_arg, t, i, &p->owner);
+        if (!p->remote)
+            p->owner = 0;
+    }
+}
+
+void tn_topic_set_durability(tn_topic_t *t, int mode)
+{
+    t->durability = mode;
+    for (uint32_t i = 0; i < t->nparts; i++)
+        if (t->parts[i]->plog != NULL && !t->parts[i]->remote)
+            tn_plog_set_durability(t->parts[i]->plog, mode);
+}
+
+/* Opening partitions newly placed here: on a worker thread, their logs and
+ * the logs of the topic's durable channels on them (all of it new, so the
+ * channels start at their first offset). */
+typedef struct {
+    uv_work_t work;
+    tn_topic_t *t;
+    uint32_t n;         /* partitions to open */
+    uint32_t *idx;      /* [n] */
+    tn_plog_t **plogs;  /* [n] */
+    uint32_t nch;       /* durable channels */
+    char **names;       /* [nch] */
+    tn_chanlog_t **cls; /* [nch][n] */
+    tn_cursor_t *curs;
+    int rc;
+    tn_delete_cb cb;
+    void *arg;
+} place_t;
+
+static void place_work(uv_work_t *w)
+{
+    place_t *o = TN_CONTAINER_OF(w, place_t, work);
+    tn_topic_t *t = o->t;
+    for (uint32_t k = 0; k < o->n && o->rc == 0; k++)
+        o->rc = tn_plog_open(t->broker->store, t->name, o->idx[k], &o->plogs[k]);
+    for (uint32_t c = 0; c < o->nch && o->rc == 0; c++)
+        for (uint32_t k = 0; k < o->n && o->rc == 0; k++)
+            o->rc = tn_chanlog_open(t->broker->store, t->name, o->idx[k], o->names[c], NULL,
+                                    &o->cls[c * o->n + k], &o->curs[c * o->n + k]);
+}
+
+/* Free o; close: the logs it still holds (the opening failed). */
+static void place_free(place_t *o, bool close)
+{
+    for (uint32_t k = 0; k < o->n && o->plogs != NULL; k++)
+        if (close && o->plogs[k] != NULL)
+            tn_plog_close(o->plogs[k], NULL);
+    for (uint32_t i = 0; o->cls != NULL && i < o->nch * o->n; i++) {
+        if (o->cls[i] != NULL) {
+            tn_chanlog_close(o->cls[i], NULL);
+            tn_cursor_fini(&o->curs[i]);
+        }
+    }
+    for (uint32_t c = 0; o->names != NULL && c < o->nch; c++)
+        tn_free(o->names[c]);
+    tn_free(o->names);
+    tn_free(o->idx);
+    tn_free(o->plogs);
+    tn_free(o->cls);
+    tn_free(o->curs);
+    tn_free(o);
+}
+
+/* Hand the opened logs to the partitions and their channels. false when
+ * out of memory part-way (the topic's channels are then unusable on those
+ * partitions, as after a failed growth). */
+static bool place_install(place_t *o)
+{
+    tn_topic_t *t = o->t;
+    for (uint32_t k = 0; k < o->n; k++) {
+        tn_part_t *p = t->parts[o->idx[k]];
+        p->plog = o->plogs[k];
+        o->plogs[k] = NULL;
+        p->remote = false;
+        p->opening = false;
+        p->owner = 0;
+        tn__part_ready(p);
+        if (t->durability >= 0)
+            tn_plog_set_durability(p->plog, t->durability);
+    }
+    bool ok = true;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        uint32_t c = 0;
+        while (!ch->memory && c < o->nch && strcmp(o->names[c], ch->name) != 0)
+            c++;
+        for (uint32_t k = 0; k < o->n; k++) {
+            tn_chpart_t *cp = ch->parts[o->idx[k]];
+            tn_cursor_t cur;
+            tn_chanlog_t *cl = NULL;
+            if (!ch->memory && c < o->nch) {
+                cl = o->cls[c * o->n + k];
+                cur = o->curs[c * o->n + k];
+                o->cls[c * o->n + k] = NULL; /* the channel's now */
+            } else {
+                tn_cursor_init(&cur, 0);
+            }
+            if (tn__chpart_reset(cp, cl, &cur) != 0)
+                ok = false;
+        }
+    }
+    return ok;
+}
+
+static void place_done(uv_work_t *w, int status)
+{
+    place_t *o = TN_CONTAINER_OF(w, place_t, work);
+    tn_topic_t *t = o->t;
+    tn_broker_t *b = t->broker;
+    int rc = o->rc != 0 ? o->rc : status;
+    t->busy--;
+    if (rc == 0 && b->closing)
+        rc = TN_ECLOSED;
+    if (rc == 0 && !place_install(o))
+        rc = UV_ENOMEM;
+    if (rc == 0) {
+        for (uint32_t k = 0; k < o->n; k++)
+            TN_LOG(TN_LOG_NOTICE, "partition %s/%" PRIu32 " is placed on this node: opened",
+                   t->name, o->idx[k]);
+    } else {
+        for (uint32_t k = 0; k < o->n; k++)
+            t->parts[o->idx[k]]->opening = false;
+        if (rc != TN_ECLOSED)
+            TN_LOG(TN_LOG_ERROR,
+                   "opening %" PRIu32 " partition(s) of %s placed on this node failed: %s; "
+                   "they stay remote until the next placement change",
+                   o->n, t->name, tn_strerror(rc));
+    }
+    t->growing = false;
+    t->state = TN_OBJ_READY;
+    tn_delete_cb cb = o->cb;
+    void *arg = o->arg;
+    place_free(o, rc != 0);
+    tn__waiters_fire(&t->waiters, 0);
+    if (rc == 0)
+        tn__topic_pump_all(t);
+    if (cb != NULL)
+        cb(arg, rc);
+    if (t->deleted && t->busy == 0)
+        tn__topic_free(t);
+    else
+        tn__topic_place_resume(t);
+    tn__broker_work_done(b);
+}
+
+static bool topic_busy(const tn_topic_t *t)
+{
+    if (t->state != TN_OBJ_READY || t->growing)
+        return true;
+    for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        if (ch->state != TN_OBJ_READY)
+            return true;
+    return false;
+}
+
+void tn__topic_place_resume(tn_topic_t *t)
+{
+    if (!t->place_again || topic_busy(t) || t->deleted || t->broker->closing)
+        return;
+    t->place_again = false;
+    (void)tn_topic_follow_placement(t, NULL, NULL);
+}
+
+int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
+{
+    tn_broker_t *b = t->broker;
+    if (t->memory || b->place == NULL || b->closing || t->deleted) {
+        if (cb != NULL)
+            cb(arg, 0);
+        return 0;
+    }
+    if (topic_busy(t)) {
+        /* It asks again once the creation, growth or channel ends. */
+        t->place_again = true;
+        if (cb != NULL)
+            cb(arg, 0);
+        return 0;
+    }
+    uint32_t nopen = 0;
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        tn_part_t *p = t->parts[i];
+        uint64_t owner = 0;
+        bool here = b->place(b->place_arg, t, i, &owner);
+        if (!p->remote) {
+            /* Unplaced keeps what is here; only another owner takes it. */
+            if (!here && owner != 0) {
+                p->remote = true;
+                p->owner = owner;
+                TN_LOG(TN_LOG_WARN,
+                       "partition %s/%" PRIu32 " is owned by node %" PRIu64
+                       " but its log is here: it is no longer served from this node; its files "
+                       "are left on disk, untouched",
+                       t->name, i, owner);
+            }
+            continue;
+        }
+        if (!here) {
+            p->owner = owner;
+            continue;
+        }
+        if (p->plog != NULL) {
+            /* Set aside above for another owner. Owners are sticky, so the
+             * metastore does not give it back while this node runs; should
+             * it, channels made meanwhile have no log on it, and a
+             * restart, which loads it from disk, serves it again. */
+            continue;
+        }
+        nopen++;
+    }
+    if (nopen == 0) {
+        if (cb != NULL)
+            cb(arg, 0);
+        return 0;
+    }
+    uint32_t nch = 0;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        nch += !ch->memory;
+    place_t *o = tn_calloc(1, sizeof(*o));
+    if (o == NULL)
+        return UV_ENOMEM;
+    o->t = t;
+    o->n = nopen;
+    o->nch = nch;
+    o->cb = cb;
+    o->arg = arg;
+    o->idx = tn_calloc(nopen, sizeof(*o->idx));
+    o->plogs = tn_calloc(nopen, sizeof(*o->plogs));
+    o->names = tn_calloc(nch + 1, sizeof(*o->names));
+    o->cls = tn_calloc((size_t)nch * nopen + 1, sizeof(*o->cls));
+    o->curs = tn_calloc((size_t)nch * nopen + 1, sizeof(*o->curs));
+    bool ok =
+        o->idx != NULL && o->plogs != NULL && o->names != NULL && o->cls != NULL && o->curs != NULL;
+    uint32_t k = 0;
+    for (uint32_t i = 0; ok && i < t->nparts; i++) {
+        tn_part_t *p = t->parts[i];
+        uint64_t owner = 0;
+        if (p->remote && p->plog == NULL && b->place(b->place_arg, t, i, &owner))
+            o->idx[k++] = i;
+    }
+    uint32_t c = 0;
+    for (tn_channel_t *ch = t->channels; ok && ch != NULL; ch = ch->next)
+        if (!ch->memory)
+            ok = (o->names[c++] = tn_strdup(ch->name)) != NULL;
+    if (!ok || k != nopen || uv_queue_work(b->loop, &o->work, place_work, place_done) != 0) {
+        place_free(o, false);
+        return UV_ENOMEM;
+    }
+    for (k = 0; k < nopen; k++)
+        t->parts[o->idx[k]]->opening = true;
     t->growing = true;
     t->state = TN_OBJ_CREATING;
     t->busy++;

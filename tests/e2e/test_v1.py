@@ -790,6 +790,63 @@ class Restart(Base):
         self.assertEqual((t["partitions"], t["ttl_ms"], t["channels"]), (2, 90000, ["default"]))
         self.assertEqual(len(t["partition_stats"]), 2)
 
+    def test_lone_node_serves_every_partition(self):
+        """A lone node owns every partition (placement changes nothing for
+        it), across a restart, and a partition whose files went missing is
+        opened again once the metastore says it is this node's."""
+        name = f"lp{uuid.uuid4().hex[:8]}"
+        status, _, _ = self.request("POST", "/v1/topics",
+                                    json.dumps({"name": name, "partitions": 3}).encode(),
+                                    ("admin", PASSWORD), {"Content-Type": "application/json"})
+        self.assertEqual(status, 201)
+        h = {"Content-Type": "application/octet-stream"}
+
+        def produce(query, body=b"m"):
+            return self.request("POST", f"/v1/topics/{name}/produce{query}", body,
+                                ("admin", PASSWORD), h)[0]
+
+        for p in range(3):
+            self.assertEqual(produce(f"?partition={p}", b"p%d" % p), 202)
+        batch = json.dumps([{"payload": "b%d" % p, "partition": p} for p in range(3)]).encode()
+        self.assertEqual(self.request("POST", f"/v1/topics/{name}/produce/batch", batch,
+                                      ("admin", PASSWORD),
+                                      {"Content-Type": "application/json"})[0], 202)
+        self.assertEqual(self.request("POST", f"/pub?topic={name}", b"nsq",
+                                      ("admin", PASSWORD))[0], 200)
+        _, t = self.admin("GET", f"/v1/topics/{name}")
+        self.assertEqual([p["owner_node"] for p in t["partition_stats"]], ["1", "1", "1"])
+        self.assertEqual(sum(p["next_offset"] for p in t["partition_stats"]), 7)
+        self.assertTrue(all(p["next_offset"] >= 2 for p in t["partition_stats"]), t)
+        self.assertEqual(self.d.stop(), 0)
+        # Partition 1 lost its files (its log and its channel's log).
+        shutil.rmtree(os.path.join(self.dir, "data", "topics", name, "1"))
+        self.__class__.d = Daemon(os.path.join(self.dir, "data"), env=dict(os.environ))
+        self.d.wait_for("metastore ready")
+        self.__class__.port = self.d.http_port
+        self.d.wait_for(f"partition {name}/1 is placed on this node: opened")
+        for p in range(3):
+            self.assertEqual(produce(f"?partition={p}", b"again%d" % p), 202)
+        _, t = self.admin("GET", f"/v1/topics/{name}")
+        self.assertEqual([p["next_offset"] for p in t["partition_stats"]][1], 1)
+        self.assertEqual([p["owner_node"] for p in t["partition_stats"]], ["1", "1", "1"])
+        got = []
+        while True:
+            status, _, data = self.request("GET", f"/v1/topics/{name}/consume?wait=1s", None,
+                                           ("admin", PASSWORD))
+            if status != 200:
+                break
+            m = json.loads(data)
+            got.append((m["partition"], m["payload"]))
+            self.assertEqual(self.request("POST", f"/v1/topics/{name}/ack?receipt_handle="
+                                          f"{m['receipt_handle']}", b"", ("admin", PASSWORD),
+                                          {"X-Tern-Client": "t"})[0], 204)
+        self.assertEqual(status, 204)
+        # Partitions 0 and 2 kept what they had; 1 has only the new one.
+        self.assertEqual([g for g in got if g[0] == 1], [(1, "again1")], got)
+        kept = {g for g in got if g[0] != 1}
+        for want in ((0, "p0"), (0, "b0"), (0, "again0"), (2, "p2"), (2, "b2"), (2, "again2")):
+            self.assertIn(want, kept)
+
     def test_users_and_grants_survive_restart(self):
         name = f"u{uuid.uuid4().hex[:8]}"
         body = json.dumps({"username": name, "password": "pw",

@@ -493,6 +493,13 @@ static void answer_publishes(conn_t *c)
                 respond(c, "OK");
             } else if (r->status == TN_EDISKHIGH) {
                 send_error(c, TN_NSQ_E_THROTTLED, "disk usage above the high watermark");
+            } else if (r->status == TN_EREMOTE) {
+                /* Every partition of the topic is on other nodes (routing
+                 * a publish there comes later). */
+                tn_nsq_err_t e = r->op == TN_NSQ_MPUB   ? TN_NSQ_E_MPUB_FAILED
+                                 : r->op == TN_NSQ_DPUB ? TN_NSQ_E_DPUB_FAILED
+                                                        : TN_NSQ_E_PUB_FAILED;
+                send_error(c, e, "the partitions of this topic live on other nodes");
             } else {
                 tn_nsq_err_t e = r->op == TN_NSQ_MPUB   ? TN_NSQ_E_MPUB_FAILED
                                  : r->op == TN_NSQ_DPUB ? TN_NSQ_E_DPUB_FAILED

@@ -1,0 +1,620 @@
+/* Tests of the catalog's placement (api/catalog.h, "DESIGN: placement"):
+ * a lone metastore replica (libraft on loopback) with the queue engine and
+ * the catalog on one loop. As one of a cluster, records another node made
+ * (a topic, a channel, a growth) are made in the engine as they are
+ * applied, with only the partitions the metastore gives this node opened
+ * and the others remote, naming their owner; as a lone node every
+ * partition of a topic is here, as before placement. Then three voters,
+ * each with its own store, engine and catalog, on one loop (libraft's TCP
+ * transport on loopback, forwarding by a direct call to the leader): each
+ * opens only the partition it owns. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "api/catalog.h"
+#include "core/err.h"
+#include "core/time.h"
+#include "meta/meta.h"
+#include "queue/queue.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef struct {
+    tu_fx_t *fx;
+    tn_broker_t *b;
+    tn_meta_t *m;
+    tn_catalog_t *cat;
+} cfx_t;
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
+/* Run loop (a 5 ms tick keeps turns short) until cond(arg), at most
+ * about 20 s; returns cond. */
+static bool run_loop(uv_loop_t *loop, bool (*cond)(void *), void *arg)
+{
+    uv_timer_t t;
+    uv_timer_init(loop, &t);
+    uv_timer_start(&t, on_tick, 5, 5);
+    int64_t deadline = tn_now_mono_ms() + 20000;
+    bool ok;
+    while (!(ok = cond(arg)) && tn_now_mono_ms() < deadline)
+        uv_run(loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    return ok;
+}
+
+static bool run_until(cfx_t *f, bool (*cond)(void *), void *arg)
+{
+    return run_loop(&f->fx->loop, cond, arg);
+}
+
+static bool meta_ready(void *arg)
+{
+    cfx_t *f = arg;
+    /* Ready, and this node's own member record is in. */
+    return tn_meta_ready(f->m) && tn_meta_member_find(tn_meta_state(f->m), 1) != NULL;
+}
+
+static cfx_t *cfx_new(bool cluster)
+{
+    cfx_t *f = calloc(1, sizeof(*f));
+    f->fx = tu_fx_new(NULL);
+    tn_broker_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.default_partitions = 1;
+    o.bootstrap_window_ms = 90000;
+    o.cache_bytes = 1 << 20;
+    o.max_inflight_bytes = 1 << 30;
+    o.max_inflight_msgs = 100000;
+    o.max_ahead = 1 << 16;
+    o.gc_interval_ms = 3600000;
+    assert_int_equal(tn_broker_open(&f->fx->loop, f->fx->store, &o, &f->b), 0);
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
+    tn_meta_opts_t mo;
+    memset(&mo, 0, sizeof(mo));
+    mo.dir = dir;
+    mo.node_id = 1;
+    mo.address = "127.0.0.1:0";
+    mo.election_ms = 150;
+    mo.heartbeat_ms = 50;
+    char err[256] = "";
+    if (tn_meta_open(&f->fx->loop, &mo, &f->m, err, sizeof(err)) != 0)
+        fail_msg("tn_meta_open: %s", err);
+    assert_true(run_until(f, meta_ready, f));
+    tn_catalog_opts_t co = {30000, 0, 0, 0, 1, cluster};
+    assert_int_equal(tn_catalog_start(f->b, f->m, &co, &f->cat), 0);
+    tn_catalog_reconcile(f->cat);
+    return f;
+}
+
+static bool flag;
+
+static void on_broker_closed(tn_broker_t *b)
+{
+    (void)b;
+    flag = true;
+}
+
+static void on_meta_closed(void *arg)
+{
+    (void)arg;
+    flag = true;
+}
+
+static bool is_flag(void *arg)
+{
+    (void)arg;
+    return flag;
+}
+
+static void cfx_free(cfx_t *f)
+{
+    tn_catalog_stop(f->cat);
+    flag = false;
+    tn_broker_close(f->b, on_broker_closed);
+    assert_true(run_until(f, is_flag, NULL));
+    flag = false;
+    tn_meta_close(f->m, on_meta_closed, NULL);
+    assert_true(run_until(f, is_flag, NULL));
+    tu_fx_free(f->fx);
+    free(f);
+}
+
+typedef struct {
+    tn_meta_req_t req;
+    bool done;
+    int status;
+} prop_t;
+
+static void on_proposed(tn_meta_req_t *req, int status)
+{
+    prop_t *p = req->data;
+    p->done = true;
+    p->status = status;
+}
+
+static bool prop_done(void *arg)
+{
+    return ((prop_t *)arg)->done;
+}
+
+/* Commit c, as another node's proposal forwarded here would be. */
+static void commit(cfx_t *f, const tn_meta_cmd_t *c)
+{
+    prop_t p;
+    memset(&p, 0, sizeof(p));
+    p.req.data = &p;
+    assert_int_equal(tn_meta_propose(f->m, &p.req, c, on_proposed), 0);
+    assert_true(run_until(f, prop_done, &p));
+    assert_int_equal(p.status, 0);
+}
+
+static void register_member(cfx_t *f, uint64_t id)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_REG;
+    c.member.id = id;
+    snprintf(c.member.addr, sizeof(c.member.addr), "127.0.0.%llu:4153", (unsigned long long)id);
+    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "127.0.0.%llu:4151",
+             (unsigned long long)id);
+    c.member.heartbeat_ms = tn_now_wall_ms();
+    commit(f, &c);
+}
+
+static void put_topic(cfx_t *f, const char *name, uint32_t partitions)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_PUT;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.topic.partitions = partitions;
+    c.topic.retention_ms = 0;
+    c.topic.visibility_timeout_ms = 30000;
+    c.topic.max_inflight = 1024;
+    c.topic.max_acked_ahead = 1024;
+    c.topic.created_at_ms = tn_now_wall_ms();
+    commit(f, &c);
+}
+
+static void put_channel(cfx_t *f, const char *topic, const char *channel)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_CHANNEL_PUT;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    snprintf(c.channel, sizeof(c.channel), "%s", channel);
+    commit(f, &c);
+}
+
+typedef struct {
+    cfx_t *f;
+    const char *topic;
+    uint32_t nparts;
+    const char *channel; /* NULL: none needed */
+} has_topic_t;
+
+/* The engine has the topic with nparts partitions (and the channel), ready,
+ * every partition placed as the metastore says. */
+static bool engine_follows(void *arg)
+{
+    has_topic_t *h = arg;
+    tn_topic_t *t = NULL;
+    if (tn_broker_topic(h->f->b, h->topic, strlen(h->topic), false, 0, NULL, &t) != 0 ||
+        t->nparts != h->nparts)
+        return false;
+    if (h->channel != NULL) {
+        tn_channel_t *ch = NULL;
+        if (tn_topic_channel(t, h->channel, strlen(h->channel), false, NULL, &ch) != 0)
+            return false;
+    }
+    const tn_meta_state_t *s = tn_meta_state(h->f->m);
+    for (uint32_t p = 0; p < t->nparts; p++) {
+        uint64_t owner = tn_meta_state_owner(s, h->topic, p);
+        if (owner == 0 || tn_topic_part_local(t, p) != (owner == 1))
+            return false;
+        if (owner != 1 && t->parts[p]->owner != owner)
+            return false;
+    }
+    return true;
+}
+
+typedef struct {
+    tn_pub_t p;
+    bool done;
+    int status;
+} pubw_t;
+
+static void on_pub(tn_pub_t *p, int status)
+{
+    pubw_t *w = p->data;
+    w->done = true;
+    w->status = status;
+}
+
+static bool pub_done(void *arg)
+{
+    return ((pubw_t *)arg)->done;
+}
+
+static int publish_on(uv_loop_t *loop, tn_broker_t *b, const char *topic, int pin, uint64_t *owner)
+{
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 1), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, "m", 1), 0);
+    w.p.data = &w;
+    if (pin >= 0) {
+        w.p.pinned = true;
+        w.p.pin = (uint32_t)pin;
+    }
+    int rc = tn_broker_publish(b, topic, strlen(topic), &w.p, 0, on_pub);
+    if (rc == 0) {
+        assert_true(run_loop(loop, pub_done, &w));
+        rc = w.status;
+    }
+    if (owner != NULL)
+        *owner = w.p.owner;
+    tn_pub_fini(&w.p);
+    return rc;
+}
+
+static int publish(cfx_t *f, const char *topic, int pin, uint64_t *owner)
+{
+    return publish_on(&f->fx->loop, f->b, topic, pin, owner);
+}
+
+/* --- tests ------------------------------------------------------------------ */
+
+/* One of a cluster: another node's records are made here, only this
+ * node's partitions open, growth places the new ones. */
+static void test_cluster_follows_records(void **state)
+{
+    (void)state;
+    cfx_t *f = cfx_new(true);
+    register_member(f, 2); /* alive: it takes every other partition */
+    put_topic(f, "far", 3);
+    has_topic_t h = {f, "far", 3, NULL};
+    assert_true(run_until(f, engine_follows, &h));
+    tn_topic_t *t = NULL;
+    assert_int_equal(tn_broker_topic(f->b, "far", 3, false, 0, NULL, &t), 0);
+    uint32_t local = 0;
+    int remote = -1;
+    for (uint32_t p = 0; p < 3; p++) {
+        if (tn_topic_part_local(t, p))
+            local++;
+        else
+            remote = (int)p;
+    }
+    /* Two members, p mod 2: this node has two of the three. */
+    assert_int_equal(local, 2);
+    assert_true(remote >= 0);
+    uint64_t owner = 0;
+    assert_int_equal(publish(f, "far", remote, &owner), TN_EREMOTE);
+    assert_int_equal(owner, 2);
+    assert_int_equal(publish(f, "far", -1, NULL), 0);
+
+    /* A channel and a growth recorded elsewhere follow too. */
+    put_channel(f, "far", "audit");
+    h.channel = "audit";
+    assert_true(run_until(f, engine_follows, &h));
+    put_topic(f, "far", 5);
+    h.nparts = 5;
+    assert_true(run_until(f, engine_follows, &h));
+
+    /* A topic made here through a door is placed at its creation. */
+    assert_int_equal(publish(f, "near", -1, NULL), 0);
+    has_topic_t n = {f, "near", 1, NULL};
+    assert_true(engine_follows(&n));
+    cfx_free(f);
+}
+
+/* A lone node: every partition is here, as before placement. */
+static void test_lone_node_has_every_partition(void **state)
+{
+    (void)state;
+    cfx_t *f = cfx_new(false);
+    tn_topic_t *t = NULL;
+    assert_int_equal(tn_broker_topic(f->b, "t", 1, true, 4, NULL, &t), UV_EAGAIN);
+    for (int p = 0; p < 4; p++)
+        assert_int_equal(publish(f, "t", p, NULL), 0);
+    assert_int_equal(tn_broker_topic(f->b, "t", 1, false, 0, NULL, &t), 0);
+    for (uint32_t p = 0; p < 4; p++) {
+        assert_true(tn_topic_part_local(t, p));
+        assert_int_equal(tn_meta_state_owner(tn_meta_state(f->m), "t", p), 1);
+    }
+    cfx_free(f);
+}
+
+/* --- three nodes on one loop ------------------------------------------------------ */
+
+#define N 3
+
+typedef struct {
+    uv_loop_t loop;
+    char *dir;
+    tn_store_t *store[N + 1]; /* by node id */
+    tn_broker_t *b[N + 1];
+    tn_meta_t *m[N + 1];
+    tn_catalog_t *cat[N + 1];
+    char raft[N + 1][32];
+    char api[N + 1][32];
+} cluster_t;
+
+/* A free TCP port below 32768 on 127.0.0.1. */
+static int free_port(void)
+{
+    static int next = 0;
+    if (next == 0)
+        next = 22000 + (int)(getpid() % 4000) * 2;
+    for (; next < 32000; next++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons((uint16_t)next);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+        close(fd);
+        if (rc == 0)
+            return next++;
+    }
+    fail_msg("no free port");
+    return 0;
+}
+
+typedef struct {
+    tn_meta_req_t req;
+    tn_meta_forward_done done;
+    void *done_arg;
+} hop_t;
+
+static void on_hop(tn_meta_req_t *req, int status)
+{
+    hop_t *h = req->data;
+    h->done(h->done_arg, status);
+    free(h);
+}
+
+/* Node RPC's stand-in: the leader's tn_meta_propose_encoded, called
+ * directly. */
+static int forward_hook(void *arg, uint64_t leader, const char *api, const void *cmd, size_t len,
+                        tn_meta_forward_done done, void *done_arg)
+{
+    cluster_t *c = arg;
+    (void)api;
+    assert_true(leader >= 1 && leader <= N);
+    hop_t *h = calloc(1, sizeof(*h));
+    h->done = done;
+    h->done_arg = done_arg;
+    h->req.data = h;
+    int rc = tn_meta_propose_encoded(c->m[leader], &h->req, cmd, len, on_hop);
+    if (rc != 0) {
+        free(h);
+        done(done_arg, rc);
+    }
+    return 0;
+}
+
+static bool cluster_ready(void *arg)
+{
+    cluster_t *c = arg;
+    for (uint64_t i = 1; i <= N; i++) {
+        if (!tn_meta_ready(c->m[i]) || !tn_meta_caught_up(c->m[i]))
+            return false;
+        const tn_meta_state_t *s = tn_meta_state(c->m[i]);
+        for (uint64_t k = 1; k <= N; k++)
+            if (tn_meta_member_find(s, k) == NULL)
+                return false;
+    }
+    return true;
+}
+
+static void cluster_open(cluster_t *c)
+{
+    /* libraft writes to peers that closed (ternd ignores SIGPIPE too). */
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_init(&c->loop);
+    c->dir = tu_tempdir();
+    tn_meta_peer_t peers[N];
+    for (uint64_t i = 1; i <= N; i++) {
+        snprintf(c->raft[i], sizeof(c->raft[i]), "127.0.0.1:%d", free_port());
+        snprintf(c->api[i], sizeof(c->api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
+        peers[i - 1].id = i;
+        snprintf(peers[i - 1].raft_addr, sizeof(peers[i - 1].raft_addr), "%s", c->raft[i]);
+    }
+    for (uint64_t i = 1; i <= N; i++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/node%llu", c->dir, (unsigned long long)i);
+        tn_store_opts_t so;
+        tu_store_opts(&so, path);
+        c->store[i] = tu_store_open(&c->loop, &so);
+        tn_broker_opts_t o;
+        memset(&o, 0, sizeof(o));
+        o.default_partitions = 3;
+        o.bootstrap_window_ms = 90000;
+        o.cache_bytes = 1 << 20;
+        o.max_inflight_bytes = 1 << 30;
+        o.max_inflight_msgs = 100000;
+        o.max_ahead = 1 << 16;
+        o.gc_interval_ms = 3600000;
+        assert_int_equal(tn_broker_open(&c->loop, c->store[i], &o, &c->b[i]), 0);
+        snprintf(path, sizeof(path), "%s/node%llu/meta", c->dir, (unsigned long long)i);
+        tn_meta_opts_t mo;
+        memset(&mo, 0, sizeof(mo));
+        mo.dir = path;
+        mo.node_id = i;
+        mo.address = c->raft[i];
+        mo.api_addr = c->api[i];
+        mo.election_ms = 300;
+        mo.heartbeat_ms = 50;
+        mo.heartbeat_interval_ms = 200;
+        mo.dead_after_ms = 30000;
+        mo.peers = peers;
+        mo.npeers = N;
+        mo.forward = forward_hook;
+        mo.forward_arg = c;
+        char err[256] = "";
+        if (tn_meta_open(&c->loop, &mo, &c->m[i], err, sizeof(err)) != 0)
+            fail_msg("tn_meta_open %llu: %s", (unsigned long long)i, err);
+    }
+    assert_true(run_loop(&c->loop, cluster_ready, c));
+    for (uint64_t i = 1; i <= N; i++) {
+        tn_catalog_opts_t co = {30000, 0, 0, 0, i, true};
+        assert_int_equal(tn_catalog_start(c->b[i], c->m[i], &co, &c->cat[i]), 0);
+        tn_catalog_reconcile(c->cat[i]);
+    }
+}
+
+static int closing;
+
+static void on_node_broker_closed(tn_broker_t *b)
+{
+    (void)b;
+    closing--;
+}
+
+static void on_node_meta_closed(void *arg)
+{
+    (void)arg;
+    closing--;
+}
+
+static bool all_closed(void *arg)
+{
+    (void)arg;
+    return closing == 0;
+}
+
+static void cluster_close(cluster_t *c)
+{
+    closing = N;
+    for (uint64_t i = 1; i <= N; i++) {
+        tn_catalog_stop(c->cat[i]);
+        tn_broker_close(c->b[i], on_node_broker_closed);
+    }
+    assert_true(run_loop(&c->loop, all_closed, NULL));
+    closing = N;
+    for (uint64_t i = 1; i <= N; i++)
+        tn_meta_close(c->m[i], on_node_meta_closed, NULL);
+    assert_true(run_loop(&c->loop, all_closed, NULL));
+    for (uint64_t i = 1; i <= N; i++)
+        tu_store_close(&c->loop, c->store[i]);
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&c->loop), 0);
+    tu_rmrf(c->dir);
+    free(c->dir);
+}
+
+typedef struct {
+    cluster_t *c;
+    const char *topic;
+    uint32_t nparts;
+} placed_t;
+
+/* Every node's engine has the topic with every partition placed as the
+ * metastore says: open on its owner only, remote (naming it) elsewhere. */
+static bool placed_everywhere(void *arg)
+{
+    placed_t *w = arg;
+    for (uint64_t i = 1; i <= N; i++) {
+        tn_topic_t *t = NULL;
+        if (tn_broker_topic(w->c->b[i], w->topic, strlen(w->topic), false, 0, NULL, &t) != 0 ||
+            t->nparts != w->nparts)
+            return false;
+        for (uint32_t p = 0; p < t->nparts; p++) {
+            uint64_t owner = tn_meta_state_owner(tn_meta_state(w->c->m[i]), w->topic, p);
+            if (owner == 0 || tn_topic_part_local(t, p) != (owner == i) ||
+                (owner != i && t->parts[p]->owner != owner))
+                return false;
+        }
+    }
+    return true;
+}
+
+static int count_part(void *arg, const char *t, uint32_t p)
+{
+    (void)t;
+    (void)p;
+    (*(int *)arg)++;
+    return 0;
+}
+
+/* Three nodes: a topic made by a publish on a follower lands there at
+ * once (its gate waits for the record in the local replica), every node
+ * opens only the partition it owns, and a pinned publish elsewhere is
+ * refused naming the owner. */
+static void test_three_nodes(void **state)
+{
+    (void)state;
+    cluster_t *c = calloc(1, sizeof(*c));
+    cluster_open(c);
+    uint64_t leader = 0;
+    const char *api = NULL;
+    assert_int_equal(tn_meta_leader(c->m[1], &leader, &api), 0);
+    uint64_t follower = leader == 1 ? 2 : 1;
+    assert_int_equal(publish_on(&c->loop, c->b[follower], "orders", -1, NULL), 0);
+    placed_t w = {c, "orders", 3};
+    assert_true(run_loop(&c->loop, placed_everywhere, &w));
+    for (uint64_t i = 1; i <= N; i++) {
+        tn_topic_t *t = NULL;
+        assert_int_equal(tn_broker_topic(c->b[i], "orders", 6, false, 0, NULL, &t), 0);
+        int local = 0;
+        for (uint32_t p = 0; p < 3; p++) {
+            uint64_t owner = 0;
+            if (tn_topic_part_local(t, p)) {
+                local++;
+                assert_int_equal(publish_on(&c->loop, c->b[i], "orders", (int)p, NULL), 0);
+            } else {
+                assert_int_equal(publish_on(&c->loop, c->b[i], "orders", (int)p, &owner),
+                                 TN_EREMOTE);
+                assert_int_equal(owner, tn_meta_state_owner(tn_meta_state(c->m[i]), "orders", p));
+            }
+        }
+        assert_int_equal(local, 1); /* three members, p mod 3 */
+        int on_disk = 0;
+        assert_int_equal(tn_store_list_partitions(c->store[i], "orders", count_part, &on_disk), 0);
+        assert_int_equal(on_disk, 1);
+    }
+    /* A growth recorded through another node is followed everywhere. */
+    tn_meta_cmd_t g;
+    memset(&g, 0, sizeof(g));
+    g.type = TN_MC_TOPIC_PUT;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->m[leader]), "orders");
+    assert_non_null(e);
+    g.topic = e->rec;
+    g.topic.partitions = 6;
+    prop_t pr;
+    memset(&pr, 0, sizeof(pr));
+    pr.req.data = &pr;
+    assert_int_equal(tn_meta_propose(c->m[follower], &pr.req, &g, on_proposed), 0);
+    assert_true(run_loop(&c->loop, prop_done, &pr));
+    assert_int_equal(pr.status, 0);
+    w.nparts = 6;
+    assert_true(run_loop(&c->loop, placed_everywhere, &w));
+    cluster_close(c);
+    free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cluster_follows_records),
+        cmocka_unit_test(test_lone_node_has_every_partition),
+        cmocka_unit_test(test_three_nodes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,669 @@
+/* Tests of placement in the queue engine (queue.h, "DESIGN: placement"):
+ * a topic with partitions that live on other nodes keeps its partition
+ * count, opens only its local partitions (no files for the others), and
+ * publishing, delivery, depth, stats and replay reads skip the remote ones;
+ * following the placement opens a partition placed here later (with its
+ * channels), leaves a partition given to another node on disk, and a
+ * restart finds a topic with holes where the remote partitions are. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/err.h"
+#include "core/time.h"
+#include "queue/queue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SELF 1
+#define MAXD 64
+#define MAXP 8
+
+/* The placement the tests play the metastore with: the owner of each
+ * partition index, for every topic; SELF is this node. */
+static uint64_t owners[MAXP];
+
+static bool place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
+{
+    (void)arg;
+    (void)t;
+    *owner = p < MAXP ? owners[p] : 0;
+    return *owner == SELF;
+}
+
+static void place_all(uint64_t owner)
+{
+    for (int i = 0; i < MAXP; i++)
+        owners[i] = owner;
+}
+
+typedef struct {
+    tn_consumer_t c;
+    tn_delivery_t d[MAXD];
+    int n;
+} sink_t;
+
+static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
+{
+    sink_t *s = c->data;
+    assert_true(s->n < MAXD);
+    s->d[s->n] = *d;
+    s->d[s->n].body = NULL; /* borrowed for the callback only */
+    s->d[s->n].key = NULL;
+    s->n++;
+}
+
+typedef struct {
+    tu_fx_t *fx;
+    tn_broker_t *b;
+    tn_broker_opts_t opts;
+} qfx_t;
+
+static void open_broker(qfx_t *q, bool placed)
+{
+    assert_int_equal(tn_broker_open(&q->fx->loop, q->fx->store, &q->opts, &q->b), 0);
+    if (placed)
+        tn_broker_set_placement(q->b, place, NULL);
+}
+
+static qfx_t *qfx_new(bool placed)
+{
+    qfx_t *q = calloc(1, sizeof(*q));
+    q->fx = tu_fx_new(NULL);
+    tn_broker_opts_t *o = &q->opts;
+    o->default_partitions = 1;
+    o->bootstrap_window_ms = 90000;
+    o->cache_bytes = 1 << 20;
+    o->max_inflight_bytes = 1 << 30;
+    o->max_inflight_msgs = 100000;
+    o->max_ahead = 1 << 16;
+    o->gc_interval_ms = 3600000;
+    o->mem_max_records = 100;
+    o->mem_max_bytes = 1 << 20;
+    open_broker(q, placed);
+    return q;
+}
+
+static bool closed_flag;
+
+static void on_closed(tn_broker_t *b)
+{
+    (void)b;
+    closed_flag = true;
+}
+
+static void close_broker(qfx_t *q)
+{
+    closed_flag = false;
+    tn_broker_close(q->b, on_closed);
+    while (!closed_flag)
+        uv_run(&q->fx->loop, UV_RUN_ONCE);
+    q->b = NULL;
+}
+
+static void restart(qfx_t *q, bool placed)
+{
+    close_broker(q);
+    tu_fx_reopen(q->fx);
+    open_broker(q, placed);
+}
+
+static void qfx_free(qfx_t *q)
+{
+    if (q->b != NULL)
+        close_broker(q);
+    tu_fx_free(q->fx);
+    free(q);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
+/* Run the loop (a 5 ms tick keeps turns short) until done(arg), at most
+ * about 5 s; returns done. */
+static bool run_until(qfx_t *q, bool (*done)(void *), void *arg)
+{
+    uv_timer_t t;
+    uv_timer_init(&q->fx->loop, &t);
+    uv_timer_start(&t, on_tick, 5, 5);
+    int64_t deadline = tn_now_mono_ms() + 5000;
+    bool ok;
+    while (!(ok = done != NULL && done(arg)) && tn_now_mono_ms() < deadline)
+        uv_run(&q->fx->loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&q->fx->loop, UV_RUN_NOWAIT);
+    return ok;
+}
+
+static bool never(void *arg)
+{
+    int64_t *until = arg;
+    return tn_now_mono_ms() >= *until;
+}
+
+static void run_for(qfx_t *q, int64_t ms)
+{
+    int64_t until = tn_now_mono_ms() + ms;
+    (void)run_until(q, never, &until);
+}
+
+typedef struct {
+    tn_pub_t p;
+    bool done;
+    int status;
+} pubw_t;
+
+static void on_pub(tn_pub_t *p, int status)
+{
+    pubw_t *w = p->data;
+    w->done = true;
+    w->status = status;
+}
+
+static bool pub_done(void *arg)
+{
+    return ((pubw_t *)arg)->done;
+}
+
+/* Publish body (pin < 0: round robin); the final status, with the
+ * partition it went to (or was refused for) and the owner named. */
+static int publish(qfx_t *q, const char *topic, const char *body, int pin, uint32_t *partition,
+                   uint64_t *owner)
+{
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 1), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, body, strlen(body)), 0);
+    w.p.data = &w;
+    if (pin >= 0) {
+        w.p.pinned = true;
+        w.p.pin = (uint32_t)pin;
+    }
+    int rc = tn_broker_publish(q->b, topic, strlen(topic), &w.p, 0, on_pub);
+    if (rc == 0) {
+        assert_true(run_until(q, pub_done, &w));
+        rc = w.status;
+    }
+    if (partition != NULL)
+        *partition = w.p.partition;
+    if (owner != NULL)
+        *owner = w.p.owner;
+    tn_pub_fini(&w.p);
+    return rc;
+}
+
+typedef struct {
+    tn_waiter_t w;
+    bool done;
+    int status;
+} waitw_t;
+
+static void on_wait(tn_waiter_t *w, int status)
+{
+    waitw_t *x = (waitw_t *)w;
+    x->done = true;
+    x->status = status;
+}
+
+static bool wait_done(void *arg)
+{
+    return ((waitw_t *)arg)->done;
+}
+
+static tn_topic_t *topic(qfx_t *q, const char *name, uint32_t nparts)
+{
+    tn_topic_t *t = NULL;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    int rc = tn_broker_topic(q->b, name, strlen(name), true, nparts, &w.w, &t);
+    if (rc == UV_EAGAIN) {
+        assert_true(run_until(q, wait_done, &w));
+        assert_int_equal(w.status, 0);
+        rc = tn_broker_topic(q->b, name, strlen(name), false, 0, NULL, &t);
+    }
+    assert_int_equal(rc, 0);
+    return t;
+}
+
+static tn_channel_t *channel(qfx_t *q, tn_topic_t *t, const char *name)
+{
+    tn_channel_t *ch = NULL;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    int rc = tn_topic_channel(t, name, strlen(name), true, &w.w, &ch);
+    if (rc == UV_EAGAIN) {
+        assert_true(run_until(q, wait_done, &w));
+        assert_int_equal(w.status, 0);
+        rc = tn_topic_channel(t, name, strlen(name), false, NULL, &ch);
+    }
+    assert_int_equal(rc, 0);
+    return ch;
+}
+
+static void attach(sink_t *s, tn_channel_t *ch, uint32_t credit)
+{
+    memset(s, 0, sizeof(*s));
+    s->c.deliver = on_deliver;
+    s->c.data = s;
+    s->c.timeout_ms = 60000;
+    tn_consumer_attach(&s->c, ch);
+    tn_consumer_credit(&s->c, credit);
+}
+
+typedef struct {
+    sink_t *s;
+    int n;
+} want_t;
+
+static bool has_n(void *arg)
+{
+    want_t *w = arg;
+    return w->s->n >= w->n;
+}
+
+static void expect_n(qfx_t *q, sink_t *s, int n)
+{
+    want_t w = {s, n};
+    assert_true(run_until(q, has_n, &w));
+}
+
+/* Which partitions of topic have files in the store. */
+static int on_part(void *arg, const char *t, uint32_t p)
+{
+    (void)t;
+    bool *on_disk = arg;
+    if (p < MAXP)
+        on_disk[p] = true;
+    return 0;
+}
+
+static void parts_on_disk(qfx_t *q, const char *name, bool on_disk[MAXP])
+{
+    memset(on_disk, 0, MAXP * sizeof(bool));
+    int rc = tn_store_list_partitions(q->fx->store, name, on_part, on_disk);
+    assert_true(rc == 0 || rc == UV_ENOENT);
+}
+
+typedef struct {
+    bool done;
+    int status;
+} cbw_t;
+
+static void on_followed(void *arg, int status)
+{
+    cbw_t *w = arg;
+    w->done = true;
+    w->status = status;
+}
+
+static bool cb_done(void *arg)
+{
+    return ((cbw_t *)arg)->done;
+}
+
+static void follow(qfx_t *q, tn_topic_t *t)
+{
+    cbw_t w = {false, 0};
+    assert_int_equal(tn_topic_follow_placement(t, on_followed, &w), 0);
+    assert_true(run_until(q, cb_done, &w));
+    assert_int_equal(w.status, 0);
+}
+
+/* --- tests ------------------------------------------------------------------ */
+
+/* Partition 1 of three lives on node 7: no files, no publishes, no
+ * deliveries, not in depth or stats; the others serve as ever. */
+static void test_remote_partition_skipped(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    owners[1] = 7;
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 3);
+    assert_int_equal(t->nparts, 3);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_false(tn_topic_part_local(t, 1));
+    assert_true(tn_topic_part_local(t, 2));
+    assert_int_equal(t->parts[1]->owner, 7);
+    assert_null(t->parts[1]->plog);
+    bool on_disk[MAXP];
+    parts_on_disk(q, "t", on_disk);
+    assert_true(on_disk[0] && !on_disk[1] && on_disk[2]);
+
+    /* Retained for the first channel: only local partitions count. */
+    uint32_t where = 99;
+    uint64_t owner = 0;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(publish(q, "t", "m", -1, &where, &owner), 0);
+        assert_int_not_equal(where, 1);
+    }
+    assert_int_equal(tn_topic_depth(t), 4);
+    assert_int_equal(publish(q, "t", "m", 1, &where, &owner), TN_EREMOTE);
+    assert_int_equal(where, 1);
+    assert_int_equal(owner, 7);
+    assert_int_equal(publish(q, "t", "m", 3, NULL, NULL), UV_EINVAL);
+    const tn_centry_t *e = NULL;
+    assert_int_equal(tn_part_record(t, 1, 0, NULL, &e), TN_EREMOTE);
+
+    tn_channel_t *ch = channel(q, t, "c");
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 4);
+    sink_t s;
+    attach(&s, ch, 100);
+    expect_n(q, &s, 4);
+    for (int i = 0; i < s.n; i++) {
+        assert_int_not_equal(s.d[i].partition, 1);
+        assert_int_equal(tn_consumer_fin(&s.c, s.d[i].partition, s.d[i].offset, false, 0), 0);
+    }
+    /* A consumer pinned to the remote partition gets nothing. */
+    sink_t pinned;
+    memset(&pinned, 0, sizeof(pinned));
+    pinned.c.pinned = true;
+    pinned.c.pin = 1;
+    pinned.c.deliver = on_deliver;
+    pinned.c.data = &pinned;
+    pinned.c.timeout_ms = 60000;
+    tn_consumer_attach(&pinned.c, ch);
+    tn_consumer_credit(&pinned.c, 10);
+    assert_int_equal(publish(q, "t", "late", -1, &where, NULL), 0);
+    expect_n(q, &s, 5);
+    run_for(q, 30);
+    assert_int_equal(pinned.n, 0);
+    assert_int_equal(tn_consumer_fin(&s.c, s.d[4].partition, s.d[4].offset, false, 0), 0);
+    /* Admin actions walk the partitions too. */
+    assert_int_equal(tn_channel_pause(ch, true), 0);
+    assert_int_equal(tn_channel_pause(ch, false), 0);
+    assert_int_equal(tn_channel_empty(ch), 0);
+    tn_topic_pause(t, true);
+    tn_topic_pause(t, false);
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
+    assert_int_equal(st.finish_count, 5);
+    tn_consumer_detach(&pinned.c);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+/* Every partition elsewhere: a publish is refused, nothing is written. */
+static void test_all_remote_refused(void **state)
+{
+    (void)state;
+    place_all(5);
+    qfx_t *q = qfx_new(true);
+    uint64_t owner = 99;
+    assert_int_equal(publish(q, "far", "m", -1, NULL, &owner), TN_EREMOTE);
+    assert_int_equal(owner, 0); /* no single owner to name */
+    tn_topic_t *t = topic(q, "far", 0);
+    assert_int_equal(t->nparts, 1);
+    assert_false(tn_topic_part_local(t, 0));
+    assert_int_equal(t->parts[0]->owner, 5);
+    bool on_disk[MAXP];
+    parts_on_disk(q, "far", on_disk);
+    assert_false(on_disk[0]);
+    /* Its channels exist, idle, with nothing to deliver. */
+    tn_channel_t *ch = channel(q, t, "c");
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 0);
+    assert_int_equal(tn_topic_depth(t), 0);
+    /* Ephemeral topics are never placed: local everywhere. */
+    assert_int_equal(publish(q, "e#ephemeral", "m", -1, NULL, NULL), 0);
+    qfx_free(q);
+}
+
+/* Placed here later: following the placement opens the partition and
+ * its durable channel's log; it serves at once and survives a restart. */
+static void test_open_later(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    owners[1] = 0; /* not placed yet */
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 2);
+    assert_false(tn_topic_part_local(t, 1));
+    assert_int_equal(t->parts[1]->owner, 0);
+    tn_channel_t *ch = channel(q, t, "c");
+    sink_t s;
+    attach(&s, ch, 100);
+    assert_int_equal(publish(q, "t", "zero", -1, NULL, NULL), 0);
+    expect_n(q, &s, 1);
+    assert_int_equal(s.d[0].partition, 0);
+    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), 0);
+
+    /* Still unplaced: following changes nothing. */
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 1));
+    owners[1] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 1));
+    assert_non_null(t->parts[1]->plog);
+    bool on_disk[MAXP];
+    parts_on_disk(q, "t", on_disk);
+    assert_true(on_disk[0] && on_disk[1]);
+    uint32_t where = 99;
+    assert_int_equal(publish(q, "t", "one", 1, &where, NULL), 0);
+    assert_int_equal(where, 1);
+    expect_n(q, &s, 2);
+    assert_int_equal(s.d[1].partition, 1);
+    assert_int_equal(s.d[1].offset, 0);
+    assert_int_equal(tn_consumer_fin(&s.c, 1, 0, false, 0), 0);
+    /* Round robin covers it now. */
+    assert_int_equal(publish(q, "t", "a", -1, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "b", -1, NULL, NULL), 0);
+    expect_n(q, &s, 4);
+    assert_int_not_equal(s.d[2].partition, s.d[3].partition);
+    for (int i = 2; i < 4; i++)
+        assert_int_equal(tn_consumer_fin(&s.c, s.d[i].partition, s.d[i].offset, false, 0), 0);
+    tn_consumer_detach(&s.c);
+
+    /* After a restart both partitions and the channel's progress load. */
+    restart(q, true);
+    t = topic(q, "t", 0);
+    assert_int_equal(t->nparts, 2);
+    assert_true(tn_topic_part_local(t, 0) && tn_topic_part_local(t, 1));
+    ch = channel(q, t, "c");
+    attach(&s, ch, 100);
+    run_for(q, 30);
+    assert_int_equal(s.n, 0); /* everything was settled */
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.finish_count, 4);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+/* A paused channel stays paused on a partition opened later. */
+static void test_open_later_keeps_pause(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    owners[0] = 0;
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    assert_int_equal(tn_channel_pause(ch, true), 0);
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    sink_t s;
+    attach(&s, ch, 100);
+    assert_int_equal(publish(q, "t", "x", 0, NULL, NULL), 0);
+    run_for(q, 30);
+    assert_int_equal(s.n, 0);
+    assert_int_equal(tn_channel_pause(ch, false), 0);
+    expect_n(q, &s, 1);
+    assert_int_equal(s.d[0].partition, 0);
+    tn_consumer_detach(&s.c);
+    /* The pause was written to the new partition's channel log too. */
+    assert_int_equal(tn_channel_pause(ch, true), 0);
+    restart(q, true);
+    t = topic(q, "t", 0);
+    ch = channel(q, t, "c");
+    assert_true(ch->paused);
+    qfx_free(q);
+}
+
+/* A partition open here that the placement gives to another node (a data
+ * directory restored elsewhere) stops serving; its files stay. One left
+ * unplaced stays local. */
+static void test_given_away_left_on_disk(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(false); /* no placement: everything local */
+    tn_topic_t *t = topic(q, "t", 2);
+    assert_int_equal(publish(q, "t", "p0", 0, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "p1", 1, NULL, NULL), 0);
+    tn_broker_set_placement(q->b, place, NULL);
+    place_all(0);
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0) && tn_topic_part_local(t, 1));
+    owners[1] = 9;
+    tn_broker_follow_placement(q->b);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_false(tn_topic_part_local(t, 1));
+    assert_int_equal(t->parts[1]->owner, 9);
+    assert_int_equal(tn_topic_depth(t), 1);
+    assert_int_equal(publish(q, "t", "no", 1, NULL, NULL), TN_EREMOTE);
+    bool on_disk[MAXP];
+    parts_on_disk(q, "t", on_disk);
+    assert_true(on_disk[1]);
+    /* Set aside while running: given back, it waits for a restart. */
+    owners[1] = SELF;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 1));
+    /* Its record is still there for whoever looks at the disk. */
+    restart(q, false);
+    t = topic(q, "t", 0);
+    assert_true(tn_topic_part_local(t, 1));
+    const tn_centry_t *e = NULL;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    int rc = tn_part_record(t, 1, 0, &w.w, &e);
+    if (rc == UV_EAGAIN) {
+        assert_true(run_until(q, wait_done, &w));
+        rc = tn_part_record(t, 1, 0, NULL, &e);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(e->body->len, 2);
+    assert_memory_equal(e->body->data, "p1", 2);
+    qfx_free(q);
+}
+
+/* A restart finds only the local partitions on disk: the missing ones
+ * are remote (not placed yet), and channels are found on the lowest local
+ * partition when partition 0 is another node's. */
+static void test_restart_with_holes(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    owners[0] = 4;
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 3);
+    tn_channel_t *ch = channel(q, t, "c");
+    assert_int_equal(publish(q, "t", "m", 2, NULL, NULL), 0);
+    (void)ch;
+    restart(q, true);
+    t = topic(q, "t", 0);
+    assert_int_equal(t->nparts, 3);
+    assert_false(tn_topic_part_local(t, 0));
+    assert_int_equal(t->parts[0]->owner, 0); /* until the placement is followed */
+    assert_true(tn_topic_part_local(t, 1) && tn_topic_part_local(t, 2));
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0));
+    assert_int_equal(t->parts[0]->owner, 4);
+    tn_channel_t *found = NULL;
+    assert_int_equal(tn_topic_channel(t, "c", 1, false, NULL, &found), 0);
+    sink_t s;
+    attach(&s, found, 10);
+    expect_n(q, &s, 1);
+    assert_int_equal(s.d[0].partition, 2);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+static bool grown_flag;
+static int grown_status;
+
+static void on_grown(void *arg, int status)
+{
+    (void)arg;
+    grown_flag = true;
+    grown_status = status;
+}
+
+static bool is_grown(void *arg)
+{
+    (void)arg;
+    return grown_flag;
+}
+
+/* Growth asks the placement for the new partitions only. */
+static void test_grow_places_new_partitions(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    owners[2] = 3;
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 1);
+    tn_channel_t *ch = channel(q, t, "c");
+    grown_flag = false;
+    assert_int_equal(tn_topic_grow(t, 3, on_grown, NULL), 0);
+    assert_true(run_until(q, is_grown, NULL));
+    assert_int_equal(grown_status, 0);
+    assert_int_equal(t->nparts, 3);
+    assert_true(tn_topic_part_local(t, 1));
+    assert_false(tn_topic_part_local(t, 2));
+    assert_int_equal(t->parts[2]->owner, 3);
+    bool on_disk[MAXP];
+    parts_on_disk(q, "t", on_disk);
+    assert_true(on_disk[0] && on_disk[1] && !on_disk[2]);
+    sink_t s;
+    attach(&s, ch, 10);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(publish(q, "t", "m", -1, NULL, NULL), 0);
+    expect_n(q, &s, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_not_equal(s.d[i].partition, 2);
+    assert_int_equal(publish(q, "t", "m", 2, NULL, NULL), TN_EREMOTE);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+/* Without a placement function nothing changes: every partition is local
+ * and following is a no-op (a lone engine). */
+static void test_no_placement_all_local(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(false);
+    tn_topic_t *t = topic(q, "t", 3);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_true(tn_topic_part_local(t, i));
+    follow(q, t);
+    tn_broker_follow_placement(q->b);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_true(tn_topic_part_local(t, i));
+    qfx_free(q);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_remote_partition_skipped),
+        cmocka_unit_test(test_all_remote_refused),
+        cmocka_unit_test(test_open_later),
+        cmocka_unit_test(test_open_later_keeps_pause),
+        cmocka_unit_test(test_given_away_left_on_disk),
+        cmocka_unit_test(test_restart_with_holes),
+        cmocka_unit_test(test_grow_places_new_partitions),
+        cmocka_unit_test(test_no_placement_all_local),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
