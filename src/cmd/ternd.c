@@ -378,7 +378,7 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     d->raft_address = cfg->raft_listen.addr.name;
     /* One of a cluster, not a lone node: unassigned partitions wait for an
      * owner rather than open here (catalog.c, place()). */
-    d->cluster = mo.npeers > 0 || mo.join_only;
+    d->cluster = cfg->npeers > 0 || cfg->njoin > 0;
     int rc = tn_meta_open(d->loop, &mo, &d->meta, err, errlen);
     if (rc != 0) {
         tn_control_close(d->control, NULL, NULL);
