@@ -1,0 +1,150 @@
+"""Partition placement across real ternd nodes (tests/cluster/harness.py):
+partition p of a new topic goes to the alive members sorted by id, p mod
+n, the same answer on every node; a partition's log exists only on its
+owner, which takes produces to it while the others refuse them naming the
+owner; growth places only the new partitions; assignments are sticky when
+their owner dies, and a topic made meanwhile goes to the alive members.
+
+Run: python3 tests/cluster/test_placement.py --ternd build/ternd
+"""
+import argparse
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Cluster  # noqa: E402
+
+OCTET = {"Content-Type": "application/octet-stream"}
+
+
+def wait_until(what, fn, timeout=60, interval=0.2):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+class Placement(unittest.TestCase):
+    def make(self, n, **kw):
+        c = Cluster(n, **kw)
+        self.addCleanup(c.close)
+        self.addCleanup(self._dump_on_failure, c)
+        return c
+
+    def _dump_on_failure(self, c):
+        outcome = getattr(self, "_outcome", None)
+        if outcome is not None and not outcome.success:
+            sys.stderr.write(c.logs())
+
+    def owners(self, node, topic):
+        status, body = node.request("GET", f"/v1/topics/{topic}")
+        if status != 200:
+            return None
+        return [p["owner_node"] for p in body["partition_stats"]]
+
+    def wait_owners(self, nodes, topic, expect):
+        for node in nodes:
+            wait_until(f"the owners of {topic} on node {node.id}",
+                       lambda n=node: self.owners(n, topic) == expect, 30)
+
+    def produce(self, node, topic, partition, body):
+        return node.request("POST", f"/v1/topics/{topic}/produce?partition={partition}",
+                            body.encode(), headers=OCTET)
+
+    def test_p_mod_n_owner_only_logs_and_growth(self):
+        c = self.make(3).start()
+        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        status, body = c.nodes[1].request("POST", "/v1/topics",
+                                          {"name": "orders", "partitions": 6})
+        self.assertEqual(status, 201, body)
+        expect = [str(p % 3 + 1) for p in range(6)]
+        self.wait_owners(c.nodes, "orders", expect)
+        for node in c.nodes:
+            # Open (and on disk) only where owned: the log's numbers are in
+            # the owner's entries alone.
+            status, body = node.request("GET", "/v1/topics/orders")
+            self.assertEqual(status, 200, body)
+            for p, entry in enumerate(body["partition_stats"]):
+                self.assertEqual("segments" in entry, entry["owner_node"] == str(node.id),
+                                 (node.id, p, entry))
+            for p in range(6):
+                status, answer = self.produce(node, "orders", p, f"m{p} via {node.id}")
+                if expect[p] == str(node.id):
+                    self.assertEqual(status, 202, answer)
+                else:
+                    self.assertEqual(status, 503, answer)
+                    self.assertEqual(answer["owner_node"], expect[p])
+                    self.assertEqual(answer["partition"], p)
+        # Growth places only the new partitions; the old keep their owners.
+        status, body = c.nodes[2].request("PATCH", "/v1/topics/orders", {"partitions": 9})
+        self.assertEqual(status, 200, body)
+        grown = expect + [str(p % 3 + 1) for p in range(6, 9)]
+        self.wait_owners(c.nodes, "orders", grown)
+        for p in range(6, 9):
+            owner = [n for n in c.nodes if str(n.id) == grown[p]][0]
+            status, answer = wait_until(
+                f"partition {p} open on its owner",
+                lambda o=owner, q=p: (lambda r: r if r[0] == 202 else None)(
+                    self.produce(o, "orders", q, "after growth")), 30)
+            self.assertEqual(status, 202, answer)
+        # Each owner's partitions hold what was produced there: one message
+        # per partition before the growth.
+        for node in c.nodes:
+            status, body = node.request("GET", "/v1/topics/orders")
+            for p, entry in enumerate(body["partition_stats"][:6]):
+                if entry["owner_node"] == str(node.id):
+                    self.assertEqual(entry["next_offset"], 1, (node.id, p, entry))
+
+    def alive(self, node):
+        status, body = node.request("GET", "/v1/cluster/members")
+        if status != 200:
+            return 0
+        return sum(1 for m in body["members"] if m["status"] == "alive")
+
+    def test_sticky_on_death_and_new_topics_on_the_alive(self):
+        c = self.make(3, args=["--cluster-heartbeat-interval=500ms",
+                               "--cluster-dead-after=3s"]).start()
+        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        leader = c.find_leader()
+        status, body = leader.request("POST", "/v1/topics", {"name": "before", "partitions": 3})
+        self.assertEqual(status, 201, body)
+        self.wait_owners(c.nodes, "before", ["1", "2", "3"])
+        victim = [x for x in c.nodes if x is not leader][0]
+        status, _ = self.produce(victim, "before", victim.id - 1, "kept")
+        self.assertEqual(status, 202)
+        victim.kill()
+        rest = [x for x in c.nodes if x is not victim]
+        wait_until("the killed member dead", lambda: self.alive(leader) == 2, 60)
+        # Its partition keeps it as owner (the data is only there) ...
+        self.wait_owners(rest, "before", ["1", "2", "3"])
+        # ... and a topic made while it is dead goes to the two alive.
+        status, body = leader.request("POST", "/v1/topics", {"name": "during", "partitions": 4})
+        self.assertEqual(status, 201, body)
+        alive_ids = sorted(str(x.id) for x in rest)
+        self.wait_owners(rest, "during", [alive_ids[p % 2] for p in range(4)])
+        victim.start()
+        victim.wait_ready()
+        wait_until("the member alive again", lambda: self.alive(leader) == 3, 60)
+        self.wait_owners([victim], "before", ["1", "2", "3"])
+        status, body = victim.request("GET", "/v1/topics/before")
+        mine = body["partition_stats"][victim.id - 1]
+        self.assertEqual(mine["next_offset"], 1, mine)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    harness.set_ternd(args.ternd)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
