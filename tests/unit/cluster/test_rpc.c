@@ -839,6 +839,29 @@ static void test_unknown_op(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A peer named by host name is resolved before its dial. */
+static void test_host_name(void **state)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    const char *colon = strrchr(tn_rpc_addr(srv), ':');
+    char named[80];
+    snprintf(named, sizeof named, "localhost%s", colon);
+    expect_echo(&loop, cli, named, -1, "by name");
+    res_t res = {0};
+    assert_int_equal(echo_call(cli, "no-such-host.invalid:4150", -1, "nobody", &res, 10000), 0);
+    run_until(&loop, &res.done);
+    assert_int_equal(res.status, UV_ECONNREFUSED);
+    res_fini(&res);
+    assert_int_equal(echo_call(cli, "localhost", -1, "x", &res, 0), UV_EINVAL);
+    assert_int_equal(echo_call(cli, "127.0.0.1:0", -1, "x", &res, 0), UV_EINVAL);
+    rpc_close(&loop, cli);
+    rpc_close(&loop, srv);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 static void fast_dial(tn_rpc_opts_t *o)
 {
     o->dial_timeout_ms = 300;
@@ -889,6 +912,49 @@ static void test_backoff(void **state)
     res_fini(&r2);
     res_fini(&r3);
     rpc_close(&loop, cli);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* Close with calls in every state: waiting for a dial, waiting for a
+ * stream's proof, sent and held by the handler, cancelled and not yet
+ * told. Each callback runs once, with TN_ECLOSED. */
+static void test_close_with_pending(void **state)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    holder_t h = {0};
+    tn_rpc_handler_t hs[] = {{TN_OP_META_PROPOSE, TN_RPC_OP_EXEMPT, on_hold, &h}};
+    tn_rpc_t *srv = rpc_open(&loop, SECRET, hs, 1);
+    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    expect_echo(&loop, cli, tn_rpc_addr(srv), TN_LANE_CONTROL, "warm");
+    tn_buf_t b;
+    propose_payload(&b);
+    res_t held = {0}, cancelled = {0}, dialing = {0}, fresh = {0};
+    tn_rpc_call_t *c = NULL;
+    assert_int_equal(tn_rpc_call(cli, tn_rpc_addr(srv), TN_OP_META_PROPOSE, tn_buf_data(&b),
+                                 tn_buf_size(&b), 20000, on_res, &held, NULL),
+                     0);
+    while (h.calls == 0)
+        run_for(&loop, 5);
+    assert_int_equal(tn_rpc_call(cli, tn_rpc_addr(srv), TN_OP_META_PROPOSE, tn_buf_data(&b),
+                                 tn_buf_size(&b), 20000, on_res, &cancelled, &c),
+                     0);
+    /* A lane with no stream yet: its call waits for the proof. */
+    assert_int_equal(echo_call(cli, tn_rpc_addr(srv), TN_LANE_ACK, "fresh", &fresh, 20000), 0);
+    /* A peer nobody serves: the call waits for the dial. */
+    assert_int_equal(echo_call(cli, "127.0.0.1:9", -1, "nobody", &dialing, 20000), 0);
+    tn_rpc_call_cancel(c);
+    rpc_close(&loop, cli);
+    res_t *all[] = {&held, &cancelled, &dialing, &fresh};
+    for (int i = 0; i < 4; i++) {
+        assert_true(all[i]->done);
+        assert_int_equal(all[i]->status, TN_ECLOSED);
+        res_fini(all[i]);
+    }
+    while (h.cancels == 0)
+        run_for(&loop, 5);
+    tn_buf_fini(&b);
+    rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -980,6 +1046,8 @@ int main(void)
         cmocka_unit_test(test_payload_cap),
         cmocka_unit_test(test_unknown_op),
         cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_host_name),
+        cmocka_unit_test(test_close_with_pending),
         cmocka_unit_test(test_out_of_memory),
     };
     if (getenv("TN_TEST_FILTER"))
