@@ -1480,3 +1480,15 @@ int64_t tn_quic_stream_id(const tn_quic_stream_t *s)
 {
     return s->id;
 }
+
+#ifdef TN_TEST
+void tn_quic_ep_test_input(tn_quic_ep_t *ep, const struct sockaddr *from, const uint8_t *p,
+                           size_t n)
+{
+    if (n > RECV_BUF)
+        n = RECV_BUF;
+    memcpy(ep->rbuf, p, n);
+    uv_buf_t b = uv_buf_init((char *)ep->rbuf, (unsigned)n);
+    on_recv(&ep->udp, (ssize_t)n, &b, from, 0);
+}
+#endif
