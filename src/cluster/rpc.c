@@ -1241,13 +1241,18 @@ int tn_rpc_open(uv_loop_t *loop, const tn_rpc_opts_t *o, tn_rpc_t **out, char *e
         tn_errbuf(err, errlen, "rpc: an empty cluster secret");
         return TN_ECONFIG;
     }
-    struct sockaddr_storage sa;
-    char why[128];
-    if (!o->bind || parse_numeric(o->bind, &sa, why, sizeof why) != 0) {
-        tn_errbuf(err, errlen, "rpc: bind address %s: %s", o->bind ? o->bind : "(none)",
-                  o->bind ? why : "missing");
+    /* Read the way every listener option is (core/netaddr.h): "" or
+     * [::] is every interface, IPv4 and IPv6 on one socket; a host name
+     * resolves here, at startup. */
+    tn_hostport_t hp;
+    tn_netaddr_t na;
+    char why[128] = "missing";
+    if (!o->bind || tn_netaddr_split(o->bind, &hp, why, sizeof why) != 0 ||
+        tn_netaddr_resolve(&hp, 0, &na, why, sizeof why) != 0) {
+        tn_errbuf(err, errlen, "rpc: bind address %s: %s", o->bind ? o->bind : "(none)", why);
         return TN_ECONFIG;
     }
+    struct sockaddr_storage sa = na.sa;
     tn_rpc_t *r = tn_calloc(1, sizeof *r);
     if (!r || !(r->secret = tn_malloc(o->secret_len))) {
         tn_free(r);

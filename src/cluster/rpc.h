@@ -65,7 +65,10 @@ typedef struct {
 } tn_rpc_handler_t;
 
 typedef struct {
-    const char *bind;      /* "host:port" (UDP), numeric host; borrowed for the call */
+    /* "host:port" (UDP), read as every listener option is (core/netaddr.h:
+     * "" or [::] is every interface, IPv4 and IPv6); a host name resolves
+     * in the call, which blocks. Borrowed for the call. */
+    const char *bind;
     const uint8_t *secret; /* the cluster secret (or a generated one); copied; not empty */
     size_t secret_len;
     const tn_rpc_handler_t *handlers; /* copied; TN_OP_ECHO is built in */

@@ -839,8 +839,9 @@ static void test_unknown_op(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
-/* A peer named by host name is resolved before its dial. */
-static void test_host_name(void **state)
+/* Addresses: a peer named by host name is resolved before its dial;
+ * binding every interface; bad bind addresses and an empty secret. */
+static void test_addresses(void **state)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
@@ -859,6 +860,33 @@ static void test_host_name(void **state)
     assert_int_equal(echo_call(cli, "127.0.0.1:0", -1, "x", &res, 0), UV_EINVAL);
     rpc_close(&loop, cli);
     rpc_close(&loop, srv);
+
+    /* Every interface (one dual-stack socket where the host has IPv6)
+     * serves and dials IPv4 peers. */
+    srv = rpc_open_x(&loop, ":0", SECRET, NULL, 0, NULL);
+    cli = rpc_open_x(&loop, ":0", SECRET, NULL, 0, NULL);
+    colon = strrchr(tn_rpc_addr(srv), ':');
+    snprintf(named, sizeof named, "127.0.0.1%s", colon);
+    expect_echo(&loop, cli, named, -1, "any interface");
+    rpc_close(&loop, cli);
+    rpc_close(&loop, srv);
+
+    tn_rpc_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.secret = (const uint8_t *)SECRET;
+    o.secret_len = strlen(SECRET);
+    tn_rpc_t *r = NULL;
+    char err[256];
+    const char *bad[] = {"nonsense", "127.0.0.1:99999", NULL};
+    for (int i = 0; i < 3; i++) {
+        o.bind = bad[i];
+        assert_int_equal(tn_rpc_open(&loop, &o, &r, err, sizeof err), TN_ECONFIG);
+        assert_non_null(strstr(err, "rpc: bind address"));
+    }
+    o.bind = "127.0.0.1:0";
+    o.secret_len = 0;
+    assert_int_equal(tn_rpc_open(&loop, &o, &r, err, sizeof err), TN_ECONFIG);
+    assert_non_null(strstr(err, "secret"));
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -1046,7 +1074,7 @@ int main(void)
         cmocka_unit_test(test_payload_cap),
         cmocka_unit_test(test_unknown_op),
         cmocka_unit_test(test_backoff),
-        cmocka_unit_test(test_host_name),
+        cmocka_unit_test(test_addresses),
         cmocka_unit_test(test_close_with_pending),
         cmocka_unit_test(test_out_of_memory),
     };
