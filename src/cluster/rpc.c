@@ -511,6 +511,11 @@ static void call_place(tn_rpc_call_t *c)
 
 /* --- client: liveness ping ------------------------------------------------------------- */
 
+/* The ping's second is up without a PONG. "Nothing else arrived" is
+ * judged by the connection's datagram count: a peer whose QUIC stack
+ * answered anything (an ACK of the PING, another stream's reply) is alive
+ * and only busy, and its connection stays; one that sent nothing at all
+ * is taken for dead and closed, so the next call dials again. */
 static void on_ping_timer(uv_timer_t *t)
 {
     peer_t *p = t->data;
