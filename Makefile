@@ -11,6 +11,7 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 DATA ?= ./data
+CLUSTER_DATA ?= ./cluster-data
 FUZZ_SECONDS ?= 60
 CMAKE_FLAGS ?=
 TERND_FLAGS ?=
@@ -19,7 +20,7 @@ TERND_FLAGS ?=
 QUIET := -DCMAKE_RULE_MESSAGES=OFF -DCMAKE_TARGET_MESSAGES=OFF
 QUIET_MAKE := -- --no-print-directory -s
 
-.PHONY: all build compat-deps run test asan tsan fuzz bench lint format deps clean
+.PHONY: all build compat-deps run cluster cluster-stop test asan tsan fuzz bench lint format deps clean
 
 all: build
 
@@ -41,6 +42,15 @@ build: deps $(BUILD)/Makefile
 # runs. Stop it with Ctrl-C or kill $$(cat $(DATA)/ternd.pid).
 run: build
 	@./$(BUILD)/ternd --data-path $(DATA) --pid-file $(DATA)/ternd.pid $(TERND_FLAGS)
+
+# A three-node cluster on loopback in a fresh $(CLUSTER_DATA), with its own
+# certificates and secret, running in the background (scripts/cluster.sh,
+# docs/cluster.md); cluster-stop stops it by its PID files.
+cluster: build
+	@TERND=$(BUILD)/ternd ./scripts/cluster.sh start $(CLUSTER_DATA)
+
+cluster-stop:
+	@./scripts/cluster.sh stop $(CLUSTER_DATA)
 
 # The nsqjs client for the compatibility suite, pinned by its lockfile.
 compat-deps: deps

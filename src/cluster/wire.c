@@ -411,13 +411,24 @@ int tn_wire_end(const tn_wire_in_t *in)
 
 #define REPLY_CTYPE_MAX 255
 
+/* Whether a content type can go out as an HTTP header value: no control
+ * characters (CR, LF, NUL would split or cut the header). */
+static bool ctype_clean(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] == 0x7f)
+            return false;
+    return true;
+}
+
 int tn_wire_reply_encode(tn_buf_t *b, uint16_t status, const char *ctype, const void *body,
                          size_t len)
 {
     if (ctype == NULL)
         ctype = "";
     size_t clen = strlen(ctype);
-    if (status < 100 || status > 599 || clen > REPLY_CTYPE_MAX || len > UINT32_MAX)
+    if (status < 100 || status > 599 || clen > REPLY_CTYPE_MAX ||
+        !ctype_clean((const uint8_t *)ctype, clen) || len > UINT32_MAX)
         return UV_EINVAL;
     size_t at = b->len;
     int rc;
@@ -438,7 +449,7 @@ int tn_wire_reply_decode(const void *p, size_t len, tn_wire_reply_t *out)
     const uint8_t *ctype, *body;
     size_t clen, blen;
     if (tn_wire_get_u16(&in, &status) != 0 || status < 100 || status > 599 ||
-        tn_wire_get_bytes(&in, REPLY_CTYPE_MAX, &ctype, &clen) != 0 ||
+        tn_wire_get_bytes(&in, REPLY_CTYPE_MAX, &ctype, &clen) != 0 || !ctype_clean(ctype, clen) ||
         tn_wire_get_bytes(&in, TN_WIRE_MAX_PAYLOAD, &body, &blen) != 0 || tn_wire_end(&in) != 0)
         return TN_EPROTO;
     out->status = status;
@@ -545,6 +556,15 @@ bool tn_wire_proof_check(const uint8_t *secret, size_t secret_len, bool client,
     bool ok = CRYPTO_memcmp(want, proof, TN_WIRE_PROOF_LEN) == 0;
     OPENSSL_cleanse(want, sizeof(want));
     return ok;
+}
+
+int tn_wire_auth_check(const uint8_t *secret, size_t secret_len, bool client,
+                       const uint8_t ekm[TN_WIRE_EKM_LEN], const tn_wire_hdr_t *h,
+                       const uint8_t *payload)
+{
+    if (h->type != TN_WF_AUTH || h->len != TN_WIRE_PROOF_LEN)
+        return TN_EPROTO;
+    return tn_wire_proof_check(secret, secret_len, client, ekm, payload, h->len) ? 0 : UV_EACCES;
 }
 
 #define RESET_CONTEXT "tern-quic-stateless-reset-v1"

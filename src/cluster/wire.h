@@ -195,11 +195,13 @@ typedef struct {
 
 /* Append a reply payload; ctype (NUL-terminated, NULL for "") and body
  * copied. 0, UV_ENOMEM, or UV_EINVAL (status outside 100..599, content type
- * over 255 bytes); on failure b is as it was. */
+ * over 255 bytes or holding a control character); on failure b is as it
+ * was. */
 int tn_wire_reply_encode(tn_buf_t *b, uint16_t status, const char *ctype, const void *body,
                          size_t len);
 /* Exact decode of a reply payload; fields point into it. 0 or TN_EPROTO
- * (status outside 100..599, content type over 255 bytes, short, trailing). */
+ * (status outside 100..599, content type over 255 bytes or holding a
+ * control character, since it becomes an HTTP header; short, trailing). */
 int tn_wire_reply_decode(const void *p, size_t len, tn_wire_reply_t *out);
 
 /* --- opcodes ------------------------------------------------------------------ */
@@ -234,6 +236,14 @@ int tn_wire_proof(const uint8_t *secret, size_t secret_len, bool client,
  * secret is false. */
 bool tn_wire_proof_check(const uint8_t *secret, size_t secret_len, bool client,
                          const uint8_t ekm[TN_WIRE_EKM_LEN], const uint8_t *proof, size_t len);
+/* The peer's proof frame, the first frame of a stream (header and payload
+ * borrowed, as the framer hands them over): 0 when it is an AUTH frame of
+ * TN_WIRE_PROOF_LEN bytes that proves the secret for the role (client:
+ * the proof a client sends) and ekm; TN_EPROTO for another frame type or
+ * length; UV_EACCES for a wrong proof (or an empty secret). */
+int tn_wire_auth_check(const uint8_t *secret, size_t secret_len, bool client,
+                       const uint8_t ekm[TN_WIRE_EKM_LEN], const tn_wire_hdr_t *h,
+                       const uint8_t *payload);
 /* The QUIC stateless reset key: HMAC-SHA256(secret, "tern-quic-stateless-reset-v1").
  * 0, UV_EINVAL for an empty secret, or TN_EFAILED. */
 int tn_wire_reset_key(const uint8_t *secret, size_t secret_len, uint8_t out[32]);

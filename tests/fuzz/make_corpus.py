@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Writes the seed inputs of the storage fuzz targets: valid records,
+"""Writes the seed inputs of the storage fuzz targets (valid records,
 segments, checkpoints and WALs built to the formats in
-docs/storage-format.md, plus torn and damaged variants. libFuzzer grows the
+docs/storage-format.md, plus torn and damaged variants) and of the node RPC
+wire targets (frames, requests, replies and proofs to src/cluster/wire.h). libFuzzer grows the
 corpus from these (`make fuzz`); the grown corpus is checked in."""
+import hashlib
+import hmac
 import os
 import struct
 
@@ -44,6 +47,53 @@ def checkpoint(seq, frontier, settled=(), requeued=(), paused=False):
     return struct.pack("<II", 0x31434E54, crc32c(body)) + body
 
 
+def wire_frame(ftype, rid, payload):
+    return b"TNR1" + struct.pack(">BBHQI", 1, ftype, 0, rid, len(payload)) + payload
+
+
+def wire_str(b):
+    return struct.pack(">I", len(b)) + b
+
+
+def wire_seeds(here):
+    ping, request, reply, auth, cancel = 4, 8, 9, 10, 6
+    ekm = bytes(range(32))
+    proof = hmac.new(b"fuzz cluster secret", b"client" + ekm, hashlib.sha256).digest()
+    echo = b"\x01" + wire_str(b"hello")
+    join = b"\x03" + struct.pack(">Q", 2) + wire_str(b"127.0.0.1:4262") + wire_str(b"127.0.0.1:4252")
+    ok = struct.pack(">H", 200) + wire_str(b"application/json") + wire_str(b'{"ok":true}')
+
+    wf = os.path.join(here, "wire_frame", "corpus")
+    stream = (wire_frame(auth, 0, proof) + wire_frame(request, 1, echo) +
+              wire_frame(reply, 1, ok) + wire_frame(ping, 2, b"") + wire_frame(cancel, 1, b""))
+    write(wf, "seed-session-whole", b"\x00" + stream)
+    write(wf, "seed-session-chunk7", b"\x07" + stream)
+    write(wf, "seed-session-bytes", b"\x01" + stream)
+    write(wf, "seed-over-preauth", b"\x03" + wire_frame(auth, 0, proof + b"x" * 13))
+    write(wf, "seed-torn", b"\x05" + stream[:-9])
+    write(wf, "seed-bad-reserved", b"\x00" + wire_frame(ping, 0, b"")[:6] + b"\x00\x01" +
+          wire_frame(ping, 0, b"")[8:])
+
+    wr = os.path.join(here, "wire_request", "corpus")
+    write(wr, "seed-echo", echo)
+    write(wr, "seed-propose", b"\x02" + wire_str(b"TM\x01\x01\x00\x00\x00\x00"))
+    write(wr, "seed-join", join)
+    write(wr, "seed-leader-index", b"\x04")
+    write(wr, "seed-node-status", b"\x05")
+    write(wr, "seed-unknown-op", b"\x63" + wire_str(b"x"))
+    write(wr, "seed-join-trailing", join + b"\x00")
+    write(wr, "seed-reply", ok)
+    write(wr, "seed-reply-empty", struct.pack(">H", 204) + wire_str(b"") + wire_str(b""))
+
+    wp = os.path.join(here, "wire_proof", "corpus")
+    write(wp, "seed-good", ekm + wire_frame(auth, 0, proof))
+    write(wp, "seed-server-role", ekm + wire_frame(
+        auth, 0, hmac.new(b"fuzz cluster secret", b"server" + ekm, hashlib.sha256).digest()))
+    write(wp, "seed-request-first", ekm + wire_frame(request, 1, echo))
+    write(wp, "seed-short-proof", ekm + wire_frame(auth, 0, proof[:31]))
+    write(wp, "seed-too-big", ekm + wire_frame(auth, 0, proof + b"y" * 13))
+
+
 def write(dirname, name, data):
     os.makedirs(dirname, exist_ok=True)
     with open(os.path.join(dirname, name), "wb") as f:
@@ -81,6 +131,8 @@ def main():
     write(wr, "seed-old-frames", struct.pack("<H", len(ck)) + ck +
           wal_frame(1, 2, struct.pack("<Q", 3)) + wal_frame(1, 3, struct.pack("<Q", 4)) +
           wal_frame(1, 4, struct.pack("<Q", 10)))
+
+    wire_seeds(here)
 
 
 if __name__ == "__main__":

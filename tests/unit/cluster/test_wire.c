@@ -373,6 +373,22 @@ static void test_framer_out_of_memory(void **state)
 
 /* --- fields -------------------------------------------------------------------- */
 
+static void test_writers_out_of_memory(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_alloc_fail_after(0);
+    assert_int_equal(tn_wire_put_u8(&b, 1), UV_ENOMEM);
+    assert_int_equal(tn_wire_put_u64(&b, 1), UV_ENOMEM);
+    assert_int_equal(tn_wire_put_str(&b, "x"), UV_ENOMEM);
+    assert_int_equal(tn_wire_frame_append(&b, TN_WF_PING, 1, NULL, 0), UV_ENOMEM);
+    assert_int_equal(tn_wire_reply_encode(&b, 200, "text/plain", "ok", 2), UV_ENOMEM);
+    tn_alloc_fail_after(-1);
+    assert_int_equal(tn_buf_size(&b), 0);
+    tn_buf_fini(&b);
+}
+
 static void test_fields_round_trip(void **state)
 {
     (void)state;
@@ -590,6 +606,26 @@ static void test_reply_codec(void **state)
         assert_int_equal(tn_wire_reply_decode(tn_buf_data(&c), tn_buf_size(&c), &r), TN_EPROTO);
         tn_buf_fini(&c);
     }
+    /* Control characters in the content type (it becomes a header). */
+    static const char *const dirty[] = {"text/plain\r\nX-Evil: 1", "a\tb", "\x7f"};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(dirty); i++) {
+        tn_buf_t c;
+        tn_buf_init(&c);
+        assert_int_equal(tn_wire_reply_encode(&c, 200, dirty[i], NULL, 0), UV_EINVAL);
+        assert_int_equal(tn_buf_size(&c), 0);
+        assert_int_equal(tn_wire_put_u16(&c, 200), 0);
+        assert_int_equal(tn_wire_put_str(&c, dirty[i]), 0);
+        assert_int_equal(tn_wire_put_str(&c, ""), 0);
+        assert_int_equal(tn_wire_reply_decode(tn_buf_data(&c), tn_buf_size(&c), &r), TN_EPROTO);
+        tn_buf_fini(&c);
+    }
+    tn_buf_t c;
+    tn_buf_init(&c);
+    assert_int_equal(tn_wire_put_u16(&c, 200), 0);
+    assert_int_equal(tn_wire_put_bytes(&c, "a\0b", 3), 0);
+    assert_int_equal(tn_wire_put_str(&c, ""), 0);
+    assert_int_equal(tn_wire_reply_decode(tn_buf_data(&c), tn_buf_size(&c), &r), TN_EPROTO);
+    tn_buf_fini(&c);
     tn_buf_reset(&b);
     memset(ctype, 'x', 256);
     ctype[256] = '\0';
@@ -777,6 +813,25 @@ static void test_proof(void **state)
     assert_false(tn_wire_proof_check(secret, 0, true, ekm, pc, sizeof(pc)));
 }
 
+static void test_auth_check(void **state)
+{
+    (void)state;
+    uint8_t ekm[TN_WIRE_EKM_LEN] = {9, 8, 7};
+    uint8_t pc[TN_WIRE_PROOF_LEN];
+    assert_int_equal(tn_wire_proof(secret, sizeof(secret) - 1, true, ekm, pc), 0);
+    tn_wire_hdr_t h = {.type = TN_WF_AUTH, .id = 0, .len = TN_WIRE_PROOF_LEN};
+    assert_int_equal(tn_wire_auth_check(secret, sizeof(secret) - 1, true, ekm, &h, pc), 0);
+    assert_int_equal(tn_wire_auth_check(secret, sizeof(secret) - 1, false, ekm, &h, pc), UV_EACCES);
+    pc[31] ^= 0x80;
+    assert_int_equal(tn_wire_auth_check(secret, sizeof(secret) - 1, true, ekm, &h, pc), UV_EACCES);
+    pc[31] ^= 0x80;
+    h.type = TN_WF_REQUEST; /* a request before the proof */
+    assert_int_equal(tn_wire_auth_check(secret, sizeof(secret) - 1, true, ekm, &h, pc), TN_EPROTO);
+    h.type = TN_WF_AUTH;
+    h.len = TN_WIRE_PROOF_LEN - 1;
+    assert_int_equal(tn_wire_auth_check(secret, sizeof(secret) - 1, true, ekm, &h, pc), TN_EPROTO);
+}
+
 static void test_reset_key(void **state)
 {
     (void)state;
@@ -821,6 +876,7 @@ int main(void)
         cmocka_unit_test(test_framer_sticky),
         cmocka_unit_test(test_framer_callback_raises_max),
         cmocka_unit_test(test_framer_out_of_memory),
+        cmocka_unit_test(test_writers_out_of_memory),
         cmocka_unit_test(test_fields_round_trip),
         cmocka_unit_test(test_fields_short),
         cmocka_unit_test(test_fields_overlong_trailing_bool),
@@ -829,6 +885,7 @@ int main(void)
         cmocka_unit_test(test_request_check),
         cmocka_unit_test(test_hmac_rfc4231),
         cmocka_unit_test(test_proof),
+        cmocka_unit_test(test_auth_check),
         cmocka_unit_test(test_reset_key),
         cmocka_unit_test(test_backoff),
     };
