@@ -356,9 +356,9 @@ static int on_client_frame(void *arg, const tn_wire_hdr_t *h, const uint8_t *pay
     tn_rpc_t *r = p->r;
     if (!st->authed) {
         uint8_t ekm[TN_QUIC_EKM_LEN];
-        if (h->type != TN_WF_AUTH || tn_quic_conn_ekm(p->conn, ekm) != 0 ||
-            !tn_wire_proof_check(r->secret, r->secret_len, false, ekm, payload, h->len))
-            return UV_EACCES;
+        if (tn_quic_conn_ekm(p->conn, ekm) != 0 ||
+            tn_wire_auth_check(r->secret, r->secret_len, false, ekm, h, payload) != 0)
+            return UV_EACCES; /* not the server's proof, or not a proof at all */
         st->authed = true;
         st->fr.max = TN_WIRE_MAX_PAYLOAD;
         /* Queued calls go out oldest first. */
@@ -1113,12 +1113,15 @@ static int on_server_frame(void *arg, const tn_wire_hdr_t *h, const uint8_t *pay
     tn_rpc_t *r = ss->r;
     if (!ss->authed) {
         uint8_t ekm[TN_QUIC_EKM_LEN], proof[TN_WIRE_PROOF_LEN];
-        if (h->type != TN_WF_AUTH || tn_quic_conn_ekm(ss->qc, ekm) != 0)
-            return UV_EACCES;
-        if (!r->accept_any_proof &&
-            !tn_wire_proof_check(r->secret, r->secret_len, true, ekm, payload, h->len))
-            return UV_EACCES;
-        int rc = tn_wire_proof(r->secret, r->secret_len, false, ekm, proof);
+        int rc = tn_quic_conn_ekm(ss->qc, ekm);
+        if (rc != 0)
+            return rc;
+        rc = tn_wire_auth_check(r->secret, r->secret_len, true, ekm, h, payload);
+        if (rc == UV_EACCES && r->accept_any_proof)
+            rc = 0;
+        if (rc != 0)
+            return rc;
+        rc = tn_wire_proof(r->secret, r->secret_len, false, ekm, proof);
         if (rc == 0)
             rc = stream_send_frame(ss->qs, TN_WF_AUTH, 0, proof, sizeof proof);
         if (rc != 0)
@@ -1190,16 +1193,18 @@ static void on_sstream_data(void *arg, tn_quic_stream_t *qs, const uint8_t *data
         return;
     if (!ss->authed)
         STAT(ss->r, streams_refused);
-    if (rc == UV_EACCES)
+    if (!ss->authed && rc != UV_ENOMEM)
         TN_LOG_RL(TN_LOG_WARN, 5000,
-                  "rpc: stream from %s did not prove the cluster secret (a wrong proof, or no "
-                  "AUTH frame first); reset",
-                  ss->peer);
+                  "rpc: stream from %s did not prove the cluster secret (%s); reset", ss->peer,
+                  rc == UV_EACCES    ? "a wrong proof"
+                  : rc == TN_EPROTO  ? "its first frame is no AUTH frame"
+                  : rc == TN_ETOOBIG ? "a first frame over the pre-auth cap"
+                                     : tn_strerror(rc));
     else
         TN_LOG_RL(TN_LOG_WARN, 5000,
-                  "rpc: stream from %s sent a frame this node refuses (%s)%s; reset", ss->peer,
-                  tn_strerror(rc), ss->authed ? "" : " before proving the cluster secret");
-    tn_quic_stream_reset(qs, rc == UV_EACCES ? APP_AUTH_FAIL : APP_PROTO);
+                  "rpc: stream from %s sent a frame this node refuses (%s); reset", ss->peer,
+                  tn_strerror(rc));
+    tn_quic_stream_reset(qs, ss->authed ? APP_PROTO : APP_AUTH_FAIL);
     ss->qs = NULL;
     sstream_end(ss);
 }
