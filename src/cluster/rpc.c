@@ -834,8 +834,10 @@ int tn_rpc_call_on(tn_rpc_t *r, const char *peer_addr, int lane, bool bulk, uint
     int rc = peer_get(r, peer_addr, bulk, &p);
     if (rc != 0)
         return rc;
-    if (!p->conn && !p->resolving && p->failures && tn_now_mono_ms() < p->backoff_until_ms)
+    if (!p->conn && !p->resolving && p->failures && tn_now_mono_ms() < p->backoff_until_ms) {
+        r->counts[op][OUT_UNAVAILABLE]++; /* counted, but no duration: it never left */
         return UV_ECONNREFUSED;
+    }
     tn_rpc_call_t *c = tn_calloc(1, sizeof *c);
     if (!c)
         return UV_ENOMEM;

@@ -929,6 +929,17 @@ static void test_backoff(void **state)
     res_t r3 = {0};
     assert_int_equal(echo_call(cli, addr, -1, "again", &r3, 10000), UV_ECONNREFUSED);
     assert_false(r3.done);
+    tn_buf_t m;
+    tn_buf_init(&m);
+    assert_int_equal(tn_rpc_metrics_write(cli, &m), 0);
+    assert_int_equal(tn_buf_append(&m, "", 1), 0);
+    /* Two failed with the dial, one failed fast: all counted; only the two
+     * that waited have a duration. */
+    assert_non_null(strstr(
+        tn_buf_data(&m), "tern_cluster_rpc_requests_total{op=\"echo\",outcome=\"unavailable\"} 3"));
+    assert_non_null(
+        strstr(tn_buf_data(&m), "tern_cluster_rpc_request_seconds_count{op=\"echo\"} 2"));
+    tn_buf_fini(&m);
     /* After it (250 ms for the first failure): a new dial. */
     run_for(&loop, 400);
     assert_int_equal(echo_call(cli, addr, -1, "later", &r3, 10000), 0);
