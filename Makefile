@@ -89,9 +89,10 @@ fuzz: deps
 
 bench: deps
 	cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release $(QUIET) >/dev/null
-	cmake --build build-bench -j $(JOBS) --target tern-storage-bench ternd tern-bench tern-v1-bench \
-		$(QUIET_MAKE)
+	cmake --build build-bench -j $(JOBS) --target tern-storage-bench tern-rpc-bench ternd tern-bench \
+		tern-v1-bench $(QUIET_MAKE)
 	./build-bench/tern-storage-bench
+	./build-bench/tern-rpc-bench
 	./bench/nsq_bench.sh build-bench
 	./bench/v1_bench.sh build-bench
 

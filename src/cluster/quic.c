@@ -1119,6 +1119,25 @@ static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr *b
            memcmp(&x->sin6_addr, &y->sin6_addr, sizeof x->sin6_addr) == 0;
 }
 
+/* Whether the packet ends with the stateless reset token of one of c's
+ * destination CIDs. */
+static bool conn_has_token(tn_quic_conn_t *c, const uint8_t *p, size_t n)
+{
+    if (n < NGTCP2_STATELESS_RESET_TOKENLEN + 1 + NGTCP2_MIN_STATELESS_RESET_RANDLEN)
+        return false;
+    const uint8_t *tail = p + n - NGTCP2_STATELESS_RESET_TOKENLEN;
+    ngtcp2_cid_token toks[16];
+    size_t num = ngtcp2_conn_get_num_active_dcid(c->q);
+    if (num > 16)
+        return true; /* more than we look at: let ngtcp2 decide */
+    num = ngtcp2_conn_get_active_dcid(c->q, toks);
+    for (size_t i = 0; i < num; i++)
+        if (toks[i].token_present &&
+            memcmp(toks[i].token, tail, NGTCP2_STATELESS_RESET_TOKENLEN) == 0)
+            return true;
+    return false;
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     tn_quic_ep_t *ep = h->data;
@@ -1156,16 +1175,16 @@ static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struc
             ep_accept(ep, from, p, n);
         return;
     }
-    /* A short header for no CID we issued: a stateless reset from a peer
-     * that lost our connection looks like this (its "CID" is random), and
-     * only the connection holding the token can tell; ngtcp2 checks the
-     * token when the packet does not decrypt. So the connections with that
-     * peer see it first; a packet from a peer we hold nothing with is
-     * answered with a reset of our own. */
+    /* A short header for no CID we issued. A stateless reset from a peer
+     * that lost our connection looks like this (its "CID" is random): it
+     * goes to the connection with that peer whose DCID's reset token it
+     * ends with, and ngtcp2 acts on it. Anything else is answered with a
+     * reset of our own, which also tells a peer that restarted as a client
+     * to drop what it still holds of us. */
     bool offered = false;
     for (tn_quic_conn_t *k = ep->conns, *next; k; k = next) {
         next = k->next;
-        if (!k->dead && k->q && same_addr(&k->remote, from)) {
+        if (!k->dead && k->q && same_addr(&k->remote, from) && conn_has_token(k, p, n)) {
             offered = true;
             conn_read(k, from, p, n);
         }
@@ -1470,3 +1489,15 @@ int64_t tn_quic_stream_id(const tn_quic_stream_t *s)
 {
     return s->id;
 }
+
+#ifdef TN_TEST
+void tn_quic_ep_test_input(tn_quic_ep_t *ep, const struct sockaddr *from, const uint8_t *p,
+                           size_t n)
+{
+    if (n > RECV_BUF)
+        n = RECV_BUF;
+    memcpy(ep->rbuf, p, n);
+    uv_buf_t b = uv_buf_init((char *)ep->rbuf, (unsigned)n);
+    on_recv(&ep->udp, (ssize_t)n, &b, from, 0);
+}
+#endif

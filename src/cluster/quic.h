@@ -150,6 +150,12 @@ uint64_t tn_quic_stream_peer_code(const tn_quic_stream_t *s);
  * callbacks after this call. */
 void tn_quic_stream_reset(tn_quic_stream_t *s, uint64_t app_code);
 tn_quic_conn_t *tn_quic_stream_conn(const tn_quic_stream_t *s);
+#ifdef TN_TEST
+/* Take n bytes (borrowed) as a datagram from `from`, as the socket would
+ * have delivered it: the fuzz target's way in. */
+void tn_quic_ep_test_input(tn_quic_ep_t *ep, const struct sockaddr *from, const uint8_t *p,
+                           size_t n);
+#endif
 int64_t tn_quic_stream_id(const tn_quic_stream_t *s);
 
 #endif

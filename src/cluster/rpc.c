@@ -109,7 +109,13 @@ struct peer_s {
     tn_rpc_t *r;
     peer_t *next;
     char addr[ADDR_MAX];
-    struct sockaddr_storage sa;
+    struct sockaddr_storage sa; /* resolved again before every dial of a host name */
+    char host[TN_NETADDR_HOST_MAX + 1];
+    int port;
+    bool numeric;
+    bool resolving;         /* gai in flight */
+    bool resolve_abandoned; /* the dial timed out while resolving */
+    uv_getaddrinfo_t gai;
     bool bulk;
     tn_quic_conn_t *conn;
     bool ready;
@@ -125,7 +131,6 @@ struct peer_s {
     uint64_t ping_rx_mark;
     uv_timer_t ping_timer;
     int64_t auth_log_next_ms;
-    unsigned handles; /* its timers not yet closed */
 };
 
 typedef struct {
@@ -199,6 +204,7 @@ void tn_rpc_test_stats(const tn_rpc_t *r, tn_rpc_test_stats_t *out)
 #endif
 
 static void peer_dial(peer_t *p);
+static void dial_failed(peer_t *p, int why);
 static void maybe_freed(tn_rpc_t *r);
 static void call_place(tn_rpc_call_t *c);
 static void on_call_timer(uv_timer_t *t);
@@ -350,9 +356,9 @@ static int on_client_frame(void *arg, const tn_wire_hdr_t *h, const uint8_t *pay
     tn_rpc_t *r = p->r;
     if (!st->authed) {
         uint8_t ekm[TN_QUIC_EKM_LEN];
-        if (h->type != TN_WF_AUTH || tn_quic_conn_ekm(p->conn, ekm) != 0 ||
-            !tn_wire_proof_check(r->secret, r->secret_len, false, ekm, payload, h->len))
-            return UV_EACCES;
+        if (tn_quic_conn_ekm(p->conn, ekm) != 0 ||
+            tn_wire_auth_check(r->secret, r->secret_len, false, ekm, h, payload) != 0)
+            return UV_EACCES; /* not the server's proof, or not a proof at all */
         st->authed = true;
         st->fr.max = TN_WIRE_MAX_PAYLOAD;
         /* Queued calls go out oldest first. */
@@ -520,6 +526,11 @@ static void call_place(tn_rpc_call_t *c)
 
 /* --- client: liveness ping ------------------------------------------------------------- */
 
+/* The ping's second is up without a PONG. "Nothing else arrived" is
+ * judged by the connection's datagram count: a peer whose QUIC stack
+ * answered anything (an ACK of the PING, another stream's reply) is alive
+ * and only busy, and its connection stays; one that sent nothing at all
+ * is taken for dead and closed, so the next call dials again. */
 static void on_ping_timer(uv_timer_t *t)
 {
     peer_t *p = t->data;
@@ -596,6 +607,9 @@ static void on_dial_timer(uv_timer_t *t)
     if (p->conn && !p->ready) {
         p->dial_err = UV_ETIMEDOUT;
         tn_quic_conn_close(p->conn, 0);
+    } else if (p->resolving && !p->resolve_abandoned) {
+        p->resolve_abandoned = true; /* its answer, when it comes, is dropped */
+        dial_failed(p, UV_ETIMEDOUT);
     }
 }
 
@@ -615,6 +629,21 @@ static void on_conn_ready(void *arg, tn_quic_conn_t *qc)
         c->state = CALL_SENT; /* in no list until placed */
         call_place(c);
     }
+}
+
+/* A dial (resolution, handshake) failed: its waiters fail, and so do the
+ * next calls until the backoff has passed. */
+static void dial_failed(peer_t *p, int why)
+{
+    uv_timer_stop(&p->dial_timer);
+    p->dial_err = 0;
+    p->failures++;
+    uint64_t wait = tn_wire_backoff_ms(p->failures);
+    p->backoff_until_ms = tn_now_mono_ms() + (int64_t)wait;
+    TN_LOG_RL(TN_LOG_WARN, 5000, "rpc: dial %s failed: %s; calls to it fail for %" PRIu64 " ms",
+              p->addr, why == UV_ETIMEDOUT ? "timed out" : tn_strerror(why), wait);
+    fail_list(&p->waiting, UV_ECONNREFUSED, why == UV_ETIMEDOUT ? "dial timed out" : "dial failed",
+              p->addr);
 }
 
 static void on_conn_closed(void *arg, tn_quic_conn_t *qc, int err)
@@ -638,33 +667,92 @@ static void on_conn_closed(void *arg, tn_quic_conn_t *qc, int err)
             TN_LOG(TN_LOG_NOTICE, "rpc: peer %s reset the connection (it restarted?)", p->addr);
         return; /* its streams failed their calls; the next call dials again */
     }
-    int why = p->dial_err ? p->dial_err : err;
-    p->dial_err = 0;
-    p->failures++;
-    uint64_t wait = tn_wire_backoff_ms(p->failures);
-    p->backoff_until_ms = tn_now_mono_ms() + (int64_t)wait;
-    TN_LOG_RL(TN_LOG_WARN, 5000, "rpc: dial %s failed: %s; calls to it fail for %" PRIu64 " ms",
-              p->addr, why == UV_ETIMEDOUT ? "timed out" : tn_strerror(why), wait);
-    fail_list(&p->waiting, UV_ECONNREFUSED, why == UV_ETIMEDOUT ? "dial timed out" : "dial failed",
-              p->addr);
+    dial_failed(p, p->dial_err ? p->dial_err : err);
 }
 
 static const tn_quic_conn_cbs_t client_conn_cbs = {on_conn_ready, NULL, on_conn_closed};
 
-static void peer_dial(peer_t *p)
+static void peer_connect(peer_t *p)
 {
     tn_rpc_t *r = p->r;
     tn_quic_ep_t *ep = p->bulk ? r->bulk_ep : r->ep;
     int rc = tn_quic_connect(ep, (const struct sockaddr *)&p->sa, &client_conn_cbs, p, &p->conn);
     if (rc != 0) {
         p->conn = NULL;
-        p->failures++;
-        p->backoff_until_ms = tn_now_mono_ms() + (int64_t)tn_wire_backoff_ms(p->failures);
+        dial_failed(p, rc);
         return;
     }
     p->dial_err = 0;
     STAT(r, dials);
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    peer_t *p = req->data;
+    tn_rpc_t *r = p->r;
+    p->resolving = false;
+    r->open_handles--;
+    bool abandoned = p->resolve_abandoned;
+    p->resolve_abandoned = false;
+    /* The first IPv4 address, or the first of any family (Go's rule, as
+     * tn_netaddr_resolve has it). */
+    const struct addrinfo *pick = NULL;
+    for (const struct addrinfo *a = status == 0 ? res : NULL; a; a = a->ai_next) {
+        if (a->ai_family == AF_INET) {
+            pick = a;
+            break;
+        }
+        if (!pick && a->ai_family == AF_INET6)
+            pick = a;
+    }
+    if (pick) {
+        memset(&p->sa, 0, sizeof p->sa);
+        memcpy(&p->sa, pick->ai_addr, pick->ai_addrlen);
+        if (pick->ai_family == AF_INET)
+            ((struct sockaddr_in *)&p->sa)->sin_port = htons((uint16_t)p->port);
+        else
+            ((struct sockaddr_in6 *)&p->sa)->sin6_port = htons((uint16_t)p->port);
+    }
+    if (res)
+        uv_freeaddrinfo(res);
+    if (r->closing) {
+        maybe_freed(r);
+        return;
+    }
+    if (abandoned)
+        return; /* the dial timed out and failed already */
+    if (!pick) {
+        TN_LOG_RL(TN_LOG_WARN, 5000, "rpc: peer %s: resolving %s: %s", p->addr, p->host,
+                  status ? uv_strerror(status) : "no IPv4 or IPv6 address");
+        dial_failed(p, status ? status : UV_EAI_NONAME);
+        return;
+    }
+    peer_connect(p);
+}
+
+/* Dial p: a host name is resolved first (off the loop, by libuv's
+ * threadpool), on every dial, so a peer that came back at a new address
+ * is found there. The dial timeout covers the resolution. */
+static void peer_dial(peer_t *p)
+{
+    tn_rpc_t *r = p->r;
     uv_timer_start(&p->dial_timer, on_dial_timer, r->dial_ms, 0);
+    if (p->numeric) {
+        peer_connect(p);
+        return;
+    }
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_DGRAM;
+    p->gai.data = p;
+    int rc = uv_getaddrinfo(r->loop, &p->gai, on_resolved, p->host, NULL, &hints);
+    if (rc != 0) {
+        dial_failed(p, rc);
+        return;
+    }
+    p->resolving = true;
+    r->open_handles++;
 }
 
 static int parse_numeric(const char *text, struct sockaddr_storage *sa, char *why, size_t whylen)
@@ -687,9 +775,8 @@ static void on_peer_handle_closed(uv_handle_t *h)
 {
     peer_t *p = h->data;
     tn_rpc_t *r = p->r;
+    (void)p;
     r->open_handles--;
-    if (--p->handles == 0)
-        tn_free(p);
     maybe_freed(r);
 }
 
@@ -702,9 +789,13 @@ static int peer_get(tn_rpc_t *r, const char *addr, bool bulk, peer_t **out)
         }
     if (strlen(addr) >= ADDR_MAX)
         return UV_EINVAL;
+    tn_hostport_t hp;
     struct sockaddr_storage sa;
     char why[128];
-    if (parse_numeric(addr, &sa, why, sizeof why) != 0)
+    if (tn_netaddr_split(addr, &hp, why, sizeof why) != 0 || hp.host[0] == 0 || hp.port == 0)
+        return UV_EINVAL;
+    memset(&sa, 0, sizeof sa);
+    if (hp.numeric && parse_numeric(addr, &sa, why, sizeof why) != 0)
         return UV_EINVAL;
     if (bulk && !r->bulk_ep) {
         tn_quic_ep_opts_t qo;
@@ -733,10 +824,12 @@ static int peer_get(tn_rpc_t *r, const char *addr, bool bulk, peer_t **out)
     p->bulk = bulk;
     snprintf(p->addr, sizeof p->addr, "%s", addr);
     p->sa = sa;
+    snprintf(p->host, sizeof p->host, "%s", hp.host);
+    p->port = hp.port;
+    p->numeric = hp.numeric;
     uv_timer_init(r->loop, &p->dial_timer);
     uv_timer_init(r->loop, &p->ping_timer);
     p->dial_timer.data = p->ping_timer.data = p;
-    p->handles = 2;
     r->open_handles += 2;
     p->next = r->peers;
     r->peers = p;
@@ -756,8 +849,10 @@ int tn_rpc_call_on(tn_rpc_t *r, const char *peer_addr, int lane, bool bulk, uint
     int rc = peer_get(r, peer_addr, bulk, &p);
     if (rc != 0)
         return rc;
-    if (!p->conn && p->failures && tn_now_mono_ms() < p->backoff_until_ms)
+    if (!p->conn && !p->resolving && p->failures && tn_now_mono_ms() < p->backoff_until_ms) {
+        r->counts[op][OUT_UNAVAILABLE]++; /* counted, but no duration: it never left */
         return UV_ECONNREFUSED;
+    }
     tn_rpc_call_t *c = tn_calloc(1, sizeof *c);
     if (!c)
         return UV_ENOMEM;
@@ -792,19 +887,19 @@ int tn_rpc_call_on(tn_rpc_t *r, const char *peer_addr, int lane, bool bulk, uint
         call_place(c);
         return 0;
     }
-    c->state = CALL_WAIT_CONN;
-    list_push(&p->waiting, c);
-    if (!p->conn)
+    if (!p->conn && !p->resolving)
         peer_dial(p);
-    if (!p->conn) {
+    if (!p->conn && !p->resolving) {
         /* The dial could not even start: fail from the loop, not here. */
-        list_del(&p->waiting, c);
-        c->state = CALL_SENT;
+        c->state = CALL_SENT; /* in no list */
         c->deferred = UV_ECONNREFUSED;
         c->deferred_why = "the dial could not start";
         tn_u64map_del(&r->calls, c->id);
         uv_timer_start(&c->timer, on_call_timer, 0, 0);
+        return 0;
     }
+    c->state = CALL_WAIT_CONN;
+    list_push(&p->waiting, c);
     return 0;
 }
 
@@ -1035,12 +1130,15 @@ static int on_server_frame(void *arg, const tn_wire_hdr_t *h, const uint8_t *pay
     tn_rpc_t *r = ss->r;
     if (!ss->authed) {
         uint8_t ekm[TN_QUIC_EKM_LEN], proof[TN_WIRE_PROOF_LEN];
-        if (h->type != TN_WF_AUTH || tn_quic_conn_ekm(ss->qc, ekm) != 0)
-            return UV_EACCES;
-        if (!r->accept_any_proof &&
-            !tn_wire_proof_check(r->secret, r->secret_len, true, ekm, payload, h->len))
-            return UV_EACCES;
-        int rc = tn_wire_proof(r->secret, r->secret_len, false, ekm, proof);
+        int rc = tn_quic_conn_ekm(ss->qc, ekm);
+        if (rc != 0)
+            return rc;
+        rc = tn_wire_auth_check(r->secret, r->secret_len, true, ekm, h, payload);
+        if (rc == UV_EACCES && r->accept_any_proof)
+            rc = 0;
+        if (rc != 0)
+            return rc;
+        rc = tn_wire_proof(r->secret, r->secret_len, false, ekm, proof);
         if (rc == 0)
             rc = stream_send_frame(ss->qs, TN_WF_AUTH, 0, proof, sizeof proof);
         if (rc != 0)
@@ -1112,16 +1210,18 @@ static void on_sstream_data(void *arg, tn_quic_stream_t *qs, const uint8_t *data
         return;
     if (!ss->authed)
         STAT(ss->r, streams_refused);
-    if (rc == UV_EACCES)
+    if (!ss->authed && rc != UV_ENOMEM)
         TN_LOG_RL(TN_LOG_WARN, 5000,
-                  "rpc: stream from %s did not prove the cluster secret (a wrong proof, or no "
-                  "AUTH frame first); reset",
-                  ss->peer);
+                  "rpc: stream from %s did not prove the cluster secret (%s); reset", ss->peer,
+                  rc == UV_EACCES    ? "a wrong proof"
+                  : rc == TN_EPROTO  ? "its first frame is no AUTH frame"
+                  : rc == TN_ETOOBIG ? "a first frame over the pre-auth cap"
+                                     : tn_strerror(rc));
     else
         TN_LOG_RL(TN_LOG_WARN, 5000,
-                  "rpc: stream from %s sent a frame this node refuses (%s)%s; reset", ss->peer,
-                  tn_strerror(rc), ss->authed ? "" : " before proving the cluster secret");
-    tn_quic_stream_reset(qs, rc == UV_EACCES ? APP_AUTH_FAIL : APP_PROTO);
+                  "rpc: stream from %s sent a frame this node refuses (%s); reset", ss->peer,
+                  tn_strerror(rc));
+    tn_quic_stream_reset(qs, ss->authed ? APP_PROTO : APP_AUTH_FAIL);
     ss->qs = NULL;
     sstream_end(ss);
 }
@@ -1168,13 +1268,18 @@ int tn_rpc_open(uv_loop_t *loop, const tn_rpc_opts_t *o, tn_rpc_t **out, char *e
         tn_errbuf(err, errlen, "rpc: an empty cluster secret");
         return TN_ECONFIG;
     }
-    struct sockaddr_storage sa;
-    char why[128];
-    if (!o->bind || parse_numeric(o->bind, &sa, why, sizeof why) != 0) {
-        tn_errbuf(err, errlen, "rpc: bind address %s: %s", o->bind ? o->bind : "(none)",
-                  o->bind ? why : "missing");
+    /* Read the way every listener option is (core/netaddr.h): "" or
+     * [::] is every interface, IPv4 and IPv6 on one socket; a host name
+     * resolves here, at startup. */
+    tn_hostport_t hp;
+    tn_netaddr_t na;
+    char why[128] = "missing";
+    if (!o->bind || tn_netaddr_split(o->bind, &hp, why, sizeof why) != 0 ||
+        tn_netaddr_resolve(&hp, 0, &na, why, sizeof why) != 0) {
+        tn_errbuf(err, errlen, "rpc: bind address %s: %s", o->bind ? o->bind : "(none)", why);
         return TN_ECONFIG;
     }
+    struct sockaddr_storage sa = na.sa;
     tn_rpc_t *r = tn_calloc(1, sizeof *r);
     if (!r || !(r->secret = tn_malloc(o->secret_len))) {
         tn_free(r);
@@ -1289,6 +1394,13 @@ static void maybe_freed(tn_rpc_t *r)
         return;
     void (*cb)(void *) = r->close_cb;
     void *arg = r->close_arg;
+    /* Peers go last: a call finishing late (a cancel's deferred end)
+     * still names its peer. */
+    while (r->peers) {
+        peer_t *p = r->peers;
+        r->peers = p->next;
+        tn_free(p);
+    }
     tn_u64map_fini(&r->calls);
     tn_buf_fini(&r->scratch);
     tn_free(r->secret);
@@ -1325,13 +1437,11 @@ void tn_rpc_close(tn_rpc_t *r, void (*cb)(void *arg), void *arg)
     tn_quic_ep_close(r->ep, on_ep_closed, r);
     if (r->bulk_ep)
         tn_quic_ep_close(r->bulk_ep, on_ep_closed, r);
-    peer_t *p = r->peers;
-    r->peers = NULL;
-    while (p) {
-        peer_t *next = p->next;
+    for (peer_t *p = r->peers; p; p = p->next) {
+        if (p->resolving)
+            uv_cancel((uv_req_t *)&p->gai); /* its callback still comes */
         uv_close((uv_handle_t *)&p->dial_timer, on_peer_handle_closed);
         uv_close((uv_handle_t *)&p->ping_timer, on_peer_handle_closed);
-        p = next;
     }
     /* Requests still queued never run. */
     for (int g = 0; g < 2; g++)

@@ -65,7 +65,10 @@ typedef struct {
 } tn_rpc_handler_t;
 
 typedef struct {
-    const char *bind;      /* "host:port" (UDP), numeric host; borrowed for the call */
+    /* "host:port" (UDP), read as every listener option is (core/netaddr.h:
+     * "" or [::] is every interface, IPv4 and IPv6); a host name resolves
+     * in the call, which blocks. Borrowed for the call. */
+    const char *bind;
     const uint8_t *secret; /* the cluster secret (or a generated one); copied; not empty */
     size_t secret_len;
     const tn_rpc_handler_t *handlers; /* copied; TN_OP_ECHO is built in */
@@ -103,11 +106,13 @@ const char *tn_rpc_addr(const tn_rpc_t *r);
 typedef void (*tn_rpc_call_cb)(void *arg, int status, const tn_wire_reply_t *reply,
                                const char *err);
 
-/* Call op on peer_addr ("ip:port", borrowed) with payload (the op's
+/* Call op on peer_addr ("host:port", borrowed; a host name is resolved
+ * off the loop before each dial of it, within the dial timeout) with payload (the op's
  * fields without the opcode; copied), within timeout_ms (0 = the reply
  * timeout). 0: cb runs exactly once, later, never inside this call, and
  * *handle_out (may be NULL) is valid until it does. An error (cb never
- * runs): UV_EINVAL (bad address, payload over TN_WIRE_MAX_PAYLOAD - 1),
+ * runs): UV_EINVAL (not host:port, port 0, payload over
+ * TN_WIRE_MAX_PAYLOAD - 1),
  * UV_ECONNREFUSED (the peer is in its dial backoff: fail fast), TN_ECLOSED
  * (closing), UV_ENOMEM. */
 int tn_rpc_call(tn_rpc_t *r, const char *peer_addr, uint8_t op, const void *payload, size_t len,

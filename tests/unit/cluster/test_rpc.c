@@ -839,6 +839,57 @@ static void test_unknown_op(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* Addresses: a peer named by host name is resolved before its dial;
+ * binding every interface; bad bind addresses and an empty secret. */
+static void test_addresses(void **state)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    const char *colon = strrchr(tn_rpc_addr(srv), ':');
+    char named[80];
+    snprintf(named, sizeof named, "localhost%s", colon);
+    expect_echo(&loop, cli, named, -1, "by name");
+    res_t res = {0};
+    assert_int_equal(echo_call(cli, "no-such-host.invalid:4150", -1, "nobody", &res, 10000), 0);
+    run_until(&loop, &res.done);
+    assert_int_equal(res.status, UV_ECONNREFUSED);
+    res_fini(&res);
+    assert_int_equal(echo_call(cli, "localhost", -1, "x", &res, 0), UV_EINVAL);
+    assert_int_equal(echo_call(cli, "127.0.0.1:0", -1, "x", &res, 0), UV_EINVAL);
+    rpc_close(&loop, cli);
+    rpc_close(&loop, srv);
+
+    /* Every interface (one dual-stack socket where the host has IPv6)
+     * serves and dials IPv4 peers. */
+    srv = rpc_open_x(&loop, ":0", SECRET, NULL, 0, NULL);
+    cli = rpc_open_x(&loop, ":0", SECRET, NULL, 0, NULL);
+    colon = strrchr(tn_rpc_addr(srv), ':');
+    snprintf(named, sizeof named, "127.0.0.1%s", colon);
+    expect_echo(&loop, cli, named, -1, "any interface");
+    rpc_close(&loop, cli);
+    rpc_close(&loop, srv);
+
+    tn_rpc_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.secret = (const uint8_t *)SECRET;
+    o.secret_len = strlen(SECRET);
+    tn_rpc_t *r = NULL;
+    char err[256];
+    const char *bad[] = {"nonsense", "127.0.0.1:99999", NULL};
+    for (int i = 0; i < 3; i++) {
+        o.bind = bad[i];
+        assert_int_equal(tn_rpc_open(&loop, &o, &r, err, sizeof err), TN_ECONFIG);
+        assert_non_null(strstr(err, "rpc: bind address"));
+    }
+    o.bind = "127.0.0.1:0";
+    o.secret_len = 0;
+    assert_int_equal(tn_rpc_open(&loop, &o, &r, err, sizeof err), TN_ECONFIG);
+    assert_non_null(strstr(err, "secret"));
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 static void fast_dial(tn_rpc_opts_t *o)
 {
     o->dial_timeout_ms = 300;
@@ -878,6 +929,17 @@ static void test_backoff(void **state)
     res_t r3 = {0};
     assert_int_equal(echo_call(cli, addr, -1, "again", &r3, 10000), UV_ECONNREFUSED);
     assert_false(r3.done);
+    tn_buf_t m;
+    tn_buf_init(&m);
+    assert_int_equal(tn_rpc_metrics_write(cli, &m), 0);
+    assert_int_equal(tn_buf_append(&m, "", 1), 0);
+    /* Two failed with the dial, one failed fast: all counted; only the two
+     * that waited have a duration. */
+    assert_non_null(strstr(
+        tn_buf_data(&m), "tern_cluster_rpc_requests_total{op=\"echo\",outcome=\"unavailable\"} 3"));
+    assert_non_null(
+        strstr(tn_buf_data(&m), "tern_cluster_rpc_request_seconds_count{op=\"echo\"} 2"));
+    tn_buf_fini(&m);
     /* After it (250 ms for the first failure): a new dial. */
     run_for(&loop, 400);
     assert_int_equal(echo_call(cli, addr, -1, "later", &r3, 10000), 0);
@@ -889,6 +951,49 @@ static void test_backoff(void **state)
     res_fini(&r2);
     res_fini(&r3);
     rpc_close(&loop, cli);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+/* Close with calls in every state: waiting for a dial, waiting for a
+ * stream's proof, sent and held by the handler, cancelled and not yet
+ * told. Each callback runs once, with TN_ECLOSED. */
+static void test_close_with_pending(void **state)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    holder_t h = {0};
+    tn_rpc_handler_t hs[] = {{TN_OP_META_PROPOSE, TN_RPC_OP_EXEMPT, on_hold, &h}};
+    tn_rpc_t *srv = rpc_open(&loop, SECRET, hs, 1);
+    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    expect_echo(&loop, cli, tn_rpc_addr(srv), TN_LANE_CONTROL, "warm");
+    tn_buf_t b;
+    propose_payload(&b);
+    res_t held = {0}, cancelled = {0}, dialing = {0}, fresh = {0};
+    tn_rpc_call_t *c = NULL;
+    assert_int_equal(tn_rpc_call(cli, tn_rpc_addr(srv), TN_OP_META_PROPOSE, tn_buf_data(&b),
+                                 tn_buf_size(&b), 20000, on_res, &held, NULL),
+                     0);
+    while (h.calls == 0)
+        run_for(&loop, 5);
+    assert_int_equal(tn_rpc_call(cli, tn_rpc_addr(srv), TN_OP_META_PROPOSE, tn_buf_data(&b),
+                                 tn_buf_size(&b), 20000, on_res, &cancelled, &c),
+                     0);
+    /* A lane with no stream yet: its call waits for the proof. */
+    assert_int_equal(echo_call(cli, tn_rpc_addr(srv), TN_LANE_ACK, "fresh", &fresh, 20000), 0);
+    /* A peer nobody serves: the call waits for the dial. */
+    assert_int_equal(echo_call(cli, "127.0.0.1:9", -1, "nobody", &dialing, 20000), 0);
+    tn_rpc_call_cancel(c);
+    rpc_close(&loop, cli);
+    res_t *all[] = {&held, &cancelled, &dialing, &fresh};
+    for (int i = 0; i < 4; i++) {
+        assert_true(all[i]->done);
+        assert_int_equal(all[i]->status, TN_ECLOSED);
+        res_fini(all[i]);
+    }
+    while (h.cancels == 0)
+        run_for(&loop, 5);
+    tn_buf_fini(&b);
+    rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -980,6 +1085,8 @@ int main(void)
         cmocka_unit_test(test_payload_cap),
         cmocka_unit_test(test_unknown_op),
         cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_addresses),
+        cmocka_unit_test(test_close_with_pending),
         cmocka_unit_test(test_out_of_memory),
     };
     if (getenv("TN_TEST_FILTER"))
