@@ -314,11 +314,15 @@ class NeedsNodeRpc(ClusterTest):
         joiner.start()
         joiner.wait_ready(120)
         self.assertNotIn("new cluster bootstrapped", joiner.log())
-        for node in c.nodes:
+        # Its member record comes with its first registration once it is a
+        # voter, and reaches every replica.
+        def ids(node):
             status, body = node.request("GET", "/v1/cluster/members")
             self.assertEqual(status, 200, body)
-            ids = sorted(int(m["id"]) for m in body["members"])
-            self.assertEqual(ids, [1, 2, 3, 4])
+            return sorted(int(m["id"]) for m in body["members"])
+        for node in c.nodes:
+            wait_until(f"node 4 in node {node.id}'s members",
+                       lambda n=node: ids(n) == [1, 2, 3, 4], 30)
         self.create_topics(c.find_leader(), ["after-join"])
         self.assert_replicated([joiner], ["after-join"])
 

@@ -68,12 +68,14 @@ class Placement(unittest.TestCase):
         self.wait_owners(c.nodes, "orders", expect)
         for node in c.nodes:
             # Open (and on disk) only where owned: the log's numbers are in
-            # the owner's entries alone.
-            status, body = node.request("GET", "/v1/topics/orders")
-            self.assertEqual(status, 200, body)
-            for p, entry in enumerate(body["partition_stats"]):
-                self.assertEqual("segments" in entry, entry["owner_node"] == str(node.id),
-                                 (node.id, p, entry))
+            # the owner's entries alone, once the owner has opened them (on
+            # a worker thread, after the record reached its replica).
+            def opened(n=node):
+                status, body = n.request("GET", "/v1/topics/orders")
+                self.assertEqual(status, 200, body)
+                return [("segments" in e) for e in body["partition_stats"]]
+            wait_until(f"node {node.id}'s partitions open", lambda n=node: opened(n) ==
+                       [owner == str(n.id) for owner in expect], 30)
             for p in range(6):
                 status, answer = self.produce(node, "orders", p, f"m{p} via {node.id}")
                 if expect[p] == str(node.id):
