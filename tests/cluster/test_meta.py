@@ -290,7 +290,7 @@ class Refusals(unittest.TestCase):
         self.assertIn(" warn ", warned[0])
 
 
-class NeedsNodeRpc(ClusterTest):
+class OverNodeRpc(ClusterTest):
     def test_writes_sent_to_followers_land_once(self):
         c = self.make(3).start()
         leader = c.find_leader()
