@@ -246,7 +246,7 @@ static void on_confirmed(void *arg, int status)
     tn_control_t *c = k->c;
     tn_rpc_req_t *req = k->req;
     tn_free(k);
-    if (status == TN_ENOTLEADER || status != 0) {
+    if (status != 0) {
         if (status == TN_ENOTLEADER)
             reply_not_leader(c, req);
         else

@@ -91,11 +91,11 @@ struct tn_quic_stream_s {
     uint64_t written;     /* stream offset queued by the owner */
     uint64_t reset_code;
     uint64_t peer_code; /* the application code of the peer's reset, 0 for none */
-    bool detached;     /* the owner is gone: no callbacks */
-    bool fin_pending;  /* send FIN after the queued bytes */
-    bool fin_sent;     /* ngtcp2 took the FIN */
-    bool reset_wanted; /* shut the stream down on the next flush */
-    bool blocked;      /* ngtcp2 refused more data in this flush */
+    bool detached;      /* the owner is gone: no callbacks */
+    bool fin_pending;   /* send FIN after the queued bytes */
+    bool fin_sent;      /* ngtcp2 took the FIN */
+    bool reset_wanted;  /* shut the stream down on the next flush */
+    bool blocked;       /* ngtcp2 refused more data in this flush */
     tn_quic_stream_t *prev, *next;
 };
 
