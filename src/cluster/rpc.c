@@ -412,6 +412,20 @@ static int on_client_frame(void *arg, const tn_wire_hdr_t *h, const uint8_t *pay
     }
 }
 
+/* A peer whose secret is not this node's: said at error level, at most
+ * once per AUTH_LOG_MS per peer. */
+static void log_secret_mismatch(peer_t *p, const char *what)
+{
+    int64_t now = tn_now_mono_ms();
+    if (now < p->auth_log_next_ms)
+        return;
+    p->auth_log_next_ms = now + AUTH_LOG_MS;
+    TN_LOG(TN_LOG_ERROR,
+           "rpc: peer %s %s; no request is sent to it (is TERN_CLUSTER_SECRET the same on every "
+           "node?)",
+           p->addr, what);
+}
+
 static void on_cstream_data(void *arg, tn_quic_stream_t *qs, const uint8_t *data, size_t n)
 {
     cstream_t *st = arg;
@@ -421,14 +435,7 @@ static void on_cstream_data(void *arg, tn_quic_stream_t *qs, const uint8_t *data
     peer_t *p = st->p;
     if (rc == UV_EACCES) {
         STAT(p->r, auth_failures);
-        int64_t now = tn_now_mono_ms();
-        if (now >= p->auth_log_next_ms) {
-            p->auth_log_next_ms = now + AUTH_LOG_MS;
-            TN_LOG(TN_LOG_ERROR,
-                   "rpc: peer %s could not prove the cluster secret; no request is sent to it "
-                   "(is TERN_CLUSTER_SECRET the same on every node?)",
-                   p->addr);
-        }
+        log_secret_mismatch(p, "could not prove the cluster secret");
         cstream_fail(st, UV_EACCES, "the peer could not prove the cluster secret", true,
                      APP_AUTH_FAIL);
         return;
@@ -444,15 +451,7 @@ static void on_cstream_closed(void *arg, tn_quic_stream_t *qs, int err)
     st->qs = NULL;
     if (!st->authed && err == UV_ECONNRESET && tn_quic_stream_peer_code(qs) == APP_AUTH_FAIL) {
         /* The server refused this node's proof: a different secret. */
-        peer_t *p = st->p;
-        int64_t now = tn_now_mono_ms();
-        if (now >= p->auth_log_next_ms) {
-            p->auth_log_next_ms = now + AUTH_LOG_MS;
-            TN_LOG(TN_LOG_ERROR,
-                   "rpc: peer %s refused this node's proof of the cluster secret; no request is "
-                   "sent to it (is TERN_CLUSTER_SECRET the same on every node?)",
-                   p->addr);
-        }
+        log_secret_mismatch(st->p, "refused this node's proof of the cluster secret");
         cstream_fail(st, UV_EACCES, "the peer refused this node's proof of the cluster secret",
                      false, 0);
         return;

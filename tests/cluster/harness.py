@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
@@ -329,3 +330,34 @@ def run_ternd(*args, env=None, timeout=60):
     """ternd run to its exit (for the refusals): CompletedProcess."""
     return subprocess.run([daemon_mod.TERND, *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+def wait_until(what, fn, timeout=60, interval=0.2):
+    """fn's first true value, polled every interval for at most timeout
+    seconds; AssertionError naming what (and fn's last value) after."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what} (last: {value!r})")
+        time.sleep(interval)
+
+
+class ClusterTest(unittest.TestCase):
+    """A test case that makes clusters, closes them at the end, and shows
+    every node's log when it fails."""
+
+    def make(self, n, **kw):
+        c = Cluster(n, **kw)
+        self.addCleanup(c.close)
+        self.addCleanup(self._dump_on_failure, c)
+        return c
+
+    def _dump_on_failure(self, c):
+        outcome = getattr(self, "_outcome", None)
+        result = getattr(outcome, "result", None)
+        errors = list(getattr(result, "errors", [])) + list(getattr(result, "failures", []))
+        if any(test is self for test, _ in errors):
+            sys.stderr.write(c.logs())

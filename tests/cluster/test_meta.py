@@ -20,35 +20,10 @@ sys.path.insert(0, HERE)
 
 import harness  # noqa: E402
 import netns  # noqa: E402
-from harness import Cluster, run_ternd  # noqa: E402
+from harness import run_ternd, wait_until  # noqa: E402
 
 
-def wait_until(what, fn, timeout=60, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
-
-
-class ClusterTest(unittest.TestCase):
-    def make(self, n, **kw):
-        c = Cluster(n, **kw)
-        self.addCleanup(c.close)
-        # A failing test shows every node's log.
-        self.addCleanup(self._dump_on_failure, c)
-        return c
-
-    def _dump_on_failure(self, c):
-        outcome = getattr(self, "_outcome", None)
-        result = getattr(outcome, "result", None)
-        errors = list(getattr(result, "errors", [])) + list(getattr(result, "failures", []))
-        if any(test is self for test, _ in errors):
-            sys.stderr.write(c.logs())
-
+class ClusterTest(harness.ClusterTest):
     def create_topics(self, node, names):
         for name in names:
             status, body = node.request("POST", "/v1/topics", {"name": name, "partitions": 1})

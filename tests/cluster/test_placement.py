@@ -10,39 +10,16 @@ Run: python3 tests/cluster/test_placement.py --ternd build/ternd
 import argparse
 import os
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import Cluster  # noqa: E402
+from harness import wait_until  # noqa: E402
 
 OCTET = {"Content-Type": "application/octet-stream"}
 
 
-def wait_until(what, fn, timeout=60, interval=0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
-class Placement(unittest.TestCase):
-    def make(self, n, **kw):
-        c = Cluster(n, **kw)
-        self.addCleanup(c.close)
-        self.addCleanup(self._dump_on_failure, c)
-        return c
-
-    def _dump_on_failure(self, c):
-        outcome = getattr(self, "_outcome", None)
-        if outcome is not None and not outcome.success:
-            sys.stderr.write(c.logs())
-
+class Placement(harness.ClusterTest):
     def owners(self, node, topic):
         status, body = node.request("GET", f"/v1/topics/{topic}")
         if status != 200:

@@ -16,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import Cluster  # noqa: E402
+from harness import wait_until  # noqa: E402
 
 PROBE = None
 
@@ -29,27 +29,7 @@ def probe(addr, secret_file, count=1):
     return r.returncode, lines[0] if lines else r.stderr, lines[1] if len(lines) > 1 else ""
 
 
-def wait_until(what, fn, timeout=60, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if fn():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-class ClusterTest(unittest.TestCase):
-    def make(self, n, **kw):
-        c = Cluster(n, **kw)
-        self.addCleanup(c.close)
-        self.addCleanup(self._dump_on_failure, c)
-        return c
-
-    def _dump_on_failure(self, c):
-        outcome = getattr(self, "_outcome", None)
-        if outcome is not None and not outcome.success:
-            sys.stderr.write(c.logs())
-
+class ClusterTest(harness.ClusterTest):
     def wrong_secret_file(self, c):
         path = os.path.join(c.dir, "wrong-secret")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
