@@ -19,6 +19,8 @@
 #define JSON "application/json"
 
 typedef struct join_call_s join_call_t;
+typedef struct pending_s pending_t;
+typedef struct forward_s forward_t;
 
 struct tn_control_s {
     uv_loop_t *loop;
@@ -35,7 +37,10 @@ struct tn_control_s {
     bool closing;
     bool timer_closed;
     unsigned join_inflight;
-    unsigned refs; /* join calls and handlers that still use c */
+    unsigned refs;       /* join calls, forwards and handlers that still use c */
+    pending_t *pending;  /* handlers waiting for the metastore */
+    forward_t *forwards; /* forwarded proposals whose call is out */
+    join_call_t *join_calls;
     uv_timer_t join_timer;
     tn_rpc_handler_t handlers[4];
     void (*close_cb)(void *arg);
@@ -44,8 +49,52 @@ struct tn_control_s {
 
 struct join_call_s {
     tn_control_t *c;
+    tn_rpc_call_t *call; /* until on_join_reply */
+    join_call_t *prev, *next;
     char addr[TN_META_ADDR_MAX + 1];
 };
+
+/* A handler waiting for the metastore (META_PROPOSE, JOIN, LEADER_INDEX).
+ * req goes NULL once it was answered early (its caller cancelled, or c
+ * closed); the metastore's callback still comes and frees it. c goes NULL
+ * when tn_control_close detached it: c need not wait for the metastore
+ * (a JOIN may take 30 s), and the callback then only frees the record. */
+struct pending_s {
+    tn_control_t *c;
+    tn_rpc_req_t *req;
+    pending_t *prev, *next;
+    tn_meta_req_t mreq; /* META_PROPOSE */
+    uint64_t id;        /* JOIN */
+};
+
+/* A proposal forwarded to the leader; cancelled by tn_control_close. */
+struct forward_s {
+    tn_control_t *c;
+    tn_rpc_call_t *call; /* until on_forward_reply */
+    forward_t *prev, *next;
+    tn_meta_forward_done done;
+    void *done_arg;
+};
+
+/* Doubly linked lists of the three kinds above, headed in c. */
+#define LIST_LINK(head, x)                                                                         \
+    do {                                                                                           \
+        (x)->prev = NULL;                                                                          \
+        (x)->next = (head);                                                                        \
+        if ((head) != NULL)                                                                        \
+            (head)->prev = (x);                                                                    \
+        (head) = (x);                                                                              \
+    } while (0)
+#define LIST_UNLINK(head, x)                                                                       \
+    do {                                                                                           \
+        if ((x)->prev != NULL)                                                                     \
+            (x)->prev->next = (x)->next;                                                           \
+        else                                                                                       \
+            (head) = (x)->next;                                                                    \
+        if ((x)->next != NULL)                                                                     \
+            (x)->next->prev = (x)->prev;                                                           \
+        (x)->prev = (x)->next = NULL;                                                              \
+    } while (0)
 
 static void control_free(tn_control_t *c);
 
@@ -91,20 +140,72 @@ static void reply_int(tn_rpc_req_t *req, int32_t v)
     tn_buf_fini(&b);
 }
 
-/* --- META_PROPOSE: a follower's proposal, on the leader ---------------------------- */
+/* --- handlers waiting for the metastore ------------------------------------------- */
 
-typedef struct {
-    tn_meta_req_t mreq;
-    tn_control_t *c;
-    tn_rpc_req_t *req;
-} proposal_t;
+/* Answer p's request 503 now; the metastore's answer is dropped later. */
+static void answer_early(pending_t *p, const char *msg)
+{
+    tn_rpc_req_t *req = p->req;
+    p->req = NULL;
+    reply_error(req, 503, msg);
+}
+
+static void on_req_cancel(void *arg, tn_rpc_req_t *req)
+{
+    pending_t *p = arg;
+    if (p->req == req) /* the reply is dropped, but still owed */
+        answer_early(p, "the request was cancelled");
+}
+
+/* A pending record for req, linked and counted: the metastore call that
+ * follows may answer before it returns. NULL (req answered 503) when out
+ * of memory or when the caller cancelled already. */
+static pending_t *pending_begin(tn_control_t *c, tn_rpc_req_t *req)
+{
+    pending_t *p = tn_calloc(1, sizeof(*p));
+    if (p == NULL) {
+        reply_error(req, 503, "out of memory");
+        return NULL;
+    }
+    p->c = c;
+    p->req = req;
+    p->mreq.data = p;
+    LIST_LINK(c->pending, p);
+    c->refs++;
+    tn_rpc_req_on_cancel(req, on_req_cancel, p);
+    if (p->req == NULL) { /* cancelled already: answered */
+        LIST_UNLINK(c->pending, p);
+        c->refs--;
+        tn_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* The metastore's answer came (or its call failed at once): p goes, and
+ * its request (unless answered early) is returned for the answer. */
+static tn_rpc_req_t *pending_end(pending_t *p)
+{
+    tn_rpc_req_t *req = p->req;
+    if (p->c != NULL)
+        LIST_UNLINK(p->c->pending, p);
+    tn_free(p);
+    return req;
+}
+
+/* --- META_PROPOSE: a follower's proposal, on the leader ---------------------------- */
 
 static void on_proposed(tn_meta_req_t *mreq, int status)
 {
-    proposal_t *p = mreq->data;
+    pending_t *p = mreq->data;
     tn_control_t *c = p->c;
-    tn_rpc_req_t *req = p->req;
-    tn_free(p);
+    tn_rpc_req_t *req = pending_end(p);
+    if (c == NULL) /* detached at close, answered then */
+        return;
+    if (req == NULL) { /* answered already */
+        unref(c);
+        return;
+    }
     if (status == TN_ENOTLEADER)
         reply_not_leader(c, req);
     else if (status == TN_ECLOSED || status == TN_ENOLEADER)
@@ -130,20 +231,14 @@ static void on_meta_propose(tn_rpc_req_t *req, const uint8_t *payload, size_t le
         reply_error(req, 503, "the metastore is not open");
         return;
     }
-    proposal_t *p = tn_calloc(1, sizeof(*p));
-    if (p == NULL) {
-        reply_error(req, 503, "out of memory");
+    pending_t *p = pending_begin(c, req);
+    if (p == NULL)
         return;
-    }
-    p->c = c;
-    p->req = req;
-    p->mreq.data = p;
     int rc = tn_meta_propose_encoded(c->meta, &p->mreq, cmd, clen, on_proposed);
-    if (rc == 0) {
-        c->refs++;
+    if (rc == 0)
         return;
-    }
-    tn_free(p);
+    pending_end(p);
+    c->refs--; /* not closing: c stays */
     if (rc == TN_ENOTLEADER)
         reply_not_leader(c, req);
     else if (rc == TN_ECORRUPT)
@@ -156,19 +251,21 @@ static void on_meta_propose(tn_rpc_req_t *req, const uint8_t *payload, size_t le
 
 /* --- JOIN, on the leader ------------------------------------------------------------ */
 
-typedef struct {
-    tn_control_t *c;
-    tn_rpc_req_t *req;
-    uint64_t id;
-} joining_t;
-
 static void on_joined(void *arg, int status)
 {
-    joining_t *j = arg;
-    tn_control_t *c = j->c;
-    tn_rpc_req_t *req = j->req;
-    uint64_t id = j->id;
-    tn_free(j);
+    pending_t *p = arg;
+    tn_control_t *c = p->c;
+    uint64_t id = p->id;
+    tn_rpc_req_t *req = pending_end(p);
+    if (req == NULL) {
+        if (c == NULL) /* detached at close */
+            return;
+        TN_LOG(TN_LOG_INFO,
+               "cluster: the join of node %" PRIu64 " ended (%s) after its request was cancelled",
+               id, status == 0 ? "a voter" : tn_strerror(status));
+        unref(c);
+        return;
+    }
     switch (status) {
     case 0:
         TN_LOG(TN_LOG_NOTICE, "cluster: node %" PRIu64 " is a voter", id);
@@ -209,22 +306,18 @@ static void on_join(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void 
         reply_error(req, 503, "the metastore is not open");
         return;
     }
-    joining_t *j = tn_calloc(1, sizeof(*j));
-    if (j == NULL) {
-        reply_error(req, 503, "out of memory");
+    pending_t *p = pending_begin(c, req);
+    if (p == NULL)
         return;
-    }
-    j->c = c;
-    j->req = req;
-    j->id = id;
-    int rc = tn_meta_join(c->meta, id, raft, on_joined, j);
+    p->id = id;
+    int rc = tn_meta_join(c->meta, id, raft, on_joined, p);
     if (rc == 0) {
-        c->refs++;
         TN_LOG(TN_LOG_NOTICE, "cluster: node %" PRIu64 " (raft %s, api %s) asks to join", id, raft,
                api);
         return;
     }
-    tn_free(j);
+    pending_end(p);
+    c->refs--; /* not closing: c stays */
     if (rc == TN_ENOTLEADER)
         reply_not_leader(c, req);
     else if (rc == UV_EINVAL)
@@ -235,17 +328,17 @@ static void on_join(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void 
 
 /* --- LEADER_INDEX and NODE_STATUS ------------------------------------------------- */
 
-typedef struct {
-    tn_control_t *c;
-    tn_rpc_req_t *req;
-} confirm_t;
-
 static void on_confirmed(void *arg, int status)
 {
-    confirm_t *k = arg;
-    tn_control_t *c = k->c;
-    tn_rpc_req_t *req = k->req;
-    tn_free(k);
+    pending_t *p = arg;
+    tn_control_t *c = p->c;
+    tn_rpc_req_t *req = pending_end(p);
+    if (c == NULL) /* detached at close, answered then */
+        return;
+    if (req == NULL) {
+        unref(c);
+        return;
+    }
     if (status != 0) {
         if (status == TN_ENOTLEADER)
             reply_not_leader(c, req);
@@ -281,20 +374,15 @@ static void on_leader_index(tn_rpc_req_t *req, const uint8_t *payload, size_t le
         reply_not_leader(c, req);
         return;
     }
-    confirm_t *k = tn_calloc(1, sizeof(*k));
-    if (k == NULL) {
-        reply_error(req, 503, "out of memory");
+    pending_t *p = pending_begin(c, req);
+    if (p == NULL)
         return;
-    }
-    k->c = c;
-    k->req = req;
-    int rc = tn_meta_confirm(c->meta, on_confirmed, k);
+    int rc = tn_meta_confirm(c->meta, on_confirmed, p);
     if (rc != 0) {
-        tn_free(k);
+        pending_end(p);
+        c->refs--; /* not closing: c stays */
         reply_error(req, 503, tn_strerror(rc));
-        return;
     }
-    c->refs++;
 }
 
 static void on_node_status(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
@@ -321,17 +409,9 @@ static void on_node_status(tn_rpc_req_t *req, const uint8_t *payload, size_t len
 
 /* --- the forward hook, on a follower --------------------------------------------- */
 
-typedef struct {
-    tn_meta_forward_done done;
-    void *done_arg;
-} forward_t;
-
-static void on_forward_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+static void forward_reply(tn_meta_forward_done done, void *done_arg, int status,
+                          const tn_wire_reply_t *reply, const char *err)
 {
-    forward_t *f = arg;
-    tn_meta_forward_done done = f->done;
-    void *done_arg = f->done_arg;
-    tn_free(f);
     if (status != 0) {
         /* Not sent again: the leader may have applied it. */
         TN_LOG_RL(TN_LOG_WARN, 10000, "cluster: a proposal forwarded to the leader failed: %s",
@@ -356,6 +436,18 @@ static void on_forward_reply(void *arg, int status, const tn_wire_reply_t *reply
     }
 }
 
+static void on_forward_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    forward_t *f = arg;
+    tn_control_t *c = f->c;
+    tn_meta_forward_done done = f->done;
+    void *done_arg = f->done_arg;
+    LIST_UNLINK(c->forwards, f);
+    tn_free(f);
+    forward_reply(done, done_arg, status, reply, err);
+    unref(c); /* after done: it may forward again */
+}
+
 int tn_control_forward(void *arg, uint64_t leader_id, const char *leader_api_addr, const void *cmd,
                        size_t len, tn_meta_forward_done done, void *done_arg)
 {
@@ -370,13 +462,18 @@ int tn_control_forward(void *arg, uint64_t leader_id, const char *leader_api_add
         tn_buf_fini(&b);
         return UV_ENOMEM;
     }
+    f->c = c;
     f->done = done;
     f->done_arg = done_arg;
     rc = tn_rpc_call(c->rpc, leader_api_addr, TN_OP_META_PROPOSE, tn_buf_data(&b), tn_buf_size(&b),
-                     c->forward_ms, on_forward_reply, f, NULL);
+                     c->forward_ms, on_forward_reply, f, &f->call);
     tn_buf_fini(&b);
-    if (rc != 0)
+    if (rc != 0) {
         tn_free(f);
+    } else {
+        LIST_LINK(c->forwards, f);
+        c->refs++;
+    }
     (void)leader_id;
     return rc;
 }
@@ -390,6 +487,7 @@ static void on_join_reply(void *arg, int status, const tn_wire_reply_t *reply, c
     join_call_t *jc = arg;
     tn_control_t *c = jc->c;
     c->join_inflight--;
+    LIST_UNLINK(c->join_calls, jc);
     if (c->closing || c->admitted) {
         tn_free(jc);
         unref(c);
@@ -432,7 +530,7 @@ static void send_join(tn_control_t *c, const char *addr)
         rc = tn_wire_put_str(&b, c->api_addr);
     if (rc == 0)
         rc = tn_rpc_call(c->rpc, jc->addr, TN_OP_JOIN, tn_buf_data(&b), tn_buf_size(&b),
-                         JOIN_CALL_MS, on_join_reply, jc, NULL);
+                         JOIN_CALL_MS, on_join_reply, jc, &jc->call);
     tn_buf_fini(&b);
     if (rc != 0) {
         if (rc != UV_ECONNREFUSED) /* in its dial backoff: the next sweep asks again */
@@ -441,6 +539,7 @@ static void send_join(tn_control_t *c, const char *addr)
         tn_free(jc);
         return;
     }
+    LIST_LINK(c->join_calls, jc);
     c->join_inflight++;
     c->refs++;
 }
@@ -548,5 +647,21 @@ void tn_control_close(tn_control_t *c, void (*cb)(void *arg), void *arg)
     c->closing = true;
     c->close_cb = cb;
     c->close_arg = arg;
+    /* Handlers answer now and their records are detached (the metastore's
+     * callbacks still come and free them). Calls are cancelled: their
+     * callbacks come from the loop with TN_ECLOSED, and the last
+     * reference frees c. */
+    while (c->pending != NULL) {
+        pending_t *p = c->pending;
+        LIST_UNLINK(c->pending, p);
+        p->c = NULL;
+        c->refs--;
+        if (p->req != NULL)
+            answer_early(p, "the control plane is closing");
+    }
+    for (forward_t *f = c->forwards; f != NULL; f = f->next)
+        tn_rpc_call_cancel(f->call);
+    for (join_call_t *jc = c->join_calls; jc != NULL; jc = jc->next)
+        tn_rpc_call_cancel(jc->call);
     uv_close((uv_handle_t *)&c->join_timer, on_timer_closed);
 }

@@ -67,9 +67,16 @@ int tn_control_forward(void *arg, uint64_t leader_id, const char *leader_api_add
 void tn_control_start(tn_control_t *c, tn_meta_t *meta, tn_rpc_t *rpc);
 /* Whether the join loop has been admitted (true when there is none). */
 bool tn_control_admitted(const tn_control_t *c);
-/* Stop: the join loop ends, forwarded proposals in flight are cancelled
- * (their done gets TN_ECLOSED), handlers still waiting for the metastore
- * answer 503. cb(arg) once everything is released. */
+/* Stop: the join loop ends (its calls in flight are cancelled),
+ * forwarded proposals in flight are cancelled (their done gets
+ * TN_ECLOSED, from the loop), handlers still waiting for the metastore
+ * answer 503 at once (the metastore's answers are dropped when they come;
+ * c does not wait for them). A handler whose caller cancelled, or whose
+ * stream ended (the RPC endpoint closing), is answered 503 the same way.
+ * cb(arg) once everything is released; c is freed before cb. A
+ * metastore still taking proposals calls the forward hook with c (a
+ * follower's member registration): stop it (tn_meta_stop) or close it
+ * before c is freed. */
 void tn_control_close(tn_control_t *c, void (*cb)(void *arg), void *arg);
 
 #endif
