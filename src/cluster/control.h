@@ -20,9 +20,10 @@
  *      applied): the door gets the error.
  *
  * DESIGN: a join (--join, no Raft state yet).
- *   1. Every join_retry_ms the node sweeps its join addresses, sending
- *      JOIN (id, Raft address, API address) to each in turn until one
- *      answers 200.
+ *   1. Every join_retry_ms (while no JOIN is in flight) the node sends
+ *      JOIN (id, Raft address, API address) to every join address at
+ *      once, until one answers 200 (the leader takes a repeated JOIN of
+ *      the same node as success).
  *   2. A follower answers 421 with the leader's API address; the loop
  *      asks that address next, at once.
  *   3. The leader adds the node (a spare, then a voter once it caught up:

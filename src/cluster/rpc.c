@@ -1005,12 +1005,14 @@ void tn_rpc_reply(tn_rpc_req_t *req, uint16_t status, const char *ctype, const v
             req_write_reply(req, status, ctype, body, len);
         tn_u64map_del(&req->ss->reqs, req->id);
     }
+    /* The gate first: freeing the last request of a closing endpoint
+     * frees the endpoint, gates included. */
     gate_t *g = req->gate;
-    req_free(req);
     if (g) {
         g->running--;
         gate_drain(g);
     }
+    req_free(req);
 }
 
 bool tn_rpc_req_cancelled(const tn_rpc_req_t *req)

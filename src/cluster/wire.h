@@ -93,12 +93,13 @@ typedef enum {
      * member); 421 + leader address; 409 when the id is taken by another
      * address. */
     TN_OP_JOIN = 3,
-    /* The leader's commit index, after confirming it still leads (a Raft
-     * barrier): for destructive actions on a follower. Fields: none.
-     * Reply 200 with [8] index. */
+    /* The leader's applied index, after a Raft barrier confirmed it still
+     * leads and everything before is applied: for destructive actions on a
+     * follower. Fields: none. Reply 200 with [8] index; 421 + the leader's
+     * address on a follower. */
     TN_OP_LEADER_INDEX = 4,
-    /* This node's view: JSON {node_id, leader, term, applied, commit,
-     * ready}. Fields: none. */
+    /* This node's view: JSON {node_id, leader, ready, caught_up,
+     * applied}. Fields: none. */
     TN_OP_NODE_STATUS = 5,
     TN_OP__COUNT
 } tn_wire_op_t;

@@ -167,7 +167,12 @@ static void on_http_closed(void *arg)
         return;
     }
     if (d->rpc != NULL) {
-        /* Node RPC next: its calls in flight end, its handlers answer. */
+        /* Node RPC next: its calls in flight end, its handlers answer.
+         * The metastore stops proposing first (a member registration
+         * would call the control plane's forward hook once it is gone);
+         * it closes after the NSQ server. */
+        if (d->meta != NULL)
+            tn_meta_stop(d->meta);
         tn_rpc_t *r = d->rpc;
         d->rpc = NULL;
         d->metrics.rpc = NULL;
