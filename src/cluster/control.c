@@ -21,6 +21,7 @@
 typedef struct join_call_s join_call_t;
 typedef struct pending_s pending_t;
 typedef struct forward_s forward_t;
+typedef struct relay_s relay_t;
 
 struct tn_control_s {
     uv_loop_t *loop;
@@ -41,6 +42,7 @@ struct tn_control_s {
     pending_t *pending;  /* handlers waiting for the metastore */
     forward_t *forwards; /* forwarded proposals whose call is out */
     join_call_t *join_calls;
+    relay_t *relays; /* JOINs a follower passes on to the leader */
     uv_timer_t join_timer;
     tn_rpc_handler_t handlers[4];
     void (*close_cb)(void *arg);
@@ -76,7 +78,16 @@ struct forward_s {
     void *done_arg;
 };
 
-/* Doubly linked lists of the three kinds above, headed in c. */
+/* A JOIN that reached a follower, passed on to the leader and answered
+ * with the leader's reply; cancelled by tn_control_close. */
+struct relay_s {
+    tn_control_t *c;
+    tn_rpc_req_t *req;
+    tn_rpc_call_t *call; /* until on_relay_reply */
+    relay_t *prev, *next;
+};
+
+/* Doubly linked lists of the kinds above, headed in c. */
 #define LIST_LINK(head, x)                                                                         \
     do {                                                                                           \
         (x)->prev = NULL;                                                                          \
@@ -287,6 +298,75 @@ static void on_joined(void *arg, int status)
     unref(c);
 }
 
+/* --- JOIN, on a follower: passed on to the leader ----------------------------------- */
+
+static void on_relay_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    relay_t *r = arg;
+    tn_control_t *c = r->c;
+    tn_rpc_req_t *req = r->req;
+    LIST_UNLINK(c->relays, r);
+    tn_free(r);
+    if (status == 0) {
+        char ctype[256];
+        size_t n = reply->ctype_len < sizeof(ctype) ? reply->ctype_len : sizeof(ctype) - 1;
+        memcpy(ctype, reply->ctype, n);
+        ctype[n] = '\0';
+        tn_rpc_reply(req, reply->status, ctype, reply->body, reply->body_len);
+    } else {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "the leader did not answer the join: %s",
+                 err != NULL ? err : tn_strerror(status));
+        reply_error(req, 503, msg);
+    }
+    unref(c);
+}
+
+static void on_relay_cancel(void *arg, tn_rpc_req_t *req)
+{
+    relay_t *r = arg;
+    tn_rpc_call_cancel(r->call); /* its callback answers req (the answer is dropped) */
+}
+
+/* Whether addr is the API address of a member: a JOIN from a member was
+ * relayed already, and is answered 421 rather than passed on again (two
+ * followers that each take the other for the leader never loop). */
+static bool from_member(tn_control_t *c, const char *addr)
+{
+    const tn_meta_state_t *s = tn_meta_state(c->meta);
+    for (size_t i = 0; i < s->nmembers; i++)
+        if (strcmp(s->members[i].api_addr, addr) == 0)
+            return true;
+    return false;
+}
+
+/* A JOIN reached this follower: pass it on to the leader as it came, and
+ * answer with the leader's reply ("a join any member forwards to the
+ * leader"). false (nothing sent) when no leader is known, when the
+ * request came from a member, or when the call cannot be made. */
+static bool relay_join(tn_control_t *c, tn_rpc_req_t *req, const uint8_t *payload, size_t len)
+{
+    uint64_t leader = 0;
+    const char *api = "";
+    if (tn_meta_leader(c->meta, &leader, &api) != 0 || api[0] == '\0' || leader == c->node_id ||
+        from_member(c, tn_rpc_req_peer(req)))
+        return false;
+    relay_t *r = tn_calloc(1, sizeof(*r));
+    if (r == NULL)
+        return false;
+    r->c = c;
+    r->req = req;
+    if (tn_rpc_call(c->rpc, api, TN_OP_JOIN, payload, len, JOIN_CALL_MS, on_relay_reply, r,
+                    &r->call) != 0) {
+        tn_free(r);
+        return false;
+    }
+    LIST_LINK(c->relays, r);
+    c->refs++;
+    tn_rpc_req_on_cancel(req, on_relay_cancel, r);
+    return true;
+}
+
 static void on_join(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_control_t *c = arg;
@@ -318,6 +398,8 @@ static void on_join(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void 
     }
     pending_end(p);
     c->refs--; /* not closing: c stays */
+    if (rc == TN_ENOTLEADER && relay_join(c, req, payload, len))
+        return;
     if (rc == TN_ENOTLEADER)
         reply_not_leader(c, req);
     else if (rc == UV_EINVAL)
@@ -663,5 +745,7 @@ void tn_control_close(tn_control_t *c, void (*cb)(void *arg), void *arg)
         tn_rpc_call_cancel(f->call);
     for (join_call_t *jc = c->join_calls; jc != NULL; jc = jc->next)
         tn_rpc_call_cancel(jc->call);
+    for (relay_t *r = c->relays; r != NULL; r = r->next)
+        tn_rpc_call_cancel(r->call);
     uv_close((uv_handle_t *)&c->join_timer, on_timer_closed);
 }

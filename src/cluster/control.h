@@ -24,8 +24,10 @@
  *      JOIN (id, Raft address, API address) to every join address at
  *      once, until one answers 200 (the leader takes a repeated JOIN of
  *      the same node as success).
- *   2. A follower answers 421 with the leader's API address; the loop
- *      asks that address next, at once.
+ *   2. A follower passes the JOIN on to the leader and answers with the
+ *      leader's reply; when it cannot (no leader known, or the JOIN came
+ *      from a member, i.e. was passed on already) it answers 421 with the
+ *      leader's API address, and the loop asks that address next, at once.
  *   3. The leader adds the node (a spare, then a voter once it caught up:
  *      tn_meta_join) and answers 200. The node is ready once its replica
  *      is caught up (tn_meta_caught_up), as any other.

@@ -90,8 +90,9 @@ typedef enum {
     TN_OP_META_PROPOSE = 2,
     /* Ask to be admitted as a voter. Fields: u64 node id, string Raft
      * address, string API address. 200 once admitted (or already a
-     * member); 421 + leader address; 409 when the id is taken by another
-     * address. */
+     * member); 409 when the id is taken by another address. A follower
+     * passes it on to the leader and answers with its reply (421 + the
+     * leader's address when it cannot). */
     TN_OP_JOIN = 3,
     /* The leader's applied index, after a Raft barrier confirmed it still
      * leads and everything before is applied: for destructive actions on a

@@ -284,11 +284,16 @@ class OverNodeRpc(ClusterTest):
 
     def test_fourth_node_joins(self):
         c = self.make(3).start()
+        leader = c.find_leader()
+        follower = [x for x in c.nodes if x is not leader][0]
         joiner = c.add_joiner()
+        # Only a follower to ask: it passes the JOIN on to the leader.
+        joiner.join = follower.api_address
         self.assertNotIn("--peers=", " ".join(joiner.args()))
         joiner.start()
         joiner.wait_ready(120)
         self.assertNotIn("new cluster bootstrapped", joiner.log())
+        self.assertIn(f"cluster: admitted through {follower.api_address}", joiner.log())
         # Its member record comes with its first registration once it is a
         # voter, and reaches every replica.
         def ids(node):
