@@ -10,6 +10,7 @@ Run: python3 tests/cluster/test_meta.py --ternd build/ternd [unittest args]
 import argparse
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -330,6 +331,26 @@ class OverNodeRpc(ClusterTest):
                        lambda n=node: ids(n) == [1, 2, 3, 4], 30)
         self.create_topics(c.find_leader(), ["after-join"])
         self.assert_replicated([joiner], ["after-join"])
+
+    def test_lost_disk_rejoins_with_join(self):
+        # docs/cluster.md's way back for a node whose disk is gone: the
+        # same id and Raft address, an empty data directory, --join
+        # instead of --peers; the leader sends it the whole log.
+        c = self.make(3).start()
+        leader = c.find_leader()
+        self.create_topics(leader, ["kept-0", "kept-1"])
+        lost = [x for x in c.nodes if x is not leader][0]
+        self.assert_replicated([lost], ["kept-0", "kept-1"])
+        lost.kill()
+        shutil.rmtree(lost.data)
+        self.create_topics(leader, ["while-gone"])
+        lost.join = ",".join(x.api_address for x in c.nodes if x is not lost)
+        lost.start()
+        lost.wait_ready(120)
+        self.assertEqual(lost.log().count("new cluster bootstrapped"), 1, lost.log())
+        self.assert_replicated([lost], ["kept-0", "kept-1", "while-gone"])
+        self.create_topics(lost, ["from-the-rejoined"])
+        self.assert_replicated(c.nodes, ["from-the-rejoined"])
 
     def test_member_dead_after_timeout_and_alive_after_restart(self):
         c = self.make(3, args=["--cluster-heartbeat-interval=500ms",
