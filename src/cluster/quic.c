@@ -164,6 +164,9 @@ struct tn_quic_ep_s {
     uint64_t reset_second;
     unsigned resets_this_second;
     bool closing;
+#ifdef TN_TEST
+    bool test_deaf; /* drop every datagram received */
+#endif
     bool silent_close;
     unsigned handles; /* the socket and the prepare handle, until closed */
     unsigned pending_closes;
@@ -1154,6 +1157,10 @@ static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struc
     }
     if (nread == 0 || !from || ep->closing)
         return;
+#ifdef TN_TEST
+    if (ep->test_deaf)
+        return;
+#endif
     if (from->sa_family != AF_INET && from->sa_family != AF_INET6)
         return;
     const uint8_t *p = (const uint8_t *)buf->base;
@@ -1451,6 +1458,11 @@ int tn_quic_stream_write(tn_quic_stream_t *s, const void *p, size_t n)
     return 0;
 }
 
+uint64_t tn_quic_stream_acked(const tn_quic_stream_t *s)
+{
+    return s->acked;
+}
+
 size_t tn_quic_stream_unacked(const tn_quic_stream_t *s)
 {
     return (size_t)(s->written - s->acked);
@@ -1491,6 +1503,11 @@ int64_t tn_quic_stream_id(const tn_quic_stream_t *s)
 }
 
 #ifdef TN_TEST
+void tn_quic_ep_test_deaf(tn_quic_ep_t *ep, bool deaf)
+{
+    ep->test_deaf = deaf;
+}
+
 void tn_quic_ep_test_input(tn_quic_ep_t *ep, const struct sockaddr *from, const uint8_t *p,
                            size_t n)
 {

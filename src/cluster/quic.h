@@ -139,6 +139,8 @@ void tn_quic_stream_set_cbs(tn_quic_stream_t *s, const tn_quic_stream_cbs_t *cbs
  * closing). */
 int tn_quic_stream_write(tn_quic_stream_t *s, const void *p, size_t n);
 /* Bytes written and not yet acknowledged by the peer. */
+/* Bytes of s the peer has acknowledged so far. */
+uint64_t tn_quic_stream_acked(const tn_quic_stream_t *s);
 size_t tn_quic_stream_unacked(const tn_quic_stream_t *s);
 /* Finish the stream after the queued bytes (FIN) and stop reading; no
  * callbacks after this call; the memory goes when ngtcp2 is done. */
@@ -155,6 +157,9 @@ tn_quic_conn_t *tn_quic_stream_conn(const tn_quic_stream_t *s);
  * have delivered it: the fuzz target's way in. */
 void tn_quic_ep_test_input(tn_quic_ep_t *ep, const struct sockaddr *from, const uint8_t *p,
                            size_t n);
+/* Drop every datagram the socket receives (a peer whose path stopped
+ * delivering), or stop dropping. */
+void tn_quic_ep_test_deaf(tn_quic_ep_t *ep, bool deaf);
 #endif
 int64_t tn_quic_stream_id(const tn_quic_stream_t *s);
 

@@ -141,6 +141,9 @@ typedef struct {
 
 struct sstream_s {
     tn_rpc_t *r;
+    sstream_t *prev, *next; /* r->sstreams */
+    uint64_t stall_ms;      /* loop ms since the caller acknowledged nothing, 0: none due */
+    uint64_t last_acked;
     tn_quic_stream_t *qs;
     tn_quic_conn_t *qc;
     tn_wire_framer_t fr;
@@ -183,6 +186,9 @@ struct tn_rpc_s {
     unsigned live_calls; /* calls whose memory is not yet gone */
     unsigned live_reqs;
     unsigned open_handles; /* endpoints and peer timers */
+    sstream_t *sstreams;   /* server streams, for the reply write deadline */
+    uv_timer_t write_timer;
+    uint64_t reply_write_ms;
     bool closing;
     void (*close_cb)(void *);
     void *close_arg;
@@ -198,6 +204,11 @@ struct tn_rpc_s {
 void tn_rpc_test_stats(const tn_rpc_t *r, tn_rpc_test_stats_t *out)
 {
     *out = r->st;
+}
+
+void tn_rpc_test_deaf(tn_rpc_t *r, bool deaf)
+{
+    tn_quic_ep_test_deaf(r->ep, deaf);
 }
 #else
 #define STAT(r, f) ((void)0)
@@ -1200,6 +1211,13 @@ static void sstream_end(sstream_t *ss)
         req_cancel(req);
     }
     tn_wire_framer_fini(&ss->fr);
+    tn_rpc_t *r = ss->r;
+    if (ss->prev)
+        ss->prev->next = ss->next;
+    else
+        r->sstreams = ss->next;
+    if (ss->next)
+        ss->next->prev = ss->prev;
     tn_free(ss);
 }
 
@@ -1250,7 +1268,52 @@ static void on_server_stream(void *arg, tn_quic_conn_t *qc, tn_quic_stream_t *qs
     snprintf(ss->peer, sizeof ss->peer, "%s", tn_quic_conn_peer(qc));
     tn_u64map_init(&ss->reqs);
     tn_wire_framer_init(&ss->fr, TN_WIRE_PROOF_CAP - TN_WIRE_HDR);
+    ss->next = r->sstreams;
+    if (r->sstreams)
+        r->sstreams->prev = ss;
+    r->sstreams = ss;
     tn_quic_stream_set_cbs(qs, &sstream_cbs, ss);
+}
+
+/* Once a second: a server stream holding replies the caller has not
+ * acknowledged any of for the budget (the reply write timeout, plus 1 s
+ * per 256 KiB outstanding) is reset. The caller stopped reading, or its
+ * path died without the connection noticing: the replies' memory goes and
+ * the requests end as if the stream had. */
+static void on_write_timer(uv_timer_t *t)
+{
+    tn_rpc_t *r = t->data;
+    uint64_t now = uv_now(r->loop);
+    sstream_t *next;
+    for (sstream_t *ss = r->sstreams; ss; ss = next) {
+        next = ss->next;
+        if (!ss->qs)
+            continue;
+        size_t out = tn_quic_stream_unacked(ss->qs);
+        uint64_t acked = tn_quic_stream_acked(ss->qs);
+        if (out == 0 || acked != ss->last_acked || ss->stall_ms == 0) {
+            ss->last_acked = acked;
+            ss->stall_ms = out == 0 ? 0 : now;
+            continue;
+        }
+        uint64_t budget = r->reply_write_ms + (uint64_t)(out / (256 * 1024)) * 1000;
+        if (now - ss->stall_ms < budget)
+            continue;
+        STAT(r, reply_write_timeouts);
+        TN_LOG_RL(TN_LOG_WARN, 5000,
+                  "rpc: stream from %s: %zu reply bytes unacknowledged for %" PRIu64 " ms; reset",
+                  ss->peer, out, now - ss->stall_ms);
+        tn_quic_stream_reset(ss->qs, APP_PROTO);
+        ss->qs = NULL;
+        sstream_end(ss);
+    }
+}
+
+static void on_write_timer_closed(uv_handle_t *h)
+{
+    tn_rpc_t *r = h->data;
+    r->open_handles--;
+    maybe_freed(r);
 }
 
 static const tn_quic_conn_cbs_t server_conn_cbs = {NULL, on_server_stream, NULL};
@@ -1328,6 +1391,11 @@ int tn_rpc_open(uv_loop_t *loop, const tn_rpc_opts_t *o, tn_rpc_t **out, char *e
     if (rc != 0)
         goto err_after_alloc;
     r->open_handles = 1;
+    r->reply_write_ms = o->reply_write_timeout_ms ? o->reply_write_timeout_ms : 5000;
+    uv_timer_init(loop, &r->write_timer);
+    r->write_timer.data = r;
+    uv_timer_start(&r->write_timer, on_write_timer, 1000, 1000);
+    r->open_handles++;
     struct sockaddr_storage local;
     tn_quic_ep_addr(r->ep, &local);
     tn_netaddr_format(&local, r->addr, sizeof r->addr);
@@ -1435,6 +1503,7 @@ void tn_rpc_close(tn_rpc_t *r, void (*cb)(void *arg), void *arg)
     /* Closing the endpoints ends every connection: client streams go, and
      * server streams cancel their requests. */
     r->open_handles++; /* held while the endpoints close */
+    uv_close((uv_handle_t *)&r->write_timer, on_write_timer_closed);
     tn_quic_ep_close(r->ep, on_ep_closed, r);
     if (r->bulk_ep)
         tn_quic_ep_close(r->bulk_ep, on_ep_closed, r);

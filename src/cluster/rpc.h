@@ -80,6 +80,10 @@ typedef struct {
     uint64_t ping_timeout_ms;  /* 0 = 1000 */
     uint64_t ping_interval_ms; /* the least time between two pings of a connection; 0 = 1000 */
     uint64_t idle_timeout_ms;  /* QUIC idle timeout; 0 = 30000 */
+    /* A server stream whose replies the caller has not acknowledged for
+     * this long, plus 1 s per 256 KiB still unacknowledged, is reset (its
+     * requests end as if the stream had); 0 = 5000. */
+    uint64_t reply_write_timeout_ms;
     /* Streams per lane, at most the defaults (16/16/16/4); 0 = those. 1
      * makes each lane one stream, as the benchmark's one-stream run wants. */
     unsigned lane_streams;
@@ -157,16 +161,19 @@ int tn_rpc_metrics_write(const tn_rpc_t *r, tn_buf_t *out);
 
 #ifdef TN_TEST
 typedef struct {
-    uint64_t dials;           /* connections dialled */
-    uint64_t conn_resets;     /* connections ended by a stateless reset */
-    uint64_t pings, pongs;    /* liveness pings sent and answered */
-    uint64_t ping_closes;     /* connections closed because a ping went unanswered */
-    uint64_t auth_failures;   /* client streams whose server failed its proof */
-    uint64_t requests_in;     /* REQUEST frames taken by this server */
-    uint64_t streams_refused; /* server streams reset for want of a proof */
-    uint64_t queued_cancels;  /* queued requests answered without running */
+    uint64_t dials;                /* connections dialled */
+    uint64_t conn_resets;          /* connections ended by a stateless reset */
+    uint64_t pings, pongs;         /* liveness pings sent and answered */
+    uint64_t ping_closes;          /* connections closed because a ping went unanswered */
+    uint64_t auth_failures;        /* client streams whose server failed its proof */
+    uint64_t requests_in;          /* REQUEST frames taken by this server */
+    uint64_t streams_refused;      /* server streams reset for want of a proof */
+    uint64_t queued_cancels;       /* queued requests answered without running */
+    uint64_t reply_write_timeouts; /* server streams reset by the reply write deadline */
 } tn_rpc_test_stats_t;
 void tn_rpc_test_stats(const tn_rpc_t *r, tn_rpc_test_stats_t *out);
+/* The endpoint drops every datagram it receives (or stops dropping). */
+void tn_rpc_test_deaf(tn_rpc_t *r, bool deaf);
 #endif
 
 /* Close everything: pending calls end with TN_ECLOSED, running handlers

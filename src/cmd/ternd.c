@@ -431,6 +431,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     ro.nhandlers = nh;
     ro.dial_timeout_ms = (uint64_t)(cfg->cluster_rpc_dial_timeout_ns / 1000000);
     ro.reply_timeout_ms = (uint64_t)(cfg->cluster_rpc_timeout_ns / 1000000);
+    ro.reply_write_timeout_ms = (uint64_t)(cfg->cluster_rpc_reply_write_timeout_ns / 1000000);
     int rc = tn_rpc_open(d->loop, &ro, &d->rpc, err, errlen);
     if (rc != 0)
         return rc;

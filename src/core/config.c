@@ -271,6 +271,10 @@ static const opt_t options[] = {
      60 * SEC, NULL, "longest a node RPC dial to a peer may take"},
     {"cluster-rpc-timeout", OPT_DURATION, F(cluster_rpc_timeout_ns), "5s", 100 * MS, 600 * SEC,
      NULL, "reply deadline of a node RPC whose caller has none of its own"},
+    {"cluster-rpc-reply-write-timeout", OPT_DURATION, F(cluster_rpc_reply_write_timeout_ns), "5s",
+     100 * MS, 600 * SEC, NULL,
+     "a node RPC stream whose replies its caller has not acknowledged for this long (plus 1s per "
+     "256 KiB outstanding) is reset"},
     {"cluster-join-interval", OPT_DURATION, F(cluster_join_interval_ns), "2s", 100 * MS, 60 * SEC,
      NULL, "a joining node asks the --join addresses to be admitted this often"},
 };
@@ -1817,7 +1821,7 @@ static const struct {
     {"Cluster", "advertise-address peers join cluster-secret-file raft-tls-cert raft-tls-key "
                 "raft-tls-ca allow-plaintext-raft allow-insecure-cluster "
                 "cluster-heartbeat-interval cluster-dead-after cluster-rpc-dial-timeout "
-                "cluster-rpc-timeout cluster-join-interval"},
+                "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},

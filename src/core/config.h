@@ -174,6 +174,7 @@ typedef struct tn_config_s {
     int64_t cluster_dead_after_ns;
     int64_t cluster_rpc_dial_timeout_ns;
     int64_t cluster_rpc_timeout_ns;
+    int64_t cluster_rpc_reply_write_timeout_ns;
     int64_t cluster_join_interval_ns;
 
     /* Settled by tn_config_load (owned; freed, the secret wiped, by

@@ -704,6 +704,49 @@ static void test_restart_reset(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+static void short_reply_write(tn_rpc_opts_t *o)
+{
+    o->reply_write_timeout_ms = 300;
+}
+
+/* A caller that stops acknowledging (its path delivers nothing back):
+ * the server resets the stream holding its reply once the reply write
+ * deadline passes, and keeps serving. */
+static void test_reply_write_deadline(void **state)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_rpc_t *srv = rpc_open_x(&loop, "127.0.0.1:0", SECRET, NULL, 0, short_reply_write);
+    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    char addr[80];
+    snprintf(addr, sizeof addr, "%s", tn_rpc_addr(srv));
+    /* Every stream of the control lane open and proved, so the call below
+     * is sent at once and only its reply waits for the caller. */
+    for (int i = 0; i < 2 * TN_LANE_CONTROL_STREAMS; i++)
+        expect_echo(&loop, cli, addr, -1, "before");
+    tn_rpc_test_deaf(cli, true);
+    uint8_t body[1000];
+    memset(body, 'x', sizeof body);
+    res_t res = {0};
+    assert_int_equal(
+        tn_rpc_call(cli, addr, TN_OP_ECHO, body, sizeof body, 60000, on_res, &res, NULL), 0);
+    tn_rpc_test_stats_t st;
+    do {
+        run_for(&loop, 20);
+        tn_rpc_test_stats(srv, &st);
+    } while (st.reply_write_timeouts == 0);
+    assert_int_equal(st.reply_write_timeouts, 1);
+    /* The caller hears again: its call ends, and the server answers the
+     * next one. */
+    tn_rpc_test_deaf(cli, false);
+    run_until(&loop, &res.done);
+    expect_echo(&loop, cli, addr, -1, "after");
+    res_fini(&res);
+    rpc_close(&loop, cli);
+    rpc_close(&loop, srv);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 static void test_ping_closes_dead_connection(void **state)
 {
     uv_loop_t loop;
@@ -1088,6 +1131,7 @@ int main(void)
         cmocka_unit_test(test_addresses),
         cmocka_unit_test(test_close_with_pending),
         cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_reply_write_deadline),
     };
     if (getenv("TN_TEST_FILTER"))
         cmocka_set_test_filter(getenv("TN_TEST_FILTER"));
