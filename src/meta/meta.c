@@ -1251,8 +1251,10 @@ fail_timer:
  * and a write the kernel already had completes into a segment the close
  * abandoned (uv_append.c uvAliveSegmentWriteCb; libuv's uv_poll_stop
  * assertion). Nothing is being written when every proposal of ours has its
- * answer and every entry in the log is stored (last_stored is the last
- * index; it also lags while a follower installs a snapshot). settled()
+ * answer, every entry in the log is stored (last_stored is the last
+ * index; it also lags while a follower installs a snapshot) and no
+ * snapshot is being taken (a SIGSEGV inside libraft at a stop under ASan,
+ * with a stream of writes that takes a snapshot every 1024 entries). settled()
  * and raft_close run in the same timer callback, so no append starts
  * between them, and never inside a libraft callback (tn_meta_close). The
  * wait is bounded: CLOSE_WAIT_POLLS polls of LEADER_POLL_MS; past that
@@ -1261,7 +1263,10 @@ fail_timer:
 
 static bool settled(tn_meta_t *m)
 {
-    return m->inflight == 0 && m->raft.last_stored == raft_last_index(&m->raft);
+    /* A snapshot being taken writes too (its put completes later, from
+     * libraft's I/O): wait for it as for an append. */
+    return m->inflight == 0 && m->raft.last_stored == raft_last_index(&m->raft) &&
+           m->raft.snapshot.put.data == NULL && m->raft.snapshot.pending.term == 0;
 }
 
 static void on_close_poll(uv_timer_t *t)
