@@ -87,6 +87,7 @@ typedef struct {
     tn_rpc_t *rpc;            /* node RPC (QUIC on the HTTP port number, over UDP) */
     bool stopping;            /* a signal came: leadership transfer, then shut_down */
     bool shut;                /* shut_down ran */
+    bool meta_drained;        /* libraft left open on the loop: stop the loop and exit */
 } daemon_t;
 
 static daemon_t *g_daemon;
@@ -103,6 +104,9 @@ static void on_store_closed(tn_store_t *store)
 {
     (void)store;
     TN_LOG(TN_LOG_NOTICE, "storage closed; exiting");
+    /* libraft's handles are still on the loop (tn_meta_drain). */
+    if (g_daemon != NULL && g_daemon->meta_drained)
+        uv_stop(g_daemon->loop);
 }
 
 static void on_broker_closed(tn_broker_t *b)
@@ -120,11 +124,12 @@ static void close_engine(daemon_t *d)
         on_broker_closed(NULL);
 }
 
-/* libraft has closed (every handle of its on the loop too). */
+/* The metastore has drained: what was proposed is answered and libraft
+ * writes nothing; libraft itself stays open (tn_meta_drain). */
 static void on_meta_closed(void *arg)
 {
     daemon_t *d = arg;
-    d->meta = NULL;
+    d->meta_drained = true;
     close_engine(d);
 }
 
@@ -140,7 +145,7 @@ static void close_meta(daemon_t *d)
     }
     tn_users_seed_cancel(d->seed);
     d->api.meta = NULL;
-    tn_meta_close(d->meta, on_meta_closed, d);
+    tn_meta_drain(d->meta, on_meta_closed, d);
 }
 
 static void on_nsq_closed(void *arg)
@@ -707,7 +712,9 @@ int main(int argc, char **argv)
             TN_LOG(TN_LOG_WARN, "disk is above the high watermark: publishes will be refused");
     }
     uv_run(&loop, UV_RUN_DEFAULT);
-    rc = uv_loop_close(&loop);
+    /* With the metastore drained, libraft's handles are still on the loop
+     * (tn_meta_drain): everything else has closed, storage is durable. */
+    rc = d.meta_drained ? 0 : uv_loop_close(&loop);
     if (rc != 0) {
         TN_LOG(TN_LOG_ERROR, "loop not closed cleanly: %s", uv_strerror(rc));
         d.rc = 1;

@@ -46,6 +46,7 @@ struct tn_meta_s {
     bool ready;
     bool closing;       /* no more proposals (tn_meta_stop or tn_meta_close) */
     bool close_started; /* tn_meta_close was called */
+    bool drain_only;    /* tn_meta_drain: no raft_close at the end */
     unsigned close_polls;
     uint32_t inflight;       /* proposals handed to libraft, not yet answered */
     uint64_t last_answer_ms; /* loop time of the last answer */
@@ -1281,7 +1282,21 @@ static void on_close_poll(uv_timer_t *t)
                m->inflight, (unsigned long long)raft_last_index(&m->raft),
                (unsigned long long)m->raft.last_stored);
     uv_timer_stop(t);
+    if (m->drain_only) {
+        /* libraft stays open: the process exits with it (tn_meta_drain). */
+        if (m->close_cb != NULL)
+            m->close_cb(m->close_arg);
+        return;
+    }
     raft_close(&m->raft, on_raft_closed);
+}
+
+void tn_meta_drain(tn_meta_t *m, void (*cb)(void *arg), void *arg)
+{
+    if (m->close_started)
+        return;
+    m->drain_only = true;
+    tn_meta_close(m, cb, arg);
 }
 
 void tn_meta_close(tn_meta_t *m, void (*cb)(void *arg), void *arg)

@@ -174,5 +174,14 @@ void tn_meta_close(tn_meta_t *m, void (*cb)(void *arg), void *arg);
  * libraft yet: for a start that fails part way, so the metastore does not
  * come up while the rest closes. tn_meta_close follows. */
 void tn_meta_stop(tn_meta_t *m);
+/* As tn_meta_close up to the point where libraft would be closed (no
+ * more proposals, the ones handed to libraft answered, nothing being
+ * written, bounded at 3 s), then cb(arg) with libraft still open and m
+ * not freed: for a process that exits next. ternd stops this way: closing
+ * libraft 0.15 still crashed inside it, rarely, under load, after every
+ * wait tern can make (see docs/dependencies.md), and its log is fsynced
+ * at every commit, so leaving it open is a crash-like stop that it
+ * recovers from at the next start. */
+void tn_meta_drain(tn_meta_t *m, void (*cb)(void *arg), void *arg);
 
 #endif
