@@ -22,24 +22,41 @@
 typedef struct pending_s pending_t;
 typedef struct held_s held_t;
 typedef struct gated_s gated_t;
+typedef struct gone_s gone_t;
 
 struct tn_catalog_s {
     tn_broker_t *broker;
     tn_meta_t *meta;
     tn_catalog_opts_t o;
     pending_t *pending; /* recorded topics being created or grown */
-    held_t *held;       /* topic creations waiting for their record in the replica */
+    held_t *held;       /* creations waiting for their record in the replica */
     gated_t *gated;     /* the gate's proposals under way */
+    gone_t *gone;       /* deletions following the records (a cluster's) */
 };
 
-/* A topic creation whose record the leader committed before this replica
- * applied it (a follower): the engine asks where the partitions live as
- * soon as the gate opens, so the gate stays shut until the record is
- * here. */
+/* A creation whose record the leader committed before this replica
+ * applied it (a follower, in a cluster): the gate stays shut until the
+ * record is here. A topic's engine asks where its partitions live as soon
+ * as the gate opens; and what the engine has that the replica does not
+ * name counts as deleted (follow_deletions), so nothing is made ahead of
+ * its record. */
 struct held_s {
     tn_gate_t *g;
     char topic[TN_NAME_MAX + 1];
+    char channel[TN_NAME_MAX + 1]; /* "": the topic's creation */
     held_t *next;
+};
+
+/* A deletion asked of the engine because the records no longer name the
+ * topic or channel (deleted through another node, or while this node was
+ * away). Its engine events are not proposed (the record is gone already,
+ * and one made again meanwhile is another topic). On the catalog's list
+ * until its callback; a catalog that stops first detaches it (c = NULL). */
+struct gone_s {
+    tn_catalog_t *c;
+    char topic[TN_NAME_MAX + 1];
+    char channel[TN_NAME_MAX + 1]; /* "": the whole topic */
+    gone_t *next;
 };
 
 /* One proposal, freed by its callback. */
@@ -114,16 +131,26 @@ struct gated_s {
     tn_meta_req_t req;
     tn_gate_t *g;
     tn_catalog_t *c;
-    char topic[TN_NAME_MAX + 1]; /* a topic creation's; "" for a channel */
+    char topic[TN_NAME_MAX + 1];
+    char channel[TN_NAME_MAX + 1]; /* "": a topic creation */
     gated_t *next;
 };
+
+/* Whether the replica has the record of topic (channel "") or of its
+ * channel. */
+static bool recorded(const tn_catalog_t *c, const char *topic, const char *channel)
+{
+    const tn_meta_state_t *s = tn_meta_state(c->meta);
+    return channel[0] == '\0' ? tn_meta_topic_find(s, topic) != NULL
+                              : tn_meta_channel_exists(s, topic, channel);
+}
 
 static void on_gate_recorded(tn_meta_req_t *req, int status)
 {
     gated_t *x = req->data;
     tn_gate_t *g = x->g;
     tn_catalog_t *c = x->c;
-    bool topic = x->topic[0] != '\0';
+    bool no_topic = status == TN_ENOTFOUND;
     if (c != NULL) {
         gated_t **pp = &c->gated;
         while (*pp != x)
@@ -134,12 +161,13 @@ static void on_gate_recorded(tn_meta_req_t *req, int status)
      * topic from before the metastore: the engine goes on. */
     if (status == UV_EEXIST || status == TN_ENOTFOUND)
         status = 0;
-    if (status == 0 && topic && c != NULL && c->o.cluster &&
-        tn_meta_topic_find(tn_meta_state(c->meta), x->topic) == NULL) {
+    if (status == 0 && !no_topic && c != NULL && c->o.cluster &&
+        !recorded(c, x->topic, x->channel)) {
         held_t *h = tn_calloc(1, sizeof(*h));
         if (h != NULL) {
             h->g = g;
             snprintf(h->topic, sizeof(h->topic), "%s", x->topic);
+            snprintf(h->channel, sizeof(h->channel), "%s", x->channel);
             h->next = c->held;
             c->held = h;
             tn_free(x);
@@ -151,21 +179,26 @@ static void on_gate_recorded(tn_meta_req_t *req, int status)
     tn_gate_done(g, status);
 }
 
-/* Open the held gates whose record has arrived (all of them: stopping). */
+/* Open the held gates whose record has arrived (all of them: stopping).
+ * A channel's topic was in the replica when the channel was asked for: if
+ * that record is gone, so is the topic, and the creation fails. */
 static void release_held(tn_catalog_t *c, bool all)
 {
-    const tn_meta_state_t *s = tn_meta_state(c->meta);
     held_t **pp = &c->held;
     while (*pp != NULL) {
         held_t *h = *pp;
-        if (!all && tn_meta_topic_find(s, h->topic) == NULL) {
-            pp = &h->next;
-            continue;
+        int status = all ? TN_ECLOSED : 0;
+        if (!all && !recorded(c, h->topic, h->channel)) {
+            if (h->channel[0] == '\0' || recorded(c, h->topic, "")) {
+                pp = &h->next;
+                continue;
+            }
+            status = TN_ENOTFOUND;
         }
         *pp = h->next;
         tn_gate_t *g = h->g;
         tn_free(h);
-        tn_gate_done(g, all ? TN_ECLOSED : 0);
+        tn_gate_done(g, status);
     }
 }
 
@@ -198,8 +231,9 @@ static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
     }
     x->g = g;
     x->c = c;
-    if (ch == NULL)
-        snprintf(x->topic, sizeof(x->topic), "%s", t->name);
+    snprintf(x->topic, sizeof(x->topic), "%s", t->name);
+    if (ch != NULL)
+        snprintf(x->channel, sizeof(x->channel), "%s", ch->name);
     x->req.data = x;
     x->next = c->gated;
     c->gated = x;
@@ -228,6 +262,17 @@ static void record_channel(tn_catalog_t *c, const char *topic, const char *chann
     propose(c, &cmd, what);
 }
 
+/* Whether a deletion following the records is under way for topic, or for
+ * its channel (channel NULL: the topic's own). */
+static bool going(const tn_catalog_t *c, const char *topic, const char *channel)
+{
+    for (const gone_t *g = c->gone; g != NULL; g = g->next)
+        if (strcmp(g->topic, topic) == 0 &&
+            (g->channel[0] == '\0' || (channel != NULL && strcmp(g->channel, channel) == 0)))
+            return true;
+    return false;
+}
+
 static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const char *channel)
 {
     tn_catalog_t *c = arg;
@@ -246,6 +291,8 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
         break;
     }
     case TN_EV_TOPIC_DOWN: {
+        if (going(c, topic, NULL))
+            break;
         tn_meta_cmd_t cmd;
         memset(&cmd, 0, sizeof(cmd));
         cmd.type = TN_MC_TOPIC_DELETE;
@@ -259,7 +306,8 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
         record_channel(c, topic, channel, true);
         break;
     case TN_EV_CHANNEL_DOWN:
-        record_channel(c, topic, channel, false);
+        if (!going(c, topic, channel))
+            record_channel(c, topic, channel, false);
         break;
     }
 }
@@ -292,6 +340,97 @@ static bool place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
 
 static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following);
 
+/* --- following deletions ---------------------------------------------------- */
+
+static void on_gone(void *arg, int status)
+{
+    gone_t *g = arg;
+    tn_catalog_t *c = g->c;
+    if (status != 0 && status != TN_ENOTFOUND && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_ERROR, "deleting %s%s%s, which the metastore no longer records, failed: %s",
+               g->channel[0] != '\0' ? "channel " : "topic ", g->channel,
+               g->channel[0] != '\0' ? " of " : "", tn_strerror(status));
+    if (c != NULL) {
+        gone_t **pp = &c->gone;
+        while (*pp != g)
+            pp = &(*pp)->next;
+        *pp = g->next;
+        /* Made again meanwhile: a new one, made now that the old is gone. */
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), g->topic);
+        if (e != NULL && status != TN_ECLOSED)
+            make(c, e, true);
+    }
+    tn_free(g);
+}
+
+static gone_t *gone_new(gone_t **list, const char *topic, const char *channel)
+{
+    gone_t *g = tn_calloc(1, sizeof(*g));
+    if (g == NULL)
+        return NULL;
+    snprintf(g->topic, sizeof(g->topic), "%s", topic);
+    snprintf(g->channel, sizeof(g->channel), "%s", channel);
+    g->next = *list;
+    *list = g;
+    return g;
+}
+
+/* In a cluster, delete from the engine the topics and durable channels the
+ * replica no longer records: deleted through another node (or while this
+ * node was away; at start the replica has applied at least what it had
+ * before). A topic whose record has another creation time was deleted and
+ * made again: the old one goes, the new one is made after it. Nothing is
+ * made ahead of its record (the gate holds creations until the replica has
+ * it), so what is ready here and unrecorded was recorded once. Busy ones
+ * (being made, grown, deleted) are looked at on a later change. */
+static void follow_deletions(tn_catalog_t *c)
+{
+    const tn_meta_state_t *s = tn_meta_state(c->meta);
+    tn_broker_t *b = c->broker;
+    gone_t *found = NULL; /* collected first: deleting changes the lists walked */
+    for (size_t i = 0; i < b->nbuckets; i++) {
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->memory || t->state != TN_OBJ_READY || going(c, t->name, NULL))
+                continue;
+            const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, t->name);
+            if (e != NULL && t->record_created_ms == 0)
+                t->record_created_ms = e->rec.created_at_ms;
+            if (e == NULL || t->record_created_ms != e->rec.created_at_ms) {
+                if (gone_new(&found, t->name, "") == NULL)
+                    break;
+                continue;
+            }
+            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+                if (ch->memory || ch->state != TN_OBJ_READY || going(c, t->name, ch->name) ||
+                    tn_meta_channel_exists(s, t->name, ch->name))
+                    continue;
+                if (gone_new(&found, t->name, ch->name) == NULL)
+                    break;
+            }
+        }
+    }
+    while (found != NULL) {
+        gone_t *g = found;
+        found = g->next;
+        g->c = c;
+        g->next = c->gone;
+        c->gone = g;
+        bool channel = g->channel[0] != '\0';
+        if (channel)
+            TN_LOG(TN_LOG_NOTICE,
+                   "metastore: channel %s of %s is no longer recorded; deleting it here",
+                   g->channel, g->topic);
+        else
+            TN_LOG(TN_LOG_NOTICE,
+                   "metastore: topic %s is no longer recorded as it is here; deleting it here",
+                   g->topic);
+        if (tn_broker_delete(b, g->topic, channel ? g->channel : NULL, on_gone, g) != 0) {
+            c->gone = g->next;
+            tn_free(g); /* out of memory: a later change tries again */
+        }
+    }
+}
+
 /* The metastore's replica changed (another node's topic, a growth, an
  * assignment, a member's heartbeat): in a cluster, make what the records
  * name and follow the placement. A lone node has every partition already
@@ -304,6 +443,8 @@ static void on_meta_change(void *arg)
     const tn_meta_state_t *s = tn_meta_state(c->meta);
     if (!c->o.cluster && s->nmembers <= 1)
         return;
+    if (c->o.cluster)
+        follow_deletions(c);
     for (size_t i = 0; i < s->ntopics; i++)
         make(c, s->topics[i], true);
     tn_broker_follow_placement(c->broker);
@@ -325,8 +466,10 @@ int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, t
     tn_broker_set_gate(b, gate, c);
     tn_broker_set_placement(b, place, c);
     tn_meta_on_change(m, on_meta_change, c);
-    /* What recovery found on disk. */
-    for (size_t i = 0; i < b->nbuckets; i++) {
+    /* What recovery found on disk. In a cluster nothing is made before its
+     * record, so what has none was deleted: tn_catalog_reconcile deletes
+     * it once the replica is caught up. */
+    for (size_t i = 0; i < b->nbuckets && !o->cluster; i++) {
         for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
             if (t->state != TN_OBJ_READY)
                 continue;
@@ -404,6 +547,12 @@ static void on_topic_made(tn_waiter_t *w, int status)
     pending_end(w->data, status);
 }
 
+static void on_topic_idle(tn_waiter_t *w, int status)
+{
+    (void)status; /* what it waited for ended: look again */
+    pending_end(w->data, 0);
+}
+
 static void on_topic_grown(void *arg, int status)
 {
     pending_end(arg, status);
@@ -438,8 +587,8 @@ static bool made(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
 static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following)
 {
     const char *name = e->rec.name;
-    if (following && made(c, e))
-        return;
+    if (going(c, name, NULL) || (following && made(c, e)))
+        return; /* being deleted: on_gone makes it again */
     pending_t *p = pending_new(c, name);
     if (p == NULL)
         return;
@@ -457,7 +606,11 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
     }
     if (rc == 0 && t->nparts < e->rec.partitions) {
         /* A crash after the record of a growth, before the engine's part;
-         * or, following, a growth another node recorded. */
+         * or, following, a growth another node recorded. A channel being
+         * made (or a growth of a /v1 PATCH) first: then look again. */
+        p->w.cb = on_topic_idle;
+        if (tn_topic_wait_idle(t, &p->w) == UV_EAGAIN)
+            return;
         TN_LOG(following ? TN_LOG_INFO : TN_LOG_NOTICE,
                "metastore: topic %s has %" PRIu32 " partitions recorded and %" PRIu32
                " on disk; growing it",
@@ -473,7 +626,8 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
     for (uint32_t i = 0; i < e->nchannels; i++) {
         const char *ch = e->channels[i];
         tn_channel_t *out = NULL;
-        if (tn_topic_channel(t, ch, strlen(ch), false, NULL, &out) != TN_ENOTFOUND)
+        if (going(c, name, ch) ||
+            tn_topic_channel(t, ch, strlen(ch), false, NULL, &out) != TN_ENOTFOUND)
             continue;
         tn_waiter_t *cw = tn_calloc(1, sizeof(*cw));
         if (cw == NULL)
@@ -495,6 +649,8 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
 void tn_catalog_reconcile(tn_catalog_t *c)
 {
     release_held(c, false);
+    if (c->o.cluster)
+        follow_deletions(c);
     const tn_meta_state_t *s = tn_meta_state(c->meta);
     for (size_t i = 0; i < s->ntopics; i++)
         make(c, s->topics[i], false);
@@ -514,8 +670,10 @@ void tn_catalog_stop(tn_catalog_t *c)
     release_held(c, true);
     for (gated_t *x = c->gated; x != NULL; x = x->next)
         x->c = NULL;
-    /* Creations still under way finish without us. */
+    /* Creations and deletions still under way finish without us. */
     for (pending_t *p = c->pending; p != NULL; p = p->next)
         p->c = NULL;
+    for (gone_t *g = c->gone; g != NULL; g = g->next)
+        g->c = NULL;
     tn_free(c);
 }

@@ -11,12 +11,21 @@
  * the catalog also records engine deletions it hears of (quietly, when the
  * record is already gone).
  *
- * At startup it records what the engine recovered from disk and the
- * metastore does not know yet (data from before the metastore, or a crash
- * between a creation's record and its files), and once the metastore is
- * ready (tn_catalog_reconcile) creates in the engine what the metastore
- * records and the engine lacks (a crash after the record, before the
- * files).
+ * At startup a lone node records what the engine recovered from disk and
+ * the metastore does not know yet (data from before the metastore, or a
+ * crash between a creation's record and its files), and once the
+ * metastore is ready (tn_catalog_reconcile) creates in the engine what
+ * the metastore records and the engine lacks (a crash after the record,
+ * before the files).
+ *
+ * DESIGN: deletions in a cluster. Nothing is made in the engine before
+ * the replica has its record (the gate holds creations until then), so
+ * what the engine has and the replica does not record was deleted through
+ * another node, or while this node was down: at start (once the replica
+ * is caught up) and at every change the catalog deletes it from the
+ * engine, without proposing anything. A record with another creation
+ * time than the one a topic was made from is a topic made again: the old
+ * one is deleted, then the new one made.
  *
  * DESIGN: placement. The catalog is also the engine's placement function
  * (queue.h): a partition lives here when the metastore names this node its

@@ -1055,6 +1055,43 @@ static bool patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
     return true;
 }
 
+static void grow_engine(op_t *op);
+
+static void on_engine_idle(tn_waiter_t *w, int status)
+{
+    (void)status; /* what it waited for ended: look again */
+    grow_engine(w->data);
+}
+
+/* Grow the engine's topic to the recorded partitions. The catalog follows
+ * every change of the replica too, so the topic may be growing already,
+ * or placing partitions, or making a channel: this waits for that and
+ * looks again. */
+static void grow_engine(op_t *op)
+{
+    tn_topic_t *t = NULL;
+    op->wait.cb = on_engine_idle;
+    op->wait.data = op;
+    int rc = op->v->closing ? TN_ECLOSED
+                            : tn_broker_topic(op->v->broker, op->topic, strlen(op->topic), false, 0,
+                                              &op->wait, &t);
+    if (rc == UV_EAGAIN)
+        return;
+    if (rc == TN_ECLOSED) {
+        op_end(op, 503, "shutting down");
+        return;
+    }
+    if (rc != 0 || t->nparts >= op->partitions) {
+        on_grown(op, 0); /* grown by the catalog, or gone from the engine: the record answers */
+        return;
+    }
+    if (tn_topic_wait_idle(t, &op->wait) == UV_EAGAIN)
+        return;
+    rc = tn_topic_grow(t, op->partitions, on_grown, op);
+    if (rc != 0)
+        op_end(op, 503, "growing the topic failed");
+}
+
 static void on_patch_recorded(tn_meta_req_t *req, int status)
 {
     op_t *op = req->data;
@@ -1086,20 +1123,7 @@ static void on_patch_recorded(tn_meta_req_t *req, int status)
         op_end(op, 503, "control plane temporarily unavailable");
         return;
     }
-    /* More partitions: the record has them; now the engine's topic. */
-    tn_topic_t *t = NULL;
-    if (!op->v->closing &&
-        tn_broker_topic(op->v->broker, op->topic, strlen(op->topic), false, 0, NULL, &t) == 0 &&
-        t->nparts < op->partitions) {
-        int rc = tn_topic_grow(t, op->partitions, on_grown, op);
-        if (rc == 0)
-            return;
-        op_end(op, 503,
-               rc == UV_EBUSY ? "the topic is busy; send the change again"
-                              : "growing the topic failed");
-        return;
-    }
-    on_grown(op, 0);
+    grow_engine(op); /* more partitions: the record has them; now the engine's topic */
 }
 
 static void on_topic_patch(tn_http_request_t *r, void *arg)

@@ -239,6 +239,10 @@ struct tn_topic_s {
     /* tn_topic_follow_placement was asked while the topic was busy: it
      * runs once the creation, growth or channel creation ends. */
     bool place_again;
+    /* The created_at_ms of the metastore record it was made from (the
+     * catalog's, in a cluster): a record of that name with another one is
+     * a new topic, made after this one was deleted. 0: not known yet. */
+    int64_t record_created_ms;
     uint64_t ttl_discards;
     uint64_t message_count; /* published since start */
     uint64_t message_bytes;
@@ -609,6 +613,12 @@ int tn_broker_delete(tn_broker_t *b, const char *topic, const char *channel, tn_
  * directories, takes them). 0 when under way, UV_EINVAL (not more),
  * UV_EBUSY (not ready, or a channel is being made), UV_ENOMEM. */
 int tn_topic_grow(tn_topic_t *t, uint32_t nparts, tn_delete_cb cb, void *arg);
+/* Whether t is free for a growth or a deletion: 0 when it and every
+ * channel of it are ready. UV_EAGAIN while it is being created, grown or
+ * placed, or a channel of it is being made: w is queued on that and runs
+ * once it ends (with its outcome; look again then). UV_EBUSY: it is being
+ * deleted or failed. */
+int tn_topic_wait_idle(tn_topic_t *t, tn_waiter_t *w);
 
 /* Set (fn NULL: remove) the placement function. Topics already open keep
  * their partitions until tn_broker_follow_placement. */

@@ -954,6 +954,23 @@ static bool topic_busy(const tn_topic_t *t)
     return false;
 }
 
+int tn_topic_wait_idle(tn_topic_t *t, tn_waiter_t *w)
+{
+    if (t->state == TN_OBJ_CREATING) {
+        w->next = t->waiters;
+        t->waiters = w;
+        return UV_EAGAIN;
+    }
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        if (ch->state == TN_OBJ_CREATING) {
+            w->next = ch->waiters;
+            ch->waiters = w;
+            return UV_EAGAIN;
+        }
+    }
+    return t->state == TN_OBJ_READY ? 0 : UV_EBUSY;
+}
+
 void tn__topic_place_resume(tn_topic_t *t)
 {
     if (!t->place_again || topic_busy(t) || t->deleted || t->broker->closing)
@@ -1103,14 +1120,9 @@ static void named_del_step(named_del_t *d)
         if (rc == UV_EAGAIN)
             return;
     }
-    if (rc == 0 && d->channel == NULL) {
-        /* A channel being made reads the logs on a worker: wait for it. */
-        for (tn_channel_t *c = t->channels; c != NULL; c = c->next) {
-            if (c->state == TN_OBJ_CREATING &&
-                tn_topic_channel(t, c->name, strlen(c->name), false, &d->w, &ch) == UV_EAGAIN)
-                return;
-        }
-    }
+    /* A channel being made reads the logs on a worker: wait for it. */
+    if (rc == 0 && d->channel == NULL && tn_topic_wait_idle(t, &d->w) == UV_EAGAIN)
+        return;
     if (rc == 0)
         rc = d->channel != NULL ? tn_channel_delete(ch, on_named_deleted, d)
                                 : tn_topic_delete(t, on_named_deleted, d);

@@ -3,7 +3,9 @@ partition p of a new topic goes to the alive members sorted by id, p mod
 n, the same answer on every node; a partition's log exists only on its
 owner, which takes produces to it while the others refuse them naming the
 owner; growth places only the new partitions; assignments are sticky when
-their owner dies, and a topic made meanwhile goes to the alive members.
+their owner dies, and a topic made meanwhile goes to the alive members; a
+topic or channel deleted through one node leaves every node's engine and
+disk, also one that was down meanwhile, and is not recorded again.
 
 Run: python3 tests/cluster/test_placement.py --ternd build/ternd
 """
@@ -115,6 +117,103 @@ class Placement(harness.ClusterTest):
         status, body = victim.request("GET", "/v1/topics/before")
         mine = body["partition_stats"][victim.id - 1]
         self.assertEqual(mine["next_offset"], 1, mine)
+
+    # --- deletions made through one node, followed by the others ---------------
+
+    def engine(self, node):
+        """{topic: (channels, depth)} as node's engine has them (nsqd's
+        /stats: what is there, not what is recorded)."""
+        status, body = node.request("GET", "/stats?format=json", auth=False)
+        self.assertEqual(status, 200, body)
+        return {t["topic_name"]: (sorted(c["channel_name"] for c in t["channels"]), t["depth"])
+                for t in body["topics"]}
+
+    def on_disk(self, node, topic, channel=None):
+        base = os.path.join(node.data, "topics", topic)
+        if channel is None:
+            return os.path.exists(base)
+        return any(os.path.exists(os.path.join(base, p, channel + ".ckpt"))
+                   for p in (os.listdir(base) if os.path.isdir(base) else []))
+
+    def nsq(self, node, path, body=b""):
+        status, answer = node.request("POST", path, body, auth=False)
+        self.assertEqual(status, 200, (path, answer))
+
+    def fill(self, c, topic):
+        """topic (made through the NSQ door: one partition, grown to one per
+        node) with channels keep and drop, one message per partition (each
+        on its owner), on every node's engine and disk."""
+        self.nsq(c.nodes[0], f"/topic/create?topic={topic}")
+        for node in c.nodes:
+            wait_until(f"{topic} on node {node.id}", lambda n=node: topic in self.engine(n))
+        status, body = c.nodes[1].request("PATCH", f"/v1/topics/{topic}", {"partitions": 3})
+        self.assertEqual(status, 200, body)
+        self.wait_owners(c.nodes, topic, ["1", "2", "3"])
+        self.nsq(c.nodes[1], f"/channel/create?topic={topic}&channel=keep")
+        self.nsq(c.nodes[2], f"/channel/create?topic={topic}&channel=drop")
+        for node in c.nodes:
+            wait_until(f"{topic} with its channels on node {node.id}",
+                       lambda n=node: self.engine(n).get(topic, ([],))[0] == ["drop", "keep"])
+        owners = self.owners(c.nodes[0], topic)
+        for p, owner in enumerate(owners):
+            node = [n for n in c.nodes if str(n.id) == owner][0]
+            status, answer = self.produce(node, topic, p, f"old {p}")
+            self.assertEqual(status, 202, answer)
+        for node in c.nodes:
+            self.assertTrue(self.on_disk(node, topic, "drop"), node.id)
+
+    def test_deletions_reach_every_node(self):
+        c = self.make(3).start()
+        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        self.fill(c, "gone")
+        # A channel deleted through node 3 leaves every engine and disk.
+        self.nsq(c.nodes[2], "/channel/delete?topic=gone&channel=drop")
+        for node in c.nodes:
+            wait_until(f"channel drop gone from node {node.id}",
+                       lambda n=node: self.engine(n)["gone"][0] == ["keep"]
+                       and not self.on_disk(n, "gone", "drop"), 30)
+            self.assertTrue(self.on_disk(node, "gone", "keep"), node.id)
+        # The topic deleted through node 1 leaves them all too.
+        self.nsq(c.nodes[0], "/topic/delete?topic=gone")
+        for node in c.nodes:
+            wait_until(f"topic gone gone from node {node.id}",
+                       lambda n=node: "gone" not in self.engine(n)
+                       and not self.on_disk(n, "gone"), 30)
+        # Made again through node 2 afterwards, it is a new topic: none of
+        # the old messages, no old channel.
+        self.nsq(c.nodes[1], "/topic/create?topic=gone")
+        for node in c.nodes:
+            wait_until(f"the new topic on node {node.id}",
+                       lambda n=node: "gone" in self.engine(n))
+        owner = [n for n in c.nodes if [str(n.id)] == self.owners(c.nodes[1], "gone")][0]
+        self.nsq(owner, "/pub?topic=gone", b"new")
+        total = 0
+        for node in c.nodes:
+            channels, depth = self.engine(node)["gone"]
+            self.assertEqual(channels, [], node.id)
+            total += depth
+        self.assertEqual(total, 1)
+        # Nothing recorded it again: the deletion held on every replica.
+        for node in c.nodes:
+            wait_until(f"node {node.id}'s record without channels",
+                       lambda n=node: n.request("GET", "/v1/topics/gone")[1].get("channels") == [])
+
+    def test_deleted_while_away(self):
+        c = self.make(3).start()
+        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        self.fill(c, "away")
+        away = c.nodes[2]
+        self.assertEqual(away.stop(), 0)
+        self.nsq(c.nodes[0], "/topic/delete?topic=away")
+        wait_until("the deletion on node 2", lambda: "away" not in self.engine(c.nodes[1]))
+        away.start()
+        away.wait_ready()
+        wait_until("the topic gone from the node that was away",
+                   lambda: "away" not in self.engine(away) and not self.on_disk(away, "away"), 30)
+        self.assertIn("no longer recorded", away.log())
+        # Its files did not bring the record back.
+        for node in c.nodes:
+            self.assertNotIn("away", node.topics(), node.id)
 
 
 def main():
