@@ -359,6 +359,9 @@ struct tn_pub_s {
     tn_msg_t **keys; /* copies of the keys set, or NULL */
     tn_msg_t *key1;
     int64_t deliver_at_ms;
+    /* A record has its own delivery time (tn_pub_set_deliver_at): the
+     * others (marked unset in recs) take deliver_at_ms. */
+    bool own_times;
     int64_t start_ns;
     tn_pub_cb cb;
 };
@@ -491,10 +494,17 @@ int tn_pub_set_all(tn_pub_t *p, const tn_iov_t *bodies);
 /* Give message i (already set) a key, copied. 0, UV_EINVAL (i out of
  * range, key over 65535 bytes) or UV_ENOMEM. */
 int tn_pub_set_key(tn_pub_t *p, uint32_t i, const void *key, size_t len);
+/* Give message i (already set) its own delivery time, wall clock ms (0:
+ * at once), in place of the one tn_broker_publish gives the rest: a batch
+ * whose records were accepted as separate produces (some deferred, some
+ * not) is still one append. Setting the body again drops it. 0, or
+ * UV_EINVAL (i out of range or not set, ms negative). */
+int tn_pub_set_deliver_at(tn_pub_t *p, uint32_t i, int64_t ms);
 void tn_pub_fini(tn_pub_t *p);
 
 /* Publish p to the topic called name (created when missing). deliver_at_ms
- * (wall clock, 0 = now) defers delivery. Without a pin the partition is
+ * (wall clock, 0 = now) defers delivery of every message that has no time
+ * of its own (tn_pub_set_deliver_at). Without a pin the partition is
  * the next local one, round robin. Returns 0 when under way (cb runs
  * with the final status: 0 at the durability boundary, else an error), or
  * at once UV_EINVAL, TN_EDISKHIGH, TN_ECLOSED or a storage error.

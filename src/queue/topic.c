@@ -154,6 +154,10 @@ void tn__topic_pump_all(tn_topic_t *t)
 
 /* --- publish --------------------------------------------------------------- */
 
+/* The delivery time of a record set without one of its own, until the
+ * append gives it the publish's (times are never negative). */
+#define PUB_AT_UNSET INT64_C(-1)
+
 int tn_pub_init(tn_pub_t *p, uint32_t n)
 {
     memset(p, 0, sizeof(*p));
@@ -189,7 +193,7 @@ int tn_pub_set(tn_pub_t *p, uint32_t i, const void *data, size_t len)
     p->msgs[i] = m;
     p->recs[i].key = tn_iov(NULL, 0);
     p->recs[i].body = tn_iov(m->data, m->len);
-    p->recs[i].deliver_at_ms = 0;
+    p->recs[i].deliver_at_ms = PUB_AT_UNSET;
     return 0;
 }
 
@@ -204,7 +208,7 @@ int tn_pub_set_all(tn_pub_t *p, const tn_iov_t *bodies)
     for (uint32_t i = 0; i < p->n; i++) {
         p->recs[i].key = tn_iov(NULL, 0);
         p->recs[i].body = tn_iov(p->msgs[i]->data, p->msgs[i]->len);
-        p->recs[i].deliver_at_ms = 0;
+        p->recs[i].deliver_at_ms = PUB_AT_UNSET;
     }
     return 0;
 }
@@ -229,6 +233,15 @@ int tn_pub_set_key(tn_pub_t *p, uint32_t i, const void *key, size_t len)
         tn_msg_unref(p->keys[i]);
     p->keys[i] = k;
     p->recs[i].key = tn_iov(k->data, k->len);
+    return 0;
+}
+
+int tn_pub_set_deliver_at(tn_pub_t *p, uint32_t i, int64_t ms)
+{
+    if (i >= p->n || p->msgs[i] == NULL || ms < 0)
+        return UV_EINVAL;
+    p->recs[i].deliver_at_ms = ms;
+    p->own_times = true;
     return 0;
 }
 
@@ -270,8 +283,8 @@ static void on_appended(tn_append_t *req, int status)
         for (uint32_t i = 0; i < p->n; i++) {
             t->message_bytes += p->msgs[i]->len;
             if (!t->deleted && !t->broker->closing)
-                tn__cache_append(part, req->first_offset + i, req->publish_ns, p->deliver_at_ms,
-                                 tn_msg_ref(p->msgs[i]),
+                tn__cache_append(part, req->first_offset + i, req->publish_ns,
+                                 p->recs[i].deliver_at_ms, tn_msg_ref(p->msgs[i]),
                                  p->keys != NULL && p->keys[i] != NULL ? tn_msg_ref(p->keys[i])
                                                                        : NULL);
         }
@@ -316,8 +329,16 @@ static int append_to(tn_topic_t *t, tn_pub_t *p)
     tn_part_t *part = t->parts[idx];
     p->partition = idx;
     p->app.data = p;
-    for (uint32_t i = 0; i < p->n; i++)
-        p->recs[i].deliver_at_ms = p->deliver_at_ms;
+    /* The common case writes every record's time in one pass; a publish
+     * with times of its own fills in only the records without one. */
+    if (!p->own_times) {
+        for (uint32_t i = 0; i < p->n; i++)
+            p->recs[i].deliver_at_ms = p->deliver_at_ms;
+    } else {
+        for (uint32_t i = 0; i < p->n; i++)
+            if (p->recs[i].deliver_at_ms == PUB_AT_UNSET)
+                p->recs[i].deliver_at_ms = p->deliver_at_ms;
+    }
     if (t->memory)
         tn__part_mem_trim(part);
     int rc = tn_plog_append(part->plog, &p->app, p->recs, p->n, on_appended);

@@ -1,0 +1,355 @@
+/* Tests of a publish whose records carry delivery times of their own
+ * (tn_pub_set_deliver_at, queue.h): the batch is one append (dense offsets
+ * in one partition), each record keeps its own time in the tail cache and
+ * on disk (read back after a restart), records without one take the
+ * publish's, only the records due are delivered, and the setter refuses
+ * what it cannot take. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/err.h"
+#include "core/time.h"
+#include "queue/queue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXD 16
+
+typedef struct {
+    tn_consumer_t c;
+    uint64_t offsets[MAXD];
+    int n;
+} sink_t;
+
+static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
+{
+    sink_t *s = c->data;
+    assert_true(s->n < MAXD);
+    s->offsets[s->n++] = d->offset;
+}
+
+typedef struct {
+    tu_fx_t *fx;
+    tn_broker_t *b;
+    tn_broker_opts_t opts;
+} qfx_t;
+
+static void open_broker(qfx_t *q)
+{
+    assert_int_equal(tn_broker_open(&q->fx->loop, q->fx->store, &q->opts, &q->b), 0);
+}
+
+static qfx_t *qfx_new(void)
+{
+    qfx_t *q = calloc(1, sizeof(*q));
+    q->fx = tu_fx_new(NULL);
+    tn_broker_opts_t *o = &q->opts;
+    o->default_partitions = 1;
+    o->bootstrap_window_ms = 90000;
+    o->cache_bytes = 1 << 20;
+    o->max_inflight_bytes = 1 << 30;
+    o->max_inflight_msgs = 100000;
+    o->max_ahead = 1 << 16;
+    o->gc_interval_ms = 3600000;
+    o->mem_max_records = 100;
+    o->mem_max_bytes = 1 << 20;
+    open_broker(q);
+    return q;
+}
+
+static bool closed_flag;
+
+static void on_closed(tn_broker_t *b)
+{
+    (void)b;
+    closed_flag = true;
+}
+
+static void close_broker(qfx_t *q)
+{
+    closed_flag = false;
+    tn_broker_close(q->b, on_closed);
+    while (!closed_flag)
+        uv_run(&q->fx->loop, UV_RUN_ONCE);
+    q->b = NULL;
+}
+
+static void qfx_free(qfx_t *q)
+{
+    if (q->b != NULL)
+        close_broker(q);
+    tu_fx_free(q->fx);
+    free(q);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
+/* Run the loop (a 5 ms tick keeps turns short) until done(arg), at most
+ * about 10 s; returns done. */
+static bool run_until(qfx_t *q, bool (*done)(void *), void *arg)
+{
+    uv_timer_t t;
+    uv_timer_init(&q->fx->loop, &t);
+    uv_timer_start(&t, on_tick, 5, 5);
+    int64_t deadline = tn_now_mono_ms() + 10000;
+    bool ok;
+    while (!(ok = done(arg)) && tn_now_mono_ms() < deadline)
+        uv_run(&q->fx->loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&q->fx->loop, UV_RUN_NOWAIT);
+    return ok;
+}
+
+static bool not_yet(void *arg)
+{
+    return tn_now_mono_ms() >= *(int64_t *)arg;
+}
+
+static void run_for(qfx_t *q, int64_t ms)
+{
+    int64_t until = tn_now_mono_ms() + ms;
+    (void)run_until(q, not_yet, &until);
+}
+
+typedef struct {
+    tn_pub_t p;
+    bool done;
+    int status;
+} pubw_t;
+
+static void on_pub(tn_pub_t *p, int status)
+{
+    pubw_t *w = p->data;
+    w->done = true;
+    w->status = status;
+}
+
+static bool pub_done(void *arg)
+{
+    return ((pubw_t *)arg)->done;
+}
+
+/* Publish w->p (set up by the caller) with the publish's own time at;
+ * returns the final status. */
+static int publish(qfx_t *q, pubw_t *w, const char *topic, int64_t at)
+{
+    w->p.data = w;
+    int rc = tn_broker_publish(q->b, topic, strlen(topic), &w->p, at, on_pub);
+    if (rc == 0) {
+        assert_true(run_until(q, pub_done, w));
+        rc = w->status;
+    }
+    return rc;
+}
+
+typedef struct {
+    tn_waiter_t w;
+    bool done;
+    int status;
+} waitw_t;
+
+static void on_wait(tn_waiter_t *w, int status)
+{
+    waitw_t *x = (waitw_t *)w;
+    x->done = true;
+    x->status = status;
+}
+
+static bool wait_done(void *arg)
+{
+    return ((waitw_t *)arg)->done;
+}
+
+static tn_topic_t *topic(qfx_t *q, const char *name)
+{
+    tn_topic_t *t = NULL;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    int rc = tn_broker_topic(q->b, name, strlen(name), true, 0, &w.w, &t);
+    if (rc == UV_EAGAIN) {
+        assert_true(run_until(q, wait_done, &w));
+        assert_int_equal(w.status, 0);
+        rc = tn_broker_topic(q->b, name, strlen(name), false, 0, NULL, &t);
+    }
+    assert_int_equal(rc, 0);
+    return t;
+}
+
+static tn_channel_t *channel(qfx_t *q, tn_topic_t *t, const char *name)
+{
+    tn_channel_t *ch = NULL;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    int rc = tn_topic_channel(t, name, strlen(name), true, &w.w, &ch);
+    if (rc == UV_EAGAIN) {
+        assert_true(run_until(q, wait_done, &w));
+        assert_int_equal(w.status, 0);
+        rc = tn_topic_channel(t, name, strlen(name), false, NULL, &ch);
+    }
+    assert_int_equal(rc, 0);
+    return ch;
+}
+
+/* The record at offset of partition 0, read from disk when it is not in
+ * the cache. */
+static const tn_centry_t *record(qfx_t *q, tn_topic_t *t, uint64_t offset)
+{
+    const tn_centry_t *e = NULL;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    int rc = tn_part_record(t, 0, offset, &w.w, &e);
+    if (rc == UV_EAGAIN) {
+        assert_true(run_until(q, wait_done, &w));
+        assert_int_equal(w.status, 0);
+        rc = tn_part_record(t, 0, offset, NULL, &e);
+    }
+    assert_int_equal(rc, 0);
+    return e;
+}
+
+static void expect_record(const tn_centry_t *e, const char *body, const char *key, int64_t at)
+{
+    assert_non_null(e->body);
+    assert_int_equal(e->body->len, strlen(body));
+    assert_memory_equal(e->body->data, body, strlen(body));
+    if (key == NULL) {
+        assert_null(e->key);
+    } else {
+        assert_non_null(e->key);
+        assert_int_equal(e->key->len, strlen(key));
+        assert_memory_equal(e->key->data, key, strlen(key));
+    }
+    assert_int_equal(e->deliver_at_ms, at);
+}
+
+/* --- tests ------------------------------------------------------------------ */
+
+/* Four records, one append: the first takes the publish's time (an hour
+ * ahead), the second its own 0 (at once), the third its own past time, the
+ * fourth its own time a day ahead. The offsets are dense in one partition,
+ * the cache and the disk keep each time, and only the two due records are
+ * delivered. */
+static void test_own_times_one_append(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new();
+    tn_topic_t *t = topic(q, "t");
+    tn_channel_t *ch = channel(q, t, "c");
+    int64_t now = tn_now_wall_ms();
+    int64_t hour = now + 3600 * 1000, past = now - 5000, day = now + 86400 * 1000;
+
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 4), 0);
+    const char *bodies[4] = {"default", "now", "past", "later"};
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(tn_pub_set(&w.p, i, bodies[i], strlen(bodies[i])), 0);
+    assert_int_equal(tn_pub_set_key(&w.p, 1, "k1", 2), 0);
+    assert_int_equal(tn_pub_set_deliver_at(&w.p, 1, 0), 0);
+    assert_int_equal(tn_pub_set_deliver_at(&w.p, 2, past), 0);
+    assert_int_equal(tn_pub_set_deliver_at(&w.p, 3, day), 0);
+    assert_int_equal(publish(q, &w, "t", hour), 0);
+    assert_int_equal(w.p.partition, 0);
+    assert_int_equal(w.p.first_offset, 0);
+    tn_pub_fini(&w.p);
+
+    int64_t want[4] = {hour, 0, past, day};
+    for (uint64_t i = 0; i < 4; i++)
+        expect_record(record(q, t, i), bodies[i], i == 1 ? "k1" : NULL, want[i]);
+
+    sink_t s;
+    memset(&s, 0, sizeof(s));
+    s.c.deliver = on_deliver;
+    s.c.data = &s;
+    s.c.timeout_ms = 60000;
+    tn_consumer_attach(&s.c, ch);
+    tn_consumer_credit(&s.c, 8);
+    run_for(q, 300);
+    assert_int_equal(s.n, 2);
+    assert_int_equal(s.offsets[0], 1);
+    assert_int_equal(s.offsets[1], 2);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.deferred, 2);
+    tn_consumer_detach(&s.c);
+
+    /* From disk, after a restart: the same times. */
+    close_broker(q);
+    tu_fx_reopen(q->fx);
+    open_broker(q);
+    t = topic(q, "t");
+    for (uint64_t i = 0; i < 4; i++)
+        expect_record(record(q, t, i), bodies[i], i == 1 ? "k1" : NULL, want[i]);
+    qfx_free(q);
+}
+
+/* A publish without times of its own gives every record the publish's
+ * (the common path), and so does a batch set in one go; setting a body
+ * again drops the time it had. */
+static void test_default_times(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new();
+    tn_topic_t *t = topic(q, "t");
+    int64_t later = tn_now_wall_ms() + 3600 * 1000;
+
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 2), 0);
+    tn_iov_t bodies[2] = {tn_iov("a", 1), tn_iov("b", 1)};
+    assert_int_equal(tn_pub_set_all(&w.p, bodies), 0);
+    assert_int_equal(publish(q, &w, "t", later), 0);
+    tn_pub_fini(&w.p);
+    expect_record(record(q, t, 0), "a", NULL, later);
+    expect_record(record(q, t, 1), "b", NULL, later);
+
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 2), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, "c", 1), 0);
+    assert_int_equal(tn_pub_set_deliver_at(&w.p, 0, 0), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, "C", 1), 0); /* the time goes with the body */
+    assert_int_equal(tn_pub_set(&w.p, 1, "d", 1), 0);
+    assert_int_equal(tn_pub_set_deliver_at(&w.p, 1, 0), 0);
+    assert_int_equal(publish(q, &w, "t", later), 0);
+    assert_int_equal(w.p.first_offset, 2);
+    tn_pub_fini(&w.p);
+    expect_record(record(q, t, 2), "C", NULL, later);
+    expect_record(record(q, t, 3), "d", NULL, 0);
+    qfx_free(q);
+}
+
+/* The setter refuses an index out of range, a record with no body yet
+ * and a negative time, and leaves the publish as it was. */
+static void test_set_deliver_at_refused(void **state)
+{
+    (void)state;
+    tn_pub_t p;
+    assert_int_equal(tn_pub_init(&p, 2), 0);
+    assert_int_equal(tn_pub_set_deliver_at(&p, 0, 10), UV_EINVAL); /* no body */
+    assert_int_equal(tn_pub_set(&p, 0, "a", 1), 0);
+    assert_int_equal(tn_pub_set_deliver_at(&p, 2, 10), UV_EINVAL);
+    assert_int_equal(tn_pub_set_deliver_at(&p, 0, -1), UV_EINVAL);
+    assert_false(p.own_times);
+    assert_int_equal(tn_pub_set_deliver_at(&p, 0, 10), 0);
+    assert_true(p.own_times);
+    tn_pub_fini(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_own_times_one_append),
+        cmocka_unit_test(test_default_times),
+        cmocka_unit_test(test_set_deliver_at_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
