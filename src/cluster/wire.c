@@ -22,6 +22,7 @@
 #include "core/err.h"
 #include "meta/cmd.h"
 
+#include <inttypes.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -460,19 +461,130 @@ int tn_wire_reply_decode(const void *p, size_t len, tn_wire_reply_t *out)
     return 0;
 }
 
+/* --- COMMIT ------------------------------------------------------------------------ */
+
+#define COMMIT_TOPIC_MAX 255
+
+size_t tn_commit_encoded_size(const char *topic, const tn_commit_rec_t *recs, uint32_t n)
+{
+    size_t size = tn_commit_head_size(strlen(topic));
+    for (uint32_t i = 0; i < n; i++)
+        size += tn_commit_rec_size(recs[i].key.len, recs[i].body.len);
+    return size;
+}
+
+int tn_wire_commit_encode(tn_buf_t *b, const char *topic, uint32_t partition,
+                          const tn_commit_rec_t *recs, uint32_t n)
+{
+    size_t tlen = strlen(topic);
+    if (tlen == 0 || tlen > COMMIT_TOPIC_MAX || n == 0)
+        return UV_EINVAL;
+    for (uint32_t i = 0; i < n; i++)
+        if (recs[i].key.len > TN_COMMIT_KEY_MAX || recs[i].body.len > UINT32_MAX ||
+            recs[i].deliver_at_ms < 0 || recs[i].created_ms < 0)
+            return UV_EINVAL;
+    size_t at = b->len;
+    int rc = tn_buf_reserve(b, tn_commit_encoded_size(topic, recs, n) - 1);
+    if (rc == 0 && ((rc = tn_wire_put_bytes(b, topic, tlen)) != 0 ||
+                    (rc = tn_wire_put_u32(b, partition)) != 0 || (rc = tn_wire_put_u32(b, n)) != 0))
+        b->len = at;
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        const tn_commit_rec_t *r = &recs[i];
+        if ((rc = tn_wire_put_bytes(b, r->key.base, r->key.len)) != 0 ||
+            (rc = tn_wire_put_bytes(b, r->body.base, r->body.len)) != 0 ||
+            (rc = tn_wire_put_i64(b, r->deliver_at_ms)) != 0 ||
+            (rc = tn_wire_put_i64(b, r->created_ms)) != 0)
+            b->len = at; /* nothing half-written stays behind */
+    }
+    return rc;
+}
+
+/* One record from in: shape only (the bounds of its two byte fields). */
+static int commit_rec_get(tn_wire_in_t *in, uint32_t max_body, tn_commit_rec_t *rec)
+{
+    const uint8_t *key, *body;
+    size_t klen, blen;
+    if (tn_wire_get_bytes(in, TN_COMMIT_KEY_MAX, &key, &klen) != 0)
+        return TN_EPROTO;
+    /* The body's length first: over max_body is its own answer. */
+    size_t at = in->off;
+    uint32_t n;
+    if (tn_wire_get_u32(in, &n) != 0)
+        return TN_EPROTO;
+    if (n > max_body)
+        return TN_ETOOBIG;
+    in->off = at;
+    if (tn_wire_get_bytes(in, max_body, &body, &blen) != 0 ||
+        tn_wire_get_i64(in, &rec->deliver_at_ms) != 0 || tn_wire_get_i64(in, &rec->created_ms) != 0)
+        return TN_EPROTO;
+    rec->key = tn_iov(key, klen);
+    rec->body = tn_iov(body, blen);
+    return 0;
+}
+
+int tn_wire_commit_decode(const void *p, size_t len, uint32_t max_body, tn_wire_commit_t *out,
+                          char *err, size_t errlen)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    if (tn_wire_get_str(&in, COMMIT_TOPIC_MAX, out->topic) != 0 ||
+        tn_wire_get_u32(&in, &out->partition) != 0 || tn_wire_get_u32(&in, &out->count) != 0) {
+        tn_errbuf(err, errlen, "malformed commit request: the topic, partition or count");
+        return TN_EPROTO;
+    }
+    out->topic_len = strlen(out->topic);
+    if (out->count > (len - in.off) / TN_COMMIT_REC_FIXED) {
+        tn_errbuf(err, errlen,
+                  "malformed commit request: %" PRIu32 " records cannot fit in %zu bytes",
+                  out->count, len - in.off);
+        return TN_EPROTO;
+    }
+    out->in = in;
+    out->next = 0;
+    tn_commit_rec_t rec;
+    for (uint32_t i = 0; i < out->count; i++) {
+        int rc = commit_rec_get(&in, max_body, &rec);
+        if (rc == TN_ETOOBIG) {
+            tn_errbuf(err, errlen, "record %" PRIu32 " has a body over the %" PRIu32 " byte limit",
+                      i, max_body);
+            return rc;
+        }
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "malformed commit request: record %" PRIu32, i);
+            return rc;
+        }
+    }
+    if (tn_wire_end(&in) != 0) {
+        tn_errbuf(err, errlen, "malformed commit request: %zu bytes after the last record",
+                  len - in.off);
+        return TN_EPROTO;
+    }
+    return 0;
+}
+
+bool tn_wire_commit_next(tn_wire_commit_t *c, tn_commit_rec_t *rec)
+{
+    /* Decoded once already: the same reads cannot fail now. */
+    if (c->next >= c->count || commit_rec_get(&c->in, UINT32_MAX, rec) != 0)
+        return false;
+    c->next++;
+    return true;
+}
+
 /* --- opcodes ----------------------------------------------------------------------- */
 
 static const struct {
     const char *name;
     tn_wire_lane_t lane;
 } ops[TN_OP__COUNT] = {
-    /* Produce, consume and ack ops (the router's, still to come) take the
-     * bulk lanes; everything so far is control traffic. */
+    /* Produce, consume and ack ops take the bulk lanes; the metastore's
+     * are control traffic. */
     [TN_OP_ECHO] = {"echo", TN_LANE_CONTROL},
     [TN_OP_META_PROPOSE] = {"meta_propose", TN_LANE_CONTROL},
     [TN_OP_JOIN] = {"join", TN_LANE_CONTROL},
     [TN_OP_LEADER_INDEX] = {"leader_index", TN_LANE_CONTROL},
     [TN_OP_NODE_STATUS] = {"node_status", TN_LANE_CONTROL},
+    [TN_OP_COMMIT] = {"commit", TN_LANE_PRODUCE},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -508,6 +620,14 @@ int tn_wire_request_check(const void *p, size_t len)
         (void)tn_wire_get_str(&in, TN_WIRE_ADDR_MAX, addr);
         (void)tn_wire_get_str(&in, TN_WIRE_ADDR_MAX, addr);
         break;
+    case TN_OP_COMMIT: {
+        /* The store's body limit is the handler's to apply. */
+        tn_wire_commit_t c;
+        return tn_wire_commit_decode(in.p + in.off, in.len - in.off, TN_WIRE_MAX_PAYLOAD, &c, NULL,
+                                     0) == 0
+                   ? 0
+                   : TN_EPROTO;
+    }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:
     case TN_OP__COUNT:

@@ -102,6 +102,17 @@ typedef enum {
     /* This node's view: JSON {node_id, leader, ready, caught_up,
      * applied}. Fields: none. */
     TN_OP_NODE_STATUS = 5,
+    /* Commit a batch of produces to one partition the callee owns, as one
+     * append (the dispatcher moving ingress log records to their owner;
+     * cluster/dataplane.h). Produce lane. Fields: string topic (1..255
+     * bytes), u32 partition, u32 count, then count records of bytes key
+     * (at most 65535), bytes body, i64 deliver_at_ms, i64 created_ms.
+     * Replies (JSON): 200 {"first_offset":N} once every record is durable;
+     * 421 {"error":...,"owner_node":"3"} (null: not placed) when the
+     * callee does not own the partition; 404 no such topic; 416 no such
+     * partition; 507 disk above the high watermark; 503 storage error or
+     * shutting down; 400 malformed. */
+    TN_OP_COMMIT = 6,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -220,6 +231,70 @@ tn_wire_lane_t tn_wire_op_lane(uint8_t op);
  * overlong or malformed, or trailing bytes) or UV_ENOTSUP (unknown
  * opcode, answered 400 "unsupported rpc operation"). */
 int tn_wire_request_check(const void *p, size_t len);
+
+/* --- COMMIT --------------------------------------------------------------------- */
+
+#define TN_COMMIT_KEY_MAX 65535
+/* The bytes a record adds to a COMMIT request beyond its key and body:
+ * two lengths and two times. */
+#define TN_COMMIT_REC_FIXED 24
+
+/* One record of a COMMIT: key and body borrowed (from the caller, or from
+ * the payload once decoded). deliver_at_ms: wall clock, 0 at once;
+ * created_ms: the wall clock of its accept on the node that took it. */
+typedef struct {
+    tn_iov_t key;
+    tn_iov_t body;
+    int64_t deliver_at_ms;
+    int64_t created_ms;
+} tn_commit_rec_t;
+
+/* Bytes of a COMMIT request payload (the opcode byte included) of topic
+ * with no record yet, and what each record adds: a batch fits one request
+ * while head + the sum of its records is at most TN_WIRE_MAX_PAYLOAD. */
+static inline size_t tn_commit_head_size(size_t topic_len)
+{
+    return 1 + 4 + topic_len + 4 + 4;
+}
+static inline size_t tn_commit_rec_size(size_t key_len, size_t body_len)
+{
+    return TN_COMMIT_REC_FIXED + key_len + body_len;
+}
+/* The whole request payload of these n records (borrowed), opcode byte
+ * included: what the dispatcher compares with TN_WIRE_MAX_PAYLOAD. */
+size_t tn_commit_encoded_size(const char *topic, const tn_commit_rec_t *recs, uint32_t n);
+
+/* Append a COMMIT request's fields (after the opcode byte) to b; every
+ * byte copied. 0, UV_ENOMEM, or UV_EINVAL (topic empty or over 255 bytes,
+ * n 0, a key over TN_COMMIT_KEY_MAX, a time negative); on failure b is
+ * as it was. */
+int tn_wire_commit_encode(tn_buf_t *b, const char *topic, uint32_t partition,
+                          const tn_commit_rec_t *recs, uint32_t n);
+
+/* A decoded COMMIT request: topic and the position of its records in the
+ * payload (borrowed), which tn_wire_commit_next hands out in order. */
+typedef struct {
+    char topic[256];
+    size_t topic_len;
+    uint32_t partition;
+    uint32_t count;
+    uint32_t next;   /* records handed out so far */
+    tn_wire_in_t in; /* at the next record */
+} tn_wire_commit_t;
+
+/* Decode the fields of a COMMIT request (p, len: after the opcode byte;
+ * borrowed while out is used), checking every record once: exact length,
+ * count at most what fits the payload, every key at most
+ * TN_COMMIT_KEY_MAX and every body at most max_body bytes. The values are
+ * the handler's to judge (count 0, the topic's name, negative times). 0,
+ * TN_EPROTO (short, overlong, trailing, a topic over 255 bytes or holding
+ * a NUL) or TN_ETOOBIG (a body over max_body), with a sentence in err
+ * (may be NULL). */
+int tn_wire_commit_decode(const void *p, size_t len, uint32_t max_body, tn_wire_commit_t *out,
+                          char *err, size_t errlen);
+/* The next record of a decoded request; false once all count were
+ * given. */
+bool tn_wire_commit_next(tn_wire_commit_t *c, tn_commit_rec_t *rec);
 
 /* --- the secret proof ----------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /* The node RPC wire codec: frame headers and their refusals, the framer
  * over every way a stream can cut its bytes, field and reply round trips
- * and refusals, the opcode table, the secret proof and the backoff. */
+ * and refusals, the opcode table, the COMMIT codec, the secret proof and
+ * the backoff. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -644,18 +645,21 @@ static void test_op_table(void **state)
     static const struct {
         uint8_t op;
         const char *name;
+        tn_wire_lane_t lane;
     } want[] = {
-        {TN_OP_ECHO, "echo"},
-        {TN_OP_META_PROPOSE, "meta_propose"},
-        {TN_OP_JOIN, "join"},
-        {TN_OP_LEADER_INDEX, "leader_index"},
-        {TN_OP_NODE_STATUS, "node_status"},
+        {TN_OP_ECHO, "echo", TN_LANE_CONTROL},
+        {TN_OP_META_PROPOSE, "meta_propose", TN_LANE_CONTROL},
+        {TN_OP_JOIN, "join", TN_LANE_CONTROL},
+        {TN_OP_LEADER_INDEX, "leader_index", TN_LANE_CONTROL},
+        {TN_OP_NODE_STATUS, "node_status", TN_LANE_CONTROL},
+        {TN_OP_COMMIT, "commit", TN_LANE_PRODUCE},
     };
     assert_int_equal(TN_ARRAY_SIZE(want), TN_OP__COUNT - 1); /* every op is listed */
+    assert_int_equal(TN_OP_COMMIT, 6);                       /* stable on the wire */
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
-        assert_int_equal(tn_wire_op_lane(want[i].op), TN_LANE_CONTROL);
+        assert_int_equal(tn_wire_op_lane(want[i].op), want[i].lane);
     }
     assert_null(tn_wire_op_name(0));
     for (unsigned op = TN_OP__COUNT; op <= 255; op++) {
@@ -681,6 +685,8 @@ static void test_request_check(void **state)
     assert_int_equal(tn_wire_put_u64(&good[TN_OP_JOIN], 2), 0);
     assert_int_equal(tn_wire_put_str(&good[TN_OP_JOIN], "127.0.0.1:4262"), 0);
     assert_int_equal(tn_wire_put_str(&good[TN_OP_JOIN], "127.0.0.1:4252"), 0);
+    tn_commit_rec_t rec = {tn_iov("k", 1), tn_iov("body", 4), 0, 1700000000000};
+    assert_int_equal(tn_wire_commit_encode(&good[TN_OP_COMMIT], "t", 0, &rec, 1), 0);
     for (int op = TN_OP_ECHO; op < TN_OP__COUNT; op++) {
         tn_buf_t *g = &good[op];
         assert_int_equal(tn_wire_request_check(tn_buf_data(g), tn_buf_size(g)), 0);
@@ -724,6 +730,196 @@ static void test_request_check(void **state)
     assert_int_equal(tn_wire_put_str(&b, "x"), 0);
     assert_int_equal(tn_wire_request_check(tn_buf_data(&b), tn_buf_size(&b)), TN_EPROTO);
     tn_buf_fini(&b);
+}
+
+/* --- COMMIT ---------------------------------------------------------------------------- */
+
+/* A COMMIT request (the opcode byte, then the fields) of n records. */
+static void commit_request(tn_buf_t *b, const char *topic, uint32_t partition,
+                           const tn_commit_rec_t *recs, uint32_t n)
+{
+    tn_buf_reset(b);
+    assert_int_equal(tn_wire_put_u8(b, TN_OP_COMMIT), 0);
+    assert_int_equal(tn_wire_commit_encode(b, topic, partition, recs, n), 0);
+}
+
+static int commit_decode(const tn_buf_t *b, uint32_t max_body, tn_wire_commit_t *c)
+{
+    char err[256];
+    return tn_wire_commit_decode((const uint8_t *)tn_buf_data(b) + 1, tn_buf_size(b) - 1, max_body,
+                                 c, err, sizeof(err));
+}
+
+/* Records round trip in order (keys empty or not, both times), the size
+ * function says the exact length, and the decoder hands out each record
+ * once. */
+static void test_commit_round_trip(void **state)
+{
+    (void)state;
+    static char big[3000];
+    memset(big, 'x', sizeof(big));
+    tn_commit_rec_t recs[3] = {
+        {tn_iov("", 0), tn_iov("one", 3), 0, 1},
+        {tn_iov("key-2", 5), tn_iov(big, sizeof(big)), 1700000000123, 1700000000000},
+        {tn_iov("k", 1), tn_iov("", 0), INT64_MAX, 0},
+    };
+    tn_buf_t b;
+    tn_buf_init(&b);
+    commit_request(&b, "orders.eu", 7, recs, 3);
+    assert_int_equal(tn_buf_size(&b), tn_commit_encoded_size("orders.eu", recs, 3));
+    size_t sum = tn_commit_head_size(9);
+    for (int i = 0; i < 3; i++)
+        sum += tn_commit_rec_size(recs[i].key.len, recs[i].body.len);
+    assert_int_equal(sum, tn_buf_size(&b));
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&b), tn_buf_size(&b)), 0);
+
+    tn_wire_commit_t c;
+    assert_int_equal(commit_decode(&b, 1 << 20, &c), 0);
+    assert_string_equal(c.topic, "orders.eu");
+    assert_int_equal(c.topic_len, 9);
+    assert_int_equal(c.partition, 7);
+    assert_int_equal(c.count, 3);
+    tn_commit_rec_t got;
+    for (int i = 0; i < 3; i++) {
+        assert_true(tn_wire_commit_next(&c, &got));
+        assert_int_equal(got.key.len, recs[i].key.len);
+        assert_memory_equal(got.key.base, recs[i].key.base, got.key.len);
+        assert_int_equal(got.body.len, recs[i].body.len);
+        assert_memory_equal(got.body.base, recs[i].body.base, got.body.len);
+        assert_int_equal(got.deliver_at_ms, recs[i].deliver_at_ms);
+        assert_int_equal(got.created_ms, recs[i].created_ms);
+    }
+    assert_false(tn_wire_commit_next(&c, &got));
+    tn_buf_fini(&b);
+}
+
+/* What the decoder refuses: every cut, a trailing byte, a count beyond
+ * what the bytes hold, a key over 65535 bytes, a body over the limit (its
+ * own code), a topic over 255 bytes or with a NUL; and the encoder's
+ * refusals. */
+static void test_commit_refusals(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_wire_commit_t c;
+    tn_commit_rec_t recs[2] = {
+        {tn_iov("k", 1), tn_iov("body", 4), 5, 6},
+        {tn_iov("", 0), tn_iov("b2", 2), 0, 7},
+    };
+    commit_request(&b, "t", 0, recs, 2);
+    size_t full = tn_buf_size(&b);
+    for (size_t cut = 1; cut < full; cut++) {
+        tn_wire_commit_t cc;
+        assert_int_equal(tn_wire_commit_decode((const uint8_t *)tn_buf_data(&b) + 1, cut - 1,
+                                               1 << 20, &cc, NULL, 0),
+                         TN_EPROTO);
+        assert_int_equal(tn_wire_request_check(tn_buf_data(&b), cut), TN_EPROTO);
+    }
+    assert_int_equal(tn_buf_append(&b, "", 1), 0);
+    assert_int_equal(commit_decode(&b, 1 << 20, &c), TN_EPROTO);
+
+    /* A body over the limit: TN_ETOOBIG, while the shape check passes. */
+    commit_request(&b, "t", 0, recs, 2);
+    assert_int_equal(commit_decode(&b, 3, &c), TN_ETOOBIG);
+    char err[256];
+    assert_int_equal(tn_wire_commit_decode((const uint8_t *)tn_buf_data(&b) + 1,
+                                           tn_buf_size(&b) - 1, 3, &c, err, sizeof(err)),
+                     TN_ETOOBIG);
+    assert_non_null(strstr(err, "record 0"));
+    assert_int_equal(commit_decode(&b, 4, &c), 0);
+
+    /* A count of a million in a short payload. */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_u8(&b, TN_OP_COMMIT), 0);
+    assert_int_equal(tn_wire_put_str(&b, "t"), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 1000000), 0);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(tn_wire_put_bytes(&b, "", 0), 0);
+        assert_int_equal(tn_wire_put_bytes(&b, "", 0), 0);
+        assert_int_equal(tn_wire_put_i64(&b, 0), 0);
+        assert_int_equal(tn_wire_put_i64(&b, 0), 0);
+    }
+    assert_int_equal(commit_decode(&b, 1 << 20, &c), TN_EPROTO);
+
+    /* A key of 65536 bytes, built by hand (the encoder refuses it). */
+    static char key[TN_COMMIT_KEY_MAX + 1];
+    memset(key, 'k', sizeof(key));
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_u8(&b, TN_OP_COMMIT), 0);
+    assert_int_equal(tn_wire_put_str(&b, "t"), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 1), 0);
+    assert_int_equal(tn_wire_put_bytes(&b, key, sizeof(key)), 0);
+    assert_int_equal(tn_wire_put_bytes(&b, "x", 1), 0);
+    assert_int_equal(tn_wire_put_i64(&b, 0), 0);
+    assert_int_equal(tn_wire_put_i64(&b, 0), 0);
+    assert_int_equal(commit_decode(&b, 1 << 20, &c), TN_EPROTO);
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&b), tn_buf_size(&b)), TN_EPROTO);
+    tn_commit_rec_t kr = {tn_iov(key, sizeof(key)), tn_iov("x", 1), 0, 0};
+    assert_int_equal(tn_wire_commit_encode(&b, "t", 0, &kr, 1), UV_EINVAL);
+    kr.key.len = TN_COMMIT_KEY_MAX;
+    commit_request(&b, "t", 0, &kr, 1);
+    assert_int_equal(commit_decode(&b, 1 << 20, &c), 0);
+
+    /* A topic over 255 bytes or holding a NUL. */
+    char topic[258];
+    memset(topic, 'a', 256);
+    topic[256] = '\0';
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_u8(&b, TN_OP_COMMIT), 0);
+    assert_int_equal(tn_wire_put_str(&b, topic), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 1), 0);
+    assert_int_equal(tn_wire_put_bytes(&b, "", 0), 0);
+    assert_int_equal(tn_wire_put_bytes(&b, "x", 1), 0);
+    assert_int_equal(tn_wire_put_i64(&b, 0), 0);
+    assert_int_equal(tn_wire_put_i64(&b, 0), 0);
+    assert_int_equal(commit_decode(&b, 1 << 20, &c), TN_EPROTO);
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_u8(&b, TN_OP_COMMIT), 0);
+    assert_int_equal(tn_wire_put_bytes(&b, "a\0b", 3), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(commit_decode(&b, 1 << 20, &c), TN_EPROTO);
+
+    /* The encoder: no topic, too long a topic, no record, a negative time;
+     * b is left as it was. */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_commit_encode(&b, "", 0, recs, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_commit_encode(&b, topic, 0, recs, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_commit_encode(&b, "t", 0, recs, 0), UV_EINVAL);
+    tn_commit_rec_t neg = {tn_iov("", 0), tn_iov("x", 1), -1, 0};
+    assert_int_equal(tn_wire_commit_encode(&b, "t", 0, &neg, 1), UV_EINVAL);
+    neg.deliver_at_ms = 0;
+    neg.created_ms = -5;
+    assert_int_equal(tn_wire_commit_encode(&b, "t", 0, &neg, 1), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), 0);
+    tn_buf_fini(&b);
+}
+
+/* The encoder leaves nothing behind when memory runs out at any point. */
+static void test_commit_encode_out_of_memory(void **state)
+{
+    (void)state;
+    tn_commit_rec_t recs[2] = {
+        {tn_iov("k", 1), tn_iov("body", 4), 5, 6},
+        {tn_iov("", 0), tn_iov("b2", 2), 0, 7},
+    };
+    for (int fail = 0; fail < 3; fail++) {
+        tn_buf_t b;
+        tn_buf_init(&b);
+        assert_int_equal(tn_buf_append(&b, "x", 1), 0);
+        tn_alloc_fail_after(fail);
+        int rc = tn_wire_commit_encode(&b, "t", 0, recs, 2);
+        tn_alloc_fail_after(-1);
+        if (rc != 0) {
+            assert_int_equal(rc, UV_ENOMEM);
+            assert_int_equal(tn_buf_size(&b), 1);
+        }
+        tn_buf_fini(&b);
+    }
 }
 
 /* --- the secret proof --------------------------------------------------------------- */
@@ -883,6 +1079,9 @@ int main(void)
         cmocka_unit_test(test_reply_codec),
         cmocka_unit_test(test_op_table),
         cmocka_unit_test(test_request_check),
+        cmocka_unit_test(test_commit_round_trip),
+        cmocka_unit_test(test_commit_refusals),
+        cmocka_unit_test(test_commit_encode_out_of_memory),
         cmocka_unit_test(test_hmac_rfc4231),
         cmocka_unit_test(test_proof),
         cmocka_unit_test(test_auth_check),
