@@ -55,6 +55,14 @@ def wire_str(b):
     return struct.pack(">I", len(b)) + b
 
 
+def commit_fields(topic, partition, recs):
+    """A COMMIT request's fields (after the opcode byte)."""
+    out = wire_str(topic) + struct.pack(">II", partition, len(recs))
+    for key, body, at, created in recs:
+        out += wire_str(key) + wire_str(body) + struct.pack(">qq", at, created)
+    return out
+
+
 def wire_seeds(here):
     ping, request, reply, auth, cancel = 4, 8, 9, 10, 6
     ekm = bytes(range(32))
@@ -62,6 +70,21 @@ def wire_seeds(here):
     echo = b"\x01" + wire_str(b"hello")
     join = b"\x03" + struct.pack(">Q", 2) + wire_str(b"127.0.0.1:4262") + wire_str(b"127.0.0.1:4252")
     ok = struct.pack(">H", 200) + wire_str(b"application/json") + wire_str(b'{"ok":true}')
+    commit = commit_fields(b"orders", 1, [(b"k1", b"body one", 0, 1700000000000),
+                                          (b"", b"deferred", 1700000060000, 1700000000001)])
+
+    cr = os.path.join(here, "commit_request", "corpus")
+    write(cr, "seed-batch", commit)
+    write(cr, "seed-one", commit_fields(b"t", 0, [(b"", b"x", 0, 0)]))
+    write(cr, "seed-empty-batch", commit_fields(b"t", 0, []))
+    write(cr, "seed-big-body", commit_fields(b"t", 0, [(b"", b"b" * 1025, 0, 0)]))
+    write(cr, "seed-negative-time", commit_fields(b"t", 0, [(b"", b"x", -1, 0)]))
+    write(cr, "seed-huge-count", wire_str(b"t") + struct.pack(">II", 0, 0xFFFFFFFF))
+    write(cr, "seed-trailing", commit + b"\x00")
+    write(cr, "seed-reply-ok", b'{"first_offset":12}')
+    write(cr, "seed-reply-owner", b'{"error":"partition 1 of t is not on this node",'
+                                  b'"owner_node":"3"}')
+    write(cr, "seed-reply-null-owner", b'{"error":"x","owner_node":null}')
 
     wf = os.path.join(here, "wire_frame", "corpus")
     stream = (wire_frame(auth, 0, proof) + wire_frame(request, 1, echo) +
@@ -82,6 +105,8 @@ def wire_seeds(here):
     write(wr, "seed-node-status", b"\x05")
     write(wr, "seed-unknown-op", b"\x63" + wire_str(b"x"))
     write(wr, "seed-join-trailing", join + b"\x00")
+    write(wr, "seed-commit", b"\x06" + commit)
+    write(wr, "seed-commit-short", b"\x06" + commit[:-1])
     write(wr, "seed-reply", ok)
     write(wr, "seed-reply-empty", struct.pack(">H", 204) + wire_str(b"") + wire_str(b""))
 
