@@ -288,8 +288,8 @@ typedef struct {
  * TN_COMMIT_KEY_MAX and every body at most max_body bytes. The values are
  * the handler's to judge (count 0, the topic's name, negative times). 0,
  * TN_EPROTO (short, overlong, trailing, a topic over 255 bytes or holding
- * a NUL) or TN_ETOOBIG (a body over max_body), with a sentence in err
- * (may be NULL). */
+ * a NUL) or TN_ETOOBIG (a body over max_body), whichever comes first in
+ * the payload, with a sentence in err (may be NULL). */
 int tn_wire_commit_decode(const void *p, size_t len, uint32_t max_body, tn_wire_commit_t *out,
                           char *err, size_t errlen);
 /* The next record of a decoded request; false once all count were

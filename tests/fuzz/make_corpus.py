@@ -79,6 +79,8 @@ def wire_seeds(here):
     write(cr, "seed-empty-batch", commit_fields(b"t", 0, []))
     write(cr, "seed-big-body", commit_fields(b"t", 0, [(b"", b"b" * 1025, 0, 0)]))
     write(cr, "seed-negative-time", commit_fields(b"t", 0, [(b"", b"x", -1, 0)]))
+    write(cr, "seed-big-then-torn", wire_str(b"t") + struct.pack(">II", 0, 2) + wire_str(b"") +
+          wire_str(b"b" * 1025) + b"\x00" * 5)
     write(cr, "seed-huge-count", wire_str(b"t") + struct.pack(">II", 0, 0xFFFFFFFF))
     write(cr, "seed-trailing", commit + b"\x00")
     write(cr, "seed-reply-ok", b'{"first_offset":12}')
