@@ -5,7 +5,7 @@
  * delivery times), concurrent batches staying whole, the answers for a
  * partition on another node (421 with its owner), an unknown topic (404,
  * and nothing created), a partition out of range (416), malformed and
- * refused requests (400), a topic being created (waited for), a call
+ * refused requests (400), a full disk (507), a topic being created (waited for), a call
  * cancelled while its append is under way (committed once) and one
  * cancelled before its append started (nothing appended), the caller's
  * own refusals and the reply decoder. Every test checks that
@@ -107,9 +107,14 @@ static void on_wrapped(tn_rpc_req_t *req, const uint8_t *payload, size_t len, vo
     cur->wrap(req, payload, len, cur->real.arg);
 }
 
+/* The next fixture's store sees a full disk (above its high watermark). */
+static bool full_disk;
+
 static void tweak_store(tn_store_opts_t *o)
 {
     o->max_body = MAX_BODY;
+    if (full_disk)
+        o->disk_min_free = UINT64_MAX; /* no disk is that large */
 }
 
 static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
@@ -662,6 +667,25 @@ static void test_cancel_under_way_commits_once(void **state)
     dfx_free(d);
 }
 
+/* A disk above the high watermark is 507 (TN_EDISKHIGH for the caller),
+ * and nothing is appended. */
+static void test_disk_high_507(void **state)
+{
+    (void)state;
+    full_disk = true;
+    dfx_t *d = dfx_new(false, NULL);
+    full_disk = false;
+    assert_true(tn_store_disk_high(d->fx->store));
+    tn_topic_t *t = topic(d, "t", 1);
+    tn_commit_rec_t r = {tn_iov("", 0), tn_iov("m", 1), 0, 1};
+    callw_t w;
+    assert_int_equal(call(d, &w, "t", 0, &r, 1), TN_EDISKHIGH);
+    assert_int_equal(w.c.http_status, 507);
+    assert_non_null(strstr(w.c.error, "high watermark"));
+    assert_int_equal(visible(t, 0), 0);
+    dfx_free(d);
+}
+
 /* What the caller refuses before sending: no record, no topic, a key too
  * long, a negative time, a batch over the frame cap, a bad address. */
 static void test_call_refusals(void **state)
@@ -743,6 +767,7 @@ int main(void)
         cmocka_unit_test(test_malformed_400),
         cmocka_unit_test(test_waits_for_creation_cancel_before_start),
         cmocka_unit_test(test_cancel_under_way_commits_once),
+        cmocka_unit_test(test_disk_high_507),
         cmocka_unit_test(test_call_refusals),
         cmocka_unit_test(test_reply_decode),
     };
