@@ -71,8 +71,11 @@ void tn_dataplane_stats(const tn_dataplane_t *dp, tn_dataplane_stats_t *out);
  * record on the node that took it to durable here; wall clocks of two
  * nodes) to out. 0 or UV_ENOMEM. */
 int tn_dataplane_metrics_write(const tn_dataplane_t *dp, tn_buf_t *out);
-/* Free dp. Handlers still running (an RPC endpoint not closed yet) keep it
- * until they answer; new requests are then answered 503. */
+/* Free dp once the RPC endpoint serving its handlers has closed
+ * (tn_rpc_close waits for every handler to answer, so none runs then).
+ * Freed before that, dp stays until its running handlers have answered,
+ * answering 503 to requests that arrive meanwhile; a request arriving
+ * after that would find it gone. */
 void tn_dataplane_free(tn_dataplane_t *dp);
 
 /* --- the caller side ------------------------------------------------------------- */
