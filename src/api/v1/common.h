@@ -1,7 +1,7 @@
 /* Names shared by the files of the /v1 API (v1.c, v1_users.c) and no one
  * else. */
-#ifndef TN_API_V1_INTERNAL_H
-#define TN_API_V1_INTERNAL_H
+#ifndef TN_API_V1_COMMON_H
+#define TN_API_V1_COMMON_H
 
 #include "core/platform.h"
 
