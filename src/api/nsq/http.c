@@ -1,4 +1,4 @@
-/* NSQ's HTTP API. See nsq_http.h. */
+/* NSQ's HTTP API. See http.h. */
 #include "core/platform.h"
 
 #include "api/nsq/http.h"

@@ -4,6 +4,8 @@
  * Threads: the loop thread. */
 #include "core/platform.h"
 
+#include "api/v1/children.h"
+
 #include "api/v1/common.h"
 
 #include "api/fanout.h"

@@ -8,6 +8,8 @@
  * Threads: the loop thread. */
 #include "core/platform.h"
 
+#include "api/v1/cluster.h"
+
 #include "api/v1/common.h"
 
 #include "core/alloc.h"
