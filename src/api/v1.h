@@ -40,7 +40,6 @@
 
 #include "core/platform.h"
 
-#include "api/consume.h"
 #include "api/quota.h"
 #include "auth/authn.h"
 #include "auth/nsqauth.h"
@@ -65,8 +64,8 @@ typedef struct tn_v1_s {
     tn_meta_t *meta;
     tn_broker_t *broker;
     tn_authn_t *authn;
-    tn_consume_t *consume;
-    struct tn_fanout_s *fanout; /* api/fanout.h */
+    struct tn_consume_s *consume; /* api/consume.h */
+    struct tn_fanout_s *fanout;   /* api/fanout.h */
     tn_v1_opts_t o;
     uint32_t next_part;  /* batch produces without keys take turns */
     tn_quota_t produces; /* per user in progress */

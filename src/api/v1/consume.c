@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "api/batch.h"
+#include "api/consume.h"
 #include "proto/http/json.h"
 
 #include <inttypes.h>

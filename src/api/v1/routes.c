@@ -18,6 +18,7 @@
 #include "api/v1/users.h"
 
 #include "core/alloc.h"
+#include "api/consume.h"
 #include "api/fanout.h"
 
 #include <stddef.h>
