@@ -4,7 +4,7 @@
 #include "api/consume.h"
 
 #include "api/quota.h"
-#include "api/v1_internal.h"
+#include "api/v1/common.h"
 
 #include "core/alloc.h"
 #include "core/err.h"

@@ -2,8 +2,9 @@
  * settling by receipt handle.
  *
  * DESIGN: a queue consume.
- *   1. v1.c authenticates, authorizes and validates the request, and hands
- *      it here with its topic's settings.
+ *   1. The /v1 guard (api/v1/routes.c) authenticates the request;
+ *      api/v1/consume.c authorizes and validates it, and hands it here
+ *      with its topic's settings.
  *   2. The channel (`default` unless named) is found in the queue engine,
  *      or created as an NSQ SUB would create it: the first channel of a
  *      topic gets the retained backlog, later ones the bootstrap window.

@@ -3,7 +3,7 @@
 
 #include "api/fanout.h"
 
-#include "api/v1_internal.h"
+#include "api/v1/common.h"
 
 #include "core/alloc.h"
 #include "core/err.h"

@@ -14,7 +14,7 @@
 
 #include "core/platform.h"
 
-#include "api/nsq_http.h"
+#include "api/nsq/http.h"
 #include "api/ws.h"
 #include "cluster/rpc.h"
 #include "proto/nsq/server.h"

@@ -1,8 +1,10 @@
-/* The native /v1 API: authentication of every /v1 request and its routes:
- * topics (create, list, get, change, delete), produce (single and batch),
- * consume and settle (consume.c), users (v1_users.c), child topics
- * (v1_children.c, fanout.c) and the cluster (v1_cluster.c). The full
- * reference is docs/http-api.md.
+/* The native /v1 API: authentication of every /v1 request and its routes,
+ * in src/api/v1/: the guard and the table of routes (routes.c), topics
+ * (create, list, get, change, delete: topics.c), produce (single and
+ * batch: produce.c), consume and settle (consume.c, over the lanes of
+ * api/consume.c), users (users.c), child topics (children.c, fanout.c)
+ * and the cluster (cluster.c); the helpers they share are common.c's. The
+ * full reference is docs/http-api.md.
  *
  * DESIGN: a /v1 request.
  *   1. The HTTP server's guard runs before routing, so an unauthenticated
@@ -38,7 +40,6 @@
 
 #include "core/platform.h"
 
-#include "api/consume.h"
 #include "api/quota.h"
 #include "auth/authn.h"
 #include "auth/nsqauth.h"
@@ -63,13 +64,13 @@ typedef struct tn_v1_s {
     tn_meta_t *meta;
     tn_broker_t *broker;
     tn_authn_t *authn;
-    tn_consume_t *consume;
-    struct tn_fanout_s *fanout; /* api/fanout.h */
+    struct tn_consume_s *consume; /* api/consume.h */
+    struct tn_fanout_s *fanout;   /* api/fanout.h */
     tn_v1_opts_t o;
     uint32_t next_part;  /* batch produces without keys take turns */
     tn_quota_t produces; /* per user in progress */
     uv_loop_t *loop;
-    void *users; /* v1_users.c's hashing queue */
+    void *users; /* v1/users.c's hashing queue */
     bool closing;
 } tn_v1_t;
 

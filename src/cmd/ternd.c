@@ -38,7 +38,7 @@
 #include "api/users.h"
 #include "api/v1.h"
 #include "api/fanout.h"
-#include "api/nsq_http.h"
+#include "api/nsq/http.h"
 #include "api/ws.h"
 #include "proto/http/server.h"
 #include "proto/nsq/lookupd.h"

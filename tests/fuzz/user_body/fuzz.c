@@ -5,7 +5,7 @@
  * with 1..64 patterns, each a name optionally ending in '*'. */
 #include "core/platform.h"
 
-#include "api/v1_internal.h"
+#include "api/v1/users.h"
 #include "core/name.h"
 
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 
 #include "testutil.h"
 
-#include "api/nsq_http.h"
+#include "api/nsq/http.h"
 #include "core/netaddr.h"
 #include "proto/http/server.h"
 

@@ -1,14 +1,14 @@
-/* NSQ's HTTP API. See nsq_http.h. */
+/* NSQ's HTTP API. See http.h. */
 #include "core/platform.h"
 
-#include "api/nsq_http.h"
+#include "api/nsq/http.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/name.h"
 #include "core/time.h"
 #include "api/access.h"
-#include "api/v1_internal.h"
+#include "api/v1/common.h"
 #include "proto/nsq/codec.h"
 
 #include <inttypes.h>

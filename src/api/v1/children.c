@@ -4,7 +4,9 @@
  * Threads: the loop thread. */
 #include "core/platform.h"
 
-#include "api/v1_internal.h"
+#include "api/v1/children.h"
+
+#include "api/v1/common.h"
 
 #include "api/fanout.h"
 #include "core/alloc.h"

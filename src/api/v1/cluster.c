@@ -8,7 +8,9 @@
  * Threads: the loop thread. */
 #include "core/platform.h"
 
-#include "api/v1_internal.h"
+#include "api/v1/cluster.h"
+
+#include "api/v1/common.h"
 
 #include "core/alloc.h"
 #include "core/err.h"

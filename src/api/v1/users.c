@@ -14,7 +14,9 @@
  * Threads: the loop thread (hashing on the libuv pool). */
 #include "core/platform.h"
 
-#include "api/v1_internal.h"
+#include "api/v1/users.h"
+
+#include "api/v1/common.h"
 
 #include "auth/nsqauth.h"
 #include "auth/passwd.h"

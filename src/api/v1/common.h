@@ -1,7 +1,12 @@
-/* Names shared by the files of the /v1 API (v1.c, v1_users.c) and no one
- * else. */
-#ifndef TN_API_V1_INTERNAL_H
-#define TN_API_V1_INTERNAL_H
+/* The helpers every /v1 route file uses (common.c): errors and JSON
+ * output, the access checks, the cross-site guard, a topic as JSON and
+ * shared parsing. Below the route files: it includes none of them, and
+ * the route files include it (and lower modules) only. The nsqd door
+ * (api/nsq/http.c) takes its access checks from here too, the consume
+ * lanes (api/consume.c) its error and JSON output, and fan-out
+ * (api/fanout.c) the key hash. */
+#ifndef TN_API_V1_COMMON_H
+#define TN_API_V1_COMMON_H
 
 #include "core/platform.h"
 
@@ -62,54 +67,10 @@ bool tn__v1_can_read(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic
  * >= 0). */
 void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, bool stats,
                        int64_t only_partition);
-
-/* v1_children.c: the child topic routes. 0 or UV_ENOMEM. */
-int tn__v1_children_register(tn_http_server_t *srv, tn_v1_t *v);
-/* How many children parent has. */
-size_t tn__v1_children_of(const tn_meta_state_t *s, const char *parent);
-/* Why parent -> child may not be linked with delay_ms: an HTTP status
- * with *msg, or 0. */
-int tn__v1_link_refusal(tn_v1_t *v, const tn_meta_topic_t *parent, const tn_meta_topic_t *child,
-                        int64_t delay_ms, const char **msg);
-
-/* Attach child (just created) to parent and answer r (may be NULL: the
- * client left) 201 with the child's record, or the error. */
-void tn__v1_attach_created(tn_v1_t *v, tn_http_request_t *r, const char *parent, const char *child,
-                           int64_t delay_ms);
-
-/* v1_cluster.c: the /v1/cluster routes. 0 or UV_ENOMEM. */
-int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v);
-
-enum { TN__V1_UF_USERNAME, TN__V1_UF_PASSWORD, TN__V1_UF_GRANTS, TN__V1_UF_COUNT };
-
-/* v1_users.c. A user body: {"username", "password", "grants": [{"action", "patterns":
- * [...]}]}, each field allowed or not per route. */
-typedef struct {
-    unsigned allow; /* 1 << UF_... */
-    bool seen[TN__V1_UF_COUNT];
-    char username[TN_USERNAME_MAX + 1];
-    char password[TN_PASSWORD_MAX + 1];
-    size_t plen;
-    tn_meta_grant_t grants[TN_META_MAX_GRANTS];
-    uint16_t ngrants;
-    /* parsing */
-    int depth;  /* 1 object, 2 grants array, 3 a grant, 4 its patterns */
-    int field;  /* at depth 1 */
-    int gfield; /* at depth 3: 0 action, 1 patterns, -1 none */
-    bool gseen[2];
-    char err[160];
-    bool oom;
-} tn__v1_user_body_t;
-
-/* Decode a user body (allow: 1 << TN__V1_UF_... of the fields taken) into
- * x, one element at a time. 0 (tn__v1_user_body_fini releases x),
- * UV_EINVAL with x->err, or UV_ENOMEM. */
-int tn__v1_user_body(const char *body, size_t len, unsigned allow, tn__v1_user_body_t *x);
-void tn__v1_user_body_fini(tn__v1_user_body_t *x);
-
-/* v1_users.c: the /v1/users routes. 0 or UV_ENOMEM. */
-int tn__v1_users_register(tn_http_server_t *srv, tn_v1_t *v);
-/* Stop hashing (answers waiting requests 503). */
-void tn__v1_users_close(tn_v1_t *v);
+/* The path's topic for an operation needing a grant of action (produce or
+ * consume); write: a state-changing request (the cross-site guard). NULL
+ * after answering 415, 404 or 403. A produce to a delay child is 409. */
+const tn_meta_topic_entry_t *tn__v1_granted_topic(tn_v1_t *v, tn_http_request_t *r, uint8_t action,
+                                                  bool write, char topic[TN_NAME_MAX + 1]);
 
 #endif

@@ -1,0 +1,343 @@
+/* The helpers every /v1 route file uses (common.h): errors and JSON
+ * output, the access checks, the cross-site guard of state-changing
+ * requests, a topic as JSON, and shared parsing. It includes none of the
+ * route files.
+ *
+ * Threads: the loop thread. */
+#include "core/platform.h"
+
+#include "api/v1/common.h"
+
+#include "core/err.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void tn__v1_error(tn_http_request_t *r, int status, const char *msg, const char *headers)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"error\":\"", 10);
+    tn_buf_json_escape(&b, msg);
+    tn_buf_append(&b, "\"}\n", 3);
+    tn_http_respond(r, status, TN__V1_JSON, headers, tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
+
+void tn__v1_appendf(tn_buf_t *b, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        tn_buf_append(b, line, (size_t)TN_MIN((size_t)n, sizeof(line) - 1));
+}
+
+void tn__v1_json_str(tn_buf_t *b, const char *s)
+{
+    tn_buf_append(b, "\"", 1);
+    tn_buf_json_escape(b, s);
+    tn_buf_append(b, "\"", 1);
+}
+
+void tn__v1_respond_buf(tn_http_request_t *r, int status, tn_buf_t *b)
+{
+    tn_buf_append(b, "\n", 1);
+    tn_http_respond(r, status, TN__V1_JSON, NULL, tn_buf_data(b), tn_buf_size(b));
+    tn_buf_fini(b);
+}
+
+void tn__v1_nsq_refuse(tn_http_request_t *r, int status, const char *code)
+{
+    char body[96];
+    int n = snprintf(body, sizeof(body), "{\"message\":\"%s\"}", code);
+    const char *hdrs = status == 401   ? "X-NSQ-Content-Type: nsq; version=1.0\r\n"
+                                         "WWW-Authenticate: Basic realm=\"tern\"\r\n"
+                       : status == 429 ? "X-NSQ-Content-Type: nsq; version=1.0\r\n"
+                                         "Retry-After: 12\r\n"
+                                       : "X-NSQ-Content-Type: nsq; version=1.0\r\n";
+    tn_http_respond(r, status, "application/json; charset=utf-8", hdrs, body, (size_t)n);
+}
+
+/* --- authorization ------------------------------------------------------------ */
+
+bool tn_v1_pattern_match(const char *pattern, const char *name)
+{
+    size_t n = strlen(pattern);
+    if (n > 0 && pattern[n - 1] == '*')
+        return strncmp(pattern, name, n - 1) == 0;
+    return strcmp(pattern, name) == 0;
+}
+
+const tn_meta_user_t *tn__v1_caller(tn_v1_t *v, const tn_http_request_t *r)
+{
+    return tn_meta_user_find(tn_meta_state(v->meta), r->principal);
+}
+
+bool tn__v1_is_admin(tn_v1_t *v, const tn_http_request_t *r)
+{
+    if (!v->o.security)
+        return true;
+    const tn_meta_user_t *u = tn__v1_caller(v, r);
+    if (u == NULL)
+        return false;
+    if (u->root)
+        return true;
+    for (uint16_t i = 0; i < u->ngrants; i++) {
+        if (u->grants[i].action == TN_GRANT_ADMIN)
+            return true;
+    }
+    return false;
+}
+
+/* Whether u holds a grant of action (0: any) whose pattern matches name. */
+bool tn__v1_has_grant(const tn_meta_user_t *u, uint8_t action, const char *name)
+{
+    for (uint16_t i = 0; u != NULL && i < u->ngrants; i++) {
+        if (action != 0 && u->grants[i].action != action)
+            continue;
+        for (uint16_t k = 0; k < u->grants[i].npatterns; k++) {
+            if (tn_v1_pattern_match(u->grants[i].patterns[k], name))
+                return true;
+        }
+    }
+    return false;
+}
+
+/* Any grant on the topic's name, its ownership, or admin. */
+bool tn__v1_can_read(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
+{
+    if (tn__v1_is_admin(v, r))
+        return true;
+    const tn_meta_user_t *u = tn__v1_caller(v, r);
+    if (u == NULL)
+        return false;
+    if (t->owner[0] != '\0' && strcmp(t->owner, u->name) == 0)
+        return true;
+    return tn__v1_has_grant(u, 0, t->name);
+}
+
+/* The topic named by the path's {topic}, copied into topic; NULL after
+ * answering 404 when the metastore has no such topic. */
+const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
+                                               char topic[TN_NAME_MAX + 1])
+{
+    const tn_iov_t *name = tn_http_param(r, "topic");
+    topic[0] = '\0';
+    if (name != NULL && name->len <= TN_NAME_MAX) {
+        memcpy(topic, name->base, name->len);
+        topic[name->len] = '\0';
+    }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), topic);
+    if (e == NULL)
+        tn__v1_error(r, 404, "topic not found", NULL);
+    return e;
+}
+
+bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r)
+{
+    if (tn_meta_caught_up(v->meta))
+        return true;
+    tn__v1_error(r, 503, "control plane not caught up", "Retry-After: 1\r\n");
+    return false;
+}
+
+bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r)
+{
+    if (tn__v1_is_admin(v, r))
+        return true;
+    tn__v1_error(r, 403, "admin rights required", NULL);
+    return false;
+}
+
+/* --- a topic as JSON, query parameters ----------------------------------------- */
+
+static const char *durability_name(uint8_t d)
+{
+    return d == 1 ? "write_ack" : d == 2 ? "relaxed" : "durable";
+}
+
+void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, bool stats,
+                       int64_t only_partition)
+{
+    const tn_meta_topic_t *t = &e->rec;
+    tn_buf_append(b, "{\"name\":", 8);
+    tn__v1_json_str(b, t->name);
+    tn__v1_appendf(b,
+                   ",\"partitions\":%u,\"retention_ms\":%" PRId64
+                   ",\"visibility_timeout_ms\":%" PRId64 ",\"max_in_flight_per_partition\":%" PRId64
+                   ",\"max_acked_ahead_per_partition\":%" PRId64 ",\"created_at\":%" PRId64,
+                   t->partitions, t->retention_ms, t->visibility_timeout_ms, t->max_inflight,
+                   t->max_acked_ahead, t->created_at_ms / 1000);
+    if (t->owner[0] != '\0') {
+        tn_buf_append(b, ",\"owner\":", 9);
+        tn__v1_json_str(b, t->owner);
+    }
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    size_t nchildren = t->parent[0] != '\0' ? 0 : e->nchildren;
+    tn__v1_appendf(b,
+                   ",\"role\":\"%s\",\"delivery_mode\":\"%s\",\"ttl_ms\":%" PRId64
+                   ",\"max_attempts\":%u,\"durability\":\"%s\"",
+                   t->parent[0] != '\0' ? "child"
+                   : nchildren > 0      ? "parent"
+                                        : "standalone",
+                   t->delivery_mode == TN_DELIVERY_TTL_DISCARD ? "ttl_discard" : "reliable",
+                   t->ttl_ms, t->max_attempts, durability_name(t->durability));
+    if (t->parent[0] != '\0') {
+        tn_buf_append(b, ",\"parent\":", 10);
+        tn__v1_json_str(b, t->parent);
+        tn__v1_appendf(b, ",\"attach_epoch\":\"%016" PRIx64 "\",\"fanout_delay_ms\":%" PRId64,
+                       t->attach_epoch, t->fanout_delay_ms);
+    } else if (nchildren > 0) {
+        tn_buf_append(b, ",\"children\":[", 13);
+        size_t seen = 0;
+        for (size_t i = 0; i < s->ntopics && seen < nchildren; i++) {
+            if (strcmp(s->topics[i]->rec.parent, t->name) != 0)
+                continue;
+            if (seen++ > 0)
+                tn_buf_append(b, ",", 1);
+            tn__v1_json_str(b, s->topics[i]->rec.name);
+        }
+        tn_buf_append(b, "]", 1);
+    }
+    tn_buf_append(b, ",\"channels\":[", 13);
+    for (uint32_t i = 0; i < e->nchannels; i++) {
+        if (i > 0)
+            tn_buf_append(b, ",", 1);
+        tn__v1_json_str(b, e->channels[i]);
+    }
+    tn_buf_append(b, "]", 1);
+    if (stats) {
+        tn_buf_append(b, ",\"partition_stats\":[", 20);
+        tn_topic_t *bt = NULL;
+        bool live = tn_broker_topic(v->broker, t->name, strlen(t->name), false, 0, NULL, &bt) == 0;
+        uint32_t nlocal = live ? bt->nparts : 0;
+        bool first = true;
+        /* One entry per partition of the record, on every node: its owner
+         * (the metastore's assignment, null while no member was alive to
+         * take it), and the log's numbers where the log is on this node. */
+        for (uint32_t p = 0; p < TN_MAX(t->partitions, nlocal); p++) {
+            if (only_partition >= 0 && (int64_t)p != only_partition)
+                continue;
+            tn__v1_appendf(b, "%s{\"index\":%u", first ? "" : ",", p);
+            first = false;
+            if (p < nlocal && tn_topic_part_local(bt, p)) {
+                tn_plog_stats_t st;
+                tn_plog_stats(bt->parts[p]->plog, &st);
+                tn__v1_appendf(
+                    b,
+                    ",\"segments\":%u,\"oldest_offset\":%" PRIu64 ",\"next_offset\":%" PRIu64
+                    ",\"high_watermark\":%" PRIu64 ",\"size_bytes\":%" PRIu64,
+                    st.segments, st.first_offset, st.written_next, st.visible_next, st.bytes);
+            }
+            uint64_t owner = tn_meta_state_owner(s, t->name, p);
+            if (owner != 0)
+                tn__v1_appendf(b, ",\"owner_node\":\"%" PRIu64 "\"}", owner);
+            else
+                tn__v1_appendf(b, ",\"owner_node\":null}");
+        }
+        tn_buf_append(b, "]", 1);
+    }
+    tn_buf_append(b, "}", 1);
+}
+
+/* A query parameter that must be a non-negative integer when present:
+ * 1 (value set), 0 (absent) or -1 (malformed). */
+int tn__v1_query_int(const tn_http_request_t *r, const char *name, int64_t *out)
+{
+    char buf[32];
+    int rc = tn_http_query(r->head.query, name, buf, sizeof(buf));
+    if (rc == 0)
+        return 0;
+    if (rc != 1 || buf[0] == '\0')
+        return -1;
+    char *end;
+    long long x = strtoll(buf, &end, 10);
+    if (*end != '\0' || x < 0 || buf[0] == '-' || buf[0] == '+')
+        return -1;
+    *out = x;
+    return 1;
+}
+
+/* The cross-site guard of state-changing requests. */
+static bool api_request(const tn_http_request_t *r)
+{
+    if (tn_http_header(&r->head, "x-tern-client") != NULL ||
+        tn_http_header(&r->head, "x-narad-client") != NULL)
+        return true;
+    const tn_iov_t *ct = tn_http_header(&r->head, "content-type");
+    if (ct == NULL)
+        return false;
+    static const char *const ok[] = {"application/json", "application/octet-stream"};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(ok); i++) {
+        size_t n = strlen(ok[i]);
+        if (ct->len >= n && strncasecmp(ct->base, ok[i], n) == 0 &&
+            (ct->len == n || ct->base[n] == ';' || ct->base[n] == ' '))
+            return true;
+    }
+    return false;
+}
+
+bool tn__v1_guard_write(tn_http_request_t *r)
+{
+    if (api_request(r))
+        return true;
+    tn__v1_error(r, 415,
+                 "state-changing requests need Content-Type application/json or "
+                 "application/octet-stream, or an X-Tern-Client header",
+                 NULL);
+    return false;
+}
+
+bool tn__v1_can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t)
+{
+    bool owner = t->owner[0] != '\0' && strcmp(t->owner, r->principal) == 0;
+    return !v->o.security || owner || tn__v1_is_admin(v, r);
+}
+
+bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic)
+{
+    return tn__v1_is_admin(v, r) || tn__v1_has_grant(tn__v1_caller(v, r), action, topic);
+}
+
+uint32_t tn__v1_key_hash(const char *k, size_t n)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)k[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+/* The path's topic for an operation needing a grant of action (produce or
+ * consume); write: a state-changing request (the cross-site guard). NULL
+ * after answering 415, 404 or 403. A produce to a delay child is 409. */
+const tn_meta_topic_entry_t *tn__v1_granted_topic(tn_v1_t *v, tn_http_request_t *r, uint8_t action,
+                                                  bool write, char topic[TN_NAME_MAX + 1])
+{
+    if (write && !tn__v1_guard_write(r))
+        return NULL;
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    if (e == NULL)
+        return NULL;
+    if (v->o.security && !tn__v1_can_do(v, r, action, topic)) {
+        tn__v1_error(r, 403,
+                     action == TN_GRANT_PRODUCE ? "no produce grant for this topic"
+                                                : "no consume grant for this topic",
+                     NULL);
+        return NULL;
+    }
+    if (action == TN_GRANT_PRODUCE && e->rec.parent[0] != '\0' && e->rec.fanout_delay_ms > 0) {
+        tn__v1_error(r, 409, "direct produce to a delay child is not allowed", NULL);
+        return NULL;
+    }
+    return e;
+}

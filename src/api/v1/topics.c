@@ -1,0 +1,780 @@
+/* The /v1 topic routes: list, get, create (with a parent: attached as
+ * its child, children.c), change and delete; and how a record's settings
+ * reach the engine's topic (tn_v1_apply_topic). See v1.h.
+ *
+ * Threads: the loop thread. */
+#include "core/platform.h"
+
+#include "api/v1/topics.h"
+
+#include "api/v1/children.h"
+#include "api/v1/common.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
+#include "api/fanout.h"
+#include "proto/http/json.h"
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LIST_DEFAULT 100
+#define LIST_MAX     1000
+
+static void on_topics_list(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    int64_t limit = LIST_DEFAULT;
+    int q = tn__v1_query_int(r, "limit", &limit);
+    if (q < 0 || (q == 1 && limit < 1)) {
+        tn__v1_error(r, 400, "limit must be a positive integer", NULL);
+        return;
+    }
+    limit = TN_MIN(limit, (int64_t)LIST_MAX);
+    char token[TN_NAME_MAX + 1] = "";
+    int rc = tn_http_query(r->head.query, "page_token", token, sizeof(token));
+    if (rc < 0) {
+        tn__v1_error(r, 400, "invalid page_token", NULL);
+        return;
+    }
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"topics\":[", 11);
+    int64_t n = 0;
+    const char *last = NULL;
+    bool more = false;
+    for (size_t i = tn_meta_topic_after(s, token); i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *e = s->topics[i];
+        if (!tn__v1_can_read(v, r, &e->rec))
+            continue;
+        if (n == limit) {
+            more = true;
+            break;
+        }
+        if (n > 0)
+            tn_buf_append(&b, ",", 1);
+        tn__v1_topic_json(v, &b, e, false, -1);
+        last = e->rec.name;
+        n++;
+    }
+    tn_buf_append(&b, "],\"next_page_token\":", 20);
+    tn__v1_json_str(&b, more && last != NULL ? last : "");
+    tn_buf_append(&b, "}", 1);
+    tn__v1_respond_buf(r, 200, &b);
+}
+
+static void on_topic_get(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    if (e == NULL)
+        return;
+    if (!tn__v1_can_read(v, r, &e->rec)) {
+        tn__v1_error(r, 403, "no grant on this topic", NULL);
+        return;
+    }
+    int64_t part = -1;
+    int q = tn__v1_query_int(r, "partition", &part);
+    if (q < 0 || (q == 1 && part >= (int64_t)e->rec.partitions)) {
+        tn__v1_error(r, 400, "invalid partition", NULL);
+        return;
+    }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn__v1_topic_json(v, &b, e, true, q == 1 ? part : -1);
+    tn__v1_respond_buf(r, 200, &b);
+}
+
+void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec)
+{
+    tn_topic_t *t = NULL;
+    if (tn_broker_topic(b, rec->name, strlen(rec->name), false, 0, NULL, &t) != 0)
+        return;
+    t->max_inflight_part = (uint32_t)TN_MIN(rec->max_inflight, (int64_t)UINT32_MAX);
+    t->max_acked_ahead = (uint32_t)TN_MIN(rec->max_acked_ahead, (int64_t)UINT32_MAX);
+    if (rec->delivery_mode == TN_DELIVERY_TTL_DISCARD && rec->ttl_ms > 0)
+        t->ttl_ms = rec->ttl_ms;
+    if (!rec->native)
+        return;
+    t->own_settings = true;
+    t->own_retention_ns =
+        rec->retention_ms > INT64_MAX / 1000000 ? INT64_MAX : rec->retention_ms * 1000000;
+    t->own_max_attempts = rec->max_attempts;
+    tn_topic_set_durability(t, rec->durability);
+}
+
+/* --- creating and deleting topics ---------------------------------------------------- */
+
+#define DEFAULT_PARTITIONS 3
+#define DEFAULT_VISIBILITY 30000
+#define DEFAULT_CAP        1024
+/* A topic's retention_ms is 0 (no age limit) or at least an hour: what a
+ * lagging child or a slow consumer can count on. */
+#define MIN_RETENTION_MS (3600LL * 1000)
+
+/* Why a retention_ms asked for is refused (into err), or false. */
+static bool retention_refused(int64_t ms, char *err, size_t errlen)
+{
+    if (ms == 0 || ms >= MIN_RETENTION_MS)
+        return false;
+    if (ms < 0)
+        snprintf(err, errlen, "invalid argument: retention_ms must be >= 0 (0 means no age limit)");
+    else
+        snprintf(err, errlen,
+                 "invalid argument: retention_ms must be 0 (no age limit) or at least %lld "
+                 "(1 hour); got %" PRId64,
+                 MIN_RETENTION_MS, ms);
+    return true;
+}
+
+typedef struct {
+    char name[TN_NAME_MAX + 1];
+    int64_t partitions;
+    int64_t retention_ms;
+    int64_t visibility_timeout_ms;
+    int64_t max_inflight;
+    int64_t max_acked_ahead;
+    char delivery_mode[16];
+    int64_t ttl_ms;
+    int64_t max_attempts;
+    char durability[16];
+    char owner[TN_USERNAME_MAX + 1];
+    char parent[TN_NAME_MAX + 1];
+    int64_t fanout_delay_ms;
+} create_body_t;
+
+enum {
+    CF_NAME,
+    CF_PARTITIONS,
+    CF_RETENTION,
+    CF_VISIBILITY,
+    CF_INFLIGHT,
+    CF_ACKED_AHEAD,
+    CF_MODE,
+    CF_TTL,
+    CF_ATTEMPTS,
+    CF_DURABILITY,
+    CF_OWNER,
+    CF_PARENT,
+    CF_DELAY,
+    CF_COUNT
+};
+
+static const tn_jfield_t create_fields[] = {
+    {"name", TN_JF_STR, offsetof(create_body_t, name), TN_NAME_MAX},
+    {"partitions", TN_JF_INT, offsetof(create_body_t, partitions), 0},
+    {"retention_ms", TN_JF_INT, offsetof(create_body_t, retention_ms), 0},
+    {"visibility_timeout_ms", TN_JF_INT, offsetof(create_body_t, visibility_timeout_ms), 0},
+    {"max_in_flight_per_partition", TN_JF_INT, offsetof(create_body_t, max_inflight), 0},
+    {"max_acked_ahead_per_partition", TN_JF_INT, offsetof(create_body_t, max_acked_ahead), 0},
+    {"delivery_mode", TN_JF_STR, offsetof(create_body_t, delivery_mode), 15},
+    {"ttl_ms", TN_JF_INT, offsetof(create_body_t, ttl_ms), 0},
+    {"max_attempts", TN_JF_INT, offsetof(create_body_t, max_attempts), 0},
+    {"durability", TN_JF_STR, offsetof(create_body_t, durability), 15},
+    {"owner", TN_JF_STR, offsetof(create_body_t, owner), TN_USERNAME_MAX},
+    {"parent", TN_JF_STR, offsetof(create_body_t, parent), TN_NAME_MAX},
+    {"fanout_delay_ms", TN_JF_INT, offsetof(create_body_t, fanout_delay_ms), 0},
+};
+_Static_assert(TN_ARRAY_SIZE(create_fields) == CF_COUNT, "create_fields and its enum disagree");
+
+/* The record a create body asks for, or a 400 message in err. */
+static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *given,
+                            tn_meta_topic_t *t, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof(*t));
+    if (!given[CF_NAME] || !tn_name_valid(b->name, strlen(b->name))) {
+        snprintf(err, errlen, "invalid argument: name must match [A-Za-z0-9._-]{1,255}");
+        return false;
+    }
+    if (given[CF_DELAY] && !given[CF_PARENT]) {
+        snprintf(err, errlen, "invalid argument: fanout_delay_ms requires parent");
+        return false;
+    }
+    snprintf(t->name, sizeof(t->name), "%s", b->name);
+    int64_t parts = given[CF_PARTITIONS] ? b->partitions : DEFAULT_PARTITIONS;
+    if (parts < 1 || parts > (int64_t)v->o.max_partitions) {
+        snprintf(err, errlen, "invalid argument: partitions must be 1..%u", v->o.max_partitions);
+        return false;
+    }
+    t->partitions = (uint32_t)parts;
+    if (given[CF_RETENTION] && retention_refused(b->retention_ms, err, errlen))
+        return false;
+    t->retention_ms = given[CF_RETENTION] ? b->retention_ms : v->o.default_retention_ms;
+    t->visibility_timeout_ms = given[CF_VISIBILITY] && b->visibility_timeout_ms != 0
+                                   ? b->visibility_timeout_ms
+                                   : DEFAULT_VISIBILITY;
+    t->max_inflight = given[CF_INFLIGHT] && b->max_inflight != 0 ? b->max_inflight : DEFAULT_CAP;
+    t->max_acked_ahead =
+        given[CF_ACKED_AHEAD] && b->max_acked_ahead != 0 ? b->max_acked_ahead : DEFAULT_CAP;
+    if (t->retention_ms < 0 || t->visibility_timeout_ms < 0 || t->max_inflight < 0 ||
+        t->max_acked_ahead < 0) {
+        snprintf(err, errlen, "invalid argument: retention, timeouts and caps must be >= 0");
+        return false;
+    }
+    const char *mode = given[CF_MODE] ? b->delivery_mode : "reliable";
+    if (strcmp(mode, "reliable") == 0) {
+        t->delivery_mode = TN_DELIVERY_RELIABLE;
+        if (given[CF_TTL] && b->ttl_ms != 0) {
+            snprintf(err, errlen, "invalid argument: ttl_ms needs delivery_mode ttl_discard");
+            return false;
+        }
+    } else if (strcmp(mode, "ttl_discard") == 0) {
+        t->delivery_mode = TN_DELIVERY_TTL_DISCARD;
+        if (!given[CF_TTL] || b->ttl_ms <= 0) {
+            snprintf(err, errlen, "invalid argument: delivery_mode ttl_discard needs ttl_ms > 0");
+            return false;
+        }
+        t->ttl_ms = b->ttl_ms;
+    } else {
+        snprintf(err, errlen, "invalid argument: delivery_mode must be reliable or ttl_discard");
+        return false;
+    }
+    if (given[CF_ATTEMPTS] && (b->max_attempts < 0 || b->max_attempts > UINT16_MAX)) {
+        snprintf(err, errlen, "invalid argument: max_attempts must be 0..65535");
+        return false;
+    }
+    t->max_attempts = given[CF_ATTEMPTS] ? (uint32_t)b->max_attempts : 0;
+    const char *dur = given[CF_DURABILITY] ? b->durability : "durable";
+    if (strcmp(dur, "durable") == 0) {
+        t->durability = 0;
+    } else if (strcmp(dur, "write_ack") == 0) {
+        t->durability = 1;
+    } else if (strcmp(dur, "relaxed") == 0) {
+        t->durability = 2;
+    } else {
+        snprintf(err, errlen, "invalid argument: durability must be durable, write_ack or relaxed");
+        return false;
+    }
+    t->created_at_ms = tn_now_wall_ms();
+    return true;
+}
+
+static bool can_create(tn_v1_t *v, const tn_http_request_t *r, const char *name)
+{
+    return tn__v1_is_admin(v, r) || tn__v1_has_grant(tn__v1_caller(v, r), TN_GRANT_CREATE, name);
+}
+
+typedef struct {
+    int64_t partitions;
+    int64_t retention_ms;
+    int64_t visibility_timeout_ms;
+    int64_t max_inflight;
+    int64_t max_acked_ahead;
+    char owner[TN_USERNAME_MAX + 1];
+} patch_body_t;
+
+enum {
+    PF_PARTITIONS,
+    PF_RETENTION,
+    PF_VISIBILITY,
+    PF_INFLIGHT,
+    PF_ACKED_AHEAD,
+    PF_OWNER,
+    PF_COUNT
+};
+
+/* A PATCH's fields, kept to make the change again from a newer record. */
+typedef struct {
+    patch_body_t b;
+    bool given[PF_COUNT];
+} patch_t;
+
+/* One create, change or delete under way; the request may leave before
+ * it ends. */
+typedef struct {
+    tn_v1_t *v;
+    tn_http_request_t *r; /* NULL once the client left */
+    tn_meta_req_t mreq;
+    tn_waiter_t wait;
+    char topic[TN_NAME_MAX + 1];
+    int64_t ttl_ms;
+    uint32_t partitions;
+    char parent[TN_NAME_MAX + 1]; /* create-and-attach */
+    int64_t delay_ms;
+    patch_t patch; /* PATCH */
+    int tries;     /* PATCH proposals refused because the record changed */
+} op_t;
+
+static void op_cancel(tn_http_request_t *r)
+{
+    op_t *op = r->data;
+    op->r = NULL;
+}
+
+static void op_end(op_t *op, int status, const char *msg)
+{
+    if (op->r != NULL) {
+        op->r->on_cancel = NULL;
+        if (status == 201 || status == 200) {
+            const tn_meta_topic_entry_t *e =
+                tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+            tn_buf_t b;
+            tn_buf_init(&b);
+            if (e != NULL)
+                tn__v1_topic_json(op->v, &b, e, false, -1);
+            else
+                tn_buf_append(&b, "{}", 2);
+            tn__v1_respond_buf(op->r, status, &b);
+        } else if (status == 204) {
+            tn_http_respond(op->r, 204, NULL, NULL, NULL, 0);
+        } else {
+            tn__v1_error(op->r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
+        }
+    }
+    tn_free(op);
+}
+
+/* Start an operation on c's topic by proposing c; r stays parked until
+ * the operation answers it (cb may run before this returns). parent (may
+ * be NULL): a creation then attaches the topic to it. false when it could
+ * not start, with r answered. */
+static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, tn_meta_cb cb,
+                     const char *parent, int64_t delay_ms, const patch_t *patch)
+{
+    op_t *op = tn_calloc(1, sizeof(*op));
+    if (op == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return false;
+    }
+    op->v = v;
+    op->r = r;
+    if (parent != NULL)
+        snprintf(op->parent, sizeof(op->parent), "%s", parent);
+    op->delay_ms = delay_ms;
+    if (patch != NULL)
+        op->patch = *patch;
+    snprintf(op->topic, sizeof(op->topic), "%s", c->topic.name);
+    op->ttl_ms = c->topic.ttl_ms;
+    op->partitions = c->topic.partitions;
+    op->mreq.data = op;
+    r->data = op;
+    r->on_cancel = op_cancel;
+    if (tn_meta_propose(v->meta, &op->mreq, c, cb) != 0) {
+        r->on_cancel = NULL;
+        tn_free(op);
+        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+        return false;
+    }
+    return true;
+}
+
+static void create_step(op_t *op);
+
+static void on_channel_recorded(tn_meta_req_t *req, int status)
+{
+    (void)status; /* recorded, or the catalog was first: either way it is there */
+    op_t *op = req->data;
+    if (op->parent[0] != '\0') {
+        /* The attach answers (201 with the attached child). */
+        tn__v1_attach_created(op->v, op->r, op->parent, op->topic, op->delay_ms);
+        tn_free(op);
+        return;
+    }
+    op_end(op, 201, NULL);
+}
+
+static void on_create_wait(tn_waiter_t *w, int status)
+{
+    op_t *op = w->data;
+    if (status != 0) {
+        TN_LOG(TN_LOG_ERROR, "topic %s: creating it in the queue engine failed: %s", op->topic,
+               tn_strerror(status));
+        op_end(op, 500, "create failed");
+        return;
+    }
+    create_step(op);
+}
+
+/* The engine's side: the topic, then its default channel. */
+static void create_step(op_t *op)
+{
+    if (op->v->closing) {
+        op_end(op, 503, "shutting down");
+        return;
+    }
+    op->wait.cb = on_create_wait;
+    op->wait.data = op;
+    tn_topic_t *t = NULL;
+    int rc = tn_broker_topic(op->v->broker, op->topic, strlen(op->topic), true, op->partitions,
+                             &op->wait, &t);
+    if (rc == UV_EAGAIN)
+        return;
+    tn_channel_t *ch = NULL;
+    if (rc == 0) {
+        if (op->ttl_ms > 0)
+            t->ttl_ms = op->ttl_ms;
+        rc = tn_topic_channel(t, "default", 7, true, &op->wait, &ch);
+        if (rc == UV_EAGAIN)
+            return;
+    }
+    if (rc != 0) {
+        TN_LOG(TN_LOG_ERROR, "topic %s: creating it in the queue engine failed: %s", op->topic,
+               tn_strerror(rc));
+        op_end(op, 500, "create failed");
+        return;
+    }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+    if (e != NULL)
+        tn_v1_apply_topic(op->v->broker, &e->rec);
+    /* The default channel is in the record the answer shows. */
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_CHANNEL_PUT;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", op->topic);
+    snprintf(c.channel, sizeof(c.channel), "default");
+    op->mreq.data = op;
+    if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_channel_recorded) != 0)
+        op_end(op, 201, NULL);
+}
+
+static void on_create_recorded(tn_meta_req_t *req, int status)
+{
+    op_t *op = req->data;
+    if (status == UV_EEXIST) {
+        op_end(op, 409, "topic already exists");
+        return;
+    }
+    if (status != 0) {
+        op_end(op, 503, "control plane temporarily unavailable");
+        return;
+    }
+    create_step(op);
+}
+
+static void on_topic_create(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!tn__v1_guard_write(r))
+        return;
+    create_body_t b;
+    memset(&b, 0, sizeof(b));
+    bool given[CF_COUNT];
+    char err[192];
+    int rc = tn_json_object(tn_buf_data(&r->body), tn_buf_size(&r->body), create_fields, CF_COUNT,
+                            &b, given, err, sizeof(err));
+    if (rc == UV_ENOMEM) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    if (rc != 0 || !topic_from_body(v, &b, given, &c.topic, err, sizeof(err))) {
+        tn__v1_error(r, 400, err, NULL);
+        return;
+    }
+    if (v->o.security && !can_create(v, r, c.topic.name)) {
+        tn__v1_error(r, 403, "no create grant for this topic name", NULL);
+        return;
+    }
+    tn_topic_t *existing = NULL;
+    if (tn_meta_topic_find(tn_meta_state(v->meta), c.topic.name) != NULL ||
+        tn_broker_topic(v->broker, c.topic.name, strlen(c.topic.name), false, 0, NULL, &existing) !=
+            TN_ENOTFOUND) {
+        tn__v1_error(r, 409, "topic already exists", NULL);
+        return;
+    }
+    if (given[CF_PARENT]) {
+        const tn_meta_topic_entry_t *pe = tn_meta_topic_find(tn_meta_state(v->meta), b.parent);
+        if (pe == NULL) {
+            tn__v1_error(r, 404, "parent topic not found", NULL);
+            return;
+        }
+        if (!tn__v1_can_manage(v, r, &pe->rec)) {
+            tn__v1_error(r, 403, "attaching needs ownership (or admin) of the parent", NULL);
+            return;
+        }
+        /* Parent partition p feeds child partition p (fanout.h). */
+        if (given[CF_PARTITIONS] && c.topic.partitions != pe->rec.partitions) {
+            snprintf(err, sizeof(err),
+                     "invalid argument: a topic created with a parent has the parent's partition "
+                     "count: the parent has %u, the request asks for %u",
+                     pe->rec.partitions, c.topic.partitions);
+            tn__v1_error(r, 400, err, NULL);
+            return;
+        }
+        c.topic.partitions = pe->rec.partitions;
+        const char *msg = NULL;
+        int st = tn__v1_link_refusal(v, &pe->rec, &c.topic, b.fanout_delay_ms, &msg);
+        if (st != 0) {
+            tn__v1_error(r, st, msg, NULL);
+            return;
+        }
+    }
+    if (v->o.security)
+        snprintf(c.topic.owner, sizeof(c.topic.owner), "%.*s", TN_USERNAME_MAX, r->principal);
+    c.type = TN_MC_TOPIC_PUT;
+    c.if_absent = true;
+    c.topic.native = true;
+    (void)op_start(v, r, &c, on_create_recorded, given[CF_PARENT] ? b.parent : NULL,
+                   b.fanout_delay_ms, NULL);
+}
+
+static const tn_jfield_t patch_fields[] = {
+    {"partitions", TN_JF_INT, offsetof(patch_body_t, partitions), 0},
+    {"retention_ms", TN_JF_INT, offsetof(patch_body_t, retention_ms), 0},
+    {"visibility_timeout_ms", TN_JF_INT, offsetof(patch_body_t, visibility_timeout_ms), 0},
+    {"max_in_flight_per_partition", TN_JF_INT, offsetof(patch_body_t, max_inflight), 0},
+    {"max_acked_ahead_per_partition", TN_JF_INT, offsetof(patch_body_t, max_acked_ahead), 0},
+    {"owner", TN_JF_STR, offsetof(patch_body_t, owner), TN_USERNAME_MAX},
+};
+_Static_assert(TN_ARRAY_SIZE(patch_fields) == PF_COUNT, "patch_fields and its enum disagree");
+
+static void on_grown(void *arg, int status)
+{
+    op_t *op = arg;
+    if (status != 0) {
+        op_end(op, 500, "growing the topic failed");
+        return;
+    }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+    if (e != NULL)
+        tn_v1_apply_topic(op->v->broker, &e->rec);
+    op_end(op, 200, NULL);
+}
+
+/* The update p makes of cur, into c: true, or false with why it is
+ * refused in err. The proposal is refused in turn if the record changes
+ * before it lands. */
+static bool patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur, tn_meta_cmd_t *c,
+                       char *err, size_t errlen)
+{
+    const patch_body_t *b = &p->b;
+    if (p->given[PF_PARTITIONS] && b->partitions <= (int64_t)cur->partitions) {
+        snprintf(err, errlen, "invalid argument: partitions can only grow: the topic has %u",
+                 cur->partitions);
+        return false;
+    }
+    if (p->given[PF_PARTITIONS] && b->partitions > v->o.max_partitions) {
+        snprintf(err, errlen, "invalid argument: partitions must be at most %u (max-partitions)",
+                 v->o.max_partitions);
+        return false;
+    }
+    memset(c, 0, sizeof(*c));
+    c->type = TN_MC_TOPIC_PUT;
+    c->if_unchanged = true;
+    c->expect = tn_meta_topic_fingerprint(cur);
+    c->topic = *cur;
+    if (p->given[PF_PARTITIONS])
+        c->topic.partitions = (uint32_t)b->partitions;
+    if (p->given[PF_RETENTION])
+        c->topic.retention_ms = b->retention_ms;
+    if (p->given[PF_VISIBILITY])
+        c->topic.visibility_timeout_ms =
+            b->visibility_timeout_ms ? b->visibility_timeout_ms : DEFAULT_VISIBILITY;
+    if (p->given[PF_INFLIGHT])
+        c->topic.max_inflight = b->max_inflight ? b->max_inflight : DEFAULT_CAP;
+    if (p->given[PF_ACKED_AHEAD])
+        c->topic.max_acked_ahead = b->max_acked_ahead ? b->max_acked_ahead : DEFAULT_CAP;
+    if (p->given[PF_OWNER])
+        snprintf(c->topic.owner, sizeof(c->topic.owner), "%s", b->owner);
+    return true;
+}
+
+static void grow_engine(op_t *op);
+
+static void on_engine_idle(tn_waiter_t *w, int status)
+{
+    (void)status; /* what it waited for ended: look again */
+    grow_engine(w->data);
+}
+
+/* Grow the engine's topic to the recorded partitions. The catalog follows
+ * every change of the replica too, so the topic may be growing already,
+ * or placing partitions, or making a channel: this waits for that and
+ * looks again. */
+static void grow_engine(op_t *op)
+{
+    tn_topic_t *t = NULL;
+    op->wait.cb = on_engine_idle;
+    op->wait.data = op;
+    int rc = op->v->closing ? TN_ECLOSED
+                            : tn_broker_topic(op->v->broker, op->topic, strlen(op->topic), false, 0,
+                                              &op->wait, &t);
+    if (rc == UV_EAGAIN)
+        return;
+    if (rc == TN_ECLOSED) {
+        op_end(op, 503, "shutting down");
+        return;
+    }
+    if (rc != 0 || t->nparts >= op->partitions) {
+        on_grown(op, 0); /* grown by the catalog, or gone from the engine: the record answers */
+        return;
+    }
+    if (tn_topic_wait_idle(t, &op->wait) == UV_EAGAIN)
+        return;
+    rc = tn_topic_grow(t, op->partitions, on_grown, op);
+    if (rc != 0)
+        op_end(op, 503, "growing the topic failed");
+}
+
+static void on_patch_recorded(tn_meta_req_t *req, int status)
+{
+    op_t *op = req->data;
+    if (status == TN_ENOTFOUND) { /* deleted while the change was on its way */
+        op_end(op, 404, "topic not found");
+        return;
+    }
+    if (status == TN_ECHANGED && ++op->tries < TN__V1_CHANGE_TRIES && !op->v->closing) {
+        /* Another change landed first: make this one again on top of it. */
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+        tn_meta_cmd_t c;
+        char refusal[160];
+        if (e == NULL) {
+            op_end(op, 404, "topic not found");
+        } else if (!patch_make(op->v, &op->patch, &e->rec, &c, refusal, sizeof(refusal))) {
+            op_end(op, 409, refusal); /* e.g. it grew to the asked count meanwhile */
+        } else {
+            op->partitions = c.topic.partitions; /* before: the answer may come at once */
+            if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_patch_recorded) != 0)
+                op_end(op, 503, "control plane temporarily unavailable");
+        }
+        return;
+    }
+    if (status == TN_ECHANGED) {
+        op_end(op, 409, "the topic kept changing while this change was applied; send it again");
+        return;
+    }
+    if (status != 0) {
+        op_end(op, 503, "control plane temporarily unavailable");
+        return;
+    }
+    grow_engine(op); /* more partitions: the record has them; now the engine's topic */
+}
+
+static void on_topic_patch(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!tn__v1_guard_write(r))
+        return;
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    if (e == NULL)
+        return;
+    if (!tn__v1_can_manage(v, r, &e->rec)) {
+        tn__v1_error(r, 403, "only the topic's owner or an admin may change it", NULL);
+        return;
+    }
+    patch_body_t b;
+    memset(&b, 0, sizeof(b));
+    bool given[PF_COUNT];
+    char err[192];
+    int rc = tn_json_object(tn_buf_data(&r->body), tn_buf_size(&r->body), patch_fields, PF_COUNT,
+                            &b, given, err, sizeof(err));
+    if (rc == UV_ENOMEM) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    bool any = false;
+    for (int i = 0; i < PF_COUNT; i++)
+        any = any || given[i];
+    bool refused = rc != 0;
+    if (!refused && !any) {
+        snprintf(err, sizeof(err),
+                 "invalid argument: give at least one of partitions, retention_ms, "
+                 "visibility_timeout_ms, max_in_flight_per_partition, "
+                 "max_acked_ahead_per_partition, owner");
+        refused = true;
+    } else if (!refused && given[PF_RETENTION]) {
+        refused = retention_refused(b.retention_ms, err, sizeof(err));
+    }
+    /* Adopting a topic (an NSQ door's, say) protects it on every door
+     * (api/access.h); "" gives it back to the open doors. */
+    if (!refused && given[PF_OWNER] && v->o.security && !tn__v1_is_admin(v, r)) {
+        tn__v1_error(r, 403, "only an admin may change a topic's owner", NULL);
+        return;
+    }
+    if (!refused && given[PF_OWNER] && b.owner[0] != '\0' &&
+        tn_meta_user_find(tn_meta_state(v->meta), b.owner) == NULL) {
+        snprintf(err, sizeof(err), "invalid argument: owner %s is not a user", b.owner);
+        refused = true;
+    }
+    if (!refused && (b.visibility_timeout_ms < 0 || b.max_inflight < 0 || b.max_acked_ahead < 0)) {
+        snprintf(err, sizeof(err), "invalid argument: timeouts and caps must be >= 0");
+        refused = true;
+    }
+    patch_t p;
+    p.b = b;
+    memcpy(p.given, given, sizeof(p.given));
+    tn_meta_cmd_t c;
+    if (refused || !patch_make(v, &p, &e->rec, &c, err, sizeof(err))) {
+        tn__v1_error(r, 400, err, NULL);
+        return;
+    }
+    (void)op_start(v, r, &c, on_patch_recorded, NULL, 0, &p);
+}
+
+static void on_engine_deleted(void *arg, int status)
+{
+    op_t *op = arg;
+    if (status != 0 && status != TN_ENOTFOUND) { /* not there: nothing to remove */
+        TN_LOG(TN_LOG_ERROR, "topic %s: deleting it in the queue engine failed: %s", op->topic,
+               tn_strerror(status));
+        op_end(op, 500, "delete failed");
+        return;
+    }
+    op_end(op, 204, NULL);
+}
+
+static void on_delete_recorded(tn_meta_req_t *req, int status)
+{
+    op_t *op = req->data;
+    if (status == TN_ENOTFOUND) {
+        op_end(op, 404, "topic not found");
+        return;
+    }
+    if (status != 0) {
+        op_end(op, 503, "control plane temporarily unavailable");
+        return;
+    }
+    /* The engine's part (waiting for a creation or growth under way). */
+    if (op->v->closing) {
+        op_end(op, 503, "shutting down");
+        return;
+    }
+    /* Its children stand alone now (the delete detached them): their
+     * fan-out runners stop before the topic goes. */
+    tn_fanout_sync(op->v->fanout);
+    if (tn_broker_delete(op->v->broker, op->topic, NULL, on_engine_deleted, op) != 0)
+        op_end(op, 503, "out of memory");
+}
+
+static void on_topic_delete(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    if (e == NULL)
+        return;
+    if (!tn__v1_can_manage(v, r, &e->rec)) {
+        tn__v1_error(r, 403, "only the topic's owner or an admin may delete it", NULL);
+        return;
+    }
+    if (!tn__v1_caught_up(v, r))
+        return;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_DELETE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    (void)op_start(v, r, &c, on_delete_recorded, NULL, 0, NULL);
+}
+
+int tn__v1_topics_register(tn_http_server_t *srv, tn_v1_t *v)
+{
+    int rc = tn_http_route(srv, "GET", "/v1/topics", 0, NULL, on_topics_list, v);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/topics/{topic}", 0, NULL, on_topic_get, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/v1/topics", TN_JSON_MAX_BODY, "request body too large",
+                            on_topic_create, v);
+    rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/topics/{topic}", 0, NULL, on_topic_delete, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "PATCH", "/v1/topics/{topic}", TN_JSON_MAX_BODY,
+                            "request body too large", on_topic_patch, v);
+    return rc;
+}
