@@ -347,6 +347,13 @@ struct tn_pub_s {
     /* Result, with TN_EREMOTE: the member that owns the partition asked
      * for (0: not placed yet, or every partition is on other nodes). */
     uint64_t owner;
+    /* Result, set by the router (cluster/router.h): accepted into this
+     * node's ingress log for another node's partition (first_offset is
+     * not known then). */
+    bool remote;
+    /* The router's: the door's callback and the router. */
+    tn_pub_cb route_cb;
+    void *route;
     /* Private. */
     tn_broker_t *broker;
     tn_topic_t *topic;

@@ -1,0 +1,766 @@
+/* The dispatcher. See dispatch.h. */
+#include "core/platform.h"
+
+#include "cluster/dispatch.h"
+
+#include "cluster/dataplane.h"
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/hist.h"
+#include "core/log.h"
+#include "core/name.h"
+#include "core/time.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PASS_IDLE_MS   50
+#define RETRY_NS       (1000LL * 1000000)
+#define STUCK_FAILURES 3
+
+enum { E_WAITING = 0, E_SENDING, E_DONE };
+
+/* A record of the window. rec points into its chunk. */
+typedef struct {
+    const tn_irec_t *rec;
+    uint32_t partition; /* where it goes now: a reroute changes it */
+    uint8_t state;
+} entry_t;
+
+/* One read of the log, kept until the checkpoint passed all of it. */
+typedef struct chunk_s {
+    tn_ilog_batch_t b;
+    uint64_t first;
+    uint32_t n;
+    struct chunk_s *next;
+} chunk_t;
+
+/* A destination: a (topic, partition). Never freed before the
+ * dispatcher (a few per topic and partition written to). */
+typedef struct dest_s {
+    char topic[TN_NAME_MAX + 1];
+    uint32_t partition;
+    bool busy; /* a batch in flight */
+    uint32_t failures;
+    int64_t retry_ns; /* monotonic: not before */
+    struct dest_s *next;
+} dest_t;
+
+/* A batch in flight: owned by the dispatcher from its start until its end. */
+typedef struct send_s {
+    tn_dispatch_t *d;
+    dest_t *dst;
+    bool local;
+    uint32_t n;
+    uint64_t *seqs;
+    tn_commit_call_t call;
+    tn_pub_t pub;
+    struct send_s *next;
+    struct send_s *prev;
+    tn_commit_rec_t recs[];
+} send_t;
+
+typedef struct {
+    uv_work_t work;
+    tn_dispatch_t *d;
+    uint64_t from;
+    uint32_t max;
+    size_t max_bytes;
+    int rc;
+    chunk_t *c;
+} read_t;
+
+struct tn_dispatch_s {
+    tn_dispatch_opts_t o;
+    uv_timer_t timer;
+    bool scheduled; /* the timer is armed for a pass */
+    /* The window: entries for seqs base .. base + n - 1, a ring. */
+    entry_t *win;
+    size_t cap, head, n;
+    uint64_t base;      /* seq of win[head]: every record below is committed */
+    uint64_t read_next; /* the next seq to read */
+    size_t bytes;       /* bytes of the records in the window */
+    chunk_t *chunks;    /* oldest first */
+    chunk_t *chunks_tail;
+    dest_t *dests;
+    send_t *sends; /* batches in flight */
+    unsigned inflight;
+    bool reading;
+    /* Checkpoint: one at a time. */
+    tn_ilog_ckpt_t ckpt;
+    bool checkpointing;
+    uint64_t ckpt_done; /* what the log has */
+    /* A deleted-looking topic being confirmed with the leader. */
+    bool confirming;
+    char confirm_topic[TN_NAME_MAX + 1];
+    bool stopping;
+    void (*stop_cb)(void *arg);
+    void *stop_arg;
+    tn_hist_t latency; /* accepted -> durable at the owner */
+    tn_dispatch_stats_t st;
+};
+
+static void schedule(tn_dispatch_t *d, uint64_t ms);
+static void maybe_stopped(tn_dispatch_t *d);
+
+static entry_t *entry_at(tn_dispatch_t *d, uint64_t seq)
+{
+    return &d->win[(d->head + (size_t)(seq - d->base)) % d->cap];
+}
+
+static size_t rec_bytes(const tn_irec_t *r)
+{
+    return r->topic.len + r->key.len + r->body.len + 40;
+}
+
+/* --- the window -------------------------------------------------------------------- */
+
+/* Drop the committed head of the window, then free the chunks below it and
+ * ask for a checkpoint at the new base. */
+static void advance(tn_dispatch_t *d);
+
+static void on_checkpointed(tn_ilog_ckpt_t *req, int status)
+{
+    tn_dispatch_t *d = req->data;
+    d->checkpointing = false;
+    if (status != 0)
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "ingress log: checkpoint failed: %s", tn_strerror(status));
+    else
+        d->ckpt_done = tn_ilog_checkpoint_seq(d->o.ilog);
+    if (d->stopping) {
+        maybe_stopped(d);
+        return;
+    }
+    advance(d);
+}
+
+static void advance(tn_dispatch_t *d)
+{
+    while (d->n > 0 && d->win[d->head].state == E_DONE) {
+        d->bytes -= rec_bytes(d->win[d->head].rec);
+        d->head = (d->head + 1) % d->cap;
+        d->n--;
+        d->base++;
+    }
+    if (d->n == 0)
+        d->base = d->read_next;
+    while (d->chunks != NULL && d->chunks->first + d->chunks->n <= d->base) {
+        chunk_t *c = d->chunks;
+        d->chunks = c->next;
+        if (d->chunks == NULL)
+            d->chunks_tail = NULL;
+        tn_ilog_batch_fini(&c->b);
+        tn_free(c);
+    }
+    if (!d->checkpointing && !d->stopping && d->base > d->ckpt_done) {
+        d->ckpt.data = d;
+        d->checkpointing = true;
+        int rc = tn_ilog_checkpoint(d->o.ilog, &d->ckpt, d->base, on_checkpointed);
+        if (rc != 0) {
+            d->checkpointing = false;
+            TN_LOG_RL(TN_LOG_ERROR, 10000, "ingress log: cannot checkpoint: %s", tn_strerror(rc));
+        }
+    }
+}
+
+static void read_work(uv_work_t *w)
+{
+    read_t *r = TN_CONTAINER_OF(w, read_t, work);
+    r->c = tn_calloc(1, sizeof(*r->c));
+    if (r->c == NULL) {
+        r->rc = UV_ENOMEM;
+        return;
+    }
+    r->rc = tn_ilog_read(r->d->o.ilog, r->from, r->max, r->max_bytes, &r->c->b);
+}
+
+static void read_done(uv_work_t *w, int status)
+{
+    read_t *r = TN_CONTAINER_OF(w, read_t, work);
+    tn_dispatch_t *d = r->d;
+    int rc = r->rc != 0 ? r->rc : status;
+    chunk_t *c = r->c;
+    tn_free(r);
+    d->reading = false;
+    if (rc == 0 && c->b.n > 0 && !d->stopping) {
+        c->first = c->b.recs[0].seq;
+        c->n = c->b.n;
+        bool dense = c->b.recs[c->n - 1].seq == c->first + c->n - 1;
+        if (c->first != d->read_next || !dense || d->n + c->n > d->cap) {
+            /* Not what was asked for: the log is not what it says it is. */
+            TN_LOG_RL(TN_LOG_ERROR, 10000,
+                      "ingress log: a read from seq %" PRIu64 " gave seq %" PRIu64
+                      " (%u records); dispatch waits",
+                      d->read_next, c->first, c->n);
+            tn_ilog_batch_fini(&c->b);
+            tn_free(c);
+            schedule(d, RETRY_NS / 1000000);
+            return;
+        }
+        for (uint32_t i = 0; i < c->n; i++) {
+            entry_t *e = &d->win[(d->head + d->n) % d->cap];
+            e->rec = &c->b.recs[i].rec;
+            e->partition = e->rec->partition;
+            e->state = E_WAITING;
+            d->n++;
+            d->bytes += rec_bytes(e->rec);
+        }
+        d->read_next += c->n;
+        if (d->chunks_tail != NULL)
+            d->chunks_tail->next = c;
+        else
+            d->chunks = c;
+        d->chunks_tail = c;
+    } else {
+        if (c != NULL) {
+            if (rc == 0)
+                tn_ilog_batch_fini(&c->b);
+            tn_free(c);
+        }
+        if (rc != 0 && rc != TN_ECLOSED)
+            TN_LOG_RL(TN_LOG_ERROR, 10000, "ingress log: reading from seq %" PRIu64 " failed: %s",
+                      d->read_next, tn_strerror(rc));
+    }
+    if (d->stopping) {
+        maybe_stopped(d);
+        return;
+    }
+    schedule(d, rc == 0 ? 0 : RETRY_NS / 1000000);
+}
+
+static void maybe_read(tn_dispatch_t *d)
+{
+    if (d->reading || d->stopping || d->n >= d->cap || d->bytes >= d->o.window_bytes)
+        return;
+    if (tn_ilog_durable_seq(d->o.ilog) <= d->read_next)
+        return;
+    read_t *r = tn_calloc(1, sizeof(*r));
+    if (r == NULL)
+        return;
+    r->d = d;
+    r->from = d->read_next;
+    r->max = (uint32_t)(d->cap - d->n);
+    r->max_bytes = d->o.window_bytes - d->bytes;
+    if (uv_queue_work(d->o.loop, &r->work, read_work, read_done) != 0) {
+        tn_free(r);
+        return;
+    }
+    d->reading = true;
+}
+
+/* --- routing --------------------------------------------------------------------- */
+
+static dest_t *dest_get(tn_dispatch_t *d, const tn_iov_t *topic, uint32_t partition)
+{
+    for (dest_t *x = d->dests; x != NULL; x = x->next)
+        if (x->partition == partition && strlen(x->topic) == topic->len &&
+            memcmp(x->topic, topic->base, topic->len) == 0)
+            return x;
+    dest_t *x = tn_calloc(1, sizeof(*x));
+    if (x == NULL)
+        return NULL;
+    memcpy(x->topic, topic->base, TN_MIN(topic->len, (size_t)TN_NAME_MAX));
+    x->partition = partition;
+    x->next = d->dests;
+    d->dests = x;
+    return x;
+}
+
+static const tn_meta_member_t *alive_member(const tn_meta_state_t *s, uint64_t id)
+{
+    const tn_meta_member_t *m = id != 0 ? tn_meta_member_find(s, id) : NULL;
+    return m != NULL && m->status == TN_MEMBER_ALIVE ? m : NULL;
+}
+
+/* Whether (topic, p) failed STUCK_FAILURES commits in a row and is in its
+ * backoff: once that ends it gets records again (a probe). */
+static bool stuck(tn_dispatch_t *d, const char *topic, uint32_t p, int64_t now)
+{
+    for (dest_t *x = d->dests; x != NULL; x = x->next)
+        if (x->partition == p && strcmp(x->topic, topic) == 0)
+            return x->failures >= STUCK_FAILURES && x->retry_ns > now;
+    return false;
+}
+
+/* The next partition after p, circularly, whose owner is alive and not
+ * stuck; false when none is. */
+static bool reroute(tn_dispatch_t *d, const tn_meta_state_t *s, const tn_meta_topic_entry_t *t,
+                    uint32_t p, int64_t now, uint32_t *out)
+{
+    uint32_t n = t->rec.partitions;
+    for (uint32_t k = 1; k < n; k++) {
+        uint32_t q = (p + k) % n;
+        if (alive_member(s, tn_meta_state_owner(s, t->rec.name, q)) != NULL &&
+            !stuck(d, t->rec.name, q, now)) {
+            *out = q;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void on_confirmed(void *arg, int status)
+{
+    tn_dispatch_t *d = arg;
+    d->confirming = false;
+    if (d->stopping) {
+        maybe_stopped(d);
+        return;
+    }
+    if (status == 0 && tn_meta_topic_find(tn_meta_state(d->o.meta), d->confirm_topic) == NULL) {
+        uint64_t dropped = 0;
+        size_t len = strlen(d->confirm_topic);
+        for (size_t i = 0; i < d->n; i++) {
+            entry_t *e = &d->win[(d->head + i) % d->cap];
+            if (e->state == E_WAITING && e->rec->topic.len == len &&
+                memcmp(e->rec->topic.base, d->confirm_topic, len) == 0) {
+                e->state = E_DONE;
+                dropped++;
+            }
+        }
+        d->st.dropped += dropped;
+        if (dropped > 0)
+            TN_LOG(TN_LOG_WARN,
+                   "ingress log: topic %s was deleted; %" PRIu64
+                   " record(s) accepted for it are dropped",
+                   d->confirm_topic, dropped);
+        advance(d);
+    }
+    schedule(d, 0);
+}
+
+/* Ask the leader whether the topic of e, absent from the replica, is
+ * gone (one topic at a time). */
+static void confirm_gone(tn_dispatch_t *d, const tn_irec_t *rec)
+{
+    if (d->confirming || !tn_meta_caught_up(d->o.meta))
+        return;
+    memset(d->confirm_topic, 0, sizeof(d->confirm_topic));
+    memcpy(d->confirm_topic, rec->topic.base, TN_MIN(rec->topic.len, (size_t)TN_NAME_MAX));
+    d->confirming = true;
+    if (tn_meta_confirm(d->o.meta, on_confirmed, d) != 0)
+        d->confirming = false;
+}
+
+/* --- committing ------------------------------------------------------------------------ */
+
+/* A batch ended. sync: inside send_batch, from the pass, which advances
+ * the window itself afterwards (its indexes must not move meanwhile). */
+static void send_end(send_t *x, int status, uint64_t owner, bool sync)
+{
+    tn_dispatch_t *d = x->d;
+    dest_t *dst = x->dst;
+    dst->busy = false;
+    d->inflight--;
+    if (x->prev != NULL)
+        x->prev->next = x->next;
+    else
+        d->sends = x->next;
+    if (x->next != NULL)
+        x->next->prev = x->prev;
+    int64_t now_ms = tn_now_wall_ms();
+    if (status == 0) {
+        dst->failures = 0;
+        d->st.batches++;
+        d->st.committed += x->n;
+        if (x->local)
+            d->st.committed_here += x->n;
+        for (uint32_t i = 0; i < x->n; i++) {
+            entry_t *e = entry_at(d, x->seqs[i]);
+            e->state = E_DONE;
+            int64_t age = now_ms - e->rec->created_ms;
+            tn_hist_observe(&d->latency, (age > 0 ? age : 0) * 1000000);
+        }
+    } else {
+        d->st.failures++;
+        if (status != TN_ECLOSED) {
+            dst->failures++;
+            dst->retry_ns = tn_now_mono_ns() + RETRY_NS;
+            if (owner != 0)
+                TN_LOG_RL(TN_LOG_WARN, 10000,
+                          "ingress log: committing %u record(s) to %s/%u failed: %s (node %" PRIu64
+                          " owns it, says the peer); retrying",
+                          x->n, dst->topic, dst->partition, tn_strerror(status), owner);
+            else
+                TN_LOG_RL(TN_LOG_WARN, 10000,
+                          "ingress log: committing %u record(s) to %s/%u failed: %s; retrying",
+                          x->n, dst->topic, dst->partition, tn_strerror(status));
+        }
+        for (uint32_t i = 0; i < x->n; i++)
+            entry_at(d, x->seqs[i])->state = E_WAITING;
+    }
+    if (x->local)
+        tn_pub_fini(&x->pub);
+    tn_free(x->seqs);
+    tn_free(x);
+    if (sync)
+        return;
+    if (d->stopping) {
+        maybe_stopped(d);
+        return;
+    }
+    advance(d);
+    schedule(d, 0);
+}
+
+static void on_committed(tn_commit_call_t *c, int status)
+{
+    send_t *x = c->data;
+    send_end(x, status, status == TN_EREMOTE ? c->owner : 0, false);
+}
+
+static void on_published(tn_pub_t *p, int status)
+{
+    send_end(p->data, status, status == TN_EREMOTE ? p->owner : 0, false);
+}
+
+/* Publish x's records to this node's engine, pinned to the partition. */
+static int send_local(tn_dispatch_t *d, send_t *x)
+{
+    tn_pub_t *p = &x->pub;
+    int rc = tn_pub_init(p, x->n);
+    if (rc != 0)
+        return rc;
+    x->local = true;
+    tn_iov_t *bodies = tn_malloc(x->n * sizeof(*bodies));
+    if (bodies == NULL) {
+        tn_pub_fini(p);
+        return UV_ENOMEM;
+    }
+    for (uint32_t i = 0; i < x->n; i++)
+        bodies[i] = x->recs[i].body;
+    rc = tn_pub_set_all(p, bodies);
+    tn_free(bodies);
+    for (uint32_t i = 0; i < x->n && rc == 0; i++) {
+        if (x->recs[i].key.len > 0)
+            rc = tn_pub_set_key(p, i, x->recs[i].key.base, x->recs[i].key.len);
+        if (rc == 0)
+            rc = tn_pub_set_deliver_at(p, i, x->recs[i].deliver_at_ms);
+    }
+    if (rc == 0) {
+        p->data = x;
+        p->pinned = true;
+        p->pin = x->dst->partition;
+        rc = tn_broker_publish(d->o.broker, x->dst->topic, strlen(x->dst->topic), p, 0,
+                               on_published);
+    }
+    if (rc != 0)
+        tn_pub_fini(p);
+    return rc;
+}
+
+/* Start a batch to dst from the waiting entries routed to it, beginning at
+ * window index first. */
+static void send_batch(tn_dispatch_t *d, const tn_meta_state_t *s, dest_t *dst, size_t first,
+                       uint64_t owner)
+{
+    uint32_t max = d->o.batch_records;
+    size_t bytes = 0;
+    uint32_t n = 0;
+    size_t len = strlen(dst->topic);
+    /* Count first, then fill (the batch is one allocation). */
+    for (size_t i = first; i < d->n && n < max; i++) {
+        const entry_t *e = &d->win[(d->head + i) % d->cap];
+        if (e->state != E_WAITING || e->partition != dst->partition || e->rec->topic.len != len ||
+            memcmp(e->rec->topic.base, dst->topic, len) != 0)
+            continue;
+        size_t b = e->rec->key.len + e->rec->body.len + 32;
+        if (n > 0 && bytes + b > d->o.batch_bytes)
+            break;
+        bytes += b;
+        n++;
+    }
+    if (n == 0)
+        return;
+    send_t *x = tn_calloc(1, sizeof(*x) + n * sizeof(x->recs[0]));
+    uint64_t *seqs = x != NULL ? tn_malloc(n * sizeof(*seqs)) : NULL;
+    if (seqs == NULL) {
+        tn_free(x);
+        return;
+    }
+    x->d = d;
+    x->dst = dst;
+    x->n = n;
+    x->seqs = seqs;
+    uint32_t k = 0;
+    for (size_t i = first; i < d->n && k < n; i++) {
+        entry_t *e = &d->win[(d->head + i) % d->cap];
+        if (e->state != E_WAITING || e->partition != dst->partition || e->rec->topic.len != len ||
+            memcmp(e->rec->topic.base, dst->topic, len) != 0)
+            continue;
+        e->state = E_SENDING;
+        x->seqs[k] = d->base + i;
+        x->recs[k].key = e->rec->key;
+        x->recs[k].body = e->rec->body;
+        x->recs[k].deliver_at_ms = e->rec->deliver_at_ms;
+        x->recs[k].created_ms = e->rec->created_ms;
+        k++;
+    }
+    dst->busy = true;
+    d->inflight++;
+    x->next = d->sends;
+    if (d->sends != NULL)
+        d->sends->prev = x;
+    d->sends = x;
+    int rc;
+    if (owner == d->o.node_id) {
+        rc = send_local(d, x);
+    } else {
+        const tn_meta_member_t *m = tn_meta_member_find(s, owner);
+        x->call.data = x;
+        rc = m == NULL || m->api_addr[0] == '\0'
+                 ? UV_EHOSTUNREACH
+                 : tn_commit_call(d->o.rpc, m->api_addr, dst->topic, dst->partition, x->recs, n,
+                                  d->o.commit_timeout_ms, &x->call, on_committed);
+    }
+    if (rc != 0)
+        send_end(x, rc, 0, true); /* back to waiting, retried after the backoff */
+}
+
+/* --- the pass ------------------------------------------------------------------------ */
+
+static void pass(tn_dispatch_t *d)
+{
+    maybe_read(d);
+    if (!tn_meta_ready(d->o.meta)) {
+        schedule(d, PASS_IDLE_MS);
+        return;
+    }
+    const tn_meta_state_t *s = tn_meta_state(d->o.meta);
+    int64_t now = tn_now_mono_ns();
+    bool waiting = false;
+    for (size_t i = 0; i < d->n && d->inflight < d->o.max_inflight && !d->stopping; i++) {
+        entry_t *e = &d->win[(d->head + i) % d->cap];
+        if (e->state != E_WAITING)
+            continue;
+        waiting = true;
+        const tn_irec_t *rec = e->rec;
+        char name[TN_NAME_MAX + 1];
+        size_t len = TN_MIN(rec->topic.len, (size_t)TN_NAME_MAX);
+        memcpy(name, rec->topic.base, len);
+        name[len] = '\0';
+        const tn_meta_topic_entry_t *t = tn_meta_topic_find(s, name);
+        if (t == NULL) {
+            confirm_gone(d, rec);
+            continue;
+        }
+        if (e->partition >= t->rec.partitions) {
+            if (rec->pinned) {
+                /* Its partition is gone (the topic was made again with
+                 * fewer): nowhere it was meant to go. */
+                TN_LOG_RL(TN_LOG_WARN, 10000,
+                          "ingress log: a record for %s/%u, which no longer exists, is dropped",
+                          name, e->partition);
+                e->state = E_DONE;
+                d->st.dropped++;
+                continue;
+            }
+            e->partition %= t->rec.partitions;
+        }
+        uint64_t owner = tn_meta_state_owner(s, name, e->partition);
+        bool alive = alive_member(s, owner) != NULL;
+        uint32_t q;
+        if ((!alive || stuck(d, name, e->partition, now)) && !rec->pinned &&
+            reroute(d, s, t, e->partition, now, &q)) {
+            e->partition = q;
+            d->st.reroutes++;
+            owner = tn_meta_state_owner(s, name, q);
+            alive = true;
+        }
+        if (!alive)
+            continue; /* waits for its owner (a stuck one is still tried) */
+        tn_iov_t topic = tn_iov(name, len);
+        dest_t *dst = dest_get(d, &topic, e->partition);
+        if (dst == NULL || dst->busy || dst->retry_ns > now)
+            continue;
+        send_batch(d, s, dst, i, owner);
+    }
+    advance(d);
+    if (!d->stopping && (waiting || d->reading))
+        schedule(d, PASS_IDLE_MS);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    tn_dispatch_t *d = t->data;
+    d->scheduled = false;
+    if (!d->stopping)
+        pass(d);
+}
+
+static void schedule(tn_dispatch_t *d, uint64_t ms)
+{
+    if (d->stopping)
+        return;
+    if (d->scheduled && ms > 0)
+        return; /* one is coming */
+    d->scheduled = true;
+    uv_timer_start(&d->timer, on_timer, ms, 0);
+}
+
+void tn_dispatch_kick(void *arg)
+{
+    schedule(arg, 0);
+}
+
+/* --- life ------------------------------------------------------------------------ */
+
+int tn_dispatch_new(const tn_dispatch_opts_t *o, tn_dispatch_t **out)
+{
+    tn_dispatch_t *d = tn_calloc(1, sizeof(*d));
+    if (d == NULL)
+        return UV_ENOMEM;
+    d->o = *o;
+    if (d->o.commit_timeout_ms == 0)
+        d->o.commit_timeout_ms = 30000;
+    if (d->o.window_records == 0)
+        d->o.window_records = 4096;
+    if (d->o.window_bytes == 0)
+        d->o.window_bytes = 16u << 20;
+    if (d->o.batch_bytes == 0 || d->o.batch_bytes > (1u << 20))
+        d->o.batch_bytes = 1u << 20;
+    if (d->o.batch_records == 0)
+        d->o.batch_records = 1024;
+    if (d->o.max_inflight == 0)
+        d->o.max_inflight = 16;
+    d->cap = d->o.window_records;
+    d->win = tn_calloc(d->cap, sizeof(*d->win));
+    if (d->win == NULL) {
+        tn_free(d);
+        return UV_ENOMEM;
+    }
+    d->base = d->read_next = d->ckpt_done = tn_ilog_checkpoint_seq(o->ilog);
+    tn_hist_init(&d->latency);
+    uv_timer_init(o->loop, &d->timer);
+    d->timer.data = d;
+    *out = d;
+    schedule(d, 0); /* what a previous run left */
+    return 0;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    tn_dispatch_t *d = h->data;
+    d->stop_cb(d->stop_arg);
+}
+
+static void maybe_stopped(tn_dispatch_t *d)
+{
+    if (d->inflight > 0 || d->reading || d->checkpointing || d->confirming ||
+        d->stop_cb == NULL || uv_is_closing((uv_handle_t *)&d->timer))
+        return;
+    uv_close((uv_handle_t *)&d->timer, on_timer_closed);
+}
+
+void tn_dispatch_stop(tn_dispatch_t *d, void (*cb)(void *arg), void *arg)
+{
+    d->stopping = true;
+    d->stop_cb = cb;
+    d->stop_arg = arg;
+    uv_timer_stop(&d->timer);
+    d->scheduled = false;
+    for (send_t *x = d->sends; x != NULL; x = x->next)
+        if (!x->local)
+            tn_commit_call_cancel(&x->call);
+    maybe_stopped(d);
+}
+
+void tn_dispatch_free(tn_dispatch_t *d)
+{
+    if (d == NULL)
+        return;
+    while (d->chunks != NULL) {
+        chunk_t *c = d->chunks;
+        d->chunks = c->next;
+        tn_ilog_batch_fini(&c->b);
+        tn_free(c);
+    }
+    while (d->dests != NULL) {
+        dest_t *x = d->dests;
+        d->dests = x->next;
+        tn_free(x);
+    }
+    tn_free(d->win);
+    tn_free(d);
+}
+
+void tn_dispatch_stats(const tn_dispatch_t *d, tn_dispatch_stats_t *out)
+{
+    *out = d->st;
+    out->window = d->n;
+}
+
+/* --- metrics ------------------------------------------------------------------------ */
+
+int tn_dispatch_metrics_write(const tn_dispatch_t *d, tn_buf_t *out)
+{
+    tn_ilog_stats_t ls;
+    tn_ilog_stats(d->o.ilog, &ls);
+    const tn_meta_state_t *s = tn_meta_state(d->o.meta);
+    char line[512];
+    int rc = 0;
+#define EMIT(...)                                                                                  \
+    do {                                                                                           \
+        int n_ = snprintf(line, sizeof(line), __VA_ARGS__);                                        \
+        if (rc == 0)                                                                               \
+            rc = tn_buf_append(out, line, (size_t)n_);                                             \
+    } while (0)
+    EMIT("# HELP tern_ingress_records Records in this node's ingress log not yet committed to "
+         "their owner.\n# TYPE tern_ingress_records gauge\ntern_ingress_records %" PRIu64 "\n",
+         ls.pending_records);
+    EMIT("# HELP tern_ingress_bytes Bytes of those records.\n# TYPE tern_ingress_bytes "
+         "gauge\ntern_ingress_bytes %" PRIu64 "\n",
+         ls.pending_bytes);
+    EMIT("# HELP tern_ingress_disk_bytes Bytes of the ingress log's segment files.\n# TYPE "
+         "tern_ingress_disk_bytes gauge\ntern_ingress_disk_bytes %" PRIu64 "\n",
+         ls.bytes);
+    EMIT("# HELP tern_ingress_segments Segment files of the ingress log.\n# TYPE "
+         "tern_ingress_segments gauge\ntern_ingress_segments %" PRIu64 "\n",
+         (uint64_t)ls.segments);
+    int64_t age = ls.pending_records > 0 && ls.oldest_pending_ms > 0
+                      ? tn_now_wall_ms() - ls.oldest_pending_ms
+                      : 0;
+    EMIT("# HELP tern_ingress_oldest_record_age_seconds Age of the oldest record not yet "
+         "committed to its owner.\n# TYPE tern_ingress_oldest_record_age_seconds "
+         "gauge\ntern_ingress_oldest_record_age_seconds %.3f\n",
+         age > 0 ? (double)age / 1000.0 : 0.0);
+    /* Per destination node: what the window holds for each owner. */
+    EMIT("# HELP tern_ingress_waiting_records Records read from the ingress log and waiting for "
+         "their owner, by owner node.\n# TYPE tern_ingress_waiting_records gauge\n");
+    EMIT("# HELP tern_ingress_waiting_bytes Their bytes, by owner node.\n# TYPE "
+         "tern_ingress_waiting_bytes gauge\n");
+    for (size_t m = 0; m < s->nmembers && rc == 0; m++) {
+        uint64_t id = s->members[m].id;
+        uint64_t recs = 0, bytes = 0;
+        for (size_t i = 0; i < d->n; i++) {
+            const entry_t *e = &d->win[(d->head + i) % d->cap];
+            if (e->state == E_DONE)
+                continue;
+            char name[TN_NAME_MAX + 1];
+            size_t len = TN_MIN(e->rec->topic.len, (size_t)TN_NAME_MAX);
+            memcpy(name, e->rec->topic.base, len);
+            name[len] = '\0';
+            if (tn_meta_state_owner(s, name, e->partition) == id) {
+                recs++;
+                bytes += e->rec->key.len + e->rec->body.len;
+            }
+        }
+        EMIT("tern_ingress_waiting_records{node=\"%" PRIu64 "\"} %" PRIu64 "\n", id, recs);
+        EMIT("tern_ingress_waiting_bytes{node=\"%" PRIu64 "\"} %" PRIu64 "\n", id, bytes);
+    }
+    EMIT("# HELP tern_dispatch_records_total Records the dispatcher moved, by outcome.\n# TYPE "
+         "tern_dispatch_records_total counter\n");
+    EMIT("tern_dispatch_records_total{outcome=\"committed\"} %" PRIu64 "\n", d->st.committed);
+    EMIT("tern_dispatch_records_total{outcome=\"rerouted\"} %" PRIu64 "\n", d->st.reroutes);
+    EMIT("tern_dispatch_records_total{outcome=\"dropped\"} %" PRIu64 "\n", d->st.dropped);
+    EMIT("# HELP tern_dispatch_batch_failures_total Commit batches that failed and were "
+         "retried.\n# TYPE tern_dispatch_batch_failures_total counter\n"
+         "tern_dispatch_batch_failures_total %" PRIu64 "\n",
+         d->st.failures);
+#undef EMIT
+    if (rc == 0)
+        rc = tn_hist_write(&d->latency, "tern_dispatch_latency_seconds", "",
+                           "From a record's acceptance here to its owner's durability.", out);
+    return rc;
+}

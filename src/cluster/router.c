@@ -1,0 +1,148 @@
+/* The router. See router.h. */
+#include "core/platform.h"
+
+#include "cluster/router.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
+
+#include <string.h>
+
+struct tn_router_s {
+    tn_router_opts_t o;
+    uint32_t next; /* round robin for unpinned publishes with no local partition */
+    tn_router_stats_t st;
+};
+
+/* A publish being accepted into the ingress log: owned by the router from
+ * tn_ilog_append until its callback. recs borrow p's keys and bodies (p
+ * lives until its door's callback, which runs last). */
+typedef struct {
+    tn_ilog_append_t a;
+    tn_router_t *r;
+    tn_pub_t *p;
+    uint32_t partition;
+    tn_irec_t recs[];
+} spill_t;
+
+int tn_router_new(const tn_router_opts_t *o, tn_router_t **out)
+{
+    tn_router_t *r = tn_calloc(1, sizeof(*r));
+    if (r == NULL)
+        return UV_ENOMEM;
+    r->o = *o;
+    *out = r;
+    return 0;
+}
+
+void tn_router_free(tn_router_t *r)
+{
+    tn_free(r);
+}
+
+void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out)
+{
+    *out = r->st;
+}
+
+static bool member_alive(const tn_router_t *r, uint64_t id)
+{
+    if (id == 0)
+        return false;
+    const tn_meta_member_t *m = tn_meta_member_find(tn_meta_state(r->o.meta), id);
+    return m != NULL && m->status == TN_MEMBER_ALIVE;
+}
+
+/* The partition an unpinned publish for t is accepted for: the next one,
+ * round robin, whose owner is alive; the next one at all when none is
+ * (its owner gets it when it is back, or the dispatcher reroutes it). */
+static uint32_t pick(tn_router_t *r, const tn_topic_t *t)
+{
+    uint32_t start = r->next++;
+    for (uint32_t k = 0; k < t->nparts; k++) {
+        uint32_t idx = (start + k) % t->nparts;
+        if (member_alive(r, t->parts[idx]->owner))
+            return idx;
+    }
+    return start % t->nparts;
+}
+
+static void on_spilled(tn_ilog_append_t *a, int status)
+{
+    spill_t *s = a->data;
+    tn_router_t *r = s->r;
+    tn_pub_t *p = s->p;
+    if (status == 0) {
+        r->st.accepted++;
+        r->st.accepted_records += p->n;
+        p->partition = s->partition;
+        p->first_offset = 0;
+        p->remote = true;
+    } else {
+        r->st.failed++;
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "ingress log: accepting %u message(s) for %s/%u failed: %s",
+                  p->n, p->topic != NULL ? p->topic->name : "?", s->partition,
+                  tn_strerror(status));
+    }
+    tn_free(s);
+    p->route_cb(p, status);
+    if (status == 0 && r->o.accepted != NULL)
+        r->o.accepted(r->o.accepted_arg);
+}
+
+/* Accept p (the engine said TN_EREMOTE; p->topic is the engine's topic)
+ * into the ingress log. 0 when under way, else the error (nothing taken). */
+static int spill(tn_router_t *r, tn_pub_t *p)
+{
+    const tn_topic_t *t = p->topic;
+    if (r->o.ilog == NULL || t == NULL || t->nparts == 0)
+        return TN_EREMOTE;
+    spill_t *s = tn_malloc(sizeof(*s) + (size_t)p->n * sizeof(s->recs[0]));
+    if (s == NULL)
+        return UV_ENOMEM;
+    memset(&s->a, 0, sizeof(s->a));
+    s->a.data = s;
+    s->r = r;
+    s->p = p;
+    s->partition = p->pinned ? p->pin : pick(r, t);
+    int64_t now = tn_now_wall_ms();
+    size_t name_len = strlen(t->name);
+    for (uint32_t i = 0; i < p->n; i++) {
+        tn_irec_t *rec = &s->recs[i];
+        rec->topic = tn_iov(t->name, name_len);
+        rec->key = p->recs[i].key;
+        rec->body = p->recs[i].body;
+        rec->partition = s->partition;
+        rec->pinned = p->pinned;
+        rec->deliver_at_ms = p->deliver_at_ms;
+        rec->created_ms = now;
+    }
+    int rc = tn_ilog_append(r->o.ilog, &s->a, s->recs, p->n, on_spilled);
+    if (rc != 0)
+        tn_free(s);
+    return rc;
+}
+
+static void on_engine_done(tn_pub_t *p, int status)
+{
+    if (status == TN_EREMOTE) {
+        status = spill(p->route, p);
+        if (status == 0)
+            return; /* on_spilled answers */
+    }
+    p->route_cb(p, status);
+}
+
+int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,
+                      int64_t deliver_at_ms, tn_pub_cb cb)
+{
+    p->route = r;
+    p->route_cb = cb;
+    p->remote = false;
+    int rc = tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
+    if (rc == TN_EREMOTE)
+        rc = spill(r, p);
+    return rc;
+}

@@ -1,0 +1,169 @@
+"""Produce on any node (tests/cluster/harness.py): a produce for a partition
+another node owns is accepted into this node's ingress log, acknowledged
+once durable there, and moved to the owner by the dispatcher; it survives
+the SIGKILL of the node that took it; an unpinned record whose owner dies
+goes to a partition with a live owner; the NSQ doors publish on a node
+that owns none of the topic's partitions.
+
+Run: python3 tests/cluster/test_produce.py --ternd build/ternd
+"""
+import argparse
+import json
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+OCTET = {"Content-Type": "application/octet-stream"}
+
+
+class Produce(harness.ClusterTest):
+    def alive(self, node):
+        status, body = node.request("GET", "/v1/cluster/members")
+        if status != 200:
+            return 0
+        return sum(1 for m in body["members"] if m["status"] == "alive")
+
+    def owners(self, node, topic):
+        status, body = node.request("GET", f"/v1/topics/{topic}")
+        if status != 200:
+            return None
+        return [p["owner_node"] for p in body["partition_stats"]]
+
+    def node(self, c, node_id):
+        return [n for n in c.nodes if str(n.id) == str(node_id)][0]
+
+    def produce(self, node, topic, body, query=""):
+        return node.request("POST", f"/v1/topics/{topic}/produce{query}", body.encode(),
+                            headers=OCTET)
+
+    def read_partition(self, owner, topic, p):
+        """Every payload partition p holds, read on its owner (replay reads
+        from offset 0 until there is nothing more)."""
+        out, offset = [], 0
+        while True:
+            status, m = owner.request(
+                "GET", f"/v1/topics/{topic}/consume?partition={p}&offset={offset}")
+            if status == 204:
+                return out
+            self.assertEqual(status, 200, m)
+            out.append(m["payload"])
+            offset += 1
+
+    def wait_partition(self, c, topic, p, expect):
+        owner = self.node(c, self.owners(c.nodes[0], topic)[p])
+        wait_until(f"{topic}/{p} on node {owner.id} holding {len(expect)}",
+                   lambda: sorted(self.read_partition(owner, topic, p)) == sorted(expect), 60)
+
+    def start(self, n=3, **kw):
+        c = self.make(n, **kw).start()
+        wait_until("every member alive", lambda: self.alive(c.nodes[0]) == n)
+        return c
+
+    def test_produce_to_every_partition_through_every_node(self):
+        c = self.start()
+        status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "t", "partitions": 3})
+        self.assertEqual(status, 201, body)
+        wait_until("the owners everywhere",
+                   lambda: all(self.owners(n, "t") == ["1", "2", "3"] for n in c.nodes))
+        expect = {p: [] for p in range(3)}
+        for node in c.nodes:
+            for p in range(3):
+                body = f"n{node.id}p{p}"
+                status, answer = self.produce(node, "t", body, f"?partition={p}")
+                self.assertEqual(status, 202, answer)
+                expect[p].append(body)
+            # A batch through this node, split over the owners.
+            batch = [{"payload": f"b{node.id}p{p}", "partition": p} for p in range(3)]
+            status, answer = node.request("POST", "/v1/topics/t/produce/batch", batch)
+            self.assertEqual(status, 202, answer)
+            self.assertEqual(answer, {"accepted": 3})
+            for p in range(3):
+                expect[p].append(f"b{node.id}p{p}")
+        for p in range(3):
+            self.wait_partition(c, "t", p, expect[p])
+        # The nodes that took others' records moved them all.
+        for node in c.nodes:
+            wait_until(f"node {node.id}'s ingress log empty",
+                       lambda n=node: self.metric(n, "tern_ingress_records") == 0)
+            self.assertGreaterEqual(
+                self.metric(node, 'tern_dispatch_records_total{outcome="committed"}'), 4)
+
+    def metric(self, node, name):
+        status, text = node.request("GET", "/metrics", auth=False)
+        self.assertEqual(status, 200)
+        text = text.decode() if isinstance(text, bytes) else json.dumps(text)
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        self.fail(f"no {name} in node {node.id}'s /metrics")
+
+    def test_nsq_publish_on_nodes_without_a_partition(self):
+        c = self.start()
+        status, answer = c.nodes[0].request("POST", "/topic/create?topic=nsq", b"", auth=False)
+        self.assertEqual(status, 200, answer)
+        wait_until("its owner everywhere",
+                   lambda: all(self.owners(n, "nsq") == ["1"] for n in c.nodes))
+        expect = []
+        for node in c.nodes:
+            status, answer = node.request("POST", "/pub?topic=nsq", f"pub{node.id}".encode(),
+                                          auth=False)
+            self.assertEqual(status, 200, answer)
+            expect.append(f"pub{node.id}")
+            status, answer = node.request("POST", "/mpub?topic=nsq",
+                                          f"m{node.id}a\nm{node.id}b".encode(), auth=False)
+            self.assertEqual(status, 200, answer)
+            expect += [f"m{node.id}a", f"m{node.id}b"]
+        self.wait_partition(c, "nsq", 0, expect)
+
+    def test_accepted_records_survive_sigkill_of_the_node_that_took_them(self):
+        c = self.start()
+        status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "k", "partitions": 3})
+        self.assertEqual(status, 201, body)
+        wait_until("the owners everywhere",
+                   lambda: all(self.owners(n, "k") == ["1", "2", "3"] for n in c.nodes))
+        taker, owner = c.nodes[0], c.nodes[1]
+        owner.kill()  # the records wait in the taker's ingress log
+        expect = []
+        for i in range(20):
+            status, answer = self.produce(taker, "k", f"k{i}", "?partition=1")
+            self.assertEqual(status, 202, answer)
+            expect.append(f"k{i}")
+        taker.kill()
+        owner.start()
+        taker.start()
+        c.wait_ready()
+        self.wait_partition(c, "k", 1, expect)
+
+    def test_unpinned_records_of_a_dead_owner_go_to_a_live_one(self):
+        c = self.start(args=["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s"])
+        status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "r", "partitions": 2})
+        self.assertEqual(status, 201, body)
+        wait_until("the owners everywhere",
+                   lambda: all(self.owners(n, "r") == ["1", "2"] for n in c.nodes))
+        taker = c.nodes[2]  # owns no partition of r: every produce goes through its log
+        c.nodes[1].kill()   # the owner of partition 1, not yet known dead
+        expect = []
+        for i in range(20):
+            status, answer = self.produce(taker, "r", f"r{i}")
+            self.assertEqual(status, 202, answer)
+            expect.append(f"r{i}")
+        # Once partition 1's owner is dead, what waited for it goes to 0.
+        self.wait_partition(c, "r", 0, expect)
+        self.assertGreater(self.metric(taker, 'tern_dispatch_records_total{outcome="rerouted"}'),
+                           0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    harness.set_ternd(args.ternd)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
