@@ -34,7 +34,9 @@
  *      advance durable_next, complete durable appends.
  *   5. Relaxed partitions sync when their unsynced messages, bytes or age
  *      pass the configured limits (the tick handles age).
- *   6. Run control requests (GC, close) in order. */
+ *   6. Run control requests (GC, close) in order.
+ * The ingress log's appends ride in the same rounds: written after step 2,
+ * synced and completed after step 4 (ilog.c). */
 #include "core/platform.h"
 
 #include "storage/plog.h"
@@ -46,6 +48,7 @@
 #include "core/time.h"
 #include "core/crc32c.h"
 #include "storage/disk.h"
+#include "storage/ilog.h"
 #include "storage/io.h"
 
 #include <dirent.h>
@@ -843,6 +846,8 @@ static void relaxed_remove(log_scratch_t *ls, tn_plog_t *plog)
 void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
 {
     tn_store_t *store = c->store;
+    /* The ingress log's appends share the round (ilog.c). */
+    tn__sreq_t *ingress = tn__ilog_take(&round);
     if (c->scratch == NULL) {
         c->scratch = tn_calloc(1, sizeof(log_scratch_t));
         if (c->scratch == NULL) {
@@ -883,6 +888,7 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
         for (tn_plog_t *p = logs; p != NULL; p = p->rnext)
             write_log(c, p, now_ns);
     }
+    tn__ilog_write(c, ingress);
 
     /* Tally each log's round and fix its mode before any request goes
      * back: a request completed early belongs to the loop thread again
@@ -956,6 +962,7 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
     }
     if (head != NULL)
         tn__store_complete(store, head, tail);
+    tn__ilog_sync(c, ingress);
 
     /* 6. Control requests, in order. */
     tn__round_exec(c, controls);

@@ -37,6 +37,14 @@ def wal_frame(op, seq, payload, sync_mark=0):
     return struct.pack("<I", crc32c(rest)) + rest
 
 
+def ingress_frame(seq, topic, body, key=b"", partition=0, pinned=False, sync_mark=0,
+                  deliver_at=0, created=1700000000000):
+    payload = (struct.pack("<BBIH", 1, 1 if pinned else 0, sync_mark, len(topic)) + topic +
+               struct.pack("<H", len(key)) + key +
+               struct.pack("<IqqI", partition, deliver_at, created, len(body)) + body)
+    return b"TNI1" + struct.pack("<IQI", len(payload), seq, crc32c(payload)) + payload
+
+
 def checkpoint(seq, frontier, settled=(), requeued=(), paused=False):
     body = struct.pack("<IIQQQQQII", 1, 1 if paused else 0, seq, frontier, 5, 2, 1,
                        len(settled), len(requeued))
@@ -158,6 +166,20 @@ def main():
     write(wr, "seed-old-frames", struct.pack("<H", len(ck)) + ck +
           wal_frame(1, 2, struct.pack("<Q", 3)) + wal_frame(1, 3, struct.pack("<Q", 4)) +
           wal_frame(1, 4, struct.pack("<Q", 10)))
+
+    il = os.path.join(here, "ilog_record", "corpus")
+    frames = b"".join(ingress_frame(i, b"orders", (b"produce %d " % i) * (1 + i % 4),
+                                    key=b"user-%d" % i if i % 2 else b"", partition=i % 3,
+                                    pinned=i % 2 == 1, sync_mark=40 * i,
+                                    deliver_at=5000 if i % 5 == 0 else 0)
+                      for i in range(12))
+    write(il, "seed-segment", frames)
+    write(il, "seed-one", ingress_frame(0, b"t", b"hello"))
+    write(il, "seed-empty-body", ingress_frame(9, b"a.b-c_d", b"", key=b"k"))
+    write(il, "seed-torn", frames[:-9])
+    bad = bytearray(frames)
+    bad[len(frames) // 2] ^= 0x10
+    write(il, "seed-damaged", bytes(bad))
 
     wire_seeds(here)
 
