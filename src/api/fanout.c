@@ -39,6 +39,7 @@ struct runner_s {
 
 struct tn_fanout_s {
     tn_broker_t *broker;
+    tn_router_t *router;
     tn_meta_t *meta;
     runner_t *runners;
     uv_timer_t timer;
@@ -118,7 +119,7 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     if (at <= tn_now_wall_ms())
         at = 0;
     r->copies++;
-    rc = tn_broker_publish(r->f->broker, r->child, strlen(r->child), &cp->pub, at, on_copied);
+    rc = tn_router_publish(r->f->router, r->child, strlen(r->child), &cp->pub, at, on_copied);
     if (rc != 0)
         on_copied(&cp->pub, rc);
 }
@@ -271,12 +272,14 @@ static void on_timer(uv_timer_t *h)
     tn_fanout_sync(h->data);
 }
 
-int tn_fanout_new(uv_loop_t *loop, tn_broker_t *b, tn_meta_t *m, tn_fanout_t **out)
+int tn_fanout_new(uv_loop_t *loop, tn_broker_t *b, tn_router_t *router, tn_meta_t *m,
+                  tn_fanout_t **out)
 {
     tn_fanout_t *f = tn_calloc(1, sizeof(*f));
     if (f == NULL)
         return UV_ENOMEM;
     f->broker = b;
+    f->router = router;
     f->meta = m;
     uv_timer_init(loop, &f->timer);
     f->timer.data = f;

@@ -29,6 +29,7 @@
 
 #include "core/platform.h"
 
+#include "cluster/router.h"
 #include "meta/meta.h"
 #include "queue/queue.h"
 
@@ -36,7 +37,9 @@ typedef struct tn_fanout_s tn_fanout_t;
 
 #define TN_FANOUT_CHANNEL_PREFIX "fanout."
 
-int tn_fanout_new(uv_loop_t *loop, tn_broker_t *b, tn_meta_t *m, tn_fanout_t **out);
+/* Copies go through router (cluster/router.h), like every produce. */
+int tn_fanout_new(uv_loop_t *loop, tn_broker_t *b, tn_router_t *router, tn_meta_t *m,
+                  tn_fanout_t **out);
 void tn_fanout_sync(tn_fanout_t *f);
 /* The parent messages child's link has not copied yet; false when its
  * runner is not running (yet). */

@@ -184,9 +184,12 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
         put(b, "tern_ws_rejected_total{reason=\"slow_consumer\"} %" PRIu64 "\n", ws.slow_closes);
     }
     per_topic(m, b);
-    if (m->rpc != NULL)
-        return tn_rpc_metrics_write(m->rpc, b);
-    return 0;
+    int rc = m->rpc != NULL ? tn_rpc_metrics_write(m->rpc, b) : 0;
+    if (rc == 0 && m->dataplane != NULL)
+        rc = tn_dataplane_metrics_write(m->dataplane, b);
+    if (rc == 0 && m->dispatch != NULL)
+        rc = tn_dispatch_metrics_write(m->dispatch, b);
+    return rc;
 }
 
 static void on_metrics(tn_http_request_t *r, void *arg)

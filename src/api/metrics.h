@@ -16,15 +16,19 @@
 
 #include "api/nsq/http.h"
 #include "api/ws.h"
+#include "cluster/dataplane.h"
+#include "cluster/dispatch.h"
 #include "cluster/rpc.h"
 #include "proto/nsq/server.h"
 
 typedef struct {
     tn_nsq_http_t *api; /* borrowed: broker, readiness, version */
     tn_nsq_server_t *nsq;
-    tn_http_server_t *http; /* the API server, for its connection counts */
-    tn_ws_t *ws;            /* NULL: the live feed is off */
-    tn_rpc_t *rpc;          /* node RPC: the calls this node made; NULL before it opened */
+    tn_http_server_t *http;    /* the API server, for its connection counts */
+    tn_ws_t *ws;               /* NULL: the live feed is off */
+    tn_rpc_t *rpc;             /* node RPC: the calls this node made; NULL before it opened */
+    tn_dataplane_t *dataplane; /* commits other nodes made here; NULL: none */
+    tn_dispatch_t *dispatch;   /* the ingress log and its dispatcher; NULL: none (a lone node) */
     uint32_t max_topics;
 } tn_metrics_t;
 

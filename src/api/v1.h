@@ -43,6 +43,7 @@
 #include "api/quota.h"
 #include "auth/authn.h"
 #include "auth/nsqauth.h"
+#include "cluster/router.h"
 #include "meta/meta.h"
 #include "proto/http/server.h"
 #include "queue/queue.h"
@@ -63,6 +64,7 @@ typedef struct {
 typedef struct tn_v1_s {
     tn_meta_t *meta;
     tn_broker_t *broker;
+    tn_router_t *router; /* where produces go (cluster/router.h) */
     tn_authn_t *authn;
     struct tn_consume_s *consume; /* api/consume.h */
     struct tn_fanout_s *fanout;   /* api/fanout.h */
@@ -75,7 +77,8 @@ typedef struct tn_v1_s {
 } tn_v1_t;
 
 /* 0 or an error; tn_v1_close releases it. */
-int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, const tn_v1_opts_t *o);
+int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, tn_router_t *router,
+               const tn_v1_opts_t *o);
 /* Register the guard and routes on srv; v is borrowed for its lifetime. */
 int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v);
 void tn_v1_close(tn_v1_t *v);

@@ -647,8 +647,8 @@ static void on_timer_closed(uv_handle_t *h)
 
 static void maybe_stopped(tn_dispatch_t *d)
 {
-    if (d->inflight > 0 || d->reading || d->checkpointing || d->confirming ||
-        d->stop_cb == NULL || uv_is_closing((uv_handle_t *)&d->timer))
+    if (d->inflight > 0 || d->reading || d->checkpointing || d->confirming || d->stop_cb == NULL ||
+        uv_is_closing((uv_handle_t *)&d->timer))
         return;
     uv_close((uv_handle_t *)&d->timer, on_timer_closed);
 }

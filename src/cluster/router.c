@@ -42,6 +42,12 @@ void tn_router_free(tn_router_t *r)
     tn_free(r);
 }
 
+void tn_router_on_accepted(tn_router_t *r, void (*cb)(void *arg), void *arg)
+{
+    r->o.accepted = cb;
+    r->o.accepted_arg = arg;
+}
+
 void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out)
 {
     *out = r->st;
@@ -83,8 +89,7 @@ static void on_spilled(tn_ilog_append_t *a, int status)
     } else {
         r->st.failed++;
         TN_LOG_RL(TN_LOG_ERROR, 10000, "ingress log: accepting %u message(s) for %s/%u failed: %s",
-                  p->n, p->topic != NULL ? p->topic->name : "?", s->partition,
-                  tn_strerror(status));
+                  p->n, p->topic != NULL ? p->topic->name : "?", s->partition, tn_strerror(status));
     }
     tn_free(s);
     p->route_cb(p, status);

@@ -42,9 +42,10 @@ typedef struct {
 } tn_router_opts_t;
 
 int tn_router_new(const tn_router_opts_t *o, tn_router_t **out);
-/* Publishes still in the ingress log's group commit complete with their
- * status first (the log closes after the router). */
+/* After the ingress log closed (its appends in flight have answered). */
 void tn_router_free(tn_router_t *r);
+/* Set the accepted hook (tn_router_opts_t) once its target exists. */
+void tn_router_on_accepted(tn_router_t *r, void (*cb)(void *arg), void *arg);
 
 /* Publish p as tn_broker_publish does (same arguments, same statuses),
  * except that a publish for partitions another node owns is accepted into

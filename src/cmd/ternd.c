@@ -11,7 +11,10 @@
  *   3. Open the queue engine: it recovers every partition log and channel
  *      log on disk. A partition found damaged is isolated and reported;
  *      the others serve.
- *   4. Start the metastore (its Raft listener), then the doors: the NSQ
+ *   4. Start the metastore (its Raft listener), then, in a cluster, open
+ *      the ingress log (what this node accepted for other nodes'
+ *      partitions: recovered, then dispatched once node RPC is up), then
+ *      the doors, which all publish through the router: the NSQ
  *      TCP listener, the HTTP listener and its APIs, the metrics listener,
  *      lookupd registration. Listener addresses were resolved in step 1,
  *      so nothing here looks up a name. If any of them fails (a port in
@@ -19,10 +22,11 @@
  *      started, and exit with status 1 without ever logging "ready".
  *      Otherwise log "ready" and run the loop until SIGINT or SIGTERM.
  *   5. Shut down in reverse: close the listener and every connection
- *      (in-flight messages go back to their channels); close the
- *      metastore (what was proposed is answered first, and libraft closes
+ *      (in-flight messages go back to their channels); stop the dispatcher
+ *      (what it has not committed stays in the ingress log); close node
+ *      RPC; close the metastore (what was proposed is answered first, and libraft closes
  *      once it writes nothing: meta.c); then the engine: let its storage
- *      requests finish, close every log, stop the storage threads and
+ *      requests finish, close every log and the ingress log, stop the storage threads and
  *      release the lock; remove the pid file. The loop then closes with
  *      nothing left on it. */
 #include "core/platform.h"
@@ -44,9 +48,13 @@
 #include "proto/nsq/lookupd.h"
 #include "proto/nsq/server.h"
 #include "cluster/control.h"
+#include "cluster/dataplane.h"
+#include "cluster/dispatch.h"
+#include "cluster/router.h"
 #include "cluster/rpc.h"
 #include "meta/meta.h"
 #include "queue/queue.h"
+#include "storage/ilog.h"
 #include "storage/store.h"
 
 #include <errno.h>
@@ -79,15 +87,20 @@ typedef struct {
     uv_signal_t sigterm;
     int rc;
     uint64_t raft_id;
-    bool cluster;             /* peers or join addresses: placement counts */
-    bool security;            /* security-enabled */
-    const char *raft_address; /* borrowed from the configuration */
-    tn_meta_peer_t *peers;    /* --peers for the metastore, or NULL */
-    tn_control_t *control;    /* the cluster control plane on node RPC */
-    tn_rpc_t *rpc;            /* node RPC (QUIC on the HTTP port number, over UDP) */
-    bool stopping;            /* a signal came: leadership transfer, then shut_down */
-    bool shut;                /* shut_down ran */
-    bool meta_drained;        /* libraft left open on the loop: stop the loop and exit */
+    bool cluster;              /* peers or join addresses: placement counts */
+    bool security;             /* security-enabled */
+    const char *raft_address;  /* borrowed from the configuration */
+    tn_meta_peer_t *peers;     /* --peers for the metastore, or NULL */
+    tn_control_t *control;     /* the cluster control plane on node RPC */
+    tn_rpc_t *rpc;             /* node RPC (QUIC on the HTTP port number, over UDP) */
+    tn_dataplane_t *dataplane; /* node RPC's COMMIT: other nodes' produces for our partitions */
+    tn_ilog_t *ilog;           /* in a cluster: produces accepted for other nodes' partitions */
+    tn_router_t *router;       /* what every door publishes through */
+    tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
+    bool dispatch_stopped;
+    bool stopping;     /* a signal came: leadership transfer, then shut_down */
+    bool shut;         /* shut_down ran */
+    bool meta_drained; /* libraft left open on the loop: stop the loop and exit */
 } daemon_t;
 
 static daemon_t *g_daemon;
@@ -109,10 +122,27 @@ static void on_store_closed(tn_store_t *store)
         uv_stop(g_daemon->loop);
 }
 
+/* The ingress log closed (after its appends in flight answered): the
+ * router and the dispatcher have nothing left, then storage closes. */
+static void on_ilog_closed(tn_ilog_t *l)
+{
+    (void)l;
+    daemon_t *d = g_daemon;
+    d->ilog = NULL;
+    tn_dispatch_free(d->dispatch);
+    d->dispatch = NULL;
+    tn_router_free(d->router);
+    d->router = NULL;
+    tn_store_close(d->store, on_store_closed);
+}
+
 static void on_broker_closed(tn_broker_t *b)
 {
     (void)b;
-    tn_store_close(g_daemon->store, on_store_closed);
+    if (g_daemon->ilog != NULL)
+        tn_ilog_close(g_daemon->ilog, on_ilog_closed);
+    else
+        on_ilog_closed(NULL);
 }
 
 /* Then the engine, then storage. */
@@ -171,6 +201,14 @@ static void on_http_closed(void *arg)
         tn_http_server_close(m, on_http_closed, d);
         return;
     }
+    if (d->dispatch != NULL && !d->dispatch_stopped) {
+        /* The dispatcher first: its commits to other nodes are cancelled
+         * (their records stay in the ingress log for the next start). */
+        d->dispatch_stopped = true;
+        d->metrics.dispatch = NULL;
+        tn_dispatch_stop(d->dispatch, on_http_closed, d);
+        return;
+    }
     if (d->rpc != NULL) {
         /* Node RPC next: its calls in flight end, its handlers answer.
          * The metastore stops proposing first (a member registration
@@ -184,6 +222,9 @@ static void on_http_closed(void *arg)
         tn_rpc_close(r, on_http_closed, d);
         return;
     }
+    d->metrics.dataplane = NULL;
+    tn_dataplane_free(d->dataplane); /* its handlers answered: node RPC closed */
+    d->dataplane = NULL;
     if (d->control != NULL) {
         tn_control_t *c = d->control;
         d->control = NULL;
@@ -425,8 +466,13 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     char bind[TN_NETADDR_NAME_MAX + 8];
     snprintf(bind, sizeof(bind), strchr(hp.host, ':') != NULL ? "[%s]:%d" : "%s:%d", hp.host,
              d->api.http_port);
-    size_t nh = 0;
-    const tn_rpc_handler_t *h = tn_control_handlers(d->control, &nh);
+    /* The control plane's operations, then the data plane's. */
+    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS];
+    size_t nh = 0, ndata = 0;
+    const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
+    memcpy(h, ch, nh * sizeof(*h));
+    tn_dataplane_handlers(d->dataplane, h + nh, &ndata);
+    nh += ndata;
     tn_rpc_opts_t ro;
     memset(&ro, 0, sizeof(ro));
     ro.bind = bind;
@@ -443,7 +489,52 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     TN_LOG(TN_LOG_NOTICE, "node RPC listening on %s/udp", tn_rpc_addr(d->rpc));
     tn_control_start(d->control, d->meta, d->rpc);
     d->metrics.rpc = d->rpc;
+    d->metrics.dataplane = d->dataplane;
+    if (d->ilog == NULL)
+        return 0;
+    tn_dispatch_opts_t dopts;
+    memset(&dopts, 0, sizeof(dopts));
+    dopts.loop = d->loop;
+    dopts.broker = d->broker;
+    dopts.meta = d->meta;
+    dopts.ilog = d->ilog;
+    dopts.rpc = d->rpc;
+    dopts.node_id = d->raft_id;
+    if ((rc = tn_dispatch_new(&dopts, &d->dispatch)) != 0) {
+        tn_errbuf(err, errlen, "cannot start the ingress log's dispatcher: %s", tn_strerror(rc));
+        return rc;
+    }
+    tn_router_on_accepted(d->router, tn_dispatch_kick, d->dispatch);
+    d->metrics.dispatch = d->dispatch;
     return 0;
+}
+
+/* The router every door publishes through, and node RPC's data plane; in
+ * a cluster also the ingress log (<data>/ingress), recovered here. */
+static int open_routing(daemon_t *d, char *err, size_t errlen)
+{
+    int rc;
+    if (d->cluster) {
+        char why[512];
+        if ((rc = tn_ilog_open(d->store, &d->ilog, why, sizeof(why))) != 0) {
+            tn_errbuf(err, errlen, "cannot open the ingress log: %s", why);
+            return rc;
+        }
+        tn_ilog_stats_t st;
+        tn_ilog_stats(d->ilog, &st);
+        if (st.pending_records > 0)
+            TN_LOG(TN_LOG_NOTICE,
+                   "ingress log: %" PRIu64 " record(s) accepted for other nodes are still to be "
+                   "committed to their owners",
+                   st.pending_records);
+    }
+    tn_router_opts_t ro = {d->broker, d->meta, d->ilog, NULL, NULL};
+    rc = tn_router_new(&ro, &d->router);
+    if (rc == 0)
+        rc = tn_dataplane_new(d->loop, d->broker, &d->dataplane);
+    if (rc != 0)
+        tn_errbuf(err, errlen, "cannot set up routing: %s", tn_strerror(rc));
+    return rc;
 }
 
 /* Everything that serves, once the engine and the metastore are up: the
@@ -463,6 +554,9 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                             d->cluster};
     if (tn_catalog_start(d->broker, d->meta, &co, &d->catalog) != 0)
         TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
+    int rc = open_routing(d, err, errlen);
+    if (rc != 0)
+        return rc;
     tn_nsq_opts_t nopts;
     tn_nsq_opts_from_config(&nopts, cfg, TN_VERSION);
     /* How the NSQ doors authenticate (nsq-auth, as the configuration
@@ -476,8 +570,8 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     d->security = cfg->security_enabled;
     nopts.is_protected = nsq_protected;
     nopts.protected_arg = d;
-    int rc =
-        tn_nsq_server_start(loop, d->broker, &nopts, &cfg->tcp_listen.addr, &d->nsq, err, errlen);
+    nopts.router = d->router;
+    rc = tn_nsq_server_start(loop, d->broker, &nopts, &cfg->tcp_listen.addr, &d->nsq, err, errlen);
     if (rc != 0)
         return rc;
     TN_LOG(TN_LOG_NOTICE, "NSQ TCP listening on port %d (%s)", tn_nsq_server_port(d->nsq),
@@ -492,6 +586,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     hopts.large_body_budget = (uint64_t)cfg->http_large_body_budget;
     tn_nsq_http_init(&d->api, cfg, TN_VERSION);
     d->api.broker = d->broker;
+    d->api.router = d->router;
     d->api.meta = d->meta; /* deletions go through it; /readyz waits for it */
     d->api.tcp_port = tn_nsq_server_port(d->nsq);
     d->api.nsq = d->nsq; /* /stats lists its producers */
@@ -513,7 +608,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                        cfg->http_max_consume_wait_ns / 1000000,
                        (uint32_t)cfg->http_max_consumes_per_user,
                        (uint32_t)cfg->http_max_produces_per_user};
-    if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, &vo)) == 0)
+    if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0)
         rc = tn_v1_register(d->http, &d->v1);
     if (rc != 0) {
         tn_errbuf(err, errlen, "cannot set up the HTTP APIs: %s", tn_strerror(rc));

@@ -1,7 +1,6 @@
 """Partition placement across real ternd nodes (tests/cluster/harness.py):
 partition p of a new topic goes to the alive members sorted by id, p mod
 n, the same answer on every node; a partition's log exists only on its
-owner, which takes produces to it while the others refuse them naming the
 owner; growth places only the new partitions; assignments are sticky when
 their owner dies, and a topic made meanwhile goes to the alive members; a
 topic or channel deleted through one node leaves every node's engine and
@@ -55,14 +54,12 @@ class Placement(harness.ClusterTest):
                 return [("segments" in e) for e in body["partition_stats"]]
             wait_until(f"node {node.id}'s partitions open", lambda n=node: opened(n) ==
                        [owner == str(n.id) for owner in expect], 30)
+            # Its own partitions take produces there; the others' through
+            # its ingress log (tests/cluster/test_produce.py), later.
             for p in range(6):
-                status, answer = self.produce(node, "orders", p, f"m{p} via {node.id}")
                 if expect[p] == str(node.id):
+                    status, answer = self.produce(node, "orders", p, f"m{p} via {node.id}")
                     self.assertEqual(status, 202, answer)
-                else:
-                    self.assertEqual(status, 503, answer)
-                    self.assertEqual(answer["owner_node"], expect[p])
-                    self.assertEqual(answer["partition"], p)
         # Growth places only the new partitions; the old keep their owners.
         status, body = c.nodes[2].request("PATCH", "/v1/topics/orders", {"partitions": 9})
         self.assertEqual(status, 200, body)

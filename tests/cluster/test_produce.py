@@ -93,7 +93,7 @@ class Produce(harness.ClusterTest):
                 self.metric(node, 'tern_dispatch_records_total{outcome="committed"}'), 4)
 
     def metric(self, node, name):
-        status, text = node.request("GET", "/metrics", auth=False)
+        status, text = node.request("GET", "/metrics")
         self.assertEqual(status, 200)
         text = text.decode() if isinstance(text, bytes) else json.dumps(text)
         for line in text.splitlines():

@@ -924,7 +924,7 @@ static void publish(tn_http_request_t *r, tn_nsq_http_t *api, hpub_t *h, const c
     r->data = h;
     r->on_cancel = on_hpub_cancel;
     int rc =
-        tn_broker_publish(api->broker, topic, strlen(topic), &h->pub, deliver_at, on_hpub_done);
+        tn_router_publish(api->router, topic, strlen(topic), &h->pub, deliver_at, on_hpub_done);
     if (rc != 0)
         on_hpub_done(&h->pub, rc);
 }

@@ -12,6 +12,7 @@
 #include "core/platform.h"
 
 #include "core/config.h"
+#include "cluster/router.h"
 #include "meta/meta.h"
 #include "proto/http/server.h"
 #include "proto/nsq/server.h"
@@ -19,6 +20,7 @@
 
 typedef struct {
     tn_broker_t *broker;
+    tn_router_t *router;           /* where /pub and /mpub go (cluster/router.h) */
     const char *version;           /* borrowed */
     const char *broadcast_address; /* borrowed; "" means the host name */
     int tcp_port;

@@ -24,40 +24,18 @@
 
 #define MAX_KEY 1024
 
-/* 503 for a produce to a partition whose log lives on another node (the
- * engine's TN_EREMOTE): this node does not route it yet. owner 0: not
- * placed yet (a retry soon may land), or with partition UINT32_MAX: no
- * partition of the topic is here. */
-static void answer_remote(tn_http_request_t *r, uint32_t partition, uint64_t owner)
+/* The answer to a produce that failed with status. The engine's
+ * TN_EREMOTE reaches a door only when the router has no ingress log for
+ * it (cluster/router.h), which every node of a cluster has. */
+static void answer_failed(tn_http_request_t *r, int status)
 {
-    tn_buf_t b;
-    tn_buf_init(&b);
-    if (partition == UINT32_MAX)
-        tn__v1_appendf(&b, "{\"error\":\"every partition of this topic lives on another node; "
-                           "produce there (this node does not route produces yet)\"");
-    else if (owner != 0)
-        tn__v1_appendf(
-            &b,
-            "{\"error\":\"partition %" PRIu32 " lives on node %" PRIu64
-            "; produce there (this node does not route produces yet)\",\"partition\":%" PRIu32
-            ",\"owner_node\":\"%" PRIu64 "\"",
-            partition, owner, partition, owner);
+    if (status == TN_EREMOTE)
+        tn__v1_error(r, 503, "this node cannot take produces for that partition now",
+                     "Retry-After: 1\r\n");
+    else if (status == TN_EDISKHIGH)
+        tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
     else
-        tn__v1_appendf(&b,
-                       "{\"error\":\"partition %" PRIu32
-                       " is not placed on a node yet\",\"partition\":%" PRIu32
-                       ",\"owner_node\":null",
-                       partition, partition);
-    tn_buf_append(&b, "}\n", 2);
-    tn_http_respond(r, 503, TN__V1_JSON, owner == 0 ? "Retry-After: 1\r\n" : NULL, tn_buf_data(&b),
-                    tn_buf_size(&b));
-    tn_buf_fini(&b);
-}
-
-/* The partition a TN_EREMOTE publish names for answer_remote. */
-static uint32_t remote_partition(const tn_pub_t *p)
-{
-    return p->pinned ? p->partition : UINT32_MAX;
+        tn__v1_error(r, 500, "produce failed", NULL);
 }
 
 typedef struct {
@@ -87,8 +65,6 @@ static void on_produced(tn_pub_t *p, int status)
 {
     produce_t *pr = p->data;
     tn_http_request_t *r = pr->r;
-    uint32_t rpart = remote_partition(p);
-    uint64_t owner = p->owner;
     tn_quota_give(&pr->v->produces, pr->ident, pr->charge);
     tn_pub_fini(&pr->pub);
     tn_free(pr);
@@ -97,12 +73,8 @@ static void on_produced(tn_pub_t *p, int status)
     r->on_cancel = NULL;
     if (status == 0)
         tn_http_respond(r, 202, NULL, NULL, NULL, 0);
-    else if (status == TN_EREMOTE)
-        answer_remote(r, rpart, owner);
-    else if (status == TN_EDISKHIGH)
-        tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
     else
-        tn__v1_error(r, 500, "produce failed", NULL);
+        answer_failed(r, status);
 }
 
 static void on_produce(tn_http_request_t *r, void *arg)
@@ -156,20 +128,13 @@ static void on_produce(tn_http_request_t *r, void *arg)
     pr->r = r;
     r->data = pr;
     r->on_cancel = produce_cancel;
-    int rc = tn_broker_publish(v->broker, topic, strlen(topic), &pr->pub, 0, on_produced);
+    int rc = tn_router_publish(v->router, topic, strlen(topic), &pr->pub, 0, on_produced);
     if (rc != 0) {
         r->on_cancel = NULL;
         tn_quota_give(&v->produces, pr->ident, pr->charge);
-        uint32_t rpart = remote_partition(&pr->pub);
-        uint64_t owner = pr->pub.owner;
         tn_pub_fini(&pr->pub);
         tn_free(pr);
-        if (rc == TN_EREMOTE)
-            answer_remote(r, rpart, owner);
-        else if (rc == TN_EDISKHIGH)
-            tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
-        else
-            tn__v1_error(r, 500, "produce failed", NULL);
+        answer_failed(r, rc);
     }
 }
 
@@ -184,8 +149,6 @@ typedef struct {
     uint32_t pending;     /* publishes not ended */
     uint32_t count;       /* messages */
     int status;           /* the first failure, or 0 */
-    uint32_t remote_part; /* with status TN_EREMOTE: answer_remote's */
-    uint64_t remote_owner;
     uint32_t npubs;
     tn_pub_t pubs[];
 } batch_op_t;
@@ -201,8 +164,6 @@ static void batch_end(batch_op_t *op)
     tn_http_request_t *r = op->r;
     int status = op->status;
     uint32_t count = op->count;
-    uint32_t rpart = op->remote_part;
-    uint64_t owner = op->remote_owner;
     tn_quota_give(&op->v->produces, op->ident, op->charge);
     for (uint32_t i = 0; i < op->npubs; i++)
         tn_pub_fini(&op->pubs[i]);
@@ -214,23 +175,16 @@ static void batch_end(batch_op_t *op)
         char body[64];
         int n = snprintf(body, sizeof(body), "{\"accepted\":%" PRIu32 "}\n", count);
         tn_http_respond(r, 202, TN__V1_JSON, NULL, body, (size_t)n);
-    } else if (status == TN_EREMOTE) {
-        answer_remote(r, rpart, owner);
-    } else if (status == TN_EDISKHIGH) {
-        tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
     } else {
-        tn__v1_error(r, 500, "produce failed", NULL);
+        answer_failed(r, status);
     }
 }
 
 static void on_batch_published(tn_pub_t *p, int status)
 {
     batch_op_t *op = p->data;
-    if (status != 0 && op->status == 0) {
+    if (status != 0 && op->status == 0)
         op->status = status;
-        op->remote_part = remote_partition(p);
-        op->remote_owner = p->owner;
-    }
     if (--op->pending == 0)
         batch_end(op);
 }
@@ -280,15 +234,9 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
                                     : keyless;
         used += per[part[i]]++ == 0;
     }
-    /* All or nothing: refused before anything is published when a
-     * partition it needs lives on another node. */
-    uint32_t rpart = UINT32_MAX;
-    for (uint32_t p = 0; rc == 0 && live && p < nparts; p++) {
-        if (per[p] > 0 && !tn_topic_part_local(bt, p)) {
-            rpart = p;
-            rc = TN_EREMOTE;
-        }
-    }
+    /* A partition of another node takes its messages through this node's
+     * ingress log (the router): each partition's publish is all or nothing
+     * where it is accepted. */
     if (rc == 0 && tn_store_disk_high(v->broker->store))
         rc = TN_EDISKHIGH;
     if (rc == 0) {
@@ -334,12 +282,10 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
         }
         if (rc == UV_EINVAL)
             tn__v1_error(r, 400, err, NULL);
-        else if (rc == TN_EREMOTE)
-            answer_remote(r, rpart, bt->parts[rpart]->owner);
-        else if (rc == TN_EDISKHIGH)
-            tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
-        else
+        else if (rc == UV_ENOMEM)
             tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        else
+            answer_failed(r, rc);
         return;
     }
     op->r = r;
@@ -357,7 +303,7 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
     r->on_cancel = batch_cancel;
     for (uint32_t i = 0; i < op->npubs; i++) {
         int prc =
-            tn_broker_publish(v->broker, topic, strlen(topic), &op->pubs[i], 0, on_batch_published);
+            tn_router_publish(v->router, topic, strlen(topic), &op->pubs[i], 0, on_batch_published);
         if (prc != 0)
             on_batch_published(&op->pubs[i], prc);
     }

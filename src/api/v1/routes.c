@@ -223,11 +223,13 @@ static void nsq_guard(tn_http_request_t *r, void *arg)
 
 /* --- lifetime ------------------------------------------------------------------ */
 
-int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, const tn_v1_opts_t *o)
+int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, tn_router_t *router,
+               const tn_v1_opts_t *o)
 {
     memset(v, 0, sizeof(*v));
     v->meta = meta;
     v->broker = b;
+    v->router = router;
     v->loop = loop;
     tn_quota_init(&v->produces, o->max_produces_per_user);
     v->o = *o;
@@ -235,7 +237,7 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, con
     tn_authn_opts_default(&ao);
     tn_consume_opts_t co = {o->max_consumes_per_user};
     int rc = tn_consume_new(loop, b, &co, &v->consume);
-    rc = rc ? rc : tn_fanout_new(loop, b, meta, &v->fanout);
+    rc = rc ? rc : tn_fanout_new(loop, b, router, meta, &v->fanout);
     return rc != 0 ? rc : tn_authn_new(loop, &ao, lookup, v, &v->authn);
 }
 

@@ -566,8 +566,8 @@ static void handle_publish(conn_t *c, const tn_nsq_cmd_t *cmd)
     if (cmd->op == TN_NSQ_DPUB && cmd->num > 0)
         deliver_at = tn_now_wall_ms() + cmd->num;
     if (rc == 0)
-        rc = tn_broker_publish(c->srv->broker, cmd->topic.base, cmd->topic.len, &r->pub, deliver_at,
-                               on_published);
+        rc = tn_router_publish(c->srv->opts.router, cmd->topic.base, cmd->topic.len, &r->pub,
+                               deliver_at, on_published);
     if (rc != 0) {
         /* Answer in order: queue it as done. */
         r->done = true;

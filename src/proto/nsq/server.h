@@ -5,7 +5,8 @@
  *   1. Within the handshake timeout the client sends the magic "  V2";
  *      anything else closes the socket.
  *   2. Commands are parsed from the input buffer (codec.h) and handled in
- *      order. Publishes go to the engine and their answers (OK or an
+ *      order. Publishes go through the router (cluster/router.h: this
+ *      node's partitions, or its ingress log for another node's) and their answers (OK or an
  *      error) leave in command order once their durability boundary is
  *      reached; several may be in flight (go-nsq pipelines them). A
  *      command that answers something else waits until the publishes
@@ -35,6 +36,7 @@
 #include "core/platform.h"
 
 #include "auth/nsqauth.h"
+#include "cluster/router.h"
 #include "core/netaddr.h"
 #include "proto/nsq/codec.h"
 #include "proto/nsq/identify.h"
@@ -70,6 +72,9 @@ typedef struct {
      * refused with E_UNAUTHORIZED. NULL: every topic is open. */
     bool (*is_protected)(void *arg, const char *topic);
     void *protected_arg;
+    /* Where publishes go (cluster/router.h); borrowed for the server's
+     * lifetime. */
+    tn_router_t *router;
 } tn_nsq_opts_t;
 
 void tn_nsq_opts_from_config(tn_nsq_opts_t *o, const tn_config_t *cfg, const char *version);
