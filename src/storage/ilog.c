@@ -1053,9 +1053,10 @@ static void write_log(tn_ilog_t *l)
                 fail_from(group, rc);
                 return;
             }
-            /* What was flushed is synced by the rotation. */
+            /* What was flushed is synced by the rotation: when it fails,
+             * so do they (the power-loss test caught them acknowledged). */
             if ((rc = rotate(l)) != 0) {
-                fail_from(a, rc);
+                fail_from(group, rc);
                 return;
             }
             s = active_seg(l);
