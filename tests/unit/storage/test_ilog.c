@@ -903,6 +903,62 @@ static void test_rotation_sync_error_fails_the_round(void **state)
     assert_int_equal(tn_ilog_err(f->log), UV_EIO);
 }
 
+typedef struct {
+    int acked;
+    bool closed_after_all;
+} inflight_t;
+
+static inflight_t inflight;
+
+static void on_inflight_append(tn_ilog_append_t *a, int status)
+{
+    (void)a;
+    assert_int_equal(status, 0);
+    inflight.acked++;
+}
+
+static void on_inflight_closed(tn_ilog_t *l)
+{
+    (void)l;
+    inflight.closed_after_all = inflight.acked == 5;
+    closed = true;
+}
+
+/* Close waits for the appends in flight; the store closes a log left
+ * open; a second open of the same store's log is refused. */
+static void test_close(void **state)
+{
+    fx_t *f = *state;
+    open_log(f);
+    tn_ilog_t *other;
+    char err[256] = "";
+    assert_int_equal(tn_ilog_open_opts(f->fx->store, &f->opts, &other, err, sizeof(err)), UV_EBUSY);
+    assert_non_null(strstr(err, "open already"));
+    made_t m[5];
+    tn_ilog_append_t a[5];
+    inflight = (inflight_t){0, false};
+    for (int i = 0; i < 5; i++) {
+        make(&m[i], (uint64_t)i);
+        assert_int_equal(tn_ilog_append(f->log, &a[i], &m[i].rec, 1, on_inflight_append), 0);
+    }
+    closed = false;
+    tn_ilog_close(f->log, on_inflight_closed);
+    assert_int_equal(tn_ilog_append(f->log, &a[0], &m[0].rec, 1, on_inflight_append), TN_ECLOSED);
+    f->log = NULL;
+    while (!closed)
+        uv_run(&f->fx->loop, UV_RUN_ONCE);
+    assert_true(inflight.closed_after_all);
+    open_log(f);
+    assert_int_equal(tn_ilog_next_seq(f->log), 5);
+    append_n(f, 5, 2);
+    /* Left open: the store's close closes it. */
+    f->log = NULL;
+    tu_fx_reopen(f->fx);
+    open_log(f);
+    assert_int_equal(tn_ilog_next_seq(f->log), 7);
+    expect_all(f, 0, 7, 10);
+}
+
 /* --- threads ---------------------------------------------------------------- */
 
 typedef struct {
@@ -981,6 +1037,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_error_latched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_error_latched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rotation_sync_error_fails_the_round, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reads_from_another_thread, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
