@@ -8,6 +8,7 @@
  *                                <base>.idx sidecars, <channel>.wal and
  *                                <channel>.ckpt channel state
  *   meta/                        metastore (Raft log and snapshots)
+ *   ingress/                     the ingress log (ilog.h)
  *   trash/                       deleted topics on their way out
  *
  * The store owns two committer threads: one for partition log appends (and
