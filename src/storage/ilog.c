@@ -826,6 +826,10 @@ int tn_ilog_open_opts(tn_store_t *store, const tn_ilog_opts_t *opts, tn_ilog_t *
         tn_errbuf(err, errlen, "ingress segment size must be above 0");
         return UV_EINVAL;
     }
+    if (store->ilog != NULL) {
+        tn_errbuf(err, errlen, "the ingress log of %s is open already", store->path);
+        return UV_EBUSY;
+    }
     tn_ilog_t *l = tn_calloc(1, sizeof(*l));
     if (l == NULL)
         return UV_ENOMEM;
@@ -855,6 +859,10 @@ int tn_ilog_open_opts(tn_store_t *store, const tn_ilog_opts_t *opts, tn_ilog_t *
         ilog_free(l);
         return rc;
     }
+    /* The store closes it with itself if nobody did. */
+    uv_mutex_lock(&store->open_lock);
+    store->ilog = l;
+    uv_mutex_unlock(&store->open_lock);
     *out = l;
     return 0;
 }
@@ -1053,9 +1061,10 @@ static void write_log(tn_ilog_t *l)
                 fail_from(group, rc);
                 return;
             }
-            /* What was flushed is synced by the rotation. */
+            /* What was flushed is synced by the rotation: when it fails,
+             * so do they (the power-loss test caught them acknowledged). */
             if ((rc = rotate(l)) != 0) {
-                fail_from(a, rc);
+                fail_from(group, rc);
                 return;
             }
             s = active_seg(l);
@@ -1437,6 +1446,9 @@ static void close_done(tn__sreq_t *s)
 {
     tn_ilog_t *l = TN_CONTAINER_OF(s, tn_ilog_t, close_req);
     tn_store_t *store = l->store;
+    uv_mutex_lock(&store->open_lock);
+    store->ilog = NULL;
+    uv_mutex_unlock(&store->open_lock);
     tn_ilog_close_cb cb = l->close_cb;
     if (cb != NULL)
         cb(l);

@@ -158,7 +158,8 @@ typedef void (*tn_ilog_close_cb)(tn_ilog_t *l);
  * Returns 0, TN_ECORRUPT (a bad frame in a sealed segment or before a
  * later valid frame, a seq out of order, a damaged checkpoint file, or a
  * checkpoint ahead of the recovered next seq) with a line naming file and
- * offset in err, UV_ENOMEM or an I/O error. */
+ * offset in err, UV_EBUSY (the store has its ingress log open already),
+ * UV_ENOMEM or an I/O error. */
 int tn_ilog_open(tn_store_t *store, tn_ilog_t **out, char *err, size_t errlen);
 /* The same with chosen sizes (tests use small ones). opts is copied. */
 int tn_ilog_open_opts(tn_store_t *store, const tn_ilog_opts_t *opts, tn_ilog_t **out, char *err,
@@ -203,8 +204,8 @@ const char *tn_ilog_errmsg(const tn_ilog_t *l);
 void tn_ilog_stats(tn_ilog_t *l, tn_ilog_stats_t *out);
 
 /* Close after the requests queued before it finish; cb (may be NULL) runs
- * on the loop thread, then the memory is freed. Close it before the
- * store. */
+ * on the loop thread, then the memory is freed. tn_store_close closes a
+ * log still open. */
 void tn_ilog_close(tn_ilog_t *l, tn_ilog_close_cb cb);
 
 /* Internal to src/storage: the log committer's round hands the ingress

@@ -11,6 +11,7 @@
 #include "core/time.h"
 #include "storage/chanlog.h"
 #include "storage/disk.h"
+#include "storage/ilog.h"
 #include "storage/io.h"
 #include "storage/plog.h"
 
@@ -376,7 +377,7 @@ void tn__store_closed_one(tn_store_t *store)
     if (store->closing > 0)
         store->closing--;
     if (store->closing == 0 && store->close_cb != NULL && store->plogs == NULL &&
-        store->chanlogs == NULL)
+        store->chanlogs == NULL && store->ilog == NULL)
         finish_close(store);
 }
 
@@ -388,7 +389,8 @@ static void noop_close_cb(tn_store_t *store)
 void tn_store_close(tn_store_t *store, tn_store_close_cb cb)
 {
     store->close_cb = cb != NULL ? cb : noop_close_cb;
-    if (store->plogs == NULL && store->chanlogs == NULL && store->closing == 0) {
+    if (store->plogs == NULL && store->chanlogs == NULL && store->ilog == NULL &&
+        store->closing == 0) {
         finish_close(store);
         return;
     }
@@ -399,6 +401,8 @@ void tn_store_close(tn_store_t *store, tn_store_close_cb cb)
         tn_chanlog_close(c, NULL);
     for (tn_plog_t *p = store->plogs; p != NULL; p = p->next_open)
         tn_plog_close(p, NULL);
+    if (store->ilog != NULL)
+        tn_ilog_close(store->ilog, NULL);
     uv_mutex_unlock(&store->open_lock);
 }
 

@@ -8,6 +8,7 @@
  *                                <base>.idx sidecars, <channel>.wal and
  *                                <channel>.ckpt channel state
  *   meta/                        metastore (Raft log and snapshots)
+ *   ingress/                     the ingress log (ilog.h)
  *   trash/                       deleted topics on their way out
  *
  * The store owns two committer threads: one for partition log appends (and
@@ -44,6 +45,7 @@
 
 typedef struct tn_plog_s tn_plog_t;
 typedef struct tn_chanlog_s tn_chanlog_t;
+typedef struct tn_ilog_s tn_ilog_t;
 typedef void (*tn_store_close_cb)(tn_store_t *store);
 
 /* Storage settings; tn_store_opts_from_config fills them from a config. */
@@ -101,6 +103,7 @@ struct tn_store_s {
     uv_mutex_t open_lock;
     tn_plog_t *plogs;
     tn_chanlog_t *chanlogs;
+    tn_ilog_t *ilog; /* the ingress log, when open (at most one) */
     size_t closing;
     tn_store_close_cb close_cb;
     char errmsg[512];
@@ -113,8 +116,8 @@ struct tn_store_s {
 int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out, char *err,
                   size_t errlen);
 
-/* Close every partition log and channel log still open (after their queued
- * requests finish), stop the threads, release the lock, and call cb; the
+/* Close every partition log and channel log still open, and the ingress
+ * log (after their queued requests finish), stop the threads, release the lock, and call cb; the
  * store is freed after cb returns. */
 void tn_store_close(tn_store_t *store, tn_store_close_cb cb);
 

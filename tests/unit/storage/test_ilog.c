@@ -840,6 +840,125 @@ static void test_sync_error_latched(void **state)
     assert_int_equal(w.status, UV_EIO);
 }
 
+typedef struct {
+    fx_t *f;
+    int done;
+    int status;
+    uint64_t durable_at_cb;
+} dwait_t;
+
+static void on_append_durable(tn_ilog_append_t *a, int status)
+{
+    dwait_t *w = a->data;
+    w->done = 1;
+    w->status = status;
+    w->durable_at_cb = tn_ilog_durable_seq(w->f->log);
+}
+
+/* A batch written before a rotation whose fdatasync fails is not
+ * acknowledged: every append that succeeds is below the durable seq when
+ * its callback runs (the power-loss test found the first one acked). */
+static void test_rotation_sync_error_fails_the_round(void **state)
+{
+    fx_t *f = *state;
+    open_log(f);
+    static char body[3][1500];
+    tn_irec_t recs[3];
+    tn_ilog_append_t a[3];
+    dwait_t w[3];
+    for (int i = 0; i < 3; i++) {
+        memset(body[i], 'a' + i, sizeof(body[i]));
+        recs[i] =
+            (tn_irec_t){tn_iov("t", 1), tn_iov(NULL, 0), tn_iov(body[i], 1500), 0, false, 0, i};
+        w[i] = (dwait_t){f, 0, 0, 0};
+        a[i].data = &w[i];
+    }
+    /* The first append's sync is slow: once it is written, the other two
+     * queue up behind it and share the next round, where the third
+     * overflows the 4 KiB segment and the rotation's fdatasync fails. */
+    tn_io_delay_sync(100 * 1000 * 1000);
+    tn_io_fail_sync_after(1, UV_EIO);
+    assert_int_equal(tn_ilog_append(f->log, &a[0], &recs[0], 1, on_append_durable), 0);
+    while (tn_ilog_next_seq(f->log) == 0)
+        uv_sleep(1);
+    for (int i = 1; i < 3; i++)
+        assert_int_equal(tn_ilog_append(f->log, &a[i], &recs[i], 1, on_append_durable), 0);
+    for (int i = 0; i < 3; i++) {
+        while (!w[i].done)
+            uv_run(&f->fx->loop, UV_RUN_ONCE);
+    }
+    tn_io_delay_sync(0);
+    tn_io_fail_sync_after(-1, 0);
+    int failed = 0;
+    for (int i = 0; i < 3; i++) {
+        if (w[i].status == 0)
+            assert_true(a[i].first_seq < w[i].durable_at_cb);
+        else
+            failed++;
+    }
+    assert_int_equal(w[0].status, 0);
+    assert_int_equal(w[1].status, UV_EIO);
+    assert_int_equal(w[2].status, UV_EIO);
+    assert_int_equal(failed, 2);
+    assert_int_equal(tn_ilog_err(f->log), UV_EIO);
+}
+
+typedef struct {
+    int acked;
+    bool closed_after_all;
+} inflight_t;
+
+static inflight_t inflight;
+
+static void on_inflight_append(tn_ilog_append_t *a, int status)
+{
+    (void)a;
+    assert_int_equal(status, 0);
+    inflight.acked++;
+}
+
+static void on_inflight_closed(tn_ilog_t *l)
+{
+    (void)l;
+    inflight.closed_after_all = inflight.acked == 5;
+    closed = true;
+}
+
+/* Close waits for the appends in flight; the store closes a log left
+ * open; a second open of the same store's log is refused. */
+static void test_close(void **state)
+{
+    fx_t *f = *state;
+    open_log(f);
+    tn_ilog_t *other;
+    char err[256] = "";
+    assert_int_equal(tn_ilog_open_opts(f->fx->store, &f->opts, &other, err, sizeof(err)), UV_EBUSY);
+    assert_non_null(strstr(err, "open already"));
+    made_t m[5];
+    tn_ilog_append_t a[5];
+    inflight = (inflight_t){0, false};
+    for (int i = 0; i < 5; i++) {
+        make(&m[i], (uint64_t)i);
+        assert_int_equal(tn_ilog_append(f->log, &a[i], &m[i].rec, 1, on_inflight_append), 0);
+    }
+    closed = false;
+    tn_ilog_close(f->log, on_inflight_closed);
+    assert_int_equal(tn_ilog_append(f->log, &a[0], &m[0].rec, 1, on_inflight_append), TN_ECLOSED);
+    f->log = NULL;
+    while (!closed)
+        uv_run(&f->fx->loop, UV_RUN_ONCE);
+    assert_true(inflight.closed_after_all);
+    open_log(f);
+    assert_int_equal(tn_ilog_next_seq(f->log), 5);
+    append_n(f, 5, 2);
+    /* Left open: the store's close closes it. */
+    f->log = NULL;
+    tu_fx_reopen(f->fx);
+    open_log(f);
+    assert_int_equal(tn_ilog_next_seq(f->log), 7);
+    expect_all(f, 0, 7, 10);
+}
+
 /* --- threads ---------------------------------------------------------------- */
 
 typedef struct {
@@ -917,6 +1036,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_interrupted_compaction_finished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_error_latched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_error_latched, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rotation_sync_error_fails_the_round, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reads_from_another_thread, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
