@@ -921,6 +921,7 @@ static void publish(tn_http_request_t *r, tn_nsq_http_t *api, hpub_t *h, const c
 {
     h->r = r;
     h->pub.data = h;
+    h->pub.grow_here = true; /* NSQ topics grow where they are published */
     r->data = h;
     r->on_cancel = on_hpub_cancel;
     int rc =
