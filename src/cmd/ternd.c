@@ -543,6 +543,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     d->api.broker = d->broker;
     d->api.meta = d->meta; /* deletions go through it; /readyz waits for it */
     d->api.tcp_port = tn_nsq_server_port(d->nsq);
+    d->api.node_id = d->raft_id; /* its member id, for /lookup and /nodes */
     d->api.nsq = d->nsq;         /* /stats lists its producers */
     d->api.v1 = &d->v1;          /* its users decide on protected topics */
     d->api.protect_all = cfg->nsq_auth == TN_NSQ_AUTH_USERS;
