@@ -435,9 +435,18 @@ static void claims_check(tn_catalog_t *c, bool all, int why)
     }
 }
 
+/* Also asks the engine again for what the records of the waiting claims'
+ * topics name: a growth that could not start at the change that brought
+ * it (the topic was busy) does not wait for the next change. */
 static void on_claim_timer(uv_timer_t *h)
 {
-    claims_check(h->data, false, 0);
+    tn_catalog_t *c = h->data;
+    for (claim_t *k = c->claims; k != NULL; k = k->next) {
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), k->topic);
+        if (e != NULL)
+            make(c, e, true);
+    }
+    claims_check(c, false, 0);
 }
 
 /* The claims of topic fail with status (their ask was refused). */
