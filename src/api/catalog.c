@@ -23,6 +23,15 @@ typedef struct pending_s pending_t;
 typedef struct held_s held_t;
 typedef struct gated_s gated_t;
 typedef struct gone_s gone_t;
+typedef struct claim_s claim_t;
+typedef struct asked_s asked_t;
+
+/* How long an NSQ publish waits for the partition it asked for here
+ * (grow_here) before it fails: the proposal, its arrival in this replica
+ * and the growth in the engine take well under a second when the
+ * metastore has a leader. */
+#define CLAIM_WAIT_MS  10000
+#define CLAIM_CHECK_MS 250
 
 struct tn_catalog_s {
     tn_broker_t *broker;
@@ -32,6 +41,31 @@ struct tn_catalog_s {
     held_t *held;       /* creations waiting for their record in the replica */
     gated_t *gated;     /* the gate's proposals under way */
     gone_t *gone;       /* deletions following the records (a cluster's) */
+    claim_t *claims;    /* NSQ publishes waiting for a partition of their topic here */
+    asked_t *asked;     /* TOPIC_GROW_FOR proposals under way */
+    uv_timer_t *timer;  /* the claims' deadlines (made with the first claim) */
+};
+
+/* A publish with grow_here (queue.h) that found no partition of its NSQ
+ * topic here: answered once the engine has one open here, or at its
+ * deadline. */
+struct claim_s {
+    tn_waiter_t *w;
+    char topic[TN_NAME_MAX + 1];
+    int64_t deadline_ms; /* monotonic */
+    int status;          /* CLAIM_WAITING, or the answer decided for it */
+    claim_t *next;
+};
+
+#define CLAIM_WAITING 1
+
+/* A TOPIC_GROW_FOR of this node's, on the catalog's list until its
+ * callback; a catalog that stops first detaches it (c = NULL). */
+struct asked_s {
+    tn_meta_req_t req;
+    tn_catalog_t *c;
+    char topic[TN_NAME_MAX + 1];
+    asked_t *next;
 };
 
 /* A creation whose record the leader committed before this replica
@@ -340,6 +374,196 @@ static bool place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
 
 static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following);
 
+/* --- NSQ topics grow where they are published ----------------------------------- */
+
+static bool has_local_part(const tn_topic_t *t)
+{
+    for (uint32_t p = 0; p < t->nparts; p++)
+        if (tn_topic_part_local(t, p))
+            return true;
+    return false;
+}
+
+/* Answer the claims whose topic has a partition open here now, whose
+ * topic is gone, or whose deadline passed. The answers run after the list
+ * is settled: a publish answered may start another that claims. */
+static void claims_check(tn_catalog_t *c, bool all, int why)
+{
+    int64_t now = tn_now_mono_ms();
+    claim_t *done = NULL;
+    claim_t **pp = &c->claims;
+    while (*pp != NULL) {
+        claim_t *k = *pp;
+        tn_topic_t *t = NULL;
+        int rc = tn_broker_topic(c->broker, k->topic, strlen(k->topic), false, 0, NULL, &t);
+        int status = k->status;
+        if (all)
+            status = why;
+        else if (status != CLAIM_WAITING)
+            ; /* decided (claims_fail) */
+        else if (rc == 0 && has_local_part(t))
+            status = 0;
+        else if (rc != 0 && rc != UV_EAGAIN)
+            status = rc; /* deleted, or failed */
+        else if (tn_meta_topic_find(tn_meta_state(c->meta), k->topic) == NULL)
+            status = TN_ENOTFOUND;
+        else if (now >= k->deadline_ms)
+            status = UV_ETIMEDOUT;
+        if (status == CLAIM_WAITING) {
+            pp = &k->next;
+            continue;
+        }
+        *pp = k->next;
+        k->next = done;
+        done = k;
+        k->status = status;
+    }
+    if (c->claims == NULL && c->timer != NULL)
+        uv_timer_stop(c->timer);
+    while (done != NULL) {
+        claim_t *k = done;
+        done = k->next;
+        int status = k->status;
+        if (status != 0 && status != TN_ECLOSED)
+            TN_LOG_RL(TN_LOG_WARN, 10000,
+                      "NSQ publish to %s: no partition of it here to take it (%s); answered "
+                      "E_PUB_FAILED",
+                      k->topic, tn_strerror(status));
+        tn_waiter_t *w = k->w;
+        tn_free(k);
+        w->cb(w, status);
+    }
+}
+
+/* Also asks the engine again for what the records of the waiting claims'
+ * topics name: a growth that could not start at the change that brought
+ * it (the topic was busy) does not wait for the next change. */
+static void on_claim_timer(uv_timer_t *h)
+{
+    tn_catalog_t *c = h->data;
+    for (claim_t *k = c->claims; k != NULL; k = k->next) {
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), k->topic);
+        if (e != NULL)
+            make(c, e, true);
+    }
+    claims_check(c, false, 0);
+}
+
+/* The claims of topic fail with status (their ask was refused). */
+static void claims_fail(tn_catalog_t *c, const char *topic, int status)
+{
+    for (claim_t *k = c->claims; k != NULL; k = k->next)
+        if (strcmp(k->topic, topic) == 0)
+            k->status = status;
+    claims_check(c, false, 0);
+}
+
+static void on_grown_for(tn_meta_req_t *req, int status)
+{
+    asked_t *a = req->data;
+    tn_catalog_t *c = a->c;
+    if (c != NULL) {
+        asked_t **pp = &c->asked;
+        while (*pp != a)
+            pp = &(*pp)->next;
+        *pp = a->next;
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), a->topic);
+        if (status != 0) {
+            TN_LOG(TN_LOG_WARN,
+                   "metastore: growing NSQ topic %s by a partition on node %" PRIu64 " failed: %s",
+                   a->topic, c->o.node_id, tn_strerror(status));
+            claims_fail(c, a->topic, status);
+        } else if (e != NULL) {
+            /* On a follower the leader may answer before this replica has
+             * the record; then the change that brings it makes it. */
+            make(c, e, true);
+            claims_check(c, false, 0);
+        }
+    }
+    tn_free(a);
+}
+
+static bool owns_part(const tn_meta_topic_entry_t *e, uint64_t node)
+{
+    for (uint32_t p = 0; p < e->rec.partitions; p++)
+        if (e->owners[p] == node)
+            return true;
+    return false;
+}
+
+/* Ask the metastore for a partition of topic owned by this node
+ * (TOPIC_GROW_FOR), unless an ask for it is under way. */
+static int ask_grow(tn_catalog_t *c, const char *topic)
+{
+    for (const asked_t *a = c->asked; a != NULL; a = a->next)
+        if (strcmp(a->topic, topic) == 0)
+            return 0;
+    asked_t *a = tn_calloc(1, sizeof(*a));
+    if (a == NULL)
+        return UV_ENOMEM;
+    tn_meta_cmd_t cmd;
+    memset(&cmd, 0, sizeof(cmd));
+    cmd.type = TN_MC_TOPIC_GROW_FOR;
+    snprintf(cmd.topic.name, sizeof(cmd.topic.name), "%s", topic);
+    cmd.member.id = c->o.node_id;
+    a->c = c;
+    a->req.data = a;
+    snprintf(a->topic, sizeof(a->topic), "%s", topic);
+    int rc = tn_meta_propose(c->meta, &a->req, &cmd, on_grown_for);
+    if (rc != 0) {
+        tn_free(a);
+        return rc;
+    }
+    a->next = c->asked;
+    c->asked = a;
+    TN_LOG(TN_LOG_INFO, "NSQ topic %s has no partition on this node: asking for one", topic);
+    return 0;
+}
+
+/* The engine's grow-here hook (queue.h): an NSQ publish found every
+ * partition of t on other nodes. In a cluster, an NSQ topic (not native)
+ * grows by one partition this node owns, as a fleet of nsqd gets the
+ * topic on each node its producers publish to; the publish waits for it
+ * (at most CLAIM_WAIT_MS). A lone node has every partition, and a /v1
+ * topic keeps the count its owner chose. */
+static int grow_here(void *arg, tn_topic_t *t, tn_waiter_t *w)
+{
+    tn_catalog_t *c = arg;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), t->name);
+    if (!c->o.cluster || e == NULL || e->rec.native)
+        return TN_EREMOTE;
+    if (c->timer == NULL) {
+        uv_timer_t *h = tn_calloc(1, sizeof(*h));
+        if (h == NULL || uv_timer_init(c->broker->loop, h) != 0) {
+            tn_free(h);
+            return UV_ENOMEM;
+        }
+        h->data = c;
+        c->timer = h;
+    }
+    claim_t *k = tn_calloc(1, sizeof(*k));
+    if (k == NULL)
+        return UV_ENOMEM;
+    /* Already recorded here (asked before, by another publish): the engine
+     * follows the record, and the claim waits for that. */
+    int rc = owns_part(e, c->o.node_id) ? 0 : ask_grow(c, t->name);
+    if (rc != 0) {
+        tn_free(k);
+        TN_LOG_RL(TN_LOG_WARN, 10000, "NSQ publish to %s: cannot ask for a partition here: %s",
+                  t->name, tn_strerror(rc));
+        return rc;
+    }
+    k->w = w;
+    snprintf(k->topic, sizeof(k->topic), "%s", t->name);
+    k->deadline_ms = tn_now_mono_ms() + CLAIM_WAIT_MS;
+    k->status = CLAIM_WAITING;
+    k->next = c->claims;
+    c->claims = k;
+    if (!uv_is_active((uv_handle_t *)c->timer))
+        uv_timer_start(c->timer, on_claim_timer, CLAIM_CHECK_MS, CLAIM_CHECK_MS);
+    return UV_EAGAIN;
+}
+
 /* --- following deletions ---------------------------------------------------- */
 
 static void on_gone(void *arg, int status)
@@ -448,6 +672,7 @@ static void on_meta_change(void *arg)
     for (size_t i = 0; i < s->ntopics; i++)
         make(c, s->topics[i], true);
     tn_broker_follow_placement(c->broker);
+    claims_check(c, false, 0);
 }
 
 int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, tn_catalog_t **out)
@@ -465,6 +690,7 @@ int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, t
     }
     tn_broker_set_gate(b, gate, c);
     tn_broker_set_placement(b, place, c);
+    tn_broker_set_grow_here(b, grow_here, c);
     tn_meta_on_change(m, on_meta_change, c);
     /* What recovery found on disk. In a cluster nothing is made before its
      * record, so what has none was deleted: tn_catalog_reconcile deletes
@@ -542,9 +768,19 @@ static void pending_end(pending_t *p, int status)
     tn_free(p);
 }
 
+/* A topic made or grown: a publish waiting for a partition here may
+ * have it now. */
+static void made_or_grown(pending_t *p, int status)
+{
+    tn_catalog_t *c = p->c;
+    pending_end(p, status);
+    if (c != NULL)
+        claims_check(c, false, 0);
+}
+
 static void on_topic_made(tn_waiter_t *w, int status)
 {
-    pending_end(w->data, status);
+    made_or_grown(w->data, status);
 }
 
 static void on_topic_idle(tn_waiter_t *w, int status)
@@ -555,7 +791,7 @@ static void on_topic_idle(tn_waiter_t *w, int status)
 
 static void on_topic_grown(void *arg, int status)
 {
-    pending_end(arg, status);
+    made_or_grown(arg, status);
 }
 
 /* Whether the engine has the topic of e with its partitions and its
@@ -659,6 +895,11 @@ void tn_catalog_reconcile(tn_catalog_t *c)
     tn_broker_follow_placement(c->broker);
 }
 
+static void on_timer_closed(uv_handle_t *h)
+{
+    tn_free(h);
+}
+
 void tn_catalog_stop(tn_catalog_t *c)
 {
     if (c == NULL)
@@ -666,8 +907,14 @@ void tn_catalog_stop(tn_catalog_t *c)
     tn_broker_unlisten(c->broker, on_event, c);
     tn_broker_set_gate(c->broker, NULL, NULL);
     tn_broker_set_placement(c->broker, NULL, NULL);
+    tn_broker_set_grow_here(c->broker, NULL, NULL);
     tn_meta_on_change(c->meta, NULL, NULL);
     release_held(c, true);
+    claims_check(c, true, TN_ECLOSED);
+    for (asked_t *a = c->asked; a != NULL; a = a->next)
+        a->c = NULL;
+    if (c->timer != NULL)
+        uv_close((uv_handle_t *)c->timer, on_timer_closed);
     for (gated_t *x = c->gated; x != NULL; x = x->next)
         x->c = NULL;
     /* Creations and deletions still under way finish without us. */

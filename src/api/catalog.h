@@ -36,6 +36,19 @@
  * created here on a follower waits at the gate until the replica has
  * applied its record, so its partitions are placed at creation.
  *
+ * DESIGN: NSQ topics grow where they are published (the engine's
+ * grow-here hook, queue.h). In a cluster, an NSQ publish (PUB, MPUB, DPUB,
+ * /pub, /mpub) for a topic with no owner (not native) that finds every
+ * partition on other nodes:
+ *   1. asks the metastore for one partition more owned by this node
+ *      (TOPIC_GROW_FOR; the state machine adds it only when this node
+ *      owns none yet, so concurrent asks add one), unless the record
+ *      names one here already;
+ *   2. waits (at most CLAIM_WAIT_MS) while the replica gets the record and
+ *      the catalog grows the engine's topic, as for any growth;
+ *   3. goes to that partition once it is open here. A refusal or the
+ *      deadline fails the publish (TN_EREMOTE: E_PUB_FAILED), logged.
+ *
  * Threads: the loop thread. */
 #ifndef TN_API_CATALOG_H
 #define TN_API_CATALOG_H

@@ -101,6 +101,8 @@ typedef struct {
     bool stopping;     /* a signal came: leadership transfer, then shut_down */
     bool shut;         /* shut_down ran */
     bool meta_drained; /* libraft left open on the loop: stop the loop and exit */
+    /* The address NSQ clients are told to dial (nsq_broadcast). */
+    char broadcast[TN_META_HOST_MAX + 1];
 } daemon_t;
 
 static daemon_t *g_daemon;
@@ -537,6 +539,50 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
     return rc;
 }
 
+/* The address NSQ clients are told to dial (/info, /lookup, /nodes,
+ * nsqlookupd registration), into d->broadcast: broadcast-address when
+ * given; else, in a cluster, the host of advertise-address (the address
+ * other nodes and clients reach this node at); else "" (the host name, as
+ * nsqd). 0, or TN_ECONFIG with the reason in err. */
+static int nsq_broadcast(daemon_t *d, const tn_config_t *cfg, char *err, size_t errlen)
+{
+    const char *host = cfg->broadcast_address;
+    tn_hostport_t hp;
+    char why[128];
+    if (host[0] == '\0' && d->cluster && cfg->advertise[0] != '\0') {
+        if (tn_netaddr_split(cfg->advertise, &hp, why, sizeof(why)) != 0) {
+            tn_errbuf(err, errlen, "advertise-address %s: %s", cfg->advertise, why);
+            return TN_ECONFIG;
+        }
+        host = hp.host;
+    }
+    if (strlen(host) >= sizeof(d->broadcast)) {
+        tn_errbuf(err, errlen, "broadcast-address is longer than %zu bytes",
+                  sizeof(d->broadcast) - 1);
+        return TN_ECONFIG;
+    }
+    snprintf(d->broadcast, sizeof(d->broadcast), "%s", host);
+    return 0;
+}
+
+/* This node's NSQ door for its member record, once its listeners have
+ * bound: what /lookup and /nodes on every node list for it. */
+static int register_nsq(daemon_t *d, char *err, size_t errlen)
+{
+    tn_meta_nsq_t nsq;
+    memset(&nsq, 0, sizeof(nsq));
+    snprintf(nsq.broadcast, sizeof(nsq.broadcast), "%s", d->broadcast);
+    if (gethostname(nsq.hostname, sizeof(nsq.hostname) - 1) != 0)
+        snprintf(nsq.hostname, sizeof(nsq.hostname), "localhost");
+    nsq.tcp_port = (uint16_t)d->api.tcp_port;
+    nsq.http_port = (uint16_t)d->api.http_port;
+    snprintf(nsq.version, sizeof(nsq.version), "%s", TN_VERSION);
+    int rc = tn_meta_set_nsq(d->meta, &nsq);
+    if (rc != 0)
+        tn_errbuf(err, errlen, "metastore: this node's NSQ addresses: %s", tn_strerror(rc));
+    return rc;
+}
+
 /* Everything that serves, once the engine and the metastore are up: the
  * NSQ TCP listener, the HTTP listener with its APIs, the live feed, the
  * metrics listener, lookupd registration. Returns nonzero with the reason
@@ -585,12 +631,16 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     hopts.idle_timeout_ms = cfg->http_idle_timeout_ns / 1000000;
     hopts.large_body_budget = (uint64_t)cfg->http_large_body_budget;
     tn_nsq_http_init(&d->api, cfg, TN_VERSION);
+    if ((rc = nsq_broadcast(d, cfg, err, errlen)) != 0)
+        return rc;
+    d->api.broadcast_address = d->broadcast;
     d->api.broker = d->broker;
     d->api.router = d->router;
     d->api.meta = d->meta; /* deletions go through it; /readyz waits for it */
     d->api.tcp_port = tn_nsq_server_port(d->nsq);
-    d->api.nsq = d->nsq; /* /stats lists its producers */
-    d->api.v1 = &d->v1;  /* its users decide on protected topics */
+    d->api.node_id = d->raft_id; /* its member id, for /lookup and /nodes */
+    d->api.nsq = d->nsq;         /* /stats lists its producers */
+    d->api.v1 = &d->v1;          /* its users decide on protected topics */
     d->api.protect_all = cfg->nsq_auth == TN_NSQ_AUTH_USERS;
     rc = tn_http_server_start(loop, &hopts, &cfg->http_listen.addr, &d->http, err, errlen);
     if (rc != 0)
@@ -598,6 +648,8 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     d->api.http_port = tn_http_server_port(d->http);
     TN_LOG(TN_LOG_NOTICE, "HTTP listening on port %d (%s)", d->api.http_port,
            bound(cfg->http_address, &cfg->http_listen, as, sizeof(as)));
+    if ((rc = register_nsq(d, err, errlen)) != 0)
+        return rc;
     if ((rc = start_rpc(d, cfg, err, errlen)) != 0)
         return rc;
     rc = tn_nsq_http_register(d->http, &d->api);
@@ -678,8 +730,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         return UV_ENOMEM;
     }
     if (lookupds[0] != '\0') {
-        tn_lookupd_opts_t lo = {cfg->broadcast_address, d->api.tcp_port, d->api.http_port,
-                                TN_VERSION};
+        tn_lookupd_opts_t lo = {d->broadcast, d->api.tcp_port, d->api.http_port, TN_VERSION};
         rc = tn_lookupd_start(loop, d->broker, lookupds, &lo, &d->lookupd);
         if (rc != 0)
             tn_errbuf(err, errlen, "cannot start registration with nsqlookupd %s: %s", lookupds,

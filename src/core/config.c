@@ -155,7 +155,8 @@ static const opt_t options[] = {
     {"http-large-body-budget", OPT_SIZE, F(http_large_body_budget), "256MiB", 1024 * 1024,
      INT64_MAX, NULL, "node-wide bytes of HTTP request bodies over 1 MiB being read (503 beyond)"},
     {"broadcast-address", OPT_STR, F(broadcast_address), "", 0, 0, NULL,
-     "address advertised to clients and lookupd (default: the host name)"},
+     "address advertised to clients and lookupd (default: the host name; in a cluster, the host "
+     "of advertise-address)"},
     {"node-id", OPT_INT, F(node_id), "0", 0, 1023, NULL,
      "this node's id in the cluster: with peers or join >= 1 and its Raft id; a lone node's Raft "
      "id "

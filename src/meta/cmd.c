@@ -217,12 +217,26 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_u8(&w, c->member.draining ? 1 : 0);
         break;
     case TN_MC_MEMBER_REG:
+    case TN_MC_MEMBER_REC:
         if (c->member.id == 0 || c->member.addr[0] == '\0' || c->member.heartbeat_ms < 0)
             w.rc = UV_EINVAL;
         w_u64(&w, c->member.id);
         w_str(&w, c->member.addr, TN_META_ADDR_MAX);
         w_str(&w, c->member.api_addr, TN_META_ADDR_MAX);
         w_u64(&w, (uint64_t)c->member.heartbeat_ms);
+        if (c->type == TN_MC_MEMBER_REC) {
+            w_str(&w, c->member.nsq.broadcast, TN_META_HOST_MAX);
+            w_str(&w, c->member.nsq.hostname, TN_META_HOST_MAX);
+            w_u16(&w, c->member.nsq.tcp_port);
+            w_u16(&w, c->member.nsq.http_port);
+            w_str(&w, c->member.nsq.version, TN_META_RELEASE_MAX);
+        }
+        break;
+    case TN_MC_TOPIC_GROW_FOR:
+        if (c->member.id == 0)
+            w.rc = UV_EINVAL;
+        w_str(&w, c->topic.name, TN_NAME_MAX);
+        w_u64(&w, c->member.id);
         break;
     case TN_MC_MEMBER_STATUS:
         if (c->member.id == 0 || c->member.status > TN_MEMBER_DEAD || c->member.heartbeat_ms < 0)
@@ -510,12 +524,26 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_MEMBER_REG:
+    case TN_MC_MEMBER_REC:
         c->member.id = r_u64(&r);
         r_str(&r, c->member.addr, TN_META_ADDR_MAX);
         r_str(&r, c->member.api_addr, TN_META_ADDR_MAX);
         c->member.heartbeat_ms = r_i64(&r);
+        if (c->type == TN_MC_MEMBER_REC) {
+            r_str(&r, c->member.nsq.broadcast, TN_META_HOST_MAX);
+            r_str(&r, c->member.nsq.hostname, TN_META_HOST_MAX);
+            c->member.nsq.tcp_port = r_u16(&r);
+            c->member.nsq.http_port = r_u16(&r);
+            r_str(&r, c->member.nsq.version, TN_META_RELEASE_MAX);
+        }
         if (r.rc == 0 &&
             (c->member.id == 0 || c->member.addr[0] == '\0' || c->member.heartbeat_ms < 0))
+            r.rc = TN_ECORRUPT;
+        break;
+    case TN_MC_TOPIC_GROW_FOR:
+        r_name(&r, c->topic.name, false);
+        c->member.id = r_u64(&r);
+        if (r.rc == 0 && c->member.id == 0)
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_MEMBER_STATUS:

@@ -14,8 +14,13 @@
  * [8] expect follows the user).
  * Members: MEMBER_PUT ([8] id, Raft address) is the first build's
  * registration and still decodes; MEMBER_REG carries the full record
- * ([8] id, Raft address, API address, [8] heartbeat ms); MEMBER_STATUS
+ * ([8] id, Raft address, API address, [8] heartbeat ms) and still decodes
+ * too (the previous build's); MEMBER_REC is today's registration: MEMBER_REG's
+ * fields, then the NSQ door's ([s] broadcast address, [s] hostname, [2] NSQ
+ * TCP port, [2] HTTP port, [s] version); MEMBER_STATUS
  * ([8] id, [1] status, [8] the heartbeat the decision was made from).
+ * TOPIC_GROW_FOR ([s] topic, [8] member id): one partition more, owned by
+ * that member, unless it owns one already (NSQ topics: meta/state.h).
  * NOOP ([8] proposer id, [8] nonce) changes nothing (a follower's
  * confirmation with the leader, through the log). PART_OWNERS
  * ([s] topic, [4] count, count x [8] owner) is a snapshot record only.
@@ -38,6 +43,8 @@
 #define TN_META_MAX_GRANTS     64
 #define TN_META_MAX_PATTERNS   64
 #define TN_META_MAX_PARTITIONS 65535
+#define TN_META_HOST_MAX       255
+#define TN_META_RELEASE_MAX    32
 
 typedef enum {
     TN_MC_TOPIC_PUT = 1,
@@ -52,6 +59,8 @@ typedef enum {
     TN_MC_MEMBER_STATUS = 10,
     TN_MC_NOOP = 11,
     TN_MC_PART_OWNERS = 12,
+    TN_MC_TOPIC_GROW_FOR = 13,
+    TN_MC_MEMBER_REC = 14,
 } tn_meta_cmd_type_t;
 
 typedef enum { TN_MEMBER_ALIVE = 0, TN_MEMBER_DEAD = 1 } tn_member_status_t;
@@ -102,6 +111,18 @@ typedef struct {
     tn_meta_grant_t *grants; /* owned */
 } tn_meta_user_t;
 
+/* How NSQ clients reach a member (what nsqlookupd's producer entries
+ * say): the address they dial with the NSQ TCP port the listener bound,
+ * the HTTP port, the host name and the release it runs. Empty (ports 0)
+ * until a MEMBER_REC. */
+typedef struct {
+    char broadcast[TN_META_HOST_MAX + 1];
+    char hostname[TN_META_HOST_MAX + 1];
+    uint16_t tcp_port;
+    uint16_t http_port;
+    char version[TN_META_RELEASE_MAX + 1];
+} tn_meta_nsq_t;
+
 typedef struct {
     uint64_t id;
     char addr[TN_META_ADDR_MAX + 1];     /* Raft address */
@@ -109,6 +130,7 @@ typedef struct {
     uint8_t status;                      /* tn_member_status_t */
     bool draining;                       /* set by MEMBER_DRAIN (registrations keep it) */
     int64_t heartbeat_ms;                /* the registering node's wall clock; 0 = never */
+    tn_meta_nsq_t nsq;                   /* MEMBER_REC (MEMBER_REG and MEMBER_PUT keep it) */
 } tn_meta_member_t;
 
 /* A decoded command. */
@@ -125,7 +147,9 @@ typedef struct {
     tn_meta_topic_t topic;
     char channel[TN_NAME_MAX + 1];
     tn_meta_user_t user;
-    tn_meta_member_t member; /* MEMBER_STATUS: member.heartbeat_ms is the expected one */
+    /* MEMBER_STATUS: member.heartbeat_ms is the expected one; TOPIC_GROW_FOR
+     * (topic.name): member.id is the member the partition is for. */
+    tn_meta_member_t member;
     /* PART_OWNERS (topic.name): owner member id per partition, 0 = none. */
     uint64_t *owners; /* owned */
     uint32_t nowners;

@@ -92,6 +92,7 @@ struct tn_meta_s {
     bool xfer_active;  /* a transfer request is waiting for its answer */
     bool xfer_in_raft; /* raft_transfer took it and has not called back */
     char api_addr[TN_META_ADDR_MAX + 1];
+    tn_meta_nsq_t nsq; /* this node's NSQ door, for its registration */
 };
 
 /* A proposal sent to the leader; m NULL once abandoned (the metastore
@@ -558,6 +559,22 @@ static void on_registered(tn_meta_req_t *req, int status)
     m->reg_failing = true;
 }
 
+int tn_meta_set_nsq(tn_meta_t *m, const tn_meta_nsq_t *nsq)
+{
+    if (memchr(nsq->broadcast, '\0', sizeof(nsq->broadcast)) == NULL ||
+        memchr(nsq->hostname, '\0', sizeof(nsq->hostname)) == NULL ||
+        memchr(nsq->version, '\0', sizeof(nsq->version)) == NULL)
+        return UV_EINVAL;
+    const tn_meta_nsq_t *was = &m->nsq;
+    if (strcmp(was->broadcast, nsq->broadcast) == 0 && strcmp(was->hostname, nsq->hostname) == 0 &&
+        was->tcp_port == nsq->tcp_port && was->http_port == nsq->http_port &&
+        strcmp(was->version, nsq->version) == 0)
+        return 0;
+    m->nsq = *nsq;
+    m->next_reg_ms = 0; /* at the next tick, not a heartbeat interval later */
+    return 0;
+}
+
 /* Every heartbeat interval: this node's full member record. */
 static void register_self(tn_meta_t *m)
 {
@@ -566,10 +583,11 @@ static void register_self(tn_meta_t *m)
         return;
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
-    c.type = TN_MC_MEMBER_REG;
+    c.type = TN_MC_MEMBER_REC;
     c.member.id = m->id;
     snprintf(c.member.addr, sizeof(c.member.addr), "%s", m->address);
     snprintf(c.member.api_addr, sizeof(c.member.api_addr), "%s", m->api_addr);
+    c.member.nsq = m->nsq;
     c.member.heartbeat_ms = tn_now_wall_ms();
     m->reg.data = m;
     m->next_reg_ms = now + m->hb_interval_ms;

@@ -25,7 +25,8 @@
  *      command this build does not know).
  *
  * Members: every heartbeat_interval each node registers itself
- * (MEMBER_REG: id, Raft and API address, its wall clock), proposed like
+ * (MEMBER_REC: id, Raft and API address, its wall clock, and how NSQ
+ * clients reach it: tn_meta_set_nsq), proposed like
  * any write; the leader marks a member dead (MEMBER_STATUS) once its
  * recorded heartbeat is dead_after old by the leader's wall clock, and a
  * registration brings it back.
@@ -109,6 +110,11 @@ typedef struct {
 /* Open (and bootstrap when new) and start. On failure err has a line. */
 int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char *err,
                  size_t errlen);
+/* This node's NSQ door (copied) for its member registrations: the next
+ * one is proposed at the next tick when it changed. Call it once the
+ * listeners have bound (the ports they got). 0, or UV_EINVAL (a string
+ * without its terminating NUL). */
+int tn_meta_set_nsq(tn_meta_t *m, const tn_meta_nsq_t *nsq);
 /* Propose c (copied). 0 (cb follows), UV_EINVAL (c does not encode),
  * TN_ECLOSED or UV_ENOMEM. */
 int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn_meta_cb cb);

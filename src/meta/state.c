@@ -462,10 +462,13 @@ const tn_meta_member_t *tn_meta_member_find(const tn_meta_state_t *s, uint64_t i
     return found ? &s->members[i] : NULL;
 }
 
-/* A registration (MEMBER_PUT of the first build, or MEMBER_REG with the
- * full record): the member is alive; draining stays as it was. MEMBER_PUT
- * keeps the API address and heartbeat it does not carry. */
-static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, bool full, bool restoring)
+/* A registration (MEMBER_PUT of the first build, MEMBER_REG of the
+ * previous one, or MEMBER_REC with the full record): the member is alive;
+ * draining stays as it was. What an older registration does not carry
+ * (MEMBER_PUT: the API address and heartbeat; both: the NSQ door's
+ * addresses) stays as it was. */
+static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, uint8_t type,
+                           bool restoring)
 {
     bool found;
     size_t i = member_search(s, m->id, &found);
@@ -485,10 +488,12 @@ static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, bool f
     }
     tn_meta_member_t *r = &s->members[i];
     snprintf(r->addr, sizeof(r->addr), "%s", m->addr);
-    if (full) {
+    if (type != TN_MC_MEMBER_PUT) {
         snprintf(r->api_addr, sizeof(r->api_addr), "%s", m->api_addr);
         r->heartbeat_ms = m->heartbeat_ms;
     }
+    if (type == TN_MC_MEMBER_REC)
+        r->nsq = m->nsq;
     r->status = TN_MEMBER_ALIVE;
     if (!restoring)
         place_unassigned(s);
@@ -524,6 +529,31 @@ static int part_owners(tn_meta_state_t *s, const tn_meta_cmd_t *c)
     return 0;
 }
 
+/* One partition more for an NSQ topic, owned by member, unless member
+ * owns one of it already: at most one per member however often (and
+ * however many at once) it asks, since every replica applies the asks in
+ * the same order and all but the first find the partition there. */
+static int topic_grow_for(tn_meta_state_t *s, const char *name, uint64_t member)
+{
+    tn_meta_topic_entry_t *t = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, name);
+    if (t == NULL)
+        return TN_ENOTFOUND;
+    if (t->rec.native)
+        return UV_EPERM; /* a /v1 topic keeps the count its owner chose */
+    if (tn_meta_member_find(s, member) == NULL)
+        return UV_ENOENT;
+    for (uint32_t p = 0; p < t->rec.partitions; p++)
+        if (t->owners[p] == member)
+            return 0;
+    if (t->rec.partitions >= TN_META_MAX_PARTITIONS)
+        return UV_ERANGE;
+    if (owners_fit(t, t->rec.partitions + 1) != 0)
+        return UV_ENOMEM;
+    t->owners[t->rec.partitions] = member;
+    t->rec.partitions++;
+    return 0;
+}
+
 static int member_drain(tn_meta_state_t *s, const tn_meta_member_t *m)
 {
     bool found;
@@ -551,7 +581,10 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         return user_delete(s, c->user.name);
     case TN_MC_MEMBER_PUT:
     case TN_MC_MEMBER_REG:
-        return member_register(s, &c->member, c->type == TN_MC_MEMBER_REG, restoring);
+    case TN_MC_MEMBER_REC:
+        return member_register(s, &c->member, c->type, restoring);
+    case TN_MC_TOPIC_GROW_FOR:
+        return topic_grow_for(s, c->topic.name, c->member.id);
     case TN_MC_MEMBER_STATUS:
         return member_status(s, &c->member, restoring);
     case TN_MC_PART_OWNERS:
@@ -617,7 +650,7 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
     }
     for (size_t i = 0; i < s->nmembers && rc == 0; i++) {
         memset(&c, 0, sizeof(c));
-        c.type = TN_MC_MEMBER_REG;
+        c.type = TN_MC_MEMBER_REC;
         c.member = s->members[i];
         rc = tn_meta_cmd_encode(&c, out);
         count++;
@@ -685,8 +718,8 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
             break;
         if (c.type != TN_MC_TOPIC_PUT && c.type != TN_MC_CHANNEL_PUT && c.type != TN_MC_USER_PUT &&
             c.type != TN_MC_MEMBER_PUT && c.type != TN_MC_MEMBER_DRAIN &&
-            c.type != TN_MC_MEMBER_REG && c.type != TN_MC_MEMBER_STATUS &&
-            c.type != TN_MC_PART_OWNERS)
+            c.type != TN_MC_MEMBER_REG && c.type != TN_MC_MEMBER_REC &&
+            c.type != TN_MC_MEMBER_STATUS && c.type != TN_MC_PART_OWNERS)
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */

@@ -9,14 +9,17 @@
  * alive members sorted by id, index p mod n; a partition with no owner (no
  * member alive then, or a snapshot from before owners were kept) gets one
  * by the same rule when a member registers or comes back alive. Owners are
- * sticky: a dead owner keeps its partitions.
+ * sticky: a dead owner keeps its partitions. An NSQ topic (not native)
+ * also grows by TOPIC_GROW_FOR: one partition more, owned by the member
+ * that asks, when it owns none of the topic yet (the way a fleet of nsqd
+ * spreads a topic over the nodes its producers publish to).
  *
  * Snapshot layout: [4] "TMS1" [4] 0 [8] users_version [8] record count,
  * then that many records in the command encoding: topics, each followed by
  * its channels and its PART_OWNERS (when any partition has an owner), then
- * users, then members (MEMBER_REG, then MEMBER_STATUS when dead and
- * MEMBER_DRAIN when draining). An older snapshot (MEMBER_PUT members, no
- * owners) still restores.
+ * users, then members (MEMBER_REC, then MEMBER_STATUS when dead and
+ * MEMBER_DRAIN when draining). An older snapshot (MEMBER_REG or MEMBER_PUT
+ * members, no owners) still restores.
  *
  * Threads: the caller's (the loop thread in ternd). */
 #ifndef TN_META_STATE_H
@@ -61,8 +64,11 @@ void tn_meta_state_fini(tn_meta_state_t *s);
  * PUT with if_unchanged found another record); UV_ENOENT (a TOPIC_PUT
  * naming a parent that is not there); UV_EINVAL (a TOPIC_PUT naming the
  * topic itself as its parent; PART_OWNERS, a snapshot record); TN_ECHANGED
- * also for a MEMBER_STATUS whose heartbeat is not the member's; UV_ENOMEM. A refused command
- * changes nothing.
+ * also for a MEMBER_STATUS whose heartbeat is not the member's; for
+ * TOPIC_GROW_FOR TN_ENOTFOUND (no such topic), UV_EPERM (a native topic),
+ * UV_ENOENT (no such member) or UV_ERANGE (the most partitions there can
+ * be), and 0 also when the member owns a partition of it already (nothing
+ * changes then); UV_ENOMEM. A refused command changes nothing.
  *
  * Links: a child's record names its parent, which is always there.
  * TOPIC_DELETE of a parent detaches its children in the same change

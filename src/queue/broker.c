@@ -446,6 +446,12 @@ void tn_broker_set_gate(tn_broker_t *b, tn_gate_fn fn, void *arg)
     b->gate_arg = arg;
 }
 
+void tn_broker_set_grow_here(tn_broker_t *b, tn_grow_here_fn fn, void *arg)
+{
+    b->grow_here = fn;
+    b->grow_here_arg = arg;
+}
+
 void tn_broker_set_placement(tn_broker_t *b, tn_place_fn fn, void *arg)
 {
     b->place = fn;

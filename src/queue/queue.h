@@ -354,7 +354,13 @@ struct tn_pub_s {
     /* The router's: the door's callback and the router. */
     tn_pub_cb route_cb;
     void *route;
+    /* Set by the NSQ doors (PUB, MPUB, DPUB, /pub, /mpub): an unpinned
+     * publish that finds no partition of the topic here asks the broker's
+     * grow-here hook for one (tn_broker_set_grow_here) and goes to it
+     * once it is open, rather than answering TN_EREMOTE at once. */
+    bool grow_here;
     /* Private. */
+    bool grew; /* the hook was asked once: no second time */
     tn_broker_t *broker;
     tn_topic_t *topic;
     tn_waiter_t wait;
@@ -400,6 +406,15 @@ typedef void (*tn_gate_fn)(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t 
  * asked (they are local everywhere). */
 typedef bool (*tn_place_fn)(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner);
 
+/* The grow-here hook: a publish with grow_here found every partition of
+ * the ready topic t (borrowed for the call) on other nodes. It returns
+ * UV_EAGAIN when it has asked for a partition here (w's cb runs, once,
+ * with 0 when t has a local partition open, or the error that kept it
+ * from one: the publish then fails with TN_EREMOTE), or another status
+ * at once (TN_EREMOTE: t does not grow this way). It never calls w's cb
+ * before returning. Never asked for ephemeral topics. */
+typedef int (*tn_grow_here_fn)(void *arg, tn_topic_t *t, tn_waiter_t *w);
+
 struct tn_broker_s {
     uv_loop_t *loop;
     /* Told of topic and channel events (channel is NULL for topic events). */
@@ -412,6 +427,8 @@ struct tn_broker_s {
     void *gate_arg;
     tn_place_fn place; /* NULL: every partition is local */
     void *place_arg;
+    tn_grow_here_fn grow_here; /* NULL: a publish with no local partition is TN_EREMOTE */
+    void *grow_here_arg;
     tn_store_t *store;
     tn_broker_opts_t opts;
     tn_topic_t **buckets;
@@ -516,7 +533,8 @@ void tn_pub_fini(tn_pub_t *p);
  * with the final status: 0 at the durability boundary, else an error), or
  * at once UV_EINVAL, TN_EDISKHIGH, TN_ECLOSED or a storage error.
  * TN_EREMOTE (at once or through cb): the pinned partition, or every
- * partition of the topic, lives on another node (p->owner). */
+ * partition of the topic, lives on another node (p->owner); with
+ * p->grow_here the grow-here hook was asked first and gave none. */
 int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb);
 
@@ -637,6 +655,9 @@ int tn_topic_grow(tn_topic_t *t, uint32_t nparts, tn_delete_cb cb, void *arg);
  * deleted or failed. */
 int tn_topic_wait_idle(tn_topic_t *t, tn_waiter_t *w);
 
+/* Set (fn NULL: remove) the grow-here hook. Publishes waiting on the old
+ * one still get its answer. */
+void tn_broker_set_grow_here(tn_broker_t *b, tn_grow_here_fn fn, void *arg);
 /* Set (fn NULL: remove) the placement function. Topics already open keep
  * their partitions until tn_broker_follow_placement. */
 void tn_broker_set_placement(tn_broker_t *b, tn_place_fn fn, void *arg);

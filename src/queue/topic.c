@@ -312,6 +312,66 @@ static bool next_local(tn_topic_t *t, uint32_t *out)
     return false;
 }
 
+static int append_to(tn_topic_t *t, tn_pub_t *p);
+static void on_topic_ready(tn_waiter_t *w, int status);
+
+/* The grow-here hook's answer. The topic was held (busy) while it was
+ * asked, so t is still there, if perhaps deleted meanwhile. */
+static void on_grown_here(tn_waiter_t *w, int status)
+{
+    tn_pub_t *p = w->data;
+    tn_topic_t *t = p->topic;
+    tn_broker_t *b = p->broker;
+    t->busy--;
+    bool freed = t->deleted && t->busy == 0;
+    if (t->deleted)
+        status = TN_ENOTFOUND;
+    else if (b->closing)
+        status = TN_ECLOSED;
+    else if (status != 0)
+        status = TN_EREMOTE;
+    if (status == 0) {
+        /* Look again, as a publish does: the topic may be busy again (another
+         * node's growth, say), and then the publish waits for it. */
+        p->wait.cb = on_topic_ready;
+        tn_topic_t *now = NULL;
+        int rc = tn_broker_topic(b, t->name, strlen(t->name), false, 0, &p->wait, &now);
+        if (rc == UV_EAGAIN)
+            return;
+        if (rc == 0) {
+            p->topic = now;
+            rc = append_to(now, p);
+        }
+        if (rc == 0)
+            return;
+        status = rc;
+    }
+    p->owner = 0;
+    p->cb(p, status);
+    if (freed)
+        tn__topic_free(t);
+}
+
+/* No partition of t is here: ask the grow-here hook for one, once. 0 when
+ * asked (the publish goes on in on_grown_here), else TN_EREMOTE. */
+static int grow_here(tn_topic_t *t, tn_pub_t *p)
+{
+    tn_broker_t *b = t->broker;
+    p->owner = 0;
+    if (!p->grow_here || p->grew || b->grow_here == NULL || t->memory)
+        return TN_EREMOTE;
+    p->grew = true;
+    p->wait.cb = on_grown_here;
+    p->wait.data = p;
+    p->wait.next = NULL;
+    t->busy++;
+    int rc = b->grow_here(b->grow_here_arg, t, &p->wait);
+    if (rc == UV_EAGAIN)
+        return 0;
+    t->busy--;
+    return TN_EREMOTE;
+}
+
 static int append_to(tn_topic_t *t, tn_pub_t *p)
 {
     if (p->pinned && p->pin >= t->nparts)
@@ -322,10 +382,8 @@ static int append_to(tn_topic_t *t, tn_pub_t *p)
         p->owner = t->parts[idx]->owner;
         return TN_EREMOTE;
     }
-    if (!p->pinned && !next_local(t, &idx)) {
-        p->owner = 0;
-        return TN_EREMOTE;
-    }
+    if (!p->pinned && !next_local(t, &idx))
+        return grow_here(t, p);
     tn_part_t *part = t->parts[idx];
     p->partition = idx;
     p->app.data = p;

@@ -443,26 +443,126 @@ static void on_stats(tn_http_request_t *r, void *arg)
 
 /* --- lookupd endpoints ------------------------------------------------------------- */
 
-/* This node as a lookupd producer entry, without the closing brace. */
-static void producer_json(tn_nsq_http_t *api, tn_buf_t *b)
+/* Every node answers nsqlookupd's questions for the whole cluster from its
+ * metastore replica: a topic's producers are the alive members owning a
+ * partition of it (each serves its own partitions over NSQ TCP), with the
+ * NSQ addresses their member records carry; this node's own entry comes
+ * from its live listeners. A lone node is the one member, so it lists
+ * itself, as nsqd and nsqlookupd together would. */
+
+/* This node as NSQ clients reach it. */
+static void self_nsq(const tn_nsq_http_t *api, tn_meta_nsq_t *out)
 {
-    char host[256] = "localhost";
-    gethostname(host, sizeof(host) - 1);
-    const char *bcast = api->broadcast_address[0] != '\0' ? api->broadcast_address : host;
-    appendf(b,
-            "{\"remote_address\":\"%s:%d\",\"hostname\":\"%s\",\"broadcast_address\":\"%s\","
-            "\"tcp_port\":%d,\"http_port\":%d,\"version\":\"%s\"",
-            bcast, api->tcp_port, host, bcast, api->tcp_port, api->http_port, api->version);
+    memset(out, 0, sizeof(*out));
+    snprintf(out->hostname, sizeof(out->hostname), "localhost");
+    gethostname(out->hostname, sizeof(out->hostname) - 1);
+    snprintf(out->broadcast, sizeof(out->broadcast), "%s",
+             api->broadcast_address[0] != '\0' ? api->broadcast_address : out->hostname);
+    out->tcp_port = (uint16_t)api->tcp_port;
+    out->http_port = (uint16_t)api->http_port;
+    snprintf(out->version, sizeof(out->version), "%s", api->version);
 }
 
-static void channels_json(const tn_topic_t *t, tn_buf_t *b)
+/* A lookupd producer entry (nsqlookupd's PeerInfo), without the closing
+ * brace. remote_address is the address the node is reached at (nsqlookupd
+ * has the nsqd's end of its registration connection there). */
+static void producer_json(const tn_meta_nsq_t *n, tn_buf_t *b)
+{
+    char remote[TN_META_HOST_MAX + 8];
+    snprintf(remote, sizeof(remote), "%s:%d", n->broadcast, n->tcp_port);
+    tn_buf_append(b, "{\"remote_address\":", 18);
+    tn__v1_json_str(b, remote);
+    tn_buf_append(b, ",\"hostname\":", 12);
+    tn__v1_json_str(b, n->hostname);
+    tn_buf_append(b, ",\"broadcast_address\":", 21);
+    tn__v1_json_str(b, n->broadcast);
+    appendf(b, ",\"tcp_port\":%d,\"http_port\":%d,\"version\":", n->tcp_port, n->http_port);
+    tn__v1_json_str(b, n->version);
+}
+
+static bool has_local_part(const tn_topic_t *t)
+{
+    for (uint32_t p = 0; t != NULL && p < t->nparts; p++)
+        if (tn_topic_part_local(t, p))
+            return true;
+    return false;
+}
+
+static bool owns_part(const tn_meta_topic_entry_t *e, uint64_t member)
+{
+    for (uint32_t p = 0; e != NULL && p < e->rec.partitions; p++)
+        if (e->owners[p] == member)
+            return true;
+    return false;
+}
+
+/* Whether member m (this node when self) serves topic: the record names
+ * it the owner of a partition; for this node also a partition open here
+ * (before its first registration, or an ephemeral topic, which is never
+ * recorded and lives on each node that has it). */
+static bool serves(const tn_meta_member_t *m, bool self, const tn_meta_topic_entry_t *e,
+                   const tn_topic_t *t)
+{
+    if (self)
+        return owns_part(e, m->id) || has_local_part(t);
+    return m->status == TN_MEMBER_ALIVE && m->nsq.tcp_port != 0 && owns_part(e, m->id);
+}
+
+static const tn_meta_state_t *replica(const tn_nsq_http_t *api)
+{
+    return api->meta != NULL ? tn_meta_state(api->meta) : NULL;
+}
+
+/* The producers of a topic (t: the engine's, or NULL; e: its record, or
+ * NULL) as a JSON array, sorted by member id; this node also before its
+ * record is in the replica. */
+static void producers_json(tn_nsq_http_t *api, const tn_meta_topic_entry_t *e, const tn_topic_t *t,
+                           tn_buf_t *b)
+{
+    const tn_meta_state_t *s = replica(api);
+    size_t n = s != NULL ? s->nmembers : 0;
+    tn_meta_nsq_t me;
+    self_nsq(api, &me);
+    const tn_meta_member_t lone = {.id = api->node_id};
+    bool first = true;
+    tn_buf_append(b, "[", 1);
+    for (size_t i = 0; i < n + 1; i++) {
+        const tn_meta_member_t *m = i < n ? &s->members[i] : &lone;
+        bool self = m->id == api->node_id;
+        if (m == &lone && s != NULL && tn_meta_member_find(s, api->node_id) != NULL)
+            break;
+        if (!serves(m, self, e, t))
+            continue;
+        if (!first)
+            tn_buf_append(b, ",", 1);
+        producer_json(self ? &me : &m->nsq, b);
+        tn_buf_append(b, "}", 1);
+        first = false;
+    }
+    tn_buf_append(b, "]", 1);
+}
+
+/* The topic's channels: the engine's (in its order), then those its record
+ * names that the engine has not made yet. */
+static void channels_json(const tn_topic_t *t, const tn_meta_topic_entry_t *e, tn_buf_t *b)
 {
     tn_buf_append(b, "[", 1);
     bool first = true;
-    for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+    for (const tn_channel_t *ch = t != NULL ? t->channels : NULL; ch != NULL; ch = ch->next) {
         if (!nsq_channel(ch))
             continue;
         appendf(b, "%s\"%s\"", first ? "" : ",", ch->name);
+        first = false;
+    }
+    for (uint32_t i = 0; e != NULL && i < e->nchannels; i++) {
+        const char *name = e->channels[i];
+        bool listed = false;
+        for (const tn_channel_t *ch = t != NULL ? t->channels : NULL; ch != NULL && !listed;
+             ch = ch->next)
+            listed = nsq_channel(ch) && strcmp(ch->name, name) == 0;
+        if (listed || !nsq_named(name))
+            continue;
+        appendf(b, "%s\"%s\"", first ? "" : ",", name);
         first = false;
     }
     tn_buf_append(b, "]", 1);
@@ -496,41 +596,63 @@ static tn_topic_t *ready_topic(tn_nsq_http_t *api, const tn_http_request_t *r, c
     return nsq_topic(api, r, t) ? t : NULL;
 }
 
+/* The topic as these endpoints see it: *t the engine's when ready, *e its
+ * record; false when neither is there (or r may not see it). A topic
+ * recorded through another node is known before this engine has made it. */
+static bool lookup_topic(tn_nsq_http_t *api, const tn_http_request_t *r, const char *name,
+                         tn_topic_t **t, const tn_meta_topic_entry_t **e)
+{
+    const tn_meta_state_t *s = replica(api);
+    *t = ready_topic(api, r, name);
+    *e = s != NULL ? tn_meta_topic_find(s, name) : NULL;
+    if (*t == NULL && *e != NULL &&
+        (!nsq_named(name) || (guarded(api, name) && !may(api, r, name, NEED_READ))))
+        *e = NULL;
+    return *t != NULL || *e != NULL;
+}
+
 static void on_lookup(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
     char topic[256];
     if (!topic_arg(r, topic, sizeof(topic)))
         return;
-    tn_topic_t *t = ready_topic(api, r, topic);
-    if (t == NULL) {
+    tn_topic_t *t;
+    const tn_meta_topic_entry_t *e;
+    if (!lookup_topic(api, r, topic, &t, &e)) {
         answer_error(r, 404, "TOPIC_NOT_FOUND");
         return;
     }
     tn_buf_t b;
     tn_buf_init(&b);
     tn_buf_append(&b, "{\"channels\":", 12);
-    channels_json(t, &b);
-    tn_buf_append(&b, ",\"producers\":[", 14);
-    producer_json(api, &b);
-    tn_buf_append(&b, "}]}", 3);
+    channels_json(t, e, &b);
+    tn_buf_append(&b, ",\"producers\":", 13);
+    producers_json(api, e, t, &b);
+    tn_buf_append(&b, "}", 1);
     answer_lookupd(r, 200, &b);
     tn_buf_fini(&b);
 }
 
-static void topics_json(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t *b)
+/* The names of the topics r sees that member m serves (every topic, for
+ * m NULL), as a JSON array; returns how many. */
+static uint64_t topics_json(tn_nsq_http_t *api, const tn_http_request_t *r,
+                            const tn_meta_member_t *m, bool self, tn_buf_t *b)
 {
+    const tn_meta_state_t *s = replica(api);
     tn_buf_append(b, "[", 1);
-    bool first = true;
+    uint64_t n = 0;
     tn_broker_t *br = api->broker;
     for (size_t i = 0; i < br->nbuckets; i++)
         for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
             if (!nsq_topic(api, r, t))
                 continue;
-            appendf(b, "%s\"%s\"", first ? "" : ",", t->name);
-            first = false;
+            if (m != NULL && !serves(m, self, s != NULL ? tn_meta_topic_find(s, t->name) : NULL, t))
+                continue;
+            appendf(b, "%s\"%s\"", n++ ? "," : "", t->name);
         }
     tn_buf_append(b, "]", 1);
+    return n;
 }
 
 static void on_topics(tn_http_request_t *r, void *arg)
@@ -539,7 +661,7 @@ static void on_topics(tn_http_request_t *r, void *arg)
     tn_buf_t b;
     tn_buf_init(&b);
     tn_buf_append(&b, "{\"topics\":", 10);
-    topics_json(api, r, &b);
+    topics_json(api, r, NULL, false, &b);
     tn_buf_append(&b, "}", 1);
     answer_lookupd(r, 200, &b);
     tn_buf_fini(&b);
@@ -551,37 +673,59 @@ static void on_channels(tn_http_request_t *r, void *arg)
     char topic[256];
     if (!topic_arg(r, topic, sizeof(topic)))
         return;
-    tn_topic_t *t = ready_topic(api, r, topic);
+    tn_topic_t *t;
+    const tn_meta_topic_entry_t *e;
+    lookup_topic(api, r, topic, &t, &e);
     tn_buf_t b;
     tn_buf_init(&b);
     tn_buf_append(&b, "{\"channels\":", 12);
-    if (t != NULL)
-        channels_json(t, &b);
-    else
-        tn_buf_append(&b, "[]", 2);
+    channels_json(t, e, &b);
     tn_buf_append(&b, "}", 1);
     answer_lookupd(r, 200, &b);
     tn_buf_fini(&b);
 }
 
+/* One /nodes entry: the member, the topics it serves and a tombstone flag
+ * for each (nsqadmin needs them; tern tombstones nothing). */
+static void node_json(tn_nsq_http_t *api, const tn_http_request_t *r, const tn_meta_member_t *m,
+                      bool self, const tn_meta_nsq_t *n, tn_buf_t *b)
+{
+    producer_json(n, b);
+    tn_buf_append(b, ",\"topics\":", 10);
+    uint64_t ntopics = topics_json(api, r, m, self, b);
+    tn_buf_append(b, ",\"tombstones\":[", 15);
+    for (uint64_t i = 0; i < ntopics; i++)
+        appendf(b, "%sfalse", i > 0 ? "," : "");
+    tn_buf_append(b, "]}", 2);
+}
+
+/* Every alive member with an NSQ address, sorted by id; this node always
+ * (also before its record is in the replica). */
 static void on_nodes(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
+    const tn_meta_state_t *s = replica(api);
+    size_t n = s != NULL ? s->nmembers : 0;
+    tn_meta_nsq_t me;
+    self_nsq(api, &me);
+    const tn_meta_member_t lone = {.id = api->node_id};
     tn_buf_t b;
     tn_buf_init(&b);
     tn_buf_append(&b, "{\"producers\":[", 14);
-    producer_json(api, &b);
-    tn_buf_append(&b, ",\"topics\":", 10);
-    topics_json(api, r, &b);
-    /* nsqadmin needs one tombstone flag per topic. */
-    tn_buf_append(&b, ",\"tombstones\":[", 15);
-    uint64_t n = 0;
-    tn_broker_t *br = api->broker;
-    for (size_t i = 0; i < br->nbuckets; i++)
-        for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext)
-            if (nsq_topic(api, r, t))
-                appendf(&b, "%sfalse", n++ ? "," : "");
-    tn_buf_append(&b, "]}]}", 4);
+    bool first = true;
+    for (size_t i = 0; i < n + 1; i++) {
+        const tn_meta_member_t *m = i < n ? &s->members[i] : &lone;
+        bool self = m->id == api->node_id;
+        if (m == &lone && s != NULL && tn_meta_member_find(s, api->node_id) != NULL)
+            break;
+        if (!self && (m->status != TN_MEMBER_ALIVE || m->nsq.tcp_port == 0))
+            continue;
+        if (!first)
+            tn_buf_append(&b, ",", 1);
+        node_json(api, r, m, self, self ? &me : &m->nsq, &b);
+        first = false;
+    }
+    tn_buf_append(&b, "]}", 2);
     answer_lookupd(r, 200, &b);
     tn_buf_fini(&b);
 }
@@ -921,6 +1065,7 @@ static void publish(tn_http_request_t *r, tn_nsq_http_t *api, hpub_t *h, const c
 {
     h->r = r;
     h->pub.data = h;
+    h->pub.grow_here = true; /* NSQ topics grow where they are published */
     r->data = h;
     r->on_cancel = on_hpub_cancel;
     int rc =

@@ -25,6 +25,7 @@ typedef struct {
     const char *broadcast_address; /* borrowed; "" means the host name */
     int tcp_port;
     int http_port;
+    uint64_t node_id; /* this node's member id, for the lookupd endpoints */
     uint64_t max_msg_size;
     uint64_t max_body_size;
     int64_t max_defer_ms;

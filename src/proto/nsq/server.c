@@ -546,6 +546,7 @@ static void handle_publish(conn_t *c, const tn_nsq_cmd_t *cmd)
     r->conn = c;
     r->op = cmd->op;
     r->pub.data = r;
+    r->pub.grow_here = true; /* NSQ topics grow where they are published */
     r->pc = tn_nsq_pubcount_get(&c->pubs, cmd->topic.base, cmd->topic.len);
     int rc = 0;
     if (cmd->op == TN_NSQ_MPUB) {

@@ -7,7 +7,8 @@
  * partition of a topic is here, as before placement. Then three voters,
  * each with its own store, engine and catalog, on one loop (libraft's TCP
  * transport on loopback, forwarding by a direct call to the leader): each
- * opens only the partition it owns. */
+ * opens only the partition it owns, and NSQ publishes on a node that owns
+ * none of an NSQ topic grow it by one partition there. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -270,6 +271,17 @@ static int publish_on(uv_loop_t *loop, tn_broker_t *b, const char *topic, int pi
         *owner = w.p.owner;
     tn_pub_fini(&w.p);
     return rc;
+}
+
+/* Start an NSQ publish (grow_here) of topic on b; w receives the answer. */
+static int start_nsq_pub(tn_broker_t *b, const char *topic, pubw_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    assert_int_equal(tn_pub_init(&w->p, 1), 0);
+    assert_int_equal(tn_pub_set(&w->p, 0, "m", 1), 0);
+    w->p.data = w;
+    w->p.grow_here = true;
+    return tn_broker_publish(b, topic, strlen(topic), &w->p, 0, on_pub);
 }
 
 static int publish(cfx_t *f, const char *topic, int pin, uint64_t *owner)
@@ -609,12 +621,85 @@ static void test_three_nodes(void **state)
     free(c);
 }
 
+/* A recorded topic with one partition (on node 1) made on every node. */
+static void one_partition_topic(cluster_t *c, const char *name, bool native)
+{
+    tn_meta_cmd_t t;
+    memset(&t, 0, sizeof(t));
+    t.type = TN_MC_TOPIC_PUT;
+    t.if_absent = true;
+    snprintf(t.topic.name, sizeof(t.topic.name), "%s", name);
+    t.topic.partitions = 1;
+    t.topic.visibility_timeout_ms = 30000;
+    t.topic.max_inflight = 1024;
+    t.topic.max_acked_ahead = 1024;
+    t.topic.created_at_ms = tn_now_wall_ms();
+    t.topic.native = native;
+    prop_t pr;
+    memset(&pr, 0, sizeof(pr));
+    pr.req.data = &pr;
+    assert_int_equal(tn_meta_propose(c->m[1], &pr.req, &t, on_proposed), 0);
+    assert_true(run_loop(&c->loop, prop_done, &pr));
+    assert_int_equal(pr.status, 0);
+    placed_t w = {c, name, 1};
+    assert_true(run_loop(&c->loop, placed_everywhere, &w));
+}
+
+/* Three nodes: NSQ publishes on the two nodes that own no partition of an
+ * NSQ topic (several at once on each) grow it by one partition each, owned
+ * there, and go to it; every node then has three partitions, one its own;
+ * a /v1 topic refuses them and keeps its one partition. */
+static void test_nsq_publishes_grow_the_topic(void **state)
+{
+    (void)state;
+    cluster_t *c = calloc(1, sizeof(*c));
+    cluster_open(c);
+    one_partition_topic(c, "fleet", false);
+    pubw_t w[2][3];
+    for (uint64_t i = 2; i <= 3; i++)
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(start_nsq_pub(c->b[i], "fleet", &w[i - 2][k]), 0);
+    for (uint64_t i = 2; i <= 3; i++)
+        for (int k = 0; k < 3; k++) {
+            pubw_t *x = &w[i - 2][k];
+            assert_true(run_loop(&c->loop, pub_done, x));
+            assert_int_equal(x->status, 0);
+            assert_int_equal(tn_meta_state_owner(tn_meta_state(c->m[i]), "fleet", x->p.partition),
+                             i);
+            tn_pub_fini(&x->p);
+        }
+    placed_t pl = {c, "fleet", 3};
+    assert_true(run_loop(&c->loop, placed_everywhere, &pl));
+    for (uint64_t i = 1; i <= N; i++) {
+        const tn_meta_state_t *s = tn_meta_state(c->m[i]);
+        assert_int_equal(tn_meta_topic_find(s, "fleet")->rec.partitions, 3);
+        uint64_t seen = 0;
+        for (uint32_t p = 0; p < 3; p++)
+            seen |= UINT64_C(1) << tn_meta_state_owner(s, "fleet", p);
+        assert_int_equal(seen, 2 | 4 | 8);
+    }
+    /* Owning one now, node 3 publishes without asking again. */
+    assert_int_equal(start_nsq_pub(c->b[3], "fleet", &w[0][0]), 0);
+    assert_true(run_loop(&c->loop, pub_done, &w[0][0]));
+    assert_int_equal(w[0][0].status, 0);
+    tn_pub_fini(&w[0][0].p);
+    assert_int_equal(tn_meta_topic_find(tn_meta_state(c->m[3]), "fleet")->rec.partitions, 3);
+
+    one_partition_topic(c, "owned", true);
+    assert_int_equal(start_nsq_pub(c->b[2], "owned", &w[0][0]), TN_EREMOTE);
+    tn_pub_fini(&w[0][0].p);
+    assert_int_equal(tn_meta_topic_find(tn_meta_state(c->m[2]), "owned")->rec.partitions, 1);
+    cluster_close(c);
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cluster_follows_records),
         cmocka_unit_test(test_lone_node_has_every_partition),
         cmocka_unit_test(test_three_nodes),
+        cmocka_unit_test(test_nsq_publishes_grow_the_topic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -852,6 +852,90 @@ static void test_replica_restart(void **state)
     free(dir);
 }
 
+static bool nsq_registered(void *arg)
+{
+    const tn_meta_member_t *me = tn_meta_member_find(tn_meta_state(arg), 1);
+    return me != NULL && me->nsq.tcp_port == 24150;
+}
+
+/* A log written by the previous build replays: its MEMBER_REG entries
+ * (the bytes that build wrote, proposed as they are) and a topic grown
+ * since are all there after a restart from the log alone, and this
+ * node's own registration now carries its NSQ door. */
+static void test_previous_log_replays(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char mdir[4096];
+    snprintf(mdir, sizeof(mdir), "%s/meta", dir);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_meta_t *m = open_meta(&loop, mdir, 1024);
+    /* The previous build's MEMBER_REG of member 5 (see test_state.c). */
+    static const unsigned char old[40] = {
+        'T', 'M', 1,   9,   32, 0, 0,   0,   5,   0,   0,   0,   0,    0,    0, 0, 6, 0, 'h', ':',
+        '4', '1', '5', '3', 6,  0, 'h', ':', '4', '1', '5', '1', 0xe8, 0x03, 0, 0, 0, 0, 0,   0,
+    };
+    tn_meta_req_t req;
+    counter_t c = {0, 0};
+    req.data = &c;
+    assert_int_equal(tn_meta_propose_encoded(m, &req, old, sizeof(old), on_done), 0);
+    want_t w = {&c, 1};
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(c.last, 0);
+    tn_meta_cmd_t t = topic_cmd("fleet", true);
+    t.topic.owner[0] = '\0';
+    t.topic.partitions = 1;
+    assert_int_equal(tn_meta_propose(m, &req, &t, on_done), 0);
+    w.n = 2;
+    assert_true(run_until(&loop, has_done, &w));
+    tn_meta_cmd_t g;
+    memset(&g, 0, sizeof(g));
+    g.type = TN_MC_TOPIC_GROW_FOR;
+    snprintf(g.topic.name, sizeof(g.topic.name), "fleet");
+    g.member.id = 5;
+    assert_int_equal(tn_meta_propose(m, &req, &g, on_done), 0);
+    w.n = 3;
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(c.last, 0);
+    tn_meta_nsq_t nsq;
+    memset(&nsq, 0, sizeof(nsq));
+    snprintf(nsq.broadcast, sizeof(nsq.broadcast), "127.0.0.1");
+    snprintf(nsq.hostname, sizeof(nsq.hostname), "here");
+    nsq.tcp_port = 24150;
+    nsq.http_port = 24151;
+    snprintf(nsq.version, sizeof(nsq.version), "9.9.9");
+    assert_int_equal(tn_meta_set_nsq(m, &nsq), 0);
+    close_meta(&loop, m);
+
+    /* From the log (no snapshot at threshold 1024). */
+    m = open_meta(&loop, mdir, 1024);
+    const tn_meta_state_t *s = tn_meta_state(m);
+    const tn_meta_member_t *five = tn_meta_member_find(s, 5);
+    assert_non_null(five);
+    assert_string_equal(five->api_addr, "h:4151");
+    assert_int_equal(five->heartbeat_ms, 1000);
+    assert_int_equal(five->nsq.tcp_port, 0);
+    assert_int_equal(tn_meta_topic_find(s, "fleet")->rec.partitions, 2);
+    assert_int_equal(tn_meta_state_owner(s, "fleet", 1), 5);
+    /* This node registers itself with its NSQ door once told it. */
+    assert_int_equal(tn_meta_set_nsq(m, &nsq), 0);
+    assert_true(run_until(&loop, nsq_registered, m));
+    const tn_meta_member_t *me = tn_meta_member_find(tn_meta_state(m), 1);
+    assert_string_equal(me->nsq.broadcast, "127.0.0.1");
+    assert_string_equal(me->nsq.hostname, "here");
+    assert_int_equal(me->nsq.http_port, 24151);
+    assert_string_equal(me->nsq.version, "9.9.9");
+    /* A string with no end is refused. */
+    memset(nsq.hostname, 'x', sizeof(nsq.hostname));
+    assert_int_equal(tn_meta_set_nsq(m, &nsq), UV_EINVAL);
+    close_meta(&loop, m);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 static tn_meta_cmd_t reg_cmd(uint64_t id, int64_t heartbeat)
 {
     tn_meta_cmd_t c;
@@ -1688,6 +1772,7 @@ int main(void)
         cmocka_unit_test(test_root_invariants),
         cmocka_unit_test(test_snapshot_roundtrip),
         cmocka_unit_test(test_replica_restart),
+        cmocka_unit_test(test_previous_log_replays),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_no_leader),
         cmocka_unit_test(test_moved_address),

@@ -637,6 +637,141 @@ static void test_grow_places_new_partitions(void **state)
     qfx_free(q);
 }
 
+/* The grow-here hook the tests play the catalog with: it holds the
+ * waiter (hook_answer 0) or answers at once with hook_answer. */
+static int hook_answer;
+static int hook_asks;
+static tn_waiter_t *hook_waiter;
+
+static int grow_hook(void *arg, tn_topic_t *t, tn_waiter_t *w)
+{
+    (void)arg;
+    (void)t;
+    hook_asks++;
+    if (hook_answer != 0)
+        return hook_answer;
+    hook_waiter = w;
+    return UV_EAGAIN;
+}
+
+/* An NSQ publish (grow_here) of body to topic, started: 0 or the status
+ * it was refused with at once. */
+static int start_nsq_pub(qfx_t *q, const char *topic, pubw_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    assert_int_equal(tn_pub_init(&w->p, 1), 0);
+    assert_int_equal(tn_pub_set(&w->p, 0, "m", 1), 0);
+    w->p.data = w;
+    w->p.grow_here = true;
+    return tn_broker_publish(q->b, topic, strlen(topic), &w->p, 0, on_pub);
+}
+
+static void hook_says(qfx_t *q, pubw_t *w, int status)
+{
+    assert_non_null(hook_waiter);
+    tn_waiter_t *h = hook_waiter;
+    hook_waiter = NULL;
+    h->cb(h, status);
+    assert_true(run_until(q, pub_done, w));
+}
+
+static bool deleted_flag;
+static void on_deleted(void *arg, int status)
+{
+    (void)arg;
+    assert_int_equal(status, 0);
+    deleted_flag = true;
+}
+
+static bool is_deleted(void *arg)
+{
+    (void)arg;
+    return deleted_flag;
+}
+
+/* An NSQ publish that finds every partition on other nodes asks the
+ * grow-here hook once, waits for it, and goes to the partition it got;
+ * a refusal, a late error, an answer with still no partition here, or a
+ * deletion meanwhile fail it; other publishes and ephemeral topics never
+ * ask. */
+static void test_grow_here(void **state)
+{
+    (void)state;
+    place_all(5);
+    qfx_t *q = qfx_new(true);
+    tn_broker_set_grow_here(q->b, grow_hook, NULL);
+    hook_asks = 0;
+    hook_answer = 0;
+    hook_waiter = NULL;
+    /* Not an NSQ publish (a /v1 produce): refused at once, no ask. */
+    assert_int_equal(publish(q, "fleet", "m", -1, NULL, NULL), TN_EREMOTE);
+    assert_int_equal(hook_asks, 0);
+    pubw_t w;
+    assert_int_equal(start_nsq_pub(q, "fleet", &w), 0);
+    run_for(q, 50);
+    assert_false(w.done);
+    assert_int_equal(hook_asks, 1);
+    /* The metastore gives this node partition 1; the engine grows the
+     * topic; then the hook answers and the publish goes there. */
+    owners[1] = SELF;
+    tn_topic_t *t = topic(q, "fleet", 0);
+    grown_flag = false;
+    assert_int_equal(tn_topic_grow(t, 2, on_grown, NULL), 0);
+    assert_true(run_until(q, is_grown, NULL));
+    assert_false(w.done);
+    hook_says(q, &w, 0);
+    assert_int_equal(w.status, 0);
+    assert_int_equal(w.p.partition, 1);
+    assert_int_equal(hook_asks, 1);
+    tn_pub_fini(&w.p);
+    /* With a partition here, no ask. */
+    assert_int_equal(start_nsq_pub(q, "fleet", &w), 0);
+    assert_true(run_until(q, pub_done, &w));
+    assert_int_equal(w.status, 0);
+    assert_int_equal(hook_asks, 1);
+    tn_pub_fini(&w.p);
+
+    /* "far" has its one partition on node 5. The hook refuses at once. */
+    hook_answer = TN_EREMOTE;
+    assert_int_equal(start_nsq_pub(q, "far", &w), 0); /* waits for the creation first */
+    assert_true(run_until(q, pub_done, &w));
+    assert_int_equal(w.status, TN_EREMOTE);
+    assert_int_equal(hook_asks, 2);
+    tn_pub_fini(&w.p);
+    /* An error later (a refused growth, the deadline). */
+    hook_answer = 0;
+    assert_int_equal(start_nsq_pub(q, "far", &w), 0);
+    hook_says(q, &w, UV_ETIMEDOUT);
+    assert_int_equal(w.status, TN_EREMOTE);
+    assert_int_equal(w.p.owner, 0);
+    tn_pub_fini(&w.p);
+    /* A 0 with still no partition here: refused, never asked twice. */
+    assert_int_equal(start_nsq_pub(q, "far", &w), 0);
+    hook_says(q, &w, 0);
+    assert_int_equal(w.status, TN_EREMOTE);
+    assert_int_equal(hook_asks, 4);
+    tn_pub_fini(&w.p);
+    /* The topic deleted while the publish waited: it fails, and the topic
+     * goes once the hook has answered. */
+    assert_int_equal(start_nsq_pub(q, "far", &w), 0);
+    assert_non_null(hook_waiter);
+    deleted_flag = false;
+    assert_int_equal(tn_broker_delete(q->b, "far", NULL, on_deleted, NULL), 0);
+    assert_true(run_until(q, is_deleted, NULL));
+    hook_says(q, &w, 0);
+    assert_int_equal(w.status, TN_ENOTFOUND);
+    tn_pub_fini(&w.p);
+    tn_topic_t *gone = NULL;
+    assert_int_equal(tn_broker_topic(q->b, "far", 3, false, 0, NULL, &gone), TN_ENOTFOUND);
+    /* Ephemeral topics are local everywhere: no ask. */
+    assert_int_equal(start_nsq_pub(q, "e#ephemeral", &w), 0);
+    assert_true(run_until(q, pub_done, &w));
+    assert_int_equal(w.status, 0);
+    assert_int_equal(hook_asks, 5);
+    tn_pub_fini(&w.p);
+    qfx_free(q);
+}
+
 /* Without a placement function nothing changes: every partition is local
  * and following is a no-op (a lone engine). */
 static void test_no_placement_all_local(void **state)
@@ -664,6 +799,7 @@ int main(void)
         cmocka_unit_test(test_restart_with_holes),
         cmocka_unit_test(test_grow_places_new_partitions),
         cmocka_unit_test(test_no_placement_all_local),
+        cmocka_unit_test(test_grow_here),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
