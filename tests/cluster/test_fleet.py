@@ -20,7 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import wait_until  # noqa: E402
-from nsqwire import Conn, FRAME_ERROR, FRAME_RESPONSE  # noqa: E402  (tests/e2e, via harness)
+from nsqwire import Conn, FRAME_RESPONSE  # noqa: E402  (tests/e2e, via harness)
 
 OCTET = {"Content-Type": "application/octet-stream"}
 
