@@ -5,6 +5,7 @@
 
 #include "api/quota.h"
 #include "api/v1/common.h"
+#include "cluster/wire.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -615,6 +616,20 @@ int tn_consume_settle(tn_consume_t *cs, const char *topic, const char *channel, 
             return rc;
     }
     return TN_ENOTFOUND;
+}
+
+_Static_assert((int)TN_SETTLE_ACK == (int)TN_WIRE_SETTLE_ACK &&
+                   (int)TN_SETTLE_EXTEND == (int)TN_WIRE_SETTLE_EXTEND &&
+                   (int)TN_SETTLE_NACK == (int)TN_WIRE_SETTLE_NACK,
+               "a settle's how travels as its tn_settle_t value");
+
+int tn_consume_settle_hook(void *arg, const char *topic, const char *channel, uint32_t partition,
+                           uint64_t offset, uint32_t nonce, uint8_t how, int64_t visibility_ms)
+{
+    if (how < TN_SETTLE_ACK || how > TN_SETTLE_NACK)
+        return TN_ENOTFOUND;
+    return tn_consume_settle(arg, topic, channel, partition, offset, nonce, (tn_settle_t)how,
+                             visibility_ms);
 }
 
 int tn_receipt_parse(const char *s, size_t len, uint32_t *partition, uint64_t *offset,

@@ -71,6 +71,12 @@ typedef enum { TN_SETTLE_ACK = 1, TN_SETTLE_EXTEND, TN_SETTLE_NACK } tn_settle_t
 int tn_consume_settle(tn_consume_t *cs, const char *topic, const char *channel, uint32_t partition,
                       uint64_t offset, uint32_t nonce, tn_settle_t how, int64_t visibility_ms);
 
+/* tn_consume_settle as the router's and the SETTLE handler's local-settle
+ * hook (cluster/settle.h): arg the registry, how a tn_wire_settle_how_t
+ * (the same values as tn_settle_t); an unknown how is TN_ENOTFOUND. */
+int tn_consume_settle_hook(void *arg, const char *topic, const char *channel, uint32_t partition,
+                           uint64_t offset, uint32_t nonce, uint8_t how, int64_t visibility_ms);
+
 /* Parse a receipt handle `partition:offset:nonce` (decimal, no signs,
  * nonce >= 1). 0 or UV_EINVAL. */
 int tn_receipt_parse(const char *s, size_t len, uint32_t *partition, uint64_t *offset,

@@ -8,12 +8,19 @@
 #include "core/log.h"
 #include "core/time.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 struct tn_router_s {
     tn_router_opts_t o;
     uint32_t next; /* round robin for unpinned publishes with no local partition */
     tn_router_stats_t st;
+    /* Settling (tn_router_settle). */
+    tn_rpc_t *rpc;
+    uint64_t node_id;
+    bool cluster;
+    tn_settle_local_fn settle;
+    void *settle_arg;
 };
 
 /* A publish being accepted into the ingress log: owned by the router from
@@ -150,4 +157,224 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
     if (rc == TN_EREMOTE)
         rc = spill(r, p);
     return rc;
+}
+
+/* --- settling receipt handles anywhere ----------------------------------------------- */
+
+#define MSG_STALE    "receipt handle no longer matches an active reservation"
+#define MSG_FULL     "acked-ahead set is full; head of queue may be stuck"
+#define MSG_DOWN     "partition owner is down; retry later"
+#define MSG_UNREACH  "partition owner unreachable"
+#define MSG_MOVED    "partition owner changed; retry later"
+#define MSG_NOTREADY "partition owner could not settle it now; retry later"
+#define MSG_OOM      "out of memory"
+
+void tn_router_settle_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t node_id, bool cluster)
+{
+    r->rpc = rpc;
+    r->node_id = node_id;
+    r->cluster = cluster;
+}
+
+void tn_router_on_settle(tn_router_t *r, tn_settle_local_fn fn, void *arg)
+{
+    r->settle = fn;
+    r->settle_arg = arg;
+}
+
+/* Where partition p of topic is settled: 0 here, else its owner (0 when
+ * the metastore has not placed it). */
+static bool settle_here(const tn_router_t *r, const char *topic, uint32_t p, uint64_t *owner)
+{
+    *owner = 0;
+    if (!r->cluster || r->o.meta == NULL)
+        return true;
+    const tn_meta_state_t *s = tn_meta_state(r->o.meta);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, topic);
+    if (e == NULL || p >= e->rec.partitions)
+        return true; /* no such partition: nowhere holds a lease of it */
+    *owner = tn_meta_state_owner(s, topic, p);
+    return *owner == r->node_id;
+}
+
+bool tn_router_settle_owns(void *router, const char *topic, uint32_t p)
+{
+    uint64_t owner;
+    return settle_here(router, topic, p, &owner);
+}
+
+/* One owner's share of a settle: a SETTLE call. */
+typedef struct settle_op_s settle_op_t;
+typedef struct {
+    tn_settle_call_t call;
+    settle_op_t *op;
+    uint64_t owner;
+    uint32_t n;
+    uint32_t idx[TN_SETTLE_MAX]; /* its handles' places in op->items */
+    tn_wire_handle_t h[TN_SETTLE_MAX];
+} settle_group_t;
+
+struct settle_op_s {
+    tn_router_settle_item_t *items;
+    uint32_t n;
+    uint32_t pending; /* calls not yet answered */
+    tn_router_settle_cb cb;
+    void *arg;
+    uint32_t ngroups;
+    settle_group_t groups[];
+};
+
+static void set_result(tn_router_settle_item_t *it, uint16_t status, const char *msg)
+{
+    it->status = status;
+    it->error = msg;
+}
+
+static void settle_local(tn_router_t *r, const char *topic, const char *channel, uint8_t how,
+                         int64_t visibility_ms, tn_router_settle_item_t *it)
+{
+    if (r->settle == NULL) {
+        set_result(it, 503, "this node is not ready to settle receipt handles");
+        return;
+    }
+    int rc = r->settle(r->settle_arg, topic, channel, it->partition, it->offset, it->nonce, how,
+                       visibility_ms);
+    if (rc == 0)
+        set_result(it, 204, NULL);
+    else if (rc == UV_ENOBUFS)
+        set_result(it, 503, MSG_FULL);
+    else
+        set_result(it, 410, MSG_STALE);
+}
+
+static void settle_op_done(settle_op_t *op)
+{
+    op->cb(op->arg, op->items, op->n);
+    tn_free(op);
+}
+
+static void on_settled(tn_settle_call_t *c, int status)
+{
+    settle_group_t *g = c->data;
+    settle_op_t *op = g->op;
+    for (uint32_t i = 0; i < g->n; i++) {
+        tn_router_settle_item_t *it = &op->items[g->idx[i]];
+        if (status != 0) {
+            if (status == UV_EAGAIN)
+                set_result(it, 503, MSG_NOTREADY);
+            else if (status == UV_ENOMEM)
+                set_result(it, 503, MSG_OOM);
+            else if (status == TN_ECLOSED)
+                set_result(it, 503, "this node is shutting down");
+            else
+                set_result(it, 502, MSG_UNREACH);
+            continue;
+        }
+        switch (c->status[i]) {
+        case 204:
+            set_result(it, 204, NULL);
+            break;
+        case 410:
+            set_result(it, 410, MSG_STALE);
+            break;
+        case 421:
+            set_result(it, 503, MSG_MOVED);
+            break;
+        default:
+            set_result(it, 503, MSG_FULL);
+            break;
+        }
+    }
+    if (status != 0 && status != UV_EAGAIN && status != TN_ECLOSED)
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "settle: %u receipt handle(s) for node %" PRIu64 " not settled: %s", g->n,
+                  g->owner, tn_strerror(status));
+    if (--op->pending == 0)
+        settle_op_done(op);
+}
+
+/* The group of op for owner, made when missing. */
+static settle_group_t *group_for(settle_op_t *op, uint64_t owner)
+{
+    for (uint32_t g = 0; g < op->ngroups; g++)
+        if (op->groups[g].owner == owner)
+            return &op->groups[g];
+    settle_group_t *g = &op->groups[op->ngroups++];
+    g->op = op;
+    g->owner = owner;
+    g->n = 0;
+    return g;
+}
+
+void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, uint8_t how,
+                      int64_t visibility_ms, tn_router_settle_item_t *items, uint32_t n,
+                      tn_router_settle_cb cb, void *arg)
+{
+    /* Count the owners the handles go to first: most settles are all
+     * local and need no allocation, and a group is per owner. */
+    uint64_t seen[TN_SETTLE_MAX];
+    uint32_t remote = 0;
+    for (uint32_t i = 0; i < n && i < TN_SETTLE_MAX; i++) {
+        uint64_t owner;
+        if (settle_here(r, topic, items[i].partition, &owner) || owner == 0)
+            continue;
+        uint32_t k = 0;
+        while (k < remote && seen[k] != owner)
+            k++;
+        if (k == remote)
+            seen[remote++] = owner;
+    }
+    settle_op_t *op = NULL;
+    if (remote > 0) {
+        op = tn_calloc(1, sizeof(*op) + (size_t)remote * sizeof(op->groups[0]));
+        if (op != NULL) {
+            op->items = items;
+            op->n = n;
+            op->cb = cb;
+            op->arg = arg;
+        }
+    }
+    const tn_meta_state_t *s = r->o.meta != NULL ? tn_meta_state(r->o.meta) : NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        tn_router_settle_item_t *it = &items[i];
+        uint64_t owner;
+        if (i >= TN_SETTLE_MAX) {
+            set_result(it, 400, "a batch holds at most 100 receipt handles");
+            continue;
+        }
+        if (settle_here(r, topic, it->partition, &owner)) {
+            settle_local(r, topic, channel, how, visibility_ms, it);
+            continue;
+        }
+        const tn_meta_member_t *m = owner != 0 ? tn_meta_member_find(s, owner) : NULL;
+        if (owner == 0 || (m != NULL && m->status == TN_MEMBER_DEAD))
+            set_result(it, 503, MSG_DOWN);
+        else if (m == NULL || m->api_addr[0] == '\0' || r->rpc == NULL)
+            set_result(it, 502, MSG_UNREACH);
+        else if (op == NULL)
+            set_result(it, 503, MSG_OOM);
+        else {
+            settle_group_t *g = group_for(op, owner);
+            g->idx[g->n] = i;
+            g->h[g->n] = (tn_wire_handle_t){it->partition, it->offset, it->nonce};
+            g->n++;
+        }
+    }
+    if (op == NULL) {
+        cb(arg, items, n);
+        return;
+    }
+    op->pending = 1; /* held while the calls start */
+    for (uint32_t gi = 0; gi < op->ngroups; gi++) {
+        settle_group_t *g = &op->groups[gi];
+        const tn_meta_member_t *m = tn_meta_member_find(s, g->owner);
+        g->call.data = g;
+        int rc = tn_settle_call(r->rpc, m->api_addr, topic, channel, how, visibility_ms, g->h, g->n,
+                                TN_ROUTER_SETTLE_TIMEOUT_MS, &g->call, on_settled);
+        op->pending++;
+        if (rc != 0)
+            on_settled(&g->call, rc);
+    }
+    if (--op->pending == 0)
+        settle_op_done(op);
 }

@@ -28,6 +28,8 @@
 #include "meta/meta.h"
 #include "queue/queue.h"
 #include "storage/ilog.h"
+#include "cluster/rpc.h"
+#include "cluster/settle.h"
 
 typedef struct tn_router_s tn_router_t;
 
@@ -59,5 +61,57 @@ typedef struct {
     uint64_t failed;           /* ingress log appends that failed */
 } tn_router_stats_t;
 void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out);
+
+/* --- settling receipt handles anywhere -------------------------------------------------
+ *
+ * DESIGN: an ack, extend or nack on any node.
+ *   1. A door hands the router a batch of receipt handles of one (topic,
+ *      channel). A handle is settled here, through the local-settle hook
+ *      (the consume registry, which ternd installs), when its partition is
+ *      this node's: always on a lone node; in a cluster when the
+ *      metastore replica names this node its owner, or the partition is
+ *      beyond the topic's count (no lease anywhere: 410).
+ *   2. The others are grouped per owner (tn_meta_state_owner; the owner's
+ *      api_addr from its member record) and each group is one SETTLE call
+ *      (cluster/settle.h) within TN_ROUTER_SETTLE_TIMEOUT_MS.
+ *   3. Every handle gets a status and a sentence: 204; 410 stale; 503 the
+ *      acked-ahead set is full; 503 "partition owner is down; retry
+ *      later" (its member record says dead, or the partition is not
+ *      placed); 502 "partition owner unreachable" (no address, the call
+ *      failed or timed out); 503 when the owner did not own it after all
+ *      or could not settle it now, or this node is shutting down. One
+ *      callback gives them all. */
+
+#define TN_ROUTER_SETTLE_TIMEOUT_MS 2000
+
+/* One handle of a settle: the handle in, the result out. */
+typedef struct {
+    uint32_t partition;
+    uint64_t offset;
+    uint32_t nonce;
+    uint16_t status;   /* out: 204, 410, 502 or 503 */
+    const char *error; /* out: NULL for 204, else a static sentence */
+} tn_router_settle_item_t;
+
+typedef void (*tn_router_settle_cb)(void *arg, tn_router_settle_item_t *items, uint32_t n);
+
+/* Set the cluster side once node RPC is open: rpc (before, or NULL: a
+ * handle of another node's partition answers 502), this node's member id,
+ * and whether this is a cluster (else every handle is settled here). */
+void tn_router_settle_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t node_id, bool cluster);
+/* Install the local-settle hook (NULL: none yet; local handles answer
+ * 503). */
+void tn_router_on_settle(tn_router_t *r, tn_settle_local_fn fn, void *arg);
+/* The ownership rule of step 1, as the SETTLE handler's hook (arg: the
+ * router). */
+bool tn_router_settle_owns(void *router, const char *topic, uint32_t p);
+/* Settle items[0..n) (caller-owned until cb; any past TN_SETTLE_MAX are
+ * answered 400) on (topic, channel): how a
+ * tn_wire_settle_how_t, visibility_ms the extension. cb runs exactly
+ * once, before this returns when every handle was settled here, else
+ * later from the loop. */
+void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, uint8_t how,
+                      int64_t visibility_ms, tn_router_settle_item_t *items, uint32_t n,
+                      tn_router_settle_cb cb, void *arg);
 
 #endif

@@ -571,6 +571,111 @@ bool tn_wire_commit_next(tn_wire_commit_t *c, tn_commit_rec_t *rec)
     return true;
 }
 
+/* --- SETTLE ------------------------------------------------------------------------ */
+
+#define SETTLE_NAME_MAX    255
+#define SETTLE_HANDLE_SIZE 16 /* u32 partition, u64 offset, u32 nonce */
+
+static bool settle_how_valid(uint8_t how)
+{
+    return how >= TN_WIRE_SETTLE_ACK && how <= TN_WIRE_SETTLE_NACK;
+}
+
+int tn_wire_settle_encode(tn_buf_t *b, const char *topic, const char *channel, uint8_t how,
+                          int64_t visibility_ms, const tn_wire_handle_t *h, uint32_t n)
+{
+    size_t tlen = strlen(topic), clen = strlen(channel);
+    if (tlen == 0 || tlen > SETTLE_NAME_MAX || clen == 0 || clen > SETTLE_NAME_MAX ||
+        !settle_how_valid(how) || visibility_ms < 0 || n == 0 || n > TN_SETTLE_MAX)
+        return UV_EINVAL;
+    size_t at = b->len;
+    int rc = tn_buf_reserve(b, 4 + tlen + 4 + clen + 1 + 8 + 4 + (size_t)n * SETTLE_HANDLE_SIZE);
+    if (rc == 0 &&
+        ((rc = tn_wire_put_bytes(b, topic, tlen)) != 0 ||
+         (rc = tn_wire_put_bytes(b, channel, clen)) != 0 || (rc = tn_wire_put_u8(b, how)) != 0 ||
+         (rc = tn_wire_put_i64(b, visibility_ms)) != 0 || (rc = tn_wire_put_u32(b, n)) != 0))
+        b->len = at;
+    for (uint32_t i = 0; rc == 0 && i < n; i++)
+        if ((rc = tn_wire_put_u32(b, h[i].partition)) != 0 ||
+            (rc = tn_wire_put_u64(b, h[i].offset)) != 0 ||
+            (rc = tn_wire_put_u32(b, h[i].nonce)) != 0)
+            b->len = at;
+    return rc;
+}
+
+int tn_wire_settle_decode(const void *p, size_t len, tn_wire_settle_t *out, char *err,
+                          size_t errlen)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    if (tn_wire_get_str(&in, SETTLE_NAME_MAX, out->topic) != 0 ||
+        tn_wire_get_str(&in, SETTLE_NAME_MAX, out->channel) != 0 ||
+        tn_wire_get_u8(&in, &out->how) != 0 || tn_wire_get_i64(&in, &out->visibility_ms) != 0 ||
+        tn_wire_get_u32(&in, &out->count) != 0) {
+        tn_errbuf(err, errlen, "malformed settle request: the topic, channel, how or count");
+        return TN_EPROTO;
+    }
+    if (out->topic[0] == '\0' || out->channel[0] == '\0') {
+        tn_errbuf(err, errlen, "malformed settle request: an empty topic or channel");
+        return TN_EPROTO;
+    }
+    if (!settle_how_valid(out->how)) {
+        tn_errbuf(err, errlen, "malformed settle request: how %u is not 1, 2 or 3", out->how);
+        return TN_EPROTO;
+    }
+    if (out->visibility_ms < 0) {
+        tn_errbuf(err, errlen, "malformed settle request: a negative visibility_ms");
+        return TN_EPROTO;
+    }
+    if (out->count == 0 || out->count > TN_SETTLE_MAX) {
+        tn_errbuf(err, errlen, "malformed settle request: count %" PRIu32 " is not 1..%d",
+                  out->count, TN_SETTLE_MAX);
+        return TN_EPROTO;
+    }
+    for (uint32_t i = 0; i < out->count; i++) {
+        tn_wire_handle_t *h = &out->h[i];
+        if (tn_wire_get_u32(&in, &h->partition) != 0 || tn_wire_get_u64(&in, &h->offset) != 0 ||
+            tn_wire_get_u32(&in, &h->nonce) != 0) {
+            tn_errbuf(err, errlen, "malformed settle request: handle %" PRIu32, i);
+            return TN_EPROTO;
+        }
+    }
+    if (tn_wire_end(&in) != 0) {
+        tn_errbuf(err, errlen, "malformed settle request: %zu bytes after the last handle",
+                  len - in.off);
+        return TN_EPROTO;
+    }
+    return 0;
+}
+
+int tn_wire_settle_reply_encode(tn_buf_t *b, const uint16_t *status, uint32_t n)
+{
+    size_t at = b->len;
+    int rc = tn_wire_put_u32(b, n);
+    for (uint32_t i = 0; rc == 0 && i < n; i++)
+        rc = tn_wire_put_u16(b, status[i]);
+    if (rc != 0)
+        b->len = at;
+    return rc;
+}
+
+int tn_wire_settle_reply_decode(const void *p, size_t len, uint32_t n, uint16_t *status)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    uint32_t count;
+    if (tn_wire_get_u32(&in, &count) != 0 || count != n)
+        return TN_EPROTO;
+    for (uint32_t i = 0; i < n; i++) {
+        if (tn_wire_get_u16(&in, &status[i]) != 0)
+            return TN_EPROTO;
+        uint16_t s = status[i];
+        if (s != 204 && s != 410 && s != 421 && s != 503)
+            return TN_EPROTO;
+    }
+    return tn_wire_end(&in);
+}
+
 /* --- opcodes ----------------------------------------------------------------------- */
 
 static const struct {
@@ -585,6 +690,7 @@ static const struct {
     [TN_OP_LEADER_INDEX] = {"leader_index", TN_LANE_CONTROL},
     [TN_OP_NODE_STATUS] = {"node_status", TN_LANE_CONTROL},
     [TN_OP_COMMIT] = {"commit", TN_LANE_PRODUCE},
+    [TN_OP_SETTLE] = {"settle", TN_LANE_ACK},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -627,6 +733,10 @@ int tn_wire_request_check(const void *p, size_t len)
                                      0) == 0
                    ? 0
                    : TN_EPROTO;
+    }
+    case TN_OP_SETTLE: {
+        tn_wire_settle_t st;
+        return tn_wire_settle_decode(in.p + in.off, in.len - in.off, &st, NULL, 0);
     }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:

@@ -113,6 +113,17 @@ typedef enum {
      * partition; 507 disk above the high watermark; 503 storage error or
      * shutting down; 400 malformed. */
     TN_OP_COMMIT = 6,
+    /* Settle receipt handles of partitions the callee owns (an ack,
+     * extend or nack a client sent to another node; cluster/settle.h).
+     * Ack lane. Fields: string topic (1..255 bytes), string channel
+     * (1..255 bytes), u8 how (1 ack, 2 extend, 3 nack), i64 visibility_ms
+     * (>= 0: the extension), u32 count (1..100), then count handles of u32
+     * partition, u64 offset, u32 nonce. Replies: 200
+     * application/octet-stream, u32 count then a u16 status per handle in
+     * order (204 settled; 410 no such live lease; 503 the acked-ahead set
+     * is full; 421 the callee does not own the partition); 503
+     * {"error":...} not ready or shutting down; 400 malformed. */
+    TN_OP_SETTLE = 7,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -295,6 +306,51 @@ int tn_wire_commit_decode(const void *p, size_t len, uint32_t max_body, tn_wire_
 /* The next record of a decoded request; false once all count were
  * given. */
 bool tn_wire_commit_next(tn_wire_commit_t *c, tn_commit_rec_t *rec);
+
+/* --- SETTLE ---------------------------------------------------------------------- */
+
+#define TN_SETTLE_MAX 100 /* handles per request: the /v1 ack batch's maximum */
+
+typedef enum {
+    TN_WIRE_SETTLE_ACK = 1,
+    TN_WIRE_SETTLE_EXTEND = 2,
+    TN_WIRE_SETTLE_NACK = 3,
+} tn_wire_settle_how_t;
+
+/* A receipt handle `partition:offset:nonce`. */
+typedef struct {
+    uint32_t partition;
+    uint64_t offset;
+    uint32_t nonce;
+} tn_wire_handle_t;
+
+/* A decoded SETTLE request (every field copied). */
+typedef struct {
+    char topic[256];
+    char channel[256];
+    uint8_t how;
+    int64_t visibility_ms;
+    uint32_t count;
+    tn_wire_handle_t h[TN_SETTLE_MAX];
+} tn_wire_settle_t;
+
+/* Append a SETTLE request's fields (after the opcode byte) to b. 0,
+ * UV_ENOMEM, or UV_EINVAL (topic or channel empty or over 255 bytes, how
+ * not 1..3, a negative visibility, n not 1..TN_SETTLE_MAX); on failure b
+ * is as it was. */
+int tn_wire_settle_encode(tn_buf_t *b, const char *topic, const char *channel, uint8_t how,
+                          int64_t visibility_ms, const tn_wire_handle_t *h, uint32_t n);
+/* Exact decode of a SETTLE request's fields (after the opcode byte). 0 or
+ * TN_EPROTO (short, trailing, a string over 255 bytes, empty or holding a
+ * NUL, how not 1..3, a negative visibility, count not 1..TN_SETTLE_MAX),
+ * with a sentence in err (may be NULL). */
+int tn_wire_settle_decode(const void *p, size_t len, tn_wire_settle_t *out, char *err,
+                          size_t errlen);
+/* A SETTLE 200 reply body: u32 n, then n u16 statuses. 0 or UV_ENOMEM. */
+int tn_wire_settle_reply_encode(tn_buf_t *b, const uint16_t *status, uint32_t n);
+/* Exact decode of a SETTLE 200 reply body that must answer n handles;
+ * every status one of 204, 410, 421, 503. 0 or TN_EPROTO. */
+int tn_wire_settle_reply_decode(const void *p, size_t len, uint32_t n, uint16_t *status);
 
 /* --- the secret proof ----------------------------------------------------------- */
 

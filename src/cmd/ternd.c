@@ -38,6 +38,7 @@
 #include "core/log.h"
 #include "api/access.h"
 #include "api/catalog.h"
+#include "api/consume.h"
 #include "api/metrics.h"
 #include "api/users.h"
 #include "api/v1.h"
@@ -51,6 +52,7 @@
 #include "cluster/dataplane.h"
 #include "cluster/dispatch.h"
 #include "cluster/router.h"
+#include "cluster/settle.h"
 #include "cluster/rpc.h"
 #include "meta/meta.h"
 #include "queue/queue.h"
@@ -96,6 +98,7 @@ typedef struct {
     tn_dataplane_t *dataplane; /* node RPC's COMMIT: other nodes' produces for our partitions */
     tn_ilog_t *ilog;           /* in a cluster: produces accepted for other nodes' partitions */
     tn_router_t *router;       /* what every door publishes through */
+    tn_settle_srv_t *settle;   /* node RPC's SETTLE: acks other nodes took for our partitions */
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
     bool dispatch_stopped;
     bool stopping;     /* a signal came: leadership transfer, then shut_down */
@@ -227,6 +230,8 @@ static void on_http_closed(void *arg)
     d->metrics.dataplane = NULL;
     tn_dataplane_free(d->dataplane); /* its handlers answered: node RPC closed */
     d->dataplane = NULL;
+    tn_settle_srv_free(d->settle);
+    d->settle = NULL;
     if (d->control != NULL) {
         tn_control_t *c = d->control;
         d->control = NULL;
@@ -252,6 +257,11 @@ static void shut_down(daemon_t *d)
     d->api.shutting_down = true;
     tn_catalog_stop(d->catalog);
     d->catalog = NULL;
+    /* Settling stops reaching the consume registry before it closes. */
+    if (d->router != NULL)
+        tn_router_on_settle(d->router, NULL, NULL);
+    if (d->settle != NULL)
+        tn_settle_srv_set_hooks(d->settle, NULL, NULL, NULL, NULL);
     tn_v1_close(&d->v1);
     if (d->ws != NULL)
         tn_ws_close_all(d->ws, "E_SHUTDOWN", "the node is shutting down");
@@ -469,11 +479,13 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     snprintf(bind, sizeof(bind), strchr(hp.host, ':') != NULL ? "[%s]:%d" : "%s:%d", hp.host,
              d->api.http_port);
     /* The control plane's operations, then the data plane's. */
-    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS];
+    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
     tn_dataplane_handlers(d->dataplane, h + nh, &ndata);
+    nh += ndata;
+    tn_settle_handlers(d->settle, h + nh, &ndata);
     nh += ndata;
     tn_rpc_opts_t ro;
     memset(&ro, 0, sizeof(ro));
@@ -490,6 +502,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
         return rc;
     TN_LOG(TN_LOG_NOTICE, "node RPC listening on %s/udp", tn_rpc_addr(d->rpc));
     tn_control_start(d->control, d->meta, d->rpc);
+    tn_router_settle_rpc(d->router, d->rpc, d->raft_id, d->cluster);
     d->metrics.rpc = d->rpc;
     d->metrics.dataplane = d->dataplane;
     if (d->ilog == NULL)
@@ -534,6 +547,8 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
     rc = tn_router_new(&ro, &d->router);
     if (rc == 0)
         rc = tn_dataplane_new(d->loop, d->broker, &d->dataplane);
+    if (rc == 0)
+        rc = tn_settle_srv_new(&d->settle);
     if (rc != 0)
         tn_errbuf(err, errlen, "cannot set up routing: %s", tn_strerror(rc));
     return rc;
@@ -662,6 +677,12 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                        (uint32_t)cfg->http_max_produces_per_user};
     if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0)
         rc = tn_v1_register(d->http, &d->v1);
+    if (rc == 0) {
+        /* Acks for this node's partitions, from its doors and from others. */
+        tn_router_on_settle(d->router, tn_consume_settle_hook, d->v1.consume);
+        tn_settle_srv_set_hooks(d->settle, tn_router_settle_owns, d->router, tn_consume_settle_hook,
+                                d->v1.consume);
+    }
     if (rc != 0) {
         tn_errbuf(err, errlen, "cannot set up the HTTP APIs: %s", tn_strerror(rc));
         return rc;

@@ -63,6 +63,13 @@ def wire_str(b):
     return struct.pack(">I", len(b)) + b
 
 
+def settle_fields(topic, channel, how, vis, handles):
+    out = wire_str(topic) + wire_str(channel) + struct.pack(">BqI", how, vis, len(handles))
+    for part, off, nonce in handles:
+        out += struct.pack(">IQI", part, off, nonce)
+    return out
+
+
 def commit_fields(topic, partition, recs):
     """A COMMIT request's fields (after the opcode byte)."""
     out = wire_str(topic) + struct.pack(">II", partition, len(recs))
@@ -96,6 +103,20 @@ def wire_seeds(here):
                                   b'"owner_node":"3"}')
     write(cr, "seed-reply-null-owner", b'{"error":"x","owner_node":null}')
 
+    sr = os.path.join(here, "settle_request", "corpus")
+    three = [(0, 12, 1), (1, 7, 3), (2, 0, 4294967295)]
+    write(sr, "seed-ack", settle_fields(b"orders", b"default", 1, 0, three))
+    write(sr, "seed-extend", settle_fields(b"orders", b"billing", 2, 30000, three[:1]))
+    write(sr, "seed-nack", settle_fields(b"t", b"c", 3, 0, three[1:]))
+    write(sr, "seed-full", settle_fields(b"t", b"c", 1, 0, [(i, i, i + 1) for i in range(100)]))
+    write(sr, "seed-too-many", settle_fields(b"t", b"c", 1, 0, [(0, 0, 1)] * 101))
+    write(sr, "seed-none", settle_fields(b"t", b"c", 1, 0, []))
+    write(sr, "seed-bad-how", settle_fields(b"t", b"c", 4, 0, three))
+    write(sr, "seed-negative-vis", settle_fields(b"t", b"c", 2, -1, three))
+    write(sr, "seed-trailing", settle_fields(b"t", b"c", 1, 0, three) + b"\x00")
+    write(sr, "seed-short", settle_fields(b"t", b"c", 1, 0, three)[:-3])
+    write(sr, "seed-reply", struct.pack(">IHHHH", 4, 204, 410, 503, 421))
+
     wf = os.path.join(here, "wire_frame", "corpus")
     stream = (wire_frame(auth, 0, proof) + wire_frame(request, 1, echo) +
               wire_frame(reply, 1, ok) + wire_frame(ping, 2, b"") + wire_frame(cancel, 1, b""))
@@ -117,6 +138,7 @@ def wire_seeds(here):
     write(wr, "seed-join-trailing", join + b"\x00")
     write(wr, "seed-commit", b"\x06" + commit)
     write(wr, "seed-commit-short", b"\x06" + commit[:-1])
+    write(wr, "seed-settle", b"\x07" + settle_fields(b"t", b"default", 1, 0, [(0, 1, 1)]))
     write(wr, "seed-reply", ok)
     write(wr, "seed-reply-empty", struct.pack(">H", 204) + wire_str(b"") + wire_str(b""))
 

@@ -145,6 +145,89 @@ static bool query_extend(tn_http_request_t *r, tn_settle_t *how)
     return true;
 }
 
+/* --- settling: ack, extend, nack (through the router: any node) -------------------- */
+
+/* One ack or ack batch being settled: from tn_router_settle to its
+ * callback. r is NULL once the client left. */
+typedef struct {
+    tn_http_request_t *r;
+    bool batch;
+    uint32_t n;
+    tn_router_settle_item_t items[TN_CONSUME_BATCH_MAX];
+    char (*handles)[TN_HANDLE_MAX];       /* a batch's handles as sent; owned */
+    int16_t parsed[TN_CONSUME_BATCH_MAX]; /* a batch's: its item, or -1 when malformed */
+} settle_op_t;
+
+static void settle_cancel(tn_http_request_t *r)
+{
+    settle_op_t *op = r->data;
+    op->r = NULL;
+}
+
+static void settle_free(settle_op_t *op)
+{
+    tn_free(op->handles);
+    tn_free(op);
+}
+
+static void answer_ack(tn_http_request_t *r, const tn_router_settle_item_t *it)
+{
+    if (it->status == 204)
+        tn_http_respond(r, 204, NULL, NULL, NULL, 0);
+    else
+        tn__v1_error(r, it->status, it->error, it->status == 503 ? "Retry-After: 1\r\n" : NULL);
+}
+
+static void answer_batch(tn_http_request_t *r, const settle_op_t *op, uint32_t count)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"results\":[", 12);
+    for (uint32_t i = 0; i < count; i++) {
+        int status = 400;
+        const char *msg = "receipt handle is malformed";
+        if (op->parsed[i] >= 0) {
+            const tn_router_settle_item_t *it = &op->items[op->parsed[i]];
+            status = it->status;
+            msg = it->error;
+        }
+        tn_buf_append(&b,
+                      i > 0 ? ",{\"receipt_handle\":" : "{\"receipt_handle\":", i > 0 ? 19 : 18);
+        tn__v1_json_str(&b, op->handles[i]);
+        tn__v1_appendf(&b, ",\"status\":%d", status);
+        if (msg != NULL) {
+            tn_buf_append(&b, ",\"error\":", 9);
+            tn__v1_json_str(&b, msg);
+        }
+        tn_buf_append(&b, "}", 1);
+    }
+    tn_buf_append(&b, "]}", 2);
+    tn__v1_respond_buf(r, 200, &b);
+}
+
+static void on_settled(void *arg, tn_router_settle_item_t *items, uint32_t n)
+{
+    (void)items;
+    (void)n;
+    settle_op_t *op = arg;
+    tn_http_request_t *r = op->r;
+    if (r != NULL) {
+        r->on_cancel = NULL;
+        if (op->batch)
+            answer_batch(r, op, op->n);
+        else
+            answer_ack(r, &op->items[0]);
+    }
+    settle_free(op);
+}
+
+static uint8_t settle_how(tn_settle_t how)
+{
+    return how == TN_SETTLE_ACK      ? TN_WIRE_SETTLE_ACK
+           : how == TN_SETTLE_EXTEND ? TN_WIRE_SETTLE_EXTEND
+                                     : TN_WIRE_SETTLE_NACK;
+}
+
 static void on_ack(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
@@ -168,15 +251,18 @@ static void on_ack(tn_http_request_t *r, void *arg)
     char channel[TN_NAME_MAX + 1];
     if (!query_extend(r, &how) || !query_channel(r, channel))
         return;
-    rc = tn_consume_settle(v->consume, topic, channel, p, off, nonce, how,
-                           e->rec.visibility_timeout_ms);
-    if (rc == 0)
-        tn_http_respond(r, 204, NULL, NULL, NULL, 0);
-    else if (rc == UV_ENOBUFS)
-        tn__v1_error(r, 503, "acked-ahead set is full; head of queue may be stuck",
-                     "Retry-After: 1\r\n");
-    else
-        tn__v1_error(r, 410, "receipt handle no longer matches an active reservation", NULL);
+    settle_op_t *op = tn_calloc(1, sizeof(*op));
+    if (op == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    op->r = r;
+    op->n = 1;
+    op->items[0] = (tn_router_settle_item_t){p, off, nonce, 0, NULL};
+    r->data = op;
+    r->on_cancel = settle_cancel;
+    tn_router_settle(v->router, topic, channel, settle_how(how), e->rec.visibility_timeout_ms,
+                     op->items, 1, on_settled, op);
 }
 
 static void on_ack_batch(tn_http_request_t *r, void *arg)
@@ -190,55 +276,49 @@ static void on_ack_batch(tn_http_request_t *r, void *arg)
     char channel[TN_NAME_MAX + 1];
     if (!query_extend(r, &how) || !query_channel(r, channel))
         return;
+    settle_op_t *op = tn_calloc(1, sizeof(*op));
     char(*handles)[TN_HANDLE_MAX] = tn_calloc(TN_CONSUME_BATCH_MAX, TN_HANDLE_MAX);
-    if (handles == NULL) {
+    if (op == NULL || handles == NULL) {
+        tn_free(op);
+        tn_free(handles);
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
-    uint32_t n = 0;
+    op->handles = handles;
+    op->batch = true;
+    uint32_t count = 0;
     char err[160];
     int rc = tn_batch_handles(tn_buf_data(&r->body), tn_buf_size(&r->body), TN_CONSUME_BATCH_MAX,
-                              handles, &n, err, sizeof(err));
+                              handles, &count, err, sizeof(err));
     if (rc != 0) {
-        tn_free(handles);
+        settle_free(op);
         if (rc == UV_ENOMEM)
             tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         else
             tn__v1_error(r, 400, err, NULL);
         return;
     }
-    tn_buf_t b;
-    tn_buf_init(&b);
-    tn_buf_append(&b, "{\"results\":[", 12);
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t p, nonce;
-        uint64_t off;
-        int status;
-        const char *msg = NULL;
-        if (tn_receipt_parse(handles[i], strlen(handles[i]), &p, &off, &nonce) != 0) {
-            status = 400;
-            msg = "receipt handle is malformed";
-        } else {
-            rc = tn_consume_settle(v->consume, topic, channel, p, off, nonce, how,
-                                   e->rec.visibility_timeout_ms);
-            status = rc == 0 ? 204 : rc == UV_ENOBUFS ? 503 : 410;
-            msg = rc == 0            ? NULL
-                  : rc == UV_ENOBUFS ? "acked-ahead set is full; head of queue may be stuck"
-                                     : "receipt handle no longer matches an active reservation";
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        tn_router_settle_item_t *it = &op->items[k];
+        if (tn_receipt_parse(handles[i], strlen(handles[i]), &it->partition, &it->offset,
+                             &it->nonce) != 0) {
+            op->parsed[i] = -1;
+            continue;
         }
-        tn_buf_append(&b,
-                      i > 0 ? ",{\"receipt_handle\":" : "{\"receipt_handle\":", i > 0 ? 19 : 18);
-        tn__v1_json_str(&b, handles[i]);
-        tn__v1_appendf(&b, ",\"status\":%d", status);
-        if (msg != NULL) {
-            tn_buf_append(&b, ",\"error\":", 9);
-            tn__v1_json_str(&b, msg);
-        }
-        tn_buf_append(&b, "}", 1);
+        op->parsed[i] = (int16_t)k++;
     }
-    tn_buf_append(&b, "]}", 2);
-    tn_free(handles);
-    tn__v1_respond_buf(r, 200, &b);
+    op->n = count;
+    if (k == 0) {
+        answer_batch(r, op, count);
+        settle_free(op);
+        return;
+    }
+    op->r = r;
+    r->data = op;
+    r->on_cancel = settle_cancel;
+    tn_router_settle(v->router, topic, channel, settle_how(how), e->rec.visibility_timeout_ms,
+                     op->items, k, on_settled, op);
 }
 
 int tn__v1_consume_register(tn_http_server_t *srv, tn_v1_t *v)

@@ -68,6 +68,35 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
         }
         break;
     }
+    case TN_OP_SETTLE: {
+        /* topic, channel (both 1..255), how 1..3, visibility >= 0, count
+         * 1..100, then count handles: the check judges these values too. */
+        char topic[256], channel[256];
+        uint8_t how;
+        int64_t vis;
+        uint32_t count;
+        if (tn_wire_get_str(&in, 255, topic) != 0 || tn_wire_get_str(&in, 255, channel) != 0 ||
+            tn_wire_get_u8(&in, &how) != 0 || tn_wire_get_i64(&in, &vis) != 0 ||
+            tn_wire_get_u32(&in, &count) != 0)
+            break;
+        if (topic[0] == '\0' || channel[0] == '\0' || how < 1 || how > 3 || vis < 0 || count == 0 ||
+            count > TN_SETTLE_MAX)
+            return TN_EPROTO;
+        if (tn_wire_put_str(out, topic) != 0 || tn_wire_put_str(out, channel) != 0 ||
+            tn_wire_put_u8(out, how) != 0 || tn_wire_put_i64(out, vis) != 0 ||
+            tn_wire_put_u32(out, count) != 0)
+            abort();
+        for (uint32_t i = 0; i < count && in.err == 0; i++) {
+            uint32_t part, nonce;
+            uint64_t off;
+            if (tn_wire_get_u32(&in, &part) == 0 && tn_wire_get_u64(&in, &off) == 0 &&
+                tn_wire_get_u32(&in, &nonce) == 0 &&
+                (tn_wire_put_u32(out, part) != 0 || tn_wire_put_u64(out, off) != 0 ||
+                 tn_wire_put_u32(out, nonce) != 0))
+                abort();
+        }
+        break;
+    }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:
     case TN_OP__COUNT:

@@ -10,6 +10,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* --- frame header --------------------------------------------------------- */
@@ -653,9 +654,11 @@ static void test_op_table(void **state)
         {TN_OP_LEADER_INDEX, "leader_index", TN_LANE_CONTROL},
         {TN_OP_NODE_STATUS, "node_status", TN_LANE_CONTROL},
         {TN_OP_COMMIT, "commit", TN_LANE_PRODUCE},
+        {TN_OP_SETTLE, "settle", TN_LANE_ACK},
     };
     assert_int_equal(TN_ARRAY_SIZE(want), TN_OP__COUNT - 1); /* every op is listed */
     assert_int_equal(TN_OP_COMMIT, 6);                       /* stable on the wire */
+    assert_int_equal(TN_OP_SETTLE, 7);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -687,6 +690,10 @@ static void test_request_check(void **state)
     assert_int_equal(tn_wire_put_str(&good[TN_OP_JOIN], "127.0.0.1:4252"), 0);
     tn_commit_rec_t rec = {tn_iov("k", 1), tn_iov("body", 4), 0, 1700000000000};
     assert_int_equal(tn_wire_commit_encode(&good[TN_OP_COMMIT], "t", 0, &rec, 1), 0);
+    tn_wire_handle_t hd = {1, 2, 3};
+    assert_int_equal(
+        tn_wire_settle_encode(&good[TN_OP_SETTLE], "t", "default", TN_WIRE_SETTLE_ACK, 0, &hd, 1),
+        0);
     for (int op = TN_OP_ECHO; op < TN_OP__COUNT; op++) {
         tn_buf_t *g = &good[op];
         assert_int_equal(tn_wire_request_check(tn_buf_data(g), tn_buf_size(g)), 0);
@@ -1058,6 +1065,147 @@ static void test_backoff(void **state)
     assert_int_equal(tn_wire_backoff_ms(UINT32_MAX), 2000);
 }
 
+/* --- SETTLE --------------------------------------------------------------------------- */
+
+static void test_settle_round_trip(void **state)
+{
+    (void)state;
+    tn_wire_handle_t h[TN_SETTLE_MAX];
+    for (uint32_t i = 0; i < TN_SETTLE_MAX; i++)
+        h[i] = (tn_wire_handle_t){i, UINT64_MAX - i, UINT32_MAX - i};
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_settle_encode(&b, "orders", "billing", TN_WIRE_SETTLE_EXTEND, 30000, h,
+                                           TN_SETTLE_MAX),
+                     0);
+    /* 4+6, 4+7, how, visibility, count, and 16 bytes a handle. */
+    assert_int_equal(tn_buf_size(&b), 10 + 11 + 1 + 8 + 4 + 16 * TN_SETTLE_MAX);
+    tn_wire_settle_t *w = malloc(sizeof(*w));
+    assert_non_null(w);
+    char err[256];
+    assert_int_equal(tn_wire_settle_decode(tn_buf_data(&b), tn_buf_size(&b), w, err, sizeof(err)),
+                     0);
+    assert_string_equal(w->topic, "orders");
+    assert_string_equal(w->channel, "billing");
+    assert_int_equal(w->how, TN_WIRE_SETTLE_EXTEND);
+    assert_int_equal(w->visibility_ms, 30000);
+    assert_int_equal(w->count, TN_SETTLE_MAX);
+    for (uint32_t i = 0; i < TN_SETTLE_MAX; i++) {
+        assert_int_equal(w->h[i].partition, i);
+        assert_true(w->h[i].offset == UINT64_MAX - i);
+        assert_int_equal(w->h[i].nonce, UINT32_MAX - i);
+    }
+    /* Every cut is refused, and so is a trailing byte. */
+    for (size_t cut = 0; cut < tn_buf_size(&b); cut++)
+        assert_int_equal(tn_wire_settle_decode(tn_buf_data(&b), cut, w, NULL, 0), TN_EPROTO);
+    assert_int_equal(tn_buf_append(&b, "", 1), 0);
+    assert_int_equal(tn_wire_settle_decode(tn_buf_data(&b), tn_buf_size(&b), w, err, sizeof(err)),
+                     TN_EPROTO);
+    assert_non_null(strstr(err, "after the last handle"));
+    free(w);
+    tn_buf_fini(&b);
+}
+
+/* A request with these head fields and count handles of zeros. */
+static void settle_raw(tn_buf_t *b, const char *topic, const char *channel, uint8_t how,
+                       int64_t vis, uint32_t count)
+{
+    tn_buf_reset(b);
+    assert_int_equal(tn_wire_put_str(b, topic), 0);
+    assert_int_equal(tn_wire_put_str(b, channel), 0);
+    assert_int_equal(tn_wire_put_u8(b, how), 0);
+    assert_int_equal(tn_wire_put_i64(b, vis), 0);
+    assert_int_equal(tn_wire_put_u32(b, count), 0);
+    for (uint32_t i = 0; i < count && i <= TN_SETTLE_MAX; i++) {
+        assert_int_equal(tn_wire_put_u32(b, 0), 0);
+        assert_int_equal(tn_wire_put_u64(b, 0), 0);
+        assert_int_equal(tn_wire_put_u32(b, 1), 0);
+    }
+}
+
+static void test_settle_refusals(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_wire_settle_t *w = malloc(sizeof(*w));
+    assert_non_null(w);
+    char err[256];
+    settle_raw(&b, "t", "c", TN_WIRE_SETTLE_NACK, 0, 1);
+    assert_int_equal(tn_wire_settle_decode(tn_buf_data(&b), tn_buf_size(&b), w, err, sizeof(err)),
+                     0);
+    struct {
+        const char *topic, *channel;
+        uint8_t how;
+        int64_t vis;
+        uint32_t count;
+        const char *says;
+    } bad[] = {
+        {"", "c", 1, 0, 1, "empty topic"},
+        {"t", "", 1, 0, 1, "empty topic or channel"},
+        {"t", "c", 0, 0, 1, "how 0"},
+        {"t", "c", 4, 0, 1, "how 4"},
+        {"t", "c", 1, -1, 1, "negative visibility"},
+        {"t", "c", 1, 0, 0, "count 0"},
+        {"t", "c", 1, 0, TN_SETTLE_MAX + 1, "count 101"},
+    };
+    for (size_t i = 0; i < TN_ARRAY_SIZE(bad); i++) {
+        settle_raw(&b, bad[i].topic, bad[i].channel, bad[i].how, bad[i].vis, bad[i].count);
+        err[0] = '\0';
+        assert_int_equal(
+            tn_wire_settle_decode(tn_buf_data(&b), tn_buf_size(&b), w, err, sizeof(err)),
+            TN_EPROTO);
+        assert_non_null(strstr(err, bad[i].says));
+    }
+    /* A name over 255 bytes. */
+    char longname[257];
+    memset(longname, 'a', 256);
+    longname[256] = '\0';
+    settle_raw(&b, longname, "c", 1, 0, 1);
+    assert_int_equal(tn_wire_settle_decode(tn_buf_data(&b), tn_buf_size(&b), w, NULL, 0),
+                     TN_EPROTO);
+    /* The encoder refuses the same values. */
+    tn_wire_handle_t h = {0, 0, 1};
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_settle_encode(&b, "", "c", 1, 0, &h, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_settle_encode(&b, "t", longname, 1, 0, &h, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_settle_encode(&b, "t", "c", 0, 0, &h, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_settle_encode(&b, "t", "c", 1, -5, &h, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_settle_encode(&b, "t", "c", 1, 0, &h, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_settle_encode(&b, "t", "c", 1, 0, &h, TN_SETTLE_MAX + 1), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), 0);
+    free(w);
+    tn_buf_fini(&b);
+}
+
+static void test_settle_reply(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    const uint16_t st[4] = {204, 410, 503, 421};
+    assert_int_equal(tn_wire_settle_reply_encode(&b, st, 4), 0);
+    assert_int_equal(tn_buf_size(&b), 4 + 2 * 4);
+    uint16_t out[4];
+    assert_int_equal(tn_wire_settle_reply_decode(tn_buf_data(&b), tn_buf_size(&b), 4, out), 0);
+    assert_memory_equal(out, st, sizeof(st));
+    /* Another count than asked, a cut, a trailing byte, a status SETTLE
+     * never answers. */
+    assert_int_equal(tn_wire_settle_reply_decode(tn_buf_data(&b), tn_buf_size(&b), 3, out),
+                     TN_EPROTO);
+    assert_int_equal(tn_wire_settle_reply_decode(tn_buf_data(&b), tn_buf_size(&b) - 1, 4, out),
+                     TN_EPROTO);
+    assert_int_equal(tn_buf_append(&b, "", 1), 0);
+    assert_int_equal(tn_wire_settle_reply_decode(tn_buf_data(&b), tn_buf_size(&b), 4, out),
+                     TN_EPROTO);
+    const uint16_t odd[1] = {200};
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_settle_reply_encode(&b, odd, 1), 0);
+    assert_int_equal(tn_wire_settle_reply_decode(tn_buf_data(&b), tn_buf_size(&b), 1, out),
+                     TN_EPROTO);
+    tn_buf_fini(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1080,6 +1228,9 @@ int main(void)
         cmocka_unit_test(test_op_table),
         cmocka_unit_test(test_request_check),
         cmocka_unit_test(test_commit_round_trip),
+        cmocka_unit_test(test_settle_round_trip),
+        cmocka_unit_test(test_settle_refusals),
+        cmocka_unit_test(test_settle_reply),
         cmocka_unit_test(test_commit_refusals),
         cmocka_unit_test(test_commit_encode_out_of_memory),
         cmocka_unit_test(test_hmac_rfc4231),

@@ -1,0 +1,140 @@
+/* SETTLE over node RPC: the owner's handler and the call. See settle.h
+ * for the design. */
+#include "core/platform.h"
+
+#include "cluster/settle.h"
+
+#include "core/alloc.h"
+#include "core/buf.h"
+#include "core/err.h"
+#include "core/name.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define JSON "application/json"
+
+struct tn_settle_srv_s {
+    tn_settle_owns_fn owns;
+    void *owns_arg;
+    tn_settle_local_fn local;
+    void *local_arg;
+};
+
+int tn_settle_srv_new(tn_settle_srv_t **out)
+{
+    tn_settle_srv_t *s = tn_calloc(1, sizeof(*s));
+    if (s == NULL)
+        return UV_ENOMEM;
+    *out = s;
+    return 0;
+}
+
+void tn_settle_srv_set_hooks(tn_settle_srv_t *s, tn_settle_owns_fn owns, void *owns_arg,
+                             tn_settle_local_fn local, void *local_arg)
+{
+    s->owns = owns;
+    s->owns_arg = owns_arg;
+    s->local = local;
+    s->local_arg = local_arg;
+}
+
+void tn_settle_srv_free(tn_settle_srv_t *s)
+{
+    tn_free(s);
+}
+
+/* An {"error":msg} answer (msg holds nothing JSON would escape). */
+static void reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg)
+{
+    char body[400];
+    int n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg);
+    tn_rpc_reply(req, status, JSON, body, (size_t)TN_MIN((size_t)n, sizeof(body) - 1));
+}
+
+static void on_settle(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_settle_srv_t *s = arg;
+    if (s->owns == NULL || s->local == NULL) {
+        reply_error(req, 503, "this node is not ready to settle receipt handles");
+        return;
+    }
+    tn_wire_settle_t *w = tn_malloc(sizeof(*w));
+    if (w == NULL) {
+        reply_error(req, 503, "out of memory");
+        return;
+    }
+    char msg[256];
+    if (tn_wire_settle_decode(payload, len, w, msg, sizeof(msg)) != 0) {
+        reply_error(req, 400, msg);
+        tn_free(w);
+        return;
+    }
+    if (!tn_name_valid_any(w->topic, strlen(w->topic)) ||
+        !tn_name_valid(w->channel, strlen(w->channel))) {
+        reply_error(req, 400, "invalid topic or channel name");
+        tn_free(w);
+        return;
+    }
+    uint16_t st[TN_SETTLE_MAX];
+    for (uint32_t i = 0; i < w->count; i++) {
+        const tn_wire_handle_t *h = &w->h[i];
+        if (!s->owns(s->owns_arg, w->topic, h->partition)) {
+            st[i] = 421;
+            continue;
+        }
+        int rc = s->local(s->local_arg, w->topic, w->channel, h->partition, h->offset, h->nonce,
+                          w->how, w->visibility_ms);
+        st[i] = rc == 0 ? 204 : rc == UV_ENOBUFS ? 503 : 410;
+    }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    if (tn_wire_settle_reply_encode(&b, st, w->count) != 0)
+        reply_error(req, 503, "out of memory");
+    else
+        tn_rpc_reply(req, 200, "application/octet-stream", tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+    tn_free(w);
+}
+
+void tn_settle_handlers(tn_settle_srv_t *s, tn_rpc_handler_t *out, size_t *n)
+{
+    out[0] = (tn_rpc_handler_t){TN_OP_SETTLE, 0, on_settle, s};
+    *n = TN_SETTLE_HANDLERS;
+}
+
+/* --- the call ------------------------------------------------------------------------ */
+
+static void on_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    (void)err;
+    tn_settle_call_t *c = arg;
+    c->call = NULL;
+    if (status == 0) {
+        if (reply->status == 200)
+            status = tn_wire_settle_reply_decode(reply->body, reply->body_len, c->n, c->status);
+        else
+            status = reply->status == 503   ? UV_EAGAIN
+                     : reply->status == 400 ? UV_EINVAL
+                                            : TN_EPROTO;
+    }
+    c->cb(c, status);
+}
+
+int tn_settle_call(tn_rpc_t *rpc, const char *peer_addr, const char *topic, const char *channel,
+                   uint8_t how, int64_t visibility_ms, const tn_wire_handle_t *h, uint32_t n,
+                   uint64_t timeout_ms, tn_settle_call_t *c, tn_settle_cb cb)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_wire_settle_encode(&b, topic, channel, how, visibility_ms, h, n);
+    if (rc == 0) {
+        c->n = n;
+        c->cb = cb;
+        memset(c->status, 0, sizeof(c->status));
+        rc = tn_rpc_call(rpc, peer_addr, TN_OP_SETTLE, tn_buf_data(&b), tn_buf_size(&b), timeout_ms,
+                         on_reply, c, &c->call);
+    }
+    tn_buf_fini(&b);
+    return rc;
+}

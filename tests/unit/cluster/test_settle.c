@@ -1,0 +1,341 @@
+/* SETTLE over node RPC (cluster/settle.h): a caller endpoint and an owner
+ * endpoint on one loop over loopback, the owner's handler over scripted
+ * hooks (which partitions it owns, what settling each handle answers).
+ * Covers per-handle statuses in order (204, 410, 503, 421), the hooks
+ * getting every field of the request, a request before the hooks are set
+ * (503 for the whole request), a malformed request and bad names (400),
+ * a peer that is not there (the call's error), and the caller's own
+ * refusals. Every test checks that uv_loop_close returns 0. */
+#include "core/platform.h"
+
+#include "cluster/rpc.h"
+#include "cluster/settle.h"
+#include "cluster/wire.h"
+#include "core/err.h"
+
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SECRET   "correct horse battery staple"
+#define GUARD_MS 30000
+
+/* --- the scripted local side -------------------------------------------------------- */
+
+/* Partition p answers script[p % 4] when owned: 0, TN_ENOTFOUND, UV_ENOBUFS;
+ * partitions >= 100 are not owned. */
+static const int script[4] = {0, TN_ENOTFOUND, UV_ENOBUFS, 0};
+
+typedef struct {
+    unsigned calls;
+    char topic[256], channel[256];
+    uint32_t partition[TN_SETTLE_MAX];
+    uint64_t offset[TN_SETTLE_MAX];
+    uint32_t nonce[TN_SETTLE_MAX];
+    uint8_t how;
+    int64_t vis;
+} seen_t;
+
+static seen_t seen;
+
+static bool owns(void *arg, const char *topic, uint32_t p)
+{
+    assert_ptr_equal(arg, &seen);
+    (void)topic;
+    return p < 100;
+}
+
+static int local(void *arg, const char *topic, const char *channel, uint32_t partition,
+                 uint64_t offset, uint32_t nonce, uint8_t how, int64_t visibility_ms)
+{
+    assert_ptr_equal(arg, &seen);
+    unsigned i = seen.calls++;
+    snprintf(seen.topic, sizeof(seen.topic), "%s", topic);
+    snprintf(seen.channel, sizeof(seen.channel), "%s", channel);
+    seen.partition[i] = partition;
+    seen.offset[i] = offset;
+    seen.nonce[i] = nonce;
+    seen.how = how;
+    seen.vis = visibility_ms;
+    return script[partition % 4];
+}
+
+/* --- the fixture --------------------------------------------------------------------- */
+
+typedef struct {
+    uv_loop_t loop;
+    tn_settle_srv_t *srv;
+    tn_rpc_t *owner;
+    tn_rpc_t *caller;
+    char addr[64];
+} sfx_t;
+
+static void on_guard(uv_timer_t *t)
+{
+    *(bool *)t->data = true;
+}
+
+static void run_until(uv_loop_t *loop, const bool *flag)
+{
+    bool expired = false;
+    uv_timer_t guard;
+    uv_timer_init(loop, &guard);
+    guard.data = &expired;
+    uv_timer_start(&guard, on_guard, GUARD_MS, 0);
+    while (!*flag && !expired)
+        uv_run(loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&guard, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    assert_true(*flag);
+}
+
+static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
+{
+    tn_rpc_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.bind = "127.0.0.1:0";
+    o.secret = (const uint8_t *)SECRET;
+    o.secret_len = strlen(SECRET);
+    o.handlers = h;
+    o.nhandlers = nh;
+    tn_rpc_t *r = NULL;
+    char err[256];
+    int rc = tn_rpc_open(loop, &o, &r, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "tn_rpc_open: %s\n", err);
+    assert_int_equal(rc, 0);
+    return r;
+}
+
+static sfx_t *sfx_new(bool hooks)
+{
+    sfx_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    assert_int_equal(tn_settle_srv_new(&f->srv), 0);
+    if (hooks)
+        tn_settle_srv_set_hooks(f->srv, owns, &seen, local, &seen);
+    tn_rpc_handler_t h[TN_SETTLE_HANDLERS];
+    size_t nh = 0;
+    tn_settle_handlers(f->srv, h, &nh);
+    assert_int_equal(nh, 1);
+    assert_int_equal(h[0].op, TN_OP_SETTLE);
+    assert_int_equal(h[0].flags, 0); /* the messaging bound */
+    f->owner = rpc_open(&f->loop, h, nh);
+    f->caller = rpc_open(&f->loop, NULL, 0);
+    snprintf(f->addr, sizeof f->addr, "%s", tn_rpc_addr(f->owner));
+    memset(&seen, 0, sizeof(seen));
+    return f;
+}
+
+static void on_rpc_closed(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+static void sfx_free(sfx_t *f)
+{
+    bool done = false;
+    tn_rpc_close(f->caller, on_rpc_closed, &done);
+    run_until(&f->loop, &done);
+    done = false;
+    tn_rpc_close(f->owner, on_rpc_closed, &done);
+    run_until(&f->loop, &done);
+    tn_settle_srv_free(f->srv);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    free(f);
+}
+
+typedef struct {
+    tn_settle_call_t c;
+    bool done;
+    int status;
+} callw_t;
+
+static void on_call(tn_settle_call_t *c, int status)
+{
+    callw_t *w = (callw_t *)c;
+    w->done = true;
+    w->status = status;
+}
+
+static int settle(sfx_t *f, const char *peer, const char *topic, const char *channel, uint8_t how,
+                  int64_t vis, const tn_wire_handle_t *h, uint32_t n, callw_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    int rc = tn_settle_call(f->caller, peer, topic, channel, how, vis, h, n, 2000, &w->c, on_call);
+    if (rc != 0)
+        return rc;
+    run_until(&f->loop, &w->done);
+    return w->status;
+}
+
+/* --- tests ----------------------------------------------------------------------------- */
+
+static void test_statuses_in_order(void **state)
+{
+    (void)state;
+    sfx_t *f = sfx_new(true);
+    tn_wire_handle_t h[6] = {
+        {0, 10, 1}, {1, 11, 2}, {2, 12, 3}, {100, 13, 4}, {3, UINT64_MAX >> 1, UINT32_MAX},
+        {4, 0, 7},
+    };
+    callw_t w;
+    assert_int_equal(
+        settle(f, f->addr, "orders", "billing", TN_WIRE_SETTLE_EXTEND, 45000, h, 6, &w), 0);
+    const uint16_t want[6] = {204, 410, 503, 421, 204, 204};
+    assert_int_equal(w.c.n, 6);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(w.c.status[i], want[i]);
+    /* The hooks got every owned handle, in order, with the request's fields. */
+    assert_int_equal(seen.calls, 5);
+    assert_string_equal(seen.topic, "orders");
+    assert_string_equal(seen.channel, "billing");
+    assert_int_equal(seen.how, TN_WIRE_SETTLE_EXTEND);
+    assert_int_equal(seen.vis, 45000);
+    const uint32_t parts[5] = {0, 1, 2, 3, 4};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(seen.partition[i], parts[i]);
+    assert_true(seen.offset[3] == UINT64_MAX >> 1);
+    assert_int_equal(seen.nonce[3], UINT32_MAX);
+    assert_int_equal(seen.nonce[0], 1);
+
+    /* A full batch of TN_SETTLE_MAX, every kind of settle. */
+    tn_wire_handle_t many[TN_SETTLE_MAX];
+    for (uint32_t i = 0; i < TN_SETTLE_MAX; i++)
+        many[i] = (tn_wire_handle_t){i % 4 == 1 ? 0 : i, i, i + 1};
+    for (uint8_t how = TN_WIRE_SETTLE_ACK; how <= TN_WIRE_SETTLE_NACK; how++) {
+        seen.calls = 0;
+        assert_int_equal(settle(f, f->addr, "t", "c", how, 0, many, TN_SETTLE_MAX, &w), 0);
+        assert_int_equal(seen.calls, TN_SETTLE_MAX);
+        assert_int_equal(seen.how, how);
+        for (uint32_t i = 0; i < TN_SETTLE_MAX; i++)
+            assert_int_equal(w.c.status[i], script[many[i].partition % 4] == 0            ? 204
+                                            : script[many[i].partition % 4] == UV_ENOBUFS ? 503
+                                                                                          : 410);
+    }
+    sfx_free(f);
+}
+
+static void test_not_ready_503(void **state)
+{
+    (void)state;
+    sfx_t *f = sfx_new(false);
+    tn_wire_handle_t h = {0, 1, 1};
+    callw_t w;
+    assert_int_equal(settle(f, f->addr, "t", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1, &w), UV_EAGAIN);
+    assert_int_equal(seen.calls, 0);
+    /* Once set, the same request settles. */
+    tn_settle_srv_set_hooks(f->srv, owns, &seen, local, &seen);
+    assert_int_equal(settle(f, f->addr, "t", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1, &w), 0);
+    assert_int_equal(w.c.status[0], 204);
+    assert_int_equal(seen.calls, 1);
+    sfx_free(f);
+}
+
+typedef struct {
+    bool done;
+    int status;
+    uint16_t http;
+    char body[512];
+} raww_t;
+
+static void on_raw(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    (void)err;
+    raww_t *w = arg;
+    w->done = true;
+    w->status = status;
+    if (status == 0) {
+        w->http = reply->status;
+        snprintf(w->body, sizeof(w->body), "%.*s", (int)reply->body_len, (const char *)reply->body);
+    }
+}
+
+/* A raw SETTLE request (payload after the opcode) and its answer. */
+static void raw(sfx_t *f, const tn_buf_t *payload, raww_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    assert_int_equal(tn_rpc_call(f->caller, f->addr, TN_OP_SETTLE, tn_buf_data(payload),
+                                 tn_buf_size(payload), 2000, on_raw, w, NULL),
+                     0);
+    run_until(&f->loop, &w->done);
+    assert_int_equal(w->status, 0);
+}
+
+static void test_refused_400(void **state)
+{
+    (void)state;
+    sfx_t *f = sfx_new(true);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    raww_t w;
+    /* A cut request: the RPC server's shape check answers it. */
+    tn_wire_handle_t h = {0, 1, 1};
+    assert_int_equal(tn_wire_settle_encode(&b, "t", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1), 0);
+    b.len--;
+    raw(f, &b, &w);
+    assert_int_equal(w.http, 400);
+    /* Names the wire takes but a topic or channel cannot have. */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_settle_encode(&b, "no spaces", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1), 0);
+    raw(f, &b, &w);
+    assert_int_equal(w.http, 400);
+    assert_non_null(strstr(w.body, "invalid topic or channel name"));
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_settle_encode(&b, "t", "c#ephemeral!", TN_WIRE_SETTLE_ACK, 0, &h, 1),
+                     0);
+    raw(f, &b, &w);
+    assert_int_equal(w.http, 400);
+    assert_int_equal(seen.calls, 0);
+    tn_buf_fini(&b);
+    sfx_free(f);
+}
+
+static void test_call_errors(void **state)
+{
+    (void)state;
+    sfx_t *f = sfx_new(true);
+    tn_wire_handle_t h = {0, 1, 1};
+    callw_t w;
+    /* The caller's own refusals: cb never runs. */
+    assert_int_equal(tn_settle_call(f->caller, f->addr, "", "c", 1, 0, &h, 1, 2000, &w.c, on_call),
+                     UV_EINVAL);
+    assert_int_equal(tn_settle_call(f->caller, f->addr, "t", "c", 9, 0, &h, 1, 2000, &w.c, on_call),
+                     UV_EINVAL);
+    assert_int_equal(tn_settle_call(f->caller, f->addr, "t", "c", 1, 0, &h, 0, 2000, &w.c, on_call),
+                     UV_EINVAL);
+    assert_int_equal(
+        tn_settle_call(f->caller, "not an address", "t", "c", 1, 0, &h, 1, 2000, &w.c, on_call),
+        UV_EINVAL);
+    /* A peer nobody serves: the call ends with a transport error, never 0. */
+    uv_udp_t sock;
+    struct sockaddr_in sa;
+    assert_int_equal(uv_udp_init(&f->loop, &sock), 0);
+    uv_ip4_addr("127.0.0.1", 0, &sa);
+    assert_int_equal(uv_udp_bind(&sock, (const struct sockaddr *)&sa, 0), 0);
+    struct sockaddr_storage got;
+    int len = sizeof(got);
+    assert_int_equal(uv_udp_getsockname(&sock, (struct sockaddr *)&got, &len), 0);
+    char dead[64];
+    snprintf(dead, sizeof(dead), "127.0.0.1:%d", ntohs(((struct sockaddr_in *)&got)->sin_port));
+    int rc = settle(f, dead, "t", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1, &w);
+    assert_true(rc == UV_ETIMEDOUT || rc == UV_ECONNREFUSED || rc == UV_ECONNRESET);
+    assert_int_equal(seen.calls, 0);
+    uv_close((uv_handle_t *)&sock, NULL);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    sfx_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_statuses_in_order),
+        cmocka_unit_test(test_not_ready_503),
+        cmocka_unit_test(test_refused_400),
+        cmocka_unit_test(test_call_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
