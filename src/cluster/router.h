@@ -27,6 +27,9 @@
 
 #include "meta/meta.h"
 #include "queue/queue.h"
+#include "cluster/rpc.h"
+#include "cluster/wire.h"
+#include "core/buf.h"
 #include "storage/ilog.h"
 
 typedef struct tn_router_s tn_router_t;
@@ -59,5 +62,58 @@ typedef struct {
     uint64_t failed;           /* ingress log appends that failed */
 } tn_router_stats_t;
 void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out);
+
+/* --- consume anywhere ------------------------------------------------------------ */
+
+/* DESIGN: a consume for partitions another node owns (docs/cluster.md,
+ * "How a consume is routed"). The /v1 door (api/v1/forward.c) asks the
+ * router where a pinned or replayed partition lives and which other
+ * nodes own partitions of a topic, and has the router forward a consume
+ * to an owner (TN_OP_CONSUME over node RPC); the owner's handler runs it
+ * on its own lanes. The router never forwards without node RPC (a lone
+ * node: every partition is local). */
+
+/* Node RPC for forwarded consumes, and this node's member id; set once
+ * node RPC is open (until then every partition is answered as local). */
+void tn_router_set_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t self_id);
+
+/* Where partition of topic lives, by the metastore's placement: 0 here
+ * (or no node RPC, or no record of the topic); TN_EREMOTE on *owner,
+ * alive; UV_EHOSTDOWN on *owner, marked dead; UV_EAGAIN not placed yet
+ * (the lanes answer that as they always have). */
+int tn_router_consume_where(tn_router_t *r, const char *topic, uint32_t partition, uint64_t *owner);
+/* The alive members other than this node that own a partition of topic,
+ * in ascending id order, at most max of them into out; the count. 0 with
+ * no node RPC. */
+size_t tn_router_consume_owners(tn_router_t *r, const char *topic, uint64_t *out, size_t max);
+
+typedef struct tn_router_consume_s tn_router_consume_t;
+/* A forwarded consume ended: status 0 with c->http_status and c->body
+ * (the owner's /v1 answer, relayed as is), or the call's error (rpc.h:
+ * UV_ETIMEDOUT, TN_ECLOSED for a cancel, UV_ECONNREFUSED, ...) with
+ * c->error. */
+typedef void (*tn_router_consume_cb)(tn_router_consume_t *c, int status);
+/* Caller-owned, in use from tn_router_consume_call until cb; body is
+ * the caller's to tn_buf_fini after cb. */
+struct tn_router_consume_s {
+    void *data;
+    uint64_t owner;
+    uint16_t http_status;
+    tn_buf_t body;
+    char error[256];
+    /* Private. */
+    tn_rpc_call_t *call;
+    tn_router_consume_cb cb;
+};
+/* Forward req to member owner (its API address is its RPC address)
+ * within timeout_ms. 0: cb runs once, later. Else cb never runs:
+ * UV_EHOSTUNREACH (no such member or no address), UV_EINVAL (req's
+ * names), UV_ECONNREFUSED (the owner is in its dial backoff), TN_ECLOSED,
+ * UV_ENOMEM. */
+int tn_router_consume_call(tn_router_t *r, uint64_t owner, const tn_wire_consume_t *req,
+                           uint64_t timeout_ms, tn_router_consume_t *c, tn_router_consume_cb cb);
+/* Abandon c before its cb ran (the owner nacks what it had reserved for
+ * it): cb runs with TN_ECLOSED, from the loop. */
+void tn_router_consume_cancel(tn_router_consume_t *c);
 
 #endif

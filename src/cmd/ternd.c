@@ -218,6 +218,8 @@ static void on_http_closed(void *arg)
             tn_meta_stop(d->meta);
         tn_rpc_t *r = d->rpc;
         d->rpc = NULL;
+        if (d->router != NULL)
+            tn_router_set_rpc(d->router, NULL, 0);
         d->metrics.rpc = NULL;
         tn_rpc_close(r, on_http_closed, d);
         return;
@@ -467,12 +469,13 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     snprintf(bind, sizeof(bind), strchr(hp.host, ':') != NULL ? "[%s]:%d" : "%s:%d", hp.host,
              d->api.http_port);
     /* The control plane's operations, then the data plane's. */
-    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS];
+    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + 1];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
     tn_dataplane_handlers(d->dataplane, h + nh, &ndata);
     nh += ndata;
+    tn_v1_consume_handler(&d->v1, &h[nh++]); /* d->v1 is set up below, before the loop runs */
     tn_rpc_opts_t ro;
     memset(&ro, 0, sizeof(ro));
     ro.bind = bind;
@@ -487,6 +490,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     if (rc != 0)
         return rc;
     TN_LOG(TN_LOG_NOTICE, "node RPC listening on %s/udp", tn_rpc_addr(d->rpc));
+    if (d->cluster)
+        tn_router_set_rpc(d->router, d->rpc, d->raft_id); /* consumes forwarded to owners */
     tn_control_start(d->control, d->meta, d->rpc);
     d->metrics.rpc = d->rpc;
     d->metrics.dataplane = d->dataplane;
