@@ -74,13 +74,15 @@ typedef struct {
     size_t probe;  /* the next owner to probe */
     tn_buf_t msgs; /* a batch's messages so far, comma separated */
     uint32_t got;
+    int64_t started_ms; /* monotonic */
+    unsigned depth;     /* callbacks of f running: freed when the last returns */
 } fwd_t;
 
 static uint32_t rotation; /* the owner a forwarded long poll goes to */
 
 static void fwd_maybe_free(fwd_t *f)
 {
-    if (f->r != NULL || f->local_on || f->call_on)
+    if (f->depth > 0 || f->r != NULL || f->local_on || f->call_on)
         return;
     tn_buf_fini(&f->msgs);
     tn_buf_fini(&f->local_body);
@@ -166,6 +168,19 @@ static uint32_t merge(fwd_t *f, const char *body, size_t len)
 
 static void next_step(fwd_t *f);
 
+/* Around every entry into f (a callback, the route): f stays until the
+ * outermost returns, which frees it when it is done. */
+static void enter(fwd_t *f)
+{
+    f->depth++;
+}
+
+static void leave(fwd_t *f)
+{
+    f->depth--;
+    fwd_maybe_free(f);
+}
+
 static tn_wire_consume_t wire_args(const fwd_t *f, int64_t wait_ms, uint32_t max)
 {
     tn_wire_consume_t w;
@@ -182,15 +197,22 @@ static tn_wire_consume_t wire_args(const fwd_t *f, int64_t wait_ms, uint32_t max
     return w;
 }
 
+static void local_answered(fwd_t *f, int status, const char *body, size_t len);
+
 /* The lanes answered f's local request. */
 static void on_local(tn_consume_parked_t *pk, int status, const char *body, size_t len)
 {
     fwd_t *f = pk->data;
+    enter(f);
     f->local_on = false;
-    if (f->r == NULL) {
-        fwd_maybe_free(f);
+    local_answered(f, status, body, len);
+    leave(f);
+}
+
+static void local_answered(fwd_t *f, int status, const char *body, size_t len)
+{
+    if (f->r == NULL)
         return;
-    }
     if (status == 200) {
         if (f->a.max == 0) {
             if (f->call_on)
@@ -234,18 +256,28 @@ static void start_local(fwd_t *f, int64_t wait_ms, uint32_t max)
     tn_consume_start_parked(f->v->consume, &f->local, &a); /* may answer now */
 }
 
+static void call_answered(fwd_t *f, const tn_router_consume_t *c, int status, const tn_buf_t *b);
+
+/* The owner answered f's call (or the call failed). */
 static void on_call(tn_router_consume_t *c, int status)
 {
     fwd_t *f = c->data;
+    enter(f);
     f->call_on = false;
+    tn_buf_t body = c->body; /* ours now: c may carry the next call */
+    tn_buf_init(&c->body);
+    call_answered(f, c, status, &body);
+    tn_buf_fini(&body);
+    leave(f);
+}
+
+static void call_answered(fwd_t *f, const tn_router_consume_t *c, int status, const tn_buf_t *b)
+{
     uint16_t hs = status == 0 ? c->http_status : 0;
-    const char *body = tn_buf_data(&c->body);
-    size_t len = tn_buf_size(&c->body);
-    if (f->r == NULL) {
-        tn_buf_fini(&c->body);
-        fwd_maybe_free(f);
+    const char *body = tn_buf_data(b);
+    size_t len = tn_buf_size(b);
+    if (f->r == NULL)
         return;
-    }
     if (f->stage == ST_PINNED) {
         if (status != 0) {
             char msg[400];
@@ -255,8 +287,6 @@ static void on_call(tn_router_consume_t *c, int status)
         } else {
             relay(f, hs, body, len);
         }
-        tn_buf_fini(&c->body);
-        fwd_maybe_free(f);
         return;
     }
     if (status != 0 || (hs != 200 && hs != 204))
@@ -268,13 +298,10 @@ static void on_call(tn_router_consume_t *c, int status)
             tn_consume_parked_cancel(&f->local);
         f->local_on = false;
         relay(f, 200, body, len);
-        tn_buf_fini(&c->body);
-        fwd_maybe_free(f);
         return;
     }
     if (got)
         merge(f, body, len);
-    tn_buf_fini(&c->body);
     if (f->stage == ST_WAIT) {
         if (f->got > 0) {
             if (f->local_on)
@@ -284,12 +311,10 @@ static void on_call(tn_router_consume_t *c, int status)
         } else if (f->local_done) {
             relay(f, f->local_status, tn_buf_data(&f->local_body), tn_buf_size(&f->local_body));
         }
-        fwd_maybe_free(f);
         return;
     }
     if (f->a.max > 0 && f->got >= f->a.max) {
         relay_batch(f);
-        fwd_maybe_free(f);
         return;
     }
     next_step(f);
@@ -317,31 +342,32 @@ static void next_step(fwd_t *f)
     }
     if (f->got > 0) {
         relay_batch(f);
-        fwd_maybe_free(f);
         return;
     }
-    if (f->a.wait_ms == 0 || f->nowners == 0) {
+    /* The wait left after the probes. */
+    int64_t wait = f->a.wait_ms - (tn_now_mono_ms() - f->started_ms);
+    if (wait <= 0 || f->nowners == 0) {
         relay(f, 204, NULL, 0);
-        fwd_maybe_free(f);
         return;
     }
     f->stage = ST_WAIT;
     uint64_t owner = f->owners[rotation++ % f->nowners];
-    (void)start_call(f, owner, f->a.wait_ms, left, (uint64_t)f->a.wait_ms + FORWARD_EXTRA);
-    start_local(f, f->a.wait_ms, f->a.max);
+    (void)start_call(f, owner, wait, left, (uint64_t)wait + FORWARD_EXTRA);
+    start_local(f, wait, f->a.max);
 }
 
 static void on_client_gone(tn_http_request_t *r)
 {
     fwd_t *f = r->data;
+    enter(f);
     f->r = NULL;
     if (f->local_on) {
         tn_consume_parked_cancel(&f->local);
         f->local_on = false;
     }
     if (f->call_on)
-        tn_router_consume_cancel(&f->call); /* on_call frees f */
-    fwd_maybe_free(f);
+        tn_router_consume_cancel(&f->call); /* on_call runs later */
+    leave(f);
 }
 
 void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_args_t *a)
@@ -382,6 +408,8 @@ void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_arg
     f->nowners = nowners;
     r->data = f;
     r->on_cancel = on_client_gone;
+    f->started_ms = tn_now_mono_ms();
+    enter(f);
     if (a->pinned || a->replay) {
         f->stage = ST_PINNED;
         int rc = start_call(f, owner, a->wait_ms, a->max, (uint64_t)a->wait_ms + FORWARD_EXTRA);
@@ -390,12 +418,12 @@ void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_arg
             snprintf(msg, sizeof(msg), "partition owner (node %" PRIu64 ") unreachable: %s", owner,
                      tn_strerror(rc));
             relay_error(f, 502, msg);
-            fwd_maybe_free(f);
         }
-        return;
+    } else {
+        f->stage = ST_LOCAL_PROBE;
+        start_local(f, 0, a->max);
     }
-    f->stage = ST_LOCAL_PROBE;
-    start_local(f, 0, a->max);
+    leave(f);
 }
 
 /* --- the owner's side --------------------------------------------------------- */
