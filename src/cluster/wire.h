@@ -121,8 +121,8 @@ typedef enum {
      * u32 max (0: a single message), bool local_only (always true from a
      * forwarding node: the callee never forwards it on). Reply: the status
      * and JSON body the /v1 consume route would answer (200 a message or
-     * {"messages":[...]}, 204, 400, 404, 410, 421 with the owner when the
-     * partition is not the callee's, 429, 503), relayed as is. */
+     * {"messages":[...]}, 204, 400, 404, 410, 429, 503 also when the
+     * partition is not the callee's), relayed as is. */
     TN_OP_CONSUME = 8,
     TN_OP__COUNT
 } tn_wire_op_t;
