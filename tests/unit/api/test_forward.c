@@ -270,7 +270,8 @@ static void on_call(tn_router_consume_t *c, int status)
     k->status = status;
     k->http = c->http_status;
     size_t n = TN_MIN(tn_buf_size(&c->body), sizeof(k->body) - 1);
-    memcpy(k->body, tn_buf_data(&c->body), n);
+    if (n > 0)
+        memcpy(k->body, tn_buf_data(&c->body), n);
     k->body[n] = '\0';
     tn_buf_fini(&c->body);
 }
