@@ -8,8 +8,10 @@
  * answered by a later publish, an unknown topic (404), a partition out of
  * range and a malformed request (400), a call cancelled while its consume
  * waits (the message published afterwards goes to the next consume, not
- * to the cancelled one), the router's placement answers, and a member with
- * no address. Every test checks that uv_loop_close returns 0. */
+ * to the cancelled one), a batch cancelled after it took messages (they
+ * are back at once, a second attempt), the router's placement answers,
+ * and the router's refusals (an unknown member, one with no address, bad
+ * names). Every test checks that uv_loop_close returns 0. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -370,6 +372,21 @@ static void test_single_batch_replay(void **state)
     ffx_free(f);
 }
 
+typedef struct {
+    bool done;
+    int status;
+    uint16_t http;
+} raw_t;
+
+static void on_raw(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    (void)err;
+    raw_t *r = arg;
+    r->done = true;
+    r->status = status;
+    r->http = status == 0 ? reply->status : 0;
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -392,6 +409,15 @@ static void test_refusals(void **state)
     w = req_of("bad name!", 0, 0);
     call(f, &k, &w);
     assert_int_equal(k.http, 400);
+    /* A malformed request, straight over node RPC: 400. */
+    raw_t raw;
+    memset(&raw, 0, sizeof(raw));
+    assert_int_equal(tn_rpc_call(f->caller, tn_rpc_addr(f->owner), TN_OP_CONSUME, "junk", 4, 5000,
+                                 on_raw, &raw, NULL),
+                     0);
+    assert_true(run_loop(f->loop, is_true, &raw.done));
+    assert_int_equal(raw.status, 0);
+    assert_int_equal(raw.http, 400);
     /* The router's own refusals: an unknown member, bad names. */
     memset(&k, 0, sizeof(k));
     w = req_of("t", 0, 0);
@@ -451,6 +477,74 @@ static void test_long_poll_and_cancel(void **state)
     ffx_free(f);
 }
 
+typedef struct {
+    tn_consume_parked_t pk;
+    bool answered;
+    int status;
+    char body[8192];
+} parked_t;
+
+static void on_parked(tn_consume_parked_t *pk, int status, const char *body, size_t len)
+{
+    parked_t *q = pk->data;
+    q->answered = true;
+    q->status = status;
+    size_t n = TN_MIN(len, sizeof(q->body) - 1);
+    if (n > 0)
+        memcpy(q->body, body, n);
+    q->body[n] = '\0';
+}
+
+/* A batch cancelled after it took messages and before its answer gives
+ * them back at once: the next consume has them (a second attempt), not
+ * after the visibility timeout. */
+static void test_cancelled_batch_gives_back(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    put_topic(f, "t", 1);
+    publish(f, "t", 0, "one");
+    publish(f, "t", 0, "two");
+    tn_consume_args_t a;
+    memset(&a, 0, sizeof(a));
+    snprintf(a.topic, sizeof(a.topic), "t");
+    snprintf(a.channel, sizeof(a.channel), "default");
+    a.partitions = 1;
+    a.visibility_ms = 30000;
+    a.wait_ms = 8000;
+    a.max = 5;
+    a.ident = "";
+    parked_t q;
+    memset(&q, 0, sizeof(q));
+    q.pk.answer = on_parked;
+    q.pk.data = &q;
+    /* The engine's pump (an idle handle) hands the ready messages to the
+     * batch in this loop turn; its answer waits for the next turn's
+     * timers. */
+    tn_consume_start_parked(f->v.consume, &q.pk, &a);
+    int64_t deadline = tn_now_mono_ms() + 20000;
+    while (f->b->inflight_msgs < 2 && !q.answered && tn_now_mono_ms() < deadline)
+        uv_run(f->loop, UV_RUN_NOWAIT); /* the channel being made, then the pump */
+    assert_false(q.answered);
+    assert_int_equal(f->b->inflight_msgs, 2); /* both leased to the batch */
+    tn_consume_parked_cancel(&q.pk);
+    assert_int_equal(f->b->inflight_msgs, 0); /* both back at once */
+    run_for(f, 100);
+    assert_false(q.answered);
+    memset(&q, 0, sizeof(q));
+    q.pk.answer = on_parked;
+    q.pk.data = &q;
+    a.wait_ms = 0;
+    tn_consume_start_parked(f->v.consume, &q.pk, &a);
+    assert_true(run_loop(f->loop, is_true, &q.answered));
+    assert_int_equal(q.status, 200);
+    assert_non_null(strstr(q.body, "\"payload\":\"one\""));
+    assert_non_null(strstr(q.body, "\"payload\":\"two\""));
+    assert_null(strstr(q.body, "\"attempts\":1"));
+    assert_non_null(strstr(q.body, "\"attempts\":2"));
+    ffx_free(f);
+}
+
 /* The router's placement answers, as the door asks them. */
 static void test_where(void **state)
 {
@@ -486,6 +580,7 @@ int main(void)
         cmocka_unit_test(test_single_batch_replay),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_long_poll_and_cancel),
+        cmocka_unit_test(test_cancelled_batch_gives_back),
         cmocka_unit_test(test_where),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
