@@ -2,14 +2,15 @@
 node takes messages from every owner of the topic's partitions (single and
 batch), each exactly once when acked at the owner; a pinned partition and
 a replay read are forwarded to the owner; a long poll through a non-owner
-is answered by a message produced at the owner later; with an owner
-killed a pinned consume of its partition answers 502 (unreachable) or 503
+is answered by a message produced at the owner later; an owner that
+stalls (SIGSTOP) is skipped by a queue consume; with an owner killed a pinned consume of its partition answers 502 (unreachable) or 503
 (marked dead), and queue consumes go on with the other owners.
 
 Run: python3 tests/cluster/test_consume.py --ternd build/ternd
 """
 import argparse
 import os
+import signal
 import sys
 import threading
 import time
@@ -163,6 +164,25 @@ class Consume(harness.ClusterTest):
             "POST", f"/v1/topics/w/ack?receipt_handle={m['receipt_handle']}", None,
             headers=CLIENT)
         self.assertEqual(status, 204, body)
+
+    def test_a_stalled_owner_is_skipped(self):
+        c = self.start()
+        self.topic(c, "s")
+        owners = self.owners(c.nodes[0], "s")
+        stalled, other = c.nodes[1], c.nodes[2]  # owners of partitions 1 and 2
+        status, answer = other.request("POST", "/v1/topics/s/produce?partition=2", b"here",
+                                       headers=OCTET)
+        self.assertEqual(status, 202, answer)
+        os.kill(stalled.pid, signal.SIGSTOP)  # alive on record, answering nothing
+        try:
+            # Node 1 has nothing; node 2's probe runs out of its budget and
+            # node 3's message answers.
+            status, m = c.nodes[0].request("GET", "/v1/topics/s/consume", timeout=30)
+            self.assertEqual(status, 200, m)
+            self.assertEqual(m["payload"], "here")
+            self.ack_at_owner(c, "s", m, owners)
+        finally:
+            os.kill(stalled.pid, signal.SIGCONT)
 
     def test_owner_killed(self):
         c = self.start(args=["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s"])
