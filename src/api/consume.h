@@ -19,6 +19,11 @@
  *      or when full. A request that nothing reached within its wait is
  *      answered 204 (one still waiting for a disk read the engine started
  *      for it gets up to a second more).
+ * Who waits is a parked consumer (below): an HTTP request, or a consume
+ * another node forwarded over node RPC (api/v1/forward.c); both get the
+ * same status and body. A parked consumer cancelled after its batch took
+ * messages gives them back at once (a nack); an HTTP client that leaves
+ * keeps today's behaviour (its leases run out).
  * A lane with no parked request and no lease is detached by a sweep every
  * second. Deleting the channel or topic answers its parked requests 404.
  *
