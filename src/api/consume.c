@@ -28,10 +28,26 @@
 typedef struct lane_s lane_t;
 typedef struct poll_s poll_t;
 
+/* A message a batch took and has not answered yet: nacked when its asker
+ * goes. */
+typedef struct {
+    uint32_t partition;
+    uint32_t nonce;
+    uint64_t offset;
+} taken_t;
+
+/* The HTTP implementation of a parked consumer. */
+typedef struct {
+    tn_consume_parked_t pk;
+    tn_http_request_t *r;
+} http_parked_t;
+
 /* A consume request from its start to its answer. */
 struct poll_s {
     tn_consume_t *cs;
-    tn_http_request_t *r; /* NULL once answered or the client left */
+    tn_consume_parked_t *pk; /* NULL once answered or the asker left */
+    http_parked_t http;      /* pk for an HTTP request */
+    taken_t *taken;          /* a batch's messages so far (want entries) */
     tn_consume_args_t a;
     char ident[72];
     uint32_t charge; /* counted against its identity */
@@ -182,6 +198,7 @@ static void poll_free(poll_t *p)
     if (p->waiting || p->held)
         return; /* freed by on_ready or expire */
     tn_buf_fini(&p->out);
+    tn_free(p->taken);
     tn_free(p);
 }
 
@@ -190,29 +207,49 @@ static void error(tn_http_request_t *r, int status, const char *msg)
     tn__v1_error(r, status, msg, status == 503 || status == 429 ? "Retry-After: 1\r\n" : NULL);
 }
 
-/* Answer p (if its client is still there) and free it. */
+/* An {"error":msg} body as tn__v1_error writes it. */
+static void error_body(tn_buf_t *b, const char *msg)
+{
+    tn_buf_append(b, "{\"error\":\"", 10);
+    tn_buf_json_escape(b, msg);
+    tn_buf_append(b, "\"}\n", 3);
+}
+
+/* The HTTP parked consumer's answer: the /v1 route's response. */
+static void http_answer(tn_consume_parked_t *pk, int status, const char *body, size_t len)
+{
+    http_parked_t *h = pk->data;
+    tn_http_request_t *r = h->r;
+    r->on_cancel = NULL;
+    h->r = NULL;
+    if (status == 204)
+        tn_http_respond(r, 204, NULL, NULL, NULL, 0);
+    else
+        tn_http_respond(r, status, TN__V1_JSON,
+                        status == 503 || status == 429 ? "Retry-After: 1\r\n" : NULL, body, len);
+}
+
+/* Answer p (if its asker is still there) and free it. */
 static void finish(poll_t *p, int status, const char *msg)
 {
-    tn_http_request_t *r = p->r;
-    if (r != NULL) {
-        r->on_cancel = NULL;
-        p->r = NULL;
+    tn_consume_parked_t *pk = p->pk;
+    if (pk != NULL) {
+        p->pk = NULL;
+        pk->priv = NULL;
+        tn_buf_t b;
+        tn_buf_init(&b);
         if (status == 200 && p->a.max > 0) {
-            tn_buf_t b;
-            tn_buf_init(&b);
             tn_buf_append(&b, "{\"messages\":[", 13);
             tn_buf_append(&b, tn_buf_data(&p->out), tn_buf_size(&p->out));
             tn_buf_append(&b, "]}\n", 3);
-            tn_http_respond(r, 200, TN__V1_JSON, NULL, tn_buf_data(&b), tn_buf_size(&b));
-            tn_buf_fini(&b);
         } else if (status == 200) {
-            tn_buf_append(&p->out, "\n", 1);
-            tn_http_respond(r, 200, TN__V1_JSON, NULL, tn_buf_data(&p->out), tn_buf_size(&p->out));
-        } else if (status == 204) {
-            tn_http_respond(r, 204, NULL, NULL, NULL, 0);
-        } else {
-            error(r, status, msg);
+            tn_buf_append(&b, tn_buf_data(&p->out), tn_buf_size(&p->out));
+            tn_buf_append(&b, "\n", 1);
+        } else if (status != 204) {
+            error_body(&b, msg);
         }
+        pk->answer(pk, status, tn_buf_data(&b), tn_buf_size(&b));
+        tn_buf_fini(&b);
     }
     poll_free(p);
 }
@@ -233,6 +270,8 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     if (p->got > 0)
         tn_buf_append(&p->out, ",", 1);
     tn_consume_render(&p->out, l->topic, &m);
+    if (p->taken != NULL)
+        p->taken[p->got] = (taken_t){d->partition, d->nonce, d->offset};
     p->got++;
     p->want--;
     l->want--;
@@ -412,7 +451,23 @@ static void on_timer(uv_timer_t *h)
 static void on_cancel(tn_http_request_t *r)
 {
     poll_t *p = r->data;
-    p->r = NULL;
+    p->http.r = NULL;
+    p->pk = NULL;
+    poll_free(p);
+}
+
+void tn_consume_parked_cancel(tn_consume_parked_t *pk)
+{
+    poll_t *p = pk->priv;
+    if (p == NULL)
+        return;
+    pk->priv = NULL;
+    p->pk = NULL;
+    if (p->lane != NULL && p->taken != NULL) {
+        for (uint32_t i = 0; i < p->got; i++)
+            (void)tn_consumer_req(&p->lane->c, p->taken[i].partition, p->taken[i].offset, true,
+                                  p->taken[i].nonce, 0);
+    }
     poll_free(p);
 }
 
@@ -451,7 +506,7 @@ static void on_ready(tn_waiter_t *w, int status)
     tn_consume_t *cs = p->cs;
     p->waiting = false;
     cs->waiting--;
-    if (p->r == NULL || cs->closing) {
+    if (p->pk == NULL || cs->closing) {
         finish(p, 503, "shutting down");
         if (cs->closing)
             maybe_free(cs);
@@ -564,25 +619,36 @@ static void acquire(poll_t *p)
     park(p, ch);
 }
 
-void tn_consume_start(tn_consume_t *cs, tn_http_request_t *r, const tn_consume_args_t *a)
+/* A new poll for a, charged to its identity; NULL after answering status
+ * and msg through answer_now. */
+static poll_t *poll_new(tn_consume_t *cs, const tn_consume_args_t *a, int *status, const char **msg)
 {
     if (cs->closing) {
-        error(r, 503, "shutting down");
-        return;
+        *status = 503;
+        *msg = "shutting down";
+        return NULL;
     }
     uint32_t charge = 0;
     if (!tn_quota_take(&cs->quota, a->ident, a->replay ? 1 : TN_MAX(a->max, 1u), &charge)) {
-        error(r, 429, "too many concurrent consumes for this user");
-        return;
+        *status = 429;
+        *msg = "too many concurrent consumes for this user";
+        return NULL;
     }
     poll_t *p = tn_calloc(1, sizeof(*p));
+    if (p != NULL && a->max > 0) {
+        p->taken = tn_calloc(a->max, sizeof(*p->taken));
+        if (p->taken == NULL) {
+            tn_free(p);
+            p = NULL;
+        }
+    }
     if (p == NULL) {
         tn_quota_give(&cs->quota, a->ident, charge);
-        error(r, 503, "out of memory");
-        return;
+        *status = 503;
+        *msg = "out of memory";
+        return NULL;
     }
     p->cs = cs;
-    p->r = r;
     p->a = *a;
     snprintf(p->ident, sizeof(p->ident), "%s", a->ident);
     p->a.ident = p->ident;
@@ -591,8 +657,43 @@ void tn_consume_start(tn_consume_t *cs, tn_http_request_t *r, const tn_consume_a
     p->started_ms = tn_now_mono_ms();
     tn_heap_node_init(&p->deadline);
     tn_buf_init(&p->out);
+    return p;
+}
+
+void tn_consume_start(tn_consume_t *cs, tn_http_request_t *r, const tn_consume_args_t *a)
+{
+    int status = 0;
+    const char *msg = NULL;
+    poll_t *p = poll_new(cs, a, &status, &msg);
+    if (p == NULL) {
+        error(r, status, msg);
+        return;
+    }
+    p->http.r = r;
+    p->http.pk.answer = http_answer;
+    p->http.pk.data = &p->http;
+    p->http.pk.priv = p;
+    p->pk = &p->http.pk;
     r->data = p;
     r->on_cancel = on_cancel;
+    acquire(p);
+}
+
+void tn_consume_start_parked(tn_consume_t *cs, tn_consume_parked_t *pk, const tn_consume_args_t *a)
+{
+    int status = 0;
+    const char *msg = NULL;
+    poll_t *p = poll_new(cs, a, &status, &msg);
+    if (p == NULL) {
+        tn_buf_t b;
+        tn_buf_init(&b);
+        error_body(&b, msg);
+        pk->answer(pk, status, tn_buf_data(&b), tn_buf_size(&b));
+        tn_buf_fini(&b);
+        return;
+    }
+    pk->priv = p;
+    p->pk = pk;
     acquire(p);
 }
 

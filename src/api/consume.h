@@ -19,6 +19,11 @@
  *      or when full. A request that nothing reached within its wait is
  *      answered 204 (one still waiting for a disk read the engine started
  *      for it gets up to a second more).
+ * Who waits is a parked consumer (below): an HTTP request, or a consume
+ * another node forwarded over node RPC (api/v1/forward.c); both get the
+ * same status and body. A parked consumer cancelled after its batch took
+ * messages gives them back at once (a nack); an HTTP client that leaves
+ * keeps today's behaviour (its leases run out).
  * A lane with no parked request and no lease is detached by a sweep every
  * second. Deleting the channel or topic answers its parked requests 404.
  *
@@ -61,6 +66,29 @@ typedef struct {
 int tn_consume_new(uv_loop_t *loop, tn_broker_t *b, const tn_consume_opts_t *o, tn_consume_t **out);
 /* Serve a consume: r is answered now or parked until it can be. */
 void tn_consume_start(tn_consume_t *cs, tn_http_request_t *r, const tn_consume_args_t *a);
+
+/* A parked consumer: whoever waits for a consume's answer. The lanes know
+ * two: an HTTP request (tn_consume_start) and a consume another node
+ * forwarded over node RPC (api/v1/forward.c); a forwarding node's own
+ * race between its lanes and an owner is a third user. Caller-owned, in
+ * use from tn_consume_start_parked until answer ran or
+ * tn_consume_parked_cancel returned. */
+typedef struct tn_consume_parked_s tn_consume_parked_t;
+struct tn_consume_parked_s {
+    /* The answer, exactly once: status and body (borrowed for the call)
+     * as the /v1 route sends them: 200 the message or {"messages":[...]}
+     * (newline-terminated JSON), 204 no body, else {"error":"..."}\n (a
+     * 503 or 429 also wants Retry-After: 1 over HTTP). */
+    void (*answer)(tn_consume_parked_t *pk, int status, const char *body, size_t len);
+    void *data; /* for the caller */
+    void *priv; /* the lanes' */
+};
+/* Serve a consume for pk: answered now (inside this call) or later. */
+void tn_consume_start_parked(tn_consume_t *cs, tn_consume_parked_t *pk, const tn_consume_args_t *a);
+/* pk's asker went before its answer: answer never runs, and the messages
+ * a batch had taken for it go back to the channel at once (a nack), so a
+ * consume cancelled mid-batch loses nothing and delays nothing. */
+void tn_consume_parked_cancel(tn_consume_parked_t *pk);
 
 typedef enum { TN_SETTLE_ACK = 1, TN_SETTLE_EXTEND, TN_SETTLE_NACK } tn_settle_t;
 

@@ -44,6 +44,7 @@
 #include "auth/authn.h"
 #include "auth/nsqauth.h"
 #include "cluster/router.h"
+#include "cluster/rpc.h"
 #include "meta/meta.h"
 #include "proto/http/server.h"
 #include "queue/queue.h"
@@ -93,6 +94,11 @@ tn_nsqauth_local_t tn_v1_nsq_auth(tn_v1_t *v);
  * record: the /v1 caps and TTL, and for a topic created through /v1 its
  * own retention, dead-lettering and durability. */
 void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec);
+
+/* The TN_OP_CONSUME handler for the RPC table (a consume another node
+ * forwarded, run on v's lanes; exempt from the RPC bounds: a long poll).
+ * v may be initialised after the table is made, before the loop runs. */
+void tn_v1_consume_handler(tn_v1_t *v, tn_rpc_handler_t *out);
 
 /* Whether pattern (exact, or a prefix ending in '*') matches name. */
 bool tn_v1_pattern_match(const char *pattern, const char *name);

@@ -9,6 +9,7 @@
 #include "core/time.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 struct tn_router_s {
@@ -169,7 +170,7 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
 #define MSG_NOTREADY "partition owner could not settle it now; retry later"
 #define MSG_OOM      "out of memory"
 
-void tn_router_settle_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t node_id, bool cluster)
+void tn_router_set_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t node_id, bool cluster)
 {
     r->rpc = rpc;
     r->node_id = node_id;
@@ -377,4 +378,95 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
     }
     if (--op->pending == 0)
         settle_op_done(op);
+/* --- consume anywhere ------------------------------------------------------------ */
+
+int tn_router_consume_where(tn_router_t *r, const char *topic, uint32_t partition, uint64_t *owner)
+{
+    *owner = 0;
+    if (r->rpc == NULL || !r->cluster || r->o.meta == NULL)
+        return 0;
+    const tn_meta_state_t *s = tn_meta_state(r->o.meta);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, topic);
+    if (e == NULL || partition >= e->rec.partitions)
+        return 0; /* the lanes answer what they always have */
+    uint64_t id = tn_meta_state_owner(s, topic, partition);
+    if (id == 0)
+        return UV_EAGAIN;
+    if (id == r->node_id)
+        return 0;
+    *owner = id;
+    return member_alive(r, id) ? TN_EREMOTE : UV_EHOSTDOWN;
+}
+
+size_t tn_router_consume_owners(tn_router_t *r, const char *topic, uint64_t *out, size_t max)
+{
+    if (r->rpc == NULL || !r->cluster || r->o.meta == NULL)
+        return 0;
+    const tn_meta_state_t *s = tn_meta_state(r->o.meta);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, topic);
+    size_t n = 0;
+    for (uint32_t p = 0; e != NULL && p < e->rec.partitions; p++) {
+        uint64_t id = tn_meta_state_owner(s, topic, p);
+        if (id == 0 || id == r->node_id || !member_alive(r, id))
+            continue;
+        size_t at = 0;
+        while (at < n && out[at] < id)
+            at++;
+        if (at < n && out[at] == id)
+            continue;
+        if (n == max)
+            continue;
+        memmove(out + at + 1, out + at, (n - at) * sizeof(*out));
+        out[at] = id;
+        n++;
+    }
+    return n;
+}
+
+static void on_consume_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    tn_router_consume_t *c = arg;
+    c->call = NULL;
+    if (status == 0) {
+        c->http_status = reply->status;
+        if (tn_buf_append(&c->body, reply->body, reply->body_len) != 0) {
+            status = UV_ENOMEM;
+            snprintf(c->error, sizeof(c->error), "out of memory");
+        }
+    } else {
+        snprintf(c->error, sizeof(c->error), "%s", err != NULL ? err : tn_strerror(status));
+    }
+    c->cb(c, status);
+}
+
+int tn_router_consume_call(tn_router_t *r, uint64_t owner, const tn_wire_consume_t *req,
+                           uint64_t timeout_ms, tn_router_consume_t *c, tn_router_consume_cb cb)
+{
+    if (r->rpc == NULL || !r->cluster)
+        return TN_ECLOSED;
+    const tn_meta_member_t *m = tn_meta_member_find(tn_meta_state(r->o.meta), owner);
+    if (m == NULL || m->api_addr[0] == '\0')
+        return UV_EHOSTUNREACH;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_wire_consume_encode(&b, req);
+    if (rc != 0) {
+        tn_buf_fini(&b);
+        return rc;
+    }
+    c->owner = owner;
+    c->http_status = 0;
+    c->error[0] = '\0';
+    c->cb = cb;
+    tn_buf_init(&c->body);
+    rc = tn_rpc_call(r->rpc, m->api_addr, TN_OP_CONSUME, tn_buf_data(&b), tn_buf_size(&b),
+                     timeout_ms, on_consume_reply, c, &c->call);
+    tn_buf_fini(&b);
+    return rc;
+}
+
+void tn_router_consume_cancel(tn_router_consume_t *c)
+{
+    if (c->call != NULL)
+        tn_rpc_call_cancel(c->call);
 }

@@ -27,6 +27,9 @@
 
 #include "meta/meta.h"
 #include "queue/queue.h"
+#include "cluster/rpc.h"
+#include "cluster/wire.h"
+#include "core/buf.h"
 #include "storage/ilog.h"
 #include "cluster/rpc.h"
 #include "cluster/settle.h"
@@ -95,10 +98,12 @@ typedef struct {
 
 typedef void (*tn_router_settle_cb)(void *arg, tn_router_settle_item_t *items, uint32_t n);
 
-/* Set the cluster side once node RPC is open: rpc (before, or NULL: a
- * handle of another node's partition answers 502), this node's member id,
- * and whether this is a cluster (else every handle is settled here). */
-void tn_router_settle_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t node_id, bool cluster);
+/* Set the cluster side once node RPC is open (NULL again before it
+ * closes): rpc, this node's member id, and whether this is a cluster.
+ * Without it (or on a lone node) every receipt handle is settled here
+ * (a handle of another node's partition answers 502) and every consume
+ * is local. */
+void tn_router_set_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t node_id, bool cluster);
 /* Install the local-settle hook (NULL: none yet; local handles answer
  * 503). */
 void tn_router_on_settle(tn_router_t *r, tn_settle_local_fn fn, void *arg);
@@ -113,5 +118,55 @@ bool tn_router_settle_owns(void *router, const char *topic, uint32_t p);
 void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, uint8_t how,
                       int64_t visibility_ms, tn_router_settle_item_t *items, uint32_t n,
                       tn_router_settle_cb cb, void *arg);
+/* --- consume anywhere ------------------------------------------------------------ */
+
+/* DESIGN: a consume for partitions another node owns (docs/cluster.md,
+ * "How a consume is routed"). The /v1 door (api/v1/forward.c) asks the
+ * router where a pinned or replayed partition lives and which other
+ * nodes own partitions of a topic, and has the router forward a consume
+ * to an owner (TN_OP_CONSUME over node RPC); the owner's handler runs it
+ * on its own lanes. The router never forwards without node RPC (a lone
+ * node: every partition is local). */
+
+/* Node RPC for forwarded consumes: tn_router_set_rpc. */
+
+/* Where partition of topic lives, by the metastore's placement: 0 here
+ * (or no node RPC, or no record of the topic); TN_EREMOTE on *owner,
+ * alive; UV_EHOSTDOWN on *owner, marked dead; UV_EAGAIN not placed yet
+ * (the lanes answer that as they always have). */
+int tn_router_consume_where(tn_router_t *r, const char *topic, uint32_t partition, uint64_t *owner);
+/* The alive members other than this node that own a partition of topic,
+ * in ascending id order, at most max of them into out; the count. 0 with
+ * no node RPC. */
+size_t tn_router_consume_owners(tn_router_t *r, const char *topic, uint64_t *out, size_t max);
+
+typedef struct tn_router_consume_s tn_router_consume_t;
+/* A forwarded consume ended: status 0 with c->http_status and c->body
+ * (the owner's /v1 answer, relayed as is), or the call's error (rpc.h:
+ * UV_ETIMEDOUT, TN_ECLOSED for a cancel, UV_ECONNREFUSED, ...) with
+ * c->error. */
+typedef void (*tn_router_consume_cb)(tn_router_consume_t *c, int status);
+/* Caller-owned, in use from tn_router_consume_call until cb; body is
+ * the caller's to tn_buf_fini after cb. */
+struct tn_router_consume_s {
+    void *data;
+    uint64_t owner;
+    uint16_t http_status;
+    tn_buf_t body;
+    char error[256];
+    /* Private. */
+    tn_rpc_call_t *call;
+    tn_router_consume_cb cb;
+};
+/* Forward req to member owner (its API address is its RPC address)
+ * within timeout_ms. 0: cb runs once, later. Else cb never runs:
+ * UV_EHOSTUNREACH (no such member or no address), UV_EINVAL (req's
+ * names), UV_ECONNREFUSED (the owner is in its dial backoff), TN_ECLOSED,
+ * UV_ENOMEM. */
+int tn_router_consume_call(tn_router_t *r, uint64_t owner, const tn_wire_consume_t *req,
+                           uint64_t timeout_ms, tn_router_consume_t *c, tn_router_consume_cb cb);
+/* Abandon c before its cb ran (the owner nacks what it had reserved for
+ * it): cb runs with TN_ECLOSED, from the loop. */
+void tn_router_consume_cancel(tn_router_consume_t *c);
 
 #endif

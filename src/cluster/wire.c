@@ -642,6 +642,48 @@ int tn_wire_settle_decode(const void *p, size_t len, tn_wire_settle_t *out, char
     }
     if (tn_wire_end(&in) != 0) {
         tn_errbuf(err, errlen, "malformed settle request: %zu bytes after the last handle",
+/* --- CONSUME ----------------------------------------------------------------------- */
+
+#define CONSUME_NAME_MAX 255
+
+int tn_wire_consume_encode(tn_buf_t *b, const tn_wire_consume_t *c)
+{
+    size_t tlen = strnlen(c->topic, sizeof(c->topic));
+    size_t clen = strnlen(c->channel, sizeof(c->channel));
+    if (tlen == 0 || tlen > CONSUME_NAME_MAX || clen == 0 || clen > CONSUME_NAME_MAX ||
+        c->wait_ms < 0)
+        return UV_EINVAL;
+    size_t at = b->len;
+    int rc;
+    if ((rc = tn_wire_put_bytes(b, c->topic, tlen)) != 0 ||
+        (rc = tn_wire_put_bytes(b, c->channel, clen)) != 0 ||
+        (rc = tn_wire_put_u32(b, c->partition)) != 0 ||
+        (rc = tn_wire_put_bool(b, c->pinned)) != 0 || (rc = tn_wire_put_u64(b, c->offset)) != 0 ||
+        (rc = tn_wire_put_bool(b, c->replay)) != 0 || (rc = tn_wire_put_i64(b, c->wait_ms)) != 0 ||
+        (rc = tn_wire_put_u32(b, c->max)) != 0 || (rc = tn_wire_put_bool(b, c->local_only)) != 0)
+        b->len = at;
+    return rc;
+}
+
+int tn_wire_consume_decode(const void *p, size_t len, tn_wire_consume_t *out, char *err,
+                           size_t errlen)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    if (tn_wire_get_str(&in, CONSUME_NAME_MAX, out->topic) != 0 ||
+        tn_wire_get_str(&in, CONSUME_NAME_MAX, out->channel) != 0) {
+        tn_errbuf(err, errlen, "malformed consume request: the topic or channel");
+        return TN_EPROTO;
+    }
+    if (tn_wire_get_u32(&in, &out->partition) != 0 || tn_wire_get_bool(&in, &out->pinned) != 0 ||
+        tn_wire_get_u64(&in, &out->offset) != 0 || tn_wire_get_bool(&in, &out->replay) != 0 ||
+        tn_wire_get_i64(&in, &out->wait_ms) != 0 || tn_wire_get_u32(&in, &out->max) != 0 ||
+        tn_wire_get_bool(&in, &out->local_only) != 0) {
+        tn_errbuf(err, errlen, "malformed consume request: a field after the channel");
+        return TN_EPROTO;
+    }
+    if (tn_wire_end(&in) != 0) {
+        tn_errbuf(err, errlen, "malformed consume request: %zu bytes after the last field",
                   len - in.off);
         return TN_EPROTO;
     }
@@ -691,6 +733,7 @@ static const struct {
     [TN_OP_NODE_STATUS] = {"node_status", TN_LANE_CONTROL},
     [TN_OP_COMMIT] = {"commit", TN_LANE_PRODUCE},
     [TN_OP_SETTLE] = {"settle", TN_LANE_ACK},
+    [TN_OP_CONSUME] = {"consume", TN_LANE_CONSUME},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -737,6 +780,10 @@ int tn_wire_request_check(const void *p, size_t len)
     case TN_OP_SETTLE: {
         tn_wire_settle_t st;
         return tn_wire_settle_decode(in.p + in.off, in.len - in.off, &st, NULL, 0);
+    case TN_OP_CONSUME: {
+        tn_wire_consume_t c;
+        return tn_wire_consume_decode(in.p + in.off, in.len - in.off, &c, NULL, 0) == 0 ? 0
+                                                                                        : TN_EPROTO;
     }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:

@@ -124,6 +124,16 @@ typedef enum {
      * is full; 421 the callee does not own the partition); 503
      * {"error":...} not ready or shutting down; 400 malformed. */
     TN_OP_SETTLE = 7,
+    /* Consume from partitions the callee owns, on its own consume lanes
+     * (a /v1 consume another node took; api/v1/forward.c). Consume lane.
+     * Fields: string topic (1..255 bytes), string channel (1..255 bytes),
+     * u32 partition, bool pinned, u64 offset, bool replay, i64 wait_ms,
+     * u32 max (0: a single message), bool local_only (always true from a
+     * forwarding node: the callee never forwards it on). Reply: the status
+     * and JSON body the /v1 consume route would answer (200 a message or
+     * {"messages":[...]}, 204, 400, 404, 410, 429, 503 also when the
+     * partition is not the callee's), relayed as is. */
+    TN_OP_CONSUME = 8,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -351,6 +361,31 @@ int tn_wire_settle_reply_encode(tn_buf_t *b, const uint16_t *status, uint32_t n)
 /* Exact decode of a SETTLE 200 reply body that must answer n handles;
  * every status one of 204, 410, 421, 503. 0 or TN_EPROTO. */
 int tn_wire_settle_reply_decode(const void *p, size_t len, uint32_t n, uint16_t *status);
+/* --- CONSUME -------------------------------------------------------------------- */
+
+/* The fields of a CONSUME request. */
+typedef struct {
+    char topic[256];
+    char channel[256];
+    uint32_t partition;
+    bool pinned;
+    uint64_t offset;
+    bool replay;
+    int64_t wait_ms;
+    uint32_t max;
+    bool local_only;
+} tn_wire_consume_t;
+
+/* Append a CONSUME request's fields (after the opcode byte) to b. 0,
+ * UV_ENOMEM, or UV_EINVAL (topic or channel empty or over 255 bytes,
+ * wait_ms negative); on failure b is as it was. */
+int tn_wire_consume_encode(tn_buf_t *b, const tn_wire_consume_t *c);
+/* Exact decode of a CONSUME request (p, len: after the opcode byte). The
+ * values are the handler's to judge (names, ranges, a negative wait).
+ * 0 or TN_EPROTO (short, trailing, a name over 255 bytes or holding a
+ * NUL, a bool other than 0 or 1), with a sentence in err (may be NULL). */
+int tn_wire_consume_decode(const void *p, size_t len, tn_wire_consume_t *out, char *err,
+                           size_t errlen);
 
 /* --- the secret proof ----------------------------------------------------------- */
 

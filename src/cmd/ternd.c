@@ -223,6 +223,8 @@ static void on_http_closed(void *arg)
             tn_meta_stop(d->meta);
         tn_rpc_t *r = d->rpc;
         d->rpc = NULL;
+        if (d->router != NULL)
+            tn_router_set_rpc(d->router, NULL, d->raft_id, d->cluster);
         d->metrics.rpc = NULL;
         tn_rpc_close(r, on_http_closed, d);
         return;
@@ -479,7 +481,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     snprintf(bind, sizeof(bind), strchr(hp.host, ':') != NULL ? "[%s]:%d" : "%s:%d", hp.host,
              d->api.http_port);
     /* The control plane's operations, then the data plane's. */
-    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS];
+    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS + 1];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
@@ -487,6 +489,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     nh += ndata;
     tn_settle_handlers(d->settle, h + nh, &ndata);
     nh += ndata;
+    tn_v1_consume_handler(&d->v1, &h[nh++]); /* d->v1 is set up below, before the loop runs */
     tn_rpc_opts_t ro;
     memset(&ro, 0, sizeof(ro));
     ro.bind = bind;
@@ -502,7 +505,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
         return rc;
     TN_LOG(TN_LOG_NOTICE, "node RPC listening on %s/udp", tn_rpc_addr(d->rpc));
     tn_control_start(d->control, d->meta, d->rpc);
-    tn_router_settle_rpc(d->router, d->rpc, d->raft_id, d->cluster);
+    /* Receipt handles settled and consumes forwarded on their owners. */
+    tn_router_set_rpc(d->router, d->rpc, d->raft_id, d->cluster);
     d->metrics.rpc = d->rpc;
     d->metrics.dataplane = d->dataplane;
     if (d->ilog == NULL)

@@ -7,6 +7,7 @@
 #include "api/v1/consume.h"
 
 #include "api/v1/common.h"
+#include "api/v1/forward.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -123,7 +124,7 @@ static void on_consume(tn_http_request_t *r, void *arg)
     a.offset = (uint64_t)offset;
     a.max = (uint32_t)max;
     a.ident = v->o.security ? r->principal : "";
-    tn_consume_start(v->consume, r, &a);
+    tn__v1_consume_route(v, r, &a);
 }
 
 /* `extend`: absent, empty or false acks; true or 1 extends; 0 nacks.

@@ -95,6 +95,25 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
                  tn_wire_put_u32(out, nonce) != 0))
                 abort();
         }
+    case TN_OP_CONSUME: {
+        /* topic, channel, partition, pinned, offset, replay, wait, max,
+         * local_only. */
+        char topic[256], channel[256];
+        uint32_t part, max;
+        bool pinned, replay, local;
+        uint64_t off;
+        int64_t wait;
+        if (tn_wire_get_str(&in, 255, topic) == 0 && tn_wire_get_str(&in, 255, channel) == 0 &&
+            tn_wire_get_u32(&in, &part) == 0 && tn_wire_get_bool(&in, &pinned) == 0 &&
+            tn_wire_get_u64(&in, &off) == 0 && tn_wire_get_bool(&in, &replay) == 0 &&
+            tn_wire_get_i64(&in, &wait) == 0 && tn_wire_get_u32(&in, &max) == 0 &&
+            tn_wire_get_bool(&in, &local) == 0 &&
+            (tn_wire_put_str(out, topic) != 0 || tn_wire_put_str(out, channel) != 0 ||
+             tn_wire_put_u32(out, part) != 0 || tn_wire_put_bool(out, pinned) != 0 ||
+             tn_wire_put_u64(out, off) != 0 || tn_wire_put_bool(out, replay) != 0 ||
+             tn_wire_put_i64(out, wait) != 0 || tn_wire_put_u32(out, max) != 0 ||
+             tn_wire_put_bool(out, local) != 0))
+            abort();
         break;
     }
     case TN_OP_LEADER_INDEX:

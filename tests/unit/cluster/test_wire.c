@@ -659,6 +659,13 @@ static void test_op_table(void **state)
     assert_int_equal(TN_ARRAY_SIZE(want), TN_OP__COUNT - 1); /* every op is listed */
     assert_int_equal(TN_OP_COMMIT, 6);                       /* stable on the wire */
     assert_int_equal(TN_OP_SETTLE, 7);
+        {TN_OP_CONSUME, "consume", TN_LANE_CONSUME},
+    };
+    /* Every op is listed; 7 is another branch's (settle) and unknown here. */
+    assert_int_equal(TN_ARRAY_SIZE(want), TN_OP__COUNT - 2);
+    assert_int_equal(TN_OP_COMMIT, 6); /* stable on the wire */
+    assert_int_equal(TN_OP_CONSUME, 8);
+    assert_null(tn_wire_op_name(7));
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -694,8 +701,15 @@ static void test_request_check(void **state)
     assert_int_equal(
         tn_wire_settle_encode(&good[TN_OP_SETTLE], "t", "default", TN_WIRE_SETTLE_ACK, 0, &hd, 1),
         0);
+    tn_wire_consume_t wc = {.topic = "t", .channel = "c", .wait_ms = 1000, .local_only = true};
+    assert_int_equal(tn_wire_consume_encode(&good[TN_OP_CONSUME], &wc), 0);
     for (int op = TN_OP_ECHO; op < TN_OP__COUNT; op++) {
         tn_buf_t *g = &good[op];
+        if (tn_wire_op_name((uint8_t)op) == NULL) { /* 7: not this build's */
+            assert_int_equal(tn_wire_request_check(tn_buf_data(g), tn_buf_size(g)), UV_ENOTSUP);
+            tn_buf_fini(g);
+            continue;
+        }
         assert_int_equal(tn_wire_request_check(tn_buf_data(g), tn_buf_size(g)), 0);
         if (tn_buf_size(g) > 1)
             assert_int_equal(tn_wire_request_check(tn_buf_data(g), tn_buf_size(g) - 1), TN_EPROTO);
@@ -804,6 +818,93 @@ static void test_commit_round_trip(void **state)
  * what the bytes hold, a key over 65535 bytes, a body over the limit (its
  * own code), a topic over 255 bytes or with a NUL; and the encoder's
  * refusals. */
+/* CONSUME: every field round-trips, the encoded bytes are the documented
+ * layout, and every cut, a trailing byte, a bool of 2, an overlong name
+ * and the encoder's refusals are refused. */
+static void test_consume_codec(void **state)
+{
+    (void)state;
+    tn_wire_consume_t c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.topic, sizeof(c.topic), "orders");
+    snprintf(c.channel, sizeof(c.channel), "workers");
+    c.partition = 7;
+    c.pinned = true;
+    c.offset = 0x0102030405060708ull;
+    c.replay = false;
+    c.wait_ms = 5000;
+    c.max = 100;
+    c.local_only = true;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_consume_encode(&b, &c), 0);
+    /* 4+6, 4+7, 4, 1, 8, 1, 8, 4, 1 */
+    assert_int_equal(tn_buf_size(&b), 10 + 11 + 4 + 1 + 8 + 1 + 8 + 4 + 1);
+    const uint8_t *p = (const uint8_t *)tn_buf_data(&b);
+    assert_memory_equal(p, "\0\0\0\6orders\0\0\0\7workers\0\0\0\7\1", 26);
+    tn_wire_consume_t d;
+    char err[200];
+    assert_int_equal(tn_wire_consume_decode(p, tn_buf_size(&b), &d, err, sizeof(err)), 0);
+    assert_string_equal(d.topic, "orders");
+    assert_string_equal(d.channel, "workers");
+    assert_int_equal(d.partition, 7);
+    assert_true(d.pinned);
+    assert_true(d.offset == 0x0102030405060708ull);
+    assert_false(d.replay);
+    assert_int_equal(d.wait_ms, 5000);
+    assert_int_equal(d.max, 100);
+    assert_true(d.local_only);
+    /* Every cut is refused, with a sentence. */
+    for (size_t n = 0; n < tn_buf_size(&b); n++) {
+        err[0] = '\0';
+        assert_int_equal(tn_wire_consume_decode(p, n, &d, err, sizeof(err)), TN_EPROTO);
+        assert_true(err[0] != '\0');
+    }
+    /* A trailing byte. */
+    uint8_t more[128];
+    memcpy(more, p, tn_buf_size(&b));
+    more[tn_buf_size(&b)] = 0;
+    assert_int_equal(tn_wire_consume_decode(more, tn_buf_size(&b) + 1, &d, err, sizeof(err)),
+                     TN_EPROTO);
+    assert_non_null(strstr(err, "after the last field"));
+    /* A bool other than 0 or 1 (pinned is at offset 25). */
+    more[25] = 2;
+    assert_int_equal(tn_wire_consume_decode(more, tn_buf_size(&b), &d, NULL, 0), TN_EPROTO);
+    tn_buf_fini(&b);
+    /* A topic of 256 bytes on the wire. */
+    tn_buf_init(&b);
+    char big[257];
+    memset(big, 'a', 256);
+    big[256] = '\0';
+    assert_int_equal(tn_wire_put_str(&b, big), 0);
+    assert_int_equal(tn_wire_put_str(&b, "c"), 0);
+    assert_int_equal(tn_wire_consume_decode(tn_buf_data(&b), tn_buf_size(&b), &d, err, sizeof(err)),
+                     TN_EPROTO);
+    tn_buf_fini(&b);
+    /* The encoder's refusals leave the buffer as it was. */
+    tn_buf_init(&b);
+    tn_buf_append(&b, "x", 1);
+    tn_wire_consume_t bad = c;
+    bad.topic[0] = '\0';
+    assert_int_equal(tn_wire_consume_encode(&b, &bad), UV_EINVAL);
+    bad = c;
+    bad.channel[0] = '\0';
+    assert_int_equal(tn_wire_consume_encode(&b, &bad), UV_EINVAL);
+    bad = c;
+    bad.wait_ms = -1;
+    assert_int_equal(tn_wire_consume_encode(&b, &bad), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), 1);
+    /* The request check knows the op. */
+    tn_buf_t r;
+    tn_buf_init(&r);
+    assert_int_equal(tn_wire_put_u8(&r, TN_OP_CONSUME), 0);
+    assert_int_equal(tn_wire_consume_encode(&r, &c), 0);
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&r), tn_buf_size(&r)), 0);
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&r), tn_buf_size(&r) - 1), TN_EPROTO);
+    tn_buf_fini(&r);
+    tn_buf_fini(&b);
+}
+
 static void test_commit_refusals(void **state)
 {
     (void)state;
@@ -1232,6 +1333,7 @@ int main(void)
         cmocka_unit_test(test_settle_refusals),
         cmocka_unit_test(test_settle_reply),
         cmocka_unit_test(test_commit_refusals),
+        cmocka_unit_test(test_consume_codec),
         cmocka_unit_test(test_commit_encode_out_of_memory),
         cmocka_unit_test(test_hmac_rfc4231),
         cmocka_unit_test(test_proof),

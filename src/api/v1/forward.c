@@ -1,0 +1,537 @@
+/* /v1 consumes in a cluster: the door's side (a consume for partitions
+ * other nodes own, routed by cluster/router.h) and the owner's side (the
+ * TN_OP_CONSUME handler, which runs a forwarded consume on this node's
+ * lanes through a parked consumer, api/consume.h).
+ *
+ * DESIGN: how a consume is routed (docs/cluster.md).
+ *   1. Pinned (partition) or replay (offset): the router says where the
+ *      partition lives. Here: the lanes, as on a lone node. On an alive
+ *      owner: forwarded (the client's wait + 2 s) and its answer relayed
+ *      as is; an owner marked dead: 503 "partition owner is down; retry
+ *      later"; an owner that cannot be reached: 502.
+ *   2. A queue consume: this node's lanes without waiting; then, while
+ *      nothing came (or a batch is not full), a non-blocking probe of
+ *      each other alive owner of a partition of the topic, one after the
+ *      other, 500 ms each (a stalled owner is skipped for the round). A
+ *      batch fills from several of them.
+ *   3. Still nothing and a wait: the lanes wait here and one owner
+ *      (rotating over the owners) gets a forwarded long poll; the first
+ *      with messages answers, the other is cancelled. A cancelled lane
+ *      request nacks what it had taken; a cancelled forwarded consume is
+ *      nacked by its owner (tn_consume_parked_cancel there). A reply that
+ *      crossed the cancel on the wire is dropped by node RPC: its
+ *      messages come back when their visibility timeout ends (at least
+ *      once: nothing is lost).
+ * A lone node (no node RPC in the router) never leaves step 1's "here".
+ *
+ * Threads: the loop thread. */
+#include "core/platform.h"
+
+#include "api/v1/forward.h"
+
+#include "api/consume.h"
+#include "api/v1/common.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/name.h"
+#include "core/time.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define PROBE_MS       500
+#define FORWARD_EXTRA  2000
+#define OWNERS_MAX     64
+#define BATCH_PREFIX   "{\"messages\":["
+#define BATCH_SUFFIX   "]}\n"
+#define OWNER_DOWN_MSG "partition owner is down; retry later"
+
+/* --- the door's side ------------------------------------------------------------ */
+
+typedef enum { ST_LOCAL_PROBE, ST_REMOTE_PROBE, ST_WAIT, ST_PINNED } stage_t;
+
+/* One /v1 consume that may involve other nodes, from its route to its
+ * answer. Freed once answered (or its client gone) and neither the lane
+ * request nor the call is outstanding. */
+typedef struct {
+    tn_v1_t *v;
+    tn_http_request_t *r; /* NULL once answered or the client left */
+    tn_consume_args_t a;
+    char ident[72];
+    stage_t stage;
+    tn_consume_parked_t local;
+    bool local_on;   /* local is with the lanes */
+    bool local_done; /* the wait stage's lane request answered without messages */
+    int local_status;
+    tn_buf_t local_body; /* its answer, relayed when nothing else came */
+    tn_router_consume_t call;
+    bool call_on;
+    uint64_t owners[OWNERS_MAX];
+    size_t nowners;
+    size_t probe;  /* the next owner to probe */
+    tn_buf_t msgs; /* a batch's messages so far, comma separated */
+    uint32_t got;
+    int64_t started_ms; /* monotonic */
+    unsigned depth;     /* callbacks of f running: freed when the last returns */
+} fwd_t;
+
+static uint32_t rotation; /* the owner a forwarded long poll goes to */
+
+static void fwd_maybe_free(fwd_t *f)
+{
+    if (f->depth > 0 || f->r != NULL || f->local_on || f->call_on)
+        return;
+    tn_buf_fini(&f->msgs);
+    tn_buf_fini(&f->local_body);
+    tn_free(f);
+}
+
+/* Answer the client with status and body exactly as the lanes would. */
+static void relay(fwd_t *f, int status, const char *body, size_t len)
+{
+    tn_http_request_t *r = f->r;
+    if (r == NULL)
+        return;
+    f->r = NULL;
+    r->on_cancel = NULL;
+    if (status == 204)
+        tn_http_respond(r, 204, NULL, NULL, NULL, 0);
+    else
+        tn_http_respond(r, status, TN__V1_JSON,
+                        status == 503 || status == 429 ? "Retry-After: 1\r\n" : NULL, body, len);
+}
+
+static void relay_error(fwd_t *f, int status, const char *msg)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"error\":\"", 10);
+    tn_buf_json_escape(&b, msg);
+    tn_buf_append(&b, "\"}\n", 3);
+    relay(f, status, tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
+
+/* The batch so far. */
+static void relay_batch(fwd_t *f)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, BATCH_PREFIX, strlen(BATCH_PREFIX));
+    tn_buf_append(&b, tn_buf_data(&f->msgs), tn_buf_size(&f->msgs));
+    tn_buf_append(&b, BATCH_SUFFIX, strlen(BATCH_SUFFIX));
+    relay(f, 200, tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
+
+/* Add the messages of a batch answer (as the lanes write it) to f's;
+ * how many (0 when the body is not one). */
+static uint32_t merge(fwd_t *f, const char *body, size_t len)
+{
+    size_t pl = strlen(BATCH_PREFIX), sl = strlen(BATCH_SUFFIX);
+    if (len < pl + sl || memcmp(body, BATCH_PREFIX, pl) != 0 ||
+        memcmp(body + len - sl, BATCH_SUFFIX, sl) != 0 || len == pl + sl)
+        return 0;
+    /* Count the messages: each is one top-level object of the array. */
+    uint32_t n = 0;
+    int depth = 0;
+    bool in_str = false, esc = false;
+    for (size_t i = pl; i < len - sl; i++) {
+        char c = body[i];
+        if (in_str) {
+            if (esc)
+                esc = false;
+            else if (c == '\\')
+                esc = true;
+            else if (c == '"')
+                in_str = false;
+            continue;
+        }
+        if (c == '"')
+            in_str = true;
+        else if (c == '{' && depth == 0)
+            n++, depth++;
+        else if (c == '{' || c == '[')
+            depth++;
+        else if (c == '}' || c == ']')
+            depth--;
+    }
+    if (f->got > 0)
+        tn_buf_append(&f->msgs, ",", 1);
+    tn_buf_append(&f->msgs, body + pl, len - pl - sl);
+    f->got += n;
+    return n;
+}
+
+static void next_step(fwd_t *f);
+
+/* Around every entry into f (a callback, the route): f stays until the
+ * outermost returns, which frees it when it is done. */
+static void enter(fwd_t *f)
+{
+    f->depth++;
+}
+
+static void leave(fwd_t *f)
+{
+    f->depth--;
+    fwd_maybe_free(f);
+}
+
+static tn_wire_consume_t wire_args(const fwd_t *f, int64_t wait_ms, uint32_t max)
+{
+    tn_wire_consume_t w;
+    memset(&w, 0, sizeof(w));
+    snprintf(w.topic, sizeof(w.topic), "%s", f->a.topic);
+    snprintf(w.channel, sizeof(w.channel), "%s", f->a.channel);
+    w.partition = f->a.partition;
+    w.pinned = f->a.pinned;
+    w.offset = f->a.offset;
+    w.replay = f->a.replay;
+    w.wait_ms = wait_ms;
+    w.max = max;
+    w.local_only = true;
+    return w;
+}
+
+static void local_answered(fwd_t *f, int status, const char *body, size_t len);
+
+/* The lanes answered f's local request. */
+static void on_local(tn_consume_parked_t *pk, int status, const char *body, size_t len)
+{
+    fwd_t *f = pk->data;
+    enter(f);
+    f->local_on = false;
+    local_answered(f, status, body, len);
+    leave(f);
+}
+
+static void local_answered(fwd_t *f, int status, const char *body, size_t len)
+{
+    if (f->r == NULL)
+        return;
+    if (status == 200) {
+        if (f->a.max == 0) {
+            if (f->call_on)
+                tn_router_consume_cancel(&f->call);
+            relay(f, 200, body, len);
+            return;
+        }
+        merge(f, body, len);
+        if (f->stage == ST_WAIT || f->got >= f->a.max) {
+            if (f->call_on)
+                tn_router_consume_cancel(&f->call);
+            relay_batch(f);
+            return;
+        }
+        next_step(f);
+        return;
+    }
+    if (status != 204 && f->stage == ST_LOCAL_PROBE) {
+        relay(f, status, body, len); /* 404, 429, 503...: as a lone node answers */
+        return;
+    }
+    if (f->stage == ST_WAIT) {
+        f->local_done = true;
+        f->local_status = status;
+        tn_buf_append(&f->local_body, body, len);
+        if (!f->call_on)
+            relay(f, status, body, len);
+        return;
+    }
+    next_step(f);
+}
+
+static void start_local(fwd_t *f, int64_t wait_ms, uint32_t max)
+{
+    tn_consume_args_t a = f->a;
+    a.wait_ms = wait_ms;
+    a.max = max;
+    f->local.answer = on_local;
+    f->local.data = f;
+    f->local_on = true;
+    tn_consume_start_parked(f->v->consume, &f->local, &a); /* may answer now */
+}
+
+static void call_answered(fwd_t *f, const tn_router_consume_t *c, int status, const tn_buf_t *b);
+
+/* The owner answered f's call (or the call failed). */
+static void on_call(tn_router_consume_t *c, int status)
+{
+    fwd_t *f = c->data;
+    enter(f);
+    f->call_on = false;
+    tn_buf_t body = c->body; /* ours now: c may carry the next call */
+    tn_buf_init(&c->body);
+    call_answered(f, c, status, &body);
+    tn_buf_fini(&body);
+    leave(f);
+}
+
+static void call_answered(fwd_t *f, const tn_router_consume_t *c, int status, const tn_buf_t *b)
+{
+    uint16_t hs = status == 0 ? c->http_status : 0;
+    const char *body = tn_buf_data(b);
+    size_t len = tn_buf_size(b);
+    if (f->r == NULL)
+        return;
+    if (f->stage == ST_PINNED) {
+        if (status != 0) {
+            char msg[400];
+            snprintf(msg, sizeof(msg), "partition owner (node %" PRIu64 ") unreachable: %s",
+                     c->owner, c->error);
+            relay_error(f, 502, msg);
+        } else {
+            relay(f, hs, body, len);
+        }
+        return;
+    }
+    if (status != 0 || (hs != 200 && hs != 204))
+        TN_LOG_RL(TN_LOG_WARN, 10000, "consume of %s forwarded to node %" PRIu64 ": %s", f->a.topic,
+                  c->owner, status != 0 ? c->error : "refused");
+    bool got = status == 0 && hs == 200;
+    if (got && f->a.max == 0) {
+        if (f->local_on)
+            tn_consume_parked_cancel(&f->local);
+        f->local_on = false;
+        relay(f, 200, body, len);
+        return;
+    }
+    if (got)
+        merge(f, body, len);
+    if (f->stage == ST_WAIT) {
+        if (f->got > 0) {
+            if (f->local_on)
+                tn_consume_parked_cancel(&f->local);
+            f->local_on = false;
+            relay_batch(f);
+        } else if (f->local_done) {
+            relay(f, f->local_status, tn_buf_data(&f->local_body), tn_buf_size(&f->local_body));
+        }
+        return;
+    }
+    if (f->a.max > 0 && f->got >= f->a.max) {
+        relay_batch(f);
+        return;
+    }
+    next_step(f);
+}
+
+static int start_call(fwd_t *f, uint64_t owner, int64_t wait_ms, uint32_t max, uint64_t timeout)
+{
+    tn_wire_consume_t w = wire_args(f, wait_ms, max);
+    f->call.data = f;
+    int rc = tn_router_consume_call(f->v->router, owner, &w, timeout, &f->call, on_call);
+    f->call_on = rc == 0;
+    return rc;
+}
+
+/* After the local probe, or a remote one: the next owner to probe, then
+ * the wait, then the answer. */
+static void next_step(fwd_t *f)
+{
+    uint32_t left = f->a.max > 0 ? f->a.max - f->got : 0;
+    if (f->stage == ST_LOCAL_PROBE)
+        f->stage = ST_REMOTE_PROBE;
+    while (f->stage == ST_REMOTE_PROBE && f->probe < f->nowners) {
+        if (start_call(f, f->owners[f->probe++], 0, left, PROBE_MS) == 0)
+            return;
+    }
+    if (f->got > 0) {
+        relay_batch(f);
+        return;
+    }
+    /* The wait left after the probes. */
+    int64_t wait = f->a.wait_ms - (tn_now_mono_ms() - f->started_ms);
+    if (wait <= 0 || f->nowners == 0) {
+        relay(f, 204, NULL, 0);
+        return;
+    }
+    f->stage = ST_WAIT;
+    uint64_t owner = f->owners[rotation++ % f->nowners];
+    (void)start_call(f, owner, wait, left, (uint64_t)wait + FORWARD_EXTRA);
+    start_local(f, wait, f->a.max);
+}
+
+static void on_client_gone(tn_http_request_t *r)
+{
+    fwd_t *f = r->data;
+    enter(f);
+    f->r = NULL;
+    if (f->local_on) {
+        tn_consume_parked_cancel(&f->local);
+        f->local_on = false;
+    }
+    if (f->call_on)
+        tn_router_consume_cancel(&f->call); /* on_call runs later */
+    leave(f);
+}
+
+void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_args_t *a)
+{
+    uint64_t owner = 0;
+    size_t nowners = 0;
+    uint64_t owners[OWNERS_MAX];
+    if (a->pinned || a->replay) {
+        int where = tn_router_consume_where(v->router, a->topic, a->partition, &owner);
+        if (where == UV_EHOSTDOWN) {
+            tn__v1_error(r, 503, OWNER_DOWN_MSG, "Retry-After: 1\r\n");
+            return;
+        }
+        if (where != TN_EREMOTE) {
+            tn_consume_start(v->consume, r, a); /* here, or not placed yet */
+            return;
+        }
+    } else {
+        nowners = tn_router_consume_owners(v->router, a->topic, owners, OWNERS_MAX);
+        if (nowners == 0) {
+            tn_consume_start(v->consume, r, a);
+            return;
+        }
+    }
+    fwd_t *f = tn_calloc(1, sizeof(*f));
+    if (f == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    f->v = v;
+    f->r = r;
+    f->a = *a;
+    snprintf(f->ident, sizeof(f->ident), "%s", a->ident);
+    f->a.ident = f->ident;
+    tn_buf_init(&f->msgs);
+    tn_buf_init(&f->local_body);
+    memcpy(f->owners, owners, nowners * sizeof(owners[0]));
+    f->nowners = nowners;
+    r->data = f;
+    r->on_cancel = on_client_gone;
+    f->started_ms = tn_now_mono_ms();
+    enter(f);
+    if (a->pinned || a->replay) {
+        f->stage = ST_PINNED;
+        int rc = start_call(f, owner, a->wait_ms, a->max, (uint64_t)a->wait_ms + FORWARD_EXTRA);
+        if (rc != 0) {
+            char msg[200];
+            snprintf(msg, sizeof(msg), "partition owner (node %" PRIu64 ") unreachable: %s", owner,
+                     tn_strerror(rc));
+            relay_error(f, 502, msg);
+        }
+    } else {
+        f->stage = ST_LOCAL_PROBE;
+        start_local(f, 0, a->max);
+    }
+    leave(f);
+}
+
+/* --- the owner's side --------------------------------------------------------- */
+
+/* A forwarded consume parked on this node's lanes: the RPC implementation
+ * of a parked consumer. */
+typedef struct {
+    tn_consume_parked_t pk;
+    tn_rpc_req_t *req;
+    bool starting; /* inside tn_consume_start_parked */
+    bool answered;
+} rpc_parked_t;
+
+static void rpc_reply_error(tn_rpc_req_t *req, int status, const char *msg)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"error\":\"", 10);
+    tn_buf_json_escape(&b, msg);
+    tn_buf_append(&b, "\"}\n", 3);
+    tn_rpc_reply(req, (uint16_t)status, TN__V1_JSON, tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
+
+static void rpc_answer(tn_consume_parked_t *pk, int status, const char *body, size_t len)
+{
+    rpc_parked_t *p = pk->data;
+    tn_rpc_reply(p->req, (uint16_t)status, status == 204 ? NULL : TN__V1_JSON, body, len);
+    p->answered = true;
+    if (!p->starting)
+        tn_free(p);
+}
+
+static void rpc_cancelled(void *arg, tn_rpc_req_t *req)
+{
+    rpc_parked_t *p = arg;
+    (void)req;
+    if (p->answered)
+        return;
+    tn_consume_parked_cancel(&p->pk); /* nacks what a batch had taken */
+    rpc_reply_error(p->req, 503, "the consume was cancelled");
+    tn_free(p);
+}
+
+static void on_rpc_consume(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (v->closing || v->consume == NULL) {
+        rpc_reply_error(req, 503, "shutting down");
+        return;
+    }
+    tn_wire_consume_t w;
+    char msg[200];
+    if (tn_wire_consume_decode(payload, len, &w, msg, sizeof(msg)) != 0) {
+        rpc_reply_error(req, 400, msg);
+        return;
+    }
+    if (!tn_name_valid(w.topic, strlen(w.topic)) || !tn_name_valid(w.channel, strlen(w.channel))) {
+        rpc_reply_error(req, 400,
+                        "invalid argument: topic and channel must match "
+                        "[A-Za-z0-9._-]{1,255}");
+        return;
+    }
+    if (w.max > TN_CONSUME_BATCH_MAX || (w.max > 0 && w.replay)) {
+        rpc_reply_error(req, 400, "invalid argument: max must be 1..100 and not with offset");
+        return;
+    }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), w.topic);
+    if (e == NULL) {
+        rpc_reply_error(req, 404, "topic not found");
+        return;
+    }
+    if ((w.pinned || w.replay) && w.partition >= e->rec.partitions) {
+        rpc_reply_error(req, 400, "invalid argument: partition out of range");
+        return;
+    }
+    tn_consume_args_t a;
+    memset(&a, 0, sizeof(a));
+    snprintf(a.topic, sizeof(a.topic), "%s", w.topic);
+    snprintf(a.channel, sizeof(a.channel), "%s", w.channel);
+    a.partitions = e->rec.partitions;
+    a.visibility_ms = e->rec.visibility_timeout_ms;
+    a.wait_ms = TN_MIN(TN_MAX(w.wait_ms, (int64_t)0), v->o.max_consume_wait_ms);
+    a.pinned = w.pinned;
+    a.partition = w.partition;
+    a.replay = w.replay;
+    a.offset = w.offset;
+    a.max = w.max;
+    a.ident = ""; /* the forwarding node counted it */
+    rpc_parked_t *p = tn_calloc(1, sizeof(*p));
+    if (p == NULL) {
+        rpc_reply_error(req, 503, "out of memory");
+        return;
+    }
+    p->req = req;
+    p->pk.answer = rpc_answer;
+    p->pk.data = p;
+    p->starting = true;
+    tn_consume_start_parked(v->consume, &p->pk, &a);
+    p->starting = false;
+    if (p->answered) {
+        tn_free(p);
+        return;
+    }
+    tn_rpc_req_on_cancel(req, rpc_cancelled, p);
+}
+
+void tn_v1_consume_handler(tn_v1_t *v, tn_rpc_handler_t *out)
+{
+    *out = (tn_rpc_handler_t){TN_OP_CONSUME, TN_RPC_OP_EXEMPT, on_rpc_consume, v};
+}

@@ -1,0 +1,17 @@
+/* /v1 consumes in a cluster (forward.c): the door routes a consume
+ * through cluster/router.h; the owner serves TN_OP_CONSUME on its lanes. */
+#ifndef TN_API_V1_FORWARD_H
+#define TN_API_V1_FORWARD_H
+
+#include "core/platform.h"
+
+#include "api/consume.h"
+#include "api/v1.h"
+#include "cluster/rpc.h"
+
+/* Serve a validated, authorized /v1 consume: on this node's lanes when
+ * every partition it may read is here (a lone node, always), else as
+ * forward.c's design says. */
+void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_args_t *a);
+
+#endif

@@ -1,0 +1,221 @@
+"""Consume from any node (tests/cluster/harness.py): a /v1 consume through a
+node takes messages from every owner of the topic's partitions (single and
+batch), each exactly once when acked at the owner; a pinned partition and
+a replay read are forwarded to the owner; a long poll through a non-owner
+is answered by a message produced at the owner later; an owner that
+stalls (SIGSTOP) is skipped by a queue consume; with an owner killed a pinned consume of its partition answers 502 (unreachable) or 503
+(marked dead), and queue consumes go on with the other owners.
+
+Run: python3 tests/cluster/test_consume.py --ternd build/ternd
+"""
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+OCTET = {"Content-Type": "application/octet-stream"}
+CLIENT = {"X-Tern-Client": "test-consume"}
+
+
+class Consume(harness.ClusterTest):
+    def alive(self, node):
+        status, body = node.request("GET", "/v1/cluster/members")
+        if status != 200:
+            return 0
+        return sum(1 for m in body["members"] if m["status"] == "alive")
+
+    def owners(self, node, topic):
+        status, body = node.request("GET", f"/v1/topics/{topic}")
+        if status != 200:
+            return None
+        return [p["owner_node"] for p in body["partition_stats"]]
+
+    def node(self, c, node_id):
+        return [n for n in c.nodes if str(n.id) == str(node_id)][0]
+
+    def start(self, n=3, **kw):
+        c = self.make(n, **kw).start()
+        wait_until("every member alive", lambda: self.alive(c.nodes[0]) == n)
+        return c
+
+    def topic(self, c, name, partitions=3):
+        status, body = c.nodes[0].request("POST", "/v1/topics",
+                                          {"name": name, "partitions": partitions})
+        self.assertEqual(status, 201, body)
+        want = [str(i + 1) for i in range(partitions)]
+        wait_until("the owners everywhere",
+                   lambda: all(self.owners(n, name) == want for n in c.nodes))
+
+    def produce_at_owners(self, c, topic, per_partition, tag):
+        """per_partition messages to each partition, each produced at its
+        owner; the payloads."""
+        out = []
+        for p, owner in enumerate(self.owners(c.nodes[0], topic)):
+            node = self.node(c, owner)
+            for i in range(per_partition):
+                body = f"{tag}-p{p}-{i}"
+                status, answer = node.request(
+                    "POST", f"/v1/topics/{topic}/produce?partition={p}", body.encode(),
+                    headers=OCTET)
+                self.assertEqual(status, 202, answer)
+                out.append(body)
+        return out
+
+    def ack_at_owner(self, c, topic, m, owners, query=""):
+        owner = self.node(c, owners[m["partition"]])
+        status, body = owner.request(
+            "POST", f"/v1/topics/{topic}/ack?receipt_handle={m['receipt_handle']}{query}", None,
+            headers=CLIENT)
+        self.assertEqual(status, 204, body)
+
+    def test_single_and_batch_consumes_through_one_node_take_every_owner_once(self):
+        c = self.start()
+        self.topic(c, "t")
+        owners = self.owners(c.nodes[0], "t")
+        expect = self.produce_at_owners(c, "t", 4, "s")
+        via = c.nodes[2]
+        got = []
+        deadline = time.monotonic() + 60
+        # Single consumes until half is taken, then batches for the rest.
+        while len(got) < len(expect) // 2 and time.monotonic() < deadline:
+            status, m = via.request("GET", "/v1/topics/t/consume?wait=1s")
+            self.assertIn(status, (200, 204), m)
+            if status == 200:
+                got.append(m["payload"])
+                self.ack_at_owner(c, "t", m, owners)
+        while len(got) < len(expect) and time.monotonic() < deadline:
+            status, b = via.request("GET", "/v1/topics/t/consume?max=5&wait=1s", headers=CLIENT)
+            self.assertIn(status, (200, 204), b)
+            if status == 200:
+                self.assertLessEqual(len(b["messages"]), 5)
+                for m in b["messages"]:
+                    got.append(m["payload"])
+                    self.ack_at_owner(c, "t", m, owners)
+        self.assertEqual(sorted(got), sorted(expect))
+        # Every message was acked: nothing comes back, through any node.
+        for node in c.nodes:
+            status, m = node.request("GET", "/v1/topics/t/consume")
+            self.assertEqual(status, 204, m)
+
+    def test_a_batch_fills_from_several_owners(self):
+        c = self.start()
+        self.topic(c, "b")
+        owners = self.owners(c.nodes[0], "b")
+        expect = self.produce_at_owners(c, "b", 2, "b")
+        status, body = c.nodes[0].request("GET", "/v1/topics/b/consume?max=6", headers=CLIENT)
+        self.assertEqual(status, 200, body)
+        parts = {m["partition"] for m in body["messages"]}
+        self.assertEqual(len(body["messages"]), 6, body)
+        self.assertEqual(parts, {0, 1, 2})
+        self.assertEqual(sorted(m["payload"] for m in body["messages"]), sorted(expect))
+        for m in body["messages"]:
+            self.ack_at_owner(c, "b", m, owners)
+
+    def test_pinned_and_replay_through_a_non_owner(self):
+        c = self.start()
+        self.topic(c, "p")
+        owners = self.owners(c.nodes[0], "p")
+        self.produce_at_owners(c, "p", 2, "pin")
+        via = c.nodes[0]  # owns partition 0 only
+        status, m = via.request("GET", "/v1/topics/p/consume?partition=2")
+        self.assertEqual(status, 200, m)
+        self.assertEqual((m["partition"], m["payload"]), (2, "pin-p2-0"))
+        self.ack_at_owner(c, "p", m, owners)
+        status, m = via.request("GET", "/v1/topics/p/consume?partition=2")
+        self.assertEqual(status, 200, m)
+        self.assertEqual(m["payload"], "pin-p2-1")
+        self.ack_at_owner(c, "p", m, owners)
+        status, m = via.request("GET", "/v1/topics/p/consume?partition=2")
+        self.assertEqual(status, 204, m)
+        # Replay reads: no lease, no handle, the same answers as the owner's.
+        status, m = via.request("GET", "/v1/topics/p/consume?partition=1&offset=1")
+        self.assertEqual(status, 200, m)
+        self.assertEqual((m["partition"], m["offset"], m["payload"]), (1, 1, "pin-p1-1"))
+        self.assertNotIn("receipt_handle", m)
+        status, m = via.request("GET", "/v1/topics/p/consume?partition=1&offset=2")
+        self.assertEqual(status, 204, m)
+
+    def test_long_poll_through_a_non_owner_gets_a_later_produce(self):
+        c = self.start()
+        self.topic(c, "w", partitions=1)  # owned by node 1 alone: it gets the forwarded poll
+        via, owner = c.nodes[1], c.nodes[0]
+        result = {}
+
+        def poll():
+            result["answer"] = via.request("GET", "/v1/topics/w/consume?wait=8s", timeout=30)
+
+        t = threading.Thread(target=poll)
+        t.start()
+        time.sleep(1.5)  # the poll is waiting (a slow machine only makes the produce later)
+        status, answer = owner.request("POST", "/v1/topics/w/produce", b"late", headers=OCTET)
+        self.assertEqual(status, 202, answer)
+        t.join(40)
+        status, m = result["answer"]
+        self.assertEqual(status, 200, m)
+        self.assertEqual((m["partition"], m["payload"]), (0, "late"))
+        status, body = owner.request(
+            "POST", f"/v1/topics/w/ack?receipt_handle={m['receipt_handle']}", None,
+            headers=CLIENT)
+        self.assertEqual(status, 204, body)
+
+    def test_a_stalled_owner_is_skipped(self):
+        c = self.start()
+        self.topic(c, "s")
+        owners = self.owners(c.nodes[0], "s")
+        stalled, other = c.nodes[1], c.nodes[2]  # owners of partitions 1 and 2
+        status, answer = other.request("POST", "/v1/topics/s/produce?partition=2", b"here",
+                                       headers=OCTET)
+        self.assertEqual(status, 202, answer)
+        os.kill(stalled.pid, signal.SIGSTOP)  # alive on record, answering nothing
+        try:
+            # Node 1 has nothing; node 2's probe runs out of its budget and
+            # node 3's message answers.
+            status, m = c.nodes[0].request("GET", "/v1/topics/s/consume", timeout=30)
+            self.assertEqual(status, 200, m)
+            self.assertEqual(m["payload"], "here")
+            self.ack_at_owner(c, "s", m, owners)
+        finally:
+            os.kill(stalled.pid, signal.SIGCONT)
+
+    def test_owner_killed(self):
+        c = self.start(args=["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s"])
+        self.topic(c, "k")
+        owners = self.owners(c.nodes[0], "k")
+        expect = self.produce_at_owners(c, "k", 2, "k")
+        via = c.nodes[0]
+        c.nodes[1].kill()  # owns partition 1
+        status, body = via.request("GET", "/v1/topics/k/consume?partition=1", timeout=30)
+        self.assertIn(status, (502, 503), body)
+        wait_until("node 2 marked dead", lambda: self.alive(via) == 2)
+        status, body = via.request("GET", "/v1/topics/k/consume?partition=1")
+        self.assertEqual(status, 503, body)
+        self.assertEqual(body, {"error": "partition owner is down; retry later"})
+        # Queue consumes go on with the other owners.
+        got = []
+        for _ in range(20):
+            status, m = via.request("GET", "/v1/topics/k/consume?wait=1s")
+            self.assertIn(status, (200, 204), m)
+            if status == 204:
+                break
+            got.append(m["payload"])
+            self.ack_at_owner(c, "k", m, owners)
+        self.assertEqual(sorted(got), sorted(p for p in expect if "-p1-" not in p))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    harness.set_ternd(args.ternd)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,587 @@
+/* The CONSUME handler (api/v1/forward.c, tn_v1_consume_handler) and the
+ * router's call (cluster/router.h, tn_router_consume_call) through real
+ * node RPC: an owner endpoint serving a real broker's consume lanes and a
+ * lone metastore replica (libraft on loopback) whose member record names
+ * the owner endpoint, and a caller endpoint with a router, on one loop.
+ * Covers an empty topic (204), a single consume whose lease lives in the
+ * owner's lanes (settled there), a batch, a replay read, a long poll
+ * answered by a later publish, an unknown topic (404), a partition out of
+ * range and a malformed request (400), a call cancelled while its consume
+ * waits (the message published afterwards goes to the next consume, not
+ * to the cancelled one), a batch cancelled after it took messages (they
+ * are back at once, a second attempt), the router's placement answers,
+ * and the router's refusals (an unknown member, one with no address, bad
+ * names). Every test checks that uv_loop_close returns 0. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "api/consume.h"
+#include "api/v1.h"
+#include "cluster/router.h"
+#include "cluster/rpc.h"
+#include "cluster/wire.h"
+#include "core/err.h"
+#include "core/time.h"
+#include "meta/meta.h"
+#include "queue/queue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SECRET "correct horse battery staple"
+
+typedef struct {
+    tu_fx_t *fx;
+    uv_loop_t *loop;
+    tn_broker_t *b;
+    tn_meta_t *m;
+    tn_v1_t v; /* meta, consume and the wait cap: what the handler uses */
+    tn_rpc_t *owner;
+    tn_rpc_t *caller;
+    tn_router_t *router; /* the caller's: node 2 */
+} ffx_t;
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
+/* Run the loop (a 5 ms tick keeps turns short) until cond(arg), at most
+ * about 20 s; returns cond. */
+static bool run_loop(uv_loop_t *loop, bool (*cond)(void *), void *arg)
+{
+    uv_timer_t t;
+    uv_timer_init(loop, &t);
+    uv_timer_start(&t, on_tick, 5, 5);
+    int64_t deadline = tn_now_mono_ms() + 20000;
+    bool ok;
+    while (!(ok = cond(arg)) && tn_now_mono_ms() < deadline)
+        uv_run(loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    return ok;
+}
+
+static bool is_true(void *arg)
+{
+    return *(bool *)arg;
+}
+
+static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
+{
+    tn_rpc_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.bind = "127.0.0.1:0";
+    o.secret = (const uint8_t *)SECRET;
+    o.secret_len = strlen(SECRET);
+    o.handlers = h;
+    o.nhandlers = nh;
+    tn_rpc_t *r = NULL;
+    char err[256];
+    int rc = tn_rpc_open(loop, &o, &r, err, sizeof err);
+    if (rc != 0)
+        fail_msg("tn_rpc_open: %s", err);
+    return r;
+}
+
+static bool meta_ready(void *arg)
+{
+    ffx_t *f = arg;
+    return tn_meta_ready(f->m) && tn_meta_member_find(tn_meta_state(f->m), 1) != NULL;
+}
+
+typedef struct {
+    tn_meta_req_t req;
+    bool done;
+    int status;
+} prop_t;
+
+static void on_proposed(tn_meta_req_t *req, int status)
+{
+    prop_t *p = req->data;
+    p->done = true;
+    p->status = status;
+}
+
+static void commit(ffx_t *f, const tn_meta_cmd_t *c)
+{
+    prop_t p;
+    memset(&p, 0, sizeof(p));
+    p.req.data = &p;
+    assert_int_equal(tn_meta_propose(f->m, &p.req, c, on_proposed), 0);
+    assert_true(run_loop(f->loop, is_true, &p.done));
+    assert_int_equal(p.status, 0);
+}
+
+static void put_topic(ffx_t *f, const char *name, uint32_t partitions)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_PUT;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.topic.partitions = partitions;
+    c.topic.visibility_timeout_ms = 30000;
+    c.topic.max_inflight = 1024;
+    c.topic.max_acked_ahead = 1024;
+    c.topic.created_at_ms = tn_now_wall_ms();
+    commit(f, &c);
+}
+
+/* A member record for id with this API address (its RPC address). */
+static void put_member(ffx_t *f, uint64_t id, const char *api_addr)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_REG;
+    c.member.id = id;
+    snprintf(c.member.addr, sizeof(c.member.addr), "127.0.0.1:1");
+    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "%s", api_addr);
+    c.member.heartbeat_ms = tn_now_wall_ms();
+    commit(f, &c);
+}
+
+static ffx_t *ffx_new(void)
+{
+    ffx_t *f = calloc(1, sizeof(*f));
+    f->fx = tu_fx_new(NULL);
+    f->loop = &f->fx->loop;
+    tn_broker_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.default_partitions = 1;
+    o.bootstrap_window_ms = 90000;
+    o.cache_bytes = 1 << 20;
+    o.max_inflight_bytes = 1 << 30;
+    o.max_inflight_msgs = 100000;
+    o.max_ahead = 1 << 16;
+    o.gc_interval_ms = 3600000;
+    assert_int_equal(tn_broker_open(f->loop, f->fx->store, &o, &f->b), 0);
+    tn_rpc_handler_t h;
+    tn_v1_consume_handler(&f->v, &h);
+    assert_int_equal(h.op, TN_OP_CONSUME);
+    assert_int_equal(h.flags, TN_RPC_OP_EXEMPT);
+    f->owner = rpc_open(f->loop, &h, 1);
+    f->caller = rpc_open(f->loop, NULL, 0);
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
+    tn_meta_opts_t mo;
+    memset(&mo, 0, sizeof(mo));
+    mo.dir = dir;
+    mo.node_id = 1;
+    mo.address = "127.0.0.1:0";
+    mo.api_addr = tn_rpc_addr(f->owner);
+    mo.election_ms = 150;
+    mo.heartbeat_ms = 50;
+    char err[256] = "";
+    if (tn_meta_open(f->loop, &mo, &f->m, err, sizeof(err)) != 0)
+        fail_msg("tn_meta_open: %s", err);
+    assert_true(run_loop(f->loop, meta_ready, f));
+    f->v.meta = f->m;
+    f->v.broker = f->b;
+    f->v.o.max_consume_wait_ms = 10000;
+    tn_consume_opts_t co = {0};
+    assert_int_equal(tn_consume_new(f->loop, f->b, &co, &f->v.consume), 0);
+    tn_router_opts_t ro = {f->b, f->m, NULL, NULL, NULL};
+    assert_int_equal(tn_router_new(&ro, &f->router), 0);
+    tn_router_set_rpc(f->router, f->caller, 2);
+    return f;
+}
+
+static void on_closed(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+static bool broker_closed;
+
+static void on_broker_closed(tn_broker_t *b)
+{
+    (void)b;
+    broker_closed = true;
+}
+
+static void ffx_free(ffx_t *f)
+{
+    bool done = false;
+    tn_rpc_close(f->caller, on_closed, &done);
+    assert_true(run_loop(f->loop, is_true, &done));
+    f->v.closing = true;
+    tn_consume_close(f->v.consume);
+    done = false;
+    tn_rpc_close(f->owner, on_closed, &done);
+    assert_true(run_loop(f->loop, is_true, &done));
+    tn_router_free(f->router);
+    broker_closed = false;
+    tn_broker_close(f->b, on_broker_closed);
+    assert_true(run_loop(f->loop, is_true, &broker_closed));
+    done = false;
+    tn_meta_close(f->m, on_closed, &done);
+    assert_true(run_loop(f->loop, is_true, &done));
+    tu_fx_free(f->fx);
+    free(f);
+}
+
+/* --- helpers ------------------------------------------------------------------------ */
+
+typedef struct {
+    tn_pub_t pub;
+    bool done;
+    int status;
+} pubreq_t;
+
+static void on_published(tn_pub_t *p, int status)
+{
+    pubreq_t *r = p->data;
+    r->done = true;
+    r->status = status;
+}
+
+/* Publish body to partition of topic on the owner's broker. */
+static void publish(ffx_t *f, const char *topic, uint32_t partition, const char *body)
+{
+    pubreq_t r;
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(tn_pub_init(&r.pub, 1), 0);
+    tn_iov_t b = tn_iov(body, strlen(body));
+    assert_int_equal(tn_pub_set_all(&r.pub, &b), 0);
+    r.pub.data = &r;
+    r.pub.pinned = true;
+    r.pub.pin = partition;
+    int rc = tn_broker_publish(f->b, topic, strlen(topic), &r.pub, 0, on_published);
+    if (rc == 0)
+        assert_true(run_loop(f->loop, is_true, &r.done));
+    else
+        r.status = rc;
+    assert_int_equal(r.status, 0);
+    tn_pub_fini(&r.pub);
+}
+
+typedef struct {
+    tn_router_consume_t c;
+    bool done;
+    int status;
+    uint16_t http;
+    char body[8192];
+} call_t;
+
+static void on_call(tn_router_consume_t *c, int status)
+{
+    call_t *k = c->data;
+    k->done = true;
+    k->status = status;
+    k->http = c->http_status;
+    size_t n = TN_MIN(tn_buf_size(&c->body), sizeof(k->body) - 1);
+    if (n > 0)
+        memcpy(k->body, tn_buf_data(&c->body), n);
+    k->body[n] = '\0';
+    tn_buf_fini(&c->body);
+}
+
+static tn_wire_consume_t req_of(const char *topic, int64_t wait_ms, uint32_t max)
+{
+    tn_wire_consume_t w;
+    memset(&w, 0, sizeof(w));
+    snprintf(w.topic, sizeof(w.topic), "%s", topic);
+    snprintf(w.channel, sizeof(w.channel), "default");
+    w.wait_ms = wait_ms;
+    w.max = max;
+    w.local_only = true;
+    return w;
+}
+
+static void start(ffx_t *f, call_t *k, const tn_wire_consume_t *w, uint64_t timeout_ms)
+{
+    memset(k, 0, sizeof(*k));
+    k->c.data = k;
+    assert_int_equal(tn_router_consume_call(f->router, 1, w, timeout_ms, &k->c, on_call), 0);
+}
+
+static void call(ffx_t *f, call_t *k, const tn_wire_consume_t *w)
+{
+    start(f, k, w, 5000);
+    assert_true(run_loop(f->loop, is_true, &k->done));
+    assert_int_equal(k->status, 0);
+}
+
+/* The receipt handle in a single message's JSON. */
+static void handle_of(const char *body, uint32_t *p, uint64_t *off, uint32_t *nonce)
+{
+    const char *h = strstr(body, "\"receipt_handle\":\"");
+    assert_non_null(h);
+    h += strlen("\"receipt_handle\":\"");
+    const char *end = strchr(h, '"');
+    assert_non_null(end);
+    assert_int_equal(tn_receipt_parse(h, (size_t)(end - h), p, off, nonce), 0);
+}
+
+/* --- tests ------------------------------------------------------------------------------ */
+
+static void test_single_batch_replay(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    put_topic(f, "t", 2);
+    call_t k;
+    tn_wire_consume_t w = req_of("t", 0, 0);
+    call(f, &k, &w);
+    assert_int_equal(k.http, 204);
+    assert_string_equal(k.body, "");
+
+    publish(f, "t", 1, "hello");
+    call(f, &k, &w);
+    assert_int_equal(k.http, 200);
+    assert_non_null(strstr(k.body, "\"payload\":\"hello\""));
+    assert_non_null(strstr(k.body, "\"partition\":1"));
+    /* The lease is in the owner's lanes: settled there, once. */
+    uint32_t p, nonce;
+    uint64_t off;
+    handle_of(k.body, &p, &off, &nonce);
+    assert_int_equal(
+        tn_consume_settle(f->v.consume, "t", "default", p, off, nonce, TN_SETTLE_ACK, 0), 0);
+    assert_int_equal(
+        tn_consume_settle(f->v.consume, "t", "default", p, off, nonce, TN_SETTLE_ACK, 0),
+        TN_ENOTFOUND);
+
+    /* A batch of what is there. */
+    publish(f, "t", 0, "a");
+    publish(f, "t", 1, "b");
+    publish(f, "t", 0, "c");
+    w = req_of("t", 0, 5);
+    call(f, &k, &w);
+    assert_int_equal(k.http, 200);
+    assert_memory_equal(k.body, "{\"messages\":[", 13);
+    assert_non_null(strstr(k.body, "\"payload\":\"a\""));
+    assert_non_null(strstr(k.body, "\"payload\":\"b\""));
+    assert_non_null(strstr(k.body, "\"payload\":\"c\""));
+    assert_string_equal(k.body + strlen(k.body) - 3, "]}\n");
+
+    /* A replay read of partition 1, offset 0: no handle. */
+    w = req_of("t", 0, 0);
+    w.pinned = true;
+    w.replay = true;
+    w.partition = 1;
+    w.offset = 0;
+    call(f, &k, &w);
+    assert_int_equal(k.http, 200);
+    assert_non_null(strstr(k.body, "\"payload\":\"hello\""));
+    assert_null(strstr(k.body, "receipt_handle"));
+    w.offset = 9;
+    call(f, &k, &w);
+    assert_int_equal(k.http, 204);
+    ffx_free(f);
+}
+
+typedef struct {
+    bool done;
+    int status;
+    uint16_t http;
+} raw_t;
+
+static void on_raw(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    (void)err;
+    raw_t *r = arg;
+    r->done = true;
+    r->status = status;
+    r->http = status == 0 ? reply->status : 0;
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    put_topic(f, "t", 2);
+    call_t k;
+    tn_wire_consume_t w = req_of("nope", 0, 0);
+    call(f, &k, &w);
+    assert_int_equal(k.http, 404);
+    assert_string_equal(k.body, "{\"error\":\"topic not found\"}\n");
+    w = req_of("t", 0, 0);
+    w.pinned = true;
+    w.partition = 2;
+    call(f, &k, &w);
+    assert_int_equal(k.http, 400);
+    assert_non_null(strstr(k.body, "partition out of range"));
+    w = req_of("t", 0, 101);
+    call(f, &k, &w);
+    assert_int_equal(k.http, 400);
+    w = req_of("bad name!", 0, 0);
+    call(f, &k, &w);
+    assert_int_equal(k.http, 400);
+    /* A malformed request, straight over node RPC: 400. */
+    raw_t raw;
+    memset(&raw, 0, sizeof(raw));
+    assert_int_equal(tn_rpc_call(f->caller, tn_rpc_addr(f->owner), TN_OP_CONSUME, "junk", 4, 5000,
+                                 on_raw, &raw, NULL),
+                     0);
+    assert_true(run_loop(f->loop, is_true, &raw.done));
+    assert_int_equal(raw.status, 0);
+    assert_int_equal(raw.http, 400);
+    /* The router's own refusals: an unknown member, bad names. */
+    memset(&k, 0, sizeof(k));
+    w = req_of("t", 0, 0);
+    assert_int_equal(tn_router_consume_call(f->router, 9, &w, 1000, &k.c, on_call),
+                     UV_EHOSTUNREACH);
+    put_member(f, 3, "");
+    assert_int_equal(tn_router_consume_call(f->router, 3, &w, 1000, &k.c, on_call),
+                     UV_EHOSTUNREACH);
+    w.channel[0] = '\0';
+    assert_int_equal(tn_router_consume_call(f->router, 1, &w, 1000, &k.c, on_call), UV_EINVAL);
+    ffx_free(f);
+}
+
+static bool passed(void *arg)
+{
+    return tn_now_mono_ms() >= *(const int64_t *)arg;
+}
+
+/* Run the loop for ms. */
+static void run_for(ffx_t *f, int64_t ms)
+{
+    int64_t at = tn_now_mono_ms() + ms;
+    (void)run_loop(f->loop, passed, &at);
+}
+
+static void test_long_poll_and_cancel(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    put_topic(f, "t", 1);
+    /* A long poll answered by a publish while it waits. */
+    call_t k;
+    tn_wire_consume_t w = req_of("t", 8000, 0);
+    start(f, &k, &w, 10000);
+    run_for(f, 300);
+    assert_false(k.done);
+    publish(f, "t", 0, "late");
+    assert_true(run_loop(f->loop, is_true, &k.done));
+    assert_int_equal(k.status, 0);
+    assert_int_equal(k.http, 200);
+    assert_non_null(strstr(k.body, "\"payload\":\"late\""));
+
+    /* A long poll cancelled while it waits: the owner drops its request,
+     * so what is published next goes to the next consume. */
+    start(f, &k, &w, 10000);
+    run_for(f, 300);
+    assert_false(k.done);
+    tn_router_consume_cancel(&k.c);
+    assert_true(run_loop(f->loop, is_true, &k.done));
+    assert_int_equal(k.status, TN_ECLOSED);
+    run_for(f, 300); /* the CANCEL frame reaches the owner */
+    publish(f, "t", 0, "after");
+    w = req_of("t", 0, 0);
+    call(f, &k, &w);
+    assert_int_equal(k.http, 200);
+    assert_non_null(strstr(k.body, "\"payload\":\"after\""));
+    ffx_free(f);
+}
+
+typedef struct {
+    tn_consume_parked_t pk;
+    bool answered;
+    int status;
+    char body[8192];
+} parked_t;
+
+static void on_parked(tn_consume_parked_t *pk, int status, const char *body, size_t len)
+{
+    parked_t *q = pk->data;
+    q->answered = true;
+    q->status = status;
+    size_t n = TN_MIN(len, sizeof(q->body) - 1);
+    if (n > 0)
+        memcpy(q->body, body, n);
+    q->body[n] = '\0';
+}
+
+/* A batch cancelled after it took messages and before its answer gives
+ * them back at once: the next consume has them (a second attempt), not
+ * after the visibility timeout. */
+static void test_cancelled_batch_gives_back(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    put_topic(f, "t", 1);
+    publish(f, "t", 0, "one");
+    publish(f, "t", 0, "two");
+    tn_consume_args_t a;
+    memset(&a, 0, sizeof(a));
+    snprintf(a.topic, sizeof(a.topic), "t");
+    snprintf(a.channel, sizeof(a.channel), "default");
+    a.partitions = 1;
+    a.visibility_ms = 30000;
+    a.wait_ms = 8000;
+    a.max = 5;
+    a.ident = "";
+    parked_t q;
+    memset(&q, 0, sizeof(q));
+    q.pk.answer = on_parked;
+    q.pk.data = &q;
+    /* The engine's pump (an idle handle) hands the ready messages to the
+     * batch in this loop turn; its answer waits for the next turn's
+     * timers. */
+    tn_consume_start_parked(f->v.consume, &q.pk, &a);
+    int64_t deadline = tn_now_mono_ms() + 20000;
+    while (f->b->inflight_msgs < 2 && !q.answered && tn_now_mono_ms() < deadline)
+        uv_run(f->loop, UV_RUN_NOWAIT); /* the channel being made, then the pump */
+    assert_false(q.answered);
+    assert_int_equal(f->b->inflight_msgs, 2); /* both leased to the batch */
+    tn_consume_parked_cancel(&q.pk);
+    assert_int_equal(f->b->inflight_msgs, 0); /* both back at once */
+    run_for(f, 100);
+    assert_false(q.answered);
+    memset(&q, 0, sizeof(q));
+    q.pk.answer = on_parked;
+    q.pk.data = &q;
+    a.wait_ms = 0;
+    tn_consume_start_parked(f->v.consume, &q.pk, &a);
+    assert_true(run_loop(f->loop, is_true, &q.answered));
+    assert_int_equal(q.status, 200);
+    assert_non_null(strstr(q.body, "\"payload\":\"one\""));
+    assert_non_null(strstr(q.body, "\"payload\":\"two\""));
+    assert_null(strstr(q.body, "\"attempts\":1"));
+    assert_non_null(strstr(q.body, "\"attempts\":2"));
+    ffx_free(f);
+}
+
+/* The router's placement answers, as the door asks them. */
+static void test_where(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    put_topic(f, "t", 2);
+    uint64_t owner = 0;
+    /* The lone replica places both partitions on member 1, which is not
+     * the router's node (2): remote, and alive. */
+    assert_int_equal(tn_router_consume_where(f->router, "t", 0, &owner), TN_EREMOTE);
+    assert_int_equal(owner, 1);
+    assert_int_equal(tn_router_consume_where(f->router, "t", 1, &owner), TN_EREMOTE);
+    uint64_t ids[4];
+    assert_int_equal(tn_router_consume_owners(f->router, "t", ids, 4), 1);
+    assert_int_equal(ids[0], 1);
+    /* As node 1 itself: here. */
+    tn_router_set_rpc(f->router, f->caller, 1);
+    assert_int_equal(tn_router_consume_where(f->router, "t", 0, &owner), 0);
+    assert_int_equal(tn_router_consume_owners(f->router, "t", ids, 4), 0);
+    /* No record: the lanes answer, as ever. */
+    assert_int_equal(tn_router_consume_where(f->router, "none", 0, &owner), 0);
+    assert_int_equal(tn_router_consume_owners(f->router, "none", ids, 4), 0);
+    /* Without node RPC every partition is local. */
+    tn_router_set_rpc(f->router, NULL, 0);
+    assert_int_equal(tn_router_consume_where(f->router, "t", 0, &owner), 0);
+    assert_int_equal(tn_router_consume_owners(f->router, "t", ids, 4), 0);
+    ffx_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_batch_replay),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_long_poll_and_cancel),
+        cmocka_unit_test(test_cancelled_batch_gives_back),
+        cmocka_unit_test(test_where),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
