@@ -378,6 +378,8 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
     }
     if (--op->pending == 0)
         settle_op_done(op);
+}
+
 /* --- consume anywhere ------------------------------------------------------------ */
 
 int tn_router_consume_where(tn_router_t *r, const char *topic, uint32_t partition, uint64_t *owner)

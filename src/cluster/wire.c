@@ -642,6 +642,40 @@ int tn_wire_settle_decode(const void *p, size_t len, tn_wire_settle_t *out, char
     }
     if (tn_wire_end(&in) != 0) {
         tn_errbuf(err, errlen, "malformed settle request: %zu bytes after the last handle",
+                  len - in.off);
+        return TN_EPROTO;
+    }
+    return 0;
+}
+
+int tn_wire_settle_reply_encode(tn_buf_t *b, const uint16_t *status, uint32_t n)
+{
+    size_t at = b->len;
+    int rc = tn_wire_put_u32(b, n);
+    for (uint32_t i = 0; rc == 0 && i < n; i++)
+        rc = tn_wire_put_u16(b, status[i]);
+    if (rc != 0)
+        b->len = at;
+    return rc;
+}
+
+int tn_wire_settle_reply_decode(const void *p, size_t len, uint32_t n, uint16_t *status)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    uint32_t count;
+    if (tn_wire_get_u32(&in, &count) != 0 || count != n)
+        return TN_EPROTO;
+    for (uint32_t i = 0; i < n; i++) {
+        if (tn_wire_get_u16(&in, &status[i]) != 0)
+            return TN_EPROTO;
+        uint16_t s = status[i];
+        if (s != 204 && s != 410 && s != 421 && s != 503)
+            return TN_EPROTO;
+    }
+    return tn_wire_end(&in);
+}
+
 /* --- CONSUME ----------------------------------------------------------------------- */
 
 #define CONSUME_NAME_MAX 255
@@ -688,34 +722,6 @@ int tn_wire_consume_decode(const void *p, size_t len, tn_wire_consume_t *out, ch
         return TN_EPROTO;
     }
     return 0;
-}
-
-int tn_wire_settle_reply_encode(tn_buf_t *b, const uint16_t *status, uint32_t n)
-{
-    size_t at = b->len;
-    int rc = tn_wire_put_u32(b, n);
-    for (uint32_t i = 0; rc == 0 && i < n; i++)
-        rc = tn_wire_put_u16(b, status[i]);
-    if (rc != 0)
-        b->len = at;
-    return rc;
-}
-
-int tn_wire_settle_reply_decode(const void *p, size_t len, uint32_t n, uint16_t *status)
-{
-    tn_wire_in_t in;
-    tn_wire_in_init(&in, p, len);
-    uint32_t count;
-    if (tn_wire_get_u32(&in, &count) != 0 || count != n)
-        return TN_EPROTO;
-    for (uint32_t i = 0; i < n; i++) {
-        if (tn_wire_get_u16(&in, &status[i]) != 0)
-            return TN_EPROTO;
-        uint16_t s = status[i];
-        if (s != 204 && s != 410 && s != 421 && s != 503)
-            return TN_EPROTO;
-    }
-    return tn_wire_end(&in);
 }
 
 /* --- opcodes ----------------------------------------------------------------------- */
@@ -780,6 +786,7 @@ int tn_wire_request_check(const void *p, size_t len)
     case TN_OP_SETTLE: {
         tn_wire_settle_t st;
         return tn_wire_settle_decode(in.p + in.off, in.len - in.off, &st, NULL, 0);
+    }
     case TN_OP_CONSUME: {
         tn_wire_consume_t c;
         return tn_wire_consume_decode(in.p + in.off, in.len - in.off, &c, NULL, 0) == 0 ? 0

@@ -95,6 +95,8 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
                  tn_wire_put_u32(out, nonce) != 0))
                 abort();
         }
+        break;
+    }
     case TN_OP_CONSUME: {
         /* topic, channel, partition, pinned, offset, replay, wait, max,
          * local_only. */

@@ -184,7 +184,7 @@ static ffx_t *ffx_new(void)
     assert_int_equal(tn_consume_new(f->loop, f->b, &co, &f->v.consume), 0);
     tn_router_opts_t ro = {f->b, f->m, NULL, NULL, NULL};
     assert_int_equal(tn_router_new(&ro, &f->router), 0);
-    tn_router_set_rpc(f->router, f->caller, 2);
+    tn_router_set_rpc(f->router, f->caller, 2, true);
     return f;
 }
 
@@ -561,14 +561,14 @@ static void test_where(void **state)
     assert_int_equal(tn_router_consume_owners(f->router, "t", ids, 4), 1);
     assert_int_equal(ids[0], 1);
     /* As node 1 itself: here. */
-    tn_router_set_rpc(f->router, f->caller, 1);
+    tn_router_set_rpc(f->router, f->caller, 1, true);
     assert_int_equal(tn_router_consume_where(f->router, "t", 0, &owner), 0);
     assert_int_equal(tn_router_consume_owners(f->router, "t", ids, 4), 0);
     /* No record: the lanes answer, as ever. */
     assert_int_equal(tn_router_consume_where(f->router, "none", 0, &owner), 0);
     assert_int_equal(tn_router_consume_owners(f->router, "none", ids, 4), 0);
     /* Without node RPC every partition is local. */
-    tn_router_set_rpc(f->router, NULL, 0);
+    tn_router_set_rpc(f->router, NULL, 0, true);
     assert_int_equal(tn_router_consume_where(f->router, "t", 0, &owner), 0);
     assert_int_equal(tn_router_consume_owners(f->router, "t", ids, 4), 0);
     ffx_free(f);
