@@ -146,9 +146,9 @@ typedef struct {
     tn_v1_t *v;
     uint32_t charge; /* counted against its user */
     char ident[72];
-    uint32_t pending;     /* publishes not ended */
-    uint32_t count;       /* messages */
-    int status;           /* the first failure, or 0 */
+    uint32_t pending; /* publishes not ended */
+    uint32_t count;   /* messages */
+    int status;       /* the first failure, or 0 */
     uint32_t npubs;
     tn_pub_t pubs[];
 } batch_op_t;
