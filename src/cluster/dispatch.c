@@ -15,7 +15,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#define PASS_IDLE_MS   50
+#define PASS_IDLE_MS 50
+/* The least time between two checkpoints (each costs the committer two
+ * fsyncs, in the rounds of the produces), unless this many records wait
+ * for one: a crash then commits at most that much again. */
+#define CKPT_GAP_NS    (200LL * 1000000)
+#define CKPT_RECORDS   4096
 #define RETRY_NS       (1000LL * 1000000)
 #define STUCK_FAILURES 3
 
@@ -91,6 +96,8 @@ struct tn_dispatch_s {
     tn_ilog_ckpt_t ckpt;
     bool checkpointing;
     uint64_t ckpt_done; /* what the log has */
+    int64_t ckpt_ns;    /* monotonic: when the last one started */
+    bool ckpt_final;    /* the stop's own was asked for */
     /* A deleted-looking topic being confirmed with the leader. */
     bool confirming;
     char confirm_topic[TN_NAME_MAX + 1];
@@ -117,7 +124,7 @@ static size_t rec_bytes(const tn_irec_t *r)
 /* --- the window -------------------------------------------------------------------- */
 
 /* Drop the committed head of the window, then free the chunks below it and
- * ask for a checkpoint at the new base. */
+ * ask for a checkpoint at the new base when one is due (CKPT_GAP_NS). */
 static void advance(tn_dispatch_t *d);
 
 static void on_checkpointed(tn_ilog_ckpt_t *req, int status)
@@ -135,7 +142,8 @@ static void on_checkpointed(tn_ilog_ckpt_t *req, int status)
     advance(d);
 }
 
-static void advance(tn_dispatch_t *d)
+/* Drop the committed head of the window and the chunks below it. */
+static void pop_done(tn_dispatch_t *d)
 {
     while (d->n > 0 && d->win[d->head].state == E_DONE) {
         d->bytes -= rec_bytes(d->win[d->head].rec);
@@ -153,15 +161,37 @@ static void advance(tn_dispatch_t *d)
         tn_ilog_batch_fini(&c->b);
         tn_free(c);
     }
-    if (!d->checkpointing && !d->stopping && d->base > d->ckpt_done) {
-        d->ckpt.data = d;
-        d->checkpointing = true;
-        int rc = tn_ilog_checkpoint(d->o.ilog, &d->ckpt, d->base, on_checkpointed);
-        if (rc != 0) {
-            d->checkpointing = false;
-            TN_LOG_RL(TN_LOG_ERROR, 10000, "ingress log: cannot checkpoint: %s", tn_strerror(rc));
-        }
+}
+
+/* Ask the log for a checkpoint at the window's base. false when none
+ * started. */
+static bool checkpoint(tn_dispatch_t *d)
+{
+    if (d->checkpointing || d->base <= d->ckpt_done)
+        return false;
+    d->ckpt.data = d;
+    d->checkpointing = true;
+    d->ckpt_ns = tn_now_mono_ns();
+    int rc = tn_ilog_checkpoint(d->o.ilog, &d->ckpt, d->base, on_checkpointed);
+    if (rc != 0) {
+        d->checkpointing = false;
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "ingress log: cannot checkpoint: %s", tn_strerror(rc));
     }
+    return rc == 0;
+}
+
+static void advance(tn_dispatch_t *d)
+{
+    pop_done(d);
+    if (d->stopping || d->checkpointing || d->base <= d->ckpt_done)
+        return;
+    int64_t due = d->ckpt_ns + CKPT_GAP_NS;
+    int64_t now = tn_now_mono_ns();
+    if (now < due && d->base - d->ckpt_done < CKPT_RECORDS) {
+        schedule(d, (uint64_t)((due - now) / 1000000) + 1); /* a pass then takes it */
+        return;
+    }
+    checkpoint(d);
 }
 
 static void read_work(uv_work_t *w)
@@ -650,6 +680,14 @@ static void maybe_stopped(tn_dispatch_t *d)
     if (d->inflight > 0 || d->reading || d->checkpointing || d->confirming || d->stop_cb == NULL ||
         uv_is_closing((uv_handle_t *)&d->timer))
         return;
+    /* Once nothing is in flight: a last checkpoint past what was
+     * committed, so the next start does not commit it again. */
+    pop_done(d);
+    if (!d->ckpt_final) {
+        d->ckpt_final = true;
+        if (checkpoint(d))
+            return; /* on_checkpointed comes back here */
+    }
     uv_close((uv_handle_t *)&d->timer, on_timer_closed);
 }
 
