@@ -136,7 +136,11 @@ const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
         topic[name->len] = '\0';
     }
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), topic);
-    if (e == NULL)
+    /* A replica behind its leader (a node just restarted, an election)
+     * cannot tell "no such topic" from "not heard of it yet". */
+    if (e == NULL && !tn_meta_caught_up(v->meta))
+        tn__v1_error(r, 503, "control plane not caught up", "Retry-After: 1\r\n");
+    else if (e == NULL)
         tn__v1_error(r, 404, "topic not found", NULL);
     return e;
 }

@@ -50,7 +50,8 @@ void tn__v1_nsq_refuse(tn_http_request_t *r, int status, const char *code);
 /* Admin, or a grant of action matching topic. */
 bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic);
 /* The topic named by the path's {topic}, copied into topic; NULL after
- * answering 404 when the metastore has no such topic. */
+ * answering 404 when the metastore has no such topic (503 while the
+ * replica is not caught up: it may not have heard of it yet). */
 const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
                                                char topic[TN_NAME_MAX + 1]);
 /* A query parameter that must be a non-negative integer when present:
