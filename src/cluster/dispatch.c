@@ -453,21 +453,15 @@ static int send_local(tn_dispatch_t *d, send_t *x)
     if (rc != 0)
         return rc;
     x->local = true;
-    tn_iov_t *bodies = tn_malloc(x->n * sizeof(*bodies));
-    if (bodies == NULL) {
+    tn_rec_in_t *recs = tn_malloc(x->n * sizeof(*recs));
+    if (recs == NULL) {
         tn_pub_fini(p);
         return UV_ENOMEM;
     }
     for (uint32_t i = 0; i < x->n; i++)
-        bodies[i] = x->recs[i].body;
-    rc = tn_pub_set_all(p, bodies);
-    tn_free(bodies);
-    for (uint32_t i = 0; i < x->n && rc == 0; i++) {
-        if (x->recs[i].key.len > 0)
-            rc = tn_pub_set_key(p, i, x->recs[i].key.base, x->recs[i].key.len);
-        if (rc == 0)
-            rc = tn_pub_set_deliver_at(p, i, x->recs[i].deliver_at_ms);
-    }
+        recs[i] = (tn_rec_in_t){x->recs[i].key, x->recs[i].body, x->recs[i].deliver_at_ms};
+    rc = tn_pub_fill(p, recs);
+    tn_free(recs);
     if (rc == 0) {
         p->data = x;
         p->pinned = true;

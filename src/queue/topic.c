@@ -245,6 +245,24 @@ int tn_pub_set_deliver_at(tn_pub_t *p, uint32_t i, int64_t ms)
     return 0;
 }
 
+int tn_pub_fill(tn_pub_t *p, const tn_rec_in_t *recs)
+{
+    tn_iov_t *bodies = tn_malloc(p->n * sizeof(*bodies));
+    if (bodies == NULL)
+        return UV_ENOMEM;
+    for (uint32_t i = 0; i < p->n; i++)
+        bodies[i] = recs[i].body;
+    int rc = tn_pub_set_all(p, bodies);
+    tn_free(bodies);
+    for (uint32_t i = 0; i < p->n && rc == 0; i++) {
+        if (recs[i].key.len > 0)
+            rc = tn_pub_set_key(p, i, recs[i].key.base, recs[i].key.len);
+        if (rc == 0)
+            rc = tn_pub_set_deliver_at(p, i, recs[i].deliver_at_ms);
+    }
+    return rc;
+}
+
 void tn_pub_fini(tn_pub_t *p)
 {
     if (p->keys != NULL) {
