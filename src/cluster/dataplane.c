@@ -230,8 +230,8 @@ static void commit_start(commit_t *c)
  * time), or UV_ENOMEM. */
 static int commit_fill(commit_t *c, const tn_wire_commit_t *wc, char *msg, size_t msglen)
 {
-    tn_iov_t *bodies = tn_malloc((size_t)c->count * sizeof(*bodies));
-    if (bodies == NULL)
+    tn_rec_in_t *recs = tn_malloc((size_t)c->count * sizeof(*recs));
+    if (recs == NULL)
         return UV_ENOMEM;
     tn_wire_commit_t it = *wc;
     tn_commit_rec_t rec;
@@ -240,21 +240,14 @@ static int commit_fill(commit_t *c, const tn_wire_commit_t *wc, char *msg, size_
         if (rec.deliver_at_ms < 0 || rec.created_ms < 0) {
             snprintf(msg, msglen, "record %" PRIu32 " has a negative %s", i,
                      rec.deliver_at_ms < 0 ? "deliver_at_ms" : "created_ms");
-            tn_free(bodies);
+            tn_free(recs);
             return UV_EINVAL;
         }
-        bodies[i] = rec.body;
+        recs[i] = (tn_rec_in_t){rec.key, rec.body, rec.deliver_at_ms};
         c->oldest_ms = TN_MIN(c->oldest_ms, rec.created_ms);
     }
-    int rc = tn_pub_set_all(&c->pub, bodies);
-    tn_free(bodies);
-    it = *wc;
-    for (uint32_t i = 0; rc == 0 && tn_wire_commit_next(&it, &rec); i++) {
-        if (rec.key.len > 0)
-            rc = tn_pub_set_key(&c->pub, i, rec.key.base, rec.key.len);
-        if (rc == 0)
-            rc = tn_pub_set_deliver_at(&c->pub, i, rec.deliver_at_ms);
-    }
+    int rc = tn_pub_fill(&c->pub, recs);
+    tn_free(recs);
     return rc;
 }
 

@@ -41,8 +41,12 @@ typedef struct chunk_s {
     struct chunk_s *next;
 } chunk_t;
 
-/* A destination: a (topic, partition). Never freed before the
- * dispatcher (a few per topic and partition written to). */
+/* A destination: a (topic, partition), made when a record is first sent
+ * to it. It is kept while a batch to it is in flight or its failures
+ * count (the backoff, the stuck rule) and its topic exists; the end of a
+ * pass frees the others (prune_dests), so the list holds what is busy or
+ * failing, not every (topic, partition) written to since the start, as
+ * topics come and go and their owners with them. */
 typedef struct dest_s {
     char topic[TN_NAME_MAX + 1];
     uint32_t partition;
@@ -297,6 +301,23 @@ static dest_t *dest_get(tn_dispatch_t *d, const tn_iov_t *topic, uint32_t partit
     return x;
 }
 
+/* Free the destinations that hold nothing a new one would not: idle and
+ * without failures, or of a topic (or a partition) the metastore no
+ * longer has, whose records are dropped. */
+static void prune_dests(tn_dispatch_t *d, const tn_meta_state_t *s)
+{
+    for (dest_t **pp = &d->dests; *pp != NULL;) {
+        dest_t *x = *pp;
+        const tn_meta_topic_entry_t *t = x->failures > 0 ? tn_meta_topic_find(s, x->topic) : NULL;
+        if (!x->busy && (x->failures == 0 || t == NULL || x->partition >= t->rec.partitions)) {
+            *pp = x->next;
+            tn_free(x);
+        } else {
+            pp = &x->next;
+        }
+    }
+}
+
 static const tn_meta_member_t *alive_member(const tn_meta_state_t *s, uint64_t id)
 {
     const tn_meta_member_t *m = id != 0 ? tn_meta_member_find(s, id) : NULL;
@@ -453,21 +474,15 @@ static int send_local(tn_dispatch_t *d, send_t *x)
     if (rc != 0)
         return rc;
     x->local = true;
-    tn_iov_t *bodies = tn_malloc(x->n * sizeof(*bodies));
-    if (bodies == NULL) {
+    tn_rec_in_t *recs = tn_malloc(x->n * sizeof(*recs));
+    if (recs == NULL) {
         tn_pub_fini(p);
         return UV_ENOMEM;
     }
     for (uint32_t i = 0; i < x->n; i++)
-        bodies[i] = x->recs[i].body;
-    rc = tn_pub_set_all(p, bodies);
-    tn_free(bodies);
-    for (uint32_t i = 0; i < x->n && rc == 0; i++) {
-        if (x->recs[i].key.len > 0)
-            rc = tn_pub_set_key(p, i, x->recs[i].key.base, x->recs[i].key.len);
-        if (rc == 0)
-            rc = tn_pub_set_deliver_at(p, i, x->recs[i].deliver_at_ms);
-    }
+        recs[i] = (tn_rec_in_t){x->recs[i].key, x->recs[i].body, x->recs[i].deliver_at_ms};
+    rc = tn_pub_fill(p, recs);
+    tn_free(recs);
     if (rc == 0) {
         p->data = x;
         p->pinned = true;
@@ -606,6 +621,7 @@ static void pass(tn_dispatch_t *d)
             continue;
         send_batch(d, s, dst, i, owner);
     }
+    prune_dests(d, s);
     advance(d);
     if (!d->stopping && (waiting || d->reading))
         schedule(d, PASS_IDLE_MS);
@@ -768,25 +784,33 @@ int tn_dispatch_metrics_write(const tn_dispatch_t *d, tn_buf_t *out)
          "their owner, by owner node.\n# TYPE tern_ingress_waiting_records gauge\n");
     EMIT("# HELP tern_ingress_waiting_bytes Their bytes, by owner node.\n# TYPE "
          "tern_ingress_waiting_bytes gauge\n");
-    for (size_t m = 0; m < s->nmembers && rc == 0; m++) {
-        uint64_t id = s->members[m].id;
-        uint64_t recs = 0, bytes = 0;
-        for (size_t i = 0; i < d->n; i++) {
-            const entry_t *e = &d->win[(d->head + i) % d->cap];
-            if (e->state == E_DONE)
-                continue;
-            char name[TN_NAME_MAX + 1];
-            size_t len = TN_MIN(e->rec->topic.len, (size_t)TN_NAME_MAX);
-            memcpy(name, e->rec->topic.base, len);
-            name[len] = '\0';
-            if (tn_meta_state_owner(s, name, e->partition) == id) {
-                recs++;
-                bytes += e->rec->key.len + e->rec->body.len;
-            }
+    /* One walk of the window, each record added to its owner's line. */
+    struct {
+        uint64_t recs, bytes;
+    } *by = s->nmembers > 0 ? tn_calloc(s->nmembers, sizeof(*by)) : NULL;
+    if (s->nmembers > 0 && by == NULL && rc == 0)
+        rc = UV_ENOMEM;
+    for (size_t i = 0; by != NULL && i < d->n; i++) {
+        const entry_t *e = &d->win[(d->head + i) % d->cap];
+        if (e->state == E_DONE)
+            continue;
+        char name[TN_NAME_MAX + 1];
+        size_t len = TN_MIN(e->rec->topic.len, (size_t)TN_NAME_MAX);
+        memcpy(name, e->rec->topic.base, len);
+        name[len] = '\0';
+        uint64_t owner = tn_meta_state_owner(s, name, e->partition);
+        const tn_meta_member_t *m = owner != 0 ? tn_meta_member_find(s, owner) : NULL;
+        if (m != NULL) {
+            by[m - s->members].recs++;
+            by[m - s->members].bytes += e->rec->key.len + e->rec->body.len;
         }
-        EMIT("tern_ingress_waiting_records{node=\"%" PRIu64 "\"} %" PRIu64 "\n", id, recs);
-        EMIT("tern_ingress_waiting_bytes{node=\"%" PRIu64 "\"} %" PRIu64 "\n", id, bytes);
     }
+    for (size_t m = 0; by != NULL && m < s->nmembers && rc == 0; m++) {
+        uint64_t id = s->members[m].id;
+        EMIT("tern_ingress_waiting_records{node=\"%" PRIu64 "\"} %" PRIu64 "\n", id, by[m].recs);
+        EMIT("tern_ingress_waiting_bytes{node=\"%" PRIu64 "\"} %" PRIu64 "\n", id, by[m].bytes);
+    }
+    tn_free(by);
     EMIT("# HELP tern_dispatch_records_total Records the dispatcher moved, by outcome.\n# TYPE "
          "tern_dispatch_records_total counter\n");
     EMIT("tern_dispatch_records_total{outcome=\"committed\"} %" PRIu64 "\n", d->st.committed);

@@ -524,6 +524,13 @@ int tn_pub_set_key(tn_pub_t *p, uint32_t i, const void *key, size_t len);
  * not) is still one append. Setting the body again drops it. 0, or
  * UV_EINVAL (i out of range or not set, ms negative). */
 int tn_pub_set_deliver_at(tn_pub_t *p, uint32_t i, int64_t ms);
+/* Copy in all n records (recs[0..n-1] and what they point at borrowed):
+ * the bodies in one allocation (tn_pub_set_all), each non-empty key, and
+ * every record's own delivery time (0: at once), as the records of
+ * another node's ingress log are committed. The publish must have no body
+ * set yet. 0, UV_EINVAL (a key over 65535 bytes, a negative time) or
+ * UV_ENOMEM; on an error tn_pub_fini releases what was copied. */
+int tn_pub_fill(tn_pub_t *p, const tn_rec_in_t *recs);
 void tn_pub_fini(tn_pub_t *p);
 
 /* Publish p to the topic called name (created when missing). deliver_at_ms

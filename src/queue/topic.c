@@ -245,6 +245,24 @@ int tn_pub_set_deliver_at(tn_pub_t *p, uint32_t i, int64_t ms)
     return 0;
 }
 
+int tn_pub_fill(tn_pub_t *p, const tn_rec_in_t *recs)
+{
+    tn_iov_t *bodies = tn_malloc(p->n * sizeof(*bodies));
+    if (bodies == NULL)
+        return UV_ENOMEM;
+    for (uint32_t i = 0; i < p->n; i++)
+        bodies[i] = recs[i].body;
+    int rc = tn_pub_set_all(p, bodies);
+    tn_free(bodies);
+    for (uint32_t i = 0; i < p->n && rc == 0; i++) {
+        if (recs[i].key.len > 0)
+            rc = tn_pub_set_key(p, i, recs[i].key.base, recs[i].key.len);
+        if (rc == 0)
+            rc = tn_pub_set_deliver_at(p, i, recs[i].deliver_at_ms);
+    }
+    return rc;
+}
+
 void tn_pub_fini(tn_pub_t *p)
 {
     if (p->keys != NULL) {
@@ -746,6 +764,27 @@ static bool grow_channels(grow_t *g)
     return true;
 }
 
+/* The end of a growth or a placement (grow_done, place_done), once its
+ * work is freed: the topic is ready again, its waiters run, its channels
+ * pump (rc 0), the caller hears rc, then a deletion that waited frees the
+ * topic or a placement change that came meanwhile starts. */
+static void reshape_end(tn_topic_t *t, int rc, tn_delete_cb cb, void *arg)
+{
+    tn_broker_t *b = t->broker;
+    t->growing = false;
+    t->state = TN_OBJ_READY;
+    tn__waiters_fire(&t->waiters, 0);
+    if (rc == 0)
+        tn__topic_pump_all(t);
+    if (cb != NULL)
+        cb(arg, rc);
+    if (t->deleted && t->busy == 0)
+        tn__topic_free(t);
+    else
+        tn__topic_place_resume(t);
+    tn__broker_work_done(b);
+}
+
 static void grow_done(uv_work_t *w, int status)
 {
     grow_t *g = TN_CONTAINER_OF(w, grow_t, work);
@@ -798,21 +837,10 @@ static void grow_done(uv_work_t *w, int status)
         TN_LOG(TN_LOG_ERROR, "growing topic %s to %" PRIu32 " partitions failed: %s", t->name,
                g->to, tn_strerror(rc));
     }
-    t->growing = false;
-    t->state = TN_OBJ_READY;
     tn_delete_cb cb = g->cb;
     void *arg = g->arg;
     grow_free(g, rc != 0);
-    tn__waiters_fire(&t->waiters, 0);
-    if (rc == 0)
-        tn__topic_pump_all(t);
-    if (cb != NULL)
-        cb(arg, rc);
-    if (t->deleted && t->busy == 0)
-        tn__topic_free(t);
-    else
-        tn__topic_place_resume(t);
-    tn__broker_work_done(b);
+    reshape_end(t, rc, cb, arg);
 }
 
 int tn_topic_grow(tn_topic_t *t, uint32_t nparts, tn_delete_cb cb, void *arg)
@@ -1006,21 +1034,10 @@ static void place_done(uv_work_t *w, int status)
                    "they stay remote until the next placement change",
                    o->n, t->name, tn_strerror(rc));
     }
-    t->growing = false;
-    t->state = TN_OBJ_READY;
     tn_delete_cb cb = o->cb;
     void *arg = o->arg;
     place_free(o, rc != 0);
-    tn__waiters_fire(&t->waiters, 0);
-    if (rc == 0)
-        tn__topic_pump_all(t);
-    if (cb != NULL)
-        cb(arg, rc);
-    if (t->deleted && t->busy == 0)
-        tn__topic_free(t);
-    else
-        tn__topic_place_resume(t);
-    tn__broker_work_done(b);
+    reshape_end(t, rc, cb, arg);
 }
 
 static bool topic_busy(const tn_topic_t *t)

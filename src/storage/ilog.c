@@ -48,8 +48,6 @@
 #include "storage/io.h"
 #include "storage/segment.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -524,56 +522,6 @@ static void locate_checkpoint(tn_ilog_t *l, uint64_t ckpt)
 
 /* --- recovery ---------------------------------------------------------------- */
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static int list_segments(tn_ilog_t *l, uint64_t **bases, size_t *n)
-{
-    DIR *d = opendir(l->dir);
-    if (d == NULL)
-        return tn_err_from_errno(errno);
-    size_t cap = 0;
-    int rc = 0;
-    struct dirent *e;
-    *bases = NULL;
-    *n = 0;
-    while ((e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        if (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) {
-            /* A checkpoint write that never reached its rename. */
-            char path[4096];
-            if (tn_io_path(path, sizeof(path), "%s/%s", l->dir, e->d_name) == 0)
-                tn_io_unlink(path);
-            continue;
-        }
-        uint64_t base;
-        if (!tn_seg_parse_name(e->d_name, &base))
-            continue;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            uint64_t *p = tn_realloc(*bases, cap * sizeof(*p));
-            if (p == NULL) {
-                rc = UV_ENOMEM;
-                break;
-            }
-            *bases = p;
-        }
-        (*bases)[(*n)++] = base;
-    }
-    closedir(d);
-    if (rc != 0) {
-        tn_free(*bases);
-        *bases = NULL;
-        return rc;
-    }
-    if (*n > 1)
-        qsort(*bases, *n, sizeof(**bases), cmp_u64);
-    return 0;
-}
-
 /* Whether a valid frame after pos (in [pos+1, end) of fd) carries a sync
  * mark above pos: the bytes at pos had been durable. */
 static int later_durable_frame(int fd, uint64_t pos, uint64_t end, bool *found)
@@ -714,7 +662,7 @@ static int recover(tn_ilog_t *l, char *err, size_t errlen)
         return rc;
     uint64_t *bases = NULL;
     size_t n = 0;
-    rc = list_segments(l, &bases, &n);
+    rc = tn__seg_list(l->dir, &bases, &n);
     if (rc != 0) {
         tn_errbuf(err, errlen, "cannot list %s: %s", l->dir, tn_strerror(rc));
         return rc;

@@ -51,8 +51,6 @@
 #include "storage/ilog.h"
 #include "storage/io.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -142,56 +140,6 @@ static int create_segment(tn_plog_t *plog, uint64_t base, tn_seg_t **out)
 }
 
 /* --- recovery ------------------------------------------------------------- */
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static int list_segments(tn_plog_t *plog, uint64_t **bases, size_t *n)
-{
-    DIR *d = opendir(plog->dir);
-    if (d == NULL)
-        return tn_err_from_errno(errno);
-    size_t cap = 0;
-    int rc = 0;
-    struct dirent *e;
-    *bases = NULL;
-    *n = 0;
-    while ((e = readdir(d)) != NULL) {
-        uint64_t base;
-        size_t len = strlen(e->d_name);
-        if (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) {
-            /* An atomic write that never reached its rename. */
-            char path[4096];
-            snprintf(path, sizeof(path), "%s/%s", plog->dir, e->d_name);
-            tn_io_unlink(path);
-            continue;
-        }
-        if (!tn_seg_parse_name(e->d_name, &base))
-            continue;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            uint64_t *p = tn_realloc(*bases, cap * sizeof(*p));
-            if (p == NULL) {
-                rc = UV_ENOMEM;
-                break;
-            }
-            *bases = p;
-        }
-        (*bases)[(*n)++] = base;
-    }
-    closedir(d);
-    if (rc != 0) {
-        tn_free(*bases);
-        *bases = NULL;
-        return rc;
-    }
-    if (*n > 1)
-        qsort(*bases, *n, sizeof(**bases), cmp_u64);
-    return 0;
-}
 
 /* Open and check one segment. Sets the log's sticky error (and returns 0)
  * on corruption; returns an error only when the open itself failed. */
@@ -323,7 +271,7 @@ static int recover(tn_plog_t *plog)
 {
     uint64_t *bases = NULL;
     size_t n = 0;
-    int rc = list_segments(plog, &bases, &n);
+    int rc = tn__seg_list(plog->dir, &bases, &n);
     if (rc != 0)
         return rc;
     if (n == 0) {

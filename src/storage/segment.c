@@ -25,6 +25,8 @@
 #include "core/err.h"
 #include "storage/io.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +56,56 @@ bool tn_seg_parse_name(const char *name, uint64_t *base)
     }
     *base = v;
     return true;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int tn__seg_list(const char *dir, uint64_t **bases, size_t *n)
+{
+    *bases = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return tn_err_from_errno(errno);
+    size_t cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) {
+            char path[4096];
+            if (tn_io_path(path, sizeof(path), "%s/%s", dir, e->d_name) == 0)
+                tn_io_unlink(path);
+            continue;
+        }
+        uint64_t base;
+        if (!tn_seg_parse_name(e->d_name, &base))
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            uint64_t *p = tn_realloc(*bases, cap * sizeof(*p));
+            if (p == NULL) {
+                rc = UV_ENOMEM;
+                break;
+            }
+            *bases = p;
+        }
+        (*bases)[(*n)++] = base;
+    }
+    closedir(d);
+    if (rc != 0) {
+        tn_free(*bases);
+        *bases = NULL;
+        *n = 0;
+        return rc;
+    }
+    if (*n > 1)
+        qsort(*bases, *n, sizeof(**bases), cmp_u64);
+    return 0;
 }
 
 int tn_seg_new(const char *path, uint64_t base, tn_seg_t **out)

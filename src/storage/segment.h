@@ -80,6 +80,14 @@ void tn_seg_name(uint64_t base, const char *ext, char *buf, size_t len);
 /* Parse "<20 digits>.log"; false if name is not a segment name. */
 bool tn_seg_parse_name(const char *name, uint64_t *base);
 
+/* Storage-internal (the partition log's and the ingress log's recovery):
+ * the bases of the segment files in dir, ascending, in *bases (allocated
+ * with tn_malloc; the caller frees it with tn_free; NULL when *n is 0).
+ * On the way it removes every "*.tmp" file there: an atomic write (a
+ * sidecar, a checkpoint) that never reached its rename. dir is borrowed.
+ * 0, or opendir's error, or UV_ENOMEM (then *bases is NULL). */
+int tn__seg_list(const char *dir, uint64_t **bases, size_t *n);
+
 /* A new segment object for path (copied), with one reference, not open. */
 int tn_seg_new(const char *path, uint64_t base, tn_seg_t **out);
 /* Drop a reference; the last one closes the file and frees. */

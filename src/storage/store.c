@@ -361,6 +361,16 @@ static void on_async_closed(uv_handle_t *h)
     store_free(store);
 }
 
+/* The async is closed only once the idle handle's close has run: libuv
+ * finishes a tick's closes one after the other, and freeing the store in
+ * the async's callback while the idle handle, inside it, still waited in
+ * that list had libuv read freed memory. */
+static void on_poll_closed(uv_handle_t *h)
+{
+    tn_store_t *store = h->data;
+    uv_close((uv_handle_t *)&store->async, on_async_closed);
+}
+
 static void finish_close(tn_store_t *store)
 {
     tn__committer_stop(&store->logc);
@@ -368,8 +378,7 @@ static void finish_close(tn_store_t *store)
     /* Completions posted by the last rounds. */
     on_async(&store->async);
     poll_stop(store, tn_now_mono_ns());
-    uv_close((uv_handle_t *)&store->poll, NULL);
-    uv_close((uv_handle_t *)&store->async, on_async_closed);
+    uv_close((uv_handle_t *)&store->poll, on_poll_closed);
 }
 
 void tn__store_closed_one(tn_store_t *store)

@@ -11,6 +11,7 @@
  * none of an NSQ topic grow it by one partition there. */
 #include "core/platform.h"
 
+#include "fixture_meta.h"
 #include "testutil.h"
 
 #include "api/catalog.h"
@@ -35,37 +36,9 @@ typedef struct {
     tn_catalog_t *cat;
 } cfx_t;
 
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
-/* Run loop (a 5 ms tick keeps turns short) until cond(arg), at most
- * about 20 s; returns cond. */
-static bool run_loop(uv_loop_t *loop, bool (*cond)(void *), void *arg)
-{
-    uv_timer_t t;
-    uv_timer_init(loop, &t);
-    uv_timer_start(&t, on_tick, 5, 5);
-    int64_t deadline = tn_now_mono_ms() + 20000;
-    bool ok;
-    while (!(ok = cond(arg)) && tn_now_mono_ms() < deadline)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
 static bool run_until(cfx_t *f, bool (*cond)(void *), void *arg)
 {
-    return run_loop(&f->fx->loop, cond, arg);
-}
-
-static bool meta_ready(void *arg)
-{
-    cfx_t *f = arg;
-    /* Ready, and this node's own member record is in. */
-    return tn_meta_ready(f->m) && tn_meta_member_find(tn_meta_state(f->m), 1) != NULL;
+    return tu_run_loop(&f->fx->loop, cond, arg);
 }
 
 static cfx_t *cfx_new(bool cluster)
@@ -73,28 +46,11 @@ static cfx_t *cfx_new(bool cluster)
     cfx_t *f = calloc(1, sizeof(*f));
     f->fx = tu_fx_new(NULL);
     tn_broker_opts_t o;
-    memset(&o, 0, sizeof(o));
-    o.default_partitions = 1;
-    o.bootstrap_window_ms = 90000;
-    o.cache_bytes = 1 << 20;
-    o.max_inflight_bytes = 1 << 30;
-    o.max_inflight_msgs = 100000;
-    o.max_ahead = 1 << 16;
-    o.gc_interval_ms = 3600000;
+    tu_broker_opts(&o);
     assert_int_equal(tn_broker_open(&f->fx->loop, f->fx->store, &o, &f->b), 0);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
-    tn_meta_opts_t mo;
-    memset(&mo, 0, sizeof(mo));
-    mo.dir = dir;
-    mo.node_id = 1;
-    mo.address = "127.0.0.1:0";
-    mo.election_ms = 150;
-    mo.heartbeat_ms = 50;
-    char err[256] = "";
-    if (tn_meta_open(&f->fx->loop, &mo, &f->m, err, sizeof(err)) != 0)
-        fail_msg("tn_meta_open: %s", err);
-    assert_true(run_until(f, meta_ready, f));
+    f->m = tu_meta_lone(&f->fx->loop, dir, NULL);
     tn_catalog_opts_t co = {30000, 0, 0, 0, 1, cluster};
     assert_int_equal(tn_catalog_start(f->b, f->m, &co, &f->cat), 0);
     tn_catalog_reconcile(f->cat);
@@ -134,33 +90,10 @@ static void cfx_free(cfx_t *f)
     free(f);
 }
 
-typedef struct {
-    tn_meta_req_t req;
-    bool done;
-    int status;
-} prop_t;
-
-static void on_proposed(tn_meta_req_t *req, int status)
-{
-    prop_t *p = req->data;
-    p->done = true;
-    p->status = status;
-}
-
-static bool prop_done(void *arg)
-{
-    return ((prop_t *)arg)->done;
-}
-
 /* Commit c, as another node's proposal forwarded here would be. */
 static void commit(cfx_t *f, const tn_meta_cmd_t *c)
 {
-    prop_t p;
-    memset(&p, 0, sizeof(p));
-    p.req.data = &p;
-    assert_int_equal(tn_meta_propose(f->m, &p.req, c, on_proposed), 0);
-    assert_true(run_until(f, prop_done, &p));
-    assert_int_equal(p.status, 0);
+    tu_meta_commit(&f->fx->loop, f->m, c);
 }
 
 static void register_member(cfx_t *f, uint64_t id)
@@ -178,16 +111,7 @@ static void register_member(cfx_t *f, uint64_t id)
 
 static void put_topic(cfx_t *f, const char *name, uint32_t partitions)
 {
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_PUT;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
-    c.topic.partitions = partitions;
-    c.topic.retention_ms = 0;
-    c.topic.visibility_timeout_ms = 30000;
-    c.topic.max_inflight = 1024;
-    c.topic.max_acked_ahead = 1024;
-    c.topic.created_at_ms = tn_now_wall_ms();
+    tn_meta_cmd_t c = tu_meta_topic_cmd(name, partitions);
     commit(f, &c);
 }
 
@@ -264,7 +188,7 @@ static int publish_on(uv_loop_t *loop, tn_broker_t *b, const char *topic, int pi
     }
     int rc = tn_broker_publish(b, topic, strlen(topic), &w.p, 0, on_pub);
     if (rc == 0) {
-        assert_true(run_loop(loop, pub_done, &w));
+        assert_true(tu_run_loop(loop, pub_done, &w));
         rc = w.status;
     }
     if (owner != NULL)
@@ -455,14 +379,8 @@ static void cluster_open(cluster_t *c)
         tu_store_opts(&so, path);
         c->store[i] = tu_store_open(&c->loop, &so);
         tn_broker_opts_t o;
-        memset(&o, 0, sizeof(o));
+        tu_broker_opts(&o);
         o.default_partitions = 3;
-        o.bootstrap_window_ms = 90000;
-        o.cache_bytes = 1 << 20;
-        o.max_inflight_bytes = 1 << 30;
-        o.max_inflight_msgs = 100000;
-        o.max_ahead = 1 << 16;
-        o.gc_interval_ms = 3600000;
         assert_int_equal(tn_broker_open(&c->loop, c->store[i], &o, &c->b[i]), 0);
         snprintf(path, sizeof(path), "%s/node%llu/meta", c->dir, (unsigned long long)i);
         tn_meta_opts_t mo;
@@ -483,7 +401,7 @@ static void cluster_open(cluster_t *c)
         if (tn_meta_open(&c->loop, &mo, &c->m[i], err, sizeof(err)) != 0)
             fail_msg("tn_meta_open %llu: %s", (unsigned long long)i, err);
     }
-    assert_true(run_loop(&c->loop, cluster_ready, c));
+    assert_true(tu_run_loop(&c->loop, cluster_ready, c));
     for (uint64_t i = 1; i <= N; i++) {
         tn_catalog_opts_t co = {30000, 0, 0, 0, i, true};
         assert_int_equal(tn_catalog_start(c->b[i], c->m[i], &co, &c->cat[i]), 0);
@@ -518,11 +436,11 @@ static void cluster_close(cluster_t *c)
         tn_catalog_stop(c->cat[i]);
         tn_broker_close(c->b[i], on_node_broker_closed);
     }
-    assert_true(run_loop(&c->loop, all_closed, NULL));
+    assert_true(tu_run_loop(&c->loop, all_closed, NULL));
     closing = N;
     for (uint64_t i = 1; i <= N; i++)
         tn_meta_close(c->m[i], on_node_meta_closed, NULL);
-    assert_true(run_loop(&c->loop, all_closed, NULL));
+    assert_true(tu_run_loop(&c->loop, all_closed, NULL));
     for (uint64_t i = 1; i <= N; i++)
         tu_store_close(&c->loop, c->store[i]);
     uv_run(&c->loop, UV_RUN_DEFAULT);
@@ -580,7 +498,7 @@ static void test_three_nodes(void **state)
     uint64_t follower = leader == 1 ? 2 : 1;
     assert_int_equal(publish_on(&c->loop, c->b[follower], "orders", -1, NULL), 0);
     placed_t w = {c, "orders", 3};
-    assert_true(run_loop(&c->loop, placed_everywhere, &w));
+    assert_true(tu_run_loop(&c->loop, placed_everywhere, &w));
     for (uint64_t i = 1; i <= N; i++) {
         tn_topic_t *t = NULL;
         assert_int_equal(tn_broker_topic(c->b[i], "orders", 6, false, 0, NULL, &t), 0);
@@ -609,14 +527,9 @@ static void test_three_nodes(void **state)
     assert_non_null(e);
     g.topic = e->rec;
     g.topic.partitions = 6;
-    prop_t pr;
-    memset(&pr, 0, sizeof(pr));
-    pr.req.data = &pr;
-    assert_int_equal(tn_meta_propose(c->m[follower], &pr.req, &g, on_proposed), 0);
-    assert_true(run_loop(&c->loop, prop_done, &pr));
-    assert_int_equal(pr.status, 0);
+    tu_meta_commit(&c->loop, c->m[follower], &g);
     w.nparts = 6;
-    assert_true(run_loop(&c->loop, placed_everywhere, &w));
+    assert_true(tu_run_loop(&c->loop, placed_everywhere, &w));
     cluster_close(c);
     free(c);
 }
@@ -624,25 +537,12 @@ static void test_three_nodes(void **state)
 /* A recorded topic with one partition (on node 1) made on every node. */
 static void one_partition_topic(cluster_t *c, const char *name, bool native)
 {
-    tn_meta_cmd_t t;
-    memset(&t, 0, sizeof(t));
-    t.type = TN_MC_TOPIC_PUT;
+    tn_meta_cmd_t t = tu_meta_topic_cmd(name, 1);
     t.if_absent = true;
-    snprintf(t.topic.name, sizeof(t.topic.name), "%s", name);
-    t.topic.partitions = 1;
-    t.topic.visibility_timeout_ms = 30000;
-    t.topic.max_inflight = 1024;
-    t.topic.max_acked_ahead = 1024;
-    t.topic.created_at_ms = tn_now_wall_ms();
     t.topic.native = native;
-    prop_t pr;
-    memset(&pr, 0, sizeof(pr));
-    pr.req.data = &pr;
-    assert_int_equal(tn_meta_propose(c->m[1], &pr.req, &t, on_proposed), 0);
-    assert_true(run_loop(&c->loop, prop_done, &pr));
-    assert_int_equal(pr.status, 0);
+    tu_meta_commit(&c->loop, c->m[1], &t);
     placed_t w = {c, name, 1};
-    assert_true(run_loop(&c->loop, placed_everywhere, &w));
+    assert_true(tu_run_loop(&c->loop, placed_everywhere, &w));
 }
 
 /* Three nodes: NSQ publishes on the two nodes that own no partition of an
@@ -662,14 +562,14 @@ static void test_nsq_publishes_grow_the_topic(void **state)
     for (uint64_t i = 2; i <= 3; i++)
         for (int k = 0; k < 3; k++) {
             pubw_t *x = &w[i - 2][k];
-            assert_true(run_loop(&c->loop, pub_done, x));
+            assert_true(tu_run_loop(&c->loop, pub_done, x));
             assert_int_equal(x->status, 0);
             assert_int_equal(tn_meta_state_owner(tn_meta_state(c->m[i]), "fleet", x->p.partition),
                              i);
             tn_pub_fini(&x->p);
         }
     placed_t pl = {c, "fleet", 3};
-    assert_true(run_loop(&c->loop, placed_everywhere, &pl));
+    assert_true(tu_run_loop(&c->loop, placed_everywhere, &pl));
     for (uint64_t i = 1; i <= N; i++) {
         const tn_meta_state_t *s = tn_meta_state(c->m[i]);
         assert_int_equal(tn_meta_topic_find(s, "fleet")->rec.partitions, 3);
@@ -680,7 +580,7 @@ static void test_nsq_publishes_grow_the_topic(void **state)
     }
     /* Owning one now, node 3 publishes without asking again. */
     assert_int_equal(start_nsq_pub(c->b[3], "fleet", &w[0][0]), 0);
-    assert_true(run_loop(&c->loop, pub_done, &w[0][0]));
+    assert_true(tu_run_loop(&c->loop, pub_done, &w[0][0]));
     assert_int_equal(w[0][0].status, 0);
     tn_pub_fini(&w[0][0].p);
     assert_int_equal(tn_meta_topic_find(tn_meta_state(c->m[3]), "fleet")->rec.partitions, 3);

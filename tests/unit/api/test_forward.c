@@ -14,6 +14,7 @@
  * names). Every test checks that uv_loop_close returns 0. */
 #include "core/platform.h"
 
+#include "fixture_meta.h"
 #include "testutil.h"
 
 #include "api/consume.h"
@@ -43,32 +44,6 @@ typedef struct {
     tn_router_t *router; /* the caller's: node 2 */
 } ffx_t;
 
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
-/* Run the loop (a 5 ms tick keeps turns short) until cond(arg), at most
- * about 20 s; returns cond. */
-static bool run_loop(uv_loop_t *loop, bool (*cond)(void *), void *arg)
-{
-    uv_timer_t t;
-    uv_timer_init(loop, &t);
-    uv_timer_start(&t, on_tick, 5, 5);
-    int64_t deadline = tn_now_mono_ms() + 20000;
-    bool ok;
-    while (!(ok = cond(arg)) && tn_now_mono_ms() < deadline)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
-static bool is_true(void *arg)
-{
-    return *(bool *)arg;
-}
-
 static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
 {
     tn_rpc_opts_t o;
@@ -86,47 +61,10 @@ static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
     return r;
 }
 
-static bool meta_ready(void *arg)
-{
-    ffx_t *f = arg;
-    return tn_meta_ready(f->m) && tn_meta_member_find(tn_meta_state(f->m), 1) != NULL;
-}
-
-typedef struct {
-    tn_meta_req_t req;
-    bool done;
-    int status;
-} prop_t;
-
-static void on_proposed(tn_meta_req_t *req, int status)
-{
-    prop_t *p = req->data;
-    p->done = true;
-    p->status = status;
-}
-
-static void commit(ffx_t *f, const tn_meta_cmd_t *c)
-{
-    prop_t p;
-    memset(&p, 0, sizeof(p));
-    p.req.data = &p;
-    assert_int_equal(tn_meta_propose(f->m, &p.req, c, on_proposed), 0);
-    assert_true(run_loop(f->loop, is_true, &p.done));
-    assert_int_equal(p.status, 0);
-}
-
 static void put_topic(ffx_t *f, const char *name, uint32_t partitions)
 {
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_PUT;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
-    c.topic.partitions = partitions;
-    c.topic.visibility_timeout_ms = 30000;
-    c.topic.max_inflight = 1024;
-    c.topic.max_acked_ahead = 1024;
-    c.topic.created_at_ms = tn_now_wall_ms();
-    commit(f, &c);
+    tn_meta_cmd_t c = tu_meta_topic_cmd(name, partitions);
+    tu_meta_commit(f->loop, f->m, &c);
 }
 
 /* A member record for id with this API address (its RPC address). */
@@ -139,7 +77,7 @@ static void put_member(ffx_t *f, uint64_t id, const char *api_addr)
     snprintf(c.member.addr, sizeof(c.member.addr), "127.0.0.1:1");
     snprintf(c.member.api_addr, sizeof(c.member.api_addr), "%s", api_addr);
     c.member.heartbeat_ms = tn_now_wall_ms();
-    commit(f, &c);
+    tu_meta_commit(f->loop, f->m, &c);
 }
 
 static ffx_t *ffx_new(void)
@@ -148,14 +86,7 @@ static ffx_t *ffx_new(void)
     f->fx = tu_fx_new(NULL);
     f->loop = &f->fx->loop;
     tn_broker_opts_t o;
-    memset(&o, 0, sizeof(o));
-    o.default_partitions = 1;
-    o.bootstrap_window_ms = 90000;
-    o.cache_bytes = 1 << 20;
-    o.max_inflight_bytes = 1 << 30;
-    o.max_inflight_msgs = 100000;
-    o.max_ahead = 1 << 16;
-    o.gc_interval_ms = 3600000;
+    tu_broker_opts(&o);
     assert_int_equal(tn_broker_open(f->loop, f->fx->store, &o, &f->b), 0);
     tn_rpc_handler_t h;
     tn_v1_consume_handler(&f->v, &h);
@@ -165,18 +96,7 @@ static ffx_t *ffx_new(void)
     f->caller = rpc_open(f->loop, NULL, 0);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
-    tn_meta_opts_t mo;
-    memset(&mo, 0, sizeof(mo));
-    mo.dir = dir;
-    mo.node_id = 1;
-    mo.address = "127.0.0.1:0";
-    mo.api_addr = tn_rpc_addr(f->owner);
-    mo.election_ms = 150;
-    mo.heartbeat_ms = 50;
-    char err[256] = "";
-    if (tn_meta_open(f->loop, &mo, &f->m, err, sizeof(err)) != 0)
-        fail_msg("tn_meta_open: %s", err);
-    assert_true(run_loop(f->loop, meta_ready, f));
+    f->m = tu_meta_lone(f->loop, dir, tn_rpc_addr(f->owner));
     f->v.meta = f->m;
     f->v.broker = f->b;
     f->v.o.max_consume_wait_ms = 10000;
@@ -205,19 +125,19 @@ static void ffx_free(ffx_t *f)
 {
     bool done = false;
     tn_rpc_close(f->caller, on_closed, &done);
-    assert_true(run_loop(f->loop, is_true, &done));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &done));
     f->v.closing = true;
     tn_consume_close(f->v.consume);
     done = false;
     tn_rpc_close(f->owner, on_closed, &done);
-    assert_true(run_loop(f->loop, is_true, &done));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &done));
     tn_router_free(f->router);
     broker_closed = false;
     tn_broker_close(f->b, on_broker_closed);
-    assert_true(run_loop(f->loop, is_true, &broker_closed));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &broker_closed));
     done = false;
     tn_meta_close(f->m, on_closed, &done);
-    assert_true(run_loop(f->loop, is_true, &done));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &done));
     tu_fx_free(f->fx);
     free(f);
 }
@@ -250,7 +170,7 @@ static void publish(ffx_t *f, const char *topic, uint32_t partition, const char 
     r.pub.pin = partition;
     int rc = tn_broker_publish(f->b, topic, strlen(topic), &r.pub, 0, on_published);
     if (rc == 0)
-        assert_true(run_loop(f->loop, is_true, &r.done));
+        assert_true(tu_run_loop(f->loop, tu_is_true, &r.done));
     else
         r.status = rc;
     assert_int_equal(r.status, 0);
@@ -300,7 +220,7 @@ static void start(ffx_t *f, call_t *k, const tn_wire_consume_t *w, uint64_t time
 static void call(ffx_t *f, call_t *k, const tn_wire_consume_t *w)
 {
     start(f, k, w, 5000);
-    assert_true(run_loop(f->loop, is_true, &k->done));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &k->done));
     assert_int_equal(k->status, 0);
 }
 
@@ -415,7 +335,7 @@ static void test_refusals(void **state)
     assert_int_equal(tn_rpc_call(f->caller, tn_rpc_addr(f->owner), TN_OP_CONSUME, "junk", 4, 5000,
                                  on_raw, &raw, NULL),
                      0);
-    assert_true(run_loop(f->loop, is_true, &raw.done));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &raw.done));
     assert_int_equal(raw.status, 0);
     assert_int_equal(raw.http, 400);
     /* The router's own refusals: an unknown member, bad names. */
@@ -440,7 +360,7 @@ static bool passed(void *arg)
 static void run_for(ffx_t *f, int64_t ms)
 {
     int64_t at = tn_now_mono_ms() + ms;
-    (void)run_loop(f->loop, passed, &at);
+    (void)tu_run_loop(f->loop, passed, &at);
 }
 
 static void test_long_poll_and_cancel(void **state)
@@ -455,7 +375,7 @@ static void test_long_poll_and_cancel(void **state)
     run_for(f, 300);
     assert_false(k.done);
     publish(f, "t", 0, "late");
-    assert_true(run_loop(f->loop, is_true, &k.done));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &k.done));
     assert_int_equal(k.status, 0);
     assert_int_equal(k.http, 200);
     assert_non_null(strstr(k.body, "\"payload\":\"late\""));
@@ -466,7 +386,7 @@ static void test_long_poll_and_cancel(void **state)
     run_for(f, 300);
     assert_false(k.done);
     tn_router_consume_cancel(&k.c);
-    assert_true(run_loop(f->loop, is_true, &k.done));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &k.done));
     assert_int_equal(k.status, TN_ECLOSED);
     run_for(f, 300); /* the CANCEL frame reaches the owner */
     publish(f, "t", 0, "after");
@@ -536,7 +456,7 @@ static void test_cancelled_batch_gives_back(void **state)
     q.pk.data = &q;
     a.wait_ms = 0;
     tn_consume_start_parked(f->v.consume, &q.pk, &a);
-    assert_true(run_loop(f->loop, is_true, &q.answered));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &q.answered));
     assert_int_equal(q.status, 200);
     assert_non_null(strstr(q.body, "\"payload\":\"one\""));
     assert_non_null(strstr(q.body, "\"payload\":\"two\""));

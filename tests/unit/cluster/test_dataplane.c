@@ -20,17 +20,16 @@
 #include "core/time.h"
 #include "queue/queue.h"
 
+#include "fixture_rpc.h"
 #include "testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define SECRET   "correct horse battery staple"
 #define SELF     1
 #define MAXP     8
 #define MAX_BODY 4096
-#define GUARD_MS 30000
 
 /* The placement the tests play the metastore with (owner per partition
  * index, every topic); SELF is this node. */
@@ -52,35 +51,13 @@ typedef struct {
     tn_broker_t *b;
     tn_broker_opts_t bo;
     tn_dataplane_t *dp;
-    tn_rpc_t *owner;  /* serves COMMIT */
-    tn_rpc_t *caller; /* serves nothing */
-    char addr[64];    /* the owner's */
+    tu_rpc_pair_t rpc; /* the owner serves COMMIT */
     /* A test's wrapper of the COMMIT handler (NULL: the handler itself). */
     tn_rpc_handler_cb wrap;
     tn_rpc_handler_t real;
 } dfx_t;
 
 static dfx_t *cur; /* for handler wrappers */
-
-static void on_guard(uv_timer_t *t)
-{
-    *(bool *)t->data = true;
-}
-
-/* Run the loop until *flag (fail after GUARD_MS). */
-static void run_until(uv_loop_t *loop, const bool *flag)
-{
-    bool expired = false;
-    uv_timer_t guard;
-    uv_timer_init(loop, &guard);
-    guard.data = &expired;
-    uv_timer_start(&guard, on_guard, GUARD_MS, 0);
-    while (!*flag && !expired)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&guard, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    assert_true(*flag);
-}
 
 static void on_tick(uv_timer_t *t)
 {
@@ -93,7 +70,7 @@ static void run_while_not(dfx_t *d, bool (*pred)(dfx_t *d))
     uv_timer_t t;
     uv_timer_init(d->loop, &t);
     uv_timer_start(&t, on_tick, 5, 5);
-    int64_t deadline = tn_now_mono_ms() + GUARD_MS;
+    int64_t deadline = tn_now_mono_ms() + TU_GUARD_MS;
     while (!pred(d) && tn_now_mono_ms() < deadline)
         uv_run(d->loop, UV_RUN_ONCE);
     uv_close((uv_handle_t *)&t, NULL);
@@ -115,24 +92,6 @@ static void tweak_store(tn_store_opts_t *o)
     o->max_body = MAX_BODY;
     if (full_disk)
         o->disk_min_free = UINT64_MAX; /* no disk is that large */
-}
-
-static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
-{
-    tn_rpc_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.bind = "127.0.0.1:0";
-    o.secret = (const uint8_t *)SECRET;
-    o.secret_len = strlen(SECRET);
-    o.handlers = h;
-    o.nhandlers = nh;
-    tn_rpc_t *r = NULL;
-    char err[256];
-    int rc = tn_rpc_open(loop, &o, &r, err, sizeof err);
-    if (rc != 0)
-        fprintf(stderr, "tn_rpc_open: %s\n", err);
-    assert_int_equal(rc, 0);
-    return r;
 }
 
 /* placed: the broker asks place() (else every partition is local); wrap:
@@ -168,15 +127,8 @@ static dfx_t *dfx_new(bool placed, tn_rpc_handler_cb wrap)
     d->wrap = wrap;
     if (wrap != NULL)
         h[0].fn = on_wrapped;
-    d->owner = rpc_open(d->loop, h, nh);
-    d->caller = rpc_open(d->loop, NULL, 0);
-    snprintf(d->addr, sizeof d->addr, "%s", tn_rpc_addr(d->owner));
+    tu_rpc_pair_open(&d->rpc, d->loop, h, nh);
     return d;
-}
-
-static void on_rpc_closed(void *arg)
-{
-    *(bool *)arg = true;
 }
 
 static bool broker_closed;
@@ -189,19 +141,14 @@ static void on_broker_closed(tn_broker_t *b)
 
 static void dfx_free(dfx_t *d)
 {
-    bool done = false;
-    tn_rpc_close(d->caller, on_rpc_closed, &done);
-    run_until(d->loop, &done);
-    done = false;
-    tn_rpc_close(d->owner, on_rpc_closed, &done);
-    run_until(d->loop, &done);
+    tu_rpc_pair_close(&d->rpc, d->loop);
     tn_dataplane_stats_t st;
     tn_dataplane_stats(d->dp, &st);
     assert_int_equal(st.inflight, 0);
     tn_dataplane_free(d->dp);
     broker_closed = false;
     tn_broker_close(d->b, on_broker_closed);
-    run_until(d->loop, &broker_closed);
+    tu_run_until(d->loop, &broker_closed);
     tu_fx_free(d->fx);
     free(d);
     cur = NULL;
@@ -230,7 +177,7 @@ static tn_topic_t *topic(dfx_t *d, const char *name, uint32_t nparts)
     w.w.cb = on_wait;
     int rc = tn_broker_topic(d->b, name, strlen(name), true, nparts, &w.w, &t);
     if (rc == UV_EAGAIN) {
-        run_until(d->loop, &w.done);
+        tu_run_until(d->loop, &w.done);
         assert_int_equal(w.status, 0);
         rc = tn_broker_topic(d->b, name, strlen(name), false, 0, NULL, &t);
     }
@@ -247,7 +194,7 @@ static const tn_centry_t *record(dfx_t *d, tn_topic_t *t, uint32_t p, uint64_t o
     w.w.cb = on_wait;
     int rc = tn_part_record(t, p, offset, &w.w, &e);
     if (rc == UV_EAGAIN) {
-        run_until(d->loop, &w.done);
+        tu_run_until(d->loop, &w.done);
         rc = tn_part_record(t, p, offset, NULL, &e);
     }
     assert_int_equal(rc, 0);
@@ -283,15 +230,16 @@ static void call_start(dfx_t *d, callw_t *w, const char *topic, uint32_t partiti
 {
     memset(w, 0, sizeof(*w));
     w->c.data = w;
-    assert_int_equal(
-        tn_commit_call(d->caller, d->addr, topic, partition, recs, n, 20000, &w->c, on_call), 0);
+    assert_int_equal(tn_commit_call(d->rpc.caller, d->rpc.addr, topic, partition, recs, n, 20000,
+                                    &w->c, on_call),
+                     0);
 }
 
 static int call(dfx_t *d, callw_t *w, const char *topic, uint32_t partition,
                 const tn_commit_rec_t *recs, uint32_t n)
 {
     call_start(d, w, topic, partition, recs, n);
-    run_until(d->loop, &w->done);
+    tu_run_until(d->loop, &w->done);
     return w->status;
 }
 
@@ -321,10 +269,10 @@ static void on_raw(void *arg, int status, const tn_wire_reply_t *rep, const char
 static uint16_t raw_call(dfx_t *d, const tn_buf_t *b, rawres_t *r)
 {
     memset(r, 0, sizeof(*r));
-    assert_int_equal(tn_rpc_call(d->caller, d->addr, TN_OP_COMMIT, tn_buf_data(b), tn_buf_size(b),
-                                 20000, on_raw, r, NULL),
+    assert_int_equal(tn_rpc_call(d->rpc.caller, d->rpc.addr, TN_OP_COMMIT, tn_buf_data(b),
+                                 tn_buf_size(b), 20000, on_raw, r, NULL),
                      0);
-    run_until(d->loop, &r->done);
+    tu_run_until(d->loop, &r->done);
     assert_int_equal(r->status, 0);
     return r->http;
 }
@@ -383,8 +331,8 @@ static void test_batch_one_append(void **state)
     callw_t wx, wy;
     call_start(d, &wx, "orders", 1, xs, 4);
     call_start(d, &wy, "orders", 1, ys, 4);
-    run_until(d->loop, &wx.done);
-    run_until(d->loop, &wy.done);
+    tu_run_until(d->loop, &wx.done);
+    tu_run_until(d->loop, &wy.done);
     assert_int_equal(wx.status, 0);
     assert_int_equal(wy.status, 0);
     assert_true(wx.c.first_offset == 4 || wx.c.first_offset == 8);
@@ -600,13 +548,13 @@ static void test_waits_for_creation_cancel_before_start(void **state)
     call_start(d, &wb, "late", 0, &rb, 1);
     run_while_not(d, both_in);
     tn_commit_call_cancel(&wb.c);
-    run_until(d->loop, &wb.done);
+    tu_run_until(d->loop, &wb.done);
     assert_int_equal(wb.status, TN_ECLOSED);
     run_while_not(d, one_cancelled);
     assert_false(wa.done);
 
     tn_gate_done(held, 0);
-    run_until(d->loop, &wa.done);
+    tu_run_until(d->loop, &wa.done);
     assert_int_equal(wa.status, 0);
     assert_int_equal(wa.c.first_offset, 0);
     run_while_not(d, none_in);
@@ -649,7 +597,7 @@ static void test_cancel_under_way_commits_once(void **state)
     callw_t w;
     call_start(d, &w, "t", 0, &r, 1);
     to_cancel = &w;
-    run_until(d->loop, &w.done);
+    tu_run_until(d->loop, &w.done);
     assert_int_equal(w.status, TN_ECLOSED);
     run_while_not(d, none_in);
     assert_int_equal(visible(t, 0), 1);
@@ -695,23 +643,26 @@ static void test_call_refusals(void **state)
     tn_commit_rec_t r = {tn_iov("", 0), tn_iov("m", 1), 0, 1};
     tn_commit_call_t c;
     memset(&c, 0, sizeof(c));
-    assert_int_equal(tn_commit_call(d->caller, d->addr, "t", 0, &r, 0, 0, &c, on_call), UV_EINVAL);
-    assert_int_equal(tn_commit_call(d->caller, d->addr, "", 0, &r, 1, 0, &c, on_call), UV_EINVAL);
+    assert_int_equal(tn_commit_call(d->rpc.caller, d->rpc.addr, "t", 0, &r, 0, 0, &c, on_call),
+                     UV_EINVAL);
+    assert_int_equal(tn_commit_call(d->rpc.caller, d->rpc.addr, "", 0, &r, 1, 0, &c, on_call),
+                     UV_EINVAL);
     static char key[TN_COMMIT_KEY_MAX + 1];
     tn_commit_rec_t kr = {tn_iov(key, sizeof(key)), tn_iov("m", 1), 0, 1};
-    assert_int_equal(tn_commit_call(d->caller, d->addr, "t", 0, &kr, 1, 0, &c, on_call), UV_EINVAL);
+    assert_int_equal(tn_commit_call(d->rpc.caller, d->rpc.addr, "t", 0, &kr, 1, 0, &c, on_call),
+                     UV_EINVAL);
     tn_commit_rec_t neg = {tn_iov("", 0), tn_iov("m", 1), -1, 1};
-    assert_int_equal(tn_commit_call(d->caller, d->addr, "t", 0, &neg, 1, 0, &c, on_call),
+    assert_int_equal(tn_commit_call(d->rpc.caller, d->rpc.addr, "t", 0, &neg, 1, 0, &c, on_call),
                      UV_EINVAL);
     /* Over the cap by one byte: the size function says so first. */
     size_t fixed = tn_commit_head_size(1) + tn_commit_rec_size(0, 0);
     char *huge = malloc(TN_WIRE_MAX_PAYLOAD);
     tn_commit_rec_t hr = {tn_iov("", 0), tn_iov(huge, TN_WIRE_MAX_PAYLOAD - fixed + 1), 0, 1};
     assert_int_equal(tn_commit_encoded_size("t", &hr, 1), TN_WIRE_MAX_PAYLOAD + 1);
-    assert_int_equal(tn_commit_call(d->caller, d->addr, "t", 0, &hr, 1, 0, &c, on_call),
+    assert_int_equal(tn_commit_call(d->rpc.caller, d->rpc.addr, "t", 0, &hr, 1, 0, &c, on_call),
                      TN_ETOOBIG);
     free(huge);
-    assert_int_equal(tn_commit_call(d->caller, "nowhere", "t", 0, &r, 1, 0, &c, on_call),
+    assert_int_equal(tn_commit_call(d->rpc.caller, "nowhere", "t", 0, &r, 1, 0, &c, on_call),
                      UV_EINVAL);
     dfx_free(d);
 }

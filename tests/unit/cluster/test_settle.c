@@ -13,14 +13,12 @@
 #include "cluster/wire.h"
 #include "core/err.h"
 
+#include "fixture_rpc.h"
 #include "testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SECRET   "correct horse battery staple"
-#define GUARD_MS 30000
 
 /* --- the scripted local side -------------------------------------------------------- */
 
@@ -67,47 +65,8 @@ static int local(void *arg, const char *topic, const char *channel, uint32_t par
 typedef struct {
     uv_loop_t loop;
     tn_settle_srv_t *srv;
-    tn_rpc_t *owner;
-    tn_rpc_t *caller;
-    char addr[64];
+    tu_rpc_pair_t rpc; /* the owner serves SETTLE */
 } sfx_t;
-
-static void on_guard(uv_timer_t *t)
-{
-    *(bool *)t->data = true;
-}
-
-static void run_until(uv_loop_t *loop, const bool *flag)
-{
-    bool expired = false;
-    uv_timer_t guard;
-    uv_timer_init(loop, &guard);
-    guard.data = &expired;
-    uv_timer_start(&guard, on_guard, GUARD_MS, 0);
-    while (!*flag && !expired)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&guard, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    assert_true(*flag);
-}
-
-static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
-{
-    tn_rpc_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.bind = "127.0.0.1:0";
-    o.secret = (const uint8_t *)SECRET;
-    o.secret_len = strlen(SECRET);
-    o.handlers = h;
-    o.nhandlers = nh;
-    tn_rpc_t *r = NULL;
-    char err[256];
-    int rc = tn_rpc_open(loop, &o, &r, err, sizeof err);
-    if (rc != 0)
-        fprintf(stderr, "tn_rpc_open: %s\n", err);
-    assert_int_equal(rc, 0);
-    return r;
-}
 
 static sfx_t *sfx_new(bool hooks)
 {
@@ -123,26 +82,14 @@ static sfx_t *sfx_new(bool hooks)
     assert_int_equal(nh, 1);
     assert_int_equal(h[0].op, TN_OP_SETTLE);
     assert_int_equal(h[0].flags, 0); /* the messaging bound */
-    f->owner = rpc_open(&f->loop, h, nh);
-    f->caller = rpc_open(&f->loop, NULL, 0);
-    snprintf(f->addr, sizeof f->addr, "%s", tn_rpc_addr(f->owner));
+    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
     memset(&seen, 0, sizeof(seen));
     return f;
 }
 
-static void on_rpc_closed(void *arg)
-{
-    *(bool *)arg = true;
-}
-
 static void sfx_free(sfx_t *f)
 {
-    bool done = false;
-    tn_rpc_close(f->caller, on_rpc_closed, &done);
-    run_until(&f->loop, &done);
-    done = false;
-    tn_rpc_close(f->owner, on_rpc_closed, &done);
-    run_until(&f->loop, &done);
+    tu_rpc_pair_close(&f->rpc, &f->loop);
     tn_settle_srv_free(f->srv);
     assert_int_equal(uv_loop_close(&f->loop), 0);
     free(f);
@@ -165,10 +112,11 @@ static int settle(sfx_t *f, const char *peer, const char *topic, const char *cha
                   int64_t vis, const tn_wire_handle_t *h, uint32_t n, callw_t *w)
 {
     memset(w, 0, sizeof(*w));
-    int rc = tn_settle_call(f->caller, peer, topic, channel, how, vis, h, n, 2000, &w->c, on_call);
+    int rc =
+        tn_settle_call(f->rpc.caller, peer, topic, channel, how, vis, h, n, 2000, &w->c, on_call);
     if (rc != 0)
         return rc;
-    run_until(&f->loop, &w->done);
+    tu_run_until(&f->loop, &w->done);
     return w->status;
 }
 
@@ -184,7 +132,7 @@ static void test_statuses_in_order(void **state)
     };
     callw_t w;
     assert_int_equal(
-        settle(f, f->addr, "orders", "billing", TN_WIRE_SETTLE_EXTEND, 45000, h, 6, &w), 0);
+        settle(f, f->rpc.addr, "orders", "billing", TN_WIRE_SETTLE_EXTEND, 45000, h, 6, &w), 0);
     const uint16_t want[6] = {204, 410, 503, 421, 204, 204};
     assert_int_equal(w.c.n, 6);
     for (int i = 0; i < 6; i++)
@@ -208,7 +156,7 @@ static void test_statuses_in_order(void **state)
         many[i] = (tn_wire_handle_t){i % 4 == 1 ? 0 : i, i, i + 1};
     for (uint8_t how = TN_WIRE_SETTLE_ACK; how <= TN_WIRE_SETTLE_NACK; how++) {
         seen.calls = 0;
-        assert_int_equal(settle(f, f->addr, "t", "c", how, 0, many, TN_SETTLE_MAX, &w), 0);
+        assert_int_equal(settle(f, f->rpc.addr, "t", "c", how, 0, many, TN_SETTLE_MAX, &w), 0);
         assert_int_equal(seen.calls, TN_SETTLE_MAX);
         assert_int_equal(seen.how, how);
         for (uint32_t i = 0; i < TN_SETTLE_MAX; i++)
@@ -225,11 +173,11 @@ static void test_not_ready_503(void **state)
     sfx_t *f = sfx_new(false);
     tn_wire_handle_t h = {0, 1, 1};
     callw_t w;
-    assert_int_equal(settle(f, f->addr, "t", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1, &w), UV_EAGAIN);
+    assert_int_equal(settle(f, f->rpc.addr, "t", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1, &w), UV_EAGAIN);
     assert_int_equal(seen.calls, 0);
     /* Once set, the same request settles. */
     tn_settle_srv_set_hooks(f->srv, owns, &seen, local, &seen);
-    assert_int_equal(settle(f, f->addr, "t", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1, &w), 0);
+    assert_int_equal(settle(f, f->rpc.addr, "t", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1, &w), 0);
     assert_int_equal(w.c.status[0], 204);
     assert_int_equal(seen.calls, 1);
     sfx_free(f);
@@ -258,10 +206,10 @@ static void on_raw(void *arg, int status, const tn_wire_reply_t *reply, const ch
 static void raw(sfx_t *f, const tn_buf_t *payload, raww_t *w)
 {
     memset(w, 0, sizeof(*w));
-    assert_int_equal(tn_rpc_call(f->caller, f->addr, TN_OP_SETTLE, tn_buf_data(payload),
+    assert_int_equal(tn_rpc_call(f->rpc.caller, f->rpc.addr, TN_OP_SETTLE, tn_buf_data(payload),
                                  tn_buf_size(payload), 2000, on_raw, w, NULL),
                      0);
-    run_until(&f->loop, &w->done);
+    tu_run_until(&f->loop, &w->done);
     assert_int_equal(w->status, 0);
 }
 
@@ -301,14 +249,17 @@ static void test_call_errors(void **state)
     tn_wire_handle_t h = {0, 1, 1};
     callw_t w;
     /* The caller's own refusals: cb never runs. */
-    assert_int_equal(tn_settle_call(f->caller, f->addr, "", "c", 1, 0, &h, 1, 2000, &w.c, on_call),
-                     UV_EINVAL);
-    assert_int_equal(tn_settle_call(f->caller, f->addr, "t", "c", 9, 0, &h, 1, 2000, &w.c, on_call),
-                     UV_EINVAL);
-    assert_int_equal(tn_settle_call(f->caller, f->addr, "t", "c", 1, 0, &h, 0, 2000, &w.c, on_call),
-                     UV_EINVAL);
     assert_int_equal(
-        tn_settle_call(f->caller, "not an address", "t", "c", 1, 0, &h, 1, 2000, &w.c, on_call),
+        tn_settle_call(f->rpc.caller, f->rpc.addr, "", "c", 1, 0, &h, 1, 2000, &w.c, on_call),
+        UV_EINVAL);
+    assert_int_equal(
+        tn_settle_call(f->rpc.caller, f->rpc.addr, "t", "c", 9, 0, &h, 1, 2000, &w.c, on_call),
+        UV_EINVAL);
+    assert_int_equal(
+        tn_settle_call(f->rpc.caller, f->rpc.addr, "t", "c", 1, 0, &h, 0, 2000, &w.c, on_call),
+        UV_EINVAL);
+    assert_int_equal(
+        tn_settle_call(f->rpc.caller, "not an address", "t", "c", 1, 0, &h, 1, 2000, &w.c, on_call),
         UV_EINVAL);
     /* A peer nobody serves: the call ends with a transport error, never 0. */
     uv_udp_t sock;

@@ -2,8 +2,9 @@
  * (tn_pub_set_deliver_at, queue.h): the batch is one append (dense offsets
  * in one partition), each record keeps its own time in the tail cache and
  * on disk (read back after a restart), records without one take the
- * publish's, only the records due are delivered, and the setter refuses
- * what it cannot take. */
+ * publish's, only the records due are delivered, the setter refuses
+ * what it cannot take, and tn_pub_fill copies in whole records (body, key,
+ * own time) as the ingress log's commits do. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -344,12 +345,53 @@ static void test_set_deliver_at_refused(void **state)
     tn_pub_fini(&p);
 }
 
+/* tn_pub_fill: three records with and without keys, each with its own
+ * time (0 at once too, which the publish's time does not override), one
+ * append; a key over 65535 bytes and a negative time are refused. */
+static void test_fill(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new();
+    tn_topic_t *t = topic(q, "t");
+    int64_t now = tn_now_wall_ms();
+    int64_t later = now + 3600 * 1000, day = now + 86400 * 1000;
+
+    const tn_rec_in_t recs[3] = {
+        {tn_iov("k0", 2), tn_iov("zero", 4), 0},
+        {tn_iov(NULL, 0), tn_iov("one", 3), day},
+        {tn_iov("k2", 2), tn_iov("two", 3), later},
+    };
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 3), 0);
+    assert_int_equal(tn_pub_fill(&w.p, recs), 0);
+    assert_int_equal(publish(q, &w, "t", later), 0);
+    assert_int_equal(w.p.first_offset, 0);
+    tn_pub_fini(&w.p);
+    expect_record(record(q, t, 0), "zero", "k0", 0);
+    expect_record(record(q, t, 1), "one", NULL, day);
+    expect_record(record(q, t, 2), "two", "k2", later);
+
+    static char big[65536];
+    tn_rec_in_t bad = {tn_iov(big, sizeof(big)), tn_iov("x", 1), 0};
+    tn_pub_t p;
+    assert_int_equal(tn_pub_init(&p, 1), 0);
+    assert_int_equal(tn_pub_fill(&p, &bad), UV_EINVAL);
+    tn_pub_fini(&p);
+    bad = (tn_rec_in_t){tn_iov(NULL, 0), tn_iov("x", 1), -1};
+    assert_int_equal(tn_pub_init(&p, 1), 0);
+    assert_int_equal(tn_pub_fill(&p, &bad), UV_EINVAL);
+    tn_pub_fini(&p);
+    qfx_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_own_times_one_append),
         cmocka_unit_test(test_default_times),
         cmocka_unit_test(test_set_deliver_at_refused),
+        cmocka_unit_test(test_fill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,10 +1,12 @@
 /* Segment files: scans of clean, torn and damaged segments (including a
  * torn tail at every byte offset of the last record), the durable-damage
- * rule, sidecar index write/open/load, and reads through the index. */
+ * rule, sidecar index write/open/load, reads through the index, and the
+ * listing of a log's directory. */
 #include "core/platform.h"
 
 #include "testutil.h"
 
+#include "core/alloc.h"
 #include "core/buf.h"
 #include "core/err.h"
 #include "storage/io.h"
@@ -72,6 +74,66 @@ static void test_names(void **state)
     assert_false(tn_seg_parse_name("0000000000000001234x.log", &base));
     assert_false(tn_seg_parse_name("99999999999999999999.log", &base)); /* > 2^64 */
     assert_false(tn_seg_parse_name("123.log", &base));
+}
+
+/* Create an empty file dir/name. */
+static void touch(const char *dir, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    int fd;
+    assert_int_equal(tn_io_open(path, O_RDWR | O_CREAT, 0644, &fd), 0);
+    tn_io_close(fd);
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* tn__seg_list: the segments' bases in order, whatever the directory's
+ * order; other files left alone; "*.tmp" (an atomic write cut short)
+ * removed; an empty directory; a missing one. */
+static void test_list(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    uint64_t *bases = NULL;
+    size_t n = 99;
+    assert_int_equal(tn__seg_list(dir, &bases, &n), 0);
+    assert_int_equal(n, 0);
+    assert_null(bases);
+    const uint64_t want[] = {0, 7, 4096, 70000, 123456789};
+    const int order[] = {3, 0, 4, 2, 1};
+    for (int i = 0; i < 5; i++) {
+        char name[64];
+        tn_seg_name(want[order[i]], "log", name, sizeof(name));
+        touch(dir, name);
+    }
+    touch(dir, "00000000000000004096.idx");
+    touch(dir, "00000000000000004096.idx.tmp");
+    touch(dir, "checkpoint.tmp");
+    touch(dir, "checkpoint");
+    touch(dir, "notes.log");
+    assert_int_equal(tn__seg_list(dir, &bases, &n), 0);
+    assert_int_equal(n, 5);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(bases[i], want[i]);
+    tn_free(bases);
+    assert_false(exists(dir, "00000000000000004096.idx.tmp"));
+    assert_false(exists(dir, "checkpoint.tmp"));
+    assert_true(exists(dir, "00000000000000004096.idx"));
+    assert_true(exists(dir, "checkpoint"));
+    assert_true(exists(dir, "notes.log"));
+    char missing[4096];
+    snprintf(missing, sizeof(missing), "%s/none", dir);
+    bases = NULL;
+    assert_int_equal(tn__seg_list(missing, &bases, &n), UV_ENOENT);
+    assert_null(bases);
+    tu_rmrf(dir);
+    free(dir);
 }
 
 static void test_clean_scan(void **state)
@@ -229,6 +291,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_list),
         cmocka_unit_test(test_clean_scan),
         cmocka_unit_test(test_torn_tail_at_every_byte),
         cmocka_unit_test(test_damage_below_sync_mark),

@@ -1,0 +1,106 @@
+/* The api tests' metastore helpers. See fixture_meta.h. */
+#include "core/platform.h"
+
+#include "fixture_meta.h"
+
+#include "core/time.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void on_tick(uv_timer_t *t)
+{
+    (void)t;
+}
+
+bool tu_run_loop(uv_loop_t *loop, bool (*cond)(void *), void *arg)
+{
+    uv_timer_t t;
+    uv_timer_init(loop, &t);
+    uv_timer_start(&t, on_tick, 5, 5);
+    int64_t deadline = tn_now_mono_ms() + 20000;
+    bool ok;
+    while (!(ok = cond(arg)) && tn_now_mono_ms() < deadline)
+        uv_run(loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    return ok;
+}
+
+bool tu_is_true(void *arg)
+{
+    return *(bool *)arg;
+}
+
+void tu_broker_opts(tn_broker_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->default_partitions = 1;
+    o->bootstrap_window_ms = 90000;
+    o->cache_bytes = 1 << 20;
+    o->max_inflight_bytes = 1 << 30;
+    o->max_inflight_msgs = 100000;
+    o->max_ahead = 1 << 16;
+    o->gc_interval_ms = 3600000;
+}
+
+static bool lone_ready(void *arg)
+{
+    tn_meta_t *m = arg;
+    return tn_meta_ready(m) && tn_meta_member_find(tn_meta_state(m), 1) != NULL;
+}
+
+tn_meta_t *tu_meta_lone(uv_loop_t *loop, const char *dir, const char *api_addr)
+{
+    tn_meta_opts_t mo;
+    memset(&mo, 0, sizeof(mo));
+    mo.dir = dir;
+    mo.node_id = 1;
+    mo.address = "127.0.0.1:0";
+    mo.api_addr = api_addr;
+    mo.election_ms = 150;
+    mo.heartbeat_ms = 50;
+    tn_meta_t *m = NULL;
+    char err[256] = "";
+    if (tn_meta_open(loop, &mo, &m, err, sizeof(err)) != 0)
+        fail_msg("tn_meta_open: %s", err);
+    assert_true(tu_run_loop(loop, lone_ready, m));
+    return m;
+}
+
+typedef struct {
+    tn_meta_req_t req;
+    bool done;
+    int status;
+} prop_t;
+
+static void on_proposed(tn_meta_req_t *req, int status)
+{
+    prop_t *p = req->data;
+    p->done = true;
+    p->status = status;
+}
+
+void tu_meta_commit(uv_loop_t *loop, tn_meta_t *m, const tn_meta_cmd_t *c)
+{
+    prop_t p;
+    memset(&p, 0, sizeof(p));
+    p.req.data = &p;
+    assert_int_equal(tn_meta_propose(m, &p.req, c, on_proposed), 0);
+    assert_true(tu_run_loop(loop, tu_is_true, &p.done));
+    assert_int_equal(p.status, 0);
+}
+
+tn_meta_cmd_t tu_meta_topic_cmd(const char *name, uint32_t partitions)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_PUT;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.topic.partitions = partitions;
+    c.topic.visibility_timeout_ms = 30000;
+    c.topic.max_inflight = 1024;
+    c.topic.max_acked_ahead = 1024;
+    c.topic.created_at_ms = tn_now_wall_ms();
+    return c;
+}

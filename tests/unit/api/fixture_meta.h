@@ -1,0 +1,40 @@
+/* What the api unit tests over a real metastore share (test_catalog.c,
+ * test_forward.c): running the loop until a condition holds, the engine
+ * options of a test broker, a lone metastore replica (libraft on
+ * loopback) opened and ready, and committing commands through it. Linked
+ * into every test of tests/unit/api (see CMakeLists.txt). Every helper
+ * fails the current test (cmocka) instead of returning an error. */
+#ifndef TN_TESTS_API_FIXTURE_META_H
+#define TN_TESTS_API_FIXTURE_META_H
+
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "meta/meta.h"
+#include "queue/queue.h"
+
+/* Run loop (a 5 ms tick keeps turns short) until cond(arg), at most about
+ * 20 s; returns cond. */
+bool tu_run_loop(uv_loop_t *loop, bool (*cond)(void *), void *arg);
+/* cond for tu_run_loop: *(bool *)arg. */
+bool tu_is_true(void *arg);
+
+/* A test broker's options: one partition a topic by default, a 1 MiB tail
+ * cache, budgets no test reaches, no GC during a test. */
+void tu_broker_opts(tn_broker_opts_t *o);
+
+/* Open a lone metastore replica, node 1, in dir (borrowed for the call),
+ * naming api_addr (NULL: none) as its API address, and run loop until it
+ * is ready with its own member record in. */
+tn_meta_t *tu_meta_lone(uv_loop_t *loop, const char *dir, const char *api_addr);
+
+/* Commit c (borrowed) through m, as another node's proposal forwarded to
+ * it would be; the test fails unless it commits. */
+void tu_meta_commit(uv_loop_t *loop, tn_meta_t *m, const tn_meta_cmd_t *c);
+
+/* A TOPIC_PUT of name with partitions and the tests' settings (30 s
+ * visibility, 1024 in flight and acked ahead, created now). */
+tn_meta_cmd_t tu_meta_topic_cmd(const char *name, uint32_t partitions);
+
+#endif
