@@ -472,3 +472,221 @@ void tn_router_consume_cancel(tn_router_consume_t *c)
     if (c->call != NULL)
         tn_rpc_call_cancel(c->call);
 }
+
+/* --- partition stats from their owners ------------------------------------------- */
+
+#define PS_UNREACH "owner unreachable"
+#define PS_DOWN    "owner is down"
+#define PS_MOVED   "owner changed; retry"
+
+typedef enum { PS_HERE, PS_IS_DOWN, PS_NO_ROUTE, PS_CALL } ps_where_t;
+
+/* Where partition p of topic is read (step 1 and 2 of the design), with
+ * its owner. */
+static ps_where_t pstats_where(const tn_router_t *r, const tn_meta_state_t *s, const char *topic,
+                               uint32_t p, uint64_t *owner)
+{
+    *owner = s != NULL ? tn_meta_state_owner(s, topic, p) : 0;
+    if (!r->cluster || s == NULL || *owner == 0 || *owner == r->node_id)
+        return PS_HERE;
+    const tn_meta_member_t *m = tn_meta_member_find(s, *owner);
+    if (m != NULL && m->status == TN_MEMBER_DEAD)
+        return PS_IS_DOWN;
+    if (m == NULL || m->api_addr[0] == '\0' || r->rpc == NULL)
+        return PS_NO_ROUTE;
+    return PS_CALL;
+}
+
+/* One owner's share of a gather: a PSTATS call for its partitions, which
+ * sit at [base, base + n) of the op's arrays. */
+typedef struct pstats_op_s pstats_op_t;
+typedef struct {
+    tn_pstats_call_t call;
+    pstats_op_t *op;
+    uint64_t owner;
+    uint32_t base;
+    uint32_t n;
+} pstats_group_t;
+
+struct pstats_op_s {
+    tn_router_pstat_t *items;
+    uint32_t n;
+    uint32_t pending; /* calls not yet answered, plus one while they start */
+    tn_router_pstats_cb cb;
+    void *arg;
+    uint32_t *idx;        /* per remote partition, grouped by owner: its item */
+    uint32_t *parts;      /* its index, as the call asks */
+    tn_wire_pstat_t *out; /* the owner's answer */
+    uint32_t ngroups;
+    pstats_group_t groups[];
+};
+
+static void pstats_op_done(pstats_op_t *op)
+{
+    op->cb(op->arg, op->items, op->n);
+    tn_free(op->idx);
+    tn_free(op->parts);
+    tn_free(op->out);
+    tn_free(op);
+}
+
+/* The sentence for a partition an owner answered without numbers. */
+static const char *pstat_refusal(uint16_t status)
+{
+    switch (status) {
+    case 421:
+        return PS_MOVED;
+    case 404:
+        return "owner has no such topic; retry";
+    case 416:
+        return "owner has no such partition; retry";
+    default:
+        return "owner is creating or growing the topic; retry";
+    }
+}
+
+static void on_pstats(tn_pstats_call_t *c, int status)
+{
+    pstats_group_t *g = c->data;
+    pstats_op_t *op = g->op;
+    const char *why = status == UV_EAGAIN    ? "owner could not answer now; retry"
+                      : status == UV_ENOMEM  ? MSG_OOM
+                      : status == TN_ECLOSED ? "this node is shutting down"
+                                             : PS_UNREACH;
+    for (uint32_t j = 0; j < g->n; j++) {
+        tn_router_pstat_t *it = &op->items[op->idx[g->base + j]];
+        const tn_wire_pstat_t *st = &op->out[g->base + j];
+        if (status != 0)
+            it->error = why;
+        else if (st->status != 200)
+            it->error = pstat_refusal(st->status);
+        else {
+            it->have = true;
+            it->st = *st;
+        }
+    }
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "partition stats: %u partition(s) on node %" PRIu64 " not read: %s", g->n,
+                  g->owner, tn_strerror(status));
+    if (--op->pending == 0)
+        pstats_op_done(op);
+}
+
+/* The group of op for owner (made in the first pass, so it is there). */
+static pstats_group_t *pstats_group(pstats_op_t *op, uint64_t owner)
+{
+    uint32_t g = 0;
+    while (op->groups[g].owner != owner)
+        g++;
+    return &op->groups[g];
+}
+
+void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *items, uint32_t n,
+                      tn_router_pstats_cb cb, void *arg)
+{
+    const tn_meta_state_t *s = r->o.meta != NULL ? tn_meta_state(r->o.meta) : NULL;
+    /* First pass: the local reads and the refusals now; count the calls
+     * and their owners. */
+    uint64_t *owners = NULL;
+    uint32_t nremote = 0, ngroups = 0;
+    bool oom = false;
+    for (uint32_t i = 0; i < n; i++) {
+        tn_router_pstat_t *it = &items[i];
+        it->have = false;
+        it->error = NULL;
+        switch (pstats_where(r, s, topic, it->partition, &it->owner)) {
+        case PS_HERE:
+            it->have = tn_pstats_local(r->o.broker, topic, it->partition, &it->st) == 200;
+            break;
+        case PS_IS_DOWN:
+            it->error = PS_DOWN;
+            break;
+        case PS_NO_ROUTE:
+            it->error = PS_UNREACH;
+            break;
+        case PS_CALL:
+            if (owners == NULL && !oom && (owners = tn_malloc(n * sizeof(*owners))) == NULL)
+                oom = true;
+            if (oom) {
+                it->error = MSG_OOM;
+                break;
+            }
+            nremote++;
+            uint32_t k = 0;
+            while (k < ngroups && owners[k] != it->owner)
+                k++;
+            if (k == ngroups)
+                owners[ngroups++] = it->owner;
+            break;
+        }
+    }
+    if (nremote == 0) {
+        tn_free(owners);
+        cb(arg, items, n);
+        return;
+    }
+    pstats_op_t *op = tn_calloc(1, sizeof(*op) + (size_t)ngroups * sizeof(op->groups[0]));
+    if (op != NULL) {
+        op->idx = tn_malloc(nremote * sizeof(*op->idx));
+        op->parts = tn_malloc(nremote * sizeof(*op->parts));
+        op->out = tn_calloc(nremote, sizeof(*op->out));
+    }
+    if (op == NULL || op->idx == NULL || op->parts == NULL || op->out == NULL) {
+        for (uint32_t i = 0; i < n; i++)
+            if (pstats_where(r, s, topic, items[i].partition, &items[i].owner) == PS_CALL)
+                items[i].error = MSG_OOM;
+        if (op != NULL) {
+            tn_free(op->idx);
+            tn_free(op->parts);
+            tn_free(op->out);
+        }
+        tn_free(op);
+        tn_free(owners);
+        cb(arg, items, n);
+        return;
+    }
+    op->items = items;
+    op->n = n;
+    op->cb = cb;
+    op->arg = arg;
+    op->ngroups = ngroups;
+    for (uint32_t g = 0; g < ngroups; g++) {
+        op->groups[g].op = op;
+        op->groups[g].owner = owners[g];
+    }
+    tn_free(owners);
+    /* Second pass: each group's size, so its partitions sit together;
+     * third: place them (the replica cannot change in between). */
+    uint64_t owner;
+    for (uint32_t i = 0; i < n; i++)
+        if (pstats_where(r, s, topic, items[i].partition, &owner) == PS_CALL)
+            pstats_group(op, owner)->n++;
+    for (uint32_t g = 0, base = 0; g < ngroups; g++) {
+        op->groups[g].base = base;
+        base += op->groups[g].n;
+        op->groups[g].n = 0;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (pstats_where(r, s, topic, items[i].partition, &owner) != PS_CALL)
+            continue;
+        pstats_group_t *g = pstats_group(op, owner);
+        op->idx[g->base + g->n] = i;
+        op->parts[g->base + g->n] = items[i].partition;
+        g->n++;
+    }
+    op->pending = 1; /* held while the calls start */
+    for (uint32_t gi = 0; gi < ngroups; gi++) {
+        pstats_group_t *g = &op->groups[gi];
+        const tn_meta_member_t *m = tn_meta_member_find(s, g->owner);
+        g->call.data = g;
+        int rc =
+            tn_pstats_call(r->rpc, m->api_addr, topic, op->parts + g->base, g->n, op->out + g->base,
+                           TN_ROUTER_PSTATS_TIMEOUT_MS, &g->call, on_pstats);
+        op->pending++;
+        if (rc != 0)
+            on_pstats(&g->call, rc);
+    }
+    if (--op->pending == 0)
+        pstats_op_done(op);
+}

@@ -31,6 +31,7 @@
 #include "cluster/wire.h"
 #include "core/buf.h"
 #include "storage/ilog.h"
+#include "cluster/pstats.h"
 #include "cluster/rpc.h"
 #include "cluster/settle.h"
 
@@ -168,5 +169,47 @@ int tn_router_consume_call(tn_router_t *r, uint64_t owner, const tn_wire_consume
 /* Abandon c before its cb ran (the owner nacks what it had reserved for
  * it): cb runs with TN_ECLOSED, from the loop. */
 void tn_router_consume_cancel(tn_router_consume_t *c);
+
+/* --- partition stats from their owners -------------------------------------------
+ *
+ * DESIGN: GET /v1/topics/{t} on any node (docs/cluster.md, "How a topic's
+ * stats are gathered").
+ *   1. The door hands the router the partitions to show. A partition is
+ *      read here (cluster/pstats.h, tn_pstats_local) on a lone node, and
+ *      in a cluster when the metastore replica names this node its owner
+ *      or names none (not placed: nothing to read anywhere but here).
+ *   2. The others are grouped per owner: an owner whose member record
+ *      says dead is not called ("owner is down"); one with no address, or
+ *      no node RPC here, is "owner unreachable"; every other owner gets
+ *      one PSTATS call for all its partitions, in parallel, within
+ *      TN_ROUTER_PSTATS_TIMEOUT_MS (narad-notes gives no figure for this
+ *      read; 2 s, as a forwarded settle).
+ *   3. A partition gets the numbers from wherever they came, or a
+ *      sentence saying why none came: "owner unreachable" (the call
+ *      failed or timed out), "owner changed; retry" (421: placement moved
+ *      under us), and the owner's other per-partition answers. A partition
+ *      read here without numbers (its log is not open here yet) has
+ *      neither numbers nor an error, as before routing. One callback gives
+ *      them all; nothing is changed anywhere. */
+
+#define TN_ROUTER_PSTATS_TIMEOUT_MS 2000
+
+/* One partition of a gather: the index in, the rest out. */
+typedef struct {
+    uint32_t partition;
+    uint64_t owner;     /* out: the metastore's owner; 0 not placed (or no metastore) */
+    bool have;          /* out: st holds the numbers */
+    const char *error;  /* out: NULL, or why the owner gave none (a static sentence) */
+    tn_wire_pstat_t st; /* out: when have */
+} tn_router_pstat_t;
+
+typedef void (*tn_router_pstats_cb)(void *arg, tn_router_pstat_t *items, uint32_t n);
+
+/* Gather the numbers of items[0..n) (caller-owned until cb) of topic
+ * (borrowed for the call). cb runs exactly once: before this returns when
+ * every partition was read here (always on a lone node: no RPC), else
+ * later from the loop, within about TN_ROUTER_PSTATS_TIMEOUT_MS. */
+void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *items, uint32_t n,
+                      tn_router_pstats_cb cb, void *arg);
 
 #endif

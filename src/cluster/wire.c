@@ -724,6 +724,113 @@ int tn_wire_consume_decode(const void *p, size_t len, tn_wire_consume_t *out, ch
     return 0;
 }
 
+/* --- PSTATS ------------------------------------------------------------------------ */
+
+#define PSTATS_NAME_MAX 255
+
+static bool pstat_status_valid(uint16_t s)
+{
+    return s == 200 || s == 404 || s == 416 || s == 421 || s == 503;
+}
+
+int tn_wire_pstats_encode(tn_buf_t *b, const char *topic, const uint32_t *parts, uint32_t n)
+{
+    size_t tlen = strlen(topic);
+    if (tlen == 0 || tlen > PSTATS_NAME_MAX || n == 0 || n > TN_PSTATS_MAX)
+        return UV_EINVAL;
+    size_t at = b->len;
+    int rc = tn_buf_reserve(b, 4 + tlen + 4 + (size_t)n * 4);
+    if (rc == 0 &&
+        ((rc = tn_wire_put_bytes(b, topic, tlen)) != 0 || (rc = tn_wire_put_u32(b, n)) != 0))
+        b->len = at;
+    for (uint32_t i = 0; rc == 0 && i < n; i++)
+        if ((rc = tn_wire_put_u32(b, parts[i])) != 0)
+            b->len = at;
+    return rc;
+}
+
+int tn_wire_pstats_decode(const void *p, size_t len, tn_wire_pstats_t *out, char *err,
+                          size_t errlen)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    if (tn_wire_get_str(&in, PSTATS_NAME_MAX, out->topic) != 0 ||
+        tn_wire_get_u32(&in, &out->count) != 0) {
+        tn_errbuf(err, errlen, "malformed pstats request: the topic or count");
+        return TN_EPROTO;
+    }
+    if (out->topic[0] == '\0') {
+        tn_errbuf(err, errlen, "malformed pstats request: an empty topic");
+        return TN_EPROTO;
+    }
+    if (out->count == 0 || out->count > TN_PSTATS_MAX) {
+        tn_errbuf(err, errlen, "malformed pstats request: count %" PRIu32 " is not 1..%d",
+                  out->count, TN_PSTATS_MAX);
+        return TN_EPROTO;
+    }
+    size_t left = len - in.off;
+    if (left != (size_t)out->count * 4) {
+        tn_errbuf(err, errlen,
+                  "malformed pstats request: %" PRIu32 " partition indexes need %zu bytes, not %zu",
+                  out->count, (size_t)out->count * 4, left);
+        return TN_EPROTO;
+    }
+    out->parts = in.p + in.off;
+    return 0;
+}
+
+uint32_t tn_wire_pstats_index(const tn_wire_pstats_t *w, uint32_t i)
+{
+    return (uint32_t)be_get(w->parts + (size_t)i * 4, 4);
+}
+
+int tn_wire_pstats_reply_encode(tn_buf_t *b, const tn_wire_pstat_t *st, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (!pstat_status_valid(st[i].status))
+            return UV_EINVAL;
+    size_t at = b->len;
+    int rc = tn_wire_put_u32(b, n);
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        const tn_wire_pstat_t *s = &st[i];
+        if ((rc = tn_wire_put_u32(b, s->partition)) != 0 ||
+            (rc = tn_wire_put_u16(b, s->status)) != 0 || s->status != 200)
+            continue;
+        if ((rc = tn_wire_put_u32(b, s->segments)) == 0 &&
+            (rc = tn_wire_put_u64(b, s->oldest_offset)) == 0 &&
+            (rc = tn_wire_put_u64(b, s->next_offset)) == 0 &&
+            (rc = tn_wire_put_u64(b, s->high_watermark)) == 0)
+            rc = tn_wire_put_u64(b, s->size_bytes);
+    }
+    if (rc != 0)
+        b->len = at; /* nothing half-written stays behind */
+    return rc;
+}
+
+int tn_wire_pstats_reply_decode(const void *p, size_t len, const uint32_t *parts, uint32_t n,
+                                tn_wire_pstat_t *out)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    uint32_t count;
+    if (tn_wire_get_u32(&in, &count) != 0 || count != n)
+        return TN_EPROTO;
+    for (uint32_t i = 0; i < n; i++) {
+        tn_wire_pstat_t *s = &out[i];
+        memset(s, 0, sizeof(*s));
+        if (tn_wire_get_u32(&in, &s->partition) != 0 || s->partition != parts[i] ||
+            tn_wire_get_u16(&in, &s->status) != 0 || !pstat_status_valid(s->status))
+            return TN_EPROTO;
+        if (s->status == 200 && (tn_wire_get_u32(&in, &s->segments) != 0 ||
+                                 tn_wire_get_u64(&in, &s->oldest_offset) != 0 ||
+                                 tn_wire_get_u64(&in, &s->next_offset) != 0 ||
+                                 tn_wire_get_u64(&in, &s->high_watermark) != 0 ||
+                                 tn_wire_get_u64(&in, &s->size_bytes) != 0))
+            return TN_EPROTO;
+    }
+    return tn_wire_end(&in);
+}
+
 /* --- opcodes ----------------------------------------------------------------------- */
 
 static const struct {
@@ -740,6 +847,7 @@ static const struct {
     [TN_OP_COMMIT] = {"commit", TN_LANE_PRODUCE},
     [TN_OP_SETTLE] = {"settle", TN_LANE_ACK},
     [TN_OP_CONSUME] = {"consume", TN_LANE_CONSUME},
+    [TN_OP_PSTATS] = {"pstats", TN_LANE_CONTROL},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -791,6 +899,10 @@ int tn_wire_request_check(const void *p, size_t len)
         tn_wire_consume_t c;
         return tn_wire_consume_decode(in.p + in.off, in.len - in.off, &c, NULL, 0) == 0 ? 0
                                                                                         : TN_EPROTO;
+    }
+    case TN_OP_PSTATS: {
+        tn_wire_pstats_t ps;
+        return tn_wire_pstats_decode(in.p + in.off, in.len - in.off, &ps, NULL, 0);
     }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:

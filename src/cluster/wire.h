@@ -134,6 +134,22 @@ typedef enum {
      * {"messages":[...]}, 204, 400, 404, 410, 429, 503 also when the
      * partition is not the callee's), relayed as is. */
     TN_OP_CONSUME = 8,
+    /* The numbers of partitions of a topic the callee owns (GET
+     * /v1/topics/{t} on another node; cluster/pstats.h). Control lane: a
+     * small read answered at once from memory, which must not queue
+     * behind 16 MiB commit frames on the produce lane or long polls on the
+     * consume lane, and is as rare as the control plane's own calls.
+     * Fields: string topic (1..255 bytes), u32 count (1..TN_PSTATS_MAX),
+     * then count u32 partition indexes. Reply: 200
+     * application/octet-stream, u32 count (the request's) then per
+     * partition, in the request's order, u32 index, u16 status and, for
+     * status 200 only, u32 segments, u64 oldest_offset, u64 next_offset,
+     * u64 high_watermark, u64 size_bytes. Per-partition statuses: 200;
+     * 404 no such topic on the callee; 416 no such partition; 421 the
+     * callee does not own it; 503 the topic is being created or grown
+     * there. 503 {"error":...} for the whole request when the callee is
+     * out of memory; 400 malformed or an invalid topic name. */
+    TN_OP_PSTATS = 9,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -386,6 +402,56 @@ int tn_wire_consume_encode(tn_buf_t *b, const tn_wire_consume_t *c);
  * NUL, a bool other than 0 or 1), with a sentence in err (may be NULL). */
 int tn_wire_consume_decode(const void *p, size_t len, tn_wire_consume_t *out, char *err,
                            size_t errlen);
+
+/* --- PSTATS ---------------------------------------------------------------------- */
+
+/* Partitions per PSTATS request: max-partitions' upper bound, so one call
+ * asks an owner for every partition of a topic. */
+#define TN_PSTATS_MAX 65535
+
+/* A decoded PSTATS request: the topic, and the partition indexes left in
+ * the payload (borrowed), read with tn_wire_pstats_index. */
+typedef struct {
+    char topic[256];
+    uint32_t count;
+    const uint8_t *parts; /* count big-endian u32s */
+} tn_wire_pstats_t;
+
+/* One partition's answer in a PSTATS reply: the numbers only when status
+ * is 200. */
+typedef struct {
+    uint32_t partition;
+    uint16_t status; /* 200, 404, 416, 421, 503 */
+    uint32_t segments;
+    uint64_t oldest_offset;
+    uint64_t next_offset;
+    uint64_t high_watermark;
+    uint64_t size_bytes;
+} tn_wire_pstat_t;
+
+/* Append a PSTATS request's fields (after the opcode byte) for parts[0..n)
+ * (borrowed) of topic. 0, UV_ENOMEM, or UV_EINVAL (topic empty or over
+ * 255 bytes, n not 1..TN_PSTATS_MAX); on failure b is as it was. */
+int tn_wire_pstats_encode(tn_buf_t *b, const char *topic, const uint32_t *parts, uint32_t n);
+/* Exact decode of a PSTATS request's fields (p, len: after the opcode
+ * byte; borrowed while out is used). The topic's name is the handler's to
+ * judge. 0 or TN_EPROTO (short, trailing, a topic empty, over 255 bytes or
+ * holding a NUL, count not 1..TN_PSTATS_MAX or not what the payload
+ * holds), with a sentence in err (may be NULL). */
+int tn_wire_pstats_decode(const void *p, size_t len, tn_wire_pstats_t *out, char *err,
+                          size_t errlen);
+/* The i-th partition index (i < w->count) of a decoded request. */
+uint32_t tn_wire_pstats_index(const tn_wire_pstats_t *w, uint32_t i);
+/* A PSTATS 200 reply body for st[0..n). 0, UV_ENOMEM, or UV_EINVAL (a
+ * status not one of 200, 404, 416, 421, 503); on failure b is as it
+ * was. */
+int tn_wire_pstats_reply_encode(tn_buf_t *b, const tn_wire_pstat_t *st, uint32_t n);
+/* Exact decode of a PSTATS 200 reply body that must answer parts[0..n)
+ * (borrowed) in that order, into out[0..n) (numbers 0 for a status other
+ * than 200). 0 or TN_EPROTO (another count, an index out of order, an
+ * unknown status, short or trailing). */
+int tn_wire_pstats_reply_decode(const void *p, size_t len, const uint32_t *parts, uint32_t n,
+                                tn_wire_pstat_t *out);
 
 /* --- the secret proof ----------------------------------------------------------- */
 

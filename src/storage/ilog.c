@@ -396,8 +396,10 @@ static int scan_next(scan_t *sc, tn_irec_t *rec, uint64_t *seq, uint32_t *mark,
     for (;;) {
         uint64_t have_from = sc->pos - sc->buf_pos;
         if (sc->buf_pos <= sc->pos && have_from <= sc->buf.len) {
-            const unsigned char *p = (const unsigned char *)sc->buf.base + have_from;
             size_t avail = sc->buf.len - (size_t)have_from;
+            /* No buffer yet (base NULL) holds nothing: no pointer into it. */
+            const unsigned char *p =
+                avail > 0 ? (const unsigned char *)sc->buf.base + have_from : NULL;
             size_t used = 0;
             int rc = avail > 0 ? tn_irec_decode(p, avail, rec, seq, &used, mark) : TN_ESHORT;
             if (rc == 0) {

@@ -70,6 +70,22 @@ def settle_fields(topic, channel, how, vis, handles):
     return out
 
 
+def pstats_fields(topic, parts):
+    """A PSTATS request's fields (after the opcode byte)."""
+    return wire_str(topic) + struct.pack(">I", len(parts)) + b"".join(
+        struct.pack(">I", p) for p in parts)
+
+
+def pstats_reply(entries):
+    """A PSTATS 200 reply body: (index, status, numbers or None) each."""
+    out = struct.pack(">I", len(entries))
+    for index, status, numbers in entries:
+        out += struct.pack(">IH", index, status)
+        if numbers is not None:
+            out += struct.pack(">IQQQQ", *numbers)
+    return out
+
+
 def commit_fields(topic, partition, recs):
     """A COMMIT request's fields (after the opcode byte)."""
     out = wire_str(topic) + struct.pack(">II", partition, len(recs))
@@ -117,6 +133,19 @@ def wire_seeds(here):
     write(sr, "seed-short", settle_fields(b"t", b"c", 1, 0, three)[:-3])
     write(sr, "seed-reply", struct.pack(">IHHHH", 4, 204, 410, 503, 421))
 
+    ps = os.path.join(here, "pstats_request", "corpus")
+    write(ps, "seed-three", pstats_fields(b"orders", [0, 1, 2]))
+    write(ps, "seed-one", pstats_fields(b"t", [7]))
+    write(ps, "seed-none", pstats_fields(b"t", []))
+    write(ps, "seed-empty-topic", pstats_fields(b"", [0]))
+    write(ps, "seed-huge-count", wire_str(b"t") + struct.pack(">I", 0xFFFFFFFF))
+    write(ps, "seed-short", pstats_fields(b"t", [0, 1])[:-1])
+    write(ps, "seed-trailing", pstats_fields(b"t", [0]) + b"\x00")
+    write(ps, "seed-reply", pstats_reply([(0, 200, (1, 0, 42, 40, 4096)), (1, 421, None),
+                                          (2, 416, None), (3, 404, None), (4, 503, None)]))
+    write(ps, "seed-reply-bad-status", pstats_reply([(0, 418, None)]))
+    write(ps, "seed-reply-short", pstats_reply([(0, 200, (1, 0, 42, 40, 4096))])[:-2])
+
     wf = os.path.join(here, "wire_frame", "corpus")
     stream = (wire_frame(auth, 0, proof) + wire_frame(request, 1, echo) +
               wire_frame(reply, 1, ok) + wire_frame(ping, 2, b"") + wire_frame(cancel, 1, b""))
@@ -138,6 +167,7 @@ def wire_seeds(here):
     write(wr, "seed-join-trailing", join + b"\x00")
     write(wr, "seed-commit", b"\x06" + commit)
     write(wr, "seed-commit-short", b"\x06" + commit[:-1])
+    write(wr, "seed-pstats", b"\x09" + pstats_fields(b"t", [0, 2]))
     write(wr, "seed-settle", b"\x07" + settle_fields(b"t", b"default", 1, 0, [(0, 1, 1)]))
     write(wr, "seed-reply", ok)
     write(wr, "seed-reply-empty", struct.pack(">H", 204) + wire_str(b"") + wire_str(b""))

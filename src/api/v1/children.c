@@ -68,7 +68,7 @@ static void link_end(link_t *l, int status, const char *msg)
         tn_buf_t b;
         tn_buf_init(&b);
         if (e != NULL)
-            tn__v1_topic_json(v, &b, e, false, -1);
+            tn__v1_topic_json(v, &b, e, NULL, 0);
         else
             tn_buf_append(&b, "{}", 2);
         tn__v1_respond_buf(r, status, &b);

@@ -168,8 +168,8 @@ static const char *durability_name(uint8_t d)
     return d == 1 ? "write_ack" : d == 2 ? "relaxed" : "durable";
 }
 
-void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, bool stats,
-                       int64_t only_partition)
+void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
+                       const tn_router_pstat_t *stats, uint32_t nstats)
 {
     const tn_meta_topic_t *t = &e->rec;
     tn_buf_append(b, "{\"name\":", 8);
@@ -218,34 +218,31 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, 
         tn__v1_json_str(b, e->channels[i]);
     }
     tn_buf_append(b, "]", 1);
-    if (stats) {
+    if (stats != NULL) {
+        /* One entry per partition gathered (the router read each where
+         * its log is): its owner as the metastore had it then (null while
+         * no member was alive to take it), the log's numbers when they
+         * came, and why not when an owner gave none. */
         tn_buf_append(b, ",\"partition_stats\":[", 20);
-        tn_topic_t *bt = NULL;
-        bool live = tn_broker_topic(v->broker, t->name, strlen(t->name), false, 0, NULL, &bt) == 0;
-        uint32_t nlocal = live ? bt->nparts : 0;
-        bool first = true;
-        /* One entry per partition of the record, on every node: its owner
-         * (the metastore's assignment, null while no member was alive to
-         * take it), and the log's numbers where the log is on this node. */
-        for (uint32_t p = 0; p < TN_MAX(t->partitions, nlocal); p++) {
-            if (only_partition >= 0 && (int64_t)p != only_partition)
-                continue;
-            tn__v1_appendf(b, "%s{\"index\":%u", first ? "" : ",", p);
-            first = false;
-            if (p < nlocal && tn_topic_part_local(bt, p)) {
-                tn_plog_stats_t st;
-                tn_plog_stats(bt->parts[p]->plog, &st);
-                tn__v1_appendf(
-                    b,
-                    ",\"segments\":%u,\"oldest_offset\":%" PRIu64 ",\"next_offset\":%" PRIu64
-                    ",\"high_watermark\":%" PRIu64 ",\"size_bytes\":%" PRIu64,
-                    st.segments, st.first_offset, st.written_next, st.visible_next, st.bytes);
-            }
-            uint64_t owner = tn_meta_state_owner(s, t->name, p);
-            if (owner != 0)
-                tn__v1_appendf(b, ",\"owner_node\":\"%" PRIu64 "\"}", owner);
+        for (uint32_t i = 0; i < nstats; i++) {
+            const tn_router_pstat_t *ps = &stats[i];
+            tn__v1_appendf(b, "%s{\"index\":%u", i > 0 ? "," : "", ps->partition);
+            if (ps->have)
+                tn__v1_appendf(b,
+                               ",\"segments\":%u,\"oldest_offset\":%" PRIu64
+                               ",\"next_offset\":%" PRIu64 ",\"high_watermark\":%" PRIu64
+                               ",\"size_bytes\":%" PRIu64,
+                               ps->st.segments, ps->st.oldest_offset, ps->st.next_offset,
+                               ps->st.high_watermark, ps->st.size_bytes);
+            if (ps->owner != 0)
+                tn__v1_appendf(b, ",\"owner_node\":\"%" PRIu64 "\"", ps->owner);
             else
-                tn__v1_appendf(b, ",\"owner_node\":null}");
+                tn_buf_append(b, ",\"owner_node\":null", 16);
+            if (ps->error != NULL) {
+                tn_buf_append(b, ",\"error\":", 9);
+                tn__v1_json_str(b, ps->error);
+            }
+            tn_buf_append(b, "}", 1);
         }
         tn_buf_append(b, "]", 1);
     }

@@ -64,10 +64,11 @@ bool tn__v1_guard_write(tn_http_request_t *r);
 
 /* Any grant on t's name, its ownership, or admin. */
 bool tn__v1_can_read(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t);
-/* A topic as JSON (stats: with partition_stats, of only_partition when
- * >= 0). */
-void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e, bool stats,
-                       int64_t only_partition);
+/* A topic as JSON; with stats (not NULL, borrowed), partition_stats of
+ * those nstats partitions as the router gathered them
+ * (tn_router_pstats). */
+void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
+                       const tn_router_pstat_t *stats, uint32_t nstats);
 /* The path's topic for an operation needing a grant of action (produce or
  * consume); write: a state-changing request (the cross-site guard). NULL
  * after answering 415, 404 or 403. A produce to a delay child is 409. */

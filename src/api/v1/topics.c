@@ -59,7 +59,7 @@ static void on_topics_list(tn_http_request_t *r, void *arg)
         }
         if (n > 0)
             tn_buf_append(&b, ",", 1);
-        tn__v1_topic_json(v, &b, e, false, -1);
+        tn__v1_topic_json(v, &b, e, NULL, 0);
         last = e->rec.name;
         n++;
     }
@@ -67,6 +67,44 @@ static void on_topics_list(tn_http_request_t *r, void *arg)
     tn__v1_json_str(&b, more && last != NULL ? last : "");
     tn_buf_append(&b, "}", 1);
     tn__v1_respond_buf(r, 200, &b);
+}
+
+/* A GET of one topic gathering its partitions' numbers: from
+ * tn_router_pstats to its callback (the owners' answers can take up to
+ * TN_ROUTER_PSTATS_TIMEOUT_MS). r is NULL once the client left. */
+typedef struct {
+    tn_v1_t *v;
+    tn_http_request_t *r;
+    char topic[TN_NAME_MAX + 1];
+    uint32_t n;
+    tn_router_pstat_t items[];
+} stats_op_t;
+
+static void stats_cancel(tn_http_request_t *r)
+{
+    stats_op_t *op = r->data;
+    op->r = NULL;
+}
+
+static void on_stats_gathered(void *arg, tn_router_pstat_t *items, uint32_t n)
+{
+    stats_op_t *op = arg;
+    tn_http_request_t *r = op->r;
+    if (r != NULL) {
+        r->on_cancel = NULL;
+        /* The record again: it may have changed (or gone) while the owners
+         * answered. */
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+        if (e == NULL) {
+            tn__v1_error(r, 404, "topic not found", NULL);
+        } else {
+            tn_buf_t b;
+            tn_buf_init(&b);
+            tn__v1_topic_json(op->v, &b, e, items, n);
+            tn__v1_respond_buf(r, 200, &b);
+        }
+    }
+    tn_free(op);
 }
 
 static void on_topic_get(tn_http_request_t *r, void *arg)
@@ -86,10 +124,28 @@ static void on_topic_get(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 400, "invalid partition", NULL);
         return;
     }
-    tn_buf_t b;
-    tn_buf_init(&b);
-    tn__v1_topic_json(v, &b, e, true, q == 1 ? part : -1);
-    tn__v1_respond_buf(r, 200, &b);
+    /* Every partition of the record, and any the engine here has beyond
+     * it (a growth the replica has not shown yet); or the one asked. */
+    uint32_t n = e->rec.partitions;
+    tn_topic_t *bt = NULL;
+    if (tn_broker_topic(v->broker, topic, strlen(topic), false, 0, NULL, &bt) == 0)
+        n = TN_MAX(n, bt->nparts);
+    if (q == 1)
+        n = 1;
+    stats_op_t *op = tn_calloc(1, sizeof(*op) + (size_t)n * sizeof(op->items[0]));
+    if (op == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    op->v = v;
+    op->r = r;
+    op->n = n;
+    snprintf(op->topic, sizeof(op->topic), "%s", topic);
+    for (uint32_t i = 0; i < n; i++)
+        op->items[i].partition = q == 1 ? (uint32_t)part : i;
+    r->data = op;
+    r->on_cancel = stats_cancel;
+    tn_router_pstats(v->router, op->topic, op->items, n, on_stats_gathered, op);
 }
 
 void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec)
@@ -318,7 +374,7 @@ static void op_end(op_t *op, int status, const char *msg)
             tn_buf_t b;
             tn_buf_init(&b);
             if (e != NULL)
-                tn__v1_topic_json(op->v, &b, e, false, -1);
+                tn__v1_topic_json(op->v, &b, e, NULL, 0);
             else
                 tn_buf_append(&b, "{}", 2);
             tn__v1_respond_buf(op->r, status, &b);

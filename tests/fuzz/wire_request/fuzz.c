@@ -118,6 +118,24 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
             abort();
         break;
     }
+    case TN_OP_PSTATS: {
+        /* topic (1..255), count 1..TN_PSTATS_MAX, then count u32 indexes:
+         * the check judges these values too. */
+        char topic[256];
+        uint32_t count;
+        if (tn_wire_get_str(&in, 255, topic) != 0 || tn_wire_get_u32(&in, &count) != 0)
+            break;
+        if (topic[0] == '\0' || count == 0 || count > TN_PSTATS_MAX)
+            return TN_EPROTO;
+        if (tn_wire_put_str(out, topic) != 0 || tn_wire_put_u32(out, count) != 0)
+            abort();
+        for (uint32_t i = 0; i < count && in.err == 0; i++) {
+            uint32_t part;
+            if (tn_wire_get_u32(&in, &part) == 0 && tn_wire_put_u32(out, part) != 0)
+                abort();
+        }
+        break;
+    }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:
     case TN_OP__COUNT:

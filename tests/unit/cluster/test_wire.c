@@ -656,11 +656,13 @@ static void test_op_table(void **state)
         {TN_OP_COMMIT, "commit", TN_LANE_PRODUCE},
         {TN_OP_SETTLE, "settle", TN_LANE_ACK},
         {TN_OP_CONSUME, "consume", TN_LANE_CONSUME},
+        {TN_OP_PSTATS, "pstats", TN_LANE_CONTROL},
     };
     assert_int_equal(TN_ARRAY_SIZE(want), TN_OP__COUNT - 1); /* every op is listed */
     assert_int_equal(TN_OP_COMMIT, 6);                       /* stable on the wire */
     assert_int_equal(TN_OP_SETTLE, 7);
     assert_int_equal(TN_OP_CONSUME, 8);
+    assert_int_equal(TN_OP_PSTATS, 9);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -698,6 +700,8 @@ static void test_request_check(void **state)
         0);
     tn_wire_consume_t wc = {.topic = "t", .channel = "c", .wait_ms = 1000, .local_only = true};
     assert_int_equal(tn_wire_consume_encode(&good[TN_OP_CONSUME], &wc), 0);
+    static const uint32_t some[] = {0, 2};
+    assert_int_equal(tn_wire_pstats_encode(&good[TN_OP_PSTATS], "t", some, 2), 0);
     for (int op = TN_OP_ECHO; op < TN_OP__COUNT; op++) {
         tn_buf_t *g = &good[op];
         assert_int_equal(tn_wire_request_check(tn_buf_data(g), tn_buf_size(g)), 0);
@@ -998,6 +1002,107 @@ static void test_commit_refusals(void **state)
 }
 
 /* The encoder leaves nothing behind when memory runs out at any point. */
+/* PSTATS: a request round trip, the encoder's and the decoder's refusals
+ * (each with its sentence), and the reply codec against the indexes asked
+ * for. */
+static void test_pstats_codec(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    static const uint32_t parts[] = {2, 0, 7};
+    assert_int_equal(tn_wire_pstats_encode(&b, "orders", parts, 3), 0);
+    tn_wire_pstats_t w;
+    char err[256];
+    assert_int_equal(tn_wire_pstats_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)),
+                     0);
+    assert_string_equal(w.topic, "orders");
+    assert_int_equal(w.count, 3);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_int_equal(tn_wire_pstats_index(&w, i), parts[i]);
+    /* Short by a byte, a byte trailing. */
+    err[0] = '\0';
+    assert_int_equal(
+        tn_wire_pstats_decode(tn_buf_data(&b), tn_buf_size(&b) - 1, &w, err, sizeof(err)),
+        TN_EPROTO);
+    assert_non_null(strstr(err, "need 12 bytes, not 11"));
+    assert_int_equal(tn_buf_append(&b, "", 1), 0);
+    assert_int_equal(tn_wire_pstats_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)),
+                     TN_EPROTO);
+
+    /* The encoder refuses what the decoder would. */
+    size_t before = tn_buf_size(&b);
+    assert_int_equal(tn_wire_pstats_encode(&b, "", parts, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_pstats_encode(&b, "t", parts, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_pstats_encode(&b, "t", parts, TN_PSTATS_MAX + 1), UV_EINVAL);
+    char longname[300];
+    memset(longname, 'a', 256);
+    longname[256] = '\0';
+    assert_int_equal(tn_wire_pstats_encode(&b, longname, parts, 1), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), before);
+
+    /* Decoder refusals: an empty topic, count 0, a count over the cap,
+     * a count the payload does not hold. */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_str(&b, ""), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 1), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(tn_wire_pstats_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)),
+                     TN_EPROTO);
+    assert_non_null(strstr(err, "empty topic"));
+    static const uint32_t bad_counts[] = {0, TN_PSTATS_MAX + 1, 0xFFFFFFFFu};
+    for (size_t k = 0; k < TN_ARRAY_SIZE(bad_counts); k++) {
+        tn_buf_reset(&b);
+        assert_int_equal(tn_wire_put_str(&b, "t"), 0);
+        assert_int_equal(tn_wire_put_u32(&b, bad_counts[k]), 0);
+        assert_int_equal(
+            tn_wire_pstats_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)),
+            TN_EPROTO);
+        assert_non_null(strstr(err, "is not 1..65535"));
+    }
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_str(&b, "t"), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 1000), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 1), 0);
+    assert_int_equal(tn_wire_pstats_decode(tn_buf_data(&b), tn_buf_size(&b), &w, NULL, 0),
+                     TN_EPROTO);
+
+    /* Replies: numbers for 200 only, statuses in the asked order. */
+    tn_wire_pstat_t st[3] = {
+        {2, 200, 3, 10, 42, 40, 9000},
+        {0, 421, 0, 0, 0, 0, 0},
+        {7, 416, 0, 0, 0, 0, 0},
+    };
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_pstats_reply_encode(&b, st, 3), 0);
+    assert_int_equal(tn_buf_size(&b), 4 + 6 + 36 + 6 + 6);
+    tn_wire_pstat_t got[3];
+    assert_int_equal(tn_wire_pstats_reply_decode(tn_buf_data(&b), tn_buf_size(&b), parts, 3, got),
+                     0);
+    assert_int_equal(got[0].partition, 2);
+    assert_int_equal(got[0].status, 200);
+    assert_int_equal(got[0].segments, 3);
+    assert_int_equal(got[0].oldest_offset, 10);
+    assert_int_equal(got[0].next_offset, 42);
+    assert_int_equal(got[0].high_watermark, 40);
+    assert_int_equal(got[0].size_bytes, 9000);
+    assert_int_equal(got[1].status, 421);
+    assert_int_equal(got[2].status, 416);
+    static const uint32_t other[] = {2, 7, 0};
+    assert_int_equal(tn_wire_pstats_reply_decode(tn_buf_data(&b), tn_buf_size(&b), other, 3, got),
+                     TN_EPROTO); /* out of order */
+    assert_int_equal(tn_wire_pstats_reply_decode(tn_buf_data(&b), tn_buf_size(&b), parts, 2, got),
+                     TN_EPROTO); /* another count */
+    assert_int_equal(
+        tn_wire_pstats_reply_decode(tn_buf_data(&b), tn_buf_size(&b) - 1, parts, 3, got),
+        TN_EPROTO);
+    st[1].status = 418;
+    before = tn_buf_size(&b);
+    assert_int_equal(tn_wire_pstats_reply_encode(&b, st, 3), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), before);
+    tn_buf_fini(&b);
+}
+
 static void test_commit_encode_out_of_memory(void **state)
 {
     (void)state;
@@ -1324,6 +1429,7 @@ int main(void)
         cmocka_unit_test(test_settle_reply),
         cmocka_unit_test(test_commit_refusals),
         cmocka_unit_test(test_consume_codec),
+        cmocka_unit_test(test_pstats_codec),
         cmocka_unit_test(test_commit_encode_out_of_memory),
         cmocka_unit_test(test_hmac_rfc4231),
         cmocka_unit_test(test_proof),

@@ -1,0 +1,431 @@
+/* PSTATS over node RPC (cluster/pstats.h): a caller endpoint and an owner
+ * endpoint on one loop over loopback, the owner serving a real broker over
+ * a store in a temporary directory, with a placement that puts some
+ * partitions on other nodes. Covers the numbers of local partitions after
+ * publishes (what tn_pstats_local reads here is what the caller gets),
+ * the per-partition statuses in the order asked (421 another node's, 416
+ * past the topic's count, 404 no such topic, nothing created), malformed
+ * requests and a bad topic name (400), a peer that is not
+ * there (the call's error, within its timeout) and the caller's own
+ * refusals. Every test checks that uv_loop_close returns 0. */
+#include "core/platform.h"
+
+#include "cluster/pstats.h"
+#include "cluster/rpc.h"
+#include "cluster/wire.h"
+#include "core/buf.h"
+#include "core/err.h"
+#include "queue/queue.h"
+
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SECRET   "correct horse battery staple"
+#define SELF     1
+#define MAXP     8
+#define GUARD_MS 30000
+
+/* The placement the tests play the metastore with: owner per partition
+ * index, every topic; SELF is this node. */
+static uint64_t owners[MAXP];
+
+static bool place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
+{
+    (void)arg;
+    (void)t;
+    *owner = p < MAXP ? owners[p] : 0;
+    return *owner == SELF;
+}
+
+/* --- the fixture --------------------------------------------------------------------- */
+
+typedef struct {
+    tu_fx_t *fx;
+    uv_loop_t *loop;
+    tn_broker_t *b;
+    tn_pstats_srv_t *srv;
+    tn_rpc_t *owner;  /* serves PSTATS */
+    tn_rpc_t *caller; /* serves nothing */
+    char addr[64];    /* the owner's */
+} pfx_t;
+
+static void on_guard(uv_timer_t *t)
+{
+    *(bool *)t->data = true;
+}
+
+/* Run the loop until *flag (fail after GUARD_MS). */
+static void run_until(uv_loop_t *loop, const bool *flag)
+{
+    bool expired = false;
+    uv_timer_t guard;
+    uv_timer_init(loop, &guard);
+    guard.data = &expired;
+    uv_timer_start(&guard, on_guard, GUARD_MS, 0);
+    while (!*flag && !expired)
+        uv_run(loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&guard, NULL);
+    uv_run(loop, UV_RUN_NOWAIT);
+    assert_true(*flag);
+}
+
+static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
+{
+    tn_rpc_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.bind = "127.0.0.1:0";
+    o.secret = (const uint8_t *)SECRET;
+    o.secret_len = strlen(SECRET);
+    o.handlers = h;
+    o.nhandlers = nh;
+    tn_rpc_t *r = NULL;
+    char err[256];
+    int rc = tn_rpc_open(loop, &o, &r, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "tn_rpc_open: %s\n", err);
+    assert_int_equal(rc, 0);
+    return r;
+}
+
+static pfx_t *pfx_new(void)
+{
+    pfx_t *f = calloc(1, sizeof(*f));
+    f->fx = tu_fx_new(NULL);
+    f->loop = &f->fx->loop;
+    tn_broker_opts_t o;
+    memset(&o, 0, sizeof(o));
+    o.default_partitions = 1;
+    o.bootstrap_window_ms = 90000;
+    o.cache_bytes = 1 << 20;
+    o.max_inflight_bytes = 1 << 30;
+    o.max_inflight_msgs = 100000;
+    o.max_ahead = 1 << 16;
+    o.gc_interval_ms = 3600000;
+    o.mem_max_records = 100;
+    o.mem_max_bytes = 1 << 20;
+    assert_int_equal(tn_broker_open(f->loop, f->fx->store, &o, &f->b), 0);
+    tn_broker_set_placement(f->b, place, NULL);
+    assert_int_equal(tn_pstats_srv_new(f->b, &f->srv), 0);
+    tn_rpc_handler_t h[TN_PSTATS_HANDLERS];
+    size_t nh = 0;
+    tn_pstats_handlers(f->srv, h, &nh);
+    assert_int_equal(nh, 1);
+    assert_int_equal(h[0].op, TN_OP_PSTATS);
+    f->owner = rpc_open(f->loop, h, nh);
+    f->caller = rpc_open(f->loop, NULL, 0);
+    snprintf(f->addr, sizeof f->addr, "%s", tn_rpc_addr(f->owner));
+    return f;
+}
+
+static void on_rpc_closed(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+static bool broker_closed;
+
+static void on_broker_closed(tn_broker_t *b)
+{
+    (void)b;
+    broker_closed = true;
+}
+
+static void pfx_free(pfx_t *f)
+{
+    bool done = false;
+    tn_rpc_close(f->caller, on_rpc_closed, &done);
+    run_until(f->loop, &done);
+    done = false;
+    tn_rpc_close(f->owner, on_rpc_closed, &done);
+    run_until(f->loop, &done);
+    tn_pstats_srv_free(f->srv);
+    broker_closed = false;
+    tn_broker_close(f->b, on_broker_closed);
+    run_until(f->loop, &broker_closed);
+    tu_fx_free(f->fx); /* checks that the loop closes */
+    free(f);
+}
+
+/* --- engine helpers ------------------------------------------------------------------- */
+
+typedef struct {
+    tn_waiter_t w;
+    bool done;
+    int status;
+} waitw_t;
+
+static void on_wait(tn_waiter_t *w, int status)
+{
+    waitw_t *x = (waitw_t *)w;
+    x->done = true;
+    x->status = status;
+}
+
+static tn_topic_t *topic(pfx_t *f, const char *name, uint32_t nparts)
+{
+    tn_topic_t *t = NULL;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    int rc = tn_broker_topic(f->b, name, strlen(name), true, nparts, &w.w, &t);
+    if (rc == UV_EAGAIN) {
+        run_until(f->loop, &w.done);
+        assert_int_equal(w.status, 0);
+        rc = tn_broker_topic(f->b, name, strlen(name), false, 0, NULL, &t);
+    }
+    assert_int_equal(rc, 0);
+    return t;
+}
+
+typedef struct {
+    tn_pub_t p;
+    bool done;
+    int status;
+} pubw_t;
+
+static void on_published(tn_pub_t *p, int status)
+{
+    pubw_t *w = p->data;
+    w->done = true;
+    w->status = status;
+}
+
+/* Publish n messages of 100 bytes to partition p, durably. */
+static void publish(pfx_t *f, const char *name, uint32_t p, uint32_t n)
+{
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, n), 0);
+    char body[100];
+    memset(body, 'x', sizeof(body));
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(tn_pub_set(&w.p, i, body, sizeof(body)), 0);
+    w.p.data = &w;
+    w.p.pinned = true;
+    w.p.pin = p;
+    assert_int_equal(tn_broker_publish(f->b, name, strlen(name), &w.p, 0, on_published), 0);
+    run_until(f->loop, &w.done);
+    assert_int_equal(w.status, 0);
+    tn_pub_fini(&w.p);
+}
+
+/* --- calls ---------------------------------------------------------------------------- */
+
+typedef struct {
+    tn_pstats_call_t c;
+    tn_wire_pstat_t out[MAXP];
+    bool done;
+    int status;
+} callw_t;
+
+static void on_call(tn_pstats_call_t *c, int status)
+{
+    callw_t *w = c->data;
+    assert_false(w->done); /* exactly once */
+    w->done = true;
+    w->status = status;
+}
+
+static int call(pfx_t *f, callw_t *w, const char *addr, const char *name, const uint32_t *parts,
+                uint32_t n, uint64_t timeout_ms)
+{
+    memset(w, 0, sizeof(*w));
+    w->c.data = w;
+    int rc = tn_pstats_call(f->caller, addr, name, parts, n, w->out, timeout_ms, &w->c, on_call);
+    if (rc != 0)
+        return rc;
+    run_until(f->loop, &w->done);
+    return w->status;
+}
+
+/* A raw PSTATS request (fields in b), answered with its HTTP status and
+ * body. */
+typedef struct {
+    bool done;
+    int status;
+    uint16_t http;
+    char body[1024];
+} rawres_t;
+
+static void on_raw(void *arg, int status, const tn_wire_reply_t *rep, const char *err)
+{
+    (void)err;
+    rawres_t *r = arg;
+    r->done = true;
+    r->status = status;
+    if (status == 0) {
+        r->http = rep->status;
+        size_t n = TN_MIN(rep->body_len, sizeof(r->body) - 1);
+        memcpy(r->body, rep->body, n);
+        r->body[n] = '\0';
+    }
+}
+
+static uint16_t raw_call(pfx_t *f, const tn_buf_t *b, rawres_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(tn_rpc_call(f->caller, f->addr, TN_OP_PSTATS, tn_buf_data(b), tn_buf_size(b),
+                                 20000, on_raw, r, NULL),
+                     0);
+    run_until(f->loop, &r->done);
+    assert_int_equal(r->status, 0);
+    return r->http;
+}
+
+/* --- tests ------------------------------------------------------------------------------ */
+
+/* Partitions 0 and 2 are here, 1 on node 7: after publishes, the caller
+ * gets each local partition's numbers exactly as the engine reads them,
+ * 421 for the other node's, 416 past the topic's count, in the order
+ * asked (duplicates answered as often as asked). */
+static void test_numbers_and_statuses(void **state)
+{
+    (void)state;
+    for (int i = 0; i < MAXP; i++)
+        owners[i] = SELF;
+    owners[1] = 7;
+    pfx_t *f = pfx_new();
+    tn_topic_t *t = topic(f, "orders", 3);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_false(tn_topic_part_local(t, 1));
+    publish(f, "orders", 0, 5);
+    publish(f, "orders", 2, 2);
+    publish(f, "orders", 2, 1);
+
+    static const uint32_t parts[] = {2, 1, 0, 3, 2};
+    callw_t w;
+    assert_int_equal(call(f, &w, f->addr, "orders", parts, 5, 20000), 0);
+    for (uint32_t i = 0; i < 5; i++)
+        assert_int_equal(w.out[i].partition, parts[i]);
+    assert_int_equal(w.out[0].status, 200);
+    assert_int_equal(w.out[0].next_offset, 3);
+    assert_int_equal(w.out[0].high_watermark, 3);
+    assert_int_equal(w.out[0].oldest_offset, 0);
+    assert_true(w.out[0].segments >= 1);
+    assert_true(w.out[0].size_bytes >= 300);
+    assert_int_equal(w.out[1].status, 421);
+    assert_int_equal(w.out[1].next_offset, 0); /* no numbers with an error */
+    assert_int_equal(w.out[2].status, 200);
+    assert_int_equal(w.out[2].next_offset, 5);
+    assert_int_equal(w.out[3].status, 416);
+    assert_int_equal(w.out[4].status, 200);
+    assert_int_equal(w.out[4].next_offset, 3);
+
+    /* What the local read says is what the owner sent. */
+    tn_wire_pstat_t here;
+    assert_int_equal(tn_pstats_local(f->b, "orders", 0, &here), 200);
+    assert_int_equal(here.next_offset, w.out[2].next_offset);
+    assert_int_equal(here.size_bytes, w.out[2].size_bytes);
+    assert_int_equal(here.segments, w.out[2].segments);
+    assert_int_equal(tn_pstats_local(f->b, "orders", 1, &here), 421);
+    assert_int_equal(tn_pstats_local(f->b, "orders", 9, &here), 416);
+    pfx_free(f);
+}
+
+/* A topic the owner does not have is 404 for every partition asked, and
+ * asking does not create it. */
+static void test_unknown_topic(void **state)
+{
+    (void)state;
+    for (int i = 0; i < MAXP; i++)
+        owners[i] = SELF;
+    pfx_t *f = pfx_new();
+    static const uint32_t parts[] = {0, 1};
+    callw_t w;
+    assert_int_equal(call(f, &w, f->addr, "nosuch", parts, 2, 20000), 0);
+    assert_int_equal(w.out[0].status, 404);
+    assert_int_equal(w.out[1].status, 404);
+    tn_topic_t *t = NULL;
+    assert_int_equal(tn_broker_topic(f->b, "nosuch", 6, false, 0, NULL, &t), TN_ENOTFOUND);
+    pfx_free(f);
+}
+
+/* Malformed requests and a name no topic can have are 400 with a
+ * sentence, and the caller sees UV_EINVAL. */
+static void test_malformed_400(void **state)
+{
+    (void)state;
+    for (int i = 0; i < MAXP; i++)
+        owners[i] = SELF;
+    pfx_t *f = pfx_new();
+    tn_buf_t b;
+    tn_buf_init(&b);
+    rawres_t r;
+
+    /* No partitions at all. */
+    assert_int_equal(tn_wire_put_str(&b, "t"), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(raw_call(f, &b, &r), 400);
+    /* The server's shape check (tn_wire_request_check, the decoder itself)
+     * answers before the handler runs. */
+    assert_non_null(strstr(r.body, "unsupported rpc operation"));
+
+    /* More indexes claimed than sent. */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_str(&b, "t"), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 3), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(raw_call(f, &b, &r), 400);
+
+    /* A name that is no topic's (a slash). */
+    static const uint32_t one = 0;
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_pstats_encode(&b, "a/b", &one, 1), 0);
+    assert_int_equal(raw_call(f, &b, &r), 400);
+    assert_non_null(strstr(r.body, "invalid topic name"));
+
+    /* Through the call: the same refusal reaches the caller as UV_EINVAL. */
+    callw_t w;
+    assert_int_equal(call(f, &w, f->addr, "a/b", &one, 1, 20000), UV_EINVAL);
+    tn_buf_fini(&b);
+    pfx_free(f);
+}
+
+/* The caller's own refusals (cb never runs), and a peer nobody answers
+ * on: the call's error, within its timeout. */
+static void test_call_errors(void **state)
+{
+    (void)state;
+    for (int i = 0; i < MAXP; i++)
+        owners[i] = SELF;
+    pfx_t *f = pfx_new();
+    static const uint32_t one = 0;
+    callw_t w;
+    assert_int_equal(call(f, &w, f->addr, "", &one, 1, 1000), UV_EINVAL);
+    assert_false(w.done);
+    assert_int_equal(call(f, &w, f->addr, "t", &one, 0, 1000), UV_EINVAL);
+    assert_false(w.done);
+    assert_int_equal(call(f, &w, "not-an-address", "t", &one, 1, 1000), UV_EINVAL);
+    assert_false(w.done);
+
+    /* A UDP port with nobody behind it: the dial fails or times out. */
+    uv_udp_t sock;
+    assert_int_equal(uv_udp_init(f->loop, &sock), 0);
+    struct sockaddr_in sa;
+    uv_ip4_addr("127.0.0.1", 0, &sa);
+    assert_int_equal(uv_udp_bind(&sock, (const struct sockaddr *)&sa, 0), 0);
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    assert_int_equal(uv_udp_getsockname(&sock, (struct sockaddr *)&ss, &len), 0);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    int rc = call(f, &w, addr, "t", &one, 1, 1500);
+    assert_true(rc == UV_ETIMEDOUT || rc == UV_ECONNREFUSED || rc == UV_ECONNRESET);
+    uv_close((uv_handle_t *)&sock, NULL);
+    uv_run(f->loop, UV_RUN_NOWAIT);
+    pfx_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_numbers_and_statuses),
+        cmocka_unit_test(test_unknown_topic),
+        cmocka_unit_test(test_malformed_400),
+        cmocka_unit_test(test_call_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
