@@ -50,7 +50,8 @@ int tn_buf_append(tn_buf_t *b, const void *data, size_t n);
 /* Unconsumed bytes. */
 static inline char *tn_buf_data(const tn_buf_t *b)
 {
-    return b->base + b->off;
+    /* A buffer never grown has no base: NULL + 0 is undefined in C. */
+    return b->base != NULL ? b->base + b->off : NULL;
 }
 static inline size_t tn_buf_size(const tn_buf_t *b)
 {
