@@ -226,6 +226,7 @@ static void on_http_closed(void *arg)
         if (d->router != NULL)
             tn_router_set_rpc(d->router, NULL, d->raft_id, d->cluster);
         d->metrics.rpc = NULL;
+        d->metrics.router = NULL;
         tn_rpc_close(r, on_http_closed, d);
         return;
     }
@@ -508,6 +509,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     /* Receipt handles settled and consumes forwarded on their owners. */
     tn_router_set_rpc(d->router, d->rpc, d->raft_id, d->cluster);
     d->metrics.rpc = d->rpc;
+    if (d->cluster)
+        d->metrics.router = d->router;
     d->metrics.dataplane = d->dataplane;
     if (d->ilog == NULL)
         return 0;
