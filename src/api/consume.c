@@ -272,6 +272,8 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     tn_consume_render(&p->out, l->topic, &m);
     if (p->taken != NULL)
         p->taken[p->got] = (taken_t){d->partition, d->nonce, d->offset};
+    if (d->nonce != 0 && p->pk != NULL && p->pk->delivered != NULL)
+        p->pk->delivered(p->pk, d->partition, d->offset, d->nonce);
     p->got++;
     p->want--;
     l->want--;

@@ -80,6 +80,9 @@ struct tn_consume_parked_s {
      * (newline-terminated JSON), 204 no body, else {"error":"..."}\n (a
      * 503 or 429 also wants Retry-After: 1 over HTTP). */
     void (*answer)(tn_consume_parked_t *pk, int status, const char *body, size_t len);
+    /* Optional (NULL: none): told of each message a lease was taken for,
+     * as it goes into the answer (before answer runs). */
+    void (*delivered)(tn_consume_parked_t *pk, uint32_t partition, uint64_t offset, uint32_t nonce);
     void *data; /* for the caller */
     void *priv; /* the lanes' */
 };

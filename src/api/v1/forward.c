@@ -19,9 +19,9 @@
  *      with messages answers, the other is cancelled. A cancelled lane
  *      request nacks what it had taken; a cancelled forwarded consume is
  *      nacked by its owner (tn_consume_parked_cancel there). A reply that
- *      crossed the cancel on the wire is dropped by node RPC: its
- *      messages come back when their visibility timeout ends (at least
- *      once: nothing is lost).
+ *      crossed the cancel on the wire is dropped by node RPC; the owner
+ *      kept its handles for 2 s and nacks them when the CANCEL arrives
+ *      (the grace, below), so they come back at once.
  * A lone node (no node RPC in the router) never leaves step 1's "here".
  *
  * Threads: the loop thread. */
@@ -433,9 +433,118 @@ void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_arg
 typedef struct {
     tn_consume_parked_t pk;
     tn_rpc_req_t *req;
+    tn_v1_t *v;
     bool starting; /* inside tn_consume_start_parked */
     bool answered;
+    char topic[TN_NAME_MAX + 1];
+    char channel[TN_NAME_MAX + 1];
+    uint32_t n; /* the leases its answer carries */
+    tn_wire_handle_t h[TN_CONSUME_BATCH_MAX];
 } rpc_parked_t;
+
+/* --- the grace of delivered handles ---------------------------------------------
+ *
+ * A forwarded consume's answer carries leases. When the caller gives up
+ * just as the answer goes (its client left, another source answered
+ * first, its deadline passed), the answer and the caller's CANCEL cross:
+ * node RPC drops the answer there, and the CANCEL reaches this node for a
+ * request it no longer has (tn_rpc_on_late_cancel). So for GRACE_MS after
+ * each answer with leases the owner keeps its handles, keyed by the
+ * caller's endpoint and request id, and a late CANCEL for it nacks them at
+ * once: the messages are deliverable again now instead of after their
+ * visibility timeout. A caller that read the answer never cancels; the
+ * records expire from the front of a FIFO (every record lives GRACE_MS),
+ * looked at whenever one is added or a late CANCEL comes, so their cost
+ * is a copy of the handles per answer. At most GRACE_MAX are kept (the
+ * oldest goes first). */
+
+#define GRACE_MS  2000
+#define GRACE_MAX 8192
+
+struct tn__v1_grace_s {
+    tn__v1_grace_t *next;
+    int64_t expires_ms; /* monotonic */
+    uint64_t id;
+    char peer[64];
+    char topic[TN_NAME_MAX + 1];
+    char channel[TN_NAME_MAX + 1];
+    uint32_t n;
+    tn_wire_handle_t h[];
+};
+
+static void grace_pop(tn_v1_t *v)
+{
+    tn__v1_grace_t *g = v->grace_head;
+    v->grace_head = g->next;
+    if (v->grace_head == NULL)
+        v->grace_tail = NULL;
+    v->ngrace--;
+    tn_free(g);
+}
+
+static void grace_expire(tn_v1_t *v)
+{
+    int64_t now = tn_now_mono_ms();
+    while (v->grace_head != NULL && (v->grace_head->expires_ms <= now || v->ngrace > GRACE_MAX))
+        grace_pop(v);
+}
+
+/* Remember p's leases for GRACE_MS (memory short: not at all; their
+ * visibility timeout still brings them back). */
+static void grace_keep(tn_v1_t *v, const rpc_parked_t *p, const char *peer, uint64_t id)
+{
+    grace_expire(v);
+    tn__v1_grace_t *g = tn_malloc(sizeof(*g) + (size_t)p->n * sizeof(g->h[0]));
+    if (g == NULL)
+        return;
+    g->next = NULL;
+    g->expires_ms = tn_now_mono_ms() + GRACE_MS;
+    g->id = id;
+    snprintf(g->peer, sizeof(g->peer), "%s", peer);
+    snprintf(g->topic, sizeof(g->topic), "%s", p->topic);
+    snprintf(g->channel, sizeof(g->channel), "%s", p->channel);
+    g->n = p->n;
+    memcpy(g->h, p->h, (size_t)p->n * sizeof(g->h[0]));
+    if (v->grace_tail != NULL)
+        v->grace_tail->next = g;
+    else
+        v->grace_head = g;
+    v->grace_tail = g;
+    v->ngrace++;
+}
+
+void tn_v1_consume_late_cancel(void *arg, const char *peer, uint64_t id)
+{
+    tn_v1_t *v = arg;
+    grace_expire(v);
+    for (tn__v1_grace_t **pp = &v->grace_head, *prev = NULL; *pp != NULL;
+         prev = *pp, pp = &(*pp)->next) {
+        tn__v1_grace_t *g = *pp;
+        if (g->id != id || strcmp(g->peer, peer) != 0)
+            continue;
+        *pp = g->next;
+        if (v->grace_tail == g)
+            v->grace_tail = prev;
+        v->ngrace--;
+        uint32_t back = 0;
+        for (uint32_t i = 0; i < g->n && v->consume != NULL; i++)
+            if (tn_consume_settle(v->consume, g->topic, g->channel, g->h[i].partition,
+                                  g->h[i].offset, g->h[i].nonce, TN_SETTLE_NACK, 0) == 0)
+                back++;
+        TN_LOG_RL(TN_LOG_INFO, 10000,
+                  "consume of %s for %s: the caller gave up as the answer went; %u of %u "
+                  "message(s) back at once",
+                  g->topic, peer, back, g->n);
+        tn_free(g);
+        return;
+    }
+}
+
+void tn__v1_grace_free(tn_v1_t *v)
+{
+    while (v->grace_head != NULL)
+        grace_pop(v);
+}
 
 static void rpc_reply_error(tn_rpc_req_t *req, int status, const char *msg)
 {
@@ -448,9 +557,19 @@ static void rpc_reply_error(tn_rpc_req_t *req, int status, const char *msg)
     tn_buf_fini(&b);
 }
 
+static void rpc_delivered(tn_consume_parked_t *pk, uint32_t partition, uint64_t offset,
+                          uint32_t nonce)
+{
+    rpc_parked_t *p = pk->data;
+    if (p->n < TN_CONSUME_BATCH_MAX)
+        p->h[p->n++] = (tn_wire_handle_t){partition, offset, nonce};
+}
+
 static void rpc_answer(tn_consume_parked_t *pk, int status, const char *body, size_t len)
 {
     rpc_parked_t *p = pk->data;
+    if (status == 200 && p->n > 0 && !tn_rpc_req_cancelled(p->req))
+        grace_keep(p->v, p, tn_rpc_req_peer(p->req), tn_rpc_req_id(p->req));
     tn_rpc_reply(p->req, (uint16_t)status, status == 204 ? NULL : TN__V1_JSON, body, len);
     p->answered = true;
     if (!p->starting)
@@ -519,7 +638,11 @@ static void on_rpc_consume(tn_rpc_req_t *req, const uint8_t *payload, size_t len
         return;
     }
     p->req = req;
+    p->v = v;
+    snprintf(p->topic, sizeof(p->topic), "%s", w.topic);
+    snprintf(p->channel, sizeof(p->channel), "%s", w.channel);
     p->pk.answer = rpc_answer;
+    p->pk.delivered = rpc_delivered;
     p->pk.data = p;
     p->starting = true;
     tn_consume_start_parked(v->consume, &p->pk, &a);

@@ -18,6 +18,7 @@
 
 #include "api/consume.h"
 #include "api/v1.h"
+#include "api/v1/forward.h"
 #include "cluster/router.h"
 #include "cluster/rpc.h"
 #include "cluster/wire.h"
@@ -265,6 +266,7 @@ static void ffx_free(ffx_t *f)
     tn_rpc_close(f->owner, on_closed, &done);
     assert_true(run_loop(f->loop, is_true, &done));
     tn_router_free(f->router);
+    tn__v1_grace_free(&f->v);
     broker_closed = false;
     tn_broker_close(f->b, on_broker_closed);
     assert_true(run_loop(f->loop, is_true, &broker_closed));
@@ -627,6 +629,54 @@ static void test_where(void **state)
     ffx_free(f);
 }
 
+static bool no_grace(void *arg)
+{
+    return ((ffx_t *)arg)->v.ngrace == 0;
+}
+
+static bool has_grace(void *arg)
+{
+    return ((ffx_t *)arg)->v.ngrace > 0;
+}
+
+/* The owner's answer with a lease and the caller's CANCEL cross: the
+ * caller never sees the answer (node RPC drops it), and the owner, told
+ * of the CANCEL for a request it had answered, nacks the lease at once:
+ * the next consume gets the message now (a second attempt), not after
+ * its 30 s visibility timeout. */
+static void test_reply_crossing_cancel_is_nacked(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tn_rpc_on_late_cancel(f->owner, tn_v1_consume_late_cancel, &f->v);
+    put_topic(f, "t", 1);
+    call_t k;
+    tn_wire_consume_t w = req_of("t", 8000, 0);
+    start(f, &k, &w, 10000);
+    run_for(f, 300);
+    assert_false(k.done);
+    /* The caller stops hearing: the owner's answer will not reach it. */
+    tn_rpc_test_deaf(f->caller, true);
+    publish(f, "t", 0, "crossed");
+    assert_true(run_loop(f->loop, has_grace, f)); /* answered, lease kept */
+    assert_int_equal(f->v.ngrace, 1);
+    assert_false(k.done);
+    tn_router_consume_cancel(&k.c);
+    assert_true(run_loop(f->loop, is_true, &k.done));
+    assert_int_equal(k.status, TN_ECLOSED);
+    assert_true(run_loop(f->loop, no_grace, f)); /* the CANCEL reached the owner */
+    tn_rpc_test_deaf(f->caller, false);
+    w = req_of("t", 5000, 0);
+    call(f, &k, &w);
+    assert_int_equal(k.http, 200);
+    assert_non_null(strstr(k.body, "\"payload\":\"crossed\""));
+    assert_non_null(strstr(k.body, "\"attempts\":2"));
+    /* A caller that read its answer never cancels; an unknown late
+     * CANCEL changes nothing. */
+    tn_v1_consume_late_cancel(&f->v, "127.0.0.1:1", 12345);
+    ffx_free(f);
+}
+
 /* --- settling through the router: coalescing per owner -------------------------- */
 
 typedef struct {
@@ -780,6 +830,7 @@ int main(void)
         cmocka_unit_test(test_long_poll_and_cancel),
         cmocka_unit_test(test_cancelled_batch_gives_back),
         cmocka_unit_test(test_where),
+        cmocka_unit_test(test_reply_crossing_cancel_is_nacked),
         cmocka_unit_test(test_settle_coalesces),
         cmocka_unit_test(test_settle_budget_covers_queue),
     };
