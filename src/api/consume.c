@@ -621,6 +621,16 @@ static void acquire(poll_t *p)
     park(p, ch);
 }
 
+bool tn_consume_charge(tn_consume_t *cs, const char *ident, uint32_t n, uint32_t *taken)
+{
+    return tn_quota_take(&cs->quota, ident, n, taken);
+}
+
+void tn_consume_uncharge(tn_consume_t *cs, const char *ident, uint32_t taken)
+{
+    tn_quota_give(&cs->quota, ident, taken);
+}
+
 /* A new poll for a, charged to its identity; NULL after answering status
  * and msg through answer_now. */
 static poll_t *poll_new(tn_consume_t *cs, const tn_consume_args_t *a, int *status, const char **msg)

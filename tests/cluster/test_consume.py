@@ -6,7 +6,9 @@ is answered by a message produced at the owner later; an owner that
 stalls (SIGSTOP) is skipped by a queue consume; with an owner killed a pinned consume of its partition answers 502 (unreachable) or 503
 (marked dead), and queue consumes go on with the other owners; a
 forwarded long poll whose client leaves as a message arrives gives the
-message back at once (not after its visibility timeout); the same message
+message back at once (not after its visibility timeout); a user's
+concurrent consumes are capped on the node the client talks to and on the
+owner that runs forwarded ones (--http-max-consumes-per-user); the same message
 read through its owner and through another node shows the same publish
 time.
 
@@ -247,6 +249,43 @@ class Consume(harness.ClusterTest):
         self.assertEqual(status, 200, m2)
         self.assertEqual((m2["offset"], m2["timestamp"]), (m1["offset"], m1["timestamp"]))
         self.assertEqual(m1["timestamp"], stamps[m1["offset"]])
+
+    def open_poll(self, node, topic, query):
+        """A /v1 consume sent on a raw connection (closed by the caller)."""
+        auth = harness.basic("admin", harness.PASSWORD)
+        s = socket.create_connection((node.host, node.http_port), timeout=30)
+        s.sendall((f"GET /v1/topics/{topic}/consume?{query} HTTP/1.1\r\n"
+                   f"Host: tern\r\nAuthorization: {auth}\r\n\r\n").encode())
+        return s
+
+    def test_per_user_consume_cap_counts_forwarded_consumes(self):
+        c = self.start(args=["--http-max-consumes-per-user=2"])
+        self.topic(c, "cap", partitions=1)  # owned by node 1
+        owner, via, third = c.nodes[0], c.nodes[1], c.nodes[2]
+        over = "too many concurrent consumes for this user"
+        socks = [self.open_poll(via, "cap", "partition=0&wait=30s") for _ in range(2)]
+        try:
+            # Two pinned long polls through node 2, forwarded to node 1: the
+            # user's cap of 2 is full on node 2...
+            wait_until("node 2 counts the forwarded polls", lambda: via.request(
+                "GET", "/v1/topics/cap/consume?partition=0&wait=0s")[0] == 429, timeout=20)
+            status, body = via.request("GET", "/v1/topics/cap/consume?wait=0s")
+            self.assertEqual((status, body["error"]), (429, over))
+            # ... and on the owner, which runs them: the same user there
+            # directly, or through a third node, is over it too.
+            wait_until("node 1 counts the forwarded polls", lambda: owner.request(
+                "GET", "/v1/topics/cap/consume?partition=0&wait=0s")[0] == 429, timeout=20)
+            status, body = owner.request("GET", "/v1/topics/cap/consume?wait=0s")
+            self.assertEqual((status, body["error"]), (429, over))
+            status, body = third.request("GET", "/v1/topics/cap/consume?partition=0&wait=0s")
+            self.assertEqual((status, body["error"]), (429, over))
+        finally:
+            for s in socks:
+                s.close()
+        # The clients left: both nodes give the counts back.
+        for node in (via, owner, third):
+            wait_until(f"node {node.id} under the cap again", lambda: node.request(
+                "GET", "/v1/topics/cap/consume?partition=0&wait=0s")[0] == 204, timeout=20)
 
     def test_a_stalled_owner_is_skipped(self):
         c = self.start()

@@ -74,6 +74,7 @@ typedef struct {
     size_t probe;  /* the next owner to probe */
     tn_buf_t msgs; /* a batch's messages so far, comma separated */
     uint32_t got;
+    uint32_t charge;    /* counted against a.ident's cap until answered */
     int64_t started_ms; /* monotonic */
     unsigned depth;     /* callbacks of f running: freed when the last returns */
 } fwd_t;
@@ -89,6 +90,14 @@ static void fwd_maybe_free(fwd_t *f)
     tn_free(f);
 }
 
+/* Give back what f counted against its user's cap. */
+static void uncharge(fwd_t *f)
+{
+    if (f->charge > 0 && f->v->consume != NULL)
+        tn_consume_uncharge(f->v->consume, f->ident, f->charge);
+    f->charge = 0;
+}
+
 /* Answer the client with status and body exactly as the lanes would. */
 static void relay(fwd_t *f, int status, const char *body, size_t len)
 {
@@ -96,6 +105,7 @@ static void relay(fwd_t *f, int status, const char *body, size_t len)
     if (r == NULL)
         return;
     f->r = NULL;
+    uncharge(f);
     r->on_cancel = NULL;
     if (status == 204)
         tn_http_respond(r, 204, NULL, NULL, NULL, 0);
@@ -194,6 +204,7 @@ static tn_wire_consume_t wire_args(const fwd_t *f, int64_t wait_ms, uint32_t max
     w.wait_ms = wait_ms;
     w.max = max;
     w.local_only = true;
+    snprintf(w.ident, sizeof(w.ident), "%s", f->a.ident);
     return w;
 }
 
@@ -250,6 +261,7 @@ static void start_local(fwd_t *f, int64_t wait_ms, uint32_t max)
     tn_consume_args_t a = f->a;
     a.wait_ms = wait_ms;
     a.max = max;
+    a.ident = ""; /* f counts it, once */
     f->local.answer = on_local;
     f->local.data = f;
     f->local_on = true;
@@ -361,6 +373,7 @@ static void on_client_gone(tn_http_request_t *r)
     fwd_t *f = r->data;
     enter(f);
     f->r = NULL;
+    uncharge(f);
     if (f->local_on) {
         tn_consume_parked_cancel(&f->local);
         f->local_on = false;
@@ -392,11 +405,20 @@ void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_arg
             return;
         }
     }
+    /* Counted once, for its whole life, on this node: as on a lone node
+     * (its owners count what they run for it too). */
+    uint32_t charge = 0;
+    if (!tn_consume_charge(v->consume, a->ident, a->replay ? 1 : TN_MAX(a->max, 1u), &charge)) {
+        tn__v1_error(r, 429, "too many concurrent consumes for this user", "Retry-After: 1\r\n");
+        return;
+    }
     fwd_t *f = tn_calloc(1, sizeof(*f));
     if (f == NULL) {
+        tn_consume_uncharge(v->consume, a->ident, charge);
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
+    f->charge = charge;
     f->v = v;
     f->r = r;
     f->a = *a;
@@ -631,7 +653,7 @@ static void on_rpc_consume(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     a.replay = w.replay;
     a.offset = w.offset;
     a.max = w.max;
-    a.ident = ""; /* the forwarding node counted it */
+    a.ident = w.ident; /* counted here too: forwarded consumes never bypass this node's cap */
     rpc_parked_t *p = tn_calloc(1, sizeof(*p));
     if (p == NULL) {
         rpc_reply_error(req, 503, "out of memory");
