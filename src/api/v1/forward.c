@@ -22,6 +22,10 @@
  *      crossed the cancel on the wire is dropped by node RPC; the owner
  *      kept its handles for 2 s and nacks them when the CANCEL arrives
  *      (the grace, below), so they come back at once.
+ * Caps: a consume that leaves this node counts once against its user's
+ * cap here, from its route to its answer (its lane requests do not count
+ * again), and carries the user to its owners, which count what they run
+ * for it under that user as well.
  * A lone node (no node RPC in the router) never leaves step 1's "here".
  *
  * Threads: the loop thread. */
