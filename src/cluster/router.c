@@ -75,6 +75,8 @@ int tn_router_new(const tn_router_opts_t *o, tn_router_t **out)
 
 void tn_router_free(tn_router_t *r)
 {
+    if (r == NULL)
+        return;
     while (r->owners != NULL) {
         settle_owner_t *q = r->owners;
         r->owners = q->next;
