@@ -272,6 +272,8 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     tn_consume_render(&p->out, l->topic, &m);
     if (p->taken != NULL)
         p->taken[p->got] = (taken_t){d->partition, d->nonce, d->offset};
+    if (d->nonce != 0 && p->pk != NULL && p->pk->delivered != NULL)
+        p->pk->delivered(p->pk, d->partition, d->offset, d->nonce);
     p->got++;
     p->want--;
     l->want--;
@@ -617,6 +619,16 @@ static void acquire(poll_t *p)
         return;
     }
     park(p, ch);
+}
+
+bool tn_consume_charge(tn_consume_t *cs, const char *ident, uint32_t n, uint32_t *taken)
+{
+    return tn_quota_take(&cs->quota, ident, n, taken);
+}
+
+void tn_consume_uncharge(tn_consume_t *cs, const char *ident, uint32_t taken)
+{
+    tn_quota_give(&cs->quota, ident, taken);
 }
 
 /* A new poll for a, charged to its identity; NULL after answering status

@@ -80,6 +80,9 @@ struct tn_consume_parked_s {
      * (newline-terminated JSON), 204 no body, else {"error":"..."}\n (a
      * 503 or 429 also wants Retry-After: 1 over HTTP). */
     void (*answer)(tn_consume_parked_t *pk, int status, const char *body, size_t len);
+    /* Optional (NULL: none): told of each message a lease was taken for,
+     * as it goes into the answer (before answer runs). */
+    void (*delivered)(tn_consume_parked_t *pk, uint32_t partition, uint64_t offset, uint32_t nonce);
     void *data; /* for the caller */
     void *priv; /* the lanes' */
 };
@@ -89,6 +92,15 @@ void tn_consume_start_parked(tn_consume_t *cs, tn_consume_parked_t *pk, const tn
  * a batch had taken for it go back to the channel at once (a nack), so a
  * consume cancelled mid-batch loses nothing and delays nothing. */
 void tn_consume_parked_cancel(tn_consume_parked_t *pk);
+
+/* Count n concurrent consumes for ident against the per-identity cap
+ * (tn_consume_opts_t.max_per_ident), as a consume started here is: for a
+ * consume the /v1 door serves from other nodes as well (api/v1/forward.c),
+ * counted once for its whole life on the node its client talks to. false:
+ * over the cap (nothing taken). *taken is what to give back with
+ * tn_consume_uncharge (0 when nothing is counted: no cap, or ident ""). */
+bool tn_consume_charge(tn_consume_t *cs, const char *ident, uint32_t n, uint32_t *taken);
+void tn_consume_uncharge(tn_consume_t *cs, const char *ident, uint32_t taken);
 
 typedef enum { TN_SETTLE_ACK = 1, TN_SETTLE_EXTEND, TN_SETTLE_NACK } tn_settle_t;
 

@@ -189,6 +189,8 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
         rc = tn_dataplane_metrics_write(m->dataplane, b);
     if (rc == 0 && m->dispatch != NULL)
         rc = tn_dispatch_metrics_write(m->dispatch, b);
+    if (rc == 0 && m->router != NULL)
+        tn_router_settle_metrics_write(m->router, b);
     return rc;
 }
 

@@ -18,6 +18,7 @@
 #include "api/ws.h"
 #include "cluster/dataplane.h"
 #include "cluster/dispatch.h"
+#include "cluster/router.h"
 #include "cluster/rpc.h"
 #include "proto/nsq/server.h"
 
@@ -29,6 +30,7 @@ typedef struct {
     tn_rpc_t *rpc;             /* node RPC: the calls this node made; NULL before it opened */
     tn_dataplane_t *dataplane; /* commits other nodes made here; NULL: none */
     tn_dispatch_t *dispatch;   /* the ingress log and its dispatcher; NULL: none (a lone node) */
+    tn_router_t *router;       /* its SETTLE calls to other nodes; NULL: none (a lone node) */
     uint32_t max_topics;
 } tn_metrics_t;
 

@@ -74,6 +74,10 @@ typedef struct tn_v1_s {
     tn_quota_t produces; /* per user in progress */
     uv_loop_t *loop;
     void *users; /* v1/users.c's hashing queue */
+    /* Leases of forwarded consumes answered in the last 2 s
+     * (api/v1/forward.c). */
+    struct tn__v1_grace_s *grace_head, *grace_tail;
+    uint32_t ngrace;
     bool closing;
 } tn_v1_t;
 
@@ -99,6 +103,10 @@ void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec);
  * forwarded, run on v's lanes; exempt from the RPC bounds: a long poll).
  * v may be initialised after the table is made, before the loop runs. */
 void tn_v1_consume_handler(tn_v1_t *v, tn_rpc_handler_t *out);
+/* For tn_rpc_on_late_cancel (arg v): a caller gave up on a forwarded
+ * consume as its answer went; the leases that answer carried are nacked
+ * at once (within 2 s of the answer). */
+void tn_v1_consume_late_cancel(void *arg, const char *peer, uint64_t id);
 
 /* Whether pattern (exact, or a prefix ending in '*') matches name. */
 bool tn_v1_pattern_match(const char *pattern, const char *name);

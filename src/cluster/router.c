@@ -6,11 +6,38 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/name.h"
 #include "core/time.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+
+/* A settle (one tn_router_settle) from its call to its callback. Its
+ * remote handles are queue entries of their owners; it ends when the
+ * last of them has a result. */
+typedef struct settle_op_s settle_op_t;
+typedef struct settle_owner_s settle_owner_t;
+
+/* One remote handle of an op, waiting in its owner's queue or riding a
+ * SETTLE call. */
+typedef struct settle_ent_s {
+    struct settle_ent_s *next; /* in its owner's queue */
+    settle_op_t *op;
+    uint32_t idx;      /* its item in op->items */
+    int64_t queued_ms; /* monotonic: its 2 s budget started then */
+} settle_ent_t;
+
+/* What the router keeps per owner it settles on: its calls in flight and
+ * the handles waiting for one. Made on first use, freed with the router. */
+struct settle_owner_s {
+    settle_owner_t *next;
+    uint64_t owner;
+    uint32_t inflight;
+    uint32_t queued;
+    settle_ent_t *head, *tail;
+    bool pumping;
+};
 
 struct tn_router_s {
     tn_router_opts_t o;
@@ -22,6 +49,7 @@ struct tn_router_s {
     bool cluster;
     tn_settle_local_fn settle;
     void *settle_arg;
+    settle_owner_t *owners; /* per owner: SETTLE calls in flight, handles queued */
 };
 
 /* A publish being accepted into the ingress log: owned by the router from
@@ -47,6 +75,13 @@ int tn_router_new(const tn_router_opts_t *o, tn_router_t **out)
 
 void tn_router_free(tn_router_t *r)
 {
+    if (r == NULL)
+        return;
+    while (r->owners != NULL) {
+        settle_owner_t *q = r->owners;
+        r->owners = q->next;
+        tn_free(q);
+    }
     tn_free(r);
 }
 
@@ -169,12 +204,19 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
 #define MSG_MOVED    "partition owner changed; retry later"
 #define MSG_NOTREADY "partition owner could not settle it now; retry later"
 #define MSG_OOM      "out of memory"
+#define MSG_CLOSING  "this node is shutting down"
+#define MSG_BUSY     "too many receipt handles wait for this partition owner; retry later"
+
+static void pump(tn_router_t *r, settle_owner_t *q);
 
 void tn_router_set_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t node_id, bool cluster)
 {
     r->rpc = rpc;
     r->node_id = node_id;
     r->cluster = cluster;
+    if (rpc == NULL) /* queued handles answer 503 now; calls in flight end as rpc closes */
+        for (settle_owner_t *q = r->owners; q != NULL; q = q->next)
+            pump(r, q);
 }
 
 void tn_router_on_settle(tn_router_t *r, tn_settle_local_fn fn, void *arg)
@@ -204,26 +246,29 @@ bool tn_router_settle_owns(void *router, const char *topic, uint32_t p)
     return settle_here(router, topic, p, &owner);
 }
 
-/* One owner's share of a settle: a SETTLE call. */
-typedef struct settle_op_s settle_op_t;
-typedef struct {
-    tn_settle_call_t call;
-    settle_op_t *op;
-    uint64_t owner;
-    uint32_t n;
-    uint32_t idx[TN_SETTLE_MAX]; /* its handles' places in op->items */
-    tn_wire_handle_t h[TN_SETTLE_MAX];
-} settle_group_t;
-
 struct settle_op_s {
     tn_router_settle_item_t *items;
     uint32_t n;
-    uint32_t pending; /* calls not yet answered */
+    uint32_t pending; /* remote handles without a result, +1 while starting */
     tn_router_settle_cb cb;
     void *arg;
-    uint32_t ngroups;
-    settle_group_t groups[];
+    char topic[TN_NAME_MAX + 1];
+    char channel[TN_NAME_MAX + 1];
+    uint8_t how;
+    int64_t visibility_ms;
+    settle_ent_t ents[];
 };
+
+/* One SETTLE call: up to TN_ROUTER_SETTLE_COALESCE handles of one
+ * (topic, channel, how, visibility) for one owner. */
+typedef struct {
+    tn_settle_call_t call;
+    tn_router_t *r;
+    settle_owner_t *q;
+    uint32_t n;
+    settle_ent_t *ents[TN_ROUTER_SETTLE_COALESCE];
+    tn_wire_handle_t h[TN_ROUTER_SETTLE_COALESCE];
+} settle_batch_t;
 
 static void set_result(tn_router_settle_item_t *it, uint16_t status, const char *msg)
 {
@@ -248,94 +293,193 @@ static void settle_local(tn_router_t *r, const char *topic, const char *channel,
         set_result(it, 410, MSG_STALE);
 }
 
-static void settle_op_done(settle_op_t *op)
+static void settle_op_release(settle_op_t *op)
 {
+    if (--op->pending > 0)
+        return;
     op->cb(op->arg, op->items, op->n);
     tn_free(op);
 }
 
-static void on_settled(tn_settle_call_t *c, int status)
+/* e has its result: status and msg. */
+static void ent_done(settle_ent_t *e, uint16_t status, const char *msg)
 {
-    settle_group_t *g = c->data;
-    settle_op_t *op = g->op;
-    for (uint32_t i = 0; i < g->n; i++) {
-        tn_router_settle_item_t *it = &op->items[g->idx[i]];
-        if (status != 0) {
-            if (status == UV_EAGAIN)
-                set_result(it, 503, MSG_NOTREADY);
-            else if (status == UV_ENOMEM)
-                set_result(it, 503, MSG_OOM);
-            else if (status == TN_ECLOSED)
-                set_result(it, 503, "this node is shutting down");
-            else
-                set_result(it, 502, MSG_UNREACH);
-            continue;
-        }
-        switch (c->status[i]) {
-        case 204:
-            set_result(it, 204, NULL);
-            break;
-        case 410:
-            set_result(it, 410, MSG_STALE);
-            break;
-        case 421:
-            set_result(it, 503, MSG_MOVED);
-            break;
-        default:
-            set_result(it, 503, MSG_FULL);
-            break;
-        }
-    }
-    if (status != 0 && status != UV_EAGAIN && status != TN_ECLOSED)
-        TN_LOG_RL(TN_LOG_WARN, 10000,
-                  "settle: %u receipt handle(s) for node %" PRIu64 " not settled: %s", g->n,
-                  g->owner, tn_strerror(status));
-    if (--op->pending == 0)
-        settle_op_done(op);
+    set_result(&e->op->items[e->idx], status, msg);
+    settle_op_release(e->op);
 }
 
-/* The group of op for owner, made when missing. */
-static settle_group_t *group_for(settle_op_t *op, uint64_t owner)
+static settle_owner_t *owner_q(tn_router_t *r, uint64_t owner)
 {
-    for (uint32_t g = 0; g < op->ngroups; g++)
-        if (op->groups[g].owner == owner)
-            return &op->groups[g];
-    settle_group_t *g = &op->groups[op->ngroups++];
-    g->op = op;
-    g->owner = owner;
-    g->n = 0;
-    return g;
+    for (settle_owner_t *q = r->owners; q != NULL; q = q->next)
+        if (q->owner == owner)
+            return q;
+    settle_owner_t *q = tn_calloc(1, sizeof(*q));
+    if (q == NULL)
+        return NULL;
+    q->owner = owner;
+    q->next = r->owners;
+    r->owners = q;
+    return q;
+}
+
+static bool same_settle(const settle_op_t *a, const settle_op_t *b)
+{
+    return a == b || (a->how == b->how && a->visibility_ms == b->visibility_ms &&
+                      strcmp(a->topic, b->topic) == 0 && strcmp(a->channel, b->channel) == 0);
+}
+
+static void on_batch(tn_settle_call_t *c, int status)
+{
+    settle_batch_t *b = c->data;
+    tn_router_t *r = b->r;
+    settle_owner_t *q = b->q;
+    if (status != 0 && status != UV_EAGAIN && status != TN_ECLOSED)
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "settle: %u receipt handle(s) for node %" PRIu64 " not settled: %s", b->n,
+                  q->owner, tn_strerror(status));
+    for (uint32_t i = 0; i < b->n; i++) {
+        settle_ent_t *e = b->ents[i];
+        if (status == UV_EAGAIN)
+            ent_done(e, 503, MSG_NOTREADY);
+        else if (status == UV_ENOMEM)
+            ent_done(e, 503, MSG_OOM);
+        else if (status == TN_ECLOSED)
+            ent_done(e, 503, MSG_CLOSING);
+        else if (status != 0)
+            ent_done(e, 502, MSG_UNREACH);
+        else if (c->status[i] == 204)
+            ent_done(e, 204, NULL);
+        else if (c->status[i] == 410)
+            ent_done(e, 410, MSG_STALE);
+        else if (c->status[i] == 421)
+            ent_done(e, 503, MSG_MOVED);
+        else
+            ent_done(e, 503, MSG_FULL);
+    }
+    tn_free(b);
+    q->inflight--;
+    pump(r, q);
+}
+
+/* Take q's oldest handle and up to TN_ROUTER_SETTLE_COALESCE - 1 more of
+ * the same kind out of the queue into b. */
+static void take_batch(settle_owner_t *q, settle_batch_t *b)
+{
+    settle_ent_t *first = q->head;
+    settle_ent_t **pp = &q->head, *prev = NULL;
+    b->n = 0;
+    while (*pp != NULL && b->n < TN_ROUTER_SETTLE_COALESCE) {
+        settle_ent_t *e = *pp;
+        if (!same_settle(e->op, first->op)) {
+            prev = e;
+            pp = &e->next;
+            continue;
+        }
+        *pp = e->next;
+        if (q->tail == e)
+            q->tail = prev;
+        e->next = NULL;
+        q->queued--;
+        const tn_router_settle_item_t *it = &e->op->items[e->idx];
+        b->h[b->n] = (tn_wire_handle_t){it->partition, it->offset, it->nonce};
+        b->ents[b->n++] = e;
+    }
+}
+
+/* Start calls for q's queue while it has slots free; a handle whose 2 s
+ * passed while it waited answers 502 as an unreachable owner does. */
+static void pump(tn_router_t *r, settle_owner_t *q)
+{
+    if (q->pumping)
+        return; /* the outer pump goes on */
+    q->pumping = true;
+    while (q->head != NULL && (q->inflight < TN_ROUTER_SETTLE_INFLIGHT || r->rpc == NULL)) {
+        settle_ent_t *first = q->head;
+        int64_t left = TN_ROUTER_SETTLE_TIMEOUT_MS - (tn_now_mono_ms() - first->queued_ms);
+        const tn_meta_member_t *m =
+            r->o.meta != NULL ? tn_meta_member_find(tn_meta_state(r->o.meta), q->owner) : NULL;
+        if (left <= 0 || r->rpc == NULL || m == NULL || m->api_addr[0] == '\0') {
+            q->head = first->next;
+            if (q->head == NULL)
+                q->tail = NULL;
+            q->queued--;
+            ent_done(first, r->rpc == NULL ? 503 : 502, r->rpc == NULL ? MSG_CLOSING : MSG_UNREACH);
+            continue;
+        }
+        settle_batch_t *b = tn_malloc(sizeof(*b));
+        if (b == NULL) {
+            q->head = first->next;
+            if (q->head == NULL)
+                q->tail = NULL;
+            q->queued--;
+            ent_done(first, 503, MSG_OOM);
+            continue;
+        }
+        take_batch(q, b);
+        b->r = r;
+        b->q = q;
+        b->call.data = b;
+        r->st.settle_calls++;
+        r->st.settle_handles += b->n;
+        q->inflight++;
+        const settle_op_t *op = first->op;
+        int rc = tn_settle_call(r->rpc, m->api_addr, op->topic, op->channel, op->how,
+                                op->visibility_ms, b->h, b->n, (uint64_t)left, &b->call, on_batch);
+        if (rc != 0)
+            on_batch(&b->call, rc);
+    }
+    q->pumping = false;
+}
+
+/* e waits in q's queue (sent at once when q has a slot free). false when
+ * the queue is full. */
+static bool enqueue(tn_router_t *r, settle_owner_t *q, settle_ent_t *e)
+{
+    if (q->queued >= TN_ROUTER_SETTLE_QUEUE_MAX)
+        return false;
+    e->next = NULL;
+    e->queued_ms = tn_now_mono_ms();
+    if (q->tail != NULL)
+        q->tail->next = e;
+    else
+        q->head = e;
+    q->tail = e;
+    q->queued++;
+    if (q->inflight >= TN_ROUTER_SETTLE_INFLIGHT)
+        r->st.settle_queued++;
+    return true;
 }
 
 void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, uint8_t how,
                       int64_t visibility_ms, tn_router_settle_item_t *items, uint32_t n,
                       tn_router_settle_cb cb, void *arg)
 {
-    /* Count the owners the handles go to first: most settles are all
-     * local and need no allocation, and a group is per owner. */
-    uint64_t seen[TN_SETTLE_MAX];
+    /* Count the remote handles first: most settles are all local and
+     * need no allocation. */
     uint32_t remote = 0;
     for (uint32_t i = 0; i < n && i < TN_SETTLE_MAX; i++) {
         uint64_t owner;
-        if (settle_here(r, topic, items[i].partition, &owner) || owner == 0)
-            continue;
-        uint32_t k = 0;
-        while (k < remote && seen[k] != owner)
-            k++;
-        if (k == remote)
-            seen[remote++] = owner;
+        if (!settle_here(r, topic, items[i].partition, &owner) && owner != 0)
+            remote++;
     }
     settle_op_t *op = NULL;
     if (remote > 0) {
-        op = tn_calloc(1, sizeof(*op) + (size_t)remote * sizeof(op->groups[0]));
+        op = tn_calloc(1, sizeof(*op) + (size_t)remote * sizeof(op->ents[0]));
         if (op != NULL) {
             op->items = items;
             op->n = n;
             op->cb = cb;
             op->arg = arg;
+            snprintf(op->topic, sizeof(op->topic), "%s", topic);
+            snprintf(op->channel, sizeof(op->channel), "%s", channel);
+            op->how = how;
+            op->visibility_ms = visibility_ms;
+            op->pending = 1; /* held while the handles are placed */
         }
     }
     const tn_meta_state_t *s = r->o.meta != NULL ? tn_meta_state(r->o.meta) : NULL;
+    settle_owner_t *touched[TN_SETTLE_MAX];
+    uint32_t ntouched = 0, nent = 0;
     for (uint32_t i = 0; i < n; i++) {
         tn_router_settle_item_t *it = &items[i];
         uint64_t owner;
@@ -348,36 +492,58 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
             continue;
         }
         const tn_meta_member_t *m = owner != 0 ? tn_meta_member_find(s, owner) : NULL;
+        settle_owner_t *q = NULL;
         if (owner == 0 || (m != NULL && m->status == TN_MEMBER_DEAD))
             set_result(it, 503, MSG_DOWN);
         else if (m == NULL || m->api_addr[0] == '\0' || r->rpc == NULL)
             set_result(it, 502, MSG_UNREACH);
-        else if (op == NULL)
+        else if (op == NULL || (q = owner_q(r, owner)) == NULL)
             set_result(it, 503, MSG_OOM);
         else {
-            settle_group_t *g = group_for(op, owner);
-            g->idx[g->n] = i;
-            g->h[g->n] = (tn_wire_handle_t){it->partition, it->offset, it->nonce};
-            g->n++;
+            settle_ent_t *e = &op->ents[nent];
+            e->op = op;
+            e->idx = i;
+            if (!enqueue(r, q, e)) {
+                set_result(it, 503, MSG_BUSY);
+                continue;
+            }
+            nent++;
+            op->pending++;
+            uint32_t k = 0;
+            while (k < ntouched && touched[k] != q)
+                k++;
+            if (k == ntouched)
+                touched[ntouched++] = q;
         }
     }
     if (op == NULL) {
         cb(arg, items, n);
         return;
     }
-    op->pending = 1; /* held while the calls start */
-    for (uint32_t gi = 0; gi < op->ngroups; gi++) {
-        settle_group_t *g = &op->groups[gi];
-        const tn_meta_member_t *m = tn_meta_member_find(s, g->owner);
-        g->call.data = g;
-        int rc = tn_settle_call(r->rpc, m->api_addr, topic, channel, how, visibility_ms, g->h, g->n,
-                                TN_ROUTER_SETTLE_TIMEOUT_MS, &g->call, on_settled);
-        op->pending++;
-        if (rc != 0)
-            on_settled(&g->call, rc);
-    }
-    if (--op->pending == 0)
-        settle_op_done(op);
+    for (uint32_t k = 0; k < ntouched; k++)
+        pump(r, touched[k]);
+    settle_op_release(op);
+}
+
+void tn_router_settle_metrics_write(const tn_router_t *r, tn_buf_t *out)
+{
+    char text[1024];
+    int n = snprintf(
+        text, sizeof(text),
+        "# HELP tern_cluster_settle_calls_total SETTLE calls this node made to partition owners "
+        "(acks, extends and nacks of other nodes' receipt handles).\n"
+        "# TYPE tern_cluster_settle_calls_total counter\n"
+        "tern_cluster_settle_calls_total %" PRIu64 "\n"
+        "# HELP tern_cluster_settle_handles_total Receipt handles those calls carried (over the "
+        "calls: the mean batch size).\n"
+        "# TYPE tern_cluster_settle_handles_total counter\n"
+        "tern_cluster_settle_handles_total %" PRIu64 "\n"
+        "# HELP tern_cluster_settle_coalesced_total Receipt handles that waited for a busy "
+        "owner's call slot and went in a later call with others.\n"
+        "# TYPE tern_cluster_settle_coalesced_total counter\n"
+        "tern_cluster_settle_coalesced_total %" PRIu64 "\n",
+        r->st.settle_calls, r->st.settle_handles, r->st.settle_queued);
+    tn_buf_append(out, text, (size_t)TN_MIN((size_t)n, sizeof(text) - 1));
 }
 
 /* --- consume anywhere ------------------------------------------------------------ */

@@ -63,6 +63,9 @@ typedef struct {
     uint64_t accepted;         /* publishes taken into the ingress log */
     uint64_t accepted_records; /* their messages */
     uint64_t failed;           /* ingress log appends that failed */
+    uint64_t settle_calls;     /* SETTLE calls made to other nodes */
+    uint64_t settle_handles;   /* the receipt handles they carried */
+    uint64_t settle_queued;    /* handles that waited for a busy owner's call slot */
 } tn_router_stats_t;
 void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out);
 
@@ -75,18 +78,40 @@ void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out);
  *      this node's: always on a lone node; in a cluster when the
  *      metastore replica names this node its owner, or the partition is
  *      beyond the topic's count (no lease anywhere: 410).
- *   2. The others are grouped per owner (tn_meta_state_owner; the owner's
- *      api_addr from its member record) and each group is one SETTLE call
- *      (cluster/settle.h) within TN_ROUTER_SETTLE_TIMEOUT_MS.
+ *   2. The others queue per owner (tn_meta_state_owner; the owner's
+ *      api_addr from its member record). An owner has at most
+ *      TN_ROUTER_SETTLE_INFLIGHT SETTLE calls (cluster/settle.h) in
+ *      flight; while it has a slot free, what is queued goes at once (an
+ *      idle owner's ack waits for nothing). Handles that arrive while
+ *      every slot is busy wait, and the next call to free a slot takes
+ *      the oldest with up to TN_ROUTER_SETTLE_COALESCE - 1 more of the
+ *      same (topic, channel, how, visibility) in one SETTLE: under load
+ *      single acks coalesce into batches. A handle's budget,
+ *      TN_ROUTER_SETTLE_TIMEOUT_MS, starts when it is queued and covers
+ *      its wait for a slot (the call gets what is left of the oldest's);
+ *      one whose budget ran out while it waited answers 502 as an
+ *      unreachable owner does. At most TN_ROUTER_SETTLE_QUEUE_MAX handles
+ *      wait per owner; beyond, 503.
  *   3. Every handle gets a status and a sentence: 204; 410 stale; 503 the
  *      acked-ahead set is full; 503 "partition owner is down; retry
  *      later" (its member record says dead, or the partition is not
  *      placed); 502 "partition owner unreachable" (no address, the call
- *      failed or timed out); 503 when the owner did not own it after all
- *      or could not settle it now, or this node is shutting down. One
- *      callback gives them all. */
+ *      failed or timed out, or the budget ran out in the queue); 503 when
+ *      the owner did not own it after all or could not settle it now, or
+ *      this node is shutting down (queued handles answer at once when
+ *      node RPC goes). One callback gives them all, whichever calls
+ *      carried them.
+ * Why 4 calls per owner: the owner settles a call synchronously, so a
+ * call's time is mostly the round trip; 4 keep the path busy across a
+ * round trip (4 x 64 = 256 handles per round trip per owner once
+ * coalescing starts) while taking at most 4 of the owner's messaging
+ * slots (max(64, 4 x cores), shared with every peer), so a burst of acks
+ * from one node never crowds out another's. */
 
 #define TN_ROUTER_SETTLE_TIMEOUT_MS 2000
+#define TN_ROUTER_SETTLE_INFLIGHT   4    /* SETTLE calls in flight per owner */
+#define TN_ROUTER_SETTLE_COALESCE   64   /* handles per SETTLE call at most */
+#define TN_ROUTER_SETTLE_QUEUE_MAX  8192 /* handles waiting per owner at most */
 
 /* One handle of a settle: the handle in, the result out. */
 typedef struct {
@@ -119,6 +144,11 @@ bool tn_router_settle_owns(void *router, const char *topic, uint32_t p);
 void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, uint8_t how,
                       int64_t visibility_ms, tn_router_settle_item_t *items, uint32_t n,
                       tn_router_settle_cb cb, void *arg);
+/* Append the Prometheus text of tern_cluster_settle_calls_total,
+ * tern_cluster_settle_handles_total and tern_cluster_settle_coalesced_total
+ * to out. */
+void tn_router_settle_metrics_write(const tn_router_t *r, tn_buf_t *out);
+
 /* --- consume anywhere ------------------------------------------------------------ */
 
 /* DESIGN: a consume for partitions another node owns (docs/cluster.md,

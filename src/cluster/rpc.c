@@ -178,6 +178,8 @@ struct tn_rpc_s {
     tn_quic_ep_t *ep, *bulk_ep;
     char addr[ADDR_MAX];
     tn_rpc_handler_t handlers[256];
+    void (*late_cancel)(void *arg, const char *peer, uint64_t id);
+    void *late_cancel_arg;
     gate_t gates[2]; /* 0: commits, 1: other messaging */
     peer_t *peers;
     tn_u64map_t calls;
@@ -1044,6 +1046,18 @@ const char *tn_rpc_req_peer(const tn_rpc_req_t *req)
     return req->peer;
 }
 
+uint64_t tn_rpc_req_id(const tn_rpc_req_t *req)
+{
+    return req->id;
+}
+
+void tn_rpc_on_late_cancel(tn_rpc_t *r, void (*cb)(void *arg, const char *peer, uint64_t id),
+                           void *arg)
+{
+    r->late_cancel = cb;
+    r->late_cancel_arg = arg;
+}
+
 /* The caller gave up on req (a CANCEL frame) or its stream ended. */
 static void req_cancel(tn_rpc_req_t *req)
 {
@@ -1167,6 +1181,8 @@ static int on_server_frame(void *arg, const tn_wire_hdr_t *h, const uint8_t *pay
         tn_rpc_req_t *req = tn_u64map_get(&ss->reqs, h->id);
         if (req)
             req_cancel(req);
+        else if (r->late_cancel)
+            r->late_cancel(r->late_cancel_arg, ss->peer, h->id); /* it crossed the reply */
         return 0;
     }
     case TN_WF_PING:

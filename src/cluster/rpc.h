@@ -153,6 +153,16 @@ bool tn_rpc_req_cancelled(const tn_rpc_req_t *req);
 void tn_rpc_req_on_cancel(tn_rpc_req_t *req, void (*cb)(void *arg, tn_rpc_req_t *req), void *arg);
 /* The caller's "ip:port", for logs; valid until tn_rpc_reply. */
 const char *tn_rpc_req_peer(const tn_rpc_req_t *req);
+/* The request id the caller gave req: unique among the calls of the
+ * caller's endpoint (its "ip:port", tn_rpc_req_peer). */
+uint64_t tn_rpc_req_id(const tn_rpc_req_t *req);
+/* cb(arg, peer, id) when a CANCEL arrives for a request this server no
+ * longer has: it was answered and the caller gave up before the answer
+ * reached it (the two crossed), so the answer was dropped there. peer and
+ * id as tn_rpc_req_peer and tn_rpc_req_id gave them (peer borrowed for
+ * the call). A CANCEL for an id never seen comes here too. NULL: none. */
+void tn_rpc_on_late_cancel(tn_rpc_t *r, void (*cb)(void *arg, const char *peer, uint64_t id),
+                           void *arg);
 
 /* Append the Prometheus text of tern_cluster_rpc_requests_total{op,outcome}
  * and tern_cluster_rpc_request_seconds{op} (calls this node made) to out.

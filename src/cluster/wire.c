@@ -684,8 +684,9 @@ int tn_wire_consume_encode(tn_buf_t *b, const tn_wire_consume_t *c)
 {
     size_t tlen = strnlen(c->topic, sizeof(c->topic));
     size_t clen = strnlen(c->channel, sizeof(c->channel));
+    size_t ilen = strnlen(c->ident, sizeof(c->ident));
     if (tlen == 0 || tlen > CONSUME_NAME_MAX || clen == 0 || clen > CONSUME_NAME_MAX ||
-        c->wait_ms < 0)
+        ilen > TN_WIRE_CONSUME_IDENT_MAX || c->wait_ms < 0)
         return UV_EINVAL;
     size_t at = b->len;
     int rc;
@@ -694,7 +695,8 @@ int tn_wire_consume_encode(tn_buf_t *b, const tn_wire_consume_t *c)
         (rc = tn_wire_put_u32(b, c->partition)) != 0 ||
         (rc = tn_wire_put_bool(b, c->pinned)) != 0 || (rc = tn_wire_put_u64(b, c->offset)) != 0 ||
         (rc = tn_wire_put_bool(b, c->replay)) != 0 || (rc = tn_wire_put_i64(b, c->wait_ms)) != 0 ||
-        (rc = tn_wire_put_u32(b, c->max)) != 0 || (rc = tn_wire_put_bool(b, c->local_only)) != 0)
+        (rc = tn_wire_put_u32(b, c->max)) != 0 || (rc = tn_wire_put_bool(b, c->local_only)) != 0 ||
+        (rc = tn_wire_put_bytes(b, c->ident, ilen)) != 0)
         b->len = at;
     return rc;
 }
@@ -714,6 +716,10 @@ int tn_wire_consume_decode(const void *p, size_t len, tn_wire_consume_t *out, ch
         tn_wire_get_i64(&in, &out->wait_ms) != 0 || tn_wire_get_u32(&in, &out->max) != 0 ||
         tn_wire_get_bool(&in, &out->local_only) != 0) {
         tn_errbuf(err, errlen, "malformed consume request: a field after the channel");
+        return TN_EPROTO;
+    }
+    if (tn_wire_get_str(&in, TN_WIRE_CONSUME_IDENT_MAX, out->ident) != 0) {
+        tn_errbuf(err, errlen, "malformed consume request: the user");
         return TN_EPROTO;
     }
     if (tn_wire_end(&in) != 0) {

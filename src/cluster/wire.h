@@ -379,6 +379,8 @@ int tn_wire_settle_reply_encode(tn_buf_t *b, const uint16_t *status, uint32_t n)
 int tn_wire_settle_reply_decode(const void *p, size_t len, uint32_t n, uint16_t *status);
 /* --- CONSUME -------------------------------------------------------------------- */
 
+#define TN_WIRE_CONSUME_IDENT_MAX 71
+
 /* The fields of a CONSUME request. */
 typedef struct {
     char topic[256];
@@ -390,16 +392,22 @@ typedef struct {
     int64_t wait_ms;
     uint32_t max;
     bool local_only;
+    /* The user the forwarding node serves (its per-user consume cap's
+     * name; "" none: security off). The owner counts the consume under
+     * it too. At most TN_WIRE_CONSUME_IDENT_MAX bytes. */
+    char ident[TN_WIRE_CONSUME_IDENT_MAX + 1];
 } tn_wire_consume_t;
 
 /* Append a CONSUME request's fields (after the opcode byte) to b. 0,
- * UV_ENOMEM, or UV_EINVAL (topic or channel empty or over 255 bytes,
- * wait_ms negative); on failure b is as it was. */
+ * UV_ENOMEM, or UV_EINVAL (topic or channel empty or over 255 bytes, an
+ * ident over TN_WIRE_CONSUME_IDENT_MAX, wait_ms negative); on failure b
+ * is as it was. */
 int tn_wire_consume_encode(tn_buf_t *b, const tn_wire_consume_t *c);
 /* Exact decode of a CONSUME request (p, len: after the opcode byte). The
  * values are the handler's to judge (names, ranges, a negative wait).
- * 0 or TN_EPROTO (short, trailing, a name over 255 bytes or holding a
- * NUL, a bool other than 0 or 1), with a sentence in err (may be NULL). */
+ * 0 or TN_EPROTO (short, trailing, a name over 255 bytes or an ident over
+ * TN_WIRE_CONSUME_IDENT_MAX, either holding a NUL, a bool other than 0 or
+ * 1), with a sentence in err (may be NULL). */
 int tn_wire_consume_decode(const void *p, size_t len, tn_wire_consume_t *out, char *err,
                            size_t errlen);
 

@@ -228,6 +228,7 @@ static void on_http_closed(void *arg)
         if (d->router != NULL)
             tn_router_set_rpc(d->router, NULL, d->raft_id, d->cluster);
         d->metrics.rpc = NULL;
+        d->metrics.router = NULL;
         tn_rpc_close(r, on_http_closed, d);
         return;
     }
@@ -511,10 +512,14 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     if (rc != 0)
         return rc;
     TN_LOG(TN_LOG_NOTICE, "node RPC listening on %s/udp", tn_rpc_addr(d->rpc));
+    /* A caller's CANCEL that crossed a forwarded consume's answer. */
+    tn_rpc_on_late_cancel(d->rpc, tn_v1_consume_late_cancel, &d->v1);
     tn_control_start(d->control, d->meta, d->rpc);
     /* Receipt handles settled and consumes forwarded on their owners. */
     tn_router_set_rpc(d->router, d->rpc, d->raft_id, d->cluster);
     d->metrics.rpc = d->rpc;
+    if (d->cluster)
+        d->metrics.router = d->router;
     d->metrics.dataplane = d->dataplane;
     if (d->ilog == NULL)
         return 0;

@@ -4,13 +4,21 @@ batch), each exactly once when acked at the owner; a pinned partition and
 a replay read are forwarded to the owner; a long poll through a non-owner
 is answered by a message produced at the owner later; an owner that
 stalls (SIGSTOP) is skipped by a queue consume; with an owner killed a pinned consume of its partition answers 502 (unreachable) or 503
-(marked dead), and queue consumes go on with the other owners.
+(marked dead), and queue consumes go on with the other owners; a
+forwarded long poll whose client leaves as a message arrives gives the
+message back at once (not after its visibility timeout); a user's
+concurrent consumes are capped on the node the client talks to and on the
+owner that runs forwarded ones (--http-max-consumes-per-user); the same message
+read through its owner and through another node shows the same publish
+time.
 
 Run: python3 tests/cluster/test_consume.py --ternd build/ternd
 """
 import argparse
+import http.client
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -164,6 +172,120 @@ class Consume(harness.ClusterTest):
             "POST", f"/v1/topics/w/ack?receipt_handle={m['receipt_handle']}", None,
             headers=CLIENT)
         self.assertEqual(status, 204, body)
+
+    def test_a_forwarded_poll_whose_client_leaves_gives_its_message_back(self):
+        c = self.start()
+        status, body = c.nodes[0].request(
+            "POST", "/v1/topics", {"name": "g", "partitions": 1, "visibility_timeout_ms": 60000})
+        self.assertEqual(status, 201, body)
+        wait_until("the owner everywhere", lambda: all(self.owners(n, "g") == ["1"]
+                                                       for n in c.nodes))
+        owner, via = c.nodes[0], c.nodes[1]
+        auth = harness.basic("admin", harness.PASSWORD)
+        for i in range(3):
+            # A pinned long poll through the non-owner: forwarded to node 1.
+            s = socket.create_connection((via.host, via.http_port), timeout=10)
+            s.sendall((f"GET /v1/topics/g/consume?partition=0&wait=10s HTTP/1.1\r\n"
+                       f"Host: tern\r\nAuthorization: {auth}\r\n\r\n").encode())
+            time.sleep(1.0)  # parked on the owner (a slow machine only delays the produce)
+            # The message arrives and the client leaves at the same moment.
+            p = http.client.HTTPConnection(owner.host, owner.http_port, timeout=10)
+            p.request("POST", "/v1/topics/g/produce", body=f"gone{i}".encode(),
+                      headers={"Authorization": auth, **OCTET})
+            s.close()
+            r = p.getresponse()
+            r.read()
+            p.close()
+            self.assertEqual(r.status, 202)
+            got = {}
+
+            def back():
+                status, m = owner.request("GET", "/v1/topics/g/consume?wait=1s")
+                if status == 200:
+                    got["m"] = m
+                return status == 200
+
+            # Its lease (if the owner took one for the poll) was given back:
+            # well before the 60 s visibility timeout.
+            wait_until("the message deliverable again", back, timeout=20)
+            self.assertEqual(got["m"]["payload"], f"gone{i}")
+            status, body = owner.request(
+                "POST", f"/v1/topics/g/ack?receipt_handle={got['m']['receipt_handle']}", None,
+                headers=CLIENT)
+            self.assertEqual(status, 204, body)
+
+    def test_publish_time_is_the_same_through_owner_and_non_owner(self):
+        c = self.start()
+        self.topic(c, "ts", partitions=1)
+        owner, via = c.nodes[0], c.nodes[2]
+        # One produced at the owner, one through a non-owner (its ingress
+        # log, then the owner's append).
+        status, answer = owner.request("POST", "/v1/topics/ts/produce", b"a", headers=OCTET)
+        self.assertEqual(status, 202, answer)
+        time.sleep(1.2)  # the two publish times fall in different seconds
+        status, answer = via.request("POST", "/v1/topics/ts/produce", b"b", headers=OCTET)
+        self.assertEqual(status, 202, answer)
+        stamps = {}
+        for off in (0, 1):
+            def read(node):
+                status, m = node.request("GET", f"/v1/topics/ts/consume?partition=0&offset={off}")
+                return m if status == 200 else None
+            wait_until("the record at the owner", lambda: read(owner) is not None)
+            at_owner, through = read(owner), read(via)
+            self.assertIsNotNone(through)
+            self.assertEqual(at_owner["payload"], through["payload"])
+            self.assertEqual(at_owner["timestamp"], through["timestamp"])
+            stamps[off] = at_owner["timestamp"]
+        self.assertLessEqual(stamps[0], stamps[1])
+        # A lease: taken through the non-owner, given back, taken at the
+        # owner: the same publish time both ways.
+        status, m1 = via.request("GET", "/v1/topics/ts/consume?partition=0")
+        self.assertEqual(status, 200, m1)
+        status, body = via.request(
+            "POST", f"/v1/topics/ts/ack?receipt_handle={m1['receipt_handle']}&extend=0", None,
+            headers=CLIENT)
+        self.assertEqual(status, 204, body)
+        status, m2 = owner.request("GET", "/v1/topics/ts/consume?partition=0&wait=5s")
+        self.assertEqual(status, 200, m2)
+        self.assertEqual((m2["offset"], m2["timestamp"]), (m1["offset"], m1["timestamp"]))
+        self.assertEqual(m1["timestamp"], stamps[m1["offset"]])
+
+    def open_poll(self, node, topic, query):
+        """A /v1 consume sent on a raw connection (closed by the caller)."""
+        auth = harness.basic("admin", harness.PASSWORD)
+        s = socket.create_connection((node.host, node.http_port), timeout=30)
+        s.sendall((f"GET /v1/topics/{topic}/consume?{query} HTTP/1.1\r\n"
+                   f"Host: tern\r\nAuthorization: {auth}\r\n\r\n").encode())
+        return s
+
+    def test_per_user_consume_cap_counts_forwarded_consumes(self):
+        c = self.start(args=["--http-max-consumes-per-user=2"])
+        self.topic(c, "cap", partitions=1)  # owned by node 1
+        owner, via, third = c.nodes[0], c.nodes[1], c.nodes[2]
+        over = "too many concurrent consumes for this user"
+        socks = [self.open_poll(via, "cap", "partition=0&wait=30s") for _ in range(2)]
+        try:
+            # Two pinned long polls through node 2, forwarded to node 1: the
+            # user's cap of 2 is full on node 2...
+            wait_until("node 2 counts the forwarded polls", lambda: via.request(
+                "GET", "/v1/topics/cap/consume?partition=0&wait=0s")[0] == 429, timeout=20)
+            status, body = via.request("GET", "/v1/topics/cap/consume?wait=0s")
+            self.assertEqual((status, body["error"]), (429, over))
+            # ... and on the owner, which runs them: the same user there
+            # directly, or through a third node, is over it too.
+            wait_until("node 1 counts the forwarded polls", lambda: owner.request(
+                "GET", "/v1/topics/cap/consume?partition=0&wait=0s")[0] == 429, timeout=20)
+            status, body = owner.request("GET", "/v1/topics/cap/consume?wait=0s")
+            self.assertEqual((status, body["error"]), (429, over))
+            status, body = third.request("GET", "/v1/topics/cap/consume?partition=0&wait=0s")
+            self.assertEqual((status, body["error"]), (429, over))
+        finally:
+            for s in socks:
+                s.close()
+        # The clients left: both nodes give the counts back.
+        for node in (via, owner, third):
+            wait_until(f"node {node.id} under the cap again", lambda: node.request(
+                "GET", "/v1/topics/cap/consume?partition=0&wait=0s")[0] == 204, timeout=20)
 
     def test_a_stalled_owner_is_skipped(self):
         c = self.start()

@@ -4,12 +4,17 @@ through another node, which forwards it to the owner over node RPC
 (SETTLE); an ack batch spanning the partitions of all three owners gets a
 result per handle; a stale handle answers 410 through any node; a handle
 of a partition whose owner is gone answers 502 (unreachable) or 503 (its
-member record says dead).
+member record says dead); hundreds of concurrent single acks through a
+non-owner all settle (the owner coalesces nothing; the forwarding node
+queues them behind its busy SETTLE calls and sends them in batches) and
+none of their messages comes back after the visibility timeout.
 
 Run: python3 tests/cluster/test_settle.py --ternd build/ternd
 """
 import argparse
+import concurrent.futures
 import os
+import re
 import sys
 import time
 import unittest
@@ -189,6 +194,47 @@ class Settle(harness.ClusterTest):
         self.assertEqual(status, 200, body)
         self.assertEqual([(r["status"], r.get("error")) for r in body["results"]],
                          [(503, DOWN), (204, None)])
+
+    def metric(self, node, name):
+        status, text = node.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        if isinstance(text, bytes):
+            text = text.decode()
+        m = re.search(r"^" + name + r" (\d+)$", str(text), re.M)
+        return int(m.group(1)) if m else None
+
+    def test_many_concurrent_acks_through_a_non_owner(self):
+        c = self.start()
+        owner = self.owner(c, 1)
+        via = self.others(c, owner)[0]
+        n = 300
+        for k in range(0, n, 100):
+            status, body = owner.request(
+                "POST", "/v1/topics/t/produce/batch",
+                [{"payload": f"m{i}", "partition": 1} for i in range(k, k + 100)])
+            self.assertEqual(status, 202, body)
+        handles = []
+        while len(handles) < n:
+            status, body = owner.request(
+                "GET", "/v1/topics/t/consume?partition=1&max=100&wait=5s", headers=CLIENT)
+            self.assertEqual(status, 200, body)
+            handles += [m["receipt_handle"] for m in body["messages"]]
+        self.assertEqual(len(handles), n)
+        before = self.metric(via, "tern_cluster_settle_handles_total") or 0
+        with concurrent.futures.ThreadPoolExecutor(max_workers=48) as pool:
+            results = list(pool.map(lambda h: self.ack(via, h), handles))
+        self.assertEqual([s for s, _ in results], [204] * n,
+                         [b for s, b in results if s != 204][:3])
+        after = self.metric(via, "tern_cluster_settle_handles_total")
+        self.assertEqual(after - before, n)
+        calls = self.metric(via, "tern_cluster_settle_calls_total")
+        self.assertIsNotNone(calls)
+        self.assertIsNotNone(self.metric(via, "tern_cluster_settle_coalesced_total"))
+        # Settled for good: nothing comes back once the leases would have
+        # run out.
+        time.sleep(VISIBILITY_MS / 1000 + 1)
+        status, body = self.consume(owner, 1, wait="2s")
+        self.assertEqual(status, 204, body)
 
 
 def main():

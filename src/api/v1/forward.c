@@ -19,9 +19,13 @@
  *      with messages answers, the other is cancelled. A cancelled lane
  *      request nacks what it had taken; a cancelled forwarded consume is
  *      nacked by its owner (tn_consume_parked_cancel there). A reply that
- *      crossed the cancel on the wire is dropped by node RPC: its
- *      messages come back when their visibility timeout ends (at least
- *      once: nothing is lost).
+ *      crossed the cancel on the wire is dropped by node RPC; the owner
+ *      kept its handles for 2 s and nacks them when the CANCEL arrives
+ *      (the grace, below), so they come back at once.
+ * Caps: a consume that leaves this node counts once against its user's
+ * cap here, from its route to its answer (its lane requests do not count
+ * again), and carries the user to its owners, which count what they run
+ * for it under that user as well.
  * A lone node (no node RPC in the router) never leaves step 1's "here".
  *
  * Threads: the loop thread. */
@@ -74,6 +78,7 @@ typedef struct {
     size_t probe;  /* the next owner to probe */
     tn_buf_t msgs; /* a batch's messages so far, comma separated */
     uint32_t got;
+    uint32_t charge;    /* counted against a.ident's cap until answered */
     int64_t started_ms; /* monotonic */
     unsigned depth;     /* callbacks of f running: freed when the last returns */
 } fwd_t;
@@ -89,6 +94,14 @@ static void fwd_maybe_free(fwd_t *f)
     tn_free(f);
 }
 
+/* Give back what f counted against its user's cap. */
+static void uncharge(fwd_t *f)
+{
+    if (f->charge > 0 && f->v->consume != NULL)
+        tn_consume_uncharge(f->v->consume, f->ident, f->charge);
+    f->charge = 0;
+}
+
 /* Answer the client with status and body exactly as the lanes would. */
 static void relay(fwd_t *f, int status, const char *body, size_t len)
 {
@@ -96,6 +109,7 @@ static void relay(fwd_t *f, int status, const char *body, size_t len)
     if (r == NULL)
         return;
     f->r = NULL;
+    uncharge(f);
     r->on_cancel = NULL;
     if (status == 204)
         tn_http_respond(r, 204, NULL, NULL, NULL, 0);
@@ -194,6 +208,7 @@ static tn_wire_consume_t wire_args(const fwd_t *f, int64_t wait_ms, uint32_t max
     w.wait_ms = wait_ms;
     w.max = max;
     w.local_only = true;
+    snprintf(w.ident, sizeof(w.ident), "%s", f->a.ident);
     return w;
 }
 
@@ -250,6 +265,7 @@ static void start_local(fwd_t *f, int64_t wait_ms, uint32_t max)
     tn_consume_args_t a = f->a;
     a.wait_ms = wait_ms;
     a.max = max;
+    a.ident = ""; /* f counts it, once */
     f->local.answer = on_local;
     f->local.data = f;
     f->local_on = true;
@@ -361,6 +377,7 @@ static void on_client_gone(tn_http_request_t *r)
     fwd_t *f = r->data;
     enter(f);
     f->r = NULL;
+    uncharge(f);
     if (f->local_on) {
         tn_consume_parked_cancel(&f->local);
         f->local_on = false;
@@ -392,11 +409,20 @@ void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_arg
             return;
         }
     }
+    /* Counted once, for its whole life, on this node: as on a lone node
+     * (its owners count what they run for it too). */
+    uint32_t charge = 0;
+    if (!tn_consume_charge(v->consume, a->ident, a->replay ? 1 : TN_MAX(a->max, 1u), &charge)) {
+        tn__v1_error(r, 429, "too many concurrent consumes for this user", "Retry-After: 1\r\n");
+        return;
+    }
     fwd_t *f = tn_calloc(1, sizeof(*f));
     if (f == NULL) {
+        tn_consume_uncharge(v->consume, a->ident, charge);
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
+    f->charge = charge;
     f->v = v;
     f->r = r;
     f->a = *a;
@@ -433,9 +459,118 @@ void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_arg
 typedef struct {
     tn_consume_parked_t pk;
     tn_rpc_req_t *req;
+    tn_v1_t *v;
     bool starting; /* inside tn_consume_start_parked */
     bool answered;
+    char topic[TN_NAME_MAX + 1];
+    char channel[TN_NAME_MAX + 1];
+    uint32_t n; /* the leases its answer carries */
+    tn_wire_handle_t h[TN_CONSUME_BATCH_MAX];
 } rpc_parked_t;
+
+/* --- the grace of delivered handles ---------------------------------------------
+ *
+ * A forwarded consume's answer carries leases. When the caller gives up
+ * just as the answer goes (its client left, another source answered
+ * first, its deadline passed), the answer and the caller's CANCEL cross:
+ * node RPC drops the answer there, and the CANCEL reaches this node for a
+ * request it no longer has (tn_rpc_on_late_cancel). So for GRACE_MS after
+ * each answer with leases the owner keeps its handles, keyed by the
+ * caller's endpoint and request id, and a late CANCEL for it nacks them at
+ * once: the messages are deliverable again now instead of after their
+ * visibility timeout. A caller that read the answer never cancels; the
+ * records expire from the front of a FIFO (every record lives GRACE_MS),
+ * looked at whenever one is added or a late CANCEL comes, so their cost
+ * is a copy of the handles per answer. At most GRACE_MAX are kept (the
+ * oldest goes first). */
+
+#define GRACE_MS  2000
+#define GRACE_MAX 8192
+
+struct tn__v1_grace_s {
+    tn__v1_grace_t *next;
+    int64_t expires_ms; /* monotonic */
+    uint64_t id;
+    char peer[64];
+    char topic[TN_NAME_MAX + 1];
+    char channel[TN_NAME_MAX + 1];
+    uint32_t n;
+    tn_wire_handle_t h[];
+};
+
+static void grace_pop(tn_v1_t *v)
+{
+    tn__v1_grace_t *g = v->grace_head;
+    v->grace_head = g->next;
+    if (v->grace_head == NULL)
+        v->grace_tail = NULL;
+    v->ngrace--;
+    tn_free(g);
+}
+
+static void grace_expire(tn_v1_t *v)
+{
+    int64_t now = tn_now_mono_ms();
+    while (v->grace_head != NULL && (v->grace_head->expires_ms <= now || v->ngrace > GRACE_MAX))
+        grace_pop(v);
+}
+
+/* Remember p's leases for GRACE_MS (memory short: not at all; their
+ * visibility timeout still brings them back). */
+static void grace_keep(tn_v1_t *v, const rpc_parked_t *p, const char *peer, uint64_t id)
+{
+    grace_expire(v);
+    tn__v1_grace_t *g = tn_malloc(sizeof(*g) + (size_t)p->n * sizeof(g->h[0]));
+    if (g == NULL)
+        return;
+    g->next = NULL;
+    g->expires_ms = tn_now_mono_ms() + GRACE_MS;
+    g->id = id;
+    snprintf(g->peer, sizeof(g->peer), "%s", peer);
+    snprintf(g->topic, sizeof(g->topic), "%s", p->topic);
+    snprintf(g->channel, sizeof(g->channel), "%s", p->channel);
+    g->n = p->n;
+    memcpy(g->h, p->h, (size_t)p->n * sizeof(g->h[0]));
+    if (v->grace_tail != NULL)
+        v->grace_tail->next = g;
+    else
+        v->grace_head = g;
+    v->grace_tail = g;
+    v->ngrace++;
+}
+
+void tn_v1_consume_late_cancel(void *arg, const char *peer, uint64_t id)
+{
+    tn_v1_t *v = arg;
+    grace_expire(v);
+    for (tn__v1_grace_t **pp = &v->grace_head, *prev = NULL; *pp != NULL;
+         prev = *pp, pp = &(*pp)->next) {
+        tn__v1_grace_t *g = *pp;
+        if (g->id != id || strcmp(g->peer, peer) != 0)
+            continue;
+        *pp = g->next;
+        if (v->grace_tail == g)
+            v->grace_tail = prev;
+        v->ngrace--;
+        uint32_t back = 0;
+        for (uint32_t i = 0; i < g->n && v->consume != NULL; i++)
+            if (tn_consume_settle(v->consume, g->topic, g->channel, g->h[i].partition,
+                                  g->h[i].offset, g->h[i].nonce, TN_SETTLE_NACK, 0) == 0)
+                back++;
+        TN_LOG_RL(TN_LOG_INFO, 10000,
+                  "consume of %s for %s: the caller gave up as the answer went; %u of %u "
+                  "message(s) back at once",
+                  g->topic, peer, back, g->n);
+        tn_free(g);
+        return;
+    }
+}
+
+void tn__v1_grace_free(tn_v1_t *v)
+{
+    while (v->grace_head != NULL)
+        grace_pop(v);
+}
 
 static void rpc_reply_error(tn_rpc_req_t *req, int status, const char *msg)
 {
@@ -448,9 +583,19 @@ static void rpc_reply_error(tn_rpc_req_t *req, int status, const char *msg)
     tn_buf_fini(&b);
 }
 
+static void rpc_delivered(tn_consume_parked_t *pk, uint32_t partition, uint64_t offset,
+                          uint32_t nonce)
+{
+    rpc_parked_t *p = pk->data;
+    if (p->n < TN_CONSUME_BATCH_MAX)
+        p->h[p->n++] = (tn_wire_handle_t){partition, offset, nonce};
+}
+
 static void rpc_answer(tn_consume_parked_t *pk, int status, const char *body, size_t len)
 {
     rpc_parked_t *p = pk->data;
+    if (status == 200 && p->n > 0 && !tn_rpc_req_cancelled(p->req))
+        grace_keep(p->v, p, tn_rpc_req_peer(p->req), tn_rpc_req_id(p->req));
     tn_rpc_reply(p->req, (uint16_t)status, status == 204 ? NULL : TN__V1_JSON, body, len);
     p->answered = true;
     if (!p->starting)
@@ -512,14 +657,18 @@ static void on_rpc_consume(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     a.replay = w.replay;
     a.offset = w.offset;
     a.max = w.max;
-    a.ident = ""; /* the forwarding node counted it */
+    a.ident = w.ident; /* counted here too: forwarded consumes never bypass this node's cap */
     rpc_parked_t *p = tn_calloc(1, sizeof(*p));
     if (p == NULL) {
         rpc_reply_error(req, 503, "out of memory");
         return;
     }
     p->req = req;
+    p->v = v;
+    snprintf(p->topic, sizeof(p->topic), "%s", w.topic);
+    snprintf(p->channel, sizeof(p->channel), "%s", w.channel);
     p->pk.answer = rpc_answer;
+    p->pk.delivered = rpc_delivered;
     p->pk.data = p;
     p->starting = true;
     tn_consume_start_parked(v->consume, &p->pk, &a);

@@ -14,4 +14,9 @@
  * forward.c's design says. */
 void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_args_t *a);
 
+/* The owner's records of leases its forwarded consumes answered with
+ * (the grace of forward.c); freed by tn_v1_close. */
+typedef struct tn__v1_grace_s tn__v1_grace_t;
+void tn__v1_grace_free(tn_v1_t *v);
+
 #endif

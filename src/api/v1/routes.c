@@ -13,6 +13,7 @@
 #include "api/v1/cluster.h"
 #include "api/v1/common.h"
 #include "api/v1/consume.h"
+#include "api/v1/forward.h"
 #include "api/v1/produce.h"
 #include "api/v1/topics.h"
 #include "api/v1/users.h"
@@ -269,6 +270,7 @@ void tn_v1_close(tn_v1_t *v)
     v->closing = true;
     tn_consume_close(v->consume);
     v->consume = NULL;
+    tn__v1_grace_free(v);
     tn_fanout_close(v->fanout);
     v->fanout = NULL;
     tn__v1_users_close(v);

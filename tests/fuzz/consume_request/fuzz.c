@@ -23,7 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         return 0;
     }
-    if (strlen(c.topic) > 255 || strlen(c.channel) > 255)
+    if (strlen(c.topic) > 255 || strlen(c.channel) > 255 ||
+        strlen(c.ident) > TN_WIRE_CONSUME_IDENT_MAX)
         abort();
     tn_buf_t b;
     tn_buf_init(&b);

@@ -99,8 +99,8 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
     }
     case TN_OP_CONSUME: {
         /* topic, channel, partition, pinned, offset, replay, wait, max,
-         * local_only. */
-        char topic[256], channel[256];
+         * local_only, ident. */
+        char topic[256], channel[256], ident[TN_WIRE_CONSUME_IDENT_MAX + 1];
         uint32_t part, max;
         bool pinned, replay, local;
         uint64_t off;
@@ -110,11 +110,12 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
             tn_wire_get_u64(&in, &off) == 0 && tn_wire_get_bool(&in, &replay) == 0 &&
             tn_wire_get_i64(&in, &wait) == 0 && tn_wire_get_u32(&in, &max) == 0 &&
             tn_wire_get_bool(&in, &local) == 0 &&
+            tn_wire_get_str(&in, TN_WIRE_CONSUME_IDENT_MAX, ident) == 0 &&
             (tn_wire_put_str(out, topic) != 0 || tn_wire_put_str(out, channel) != 0 ||
              tn_wire_put_u32(out, part) != 0 || tn_wire_put_bool(out, pinned) != 0 ||
              tn_wire_put_u64(out, off) != 0 || tn_wire_put_bool(out, replay) != 0 ||
              tn_wire_put_i64(out, wait) != 0 || tn_wire_put_u32(out, max) != 0 ||
-             tn_wire_put_bool(out, local) != 0))
+             tn_wire_put_bool(out, local) != 0 || tn_wire_put_str(out, ident) != 0))
             abort();
         break;
     }

@@ -19,6 +19,7 @@
 
 #include "api/consume.h"
 #include "api/v1.h"
+#include "api/v1/forward.h"
 #include "cluster/router.h"
 #include "cluster/rpc.h"
 #include "cluster/wire.h"
@@ -61,6 +62,58 @@ static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
     return r;
 }
 
+/* --- a slow owner's SETTLE handler ------------------------------------------------ */
+
+/* It answers every request it holds each time the test says so (or at
+ * once, when not holding): offset even 204, odd 410. It counts calls and
+ * the handles they carried. */
+typedef struct {
+    tn_rpc_req_t *held[64];
+    tn_wire_settle_t w[64];
+    unsigned nheld;
+    unsigned calls;
+    unsigned handles;
+    unsigned max_handles;
+    char topic[256];
+    uint8_t how;
+} slow_t;
+
+static slow_t slow;
+
+static void slow_answer(unsigned i)
+{
+    uint16_t st[TN_SETTLE_MAX];
+    for (uint32_t k = 0; k < slow.w[i].count; k++)
+        st[k] = slow.w[i].h[k].offset % 2 == 0 ? 204 : 410;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_settle_reply_encode(&b, st, slow.w[i].count), 0);
+    tn_rpc_reply(slow.held[i], 200, "application/octet-stream", tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
+
+static void slow_release(void)
+{
+    for (unsigned i = 0; i < slow.nheld; i++)
+        slow_answer(i);
+    slow.nheld = 0;
+}
+
+static void on_slow_settle(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    assert_ptr_equal(arg, &slow);
+    assert_true(slow.nheld < 64);
+    unsigned i = slow.nheld++;
+    char err[200];
+    assert_int_equal(tn_wire_settle_decode(payload, len, &slow.w[i], err, sizeof(err)), 0);
+    slow.held[i] = req;
+    slow.calls++;
+    slow.handles += slow.w[i].count;
+    slow.max_handles = TN_MAX(slow.max_handles, slow.w[i].count);
+    snprintf(slow.topic, sizeof(slow.topic), "%s", slow.w[i].topic);
+    slow.how = slow.w[i].how;
+}
+
 static void put_topic(ffx_t *f, const char *name, uint32_t partitions)
 {
     tn_meta_cmd_t c = tu_meta_topic_cmd(name, partitions);
@@ -88,11 +141,12 @@ static ffx_t *ffx_new(void)
     tn_broker_opts_t o;
     tu_broker_opts(&o);
     assert_int_equal(tn_broker_open(f->loop, f->fx->store, &o, &f->b), 0);
-    tn_rpc_handler_t h;
-    tn_v1_consume_handler(&f->v, &h);
-    assert_int_equal(h.op, TN_OP_CONSUME);
-    assert_int_equal(h.flags, TN_RPC_OP_EXEMPT);
-    f->owner = rpc_open(f->loop, &h, 1);
+    tn_rpc_handler_t h[2];
+    tn_v1_consume_handler(&f->v, &h[0]);
+    assert_int_equal(h[0].op, TN_OP_CONSUME);
+    assert_int_equal(h[0].flags, TN_RPC_OP_EXEMPT);
+    h[1] = (tn_rpc_handler_t){TN_OP_SETTLE, 0, on_slow_settle, &slow};
+    f->owner = rpc_open(f->loop, h, 2);
     f->caller = rpc_open(f->loop, NULL, 0);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
@@ -132,6 +186,7 @@ static void ffx_free(ffx_t *f)
     tn_rpc_close(f->owner, on_closed, &done);
     assert_true(tu_run_loop(f->loop, tu_is_true, &done));
     tn_router_free(f->router);
+    tn__v1_grace_free(&f->v);
     broker_closed = false;
     tn_broker_close(f->b, on_broker_closed);
     assert_true(tu_run_loop(f->loop, tu_is_true, &broker_closed));
@@ -494,6 +549,199 @@ static void test_where(void **state)
     ffx_free(f);
 }
 
+static bool no_grace(void *arg)
+{
+    return ((ffx_t *)arg)->v.ngrace == 0;
+}
+
+static bool has_grace(void *arg)
+{
+    return ((ffx_t *)arg)->v.ngrace > 0;
+}
+
+/* The owner's answer with a lease and the caller's CANCEL cross: the
+ * caller never sees the answer (node RPC drops it), and the owner, told
+ * of the CANCEL for a request it had answered, nacks the lease at once:
+ * the next consume gets the message now (a second attempt), not after
+ * its 30 s visibility timeout. */
+static void test_reply_crossing_cancel_is_nacked(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tn_rpc_on_late_cancel(f->owner, tn_v1_consume_late_cancel, &f->v);
+    put_topic(f, "t", 1);
+    call_t k;
+    tn_wire_consume_t w = req_of("t", 8000, 0);
+    start(f, &k, &w, 10000);
+    run_for(f, 300);
+    assert_false(k.done);
+    /* The caller stops hearing: the owner's answer will not reach it. */
+    tn_rpc_test_deaf(f->caller, true);
+    publish(f, "t", 0, "crossed");
+    assert_true(tu_run_loop(f->loop, has_grace, f)); /* answered, lease kept */
+    assert_int_equal(f->v.ngrace, 1);
+    assert_false(k.done);
+    tn_router_consume_cancel(&k.c);
+    assert_true(tu_run_loop(f->loop, tu_is_true, &k.done));
+    assert_int_equal(k.status, TN_ECLOSED);
+    assert_true(tu_run_loop(f->loop, no_grace, f)); /* the CANCEL reached the owner */
+    tn_rpc_test_deaf(f->caller, false);
+    w = req_of("t", 5000, 0);
+    call(f, &k, &w);
+    assert_int_equal(k.http, 200);
+    assert_non_null(strstr(k.body, "\"payload\":\"crossed\""));
+    assert_non_null(strstr(k.body, "\"attempts\":2"));
+    /* A caller that read its answer never cancels; an unknown late
+     * CANCEL changes nothing. */
+    tn_v1_consume_late_cancel(&f->v, "127.0.0.1:1", 12345);
+    ffx_free(f);
+}
+
+/* --- settling through the router: coalescing per owner -------------------------- */
+
+typedef struct {
+    tn_router_settle_item_t it;
+    bool done;
+} ack_t;
+
+static unsigned acks_done;
+
+static void on_acked(void *arg, tn_router_settle_item_t *items, uint32_t n)
+{
+    ack_t *a = arg;
+    assert_ptr_equal(items, &a->it);
+    assert_int_equal(n, 1);
+    a->done = true;
+    acks_done++;
+}
+
+typedef struct {
+    unsigned want;
+} count_t;
+
+static bool acks_reached(void *arg)
+{
+    const count_t *c = arg;
+    if (slow.nheld > 0)
+        slow_release(); /* the owner answers what it holds each turn */
+    return acks_done >= c->want;
+}
+
+static bool held_reached(void *arg)
+{
+    return slow.nheld >= *(const unsigned *)arg;
+}
+
+#define NACKS 300
+
+/* Hundreds of single acks to one slow owner, all at once: the first
+ * TN_ROUTER_SETTLE_INFLIGHT go alone at once, the rest wait and go in
+ * batches of at most TN_ROUTER_SETTLE_COALESCE; each gets its own
+ * handle's result. Then an idle owner's ack goes at once, alone. */
+static void test_settle_coalesces(void **state)
+{
+    (void)state;
+    memset(&slow, 0, sizeof(slow));
+    ffx_t *f = ffx_new();
+    put_topic(f, "t", 2);
+    ack_t *a = calloc(NACKS, sizeof(*a));
+    assert_non_null(a);
+    acks_done = 0;
+    for (unsigned i = 0; i < NACKS; i++) {
+        a[i].it = (tn_router_settle_item_t){i % 2, i, 7, 0, NULL};
+        tn_router_settle(f->router, "t", "default", TN_WIRE_SETTLE_ACK, 30000, &a[i].it, 1,
+                         on_acked, &a[i]);
+        assert_false(a[i].done);
+    }
+    /* Nothing answered yet: the first calls are out, one handle each. */
+    unsigned want = TN_ROUTER_SETTLE_INFLIGHT;
+    assert_true(tu_run_loop(f->loop, held_reached, &want));
+    assert_int_equal(slow.calls, TN_ROUTER_SETTLE_INFLIGHT);
+    assert_int_equal(slow.handles, TN_ROUTER_SETTLE_INFLIGHT);
+    count_t c = {NACKS};
+    assert_true(tu_run_loop(f->loop, acks_reached, &c));
+    assert_int_equal(slow.handles, NACKS);
+    assert_true(slow.max_handles <= TN_ROUTER_SETTLE_COALESCE);
+    assert_true(slow.max_handles > 1);
+    /* 4 alone, then 296 in batches of at most 64 (at least 5 calls):
+     * far fewer calls than acks. */
+    assert_true(slow.calls >= TN_ROUTER_SETTLE_INFLIGHT + 5);
+    assert_true(slow.calls <= 4 * TN_ROUTER_SETTLE_INFLIGHT);
+    assert_string_equal(slow.topic, "t");
+    assert_int_equal(slow.how, TN_WIRE_SETTLE_ACK);
+    for (unsigned i = 0; i < NACKS; i++) {
+        assert_true(a[i].done);
+        assert_int_equal(a[i].it.status, i % 2 == 0 ? 204 : 410);
+        if (i % 2 == 0)
+            assert_null(a[i].it.error);
+        else
+            assert_string_equal(a[i].it.error,
+                                "receipt handle no longer matches an active reservation");
+    }
+    tn_router_stats_t st;
+    tn_router_stats(f->router, &st);
+    assert_int_equal(st.settle_calls, slow.calls);
+    assert_int_equal(st.settle_handles, NACKS);
+    assert_int_equal(st.settle_queued, NACKS - TN_ROUTER_SETTLE_INFLIGHT);
+    tn_buf_t m;
+    tn_buf_init(&m);
+    tn_router_settle_metrics_write(f->router, &m);
+    char line[96];
+    snprintf(line, sizeof(line), "tern_cluster_settle_handles_total %u\n", NACKS);
+    assert_non_null(strstr(tn_buf_data(&m), line));
+    tn_buf_fini(&m);
+    /* Idle again: an ack goes at once, alone. */
+    unsigned calls = slow.calls;
+    a[0].done = false;
+    a[0].it = (tn_router_settle_item_t){0, 1000, 7, 0, NULL};
+    tn_router_settle(f->router, "t", "default", TN_WIRE_SETTLE_NACK, 0, &a[0].it, 1, on_acked,
+                     &a[0]);
+    want = 1;
+    assert_true(tu_run_loop(f->loop, held_reached, &want));
+    assert_int_equal(slow.calls, calls + 1);
+    assert_int_equal(slow.w[0].count, 1);
+    assert_int_equal(slow.how, TN_WIRE_SETTLE_NACK);
+    c.want = acks_done + 1;
+    assert_true(tu_run_loop(f->loop, acks_reached, &c));
+    assert_int_equal(a[0].it.status, 204);
+    free(a);
+    ffx_free(f);
+}
+
+/* An owner that never answers: the calls in flight time out, and the
+ * acks queued behind them answer 502 within their own 2 s, waiting
+ * included. */
+static void test_settle_budget_covers_queue(void **state)
+{
+    (void)state;
+    memset(&slow, 0, sizeof(slow));
+    ffx_t *f = ffx_new();
+    put_topic(f, "t", 1);
+    enum { N = 20 };
+    ack_t a[N];
+    memset(a, 0, sizeof(a));
+    acks_done = 0;
+    int64_t t0 = tn_now_mono_ms();
+    for (unsigned i = 0; i < N; i++) {
+        a[i].it = (tn_router_settle_item_t){0, i, 7, 0, NULL};
+        tn_router_settle(f->router, "t", "default", TN_WIRE_SETTLE_ACK, 30000, &a[i].it, 1,
+                         on_acked, &a[i]);
+    }
+    /* acks_reached would release the held calls: wait without it. */
+    while (acks_done < N && tn_now_mono_ms() - t0 < 20000)
+        uv_run(f->loop, UV_RUN_ONCE);
+    assert_int_equal(acks_done, N);
+    for (unsigned i = 0; i < N; i++) {
+        assert_int_equal(a[i].it.status, 502);
+        assert_string_equal(a[i].it.error, "partition owner unreachable");
+    }
+    /* The first calls went; the rest waited behind them (and ran out of
+     * budget there, or went in a call with what was left of it). */
+    assert_true(slow.calls >= TN_ROUTER_SETTLE_INFLIGHT && slow.calls < N);
+    slow_release();
+    ffx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -502,6 +750,9 @@ int main(void)
         cmocka_unit_test(test_long_poll_and_cancel),
         cmocka_unit_test(test_cancelled_batch_gives_back),
         cmocka_unit_test(test_where),
+        cmocka_unit_test(test_reply_crossing_cancel_is_nacked),
+        cmocka_unit_test(test_settle_coalesces),
+        cmocka_unit_test(test_settle_budget_covers_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

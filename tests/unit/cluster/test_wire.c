@@ -829,11 +829,13 @@ static void test_consume_codec(void **state)
     c.wait_ms = 5000;
     c.max = 100;
     c.local_only = true;
+    snprintf(c.ident, sizeof(c.ident), "alice");
     tn_buf_t b;
     tn_buf_init(&b);
     assert_int_equal(tn_wire_consume_encode(&b, &c), 0);
-    /* 4+6, 4+7, 4, 1, 8, 1, 8, 4, 1 */
-    assert_int_equal(tn_buf_size(&b), 10 + 11 + 4 + 1 + 8 + 1 + 8 + 4 + 1);
+    /* 4+6, 4+7, 4, 1, 8, 1, 8, 4, 1, 4+5 */
+    assert_int_equal(tn_buf_size(&b), 10 + 11 + 4 + 1 + 8 + 1 + 8 + 4 + 1 + 9);
+    assert_memory_equal((const uint8_t *)tn_buf_data(&b) + tn_buf_size(&b) - 9, "\0\0\0\5alice", 9);
     const uint8_t *p = (const uint8_t *)tn_buf_data(&b);
     assert_memory_equal(p, "\0\0\0\6orders\0\0\0\7workers\0\0\0\7\1", 26);
     tn_wire_consume_t d;
@@ -848,6 +850,7 @@ static void test_consume_codec(void **state)
     assert_int_equal(d.wait_ms, 5000);
     assert_int_equal(d.max, 100);
     assert_true(d.local_only);
+    assert_string_equal(d.ident, "alice");
     /* Every cut is refused, with a sentence. */
     for (size_t n = 0; n < tn_buf_size(&b); n++) {
         err[0] = '\0';
@@ -887,7 +890,29 @@ static void test_consume_codec(void **state)
     bad = c;
     bad.wait_ms = -1;
     assert_int_equal(tn_wire_consume_encode(&b, &bad), UV_EINVAL);
+    bad = c;
+    memset(bad.ident, 'u', sizeof(bad.ident)); /* no NUL within 72 bytes: over 71 */
+    assert_int_equal(tn_wire_consume_encode(&b, &bad), UV_EINVAL);
     assert_int_equal(tn_buf_size(&b), 1);
+    /* No user ("" : security off) is 4 zero bytes; a user of 72 bytes on
+     * the wire is refused. */
+    bad = c;
+    bad.ident[0] = '\0';
+    tn_buf_t e;
+    tn_buf_init(&e);
+    assert_int_equal(tn_wire_consume_encode(&e, &bad), 0);
+    assert_int_equal(tn_buf_size(&e), 10 + 11 + 4 + 1 + 8 + 1 + 8 + 4 + 1 + 4);
+    assert_int_equal(tn_wire_consume_decode(tn_buf_data(&e), tn_buf_size(&e), &d, NULL, 0), 0);
+    assert_string_equal(d.ident, "");
+    e.len -= 4;
+    char longname[73];
+    memset(longname, 'u', 72);
+    longname[72] = '\0';
+    assert_int_equal(tn_wire_put_str(&e, longname), 0);
+    assert_int_equal(tn_wire_consume_decode(tn_buf_data(&e), tn_buf_size(&e), &d, err, sizeof(err)),
+                     TN_EPROTO);
+    assert_non_null(strstr(err, "the user"));
+    tn_buf_fini(&e);
     /* The request check knows the op. */
     tn_buf_t r;
     tn_buf_init(&r);
