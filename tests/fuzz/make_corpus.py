@@ -70,6 +70,10 @@ def settle_fields(topic, channel, how, vis, handles):
     return out
 
 
+def purge_fields(topic, created_at_ms):
+    return wire_str(topic) + struct.pack(">q", created_at_ms)
+
+
 def commit_fields(topic, partition, recs):
     """A COMMIT request's fields (after the opcode byte)."""
     out = wire_str(topic) + struct.pack(">II", partition, len(recs))
@@ -117,6 +121,19 @@ def wire_seeds(here):
     write(sr, "seed-short", settle_fields(b"t", b"c", 1, 0, three)[:-3])
     write(sr, "seed-reply", struct.pack(">IHHHH", 4, 204, 410, 503, 421))
 
+    pr = os.path.join(here, "purge_request", "corpus")
+    write(pr, "seed-purge", purge_fields(b"orders", 1764590000000))
+    write(pr, "seed-nsq-topic", purge_fields(b"a.b-c_d", 0))
+    write(pr, "seed-long-name", purge_fields(b"t" * 255, 1))
+    write(pr, "seed-too-long-name", purge_fields(b"t" * 256, 1))
+    write(pr, "seed-empty-name", purge_fields(b"", 1))
+    write(pr, "seed-negative-time", purge_fields(b"t", -1))
+    write(pr, "seed-nul-in-name", purge_fields(b"t\x00u", 1))
+    write(pr, "seed-trailing", purge_fields(b"t", 1) + b"\x00")
+    write(pr, "seed-short", purge_fields(b"t", 1)[:-3])
+    write(pr, "seed-reply-error", b'{"error":"deleting topic t here failed: not found"}')
+    write(pr, "seed-reply-not-object", b'["error"]')
+
     wf = os.path.join(here, "wire_frame", "corpus")
     stream = (wire_frame(auth, 0, proof) + wire_frame(request, 1, echo) +
               wire_frame(reply, 1, ok) + wire_frame(ping, 2, b"") + wire_frame(cancel, 1, b""))
@@ -139,6 +156,8 @@ def wire_seeds(here):
     write(wr, "seed-commit", b"\x06" + commit)
     write(wr, "seed-commit-short", b"\x06" + commit[:-1])
     write(wr, "seed-settle", b"\x07" + settle_fields(b"t", b"default", 1, 0, [(0, 1, 1)]))
+    write(wr, "seed-purge", b"\x0a" + purge_fields(b"orders", 1764590000000))
+    write(wr, "seed-purge-negative", b"\x0a" + purge_fields(b"orders", -5))
     write(wr, "seed-reply", ok)
     write(wr, "seed-reply-empty", struct.pack(">H", 204) + wire_str(b"") + wire_str(b""))
 
