@@ -51,6 +51,7 @@
 #include "cluster/control.h"
 #include "cluster/dataplane.h"
 #include "cluster/dispatch.h"
+#include "cluster/purge.h"
 #include "cluster/router.h"
 #include "cluster/settle.h"
 #include "cluster/rpc.h"
@@ -99,6 +100,7 @@ typedef struct {
     tn_ilog_t *ilog;           /* in a cluster: produces accepted for other nodes' partitions */
     tn_router_t *router;       /* what every door publishes through */
     tn_settle_srv_t *settle;   /* node RPC's SETTLE: acks other nodes took for our partitions */
+    tn_purge_srv_t *purge;     /* node RPC's PURGE: topics deleted through other nodes */
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
     bool dispatch_stopped;
     bool stopping;     /* a signal came: leadership transfer, then shut_down */
@@ -234,6 +236,8 @@ static void on_http_closed(void *arg)
     d->dataplane = NULL;
     tn_settle_srv_free(d->settle);
     d->settle = NULL;
+    tn_purge_srv_free(d->purge);
+    d->purge = NULL;
     if (d->control != NULL) {
         tn_control_t *c = d->control;
         d->control = NULL;
@@ -257,6 +261,12 @@ static void shut_down(daemon_t *d)
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     d->api.ready = false;
     d->api.shutting_down = true;
+    /* Purges stop reaching the catalog before it stops (which answers
+     * those under way). */
+    if (d->router != NULL)
+        tn_router_on_purge(d->router, NULL, NULL);
+    if (d->purge != NULL)
+        tn_purge_srv_set_hook(d->purge, NULL, NULL);
     tn_catalog_stop(d->catalog);
     d->catalog = NULL;
     /* Settling stops reaching the consume registry before it closes. */
@@ -481,13 +491,16 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     snprintf(bind, sizeof(bind), strchr(hp.host, ':') != NULL ? "[%s]:%d" : "%s:%d", hp.host,
              d->api.http_port);
     /* The control plane's operations, then the data plane's. */
-    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS + 1];
+    tn_rpc_handler_t
+        h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS + TN_PURGE_HANDLERS + 1];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
     tn_dataplane_handlers(d->dataplane, h + nh, &ndata);
     nh += ndata;
     tn_settle_handlers(d->settle, h + nh, &ndata);
+    nh += ndata;
+    tn_purge_handlers(d->purge, h + nh, &ndata);
     nh += ndata;
     tn_v1_consume_handler(&d->v1, &h[nh++]); /* d->v1 is set up below, before the loop runs */
     tn_rpc_opts_t ro;
@@ -553,6 +566,14 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         rc = tn_dataplane_new(d->loop, d->broker, &d->dataplane);
     if (rc == 0)
         rc = tn_settle_srv_new(&d->settle);
+    if (rc == 0)
+        rc = tn_purge_srv_new(&d->purge);
+    /* Topic deletes confirmed by every member purge through the catalog
+     * here, for this node's doors and for other nodes' PURGE calls. */
+    if (rc == 0 && d->catalog != NULL) {
+        tn_router_on_purge(d->router, tn_catalog_purge, d->catalog);
+        tn_purge_srv_set_hook(d->purge, tn_catalog_purge, d->catalog);
+    }
     if (rc != 0)
         tn_errbuf(err, errlen, "cannot set up routing: %s", tn_strerror(rc));
     return rc;
