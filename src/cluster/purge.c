@@ -146,7 +146,11 @@ int tn_purge_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn_p
         snprintf(c->error, sizeof(c->error), "a %u purge reply without an error", status);
         return TN_EPROTO;
     }
-    snprintf(c->error, sizeof(c->error), "%s", YAJL_GET_STRING(e));
+    const char *why = YAJL_GET_STRING(e);
+    if (why[0] != '\0')
+        snprintf(c->error, sizeof(c->error), "%s", why);
+    else
+        snprintf(c->error, sizeof(c->error), "a %u purge reply with an empty error", status);
     yajl_tree_free(root);
     switch (status) {
     case 503:

@@ -133,6 +133,7 @@ def wire_seeds(here):
     write(pr, "seed-short", purge_fields(b"t", 1)[:-3])
     write(pr, "seed-reply-error", b'{"error":"deleting topic t here failed: not found"}')
     write(pr, "seed-reply-not-object", b'["error"]')
+    write(pr, "seed-reply-empty-error", b'{"error":""}')
 
     wf = os.path.join(here, "wire_frame", "corpus")
     stream = (wire_frame(auth, 0, proof) + wire_frame(request, 1, echo) +

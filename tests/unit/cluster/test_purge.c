@@ -283,6 +283,10 @@ static void test_reply_decode(void **state)
     assert_string_equal(c.error, "deleting topic t here failed: \"disk\"");
     assert_int_equal(tn_purge_reply_decode(400, (const uint8_t *)busy, sizeof(busy) - 1, &c),
                      UV_EINVAL);
+    /* An empty sentence still gets one. */
+    assert_int_equal(tn_purge_reply_decode(500, (const uint8_t *)"{\"error\":\"\"}", 12, &c),
+                     UV_EIO);
+    assert_string_equal(c.error, "a 500 purge reply with an empty error");
     /* Answers a member never gives, and bodies that are not an error. */
     assert_int_equal(tn_purge_reply_decode(200, (const uint8_t *)busy, sizeof(busy) - 1, &c),
                      TN_EPROTO);
