@@ -805,7 +805,7 @@ static void purges_gone(tn_catalog_t *c, const char *topic, int status)
 {
     if (status != 0 && status != TN_ENOTFOUND && status != TN_ECLOSED)
         for (purge_t *p = c->purges; p != NULL; p = p->next)
-            if (strcmp(p->topic, topic) == 0)
+            if (p->shown && strcmp(p->topic, topic) == 0) /* not one still waiting */
                 p->failed = status;
     purges_check(c, false, 0);
 }
