@@ -25,6 +25,7 @@ typedef struct gated_s gated_t;
 typedef struct gone_s gone_t;
 typedef struct claim_s claim_t;
 typedef struct asked_s asked_t;
+typedef struct purge_s purge_t;
 
 /* How long an NSQ publish waits for the partition it asked for here
  * (grow_here) before it fails: the proposal, its arrival in this replica
@@ -37,13 +38,17 @@ struct tn_catalog_s {
     tn_broker_t *broker;
     tn_meta_t *meta;
     tn_catalog_opts_t o;
-    pending_t *pending; /* recorded topics being created or grown */
-    held_t *held;       /* creations waiting for their record in the replica */
-    gated_t *gated;     /* the gate's proposals under way */
-    gone_t *gone;       /* deletions following the records (a cluster's) */
-    claim_t *claims;    /* NSQ publishes waiting for a partition of their topic here */
-    asked_t *asked;     /* TOPIC_GROW_FOR proposals under way */
-    uv_timer_t *timer;  /* the claims' deadlines (made with the first claim) */
+    pending_t *pending;  /* recorded topics being created or grown */
+    held_t *held;        /* creations waiting for their record in the replica */
+    gated_t *gated;      /* the gate's proposals under way */
+    gone_t *gone;        /* deletions following the records (a cluster's) */
+    claim_t *claims;     /* NSQ publishes waiting for a partition of their topic here */
+    asked_t *asked;      /* TOPIC_GROW_FOR proposals under way */
+    uv_timer_t *timer;   /* the claims' deadlines (made with the first claim) */
+    purge_t *purges;     /* confirmed deletions under way (tn_catalog_purge) */
+    uv_timer_t *ptimer;  /* their deadlines and busy topics (made with the first purge) */
+    bool purge_checking; /* purges_check is walking the list */
+    bool purge_again;    /* and was asked again meanwhile (a deletion that ended at once) */
 };
 
 /* A publish with grow_here (queue.h) that found no partition of its NSQ
@@ -566,6 +571,9 @@ static int grow_here(void *arg, tn_topic_t *t, tn_waiter_t *w)
 
 /* --- following deletions ---------------------------------------------------- */
 
+static void purges_check(tn_catalog_t *c, bool all, int why);
+static void purges_gone(tn_catalog_t *c, const char *topic, int status);
+
 static void on_gone(void *arg, int status)
 {
     gone_t *g = arg;
@@ -583,8 +591,46 @@ static void on_gone(void *arg, int status)
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), g->topic);
         if (e != NULL && status != TN_ECLOSED)
             make(c, e, true);
+        if (g->channel[0] == '\0')
+            purges_gone(c, g->topic, status);
     }
     tn_free(g);
+}
+
+/* Whether the engine's ready topic t is not the one the replica records
+ * (e, NULL when none): deleted, or deleted and made again. A topic whose
+ * record it was made from is not known yet takes e's. */
+static bool stale(tn_topic_t *t, const tn_meta_topic_entry_t *e)
+{
+    if (e != NULL && t->record_created_ms == 0)
+        t->record_created_ms = e->rec.created_at_ms;
+    return e == NULL || t->record_created_ms != e->rec.created_at_ms;
+}
+
+/* Put g (off any list) on c's deletions and ask the engine for it
+ * (purge: for a confirmed delete, tn_catalog_purge, which is not news).
+ * false when the engine could not take it (out of memory; g is freed). */
+static bool gone_start(tn_catalog_t *c, gone_t *g, bool purge)
+{
+    g->c = c;
+    g->next = c->gone;
+    c->gone = g;
+    bool channel = g->channel[0] != '\0';
+    if (purge)
+        TN_LOG(TN_LOG_INFO, "purging deleted topic %s here", g->topic);
+    else if (channel)
+        TN_LOG(TN_LOG_NOTICE, "metastore: channel %s of %s is no longer recorded; deleting it here",
+               g->channel, g->topic);
+    else
+        TN_LOG(TN_LOG_NOTICE,
+               "metastore: topic %s is no longer recorded as it is here; deleting it here",
+               g->topic);
+    if (tn_broker_delete(c->broker, g->topic, channel ? g->channel : NULL, on_gone, g) != 0) {
+        c->gone = g->next;
+        tn_free(g); /* out of memory: a later change tries again */
+        return false;
+    }
+    return true;
 }
 
 static gone_t *gone_new(gone_t **list, const char *topic, const char *channel)
@@ -617,9 +663,7 @@ static void follow_deletions(tn_catalog_t *c)
             if (t->memory || t->state != TN_OBJ_READY || going(c, t->name, NULL))
                 continue;
             const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, t->name);
-            if (e != NULL && t->record_created_ms == 0)
-                t->record_created_ms = e->rec.created_at_ms;
-            if (e == NULL || t->record_created_ms != e->rec.created_at_ms) {
+            if (stale(t, e)) {
                 if (gone_new(&found, t->name, "") == NULL)
                     break;
                 continue;
@@ -636,23 +680,164 @@ static void follow_deletions(tn_catalog_t *c)
     while (found != NULL) {
         gone_t *g = found;
         found = g->next;
-        g->c = c;
-        g->next = c->gone;
-        c->gone = g;
-        bool channel = g->channel[0] != '\0';
-        if (channel)
-            TN_LOG(TN_LOG_NOTICE,
-                   "metastore: channel %s of %s is no longer recorded; deleting it here",
-                   g->channel, g->topic);
-        else
-            TN_LOG(TN_LOG_NOTICE,
-                   "metastore: topic %s is no longer recorded as it is here; deleting it here",
-                   g->topic);
-        if (tn_broker_delete(b, g->topic, channel ? g->channel : NULL, on_gone, g) != 0) {
-            c->gone = g->next;
-            tn_free(g); /* out of memory: a later change tries again */
-        }
+        (void)gone_start(c, g, false);
     }
+}
+
+/* --- confirmed deletions ------------------------------------------------------- */
+
+/* How often the purges under way look again without a change of the
+ * replica (a topic busy being made or grown, their deadlines). */
+#define PURGE_CHECK_MS 100
+/* How long a purge may take once the replica showed the deletion: the
+ * caller's budget (TN_PURGE_CALL_MS) less the wait for the replica. */
+#define PURGE_EXEC_MS (TN_PURGE_CALL_MS - TN_PURGE_WAIT_MS)
+
+#define PURGE_WAITING 1
+
+/* A tn_catalog_purge under way: on the catalog's list until answered. */
+struct purge_s {
+    char topic[TN_NAME_MAX + 1];
+    int64_t created_at_ms;
+    int64_t wait_deadline_ms; /* monotonic: the replica must show the deletion by then */
+    int64_t exec_deadline_ms; /* monotonic: set once it did */
+    bool shown;               /* the replica no longer has the record */
+    int failed;               /* the engine's deletion failed with this */
+    int status;               /* PURGE_WAITING, or the answer */
+    tn_purge_done_cb done;
+    void *arg;
+    purge_t *next;
+};
+
+/* One look at p: PURGE_WAITING, or its answer. */
+static int purge_step(tn_catalog_t *c, purge_t *p, int64_t now)
+{
+    const tn_meta_state_t *s = tn_meta_state(c->meta);
+    if (!p->shown) {
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, p->topic);
+        if (e != NULL && e->rec.created_at_ms == p->created_at_ms)
+            return now >= p->wait_deadline_ms ? UV_ETIMEDOUT : PURGE_WAITING;
+        p->shown = true;
+        p->exec_deadline_ms = now + PURGE_EXEC_MS;
+    }
+    if (p->failed != 0)
+        return p->failed;
+    if (!going(c, p->topic, NULL)) {
+        tn_topic_t *t = NULL;
+        int rc = tn_broker_topic(c->broker, p->topic, strlen(p->topic), false, 0, NULL, &t);
+        if (rc == TN_ENOTFOUND)
+            return 0; /* nothing of it here (any longer) */
+        if (rc == 0 && (t->memory || !stale(t, tn_meta_topic_find(s, p->topic))))
+            return 0; /* the topic made again after it, not the old one */
+        if (rc == 0) {
+            /* The old one, not yet followed (a lone node, or the change
+             * came while it was busy): deleted the way follow_deletions
+             * does, so the two never both delete it. */
+            gone_t *g = NULL;
+            if (gone_new(&g, p->topic, "") != NULL)
+                (void)gone_start(c, g, true);
+        } else if (rc != UV_EAGAIN && rc != UV_EBUSY) {
+            return rc;
+        }
+        /* Being made, grown or deleted: a later look. */
+    }
+    return now >= p->exec_deadline_ms ? UV_EBUSY : PURGE_WAITING;
+}
+
+static void on_purge_timer(uv_timer_t *h)
+{
+    purges_check(h->data, false, 0);
+}
+
+/* Answer the purges that are done (all of them with why: stopping). The
+ * answers run after the list is settled. */
+static void purges_check(tn_catalog_t *c, bool all, int why)
+{
+    if (c->purge_checking) {
+        c->purge_again = true; /* the walk under way looks again */
+        return;
+    }
+    c->purge_checking = true;
+    purge_t *done = NULL;
+    do {
+        c->purge_again = false;
+        int64_t now = tn_now_mono_ms();
+        purge_t **pp = &c->purges;
+        while (*pp != NULL) {
+            purge_t *p = *pp;
+            int status = all ? why : purge_step(c, p, now);
+            if (status == PURGE_WAITING) {
+                pp = &p->next;
+                continue;
+            }
+            *pp = p->next;
+            p->status = status;
+            p->next = done;
+            done = p;
+        }
+    } while (c->purge_again);
+    c->purge_checking = false;
+    if (c->purges == NULL && c->ptimer != NULL)
+        uv_timer_stop(c->ptimer);
+    while (done != NULL) {
+        purge_t *p = done;
+        done = p->next;
+        char why_s[320];
+        const char *msg = NULL;
+        if (p->status == UV_EBUSY) {
+            snprintf(why_s, sizeof(why_s), "its deletion was still under way after %d ms",
+                     PURGE_EXEC_MS);
+            msg = why_s;
+        } else if (p->status != 0 && p->status != UV_ETIMEDOUT && p->status != TN_ECLOSED) {
+            snprintf(why_s, sizeof(why_s), "removing its partitions failed: %s",
+                     tn_strerror(p->status));
+            msg = why_s;
+        }
+        if (msg != NULL)
+            TN_LOG(TN_LOG_ERROR, "purging deleted topic %s: %s", p->topic, msg);
+        p->done(p->arg, p->status, msg);
+        tn_free(p);
+    }
+}
+
+/* The engine's deletion of topic (one following the records) ended. */
+static void purges_gone(tn_catalog_t *c, const char *topic, int status)
+{
+    if (status != 0 && status != TN_ENOTFOUND && status != TN_ECLOSED)
+        for (purge_t *p = c->purges; p != NULL; p = p->next)
+            if (p->shown && strcmp(p->topic, topic) == 0) /* not one still waiting */
+                p->failed = status;
+    purges_check(c, false, 0);
+}
+
+int tn_catalog_purge(void *catalog, const char *topic, int64_t created_at_ms, uint64_t wait_ms,
+                     tn_purge_done_cb done, void *arg)
+{
+    tn_catalog_t *c = catalog;
+    if (c->ptimer == NULL) {
+        uv_timer_t *h = tn_calloc(1, sizeof(*h));
+        if (h == NULL || uv_timer_init(c->broker->loop, h) != 0) {
+            tn_free(h);
+            return UV_ENOMEM;
+        }
+        h->data = c;
+        c->ptimer = h;
+    }
+    purge_t *p = tn_calloc(1, sizeof(*p));
+    if (p == NULL)
+        return UV_ENOMEM;
+    snprintf(p->topic, sizeof(p->topic), "%s", topic);
+    p->created_at_ms = created_at_ms;
+    p->wait_deadline_ms = tn_now_mono_ms() + (int64_t)wait_ms;
+    p->status = PURGE_WAITING;
+    p->done = done;
+    p->arg = arg;
+    p->next = c->purges;
+    c->purges = p;
+    if (!uv_is_active((uv_handle_t *)c->ptimer))
+        uv_timer_start(c->ptimer, on_purge_timer, PURGE_CHECK_MS, PURGE_CHECK_MS);
+    purges_check(c, false, 0); /* may answer it now */
+    return 0;
 }
 
 /* The metastore's replica changed (another node's topic, a growth, an
@@ -665,14 +850,17 @@ static void on_meta_change(void *arg)
     tn_catalog_t *c = arg;
     release_held(c, false);
     const tn_meta_state_t *s = tn_meta_state(c->meta);
-    if (!c->o.cluster && s->nmembers <= 1)
+    if (!c->o.cluster && s->nmembers <= 1) {
+        purges_check(c, false, 0);
         return;
+    }
     if (c->o.cluster)
         follow_deletions(c);
     for (size_t i = 0; i < s->ntopics; i++)
         make(c, s->topics[i], true);
     tn_broker_follow_placement(c->broker);
     claims_check(c, false, 0);
+    purges_check(c, false, 0);
 }
 
 int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, tn_catalog_t **out)
@@ -911,6 +1099,9 @@ void tn_catalog_stop(tn_catalog_t *c)
     tn_meta_on_change(c->meta, NULL, NULL);
     release_held(c, true);
     claims_check(c, true, TN_ECLOSED);
+    purges_check(c, true, TN_ECLOSED);
+    if (c->ptimer != NULL)
+        uv_close((uv_handle_t *)c->ptimer, on_timer_closed);
     for (asked_t *a = c->asked; a != NULL; a = a->next)
         a->c = NULL;
     if (c->timer != NULL)

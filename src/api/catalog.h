@@ -7,7 +7,9 @@
  * channel (a SUB, /channel/create, a /v1 consume), the catalog proposes
  * its record (if absent) and the engine goes on once it is committed; a
  * refusal fails the creation. Deletions over the doors are proposed first
- * by the doors themselves (nsq_http.c, v1.c), then done in the engine;
+ * by the doors themselves (nsq_http.c, v1.c), then done in the engine (a
+ * topic's through the router's purge on every member, which reaches the
+ * engine here through tn_catalog_purge);
  * the catalog also records engine deletions it hears of (quietly, when the
  * record is already gone).
  *
@@ -55,6 +57,7 @@
 
 #include "core/platform.h"
 
+#include "cluster/purge.h"
 #include "meta/meta.h"
 #include "queue/queue.h"
 
@@ -77,7 +80,23 @@ int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, t
 /* Create in the engine the topics (with their partition counts) and
  * durable channels the metastore records and the engine lacks. */
 void tn_catalog_reconcile(tn_catalog_t *c);
-/* Stop listening (proposals under way finish on their own). */
+/* Purge topic (borrowed) here, as a topic delete confirmed by every
+ * member wants (cluster/purge.h; a tn_purge_local_fn, arg the catalog):
+ * wait at most wait_ms until the replica no longer has the record made at
+ * created_at_ms (none of that name, or one made again at another time),
+ * then delete what the engine still has of the old topic, by the same
+ * deletion that follows the records (one deletion, whichever path asks
+ * first), and call done once its files are gone. done gets 0 (also when
+ * nothing of it was here, or what is here is the topic made again);
+ * UV_ETIMEDOUT (the replica still had the record); UV_EBUSY (still
+ * being deleted after the execution allowance, TN_PURGE_CALL_MS less
+ * TN_PURGE_WAIT_MS); TN_ECLOSED (the catalog stopped); or the engine's
+ * error, with a sentence. done may run before this returns. 0, or
+ * UV_ENOMEM (done never runs). */
+int tn_catalog_purge(void *catalog, const char *topic, int64_t created_at_ms, uint64_t wait_ms,
+                     tn_purge_done_cb done, void *arg);
+/* Stop listening (proposals under way finish on their own; purges under
+ * way are answered TN_ECLOSED). */
 void tn_catalog_stop(tn_catalog_t *c);
 
 #endif

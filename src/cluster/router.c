@@ -50,6 +50,9 @@ struct tn_router_s {
     tn_settle_local_fn settle;
     void *settle_arg;
     settle_owner_t *owners; /* per owner: SETTLE calls in flight, handles queued */
+    /* Purging (tn_router_purge). */
+    tn_purge_local_fn purge;
+    void *purge_arg;
 };
 
 /* A publish being accepted into the ingress log: owned by the router from
@@ -855,4 +858,142 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
     }
     if (--op->pending == 0)
         pstats_op_done(op);
+}
+
+/* --- purging a deleted topic on every member ------------------------------------- */
+
+void tn_router_on_purge(tn_router_t *r, tn_purge_local_fn fn, void *arg)
+{
+    r->purge = fn;
+    r->purge_arg = arg;
+}
+
+typedef struct purge_op_s purge_op_t;
+
+/* One member's share of a fan-out: this node's local purge (node_id is
+ * this node's) or a PURGE call. */
+typedef struct {
+    tn_purge_call_t call;
+    purge_op_t *op;
+    uint64_t node;
+} purge_target_t;
+
+struct purge_op_s {
+    tn_router_t *r;
+    tn_router_purge_cb cb;
+    void *arg;
+    uint32_t pending; /* answers not yet in, plus one while the calls start */
+    int status;       /* the first failure's */
+    tn_buf_t error;   /* "not purged on node N: why; node M: why" */
+    char topic[TN_NAME_MAX + 1];
+    uint32_t ntargets;
+    purge_target_t targets[];
+};
+
+static void purge_failed(purge_op_t *op, uint64_t node, int status, const char *why)
+{
+    if (op->status == 0)
+        op->status = status;
+    char line[400];
+    int n = snprintf(line, sizeof(line), "%snode %" PRIu64 ": %s",
+                     tn_buf_size(&op->error) == 0 ? "not purged on " : "; ", node,
+                     why != NULL && why[0] != '\0' ? why : tn_strerror(status));
+    (void)tn_buf_append(&op->error, line, (size_t)TN_MIN((size_t)n, sizeof(line) - 1));
+    TN_LOG(TN_LOG_WARN, "deleting topic %s: node %" PRIu64 " did not confirm its purge: %s",
+           op->topic, node, why != NULL && why[0] != '\0' ? why : tn_strerror(status));
+}
+
+static void purge_unref(purge_op_t *op)
+{
+    if (--op->pending > 0)
+        return;
+    if (op->status == 0) {
+        op->cb(op->arg, 0, NULL);
+    } else {
+        /* Out of memory for the sentence: the status alone. */
+        if (tn_buf_append(&op->error, "", 1) != 0) {
+            tn_buf_fini(&op->error);
+            op->cb(op->arg, op->status, tn_strerror(op->status));
+        } else {
+            op->cb(op->arg, op->status, tn_buf_data(&op->error));
+        }
+    }
+    tn_buf_fini(&op->error);
+    tn_free(op);
+}
+
+static void on_member_purged(tn_purge_call_t *c, int status)
+{
+    purge_target_t *t = c->data;
+    if (status != 0)
+        purge_failed(t->op, t->node, status, c->error);
+    purge_unref(t->op);
+}
+
+static void on_local_purged(void *arg, int status, const char *why)
+{
+    purge_target_t *t = arg;
+    if (status == TN_ENOTFOUND)
+        status = 0; /* nothing of it here */
+    if (status != 0)
+        purge_failed(t->op, t->node, status, why);
+    purge_unref(t->op);
+}
+
+static void on_local_deleted(void *arg, int status)
+{
+    on_local_purged(arg, status, NULL);
+}
+
+int tn_router_purge(tn_router_t *r, const char *topic, int64_t created_at_ms, tn_router_purge_cb cb,
+                    void *arg)
+{
+    const tn_meta_state_t *s = r->o.meta != NULL ? tn_meta_state(r->o.meta) : NULL;
+    bool fan = r->cluster && r->rpc != NULL && s != NULL;
+    uint32_t n = 1; /* this node */
+    for (size_t i = 0; fan && i < s->nmembers; i++)
+        if (s->members[i].id != r->node_id && s->members[i].status == TN_MEMBER_ALIVE)
+            n++;
+    purge_op_t *op = tn_calloc(1, sizeof(*op) + (size_t)n * sizeof(op->targets[0]));
+    if (op == NULL)
+        return UV_ENOMEM;
+    op->r = r;
+    op->cb = cb;
+    op->arg = arg;
+    tn_buf_init(&op->error);
+    snprintf(op->topic, sizeof(op->topic), "%s", topic);
+    op->pending = 1;
+    /* The others first: their calls are under way while this node's
+     * purge waits for its own replica. */
+    for (size_t i = 0; fan && i < s->nmembers; i++) {
+        const tn_meta_member_t *m = &s->members[i];
+        if (m->id == r->node_id || m->status != TN_MEMBER_ALIVE)
+            continue;
+        purge_target_t *t = &op->targets[op->ntargets++];
+        t->op = op;
+        t->node = m->id;
+        t->call.data = t;
+        op->pending++;
+        int rc = m->api_addr[0] == '\0'
+                     ? UV_EHOSTUNREACH
+                     : tn_purge_call(r->rpc, m->api_addr, topic, created_at_ms, TN_PURGE_CALL_MS,
+                                     &t->call, on_member_purged);
+        if (rc != 0) {
+            purge_failed(op, m->id, rc, m->api_addr[0] == '\0' ? "no address recorded" : NULL);
+            op->pending--;
+        }
+    }
+    purge_target_t *self = &op->targets[op->ntargets++];
+    self->op = op;
+    self->node = r->node_id;
+    op->pending++;
+    int rc = r->purge != NULL ? r->purge(r->purge_arg, topic, created_at_ms, TN_PURGE_WAIT_MS,
+                                         on_local_purged, self)
+                              : tn_broker_delete(r->o.broker, topic, NULL, on_local_deleted, self);
+    if (rc != 0) {
+        purge_failed(op, r->node_id, rc, NULL);
+        op->pending--;
+    }
+    purge_unref(op);
+    return 0;
 }

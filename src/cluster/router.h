@@ -33,6 +33,7 @@
 #include "storage/ilog.h"
 #include "cluster/pstats.h"
 #include "cluster/rpc.h"
+#include "cluster/purge.h"
 #include "cluster/settle.h"
 
 typedef struct tn_router_s tn_router_t;
@@ -241,5 +242,33 @@ typedef void (*tn_router_pstats_cb)(void *arg, tn_router_pstat_t *items, uint32_
  * later from the loop, within about TN_ROUTER_PSTATS_TIMEOUT_MS. */
 void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *items, uint32_t n,
                       tn_router_pstats_cb cb, void *arg);
+
+/* --- purging a deleted topic on every member -------------------------------------
+ *
+ * DESIGN: a topic delete confirmed by every member (cluster/purge.h).
+ *   1. A door whose topic delete the metastore committed (DELETE
+ *      /v1/topics/{t}, nsqd's /topic/delete) calls tn_router_purge with
+ *      the deleted record's creation time.
+ *   2. This node purges through the local-purge hook (the catalog, which
+ *      ternd installs; without one, the engine deletes the topic at once),
+ *      and every other member whose record says alive gets a PURGE call
+ *      (TN_PURGE_CALL_MS each), all at once. Members marked dead are not
+ *      asked: they delete the topic when their replica shows the deletion
+ *      (the catalog follows the records).
+ *   3. cb runs once every answer is in: 0 when every one confirmed, else
+ *      the first failure's status and a sentence naming every node that
+ *      did not confirm and why. */
+
+/* The end of a fan-out: 0, or an error with error ("not purged on node
+ * N: why; node M: why", borrowed for the call). */
+typedef void (*tn_router_purge_cb)(void *arg, int status, const char *error);
+
+/* Install the local-purge hook (NULL: none; the engine deletes at once). */
+void tn_router_on_purge(tn_router_t *r, tn_purge_local_fn fn, void *arg);
+/* Purge topic (copied) made at created_at_ms on every live member. 0: cb
+ * runs exactly once, possibly before this returns. UV_ENOMEM: cb never
+ * runs. */
+int tn_router_purge(tn_router_t *r, const char *topic, int64_t created_at_ms, tn_router_purge_cb cb,
+                    void *arg);
 
 #endif

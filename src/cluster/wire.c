@@ -837,6 +837,48 @@ int tn_wire_pstats_reply_decode(const void *p, size_t len, const uint32_t *parts
     return tn_wire_end(&in);
 }
 
+/* --- PURGE ------------------------------------------------------------------------- */
+
+#define PURGE_NAME_MAX 255
+
+int tn_wire_purge_encode(tn_buf_t *b, const char *topic, int64_t created_at_ms)
+{
+    size_t tlen = strlen(topic);
+    if (tlen == 0 || tlen > PURGE_NAME_MAX || created_at_ms < 0)
+        return UV_EINVAL;
+    size_t at = b->len;
+    int rc;
+    if ((rc = tn_wire_put_bytes(b, topic, tlen)) != 0 ||
+        (rc = tn_wire_put_i64(b, created_at_ms)) != 0)
+        b->len = at;
+    return rc;
+}
+
+int tn_wire_purge_decode(const void *p, size_t len, tn_wire_purge_t *out, char *err, size_t errlen)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    if (tn_wire_get_str(&in, PURGE_NAME_MAX, out->topic) != 0 || out->topic[0] == '\0') {
+        tn_errbuf(err, errlen, "malformed purge request: the topic");
+        return TN_EPROTO;
+    }
+    if (tn_wire_get_i64(&in, &out->created_at_ms) != 0) {
+        tn_errbuf(err, errlen, "malformed purge request: created_at_ms");
+        return TN_EPROTO;
+    }
+    if (out->created_at_ms < 0) {
+        tn_errbuf(err, errlen, "malformed purge request: created_at_ms %" PRId64 " is negative",
+                  out->created_at_ms);
+        return TN_EPROTO;
+    }
+    if (tn_wire_end(&in) != 0) {
+        tn_errbuf(err, errlen, "malformed purge request: %zu bytes after created_at_ms",
+                  len - in.off);
+        return TN_EPROTO;
+    }
+    return 0;
+}
+
 /* --- opcodes ----------------------------------------------------------------------- */
 
 static const struct {
@@ -854,6 +896,7 @@ static const struct {
     [TN_OP_SETTLE] = {"settle", TN_LANE_ACK},
     [TN_OP_CONSUME] = {"consume", TN_LANE_CONSUME},
     [TN_OP_PSTATS] = {"pstats", TN_LANE_CONTROL},
+    [TN_OP_PURGE] = {"purge", TN_LANE_CONTROL},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -909,6 +952,10 @@ int tn_wire_request_check(const void *p, size_t len)
     case TN_OP_PSTATS: {
         tn_wire_pstats_t ps;
         return tn_wire_pstats_decode(in.p + in.off, in.len - in.off, &ps, NULL, 0);
+    }
+    case TN_OP_PURGE: {
+        tn_wire_purge_t pg;
+        return tn_wire_purge_decode(in.p + in.off, in.len - in.off, &pg, NULL, 0);
     }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:

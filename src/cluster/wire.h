@@ -150,6 +150,17 @@ typedef enum {
      * there. 503 {"error":...} for the whole request when the callee is
      * out of memory; 400 malformed or an invalid topic name. */
     TN_OP_PSTATS = 9,
+    /* Purge a deleted topic from the callee's engine and disk (the node
+     * that took a topic delete confirming that every member has done so;
+     * cluster/purge.h). Control lane. Fields: string topic (1..255 bytes),
+     * i64 created_at_ms (>= 0: the deleted record's creation time, so a
+     * topic made again under the same name is never purged). Replies: 204
+     * once the callee's replica no longer has that record and no files of
+     * that topic are left; 503 {"error":...} the replica did not show the
+     * deletion within 5 s, or the callee is not ready or shutting down;
+     * 500 {"error":...} the deletion failed, with its cause; 400
+     * malformed. */
+    TN_OP_PURGE = 10,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -460,6 +471,24 @@ int tn_wire_pstats_reply_encode(tn_buf_t *b, const tn_wire_pstat_t *st, uint32_t
  * unknown status, short or trailing). */
 int tn_wire_pstats_reply_decode(const void *p, size_t len, const uint32_t *parts, uint32_t n,
                                 tn_wire_pstat_t *out);
+
+/* --- PURGE ---------------------------------------------------------------------- */
+
+/* A decoded PURGE request. */
+typedef struct {
+    char topic[256];
+    int64_t created_at_ms;
+} tn_wire_purge_t;
+
+/* Append a PURGE request's fields (after the opcode byte) to b. 0,
+ * UV_ENOMEM, or UV_EINVAL (topic empty or over 255 bytes, created_at_ms
+ * negative); on failure b is as it was. */
+int tn_wire_purge_encode(tn_buf_t *b, const char *topic, int64_t created_at_ms);
+/* Exact decode of a PURGE request (p, len: after the opcode byte). The
+ * name's syntax is the handler's to judge. 0 or TN_EPROTO (short,
+ * trailing, a topic empty, over 255 bytes or holding a NUL, a negative
+ * created_at_ms), with a sentence in err (may be NULL). */
+int tn_wire_purge_decode(const void *p, size_t len, tn_wire_purge_t *out, char *err, size_t errlen);
 
 /* --- the secret proof ----------------------------------------------------------- */
 

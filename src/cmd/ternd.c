@@ -52,6 +52,7 @@
 #include "cluster/dataplane.h"
 #include "cluster/dispatch.h"
 #include "cluster/pstats.h"
+#include "cluster/purge.h"
 #include "cluster/router.h"
 #include "cluster/settle.h"
 #include "cluster/rpc.h"
@@ -101,6 +102,7 @@ typedef struct {
     tn_router_t *router;       /* what every door publishes through */
     tn_settle_srv_t *settle;   /* node RPC's SETTLE: acks other nodes took for our partitions */
     tn_pstats_srv_t *pstats;   /* node RPC's PSTATS: our partitions' numbers for other nodes */
+    tn_purge_srv_t *purge;     /* node RPC's PURGE: topics deleted through other nodes */
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
     bool dispatch_stopped;
     bool stopping;     /* a signal came: leadership transfer, then shut_down */
@@ -239,6 +241,8 @@ static void on_http_closed(void *arg)
     d->settle = NULL;
     tn_pstats_srv_free(d->pstats);
     d->pstats = NULL;
+    tn_purge_srv_free(d->purge);
+    d->purge = NULL;
     if (d->control != NULL) {
         tn_control_t *c = d->control;
         d->control = NULL;
@@ -262,6 +266,12 @@ static void shut_down(daemon_t *d)
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     d->api.ready = false;
     d->api.shutting_down = true;
+    /* Purges stop reaching the catalog before it stops (which answers
+     * those under way). */
+    if (d->router != NULL)
+        tn_router_on_purge(d->router, NULL, NULL);
+    if (d->purge != NULL)
+        tn_purge_srv_set_hook(d->purge, NULL, NULL);
     tn_catalog_stop(d->catalog);
     d->catalog = NULL;
     /* Settling stops reaching the consume registry before it closes. */
@@ -487,7 +497,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
              d->api.http_port);
     /* The control plane's operations, then the data plane's. */
     tn_rpc_handler_t
-        h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS + TN_PSTATS_HANDLERS + 1];
+        h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS + TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + 1];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
@@ -496,6 +506,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     tn_settle_handlers(d->settle, h + nh, &ndata);
     nh += ndata;
     tn_pstats_handlers(d->pstats, h + nh, &ndata);
+    nh += ndata;
+    tn_purge_handlers(d->purge, h + nh, &ndata);
     nh += ndata;
     tn_v1_consume_handler(&d->v1, &h[nh++]); /* d->v1 is set up below, before the loop runs */
     tn_rpc_opts_t ro;
@@ -567,6 +579,14 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         rc = tn_settle_srv_new(&d->settle);
     if (rc == 0)
         rc = tn_pstats_srv_new(d->broker, &d->pstats);
+    if (rc == 0)
+        rc = tn_purge_srv_new(&d->purge);
+    /* Topic deletes confirmed by every member purge through the catalog
+     * here, for this node's doors and for other nodes' PURGE calls. */
+    if (rc == 0 && d->catalog != NULL) {
+        tn_router_on_purge(d->router, tn_catalog_purge, d->catalog);
+        tn_purge_srv_set_hook(d->purge, tn_catalog_purge, d->catalog);
+    }
     if (rc != 0)
         tn_errbuf(err, errlen, "cannot set up routing: %s", tn_strerror(rc));
     return rc;

@@ -47,10 +47,10 @@ void tn_buf_fini(tn_buf_t *b);
 int tn_buf_reserve(tn_buf_t *b, size_t extra);
 /* Append a copy of [data, data+n). 0 or UV_ENOMEM. */
 int tn_buf_append(tn_buf_t *b, const void *data, size_t n);
-/* Unconsumed bytes. */
+/* Unconsumed bytes; NULL for a buffer that never grew (its size is 0:
+ * NULL + 0 would be undefined). */
 static inline char *tn_buf_data(const tn_buf_t *b)
 {
-    /* A buffer never grown has no base: NULL + 0 is undefined in C. */
     return b->base != NULL ? b->base + b->off : NULL;
 }
 static inline size_t tn_buf_size(const tn_buf_t *b)

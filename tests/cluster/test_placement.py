@@ -4,12 +4,15 @@ n, the same answer on every node; a partition's log exists only on its
 owner; growth places only the new partitions; assignments are sticky when
 their owner dies, and a topic made meanwhile goes to the alive members; a
 topic or channel deleted through one node leaves every node's engine and
-disk, also one that was down meanwhile, and is not recorded again.
+disk, also one that was down meanwhile, and is not recorded again; a topic
+delete answers only once every live member has removed its files (PURGE),
+500 naming a member that did not confirm, which then follows the records.
 
 Run: python3 tests/cluster/test_placement.py --ternd build/ternd
 """
 import argparse
 import os
+import signal
 import sys
 import unittest
 
@@ -116,10 +119,11 @@ class Placement(harness.ClusterTest):
 
     # --- deletions made through one node, followed by the others ---------------
 
-    def engine(self, node):
+    def engine(self, node, auth=False):
         """{topic: (channels, depth)} as node's engine has them (nsqd's
-        /stats: what is there, not what is recorded)."""
-        status, body = node.request("GET", "/stats?format=json", auth=False)
+        /stats: what is there, not what is recorded); with auth, also the
+        topics made through /v1 (they have an owner)."""
+        status, body = node.request("GET", "/stats?format=json", auth=auth)
         self.assertEqual(status, 200, body)
         return {t["topic_name"]: (sorted(c["channel_name"] for c in t["channels"]), t["depth"])
                 for t in body["topics"]}
@@ -169,12 +173,12 @@ class Placement(harness.ClusterTest):
                        lambda n=node: self.engine(n)["gone"][0] == ["keep"]
                        and not self.on_disk(n, "gone", "drop"), 30)
             self.assertTrue(self.on_disk(node, "gone", "keep"), node.id)
-        # The topic deleted through node 1 leaves them all too.
+        # The topic deleted through node 1 leaves them all too, before
+        # the answer (every member confirmed its purge).
         self.nsq(c.nodes[0], "/topic/delete?topic=gone")
         for node in c.nodes:
-            wait_until(f"topic gone gone from node {node.id}",
-                       lambda n=node: "gone" not in self.engine(n)
-                       and not self.on_disk(n, "gone"), 30)
+            self.assertFalse(self.on_disk(node, "gone"), node.id)
+            self.assertNotIn("gone", self.engine(node), node.id)
         # Made again through node 2 afterwards, it is a new topic: none of
         # the old messages, no old channel.
         self.nsq(c.nodes[1], "/topic/create?topic=gone")
@@ -200,7 +204,15 @@ class Placement(harness.ClusterTest):
         self.fill(c, "away")
         away = c.nodes[2]
         self.assertEqual(away.stop(), 0)
-        self.nsq(c.nodes[0], "/topic/delete?topic=away")
+        # Still alive in the records (not yet marked dead): it is asked to
+        # purge, does not answer, and the delete says so; the record is
+        # deleted all the same.
+        status, answer = c.nodes[0].request("POST", "/topic/delete?topic=away", b"",
+                                            auth=False, timeout=60)
+        if status != 200:
+            self.assertEqual(status, 500, answer)
+            self.assertIn(f"not purged on node {away.id}", answer["message"])
+        wait_until("the record deleted", lambda: "away" not in c.nodes[0].topics())
         wait_until("the deletion on node 2", lambda: "away" not in self.engine(c.nodes[1]))
         away.start()
         away.wait_ready()
@@ -210,6 +222,67 @@ class Placement(harness.ClusterTest):
         # Its files did not bring the record back.
         for node in c.nodes:
             self.assertNotIn("away", node.topics(), node.id)
+
+    def delete(self, node, topic):
+        """DELETE /v1/topics/topic through node: (status, body)."""
+        return node.request("DELETE", f"/v1/topics/{topic}", timeout=60)
+
+    def test_delete_confirmed_by_every_member(self):
+        c = self.make(3).start()
+        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        leader = c.find_leader()
+        followers = [n for n in c.nodes if n is not leader]
+        self.fill(c, "purged")
+        # Through a follower: when the 204 arrives, no member has the
+        # topic's files or lists it in its engine (looked at at once).
+        status, body = self.delete(followers[0], "purged")
+        self.assertEqual(status, 204, body)
+        for node in c.nodes:
+            self.assertFalse(self.on_disk(node, "purged"), node.id)
+            self.assertNotIn("purged", self.engine(node, auth=True), node.id)
+        # Made again at once under the same name: empty on every node (its
+        # channel default, made after the topic, has nothing; no partition
+        # has a record at offset 0).
+        status, body = followers[1].request("POST", "/v1/topics",
+                                            {"name": "purged", "partitions": 3})
+        self.assertEqual(status, 201, body)
+        for node in c.nodes:
+            wait_until(f"the new topic with its channel on node {node.id}",
+                       lambda n=node: self.engine(n, auth=True).get("purged") == (["default"], 0))
+            status, body = node.request("GET", "/stats?format=json&topic=purged")
+            self.assertEqual(status, 200, body)
+            for t in body["topics"]:
+                for ch in t["channels"]:
+                    self.assertEqual(ch["depth"], 0, (node.id, ch))
+        self.wait_owners(c.nodes, "purged", ["1", "2", "3"])
+        for p in range(3):
+            status, body = c.nodes[0].request(
+                "GET", f"/v1/topics/purged/consume?partition={p}&offset=0&wait=0",
+                headers={"X-Tern-Client": "test"})
+            self.assertEqual(status, 204, (p, body))
+
+        # A member stopped (SIGSTOP) during the delete does not confirm:
+        # 500 naming it, the record deleted regardless; once it runs
+        # again it purges by following the records.
+        self.fill(c, "stalled")
+        # Through the follower that took the first delete: it has a
+        # connection to the victim, so its call normally waits out its 15 s
+        # (a fresh dial would fail within 1 s instead: also a 500).
+        through, victim = followers
+        os.kill(victim.pid, signal.SIGSTOP)
+        try:
+            status, body = self.delete(through, "stalled")
+        finally:
+            os.kill(victim.pid, signal.SIGCONT)
+        self.assertEqual(status, 500, body)
+        self.assertIn("topic deleted; not purged on node %d" % victim.id, body["error"])
+        for node in c.nodes:
+            if node is not victim:
+                self.assertFalse(self.on_disk(node, "stalled"), node.id)
+        self.assertNotIn("stalled", through.topics())
+        wait_until("the stopped member purged after SIGCONT",
+                   lambda: "stalled" not in self.engine(victim)
+                   and not self.on_disk(victim, "stalled"), 60)
 
 
 def main():

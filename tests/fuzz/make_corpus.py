@@ -86,6 +86,10 @@ def pstats_reply(entries):
     return out
 
 
+def purge_fields(topic, created_at_ms):
+    return wire_str(topic) + struct.pack(">q", created_at_ms)
+
+
 def commit_fields(topic, partition, recs):
     """A COMMIT request's fields (after the opcode byte)."""
     out = wire_str(topic) + struct.pack(">II", partition, len(recs))
@@ -145,6 +149,19 @@ def wire_seeds(here):
                                           (2, 416, None), (3, 404, None), (4, 503, None)]))
     write(ps, "seed-reply-bad-status", pstats_reply([(0, 418, None)]))
     write(ps, "seed-reply-short", pstats_reply([(0, 200, (1, 0, 42, 40, 4096))])[:-2])
+    pr = os.path.join(here, "purge_request", "corpus")
+    write(pr, "seed-purge", purge_fields(b"orders", 1764590000000))
+    write(pr, "seed-nsq-topic", purge_fields(b"a.b-c_d", 0))
+    write(pr, "seed-long-name", purge_fields(b"t" * 255, 1))
+    write(pr, "seed-too-long-name", purge_fields(b"t" * 256, 1))
+    write(pr, "seed-empty-name", purge_fields(b"", 1))
+    write(pr, "seed-negative-time", purge_fields(b"t", -1))
+    write(pr, "seed-nul-in-name", purge_fields(b"t\x00u", 1))
+    write(pr, "seed-trailing", purge_fields(b"t", 1) + b"\x00")
+    write(pr, "seed-short", purge_fields(b"t", 1)[:-3])
+    write(pr, "seed-reply-error", b'{"error":"deleting topic t here failed: not found"}')
+    write(pr, "seed-reply-not-object", b'["error"]')
+    write(pr, "seed-reply-empty-error", b'{"error":""}')
 
     wf = os.path.join(here, "wire_frame", "corpus")
     stream = (wire_frame(auth, 0, proof) + wire_frame(request, 1, echo) +
@@ -169,6 +186,8 @@ def wire_seeds(here):
     write(wr, "seed-commit-short", b"\x06" + commit[:-1])
     write(wr, "seed-pstats", b"\x09" + pstats_fields(b"t", [0, 2]))
     write(wr, "seed-settle", b"\x07" + settle_fields(b"t", b"default", 1, 0, [(0, 1, 1)]))
+    write(wr, "seed-purge", b"\x0a" + purge_fields(b"orders", 1764590000000))
+    write(wr, "seed-purge-negative", b"\x0a" + purge_fields(b"orders", -5))
     write(wr, "seed-reply", ok)
     write(wr, "seed-reply-empty", struct.pack(">H", 204) + wire_str(b"") + wire_str(b""))
 

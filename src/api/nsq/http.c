@@ -743,7 +743,8 @@ typedef struct {
     char topic[256];
     char channel[256];
     tn_meta_req_t mreq;
-    bool recorded; /* a deletion: the metastore has dropped the record */
+    bool recorded;         /* a deletion: the metastore has dropped the record */
+    int64_t created_at_ms; /* a topic deletion: the record's, for the purge */
 } mgmt_t;
 
 static void mgmt_run(mgmt_t *m);
@@ -795,6 +796,32 @@ static void on_engine_deleted(void *arg, int status)
     on_deleted(arg, status == TN_ENOTFOUND ? 0 : status);
 }
 
+/* A topic deletion purged on every live member, or not on some: the
+ * record is deleted either way (500 names the members that did not
+ * confirm; they delete it when their replica shows the deletion). */
+static void on_topic_purged(void *arg, int status, const char *error)
+{
+    mgmt_t *m = arg;
+    if (m->r != NULL) {
+        m->r->on_cancel = NULL;
+        if (status == 0) {
+            answer_done(m->r);
+        } else {
+            static const char head[] = "{\"message\":\"topic deleted; ";
+            tn_buf_t b;
+            tn_buf_init(&b);
+            if (tn_buf_append(&b, head, sizeof(head) - 1) != 0 ||
+                tn_buf_json_escape(&b, error) != 0 ||
+                tn_buf_append(&b, "\"}", 3) != 0) /* with the NUL answer_json wants */
+                answer_error(m->r, 500, "topic deleted; not purged on every node");
+            else
+                answer_json(m->r, 500, tn_buf_data(&b));
+            tn_buf_fini(&b);
+        }
+    }
+    tn_free(m);
+}
+
 /* A deletion the metastore has recorded: now the engine's part. */
 static void on_delete_recorded(tn_meta_req_t *req, int status)
 {
@@ -808,6 +835,11 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
         return;
     }
     m->recorded = true;
+    /* The topic's files go on every live member, this one included, and
+     * the answer waits for them (cluster/router.h). */
+    if (status == 0 && !m->channel_op && m->api->router != NULL &&
+        tn_router_purge(m->api->router, m->topic, m->created_at_ms, on_topic_purged, m) == 0)
+        return;
     /* The engine's part, even if the client has left (else a restart would
      * make it again). */
     int rc = tn_broker_delete(m->api->broker, m->topic, m->channel_op ? m->channel : NULL,
@@ -828,6 +860,8 @@ static bool delete_through_meta(mgmt_t *m)
     c.type = m->channel_op ? TN_MC_CHANNEL_DELETE : TN_MC_TOPIC_DELETE;
     snprintf(c.topic.name, sizeof(c.topic.name), "%s", m->topic);
     snprintf(c.channel, sizeof(c.channel), "%s", m->channel);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(m->api->meta), m->topic);
+    m->created_at_ms = e != NULL ? e->rec.created_at_ms : 0;
     m->mreq.data = m;
     m->r->on_cancel = on_mgmt_cancel;
     /* A destructive action waits for a current replica (503 E_METASTORE). */

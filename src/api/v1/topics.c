@@ -354,8 +354,9 @@ typedef struct {
     uint32_t partitions;
     char parent[TN_NAME_MAX + 1]; /* create-and-attach */
     int64_t delay_ms;
-    patch_t patch; /* PATCH */
-    int tries;     /* PATCH proposals refused because the record changed */
+    patch_t patch;         /* PATCH */
+    int tries;             /* PATCH proposals refused because the record changed */
+    int64_t created_at_ms; /* DELETE: the deleted record's, for the purge */
 } op_t;
 
 static void op_cancel(tn_http_request_t *r)
@@ -409,6 +410,7 @@ static bool op_start(tn_v1_t *v, tn_http_request_t *r, const tn_meta_cmd_t *c, t
     snprintf(op->topic, sizeof(op->topic), "%s", c->topic.name);
     op->ttl_ms = c->topic.ttl_ms;
     op->partitions = c->topic.partitions;
+    op->created_at_ms = c->topic.created_at_ms;
     op->mreq.data = op;
     r->data = op;
     r->on_cancel = op_cancel;
@@ -766,13 +768,15 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
     (void)op_start(v, r, &c, on_patch_recorded, NULL, 0, &p);
 }
 
-static void on_engine_deleted(void *arg, int status)
+/* Every live member purged the topic, or some did not: the record is
+ * deleted either way, and those catch up by following it. */
+static void on_purged(void *arg, int status, const char *error)
 {
     op_t *op = arg;
-    if (status != 0 && status != TN_ENOTFOUND) { /* not there: nothing to remove */
-        TN_LOG(TN_LOG_ERROR, "topic %s: deleting it in the queue engine failed: %s", op->topic,
-               tn_strerror(status));
-        op_end(op, 500, "delete failed");
+    if (status != 0) {
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "topic deleted; %s", error);
+        op_end(op, 500, msg);
         return;
     }
     op_end(op, 204, NULL);
@@ -797,8 +801,10 @@ static void on_delete_recorded(tn_meta_req_t *req, int status)
     /* Its children stand alone now (the delete detached them): their
      * fan-out runners stop before the topic goes. */
     tn_fanout_sync(op->v->fanout);
-    if (tn_broker_delete(op->v->broker, op->topic, NULL, on_engine_deleted, op) != 0)
-        op_end(op, 503, "out of memory");
+    /* Then every live member removes its files, this one included
+     * (cluster/router.h), and the answer waits for them. */
+    if (tn_router_purge(op->v->router, op->topic, op->created_at_ms, on_purged, op) != 0)
+        op_end(op, 500, "topic deleted; out of memory purging its files (they are removed later)");
 }
 
 static void on_topic_delete(tn_http_request_t *r, void *arg)
@@ -818,6 +824,7 @@ static void on_topic_delete(tn_http_request_t *r, void *arg)
     memset(&c, 0, sizeof(c));
     c.type = TN_MC_TOPIC_DELETE;
     snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    c.topic.created_at_ms = e->rec.created_at_ms; /* not encoded: the purge's */
     (void)op_start(v, r, &c, on_delete_recorded, NULL, 0, NULL);
 }
 

@@ -137,6 +137,18 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
         }
         break;
     }
+    case TN_OP_PURGE: {
+        /* topic (1..255), created_at_ms >= 0: the check judges both. */
+        char topic[256];
+        int64_t created;
+        if (tn_wire_get_str(&in, 255, topic) != 0 || tn_wire_get_i64(&in, &created) != 0)
+            break;
+        if (topic[0] == '\0' || created < 0)
+            return TN_EPROTO;
+        if (tn_wire_put_str(out, topic) != 0 || tn_wire_put_i64(out, created) != 0)
+            abort();
+        break;
+    }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:
     case TN_OP__COUNT:

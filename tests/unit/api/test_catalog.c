@@ -8,7 +8,10 @@
  * each with its own store, engine and catalog, on one loop (libraft's TCP
  * transport on loopback, forwarding by a direct call to the leader): each
  * opens only the partition it owns, and NSQ publishes on a node that owns
- * none of an NSQ topic grow it by one partition there. */
+ * none of an NSQ topic grow it by one partition there. A confirmed delete
+ * (tn_catalog_purge) waits for the replica to drop the record (or times
+ * out), removes the files once, whichever of it and the deletion that
+ * follows the records comes first, and never touches a topic made again. */
 #include "core/platform.h"
 
 #include "fixture_meta.h"
@@ -211,6 +214,48 @@ static int start_nsq_pub(tn_broker_t *b, const char *topic, pubw_t *w)
 static int publish(cfx_t *f, const char *topic, int pin, uint64_t *owner)
 {
     return publish_on(&f->fx->loop, f->b, topic, pin, owner);
+}
+
+typedef struct {
+    bool done;
+    int status;
+    char why[256];
+} purgew_t;
+
+static void on_purged(void *arg, int status, const char *why)
+{
+    purgew_t *w = arg;
+    w->done = true;
+    w->status = status;
+    snprintf(w->why, sizeof(w->why), "%s", why != NULL ? why : "");
+}
+
+static bool purge_done(void *arg)
+{
+    return ((purgew_t *)arg)->done;
+}
+
+static void delete_topic(cfx_t *f, const char *name)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_DELETE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    commit(f, &c);
+}
+
+static bool topic_dir_exists(cfx_t *f, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/%s", f->fx->dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static int64_t created_at(cfx_t *f, const char *name)
+{
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(f->m), name);
+    assert_non_null(e);
+    return e->rec.created_at_ms;
 }
 
 /* --- tests ------------------------------------------------------------------ */
@@ -549,6 +594,94 @@ static void one_partition_topic(cluster_t *c, const char *name, bool native)
  * NSQ topic (several at once on each) grow it by one partition each, owned
  * there, and go to it; every node then has three partitions, one its own;
  * a /v1 topic refuses them and keeps its one partition. */
+/* A confirmed delete as one of a cluster: the record must go first, the
+ * deletion that follows the records and the purge delete once, and a
+ * topic made again is left alone. */
+static void test_purge_in_a_cluster(void **state)
+{
+    (void)state;
+    cfx_t *f = cfx_new(true);
+    put_topic(f, "gone", 2);
+    has_topic_t h = {f, "gone", 2, NULL};
+    assert_true(run_until(f, engine_follows, &h));
+    assert_int_equal(publish(f, "gone", 0, NULL), 0);
+    assert_true(topic_dir_exists(f, "gone"));
+    int64_t old = created_at(f, "gone");
+
+    /* The record is still there: the purge waits, then says so. */
+    purgew_t w = {0};
+    assert_int_equal(tn_catalog_purge(f->cat, "gone", old, 200, on_purged, &w), 0);
+    assert_true(run_until(f, purge_done, &w));
+    assert_int_equal(w.status, UV_ETIMEDOUT);
+    tn_topic_t *t = NULL;
+    assert_int_equal(tn_broker_topic(f->b, "gone", 4, false, 0, NULL, &t), 0);
+    assert_true(topic_dir_exists(f, "gone"));
+
+    /* Asked before the deletion commits: answered once the files are gone. */
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_catalog_purge(f->cat, "gone", old, 10000, on_purged, &w), 0);
+    assert_false(w.done);
+    delete_topic(f, "gone");
+    assert_true(run_until(f, purge_done, &w));
+    assert_int_equal(w.status, 0);
+    assert_int_equal(tn_broker_topic(f->b, "gone", 4, false, 0, NULL, &t), TN_ENOTFOUND);
+    assert_false(topic_dir_exists(f, "gone"));
+    /* Asked again (a retried call): nothing left, 0 at once. */
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_catalog_purge(f->cat, "gone", old, 10000, on_purged, &w), 0);
+    assert_true(w.done);
+    assert_int_equal(w.status, 0);
+
+    /* Made again under the same name: a purge of the old one leaves it. */
+    usleep(2000); /* another creation time */
+    put_topic(f, "gone", 1);
+    h.nparts = 1;
+    assert_true(run_until(f, engine_follows, &h));
+    assert_int_equal(publish(f, "gone", 0, NULL), 0);
+    assert_true(created_at(f, "gone") != old);
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_catalog_purge(f->cat, "gone", old, 10000, on_purged, &w), 0);
+    assert_true(run_until(f, purge_done, &w));
+    assert_int_equal(w.status, 0);
+    assert_int_equal(tn_broker_topic(f->b, "gone", 4, false, 0, NULL, &t), 0);
+    assert_true(topic_dir_exists(f, "gone"));
+
+    /* Stopping answers a purge under way. */
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_catalog_purge(f->cat, "gone", created_at(f, "gone"), 10000, on_purged, &w),
+                     0);
+    assert_false(w.done);
+    tn_catalog_stop(f->cat);
+    assert_true(w.done);
+    assert_int_equal(w.status, TN_ECLOSED);
+    f->cat = NULL;
+    cfx_free(f);
+}
+
+/* On a lone node nothing follows the records: the purge deletes. */
+static void test_purge_on_a_lone_node(void **state)
+{
+    (void)state;
+    cfx_t *f = cfx_new(false);
+    assert_int_equal(publish(f, "solo", -1, NULL), 0); /* made through the gate: recorded */
+    int64_t at = created_at(f, "solo");
+    delete_topic(f, "solo");
+    tn_topic_t *t = NULL;
+    assert_int_equal(tn_broker_topic(f->b, "solo", 4, false, 0, NULL, &t), 0);
+    purgew_t w = {0};
+    assert_int_equal(tn_catalog_purge(f->cat, "solo", at, 5000, on_purged, &w), 0);
+    assert_true(run_until(f, purge_done, &w));
+    assert_int_equal(w.status, 0);
+    assert_int_equal(tn_broker_topic(f->b, "solo", 4, false, 0, NULL, &t), TN_ENOTFOUND);
+    assert_false(topic_dir_exists(f, "solo"));
+    /* A topic never there: nothing to do. */
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_catalog_purge(f->cat, "never", 1, 5000, on_purged, &w), 0);
+    assert_true(w.done);
+    assert_int_equal(w.status, 0);
+    cfx_free(f);
+}
+
 static void test_nsq_publishes_grow_the_topic(void **state)
 {
     (void)state;
@@ -600,6 +733,8 @@ int main(void)
         cmocka_unit_test(test_lone_node_has_every_partition),
         cmocka_unit_test(test_three_nodes),
         cmocka_unit_test(test_nsq_publishes_grow_the_topic),
+        cmocka_unit_test(test_purge_in_a_cluster),
+        cmocka_unit_test(test_purge_on_a_lone_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

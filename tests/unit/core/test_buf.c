@@ -35,6 +35,11 @@ static void test_reserve_zero_allocates(void **state)
     assert_int_equal(tn_buf_reserve(&b, 0), 0);
     assert_non_null(b.base); /* base + len is then always defined */
     tn_buf_fini(&b);
+    /* Never grown: no bytes, and no pointer arithmetic on NULL. */
+    tn_buf_init(&b);
+    assert_null(tn_buf_data(&b));
+    assert_int_equal(tn_buf_size(&b), 0);
+    tn_buf_fini(&b);
 }
 
 static void test_msg_refcount(void **state)
