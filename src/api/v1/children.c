@@ -15,7 +15,6 @@
 #include "proto/http/json.h"
 
 #include <inttypes.h>
-#include <openssl/rand.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +42,8 @@ typedef struct {
     bool attach;
     bool created; /* create-and-attach: answer 201 with the child */
     int tries;    /* proposals refused because the child's record changed */
+    bool held;    /* an attach with its epoch: hold on v->fanout's list */
+    tn_fanout_hold_t hold;
 } link_t;
 
 static void link_cancel(tn_http_request_t *r)
@@ -59,6 +60,8 @@ static void link_end(link_t *l, int status, const char *msg)
     snprintf(shown, sizeof(shown), "%s", l->created ? l->child : l->parent);
     if (status == 200 && l->created)
         status = 201;
+    if (l->held && v->fanout != NULL)
+        tn_fanout_release(v->fanout, &l->hold);
     tn_free(l);
     if (r == NULL)
         return;
@@ -237,13 +240,16 @@ static link_t *link_new(tn_v1_t *v, tn_http_request_t *r, const char *parent, co
     return l;
 }
 
-/* A fresh nonzero epoch; false when there is no randomness. */
-static bool new_epoch(uint64_t *epoch)
+/* A fresh epoch for l (tn_fanout_epoch), its channel held from the
+ * fan-out's sweep until l ends; false when there is no randomness. */
+static bool new_epoch(link_t *l)
 {
-    *epoch = 0;
-    while (*epoch == 0) {
-        if (RAND_bytes((unsigned char *)epoch, sizeof(*epoch)) != 1)
-            return false;
+    if (!tn_fanout_epoch(&l->epoch))
+        return false;
+    if (l->v->fanout != NULL) { /* NULL: closing, and the attach ends at once */
+        l->hold.epoch = l->epoch;
+        tn_fanout_hold(l->v->fanout, &l->hold);
+        l->held = true;
     }
     return true;
 }
@@ -256,7 +262,7 @@ void tn__v1_attach_created(tn_v1_t *v, tn_http_request_t *r, const char *parent,
         return;
     l->created = true;
     l->delay_ms = delay_ms;
-    if (!new_epoch(&l->epoch)) {
+    if (!new_epoch(l)) {
         link_end(l, 503, "the topic was created but could not be attached");
         return;
     }
@@ -357,7 +363,7 @@ static void on_attach(tn_http_request_t *r, void *arg)
     if (l == NULL)
         return;
     l->delay_ms = b.delay_ms;
-    if (!new_epoch(&l->epoch)) {
+    if (!new_epoch(l)) {
         link_end(l, 503, "no randomness for the attach epoch");
         return;
     }
