@@ -65,6 +65,10 @@ class Fanout(harness.ClusterTest):
     def create(self, c, body):
         status, answer = c.nodes[0].request("POST", "/v1/topics", body)
         self.assertEqual(status, 201, answer)
+        if "parent" in body:
+            # Answered from the node's own replica, once the link is in it.
+            self.assertEqual((answer["role"], answer.get("parent")), ("child", body["parent"]),
+                             answer)
         name, partitions = answer["name"], answer["partitions"]
         wait_until(f"{name}'s owners on every node",
                    lambda: all((o := self.owners(n, name)) is not None and len(o) == partitions
@@ -80,6 +84,7 @@ class Fanout(harness.ClusterTest):
     def epoch(self, node, child):
         status, body = node.request("GET", f"/v1/topics/{child}")
         self.assertEqual(status, 200, body)
+        self.assertEqual(body.get("role"), "child", body)
         return body["attach_epoch"]
 
     def fanout_channels(self, node, topic):
@@ -310,6 +315,8 @@ class Fanout(harness.ClusterTest):
                        lambda: self.fanout_channels(n, "parent") == sorted([ea, eb]))
         status, body = c.nodes[1].request("DELETE", "/v1/topics/parent/children/a")
         self.assertEqual(status, 204, body)
+        status, body = c.nodes[1].request("GET", "/v1/topics/a")  # its own replica has it
+        self.assertEqual((status, body["role"]), (200, "standalone"), body)
         for n in c.nodes:
             wait_until(f"{ea} gone from node {n.id}",
                        lambda: self.fanout_channels(n, "parent") == [eb])

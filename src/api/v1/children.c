@@ -95,6 +95,21 @@ static void drop_channel(tn_v1_t *v, const char *parent, uint64_t epoch)
 
 static void propose_link(link_t *l);
 
+/* The link recorded and (status 0) applied here: this node's copiers
+ * follow it, and the answer shows it. Otherwise (the confirmation timed
+ * out, the metastore is closing) it is recorded all the same, and the
+ * answer shows what the replica has now. */
+static void on_link_applied(void *arg, int status)
+{
+    link_t *l = arg;
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "%s %s: recorded, not yet applied here (%s)",
+               l->attach ? "attaching" : "detaching", l->child, tn_strerror(status));
+    if (!l->v->closing && l->v->fanout != NULL)
+        tn_fanout_sync(l->v->fanout);
+    link_end(l, l->attach ? 200 : 204, NULL);
+}
+
 static void on_link_recorded(tn_meta_req_t *req, int status)
 {
     link_t *l = req->data;
@@ -121,8 +136,11 @@ static void on_link_recorded(tn_meta_req_t *req, int status)
         TN_LOG(TN_LOG_NOTICE, "audit: %s %s child %s %s %s",
                l->r->principal[0] ? l->r->principal : "(open)", l->attach ? "attached" : "detached",
                l->child, l->attach ? "to" : "from", l->parent);
-    tn_fanout_sync(l->v->fanout);
-    link_end(l, l->attach ? 200 : 204, NULL);
+    /* A follower hears the leader's answer before its own replica has the
+     * change: the answer shows the record, and this node's copier starts,
+     * once it is here. */
+    if (l->v->closing || tn_meta_confirm(l->v->meta, on_link_applied, l) != 0)
+        on_link_applied(l, 0);
 }
 
 /* Record the child's link (attach) or its absence (detach). */
