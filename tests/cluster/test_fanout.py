@@ -212,6 +212,15 @@ class Fanout(harness.ClusterTest):
         soon = sum(1 for k, t0 in sent.items() if seen_at[k] < t0 + DELAY_MS / 1000 + 1)
         sys.stderr.write(f"delayed child: {soon} of {len(sent)} copies seen within 1 s after "
                          "their send time + the delay, none before\n")
+        # Each node's lag is its own partitions' share: all copied, 0 on each.
+        for child in ("same", "other", "later"):
+            for n in c.nodes:
+                def lag():
+                    status, body = n.request("GET", "/v1/topics/parent/children")
+                    mine = [x for x in body["children"] if x["name"] == child]
+                    return status == 200 and mine and (mine[0]["lag_messages"],
+                                                       mine[0]["lag_complete"]) == (0, True)
+                wait_until(f"{child}'s lag 0 on node {n.id}", lag)
         # The same-count child kept each message in its parent's partition.
         for p, owner in enumerate(self.owners(c.nodes[0], "parent")):
             node = [n for n in c.nodes if str(n.id) == owner][0]
