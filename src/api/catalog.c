@@ -3,6 +3,7 @@
 
 #include "api/catalog.h"
 
+#include "api/fanout.h"
 #include "api/v1.h"
 
 #include "core/alloc.h"
@@ -652,7 +653,10 @@ static gone_t *gone_new(gone_t **list, const char *topic, const char *channel)
  * made again: the old one goes, the new one is made after it. Nothing is
  * made ahead of its record (the gate holds creations until the replica has
  * it), so what is ready here and unrecorded was recorded once. Busy ones
- * (being made, grown, deleted) are looked at on a later change. */
+ * (being made, grown, deleted) are looked at on a later change. The
+ * channels of fan-out links are left to fanout.c (fanout.h), which makes
+ * each node's where its link starts and deletes those of links that are
+ * gone: their record is one for every node's channel. */
 static void follow_deletions(tn_catalog_t *c)
 {
     const tn_meta_state_t *s = tn_meta_state(c->meta);
@@ -670,7 +674,7 @@ static void follow_deletions(tn_catalog_t *c)
             }
             for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
                 if (ch->memory || ch->state != TN_OBJ_READY || going(c, t->name, ch->name) ||
-                    tn_meta_channel_exists(s, t->name, ch->name))
+                    tn_meta_channel_exists(s, t->name, ch->name) || tn_fanout_is_channel(ch->name))
                     continue;
                 if (gone_new(&found, t->name, ch->name) == NULL)
                     break;
@@ -997,17 +1001,18 @@ static bool made(tn_catalog_t *c, const tn_meta_topic_entry_t *e)
         return false;
     for (uint32_t i = 0; i < e->nchannels; i++) {
         tn_channel_t *out = NULL;
-        if (tn_topic_channel(t, e->channels[i], strlen(e->channels[i]), false, NULL, &out) ==
-            TN_ENOTFOUND)
+        if (!tn_fanout_is_channel(e->channels[i]) &&
+            tn_topic_channel(t, e->channels[i], strlen(e->channels[i]), false, NULL, &out) ==
+                TN_ENOTFOUND)
             return false;
     }
     return true;
 }
 
 /* Ask the engine for what a record names: the topic with its recorded
- * partitions, then its recorded channels (after the topic is made or
- * grown, when that must wait). following: a change of the replica (in a
- * cluster, a record another node made), not the start-up check. */
+ * partitions, then its recorded channels but the fan-out links' (fanout.c
+ * makes those; after the topic is made or grown, when that must wait). following: a change of the
+ * replica (in a cluster, a record another node made), not the start-up check. */
 static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following)
 {
     const char *name = e->rec.name;
@@ -1050,7 +1055,7 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
     for (uint32_t i = 0; i < e->nchannels; i++) {
         const char *ch = e->channels[i];
         tn_channel_t *out = NULL;
-        if (going(c, name, ch) ||
+        if (going(c, name, ch) || tn_fanout_is_channel(ch) ||
             tn_topic_channel(t, ch, strlen(ch), false, NULL, &out) != TN_ENOTFOUND)
             continue;
         tn_waiter_t *cw = tn_calloc(1, sizeof(*cw));

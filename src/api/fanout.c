@@ -11,13 +11,23 @@
 #include "core/time.h"
 
 #include <inttypes.h>
+#include <openssl/rand.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CREDIT        256
 #define LEASE_MS      60000
 #define RETRY_MS      1000
 #define SYNC_EVERY_MS 2000
+/* The attach times an epoch can carry: from 2020-01-01 to a day ahead of
+ * this node's clock. An epoch from before epochs carried one is random,
+ * and names a time in that span about once in 1,300: then its channel,
+ * made on a node that did not have it, starts at that time (copying
+ * what the parent still holds from then on) instead of at the tail. */
+#define EPOCH_MIN_MS   1577836800000LL
+#define EPOCH_AHEAD_MS (24LL * 3600 * 1000)
+#define SWEEP_MAX      64
 
 typedef struct runner_s runner_t;
 
@@ -42,6 +52,7 @@ struct tn_fanout_s {
     tn_router_t *router;
     tn_meta_t *meta;
     runner_t *runners;
+    tn_fanout_hold_t *holds; /* attaches under way here */
     uv_timer_t timer;
     bool closing;
 };
@@ -57,6 +68,54 @@ typedef struct {
 void tn_fanout_channel(uint64_t epoch, char out[32])
 {
     snprintf(out, 32, TN_FANOUT_CHANNEL_PREFIX "%016" PRIx64, epoch);
+}
+
+bool tn_fanout_is_channel(const char *name)
+{
+    size_t n = strlen(TN_FANOUT_CHANNEL_PREFIX);
+    if (strncmp(name, TN_FANOUT_CHANNEL_PREFIX, n) != 0 || strlen(name) != n + 16)
+        return false;
+    for (const char *p = name + n; *p != '\0'; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return false;
+    return true;
+}
+
+bool tn_fanout_epoch(uint64_t *epoch)
+{
+    uint16_t low = 0;
+    while (low == 0) {
+        if (RAND_bytes((unsigned char *)&low, sizeof(low)) != 1)
+            return false;
+    }
+    *epoch = ((uint64_t)tn_now_wall_ms() << 16) | low;
+    return true;
+}
+
+/* The attach time epoch carries, in wall-clock ms; 0 when it carries none
+ * (EPOCH_MIN_MS). */
+static int64_t epoch_ms(uint64_t epoch)
+{
+    int64_t ms = (int64_t)(epoch >> 16);
+    if (ms < EPOCH_MIN_MS || ms > tn_now_wall_ms() + EPOCH_AHEAD_MS)
+        return 0;
+    return ms;
+}
+
+void tn_fanout_hold(tn_fanout_t *f, tn_fanout_hold_t *h)
+{
+    h->next = f->holds;
+    f->holds = h;
+}
+
+void tn_fanout_release(tn_fanout_t *f, tn_fanout_hold_t *h)
+{
+    for (tn_fanout_hold_t **pp = &f->holds; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == h) {
+            *pp = h->next;
+            return;
+        }
+    }
 }
 
 static void runner_maybe_free(runner_t *r)
@@ -163,8 +222,10 @@ static void on_channel_ready(tn_waiter_t *w, int status)
         runner_start(r);
 }
 
-/* Attach r to its channel on the parent (created at the tail if missing,
- * as at the first start after an attach that crashed before it). */
+/* Attach r to its channel on the parent. A missing one (on every node but
+ * the one that attached, or after an attach that crashed before its
+ * channel was made) starts at the attach time its epoch carries, or at
+ * the tail when it carries none. */
 static void runner_start(runner_t *r)
 {
     tn_fanout_t *f = r->f;
@@ -176,7 +237,10 @@ static void runner_start(runner_t *r)
     tn_channel_t *ch = NULL;
     r->wait.cb = on_channel_ready;
     r->wait.data = r;
-    int rc = tn_topic_channel_at_tail(t, name, strlen(name), &r->wait, &ch);
+    int64_t since_ms = epoch_ms(r->epoch);
+    int rc = since_ms != 0
+                 ? tn_topic_channel_since(t, name, strlen(name), since_ms * 1000000, &r->wait, &ch)
+                 : tn_topic_channel_at_tail(t, name, strlen(name), &r->wait, &ch);
     if (rc == UV_EAGAIN) {
         r->waiting = true;
         return;
@@ -197,6 +261,58 @@ static void on_channel_deleted(void *arg, int status)
 {
     (void)arg;
     (void)status;
+}
+
+/* Whether a runner or an attach under way here names the channel of
+ * epoch on parent. */
+static bool linked_here(const tn_fanout_t *f, const char *parent, uint64_t epoch)
+{
+    for (const runner_t *r = f->runners; r != NULL; r = r->next)
+        if (r->epoch == epoch && strcmp(r->parent, parent) == 0)
+            return true;
+    for (const tn_fanout_hold_t *h = f->holds; h != NULL; h = h->next)
+        if (h->epoch == epoch)
+            return true;
+    return false;
+}
+
+typedef struct {
+    char topic[TN_NAME_MAX + 1];
+    char channel[32];
+} swept_t;
+
+/* Delete the link channels no link names (their link went while this
+ * node was down, or its runner was stopped before its channel could be
+ * deleted); at most SWEEP_MAX a sync. Only on a caught-up replica: one
+ * behind may not have a link yet whose channel is here. */
+static void sweep(tn_fanout_t *f)
+{
+    if (!tn_meta_caught_up(f->meta))
+        return;
+    swept_t found[SWEEP_MAX];
+    size_t n = 0;
+    tn_broker_t *b = f->broker;
+    for (size_t i = 0; i < b->nbuckets && n < SWEEP_MAX; i++) {
+        for (tn_topic_t *t = b->buckets[i]; t != NULL && n < SWEEP_MAX; t = t->hnext) {
+            if (t->memory || t->state != TN_OBJ_READY)
+                continue;
+            for (tn_channel_t *ch = t->channels; ch != NULL && n < SWEEP_MAX; ch = ch->next) {
+                if (ch->state != TN_OBJ_READY || !tn_fanout_is_channel(ch->name))
+                    continue;
+                uint64_t epoch = strtoull(ch->name + strlen(TN_FANOUT_CHANNEL_PREFIX), NULL, 16);
+                if (linked_here(f, t->name, epoch))
+                    continue;
+                snprintf(found[n].topic, sizeof(found[n].topic), "%s", t->name);
+                snprintf(found[n].channel, sizeof(found[n].channel), "%s", ch->name);
+                n++;
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        TN_LOG(TN_LOG_NOTICE, "fan-out: channel %s of %s belongs to no link; deleting it",
+               found[i].channel, found[i].topic);
+        (void)tn_broker_delete(b, found[i].topic, found[i].channel, on_channel_deleted, NULL);
+    }
 }
 
 void tn_fanout_sync(tn_fanout_t *f)
@@ -252,6 +368,7 @@ void tn_fanout_sync(tn_fanout_t *f)
             tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)
             tn_channel_delete(ch, on_channel_deleted, NULL);
     }
+    sweep(f);
 }
 
 bool tn_fanout_lag(tn_fanout_t *f, const char *child, uint64_t *lag)

@@ -449,6 +449,7 @@ typedef struct {
     tn_channel_t *ch;
     bool first;   /* the topic's first durable channel: it gets the backlog */
     bool at_tail; /* starts at the tail, whatever came before */
+    bool since;   /* starts at since_ns, asked for (else the bootstrap window) */
     int64_t since_ns;
     tn_chanlog_t **cls;
     tn_cursor_t *curs;
@@ -536,6 +537,7 @@ static void chan_create_done(uv_work_t *w, int status)
                t->name, ch->parts[0]->cur.frontier,
                j->first     ? " (the retained backlog)"
                : j->at_tail ? " (the tail)"
+               : j->since   ? " (its first record from the time asked for)"
                             : "");
         tn__broker_event(b, TN_EV_CHANNEL_UP, t->name, ch->name);
         tn__waiters_fire(&ch->waiters, 0);
@@ -555,23 +557,33 @@ static bool has_durable_channel(const tn_topic_t *t)
     return false;
 }
 
-static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create, bool at_tail,
-                       tn_waiter_t *w, tn_channel_t **out);
+/* Where a new durable channel starts: the retained backlog for a topic's
+ * first (else the bootstrap window), the tail, or a given time. */
+typedef enum { START_DEFAULT, START_TAIL, START_SINCE } start_t;
+
+static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create, start_t start,
+                       int64_t since_ns, tn_waiter_t *w, tn_channel_t **out);
 
 int tn_topic_channel(tn_topic_t *t, const char *name, size_t len, bool create, tn_waiter_t *w,
                      tn_channel_t **out)
 {
-    return channel_get(t, name, len, create, false, w, out);
+    return channel_get(t, name, len, create, START_DEFAULT, 0, w, out);
 }
 
 int tn_topic_channel_at_tail(tn_topic_t *t, const char *name, size_t len, tn_waiter_t *w,
                              tn_channel_t **out)
 {
-    return channel_get(t, name, len, true, true, w, out);
+    return channel_get(t, name, len, true, START_TAIL, 0, w, out);
 }
 
-static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create, bool at_tail,
-                       tn_waiter_t *w, tn_channel_t **out)
+int tn_topic_channel_since(tn_topic_t *t, const char *name, size_t len, int64_t since_ns,
+                           tn_waiter_t *w, tn_channel_t **out)
+{
+    return channel_get(t, name, len, true, START_SINCE, since_ns, w, out);
+}
+
+static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create, start_t start,
+                       int64_t since_ns, tn_waiter_t *w, tn_channel_t **out)
 {
     tn_broker_t *b = t->broker;
     if (b->closing)
@@ -604,7 +616,7 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
         return UV_EINVAL;
     /* The first channel of an ephemeral topic gets what the topic held
      * for it, as in nsqd; every other memory channel starts at the tail. */
-    bool backlog = t->memory && t->channels == NULL && !at_tail;
+    bool backlog = t->memory && t->channels == NULL && start == START_DEFAULT;
     ch = channel_new(t, name, len);
     if (ch == NULL)
         return UV_ENOMEM;
@@ -644,9 +656,11 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
         return UV_ENOMEM;
     }
     j->ch = ch;
-    j->first = !has_durable_channel(t) && !at_tail;
-    j->at_tail = at_tail;
-    j->since_ns = tn_now_wall_ns() - b->opts.bootstrap_window_ms * 1000000;
+    j->first = !has_durable_channel(t) && start == START_DEFAULT;
+    j->at_tail = start == START_TAIL;
+    j->since = start == START_SINCE;
+    j->since_ns =
+        start == START_SINCE ? since_ns : tn_now_wall_ns() - b->opts.bootstrap_window_ms * 1000000;
     int rc = tn__gate_then_queue(b, &j->work, chan_create_work, chan_create_done, t, ch);
     if (rc != 0) {
         tn_free(j->cls);

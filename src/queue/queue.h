@@ -507,6 +507,13 @@ int tn_topic_channel(tn_topic_t *t, const char *name, size_t len, bool create, t
  * tn_topic_channel with create; an existing channel is found as it is. */
 int tn_topic_channel_at_tail(tn_topic_t *t, const char *name, size_t len, tn_waiter_t *w,
                              tn_channel_t **out);
+/* Create a durable channel whose local partitions each start at their
+ * first record published at or after since_ns (wall clock, as publish
+ * times are): a fan-out link's channel on a node that did not make the
+ * attach, which gets what its partitions took from the attach on. As
+ * tn_topic_channel with create; an existing channel is found as it is. */
+int tn_topic_channel_since(tn_topic_t *t, const char *name, size_t len, int64_t since_ns,
+                           tn_waiter_t *w, tn_channel_t **out);
 
 /* Prepare a publish of n messages; tn_pub_set copies each body in. 0 or
  * UV_ENOMEM. tn_pub_fini releases what the publish holds. */

@@ -15,7 +15,6 @@
 #include "proto/http/json.h"
 
 #include <inttypes.h>
-#include <openssl/rand.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +42,8 @@ typedef struct {
     bool attach;
     bool created; /* create-and-attach: answer 201 with the child */
     int tries;    /* proposals refused because the child's record changed */
+    bool held;    /* an attach with its epoch: hold on v->fanout's list */
+    tn_fanout_hold_t hold;
 } link_t;
 
 static void link_cancel(tn_http_request_t *r)
@@ -59,6 +60,8 @@ static void link_end(link_t *l, int status, const char *msg)
     snprintf(shown, sizeof(shown), "%s", l->created ? l->child : l->parent);
     if (status == 200 && l->created)
         status = 201;
+    if (l->held && v->fanout != NULL)
+        tn_fanout_release(v->fanout, &l->hold);
     tn_free(l);
     if (r == NULL)
         return;
@@ -92,6 +95,21 @@ static void drop_channel(tn_v1_t *v, const char *parent, uint64_t epoch)
 
 static void propose_link(link_t *l);
 
+/* The link recorded and (status 0) applied here: this node's copiers
+ * follow it, and the answer shows it. Otherwise (the confirmation timed
+ * out, the metastore is closing) it is recorded all the same, and the
+ * answer shows what the replica has now. */
+static void on_link_applied(void *arg, int status)
+{
+    link_t *l = arg;
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "%s %s: recorded, not yet applied here (%s)",
+               l->attach ? "attaching" : "detaching", l->child, tn_strerror(status));
+    if (!l->v->closing && l->v->fanout != NULL)
+        tn_fanout_sync(l->v->fanout);
+    link_end(l, l->attach ? 200 : 204, NULL);
+}
+
 static void on_link_recorded(tn_meta_req_t *req, int status)
 {
     link_t *l = req->data;
@@ -118,8 +136,11 @@ static void on_link_recorded(tn_meta_req_t *req, int status)
         TN_LOG(TN_LOG_NOTICE, "audit: %s %s child %s %s %s",
                l->r->principal[0] ? l->r->principal : "(open)", l->attach ? "attached" : "detached",
                l->child, l->attach ? "to" : "from", l->parent);
-    tn_fanout_sync(l->v->fanout);
-    link_end(l, l->attach ? 200 : 204, NULL);
+    /* A follower hears the leader's answer before its own replica has the
+     * change: the answer shows the record, and this node's copier starts,
+     * once it is here. */
+    if (l->v->closing || tn_meta_confirm(l->v->meta, on_link_applied, l) != 0)
+        on_link_applied(l, 0);
 }
 
 /* Record the child's link (attach) or its absence (detach). */
@@ -237,13 +258,16 @@ static link_t *link_new(tn_v1_t *v, tn_http_request_t *r, const char *parent, co
     return l;
 }
 
-/* A fresh nonzero epoch; false when there is no randomness. */
-static bool new_epoch(uint64_t *epoch)
+/* A fresh epoch for l (tn_fanout_epoch), its channel held from the
+ * fan-out's sweep until l ends; false when there is no randomness. */
+static bool new_epoch(link_t *l)
 {
-    *epoch = 0;
-    while (*epoch == 0) {
-        if (RAND_bytes((unsigned char *)epoch, sizeof(*epoch)) != 1)
-            return false;
+    if (!tn_fanout_epoch(&l->epoch))
+        return false;
+    if (l->v->fanout != NULL) { /* NULL: closing, and the attach ends at once */
+        l->hold.epoch = l->epoch;
+        tn_fanout_hold(l->v->fanout, &l->hold);
+        l->held = true;
     }
     return true;
 }
@@ -256,7 +280,7 @@ void tn__v1_attach_created(tn_v1_t *v, tn_http_request_t *r, const char *parent,
         return;
     l->created = true;
     l->delay_ms = delay_ms;
-    if (!new_epoch(&l->epoch)) {
+    if (!new_epoch(l)) {
         link_end(l, 503, "the topic was created but could not be attached");
         return;
     }
@@ -357,7 +381,7 @@ static void on_attach(tn_http_request_t *r, void *arg)
     if (l == NULL)
         return;
     l->delay_ms = b.delay_ms;
-    if (!new_epoch(&l->epoch)) {
+    if (!new_epoch(l)) {
         link_end(l, 503, "no randomness for the attach epoch");
         return;
     }

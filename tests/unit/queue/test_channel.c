@@ -389,6 +389,60 @@ static void test_backlog_and_bootstrap(void **state)
     qfx_free(q);
 }
 
+static tn_channel_t *channel_since(qfx_t *q, const char *topic, const char *name, int64_t since_ns)
+{
+    tn_topic_t *t;
+    assert_int_equal(tn_broker_topic(q->b, topic, strlen(topic), false, 0, NULL, &t), 0);
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    tn_channel_t *ch;
+    int rc = tn_topic_channel_since(t, name, strlen(name), since_ns, &w.w, &ch);
+    if (rc == UV_EAGAIN) {
+        assert_true(run_until(q, wait_done, &w));
+        assert_int_equal(w.status, 0);
+        rc = tn_topic_channel(t, name, strlen(name), false, NULL, &ch);
+    }
+    assert_int_equal(rc, 0);
+    return ch;
+}
+
+/* A channel made to start at a time (a fan-out link's on a node that did
+ * not attach it) gets what was published from then on: not the backlog,
+ * though it is the topic's first durable channel, and not the bootstrap
+ * window. */
+static void test_channel_since(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    publish(q, "t", "old-1", 0);
+    publish(q, "t", "old-2", 0);
+    run_for(q, 5);
+    int64_t since = tn_now_wall_ns();
+    run_for(q, 5);
+    publish(q, "t", "new-1", 0);
+    publish(q, "t", "new-2", 0);
+    tn_channel_t *ch = channel_since(q, "t", "fanout.0000000000000001", since);
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 2);
+    run_for(q, 30);
+    assert_int_equal(s.n, 2);
+    assert_string_equal(s.bodies[0], "new-1");
+    assert_string_equal(s.bodies[1], "new-2");
+    /* An earlier time takes everything retained from then on. */
+    tn_channel_t *all = channel_since(q, "t", "all", 1);
+    sink_t a;
+    attach(&a, all, 10, 60000);
+    expect_n(q, &a, 4);
+    assert_string_equal(a.bodies[0], "old-1");
+    /* An existing channel is found as it is. */
+    assert_ptr_equal(channel_since(q, "t", "all", since), all);
+    tn_consumer_detach(&s.c);
+    tn_consumer_detach(&a.c);
+    qfx_free(q);
+}
+
 static void test_ephemeral_channel(void **state)
 {
     (void)state;
@@ -1048,6 +1102,7 @@ int main(void)
         cmocka_unit_test(test_timeout_redelivers_and_touch),
         cmocka_unit_test(test_detach_returns_inflight),
         cmocka_unit_test(test_backlog_and_bootstrap),
+        cmocka_unit_test(test_channel_since),
         cmocka_unit_test(test_ephemeral_channel),
         cmocka_unit_test(test_kick_ends_ephemeral_channel),
         cmocka_unit_test(test_delete_multi_partition_topic),
