@@ -176,8 +176,22 @@ static int spill(tn_router_t *r, tn_pub_t *p)
     return rc;
 }
 
+/* The engine refused a pinned partition it does not have (UV_EINVAL):
+ * true when the metastore's record has it, a growth this node's engine
+ * has not made yet; the ingress log takes it then, as for any partition
+ * not open here, and the dispatcher delivers it once its owner has it. */
+static bool grown_elsewhere(const tn_router_t *r, const tn_pub_t *p)
+{
+    if (!p->pinned || r->o.meta == NULL || p->topic == NULL || !tn_meta_ready(r->o.meta))
+        return false;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(r->o.meta), p->topic->name);
+    return e != NULL && p->pin < e->rec.partitions;
+}
+
 static void on_engine_done(tn_pub_t *p, int status)
 {
+    if (status == UV_EINVAL && grown_elsewhere(p->route, p))
+        status = TN_EREMOTE;
     if (status == TN_EREMOTE) {
         status = spill(p->route, p);
         if (status == 0)
@@ -193,7 +207,7 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
     p->route_cb = cb;
     p->remote = false;
     int rc = tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
-    if (rc == TN_EREMOTE)
+    if (rc == TN_EREMOTE || (rc == UV_EINVAL && grown_elsewhere(r, p)))
         rc = spill(r, p);
     return rc;
 }

@@ -92,6 +92,29 @@ class Produce(harness.ClusterTest):
             self.assertGreaterEqual(
                 self.metric(node, 'tern_dispatch_records_total{outcome="committed"}'), 4)
 
+    def test_produce_to_a_partition_just_grown(self):
+        """A produce pinned to a partition a growth just added, through
+        every node as soon as its replica shows the growth: a node whose
+        engine has not grown yet takes it into its ingress log (never a
+        500), and it reaches the new partition's owner."""
+        c = self.start()
+        status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "g", "partitions": 1})
+        self.assertEqual(status, 201, body)
+        wait_until("g everywhere", lambda: all(self.owners(n, "g") == ["1"] for n in c.nodes))
+        status, body = c.nodes[0].request("PATCH", "/v1/topics/g", {"partitions": 3})
+        self.assertEqual(status, 200, body)
+        wait_until("three partitions in every replica",
+                   lambda: all(len(self.owners(n, "g") or []) == 3 for n in c.nodes), 30)
+        expect = {1: [], 2: []}
+        for node in c.nodes:
+            for p in (1, 2):
+                payload = f"grown n{node.id}p{p}"
+                status, answer = self.produce(node, "g", payload, f"?partition={p}")
+                self.assertIn(status, (200, 202), answer)
+                expect[p].append(payload)
+        for p in (1, 2):
+            self.wait_partition(c, "g", p, expect[p])
+
     def metric(self, node, name):
         status, text = node.request("GET", "/metrics")
         self.assertEqual(status, 200)

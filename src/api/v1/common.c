@@ -237,7 +237,7 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
             if (ps->owner != 0)
                 tn__v1_appendf(b, ",\"owner_node\":\"%" PRIu64 "\"", ps->owner);
             else
-                tn_buf_append(b, ",\"owner_node\":null", 16);
+                tn_buf_append(b, ",\"owner_node\":null", 18);
             if (ps->error != NULL) {
                 tn_buf_append(b, ",\"error\":", 9);
                 tn__v1_json_str(b, ps->error);

@@ -672,6 +672,18 @@ static void grow_engine(op_t *op)
         op_end(op, 503, "growing the topic failed");
 }
 
+/* The change is committed; on a follower its replica may not have it yet
+ * (the leader answered first). The engine's growth and the answer go
+ * from this node's replica: wait until it has the change. */
+static void on_patch_applied(void *arg, int status)
+{
+    op_t *op = arg;
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "changing topic %s: recorded, not yet applied here (%s)", op->topic,
+               tn_strerror(status));
+    grow_engine(op);
+}
+
 static void on_patch_recorded(tn_meta_req_t *req, int status)
 {
     op_t *op = req->data;
@@ -703,7 +715,9 @@ static void on_patch_recorded(tn_meta_req_t *req, int status)
         op_end(op, 503, "control plane temporarily unavailable");
         return;
     }
-    grow_engine(op); /* more partitions: the record has them; now the engine's topic */
+    /* More partitions: the record has them; now the engine's topic. */
+    if (op->v->closing || tn_meta_confirm(op->v->meta, on_patch_applied, op) != 0)
+        grow_engine(op);
 }
 
 static void on_topic_patch(tn_http_request_t *r, void *arg)
