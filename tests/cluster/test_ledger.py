@@ -4,9 +4,9 @@
 Two topics: a /v1 topic `lv` of 3 partitions (partition p on node p + 1)
 and an NSQ topic `ln` (made by the NSQ doors: one partition per member
 that publishes to it). Producers run on every node through every door:
-NSQ TCP PUB and MPUB and HTTP /pub and /mpub to `ln`; /v1 produce (no key,
-a key, or an explicit partition another node owns) and /v1 batch produce
-(the three mixed) to `lv`. Each message body carries a unique id and a
+NSQ TCP PUB, MPUB and DPUB (deferred 0.1 to 2 s) and HTTP /pub and /mpub
+to `ln`; /v1 produce (no key, a key, or an explicit partition another
+node owns) and /v1 batch produce (the three mixed) to `lv`. Each message body carries a unique id and a
 digest of the rest (`L|id|padding|sha256[:16]`), so a corrupt body is
 caught; an id goes into the ledger as acknowledged only when its door
 answered OK / 200 / 202. Consumers run on every node too: NSQ readers on
@@ -272,10 +272,15 @@ class Traffic:
                         continue
                     conn = Conn(info["tcp_port"], host=node.host, timeout=10)
                     conn.identify()
-                if random.random() < 0.5:
+                roll = random.random()
+                if roll < 0.4:
                     mid = self.ledger.new_id(NSQ, "PUB", node.id)
                     if conn.pub(NSQ, make_body(mid)) == (0, b"OK"):
                         self.ledger.ack([mid], "nsq PUB")
+                elif roll < 0.6:  # deferred: kept through the kills, then delivered
+                    mid = self.ledger.new_id(NSQ, "DPUB", node.id)
+                    if conn.dpub(NSQ, random.randrange(100, 2000), make_body(mid)) == (0, b"OK"):
+                        self.ledger.ack([mid], "nsq DPUB")
                 else:
                     mids = [self.ledger.new_id(NSQ, "MPUB", node.id) for _ in range(5)]
                     if conn.mpub(NSQ, [make_body(m) for m in mids]) == (0, b"OK"):
