@@ -34,6 +34,7 @@
 typedef struct {
     tn_authn_req_t req;
     tn_http_request_t *r;
+    tn_v1_t *v;
     bool nsq; /* for one of nsqd's endpoints: answered in their style */
     char user[TN_USERNAME_MAX + 1];
 } authing_t;
@@ -129,6 +130,10 @@ static void on_checked(tn_authn_req_t *req, tn_authn_result_t result)
     tn_http_request_t *r = a->r;
     r->on_cancel = NULL;
     bool nsq = a->nsq;
+    /* Refused while the replica is still replaying its log (a node
+     * starting, or restarting after a crash): its users are not all there
+     * yet, so the truth is "not yet", not "wrong credentials". */
+    bool early = result == TN_AUTHN_DENIED && !tn_meta_ready(a->v->meta);
     if (result == TN_AUTHN_OK) {
         snprintf(r->principal, sizeof(r->principal), "%s", a->user);
         tn_free(a);
@@ -139,7 +144,11 @@ static void on_checked(tn_authn_req_t *req, tn_authn_result_t result)
         return;
     }
     tn_free(a);
-    if (nsq)
+    if (early && nsq)
+        tn__v1_nsq_refuse(r, 503, "NOT_READY");
+    else if (early)
+        tn__v1_error(r, 503, "control plane not caught up", "Retry-After: 1\r\n");
+    else if (nsq)
         tn__v1_nsq_refuse(r, result == TN_AUTHN_THROTTLED ? 429 : 401,
                           result == TN_AUTHN_THROTTLED ? "TOO_MANY_FAILED_LOGINS" : "AUTH_FAILED");
     else if (result == TN_AUTHN_THROTTLED)
@@ -182,6 +191,7 @@ static void guard(tn_http_request_t *r, void *arg)
         return;
     }
     a->r = r;
+    a->v = v;
     a->req.data = a;
     r->data = a;
     r->on_cancel = on_auth_cancel;
@@ -214,6 +224,7 @@ static void nsq_guard(tn_http_request_t *r, void *arg)
         return;
     }
     a->r = r;
+    a->v = v;
     a->nsq = true;
     a->req.data = a;
     r->data = a;
