@@ -23,23 +23,38 @@
 #define CKPT_RECORDS   4096
 #define RETRY_NS       (1000LL * 1000000)
 #define STUCK_FAILURES 3
+/* The most records the window tracks (loaded or parked, below): a ring of
+ * this many small entries bounds the memory a long-dead owner costs; past
+ * it, reading waits for the head to move. */
+#define MAX_ENTRIES (256u * 1024)
 
-enum { E_WAITING = 0, E_SENDING, E_DONE };
+/* E_PARKED: waiting for a dead owner while the window was full: its
+ * record was let go (it stays in the log, above the checkpoint) and is
+ * read again once its owner is back, so it holds up no other record. */
+enum { E_WAITING = 0, E_SENDING, E_DONE, E_PARKED };
 
-/* A record of the window. rec points into its chunk. */
+typedef struct chunk_s chunk_t;
+typedef struct dest_s dest_t;
+
+/* A record of the window. rec points into chunk c while loaded (waiting
+ * or sending); a parked one has neither, and pd names where it waits. */
 typedef struct {
     const tn_irec_t *rec;
+    union {
+        chunk_t *c;
+        dest_t *pd;
+    } u;
     uint32_t partition; /* where it goes now: a reroute changes it */
     uint8_t state;
 } entry_t;
 
-/* One read of the log, kept until the checkpoint passed all of it. */
-typedef struct chunk_s {
+/* One read of the log, kept while an entry still points into it. */
+struct chunk_s {
     tn_ilog_batch_t b;
-    uint64_t first;
-    uint32_t n;
+    uint32_t refs; /* loaded entries pointing into it */
     struct chunk_s *next;
-} chunk_t;
+    struct chunk_s *prev;
+};
 
 /* A destination: a (topic, partition), made when a record is first sent
  * to it. It is kept while a batch to it is in flight or its failures
@@ -47,14 +62,17 @@ typedef struct chunk_s {
  * pass frees the others (prune_dests), so the list holds what is busy or
  * failing, not every (topic, partition) written to since the start, as
  * topics come and go and their owners with them. */
-typedef struct dest_s {
+struct dest_s {
     char topic[TN_NAME_MAX + 1];
     uint32_t partition;
     bool busy; /* a batch in flight */
     uint32_t failures;
-    int64_t retry_ns; /* monotonic: not before */
+    int64_t retry_ns;     /* monotonic: not before */
+    uint32_t parked;      /* parked entries waiting for it (kept while any) */
+    uint64_t parked_from; /* every one of them is at this seq or above */
+    bool refill;          /* its owner is back (or its topic gone): read them again */
     struct dest_s *next;
-} dest_t;
+};
 
 /* A batch in flight: owned by the dispatcher from its start until its end. */
 typedef struct send_s {
@@ -76,6 +94,7 @@ typedef struct {
     uint64_t from;
     uint32_t max;
     size_t max_bytes;
+    bool refill; /* parked records read again, not the log's next */
     int rc;
     chunk_t *c;
 } read_t;
@@ -89,9 +108,10 @@ struct tn_dispatch_s {
     size_t cap, head, n;
     uint64_t base;      /* seq of win[head]: every record below is committed */
     uint64_t read_next; /* the next seq to read */
-    size_t bytes;       /* bytes of the records in the window */
-    chunk_t *chunks;    /* oldest first */
-    chunk_t *chunks_tail;
+    size_t bytes;       /* bytes of the loaded records */
+    size_t loaded;      /* entries holding their record (waiting or sending) */
+    uint64_t parked;    /* parked entries */
+    chunk_t *chunks;    /* every chunk a loaded entry points into */
     dest_t *dests;
     send_t *sends; /* batches in flight */
     unsigned inflight;
@@ -125,6 +145,80 @@ static size_t rec_bytes(const tn_irec_t *r)
     return r->topic.len + r->key.len + r->body.len + 40;
 }
 
+static void chunk_unlink_free(tn_dispatch_t *d, chunk_t *c)
+{
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        d->chunks = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    tn_ilog_batch_fini(&c->b);
+    tn_free(c);
+}
+
+/* Let go of e's record (done or parked): its chunk goes with its last. */
+static void release(tn_dispatch_t *d, entry_t *e)
+{
+    if (e->rec == NULL)
+        return;
+    d->bytes -= rec_bytes(e->rec);
+    d->loaded--;
+    chunk_t *c = e->u.c;
+    e->rec = NULL;
+    e->u.c = NULL;
+    if (--c->refs == 0)
+        chunk_unlink_free(d, c);
+}
+
+static void entry_done(tn_dispatch_t *d, entry_t *e)
+{
+    release(d, e);
+    e->state = E_DONE;
+}
+
+static bool window_full(const tn_dispatch_t *d)
+{
+    return d->loaded >= d->o.window_records || d->bytes >= d->o.window_bytes;
+}
+
+/* Park e (seq), waiting for dst's owner: the window's room goes to the
+ * records behind it. */
+static void park(tn_dispatch_t *d, entry_t *e, uint64_t seq, dest_t *dst)
+{
+    release(d, e);
+    e->state = E_PARKED;
+    e->u.pd = dst;
+    if (dst->parked == 0 || seq < dst->parked_from)
+        dst->parked_from = seq;
+    dst->parked++;
+    d->parked++;
+}
+
+/* Room in the ring for want more entries: grown (doubling, up to
+ * MAX_ENTRIES); false when it cannot. */
+static bool ring_room(tn_dispatch_t *d, size_t want)
+{
+    if (d->n + want <= d->cap)
+        return true;
+    size_t cap = d->cap;
+    while (cap < d->n + want && cap < MAX_ENTRIES)
+        cap *= 2;
+    cap = TN_MIN(cap, (size_t)MAX_ENTRIES);
+    if (cap < d->n + want)
+        return false;
+    entry_t *w = tn_calloc(cap, sizeof(*w));
+    if (w == NULL)
+        return false;
+    for (size_t i = 0; i < d->n; i++)
+        w[i] = d->win[(d->head + i) % d->cap];
+    tn_free(d->win);
+    d->win = w;
+    d->cap = cap;
+    d->head = 0;
+    return true;
+}
+
 /* --- the window -------------------------------------------------------------------- */
 
 /* Drop the committed head of the window, then free the chunks below it and
@@ -146,25 +240,17 @@ static void on_checkpointed(tn_ilog_ckpt_t *req, int status)
     advance(d);
 }
 
-/* Drop the committed head of the window and the chunks below it. */
+/* Drop the committed head of the window (their records were let go
+ * when they were done). */
 static void pop_done(tn_dispatch_t *d)
 {
     while (d->n > 0 && d->win[d->head].state == E_DONE) {
-        d->bytes -= rec_bytes(d->win[d->head].rec);
         d->head = (d->head + 1) % d->cap;
         d->n--;
         d->base++;
     }
     if (d->n == 0)
         d->base = d->read_next;
-    while (d->chunks != NULL && d->chunks->first + d->chunks->n <= d->base) {
-        chunk_t *c = d->chunks;
-        d->chunks = c->next;
-        if (d->chunks == NULL)
-            d->chunks_tail = NULL;
-        tn_ilog_batch_fini(&c->b);
-        tn_free(c);
-    }
 }
 
 /* Ask the log for a checkpoint at the window's base. false when none
@@ -209,43 +295,94 @@ static void read_work(uv_work_t *w)
     r->rc = tn_ilog_read(r->d->o.ilog, r->from, r->max, r->max_bytes, &r->c->b);
 }
 
+/* A read of parked records (from the lowest parked_from of the
+ * destinations to refill): the parked entries of those destinations in
+ * it are loaded again; the rest of what was read is let go. */
+static void refill_done(tn_dispatch_t *d, chunk_t *c)
+{
+    uint64_t last = 0;
+    for (size_t i = 0; i < c->b.n; i++) {
+        uint64_t seq = c->b.recs[i].seq;
+        last = seq;
+        if (seq < d->base || seq >= d->base + d->n)
+            continue;
+        entry_t *e = entry_at(d, seq);
+        if (e->state != E_PARKED || !e->u.pd->refill)
+            continue;
+        dest_t *dst = e->u.pd;
+        dst->parked--;
+        d->parked--;
+        e->rec = &c->b.recs[i].rec;
+        e->u.c = c;
+        e->state = E_WAITING;
+        c->refs++;
+        d->loaded++;
+        d->bytes += rec_bytes(e->rec);
+    }
+    /* What is left of a refilled destination is past what was read. */
+    for (dest_t *x = d->dests; x != NULL; x = x->next) {
+        if (!x->refill)
+            continue;
+        if (x->parked == 0)
+            x->refill = false;
+        else if (x->parked_from <= last)
+            x->parked_from = last + 1;
+    }
+    if (c->refs == 0) {
+        tn_ilog_batch_fini(&c->b);
+        tn_free(c);
+        return;
+    }
+    c->prev = NULL;
+    c->next = d->chunks;
+    if (d->chunks != NULL)
+        d->chunks->prev = c;
+    d->chunks = c;
+}
+
 static void read_done(uv_work_t *w, int status)
 {
     read_t *r = TN_CONTAINER_OF(w, read_t, work);
     tn_dispatch_t *d = r->d;
     int rc = r->rc != 0 ? r->rc : status;
     chunk_t *c = r->c;
+    bool refill = r->refill;
     tn_free(r);
     d->reading = false;
-    if (rc == 0 && c->b.n > 0 && !d->stopping) {
-        c->first = c->b.recs[0].seq;
-        c->n = c->b.n;
-        bool dense = c->b.recs[c->n - 1].seq == c->first + c->n - 1;
-        if (c->first != d->read_next || !dense || d->n + c->n > d->cap) {
+    if (rc == 0 && c->b.n > 0 && !d->stopping && refill) {
+        refill_done(d, c);
+    } else if (rc == 0 && c->b.n > 0 && !d->stopping) {
+        uint64_t first = c->b.recs[0].seq;
+        uint32_t n = (uint32_t)c->b.n;
+        bool dense = c->b.recs[n - 1].seq == first + n - 1;
+        if (first != d->read_next || !dense || d->n + n > d->cap) {
             /* Not what was asked for: the log is not what it says it is. */
             TN_LOG_RL(TN_LOG_ERROR, 10000,
                       "ingress log: a read from seq %" PRIu64 " gave seq %" PRIu64
                       " (%u records); dispatch waits",
-                      d->read_next, c->first, c->n);
+                      d->read_next, first, n);
             tn_ilog_batch_fini(&c->b);
             tn_free(c);
             schedule(d, RETRY_NS / 1000000);
             return;
         }
-        for (uint32_t i = 0; i < c->n; i++) {
+        for (uint32_t i = 0; i < n; i++) {
             entry_t *e = &d->win[(d->head + d->n) % d->cap];
             e->rec = &c->b.recs[i].rec;
+            e->u.c = c;
             e->partition = e->rec->partition;
             e->state = E_WAITING;
             d->n++;
+            d->loaded++;
             d->bytes += rec_bytes(e->rec);
         }
-        d->read_next += c->n;
-        if (d->chunks_tail != NULL)
-            d->chunks_tail->next = c;
-        else
-            d->chunks = c;
-        d->chunks_tail = c;
+        c->refs = n;
+        d->read_next += n;
+        c->prev = NULL;
+        c->next = d->chunks;
+        if (d->chunks != NULL)
+            d->chunks->prev = c;
+        d->chunks = c;
     } else {
         if (c != NULL) {
             if (rc == 0)
@@ -265,16 +402,35 @@ static void read_done(uv_work_t *w, int status)
 
 static void maybe_read(tn_dispatch_t *d)
 {
-    if (d->reading || d->stopping || d->n >= d->cap || d->bytes >= d->o.window_bytes)
+    if (d->reading || d->stopping || window_full(d))
         return;
-    if (tn_ilog_durable_seq(d->o.ilog) <= d->read_next)
-        return;
+    /* Parked records whose owner is back come first: they are older. */
+    uint64_t from = UINT64_MAX;
+    for (const dest_t *x = d->dests; x != NULL; x = x->next)
+        if (x->refill && x->parked > 0 && x->parked_from < from)
+            from = x->parked_from;
+    bool refill = from != UINT64_MAX;
+    uint32_t room = (uint32_t)(d->o.window_records - d->loaded);
+    if (!refill) {
+        if (tn_ilog_durable_seq(d->o.ilog) <= d->read_next)
+            return;
+        uint64_t durable = tn_ilog_durable_seq(d->o.ilog) - d->read_next;
+        size_t want = (size_t)TN_MIN((uint64_t)room, durable);
+        if (!ring_room(d, want)) {
+            want = d->cap - d->n; /* as much as the ring still holds */
+            if (want == 0)
+                return; /* MAX_ENTRIES behind a parked head: it waits */
+        }
+        room = (uint32_t)TN_MIN((size_t)room, want);
+        from = d->read_next;
+    }
     read_t *r = tn_calloc(1, sizeof(*r));
     if (r == NULL)
         return;
     r->d = d;
-    r->from = d->read_next;
-    r->max = (uint32_t)(d->cap - d->n);
+    r->from = from;
+    r->refill = refill;
+    r->max = room;
     r->max_bytes = d->o.window_bytes - d->bytes;
     if (uv_queue_work(d->o.loop, &r->work, read_work, read_done) != 0) {
         tn_free(r);
@@ -284,6 +440,14 @@ static void maybe_read(tn_dispatch_t *d)
 }
 
 /* --- routing --------------------------------------------------------------------- */
+
+static dest_t *dest_find(tn_dispatch_t *d, const char *topic, uint32_t partition)
+{
+    for (dest_t *x = d->dests; x != NULL; x = x->next)
+        if (x->partition == partition && strcmp(x->topic, topic) == 0)
+            return x;
+    return NULL;
+}
 
 static dest_t *dest_get(tn_dispatch_t *d, const tn_iov_t *topic, uint32_t partition)
 {
@@ -309,7 +473,8 @@ static void prune_dests(tn_dispatch_t *d, const tn_meta_state_t *s)
     for (dest_t **pp = &d->dests; *pp != NULL;) {
         dest_t *x = *pp;
         const tn_meta_topic_entry_t *t = x->failures > 0 ? tn_meta_topic_find(s, x->topic) : NULL;
-        if (!x->busy && (x->failures == 0 || t == NULL || x->partition >= t->rec.partitions)) {
+        if (!x->busy && x->parked == 0 &&
+            (x->failures == 0 || t == NULL || x->partition >= t->rec.partitions)) {
             *pp = x->next;
             tn_free(x);
         } else {
@@ -366,7 +531,7 @@ static void on_confirmed(void *arg, int status)
             entry_t *e = &d->win[(d->head + i) % d->cap];
             if (e->state == E_WAITING && e->rec->topic.len == len &&
                 memcmp(e->rec->topic.base, d->confirm_topic, len) == 0) {
-                e->state = E_DONE;
+                entry_done(d, e);
                 dropped++;
             }
         }
@@ -419,9 +584,9 @@ static void send_end(send_t *x, int status, uint64_t owner, bool sync)
             d->st.committed_here += x->n;
         for (uint32_t i = 0; i < x->n; i++) {
             entry_t *e = entry_at(d, x->seqs[i]);
-            e->state = E_DONE;
             int64_t age = now_ms - e->rec->created_ms;
             tn_hist_observe(&d->latency, (age > 0 ? age : 0) * 1000000);
+            entry_done(d, e);
         }
     } else {
         d->st.failures++;
@@ -565,6 +730,26 @@ static void send_batch(tn_dispatch_t *d, const tn_meta_state_t *s, dest_t *dst, 
 
 /* --- the pass ------------------------------------------------------------------------ */
 
+/* Mark for reading again the destinations with parked records whose owner
+ * is alive again, or whose topic or partition is gone (read, they are
+ * dropped as any such record). true when one is marked. */
+static bool mark_refills(tn_dispatch_t *d, const tn_meta_state_t *s, int64_t now)
+{
+    bool any = false;
+    for (dest_t *x = d->dests; x != NULL; x = x->next) {
+        if (x->parked == 0 || x->refill)
+            continue;
+        const tn_meta_topic_entry_t *t = tn_meta_topic_find(s, x->topic);
+        bool gone = t == NULL || x->partition >= t->rec.partitions;
+        if (gone || (alive_member(s, tn_meta_state_owner(s, x->topic, x->partition)) != NULL &&
+                     x->retry_ns <= now)) {
+            x->refill = true;
+            any = true;
+        }
+    }
+    return any;
+}
+
 static void pass(tn_dispatch_t *d)
 {
     maybe_read(d);
@@ -574,7 +759,9 @@ static void pass(tn_dispatch_t *d)
     }
     const tn_meta_state_t *s = tn_meta_state(d->o.meta);
     int64_t now = tn_now_mono_ns();
-    bool waiting = false;
+    bool waiting = d->parked > 0;
+    if (d->parked > 0 && mark_refills(d, s, now))
+        maybe_read(d);
     for (size_t i = 0; i < d->n && d->inflight < d->o.max_inflight && !d->stopping; i++) {
         entry_t *e = &d->win[(d->head + i) % d->cap];
         if (e->state != E_WAITING)
@@ -597,7 +784,7 @@ static void pass(tn_dispatch_t *d)
                 TN_LOG_RL(TN_LOG_WARN, 10000,
                           "ingress log: a record for %s/%u, which no longer exists, is dropped",
                           name, e->partition);
-                e->state = E_DONE;
+                entry_done(d, e);
                 d->st.dropped++;
                 continue;
             }
@@ -613,9 +800,22 @@ static void pass(tn_dispatch_t *d)
             owner = tn_meta_state_owner(s, name, q);
             alive = true;
         }
-        if (!alive)
-            continue; /* waits for its owner (a stuck one is still tried) */
         tn_iov_t topic = tn_iov(name, len);
+        /* Behind a parked record of its destination: parked too, so the
+         * partition gets its records in order when they are read again. */
+        dest_t *pd = d->parked > 0 ? dest_find(d, name, e->partition) : NULL;
+        if (pd != NULL && pd->parked > 0 && d->base + i >= pd->parked_from) {
+            park(d, e, d->base + i, pd);
+            continue;
+        }
+        if (!alive) {
+            /* It waits for its owner (a stuck one is still tried); when
+             * the window is full, without holding up what is behind it. */
+            pd = window_full(d) ? dest_get(d, &topic, e->partition) : NULL;
+            if (pd != NULL)
+                park(d, e, d->base + i, pd);
+            continue;
+        }
         dest_t *dst = dest_get(d, &topic, e->partition);
         if (dst == NULL || dst->busy || dst->retry_ns > now)
             continue;
@@ -724,12 +924,8 @@ void tn_dispatch_free(tn_dispatch_t *d)
 {
     if (d == NULL)
         return;
-    while (d->chunks != NULL) {
-        chunk_t *c = d->chunks;
-        d->chunks = c->next;
-        tn_ilog_batch_fini(&c->b);
-        tn_free(c);
-    }
+    while (d->chunks != NULL)
+        chunk_unlink_free(d, d->chunks);
     while (d->dests != NULL) {
         dest_t *x = d->dests;
         d->dests = x->next;
@@ -795,14 +991,21 @@ int tn_dispatch_metrics_write(const tn_dispatch_t *d, tn_buf_t *out)
         if (e->state == E_DONE)
             continue;
         char name[TN_NAME_MAX + 1];
-        size_t len = TN_MIN(e->rec->topic.len, (size_t)TN_NAME_MAX);
-        memcpy(name, e->rec->topic.base, len);
-        name[len] = '\0';
+        if (e->state == E_PARKED) {
+            snprintf(name, sizeof(name), "%s", e->u.pd->topic);
+        } else {
+            size_t len = TN_MIN(e->rec->topic.len, (size_t)TN_NAME_MAX);
+            memcpy(name, e->rec->topic.base, len);
+            name[len] = '\0';
+        }
         uint64_t owner = tn_meta_state_owner(s, name, e->partition);
         const tn_meta_member_t *m = owner != 0 ? tn_meta_member_find(s, owner) : NULL;
         if (m != NULL) {
             by[m - s->members].recs++;
-            by[m - s->members].bytes += e->rec->key.len + e->rec->body.len;
+            /* A parked record's bytes are in the log, not in memory: the
+             * line counts what the window holds. */
+            if (e->rec != NULL)
+                by[m - s->members].bytes += e->rec->key.len + e->rec->body.len;
         }
     }
     for (size_t m = 0; by != NULL && m < s->nmembers && rc == 0; m++) {

@@ -15,7 +15,13 @@
  *      partition) waits for its partition's owner. A record whose topic the
  *      replica no longer has is dropped only once the replica is caught up
  *      and the leader confirmed it (tn_meta_confirm) and the topic is still
- *      absent; until then it waits.
+ *      absent; until then it waits. When the window is full, records
+ *      waiting for a dead owner are parked: their copy is let go (the log
+ *      keeps them) and so is every later record of their (topic,
+ *      partition), so what waits holds up no other owner and a partition
+ *      keeps its order; once the owner is alive again (or the topic is
+ *      gone) they are read again, oldest first. The window tracks at most
+ *      262,144 records from its oldest uncommitted one.
  *   3. Commit: per destination (topic, partition) one batch at a time, so
  *      a partition gets its records in seq order, at most max_inflight
  *      batches at once, each bounded in records and bytes (below the node

@@ -729,12 +729,15 @@ class LedgerTest(harness.ClusterTest):
                                      make_body("lh.waiting.0"), headers=OCTET)
         self.assertEqual(status, 202, body)
         sent = 0
+        # Live and waiting ones interleaved: more waiting records than the
+        # window holds too (they are parked and read again later).
         for k in range(6):
-            items = [{"payload": make_body(f"lh.live.{k}.{i}").decode(), "partition": 2}
-                     for i in range(1000)]
-            status, body = taker.request("POST", "/v1/topics/lh/produce/batch", items,
-                                         timeout=60)
-            self.assertEqual((status, body), (202, {"accepted": 1000}))
+            for part, kind in ((2, "live"), (1, "waiting")):
+                items = [{"payload": make_body(f"lh.{kind}.{k}.{i}").decode(), "partition": part}
+                         for i in range(1000)]
+                status, body = taker.request("POST", "/v1/topics/lh/produce/batch", items,
+                                             timeout=60)
+                self.assertEqual((status, body), (202, {"accepted": 1000}))
             sent += 1000
 
         def at_live():
@@ -751,6 +754,28 @@ class LedgerTest(harness.ClusterTest):
         dead.wait_ready(120)
         wait_until(f"node {taker.id}'s ingress log empty",
                    lambda: self.metric(taker, "tern_ingress_records") == 0, 60)
+        # Every waiting record reached its owner once it was back, each
+        # once (no crash of the taker: no duplicate).
+        stored, offset = [], 0
+        while True:
+            status, m = dead.request("GET", f"/v1/topics/lh/consume?partition=1&offset={offset}")
+            if status == 204:
+                break
+            self.assertEqual(status, 200, m)
+            stored.append(m["payload"])
+            offset = m["offset"] + 1
+        ids = [check_body(p) for p in stored]
+        want = {"lh.waiting.0"} | {f"lh.waiting.{k}.{i}" for k in range(6) for i in range(1000)}
+        self.assertNotIn(None, ids, "a corrupt body")
+        missing = want - set(ids)
+        self.assertEqual((len(missing), len(ids) - len(set(ids)), len(ids)), (0, 0, len(want)),
+                         f"missing e.g. {sorted(missing)[:3]}")
+        # In the order they were accepted: the first waiting one first, then
+        # each batch's in its order.
+        order = ["lh.waiting.0"] + [f"lh.waiting.{k}.{i}" for k in range(6) for i in range(1000)]
+        wrong = next((o for o, (a, b) in enumerate(zip(ids, order)) if a != b), None)
+        self.assertIsNone(wrong, f"offset {wrong} holds {ids[wrong] if wrong is not None else ''}"
+                                 f", not {order[wrong] if wrong is not None else ''}")
 
     def produce_inside(self, net, i, node, owners, count):
         """count produces to node from a client inside its namespace
