@@ -1,4 +1,4 @@
-/* The api tests' metastore helpers. See fixture_meta.h. */
+/* The unit tests' metastore helpers. See fixture_meta.h. */
 #include "core/platform.h"
 
 #include "fixture_meta.h"
@@ -102,5 +102,17 @@ tn_meta_cmd_t tu_meta_topic_cmd(const char *name, uint32_t partitions)
     c.topic.max_inflight = 1024;
     c.topic.max_acked_ahead = 1024;
     c.topic.created_at_ms = tn_now_wall_ms();
+    return c;
+}
+
+tn_meta_cmd_t tu_meta_member_cmd(uint64_t id, const char *api_addr)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_REG;
+    c.member.id = id;
+    snprintf(c.member.addr, sizeof(c.member.addr), "127.0.0.1:1");
+    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "%s", api_addr);
+    c.member.heartbeat_ms = tn_now_wall_ms();
     return c;
 }

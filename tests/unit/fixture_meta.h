@@ -1,11 +1,13 @@
-/* What the api unit tests over a real metastore share (test_catalog.c,
- * test_forward.c): running the loop until a condition holds, the engine
- * options of a test broker, a lone metastore replica (libraft on
- * loopback) opened and ready, and committing commands through it. Linked
- * into every test of tests/unit/api (see CMakeLists.txt). Every helper
- * fails the current test (cmocka) instead of returning an error. */
-#ifndef TN_TESTS_API_FIXTURE_META_H
-#define TN_TESTS_API_FIXTURE_META_H
+/* What the unit tests over a real metastore share (tests/unit/api:
+ * test_catalog.c, test_forward.c; tests/unit/cluster: test_router.c):
+ * running the loop until a condition holds, the engine options of a test
+ * broker, a lone metastore replica (libraft on loopback) opened and
+ * ready, and committing commands through it. Built once into the
+ * tern_unit_fixtures library that every unit test links (see
+ * CMakeLists.txt). Every helper fails the current test (cmocka) instead
+ * of returning an error. */
+#ifndef TN_TESTS_FIXTURE_META_H
+#define TN_TESTS_FIXTURE_META_H
 
 #include "core/platform.h"
 
@@ -36,5 +38,10 @@ void tu_meta_commit(uv_loop_t *loop, tn_meta_t *m, const tn_meta_cmd_t *c);
 /* A TOPIC_PUT of name with partitions and the tests' settings (30 s
  * visibility, 1024 in flight and acked ahead, created now). */
 tn_meta_cmd_t tu_meta_topic_cmd(const char *name, uint32_t partitions);
+
+/* A MEMBER_REG of node id with api_addr (borrowed for the call) as its
+ * API address, 127.0.0.1:1 as its metastore address and now as its
+ * heartbeat. */
+tn_meta_cmd_t tu_meta_member_cmd(uint64_t id, const char *api_addr);
 
 #endif
