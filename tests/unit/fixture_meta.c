@@ -44,6 +44,82 @@ void tu_broker_opts(tn_broker_opts_t *o)
     o->gc_interval_ms = 3600000;
 }
 
+typedef struct {
+    tn_waiter_t w;
+    bool done;
+    int status;
+} waitw_t;
+
+static void on_wait(tn_waiter_t *w, int status)
+{
+    waitw_t *x = (waitw_t *)w;
+    x->done = true;
+    x->status = status;
+}
+
+tn_topic_t *tu_broker_topic(uv_loop_t *loop, tn_broker_t *b, const char *name, uint32_t nparts)
+{
+    tn_topic_t *t = NULL;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    int rc = tn_broker_topic(b, name, strlen(name), true, nparts, &w.w, &t);
+    if (rc == UV_EAGAIN) {
+        assert_true(tu_run_loop(loop, tu_is_true, &w.done));
+        assert_int_equal(w.status, 0);
+        rc = tn_broker_topic(b, name, strlen(name), false, 0, NULL, &t);
+    }
+    assert_int_equal(rc, 0);
+    return t;
+}
+
+typedef struct {
+    tn_pub_t pub;
+    bool done;
+    int status;
+} pubw_t;
+
+static void on_published(tn_pub_t *p, int status)
+{
+    pubw_t *w = p->data;
+    w->done = true;
+    w->status = status;
+}
+
+void tu_broker_publish(uv_loop_t *loop, tn_broker_t *b, const char *topic, uint32_t p,
+                       const void *body, size_t len, uint32_t n)
+{
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.pub, n), 0);
+    for (uint32_t i = 0; i < n; i++)
+        assert_int_equal(tn_pub_set(&w.pub, i, body, len), 0);
+    w.pub.data = &w;
+    w.pub.pinned = true;
+    w.pub.pin = p;
+    assert_int_equal(tn_broker_publish(b, topic, strlen(topic), &w.pub, 0, on_published), 0);
+    assert_true(tu_run_loop(loop, tu_is_true, &w.done));
+    assert_int_equal(w.status, 0);
+    tn_pub_fini(&w.pub);
+}
+
+/* tn_broker_close's callback has no argument: the tests close one broker
+ * at a time. */
+static bool broker_closed;
+
+static void on_broker_closed(tn_broker_t *b)
+{
+    (void)b;
+    broker_closed = true;
+}
+
+void tu_broker_close(uv_loop_t *loop, tn_broker_t *b)
+{
+    broker_closed = false;
+    tn_broker_close(b, on_broker_closed);
+    assert_true(tu_run_loop(loop, tu_is_true, &broker_closed));
+}
+
 static bool lone_ready(void *arg)
 {
     tn_meta_t *m = arg;

@@ -1,7 +1,9 @@
 /* What the unit tests over a real metastore share (tests/unit/api:
- * test_catalog.c, test_forward.c; tests/unit/cluster: test_router.c):
+ * test_catalog.c, test_forward.c; tests/unit/cluster: test_router.c,
+ * and for the engine helpers alone test_pstats.c and test_dataplane.c):
  * running the loop until a condition holds, the engine options of a test
- * broker, a lone metastore replica (libraft on loopback) opened and
+ * broker and the engine steps they wait for (a topic, a publish, the
+ * close), a lone metastore replica (libraft on loopback) opened and
  * ready, and committing commands through it. Built once into the
  * tern_unit_fixtures library that every unit test links (see
  * CMakeLists.txt). Every helper fails the current test (cmocka) instead
@@ -25,6 +27,18 @@ bool tu_is_true(void *arg);
 /* A test broker's options: one partition a topic by default, a 1 MiB tail
  * cache, budgets no test reaches, no GC during a test. */
 void tu_broker_opts(tn_broker_opts_t *o);
+
+/* b's topic name (borrowed), created with nparts partitions (0: the
+ * default) when missing, running loop while its creation is under way. */
+tn_topic_t *tu_broker_topic(uv_loop_t *loop, tn_broker_t *b, const char *name, uint32_t nparts);
+
+/* Publish n copies of (body, len), both borrowed, to partition p of topic
+ * on b, durably, running loop until they are acknowledged. */
+void tu_broker_publish(uv_loop_t *loop, tn_broker_t *b, const char *topic, uint32_t p,
+                       const void *body, size_t len, uint32_t n);
+
+/* Close b and run loop until it is closed. */
+void tu_broker_close(uv_loop_t *loop, tn_broker_t *b);
 
 /* Open a lone metastore replica, node 1, in dir (borrowed for the call),
  * naming api_addr (NULL: none) as its API address, and run loop until it

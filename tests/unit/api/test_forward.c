@@ -141,14 +141,6 @@ static void on_closed(void *arg)
     *(bool *)arg = true;
 }
 
-static bool broker_closed;
-
-static void on_broker_closed(tn_broker_t *b)
-{
-    (void)b;
-    broker_closed = true;
-}
-
 static void ffx_free(ffx_t *f)
 {
     tu_rpc_close(f->loop, f->rpc.caller);
@@ -157,9 +149,7 @@ static void ffx_free(ffx_t *f)
     tu_rpc_close(f->loop, f->rpc.owner);
     tn_router_free(f->router);
     tn__v1_grace_free(&f->v);
-    broker_closed = false;
-    tn_broker_close(f->b, on_broker_closed);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &broker_closed));
+    tu_broker_close(f->loop, f->b);
     bool done = false;
     tn_meta_close(f->m, on_closed, &done);
     assert_true(tu_run_loop(f->loop, tu_is_true, &done));

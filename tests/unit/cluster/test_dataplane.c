@@ -20,6 +20,7 @@
 #include "core/time.h"
 #include "queue/queue.h"
 
+#include "fixture_meta.h"
 #include "fixture_rpc.h"
 #include "testutil.h"
 
@@ -104,13 +105,7 @@ static dfx_t *dfx_new(bool placed, tn_rpc_handler_cb wrap)
     d->fx = tu_fx_new(tweak_store);
     d->loop = &d->fx->loop;
     tn_broker_opts_t *o = &d->bo;
-    o->default_partitions = 1;
-    o->bootstrap_window_ms = 90000;
-    o->cache_bytes = 1 << 20;
-    o->max_inflight_bytes = 1 << 30;
-    o->max_inflight_msgs = 100000;
-    o->max_ahead = 1 << 16;
-    o->gc_interval_ms = 3600000;
+    tu_broker_opts(o);
     o->mem_max_records = 100;
     o->mem_max_bytes = 1 << 20;
     assert_int_equal(tn_broker_open(d->loop, d->fx->store, o, &d->b), 0);
@@ -131,14 +126,6 @@ static dfx_t *dfx_new(bool placed, tn_rpc_handler_cb wrap)
     return d;
 }
 
-static bool broker_closed;
-
-static void on_broker_closed(tn_broker_t *b)
-{
-    (void)b;
-    broker_closed = true;
-}
-
 static void dfx_free(dfx_t *d)
 {
     tu_rpc_pair_close(&d->rpc, d->loop);
@@ -146,9 +133,7 @@ static void dfx_free(dfx_t *d)
     tn_dataplane_stats(d->dp, &st);
     assert_int_equal(st.inflight, 0);
     tn_dataplane_free(d->dp);
-    broker_closed = false;
-    tn_broker_close(d->b, on_broker_closed);
-    tu_run_until(d->loop, &broker_closed);
+    tu_broker_close(d->loop, d->b);
     tu_fx_free(d->fx);
     free(d);
     cur = NULL;
@@ -171,18 +156,7 @@ static void on_wait(tn_waiter_t *w, int status)
 
 static tn_topic_t *topic(dfx_t *d, const char *name, uint32_t nparts)
 {
-    tn_topic_t *t = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_broker_topic(d->b, name, strlen(name), true, nparts, &w.w, &t);
-    if (rc == UV_EAGAIN) {
-        tu_run_until(d->loop, &w.done);
-        assert_int_equal(w.status, 0);
-        rc = tn_broker_topic(d->b, name, strlen(name), false, 0, NULL, &t);
-    }
-    assert_int_equal(rc, 0);
-    return t;
+    return tu_broker_topic(d->loop, d->b, name, nparts);
 }
 
 /* The record at offset of partition p (from the cache or the disk). */

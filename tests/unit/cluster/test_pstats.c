@@ -71,86 +71,28 @@ static pfx_t *pfx_new(void)
     return f;
 }
 
-static bool broker_closed;
-
-static void on_broker_closed(tn_broker_t *b)
-{
-    (void)b;
-    broker_closed = true;
-}
-
 static void pfx_free(pfx_t *f)
 {
     tu_rpc_pair_close(&f->rpc, f->loop);
     tn_pstats_srv_free(f->srv);
-    broker_closed = false;
-    tn_broker_close(f->b, on_broker_closed);
-    tu_run_until(f->loop, &broker_closed);
+    tu_broker_close(f->loop, f->b);
     tu_fx_free(f->fx); /* checks that the loop closes */
     free(f);
 }
 
 /* --- engine helpers ------------------------------------------------------------------- */
 
-typedef struct {
-    tn_waiter_t w;
-    bool done;
-    int status;
-} waitw_t;
-
-static void on_wait(tn_waiter_t *w, int status)
-{
-    waitw_t *x = (waitw_t *)w;
-    x->done = true;
-    x->status = status;
-}
-
 static tn_topic_t *topic(pfx_t *f, const char *name, uint32_t nparts)
 {
-    tn_topic_t *t = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_broker_topic(f->b, name, strlen(name), true, nparts, &w.w, &t);
-    if (rc == UV_EAGAIN) {
-        tu_run_until(f->loop, &w.done);
-        assert_int_equal(w.status, 0);
-        rc = tn_broker_topic(f->b, name, strlen(name), false, 0, NULL, &t);
-    }
-    assert_int_equal(rc, 0);
-    return t;
-}
-
-typedef struct {
-    tn_pub_t p;
-    bool done;
-    int status;
-} pubw_t;
-
-static void on_published(tn_pub_t *p, int status)
-{
-    pubw_t *w = p->data;
-    w->done = true;
-    w->status = status;
+    return tu_broker_topic(f->loop, f->b, name, nparts);
 }
 
 /* Publish n messages of 100 bytes to partition p, durably. */
 static void publish(pfx_t *f, const char *name, uint32_t p, uint32_t n)
 {
-    pubw_t w;
-    memset(&w, 0, sizeof(w));
-    assert_int_equal(tn_pub_init(&w.p, n), 0);
     char body[100];
     memset(body, 'x', sizeof(body));
-    for (uint32_t i = 0; i < n; i++)
-        assert_int_equal(tn_pub_set(&w.p, i, body, sizeof(body)), 0);
-    w.p.data = &w;
-    w.p.pinned = true;
-    w.p.pin = p;
-    assert_int_equal(tn_broker_publish(f->b, name, strlen(name), &w.p, 0, on_published), 0);
-    tu_run_until(f->loop, &w.done);
-    assert_int_equal(w.status, 0);
-    tn_pub_fini(&w.p);
+    tu_broker_publish(f->loop, f->b, name, p, body, sizeof(body), n);
 }
 
 /* --- calls ---------------------------------------------------------------------------- */

@@ -107,22 +107,12 @@ static void on_closed(void *arg)
     *(bool *)arg = true;
 }
 
-static bool broker_closed;
-
-static void on_broker_closed(tn_broker_t *b)
-{
-    (void)b;
-    broker_closed = true;
-}
-
 static void rfx_free(rfx_t *f)
 {
     tu_rpc_pair_close(&f->rpc, f->loop);
     tn_pstats_srv_free(f->srv);
     tn_router_free(f->router);
-    broker_closed = false;
-    tn_broker_close(f->b, on_broker_closed);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &broker_closed));
+    tu_broker_close(f->loop, f->b);
     bool done = false;
     tn_meta_close(f->m, on_closed, &done);
     assert_true(tu_run_loop(f->loop, tu_is_true, &done));
@@ -132,64 +122,17 @@ static void rfx_free(rfx_t *f)
 
 /* --- helpers ------------------------------------------------------------------------ */
 
-typedef struct {
-    tn_waiter_t w;
-    bool done;
-    int status;
-} waitw_t;
-
-static void on_wait(tn_waiter_t *w, int status)
-{
-    waitw_t *x = (waitw_t *)w;
-    x->done = true;
-    x->status = status;
-}
-
 /* The engine's topic (its record first, as the catalog would have it). */
 static void topic(rfx_t *f, const char *name, uint32_t nparts)
 {
     put_topic(f, name, nparts);
-    tn_topic_t *t = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_broker_topic(f->b, name, strlen(name), true, nparts, &w.w, &t);
-    if (rc == UV_EAGAIN) {
-        assert_true(tu_run_loop(f->loop, tu_is_true, &w.done));
-        assert_int_equal(w.status, 0);
-        rc = tn_broker_topic(f->b, name, strlen(name), false, 0, NULL, &t);
-    }
-    assert_int_equal(rc, 0);
-}
-
-typedef struct {
-    tn_pub_t pub;
-    bool done;
-    int status;
-} pubreq_t;
-
-static void on_published(tn_pub_t *p, int status)
-{
-    pubreq_t *r = p->data;
-    r->done = true;
-    r->status = status;
+    (void)tu_broker_topic(f->loop, f->b, name, nparts);
 }
 
 /* Publish n messages to partition of topic on the broker. */
 static void publish(rfx_t *f, const char *topic, uint32_t partition, uint32_t n)
 {
-    pubreq_t r;
-    memset(&r, 0, sizeof(r));
-    assert_int_equal(tn_pub_init(&r.pub, n), 0);
-    for (uint32_t i = 0; i < n; i++)
-        assert_int_equal(tn_pub_set(&r.pub, i, "body", 4), 0);
-    r.pub.data = &r;
-    r.pub.pinned = true;
-    r.pub.pin = partition;
-    assert_int_equal(tn_broker_publish(f->b, topic, strlen(topic), &r.pub, 0, on_published), 0);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &r.done));
-    assert_int_equal(r.status, 0);
-    tn_pub_fini(&r.pub);
+    tu_broker_publish(f->loop, f->b, topic, partition, "body", 4, n);
 }
 
 typedef struct {
