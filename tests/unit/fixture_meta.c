@@ -144,6 +144,18 @@ tn_meta_t *tu_meta_lone(uv_loop_t *loop, const char *dir, const char *api_addr)
     return m;
 }
 
+static void on_meta_closed(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+void tu_meta_close(uv_loop_t *loop, tn_meta_t *m)
+{
+    bool done = false;
+    tn_meta_close(m, on_meta_closed, &done);
+    assert_true(tu_run_loop(loop, tu_is_true, &done));
+}
+
 typedef struct {
     tn_meta_req_t req;
     bool done;

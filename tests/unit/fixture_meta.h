@@ -4,7 +4,7 @@
  * running the loop until a condition holds, the engine options of a test
  * broker and the engine steps they wait for (a topic, a publish, the
  * close), a lone metastore replica (libraft on loopback) opened and
- * ready, and committing commands through it. Built once into the
+ * ready, committing commands through it, and closing it. Built once into the
  * tern_unit_fixtures library that every unit test links (see
  * CMakeLists.txt). Every helper fails the current test (cmocka) instead
  * of returning an error. */
@@ -44,6 +44,9 @@ void tu_broker_close(uv_loop_t *loop, tn_broker_t *b);
  * naming api_addr (NULL: none) as its API address, and run loop until it
  * is ready with its own member record in. */
 tn_meta_t *tu_meta_lone(uv_loop_t *loop, const char *dir, const char *api_addr);
+
+/* Close m and run loop until it is closed. */
+void tu_meta_close(uv_loop_t *loop, tn_meta_t *m);
 
 /* Commit c (borrowed) through m, as another node's proposal forwarded to
  * it would be; the test fails unless it commits. */

@@ -136,11 +136,6 @@ static ffx_t *ffx_new(void)
     return f;
 }
 
-static void on_closed(void *arg)
-{
-    *(bool *)arg = true;
-}
-
 static void ffx_free(ffx_t *f)
 {
     tu_rpc_close(f->loop, f->rpc.caller);
@@ -150,9 +145,7 @@ static void ffx_free(ffx_t *f)
     tn_router_free(f->router);
     tn__v1_grace_free(&f->v);
     tu_broker_close(f->loop, f->b);
-    bool done = false;
-    tn_meta_close(f->m, on_closed, &done);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &done));
+    tu_meta_close(f->loop, f->m);
     tu_fx_free(f->fx);
     free(f);
 }

@@ -102,20 +102,13 @@ static rfx_t *rfx_new(void)
     return f;
 }
 
-static void on_closed(void *arg)
-{
-    *(bool *)arg = true;
-}
-
 static void rfx_free(rfx_t *f)
 {
     tu_rpc_pair_close(&f->rpc, f->loop);
     tn_pstats_srv_free(f->srv);
     tn_router_free(f->router);
     tu_broker_close(f->loop, f->b);
-    bool done = false;
-    tn_meta_close(f->m, on_closed, &done);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &done));
+    tu_meta_close(f->loop, f->m);
     tu_fx_free(f->fx);
     free(f);
 }
