@@ -17,7 +17,13 @@ The metastore leader is the node whose /v1/cluster/members marks itself
 leader when the API says so; until node status over RPC exists it is the
 node that answers a metadata write (a follower holds the write until it is
 leader itself; see find_leader).
+
+What several test files read from a node is a Node method: nsq_http (nsqd's
+HTTP endpoints, no credentials), alive_members, owners (a topic's partition
+owners) and metric (one /metrics sample). main() is every test file's
+command line: --ternd, the file's own options, then unittest's.
 """
+import argparse
 import base64
 import http.client
 import json
@@ -196,6 +202,51 @@ class Node:
         finally:
             c.close()
 
+    def nsq_http(self, method, path, body=None, timeout=30):
+        """(status, parsed JSON or raw bytes) from nsqd's HTTP endpoints on
+        this node: no credentials, body (bytes, str or None) sent as it is.
+        A node that does not answer raises (OSError or HTTPException)."""
+        c = http.client.HTTPConnection(self.host, self.http_port, timeout=timeout)
+        try:
+            c.request(method, path, body=body)
+            r = c.getresponse()
+            data = r.read()
+            try:
+                return r.status, json.loads(data)
+            except ValueError:
+                return r.status, data
+        finally:
+            c.close()
+
+    def alive_members(self, timeout=10):
+        """How many members this node's /v1/cluster/members marks alive; 0
+        when it does not answer 200."""
+        status, body = self.request("GET", "/v1/cluster/members", timeout=timeout)
+        if status != 200:
+            return 0
+        return sum(1 for m in body["members"] if m["status"] == "alive")
+
+    def owners(self, topic, timeout=10):
+        """The owner_node of each partition of topic, in partition order,
+        as this node's GET /v1/topics/{topic} has them; None when it does
+        not answer 200."""
+        status, body = self.request("GET", f"/v1/topics/{topic}", timeout=timeout)
+        if status != 200:
+            return None
+        return [p["owner_node"] for p in body["partition_stats"]]
+
+    def metric(self, name, timeout=10):
+        """The value (a float) of the sample written exactly name (labels
+        and all, e.g. 'x_total{outcome="a"}') in this node's /metrics; None
+        when the node does not answer 200 or has no such sample."""
+        status, body = self.request("GET", "/metrics", timeout=timeout)
+        if status != 200 or not isinstance(body, bytes):
+            return None
+        for line in body.decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
     def readyz(self):
         status, _ = self.request("GET", "/readyz", auth=False, timeout=5)
         return status
@@ -361,3 +412,19 @@ class ClusterTest(unittest.TestCase):
         errors = list(getattr(result, "errors", [])) + list(getattr(result, "failures", []))
         if any(test is self for test, _ in errors):
             sys.stderr.write(c.logs())
+
+
+def main(options=(), configure=None):
+    """The command line of every test file here: --ternd PATH (the ternd
+    the nodes run), the file's own options ((flag, argparse keywords)
+    pairs), then unittest's arguments; the tests of __main__ run verbosely.
+    configure(args), when given, sees the parsed options first."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    for flag, kwargs in options:
+        ap.add_argument(flag, **kwargs)
+    args, rest = ap.parse_known_args()
+    set_ternd(args.ternd)
+    if configure is not None:
+        configure(args)
+    unittest.main(module="__main__", argv=[sys.argv[0], "-v", *rest])

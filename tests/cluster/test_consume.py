@@ -14,7 +14,6 @@ time.
 
 Run: python3 tests/cluster/test_consume.py --ternd build/ternd
 """
-import argparse
 import http.client
 import os
 import signal
@@ -22,7 +21,6 @@ import socket
 import sys
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -33,24 +31,12 @@ CLIENT = {"X-Tern-Client": "test-consume"}
 
 
 class Consume(harness.ClusterTest):
-    def alive(self, node):
-        status, body = node.request("GET", "/v1/cluster/members")
-        if status != 200:
-            return 0
-        return sum(1 for m in body["members"] if m["status"] == "alive")
-
-    def owners(self, node, topic):
-        status, body = node.request("GET", f"/v1/topics/{topic}")
-        if status != 200:
-            return None
-        return [p["owner_node"] for p in body["partition_stats"]]
-
     def node(self, c, node_id):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
     def start(self, n=3, **kw):
         c = self.make(n, **kw).start()
-        wait_until("every member alive", lambda: self.alive(c.nodes[0]) == n)
+        wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
         return c
 
     def topic(self, c, name, partitions=3):
@@ -59,13 +45,13 @@ class Consume(harness.ClusterTest):
         self.assertEqual(status, 201, body)
         want = [str(i + 1) for i in range(partitions)]
         wait_until("the owners everywhere",
-                   lambda: all(self.owners(n, name) == want for n in c.nodes))
+                   lambda: all(n.owners(name) == want for n in c.nodes))
 
     def produce_at_owners(self, c, topic, per_partition, tag):
         """per_partition messages to each partition, each produced at its
         owner; the payloads."""
         out = []
-        for p, owner in enumerate(self.owners(c.nodes[0], topic)):
+        for p, owner in enumerate(c.nodes[0].owners(topic)):
             node = self.node(c, owner)
             for i in range(per_partition):
                 body = f"{tag}-p{p}-{i}"
@@ -86,7 +72,7 @@ class Consume(harness.ClusterTest):
     def test_single_and_batch_consumes_through_one_node_take_every_owner_once(self):
         c = self.start()
         self.topic(c, "t")
-        owners = self.owners(c.nodes[0], "t")
+        owners = c.nodes[0].owners("t")
         expect = self.produce_at_owners(c, "t", 4, "s")
         via = c.nodes[2]
         got = []
@@ -115,7 +101,7 @@ class Consume(harness.ClusterTest):
     def test_a_batch_fills_from_several_owners(self):
         c = self.start()
         self.topic(c, "b")
-        owners = self.owners(c.nodes[0], "b")
+        owners = c.nodes[0].owners("b")
         expect = self.produce_at_owners(c, "b", 2, "b")
         status, body = c.nodes[0].request("GET", "/v1/topics/b/consume?max=6", headers=CLIENT)
         self.assertEqual(status, 200, body)
@@ -129,7 +115,7 @@ class Consume(harness.ClusterTest):
     def test_pinned_and_replay_through_a_non_owner(self):
         c = self.start()
         self.topic(c, "p")
-        owners = self.owners(c.nodes[0], "p")
+        owners = c.nodes[0].owners("p")
         self.produce_at_owners(c, "p", 2, "pin")
         via = c.nodes[0]  # owns partition 0 only
         status, m = via.request("GET", "/v1/topics/p/consume?partition=2")
@@ -178,7 +164,7 @@ class Consume(harness.ClusterTest):
         status, body = c.nodes[0].request(
             "POST", "/v1/topics", {"name": "g", "partitions": 1, "visibility_timeout_ms": 60000})
         self.assertEqual(status, 201, body)
-        wait_until("the owner everywhere", lambda: all(self.owners(n, "g") == ["1"]
+        wait_until("the owner everywhere", lambda: all(n.owners("g") == ["1"]
                                                        for n in c.nodes))
         owner, via = c.nodes[0], c.nodes[1]
         auth = harness.basic("admin", harness.PASSWORD)
@@ -290,7 +276,7 @@ class Consume(harness.ClusterTest):
     def test_a_stalled_owner_is_skipped(self):
         c = self.start()
         self.topic(c, "s")
-        owners = self.owners(c.nodes[0], "s")
+        owners = c.nodes[0].owners("s")
         stalled, other = c.nodes[1], c.nodes[2]  # owners of partitions 1 and 2
         status, answer = other.request("POST", "/v1/topics/s/produce?partition=2", b"here",
                                        headers=OCTET)
@@ -309,13 +295,13 @@ class Consume(harness.ClusterTest):
     def test_owner_killed(self):
         c = self.start(args=["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s"])
         self.topic(c, "k")
-        owners = self.owners(c.nodes[0], "k")
+        owners = c.nodes[0].owners("k")
         expect = self.produce_at_owners(c, "k", 2, "k")
         via = c.nodes[0]
         c.nodes[1].kill()  # owns partition 1
         status, body = via.request("GET", "/v1/topics/k/consume?partition=1", timeout=30)
         self.assertIn(status, (502, 503), body)
-        wait_until("node 2 marked dead", lambda: self.alive(via) == 2)
+        wait_until("node 2 marked dead", lambda: via.alive_members() == 2)
         status, body = via.request("GET", "/v1/topics/k/consume?partition=1")
         self.assertEqual(status, 503, body)
         self.assertEqual(body, {"error": "partition owner is down; retry later"})
@@ -331,13 +317,5 @@ class Consume(harness.ClusterTest):
         self.assertEqual(sorted(got), sorted(p for p in expect if "-p1-" not in p))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
-
-
 if __name__ == "__main__":
-    main()
+    harness.main()

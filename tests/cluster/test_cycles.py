@@ -8,7 +8,6 @@ acknowledged write must be on every node at the end.
 
 Run: python3 tests/cluster/test_cycles.py --ternd build/ternd [--cycles N]
 """
-import argparse
 import os
 import sys
 import threading
@@ -64,21 +63,15 @@ class Cycles(unittest.TestCase):
             self.assertEqual(n.log().count("metastore: new cluster bootstrapped"), 1)
 
 
-def main():
+def configure(args):
     global CYCLES
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    ap.add_argument("--cycles", type=int, default=CYCLES)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
     CYCLES = args.cycles
     if os.environ.get("TERN_SANITIZED") and CYCLES > 50:
         # An instrumented build is several times slower: fewer cycles keep
         # the sanitizer suite's run time in bounds and still cross every
         # close path many times.
         CYCLES = 50
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
 
 
 if __name__ == "__main__":
-    main()
+    harness.main([("--cycles", {"type": int, "default": CYCLES})], configure)

@@ -21,7 +21,6 @@ answered 202. Then:
 
 Run: python3 tests/cluster/test_dispatch_crash.py --ternd build/ternd
 """
-import argparse
 import base64
 import hashlib
 import http.client
@@ -31,7 +30,6 @@ import random
 import sys
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -106,21 +104,6 @@ class Producer(threading.Thread):
 
 
 class DispatchCrash(harness.ClusterTest):
-    def alive(self, node):
-        status, body = node.request("GET", "/v1/cluster/members", timeout=5)
-        if status != 200:
-            return 0
-        return sum(1 for m in body["members"] if m["status"] == "alive")
-
-    def metric(self, node, name):
-        status, body = node.request("GET", "/metrics", timeout=5)
-        if status != 200:
-            return None
-        for line in body.decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        return None
-
     def read_all(self, owner, topic):
         """Every body of partition 0, read on its owner from offset 0."""
         out, offset = [], 0
@@ -142,7 +125,7 @@ class DispatchCrash(harness.ClusterTest):
             conn.close()
 
     def drained(self, node):
-        v = self.metric(node, "tern_ingress_records")
+        v = node.metric("tern_ingress_records", timeout=5)
         return v is not None and v == 0
 
     def ledger(self, owner, topic, acked, allowed_dups):
@@ -171,7 +154,7 @@ class DispatchCrash(harness.ClusterTest):
     def test_sigkill_ingress_node_and_owner(self):
         c = self.make(2, security=False).start()
         owner, ingress = c.nodes
-        wait_until("two alive members", lambda: self.alive(owner) == 2)
+        wait_until("two alive members", lambda: owner.alive_members(timeout=5) == 2)
         status, body = owner.request("POST", "/v1/topics", {"name": "crash", "partitions": 1})
         self.assertIn(status, (200, 201), body)
         wait_until("partition 0 on node 1 in node 2's replica", lambda: (
@@ -212,7 +195,8 @@ class DispatchCrash(harness.ClusterTest):
             owner.kill()
             owner.start()
             owner.wait_ready()
-            wait_until("node 2 sees node 1 alive again", lambda: self.alive(ingress) == 2, 60)
+            wait_until("node 2 sees node 1 alive again",
+                       lambda: ingress.alive_members(timeout=5) == 2, 60)
             time.sleep(1)  # the dispatcher's retries reach the owner again
             owner_down.append((first - 5000, p.next_id))
         wait_until("produces after the last crash",
@@ -232,13 +216,5 @@ class DispatchCrash(harness.ClusterTest):
         self.ledger(owner, "crash", acked, allowed)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
-
-
 if __name__ == "__main__":
-    main()
+    harness.main()

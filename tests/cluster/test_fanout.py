@@ -25,12 +25,10 @@ COMMIT as a produce does.
 
 Run: python3 tests/cluster/test_fanout.py --ternd build/ternd
 """
-import argparse
 import os
 import sys
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -45,21 +43,9 @@ DELAY_MS = 1500
 class Fanout(harness.ClusterTest):
     # --- helpers -----------------------------------------------------------
 
-    def alive(self, node):
-        status, body = node.request("GET", "/v1/cluster/members")
-        if status != 200:
-            return 0
-        return sum(1 for m in body["members"] if m["status"] == "alive")
-
-    def owners(self, node, topic):
-        status, body = node.request("GET", f"/v1/topics/{topic}")
-        if status != 200:
-            return None
-        return [p["owner_node"] for p in body["partition_stats"]]
-
     def start(self, n=3, args=()):
         c = self.make(n, args=list(args)).start()
-        wait_until("every member alive", lambda: self.alive(c.nodes[0]) == n)
+        wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
         return c
 
     def create(self, c, body):
@@ -71,13 +57,13 @@ class Fanout(harness.ClusterTest):
                              answer)
         name, partitions = answer["name"], answer["partitions"]
         wait_until(f"{name}'s owners on every node",
-                   lambda: all((o := self.owners(n, name)) is not None and len(o) == partitions
+                   lambda: all((o := n.owners(name)) is not None and len(o) == partitions
                                and all(o) for n in c.running()))
         return answer
 
     def parent(self, c, name="parent"):
         self.create(c, {"name": name, "partitions": 3})
-        owners = self.owners(c.nodes[0], name)
+        owners = c.nodes[0].owners(name)
         self.assertEqual(sorted(owners), ["1", "2", "3"], owners)
         return owners
 
@@ -186,7 +172,7 @@ class Fanout(harness.ClusterTest):
                                           {"child": "other"})
         self.assertEqual(status, 200, body)
         self.create(c, {"name": "later", "parent": "parent", "fanout_delay_ms": DELAY_MS})
-        self.assertEqual(self.owners(c.nodes[0], "same"), self.owners(c.nodes[0], "parent"))
+        self.assertEqual(c.nodes[0].owners("same"), c.nodes[0].owners("parent"))
         # Produced right after the attaches answered, before looking at
         # whether every node's copier runs yet.
         sent = self.produce_everywhere(c, "parent", "after")
@@ -222,7 +208,7 @@ class Fanout(harness.ClusterTest):
                                                        mine[0]["lag_complete"]) == (0, True)
                 wait_until(f"{child}'s lag 0 on node {n.id}", lag)
         # The same-count child kept each message in its parent's partition.
-        for p, owner in enumerate(self.owners(c.nodes[0], "parent")):
+        for p, owner in enumerate(c.nodes[0].owners("parent")):
             node = [n for n in c.nodes if str(n.id) == owner][0]
             def bodies(topic):
                 out, off = [], 0
@@ -289,7 +275,7 @@ class Fanout(harness.ClusterTest):
         status, body = c.nodes[2].request("PATCH", "/v1/topics/parent", {"partitions": 4})
         self.assertEqual(status, 200, body)
         owners = wait_until("the new partition placed",
-                            lambda: (o := self.owners(c.nodes[0], "parent")) and len(o) == 4
+                            lambda: (o := c.nodes[0].owners("parent")) and len(o) == 4
                             and o[3] in ("1", "2", "3") and o)
         owner = [n for n in c.nodes if str(n.id) == owners[3]][0]
 
@@ -361,7 +347,7 @@ class Fanout(harness.ClusterTest):
         away = [n for n in c.nodes if str(n.id) == owners[2]][0]
         others = [n for n in c.nodes if n is not away]
         away.kill()
-        wait_until("the node marked dead", lambda: self.alive(others[0]) == 2)
+        wait_until("the node marked dead", lambda: others[0].alive_members() == 2)
         self.create(c, {"name": "kid", "parent": "parent"})
         # Through the nodes that are up; those for partition 2 wait in their
         # ingress logs for its owner.
@@ -383,7 +369,7 @@ class Fanout(harness.ClusterTest):
                    lambda: self.fanout_channels(away, "parent") == [epoch])
         # Detached while it is down: it deletes its own once back.
         away.kill()
-        wait_until("the node marked dead again", lambda: self.alive(others[0]) == 2)
+        wait_until("the node marked dead again", lambda: others[0].alive_members() == 2)
         status, body = others[0].request("DELETE", "/v1/topics/parent/children/kid")
         self.assertEqual(status, 204, body)
         for n in others:
@@ -395,13 +381,5 @@ class Fanout(harness.ClusterTest):
                    lambda: self.fanout_channels(away, "parent") == [])
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
-
-
 if __name__ == "__main__":
-    main()
+    harness.main()

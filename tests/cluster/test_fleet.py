@@ -9,13 +9,9 @@ partition count its owner chose.
 
 Run: python3 tests/cluster/test_fleet.py --ternd build/ternd
 """
-import argparse
-import http.client
-import json
 import os
 import sys
 import threading
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -26,45 +22,23 @@ OCTET = {"Content-Type": "application/octet-stream"}
 
 
 class Fleet(harness.ClusterTest):
-    def alive(self, node):
-        status, body = node.request("GET", "/v1/cluster/members")
-        if status != 200:
-            return 0
-        return sum(1 for m in body["members"] if m["status"] == "alive")
-
-    def nsq_http(self, node, method, path, body=None):
-        """(status, parsed JSON or raw bytes) from nsqd's HTTP endpoints."""
-        c = http.client.HTTPConnection(node.host, node.http_port, timeout=30)
-        try:
-            c.request(method, path, body=body)
-            r = c.getresponse()
-            data = r.read()
-            try:
-                return r.status, json.loads(data)
-            except ValueError:
-                return r.status, data
-        finally:
-            c.close()
-
     def tcp_port(self, node):
-        status, info = self.nsq_http(node, "GET", "/info")
+        status, info = node.nsq_http("GET", "/info")
         self.assertEqual(status, 200, info)
         return info["tcp_port"]
 
     def owners(self, node, topic):
-        status, body = node.request("GET", f"/v1/topics/{topic}")
-        if status != 200:
-            return None
-        return sorted(p["owner_node"] for p in body["partition_stats"])
+        owners = node.owners(topic)
+        return None if owners is None else sorted(owners)
 
     def start(self):
         c = self.make(3, security=False).start()
-        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         self.ports = {n.id: self.tcp_port(n) for n in c.nodes}
         # Every member's record carries its NSQ door before anything asks.
         for n in c.nodes:
             wait_until(f"three NSQ doors in node {n.id}'s /nodes",
-                       lambda n=n: len(self.nsq_http(n, "GET", "/nodes")[1]["producers"]) == 3)
+                       lambda n=n: len(n.nsq_http("GET", "/nodes")[1]["producers"]) == 3)
         return c
 
     def test_grows_where_published_and_lookup_lists_every_owner(self):
@@ -94,10 +68,10 @@ class Fleet(harness.ClusterTest):
             sent[n.id].append(body)
             conn.close()
             body = f"http pub via {n.id}".encode()
-            self.assertEqual(self.nsq_http(n, "POST", f"/pub?topic={topic}", body), (200, b"OK"))
+            self.assertEqual(n.nsq_http("POST", f"/pub?topic={topic}", body), (200, b"OK"))
             sent[n.id].append(body)
             bodies = [f"http mpub {i} via {n.id}".encode() for i in range(3)]
-            self.assertEqual(self.nsq_http(n, "POST", f"/mpub?topic={topic}", b"\n".join(bodies)),
+            self.assertEqual(n.nsq_http("POST", f"/mpub?topic={topic}", b"\n".join(bodies)),
                              (200, b"OK"))
             sent[n.id] += bodies
         # Still one partition each: asking again changes nothing.
@@ -108,7 +82,7 @@ class Fleet(harness.ClusterTest):
         # listeners bound, as nsqlookupd's producer entries.
         want = sorted((self.ports[n.id], n.http_port) for n in c.nodes)
         for n in c.nodes:
-            status, lk = self.nsq_http(n, "GET", f"/lookup?topic={topic}")
+            status, lk = n.nsq_http("GET", f"/lookup?topic={topic}")
             self.assertEqual(status, 200, lk)
             got = sorted((p["tcp_port"], p["http_port"]) for p in lk["producers"])
             self.assertEqual(got, want, n.id)
@@ -119,7 +93,7 @@ class Fleet(harness.ClusterTest):
                 self.assertEqual(p["remote_address"], f"127.0.0.1:{p['tcp_port']}")
                 self.assertTrue(p["hostname"])
                 self.assertTrue(p["version"])
-            status, nodes = self.nsq_http(n, "GET", "/nodes")
+            status, nodes = n.nsq_http("GET", "/nodes")
             self.assertEqual(status, 200, nodes)
             self.assertEqual(sorted(p["tcp_port"] for p in nodes["producers"]),
                              sorted(self.ports.values()))
@@ -127,13 +101,13 @@ class Fleet(harness.ClusterTest):
                 self.assertIn(topic, p["topics"])
                 self.assertEqual(len(p["tombstones"]), len(p["topics"]))
                 self.assertNotIn(True, p["tombstones"])
-            self.assertEqual(self.nsq_http(n, "GET", "/lookup?topic=nosuch"),
+            self.assertEqual(n.nsq_http("GET", "/lookup?topic=nosuch"),
                              (404, {"message": "TOPIC_NOT_FOUND"}))
 
         # Each node holds what it took (its own partition), and a consumer
         # on each owner, as /lookup lists them, drains the lot.
         for n in c.nodes:
-            status, stats = self.nsq_http(n, "GET", f"/stats?format=json&topic={topic}")
+            status, stats = n.nsq_http("GET", f"/stats?format=json&topic={topic}")
             self.assertEqual(status, 200, stats)
             [t] = stats["topics"]
             self.assertEqual(t["message_count"], len(sent[n.id]), n.id)
@@ -152,7 +126,7 @@ class Fleet(harness.ClusterTest):
         # The channel is in the record: every node lists it.
         for n in c.nodes:
             wait_until(f"the channel in node {n.id}'s /lookup",
-                       lambda n=n: self.nsq_http(n, "GET", f"/lookup?topic={topic}")[1]
+                       lambda n=n: n.nsq_http("GET", f"/lookup?topic={topic}")[1]
                        ["channels"] == ["drain"], 30)
 
     def test_concurrent_publishes_add_one_partition_per_node(self):
@@ -193,7 +167,7 @@ class Fleet(harness.ClusterTest):
         conn = Conn(self.ports[2])
         self.assertEqual(conn.pub("owned", b"x"), (FRAME_RESPONSE, b"OK"))
         conn.close()
-        self.assertEqual(self.nsq_http(c.nodes[1], "POST", "/pub?topic=owned", b"y")[0], 200)
+        self.assertEqual(c.nodes[1].nsq_http("POST", "/pub?topic=owned", b"y")[0], 200)
         for n in c.nodes:
             self.assertEqual(self.owners(n, "owned"), ["1"])
         # Its owner takes it itself.
@@ -213,13 +187,5 @@ class Fleet(harness.ClusterTest):
         wait_until("the three on the owner", lambda: held() == ["x", "y", "z"], 30)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
-
-
 if __name__ == "__main__":
-    main()
+    harness.main()

@@ -7,7 +7,6 @@ leader), a fourth node joining with --join, member liveness.
 
 Run: python3 tests/cluster/test_meta.py --ternd build/ternd [unittest args]
 """
-import argparse
 import os
 import re
 import shutil
@@ -376,13 +375,5 @@ class OverNodeRpc(ClusterTest):
         wait_until("the member alive again", lambda: status_of(victim.id) == "alive", 60)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
-
-
 if __name__ == "__main__":
-    main()
+    harness.main()

@@ -10,11 +10,9 @@ delete answers only once every live member has removed its files (PURGE),
 
 Run: python3 tests/cluster/test_placement.py --ternd build/ternd
 """
-import argparse
 import os
 import signal
 import sys
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -24,16 +22,10 @@ OCTET = {"Content-Type": "application/octet-stream"}
 
 
 class Placement(harness.ClusterTest):
-    def owners(self, node, topic):
-        status, body = node.request("GET", f"/v1/topics/{topic}")
-        if status != 200:
-            return None
-        return [p["owner_node"] for p in body["partition_stats"]]
-
     def wait_owners(self, nodes, topic, expect):
         for node in nodes:
             wait_until(f"the owners of {topic} on node {node.id}",
-                       lambda n=node: self.owners(n, topic) == expect, 30)
+                       lambda n=node: n.owners(topic) == expect, 30)
 
     def produce(self, node, topic, partition, body):
         return node.request("POST", f"/v1/topics/{topic}/produce?partition={partition}",
@@ -41,7 +33,7 @@ class Placement(harness.ClusterTest):
 
     def test_p_mod_n_owner_only_logs_and_growth(self):
         c = self.make(3).start()
-        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         status, body = c.nodes[1].request("POST", "/v1/topics",
                                           {"name": "orders", "partitions": 6})
         self.assertEqual(status, 201, body)
@@ -82,16 +74,10 @@ class Placement(harness.ClusterTest):
             for p, entry in enumerate(body["partition_stats"][:6]):
                 self.assertEqual(entry["next_offset"], 1, (node.id, p, entry))
 
-    def alive(self, node):
-        status, body = node.request("GET", "/v1/cluster/members")
-        if status != 200:
-            return 0
-        return sum(1 for m in body["members"] if m["status"] == "alive")
-
     def test_sticky_on_death_and_new_topics_on_the_alive(self):
         c = self.make(3, args=["--cluster-heartbeat-interval=500ms",
                                "--cluster-dead-after=3s"]).start()
-        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         leader = c.find_leader()
         status, body = leader.request("POST", "/v1/topics", {"name": "before", "partitions": 3})
         self.assertEqual(status, 201, body)
@@ -101,7 +87,7 @@ class Placement(harness.ClusterTest):
         self.assertEqual(status, 202)
         victim.kill()
         rest = [x for x in c.nodes if x is not victim]
-        wait_until("the killed member dead", lambda: self.alive(leader) == 2, 60)
+        wait_until("the killed member dead", lambda: leader.alive_members() == 2, 60)
         # Its partition keeps it as owner (the data is only there) ...
         self.wait_owners(rest, "before", ["1", "2", "3"])
         # ... and a topic made while it is dead goes to the two alive.
@@ -111,7 +97,7 @@ class Placement(harness.ClusterTest):
         self.wait_owners(rest, "during", [alive_ids[p % 2] for p in range(4)])
         victim.start()
         victim.wait_ready()
-        wait_until("the member alive again", lambda: self.alive(leader) == 3, 60)
+        wait_until("the member alive again", lambda: leader.alive_members() == 3, 60)
         self.wait_owners([victim], "before", ["1", "2", "3"])
         status, body = victim.request("GET", "/v1/topics/before")
         mine = body["partition_stats"][victim.id - 1]
@@ -154,7 +140,7 @@ class Placement(harness.ClusterTest):
         for node in c.nodes:
             wait_until(f"{topic} with its channels on node {node.id}",
                        lambda n=node: self.engine(n).get(topic, ([],))[0] == ["drop", "keep"])
-        owners = self.owners(c.nodes[0], topic)
+        owners = c.nodes[0].owners(topic)
         for p, owner in enumerate(owners):
             node = [n for n in c.nodes if str(n.id) == owner][0]
             status, answer = self.produce(node, topic, p, f"old {p}")
@@ -164,7 +150,7 @@ class Placement(harness.ClusterTest):
 
     def test_deletions_reach_every_node(self):
         c = self.make(3).start()
-        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         self.fill(c, "gone")
         # A channel deleted through node 3 leaves every engine and disk.
         self.nsq(c.nodes[2], "/channel/delete?topic=gone&channel=drop")
@@ -185,7 +171,7 @@ class Placement(harness.ClusterTest):
         for node in c.nodes:
             wait_until(f"the new topic on node {node.id}",
                        lambda n=node: "gone" in self.engine(n))
-        owner = [n for n in c.nodes if [str(n.id)] == self.owners(c.nodes[1], "gone")][0]
+        owner = [n for n in c.nodes if [str(n.id)] == c.nodes[1].owners("gone")][0]
         self.nsq(owner, "/pub?topic=gone", b"new")
         total = 0
         for node in c.nodes:
@@ -200,7 +186,7 @@ class Placement(harness.ClusterTest):
 
     def test_deleted_while_away(self):
         c = self.make(3).start()
-        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         self.fill(c, "away")
         away = c.nodes[2]
         self.assertEqual(away.stop(), 0)
@@ -229,7 +215,7 @@ class Placement(harness.ClusterTest):
 
     def test_delete_confirmed_by_every_member(self):
         c = self.make(3).start()
-        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         leader = c.find_leader()
         followers = [n for n in c.nodes if n is not leader]
         self.fill(c, "purged")
@@ -285,13 +271,5 @@ class Placement(harness.ClusterTest):
                    and not self.on_disk(victim, "stalled"), 60)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
-
-
 if __name__ == "__main__":
-    main()
+    harness.main()

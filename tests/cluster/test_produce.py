@@ -7,11 +7,8 @@ node.
 
 Run: python3 tests/cluster/test_produce.py --ternd build/ternd
 """
-import argparse
-import json
 import os
 import sys
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -21,18 +18,6 @@ OCTET = {"Content-Type": "application/octet-stream"}
 
 
 class Produce(harness.ClusterTest):
-    def alive(self, node):
-        status, body = node.request("GET", "/v1/cluster/members")
-        if status != 200:
-            return 0
-        return sum(1 for m in body["members"] if m["status"] == "alive")
-
-    def owners(self, node, topic):
-        status, body = node.request("GET", f"/v1/topics/{topic}")
-        if status != 200:
-            return None
-        return [p["owner_node"] for p in body["partition_stats"]]
-
     def node(self, c, node_id):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
@@ -54,13 +39,13 @@ class Produce(harness.ClusterTest):
             offset += 1
 
     def wait_partition(self, c, topic, p, expect):
-        owner = self.node(c, self.owners(c.nodes[0], topic)[p])
+        owner = self.node(c, c.nodes[0].owners(topic)[p])
         wait_until(f"{topic}/{p} on node {owner.id} holding {len(expect)}",
                    lambda: sorted(self.read_partition(owner, topic, p)) == sorted(expect), 60)
 
     def start(self, n=3, **kw):
         c = self.make(n, **kw).start()
-        wait_until("every member alive", lambda: self.alive(c.nodes[0]) == n)
+        wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
         return c
 
     def test_produce_to_every_partition_through_every_node(self):
@@ -68,7 +53,7 @@ class Produce(harness.ClusterTest):
         status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "t", "partitions": 3})
         self.assertEqual(status, 201, body)
         wait_until("the owners everywhere",
-                   lambda: all(self.owners(n, "t") == ["1", "2", "3"] for n in c.nodes))
+                   lambda: all(n.owners("t") == ["1", "2", "3"] for n in c.nodes))
         expect = {p: [] for p in range(3)}
         for node in c.nodes:
             for p in range(3):
@@ -100,11 +85,11 @@ class Produce(harness.ClusterTest):
         c = self.start()
         status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "g", "partitions": 1})
         self.assertEqual(status, 201, body)
-        wait_until("g everywhere", lambda: all(self.owners(n, "g") == ["1"] for n in c.nodes))
+        wait_until("g everywhere", lambda: all(n.owners("g") == ["1"] for n in c.nodes))
         status, body = c.nodes[0].request("PATCH", "/v1/topics/g", {"partitions": 3})
         self.assertEqual(status, 200, body)
         wait_until("three partitions in every replica",
-                   lambda: all(len(self.owners(n, "g") or []) == 3 for n in c.nodes), 30)
+                   lambda: all(len(n.owners("g") or []) == 3 for n in c.nodes), 30)
         expect = {1: [], 2: []}
         for node in c.nodes:
             for p in (1, 2):
@@ -116,20 +101,16 @@ class Produce(harness.ClusterTest):
             self.wait_partition(c, "g", p, expect[p])
 
     def metric(self, node, name):
-        status, text = node.request("GET", "/metrics")
-        self.assertEqual(status, 200)
-        text = text.decode() if isinstance(text, bytes) else json.dumps(text)
-        for line in text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-        self.fail(f"no {name} in node {node.id}'s /metrics")
+        value = node.metric(name)
+        self.assertIsNotNone(value, f"no {name} in node {node.id}'s /metrics")
+        return value
 
     def test_nsq_publish_on_nodes_without_a_partition(self):
         c = self.start()
         status, answer = c.nodes[0].request("POST", "/topic/create?topic=nsq", b"", auth=False)
         self.assertEqual(status, 200, answer)
         wait_until("its owner everywhere",
-                   lambda: all(self.owners(n, "nsq") == ["1"] for n in c.nodes))
+                   lambda: all(n.owners("nsq") == ["1"] for n in c.nodes))
         expect = []
         for node in c.nodes:
             status, answer = node.request("POST", "/pub?topic=nsq", f"pub{node.id}".encode(),
@@ -143,7 +124,7 @@ class Produce(harness.ClusterTest):
         # Each node's first publish grew the topic by a partition of its own
         # (tests/cluster/test_fleet.py); what any node took, an owner holds.
         def held():
-            owners = self.owners(c.nodes[0], "nsq") or []
+            owners = c.nodes[0].owners("nsq") or []
             out = []
             for p, o in enumerate(owners):
                 out += self.read_partition(self.node(c, o), "nsq", p)
@@ -155,7 +136,7 @@ class Produce(harness.ClusterTest):
         status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "k", "partitions": 3})
         self.assertEqual(status, 201, body)
         wait_until("the owners everywhere",
-                   lambda: all(self.owners(n, "k") == ["1", "2", "3"] for n in c.nodes))
+                   lambda: all(n.owners("k") == ["1", "2", "3"] for n in c.nodes))
         taker, owner = c.nodes[0], c.nodes[1]
         owner.kill()  # the records wait in the taker's ingress log
         expect = []
@@ -174,7 +155,7 @@ class Produce(harness.ClusterTest):
         status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "r", "partitions": 2})
         self.assertEqual(status, 201, body)
         wait_until("the owners everywhere",
-                   lambda: all(self.owners(n, "r") == ["1", "2"] for n in c.nodes))
+                   lambda: all(n.owners("r") == ["1", "2"] for n in c.nodes))
         taker = c.nodes[2]  # owns no partition of r: every produce goes through its log
         c.nodes[1].kill()   # the owner of partition 1, not yet known dead
         expect = []
@@ -188,13 +169,5 @@ class Produce(harness.ClusterTest):
                            0)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
-
-
 if __name__ == "__main__":
-    main()
+    harness.main()

@@ -5,7 +5,6 @@ lists every member; `stop` stops every node by its PID file.
 
 Run: python3 tests/cluster/test_script.py --ternd build/ternd
 """
-import argparse
 import base64
 import http.client
 import json
@@ -18,6 +17,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from harness import wait_until  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -88,14 +88,10 @@ class Script(unittest.TestCase):
         self.assertIn(d, r.stderr)
 
 
-def main():
+def configure(args):
     global TERND
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
     TERND = os.path.abspath(args.ternd)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
 
 
 if __name__ == "__main__":
-    main()
+    harness.main(configure=configure)

@@ -7,12 +7,10 @@ serving its honest peers.
 
 Run: python3 tests/cluster/test_security.py --ternd build/ternd --probe build/tern-rpc-probe
 """
-import argparse
 import os
 import socket
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -137,16 +135,10 @@ class Garbage(ClusterTest):
         self.assertEqual(target.readyz(), 200)
 
 
-def main():
+def configure(args):
     global PROBE
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    ap.add_argument("--probe", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
     PROBE = os.path.abspath(args.probe)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
 
 
 if __name__ == "__main__":
-    main()
+    harness.main([("--probe", {"required": True})], configure)

@@ -11,13 +11,10 @@ none of their messages comes back after the visibility timeout.
 
 Run: python3 tests/cluster/test_settle.py --ternd build/ternd
 """
-import argparse
 import concurrent.futures
 import os
-import re
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -32,34 +29,22 @@ UNREACHABLE = "partition owner unreachable"
 
 
 class Settle(harness.ClusterTest):
-    def alive(self, node):
-        status, body = node.request("GET", "/v1/cluster/members")
-        if status != 200:
-            return 0
-        return sum(1 for m in body["members"] if m["status"] == "alive")
-
-    def owners(self, node, topic):
-        status, body = node.request("GET", f"/v1/topics/{topic}")
-        if status != 200:
-            return None
-        return [p["owner_node"] for p in body["partition_stats"]]
-
     def node(self, c, node_id):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
     def start(self, **kw):
         c = self.make(3, **kw).start()
-        wait_until("every member alive", lambda: self.alive(c.nodes[0]) == 3)
+        wait_until("every member alive", lambda: c.nodes[0].alive_members() == 3)
         status, body = c.nodes[0].request(
             "POST", "/v1/topics",
             {"name": "t", "partitions": 3, "visibility_timeout_ms": VISIBILITY_MS})
         self.assertEqual(status, 201, body)
         wait_until("the owners everywhere",
-                   lambda: all(self.owners(n, "t") == ["1", "2", "3"] for n in c.nodes))
+                   lambda: all(n.owners("t") == ["1", "2", "3"] for n in c.nodes))
         return c
 
     def owner(self, c, p):
-        return self.node(c, self.owners(c.nodes[0], "t")[p])
+        return self.node(c, c.nodes[0].owners("t")[p])
 
     def others(self, c, node):
         return [n for n in c.nodes if n is not node]
@@ -195,14 +180,6 @@ class Settle(harness.ClusterTest):
         self.assertEqual([(r["status"], r.get("error")) for r in body["results"]],
                          [(503, DOWN), (204, None)])
 
-    def metric(self, node, name):
-        status, text = node.request("GET", "/metrics")
-        self.assertEqual(status, 200)
-        if isinstance(text, bytes):
-            text = text.decode()
-        m = re.search(r"^" + name + r" (\d+)$", str(text), re.M)
-        return int(m.group(1)) if m else None
-
     def test_many_concurrent_acks_through_a_non_owner(self):
         c = self.start()
         owner = self.owner(c, 1)
@@ -220,16 +197,16 @@ class Settle(harness.ClusterTest):
             self.assertEqual(status, 200, body)
             handles += [m["receipt_handle"] for m in body["messages"]]
         self.assertEqual(len(handles), n)
-        before = self.metric(via, "tern_cluster_settle_handles_total") or 0
+        before = via.metric("tern_cluster_settle_handles_total") or 0
         with concurrent.futures.ThreadPoolExecutor(max_workers=48) as pool:
             results = list(pool.map(lambda h: self.ack(via, h), handles))
         self.assertEqual([s for s, _ in results], [204] * n,
                          [b for s, b in results if s != 204][:3])
-        after = self.metric(via, "tern_cluster_settle_handles_total")
+        after = via.metric("tern_cluster_settle_handles_total")
         self.assertEqual(after - before, n)
-        calls = self.metric(via, "tern_cluster_settle_calls_total")
+        calls = via.metric("tern_cluster_settle_calls_total")
         self.assertIsNotNone(calls)
-        self.assertIsNotNone(self.metric(via, "tern_cluster_settle_coalesced_total"))
+        self.assertIsNotNone(via.metric("tern_cluster_settle_coalesced_total"))
         # Settled for good: nothing comes back once the leases would have
         # run out.
         time.sleep(VISIBILITY_MS / 1000 + 1)
@@ -237,13 +214,5 @@ class Settle(harness.ClusterTest):
         self.assertEqual(status, 204, body)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
-
-
 if __name__ == "__main__":
-    main()
+    harness.main()

@@ -11,11 +11,9 @@ same way, and after its restart every node shows its numbers again.
 
 Run: python3 tests/cluster/test_stats.py --ternd build/ternd
 """
-import argparse
 import os
 import signal
 import sys
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -29,12 +27,6 @@ COUNTS = [3, 5, 2]
 
 
 class Stats(harness.ClusterTest):
-    def alive(self, node):
-        status, body = node.request("GET", "/v1/cluster/members")
-        if status != 200:
-            return 0
-        return sum(1 for m in body["members"] if m["status"] == "alive")
-
     def stats(self, node, topic, query=""):
         """partition_stats through node (asserting the answer is 200)."""
         status, body = node.request("GET", f"/v1/topics/{topic}{query}")
@@ -69,7 +61,7 @@ class Stats(harness.ClusterTest):
     def test_same_numbers_everywhere_and_owner_failures(self):
         c = self.make(3, args=["--cluster-heartbeat-interval=500ms",
                                "--cluster-dead-after=10s"]).start()
-        wait_until("three alive members", lambda: self.alive(c.nodes[0]) == 3)
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "st", "partitions": 3})
         self.assertEqual(status, 201, body)
         for node in c.nodes:
@@ -125,7 +117,7 @@ class Stats(harness.ClusterTest):
             self.check_entry(entries[2], 2)
         finally:
             os.kill(stopped.pid, signal.SIGCONT)
-        wait_until("the stopped member alive again", lambda: self.alive(asker) == 3, 120)
+        wait_until("the stopped member alive again", lambda: asker.alive_members() == 3, 120)
         for node in c.nodes:
             wait_until(f"every partition's numbers again through node {node.id}",
                        lambda n=node: self.settled(n, "st"), 60)
@@ -150,7 +142,7 @@ class Stats(harness.ClusterTest):
         # Back, its log is as it was: every node shows it again.
         killed.start()
         killed.wait_ready()
-        wait_until("the killed member alive again", lambda: self.alive(asker) == 3, 120)
+        wait_until("the killed member alive again", lambda: asker.alive_members() == 3, 120)
         for node in c.nodes:
             entries = wait_until(f"every partition's numbers after the restart via node {node.id}",
                                  lambda n=node: self.settled(n, "st"), 60)
@@ -158,13 +150,5 @@ class Stats(harness.ClusterTest):
                 self.check_entry(e, p)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    harness.main()

@@ -7,13 +7,9 @@ on no other feed.
 
 Run: python3 tests/cluster/test_ws.py --ternd build/ternd
 """
-import argparse
-import http.client
-import json
 import os
 import socket
 import sys
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -25,24 +21,9 @@ TOPIC = "live-prices"
 
 
 class LiveFeed(harness.ClusterTest):
-    def nsq_http(self, node, method, path, body=None):
-        c = http.client.HTTPConnection(node.host, node.http_port, timeout=30)
-        try:
-            c.request(method, path, body=body)
-            r = c.getresponse()
-            data = r.read()
-            try:
-                return r.status, json.loads(data)
-            except ValueError:
-                return r.status, data
-        finally:
-            c.close()
-
     def owners(self, node):
-        status, body = node.request("GET", f"/v1/topics/{TOPIC}")
-        if status != 200:
-            return None
-        return sorted(p["owner_node"] for p in body["partition_stats"])
+        owners = node.owners(TOPIC)
+        return None if owners is None else sorted(owners)
 
     def drain(self, feed, want):
         """The bodies a feed carries until want of them arrived or it stays
@@ -60,8 +41,8 @@ class LiveFeed(harness.ClusterTest):
         c = self.make(3, security=False,
                       args=["--websocket-enabled", "--ttl-discard-topics=live-*=1h"]).start()
         wait_until("three NSQ doors in /nodes", lambda: len(
-            self.nsq_http(c.nodes[0], "GET", "/nodes")[1]["producers"]) == 3)
-        tcp = {n.id: self.nsq_http(n, "GET", "/info")[1]["tcp_port"] for n in c.nodes}
+            c.nodes[0].nsq_http("GET", "/nodes")[1]["producers"]) == 3)
+        tcp = {n.id: n.nsq_http("GET", "/info")[1]["tcp_port"] for n in c.nodes}
         # A PUB on each node: the topic grows one partition per node.
         for n in c.nodes:
             conn = Conn(tcp[n.id])
@@ -76,7 +57,7 @@ class LiveFeed(harness.ClusterTest):
         part_of = {p["owner_node"]: p["index"] for p in body["partition_stats"]}
 
         # The feeds a client opens from /lookup: one per owner.
-        status, lk = self.nsq_http(c.nodes[1], "GET", f"/lookup?topic={TOPIC}")
+        status, lk = c.nodes[1].nsq_http("GET", f"/lookup?topic={TOPIC}")
         self.assertEqual(status, 200, lk)
         by_port = {n.http_port: n for n in c.nodes}
         feeds = {}
@@ -113,13 +94,5 @@ class LiveFeed(harness.ClusterTest):
             self.assertEqual(self.drain(w, 1), [], f"node {nid}'s feed after the last")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ternd", required=True)
-    args, rest = ap.parse_known_args()
-    harness.set_ternd(args.ternd)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
-
-
 if __name__ == "__main__":
-    main()
+    harness.main()

@@ -60,35 +60,11 @@ static cfx_t *cfx_new(bool cluster)
     return f;
 }
 
-static bool flag;
-
-static void on_broker_closed(tn_broker_t *b)
-{
-    (void)b;
-    flag = true;
-}
-
-static void on_meta_closed(void *arg)
-{
-    (void)arg;
-    flag = true;
-}
-
-static bool is_flag(void *arg)
-{
-    (void)arg;
-    return flag;
-}
-
 static void cfx_free(cfx_t *f)
 {
     tn_catalog_stop(f->cat);
-    flag = false;
-    tn_broker_close(f->b, on_broker_closed);
-    assert_true(run_until(f, is_flag, NULL));
-    flag = false;
-    tn_meta_close(f->m, on_meta_closed, NULL);
-    assert_true(run_until(f, is_flag, NULL));
+    tu_broker_close(&f->fx->loop, f->b);
+    tu_meta_close(&f->fx->loop, f->m);
     tu_fx_free(f->fx);
     free(f);
 }

@@ -15,6 +15,7 @@
 #include "core/platform.h"
 
 #include "fixture_meta.h"
+#include "fixture_rpc.h"
 #include "testutil.h"
 
 #include "api/consume.h"
@@ -32,35 +33,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SECRET "correct horse battery staple"
-
 typedef struct {
     tu_fx_t *fx;
     uv_loop_t *loop;
     tn_broker_t *b;
     tn_meta_t *m;
-    tn_v1_t v; /* meta, consume and the wait cap: what the handler uses */
-    tn_rpc_t *owner;
-    tn_rpc_t *caller;
-    tn_router_t *router; /* the caller's: node 2 */
+    tn_v1_t v;           /* meta, consume and the wait cap: what the handler uses */
+    tu_rpc_pair_t rpc;   /* the owner serves CONSUME and SETTLE */
+    tn_router_t *router; /* rpc.caller's: node 2 */
 } ffx_t;
-
-static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
-{
-    tn_rpc_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.bind = "127.0.0.1:0";
-    o.secret = (const uint8_t *)SECRET;
-    o.secret_len = strlen(SECRET);
-    o.handlers = h;
-    o.nhandlers = nh;
-    tn_rpc_t *r = NULL;
-    char err[256];
-    int rc = tn_rpc_open(loop, &o, &r, err, sizeof err);
-    if (rc != 0)
-        fail_msg("tn_rpc_open: %s", err);
-    return r;
-}
 
 /* --- a slow owner's SETTLE handler ------------------------------------------------ */
 
@@ -123,13 +104,7 @@ static void put_topic(ffx_t *f, const char *name, uint32_t partitions)
 /* A member record for id with this API address (its RPC address). */
 static void put_member(ffx_t *f, uint64_t id, const char *api_addr)
 {
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_MEMBER_REG;
-    c.member.id = id;
-    snprintf(c.member.addr, sizeof(c.member.addr), "127.0.0.1:1");
-    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "%s", api_addr);
-    c.member.heartbeat_ms = tn_now_wall_ms();
+    tn_meta_cmd_t c = tu_meta_member_cmd(id, api_addr);
     tu_meta_commit(f->loop, f->m, &c);
 }
 
@@ -146,11 +121,10 @@ static ffx_t *ffx_new(void)
     assert_int_equal(h[0].op, TN_OP_CONSUME);
     assert_int_equal(h[0].flags, TN_RPC_OP_EXEMPT);
     h[1] = (tn_rpc_handler_t){TN_OP_SETTLE, 0, on_slow_settle, &slow};
-    f->owner = rpc_open(f->loop, h, 2);
-    f->caller = rpc_open(f->loop, NULL, 0);
+    tu_rpc_pair_open(&f->rpc, f->loop, h, 2);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
-    f->m = tu_meta_lone(f->loop, dir, tn_rpc_addr(f->owner));
+    f->m = tu_meta_lone(f->loop, dir, f->rpc.addr);
     f->v.meta = f->m;
     f->v.broker = f->b;
     f->v.o.max_consume_wait_ms = 10000;
@@ -158,41 +132,20 @@ static ffx_t *ffx_new(void)
     assert_int_equal(tn_consume_new(f->loop, f->b, &co, &f->v.consume), 0);
     tn_router_opts_t ro = {f->b, f->m, NULL, NULL, NULL};
     assert_int_equal(tn_router_new(&ro, &f->router), 0);
-    tn_router_set_rpc(f->router, f->caller, 2, true);
+    tn_router_set_rpc(f->router, f->rpc.caller, 2, true);
     return f;
-}
-
-static void on_closed(void *arg)
-{
-    *(bool *)arg = true;
-}
-
-static bool broker_closed;
-
-static void on_broker_closed(tn_broker_t *b)
-{
-    (void)b;
-    broker_closed = true;
 }
 
 static void ffx_free(ffx_t *f)
 {
-    bool done = false;
-    tn_rpc_close(f->caller, on_closed, &done);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &done));
+    tu_rpc_close(f->loop, f->rpc.caller);
     f->v.closing = true;
     tn_consume_close(f->v.consume);
-    done = false;
-    tn_rpc_close(f->owner, on_closed, &done);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &done));
+    tu_rpc_close(f->loop, f->rpc.owner);
     tn_router_free(f->router);
     tn__v1_grace_free(&f->v);
-    broker_closed = false;
-    tn_broker_close(f->b, on_broker_closed);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &broker_closed));
-    done = false;
-    tn_meta_close(f->m, on_closed, &done);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &done));
+    tu_broker_close(f->loop, f->b);
+    tu_meta_close(f->loop, f->m);
     tu_fx_free(f->fx);
     free(f);
 }
@@ -347,21 +300,6 @@ static void test_single_batch_replay(void **state)
     ffx_free(f);
 }
 
-typedef struct {
-    bool done;
-    int status;
-    uint16_t http;
-} raw_t;
-
-static void on_raw(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
-{
-    (void)err;
-    raw_t *r = arg;
-    r->done = true;
-    r->status = status;
-    r->http = status == 0 ? reply->status : 0;
-}
-
 static void test_refusals(void **state)
 {
     (void)state;
@@ -385,14 +323,12 @@ static void test_refusals(void **state)
     call(f, &k, &w);
     assert_int_equal(k.http, 400);
     /* A malformed request, straight over node RPC: 400. */
-    raw_t raw;
-    memset(&raw, 0, sizeof(raw));
-    assert_int_equal(tn_rpc_call(f->caller, tn_rpc_addr(f->owner), TN_OP_CONSUME, "junk", 4, 5000,
-                                 on_raw, &raw, NULL),
-                     0);
-    assert_true(tu_run_loop(f->loop, tu_is_true, &raw.done));
-    assert_int_equal(raw.status, 0);
-    assert_int_equal(raw.http, 400);
+    tn_buf_t junk;
+    tn_buf_init(&junk);
+    assert_int_equal(tn_buf_append(&junk, "junk", 4), 0);
+    tu_rpc_raw_t raw;
+    assert_int_equal(tu_rpc_raw(&f->rpc, f->loop, TN_OP_CONSUME, &junk, 5000, &raw), 400);
+    tn_buf_fini(&junk);
     /* The router's own refusals: an unknown member, bad names. */
     memset(&k, 0, sizeof(k));
     w = req_of("t", 0, 0);
@@ -536,7 +472,7 @@ static void test_where(void **state)
     assert_int_equal(tn_router_consume_owners(f->router, "t", ids, 4), 1);
     assert_int_equal(ids[0], 1);
     /* As node 1 itself: here. */
-    tn_router_set_rpc(f->router, f->caller, 1, true);
+    tn_router_set_rpc(f->router, f->rpc.caller, 1, true);
     assert_int_equal(tn_router_consume_where(f->router, "t", 0, &owner), 0);
     assert_int_equal(tn_router_consume_owners(f->router, "t", ids, 4), 0);
     /* No record: the lanes answer, as ever. */
@@ -568,7 +504,7 @@ static void test_reply_crossing_cancel_is_nacked(void **state)
 {
     (void)state;
     ffx_t *f = ffx_new();
-    tn_rpc_on_late_cancel(f->owner, tn_v1_consume_late_cancel, &f->v);
+    tn_rpc_on_late_cancel(f->rpc.owner, tn_v1_consume_late_cancel, &f->v);
     put_topic(f, "t", 1);
     call_t k;
     tn_wire_consume_t w = req_of("t", 8000, 0);
@@ -576,7 +512,7 @@ static void test_reply_crossing_cancel_is_nacked(void **state)
     run_for(f, 300);
     assert_false(k.done);
     /* The caller stops hearing: the owner's answer will not reach it. */
-    tn_rpc_test_deaf(f->caller, true);
+    tn_rpc_test_deaf(f->rpc.caller, true);
     publish(f, "t", 0, "crossed");
     assert_true(tu_run_loop(f->loop, has_grace, f)); /* answered, lease kept */
     assert_int_equal(f->v.ngrace, 1);
@@ -585,7 +521,7 @@ static void test_reply_crossing_cancel_is_nacked(void **state)
     assert_true(tu_run_loop(f->loop, tu_is_true, &k.done));
     assert_int_equal(k.status, TN_ECLOSED);
     assert_true(tu_run_loop(f->loop, no_grace, f)); /* the CANCEL reached the owner */
-    tn_rpc_test_deaf(f->caller, false);
+    tn_rpc_test_deaf(f->rpc.caller, false);
     w = req_of("t", 5000, 0);
     call(f, &k, &w);
     assert_int_equal(k.http, 200);

@@ -20,6 +20,7 @@
 #include "core/time.h"
 #include "queue/queue.h"
 
+#include "fixture_meta.h"
 #include "fixture_rpc.h"
 #include "testutil.h"
 
@@ -70,7 +71,7 @@ static void run_while_not(dfx_t *d, bool (*pred)(dfx_t *d))
     uv_timer_t t;
     uv_timer_init(d->loop, &t);
     uv_timer_start(&t, on_tick, 5, 5);
-    int64_t deadline = tn_now_mono_ms() + TU_GUARD_MS;
+    int64_t deadline = tn_now_mono_ms() + tu_guard_ms();
     while (!pred(d) && tn_now_mono_ms() < deadline)
         uv_run(d->loop, UV_RUN_ONCE);
     uv_close((uv_handle_t *)&t, NULL);
@@ -104,13 +105,7 @@ static dfx_t *dfx_new(bool placed, tn_rpc_handler_cb wrap)
     d->fx = tu_fx_new(tweak_store);
     d->loop = &d->fx->loop;
     tn_broker_opts_t *o = &d->bo;
-    o->default_partitions = 1;
-    o->bootstrap_window_ms = 90000;
-    o->cache_bytes = 1 << 20;
-    o->max_inflight_bytes = 1 << 30;
-    o->max_inflight_msgs = 100000;
-    o->max_ahead = 1 << 16;
-    o->gc_interval_ms = 3600000;
+    tu_broker_opts(o);
     o->mem_max_records = 100;
     o->mem_max_bytes = 1 << 20;
     assert_int_equal(tn_broker_open(d->loop, d->fx->store, o, &d->b), 0);
@@ -131,14 +126,6 @@ static dfx_t *dfx_new(bool placed, tn_rpc_handler_cb wrap)
     return d;
 }
 
-static bool broker_closed;
-
-static void on_broker_closed(tn_broker_t *b)
-{
-    (void)b;
-    broker_closed = true;
-}
-
 static void dfx_free(dfx_t *d)
 {
     tu_rpc_pair_close(&d->rpc, d->loop);
@@ -146,9 +133,7 @@ static void dfx_free(dfx_t *d)
     tn_dataplane_stats(d->dp, &st);
     assert_int_equal(st.inflight, 0);
     tn_dataplane_free(d->dp);
-    broker_closed = false;
-    tn_broker_close(d->b, on_broker_closed);
-    tu_run_until(d->loop, &broker_closed);
+    tu_broker_close(d->loop, d->b);
     tu_fx_free(d->fx);
     free(d);
     cur = NULL;
@@ -171,18 +156,7 @@ static void on_wait(tn_waiter_t *w, int status)
 
 static tn_topic_t *topic(dfx_t *d, const char *name, uint32_t nparts)
 {
-    tn_topic_t *t = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_broker_topic(d->b, name, strlen(name), true, nparts, &w.w, &t);
-    if (rc == UV_EAGAIN) {
-        tu_run_until(d->loop, &w.done);
-        assert_int_equal(w.status, 0);
-        rc = tn_broker_topic(d->b, name, strlen(name), false, 0, NULL, &t);
-    }
-    assert_int_equal(rc, 0);
-    return t;
+    return tu_broker_topic(d->loop, d->b, name, nparts);
 }
 
 /* The record at offset of partition p (from the cache or the disk). */
@@ -241,40 +215,6 @@ static int call(dfx_t *d, callw_t *w, const char *topic, uint32_t partition,
     call_start(d, w, topic, partition, recs, n);
     tu_run_until(d->loop, &w->done);
     return w->status;
-}
-
-/* A raw COMMIT request (fields in b), answered with its HTTP status and
- * body. */
-typedef struct {
-    bool done;
-    int status;
-    uint16_t http;
-    char body[1024];
-} rawres_t;
-
-static void on_raw(void *arg, int status, const tn_wire_reply_t *rep, const char *err)
-{
-    (void)err;
-    rawres_t *r = arg;
-    r->done = true;
-    r->status = status;
-    if (status == 0) {
-        r->http = rep->status;
-        size_t n = TN_MIN(rep->body_len, sizeof(r->body) - 1);
-        memcpy(r->body, rep->body, n);
-        r->body[n] = '\0';
-    }
-}
-
-static uint16_t raw_call(dfx_t *d, const tn_buf_t *b, rawres_t *r)
-{
-    memset(r, 0, sizeof(*r));
-    assert_int_equal(tn_rpc_call(d->rpc.caller, d->rpc.addr, TN_OP_COMMIT, tn_buf_data(b),
-                                 tn_buf_size(b), 20000, on_raw, r, NULL),
-                     0);
-    tu_run_until(d->loop, &r->done);
-    assert_int_equal(r->status, 0);
-    return r->http;
 }
 
 /* --- tests ------------------------------------------------------------------------------ */
@@ -440,42 +380,42 @@ static void test_malformed_400(void **state)
     tn_topic_t *t = topic(d, "t", 1);
     tn_buf_t b;
     tn_buf_init(&b);
-    rawres_t r;
+    tu_rpc_raw_t r;
 
     head(&b, "t", 0, 1);
     rec(&b, "", "m", 1, 0, 1);
     assert_int_equal(tn_buf_append(&b, "!", 1), 0);
-    assert_int_equal(raw_call(d, &b, &r), 400);
+    assert_int_equal(tu_rpc_raw(&d->rpc, d->loop, TN_OP_COMMIT, &b, 20000, &r), 400);
     head(&b, "t", 0, 2); /* one record short */
     rec(&b, "", "m", 1, 0, 1);
-    assert_int_equal(raw_call(d, &b, &r), 400);
+    assert_int_equal(tu_rpc_raw(&d->rpc, d->loop, TN_OP_COMMIT, &b, 20000, &r), 400);
 
     static char big[MAX_BODY + 1];
     memset(big, 'b', sizeof(big));
     head(&b, "t", 0, 2);
     rec(&b, "", "ok", 2, 0, 1);
     rec(&b, "", big, sizeof(big), 0, 1);
-    assert_int_equal(raw_call(d, &b, &r), 400);
+    assert_int_equal(tu_rpc_raw(&d->rpc, d->loop, TN_OP_COMMIT, &b, 20000, &r), 400);
     assert_non_null(strstr(r.body, "record 1 has a body over the 4096 byte limit"));
     head(&b, "t", 0, 1);
     rec(&b, "", big, MAX_BODY, 0, 1); /* at the limit: taken */
-    assert_int_equal(raw_call(d, &b, &r), 200);
+    assert_int_equal(tu_rpc_raw(&d->rpc, d->loop, TN_OP_COMMIT, &b, 20000, &r), 200);
 
     head(&b, "bad name!", 0, 1);
     rec(&b, "", "m", 1, 0, 1);
-    assert_int_equal(raw_call(d, &b, &r), 400);
+    assert_int_equal(tu_rpc_raw(&d->rpc, d->loop, TN_OP_COMMIT, &b, 20000, &r), 400);
     assert_non_null(strstr(r.body, "invalid topic name"));
     head(&b, "t", 0, 0);
-    assert_int_equal(raw_call(d, &b, &r), 400);
+    assert_int_equal(tu_rpc_raw(&d->rpc, d->loop, TN_OP_COMMIT, &b, 20000, &r), 400);
     assert_non_null(strstr(r.body, "at least one record"));
     head(&b, "t", 0, 2);
     rec(&b, "", "m", 1, 0, 1);
     rec(&b, "", "m", 1, -5, 1);
-    assert_int_equal(raw_call(d, &b, &r), 400);
+    assert_int_equal(tu_rpc_raw(&d->rpc, d->loop, TN_OP_COMMIT, &b, 20000, &r), 400);
     assert_non_null(strstr(r.body, "record 1 has a negative deliver_at_ms"));
     head(&b, "t", 0, 1);
     rec(&b, "", "m", 1, 0, -1);
-    assert_int_equal(raw_call(d, &b, &r), 400);
+    assert_int_equal(tu_rpc_raw(&d->rpc, d->loop, TN_OP_COMMIT, &b, 20000, &r), 400);
     assert_non_null(strstr(r.body, "negative created_ms"));
     tn_buf_fini(&b);
 

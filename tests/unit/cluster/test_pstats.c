@@ -17,16 +17,16 @@
 #include "core/err.h"
 #include "queue/queue.h"
 
+#include "fixture_meta.h"
+#include "fixture_rpc.h"
 #include "testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define SECRET   "correct horse battery staple"
-#define SELF     1
-#define MAXP     8
-#define GUARD_MS 30000
+#define SELF 1
+#define MAXP 8
 
 /* The placement the tests play the metastore with: owner per partition
  * index, every topic; SELF is this node. */
@@ -47,48 +47,8 @@ typedef struct {
     uv_loop_t *loop;
     tn_broker_t *b;
     tn_pstats_srv_t *srv;
-    tn_rpc_t *owner;  /* serves PSTATS */
-    tn_rpc_t *caller; /* serves nothing */
-    char addr[64];    /* the owner's */
+    tu_rpc_pair_t rpc; /* the owner serves PSTATS */
 } pfx_t;
-
-static void on_guard(uv_timer_t *t)
-{
-    *(bool *)t->data = true;
-}
-
-/* Run the loop until *flag (fail after GUARD_MS). */
-static void run_until(uv_loop_t *loop, const bool *flag)
-{
-    bool expired = false;
-    uv_timer_t guard;
-    uv_timer_init(loop, &guard);
-    guard.data = &expired;
-    uv_timer_start(&guard, on_guard, GUARD_MS, 0);
-    while (!*flag && !expired)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&guard, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    assert_true(*flag);
-}
-
-static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
-{
-    tn_rpc_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.bind = "127.0.0.1:0";
-    o.secret = (const uint8_t *)SECRET;
-    o.secret_len = strlen(SECRET);
-    o.handlers = h;
-    o.nhandlers = nh;
-    tn_rpc_t *r = NULL;
-    char err[256];
-    int rc = tn_rpc_open(loop, &o, &r, err, sizeof err);
-    if (rc != 0)
-        fprintf(stderr, "tn_rpc_open: %s\n", err);
-    assert_int_equal(rc, 0);
-    return r;
-}
 
 static pfx_t *pfx_new(void)
 {
@@ -96,14 +56,7 @@ static pfx_t *pfx_new(void)
     f->fx = tu_fx_new(NULL);
     f->loop = &f->fx->loop;
     tn_broker_opts_t o;
-    memset(&o, 0, sizeof(o));
-    o.default_partitions = 1;
-    o.bootstrap_window_ms = 90000;
-    o.cache_bytes = 1 << 20;
-    o.max_inflight_bytes = 1 << 30;
-    o.max_inflight_msgs = 100000;
-    o.max_ahead = 1 << 16;
-    o.gc_interval_ms = 3600000;
+    tu_broker_opts(&o);
     o.mem_max_records = 100;
     o.mem_max_bytes = 1 << 20;
     assert_int_equal(tn_broker_open(f->loop, f->fx->store, &o, &f->b), 0);
@@ -114,102 +67,32 @@ static pfx_t *pfx_new(void)
     tn_pstats_handlers(f->srv, h, &nh);
     assert_int_equal(nh, 1);
     assert_int_equal(h[0].op, TN_OP_PSTATS);
-    f->owner = rpc_open(f->loop, h, nh);
-    f->caller = rpc_open(f->loop, NULL, 0);
-    snprintf(f->addr, sizeof f->addr, "%s", tn_rpc_addr(f->owner));
+    tu_rpc_pair_open(&f->rpc, f->loop, h, nh);
     return f;
-}
-
-static void on_rpc_closed(void *arg)
-{
-    *(bool *)arg = true;
-}
-
-static bool broker_closed;
-
-static void on_broker_closed(tn_broker_t *b)
-{
-    (void)b;
-    broker_closed = true;
 }
 
 static void pfx_free(pfx_t *f)
 {
-    bool done = false;
-    tn_rpc_close(f->caller, on_rpc_closed, &done);
-    run_until(f->loop, &done);
-    done = false;
-    tn_rpc_close(f->owner, on_rpc_closed, &done);
-    run_until(f->loop, &done);
+    tu_rpc_pair_close(&f->rpc, f->loop);
     tn_pstats_srv_free(f->srv);
-    broker_closed = false;
-    tn_broker_close(f->b, on_broker_closed);
-    run_until(f->loop, &broker_closed);
+    tu_broker_close(f->loop, f->b);
     tu_fx_free(f->fx); /* checks that the loop closes */
     free(f);
 }
 
 /* --- engine helpers ------------------------------------------------------------------- */
 
-typedef struct {
-    tn_waiter_t w;
-    bool done;
-    int status;
-} waitw_t;
-
-static void on_wait(tn_waiter_t *w, int status)
-{
-    waitw_t *x = (waitw_t *)w;
-    x->done = true;
-    x->status = status;
-}
-
 static tn_topic_t *topic(pfx_t *f, const char *name, uint32_t nparts)
 {
-    tn_topic_t *t = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_broker_topic(f->b, name, strlen(name), true, nparts, &w.w, &t);
-    if (rc == UV_EAGAIN) {
-        run_until(f->loop, &w.done);
-        assert_int_equal(w.status, 0);
-        rc = tn_broker_topic(f->b, name, strlen(name), false, 0, NULL, &t);
-    }
-    assert_int_equal(rc, 0);
-    return t;
-}
-
-typedef struct {
-    tn_pub_t p;
-    bool done;
-    int status;
-} pubw_t;
-
-static void on_published(tn_pub_t *p, int status)
-{
-    pubw_t *w = p->data;
-    w->done = true;
-    w->status = status;
+    return tu_broker_topic(f->loop, f->b, name, nparts);
 }
 
 /* Publish n messages of 100 bytes to partition p, durably. */
 static void publish(pfx_t *f, const char *name, uint32_t p, uint32_t n)
 {
-    pubw_t w;
-    memset(&w, 0, sizeof(w));
-    assert_int_equal(tn_pub_init(&w.p, n), 0);
     char body[100];
     memset(body, 'x', sizeof(body));
-    for (uint32_t i = 0; i < n; i++)
-        assert_int_equal(tn_pub_set(&w.p, i, body, sizeof(body)), 0);
-    w.p.data = &w;
-    w.p.pinned = true;
-    w.p.pin = p;
-    assert_int_equal(tn_broker_publish(f->b, name, strlen(name), &w.p, 0, on_published), 0);
-    run_until(f->loop, &w.done);
-    assert_int_equal(w.status, 0);
-    tn_pub_fini(&w.p);
+    tu_broker_publish(f->loop, f->b, name, p, body, sizeof(body), n);
 }
 
 /* --- calls ---------------------------------------------------------------------------- */
@@ -234,45 +117,12 @@ static int call(pfx_t *f, callw_t *w, const char *addr, const char *name, const 
 {
     memset(w, 0, sizeof(*w));
     w->c.data = w;
-    int rc = tn_pstats_call(f->caller, addr, name, parts, n, w->out, timeout_ms, &w->c, on_call);
+    int rc =
+        tn_pstats_call(f->rpc.caller, addr, name, parts, n, w->out, timeout_ms, &w->c, on_call);
     if (rc != 0)
         return rc;
-    run_until(f->loop, &w->done);
+    tu_run_until(f->loop, &w->done);
     return w->status;
-}
-
-/* A raw PSTATS request (fields in b), answered with its HTTP status and
- * body. */
-typedef struct {
-    bool done;
-    int status;
-    uint16_t http;
-    char body[1024];
-} rawres_t;
-
-static void on_raw(void *arg, int status, const tn_wire_reply_t *rep, const char *err)
-{
-    (void)err;
-    rawres_t *r = arg;
-    r->done = true;
-    r->status = status;
-    if (status == 0) {
-        r->http = rep->status;
-        size_t n = TN_MIN(rep->body_len, sizeof(r->body) - 1);
-        memcpy(r->body, rep->body, n);
-        r->body[n] = '\0';
-    }
-}
-
-static uint16_t raw_call(pfx_t *f, const tn_buf_t *b, rawres_t *r)
-{
-    memset(r, 0, sizeof(*r));
-    assert_int_equal(tn_rpc_call(f->caller, f->addr, TN_OP_PSTATS, tn_buf_data(b), tn_buf_size(b),
-                                 20000, on_raw, r, NULL),
-                     0);
-    run_until(f->loop, &r->done);
-    assert_int_equal(r->status, 0);
-    return r->http;
 }
 
 /* --- tests ------------------------------------------------------------------------------ */
@@ -297,7 +147,7 @@ static void test_numbers_and_statuses(void **state)
 
     static const uint32_t parts[] = {2, 1, 0, 3, 2};
     callw_t w;
-    assert_int_equal(call(f, &w, f->addr, "orders", parts, 5, 20000), 0);
+    assert_int_equal(call(f, &w, f->rpc.addr, "orders", parts, 5, 20000), 0);
     for (uint32_t i = 0; i < 5; i++)
         assert_int_equal(w.out[i].partition, parts[i]);
     assert_int_equal(w.out[0].status, 200);
@@ -335,7 +185,7 @@ static void test_unknown_topic(void **state)
     pfx_t *f = pfx_new();
     static const uint32_t parts[] = {0, 1};
     callw_t w;
-    assert_int_equal(call(f, &w, f->addr, "nosuch", parts, 2, 20000), 0);
+    assert_int_equal(call(f, &w, f->rpc.addr, "nosuch", parts, 2, 20000), 0);
     assert_int_equal(w.out[0].status, 404);
     assert_int_equal(w.out[1].status, 404);
     tn_topic_t *t = NULL;
@@ -353,12 +203,12 @@ static void test_malformed_400(void **state)
     pfx_t *f = pfx_new();
     tn_buf_t b;
     tn_buf_init(&b);
-    rawres_t r;
+    tu_rpc_raw_t r;
 
     /* No partitions at all. */
     assert_int_equal(tn_wire_put_str(&b, "t"), 0);
     assert_int_equal(tn_wire_put_u32(&b, 0), 0);
-    assert_int_equal(raw_call(f, &b, &r), 400);
+    assert_int_equal(tu_rpc_raw(&f->rpc, f->loop, TN_OP_PSTATS, &b, 20000, &r), 400);
     /* The server's shape check (tn_wire_request_check, the decoder itself)
      * answers before the handler runs. */
     assert_non_null(strstr(r.body, "unsupported rpc operation"));
@@ -368,18 +218,18 @@ static void test_malformed_400(void **state)
     assert_int_equal(tn_wire_put_str(&b, "t"), 0);
     assert_int_equal(tn_wire_put_u32(&b, 3), 0);
     assert_int_equal(tn_wire_put_u32(&b, 0), 0);
-    assert_int_equal(raw_call(f, &b, &r), 400);
+    assert_int_equal(tu_rpc_raw(&f->rpc, f->loop, TN_OP_PSTATS, &b, 20000, &r), 400);
 
     /* A name that is no topic's (a slash). */
     static const uint32_t one = 0;
     tn_buf_reset(&b);
     assert_int_equal(tn_wire_pstats_encode(&b, "a/b", &one, 1), 0);
-    assert_int_equal(raw_call(f, &b, &r), 400);
+    assert_int_equal(tu_rpc_raw(&f->rpc, f->loop, TN_OP_PSTATS, &b, 20000, &r), 400);
     assert_non_null(strstr(r.body, "invalid topic name"));
 
     /* Through the call: the same refusal reaches the caller as UV_EINVAL. */
     callw_t w;
-    assert_int_equal(call(f, &w, f->addr, "a/b", &one, 1, 20000), UV_EINVAL);
+    assert_int_equal(call(f, &w, f->rpc.addr, "a/b", &one, 1, 20000), UV_EINVAL);
     tn_buf_fini(&b);
     pfx_free(f);
 }
@@ -394,24 +244,17 @@ static void test_call_errors(void **state)
     pfx_t *f = pfx_new();
     static const uint32_t one = 0;
     callw_t w;
-    assert_int_equal(call(f, &w, f->addr, "", &one, 1, 1000), UV_EINVAL);
+    assert_int_equal(call(f, &w, f->rpc.addr, "", &one, 1, 1000), UV_EINVAL);
     assert_false(w.done);
-    assert_int_equal(call(f, &w, f->addr, "t", &one, 0, 1000), UV_EINVAL);
+    assert_int_equal(call(f, &w, f->rpc.addr, "t", &one, 0, 1000), UV_EINVAL);
     assert_false(w.done);
     assert_int_equal(call(f, &w, "not-an-address", "t", &one, 1, 1000), UV_EINVAL);
     assert_false(w.done);
 
     /* A UDP port with nobody behind it: the dial fails or times out. */
     uv_udp_t sock;
-    assert_int_equal(uv_udp_init(f->loop, &sock), 0);
-    struct sockaddr_in sa;
-    uv_ip4_addr("127.0.0.1", 0, &sa);
-    assert_int_equal(uv_udp_bind(&sock, (const struct sockaddr *)&sa, 0), 0);
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    assert_int_equal(uv_udp_getsockname(&sock, (struct sockaddr *)&ss, &len), 0);
     char addr[64];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    tu_dead_peer(f->loop, &sock, addr, sizeof(addr));
     int rc = call(f, &w, addr, "t", &one, 1, 1500);
     assert_true(rc == UV_ETIMEDOUT || rc == UV_ECONNREFUSED || rc == UV_ECONNRESET);
     uv_close((uv_handle_t *)&sock, NULL);

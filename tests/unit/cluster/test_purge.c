@@ -14,14 +14,12 @@
 #include "cluster/wire.h"
 #include "core/err.h"
 
+#include "fixture_rpc.h"
 #include "testutil.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SECRET   "correct horse battery staple"
-#define GUARD_MS 30000
 
 /* --- the scripted local side -------------------------------------------------------- */
 
@@ -75,47 +73,8 @@ static int local(void *arg, const char *topic, int64_t created_at_ms, uint64_t w
 typedef struct {
     uv_loop_t loop;
     tn_purge_srv_t *srv;
-    tn_rpc_t *member;
-    tn_rpc_t *caller;
-    char addr[64];
+    tu_rpc_pair_t rpc; /* the owner (the member) serves PURGE */
 } pfx_t;
-
-static void on_guard(uv_timer_t *t)
-{
-    *(bool *)t->data = true;
-}
-
-static void run_until(uv_loop_t *loop, const bool *flag)
-{
-    bool expired = false;
-    uv_timer_t guard;
-    uv_timer_init(loop, &guard);
-    guard.data = &expired;
-    uv_timer_start(&guard, on_guard, GUARD_MS, 0);
-    while (!*flag && !expired)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&guard, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    assert_true(*flag);
-}
-
-static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
-{
-    tn_rpc_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.bind = "127.0.0.1:0";
-    o.secret = (const uint8_t *)SECRET;
-    o.secret_len = strlen(SECRET);
-    o.handlers = h;
-    o.nhandlers = nh;
-    tn_rpc_t *r = NULL;
-    char err[256];
-    int rc = tn_rpc_open(loop, &o, &r, err, sizeof err);
-    if (rc != 0)
-        fprintf(stderr, "tn_rpc_open: %s\n", err);
-    assert_int_equal(rc, 0);
-    return r;
-}
 
 static pfx_t *pfx_new(bool hook)
 {
@@ -133,25 +92,13 @@ static pfx_t *pfx_new(bool hook)
     assert_int_equal(nh, 1);
     assert_int_equal(h[0].op, TN_OP_PURGE);
     assert_int_equal(h[0].flags, TN_RPC_OP_EXEMPT); /* it waits: outside the bounds */
-    f->member = rpc_open(&f->loop, h, nh);
-    f->caller = rpc_open(&f->loop, NULL, 0);
-    snprintf(f->addr, sizeof f->addr, "%s", tn_rpc_addr(f->member));
+    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
     return f;
-}
-
-static void on_rpc_closed(void *arg)
-{
-    *(bool *)arg = true;
 }
 
 static void pfx_free(pfx_t *f)
 {
-    bool done = false;
-    tn_rpc_close(f->caller, on_rpc_closed, &done);
-    run_until(&f->loop, &done);
-    done = false;
-    tn_rpc_close(f->member, on_rpc_closed, &done);
-    run_until(&f->loop, &done);
+    tu_rpc_pair_close(&f->rpc, &f->loop);
     tn_purge_srv_free(f->srv);
     uv_close((uv_handle_t *)&seen.timer, NULL);
     uv_run(&f->loop, UV_RUN_NOWAIT);
@@ -175,10 +122,10 @@ static void on_call(tn_purge_call_t *c, int status)
 static int purge(pfx_t *f, const char *peer, const char *topic, int64_t created, callw_t *w)
 {
     memset(w, 0, sizeof(*w));
-    int rc = tn_purge_call(f->caller, peer, topic, created, 2000, &w->c, on_call);
+    int rc = tn_purge_call(f->rpc.caller, peer, topic, created, 2000, &w->c, on_call);
     if (rc != 0)
         return rc;
-    run_until(&f->loop, &w->done);
+    tu_run_until(&f->loop, &w->done);
     return w->status;
 }
 
@@ -306,26 +253,26 @@ static void test_statuses(void **state)
     pfx_t *f = pfx_new(true);
     callw_t w;
     /* Purged at once, with the request's fields and the member's wait. */
-    assert_int_equal(purge(f, f->addr, "orders", 1764590000123, &w), 0);
+    assert_int_equal(purge(f, f->rpc.addr, "orders", 1764590000123, &w), 0);
     assert_int_equal(w.c.http_status, 204);
     assert_int_equal(seen.calls, 1);
     assert_string_equal(seen.topic, "orders");
     assert_true(seen.created_at_ms == 1764590000123);
     assert_int_equal(seen.wait_ms, TN_PURGE_WAIT_MS);
     /* Purged later: the answer waits for it. */
-    assert_int_equal(purge(f, f->addr, "late", 7, &w), 0);
+    assert_int_equal(purge(f, f->rpc.addr, "late", 7, &w), 0);
     assert_int_equal(w.c.http_status, 204);
     /* The replica did not show the deletion: 503, saying so. */
-    assert_int_equal(purge(f, f->addr, "lagging", 7, &w), UV_EAGAIN);
+    assert_int_equal(purge(f, f->rpc.addr, "lagging", 7, &w), UV_EAGAIN);
     assert_int_equal(w.c.http_status, 503);
     assert_non_null(strstr(w.c.error, "still recorded topic lagging"));
     /* The deletion failed: 500 with its cause. */
-    assert_int_equal(purge(f, f->addr, "broken", 7, &w), UV_EIO);
+    assert_int_equal(purge(f, f->rpc.addr, "broken", 7, &w), UV_EIO);
     assert_int_equal(w.c.http_status, 500);
     assert_non_null(strstr(w.c.error, "deleting topic broken here failed"));
     assert_non_null(strstr(w.c.error, "i/o error"));
     /* Shutting down: 503. */
-    assert_int_equal(purge(f, f->addr, "closing", 7, &w), UV_EAGAIN);
+    assert_int_equal(purge(f, f->rpc.addr, "closing", 7, &w), UV_EAGAIN);
     assert_non_null(strstr(w.c.error, "shutting down"));
     assert_int_equal(seen.calls, 5);
     pfx_free(f);
@@ -336,43 +283,14 @@ static void test_not_ready_503(void **state)
     (void)state;
     pfx_t *f = pfx_new(false);
     callw_t w;
-    assert_int_equal(purge(f, f->addr, "t", 1, &w), UV_EAGAIN);
+    assert_int_equal(purge(f, f->rpc.addr, "t", 1, &w), UV_EAGAIN);
     assert_non_null(strstr(w.c.error, "not ready"));
     assert_int_equal(seen.calls, 0);
     /* Once set, the same request purges. */
     tn_purge_srv_set_hook(f->srv, local, &seen);
-    assert_int_equal(purge(f, f->addr, "t", 1, &w), 0);
+    assert_int_equal(purge(f, f->rpc.addr, "t", 1, &w), 0);
     assert_int_equal(seen.calls, 1);
     pfx_free(f);
-}
-
-typedef struct {
-    bool done;
-    int status;
-    uint16_t http;
-    char body[512];
-} raww_t;
-
-static void on_raw(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
-{
-    (void)err;
-    raww_t *w = arg;
-    w->done = true;
-    w->status = status;
-    if (status == 0) {
-        w->http = reply->status;
-        snprintf(w->body, sizeof(w->body), "%.*s", (int)reply->body_len, (const char *)reply->body);
-    }
-}
-
-static void raw(pfx_t *f, const tn_buf_t *payload, raww_t *w)
-{
-    memset(w, 0, sizeof(*w));
-    assert_int_equal(tn_rpc_call(f->caller, f->addr, TN_OP_PURGE, tn_buf_data(payload),
-                                 tn_buf_size(payload), 2000, on_raw, w, NULL),
-                     0);
-    run_until(&f->loop, &w->done);
-    assert_int_equal(w->status, 0);
 }
 
 static void test_refused_400(void **state)
@@ -381,22 +299,22 @@ static void test_refused_400(void **state)
     pfx_t *f = pfx_new(true);
     tn_buf_t b;
     tn_buf_init(&b);
-    raww_t w;
+    tu_rpc_raw_t w;
     /* A cut request: the RPC server's shape check answers it. */
     assert_int_equal(tn_wire_purge_encode(&b, "t", 1), 0);
     b.len--;
-    raw(f, &b, &w);
+    tu_rpc_raw(&f->rpc, &f->loop, TN_OP_PURGE, &b, 2000, &w);
     assert_int_equal(w.http, 400);
     /* A negative creation time, written by hand. */
     tn_buf_reset(&b);
     assert_int_equal(tn_wire_put_str(&b, "t"), 0);
     assert_int_equal(tn_wire_put_i64(&b, -1), 0);
-    raw(f, &b, &w);
+    tu_rpc_raw(&f->rpc, &f->loop, TN_OP_PURGE, &b, 2000, &w);
     assert_int_equal(w.http, 400);
     /* A name the wire takes but a topic cannot have. */
     tn_buf_reset(&b);
     assert_int_equal(tn_wire_purge_encode(&b, "no spaces", 1), 0);
-    raw(f, &b, &w);
+    tu_rpc_raw(&f->rpc, &f->loop, TN_OP_PURGE, &b, 2000, &w);
     assert_int_equal(w.http, 400);
     assert_non_null(strstr(w.body, "invalid topic name"));
     assert_int_equal(seen.calls, 0);
@@ -410,22 +328,17 @@ static void test_call_errors(void **state)
     pfx_t *f = pfx_new(true);
     callw_t w;
     /* The caller's own refusals: cb never runs. */
-    assert_int_equal(tn_purge_call(f->caller, f->addr, "", 1, 2000, &w.c, on_call), UV_EINVAL);
-    assert_int_equal(tn_purge_call(f->caller, f->addr, "t", -1, 2000, &w.c, on_call), UV_EINVAL);
-    assert_int_equal(tn_purge_call(f->caller, "not an address", "t", 1, 2000, &w.c, on_call),
+    assert_int_equal(tn_purge_call(f->rpc.caller, f->rpc.addr, "", 1, 2000, &w.c, on_call),
+                     UV_EINVAL);
+    assert_int_equal(tn_purge_call(f->rpc.caller, f->rpc.addr, "t", -1, 2000, &w.c, on_call),
+                     UV_EINVAL);
+    assert_int_equal(tn_purge_call(f->rpc.caller, "not an address", "t", 1, 2000, &w.c, on_call),
                      UV_EINVAL);
     /* A peer nobody serves: the call ends with a transport error and a
      * sentence, never 0. */
     uv_udp_t sock;
-    struct sockaddr_in sa;
-    assert_int_equal(uv_udp_init(&f->loop, &sock), 0);
-    uv_ip4_addr("127.0.0.1", 0, &sa);
-    assert_int_equal(uv_udp_bind(&sock, (const struct sockaddr *)&sa, 0), 0);
-    struct sockaddr_storage got;
-    int len = sizeof(got);
-    assert_int_equal(uv_udp_getsockname(&sock, (struct sockaddr *)&got, &len), 0);
     char dead[64];
-    snprintf(dead, sizeof(dead), "127.0.0.1:%d", ntohs(((struct sockaddr_in *)&got)->sin_port));
+    tu_dead_peer(&f->loop, &sock, dead, sizeof(dead));
     int rc = purge(f, dead, "t", 1, &w);
     assert_true(rc == UV_ETIMEDOUT || rc == UV_ECONNREFUSED || rc == UV_ECONNRESET);
     assert_int_equal(w.c.http_status, 0);

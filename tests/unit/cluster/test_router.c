@@ -12,6 +12,8 @@
  * Every test checks that uv_loop_close returns 0. */
 #include "core/platform.h"
 
+#include "fixture_meta.h"
+#include "fixture_rpc.h"
 #include "testutil.h"
 
 #include "cluster/pstats.h"
@@ -26,8 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SECRET "correct horse battery staple"
 
 /* The engine's placement of topic "moved": partition 1 is node 7's. */
 static bool place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
@@ -44,107 +44,25 @@ typedef struct {
     tn_broker_t *b;
     tn_meta_t *m;
     tn_pstats_srv_t *srv;
-    tn_rpc_t *owner;
-    tn_rpc_t *caller;
-    tn_router_t *router; /* node 2's */
+    tu_rpc_pair_t rpc;   /* the owner serves PSTATS */
+    tn_router_t *router; /* node 2's, over rpc.caller */
 } rfx_t;
-
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
-/* Run the loop (a 5 ms tick keeps turns short) until cond(arg), at most
- * about 20 s; returns cond. */
-static bool run_loop(uv_loop_t *loop, bool (*cond)(void *), void *arg)
-{
-    uv_timer_t t;
-    uv_timer_init(loop, &t);
-    uv_timer_start(&t, on_tick, 5, 5);
-    int64_t deadline = tn_now_mono_ms() + 20000;
-    bool ok;
-    while (!(ok = cond(arg)) && tn_now_mono_ms() < deadline)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
-static bool is_true(void *arg)
-{
-    return *(bool *)arg;
-}
-
-static tn_rpc_t *rpc_open(uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh)
-{
-    tn_rpc_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.bind = "127.0.0.1:0";
-    o.secret = (const uint8_t *)SECRET;
-    o.secret_len = strlen(SECRET);
-    o.handlers = h;
-    o.nhandlers = nh;
-    tn_rpc_t *r = NULL;
-    char err[256];
-    int rc = tn_rpc_open(loop, &o, &r, err, sizeof err);
-    if (rc != 0)
-        fail_msg("tn_rpc_open: %s", err);
-    return r;
-}
-
-static bool meta_ready(void *arg)
-{
-    rfx_t *f = arg;
-    return tn_meta_ready(f->m) && tn_meta_member_find(tn_meta_state(f->m), 1) != NULL;
-}
-
-typedef struct {
-    tn_meta_req_t req;
-    bool done;
-    int status;
-} prop_t;
-
-static void on_proposed(tn_meta_req_t *req, int status)
-{
-    prop_t *p = req->data;
-    p->done = true;
-    p->status = status;
-}
 
 static void commit(rfx_t *f, const tn_meta_cmd_t *c)
 {
-    prop_t p;
-    memset(&p, 0, sizeof(p));
-    p.req.data = &p;
-    assert_int_equal(tn_meta_propose(f->m, &p.req, c, on_proposed), 0);
-    assert_true(run_loop(f->loop, is_true, &p.done));
-    assert_int_equal(p.status, 0);
+    tu_meta_commit(f->loop, f->m, c);
 }
 
 static void put_topic(rfx_t *f, const char *name, uint32_t partitions)
 {
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_PUT;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
-    c.topic.partitions = partitions;
-    c.topic.visibility_timeout_ms = 30000;
-    c.topic.max_inflight = 1024;
-    c.topic.max_acked_ahead = 1024;
-    c.topic.created_at_ms = tn_now_wall_ms();
+    tn_meta_cmd_t c = tu_meta_topic_cmd(name, partitions);
     commit(f, &c);
 }
 
 /* Member 1's record again, with this API address. */
 static void put_member(rfx_t *f, const char *api_addr)
 {
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_MEMBER_REG;
-    c.member.id = 1;
-    snprintf(c.member.addr, sizeof(c.member.addr), "127.0.0.1:1");
-    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "%s", api_addr);
-    c.member.heartbeat_ms = tn_now_wall_ms();
+    tn_meta_cmd_t c = tu_meta_member_cmd(1, api_addr);
     commit(f, &c);
 }
 
@@ -167,135 +85,47 @@ static rfx_t *rfx_new(void)
     f->fx = tu_fx_new(NULL);
     f->loop = &f->fx->loop;
     tn_broker_opts_t o;
-    memset(&o, 0, sizeof(o));
-    o.default_partitions = 1;
-    o.bootstrap_window_ms = 90000;
-    o.cache_bytes = 1 << 20;
-    o.max_inflight_bytes = 1 << 30;
-    o.max_inflight_msgs = 100000;
-    o.max_ahead = 1 << 16;
-    o.gc_interval_ms = 3600000;
+    tu_broker_opts(&o);
     assert_int_equal(tn_broker_open(f->loop, f->fx->store, &o, &f->b), 0);
     tn_broker_set_placement(f->b, place, NULL);
     assert_int_equal(tn_pstats_srv_new(f->b, &f->srv), 0);
     tn_rpc_handler_t h;
     size_t nh = 0;
     tn_pstats_handlers(f->srv, &h, &nh);
-    f->owner = rpc_open(f->loop, &h, nh);
-    f->caller = rpc_open(f->loop, NULL, 0);
+    tu_rpc_pair_open(&f->rpc, f->loop, &h, nh);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
-    tn_meta_opts_t mo;
-    memset(&mo, 0, sizeof(mo));
-    mo.dir = dir;
-    mo.node_id = 1;
-    mo.address = "127.0.0.1:0";
-    mo.api_addr = tn_rpc_addr(f->owner);
-    mo.election_ms = 150;
-    mo.heartbeat_ms = 50;
-    char err[256] = "";
-    if (tn_meta_open(f->loop, &mo, &f->m, err, sizeof(err)) != 0)
-        fail_msg("tn_meta_open: %s", err);
-    assert_true(run_loop(f->loop, meta_ready, f));
+    f->m = tu_meta_lone(f->loop, dir, f->rpc.addr);
     tn_router_opts_t ro = {f->b, f->m, NULL, NULL, NULL};
     assert_int_equal(tn_router_new(&ro, &f->router), 0);
-    tn_router_set_rpc(f->router, f->caller, 2, true);
+    tn_router_set_rpc(f->router, f->rpc.caller, 2, true);
     return f;
-}
-
-static void on_closed(void *arg)
-{
-    *(bool *)arg = true;
-}
-
-static bool broker_closed;
-
-static void on_broker_closed(tn_broker_t *b)
-{
-    (void)b;
-    broker_closed = true;
 }
 
 static void rfx_free(rfx_t *f)
 {
-    bool done = false;
-    tn_rpc_close(f->caller, on_closed, &done);
-    assert_true(run_loop(f->loop, is_true, &done));
-    done = false;
-    tn_rpc_close(f->owner, on_closed, &done);
-    assert_true(run_loop(f->loop, is_true, &done));
+    tu_rpc_pair_close(&f->rpc, f->loop);
     tn_pstats_srv_free(f->srv);
     tn_router_free(f->router);
-    broker_closed = false;
-    tn_broker_close(f->b, on_broker_closed);
-    assert_true(run_loop(f->loop, is_true, &broker_closed));
-    done = false;
-    tn_meta_close(f->m, on_closed, &done);
-    assert_true(run_loop(f->loop, is_true, &done));
+    tu_broker_close(f->loop, f->b);
+    tu_meta_close(f->loop, f->m);
     tu_fx_free(f->fx);
     free(f);
 }
 
 /* --- helpers ------------------------------------------------------------------------ */
 
-typedef struct {
-    tn_waiter_t w;
-    bool done;
-    int status;
-} waitw_t;
-
-static void on_wait(tn_waiter_t *w, int status)
-{
-    waitw_t *x = (waitw_t *)w;
-    x->done = true;
-    x->status = status;
-}
-
 /* The engine's topic (its record first, as the catalog would have it). */
 static void topic(rfx_t *f, const char *name, uint32_t nparts)
 {
     put_topic(f, name, nparts);
-    tn_topic_t *t = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_broker_topic(f->b, name, strlen(name), true, nparts, &w.w, &t);
-    if (rc == UV_EAGAIN) {
-        assert_true(run_loop(f->loop, is_true, &w.done));
-        assert_int_equal(w.status, 0);
-        rc = tn_broker_topic(f->b, name, strlen(name), false, 0, NULL, &t);
-    }
-    assert_int_equal(rc, 0);
-}
-
-typedef struct {
-    tn_pub_t pub;
-    bool done;
-    int status;
-} pubreq_t;
-
-static void on_published(tn_pub_t *p, int status)
-{
-    pubreq_t *r = p->data;
-    r->done = true;
-    r->status = status;
+    (void)tu_broker_topic(f->loop, f->b, name, nparts);
 }
 
 /* Publish n messages to partition of topic on the broker. */
 static void publish(rfx_t *f, const char *topic, uint32_t partition, uint32_t n)
 {
-    pubreq_t r;
-    memset(&r, 0, sizeof(r));
-    assert_int_equal(tn_pub_init(&r.pub, n), 0);
-    for (uint32_t i = 0; i < n; i++)
-        assert_int_equal(tn_pub_set(&r.pub, i, "body", 4), 0);
-    r.pub.data = &r;
-    r.pub.pinned = true;
-    r.pub.pin = partition;
-    assert_int_equal(tn_broker_publish(f->b, topic, strlen(topic), &r.pub, 0, on_published), 0);
-    assert_true(run_loop(f->loop, is_true, &r.done));
-    assert_int_equal(r.status, 0);
-    tn_pub_fini(&r.pub);
+    tu_broker_publish(f->loop, f->b, topic, partition, "body", 4, n);
 }
 
 typedef struct {
@@ -324,7 +154,7 @@ static gather_t *gather(rfx_t *f, const char *topic, const uint32_t *parts, uint
         g.items[i].partition = parts[i];
     tn_router_pstats(f->router, topic, g.items, n, on_gathered, &g);
     *sync = g.done;
-    assert_true(run_loop(f->loop, is_true, &g.done));
+    assert_true(tu_run_loop(f->loop, tu_is_true, &g.done));
     assert_int_equal(g.calls, 1);
     return &g;
 }
@@ -417,15 +247,8 @@ static void test_owner_unreachable(void **state)
     rfx_t *f = rfx_new();
     topic(f, "t", 2);
     uv_udp_t sock;
-    struct sockaddr_in sa;
-    assert_int_equal(uv_udp_init(f->loop, &sock), 0);
-    uv_ip4_addr("127.0.0.1", 0, &sa);
-    assert_int_equal(uv_udp_bind(&sock, (const struct sockaddr *)&sa, 0), 0);
-    struct sockaddr_storage got;
-    int len = sizeof(got);
-    assert_int_equal(uv_udp_getsockname(&sock, (struct sockaddr *)&got, &len), 0);
     char dead[64];
-    snprintf(dead, sizeof(dead), "127.0.0.1:%d", ntohs(((struct sockaddr_in *)&got)->sin_port));
+    tu_dead_peer(f->loop, &sock, dead, sizeof(dead));
     put_member(f, dead);
     static const uint32_t all[] = {0, 1};
     bool sync;
@@ -452,7 +275,7 @@ static void test_local_reads(void **state)
     topic(f, "t", 2);
     publish(f, "t", 1, 5);
     static const uint32_t all[] = {0, 1};
-    tn_router_set_rpc(f->router, f->caller, 1, true);
+    tn_router_set_rpc(f->router, f->rpc.caller, 1, true);
     bool sync;
     gather_t *g = gather(f, "t", all, 2, &sync);
     assert_true(sync);

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "core/time.h"
 
+#include "fixture_rpc.h"
 #include "testutil.h"
 
 #include <fcntl.h>
@@ -24,30 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SECRET   "correct horse battery staple"
-#define GUARD_MS (getenv("TN_TEST_GUARD") ? atoi(getenv("TN_TEST_GUARD")) : 30000)
-
 /* --- helpers ------------------------------------------------------------------------ */
-
-static void on_guard(uv_timer_t *t)
-{
-    *(bool *)t->data = true;
-}
-
-/* Run the loop until *flag (or fail after GUARD_MS). */
-static void run_until(uv_loop_t *loop, const bool *flag)
-{
-    bool expired = false;
-    uv_timer_t guard;
-    uv_timer_init(loop, &guard);
-    guard.data = &expired;
-    uv_timer_start(&guard, on_guard, GUARD_MS, 0);
-    while (!*flag && !expired)
-        uv_run(loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&guard, NULL);
-    uv_run(loop, UV_RUN_NOWAIT);
-    assert_true(*flag);
-}
 
 static void on_sleep(uv_timer_t *t)
 {
@@ -65,44 +43,6 @@ static void run_for(uv_loop_t *loop, uint64_t ms)
         uv_run(loop, UV_RUN_ONCE);
     uv_close((uv_handle_t *)&t, NULL);
     uv_run(loop, UV_RUN_NOWAIT);
-}
-
-static void on_closed(void *arg)
-{
-    *(bool *)arg = true;
-}
-
-static void rpc_close(uv_loop_t *loop, tn_rpc_t *r)
-{
-    bool done = false;
-    tn_rpc_close(r, on_closed, &done);
-    run_until(loop, &done);
-}
-
-static tn_rpc_t *rpc_open_x(uv_loop_t *loop, const char *bind, const char *secret,
-                            const tn_rpc_handler_t *h, size_t nh, void (*tweak)(tn_rpc_opts_t *))
-{
-    tn_rpc_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.bind = bind;
-    o.secret = (const uint8_t *)secret;
-    o.secret_len = strlen(secret);
-    o.handlers = h;
-    o.nhandlers = nh;
-    if (tweak)
-        tweak(&o);
-    tn_rpc_t *r = NULL;
-    char err[256];
-    int rc = tn_rpc_open(loop, &o, &r, err, sizeof err);
-    if (rc != 0)
-        fprintf(stderr, "tn_rpc_open: %s\n", err);
-    assert_int_equal(rc, 0);
-    return r;
-}
-
-static tn_rpc_t *rpc_open(uv_loop_t *loop, const char *secret, const tn_rpc_handler_t *h, size_t nh)
-{
-    return rpc_open_x(loop, "127.0.0.1:0", secret, h, nh, NULL);
 }
 
 typedef struct {
@@ -164,7 +104,7 @@ static void expect_echo(uv_loop_t *loop, tn_rpc_t *c, const char *peer, int lane
 {
     res_t res = {0};
     assert_int_equal(echo_call(c, peer, lane, text, &res, 10000), 0);
-    run_until(loop, &res.done);
+    tu_run_until(loop, &res.done);
     if (res.status != 0)
         fprintf(stderr, "echo failed: %s\n", res.err);
     assert_int_equal(res.status, 0);
@@ -202,8 +142,8 @@ static void test_echo_every_lane(void **state)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open(&loop, NULL, 0);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     for (int lane = -1; lane < TN_LANE_COUNT; lane++)
         for (int i = 0; i < 20; i++) {
             char text[64];
@@ -218,7 +158,7 @@ static void test_echo_every_lane(void **state)
                                       tn_buf_size(&b), 0, on_res, &res, NULL),
                      0);
     tn_buf_fini(&b);
-    run_until(&loop, &res.done);
+    tu_run_until(&loop, &res.done);
     assert_int_equal(res.status, 0);
     assert_int_equal(res.http, 200);
     assert_memory_equal(res.body, "bulk", 4);
@@ -237,8 +177,8 @@ static void test_echo_every_lane(void **state)
         strstr(tn_buf_data(&m), "tern_cluster_rpc_request_seconds_count{op=\"echo\"} 101"));
     tn_buf_fini(&m);
 
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -247,8 +187,8 @@ static void test_many_concurrent(void **state)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open(&loop, NULL, 0);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     res_t *res = calloc(NCONC, sizeof *res);
     char text[64];
     for (int i = 0; i < NCONC; i++) {
@@ -257,7 +197,7 @@ static void test_many_concurrent(void **state)
                          0);
     }
     for (int i = 0; i < NCONC; i++) {
-        run_until(&loop, &res[i].done);
+        tu_run_until(&loop, &res[i].done);
         snprintf(text, sizeof text, "call %d of many", i);
         assert_int_equal(res[i].status, 0);
         assert_int_equal(res[i].blen, strlen(text));
@@ -265,8 +205,8 @@ static void test_many_concurrent(void **state)
         res_fini(&res[i]);
     }
     free(res);
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -274,12 +214,12 @@ static void test_wrong_secret_client(void **state)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
-    tn_rpc_t *cli = rpc_open(&loop, "not the secret", NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open(&loop, NULL, 0);
+    tn_rpc_t *cli = tu_rpc_open_with(&loop, "127.0.0.1:0", "not the secret", NULL, 0, NULL);
     log_capture();
     res_t res = {0};
     assert_int_equal(echo_call(cli, tn_rpc_addr(srv), -1, "let me in", &res, 5000), 0);
-    run_until(&loop, &res.done);
+    tu_run_until(&loop, &res.done);
     tn_rpc_test_stats_t st;
     tn_rpc_test_stats(srv, &st);
     while (st.streams_refused == 0) {
@@ -292,8 +232,8 @@ static void test_wrong_secret_client(void **state)
     assert_non_null(strstr(log, "did not prove the cluster secret"));
     assert_non_null(strstr(log, "127.0.0.1:")); /* with the peer's address */
     res_fini(&res);
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -307,12 +247,13 @@ static void test_impostor_server(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     /* Takes any client proof, but cannot make the server's. */
-    tn_rpc_t *srv = rpc_open_x(&loop, "127.0.0.1:0", "an impostor's guess", NULL, 0, impostor);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv =
+        tu_rpc_open_with(&loop, "127.0.0.1:0", "an impostor's guess", NULL, 0, impostor);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     log_capture();
     res_t res = {0};
     assert_int_equal(echo_call(cli, tn_rpc_addr(srv), -1, "secret stuff", &res, 5000), 0);
-    run_until(&loop, &res.done);
+    tu_run_until(&loop, &res.done);
     char *log = log_release();
     assert_int_equal(res.status, UV_EACCES);
     assert_non_null(strstr(log, "could not prove the cluster secret"));
@@ -322,8 +263,8 @@ static void test_impostor_server(void **state)
     tn_rpc_test_stats(cli, &st);
     assert_true(st.auth_failures >= 1);
     res_fini(&res);
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -382,7 +323,7 @@ static void raw_ep_close(uv_loop_t *loop, tn_quic_ep_t *ep)
 {
     bool done = false;
     tn_quic_ep_close(ep, ep_closed, &done);
-    run_until(loop, &done);
+    tu_run_until(loop, &done);
 }
 
 static void addr_of(const char *text, struct sockaddr_in *sa)
@@ -399,8 +340,8 @@ static void test_garbage_and_flood(void **state)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open(&loop, NULL, 0);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     expect_echo(&loop, cli, tn_rpc_addr(srv), -1, "before");
     struct sockaddr_in sa;
     addr_of(tn_rpc_addr(srv), &sa);
@@ -431,7 +372,7 @@ static void test_garbage_and_flood(void **state)
     raw_conn_t rc = {0};
     tn_quic_conn_t *qc = NULL;
     assert_int_equal(tn_quic_connect(ep, (const struct sockaddr *)&sa, &raw_cbs, &rc, &qc), 0);
-    run_until(&loop, &rc.ready);
+    tu_run_until(&loop, &rc.ready);
     static raw_stream_t rs[NFLOOD];
     memset(rs, 0, sizeof rs);
     for (int i = 0; i < NFLOOD; i++) {
@@ -477,8 +418,8 @@ static void test_garbage_and_flood(void **state)
     raw_ep_close(&loop, ep);
     expect_echo(&loop, cli, tn_rpc_addr(srv), -1, "after the flood");
     uv_close((uv_handle_t *)&junk, NULL);
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -524,8 +465,8 @@ static void test_cancel_reaches_handler(void **state)
     uv_loop_init(&loop);
     holder_t h = {0};
     tn_rpc_handler_t hs[] = {{TN_OP_META_PROPOSE, TN_RPC_OP_EXEMPT, on_hold, &h}};
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, hs, 1);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open(&loop, hs, 1);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     tn_buf_t b;
     propose_payload(&b);
     res_t res = {0};
@@ -538,7 +479,7 @@ static void test_cancel_reaches_handler(void **state)
     assert_false(res.done);
     tn_rpc_call_cancel(call);
     assert_false(res.done); /* not inside the cancel */
-    run_until(&loop, &res.done);
+    tu_run_until(&loop, &res.done);
     assert_int_equal(res.status, TN_ECLOSED);
     while (h.cancels == 0)
         run_for(&loop, 5);
@@ -551,14 +492,14 @@ static void test_cancel_reaches_handler(void **state)
                      0);
     while (h.calls == 1)
         run_for(&loop, 5);
-    rpc_close(&loop, cli); /* the call ends with TN_ECLOSED */
+    tu_rpc_close(&loop, cli); /* the call ends with TN_ECLOSED */
     assert_true(res.done);
     assert_int_equal(res.status, TN_ECLOSED);
     while (h.cancels == 1)
         run_for(&loop, 5);
     res_fini(&res);
     tn_buf_fini(&b);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -573,8 +514,8 @@ static void test_cancel_while_queued(void **state)
     uv_loop_init(&loop);
     holder_t h = {0};
     tn_rpc_handler_t hs[] = {{TN_OP_META_PROPOSE, 0, on_hold, &h}};
-    tn_rpc_t *srv = rpc_open_x(&loop, "127.0.0.1:0", SECRET, hs, 1, one_slot);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open_with(&loop, "127.0.0.1:0", TU_RPC_SECRET, hs, 1, one_slot);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     tn_buf_t b;
     propose_payload(&b);
     res_t r1 = {0}, r2 = {0};
@@ -594,7 +535,7 @@ static void test_cancel_while_queued(void **state)
     } while (st.requests_in < 2);
     assert_int_equal(h.calls, 1); /* the second waits for the slot */
     tn_rpc_call_cancel(c2);
-    run_until(&loop, &r2.done);
+    tu_run_until(&loop, &r2.done);
     assert_int_equal(r2.status, TN_ECLOSED);
     do {
         run_for(&loop, 5);
@@ -604,7 +545,7 @@ static void test_cancel_while_queued(void **state)
     tn_rpc_req_t *first = h.held[0];
     h.nheld = 0;
     tn_rpc_reply(first, 200, "application/octet-stream", "ok", 2);
-    run_until(&loop, &r1.done);
+    tu_run_until(&loop, &r1.done);
     assert_int_equal(r1.status, 0);
     assert_int_equal(r1.http, 200);
     run_for(&loop, 50);
@@ -612,8 +553,8 @@ static void test_cancel_while_queued(void **state)
     res_fini(&r1);
     res_fini(&r2);
     tn_buf_fini(&b);
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -623,8 +564,8 @@ static void test_timeout_and_ping(void **state)
     uv_loop_init(&loop);
     holder_t h = {0};
     tn_rpc_handler_t hs[] = {{TN_OP_META_PROPOSE, TN_RPC_OP_EXEMPT, on_hold, &h}};
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, hs, 1);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open(&loop, hs, 1);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     expect_echo(&loop, cli, tn_rpc_addr(srv), -1, "warm up");
     tn_buf_t b;
     propose_payload(&b);
@@ -633,7 +574,7 @@ static void test_timeout_and_ping(void **state)
     assert_int_equal(tn_rpc_call(cli, tn_rpc_addr(srv), TN_OP_META_PROPOSE, tn_buf_data(&b),
                                  tn_buf_size(&b), 200, on_res, &res, NULL),
                      0);
-    run_until(&loop, &res.done);
+    tu_run_until(&loop, &res.done);
     assert_int_equal(res.status, UV_ETIMEDOUT);
     assert_true(res.at_ms - t0 >= 190);
     /* The CANCEL reached the handler; the ping ran and was answered. */
@@ -661,8 +602,8 @@ static void test_timeout_and_ping(void **state)
     tn_buf_fini(&m);
     res_fini(&res);
     tn_buf_fini(&b);
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -675,19 +616,19 @@ static void test_restart_reset(void **state)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    tn_rpc_t *srv = rpc_open_x(&loop, "127.0.0.1:0", SECRET, NULL, 0, silent);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open_with(&loop, "127.0.0.1:0", TU_RPC_SECRET, NULL, 0, silent);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     char addr[80];
     snprintf(addr, sizeof addr, "%s", tn_rpc_addr(srv));
     expect_echo(&loop, cli, addr, -1, "first life");
     /* The server goes away without a word, as a crash would, and comes
      * back on the same port with the same secret. */
-    rpc_close(&loop, srv);
-    srv = rpc_open_x(&loop, addr, SECRET, NULL, 0, silent);
+    tu_rpc_close(&loop, srv);
+    srv = tu_rpc_open_with(&loop, addr, TU_RPC_SECRET, NULL, 0, silent);
     res_t res = {0};
     int64_t t0 = tn_now_mono_ms();
     assert_int_equal(echo_call(cli, addr, -1, "are you there", &res, 20000), 0);
-    run_until(&loop, &res.done);
+    tu_run_until(&loop, &res.done);
     /* The old connection is dropped on the reset, long before the
      * deadline or the idle timeout. */
     assert_int_equal(res.status, UV_ECONNRESET);
@@ -699,8 +640,8 @@ static void test_restart_reset(void **state)
     expect_echo(&loop, cli, addr, -1, "second life");
     tn_rpc_test_stats(cli, &st);
     assert_int_equal(st.dials, 2);
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -716,8 +657,9 @@ static void test_reply_write_deadline(void **state)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    tn_rpc_t *srv = rpc_open_x(&loop, "127.0.0.1:0", SECRET, NULL, 0, short_reply_write);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv =
+        tu_rpc_open_with(&loop, "127.0.0.1:0", TU_RPC_SECRET, NULL, 0, short_reply_write);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     char addr[80];
     snprintf(addr, sizeof addr, "%s", tn_rpc_addr(srv));
     /* Every stream of the control lane open and proved, so the call below
@@ -739,11 +681,11 @@ static void test_reply_write_deadline(void **state)
     /* The caller hears again: its call ends, and the server answers the
      * next one. */
     tn_rpc_test_deaf(cli, false);
-    run_until(&loop, &res.done);
+    tu_run_until(&loop, &res.done);
     expect_echo(&loop, cli, addr, -1, "after");
     res_fini(&res);
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -753,8 +695,8 @@ static void test_ping_closes_dead_connection(void **state)
     uv_loop_init(&loop);
     holder_t h = {0};
     tn_rpc_handler_t hs[] = {{TN_OP_META_PROPOSE, TN_RPC_OP_EXEMPT, on_hold, &h}};
-    tn_rpc_t *srv = rpc_open_x(&loop, "127.0.0.1:0", SECRET, hs, 1, silent);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open_with(&loop, "127.0.0.1:0", TU_RPC_SECRET, hs, 1, silent);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     char addr[80];
     snprintf(addr, sizeof addr, "%s", tn_rpc_addr(srv));
     expect_echo(&loop, cli, addr, -1, "alive");
@@ -767,8 +709,8 @@ static void test_ping_closes_dead_connection(void **state)
     while (h.calls == 0)
         run_for(&loop, 5);
     /* The server vanishes without a word and nothing comes back. */
-    rpc_close(&loop, srv);
-    run_until(&loop, &res.done);
+    tu_rpc_close(&loop, srv);
+    tu_run_until(&loop, &res.done);
     assert_int_equal(res.status, UV_ETIMEDOUT);
     /* The ping after the deadline goes unanswered: the connection is
      * closed (1 s later), so the next call would dial again. */
@@ -781,7 +723,7 @@ static void test_ping_closes_dead_connection(void **state)
     assert_int_equal(st.pongs, 0);
     res_fini(&res);
     tn_buf_fini(&b);
-    rpc_close(&loop, cli);
+    tu_rpc_close(&loop, cli);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -789,8 +731,8 @@ static void test_payload_cap(void **state)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open(&loop, NULL, 0);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     res_t res = {0};
     size_t max = TN_WIRE_MAX_PAYLOAD - 1; /* the opcode takes a byte */
     uint8_t *big = malloc(max);
@@ -802,7 +744,7 @@ static void test_payload_cap(void **state)
      * (an op nobody serves, so the answer is a small 400). */
     assert_int_equal(tn_rpc_call(cli, tn_rpc_addr(srv), 200, big, max, 60000, on_res, &res, NULL),
                      0);
-    run_until(&loop, &res.done);
+    tu_run_until(&loop, &res.done);
     assert_int_equal(res.status, 0);
     assert_int_equal(res.http, 400);
     res_fini(&res);
@@ -814,7 +756,7 @@ static void test_payload_cap(void **state)
     assert_int_equal(tn_rpc_call(cli, tn_rpc_addr(srv), TN_OP_ECHO, tn_buf_data(&b),
                                  tn_buf_size(&b), 60000, on_res, &res, NULL),
                      0);
-    run_until(&loop, &res.done);
+    tu_run_until(&loop, &res.done);
     assert_int_equal(res.status, 0);
     assert_int_equal(res.http, 200);
     assert_int_equal(res.blen, blen);
@@ -831,12 +773,13 @@ static void test_payload_cap(void **state)
     raw_conn_t rc = {0};
     tn_quic_conn_t *qc = NULL;
     assert_int_equal(tn_quic_connect(ep, (const struct sockaddr *)&sa, &raw_cbs, &rc, &qc), 0);
-    run_until(&loop, &rc.ready);
+    tu_run_until(&loop, &rc.ready);
     uint8_t ekm[TN_QUIC_EKM_LEN], frame[TN_WIRE_HDR + TN_WIRE_PROOF_LEN];
     assert_int_equal(tn_quic_conn_ekm(qc, ekm), 0);
     tn_wire_hdr_encode(frame, TN_WF_AUTH, 0, TN_WIRE_PROOF_LEN);
-    assert_int_equal(
-        tn_wire_proof((const uint8_t *)SECRET, strlen(SECRET), true, ekm, frame + TN_WIRE_HDR), 0);
+    assert_int_equal(tn_wire_proof((const uint8_t *)TU_RPC_SECRET, strlen(TU_RPC_SECRET), true, ekm,
+                                   frame + TN_WIRE_HDR),
+                     0);
     raw_stream_t rs = {0};
     tn_quic_stream_t *s = NULL;
     assert_int_equal(tn_quic_stream_open(qc, &raw_scbs, &rs, &s), 0);
@@ -850,8 +793,8 @@ static void test_payload_cap(void **state)
         run_for(&loop, 5);
     assert_int_equal(rs.err, UV_ECONNRESET);
     raw_ep_close(&loop, ep);
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -859,8 +802,8 @@ static void test_unknown_op(void **state)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open(&loop, NULL, 0);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     /* An opcode nobody knows, one known but not served here, and an echo
      * with a trailing byte. */
     uint8_t ops[] = {200, TN_OP_JOIN, TN_OP_ECHO};
@@ -870,15 +813,15 @@ static void test_unknown_op(void **state)
         assert_int_equal(tn_rpc_call(cli, tn_rpc_addr(srv), ops[i], payload, sizeof payload, 0,
                                      on_res, &res, NULL),
                          0);
-        run_until(&loop, &res.done);
+        tu_run_until(&loop, &res.done);
         assert_int_equal(res.status, 0);
         assert_int_equal(res.http, 400);
         assert_non_null(strstr((char *)res.body, "unsupported rpc operation"));
         res_fini(&res);
     }
     expect_echo(&loop, cli, tn_rpc_addr(srv), -1, "still fine");
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -888,36 +831,36 @@ static void test_addresses(void **state)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open(&loop, NULL, 0);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     const char *colon = strrchr(tn_rpc_addr(srv), ':');
     char named[80];
     snprintf(named, sizeof named, "localhost%s", colon);
     expect_echo(&loop, cli, named, -1, "by name");
     res_t res = {0};
     assert_int_equal(echo_call(cli, "no-such-host.invalid:4150", -1, "nobody", &res, 10000), 0);
-    run_until(&loop, &res.done);
+    tu_run_until(&loop, &res.done);
     assert_int_equal(res.status, UV_ECONNREFUSED);
     res_fini(&res);
     assert_int_equal(echo_call(cli, "localhost", -1, "x", &res, 0), UV_EINVAL);
     assert_int_equal(echo_call(cli, "127.0.0.1:0", -1, "x", &res, 0), UV_EINVAL);
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
 
     /* Every interface (one dual-stack socket where the host has IPv6)
      * serves and dials IPv4 peers. */
-    srv = rpc_open_x(&loop, ":0", SECRET, NULL, 0, NULL);
-    cli = rpc_open_x(&loop, ":0", SECRET, NULL, 0, NULL);
+    srv = tu_rpc_open_with(&loop, ":0", TU_RPC_SECRET, NULL, 0, NULL);
+    cli = tu_rpc_open_with(&loop, ":0", TU_RPC_SECRET, NULL, 0, NULL);
     colon = strrchr(tn_rpc_addr(srv), ':');
     snprintf(named, sizeof named, "127.0.0.1%s", colon);
     expect_echo(&loop, cli, named, -1, "any interface");
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
 
     tn_rpc_opts_t o;
     memset(&o, 0, sizeof o);
-    o.secret = (const uint8_t *)SECRET;
-    o.secret_len = strlen(SECRET);
+    o.secret = (const uint8_t *)TU_RPC_SECRET;
+    o.secret_len = strlen(TU_RPC_SECRET);
     tn_rpc_t *r = NULL;
     char err[256];
     const char *bad[] = {"nonsense", "127.0.0.1:99999", NULL};
@@ -944,24 +887,17 @@ static void test_backoff(void **state)
     uv_loop_init(&loop);
     /* A port that was free a moment ago: nothing answers there. */
     uv_udp_t u;
-    struct sockaddr_in sa;
-    uv_ip4_addr("127.0.0.1", 0, &sa);
-    uv_udp_init(&loop, &u);
-    assert_int_equal(uv_udp_bind(&u, (const struct sockaddr *)&sa, 0), 0);
-    struct sockaddr_storage got;
-    int len = sizeof got;
-    uv_udp_getsockname(&u, (struct sockaddr *)&got, &len);
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(((struct sockaddr_in *)&got)->sin_port));
+    tu_dead_peer(&loop, &u, addr, sizeof addr);
     uv_close((uv_handle_t *)&u, NULL);
     uv_run(&loop, UV_RUN_NOWAIT);
 
-    tn_rpc_t *cli = rpc_open_x(&loop, "127.0.0.1:0", SECRET, NULL, 0, fast_dial);
+    tn_rpc_t *cli = tu_rpc_open_with(&loop, "127.0.0.1:0", TU_RPC_SECRET, NULL, 0, fast_dial);
     res_t r1 = {0}, r2 = {0};
     assert_int_equal(echo_call(cli, addr, -1, "anyone", &r1, 10000), 0);
     assert_int_equal(echo_call(cli, addr, -1, "anyone else", &r2, 10000), 0);
-    run_until(&loop, &r1.done);
-    run_until(&loop, &r2.done);
+    tu_run_until(&loop, &r1.done);
+    tu_run_until(&loop, &r2.done);
     /* Both waited on the one dial, and both failed with it. */
     assert_int_equal(r1.status, UV_ECONNREFUSED);
     assert_int_equal(r2.status, UV_ECONNREFUSED);
@@ -986,14 +922,14 @@ static void test_backoff(void **state)
     /* After it (250 ms for the first failure): a new dial. */
     run_for(&loop, 400);
     assert_int_equal(echo_call(cli, addr, -1, "later", &r3, 10000), 0);
-    run_until(&loop, &r3.done);
+    tu_run_until(&loop, &r3.done);
     assert_int_equal(r3.status, UV_ECONNREFUSED);
     tn_rpc_test_stats(cli, &st);
     assert_int_equal(st.dials, 2);
     res_fini(&r1);
     res_fini(&r2);
     res_fini(&r3);
-    rpc_close(&loop, cli);
+    tu_rpc_close(&loop, cli);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -1006,8 +942,8 @@ static void test_close_with_pending(void **state)
     uv_loop_init(&loop);
     holder_t h = {0};
     tn_rpc_handler_t hs[] = {{TN_OP_META_PROPOSE, TN_RPC_OP_EXEMPT, on_hold, &h}};
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, hs, 1);
-    tn_rpc_t *cli = rpc_open(&loop, SECRET, NULL, 0);
+    tn_rpc_t *srv = tu_rpc_open(&loop, hs, 1);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
     expect_echo(&loop, cli, tn_rpc_addr(srv), TN_LANE_CONTROL, "warm");
     tn_buf_t b;
     propose_payload(&b);
@@ -1026,7 +962,7 @@ static void test_close_with_pending(void **state)
     /* A peer nobody serves: the call waits for the dial. */
     assert_int_equal(echo_call(cli, "127.0.0.1:9", -1, "nobody", &dialing, 20000), 0);
     tn_rpc_call_cancel(c);
-    rpc_close(&loop, cli);
+    tu_rpc_close(&loop, cli);
     res_t *all[] = {&held, &cancelled, &dialing, &fresh};
     for (int i = 0; i < 4; i++) {
         assert_true(all[i]->done);
@@ -1036,7 +972,7 @@ static void test_close_with_pending(void **state)
     while (h.cancels == 0)
         run_for(&loop, 5);
     tn_buf_fini(&b);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, srv);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -1056,22 +992,22 @@ static void test_out_of_memory(void **state)
     echo_payload(&b, "oom", 3);
     /* How many allocations one first call makes. */
     unsigned long before = tn_alloc_count();
-    tn_rpc_t *srv = rpc_open(&loop, SECRET, NULL, 0);
-    tn_rpc_t *cli = rpc_open_x(&loop, "127.0.0.1:0", SECRET, NULL, 0, oom_tweak);
+    tn_rpc_t *srv = tu_rpc_open(&loop, NULL, 0);
+    tn_rpc_t *cli = tu_rpc_open_with(&loop, "127.0.0.1:0", TU_RPC_SECRET, NULL, 0, oom_tweak);
     expect_echo(&loop, cli, tn_rpc_addr(srv), -1, "count");
     unsigned long total = tn_alloc_count() - before;
-    rpc_close(&loop, cli);
-    rpc_close(&loop, srv);
+    tu_rpc_close(&loop, cli);
+    tu_rpc_close(&loop, srv);
     unsigned long step = total / 80 ? total / 80 : 1;
     int ok = 0, failed = 0;
     for (unsigned long n = 0; n <= total + step; n += step) {
-        srv = rpc_open(&loop, SECRET, NULL, 0);
+        srv = tu_rpc_open(&loop, NULL, 0);
         tn_alloc_fail_after((long)n);
         tn_rpc_opts_t o;
         memset(&o, 0, sizeof o);
         o.bind = "127.0.0.1:0";
-        o.secret = (const uint8_t *)SECRET;
-        o.secret_len = strlen(SECRET);
+        o.secret = (const uint8_t *)TU_RPC_SECRET;
+        o.secret_len = strlen(TU_RPC_SECRET);
         o.dial_timeout_ms = 300;
         tn_rpc_t *c = NULL;
         char err[256];
@@ -1080,14 +1016,14 @@ static void test_out_of_memory(void **state)
             assert_int_equal(rc, UV_ENOMEM);
             tn_alloc_fail_after(-1);
             failed++;
-            rpc_close(&loop, srv);
+            tu_rpc_close(&loop, srv);
             continue;
         }
         res_t res = {0};
         rc = tn_rpc_call(c, tn_rpc_addr(srv), TN_OP_ECHO, tn_buf_data(&b), tn_buf_size(&b), 500,
                          on_res, &res, NULL);
         if (rc == 0) {
-            run_until(&loop, &res.done);
+            tu_run_until(&loop, &res.done);
             tn_alloc_fail_after(-1);
             if (res.status == 0)
                 ok++;
@@ -1099,12 +1035,12 @@ static void test_out_of_memory(void **state)
             failed++;
         }
         res_fini(&res);
-        rpc_close(&loop, c);
+        tu_rpc_close(&loop, c);
         /* The server still serves. */
-        tn_rpc_t *probe = rpc_open(&loop, SECRET, NULL, 0);
+        tn_rpc_t *probe = tu_rpc_open(&loop, NULL, 0);
         expect_echo(&loop, probe, tn_rpc_addr(srv), -1, "after");
-        rpc_close(&loop, probe);
-        rpc_close(&loop, srv);
+        tu_rpc_close(&loop, probe);
+        tu_rpc_close(&loop, srv);
     }
     assert_true(ok >= 1);     /* with room for every allocation */
     assert_true(failed >= 1); /* and without */

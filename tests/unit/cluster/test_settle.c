@@ -183,59 +183,29 @@ static void test_not_ready_503(void **state)
     sfx_free(f);
 }
 
-typedef struct {
-    bool done;
-    int status;
-    uint16_t http;
-    char body[512];
-} raww_t;
-
-static void on_raw(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
-{
-    (void)err;
-    raww_t *w = arg;
-    w->done = true;
-    w->status = status;
-    if (status == 0) {
-        w->http = reply->status;
-        snprintf(w->body, sizeof(w->body), "%.*s", (int)reply->body_len, (const char *)reply->body);
-    }
-}
-
-/* A raw SETTLE request (payload after the opcode) and its answer. */
-static void raw(sfx_t *f, const tn_buf_t *payload, raww_t *w)
-{
-    memset(w, 0, sizeof(*w));
-    assert_int_equal(tn_rpc_call(f->rpc.caller, f->rpc.addr, TN_OP_SETTLE, tn_buf_data(payload),
-                                 tn_buf_size(payload), 2000, on_raw, w, NULL),
-                     0);
-    tu_run_until(&f->loop, &w->done);
-    assert_int_equal(w->status, 0);
-}
-
 static void test_refused_400(void **state)
 {
     (void)state;
     sfx_t *f = sfx_new(true);
     tn_buf_t b;
     tn_buf_init(&b);
-    raww_t w;
+    tu_rpc_raw_t w;
     /* A cut request: the RPC server's shape check answers it. */
     tn_wire_handle_t h = {0, 1, 1};
     assert_int_equal(tn_wire_settle_encode(&b, "t", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1), 0);
     b.len--;
-    raw(f, &b, &w);
+    tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE, &b, 2000, &w);
     assert_int_equal(w.http, 400);
     /* Names the wire takes but a topic or channel cannot have. */
     tn_buf_reset(&b);
     assert_int_equal(tn_wire_settle_encode(&b, "no spaces", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1), 0);
-    raw(f, &b, &w);
+    tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE, &b, 2000, &w);
     assert_int_equal(w.http, 400);
     assert_non_null(strstr(w.body, "invalid topic or channel name"));
     tn_buf_reset(&b);
     assert_int_equal(tn_wire_settle_encode(&b, "t", "c#ephemeral!", TN_WIRE_SETTLE_ACK, 0, &h, 1),
                      0);
-    raw(f, &b, &w);
+    tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE, &b, 2000, &w);
     assert_int_equal(w.http, 400);
     assert_int_equal(seen.calls, 0);
     tn_buf_fini(&b);
@@ -263,15 +233,8 @@ static void test_call_errors(void **state)
         UV_EINVAL);
     /* A peer nobody serves: the call ends with a transport error, never 0. */
     uv_udp_t sock;
-    struct sockaddr_in sa;
-    assert_int_equal(uv_udp_init(&f->loop, &sock), 0);
-    uv_ip4_addr("127.0.0.1", 0, &sa);
-    assert_int_equal(uv_udp_bind(&sock, (const struct sockaddr *)&sa, 0), 0);
-    struct sockaddr_storage got;
-    int len = sizeof(got);
-    assert_int_equal(uv_udp_getsockname(&sock, (struct sockaddr *)&got, &len), 0);
     char dead[64];
-    snprintf(dead, sizeof(dead), "127.0.0.1:%d", ntohs(((struct sockaddr_in *)&got)->sin_port));
+    tu_dead_peer(&f->loop, &sock, dead, sizeof(dead));
     int rc = settle(f, dead, "t", "c", TN_WIRE_SETTLE_ACK, 0, &h, 1, &w);
     assert_true(rc == UV_ETIMEDOUT || rc == UV_ECONNREFUSED || rc == UV_ECONNRESET);
     assert_int_equal(seen.calls, 0);
