@@ -577,6 +577,13 @@ static void acquire(poll_t *p)
         wait_on(p);
         return;
     }
+    if (rc == 0 && (a->pinned || a->replay) && a->partition >= t->nparts &&
+        a->partition < a->partitions) {
+        /* A growth the replica has and the engine here not yet (the
+         * catalog opens it at the replica's next change, within ~100 ms). */
+        finish(p, 503, "partition not open on this node yet; retry");
+        return;
+    }
     if (rc == 0 && ((a->pinned || a->replay) && a->partition >= t->nparts)) {
         finish(p, 400, "invalid argument: partition out of range");
         return;
