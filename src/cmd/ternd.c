@@ -496,8 +496,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     snprintf(bind, sizeof(bind), strchr(hp.host, ':') != NULL ? "[%s]:%d" : "%s:%d", hp.host,
              d->api.http_port);
     /* The control plane's operations, then the data plane's. */
-    tn_rpc_handler_t
-        h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS + TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + 1];
+    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS +
+                       TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + 1];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
