@@ -290,6 +290,7 @@ static void sweep(tn_fanout_t *f)
     if (!tn_meta_caught_up(f->meta))
         return;
     swept_t found[SWEEP_MAX];
+    memset(found, 0, sizeof(found));
     size_t n = 0;
     tn_broker_t *b = f->broker;
     for (size_t i = 0; i < b->nbuckets && n < SWEEP_MAX; i++) {
