@@ -102,7 +102,10 @@ static void uncharge(fwd_t *f)
     f->charge = 0;
 }
 
-/* Answer the client with status and body exactly as the lanes would. */
+/* Answer the client with status and body exactly as the lanes would;
+ * what else is still asked for it is cancelled (a lane request nacks
+ * what it had taken, a cancelled forwarded consume is nacked by its
+ * owner). */
 static void relay(fwd_t *f, int status, const char *body, size_t len)
 {
     tn_http_request_t *r = f->r;
@@ -110,6 +113,12 @@ static void relay(fwd_t *f, int status, const char *body, size_t len)
         return;
     f->r = NULL;
     uncharge(f);
+    if (f->local_on) {
+        tn_consume_parked_cancel(&f->local);
+        f->local_on = false;
+    }
+    if (f->call_on)
+        tn_router_consume_cancel(&f->call); /* on_call runs later */
     r->on_cancel = NULL;
     if (status == 204)
         tn_http_respond(r, 204, NULL, NULL, NULL, 0);
@@ -230,15 +239,11 @@ static void local_answered(fwd_t *f, int status, const char *body, size_t len)
         return;
     if (status == 200) {
         if (f->a.max == 0) {
-            if (f->call_on)
-                tn_router_consume_cancel(&f->call);
-            relay(f, 200, body, len);
+            relay(f, 200, body, len); /* cancels the long poll */
             return;
         }
         merge(f, body, len);
         if (f->stage == ST_WAIT || f->got >= f->a.max) {
-            if (f->call_on)
-                tn_router_consume_cancel(&f->call);
             relay_batch(f);
             return;
         }
@@ -310,19 +315,13 @@ static void call_answered(fwd_t *f, const tn_router_consume_t *c, int status, co
                   c->owner, status != 0 ? c->error : "refused");
     bool got = status == 0 && hs == 200;
     if (got && f->a.max == 0) {
-        if (f->local_on)
-            tn_consume_parked_cancel(&f->local);
-        f->local_on = false;
-        relay(f, 200, body, len);
+        relay(f, 200, body, len); /* cancels the lane request */
         return;
     }
     if (got)
         merge(f, body, len);
     if (f->stage == ST_WAIT) {
         if (f->got > 0) {
-            if (f->local_on)
-                tn_consume_parked_cancel(&f->local);
-            f->local_on = false;
             relay_batch(f);
         } else if (f->local_done) {
             relay(f, f->local_status, tn_buf_data(&f->local_body), tn_buf_size(&f->local_body));
