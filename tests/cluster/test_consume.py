@@ -2,9 +2,11 @@
 node takes messages from every owner of the topic's partitions (single and
 batch), each exactly once when acked at the owner; a pinned partition and
 a replay read are forwarded to the owner; a long poll through a non-owner
-is answered by a message produced at the owner later; an owner that
-stalls (SIGSTOP) is skipped by a queue consume; with an owner killed a pinned consume of its partition answers 502 (unreachable) or 503
-(marked dead), and queue consumes go on with the other owners; a
+is answered by a message produced at the owner later, and a waiting
+queue consume by one produced at an owner it does not long-poll (the
+wait's probe rounds); an owner that stalls (SIGSTOP) is skipped by a
+queue consume; with an owner killed a pinned consume of its partition
+answers 502 (unreachable) or 503 (marked dead), and queue consumes go on with the other owners; a
 forwarded long poll whose client leaves as a message arrives gives the
 message back at once (not after its visibility timeout); a user's
 concurrent consumes are capped on the node the client talks to and on the
@@ -111,6 +113,45 @@ class Consume(harness.ClusterTest):
         self.assertEqual(sorted(m["payload"] for m in body["messages"]), sorted(expect))
         for m in body["messages"]:
             self.ack_at_owner(c, "b", m, owners)
+
+    def test_a_waiting_queue_consume_sees_an_owner_it_does_not_long_poll(self):
+        c = self.start()
+        self.topic(c, "r")  # partition p on node p+1: node 1's own partition stays empty
+        owners = c.nodes[0].owners("r")
+        via = c.nodes[0]
+        # Node 1's forwarded long poll goes to nodes 2 and 3 in turn, one
+        # consume after the other: two consumes per partition, so one of
+        # the two has its message arrive at the owner it does not
+        # long-poll, which only the wait's probe rounds see.
+        for p in (1, 2):
+            owner = self.node(c, owners[p])
+            for i in range(2):
+                body = f"round-p{p}-{i}"
+                result = {}
+
+                def poll():
+                    t0 = time.monotonic()
+                    answer = via.request("GET", "/v1/topics/r/consume?wait=8s", timeout=30)
+                    result["answer"] = answer
+                    result["elapsed"] = time.monotonic() - t0
+
+                t = threading.Thread(target=poll)
+                t.start()
+                time.sleep(1.0)  # the consume is waiting (its probes of every owner are done)
+                status, answer = owner.request(
+                    "POST", f"/v1/topics/r/produce?partition={p}", body.encode(), headers=OCTET)
+                self.assertEqual(status, 202, answer)
+                t.join(40)
+                status, m = result["answer"]
+                self.assertEqual(status, 200, m)
+                self.assertEqual((m["partition"], m["payload"]), (p, body))
+                # Well before the 8 s wait ended: a probe round (at most
+                # ~1.5 s apart by then) or the long poll found it.
+                self.assertLess(result["elapsed"], 6.0, (p, i))
+                self.ack_at_owner(c, "r", m, owners)
+        for node in c.nodes:
+            status, m = node.request("GET", "/v1/topics/r/consume")
+            self.assertEqual(status, 204, m)
 
     def test_pinned_and_replay_through_a_non_owner(self):
         c = self.start()

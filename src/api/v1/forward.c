@@ -15,13 +15,18 @@
  *      other, 500 ms each (a stalled owner is skipped for the round). A
  *      batch fills from several of them.
  *   3. Still nothing and a wait: the lanes wait here and one owner
- *      (rotating over the owners) gets a forwarded long poll; the first
- *      with messages answers, the other is cancelled. A cancelled lane
- *      request nacks what it had taken; a cancelled forwarded consume is
- *      nacked by its owner (tn_consume_parked_cancel there). A reply that
- *      crossed the cancel on the wire is dropped by node RPC; the owner
- *      kept its handles for 2 s and nacks them when the CANCEL arrives
- *      (the grace, below), so they come back at once.
+ *      (rotating over the owners) gets a forwarded long poll, while the
+ *      other owners are probed again as in step 2, round after round,
+ *      one call at a time: after an empty round a pause of 100 ms,
+ *      doubling to 1 s (100, 200, 400, 800, 1000, 1000...), while the
+ *      client's wait lasts (with one other owner, long-polled, there are
+ *      no rounds). The first with messages answers (relay), the others
+ *      are cancelled. A cancelled lane request nacks what it had taken;
+ *      a cancelled forwarded consume is nacked by its owner
+ *      (tn_consume_parked_cancel there). A reply that crossed the cancel
+ *      on the wire is dropped by node RPC; the owner kept its handles
+ *      for 2 s and nacks them when the CANCEL arrives (the grace, below),
+ *      so they come back at once.
  * Caps: a consume that leaves this node counts once against its user's
  * cap here, from its route to its answer (its lane requests do not count
  * again), and carries the user to its owners, which count what they run
@@ -47,6 +52,8 @@
 #include <string.h>
 
 #define PROBE_MS       500
+#define PACE_FIRST_MS  100  /* after an empty probe round, before the next */
+#define PACE_MAX_MS    1000 /* the pause doubles up to this */
 #define FORWARD_EXTRA  2000
 #define OWNERS_MAX     64
 #define BATCH_PREFIX   "{\"messages\":["
@@ -70,12 +77,19 @@ typedef struct {
     bool local_on;   /* local is with the lanes */
     bool local_done; /* the wait stage's lane request answered without messages */
     int local_status;
-    tn_buf_t local_body; /* its answer, relayed when nothing else came */
-    tn_router_consume_t call;
+    tn_buf_t local_body;      /* its answer, relayed when nothing else came */
+    tn_router_consume_t call; /* a probe, a pinned consume, or the wait's long poll */
     bool call_on;
+    tn_router_consume_t round; /* the wait's probe of an owner not long-polled */
+    bool round_on;
+    uv_timer_t pace;   /* the pause between the wait's probe rounds */
+    bool pace_made;    /* pace is initialised (closed before f is freed) */
+    bool pace_closing; /* uv_close(pace) is under way: its callback frees f */
+    int64_t pace_ms;   /* the next pause */
     uint64_t owners[OWNERS_MAX];
     size_t nowners;
     size_t probe;  /* the next owner to probe */
+    size_t polled; /* the wait stage: the index of the long-polled owner */
     tn_buf_t msgs; /* a batch's messages so far, comma separated */
     uint32_t got;
     uint32_t charge;    /* counted against a.ident's cap until answered */
@@ -85,13 +99,28 @@ typedef struct {
 
 static uint32_t rotation; /* the owner a forwarded long poll goes to */
 
-static void fwd_maybe_free(fwd_t *f)
+static void fwd_free(fwd_t *f)
 {
-    if (f->depth > 0 || f->r != NULL || f->local_on || f->call_on)
-        return;
     tn_buf_fini(&f->msgs);
     tn_buf_fini(&f->local_body);
     tn_free(f);
+}
+
+static void on_pace_closed(uv_handle_t *h)
+{
+    fwd_free(h->data);
+}
+
+static void fwd_maybe_free(fwd_t *f)
+{
+    if (f->depth > 0 || f->r != NULL || f->local_on || f->call_on || f->round_on || f->pace_closing)
+        return;
+    if (f->pace_made) {
+        f->pace_closing = true;
+        uv_close((uv_handle_t *)&f->pace, on_pace_closed);
+        return;
+    }
+    fwd_free(f);
 }
 
 /* Give back what f counted against its user's cap. */
@@ -102,7 +131,10 @@ static void uncharge(fwd_t *f)
     f->charge = 0;
 }
 
-/* Answer the client with status and body exactly as the lanes would. */
+/* Answer the client with status and body exactly as the lanes would;
+ * what else is still asked for it is cancelled (a lane request nacks
+ * what it had taken, a cancelled forwarded consume is nacked by its
+ * owner), and the probe rounds end. */
 static void relay(fwd_t *f, int status, const char *body, size_t len)
 {
     tn_http_request_t *r = f->r;
@@ -110,6 +142,16 @@ static void relay(fwd_t *f, int status, const char *body, size_t len)
         return;
     f->r = NULL;
     uncharge(f);
+    if (f->local_on) {
+        tn_consume_parked_cancel(&f->local);
+        f->local_on = false;
+    }
+    if (f->call_on)
+        tn_router_consume_cancel(&f->call); /* on_call runs later */
+    if (f->round_on)
+        tn_router_consume_cancel(&f->round); /* on_round runs later */
+    if (f->pace_made)
+        uv_timer_stop(&f->pace);
     r->on_cancel = NULL;
     if (status == 204)
         tn_http_respond(r, 204, NULL, NULL, NULL, 0);
@@ -230,15 +272,11 @@ static void local_answered(fwd_t *f, int status, const char *body, size_t len)
         return;
     if (status == 200) {
         if (f->a.max == 0) {
-            if (f->call_on)
-                tn_router_consume_cancel(&f->call);
-            relay(f, 200, body, len);
+            relay(f, 200, body, len); /* cancels the long poll and the probe rounds */
             return;
         }
         merge(f, body, len);
         if (f->stage == ST_WAIT || f->got >= f->a.max) {
-            if (f->call_on)
-                tn_router_consume_cancel(&f->call);
             relay_batch(f);
             return;
         }
@@ -254,7 +292,7 @@ static void local_answered(fwd_t *f, int status, const char *body, size_t len)
         f->local_status = status;
         tn_buf_append(&f->local_body, body, len);
         if (!f->call_on)
-            relay(f, status, body, len);
+            relay(f, status, body, len); /* the wait is over: the probe rounds end */
         return;
     }
     next_step(f);
@@ -310,19 +348,13 @@ static void call_answered(fwd_t *f, const tn_router_consume_t *c, int status, co
                   c->owner, status != 0 ? c->error : "refused");
     bool got = status == 0 && hs == 200;
     if (got && f->a.max == 0) {
-        if (f->local_on)
-            tn_consume_parked_cancel(&f->local);
-        f->local_on = false;
-        relay(f, 200, body, len);
+        relay(f, 200, body, len); /* cancels the lane request and the probe rounds */
         return;
     }
     if (got)
         merge(f, body, len);
     if (f->stage == ST_WAIT) {
         if (f->got > 0) {
-            if (f->local_on)
-                tn_consume_parked_cancel(&f->local);
-            f->local_on = false;
             relay_batch(f);
         } else if (f->local_done) {
             relay(f, f->local_status, tn_buf_data(&f->local_body), tn_buf_size(&f->local_body));
@@ -343,6 +375,93 @@ static int start_call(fwd_t *f, uint64_t owner, int64_t wait_ms, uint32_t max, u
     int rc = tn_router_consume_call(f->v->router, owner, &w, timeout, &f->call, on_call);
     f->call_on = rc == 0;
     return rc;
+}
+
+/* --- the wait's probe rounds -----------------------------------------------------
+ *
+ * While the lanes and one owner's long poll wait, the other owners are
+ * probed again, round after round, as in the probe stage (no wait, 500
+ * ms each, one call at a time): after an empty round a pause of 100 ms,
+ * doubled after each (200, 400, 800) up to 1 s, while the client's wait
+ * lasts. A round that gets messages answers the client through relay,
+ * which cancels the lane request and the long poll as any first answer
+ * does. With one other owner (it is long-polled) there are no rounds. */
+
+static int64_t wait_left(const fwd_t *f)
+{
+    return f->a.wait_ms - (tn_now_mono_ms() - f->started_ms);
+}
+
+static void round_next(fwd_t *f);
+
+static void on_pace(uv_timer_t *t)
+{
+    fwd_t *f = t->data;
+    enter(f);
+    if (f->r != NULL && f->stage == ST_WAIT && !f->round_on) {
+        f->probe = 0;
+        round_next(f);
+    }
+    leave(f);
+}
+
+/* Pause before the next round, when the wait lasts beyond it; the pause
+ * after it doubles, up to PACE_MAX_MS. */
+static void pace_arm(fwd_t *f)
+{
+    int64_t pause = f->pace_ms;
+    if (f->r == NULL || wait_left(f) <= pause)
+        return;
+    if (!f->pace_made) {
+        if (uv_timer_init(f->v->loop, &f->pace) != 0)
+            return; /* no rounds: the lanes and the long poll still wait */
+        f->pace.data = f;
+        f->pace_made = true;
+    }
+    f->pace_ms = TN_MIN(pause * 2, (int64_t)PACE_MAX_MS);
+    uv_timer_start(&f->pace, on_pace, (uint64_t)pause, 0);
+}
+
+static void on_round(tn_router_consume_t *c, int status)
+{
+    fwd_t *f = c->data;
+    enter(f);
+    f->round_on = false;
+    tn_buf_t b = c->body;
+    tn_buf_init(&c->body);
+    if (f->r != NULL) {
+        uint16_t hs = status == 0 ? c->http_status : 0;
+        if (status != 0 || (hs != 200 && hs != 204))
+            TN_LOG_RL(TN_LOG_WARN, 10000, "consume of %s probed at node %" PRIu64 ": %s",
+                      f->a.topic, c->owner, status != 0 ? c->error : "refused");
+        if (hs == 200 && f->a.max == 0)
+            relay(f, 200, tn_buf_data(&b), tn_buf_size(&b));
+        else if (hs == 200 && merge(f, tn_buf_data(&b), tn_buf_size(&b)) > 0)
+            relay_batch(f);
+        else
+            round_next(f);
+    }
+    tn_buf_fini(&b);
+    leave(f);
+}
+
+/* Probe the round's next owner (not the long-polled one); at the
+ * round's end, the pause. */
+static void round_next(fwd_t *f)
+{
+    while (f->probe < f->nowners && wait_left(f) > 0) {
+        size_t i = f->probe++;
+        if (i == f->polled)
+            continue;
+        tn_wire_consume_t w = wire_args(f, 0, f->a.max);
+        f->round.data = f;
+        if (tn_router_consume_call(f->v->router, f->owners[i], &w, PROBE_MS, &f->round, on_round) ==
+            0) {
+            f->round_on = true;
+            return;
+        }
+    }
+    pace_arm(f);
 }
 
 /* After the local probe, or a remote one: the next owner to probe, then
@@ -367,9 +486,13 @@ static void next_step(fwd_t *f)
         return;
     }
     f->stage = ST_WAIT;
-    uint64_t owner = f->owners[rotation++ % f->nowners];
-    (void)start_call(f, owner, wait, left, (uint64_t)wait + FORWARD_EXTRA);
-    start_local(f, wait, f->a.max);
+    f->polled = rotation++ % f->nowners;
+    (void)start_call(f, f->owners[f->polled], wait, left, (uint64_t)wait + FORWARD_EXTRA);
+    start_local(f, wait, f->a.max); /* may answer now */
+    if (f->nowners > 1) {
+        f->pace_ms = PACE_FIRST_MS; /* the probe stage was an empty round */
+        pace_arm(f);
+    }
 }
 
 static void on_client_gone(tn_http_request_t *r)
@@ -384,6 +507,10 @@ static void on_client_gone(tn_http_request_t *r)
     }
     if (f->call_on)
         tn_router_consume_cancel(&f->call); /* on_call runs later */
+    if (f->round_on)
+        tn_router_consume_cancel(&f->round); /* on_round runs later */
+    if (f->pace_made)
+        uv_timer_stop(&f->pace);
     leave(f);
 }
 
