@@ -131,16 +131,12 @@ static void uncharge(fwd_t *f)
     f->charge = 0;
 }
 
-/* Answer the client with status and body exactly as the lanes would;
- * what else is still asked for it is cancelled (a lane request nacks
- * what it had taken, a cancelled forwarded consume is nacked by its
- * owner), and the probe rounds end. */
-static void relay(fwd_t *f, int status, const char *body, size_t len)
+/* The client has its answer (or left): give back its cap, cancel what
+ * else is asked for it (a lane request nacks what it had taken, a
+ * cancelled forwarded consume is nacked by its owner) and end the probe
+ * rounds. */
+static void stop_all(fwd_t *f)
 {
-    tn_http_request_t *r = f->r;
-    if (r == NULL)
-        return;
-    f->r = NULL;
     uncharge(f);
     if (f->local_on) {
         tn_consume_parked_cancel(&f->local);
@@ -152,6 +148,19 @@ static void relay(fwd_t *f, int status, const char *body, size_t len)
         tn_router_consume_cancel(&f->round); /* on_round runs later */
     if (f->pace_made)
         uv_timer_stop(&f->pace);
+}
+
+/* Answer the client with status and body exactly as the lanes would;
+ * what else is still asked for it is cancelled (a lane request nacks
+ * what it had taken, a cancelled forwarded consume is nacked by its
+ * owner), and the probe rounds end. */
+static void relay(fwd_t *f, int status, const char *body, size_t len)
+{
+    tn_http_request_t *r = f->r;
+    if (r == NULL)
+        return;
+    f->r = NULL;
+    stop_all(f);
     r->on_cancel = NULL;
     if (status == 204)
         tn_http_respond(r, 204, NULL, NULL, NULL, 0);
@@ -500,17 +509,7 @@ static void on_client_gone(tn_http_request_t *r)
     fwd_t *f = r->data;
     enter(f);
     f->r = NULL;
-    uncharge(f);
-    if (f->local_on) {
-        tn_consume_parked_cancel(&f->local);
-        f->local_on = false;
-    }
-    if (f->call_on)
-        tn_router_consume_cancel(&f->call); /* on_call runs later */
-    if (f->round_on)
-        tn_router_consume_cancel(&f->round); /* on_round runs later */
-    if (f->pace_made)
-        uv_timer_stop(&f->pace);
+    stop_all(f);
     leave(f);
 }
 
