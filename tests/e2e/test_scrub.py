@@ -10,6 +10,9 @@ disk, then
 - after a restart (recovery trusts the sealed segment's sidecar, so the
   partition opens), the background scrub after its quiet period finds the
   damage again and isolates the partition the same way;
+- after another restart, `ternctl scrub --wait` finds it and exits 1
+  with the error in its table; `ternctl scrub --last` shows a report,
+  --json the server's;
 - after a restart with the sidecar removed, recovery scans the segment and
   isolates the partition itself: the produce answer is the one scrub's
   isolation gave.
@@ -23,6 +26,7 @@ import os
 import re
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +38,7 @@ from daemon import Daemon
 PASSWORD = "root-pw-for-scrub"
 TOPIC = "scrubbed"
 HDR = 44  # record header bytes (docs/storage-format.md)
+TERNCTL = None
 
 
 def auth():
@@ -84,6 +89,12 @@ class ScrubTest(unittest.TestCase):
         status, data = self.request(method, path, body)
         self.assertEqual(status, want, data)
         return json.loads(data)
+
+    def ternctl(self, *args):
+        env = dict(os.environ, TERN_URL=f"http://127.0.0.1:{self.port}", TERN_USER="admin",
+                   TERN_PASSWORD=PASSWORD)
+        p = subprocess.run([TERNCTL, *args], env=env, capture_output=True, text=True, timeout=120)
+        return p.returncode, p.stdout, p.stderr
 
     def metrics(self):
         status, data = self.request("GET", "/metrics")
@@ -203,6 +214,35 @@ class ScrubTest(unittest.TestCase):
         self.assertEqual((rep2["id"], rep2["status"], rep2["errors_total"]), (2, "ok", 0))
         self.assertGreater(rep2["segments_skipped"], 0)
         self.assertGreater(self.metrics()["tern_scrub_last_success_timestamp_seconds"], 0)
+
+        # ternctl: a clean run exits 0; --last of it too; a bad flag is usage.
+        rc, out, err = self.ternctl("scrub", "--wait")
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("scrub run 3 (request): ok", out)
+        self.assertIn("errors:     0", out)
+        rc, out, err = self.ternctl("--json", "scrub", "--last")
+        self.assertEqual(rc, 0, out + err)
+        self.assertEqual(json.loads(out)["id"], 3)
+        rc, out, err = self.ternctl("scrub", "--bogus")
+        self.assertEqual(rc, 2, out + err)
+        self.stop()
+
+        # Restarted: recovery trusts the sidecar, the partition opens;
+        # ternctl's scrub finds the damage and exits 1.
+        self.start("--scrub-interval=0")
+        self.assertEqual(self.produce(0, "served")[0], 202)
+        rc, out, err = self.ternctl("scrub", "--wait")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("scrub run 1 (request): errors", out)
+        row = [l for l in out.splitlines() if l.startswith(TOPIC)]
+        self.assertEqual(len(row), 1, out)
+        self.assertEqual(row[0].split()[:6],
+                         [TOPIC, "0", str(base), victim, str(pos), "yes"])
+        self.assertIn("CRC mismatch", row[0])
+        rc, out, err = self.ternctl("--json", "scrub", "--last")
+        self.assertEqual(rc, 1, out + err)
+        self.assertEqual(json.loads(out)["errors"][0]["position"], pos)
+        self.assertEqual(self.produce(0, "again"), refused)
         self.stop()
 
         # Restarted: recovery trusts the sidecar, the partition opens; the
@@ -231,8 +271,11 @@ class ScrubTest(unittest.TestCase):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)
+    ap.add_argument("--ternctl", required=True)
     args, rest = ap.parse_known_args()
     daemon_mod.TERND = args.ternd
+    global TERNCTL
+    TERNCTL = args.ternctl
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
 
 
