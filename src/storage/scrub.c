@@ -457,10 +457,6 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
         pos += rsize;
         expected++;
         nrec++;
-        uv_mutex_lock(&s->lock);
-        s->cur.records++;
-        s->tot.records++;
-        uv_mutex_unlock(&s->lock);
     }
     if (nrec != count) {
         bad = "wrong record count";
@@ -504,11 +500,14 @@ io_error:
         note_error(r, seg->base, seg->path, pos, false, "cannot read the segment: %s",
                    tn_strerror(rc));
 out:
-    if (!r->stopped) {
-        uv_mutex_lock(&s->lock);
+    /* The records whose CRC verified; counted per segment, not per record
+     * (a lock each). */
+    uv_mutex_lock(&s->lock);
+    s->cur.records += nrec;
+    s->tot.records += nrec;
+    if (!r->stopped)
         s->cur.segments++;
-        uv_mutex_unlock(&s->lock);
-    }
+    uv_mutex_unlock(&s->lock);
     tn_buf_fini(&ibuf);
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/crc32c.h"
 #include "core/err.h"
+#include "core/time.h"
 #include "storage/scrub.h"
 #include "storage/segment.h"
 
@@ -345,6 +346,80 @@ static void test_rate_limit_accounting(void **state)
     assert_true(atomic_load(&sleeps) > 0);
 }
 
+/* GC deleting segments while a run goes on: the clock hook holds the
+ * scrubber right after it pinned the first segment and read its sidecar,
+ * while the loop thread deletes every sealed segment. */
+static uv_sem_t gc_paused, gc_go;
+static atomic_int clock_calls;
+
+static int64_t pausing_clock(void *arg)
+{
+    (void)arg;
+    if (atomic_fetch_add(&clock_calls, 1) == 1) { /* 0: the run's start; 1: the first read */
+        uv_sem_post(&gc_paused);
+        uv_sem_wait(&gc_go);
+    }
+    return tn_now_mono_ns();
+}
+
+static void on_gc(tn_plog_gc_t *req, int status)
+{
+    assert_int_equal(status, 0);
+    *(bool *)req->data = true;
+}
+
+static void test_gc_during_a_run(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *a = open_log(fx, "t", 0);
+    fill(fx, a, 1200);
+    uint32_t sealed = a->nsegs - 1;
+    assert_true(sealed >= 3);
+    tn_seg_t *first = a->segs[0];
+    char first_path[4096];
+    snprintf(first_path, sizeof(first_path), "%s", first->path);
+    uint64_t first_count = first->count;
+    assert_int_equal(uv_sem_init(&gc_paused, 0), 0);
+    assert_int_equal(uv_sem_init(&gc_go, 0), 0);
+    atomic_store(&clock_calls, 0);
+
+    tn_scrub_opts_t o = fast;
+    o.clock = pausing_clock;
+    tn_scrub_t *s = NULL;
+    assert_int_equal(tn_scrub_new(&fx->loop, fx->store, &o, &s), 0);
+    uint64_t id;
+    bool started;
+    tn_scrub_start(s, &id, &started);
+    uv_sem_wait(&gc_paused);
+    /* The run holds the first segment: delete every sealed one. */
+    tn_plog_gc_t gc;
+    bool gc_done = false;
+    gc.data = &gc_done;
+    assert_int_equal(tn_plog_gc(a, &gc, tn_plog_written_next(a), 0, on_gc), 0);
+    while (!gc_done)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(gc.deleted, sealed);
+    assert_int_equal(tu_file_size(first_path), -1); /* unlinked */
+    uv_sem_post(&gc_go);
+
+    waited_t x = {0};
+    tn_scrub_wait_t w = {.data = &x};
+    tn_scrub_wait(s, &w, id, on_waited);
+    while (!x.done)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    tn_scrub_close(s);
+    uv_sem_destroy(&gc_paused);
+    uv_sem_destroy(&gc_go);
+    /* The pinned segment was read to its end from the open file; the
+     * others were gone before their turn. */
+    assert_int_equal(x.rep.state, TN_SCRUB_DONE);
+    assert_int_equal(x.rep.errors_total, 0);
+    assert_int_equal(x.rep.segments, 1);
+    assert_int_equal(x.rep.records, first_count);
+    assert_int_equal(x.rep.segments_skipped, sealed - 1);
+    assert_int_equal(tn_plog_err(a), 0);
+}
+
 static void test_bucket(void **state)
 {
     (void)state;
@@ -408,6 +483,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_flipped_byte_isolates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broken_index_entry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rate_limit_accounting, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gc_during_a_run, setup, teardown),
         cmocka_unit_test(test_bucket),
         cmocka_unit_test_setup_teardown(test_close_stops_a_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
