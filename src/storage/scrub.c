@@ -176,10 +176,12 @@ static int win_get(run_t *r, uint64_t pos, size_t n, uint64_t size, const unsign
 
 /* --- findings ------------------------------------------------------------ */
 
-static void note_error(run_t *r, uint64_t base, const char *file, uint64_t pos, bool isolated,
-                       const char *fmt, ...) TN_PRINTF(6, 7);
-static void note_error(run_t *r, uint64_t base, const char *file, uint64_t pos, bool isolated,
-                       const char *fmt, ...)
+/* offset: the record the finding is about, or NO_OFFSET. */
+#define NO_OFFSET UINT64_MAX
+static void note_error(run_t *r, uint64_t base, const char *file, uint64_t pos, uint64_t offset,
+                       bool isolated, const char *fmt, ...) TN_PRINTF(7, 8);
+static void note_error(run_t *r, uint64_t base, const char *file, uint64_t pos, uint64_t offset,
+                       bool isolated, const char *fmt, ...)
 {
     char what[160];
     va_list ap;
@@ -200,6 +202,7 @@ static void note_error(run_t *r, uint64_t base, const char *file, uint64_t pos, 
         e->segment = base;
         snprintf(e->file, sizeof(e->file), "%s", file);
         e->pos = pos;
+        e->offset = offset;
         e->isolated = isolated;
         snprintf(e->what, sizeof(e->what), "%s", what);
     }
@@ -295,40 +298,41 @@ static bool read_sidecar(run_t *r, const tn_seg_t *seg, uint64_t count, tn_buf_t
     const unsigned char *p = (const unsigned char *)tn_buf_data(buf);
     size_t len = tn_buf_size(buf);
     if (rc == UV_ENOENT) {
-        note_error(r, seg->base, ipath, 0, false, "sidecar index missing");
+        note_error(r, seg->base, ipath, 0, NO_OFFSET, false, "sidecar index missing");
         return true;
     }
     if (rc == TN_ETOOBIG) {
-        note_error(r, seg->base, ipath, max, false,
+        note_error(r, seg->base, ipath, max, NO_OFFSET, false,
                    "sidecar index larger than %zu bytes (one entry per record)", max);
         return true;
     }
     if (rc != 0) {
-        note_error(r, seg->base, ipath, 0, false, "cannot read the sidecar index: %s",
+        note_error(r, seg->base, ipath, 0, NO_OFFSET, false, "cannot read the sidecar index: %s",
                    tn_strerror(rc));
         return true;
     }
     if (len < TN_SEG_IDX_HDR || tn_get_u32(p) != TN_SEG_IDX_MAGIC) {
-        note_error(r, seg->base, ipath, 0, false, "sidecar index header missing or without magic");
+        note_error(r, seg->base, ipath, 0, NO_OFFSET, false,
+                   "sidecar index header missing or without magic");
         return true;
     }
     if (tn_get_u32(p + 4) != tn_crc32c(0, p + 8, TN_SEG_IDX_HDR - 8)) {
-        note_error(r, seg->base, ipath, 4, false, "sidecar index header CRC mismatch");
+        note_error(r, seg->base, ipath, 4, NO_OFFSET, false, "sidecar index header CRC mismatch");
         return true;
     }
     if (tn_get_u64(p + 8) != seg->base) {
-        note_error(r, seg->base, ipath, 8, false, "sidecar index names base offset %" PRIu64,
-                   tn_get_u64(p + 8));
+        note_error(r, seg->base, ipath, 8, NO_OFFSET, false,
+                   "sidecar index names base offset %" PRIu64, tn_get_u64(p + 8));
         return true;
     }
     uint32_t n = tn_get_u32(p + 48);
     if (len != TN_SEG_IDX_HDR + (size_t)n * 8) {
-        note_error(r, seg->base, ipath, 48, false,
+        note_error(r, seg->base, ipath, 48, NO_OFFSET, false,
                    "sidecar index is %zu bytes for %" PRIu32 " entries", len, n);
         return true;
     }
     if (tn_get_u32(p + 52) != tn_crc32c(0, p + TN_SEG_IDX_HDR, (size_t)n * 8)) {
-        note_error(r, seg->base, ipath, TN_SEG_IDX_HDR, false,
+        note_error(r, seg->base, ipath, TN_SEG_IDX_HDR, NO_OFFSET, false,
                    "sidecar index entries CRC mismatch");
         return true;
     }
@@ -370,12 +374,13 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
     uint64_t pos = 0, expected = seg->base, nrec = 0;
     int64_t first_ns = 0, last_ns = 0;
     bool more = false;
-    uint32_t j = 0;             /* the next sidecar entry to meet */
-    bool idx_reported = !ix.ok; /* one sidecar problem per segment */
-    const char *bad = NULL;     /* a record problem: isolates */
+    uint32_t j = 0;                  /* the next sidecar entry to meet */
+    bool idx_reported = !ix.ok;      /* one sidecar problem per segment */
+    const char *bad = NULL;          /* a record problem: isolates */
+    uint64_t bad_offset = NO_OFFSET; /* the record's offset, when it is one record's */
     char detail[160] = "";
     if (rc != 0) {
-        note_error(r, seg->base, seg->path, 0, false, "cannot stat the segment: %s",
+        note_error(r, seg->base, seg->path, 0, NO_OFFSET, false, "cannot stat the segment: %s",
                    tn_strerror(rc));
         goto out;
     }
@@ -391,6 +396,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
         rc = win_get(r, pos, TN_REC_HDR, size, &p);
         if (rc == TN_ESHORT) {
             bad = "truncated record";
+            bad_offset = expected;
             snprintf(detail, sizeof(detail), "%" PRIu64 " bytes left, a header needs %d",
                      size - pos, TN_REC_HDR);
             goto found;
@@ -400,11 +406,13 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
         tn_rec_hdr_t h;
         if (tn_rec_decode_hdr(p, TN_REC_HDR, &h) != 0) {
             bad = "bad record";
+            bad_offset = expected;
             snprintf(detail, sizeof(detail), "bad record header (magic, flags or lengths)");
             goto found;
         }
         if (h.offset != expected) {
             bad = "bad record";
+            bad_offset = expected;
             snprintf(detail, sizeof(detail),
                      "record of offset %" PRIu64 " where %" PRIu64 " belongs", h.offset, expected);
             goto found;
@@ -412,6 +420,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
         uint64_t rsize = tn_rec_size(&h);
         if (pos + rsize > size) {
             bad = "truncated record";
+            bad_offset = expected;
             snprintf(detail, sizeof(detail), "record of %" PRIu64 " bytes runs past the end",
                      rsize);
             goto found;
@@ -421,13 +430,14 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
             goto io_error;
         if (tn_rec_verify(p, p + TN_REC_HDR, p + TN_REC_HDR + h.key_len) != 0) {
             bad = "bad record";
+            bad_offset = expected;
             snprintf(detail, sizeof(detail), "CRC mismatch in the record of offset %" PRIu64,
                      h.offset);
             goto found;
         }
         /* The sidecar's entries must each land on a record's start. */
         while (!idx_reported && j < ix.n && tn_get_u32(ix.entries + j * 8 + 4) < pos) {
-            note_error(r, seg->base, ipath, TN_SEG_IDX_HDR + (uint64_t)j * 8, false,
+            note_error(r, seg->base, ipath, TN_SEG_IDX_HDR + (uint64_t)j * 8, h.offset, false,
                        "index entry %" PRIu32 " points at byte %" PRIu32
                        ", inside the record at byte %" PRIu64,
                        j, tn_get_u32(ix.entries + j * 8 + 4), pos);
@@ -436,7 +446,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
         if (!idx_reported && j < ix.n && tn_get_u32(ix.entries + j * 8 + 4) == pos) {
             uint32_t rel = tn_get_u32(ix.entries + j * 8);
             if (rel != h.offset - seg->base) {
-                note_error(r, seg->base, ipath, TN_SEG_IDX_HDR + (uint64_t)j * 8, false,
+                note_error(r, seg->base, ipath, TN_SEG_IDX_HDR + (uint64_t)j * 8, h.offset, false,
                            "index entry %" PRIu32 " names offset %" PRIu64
                            " for the record of offset %" PRIu64,
                            j, seg->base + rel, h.offset);
@@ -447,7 +457,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
         if (nrec == 0) {
             first_ns = h.publish_ns;
             if (!idx_reported && (ix.n == 0 || tn_get_u32(ix.entries + 4) != 0)) {
-                note_error(r, seg->base, ipath, TN_SEG_IDX_HDR, false,
+                note_error(r, seg->base, ipath, TN_SEG_IDX_HDR, NO_OFFSET, false,
                            "no index entry for the first record");
                 idx_reported = true;
             }
@@ -466,18 +476,19 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
     }
     if (more) {
         bad = "truncated record";
+        bad_offset = expected - 1;
         snprintf(detail, sizeof(detail), "the last record leaves its batch open");
         goto found;
     }
     if (!idx_reported && j < ix.n) {
-        note_error(r, seg->base, ipath, TN_SEG_IDX_HDR + (uint64_t)j * 8, false,
+        note_error(r, seg->base, ipath, TN_SEG_IDX_HDR + (uint64_t)j * 8, NO_OFFSET, false,
                    "index entry %" PRIu32 " points at byte %" PRIu32 ", past the last record", j,
                    tn_get_u32(ix.entries + j * 8 + 4));
         idx_reported = true;
     }
     if (!idx_reported &&
         (ix.count != nrec || ix.size != size || ix.first_ns != first_ns || ix.last_ns != last_ns)) {
-        note_error(r, seg->base, ipath, 16, false,
+        note_error(r, seg->base, ipath, 16, NO_OFFSET, false,
                    "sidecar index header says %" PRIu64 " records, %" PRIu64
                    " bytes; the segment has %" PRIu64 ", %" PRIu64 " (or other publish times)",
                    ix.count, ix.size, nrec, size);
@@ -487,7 +498,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
 found : {
     bool iso = isolate(r, seg, bad, pos);
     if (iso) {
-        note_error(r, seg->base, seg->path, pos, true, "%s: %s", bad, detail);
+        note_error(r, seg->base, seg->path, pos, bad_offset, true, "%s: %s", bad, detail);
     } else {
         uv_mutex_lock(&s->lock);
         s->cur.segments_skipped++; /* deleted while it was read */
@@ -497,7 +508,7 @@ found : {
 }
 io_error:
     if (!r->stopped)
-        note_error(r, seg->base, seg->path, pos, false, "cannot read the segment: %s",
+        note_error(r, seg->base, seg->path, pos, NO_OFFSET, false, "cannot read the segment: %s",
                    tn_strerror(rc));
 out:
     /* The records whose CRC verified; counted per segment, not per record

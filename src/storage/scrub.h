@@ -66,6 +66,8 @@ typedef struct {
     uint64_t segment; /* base offset of the segment */
     char file[512];   /* the file the problem is in (.log or .idx) */
     uint64_t pos;     /* byte position in that file */
+    uint64_t offset;  /* the offset of the record it is about; UINT64_MAX: none (a sidecar header, a
+                         length) */
     bool isolated;    /* the partition was isolated for it */
     char what[160];
 } tn_scrub_error_t;

@@ -176,6 +176,7 @@ class ScrubTest(unittest.TestCase):
         self.assertEqual(err["segment"], base)
         self.assertEqual(os.path.realpath(err["file"]), os.path.realpath(victim))
         self.assertEqual(err["position"], pos)
+        self.assertEqual(err["offset"], base + 5)
         self.assertTrue(err["isolated"])
         self.assertIn("CRC mismatch", err["error"])
         self.assertEqual(self.json("GET", "/v1/storage/scrub"), dict(rep, next_background_ms=None))
@@ -240,8 +241,8 @@ class ScrubTest(unittest.TestCase):
         self.assertIn("scrub run 1 (request): errors", out)
         row = [l for l in out.splitlines() if l.startswith(TOPIC)]
         self.assertEqual(len(row), 1, out)
-        self.assertEqual(row[0].split()[:6],
-                         [TOPIC, "0", str(base), victim, str(pos), "yes"])
+        self.assertEqual(row[0].split()[:7],
+                         [TOPIC, "0", str(base), victim, str(pos), str(base + 5), "yes"])
         self.assertIn("CRC mismatch", row[0])
         rc, out, err = self.ternctl("--json", "scrub", "--last")
         self.assertEqual(rc, 1, out + err)

@@ -59,8 +59,12 @@ void tn__v1_scrub_report_json(tn_buf_t *b, const tn_scrub_report_t *rep)
                        ",\"partition\":%" PRIu32 ",\"segment\":%" PRIu64 ",\"file\":", e->partition,
                        e->segment);
         tn__v1_json_str(b, e->file);
-        tn__v1_appendf(b, ",\"position\":%" PRIu64 ",\"isolated\":%s,\"error\":", e->pos,
-                       e->isolated ? "true" : "false");
+        tn__v1_appendf(b, ",\"position\":%" PRIu64, e->pos);
+        if (e->offset != UINT64_MAX)
+            tn__v1_appendf(b, ",\"offset\":%" PRIu64, e->offset);
+        else
+            tn__v1_appendf(b, ",\"offset\":null");
+        tn__v1_appendf(b, ",\"isolated\":%s,\"error\":", e->isolated ? "true" : "false");
         tn__v1_json_str(b, e->what);
         tn_buf_append(b, "}", 1);
     }

@@ -72,24 +72,31 @@ static int print_report(yajl_val rep)
     if (n > 0) {
         printf("\n");
         tn_ctl_table_t t;
-        tn_ctl_table_init(&t, 7);
-        const char *head[] = {"TOPIC",    "PARTITION", "SEGMENT", "FILE",
-                              "POSITION", "ISOLATED",  "ERROR"};
+        tn_ctl_table_init(&t, 8);
+        const char *head[] = {"TOPIC",    "PARTITION", "SEGMENT",  "FILE",
+                              "POSITION", "OFFSET",    "ISOLATED", "ERROR"};
         tn_ctl_table_row(&t, head);
         for (size_t i = 0; i < n; i++) {
             yajl_val e = list->u.array.values[i];
-            int64_t p = 0, seg = 0, pos = 0;
+            int64_t p = 0, seg = 0, pos = 0, off = 0;
             bool iso = false;
             tn_ctl_get_int(e, "partition", &p);
             tn_ctl_get_int(e, "segment", &seg);
             tn_ctl_get_int(e, "position", &pos);
             tn_ctl_get_bool(e, "isolated", &iso);
-            char ps[24], ss[24], pp[24];
+            char ps[24], ss[24], pp[24], os[24] = "-";
+            if (tn_ctl_get_int(e, "offset", &off))
+                snprintf(os, sizeof(os), "%" PRId64, off);
             snprintf(ps, sizeof(ps), "%" PRId64, p);
             snprintf(ss, sizeof(ss), "%" PRId64, seg);
             snprintf(pp, sizeof(pp), "%" PRId64, pos);
-            const char *row[] = {tn_ctl_get_str(e, "topic"), ps, ss,
-                                 tn_ctl_get_str(e, "file"),  pp, iso ? "yes" : "no",
+            const char *row[] = {tn_ctl_get_str(e, "topic"),
+                                 ps,
+                                 ss,
+                                 tn_ctl_get_str(e, "file"),
+                                 pp,
+                                 os,
+                                 iso ? "yes" : "no",
                                  tn_ctl_get_str(e, "error")};
             tn_ctl_table_row(&t, row);
         }
@@ -221,7 +228,7 @@ const tn_ctl_cmd_t tn_ctl_cmd_scrub = {
             "\n"
             "  --wait   follow the run (GET /v1/storage/scrub every 0.5 s) until it ends and\n"
             "           print its report: what was checked, and each error with its topic,\n"
-            "           partition, segment, file and byte position\n"
+            "           partition, segment, file, byte position and record offset\n"
             "  --last   start nothing: print the report of the run going on, or the last one\n"
             "\n"
             "With --json the server's JSON is printed (the POST's answer, or the report).\n"

@@ -220,6 +220,7 @@ static void test_flipped_byte_isolates(void **state)
     assert_int_equal(e->segment, a->segs[1]->base);
     assert_string_equal(e->file, victim_path);
     assert_int_equal(e->pos, (uint64_t)pos);
+    assert_int_equal(e->offset, off);
     assert_true(e->isolated);
     assert_non_null(strstr(e->what, "CRC mismatch"));
 
@@ -288,6 +289,7 @@ static void test_broken_index_entry(void **state)
     assert_string_equal(e->file, ipath);
     assert_int_equal(e->pos, TN_SEG_IDX_HDR + 2 * 8);
     assert_non_null(strstr(e->what, "index entry 2"));
+    assert_true(e->offset != UINT64_MAX); /* the record it lands inside */
     assert_false(e->isolated);
     /* The sidecar is redundant: the partition keeps serving. */
     assert_int_equal(tn_plog_err(a), 0);
@@ -298,6 +300,7 @@ static void test_broken_index_entry(void **state)
     scrub_once(fx, &fast, &rep, NULL);
     assert_int_equal(rep.errors_total, 1);
     assert_non_null(strstr(rep.errors[0].what, "entries CRC mismatch"));
+    assert_int_equal(rep.errors[0].offset, UINT64_MAX);
     assert_int_equal(tn_plog_err(a), 0);
 }
 
