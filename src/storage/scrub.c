@@ -112,7 +112,8 @@ static int64_t now_ns(tn_scrub_t *s)
     return s->o.clock != NULL ? s->o.clock(s->o.hook_arg) : tn_now_mono_ns();
 }
 
-/* Wait ns for the rate limit; false when the scrubber is stopping. */
+/* Charge n bytes read to the rate limit and wait as long as it says;
+ * false when the scrubber is stopping. */
 static bool pace(run_t *r, uint64_t n)
 {
     tn_scrub_t *s = r->s;
@@ -379,6 +380,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
     const char *bad = NULL;          /* a record problem: isolates */
     uint64_t bad_offset = NO_OFFSET; /* the record's offset, when it is one record's */
     char detail[160] = "";
+    bool gone = false; /* deleted while it was read: not counted as checked */
     if (rc != 0) {
         note_error(r, seg->base, seg->path, 0, NO_OFFSET, false, "cannot stat the segment: %s",
                    tn_strerror(rc));
@@ -500,9 +502,7 @@ found : {
     if (iso) {
         note_error(r, seg->base, seg->path, pos, bad_offset, true, "%s: %s", bad, detail);
     } else {
-        uv_mutex_lock(&s->lock);
-        s->cur.segments_skipped++; /* deleted while it was read */
-        uv_mutex_unlock(&s->lock);
+        gone = true;
     }
     goto out;
 }
@@ -516,7 +516,9 @@ out:
     uv_mutex_lock(&s->lock);
     s->cur.records += nrec;
     s->tot.records += nrec;
-    if (!r->stopped)
+    if (gone)
+        s->cur.segments_skipped++;
+    else if (!r->stopped)
         s->cur.segments++;
     uv_mutex_unlock(&s->lock);
     tn_buf_fini(&ibuf);
