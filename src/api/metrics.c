@@ -35,6 +35,30 @@ static void scalar(tn_buf_t *b, const char *name, const char *type, const char *
     put(b, "%s %" PRIu64 "\n", name, v);
 }
 
+/* The scrub's totals. A partition it isolates is counted where any
+ * other isolated partition is. */
+static void scrub_metrics(const tn_metrics_t *m, tn_buf_t *b)
+{
+    if (m->scrub == NULL)
+        return;
+    tn_scrub_counters_t c;
+    tn_scrub_counters(m->scrub, &c);
+    scalar(b, "tern_scrub_runs_total", "counter", "scrub runs finished (sealed segments checked)",
+           c.runs);
+    scalar(b, "tern_scrub_bytes_total", "counter", "bytes of segments and sidecars scrubbed",
+           c.bytes);
+    scalar(b, "tern_scrub_records_total", "counter", "records whose CRC the scrub checked",
+           c.records);
+    scalar(b, "tern_scrub_errors_total", "counter", "damage the scrub found (records or sidecars)",
+           c.errors);
+    scalar(b, "tern_scrub_running", "gauge", "1 while a scrub runs", c.running ? 1 : 0);
+    family(b, "tern_scrub_last_success_timestamp_seconds", "gauge",
+           "when the last scrub that found nothing finished (Unix time; 0: none yet)");
+    put(b, "tern_scrub_last_success_timestamp_seconds %.3f\n", (double)c.last_success_ms / 1e3);
+    family(b, "tern_scrub_last_duration_seconds", "gauge", "how long the last finished scrub took");
+    put(b, "tern_scrub_last_duration_seconds %.3f\n", (double)c.last_duration_ns / 1e9);
+}
+
 static void per_topic(const tn_metrics_t *m, tn_buf_t *b)
 {
     tn_broker_t *br = m->api->broker;
@@ -183,6 +207,7 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
         put(b, "tern_ws_rejected_total{reason=\"not_ttl\"} %" PRIu64 "\n", ws.ttl_rejections);
         put(b, "tern_ws_rejected_total{reason=\"slow_consumer\"} %" PRIu64 "\n", ws.slow_closes);
     }
+    scrub_metrics(m, b);
     per_topic(m, b);
     int rc = m->rpc != NULL ? tn_rpc_metrics_write(m->rpc, b) : 0;
     if (rc == 0 && m->dataplane != NULL)

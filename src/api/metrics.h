@@ -21,6 +21,7 @@
 #include "cluster/router.h"
 #include "cluster/rpc.h"
 #include "proto/nsq/server.h"
+#include "storage/scrub.h"
 
 typedef struct {
     tn_nsq_http_t *api; /* borrowed: broker, readiness, version */
@@ -31,6 +32,7 @@ typedef struct {
     tn_dataplane_t *dataplane; /* commits other nodes made here; NULL: none */
     tn_dispatch_t *dispatch;   /* the ingress log and its dispatcher; NULL: none (a lone node) */
     tn_router_t *router;       /* its SETTLE calls to other nodes; NULL: none (a lone node) */
+    tn_scrub_t *scrub;         /* the scrub of sealed segments; NULL: not running */
     uint32_t max_topics;
 } tn_metrics_t;
 

@@ -79,6 +79,7 @@ typedef struct tn_v1_s {
     struct tn__v1_grace_s *grace_head, *grace_tail;
     uint32_t ngrace;
     bool closing;
+    struct tn_scrub_s *scrub; /* storage/scrub.h, borrowed; NULL: /v1/storage/scrub answers 503 */
 } tn_v1_t;
 
 /* 0 or an error; tn_v1_close releases it. */

@@ -59,6 +59,7 @@
 #include "meta/meta.h"
 #include "queue/queue.h"
 #include "storage/ilog.h"
+#include "storage/scrub.h"
 #include "storage/store.h"
 
 #include <errno.h>
@@ -104,6 +105,7 @@ typedef struct {
     tn_pstats_srv_t *pstats;   /* node RPC's PSTATS: our partitions' numbers for other nodes */
     tn_purge_srv_t *purge;     /* node RPC's PURGE: topics deleted through other nodes */
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
+    tn_scrub_t *scrub;         /* checks the sealed segments' CRCs and indexes */
     bool dispatch_stopped;
     bool stopping;     /* a signal came: leadership transfer, then shut_down */
     bool shut;         /* shut_down ran */
@@ -279,6 +281,12 @@ static void shut_down(daemon_t *d)
         tn_router_on_settle(d->router, NULL, NULL);
     if (d->settle != NULL)
         tn_settle_srv_set_hooks(d->settle, NULL, NULL, NULL, NULL);
+    /* A scrub going on stops (its waiting requests are answered) before
+     * the doors and the store close. */
+    d->v1.scrub = NULL;
+    d->metrics.scrub = NULL;
+    tn_scrub_close(d->scrub);
+    d->scrub = NULL;
     tn_v1_close(&d->v1);
     if (d->ws != NULL)
         tn_ws_close_all(d->ws, "E_SHUTDOWN", "the node is shutting down");
@@ -656,6 +664,25 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     int rc = open_routing(d, err, errlen);
     if (rc != 0)
         return rc;
+    tn_scrub_opts_t so = {(uint64_t)cfg->scrub_rate,
+                          cfg->scrub_interval_ns,
+                          cfg->scrub_quiet_period_ns,
+                          NULL,
+                          NULL,
+                          NULL};
+    if ((rc = tn_scrub_new(loop, d->store, &so, &d->scrub)) != 0) {
+        tn_errbuf(err, errlen, "cannot start the scrubber: %s", tn_strerror(rc));
+        return rc;
+    }
+    d->metrics.scrub = d->scrub;
+    if (cfg->scrub_interval_ns > 0)
+        TN_LOG(TN_LOG_INFO,
+               "scrub: sealed segments every %" PRId64 " s, first after %" PRId64
+               " s, at most %" PRId64 " bytes/s",
+               cfg->scrub_interval_ns / 1000000000, cfg->scrub_quiet_period_ns / 1000000000,
+               cfg->scrub_rate);
+    else
+        TN_LOG(TN_LOG_INFO, "scrub: on request only (scrub-interval 0)");
     tn_nsq_opts_t nopts;
     tn_nsq_opts_from_config(&nopts, cfg, TN_VERSION);
     /* How the NSQ doors authenticate (nsq-auth, as the configuration
@@ -713,8 +740,10 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                        cfg->http_max_consume_wait_ns / 1000000,
                        (uint32_t)cfg->http_max_consumes_per_user,
                        (uint32_t)cfg->http_max_produces_per_user};
-    if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0)
+    if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0) {
+        d->v1.scrub = d->scrub;
         rc = tn_v1_register(d->http, &d->v1);
+    }
     if (rc == 0) {
         /* Acks for this node's partitions, from its doors and from others. */
         tn_router_on_settle(d->router, tn_consume_settle_hook, d->v1.consume);

@@ -112,6 +112,12 @@ static const opt_t options[] = {
      "publishes are refused while fewer bytes than this are free"},
     {"disk-check-interval", OPT_DURATION, F(disk_check_interval_ns), "1s", 10 * MS, 60 * SEC, NULL,
      "how often free disk space is checked"},
+    {"scrub-rate", OPT_SIZE, F(scrub_rate), "64MiB", 64 * 1024, 16LL * 1024 * 1024 * 1024, NULL,
+     "bytes per second the background scrub of sealed segments reads"},
+    {"scrub-interval", OPT_DURATION, F(scrub_interval_ns), "1h", 0, 30 * 24 * 3600 * SEC, NULL,
+     "how often every sealed segment is scrubbed (CRCs and index checked; 0: only on request)"},
+    {"scrub-quiet-period", OPT_DURATION, F(scrub_quiet_period_ns), "30s", 0, 24 * 3600 * SEC, NULL,
+     "how long after start the first background scrub waits"},
     {"tcp-address", OPT_ADDR, F(tcp_address), "127.0.0.1:4150", 0, 0, NULL,
      "NSQ TCP listener, host:port (:port or 0.0.0.0:port: every interface; port 0 picks a "
      "free port)"},
@@ -1805,7 +1811,8 @@ static const struct {
                 "relaxed-sync-messages relaxed-sync-bytes relaxed-sync-interval "
                 "wal-commit-max-records wal-commit-max-delay checkpoint-every "
                 "disk-high-watermark disk-low-watermark disk-min-free-bytes "
-                "disk-check-interval retention gc-interval"},
+                "disk-check-interval retention gc-interval scrub-rate scrub-interval "
+                "scrub-quiet-period"},
     {"Delivery", "msg-timeout max-msg-timeout max-req-timeout bootstrap-window max-attempts "
                  "ttl-discard-topics max-ahead tail-cache-size"},
     {"NSQ protocol", "max-rdy-count max-heartbeat-interval max-output-buffer-size "

@@ -92,6 +92,10 @@ typedef struct tn_config_s {
     int64_t disk_low_watermark;
     int64_t disk_min_free_bytes;
     int64_t disk_check_interval_ns;
+    /* storage: scrub */
+    int64_t scrub_rate;
+    int64_t scrub_interval_ns;
+    int64_t scrub_quiet_period_ns;
 
     /* network */
     char *tcp_address;

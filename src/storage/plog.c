@@ -88,6 +88,16 @@ static void set_sticky(tn_plog_t *plog, int err, const char *fmt, ...)
     TN_LOG(TN_LOG_ERROR, "%s; the partition refuses writes until restart", plog->errmsg);
 }
 
+void tn__plog_isolate(tn_plog_t *plog, int err, const char *fmt, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    set_sticky(plog, err, "%s", what);
+}
+
 static tn_seg_t *active_seg(tn_plog_t *plog)
 {
     return plog->segs[plog->nsegs - 1];

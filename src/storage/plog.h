@@ -258,5 +258,9 @@ void tn__memlog_free(tn_plog_t *plog);
 void tn__plog_round(tn__committer_t *c, tn__sreq_t *round);
 int64_t tn__plog_tick(tn__committer_t *c, int64_t now_ns);
 void tn__plog_committer_fini(tn__committer_t *c);
+/* Isolate the log as recovery does for damage it finds (scrub.c): the
+ * sticky error becomes err, errmsg says "partition T/P: <what>: <err>",
+ * logged at error level. No-op when the log already failed. Any thread. */
+void tn__plog_isolate(tn_plog_t *plog, int err, const char *fmt, ...) TN_PRINTF(3, 4);
 
 #endif
