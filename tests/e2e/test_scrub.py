@@ -201,8 +201,8 @@ class ScrubTest(unittest.TestCase):
 
         # Partition 0 is isolated, partition 1 serves.
         refused = self.produce(0, "after")
-        self.assertGreaterEqual(refused[0], 500, refused)
-        self.assertIn(b"error", refused[1])
+        self.assertEqual(refused[0], 500, refused)
+        self.assertIn(b"partition isolated", refused[1])
         status, data = self.produce(1, "after")
         self.assertEqual(status, 202, data)
 

@@ -34,8 +34,17 @@ static void answer_failed(tn_http_request_t *r, int status)
                      "Retry-After: 1\r\n");
     else if (status == TN_EDISKHIGH)
         tn__v1_error(r, 429, "disk above the high watermark", "Retry-After: 1\r\n");
-    else
-        tn__v1_error(r, 500, "produce failed", NULL);
+    else if (status == TN_ECORRUPT)
+        /* Sticky until restart: retrying here cannot help, so no Retry-After. */
+        tn__v1_error(r, 500,
+                     "partition isolated: its log failed a checksum or structure check "
+                     "(the node's log names the file and byte)",
+                     NULL);
+    else {
+        char msg[160];
+        snprintf(msg, sizeof msg, "produce failed: %s", tn_strerror(status));
+        tn__v1_error(r, 500, msg, NULL);
+    }
 }
 
 typedef struct {
