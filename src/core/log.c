@@ -112,7 +112,10 @@ static size_t json_escape(char *buf, size_t n, size_t cap, size_t keep, const ch
             esc[k++] = '\\';
             esc[k++] = 't';
         } else if (*p < 0x20 || *p == 0x7f) {
-            memcpy(esc, "\\u00", 4);
+            esc[0] = '\\';
+            esc[1] = 'u';
+            esc[2] = '0';
+            esc[3] = '0';
             esc[4] = hex[*p >> 4];
             esc[5] = hex[*p & 15];
             k = 6;
