@@ -74,6 +74,10 @@ struct tn_reload_s {
     void (*done)(void *arg);
     void *arg;
     bool detached;
+    /* decided on the loop thread: the worker touches no server, which may
+     * be closing while it reads files */
+    bool want_https;
+    bool want_nsq;
     /* results of the worker */
     tn_config_t cfg;
     bool cfg_ok;
@@ -95,9 +99,9 @@ static void reload_work(uv_work_t *w)
         tn_config_load(&r->cfg, r->t.argc, r->t.argv, r->t.envp, r->err, sizeof(r->err)) == 0;
     if (!r->cfg_ok || r->cfg.tls_cert[0] == '\0')
         return;
-    if (r->t.https != NULL)
+    if (r->want_https)
         (void)tn_serve_https_ctx(&r->cfg, &r->https, r->https_err, sizeof(r->https_err));
-    if (r->t.nsq != NULL && tn_nsq_server_has_tls(r->t.nsq))
+    if (r->want_nsq)
         (void)tn_tls_ctx_new(r->cfg.tls_cert, r->cfg.tls_key, r->cfg.tls_root_ca_file,
                              (tn_tls_client_policy_t)r->cfg.tls_client_auth_policy,
                              r->cfg.tls_min_version, &r->nsq, r->nsq_err, sizeof(r->nsq_err));
@@ -157,7 +161,7 @@ static void reload_apply(tn_reload_t *r)
                 tn_tls_ctx_fingerprint(r->nsq, fp, sizeof(fp));
             tn_nsq_server_set_tls(r->t.nsq, r->nsq); /* transferred */
             r->nsq = NULL;
-        } else if (r->t.nsq != NULL && tn_nsq_server_has_tls(r->t.nsq)) {
+        } else if (r->want_nsq) {
             TN_LOG(TN_LOG_ERROR, "SIGHUP: NSQ TLS keeps its certificate: %s", r->nsq_err);
         }
         if (fp[0] != '\0')
@@ -194,6 +198,8 @@ int tn_reload_start(uv_loop_t *loop, const tn_reload_target_t *target, void (*do
     if (r == NULL)
         return UV_ENOMEM;
     r->t = *target;
+    r->want_https = target->https != NULL;
+    r->want_nsq = target->nsq != NULL && tn_nsq_server_has_tls(target->nsq);
     r->done = done;
     r->arg = arg;
     r->work.data = r;

@@ -207,6 +207,7 @@ static void on_http_closed(void *arg)
          * before it is freed. */
         tn_http_server_t *h = d->https;
         d->https = NULL;
+        d->metrics.https = NULL;
         tn_http_server_close(h, on_http_closed, d);
         return;
     }
@@ -354,8 +355,8 @@ static void on_sighup(uv_signal_t *h, int signum)
         TN_LOG(TN_LOG_WARN, "SIGHUP: a reload is under way; this one is ignored");
         return;
     }
-    if (!d->api.ready || d->shut)
-        return; /* starting or stopping: nothing to reload into yet */
+    if (!d->api.ready || d->stopping || d->shut)
+        return; /* starting or stopping: nothing to reload into */
     d->reload_target.https = d->https;
     d->reload_target.https_ctx = &d->https_tls;
     d->reload_target.nsq = d->nsq;
@@ -872,6 +873,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     d->metrics.api = &d->api;
     d->metrics.nsq = d->nsq;
     d->metrics.http = d->http;
+    d->metrics.https = d->https;
     d->metrics.max_topics = (uint32_t)cfg->metrics_max_topics;
     if (cfg->metrics_listen.addr.sa.ss_family != AF_UNSPEC) {
         tn_http_opts_t mopts;

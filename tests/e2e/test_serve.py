@@ -154,6 +154,46 @@ class Https(unittest.TestCase):
         finally:
             p.close()
 
+    def test_big_body_in_and_big_frame_out(self):
+        # Bodies span many TLS records and socket reads; a 900 KB message
+        # leaves over wss in records the socket takes piecemeal.
+        t = fresh("live")
+        p = self.plain()
+        try:
+            self.assertEqual(request(p, "POST", f"/topic/create?topic={t}")[0], 200)
+        finally:
+            p.close()
+        w = WS(self.d.https_port, f"/v1/ws/topics/{t}", ssl_context=self.ctx)
+        c = self.https()
+        try:
+            self.assertEqual(w.recv_json()["type"], "ready")
+            body = b"\n".join(b"%06d" % i + b"x" * 994 for i in range(3000))  # ~3 MB
+            self.assertEqual(request(c, "POST", f"/mpub?topic={t}", body), (200, b"OK"))
+            for i in range(3000):
+                self.assertEqual(w.recv_message().body[:6], b"%06d" % i)
+            big = os.urandom(900 * 1024)
+            self.assertEqual(request(c, "POST", f"/pub?topic={t}", big), (200, b"OK"))
+            self.assertEqual(w.recv_message().body, big)
+        finally:
+            c.close()
+            w.close()
+
+    def test_pipelined_requests_answered_in_order(self):
+        with socket.create_connection(("127.0.0.1", self.d.https_port), timeout=10) as raw:
+            with self.ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+                          b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                          b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                data = b""
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+        self.assertEqual(data.count(b"HTTP/1.1 200 OK"), 3, data)
+        self.assertLess(data.index(b"\r\n\r\nOK"), data.index(b"status"))
+        self.assertTrue(data.endswith(b"\r\n\r\nOK"), data)
+
     def test_tls_below_12_refused_with_an_alert(self):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
@@ -212,7 +252,10 @@ class Https(unittest.TestCase):
         try:
             status, body = request(c, "GET", "/metrics", headers=ADMIN)
             self.assertEqual(status, 200, body)
-            self.assertIn(b"# TYPE", body)
+            # This HTTPS connection is counted with HTTP's.
+            conns = [line for line in body.decode().splitlines()
+                     if line.startswith("tern_http_connections ")]
+            self.assertGreaterEqual(float(conns[0].split()[1]), 1, conns)
             status, body = request(c, "GET", "/info")
             self.assertEqual(status, 200, body)
             self.assertEqual(json.loads(body)["http_port"], self.d.http_port)
