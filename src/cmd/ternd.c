@@ -506,8 +506,11 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     if (rc != 0) {
         tn_control_close(d->control, NULL, NULL);
         d->control = NULL;
+        return rc;
     }
-    return rc;
+    TN_LOG(TN_LOG_NOTICE, "metastore Raft listening on %s (raft-address, %s)", d->raft_address,
+           mo.tls_cert != NULL ? "mutual TLS" : "plain");
+    return 0;
 }
 
 /* A listener's option text for its "listening" line, with the address
