@@ -35,15 +35,28 @@ void tn_serve_logging(const tn_config_t *cfg, char **envp)
 
 void tn_serve_log_source(const tn_config_t *cfg, int argc, char **argv, char **envp)
 {
-    int flags = 0, vars = 0;
+    bool flags = false;
     for (int i = 1; i < argc; i++)
-        flags += strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i], "--config", 8) != 0;
-    for (char **e = envp; e != NULL && *e != NULL; e++)
-        vars += strncmp(*e, "TERN_", 5) == 0 && strncmp(*e, "TERN_CONFIG=", 12) != 0;
+        flags = flags || (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i], "--config", 8) != 0);
+    /* The variables' names (never their values: TERN_CLUSTER_SECRET). */
+    char vars[512] = "";
+    size_t vn = 0;
+    for (char **e = envp; e != NULL && *e != NULL; e++) {
+        const char *eq = strchr(*e, '=');
+        if (strncmp(*e, "TERN_", 5) != 0 || eq == NULL || strncmp(*e, "TERN_CONFIG=", 12) == 0)
+            continue;
+        int n = (int)(eq - *e);
+        if (vn + (size_t)n + 8 >= sizeof(vars)) {
+            vn += (size_t)snprintf(vars + vn, sizeof(vars) - vn, ", ...");
+            break;
+        }
+        vn += (size_t)snprintf(vars + vn, sizeof(vars) - vn, "%s%.*s", vn ? ", " : "", n, *e);
+    }
     const char *file = cfg->config_file != NULL ? cfg->config_file : "";
-    TN_LOG(TN_LOG_NOTICE, "configuration: %s%s%s, then %d TERN_* variable(s) and %d flag(s)%s",
+    TN_LOG(TN_LOG_NOTICE, "configuration: %s%s%s%s%s%s%s%s",
            file[0] != '\0' ? "config file " : "built-in defaults", file,
-           file[0] != '\0' ? " over the built-in defaults" : "", vars, flags,
+           file[0] != '\0' ? " over the built-in defaults" : "",
+           vn ? ", then the environment (" : "", vars, vn ? ")" : "", flags ? ", then flags" : "",
            tn_log_journal() ? "; logging to journald" : "");
 }
 

@@ -270,8 +270,8 @@ class Https(unittest.TestCase):
             self.assertRegex(obj["ts"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
             self.assertIn(obj["level"], ("debug", "info", "notice", "warn", "error"))
         msgs = [o["msg"] for o in lines]
-        self.assertTrue(any(m.startswith("configuration: built-in defaults, then") for m in msgs),
-                        msgs)
+        self.assertIn("configuration: built-in defaults, then the environment "
+                      "(TERN_ADMIN_PASSWORD), then flags", msgs)
         https = [m for m in msgs if m.startswith("HTTPS listening on port")]
         self.assertEqual(len(https), 1, msgs)
         self.assertIn("TLS 1.2+", https[0])
