@@ -43,7 +43,7 @@ void tn_serve_log_source(const tn_config_t *cfg, int argc, char **argv, char **e
     size_t vn = 0;
     for (char **e = envp; e != NULL && *e != NULL; e++) {
         const char *eq = strchr(*e, '=');
-        if (strncmp(*e, "TERN_", 5) != 0 || eq == NULL || strncmp(*e, "TERN_CONFIG=", 12) == 0)
+        if (eq == NULL || !tn_config_env_is_setting(*e))
             continue;
         int n = (int)(eq - *e);
         if (vn + (size_t)n + 8 >= sizeof(vars)) {

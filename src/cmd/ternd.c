@@ -356,7 +356,8 @@ static void on_sighup(uv_signal_t *h, int signum)
         return;
     }
     if (!d->api.ready || d->stopping || d->shut)
-        return; /* starting or stopping: nothing to reload into */
+        return;                      /* starting or stopping: nothing to reload into */
+    d->reload_target.envp = environ; /* the TERN_* variables as they are now */
     d->reload_target.https = d->https;
     d->reload_target.https_ctx = &d->https_tls;
     d->reload_target.nsq = d->nsq;

@@ -2015,3 +2015,21 @@ void tn_config_each_change(const tn_config_t *a, const tn_config_t *b,
             fn(o->name, arg);
     }
 }
+
+bool tn_config_env_is_setting(const char *entry)
+{
+    const char *eq = strchr(entry, '=');
+    if (strncmp(entry, "TERN_", 5) != 0 || eq == NULL)
+        return false;
+    size_t n = (size_t)(eq - (entry + 5));
+    char name[128];
+    if (n == 0 || n >= sizeof(name))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        name[i] = (char)tolower((unsigned char)entry[5 + i]);
+    name[n] = '\0';
+    if (strcmp(name, "cluster_secret") == 0)
+        return true;
+    const opt_t *o = find_opt(name, n);
+    return o != NULL && strcmp(o->name, "config") != 0;
+}

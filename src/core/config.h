@@ -275,6 +275,11 @@ void tn_config_print(FILE *out, const tn_config_t *cfg);
 void tn_config_each_change(const tn_config_t *a, const tn_config_t *b,
                            void (*fn)(const char *name, void *arg), void *arg);
 
+/* Whether an environment entry ("TERN_DATA_PATH=...") is one
+ * tn_config_load reads: TERN_ and an option's name (TERN_CONFIG aside),
+ * or TERN_CLUSTER_SECRET. */
+bool tn_config_env_is_setting(const char *entry);
+
 /* Parsers shared with other modules. Return 0 or TN_ERANGE/TN_ECONFIG. */
 int tn_parse_size(const char *s, int64_t *out);
 int tn_parse_duration_ns(const char *s, int64_t *out);

@@ -95,7 +95,8 @@ class Https(unittest.TestCase):
         cls.cert, cls.key = make_cert(cls.dir, "a")
         cls.d = Daemon(os.path.join(cls.dir, "data"), "--https-address=127.0.0.1:0",
                        f"--tls-cert={cls.cert}", f"--tls-key={cls.key}", "--log-format=json",
-                       "--websocket-enabled", "--ttl-discard-topics=live*=1h", env=ENV)
+                       "--websocket-enabled", "--ttl-discard-topics=live*=1h",
+                       env=dict(ENV, TERN_MAX_RDY_COUNT="2500"))
         cls.d.wait_for("root user admin created")
         cls.ctx = ssl.create_default_context(cafile=cls.cert)
         cls.ctx.set_alpn_protocols(["h2", "http/1.1"])
@@ -270,8 +271,9 @@ class Https(unittest.TestCase):
             self.assertRegex(obj["ts"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
             self.assertIn(obj["level"], ("debug", "info", "notice", "warn", "error"))
         msgs = [o["msg"] for o in lines]
+        # The variables that are settings, by name (TERN_ADMIN_PASSWORD is not one).
         self.assertIn("configuration: built-in defaults, then the environment "
-                      "(TERN_ADMIN_PASSWORD), then flags", msgs)
+                      "(TERN_MAX_RDY_COUNT), then flags", msgs)
         https = [m for m in msgs if m.startswith("HTTPS listening on port")]
         self.assertEqual(len(https), 1, msgs)
         self.assertIn("TLS 1.2+", https[0])

@@ -1036,6 +1036,14 @@ static void test_serve_options(void **state)
     expect_error(2, no_cert, envp, "https-address needs tls-cert", "tls-key");
     char *bad_format[] = {"ternd", "--log-format=xml", NULL};
     expect_error(2, bad_format, envp, "log-format", "json");
+    /* What the startup line lists as settings from the environment. */
+    assert_true(tn_config_env_is_setting("TERN_DATA_PATH=/d"));
+    assert_true(tn_config_env_is_setting("TERN_LOG_FORMAT=json"));
+    assert_true(tn_config_env_is_setting("TERN_CLUSTER_SECRET=s"));
+    assert_false(tn_config_env_is_setting("TERN_CONFIG=/c"));
+    assert_false(tn_config_env_is_setting("TERN_ADMIN_PASSWORD=p"));
+    assert_false(tn_config_env_is_setting("TERN_DATA_PATH"));
+    assert_false(tn_config_env_is_setting("TERNDATA_PATH=x"));
     char *bad_addr[] = {"ternd", "--https-address=[::1", "--tls-cert=/c", "--tls-key=/k", NULL};
     expect_error(4, bad_addr, envp, "https-address", "missing ']'");
 }
