@@ -186,6 +186,14 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
     if (m->http != NULL) {
         tn_http_server_stats_t hs;
         tn_http_server_stats(m->http, &hs);
+        if (m->https != NULL) {
+            tn_http_server_stats_t tls;
+            tn_http_server_stats(m->https, &tls);
+            hs.connections += tls.connections;
+            for (int k = 1; k <= 5; k++)
+                hs.by_status[k] += tls.by_status[k];
+            hs.large_body_bytes += tls.large_body_bytes;
+        }
         scalar(b, "tern_http_connections", "gauge", "open HTTP connections", hs.connections);
         family(b, "tern_http_responses_total", "counter", "HTTP answers, by status class");
         for (int k = 1; k <= 5; k++)

@@ -27,6 +27,7 @@ typedef struct {
     tn_nsq_http_t *api; /* borrowed: broker, readiness, version */
     tn_nsq_server_t *nsq;
     tn_http_server_t *http;    /* the API server, for its connection counts */
+    tn_http_server_t *https;   /* and its HTTPS twin (NULL when off), counted with it */
     tn_ws_t *ws;               /* NULL: the live feed is off */
     tn_rpc_t *rpc;             /* node RPC: the calls this node made; NULL before it opened */
     tn_dataplane_t *dataplane; /* commits other nodes made here; NULL: none */

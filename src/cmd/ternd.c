@@ -20,7 +20,8 @@
  *      so nothing here looks up a name. If any of them fails (a port in
  *      use, say), log why, naming the option and the address, close what
  *      started, and exit with status 1 without ever logging "ready".
- *      Otherwise log "ready" and run the loop until SIGINT or SIGTERM.
+ *      Otherwise log "ready" and run the loop until SIGINT or SIGTERM
+ *      (SIGHUP reloads what can change live: serve.h).
  *   5. Shut down in reverse: close the listener and every connection
  *      (in-flight messages go back to their channels); stop the dispatcher
  *      (what it has not committed stays in the ingress log); close node
@@ -31,6 +32,7 @@
  *      nothing left on it. */
 #include "core/platform.h"
 
+#include "cmd/serve.h"
 #include "cmd/version.h"
 #include "core/alloc.h"
 #include "core/config.h"
@@ -90,6 +92,11 @@ typedef struct {
     tn_lookupd_t *lookupd;
     uv_signal_t sigint;
     uv_signal_t sigterm;
+    uv_signal_t sighup;  /* reload (serve.h) */
+    tn_reload_t *reload; /* the reload under way, or NULL */
+    tn_reload_target_t reload_target;
+    tn_http_server_t *https; /* NULL: https-address is off */
+    tn_tls_ctx_t *https_tls; /* the pair new HTTPS handshakes use */
     int rc;
     uint64_t raft_id;
     bool cluster;              /* peers or join addresses: placement counts */
@@ -197,6 +204,15 @@ static void on_nsq_closed(void *arg)
 static void on_http_closed(void *arg)
 {
     daemon_t *d = arg;
+    if (d->https != NULL) {
+        /* HTTPS after HTTP, so the live feed's sessions on both are gone
+         * before it is freed. */
+        tn_http_server_t *h = d->https;
+        d->https = NULL;
+        d->metrics.https = NULL;
+        tn_http_server_close(h, on_http_closed, d);
+        return;
+    }
     tn_ws_free(d->ws); /* its connections closed with the HTTP server */
     d->ws = NULL;
     d->metrics.ws = NULL;
@@ -266,6 +282,8 @@ static void shut_down(daemon_t *d)
     d->shut = true;
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
+    tn_reload_detach(d->reload);
     d->api.ready = false;
     d->api.shutting_down = true;
     /* Purges stop reaching the catalog before it stops (which answers
@@ -328,6 +346,32 @@ static void on_signal(uv_signal_t *h, int signum)
         leader == d->raft_id && tn_meta_transfer(d->meta, on_transferred, d) == 0)
         return;
     shut_down(d);
+}
+
+static void on_reloaded(void *arg)
+{
+    daemon_t *d = arg;
+    d->reload = NULL;
+}
+
+/* SIGHUP: reload what can change live (serve.h). */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    daemon_t *d = h->data;
+    (void)signum;
+    if (d->reload != NULL) {
+        TN_LOG(TN_LOG_WARN, "SIGHUP: a reload is under way; this one is ignored");
+        return;
+    }
+    if (!d->api.ready || d->stopping || d->shut)
+        return;                      /* starting or stopping: nothing to reload into */
+    d->reload_target.envp = environ; /* the TERN_* variables as they are now */
+    d->reload_target.https = d->https;
+    d->reload_target.https_ctx = &d->https_tls;
+    d->reload_target.nsq = d->nsq;
+    int rc = tn_reload_start(d->loop, &d->reload_target, on_reloaded, d, &d->reload);
+    if (rc != 0)
+        TN_LOG(TN_LOG_ERROR, "SIGHUP: cannot start the reload: %s", tn_strerror(rc));
 }
 
 /* --pid-file: the process id and a newline. Returns 0 or a negative errno. */
@@ -471,8 +515,11 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     if (rc != 0) {
         tn_control_close(d->control, NULL, NULL);
         d->control = NULL;
+        return rc;
     }
-    return rc;
+    TN_LOG(TN_LOG_NOTICE, "metastore Raft listening on %s (raft-address, %s)", d->raft_address,
+           mo.tls_cert != NULL ? "mutual TLS" : "plain");
+    return 0;
 }
 
 /* A listener's option text for its "listening" line, with the address
@@ -531,7 +578,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     int rc = tn_rpc_open(d->loop, &ro, &d->rpc, err, errlen);
     if (rc != 0)
         return rc;
-    TN_LOG(TN_LOG_NOTICE, "node RPC listening on %s/udp", tn_rpc_addr(d->rpc));
+    TN_LOG(TN_LOG_NOTICE, "node RPC listening on %s/udp (QUIC, TLS 1.3)", tn_rpc_addr(d->rpc));
     /* A caller's CANCEL that crossed a forwarded consume's answer. */
     tn_rpc_on_late_cancel(d->rpc, tn_v1_consume_late_cancel, &d->v1);
     tn_control_start(d->control, d->meta, d->rpc);
@@ -644,6 +691,58 @@ static int register_nsq(daemon_t *d, char *err, size_t errlen)
     return rc;
 }
 
+/* nsqd's answer on its plain HTTP port when tls-required=true. */
+static void tls_required_guard(tn_http_request_t *r, void *arg)
+{
+    daemon_t *d = arg;
+    char body[96];
+    int n = snprintf(body, sizeof(body), "{\"message\":\"TLS_REQUIRED\",\"https_port\":%d}",
+                     d->https != NULL ? tn_http_server_port(d->https) : 0);
+    tn_http_respond(r, 403, "application/json; charset=utf-8",
+                    "X-NSQ-Content-Type: nsq; version=1.0\r\n", body, (size_t)n);
+}
+
+/* The HTTPS listener (https-address): the HTTP listener's routes over
+ * TLS with tls-cert and tls-key. /metrics joins them in start_doors when
+ * it has no listener of its own. A certificate or key that does not load
+ * fails the start with a line naming the file. */
+static int start_https(daemon_t *d, const tn_config_t *cfg, char *err, size_t errlen)
+{
+    char why[768];
+    int rc = tn_serve_https_ctx(cfg, &d->https_tls, why, sizeof(why));
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "cannot serve HTTPS (https-address): %s", why);
+        return rc;
+    }
+    tn_http_opts_t hopts;
+    tn_http_opts_default(&hopts);
+    hopts.max_connections = (uint32_t)cfg->http_max_connections;
+    hopts.head_timeout_ms = cfg->http_head_timeout_ns / 1000000;
+    hopts.body_timeout_ms = cfg->http_body_timeout_ns / 1000000;
+    hopts.idle_timeout_ms = cfg->http_idle_timeout_ns / 1000000;
+    hopts.large_body_budget = (uint64_t)cfg->http_large_body_budget;
+    hopts.tls = d->https_tls;
+    rc = tn_http_server_start(d->loop, &hopts, &cfg->https_listen.addr, &d->https, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = tn_nsq_http_register(d->https, &d->api);
+    rc = rc ? rc : tn_v1_register(d->https, &d->v1);
+    if (rc == 0 && d->ws != NULL)
+        rc = tn_ws_register(d->https, d->ws);
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "cannot set up the HTTPS APIs: %s", tn_strerror(rc));
+        return rc;
+    }
+    char as[TN_NETADDR_NAME_MAX + 300];
+    char fp[96];
+    tn_tls_ctx_fingerprint(d->https_tls, fp, sizeof(fp));
+    TN_LOG(TN_LOG_NOTICE,
+           "HTTPS listening on port %d (%s, TLS 1.2+, ALPN http/1.1; certificate %s, SHA-256 %s)",
+           tn_http_server_port(d->https),
+           bound(cfg->https_address, &cfg->https_listen, as, sizeof(as)), cfg->tls_cert, fp);
+    return 0;
+}
+
 /* Everything that serves, once the engine and the metastore are up: the
  * NSQ TCP listener, the HTTP listener with its APIs, the live feed, the
  * metrics listener, lookupd registration. Returns nonzero with the reason
@@ -700,8 +799,11 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     rc = tn_nsq_server_start(loop, d->broker, &nopts, &cfg->tcp_listen.addr, &d->nsq, err, errlen);
     if (rc != 0)
         return rc;
-    TN_LOG(TN_LOG_NOTICE, "NSQ TCP listening on port %d (%s)", tn_nsq_server_port(d->nsq),
-           bound(cfg->tcp_address, &cfg->tcp_listen, as, sizeof(as)));
+    TN_LOG(TN_LOG_NOTICE, "NSQ TCP listening on port %d (%s, %s)", tn_nsq_server_port(d->nsq),
+           bound(cfg->tcp_address, &cfg->tcp_listen, as, sizeof(as)),
+           cfg->tls_cert[0] == '\0' ? "plain; no tls-cert for the tls_v1 upgrade"
+           : cfg->tls_required != 0 ? "TLS required, by IDENTIFY's tls_v1 upgrade"
+                                    : "plain, TLS by IDENTIFY's tls_v1 upgrade");
 
     tn_http_opts_t hopts;
     tn_http_opts_default(&hopts);
@@ -726,8 +828,19 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     if (rc != 0)
         return rc;
     d->api.http_port = tn_http_server_port(d->http);
-    TN_LOG(TN_LOG_NOTICE, "HTTP listening on port %d (%s)", d->api.http_port,
-           bound(cfg->http_address, &cfg->http_listen, as, sizeof(as)));
+    bool https = cfg->https_listen.addr.sa.ss_family != AF_UNSPEC;
+    /* nsqd's tls-required=true: plain HTTP answers every request 403
+     * TLS_REQUIRED with the HTTPS port (first guard: before every other). */
+    if (https && cfg->tls_required == 1 &&
+        (rc = tn_http_guard(d->http, "/", tls_required_guard, d)) != 0) {
+        tn_errbuf(err, errlen, "cannot set up the HTTP listener: %s", tn_strerror(rc));
+        return rc;
+    }
+    TN_LOG(TN_LOG_NOTICE, "HTTP listening on port %d (%s, plain%s)", d->api.http_port,
+           bound(cfg->http_address, &cfg->http_listen, as, sizeof(as)),
+           https && cfg->tls_required == 1 ? "; tls-required: every request is answered 403 "
+                                             "TLS_REQUIRED with the HTTPS port"
+                                           : "");
     if ((rc = register_nsq(d, err, errlen)) != 0)
         return rc;
     if ((rc = start_rpc(d, cfg, err, errlen)) != 0)
@@ -787,10 +900,13 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         TN_LOG(TN_LOG_NOTICE, "live WebSocket feed on /v1/ws/topics/{topic} (%u allowed origins)",
                wopts->norigins);
     }
+    if (https && (rc = start_https(d, cfg, err, errlen)) != 0)
+        return rc;
     d->metrics.ws = d->ws;
     d->metrics.api = &d->api;
     d->metrics.nsq = d->nsq;
     d->metrics.http = d->http;
+    d->metrics.https = d->https;
     d->metrics.max_topics = (uint32_t)cfg->metrics_max_topics;
     if (cfg->metrics_listen.addr.sa.ss_family != AF_UNSPEC) {
         tn_http_opts_t mopts;
@@ -802,11 +918,13 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
             return rc;
         rc = tn_metrics_register(d->metrics_http, &d->metrics);
         if (rc == 0)
-            TN_LOG(TN_LOG_NOTICE, "metrics listening on port %d (%s)",
+            TN_LOG(TN_LOG_NOTICE, "metrics listening on port %d (%s, plain)",
                    tn_http_server_port(d->metrics_http),
                    bound(cfg->metrics_address, &cfg->metrics_listen, as, sizeof(as)));
     } else {
         rc = tn_metrics_register(d->http, &d->metrics);
+        if (rc == 0 && d->https != NULL)
+            rc = tn_metrics_register(d->https, &d->metrics);
     }
     if (rc != 0) {
         tn_errbuf(err, errlen, "cannot set up /metrics: %s", tn_strerror(rc));
@@ -856,7 +974,8 @@ int main(int argc, char **argv)
         tn_config_fini(&cfg);
         return 0;
     }
-    tn_log_level = cfg.log_level;
+    tn_serve_logging(&cfg, environ);
+    tn_serve_log_source(&cfg, argc, argv, environ);
     tn_alloc_install_uv();
     /* A peer that goes away while we write must cost an EPIPE on that
      * socket, not the process. */
@@ -910,9 +1029,12 @@ int main(int argc, char **argv)
     /* Handlers first: a signal during recovery is acted on once the loop runs. */
     uv_signal_init(&loop, &d.sigint);
     uv_signal_init(&loop, &d.sigterm);
-    d.sigint.data = d.sigterm.data = &d;
+    uv_signal_init(&loop, &d.sighup);
+    d.sigint.data = d.sigterm.data = d.sighup.data = &d;
     uv_signal_start(&d.sigint, on_signal, SIGINT);
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
+    d.reload_target = (tn_reload_target_t){&cfg, argc, argv, environ, NULL, NULL, NULL};
     d.loop = &loop;
     g_daemon = &d;
     rc = tn_broker_open(&loop, d.store, &bopts, &d.broker);
@@ -922,12 +1044,14 @@ int main(int argc, char **argv)
         d.rc = 1;
         uv_close((uv_handle_t *)&d.sigint, NULL);
         uv_close((uv_handle_t *)&d.sigterm, NULL);
+        uv_close((uv_handle_t *)&d.sighup, NULL);
         on_broker_closed(NULL);
     } else if (open_meta(&d, &cfg, err, sizeof(err)) != 0) {
         TN_LOG(TN_LOG_ERROR, "%s", err);
         d.rc = 1;
         uv_close((uv_handle_t *)&d.sigint, NULL);
         uv_close((uv_handle_t *)&d.sigterm, NULL);
+        uv_close((uv_handle_t *)&d.sighup, NULL);
         tn_broker_close(d.broker, on_broker_closed);
     } else if (start_doors(&d, &cfg, &wopts, err, sizeof(err)) != 0) {
         /* Nothing is served yet: say why, close what started, exit 1.
@@ -956,6 +1080,7 @@ int main(int argc, char **argv)
     if (cfg.pid_file[0] != '\0')
         unlink(cfg.pid_file);
     tn_free(d.peers);
+    tn_tls_ctx_free(d.https_tls); /* the HTTPS listener closed */
     tn_config_fini(&cfg);
     /* _exit, not exit: libuv never joins its worker threads, and one that
      * hashed a password (bcrypt) holds OpenSSL's per-thread state, which

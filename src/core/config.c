@@ -55,7 +55,10 @@ typedef struct {
 #define MS       ((int64_t)1000000)
 #define SEC      (1000 * MS)
 
-static const char *const log_levels[] = {"debug", "info", "notice", "warn", "error", NULL};
+/* "fatal" is nsqd's name for "errors only"; tern has no fatal lines, so it
+ * means error (ternd reads it so). */
+static const char *const log_levels[] = {"debug", "info", "notice", "warn", "error", "fatal", NULL};
+static const char *const log_formats[] = {"text", "json", NULL};
 static const char *const durabilities[] = {"durable", "write_ack", "relaxed", NULL};
 static const char *const client_auth_policies[] = {"", "require", "require-verify", NULL};
 static const char *const tls_required_values[] = {"false", "true", "tcp-https", NULL};
@@ -71,7 +74,11 @@ static const opt_t options[] = {
      "file to write ternd's process id to once the data directory is locked; removed at a "
      "clean exit (empty: none)"},
     {"log-level", OPT_ENUM, F(log_level), "info", 0, 0, log_levels,
-     "least severe log level written: debug, info, notice, warn, error"},
+     "least severe log level written: debug, info, notice, warn, error (nsqd's fatal: error); "
+     "reloaded on SIGHUP"},
+    {"log-format", OPT_ENUM, F(log_format), "text", 0, 0, log_formats,
+     "log line format: text, or json (one object a line: ts, level, src, msg); reloaded on "
+     "SIGHUP"},
     {"segment-bytes", OPT_SIZE, F(segment_bytes), "64MiB", 64 * 1024, 1024 * 1024 * 1024, NULL,
      "size at which a partition's active segment file is sealed and a new one begun"},
     {"index-interval-bytes", OPT_SIZE, F(index_interval_bytes), "4KiB", 256, 1024 * 1024, NULL,
@@ -123,6 +130,9 @@ static const opt_t options[] = {
      "free port)"},
     {"http-address", OPT_ADDR, F(http_address), "127.0.0.1:4151", 0, 0, NULL,
      "HTTP listener, host:port"},
+    {"https-address", OPT_ADDR, F(https_address), "", 0, 0, NULL,
+     "HTTPS listener serving the same API as http-address over TLS with tls-cert and tls-key, "
+     "host:port (default: off)"},
     {"lookupd-tcp-address", OPT_ADDRS, F(lookupd_tcp_address), "", 0, 0, NULL,
      "nsqlookupd servers to register topics and channels with, host:port, comma-separated"},
     {"nsqlookupd-tcp-addresses", OPT_ADDRS, F(nsqlookupd_tcp_addresses), "", 0, 0, NULL,
@@ -296,6 +306,7 @@ static const struct {
 } listeners[] = {
     {F(tcp_address), F(tcp_listen), false, 0},
     {F(http_address), F(http_listen), false, 0},
+    {F(https_address), F(https_listen), true, 0},
     {F(metrics_address), F(metrics_listen), true, 0},
     /* libraft 0.15's TCP transport reads IPv4 "a.b.c.d:port" only, and
      * peers dial what it is given. */
@@ -327,8 +338,6 @@ const tn_config_ignored_t tn_config_nsqd_ignored[] = {
     {"auth-http-request-method", "AUTH requests are GETs, as nsqauthd expects"},
     {"topology-region", "IDENTIFY answers an empty topology_region"},
     {"topology-zone", "IDENTIFY answers an empty topology_zone"},
-    {"https-address", "TLS is served on the NSQ TCP port through the tls_v1 upgrade; the "
-                      "HTTP listener has no TLS yet"},
     {"broadcast-tcp-port", "clients are told the tcp-address port"},
     {"broadcast-http-port", "clients are told the http-address port"},
 };
@@ -1531,6 +1540,10 @@ int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
     int rc = check_nsq_auth(cfg, err, errlen);
     if (rc != 0)
         return rc;
+    if (cfg->https_listen.addr.sa.ss_family != AF_UNSPEC && cfg->tls_cert[0] == '\0') {
+        tn_errbuf(err, errlen, "https-address needs tls-cert and tls-key");
+        return TN_ECONFIG;
+    }
     if (cfg->tls_required != 0 && cfg->tls_cert[0] == '\0') {
         tn_errbuf(err, errlen, "tls-required needs tls-cert and tls-key");
         return TN_ECONFIG;
@@ -1803,9 +1816,10 @@ static const struct {
     const char *title;
     const char *names; /* space-separated */
 } help_groups[] = {
-    {"General", "config data-path log-level pid-file"},
-    {"Listeners and addresses", "tcp-address http-address metrics-address broadcast-address "
-                                "lookupd-tcp-address nsqlookupd-tcp-addresses"},
+    {"General", "config data-path log-level log-format pid-file"},
+    {"Listeners and addresses",
+     "tcp-address http-address https-address metrics-address broadcast-address "
+     "lookupd-tcp-address nsqlookupd-tcp-addresses"},
     {"Storage", "durability segment-bytes index-interval-bytes commit-max-requests "
                 "commit-max-bytes commit-max-delay commit-busy-poll commit-busy-poll-min "
                 "relaxed-sync-messages relaxed-sync-bytes relaxed-sync-interval "
@@ -1994,4 +2008,35 @@ void tn_config_print(FILE *out, const tn_config_t *cfg)
         else
             fprintf(out, "%s = %s\n", o->name, buf);
     }
+}
+
+void tn_config_each_change(const tn_config_t *a, const tn_config_t *b,
+                           void (*fn)(const char *name, void *arg), void *arg)
+{
+    for (size_t i = 0; i < TN_ARRAY_SIZE(options); i++) {
+        const opt_t *o = &options[i];
+        char va[4096], vb[4096];
+        format_value(o, a, va, sizeof(va));
+        format_value(o, b, vb, sizeof(vb));
+        if (strcmp(va, vb) != 0)
+            fn(o->name, arg);
+    }
+}
+
+bool tn_config_env_is_setting(const char *entry)
+{
+    const char *eq = strchr(entry, '=');
+    if (strncmp(entry, "TERN_", 5) != 0 || eq == NULL)
+        return false;
+    size_t n = (size_t)(eq - (entry + 5));
+    char name[128];
+    if (n == 0 || n >= sizeof(name))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        name[i] = (char)tolower((unsigned char)entry[5 + i]);
+    name[n] = '\0';
+    if (strcmp(name, "cluster_secret") == 0)
+        return true;
+    const opt_t *o = find_opt(name, n);
+    return o != NULL && strcmp(o->name, "config") != 0;
 }

@@ -66,7 +66,8 @@ typedef struct tn_config_s {
     char *config_file;
     char *data_path;
     char *pid_file; /* "": none */
-    int log_level;
+    int log_level;  /* TN_LOG_*, or 5 for nsqd's "fatal" (read as error) */
+    int log_format; /* TN_LOG_TEXT or TN_LOG_JSON */
 
     /* storage: partition log */
     int64_t segment_bytes;
@@ -100,6 +101,7 @@ typedef struct tn_config_s {
     /* network */
     char *tcp_address;
     char *http_address;
+    char *https_address; /* "" (off) or host:port */
     char *broadcast_address;
     int64_t http_max_connections;
     int64_t http_head_timeout_ns;
@@ -205,6 +207,7 @@ typedef struct tn_config_s {
      * up once, there, so no listener resolves anything on the loop. */
     tn_config_listen_t tcp_listen;
     tn_config_listen_t http_listen;
+    tn_config_listen_t https_listen; /* AF_UNSPEC when https-address is off */
     tn_config_listen_t metrics_listen;
     tn_config_listen_t raft_listen; /* IPv4 only: libraft's transport */
 
@@ -269,6 +272,17 @@ void tn_config_print_help(FILE *out, const char *prog);
 
 /* Print the effective configuration as a config file. */
 void tn_config_print(FILE *out, const tn_config_t *cfg);
+
+/* Call fn with the name of every option whose value differs between a
+ * and b (as --print-config would write them), in the table's order. For
+ * SIGHUP's report of what a reload changed. */
+void tn_config_each_change(const tn_config_t *a, const tn_config_t *b,
+                           void (*fn)(const char *name, void *arg), void *arg);
+
+/* Whether an environment entry ("TERN_DATA_PATH=...") is one
+ * tn_config_load reads: TERN_ and an option's name (TERN_CONFIG aside),
+ * or TERN_CLUSTER_SECRET. */
+bool tn_config_env_is_setting(const char *entry);
 
 /* Parsers shared with other modules. Return 0 or TN_ERANGE/TN_ECONFIG. */
 int tn_parse_size(const char *s, int64_t *out);

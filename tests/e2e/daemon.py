@@ -1,8 +1,9 @@
 """Starting and stopping the real ternd for end-to-end tests.
 
 Every daemon listens on port 0 on 127.0.0.1 (the kernel picks a free
-port); the ports are read from its log lines "NSQ TCP listening on port N"
-and "HTTP listening on port N".
+port); the ports are read from its log lines "NSQ TCP listening on port N",
+"HTTP listening on port N" and (with https-address) "HTTPS listening on
+port N".
 
 With log_path, the daemon's log goes to that file (appended to, so a
 restart on the same file keeps the earlier lines) instead of a pipe: a
@@ -44,6 +45,7 @@ class Daemon:
         self.lines = []
         self.tcp_port = None
         self.http_port = None
+        self.https_port = None
         self.metrics_port = None
 
     def _readline(self, deadline):
@@ -83,6 +85,8 @@ class Daemon:
                 self.metrics_port = int(line.split("listening on port ")[1].split()[0])
             if "HTTP listening on port " in line:
                 self.http_port = int(line.split("listening on port ")[1].split()[0])
+            if "HTTPS listening on port " in line:
+                self.https_port = int(line.split("listening on port ")[1].split()[0])
             if text in line:
                 return line
         raise AssertionError(f"ternd never said {text!r}; it said:\n{''.join(self.lines)}")

@@ -169,7 +169,7 @@ class TerndTest(unittest.TestCase):
         d.wait_for("ready")
         try:
             self.assertIn("metrics listening on port", d.log())
-            self.assertIn("(localhost:0 = 127.0.0.1:0)", d.log())
+            self.assertIn("(localhost:0 = 127.0.0.1:0, plain)", d.log())
             self.assertEqual(http_get(d.http_port, "/ping"), (200, b"OK"))
             self.assertEqual(http_get(d.metrics_port, "/metrics")[0], 200)
             c = Conn(d.tcp_port)

@@ -44,8 +44,10 @@ class Message:
 
 class WS:
     def __init__(self, port, path, protocols=("tern.live.v1",), headers=None, timeout=10,
-                 key=None, version="13", host="127.0.0.1"):
+                 key=None, version="13", host="127.0.0.1", ssl_context=None):
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        if ssl_context is not None:  # wss: the same protocol over TLS
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
         self.buf = b""
         self.key = key if key is not None else base64.b64encode(os.urandom(16)).decode()
         lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", "Upgrade: websocket",

@@ -4,6 +4,7 @@
 #include "proto/http/server.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "proto/addr.h"
 #include "proto/stream.h"
 #include "core/err.h"
@@ -72,6 +73,11 @@ struct conn_s {
     /* after an upgrade */
     const tn_http_upgrade_ops_t *up;
     void *up_arg;
+    /* HTTPS: the session, the bytes read and not yet fed to it, and the
+     * records sealed and not yet handed to the socket */
+    tn_tls_t *tls;
+    tn_buf_t raw;
+    tn_buf_t sealed;
 };
 
 struct tn_http_server_s {
@@ -92,6 +98,7 @@ struct tn_http_server_s {
     uint64_t by_status[6];
     void (*close_cb)(void *arg);
     void *close_arg;
+    tn_tls_ctx_t *tls; /* borrowed; NULL: plain HTTP */
 };
 
 void tn_http_opts_default(tn_http_opts_t *o)
@@ -214,6 +221,9 @@ static void conn_unref(conn_t *c)
     tn_buf_fini(&c->in);
     tn_buf_fini(&c->out);
     tn_buf_fini(&c->wbuf);
+    tn_buf_fini(&c->raw);
+    tn_buf_fini(&c->sealed);
+    tn_tls_free(c->tls);
     tn_free(c);
     server_unref(s);
 }
@@ -270,6 +280,8 @@ static void flush(conn_t *c);
 static void advance(conn_t *c);
 static void start_reading(conn_t *c);
 
+static void on_written(uv_write_t *w, int status);
+
 static void on_drain_timer(uv_timer_t *t)
 {
     conn_close(t->data);
@@ -291,6 +303,19 @@ static void close_gracefully(conn_t *c)
         return;
     c->state = C_DRAINING;
     request_free(c);
+    if (c->tls != NULL && !c->writing) {
+        /* The alert goes out before the write side shuts (the shutdown
+         * request waits for queued writes). */
+        tn_buf_t *wire = &c->sealed;
+        if (tn_tls_close_notify(c->tls, wire) == 0 && tn_buf_size(wire) > 0) {
+            c->wreq.data = c;
+            int rc = tn_stream_send((uv_stream_t *)&c->tcp, wire, &c->wbuf, &c->wreq, on_written);
+            if (rc == 1) {
+                c->writing = true;
+                c->refs++;
+            }
+        }
+    }
     c->sreq.data = c;
     if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
         conn_close(c);
@@ -322,8 +347,23 @@ static void flush(conn_t *c)
 {
     if (c->state == C_CLOSED || c->writing)
         return;
+    tn_buf_t *src = &c->out;
+    if (c->tls != NULL) {
+        /* Seal the plaintext; handshake records may be waiting already. */
+        if (tn_buf_size(&c->out) > 0) {
+            int rc = tn_tls_write(c->tls, tn_buf_data(&c->out), tn_buf_size(&c->out), &c->sealed);
+            tn_buf_reset(&c->out);
+            if (rc != 0) {
+                TN_LOG_RL(TN_LOG_DEBUG, 10000, "HTTPS %s: %s", c->remote,
+                          rc == TN_EPROTO ? tn_tls_errmsg(c->tls) : tn_strerror(rc));
+                conn_close(c);
+                return;
+            }
+        }
+        src = &c->sealed;
+    }
     c->wreq.data = c;
-    int rc = tn_stream_send((uv_stream_t *)&c->tcp, &c->out, &c->wbuf, &c->wreq, on_written);
+    int rc = tn_stream_send((uv_stream_t *)&c->tcp, src, &c->wbuf, &c->wreq, on_written);
     if (rc < 0) {
         conn_close(c);
     } else if (rc == 0) {
@@ -834,11 +874,43 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
         *buf = uv_buf_init(scratch, sizeof(scratch));
         return;
     }
-    if (tn_buf_reserve(&c->in, READ_CHUNK) != 0) {
+    tn_buf_t *b = c->tls != NULL ? &c->raw : &c->in;
+    if (tn_buf_reserve(b, READ_CHUNK) != 0) {
         *buf = uv_buf_init(NULL, 0);
         return;
     }
-    *buf = uv_buf_init(c->in.base + c->in.len, READ_CHUNK);
+    *buf = uv_buf_init(b->base + b->len, READ_CHUNK);
+}
+
+/* HTTPS: pass what was read through the session into c->in, and send
+ * the handshake records it produced. false when the connection closed. */
+static bool tls_unseal(conn_t *c)
+{
+    bool done = false;
+    int rc = tn_tls_feed(c->tls, tn_buf_data(&c->raw), tn_buf_size(&c->raw), &c->in, &done);
+    tn_buf_reset(&c->raw);
+    if (rc == 0)
+        rc = tn_tls_drain(c->tls, &c->sealed);
+    if (rc != 0) {
+        /* A failed handshake or a close_notify; neither is the server's
+         * business beyond debugging. The alert OpenSSL made (a protocol
+         * version refused, say) goes out before the close, so the client
+         * learns why. */
+        if (rc == TN_EPROTO && strstr(tn_tls_errmsg(c->tls), "handshake") != NULL)
+            TN_LOG_RL(TN_LOG_DEBUG, 10000, "HTTPS %s: %s", c->remote, tn_tls_errmsg(c->tls));
+        if (!done && rc == TN_EPROTO && tn_tls_drain(c->tls, &c->sealed) == 0 &&
+            tn_buf_size(&c->sealed) > 0) {
+            /* No request exists before the handshake: nothing to cancel. */
+            c->close_after = true;
+            flush(c);
+        } else {
+            conn_close(c);
+        }
+        return false;
+    }
+    if (tn_buf_size(&c->sealed) > 0)
+        flush(c);
+    return c->state != C_CLOSED;
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
@@ -851,7 +923,13 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0 || c->state == C_DRAINING)
         return;
-    c->in.len += (size_t)nread;
+    if (c->tls != NULL) {
+        c->raw.len += (size_t)nread;
+        if (!tls_unseal(c) || tn_buf_size(&c->in) == 0)
+            return;
+    } else {
+        c->in.len += (size_t)nread;
+    }
     if (c->state == C_UPGRADED) {
         up_feed(c);
         return;
@@ -895,6 +973,8 @@ static void accept_one(tn_http_server_t *s)
     tn_buf_init(&c->in);
     tn_buf_init(&c->out);
     tn_buf_init(&c->wbuf);
+    tn_buf_init(&c->raw);
+    tn_buf_init(&c->sealed);
     c->next = s->conns;
     if (s->conns != NULL)
         s->conns->prev = c;
@@ -902,6 +982,10 @@ static void accept_one(tn_http_server_t *s)
     s->nconns++;
     if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) != 0) {
         conn_close(c);
+        return;
+    }
+    if (s->tls != NULL && (c->tls = tn_tls_new(s->tls)) == NULL) {
+        conn_close(c); /* out of memory: dropped as a failed handshake is */
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
@@ -947,6 +1031,7 @@ int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const tn_n
     s->loop = loop;
     s->opts = *opts;
     s->refs = 1;
+    s->tls = opts->tls;
     uv_tcp_init(loop, &s->listener);
     s->listener.data = s;
     int rc = tn_addr_listen(&s->listener, addr, on_connection, err, errlen);
@@ -973,6 +1058,12 @@ void tn_http_server_stats(const tn_http_server_t *s, tn_http_server_stats_t *out
 int tn_http_server_port(const tn_http_server_t *s)
 {
     return s->port;
+}
+
+void tn_http_server_set_tls(tn_http_server_t *s, tn_tls_ctx_t *ctx)
+{
+    TN_ASSERT(s->tls != NULL && ctx != NULL);
+    s->tls = ctx;
 }
 
 void tn_http_server_close(tn_http_server_t *s, void (*cb)(void *arg), void *arg)

@@ -28,6 +28,13 @@
  * its request is parked is noticed (its socket is still read) and the
  * handler's cancel callback runs.
  *
+ * HTTPS: with a TLS context the listener speaks TLS (OpenSSL on memory
+ * BIOs, proto/nsq/tls.h): bytes read go through the session before the
+ * steps above see them, and everything written (answers, upgraded
+ * connections' bytes) is sealed on its way out, so nothing here blocks on
+ * a handshake. A handshake that fails closes the connection (logged at
+ * debug); a graceful close sends close_notify first.
+ *
  * Threads: the loop thread. */
 #ifndef TN_PROTO_HTTP_SERVER_H
 #define TN_PROTO_HTTP_SERVER_H
@@ -37,6 +44,7 @@
 #include "core/buf.h"
 #include "core/netaddr.h"
 #include "proto/http/parser.h"
+#include "proto/nsq/tls.h"
 
 #include <uv.h>
 
@@ -74,6 +82,7 @@ typedef struct {
     int64_t idle_timeout_ms;    /* keep-alive, 60 s */
     uint64_t large_body_budget; /* node-wide bytes of bodies over 1 MiB in flight */
     const char *server_name;    /* "Server:" header, borrowed */
+    tn_tls_ctx_t *tls; /* HTTPS with it (borrowed, see tn_http_server_set_tls); NULL: plain */
 } tn_http_opts_t;
 
 void tn_http_opts_default(tn_http_opts_t *o);
@@ -86,6 +95,11 @@ void tn_http_opts_default(tn_http_opts_t *o);
 int tn_http_server_start(uv_loop_t *loop, const tn_http_opts_t *opts, const tn_netaddr_t *addr,
                          tn_http_server_t **out, char *err, size_t errlen);
 int tn_http_server_port(const tn_http_server_t *s);
+/* Serve new TLS handshakes with ctx from now on (a certificate reload);
+ * connections already open keep the session they have. ctx is borrowed
+ * until the next call or the server's close; the previous one may be
+ * freed on return. Only for a server started with a context. */
+void tn_http_server_set_tls(tn_http_server_t *s, tn_tls_ctx_t *ctx);
 
 typedef struct {
     uint32_t connections; /* upgraded ones included */

@@ -5,6 +5,7 @@
 
 #include "auth/nsqauth.h"
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "proto/addr.h"
 #include "proto/stream.h"
 #include "core/err.h"
@@ -1420,6 +1421,18 @@ void tn_nsq_server_stats(const tn_nsq_server_t *s, tn_nsq_server_stats_t *out)
 tn_nsqauth_t *tn_nsq_server_auth(const tn_nsq_server_t *s)
 {
     return s->auth;
+}
+
+bool tn_nsq_server_has_tls(const tn_nsq_server_t *s)
+{
+    return s->tls != NULL;
+}
+
+void tn_nsq_server_set_tls(tn_nsq_server_t *s, tn_tls_ctx_t *ctx)
+{
+    TN_ASSERT(s->tls != NULL && ctx != NULL);
+    tn_tls_ctx_free(s->tls);
+    s->tls = ctx;
 }
 
 int tn_nsq_server_port(const tn_nsq_server_t *s)

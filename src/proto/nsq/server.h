@@ -40,6 +40,7 @@
 #include "core/netaddr.h"
 #include "proto/nsq/codec.h"
 #include "proto/nsq/identify.h"
+#include "proto/nsq/tls.h"
 #include "queue/queue.h"
 
 #include <uv.h>
@@ -104,6 +105,12 @@ int tn_nsq_server_producers_json(const tn_nsq_server_t *s, const char *topic, tn
  * (other doors share its cache). */
 tn_nsqauth_t *tn_nsq_server_auth(const tn_nsq_server_t *s);
 int tn_nsq_server_port(const tn_nsq_server_t *s);
+/* Whether the server has a TLS context (tls-cert was given at start). */
+bool tn_nsq_server_has_tls(const tn_nsq_server_t *s);
+/* Use ctx for IDENTIFY tls_v1 upgrades from now on (a certificate
+ * reload); sessions already upgraded keep theirs. ctx is transferred; the
+ * previous context is freed. Only for a server that has one. */
+void tn_nsq_server_set_tls(tn_nsq_server_t *s, tn_tls_ctx_t *ctx);
 /* Stop listening, close every connection (their in-flight messages go back
  * to their channels) and free the server; cb runs when all is closed. */
 void tn_nsq_server_close(tn_nsq_server_t *s, void (*cb)(void *arg), void *arg);

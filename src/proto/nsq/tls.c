@@ -14,6 +14,7 @@
 
 struct tn_tls_ctx_s {
     SSL_CTX *ssl;
+    unsigned char alpn[32]; /* wire format: length byte + name; [0] == 0 when none */
 };
 
 struct tn_tls_s {
@@ -110,6 +111,45 @@ fail:
     return TN_ECONFIG;
 }
 
+/* Pick the context's protocol if the client offers it; otherwise carry on
+ * without ALPN (a client that offers only h2 gets HTTP/1.1 or leaves). */
+static int select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned int inlen, void *arg)
+{
+    (void)ssl;
+    tn_tls_ctx_t *c = arg;
+    unsigned char *sel = NULL;
+    if (SSL_select_next_proto(&sel, outlen, c->alpn, c->alpn[0] + 1u, in, inlen) !=
+        OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_NOACK;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
+
+int tn_tls_ctx_set_alpn(tn_tls_ctx_t *ctx, const char *proto)
+{
+    size_t n = strlen(proto);
+    if (n == 0 || n >= sizeof(ctx->alpn))
+        return UV_EINVAL;
+    ctx->alpn[0] = (unsigned char)n;
+    memcpy(ctx->alpn + 1, proto, n);
+    SSL_CTX_set_alpn_select_cb(ctx->ssl, select_alpn, ctx);
+    return 0;
+}
+
+void tn_tls_ctx_fingerprint(const tn_tls_ctx_t *ctx, char *out, size_t len)
+{
+    out[0] = '\0';
+    X509 *cert = SSL_CTX_get0_certificate(ctx->ssl);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    if (cert == NULL || X509_digest(cert, EVP_sha256(), md, &mdlen) != 1)
+        return;
+    size_t n = 0;
+    for (unsigned int i = 0; i < mdlen && n + 4 <= len; i++)
+        n += (size_t)snprintf(out + n, len - n, "%s%02X", i ? ":" : "", md[i]);
+}
+
 void tn_tls_ctx_free(tn_tls_ctx_t *ctx)
 {
     if (ctx == NULL)
@@ -145,6 +185,15 @@ void tn_tls_free(tn_tls_t *t)
         return;
     SSL_free(t->ssl);
     tn_free(t);
+}
+
+int tn_tls_close_notify(tn_tls_t *t, tn_buf_t *wire)
+{
+    if (!t->done)
+        return 0;
+    (void)SSL_shutdown(t->ssl); /* queues close_notify; the peer's answer is not awaited */
+    ERR_clear_error();
+    return tn_tls_drain(t, wire);
 }
 
 const char *tn_tls_errmsg(const tn_tls_t *t)

@@ -34,6 +34,17 @@ typedef enum {
 int tn_tls_ctx_new(const char *cert, const char *key, const char *ca, tn_tls_client_policy_t policy,
                    const char *min_version, tn_tls_ctx_t **out, char *err, size_t errlen);
 void tn_tls_ctx_free(tn_tls_ctx_t *ctx);
+/* Answer ALPN with proto ("http/1.1") when the client offers it; a client
+ * that offers only others proceeds without ALPN. 0 or UV_EINVAL. Before
+ * the first session is made. */
+int tn_tls_ctx_set_alpn(tn_tls_ctx_t *ctx, const char *proto);
+/* The SHA-256 fingerprint of the context's certificate, "AB:CD:..." (95
+ * characters and a NUL fit 96 bytes); "" if none. For logs. */
+void tn_tls_ctx_fingerprint(const tn_tls_ctx_t *ctx, char *out, size_t len);
+
+/* Sessions hold their own reference to what a context loaded: a context
+ * may be freed (after a certificate reload, say) while sessions made
+ * from it live on. */
 
 /* A server session. NULL when out of memory. */
 tn_tls_t *tn_tls_new(tn_tls_ctx_t *ctx);
@@ -47,6 +58,9 @@ int tn_tls_feed(tn_tls_t *t, const char *data, size_t len, tn_buf_t *plain, bool
 int tn_tls_write(tn_tls_t *t, const char *data, size_t len, tn_buf_t *wire);
 /* Append pending records (handshake, alerts) to wire. */
 int tn_tls_drain(tn_tls_t *t, tn_buf_t *wire);
+/* Append a close_notify alert to wire (after the handshake; nothing
+ * before it). 0 or UV_ENOMEM. */
+int tn_tls_close_notify(tn_tls_t *t, tn_buf_t *wire);
 /* The client certificate's common name, or "" (after the handshake). */
 void tn_tls_common_name(tn_tls_t *t, char *out, size_t len);
 

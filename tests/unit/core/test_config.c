@@ -983,6 +983,71 @@ static void test_cluster_timeouts(void **state)
     expect_refused(a4, NULL, "cluster-heartbeat-interval", "100ms..1m");
 }
 
+/* What branch serve added: log-format, nsqd's log-level fatal,
+ * https-address and its certificate, and the change list SIGHUP logs. */
+static void note_change(const char *name, void *arg)
+{
+    char *out = arg;
+    strcat(out, name);
+    strcat(out, " ");
+}
+
+static void test_serve_options(void **state)
+{
+    (void)state;
+    tn_config_t a, b;
+    assert_int_equal(tn_config_init(&a), 0);
+    assert_int_equal(a.log_format, 0);
+    assert_string_equal(a.https_address, "");
+    char err[512] = "";
+    char *envp[] = {NULL};
+    char *argv[] = {"ternd",
+                    "--log-format=json",
+                    "--log-level=fatal",
+                    "--https-address=127.0.0.1:0",
+                    "--tls-cert=/c",
+                    "--tls-key=/k",
+                    NULL};
+    assert_int_equal(tn_config_load(&a, 6, argv, envp, err, sizeof(err)), 0);
+    assert_int_equal(a.log_format, 1);
+    assert_int_equal(a.log_level, 5);
+    assert_int_equal(a.https_listen.addr.sa.ss_family, AF_INET);
+
+    assert_int_equal(tn_config_init(&b), 0);
+    char *argv2[] = {"ternd",
+                     "--log-format=json",
+                     "--log-level=debug",
+                     "--max-msg-size=2MiB",
+                     "--https-address=127.0.0.1:0",
+                     "--tls-cert=/c",
+                     "--tls-key=/k",
+                     NULL};
+    assert_int_equal(tn_config_load(&b, 7, argv2, envp, err, sizeof(err)), 0);
+    char changed[256] = "";
+    tn_config_each_change(&a, &b, note_change, changed);
+    assert_string_equal(changed, "log-level max-msg-size ");
+    changed[0] = '\0';
+    tn_config_each_change(&a, &a, note_change, changed);
+    assert_string_equal(changed, "");
+    tn_config_fini(&a);
+    tn_config_fini(&b);
+
+    char *no_cert[] = {"ternd", "--https-address=127.0.0.1:0", NULL};
+    expect_error(2, no_cert, envp, "https-address needs tls-cert", "tls-key");
+    char *bad_format[] = {"ternd", "--log-format=xml", NULL};
+    expect_error(2, bad_format, envp, "log-format", "json");
+    /* What the startup line lists as settings from the environment. */
+    assert_true(tn_config_env_is_setting("TERN_DATA_PATH=/d"));
+    assert_true(tn_config_env_is_setting("TERN_LOG_FORMAT=json"));
+    assert_true(tn_config_env_is_setting("TERN_CLUSTER_SECRET=s"));
+    assert_false(tn_config_env_is_setting("TERN_CONFIG=/c"));
+    assert_false(tn_config_env_is_setting("TERN_ADMIN_PASSWORD=p"));
+    assert_false(tn_config_env_is_setting("TERN_DATA_PATH"));
+    assert_false(tn_config_env_is_setting("TERNDATA_PATH=x"));
+    char *bad_addr[] = {"ternd", "--https-address=[::1", "--tls-cert=/c", "--tls-key=/k", NULL};
+    expect_error(4, bad_addr, envp, "https-address", "missing ']'");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1001,6 +1066,7 @@ int main(void)
         cmocka_unit_test(test_cluster_secret),
         cmocka_unit_test(test_cluster_security),
         cmocka_unit_test(test_cluster_timeouts),
+        cmocka_unit_test(test_serve_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
