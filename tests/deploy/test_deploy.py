@@ -9,7 +9,8 @@ dashboard (ctest label `deploy`).
   dpkg says; every package exists in Debian (apt-cache show); the user is
   not root; no ADD of a URL, no curl or wget; a VOLUME for the data; no
   HEALTHCHECK; ENV names are ternd options; the entrypoint script's
-  StatefulSet logic, run with a stub ternd.
+  StatefulSet logic, run with a stub ternd, and with three real members
+  (their DNS names from a private /etc/hosts: unshare -m, as root).
 - Chart and manifests: deploy/helm/tern rendered by render.py (helm is not
   in Debian 12) equals deploy/kubernetes/*.yaml in substance; names,
   selectors, ports against ternd's defaults from `ternd --help`, probes,
@@ -363,6 +364,147 @@ class Entrypoint(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0, env)
             self.assertIsNone(argv, f"ternd was started for {env}")
             self.assertIn(needle, r.stderr, env)
+
+
+class EntrypointCluster(unittest.TestCase):
+    """Three real ternd members started by the entrypoint as a StatefulSet
+    would start them: the same ports on three addresses (127.0.0.11-13
+    for the pods' IPs), and the pods' DNS names t-N.t-peers from an
+    /etc/hosts bind-mounted in a mount namespace of their own (unshare -m,
+    as root), so nothing outside sees it. The first start bootstraps with
+    --peers; a restarted member and a member whose volume was emptied
+    come back with --join."""
+
+    N = 3
+    SECRET = "entrypoint-cluster-secret-0123456789abcdef"
+    PASSWORD = "entrypoint-admin"
+
+    @classmethod
+    def setUpClass(cls):
+        if shutil.which("unshare") is None or os.geteuid() != 0:
+            raise AssertionError("this test needs root and unshare (util-linux) for a private "
+                                 "/etc/hosts")
+        cls.dir = tempfile.mkdtemp(prefix="tern-entry-cluster-")
+        cls.hosts = os.path.join(cls.dir, "hosts")
+        with open("/etc/hosts") as f:
+            base = f.read()
+        with open(cls.hosts, "w") as f:
+            f.write(base + "".join(f"127.0.0.{11 + i} t-{i}.t-peers\n" for i in range(cls.N)))
+        cls.http, cls.raft = harness.free_port(), harness.free_port()
+        cls.procs = {}
+        try:
+            for i in range(cls.N):
+                cls.start(i)
+            for i in range(cls.N):
+                cls.wait_ready(i)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        for i in list(cls.procs):
+            cls.stop(i)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @classmethod
+    def start(cls, i):
+        env = {"PATH": os.environ["PATH"], "HOSTNAME": f"t-{i}", "TERND": daemon_mod.TERND,
+               "TERN_REPLICAS": str(cls.N), "TERN_PEER_SERVICE": "t-peers",
+               "POD_IP": f"127.0.0.{11 + i}", "TERN_HTTP_PORT": str(cls.http),
+               "TERN_RAFT_PORT": str(cls.raft), "TERN_PEER_WAIT": "60",
+               "TERN_DATA_PATH": os.path.join(cls.dir, f"data{i}"),
+               "TERN_HTTP_ADDRESS": f"127.0.0.{11 + i}:{cls.http}",
+               "TERN_TCP_ADDRESS": f"127.0.0.{11 + i}:0",
+               "TERN_CLUSTER_SECRET": cls.SECRET, "TERN_ADMIN_PASSWORD": cls.PASSWORD}
+        log = open(os.path.join(cls.dir, f"t-{i}.log"), "a")
+        # unshare and sh exec in place: the process id ends up ternd's.
+        cls.procs[i] = subprocess.Popen(
+            ["unshare", "-m", "--", "sh", "-c",
+             'mount --bind "$0" /etc/hosts && exec bash "$1"', cls.hosts, ENTRYPOINT],
+            env=env, stdout=log, stderr=log)
+        log.close()
+
+    @classmethod
+    def stop(cls, i):
+        p = cls.procs.pop(i)
+        if p.poll() is None:
+            p.terminate()
+        try:
+            return p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=30)
+            return None
+
+    @classmethod
+    def log(cls, i):
+        with open(os.path.join(cls.dir, f"t-{i}.log")) as f:
+            return f.read()
+
+    @classmethod
+    def request(cls, i, path, auth=False):
+        headers = {"Authorization": harness.basic("admin", cls.PASSWORD)} if auth else {}
+        c = http.client.HTTPConnection(f"127.0.0.{11 + i}", cls.http, timeout=5)
+        try:
+            c.request("GET", path, headers=headers)
+            r = c.getresponse()
+            return r.status, r.read()
+        except OSError:
+            return None, b""
+        finally:
+            c.close()
+
+    @classmethod
+    def wait_ready(cls, i, timeout=90):
+        import time
+        deadline = time.monotonic() + timeout
+        while cls.request(i, "/readyz")[0] != 200:
+            if cls.procs[i].poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"t-{i} is not ready (exit {cls.procs[i].poll()}):\n"
+                                     f"{cls.log(i)}")
+            time.sleep(0.2)
+
+    def alive(self, i):
+        """The API addresses of the members t-i sees alive; the answer
+        instead while it is not 200 (401 until the root user's creation
+        has committed)."""
+        status, body = self.request(i, "/v1/cluster/members", auth=True)
+        if status != 200:
+            return (status, body)
+        return sorted(m["api_addr"] for m in json.loads(body)["members"]
+                      if m["status"] == "alive")
+
+    def wait_alive(self, i, want, timeout=60):
+        import time
+        deadline = time.monotonic() + timeout
+        while self.alive(i) != want:
+            self.assertLess(time.monotonic(), deadline, f"members seen by t-{i}: "
+                            f"{self.alive(i)}, not {want}")
+            time.sleep(0.3)
+
+    def test_bootstrap_restart_and_new_volume(self):
+        names = sorted(f"t-{i}.t-peers:{self.http}" for i in range(self.N))
+        for i in range(self.N):
+            self.assertIn(f"tern-entrypoint: member {i + 1} of 3: --node-id {i + 1} "
+                          f"--advertise-address t-{i}.t-peers:{self.http} --raft-address "
+                          f"127.0.0.{11 + i}:{self.raft} --peers 1@t-0.t-peers:{self.raft},"
+                          f"2@t-1.t-peers:{self.raft},3@t-2.t-peers:{self.raft}", self.log(i))
+        self.wait_alive(0, names)
+        # A restart (Raft state on its volume) comes back with --join.
+        self.assertEqual(self.stop(1), 0, self.log(1))
+        self.start(1)
+        self.wait_ready(1)
+        self.assertIn(f"--join t-0.t-peers:{self.http},t-2.t-peers:{self.http}", self.log(1))
+        # An emptied volume while the others run: --join too (a ready
+        # member answered), admitted again as the member it was.
+        self.assertEqual(self.stop(2), 0, self.log(2))
+        shutil.rmtree(os.path.join(self.dir, "data2"))
+        self.start(2)
+        self.wait_ready(2)
+        self.assertEqual(self.log(2).count("--join t-0.t-peers"), 1, self.log(2))
+        self.assertNotIn("--peers", self.log(2).split("--node-id 3")[-1])
+        self.wait_alive(2, names)
 
 
 # --- the chart and the manifests ----------------------------------------------
