@@ -668,9 +668,18 @@ class Chart(unittest.TestCase):
             self.assertIn(get["port"], ("http", http), probe)
         cmd = c["lifecycle"]["preStop"]["exec"]["command"]
         self.assertEqual(cmd[:3], ["ternctl", "drain", "--wait"])
-        self.assertEqual(cmd[3], "--timeout")
+        # --drain-timeout bounds the drain (ternctl's --timeout is its
+        # bound per request); --wait gives up 10 s past the drain's bound.
+        self.assertEqual(cmd[3], "--drain-timeout")
         grace = self.pod()["spec"]["terminationGracePeriodSeconds"]
-        self.assertGreater(grace, duration_s(cmd[4]))
+        self.assertGreater(grace, duration_s(cmd[4]) + 10)
+        if TERNCTL:
+            r = subprocess.run([TERNCTL, "drain", "--help"], capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for flag in cmd[2:]:
+                if flag.startswith("--"):
+                    self.assertIn(flag, r.stdout, f"ternctl drain takes no {flag}")
         env = {e["name"]: e for e in c["env"]}
         self.assertIn("TERN_URL", env)
         self.assertIn("secretKeyRef", env["TERN_PASSWORD"]["valueFrom"])
