@@ -35,6 +35,15 @@ fi
 if ! command -v nft >/dev/null 2>&1; then
     missing+=(nftables)
 fi
+# promtool (Debian's prometheus package) and python3-yaml check deploy/:
+# the alert rules and dashboard against a live /metrics, the rendered
+# Kubernetes manifests and chart (tests/deploy).
+if ! command -v promtool >/dev/null 2>&1; then
+    missing+=(prometheus)
+fi
+if ! python3 -c 'import yaml' >/dev/null 2>&1; then
+    missing+=(python3-yaml)
+fi
 if ! command -v node >/dev/null 2>&1; then
     missing+=(nodejs)
 fi

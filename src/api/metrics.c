@@ -5,6 +5,9 @@
 
 #include "core/err.h"
 #include "core/time.h"
+#include "meta/state.h"
+#include "storage/chanlog.h"
+#include "storage/plog.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -134,6 +137,59 @@ static void per_topic(const tn_metrics_t *m, tn_buf_t *b)
            "topics left out of the per-topic series (metrics-max-topics)", omitted);
 }
 
+/* Logs of this node's partitions and channels whose sticky error (a CRC
+ * failure, a failed write or fdatasync, damage found by recovery) isolates
+ * them until a restart: the storage-error alert's input. Every topic is
+ * counted, whatever metrics-max-topics says. */
+static void isolated(const tn_metrics_t *m, tn_buf_t *b)
+{
+    tn_broker_t *br = m->api->broker;
+    uint64_t parts = 0, chans = 0;
+    for (size_t i = 0; i < br->nbuckets; i++) {
+        for (tn_topic_t *t = br->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->state != TN_OBJ_READY)
+                continue;
+            for (uint32_t p = 0; p < t->nparts; p++) {
+                if (!tn_topic_part_local(t, p))
+                    continue;
+                if (tn_plog_err(t->parts[p]->plog) != 0)
+                    parts++;
+                for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+                    if (ch->state != TN_OBJ_READY || ch->parts == NULL)
+                        continue;
+                    tn_chpart_t *cp = ch->parts[p];
+                    if (cp != NULL && cp->cl != NULL && tn_chanlog_err(cp->cl) != 0)
+                        chans++;
+                }
+            }
+        }
+    }
+    family(b, "tern_isolated_logs", "gauge",
+           "logs refusing reads and writes after a storage error, until a restart");
+    put(b, "tern_isolated_logs{log=\"partition\"} %" PRIu64 "\n", parts);
+    put(b, "tern_isolated_logs{log=\"channel\"} %" PRIu64 "\n", chans);
+}
+
+/* The members this node's metastore replica records, alive and dead (a
+ * member is dead once it missed cluster-dead-after of heartbeats). */
+static void members(const tn_metrics_t *m, tn_buf_t *b)
+{
+    if (m->api->meta == NULL)
+        return;
+    const tn_meta_state_t *s = tn_meta_state(m->api->meta);
+    uint64_t alive = 0, dead = 0;
+    for (size_t i = 0; i < s->nmembers; i++) {
+        if (s->members[i].status == TN_MEMBER_DEAD)
+            dead++;
+        else
+            alive++;
+    }
+    family(b, "tern_cluster_members", "gauge",
+           "cluster members in this node's metastore replica, by status");
+    put(b, "tern_cluster_members{status=\"alive\"} %" PRIu64 "\n", alive);
+    put(b, "tern_cluster_members{status=\"dead\"} %" PRIu64 "\n", dead);
+}
+
 int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
 {
     tn_broker_t *br = m->api->broker;
@@ -198,6 +254,8 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
         family(b, "tern_http_responses_total", "counter", "HTTP answers, by status class");
         for (int k = 1; k <= 5; k++)
             put(b, "tern_http_responses_total{class=\"%dxx\"} %" PRIu64 "\n", k, hs.by_status[k]);
+        scalar(b, "tern_http_unauthorized_total", "counter",
+               "HTTP answers 401: credentials missing or wrong", hs.unauthorized);
         scalar(b, "tern_http_large_body_bytes", "gauge",
                "bytes of the node-wide budget for bodies over 1 MiB in use", hs.large_body_bytes);
     }
@@ -217,6 +275,8 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
     }
     scrub_metrics(m, b);
     per_topic(m, b);
+    isolated(m, b);
+    members(m, b);
     int rc = m->rpc != NULL ? tn_rpc_metrics_write(m->rpc, b) : 0;
     if (rc == 0 && m->dataplane != NULL)
         rc = tn_dataplane_metrics_write(m->dataplane, b);

@@ -401,10 +401,16 @@ class TerndTest(unittest.TestCase):
             b = f.read(1)
             f.seek(60)
             f.write(bytes([b[0] ^ 0xFF]))
-        d = Daemon(self.data)
+        d = Daemon(self.data, "--metrics-address=127.0.0.1:0")
         line = d.wait_for("ready")
         self.assertIn("3 partitions (1 isolated)", line)
         self.assertIn("partition crash/1 isolated", "".join(d.lines))
+        # /metrics counts it (deploy/prometheus's TernStorageLogIsolated).
+        c = http.client.HTTPConnection("127.0.0.1", d.metrics_port, timeout=10)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        self.assertIn('tern_isolated_logs{log="partition"} 1\n', text)
         self.assertEqual(d.stop(), 0, d.log())
 
 

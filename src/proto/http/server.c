@@ -96,6 +96,7 @@ struct tn_http_server_s {
     uint64_t large_in_use;
     uint64_t requests;
     uint64_t by_status[6];
+    uint64_t unauthorized; /* 401 answers */
     void (*close_cb)(void *arg);
     void *close_arg;
     tn_tls_ctx_t *tls; /* borrowed; NULL: plain HTTP */
@@ -396,6 +397,8 @@ static void write_answer(conn_t *c, int minor, int status, const char *ctype, co
     c->srv->requests++;
     if (status >= 100 && status < 600)
         c->srv->by_status[status / 100]++;
+    if (status == 401)
+        c->srv->unauthorized++;
     int rc = append_fmt(&c->out, "HTTP/1.%d %d %s\r\nServer: %s\r\nContent-Length: %zu\r\n", minor,
                         status, tn_http_reason(status), c->srv->opts.server_name, len);
     if (rc == 0 && ctype != NULL)
@@ -1052,6 +1055,7 @@ void tn_http_server_stats(const tn_http_server_t *s, tn_http_server_stats_t *out
     out->upgraded = s->nupgraded;
     out->requests = s->requests;
     memcpy(out->by_status, s->by_status, sizeof(out->by_status));
+    out->unauthorized = s->unauthorized;
     out->large_body_bytes = s->large_in_use;
 }
 

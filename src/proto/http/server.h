@@ -106,6 +106,7 @@ typedef struct {
     uint32_t upgraded;
     uint64_t requests;
     uint64_t by_status[6];     /* answers by class: [1] 1xx .. [5] 5xx */
+    uint64_t unauthorized;     /* 401 answers: credentials missing or wrong */
     uint64_t large_body_bytes; /* budget in use */
 } tn_http_server_stats_t;
 

@@ -1,0 +1,138 @@
+#!/bin/bash
+# The container's entrypoint: execs ternd with the arguments the container
+# was given, after deriving a cluster member's settings from its
+# StatefulSet pod when TERN_REPLICAS says it is one of several.
+#
+# On its own (TERN_REPLICAS unset or 1) it only execs ternd "$@": every
+# other setting comes from the arguments or from TERN_<OPTION> variables,
+# which ternd reads itself (TERN_DATA_PATH, TERN_HTTP_ADDRESS, ...).
+#
+# As member N of a StatefulSet of TERN_REPLICAS pods (its host name ends
+# in -<ordinal>, N = ordinal + 1), it adds, unless already given:
+#   --node-id N
+#   --advertise-address <pod>.<TERN_PEER_SERVICE>:<TERN_HTTP_PORT>
+#       (a DNS name: node RPC resolves it again before every dial, so it
+#       follows the pod to a new IP)
+#   --raft-address $POD_IP:<TERN_RAFT_PORT>
+#       (Raft takes IPv4 literals only, so the pod's own IP: see
+#       docs/operations.md, "Containers and Kubernetes", on pod IPs)
+#   --raft-tls-cert/--raft-tls-key/--raft-tls-ca from TERN_RAFT_TLS_DIR
+#       when that is set: <pod>.crt and <pod>.key there (a certificate per
+#       member), else tls.crt and tls.key (one for all); ca.crt either way
+# and one of
+#   --peers 1@<set>-0.<svc>:<raft>,...   when its data directory has no
+#       Raft state and no other member answers /readyz: the first start of
+#       the cluster. ternd resolves the names at start, so this waits
+#       (up to TERN_PEER_WAIT seconds, default 300) until every pod's name
+#       resolves (the peer Service publishes not-ready pods).
+#   --join <set>-0.<svc>:<http>,...      otherwise: a restart (Raft state
+#       on disk: ternd starts from it) or a member whose disk is new while
+#       the cluster runs (it asks to be admitted again, the lost-disk path
+#       of docs/cluster.md).
+#
+# Variables: TERN_REPLICAS, TERN_PEER_SERVICE (the headless Service),
+# POD_IP (the downward API's status.podIP), TERN_HTTP_PORT (4151),
+# TERN_RAFT_PORT (4153), TERN_PEER_WAIT (300), TERN_RAFT_TLS_DIR, TERN_DATA_PATH
+# (/var/lib/tern). It writes nothing: the root file system may be
+# read-only.
+set -euo pipefail
+
+TERND=${TERND:-/usr/bin/ternd}
+
+die() {
+    echo "tern-entrypoint: $*" >&2
+    exit 2
+}
+
+replicas=${TERN_REPLICAS:-1}
+if ! [[ "$replicas" =~ ^[0-9]+$ ]] || [ "$replicas" -lt 1 ]; then
+    die "TERN_REPLICAS must be a positive number, not '$replicas'"
+fi
+if [ "$replicas" -eq 1 ]; then
+    exec "$TERND" "$@"
+fi
+
+host=${HOSTNAME:-$(cat /proc/sys/kernel/hostname)}
+ordinal=${host##*-}
+set_name=${host%-*}
+if ! [[ "$ordinal" =~ ^[0-9]+$ ]] || [ "$set_name" = "$host" ]; then
+    die "host name '$host' does not end in -<ordinal>: TERN_REPLICAS=$replicas is for StatefulSet pods"
+fi
+[ "$ordinal" -lt "$replicas" ] ||
+    die "pod ordinal $ordinal is not below TERN_REPLICAS=$replicas (scaling up needs a --join of its own)"
+svc=${TERN_PEER_SERVICE:?tern-entrypoint: TERN_PEER_SERVICE (the headless peer Service) is not set}
+pod_ip=${POD_IP:?tern-entrypoint: POD_IP (the downward API status.podIP) is not set}
+http_port=${TERN_HTTP_PORT:-4151}
+raft_port=${TERN_RAFT_PORT:-4153}
+wait_s=${TERN_PEER_WAIT:-300}
+data=${TERN_DATA_PATH:-/var/lib/tern}
+
+# Whether an option is among the arguments already (--name or --name=...).
+given() {
+    local a
+    for a in "${@:2}"; do
+        case "$a" in --"$1" | --"$1"=*) return 0 ;; esac
+    done
+    return 1
+}
+
+# Whether http://$1:$http_port/readyz answers 200, over bash's /dev/tcp
+# (no curl in the image), within 2 s.
+ready_at() {
+    # shellcheck disable=SC2016 # $1 and $2 are the inner shell's arguments
+    timeout 2 bash -c '
+        exec 3<>"/dev/tcp/$1/$2" || exit 1
+        printf "GET /readyz HTTP/1.0\r\nHost: %s\r\n\r\n" "$1" >&3
+        IFS= read -r line <&3 && [[ "$line" == "HTTP/1."?" 200"* ]]' _ "$1" "$http_port" 2>/dev/null
+}
+
+extra=()
+given node-id "$@" || extra+=(--node-id "$((ordinal + 1))")
+given advertise-address "$@" || extra+=(--advertise-address "$host.$svc:$http_port")
+given raft-address "$@" || extra+=(--raft-address "$pod_ip:$raft_port")
+if [ -n "${TERN_RAFT_TLS_DIR:-}" ] && ! given raft-tls-cert "$@"; then
+    tls=$TERN_RAFT_TLS_DIR
+    base=tls
+    [ -e "$tls/$host.crt" ] && base=$host
+    for f in "$base.crt" "$base.key" ca.crt; do
+        [ -r "$tls/$f" ] || die "TERN_RAFT_TLS_DIR=$tls has no readable $f (expected $host.crt and $host.key, or tls.crt and tls.key, and ca.crt)"
+    done
+    extra+=(--raft-tls-cert "$tls/$base.crt" --raft-tls-key "$tls/$base.key" --raft-tls-ca "$tls/ca.crt")
+fi
+
+if ! given peers "$@" && ! given join "$@"; then
+    names=() peers="" join=""
+    for ((i = 0; i < replicas; i++)); do
+        names+=("$set_name-$i.$svc")
+        peers+="${peers:+,}$((i + 1))@$set_name-$i.$svc:$raft_port"
+        [ "$i" -eq "$ordinal" ] || join+="${join:+,}$set_name-$i.$svc:$http_port"
+    done
+    mode="peers"
+    if [ -e "$data/meta/metadata1" ] || [ -e "$data/meta/metadata2" ]; then
+        mode="join"
+    else
+        for n in "${names[@]}"; do
+            [ "$n" = "$host.$svc" ] && continue
+            if ready_at "$n"; then
+                mode="join"
+                break
+            fi
+        done
+    fi
+    if [ "$mode" = peers ]; then
+        deadline=$((SECONDS + wait_s))
+        for n in "${names[@]}"; do
+            until timeout 5 getent hosts "$n" >/dev/null; do
+                [ $SECONDS -lt $deadline ] ||
+                    die "$n does not resolve after ${wait_s}s (is the peer Service $svc there, with publishNotReadyAddresses?)"
+                sleep 1
+            done
+        done
+        extra+=(--peers "$peers")
+    else
+        extra+=(--join "$join")
+    fi
+fi
+
+echo "tern-entrypoint: member $((ordinal + 1)) of $replicas: ${extra[*]}" >&2
+exec "$TERND" "${extra[@]}" "$@"
