@@ -20,6 +20,9 @@ import unittest
 from daemon import Daemon
 import daemon as daemon_mod
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cluster"))
+from harness import free_port  # noqa: E402  (below 32768, free over TCP and UDP)
+
 
 def readyz(port):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -135,15 +138,7 @@ class NotifyTest(unittest.TestCase):
     def test_no_quorum_never_ready(self):
         # Node 1 of two voters; node 2 never starts, so there is no leader
         # and /readyz stays 503: READY=1 must not come.
-        ports = []
-        socks = []
-        for _ in range(3):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-        for s in socks:
-            s.close()
+        ports = [free_port() for _ in range(3)]
         secret = os.path.join(self.tmp.name, "secret")
         fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
