@@ -16,9 +16,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-_Static_assert(sizeof(struct sockaddr_un) <= sizeof(((tn_notify_t *)0)->addr),
-               "tn_notify_t.addr holds a struct sockaddr_un");
-
 static void set_off(tn_notify_t *n)
 {
     n->fd = -1;
@@ -62,7 +59,7 @@ int tn_notify_open(tn_notify_t *n, const char *value, char *err, size_t errlen)
     struct timeval tv = {TN_NOTIFY_SEND_TIMEOUT_MS / 1000,
                          (TN_NOTIFY_SEND_TIMEOUT_MS % 1000) * 1000};
     (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    memcpy(n->addr, &sun, sizeof(sun));
+    n->addr = sun;
     /* An abstract name is exactly its bytes: no trailing NULs. */
     n->addrlen = (uint32_t)(offsetof(struct sockaddr_un, sun_path) + len + (value[0] == '/'));
     n->fd = fd;
@@ -80,7 +77,7 @@ int tn_notify_send(tn_notify_t *n, const char *msg)
         return 0;
     ssize_t w;
     do {
-        w = sendto(n->fd, msg, strlen(msg), MSG_NOSIGNAL, (const struct sockaddr *)n->addr,
+        w = sendto(n->fd, msg, strlen(msg), MSG_NOSIGNAL, (const struct sockaddr *)&n->addr,
                    (socklen_t)n->addrlen);
     } while (w < 0 && errno == EINTR);
     if (w < 0)

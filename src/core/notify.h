@@ -17,13 +17,15 @@
 
 #include "core/platform.h"
 
+#include <sys/un.h>
+
 #define TN_NOTIFY_SEND_TIMEOUT_MS 1000
 
 typedef struct {
     int fd;                  /* -1: off (no NOTIFY_SOCKET) */
     char where[112];         /* the address as given, for error messages */
-    unsigned char addr[128]; /* struct sockaddr_un, kept opaque here */
-    uint32_t addrlen;
+    struct sockaddr_un addr; /* where datagrams go */
+    uint32_t addrlen;        /* its length: an abstract name has no trailing NUL */
 } tn_notify_t;
 
 /* Set n up for the address in value (NOTIFY_SOCKET's; borrowed). NULL or

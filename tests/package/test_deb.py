@@ -72,7 +72,12 @@ def build(source, work, jobs):
     first = open(os.path.join(tree, "debian/changelog")).readline()
     assert first.startswith(f"tern ({version})"), \
         f"debian/changelog's top entry {first.strip()!r} is not version.h's {version}"
-    env = dict(os.environ, DEB_BUILD_OPTIONS=f"nocheck parallel={jobs}")
+    # Run from `make test`, ctest hands down the outer make's MAKEFLAGS
+    # (a jobserver whose descriptors are not ours): debian/rules gets -jN
+    # from parallel= alone.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    env["DEB_BUILD_OPTIONS"] = f"nocheck parallel={jobs}"
     start = time.monotonic()
     r = subprocess.run(["dpkg-buildpackage", "-b", "-us", "-uc"], cwd=tree, env=env,
                        capture_output=True, text=True, timeout=1800)
