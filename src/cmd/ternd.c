@@ -379,7 +379,7 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     }
     d->stopping = true;
-    notify_stopping(d, signum == SIGINT ? "SIGINT: shutting down" : "SIGTERM: shutting down");
+    notify_stopping(d, "shutting down");
     uint64_t leader = 0;
     const char *api = "";
     /* A leader hands Raft leadership to another voter first, so the

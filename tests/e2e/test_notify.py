@@ -112,7 +112,7 @@ class NotifyTest(unittest.TestCase):
             d.proc.send_signal(signal.SIGTERM)
             _, stopping = m.wait_for("STOPPING")
             self.assertEqual(stopping["STOPPING"], "1")
-            self.assertIn("SIGTERM", stopping["STATUS"])
+            self.assertIn("shutting down", stopping["STATUS"])
             # The one SIGTERM ends it (stop() would send another).
             self.assertEqual(d.proc.wait(timeout=60), 0)
             d.stop()
