@@ -24,6 +24,8 @@ set(TERN_SUMMARY_ternd "the tern message broker daemon")
 set(TERN_SUMMARY_tern-bench "load generator for tern and nsqd over the NSQ protocol")
 set(TERN_SUMMARY_tern-v1-bench "load generator for tern's native /v1 API")
 set(TERN_SUMMARY_ternctl "command-line client for tern nodes and clusters")
+# ternctl's page also holds every `ternctl COMMAND --help`.
+set(TERN_MANFLAGS_ternctl --subcommands)
 
 # Where the data lives (data-path in the config, the unit's state directory).
 set(TERN_DATA_DIR /var/lib/tern)
@@ -50,7 +52,7 @@ foreach(prog ${tern_installed})
         COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/packaging/man-from-help.py
                 --program $<TARGET_FILE:${prog}> --name ${prog}
                 --summary "${TERN_SUMMARY_${prog}}" --version ${TERN_VERSION}
-                --see-also ${tern_see_also} -o ${page}
+                --see-also ${tern_see_also} ${TERN_MANFLAGS_${prog}} -o ${page}
         DEPENDS ${prog} ${CMAKE_SOURCE_DIR}/packaging/man-from-help.py
         COMMENT "man page ${prog}.1 from ${prog} --help" VERBATIM)
     list(APPEND tern_man_pages ${page})

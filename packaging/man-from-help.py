@@ -17,8 +17,11 @@ The help text is read as tern's programs write it:
     if it has a gap of two or more spaces, the words after the gap begin
     its description (the one-line style of tern-bench); lines indented
     deeper continue the description.
-Standard library only; exit status 1 with a message when the program's
---help fails or prints nothing to read.
+With --subcommands (ternctl), each command under a "Commands:" heading is
+run as `PROGRAM COMMAND --help` too, and its text goes into a COMMAND HELP
+section as printed (less the lines it shares with the end of the program's
+own --help: the global flags). Standard library only; exit status 1 with a
+message when any --help fails or prints nothing to read.
 """
 import argparse
 import os
@@ -51,7 +54,38 @@ def tag(text):
     return " ".join(out)
 
 
-def convert(help_text, name, summary, version, see_also):
+def command_names(help_text):
+    """The commands listed under a "Commands:" heading (first word of each
+    item at its indent)."""
+    names = []
+    inside = None
+    for line in help_text.split("\n"):
+        if line and not line.startswith(" "):
+            inside = line.strip().lower() == "commands:"
+            continue
+        if inside and line.strip():
+            indent = len(line) - len(line.lstrip(" "))
+            if inside is True:
+                inside = indent
+            if indent == inside:
+                names.append(line.split()[0])
+    return names
+
+
+def without_common_tail(text, top):
+    """text less the lines it ends with that top ends with too (the global
+    flags every command's help repeats)."""
+    a, b = text.rstrip("\n").split("\n"), top.rstrip("\n").split("\n")
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    kept = a[:len(a) - n] if n >= 2 else a
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return "\n".join(kept)
+
+
+def convert(help_text, name, summary, version, see_also, subcommands=()):
     lines = help_text.rstrip("\n").split("\n")
     if not lines or not lines[0].lower().startswith("usage:"):
         raise ValueError("--help does not begin with a usage: line")
@@ -83,7 +117,7 @@ def convert(help_text, name, summary, version, see_also):
             paragraph_open = False
             item_indent = None if indent == 0 else item_indent
             continue
-        if indent == 0 and stripped.endswith(":") and len(stripped) < 60:
+        if indent == 0 and stripped.endswith(":") and len(stripped) < 100:
             title = stripped[:-1]
             std = MAN_SECTIONS.get(title.lower())
             if std is not None:
@@ -115,6 +149,15 @@ def convert(help_text, name, summary, version, see_also):
         out.append(tag(head))
         if rest is not None:
             out.append(roff(rest))
+    for command, text in subcommands:
+        if command == subcommands[0][0]:
+            out.append(".SH COMMAND HELP")
+            out.append(f"What \\fB{roff(name)} \\fIcommand\\fB \\-\\-help\\fR prints for each "
+                       "command (the global flags above apply to all).")
+        out.append(f".SS {roff(name)} {roff(command)}")
+        out.append(".nf")
+        out += [roff(ln) if ln.strip() else "" for ln in text.split("\n")]
+        out.append(".fi")
     if see_also:
         out.append(".SH SEE ALSO")
         out.append(", ".join(f"\\fB{roff(s)}\\fR(1)" for s in see_also))
@@ -128,6 +171,9 @@ def main():
     ap.add_argument("--summary", required=True, help="the NAME line's description")
     ap.add_argument("--version", required=True)
     ap.add_argument("--see-also", default="", help="comma-separated program names")
+    ap.add_argument("--subcommands", action="store_true",
+                    help="also run `PROGRAM COMMAND --help` for every command under its "
+                         "Commands: heading and add each one's text")
     ap.add_argument("-o", "--output", required=True)
     args = ap.parse_args()
     try:
@@ -139,8 +185,20 @@ def main():
         sys.exit(f"man-from-help: {args.program} --help exited {r.returncode} with "
                  f"{len(r.stdout)} bytes on stdout: {r.stderr.strip()}")
     see = [s for s in args.see_also.split(",") if s and s != args.name]
+    subcommands = []
+    if args.subcommands:
+        names = command_names(r.stdout)
+        if not names:
+            sys.exit(f"man-from-help: {args.program} --help lists no commands under Commands:")
+        for command in names:
+            sub = subprocess.run([args.program, command, "--help"], capture_output=True,
+                                 text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+            if sub.returncode != 0 or not sub.stdout.strip():
+                sys.exit(f"man-from-help: {args.program} {command} --help exited "
+                         f"{sub.returncode}: {sub.stderr.strip()}")
+            subcommands.append((command, without_common_tail(sub.stdout, r.stdout)))
     try:
-        page = convert(r.stdout, args.name, args.summary, args.version, see)
+        page = convert(r.stdout, args.name, args.summary, args.version, see, subcommands)
     except ValueError as e:
         sys.exit(f"man-from-help: {args.program}: {e}")
     with open(args.output + ".tmp", "w") as f:

@@ -26,10 +26,58 @@ def cache_value(build, name):
     raise AssertionError(f"{name} not in {build}/CMakeCache.txt")
 
 
+FAKE = r"""#!/bin/sh
+# A program with commands, as ternctl prints its help.
+GLOBAL='Global flags (anywhere before `--`; flags > environment > default):
+  --url URL      the node (default http://127.0.0.1:4151)
+  --json         print JSON
+
+Exit codes: 0 success, 1 failed, 2 usage.'
+case "$1 $2" in
+"--help ") printf 'usage: fake [global flags] <command>\n\nCommands:\n  alpha   the first\n  beta    the second\n\n%s\n' "$GLOBAL";;
+"alpha --help") printf 'usage: fake alpha [--deep N]\n\nDoes the first thing.\n  --deep N   how deep\n\n%s\n' "$GLOBAL";;
+"beta --help") printf 'usage: fake beta\n\nThe second.\n\n%s\n' "$GLOBAL";;
+*) exit 2;;
+esac
+"""
+
+
+def check_subcommand_pages(source):
+    """man-from-help.py --subcommands (ternctl's page): each command's own
+    --help lands in COMMAND HELP without the global flags repeated, and a
+    command whose --help fails stops the build."""
+    script = os.path.join(source, "packaging", "man-from-help.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        prog = os.path.join(tmp, "fake")
+        with open(prog, "w") as f:
+            f.write(FAKE)
+        os.chmod(prog, 0o755)
+        page = os.path.join(tmp, "fake.1")
+        argv = [sys.executable, script, "--program", prog, "--name", "fake", "--summary", "x",
+                "--version", "1", "--subcommands", "-o", page]
+        r = subprocess.run(argv, capture_output=True, text=True)
+        assert r.returncode == 0, f"man-from-help --subcommands: {r.stderr}"
+        text = subprocess.run(["man", "-l", "-P", "cat", page], capture_output=True, text=True,
+                              env=dict(os.environ, MANWIDTH="100")).stdout
+        text = re.sub(r".\x08", "", text)
+        for want in ("COMMAND HELP", "fake alpha", "Does the first thing.", "--deep N",
+                     "fake beta", "The second."):
+            assert want in text, f"the page lacks {want!r}:\n{text}"
+        assert text.count("--url URL") == 1, f"global flags repeated:\n{text}"
+        broken = FAKE.replace('"beta --help") printf', '"beta --help") exit 3; printf')
+        with open(prog, "w") as f:
+            f.write(broken)
+        r = subprocess.run(argv, capture_output=True, text=True)
+        assert r.returncode != 0 and "fake beta --help exited 3" in r.stderr, r.stderr
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True, help="the configured and built CMake tree")
+    ap.add_argument("--source", required=True, help="the source tree")
     args = ap.parse_args()
+    check_subcommand_pages(args.source)
+    print("man-from-help --subcommands: each command's help, global flags once")
     prefix = cache_value(args.build, "CMAKE_INSTALL_PREFIX").rstrip("/")
     sysconf = "/etc" if prefix == "/usr" else prefix + "/etc"
     bindir, mandir = prefix + "/bin", prefix + "/share/man"
