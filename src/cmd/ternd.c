@@ -266,8 +266,8 @@ static void on_http_closed(void *arg)
         close_meta(d);
 }
 
-/* One message to the service manager (core/notify.h); the first failure
- * is logged, the rest only counted out: the daemon serves either way. */
+/* One message to the service manager (core/notify.h). Only the first
+ * failure is logged; the daemon serves either way. */
 static void notify(daemon_t *d, const char *fmt, ...) TN_PRINTF(2, 3);
 static void notify(daemon_t *d, const char *fmt, ...)
 {
