@@ -9,6 +9,8 @@
 # print; ctest's output is untouched.
 
 JOBS ?= $(shell nproc)
+PREFIX ?= /usr/local
+DESTDIR ?=
 BUILD ?= build
 DATA ?= ./data
 CLUSTER_DATA ?= ./cluster-data
@@ -20,7 +22,7 @@ TERND_FLAGS ?=
 QUIET := -DCMAKE_RULE_MESSAGES=OFF -DCMAKE_TARGET_MESSAGES=OFF
 QUIET_MAKE := -- --no-print-directory -s
 
-.PHONY: all build compat-deps run cluster cluster-stop test asan tsan fuzz bench lint format deps clean
+.PHONY: all build install compat-deps run cluster cluster-stop test asan tsan fuzz bench lint format deps clean
 
 all: build
 
@@ -36,6 +38,15 @@ $(BUILD)/Makefile: CMakeLists.txt Makefile
 
 build: deps $(BUILD)/Makefile
 	@cmake --build $(BUILD) -j $(JOBS) $(QUIET_MAKE)
+
+# Install the programs, their man pages, the default config and the systemd
+# unit under PREFIX (staged under DESTDIR when given): packaging/install.cmake,
+# docs/operations.md "Installing". The unit and the config name the installed
+# paths, so PREFIX is set when CMake configures. Builds only what installs.
+install: deps $(BUILD)/Makefile
+	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target tern-installables $(QUIET_MAKE)
+	@DESTDIR=$(DESTDIR) cmake --install $(BUILD)
 
 # Start ternd in the foreground on loopback with the built-in defaults (and
 # TERND_FLAGS) on $(DATA); its process id is in $(DATA)/ternd.pid while it
@@ -63,11 +74,13 @@ compat-deps: deps
 test: build compat-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer,
+# but the Debian package test (label package): it builds its own release
+# tree, so nothing of it would run sanitized.
 asan: deps compat-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=address,undefined $(QUIET) >/dev/null
 	cmake --build build-asan -j $(JOBS) $(QUIET_MAKE)
-	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS)
+	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS) -LE package
 
 # The threaded storage code under ThreadSanitizer.
 tsan: deps

@@ -10,6 +10,10 @@ packages=(
     libclang-rt-14-dev
     libuv1-dev libcmocka-dev libyajl-dev libsnappy-dev zlib1g-dev libssl-dev libzstd-dev libwslay-dev libraft-dev libcrypt-dev
     libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
+    # The package tests (tests/package): the Debian package build, the
+    # unit's checks (systemd-analyze, systemd-sysusers, systemd-tmpfiles),
+    # man page rendering. Build and test time only.
+    debhelper dpkg-dev systemd man-db groff-base
 )
 
 missing=()

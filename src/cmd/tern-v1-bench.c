@@ -242,6 +242,29 @@ static void usage(void)
     exit(2);
 }
 
+/* --help: every option with its default, on stdout (the man page is made
+ * from it). */
+static void help(void)
+{
+    printf("usage: tern-v1-bench [options]\n"
+           "Load generator for tern's native /v1 API: producers POST /produce (or\n"
+           "/produce/batch), consumers long-poll GET /consume and POST /ack; prints\n"
+           "requests/s, messages/s and latency percentiles.\n\n"
+           "  --addr host:port   the node's HTTP API (127.0.0.1:4151)\n"
+           "  --user U           Basic auth user (with --password; none by default)\n"
+           "  --password P       its password\n"
+           "  --topic T          topic, created if missing (v1bench)\n"
+           "  --partitions N     partitions of a topic it creates (3)\n"
+           "  --producers N      producer threads, one connection each (16)\n"
+           "  --consumers N      consumer threads: consume and ack (0)\n"
+           "  --batch B          B messages per POST /produce/batch (none: one per\n"
+           "                     POST /produce)\n"
+           "  --size BYTES       message size (200)\n"
+           "  --duration D       how long producers run: 5s, 500ms (5s)\n"
+           "  --help             print this help and exit\n");
+    exit(0);
+}
+
 int main(int argc, char **argv)
 {
     opts_t *o = &g_o;
@@ -263,6 +286,7 @@ int main(int argc, char **argv)
                                           {"batch", required_argument, NULL, 'b'},
                                           {"size", required_argument, NULL, 's'},
                                           {"duration", required_argument, NULL, 'd'},
+                                          {"help", no_argument, NULL, 'h'},
                                           {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -303,6 +327,9 @@ int main(int argc, char **argv)
             o->duration_ms = (int64_t)(v * (strcmp(end, "ms") == 0 ? 1 : 1000));
             break;
         }
+        case 'h':
+            help();
+            break;
         default:
             usage();
         }

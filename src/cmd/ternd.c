@@ -22,6 +22,10 @@
  *      started, and exit with status 1 without ever logging "ready".
  *      Otherwise log "ready" and run the loop until SIGINT or SIGTERM
  *      (SIGHUP reloads what can change live: serve.h).
+ *      Under a service manager (NOTIFY_SOCKET) STATUS= lines follow these
+ *      steps, and READY=1 goes out once /readyz would first answer 200
+ *      (the metastore caught up too), and STOPPING=1 when step 5 begins:
+ *      core/notify.h.
  *   5. Shut down in reverse: close the listener and every connection
  *      (in-flight messages go back to their channels); stop the dispatcher
  *      (what it has not committed stays in the ingress log); close node
@@ -38,6 +42,7 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/notify.h"
 #include "api/access.h"
 #include "api/catalog.h"
 #include "api/consume.h"
@@ -67,6 +72,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -114,9 +120,14 @@ typedef struct {
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
     tn_scrub_t *scrub;         /* checks the sealed segments' CRCs and indexes */
     bool dispatch_stopped;
-    bool stopping;     /* a signal came: leadership transfer, then shut_down */
-    bool shut;         /* shut_down ran */
-    bool meta_drained; /* libraft left open on the loop: stop the loop and exit */
+    bool stopping;          /* a signal came: leadership transfer, then shut_down */
+    bool shut;              /* shut_down ran */
+    bool meta_drained;      /* libraft left open on the loop: stop the loop and exit */
+    tn_notify_t notify;     /* the service manager (NOTIFY_SOCKET), or off */
+    uv_timer_t ready_poll;  /* until READY=1 is sent (notify on) */
+    bool ready_poll_inited; /* ready_poll is on the loop: shut_down closes it */
+    bool notify_failed;     /* a send failed: logged once */
+    bool sent_stopping;     /* STOPPING=1 went out */
     /* The address NSQ clients are told to dial (nsq_broadcast). */
     char broadcast[TN_META_HOST_MAX + 1];
 } daemon_t;
@@ -273,6 +284,58 @@ static void on_http_closed(void *arg)
         close_meta(d);
 }
 
+/* One message to the service manager (core/notify.h). Only the first
+ * failure is logged; the daemon serves either way. */
+static void notify(daemon_t *d, const char *fmt, ...) TN_PRINTF(2, 3);
+static void notify(daemon_t *d, const char *fmt, ...)
+{
+    if (!tn_notify_on(&d->notify))
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    int rc = tn_notify_send(&d->notify, msg);
+    if (rc != 0 && !d->notify_failed)
+        TN_LOG(TN_LOG_WARN, "cannot notify the service manager at %s: %s", d->notify.where,
+               tn_strerror(rc));
+    d->notify_failed |= rc != 0;
+}
+
+static void notify_stopping(daemon_t *d, const char *why)
+{
+    if (d->sent_stopping)
+        return;
+    d->sent_stopping = true;
+    notify(d, "STOPPING=1\nSTATUS=%s", why);
+}
+
+/* READY=1 when /readyz would first answer 200: the engine has recovered,
+ * the doors are up (api.ready) and the metastore has caught up with its
+ * leader (in a cluster that needs a quorum). Polled every 100 ms from the
+ * ready line until then; the STATUS line says what is awaited. */
+static void on_ready_poll(uv_timer_t *t)
+{
+    daemon_t *d = t->data;
+    if (!tn_nsq_http_ready(&d->api))
+        return;
+    uv_timer_stop(t);
+    notify(d, "READY=1\nMAINPID=%ld\nSTATUS=serving: NSQ TCP port %d, HTTP port %d", (long)getpid(),
+           d->api.tcp_port, d->api.http_port);
+}
+
+static void start_ready_poll(daemon_t *d)
+{
+    if (!tn_notify_on(&d->notify))
+        return;
+    notify(d, "STATUS=listening; waiting for the metastore to catch up");
+    uv_timer_init(d->loop, &d->ready_poll);
+    d->ready_poll.data = d;
+    d->ready_poll_inited = true;
+    uv_timer_start(&d->ready_poll, on_ready_poll, 0, 100);
+}
+
 /* Close everything that started, front to back; the loop then runs dry.
  * For a signal, and for a start that failed part way. */
 static void shut_down(daemon_t *d)
@@ -280,6 +343,10 @@ static void shut_down(daemon_t *d)
     if (d->shut)
         return;
     d->shut = true;
+    notify_stopping(d, "shutting down");
+    if (d->ready_poll_inited)
+        uv_close((uv_handle_t *)&d->ready_poll, NULL);
+    d->ready_poll_inited = false;
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sighup, NULL);
@@ -338,6 +405,7 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     }
     d->stopping = true;
+    notify_stopping(d, "shutting down");
     uint64_t leader = 0;
     const char *api = "";
     /* A leader hands Raft leadership to another voter first, so the
@@ -1009,9 +1077,14 @@ int main(int argc, char **argv)
     memset(&d, 0, sizeof(d));
     tn_store_opts_t opts;
     tn_store_opts_from_config(&opts, &cfg);
+    /* Type=notify under systemd (packaging/systemd/ternd.service). */
+    if (tn_notify_open(&d.notify, getenv("NOTIFY_SOCKET"), err, sizeof(err)) != 0)
+        TN_LOG(TN_LOG_WARN, "not notifying the service manager: %s", err);
+    notify(&d, "STATUS=opening the data directory %s", cfg.data_path);
     int rc = tn_store_open(&loop, &opts, &d.store, err, sizeof(err));
     if (rc != 0) {
         TN_LOG(TN_LOG_ERROR, "cannot open the data directory: %s", err);
+        notify(&d, "STATUS=cannot open the data directory: %s", err);
         tn_broker_opts_fini(&bopts);
         uv_loop_close(&loop);
         tn_config_fini(&cfg);
@@ -1019,6 +1092,7 @@ int main(int argc, char **argv)
     }
     if (cfg.pid_file[0] != '\0' && (rc = write_pid_file(cfg.pid_file)) != 0) {
         TN_LOG(TN_LOG_ERROR, "cannot write the pid file %s: %s", cfg.pid_file, tn_strerror(rc));
+        notify(&d, "STATUS=cannot write the pid file %s: %s", cfg.pid_file, tn_strerror(rc));
         tn_broker_opts_fini(&bopts);
         tn_store_close(d.store, NULL);
         uv_run(&loop, UV_RUN_DEFAULT);
@@ -1037,10 +1111,12 @@ int main(int argc, char **argv)
     d.reload_target = (tn_reload_target_t){&cfg, argc, argv, environ, NULL, NULL, NULL};
     d.loop = &loop;
     g_daemon = &d;
+    notify(&d, "STATUS=recovering partitions and channels in %s", cfg.data_path);
     rc = tn_broker_open(&loop, d.store, &bopts, &d.broker);
     tn_broker_opts_fini(&bopts);
     if (rc != 0) {
         TN_LOG(TN_LOG_ERROR, "recovery failed: %s", tn_strerror(rc));
+        notify(&d, "STATUS=recovery failed: %s", tn_strerror(rc));
         d.rc = 1;
         uv_close((uv_handle_t *)&d.sigint, NULL);
         uv_close((uv_handle_t *)&d.sigterm, NULL);
@@ -1048,6 +1124,7 @@ int main(int argc, char **argv)
         on_broker_closed(NULL);
     } else if (open_meta(&d, &cfg, err, sizeof(err)) != 0) {
         TN_LOG(TN_LOG_ERROR, "%s", err);
+        notify(&d, "STATUS=%s", err);
         d.rc = 1;
         uv_close((uv_handle_t *)&d.sigint, NULL);
         uv_close((uv_handle_t *)&d.sigterm, NULL);
@@ -1061,6 +1138,7 @@ int main(int argc, char **argv)
         d.rc = 1;
         tn_meta_stop(d.meta);
         shut_down(&d);
+        notify(&d, "STATUS=%s", err); /* after shut_down's, to stay shown */
     } else {
         char summary[256];
         summarise(d.broker, summary, sizeof(summary));
@@ -1068,6 +1146,7 @@ int main(int argc, char **argv)
         TN_LOG(TN_LOG_NOTICE, "ternd %s ready: data %s, %s", TN_VERSION, cfg.data_path, summary);
         if (tn_store_disk_high(d.store))
             TN_LOG(TN_LOG_WARN, "disk is above the high watermark: publishes will be refused");
+        start_ready_poll(&d);
     }
     uv_run(&loop, UV_RUN_DEFAULT);
     /* With the metastore drained, libraft's handles are still on the loop
@@ -1079,6 +1158,7 @@ int main(int argc, char **argv)
     }
     if (cfg.pid_file[0] != '\0')
         unlink(cfg.pid_file);
+    tn_notify_close(&d.notify);
     tn_free(d.peers);
     tn_tls_ctx_free(d.https_tls); /* the HTTPS listener closed */
     tn_config_fini(&cfg);
