@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/time.h"
 #include "storage/record.h"
+#include "storage/wal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -384,8 +385,18 @@ static int pin_link(ctx_t *c, const char *rel, uint64_t len)
     return c->l->err;
 }
 
-/* Copy rel's current bytes into the session (a file rewritten in place). */
-static int pin_copy(ctx_t *c, const char *rel)
+/* Copy a channel WAL's frames into the session: its bytes as they are
+ * now, cut after the last frame of the dense, verified prefix (each frame
+ * whole, its CRC right, its seq the previous one + 1). The WAL is
+ * truncated and written again from byte 0 at each checkpoint, so a copy
+ * read while that happens may hold the old file's frames up to some byte
+ * and the new file's after it; the new file's frames continue the seq of
+ * the checkpoint, not of the old frames, so the cut falls at the seam, and
+ * every frame the cut drops was written after the backup started (or was
+ * folded into the newer checkpoint, which is linked after this copy).
+ * Cutting also drops the zeroed space ahead and a torn last frame, which
+ * recovery would drop too. */
+static int pin_wal(ctx_t *c, const char *rel)
 {
     char src[PATH_MAX_LEN], dst[PATH_MAX_LEN];
     pathf(src, sizeof(src), "%s/%s", c->data, rel);
@@ -397,16 +408,14 @@ static int pin_copy(ctx_t *c, const char *rel)
         flist_fail(c->l, -errno, "open %s", rel);
         return c->l->err;
     }
-    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (out < 0) {
-        flist_fail(c->l, -errno, "create the copy of %s", rel);
-        close(in);
-        return c->l->err;
-    }
-    uint64_t len = 0;
-    uint32_t crc = 0;
+    tn_buf_t b;
+    tn_buf_init(&b);
     int rc = 0;
     for (;;) {
+        if (tn_buf_size(&b) > WAL_MAX_BYTES) {
+            rc = TN_ETOOBIG;
+            break;
+        }
         ssize_t n = read(in, c->buf, SCAN_BUF);
         if (n < 0 && errno == EINTR)
             continue;
@@ -416,24 +425,40 @@ static int pin_copy(ctx_t *c, const char *rel)
         }
         if (n == 0)
             break;
-        if (write(out, c->buf, (size_t)n) != n) {
-            rc = UV_EIO;
+        if ((rc = tn_buf_append(&b, c->buf, (size_t)n)) != 0)
             break;
-        }
-        crc = tn_crc32c(crc, c->buf, (size_t)n);
-        len += (uint64_t)n;
-        if (len > WAL_MAX_BYTES) {
-            rc = TN_ETOOBIG;
-            break;
-        }
     }
     close(in);
-    close(out);
     if (rc != 0) {
+        tn_buf_fini(&b);
         flist_fail(c->l, rc, "copy %s", rel);
         return rc;
     }
-    flist_add(c->l, rel, len, crc);
+    const unsigned char *w = (const unsigned char *)tn_buf_data(&b);
+    size_t len = tn_buf_size(&b), end = 0;
+    uint64_t prev = 0;
+    while (end < len) {
+        tn_walrec_t r;
+        uint64_t seq;
+        uint32_t mark;
+        size_t flen;
+        if (tn_wal_decode(w + end, len - end, &r, &seq, &mark, &flen) != 0 ||
+            (end > 0 && seq != prev + 1))
+            break;
+        prev = seq;
+        end += flen;
+    }
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0 || (end > 0 && write(out, w, end) != (ssize_t)end)) {
+        flist_fail(c->l, out < 0 ? -errno : UV_EIO, "write the copy of %s", rel);
+        if (out >= 0)
+            close(out);
+        tn_buf_fini(&b);
+        return c->l->err;
+    }
+    close(out);
+    flist_add(c->l, rel, end, tn_crc32c(0, w, end));
+    tn_buf_fini(&b);
     return c->l->err;
 }
 
@@ -548,7 +573,8 @@ static void take_partition(ctx_t *c, const part_t *p)
     for (int pass = 0; pass < 2 && l->err == 0; pass++) {
         DIR *d = opendir(dir);
         if (d == NULL) {
-            flist_fail(l, -errno, "list %s", rel);
+            if (errno != ENOENT) /* gone: the topic was deleted since the POST */
+                flist_fail(l, -errno, "list %s", rel);
             return;
         }
         struct dirent *e;
@@ -559,7 +585,7 @@ static void take_partition(ctx_t *c, const part_t *p)
             char f[PATH_MAX_LEN];
             pathf(f, sizeof(f), "%s/%s", rel, e->d_name);
             if (pass == 0)
-                pin_copy(c, f);
+                pin_wal(c, f);
             else
                 pin_link(c, f, UINT64_MAX);
         }

@@ -720,7 +720,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0)
         rc = tn_v1_register(d->http, &d->v1);
     if (rc == 0) {
-        tn_backup_opts_t bo = {d->data_path, d->raft_id, 0};
+        tn_backup_opts_t bo = {d->data_path, d->raft_id, cfg->backup_session_ttl_ns / 1000000};
         char berr[256];
         if ((rc = tn_backup_new(loop, &d->v1, d->ilog, &bo, &d->backup, berr, sizeof(berr))) != 0)
             TN_LOG(TN_LOG_ERROR, "%s", berr);

@@ -84,12 +84,12 @@ int tn_meta_restore_write(const char *dir, const void *snap, size_t len,
         goto err_after_loop;
     }
     if ((rc = raft_uv_init(&io, &loop, dir, &tr)) != 0) {
-        tn_errbuf(err, errlen, "metastore %s: %s", dir, io.errmsg);
+        tn_errbuf(err, errlen, "metastore %s: %s (%s)", dir, io.errmsg, raft_strerror(rc));
         out = UV_EIO;
         goto err_after_transport;
     }
     if ((rc = io.init(&io, self_id, self_addr)) != 0) {
-        tn_errbuf(err, errlen, "metastore %s: %s", dir, io.errmsg);
+        tn_errbuf(err, errlen, "metastore %s: %s (%s)", dir, io.errmsg, raft_strerror(rc));
         out = UV_EIO;
         goto err_after_io;
     }
@@ -101,7 +101,7 @@ int tn_meta_restore_write(const char *dir, const void *snap, size_t len,
         goto err_after_init;
     }
     if ((rc = io.set_term(&io, 1)) != 0) {
-        tn_errbuf(err, errlen, "metastore %s: term: %s", dir, io.errmsg);
+        tn_errbuf(err, errlen, "metastore %s: term: %s (%s)", dir, io.errmsg, raft_strerror(rc));
         out = UV_EIO;
         goto err_after_init;
     }
@@ -119,7 +119,8 @@ int tn_meta_restore_write(const char *dir, const void *snap, size_t len,
     wait_t w = {1};
     req.data = &w;
     if ((rc = io.snapshot_put(&io, 0, &req, &s, on_put)) != 0) {
-        tn_errbuf(err, errlen, "metastore %s: snapshot: %s", dir, io.errmsg);
+        tn_errbuf(err, errlen, "metastore %s: snapshot: %s (%s)", dir, io.errmsg,
+                  raft_strerror(rc));
         out = UV_EIO;
         goto err_after_init;
     }

@@ -182,7 +182,7 @@ class BackupTest(unittest.TestCase):
         env = dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD)
         cls.env = env
         cls.d = Daemon(os.path.join(cls.dir, "data"), "--segment-bytes=64KiB",
-                       "--checkpoint-every=16", env=env)
+                       "--checkpoint-every=16", "--backup-session-ttl=3s", env=env)
         cls.d.wait_for("ready")
         cls.d.wait_for("root user admin created")
         cls.port = cls.d.http_port
@@ -216,7 +216,16 @@ class BackupTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("403", r.stderr)
 
+        # A prefill of about 200 KiB, so nsqt has sealed segments (with
+        # sidecars) whatever rate the load reaches on a busy machine.
+        pre = [f"pre-{i:05d}-".encode().ljust(100, b"x") for i in range(2000)]
+        c = nsqwire.Conn(self.d.tcp_port)
+        c.identify()
+        for k in range(0, len(pre), 200):
+            self.assertEqual(c.mpub("nsqt", pre[k:k + 200])[1], b"OK")
+        c.close()
         load = Load(self.d)
+        load.published += [(b, 0.0) for b in pre]
         load.start()
         time.sleep(1.5)
         bdir = os.path.join(self.dir, "backup")
@@ -317,6 +326,30 @@ class BackupTest(unittest.TestCase):
         st, body = call(port, "DELETE", f"/v1/backup/{sid}")
         self.assertEqual(st, 200, body)
         st, body = call(port, "GET", f"/v1/backup/{sid}/file?path=FORMAT")
+        self.assertEqual(st, 404, body)
+        sdir = os.path.join(self.dir, "data", "backup", sid)
+        deadline = time.monotonic() + 30  # removed on a worker thread
+        while os.path.exists(sdir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertFalse(os.path.exists(sdir))
+
+    def test_session_ttl(self):
+        # backup-session-ttl=3s: each use renews it; unused, it ends and
+        # its directory goes.
+        st, body = call(self.port, "POST", "/v1/backup")
+        self.assertEqual(st, 201, body)
+        sid = json.loads(body)["session"]
+        sdir = os.path.join(self.dir, "data", "backup", sid)
+        self.assertTrue(os.path.isdir(sdir))
+        for _ in range(3):
+            time.sleep(1.5)
+            st, body = call(self.port, "GET", f"/v1/backup/{sid}/file?path=FORMAT")
+            self.assertEqual(st, 200, body)
+        deadline = time.monotonic() + 30
+        while os.path.exists(sdir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertFalse(os.path.exists(sdir))
+        st, body = call(self.port, "GET", f"/v1/backup/{sid}")
         self.assertEqual(st, 404, body)
 
 

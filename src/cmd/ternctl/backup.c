@@ -439,8 +439,7 @@ static int run_backup(tn_ctl_t *c, int argc, char **argv)
 {
     static const struct option opts[] = {{NULL, 0, NULL, 0}};
     optind = 1;
-    int o;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1)
+    if (getopt_long(argc, argv, "", opts, NULL) != -1)
         return tn_ctl_usage("backup", "unknown option");
     if (argc - optind != 1)
         return tn_ctl_usage("backup", "one argument, the backup directory, is required");
@@ -771,8 +770,11 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     }
     /* 3. The metastore. */
     pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
-    if ((e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &snap_len)) != 0 ||
-        snap_len != mm.meta_len || tn_crc32c(0, snap, snap_len) != mm.meta_crc) {
+    if ((e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &snap_len)) != 0) {
+        rc = say("restore", "%s: %s", p, tn_strerror(e));
+        goto out;
+    }
+    if (snap_len != mm.meta_len || tn_crc32c(0, snap, snap_len) != mm.meta_crc) {
         rc = say("restore", "%s changed while it was restored", p);
         goto out;
     }
@@ -782,8 +784,8 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         goto out;
     }
     char err[400];
-    if ((e = tn_meta_restore_write(q, snap, snap_len, mm.voters, mm.nvoters, id, err,
-                                   sizeof(err))) != 0) {
+    if (tn_meta_restore_write(q, snap, snap_len, mm.voters, mm.nvoters, id, err, sizeof(err)) !=
+        0) {
         rc = say("restore", "%s", err);
         goto out;
     }

@@ -203,7 +203,7 @@ int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, 
         if (p == NULL || !YAJL_IS_STRING(p) || !tn_manifest_path_ok(SV(p))) {
             char what[200];
             snprintf(what, sizeof(what), "file %zu: path %.100s is not a data directory file", i,
-                     p != NULL && YAJL_IS_STRING(p) ? SV(p) : "(missing)");
+                     YAJL_IS_STRING(p) ? SV(p) : "(missing)");
             fail(err, errlen, what);
             goto out;
         }
