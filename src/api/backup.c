@@ -324,7 +324,8 @@ static void rm_tree(const char *path)
 typedef struct {
     char *topic;
     uint32_t partition;
-    uint64_t durable_next;
+    uint64_t durable_next; /* the end of the copy */
+    uint64_t want;         /* written, not yet durable, at the POST: wait for it; 0 when not */
 } part_t;
 
 typedef struct {
@@ -332,6 +333,10 @@ typedef struct {
     tn_backup_t *bk;
     session_t *s;
     tn_http_request_t *r; /* NULL once the client went away */
+    uv_timer_t wait;      /* polls until what was written at the POST is durable */
+    uint64_t wait_until;  /* loop ms */
+    int wait_status;
+    char wait_err[300];
     /* In: */
     part_t *parts;
     size_t nparts;
@@ -958,8 +963,12 @@ static int collect(tn_backup_t *bk, take_t *t)
                 char *name = tn_strdup(tp->name);
                 if (name == NULL)
                     return UV_ENOMEM;
-                t->parts[t->nparts++] =
-                    (part_t){name, part->index, tn_plog_durable_next(part->plog)};
+                /* Written first, then durable: a record written and not
+                 * yet synced at this moment is waited for (write_ack and
+                 * relaxed acknowledge it before its fdatasync). */
+                uint64_t w = tn_plog_written_next(part->plog);
+                uint64_t d = tn_plog_durable_next(part->plog);
+                t->parts[t->nparts++] = (part_t){name, part->index, d, w > d ? w : 0};
             }
         }
     }
@@ -968,6 +977,78 @@ static int collect(tn_backup_t *bk, take_t *t)
         t->ingress_durable = tn_ilog_durable_seq(bk->ilog);
     }
     return 0;
+}
+
+/* The partition log of topic/partition as the engine has it now, or NULL
+ * (deleted since, or no longer local): looked up by name at every poll,
+ * since a deleted topic's memory goes. */
+static tn_plog_t *find_plog(tn_broker_t *b, const char *topic, uint32_t partition)
+{
+    for (size_t i = 0; i < b->nbuckets; i++)
+        for (tn_topic_t *tp = b->buckets[i]; tp != NULL; tp = tp->hnext)
+            if (!tp->deleted && strcmp(tp->name, topic) == 0)
+                return partition < tp->nparts && tp->parts[partition] != NULL
+                           ? tp->parts[partition]->plog
+                           : NULL;
+    return NULL;
+}
+
+#define SYNC_WAIT_MS 15000 /* relaxed-sync-interval is at most 10 s */
+
+static void on_wait_closed(uv_handle_t *h)
+{
+    take_t *t = h->data;
+    tn_backup_t *bk = t->bk;
+    int rc = t->wait_status;
+    if (rc == 0 && (rc = uv_queue_work(bk->loop, &t->work, take_work, take_after)) == 0)
+        return; /* jobs stays counted for the work */
+    if (t->wait_err[0] == '\0')
+        pathf(t->wait_err, sizeof(t->wait_err), "%s", tn_strerror(rc));
+    flist_fail(&t->files, rc, "%s", t->wait_err);
+    uv_work_t *w = &t->work;
+    w->data = t;
+    take_after(w, 0); /* answers the error and removes the session */
+}
+
+/* Every partition that had records written but not durable at the POST:
+ * durable now (its end is then what was written), gone (skipped: its
+ * topic was deleted), failed (the backup fails: its acknowledged tail
+ * cannot be made durable) or still waiting. */
+static void on_wait(uv_timer_t *h)
+{
+    take_t *t = h->data;
+    tn_backup_t *bk = t->bk;
+    bool all = true;
+    for (size_t i = 0; i < t->nparts && t->wait_status == 0; i++) {
+        part_t *p = &t->parts[i];
+        if (p->want == 0)
+            continue;
+        tn_plog_t *pl = find_plog(bk->v->broker, p->topic, p->partition);
+        if (pl == NULL) {
+            p->want = 0;
+        } else if (tn_plog_err(pl) != 0) {
+            t->wait_status = tn_plog_err(pl);
+            pathf(t->wait_err, sizeof(t->wait_err),
+                  "partition %s/%" PRIu32 " failed (%s): restart the node to recover it first",
+                  p->topic, p->partition, tn_strerror(tn_plog_err(pl)));
+        } else if (tn_plog_durable_next(pl) >= p->want) {
+            p->durable_next = p->want;
+            p->want = 0;
+        } else {
+            all = false;
+        }
+    }
+    if (t->wait_status == 0 && !all && bk->closing)
+        t->wait_status = TN_ECLOSED;
+    if (t->wait_status == 0 && !all && uv_now(bk->loop) >= t->wait_until) {
+        t->wait_status = UV_ETIMEDOUT;
+        pathf(t->wait_err, sizeof(t->wait_err),
+              "records written before the backup were not durable within %d ms", SYNC_WAIT_MS);
+    }
+    if (!all && t->wait_status == 0)
+        return;
+    uv_timer_stop(h);
+    uv_close((uv_handle_t *)h, on_wait_closed);
 }
 
 static void on_post(tn_http_request_t *r, void *arg)
@@ -1021,8 +1102,17 @@ static void on_post(tn_http_request_t *r, void *arg)
      * record is below them). */
     int rc = tn_meta_backup(v->meta, &t->snap, &t->voters, &t->nvoters, &t->applied);
     rc = rc ? rc : collect(bk, t);
-    if (rc == 0)
+    bool wait = false;
+    for (size_t i = 0; rc == 0 && i < t->nparts; i++)
+        wait = wait || t->parts[i].want != 0;
+    if (rc == 0 && wait) {
+        uv_timer_init(bk->loop, &t->wait);
+        t->wait.data = t;
+        t->wait_until = uv_now(bk->loop) + SYNC_WAIT_MS;
+        uv_timer_start(&t->wait, on_wait, 0, 2);
+    } else if (rc == 0) {
         rc = uv_queue_work(bk->loop, &t->work, take_work, take_after);
+    }
     if (rc != 0) {
         tn_buf_fini(&s->manifest);
         tn_free(s);

@@ -8,8 +8,12 @@
  * DESIGN: a session.
  *   1. POST /v1/backup, on the loop thread: take the metastore's state as
  *      a snapshot (tn_meta_backup), then read every local partition log's
- *      durable end (tn_plog_durable_next) and the ingress log's durable
- *      seq. Everything acknowledged before the POST is below those ends.
+ *      written and durable ends (tn_plog_written_next, _durable_next) and
+ *      the ingress log's durable seq. A partition with records written
+ *      but not durable (write_ack and relaxed acknowledge at the write)
+ *      is polled until they are (at most 15 s), and its end is then what
+ *      was written. Everything acknowledged before the POST is below
+ *      those ends, and every end is durable.
  *   2. On a worker thread, under <data>/backup/<id>/ (same file system):
  *      hard links to every segment with records below the durable end,
  *      the sidecars of those that are not the last, the floor file, the
