@@ -1019,6 +1019,9 @@ static void on_wait(uv_timer_t *h)
     take_t *t = h->data;
     tn_backup_t *bk = t->bk;
     bool all = true;
+    /* Closing: the engine goes soon after, so it is not looked at again. */
+    if (bk->closing)
+        t->wait_status = TN_ECLOSED;
     for (size_t i = 0; i < t->nparts && t->wait_status == 0; i++) {
         part_t *p = &t->parts[i];
         if (p->want == 0)
@@ -1038,8 +1041,6 @@ static void on_wait(uv_timer_t *h)
             all = false;
         }
     }
-    if (t->wait_status == 0 && !all && bk->closing)
-        t->wait_status = TN_ECLOSED;
     if (t->wait_status == 0 && !all && uv_now(bk->loop) >= t->wait_until) {
         t->wait_status = UV_ETIMEDOUT;
         pathf(t->wait_err, sizeof(t->wait_err),

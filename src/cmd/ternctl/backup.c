@@ -15,7 +15,8 @@
  *      each file to DIR/<id>/data/<path> and the metastore snapshot to
  *      DIR/<id>/metastore.snapshot, each under a temporary name, fetched
  *      in ranges (?offset=), checked against its length and CRC32C, then
- *      fsynced and renamed, and its directory fsynced.
+ *      fsynced and renamed, and its directory fsynced. Meanwhile every
+ *      other session is used once a minute, so its TTL never runs out.
  *   4. DIR/backup.json names the members and the one whose metastore
  *      snapshot every restored node starts from (the highest applied
  *      index: the most complete view), then every session is deleted (on
@@ -40,6 +41,8 @@
 #include "core/crc32c.h"
 #include "core/err.h"
 #include "meta/meta.h"
+
+#include <uv.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -266,6 +269,37 @@ typedef struct {
     tn_manifest_t m;
 } node_t;
 
+/* The sessions of the other nodes wait while one node is copied: each
+ * is used (its manifest read, which renews its TTL) every minute, so
+ * none expires however long the copy of the others takes. */
+static node_t *g_nodes;
+static size_t g_nnodes;
+static uint64_t g_touched_ms;
+
+static uint64_t now_ms(void)
+{
+    return uv_hrtime() / 1000000;
+}
+
+static void keep_alive(tn_ctl_t *c)
+{
+    if (now_ms() - g_touched_ms < 60000)
+        return;
+    g_touched_ms = now_ms();
+    for (size_t i = 0; i < g_nnodes; i++) {
+        if (g_nodes[i].session[0] == '\0')
+            continue;
+        char path[128];
+        pathf(path, sizeof(path), "/v1/backup/%s", g_nodes[i].session);
+        tn_ctl_resp_t r;
+        memset(&r, 0, sizeof(r));
+        if (tn_ctl_call_url(c, g_nodes[i].url, "GET", path, NULL, 0, &r) == 0 && r.status != 200)
+            fprintf(stderr, "ternctl backup: node %" PRIu64 ": its session answered %d\n",
+                    g_nodes[i].id, r.status);
+        tn_ctl_resp_fini(&r);
+    }
+}
+
 /* Download one file of a session into final (via final.tmp), in ranges,
  * and check its length and CRC. */
 static int fetch_file(tn_ctl_t *c, node_t *n, const char *path, uint64_t len, uint32_t crc,
@@ -298,6 +332,7 @@ static int fetch_file(tn_ctl_t *c, node_t *n, const char *path, uint64_t len, ui
             break;
         }
         tn_ctl_resp_fini(&r);
+        keep_alive(c);
         if (got == 0 && off < len) {
             rc = say("backup", "node %" PRIu64 ": %s: the server sent nothing at offset %" PRIu64,
                      n->id, path, off);
@@ -458,6 +493,9 @@ static int run_backup(tn_ctl_t *c, int argc, char **argv)
     }
     size_t n = 0;
     int rc = members(c, nodes, &n);
+    g_nodes = nodes;
+    g_nnodes = n;
+    g_touched_ms = now_ms();
     /* Every session first, close together in time. */
     for (size_t i = 0; rc == TN_CTL_OK && i < n; i++) {
         node_t *nd = &nodes[i];
