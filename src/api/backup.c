@@ -186,11 +186,11 @@ static int crc_file(const char *path, uint64_t len, unsigned char *buf, uint32_t
     return rc;
 }
 
-/* The bytes of a segment that hold whole, valid records below offset
+/* The bytes of a segment that hold whole, valid batches below offset
  * `below`, counted from the file's start (records are back to back from
- * byte 0). The CRC of each record is checked: a record below the durable
- * end that does not verify is damage, and the backup says so instead of
- * copying it. */
+ * byte 0), into *end, and the offset after them into *next_off. The CRC
+ * of each record is checked: a record below the durable end that does not
+ * verify is damage, and the backup says so instead of copying it. */
 static int scan_segment(const char *path, uint64_t base, uint64_t below, unsigned char *buf,
                         uint64_t *end, uint64_t *next_off)
 {
@@ -199,10 +199,10 @@ static int scan_segment(const char *path, uint64_t base, uint64_t below, unsigne
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    uint64_t pos = 0;
+    uint64_t pos = 0, cur = base;
     int rc = 0;
     unsigned char *big = NULL;
-    while (*next_off < below) {
+    while (cur < below) {
         unsigned char hdr[TN_REC_HDR];
         ssize_t n = pread(fd, hdr, sizeof(hdr), (off_t)pos);
         if (n < 0) {
@@ -211,7 +211,7 @@ static int scan_segment(const char *path, uint64_t base, uint64_t below, unsigne
         }
         tn_rec_hdr_t h;
         if ((size_t)n < sizeof(hdr) || tn_rec_decode_hdr(hdr, sizeof(hdr), &h) != 0 ||
-            h.offset != *next_off) {
+            h.offset != cur) {
             /* The end of what was written (zeros ahead, or a gap the next
              * segment starts after): records stop here. */
             break;
@@ -240,16 +240,15 @@ static int scan_segment(const char *path, uint64_t base, uint64_t below, unsigne
             break;
         }
         pos += size;
-        *next_off = h.offset + 1;
+        cur = h.offset + 1;
         /* A batch is kept whole: the durable end never falls inside one. */
-        if (!(h.flags & TN_REC_F_MORE))
+        if (!(h.flags & TN_REC_F_MORE)) {
             *end = pos;
+            *next_off = cur;
+        }
     }
     tn_free(big);
     close(fd);
-    if (rc == 0 && *next_off > base) {
-        /* next_off counts whole batches only. */
-    }
     return rc;
 }
 
@@ -561,6 +560,14 @@ static void take_partition(ctx_t *c, const part_t *p)
             break;
         }
         flist_add(l, seg, end, crc);
+        if (i == last && next < p->durable_next) {
+            /* Durable records the log should hold are not there: damage,
+             * said rather than copied short. */
+            flist_fail(l, TN_ECORRUPT,
+                       "%s ends at offset %" PRIu64 ", below the durable end %" PRIu64, seg, next,
+                       p->durable_next);
+            break;
+        }
         if (i < last) {
             char idx[PATH_MAX_LEN];
             pathf(idx, sizeof(idx), "%s/%020" PRIu64 ".idx", rel, bases[i]);

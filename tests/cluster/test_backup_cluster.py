@@ -96,6 +96,8 @@ class BackupClusterTest(ClusterTest):
         wait_until("every message acknowledged before the backup", drained, timeout=90,
                    interval=0)
         self.assertEqual(sent - got, set())
+        for n in c.nodes:
+            self.assertEqual(n.stop(), 0, n.log())
 
 
 def configure(args):
