@@ -54,8 +54,17 @@ class BackupClusterTest(ClusterTest):
         with open(os.path.join(bdir, "backup.json")) as f:
             top = json.load(f)
         self.assertEqual(sorted(top["nodes"]), [1, 2, 3])
+        ingress = []
         for n in c.nodes:
-            self.assertTrue(os.path.exists(os.path.join(bdir, str(n.id), "manifest.json")))
+            with open(os.path.join(bdir, str(n.id), "manifest.json")) as f:
+                man = json.load(f)
+            self.assertEqual(man["node_id"], n.id)
+            self.assertEqual(sorted(v["id"] for v in man["metastore"]["voters"]), [1, 2, 3])
+            ingress += [x["path"] for x in man["files"] if x["path"].startswith("ingress/")]
+        # Produces to partitions of other nodes went through ingress logs,
+        # which are copied with their checkpoints.
+        self.assertTrue(any(p.endswith(".log") for p in ingress), ingress)
+        self.assertTrue(any(p == "ingress/checkpoint" for p in ingress), ingress)
 
         # More after the backup: not in the restored cluster's promise.
         for n in c.nodes:
