@@ -1164,6 +1164,7 @@ static void on_delete(tn_http_request_t *r, void *arg)
     tn_buf_t b;
     tn_buf_init(&b);
     tn__v1_appendf(&b, "{\"deleted\":\"%s\"}", s->id);
+    TN_LOG(TN_LOG_NOTICE, "backup %s: ended by DELETE", s->id);
     session_remove(s);
     tn__v1_respond_buf(r, 200, &b);
 }

@@ -391,8 +391,8 @@ static int copy_node(tn_ctl_t *c, node_t *n, const char *dir, unsigned char *buf
     if ((e = write_file_atomic(p, n->man.body, n->man.len)) != 0)
         return say("backup", "write %s: %s", p, tn_strerror(e));
     if (!tn_ctl_json(c))
-        printf("node %" PRIu64 ": %zu files, %" PRIu64 " bytes -> %s\n", n->id, n->m.nfiles + 1,
-               bytes, nd);
+        printf("node %" PRIu64 ": %zu files and the metastore snapshot, %" PRIu64 " bytes -> %s\n",
+               n->id, n->m.nfiles, bytes, nd);
     return TN_CTL_OK;
 }
 
