@@ -44,6 +44,7 @@
 #include "core/log.h"
 #include "core/notify.h"
 #include "api/access.h"
+#include "api/backup.h"
 #include "api/catalog.h"
 #include "api/consume.h"
 #include "api/metrics.h"
@@ -94,7 +95,8 @@ typedef struct {
     tn_catalog_t *catalog;
     const char *data_path; /* borrowed from the config */
     tn_v1_t v1;
-    tn_seed_t *seed; /* the root user being seeded, or NULL */
+    tn_backup_t *backup; /* /v1/backup sessions */
+    tn_seed_t *seed;     /* the root user being seeded, or NULL */
     tn_lookupd_t *lookupd;
     uv_signal_t sigint;
     uv_signal_t sigterm;
@@ -372,6 +374,8 @@ static void shut_down(daemon_t *d)
     d->metrics.scrub = NULL;
     tn_scrub_close(d->scrub);
     d->scrub = NULL;
+    tn_backup_close(d->backup);
+    d->backup = NULL;
     tn_v1_close(&d->v1);
     if (d->ws != NULL)
         tn_ws_close_all(d->ws, "E_SHUTDOWN", "the node is shutting down");
@@ -924,6 +928,13 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0) {
         d->v1.scrub = d->scrub;
         rc = tn_v1_register(d->http, &d->v1);
+    }
+    if (rc == 0) {
+        tn_backup_opts_t bo = {d->data_path, d->raft_id, cfg->backup_session_ttl_ns / 1000000};
+        char berr[256];
+        if ((rc = tn_backup_new(loop, &d->v1, d->ilog, &bo, &d->backup, berr, sizeof(berr))) != 0)
+            TN_LOG(TN_LOG_ERROR, "%s", berr);
+        rc = rc ? rc : tn_backup_register(d->http, d->backup);
     }
     if (rc == 0) {
         /* Acks for this node's partitions, from its doors and from others. */

@@ -185,6 +185,10 @@ static const opt_t options[] = {
      "concurrent /v1 consumes per user, a batch of N counting N (429 beyond; 0: no cap)"},
     {"http-max-produces-per-user", OPT_INT, F(http_max_produces_per_user), "0", 0, 1000000, NULL,
      "concurrent /v1 produces per user, a batch of N counting N (429 beyond; 0: no cap)"},
+    /* backup */
+    {"backup-session-ttl", OPT_DURATION, F(backup_session_ttl_ns), "10m", SEC, 24 * 3600 * SEC,
+     NULL,
+     "an online backup session (/v1/backup) not used for this long ends and unpins its files"},
     {"security-enabled", OPT_BOOL, F(security_enabled), "true", 0, 0, NULL,
      "require Basic auth (tern's own users) on /v1; false is a development mode"},
     {"raft-address", OPT_ADDR, F(raft_address), "127.0.0.1:4153", 0, 0, NULL,
@@ -1826,7 +1830,7 @@ static const struct {
                 "wal-commit-max-records wal-commit-max-delay checkpoint-every "
                 "disk-high-watermark disk-low-watermark disk-min-free-bytes "
                 "disk-check-interval retention gc-interval scrub-rate scrub-interval "
-                "scrub-quiet-period"},
+                "scrub-quiet-period backup-session-ttl"},
     {"Delivery", "msg-timeout max-msg-timeout max-req-timeout bootstrap-window max-attempts "
                  "ttl-discard-topics max-ahead tail-cache-size"},
     {"NSQ protocol", "max-rdy-count max-heartbeat-interval max-output-buffer-size "

@@ -119,6 +119,7 @@ typedef struct tn_config_s {
     int64_t http_max_consume_wait_ns;
     int64_t http_max_consumes_per_user;
     int64_t http_max_produces_per_user;
+    int64_t backup_session_ttl_ns; /* backup: an unused session ends after this */
     int64_t raft_election_timeout_ns;
     int64_t max_connections;
     /* NSQ protocol (nsqd's flags) */

@@ -1344,3 +1344,34 @@ void tn_meta_stop(tn_meta_t *m)
     fail_waiting(m, TN_ECLOSED);
     uv_timer_stop(&m->poll);
 }
+
+int tn_meta_backup(tn_meta_t *m, tn_buf_t *snap, tn_meta_peer_t **voters, size_t *nvoters,
+                   uint64_t *applied)
+{
+    *voters = NULL;
+    *nvoters = 0;
+    *applied = raft_last_applied(&m->raft);
+    int rc = tn_meta_state_snapshot(&m->state, snap);
+    if (rc != 0)
+        return rc;
+    const struct raft_configuration *conf = &m->raft.configuration;
+    if (conf->n == 0)
+        return 0;
+    tn_meta_peer_t *v = tn_calloc(conf->n, sizeof(*v));
+    if (v == NULL)
+        return UV_ENOMEM;
+    size_t k = 0;
+    for (unsigned i = 0; i < conf->n; i++) {
+        const struct raft_server *s = &conf->servers[i];
+        /* Spares and standbys are not in the restored cluster: a restore
+         * starts the voters of the backup, each from its own copy. */
+        if (s->role != RAFT_VOTER || s->id == 0 || strlen(s->address) > TN_META_ADDR_MAX)
+            continue;
+        v[k].id = s->id; /* the member id */
+        snprintf(v[k].raft_addr, sizeof(v[k].raft_addr), "%s", s->address);
+        k++;
+    }
+    *voters = v;
+    *nvoters = k;
+    return 0;
+}

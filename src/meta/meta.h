@@ -190,4 +190,26 @@ void tn_meta_stop(tn_meta_t *m);
  * recovers from at the next start. */
 void tn_meta_drain(tn_meta_t *m, void (*cb)(void *arg), void *arg);
 
+/* For an online backup (api/backup.c): the local replica as a snapshot
+ * (tn_meta_state_snapshot's buffer, appended to snap, caller-owned), the
+ * voters of the latest Raft configuration (*voters allocated with
+ * tn_malloc, the caller frees it; their ids are the member ids, which are
+ * the Raft ids) and the index of
+ * the last applied entry, all as of this call. Loop thread. 0 or
+ * UV_ENOMEM. */
+int tn_meta_backup(tn_meta_t *m, tn_buf_t *snap, tn_meta_peer_t **voters, size_t *nvoters,
+                   uint64_t *applied);
+
+/* Offline (no loop running, no daemon on dir): make dir, an empty Raft
+ * directory, hold the restored metastore: libraft's own snapshot files
+ * (written by its uv I/O) at term 1, index 1, with snap (a
+ * tn_meta_state_snapshot buffer, borrowed) as the state and voters as the
+ * configuration (ids are member ids = Raft ids), and the term 1. Every node of a
+ * restored cluster gets the same snapshot and voters, so their logs agree
+ * from index 1 on, as after a bootstrap. self_id/self_addr name this
+ * node (in voters). 0, or an error with err filled. */
+int tn_meta_restore_write(const char *dir, const void *snap, size_t len,
+                          const tn_meta_peer_t *voters, size_t nvoters, uint64_t self_id, char *err,
+                          size_t errlen);
+
 #endif

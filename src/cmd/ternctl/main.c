@@ -19,6 +19,8 @@ extern char **environ;
 static const tn_ctl_cmd_t *const commands[] = {
     &tn_ctl_cmd_status,
     &tn_ctl_cmd_scrub,
+    &tn_ctl_cmd_backup,
+    &tn_ctl_cmd_restore,
 };
 
 static const char global_help[] =

@@ -1,0 +1,1370 @@
+/* Online backup sessions: the /v1/backup routes (see backup.h for the
+ * design). The loop thread owns the sessions; a worker job (libuv's
+ * thread pool) does each session's file work (links, copies, scans and
+ * CRCs), each download's read and each removal, and hands its result back
+ * in its after-work callback.
+ *
+ * Threads: the loop thread, and the thread pool for the jobs' work
+ * functions, which touch only their job. */
+#include "core/platform.h"
+
+#include "api/backup.h"
+
+#include "api/v1/common.h"
+
+#include "core/alloc.h"
+#include "core/crc32c.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
+#include "storage/record.h"
+#include "storage/wal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SESSION_DIR   "backup"
+#define META_FILE     "metastore.snapshot"
+#define SCAN_BUF      (1024 * 1024)
+#define PATH_MAX_LEN  4096
+#define WAL_MAX_BYTES (80ull * 1024 * 1024) /* a WAL is refused above 64 MiB, plus its zeros */
+
+typedef struct {
+    char *path; /* relative to the data directory (and to the session's directory) */
+    uint64_t len;
+    uint32_t crc;
+} bfile_t;
+
+typedef struct session_s session_t;
+struct session_s {
+    tn_backup_t *bk;
+    char id[33];
+    int64_t created_ms;
+    uint64_t used_at; /* loop ms of the last use */
+    bfile_t *files;
+    size_t nfiles;
+    tn_buf_t manifest;
+    uint32_t busy; /* downloads in flight */
+    bool ready;    /* its files are in place (the POST was answered) */
+    bool removing; /* deleted or expired: its directory goes once nothing reads it */
+    session_t *next;
+};
+
+struct tn_backup_s {
+    uv_loop_t *loop;
+    tn_v1_t *v;
+    tn_ilog_t *ilog;
+    char *data_path;
+    uint64_t node_id;
+    int64_t ttl_ms;
+    uv_timer_t timer;
+    session_t *sessions;
+    uint32_t jobs; /* worker jobs in flight */
+    bool closing;
+    bool timer_closed;
+};
+
+/* Once closing and no job runs: the sessions' memory and the module go
+ * (their directories stay for the next start to remove). */
+static void maybe_free(tn_backup_t *bk)
+{
+    if (!bk->closing || !bk->timer_closed || bk->jobs > 0)
+        return;
+    while (bk->sessions != NULL) {
+        session_t *s = bk->sessions;
+        bk->sessions = s->next;
+        for (size_t i = 0; i < s->nfiles; i++)
+            tn_free(s->files[i].path);
+        tn_free(s->files);
+        tn_buf_fini(&s->manifest);
+        tn_free(s);
+    }
+    tn_free(bk->data_path);
+    tn_free(bk);
+}
+
+/* --- files ---------------------------------------------------------------------- */
+
+typedef struct {
+    bfile_t *v;
+    size_t n, cap;
+    int err;          /* the first error, or 0 */
+    char errmsg[512]; /* what failed, for the answer and the log */
+} flist_t;
+
+/* A path into out (PATH_MAX_LEN bytes); paths are short by construction
+ * (names of at most 255 bytes), and one cut short would name no file. */
+static void pathf(char *out, size_t n, const char *fmt, ...) TN_PRINTF(3, 4);
+static void pathf(char *out, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, n, fmt, ap);
+    va_end(ap);
+}
+
+/* Record the first failure: what was being done (fmt...) and rc. */
+static void flist_fail(flist_t *l, int rc, const char *fmt, ...) TN_PRINTF(3, 4);
+static void flist_fail(flist_t *l, int rc, const char *fmt, ...)
+{
+    if (l->err != 0)
+        return;
+    l->err = rc;
+    char what[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    pathf(l->errmsg, sizeof(l->errmsg), "%s: %s", what, tn_strerror(rc));
+}
+
+static void flist_add(flist_t *l, const char *rel, uint64_t len, uint32_t crc)
+{
+    if (l->err != 0)
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        bfile_t *v = tn_realloc(l->v, cap * sizeof(*v));
+        if (v == NULL) {
+            flist_fail(l, UV_ENOMEM, "%s", rel);
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    char *p = tn_strdup(rel);
+    if (p == NULL) {
+        flist_fail(l, UV_ENOMEM, "%s", rel);
+        return;
+    }
+    l->v[l->n++] = (bfile_t){p, len, crc};
+}
+
+static void files_free(bfile_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        tn_free(v[i].path);
+    tn_free(v);
+}
+
+/* CRC32C of the first len bytes of path into *crc; 0, TN_ESHORT (the file
+ * is shorter) or an error. */
+static int crc_file(const char *path, uint64_t len, unsigned char *buf, uint32_t *crc)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    uint32_t c = 0;
+    uint64_t done = 0;
+    int rc = 0;
+    while (done < len) {
+        size_t want = (size_t)TN_MIN(len - done, (uint64_t)SCAN_BUF);
+        ssize_t n = pread(fd, buf, want, (off_t)done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        if (n == 0) {
+            rc = TN_ESHORT;
+            break;
+        }
+        c = tn_crc32c(c, buf, (size_t)n);
+        done += (uint64_t)n;
+    }
+    close(fd);
+    *crc = c;
+    return rc;
+}
+
+/* The bytes of a segment that hold whole, valid batches below offset
+ * `below`, counted from the file's start (records are back to back from
+ * byte 0), into *end, and the offset after them into *next_off. The CRC
+ * of each record is checked: a record below the durable end that does not
+ * verify is damage, and the backup says so instead of copying it. */
+static int scan_segment(const char *path, uint64_t base, uint64_t below, unsigned char *buf,
+                        uint64_t *end, uint64_t *next_off)
+{
+    *end = 0;
+    *next_off = base;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    uint64_t pos = 0, cur = base;
+    int rc = 0;
+    unsigned char *big = NULL;
+    while (cur < below) {
+        unsigned char hdr[TN_REC_HDR];
+        ssize_t n = pread(fd, hdr, sizeof(hdr), (off_t)pos);
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        tn_rec_hdr_t h;
+        if ((size_t)n < sizeof(hdr) || tn_rec_decode_hdr(hdr, sizeof(hdr), &h) != 0 ||
+            h.offset != cur) {
+            /* The end of what was written (zeros ahead, or a gap the next
+             * segment starts after): records stop here. */
+            break;
+        }
+        uint64_t size = tn_rec_size(&h);
+        unsigned char *rec = size <= SCAN_BUF ? buf : NULL;
+        if (rec == NULL) {
+            tn_free(big);
+            big = tn_malloc((size_t)size);
+            if (big == NULL) {
+                rc = UV_ENOMEM;
+                break;
+            }
+            rec = big;
+        }
+        n = pread(fd, rec, (size_t)size, (off_t)pos);
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        if ((uint64_t)n < size)
+            break;
+        tn_rec_t r;
+        if (tn_rec_decode(rec, (size_t)size, &r) != 0) {
+            rc = TN_ECORRUPT;
+            break;
+        }
+        pos += size;
+        cur = h.offset + 1;
+        /* A batch is kept whole: the durable end never falls inside one. */
+        if (!(h.flags & TN_REC_F_MORE)) {
+            *end = pos;
+            *next_off = cur;
+        }
+    }
+    tn_free(big);
+    close(fd);
+    return rc;
+}
+
+static bool digits20_ext(const char *name, const char *ext, uint64_t *base)
+{
+    size_t n = strlen(name), e = strlen(ext);
+    if (n != 20 + e || strcmp(name + 20, ext) != 0)
+        return false;
+    uint64_t b = 0;
+    for (int i = 0; i < 20; i++) {
+        if (name[i] < '0' || name[i] > '9')
+            return false;
+        b = b * 10 + (uint64_t)(name[i] - '0');
+    }
+    *base = b;
+    return true;
+}
+
+static bool has_suffix(const char *name, const char *suf, size_t *stem)
+{
+    size_t n = strlen(name), s = strlen(suf);
+    if (n <= s || strcmp(name + n - s, suf) != 0)
+        return false;
+    *stem = n - s;
+    return true;
+}
+
+static int mkdirs(const char *path)
+{
+    char p[PATH_MAX_LEN];
+    pathf(p, sizeof(p), "%s", path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0700) != 0 && errno != EEXIST)
+            return -errno;
+        *s = '/';
+    }
+    if (mkdir(p, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* Remove a directory tree (links and copies only: the originals keep
+ * their own names). */
+static void rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char sub[PATH_MAX_LEN];
+        pathf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+        struct stat st;
+        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+            rm_tree(sub);
+        else
+            unlink(sub);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+/* --- taking a session ------------------------------------------------------------ */
+
+typedef struct {
+    char *topic;
+    uint32_t partition;
+    uint64_t durable_next; /* the end of the copy */
+    uint64_t want;         /* written, not yet durable, at the POST: wait for it; 0 when not */
+} part_t;
+
+typedef struct {
+    uv_work_t work;
+    tn_backup_t *bk;
+    session_t *s;
+    tn_http_request_t *r; /* NULL once the client went away */
+    uv_timer_t wait;      /* polls until what was written at the POST is durable */
+    uint64_t wait_until;  /* loop ms */
+    int wait_status;
+    char wait_err[300];
+    /* In: */
+    part_t *parts;
+    size_t nparts;
+    bool ingress;
+    uint64_t ingress_durable;
+    tn_buf_t snap;
+    uint64_t applied;
+    tn_meta_peer_t *voters;
+    size_t nvoters;
+    /* Out: */
+    flist_t files;
+    uint32_t snap_crc;
+} take_t;
+
+typedef struct {
+    const char *data; /* the data directory */
+    const char *sess; /* the session's directory */
+    unsigned char *buf;
+    flist_t *l;
+} ctx_t;
+
+/* Link rel into the session and record it with its first len bytes
+ * (UINT64_MAX: the whole file). 0, 1 when the file is gone (unlinked
+ * since it was listed), or <0 (recorded in the list). */
+static int pin_link(ctx_t *c, const char *rel, uint64_t len)
+{
+    char src[PATH_MAX_LEN], dst[PATH_MAX_LEN];
+    pathf(src, sizeof(src), "%s/%s", c->data, rel);
+    pathf(dst, sizeof(dst), "%s/%s", c->sess, rel);
+    if (link(src, dst) != 0) {
+        if (errno == ENOENT)
+            return 1;
+        flist_fail(c->l, -errno, "link %s", rel);
+        return c->l->err;
+    }
+    if (len == UINT64_MAX) {
+        struct stat st;
+        if (stat(dst, &st) != 0) {
+            flist_fail(c->l, -errno, "stat %s", rel);
+            return c->l->err;
+        }
+        len = (uint64_t)st.st_size;
+    }
+    uint32_t crc = 0;
+    int rc = crc_file(dst, len, c->buf, &crc);
+    if (rc != 0) {
+        flist_fail(c->l, rc, "read %s", rel);
+        return rc;
+    }
+    flist_add(c->l, rel, len, crc);
+    return c->l->err;
+}
+
+/* Copy a channel WAL's frames into the session: its bytes as they are
+ * now, cut after the last frame of the dense, verified prefix (each frame
+ * whole, its CRC right, its seq the previous one + 1). The WAL is
+ * truncated and written again from byte 0 at each checkpoint, so a copy
+ * read while that happens may hold the old file's frames up to some byte
+ * and the new file's after it; the new file's frames continue the seq of
+ * the checkpoint, not of the old frames, so the cut falls at the seam, and
+ * every frame the cut drops was written after the backup started (or was
+ * folded into the newer checkpoint, which is linked after this copy).
+ * Cutting also drops the zeroed space ahead and a torn last frame, which
+ * recovery would drop too. */
+static int pin_wal(ctx_t *c, const char *rel)
+{
+    char src[PATH_MAX_LEN], dst[PATH_MAX_LEN];
+    pathf(src, sizeof(src), "%s/%s", c->data, rel);
+    pathf(dst, sizeof(dst), "%s/%s", c->sess, rel);
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0) {
+        if (errno == ENOENT)
+            return 1;
+        flist_fail(c->l, -errno, "open %s", rel);
+        return c->l->err;
+    }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = 0;
+    for (;;) {
+        if (tn_buf_size(&b) > WAL_MAX_BYTES) {
+            rc = TN_ETOOBIG;
+            break;
+        }
+        ssize_t n = read(in, c->buf, SCAN_BUF);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        if (n == 0)
+            break;
+        if ((rc = tn_buf_append(&b, c->buf, (size_t)n)) != 0)
+            break;
+    }
+    close(in);
+    if (rc != 0) {
+        tn_buf_fini(&b);
+        flist_fail(c->l, rc, "copy %s", rel);
+        return rc;
+    }
+    const unsigned char *w = (const unsigned char *)tn_buf_data(&b);
+    size_t len = tn_buf_size(&b), end = 0;
+    uint64_t prev = 0;
+    while (end < len) {
+        tn_walrec_t r;
+        uint64_t seq;
+        uint32_t mark;
+        size_t flen;
+        if (tn_wal_decode(w + end, len - end, &r, &seq, &mark, &flen) != 0 ||
+            (end > 0 && seq != prev + 1))
+            break;
+        prev = seq;
+        end += flen;
+    }
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0 || (end > 0 && write(out, w, end) != (ssize_t)end)) {
+        flist_fail(c->l, out < 0 ? -errno : UV_EIO, "write the copy of %s", rel);
+        if (out >= 0)
+            close(out);
+        tn_buf_fini(&b);
+        return c->l->err;
+    }
+    close(out);
+    flist_add(c->l, rel, end, tn_crc32c(0, w, end));
+    tn_buf_fini(&b);
+    return c->l->err;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The names in dir ending in ext with a 20-digit stem, as sorted bases. */
+static int list_bases(const char *dir, const char *ext, uint64_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return errno == ENOENT ? 0 : -errno;
+    size_t cap = 0;
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        uint64_t b;
+        if (!digits20_ext(e->d_name, ext, &b))
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            uint64_t *v = tn_realloc(*out, cap * sizeof(*v));
+            if (v == NULL) {
+                rc = UV_ENOMEM;
+                break;
+            }
+            *out = v;
+        }
+        (*out)[(*n)++] = b;
+    }
+    closedir(d);
+    if (*n > 1)
+        qsort(*out, *n, sizeof(**out), cmp_u64);
+    return rc;
+}
+
+/* One partition: its segments below the durable end, their sidecars, its
+ * floor, its channels' WALs (copied) and then their checkpoints
+ * (linked): a checkpoint taken between the two is newer than the WAL
+ * copy, and recovery skips the WAL frames it already holds. */
+static void take_partition(ctx_t *c, const part_t *p)
+{
+    flist_t *l = c->l;
+    char rel[PATH_MAX_LEN], dir[PATH_MAX_LEN], sdir[PATH_MAX_LEN];
+    pathf(rel, sizeof(rel), "topics/%s/%" PRIu32, p->topic, p->partition);
+    pathf(dir, sizeof(dir), "%s/%s", c->data, rel);
+    pathf(sdir, sizeof(sdir), "%s/%s", c->sess, rel);
+    int rc = mkdirs(sdir);
+    if (rc != 0) {
+        flist_fail(l, rc, "mkdir %s", sdir);
+        return;
+    }
+    uint64_t *bases = NULL;
+    size_t n = 0;
+    if ((rc = list_bases(dir, ".log", &bases, &n)) != 0) {
+        flist_fail(l, rc, "list %s", rel);
+        return;
+    }
+    /* The segments that hold offsets below the durable end: those with a
+     * base at or below it (one starting exactly there is kept, empty, so
+     * the restored log goes on from that offset). */
+    size_t last = 0;
+    bool any = false;
+    for (size_t i = 0; i < n; i++)
+        if (bases[i] <= p->durable_next) {
+            last = i;
+            any = true;
+        }
+    for (size_t i = 0; any && i <= last && l->err == 0; i++) {
+        char seg[PATH_MAX_LEN], src[PATH_MAX_LEN];
+        pathf(seg, sizeof(seg), "%s/%020" PRIu64 ".log", rel, bases[i]);
+        pathf(src, sizeof(src), "%s/%s", c->sess, seg);
+        char from[PATH_MAX_LEN];
+        pathf(from, sizeof(from), "%s/%s", c->data, seg);
+        if (link(from, src) != 0) {
+            if (errno == ENOENT)
+                continue; /* reclaimed by GC since the listing: every channel had settled it */
+            flist_fail(l, -errno, "link %s", seg);
+            break;
+        }
+        uint64_t end = 0, next = 0;
+        rc = scan_segment(src, bases[i], p->durable_next, c->buf, &end, &next);
+        if (rc != 0) {
+            flist_fail(l, rc, "scan %s", seg);
+            break;
+        }
+        uint32_t crc = 0;
+        if ((rc = crc_file(src, end, c->buf, &crc)) != 0) {
+            flist_fail(l, rc, "read %s", seg);
+            break;
+        }
+        flist_add(l, seg, end, crc);
+        if (i == last && next < p->durable_next) {
+            /* Durable records the log should hold are not there: damage,
+             * said rather than copied short. */
+            flist_fail(l, TN_ECORRUPT,
+                       "%s ends at offset %" PRIu64 ", below the durable end %" PRIu64, seg, next,
+                       p->durable_next);
+            break;
+        }
+        if (i < last) {
+            char idx[PATH_MAX_LEN];
+            pathf(idx, sizeof(idx), "%s/%020" PRIu64 ".idx", rel, bases[i]);
+            pin_link(c, idx, UINT64_MAX); /* a sealed segment's; rebuilt when missing */
+        }
+    }
+    tn_free(bases);
+    if (l->err != 0)
+        return;
+    char fl[PATH_MAX_LEN];
+    pathf(fl, sizeof(fl), "%s/floor", rel);
+    if (pin_link(c, fl, UINT64_MAX) < 0)
+        return;
+    /* Channels: WALs first, then checkpoints. */
+    for (int pass = 0; pass < 2 && l->err == 0; pass++) {
+        DIR *d = opendir(dir);
+        if (d == NULL) {
+            if (errno != ENOENT) /* gone: the topic was deleted since the POST */
+                flist_fail(l, -errno, "list %s", rel);
+            return;
+        }
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL && l->err == 0) {
+            size_t stem;
+            if (!has_suffix(e->d_name, pass == 0 ? ".wal" : ".ckpt", &stem))
+                continue;
+            char f[PATH_MAX_LEN];
+            pathf(f, sizeof(f), "%s/%s", rel, e->d_name);
+            if (pass == 0)
+                pin_wal(c, f);
+            else
+                pin_link(c, f, UINT64_MAX);
+        }
+        closedir(d);
+    }
+}
+
+/* The bytes of an ingress segment holding whole frames with seq below
+ * `below`, from the start. */
+static int scan_ingress(const char *path, uint64_t below, unsigned char *buf, uint64_t *end)
+{
+    *end = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return -errno;
+    }
+    uint64_t pos = 0, size = (uint64_t)st.st_size;
+    int rc = 0;
+    unsigned char *big = NULL;
+    while (pos < size) {
+        unsigned char hdr[20];
+        ssize_t n = pread(fd, hdr, sizeof(hdr), (off_t)pos);
+        if (n < (ssize_t)sizeof(hdr))
+            break;
+        uint32_t plen;
+        memcpy(&plen, hdr + 4, 4);
+        uint64_t flen = 20 + (uint64_t)plen;
+        unsigned char *fr = flen <= SCAN_BUF ? buf : NULL;
+        if (fr == NULL) {
+            tn_free(big);
+            if (flen > 256ull * 1024 * 1024 || (big = tn_malloc((size_t)flen)) == NULL)
+                break;
+            fr = big;
+        }
+        n = pread(fd, fr, (size_t)flen, (off_t)pos);
+        if (n < 0 || (uint64_t)n < flen)
+            break;
+        tn_irec_t rec;
+        uint64_t seq;
+        size_t used;
+        if (tn_irec_decode(fr, (size_t)flen, &rec, &seq, &used, NULL) != 0 || seq >= below)
+            break;
+        pos += used;
+    }
+    tn_free(big);
+    close(fd);
+    *end = pos;
+    return rc;
+}
+
+/* The ingress log: segments first (compaction unlinks only segments whose
+ * records are all below the checkpoint, which only moves up, so the
+ * checkpoint read after the links still covers a segment that vanished),
+ * then the checkpoint, written into the session lowered to the durable
+ * seq (recovery refuses a checkpoint past its last record; a lower one
+ * only dispatches some records again, which the owners take as
+ * redeliveries). */
+static void take_ingress(ctx_t *c, uint64_t durable)
+{
+    flist_t *l = c->l;
+    char dir[PATH_MAX_LEN], sdir[PATH_MAX_LEN];
+    pathf(dir, sizeof(dir), "%s/ingress", c->data);
+    pathf(sdir, sizeof(sdir), "%s/ingress", c->sess);
+    uint64_t *bases = NULL;
+    size_t n = 0;
+    int rc = list_bases(dir, ".log", &bases, &n);
+    if (rc != 0 || n == 0) {
+        if (rc != 0)
+            flist_fail(l, rc, "list %s", "ingress");
+        tn_free(bases);
+        return;
+    }
+    if ((rc = mkdirs(sdir)) != 0) {
+        flist_fail(l, rc, "mkdir %s", sdir);
+        tn_free(bases);
+        return;
+    }
+    uint64_t first = UINT64_MAX;
+    for (size_t i = 0; i < n && l->err == 0; i++) {
+        if (bases[i] > durable)
+            break;
+        char rel[PATH_MAX_LEN], from[PATH_MAX_LEN], to[PATH_MAX_LEN];
+        pathf(rel, sizeof(rel), "ingress/%020" PRIu64 ".log", bases[i]);
+        pathf(from, sizeof(from), "%s/%s", c->data, rel);
+        pathf(to, sizeof(to), "%s/%s", c->sess, rel);
+        if (link(from, to) != 0) {
+            if (errno == ENOENT)
+                continue;
+            flist_fail(l, -errno, "link %s", rel);
+            break;
+        }
+        uint64_t end = 0;
+        uint32_t crc = 0;
+        if ((rc = scan_ingress(to, durable, c->buf, &end)) != 0 ||
+            (rc = crc_file(to, end, c->buf, &crc)) != 0) {
+            flist_fail(l, rc, "scan %s", rel);
+            break;
+        }
+        if (first == UINT64_MAX)
+            first = bases[i];
+        flist_add(l, rel, end, crc);
+    }
+    tn_free(bases);
+    if (l->err != 0 || first == UINT64_MAX)
+        return;
+    char ck[PATH_MAX_LEN];
+    pathf(ck, sizeof(ck), "%s/checkpoint", dir);
+    uint64_t ckpt = 0;
+    int fd = open(ck, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        unsigned char b[16];
+        ssize_t got = pread(fd, b, sizeof(b), 0);
+        close(fd);
+        uint32_t magic, crc;
+        memcpy(&magic, b, 4);
+        memcpy(&crc, b + 4, 4);
+        if (got != 16 || magic != 0x314B4E54u || tn_crc32c(0, b + 8, 8) != crc) {
+            flist_fail(l, TN_ECORRUPT, "read %s", "ingress/checkpoint");
+            return;
+        }
+        memcpy(&ckpt, b + 8, 8);
+    } else if (errno != ENOENT) {
+        flist_fail(l, -errno, "open %s", "ingress/checkpoint");
+        return;
+    }
+    if (ckpt > durable)
+        ckpt = durable;
+    if (ckpt < first)
+        ckpt = first; /* the segments before the first kept one are all below it */
+    unsigned char b[16];
+    uint32_t magic = 0x314B4E54u;
+    memcpy(b, &magic, 4);
+    memcpy(b + 8, &ckpt, 8);
+    uint32_t crc = tn_crc32c(0, b + 8, 8);
+    memcpy(b + 4, &crc, 4);
+    char to[PATH_MAX_LEN];
+    pathf(to, sizeof(to), "%s/checkpoint", sdir);
+    fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, b, sizeof(b)) != (ssize_t)sizeof(b)) {
+        flist_fail(l, fd < 0 ? -errno : UV_EIO, "write %s", "ingress/checkpoint");
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    close(fd);
+    flist_add(l, "ingress/checkpoint", sizeof(b), tn_crc32c(0, b, sizeof(b)));
+}
+
+static void take_work(uv_work_t *w)
+{
+    take_t *t = w->data;
+    flist_t *l = &t->files;
+    char sess[PATH_MAX_LEN];
+    pathf(sess, sizeof(sess), "%s/" SESSION_DIR "/%s", t->bk->data_path, t->s->id);
+    int rc = mkdirs(sess);
+    if (rc != 0) {
+        flist_fail(l, rc, "mkdir %s", sess);
+        return;
+    }
+    unsigned char *buf = tn_malloc(SCAN_BUF);
+    if (buf == NULL) {
+        flist_fail(l, UV_ENOMEM, "%s", "scan buffer");
+        return;
+    }
+    ctx_t c = {t->bk->data_path, sess, buf, l};
+    /* The metastore's snapshot, as a file of the session. */
+    char mp[PATH_MAX_LEN];
+    pathf(mp, sizeof(mp), "%s/" META_FILE, sess);
+    int fd = open(mp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    size_t sl = tn_buf_size(&t->snap);
+    if (fd < 0 || write(fd, tn_buf_data(&t->snap), sl) != (ssize_t)sl) {
+        flist_fail(l, fd < 0 ? -errno : UV_EIO, "write %s", META_FILE);
+    }
+    if (fd >= 0)
+        close(fd);
+    t->snap_crc = tn_crc32c(0, tn_buf_data(&t->snap), sl);
+    if (l->err == 0)
+        pin_link(&c, "FORMAT", UINT64_MAX);
+    for (size_t i = 0; i < t->nparts && l->err == 0; i++)
+        take_partition(&c, &t->parts[i]);
+    if (l->err == 0 && t->ingress)
+        take_ingress(&c, t->ingress_durable);
+    tn_free(buf);
+}
+
+static void manifest_json(tn_backup_t *bk, session_t *s, take_t *t)
+{
+    tn_buf_t *b = &s->manifest;
+    tn__v1_appendf(b,
+                   "{\"format\":\"" TN_BACKUP_FORMAT "\",\"storage_format\":1,\"session\":\"%s\","
+                   "\"node_id\":%" PRIu64 ",\"created_ms\":%" PRId64 ",\"ttl_ms\":%" PRId64
+                   ",\"metastore\":{\"path\":\"" META_FILE "\",\"length\":%zu,\"crc32c\":%" PRIu32
+                   ",\"applied_index\":%" PRIu64 ",\"voters\":[",
+                   s->id, bk->node_id, s->created_ms, bk->ttl_ms, tn_buf_size(&t->snap),
+                   t->snap_crc, t->applied);
+    for (size_t i = 0; i < t->nvoters; i++) {
+        tn__v1_appendf(b, "%s{\"id\":%" PRIu64 ",\"raft_address\":", i ? "," : "", t->voters[i].id);
+        tn__v1_json_str(b, t->voters[i].raft_addr);
+        tn_buf_append(b, "}", 1);
+    }
+    tn_buf_append(b, "]},\"files\":[", 12);
+    for (size_t i = 0; i < s->nfiles; i++) {
+        tn_buf_append(b, i ? ",{\"path\":" : "{\"path\":", i ? 9 : 8);
+        tn__v1_json_str(b, s->files[i].path);
+        tn__v1_appendf(b, ",\"length\":%" PRIu64 ",\"crc32c\":%" PRIu32 "}", s->files[i].len,
+                       s->files[i].crc);
+    }
+    tn_buf_append(b, "]}", 2);
+}
+
+static void session_remove(session_t *s);
+
+static void take_free(take_t *t)
+{
+    for (size_t i = 0; i < t->nparts; i++)
+        tn_free(t->parts[i].topic);
+    tn_free(t->parts);
+    tn_buf_fini(&t->snap);
+    tn_free(t->voters);
+    files_free(t->files.v, t->files.n);
+    tn_free(t);
+}
+
+static void take_after(uv_work_t *w, int status)
+{
+    take_t *t = w->data;
+    tn_backup_t *bk = t->bk;
+    session_t *s = t->s;
+    bk->jobs--;
+    tn_http_request_t *r = t->r;
+    if (r != NULL)
+        r->on_cancel = NULL;
+    if (status != 0 && t->files.err == 0)
+        flist_fail(&t->files, status, "%s", "backup job");
+    if (t->files.err == 0) {
+        s->files = t->files.v;
+        s->nfiles = t->files.n;
+        t->files.v = NULL;
+        t->files.n = 0;
+        manifest_json(bk, s, t);
+        s->ready = true;
+        s->used_at = uv_now(bk->loop);
+        TN_LOG(TN_LOG_NOTICE, "backup %s: %zu files pinned", s->id, s->nfiles);
+        if (r != NULL)
+            tn_http_respond(r, 201, TN__V1_JSON, NULL, tn_buf_data(&s->manifest),
+                            tn_buf_size(&s->manifest));
+        if (r == NULL || bk->closing)
+            session_remove(s); /* nobody will fetch it */
+    } else {
+        TN_LOG(TN_LOG_ERROR, "backup %s failed: %s", s->id, t->files.errmsg);
+        if (r != NULL) {
+            char msg[600];
+            snprintf(msg, sizeof(msg), "backup failed: %s", t->files.errmsg);
+            tn__v1_error(r, 500, msg, NULL);
+        }
+        session_remove(s);
+    }
+    take_free(t);
+    maybe_free(bk);
+}
+
+static void take_cancel(tn_http_request_t *r)
+{
+    take_t *t = r->data;
+    t->r = NULL;
+}
+
+/* --- removing a session ------------------------------------------------------------ */
+
+typedef struct {
+    uv_work_t work;
+    tn_backup_t *bk;
+    char path[PATH_MAX_LEN];
+} rm_t;
+
+static void rm_work(uv_work_t *w)
+{
+    rm_t *j = w->data;
+    rm_tree(j->path);
+}
+
+static void rm_after(uv_work_t *w, int status)
+{
+    rm_t *j = w->data;
+    j->bk->jobs--;
+    tn_backup_t *bk = j->bk;
+    tn_free(j);
+    maybe_free(bk);
+}
+
+/* Unlist s and free it; its directory goes on a worker once no download
+ * reads it (the last download's end calls this again). */
+static void session_remove(session_t *s)
+{
+    tn_backup_t *bk = s->bk;
+    s->removing = true;
+    if (s->busy > 0 || bk->closing)
+        return; /* at the last download's end; closing: the next start removes it */
+    for (session_t **p = &bk->sessions; *p != NULL; p = &(*p)->next) {
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    }
+    rm_t *j = tn_calloc(1, sizeof(*j));
+    if (j != NULL) {
+        j->bk = bk;
+        j->work.data = j;
+        pathf(j->path, sizeof(j->path), "%s/" SESSION_DIR "/%s", bk->data_path, s->id);
+        if (uv_queue_work(bk->loop, &j->work, rm_work, rm_after) == 0)
+            bk->jobs++;
+        else
+            tn_free(j); /* left for the next start to remove */
+    }
+    files_free(s->files, s->nfiles);
+    tn_buf_fini(&s->manifest);
+    tn_free(s);
+}
+
+static session_t *session_find(tn_backup_t *bk, const tn_iov_t *id)
+{
+    for (session_t *s = bk->sessions; s != NULL; s = s->next)
+        if (s->ready && !s->removing && id != NULL && id->len == strlen(s->id) &&
+            memcmp(id->base, s->id, id->len) == 0)
+            return s;
+    return NULL;
+}
+
+static void on_tick(uv_timer_t *h)
+{
+    tn_backup_t *bk = h->data;
+    uint64_t now = uv_now(bk->loop);
+    session_t *s = bk->sessions;
+    while (s != NULL) {
+        session_t *next = s->next;
+        if (s->ready && !s->removing && s->busy == 0 && now - s->used_at >= (uint64_t)bk->ttl_ms) {
+            TN_LOG(TN_LOG_NOTICE, "backup %s: unused for %" PRId64 " ms, removed", s->id,
+                   bk->ttl_ms);
+            session_remove(s);
+        }
+        s = next;
+    }
+}
+
+/* --- routes ------------------------------------------------------------------------ */
+
+static int collect(tn_backup_t *bk, take_t *t)
+{
+    tn_broker_t *b = bk->v->broker;
+    size_t cap = 0;
+    for (size_t i = 0; i < b->nbuckets; i++) {
+        for (tn_topic_t *tp = b->buckets[i]; tp != NULL; tp = tp->hnext) {
+            if (tp->memory || tp->deleted)
+                continue;
+            for (uint32_t p = 0; p < tp->nparts; p++) {
+                tn_part_t *part = tp->parts[p];
+                if (part == NULL || part->plog == NULL)
+                    continue;
+                if (t->nparts == cap) {
+                    cap = cap ? cap * 2 : 32;
+                    part_t *v = tn_realloc(t->parts, cap * sizeof(*v));
+                    if (v == NULL)
+                        return UV_ENOMEM;
+                    t->parts = v;
+                }
+                char *name = tn_strdup(tp->name);
+                if (name == NULL)
+                    return UV_ENOMEM;
+                /* Written first, then durable: a record written and not
+                 * yet synced at this moment is waited for (write_ack and
+                 * relaxed acknowledge it before its fdatasync). */
+                uint64_t w = tn_plog_written_next(part->plog);
+                uint64_t d = tn_plog_durable_next(part->plog);
+                t->parts[t->nparts++] = (part_t){name, part->index, d, w > d ? w : 0};
+            }
+        }
+    }
+    if (bk->ilog != NULL) {
+        t->ingress = true;
+        t->ingress_durable = tn_ilog_durable_seq(bk->ilog);
+    }
+    return 0;
+}
+
+/* The partition log of topic/partition as the engine has it now, or NULL
+ * (deleted since, or no longer local): looked up by name at every poll,
+ * since a deleted topic's memory goes. */
+static tn_plog_t *find_plog(tn_broker_t *b, const char *topic, uint32_t partition)
+{
+    for (size_t i = 0; i < b->nbuckets; i++)
+        for (tn_topic_t *tp = b->buckets[i]; tp != NULL; tp = tp->hnext)
+            if (!tp->deleted && strcmp(tp->name, topic) == 0)
+                return partition < tp->nparts && tp->parts[partition] != NULL
+                           ? tp->parts[partition]->plog
+                           : NULL;
+    return NULL;
+}
+
+#define SYNC_WAIT_MS 15000 /* relaxed-sync-interval is at most 10 s */
+
+static void on_wait_closed(uv_handle_t *h)
+{
+    take_t *t = h->data;
+    tn_backup_t *bk = t->bk;
+    int rc = t->wait_status;
+    if (rc == 0 && (rc = uv_queue_work(bk->loop, &t->work, take_work, take_after)) == 0)
+        return; /* jobs stays counted for the work */
+    if (t->wait_err[0] == '\0')
+        pathf(t->wait_err, sizeof(t->wait_err), "%s", tn_strerror(rc));
+    flist_fail(&t->files, rc, "%s", t->wait_err);
+    uv_work_t *w = &t->work;
+    w->data = t;
+    take_after(w, 0); /* answers the error and removes the session */
+}
+
+/* Every partition that had records written but not durable at the POST:
+ * durable now (its end is then what was written), gone (skipped: its
+ * topic was deleted), failed (the backup fails: its acknowledged tail
+ * cannot be made durable) or still waiting. */
+static void on_wait(uv_timer_t *h)
+{
+    take_t *t = h->data;
+    tn_backup_t *bk = t->bk;
+    bool all = true;
+    /* Closing: the engine goes soon after, so it is not looked at again. */
+    if (bk->closing)
+        t->wait_status = TN_ECLOSED;
+    for (size_t i = 0; i < t->nparts && t->wait_status == 0; i++) {
+        part_t *p = &t->parts[i];
+        if (p->want == 0)
+            continue;
+        tn_plog_t *pl = find_plog(bk->v->broker, p->topic, p->partition);
+        if (pl == NULL) {
+            p->want = 0;
+        } else if (tn_plog_err(pl) != 0) {
+            t->wait_status = tn_plog_err(pl);
+            pathf(t->wait_err, sizeof(t->wait_err),
+                  "partition %s/%" PRIu32 " failed (%s): restart the node to recover it first",
+                  p->topic, p->partition, tn_strerror(tn_plog_err(pl)));
+        } else if (tn_plog_durable_next(pl) >= p->want) {
+            p->durable_next = p->want;
+            p->want = 0;
+        } else {
+            all = false;
+        }
+    }
+    if (t->wait_status == 0 && !all && uv_now(bk->loop) >= t->wait_until) {
+        t->wait_status = UV_ETIMEDOUT;
+        pathf(t->wait_err, sizeof(t->wait_err),
+              "records written before the backup were not durable within %d ms", SYNC_WAIT_MS);
+    }
+    if (!all && t->wait_status == 0)
+        return;
+    uv_timer_stop(h);
+    uv_close((uv_handle_t *)h, on_wait_closed);
+}
+
+static void on_post(tn_http_request_t *r, void *arg)
+{
+    tn_backup_t *bk = arg;
+    tn_v1_t *v = bk->v;
+    if (!tn__v1_admin_only(v, r) || !tn__v1_guard_write(r))
+        return;
+    if (bk->closing) {
+        tn__v1_error(r, 503, "shutting down", "Retry-After: 1\r\n");
+        return;
+    }
+    if (!tn_meta_ready(v->meta)) {
+        tn__v1_error(r, 503, "control plane not caught up", "Retry-After: 1\r\n");
+        return;
+    }
+    unsigned n = 0;
+    for (session_t *s = bk->sessions; s != NULL; s = s->next)
+        n += !s->removing;
+    if (n >= TN_BACKUP_SESSIONS) {
+        tn__v1_error(r, 429,
+                     "too many backup sessions at once (4): delete one (DELETE /v1/backup/{id})",
+                     "Retry-After: 10\r\n");
+        return;
+    }
+    session_t *s = tn_calloc(1, sizeof(*s));
+    take_t *t = tn_calloc(1, sizeof(*t));
+    if (s == NULL || t == NULL) {
+        tn_free(s);
+        tn_free(t);
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    s->bk = bk;
+    tn_buf_init(&s->manifest);
+    s->created_ms = tn_now_wall_ms();
+    unsigned char rnd[16];
+    if (uv_random(NULL, NULL, rnd, sizeof(rnd), 0, NULL) != 0) {
+        for (size_t i = 0; i < sizeof(rnd); i++)
+            rnd[i] = (unsigned char)((uint64_t)tn_now_mono_ns() >> (i % 8));
+    }
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(s->id + 2 * i, 3, "%02x", rnd[i]);
+    t->bk = bk;
+    t->s = s;
+    t->r = r;
+    t->work.data = t;
+    tn_buf_init(&t->snap);
+    /* The order matters: the metastore first (a topic that has acked
+     * messages is in it), then the durable ends (every acknowledged
+     * record is below them). */
+    int rc = tn_meta_backup(v->meta, &t->snap, &t->voters, &t->nvoters, &t->applied);
+    rc = rc ? rc : collect(bk, t);
+    bool wait = false;
+    for (size_t i = 0; rc == 0 && i < t->nparts; i++)
+        wait = wait || t->parts[i].want != 0;
+    if (rc == 0 && wait) {
+        uv_timer_init(bk->loop, &t->wait);
+        t->wait.data = t;
+        t->wait_until = uv_now(bk->loop) + SYNC_WAIT_MS;
+        uv_timer_start(&t->wait, on_wait, 0, 2);
+    } else if (rc == 0) {
+        rc = uv_queue_work(bk->loop, &t->work, take_work, take_after);
+    }
+    if (rc != 0) {
+        tn_buf_fini(&s->manifest);
+        tn_free(s);
+        take_free(t);
+        tn__v1_error(r, 503, rc == UV_ENOMEM ? "out of memory" : tn_strerror(rc),
+                     "Retry-After: 1\r\n");
+        return;
+    }
+    bk->jobs++;
+    s->next = bk->sessions;
+    bk->sessions = s;
+    r->data = t;
+    r->on_cancel = take_cancel;
+}
+
+static void on_manifest(tn_http_request_t *r, void *arg)
+{
+    tn_backup_t *bk = arg;
+    if (!tn__v1_admin_only(bk->v, r))
+        return;
+    session_t *s = session_find(bk, tn_http_param(r, "id"));
+    if (s == NULL) {
+        tn__v1_error(r, 404, "no such backup session (it ended, expired or never was)", NULL);
+        return;
+    }
+    s->used_at = uv_now(bk->loop);
+    tn_http_respond(r, 200, TN__V1_JSON, NULL, tn_buf_data(&s->manifest),
+                    tn_buf_size(&s->manifest));
+}
+
+static void on_delete(tn_http_request_t *r, void *arg)
+{
+    tn_backup_t *bk = arg;
+    if (!tn__v1_admin_only(bk->v, r) || !tn__v1_guard_write(r))
+        return;
+    session_t *s = session_find(bk, tn_http_param(r, "id"));
+    if (s == NULL) {
+        tn__v1_error(r, 404, "no such backup session (it ended, expired or never was)", NULL);
+        return;
+    }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn__v1_appendf(&b, "{\"deleted\":\"%s\"}", s->id);
+    TN_LOG(TN_LOG_NOTICE, "backup %s: ended by DELETE", s->id);
+    session_remove(s);
+    tn__v1_respond_buf(r, 200, &b);
+}
+
+typedef struct {
+    uv_work_t work;
+    session_t *s;
+    tn_http_request_t *r;
+    char path[PATH_MAX_LEN];
+    uint64_t off, len;
+    char *data;
+    size_t got;
+    int err;
+} read_t;
+
+static void read_work(uv_work_t *w)
+{
+    read_t *j = w->data;
+    int fd = open(j->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        j->err = -errno;
+        return;
+    }
+    while (j->got < j->len) {
+        ssize_t n =
+            pread(fd, j->data + j->got, (size_t)(j->len - j->got), (off_t)(j->off + j->got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            j->err = n < 0 ? -errno : TN_ESHORT;
+            break;
+        }
+        j->got += (size_t)n;
+    }
+    close(fd);
+}
+
+static void read_after(uv_work_t *w, int status)
+{
+    read_t *j = w->data;
+    session_t *s = j->s;
+    tn_backup_t *bk = s->bk;
+    bk->jobs--;
+    s->busy--;
+    s->used_at = uv_now(bk->loop);
+    if (j->r != NULL) {
+        j->r->on_cancel = NULL;
+        if (status != 0 || j->err != 0) {
+            char msg[256];
+            snprintf(msg, sizeof(msg), "reading the pinned file: %s",
+                     tn_strerror(status ? status : j->err));
+            tn__v1_error(j->r, 500, msg, NULL);
+        } else {
+            tn_http_respond(j->r, 200, "application/octet-stream", NULL, j->data, j->got);
+        }
+    }
+    if (s->removing && s->busy == 0)
+        session_remove(s);
+    tn_free(j->data);
+    tn_free(j);
+    maybe_free(bk);
+}
+
+static void read_cancel(tn_http_request_t *r)
+{
+    read_t *j = r->data;
+    j->r = NULL;
+}
+
+static void on_file(tn_http_request_t *r, void *arg)
+{
+    tn_backup_t *bk = arg;
+    if (!tn__v1_admin_only(bk->v, r))
+        return;
+    session_t *s = session_find(bk, tn_http_param(r, "id"));
+    if (s == NULL) {
+        tn__v1_error(r, 404, "no such backup session (it ended, expired or never was)", NULL);
+        return;
+    }
+    char path[1025];
+    int rc = tn_http_query(r->head.query, "path", path, sizeof(path));
+    if (rc != 1 || path[0] == '\0') {
+        tn__v1_error(r, 400,
+                     rc == 0 ? "invalid argument: path is required"
+                             : "invalid argument: path is not a file of this backup",
+                     NULL);
+        return;
+    }
+    int64_t off = 0;
+    if (tn__v1_query_int(r, "offset", &off) < 0) {
+        tn__v1_error(r, 400, "invalid argument: offset must be a non-negative integer", NULL);
+        return;
+    }
+    /* Only a path of the manifest, compared exactly: nothing else under
+     * the session (or outside it) can be named. */
+    uint64_t len = 0;
+    bool found = strcmp(path, META_FILE) == 0;
+    if (found)
+        len = UINT64_MAX;
+    for (size_t i = 0; !found && i < s->nfiles; i++) {
+        if (strcmp(s->files[i].path, path) == 0) {
+            found = true;
+            len = s->files[i].len;
+        }
+    }
+    if (!found) {
+        tn__v1_error(r, 404, "no such file in this backup (paths are the manifest's)", NULL);
+        return;
+    }
+    read_t *j = tn_calloc(1, sizeof(*j));
+    if (j == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    pathf(j->path, sizeof(j->path), "%s/" SESSION_DIR "/%s/%s", bk->data_path, s->id, path);
+    if (len == UINT64_MAX) {
+        struct stat st;
+        len = stat(j->path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    }
+    if ((uint64_t)off > len) {
+        tn_free(j);
+        tn__v1_error(r, 416, "offset is past the file's length in the manifest", NULL);
+        return;
+    }
+    j->off = (uint64_t)off;
+    j->len = TN_MIN(len - j->off, (uint64_t)TN_BACKUP_CHUNK_MAX);
+    j->data = tn_malloc(j->len ? (size_t)j->len : 1);
+    if (j->data == NULL) {
+        tn_free(j);
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    j->s = s;
+    j->r = r;
+    j->work.data = j;
+    if ((rc = uv_queue_work(bk->loop, &j->work, read_work, read_after)) != 0) {
+        tn_free(j->data);
+        tn_free(j);
+        tn__v1_error(r, 503, tn_strerror(rc), "Retry-After: 1\r\n");
+        return;
+    }
+    bk->jobs++;
+    s->busy++;
+    s->used_at = uv_now(bk->loop);
+    r->data = j;
+    r->on_cancel = read_cancel;
+}
+
+/* --- lifetime ---------------------------------------------------------------------- */
+
+int tn_backup_new(uv_loop_t *loop, tn_v1_t *v, tn_ilog_t *ilog, const tn_backup_opts_t *o,
+                  tn_backup_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    tn_backup_t *bk = tn_calloc(1, sizeof(*bk));
+    char *dp = tn_strdup(o->data_path);
+    if (bk == NULL || dp == NULL) {
+        tn_free(bk);
+        tn_free(dp);
+        tn_errbuf(err, errlen, "backup: %s", tn_strerror(UV_ENOMEM));
+        return UV_ENOMEM;
+    }
+    bk->loop = loop;
+    bk->v = v;
+    bk->ilog = ilog;
+    bk->data_path = dp;
+    bk->node_id = o->node_id;
+    bk->ttl_ms = o->ttl_ms > 0 ? o->ttl_ms : TN_BACKUP_TTL_MS;
+    /* Sessions do not outlive the process: what one left is removed. */
+    char dir[PATH_MAX_LEN];
+    pathf(dir, sizeof(dir), "%s/" SESSION_DIR, dp);
+    rm_tree(dir);
+    uv_timer_init(loop, &bk->timer);
+    bk->timer.data = bk;
+    uv_timer_start(&bk->timer, on_tick, 1000, 1000);
+    uv_unref((uv_handle_t *)&bk->timer);
+    *out = bk;
+    return 0;
+}
+
+int tn_backup_register(tn_http_server_t *srv, tn_backup_t *bk)
+{
+    int rc = tn_http_route(srv, "POST", "/v1/backup", 0, NULL, on_post, bk);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/backup/{id}", 0, NULL, on_manifest, bk);
+    rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/backup/{id}", 0, NULL, on_delete, bk);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/backup/{id}/file", 0, NULL, on_file, bk);
+    return rc;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    tn_backup_t *bk = h->data;
+    bk->timer_closed = true;
+    maybe_free(bk);
+}
+
+void tn_backup_close(tn_backup_t *bk)
+{
+    if (bk == NULL)
+        return;
+    bk->closing = true;
+    uv_close((uv_handle_t *)&bk->timer, on_timer_closed);
+}

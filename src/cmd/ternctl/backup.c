@@ -1,0 +1,878 @@
+/* `ternctl backup DIR` and `ternctl restore DIR --data-path D`: an online
+ * backup of every member of the cluster (one node is a cluster of one)
+ * through /v1/backup (api/backup.h), and an offline restore of one node's
+ * copy into an empty data directory. docs/operations.md ("Backup and
+ * restore") is the operator's guide.
+ *
+ * DESIGN: a backup.
+ *   1. DIR must be missing or empty; it is made (0700).
+ *   2. GET /v1/cluster/members lists the members; every one must be alive
+ *      (a dead member's data would be missing from the copy). One member:
+ *      the node asked; several: each at its advertised API address, with
+ *      the scheme of --url.
+ *   3. POST /v1/backup to every member first, so the sessions start close
+ *      together, then copy each: the manifest to DIR/<id>/manifest.json,
+ *      each file to DIR/<id>/data/<path> and the metastore snapshot to
+ *      DIR/<id>/metastore.snapshot, each under a temporary name, fetched
+ *      in ranges (?offset=), checked against its length and CRC32C, then
+ *      fsynced and renamed, and its directory fsynced. Meanwhile every
+ *      other session is used once a minute, so its TTL never runs out.
+ *   4. DIR/backup.json names the members and the one whose metastore
+ *      snapshot every restored node starts from (the highest applied
+ *      index: the most complete view), then every session is deleted (on
+ *      failure too).
+ *
+ * DESIGN: a restore.
+ *   1. Read DIR/backup.json, the node's manifest (--node N, or the only
+ *      node) and the metastore source's manifest; check every file's
+ *      length and CRC32C before anything is written.
+ *   2. D must be missing or empty. Write each file under a temporary name,
+ *      checking the CRC again of what is written, fsync, rename; fsync
+ *      every directory made.
+ *   3. Write D/meta from the snapshot (meta.h tn_meta_restore_write).
+ *
+ * Threads: one (ternctl). */
+#include "core/platform.h"
+
+#include "cmd/ternctl/ctl.h"
+#include "cmd/ternctl/manifest.h"
+
+#include "core/alloc.h"
+#include "core/crc32c.h"
+#include "core/err.h"
+#include "meta/meta.h"
+
+#include <uv.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PATH_LEN   4096
+#define COPY_BUF   (1024 * 1024)
+#define MAX_NODES  64
+#define TOP_FORMAT "tern-backup-set 1"
+
+/* A string value, after YAJL_IS_STRING said it is one. */
+#define SV(v) ((const char *)(v)->u.string)
+
+static void pathf(char *out, size_t n, const char *fmt, ...) TN_PRINTF(3, 4);
+static void pathf(char *out, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, n, fmt, ap);
+    va_end(ap);
+}
+
+static int say(const char *cmd, const char *fmt, ...) TN_PRINTF(2, 3);
+static int say(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ternctl %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return TN_CTL_FAIL;
+}
+
+/* --- files ---------------------------------------------------------------------- */
+
+/* 1: path is a missing or empty directory (made if missing), 0: it has
+ * entries (or is not a directory), <0: an error. */
+static int empty_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        if (errno != ENOENT)
+            return -errno;
+        return mkdir(path, 0700) == 0 ? 1 : -errno;
+    }
+    struct dirent *e;
+    int rc = 1;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            rc = 0;
+            break;
+        }
+    closedir(d);
+    return rc;
+}
+
+static int fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) == 0 ? 0 : -errno;
+    close(fd);
+    return rc;
+}
+
+/* Make every directory of path's parent under root (root exists), fsyncing
+ * each parent of a directory made. */
+static int make_parents(const char *root, const char *rel)
+{
+    char p[PATH_LEN];
+    pathf(p, sizeof(p), "%s/%s", root, rel);
+    size_t skip = strlen(root) + 1;
+    for (char *s = p + skip; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0700) == 0) {
+            char *slash = strrchr(p, '/');
+            *slash = '\0';
+            int rc = fsync_dir(p);
+            *slash = '/';
+            if (rc != 0)
+                return rc;
+        } else if (errno != EEXIST) {
+            return -errno;
+        }
+        *s = '/';
+    }
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The length and CRC32C of a file, reading it whole. */
+static int file_crc(const char *path, unsigned char *buf, uint64_t *len, uint32_t *crc)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    uint64_t n = 0;
+    uint32_t c = 0;
+    int rc = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, COPY_BUF);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = -errno;
+            break;
+        }
+        if (r == 0)
+            break;
+        c = tn_crc32c(c, buf, (size_t)r);
+        n += (uint64_t)r;
+    }
+    close(fd);
+    *len = n;
+    *crc = c;
+    return rc;
+}
+
+/* Finish a temporary file: fsync, close, rename onto final, fsync the
+ * directory. */
+static int commit_tmp(int fd, const char *tmp, const char *final)
+{
+    int rc = fdatasync(fd) == 0 ? 0 : -errno;
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, final) != 0)
+        rc = -errno;
+    if (rc != 0) {
+        unlink(tmp);
+        return rc;
+    }
+    char dir[PATH_LEN];
+    pathf(dir, sizeof(dir), "%s", final);
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL)
+        *slash = '\0';
+    return fsync_dir(slash != NULL ? dir : ".");
+}
+
+static int write_file_atomic(const char *path, const void *data, size_t len)
+{
+    char tmp[PATH_LEN];
+    pathf(tmp, sizeof(tmp), "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int rc = write_all(fd, data, len);
+    if (rc != 0) {
+        close(fd);
+        unlink(tmp);
+        return rc;
+    }
+    return commit_tmp(fd, tmp, path);
+}
+
+static int read_file(const char *path, size_t max, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > max) {
+        int rc = errno ? -errno : TN_ETOOBIG;
+        close(fd);
+        return (uint64_t)st.st_size > max ? TN_ETOOBIG : rc;
+    }
+    char *b = tn_malloc((size_t)st.st_size + 1);
+    if (b == NULL) {
+        close(fd);
+        return UV_ENOMEM;
+    }
+    size_t n = 0;
+    while (n < (size_t)st.st_size) {
+        ssize_t r = read(fd, b + n, (size_t)st.st_size - n);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            break;
+        }
+        n += (size_t)r;
+    }
+    close(fd);
+    b[n] = '\0';
+    *out = b;
+    *len = n;
+    return 0;
+}
+
+/* --- backup --------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t id;
+    char url[300];     /* base URL */
+    char session[65];  /* "" until POSTed */
+    tn_ctl_resp_t man; /* the manifest as the server answered it */
+    tn_manifest_t m;
+} node_t;
+
+/* The sessions of the other nodes wait while one node is copied: each
+ * is used (its manifest read, which renews its TTL) every minute, so
+ * none expires however long the copy of the others takes. */
+static node_t *g_nodes;
+static size_t g_nnodes;
+static uint64_t g_touched_ms;
+
+static uint64_t now_ms(void)
+{
+    return uv_hrtime() / 1000000;
+}
+
+static void keep_alive(tn_ctl_t *c)
+{
+    if (now_ms() - g_touched_ms < 60000)
+        return;
+    g_touched_ms = now_ms();
+    for (size_t i = 0; i < g_nnodes; i++) {
+        if (g_nodes[i].session[0] == '\0')
+            continue;
+        char path[128];
+        pathf(path, sizeof(path), "/v1/backup/%s", g_nodes[i].session);
+        tn_ctl_resp_t r;
+        memset(&r, 0, sizeof(r));
+        if (tn_ctl_call_url(c, g_nodes[i].url, "GET", path, NULL, 0, &r) == 0 && r.status != 200)
+            fprintf(stderr, "ternctl backup: node %" PRIu64 ": its session answered %d\n",
+                    g_nodes[i].id, r.status);
+        tn_ctl_resp_fini(&r);
+    }
+}
+
+/* Download one file of a session into final (via final.tmp), in ranges,
+ * and check its length and CRC. */
+static int fetch_file(tn_ctl_t *c, node_t *n, const char *path, uint64_t len, uint32_t crc,
+                      const char *final, unsigned char *buf)
+{
+    char tmp[PATH_LEN];
+    pathf(tmp, sizeof(tmp), "%s.tmp", final);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return say("backup", "create %s: %s", tmp, strerror(errno));
+    char esc[3 * TN_MANIFEST_PATH_MAX + 1];
+    tn_ctl_esc(path, esc, sizeof(esc));
+    uint64_t off = 0;
+    int rc = TN_CTL_OK;
+    do {
+        char req[4 * TN_MANIFEST_PATH_MAX + 128];
+        pathf(req, sizeof(req), "/v1/backup/%s/file?path=%s&offset=%" PRIu64, n->session, esc, off);
+        tn_ctl_resp_t r;
+        memset(&r, 0, sizeof(r));
+        uint64_t got = 0;
+        if (tn_ctl_get_to_fd(c, n->url, req, fd, &got, &r) < 0) {
+            rc = TN_CTL_FAIL;
+            break;
+        }
+        if (r.status != 200) {
+            char what[600];
+            pathf(what, sizeof(what), "backup: node %" PRIu64 ": %s", n->id, path);
+            rc = tn_ctl_fail(&r, what);
+            tn_ctl_resp_fini(&r);
+            break;
+        }
+        tn_ctl_resp_fini(&r);
+        keep_alive(c);
+        if (got == 0 && off < len) {
+            rc = say("backup", "node %" PRIu64 ": %s: the server sent nothing at offset %" PRIu64,
+                     n->id, path, off);
+            break;
+        }
+        off += got;
+    } while (off < len);
+    if (rc != TN_CTL_OK) {
+        close(fd);
+        unlink(tmp);
+        return rc;
+    }
+    uint64_t have = 0;
+    uint32_t hcrc = 0;
+    int e = file_crc(tmp, buf, &have, &hcrc);
+    if (e != 0 || have != len || hcrc != crc) {
+        close(fd);
+        unlink(tmp);
+        if (e != 0)
+            return say("backup", "read back %s: %s", tmp, tn_strerror(e));
+        return say("backup",
+                   "node %" PRIu64 ": %s: got %" PRIu64 " bytes with CRC32C %08" PRIx32
+                   ", the manifest says %" PRIu64 " bytes with %08" PRIx32,
+                   n->id, path, have, hcrc, len, crc);
+    }
+    if ((e = commit_tmp(fd, tmp, final)) != 0)
+        return say("backup", "write %s: %s", final, tn_strerror(e));
+    return TN_CTL_OK;
+}
+
+static int copy_node(tn_ctl_t *c, node_t *n, const char *dir, unsigned char *buf)
+{
+    char nd[PATH_LEN], data[PATH_LEN], p[PATH_LEN];
+    pathf(nd, sizeof(nd), "%s/%" PRIu64, dir, n->id);
+    pathf(data, sizeof(data), "%s/data", nd);
+    if ((mkdir(nd, 0700) != 0 && errno != EEXIST) || (mkdir(data, 0700) != 0 && errno != EEXIST))
+        return say("backup", "mkdir %s: %s", data, strerror(errno));
+    int e;
+    if ((e = fsync_dir(dir)) != 0 || (e = fsync_dir(nd)) != 0)
+        return say("backup", "fsync %s: %s", nd, tn_strerror(e));
+    pathf(p, sizeof(p), "%s/metastore.snapshot", nd);
+    int rc = fetch_file(c, n, "metastore.snapshot", n->m.meta_len, n->m.meta_crc, p, buf);
+    uint64_t bytes = n->m.meta_len;
+    for (size_t i = 0; rc == TN_CTL_OK && i < n->m.nfiles; i++) {
+        const tn_manifest_file_t *f = &n->m.files[i];
+        if ((e = make_parents(data, f->path)) != 0)
+            return say("backup", "mkdir for %s: %s", f->path, tn_strerror(e));
+        pathf(p, sizeof(p), "%s/%s", data, f->path);
+        rc = fetch_file(c, n, f->path, f->len, f->crc, p, buf);
+        bytes += f->len;
+    }
+    if (rc != TN_CTL_OK)
+        return rc;
+    /* The manifest last: a node directory with one is complete. */
+    pathf(p, sizeof(p), "%s/manifest.json", nd);
+    if ((e = write_file_atomic(p, n->man.body, n->man.len)) != 0)
+        return say("backup", "write %s: %s", p, tn_strerror(e));
+    if (!tn_ctl_json(c))
+        printf("node %" PRIu64 ": %zu files and the metastore snapshot, %" PRIu64 " bytes -> %s\n",
+               n->id, n->m.nfiles, bytes, nd);
+    return TN_CTL_OK;
+}
+
+/* The members to back up, into nodes. */
+static int members(tn_ctl_t *c, node_t *nodes, size_t *nn)
+{
+    tn_ctl_resp_t r;
+    memset(&r, 0, sizeof(r));
+    if (tn_ctl_call(c, "GET", "/v1/cluster/members", NULL, 0, &r) < 0)
+        return TN_CTL_FAIL;
+    if (r.status != 200) {
+        int rc = tn_ctl_fail(&r, "backup: members");
+        tn_ctl_resp_fini(&r);
+        return rc;
+    }
+    yajl_val v = tn_ctl_parse(&r, "backup: members");
+    tn_ctl_resp_fini(&r);
+    yajl_val ms = v != NULL ? tn_ctl_get(v, "members") : NULL;
+    if (ms == NULL || !YAJL_IS_ARRAY(ms) || ms->u.array.len == 0 || ms->u.array.len > MAX_NODES) {
+        if (v != NULL)
+            yajl_tree_free(v);
+        return say("backup", "the node's member list is empty or malformed");
+    }
+    const char *base = tn_ctl_base_url(c);
+    const char *scheme = strncmp(base, "https://", 8) == 0 ? "https" : "http";
+    size_t n = ms->u.array.len;
+    int rc = TN_CTL_OK;
+    for (size_t i = 0; i < n && rc == TN_CTL_OK; i++) {
+        yajl_val m = ms->u.array.values[i];
+        const char *id = tn_ctl_get_str(m, "id");
+        const char *api = tn_ctl_get_str(m, "api_addr");
+        const char *status = tn_ctl_get_str(m, "status");
+        char *end = NULL;
+        unsigned long long x = id != NULL ? strtoull(id, &end, 10) : 0;
+        if (id == NULL || *end != '\0' || x == 0 || api == NULL || status == NULL) {
+            rc = say("backup", "a member without an id, api_addr or status");
+            break;
+        }
+        if (strcmp(status, "alive") != 0) {
+            rc = say("backup",
+                     "member %llu is %s: a backup copies every member, and that one's "
+                     "partitions would be missing",
+                     x, status);
+            break;
+        }
+        if (n > 1 && api[0] == '\0') {
+            rc = say("backup", "member %llu has no API address registered yet", x);
+            break;
+        }
+        nodes[i].id = x;
+        if (n == 1)
+            pathf(nodes[i].url, sizeof(nodes[i].url), "%s", base);
+        else
+            pathf(nodes[i].url, sizeof(nodes[i].url), "%s://%s", scheme, api);
+    }
+    yajl_tree_free(v);
+    *nn = rc == TN_CTL_OK ? n : 0;
+    return rc;
+}
+
+static void end_sessions(tn_ctl_t *c, node_t *nodes, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (nodes[i].session[0] == '\0')
+            continue;
+        char path[128];
+        pathf(path, sizeof(path), "/v1/backup/%s", nodes[i].session);
+        tn_ctl_resp_t r;
+        memset(&r, 0, sizeof(r));
+        if (tn_ctl_call_url(c, nodes[i].url, "DELETE", path, NULL, 0, &r) == 0 && r.status != 200 &&
+            r.status != 404)
+            tn_ctl_fail(&r, "backup: ending the session");
+        tn_ctl_resp_fini(&r);
+        nodes[i].session[0] = '\0';
+    }
+}
+
+static int run_backup(tn_ctl_t *c, int argc, char **argv)
+{
+    static const struct option opts[] = {{NULL, 0, NULL, 0}};
+    optind = 1;
+    if (getopt_long(argc, argv, "", opts, NULL) != -1)
+        return tn_ctl_usage("backup", "unknown option");
+    if (argc - optind != 1)
+        return tn_ctl_usage("backup", "one argument, the backup directory, is required");
+    const char *dir = argv[optind];
+    int e = empty_dir(dir);
+    if (e < 0)
+        return say("backup", "%s: %s", dir, tn_strerror(e));
+    if (e == 0)
+        return say("backup", "%s is not empty: a backup goes into a new or empty directory", dir);
+    node_t *nodes = tn_calloc(MAX_NODES, sizeof(*nodes));
+    unsigned char *buf = tn_malloc(COPY_BUF);
+    if (nodes == NULL || buf == NULL) {
+        tn_free(nodes);
+        tn_free(buf);
+        return say("backup", "out of memory");
+    }
+    size_t n = 0;
+    int rc = members(c, nodes, &n);
+    g_nodes = nodes;
+    g_nnodes = n;
+    g_touched_ms = now_ms();
+    /* Every session first, close together in time. */
+    for (size_t i = 0; rc == TN_CTL_OK && i < n; i++) {
+        node_t *nd = &nodes[i];
+        if (tn_ctl_call_url(c, nd->url, "POST", "/v1/backup", NULL, 0, &nd->man) < 0) {
+            rc = TN_CTL_FAIL;
+            break;
+        }
+        if (nd->man.status != 201) {
+            char what[64];
+            pathf(what, sizeof(what), "backup: node %" PRIu64, nd->id);
+            rc = tn_ctl_fail(&nd->man, what);
+            break;
+        }
+        char err[300];
+        int pr = tn_manifest_parse(nd->man.body, nd->man.len, &nd->m, err, sizeof(err));
+        if (pr == 0)
+            pathf(nd->session, sizeof(nd->session), "%s", nd->m.session);
+        if (pr != 0) {
+            rc = say("backup", "node %" PRIu64 ": %s", nd->id, err);
+        } else if (nd->m.node_id != nd->id) {
+            rc = say("backup", "%s answered as node %" PRIu64 ", the member list says %" PRIu64,
+                     nd->url, nd->m.node_id, nd->id);
+        }
+    }
+    for (size_t i = 0; rc == TN_CTL_OK && i < n; i++)
+        rc = copy_node(c, &nodes[i], dir, buf);
+    if (rc == TN_CTL_OK) {
+        /* The metastore every restored node starts from: the most
+         * advanced snapshot of the set. */
+        size_t best = 0;
+        for (size_t i = 1; i < n; i++)
+            if (nodes[i].m.applied_index > nodes[best].m.applied_index)
+                best = i;
+        char top[4096];
+        size_t tl = (size_t)snprintf(top, sizeof(top),
+                                     "{\"format\":\"" TOP_FORMAT "\",\"metastore_from\":%" PRIu64
+                                     ",\"nodes\":[",
+                                     nodes[best].id);
+        for (size_t i = 0; i < n && tl < sizeof(top) - 64; i++)
+            tl += (size_t)snprintf(top + tl, sizeof(top) - tl, "%s%" PRIu64, i ? "," : "",
+                                   nodes[i].id);
+        tl += (size_t)snprintf(top + tl, sizeof(top) - tl, "]}\n");
+        char p[PATH_LEN];
+        pathf(p, sizeof(p), "%s/backup.json", dir);
+        if ((e = write_file_atomic(p, top, tl)) != 0)
+            rc = say("backup", "write %s: %s", p, tn_strerror(e));
+        else if (tn_ctl_json(c))
+            tn_ctl_print_json(top, tl - 1);
+        else
+            printf("backup of %zu node(s) complete in %s (metastore from node %" PRIu64 ")\n", n,
+                   dir, nodes[best].id);
+    }
+    end_sessions(c, nodes, n);
+    for (size_t i = 0; i < n; i++) {
+        tn_ctl_resp_fini(&nodes[i].man);
+        tn_manifest_fini(&nodes[i].m);
+    }
+    tn_free(nodes);
+    tn_free(buf);
+    return rc;
+}
+
+const tn_ctl_cmd_t tn_ctl_cmd_backup = {
+    "backup", "copy every member's data, online, into a new directory",
+    "usage: ternctl backup DIR\n"
+    "\n"
+    "Takes an online backup of every member of the cluster (a single node is a\n"
+    "cluster of one) through /v1/backup, into DIR, which must be missing or\n"
+    "empty. Needs an admin user. Each member goes to DIR/<member-id>/ with its\n"
+    "manifest.json (every file's length and CRC32C, checked as it downloads),\n"
+    "its files under data/ and its metastore snapshot; DIR/backup.json names\n"
+    "the members. Every member must be alive. What a node acknowledged before\n"
+    "the backup started is in it; FINs recorded before it stay FINed.\n"
+    "\n"
+    "Restore with `ternctl restore DIR --data-path D [--node ID]`.\n"
+    "\n"
+    "example:\n"
+    "  ternctl --url http://10.0.0.1:4151 --user admin --password-file pw backup /srv/backup/t1\n",
+    run_backup};
+
+/* --- restore --------------------------------------------------------------------------- */
+
+/* Read and decode DIR/<id>/manifest.json. */
+static int load_manifest(const char *dir, uint64_t id, tn_manifest_t *m)
+{
+    char p[PATH_LEN];
+    pathf(p, sizeof(p), "%s/%" PRIu64 "/manifest.json", dir, id);
+    char *body = NULL;
+    size_t len = 0;
+    int e = read_file(p, TN_MANIFEST_MAX_BYTES, &body, &len);
+    if (e != 0)
+        return say("restore", "%s: %s", p, tn_strerror(e));
+    char err[300];
+    e = tn_manifest_parse(body, len, m, err, sizeof(err));
+    tn_free(body);
+    if (e != 0)
+        return say("restore", "%s: %s", p, err);
+    if (m->node_id != id)
+        return say("restore", "%s is node %" PRIu64 "'s, not node %" PRIu64 "'s", p, m->node_id,
+                   id);
+    return TN_CTL_OK;
+}
+
+/* The set's description: the node to restore (*id, from --node or the only
+ * one) and the metastore source. */
+static int load_set(const char *dir, bool have_node, uint64_t *id, uint64_t *meta_from)
+{
+    char p[PATH_LEN];
+    pathf(p, sizeof(p), "%s/backup.json", dir);
+    char *body = NULL;
+    size_t len = 0;
+    int e = read_file(p, 1 << 20, &body, &len);
+    if (e != 0)
+        return say("restore", "%s: %s (is %s a complete backup?)", p, tn_strerror(e), dir);
+    yajl_val v = yajl_tree_parse(body, NULL, 0);
+    tn_free(body);
+    yajl_val f = v != NULL ? tn_ctl_get(v, "format") : NULL;
+    yajl_val from = v != NULL ? tn_ctl_get(v, "metastore_from") : NULL;
+    yajl_val nodes = v != NULL ? tn_ctl_get(v, "nodes") : NULL;
+    int rc = TN_CTL_OK;
+    if (f == NULL || !YAJL_IS_STRING(f) || strcmp(SV(f), TOP_FORMAT) != 0 || from == NULL ||
+        !YAJL_IS_INTEGER(from) || YAJL_GET_INTEGER(from) <= 0 || nodes == NULL ||
+        !YAJL_IS_ARRAY(nodes) || nodes->u.array.len == 0) {
+        rc = say("restore", "%s is not a backup set this build reads", p);
+        goto out;
+    }
+    *meta_from = (uint64_t)YAJL_GET_INTEGER(from);
+    bool found = false, from_in = false;
+    for (size_t i = 0; i < nodes->u.array.len; i++) {
+        yajl_val x = nodes->u.array.values[i];
+        if (!YAJL_IS_INTEGER(x) || YAJL_GET_INTEGER(x) <= 0) {
+            rc = say("restore", "%s: a node id that is not a positive integer", p);
+            goto out;
+        }
+        uint64_t nid = (uint64_t)YAJL_GET_INTEGER(x);
+        found = found || (have_node && nid == *id);
+        from_in = from_in || nid == *meta_from;
+    }
+    if (!from_in) {
+        rc = say("restore", "%s: metastore_from is not one of its nodes", p);
+        goto out;
+    }
+    if (!have_node) {
+        if (nodes->u.array.len != 1) {
+            rc = say("restore",
+                     "%s holds %zu nodes: say which one this data directory is with --node ID", dir,
+                     nodes->u.array.len);
+            goto out;
+        }
+        *id = (uint64_t)YAJL_GET_INTEGER(nodes->u.array.values[0]);
+    } else if (!found) {
+        rc = say("restore", "node %" PRIu64 " is not in the backup %s", *id, dir);
+    }
+out:
+    if (v != NULL)
+        yajl_tree_free(v);
+    return rc;
+}
+
+static int check_file(const char *path, uint64_t len, uint32_t crc, unsigned char *buf)
+{
+    uint64_t have = 0;
+    uint32_t hcrc = 0;
+    int e = file_crc(path, buf, &have, &hcrc);
+    if (e != 0)
+        return say("restore", "%s: %s", path, tn_strerror(e));
+    if (have != len || hcrc != crc)
+        return say("restore",
+                   "%s is damaged: %" PRIu64 " bytes with CRC32C %08" PRIx32
+                   ", the manifest says %" PRIu64 " bytes with %08" PRIx32,
+                   path, have, hcrc, len, crc);
+    return TN_CTL_OK;
+}
+
+/* Copy src to final via final.tmp, checking the CRC of what goes out. */
+static int copy_in(const char *src, const char *final, uint64_t len, uint32_t crc,
+                   unsigned char *buf)
+{
+    char tmp[PATH_LEN];
+    pathf(tmp, sizeof(tmp), "%s.tmp", final);
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return say("restore", "%s: %s", src, strerror(errno));
+    int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0) {
+        close(in);
+        return say("restore", "create %s: %s", tmp, strerror(errno));
+    }
+    uint64_t n = 0;
+    uint32_t c = 0;
+    int e = 0;
+    for (;;) {
+        ssize_t r = read(in, buf, COPY_BUF);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            e = -errno;
+            break;
+        }
+        if (r == 0)
+            break;
+        c = tn_crc32c(c, buf, (size_t)r);
+        n += (uint64_t)r;
+        if ((e = write_all(out, buf, (size_t)r)) != 0)
+            break;
+    }
+    close(in);
+    if (e == 0 && (n != len || c != crc)) {
+        close(out);
+        unlink(tmp);
+        return say("restore", "%s changed while it was restored", src);
+    }
+    if (e == 0)
+        e = commit_tmp(out, tmp, final);
+    else {
+        close(out);
+        unlink(tmp);
+    }
+    if (e != 0)
+        return say("restore", "write %s: %s", final, tn_strerror(e));
+    return TN_CTL_OK;
+}
+
+static int run_restore(tn_ctl_t *c, int argc, char **argv)
+{
+    static const struct option opts[] = {{"data-path", required_argument, NULL, 'd'},
+                                         {"node", required_argument, NULL, 'n'},
+                                         {NULL, 0, NULL, 0}};
+    optind = 1;
+    const char *data = NULL;
+    bool have_node = false;
+    uint64_t id = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (o == 'd') {
+            data = optarg;
+        } else if (o == 'n') {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long x = strtoull(optarg, &end, 10);
+            if (errno != 0 || *end != '\0' || x == 0 || optarg[0] == '-')
+                return tn_ctl_usage("restore", "--node takes a member id (a positive integer)");
+            id = x;
+            have_node = true;
+        } else {
+            return tn_ctl_usage("restore", "unknown option");
+        }
+    }
+    if (argc - optind != 1)
+        return tn_ctl_usage("restore", "one argument, the backup directory, is required");
+    if (data == NULL || data[0] == '\0')
+        return tn_ctl_usage("restore", "--data-path D (the data directory to make) is required");
+    const char *dir = argv[optind];
+    uint64_t meta_from = 0;
+    int rc = load_set(dir, have_node, &id, &meta_from);
+    if (rc != TN_CTL_OK)
+        return rc;
+    tn_manifest_t m, mm;
+    memset(&m, 0, sizeof(m));
+    memset(&mm, 0, sizeof(mm));
+    unsigned char *buf = tn_malloc(COPY_BUF);
+    char *snap = NULL;
+    size_t snap_len = 0;
+    if (buf == NULL) {
+        rc = say("restore", "out of memory");
+        goto out;
+    }
+    if ((rc = load_manifest(dir, id, &m)) != TN_CTL_OK ||
+        (rc = load_manifest(dir, meta_from, &mm)) != TN_CTL_OK)
+        goto out;
+    /* 1. Every CRC before a byte is written. */
+    char p[PATH_LEN], q[PATH_LEN];
+    pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
+    if ((rc = check_file(p, mm.meta_len, mm.meta_crc, buf)) != TN_CTL_OK)
+        goto out;
+    for (size_t i = 0; i < m.nfiles; i++) {
+        pathf(p, sizeof(p), "%s/%" PRIu64 "/data/%s", dir, id, m.files[i].path);
+        if ((rc = check_file(p, m.files[i].len, m.files[i].crc, buf)) != TN_CTL_OK)
+            goto out;
+    }
+    bool self = false;
+    for (size_t i = 0; i < mm.nvoters; i++)
+        self = self || mm.voters[i].id == id;
+    if (!self) {
+        rc = say("restore", "node %" PRIu64 " is not a voter of node %" PRIu64 "'s metastore", id,
+                 meta_from);
+        goto out;
+    }
+    /* 2. The target. */
+    int e = empty_dir(data);
+    if (e < 0) {
+        rc = say("restore", "%s: %s", data, tn_strerror(e));
+        goto out;
+    }
+    if (e == 0) {
+        rc = say("restore", "%s is not empty: a restore goes into a new or empty directory", data);
+        goto out;
+    }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m.nfiles; i++) {
+        if ((e = make_parents(data, m.files[i].path)) != 0) {
+            rc = say("restore", "mkdir for %s: %s", m.files[i].path, tn_strerror(e));
+            goto out;
+        }
+        pathf(p, sizeof(p), "%s/%" PRIu64 "/data/%s", dir, id, m.files[i].path);
+        pathf(q, sizeof(q), "%s/%s", data, m.files[i].path);
+        if ((rc = copy_in(p, q, m.files[i].len, m.files[i].crc, buf)) != TN_CTL_OK)
+            goto out;
+        bytes += m.files[i].len;
+    }
+    /* 3. The metastore. */
+    pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
+    if ((e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &snap_len)) != 0) {
+        rc = say("restore", "%s: %s", p, tn_strerror(e));
+        goto out;
+    }
+    if (snap_len != mm.meta_len || tn_crc32c(0, snap, snap_len) != mm.meta_crc) {
+        rc = say("restore", "%s changed while it was restored", p);
+        goto out;
+    }
+    pathf(q, sizeof(q), "%s/meta", data);
+    if (mkdir(q, 0700) != 0) {
+        rc = say("restore", "mkdir %s: %s", q, strerror(errno));
+        goto out;
+    }
+    char err[400];
+    if (tn_meta_restore_write(q, snap, snap_len, mm.voters, mm.nvoters, id, err, sizeof(err)) !=
+        0) {
+        rc = say("restore", "%s", err);
+        goto out;
+    }
+    if ((e = fsync_dir(data)) != 0) {
+        rc = say("restore", "fsync %s: %s", data, tn_strerror(e));
+        goto out;
+    }
+    if (tn_ctl_json(c)) {
+        char js[256];
+        int jl = snprintf(js, sizeof(js),
+                          "{\"node_id\":%" PRIu64 ",\"files\":%zu,\"bytes\":%" PRIu64
+                          ",\"metastore_from\":%" PRIu64 "}",
+                          id, m.nfiles, bytes, meta_from);
+        tn_ctl_print_json(js, (size_t)jl);
+    } else {
+        printf("restored node %" PRIu64 " into %s: %zu files, %" PRIu64
+               " bytes, metastore from node %" PRIu64 "\n",
+               id, data, m.nfiles, bytes, meta_from);
+    }
+    rc = TN_CTL_OK;
+out:
+    tn_free(snap);
+    tn_free(buf);
+    tn_manifest_fini(&m);
+    tn_manifest_fini(&mm);
+    return rc;
+}
+
+const tn_ctl_cmd_t tn_ctl_cmd_restore = {
+    "restore", "write a node's backup into a new data directory (offline)",
+    "usage: ternctl restore DIR --data-path D [--node ID]\n"
+    "\n"
+    "Writes one node's copy from the backup DIR (made by `ternctl backup`) into\n"
+    "the data directory D, which must be missing or empty; no server is\n"
+    "involved (stop nothing, start ternd on D afterwards). Every file's length\n"
+    "and CRC32C is checked against the manifest before anything is written,\n"
+    "and again as it is written; files are fsynced and renamed into place.\n"
+    "The metastore is written from the backup's snapshot (the same one for\n"
+    "every node of a cluster).\n"
+    "\n"
+    "options:\n"
+    "  --data-path D   the data directory to make (required)\n"
+    "  --node ID       the member id whose copy to restore (required when the\n"
+    "                  backup holds several nodes)\n"
+    "\n"
+    "A cluster is restored whole: every node from the same backup, each with\n"
+    "`--node` its own id, then each started with its old node-id,\n"
+    "raft-address and peers.\n"
+    "\n"
+    "example:\n"
+    "  ternctl restore /srv/backup/t1 --data-path /var/lib/tern --node 2\n",
+    run_restore};

@@ -1,0 +1,257 @@
+/* Decoding a backup manifest (see manifest.h): yajl's tree parser, then
+ * a walk that takes exactly the fields it knows, each with its type and
+ * range checked, and refuses a document where anything is missing, of the
+ * wrong type, out of range, or a path that could leave the data
+ * directory. Unknown fields are ignored (a later server may add some);
+ * unknown format strings are refused. */
+#include "core/platform.h"
+
+#include "cmd/ternctl/manifest.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yajl/yajl_tree.h>
+
+/* A string value, after YAJL_IS_STRING said it is one. */
+#define SV(v) ((const char *)(v)->u.string)
+
+bool tn_manifest_path_ok(const char *p)
+{
+    size_t n = strlen(p);
+    if (n == 0 || n > TN_MANIFEST_PATH_MAX)
+        return false;
+    if (strcmp(p, "FORMAT") == 0)
+        return true;
+    if (strncmp(p, "topics/", 7) != 0 && strncmp(p, "ingress/", 8) != 0)
+        return false;
+    const char *s = p;
+    while (*s != '\0') {
+        const char *e = strchr(s, '/');
+        size_t len = e != NULL ? (size_t)(e - s) : strlen(s);
+        if (len == 0 || (len == 1 && s[0] == '.') || (len == 2 && s[0] == '.' && s[1] == '.'))
+            return false;
+        for (size_t i = 0; i < len; i++) {
+            char c = s[i];
+            bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-';
+            if (!ok)
+                return false;
+        }
+        if (e == NULL)
+            break;
+        s = e + 1;
+        if (*s == '\0')
+            return false; /* a trailing slash */
+    }
+    return true;
+}
+
+static yajl_val field(yajl_val obj, const char *name)
+{
+    if (!YAJL_IS_OBJECT(obj))
+        return NULL;
+    for (size_t i = 0; i < obj->u.object.len; i++)
+        if (strcmp(obj->u.object.keys[i], name) == 0)
+            return obj->u.object.values[i];
+    return NULL;
+}
+
+/* A non-negative integer field at most max, into *out; false when absent,
+ * not an integer, negative or larger. */
+static bool uint_field(yajl_val obj, const char *name, uint64_t max, uint64_t *out)
+{
+    yajl_val v = field(obj, name);
+    if (v == NULL || !YAJL_IS_INTEGER(v) || YAJL_GET_INTEGER(v) < 0 ||
+        (uint64_t)YAJL_GET_INTEGER(v) > max)
+        return false;
+    *out = (uint64_t)YAJL_GET_INTEGER(v);
+    return true;
+}
+
+static int cmp_path(const void *a, const void *b)
+{
+    const tn_manifest_file_t *x = a, *y = b;
+    return strcmp(x->path, y->path);
+}
+
+static int fail(char *err, size_t errlen, const char *what)
+{
+    tn_errbuf(err, errlen, "manifest: %s", what);
+    return UV_EINVAL;
+}
+
+int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof(*m));
+    if (len > TN_MANIFEST_MAX_BYTES)
+        return fail(err, errlen, "larger than 256 MiB");
+    if (memchr(buf, '\0', len) != NULL)
+        return fail(err, errlen, "holds a NUL byte");
+    char *text = tn_malloc(len + 1);
+    if (text == NULL)
+        return UV_ENOMEM;
+    memcpy(text, buf, len);
+    text[len] = '\0';
+    char perr[256];
+    yajl_val root = yajl_tree_parse(text, perr, sizeof(perr));
+    tn_free(text);
+    if (root == NULL) {
+        tn_errbuf(err, errlen, "manifest: not JSON: %.200s", perr);
+        for (char *p = err; *p; p++)
+            if (*p == '\n')
+                *p = ' ';
+        return UV_EINVAL;
+    }
+    int rc = UV_EINVAL;
+    uint64_t u;
+    if (!YAJL_IS_OBJECT(root)) {
+        fail(err, errlen, "not a JSON object");
+        goto out;
+    }
+    yajl_val f = field(root, "format");
+    if (f == NULL || !YAJL_IS_STRING(f) || strcmp(SV(f), TN_MANIFEST_FORMAT) != 0) {
+        fail(err, errlen, "format is not \"" TN_MANIFEST_FORMAT "\" (a newer or other file)");
+        goto out;
+    }
+    if (!uint_field(root, "storage_format", UINT32_MAX, &u) || u != 1) {
+        fail(err, errlen, "storage_format is not 1 (this build writes format 1 data)");
+        goto out;
+    }
+    f = field(root, "session");
+    if (f == NULL || !YAJL_IS_STRING(f) || strlen(SV(f)) == 0 ||
+        strlen(SV(f)) >= sizeof(m->session)) {
+        fail(err, errlen, "session is missing or not a string of 1..64 bytes");
+        goto out;
+    }
+    snprintf(m->session, sizeof(m->session), "%s", SV(f));
+    if (!uint_field(root, "node_id", INT64_MAX, &m->node_id) || m->node_id == 0) {
+        fail(err, errlen, "node_id is missing or not a positive integer");
+        goto out;
+    }
+    if (!uint_field(root, "created_ms", INT64_MAX, &u)) {
+        fail(err, errlen, "created_ms is missing or not a non-negative integer");
+        goto out;
+    }
+    m->created_ms = (int64_t)u;
+    yajl_val meta = field(root, "metastore");
+    f = field(meta, "path");
+    if (meta == NULL || f == NULL || !YAJL_IS_STRING(f) ||
+        strcmp(SV(f), "metastore.snapshot") != 0) {
+        fail(err, errlen, "metastore.path is not \"metastore.snapshot\"");
+        goto out;
+    }
+    if (!uint_field(meta, "length", TN_MANIFEST_MAX_BYTES, &m->meta_len) || m->meta_len == 0 ||
+        !uint_field(meta, "crc32c", UINT32_MAX, &u) ||
+        !uint_field(meta, "applied_index", INT64_MAX, &m->applied_index)) {
+        fail(err, errlen, "metastore.length, crc32c or applied_index is missing or out of range");
+        goto out;
+    }
+    m->meta_crc = (uint32_t)u;
+    yajl_val vs = field(meta, "voters");
+    if (vs == NULL || !YAJL_IS_ARRAY(vs) || vs->u.array.len == 0 || vs->u.array.len > 1024) {
+        fail(err, errlen, "metastore.voters is not an array of 1..1024 voters");
+        goto out;
+    }
+    m->voters = tn_calloc(vs->u.array.len, sizeof(*m->voters));
+    if (m->voters == NULL) {
+        rc = UV_ENOMEM;
+        goto out;
+    }
+    bool self = false;
+    for (size_t i = 0; i < vs->u.array.len; i++) {
+        yajl_val v = vs->u.array.values[i];
+        yajl_val a = field(v, "raft_address");
+        if (!uint_field(v, "id", INT64_MAX - 1, &m->voters[i].id) || m->voters[i].id == 0 ||
+            a == NULL || !YAJL_IS_STRING(a) || strlen(SV(a)) == 0 ||
+            strlen(SV(a)) > TN_META_ADDR_MAX) {
+            fail(err, errlen, "a voter without a positive id or a raft_address");
+            goto out;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (m->voters[j].id == m->voters[i].id) {
+                fail(err, errlen, "a voter id given twice");
+                goto out;
+            }
+        snprintf(m->voters[i].raft_addr, sizeof(m->voters[i].raft_addr), "%s", SV(a));
+        self = self || m->voters[i].id == m->node_id;
+        m->nvoters++;
+    }
+    if (!self) {
+        fail(err, errlen, "node_id is not one of metastore.voters");
+        goto out;
+    }
+    yajl_val fs = field(root, "files");
+    if (fs == NULL || !YAJL_IS_ARRAY(fs)) {
+        fail(err, errlen, "files is not an array");
+        goto out;
+    }
+    size_t n = fs->u.array.len;
+    m->files = tn_calloc(n ? n : 1, sizeof(*m->files));
+    if (m->files == NULL) {
+        rc = UV_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        yajl_val e = fs->u.array.values[i];
+        yajl_val p = field(e, "path");
+        tn_manifest_file_t *mf = &m->files[i];
+        if (p == NULL || !YAJL_IS_STRING(p) || !tn_manifest_path_ok(SV(p))) {
+            char what[200];
+            snprintf(what, sizeof(what), "file %zu: path %.100s is not a data directory file", i,
+                     YAJL_IS_STRING(p) ? SV(p) : "(missing)");
+            fail(err, errlen, what);
+            goto out;
+        }
+        if (!uint_field(e, "length", (uint64_t)1 << 40, &mf->len) ||
+            !uint_field(e, "crc32c", UINT32_MAX, &u)) {
+            char what[200];
+            snprintf(what, sizeof(what), "file %.100s: length or crc32c missing or out of range",
+                     SV(p));
+            fail(err, errlen, what);
+            goto out;
+        }
+        mf->crc = (uint32_t)u;
+        if ((mf->path = tn_strdup(SV(p))) == NULL) {
+            rc = UV_ENOMEM;
+            goto out;
+        }
+        m->nfiles++;
+    }
+    /* A path given twice would be written twice, the second over the
+     * first: refused. Sorted, parents come before their children. */
+    qsort(m->files, m->nfiles, sizeof(*m->files), cmp_path);
+    for (size_t i = 1; i < m->nfiles; i++) {
+        if (strcmp(m->files[i - 1].path, m->files[i].path) == 0) {
+            char what[200];
+            snprintf(what, sizeof(what), "file %.100s given twice", m->files[i].path);
+            fail(err, errlen, what);
+            goto out;
+        }
+        /* A file may not also be a directory of another. */
+        size_t l = strlen(m->files[i - 1].path);
+        if (strncmp(m->files[i - 1].path, m->files[i].path, l) == 0 && m->files[i].path[l] == '/') {
+            char what[200];
+            snprintf(what, sizeof(what), "file %.100s is also a directory", m->files[i - 1].path);
+            fail(err, errlen, what);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    yajl_tree_free(root);
+    return rc;
+}
+
+void tn_manifest_fini(tn_manifest_t *m)
+{
+    for (size_t i = 0; i < m->nfiles; i++)
+        tn_free(m->files[i].path);
+    tn_free(m->files);
+    tn_free(m->voters);
+    memset(m, 0, sizeof(*m));
+}

@@ -1,0 +1,51 @@
+/* The backup manifest (manifest.c): what `ternctl restore` reads from
+ * DIR[/<node-id>]/manifest.json, the document POST /v1/backup answers
+ * (api/backup.c writes it; docs/storage-format.md "Backup manifest"
+ * describes it). The decoder is strict: the file comes from disk, where
+ * anything may have happened to it, and a path in it names where restore
+ * writes, so every path is checked before it is used.
+ *
+ * Threads: any. */
+#ifndef TN_CMD_TERNCTL_MANIFEST_H
+#define TN_CMD_TERNCTL_MANIFEST_H
+
+#include "core/platform.h"
+
+#include "meta/meta.h"
+
+#define TN_MANIFEST_FORMAT    "tern-backup 1"
+#define TN_MANIFEST_MAX_BYTES (256u * 1024 * 1024)
+#define TN_MANIFEST_PATH_MAX  1024
+
+typedef struct {
+    char *path; /* relative to the data directory; tn_manifest_path_ok holds */
+    uint64_t len;
+    uint32_t crc; /* CRC32C of exactly len bytes */
+} tn_manifest_file_t;
+
+typedef struct {
+    char session[65];
+    uint64_t node_id;
+    int64_t created_ms;
+    uint64_t meta_len; /* the metastore snapshot, in the file "metastore.snapshot" */
+    uint32_t meta_crc;
+    uint64_t applied_index;
+    tn_meta_peer_t *voters; /* node ids and Raft addresses */
+    size_t nvoters;
+    tn_manifest_file_t *files;
+    size_t nfiles;
+} tn_manifest_t;
+
+/* Decode buf (len bytes, borrowed) into m (owned by the caller: fini it,
+ * also after a failure). 0, UV_EINVAL with err saying what is wrong, or
+ * UV_ENOMEM. */
+int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, size_t errlen);
+void tn_manifest_fini(tn_manifest_t *m);
+
+/* Whether p is a path a backup may hold: "FORMAT", or under "topics/" or
+ * "ingress/", made of segments of [A-Za-z0-9._-] that are not "." or "..",
+ * no empty segment, at most TN_MANIFEST_PATH_MAX bytes. Nothing else (no
+ * absolute path, no "..", not meta/ or LOCK) can come out of a manifest. */
+bool tn_manifest_path_ok(const char *p);
+
+#endif

@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""Online backup and restore against a real ternd (docs/operations.md,
+"Backup and restore").
+
+One daemon runs under load: two NSQ producers (PUB on TCP) into `nsqt`,
+one /v1 producer into `v1t` (2 partitions, durability relaxed, so its
+acknowledged tail is not yet synced when the backup starts), and one /v1 consumer acking
+on `v1t`'s `default` channel; small segments (64 KiB) and frequent channel
+checkpoints (every 16 records) make GC, sealing and WAL truncation happen
+while the backup runs. `ternctl backup` runs mid-load. The ledger: every
+message whose publish was acknowledged before the backup started must be
+in the restored copy (read through an `audit` channel of each topic that
+nobody consumed), and no message whose ack was answered before it may be
+delivered again on `default`.
+
+Then the refusals: a byte flipped in the backup is found by restore (CRC
+mismatch, nothing written), a non-empty target directory is refused (for
+backup and restore), a non-admin gets 403 from POST /v1/backup and
+ternctl fails, a session's file route names only manifest paths."""
+import argparse
+import base64
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+from daemon import Daemon
+import daemon as daemon_mod
+import nsqwire
+
+TERNCTL = None
+PASSWORD = "root-pw-for-backup"
+
+
+def basic(user, pw):
+    return "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()
+
+
+def call(port, method, path, body=None, user="admin", pw=PASSWORD, headers=None, timeout=30):
+    h = {"X-Tern-Client": "test"}
+    h.update(headers or {})
+    if user is not None:
+        h["Authorization"] = basic(user, pw)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+class Load:
+    """The producers and the acking consumer, each recording what was
+    acknowledged with the monotonic time its acknowledgement arrived."""
+
+    def __init__(self, d):
+        self.d = d
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.published = []  # (body, acked_at)
+        self.acked = []  # (body, answered_at)
+        self.errors = []
+        self.threads = [threading.Thread(target=self.nsq_producer, args=(k,), daemon=True)
+                        for k in range(2)]
+        self.threads.append(threading.Thread(target=self.v1_producer, daemon=True))
+        self.threads.append(threading.Thread(target=self.consumer, daemon=True))
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+        assert not self.errors, self.errors
+
+    def nsq_producer(self, k):
+        try:
+            c = nsqwire.Conn(self.d.tcp_port)
+            c.identify()
+            i = 0
+            while not self.stop.is_set():
+                body = f"nsq-{k}-{i}".encode()
+                i += 1
+                kind, data = c.pub("nsqt", body)
+                if data == b"OK":
+                    with self.lock:
+                        self.published.append((body, time.monotonic()))
+            c.close()
+        except Exception as e:  # noqa: BLE001 - reported by finish()
+            self.errors.append(f"nsq producer {k}: {e!r}")
+
+    def v1_producer(self):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", self.d.http_port, timeout=30)
+            h = {"Authorization": basic("admin", PASSWORD),
+                 "Content-Type": "application/octet-stream"}
+            i = 0
+            while not self.stop.is_set():
+                body = f"v1-{i}".encode()
+                i += 1
+                c.request("POST", "/v1/topics/v1t/produce", body=body, headers=h)
+                r = c.getresponse()
+                r.read()
+                if r.status == 202:
+                    with self.lock:
+                        self.published.append((body, time.monotonic()))
+            c.close()
+        except Exception as e:  # noqa: BLE001
+            self.errors.append(f"v1 producer: {e!r}")
+
+    def consumer(self):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", self.d.http_port, timeout=30)
+            h = {"Authorization": basic("admin", PASSWORD), "X-Tern-Client": "test"}
+            while not self.stop.is_set():
+                c.request("GET", "/v1/topics/v1t/consume?wait=200ms&max=20", headers=h)
+                r = c.getresponse()
+                data = r.read()
+                if r.status == 204:
+                    continue
+                if r.status != 200:
+                    raise AssertionError(f"consume: {r.status} {data!r}")
+                for m in json.loads(data)["messages"]:
+                    c.request("POST", "/v1/topics/v1t/ack?receipt_handle=" + m["receipt_handle"],
+                              headers=h)
+                    a = c.getresponse()
+                    a.read()
+                    if a.status in (200, 204):
+                        with self.lock:
+                            self.acked.append((m["payload"].encode(), time.monotonic()))
+            c.close()
+        except Exception as e:  # noqa: BLE001
+            self.errors.append(f"consumer: {e!r}")
+
+
+def drain(port, topic, channel):
+    """Every message left on a channel, acked as it is read."""
+    got = []
+    h = {"X-Tern-Client": "test"}
+    empty = 0
+    while empty < 2:
+        st, data = call(port, "GET", f"/v1/topics/{topic}/consume?channel={channel}"
+                        f"&wait=300ms&max=100", headers=h)
+        if st == 204:
+            empty += 1
+            continue
+        assert st == 200, (st, data)
+        empty = 0
+        for m in json.loads(data)["messages"]:
+            got.append(m["payload"].encode() if isinstance(m["payload"], str)
+                       else json.dumps(m["payload"]).encode())
+            st, body = call(port, "POST", f"/v1/topics/{topic}/ack?channel={channel}"
+                            f"&receipt_handle={m['receipt_handle']}", headers=h)
+            assert st in (200, 204), (st, body)
+    return got
+
+
+def ternctl(*args, port=None, user="admin", pw=PASSWORD):
+    env = dict(os.environ)
+    for k in ("TERN_URL", "TERN_USER", "TERN_PASSWORD", "TERN_PASSWORD_FILE"):
+        env.pop(k, None)
+    if port is not None:
+        env["TERN_URL"] = f"http://127.0.0.1:{port}"
+    if user is not None:
+        env["TERN_USER"] = user
+        env["TERN_PASSWORD"] = pw
+    return subprocess.run([TERNCTL, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+class BackupTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="tern-backup-")
+        env = dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD)
+        cls.env = env
+        cls.d = Daemon(os.path.join(cls.dir, "data"), "--segment-bytes=64KiB",
+                       "--checkpoint-every=16", "--backup-session-ttl=3s", env=env)
+        cls.d.wait_for("ready")
+        cls.d.wait_for("root user admin created")
+        cls.port = cls.d.http_port
+        st, body = call(cls.port, "POST", "/v1/users", json.dumps(
+            {"username": "bob", "password": "bob-pw",
+             "grants": [{"action": "produce", "patterns": ["*"]},
+                        {"action": "consume", "patterns": ["*"]}]}),
+            headers={"Content-Type": "application/json"})
+        assert st == 201, body
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert rc == 0, f"ternd exited {rc}:\n{cls.d.log()}"
+
+    def test_backup_under_load_and_restore(self):
+        port = self.port
+        # relaxed: acknowledged before its fdatasync, so the backup must
+        # wait for the sync of what was written when it started.
+        st, body = call(port, "POST", "/v1/topics",
+                        json.dumps({"name": "v1t", "partitions": 2, "durability": "relaxed"}),
+                        headers={"Content-Type": "application/json"})
+        self.assertEqual(st, 201, body)
+        st, body = call(port, "POST", "/topic/create?topic=nsqt")
+        self.assertEqual(st, 200, body)
+        for topic in ("nsqt", "v1t"):
+            st, body = call(port, "POST", f"/channel/create?topic={topic}&channel=audit")
+            self.assertEqual(st, 200, body)
+        # A non-admin user: refused, by the route and through ternctl.
+        st, body = call(port, "POST", "/v1/backup", user="bob", pw="bob-pw")
+        self.assertEqual(st, 403, body)
+        r = ternctl("backup", os.path.join(self.dir, "bob"), port=port, user="bob", pw="bob-pw")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("403", r.stderr)
+
+        # A prefill of about 200 KiB, so nsqt has sealed segments (with
+        # sidecars) whatever rate the load reaches on a busy machine.
+        pre = [f"pre-{i:05d}-".encode().ljust(100, b"x") for i in range(2000)]
+        c = nsqwire.Conn(self.d.tcp_port)
+        c.identify()
+        for k in range(0, len(pre), 200):
+            self.assertEqual(c.mpub("nsqt", pre[k:k + 200])[1], b"OK")
+        c.close()
+        load = Load(self.d)
+        load.published += [(b, 0.0) for b in pre]
+        load.start()
+        time.sleep(1.5)
+        bdir = os.path.join(self.dir, "backup")
+        started = time.monotonic()
+        r = ternctl("backup", bdir, port=port)
+        time.sleep(0.5)
+        load.finish()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        published = {b for b, t in load.published if t < started}
+        acked = {b for b, t in load.acked if t < started}
+        print(f"\n  {len(published)} publishes and {len(acked)} acks before the backup, "
+              f"{len(load.published)} and {len(load.acked)} in all", file=sys.stderr)
+        self.assertGreater(len(published), 50)
+        self.assertGreater(len(acked), 10)
+        with open(os.path.join(bdir, "backup.json")) as f:
+            top = json.load(f)
+        self.assertEqual(top["nodes"], [1])
+        with open(os.path.join(bdir, "1", "manifest.json")) as f:
+            man = json.load(f)
+        paths = [x["path"] for x in man["files"]]
+        self.assertIn("FORMAT", paths)
+        self.assertTrue(any(p.endswith(".idx") for p in paths), paths)  # sealed segments
+        self.assertTrue(any(p.endswith("default.ckpt") for p in paths), paths)
+        # The session was ended by ternctl.
+        st, body = call(port, "GET", f"/v1/backup/{man['session']}")
+        self.assertEqual(st, 404, body)
+
+        # A non-empty backup directory is refused.
+        r = ternctl("backup", bdir, port=port)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not empty", r.stderr)
+
+        # Restore (offline) and start a daemon on the copy.
+        rdir = os.path.join(self.dir, "restored")
+        r = ternctl("restore", bdir, "--data-path", rdir, user=None)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r2 = ternctl("restore", bdir, "--data-path", rdir, user=None)
+        self.assertEqual(r2.returncode, 1)
+        self.assertIn("not empty", r2.stderr)
+        d2 = Daemon(rdir, env=self.env)
+        try:
+            d2.wait_for("ready")
+            d2.wait_for("metastore ready")
+            p2 = d2.http_port
+            # The metastore came back: users (bob) and the /v1 topic record.
+            st, body = call(p2, "GET", "/v1/users/bob")
+            self.assertEqual(st, 200, body)
+            st, body = call(p2, "GET", "/v1/topics/v1t")
+            self.assertEqual(st, 200, body)
+            self.assertEqual(json.loads(body)["partitions"], 2)
+            audit = set(drain(p2, "nsqt", "audit")) | set(drain(p2, "v1t", "audit"))
+            print(f"  restored: {len(audit)} messages on the audit channels", file=sys.stderr)
+            missing = published - audit
+            self.assertFalse(missing, f"{len(missing)} acknowledged messages lost, e.g. "
+                                      f"{sorted(missing)[:5]}")
+            again = set(drain(p2, "v1t", "default")) & acked
+            self.assertFalse(again, f"{len(again)} acked messages delivered again, e.g. "
+                                    f"{sorted(again)[:5]}")
+        finally:
+            rc = d2.stop()
+        self.assertEqual(rc, 0, d2.log())
+
+        # A flipped byte in the backup: restore finds it and writes nothing.
+        seg = next(x for x in man["files"] if x["path"].endswith(".log") and x["length"] > 100)
+        fpath = os.path.join(bdir, "1", "data", seg["path"])
+        with open(fpath, "r+b") as f:
+            f.seek(seg["length"] // 2)
+            b = f.read(1)
+            f.seek(seg["length"] // 2)
+            f.write(bytes([b[0] ^ 0x01]))
+        bad = os.path.join(self.dir, "restored-bad")
+        r = ternctl("restore", bdir, "--data-path", bad, user=None)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("damaged", r.stderr)
+        self.assertIn(seg["path"], r.stderr)
+        self.assertFalse(os.path.exists(bad))
+
+    def test_session_routes(self):
+        port = self.port
+        st, body = call(port, "POST", "/v1/backup")
+        self.assertEqual(st, 201, body)
+        man = json.loads(body)
+        sid = man["session"]
+        self.assertEqual(man["format"], "tern-backup 1")
+        self.assertEqual(man["node_id"], 1)
+        st, body = call(port, "GET", f"/v1/backup/{sid}/file?path=FORMAT")
+        self.assertEqual((st, body), (200, b"tern-storage 1\n"))
+        st, body = call(port, "GET", f"/v1/backup/{sid}/file?path=FORMAT&offset=5")
+        self.assertEqual((st, body), (200, b"storage 1\n"))
+        st, _ = call(port, "GET", f"/v1/backup/{sid}/file?path=FORMAT&offset=99")
+        self.assertEqual(st, 416)
+        for bad in ("../../FORMAT", "LOCK", "meta/metadata1", "%2e%2e/FORMAT", "/etc/passwd"):
+            st, body = call(port, "GET", f"/v1/backup/{sid}/file?path={bad}")
+            self.assertEqual(st, 404, (bad, body))
+        st, body = call(port, "GET", f"/v1/backup/{sid}/file?path=FORMAT", user="bob",
+                        pw="bob-pw")
+        self.assertIn(st, (401, 403), body)
+        st, body = call(port, "DELETE", f"/v1/backup/{sid}")
+        self.assertEqual(st, 200, body)
+        st, body = call(port, "GET", f"/v1/backup/{sid}/file?path=FORMAT")
+        self.assertEqual(st, 404, body)
+        sdir = os.path.join(self.dir, "data", "backup", sid)
+        deadline = time.monotonic() + 30  # removed on a worker thread
+        while os.path.exists(sdir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertFalse(os.path.exists(sdir))
+
+    def test_session_ttl(self):
+        # backup-session-ttl=3s: each use renews it; unused, it ends and
+        # its directory goes.
+        st, body = call(self.port, "POST", "/v1/backup")
+        self.assertEqual(st, 201, body)
+        sid = json.loads(body)["session"]
+        sdir = os.path.join(self.dir, "data", "backup", sid)
+        self.assertTrue(os.path.isdir(sdir))
+        for _ in range(3):
+            time.sleep(1.5)
+            st, body = call(self.port, "GET", f"/v1/backup/{sid}/file?path=FORMAT")
+            self.assertEqual(st, 200, body)
+        deadline = time.monotonic() + 30
+        while os.path.exists(sdir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertFalse(os.path.exists(sdir))
+        st, body = call(self.port, "GET", f"/v1/backup/{sid}")
+        self.assertEqual(st, 404, body)
+
+
+def main():
+    global TERNCTL
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    ap.add_argument("--ternctl", required=True)
+    args, rest = ap.parse_known_args()
+    daemon_mod.TERND = os.path.abspath(args.ternd)
+    TERNCTL = os.path.abspath(args.ternctl)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()

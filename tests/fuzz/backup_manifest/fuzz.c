@@ -1,0 +1,39 @@
+/* Fuzz target: a backup manifest as `ternctl restore` reads it from disk
+ * (src/cmd/ternctl/manifest.c). It decodes or is refused with a message;
+ * what decodes holds only paths the path rule accepts, no path twice, and
+ * its node among the voters. */
+#include "core/platform.h"
+
+#include "cmd/ternctl/manifest.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size > 1 << 20)
+        return 0;
+    tn_manifest_t m;
+    char err[300] = "";
+    int rc = tn_manifest_parse((const char *)data, size, &m, err, sizeof(err));
+    if (rc == UV_EINVAL && err[0] == '\0')
+        abort();
+    if (rc == 0) {
+        bool self = false;
+        for (size_t i = 0; i < m.nvoters; i++)
+            self = self || m.voters[i].id == m.node_id;
+        if (!self)
+            abort();
+        for (size_t i = 0; i < m.nfiles; i++) {
+            if (!tn_manifest_path_ok(m.files[i].path))
+                abort();
+            if (i > 0 && strcmp(m.files[i - 1].path, m.files[i].path) >= 0)
+                abort();
+        }
+    }
+    tn_manifest_fini(&m);
+    return 0;
+}
