@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #define DEFAULT_URL "http://127.0.0.1:4151"
@@ -642,5 +643,173 @@ const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap)
         snprintf(buf, cap, "%lldh%lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
     else
         snprintf(buf, cap, "%lldd%lldh", (long long)(s / 86400), (long long)(s % 86400 / 3600));
+    return buf;
+}
+
+const char *tn_ctl_user(const tn_ctl_t *c)
+{
+    return c->user ? c->user : "";
+}
+
+const char *tn_ctl_password(const tn_ctl_t *c)
+{
+    return c->password;
+}
+
+int tn_ctl_json_write(tn_buf_t *b, yajl_val v)
+{
+    int rc = 0;
+    if (YAJL_IS_STRING(v)) {
+        rc = tn_buf_append(b, "\"", 1);
+        rc = rc ? rc : tn_buf_json_escape(b, YAJL_GET_STRING(v));
+        rc = rc ? rc : tn_buf_append(b, "\"", 1);
+    } else if (YAJL_IS_NUMBER(v)) {
+        rc = tn_buf_append(b, v->u.number.r, strlen(v->u.number.r));
+    } else if (YAJL_IS_OBJECT(v)) {
+        rc = tn_buf_append(b, "{", 1);
+        for (size_t i = 0; rc == 0 && i < v->u.object.len; i++) {
+            rc = i ? tn_buf_append(b, ",\"", 2) : tn_buf_append(b, "\"", 1);
+            rc = rc ? rc : tn_buf_json_escape(b, v->u.object.keys[i]);
+            rc = rc ? rc : tn_buf_append(b, "\":", 2);
+            rc = rc ? rc : tn_ctl_json_write(b, v->u.object.values[i]);
+        }
+        rc = rc ? rc : tn_buf_append(b, "}", 1);
+    } else if (YAJL_IS_ARRAY(v)) {
+        rc = tn_buf_append(b, "[", 1);
+        for (size_t i = 0; rc == 0 && i < v->u.array.len; i++) {
+            rc = i ? tn_buf_append(b, ",", 1) : 0;
+            rc = rc ? rc : tn_ctl_json_write(b, v->u.array.values[i]);
+        }
+        rc = rc ? rc : tn_buf_append(b, "]", 1);
+    } else if (YAJL_IS_TRUE(v)) {
+        rc = tn_buf_append(b, "true", 4);
+    } else if (YAJL_IS_FALSE(v)) {
+        rc = tn_buf_append(b, "false", 5);
+    } else {
+        rc = tn_buf_append(b, "null", 4);
+    }
+    return rc;
+}
+
+/* One line from fd 0 into out (without its line end); false at EOF with
+ * nothing read or when the line does not fit. */
+static bool read_line(char *out, size_t cap, bool *toolong)
+{
+    size_t n = 0;
+    *toolong = false;
+    for (;;) {
+        char ch;
+        ssize_t r = read(0, &ch, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        if (ch == '\n')
+            break;
+        if (n + 1 >= cap) {
+            *toolong = true;
+            continue;
+        }
+        out[n++] = ch;
+    }
+    if (n > 0 && out[n - 1] == '\r')
+        n--;
+    out[n] = '\0';
+    return n > 0 && !*toolong;
+}
+
+static bool prompt_noecho(const char *prompt, char *out, size_t cap, bool *toolong)
+{
+    struct termios old, quiet;
+    bool tty = tcgetattr(0, &old) == 0;
+    fprintf(stderr, "%s", prompt);
+    fflush(stderr);
+    if (tty) {
+        quiet = old;
+        quiet.c_lflag &= ~(tcflag_t)(ECHO | ECHONL);
+        quiet.c_lflag |= ICANON;
+        tcsetattr(0, TCSAFLUSH, &quiet);
+    }
+    bool ok = read_line(out, cap, toolong);
+    if (tty) {
+        tcsetattr(0, TCSAFLUSH, &old);
+        fputc('\n', stderr);
+    }
+    return ok;
+}
+
+int tn_ctl_read_secret(const char *prompt, bool confirm, char *out, size_t cap)
+{
+    bool toolong = false;
+    if (!isatty(0)) {
+        if (!read_line(out, cap, &toolong)) {
+            fprintf(stderr, "ternctl: %s\n",
+                    toolong ? "the password on stdin is too long"
+                            : "no password on stdin (its first line is the password)");
+            return TN_CTL_FAIL;
+        }
+        return TN_CTL_OK;
+    }
+    if (!prompt_noecho(prompt, out, cap, &toolong)) {
+        fprintf(stderr, "ternctl: %s\n", toolong ? "password too long" : "empty password");
+        return TN_CTL_FAIL;
+    }
+    if (confirm) {
+        char again[1100];
+        bool ok = prompt_noecho("Again: ", again, sizeof(again), &toolong);
+        bool same = ok && strcmp(again, out) == 0;
+        memset(again, 0, sizeof(again));
+        if (!same) {
+            memset(out, 0, cap);
+            fprintf(stderr, "ternctl: the two passwords differ\n");
+            return TN_CTL_FAIL;
+        }
+    }
+    return TN_CTL_OK;
+}
+
+int tn_ctl_opt_int(const char *cmd, const char *flag, const char *v, int64_t min, int64_t max,
+                   int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || x < min || x > max)
+        return tn_ctl_usage(cmd, "%s %s: expected an integer from %lld to %lld", flag, v,
+                            (long long)min, (long long)max);
+    *out = x;
+    return TN_CTL_OK;
+}
+
+int tn_ctl_opt_ms(const char *cmd, const char *flag, const char *v, int64_t min, int64_t max,
+                  int64_t *out)
+{
+    int64_t ms = 0;
+    if (tn_ctl_parse_ms(v, &ms) != 0 || ms < min || ms > max) {
+        char lo[32], hi[32];
+        return tn_ctl_usage(cmd, "%s %s: expected a duration from %s to %s (250ms, 90s, 1h)", flag,
+                            v, tn_ctl_fmt_dur(min, lo, sizeof(lo)),
+                            tn_ctl_fmt_dur(max, hi, sizeof(hi)));
+    }
+    *out = ms;
+    return TN_CTL_OK;
+}
+
+const char *tn_ctl_fmt_dur(int64_t ms, char *buf, size_t cap)
+{
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {{"h", 3600000}, {"m", 60000}, {"s", 1000}};
+    for (size_t i = 0; ms != 0 && i < TN_ARRAY_SIZE(units); i++) {
+        if (ms % units[i].ms == 0) {
+            snprintf(buf, cap, "%lld%s", (long long)(ms / units[i].ms), units[i].unit);
+            return buf;
+        }
+    }
+    if (ms == 0)
+        snprintf(buf, cap, "0");
+    else
+        snprintf(buf, cap, "%lldms", (long long)ms);
     return buf;
 }
