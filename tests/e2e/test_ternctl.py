@@ -12,6 +12,7 @@ import argparse
 import http.server
 import json
 import os
+import pty
 import select
 import shutil
 import signal
@@ -20,6 +21,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import unittest
@@ -569,6 +571,96 @@ class Users(Base):
         self.assertEqual(self.js("users", "delete", name), {"deleted": True})
         err = self.fails(1, "users", "delete", name)
         self.assertIn("404 user not found", err)
+
+
+class Terminal(Base):
+    """Passwords typed at a terminal: prompted for, with echo off."""
+
+    def on_pty(self, args, answers):
+        """Run ternctl on a pseudo-terminal; each answer is typed after its
+        prompt shows. Returns (exit code, everything the terminal showed)."""
+        master, slave = pty.openpty()
+        p = subprocess.Popen([TERNCTL, "--url", self.url, *args], stdin=slave, stdout=slave,
+                             stderr=slave, env=self.env(), close_fds=True)
+        os.close(slave)
+        shown = b""
+
+        def read_until(text, timeout=30):
+            nonlocal shown
+            deadline = time.monotonic() + timeout
+            while text not in shown and time.monotonic() < deadline:
+                ready, _, _ = select.select([master], [], [], 0.2)
+                if ready:
+                    try:
+                        chunk = os.read(master, 4096)
+                    except OSError:  # the child exited and closed the terminal
+                        return
+                    if not chunk:
+                        return
+                    shown += chunk
+        try:
+            for prompt, answer in answers:
+                read_until(prompt.encode())
+                self.assertIn(prompt.encode(), shown)
+                os.write(master, answer.encode() + b"\n")
+            rc = p.wait(timeout=60)
+            read_until(b"\0", timeout=1)  # what is left
+        finally:
+            if p.poll() is None:
+                p.kill()
+            os.close(master)
+        return rc, shown.decode(errors="replace")
+
+    def test_connection_password_prompt(self):
+        rc, shown = self.on_pty(["--user", "admin", "cluster", "members"],
+                                [("Password for admin: ", PASSWORD)])
+        self.assertEqual(rc, 0, shown)
+        self.assertIn("alive", shown)
+        self.assertNotIn(PASSWORD, shown)  # not echoed
+
+    def test_interrupt_at_a_prompt_restores_echo(self):
+        pid, master = pty.fork()  # ternctl's controlling terminal, so Ctrl-C is SIGINT
+        if pid == 0:
+            try:
+                os.execve(TERNCTL, [TERNCTL, "--url", self.url, "--user", "admin", "status"],
+                          self.env())
+            finally:
+                os._exit(127)
+        try:
+            shown = b""
+            deadline = time.monotonic() + 30
+            while b"Password for admin: " not in shown and time.monotonic() < deadline:
+                if select.select([master], [], [], 0.2)[0]:
+                    shown += os.read(master, 4096)
+            self.assertFalse(termios.tcgetattr(master)[3] & termios.ECHO)
+            os.write(master, b"\x03")
+            _, status = os.waitpid(pid, 0)
+            self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGINT)
+            self.assertTrue(termios.tcgetattr(master)[3] & termios.ECHO)
+        finally:
+            os.close(master)
+
+    def test_new_password_asked_twice(self):
+        name = f"tty{uuid.uuid4().hex[:8]}"
+        auth = ["--password-file", self.pwfile]
+        rc, shown = self.on_pty([*auth, "users", "create", name],
+                                [(f"New password for {name}: ", "typed-pw-1"),
+                                 ("Again: ", "typed-pw-1")])
+        self.assertEqual(rc, 0, shown)
+        self.assertIn(f"created user {name}", shown)
+        self.assertNotIn("typed-pw-1", shown)
+        pw = os.path.join(self.dir, name)
+        with open(pw, "w") as f:
+            f.write("typed-pw-1\n")
+        os.chmod(pw, 0o600)
+        self.ok("--url", self.url, "--user", name, "--password-file", pw, "topics", "list",
+                auth=False)
+        rc, shown = self.on_pty([*auth, "users", "password", name],
+                                [(f"New password for {name}: ", "one"), ("Again: ", "other")])
+        self.assertEqual(rc, 1, shown)
+        self.assertIn("the two passwords differ", shown)
+        self.ok("--url", self.url, "--user", name, "--password-file", pw, "topics", "list",
+                auth=False)
 
 
 # --- TLS ----------------------------------------------------------------------

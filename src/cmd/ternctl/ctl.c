@@ -12,7 +12,8 @@
  *   4. defaults: http://127.0.0.1:4151, no credentials, 30 s.
  * A password never comes from the command line (it would show in ps and
  * shell history): main.c refuses --password. A password given without a
- * user is for `admin`, the root user. A password file or a config file
+ * user is for `admin`, the root user; a user given without a password is
+ * asked for one on the terminal (when stdin is one). A password file or a config file
  * holding a password that group or others may read draws a warning.
  *
  * One kept-alive HTTP client per base URL, made on first use. */
@@ -26,6 +27,7 @@
 #include "proto/http/client.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +281,15 @@ int tn_ctl_new(const tn_ctl_flags_t *f, char **envp, tn_ctl_t **out)
     }
     if (rc == TN_CTL_OK && c->password != NULL && c->user == NULL)
         c->user = dup_or_die("admin");
+    /* A user without a password: ask on the terminal, if there is one. */
+    if (rc == TN_CTL_OK && c->user != NULL && c->password == NULL && isatty(0) && isatty(2)) {
+        char prompt[160], pw[1100];
+        snprintf(prompt, sizeof(prompt), "Password for %.64s: ", c->user);
+        rc = tn_ctl_read_secret(prompt, false, pw, sizeof(pw));
+        if (rc == TN_CTL_OK)
+            c->password = dup_or_die(pw);
+        memset(pw, 0, sizeof(pw));
+    }
 
     const char *timeout = f->timeout ? f->timeout : file.timeout;
     c->timeout_ms = 30000;
@@ -718,21 +729,49 @@ static bool read_line(char *out, size_t cap, bool *toolong)
     return n > 0 && !*toolong;
 }
 
+/* The terminal's settings while a prompt has echo off, for on_interrupt. */
+static struct termios g_saved_tty;
+
+/* Ctrl-C (or a termination) at a prompt: echo back on, then die of it. */
+static void on_interrupt(int sig)
+{
+    tcsetattr(0, TCSANOW, &g_saved_tty);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Echo goes off before the prompt shows, so nothing typed after it is
+ * echoed, and no typed-ahead input is thrown away (TCSANOW, not
+ * TCSAFLUSH). */
 static bool prompt_noecho(const char *prompt, char *out, size_t cap, bool *toolong)
 {
-    struct termios old, quiet;
-    bool tty = tcgetattr(0, &old) == 0;
-    fprintf(stderr, "%s", prompt);
-    fflush(stderr);
+    struct termios quiet;
+    struct sigaction sa = {.sa_handler = on_interrupt}, old_int, old_term, old_hup;
+    bool tty = tcgetattr(0, &g_saved_tty) == 0;
     if (tty) {
-        quiet = old;
+        /* A signal the caller ignores stays ignored. */
+        sigaction(SIGINT, &sa, &old_int);
+        sigaction(SIGTERM, &sa, &old_term);
+        sigaction(SIGHUP, &sa, &old_hup);
+        if (old_int.sa_handler == SIG_IGN)
+            sigaction(SIGINT, &old_int, NULL);
+        if (old_term.sa_handler == SIG_IGN)
+            sigaction(SIGTERM, &old_term, NULL);
+        if (old_hup.sa_handler == SIG_IGN)
+            sigaction(SIGHUP, &old_hup, NULL);
+        quiet = g_saved_tty;
         quiet.c_lflag &= ~(tcflag_t)(ECHO | ECHONL);
         quiet.c_lflag |= ICANON;
-        tcsetattr(0, TCSAFLUSH, &quiet);
+        tcsetattr(0, TCSANOW, &quiet);
     }
+    fprintf(stderr, "%s", prompt);
+    fflush(stderr);
     bool ok = read_line(out, cap, toolong);
     if (tty) {
-        tcsetattr(0, TCSAFLUSH, &old);
+        tcsetattr(0, TCSANOW, &g_saved_tty);
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGHUP, &old_hup, NULL);
         fputc('\n', stderr);
     }
     return ok;

@@ -27,7 +27,7 @@ static const char global_help[] =
     "  --url URL             the node's API address (TERN_URL; default http://127.0.0.1:4151;\n"
     "                        https:// verifies the server's certificate and name)\n"
     "  --user NAME           user for HTTP Basic authentication (TERN_USER; default admin\n"
-    "                        when a password is given)\n"
+    "                        when a password is given; without one, asked on a terminal)\n"
     "  --password-file FILE  read the password from FILE's first line (TERN_PASSWORD_FILE, or\n"
     "                        TERN_PASSWORD itself); never on the command line\n"
     "  --ca-file FILE        PEM CA certificates for https (TERN_CA_FILE; default the\n"
