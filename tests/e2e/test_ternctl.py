@@ -7,7 +7,10 @@ default), the refusal of a password on the command line and the warning
 for readable password files, the bash completion script, and the TLS path
 against a Python ssl HTTPS server with generated certificates (the right
 CA verifies, a wrong CA, the system store and a wrong host name fail with
-a clear reason), which also answers chunked."""
+a clear reason), which also answers chunked; and the client's connection
+handling against a raw-socket server (one kept-alive connection for a
+command's requests; a request that met an idle close sent once more on a
+new connection; no retry when a fresh connection closes unanswered)."""
 import argparse
 import http.server
 import json
@@ -803,6 +806,91 @@ class Tls(unittest.TestCase):
         rc, out, err = self.ctl(self.url("server").replace("https", "http"), "status")
         self.assertEqual(rc, 1, out + err)
         self.assertIn("cannot reach", err)
+
+
+class RawNode:
+    """A loopback HTTP server for the client's connection handling, on raw
+    sockets. Each connection answers `answers` requests (every path the
+    same small JSON body, kept alive), then reads the next request and
+    closes without a word: what a server closing an idle kept-alive
+    connection looks like to a client whose request crossed the close."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.connections = 0
+        self.requests = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                buf = b""
+                for i in range(self.answers + 1):
+                    while b"\r\n\r\n" not in buf:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        buf += chunk
+                    if b"\r\n\r\n" not in buf:
+                        break
+                    head, buf = buf.split(b"\r\n\r\n", 1)
+                    self.requests += 1
+                    if i == self.answers:
+                        break  # close without answering
+                    body = b'{"status":"ok","members":[]}'
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    def close(self):
+        self.sock.close()
+
+
+class ClientConnections(unittest.TestCase):
+    """The client's keep-alive: one connection for a command's requests,
+    and a request that met a server's idle close sent once more."""
+
+    def run_status(self, node):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        env["HOME"] = tempfile.gettempdir()
+        env.pop("XDG_CONFIG_HOME", None)
+        return subprocess.run([TERNCTL, "--url", f"http://127.0.0.1:{node.port}", "--json",
+                               "status"], capture_output=True, text=True, env=env, timeout=60)
+
+    def test_kept_alive(self):
+        node = RawNode(answers=100)
+        self.addCleanup(node.close)
+        r = self.run_status(node)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual((node.connections, node.requests), (1, 4))
+
+    def test_idle_close_is_retried_once(self):
+        # Every connection answers one request and drops the next: each of
+        # status's later three requests is sent twice, on a new connection
+        # the second time.
+        node = RawNode(answers=1)
+        self.addCleanup(node.close)
+        r = self.run_status(node)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(node.connections, 4)
+        self.assertEqual(node.requests, 7)
+
+    def test_no_answer_on_a_new_connection_is_an_error(self):
+        node = RawNode(answers=0)
+        self.addCleanup(node.close)
+        r = self.run_status(node)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("bad response: connection closed before any answer", r.stderr)
+        self.assertEqual(node.connections, 1)  # not retried: the server saw it and said nothing
 
 
 def main():
