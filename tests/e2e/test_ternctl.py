@@ -884,6 +884,21 @@ class ClientConnections(unittest.TestCase):
         self.assertEqual(node.connections, 4)
         self.assertEqual(node.requests, 7)
 
+    def test_timeout(self):
+        # A listener that never accepts: the kernel completes the
+        # connection, nobody answers.
+        mute = socket.socket()
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(4)
+        self.addCleanup(mute.close)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        env["HOME"] = tempfile.gettempdir()
+        r = subprocess.run([TERNCTL, "--url", f"http://127.0.0.1:{mute.getsockname()[1]}",
+                            "--timeout", "500ms", "status"], capture_output=True, text=True,
+                           env=env, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("timed out after 500 ms waiting for the answer", r.stderr)
+
     def test_no_answer_on_a_new_connection_is_an_error(self):
         node = RawNode(answers=0)
         self.addCleanup(node.close)
