@@ -899,6 +899,17 @@ class ClientConnections(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("timed out after 500 ms waiting for the answer", r.stderr)
 
+    def test_https_to_a_plain_http_port(self):
+        node = RawNode(answers=1)
+        self.addCleanup(node.close)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        env["HOME"] = tempfile.gettempdir()
+        r = subprocess.run([TERNCTL, "--url", f"https://127.0.0.1:{node.port}", "status"],
+                           capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(f"cannot reach https://127.0.0.1:{node.port}: TLS handshake failed: ",
+                      r.stderr)
+
     def test_no_answer_on_a_new_connection_is_an_error(self):
         node = RawNode(answers=0)
         self.addCleanup(node.close)

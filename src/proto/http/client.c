@@ -698,19 +698,22 @@ static int handshake(tn_hc_t *h, char *err, size_t errlen)
                 tn_errbuf(err, errlen, "TLS handshake timed out after %d ms", h->timeout_ms);
                 return rc;
             }
-            if (rc != 0)
+            if (rc != 0) {
+                tn_errbuf(err, errlen, "TLS handshake: %s", uv_strerror(rc));
                 return rc;
+            }
             continue;
         }
         long vr = SSL_get_verify_result(h->ssl);
         if (vr != X509_V_OK) {
             tn_errbuf(err, errlen, "TLS: certificate verify failed: %s",
                       X509_verify_cert_error_string(vr));
+        } else if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+            tn_errbuf(err, errlen, "TLS handshake failed: the server closed the connection");
         } else {
             char es[160];
             ssl_errstr(es, sizeof(es));
-            tn_errbuf(err, errlen, "TLS handshake failed: %s",
-                      e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 ? "connection closed" : es);
+            tn_errbuf(err, errlen, "TLS handshake failed: %s", es);
         }
         return TN_EPROTO;
     }
