@@ -900,15 +900,26 @@ class ClientConnections(unittest.TestCase):
         self.assertIn("timed out after 500 ms waiting for the answer", r.stderr)
 
     def test_https_to_a_plain_http_port(self):
-        node = RawNode(answers=1)
-        self.addCleanup(node.close)
+        # An HTTP server answers the ClientHello with a 400 and closes.
+        plain = socket.socket()
+        plain.bind(("127.0.0.1", 0))
+        plain.listen(4)
+        self.addCleanup(plain.close)
+
+        def answer():
+            conn, _ = plain.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        threading.Thread(target=answer, daemon=True).start()
+        port = plain.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
         env["HOME"] = tempfile.gettempdir()
-        r = subprocess.run([TERNCTL, "--url", f"https://127.0.0.1:{node.port}", "status"],
+        r = subprocess.run([TERNCTL, "--url", f"https://127.0.0.1:{port}", "status"],
                            capture_output=True, text=True, env=env, timeout=60)
         self.assertEqual(r.returncode, 1)
-        self.assertIn(f"cannot reach https://127.0.0.1:{node.port}: TLS handshake failed: ",
-                      r.stderr)
+        self.assertIn(f"cannot reach https://127.0.0.1:{port}: TLS handshake failed: ", r.stderr)
+        self.assertIn("wrong version number", r.stderr)
 
     def test_no_answer_on_a_new_connection_is_an_error(self):
         node = RawNode(answers=0)
