@@ -3,7 +3,9 @@
 one leader, the same one through every node; `ternctl cluster members`
 (table and --json) lists each node's id and API address; a topic created
 through one node shows its partitions' owners through another, and a
-message produced through one node is consumed through a third.
+message produced through one node is consumed through a third; `ternctl
+stats --all-nodes` sums every member's numbers (messages pinned to each
+owner's partition all count, through any node).
 
 Run: python3 tests/cluster/test_ternctl_cluster.py --ternd build/ternd --ternctl build/ternctl
 """
@@ -87,6 +89,27 @@ class Ternctl(harness.ClusterTest):
         got = wait_until("the message through node 3", lambda: self.ok(
             n3, "--json", "consume", "spread", "--wait", "2s").strip(), timeout=60)
         self.assertEqual(json.loads(got)["payload"], "across the cluster")
+
+        # stats --all-nodes sums every member's /stats: messages pinned to
+        # each partition (so to each owner) all count, through any node.
+        for p in range(3):
+            self.ok(n1, "produce", "spread", f"to partition {p}", "--partition", str(p))
+
+        def summed(node):
+            rc, out, _ = self.ctl(node, "--json", "stats", "--all-nodes", "--topic", "spread",
+                                  "--count", "1")
+            if rc != 0:
+                return None
+            sample = json.loads(out)
+            topic_row = next(r for r in sample["rows"] if r["channel"] is None)
+            return sample if topic_row["messages"] == 4 else None
+        for node in self.c.nodes:
+            sample = wait_until(f"4 messages summed through node {node.id}",
+                                lambda n=node: summed(n), timeout=60)
+            self.assertEqual((sample["nodes"], sample["answered"]), (3, 3))
+        out = self.ok(n2, "stats", "--all-nodes", "--topic", "spread", "--count", "1")
+        self.assertIn("all nodes (members as http://", out)
+        self.assertIn(": 3 of 3 answered", out)
 
 
 if __name__ == "__main__":

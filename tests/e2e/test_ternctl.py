@@ -511,6 +511,7 @@ class Messages(Base):
         self.ok("produce", t, "--lines", input=b"s1\ns2\n")
         samples = self.jlines("stats", "--topic", t, "--count", "2", "--interval", "200ms")
         self.assertEqual(len(samples), 2)
+        self.assertEqual((samples[0]["nodes"], samples[0]["answered"]), (1, 1))
         rows = {r["channel"]: r for r in samples[0]["rows"]}
         self.assertEqual(set(rows), {None, "default"})
         self.assertEqual(rows[None]["messages"], 2)
