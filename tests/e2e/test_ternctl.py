@@ -349,8 +349,14 @@ class Topics(Base):
         names = [f"{prefix}{i:04d}" for i in range(3)]
         for n in names:
             self.ok("topics", "create", n, "--partitions", "1")
-        listed = [t["name"] for t in self.js("topics", "list")["topics"]]
+        everything = self.js("topics", "list")["topics"]
+        listed = [t["name"] for t in everything]
         self.assertEqual([n for n in listed if n.startswith(prefix)], names)
+        # Small pages: every page is followed, nothing twice, in order.
+        self.assertEqual(self.js("topics", "list", "--page-size", "2")["topics"], everything)
+        self.assertEqual(self.js("topics", "list", "--page-size", "1")["topics"], everything)
+        self.assertIn("expected an integer from 1 to 1000",
+                      self.fails(2, "topics", "list", "--page-size", "0"))
 
 
 class Messages(Base):

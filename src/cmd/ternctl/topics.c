@@ -45,8 +45,20 @@ static const char *channels(yajl_val o, char *buf, size_t cap)
 
 static int list(tn_ctl_t *c, int argc, char **argv)
 {
-    if (argc > 1)
-        return tn_ctl_usage(CMD, "list takes no arguments (got \"%s\")", argv[1]);
+    static const struct option longs[] = {{"page-size", required_argument, NULL, 'p'},
+                                          {NULL, 0, NULL, 0}};
+    int64_t page = 1000;
+    int ch;
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        if (ch != 'p')
+            return tn_ctl_usage(CMD, "list: unknown option %s", argv[optind - 1]);
+        if (tn_ctl_opt_int(CMD, "--page-size", optarg, 1, 1000, &page) != 0)
+            return TN_CTL_USAGE;
+    }
+    if (optind < argc)
+        return tn_ctl_usage(CMD, "list takes no arguments (got \"%s\")", argv[optind]);
     tn_ctl_table_t t;
     tn_ctl_table_init(&t, 8);
     const char *head[] = {"NAME",     "PARTITIONS", "RETENTION", "DURABILITY",
@@ -60,7 +72,8 @@ static int list(tn_ctl_t *c, int argc, char **argv)
     int rc = TN_CTL_OK;
     for (;;) {
         char path[1024], esc[800];
-        snprintf(path, sizeof(path), "/v1/topics?limit=1000%s%s", token[0] ? "&page_token=" : "",
+        snprintf(path, sizeof(path), "/v1/topics?limit=%" PRId64 "%s%s", page,
+                 token[0] ? "&page_token=" : "",
                  token[0] ? tn_ctl_esc(token, esc, sizeof(esc)) : "");
         tn_ctl_resp_t r;
         if (tn_ctl_call(c, "GET", path, NULL, 0, &r) != 0) {
@@ -451,13 +464,14 @@ const tn_ctl_cmd_t tn_ctl_cmd_topics = {
     .name = "topics",
     .summary = "list, show, create, alter and delete topics",
     .help =
-        "usage: ternctl topics list\n"
+        "usage: ternctl topics list [--page-size N]\n"
         "       ternctl topics get NAME [--partition N]\n"
         "       ternctl topics create NAME [settings]\n"
         "       ternctl topics alter NAME [settings]\n"
         "       ternctl topics delete NAME\n"
         "\n"
-        "list     every topic you may read (all pages of GET /v1/topics)\n"
+        "list     every topic you may read (all pages of GET /v1/topics, --page-size topics\n"
+        "         a request, default and at most 1000)\n"
         "get      the record and per-partition log numbers (GET /v1/topics/NAME); --partition N\n"
         "         shows only that partition\n"
         "create   POST /v1/topics; settings:\n"
