@@ -9,7 +9,11 @@
  * main.c takes the global flags (--url, --user, --password-file,
  * --ca-file, --json, --timeout, --config) out of argv wherever they stand
  * before a `--`, and answers `<command> --help` itself with the command's
- * help text, so a command's run() sees only its own arguments.
+ * help text, so a command's run() sees only its own arguments. A command
+ * may have a flag of the same name as a global one (drain's --timeout):
+ * when the first paragraph of its help (the usage lines) names it, that
+ * flag after the command's name is left in argv for the command, and only
+ * before the name is it the global one.
  *
  * Thread safety: one thread (ternctl is single-threaded). */
 #ifndef TN_CMD_TERNCTL_CTL_H
