@@ -12,7 +12,8 @@
  *   4. defaults: http://127.0.0.1:4151, no credentials, 30 s.
  * A password never comes from the command line (it would show in ps and
  * shell history): main.c refuses --password. A password given without a
- * user is for `admin`, the root user. A password file or a config file
+ * user is for `admin`, the root user; a user given without a password is
+ * asked for one on the terminal (when stdin is one). A password file or a config file
  * holding a password that group or others may read draws a warning.
  *
  * One kept-alive HTTP client per base URL, made on first use. */
@@ -26,10 +27,12 @@
 #include "proto/http/client.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #define DEFAULT_URL "http://127.0.0.1:4151"
@@ -278,6 +281,15 @@ int tn_ctl_new(const tn_ctl_flags_t *f, char **envp, tn_ctl_t **out)
     }
     if (rc == TN_CTL_OK && c->password != NULL && c->user == NULL)
         c->user = dup_or_die("admin");
+    /* A user without a password: ask on the terminal, if there is one. */
+    if (rc == TN_CTL_OK && c->user != NULL && c->password == NULL && isatty(0) && isatty(2)) {
+        char prompt[160], pw[1100];
+        snprintf(prompt, sizeof(prompt), "Password for %.64s: ", c->user);
+        rc = tn_ctl_read_secret(prompt, false, pw, sizeof(pw));
+        if (rc == TN_CTL_OK)
+            c->password = dup_or_die(pw);
+        memset(pw, 0, sizeof(pw));
+    }
 
     const char *timeout = f->timeout ? f->timeout : file.timeout;
     c->timeout_ms = 30000;
@@ -642,5 +654,201 @@ const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap)
         snprintf(buf, cap, "%lldh%lldm", (long long)(s / 3600), (long long)(s % 3600 / 60));
     else
         snprintf(buf, cap, "%lldd%lldh", (long long)(s / 86400), (long long)(s % 86400 / 3600));
+    return buf;
+}
+
+const char *tn_ctl_user(const tn_ctl_t *c)
+{
+    return c->user ? c->user : "";
+}
+
+const char *tn_ctl_password(const tn_ctl_t *c)
+{
+    return c->password;
+}
+
+int tn_ctl_json_write(tn_buf_t *b, yajl_val v)
+{
+    int rc = 0;
+    if (YAJL_IS_STRING(v)) {
+        rc = tn_buf_append(b, "\"", 1);
+        rc = rc ? rc : tn_buf_json_escape(b, YAJL_GET_STRING(v));
+        rc = rc ? rc : tn_buf_append(b, "\"", 1);
+    } else if (YAJL_IS_NUMBER(v)) {
+        rc = tn_buf_append(b, v->u.number.r, strlen(v->u.number.r));
+    } else if (YAJL_IS_OBJECT(v)) {
+        rc = tn_buf_append(b, "{", 1);
+        for (size_t i = 0; rc == 0 && i < v->u.object.len; i++) {
+            rc = i ? tn_buf_append(b, ",\"", 2) : tn_buf_append(b, "\"", 1);
+            rc = rc ? rc : tn_buf_json_escape(b, v->u.object.keys[i]);
+            rc = rc ? rc : tn_buf_append(b, "\":", 2);
+            rc = rc ? rc : tn_ctl_json_write(b, v->u.object.values[i]);
+        }
+        rc = rc ? rc : tn_buf_append(b, "}", 1);
+    } else if (YAJL_IS_ARRAY(v)) {
+        rc = tn_buf_append(b, "[", 1);
+        for (size_t i = 0; rc == 0 && i < v->u.array.len; i++) {
+            rc = i ? tn_buf_append(b, ",", 1) : 0;
+            rc = rc ? rc : tn_ctl_json_write(b, v->u.array.values[i]);
+        }
+        rc = rc ? rc : tn_buf_append(b, "]", 1);
+    } else if (YAJL_IS_TRUE(v)) {
+        rc = tn_buf_append(b, "true", 4);
+    } else if (YAJL_IS_FALSE(v)) {
+        rc = tn_buf_append(b, "false", 5);
+    } else {
+        rc = tn_buf_append(b, "null", 4);
+    }
+    return rc;
+}
+
+/* One line from fd 0 into out (without its line end); false at EOF with
+ * nothing read or when the line does not fit. */
+static bool read_line(char *out, size_t cap, bool *toolong)
+{
+    size_t n = 0;
+    *toolong = false;
+    for (;;) {
+        char ch;
+        ssize_t r = read(0, &ch, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        if (ch == '\n')
+            break;
+        if (n + 1 >= cap) {
+            *toolong = true;
+            continue;
+        }
+        out[n++] = ch;
+    }
+    if (n > 0 && out[n - 1] == '\r')
+        n--;
+    out[n] = '\0';
+    return n > 0 && !*toolong;
+}
+
+/* The terminal's settings while a prompt has echo off, for on_interrupt. */
+static struct termios g_saved_tty;
+
+/* Ctrl-C (or a termination) at a prompt: echo back on, then die of it. */
+static void on_interrupt(int sig)
+{
+    tcsetattr(0, TCSANOW, &g_saved_tty);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Echo goes off before the prompt shows, so nothing typed after it is
+ * echoed, and no typed-ahead input is thrown away (TCSANOW, not
+ * TCSAFLUSH). */
+static bool prompt_noecho(const char *prompt, char *out, size_t cap, bool *toolong)
+{
+    struct termios quiet;
+    struct sigaction sa = {.sa_handler = on_interrupt}, old_int, old_term, old_hup;
+    bool tty = tcgetattr(0, &g_saved_tty) == 0;
+    if (tty) {
+        /* A signal the caller ignores stays ignored. */
+        sigaction(SIGINT, &sa, &old_int);
+        sigaction(SIGTERM, &sa, &old_term);
+        sigaction(SIGHUP, &sa, &old_hup);
+        if (old_int.sa_handler == SIG_IGN)
+            sigaction(SIGINT, &old_int, NULL);
+        if (old_term.sa_handler == SIG_IGN)
+            sigaction(SIGTERM, &old_term, NULL);
+        if (old_hup.sa_handler == SIG_IGN)
+            sigaction(SIGHUP, &old_hup, NULL);
+        quiet = g_saved_tty;
+        quiet.c_lflag &= ~(tcflag_t)(ECHO | ECHONL);
+        quiet.c_lflag |= ICANON;
+        tcsetattr(0, TCSANOW, &quiet);
+    }
+    fprintf(stderr, "%s", prompt);
+    fflush(stderr);
+    bool ok = read_line(out, cap, toolong);
+    if (tty) {
+        tcsetattr(0, TCSANOW, &g_saved_tty);
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+        sigaction(SIGHUP, &old_hup, NULL);
+        fputc('\n', stderr);
+    }
+    return ok;
+}
+
+int tn_ctl_read_secret(const char *prompt, bool confirm, char *out, size_t cap)
+{
+    bool toolong = false;
+    if (!isatty(0)) {
+        if (!read_line(out, cap, &toolong)) {
+            fprintf(stderr, "ternctl: %s\n",
+                    toolong ? "the password on stdin is too long"
+                            : "no password on stdin (its first line is the password)");
+            return TN_CTL_FAIL;
+        }
+        return TN_CTL_OK;
+    }
+    if (!prompt_noecho(prompt, out, cap, &toolong)) {
+        fprintf(stderr, "ternctl: %s\n", toolong ? "password too long" : "empty password");
+        return TN_CTL_FAIL;
+    }
+    if (confirm) {
+        char again[1100];
+        bool ok = prompt_noecho("Again: ", again, sizeof(again), &toolong);
+        bool same = ok && strcmp(again, out) == 0;
+        memset(again, 0, sizeof(again));
+        if (!same) {
+            memset(out, 0, cap);
+            fprintf(stderr, "ternctl: the two passwords differ\n");
+            return TN_CTL_FAIL;
+        }
+    }
+    return TN_CTL_OK;
+}
+
+int tn_ctl_opt_int(const char *cmd, const char *flag, const char *v, int64_t min, int64_t max,
+                   int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || x < min || x > max)
+        return tn_ctl_usage(cmd, "%s %s: expected an integer from %lld to %lld", flag, v,
+                            (long long)min, (long long)max);
+    *out = x;
+    return TN_CTL_OK;
+}
+
+int tn_ctl_opt_ms(const char *cmd, const char *flag, const char *v, int64_t min, int64_t max,
+                  int64_t *out)
+{
+    int64_t ms = 0;
+    if (tn_ctl_parse_ms(v, &ms) != 0 || ms < min || ms > max) {
+        char lo[32], hi[32];
+        return tn_ctl_usage(cmd, "%s %s: expected a duration from %s to %s (250ms, 90s, 1h)", flag,
+                            v, tn_ctl_fmt_dur(min, lo, sizeof(lo)),
+                            tn_ctl_fmt_dur(max, hi, sizeof(hi)));
+    }
+    *out = ms;
+    return TN_CTL_OK;
+}
+
+const char *tn_ctl_fmt_dur(int64_t ms, char *buf, size_t cap)
+{
+    static const struct {
+        const char *unit;
+        int64_t ms;
+    } units[] = {{"h", 3600000}, {"m", 60000}, {"s", 1000}};
+    for (size_t i = 0; ms != 0 && i < TN_ARRAY_SIZE(units); i++) {
+        if (ms % units[i].ms == 0) {
+            snprintf(buf, cap, "%lld%s", (long long)(ms / units[i].ms), units[i].unit);
+            return buf;
+        }
+    }
+    if (ms == 0)
+        snprintf(buf, cap, "0");
+    else
+        snprintf(buf, cap, "%lldms", (long long)ms);
     return buf;
 }

@@ -9,13 +9,19 @@
  * main.c takes the global flags (--url, --user, --password-file,
  * --ca-file, --json, --timeout, --config) out of argv wherever they stand
  * before a `--`, and answers `<command> --help` itself with the command's
- * help text, so a command's run() sees only its own arguments.
+ * help text, so a command's run() sees only its own arguments. A command
+ * may have a flag of the same name as a global one (drain's --timeout):
+ * when the first paragraph of its help (the usage lines) names it, that
+ * flag after the command's name is left in argv for the command, and only
+ * before the name is it the global one.
  *
  * Thread safety: one thread (ternctl is single-threaded). */
 #ifndef TN_CMD_TERNCTL_CTL_H
 #define TN_CMD_TERNCTL_CTL_H
 
 #include "core/platform.h"
+
+#include "core/buf.h"
 
 #include <stdio.h>
 #include <yajl/yajl_tree.h>
@@ -57,6 +63,14 @@ const char *tn_ctl_base_url(const tn_ctl_t *c);
 
 /* The commands (one file each, beside this one). */
 extern const tn_ctl_cmd_t tn_ctl_cmd_status;
+extern const tn_ctl_cmd_t tn_ctl_cmd_topics;
+extern const tn_ctl_cmd_t tn_ctl_cmd_channels;
+extern const tn_ctl_cmd_t tn_ctl_cmd_produce;
+extern const tn_ctl_cmd_t tn_ctl_cmd_consume;
+extern const tn_ctl_cmd_t tn_ctl_cmd_tail;
+extern const tn_ctl_cmd_t tn_ctl_cmd_users;
+extern const tn_ctl_cmd_t tn_ctl_cmd_cluster;
+extern const tn_ctl_cmd_t tn_ctl_cmd_stats;
 extern const tn_ctl_cmd_t tn_ctl_cmd_scrub;
 extern const tn_ctl_cmd_t tn_ctl_cmd_backup;
 extern const tn_ctl_cmd_t tn_ctl_cmd_restore;
@@ -91,6 +105,33 @@ char *tn_ctl_esc(const char *s, char *out, size_t cap);
 /* A duration ("5s", "250ms", "1m30s") in milliseconds. 0 or UV_EINVAL. */
 int tn_ctl_parse_ms(const char *s, int64_t *out);
 
+/* Append v as compact JSON to b (numbers as the server wrote them). 0 or
+ * UV_ENOMEM. */
+int tn_ctl_json_write(tn_buf_t *b, yajl_val v);
+
+/* The connection's user ("" when none) and password (NULL when none),
+ * borrowed. */
+const char *tn_ctl_user(const tn_ctl_t *c);
+const char *tn_ctl_password(const tn_ctl_t *c);
+
+/* Read a secret: from the terminal with echo off when stdin is a tty
+ * (prompt, and with confirm the same twice), else stdin's first line.
+ * 0 with out (NUL-terminated, at most cap-1 bytes), or TN_CTL_FAIL with the
+ * reason printed (empty, too long, the two did not match). */
+int tn_ctl_read_secret(const char *prompt, bool confirm, char *out, size_t cap);
+
+/* Option values for command cmd's flag: an integer in [min, max], or a
+ * duration in milliseconds (a Go duration, or 0) in [min, max]. TN_CTL_OK
+ * with *out, else the usage error printed and TN_CTL_USAGE. */
+int tn_ctl_opt_int(const char *cmd, const char *flag, const char *v, int64_t min, int64_t max,
+                   int64_t *out);
+int tn_ctl_opt_ms(const char *cmd, const char *flag, const char *v, int64_t min, int64_t max,
+                  int64_t *out);
+
+/* A millisecond duration in its largest exact unit ("7d" is "168h", "90s",
+ * "250ms", "0"). */
+const char *tn_ctl_fmt_dur(int64_t ms, char *buf, size_t cap);
+
 /* Print s followed by a newline to stdout, as the --json output. */
 void tn_ctl_print_json(const char *s, size_t len);
 
@@ -113,6 +154,10 @@ void tn_ctl_table_fini(tn_ctl_table_t *t);
 /* Format a byte count ("1.5 MiB") or a millisecond age ("3m12s") into buf. */
 const char *tn_ctl_fmt_bytes(uint64_t n, char *buf, size_t cap);
 const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap);
+
+/* The members table of GET /v1/cluster/members' array (cluster.c; status
+ * shows it too). */
+void tn__ctl_print_members(yajl_val members);
 
 /* --- for main.c ---------------------------------------------------------------- */
 

@@ -4,7 +4,9 @@
  *   ternctl [global flags] <command> [arguments]
  *
  * The global flags may stand anywhere before a `--` (main takes them out of
- * argv before the command runs); after `--` every word is the command's. */
+ * argv before the command runs); after `--` every word is the command's,
+ * and so is, after the command's name, a global flag the command's usage
+ * names itself (drain's --timeout). */
 #include "core/platform.h"
 
 #include "cmd/ternctl/ctl.h"
@@ -17,10 +19,9 @@
 extern char **environ;
 
 static const tn_ctl_cmd_t *const commands[] = {
-    &tn_ctl_cmd_status,
-    &tn_ctl_cmd_scrub,
-    &tn_ctl_cmd_backup,
-    &tn_ctl_cmd_restore,
+    &tn_ctl_cmd_status,  &tn_ctl_cmd_topics, &tn_ctl_cmd_channels, &tn_ctl_cmd_produce,
+    &tn_ctl_cmd_consume, &tn_ctl_cmd_tail,   &tn_ctl_cmd_users,    &tn_ctl_cmd_cluster,
+    &tn_ctl_cmd_stats,   &tn_ctl_cmd_scrub,  &tn_ctl_cmd_backup,   &tn_ctl_cmd_restore,
 };
 
 static const char global_help[] =
@@ -28,7 +29,7 @@ static const char global_help[] =
     "  --url URL             the node's API address (TERN_URL; default http://127.0.0.1:4151;\n"
     "                        https:// verifies the server's certificate and name)\n"
     "  --user NAME           user for HTTP Basic authentication (TERN_USER; default admin\n"
-    "                        when a password is given)\n"
+    "                        when a password is given; without one, asked on a terminal)\n"
     "  --password-file FILE  read the password from FILE's first line (TERN_PASSWORD_FILE, or\n"
     "                        TERN_PASSWORD itself); never on the command line\n"
     "  --ca-file FILE        PEM CA certificates for https (TERN_CA_FILE; default the\n"
@@ -77,6 +78,25 @@ static bool is_flag(const char *a, const char *name, const char **val)
     return false;
 }
 
+/* Whether cmd's usage (its help text's first paragraph) names flag: then
+ * the flag, after the command's name, is the command's own (drain's
+ * --timeout is how long the drain may take, not the request bound). */
+static bool owned(const tn_ctl_cmd_t *cmd, const char *flag)
+{
+    if (cmd == NULL)
+        return false;
+    const char *end = strstr(cmd->help, "\n\n");
+    size_t fl = strlen(flag);
+    for (const char *p = cmd->help; (p = strstr(p, flag)) != NULL; p += fl) {
+        if (end != NULL && p > end)
+            return false;
+        char next = p[fl];
+        if (!(next >= 'a' && next <= 'z') && next != '-')
+            return true;
+    }
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
@@ -119,9 +139,12 @@ int main(int argc, char **argv)
             return TN_CTL_USAGE;
         }
         bool taken = false;
+        const tn_ctl_cmd_t *cmd = nrest > 0 ? find(rest[0]) : NULL;
         for (size_t k = 0; k < TN_ARRAY_SIZE(valued); k++) {
             if (!is_flag(a, valued[k].name, &val))
                 continue;
+            if (owned(cmd, valued[k].name))
+                break; /* the command's own flag: left with its value */
             if (val == NULL) {
                 if (i + 1 >= argc) {
                     fprintf(stderr, "ternctl: %s needs a value\n", valued[k].name);

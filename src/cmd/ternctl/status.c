@@ -63,42 +63,6 @@ static const char *state_of(const part_t *p, char *buf, size_t cap)
     return buf;
 }
 
-static int print_members(yajl_val members)
-{
-    tn_ctl_table_t t;
-    tn_ctl_table_init(&t, 8);
-    const char *head[] = {"ID",           "STATUS",     "LEADER",   "API ADDRESS",
-                          "RAFT ADDRESS", "PARTITIONS", "DRAINING", "LAST HEARTBEAT"};
-    tn_ctl_table_row(&t, head);
-    int64_t now_ms = (int64_t)time(NULL) * 1000;
-    size_t n = YAJL_IS_ARRAY(members) ? members->u.array.len : 0;
-    for (size_t i = 0; i < n; i++) {
-        yajl_val m = members->u.array.values[i];
-        bool leader = false, draining = false;
-        int64_t parts = 0, hb = 0;
-        tn_ctl_get_bool(m, "leader", &leader);
-        tn_ctl_get_bool(m, "draining", &draining);
-        tn_ctl_get_int(m, "owned_partitions", &parts);
-        tn_ctl_get_int(m, "last_heartbeat_ms", &hb);
-        char ps[24], age[32], ago[40];
-        snprintf(ps, sizeof(ps), "%" PRId64, parts);
-        const char *api = tn_ctl_get_str(m, "api_addr");
-        if (hb > 0)
-            snprintf(ago, sizeof(ago), "%s ago", tn_ctl_fmt_ms(now_ms - hb, age, sizeof(age)));
-        else
-            snprintf(ago, sizeof(ago), "never");
-        const char *row[] = {
-            tn_ctl_get_str(m, "id"),        tn_ctl_get_str(m, "status"),
-            leader ? "yes" : "no",          api != NULL && api[0] != '\0' ? api : "-",
-            tn_ctl_get_str(m, "raft_addr"), ps,
-            draining ? "yes" : "no",        ago};
-        tn_ctl_table_row(&t, row);
-    }
-    tn_ctl_table_print(&t, stdout);
-    tn_ctl_table_fini(&t);
-    return 0;
-}
-
 static int run(tn_ctl_t *c, int argc, char **argv)
 {
     if (argc > 1)
@@ -177,7 +141,7 @@ static int run(tn_ctl_t *c, int argc, char **argv)
             }
             printf("cluster:    %zu member%s, %zu alive, leader %s\n\n", n, n == 1 ? "" : "s",
                    alive, leader ? leader : "none known");
-            print_members(ml);
+            tn__ctl_print_members(ml);
         } else {
             printf("cluster:    unknown (GET /v1/cluster/members %s)\n",
                    members.reached ? "failed" : "unreachable");

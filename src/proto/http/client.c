@@ -698,19 +698,22 @@ static int handshake(tn_hc_t *h, char *err, size_t errlen)
                 tn_errbuf(err, errlen, "TLS handshake timed out after %d ms", h->timeout_ms);
                 return rc;
             }
-            if (rc != 0)
+            if (rc != 0) {
+                tn_errbuf(err, errlen, "TLS handshake: %s", uv_strerror(rc));
                 return rc;
+            }
             continue;
         }
         long vr = SSL_get_verify_result(h->ssl);
         if (vr != X509_V_OK) {
             tn_errbuf(err, errlen, "TLS: certificate verify failed: %s",
                       X509_verify_cert_error_string(vr));
+        } else if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+            tn_errbuf(err, errlen, "TLS handshake failed: the server closed the connection");
         } else {
             char es[160];
             ssl_errstr(es, sizeof(es));
-            tn_errbuf(err, errlen, "TLS handshake failed: %s",
-                      e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 ? "connection closed" : es);
+            tn_errbuf(err, errlen, "TLS handshake failed: %s", es);
         }
         return TN_EPROTO;
     }
@@ -877,16 +880,22 @@ static int attempt(tn_hc_t *h, const tn_hc_req_t *req, const tn_buf_t *head, tn_
                    bool *answered, char *err, size_t errlen)
 {
     *answered = false;
-    int rc = send_all(h, tn_buf_data(head), tn_buf_size(head));
-    if (rc == 0 && req->len > 0)
-        rc = send_all(h, req->body, req->len);
-    if (rc != 0) {
-        if (rc == UV_ETIMEDOUT)
+    int sent = send_all(h, tn_buf_data(head), tn_buf_size(head));
+    if (sent == 0 && req->len > 0)
+        sent = send_all(h, req->body, req->len);
+    /* A server that refuses a request before reading its body (401, 413)
+     * may answer and close while the body is still going out: the send
+     * fails, and the answer is there to read. Any other send failure ends
+     * the attempt. */
+    if (sent != 0 && sent != UV_EPIPE && sent != UV_ECONNRESET) {
+        if (sent == UV_ETIMEDOUT)
             tn_errbuf(err, errlen, "timed out after %d ms sending the request", h->timeout_ms);
         else
-            tn_errbuf(err, errlen, "sending the request: %s", uv_strerror(rc));
-        return rc;
+            tn_errbuf(err, errlen, "sending the request: %s", uv_strerror(sent));
+        conn_close(h);
+        return sent;
     }
+    int rc = 0;
     tn_hc_parser_t p;
     tn_buf_t mem;
     tn_buf_init(&mem);
@@ -928,6 +937,11 @@ static int attempt(tn_hc_t *h, const tn_hc_req_t *req, const tn_buf_t *head, tn_
             tn_errbuf(err, errlen, "reading the answer: %s", uv_strerror(rc));
         }
         break;
+    }
+    if (rc != 0 && sent != 0) {
+        /* No answer either: the failed send is the story. */
+        tn_errbuf(err, errlen, "sending the request: %s", uv_strerror(sent));
+        rc = sent;
     }
     if (rc == 0) {
         resp->status = p.status;

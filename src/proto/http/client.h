@@ -68,7 +68,7 @@ void tn_hc_parser_fini(tn_hc_parser_t *p);
  * bytes it took; any after them are not part of it), TN_ESHORT when all
  * len bytes were taken and more are needed, TN_EPROTO when the bytes are
  * not a valid response (p->errmsg says why), UV_ENOMEM, or the callback's
- * error. */
+ * error (*used is left unset on an error: the response is abandoned). */
 int tn_hc_parser_feed(tn_hc_parser_t *p, const char *buf, size_t len, size_t *used);
 
 /* The connection closed. 0 when that ends the response (a body that runs to

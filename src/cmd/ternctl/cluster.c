@@ -1,0 +1,161 @@
+/* `ternctl cluster members|moves`: the cluster as this node's metastore
+ * replica knows it (GET /v1/cluster/members, GET /v1/cluster/moves; admin
+ * only). tern makes no partition moves yet, so moves lists what the API
+ * reports (nothing under way, today) with the placement it keeps. */
+#include "core/platform.h"
+
+#include "cmd/ternctl/ctl.h"
+
+#include <inttypes.h>
+#include <string.h>
+#include <time.h>
+
+#define CMD "cluster"
+
+void tn__ctl_print_members(yajl_val members)
+{
+    tn_ctl_table_t t;
+    tn_ctl_table_init(&t, 8);
+    const char *head[] = {"ID",           "STATUS",     "LEADER",   "API ADDRESS",
+                          "RAFT ADDRESS", "PARTITIONS", "DRAINING", "LAST HEARTBEAT"};
+    tn_ctl_table_row(&t, head);
+    int64_t now_ms = (int64_t)time(NULL) * 1000;
+    size_t n = YAJL_IS_ARRAY(members) ? members->u.array.len : 0;
+    for (size_t i = 0; i < n; i++) {
+        yajl_val m = members->u.array.values[i];
+        bool leader = false, draining = false;
+        int64_t parts = 0, hb = 0;
+        tn_ctl_get_bool(m, "leader", &leader);
+        tn_ctl_get_bool(m, "draining", &draining);
+        tn_ctl_get_int(m, "owned_partitions", &parts);
+        tn_ctl_get_int(m, "last_heartbeat_ms", &hb);
+        char ps[24], age[32], ago[40];
+        snprintf(ps, sizeof(ps), "%" PRId64, parts);
+        const char *api = tn_ctl_get_str(m, "api_addr");
+        if (hb > 0)
+            snprintf(ago, sizeof(ago), "%s ago", tn_ctl_fmt_ms(now_ms - hb, age, sizeof(age)));
+        else
+            snprintf(ago, sizeof(ago), "never");
+        const char *row[] = {
+            tn_ctl_get_str(m, "id"),        tn_ctl_get_str(m, "status"),
+            leader ? "yes" : "no",          api != NULL && api[0] != '\0' ? api : "-",
+            tn_ctl_get_str(m, "raft_addr"), ps,
+            draining ? "yes" : "no",        ago};
+        tn_ctl_table_row(&t, row);
+    }
+    tn_ctl_table_print(&t, stdout);
+    tn_ctl_table_fini(&t);
+}
+
+static int get_json(tn_ctl_t *c, const char *path, const char *what, tn_ctl_resp_t *r, yajl_val *v)
+{
+    *v = NULL;
+    if (tn_ctl_call(c, "GET", path, NULL, 0, r) != 0)
+        return TN_CTL_FAIL;
+    if (r->status != 200) {
+        int rc = tn_ctl_fail(r, what);
+        tn_ctl_resp_fini(r);
+        return rc;
+    }
+    *v = tn_ctl_parse(r, what);
+    if (*v == NULL) {
+        tn_ctl_resp_fini(r);
+        return TN_CTL_FAIL;
+    }
+    return TN_CTL_OK;
+}
+
+static int members(tn_ctl_t *c, int argc, char **argv)
+{
+    if (argc > 1)
+        return tn_ctl_usage(CMD, "members takes no arguments");
+    tn_ctl_resp_t r;
+    yajl_val v;
+    int rc = get_json(c, "/v1/cluster/members", "cluster members", &r, &v);
+    if (rc != TN_CTL_OK)
+        return rc;
+    yajl_val ml = tn_ctl_get(v, "members");
+    if (!YAJL_IS_ARRAY(ml)) {
+        fprintf(stderr, "ternctl: cluster members: the answer has no members array\n");
+        rc = TN_CTL_FAIL;
+    } else if (tn_ctl_json(c)) {
+        tn_ctl_print_json(r.body, r.len);
+    } else {
+        tn__ctl_print_members(ml);
+    }
+    yajl_tree_free(v);
+    tn_ctl_resp_fini(&r);
+    return rc;
+}
+
+static int moves(tn_ctl_t *c, int argc, char **argv)
+{
+    if (argc > 1)
+        return tn_ctl_usage(CMD, "moves takes no arguments");
+    tn_ctl_resp_t r;
+    yajl_val v;
+    int rc = get_json(c, "/v1/cluster/moves", "cluster moves", &r, &v);
+    if (rc != TN_CTL_OK)
+        return rc;
+    yajl_val ml = tn_ctl_get(v, "moves");
+    if (!YAJL_IS_ARRAY(ml)) {
+        fprintf(stderr, "ternctl: cluster moves: the answer has no moves array\n");
+        rc = TN_CTL_FAIL;
+    } else if (tn_ctl_json(c)) {
+        tn_ctl_print_json(r.body, r.len);
+    } else if (ml->u.array.len == 0) {
+        printf("no partition moves under way (tern does not move partitions yet: a partition\n"
+               "stays with the member it was placed on; `ternctl topics get T` shows owners)\n");
+    } else {
+        tn_ctl_table_t t;
+        tn_ctl_table_init(&t, 4);
+        const char *head[] = {"TOPIC", "PARTITION", "FROM", "TO"};
+        tn_ctl_table_row(&t, head);
+        for (size_t i = 0; i < ml->u.array.len; i++) {
+            yajl_val m = ml->u.array.values[i];
+            int64_t p = 0;
+            char ps[24];
+            tn_ctl_get_int(m, "partition", &p);
+            snprintf(ps, sizeof(ps), "%" PRId64, p);
+            const char *row[] = {tn_ctl_get_str(m, "topic"), ps, tn_ctl_get_str(m, "from"),
+                                 tn_ctl_get_str(m, "to")};
+            tn_ctl_table_row(&t, row);
+        }
+        tn_ctl_table_print(&t, stdout);
+        tn_ctl_table_fini(&t);
+    }
+    yajl_tree_free(v);
+    tn_ctl_resp_fini(&r);
+    return rc;
+}
+
+static int run(tn_ctl_t *c, int argc, char **argv)
+{
+    if (argc < 2)
+        return tn_ctl_usage(CMD, "which one: members or moves?");
+    if (strcmp(argv[1], "members") == 0)
+        return members(c, argc - 1, argv + 1);
+    if (strcmp(argv[1], "moves") == 0)
+        return moves(c, argc - 1, argv + 1);
+    return tn_ctl_usage(CMD, "unknown subcommand \"%s\" (members, moves)", argv[1]);
+}
+
+const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
+    .name = "cluster",
+    .summary = "the cluster's members and partition moves",
+    .help = "usage: ternctl cluster members\n"
+            "       ternctl cluster moves\n"
+            "\n"
+            "members  every member as this node's metastore replica knows it: id, alive or\n"
+            "         dead, the metastore leader, API and Raft addresses, partitions owned,\n"
+            "         draining, and how long ago it last registered (GET /v1/cluster/members)\n"
+            "moves    partition moves under way (GET /v1/cluster/moves). tern does not move\n"
+            "         partitions yet, so this is empty; `ternctl topics get T` shows each\n"
+            "         partition's owner\n"
+            "\n"
+            "Both need admin rights. --json prints the server's JSON.\n"
+            "\n"
+            "Example:\n"
+            "  ternctl cluster members\n",
+    .run = run,
+};
