@@ -39,6 +39,7 @@
 #include "api/access.h"
 #include "api/catalog.h"
 #include "api/consume.h"
+#include "api/console.h"
 #include "api/metrics.h"
 #include "api/users.h"
 #include "api/v1.h"
@@ -80,7 +81,8 @@ typedef struct {
     tn_http_server_t *metrics_http; /* NULL: /metrics is on the API port */
     tn_nsq_http_t api;
     tn_metrics_t metrics;
-    tn_ws_t *ws; /* NULL: the live feed is off */
+    tn_ws_t *ws;           /* NULL: the live feed is off */
+    tn_console_t *console; /* NULL: the console is off */
     tn_meta_t *meta;
     tn_catalog_t *catalog;
     const char *data_path; /* borrowed from the config */
@@ -197,6 +199,8 @@ static void on_http_closed(void *arg)
     daemon_t *d = arg;
     tn_ws_free(d->ws); /* its connections closed with the HTTP server */
     d->ws = NULL;
+    tn_console_free(d->console); /* its routes went with the HTTP server */
+    d->console = NULL;
     d->metrics.ws = NULL;
     if (d->lookupd != NULL) {
         tn_lookupd_t *l = d->lookupd;
@@ -757,6 +761,13 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         }
         TN_LOG(TN_LOG_NOTICE, "live WebSocket feed on /v1/ws/topics/{topic} (%u allowed origins)",
                wopts->norigins);
+    }
+    if (cfg->console) {
+        if ((rc = tn_console_register(d->http, &d->console)) != 0) {
+            tn_errbuf(err, errlen, "cannot set up the web console: %s", tn_strerror(rc));
+            return rc;
+        }
+        TN_LOG(TN_LOG_NOTICE, "web console on /console/ (%zu files)", tn_console_nfiles);
     }
     d->metrics.ws = d->ws;
     d->metrics.api = &d->api;

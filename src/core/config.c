@@ -123,6 +123,9 @@ static const opt_t options[] = {
      "the same, as nsqd's config file spells it ([\"host:port\", ...] accepted)"},
     {"metrics-address", OPT_ADDR, F(metrics_address), "", 0, 0, NULL,
      "a listener of its own for /metrics, host:port (default: on http-address)"},
+    {"console", OPT_BOOL, F(console), "true", 0, 0, NULL,
+     "serve the web console under /console/ on the HTTP listener (its data calls go to /v1 "
+     "with the user's credentials)"},
     {"websocket-enabled", OPT_BOOL, F(websocket_enabled), "false", 0, 0, NULL,
      "serve the live WebSocket feed of ttl_discard topics (GET /v1/ws/topics/{topic})"},
     {"websocket-max-connections", OPT_INT, F(websocket_max_connections), "1024", 1, 1000000, NULL,
