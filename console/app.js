@@ -343,36 +343,41 @@
     box.replaceChildren(h('p', { class: 'muted' }, 'Reading…'));
     d.showModal();
     $('peek-close').focus();
-    const out = [];
-    try {
-      for (const p of topic.partition_stats || []) {
-        if (p.error || p.oldest_offset === undefined) {
-          out.push(h('p', { class: 'muted' }, `Partition ${p.index}: ${p.error || 'no numbers'}.`));
-          continue;
-        }
-        const end = Math.min(p.high_watermark, p.oldest_offset + PEEK_PER_PARTITION);
-        if (end <= p.oldest_offset) {
-          out.push(h('p', { class: 'muted' }, `Partition ${p.index}: empty.`));
-          continue;
-        }
-        for (let off = p.oldest_offset; off < end; off++) {
-          const r = await api('GET', `/v1/topics/${enc(topic.name)}/consume?partition=${p.index}&offset=${off}`, undefined, { any: true });
-          if (r.status === 200) {
-            const m = JSON.parse(r.text);
-            const payload = typeof m.payload === 'string' ? m.payload : JSON.stringify(m.payload, null, 2);
-            out.push(h('h3', {}, `Partition ${m.partition}, offset ${m.offset}`),
-              h('p', { class: 'muted' }, `${isoSeconds(m.timestamp * 1000)}${m.key !== undefined ? ', key ' + m.key : ''}${m.payload_encoding ? ' (base64)' : ''}`),
-              h('pre', {}, payload));
-          } else if (r.status === 204) {
-            break;
-          } else if (r.status !== 410) {
-            let msg = r.text;
-            try { msg = JSON.parse(r.text).error || msg; } catch (_) { /* raw */ }
-            out.push(h('p', { class: 'error' }, `Partition ${p.index}, offset ${off}: ${r.status} ${msg}`));
-            break;
-          }
+    // One partition's oldest few messages, read in order; the partitions
+    // are read side by side and shown in their order.
+    async function partition(p) {
+      const out = [];
+      if (p.error || p.oldest_offset === undefined) {
+        out.push(h('p', { class: 'muted' }, `Partition ${p.index}: ${p.error || 'not open on its owner yet'}.`));
+        return out;
+      }
+      const end = Math.min(p.high_watermark, p.oldest_offset + PEEK_PER_PARTITION);
+      if (end <= p.oldest_offset) {
+        out.push(h('p', { class: 'muted' }, `Partition ${p.index}: empty.`));
+        return out;
+      }
+      for (let off = p.oldest_offset; off < end; off++) {
+        const r = await api('GET', `/v1/topics/${enc(topic.name)}/consume?partition=${p.index}&offset=${off}`, undefined, { any: true });
+        if (r.status === 200) {
+          const m = JSON.parse(r.text);
+          const payload = typeof m.payload === 'string' ? m.payload : JSON.stringify(m.payload, null, 2);
+          const key = m.key !== undefined ? `, key ${m.key}${m.key_encoding ? ' (base64)' : ''}` : '';
+          out.push(h('h3', {}, `Partition ${m.partition}, offset ${m.offset}`),
+            h('p', { class: 'muted' }, `${isoSeconds(m.timestamp * 1000)}${key}${m.payload_encoding ? '; payload in base64' : ''}`),
+            h('pre', {}, payload));
+        } else if (r.status === 204) {
+          break; // past the high watermark now
+        } else if (r.status !== 410) { // 410: aged out or no record there
+          const j = safeJson(r.text) || {};
+          out.push(h('p', { class: 'error' }, `Partition ${p.index}, offset ${off}: ${r.status} ${j.error || r.text}`));
+          break;
         }
       }
+      return out;
+    }
+    try {
+      const parts = await Promise.all((topic.partition_stats || []).map(partition));
+      const out = parts.flat();
       box.replaceChildren(...(out.length ? out : [h('p', { class: 'muted' }, 'No messages retained.')]));
     } catch (e) {
       box.replaceChildren(h('p', { class: 'error' }, e.message));
@@ -623,6 +628,7 @@
     state.polling = true;
     const route = state.route;
     try {
+      await refreshMe();
       const stats = await api('GET', '/stats?format=json&include_clients=false');
       record(stats);
       state.data.stats = stats;
@@ -706,6 +712,15 @@
     if (r.status === 429) throw new ApiError(429, 'Too many failed attempts for this user: wait a few seconds and try again.');
     const j = safeJson(r.text) || {};
     throw new ApiError(r.status, `The server answered ${r.status}: ${j.error || r.text}`);
+  }
+
+  // Grants change without a new login (from the server's next request on):
+  // the record is read again at every poll, so the actions offered follow.
+  async function refreshMe() {
+    if (state.me && state.me.securityOff) return;
+    const me = await api('GET', `/v1/users/${enc(state.user)}`);
+    state.me = me;
+    $('who-name').textContent = state.user + (isAdmin() ? ' (admin)' : '');
   }
 
   async function start() {

@@ -205,6 +205,8 @@ test('the web console in headless chromium', { timeout: 120000 }, async (t) => {
     assert.equal(await page.evaluate(() => Object.keys(sessionStorage).length), 1)
     assert.equal(await page.evaluate(() => Object.keys(localStorage).length), 0)
     await page.locator('text=Readiness (/readyz)').waitFor()
+    await page.locator('.card .status-ok').first().waitFor()
+    await assertNotBlank(page, 'overview-1280', 1280)
 
     // Create a topic through the dialog and its confirmation.
     await page.click('#nav a[data-view=topics]')
@@ -237,8 +239,13 @@ test('the web console in headless chromium', { timeout: 120000 }, async (t) => {
     await page.locator('#peek').waitFor({ state: 'hidden' })
     await waitText(channelCell(page, 'default', 'depth'), '3')
 
+    // The keyboard focus survives the 2 s refreshes of the view.
+    await page.focus('button[data-k="cpause-default"]')
+    await page.waitForTimeout(2500)
+    assert.equal(await page.evaluate(() => document.activeElement.dataset.k), 'cpause-default')
+
     // Pause, then empty, the channel (each confirmed).
-    await page.click('tr[data-channel="default"] button:has-text("Pause")')
+    await page.keyboard.press('Enter')
     await confirm(page, 'Pause the channel')
     await page.locator('tr[data-channel="default"] .badge.paused').waitFor()
     const st = JSON.parse((await request(d.httpPort, 'GET', `/stats?format=json&topic=${TOPIC}`, { auth: admin })).text)
@@ -289,6 +296,7 @@ test('the web console in headless chromium', { timeout: 120000 }, async (t) => {
     await page.click('#grant-ok')
     await confirm(page, 'Grant')
     await page.locator('li:has-text("produce console-*, other")').waitFor()
+    await assertNotBlank(page, 'users-1280', 1280)
     const viewer = JSON.parse((await request(d.httpPort, 'GET', '/v1/users/viewer', { auth: admin })).text)
     assert.deepEqual(viewer.grants, [{ action: 'consume', patterns: ['console-*'] },
       { action: 'produce', patterns: ['console-*', 'other'] }])
