@@ -13,7 +13,8 @@ import os
 import re
 import sys
 
-NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+# What src/api/console.c can route: one path segment of at most 128 bytes.
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
 def main(argv):

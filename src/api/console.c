@@ -123,12 +123,16 @@ int tn_console_register(tn_http_server_t *srv, tn_console_t **out)
         asset_t *a = &c->assets[i];
         a->file = &tn_console_files[i];
         a->type = tn_console_content_type(a->file->name);
-        snprintf(a->etag, sizeof(a->etag), "\"%08x\"",
-                 (unsigned)tn_crc32c(0, a->file->data, a->file->len));
-        snprintf(a->headers, sizeof(a->headers),
-                 "ETag: %s\r\nCache-Control: no-cache\r\n" SECURITY_HEADERS, a->etag);
-        char path[128];
-        snprintf(path, sizeof(path), "/console/%s", a->file->name);
+        unsigned crc = (unsigned)tn_crc32c(0, a->file->data, a->file->len);
+        snprintf(a->etag, sizeof(a->etag), "\"%08x\"", crc);
+        int hn = snprintf(a->headers, sizeof(a->headers),
+                          "ETag: \"%08x\"\r\nCache-Control: no-cache\r\n" SECURITY_HEADERS, crc);
+        char path[160];
+        int pn = snprintf(path, sizeof(path), "/console/%s", a->file->name);
+        if (hn < 0 || (size_t)hn >= sizeof(a->headers) || pn < 0 || (size_t)pn >= sizeof(path)) {
+            rc = UV_ENAMETOOLONG; /* embed_console.py refuses names over 128 bytes */
+            break;
+        }
         rc = tn_http_route(srv, "GET", path, 0, NULL, on_asset, a);
         if (rc == 0 && strcmp(a->file->name, "index.html") == 0)
             rc = tn_http_route(srv, "GET", "/console/", 0, NULL, on_asset, a);

@@ -49,7 +49,9 @@ typedef struct tn_console_s tn_console_t;
 
 /* Route the console's assets on srv. *out (freed with tn_console_free after
  * the server closed) holds each file's headers; it is set on failure too
- * when routes were added, since they point into it. 0 or UV_ENOMEM. */
+ * when routes were added, since they point into it. 0, UV_ENOMEM, or
+ * UV_ENAMETOOLONG for a file name too long to route (the embedding script
+ * refuses those). */
 int tn_console_register(tn_http_server_t *srv, tn_console_t **out);
 void tn_console_free(tn_console_t *c);
 
