@@ -106,8 +106,11 @@
   function table(caption, heads, rows, key, empty) {
     const thead = h('thead', {}, h('tr', {}, heads.map((c) => h('th', { scope: 'col', class: c.num ? 'num' : null }, c.label || c))));
     const body = rows.length ? rows : [h('tr', {}, h('td', { colspan: heads.length, class: 'muted' }, empty || 'None.'))];
-    return h('div', { class: 'scroll', tabindex: '0', dataK: 'scroll-' + key, role: 'region', 'aria-label': caption },
-      h('table', {}, h('caption', {}, caption), thead, h('tbody', {}, body)));
+    // The caption shows above the frame (a table wider than a phone would
+    // scroll it out of sight) and stays in the table for screen readers.
+    return h('div', { class: 'tablebox' }, h('p', { class: 'caption', 'aria-hidden': 'true' }, caption),
+      h('div', { class: 'scroll', tabindex: '0', dataK: 'scroll-' + key, role: 'region', 'aria-label': caption },
+        h('table', {}, h('caption', { class: 'sr-only' }, caption), thead, h('tbody', {}, body))));
   }
   const num = (v) => h('td', { class: 'num' }, v);
 

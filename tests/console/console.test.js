@@ -303,7 +303,7 @@ test('the web console in headless chromium', { timeout: 120000 }, async (t) => {
 
     // Cluster: this node is its one member, alive and leader.
     await page.click('#nav a[data-view=cluster]')
-    await page.locator('text=Partition moves under way').waitFor()
+    await page.locator('p.caption:text-is("Partition moves under way")').waitFor()
     await page.locator('td:has-text("alive")').waitFor()
     await page.locator('.badge:text-is("leader")').waitFor()
 
