@@ -767,7 +767,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
             tn_errbuf(err, errlen, "cannot set up the web console: %s", tn_strerror(rc));
             return rc;
         }
-        TN_LOG(TN_LOG_NOTICE, "web console on /console/ (%zu files)", tn_console_nfiles);
+        TN_LOG(TN_LOG_NOTICE, "web console on /console/ (off with --console=false)");
     }
     d->metrics.ws = d->ws;
     d->metrics.api = &d->api;
