@@ -16,7 +16,7 @@
  * inline (no 'unsafe-inline'), no plugins, no framing, forms post only
  * here. */
 #define CSP                                                                                        \
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "              \
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "                    \
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "                 \
     "frame-ancestors 'none'"
 
