@@ -63,12 +63,16 @@ cluster: build
 cluster-stop:
 	@./scripts/cluster.sh stop $(CLUSTER_DATA)
 
-# The nsqjs client for the compatibility suite, pinned by its lockfile.
+# The npm packages of the suites that need them, each pinned by its
+# lockfile: the nsqjs client (tests/compat) and playwright-core, which
+# drives Debian's chromium in the console's browser test (tests/console).
 compat-deps: deps
-	@if [ ! -f tests/compat/node_modules/.package-lock.json ] || \
-	    [ tests/compat/package-lock.json -nt tests/compat/node_modules/.package-lock.json ]; then \
-		cd tests/compat && npm ci --no-audit --no-fund --loglevel=error; \
-	fi
+	@for d in tests/compat tests/console; do \
+		if [ ! -f $$d/node_modules/.package-lock.json ] || \
+		    [ $$d/package-lock.json -nt $$d/node_modules/.package-lock.json ]; then \
+			(cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
+		fi; \
+	done
 
 # Build and run every suite: unit, fuzz corpora, crash, end-to-end, compat.
 test: build compat-deps

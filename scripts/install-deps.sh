@@ -54,6 +54,11 @@ fi
 if ! command -v npm >/dev/null 2>&1; then
     missing+=(npm)
 fi
+# Debian's chromium runs headless in the web console's browser test
+# (tests/console, driven by playwright-core; no browser is downloaded).
+if ! command -v chromium >/dev/null 2>&1; then
+    missing+=(chromium)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0

@@ -47,6 +47,7 @@
 #include "api/backup.h"
 #include "api/catalog.h"
 #include "api/consume.h"
+#include "api/console.h"
 #include "api/metrics.h"
 #include "api/users.h"
 #include "api/v1.h"
@@ -90,7 +91,9 @@ typedef struct {
     tn_http_server_t *metrics_http; /* NULL: /metrics is on the API port */
     tn_nsq_http_t api;
     tn_metrics_t metrics;
-    tn_ws_t *ws; /* NULL: the live feed is off */
+    tn_ws_t *ws;                 /* NULL: the live feed is off */
+    tn_console_t *console;       /* NULL: the console is off */
+    tn_console_t *console_https; /* the same on the HTTPS listener */
     tn_meta_t *meta;
     tn_catalog_t *catalog;
     const char *data_path; /* borrowed from the config */
@@ -228,6 +231,10 @@ static void on_http_closed(void *arg)
     }
     tn_ws_free(d->ws); /* its connections closed with the HTTP server */
     d->ws = NULL;
+    tn_console_free(d->console); /* its routes went with the HTTP server */
+    d->console = NULL;
+    tn_console_free(d->console_https); /* and these with the HTTPS one */
+    d->console_https = NULL;
     d->metrics.ws = NULL;
     if (d->lookupd != NULL) {
         tn_lookupd_t *l = d->lookupd;
@@ -801,6 +808,8 @@ static int start_https(daemon_t *d, const tn_config_t *cfg, char *err, size_t er
     rc = rc ? rc : tn_v1_register(d->https, &d->v1);
     if (rc == 0 && d->ws != NULL)
         rc = tn_ws_register(d->https, d->ws);
+    if (rc == 0 && cfg->console)
+        rc = tn_console_register(d->https, &d->console_https);
     if (rc != 0) {
         tn_errbuf(err, errlen, "cannot set up the HTTPS APIs: %s", tn_strerror(rc));
         return rc;
@@ -978,6 +987,13 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         }
         TN_LOG(TN_LOG_NOTICE, "live WebSocket feed on /v1/ws/topics/{topic} (%u allowed origins)",
                wopts->norigins);
+    }
+    if (cfg->console) {
+        if ((rc = tn_console_register(d->http, &d->console)) != 0) {
+            tn_errbuf(err, errlen, "cannot set up the web console: %s", tn_strerror(rc));
+            return rc;
+        }
+        TN_LOG(TN_LOG_NOTICE, "web console on /console/ (off with --console=false)");
     }
     if (https && (rc = start_https(d, cfg, err, errlen)) != 0)
         return rc;

@@ -139,6 +139,9 @@ static const opt_t options[] = {
      "the same, as nsqd's config file spells it ([\"host:port\", ...] accepted)"},
     {"metrics-address", OPT_ADDR, F(metrics_address), "", 0, 0, NULL,
      "a listener of its own for /metrics, host:port (default: on http-address)"},
+    {"console", OPT_BOOL, F(console), "true", 0, 0, NULL,
+     "serve the web console under /console/ on the HTTP listener (static files; the page calls "
+     "the API with the credentials its user logs in with)"},
     {"websocket-enabled", OPT_BOOL, F(websocket_enabled), "false", 0, 0, NULL,
      "serve the live WebSocket feed of ttl_discard topics (GET /v1/ws/topics/{topic})"},
     {"websocket-max-connections", OPT_INT, F(websocket_max_connections), "1024", 1, 1000000, NULL,
@@ -1836,7 +1839,7 @@ static const struct {
     {"NSQ protocol", "max-rdy-count max-heartbeat-interval max-output-buffer-size "
                      "max-output-buffer-timeout deflate max-deflate-level snappy"},
     {"HTTP", "http-head-timeout http-body-timeout http-idle-timeout http-max-consume-wait "
-             "metrics-max-topics"},
+             "metrics-max-topics console"},
     {"WebSocket live feed", "websocket-enabled websocket-allowed-origins "
                             "websocket-max-connections websocket-max-connections-per-topic "
                             "websocket-frame-inflight-bytes websocket-heartbeat-interval "

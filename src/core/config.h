@@ -157,6 +157,7 @@ typedef struct tn_config_s {
     int64_t max_inflight_messages;
     int64_t max_ahead;
     int64_t gc_interval_ns;
+    bool console; /* the web console under /console/ */
     /* live WebSocket feed */
     bool websocket_enabled;
     int64_t websocket_max_connections;

@@ -263,6 +263,19 @@ class Https(unittest.TestCase):
         finally:
             c.close()
 
+    def test_console_on_https_too(self):
+        c = self.https()
+        try:
+            c.request("GET", "/console/")
+            r = c.getresponse()
+            body = r.read()
+            self.assertEqual(r.status, 200, body)
+            self.assertTrue(r.getheader("Content-Type").startswith("text/html"))
+            self.assertIn("default-src 'self'", r.getheader("Content-Security-Policy"))
+            self.assertIn(b"<html", body.lower())
+        finally:
+            c.close()
+
     def test_json_log_lines_and_startup_lines(self):
         lines = [json.loads(line) for line in self.d.lines]
         self.assertTrue(lines)

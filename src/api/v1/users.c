@@ -91,17 +91,20 @@ static void on_users_list(tn_http_request_t *r, void *arg)
     tn__v1_respond_buf(r, 200, &b);
 }
 
+/* An admin reads any user; any user reads their own record (its grants
+ * tell a client such as the web console what it may offer). */
 static void on_user_get(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
-    if (!tn__v1_admin_only(v, r))
-        return;
     const tn_iov_t *name = tn_http_param(r, "username");
     char user[TN_USERNAME_MAX + 1] = "";
     if (name != NULL && name->len <= TN_USERNAME_MAX) {
         memcpy(user, name->base, name->len);
         user[name->len] = '\0';
     }
+    bool self = r->principal[0] != '\0' && strcmp(user, r->principal) == 0;
+    if (!self && !tn__v1_admin_only(v, r))
+        return;
     const tn_meta_user_t *u = tn_meta_user_find(tn_meta_state(v->meta), user);
     if (u == NULL) {
         tn__v1_error(r, 404, "user not found", NULL);

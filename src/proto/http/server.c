@@ -129,6 +129,10 @@ const char *tn_http_reason(int status)
         return "Accepted";
     case 204:
         return "No Content";
+    case 301:
+        return "Moved Permanently";
+    case 304:
+        return "Not Modified";
     case 400:
         return "Bad Request";
     case 401:
@@ -399,8 +403,12 @@ static void write_answer(conn_t *c, int minor, int status, const char *ctype, co
         c->srv->by_status[status / 100]++;
     if (status == 401)
         c->srv->unauthorized++;
-    int rc = append_fmt(&c->out, "HTTP/1.%d %d %s\r\nServer: %s\r\nContent-Length: %zu\r\n", minor,
-                        status, tn_http_reason(status), c->srv->opts.server_name, len);
+    int rc = append_fmt(&c->out, "HTTP/1.%d %d %s\r\nServer: %s\r\n", minor, status,
+                        tn_http_reason(status), c->srv->opts.server_name);
+    /* A 304 has no content, and a Content-Length there would have to be
+     * the 200's (RFC 9110 8.6): it gets none. */
+    if (rc == 0 && status != 304)
+        rc = append_fmt(&c->out, "Content-Length: %zu\r\n", len);
     if (rc == 0 && ctype != NULL)
         rc = append_fmt(&c->out, "Content-Type: %s\r\n", ctype);
     if (rc == 0 && !keep)
