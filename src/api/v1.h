@@ -78,6 +78,10 @@ typedef struct tn_v1_s {
      * (api/v1/forward.c). */
     struct tn__v1_grace_s *grace_head, *grace_tail;
     uint32_t ngrace;
+    /* The node's drain (api/drain.h), set by the caller before
+     * tn_v1_register: /v1/drain, and produce and consume refused while it
+     * runs. NULL: no drain routes. */
+    struct tn_drain_s *drain;
     bool closing;
 } tn_v1_t;
 

@@ -21,7 +21,11 @@
  *      use, say), log why, naming the option and the address, close what
  *      started, and exit with status 1 without ever logging "ready".
  *      Otherwise log "ready" and run the loop until SIGINT or SIGTERM.
- *   5. Shut down in reverse: close the listener and every connection
+ *   5. The first SIGTERM (or POST /v1/drain) drains the node first
+ *      (api/drain.h): out of readiness, new publishes and consumes
+ *      refused, until nothing is in flight or drain-timeout passes; then
+ *      step 6, and exit 0. SIGINT, or a second signal, goes to step 6 now.
+ *   6. Shut down in reverse: close the listener and every connection
  *      (in-flight messages go back to their channels); stop the dispatcher
  *      (what it has not committed stays in the ingress log); close node
  *      RPC; close the metastore (what was proposed is answered first, and libraft closes
@@ -39,6 +43,7 @@
 #include "api/access.h"
 #include "api/catalog.h"
 #include "api/consume.h"
+#include "api/drain.h"
 #include "api/metrics.h"
 #include "api/users.h"
 #include "api/v1.h"
@@ -87,6 +92,7 @@ typedef struct {
     tn_v1_t v1;
     tn_seed_t *seed; /* the root user being seeded, or NULL */
     tn_lookupd_t *lookupd;
+    tn_drain_t *drain; /* the graceful drain (api/drain.h), once the doors start */
     uv_signal_t sigint;
     uv_signal_t sigterm;
     int rc;
@@ -184,6 +190,8 @@ static void close_meta(daemon_t *d)
     }
     tn_users_seed_cancel(d->seed);
     d->api.meta = NULL;
+    tn_drain_close(d->drain); /* every door has closed */
+    d->drain = NULL;
     tn_meta_drain(d->meta, on_meta_closed, d);
 }
 
@@ -262,6 +270,7 @@ static void shut_down(daemon_t *d)
     if (d->shut)
         return;
     d->shut = true;
+    tn_drain_stop(d->drain); /* a drain under way ends here; its doors close */
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     d->api.ready = false;
@@ -302,10 +311,10 @@ static void on_transferred(void *arg, int status)
     shut_down(d);
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+/* Stop serving: a leader hands Raft leadership to another voter first,
+ * then shut_down. Called again while the handover runs: shut_down now. */
+static void stop(daemon_t *d)
 {
-    daemon_t *d = h->data;
-    TN_LOG(TN_LOG_NOTICE, "%s received: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     if (d->stopping) {
         /* A second signal while leadership is being handed over: now. */
         shut_down(d);
@@ -320,6 +329,37 @@ static void on_signal(uv_signal_t *h, int signum)
         leader == d->raft_id && tn_meta_transfer(d->meta, on_transferred, d) == 0)
         return;
     shut_down(d);
+}
+
+/* A drain began, by the first SIGTERM or POST /v1/drain.
+ * Branch package's sd_notify goes here: STOPPING=1 (src/core/notify.h)
+ * tells systemd the node is on its way out while it drains. */
+static void on_drain_started(void *arg)
+{
+    (void)arg;
+}
+
+/* The drain ended: nothing in flight, or its bound passed (drain.c logged
+ * which); the node stops as after a signal, and exits 0. */
+static void on_drain_done(void *arg, bool timed_out)
+{
+    (void)timed_out;
+    stop(arg);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    daemon_t *d = h->data;
+    /* The first SIGTERM of a serving node drains it (a rolling restart's
+     * stop); SIGINT, a SIGTERM during startup, and any second signal stop
+     * at once, as before drains existed. */
+    if (signum == SIGTERM && !d->stopping && d->api.ready && d->drain != NULL &&
+        tn_drain_start(d->drain, 0) == 0) {
+        TN_LOG(TN_LOG_NOTICE, "SIGTERM received: draining (a second SIGTERM or SIGINT stops now)");
+        return;
+    }
+    TN_LOG(TN_LOG_NOTICE, "%s received: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    stop(d);
 }
 
 /* --pid-file: the process id and a newline. Returns 0 or a negative errno. */
@@ -653,7 +693,14 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                             d->cluster};
     if (tn_catalog_start(d->broker, d->meta, &co, &d->catalog) != 0)
         TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
-    int rc = open_routing(d, err, errlen);
+    /* The drain every door asks before it takes new work (api/drain.h). */
+    tn_drain_opts_t dro = {cfg->drain_timeout_ns / 1000000, on_drain_started, on_drain_done, d};
+    int rc = tn_drain_new(loop, &dro, &d->drain);
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "cannot set up draining: %s", tn_strerror(rc));
+        return rc;
+    }
+    rc = open_routing(d, err, errlen);
     if (rc != 0)
         return rc;
     tn_nsq_opts_t nopts;
@@ -695,6 +742,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     d->api.nsq = d->nsq;         /* /stats lists its producers */
     d->api.v1 = &d->v1;          /* its users decide on protected topics */
     d->api.protect_all = cfg->nsq_auth == TN_NSQ_AUTH_USERS;
+    d->api.drain = d->drain;
     rc = tn_http_server_start(loop, &hopts, &cfg->http_listen.addr, &d->http, err, errlen);
     if (rc != 0)
         return rc;
@@ -713,8 +761,10 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                        cfg->http_max_consume_wait_ns / 1000000,
                        (uint32_t)cfg->http_max_consumes_per_user,
                        (uint32_t)cfg->http_max_produces_per_user};
-    if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0)
+    if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0) {
+        d->v1.drain = d->drain;
         rc = tn_v1_register(d->http, &d->v1);
+    }
     if (rc == 0) {
         /* Acks for this node's partitions, from its doors and from others. */
         tn_router_on_settle(d->router, tn_consume_settle_hook, d->v1.consume);
@@ -747,6 +797,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         wopts->broker = d->broker;
         wopts->auth = tn_nsq_server_auth(d->nsq);
         wopts->ready = &d->api.ready;
+        wopts->drain = d->drain;
         wopts->is_protected = nsq_protected;
         wopts->protected_arg = d;
         if ((rc = tn_ws_new(loop, wopts, &d->ws)) == 0)
@@ -758,6 +809,8 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         TN_LOG(TN_LOG_NOTICE, "live WebSocket feed on /v1/ws/topics/{topic} (%u allowed origins)",
                wopts->norigins);
     }
+    tn_drain_doors_t doors = {d->nsq, d->ws, d->v1.consume, d->router};
+    tn_drain_attach(d->drain, &doors);
     d->metrics.ws = d->ws;
     d->metrics.api = &d->api;
     d->metrics.nsq = d->nsq;

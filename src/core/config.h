@@ -65,7 +65,8 @@ typedef struct {
 typedef struct tn_config_s {
     char *config_file;
     char *data_path;
-    char *pid_file; /* "": none */
+    char *pid_file;           /* "": none */
+    int64_t drain_timeout_ns; /* drain-timeout: the bound of a graceful drain */
     int log_level;
 
     /* storage: partition log */

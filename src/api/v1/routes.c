@@ -13,6 +13,7 @@
 #include "api/v1/cluster.h"
 #include "api/v1/common.h"
 #include "api/v1/consume.h"
+#include "api/v1/drain.h"
 #include "api/v1/forward.h"
 #include "api/v1/produce.h"
 #include "api/v1/topics.h"
@@ -273,6 +274,7 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     rc = rc ? rc : tn__v1_topics_register(srv, v);
     rc = rc ? rc : tn__v1_produce_register(srv, v);
     rc = rc ? rc : tn__v1_consume_register(srv, v);
+    rc = rc ? rc : tn__v1_drain_register(srv, v);
     return rc;
 }
 
