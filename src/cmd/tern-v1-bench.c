@@ -13,30 +13,26 @@
  *      p50/p99; consume+ack round trips/s; produce-to-consume latency
  *      p50/p99 (both ends on this machine's monotonic clock).
  *
- * Blocking sockets, one per thread: the client is simple and its cost is
- * visible in `top` beside the broker's. */
+ * One blocking keep-alive client (proto/http/client.h) per thread: the
+ * client is simple and its cost is visible in `top` beside the broker's. */
 #include "core/platform.h"
 
 #include "core/time.h"
+#include "proto/http/client.h"
 
-#include <arpa/inet.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 typedef struct {
-    char host[64];
-    int port;
-    char auth[320]; /* "Authorization: Basic ...\r\n" or "" */
+    char url[96];   /* http://host:port */
+    char user[128]; /* "" for no credentials */
+    char password[1025];
     char topic[256];
     int partitions;
     int producers;
@@ -92,79 +88,38 @@ static double pct_ms(samples_t *s, double p)
 
 /* --- one keep-alive connection ------------------------------------------------ */
 
-typedef struct {
-    int fd;
-    char buf[1 << 20];
-    size_t len;
-} conn_t;
-
-static int conn_open(conn_t *c)
+/* A client for the node (nothing connects until the first request); NULL
+ * with the reason printed. */
+static tn_hc_t *client_new(void)
 {
-    c->fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_o.port)};
-    inet_pton(AF_INET, g_o.host, &a.sin_addr);
-    int one = 1;
-    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    c->len = 0;
-    return connect(c->fd, (struct sockaddr *)&a, sizeof(a));
-}
-
-static int send_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
+    tn_hc_opts_t o = {.user = g_o.user[0] ? g_o.user : NULL,
+                      .password = g_o.password,
+                      .headers = "X-Tern-Client: bench\r\n"};
+    tn_hc_t *h = NULL;
+    char err[256];
+    if (tn_hc_new(g_o.url, &o, &h, err, sizeof(err)) != 0) {
+        fprintf(stderr, "tern-v1-bench: %s\n", err);
+        return NULL;
     }
-    return 0;
+    return h;
 }
 
-/* Send a request, read one response: its status, its body in *body
- * (inside c->buf, valid until the next request). */
-static int roundtrip(conn_t *c, const char *method, const char *path, const char *extra,
-                     const char *body, size_t blen, const char **rbody, size_t *rlen)
+/* Send a request, read one response into *resp (released by the caller
+ * with tn_hc_resp_fini): its status, or -1 when no answer came (the
+ * connection failed; the next request opens a new one). */
+static int roundtrip(tn_hc_t *h, const char *method, const char *path, const char *extra,
+                     const char *body, size_t blen, tn_hc_resp_t *resp)
 {
-    char head[2048];
-    int hn = snprintf(head, sizeof(head),
-                      "%s %s HTTP/1.1\r\nHost: %s\r\n%sX-Tern-Client: bench\r\n%s"
-                      "Content-Length: %zu\r\n\r\n",
-                      method, path, g_o.host, g_o.auth, extra, blen);
-    if (send_all(c->fd, head, (size_t)hn) != 0 || (blen > 0 && send_all(c->fd, body, blen) != 0))
+    tn_hc_req_t req = {.method = method,
+                       .path = path,
+                       .headers = extra[0] ? extra : NULL,
+                       .body = body,
+                       .len = blen,
+                       .body_fd = -1};
+    char err[256];
+    if (tn_hc_request(h, &req, resp, err, sizeof(err)) != 0)
         return -1;
-    for (;;) {
-        char *end = memmem(c->buf, c->len, "\r\n\r\n", 4);
-        if (end != NULL) {
-            size_t hlen = (size_t)(end - c->buf) + 4;
-            int status = to_int(c->buf + 9);
-            size_t clen = 0;
-            char *cl = memmem(c->buf, hlen, "Content-Length: ", 16);
-            if (cl != NULL)
-                clen = strtoul(cl + 16, NULL, 10);
-            if (c->len >= hlen + clen) {
-                *rbody = c->buf + hlen;
-                *rlen = clen;
-                /* Keep what follows (nothing, without pipelining). */
-                size_t used = hlen + clen;
-                static __thread char body_copy[1 << 16];
-                size_t keep = clen < sizeof(body_copy) ? clen : sizeof(body_copy) - 1;
-                memcpy(body_copy, *rbody, keep);
-                body_copy[keep] = '\0';
-                *rbody = body_copy;
-                *rlen = keep;
-                memmove(c->buf, c->buf + used, c->len - used);
-                c->len -= used;
-                return status;
-            }
-        }
-        if (c->len == sizeof(c->buf))
-            return -1;
-        ssize_t r = recv(c->fd, c->buf + c->len, sizeof(c->buf) - c->len, 0);
-        if (r <= 0)
-            return -1;
-        c->len += (size_t)r;
-    }
+    return resp->status;
 }
 
 /* --- workers -------------------------------------------------------------------- */
@@ -188,10 +143,9 @@ static size_t payload(char *out, size_t cap)
 static void *producer(void *arg)
 {
     worker_t *w = arg;
-    conn_t *c = malloc(sizeof(*c));
-    if (c == NULL || conn_open(c) != 0) {
+    tn_hc_t *c = client_new();
+    if (c == NULL) {
         atomic_fetch_add(&g_errors, 1);
-        free(c);
         return NULL;
     }
     char path[512];
@@ -212,10 +166,9 @@ static void *producer(void *arg)
             body[n++] = ']';
         }
         int64_t t0 = tn_now_mono_ns();
-        const char *rb;
-        size_t rl;
-        int st =
-            roundtrip(c, "POST", path, "Content-Type: application/json\r\n", body, n, &rb, &rl);
+        tn_hc_resp_t resp;
+        int st = roundtrip(c, "POST", path, "Content-Type: application/json\r\n", body, n, &resp);
+        tn_hc_resp_fini(&resp);
         if (st != 202) {
             atomic_fetch_add(&g_errors, 1);
             if (st < 0)
@@ -226,55 +179,56 @@ static void *producer(void *arg)
         atomic_fetch_add(&g_requests, 1);
         atomic_fetch_add(&g_messages, (uint64_t)(g_o.batch ? g_o.batch : 1));
     }
-    close(c->fd);
+    tn_hc_free(c);
     free(body);
-    free(c);
     return NULL;
 }
 
 static void *consumer(void *arg)
 {
     worker_t *w = arg;
-    conn_t *c = malloc(sizeof(*c));
-    if (c == NULL || conn_open(c) != 0) {
+    tn_hc_t *c = client_new();
+    if (c == NULL) {
         atomic_fetch_add(&g_errors, 1);
-        free(c);
         return NULL;
     }
     char path[512], ack[640];
     snprintf(path, sizeof(path), "/v1/topics/%s/consume?wait=1s", g_o.topic);
     while (!atomic_load(&g_stop)) {
-        const char *rb;
-        size_t rl;
-        int st = roundtrip(c, "GET", path, "", NULL, 0, &rb, &rl);
-        if (st == 204)
-            continue;
+        tn_hc_resp_t resp;
+        int st = roundtrip(c, "GET", path, "", NULL, 0, &resp);
         if (st != 200) {
+            tn_hc_resp_fini(&resp);
+            if (st == 204)
+                continue;
             atomic_fetch_add(&g_errors, 1);
             if (st < 0)
                 break;
             continue;
         }
         int64_t now = tn_now_mono_ns();
+        const char *rb = resp.body ? resp.body : "";
         const char *t = strstr(rb, "\"payload\":{\"t\":");
         const char *h = strstr(rb, "\"receipt_handle\":\"");
         if (t != NULL)
             sample(&w->lat, now - strtoll(t + 15, NULL, 10));
-        if (h == NULL) {
+        const char *q = h != NULL ? strchr(h + 18, '"') : NULL;
+        if (q == NULL) {
+            tn_hc_resp_fini(&resp);
             atomic_fetch_add(&g_errors, 1);
             continue;
         }
         h += 18;
-        const char *q = strchr(h, '"');
         snprintf(ack, sizeof(ack), "/v1/topics/%s/ack?receipt_handle=%.*s", g_o.topic, (int)(q - h),
                  h);
-        if (roundtrip(c, "POST", ack, "", NULL, 0, &rb, &rl) != 204)
+        tn_hc_resp_fini(&resp);
+        if (roundtrip(c, "POST", ack, "", NULL, 0, &resp) != 204)
             atomic_fetch_add(&g_errors, 1);
         else
             atomic_fetch_add(&g_consumed, 1);
+        tn_hc_resp_fini(&resp);
     }
-    close(c->fd);
-    free(c);
+    tn_hc_free(c);
     return NULL;
 }
 
@@ -291,8 +245,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     opts_t *o = &g_o;
-    snprintf(o->host, sizeof(o->host), "127.0.0.1");
-    o->port = 4151;
+    snprintf(o->url, sizeof(o->url), "http://127.0.0.1:4151");
     snprintf(o->topic, sizeof(o->topic), "v1bench");
     o->partitions = 3;
     o->producers = 16;
@@ -315,11 +268,9 @@ int main(int argc, char **argv)
     while ((ch = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (ch) {
         case 'a': {
-            const char *colon = strrchr(optarg, ':');
-            if (colon == NULL)
+            if (strrchr(optarg, ':') == NULL)
                 usage();
-            snprintf(o->host, sizeof(o->host), "%.*s", (int)(colon - optarg), optarg);
-            o->port = to_int(colon + 1);
+            snprintf(o->url, sizeof(o->url), "http://%s", optarg);
             break;
         }
         case 'u':
@@ -357,31 +308,37 @@ int main(int argc, char **argv)
         }
     }
     if (user != NULL && password != NULL) {
-        char cred[200], b64[280];
-        int n = snprintf(cred, sizeof(cred), "%s:%s", user, password);
-        EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)cred, n);
-        snprintf(o->auth, sizeof(o->auth), "Authorization: Basic %s\r\n", b64);
+        snprintf(o->user, sizeof(o->user), "%s", user);
+        snprintf(o->password, sizeof(o->password), "%s", password);
     }
-    conn_t *c = malloc(sizeof(*c));
-    if (c == NULL || conn_open(c) != 0) {
-        fprintf(stderr, "tern-v1-bench: cannot connect to %s:%d\n", o->host, o->port);
-        free(c);
+    tn_hc_t *c = client_new();
+    if (c == NULL)
         return 1;
-    }
     char body[512];
     int bl = snprintf(body, sizeof(body), "{\"name\":\"%s\",\"partitions\":%d}", o->topic,
                       o->partitions);
-    const char *rb = "";
-    size_t rl = 0;
-    int st = roundtrip(c, "POST", "/v1/topics", "Content-Type: application/json\r\n", body,
-                       (size_t)bl, &rb, &rl);
-    close(c->fd);
-    free(c);
-    if (st != 201 && st != 409) {
-        fprintf(stderr, "tern-v1-bench: creating topic %s: HTTP %d %.*s\n", o->topic, st, (int)rl,
-                rb);
+    tn_hc_resp_t resp;
+    tn_hc_req_t creq = {.method = "POST",
+                        .path = "/v1/topics",
+                        .headers = "Content-Type: application/json\r\n",
+                        .body = body,
+                        .len = (size_t)bl,
+                        .body_fd = -1};
+    char err[256];
+    if (tn_hc_request(c, &creq, &resp, err, sizeof(err)) != 0) {
+        fprintf(stderr, "tern-v1-bench: cannot connect to %s: %s\n", o->url, err);
+        tn_hc_resp_fini(&resp);
+        tn_hc_free(c);
         return 1;
     }
+    tn_hc_free(c);
+    if (resp.status != 201 && resp.status != 409) {
+        fprintf(stderr, "tern-v1-bench: creating topic %s: HTTP %d %s\n", o->topic, resp.status,
+                resp.body ? resp.body : "");
+        tn_hc_resp_fini(&resp);
+        return 1;
+    }
+    tn_hc_resp_fini(&resp);
     int n = o->producers + o->consumers;
     worker_t *w = calloc((size_t)n, sizeof(*w));
     int64_t t0 = tn_now_mono_ns();

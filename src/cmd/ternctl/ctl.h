@@ -1,0 +1,133 @@
+/* ternctl's command interface: what every command file (status.c,
+ * topics.c, drain.c, backup.c, ...) codes against. A command is a
+ * tn_ctl_cmd_t in the table of main.c; it reaches the node through
+ * tn_ctl_call, which carries the connection the global flags, the
+ * environment and the config file chose (see ctl.c), and exits with
+ * TN_CTL_OK, TN_CTL_FAIL (the request failed: the server's error printed)
+ * or TN_CTL_USAGE (bad arguments).
+ *
+ * main.c takes the global flags (--url, --user, --password-file,
+ * --ca-file, --json, --timeout, --config) out of argv wherever they stand
+ * before a `--`, and answers `<command> --help` itself with the command's
+ * help text, so a command's run() sees only its own arguments.
+ *
+ * Thread safety: one thread (ternctl is single-threaded). */
+#ifndef TN_CMD_TERNCTL_CTL_H
+#define TN_CMD_TERNCTL_CTL_H
+
+#include "core/platform.h"
+
+#include <stdio.h>
+#include <yajl/yajl_tree.h>
+
+enum { TN_CTL_OK = 0, TN_CTL_FAIL = 1, TN_CTL_USAGE = 2 }; /* exit codes */
+typedef struct tn_ctl_s tn_ctl_t; /* connection (url, user, password, CA) + --json */
+typedef struct {
+    int status; /* HTTP status */
+    char *body; /* NUL-terminated, owned by the response */
+    size_t len;
+    char retry_after[32]; /* Retry-After header, "" if none */
+} tn_ctl_resp_t;
+typedef struct {
+    const char *name;    /* "backup" */
+    const char *summary; /* one line for `ternctl --help` */
+    const char *help;    /* full text for `ternctl <name> --help`: usage, options, examples */
+    int (*run)(tn_ctl_t *c, int argc, char **argv); /* argv[0] is the command name (getopt from
+                                                     * optind=1); returns TN_CTL_OK/FAIL/USAGE */
+} tn_ctl_cmd_t;
+
+/* One request to the node the flags/env/config name. 0 when any HTTP answer came (look at
+ * out->status); <0 when none did, and the reason is printed to stderr ("ternctl: cannot reach
+ * http://127.0.0.1:4151: connection refused"). body may be NULL (len 0). */
+int tn_ctl_call(tn_ctl_t *c, const char *method, const char *path, const char *body, size_t len,
+                tn_ctl_resp_t *out);
+/* The same to another node's base URL ("http://127.0.0.1:4251"), same credentials and CA. */
+int tn_ctl_call_url(tn_ctl_t *c, const char *base_url, const char *method, const char *path,
+                    const char *body, size_t len, tn_ctl_resp_t *out);
+/* Like tn_ctl_call_url but a 2xx body is streamed into fd (not kept; out->body holds only an
+ * error body); *written is the byte count. For big downloads (backup). */
+int tn_ctl_get_to_fd(tn_ctl_t *c, const char *base_url, const char *path, int fd, uint64_t *written,
+                     tn_ctl_resp_t *out);
+void tn_ctl_resp_fini(tn_ctl_resp_t *r);
+/* Prints "ternctl: <what>: <status> <the server's error message from its JSON body>" to stderr
+ * and returns TN_CTL_FAIL. */
+int tn_ctl_fail(const tn_ctl_resp_t *r, const char *what);
+bool tn_ctl_json(const tn_ctl_t *c); /* --json given: print the server's JSON / a JSON result */
+const char *tn_ctl_base_url(const tn_ctl_t *c);
+
+/* The commands (one file each, beside this one). */
+extern const tn_ctl_cmd_t tn_ctl_cmd_status;
+
+/* --- helpers for command files ------------------------------------------------ */
+
+/* Prints "ternctl <cmd>: <message>" and a pointer to --help to stderr, and
+ * returns TN_CTL_USAGE. */
+int tn_ctl_usage(const char *cmd, const char *fmt, ...) TN_PRINTF(2, 3);
+
+/* The request bound (--timeout) in milliseconds. */
+int tn_ctl_timeout_ms(const tn_ctl_t *c);
+
+/* Parse a response body as JSON: a tree the caller frees with
+ * yajl_tree_free, or NULL (and "ternctl: <what>: the server's answer is not
+ * JSON" printed). */
+yajl_val tn_ctl_parse(const tn_ctl_resp_t *r, const char *what);
+
+/* Members of a parsed object: the value at key, or NULL when absent or of
+ * another type. Strings come back borrowed from the tree. */
+yajl_val tn_ctl_get(yajl_val obj, const char *key);
+const char *tn_ctl_get_str(yajl_val obj, const char *key); /* NULL: absent or not a string */
+bool tn_ctl_get_int(yajl_val obj, const char *key, int64_t *out);
+bool tn_ctl_get_bool(yajl_val obj, const char *key, bool *out);
+
+/* Percent-encode s for a path segment or a query value into out[cap]
+ * (unreserved characters stay). Returns out; a value that does not fit is
+ * cut at a character boundary that fits (callers size out for the name
+ * limits they checked). */
+char *tn_ctl_esc(const char *s, char *out, size_t cap);
+
+/* A duration ("5s", "250ms", "1m30s") in milliseconds. 0 or UV_EINVAL. */
+int tn_ctl_parse_ms(const char *s, int64_t *out);
+
+/* Print s followed by a newline to stdout, as the --json output. */
+void tn_ctl_print_json(const char *s, size_t len);
+
+/* A table printed with its columns aligned: add the header row and then
+ * every row (cells copied), then print. Rows hold at most TN_CTL_MAX_COLS
+ * cells. */
+#define TN_CTL_MAX_COLS 16
+typedef struct {
+    int ncols;
+    size_t nrows;
+    size_t cap;
+    char **cells; /* nrows * ncols, owned */
+} tn_ctl_table_t;
+void tn_ctl_table_init(tn_ctl_table_t *t, int ncols);
+/* Add a row of ncols cells (NULL cells print as "-"). 0 or UV_ENOMEM. */
+int tn_ctl_table_row(tn_ctl_table_t *t, const char *const *cells);
+void tn_ctl_table_print(const tn_ctl_table_t *t, FILE *out);
+void tn_ctl_table_fini(tn_ctl_table_t *t);
+
+/* Format a byte count ("1.5 MiB") or a millisecond age ("3m12s") into buf. */
+const char *tn_ctl_fmt_bytes(uint64_t n, char *buf, size_t cap);
+const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap);
+
+/* --- for main.c ---------------------------------------------------------------- */
+
+typedef struct {
+    const char *url;           /* --url or NULL */
+    const char *user;          /* --user */
+    const char *password_file; /* --password-file */
+    const char *ca_file;       /* --ca-file */
+    const char *timeout;       /* --timeout (a duration) */
+    const char *config;        /* --config */
+    bool json;                 /* --json */
+} tn_ctl_flags_t;
+
+/* Settle the connection from flags > environment > config file > defaults
+ * (http://127.0.0.1:4151, no credentials, 30 s). 0 with *out, or
+ * TN_CTL_USAGE / TN_CTL_FAIL with the reason printed (an unreadable
+ * password file, a bad config line, a bad URL). envp is the environment. */
+int tn_ctl_new(const tn_ctl_flags_t *f, char **envp, tn_ctl_t **out);
+void tn_ctl_free(tn_ctl_t *c);
+
+#endif
