@@ -9,7 +9,8 @@ and TOUCH) while it gets no new message; parked /v1 long polls end; live
 feeds are closed with E_DRAINING; GET /v1/drain shows the progress; the
 process exits 0 once the last in-flight message is FINed, or when
 drain-timeout passes, and at once on a second signal; after the restart
-every acknowledged message is still there.
+every acknowledged message is still there. `ternctl drain --wait` starts
+a drain and follows it until the node has gone.
 
 Each case runs its own daemon: a drain ends with the process."""
 import argparse
@@ -19,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -33,6 +35,7 @@ from wsclient import WS, HandshakeError
 PASSWORD = "drain-tests-password"
 ADMIN = {"Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()}
 API = {**ADMIN, "X-Tern-Client": "tests"}
+TERNCTL = None  # path of the ternctl binary (--ternctl)
 
 
 class Base(unittest.TestCase):
@@ -308,11 +311,59 @@ class Signals(Base):
         self.assertIn("drained after", self.d.log())
 
 
+class Ternctl(Base):
+    def ternctl(self, *args):
+        pw = os.path.join(self.dir, "password")
+        with open(pw, "w") as f:
+            f.write(PASSWORD + "\n")
+        os.chmod(pw, 0o600)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        env["HOME"] = env["XDG_CONFIG_HOME"] = self.dir  # no ternctl.conf of the machine's
+        return [TERNCTL, f"--url=http://127.0.0.1:{self.port}", f"--password-file={pw}", *args], env
+
+    def test_drain_wait_follows_until_the_node_has_gone(self):
+        self.start()
+        t = "ctlheld"
+        self.nsq_topic(t)
+        self.pub(t, b"held")
+        c = self.consumer(t)
+        c.rdy(1)
+        m = c.read_message()
+        argv, env = self.ternctl("drain", "--bogus")
+        bad = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(bad.returncode, 2, bad.stderr)
+        self.assertIn("--bogus", bad.stderr)
+        self.assertIsNone(self.d.proc.poll())  # a usage error drains nothing
+        self.assertEqual(self.progress()["state"], "serving")
+        argv, env = self.ternctl("drain", "--wait", "--drain-timeout=2m")
+        ctl = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        try:
+            first = ctl.stdout.readline()
+            self.assertTrue(first.startswith("draining: 1 NSQ message(s) in flight"), first)
+            self.assertIsNone(ctl.poll())  # still waiting for the FIN
+            self.assertGreater(self.progress()["deadline_ms"] - self.progress()["started_ms"],
+                               60000)
+            c.fin(m.id)
+            out, err = ctl.communicate(timeout=60)
+        finally:
+            if ctl.poll() is None:
+                ctl.kill()
+                ctl.communicate()
+        self.assertEqual(ctl.returncode, 0, first + out + err)
+        self.assertIn("the node has gone", out)
+        self.assertEqual(self.wait_exit(), 0, self.d.log())
+        c.close()
+
+
 def main():
+    global TERNCTL
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)
+    ap.add_argument("--ternctl", required=True)
     args, rest = ap.parse_known_args()
     daemon_mod.TERND = os.path.abspath(args.ternd)
+    TERNCTL = os.path.abspath(args.ternctl)
     unittest.main(argv=[sys.argv[0], "-v", *rest])
 
 

@@ -57,6 +57,7 @@ const char *tn_ctl_base_url(const tn_ctl_t *c);
 
 /* The commands (one file each, beside this one). */
 extern const tn_ctl_cmd_t tn_ctl_cmd_status;
+extern const tn_ctl_cmd_t tn_ctl_cmd_drain;
 
 /* --- helpers for command files ------------------------------------------------ */
 

@@ -18,6 +18,7 @@ extern char **environ;
 
 static const tn_ctl_cmd_t *const commands[] = {
     &tn_ctl_cmd_status,
+    &tn_ctl_cmd_drain,
 };
 
 static const char global_help[] =
