@@ -9,9 +9,10 @@
 #include "core/alloc.h"
 #include "core/log.h"
 #include "core/time.h"
-#include "api/consume.h"
+#include "api/v1.h"
 #include "api/ws.h"
 #include "cluster/router.h"
+#include "proto/http/server.h"
 #include "proto/nsq/server.h"
 
 #include <inttypes.h>
@@ -59,7 +60,7 @@ void tn_drain_counts(const tn_drain_t *d, tn_drain_counts_t *out)
         out->nsq_in_flight = st.in_flight;
         out->nsq_consumers = st.consumers;
     }
-    out->long_polls = tn_consume_pending(d->doors.consume);
+    out->long_polls = d->doors.v1 != NULL ? tn_v1_long_polls(d->doors.v1) : 0;
     if (d->doors.ws != NULL) {
         tn_ws_stats_t st;
         tn_ws_stats(d->doors.ws, &st);
@@ -125,7 +126,10 @@ int tn_drain_start(tn_drain_t *d, int64_t timeout_ms)
         d->o.started(d->o.arg);
     if (d->doors.nsq != NULL)
         tn_nsq_server_drain(d->doors.nsq);
-    tn_consume_drain(d->doors.consume);
+    if (d->doors.v1 != NULL)
+        tn_v1_drain(d->doors.v1);
+    if (d->doors.http != NULL)
+        tn_http_server_end_keepalive(d->doors.http);
     if (d->doors.ws != NULL)
         tn_ws_close_all(d->doors.ws, "E_DRAINING", "the node is draining; reconnect to another");
     /* Counted from the first check on (a feed's close takes a loop turn);

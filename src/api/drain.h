@@ -10,10 +10,13 @@
  *   2. At once: /readyz answers 503 {"status":"draining"} (a load
  *      balancer stops sending), the NSQ TCP server holds every consumer
  *      at RDY 0 and refuses PUB/MPUB/DPUB with a retryable, non-fatal
- *      E_PUB_FAILED (tn_nsq_server_drain), the /v1 lanes answer their
- *      parked long polls (204, or 200 with what a batch already holds)
- *      and take no new ones (tn_consume_drain), and every WebSocket feed
- *      is closed with E_DRAINING. From then on nsqd's /pub and /mpub,
+ *      E_PUB_FAILED (tn_nsq_server_drain), the /v1 door answers its
+ *      waiting long polls (204, or 200 with what a batch already holds),
+ *      those waiting on other nodes for a client here too, and its lanes
+ *      park no new ones (tn_v1_drain), every WebSocket feed
+ *      is closed with E_DRAINING, and every HTTP answer from then on
+ *      closes its connection (a client's retry opens a new one, which a
+ *      load balancer sends to a ready node). From then on nsqd's /pub and /mpub,
  *      /v1 produce and /v1 consume answer 503 with Retry-After, and new
  *      feeds 503 E_DRAINING; the doors check tn_drain_active.
  *   3. What keeps working: FIN, REQ and TOUCH of what NSQ consumers hold,
@@ -48,7 +51,7 @@ typedef enum { TN_DRAIN_SERVING = 0, TN_DRAIN_DRAINING, TN_DRAIN_DRAINED } tn_dr
 typedef struct {
     uint64_t nsq_in_flight; /* messages NSQ consumers hold */
     uint32_t nsq_consumers; /* subscribed NSQ connections (not waited for) */
-    uint32_t long_polls;    /* /v1 consumes parked on this node's lanes */
+    uint32_t long_polls;    /* /v1 consumes under way (tn_v1_long_polls) */
     uint32_t ws_feeds;      /* open WebSocket feeds */
     uint64_t publishes;     /* publishes under way in the router */
 } tn_drain_counts_t;
@@ -59,8 +62,9 @@ typedef struct {
 typedef struct {
     struct tn_nsq_server_s *nsq;
     struct tn_ws_s *ws;
-    struct tn_consume_s *consume;
+    struct tn_v1_s *v1; /* its lanes and the consumes it routed to other nodes */
     struct tn_router_s *router;
+    struct tn_http_server_s *http; /* its answers stop keeping connections open */
 } tn_drain_doors_t;
 
 typedef struct {

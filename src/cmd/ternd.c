@@ -809,7 +809,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         TN_LOG(TN_LOG_NOTICE, "live WebSocket feed on /v1/ws/topics/{topic} (%u allowed origins)",
                wopts->norigins);
     }
-    tn_drain_doors_t doors = {d->nsq, d->ws, d->v1.consume, d->router};
+    tn_drain_doors_t doors = {d->nsq, d->ws, &d->v1, d->router, d->http};
     tn_drain_attach(d->drain, &doors);
     d->metrics.ws = d->ws;
     d->metrics.api = &d->api;

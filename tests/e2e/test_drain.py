@@ -181,6 +181,9 @@ class Drain(Base):
         self.assertEqual(status, 503)
         self.assertEqual(json.loads(body), {"status": "draining"})
         self.assertTrue(headers.get("retry-after"))
+        # Every answer now closes its connection: a retry goes through the
+        # load balancer again.
+        self.assertEqual(headers.get("connection"), "close")
         self.assertEqual(self.call("GET", "/healthz")[0], 200)
         # Publishes: a retryable refusal at every door.
         p = nsqwire.Conn(self.tcp)
@@ -246,6 +249,7 @@ class Drain(Base):
         self.assertEqual(status, 200, body)
         self.assertEqual(json.loads(body)["payload"], "v1-one")
         self.assertEqual(self.progress()["state"], "serving")
+        self.assertNotIn("connection", self.call("GET", "/readyz")[2])  # kept alive again
         self.assertEqual(self.d.stop(), 0)
 
 

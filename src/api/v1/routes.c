@@ -278,6 +278,17 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     return rc;
 }
 
+void tn_v1_drain(tn_v1_t *v)
+{
+    tn_consume_drain(v->consume);
+    tn__v1_forwards_drain(v);
+}
+
+uint32_t tn_v1_long_polls(const tn_v1_t *v)
+{
+    return tn_consume_pending(v->consume) + v->nfwds;
+}
+
 void tn_v1_close(tn_v1_t *v)
 {
     v->closing = true;

@@ -542,9 +542,9 @@ static void on_published(tn_pub_t *p, int status)
     conn_unref(c);
 }
 
-/* Refused at once while draining, after the publishes before it answered
- * (answers leave in command order): the client may retry elsewhere, on
- * the same connection's node once it serves again. */
+/* A publish while draining: refused, after the publishes before it have
+ * answered (answers leave in command order); the connection stays, and
+ * the client retries on another node. */
 static void refuse_draining(conn_t *c, const tn_nsq_cmd_t *cmd)
 {
     tn_nsq_err_t e = cmd->op == TN_NSQ_MPUB   ? TN_NSQ_E_MPUB_FAILED
