@@ -8,17 +8,17 @@
  *      or the POST's timeout_ms). The starter hook runs (ternd: the place
  *      where systemd hears STOPPING=1).
  *   2. At once: /readyz answers 503 {"status":"draining"} (a load
- *      balancer stops sending), the NSQ TCP server holds every consumer
+ *      balancer stops sending); the NSQ TCP server holds every consumer
  *      at RDY 0 and refuses PUB/MPUB/DPUB with a retryable, non-fatal
- *      E_PUB_FAILED (tn_nsq_server_drain), the /v1 door answers its
- *      waiting long polls (204, or 200 with what a batch already holds),
- *      those waiting on other nodes for a client here too, and its lanes
- *      park no new ones (tn_v1_drain), every WebSocket feed
- *      is closed with E_DRAINING, and every HTTP answer from then on
- *      closes its connection (a client's retry opens a new one, which a
- *      load balancer sends to a ready node). From then on nsqd's /pub and /mpub,
- *      /v1 produce and /v1 consume answer 503 with Retry-After, and new
- *      feeds 503 E_DRAINING; the doors check tn_drain_active.
+ *      E_PUB_FAILED (tn_nsq_server_drain); the /v1 door answers its
+ *      waiting long polls, those waiting on other nodes for a client
+ *      here included (204, or 200 with what a batch already holds), and
+ *      its lanes park no new ones (tn_v1_drain); every WebSocket feed is
+ *      closed with E_DRAINING; every HTTP answer from then on closes its
+ *      connection (a client's retry opens a new one, which a load
+ *      balancer sends to a ready node). From then on nsqd's /pub and
+ *      /mpub, /v1 produce and /v1 consume answer 503 with Retry-After,
+ *      and new feeds 503 E_DRAINING: the doors check tn_drain_active.
  *   3. What keeps working: FIN, REQ and TOUCH of what NSQ consumers hold,
  *      /v1 ack, extend and nack (from any node), /healthz (200 until the
  *      exit), reads (/stats, /v1 topics, /metrics), and node RPC: other
