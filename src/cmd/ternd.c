@@ -184,14 +184,14 @@ static void on_meta_closed(void *arg)
  * recorded deletion removes the files, a recorded creation makes them). */
 static void close_meta(daemon_t *d)
 {
+    tn_drain_close(d->drain); /* every door has closed */
+    d->drain = NULL;
     if (d->meta == NULL) {
         close_engine(d);
         return;
     }
     tn_users_seed_cancel(d->seed);
     d->api.meta = NULL;
-    tn_drain_close(d->drain); /* every door has closed */
-    d->drain = NULL;
     tn_meta_drain(d->meta, on_meta_closed, d);
 }
 
