@@ -90,6 +90,7 @@ struct tn_consume_s {
     int64_t next_sweep;
     uint32_t waiting; /* polls on engine waiters */
     bool closing;
+    bool draining; /* tn_consume_drain: nothing parks */
     bool timer_closed;
 };
 
@@ -477,6 +478,10 @@ void tn_consume_parked_cancel(tn_consume_parked_t *pk)
 static void park(poll_t *p, tn_channel_t *ch)
 {
     tn_consume_t *cs = p->cs;
+    if (cs->draining) {
+        finish(p, 204, NULL);
+        return;
+    }
     lane_t *l = lane_get(cs, ch, &p->a);
     int64_t now = tn_now_mono_ms();
     if (l == NULL || tn_heap_insert(&cs->deadlines, &p->deadline, now + p->a.wait_ms) != 0) {
@@ -647,6 +652,11 @@ static poll_t *poll_new(tn_consume_t *cs, const tn_consume_args_t *a, int *statu
         *msg = "shutting down";
         return NULL;
     }
+    if (cs->draining) {
+        *status = 204; /* no new leases leave a draining node */
+        *msg = NULL;
+        return NULL;
+    }
     uint32_t charge = 0;
     if (!tn_quota_take(&cs->quota, a->ident, a->replay ? 1 : TN_MAX(a->max, 1u), &charge)) {
         *status = 429;
@@ -684,6 +694,10 @@ void tn_consume_start(tn_consume_t *cs, tn_http_request_t *r, const tn_consume_a
     int status = 0;
     const char *msg = NULL;
     poll_t *p = poll_new(cs, a, &status, &msg);
+    if (p == NULL && status == 204) {
+        tn_http_respond(r, 204, NULL, NULL, NULL, 0);
+        return;
+    }
     if (p == NULL) {
         error(r, status, msg);
         return;
@@ -706,7 +720,8 @@ void tn_consume_start_parked(tn_consume_t *cs, tn_consume_parked_t *pk, const tn
     if (p == NULL) {
         tn_buf_t b;
         tn_buf_init(&b);
-        error_body(&b, msg);
+        if (status != 204)
+            error_body(&b, msg);
         pk->answer(pk, status, tn_buf_data(&b), tn_buf_size(&b));
         tn_buf_fini(&b);
         return;
@@ -814,6 +829,28 @@ static void on_timer_closed(uv_handle_t *h)
     tn_consume_t *cs = h->data;
     cs->timer_closed = true;
     maybe_free(cs);
+}
+
+void tn_consume_drain(tn_consume_t *cs)
+{
+    if (cs == NULL || cs->closing || cs->draining)
+        return;
+    cs->draining = true;
+    for (lane_t *l = cs->lanes; l != NULL; l = l->next)
+        while (l->head != NULL)
+            finish(l->head, l->head->got > 0 ? 200 : 204, NULL);
+    arm(cs);
+}
+
+uint32_t tn_consume_pending(const tn_consume_t *cs)
+{
+    if (cs == NULL)
+        return 0;
+    uint32_t n = cs->waiting;
+    for (const lane_t *l = cs->lanes; l != NULL; l = l->next)
+        for (const poll_t *p = l->head; p != NULL; p = p->next)
+            n++;
+    return n;
 }
 
 void tn_consume_close(tn_consume_t *cs)

@@ -139,6 +139,15 @@ typedef struct {
 } tn_consume_item_t;
 void tn_consume_render(tn_buf_t *b, const char *topic, const tn_consume_item_t *m);
 
+/* A drain (api/drain.h): every parked consume is answered now as its wait
+ * running out would answer it (204, or 200 with what a batch holds), and
+ * every later one at once with 204 (a consume the /v1 route lets through
+ * while draining: one forwarded by another node). Leases already out stay
+ * settleable. For good. */
+void tn_consume_drain(tn_consume_t *cs);
+/* Consumes under way: parked on a lane or waiting for a topic. */
+uint32_t tn_consume_pending(const tn_consume_t *cs);
+
 /* Answer every parked request 503 and detach every lane (before the
  * engine closes); the registry frees itself afterwards. */
 void tn_consume_close(tn_consume_t *cs);

@@ -78,6 +78,13 @@ typedef struct tn_v1_s {
      * (api/v1/forward.c). */
     struct tn__v1_grace_s *grace_head, *grace_tail;
     uint32_t ngrace;
+    /* The node's drain (api/drain.h), set by the caller before
+     * tn_v1_register: /v1/drain, and produce and consume refused while it
+     * runs. NULL: no drain routes. */
+    struct tn_drain_s *drain;
+    /* Consumes routed to other nodes, not finished (api/v1/forward.c). */
+    struct tn__v1_fwd_s *fwds;
+    uint32_t nfwds;
     bool closing;
     struct tn_scrub_s *scrub; /* storage/scrub.h, borrowed; NULL: /v1/storage/scrub answers 503 */
 } tn_v1_t;
@@ -108,6 +115,15 @@ void tn_v1_consume_handler(tn_v1_t *v, tn_rpc_handler_t *out);
  * consume as its answer went; the leases that answer carried are nacked
  * at once (within 2 s of the answer). */
 void tn_v1_consume_late_cancel(void *arg, const char *peer, uint64_t id);
+
+/* A drain (api/drain.h): the consumes waiting on this node, on its lanes
+ * or on other nodes for a client here, are answered now (204, or 200 with
+ * what a batch holds) and later ones reaching the lanes get 204
+ * (tn_consume_drain). For good. */
+void tn_v1_drain(tn_v1_t *v);
+/* Consumes under way: on the lanes (a forwarded one included), or routed
+ * to other nodes and not finished. */
+uint32_t tn_v1_long_polls(const tn_v1_t *v);
 
 /* Whether pattern (exact, or a prefix ending in '*') matches name. */
 bool tn_v1_pattern_match(const char *pattern, const char *name);

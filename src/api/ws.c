@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/name.h"
 #include "core/time.h"
+#include "api/drain.h"
 #include "proto/addr.h"
 
 #include <inttypes.h>
@@ -968,6 +969,11 @@ static void handle_ws(tn_http_request_t *r, void *arg)
         answer(r, 403, "E_UNAUTHORIZED",
                "the topic is protected (it has an owner) and the feed has no NSQ auth configured",
                NULL);
+        return;
+    }
+    if (tn_drain_active(ws->o.drain)) {
+        answer(r, 503, "E_DRAINING", "the node is draining; connect to another node",
+               "Retry-After: 1\r\n");
         return;
     }
     if (ws->o.ready != NULL && !*ws->o.ready) {

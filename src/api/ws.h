@@ -60,6 +60,9 @@ typedef struct {
     bool (*is_protected)(void *arg, const char *topic);
     void *protected_arg;
     const bool *ready; /* the node's readiness (borrowed) */
+    /* The node's drain (api/drain.h; borrowed, NULL: none): new feeds get
+     * 503 E_DRAINING while it runs (it closes the open ones itself). */
+    const struct tn_drain_s *drain;
     int64_t node_id;
     uint32_t max_connections;
     uint32_t max_per_topic;

@@ -138,6 +138,7 @@ static void on_spilled(tn_ilog_append_t *a, int status)
                   p->n, p->topic != NULL ? p->topic->name : "?", s->partition, tn_strerror(status));
     }
     tn_free(s);
+    r->st.publishing--;
     p->route_cb(p, status);
     if (status == 0 && r->o.accepted != NULL)
         r->o.accepted(r->o.accepted_arg);
@@ -197,6 +198,7 @@ static void on_engine_done(tn_pub_t *p, int status)
         if (status == 0)
             return; /* on_spilled answers */
     }
+    ((tn_router_t *)p->route)->st.publishing--;
     p->route_cb(p, status);
 }
 
@@ -206,9 +208,14 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
     p->route = r;
     p->route_cb = cb;
     p->remote = false;
+    /* Counted until the door's callback: a drain waits for the count to
+     * reach 0 (api/drain.h). */
+    r->st.publishing++;
     int rc = tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
     if (rc == TN_EREMOTE || (rc == UV_EINVAL && grown_elsewhere(r, p)))
         rc = spill(r, p);
+    if (rc != 0)
+        r->st.publishing--;
     return rc;
 }
 

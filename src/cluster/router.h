@@ -67,6 +67,7 @@ typedef struct {
     uint64_t settle_calls;     /* SETTLE calls made to other nodes */
     uint64_t settle_handles;   /* the receipt handles they carried */
     uint64_t settle_queued;    /* handles that waited for a busy owner's call slot */
+    uint64_t publishing;       /* publishes taken by tn_router_publish, not answered yet */
 } tn_router_stats_t;
 void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out);
 

@@ -23,10 +23,14 @@
  *      Otherwise log "ready" and run the loop until SIGINT or SIGTERM
  *      (SIGHUP reloads what can change live: serve.h).
  *      Under a service manager (NOTIFY_SOCKET) STATUS= lines follow these
- *      steps, and READY=1 goes out once /readyz would first answer 200
- *      (the metastore caught up too), and STOPPING=1 when step 5 begins:
- *      core/notify.h.
- *   5. Shut down in reverse: close the listener and every connection
+ *      steps, READY=1 goes out once /readyz would first answer 200 (the
+ *      metastore caught up too), and STOPPING=1 when a drain (step 5) or a
+ *      shutdown (step 6) begins: core/notify.h.
+ *   5. The first SIGTERM (or POST /v1/drain) drains the node first
+ *      (api/drain.h): out of readiness, new publishes and consumes
+ *      refused, until nothing is in flight or drain-timeout passes; then
+ *      step 6, and exit 0. SIGINT, or a second signal, goes to step 6 now.
+ *   6. Shut down in reverse: close the listener and every connection
  *      (in-flight messages go back to their channels); stop the dispatcher
  *      (what it has not committed stays in the ingress log); close node
  *      RPC; close the metastore (what was proposed is answered first, and libraft closes
@@ -48,6 +52,7 @@
 #include "api/catalog.h"
 #include "api/consume.h"
 #include "api/console.h"
+#include "api/drain.h"
 #include "api/metrics.h"
 #include "api/users.h"
 #include "api/v1.h"
@@ -101,6 +106,7 @@ typedef struct {
     tn_backup_t *backup; /* /v1/backup sessions */
     tn_seed_t *seed;     /* the root user being seeded, or NULL */
     tn_lookupd_t *lookupd;
+    tn_drain_t *drain; /* the graceful drain (api/drain.h), once the doors start */
     uv_signal_t sigint;
     uv_signal_t sigterm;
     uv_signal_t sighup;  /* reload (serve.h) */
@@ -203,6 +209,8 @@ static void on_meta_closed(void *arg)
  * recorded deletion removes the files, a recorded creation makes them). */
 static void close_meta(daemon_t *d)
 {
+    tn_drain_close(d->drain); /* every door has closed */
+    d->drain = NULL;
     if (d->meta == NULL) {
         close_engine(d);
         return;
@@ -356,6 +364,7 @@ static void shut_down(daemon_t *d)
     if (d->ready_poll_inited)
         uv_close((uv_handle_t *)&d->ready_poll, NULL);
     d->ready_poll_inited = false;
+    tn_drain_stop(d->drain); /* a drain under way ends here; its doors close */
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sighup, NULL);
@@ -406,10 +415,10 @@ static void on_transferred(void *arg, int status)
     shut_down(d);
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+/* Stop serving: a leader hands Raft leadership to another voter first,
+ * then shut_down. Called again while the handover runs: shut_down now. */
+static void stop(daemon_t *d)
 {
-    daemon_t *d = h->data;
-    TN_LOG(TN_LOG_NOTICE, "%s received: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     if (d->stopping) {
         /* A second signal while leadership is being handed over: now. */
         shut_down(d);
@@ -425,6 +434,37 @@ static void on_signal(uv_signal_t *h, int signum)
         leader == d->raft_id && tn_meta_transfer(d->meta, on_transferred, d) == 0)
         return;
     shut_down(d);
+}
+
+/* A drain began, by the first SIGTERM or POST /v1/drain.
+ * STOPPING=1 (core/notify.h) tells a service manager the node is on its
+ * way out while it drains. */
+static void on_drain_started(void *arg)
+{
+    notify_stopping(arg, "draining");
+}
+
+/* The drain ended: nothing in flight, or its bound passed (drain.c logged
+ * which); the node stops as after a signal, and exits 0. */
+static void on_drain_done(void *arg, bool timed_out)
+{
+    (void)timed_out;
+    stop(arg);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    daemon_t *d = h->data;
+    /* The first SIGTERM of a serving node drains it (a rolling restart's
+     * stop); SIGINT, a SIGTERM during startup, and any second signal stop
+     * at once, as before drains existed. */
+    if (signum == SIGTERM && !d->stopping && d->api.ready && d->drain != NULL &&
+        tn_drain_start(d->drain, 0) == 0) {
+        TN_LOG(TN_LOG_NOTICE, "SIGTERM received: draining (a second SIGTERM or SIGINT stops now)");
+        return;
+    }
+    TN_LOG(TN_LOG_NOTICE, "%s received: shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    stop(d);
 }
 
 static void on_reloaded(void *arg)
@@ -841,7 +881,14 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                             d->cluster};
     if (tn_catalog_start(d->broker, d->meta, &co, &d->catalog) != 0)
         TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
-    int rc = open_routing(d, err, errlen);
+    /* The drain every door asks before it takes new work (api/drain.h). */
+    tn_drain_opts_t dro = {cfg->drain_timeout_ns / 1000000, on_drain_started, on_drain_done, d};
+    int rc = tn_drain_new(loop, &dro, &d->drain);
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "cannot set up draining: %s", tn_strerror(rc));
+        return rc;
+    }
+    rc = open_routing(d, err, errlen);
     if (rc != 0)
         return rc;
     tn_scrub_opts_t so = {(uint64_t)cfg->scrub_rate,
@@ -905,6 +952,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     d->api.nsq = d->nsq;         /* /stats lists its producers */
     d->api.v1 = &d->v1;          /* its users decide on protected topics */
     d->api.protect_all = cfg->nsq_auth == TN_NSQ_AUTH_USERS;
+    d->api.drain = d->drain;
     rc = tn_http_server_start(loop, &hopts, &cfg->http_listen.addr, &d->http, err, errlen);
     if (rc != 0)
         return rc;
@@ -936,6 +984,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                        (uint32_t)cfg->http_max_produces_per_user};
     if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0) {
         d->v1.scrub = d->scrub;
+        d->v1.drain = d->drain;
         rc = tn_v1_register(d->http, &d->v1);
     }
     if (rc == 0) {
@@ -977,6 +1026,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         wopts->broker = d->broker;
         wopts->auth = tn_nsq_server_auth(d->nsq);
         wopts->ready = &d->api.ready;
+        wopts->drain = d->drain;
         wopts->is_protected = nsq_protected;
         wopts->protected_arg = d;
         if ((rc = tn_ws_new(loop, wopts, &d->ws)) == 0)
@@ -997,6 +1047,8 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     }
     if (https && (rc = start_https(d, cfg, err, errlen)) != 0)
         return rc;
+    tn_drain_doors_t doors = {d->nsq, d->ws, &d->v1, d->router, d->http, d->https};
+    tn_drain_attach(d->drain, &doors);
     d->metrics.ws = d->ws;
     d->metrics.api = &d->api;
     d->metrics.nsq = d->nsq;

@@ -73,6 +73,9 @@ static const opt_t options[] = {
     {"pid-file", OPT_STR, F(pid_file), "", 0, 0, NULL,
      "file to write ternd's process id to once the data directory is locked; removed at a "
      "clean exit (empty: none)"},
+    {"drain-timeout", OPT_DURATION, F(drain_timeout_ns), "30s", 0, 24 * 3600 * SEC, NULL,
+     "a drain (the first SIGTERM, POST /v1/drain) waits this long at most for NSQ in-flight "
+     "messages, /v1 long polls, live feeds and publishes to end before the process exits"},
     {"log-level", OPT_ENUM, F(log_level), "info", 0, 0, log_levels,
      "least severe log level written: debug, info, notice, warn, error (nsqd's fatal: error); "
      "reloaded on SIGHUP"},
@@ -1823,7 +1826,7 @@ static const struct {
     const char *title;
     const char *names; /* space-separated */
 } help_groups[] = {
-    {"General", "config data-path log-level log-format pid-file"},
+    {"General", "config data-path log-level log-format pid-file drain-timeout"},
     {"Listeners and addresses",
      "tcp-address http-address https-address metrics-address broadcast-address "
      "lookupd-tcp-address nsqlookupd-tcp-addresses"},

@@ -65,9 +65,10 @@ typedef struct {
 typedef struct tn_config_s {
     char *config_file;
     char *data_path;
-    char *pid_file; /* "": none */
-    int log_level;  /* TN_LOG_*, or 5 for nsqd's "fatal" (read as error) */
-    int log_format; /* TN_LOG_TEXT or TN_LOG_JSON */
+    char *pid_file;           /* "": none */
+    int64_t drain_timeout_ns; /* drain-timeout: the bound of a graceful drain */
+    int log_level;            /* TN_LOG_*, or 5 for nsqd's "fatal" (read as error) */
+    int log_format;           /* TN_LOG_TEXT or TN_LOG_JSON */
 
     /* storage: partition log */
     int64_t segment_bytes;

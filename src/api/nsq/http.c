@@ -8,6 +8,7 @@
 #include "core/name.h"
 #include "core/time.h"
 #include "api/access.h"
+#include "api/drain.h"
 #include "api/v1/common.h"
 #include "proto/nsq/codec.h"
 
@@ -120,7 +121,7 @@ bool tn_nsq_http_ready(tn_nsq_http_t *api)
 {
     /* Caught up now (leader known and heard from, a voter, applied >=
      * commit), and the log found at start replayed. */
-    return api->ready &&
+    return api->ready && !tn_drain_active(api->drain) &&
            (api->meta == NULL || (tn_meta_ready(api->meta) && tn_meta_caught_up(api->meta)));
 }
 
@@ -129,7 +130,11 @@ static void on_readyz(tn_http_request_t *r, void *arg)
     tn_nsq_http_t *api = arg;
     static const char ready[] = "{\"status\":\"ready\"}\n";
     static const char not_ready[] = "{\"error\":\"not ready\"}\n";
-    if (tn_nsq_http_ready(api))
+    static const char draining[] = "{\"status\":\"draining\"}\n";
+    if (tn_drain_active(api->drain))
+        tn_http_respond(r, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", draining,
+                        sizeof(draining) - 1);
+    else if (tn_nsq_http_ready(api))
         tn_http_respond(r, 200, "application/json; charset=utf-8", NULL, ready, sizeof(ready) - 1);
     else
         tn_http_respond(r, 503, "application/json; charset=utf-8", "Retry-After: 1\r\n", not_ready,
@@ -1066,6 +1071,12 @@ static void on_hpub_done(tn_pub_t *p, int status)
 static bool pub_args(tn_http_request_t *r, tn_nsq_http_t *api, char *topic, size_t tlen,
                      int64_t *deliver_at)
 {
+    if (tn_drain_active(api->drain)) {
+        /* Retryable: a client (or the load balancer, which /readyz took
+         * this node out of) sends it to another node. */
+        answer_error(r, 503, "E_DRAINING");
+        return false;
+    }
     int rc = tn_http_query(r->head.query, "topic", topic, tlen);
     if (rc == 0 || (rc == 1 && topic[0] == '\0')) {
         answer_error(r, 400, "MISSING_ARG_TOPIC");

@@ -42,12 +42,15 @@ typedef struct {
      * (api/access.h); NULL: nothing is protected. */
     struct tn_v1_s *v1;
     bool protect_all; /* NSQ AUTH by tern's users: every topic needs credentials here */
+    /* The node's drain (api/drain.h; NULL: none): while it runs /readyz
+     * answers 503 {"status":"draining"} and /pub, /mpub 503 E_DRAINING. */
+    struct tn_drain_s *drain;
 } tn_nsq_http_t;
 
 /* Fill the settings from cfg (ports and broker are the caller's). */
 void tn_nsq_http_init(tn_nsq_http_t *api, const tn_config_t *cfg, const char *version);
 
-/* What /readyz answers: ready, and the metastore caught up. */
+/* What /readyz answers: ready, not draining, and the metastore caught up. */
 bool tn_nsq_http_ready(tn_nsq_http_t *api);
 
 /* Register the routes on srv; api is borrowed for the server's lifetime.

@@ -9,6 +9,7 @@
 #include "api/v1/common.h"
 
 #include "core/err.h"
+#include "api/drain.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -27,6 +28,15 @@ void tn__v1_error(tn_http_request_t *r, int status, const char *msg, const char 
     tn_buf_append(&b, "\"}\n", 3);
     tn_http_respond(r, status, TN__V1_JSON, headers, tn_buf_data(&b), tn_buf_size(&b));
     tn_buf_fini(&b);
+}
+
+bool tn__v1_draining(tn_v1_t *v, tn_http_request_t *r)
+{
+    if (!tn_drain_active(v->drain))
+        return false;
+    tn__v1_error(r, 503, "the node is draining (it stops soon); retry on another node",
+                 "Retry-After: 1\r\n");
+    return true;
 }
 
 void tn__v1_appendf(tn_buf_t *b, const char *fmt, ...)

@@ -37,6 +37,10 @@ const tn_meta_user_t *tn__v1_caller(tn_v1_t *v, const tn_http_request_t *r);
 bool tn__v1_is_admin(tn_v1_t *v, const tn_http_request_t *r);
 /* Whether u holds a grant of action (0: any) whose pattern matches name. */
 bool tn__v1_has_grant(const tn_meta_user_t *u, uint8_t action, const char *name);
+/* While the node drains (api/drain.h): true after answering 503
+ * {"error":"the node is draining; ..."} with Retry-After (produce and
+ * consume are refused; settling is not). */
+bool tn__v1_draining(tn_v1_t *v, tn_http_request_t *r);
 /* Admin, or false after answering 403. */
 bool tn__v1_admin_only(tn_v1_t *v, tn_http_request_t *r);
 /* For a destructive action: the metastore is caught up (tn_meta_caught_up),

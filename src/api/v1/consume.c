@@ -74,7 +74,7 @@ static void on_consume(tn_http_request_t *r, void *arg)
     tn_v1_t *v = arg;
     char topic[TN_NAME_MAX + 1];
     const tn_meta_topic_entry_t *e = tn__v1_granted_topic(v, r, TN_GRANT_CONSUME, false, topic);
-    if (e == NULL)
+    if (e == NULL || tn__v1_draining(v, r))
         return;
     tn_consume_args_t a;
     memset(&a, 0, sizeof(a));

@@ -66,9 +66,11 @@ typedef enum { ST_LOCAL_PROBE, ST_REMOTE_PROBE, ST_WAIT, ST_PINNED } stage_t;
 
 /* One /v1 consume that may involve other nodes, from its route to its
  * answer. Freed once answered (or its client gone) and neither the lane
- * request nor the call is outstanding. */
-typedef struct {
+ * request nor the call is outstanding; listed in v->fwds until then. */
+typedef struct tn__v1_fwd_s fwd_t;
+struct tn__v1_fwd_s {
     tn_v1_t *v;
+    fwd_t *prev, *next;   /* in v->fwds */
     tn_http_request_t *r; /* NULL once answered or the client left */
     tn_consume_args_t a;
     char ident[72];
@@ -95,12 +97,20 @@ typedef struct {
     uint32_t charge;    /* counted against a.ident's cap until answered */
     int64_t started_ms; /* monotonic */
     unsigned depth;     /* callbacks of f running: freed when the last returns */
-} fwd_t;
+};
 
 static uint32_t rotation; /* the owner a forwarded long poll goes to */
 
 static void fwd_free(fwd_t *f)
 {
+    tn_v1_t *v = f->v;
+    if (f->prev != NULL)
+        f->prev->next = f->next;
+    else
+        v->fwds = f->next;
+    if (f->next != NULL)
+        f->next->prev = f->prev;
+    v->nfwds--;
     tn_buf_fini(&f->msgs);
     tn_buf_fini(&f->local_body);
     tn_free(f);
@@ -550,6 +560,11 @@ void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_arg
     }
     f->charge = charge;
     f->v = v;
+    f->next = v->fwds;
+    if (v->fwds != NULL)
+        v->fwds->prev = f;
+    v->fwds = f;
+    v->nfwds++;
     f->r = r;
     f->a = *a;
     snprintf(f->ident, sizeof(f->ident), "%s", a->ident);
@@ -576,6 +591,21 @@ void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_arg
         start_local(f, 0, a->max);
     }
     leave(f);
+}
+
+void tn__v1_forwards_drain(tn_v1_t *v)
+{
+    fwd_t *f = v->fwds;
+    while (f != NULL) {
+        fwd_t *next = f->next;
+        enter(f);
+        if (f->r != NULL && f->got > 0)
+            relay_batch(f); /* what a batch holds goes out */
+        else if (f->r != NULL)
+            relay(f, 204, NULL, 0); /* as a wait that ran out; its calls are cancelled */
+        leave(f);
+        f = next;
+    }
 }
 
 /* --- the owner's side --------------------------------------------------------- */

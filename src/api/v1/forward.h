@@ -14,6 +14,12 @@
  * forward.c's design says. */
 void tn__v1_consume_route(tn_v1_t *v, tn_http_request_t *r, const tn_consume_args_t *a);
 
+/* A drain (api/drain.h): every consume routed here that waits on other
+ * nodes is answered now (a batch with what it holds, else 204), and what
+ * it asked of its owners is cancelled (they nack what they had taken).
+ * The /v1 route refuses new consumes meanwhile. */
+void tn__v1_forwards_drain(tn_v1_t *v);
+
 /* The owner's records of leases its forwarded consumes answered with
  * (the grace of forward.c); freed by tn_v1_close. */
 typedef struct tn__v1_grace_s tn__v1_grace_t;

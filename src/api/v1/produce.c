@@ -91,7 +91,7 @@ static void on_produce(tn_http_request_t *r, void *arg)
     tn_v1_t *v = arg;
     char topic[TN_NAME_MAX + 1];
     const tn_meta_topic_entry_t *e = tn__v1_granted_topic(v, r, TN_GRANT_PRODUCE, true, topic);
-    if (e == NULL)
+    if (e == NULL || tn__v1_draining(v, r))
         return;
     if (tn_buf_size(&r->body) == 0) {
         tn__v1_error(r, 400, "message required", NULL);
@@ -203,7 +203,7 @@ static void on_produce_batch(tn_http_request_t *r, void *arg)
     tn_v1_t *v = arg;
     char topic[TN_NAME_MAX + 1];
     const tn_meta_topic_entry_t *e = tn__v1_granted_topic(v, r, TN_GRANT_PRODUCE, true, topic);
-    if (e == NULL)
+    if (e == NULL || tn__v1_draining(v, r))
         return;
     tn_batch_t b;
     char err[192];

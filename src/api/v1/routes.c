@@ -13,6 +13,7 @@
 #include "api/v1/cluster.h"
 #include "api/v1/common.h"
 #include "api/v1/consume.h"
+#include "api/v1/drain.h"
 #include "api/v1/forward.h"
 #include "api/v1/produce.h"
 #include "api/v1/storage.h"
@@ -275,7 +276,19 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     rc = rc ? rc : tn__v1_produce_register(srv, v);
     rc = rc ? rc : tn__v1_consume_register(srv, v);
     rc = rc ? rc : tn__v1_storage_register(srv, v);
+    rc = rc ? rc : tn__v1_drain_register(srv, v);
     return rc;
+}
+
+void tn_v1_drain(tn_v1_t *v)
+{
+    tn_consume_drain(v->consume);
+    tn__v1_forwards_drain(v);
+}
+
+uint32_t tn_v1_long_polls(const tn_v1_t *v)
+{
+    return tn_consume_pending(v->consume) + v->nfwds;
 }
 
 void tn_v1_close(tn_v1_t *v)

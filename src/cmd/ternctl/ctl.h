@@ -74,6 +74,7 @@ extern const tn_ctl_cmd_t tn_ctl_cmd_stats;
 extern const tn_ctl_cmd_t tn_ctl_cmd_scrub;
 extern const tn_ctl_cmd_t tn_ctl_cmd_backup;
 extern const tn_ctl_cmd_t tn_ctl_cmd_restore;
+extern const tn_ctl_cmd_t tn_ctl_cmd_drain;
 
 /* --- helpers for command files ------------------------------------------------ */
 

@@ -92,6 +92,7 @@ struct tn_http_server_s {
     uint32_t nupgraded;
     bool waiting_accept; /* a connection waits for a free slot */
     bool closing;
+    bool no_keepalive; /* tn_http_server_end_keepalive */
     uint32_t refs;
     uint64_t large_in_use;
     uint64_t requests;
@@ -441,13 +442,18 @@ static void answer_error(conn_t *c, int minor, int status, const char *message, 
     flush(c);
 }
 
+void tn_http_server_end_keepalive(tn_http_server_t *s)
+{
+    s->no_keepalive = true;
+}
+
 void tn_http_respond(tn_http_request_t *r, int status, const char *content_type,
                      const char *headers, const void *body, size_t len)
 {
     conn_t *c = r->conn;
     if (c->state != C_HANDLING || c->req != r)
         return;
-    if (!r->head.keep_alive)
+    if (!r->head.keep_alive || c->srv->no_keepalive)
         c->close_after = true;
     if (c->guarded) {
         /* Answered by its guard: a body it declared was never read. */

@@ -114,6 +114,10 @@ void tn_http_server_stats(const tn_http_server_t *s, tn_http_server_stats_t *out
 /* Close the listener and every connection (parked requests are
  * cancelled); cb runs when all is closed. */
 void tn_http_server_close(tn_http_server_t *s, void (*cb)(void *arg), void *arg);
+/* From now on every answer says `Connection: close` and its connection
+ * closes after it (a draining node: a client's next request opens a new
+ * connection, which a load balancer sends to a ready node). For good. */
+void tn_http_server_end_keepalive(tn_http_server_t *s);
 
 /* Route method + path to handler. The path is exact, except that a
  * segment written {name} matches any one non-empty segment (read it with

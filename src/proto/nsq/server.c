@@ -119,6 +119,7 @@ struct tn_nsq_server_s {
     conn_t *conns;
     uint32_t nconns;
     bool closing;
+    bool draining; /* tn_nsq_server_drain: no publishes, no deliveries */
     uint32_t refs; /* listener + connections */
     uint64_t errors[TN_NSQ_E_THROTTLED + 1];
     uint64_t refused;
@@ -383,8 +384,10 @@ static void respond(conn_t *c, const char *text)
         flush(c);
 }
 
-/* Send an error frame; a fatal one closes the connection once written. */
-static void send_error(conn_t *c, tn_nsq_err_t err, const char *text)
+/* Send an error frame; a fatal one closes the connection once written.
+ * fatal is the code's own (tn_nsq_err_fatal) but for a refusal that asks
+ * the client to retry later (a drain), which keeps the connection. */
+static void send_error_as(conn_t *c, tn_nsq_err_t err, const char *text, bool fatal)
 {
     if (c->state == ST_CLOSED)
         return;
@@ -394,7 +397,7 @@ static void send_error(conn_t *c, tn_nsq_err_t err, const char *text)
         conn_close(c);
         return;
     }
-    if (tn_nsq_err_fatal(err)) {
+    if (fatal) {
         c->close_after_write = true;
         if (c->reading) {
             uv_read_stop((uv_stream_t *)&c->tcp);
@@ -402,6 +405,11 @@ static void send_error(conn_t *c, tn_nsq_err_t err, const char *text)
         }
     }
     flush(c);
+}
+
+static void send_error(conn_t *c, tn_nsq_err_t err, const char *text)
+{
+    send_error_as(c, err, text, tn_nsq_err_fatal(err));
 }
 
 /* --- deliveries -------------------------------------------------------------- */
@@ -533,6 +541,17 @@ static void on_published(tn_pub_t *p, int status)
         start_reading(c);
     }
     conn_unref(c);
+}
+
+/* A publish while draining: refused, after the publishes before it have
+ * answered (answers leave in command order); the connection stays, and
+ * the client retries on another node. */
+static void refuse_draining(conn_t *c, const tn_nsq_cmd_t *cmd)
+{
+    tn_nsq_err_t e = cmd->op == TN_NSQ_MPUB   ? TN_NSQ_E_MPUB_FAILED
+                     : cmd->op == TN_NSQ_DPUB ? TN_NSQ_E_DPUB_FAILED
+                                              : TN_NSQ_E_PUB_FAILED;
+    send_error_as(c, e, "the node is draining (it stops soon); publish to another node", false);
 }
 
 static void handle_publish(conn_t *c, const tn_nsq_cmd_t *cmd)
@@ -967,14 +986,19 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
     case TN_NSQ_PUB:
     case TN_NSQ_MPUB:
     case TN_NSQ_DPUB:
-        handle_publish(c, cmd);
+        if (c->srv->draining && c->phead != NULL)
+            return false; /* waits for the answers before it (on_published resumes) */
+        if (c->srv->draining)
+            refuse_draining(c, cmd);
+        else
+            handle_publish(c, cmd);
         break;
     case TN_NSQ_RDY:
         if (!c->subscribed) {
             send_error(c, TN_NSQ_E_INVALID, "cannot RDY in current state");
             break;
         }
-        if (!c->cls)
+        if (!c->cls && !c->srv->draining) /* a drain holds every consumer at RDY 0 */
             tn_consumer_credit(&c->consumer, (uint32_t)cmd->num);
         break;
     case TN_NSQ_FIN:
@@ -1411,9 +1435,25 @@ int tn_nsq_server_producers_json(const tn_nsq_server_t *s, const char *topic, tn
     return any ? tn_buf_append(out, "]", 1) : tn_buf_append(out, "null", 4);
 }
 
+void tn_nsq_server_drain(tn_nsq_server_t *s)
+{
+    s->draining = true;
+    for (conn_t *c = s->conns; c != NULL; c = c->next)
+        if (c->subscribed)
+            tn_consumer_credit(&c->consumer, 0);
+}
+
 void tn_nsq_server_stats(const tn_nsq_server_t *s, tn_nsq_server_stats_t *out)
 {
     out->connections = s->nconns;
+    out->consumers = 0;
+    out->in_flight = 0;
+    for (const conn_t *c = s->conns; c != NULL; c = c->next) {
+        if (!c->subscribed)
+            continue;
+        out->consumers++;
+        out->in_flight += tn_consumer_inflight(&c->consumer);
+    }
     memcpy(out->errors, s->errors, sizeof(out->errors));
     out->refused_connections = s->refused;
 }

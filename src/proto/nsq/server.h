@@ -88,6 +88,8 @@ int tn_nsq_server_start(uv_loop_t *loop, tn_broker_t *broker, const tn_nsq_opts_
                         const tn_netaddr_t *addr, tn_nsq_server_t **out, char *err, size_t errlen);
 typedef struct {
     uint32_t connections;
+    uint32_t consumers;                      /* subscribed connections */
+    uint64_t in_flight;                      /* messages they hold (FIN/REQ/TOUCH pending) */
     uint64_t errors[TN_NSQ_E_THROTTLED + 1]; /* error frames sent, by code */
     uint64_t refused_connections;            /* over max_connections */
 } tn_nsq_server_stats_t;
@@ -99,6 +101,14 @@ void tn_nsq_server_stats(const tn_nsq_server_t *s, tn_nsq_server_stats_t *out);
  * is not ""), or null when none has. Appended to out; 0 or UV_ENOMEM.
  * Loop thread. */
 int tn_nsq_server_producers_json(const tn_nsq_server_t *s, const char *topic, tn_buf_t *out);
+
+/* Start draining (api/drain.h), for good: every consumer is held at RDY 0
+ * (later RDYs are ignored) while what it holds can still be FINed, REQed
+ * and TOUCHed; PUB, MPUB and DPUB are answered E_PUB_FAILED,
+ * E_MPUB_FAILED, E_DPUB_FAILED "the node is draining ..." and, unlike
+ * other publish failures, keep the connection (a retryable refusal).
+ * Publishes already under way answer as usual. Loop thread. */
+void tn_nsq_server_drain(tn_nsq_server_t *s);
 
 /* The port it listens on. */
 /* The nsqauthd client AUTH uses, or NULL when AUTH is not configured

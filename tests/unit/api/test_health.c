@@ -3,11 +3,13 @@
  * {"status":"shutting down"} (ternd's signal handler sets the flag and
  * closes the listener in the same loop pass, so no client of ternd can be
  * shown that answer: this is where it is seen); /readyz is
- * {"status":"ready"} or 503 {"error":"not ready"} with Retry-After. */
+ * {"status":"ready"} or 503 {"error":"not ready"} with Retry-After, and
+ * 503 {"status":"draining"} while the node drains (api/drain.h). */
 #include "core/platform.h"
 
 #include "testutil.h"
 
+#include "api/drain.h"
 #include "api/nsq/http.h"
 #include "core/netaddr.h"
 #include "proto/http/server.h"
@@ -137,11 +139,44 @@ static void test_readyz(void **state)
     assert_null(strstr(resp, "Retry-After"));
 }
 
+/* While draining: /readyz 503 {"status":"draining"} with Retry-After,
+ * however ready the node is, and tn_nsq_http_ready false (what the
+ * systemd notification follows); /healthz stays 200. */
+static void on_drain_done(void *arg, bool timed_out)
+{
+    (void)timed_out;
+    *(bool *)arg = true;
+}
+
+static void test_draining(void **state)
+{
+    fixture_t *f = *state;
+    bool done = false;
+    tn_drain_opts_t o = {30000, NULL, on_drain_done, &done};
+    tn_drain_t *d = NULL;
+    assert_int_equal(tn_drain_new(&f->loop, &o, &d), 0);
+    f->api.ready = true;
+    f->api.drain = d;
+    char resp[2048];
+    get(f, "/readyz", resp, sizeof(resp));
+    assert_answer(resp, "HTTP/1.1 200 ", "{\"status\":\"ready\"}\n");
+    assert_int_equal(tn_drain_start(d, 0), 0);
+    assert_false(tn_nsq_http_ready(&f->api));
+    get(f, "/readyz", resp, sizeof(resp));
+    assert_answer(resp, "HTTP/1.1 503 ", "{\"status\":\"draining\"}\n");
+    assert_non_null(strstr(resp, "\r\nRetry-After: 1\r\n"));
+    get(f, "/healthz", resp, sizeof(resp));
+    assert_answer(resp, "HTTP/1.1 200 ", "{\"status\":\"ok\"}\n");
+    f->api.drain = NULL;
+    tn_drain_close(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_healthz, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readyz, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_draining, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
