@@ -10,7 +10,7 @@ complete (so a quoted script may span lines); the lines after it, up to the
 next "$ " line or the end of the block, are what it prints.
 
 Running it. One bash, in a temporary directory laid out like the repository's
-root (build/ternd and build/tern-bench link to the binaries under test, tests/
+root (build/ternd, build/tern-bench and build/ternctl link to the binaries under test, tests/
 to the source tree's tests, data/ is the daemon's data directory), runs the
 commands in order, so shell variables carry from one to the next. Each
 command's stdin is /dev/null and its stderr goes with its stdout, as both
@@ -46,7 +46,7 @@ exactly, except that:
 A mismatch names the README line, what it shows, and what was printed
 instead; the test reports every mismatch of the tour, then fails.
 
-Run: python3 test_readme.py --ternd build/ternd --bench build/tern-bench
+Run: python3 test_readme.py --ternd build/ternd --bench build/tern-bench --ternctl build/ternctl
 (needs tests/compat/node_modules: `make compat-deps`)."""
 import argparse
 import os
@@ -68,6 +68,7 @@ from daemon import Daemon
 SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 README = os.path.join(SRC, "README.md")
 BENCH = None  # path of tern-bench, set by main()
+TERNCTL = None  # path of ternctl, set by main()
 
 COMMAND_TIMEOUT = 300  # seconds for one command; generous for a loaded 2-core machine
 DAEMON_TIMEOUT = 120  # seconds for ternd to start, log what the README shows, or exit
@@ -313,6 +314,7 @@ class Tour(unittest.TestCase):
         os.makedirs(os.path.join(self.dir, "build"))
         os.symlink(daemon_mod.TERND, os.path.join(self.dir, "build", "ternd"))
         os.symlink(BENCH, os.path.join(self.dir, "build", "tern-bench"))
+        os.symlink(TERNCTL, os.path.join(self.dir, "build", "ternctl"))
         os.symlink(os.path.join(SRC, "tests"), os.path.join(self.dir, "tests"))
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith("TERN_") and k.lower() not in
@@ -450,13 +452,15 @@ def describe(step, ran, where, printed, status=None):
 
 
 def main():
-    global BENCH
+    global BENCH, TERNCTL
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)
     ap.add_argument("--bench", required=True, help="the tern-bench binary")
+    ap.add_argument("--ternctl", required=True, help="the ternctl binary")
     args, rest = ap.parse_known_args()
     daemon_mod.TERND = os.path.abspath(args.ternd)
     BENCH = os.path.abspath(args.bench)
+    TERNCTL = os.path.abspath(args.ternctl)
     unittest.main(argv=[sys.argv[0], "-v", *rest])
 
 
