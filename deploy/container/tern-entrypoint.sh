@@ -13,25 +13,30 @@
 #   --advertise-address <pod>.<TERN_PEER_SERVICE>:<TERN_HTTP_PORT>
 #       (a DNS name: node RPC resolves it again before every dial, so it
 #       follows the pod to a new IP)
-#   --raft-address $POD_IP:<TERN_RAFT_PORT>
-#       (Raft takes IPv4 literals only, so the pod's own IP: see
-#       docs/operations.md, "Containers and Kubernetes", on pod IPs)
+#   --raft-address <pod>.<TERN_PEER_SERVICE>:<TERN_RAFT_PORT>
+#       (a DNS name too: Raft records the name and the other members
+#       resolve it each time they dial, so a re-created pod at a new IP
+#       is reached there; ternd listens on what the name resolves to at
+#       start, so first this waits, up to TERN_PEER_WAIT seconds, until the
+#       name resolves to POD_IP: the peer Service may still publish a
+#       re-created pod's old IP for a moment)
 #   --raft-tls-cert/--raft-tls-key/--raft-tls-ca from TERN_RAFT_TLS_DIR
 #       when that is set: <pod>.crt and <pod>.key there (a certificate per
 #       member), else tls.crt and tls.key (one for all); ca.crt either way
 # and one of
 #   --peers 1@<set>-0.<svc>:<raft>,...   when its data directory has no
 #       Raft state and no other member answers /readyz: the first start of
-#       the cluster. ternd resolves the names at start, so this waits
-#       (up to TERN_PEER_WAIT seconds, default 300) until every pod's name
-#       resolves (the peer Service publishes not-ready pods).
+#       the cluster. This waits (up to TERN_PEER_WAIT seconds, default
+#       300) until every pod's name resolves (the peer Service publishes
+#       not-ready pods), so that the first election finds its voters.
 #   --join <set>-0.<svc>:<http>,...      otherwise: a restart (Raft state
 #       on disk: ternd starts from it) or a member whose disk is new while
 #       the cluster runs (it asks to be admitted again, the lost-disk path
 #       of docs/cluster.md).
 #
 # Variables: TERN_REPLICAS, TERN_PEER_SERVICE (the headless Service),
-# POD_IP (the downward API's status.podIP), TERN_HTTP_PORT (4151),
+# POD_IP (the downward API's status.podIP: what the pod's name must
+# resolve to before ternd starts), TERN_HTTP_PORT (4151),
 # TERN_RAFT_PORT (4153), TERN_PEER_WAIT (300), TERN_RAFT_TLS_DIR, TERN_DATA_PATH
 # (/var/lib/tern). It writes nothing: the root file system may be
 # read-only.
@@ -76,6 +81,15 @@ given() {
     return 1
 }
 
+# Whether name $1 resolves to address $2 (among its addresses) now.
+resolves_to() {
+    local a
+    for a in $(timeout 5 getent hosts "$1" || true); do
+        [ "$a" = "$2" ] && return 0
+    done
+    return 1
+}
+
 # Whether http://$1:$http_port/readyz answers 200, over bash's /dev/tcp
 # (no curl in the image), within 2 s.
 ready_at() {
@@ -89,7 +103,17 @@ ready_at() {
 extra=()
 given node-id "$@" || extra+=(--node-id "$((ordinal + 1))")
 given advertise-address "$@" || extra+=(--advertise-address "$host.$svc:$http_port")
-given raft-address "$@" || extra+=(--raft-address "$pod_ip:$raft_port")
+if ! given raft-address "$@"; then
+    # ternd binds what its Raft name resolves to at start: wait until the
+    # peer Service has this pod's IP, not a former pod's.
+    deadline=$((SECONDS + wait_s))
+    until resolves_to "$host.$svc" "$pod_ip"; do
+        [ $SECONDS -lt $deadline ] ||
+            die "$host.$svc does not resolve to this pod's IP $pod_ip after ${wait_s}s (is the peer Service $svc there, with publishNotReadyAddresses?)"
+        sleep 1
+    done
+    extra+=(--raft-address "$host.$svc:$raft_port")
+fi
 if [ -n "${TERN_RAFT_TLS_DIR:-}" ] && ! given raft-tls-cert "$@"; then
     tls=$TERN_RAFT_TLS_DIR
     base=tls

@@ -118,7 +118,8 @@ typedef struct {
     uint64_t raft_id;
     bool cluster;              /* peers or join addresses: placement counts */
     bool security;             /* security-enabled */
-    const char *raft_address;  /* borrowed from the configuration */
+    const char *raft_address;  /* borrowed from the configuration: what Raft listens on */
+    const char *raft_name;     /* likewise: what Raft records (raft-address as given) */
     tn_meta_peer_t *peers;     /* --peers for the metastore, or NULL */
     tn_control_t *control;     /* the cluster control plane on node RPC */
     tn_rpc_t *rpc;             /* node RPC (QUIC on the HTTP port number, over UDP) */
@@ -578,7 +579,11 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     memset(&mo, 0, sizeof(mo));
     mo.dir = dir;
     mo.node_id = tn_config_raft_id(cfg);
-    mo.address = cfg->raft_listen.addr.name; /* numeric: libraft parses IPv4 only */
+    /* Raft records raft-address as given (a name stays a name, and peers
+     * resolve it each time they dial); the listener binds what it resolved
+     * to at start. */
+    mo.address = cfg->raft_name;
+    mo.listen = cfg->raft_listen.addr.name;
     mo.election_ms = (unsigned)(cfg->raft_election_timeout_ns / 1000000);
     mo.heartbeat_ms = TN_MAX(mo.election_ms / 10, 10u);
     mo.on_ready = on_meta_ready;
@@ -592,7 +597,7 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
         for (size_t i = 0; i < cfg->npeers; i++) {
             d->peers[i].id = cfg->peers[i].id;
             snprintf(d->peers[i].raft_addr, sizeof(d->peers[i].raft_addr), "%s",
-                     cfg->peers[i].addr.name);
+                     cfg->peers[i].name);
         }
     }
     mo.peers = d->peers;
@@ -627,6 +632,7 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     d->data_path = cfg->data_path;
     d->raft_id = mo.node_id;
     d->raft_address = cfg->raft_listen.addr.name;
+    d->raft_name = cfg->raft_name;
     /* One of a cluster, not a lone node: unassigned partitions wait for an
      * owner rather than open here (catalog.c, place()). */
     d->cluster = cfg->npeers > 0 || cfg->njoin > 0;
@@ -636,8 +642,12 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
         d->control = NULL;
         return rc;
     }
-    TN_LOG(TN_LOG_NOTICE, "metastore Raft listening on %s (raft-address, %s)", d->raft_address,
-           mo.tls_cert != NULL ? "mutual TLS" : "plain");
+    if (strcmp(d->raft_name, d->raft_address) != 0)
+        TN_LOG(TN_LOG_NOTICE, "metastore Raft listening on %s (raft-address %s, %s)",
+               d->raft_address, d->raft_name, mo.tls_cert != NULL ? "mutual TLS" : "plain");
+    else
+        TN_LOG(TN_LOG_NOTICE, "metastore Raft listening on %s (raft-address, %s)", d->raft_address,
+               mo.tls_cert != NULL ? "mutual TLS" : "plain");
     return 0;
 }
 

@@ -198,8 +198,9 @@ static const opt_t options[] = {
     {"security-enabled", OPT_BOOL, F(security_enabled), "true", 0, 0, NULL,
      "require Basic auth (tern's own users) on /v1; false is a development mode"},
     {"raft-address", OPT_ADDR, F(raft_address), "127.0.0.1:4153", 0, 0, NULL,
-     "the metastore's Raft listener and the address peers reach it at (IPv4 host:port; port 0 "
-     "picks one, fine for a single node)"},
+     "the metastore's Raft address, recorded by Raft and dialled by peers: IPv4 or DNS name "
+     "host:port; the listener binds what it resolves to at start (port 0 picks one, fine for a "
+     "single node)"},
     {"raft-election-timeout", OPT_DURATION, F(raft_election_timeout_ns), "1s", 50 * MS, 60 * SEC,
      NULL, "Raft election timeout of the metastore"},
     {"max-connections", OPT_INT, F(max_connections), "10000", 1, 1000000, NULL,
@@ -268,8 +269,9 @@ static const opt_t options[] = {
      "the API address other nodes and clients reach this node at: HTTP on TCP and node RPC on "
      "UDP, the same port number (default: http-address when it names one interface)"},
     {"peers", OPT_PEERS, F(peers_text), "", 0, 0, NULL,
-     "the Raft addresses of the initial voters, this node included, the same on every initial "
-     "node; an empty data directory bootstraps with exactly these voters"},
+     "the Raft addresses of the initial voters (ID@host:port, IPv4 or a DNS name resolved at each "
+     "dial), this node included, the same on every initial node; an empty data directory "
+     "bootstraps with exactly these voters"},
     {"join", OPT_ADDRS, F(join_text), "", 0, 0, NULL,
      "API addresses of existing members, for a node added later: it asks to be admitted until "
      "the leader adds it as a voter"},
@@ -318,8 +320,9 @@ static const struct {
     {F(http_address), F(http_listen), false, 0},
     {F(https_address), F(https_listen), true, 0},
     {F(metrics_address), F(metrics_listen), true, 0},
-    /* libraft 0.15's TCP transport reads IPv4 "a.b.c.d:port" only, and
-     * peers dial what it is given. */
+    /* The Raft listener binds IPv4 (the transport dials IPv4); a host name
+     * is resolved once, here, for the listener, and is what Raft records
+     * (raft_name, settle_cluster). */
     {F(raft_address), F(raft_listen), false, TN_NETADDR_IPV4},
 };
 
@@ -1155,6 +1158,31 @@ typedef struct {
     server_check_t chk;
 } cluster_parse_t;
 
+/* What Raft records for a named address: "name:port", the name in lower
+ * case (DNS names are case-insensitive, Raft compares strings). 0, or
+ * TN_ECONFIG with the reason in why. */
+static int raft_name_of(const tn_hostport_t *hp, char *out, size_t len, char *why, size_t whylen)
+{
+    if (!tn_netaddr_dns_name(hp->host)) {
+        tn_errbuf(why, whylen,
+                  "host \"%s\" is neither an IPv4 address nor a DNS host name (letters, digits, "
+                  "'-' and dots; IPv6 is not taken for Raft)",
+                  hp->host);
+        return TN_ECONFIG;
+    }
+    char lower[TN_NETADDR_HOST_MAX + 1];
+    size_t i = 0;
+    for (; hp->host[i] != '\0' && i < sizeof(lower) - 1; i++)
+        lower[i] = (char)tolower((unsigned char)hp->host[i]);
+    lower[i] = '\0';
+    int w = snprintf(out, len, "%s:%d", lower, hp->port);
+    if (w < 0 || (size_t)w >= len) {
+        tn_errbuf(why, whylen, "a Raft address is at most %d bytes", TN_CONFIG_RAFT_ADDR_MAX);
+        return TN_ECONFIG;
+    }
+    return 0;
+}
+
 static int add_peer(void *arg, const char *s, size_t n)
 {
     cluster_parse_t *p = arg;
@@ -1168,10 +1196,23 @@ static int add_peer(void *arg, const char *s, size_t n)
         return rc;
     tn_config_peer_t *peer = &p->cfg->peers[p->cfg->npeers];
     char why[384];
+    if (!hp.numeric) {
+        /* A name is not looked up here: a peer not scheduled yet has none,
+         * and the transport resolves it each time it dials. */
+        if (raft_name_of(&hp, peer->name, sizeof(peer->name), why, sizeof(why)) != 0) {
+            tn_errbuf(p->chk.why, p->chk.whylen, "\"%.*s\": %s", (int)TN_MIN(n, 300), s, why);
+            return TN_ECONFIG;
+        }
+        peer->addr.option = "peers";
+        peer->id = id;
+        p->cfg->npeers++;
+        return 0;
+    }
     if (tn_netaddr_resolve(&hp, TN_NETADDR_IPV4, &peer->addr, why, sizeof(why)) != 0) {
         tn_errbuf(p->chk.why, p->chk.whylen, "\"%.*s\": %s", (int)TN_MIN(n, 300), s, why);
         return TN_ECONFIG;
     }
+    snprintf(peer->name, sizeof(peer->name), "%s", peer->addr.name);
     if (peer->addr.any) {
         tn_errbuf(p->chk.why, p->chk.whylen,
                   "\"%.*s\": every interface is not an address another node can dial",
@@ -1290,6 +1331,18 @@ static int settle_cluster(tn_config_t *cfg, char **envp, char *err, size_t errle
 {
     free_cluster_lists(cfg);
     char why[512];
+    /* What Raft records for this node: a name stays a name (raft_listen
+     * has what it resolved to, for the listener). */
+    tn_hostport_t rhp;
+    int nrc = tn_netaddr_split(cfg->raft_address, &rhp, why, sizeof(why));
+    if (nrc == 0 && rhp.numeric)
+        snprintf(cfg->raft_name, sizeof(cfg->raft_name), "%s", cfg->raft_listen.addr.name);
+    else if (nrc == 0)
+        nrc = raft_name_of(&rhp, cfg->raft_name, sizeof(cfg->raft_name), why, sizeof(why));
+    if (nrc != 0) {
+        tn_errbuf(err, errlen, "raft-address: \"%s\": %s", cfg->raft_address, why);
+        return TN_ECONFIG;
+    }
     cluster_parse_t p = {cfg, {why, sizeof(why)}};
     if (cfg->peers_text[0] != '\0') {
         cfg->peers = tn_calloc(list_bound(cfg->peers_text), sizeof(*cfg->peers));
@@ -1371,7 +1424,7 @@ static int check_readable(const char *option, const char *path, char *err, size_
 static int check_cluster(const tn_config_t *cfg, char *err, size_t errlen)
 {
     bool clustered = tn_config_clustered(cfg);
-    const char *raft = cfg->raft_listen.addr.name;
+    const char *raft = cfg->raft_name;
     if (cfg->npeers > 0 && cfg->njoin > 0) {
         tn_errbuf(err, errlen,
                   "peers and join exclude each other: peers names the initial voters (on each of "
@@ -1405,24 +1458,31 @@ static int check_cluster(const tn_config_t *cfg, char *err, size_t errlen)
                 tn_errbuf(err, errlen, "peers lists node %" PRIu64 " twice", cfg->peers[i].id);
                 return TN_ECONFIG;
             }
-            if (strcmp(cfg->peers[i].addr.name, cfg->peers[j].addr.name) == 0) {
+            if (strcmp(cfg->peers[i].name, cfg->peers[j].name) == 0) {
                 tn_errbuf(err, errlen,
                           "peers lists %s for nodes %" PRIu64 " and %" PRIu64
                           "; every voter needs its own Raft address",
-                          cfg->peers[i].addr.name, cfg->peers[j].id, cfg->peers[i].id);
+                          cfg->peers[i].name, cfg->peers[j].id, cfg->peers[i].id);
                 return TN_ECONFIG;
             }
         }
     }
-    for (size_t i = 1; i < cfg->npeers; i++) {
-        if (loopback4(&cfg->peers[i].addr) != loopback4(&cfg->peers[0].addr)) {
+    /* Among the IPv4 literals: a name's addresses are only known when the
+     * transport dials it. */
+    const tn_config_peer_t *literal = NULL;
+    for (size_t i = 0; i < cfg->npeers; i++) {
+        const tn_config_peer_t *pi = &cfg->peers[i];
+        if (pi->addr.sa.ss_family != AF_INET)
+            continue;
+        if (literal != NULL && loopback4(&pi->addr) != loopback4(&literal->addr)) {
             tn_errbuf(err, errlen,
-                      "peers mixes loopback and other addresses (%s, %s): a node on another host "
-                      "cannot reach a loopback Raft address, and Raft keeps the address a node "
-                      "first started on",
-                      cfg->peers[0].addr.name, cfg->peers[i].addr.name);
+                      "peers mixes loopback and other IPv4 addresses (%s, %s): a node on another "
+                      "host cannot reach a loopback Raft address, and Raft keeps the address a "
+                      "node first started on",
+                      literal->name, pi->name);
             return TN_ECONFIG;
         }
+        literal = pi;
     }
     if (cfg->npeers > 0) {
         const tn_config_peer_t *self = NULL;
@@ -1436,11 +1496,11 @@ static int check_cluster(const tn_config_t *cfg, char *err, size_t errlen)
                       cfg->node_id);
             return TN_ECONFIG;
         }
-        if (strcmp(self->addr.name, raft) != 0) {
+        if (strcmp(self->name, raft) != 0) {
             tn_errbuf(err, errlen,
                       "peers lists this node (%" PRId64 ") at %s but raft-address is %s; they "
                       "must be the same address",
-                      cfg->node_id, self->addr.name, raft);
+                      cfg->node_id, self->name, raft);
             return TN_ECONFIG;
         }
     }

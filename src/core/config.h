@@ -43,10 +43,17 @@ typedef enum {
     TN_NSQ_AUTH_EXTERNAL, /* an nsqauthd server, auth-http-address */
 } tn_nsq_auth_t;
 
-/* One initial voter of --peers, as tn_config_load parsed and resolved it. */
+/* The longest Raft address Raft records (the metastore's TN_META_ADDR_MAX). */
+#define TN_CONFIG_RAFT_ADDR_MAX 256
+
+/* One initial voter of --peers, as tn_config_load parsed it. */
 typedef struct {
-    uint64_t id;       /* its Raft id (>= 1) */
-    tn_netaddr_t addr; /* its Raft address, IPv4; addr.name is what Raft records */
+    uint64_t id; /* its Raft id (>= 1) */
+    /* What Raft records and dials: the numeric "a.b.c.d:port" for an IPv4
+     * literal, "name:port" (the name in lower case) for a DNS name, which
+     * the transport resolves each time it dials. */
+    char name[TN_CONFIG_RAFT_ADDR_MAX + 1];
+    tn_netaddr_t addr; /* an IPv4 literal resolved; ss_family AF_UNSPEC for a name */
 } tn_config_peer_t;
 
 /* The cluster secret's bounds, in bytes. */
@@ -212,7 +219,10 @@ typedef struct tn_config_s {
     tn_config_listen_t http_listen;
     tn_config_listen_t https_listen; /* AF_UNSPEC when https-address is off */
     tn_config_listen_t metrics_listen;
-    tn_config_listen_t raft_listen; /* IPv4 only: libraft's transport */
+    tn_config_listen_t raft_listen; /* IPv4 only: what the Raft listener binds */
+    /* raft-address as Raft records it (see tn_config_peer_t.name): a name
+     * stays a name; raft_listen is what it resolved to at start. */
+    char raft_name[TN_CONFIG_RAFT_ADDR_MAX + 1];
 
     /* nsqd options tern accepts but has no use for, as given (index into
      * tn_config_nsqd_ignored), for one startup warning each */

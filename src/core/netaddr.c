@@ -229,3 +229,28 @@ int tn_netaddr_port(const struct sockaddr_storage *sa)
         return ntohs(((const struct sockaddr_in *)sa)->sin_port);
     return 0;
 }
+
+bool tn_netaddr_dns_name(const char *host)
+{
+    size_t hlen = strlen(host);
+    if (hlen == 0 || hlen > 253)
+        return false;
+    bool letter = false;
+    size_t label = 0;
+    for (size_t i = 0; i < hlen; i++) {
+        char ch = host[i];
+        if (ch == '.') {
+            if (label == 0 || host[i - 1] == '-')
+                return false;
+            label = 0;
+            continue;
+        }
+        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+        if (!alpha && !(ch >= '0' && ch <= '9') && !(ch == '-' && label > 0))
+            return false;
+        letter = letter || alpha || ch == '-';
+        if (++label > 63)
+            return false;
+    }
+    return letter && host[hlen - 1] != '-';
+}

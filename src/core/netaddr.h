@@ -61,6 +61,12 @@ int tn_netaddr_split(const char *text, tn_hostport_t *out, char *why, size_t why
 int tn_netaddr_resolve(const tn_hostport_t *hp, int flags, tn_netaddr_t *out, char *why,
                        size_t whylen);
 
+/* Whether host is a DNS host name as tern's Raft takes one: labels of
+ * letters, digits and '-' (not first or last in a label), 1..63 bytes
+ * each, at most 253 bytes in all, an optional final dot, and not digits
+ * and dots alone (that is a mistyped IPv4 address, not a name). */
+bool tn_netaddr_dns_name(const char *host);
+
 /* The numeric "ip:port" (IPv6 in brackets) of sa into out; "?" for a
  * family other than IPv4 and IPv6. out is always NUL-terminated. */
 void tn_netaddr_format(const struct sockaddr_storage *sa, char *out, size_t len);

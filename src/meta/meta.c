@@ -1172,7 +1172,7 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     m->fsm.restore = fsm_restore;
     uv_timer_init(loop, &m->poll);
     m->poll.data = m;
-    tn_meta_transport_opts_t topts = {o->tls_cert, o->tls_key, o->tls_ca};
+    tn_meta_transport_opts_t topts = {o->tls_cert, o->tls_key, o->tls_ca, o->listen};
     char terr[512];
     int rc = tn_meta_transport_init(&m->transport, loop, &topts, terr, sizeof(terr));
     if (rc != 0) {
@@ -1229,10 +1229,11 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
         if (msg[0] == '\0')
             msg = m->transport.errmsg;
         char why[128] = "";
+        const char *listen = o->listen != NULL && o->listen[0] != '\0' ? o->listen : m->address;
         if (msg[0] == '\0' && rc == RAFT_IOERR)
-            explain_listen(m->address, why, sizeof(why));
+            explain_listen(listen, why, sizeof(why));
         if (why[0] != '\0')
-            tn_errbuf(err, errlen, "metastore: cannot listen on %s (raft-address): %s", m->address,
+            tn_errbuf(err, errlen, "metastore: cannot listen on %s (raft-address): %s", listen,
                       why);
         else
             tn_errbuf(err, errlen, "metastore: start: %s",

@@ -85,9 +85,12 @@ typedef int (*tn_meta_forward_fn)(void *arg, uint64_t leader_id, const char *lea
                                   void *done_arg);
 
 typedef struct {
-    const char *dir;      /* the Raft directory (<data>/meta), created if missing */
-    uint64_t node_id;     /* >= 1 */
-    const char *address;  /* this node's Raft address, IPv4 host:port */
+    const char *dir;     /* the Raft directory (<data>/meta), created if missing */
+    uint64_t node_id;    /* >= 1 */
+    const char *address; /* this node's Raft address as recorded: IPv4 or DNS name, host:port */
+    /* The numeric IPv4 host:port to listen on when address is a name (its
+     * resolution at start); NULL: address itself, which is numeric. */
+    const char *listen;
     unsigned election_ms; /* election timeout */
     unsigned heartbeat_ms;
     unsigned snapshot_threshold; /* log entries between snapshots */

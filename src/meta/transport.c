@@ -19,6 +19,7 @@
 #include "core/assert.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/netaddr.h"
 #include "meta/cmd.h"
 
 #include <openssl/err.h>
@@ -43,6 +44,7 @@ static const unsigned char answer_magic[4] = {'T', 'N', 'R', 'A'};
 typedef struct conn_s conn_t;
 
 typedef enum {
+    C_RESOLVING,  /* dialer: the peer's host name is being looked up (uv_getaddrinfo) */
     C_CONNECTING, /* dialer: TCP connect in flight */
     C_TLS,        /* TLS handshake */
     C_HELLO,      /* tern's handshake: the hello (acceptor) or its answer (dialer) */
@@ -55,7 +57,8 @@ typedef struct {
     uv_loop_t *loop;
     SSL_CTX *ssl; /* NULL: plaintext */
     raft_id id;
-    char address[TN_META_ADDR_MAX + 1];
+    char address[TN_META_ADDR_MAX + 1]; /* as Raft records it: IPv4 or a host name */
+    char listen[TN_META_ADDR_MAX + 1];  /* numeric IPv4 host:port the listener binds */
     uv_tcp_t listener;
     bool listener_open;
     uv_timer_t sweep;
@@ -81,12 +84,15 @@ struct conn_s {
     bool tcp_paused;          /* tcp not read: local has too much queued */
     bool local_paused;        /* local not read: tcp has too much queued */
     uv_connect_t connect;
+    uv_getaddrinfo_t gai;        /* dialer: the look-up of a named peer (C_RESOLVING) */
+    bool resolving;              /* gai's callback is still to come */
+    unsigned port;               /* dialer: the peer's port, for the address gai finds */
     struct raft_uv_connect *req; /* dialer: until its callback */
     SSL *ssl;                    /* NULL in plaintext */
     uint64_t deadline_ms;        /* loop time by which the handshake must be done */
     size_t hello_len;
     unsigned char hello[HELLO_HEAD + TN_META_ADDR_MAX];
-    char peer[64]; /* "a.b.c.d:port" for logs */
+    char peer[TN_META_ADDR_MAX + 32]; /* "a.b.c.d:port" or "name:port (a.b.c.d:port)", for logs */
 };
 
 /* A write of bytes copied into it. conn is NULL for a write whose
@@ -103,25 +109,58 @@ static void tls_progress(conn_t *c);
 
 /* --- addresses and the handshake ----------------------------------------------- */
 
-/* "a.b.c.d:port" (host may be empty: every interface) into sa. 0 or
- * UV_EINVAL. */
-static int parse_ipv4(const char *address, struct sockaddr_in *sa)
+int tn_meta_transport_split(const char *address, char *host, size_t hostlen, unsigned *port,
+                            bool *numeric)
 {
     const char *colon = strrchr(address, ':');
-    if (colon == NULL || colon - address > 15 || colon[1] == '\0' || strlen(colon + 1) > 5)
+    if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) > 5)
         return UV_EINVAL;
-    char host[16];
-    memcpy(host, address, (size_t)(colon - address));
-    host[colon - address] = '\0';
-    unsigned port = 0;
+    size_t hlen = (size_t)(colon - address);
+    if (hlen > 253 || hlen >= hostlen)
+        return UV_EINVAL;
+    unsigned v = 0;
     for (const char *p = colon + 1; *p != '\0'; p++) {
         if (*p < '0' || *p > '9')
             return UV_EINVAL;
-        port = port * 10 + (unsigned)(*p - '0');
+        v = v * 10 + (unsigned)(*p - '0');
     }
-    if (port > 65535)
+    if (v > 65535)
+        return UV_EINVAL;
+    memcpy(host, address, hlen);
+    host[hlen] = '\0';
+    struct in_addr in;
+    if (hlen == 0 || uv_inet_pton(AF_INET, host, &in) == 0) {
+        *port = v;
+        *numeric = true;
+        return 0;
+    }
+    if (!tn_netaddr_dns_name(host))
+        return UV_EINVAL;
+    *port = v;
+    *numeric = false;
+    return 0;
+}
+
+/* A numeric "a.b.c.d:port" (host may be empty: every interface) into sa.
+ * 0 or UV_EINVAL (a host name among them). */
+static int parse_ipv4(const char *address, struct sockaddr_in *sa)
+{
+    char host[TN_META_ADDR_MAX + 1];
+    unsigned port;
+    bool numeric;
+    if (tn_meta_transport_split(address, host, sizeof(host), &port, &numeric) != 0 || !numeric)
         return UV_EINVAL;
     return uv_ip4_addr(host[0] != '\0' ? host : "0.0.0.0", (int)port, sa);
+}
+
+/* Whether address is one tern's Raft takes: IPv4 or a name, and a port. */
+static bool valid_address(const char *address)
+{
+    char host[TN_META_ADDR_MAX + 1];
+    unsigned port;
+    bool numeric;
+    return strlen(address) <= TN_META_ADDR_MAX &&
+           tn_meta_transport_split(address, host, sizeof(host), &port, &numeric) == 0;
 }
 
 static void put16(unsigned char *p, unsigned v)
@@ -206,9 +245,8 @@ static int hello_check(const conn_t *c, const char **why)
         addr[i] = (char)h[HELLO_HEAD + i];
     }
     addr[alen] = '\0';
-    struct sockaddr_in sa;
-    if (parse_ipv4(addr, &sa) != 0) {
-        *why = "handshake address is not IPv4 host:port";
+    if (!valid_address(addr)) {
+        *why = "handshake address is not host:port (an IPv4 address or a DNS name)";
         return UV_EPROTO;
     }
     return 1;
@@ -318,6 +356,12 @@ static void conn_close(conn_t *c)
         c->closing_handles++;
         uv_close((uv_handle_t *)&c->local, on_local_closed);
         c->local_open = false;
+    }
+    if (c->resolving) {
+        /* Counted like a handle: on_resolved comes once, cancelled or not
+         * (a look-up already running in the thread pool finishes). */
+        c->closing_handles++;
+        uv_cancel((uv_req_t *)&c->gai);
     }
     if (c->closing_handles == 0)
         conn_free(c);
@@ -749,7 +793,14 @@ static int conn_begin(conn_t *c)
         const struct sockaddr_in *sin = (const struct sockaddr_in *)&ss;
         char ip[INET_ADDRSTRLEN];
         uv_ip4_name(sin, ip, sizeof(ip));
-        snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, (unsigned)ntohs(sin->sin_port));
+        char at[INET_ADDRSTRLEN + 8];
+        snprintf(at, sizeof(at), "%s:%u", ip, (unsigned)ntohs(sin->sin_port));
+        /* A dialer keeps the name it dialled, and adds where it led. */
+        size_t n = strlen(c->peer);
+        if (c->dialer && strcmp(c->peer, at) != 0 && n + strlen(at) + 4 < sizeof(c->peer))
+            snprintf(c->peer + n, sizeof(c->peer) - n, " (%s)", at);
+        else if (!c->dialer)
+            snprintf(c->peer, sizeof(c->peer), "%s", at);
     }
     uv_tcp_nodelay(c->tcp, 1);
     int rc = uv_read_start((uv_stream_t *)c->tcp, on_tcp_alloc, on_tcp_read);
@@ -803,13 +854,23 @@ static int tr_init(struct raft_uv_transport *rt, raft_id id, const char *address
 {
     transport_t *t = rt->impl;
     struct sockaddr_in sa;
-    if (strlen(address) > TN_META_ADDR_MAX || parse_ipv4(address, &sa) != 0) {
-        snprintf(rt->errmsg, RAFT_ERRMSG_BUF_SIZE, "address \"%.200s\" is not IPv4 host:port",
+    if (!valid_address(address)) {
+        snprintf(rt->errmsg, RAFT_ERRMSG_BUF_SIZE,
+                 "address \"%.120s\" is not host:port (an IPv4 address or a DNS name)", address);
+        return RAFT_INVALID;
+    }
+    const char *listen = t->listen[0] != '\0' ? t->listen : address;
+    if (parse_ipv4(listen, &sa) != 0) {
+        snprintf(rt->errmsg, RAFT_ERRMSG_BUF_SIZE,
+                 "address \"%.120s\" is a host name: the transport needs the numeric address "
+                 "it resolves to for its listener",
                  address);
         return RAFT_INVALID;
     }
     t->id = id;
     snprintf(t->address, sizeof(t->address), "%s", address);
+    if (listen != t->listen)
+        snprintf(t->listen, sizeof(t->listen), "%s", listen);
     uv_timer_init(t->loop, &t->sweep);
     t->sweep.data = t;
     t->sweep_open = true;
@@ -842,7 +903,7 @@ static int tr_listen(struct raft_uv_transport *rt, raft_uv_accept_cb cb)
 {
     transport_t *t = rt->impl;
     struct sockaddr_in sa;
-    parse_ipv4(t->address, &sa); /* checked in tr_init */
+    parse_ipv4(t->listen, &sa); /* checked in tr_init */
     t->accept_cb = cb;
     uv_tcp_init(t->loop, &t->listener);
     t->listener.data = t;
@@ -854,8 +915,7 @@ static int tr_listen(struct raft_uv_transport *rt, raft_uv_accept_cb cb)
         /* errmsg stays empty: tn_meta_open reports a listener that failed
          * by repeating the bind (explain_listen in meta.c), in the words
          * that name the option, as it did for libraft's own transport. */
-        TN_LOG(TN_LOG_DEBUG, "raft transport: cannot listen on %s: %s", t->address,
-               uv_strerror(rc));
+        TN_LOG(TN_LOG_DEBUG, "raft transport: cannot listen on %s: %s", t->listen, uv_strerror(rc));
         return RAFT_IOERR;
     }
     return 0;
@@ -877,14 +937,59 @@ static void on_connected(uv_connect_t *req, int status)
         refuse(c, uv_strerror(rc));
 }
 
+/* The look-up of a named peer ended: connect to its first IPv4 address,
+ * or fail the connect like an unreachable peer (libraft retries it, and
+ * looks the name up again). */
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    conn_t *c = req->data;
+    c->resolving = false;
+    if (c->state == C_CLOSING) {
+        uv_freeaddrinfo(res);
+        on_handle_closed(c);
+        return;
+    }
+    struct sockaddr_in sa;
+    bool found = false;
+    for (const struct addrinfo *ai = res; status == 0 && ai != NULL && !found; ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET && ai->ai_addrlen >= sizeof(sa)) {
+            memcpy(&sa, ai->ai_addr, sizeof(sa));
+            found = true;
+        }
+    }
+    uv_freeaddrinfo(res);
+    if (!found) {
+        /* A peer not scheduled yet has no name: normal for a while, but a
+         * mistyped name looks the same, so it is said (now and then). */
+        TN_LOG_RL(TN_LOG_WARN, LOG_EVERY_MS, "raft transport: cannot resolve %s: %s", c->peer,
+                  status != 0 ? uv_strerror(status) : "no IPv4 address");
+        conn_close(c);
+        return;
+    }
+    sa.sin_port = htons((uint16_t)c->port);
+    c->state = C_CONNECTING;
+    int rc = uv_tcp_connect(&c->connect, c->tcp, (const struct sockaddr *)&sa, on_connected);
+    if (rc != 0) {
+        TN_LOG(TN_LOG_DEBUG, "raft transport: connect to %s: %s", c->peer, uv_strerror(rc));
+        conn_close(c);
+    }
+}
+
 static int tr_connect(struct raft_uv_transport *rt, struct raft_uv_connect *req, raft_id id,
                       const char *address, raft_uv_connect_cb cb)
 {
     transport_t *t = rt->impl;
     (void)id;
+    char host[TN_META_ADDR_MAX + 1];
+    unsigned port = 0;
+    bool numeric = false;
     struct sockaddr_in sa;
-    if (parse_ipv4(address, &sa) != 0 || sa.sin_addr.s_addr == htonl(INADDR_ANY)) {
-        snprintf(rt->errmsg, RAFT_ERRMSG_BUF_SIZE, "peer address \"%.200s\" is not IPv4 host:port",
+    memset(&sa, 0, sizeof(sa));
+    if (strlen(address) > TN_META_ADDR_MAX ||
+        tn_meta_transport_split(address, host, sizeof(host), &port, &numeric) != 0 || port == 0 ||
+        (numeric && (parse_ipv4(address, &sa) != 0 || sa.sin_addr.s_addr == htonl(INADDR_ANY)))) {
+        snprintf(rt->errmsg, RAFT_ERRMSG_BUF_SIZE,
+                 "peer address \"%.120s\" is not host:port (an IPv4 address or a DNS name)",
                  address);
         return RAFT_NOCONNECTION;
     }
@@ -894,9 +999,24 @@ static int tr_connect(struct raft_uv_transport *rt, struct raft_uv_connect *req,
         return RAFT_NOMEM;
     }
     snprintf(c->peer, sizeof(c->peer), "%s", address);
-    c->state = C_CONNECTING;
     c->connect.data = c;
-    int rc = uv_tcp_connect(&c->connect, c->tcp, (const struct sockaddr *)&sa, on_connected);
+    int rc;
+    if (numeric) {
+        c->state = C_CONNECTING;
+        rc = uv_tcp_connect(&c->connect, c->tcp, (const struct sockaddr *)&sa, on_connected);
+    } else {
+        /* Every dial looks the name up again: a peer re-created at another
+         * IP is reached there. Asynchronous: the loop never waits on DNS. */
+        struct addrinfo hints;
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_family = AF_INET;
+        hints.ai_socktype = SOCK_STREAM;
+        c->state = C_RESOLVING;
+        c->port = port;
+        c->gai.data = c;
+        rc = uv_getaddrinfo(t->loop, &c->gai, on_resolved, host, NULL, &hints);
+        c->resolving = rc == 0;
+    }
     if (rc != 0) {
         snprintf(rt->errmsg, RAFT_ERRMSG_BUF_SIZE, "connect to %.200s: %s", address,
                  uv_strerror(rc));
@@ -1017,6 +1137,8 @@ int tn_meta_transport_init(struct raft_uv_transport *rt, uv_loop_t *loop,
     t->raft = rt;
     t->loop = loop;
     t->ssl = ctx;
+    if (o->listen != NULL)
+        snprintf(t->listen, sizeof(t->listen), "%s", o->listen);
     void *data = rt->data;
     memset(rt, 0, sizeof(*rt));
     rt->data = data;

@@ -38,14 +38,26 @@
  * close every connection still handshaking or pumping, fail pending
  * connects with RAFT_CANCELED, and only then call the close callback.
  *
- * Addresses are IPv4 "host:port" with a numeric host (the config resolves
- * names); an empty host listens on every interface.
+ * Addresses are "host:port" where host is a numeric IPv4 address or a DNS
+ * name (tn_meta_transport_split has the rules); the string is what Raft
+ * records and what the handshake carries, compared as a string, never as
+ * an IP. A connect to a name looks it up with uv_getaddrinfo (in libuv's
+ * thread pool, never blocking the loop) each time libraft dials, and takes
+ * its first IPv4 address: a peer re-created at another IP under the same
+ * name is reached at the new one. A name that does not resolve fails the
+ * connect like an unreachable peer (libraft retries it). The listener
+ * binds a numeric address: opts.listen (the config resolves this node's
+ * own name once, at start), or the address itself when it is numeric; an
+ * empty host listens on every interface.
  *
  * Threads: the loop thread of the raft_io it serves. */
 #ifndef TN_META_TRANSPORT_H
 #define TN_META_TRANSPORT_H
 
 #include "core/platform.h"
+
+#include <stdbool.h>
+#include <stddef.h>
 
 #include <raft.h>
 #include <raft/uv.h>
@@ -60,6 +72,10 @@ typedef struct {
     const char *tls_cert; /* this node's certificate (chain) */
     const char *tls_key;  /* its private key */
     const char *tls_ca;   /* the CA that peers' certificates must chain to */
+    /* Numeric IPv4 "a.b.c.d:port" to listen on, borrowed for the call; NULL
+     * (or "") listens on the Raft address itself, which must then be
+     * numeric. Needed when the Raft address is a host name. */
+    const char *listen;
 } tn_meta_transport_opts_t;
 
 /* Set up t (caller-owned) for raft_uv_init on loop: t->impl is allocated
@@ -68,6 +84,14 @@ typedef struct {
  * why) or UV_ENOMEM, and t needs no fini. */
 int tn_meta_transport_init(struct raft_uv_transport *t, uv_loop_t *loop,
                            const tn_meta_transport_opts_t *o, char *err, size_t errlen);
+/* Split a Raft address "host:port" into host (hostlen bytes, at least
+ * 254) and port (decimal 0..65535), and say whether host is numeric:
+ * empty or an IPv4 literal; otherwise it must be a DNS name by
+ * tn_netaddr_dns_name's rules. 0 or UV_EINVAL (IPv6 literals included:
+ * Raft's addresses are IPv4). */
+int tn_meta_transport_split(const char *address, char *host, size_t hostlen, unsigned *port,
+                            bool *numeric);
+
 /* Release t's memory: after libraft closed the transport (the raft_io's
  * close, i.e. in or after raft_close's callback), or when t was never
  * initialised by libraft (raft_uv_init or raft_init failed). */

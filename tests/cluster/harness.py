@@ -123,6 +123,7 @@ class Node:
         self.id = node_id
         self.host = host
         self.prefix = prefix  # e.g. ["ip", "netns", "exec", ns]
+        self.raft_host = host  # the host of --raft-address (and --peers): may be a name
         self.http_port = free_port()
         self.raft_port = free_port()
         self.dir = os.path.join(cluster.dir, f"node{node_id}")
@@ -135,7 +136,7 @@ class Node:
 
     @property
     def raft_address(self):
-        return f"{self.host}:{self.raft_port}"
+        return f"{self.raft_host}:{self.raft_port}"
 
     @property
     def api_address(self):

@@ -10,7 +10,8 @@ dashboard (ctest label `deploy`).
   not root; no ADD of a URL, no curl or wget; a VOLUME for the data; no
   HEALTHCHECK; ENV names are ternd options; the entrypoint script's
   StatefulSet logic, run with a stub ternd, and with three real members
-  (their DNS names from a private /etc/hosts: unshare -m, as root), and
+  (their DNS names from a private /etc/hosts: unshare -m, as root; one
+  re-created at another IP under its name rejoins), and
   with a read-only root file system; the preStop drain command against a
   live node (once the tree builds ternctl).
 - Chart and manifests: deploy/helm/tern rendered by render.py (helm is not
@@ -279,14 +280,21 @@ class Entrypoint(unittest.TestCase):
         os.makedirs(os.path.join(self.data, "meta"))
         self.tls = os.path.join(self.dir, "tls")
         os.makedirs(self.tls)
+        # A getent that stands in for the peer Service's DNS: every name
+        # but *.invalid resolves, to the pod's own IP.
+        self.bindir = os.path.join(self.dir, "bin")
+        os.makedirs(self.bindir)
+        with open(os.path.join(self.bindir, "getent"), "w") as f:
+            f.write("#!/bin/sh\ncase \"$2\" in *.invalid) exit 2 ;; esac\n"
+                    "echo \"$POD_IP $2\"\n")
+        os.chmod(os.path.join(self.bindir, "getent"), 0o755)
 
     def tearDown(self):
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def run_entry(self, *args, path_prefix=None, **env):
-        e = {"PATH": os.environ["PATH"], "TERND": self.stub, "TERN_DATA_PATH": self.data}
-        if path_prefix:
-            e["PATH"] = path_prefix + ":" + e["PATH"]
+    def run_entry(self, *args, **env):
+        e = {"PATH": self.bindir + ":" + os.environ["PATH"], "TERND": self.stub,
+             "TERN_DATA_PATH": self.data}
         e.update(env)
         if os.path.exists(self.out):
             os.unlink(self.out)
@@ -317,29 +325,24 @@ class Entrypoint(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(argv, [
             "--node-id", "2", "--advertise-address", "tern-1.tern-peers:4151",
-            "--raft-address", "10.1.2.3:4153",
+            "--raft-address", "tern-1.tern-peers:4153",
             "--raft-tls-cert", f"{self.tls}/tern-1.crt", "--raft-tls-key",
             f"{self.tls}/tern-1.key", "--raft-tls-ca", f"{self.tls}/ca.crt",
             "--join", "tern-0.tern-peers:4151,tern-2.tern-peers:4151", "--log-level=info"])
 
     def test_first_start_bootstraps_with_peers(self):
-        # A getent that resolves every name stands in for the peer
-        # Service's DNS; /readyz of the others is not reachable (no such
-        # hosts), so this is the cluster's first start.
-        bindir = os.path.join(self.dir, "bin")
-        os.makedirs(bindir)
-        with open(os.path.join(bindir, "getent"), "w") as f:
-            f.write("#!/bin/sh\necho \"10.9.9.9 $3\"\n")
-        os.chmod(os.path.join(bindir, "getent"), 0o755)
+        # The stub getent resolves every name; /readyz of the others is
+        # not reachable (the names lead to this pod's IP, where nothing
+        # listens), so this is the cluster's first start.
         for f in ("ca.crt", "tls.crt", "tls.key"):
             open(os.path.join(self.tls, f), "w").close()
-        r, argv = self.run_entry(path_prefix=bindir, **self.member(
+        r, argv = self.run_entry(**self.member(
             HOSTNAME="db-0", TERN_PEER_SERVICE="db-peers", TERN_RAFT_PORT="5153",
             TERN_HTTP_PORT="5151", TERN_RAFT_TLS_DIR=self.tls))
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(argv, [
             "--node-id", "1", "--advertise-address", "db-0.db-peers:5151",
-            "--raft-address", "10.1.2.3:5153",
+            "--raft-address", "db-0.db-peers:5153",
             "--raft-tls-cert", f"{self.tls}/tls.crt", "--raft-tls-key", f"{self.tls}/tls.key",
             "--raft-tls-ca", f"{self.tls}/ca.crt",
             "--peers", "1@db-0.db-peers:5153,2@db-1.db-peers:5153,3@db-2.db-peers:5153"])
@@ -349,7 +352,7 @@ class Entrypoint(unittest.TestCase):
         r, argv = self.run_entry("--node-id=7", "--join", "x:1", **self.member())
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(argv, ["--advertise-address", "tern-1.tern-peers:4151",
-                                "--raft-address", "10.1.2.3:4153", "--node-id=7", "--join",
+                                "--raft-address", "tern-1.tern-peers:4153", "--node-id=7", "--join",
                                 "x:1"])
 
     def test_refusals_name_the_problem(self):
@@ -360,10 +363,15 @@ class Entrypoint(unittest.TestCase):
             (self.member(POD_IP=""), "POD_IP"),
             (self.member(TERN_RAFT_TLS_DIR=self.tls), "has no readable tls.crt"),
             (self.member(TERN_PEER_WAIT="0", TERN_PEER_SERVICE="no-such-service.invalid"),
-             "does not resolve after 0s"),
+             "tern-1.no-such-service.invalid does not resolve to this pod's IP 10.1.2.3 "
+             "after 0s"),
+            # The Raft name given: only the peers' names are waited for.
+            (self.member(TERN_PEER_WAIT="0", TERN_PEER_SERVICE="no-such-service.invalid",
+                         argv=["--raft-address", "x.example:4153"]),
+             "tern-0.no-such-service.invalid does not resolve after 0s"),
         ]
         for env, needle in cases:
-            r, argv = self.run_entry(**env)
+            r, argv = self.run_entry(*env.pop("argv", []), **env)
             self.assertNotEqual(r.returncode, 0, env)
             self.assertIsNone(argv, f"ternd was started for {env}")
             self.assertIn(needle, r.stderr, env)
@@ -424,7 +432,9 @@ class EntrypointCluster(unittest.TestCase):
     /etc/hosts bind-mounted in a mount namespace of their own (unshare -m,
     as root), so nothing outside sees it. The first start bootstraps with
     --peers; a restarted member and a member whose volume was emptied
-    come back with --join."""
+    come back with --join; a re-created pod comes back at a new IP under
+    its name (the hosts file rewritten in place, which every member's bind
+    mount shows) and takes part in the metastore again."""
 
     N = 3
     SECRET = "entrypoint-cluster-secret-0123456789abcdef"
@@ -438,9 +448,9 @@ class EntrypointCluster(unittest.TestCase):
         cls.dir = tempfile.mkdtemp(prefix="tern-entry-cluster-")
         cls.hosts = os.path.join(cls.dir, "hosts")
         with open("/etc/hosts") as f:
-            base = f.read()
-        with open(cls.hosts, "w") as f:
-            f.write(base + "".join(f"127.0.0.{11 + i} t-{i}.t-peers\n" for i in range(cls.N)))
+            cls.base_hosts = f.read()
+        cls.ips = {i: f"127.0.0.{11 + i}" for i in range(cls.N)}
+        cls.write_hosts()
         cls.http, cls.raft = harness.free_port(), harness.free_port()
         cls.procs = {}
         try:
@@ -453,6 +463,14 @@ class EntrypointCluster(unittest.TestCase):
             raise
 
     @classmethod
+    def write_hosts(cls):
+        """The pods' names at cls.ips, written in place (the same inode:
+        the members' bind mounts see the change)."""
+        with open(cls.hosts, "w") as f:
+            f.write(cls.base_hosts + "".join(f"{cls.ips[i]} t-{i}.t-peers\n"
+                                             for i in range(cls.N)))
+
+    @classmethod
     def tearDownClass(cls):
         for i in list(cls.procs):
             cls.stop(i)
@@ -462,11 +480,11 @@ class EntrypointCluster(unittest.TestCase):
     def start(cls, i):
         env = {"PATH": os.environ["PATH"], "HOSTNAME": f"t-{i}", "TERND": daemon_mod.TERND,
                "TERN_REPLICAS": str(cls.N), "TERN_PEER_SERVICE": "t-peers",
-               "POD_IP": f"127.0.0.{11 + i}", "TERN_HTTP_PORT": str(cls.http),
+               "POD_IP": cls.ips[i], "TERN_HTTP_PORT": str(cls.http),
                "TERN_RAFT_PORT": str(cls.raft), "TERN_PEER_WAIT": "60",
                "TERN_DATA_PATH": os.path.join(cls.dir, f"data{i}"),
-               "TERN_HTTP_ADDRESS": f"127.0.0.{11 + i}:{cls.http}",
-               "TERN_TCP_ADDRESS": f"127.0.0.{11 + i}:0",
+               "TERN_HTTP_ADDRESS": f"{cls.ips[i]}:{cls.http}",
+               "TERN_TCP_ADDRESS": f"{cls.ips[i]}:0",
                "TERN_CLUSTER_SECRET": cls.SECRET, "TERN_ADMIN_PASSWORD": cls.PASSWORD}
         log = open(os.path.join(cls.dir, f"t-{i}.log"), "a")
         # unshare and sh exec in place: the process id ends up ternd's.
@@ -496,7 +514,7 @@ class EntrypointCluster(unittest.TestCase):
     @classmethod
     def request(cls, i, path, auth=False):
         headers = {"Authorization": harness.basic("admin", cls.PASSWORD)} if auth else {}
-        c = http.client.HTTPConnection(f"127.0.0.{11 + i}", cls.http, timeout=5)
+        c = http.client.HTTPConnection(cls.ips[i], cls.http, timeout=5)
         try:
             c.request("GET", path, headers=headers)
             r = c.getresponse()
@@ -537,7 +555,7 @@ class EntrypointCluster(unittest.TestCase):
         for i in range(self.N):
             self.assertIn(f"tern-entrypoint: member {i + 1} of 3: --node-id {i + 1} "
                           f"--advertise-address t-{i}.t-peers:{self.http} --raft-address "
-                          f"127.0.0.{11 + i}:{self.raft} --peers 1@t-0.t-peers:{self.raft},"
+                          f"t-{i}.t-peers:{self.raft} --peers 1@t-0.t-peers:{self.raft},"
                           f"2@t-1.t-peers:{self.raft},3@t-2.t-peers:{self.raft}", self.log(i))
         self.wait_alive(0, names)
         # A restart (Raft state on its volume) comes back with --join.
@@ -554,6 +572,37 @@ class EntrypointCluster(unittest.TestCase):
         self.assertEqual(self.log(2).count("--join t-0.t-peers"), 1, self.log(2))
         self.assertNotIn("--peers", self.log(2).split("--node-id 3")[-1])
         self.wait_alive(2, names)
+        # A re-created pod: t-1 comes back at another IP under its name.
+        # Raft records the name, so the others dial the new IP, and a
+        # metadata write made while it was away reaches it.
+        self.assertEqual(self.stop(1), 0, self.log(1))
+        self.ips[1] = "127.0.0.21"
+        self.write_hosts()
+        c = http.client.HTTPConnection(self.ips[0], self.http, timeout=10)
+        try:
+            c.request("POST", "/v1/topics", body=json.dumps({"name": "recreated",
+                                                             "partitions": 1}),
+                      headers={"Authorization": harness.basic("admin", self.PASSWORD),
+                               "Content-Type": "application/json"})
+            r = c.getresponse()
+            self.assertEqual(r.status, 201, r.read())
+        finally:
+            c.close()
+        self.start(1)
+        self.wait_ready(1)
+        restart = self.log(1).split("--node-id 2")[-1]
+        self.assertIn(f"metastore Raft listening on 127.0.0.21:{self.raft} (raft-address "
+                      f"t-1.t-peers:{self.raft}", restart)
+        self.assertNotIn("Raft configuration records node", restart)
+        self.wait_alive(1, names)
+        deadline = time.monotonic() + 30
+        while True:
+            status, body = self.request(1, "/v1/topics/recreated", auth=True)
+            if status == 200:
+                break
+            self.assertLess(time.monotonic(), deadline, f"t-1 never saw the topic: {status} "
+                            f"{body}\n{self.log(1)}")
+            time.sleep(0.3)
 
 
 # --- the chart and the manifests ----------------------------------------------
@@ -669,6 +718,17 @@ class Chart(unittest.TestCase):
         self.assertEqual(env["TERN_PEER_SERVICE"]["value"], spec["serviceName"])
         self.assertEqual(env["TERN_REPLICAS"]["value"], str(spec["replicas"]))
         self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP")
+        # The Raft address is left to the entrypoint, which gives the pod's
+        # stable DNS name (<pod>.<serviceName>): no IP is pinned here, and
+        # no caveat about re-created pods is left in the comments.
+        args = self.container().get("args", []) + self.container().get("command", [])
+        self.assertFalse([a for a in args if "raft-address" in a], args)
+        self.assertNotIn("TERN_RAFT_ADDRESS", env)
+        for name in ("statefulset.yaml",):
+            self.assertNotIn("drops out of the", self.rendered[name])
+        self.assertRegex(text, r"# .*Raft address is its pod's stable DNS name")
+        with open(os.path.join(CHART, "values.yaml")) as f:
+            self.assertNotIn("drops out of the metastore", f.read())
         self.assertIs(self.pod()["spec"]["enableServiceLinks"], False)
         self.assertIs(self.pod()["spec"]["automountServiceAccountToken"], False)
 

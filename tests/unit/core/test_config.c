@@ -611,7 +611,7 @@ static void test_cluster_peers(void **state)
     char *env[] = {"TERN_CLUSTER_SECRET=" SECRET40, NULL};
     char *argv[] = {"ternd",
                     "--node-id=2",
-                    "--raft-address=127.0.0.1:5002",
+                    "--raft-address=LocalHost:5002",
                     "--http-address=127.0.0.1:5102",
                     "--peers= 1@127.0.0.1:5001, 2@localhost:5002,3@127.0.0.1:5003 ",
                     NULL};
@@ -623,10 +623,16 @@ static void test_cluster_peers(void **state)
     assert_int_equal(tn_config_raft_id(&cfg), 2); /* the id --peers lists it under */
     assert_int_equal(cfg.npeers, 3);
     assert_int_equal(cfg.peers[0].id, 1);
-    assert_string_equal(cfg.peers[0].addr.name, "127.0.0.1:5001");
+    assert_string_equal(cfg.peers[0].name, "127.0.0.1:5001");
+    assert_int_equal(cfg.peers[0].addr.sa.ss_family, AF_INET);
     assert_int_equal(cfg.peers[1].id, 2);
-    assert_string_equal(cfg.peers[1].addr.name, "127.0.0.1:5002"); /* localhost, resolved */
+    /* A name stays a name (the transport resolves it when it dials), in
+     * lower case; this node's own is resolved once, for its listener. */
+    assert_string_equal(cfg.peers[1].name, "localhost:5002");
+    assert_int_equal(cfg.peers[1].addr.sa.ss_family, AF_UNSPEC);
     assert_string_equal(cfg.peers[1].addr.option, "peers");
+    assert_string_equal(cfg.raft_name, "localhost:5002");
+    assert_string_equal(cfg.raft_listen.addr.name, "127.0.0.1:5002");
     assert_int_equal(cfg.peers[2].id, 3);
     assert_string_equal(cfg.advertise, "127.0.0.1:5102");
     assert_int_equal(cfg.cluster_secret_len, 40);
@@ -670,13 +676,36 @@ static void test_cluster_peers(void **state)
     /* Resolved at the end of the load, like the listeners: IPv4 only. */
     char *p8[] = {"ternd", NODE2, "--peers=1@[::1]:5001,2@127.0.0.1:5002", NULL};
     expect_refused(p8, env, "peers: \"1@[::1]:5001\"", "IPv4");
-    char *p9[] = {"ternd", NODE2, "--peers=1@nowhere.invalid:5001,2@127.0.0.1:5002", NULL};
-    expect_refused(p9, env, "peers: \"1@nowhere.invalid:5001\"", "does not resolve");
+    char *p9[] = {"ternd", NODE2, "--peers=1@bad_name.example:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(p9, env, "peers: \"1@bad_name.example:5001\"",
+                   "neither an IPv4 address nor a DNS host name");
+    char *p10[] = {"ternd", NODE2, "--peers=1@10.1.2:5001,2@127.0.0.1:5002", NULL};
+    expect_refused(p10, env, "peers: \"1@10.1.2:5001\"", "nor a DNS host name");
+    /* A peer's name is not looked up at start: one not resolving yet (a
+     * pod not scheduled) is dialled again later, like a peer that is down. */
+    char *p11[] = {"ternd", NODE2, "--peers=1@nowhere.invalid:5001,2@127.0.0.1:5002", NULL};
+    assert_int_equal(load(&cfg, p11, env, err, sizeof(err)), 0);
+    assert_string_equal(cfg.peers[0].name, "nowhere.invalid:5001");
+    tn_config_fini(&cfg);
+    /* This node's own name must resolve: it is what the listener binds. */
+    char *p12[] = {"ternd",
+                   "--node-id=2",
+                   "--raft-address=nowhere.invalid:5002",
+                   "--http-address=127.0.0.1:5102",
+                   "--peers=1@127.0.0.1:5001,2@nowhere.invalid:5002",
+                   NULL};
+    expect_refused(p12, env, "raft-address", "host \"nowhere.invalid\" does not resolve");
     /* The list as a whole. */
     char *q1[] = {"ternd", NODE2, "--peers=2@127.0.0.1:5001,2@127.0.0.1:5002", NULL};
     expect_refused(q1, env, "peers lists node 2 twice", "");
-    char *q2[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5002,2@localhost:5002", NULL};
+    /* The recorded strings are compared, not what they resolve to. */
+    char *q2[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5002,2@127.0.0.1:5002", NULL};
     expect_refused(q2, env, "peers lists 127.0.0.1:5002 for nodes 1 and 2", "");
+    char *q6[] = {"ternd", NODE2, "--peers=1@Localhost:5002,2@localhost:5002", NULL};
+    expect_refused(q6, env, "peers lists localhost:5002 for nodes 1 and 2", "");
+    char *q7[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5001,2@localhost:5002", NULL};
+    expect_refused(q7, env, "peers lists this node (2) at localhost:5002",
+                   "raft-address is 127.0.0.1:5002");
     char *q3[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5001,3@127.0.0.1:5003", NULL};
     expect_refused(q3, env, "peers has no entry for this node (node-id 2)", "");
     char *q4[] = {"ternd", NODE2, "--peers=1@127.0.0.1:5001,2@127.0.0.1:5009", NULL};
@@ -684,9 +713,12 @@ static void test_cluster_peers(void **state)
                    "raft-address is 127.0.0.1:5002");
     char *q5[] = {"ternd", NODE2, "--peers=1@192.0.2.1:5001,2@127.0.0.1:5002", NULL};
     expect_refused(q5, env,
-                   "peers mixes loopback and other addresses (192.0.2.1:5001, "
+                   "peers mixes loopback and other IPv4 addresses (192.0.2.1:5001, "
                    "127.0.0.1:5002)",
                    "");
+    /* A name's addresses are known only when it is dialled: not mixed. */
+    char *q8[] = {"ternd", NODE2, "--peers=1@node1.example:5001,2@127.0.0.1:5002", NULL};
+    expect_loads(q8, env);
     /* This node's own settings. */
     char *n1[] = {"ternd", "--raft-address=127.0.0.1:5002", "--http-address=127.0.0.1:5102",
                   "--peers=1@127.0.0.1:5001,2@127.0.0.1:5002", NULL};

@@ -150,12 +150,49 @@ static void test_format(void **state)
     assert_int_equal(strlen(out), 5);
 }
 
+/* The host names Raft addresses take (tn_netaddr_dns_name). */
+static void test_dns_name(void **state)
+{
+    (void)state;
+    const char *good[] = {"localhost",
+                          "tern-0.tern-peers",
+                          "tern-0.tern-peers.prod.svc.cluster.local",
+                          "node1.example.",
+                          "3com.example",
+                          "a",
+                          "x-1"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        if (!tn_netaddr_dns_name(good[i]))
+            fail_msg("refused: %s", good[i]);
+    const char *bad[] = {"",           "10.0.1",     "127.0.0.1", "123", "bad_name",
+                         "-a.example", "a-.example", "a..b",      ".a",  "a b",
+                         "[::1]",      "::1",        "a.-b"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        if (tn_netaddr_dns_name(bad[i]))
+            fail_msg("taken: %s", bad[i]);
+    char label[80];
+    memset(label, 'a', 63);
+    label[63] = '\0';
+    assert_true(tn_netaddr_dns_name(label));
+    memset(label, 'a', 64);
+    label[64] = '\0';
+    assert_false(tn_netaddr_dns_name(label));
+    char longname[300];
+    for (int i = 0; i < 63; i++) /* 252 bytes: fits 253 */
+        memcpy(longname + 4 * i, "abc.", 4);
+    longname[252] = '\0';
+    assert_true(tn_netaddr_dns_name(longname));
+    memcpy(longname + 252, "ab", 3); /* 254 */
+    assert_false(tn_netaddr_dns_name(longname));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_format),
+        cmocka_unit_test(test_dns_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,13 @@
  * while the cluster keeps committing; raw sockets that send a garbage or
  * out-of-bounds handshake are closed without reaching libraft, and a valid
  * one does reach it; closing fails a pending connect with RAFT_CANCELED
- * before the close callback. Every test ends with uv_loop_close() == 0.
+ * before the close callback. Addresses: the split of host:port (IPv4 or a
+ * DNS name); three nodes whose Raft addresses are "localhost:port" replicate
+ * (the dialer resolves the name each time, the listener binds the numeric
+ * address it is given); a hello naming a host name reaches libraft with
+ * the name; a name that does not resolve fails the connect like an
+ * unreachable peer, and a close during the look-up cancels the connect.
+ * Every test ends with uv_loop_close() == 0.
  * Certificates are made with the openssl command, once per run. */
 #include "core/platform.h"
 
@@ -60,6 +66,10 @@ static void make_certs(void)
            d, names[i], names[i], names[i], names[i], ca, ca, names[i]);
     }
 }
+
+/* The host of the nodes' Raft addresses: "localhost" makes every address
+ * a name, with the listener given the numeric one. */
+static const char *node_host = "127.0.0.1";
 
 static bool run_until(uv_loop_t *loop, bool (*cond)(void *), void *arg)
 {
@@ -169,9 +179,10 @@ static void node_start(node_t *n, uv_loop_t *loop, raft_id id, const int *ports,
     n->loop = loop;
     n->dir = tu_tempdir();
     n->id = id;
-    snprintf(n->address, sizeof(n->address), "127.0.0.1:%d", ports[id - 1]);
-    char cert[512], key[512], cafile[512], err[512] = "";
-    tn_meta_transport_opts_t o = {NULL, NULL, NULL};
+    snprintf(n->address, sizeof(n->address), "%s:%d", node_host, ports[id - 1]);
+    char cert[512], key[512], cafile[512], err[512] = "", listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", ports[id - 1]);
+    tn_meta_transport_opts_t o = {NULL, NULL, NULL, listen};
     if (prefix != NULL) {
         snprintf(cert, sizeof(cert), "%s/%s.pem", certdir, prefix);
         snprintf(key, sizeof(key), "%s/%s.key", certdir, prefix);
@@ -195,7 +206,7 @@ static void node_start(node_t *n, uv_loop_t *loop, raft_id id, const int *ports,
     raft_configuration_init(&conf);
     for (int i = 0; i < nvoters; i++) {
         char a[32];
-        snprintf(a, sizeof(a), "127.0.0.1:%d", ports[i]);
+        snprintf(a, sizeof(a), "%s:%d", node_host, ports[i]);
         assert_int_equal(raft_configuration_add(&conf, (raft_id)i + 1, a, RAFT_VOTER), 0);
     }
     assert_int_equal(raft_bootstrap(&n->raft, &conf), 0);
@@ -460,11 +471,14 @@ static bool solo_is_closed(void *arg)
     return ((solo_t *)arg)->closed;
 }
 
-static void solo_start(solo_t *s, uv_loop_t *loop, int port, bool tls)
+/* A transport with Raft id 1 listening on 127.0.0.1:port, its address
+ * host:port (host a name: the listener is given the numeric address). */
+static void solo_start_as(solo_t *s, uv_loop_t *loop, int port, bool tls, const char *host)
 {
     memset(s, 0, sizeof(*s));
-    char cert[512], key[512], ca[512], err[512] = "", addr[32];
-    tn_meta_transport_opts_t o = {NULL, NULL, NULL};
+    char cert[512], key[512], ca[512], err[512] = "", addr[300], listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    tn_meta_transport_opts_t o = {NULL, NULL, NULL, listen};
     if (tls) {
         snprintf(cert, sizeof(cert), "%s/n1.pem", certdir);
         snprintf(key, sizeof(key), "%s/n1.key", certdir);
@@ -475,9 +489,14 @@ static void solo_start(solo_t *s, uv_loop_t *loop, int port, bool tls)
     }
     if (tn_meta_transport_init(&s->t, loop, &o, err, sizeof(err)) != 0)
         fail_msg("transport: %s", err);
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    snprintf(addr, sizeof(addr), "%s:%d", host, port);
     assert_int_equal(s->t.init(&s->t, 1, addr), 0);
     assert_int_equal(s->t.listen(&s->t, on_solo_accept), 0);
+}
+
+static void solo_start(solo_t *s, uv_loop_t *loop, int port, bool tls)
+{
+    solo_start_as(s, loop, port, tls, "127.0.0.1");
 }
 
 static void solo_close(uv_loop_t *loop, solo_t *s)
@@ -610,7 +629,20 @@ static void test_garbage_handshakes(void **state)
     n = hello(h, "TNRH", 1, 11, 7, "example.org");
     raw_send(&loop, &r, port, h, n);
     assert_int_equal(r.gotlen, 0);
+    n = hello(h, "TNRH", 1, 13, 7, "bad_name:4153");
+    raw_send(&loop, &r, port, h, n);
+    assert_int_equal(r.gotlen, 0);
     assert_int_equal(s.accepted, 0);
+
+    /* A host name is an address too: libraft gets it as sent (Raft
+     * compares the recorded strings, never what they resolve to). */
+    n = hello(h, "TNRH", 1, 33, 9, "tern-0.tern-peers.ns.svc.local:41");
+    raw_send(&loop, &r, port, h, n);
+    assert_int_equal(s.accepted, 1);
+    assert_int_equal(s.accepted_id, 9);
+    assert_string_equal(s.accepted_addr, "tern-0.tern-peers.ns.svc.local:41");
+    assert_int_equal(r.gotlen, 8);
+    s.accepted = 0;
 
     /* A valid hello reaches libraft's callback and gets the answer. */
     n = hello(h, "TNRH", 1, 14, 7, "127.0.0.1:1234");
@@ -694,6 +726,168 @@ static void test_close_cancels_pending_connect(void **state)
         assert_int_equal(s.close_order, 2);
     }
     close(mute);
+    tu_loop_fini(&loop);
+}
+
+static void split_ok(const char *address, const char *host, unsigned port, bool numeric)
+{
+    char h[300];
+    unsigned p = 99999;
+    bool num = !numeric;
+    if (tn_meta_transport_split(address, h, sizeof(h), &p, &num) != 0)
+        fail_msg("refused: %s", address);
+    assert_string_equal(h, host);
+    assert_int_equal(p, port);
+    assert_int_equal(num, numeric);
+}
+
+static void split_bad(const char *address)
+{
+    char h[300];
+    unsigned p;
+    bool num;
+    if (tn_meta_transport_split(address, h, sizeof(h), &p, &num) != UV_EINVAL)
+        fail_msg("taken: %s", address);
+}
+
+static void test_address_split(void **state)
+{
+    (void)state;
+    split_ok("127.0.0.1:4153", "127.0.0.1", 4153, true);
+    split_ok(":4153", "", 4153, true);
+    split_ok("10.0.0.7:0", "10.0.0.7", 0, true);
+    split_ok("localhost:4153", "localhost", 4153, false);
+    split_ok("tern-0.tern-peers.prod.svc.cluster.local:4153",
+             "tern-0.tern-peers.prod.svc.cluster.local", 4153, false);
+    split_ok("node1.example.:65535", "node1.example.", 65535, false);
+    split_ok("3com.example:1", "3com.example", 1, false);
+    split_bad("localhost");        /* no port */
+    split_bad("localhost:");       /* empty port */
+    split_bad("localhost:65536");  /* out of range */
+    split_bad("localhost:41s3");   /* not a number */
+    split_bad("localhost:123456"); /* too long */
+    split_bad("[::1]:4153");       /* IPv6: Raft's addresses are IPv4 */
+    split_bad("::1:4153");
+    split_bad("10.0.1:4153"); /* digits and dots: a mistyped IPv4 address */
+    split_bad("256.1.1.1:4153");
+    split_bad("bad_name:4153");       /* '_' */
+    split_bad("-lead.example:4153");  /* '-' first in a label */
+    split_bad("trail-.example:4153"); /* and last */
+    split_bad("a..b:4153");           /* empty label */
+    split_bad(".a:4153");
+    split_bad("a b:4153");
+    char big[400];
+    memset(big, 'a', 63);
+    memcpy(big + 63, ".b:1", 5);
+    split_ok(big, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.b", 1, false);
+    memset(big, 'a', 64); /* a label over 63 bytes */
+    memcpy(big + 64, ".b:1", 5);
+    split_bad(big);
+    for (int i = 0; i < 64; i++) /* 256 bytes of labels: over 253 */
+        memcpy(big + 4 * i, "abc.", 4);
+    memcpy(big + 255, ":1", 3);
+    split_bad(big);
+    /* The host must fit the caller's buffer. */
+    char small[8];
+    unsigned p;
+    bool num;
+    assert_int_equal(tn_meta_transport_split("localhost:1", small, sizeof(small), &p, &num),
+                     UV_EINVAL);
+
+    /* init takes a name only with a numeric address to listen on. */
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct raft_uv_transport t;
+    char err[256];
+    tn_meta_transport_opts_t o = {NULL, NULL, NULL, NULL};
+    assert_int_equal(tn_meta_transport_init(&t, &loop, &o, err, sizeof(err)), 0);
+    assert_int_equal(t.init(&t, 1, "localhost:4153"), RAFT_INVALID);
+    assert_non_null(strstr(t.errmsg, "needs the numeric address"));
+    assert_int_equal(t.init(&t, 1, "bad_name:4153"), RAFT_INVALID);
+    assert_non_null(strstr(t.errmsg, "is not host:port"));
+    tn_meta_transport_fini(&t);
+    tu_loop_fini(&loop);
+}
+
+/* Three voters whose Raft addresses are "localhost:port": elected and
+ * replicating, every dial a look-up of the name. */
+static void test_named_cluster(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    node_t nodes[3];
+    int ports[4];
+    node_host = "localhost";
+    start_three(&loop, nodes, ports, false);
+    node_host = "127.0.0.1";
+    assert_string_equal(nodes[0].raft.address, nodes[0].address);
+    assert_non_null(strstr(nodes[0].address, "localhost:"));
+    replicate(&loop, nodes, 20, 104);
+    node_t *all[] = {&nodes[0], &nodes[1], &nodes[2], NULL};
+    nodes_close(&loop, all);
+    tu_loop_fini(&loop);
+}
+
+static bool connect_answered(void *arg)
+{
+    return ((solo_t *)arg)->connect_order != 0;
+}
+
+static bool stream_held(void *arg)
+{
+    return ((solo_t *)arg)->held != NULL;
+}
+
+/* Connects to names: one that resolves reaches the peer (which learns the
+ * dialer's name from the hello), one that does not fails like an
+ * unreachable peer (RAFT_NOCONNECTION, for libraft to retry), and a close
+ * while the look-up runs answers the connect with RAFT_CANCELED before
+ * the close callback. */
+static void test_named_connects(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    solo_t a, b;
+    int aport = free_port(), bport = free_port();
+    solo_start_as(&a, &loop, aport, false, "localhost");
+    solo_start(&b, &loop, bport, false);
+    b.hold = true;
+    struct raft_uv_connect req;
+    req.data = &a;
+    char addr[64];
+    snprintf(addr, sizeof(addr), "localhost:%d", bport);
+    assert_int_equal(a.t.connect(&a.t, &req, 2, addr, on_solo_connect), 0);
+    assert_true(run_until(&loop, connect_answered, &a));
+    assert_int_equal(a.connect_status, 0);
+    assert_non_null(a.held);
+    assert_true(run_until(&loop, stream_held, &b));
+    char want[64];
+    snprintf(want, sizeof(want), "localhost:%d", aport);
+    assert_string_equal(b.accepted_addr, want);
+    uv_close((uv_handle_t *)a.held, on_stream_closed);
+    uv_close((uv_handle_t *)b.held, on_stream_closed);
+    a.held = NULL;
+    solo_close(&loop, &b);
+
+    a.connect_order = 0;
+    assert_int_equal(a.t.connect(&a.t, &req, 2, "nowhere.invalid:4153", on_solo_connect), 0);
+    assert_true(run_until(&loop, connect_answered, &a));
+    assert_int_equal(a.connect_status, RAFT_NOCONNECTION);
+    assert_null(a.held);
+    /* Malformed names are refused at once. */
+    assert_int_equal(a.t.connect(&a.t, &req, 2, "bad_name:4153", on_solo_connect),
+                     RAFT_NOCONNECTION);
+    assert_int_equal(a.t.connect(&a.t, &req, 2, "localhost:0", on_solo_connect), RAFT_NOCONNECTION);
+
+    a.connect_order = 0;
+    a.order = 0;
+    assert_int_equal(a.t.connect(&a.t, &req, 2, "nowhere.invalid:4153", on_solo_connect), 0);
+    solo_close(&loop, &a); /* the look-up may not have started */
+    assert_int_equal(a.connect_status, RAFT_CANCELED);
+    assert_int_equal(a.connect_order, 1);
+    assert_int_equal(a.close_order, 2);
     tu_loop_fini(&loop);
 }
 
@@ -824,7 +1018,7 @@ static void test_bad_files(void **state)
     snprintf(cert, sizeof(cert), "%s/n1.pem", certdir);
     snprintf(key, sizeof(key), "%s/n1.key", certdir);
     snprintf(ca, sizeof(ca), "%s/ca1.pem", certdir);
-    tn_meta_transport_opts_t o = {cert, key, NULL};
+    tn_meta_transport_opts_t o = {cert, key, NULL, NULL};
     assert_int_equal(tn_meta_transport_init(&t, &loop, &o, err, sizeof(err)), TN_ECONFIG);
     assert_non_null(strstr(err, "all three"));
     o.tls_ca = "/nonexistent/ca.pem";
@@ -848,6 +1042,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tls_cluster_refuses_other_ca),
         cmocka_unit_test(test_plaintext_cluster),
+        cmocka_unit_test(test_address_split),
+        cmocka_unit_test(test_named_cluster),
+        cmocka_unit_test(test_named_connects),
         cmocka_unit_test(test_garbage_handshakes),
         cmocka_unit_test(test_close_cancels_pending_connect),
         cmocka_unit_test(test_backpressure),
