@@ -71,6 +71,14 @@ struct tn_meta_s {
     tn_meta_req_t mark;
     uint64_t next_reg_ms;
     int64_t leader_since_wall; /* wall ms this node became leader; 0 = not leader */
+    /* A new leader's barrier: libraft (0.15) appends no entry at election, so
+     * until one of the leader's own term commits, its commit index may lag
+     * what the cluster committed, and the replica looks caught up while it
+     * is not (caught_up). */
+    struct raft_barrier lead_barrier;
+    raft_term lead_term;    /* the term whose barrier applied here (0: none) */
+    raft_term lead_asked;   /* the term lead_barrier was asked in */
+    bool lead_barrier_busy; /* lead_barrier is in libraft */
     /* tn_meta_transfer. */
     struct raft_transfer xfer;
     uint64_t xfer_deadline;
@@ -536,6 +544,11 @@ static bool caught_up(tn_meta_t *m)
     raft_leader(&m->raft, &leader, &addr);
     if (leader == 0 || !is_voter(m))
         return false;
+    /* A leader knows what is committed only once an entry of its own term is
+     * (lead_barrier): before that, entries of earlier terms it holds may be
+     * committed and not applied. */
+    if (raft_state(&m->raft) == RAFT_LEADER && m->lead_term != m->raft.current_term)
+        return false;
     if (raft_state(&m->raft) != RAFT_LEADER &&
         m->io.time(&m->io) - m->raft.election_timer_start > CONTACT_MS)
         return false;
@@ -958,11 +971,34 @@ int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
 
 /* --- the tick ------------------------------------------------------------------- */
 
+static void on_lead_barrier(struct raft_barrier *b, int status)
+{
+    tn_meta_t *m = b->data;
+    m->lead_barrier_busy = false;
+    if (status == 0)
+        m->lead_term = m->lead_asked; /* every entry before it is applied */
+    if (!m->closing)
+        wake(m); /* ready, and the caught-up waiters, may follow */
+}
+
+/* A leader without a barrier applied in its term asks for one. */
+static void lead_barrier(tn_meta_t *m)
+{
+    if (raft_state(&m->raft) != RAFT_LEADER || m->lead_barrier_busy ||
+        m->lead_term == m->raft.current_term)
+        return;
+    m->lead_barrier.data = m;
+    m->lead_asked = m->raft.current_term;
+    if (raft_barrier(&m->raft, &m->lead_barrier, on_lead_barrier) == 0)
+        m->lead_barrier_busy = true; /* refused: asked again next tick */
+}
+
 static void on_poll(uv_timer_t *t)
 {
     tn_meta_t *m = t->data;
     if (m->closing)
         return;
+    lead_barrier(m);
     bool leader = raft_state(&m->raft) == RAFT_LEADER;
     if (leader && m->leader_since_wall == 0)
         m->leader_since_wall = tn_now_wall_ms();

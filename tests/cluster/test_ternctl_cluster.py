@@ -5,7 +5,9 @@ one leader, the same one through every node; `ternctl cluster members`
 through one node shows its partitions' owners through another, and a
 message produced through one node is consumed through a third; `ternctl
 stats --all-nodes` sums every member's numbers (messages pinned to each
-owner's partition all count, through any node).
+owner's partition all count, through any node); `ternctl cluster drain 3
+--wait` through node 1 drains node 3, which exits 0, and the others serve
+on.
 
 Run: python3 tests/cluster/test_ternctl_cluster.py --ternd build/ternd --ternctl build/ternctl
 """
@@ -110,6 +112,21 @@ class Ternctl(harness.ClusterTest):
         out = self.ok(n2, "stats", "--all-nodes", "--topic", "spread", "--count", "1")
         self.assertIn("all nodes (members as http://", out)
         self.assertIn(": 3 of 3 answered", out)
+
+        # cluster drain: an unknown id is refused; member 3, drained through
+        # node 1 (at the API address the members list gives), exits 0 while
+        # nodes 1 and 2 go on serving.
+        rc, out, err = self.ctl(n1, "cluster", "drain", "9")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("no member 9", err)
+        rc, out, err = self.ctl(n1, "cluster", "drain")
+        self.assertEqual(rc, 2, out + err)
+        out = self.ok(n1, "cluster", "drain", "3", "--wait", "--drain-timeout", "20s")
+        self.assertIn(f"member 3 at http://{n3.api_address}:", out)
+        wait_until("node 3 to exit", lambda: not n3.running(), timeout=60)
+        self.assertEqual(n3.daemon.proc.returncode, 0, n3.log())
+        self.assertIn("drained after", n3.log())
+        self.ok(n2, "produce", "spread", "after the drain", "--partition", "1")
 
 
 if __name__ == "__main__":

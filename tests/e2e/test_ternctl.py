@@ -202,7 +202,7 @@ class Basics(Base):
                          ["alter", "create", "delete", "get", "list"])
         self.assertEqual(complete("ternctl", "channels", ""),
                          ["delete", "empty", "list", "pause", "unpause"])
-        self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["members", "moves"])
+        self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["drain", "members", "moves"])
         self.assertIn("--partitions", complete("ternctl", "topics", "create", "x", "--pa"))
         self.assertEqual(complete("ternctl", "topics", "create", "x", "--durability", "w"),
                          ["write_ack"])

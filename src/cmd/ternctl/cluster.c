@@ -1,7 +1,10 @@
-/* `ternctl cluster members|moves`: the cluster as this node's metastore
- * replica knows it (GET /v1/cluster/members, GET /v1/cluster/moves; admin
- * only). tern makes no partition moves yet, so moves lists what the API
- * reports (nothing under way, today) with the placement it keeps. */
+/* `ternctl cluster members|moves|drain`: the cluster as this node's
+ * metastore replica knows it (GET /v1/cluster/members, GET
+ * /v1/cluster/moves; admin only), and the graceful drain of one member by
+ * its id, reached at the API address the members list gives (what
+ * `ternctl drain` does to the node it is pointed at). tern makes no
+ * partition moves yet, so moves lists what the API reports (nothing under
+ * way, today). */
 #include "core/platform.h"
 
 #include "cmd/ternctl/ctl.h"
@@ -129,22 +132,74 @@ static int moves(tn_ctl_t *c, int argc, char **argv)
     return rc;
 }
 
+/* `cluster drain ID [drain's options]`: find ID's API address in the
+ * members list, then drain that node as `ternctl drain` would, over the
+ * same scheme (http or https) and credentials. */
+static int drain_member(tn_ctl_t *c, int argc, char **argv)
+{
+    if (argc < 2 || argv[1][0] == '-')
+        return tn_ctl_usage(CMD, "drain needs a member id (ternctl cluster members lists them)");
+    tn_ctl_resp_t r;
+    yajl_val v;
+    int rc = get_json(c, "/v1/cluster/members", "cluster drain", &r, &v);
+    if (rc != TN_CTL_OK)
+        return rc;
+    yajl_val ml = tn_ctl_get(v, "members");
+    const char *api = NULL, *status = NULL;
+    for (size_t i = 0; YAJL_IS_ARRAY(ml) && i < ml->u.array.len; i++) {
+        const char *id = tn_ctl_get_str(ml->u.array.values[i], "id");
+        if (id != NULL && strcmp(id, argv[1]) == 0) {
+            api = tn_ctl_get_str(ml->u.array.values[i], "api_addr");
+            status = tn_ctl_get_str(ml->u.array.values[i], "status");
+        }
+    }
+    char url[320] = "";
+    if (api == NULL) {
+        fprintf(stderr,
+                "ternctl: cluster drain: no member %s (ternctl cluster members lists them)\n",
+                argv[1]);
+        rc = TN_CTL_FAIL;
+    } else if (api[0] == '\0') {
+        fprintf(stderr, "ternctl: cluster drain: member %s has no API address on record\n",
+                argv[1]);
+        rc = TN_CTL_FAIL;
+    } else if (status != NULL && strcmp(status, "alive") != 0) {
+        fprintf(stderr, "ternctl: cluster drain: member %s is %s: nothing to drain\n", argv[1],
+                status);
+        rc = TN_CTL_FAIL;
+    } else {
+        const char *base = tn_ctl_base_url(c);
+        snprintf(url, sizeof(url), "%s%s",
+                 strncmp(base, "https://", 8) == 0 ? "https://" : "http://", api);
+    }
+    yajl_tree_free(v);
+    tn_ctl_resp_fini(&r);
+    if (rc != TN_CTL_OK)
+        return rc;
+    if (!tn_ctl_json(c))
+        printf("member %s at %s:\n", argv[1], url);
+    return tn__ctl_drain(c, url, CMD, argc - 1, argv + 1);
+}
+
 static int run(tn_ctl_t *c, int argc, char **argv)
 {
     if (argc < 2)
-        return tn_ctl_usage(CMD, "which one: members or moves?");
+        return tn_ctl_usage(CMD, "which one: members, moves or drain?");
     if (strcmp(argv[1], "members") == 0)
         return members(c, argc - 1, argv + 1);
     if (strcmp(argv[1], "moves") == 0)
         return moves(c, argc - 1, argv + 1);
-    return tn_ctl_usage(CMD, "unknown subcommand \"%s\" (members, moves)", argv[1]);
+    if (strcmp(argv[1], "drain") == 0)
+        return drain_member(c, argc - 1, argv + 1);
+    return tn_ctl_usage(CMD, "unknown subcommand \"%s\" (members, moves, drain)", argv[1]);
 }
 
 const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
     .name = "cluster",
-    .summary = "the cluster's members and partition moves",
+    .summary = "the cluster's members and partition moves; drain a member",
     .help = "usage: ternctl cluster members\n"
             "       ternctl cluster moves\n"
+            "       ternctl cluster drain ID [--wait] [--drain-timeout D]\n"
             "\n"
             "members  every member as this node's metastore replica knows it: id, alive or\n"
             "         dead, the metastore leader, API and Raft addresses, partitions owned,\n"
@@ -152,10 +207,14 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "moves    partition moves under way (GET /v1/cluster/moves). tern does not move\n"
             "         partitions yet, so this is empty; `ternctl topics get T` shows each\n"
             "         partition's owner\n"
+            "drain    the graceful drain of member ID (as `ternctl drain`, sent to the API\n"
+            "         address the members list gives for it; the same options): one node of\n"
+            "         a rolling restart, from any node\n"
             "\n"
-            "Both need admin rights. --json prints the server's JSON.\n"
+            "All need admin rights. --json prints the server's JSON.\n"
             "\n"
-            "Example:\n"
-            "  ternctl cluster members\n",
+            "Examples:\n"
+            "  ternctl cluster members\n"
+            "  ternctl cluster drain 2 --wait\n",
     .run = run,
 };

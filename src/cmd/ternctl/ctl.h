@@ -159,6 +159,10 @@ const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap);
 /* The members table of GET /v1/cluster/members' array (cluster.c; status
  * shows it too). */
 void tn__ctl_print_members(yajl_val members);
+/* The graceful drain of the node at base_url (drain.c): argv holds drain's
+ * options ([--wait] [--drain-timeout D]) from argv[1]; cmd names the command
+ * in usage errors. `ternctl drain` and `ternctl cluster drain ID` share it. */
+int tn__ctl_drain(tn_ctl_t *c, const char *base_url, const char *cmd, int argc, char **argv);
 
 /* --- for main.c ---------------------------------------------------------------- */
 

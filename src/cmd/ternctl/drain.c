@@ -69,7 +69,7 @@ static bool show(tn_ctl_t *c, const tn_ctl_resp_t *r, char *state, size_t cap, i
     return ok;
 }
 
-static int run(tn_ctl_t *c, int argc, char **argv)
+int tn__ctl_drain(tn_ctl_t *c, const char *base_url, const char *cmd, int argc, char **argv)
 {
     static const struct option longopts[] = {{"wait", no_argument, NULL, 'w'},
                                              {"drain-timeout", required_argument, NULL, 't'},
@@ -86,18 +86,18 @@ static int run(tn_ctl_t *c, int argc, char **argv)
             if (tn_ctl_parse_ms(optarg, &timeout_ms) != 0 || timeout_ms <= 0 ||
                 timeout_ms > 24LL * 3600 * 1000)
                 return tn_ctl_usage(
-                    "drain", "--drain-timeout: \"%s\" is not a duration from 1ms to 24h", optarg);
+                    cmd, "--drain-timeout: \"%s\" is not a duration from 1ms to 24h", optarg);
         } else {
-            return tn_ctl_usage("drain", "unknown option \"%s\"", argv[optind - 1]);
+            return tn_ctl_usage(cmd, "unknown option \"%s\"", argv[optind - 1]);
         }
     }
     if (optind < argc)
-        return tn_ctl_usage("drain", "takes no arguments (got \"%s\")", argv[optind]);
+        return tn_ctl_usage(cmd, "takes no arguments (got \"%s\")", argv[optind]);
     char body[64] = "";
     if (timeout_ms > 0)
         snprintf(body, sizeof(body), "{\"timeout_ms\":%" PRId64 "}", timeout_ms);
     tn_ctl_resp_t r;
-    if (tn_ctl_call(c, "POST", "/v1/drain", body, strlen(body), &r) != 0)
+    if (tn_ctl_call_url(c, base_url, "POST", "/v1/drain", body, strlen(body), &r) != 0)
         return TN_CTL_FAIL; /* the reason is printed */
     if (r.status != 202 && r.status != 200) {
         int rc = tn_ctl_fail(&r, "drain: POST /v1/drain");
@@ -120,7 +120,7 @@ static int run(tn_ctl_t *c, int argc, char **argv)
             return TN_CTL_FAIL;
         }
         sleep_ms(POLL_MS);
-        if (tn_ctl_call(c, "GET", "/v1/drain", NULL, 0, &r) != 0) {
+        if (tn_ctl_call_url(c, base_url, "GET", "/v1/drain", NULL, 0, &r) != 0) {
             /* The drained node exited and took its listener with it. */
             if (!tn_ctl_json(c))
                 printf("the node has gone: drained and exited\n");
@@ -137,6 +137,11 @@ static int run(tn_ctl_t *c, int argc, char **argv)
             return TN_CTL_FAIL;
     }
     return TN_CTL_OK;
+}
+
+static int run(tn_ctl_t *c, int argc, char **argv)
+{
+    return tn__ctl_drain(c, tn_ctl_base_url(c), "drain", argc, argv);
 }
 
 const tn_ctl_cmd_t tn_ctl_cmd_drain = {
