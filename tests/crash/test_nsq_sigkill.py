@@ -6,11 +6,24 @@ times. Afterwards a consumer drains the channel. Checks:
 
 - missing = 0: every message acknowledged with OK is delivered (before a
   kill, or in the final drain);
-- a FIN sent well before a kill (500 ms: the channel log commits within
-  milliseconds) is never followed by a redelivery of that message.
+- a FIN the daemon has committed before a kill is never followed by a
+  redelivery of that message.
+
+An NSQ FIN has no answer, so how long after sending it the daemon reads
+and commits it says nothing (on a loaded machine the daemon may not run
+for a second; a FIN it had not committed is rightly delivered again). What
+the daemon does report is how many channel-log records it has committed:
+the count of tern_channel_log_duration_seconds in /metrics (a record
+counts there once its fdatasync is done). In this test every record is a
+FIN of the one consumer, read off its one connection, logged and completed
+in that order, so a count of n in a round means its first n FINs are
+committed; a scraper thread reads the count all through each round. The
+final drain checks that premise: its count must equal its FINs.
 
 TERN_NSQ_CRASH_KILLS sets the number of kills (default 25)."""
 import argparse
+import base64
+import http.client
 import os
 import random
 import shutil
@@ -30,21 +43,58 @@ from nsqwire import FRAME_RESPONSE, Conn  # noqa: E402
 
 TOPIC = "crash"
 CHANNEL = "ch"
-DURABLE_FIN_S = 0.5
+PASSWORD = "crash-test-password"
+AUTH = {"Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()}
+COMMITTED = "tern_channel_log_duration_seconds_count "
 
 
 class State:
     def __init__(self):
         self.lock = threading.Lock()
         self.acked = set()
-        self.fins = []  # (body, time, round)
+        self.fins = []  # (body, time, round, n: the FIN's place in its round)
         self.received = []  # (body, time)
         self.round = 0
         self.ids = []
+        self.committed = []  # per round: the largest committed count read
+        self.errors = []  # error frames the consumer got
 
 
 def start(ternd, data):
-    return crashutil.start_ternd(ternd, data, "NSQ TCP listening on port ", " ready:")
+    """(process, NSQ TCP port, HTTP port)"""
+    return crashutil.start_ternd(ternd, data, "NSQ TCP listening on port ", " ready:",
+                                 env={"TERN_ADMIN_PASSWORD": PASSWORD}, http_port=True)
+
+
+def committed_count(conn):
+    """The channel-log records the daemon has committed since it started;
+    None while the admin user is not made yet (just after the first start)."""
+    conn.request("GET", "/metrics", headers=AUTH)
+    r = conn.getresponse()
+    body = r.read().decode()
+    if r.status == 401:
+        return None
+    if r.status != 200:
+        raise AssertionError(f"/metrics answered {r.status}: {body[:200]}")
+    for line in body.splitlines():
+        if line.startswith(COMMITTED):
+            return int(line[len(COMMITTED):])
+    raise AssertionError("/metrics has no " + COMMITTED.strip())
+
+
+def scraper(http_port, st, rnd_no, stop):
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=5)
+        while not stop.is_set():
+            n = committed_count(conn)
+            with st.lock:
+                st.committed[rnd_no] = max(st.committed[rnd_no], n or 0)
+            time.sleep(0.02)
+    except (OSError, http.client.HTTPException):
+        pass  # the daemon was killed
+    except AssertionError as e:
+        with st.lock:
+            st.errors.append((rnd_no, "metrics", str(e)))
 
 
 def producer(port, pid, st, stop, counter):
@@ -70,22 +120,31 @@ def producer(port, pid, st, stop, counter):
         pass  # the daemon was killed
 
 
-def consumer(port, st, stop):
+def consumer(port, st, rnd_no, stop):
+    n = 0
     try:
         c = Conn(port, timeout=5)
         c.identify(heartbeat_interval=5000)
         c.sub(TOPIC, CHANNEL)
         c.rdy(50)
         while not stop.is_set():
-            m = c.read_message()
+            kind, data = c.read_frame()
+            if kind != nsqwire.FRAME_MESSAGE:
+                # A failed FIN would break the count's premise (and no
+                # FIN here can fail: each is for a message in flight).
+                with st.lock:
+                    st.errors.append((rnd_no, kind, data[:200]))
+                return
+            m = nsqwire.Message(data)
             now = time.monotonic()
             with st.lock:
                 st.received.append((m.body, now))
                 st.ids.append((m.body, m.id, m.attempts))
             c.fin(m.id)
+            n += 1
             with st.lock:
-                st.fins.append((m.body, time.monotonic(), st.round))
-    except (OSError, nsqwire.Closed, socket.timeout, AssertionError):
+                st.fins.append((m.body, time.monotonic(), rnd_no, n))
+    except (OSError, nsqwire.Closed, socket.timeout):
         pass
 
 
@@ -103,11 +162,13 @@ def main():
     try:
         for k in range(kills):
             st.round = k
-            p, port = start(args.ternd, data)
+            st.committed.append(0)
+            p, port, http_port = start(args.ternd, data)
             stop = threading.Event()
             threads = [threading.Thread(target=producer, args=(port, i, st, stop, counters))
                        for i in range(4)]
-            threads.append(threading.Thread(target=consumer, args=(port, st, stop)))
+            threads.append(threading.Thread(target=consumer, args=(port, st, k, stop)))
+            threads.append(threading.Thread(target=scraper, args=(http_port, st, k, stop)))
             for t in threads:
                 t.start()
             time.sleep(rnd.uniform(0.3, 1.2))
@@ -118,7 +179,7 @@ def main():
             for t in threads:
                 t.join(timeout=10)
         # Final drain.
-        p, port = start(args.ternd, data)
+        p, port, http_port = start(args.ternd, data)
         c = Conn(port, timeout=10)
         c.identify()
         c.sub(TOPIC, CHANNEL)
@@ -133,30 +194,51 @@ def main():
         except socket.timeout:
             pass
         c.close()
+        # The premise of the count: every record is a FIN of the consumer.
+        # The drain's FINs were all read before the 3 s of silence ended;
+        # their commits complete within the commit delay.
+        hc = http.client.HTTPConnection("127.0.0.1", http_port, timeout=10)
+        deadline = time.monotonic() + 30
+        drain_committed = committed_count(hc) or 0
+        while drain_committed < len(drained) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            drain_committed = committed_count(hc) or 0
+        hc.close()
         p.send_signal(signal.SIGTERM)
         rc = p.wait(timeout=60)
         seen = {b for b, _ in st.received} | set(drained)
         missing = st.acked - seen
-        # A FIN sent DURABLE_FIN_S before the kill that ended its round is
-        # durable: the message must never be delivered again.
+        # A FIN among the first committed[round] of its round was committed
+        # before the kill: the message must never be delivered again.
         durable = {}
-        for body, t, rnd_no in st.fins:
-            if t < kill_times[rnd_no] - DURABLE_FIN_S and body not in durable:
+        for body, t, rnd_no, n in st.fins:
+            if n <= st.committed[rnd_no] and body not in durable:
                 durable[body] = t
         redelivered = [b for b, t in st.received if b in durable and t > durable[b]]
         redelivered += [b for b in drained if b in durable]
         print(f"kills={kills} acked={len(st.acked)} delivered={len(seen)} "
               f"drained={len(drained)} missing={len(missing)} durable_fins={len(durable)} "
-              f"redelivered_after_durable_fin={len(redelivered)} exit={rc}")
+              f"redelivered_after_committed_fin={len(redelivered)} "
+              f"drain_fins={len(drained)} drain_committed={drain_committed} exit={rc}")
+        if st.errors:
+            print("errors (round, frame type or what, data):", st.errors[:10])
+            return 1
+        if drain_committed != len(drained):
+            print(f"the drain's {len(drained)} FINs made {drain_committed} committed records "
+                  "(fewer: FINs were not logged; more: records other than this consumer's "
+                  "FINs were, and the count cannot stand for its FINs)")
+            return 1
         if missing:
             print("missing (first 10):", sorted(missing)[:10])
             return 1
         if redelivered:
-            print("redelivered after a durable FIN (first 10):", redelivered[:10])
+            print("redelivered after a committed FIN (first 10):", redelivered[:10])
             for b in redelivered[:5]:
-                fins = [(round(t - kill_times[r], 3), r) for bb, t, r in st.fins if bb == b]
+                fins = [(round(t - kill_times[r], 3), r, n, st.committed[r])
+                        for bb, t, r, n in st.fins if bb == b]
                 recv = [round(t - kill_times[0], 3) for bb, t in st.received if bb == b]
-                print(f"  {b!r}: FINs (s before its round's kill, round) {fins}; "
+                print(f"  {b!r}: FINs (s to its round's kill, round, place in round, "
+                      f"round's committed count) {fins}; "
                       f"received at {recv}; in drain: {b in drained}; "
                       f"ids {[(i, a) for bb, i, a in st.ids if bb == b]}")
             return 1
