@@ -79,12 +79,16 @@ test: build compat-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer,
-# but the Debian package test (label package): it builds its own release
-# tree, so nothing of it would run sanitized.
+# but the Debian package test (label package: it builds its own release
+# tree, so nothing of it would run sanitized), the deployment checks
+# (label deploy: manifests, chart, promtool) and the browser test (label
+# console: Chromium driving the page; the console's C side, its routes and
+# headers, runs sanitized in unit_api_test_console and e2e_console). They
+# test files and the browser, not ternd's memory, and keep CI's time down.
 asan: deps compat-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=address,undefined $(QUIET) >/dev/null
 	cmake --build build-asan -j $(JOBS) $(QUIET_MAKE)
-	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS) -LE package
+	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS) -LE 'package|deploy|console'
 
 # The threaded storage code under ThreadSanitizer.
 tsan: deps
