@@ -17,6 +17,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "storage/chanlog.h"
 #include "storage/record.h"
 #include "storage/wal.h"
 
@@ -327,6 +328,16 @@ typedef struct {
     uint64_t want;         /* written, not yet durable, at the POST: wait for it; 0 when not */
 } part_t;
 
+/* A channel log with records queued but not yet completed at the POST:
+ * settles answered before it (a FIN is answered when it applies to the
+ * live cursor, before its WAL record is written). */
+typedef struct {
+    char *topic;
+    char *channel;
+    uint32_t partition;
+    uint64_t want; /* its submitted count at the POST: wait until that many completed */
+} chan_t;
+
 typedef struct {
     uv_work_t work;
     tn_backup_t *bk;
@@ -339,6 +350,8 @@ typedef struct {
     /* In: */
     part_t *parts;
     size_t nparts;
+    chan_t *chans; /* only those to wait for */
+    size_t nchans, chans_cap;
     bool ingress;
     uint64_t ingress_durable;
     tn_buf_t snap;
@@ -819,6 +832,11 @@ static void take_free(take_t *t)
     for (size_t i = 0; i < t->nparts; i++)
         tn_free(t->parts[i].topic);
     tn_free(t->parts);
+    for (size_t i = 0; i < t->nchans; i++) {
+        tn_free(t->chans[i].topic);
+        tn_free(t->chans[i].channel);
+    }
+    tn_free(t->chans);
     tn_buf_fini(&t->snap);
     tn_free(t->voters);
     files_free(t->files.v, t->files.n);
@@ -948,6 +966,39 @@ static void on_tick(uv_timer_t *h)
 
 /* --- routes ------------------------------------------------------------------------ */
 
+/* The channel logs of tp with records queued and not completed: every
+ * settle answered so far is in one of them, or already on disk. */
+static int collect_channels(take_t *t, tn_topic_t *tp)
+{
+    for (tn_channel_t *ch = tp->channels; ch != NULL; ch = ch->next) {
+        if (ch->memory || ch->deleted || ch->parts == NULL)
+            continue;
+        for (uint32_t p = 0; p < tp->nparts; p++) {
+            tn_chpart_t *cp = ch->parts[p];
+            if (cp == NULL || cp->cl == NULL ||
+                tn_chanlog_completed(cp->cl) >= tn_chanlog_submitted(cp->cl))
+                continue;
+            if (t->nchans == t->chans_cap) {
+                size_t ncap = t->chans_cap ? t->chans_cap * 2 : 16;
+                chan_t *v = tn_realloc(t->chans, ncap * sizeof(*v));
+                if (v == NULL)
+                    return UV_ENOMEM;
+                t->chans = v;
+                t->chans_cap = ncap;
+            }
+            char *topic = tn_strdup(tp->name);
+            char *channel = tn_strdup(ch->name);
+            if (topic == NULL || channel == NULL) {
+                tn_free(topic);
+                tn_free(channel);
+                return UV_ENOMEM;
+            }
+            t->chans[t->nchans++] = (chan_t){topic, channel, p, tn_chanlog_submitted(cp->cl)};
+        }
+    }
+    return 0;
+}
+
 static int collect(tn_backup_t *bk, take_t *t)
 {
     tn_broker_t *b = bk->v->broker;
@@ -977,6 +1028,9 @@ static int collect(tn_backup_t *bk, take_t *t)
                 uint64_t d = tn_plog_durable_next(part->plog);
                 t->parts[t->nparts++] = (part_t){name, part->index, d, w > d ? w : 0};
             }
+            int rc = collect_channels(t, tp);
+            if (rc != 0)
+                return rc;
         }
     }
     if (bk->ilog != NULL) {
@@ -1000,6 +1054,24 @@ static tn_plog_t *find_plog(tn_broker_t *b, const char *topic, uint32_t partitio
     return NULL;
 }
 
+/* The channel log of topic/partition/channel as the engine has it now,
+ * or NULL (the topic or channel was deleted since, or the partition is no
+ * longer local), looked up by name like find_plog. */
+static tn_chanlog_t *find_chanlog(tn_broker_t *b, const chan_t *c)
+{
+    for (size_t i = 0; i < b->nbuckets; i++)
+        for (tn_topic_t *tp = b->buckets[i]; tp != NULL; tp = tp->hnext) {
+            if (tp->deleted || strcmp(tp->name, c->topic) != 0)
+                continue;
+            for (tn_channel_t *ch = tp->channels; ch != NULL; ch = ch->next)
+                if (!ch->deleted && ch->parts != NULL && c->partition < tp->nparts &&
+                    strcmp(ch->name, c->channel) == 0)
+                    return ch->parts[c->partition] != NULL ? ch->parts[c->partition]->cl : NULL;
+            return NULL;
+        }
+    return NULL;
+}
+
 #define SYNC_WAIT_MS 15000 /* relaxed-sync-interval is at most 10 s */
 
 static void on_wait_closed(uv_handle_t *h)
@@ -1020,7 +1092,10 @@ static void on_wait_closed(uv_handle_t *h)
 /* Every partition that had records written but not durable at the POST:
  * durable now (its end is then what was written), gone (skipped: its
  * topic was deleted), failed (the backup fails: its acknowledged tail
- * cannot be made durable) or still waiting. */
+ * cannot be made durable) or still waiting. Every channel log that had
+ * records queued at the POST: all of those completed (written and
+ * synced), gone (its topic or channel was deleted), failed (the backup
+ * fails: an answered settle is not in its WAL) or still waiting. */
 static void on_wait(uv_timer_t *h)
 {
     take_t *t = h->data;
@@ -1048,10 +1123,36 @@ static void on_wait(uv_timer_t *h)
             all = false;
         }
     }
+    for (size_t i = 0; i < t->nchans && t->wait_status == 0; i++) {
+        chan_t *c = &t->chans[i];
+        if (c->want == 0)
+            continue;
+        tn_chanlog_t *cl = find_chanlog(bk->v->broker, c);
+        /* Fewer records ever queued than the POST saw: another log of the
+         * same name (the channel was deleted and made again), so the one
+         * waited for is gone with its files, as when cl is NULL. */
+        if (cl != NULL && tn_chanlog_submitted(cl) >= c->want) {
+            if (tn_chanlog_completed(cl) < c->want) {
+                all = false;
+                continue;
+            }
+            if (tn_chanlog_err(cl) != 0) {
+                t->wait_status = tn_chanlog_err(cl);
+                pathf(t->wait_err, sizeof(t->wait_err),
+                      "the log of channel %s of %s/%" PRIu32
+                      " failed (%s): restart the node to recover it first",
+                      c->channel, c->topic, c->partition, tn_strerror(tn_chanlog_err(cl)));
+                break;
+            }
+        }
+        c->want = 0; /* on disk, or gone */
+    }
     if (t->wait_status == 0 && !all && uv_now(bk->loop) >= t->wait_until) {
         t->wait_status = UV_ETIMEDOUT;
         pathf(t->wait_err, sizeof(t->wait_err),
-              "records written before the backup were not durable within %d ms", SYNC_WAIT_MS);
+              "records written or settles answered before the backup were not durable within "
+              "%d ms",
+              SYNC_WAIT_MS);
     }
     if (!all && t->wait_status == 0)
         return;
@@ -1113,6 +1214,7 @@ static void on_post(tn_http_request_t *r, void *arg)
     bool wait = false;
     for (size_t i = 0; rc == 0 && i < t->nparts; i++)
         wait = wait || t->parts[i].want != 0;
+    wait = wait || t->nchans > 0;
     if (rc == 0 && wait) {
         uv_timer_init(bk->loop, &t->wait);
         t->wait.data = t;

@@ -13,7 +13,13 @@
  *      but not durable (write_ack and relaxed acknowledge at the write)
  *      is polled until they are (at most 15 s), and its end is then what
  *      was written. Everything acknowledged before the POST is below
- *      those ends, and every end is durable.
+ *      those ends, and every end is durable. Likewise every channel log
+ *      of a local partition with records queued but not completed (a
+ *      FIN, REQ, ... is answered when it applies to the live cursor,
+ *      before the WAL committer writes it): the POST waits, within the
+ *      same 15 s, until as many records as were queued at the POST have
+ *      completed (written and synced, tn_chanlog_completed), so every
+ *      settle answered before the POST is in the WAL that step 2 copies.
  *   2. On a worker thread, under <data>/backup/<id>/ (same file system):
  *      hard links to every segment with records below the durable end,
  *      the sidecars of those that are not the last, the floor file, the

@@ -253,6 +253,7 @@ int tn_chanlog_err(tn_chanlog_t *cl)
 static void op_done(tn__sreq_t *s)
 {
     tn_walop_t *op = (tn_walop_t *)s;
+    op->cl->completed++; /* before cb, which may close the log */
     op->cb(op, s->status);
 }
 
@@ -273,6 +274,7 @@ int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, 
     op->cl = cl;
     op->cb = cb;
     op->pnext = NULL;
+    cl->submitted++;
     tn__committer_submit(&cl->store->walc, &op->s);
     return 0;
 }

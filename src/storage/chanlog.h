@@ -68,6 +68,8 @@ struct tn_chanlog_s {
     tn__sreq_t close_req;
     tn_chanlog_cb close_cb;
     bool closing;
+    uint64_t submitted; /* records queued (tn_chanlog_submit answered 0) */
+    uint64_t completed; /* of those, records whose callback ran */
     void *data;
 };
 
@@ -87,6 +89,21 @@ int tn_chanlog_open(tn_store_t *store, const char *topic, uint32_t partition, co
 int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, tn_walop_cb cb);
 
 int tn_chanlog_err(tn_chanlog_t *cl);
+
+/* Loop thread: how many records were queued, and how many of them have
+ * completed (their callback ran: written and synced, or failed, which
+ * makes tn_chanlog_err() != 0). Records complete in the order they were
+ * queued, so every record queued before a moment is on disk once
+ * completed reaches what submitted was then and the log has no error
+ * (api/backup.c waits for that before copying a WAL). */
+static inline uint64_t tn_chanlog_submitted(const tn_chanlog_t *cl)
+{
+    return cl->submitted;
+}
+static inline uint64_t tn_chanlog_completed(const tn_chanlog_t *cl)
+{
+    return cl->completed;
+}
 
 /* Close after queued records complete; cb (may be NULL) runs on the loop
  * thread before the memory is freed. */

@@ -23,6 +23,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -355,6 +356,120 @@ class BackupTest(unittest.TestCase):
         self.assertFalse(os.path.exists(sdir))
         st, body = call(self.port, "GET", f"/v1/backup/{sid}")
         self.assertEqual(st, 404, body)
+
+    def test_settles_answered_then_backup_at_once(self):
+        # A settle is answered when it applies to the live cursor, before
+        # the WAL committer writes its record: a POST that arrives right
+        # after the answers (pipelined on the same connection, so it is
+        # read in the same loop turn) must wait for those records before
+        # it copies the channel's WAL. Nothing is published just before
+        # the POST, so no partition tail wait hides a missing channel
+        # wait. Each of 5 rounds acks 100 messages (100 FIN records, several
+        # checkpoints at --checkpoint-every=16), then restores and checks
+        # that no acked message comes back.
+        port = self.port
+        st, body = call(port, "POST", "/v1/topics",
+                        json.dumps({"name": "fint", "partitions": 2, "durability": "relaxed"}),
+                        headers={"Content-Type": "application/json"})
+        self.assertEqual(st, 201, body)
+        st, body = call(port, "POST", "/channel/create?topic=fint&channel=default")
+        self.assertEqual(st, 200, body)
+        acked = set()
+        for rnd in range(5):
+            bodies = [f"fin-{rnd}-{i:03d}".encode() for i in range(100)]
+            st, body = call(port, "POST", "/v1/topics/fint/produce/batch",
+                            json.dumps([{"payload": x.decode()} for x in bodies]),
+                            headers={"Content-Type": "application/json"})
+            self.assertIn(st, (200, 201, 202), body)
+            time.sleep(0.5)  # the relaxed tail synced (relaxed-sync-interval is 10 ms)
+            handles, got = [], []
+            while len(handles) < 100:
+                st, data = call(port, "GET", "/v1/topics/fint/consume?channel=default"
+                                f"&wait=1s&max={100 - len(handles)}")
+                self.assertIn(st, (200, 204), data)
+                for m in json.loads(data)["messages"] if st == 200 else []:
+                    handles.append(m["receipt_handle"])
+                    got.append(m["payload"].encode())
+            self.assertEqual(sorted(got), sorted(bodies))
+            man = self.pipelined_ack_then_backup(handles)
+            acked |= set(got)
+            bdir = os.path.join(self.dir, f"fin-backup-{rnd}")
+            self.download(man, bdir)
+            st, body = call(port, "DELETE", f"/v1/backup/{man['session']}")
+            self.assertEqual(st, 200, body)
+            rdir = os.path.join(self.dir, f"fin-restored-{rnd}")
+            r = ternctl("restore", bdir, "--data-path", rdir, user=None)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            d2 = Daemon(rdir, env=self.env)
+            try:
+                d2.wait_for("ready")
+                d2.wait_for("metastore ready")
+                again = set(drain(d2.http_port, "fint", "default")) & acked
+                self.assertTrue(not again, f"round {rnd}: {len(again)} messages acked before "
+                                           f"the backup delivered again, e.g. {sorted(again)[:5]}")
+            finally:
+                rc = d2.stop()
+            self.assertEqual(rc, 0, d2.log())
+
+    def pipelined_ack_then_backup(self, handles):
+        """POST .../ack/batch and POST /v1/backup written in one send on
+        one connection; both answers read in order; the manifest."""
+        auth = basic("admin", PASSWORD)
+        ack = json.dumps(handles).encode()
+        req = (f"POST /v1/topics/fint/ack/batch?channel=default HTTP/1.1\r\nHost: t\r\n"
+               f"Authorization: {auth}\r\nX-Tern-Client: test\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(ack)}\r\n\r\n"
+               ).encode() + ack + (
+               f"POST /v1/backup HTTP/1.1\r\nHost: t\r\nAuthorization: {auth}\r\n"
+               f"X-Tern-Client: test\r\nContent-Length: 0\r\n\r\n").encode()
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+        try:
+            sock.sendall(req)
+            f = sock.makefile("rb")
+
+            def answer():  # status and body of the next response on f
+                status = int(f.readline().split()[1])
+                length = 0
+                while (line := f.readline()) not in (b"\r\n", b""):
+                    k, _, v = line.decode("latin-1").partition(":")
+                    if k.strip().lower() == "content-length":
+                        length = int(v)
+                return status, f.read(length)
+
+            st, b1 = answer()
+            self.assertEqual(st, 200, b1)
+            res = json.loads(b1)["results"]
+            self.assertEqual([x["status"] for x in res], [204] * len(handles), res)
+            st, b2 = answer()
+            self.assertEqual(st, 201, b2)
+            return json.loads(b2)
+        finally:
+            sock.close()
+
+    def download(self, man, bdir):
+        """What `ternctl backup` writes for one node, from a session."""
+        nd = os.path.join(bdir, "1")
+        os.makedirs(os.path.join(nd, "data"))
+        sid = man["session"]
+        files = [(man["metastore"]["path"], man["metastore"]["length"],
+                  os.path.join(nd, "metastore.snapshot"))]
+        files += [(x["path"], x["length"], os.path.join(nd, "data", x["path"]))
+                  for x in man["files"]]
+        for path, length, dst in files:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            data = b""
+            while len(data) < length:
+                st, chunk = call(self.port, "GET", f"/v1/backup/{sid}/file?path={path}"
+                                 f"&offset={len(data)}")
+                self.assertEqual(st, 200, chunk)
+                self.assertTrue(chunk, path)
+                data += chunk
+            with open(dst, "wb") as out:
+                out.write(data)
+        with open(os.path.join(nd, "manifest.json"), "w") as out:
+            json.dump(man, out)
+        with open(os.path.join(bdir, "backup.json"), "w") as out:
+            json.dump({"format": "tern-backup-set 1", "metastore_from": 1, "nodes": [1]}, out)
 
 
 def main():

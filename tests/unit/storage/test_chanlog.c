@@ -1,7 +1,8 @@
 /* Channel logs: records survive reopen, checkpoints every N records keep
  * the WAL short, a crash between checkpoint rename and WAL truncation
- * replays correctly, torn WAL tails are cut, damage isolates, and a
- * recreated channel never sees an old WAL. */
+ * replays correctly, torn WAL tails are cut, damage isolates, a
+ * recreated channel never sees an old WAL, and the submitted/completed
+ * counts say when queued records are on disk. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -324,6 +325,81 @@ static void test_fsync_failure_sticky(void **state)
     assert_int_equal(fin_range(fx, cl, 3, 4), UV_EIO);
 }
 
+/* The loop thread's counts, which api/backup.c waits on: a record is
+ * counted as submitted when tn_chanlog_submit takes it, and as completed
+ * (before its callback runs) once it is written and synced, or failed. */
+typedef struct {
+    tn_chanlog_t *cl;
+    uint64_t seen[8]; /* tn_chanlog_completed as each callback saw it */
+    int n;
+} count_t;
+
+static void on_count(tn_walop_t *op, int status)
+{
+    count_t *c = op->data;
+    assert_int_equal(status, 0);
+    c->seen[c->n++] = tn_chanlog_completed(c->cl);
+}
+
+static void test_submitted_completed(void **state)
+{
+    fx_t *fx = *state;
+    tn_cursor_t st;
+    tn_chanlog_t *cl = open_cl(fx, "counted", &st);
+    tn_cursor_fini(&st);
+    assert_int_equal(tn_chanlog_submitted(cl), 0);
+    assert_int_equal(tn_chanlog_completed(cl), 0);
+    count_t c = {cl, {0}, 0};
+    tn_walop_t ops[5];
+    for (int i = 0; i < 5; i++) {
+        tn_walrec_t r = {TN_WAL_FIN, (uint64_t)i, 0, 0, 0};
+        ops[i].data = &c;
+        assert_int_equal(tn_chanlog_submit(cl, &ops[i], &r, on_count), 0);
+    }
+    tn_walrec_t bad = {99, 0, 0, 0, 0};
+    tn_walop_t op;
+    op.data = &c;
+    assert_int_equal(tn_chanlog_submit(cl, &op, &bad, on_count), UV_EINVAL); /* not counted */
+    /* Completions reach the loop thread only when it runs. */
+    assert_int_equal(tn_chanlog_submitted(cl), 5);
+    assert_int_equal(tn_chanlog_completed(cl), 0);
+    while (c.n < 5)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(c.seen[i], (uint64_t)i + 1); /* in order, counted before the callback */
+    assert_int_equal(tn_chanlog_completed(cl), 5);
+    /* Completed means on disk: the WAL holds the five frames now. */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", cl->wal_path);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char buf[4096];
+    size_t len = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    size_t pos = 0;
+    int frames = 0;
+    tn_walrec_t r;
+    uint64_t seq;
+    uint32_t mark;
+    size_t flen;
+    while (pos < len && tn_wal_decode(buf + pos, len - pos, &r, &seq, &mark, &flen) == 0) {
+        assert_int_equal(r.op, TN_WAL_FIN);
+        assert_int_equal(r.offset, (uint64_t)frames);
+        frames++;
+        pos += flen;
+    }
+    assert_int_equal(frames, 5);
+    /* A failed sync completes its records too, with the log's error set. */
+    tn_io_fail_sync_after(0, UV_EIO);
+    assert_int_equal(fin_range(fx, cl, 5, 8), UV_EIO);
+    tn_io_fail_sync_after(-1, 0);
+    assert_int_equal(tn_chanlog_submitted(cl), 8);
+    assert_int_equal(tn_chanlog_completed(cl), 8);
+    assert_int_equal(tn_chanlog_err(cl), UV_EIO);
+    assert_int_equal(fin_range(fx, cl, 8, 9), UV_EIO); /* refused at once: not counted */
+    assert_int_equal(tn_chanlog_submitted(cl), 8);
+}
+
 static void test_alloc_failures(void **state)
 {
     fx_t *fx = *state;
@@ -378,6 +454,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_damage_isolates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_initial_delete_list, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fsync_failure_sticky, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_submitted_completed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
