@@ -1172,7 +1172,7 @@ static int raft_name_of(const tn_hostport_t *hp, char *out, size_t len, char *wh
     }
     char lower[TN_NETADDR_HOST_MAX + 1];
     size_t i = 0;
-    for (; hp->host[i] != '\0' && i < sizeof(lower) - 1; i++)
+    for (; i < sizeof(lower) - 1 && hp->host[i] != '\0'; i++)
         lower[i] = (char)tolower((unsigned char)hp->host[i]);
     lower[i] = '\0';
     int w = snprintf(out, len, "%s:%d", lower, hp->port);
