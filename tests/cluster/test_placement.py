@@ -193,8 +193,14 @@ class Placement(harness.ClusterTest):
         # Still alive in the records (not yet marked dead): it is asked to
         # purge, does not answer, and the delete says so; the record is
         # deleted all the same.
-        status, answer = c.nodes[0].request("POST", "/topic/delete?topic=away", b"",
-                                            auth=False, timeout=60)
+        # A stopped leader hands leadership over; until the new leader's
+        # first entry commits, a replica cannot vouch for its state and a
+        # destructive call answers 503 E_METASTORE (retry, as a client would).
+        def delete():
+            st, ans = c.nodes[0].request("POST", "/topic/delete?topic=away", b"",
+                                         auth=False, timeout=60)
+            return None if st == 503 and ans.get("message") == "E_METASTORE" else (st, ans)
+        status, answer = wait_until("an answer but 503 E_METASTORE", delete, timeout=60)
         if status != 200:
             self.assertEqual(status, 500, answer)
             self.assertIn(f"not purged on node {away.id}", answer["message"])

@@ -134,6 +134,8 @@ class NotifyTest(unittest.TestCase):
         line = d.wait_for("not notifying the service manager")
         self.assertIn("NOTIFY_SOCKET=relative/notify: not a socket path", line)
         d.wait_for("ready: data")
+        # /readyz also waits for the metastore's replica (its own barrier).
+        d.wait_for("metastore ready")
         self.assertEqual(readyz(d.http_port), 200)
         self.assertEqual(d.stop(), 0)
 
