@@ -211,8 +211,11 @@ static void node_start(node_t *n, uv_loop_t *loop, raft_id id, const int *ports,
     }
     assert_int_equal(raft_bootstrap(&n->raft, &conf), 0);
     raft_configuration_close(&conf);
-    raft_set_election_timeout(&n->raft, 400);
-    raft_set_heartbeat_timeout(&n->raft, 50);
+    /* Three nodes share one loop with their TLS handshakes: on a loaded
+     * 2-core machine a 400 ms election timeout let elections churn for
+     * the whole 60 s bound (CI, once); 1.2 s leaves room for late beats. */
+    raft_set_election_timeout(&n->raft, 1200);
+    raft_set_heartbeat_timeout(&n->raft, 100);
     raft_set_snapshot_threshold(&n->raft, 100000);
     assert_int_equal(raft_start(&n->raft), 0);
     n->started = true;
