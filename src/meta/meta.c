@@ -552,6 +552,12 @@ static bool caught_up(tn_meta_t *m)
     if (raft_state(&m->raft) != RAFT_LEADER &&
         m->io.time(&m->io) - m->raft.election_timer_start > CONTACT_MS)
         return false;
+    /* A restarted follower that heard from the leader without an append
+     * succeeding yet still has the commit index of its start (its
+     * snapshot's): what its own log held is applied first, or it would
+     * answer for a state older than the one it had before the restart. */
+    if (raft_last_applied(&m->raft) < m->start_index)
+        return false;
     return raft_last_applied(&m->raft) >= m->raft.commit_index;
 }
 
