@@ -52,9 +52,46 @@ def set_ternd(path):
     daemon_mod.TERND = os.path.abspath(path)
 
 
+# Ports handed out by every test process on this machine: a file per port
+# holding the owner's pid. A node's ports stay free while it is stopped
+# between restarts, so probing with bind alone let a test running beside
+# this one take a port a stopped node comes back to (cluster_meta once
+# found its Raft port taken). A file whose pid is gone is stale and reused.
+_PORT_DIR = os.path.join(tempfile.gettempdir(), "tern-test-ports")
+
+
+def _claim(port):
+    """Claim port for this process across test processes; False if a live
+    process holds it."""
+    os.makedirs(_PORT_DIR, exist_ok=True)
+    path = os.path.join(_PORT_DIR, str(port))
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                with open(path) as f:
+                    pid = int(f.read().strip() or "0")
+                os.kill(pid, 0)
+                return pid == os.getpid()
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                try:
+                    os.unlink(path)  # its owner is gone
+                except FileNotFoundError:
+                    pass
+                continue
+            except PermissionError:
+                return False
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
 def free_port():
     """A port below 32768 that is free on 127.0.0.1 over TCP and UDP now,
-    never handed out twice by this process."""
+    never handed out twice by this process, nor by another test process
+    while it lives (_claim)."""
     for _ in range(2000):
         port = random.randrange(20000, 32768)
         if port in _used_ports:
@@ -68,7 +105,7 @@ def free_port():
                 ok = False
             finally:
                 s.close()
-        if ok:
+        if ok and _claim(port):
             _used_ports.add(port)
             return port
     raise RuntimeError("no free port below 32768")
