@@ -14,6 +14,9 @@ packages=(
     # unit's checks (systemd-analyze, systemd-sysusers, systemd-tmpfiles),
     # man page rendering. Build and test time only.
     debhelper dpkg-dev systemd man-db groff-base
+    # The Go /v1 quick start of docs/clients.md, built and run by
+    # tests/e2e/test_clients.py (standard library only, nothing fetched).
+    golang-go
 )
 
 missing=()
