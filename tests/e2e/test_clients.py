@@ -214,14 +214,14 @@ class Base(unittest.TestCase):
                       f"clients.md no longer says `Run it with `{CLIENTS[client][1]}``: update "
                       "CLIENTS in this test to the command the page gives")
 
-    def start(self, client, command=None, extra_env=None):
+    def start(self, client, command=None):
         """Start a client as the page's command line says (VAR=value words,
         then the command); stdout and stderr apart."""
         self.save(client)
         env, words = split_env(command or CLIENTS[client][1])
         if words != split_env(CLIENTS[client][1])[1]:
             self.fail(f"the page runs {client} as `{command}`; the test knows `{CLIENTS[client][1]}`")
-        env = {**self.env, **env, **(extra_env or {})}
+        env = {**self.env, **env}
         return subprocess.Popen(words, cwd=self.dir, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
