@@ -329,6 +329,7 @@ report() {
     else
         echo "try:   curl -s http://127.0.0.1:$(http_port 2)/readyz"
     fi
+    echo "restart node 2: make cluster-restart N=2; crash it: make cluster-kill N=2"
     echo "stop:  make cluster-stop   (or $0 stop $dir)"
 }
 
