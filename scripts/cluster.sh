@@ -29,7 +29,7 @@ set -euo pipefail
 NODES=(1 2 3)
 TERND=${TERND:-./build/ternd}
 READY_SECONDS=${READY_SECONDS:-60}
-STOP_SECONDS=${STOP_SECONDS:-30}
+STOP_SECONDS=${STOP_SECONDS:-45}
 PORT_BASE=4240
 
 usage() {
@@ -248,8 +248,9 @@ wait_ready() {
 }
 
 # Stops node $2's ternd under $1 (pid $3): SIGTERM, then up to
-# STOP_SECONDS for it to exit (a graceful stop hands metastore leadership
-# over first), then SIGKILL. Prints what it did.
+# STOP_SECONDS (45) for it to exit (a graceful stop drains first, up to
+# ternd's --drain-timeout of 30 s, and hands metastore leadership over),
+# then SIGKILL. Prints what it did.
 stop_node() {
     local dir=$1 n=$2 pid=$3
     kill -TERM "$pid" 2>/dev/null || true
