@@ -22,7 +22,7 @@ TERND_FLAGS ?=
 QUIET := -DCMAKE_RULE_MESSAGES=OFF -DCMAKE_TARGET_MESSAGES=OFF
 QUIET_MAKE := -- --no-print-directory -s
 
-.PHONY: all build install compat-deps run cluster cluster-stop test asan tsan fuzz bench lint format deps clean
+.PHONY: all build install compat-deps run cluster cluster-restart cluster-kill cluster-stop test asan tsan fuzz bench lint format deps clean
 
 all: build
 
@@ -54,11 +54,20 @@ install: deps $(BUILD)/Makefile
 run: build
 	@./$(BUILD)/ternd --data-path $(DATA) --pid-file $(DATA)/ternd.pid $(TERND_FLAGS)
 
-# A three-node cluster on loopback in a fresh $(CLUSTER_DATA), with its own
-# certificates and secret, running in the background (scripts/cluster.sh,
-# docs/cluster.md); cluster-stop stops it by its PID files.
+# A three-node cluster on loopback in $(CLUSTER_DATA), running in the
+# background (scripts/cluster.sh, docs/cluster.md): a new directory gets its
+# own certificates, secret and a command file per node; one made before has
+# its stopped nodes started again with their data. cluster-restart N=2
+# restarts node 2 (SIGTERM, then its command again), cluster-kill N=2
+# SIGKILLs it, cluster-stop stops every node by its PID file.
 cluster: build
 	@TERND=$(BUILD)/ternd ./scripts/cluster.sh start $(CLUSTER_DATA)
+
+cluster-restart:
+	@./scripts/cluster.sh restart "$(N)" $(CLUSTER_DATA)
+
+cluster-kill:
+	@./scripts/cluster.sh kill "$(N)" $(CLUSTER_DATA)
 
 cluster-stop:
 	@./scripts/cluster.sh stop $(CLUSTER_DATA)

@@ -214,8 +214,8 @@ void tn_router_consume_cancel(tn_router_consume_t *c);
  *      says dead is not called ("owner is down"); one with no address, or
  *      no node RPC here, is "owner unreachable"; every other owner gets
  *      one PSTATS call for all its partitions, in parallel, within
- *      TN_ROUTER_PSTATS_TIMEOUT_MS (narad-notes gives no figure for this
- *      read; 2 s, as a forwarded settle).
+ *      TN_ROUTER_PSTATS_TIMEOUT_MS (2 s, the budget of a forwarded
+ *      settle, so one slow owner delays the answer by at most that).
  *   3. A partition gets the numbers from wherever they came, or a
  *      sentence saying why none came: "owner unreachable" (the call
  *      failed or timed out), "owner changed; retry" (421: placement moved

@@ -397,7 +397,7 @@ class Errors(Base):
 
 
 class NsqdQuirks(Base):
-    """Details of nsqd's behaviour that clients notice (nsqd-facts)."""
+    """Details of nsqd's behaviour that clients notice, which ternd matches."""
     ARGS = ("--max-req-timeout=1s",)
 
     def test_rdy_without_count_means_one(self):

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""End-to-end tests of the /v1 rules that Narad enforces, against the real
-ternd: the health endpoints' JSON bodies, the one-hour retention floor on
-create and PATCH, partitions that only grow, a query parameter given twice
-refused on every /v1 route (nsqd's endpoints keep taking the first), a
-child created with its parent taking the parent's partition count with
-parent partition p feeding child partition p, and deleting a parent
-leaving its children standalone, with their messages, consumable."""
+"""End-to-end tests of /v1 rules against the real ternd: the health
+endpoints' JSON bodies, the one-hour retention floor on create and PATCH,
+partitions that only grow, a query parameter given twice refused on every
+/v1 route (nsqd's endpoints keep taking the first), a child created with
+its parent taking the parent's partition count with parent partition p
+feeding child partition p, and deleting a parent leaving its children
+standalone, with their messages, consumable."""
 import json
 import os
 import time

@@ -104,8 +104,8 @@ static void on_info(tn_http_request_t *r, void *arg)
     answer_json(r, 200, body);
 }
 
-/* Liveness: 200 while the process serves, 503 once its shutdown began
- * (Narad's bodies). */
+/* Liveness: 200 {"status":"ok"} while the process serves, 503
+ * {"status":"shutting down"} once its shutdown began. */
 static void on_healthz(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
