@@ -41,12 +41,12 @@ build: deps $(BUILD)/Makefile
 
 # Install the programs, their man pages, the default config and the systemd
 # unit under PREFIX (staged under DESTDIR when given): packaging/install.cmake,
-# docs/operations.md "Installing". The unit and the config name the installed
-# paths, so PREFIX is set when CMake configures. Builds only what installs.
+# docs/operations.md "Installing". The prefix is the install's, not the
+# build's: the unit and the config are written for it as they install, and
+# /etc/tern holds the config when PREFIX=/usr. Builds only what installs.
 install: deps $(BUILD)/Makefile
-	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target tern-installables $(QUIET_MAKE)
-	@DESTDIR=$(DESTDIR) cmake --install $(BUILD)
+	@DESTDIR=$(DESTDIR) cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Start ternd in the foreground on loopback with the built-in defaults (and
 # TERND_FLAGS) on $(DATA); its process id is in $(DATA)/ternd.pid while it

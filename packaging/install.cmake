@@ -2,15 +2,18 @@
 # which runs it), and the Debian package (debian/rules). Included at the end
 # of CMakeLists.txt, once every program target exists.
 #
-# What goes where (GNUInstallDirs, so PREFIX=/usr gives /etc, not /usr/etc):
+# What goes where, under the prefix of the install (`cmake --install B
+# --prefix P`, else CMAKE_INSTALL_PREFIX as configured; GNUInstallDirs'
+# relative directories, so the same build installs under any prefix):
 #   bin/ternd, tern-bench, tern-v1-bench (and ternctl, once it exists)
 #   share/man/man1/<program>.1   made at build time from each --help
-#   <sysconfdir>/tern/ternd.conf every option with its default (ternd-conf.py)
+#   <sysconfdir>/tern/ternd.conf every option with its default (ternd-conf.py);
+#                                /etc/tern when the prefix is /usr
 #   <TERN_SYSTEMD_UNIT_DIR>/ternd.service, lib/sysusers.d/tern.conf,
 #   lib/tmpfiles.d/tern.conf     the unit, the tern user, /var/lib/tern
-# The unit names the installed ternd and config, so they are fixed when
-# CMake configures: pick the prefix then (CMAKE_INSTALL_PREFIX), not with
-# `cmake --install --prefix`.
+# The unit names the installed ternd and config, and the config its own
+# path: packaging/install-paths.cmake writes both at install time, for
+# that install's prefix.
 include(GNUInstallDirs)
 
 file(STRINGS ${CMAKE_SOURCE_DIR}/src/cmd/version.h TERN_VERSION_LINE
@@ -29,10 +32,14 @@ set(TERN_MANFLAGS_ternctl --subcommands)
 
 # Where the data lives (data-path in the config, the unit's state directory).
 set(TERN_DATA_DIR /var/lib/tern)
-# systemd's unit directory: under the prefix unless given (Debian 12 keeps
-# packaged units in /lib/systemd/system: debian/rules says so).
+# systemd's unit directory: relative to the prefix unless given absolute.
+# systemd reads units from /usr/local/lib/systemd/system, /lib/systemd/system
+# and /usr/lib/systemd/system (Debian 12: `systemd-analyze unit-paths`), so
+# the prefixes /usr/local and /usr both give a unit it finds; the Debian
+# package keeps /lib/systemd/system, where Debian 12 packages put theirs
+# (debian/rules says so).
 if(NOT TERN_SYSTEMD_UNIT_DIR)
-    set(TERN_SYSTEMD_UNIT_DIR ${CMAKE_INSTALL_PREFIX}/lib/systemd/system)
+    set(TERN_SYSTEMD_UNIT_DIR lib/systemd/system)
 endif()
 
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
@@ -58,19 +65,16 @@ foreach(prog ${tern_installed})
     list(APPEND tern_man_pages ${page})
 endforeach()
 
+# Its header names where it is installed: a placeholder here, filled in at
+# install time (install-paths.cmake).
 set(tern_conf ${CMAKE_BINARY_DIR}/etc/ternd.conf)
 add_custom_command(OUTPUT ${tern_conf}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/etc
     COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/packaging/ternd-conf.py
             --ternd $<TARGET_FILE:ternd> --data-path ${TERN_DATA_DIR}
-            --path ${CMAKE_INSTALL_FULL_SYSCONFDIR}/tern/ternd.conf -o ${tern_conf}
+            --path @TERN_CONF_PATH@ -o ${tern_conf}
     DEPENDS ternd ${CMAKE_SOURCE_DIR}/packaging/ternd-conf.py
     COMMENT "etc/ternd.conf from ternd --help and --print-config" VERBATIM)
-
-set(TERN_BINDIR ${CMAKE_INSTALL_FULL_BINDIR})
-set(TERN_SYSCONFDIR ${CMAKE_INSTALL_FULL_SYSCONFDIR})
-configure_file(${CMAKE_SOURCE_DIR}/packaging/systemd/ternd.service.in
-               ${CMAKE_BINARY_DIR}/systemd/ternd.service @ONLY)
 
 # Everything installed, built by `all` and on its own by
 # `cmake --build B --target tern-installables` (what the package builds:
@@ -79,8 +83,17 @@ add_custom_target(tern-installables ALL DEPENDS ${tern_installed} ${tern_man_pag
 
 install(TARGETS ${tern_installed} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${tern_man_pages} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
-install(FILES ${tern_conf} DESTINATION ${CMAKE_INSTALL_FULL_SYSCONFDIR}/tern)
-install(FILES ${CMAKE_BINARY_DIR}/systemd/ternd.service DESTINATION ${TERN_SYSTEMD_UNIT_DIR})
+# The config and the unit: their places and contents depend on the prefix
+# of the install, which only install code knows.
+install(CODE "
+    set(TERN_INSTALL_BUILD_DIR [==[${CMAKE_BINARY_DIR}]==])
+    set(TERN_INSTALL_BINDIR [==[${CMAKE_INSTALL_BINDIR}]==])
+    set(TERN_INSTALL_SYSCONFDIR [==[${CMAKE_INSTALL_SYSCONFDIR}]==])
+    set(TERN_INSTALL_UNIT_DIR [==[${TERN_SYSTEMD_UNIT_DIR}]==])
+    set(TERN_INSTALL_UNIT_TEMPLATE [==[${CMAKE_SOURCE_DIR}/packaging/systemd/ternd.service.in]==])
+    set(TERN_INSTALL_CONF_TEMPLATE [==[${tern_conf}]==])
+    include([==[${CMAKE_SOURCE_DIR}/packaging/install-paths.cmake]==])
+")
 install(FILES ${CMAKE_SOURCE_DIR}/packaging/systemd/tern.sysusers
         DESTINATION lib/sysusers.d RENAME tern.conf)
 install(FILES ${CMAKE_SOURCE_DIR}/packaging/systemd/tern.tmpfiles

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building and testing tern need. Idempotent
 # and quick when everything is present: it asks dpkg first and runs apt-get
-# only for what is missing.
+# only for what is missing. Silent when nothing is missing; otherwise one
+# line naming what it installs, and apt's output only if apt fails. It waits
+# (up to 10 minutes) for another apt or dpkg to let go of their locks.
 set -euo pipefail
 
 packages=(
@@ -67,11 +69,42 @@ if [ ${#missing[@]} -eq 0 ]; then
     exit 0
 fi
 
+# One line says what is installed; apt's own output goes to a file that is
+# shown only if apt fails (with the debconf and dpkg chatter in it).
 echo "install-deps: installing ${missing[*]}" >&2
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
     sudo="sudo"
 fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+log=$(mktemp "${TMPDIR:-/tmp}/install-deps.XXXXXX")
+trap 'rm -f "$log"' EXIT
+
+# Another apt or dpkg running (unattended-upgrades, a second terminal)
+# holds the dpkg lock: wait up to this long for it instead of failing.
+lock_timeout=600
+
+# apt-get as root, non-interactive (env: sudo resets the environment),
+# in the C locale so that its lock message reads the same everywhere.
+apt_get() {
+    $sudo env DEBIAN_FRONTEND=noninteractive LC_ALL=C \
+        apt-get -qq -o DPkg::Lock::Timeout=$lock_timeout "$@" >>"$log" 2>&1
+}
+
+failed() {
+    echo "install-deps: apt-get $1 failed; its output:" >&2
+    cat "$log" >&2
+    exit 1
+}
+
+# apt-get update locks /var/lib/apt/lists, which DPkg::Lock::Timeout does
+# not cover (apt 2.6 fails at once): try again while another apt holds it.
+waited=0
+until apt_get update; do
+    if ! grep -q "Could not get lock" "$log" || [ $waited -ge $lock_timeout ]; then
+        failed update
+    fi
+    sleep 5
+    waited=$((waited + 5))
+    : >"$log"
+done
+apt_get install -y --no-install-recommends "${missing[@]}" || failed install

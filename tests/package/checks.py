@@ -73,14 +73,17 @@ def config_values(ternd, *args):
 
 
 def check_config(root, conf, ternd):
-    """The default config lists every option as `# name = default` (the
-    value as --print-config writes it), sets data-path to /var/lib/tern and
-    nothing else, and ternd reads it to exactly its defaults; uncommenting
-    every line changes nothing either."""
+    """The default config names where it is installed in its first line,
+    lists every option as `# name = default` (the value as --print-config
+    writes it), sets data-path to /var/lib/tern and nothing else, and ternd
+    reads it to exactly its defaults; uncommenting every line changes
+    nothing either."""
     path = root + conf
     st = os.stat(path)
     assert st.st_mode & 0o777 == 0o644, f"{conf} has mode {oct(st.st_mode & 0o777)}"
     text = open(path).read()
+    first = text.split("\n", 1)[0]
+    assert first.startswith(f"# {conf}: "), f"{conf} begins {first!r}, not with its path"
     defaults = config_values(ternd)
     for name, value in defaults.items():
         if name == "data-path":
