@@ -50,8 +50,11 @@ install: deps $(BUILD)/Makefile
 
 # Start ternd in the foreground on loopback with the built-in defaults (and
 # TERND_FLAGS) on $(DATA); its process id is in $(DATA)/ternd.pid while it
-# runs. Stop it with Ctrl-C or kill $$(cat $(DATA)/ternd.pid).
-run: build
+# runs. Stop it with Ctrl-C or kill $$(cat $(DATA)/ternd.pid). Builds only
+# what the README's tour runs (the daemon, ternctl, tern-bench), not the
+# test binaries: tests/e2e/test_readme.py checks this list against the tour.
+run: deps $(BUILD)/Makefile
+	@cmake --build $(BUILD) -j $(JOBS) --target ternd ternctl tern-bench $(QUIET_MAKE)
 	@./$(BUILD)/ternd --data-path $(DATA) --pid-file $(DATA)/ternd.pid $(TERND_FLAGS)
 
 # A three-node cluster on loopback in $(CLUSTER_DATA), running in the

@@ -9,21 +9,32 @@ the command goes on over the following lines until `bash -n` accepts it as
 complete (so a quoted script may span lines); the lines after it, up to the
 next "$ " line or the end of the block, are what it prints.
 
-Running it. One bash, in a temporary directory laid out like the repository's
-root (build/ternd, build/tern-bench and build/ternctl link to the binaries under test, tests/
-to the source tree's tests, data/ is the daemon's data directory), runs the
-commands in order, so shell variables carry from one to the next. Each
-command's stdin is /dev/null and its stderr goes with its stdout, as both
-show in a terminal. The test runs something other than what the README says
-only where MAPPINGS (below) says so:
+Running it. The commands run in order, in a temporary directory laid out
+like a fresh clone's root: build/ternd, build/tern-bench and build/ternctl
+link to the binaries under test; tests/ holds links to the source tree's
+tests but for tests/compat/node_modules, which only `make compat-deps`
+brings; data/ is the daemon's data directory. Each fenced block runs in a
+bash of its own, started as a new terminal would be: an environment of
+only what a login gives (PATH, an empty HOME, the locale, USER, ...; no
+TERN_* variable, no proxy), nothing from an earlier block. So a block
+works only if it says itself what it needs (an `export`, a flag, `make
+compat-deps`), as it must for a reader who opens a new terminal. Within a
+block the commands share that bash, so shell variables carry from one to
+the next. Each command's stdin is /dev/null and its stderr goes with its
+stdout, as both show in a terminal. The test runs something other than
+what the README says only where MAPPINGS (below) says so:
 
   - `make run [TERND_FLAGS='...']` starts ternd as the Makefile's run target
     does (--data-path ./data --pid-file ./data/ternd.pid, then the flags),
     through daemon.py, so on 127.0.0.1 port 0 (the test checks that the
-    Makefile still says that). Its expected output is the daemon's log
+    Makefile still says that, and that its run target builds every
+    program the tour runs from build/). Its expected output is the daemon's log
     from its first line: the README's lines must match the log's first
     lines (the daemon goes on logging after them).
   - tern-bench's `--duration 5s` becomes `--duration 1s`.
+  - `make compat-deps` runs the source tree's target (make -C, which
+    installs the npm packages there when they are missing or stale), then
+    links its tests/compat/node_modules into the temporary tree.
   - after `kill $(cat data/ternd.pid)` (SIGTERM) and `kill -9 ...`, which
     run as written, the test waits for the daemon to exit, as the reader
     watches the first terminal, and checks how it went: status 0 and
@@ -96,10 +107,23 @@ BENCH_FIGURE = (r"(?<!missing )(?<!duplicates )\b\d+(?:\.\d+)?\b", r"\d+(?:\.\d+
 # The only commands not run as written (see the module's paragraph).
 MAKE_RUN = re.compile(r"^make run(?: TERND_FLAGS=.*)?$")
 KILL = re.compile(r"^kill( -9)? \$\(cat data/ternd\.pid\)$")
-MAPPINGS = [(re.compile(r"(tern-bench .*)--duration 5s\b"), r"\1--duration 1s")]
+MAPPINGS = [(re.compile(r"(tern-bench .*)--duration 5s\b"), r"\1--duration 1s"),
+            (re.compile(r"^make compat-deps\b(.*)$"),
+             lambda m: f"make --no-print-directory -C {shlex.quote(SRC)} compat-deps{m.group(1)} "
+                       f"&& ln -sfn {shlex.quote(os.path.join(SRC, 'tests', 'compat', 'node_modules'))}"
+                       " tests/compat/node_modules")]
 # What `make run` runs, as the Makefile says it; the test checks the Makefile.
 MAKEFILE_RUN = "./$(BUILD)/ternd --data-path $(DATA) --pid-file $(DATA)/ternd.pid $(TERND_FLAGS)"
 MAKEFILE_DATA = "DATA ?= ./data"
+# What `make run` builds first: every ./build/ program the tour runs must be
+# among these targets (a reader has only what `make run` built).
+MAKEFILE_RUN_BUILD = re.compile(r"^run: deps \$\(BUILD\)/Makefile\n"
+                                r"\t@cmake --build \$\(BUILD\) -j \$\(JOBS\) --target ([\w -]+?) "
+                                r"\$\(QUIET_MAKE\)\n", re.M)
+# The environment of a new terminal: these variables of the test's own
+# environment, and an empty HOME (a new user's).
+TERMINAL_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "USER", "LOGNAME",
+                "SHELL", "TMPDIR", "TZ")
 
 ANY_LINES = object()  # a line that is only "..."
 
@@ -109,9 +133,10 @@ class ReadmeError(Exception):
 
 
 class Step:
-    def __init__(self, line, command):
+    def __init__(self, line, command, block):
         self.line = line  # README line number of the "$ " line
         self.command = command
+        self.block = block  # index of its fenced block: each runs in a new bash
         self.expected = []  # (README line number, text)
 
 
@@ -129,6 +154,7 @@ def parse_tour(text):
         raise ReadmeError("README.md has no section '## A 30-second tour'")
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
     steps = []
+    nblocks = 0
     i = start + 1
     while i < end:
         if not lines[i].startswith("```"):
@@ -145,6 +171,7 @@ def parse_tour(text):
         if not block or not block[0][1].startswith("$ "):
             raise ReadmeError(f"README.md:{block[0][0] if block else i}: a tour block must "
                               "start with a '$ ' command line")
+        nblocks += 1
         k = 0
         while k < len(block):
             lineno, l = block[k]
@@ -160,7 +187,7 @@ def parse_tour(text):
                                       f"(bash -n refuses it):\n{command}")
                 command += "\n" + block[k][1]
                 k += 1
-            steps.append(Step(lineno, command))
+            steps.append(Step(lineno, command, nblocks))
     if not steps or not MAKE_RUN.match(steps[0].command):
         raise ReadmeError("the tour must start with `$ make run`")
     return steps
@@ -308,26 +335,46 @@ class Tour(unittest.TestCase):
         for needed in (MAKEFILE_RUN, MAKEFILE_DATA):
             self.assertIn(needed, mk, "the Makefile's run target changed: update MAKE_RUN's "
                           "mapping in this test to what `make run` now runs")
+        m = MAKEFILE_RUN_BUILD.search(mk)
+        self.assertIsNotNone(m, "the Makefile's run target no longer builds a list of CMake "
+                             "targets as this test reads it (MAKEFILE_RUN_BUILD)")
+        run_builds = set(m.group(1).split())
         with open(README) as f:
             self.steps = parse_tour(f.read())
+        for step in self.steps:
+            for prog in re.findall(r"\./build/([\w-]+)", step.command):
+                self.assertIn(prog, run_builds, f"README.md:{step.line}: the tour runs "
+                              f"./build/{prog}, which `make run` does not build")
         self.dir = tempfile.mkdtemp(prefix="tern-readme-")
         os.makedirs(os.path.join(self.dir, "build"))
         os.symlink(daemon_mod.TERND, os.path.join(self.dir, "build", "ternd"))
         os.symlink(BENCH, os.path.join(self.dir, "build", "tern-bench"))
         os.symlink(TERNCTL, os.path.join(self.dir, "build", "ternctl"))
-        os.symlink(os.path.join(SRC, "tests"), os.path.join(self.dir, "tests"))
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith("TERN_") and k.lower() not in
-                    ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+        # tests/ as in a fresh clone: no node_modules until make compat-deps.
+        tests = os.path.join(SRC, "tests")
+        for sub in os.listdir(tests):
+            if sub != "compat":
+                os.makedirs(os.path.join(self.dir, "tests"), exist_ok=True)
+                os.symlink(os.path.join(tests, sub), os.path.join(self.dir, "tests", sub))
+        os.makedirs(os.path.join(self.dir, "tests", "compat"))
+        for sub in os.listdir(os.path.join(tests, "compat")):
+            if sub != "node_modules":
+                os.symlink(os.path.join(tests, "compat", sub),
+                           os.path.join(self.dir, "tests", "compat", sub))
+        home = os.path.join(self.dir, ".home")
+        os.makedirs(home)
+        self.env = {k: v for k, v in os.environ.items() if k in TERMINAL_ENV}
+        self.env["HOME"] = home
         self.old_cwd = os.getcwd()
         os.chdir(self.dir)  # the daemon's ./data is the shell's data/
-        self.shell = Shell(self.dir, self.env)
+        self.shell = None  # the bash of the current block
         self.daemon = None
         self.drain = None
         self.tcp = self.http = None
 
     def tearDown(self):
-        self.shell.close()
+        if self.shell is not None:
+            self.shell.close()
         if self.daemon is not None and self.daemon.proc.poll() is None:
             self.daemon.proc.send_signal(signal.SIGTERM)
             try:
@@ -406,7 +453,13 @@ class Tour(unittest.TestCase):
 
     def test_tour(self):
         failures = []
+        block = None
         for step in self.steps:
+            if step.block != block:  # a new block: a new terminal
+                if self.shell is not None:
+                    self.shell.close()
+                self.shell = Shell(self.dir, self.env)
+                block = step.block
             m = MAKE_RUN.match(step.command)
             if m:
                 self.start_daemon(step)
@@ -428,8 +481,8 @@ class Tour(unittest.TestCase):
             if k:
                 self.wait_daemon_exit(step, sigkill=k.group(1) is not None)
         compared = sum(len(s.expected) for s in self.steps)
-        print(f"\ntour: {len(self.steps)} commands run, {compared} README lines compared, "
-              f"{len(failures)} differ", file=sys.stderr)
+        print(f"\ntour: {len(self.steps)} commands run in {block} blocks, each in a new bash, "
+              f"{compared} README lines compared, {len(failures)} differ", file=sys.stderr)
         if failures:
             self.fail(f"{len(failures)} README line(s) differ from what the tour printed:\n\n" +
                       "\n\n".join(failures))

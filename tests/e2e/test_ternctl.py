@@ -3,8 +3,10 @@
 ternd: every command in its table and --json forms (parsed), exit codes
 (0 ok, 1 the request failed with the server's error printed, 2 usage),
 where the connection comes from (flags > environment > config file >
-default), the refusal of a password on the command line and the warning
-for readable password files, the bash completion script, and the TLS path
+default), the local node's password file found when no credentials are
+given (and its search order, the unreadable file skipped with a note, never
+when credentials were given), the refusal of a password on the command
+line and the warning for readable password files, the bash completion script, and the TLS path
 against a Python ssl HTTPS server with generated certificates (the right
 CA verifies, a wrong CA, the system store and a wrong host name fail with
 a clear reason), which also answers chunked; and the client's connection
@@ -77,11 +79,13 @@ class Base(unittest.TestCase):
         e.update(extra)
         return e
 
-    def ctl(self, *args, env=None, input=None, auth=True, timeout=60):
-        """Run ternctl; by default against the daemon as admin (flags)."""
+    def ctl(self, *args, env=None, input=None, auth=True, timeout=60, cwd=None, **kw):
+        """Run ternctl; by default against the daemon as admin (flags), in an
+        empty directory (so no ./data/admin-password is found)."""
         pre = ["--url", self.url, "--password-file", self.pwfile] if auth else []
         r = subprocess.run([TERNCTL, *pre, *args], capture_output=True, timeout=timeout,
-                           env=env if env is not None else self.env(), input=input)
+                           env=env if env is not None else self.env(), input=input,
+                           cwd=cwd if cwd is not None else self.home, **kw)
         return r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
 
     def ok(self, *args, **kw):
@@ -303,6 +307,122 @@ class Connection(Base):
                                 auth=False)
         self.assertEqual(rc, 0, err)
         self.assertNotIn("warning", err)
+
+
+class LocalPassword(Base):
+    """No credentials and a node on this machine: ternctl looks for the
+    password file the node wrote ($TERN_DATA_PATH/admin-password,
+    ./data/admin-password, /var/lib/tern/admin-password) and says which."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # A node that generated its password: <node>/data/admin-password.
+        cls.node = os.path.join(cls.dir, "node")
+        os.makedirs(cls.node)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        cls.d2 = Daemon(os.path.join(cls.node, "data"), env=env)
+        try:
+            cls.d2.wait_for("ready")
+            cls.d2.wait_for("root user admin created")
+        except BaseException:
+            cls.d2.stop()
+            raise
+        cls.url2 = f"http://127.0.0.1:{cls.d2.http_port}"
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d2.stop()
+        super().tearDownClass()
+        assert rc == 0, f"ternd exited {rc}:\n{cls.d2.log()}"
+
+    def members(self, url=None, **kw):
+        return self.ctl("--url", url or self.url2, "cluster", "members", auth=False, **kw)
+
+    def test_found_in_the_working_directory(self):
+        for url in (self.url2, f"http://localhost:{self.d2.http_port}/"):
+            rc, out, err = self.members(url, cwd=self.node)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(err, "ternctl: using the password in ./data/admin-password\n")
+            self.assertIn("alive", out)
+
+    def test_found_by_tern_data_path_first(self):
+        data = os.path.join(self.node, "data")
+        other = os.path.join(self.dir, "other")
+        os.makedirs(os.path.join(other, "data"), exist_ok=True)
+        with open(os.path.join(other, "data", "admin-password"), "w") as f:
+            f.write("not-the-password\n")
+        os.chmod(os.path.join(other, "data", "admin-password"), 0o600)
+        # TERN_DATA_PATH (ternd's own variable) comes before ./data.
+        rc, out, err = self.members(cwd=other, env=self.env(TERN_DATA_PATH=data))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(err, f"ternctl: using the password in {data}/admin-password\n")
+        # ./data alone, holding a wrong password: 401, and where it came from.
+        rc, out, err = self.members(cwd=other)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("using the password in ./data/admin-password", err)
+        self.assertIn("401 authentication required", err)
+        self.assertIn("the password came from ./data/admin-password", err)
+
+    def test_not_found(self):
+        # The same error as with no search at all.
+        rc, out, err = self.members()
+        self.assertEqual(rc, 1, err)
+        self.assertNotIn("using the password", err)
+        self.assertIn("401 authentication required", err)
+        self.assertIn("no credentials were given", err)
+
+    def test_never_when_credentials_are_given(self):
+        for args, env in [(["--password-file", self.pwfile], self.env()),
+                          ([], self.env(TERN_PASSWORD="wrong")),
+                          ([], self.env(TERN_USER="admin"))]:
+            rc, out, err = self.ctl("--url", self.url2, *args, "cluster", "members",
+                                    auth=False, cwd=self.node, env=env)
+            self.assertEqual(rc, 1, err)  # none of them is this node's password
+            self.assertNotIn("using the password", err)
+            self.assertIn("401", err)
+
+    def test_never_for_another_machine(self):
+        # 192.0.2.1 (TEST-NET-1) is no one's; the search would run before
+        # the connection is tried.
+        rc, out, err = self.ctl("--url", "http://192.0.2.1:9", "--timeout", "1s", "topics",
+                                "list", auth=False, cwd=self.node)
+        self.assertEqual(rc, 1, err)
+        self.assertNotIn("using the password", err)
+
+    def test_unreadable_file_is_skipped_with_a_note(self):
+        # A file this user cannot read: root reads anything, so as root the
+        # file stays root's (0600) and ternctl runs as nobody.
+        d = tempfile.mkdtemp(prefix="tern-ctl-unreadable-")
+        try:
+            os.chmod(d, 0o755)
+            os.makedirs(os.path.join(d, "data"))
+            os.chmod(os.path.join(d, "data"), 0o755)
+            pw = os.path.join(d, "data", "admin-password")
+            shutil.copy(os.path.join(self.node, "data", "admin-password"), pw)
+            kw = {}
+            if os.geteuid() == 0:
+                os.chmod(pw, 0o600)
+                kw = {"user": 65534, "group": 65534, "extra_groups": []}
+                env = self.env(HOME=d)
+            else:
+                os.chmod(pw, 0)
+                env = self.env()
+            rc, out, err = self.members(cwd=d, env=env, **kw)
+            self.assertEqual(rc, 1, err)
+            self.assertIn("ternctl: note: cannot read ./data/admin-password (Permission denied); "
+                          "skipped it", err)
+            self.assertNotIn("using the password", err)
+            self.assertIn("no credentials were given", err)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_offline_command_does_not_search(self):
+        rc, out, err = self.ctl("restore", os.path.join(self.dir, "no-backup"), "--data-path",
+                                os.path.join(self.dir, "no-data"), auth=False, cwd=self.node)
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("no-backup", err)  # the restore ran, and said what is wrong
+        self.assertNotIn("using the password", err)
 
 
 class Topics(Base):

@@ -10,6 +10,16 @@
  *      optionally in double quotes), keys url, user, password,
  *      password-file, ca-file, timeout;
  *   4. defaults: http://127.0.0.1:4151, no credentials, 30 s.
+ * When none of them gives a user or a password and the URL names this
+ * machine (127.0.0.0/8, ::1, localhost), ternctl looks for the password
+ * file a local ternd wrote when it seeded its root user, as rabbitmqctl
+ * finds its cookie: $TERN_DATA_PATH/admin-password (when ternd's variable
+ * is set), ./data/admin-password (where `make run` keeps its data),
+ * /var/lib/tern/admin-password (the package's data path). The search runs at
+ * the first request (a command that reaches no node never searches); the
+ * first file it can read is used as admin's password and named on stderr;
+ * one that exists but cannot be read is skipped with a note; none at all
+ * leaves no credentials, as before.
  * A password never comes from the command line (it would show in ps and
  * shell history): main.c refuses --password. A password given without a
  * user is for `admin`, the root user; a user given without a password is
@@ -38,9 +48,11 @@
 #define DEFAULT_URL "http://127.0.0.1:4151"
 #define MAX_CLIENTS 16
 
-/* Whether the connection carries credentials, for tn_ctl_fail's hint (one
- * tn_ctl_t per process). */
+/* Whether the connection carries credentials, and the local node's password
+ * file they were found in ("": given, or none), for tn_ctl_fail's hint
+ * (one tn_ctl_t per process). */
 static bool g_had_user;
+static char g_found_file[4096];
 
 struct tn_ctl_s {
     char *url;
@@ -49,6 +61,8 @@ struct tn_ctl_s {
     char *ca_file;  /* NULL: the system store */
     int timeout_ms;
     bool json;
+    bool find_password; /* no credentials and a local URL: search at first use */
+    char *data_path;    /* TERN_DATA_PATH, for that search; NULL if unset */
     struct {
         char *url;
         tn_hc_t *hc;
@@ -220,6 +234,52 @@ static const char *env_get(char **envp, const char *name)
     return NULL;
 }
 
+/* Whether url's host is this machine: a loopback address or localhost. */
+static bool url_is_local(const char *url)
+{
+    tn_hc_url_t u;
+    char err[256];
+    if (tn_hc_url_parse(url, &u, err, sizeof(err)) != 0)
+        return false;
+    return strcmp(u.host, "localhost") == 0 || strcmp(u.host, "::1") == 0 ||
+           strncmp(u.host, "127.", 4) == 0;
+}
+
+/* No credentials were given and the node is local: the password ternd
+ * wrote when it seeded the root user, from the first of the conventional
+ * data paths (this file's opening comment) that holds one this user can
+ * read. data: $TERN_DATA_PATH or NULL. Sets *out (or leaves it NULL) and
+ * g_found_file. */
+static void find_local_password(const char *data, char **out)
+{
+    char paths[3][sizeof(g_found_file)];
+    int n = 0;
+    if (data != NULL)
+        snprintf(paths[n++], sizeof(paths[0]), "%s/%s", data, "admin-password");
+    snprintf(paths[n++], sizeof(paths[0]), "./data/admin-password");
+    snprintf(paths[n++], sizeof(paths[0]), "/var/lib/tern/admin-password");
+    for (int i = 0; i < n; i++) {
+        const char *p = paths[i];
+        FILE *f = fopen(p, "r");
+        if (f == NULL) {
+            if (errno != ENOENT && errno != ENOTDIR)
+                fprintf(stderr, "ternctl: note: cannot read %s (%s); skipped it\n", p,
+                        strerror(errno));
+            continue;
+        }
+        fclose(f);
+        /* read_password_file says what is wrong with a file it opens (empty,
+         * too long); such a file is skipped too. */
+        if (read_password_file(p, out) != TN_CTL_OK) {
+            fprintf(stderr, "ternctl: note: skipped %s\n", p);
+            continue;
+        }
+        memcpy(g_found_file, p, strlen(p) + 1); /* paths[i] has g_found_file's size */
+        fprintf(stderr, "ternctl: using the password in %s\n", p);
+        return;
+    }
+}
+
 static char *pick(const char *a, const char *b, const char *c)
 {
     const char *v = a ? a : b ? b : c;
@@ -278,6 +338,10 @@ int tn_ctl_new(const tn_ctl_flags_t *f, char **envp, tn_ctl_t **out)
         c->password = dup_or_die(file.password);
     } else if (file.password_file != NULL) {
         rc = read_password_file(file.password_file, &c->password);
+    } else if (c->user == NULL && url_is_local(c->url)) {
+        c->find_password = true;
+        const char *data = env_get(envp, "TERN_DATA_PATH");
+        c->data_path = data != NULL ? dup_or_die(data) : NULL;
     }
     if (rc == TN_CTL_OK && c->password != NULL && c->user == NULL)
         c->user = dup_or_die("admin");
@@ -335,7 +399,22 @@ void tn_ctl_free(tn_ctl_t *c)
     free(c->user);
     free(c->password);
     free(c->ca_file);
+    free(c->data_path);
     free(c);
+}
+
+/* The local node's password, looked for once, before the first use of the
+ * credentials (see the opening comment). */
+static void find_password_once(tn_ctl_t *c)
+{
+    if (!c->find_password)
+        return;
+    c->find_password = false;
+    find_local_password(c->data_path, &c->password);
+    if (c->password != NULL) {
+        c->user = dup_or_die("admin");
+        g_had_user = true;
+    }
 }
 
 bool tn_ctl_json(const tn_ctl_t *c)
@@ -359,6 +438,7 @@ static tn_hc_t *client_for(tn_ctl_t *c, const char *base_url)
     for (int i = 0; i < c->nclients; i++)
         if (strcmp(c->clients[i].url, base_url) == 0)
             return c->clients[i].hc;
+    find_password_once(c);
     if (c->nclients == MAX_CLIENTS) {
         /* More nodes than a command talks to at once: drop the oldest. */
         tn_hc_free(c->clients[0].hc);
@@ -477,6 +557,12 @@ int tn_ctl_fail(const tn_ctl_resp_t *r, const char *what)
     if (r->status == 401 && !g_had_user)
         fprintf(stderr, "ternctl: no credentials were given: set --user and --password-file "
                         "(or TERN_USER and TERN_PASSWORD_FILE / TERN_PASSWORD)\n");
+    else if (r->status == 401 && g_found_file[0] != '\0')
+        fprintf(stderr,
+                "ternctl: the password came from %s (no credentials were given and the node is "
+                "local); give --password-file (or TERN_PASSWORD_FILE / TERN_PASSWORD) for "
+                "another\n",
+                g_found_file);
     return TN_CTL_FAIL;
 }
 
@@ -657,13 +743,15 @@ const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap)
     return buf;
 }
 
-const char *tn_ctl_user(const tn_ctl_t *c)
+const char *tn_ctl_user(tn_ctl_t *c)
 {
+    find_password_once(c);
     return c->user ? c->user : "";
 }
 
-const char *tn_ctl_password(const tn_ctl_t *c)
+const char *tn_ctl_password(tn_ctl_t *c)
 {
+    find_password_once(c);
     return c->password;
 }
 

@@ -111,9 +111,10 @@ int tn_ctl_parse_ms(const char *s, int64_t *out);
 int tn_ctl_json_write(tn_buf_t *b, yajl_val v);
 
 /* The connection's user ("" when none) and password (NULL when none),
- * borrowed. */
-const char *tn_ctl_user(const tn_ctl_t *c);
-const char *tn_ctl_password(const tn_ctl_t *c);
+ * borrowed; not const, as the first use may find the local node's password
+ * file (ctl.c). */
+const char *tn_ctl_user(tn_ctl_t *c);
+const char *tn_ctl_password(tn_ctl_t *c);
 
 /* Read a secret: from the terminal with echo off when stdin is a tty
  * (prompt, and with confirm the same twice), else stdin's first line.
