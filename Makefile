@@ -62,8 +62,10 @@ run: deps $(BUILD)/Makefile
 # own certificates, secret and a command file per node; one made before has
 # its stopped nodes started again with their data. cluster-restart N=2
 # restarts node 2 (SIGTERM, then its command again), cluster-kill N=2
-# SIGKILLs it, cluster-stop stops every node by its PID file.
-cluster: build
+# SIGKILLs it, cluster-stop stops every node by its PID file. Like run, it
+# builds only what it runs (ternd, and ternctl for the quick start).
+cluster: deps $(BUILD)/Makefile
+	@cmake --build $(BUILD) -j $(JOBS) --target ternd ternctl $(QUIET_MAKE)
 	@TERND=$(BUILD)/ternd ./scripts/cluster.sh start $(CLUSTER_DATA)
 
 cluster-restart:
