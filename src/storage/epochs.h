@@ -25,13 +25,22 @@
  *   it over `epochs` and fsyncs the directory (tn_io_write_file_atomic). A
  *   crash leaves either the old file or the new one; a leftover
  *   `epochs.tmp` is removed by the partition's recovery, as every `.tmp`.
- *   The caller saves after each change that must survive a restart: a new
- *   epoch (before the leader takes writes in it), a suffix truncation
- *   (before the log is truncated, so the file never names an epoch for
- *   records that are gone and then come back different), a retention cut.
- *   After a restart the caller drops the entries that start past the
- *   recovered log end (tn_epochs_truncate_from_end(h, log_end + 1)): the
- *   records they pointed at were lost with an unsynced tail.
+ *   Order against the log (what a crash between the two steps leaves must
+ *   still be a history the log agrees with):
+ *     - a new epoch: assign and save before writing its first record, so
+ *       no record on disk carries an epoch the file lacks;
+ *     - a suffix truncation: truncate the log durably first, then
+ *       truncate_from_end and save; the other order could leave records of
+ *       a dropped epoch counted as the previous epoch's, which the follower
+ *       rule would then keep;
+ *     - retention: drop the segments, then truncate_from_start and save
+ *       (either order is harmless).
+ *   After a restart the caller repairs what a crash between the steps left
+ *   once the log is recovered: tn_epochs_truncate_from_end(h, log_end)
+ *   and tn_epochs_truncate_from_start(h, log_start), as Kafka does. That
+ *   also drops a leader's entry at its log end (invariant 2); a restarted
+ *   replica leads again only in a newly elected epoch, which it records
+ *   then.
  *   Failures: a file with a bad magic, length, CRC or order is
  *   TN_ECORRUPT, a good file of another version TN_EFORMAT; the caller
  *   isolates the partition as it does for any other damage.

@@ -406,6 +406,56 @@ static void test_leader_without_election_entry(void **state)
     tn_epochs_fini(&fh);
 }
 
+/* A crash between the two steps of a suffix truncation. The follower F
+ * holds epoch 1 at offsets 3-5; the leader wrote epoch 0 up to 5 and was
+ * elected again (epoch 2) at 5: F must truncate to 3. Cutting the log
+ * first and repairing the history at restart converges; saving the history
+ * first and losing the log cut would keep F's epoch-1 records at 3-4 as if
+ * they were epoch 0's. */
+static void test_truncation_crash_order(void **state)
+{
+    (void)state;
+    mlog_t ll, fl;
+    mlog_from(&ll, "00000");
+    mlog_from(&fl, "000111");
+    tn_epochs_t lh, fh;
+    history_of(&lh, &ll, 2);
+    history_of(&fh, &fl, -1);
+    uint32_t le;
+    uint64_t lend;
+    tn_epochs_step_t s;
+    assert_int_equal(tn_epochs_end_offset_for(&lh, ll.end, 1, &le, &lend), 0);
+    assert_int_equal(tn_epochs_follower_step(&fh, fl.end, 1, le, lend, &s), 0);
+    assert_int_equal(s.action, TN_EPOCHS_TRUNCATE);
+    assert_int_equal(s.offset, 3);
+
+    /* Right order: the log is cut to 3, the crash loses the history's
+     * save, and the restart repairs it from the log's end. */
+    mlog_t right = fl;
+    tn_epochs_t rh;
+    history_of(&rh, &fl, -1);
+    right.end = 3;
+    assert_true(tn_epochs_truncate_from_end(&rh, right.end));
+    assert_int_equal(tn_epochs_end_offset_for(&lh, ll.end, tn_epochs_latest(&rh), &le, &lend), 0);
+    assert_int_equal(tn_epochs_follower_step(&rh, right.end, tn_epochs_latest(&rh), le, lend, &s),
+                     0);
+    assert_int_equal(s.action, TN_EPOCHS_TRUNCATE);
+    assert_true(repair(&right, &rh, &ll, s.action, s.offset));
+
+    /* Wrong order: the history was saved without epoch 1, the log cut was
+     * lost; the follower now believes offsets 3-5 are epoch 0's. */
+    mlog_t wrong = fl;
+    assert_true(tn_epochs_truncate_from_end(&fh, 3));
+    assert_int_equal(tn_epochs_end_offset_for(&lh, ll.end, 0, &le, &lend), 0);
+    assert_int_equal(tn_epochs_follower_step(&fh, wrong.end, 0, le, lend, &s), 0);
+    assert_int_equal(s.action, TN_EPOCHS_TRUNCATE);
+    assert_int_equal(s.offset, 5);
+    assert_false(repair(&wrong, NULL, &ll, s.action, s.offset));
+    tn_epochs_fini(&rh);
+    tn_epochs_fini(&lh);
+    tn_epochs_fini(&fh);
+}
+
 /* --- the file ------------------------------------------------------------ */
 
 static void path_in(char *buf, const char *dir, const char *name)
@@ -685,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_follower_step_refuses),
         cmocka_unit_test(test_divergence_table),
         cmocka_unit_test(test_leader_without_election_entry),
+        cmocka_unit_test(test_truncation_crash_order),
         cmocka_unit_test(test_file_round_trip),
         cmocka_unit_test(test_file_damage),
         cmocka_unit_test(test_save_failures),
