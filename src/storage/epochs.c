@@ -174,33 +174,29 @@ int tn_epochs_end_offset_for(const tn_epochs_t *h, uint64_t log_end, uint32_t re
 int tn_epochs_follower_step(const tn_epochs_t *h, uint64_t log_end, uint32_t asked,
                             uint32_t leader_epoch, uint64_t leader_end, tn_epochs_step_t *out)
 {
-    memset(out, 0, sizeof(*out));
-    if (leader_epoch == TN_EPOCHS_UNDEFINED) {
-        out->action = TN_EPOCHS_RESET;
-        return 0;
+    /* out is written only on success: a caller that missed an error must
+     * not find "truncate to 0" in it. */
+    tn_epochs_step_t step = {.action = TN_EPOCHS_RESET};
+    if (leader_epoch != TN_EPOCHS_UNDEFINED && h->n > 0) {
+        if (leader_end == TN_EPOCHS_UNDEFINED_OFFSET || leader_epoch > asked)
+            return TN_EPROTO;
+        if (asked > tn_epochs_latest(h))
+            return TN_ERANGE; /* asked must be one of the follower's own epochs */
+        uint32_t mine;
+        uint64_t mine_end;
+        int rc = tn_epochs_end_offset_for(h, log_end, leader_epoch, &mine, &mine_end);
+        if (rc != 0)
+            return rc;
+        if (mine == leader_epoch) {
+            step.action = TN_EPOCHS_TRUNCATE;
+            step.offset = TN_MIN(leader_end, mine_end);
+        } else if (mine != TN_EPOCHS_UNDEFINED) {
+            step.action = TN_EPOCHS_ASK_AGAIN;
+            step.epoch = mine;
+        }
+        /* else: every epoch we have is newer than the answer: RESET */
     }
-    if (leader_end == TN_EPOCHS_UNDEFINED_OFFSET || leader_epoch > asked)
-        return TN_EPROTO;
-    uint32_t mine;
-    uint64_t mine_end;
-    if (h->n == 0) {
-        out->action = TN_EPOCHS_RESET; /* nothing of ours to keep */
-        return 0;
-    }
-    if (asked > tn_epochs_latest(h))
-        return TN_ERANGE; /* asked must be one of the follower's own epochs */
-    int rc = tn_epochs_end_offset_for(h, log_end, leader_epoch, &mine, &mine_end);
-    if (rc != 0)
-        return rc;
-    if (mine == TN_EPOCHS_UNDEFINED) {
-        out->action = TN_EPOCHS_RESET;
-    } else if (mine == leader_epoch) {
-        out->action = TN_EPOCHS_TRUNCATE;
-        out->offset = TN_MIN(leader_end, mine_end);
-    } else {
-        out->action = TN_EPOCHS_ASK_AGAIN;
-        out->epoch = mine;
-    }
+    *out = step;
     return 0;
 }
 

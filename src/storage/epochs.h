@@ -158,7 +158,8 @@ typedef struct {
  * its latest epoch when the leader changes in between.
  * TN_EPROTO when the answer cannot come from a correct leader (an epoch
  * above asked, or a defined epoch with an undefined offset); TN_ERANGE
- * when asked is above the follower's own latest epoch. Pure. */
+ * when asked is above the follower's own latest epoch; *out is written only
+ * on success. An empty h (a replica with nothing yet) always resets. Pure. */
 int tn_epochs_follower_step(const tn_epochs_t *h, uint64_t log_end, uint32_t asked,
                             uint32_t leader_epoch, uint64_t leader_end, tn_epochs_step_t *out);
 

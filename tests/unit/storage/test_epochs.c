@@ -180,13 +180,21 @@ static void test_follower_step_refuses(void **state)
     tn_epoch_entry_t e[] = {{1, 0}, {3, 10}};
     tn_epochs_t h;
     build(&h, e, 2);
-    tn_epochs_step_t s;
+    tn_epochs_step_t s = {.action = TN_EPOCHS_ASK_AGAIN, .epoch = 77, .offset = 77};
     /* A leader cannot answer an epoch above the one asked. */
     assert_int_equal(tn_epochs_follower_step(&h, 15, 1, 3, 10, &s), TN_EPROTO);
+    /* A failed step leaves *out alone (no "truncate to 0" to misread). */
+    assert_int_equal(s.action, TN_EPOCHS_ASK_AGAIN);
+    assert_int_equal(s.offset, 77);
     /* Nor a defined epoch without an offset. */
     assert_int_equal(tn_epochs_follower_step(&h, 15, 3, 3, UO, &s), TN_EPROTO);
     /* The follower asked about an epoch above its own latest. */
     assert_int_equal(tn_epochs_follower_step(&h, 15, 5, 3, 12, &s), TN_ERANGE);
+    /* An empty follower resets whatever the answer. */
+    tn_epochs_t empty;
+    tn_epochs_init(&empty);
+    assert_int_equal(tn_epochs_follower_step(&empty, 0, U, 3, 12, &s), 0);
+    assert_int_equal(s.action, TN_EPOCHS_RESET);
     /* A sane one. */
     assert_int_equal(tn_epochs_follower_step(&h, 15, 3, 3, 12, &s), 0);
     assert_int_equal(s.action, TN_EPOCHS_TRUNCATE);
