@@ -55,6 +55,13 @@ def checkpoint(seq, frontier, settled=(), requeued=(), paused=False):
     return struct.pack("<II", 0x31434E54, crc32c(body)) + body
 
 
+def epochs_file(entries, count=None, version=1, magic=b"TNE1"):
+    body = magic + struct.pack("<II", version, len(entries) if count is None else count)
+    for epoch, start in entries:
+        body += struct.pack("<IQ", epoch, start)
+    return body + struct.pack("<I", crc32c(body))
+
+
 def wire_frame(ftype, rid, payload):
     return b"TNR1" + struct.pack(">BBHQI", 1, ftype, 0, rid, len(payload)) + payload
 
@@ -251,6 +258,22 @@ def main():
     bad = bytearray(frames)
     bad[len(frames) // 2] ^= 0x10
     write(il, "seed-damaged", bytes(bad))
+
+    ep = os.path.join(here, "epochs_file", "corpus")
+    three = epochs_file([(0, 0), (3, 120), (7, 4096)])
+    write(ep, "seed-empty", epochs_file([]))
+    write(ep, "seed-one", epochs_file([(1, 0)]))
+    write(ep, "seed-three", three)
+    write(ep, "seed-retained", epochs_file([(12, 1 << 40), (13, (1 << 40) + 5)]))
+    write(ep, "seed-torn", three[:-7])
+    flipped = bytearray(three)
+    flipped[20] ^= 0x04
+    write(ep, "seed-bad-crc", bytes(flipped))
+    write(ep, "seed-unordered", epochs_file([(3, 0), (2, 10)]))
+    write(ep, "seed-same-start", epochs_file([(1, 10), (2, 10)]))
+    write(ep, "seed-bad-count", epochs_file([(1, 0)], count=2))
+    write(ep, "seed-version-2", epochs_file([(1, 0)], version=2))
+    write(ep, "seed-bad-magic", epochs_file([(1, 0)], magic=b"TNE2"))
 
     wire_seeds(here)
 
