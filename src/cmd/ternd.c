@@ -25,8 +25,8 @@
  *      Under a service manager (NOTIFY_SOCKET) STATUS= lines follow these
  *      steps, READY=1 goes out once /readyz would first answer 200 (the
  *      metastore caught up too and, with security on, the root user's
- *      seed applied: tn_nsq_http_ready), and STOPPING=1 when a drain (step 5) or a
- *      shutdown (step 6) begins: core/notify.h.
+ *      seed applied: tn_nsq_http_ready), and STOPPING=1 when a drain
+ *      (step 5) or a shutdown (step 6) begins: core/notify.h.
  *   5. The first SIGTERM (or POST /v1/drain) drains the node first
  *      (api/drain.h): out of readiness, new publishes and consumes
  *      refused, until nothing is in flight or drain-timeout passes; then
