@@ -8,7 +8,8 @@ applies first), so a follower is ready only once that write is applied in
 its own replica. Before a node is ready, an authenticated request gets
 200 or 503 with Retry-After, never 401. The same after a restart of one
 node, for the root user and for a user made before it (what the replica
-held).
+held). A node without a quorum is never ready, and answers every
+credential 503.
 
 Run: python3 tests/cluster/test_ready_auth.py --ternd build/ternd
 """
@@ -100,6 +101,29 @@ class ReadyAuth(harness.ClusterTest):
                     node.start()
                 self.watch_all(c, c.nodes, f"fresh{r}")
                 c.close()
+
+    def test_no_quorum_is_503_not_401(self):
+        # One node of three: no leader, so no user can be judged. Right,
+        # wrong and unknown credentials alike get 503 with Retry-After.
+        c = self.make(3)
+        lone = c.nodes[0].start()
+        wait_until("the lone node to listen", lambda: lone.readyz() == 503, 60)
+        wrong = basic("admin", "wrong-pw")
+        nobody = basic("nobody", "nobody-pw")
+        for i in range(30):
+            auth = (ADMIN, wrong, nobody)[i % 3]
+            status, body = lone.request("GET", "/v1/topics", auth=False,
+                                        headers={"Authorization": auth})
+            self.assertEqual((status, body), (503, {"error": "control plane not caught up"}))
+            self.assertEqual(lone.readyz(), 503)
+        # The others come: then it serves, and the root user works the
+        # moment each node says ready.
+        for node in c.nodes[1:]:
+            node.start()
+        self.watch_all(c, c.nodes, "quorum")
+        status, body = lone.request("GET", "/v1/topics", auth=False,
+                                    headers={"Authorization": wrong})
+        self.assertEqual(status, 401, body)
 
     def test_restart_of_one_node(self):
         c = self.make(3).start()
