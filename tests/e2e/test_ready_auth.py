@@ -196,6 +196,7 @@ class ReadyMeansUsable(unittest.TestCase):
         r = request(d.http_port, "GET", "/stats?format=json", ADMIN)
         if r is not None and r[0] != 200:
             self.assertEqual((r[0], json.loads(r[2])), (503, {"message": "NOT_READY"}))
+            self.assertEqual(r[1].get("retry-after"), "1")
 
     def test_nsq_auth_right_after_ready(self):
         with cpu_hog():
