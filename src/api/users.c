@@ -150,3 +150,8 @@ int tn_users_seed_root(uv_loop_t *loop, tn_meta_t *meta, const char *data_path,
     *handle = s;
     return 0;
 }
+
+bool tn_users_ready(tn_meta_t *meta)
+{
+    return tn_meta_ready(meta) && tn_meta_caught_up(meta) && tn_meta_state(meta)->nusers > 0;
+}

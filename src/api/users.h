@@ -15,6 +15,13 @@
  *      first proposal the leader applies wins, and a node whose proposal
  *      found the user there removes the password file it wrote (that
  *      password is nobody's). The file is then on the node that won.
+ *   5. Until the root user is in this node's replica (and the replica is
+ *      ready and caught up: tn_users_ready), credentials cannot be judged
+ *      here: the node is not ready (/readyz 503, no READY=1), and a
+ *      credential the replica does not confirm is answered "not yet"
+ *      (503 with Retry-After; NSQ AUTH E_AUTH_FAILED, as nsqd answers
+ *      when its auth server cannot be reached), never "wrong". A node
+ *      whose seed failed (logged) stays so until a start seeds.
  *
  * Threads: the loop thread. */
 #ifndef TN_API_USERS_H
@@ -36,5 +43,13 @@ int tn_users_seed_root(uv_loop_t *loop, tn_meta_t *meta, const char *data_path,
                        const char *env_password, tn_seed_t **handle);
 /* The metastore is closing: the seed ends without proposing. */
 void tn_users_seed_cancel(tn_seed_t *s);
+/* Whether this node can judge credentials now: its metastore replica is
+ * ready (what its log held at start is applied, so after a restart every
+ * user it held is back), caught up (tn_meta_caught_up: a leader known and
+ * heard from, everything committed applied; so not while the metastore
+ * has no quorum), and holds users (the root user's seed is applied here:
+ * the seed runs while the replica holds none, and the root user cannot be
+ * deleted). Before that, a user may be unknown here only for now. */
+bool tn_users_ready(tn_meta_t *meta);
 
 #endif

@@ -672,6 +672,11 @@ void tn_nsqauth_answer(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *
     maybe_free(a);
 }
 
+bool tn_nsqauth_is_local(const tn_nsqauth_t *a)
+{
+    return a->has_local;
+}
+
 static void maybe_free(tn_nsqauth_t *a)
 {
     if (!a->closing || a->inflight > 0)

@@ -104,8 +104,12 @@ typedef struct {
 
 /* local is copied. 0 or UV_ENOMEM. */
 int tn_nsqauth_new_local(uv_loop_t *loop, const tn_nsqauth_local_t *local, tn_nsqauth_t **out);
-/* A local checker's answer; authz (on TN_AUTH_OK) is handed over. */
+/* A local checker's answer; authz (on TN_AUTH_OK) is handed over. A
+ * local checker answers TN_AUTH_UNAVAILABLE for a secret it cannot judge
+ * yet (tern's users while the node is not ready), or when out of memory. */
 void tn_nsqauth_answer(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *authz);
+/* Whether a checks secrets with a local checker (tn_nsqauth_new_local). */
+bool tn_nsqauth_is_local(const tn_nsqauth_t *a);
 
 /* A grant of tern's kind as an NSQ rule: pattern is a topic name, or a
  * prefix ending in '*' ("*" alone: every topic); any channel. */

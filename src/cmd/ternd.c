@@ -24,8 +24,9 @@
  *      (SIGHUP reloads what can change live: serve.h).
  *      Under a service manager (NOTIFY_SOCKET) STATUS= lines follow these
  *      steps, READY=1 goes out once /readyz would first answer 200 (the
- *      metastore caught up too), and STOPPING=1 when a drain (step 5) or a
- *      shutdown (step 6) begins: core/notify.h.
+ *      metastore caught up too and, with security on, the root user's
+ *      seed applied: tn_nsq_http_ready), and STOPPING=1 when a drain
+ *      (step 5) or a shutdown (step 6) begins: core/notify.h.
  *   5. The first SIGTERM (or POST /v1/drain) drains the node first
  *      (api/drain.h): out of readiness, new publishes and consumes
  *      refused, until nothing is in flight or drain-timeout passes; then
@@ -329,10 +330,12 @@ static void notify_stopping(daemon_t *d, const char *why)
     notify(d, "STOPPING=1\nSTATUS=%s", why);
 }
 
-/* READY=1 when /readyz would first answer 200: the engine has recovered,
- * the doors are up (api.ready) and the metastore has caught up with its
- * leader (in a cluster that needs a quorum). Polled every 100 ms from the
- * ready line until then; the STATUS line says what is awaited. */
+/* READY=1 when /readyz would first answer 200 (the same test,
+ * tn_nsq_http_ready): the engine has recovered, the doors are up
+ * (api.ready), the metastore has caught up with its leader (in a cluster
+ * that needs a quorum) and, with security on, the users can be judged
+ * (the root user's seed applied: api/users.h). Polled every 100 ms from
+ * the ready line until then; the STATUS line says what is awaited. */
 static void on_ready_poll(uv_timer_t *t)
 {
     daemon_t *d = t->data;
@@ -347,7 +350,7 @@ static void start_ready_poll(daemon_t *d)
 {
     if (!tn_notify_on(&d->notify))
         return;
-    notify(d, "STATUS=listening; waiting for the metastore to catch up");
+    notify(d, "STATUS=listening; waiting for the metastore to catch up (and the root user)");
     uv_timer_init(d->loop, &d->ready_poll);
     d->ready_poll.data = d;
     d->ready_poll_inited = true;

@@ -134,8 +134,10 @@ class NotifyTest(unittest.TestCase):
         line = d.wait_for("not notifying the service manager")
         self.assertIn("NOTIFY_SOCKET=relative/notify: not a socket path", line)
         d.wait_for("ready: data")
-        # /readyz also waits for the metastore's replica (its own barrier).
+        # /readyz also waits for the metastore's replica (its own barrier)
+        # and for the root user in it (api/users.h).
         d.wait_for("metastore ready")
+        d.wait_for("root user admin created")
         self.assertEqual(readyz(d.http_port), 200)
         self.assertEqual(d.stop(), 0)
 

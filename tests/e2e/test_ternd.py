@@ -334,9 +334,10 @@ class TerndTest(unittest.TestCase):
     def test_metastore_keeps_the_catalog(self):
         # Topics and channels the NSQ doors create are recorded in the
         # Raft metastore (ephemeral channels are not), and a restart replays
-        # them; /readyz waits for the replica.
+        # them; /readyz waits for the replica (and the root user in it).
         d = Daemon(self.data)
         d.wait_for("metastore ready: leader, 0 topics")
+        d.wait_for("root user admin created")
         c = Conn(d.tcp_port)
         c.identify()
         for t in ("cat-a", "cat-b", "cat-c"):

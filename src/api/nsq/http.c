@@ -9,6 +9,7 @@
 #include "core/time.h"
 #include "api/access.h"
 #include "api/drain.h"
+#include "api/users.h"
 #include "api/v1/common.h"
 #include "proto/nsq/codec.h"
 
@@ -119,10 +120,18 @@ static void on_healthz(tn_http_request_t *r, void *arg)
 
 bool tn_nsq_http_ready(tn_nsq_http_t *api)
 {
+    if (!api->ready || tn_drain_active(api->drain))
+        return false;
+    if (api->meta == NULL)
+        return true;
+    /* With security on, ready means usable: the users can be judged (the
+     * root user's seed is applied here too), so a client that waited for
+     * 200 is never refused for credentials that are right (users.h). */
+    if (api->v1 != NULL && api->v1->o.security)
+        return tn_users_ready(api->meta);
     /* Caught up now (leader known and heard from, a voter, applied >=
      * commit), and the log found at start replayed. */
-    return api->ready && !tn_drain_active(api->drain) &&
-           (api->meta == NULL || (tn_meta_ready(api->meta) && tn_meta_caught_up(api->meta)));
+    return tn_meta_ready(api->meta) && tn_meta_caught_up(api->meta);
 }
 
 static void on_readyz(tn_http_request_t *r, void *arg)

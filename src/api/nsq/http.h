@@ -50,7 +50,9 @@ typedef struct {
 /* Fill the settings from cfg (ports and broker are the caller's). */
 void tn_nsq_http_init(tn_nsq_http_t *api, const tn_config_t *cfg, const char *version);
 
-/* What /readyz answers: ready, not draining, and the metastore caught up. */
+/* What /readyz answers (and when ternd sends READY=1): ready, not
+ * draining, and the metastore caught up; with security on, also the users
+ * judged here (tn_users_ready: the root user's seed applied). */
 bool tn_nsq_http_ready(tn_nsq_http_t *api);
 
 /* Register the routes on srv; api is borrowed for the server's lifetime.

@@ -72,6 +72,8 @@ void tn__v1_nsq_refuse(tn_http_request_t *r, int status, const char *code)
                                          "WWW-Authenticate: Basic realm=\"tern\"\r\n"
                        : status == 429 ? "X-NSQ-Content-Type: nsq; version=1.0\r\n"
                                          "Retry-After: 12\r\n"
+                       : status == 503 ? "X-NSQ-Content-Type: nsq; version=1.0\r\n"
+                                         "Retry-After: 1\r\n"
                                        : "X-NSQ-Content-Type: nsq; version=1.0\r\n";
     tn_http_respond(r, status, "application/json; charset=utf-8", hdrs, body, (size_t)n);
 }

@@ -49,7 +49,8 @@ bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r);
 /* The topic's owner or an admin (or security off). */
 bool tn__v1_can_manage(tn_v1_t *v, const tn_http_request_t *r, const tn_meta_topic_t *t);
 /* Refuse one of nsqd's endpoints in its style: status and
- * {"message":code} (401 asks for Basic credentials). */
+ * {"message":code} (401 asks for Basic credentials; 429 and 503 carry
+ * Retry-After). */
 void tn__v1_nsq_refuse(tn_http_request_t *r, int status, const char *code);
 /* Admin, or a grant of action matching topic. */
 bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const char *topic);

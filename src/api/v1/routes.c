@@ -23,6 +23,7 @@
 #include "core/alloc.h"
 #include "api/consume.h"
 #include "api/fanout.h"
+#include "api/users.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -132,10 +133,13 @@ static void on_checked(tn_authn_req_t *req, tn_authn_result_t result)
     tn_http_request_t *r = a->r;
     r->on_cancel = NULL;
     bool nsq = a->nsq;
-    /* Refused while the replica is still replaying its log (a node
-     * starting, or restarting after a crash): its users are not all there
-     * yet, so the truth is "not yet", not "wrong credentials". */
-    bool early = result == TN_AUTHN_DENIED && !tn_meta_ready(a->v->meta);
+    /* Refused while the users cannot be judged here (api/users.h): the
+     * replica is still replaying its log (a node starting, or restarting
+     * after a crash), the root user's seed is not applied yet, or the
+     * replica is not caught up. The user may exist, or will, so the truth
+     * is "not yet", not "wrong credentials": the same for any credentials,
+     * right or wrong, as the node cannot tell them apart. */
+    bool early = result == TN_AUTHN_DENIED && !tn_users_ready(a->v->meta);
     if (result == TN_AUTHN_OK) {
         snprintf(r->principal, sizeof(r->principal), "%s", a->user);
         tn_free(a);

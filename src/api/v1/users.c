@@ -17,6 +17,7 @@
 #include "api/v1/users.h"
 
 #include "api/v1/common.h"
+#include "api/users.h"
 
 #include "auth/nsqauth.h"
 #include "auth/passwd.h"
@@ -863,9 +864,17 @@ static void on_nsq_checked(tn_authn_req_t *areq, tn_authn_result_t result)
 {
     nsqcheck_t *nc = areq->data;
     tn_auth_req_t *req = nc->req;
-    const tn_meta_state_t *ms = tn_meta_state(nc->v->meta);
+    tn_meta_t *meta = nc->v->meta;
+    const tn_meta_state_t *ms = tn_meta_state(meta);
     const tn_meta_user_t *u = result == TN_AUTHN_OK ? tn_meta_user_find(ms, nc->user) : NULL;
     tn_free(nc);
+    if (u == NULL && result == TN_AUTHN_DENIED && !tn_users_ready(meta)) {
+        /* Not judged yet (api/users.h): the secret may be right. nsqd
+         * answers an auth server it cannot reach with E_AUTH_FAILED, which
+         * the client may retry; a denial here would say it is wrong. */
+        tn_nsqauth_answer(req, TN_AUTH_UNAVAILABLE, NULL);
+        return;
+    }
     if (u == NULL) {
         tn_nsqauth_answer(req, TN_AUTH_DENIED, NULL);
         return;

@@ -795,6 +795,11 @@ static void on_auth(tn_auth_req_t *req, tn_auth_result_t result, tn_authz_t *aut
             send_error(c, TN_NSQ_E_UNAUTHORIZED, "AUTH no authorizations found");
         else if (result == TN_AUTH_DENIED)
             send_error(c, TN_NSQ_E_AUTH_FAILED, "AUTH failed: denied by the auth server");
+        else if (tn_nsqauth_is_local(c->srv->auth))
+            /* tern's users, not judged yet (a node starting: api/users.h):
+             * the error nsqd gives when its auth server is unreachable. */
+            send_error(c, TN_NSQ_E_AUTH_FAILED,
+                       "AUTH failed: credentials cannot be checked yet; try again");
         else
             send_error(c, TN_NSQ_E_AUTH_FAILED, "AUTH failed: no auth server answered");
         conn_unref(c);
