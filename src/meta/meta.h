@@ -120,8 +120,12 @@ typedef struct {
  * returns 0 (done follows, exactly once, possibly before forward returns)
  * or an error (done never runs). cmd is valid during the call only.
  * done's status: the leader's state-machine answer, or an error
- * (TN_ENOTLEADER when the node asked was not the leader: the proposal is
- * sent again to the new leader while its deadline allows). */
+ * (TN_ENOTLEADER when the node asked was not the leader; that and the
+ * other failures without the leader's answer send the proposal again
+ * while its budget allows: above). cmd's first forward may be followed by
+ * others of the same proposal (to a new leader, marked again) before done
+ * runs; done must still run once per call, and an abandoned call's is
+ * ignored. */
 typedef void (*tn_meta_forward_done)(void *done_arg, int status);
 typedef int (*tn_meta_forward_fn)(void *arg, uint64_t leader_id, const char *leader_api_addr,
                                   const void *cmd, size_t len, tn_meta_forward_done done,
