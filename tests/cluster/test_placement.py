@@ -116,7 +116,9 @@ class Placement(harness.ClusterTest):
         # over Raft: new topics place nothing on it, /lookup does not list
         # it for them, and /v1/cluster/members shows its last-heard age
         # growing. (Today's build placed every third partition on it.)
-        c = self.make(3).start()
+        # A long cluster-dead-after keeps it recorded alive throughout, on
+        # however busy a machine.
+        c = self.make(3, args=["--cluster-dead-after=300s"]).start()
         wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         leader = c.find_leader()
         victim, other = [x for x in c.nodes if x is not leader]
