@@ -608,9 +608,12 @@
       h('td', {}, x.api_addr || h('span', { class: 'muted' }, 'not registered')), h('td', {}, x.raft_addr || x.addr),
       h('td', {}, h('span', { class: x.status === 'alive' ? 'status-ok' : 'status-bad' }, x.status), x.draining ? [' ', h('span', { class: 'badge paused' }, 'draining')] : null),
       num(fmt(x.owned_partitions)), num(fmt(x.outbound_moves)),
-      h('td', {}, x.last_heartbeat_ms ? clock(x.last_heartbeat_ms) : '–')));
+      h('td', {}, x.last_heartbeat_ms ? clock(x.last_heartbeat_ms) : '–'),
+      // The leader's Raft contact: only the metastore leader answers it.
+      h('td', {}, x.last_heard_ms_ago === null || x.last_heard_ms_ago === undefined ? '–'
+        : h('span', { class: x.heard_recently ? '' : 'status-bad' }, fmt(x.last_heard_ms_ago) + ' ms ago'))));
     return table('Cluster members, as this node\'s metastore replica knows them', ['Member', 'API address', 'Raft address', 'Status',
-      { label: 'Partitions', num: true }, { label: 'Moves out', num: true }, 'Last heartbeat'], rows, 'members', 'No members registered yet.');
+      { label: 'Partitions', num: true }, { label: 'Moves out', num: true }, 'Last heartbeat', 'Last heard (leader)'], rows, 'members', 'No members registered yet.');
   }
 
   function grantText(gs) {

@@ -185,10 +185,21 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w.rc = UV_EINVAL; /* not encodable: contradictory */
     switch (c->type) {
     case TN_MC_TOPIC_PUT:
-        w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_unchanged ? 4 : 0));
+        w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_unchanged ? 4 : 0) |
+                     (c->nskip > 0 ? 8 : 0) | (c->again ? TN_META_TOPIC_AGAIN : 0));
         w_topic(&w, &c->topic);
         if (c->if_unchanged)
             w_u64(&w, c->expect);
+        if (c->nskip > 0) {
+            if (c->nskip > TN_META_MAX_SKIP)
+                w.rc = UV_EINVAL;
+            w_u16(&w, c->nskip);
+            for (uint16_t i = 0; i < c->nskip && w.rc == 0; i++) {
+                if (c->skip[i] == 0 || (i > 0 && c->skip[i] <= c->skip[i - 1]))
+                    w.rc = UV_EINVAL;
+                w_u64(&w, c->skip[i]);
+            }
+        }
         break;
     case TN_MC_TOPIC_DELETE:
         w_str(&w, c->topic.name, TN_NAME_MAX);
@@ -200,7 +211,10 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_str(&w, c->channel, TN_NAME_MAX);
         break;
     case TN_MC_USER_PUT:
-        w_u8(&w, c->if_unchanged ? 2 : c->if_absent ? 1 : 0);
+        w_u8(&w, (c->if_unchanged ? 2
+                  : c->if_absent  ? 1
+                                  : 0) |
+                     (c->again ? TN_META_USER_AGAIN : 0));
         w_user(&w, &c->user);
         if (c->if_unchanged)
             w_u64(&w, c->expect);
@@ -401,6 +415,27 @@ static void r_topic(rd_t *r, tn_meta_topic_t *t)
         r->rc = TN_ECORRUPT;
 }
 
+/* TOPIC_PUT's skip list: 1..TN_META_MAX_SKIP ids, strictly ascending, none 0. */
+static void r_skip(rd_t *r, tn_meta_cmd_t *c)
+{
+    uint16_t n = r_u16(r);
+    if (r->rc == 0 && (n == 0 || n > TN_META_MAX_SKIP || (size_t)n * 8 > r->left))
+        r->rc = TN_ECORRUPT;
+    if (r->rc != 0)
+        return;
+    c->skip = tn_calloc(n, sizeof(*c->skip));
+    if (c->skip == NULL) {
+        r->rc = UV_ENOMEM;
+        return;
+    }
+    c->nskip = n;
+    for (uint16_t i = 0; i < n; i++) {
+        c->skip[i] = r_u64(r);
+        if (c->skip[i] == 0 || (i > 0 && c->skip[i] <= c->skip[i - 1]))
+            r->rc = TN_ECORRUPT;
+    }
+}
+
 static void r_user(rd_t *r, tn_meta_user_t *u)
 {
     r_str(r, u->name, TN_META_USER_MAX);
@@ -476,14 +511,17 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     switch (c->type) {
     case TN_MC_TOPIC_PUT: {
         uint8_t flags = r_u8(&r);
-        if (r.rc == 0 && ((flags & ~7u) != 0 || (flags & 5u) == 5u))
+        if (r.rc == 0 && ((flags & ~31u) != 0 || (flags & 5u) == 5u))
             r.rc = TN_ECORRUPT;
+        c->again = (flags & TN_META_TOPIC_AGAIN) != 0;
         c->if_absent = (flags & 1) != 0;
         c->if_unchanged = (flags & 4) != 0;
         r_topic(&r, &c->topic);
         c->topic.native = (flags & 2) != 0;
         if (c->if_unchanged)
             c->expect = r_u64(&r);
+        if ((flags & 8) != 0)
+            r_skip(&r, c);
         break;
     }
     case TN_MC_TOPIC_DELETE:
@@ -496,7 +534,9 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         r_name(&r, c->channel, false);
         break;
     case TN_MC_USER_PUT: {
-        uint8_t cond = r_u8(&r); /* 1 if_absent, 2 if_unchanged */
+        uint8_t cond = r_u8(&r); /* 1 if_absent, 2 if_unchanged; bit 7 again */
+        c->again = (cond & TN_META_USER_AGAIN) != 0;
+        cond &= (uint8_t)~TN_META_USER_AGAIN;
         if (r.rc == 0 && cond > 2)
             r.rc = TN_ECORRUPT;
         c->if_absent = cond == 1;
@@ -639,6 +679,9 @@ int tn_meta_user_copy(tn_meta_user_t *dst, const tn_meta_user_t *src)
 void tn_meta_cmd_fini(tn_meta_cmd_t *c)
 {
     tn_meta_user_fini(&c->user);
+    tn_free(c->skip);
+    c->skip = NULL;
+    c->nskip = 0;
     tn_free(c->owners);
     c->owners = NULL;
     c->nowners = 0;

@@ -9,9 +9,17 @@
  *   entries in 8-byte multiples).
  * Strings are [2] length + bytes; lists are [2] count + items.
  * TOPIC_PUT's flag byte: bit 0 if_absent, bit 1 native, bit 2 if_unchanged
- * (then [8] expect follows the topic), never bits 0 and 2 together;
+ * (then [8] expect follows the topic), never bits 0 and 2 together; bit 3
+ * a skip list (after expect, if any: [2] count 1..TN_META_MAX_SKIP, count
+ * x [8] member id, strictly ascending, none 0: the members the leader had
+ * not heard from recently when it proposed the command, which placement
+ * passes over; meta/state.h), bit 4 again (below);
  * USER_PUT's condition byte: 0 none, 1 if_absent, 2 if_unchanged (then
- * [8] expect follows the user).
+ * [8] expect follows the user), plus bit 7 again. A PUT marked again is a
+ * copy a follower sent once more after a failover (meta.h): finding exactly
+ * the record it writes, it answers 0 where it would answer UV_EEXIST or
+ * TN_ECHANGED (state.h). The proposer sets the bit in the encoded bytes
+ * (TN_META_TOPIC_AGAIN or TN_META_USER_AGAIN in the payload's first byte).
  * Members: MEMBER_PUT ([8] id, Raft address) is the first build's
  * registration and still decodes; MEMBER_REG carries the full record
  * ([8] id, Raft address, API address, [8] heartbeat ms) and still decodes
@@ -45,6 +53,9 @@
 #define TN_META_MAX_PARTITIONS 65535
 #define TN_META_HOST_MAX       255
 #define TN_META_RELEASE_MAX    32
+#define TN_META_MAX_SKIP       1024
+#define TN_META_TOPIC_AGAIN    16  /* TOPIC_PUT's flag byte */
+#define TN_META_USER_AGAIN     128 /* USER_PUT's condition byte */
 
 typedef enum {
     TN_MC_TOPIC_PUT = 1,
@@ -144,6 +155,7 @@ typedef struct {
      * and an update never brings back a record deleted meanwhile. */
     bool if_unchanged;
     uint64_t expect;
+    bool again; /* TOPIC_PUT, USER_PUT: a copy sent again (above) */
     tn_meta_topic_t topic;
     char channel[TN_NAME_MAX + 1];
     tn_meta_user_t user;
@@ -154,6 +166,10 @@ typedef struct {
     uint64_t *owners; /* owned */
     uint32_t nowners;
     uint64_t nonce; /* NOOP (with member.id, the proposer) */
+    /* TOPIC_PUT: members new partitions are not placed on (ascending ids;
+     * set by the leader as it proposes, never by a door). */
+    uint64_t *skip; /* owned */
+    uint16_t nskip;
 } tn_meta_cmd_t;
 
 /* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of

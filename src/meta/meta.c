@@ -30,10 +30,24 @@
 #define JOIN_MS                       30000
 #define DEFAULT_HEARTBEAT_INTERVAL_MS 5000
 #define DEFAULT_DEAD_AFTER_MS         30000
+/* A proposal's whole budget, forwards and re-sends included (meta.h). */
+#define PROPOSE_MS 10000
+/* A forward that failed at a leader goes to that same leader again no
+ * sooner than this (another leader: at once). */
+#define RESEND_MS 250
+/* A member is heard recently while the leader had Raft contact with it
+ * within this many election timeouts (meta.h). */
+#define RECENT_ELECTIONS 2
 
 typedef struct fwd_s fwd_t;
 typedef struct join_s join_t;
 typedef struct confirm_s confirm_t;
+
+/* The leader's last Raft contact with a member (loop ms). */
+typedef struct {
+    uint64_t id;
+    uint64_t at;
+} heard_t;
 
 struct tn_meta_s {
     uv_loop_t *loop;
@@ -71,6 +85,13 @@ struct tn_meta_s {
     tn_meta_req_t mark;
     uint64_t next_reg_ms;
     int64_t leader_since_wall; /* wall ms this node became leader; 0 = not leader */
+    /* Heard recently, on the leader (meta.h): contacts sampled each tick,
+     * counted from no earlier than when this node took over. */
+    bool leading;               /* the tick saw this node lead (since, heard valid) */
+    uint64_t leader_since_mono; /* loop ms it took over */
+    raft_term leading_term;     /* the term of that */
+    heard_t *heard;
+    size_t nheard, heardcap;
     /* A new leader's barrier: libraft (0.15) appends no entry at election, so
      * until one of the leader's own term commits, its commit index may lag
      * what the cluster committed, and the replica looks caught up while it
@@ -108,6 +129,7 @@ struct tn_meta_s {
 struct fwd_s {
     tn_meta_t *m;
     tn_meta_req_t *req;
+    uint64_t leader; /* the node it went to */
     fwd_t *prev, *next;
 };
 
@@ -213,6 +235,21 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 
 /* --- proposals ------------------------------------------------------------------ */
 
+/* The answer to the caller of a proposal that was sent more than once:
+ * a second copy that finds what was asked already done answers 0 (meta.h). */
+static int answer(const tn_meta_req_t *req, int status)
+{
+    if (!req->resent)
+        return status;
+    if (status == TN_ENOTFOUND &&
+        (req->type == TN_MC_TOPIC_DELETE || req->type == TN_MC_CHANNEL_DELETE ||
+         req->type == TN_MC_USER_DELETE))
+        return 0;
+    if (status == UV_EEXIST && req->type == TN_MC_CHANNEL_PUT && req->if_absent)
+        return 0;
+    return status;
+}
+
 static void on_applied(struct raft_apply *a, int status, void *result)
 {
     tn_meta_req_t *req = a->data;
@@ -225,11 +262,72 @@ static void on_applied(struct raft_apply *a, int status, void *result)
                                                                          : TN_EFAILED;
     else
         rc = (int)(intptr_t)result;
-    req->cb(req, rc);
+    req->cb(req, answer(req, rc));
+}
+
+static uint64_t heard_at(const tn_meta_t *m, uint64_t id)
+{
+    for (size_t i = 0; i < m->nheard; i++)
+        if (m->heard[i].id == id)
+            return TN_MAX(m->heard[i].at, m->leader_since_mono);
+    return m->leader_since_mono;
+}
+
+static bool heard_recently(const tn_meta_t *m, uint64_t id, uint64_t now)
+{
+    return id == m->id || now - heard_at(m, id) <= RECENT_ELECTIONS * (uint64_t)m->election_ms;
+}
+
+/* On the leader, for a TOPIC_PUT: the alive members not heard recently go
+ * into the command's skip list (re-encoded in req->buf), so placement
+ * passes over them on every replica. The command goes as it came when
+ * every member was heard (its encoding then is the one older builds
+ * know), when this node has no view yet, or when re-encoding fails. */
+static void stamp_skip(tn_meta_t *m, tn_meta_req_t *req)
+{
+    const uint8_t *b = req->buf.base;
+    if (!m->leading || m->leading_term != m->raft.current_term || req->buf.len < TN_META_HDR ||
+        b[3] != TN_MC_TOPIC_PUT)
+        return;
+    const tn_meta_state_t *s = &m->state;
+    uint64_t now = uv_now(m->loop);
+    size_t n = 0;
+    for (size_t i = 0; i < s->nmembers; i++)
+        n += s->members[i].status == TN_MEMBER_ALIVE && !heard_recently(m, s->members[i].id, now);
+    if (n == 0)
+        return;
+    tn_meta_cmd_t c;
+    size_t used;
+    if (tn_meta_cmd_decode(req->buf.base, req->buf.len, &c, &used) != 0)
+        return;
+    tn_free(c.skip);
+    c.nskip = 0;
+    c.skip = tn_calloc(TN_MIN(n, (size_t)TN_META_MAX_SKIP), sizeof(*c.skip));
+    for (size_t i = 0; c.skip != NULL && i < s->nmembers && c.nskip < TN_META_MAX_SKIP; i++) {
+        const tn_meta_member_t *mem = &s->members[i];
+        if (mem->status == TN_MEMBER_ALIVE && !heard_recently(m, mem->id, now))
+            c.skip[c.nskip++] = mem->id; /* members are sorted by id */
+    }
+    tn_buf_t out;
+    tn_buf_init(&out);
+    void *copy = NULL;
+    if (c.skip != NULL && tn_meta_cmd_encode(&c, &out) == 0)
+        copy = raft_malloc(tn_buf_size(&out));
+    if (copy != NULL) {
+        memcpy(copy, tn_buf_data(&out), tn_buf_size(&out));
+        raft_free(req->buf.base);
+        req->buf.base = copy;
+        req->buf.len = tn_buf_size(&out);
+        TN_LOG(TN_LOG_INFO, "metastore: topic %s placed past %u member(s) not heard from lately",
+               c.topic.name, (unsigned)c.nskip);
+    }
+    tn_buf_fini(&out);
+    tn_meta_cmd_fini(&c);
 }
 
 static void submit(tn_meta_t *m, tn_meta_req_t *req)
 {
+    stamp_skip(m, req);
     req->apply.data = req;
     int rc = raft_apply(&m->raft, &req->apply, &req->buf, 1, on_applied);
     if (rc == 0)
@@ -238,9 +336,9 @@ static void submit(tn_meta_t *m, tn_meta_req_t *req)
         /* Not taken: the buffer is still ours. */
         raft_free(req->buf.base);
         TN_LOG(TN_LOG_WARN, "metastore: proposal refused: %s", raft_strerror(rc));
-        req->cb(req, rc == RAFT_NOMEM       ? UV_ENOMEM
-                     : rc == RAFT_NOTLEADER ? TN_ENOTLEADER
-                                            : TN_EFAILED);
+        req->cb(req, answer(req, rc == RAFT_NOMEM       ? UV_ENOMEM
+                                 : rc == RAFT_NOTLEADER ? TN_ENOTLEADER
+                                                        : TN_EFAILED));
     }
 }
 
@@ -278,26 +376,120 @@ static void fwd_unlink(tn_meta_t *m, fwd_t *f)
     f->prev = f->next = NULL;
 }
 
+/* A forward's failure that did not come with the leader's answer: the
+ * command may or may not be in the log, and sending it again is safe
+ * (meta.h). */
+static bool resendable(int status)
+{
+    switch (status) {
+    case TN_ENOTLEADER:
+    case TN_ENOLEADER:
+    case TN_ECLOSED:
+    case UV_ETIMEDOUT:
+    case UV_ECONNREFUSED:
+    case UV_ECONNRESET:
+    case UV_ECONNABORTED:
+    case UV_EPIPE:
+    case UV_EHOSTUNREACH:
+    case UV_ENETUNREACH:
+    case UV_ECANCELED:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* req waits again for a leader to send it to, ahead of newer proposals,
+ * within what is left of its budget. */
+static void requeue(tn_meta_t *m, tn_meta_req_t *req)
+{
+    /* Marked again in its bytes (cmd.h): the copies that follow answer as
+     * the first would, should it be committed after all. */
+    uint8_t *b = req->buf.base;
+    if (req->buf.len > TN_META_HDR && b[3] == TN_MC_TOPIC_PUT)
+        b[TN_META_HDR] |= TN_META_TOPIC_AGAIN;
+    else if (req->buf.len > TN_META_HDR && b[3] == TN_MC_USER_PUT)
+        b[TN_META_HDR] |= TN_META_USER_AGAIN;
+    req->resent = true;
+    req->deadline = TN_MIN(uv_now(m->loop) + NO_LEADER_MS, req->expires);
+    push_front(m, req);
+}
+
 static void on_forwarded(void *arg, int status)
 {
     fwd_t *f = arg;
     tn_meta_t *m = f->m;
     tn_meta_req_t *req = f->req;
+    uint64_t leader = f->leader;
     if (m != NULL)
         fwd_unlink(m, f);
     tn_free(f);
     if (m == NULL)
-        return; /* answered TN_ECLOSED when the metastore closed */
-    if (status == TN_ENOTLEADER && !m->closing && uv_now(m->loop) < req->deadline) {
-        /* Not proposed there: send it again once the leader is known (at
+        return; /* answered already (the metastore closed), or sent elsewhere */
+    uint64_t now = uv_now(m->loop);
+    if (resendable(status) && !m->closing && now < req->expires) {
+        /* Not answered there: send it again once a leader is known (at
          * the next poll, not at once: a hook answering at once must not
-         * spin the loop). */
-        push_front(m, req);
+         * spin the loop), to this same one only after RESEND_MS. */
+        req->avoid = leader;
+        req->avoid_until = now + RESEND_MS;
+        requeue(m, req);
         wake_in(m, LEADER_POLL_MS);
         return;
     }
     raft_free(req->buf.base);
-    req->cb(req, status);
+    req->cb(req, answer(req, status));
+}
+
+/* Forwards out to a node that no longer leads as far as this node knows
+ * (another leader is known, or this node leads): abandoned, their late
+ * answers dropped, and their proposals sent to the leader now; forwards
+ * past their budget: UV_ETIMEDOUT. From the tick, before
+ * dispatch_waiting. */
+static void reroute_forwards(tn_meta_t *m)
+{
+    if (m->fwds == NULL)
+        return;
+    raft_id leader = 0;
+    const char *raft_addr = NULL;
+    raft_leader(&m->raft, &leader, &raft_addr);
+    bool self = raft_state(&m->raft) == RAFT_LEADER;
+    uint64_t now = uv_now(m->loop);
+    tn_meta_req_t *again = NULL, *expired = NULL;
+    fwd_t *f = m->fwds;
+    while (f != NULL) {
+        fwd_t *next = f->next;
+        tn_meta_req_t *req = f->req;
+        bool moved = self || (leader != 0 && leader != f->leader);
+        if (moved || now >= req->expires) {
+            fwd_unlink(m, f);
+            f->m = NULL; /* freed when the hook answers */
+            if (now >= req->expires) {
+                req->next = expired;
+                expired = req;
+            } else {
+                TN_LOG(TN_LOG_INFO,
+                       "metastore: leader %llu replaced %llu: sending a forwarded proposal again",
+                       (unsigned long long)leader, (unsigned long long)f->leader);
+                req->next = again;
+                again = req;
+            }
+        }
+        f = next;
+    }
+    /* Both lists are newest first (fwds is): pushing each to the front
+     * leaves the oldest at the head. */
+    while (again != NULL) {
+        tn_meta_req_t *req = again;
+        again = req->next;
+        requeue(m, req);
+    }
+    while (expired != NULL) {
+        tn_meta_req_t *req = expired;
+        expired = req->next;
+        raft_free(req->buf.base);
+        req->cb(req, UV_ETIMEDOUT);
+    }
 }
 
 /* Hand req to the leader through the forward hook. */
@@ -311,6 +503,7 @@ static void forward(tn_meta_t *m, tn_meta_req_t *req, uint64_t leader, const cha
     }
     f->m = m;
     f->req = req;
+    f->leader = leader;
     f->next = m->fwds;
     if (m->fwds != NULL)
         m->fwds->prev = f;
@@ -359,7 +552,7 @@ static void dispatch_waiting(tn_meta_t *m)
             req->cb(req, TN_ECLOSED);
         } else if (self) {
             submit(m, req);
-        } else if (can_forward) {
+        } else if (can_forward && (req->avoid != leader || now >= req->avoid_until)) {
             forward(m, req, leader, api);
         } else if (now >= req->deadline) {
             /* A leader known but out of reach (no hook, or no API address
@@ -428,6 +621,11 @@ int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn
     req->meta = m;
     req->cb = cb;
     req->next = NULL;
+    req->type = c->type;
+    req->if_absent = c->if_absent;
+    req->resent = false;
+    req->avoid = 0;
+    req->expires = uv_now(m->loop) + PROPOSE_MS;
     if (raft_state(&m->raft) == RAFT_LEADER && m->waiting == NULL) {
         submit(m, req);
         return 0;
@@ -462,6 +660,8 @@ int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, s
     req->meta = m;
     req->cb = cb;
     req->next = NULL;
+    req->type = type;
+    req->resent = false;
     submit(m, req);
     return 0;
 }
@@ -999,6 +1199,58 @@ static void lead_barrier(tn_meta_t *m)
         m->lead_barrier_busy = true; /* refused: asked again next tick */
 }
 
+/* On the leader, each tick: every server libraft had a message from in
+ * its current election timeout (libraft clears the flags at each one) is
+ * heard now. A failed allocation only leaves a member looking unheard. */
+static void note_contacts(tn_meta_t *m)
+{
+    uint64_t now = uv_now(m->loop);
+    if (!m->leading || m->leading_term != m->raft.current_term) {
+        m->leading = true;
+        m->leading_term = m->raft.current_term;
+        m->leader_since_mono = now;
+        m->nheard = 0;
+    }
+    const struct raft_configuration *conf = &m->raft.configuration;
+    const struct raft_progress *prog = m->raft.leader_state.progress;
+    for (unsigned i = 0; i < conf->n; i++) {
+        uint64_t id = conf->servers[i].id;
+        if (id != m->id && (prog == NULL || !prog[i].recent_recv))
+            continue;
+        size_t k = 0;
+        while (k < m->nheard && m->heard[k].id != id)
+            k++;
+        if (k == m->nheard) {
+            if (m->nheard == m->heardcap) {
+                size_t cap = m->heardcap ? 2 * m->heardcap : 8;
+                heard_t *h = tn_realloc(m->heard, cap * sizeof(*h));
+                if (h == NULL)
+                    continue;
+                m->heard = h;
+                m->heardcap = cap;
+            }
+            m->heard[m->nheard++].id = id;
+        }
+        m->heard[k].at = now;
+    }
+}
+
+int tn_meta_heard(tn_meta_t *m, uint64_t id, uint64_t *ago_ms, bool *recent)
+{
+    if (m->closing || raft_state(&m->raft) != RAFT_LEADER || !m->leading)
+        return TN_ENOTLEADER;
+    const struct raft_configuration *conf = &m->raft.configuration;
+    unsigned i = 0;
+    while (i < conf->n && conf->servers[i].id != id)
+        i++;
+    if (i == conf->n)
+        return TN_ENOTFOUND;
+    uint64_t now = uv_now(m->loop);
+    *ago_ms = id == m->id ? 0 : now - heard_at(m, id);
+    *recent = heard_recently(m, id, now);
+    return 0;
+}
+
 static void on_poll(uv_timer_t *t)
 {
     tn_meta_t *m = t->data;
@@ -1010,8 +1262,14 @@ static void on_poll(uv_timer_t *t)
         m->leader_since_wall = tn_now_wall_ms();
     else if (!leader)
         m->leader_since_wall = 0;
+    if (leader)
+        note_contacts(m);
+    else
+        m->leading = false;
     check_address(m);
-    dispatch_waiting(m);
+    reroute_forwards(m);
+    if (!m->closing)
+        dispatch_waiting(m);
     if (!m->closing)
         run_joins(m);
     if (!m->closing)
@@ -1037,8 +1295,8 @@ static void on_poll(uv_timer_t *t)
         mark_dead(m);
     if (m->closing)
         return; /* the close owns the timer now */
-    bool busy = m->waiting != NULL || m->joins != NULL || m->xfer_active || m->confirms != NULL ||
-                !m->ready;
+    bool busy = m->waiting != NULL || m->fwds != NULL || m->joins != NULL || m->xfer_active ||
+                m->confirms != NULL || !m->ready;
     uv_timer_set_repeat(t, busy ? LEADER_POLL_MS : TICK_MS);
 }
 
@@ -1073,6 +1331,7 @@ bool tn_meta_caught_up(tn_meta_t *m)
 static void meta_free(tn_meta_t *m)
 {
     tn_meta_state_fini(&m->state);
+    tn_free(m->heard);
     void (*cb)(void *) = m->close_cb;
     void *arg = m->close_arg;
     tn_free(m);

@@ -24,6 +24,43 @@
  *      machine's answer (0, UV_EEXIST, TN_ENOTFOUND, UV_ENOTSUP for a
  *      command this build does not know).
  *
+ * A failover under a forwarded proposal: a proposal has PROPOSE_MS (10 s,
+ * the forward call's own bound) from tn_meta_propose. While its forward is
+ * out, the tick watches the leader: once this node learns of another
+ * leader (or leads itself), the forward is abandoned (its late answer is
+ * dropped) and the proposal goes to the new leader at once; a forward
+ * that failed without the leader's answer (unreachable, timed out, the
+ * leader closing or losing leadership: TN_ENOTLEADER, TN_ENOLEADER,
+ * TN_ECLOSED, UV_ETIMEDOUT, connection errors) is sent again too, to the
+ * same leader no sooner than RESEND_MS later. Past PROPOSE_MS the caller
+ * gets UV_ETIMEDOUT (or the last failure). A create through a follower
+ * during a failover thus takes about an election, not the full 10 s.
+ *
+ * Why sending a command again is safe: the old leader may have appended
+ * the first copy, and the new leader commits it, then the second copy
+ * too. Every command is idempotent in effect: a PUT writes a whole record
+ * (placement only places partitions a topic did not have), a delete of
+ * what is gone and a NOOP change nothing, registrations and drains
+ * overwrite. The answers are made idempotent as well: a copy sent again
+ * is marked so (cmd.h), and a marked TOPIC_PUT or USER_PUT that finds
+ * exactly the record it writes answers 0 (state.h),
+ * and on the proposer a re-sent delete that finds nothing, or a re-sent
+ * CHANNEL_PUT if_absent that finds the channel, answers 0 (what was asked
+ * holds). The one effect a second copy can have is on a write that
+ * another proposer made between the two copies (a re-sent delete after
+ * someone re-created the topic in those milliseconds): the same as the
+ * client's own retry after a 503, which is what the re-send replaces.
+ *
+ * Heard recently (placement, meta/state.h): the leader samples libraft's
+ * per-server contact flag (a message received from it in the current
+ * election timeout) at every tick, on loop (monotonic) time, and counts
+ * a member as heard recently while that was within RECENT_ELECTIONS (2)
+ * election timeouts: 2 s with the default 1 s, against 30 s of
+ * dead_after. A new leader counts every member as heard when it took
+ * over. As the leader submits a TOPIC_PUT it lists the alive members not
+ * heard recently in the command's skip list, so placement is decided
+ * from the leader's view and every replica applies the same owners.
+ *
  * Members: every heartbeat_interval each node registers itself
  * (MEMBER_REC: id, Raft and API address, its wall clock, and how NSQ
  * clients reach it: tn_meta_set_nsq), proposed like
@@ -66,6 +103,12 @@ struct tn_meta_req_s {
     struct raft_buffer buf;
     tn_meta_req_t *next; /* waiting for a leader */
     uint64_t deadline;   /* loop ms: TN_ENOLEADER after it */
+    uint64_t expires;    /* loop ms: no forward (or re-send) after it */
+    uint64_t avoid;      /* a leader a forward failed at: not again before avoid_until */
+    uint64_t avoid_until;
+    uint8_t type;   /* the command's, for the answer of a re-sent one */
+    bool if_absent; /* likewise */
+    bool resent;    /* forwarded more than once */
 };
 
 typedef struct {
@@ -77,8 +120,12 @@ typedef struct {
  * returns 0 (done follows, exactly once, possibly before forward returns)
  * or an error (done never runs). cmd is valid during the call only.
  * done's status: the leader's state-machine answer, or an error
- * (TN_ENOTLEADER when the node asked was not the leader: the proposal is
- * sent again to the new leader while its deadline allows). */
+ * (TN_ENOTLEADER when the node asked was not the leader; that and the
+ * other failures without the leader's answer send the proposal again
+ * while its budget allows: above). cmd's first forward may be followed by
+ * others of the same proposal (to a new leader, marked again) before done
+ * runs; done must still run once per call, and an abandoned call's is
+ * ignored. */
 typedef void (*tn_meta_forward_done)(void *done_arg, int status);
 typedef int (*tn_meta_forward_fn)(void *arg, uint64_t leader_id, const char *leader_api_addr,
                                   const void *cmd, size_t len, tn_meta_forward_done done,
@@ -165,6 +212,12 @@ int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
  * the local replica, once it is ready; cb NULL: no more. For followers of
  * the state (the catalog follows topic records and placement). */
 void tn_meta_on_change(tn_meta_t *m, void (*cb)(void *arg), void *arg);
+/* On the leader: how long ago it last had Raft contact with member id
+ * (loop time, ms; 0 for itself) into *ago_ms, and whether that counts as
+ * heard recently (placement's view) into *recent. 0, TN_ENOTLEADER (this
+ * node does not lead: only the leader hears from every member) or
+ * TN_ENOTFOUND (id is not in the Raft configuration). Loop thread. */
+int tn_meta_heard(tn_meta_t *m, uint64_t id, uint64_t *ago_ms, bool *recent);
 /* The local replica, for reads. */
 const tn_meta_state_t *tn_meta_state(const tn_meta_t *m);
 bool tn_meta_ready(tn_meta_t *m);

@@ -185,6 +185,40 @@ static uint64_t nth_alive(const tn_meta_state_t *s, size_t k)
     return 0;
 }
 
+static bool skipped(const tn_meta_cmd_t *c, uint64_t id)
+{
+    for (uint16_t i = 0; c != NULL && i < c->nskip; i++)
+        if (c->skip[i] == id)
+            return true;
+    return false;
+}
+
+/* The members a command's new partitions go to: alive and not on its skip
+ * list; when the skip list leaves none, every alive member (*all: a
+ * placement on a member the leader has not heard from lately beats no
+ * placement at all). Their count. */
+static size_t eligible_count(const tn_meta_state_t *s, const tn_meta_cmd_t *c, bool *all)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->nmembers; i++)
+        n += s->members[i].status == TN_MEMBER_ALIVE && !skipped(c, s->members[i].id);
+    *all = n == 0;
+    return n > 0 ? n : alive_count(s);
+}
+
+/* The k-th of them by id (k < eligible_count). */
+static uint64_t nth_eligible(const tn_meta_state_t *s, const tn_meta_cmd_t *c, bool all, size_t k)
+{
+    for (size_t i = 0; i < s->nmembers; i++) {
+        const tn_meta_member_t *m = &s->members[i];
+        if (m->status != TN_MEMBER_ALIVE || (!all && skipped(c, m->id)))
+            continue;
+        if (k-- == 0)
+            return m->id;
+    }
+    return 0;
+}
+
 static uint32_t count_unassigned(const tn_meta_topic_entry_t *t, uint32_t from, uint32_t to)
 {
     uint32_t n = 0;
@@ -193,13 +227,16 @@ static uint32_t count_unassigned(const tn_meta_topic_entry_t *t, uint32_t from, 
     return n;
 }
 
-/* Partitions [from, to) of t: owner = the alive members sorted by id,
- * index p mod n (none alive: unassigned, picked up at a registration). */
-static void place(tn_meta_state_t *s, tn_meta_topic_entry_t *t, uint32_t from, uint32_t to)
+/* Partitions [from, to) of t, made by c: owner = c's eligible members
+ * (above) sorted by id, index p mod n (none alive: unassigned, picked up
+ * at a registration). */
+static void place(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_entry_t *t,
+                  uint32_t from, uint32_t to)
 {
-    size_t n = alive_count(s);
+    bool all;
+    size_t n = eligible_count(s, c, &all);
     for (uint32_t p = from; p < to; p++) {
-        t->owners[p] = n > 0 ? nth_alive(s, p % n) : 0;
+        t->owners[p] = n > 0 ? nth_eligible(s, c, all, p % n) : 0;
         if (t->owners[p] == 0)
             s->unassigned++;
     }
@@ -259,9 +296,16 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
 {
     bool found;
     size_t i = search((void *const *)s->topics, s->ntopics, c->topic.name, TOPIC_NAME_OFF, &found);
+    /* A copy sent again (a follower re-sent it to a new leader while the
+     * old one's copy got committed too: meta.h) that finds exactly the
+     * record it makes answers as the first copy did. */
+    uint64_t fp = found ? tn_meta_topic_fingerprint(&s->topics[i]->rec) : 0;
+    if (found && c->again && (c->if_absent || c->if_unchanged) &&
+        fp == tn_meta_topic_fingerprint(&c->topic))
+        return 0;
     if (found && c->if_absent)
         return UV_EEXIST;
-    if (found && c->if_unchanged && tn_meta_topic_fingerprint(&s->topics[i]->rec) != c->expect)
+    if (found && c->if_unchanged && fp != c->expect)
         return TN_ECHANGED;
     if (!found && c->if_unchanged)
         return TN_ENOTFOUND;
@@ -293,7 +337,7 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         if (now > was && restoring)
             s->unassigned += now - was;
         else if (now > was)
-            place(s, t, was, now);
+            place(s, c, t, was, now);
         return 0;
     }
     if (grow((void ***)&s->topics, s->ntopics, &s->tcap) != 0)
@@ -309,7 +353,7 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     if (restoring)
         s->unassigned += t->rec.partitions;
     else
-        place(s, t, 0, t->rec.partitions);
+        place(s, c, t, 0, t->rec.partitions);
     if (!restoring && t->rec.parent[0] != '\0')
         count_child(s, t->rec.parent, 1);
     return 0;
@@ -379,11 +423,16 @@ static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
     bool found;
     size_t i = search((void *const *)s->users, s->nusers, c->user.name,
                       offsetof(tn_meta_user_t, name), &found);
+    /* A copy sent again (see topic_put) finding the record it makes. */
+    uint64_t fp = found ? tn_meta_user_fingerprint(s->users[i]) : 0;
+    if (found && c->again && (c->if_absent || c->if_unchanged) &&
+        fp == tn_meta_user_fingerprint(&c->user))
+        return 0;
     if (found && c->if_absent)
         return UV_EEXIST;
     if (!found && c->if_unchanged)
         return TN_ENOTFOUND;
-    if (found && c->if_unchanged && tn_meta_user_fingerprint(s->users[i]) != c->expect)
+    if (found && c->if_unchanged && fp != c->expect)
         return TN_ECHANGED;
     /* The root user's invariants, whatever a door sent: a new user is root
      * only while there is none; an update keeps the root flag and the root

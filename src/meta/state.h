@@ -6,7 +6,12 @@
  *
  * Placement (in the state machine, so every replica agrees): a TOPIC_PUT
  * that makes or grows a topic gives each new partition p the owner = the
- * alive members sorted by id, index p mod n; a partition with no owner (no
+ * alive members not on the command's skip list, sorted by id, index p mod
+ * n. The skip list is the leader's: the members it had not heard from
+ * recently when it proposed the command (meta.h), carried in the command
+ * so that no replica consults a clock of its own; when it would leave no
+ * member, every alive member is eligible (a fallback to the placement
+ * before skip lists, rather than refusing the create). A partition with no owner (no
  * member alive then, or a snapshot from before owners were kept) gets one
  * by the same rule when a member registers or comes back alive. Owners are
  * sticky: a dead owner keeps its partitions. An NSQ topic (not native)
@@ -61,7 +66,10 @@ void tn_meta_state_fini(tn_meta_state_t *s);
 /* Apply one command. 0; UV_EEXIST (a PUT with if_absent found the record);
  * TN_ENOTFOUND (a delete of a missing record, a channel of a missing
  * topic, a PUT with if_unchanged of a missing record); TN_ECHANGED (a
- * PUT with if_unchanged found another record); UV_ENOENT (a TOPIC_PUT
+ * PUT with if_unchanged found another record; but a TOPIC_PUT or
+ * USER_PUT marked again (cmd.h) that finds exactly the record it would
+ * write answers 0 and changes nothing: the second copy of a proposal
+ * re-sent to a new leader answers as the first did); UV_ENOENT (a TOPIC_PUT
  * naming a parent that is not there); UV_EINVAL (a TOPIC_PUT naming the
  * topic itself as its parent; PART_OWNERS, a snapshot record); TN_ECHANGED
  * also for a MEMBER_STATUS whose heartbeat is not the member's; for

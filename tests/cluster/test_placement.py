@@ -3,6 +3,8 @@ partition p of a new topic goes to the alive members sorted by id, p mod
 n, the same answer on every node; a partition's log exists only on its
 owner; growth places only the new partitions; assignments are sticky when
 their owner dies, and a topic made meanwhile goes to the alive members; a
+topic made right after a member died, before it is marked dead, passes
+over it (the leader no longer hears from it); a
 topic or channel deleted through one node leaves every node's engine and
 disk, also one that was down meanwhile, and is not recorded again; a topic
 delete answers only once every live member has removed its files (PURGE),
@@ -102,6 +104,60 @@ class Placement(harness.ClusterTest):
         status, body = victim.request("GET", "/v1/topics/before")
         mine = body["partition_stats"][victim.id - 1]
         self.assertEqual(mine["next_offset"], 1, mine)
+
+    def member(self, node, member_id):
+        status, body = node.request("GET", "/v1/cluster/members")
+        self.assertEqual(status, 200, body)
+        return next(m for m in body["members"] if m["id"] == str(member_id))
+
+    def test_new_topics_pass_over_a_member_not_heard_from(self):
+        # Killed moments ago, a member is still alive in the records (for
+        # cluster-dead-after, 30 s) but the leader no longer hears from it
+        # over Raft: new topics place nothing on it, /lookup does not list
+        # it for them, and /v1/cluster/members shows its last-heard age
+        # growing. (Today's build placed every third partition on it.)
+        # A long cluster-dead-after keeps it recorded alive throughout, on
+        # however busy a machine.
+        c = self.make(3, args=["--cluster-dead-after=300s"]).start()
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        leader = c.find_leader()
+        victim, other = [x for x in c.nodes if x is not leader]
+        for x in c.nodes:
+            wait_until(f"the leader hearing from member {x.id}",
+                       lambda i=x.id: self.member(leader, i)["heard_recently"] is True, 30)
+        # Only the leader hears from every member: elsewhere null.
+        self.assertIsNone(self.member(other, victim.id)["last_heard_ms_ago"])
+        self.assertIsNone(self.member(other, victim.id)["heard_recently"])
+        self.assertEqual(self.member(leader, leader.id)["last_heard_ms_ago"], 0)
+        victim.kill()
+        gone = wait_until("the leader no longer hearing from the killed member",
+                          lambda: self.member(leader, victim.id)["heard_recently"] is False
+                          and self.member(leader, victim.id), 30)
+        first = gone["last_heard_ms_ago"]
+        wait_until("its last-heard age growing",
+                   lambda: self.member(leader, victim.id)["last_heard_ms_ago"] > first + 500, 30)
+        rest = sorted(str(x.id) for x in (leader, other))
+        for name, via in (("fresh-a", leader), ("fresh-b", other)):
+            status, body = via.request("POST", "/v1/topics", {"name": name, "partitions": 12})
+            self.assertEqual(status, 201, body)
+            self.wait_owners([leader, other], name, [rest[p % 2] for p in range(12)])
+            for node in (leader, other):
+                status, body = node.request("GET", f"/lookup?topic={name}")
+                self.assertEqual(status, 200, body)
+                ports = sorted(p["tcp_port"] for p in body["producers"])
+                self.assertEqual(len(ports), 2, body)
+        # The case this covers: the member is still recorded alive.
+        status = self.member(leader, victim.id)["status"]
+        self.assertEqual(status, "alive", "cluster-dead-after passed before the creates")
+        self.assertGreaterEqual(self.member(other, victim.id)["heartbeat_age_ms"], 0)
+        # Back, it is heard again and takes new partitions again.
+        victim.start()
+        victim.wait_ready()
+        wait_until("the leader hearing from it again",
+                   lambda: self.member(leader, victim.id)["heard_recently"] is True, 60)
+        status, body = other.request("POST", "/v1/topics", {"name": "fresh-c", "partitions": 3})
+        self.assertEqual(status, 201, body)
+        self.wait_owners(c.nodes, "fresh-c", ["1", "2", "3"])
 
     # --- deletions made through one node, followed by the others ---------------
 

@@ -306,6 +306,8 @@ test('the web console in headless chromium', { timeout: 120000 }, async (t) => {
     await page.locator('p.caption:text-is("Partition moves under way")').waitFor()
     await page.locator('td:has-text("alive")').waitFor()
     await page.locator('.badge:text-is("leader")').waitFor()
+    // The leader's last contact with itself: now.
+    await page.locator('td > span:text-is("0 ms ago")').waitFor()
 
     // Delete the topic (confirmed): gone from the list and from /v1.
     await page.goto(`${base}/console/#/topics/${TOPIC}`)

@@ -15,6 +15,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/time.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@ static void on_members(tn_http_request_t *r, void *arg)
     const char *leader_api = "";
     if (tn_meta_leader(v->meta, &leader, &leader_api) != 0)
         leader = 0; /* none known: no member is marked */
+    int64_t now_wall = tn_now_wall_ms();
     tn_buf_t b;
     tn_buf_init(&b);
     tn_buf_append(&b, "{\"members\":[", 12);
@@ -47,9 +49,24 @@ static void on_members(tn_http_request_t *r, void *arg)
         tn__v1_appendf(
             &b,
             ",\"status\":\"%s\",\"leader\":%s,\"draining\":%s,\"last_heartbeat_ms\":%" PRId64
-            ",\"owned_partitions\":%" PRIu64 ",\"outbound_moves\":0}",
+            ",\"owned_partitions\":%" PRIu64 ",\"outbound_moves\":0",
             m->status == TN_MEMBER_DEAD ? "dead" : "alive", m->id == leader ? "true" : "false",
             m->draining ? "true" : "false", m->heartbeat_ms, tn_meta_state_owned(s, m->id));
+        /* When it was last heard from, by this node's view: the age of its
+         * last registration by this node's wall clock (any node), and the
+         * leader's Raft contact with it (the leader only; null elsewhere). */
+        if (m->heartbeat_ms > 0)
+            tn__v1_appendf(&b, ",\"heartbeat_age_ms\":%" PRId64,
+                           TN_MAX(now_wall - m->heartbeat_ms, (int64_t)0));
+        else
+            tn_buf_append(&b, ",\"heartbeat_age_ms\":null", 24);
+        uint64_t ago = 0;
+        bool recent = false;
+        if (tn_meta_heard(v->meta, m->id, &ago, &recent) == 0)
+            tn__v1_appendf(&b, ",\"last_heard_ms_ago\":%" PRIu64 ",\"heard_recently\":%s}", ago,
+                           recent ? "true" : "false");
+        else
+            tn_buf_append(&b, ",\"last_heard_ms_ago\":null,\"heard_recently\":null}", 48);
     }
     tn_buf_append(&b, "]}", 2);
     tn__v1_respond_buf(r, 200, &b);

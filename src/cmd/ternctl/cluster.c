@@ -18,32 +18,41 @@
 void tn__ctl_print_members(yajl_val members)
 {
     tn_ctl_table_t t;
-    tn_ctl_table_init(&t, 8);
-    const char *head[] = {"ID",           "STATUS",     "LEADER",   "API ADDRESS",
-                          "RAFT ADDRESS", "PARTITIONS", "DRAINING", "LAST HEARTBEAT"};
+    tn_ctl_table_init(&t, 9);
+    const char *head[] = {"ID",         "STATUS",   "LEADER",         "API ADDRESS", "RAFT ADDRESS",
+                          "PARTITIONS", "DRAINING", "LAST HEARTBEAT", "LAST HEARD"};
     tn_ctl_table_row(&t, head);
     int64_t now_ms = (int64_t)time(NULL) * 1000;
     size_t n = YAJL_IS_ARRAY(members) ? members->u.array.len : 0;
     for (size_t i = 0; i < n; i++) {
         yajl_val m = members->u.array.values[i];
         bool leader = false, draining = false;
-        int64_t parts = 0, hb = 0;
+        int64_t parts = 0, hb = 0, heard = 0;
         tn_ctl_get_bool(m, "leader", &leader);
         tn_ctl_get_bool(m, "draining", &draining);
         tn_ctl_get_int(m, "owned_partitions", &parts);
         tn_ctl_get_int(m, "last_heartbeat_ms", &hb);
-        char ps[24], age[32], ago[40];
+        char ps[24], age[32], ago[40], hage[32], hago[40];
         snprintf(ps, sizeof(ps), "%" PRId64, parts);
         const char *api = tn_ctl_get_str(m, "api_addr");
         if (hb > 0)
             snprintf(ago, sizeof(ago), "%s ago", tn_ctl_fmt_ms(now_ms - hb, age, sizeof(age)));
         else
             snprintf(ago, sizeof(ago), "never");
-        const char *row[] = {
-            tn_ctl_get_str(m, "id"),        tn_ctl_get_str(m, "status"),
-            leader ? "yes" : "no",          api != NULL && api[0] != '\0' ? api : "-",
-            tn_ctl_get_str(m, "raft_addr"), ps,
-            draining ? "yes" : "no",        ago};
+        /* The leader's Raft contact: only the leader answers it. */
+        if (tn_ctl_get_int(m, "last_heard_ms_ago", &heard))
+            snprintf(hago, sizeof(hago), "%s ago", tn_ctl_fmt_ms(heard, hage, sizeof(hage)));
+        else
+            snprintf(hago, sizeof(hago), "-");
+        const char *row[] = {tn_ctl_get_str(m, "id"),
+                             tn_ctl_get_str(m, "status"),
+                             leader ? "yes" : "no",
+                             api != NULL && api[0] != '\0' ? api : "-",
+                             tn_ctl_get_str(m, "raft_addr"),
+                             ps,
+                             draining ? "yes" : "no",
+                             ago,
+                             hago};
         tn_ctl_table_row(&t, row);
     }
     tn_ctl_table_print(&t, stdout);
@@ -203,7 +212,9 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "\n"
             "members  every member as this node's metastore replica knows it: id, alive or\n"
             "         dead, the metastore leader, API and Raft addresses, partitions owned,\n"
-            "         draining, and how long ago it last registered (GET /v1/cluster/members)\n"
+            "         draining, how long ago it last registered, and (asked of the metastore\n"
+            "         leader; \"-\" elsewhere) how long ago the leader last heard from it over\n"
+            "         Raft (GET /v1/cluster/members)\n"
             "moves    partition moves under way (GET /v1/cluster/moves). tern does not move\n"
             "         partitions yet, so this is empty; `ternctl topics get T` shows each\n"
             "         partition's owner\n"

@@ -1221,6 +1221,157 @@ static void test_old_snapshot_placement(void **state)
     tn_buf_fini(&b);
 }
 
+/* The leader's skip list (members it has not heard from lately) travels
+ * in TOPIC_PUT and steers placement the same way on every replica; a
+ * list leaving nobody falls back to every alive member. */
+static void test_placement_skips(void **state)
+{
+    (void)state;
+    /* The codec: a list round-trips; a bad one is refused both ways. */
+    uint64_t two[2] = {2, 5};
+    tn_meta_cmd_t t = sized_topic("skipping", 6);
+    t.skip = two;
+    t.nskip = 2;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&t, &b), 0);
+    tn_meta_cmd_t d;
+    size_t used = 0;
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used), 0);
+    assert_int_equal(used, tn_buf_size(&b));
+    assert_int_equal(d.nskip, 2);
+    assert_int_equal(d.skip[0], 2);
+    assert_int_equal(d.skip[1], 5);
+    assert_false(d.again);
+    tn_meta_cmd_fini(&d);
+    /* Not ascending, or a zero id: not encodable, and not decodable. */
+    uint64_t bad[2] = {5, 2};
+    t.skip = bad;
+    tn_buf_t e;
+    tn_buf_init(&e);
+    assert_int_equal(tn_meta_cmd_encode(&t, &e), UV_EINVAL);
+    tn_buf_fini(&e);
+    unsigned char *raw = (unsigned char *)tn_buf_data(&b);
+    /* The list is the last 18 bytes before the padding: [2] 2, [8] 2, [8] 5. */
+    size_t at = TN_META_HDR + tn_get_u32(raw + 4) - 16;
+    unsigned char keep[8];
+    memcpy(keep, raw + at, 8);
+    tn_put_u64(raw + at, 7); /* 7 then 5 */
+    assert_int_equal(tn_meta_cmd_decode(raw, tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    tn_put_u64(raw + at, 0);
+    assert_int_equal(tn_meta_cmd_decode(raw, tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    memcpy(raw + at, keep, 8);
+    assert_int_equal(tn_meta_cmd_decode(raw, tn_buf_size(&b), &d, &used), 0);
+    tn_meta_cmd_fini(&d);
+    tn_buf_fini(&b);
+
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    apply_ok(&s, reg_cmd(1, 1000));
+    apply_ok(&s, reg_cmd(2, 1000));
+    apply_ok(&s, reg_cmd(3, 1000));
+    /* Member 2 not heard from: p mod 2 over members 1 and 3. */
+    uint64_t skip2[1] = {2};
+    tn_meta_cmd_t c = sized_topic("fresh", 4);
+    c.skip = skip2;
+    c.nskip = 1;
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    expect_owners(&s, "fresh", (const uint64_t[]){1, 3, 1, 3}, 4);
+    /* Growth skips the same way, for the new partitions only. */
+    c.topic.partitions = 6;
+    uint64_t skip3[1] = {3};
+    c.skip = skip3;
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    expect_owners(&s, "fresh", (const uint64_t[]){1, 3, 1, 3, 1, 2}, 6);
+    /* Nobody left: every alive member, as without a list. */
+    uint64_t all[3] = {1, 2, 3};
+    tn_meta_cmd_t none = sized_topic("nobody", 3);
+    none.skip = all;
+    none.nskip = 3;
+    assert_int_equal(tn_meta_state_apply(&s, &none), 0);
+    expect_owners(&s, "nobody", (const uint64_t[]){1, 2, 3}, 3);
+    /* Ids not among the members change nothing; dead members stay out. */
+    apply_ok(&s, status_cmd(1, TN_MEMBER_DEAD, 1000));
+    uint64_t odd[2] = {3, 9};
+    tn_meta_cmd_t some = sized_topic("some", 2);
+    some.skip = odd;
+    some.nskip = 2;
+    assert_int_equal(tn_meta_state_apply(&s, &some), 0);
+    expect_owners(&s, "some", (const uint64_t[]){2, 2}, 2);
+    /* Every replica (a snapshot restored elsewhere) holds the same owners. */
+    tn_buf_t snap;
+    tn_buf_init(&snap);
+    assert_int_equal(tn_meta_state_snapshot(&s, &snap), 0);
+    tn_meta_state_t r;
+    tn_meta_state_init(&r);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&snap), tn_buf_size(&snap)), 0);
+    expect_owners(&r, "fresh", (const uint64_t[]){1, 3, 1, 3, 1, 2}, 6);
+    expect_owners(&r, "some", (const uint64_t[]){2, 2}, 2);
+    tn_meta_state_fini(&r);
+    tn_buf_fini(&snap);
+    tn_meta_state_fini(&s);
+}
+
+/* A copy sent again after a failover (marked again) that finds exactly
+ * the record it writes answers 0; unmarked, or finding another record,
+ * it answers as before. */
+static void test_again_answers(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    tn_meta_cmd_t t = topic_cmd("twice", true);
+    assert_int_equal(tn_meta_state_apply(&s, &t), 0);
+    assert_int_equal(tn_meta_state_apply(&s, &t), UV_EEXIST);
+    t.again = true;
+    assert_int_equal(tn_meta_state_apply(&s, &t), 0);
+    tn_meta_cmd_t other = t;
+    other.topic.partitions = 4; /* another create of the same name */
+    assert_int_equal(tn_meta_state_apply(&s, &other), UV_EEXIST);
+    assert_int_equal(tn_meta_topic_find(&s, "twice")->rec.partitions, 3);
+    /* An update from a read copy, applied twice. */
+    tn_meta_cmd_t up = topic_cmd("twice", false);
+    up.if_unchanged = true;
+    up.expect = tn_meta_topic_fingerprint(&tn_meta_topic_find(&s, "twice")->rec);
+    up.topic.partitions = 5;
+    assert_int_equal(tn_meta_state_apply(&s, &up), 0);
+    assert_int_equal(tn_meta_state_apply(&s, &up), TN_ECHANGED);
+    up.again = true;
+    assert_int_equal(tn_meta_state_apply(&s, &up), 0);
+    expect_owners(&s, "twice", (const uint64_t[]){0, 0, 0, 0, 0}, 5);
+    up.topic.partitions = 6; /* another update from the same read copy */
+    assert_int_equal(tn_meta_state_apply(&s, &up), TN_ECHANGED);
+    /* Users alike. */
+    tn_meta_cmd_t u = user_cmd("bob");
+    u.if_absent = true;
+    assert_int_equal(tn_meta_state_apply(&s, &u), 0);
+    uint64_t version = s.users_version;
+    assert_int_equal(tn_meta_state_apply(&s, &u), UV_EEXIST);
+    u.again = true;
+    assert_int_equal(tn_meta_state_apply(&s, &u), 0);
+    assert_int_equal(s.users_version, version); /* nothing changed */
+    /* The mark travels in the encoding. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&u, &b), 0);
+    assert_int_equal(tn_meta_cmd_encode(&t, &b), 0);
+    tn_meta_cmd_t d;
+    size_t used = 0, used2 = 0;
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used), 0);
+    assert_true(d.again);
+    assert_true(d.if_absent);
+    tn_meta_cmd_fini(&d);
+    assert_int_equal(tn_meta_cmd_decode((const char *)tn_buf_data(&b) + used,
+                                        tn_buf_size(&b) - used, &d, &used2),
+                     0);
+    assert_true(d.again);
+    assert_true(d.if_absent);
+    tn_meta_cmd_fini(&d);
+    tn_buf_fini(&b);
+    tn_meta_cmd_fini(&u);
+    tn_meta_state_fini(&s);
+}
+
 /* --- several voters on one loop (libraft's TCP transport on loopback) ------------ */
 
 #define NNODES 4
@@ -1233,6 +1384,9 @@ typedef struct {
     char api[NNODES + 1][32];
     int forwarded;
     int refuse; /* the hook's answer when not 0 (a peer out of reach) */
+    bool hold;  /* the leader's answers wait in held (a leader that dies after appending) */
+    struct hop_s *held[8];
+    int nheld;
 } cluster_t;
 
 static cluster_t *the_cluster;
@@ -1260,15 +1414,23 @@ static int free_port(void)
     return 0;
 }
 
-typedef struct {
+typedef struct hop_s {
     tn_meta_req_t req;
     tn_meta_forward_done done;
     void *done_arg;
+    cluster_t *c;
+    bool held;
+    int status;
 } hop_t;
 
 static void on_hop(tn_meta_req_t *req, int status)
 {
     hop_t *h = req->data;
+    if (h->held && h->c->nheld < 8) {
+        h->status = status;
+        h->c->held[h->c->nheld++] = h;
+        return;
+    }
     h->done(h->done_arg, status);
     tn_free(h);
 }
@@ -1287,6 +1449,8 @@ static int forward_hook(void *arg, uint64_t leader, const char *api, const void 
     hop_t *h = tn_calloc(1, sizeof(*h));
     h->done = done;
     h->done_arg = done_arg;
+    h->c = c;
+    h->held = c->hold;
     h->req.data = h;
     int rc = tn_meta_propose_encoded(c->m[leader], &h->req, cmd, len, on_hop);
     if (rc != 0) {
@@ -1630,6 +1794,98 @@ static void test_cluster(void **state)
     free(dir);
 }
 
+static bool topic_on_leader(void *arg)
+{
+    topic_wait_t *w = arg;
+    return tn_meta_topic_find(tn_meta_state(w->c->m[w->n]), w->topic) != NULL;
+}
+
+static bool leader_of_three_moved(void *arg)
+{
+    uint64_t *old = arg;
+    uint64_t now = agreed_leader(the_cluster, 3);
+    return now != 0 && now != *old;
+}
+
+/* A proposal forwarded to a leader that appended it and then stopped
+ * leading without answering (its answer held back here, as if it died):
+ * once the follower knows of the new leader, the proposal goes there at
+ * once, marked again, and answers 0 although the first copy was
+ * committed too; the record is there once, and the old call's late
+ * answer is dropped. (Before, it waited for that answer: the whole
+ * forward deadline in ternd.) */
+static void test_resend_after_failover(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    cluster_t c;
+    memset(&c, 0, sizeof(c));
+    c.loop = &loop;
+    the_cluster = &c;
+    for (uint64_t i = 1; i <= 3; i++) {
+        snprintf(c.dir[i], sizeof(c.dir[i]), "%s/meta%llu", dir, (unsigned long long)i);
+        snprintf(c.raft[i], sizeof(c.raft[i]), "127.0.0.1:%d", free_port());
+        snprintf(c.api[i], sizeof(c.api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
+    }
+    for (uint64_t i = 1; i <= 3; i++)
+        cluster_open(&c, i, false);
+    assert_true(run_until(&loop, three_caught_up, &c));
+    assert_true(run_until(&loop, members_registered, &c));
+    uint64_t leader = agreed_leader(&c, 3);
+    uint64_t follower = leader == 1 ? 2 : 1;
+
+    c.hold = true;
+    tn_meta_req_t req;
+    counter_t cnt = {0, 0};
+    req.data = &cnt;
+    tn_meta_cmd_t t = topic_cmd("failover", true);
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &t, on_done), 0);
+    topic_wait_t tw = {&c, leader, "failover"};
+    assert_true(run_until(&loop, topic_on_leader, &tw)); /* the first copy is committed */
+    assert_int_equal(cnt.done, 0);                       /* and its answer held back */
+    c.hold = false;
+    async_t a = {0, 0};
+    assert_int_equal(tn_meta_transfer(c.m[leader], on_async, &a), 0);
+    assert_true(run_until(&loop, leader_of_three_moved, &leader));
+    want_t w = {&cnt, 1};
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, 0);
+    topic_wait_t all = {&c, 3, "failover"};
+    assert_true(run_until(&loop, topic_everywhere, &all));
+    for (uint64_t i = 1; i <= 3; i++) {
+        const tn_meta_state_t *s = tn_meta_state(c.m[i]);
+        size_t n = 0;
+        for (size_t k = 0; k < s->ntopics; k++)
+            n += strcmp(s->topics[k]->rec.name, "failover") == 0;
+        assert_int_equal(n, 1);
+    }
+    assert_true(run_until(&loop, async_done, &a));
+    /* The old leader's late answer: dropped, the request answered once. */
+    assert_int_equal(c.nheld, 1);
+    hop_t *h = c.held[0];
+    h->done(h->done_arg, h->status);
+    tn_free(h);
+    assert_int_equal(cnt.done, 1);
+    /* A new create of the same name (not a copy sent again) conflicts. */
+    assert_int_equal(tn_meta_propose(c.m[follower], &req, &t, on_done), 0);
+    w.n = 2;
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, UV_EEXIST);
+
+    closed_count = 0;
+    for (uint64_t i = 1; i <= 3; i++)
+        tn_meta_close(c.m[i], on_node_closed, NULL);
+    int n = 3;
+    assert_true(run_until(&loop, all_closed, &n));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* A node whose peers never come: no leader, so proposals are answered
  * TN_ENOLEADER after their bound, and the leader-only calls refuse. */
 static void test_no_leader(void **state)
@@ -1764,6 +2020,8 @@ int main(void)
         cmocka_unit_test(test_codec_members),
         cmocka_unit_test(test_placement),
         cmocka_unit_test(test_old_snapshot_placement),
+        cmocka_unit_test(test_placement_skips),
+        cmocka_unit_test(test_again_answers),
         cmocka_unit_test(test_child_counts),
         cmocka_unit_test(test_parent_delete_detaches_children),
         cmocka_unit_test(test_restore_settles_old_links),
@@ -1774,6 +2032,7 @@ int main(void)
         cmocka_unit_test(test_replica_restart),
         cmocka_unit_test(test_previous_log_replays),
         cmocka_unit_test(test_cluster),
+        cmocka_unit_test(test_resend_after_failover),
         cmocka_unit_test(test_no_leader),
         cmocka_unit_test(test_moved_address),
     };
