@@ -1027,9 +1027,17 @@ static void run_transfer(tn_meta_t *m)
         return;
     bool started = m->xfer_status == 1;
     if (started) {
-        if (raft_state(&m->raft) != RAFT_LEADER)
+        /* Done once this node stepped down and another voter is known to
+         * lead: stepping down comes first (the TimeoutNow went out), the
+         * new leader's first append a moment later, and a caller that
+         * reports where leadership went needs the second. */
+        raft_id now_leader = 0;
+        const char *now_addr = NULL;
+        raft_leader(&m->raft, &now_leader, &now_addr);
+        bool past = uv_now(m->loop) >= m->xfer_deadline;
+        if (raft_state(&m->raft) != RAFT_LEADER && (now_leader != 0 || past))
             m->xfer_status = 0;
-        else if (uv_now(m->loop) >= m->xfer_deadline)
+        else if (past)
             m->xfer_status = UV_ETIMEDOUT;
         else
             return;
