@@ -265,11 +265,12 @@ static void test_single_batch_replay(void **state)
     uint32_t p, nonce;
     uint64_t off;
     handle_of(k.body, &p, &off, &nonce);
-    assert_int_equal(
-        tn_consume_settle(f->v.consume, "t", "default", p, off, nonce, TN_SETTLE_ACK, 0), 0);
-    assert_int_equal(
-        tn_consume_settle(f->v.consume, "t", "default", p, off, nonce, TN_SETTLE_ACK, 0),
-        TN_ENOTFOUND);
+    assert_int_equal(tn_consume_settle(f->v.consume, "t", "default", p, off, nonce, TN_SETTLE_ACK,
+                                       0, NULL, NULL),
+                     0);
+    assert_int_equal(tn_consume_settle(f->v.consume, "t", "default", p, off, nonce, TN_SETTLE_ACK,
+                                       0, NULL, NULL),
+                     TN_ENOTFOUND);
 
     /* A batch of what is there. */
     publish(f, "t", 0, "a");
