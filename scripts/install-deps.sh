@@ -14,6 +14,9 @@ packages=(
     # unit's checks (systemd-analyze, systemd-sysusers, systemd-tmpfiles),
     # man page rendering. Build and test time only.
     debhelper dpkg-dev systemd man-db groff-base
+    # tests/e2e/test_v1_ack_strace.py: the order of an ack's 204 and the
+    # channel WAL's fdatasync, seen from outside.
+    strace
 )
 
 missing=()
