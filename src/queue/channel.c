@@ -61,6 +61,17 @@ static void walop_put(walop_t *w)
     walop_nspare++;
 }
 
+/* cp's log failed while running: no more deliveries from it, and the
+ * node is not ready while it is open (tn_broker_logs_failed). */
+static void log_broke(tn_chpart_t *cp)
+{
+    cp->broken = true;
+    if (!cp->failed) {
+        cp->failed = true;
+        cp->ch->topic->broker->logs_failed++;
+    }
+}
+
 /* Run the tn_channel_sync waits of cp that the completion of record
  * number done (the log's completed count) covers, with its status.
  * Records complete in the order queued, so a wait for seq is run by the
@@ -90,7 +101,7 @@ static void on_walop(tn_walop_t *op, int status)
         if (w->fin && cp->fins_unsynced > 0)
             cp->fins_unsynced--;
     } else if (!cp->broken && status != TN_ECLOSED) {
-        cp->broken = true;
+        log_broke(cp);
         TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": log write failed (%s); delivery stops",
                ch->name, ch->topic->name, cp->part->index, tn_strerror(status));
     }
@@ -133,6 +144,8 @@ static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
     if (rc != 0) {
         walop_put(w);
         if (!cp->broken) {
+            if (rc != TN_ECLOSED)
+                log_broke(cp);
             cp->broken = true;
             TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": %s; delivery stops", cp->ch->name,
                    cp->ch->topic->name, cp->part->index, tn_strerror(rc));
@@ -304,6 +317,8 @@ static void chpart_fini(tn_chpart_t *cp)
      * completed); one left here has no record to wait for any more. */
     sync_run(cp, UINT64_MAX, TN_ECLOSED);
     tn_broker_t *b = cp->ch->topic->broker;
+    if (cp->failed)
+        b->logs_failed--;
     if (tn_heap_contains(&cp->wake))
         tn_heap_remove(&b->wakes, &cp->wake);
     size_t pos = 0;

@@ -304,7 +304,8 @@ struct tn_chpart_s {
     tn_chan_sync_t *sync_head, *sync_tail; /* tn_channel_sync waits, oldest first */
     tn_heap_node_t wake;                   /* in the broker's wake heap: next deadline */
     bool waiting_fetch;
-    bool broken; /* its log failed: no more deliveries */
+    bool broken; /* its log failed (or is being dropped): no more deliveries */
+    bool failed; /* its log failed while running: counted in the broker's logs_failed */
 };
 
 struct tn_channel_s {
@@ -502,6 +503,9 @@ struct tn_broker_s {
      * (FIN, REQ, ...) to their fdatasync */
     tn_hist_t pub_hist;
     tn_hist_t walop_hist;
+    /* Channel partitions whose log failed while running (a write or
+     * fdatasync error, sticky): the node is not ready while any is open. */
+    uint32_t logs_failed;
     /* counters */
     uint64_t timeouts;
     uint64_t dlq_moves;
@@ -629,6 +633,12 @@ int tn_consumer_ack(tn_consumer_t *c, uint32_t partition, uint64_t offset, uint3
  * channel, a remote partition, an idle log: 0) or the log has failed
  * already (its sticky error). s is borrowed until cb. */
 void tn_channel_sync(tn_channel_t *ch, uint32_t partition, tn_chan_sync_t *s, tn_chan_sync_cb cb);
+/* How many open channel partitions' logs failed while running (their
+ * settles are refused): while not 0, /readyz says not ready. */
+static inline uint32_t tn_broker_logs_failed(const tn_broker_t *b)
+{
+    return b->logs_failed;
+}
 /* Put it back, deliverable after delay_ms (0: at once). */
 int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                     uint32_t nonce, int64_t delay_ms);

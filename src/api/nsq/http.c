@@ -120,8 +120,10 @@ static void on_healthz(tn_http_request_t *r, void *arg)
 bool tn_nsq_http_ready(tn_nsq_http_t *api)
 {
     /* Caught up now (leader known and heard from, a voter, applied >=
-     * commit), and the log found at start replayed. */
+     * commit), the log found at start replayed, and no channel log failed
+     * (its acks can no longer be made durable). */
     return api->ready && !tn_drain_active(api->drain) &&
+           (api->broker == NULL || tn_broker_logs_failed(api->broker) == 0) &&
            (api->meta == NULL || (tn_meta_ready(api->meta) && tn_meta_caught_up(api->meta)));
 }
 

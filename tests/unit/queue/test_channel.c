@@ -382,6 +382,7 @@ static void test_fin_failed_write(void **state)
     assert_true(run_until(q, sync_done, &w));
     tn_io_fail_sync_after(-1, 0);
     assert_int_equal(w.status, UV_EIO);
+    assert_int_equal(tn_broker_logs_failed(q->b), 1); /* the node is not ready */
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
     assert_int_equal(st.finish_count, 0);
@@ -399,6 +400,15 @@ static void test_fin_failed_write(void **state)
     tn_channel_sync(ch, 0, &late.s, on_sync);
     assert_true(late.done);
     assert_int_equal(late.status, UV_EIO);
+    tn_consumer_detach(&s.c);
+    /* After a restart the node is ready again, and the messages whose
+     * settles were refused are delivered again (the failed FIN's record
+     * may or may not have reached the file). */
+    restart(q);
+    assert_int_equal(tn_broker_logs_failed(q->b), 0);
+    ch = channel(q, "t", "c");
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 2);
     tn_consumer_detach(&s.c);
     qfx_free(q);
 }
