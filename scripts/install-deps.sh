@@ -19,6 +19,9 @@ packages=(
     # The Go /v1 quick start of docs/clients.md, built and run by
     # tests/e2e/test_clients.py (standard library only, nothing fetched).
     golang-go
+    # tests/e2e/test_v1_ack_strace.py: the order of an ack's 204 and the
+    # channel WAL's fdatasync, seen from outside.
+    strace
 )
 
 missing=()

@@ -329,8 +329,8 @@ typedef struct {
 } part_t;
 
 /* A channel log with records queued but not yet completed at the POST:
- * settles answered before it (a FIN is answered when it applies to the
- * live cursor, before its WAL record is written). */
+ * settles done before it (an NSQ FIN applies to the live cursor before
+ * its WAL record is written; a /v1 ack is answered only after). */
 typedef struct {
     char *topic;
     char *channel;

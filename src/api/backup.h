@@ -15,8 +15,10 @@
  *      was written. Everything acknowledged before the POST is below
  *      those ends, and every end is durable. Likewise every channel log
  *      of a local partition with records queued but not completed (a
- *      FIN, REQ, ... is answered when it applies to the live cursor,
- *      before the WAL committer writes it): the POST waits, within the
+ *      /v1 ack or nack is answered after its record's sync, but an NSQ
+ *      FIN or REQ, which has no answer, a timeout or an admin action
+ *      applies to the live cursor before the WAL committer writes it):
+ *      the POST waits, within the
  *      same 15 s, until as many records as were queued at the POST have
  *      completed (written and synced, tn_chanlog_completed), so every
  *      settle answered before the POST is in the WAL that step 2 copies.

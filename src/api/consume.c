@@ -734,7 +734,8 @@ void tn_consume_start_parked(tn_consume_t *cs, tn_consume_parked_t *pk, const tn
 /* --- settling ----------------------------------------------------------------- */
 
 int tn_consume_settle(tn_consume_t *cs, const char *topic, const char *channel, uint32_t partition,
-                      uint64_t offset, uint32_t nonce, tn_settle_t how, int64_t visibility_ms)
+                      uint64_t offset, uint32_t nonce, tn_settle_t how, int64_t visibility_ms,
+                      tn_chan_sync_t *sync, tn_chan_sync_cb cb)
 {
     for (lane_t *l = cs->lanes; l != NULL; l = l->next) {
         if ((l->c.pinned && l->c.pin != partition) || strcmp(l->topic, topic) != 0 ||
@@ -747,8 +748,17 @@ int tn_consume_settle(tn_consume_t *cs, const char *topic, const char *channel, 
             rc = tn_consumer_touch(&l->c, partition, offset, true, nonce, visibility_ms);
         else
             rc = tn_consumer_req(&l->c, partition, offset, true, nonce, 0);
-        if (rc == 0 || rc == UV_ENOBUFS)
-            return rc;
+        if (rc == TN_ENOTFOUND || rc == UV_ESRCH || rc == UV_EINVAL)
+            continue; /* not this lane's lease */
+        if (rc == 0 && sync != NULL) {
+            /* An extend has nothing durable to wait for: a lease lives in
+             * memory only (docs/http-api.md). */
+            if (how == TN_SETTLE_EXTEND)
+                cb(sync, 0);
+            else
+                tn_channel_sync(l->c.ch, partition, sync, cb);
+        }
+        return rc;
     }
     return TN_ENOTFOUND;
 }
@@ -759,12 +769,13 @@ _Static_assert((int)TN_SETTLE_ACK == (int)TN_WIRE_SETTLE_ACK &&
                "a settle's how travels as its tn_settle_t value");
 
 int tn_consume_settle_hook(void *arg, const char *topic, const char *channel, uint32_t partition,
-                           uint64_t offset, uint32_t nonce, uint8_t how, int64_t visibility_ms)
+                           uint64_t offset, uint32_t nonce, uint8_t how, int64_t visibility_ms,
+                           tn_chan_sync_t *sync, tn_chan_sync_cb cb)
 {
     if (how < TN_SETTLE_ACK || how > TN_SETTLE_NACK)
         return TN_ENOTFOUND;
     return tn_consume_settle(arg, topic, channel, partition, offset, nonce, (tn_settle_t)how,
-                             visibility_ms);
+                             visibility_ms, sync, cb);
 }
 
 int tn_receipt_parse(const char *s, size_t len, uint32_t *partition, uint64_t *offset,

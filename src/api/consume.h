@@ -105,17 +105,24 @@ void tn_consume_uncharge(tn_consume_t *cs, const char *ident, uint32_t taken);
 typedef enum { TN_SETTLE_ACK = 1, TN_SETTLE_EXTEND, TN_SETTLE_NACK } tn_settle_t;
 
 /* Settle the lease of a receipt handle on (topic, channel): ack, extend by
- * visibility_ms, or nack (deliverable again at once). 0, TN_ENOTFOUND (no
- * such live lease: stale) or UV_ENOBUFS (ack refused: the acked-ahead cap
- * is reached and this is not the head of the partition). */
+ * visibility_ms, or nack (deliverable again at once). 0: settled in
+ * memory; when sync is not NULL, cb(sync, status) then runs exactly once
+ * (possibly before this returns) when the channel log record of the ack
+ * or nack is durable (0) or failed (its error); an extend writes nothing
+ * and ends at once. Else cb never runs: TN_ENOTFOUND (no such live lease:
+ * stale), UV_ENOBUFS (ack refused: the acked-ahead cap is reached and
+ * this is not the head of the partition), or the channel log's sticky
+ * error or UV_ENOMEM (nothing changed: the lease stays as it was). */
 int tn_consume_settle(tn_consume_t *cs, const char *topic, const char *channel, uint32_t partition,
-                      uint64_t offset, uint32_t nonce, tn_settle_t how, int64_t visibility_ms);
+                      uint64_t offset, uint32_t nonce, tn_settle_t how, int64_t visibility_ms,
+                      tn_chan_sync_t *sync, tn_chan_sync_cb cb);
 
 /* tn_consume_settle as the router's and the SETTLE handler's local-settle
  * hook (cluster/settle.h): arg the registry, how a tn_wire_settle_how_t
  * (the same values as tn_settle_t); an unknown how is TN_ENOTFOUND. */
 int tn_consume_settle_hook(void *arg, const char *topic, const char *channel, uint32_t partition,
-                           uint64_t offset, uint32_t nonce, uint8_t how, int64_t visibility_ms);
+                           uint64_t offset, uint32_t nonce, uint8_t how, int64_t visibility_ms,
+                           tn_chan_sync_t *sync, tn_chan_sync_cb cb);
 
 /* Parse a receipt handle `partition:offset:nonce` (decimal, no signs,
  * nonce >= 1). 0 or UV_EINVAL. */

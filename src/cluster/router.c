@@ -14,18 +14,21 @@
 #include <string.h>
 
 /* A settle (one tn_router_settle) from its call to its callback. Its
- * remote handles are queue entries of their owners; it ends when the
- * last of them has a result. */
+ * remote handles are queue entries of their owners, its local ones wait
+ * for their channel log records; it ends when the last of them has a
+ * result. */
 typedef struct settle_op_s settle_op_t;
 typedef struct settle_owner_s settle_owner_t;
 
-/* One remote handle of an op, waiting in its owner's queue or riding a
- * SETTLE call. */
+/* One handle of an op: a remote one waiting in its owner's queue or
+ * riding a SETTLE call, or a local one waiting for the channel log record
+ * that covers it (sync). */
 typedef struct settle_ent_s {
     struct settle_ent_s *next; /* in its owner's queue */
     settle_op_t *op;
     uint32_t idx;      /* its item in op->items */
     int64_t queued_ms; /* monotonic: its 2 s budget started then */
+    tn_chan_sync_t sync;
 } settle_ent_t;
 
 /* What the router keeps per owner it settles on: its calls in flight and
@@ -230,6 +233,7 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
 #define MSG_OOM      "out of memory"
 #define MSG_CLOSING  "this node is shutting down"
 #define MSG_BUSY     "too many receipt handles wait for this partition owner; retry later"
+#define MSG_WRITE    "the channel log could not record it durably; the message will be delivered again"
 
 static void pump(tn_router_t *r, settle_owner_t *q);
 
@@ -273,7 +277,7 @@ bool tn_router_settle_owns(void *router, const char *topic, uint32_t p)
 struct settle_op_s {
     tn_router_settle_item_t *items;
     uint32_t n;
-    uint32_t pending; /* remote handles without a result, +1 while starting */
+    uint32_t pending; /* handles without a result, +1 while starting */
     tn_router_settle_cb cb;
     void *arg;
     char topic[TN_NAME_MAX + 1];
@@ -300,23 +304,6 @@ static void set_result(tn_router_settle_item_t *it, uint16_t status, const char 
     it->error = msg;
 }
 
-static void settle_local(tn_router_t *r, const char *topic, const char *channel, uint8_t how,
-                         int64_t visibility_ms, tn_router_settle_item_t *it)
-{
-    if (r->settle == NULL) {
-        set_result(it, 503, "this node is not ready to settle receipt handles");
-        return;
-    }
-    int rc = r->settle(r->settle_arg, topic, channel, it->partition, it->offset, it->nonce, how,
-                       visibility_ms);
-    if (rc == 0)
-        set_result(it, 204, NULL);
-    else if (rc == UV_ENOBUFS)
-        set_result(it, 503, MSG_FULL);
-    else
-        set_result(it, 410, MSG_STALE);
-}
-
 static void settle_op_release(settle_op_t *op)
 {
     if (--op->pending > 0)
@@ -330,6 +317,41 @@ static void ent_done(settle_ent_t *e, uint16_t status, const char *msg)
 {
     set_result(&e->op->items[e->idx], status, msg);
     settle_op_release(e->op);
+}
+
+static void on_local_synced(tn_chan_sync_t *sync, int status)
+{
+    settle_ent_t *e = sync->data;
+    if (status == 0)
+        ent_done(e, 204, NULL);
+    else
+        ent_done(e, 500, MSG_WRITE);
+}
+
+/* Settle e's handle here; its result comes once the channel log record
+ * covering it is durable (or failed), possibly before this returns. */
+static void settle_local(tn_router_t *r, settle_op_t *op, settle_ent_t *e)
+{
+    tn_router_settle_item_t *it = &op->items[e->idx];
+    if (r->settle == NULL) {
+        set_result(it, 503, "this node is not ready to settle receipt handles");
+        return;
+    }
+    e->sync.data = e;
+    op->pending++;
+    int rc = r->settle(r->settle_arg, op->topic, op->channel, it->partition, it->offset, it->nonce,
+                       op->how, op->visibility_ms, &e->sync, on_local_synced);
+    if (rc == 0)
+        return;
+    op->pending--;
+    if (rc == UV_ENOBUFS)
+        set_result(it, 503, MSG_FULL);
+    else if (rc == TN_ENOTFOUND)
+        set_result(it, 410, MSG_STALE);
+    else if (rc == UV_ENOMEM)
+        set_result(it, 503, MSG_OOM);
+    else
+        set_result(it, 500, MSG_WRITE);
 }
 
 static settle_owner_t *owner_q(tn_router_t *r, uint64_t owner)
@@ -377,6 +399,8 @@ static void on_batch(tn_settle_call_t *c, int status)
             ent_done(e, 410, MSG_STALE);
         else if (c->status[i] == 421)
             ent_done(e, 503, MSG_MOVED);
+        else if (c->status[i] == 500)
+            ent_done(e, 500, MSG_WRITE);
         else
             ent_done(e, 503, MSG_FULL);
     }
@@ -478,32 +502,28 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
                       int64_t visibility_ms, tn_router_settle_item_t *items, uint32_t n,
                       tn_router_settle_cb cb, void *arg)
 {
-    /* Count the remote handles first: most settles are all local and
-     * need no allocation. */
-    uint32_t remote = 0;
-    for (uint32_t i = 0; i < n && i < TN_SETTLE_MAX; i++) {
-        uint64_t owner;
-        if (!settle_here(r, topic, items[i].partition, &owner) && owner != 0)
-            remote++;
+    /* Every handle gets an entry: a local one waits for its channel log
+     * record, a remote one for its owner's reply. */
+    uint32_t nents = n < TN_SETTLE_MAX ? n : TN_SETTLE_MAX;
+    settle_op_t *op = tn_calloc(1, sizeof(*op) + (size_t)nents * sizeof(op->ents[0]));
+    if (op == NULL) {
+        for (uint32_t i = 0; i < n; i++)
+            set_result(&items[i], 503, MSG_OOM);
+        cb(arg, items, n);
+        return;
     }
-    settle_op_t *op = NULL;
-    if (remote > 0) {
-        op = tn_calloc(1, sizeof(*op) + (size_t)remote * sizeof(op->ents[0]));
-        if (op != NULL) {
-            op->items = items;
-            op->n = n;
-            op->cb = cb;
-            op->arg = arg;
-            snprintf(op->topic, sizeof(op->topic), "%s", topic);
-            snprintf(op->channel, sizeof(op->channel), "%s", channel);
-            op->how = how;
-            op->visibility_ms = visibility_ms;
-            op->pending = 1; /* held while the handles are placed */
-        }
-    }
+    op->items = items;
+    op->n = n;
+    op->cb = cb;
+    op->arg = arg;
+    snprintf(op->topic, sizeof(op->topic), "%s", topic);
+    snprintf(op->channel, sizeof(op->channel), "%s", channel);
+    op->how = how;
+    op->visibility_ms = visibility_ms;
+    op->pending = 1; /* held while the handles are placed */
     const tn_meta_state_t *s = r->o.meta != NULL ? tn_meta_state(r->o.meta) : NULL;
     settle_owner_t *touched[TN_SETTLE_MAX];
-    uint32_t ntouched = 0, nent = 0;
+    uint32_t ntouched = 0;
     for (uint32_t i = 0; i < n; i++) {
         tn_router_settle_item_t *it = &items[i];
         uint64_t owner;
@@ -511,8 +531,11 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
             set_result(it, 400, "a batch holds at most 100 receipt handles");
             continue;
         }
+        settle_ent_t *e = &op->ents[i];
+        e->op = op;
+        e->idx = i;
         if (settle_here(r, topic, it->partition, &owner)) {
-            settle_local(r, topic, channel, how, visibility_ms, it);
+            settle_local(r, op, e);
             continue;
         }
         const tn_meta_member_t *m = owner != 0 ? tn_meta_member_find(s, owner) : NULL;
@@ -521,17 +544,13 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
             set_result(it, 503, MSG_DOWN);
         else if (m == NULL || m->api_addr[0] == '\0' || r->rpc == NULL)
             set_result(it, 502, MSG_UNREACH);
-        else if (op == NULL || (q = owner_q(r, owner)) == NULL)
+        else if ((q = owner_q(r, owner)) == NULL)
             set_result(it, 503, MSG_OOM);
         else {
-            settle_ent_t *e = &op->ents[nent];
-            e->op = op;
-            e->idx = i;
             if (!enqueue(r, q, e)) {
                 set_result(it, 503, MSG_BUSY);
                 continue;
             }
-            nent++;
             op->pending++;
             uint32_t k = 0;
             while (k < ntouched && touched[k] != q)
@@ -539,10 +558,6 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
             if (k == ntouched)
                 touched[ntouched++] = q;
         }
-    }
-    if (op == NULL) {
-        cb(arg, items, n);
-        return;
     }
     for (uint32_t k = 0; k < ntouched; k++)
         pump(r, touched[k]);

@@ -79,7 +79,10 @@ void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out);
  *      (the consume registry, which ternd installs), when its partition is
  *      this node's: always on a lone node; in a cluster when the
  *      metastore replica names this node its owner, or the partition is
- *      beyond the topic's count (no lease anywhere: 410).
+ *      beyond the topic's count (no lease anywhere: 410). A handle
+ *      settled here has its result once the channel log record covering
+ *      it is durable (queue.h DESIGN: settling): 204 only after that
+ *      fdatasync, 500 when the write failed.
  *   2. The others queue per owner (tn_meta_state_owner; the owner's
  *      api_addr from its member record). An owner has at most
  *      TN_ROUTER_SETTLE_INFLIGHT SETTLE calls (cluster/settle.h) in
@@ -94,8 +97,10 @@ void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out);
  *      one whose budget ran out while it waited answers 502 as an
  *      unreachable owner does. At most TN_ROUTER_SETTLE_QUEUE_MAX handles
  *      wait per owner; beyond, 503.
- *   3. Every handle gets a status and a sentence: 204; 410 stale; 503 the
- *      acked-ahead set is full; 503 "partition owner is down; retry
+ *   3. Every handle gets a status and a sentence: 204 (durable, here or on
+ *      its owner, which replies only after its own fdatasync); 410 stale;
+ *      500 the channel log could not record it; 503 the acked-ahead set
+ *      is full; 503 "partition owner is down; retry
  *      later" (its member record says dead, or the partition is not
  *      placed); 502 "partition owner unreachable" (no address, the call
  *      failed or timed out, or the budget ran out in the queue); 503 when
@@ -103,9 +108,10 @@ void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out);
  *      this node is shutting down (queued handles answer at once when
  *      node RPC goes). One callback gives them all, whichever calls
  *      carried them.
- * Why 4 calls per owner: the owner settles a call synchronously, so a
- * call's time is mostly the round trip; 4 keep the path busy across a
- * round trip (4 x 64 = 256 handles per round trip per owner once
+ * Why 4 calls per owner: a call's time is the round trip plus the owner's
+ * group commit of the channel log (the handles of one call, and of the
+ * calls that arrive in the same loop pass, share one fdatasync); 4 keep
+ * the path busy across that (4 x 64 = 256 handles per round trip per owner once
  * coalescing starts) while taking at most 4 of the owner's messaging
  * slots (max(64, 4 x cores), shared with every peer), so a burst of acks
  * from one node never crowds out another's. */
@@ -120,7 +126,7 @@ typedef struct {
     uint32_t partition;
     uint64_t offset;
     uint32_t nonce;
-    uint16_t status;   /* out: 204, 410, 502 or 503 */
+    uint16_t status;   /* out: 204, 410, 500, 502 or 503 */
     const char *error; /* out: NULL for 204, else a static sentence */
 } tn_router_settle_item_t;
 
@@ -141,8 +147,9 @@ bool tn_router_settle_owns(void *router, const char *topic, uint32_t p);
 /* Settle items[0..n) (caller-owned until cb; any past TN_SETTLE_MAX are
  * answered 400) on (topic, channel): how a
  * tn_wire_settle_how_t, visibility_ms the extension. cb runs exactly
- * once, before this returns when every handle was settled here, else
- * later from the loop. */
+ * once: later from the loop, or before this returns when no handle had
+ * anything to wait for (stale, extends, memory-only channels, or out of
+ * memory). */
 void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, uint8_t how,
                       int64_t visibility_ms, tn_router_settle_item_t *items, uint32_t n,
                       tn_router_settle_cb cb, void *arg);

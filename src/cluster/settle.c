@@ -52,6 +52,38 @@ static void reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg)
     tn_rpc_reply(req, status, JSON, body, (size_t)TN_MIN((size_t)n, sizeof(body) - 1));
 }
 
+/* One SETTLE request on the owner: from its decoding to its reply, which
+ * waits for every handle's channel log record (settle.h step 3). */
+typedef struct {
+    tn_rpc_req_t *req;
+    uint32_t count;
+    uint32_t pending; /* handle waits not ended, +1 while starting */
+    uint16_t st[TN_SETTLE_MAX];
+    tn_chan_sync_t sync[TN_SETTLE_MAX];
+} settling_t;
+
+static void settling_release(settling_t *g)
+{
+    if (--g->pending > 0)
+        return;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    if (tn_wire_settle_reply_encode(&b, g->st, g->count) != 0)
+        reply_error(g->req, 503, "out of memory");
+    else
+        tn_rpc_reply(g->req, 200, "application/octet-stream", tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+    tn_free(g);
+}
+
+static void on_synced(tn_chan_sync_t *sync, int status)
+{
+    settling_t *g = sync->data;
+    size_t i = (size_t)(sync - g->sync);
+    g->st[i] = status == 0 ? 204 : 500;
+    settling_release(g);
+}
+
 static void on_settle(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_settle_srv_t *s = arg;
@@ -60,7 +92,10 @@ static void on_settle(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
         return;
     }
     tn_wire_settle_t *w = tn_malloc(sizeof(*w));
-    if (w == NULL) {
+    settling_t *g = tn_malloc(sizeof(*g));
+    if (w == NULL || g == NULL) {
+        tn_free(w);
+        tn_free(g);
         reply_error(req, 503, "out of memory");
         return;
     }
@@ -68,33 +103,36 @@ static void on_settle(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
     if (tn_wire_settle_decode(payload, len, w, msg, sizeof(msg)) != 0) {
         reply_error(req, 400, msg);
         tn_free(w);
+        tn_free(g);
         return;
     }
     if (!tn_name_valid_any(w->topic, strlen(w->topic)) ||
         !tn_name_valid(w->channel, strlen(w->channel))) {
         reply_error(req, 400, "invalid topic or channel name");
         tn_free(w);
+        tn_free(g);
         return;
     }
-    uint16_t st[TN_SETTLE_MAX];
+    g->req = req;
+    g->count = w->count;
+    g->pending = 1; /* held while the handles are settled */
     for (uint32_t i = 0; i < w->count; i++) {
         const tn_wire_handle_t *h = &w->h[i];
         if (!s->owns(s->owns_arg, w->topic, h->partition)) {
-            st[i] = 421;
+            g->st[i] = 421;
             continue;
         }
+        g->sync[i].data = g;
+        g->pending++;
         int rc = s->local(s->local_arg, w->topic, w->channel, h->partition, h->offset, h->nonce,
-                          w->how, w->visibility_ms);
-        st[i] = rc == 0 ? 204 : rc == UV_ENOBUFS ? 503 : 410;
+                          w->how, w->visibility_ms, &g->sync[i], on_synced);
+        if (rc != 0) {
+            g->pending--;
+            g->st[i] = rc == UV_ENOBUFS ? 503 : rc == TN_ENOTFOUND ? 410 : 500;
+        }
     }
-    tn_buf_t b;
-    tn_buf_init(&b);
-    if (tn_wire_settle_reply_encode(&b, st, w->count) != 0)
-        reply_error(req, 503, "out of memory");
-    else
-        tn_rpc_reply(req, 200, "application/octet-stream", tn_buf_data(&b), tn_buf_size(&b));
-    tn_buf_fini(&b);
     tn_free(w);
+    settling_release(g);
 }
 
 void tn_settle_handlers(tn_settle_srv_t *s, tn_rpc_handler_t *out, size_t *n)

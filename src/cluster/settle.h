@@ -10,14 +10,18 @@
  *   2. The owner's handler decodes the request exactly, and for each
  *      handle asks the ownership hook whether its partition is here (421
  *      for that handle when not), then the local-settle hook (the consume
- *      registry, api/consume.h): 204 settled, 410 no live lease, 503 the
- *      acked-ahead set is full.
- *   3. It answers 200 with a status per handle (wire.h, TN_OP_SETTLE), at
- *      once: settling is synchronous on the owner's loop.
+ *      registry, api/consume.h): 410 no live lease, 503 the acked-ahead
+ *      set is full, 500 the channel log failed; else settled in memory,
+ *      and the handle waits for the channel log record that covers it.
+ *   3. It answers 200 with a status per handle (wire.h, TN_OP_SETTLE) once
+ *      every handle's wait ended: 204 only after the fdatasync of the
+ *      channel WAL record covering it (the group commit makes the handles
+ *      of one call, and of every call in the same loop pass, share one
+ *      fdatasync), 500 when that write failed.
  * Failure modes: a call that times out may still have settled its
- * handles; a retried ack of a settled lease answers 410, as it does on a
- * lone node. Before ternd installed the local-settle hook (startup) every
- * request is answered 503.
+ * handles (durably or not); a retried ack of a settled lease answers 410,
+ * as it does on a lone node. Before ternd installed the local-settle hook
+ * (startup) every request is answered 503.
  *
  * Threads: the loop thread of the RPC endpoint. */
 #ifndef TN_CLUSTER_SETTLE_H
@@ -27,16 +31,23 @@
 
 #include "cluster/rpc.h"
 #include "cluster/wire.h"
+#include "queue/queue.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
 /* The local side of settling: settle one handle's lease on (topic,
- * channel) here. 0, TN_ENOTFOUND (no such live lease) or UV_ENOBUFS (the
- * acked-ahead cap is reached). how is a tn_wire_settle_how_t. */
+ * channel) here. how is a tn_wire_settle_how_t. 0: settled in memory, and
+ * cb(sync, status) runs exactly once (possibly before this returns) when
+ * what it wrote is durable (status 0: after the channel log's fdatasync;
+ * an extend writes nothing and ends at once) or could not be (the log's
+ * error); sync is borrowed until then. Else cb never runs: TN_ENOTFOUND
+ * (no such live lease), UV_ENOBUFS (the acked-ahead cap is reached), or
+ * the channel log's sticky error or UV_ENOMEM (the lease stays as it
+ * was). */
 typedef int (*tn_settle_local_fn)(void *arg, const char *topic, const char *channel,
                                   uint32_t partition, uint64_t offset, uint32_t nonce, uint8_t how,
-                                  int64_t visibility_ms);
+                                  int64_t visibility_ms, tn_chan_sync_t *sync, tn_chan_sync_cb cb);
 /* Whether partition p of topic is this node's to settle. */
 typedef bool (*tn_settle_owns_fn)(void *arg, const char *topic, uint32_t p);
 
@@ -58,7 +69,7 @@ void tn_settle_srv_free(tn_settle_srv_t *s);
 /* --- the caller side ------------------------------------------------------------- */
 
 typedef struct tn_settle_call_s tn_settle_call_t;
-/* The end of a call: 0 with c->status[0..n) (204, 410, 421, 503 per
+/* The end of a call: 0 with c->status[0..n) (204, 410, 421, 500, 503 per
  * handle); UV_EAGAIN the owner answered 503 for the whole request (not
  * ready, shutting down); UV_EINVAL it refused it (400); TN_EPROTO a reply
  * that is none of these; or the call's error (rpc.h: UV_ETIMEDOUT,

@@ -670,7 +670,7 @@ int tn_wire_settle_reply_decode(const void *p, size_t len, uint32_t n, uint16_t 
         if (tn_wire_get_u16(&in, &status[i]) != 0)
             return TN_EPROTO;
         uint16_t s = status[i];
-        if (s != 204 && s != 410 && s != 421 && s != 503)
+        if (s != 204 && s != 410 && s != 421 && s != 500 && s != 503)
             return TN_EPROTO;
     }
     return tn_wire_end(&in);

@@ -120,8 +120,10 @@ typedef enum {
      * (>= 0: the extension), u32 count (1..100), then count handles of u32
      * partition, u64 offset, u32 nonce. Replies: 200
      * application/octet-stream, u32 count then a u16 status per handle in
-     * order (204 settled; 410 no such live lease; 503 the acked-ahead set
-     * is full; 421 the callee does not own the partition); 503
+     * order (204 settled, after the fdatasync of the channel WAL record
+     * covering it; 410 no such live lease; 503 the acked-ahead set is
+     * full; 421 the callee does not own the partition; 500 the channel
+     * WAL could not take or sync it); 503
      * {"error":...} not ready or shutting down; 400 malformed. */
     TN_OP_SETTLE = 7,
     /* Consume from partitions the callee owns, on its own consume lanes
@@ -386,7 +388,7 @@ int tn_wire_settle_decode(const void *p, size_t len, tn_wire_settle_t *out, char
 /* A SETTLE 200 reply body: u32 n, then n u16 statuses. 0 or UV_ENOMEM. */
 int tn_wire_settle_reply_encode(tn_buf_t *b, const uint16_t *status, uint32_t n);
 /* Exact decode of a SETTLE 200 reply body that must answer n handles;
- * every status one of 204, 410, 421, 503. 0 or TN_EPROTO. */
+ * every status one of 204, 410, 421, 500, 503. 0 or TN_EPROTO. */
 int tn_wire_settle_reply_decode(const void *p, size_t len, uint32_t n, uint16_t *status);
 /* --- CONSUME -------------------------------------------------------------------- */
 

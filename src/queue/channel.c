@@ -19,6 +19,7 @@ typedef struct walop_s {
     tn_chpart_t *cp;
     uint64_t frontier_after;
     int64_t start_ns;
+    bool fin; /* a FIN: counted in cp->fins_unsynced until it is durable */
     struct walop_s *next_spare;
 } walop_t;
 
@@ -60,6 +61,33 @@ static void walop_put(walop_t *w)
     walop_nspare++;
 }
 
+/* cp's log failed while running: no more deliveries from it, and the
+ * node is not ready while it is open (tn_broker_logs_failed). */
+static void log_broke(tn_chpart_t *cp)
+{
+    cp->broken = true;
+    if (!cp->failed) {
+        cp->failed = true;
+        cp->ch->topic->broker->logs_failed++;
+    }
+}
+
+/* Run the tn_channel_sync waits of cp that the completion of record
+ * number done (the log's completed count) covers, with its status.
+ * Records complete in the order queued, so a wait for seq is run by the
+ * completion of record seq itself. */
+static void sync_run(tn_chpart_t *cp, uint64_t done, int status)
+{
+    while (cp->sync_head != NULL && cp->sync_head->seq <= done) {
+        tn_chan_sync_t *s = cp->sync_head;
+        cp->sync_head = s->next;
+        if (cp->sync_head == NULL)
+            cp->sync_tail = NULL;
+        s->next = NULL;
+        s->cb(s, status);
+    }
+}
+
 static void on_walop(tn_walop_t *op, int status)
 {
     walop_t *w = TN_CONTAINER_OF(op, walop_t, op);
@@ -70,48 +98,74 @@ static void on_walop(tn_walop_t *op, int status)
         tn_hist_observe(&b->walop_hist, tn_now_mono_ns() - w->start_ns);
         if (w->frontier_after > cp->synced_frontier)
             cp->synced_frontier = w->frontier_after;
+        if (w->fin && cp->fins_unsynced > 0)
+            cp->fins_unsynced--;
     } else if (!cp->broken && status != TN_ECLOSED) {
-        cp->broken = true;
+        log_broke(cp);
         TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": log write failed (%s); delivery stops",
                ch->name, ch->topic->name, cp->part->index, tn_strerror(status));
     }
     walop_put(w);
+    /* The channel is held (busy) until after the waits ran. */
+    if (cp->cl != NULL)
+        sync_run(cp, tn_chanlog_completed(cp->cl), status);
     ch->busy--;
     if (ch->deleted && ch->busy == 0)
         tn__channel_free(ch);
     tn__broker_work_done(b);
 }
 
-/* Apply rec to the live cursor and, for a durable channel, write it. */
+/* Apply rec to the live cursor and, for a durable channel, write it. An
+ * error before the cursor changed (out of memory) leaves everything as it
+ * was; a refused submit (the log's sticky error) leaves the cursor applied
+ * and the partition broken. */
 static int record(tn_chpart_t *cp, const tn_walrec_t *rec)
 {
+    walop_t *w = NULL;
+    if (cp->cl != NULL && (w = walop_get()) == NULL)
+        return UV_ENOMEM;
+    uint64_t finished = cp->cur.finish_count;
     int rc = tn_cursor_apply(&cp->cur, rec);
-    if (rc != 0)
+    if (rc != 0) {
+        if (w != NULL)
+            walop_put(w);
         return rc;
+    }
     if (cp->cl == NULL) {
         cp->synced_frontier = cp->cur.frontier;
         return 0;
     }
-    walop_t *w = walop_get();
-    if (w == NULL)
-        return UV_ENOMEM;
     w->cp = cp;
     w->frontier_after = cp->cur.frontier;
     w->start_ns = tn_now_mono_ns();
+    w->fin = cp->cur.finish_count > finished; /* a FIN of an offset not settled before */
     w->op.data = w;
     rc = tn_chanlog_submit(cp->cl, &w->op, rec, on_walop);
     if (rc != 0) {
         walop_put(w);
         if (!cp->broken) {
+            if (rc != TN_ECLOSED)
+                log_broke(cp);
             cp->broken = true;
             TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": %s; delivery stops", cp->ch->name,
                    cp->ch->topic->name, cp->part->index, tn_strerror(rc));
         }
         return rc;
     }
+    if (w->fin)
+        cp->fins_unsynced++;
     cp->ch->busy++;
     cp->ch->topic->broker->workers++;
     return 0;
+}
+
+/* The sticky error of cp's log (0 when it can take records). */
+static int log_failed(const tn_chpart_t *cp)
+{
+    if (cp->cl == NULL)
+        return 0;
+    int err = tn_chanlog_err(cp->cl);
+    return err != 0 ? err : cp->broken ? UV_EIO : 0;
 }
 
 static int record_fin(tn_chpart_t *cp, uint64_t offset)
@@ -259,7 +313,12 @@ static void chpart_fini(tn_chpart_t *cp)
 {
     if (cp->ch == NULL)
         return;
+    /* Waits end with their records (the channel is held until those
+     * completed); one left here has no record to wait for any more. */
+    sync_run(cp, UINT64_MAX, TN_ECLOSED);
     tn_broker_t *b = cp->ch->topic->broker;
+    if (cp->failed)
+        b->logs_failed--;
     if (tn_heap_contains(&cp->wake))
         tn_heap_remove(&b->wakes, &cp->wake);
     size_t pos = 0;
@@ -1180,13 +1239,22 @@ static int find_lease(tn_consumer_t *c, uint32_t partition, uint64_t offset, boo
     return 0;
 }
 
-static void settle(tn_consumer_t *c, tn_chpart_t *cp, tn_lease_t *l, uint64_t offset)
+/* FIN a leased message (queue.h DESIGN: settling, step 1). */
+static int settle(tn_consumer_t *c, tn_chpart_t *cp, tn_lease_t *l, uint64_t offset)
 {
+    int rc = log_failed(cp);
+    if (rc != 0)
+        return rc; /* the lease stays as it was */
+    tn_walrec_t r = {.op = TN_WAL_FIN, .offset = offset};
+    rc = record(cp, &r);
+    if (rc != 0 && !cp->broken)
+        return rc; /* out of memory before anything changed */
     lease_end(cp, l);
-    record_fin(cp, offset);
-    c->finish_count++;
+    if (rc == 0)
+        c->finish_count++;
     tn__broker_rewake(cp);
     tn__broker_pump_later(c->ch);
+    return rc;
 }
 
 int tn_consumer_fin(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
@@ -1197,8 +1265,32 @@ int tn_consumer_fin(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
     int rc = find_lease(c, partition, offset, check_nonce, nonce, &cp, &l);
     if (rc != 0)
         return rc;
-    settle(c, cp, l, offset);
-    return 0;
+    return settle(c, cp, l, offset);
+}
+
+void tn_channel_sync(tn_channel_t *ch, uint32_t partition, tn_chan_sync_t *s, tn_chan_sync_cb cb)
+{
+    tn_chpart_t *cp = NULL;
+    if (ch != NULL && ch->state == TN_OBJ_READY && partition < ch->topic->nparts)
+        cp = ch->parts[partition];
+    if (cp == NULL || cp->cl == NULL) {
+        cb(s, 0); /* memory only: nothing to make durable */
+        return;
+    }
+    int err = log_failed(cp);
+    uint64_t seq = tn_chanlog_submitted(cp->cl);
+    if (err != 0 || tn_chanlog_completed(cp->cl) >= seq) {
+        cb(s, err);
+        return;
+    }
+    s->seq = seq;
+    s->cb = cb;
+    s->next = NULL;
+    if (cp->sync_tail != NULL)
+        cp->sync_tail->next = s;
+    else
+        cp->sync_head = s;
+    cp->sync_tail = s;
 }
 
 int tn_consumer_ack(tn_consumer_t *c, uint32_t partition, uint64_t offset, uint32_t nonce)
@@ -1211,8 +1303,7 @@ int tn_consumer_ack(tn_consumer_t *c, uint32_t partition, uint64_t offset, uint3
     uint32_t cap = c->ch->topic->max_acked_ahead;
     if (cap > 0 && offset != cp->cur.frontier && cp->cur.nsettled >= cap)
         return UV_ENOBUFS;
-    settle(c, cp, l, offset);
-    return 0;
+    return settle(c, cp, l, offset);
 }
 
 int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
@@ -1225,6 +1316,9 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
         return rc;
     if (delay_ms < 0)
         delay_ms = 0;
+    rc = log_failed(cp);
+    if (rc != 0)
+        return rc; /* the lease stays as it was */
     uint32_t attempts = l->attempts;
     lease_end(cp, l);
     int64_t now_mono = tn_now_mono_ms();
@@ -1232,12 +1326,14 @@ int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
                      .offset = offset,
                      .due_ms = tn_now_wall_ms() + delay_ms,
                      .attempts = attempts};
-    record(cp, &r);
+    /* Out of memory for the record: the requeue holds in memory, and a
+     * crash would deliver the message again at once anyway. */
+    rc = record(cp, &r);
     pend_add(cp, offset, attempts, now_mono + delay_ms);
     c->requeue_count++;
     tn__broker_rewake(cp);
     tn__broker_pump_later(c->ch);
-    return 0;
+    return cp->broken ? rc : 0;
 }
 
 int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
@@ -1272,7 +1368,10 @@ void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
         /* Entries still in the pending heap wait for a time; due ones move
          * to the ready heap as the pump or the timer gets to them. */
         out->deferred += tn_heap_size(&cp->pending);
-        out->finish_count += cp->cur.finish_count;
+        /* A FIN counts as done only once its record is durable. */
+        uint64_t unsynced = TN_MIN(cp->fins_unsynced, cp->cur.finish_count);
+        out->depth += unsynced;
+        out->finish_count += cp->cur.finish_count - unsynced;
         out->requeue_count += cp->cur.requeue_count;
         out->timeout_count += cp->cur.timeout_count;
     }

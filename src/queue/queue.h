@@ -39,11 +39,37 @@
  *      it over through the consumer's deliver callback.
  *
  * DESIGN: settling. FIN and REQ apply to the live cursor at once (the
- * message stops counting as in flight, as in nsqd) and are written to the
- * channel log; a crash before that write is durable redelivers the message,
- * never loses one. GC only reclaims below the frontier the channel log
- * has made durable. Timeouts put the message back as due at once and count
- * in timeout_count (written to the log in batches).
+ * message stops counting as in flight, as in nsqd, and is not delivered
+ * again) and are written to the channel log; a crash before that write is
+ * durable redelivers the message, never loses one. Timeouts put the
+ * message back as due at once and count in timeout_count (written to the
+ * log in batches).
+ *   1. A settle (tn_consumer_fin/ack/req) first refuses with the log's
+ *      sticky error when the channel partition's log has failed: the lease
+ *      stays as it was. Else it ends the lease, applies the record to the
+ *      live cursor and queues it to the channel log (group-committed:
+ *      every record queued in one loop pass shares one fdatasync).
+ *   2. A door that answers "done" (a /v1 ack's 204, a forwarded SETTLE's
+ *      reply) then calls tn_channel_sync: a FIFO wait on that channel
+ *      partition's log, fired from the completion of the record that makes
+ *      the log's completed count reach its submitted count at the time of
+ *      the call (records complete in the order queued, so that one is the
+ *      settle's own or a later one). It gets that completion's status: 0
+ *      after the fdatasync, else the sticky error (the door answers 500).
+ *   3. Nothing counts a FIN as done before it is durable: GC reclaims only
+ *      below the frontier the log made durable (synced_frontier), and
+ *      tn_channel_stats counts a FIN in finish_count (and out of depth)
+ *      only once its record completed (fins_unsynced).
+ *   TOUCH/extend writes nothing: a lease lives in memory only, and a crash
+ *   redelivers every leased message whatever its deadline, so an extend
+ *   has nothing to make durable and needs no wait.
+ *   Failure: a record whose write or fdatasync fails breaks the channel
+ *   partition (no more deliveries from it; the error is sticky). Its
+ *   settles answer 500 through their waits; the live cursor is not rolled
+ *   back (nothing is delivered from the partition any more), its FINs stay
+ *   out of finish_count, and after a restart the messages are delivered
+ *   again from what the log holds. Every later settle is refused at step 1
+ *   with its lease untouched.
  *
  * Invariants:
  *   - An offset of a channel partition is in at most one of: settled (below
@@ -250,6 +276,18 @@ struct tn_topic_s {
     uint32_t busy; /* worker jobs holding the topic */
 };
 
+/* A wait for a channel partition's log to make durable what was queued
+ * to it (tn_channel_sync): caller-owned, in use until cb. */
+typedef struct tn_chan_sync_s tn_chan_sync_t;
+typedef void (*tn_chan_sync_cb)(tn_chan_sync_t *s, int status);
+struct tn_chan_sync_s {
+    void *data; /* for the caller */
+    /* Private. */
+    uint64_t seq; /* the log's submitted count to reach */
+    tn_chan_sync_cb cb;
+    tn_chan_sync_t *next;
+};
+
 struct tn_chpart_s {
     tn_channel_t *ch;
     tn_part_t *part;
@@ -262,9 +300,12 @@ struct tn_chpart_s {
     tn_u64map_t pend_map;     /* offset -> tn__pend_t, in either heap */
     uint64_t synced_frontier; /* frontier the channel log has made durable */
     uint64_t timeouts_logged;
-    tn_heap_node_t wake; /* in the broker's wake heap: next deadline */
+    uint64_t fins_unsynced;                /* FIN records queued, not yet durable */
+    tn_chan_sync_t *sync_head, *sync_tail; /* tn_channel_sync waits, oldest first */
+    tn_heap_node_t wake;                   /* in the broker's wake heap: next deadline */
     bool waiting_fetch;
-    bool broken; /* its log failed: no more deliveries */
+    bool broken; /* its log failed (or is being dropped): no more deliveries */
+    bool failed; /* its log failed while running: counted in the broker's logs_failed */
 };
 
 struct tn_channel_s {
@@ -462,6 +503,9 @@ struct tn_broker_s {
      * (FIN, REQ, ...) to their fdatasync */
     tn_hist_t pub_hist;
     tn_hist_t walop_hist;
+    /* Channel partitions whose log failed while running (a write or
+     * fdatasync error, sticky): the node is not ready while any is open. */
+    uint32_t logs_failed;
     /* counters */
     uint64_t timeouts;
     uint64_t dlq_moves;
@@ -570,8 +614,11 @@ static inline size_t tn_consumer_inflight(const tn_consumer_t *c)
 
 /* Settle a message this consumer holds. check_nonce: the nonce must match
  * its current delivery (receipt handles); NSQ checks the owner only.
- * Returns 0, TN_ENOTFOUND (not in flight), UV_ESRCH (in flight for
- * another delivery or consumer), UV_EINVAL (no such partition). */
+ * Returns 0 (settled in memory, its record queued: tn_channel_sync waits
+ * for it to be durable), TN_ENOTFOUND (not in flight), UV_ESRCH (in
+ * flight for another delivery or consumer), UV_EINVAL (no such
+ * partition), or the channel log's sticky error (the lease stays as it
+ * was) or UV_ENOMEM. */
 int tn_consumer_fin(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                     uint32_t nonce);
 /* Settle by receipt handle: the nonce must match, and when the topic has
@@ -579,6 +626,19 @@ int tn_consumer_fin(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool 
  * is refused with UV_ENOBUFS (the head of the queue must be acked first).
  * Otherwise as tn_consumer_fin. */
 int tn_consumer_ack(tn_consumer_t *c, uint32_t partition, uint64_t offset, uint32_t nonce);
+/* Wait until what was queued so far to the log of partition of ch is
+ * durable (queue.h DESIGN: settling, step 2): cb runs exactly once with 0
+ * after the fdatasync that covers it, or the log's error; before this
+ * returns when nothing is waiting to be made durable (an ephemeral
+ * channel, a remote partition, an idle log: 0) or the log has failed
+ * already (its sticky error). s is borrowed until cb. */
+void tn_channel_sync(tn_channel_t *ch, uint32_t partition, tn_chan_sync_t *s, tn_chan_sync_cb cb);
+/* How many open channel partitions' logs failed while running (their
+ * settles are refused): while not 0, /readyz says not ready. */
+static inline uint32_t tn_broker_logs_failed(const tn_broker_t *b)
+{
+    return b->logs_failed;
+}
 /* Put it back, deliverable after delay_ms (0: at once). */
 int tn_consumer_req(tn_consumer_t *c, uint32_t partition, uint64_t offset, bool check_nonce,
                     uint32_t nonce, int64_t delay_ms);

@@ -122,6 +122,10 @@ bool tn_nsq_http_ready(tn_nsq_http_t *api)
 {
     if (!api->ready || tn_drain_active(api->drain))
         return false;
+    /* A channel log that failed to write or sync: its acks can no longer
+     * be made durable (the error is sticky) until a restart. */
+    if (api->broker != NULL && tn_broker_logs_failed(api->broker) != 0)
+        return false;
     if (api->meta == NULL)
         return true;
     /* With security on, ready means usable: the users can be judged (the

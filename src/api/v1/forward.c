@@ -711,7 +711,8 @@ void tn_v1_consume_late_cancel(void *arg, const char *peer, uint64_t id)
         uint32_t back = 0;
         for (uint32_t i = 0; i < g->n && v->consume != NULL; i++)
             if (tn_consume_settle(v->consume, g->topic, g->channel, g->h[i].partition,
-                                  g->h[i].offset, g->h[i].nonce, TN_SETTLE_NACK, 0) == 0)
+                                  g->h[i].offset, g->h[i].nonce, TN_SETTLE_NACK, 0, NULL,
+                                  NULL) == 0)
                 back++;
         TN_LOG_RL(TN_LOG_INFO, 10000,
                   "consume of %s for %s: the caller gave up as the answer went; %u of %u "

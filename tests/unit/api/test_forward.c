@@ -265,11 +265,12 @@ static void test_single_batch_replay(void **state)
     uint32_t p, nonce;
     uint64_t off;
     handle_of(k.body, &p, &off, &nonce);
-    assert_int_equal(
-        tn_consume_settle(f->v.consume, "t", "default", p, off, nonce, TN_SETTLE_ACK, 0), 0);
-    assert_int_equal(
-        tn_consume_settle(f->v.consume, "t", "default", p, off, nonce, TN_SETTLE_ACK, 0),
-        TN_ENOTFOUND);
+    assert_int_equal(tn_consume_settle(f->v.consume, "t", "default", p, off, nonce, TN_SETTLE_ACK,
+                                       0, NULL, NULL),
+                     0);
+    assert_int_equal(tn_consume_settle(f->v.consume, "t", "default", p, off, nonce, TN_SETTLE_ACK,
+                                       0, NULL, NULL),
+                     TN_ENOTFOUND);
 
     /* A batch of what is there. */
     publish(f, "t", 0, "a");
@@ -568,6 +569,42 @@ static bool held_reached(void *arg)
     return slow.nheld >= *(const unsigned *)arg;
 }
 
+/* A handle settled on this node (a lone node's router: every partition
+ * here) has its answer only from its channel log record's completion:
+ * never before tn_router_settle returns, and 204 once durable. A stale
+ * handle has nothing to wait for and answers at once. */
+static void test_local_settle_waits_for_the_log(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    put_topic(f, "t", 2);
+    tn_router_t *lone;
+    tn_router_opts_t ro = {f->b, NULL, NULL, NULL, NULL};
+    assert_int_equal(tn_router_new(&ro, &lone), 0);
+    tn_router_on_settle(lone, tn_consume_settle_hook, f->v.consume);
+    call_t k;
+    tn_wire_consume_t w = req_of("t", 0, 0);
+    call(f, &k, &w); /* opens the topic here: nothing yet */
+    assert_int_equal(k.http, 204);
+    publish(f, "t", 1, "hello");
+    call(f, &k, &w);
+    assert_int_equal(k.http, 200);
+    ack_t a = {0};
+    handle_of(k.body, &a.it.partition, &a.it.offset, &a.it.nonce);
+    acks_done = 0;
+    tn_router_settle(lone, "t", "default", TN_WIRE_SETTLE_ACK, 30000, &a.it, 1, on_acked, &a);
+    assert_false(a.done);
+    assert_true(tu_run_loop(f->loop, tu_is_true, &a.done));
+    assert_int_equal(a.it.status, 204);
+    ack_t again = {.it = a.it};
+    tn_router_settle(lone, "t", "default", TN_WIRE_SETTLE_ACK, 30000, &again.it, 1, on_acked,
+                     &again);
+    assert_true(again.done);
+    assert_int_equal(again.it.status, 410);
+    tn_router_free(lone);
+    ffx_free(f);
+}
+
 #define NACKS 300
 
 /* Hundreds of single acks to one slow owner, all at once: the first
@@ -688,6 +725,7 @@ int main(void)
         cmocka_unit_test(test_where),
         cmocka_unit_test(test_reply_crossing_cancel_is_nacked),
         cmocka_unit_test(test_settle_coalesces),
+        cmocka_unit_test(test_local_settle_waits_for_the_log),
         cmocka_unit_test(test_settle_budget_covers_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

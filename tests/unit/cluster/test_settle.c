@@ -1,7 +1,9 @@
 /* SETTLE over node RPC (cluster/settle.h): a caller endpoint and an owner
  * endpoint on one loop over loopback, the owner's handler over scripted
  * hooks (which partitions it owns, what settling each handle answers).
- * Covers per-handle statuses in order (204, 410, 503, 421), the hooks
+ * Covers per-handle statuses in order (204, 410, 503, 421), a reply that
+ * waits for every settled handle's channel log record (500 for a failed
+ * one), the hooks
  * getting every field of the request, a request before the hooks are set
  * (503 for the whole request), a malformed request and bad names (400),
  * a peer that is not there (the call's error), and the caller's own
@@ -45,8 +47,16 @@ static bool owns(void *arg, const char *topic, uint32_t p)
     return p < 100;
 }
 
+/* With hold set, a settled handle's wait for its channel log record is
+ * kept here (the test ends it) rather than ended at once. */
+static bool hold;
+static tn_chan_sync_t *held[TN_SETTLE_MAX];
+static tn_chan_sync_cb held_cb[TN_SETTLE_MAX];
+static unsigned nheld;
+
 static int local(void *arg, const char *topic, const char *channel, uint32_t partition,
-                 uint64_t offset, uint32_t nonce, uint8_t how, int64_t visibility_ms)
+                 uint64_t offset, uint32_t nonce, uint8_t how, int64_t visibility_ms,
+                 tn_chan_sync_t *sync, tn_chan_sync_cb cb)
 {
     assert_ptr_equal(arg, &seen);
     unsigned i = seen.calls++;
@@ -57,7 +67,14 @@ static int local(void *arg, const char *topic, const char *channel, uint32_t par
     seen.nonce[i] = nonce;
     seen.how = how;
     seen.vis = visibility_ms;
-    return script[partition % 4];
+    int rc = script[partition % 4];
+    if (rc == 0 && hold) {
+        held[nheld] = sync;
+        held_cb[nheld++] = cb;
+    } else if (rc == 0) {
+        cb(sync, 0);
+    }
+    return rc;
 }
 
 /* --- the fixture --------------------------------------------------------------------- */
@@ -84,6 +101,8 @@ static sfx_t *sfx_new(bool hooks)
     assert_int_equal(h[0].flags, 0); /* the messaging bound */
     tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
     memset(&seen, 0, sizeof(seen));
+    hold = false;
+    nheld = 0;
     return f;
 }
 
@@ -243,6 +262,51 @@ static void test_call_errors(void **state)
     sfx_free(f);
 }
 
+static void on_grace(uv_timer_t *t)
+{
+    *(bool *)t->data = true;
+}
+
+/* The owner replies only once every settled handle's channel log record
+ * ended: not while one still waits, and 500 for one whose write failed. */
+static void test_reply_waits_for_the_log(void **state)
+{
+    (void)state;
+    sfx_t *f = sfx_new(true);
+    hold = true;
+    tn_wire_handle_t h[4] = {{0, 10, 1}, {1, 11, 2}, {3, 12, 3}, {100, 13, 4}};
+    callw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_settle_call(f->rpc.caller, f->rpc.addr, "t", "c", TN_WIRE_SETTLE_ACK, 0, h,
+                                    4, 5000, &w.c, on_call),
+                     0);
+    /* Both settled handles wait for their records; then give a reply sent
+     * too early every chance to arrive. */
+    while (nheld < 2)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    bool grace = false;
+    uv_timer_t t;
+    uv_timer_init(&f->loop, &t);
+    t.data = &grace;
+    uv_timer_start(&t, on_grace, 300, 0);
+    tu_run_until(&f->loop, &grace);
+    assert_false(w.done);
+    held_cb[0](held[0], 0);
+    grace = false;
+    uv_timer_start(&t, on_grace, 300, 0);
+    tu_run_until(&f->loop, &grace);
+    assert_false(w.done); /* one still waits */
+    held_cb[1](held[1], UV_EIO);
+    tu_run_until(&f->loop, &w.done);
+    assert_int_equal(w.status, 0);
+    const uint16_t want[4] = {204, 410, 500, 421};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(w.c.status[i], want[i]);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    sfx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_not_ready_503),
         cmocka_unit_test(test_refused_400),
         cmocka_unit_test(test_call_errors),
+        cmocka_unit_test(test_reply_waits_for_the_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/time.h"
 #include "queue/queue.h"
+#include "storage/io.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,6 +243,45 @@ static void expect_n(qfx_t *q, sink_t *s, int n)
     assert_true(run_until(q, has_n, &w));
 }
 
+typedef struct {
+    tn_chan_sync_t s;
+    bool done;
+    int status;
+} syncw_t;
+
+static syncw_t *order[8];
+static int order_n;
+
+static void on_sync(tn_chan_sync_t *s, int status)
+{
+    syncw_t *w = s->data;
+    assert_false(w->done);
+    w->done = true;
+    w->status = status;
+    if (order_n < 8)
+        order[order_n++] = w;
+}
+
+static bool sync_done(void *arg)
+{
+    return ((syncw_t *)arg)->done;
+}
+
+static bool one_log_failed(void *arg)
+{
+    return tn_broker_logs_failed(arg) == 1;
+}
+
+/* Wait until what partition p of ch queued to its log so far is durable;
+ * want: the status the wait ends with. */
+static void sync_ch(qfx_t *q, tn_channel_t *ch, uint32_t p, int want)
+{
+    syncw_t w = {.s.data = &w};
+    tn_channel_sync(ch, p, &w.s, on_sync);
+    assert_true(run_until(q, sync_done, &w));
+    assert_int_equal(w.status, want);
+}
+
 /* --- tests ------------------------------------------------------------------ */
 
 static void test_publish_deliver_fin(void **state)
@@ -263,11 +303,119 @@ static void test_publish_deliver_fin(void **state)
     assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[1].offset, true, s.d[1].nonce + 1), UV_ESRCH);
     assert_int_equal(tn_consumer_fin(&s.c, 7, s.d[1].offset, false, 0), UV_EINVAL);
     assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[1].offset, true, s.d[1].nonce), 0);
+    sync_ch(q, ch, 0, 0);
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
     assert_int_equal(st.depth, 0);
     assert_int_equal(st.inflight, 0);
     assert_int_equal(st.finish_count, 2);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+/* A FIN is answered, and counted as done, only from the completion of the
+ * channel log record that covers it: never before this returns, and the
+ * waits run oldest first. */
+static void test_fin_done_after_log_sync(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    for (int i = 0; i < 3; i++)
+        publish(q, "t", "m", 0);
+    expect_n(q, &s, 3);
+    syncw_t w[3];
+    memset(w, 0, sizeof(w));
+    order_n = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[i].offset, s.d[i].nonce), 0);
+        w[i].s.data = &w[i];
+        tn_channel_sync(ch, 0, &w[i].s, on_sync);
+        /* Completions run on the loop: not before control returns to it. */
+        assert_false(w[i].done);
+    }
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.finish_count, 0);
+    assert_int_equal(st.depth, 3);
+    assert_int_equal(st.inflight, 0);
+    assert_true(run_until(q, sync_done, &w[2]));
+    for (int i = 0; i < 3; i++) {
+        assert_true(w[i].done);
+        assert_int_equal(w[i].status, 0);
+        assert_ptr_equal(order[i], &w[i]);
+    }
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.finish_count, 3);
+    assert_int_equal(st.depth, 0);
+    /* Nothing queued: a wait ends at once. */
+    syncw_t idle = {.s.data = &idle};
+    tn_channel_sync(ch, 0, &idle.s, on_sync);
+    assert_true(idle.done);
+    assert_int_equal(idle.status, 0);
+    /* The FINs are durable: a restart delivers none of them again. */
+    tn_consumer_detach(&s.c);
+    restart(q);
+    ch = channel(q, "t", "c");
+    attach(&s, ch, 10, 60000);
+    publish(q, "t", "after", 0);
+    expect_n(q, &s, 1);
+    assert_string_equal(s.bodies[0], "after");
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+/* A channel log write that fails: the FIN's wait ends with the error, the
+ * FIN never counts as finished, and every later settle is refused with its
+ * lease as it was. */
+static void test_fin_failed_write(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    for (int i = 0; i < 3; i++)
+        publish(q, "t", "m", 0);
+    expect_n(q, &s, 3);
+    tn_io_fail_sync_after(0, UV_EIO);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
+    syncw_t w = {.s.data = &w};
+    tn_channel_sync(ch, 0, &w.s, on_sync);
+    assert_true(run_until(q, sync_done, &w));
+    tn_io_fail_sync_after(-1, 0);
+    assert_int_equal(w.status, UV_EIO);
+    /* The wait may have ended at once, from the log's sticky error, before
+     * the record's own completion reached the loop: wait for that too. */
+    assert_true(run_until(q, one_log_failed, q->b)); /* the node is not ready */
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.finish_count, 0);
+    assert_int_equal(st.depth, 3);
+    /* The error is sticky: acks, FINs and nacks are refused, leases kept. */
+    assert_int_equal(tn_consumer_inflight(&s.c), 2);
+    assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), UV_EIO);
+    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[1].offset, false, 0), UV_EIO);
+    assert_int_equal(tn_consumer_req(&s.c, 0, s.d[2].offset, true, s.d[2].nonce, 0), UV_EIO);
+    assert_int_equal(tn_consumer_inflight(&s.c), 2);
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.inflight, 2);
+    /* A wait now ends at once with the error. */
+    syncw_t late = {.s.data = &late};
+    tn_channel_sync(ch, 0, &late.s, on_sync);
+    assert_true(late.done);
+    assert_int_equal(late.status, UV_EIO);
+    tn_consumer_detach(&s.c);
+    /* After a restart the node is ready again, and the messages whose
+     * settles were refused are delivered again (the failed FIN's record
+     * may or may not have reached the file). */
+    restart(q);
+    assert_int_equal(tn_broker_logs_failed(q->b), 0);
+    ch = channel(q, "t", "c");
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 2);
     tn_consumer_detach(&s.c);
     qfx_free(q);
 }
@@ -1097,6 +1245,8 @@ int main(void)
     tn_log_level = TN_LOG_WARN;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publish_deliver_fin),
+        cmocka_unit_test(test_fin_done_after_log_sync),
+        cmocka_unit_test(test_fin_failed_write),
         cmocka_unit_test(test_credit_limits_inflight),
         cmocka_unit_test(test_req_delay_and_attempts),
         cmocka_unit_test(test_timeout_redelivers_and_touch),
