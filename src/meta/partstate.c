@@ -157,16 +157,18 @@ bool tn_pstate_fence(tn_pstate_t *ps, uint32_t node, uint64_t incarnation,
     bool changed = false;
     /* Entries of a stale incarnation (a wiped disk) vouch for data that is
      * gone: they go too, and never to the ELR. */
-    for (uint32_t k = 0; k < ps->nisr;) {
-        tn_pstate_member_t m = ps->isr[k];
-        bool fenced = m.node == node && (incarnation == 0 || m.incarnation == incarnation);
-        if (fenced || !current(nodes, &m)) {
-            set_remove(ps->isr, &ps->nisr, k);
-            if (fenced)
-                left_isr(ps, &m, nodes);
-            changed = true;
-        } else {
-            k++;
+    for (int pass = 0; pass < 2; pass++) { /* the stale ones first: they never count */
+        for (uint32_t k = 0; k < ps->nisr;) {
+            tn_pstate_member_t m = ps->isr[k];
+            bool fenced = m.node == node && (incarnation == 0 || m.incarnation == incarnation);
+            if (pass == 0 ? !current(nodes, &m) && !fenced : fenced) {
+                set_remove(ps->isr, &ps->nisr, k);
+                if (fenced)
+                    left_isr(ps, &m, nodes);
+                changed = true;
+            } else {
+                k++;
+            }
         }
     }
     for (uint32_t k = 0; k < ps->nelr;) {
