@@ -253,6 +253,16 @@ static void on_fetch(tn_repl_t *r, const tn_repl_fetch_t *f, uint64_t now, tn_re
             return;
         }
     }
+    if (f->partition_epoch < p->min_pe) {
+        /* Sent before the follower applied the state that marked its
+         * replica corrupt: its offsets may predate the cut of its log. */
+        tn_repl_action_t *a = push(out, TN_REPL_ACT_ANSWER_RECORDS);
+        a->node = f->node;
+        a->epoch = r->ps.leader_epoch;
+        a->offset = f->fetch_offset;
+        a->hw = r->hw;
+        return;
+    }
     if (!p->seen || p->incarnation != f->incarnation) {
         p->seen = true;
         p->incarnation = f->incarnation;
@@ -304,6 +314,7 @@ static void send_fetch(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
     a->fetch.fetch_offset = r->end;
     a->fetch.last_fetched_epoch = r->last_epoch;
     a->fetch.flushed_offset = r->flushed;
+    a->fetch.partition_epoch = r->ps.partition_epoch;
 }
 
 static bool answer_current(const tn_repl_t *r, uint32_t leader_epoch)
@@ -377,6 +388,7 @@ static void on_state(tn_repl_t *r, const tn_pstate_t *ps, uint64_t now, tn_repl_
     if (ps->partition_epoch <= r->ps.partition_epoch)
         return; /* stale or repeated */
     uint32_t old_epoch = r->ps.leader_epoch;
+    uint32_t old_corrupt = r->ps.corrupt;
     tn_repl_role_t old_role = r->role;
     r->ps = *ps;
     /* A CAS in flight expected an older partition epoch: it can no longer
@@ -384,9 +396,18 @@ static void on_state(tn_repl_t *r, const tn_pstate_t *ps, uint64_t now, tn_repl_
     r->proposing = false;
     r->nmaybe = 0;
     if (ps->leader == r->cfg.node) {
-        if (old_role != TN_REPL_LEADER || old_epoch != ps->leader_epoch) {
+        bool same = old_role == TN_REPL_LEADER && old_epoch == ps->leader_epoch;
+        if (!same)
             become_leader(r, now, out);
-        } else {
+        /* A replica marked corrupt cut its log: what it reported before it
+         * applied this state no longer holds. */
+        for (uint32_t i = 0; i < ps->nreplicas; i++) {
+            if ((ps->corrupt & (1u << i)) && !(same && (old_corrupt & (1u << i)))) {
+                r->peers[i].seen = false;
+                r->peers[i].min_pe = ps->partition_epoch;
+            }
+        }
+        if (same) {
             update_hw(r, out);
             maybe_expand(r, now, out);
         }

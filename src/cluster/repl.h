@@ -48,6 +48,7 @@ typedef struct tn_repl_fetch_s {
     uint64_t fetch_offset;       /* the follower's log end */
     uint32_t last_fetched_epoch; /* epoch of the record at fetch_offset - 1 (0: empty log) */
     uint64_t flushed_offset;
+    uint32_t partition_epoch; /* the newest partition state the follower applied */
 } tn_repl_fetch_t;
 
 typedef enum {
@@ -139,6 +140,7 @@ typedef struct tn_repl_peer_s {
     uint64_t incarnation;
     uint64_t end, flushed;
     uint64_t leo_mark; /* leader's log end at this follower's previous fetch */
+    uint32_t min_pe;   /* fetches from older partition states do not count */
     uint64_t caught_up_at;
 } tn_repl_peer_t;
 

@@ -94,12 +94,14 @@ static bool rng_chance(uint64_t *s, uint32_t per_million)
 typedef struct {
     uint32_t epoch;
     uint32_t pid; /* a produce's id, or EPOCH_PID | epoch for an epoch-start record */
+    bool bad;     /* a flipped byte: its CRC check fails when it is read */
 } rec_t;
 #define EPOCH_PID 0x80000000u
 
 typedef struct {
     rec_t r[LOGCAP];
     uint64_t len, flushed; /* [0, flushed) survives a power loss */
+    bool needs_repair;     /* durable: a CRC failure not yet reported and applied */
 } disk_t;
 
 typedef struct {
@@ -111,7 +113,8 @@ typedef struct {
     uint32_t id;
     uint64_t inc;
     bool up, paused;
-    bool reg_p[MAXP]; /* acts on p's states only after its registration's */
+    bool reg_p[MAXP];     /* acts on p's states only after its registration's */
+    bool corrupt_p[MAXP]; /* reported a CRC failure, not yet answered */
     uint64_t boot, reg_sent_at;
     uint64_t down_until, pause_until;
     disk_t disk[MAXP];
@@ -133,6 +136,7 @@ enum {
     M_RECORDS,
     M_DIVERGING,
     M_FERR,
+    M_CORRUPT,
 };
 
 typedef struct {
@@ -142,8 +146,9 @@ typedef struct {
     tn_pstate_t ps;
     tn_repl_fetch_t fetch;
     tn_repl_action_t act;
-    bool reg;      /* a state in reply to a registration */
-    uint64_t boot; /* REG: which start of the node */
+    bool reg;         /* a state in reply to a registration */
+    bool corrupt_ack; /* ... or to a CRC failure report (after applying it) */
+    uint64_t boot;    /* REG: which start of the node */
     uint32_t nrec;
     rec_t recs[BATCH];
 } msg_t;
@@ -167,7 +172,7 @@ typedef struct {
     uint32_t nq;
     bool cut[MAXN + 1][MAXN + 1]; /* from, to */
     uint64_t heal_at;
-    bool faults, producing, wiped;
+    bool faults, producing, wiped, flipped;
     /* the ledger */
     uint32_t committed[MAXP][LOGCAP];
     ack_t acked[MAXPID];
@@ -373,6 +378,42 @@ static void complete_pending(sim_t *s, node_t *nd, uint32_t p, uint64_t hw, bool
     nd->npend = k;
 }
 
+static void send_corrupt(sim_t *s, node_t *nd, uint32_t p)
+{
+    msg_t m;
+    msg_new(&m, M_CORRUPT, nd->id, CTL, p);
+    m.inc = nd->inc;
+    nd->reg_sent_at = s->now;
+    net_send(s, &m);
+}
+
+/* A read of p at off failed its CRC check: the shell drops the log from
+ * there (it re-fetches it from a clean leader), restarts the core from the
+ * log as found, and reports the failure; until the controller answered
+ * (the replica out of the ISR and elections, a leader replaced) the core
+ * acts on no state. Returns whether the record was bad. */
+static bool crc_check(sim_t *s, node_t *nd, uint32_t p, uint64_t off)
+{
+    disk_t *d = &nd->disk[p];
+    if (off >= d->len || !d->r[off].bad)
+        return false;
+    trace(s, "node %u p%u: CRC failure at %" PRIu64 ", log cut there", nd->id, p, off);
+    d->needs_repair = true; /* recorded before the log is cut */
+    d->len = off;
+    if (d->flushed > off)
+        d->flushed = off;
+    if (nd->core[p].role == TN_REPL_LEADER)
+        fail_pending(s, nd, p);
+    tn_repl_config_t cfg = nd->core[p].cfg;
+    tn_repl_init(&nd->core[p], &cfg);
+    nd->checked_hw[p] = 0;
+    nd->reg_p[p] = false;
+    nd->corrupt_p[p] = true;
+    feed_log(s, nd, p);
+    send_corrupt(s, nd, p);
+    return true;
+}
+
 static void do_actions(sim_t *s, node_t *nd, uint32_t p, const tn_repl_actions_t *acts,
                        const msg_t *ctx)
 {
@@ -390,14 +431,17 @@ static void do_actions(sim_t *s, node_t *nd, uint32_t p, const tn_repl_actions_t
                 violation(s, "log full");
                 break;
             }
-            d->r[d->len++] = (rec_t){a->epoch, EPOCH_PID | a->epoch};
+            d->r[d->len++] = (rec_t){a->epoch, EPOCH_PID | a->epoch, false};
             feed_log(s, nd, p);
             break;
         case TN_REPL_ACT_ANSWER_RECORDS:
             msg_new(&m, M_RECORDS, nd->id, a->node, p);
             m.act = *a;
-            for (uint64_t o = a->offset; o < d->len && m.nrec < BATCH; o++)
+            for (uint64_t o = a->offset; o < d->len && m.nrec < BATCH; o++) {
+                if (crc_check(s, nd, p, o))
+                    return; /* the core was restarted: the rest is moot */
                 m.recs[m.nrec++] = d->r[o];
+            }
             net_send(s, &m);
             break;
         case TN_REPL_ACT_ANSWER_DIVERGING:
@@ -493,9 +537,17 @@ static void node_start(sim_t *s, node_t *nd)
         };
         tn_repl_init(&nd->core[p], &cfg);
         nd->checked_hw[p] = 0;
+        nd->corrupt_p[p] = nd->disk[p].needs_repair;
         feed_log(s, nd, p);
     }
     nd->boot++;
+    for (uint32_t p = 0; p < MAXP; p++) { /* recovery reads the whole log */
+        for (uint64_t o = 0; o < nd->disk[p].len; o++)
+            if (crc_check(s, nd, p, o))
+                break;
+        if (nd->corrupt_p[p])
+            send_corrupt(s, nd, p); /* a report the crash interrupted */
+    }
     send_reg(s, nd);
 }
 
@@ -521,8 +573,10 @@ static void node_down(sim_t *s, node_t *nd, int kind, uint64_t for_ms)
     for (uint32_t p = 0; p < MAXP; p++) {
         if (kind >= 1)
             nd->disk[p].len = nd->disk[p].flushed;
-        if (kind == 2)
+        if (kind == 2) {
             nd->disk[p].len = nd->disk[p].flushed = 0;
+            nd->disk[p].needs_repair = false;
+        }
     }
     if (kind == 2)
         nd->inc = rng_next(&s->rng) | 1;
@@ -534,8 +588,12 @@ static void node_tick(sim_t *s, node_t *nd)
     bool registered = true;
     for (uint32_t p = 0; p < MAXP; p++)
         registered &= nd->reg_p[p];
-    if (!registered && s->now >= nd->reg_sent_at + TIMEOUT_MS)
+    if (!registered && s->now >= nd->reg_sent_at + TIMEOUT_MS) {
         send_reg(s, nd);
+        for (uint32_t p = 0; p < MAXP; p++)
+            if (nd->corrupt_p[p])
+                send_corrupt(s, nd, p);
+    }
     /* States pushed by the controller can be lost: the shell polls too. */
     for (uint32_t p = 0; p < MAXP && s->now % 250 == nd->id % 250; p++)
         net_send(s, msg_new(&m, M_META, nd->id, CTL, p));
@@ -573,7 +631,11 @@ static void node_receive(sim_t *s, node_t *nd, const msg_t *m)
          * leader of an epoch whose records it lost). */
         if (!nd->reg_p[m->p] && !m->reg)
             return;
+        if (nd->corrupt_p[m->p] && !m->corrupt_ack)
+            return; /* a registration's answer, but not yet the CRC report's */
         nd->reg_p[m->p] = true;
+        if (m->corrupt_ack)
+            nd->disk[m->p].needs_repair = nd->corrupt_p[m->p] = false;
         ev.type = TN_REPL_EV_STATE;
         ev.u.state = &m->ps;
         break;
@@ -690,6 +752,18 @@ static void ctl_receive(sim_t *s, const msg_t *m)
         else
             net_send(s, msg_new(&r, M_HB_FENCED, CTL, m->from, 0));
         return;
+    case M_CORRUPT:
+        if (mb->incarnation != m->inc)
+            return;
+        if (tn_pstate_mark_corrupt(&s->ps[m->p], m->from, &v)) {
+            trace(s, "controller: node %u p%u has a CRC failure", m->from, m->p);
+            push_state(s, m->p);
+        }
+        msg_new(&r, M_STATE, CTL, m->from, m->p);
+        r.ps = s->ps[m->p];
+        r.reg = r.corrupt_ack = true;
+        net_send(s, &r);
+        return;
     case M_META:
         msg_new(&r, M_STATE, CTL, m->from, m->p);
         r.ps = s->ps[m->p];
@@ -748,7 +822,7 @@ static void produce(sim_t *s)
         s->npid + 1 >= MAXPID)
         return;
     uint32_t pid = ++s->npid;
-    d->r[d->len] = (rec_t){r->ps.leader_epoch, pid};
+    d->r[d->len] = (rec_t){r->ps.leader_epoch, pid, false};
     nd->pend[nd->npend++] = (pending_t){p, pid, r->ps.leader_epoch, d->len};
     d->len++;
     feed_log(s, nd, p);
@@ -762,6 +836,8 @@ static void consume(sim_t *s)
     if (!nd->up || nd->paused || !tn_repl_serving(r))
         return;
     for (int k = 0; k < BATCH && s->cursor[p] < r->hw; k++, s->cursor[p]++) {
+        if (crc_check(s, nd, p, s->cursor[p]))
+            return;
         commit_at(s, p, s->cursor[p], nd->disk[p].r[s->cursor[p]].pid, "read");
         s->nread++;
     }
@@ -778,7 +854,21 @@ static bool sole_isr_member(sim_t *s, uint32_t node)
 static void fault(sim_t *s)
 {
     node_t *nd = &s->node[1 + rng_below(&s->rng, s->n)];
-    uint32_t kind = rng_below(&s->rng, 8);
+    uint32_t kind = rng_below(&s->rng, 9);
+    if (kind == 8) {
+        /* One flipped byte per schedule, in a flushed record of a replica
+         * that is not the last in-sync copy of it. */
+        uint32_t p = rng_below(&s->rng, MAXP);
+        disk_t *d = &nd->disk[p];
+        if (!s->flipped && !s->wiped && nd->up && d->flushed > 0 && s->ps[p].nisr >= 2 &&
+            s->ps[p].nelr == 0) {
+            uint64_t off = rng_below(&s->rng, (uint32_t)d->flushed);
+            d->r[off].bad = true;
+            s->flipped = true;
+            trace(s, "node %u p%u: byte flipped at %" PRIu64, nd->id, p, off);
+        }
+        return;
+    }
     s->faults_done++;
     switch (kind) {
     case 0:
@@ -788,9 +878,10 @@ static void fault(sim_t *s)
         break;
     case 2:
         /* A wiped disk loses what it held: the checker's promise covers one
-         * such loss, and not of the last in-sync copy (only an unclean
-         * election could recover that, as in Kafka). */
-        if (nd->up && !s->wiped && !sole_isr_member(s, nd->id)) {
+         * lost copy per schedule (a wipe or a flipped byte), and not of the
+         * last in-sync copy (only an unclean election could recover that,
+         * as in Kafka). */
+        if (nd->up && !s->wiped && !s->flipped && !sole_isr_member(s, nd->id)) {
             s->wiped = true;
             node_down(s, nd, 2, 10 + rng_below(&s->rng, 800));
         }
@@ -802,7 +893,10 @@ static void fault(sim_t *s)
             trace(s, "node %u paused until %" PRIu64, nd->id, nd->pause_until);
         }
         break;
-    default:
+    case 4:
+    case 5:
+    case 6:
+    case 7:
         if (s->heal_at != 0)
             break;
         s->heal_at = s->now + 100 + rng_below(&s->rng, 1500);
