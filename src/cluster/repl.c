@@ -47,8 +47,17 @@
  * by a same-ISR CAS so that a copy of the refused one still in flight can
  * never apply; a leader cut off from the metastore keeps its epoch but
  * cannot move its hw past what its ISR's followers flushed, and they leave
- * it once they learn the new epoch; disk errors and power loss are the
- * shell's: it restarts the core from the log as found on disk.
+ * it once they learn the new epoch; a replica marked corrupt (it cut its
+ * log at a CRC failure) counts only with fetches sent after it applied the
+ * state that marked it, since earlier ones may describe records it no
+ * longer has; disk errors and power loss are the shell's: it restarts the
+ * core from the log as found on disk.
+ * What the shell must guarantee (the simulation does): a restarted core
+ * acts on no partition state older than its registration's answer (the
+ * registration fenced its previous session; an older state might name it
+ * the leader of an epoch whose tail it lost); a CRC failure is recorded on
+ * disk before the log is cut and reported until the metastore applied it;
+ * states lost on the way are made up for by polling the metastore.
  * Invariants: (1) the hw never passes a record some committed ISR member
  * (or pending addition) has not flushed; (2) the exposed hw only grows
  * within a leader's tenure and never passes its log end; (3) no action of

@@ -7,9 +7,11 @@
  * Faults: message drops, delays (so reordering) and duplicates; network
  * partitions (one node cut off, a node cut from the controller only, a
  * random split, one-way links); process kills (written data survives),
- * power losses and failed fsyncs (unflushed data is lost), wiped disks (a
- * new incarnation), and pauses (SIGSTOP) longer or shorter than the session
- * timeout. Producers write to whichever node believes it leads; consumers
+ * power losses and failed fsyncs (unflushed data is lost), a wiped disk (a
+ * new incarnation) or a flipped byte (a CRC failure when it is read; the
+ * replica cuts its log there and reports it) -- one lost copy per schedule,
+ * never of the last in-sync one -- and pauses (SIGSTOP) longer or shorter
+ * than the session timeout. Producers write to whichever node believes it leads; consumers
  * read from whichever node serves.
  *
  * The checker (every change is checked when it happens, so after every
