@@ -13,8 +13,9 @@
  *   1. A partition is created with its replicas; its ISR is every replica
  *      with its current incarnation, and its leader the first live one in
  *      replicas order (tn_pstate_create). leader_epoch starts at 1.
- *   2. A member's session expires (or it registers again after a restart):
- *      one command fences it, and applying it runs tn_pstate_fence on every
+ *   2. A member's session expires (or it registers again after a restart,
+ *      or with a new incarnation, whether or not its old session is still
+ *      live): one command fences it, and applying it runs tn_pstate_fence on every
  *      partition. For a partition it led, the new leader is the first ISR
  *      member in replicas order that is eligible (live, its incarnation the
  *      current one, no CRC failure) and not the fenced node, else the first

@@ -733,8 +733,10 @@ static void ctl_receive(sim_t *s, const msg_t *m)
     msg_t r;
     switch (m->type) {
     case M_REG:
-        if (mb->live && s->boot[m->from] != m->boot)
-            ctl_fence(s, m->from); /* the previous session of a restarted node */
+        /* The previous session of a restarted node, or the previous
+         * incarnation of a wiped one (live or not: it may still lead). */
+        if ((mb->live && s->boot[m->from] != m->boot) || mb->incarnation != m->inc)
+            ctl_fence(s, m->from);
         s->boot[m->from] = m->boot;
         mb->incarnation = m->inc;
         mb->live = true;
