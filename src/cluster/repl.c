@@ -42,8 +42,9 @@
  *      metastore (ACT_REFRESH).
  * Failure modes: lost messages (fetches, answers, proposals, states) are
  * resent on timeouts or outdated by newer states; states arriving out of
- * order are ignored by partition_epoch; an answer to an older fetch whose
- * start is not the log end is dropped; a CAS refused by a rule is followed
+ * order are ignored by partition_epoch; an answer to an older fetch is
+ * dropped (records that do not start at the log end, a DIVERGING that
+ * echoes another (fetch_offset, last_fetched_epoch)); a CAS refused by a rule is followed
  * by a same-ISR CAS so that a copy of the refused one still in flight can
  * never apply; a leader cut off from the metastore keeps its epoch but
  * cannot move its hw past what its ISR's followers flushed, and they leave

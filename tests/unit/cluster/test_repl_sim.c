@@ -31,7 +31,8 @@
  *     lost);
  *   - no truncation below a follower's hw is ever asked for.
  *
- * TERN_SIM_SCHEDULES=n runs n schedules per configuration (default 1000;
+ * TERN_SIM_SCHEDULES=n runs n schedules per configuration (default 1000,
+ * 200 under TERN_SANITIZED;
  * make soak raises it); a failure prints its seed; TERN_SIM_SEED=s (with
  * TERN_SIM_NODES=3|5) replays that schedule exactly, and TERN_SIM_VERBOSE=1
  * traces it. */
@@ -1120,7 +1121,8 @@ static void run_many(uint32_t n)
         sim_free(s);
         return;
     }
-    uint64_t count = env_u64("TERN_SIM_SCHEDULES", 1000);
+    /* Sanitized builds run ten times slower: fewer schedules by default. */
+    uint64_t count = env_u64("TERN_SIM_SCHEDULES", getenv("TERN_SANITIZED") ? 200 : 1000);
     uint64_t base = env_u64("TERN_SIM_BASE", 0x7e51u) * 1000003u + n;
     uint64_t acks = 0, reads = 0, elections = 0, faults = 0;
     for (uint64_t i = 0; i < count; i++) {
