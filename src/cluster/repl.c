@@ -38,8 +38,9 @@
  *      the epoch histories, never its own hw (KIP-101). A point below its
  *      hw is refused (ACT_TRUNCATE_REFUSED) and the follower stops: that
  *      would drop committed records, so it is reported, never done.
- *   7. FENCED or REMOTE answers make the follower refresh its state from the
- *      metastore (ACT_REFRESH).
+ *   7. FENCED, UNKNOWNEPOCH or REMOTE answers make the follower refresh its
+ *      state from the metastore (ACT_REFRESH) and fetch again after
+ *      fetch_idle_ms.
  * Failure modes: lost messages (fetches, answers, proposals, states) are
  * resent on timeouts or outdated by newer states; states arriving out of
  * order are ignored by partition_epoch; an answer to an older fetch is
@@ -387,8 +388,10 @@ static void on_fetch_error(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_acti
         return;
     r->fetching = false;
     r->next_fetch_at = ev->now + r->cfg.fetch_idle_ms;
-    if (ev->u.error.err != TN_EUNKNOWNEPOCH)
-        push(out, TN_REPL_ACT_REFRESH); /* UNKNOWNEPOCH: the leader is behind; retry */
+    /* FENCED or REMOTE: this follower's state is old. UNKNOWNEPOCH: the
+     * leader's is (it refreshes itself); reading the state again costs
+     * little and covers a state this follower applied out of turn. */
+    push(out, TN_REPL_ACT_REFRESH);
 }
 
 /* --- events ---------------------------------------------------------------------- */
