@@ -6,7 +6,8 @@
  *
  * Faults: message drops, delays (so reordering) and duplicates; network
  * partitions (one node cut off, a node cut from the controller only, a
- * random split, one-way links); process kills (written data survives),
+ * random split, a bridge where one node sees two that cannot see each
+ * other, one-way links); process kills (written data survives),
  * power losses and failed fsyncs (unflushed data is lost), a wiped disk (a
  * new incarnation) or a flipped byte (a CRC failure when it is read; the
  * replica cuts its log there and reports it) -- one lost copy per schedule,
@@ -915,6 +916,12 @@ static void fault(sim_t *s)
             for (uint32_t a = 0; a <= s->n; a++)
                 for (uint32_t b = 0; b <= s->n; b++)
                     s->cut[a][b] = ((side >> a) & 1) != ((side >> b) & 1);
+        } else if (rng_chance(&s->rng, 500000)) {
+            /* A bridge: nd and another node cannot reach each other, every
+             * other node (and the controller) reaches both. */
+            uint32_t b = 1 + rng_below(&s->rng, s->n);
+            if (b != nd->id)
+                s->cut[nd->id][b] = s->cut[b][nd->id] = true;
         } else { /* one-way links */
             for (int k = 0; k < 2; k++) {
                 uint32_t a = rng_below(&s->rng, s->n + 1), b = rng_below(&s->rng, s->n + 1);
