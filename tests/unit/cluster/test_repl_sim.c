@@ -35,8 +35,8 @@
  * TERN_SIM_SCHEDULES=n runs n schedules per configuration (default 1000,
  * 200 under TERN_SANITIZED;
  * make soak raises it); a failure prints its seed; TERN_SIM_SEED=s (with
- * TERN_SIM_NODES=3|5) replays that schedule exactly, and TERN_SIM_VERBOSE=1
- * traces it. */
+ * TERN_SIM_NODES=3|5 and TERN_SIM_MIN_ISR=1|2) replays that schedule exactly, and
+ * TERN_SIM_VERBOSE=1 traces it. */
 #include "core/platform.h"
 
 #include "cluster/repl.h"
@@ -849,11 +849,21 @@ static void consume(sim_t *s)
     }
 }
 
+/* Whether node holds the last electable copy of a partition: no other
+ * ISR or ELR member of its current incarnation. */
 static bool sole_isr_member(sim_t *s, uint32_t node)
 {
-    for (uint32_t p = 0; p < MAXP; p++)
-        if (s->ps[p].nisr == 1 && s->ps[p].isr[0].node == node)
+    for (uint32_t p = 0; p < MAXP; p++) {
+        const tn_pstate_t *ps = &s->ps[p];
+        uint32_t others = 0;
+        for (uint32_t k = 0; k < ps->nisr + ps->nelr; k++) {
+            const tn_pstate_member_t *m = k < ps->nisr ? &ps->isr[k] : &ps->elr[k - ps->nisr];
+            if (m->node != node && s->members[m->node - 1].incarnation == m->incarnation)
+                others++;
+        }
+        if (others == 0)
             return true;
+    }
     return false;
 }
 
@@ -866,8 +876,8 @@ static void fault(sim_t *s)
          * that is not the last in-sync copy of it. */
         uint32_t p = rng_below(&s->rng, MAXP);
         disk_t *d = &nd->disk[p];
-        if (!s->flipped && !s->wiped && nd->up && d->flushed > 0 && s->ps[p].nisr >= 2 &&
-            s->ps[p].nelr == 0) {
+        if (s->min_isr >= 2 && !s->flipped && !s->wiped && nd->up && d->flushed > 0 &&
+            s->ps[p].nisr >= 2 && s->ps[p].nelr == 0) {
             uint64_t off = rng_below(&s->rng, (uint32_t)d->flushed);
             d->r[off].bad = true;
             s->flipped = true;
@@ -887,7 +897,7 @@ static void fault(sim_t *s)
          * lost copy per schedule (a wipe or a flipped byte), and not of the
          * last in-sync copy (only an unclean election could recover that,
          * as in Kafka). */
-        if (nd->up && !s->wiped && !s->flipped && !sole_isr_member(s, nd->id)) {
+        if (s->min_isr >= 2 && nd->up && !s->wiped && !s->flipped && !sole_isr_member(s, nd->id)) {
             s->wiped = true;
             node_down(s, nd, 2, 10 + rng_below(&s->rng, 800));
         }
@@ -967,6 +977,8 @@ static void deliver(sim_t *s)
 
 /* --- a schedule ------------------------------------------------------------------- */
 
+static uint32_t sim_min_isr = 2; /* of every partition in the next runs */
+
 static void sim_setup(sim_t *s, uint64_t seed, uint32_t n)
 {
     msg_t *q = s->q;
@@ -975,7 +987,7 @@ static void sim_setup(sim_t *s, uint64_t seed, uint32_t n)
     s->seed = s->rng = seed;
     s->n = n;
     s->rf = 3;
-    s->min_isr = 2;
+    s->min_isr = sim_min_isr;
     s->verbose = getenv("TERN_SIM_VERBOSE") != NULL;
     memset(s->committed, 0xff, sizeof(s->committed));
     for (uint32_t i = 1; i <= n; i++) {
@@ -1114,12 +1126,13 @@ static void sim_free(sim_t *s)
 }
 
 /* Runs the configured schedules of n nodes; returns the failures. */
-static void run_many(uint32_t n)
+static void run_many(uint32_t n, uint32_t min_isr)
 {
+    sim_min_isr = min_isr;
     sim_t *s = sim_new();
     const char *seed_env = getenv("TERN_SIM_SEED");
     if (seed_env != NULL && *seed_env) {
-        if (env_u64("TERN_SIM_NODES", 3) == n) {
+        if (env_u64("TERN_SIM_NODES", 3) == n && env_u64("TERN_SIM_MIN_ISR", 2) == min_isr) {
             int rc = sim_run(s, strtoull(seed_env, NULL, 0), n);
             printf("replay seed %s nodes %u: %s (acks %u, elections %u)\n", seed_env, n,
                    rc ? s->fail : "ok", s->nacks, s->elections);
@@ -1130,14 +1143,14 @@ static void run_many(uint32_t n)
     }
     /* Sanitized builds run ten times slower: fewer schedules by default. */
     uint64_t count = env_u64("TERN_SIM_SCHEDULES", getenv("TERN_SANITIZED") ? 200 : 1000);
-    uint64_t base = env_u64("TERN_SIM_BASE", 0x7e51u) * 1000003u + n;
+    uint64_t base = env_u64("TERN_SIM_BASE", 0x7e51u) * 1000003u + n * 10 + min_isr;
     uint64_t acks = 0, reads = 0, elections = 0, faults = 0;
     for (uint64_t i = 0; i < count; i++) {
         uint64_t seed = base + i * 0x9e3779b9u;
         if (sim_run(s, seed, n) != 0) {
             printf("FAILED: %s\nreplay: TERN_SIM_SEED=%" PRIu64 " TERN_SIM_NODES=%u "
-                   "TERN_SIM_VERBOSE=1\n",
-                   s->fail, seed, n);
+                   "TERN_SIM_MIN_ISR=%u TERN_SIM_VERBOSE=1\n",
+                   s->fail, seed, n, min_isr);
             sim_free(s);
             fail();
         }
@@ -1146,9 +1159,9 @@ static void run_many(uint32_t n)
         elections += s->elections;
         faults += s->faults_done;
     }
-    printf("%" PRIu64 " schedules of %u nodes: %" PRIu64 " acks, %" PRIu64 " reads, %" PRIu64
-           " elections, %" PRIu64 " faults\n",
-           count, n, acks, reads, elections, faults);
+    printf("%" PRIu64 " schedules of %u nodes, min_insync %u: %" PRIu64 " acks, %" PRIu64
+           " reads, %" PRIu64 " elections, %" PRIu64 " faults\n",
+           count, n, min_isr, acks, reads, elections, faults);
     assert_true(count == 0 || acks > count); /* the schedules did work */
     sim_free(s);
 }
@@ -1156,19 +1169,29 @@ static void run_many(uint32_t n)
 static void test_sim_3_nodes(void **state)
 {
     (void)state;
-    run_many(3);
+    run_many(3, 2);
 }
 
 static void test_sim_5_nodes(void **state)
 {
     (void)state;
-    run_many(5);
+    run_many(5, 2);
+}
+
+/* min_insync 1: the leader may ack alone; the ELR keeps such a last copy.
+ * A lost disk copy is outside what min_insync 1 promises: no wipes or
+ * flipped bytes here. */
+static void test_sim_3_nodes_min_insync_1(void **state)
+{
+    (void)state;
+    run_many(3, 1);
 }
 
 /* The checker can fail: a broken rule must be caught within a bound. */
 static void expect_caught(int broken, const char *what)
 {
     sim_t *s = sim_new();
+    sim_min_isr = 2;
     tn_repl_test_break = broken;
     uint64_t i, bound = 3000;
     int rc = 0;
@@ -1201,6 +1224,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sim_3_nodes),
         cmocka_unit_test(test_sim_5_nodes),
+        cmocka_unit_test(test_sim_3_nodes_min_insync_1),
         cmocka_unit_test(test_sim_catches_hw_over_written),
         cmocka_unit_test(test_sim_catches_truncate_to_hw),
     };
