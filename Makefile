@@ -15,6 +15,7 @@ BUILD ?= build
 DATA ?= ./data
 CLUSTER_DATA ?= ./cluster-data
 FUZZ_SECONDS ?= 60
+SIM_SCHEDULES ?= 100000
 CMAKE_FLAGS ?=
 TERND_FLAGS ?=
 # QUIET at configure time; QUIET_MAKE goes to the make of CMake's Makefile
@@ -22,7 +23,7 @@ TERND_FLAGS ?=
 QUIET := -DCMAKE_RULE_MESSAGES=OFF -DCMAKE_TARGET_MESSAGES=OFF
 QUIET_MAKE := -- --no-print-directory -s
 
-.PHONY: all build install compat-deps run cluster cluster-restart cluster-kill cluster-stop test asan tsan fuzz bench lint format deps clean
+.PHONY: all build install compat-deps run cluster cluster-restart cluster-kill cluster-stop test asan tsan fuzz bench soak lint format deps clean
 
 all: build
 
@@ -99,6 +100,11 @@ test: build compat-deps
 # console: Chromium driving the page; the console's C side, its routes and
 # headers, runs sanitized in unit_api_test_console and e2e_console). They
 # test files and the browser, not ternd's memory, and keep CI's time down.
+# The replication simulation (tests/unit/cluster/test_repl_sim.c) over many
+# more random schedules than CI runs; a failure prints the seed to replay.
+soak: build
+	cd $(BUILD) && TERN_SIM_SCHEDULES=$(SIM_SCHEDULES) ./unit_cluster_test_repl_sim
+
 asan: deps compat-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=address,undefined $(QUIET) >/dev/null
 	cmake --build build-asan -j $(JOBS) $(QUIET_MAKE)

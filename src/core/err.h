@@ -29,7 +29,10 @@
     X(NOTLEADER, "this node is not the metastore leader")                                          \
     X(NOLEADER, "no metastore leader is known (no quorum)")                                        \
     X(IDTAKEN, "a member with this id is in the cluster at another address")                       \
-    X(REMOTE, "the partition lives on another node")
+    X(REMOTE, "the partition lives on another node")                                               \
+    X(FENCED, "the request carries a stale leader epoch (fenced)")                                 \
+    X(UNKNOWNEPOCH, "the request carries a leader epoch newer than this node knows")               \
+    X(FEWREPLICAS, "fewer in-sync replicas than min_insync_replicas: write refused")
 
 enum {
     TN__ERR_BASE = -100000,

@@ -1,0 +1,357 @@
+/* The controller's rules over a replicated partition's state: see the
+ * DESIGN comment in partstate.h. Everything here is a pure function of its
+ * arguments. */
+#include "core/platform.h"
+
+#include "meta/partstate.h"
+
+#include "core/err.h"
+
+#include <string.h>
+
+int tn_pstate_isr_find(const tn_pstate_t *ps, uint32_t node)
+{
+    for (uint32_t i = 0; i < ps->nisr; i++)
+        if (ps->isr[i].node == node)
+            return (int)i;
+    return -1;
+}
+
+static const tn_pstate_node_t *node_find(const tn_pstate_nodes_t *nodes, uint32_t id)
+{
+    for (size_t i = 0; i < nodes->n; i++)
+        if (nodes->v[i].id == id)
+            return &nodes->v[i];
+    return NULL;
+}
+
+static int replica_index(const tn_pstate_t *ps, uint32_t node)
+{
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        if (ps->replicas[i] == node)
+            return (int)i;
+    return -1;
+}
+
+static void set_remove(tn_pstate_member_t *v, uint32_t *n, uint32_t i)
+{
+    memmove(&v[i], &v[i + 1], (*n - i - 1) * sizeof(v[0]));
+    (*n)--;
+}
+
+static int set_find(const tn_pstate_member_t *v, uint32_t n, uint32_t node)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i].node == node)
+            return (int)i;
+    return -1;
+}
+
+static bool current(const tn_pstate_nodes_t *nodes, const tn_pstate_member_t *m)
+{
+    const tn_pstate_node_t *nd = node_find(nodes, m->node);
+    return nd != NULL && nd->incarnation == m->incarnation;
+}
+
+/* m left the ISR: it joins the ELR when the ISR is now below min_insync
+ * (the hw is frozen, so m holds everything below it). */
+static void left_isr(tn_pstate_t *ps, const tn_pstate_member_t *m, const tn_pstate_nodes_t *nodes)
+{
+    int ri = replica_index(ps, m->node);
+    if (ps->nisr >= ps->min_insync || !current(nodes, m) || (ri >= 0 && (ps->corrupt & (1u << ri))))
+        return;
+    if (set_find(ps->elr, ps->nelr, m->node) < 0 && ps->nelr < TN_PSTATE_MAX_REPLICAS)
+        ps->elr[ps->nelr++] = *m;
+}
+
+int tn_pstate_create(tn_pstate_t *ps, const uint32_t *replicas, uint32_t n, uint32_t min_insync,
+                     const tn_pstate_nodes_t *nodes, char *err, size_t errlen)
+{
+    if (n == 0 || n > TN_PSTATE_MAX_REPLICAS) {
+        tn_errbuf(err, errlen, "a partition needs 1 to %d replicas, not %u", TN_PSTATE_MAX_REPLICAS,
+                  n);
+        return UV_EINVAL;
+    }
+    if (min_insync == 0 || min_insync > n) {
+        tn_errbuf(err, errlen, "min_insync_replicas %u outside 1..%u", min_insync, n);
+        return UV_EINVAL;
+    }
+    memset(ps, 0, sizeof(*ps));
+    ps->min_insync = min_insync;
+    for (uint32_t i = 0; i < n; i++) {
+        const tn_pstate_node_t *nd = node_find(nodes, replicas[i]);
+        if (replicas[i] == TN_PSTATE_NONE || nd == NULL) {
+            tn_errbuf(err, errlen, "replica %u is not a known member", replicas[i]);
+            return UV_EINVAL;
+        }
+        if (replica_index(ps, replicas[i]) >= 0) {
+            tn_errbuf(err, errlen, "replica %u is listed twice", replicas[i]);
+            return UV_EINVAL;
+        }
+        ps->replicas[ps->nreplicas++] = replicas[i];
+        ps->isr[ps->nisr].node = replicas[i];
+        ps->isr[ps->nisr].incarnation = nd->incarnation;
+        ps->nisr++;
+    }
+    ps->leader_epoch = 1;
+    ps->partition_epoch = 1;
+    ps->leader = TN_PSTATE_NONE;
+    for (uint32_t i = 0; i < ps->nreplicas; i++) {
+        if (tn_pstate_eligible(ps, &ps->isr[i], nodes, TN_PSTATE_NONE)) {
+            ps->leader = ps->isr[i].node;
+            break;
+        }
+    }
+    return 0;
+}
+
+bool tn_pstate_eligible(const tn_pstate_t *ps, const tn_pstate_member_t *m,
+                        const tn_pstate_nodes_t *nodes, uint32_t except)
+{
+    if (m->node == except)
+        return false;
+    const tn_pstate_node_t *nd = node_find(nodes, m->node);
+    if (nd == NULL || !nd->live || nd->incarnation != m->incarnation)
+        return false;
+    int ri = replica_index(ps, m->node);
+    return ri >= 0 && !(ps->corrupt & (1u << ri));
+}
+
+/* The first eligible ISR member in replicas order (not except), else the
+ * first eligible ELR member, which moves to the ISR; or NONE. */
+static uint32_t first_eligible(tn_pstate_t *ps, const tn_pstate_nodes_t *nodes, uint32_t except)
+{
+    for (uint32_t r = 0; r < ps->nreplicas; r++) {
+        int i = tn_pstate_isr_find(ps, ps->replicas[r]);
+        if (i >= 0 && tn_pstate_eligible(ps, &ps->isr[i], nodes, except))
+            return ps->replicas[r];
+    }
+    for (uint32_t r = 0; r < ps->nreplicas; r++) {
+        int i = set_find(ps->elr, ps->nelr, ps->replicas[r]);
+        if (i >= 0 && tn_pstate_eligible(ps, &ps->elr[i], nodes, except)) {
+            if (ps->nisr < TN_PSTATE_MAX_REPLICAS)
+                ps->isr[ps->nisr++] = ps->elr[i];
+            set_remove(ps->elr, &ps->nelr, (uint32_t)i);
+            return ps->replicas[r];
+        }
+    }
+    return TN_PSTATE_NONE;
+}
+
+/* A new leader (NONE: offline). The epoch moves whenever the leader does,
+ * and also when an offline partition gets one. */
+static void set_leader(tn_pstate_t *ps, uint32_t leader)
+{
+    if (leader != ps->leader) {
+        ps->leader = leader;
+        ps->leader_epoch++;
+        ps->unclean = false;
+    }
+}
+
+bool tn_pstate_fence(tn_pstate_t *ps, uint32_t node, uint64_t incarnation,
+                     const tn_pstate_nodes_t *nodes)
+{
+    if (replica_index(ps, node) < 0)
+        return false;
+    bool changed = false;
+    /* Entries of a stale incarnation (a wiped disk) vouch for data that is
+     * gone: they go too, and never to the ELR. */
+    for (int pass = 0; pass < 2; pass++) { /* the stale ones first: they never count */
+        for (uint32_t k = 0; k < ps->nisr;) {
+            tn_pstate_member_t m = ps->isr[k];
+            bool fenced = m.node == node && (incarnation == 0 || m.incarnation == incarnation);
+            if (pass == 0 ? !current(nodes, &m) && !fenced : fenced) {
+                set_remove(ps->isr, &ps->nisr, k);
+                if (fenced)
+                    left_isr(ps, &m, nodes);
+                changed = true;
+            } else {
+                k++;
+            }
+        }
+    }
+    for (uint32_t k = 0; k < ps->nelr;) {
+        if (!current(nodes, &ps->elr[k])) {
+            set_remove(ps->elr, &ps->nelr, k);
+            changed = true;
+        } else {
+            k++;
+        }
+    }
+    if (ps->leader == node) {
+        set_leader(ps, first_eligible(ps, nodes, node));
+        changed = true;
+    }
+    if (changed)
+        ps->partition_epoch++;
+    return changed;
+}
+
+bool tn_pstate_elect(tn_pstate_t *ps, const tn_pstate_nodes_t *nodes)
+{
+    if (ps->leader != TN_PSTATE_NONE)
+        return false;
+    uint32_t l = first_eligible(ps, nodes, TN_PSTATE_NONE);
+    if (l == TN_PSTATE_NONE)
+        return false;
+    set_leader(ps, l);
+    ps->partition_epoch++;
+    return true;
+}
+
+int tn_pstate_alter_isr(tn_pstate_t *ps, uint32_t proposer, uint32_t leader_epoch,
+                        uint32_t expected_pe, const tn_pstate_member_t *isr, uint32_t n,
+                        const tn_pstate_nodes_t *nodes, char *err, size_t errlen)
+{
+    if (expected_pe != ps->partition_epoch) {
+        tn_errbuf(err, errlen, "partition epoch %u is stale (now %u)", expected_pe,
+                  ps->partition_epoch);
+        return TN_ECHANGED;
+    }
+    if (proposer != ps->leader || leader_epoch != ps->leader_epoch) {
+        tn_errbuf(err, errlen, "node %u in leader epoch %u is not the leader (node %u, epoch %u)",
+                  proposer, leader_epoch, ps->leader, ps->leader_epoch);
+        return TN_ECHANGED;
+    }
+    if (n == 0 || n > ps->nreplicas) {
+        tn_errbuf(err, errlen, "an ISR of %u members for %u replicas", n, ps->nreplicas);
+        return UV_EINVAL;
+    }
+    bool has_leader = false;
+    uint32_t repaired = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        int ri = replica_index(ps, isr[k].node);
+        if (ri < 0) {
+            tn_errbuf(err, errlen, "ISR member %u is not a replica", isr[k].node);
+            return UV_EINVAL;
+        }
+        for (uint32_t j = 0; j < k; j++) {
+            if (isr[j].node == isr[k].node) {
+                tn_errbuf(err, errlen, "ISR member %u is listed twice", isr[k].node);
+                return UV_EINVAL;
+            }
+        }
+        has_leader |= isr[k].node == ps->leader;
+        int cur = tn_pstate_isr_find(ps, isr[k].node);
+        if (cur >= 0 && ps->isr[cur].incarnation == isr[k].incarnation)
+            continue; /* kept as it is */
+        const tn_pstate_node_t *nd = node_find(nodes, isr[k].node);
+        if (nd == NULL || nd->incarnation != isr[k].incarnation) {
+            tn_errbuf(err, errlen, "member %u incarnation %016llx is not its current one",
+                      isr[k].node, (unsigned long long)isr[k].incarnation);
+            return UV_EPERM;
+        }
+        if (!nd->live) {
+            tn_errbuf(err, errlen, "member %u has no live session", isr[k].node);
+            return UV_EPERM;
+        }
+        repaired |= 1u << ri;
+    }
+    if (!has_leader) {
+        tn_errbuf(err, errlen, "the ISR must hold its leader %u", ps->leader);
+        return UV_EINVAL;
+    }
+    tn_pstate_member_t old[TN_PSTATE_MAX_REPLICAS];
+    uint32_t nold = ps->nisr;
+    memcpy(old, ps->isr, nold * sizeof(old[0]));
+    memcpy(ps->isr, isr, n * sizeof(*isr));
+    ps->nisr = n;
+    ps->corrupt &= ~repaired;
+    if (n >= ps->min_insync) {
+        ps->nelr = 0; /* the hw moves again: the ELR falls behind */
+    } else {
+        for (uint32_t k = 0; k < n; k++) {
+            int e = set_find(ps->elr, ps->nelr, isr[k].node);
+            if (e >= 0)
+                set_remove(ps->elr, &ps->nelr, (uint32_t)e);
+        }
+        for (uint32_t k = 0; k < nold; k++)
+            if (set_find(isr, n, old[k].node) < 0)
+                left_isr(ps, &old[k], nodes);
+    }
+    ps->partition_epoch++;
+    return 0;
+}
+
+int tn_pstate_force_leader(tn_pstate_t *ps, uint32_t node, bool unclean,
+                           const tn_pstate_nodes_t *nodes, char *err, size_t errlen)
+{
+    if (replica_index(ps, node) < 0) {
+        tn_errbuf(err, errlen, "node %u is not a replica", node);
+        return UV_EINVAL;
+    }
+    const tn_pstate_node_t *nd = node_find(nodes, node);
+    if (nd == NULL || !nd->live) {
+        tn_errbuf(err, errlen, "node %u has no live session", node);
+        return UV_EPERM;
+    }
+    int i = tn_pstate_isr_find(ps, node);
+    if (i >= 0 && tn_pstate_eligible(ps, &ps->isr[i], nodes, TN_PSTATE_NONE)) {
+        if (ps->leader != node) {
+            set_leader(ps, node);
+            ps->partition_epoch++;
+        }
+        return 0;
+    }
+    if (!unclean) {
+        tn_errbuf(err, errlen,
+                  "node %u is not an eligible in-sync replica; only an unclean election "
+                  "may choose it",
+                  node);
+        return UV_EPERM;
+    }
+    ps->isr[0].node = node;
+    ps->isr[0].incarnation = nd->incarnation;
+    ps->nisr = 1;
+    ps->nelr = 0;
+    ps->corrupt &= ~(1u << replica_index(ps, node));
+    ps->leader = node;
+    ps->leader_epoch++;
+    ps->partition_epoch++;
+    ps->unclean = true;
+    return 0;
+}
+
+bool tn_pstate_preferred_ready(const tn_pstate_t *ps, const tn_pstate_nodes_t *nodes)
+{
+    if (ps->nreplicas == 0 || ps->leader == ps->replicas[0])
+        return false;
+    int i = tn_pstate_isr_find(ps, ps->replicas[0]);
+    return i >= 0 && tn_pstate_eligible(ps, &ps->isr[i], nodes, TN_PSTATE_NONE);
+}
+
+int tn_pstate_rebalance(tn_pstate_t *ps, const tn_pstate_nodes_t *nodes)
+{
+    if (!tn_pstate_preferred_ready(ps, nodes))
+        return UV_EAGAIN;
+    set_leader(ps, ps->replicas[0]);
+    ps->partition_epoch++;
+    return 0;
+}
+
+bool tn_pstate_mark_corrupt(tn_pstate_t *ps, uint32_t node, const tn_pstate_nodes_t *nodes)
+{
+    int ri = replica_index(ps, node);
+    if (ri < 0)
+        return false;
+    bool changed = !(ps->corrupt & (1u << ri));
+    ps->corrupt |= 1u << ri;
+    int i = tn_pstate_isr_find(ps, node);
+    if (i >= 0) {
+        set_remove(ps->isr, &ps->nisr, (uint32_t)i);
+        changed = true;
+    }
+    i = set_find(ps->elr, ps->nelr, node);
+    if (i >= 0) {
+        set_remove(ps->elr, &ps->nelr, (uint32_t)i);
+        changed = true;
+    }
+    if (ps->leader == node) {
+        set_leader(ps, first_eligible(ps, nodes, node));
+        changed = true;
+    }
+    if (changed)
+        ps->partition_epoch++;
+    return changed;
+}

@@ -1,0 +1,336 @@
+/* The replicated partition's decision core (cluster/repl.h), event by
+ * event: a new leader's epoch-start gate, fencing by epoch, the hw over
+ * flushed offsets only, DIVERGING from the epoch history, the follower's
+ * truncation and its refusal below the hw, ISR shrink after the lag and
+ * expansion with the follower's incarnation, refusals of produces. The
+ * randomized whole is tests/unit/cluster/test_repl_sim.c. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "cluster/repl.h"
+#include "core/err.h"
+
+#include <string.h>
+
+/* An epoch history: epochs[i] starts at starts[i]; the log ends at end. */
+typedef struct {
+    uint32_t n, epochs[8];
+    uint64_t starts[8], end;
+} hist_t;
+
+static int hist_end(void *arg, uint32_t epoch, uint32_t *found, uint64_t *end)
+{
+    const hist_t *h = arg;
+    *found = 0;
+    *end = 0;
+    for (uint32_t i = 0; i < h->n && h->epochs[i] <= epoch; i++) {
+        *found = h->epochs[i];
+        *end = i + 1 < h->n ? h->starts[i + 1] : h->end;
+    }
+    return 0;
+}
+
+static void core_init(tn_repl_t *r, hist_t *h, uint32_t node)
+{
+    tn_repl_config_t cfg = {
+        .node = node,
+        .incarnation = 0x100u + node,
+        .replica_lag_ms = 300,
+        .fetch_idle_ms = 20,
+        .fetch_timeout_ms = 100,
+        .epoch_end = hist_end,
+        .epoch_end_arg = h,
+    };
+    tn_repl_init(r, &cfg);
+}
+
+static tn_pstate_t pstate(uint32_t leader, uint32_t epoch, uint32_t pe, uint32_t nisr)
+{
+    tn_pstate_t ps;
+    memset(&ps, 0, sizeof(ps));
+    ps.nreplicas = 3;
+    for (uint32_t i = 0; i < 3; i++)
+        ps.replicas[i] = i + 1;
+    for (uint32_t i = 0; i < nisr; i++)
+        ps.isr[i] = (tn_pstate_member_t){i + 1, 0x101u + i};
+    ps.nisr = nisr;
+    ps.leader = leader;
+    ps.leader_epoch = epoch;
+    ps.partition_epoch = pe;
+    ps.min_insync = 2;
+    return ps;
+}
+
+static void step_state(tn_repl_t *r, const tn_pstate_t *ps, uint64_t now, tn_repl_actions_t *out)
+{
+    tn_repl_event_t ev = {.type = TN_REPL_EV_STATE, .now = now};
+    ev.u.state = ps;
+    tn_repl_step(r, &ev, out);
+}
+
+static void step_log(tn_repl_t *r, uint64_t end, uint64_t flushed, uint32_t last_epoch,
+                     uint64_t now, tn_repl_actions_t *out)
+{
+    tn_repl_event_t ev = {.type = TN_REPL_EV_LOG, .now = now};
+    ev.u.log.end = end;
+    ev.u.log.flushed = flushed;
+    ev.u.log.last_epoch = last_epoch;
+    tn_repl_step(r, &ev, out);
+}
+
+static void step_fetch(tn_repl_t *r, uint32_t node, uint32_t epoch, uint64_t off,
+                       uint32_t last_epoch, uint64_t flushed, uint64_t now, tn_repl_actions_t *out)
+{
+    tn_repl_event_t ev = {.type = TN_REPL_EV_FETCH, .now = now};
+    ev.u.fetch = (tn_repl_fetch_t){node, 0x100u + node, epoch, off, last_epoch, flushed, 99};
+    tn_repl_step(r, &ev, out);
+}
+
+static const tn_repl_action_t *find(const tn_repl_actions_t *out, tn_repl_act_type_t type)
+{
+    for (uint32_t i = 0; i < out->n; i++)
+        if (out->a[i].type == type)
+            return &out->a[i];
+    return NULL;
+}
+
+/* Leader 1 of epoch 3 over a log of 10 records of epoch 2, all flushed. */
+static void leader_setup(tn_repl_t *r, hist_t *h, tn_repl_actions_t *out)
+{
+    memset(h, 0, sizeof(*h));
+    h->n = 1;
+    h->epochs[0] = 2;
+    h->end = 10;
+    core_init(r, h, 1);
+    step_log(r, 10, 10, 2, 0, out);
+    tn_pstate_t ps = pstate(1, 3, 5, 3);
+    step_state(r, &ps, 0, out);
+    const tn_repl_action_t *a = find(out, TN_REPL_ACT_APPEND_EPOCH_START);
+    assert_non_null(a);
+    assert_int_equal(a->epoch, 3);
+    assert_int_equal(a->offset, 10);
+    /* the shell writes it */
+    h->n = 2;
+    h->epochs[1] = 3;
+    h->starts[1] = 10;
+    h->end = 11;
+    step_log(r, 11, 11, 3, 0, out);
+}
+
+static void test_epoch_start_gate_and_flushed_hw(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out);
+    assert_int_equal(tn_repl_accepts(&r), 0);
+    assert_false(tn_repl_serving(&r));
+    /* Follower 2 has written all 11 but flushed only 10: no hw move past
+     * the epoch-start record (offset 10). */
+    step_fetch(&r, 2, 3, 11, 3, 10, 1, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW));
+    assert_non_null(find(&out, TN_REPL_ACT_ANSWER_RECORDS));
+    step_fetch(&r, 3, 3, 11, 3, 11, 1, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW)); /* 2 still lags on disk */
+    step_fetch(&r, 2, 3, 11, 3, 11, 2, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_HW);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 11);
+    assert_true(tn_repl_serving(&r));
+}
+
+static void test_fencing_by_epoch(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out);
+    step_fetch(&r, 2, 2, 11, 3, 11, 1, &out);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.a[0].type, TN_REPL_ACT_ANSWER_ERROR);
+    assert_int_equal(out.a[0].err, TN_EFENCED);
+    step_fetch(&r, 2, 4, 11, 3, 11, 1, &out);
+    assert_int_equal(out.a[0].err, TN_EUNKNOWNEPOCH);
+    assert_non_null(find(&out, TN_REPL_ACT_REFRESH));
+    /* A state naming another leader: the old one resigns and takes nothing. */
+    tn_pstate_t ps = pstate(2, 4, 6, 3);
+    step_state(&r, &ps, 2, &out);
+    assert_non_null(find(&out, TN_REPL_ACT_RESIGN));
+    assert_int_equal(tn_repl_accepts(&r), TN_EREMOTE);
+    /* An older state arriving late changes nothing. */
+    tn_pstate_t old = pstate(1, 3, 5, 3);
+    step_state(&r, &old, 3, &out);
+    assert_int_equal(out.n, 0);
+    assert_int_equal(r.role, TN_REPL_FOLLOWER);
+}
+
+static void test_diverging_answer(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out);
+    /* The follower wrote 14 records in epoch 2 that the leader's history
+     * ends at 10. */
+    step_fetch(&r, 2, 3, 14, 2, 14, 1, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_ANSWER_DIVERGING);
+    assert_non_null(a);
+    assert_int_equal(a->epoch, 2);
+    assert_int_equal(a->offset, 10);
+    assert_int_equal(a->count, 14);
+    /* An epoch the leader never had (1 < its first, 2): answered with
+     * nothing below it. */
+    step_fetch(&r, 3, 3, 5, 1, 5, 1, &out);
+    a = find(&out, TN_REPL_ACT_ANSWER_DIVERGING);
+    assert_non_null(a);
+    assert_int_equal(a->epoch, 0);
+    assert_int_equal(a->offset, 0);
+}
+
+/* Follower 2 of leader 1 in epoch 3; its own log: epoch 2 from 0 to 14. */
+static void follower_setup(tn_repl_t *r, hist_t *h, tn_repl_actions_t *out)
+{
+    memset(h, 0, sizeof(*h));
+    h->n = 1;
+    h->epochs[0] = 2;
+    h->end = 14;
+    core_init(r, h, 2);
+    step_log(r, 14, 14, 2, 0, out);
+    tn_pstate_t ps = pstate(1, 3, 5, 3);
+    step_state(r, &ps, 0, out);
+    const tn_repl_action_t *a = find(out, TN_REPL_ACT_FETCH);
+    assert_non_null(a);
+    assert_int_equal(a->node, 1);
+    assert_int_equal(a->fetch.fetch_offset, 14);
+    assert_int_equal(a->fetch.last_fetched_epoch, 2);
+    assert_int_equal(a->fetch.leader_epoch, 3);
+}
+
+static void test_follower_truncates_at_divergence(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    follower_setup(&r, &h, &out);
+    tn_repl_event_t ev = {.type = TN_REPL_EV_DIVERGING, .now = 1};
+    ev.u.diverging.leader_epoch = 3;
+    ev.u.diverging.epoch = 2;
+    ev.u.diverging.end_offset = 10;
+    ev.u.diverging.fetch_offset = 13; /* a late copy for another log end */
+    ev.u.diverging.last_fetched_epoch = 2;
+    tn_repl_step(&r, &ev, &out);
+    assert_int_equal(out.n, 0);
+    ev.u.diverging.fetch_offset = 14;
+    tn_repl_step(&r, &ev, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_TRUNCATE);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 10);
+}
+
+static void test_follower_refuses_truncation_below_hw(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    follower_setup(&r, &h, &out);
+    /* The leader said hw 12 with no records (the follower is at 14). */
+    tn_repl_event_t ev = {.type = TN_REPL_EV_RECORDS, .now = 1};
+    ev.u.records.leader_epoch = 3;
+    ev.u.records.from = 14;
+    ev.u.records.count = 0;
+    ev.u.records.hw = 12;
+    tn_repl_step(&r, &ev, &out);
+    assert_int_equal(r.hw, 12);
+    ev = (tn_repl_event_t){.type = TN_REPL_EV_DIVERGING, .now = 2};
+    ev.u.diverging.leader_epoch = 3;
+    ev.u.diverging.epoch = 2;
+    ev.u.diverging.end_offset = 10;
+    ev.u.diverging.fetch_offset = 14;
+    ev.u.diverging.last_fetched_epoch = 2;
+    tn_repl_step(&r, &ev, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_TRUNCATE_REFUSED);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 10);
+    assert_int_equal(a->hw, 12);
+    assert_null(find(&out, TN_REPL_ACT_TRUNCATE));
+    /* It stops: no more fetches. */
+    ev = (tn_repl_event_t){.type = TN_REPL_EV_TICK, .now = 1000};
+    tn_repl_step(&r, &ev, &out);
+    assert_null(find(&out, TN_REPL_ACT_FETCH));
+}
+
+static void test_shrink_after_lag_then_expand(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out);
+    step_fetch(&r, 2, 3, 11, 3, 11, 100, &out);
+    tn_repl_event_t tick = {.type = TN_REPL_EV_TICK, .now = 250};
+    tn_repl_step(&r, &tick, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR)); /* 3 is within the lag */
+    step_fetch(&r, 2, 3, 11, 3, 11, 290, &out);
+    tick.now = 301; /* 3 has not fetched since the epoch began, 301 ms ago */
+    tn_repl_step(&r, &tick, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+    assert_non_null(a);
+    assert_int_equal(a->expected_pe, 5);
+    assert_int_equal(a->leader_epoch, 3);
+    assert_int_equal(a->nisr, 2);
+    assert_int_equal(a->isr[0].node, 1);
+    assert_int_equal(a->isr[1].node, 2);
+    /* Applied: ISR {1,2}. Then 3 catches up in this epoch: expand, with
+     * the incarnation it fetches with. */
+    tn_pstate_t ps = pstate(1, 3, 6, 2);
+    step_state(&r, &ps, 302, &out);
+    step_fetch(&r, 3, 3, 11, 3, 11, 310, &out);
+    a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+    assert_non_null(a);
+    assert_int_equal(a->expected_pe, 6);
+    assert_int_equal(a->nisr, 3);
+    assert_int_equal(a->isr[2].node, 3);
+    assert_int_equal(a->isr[2].incarnation, 0x103);
+    /* Refused by a rule: a same-ISR CAS outdates the copy in flight. */
+    tn_repl_event_t ref = {.type = TN_REPL_EV_ISR_REFUSED, .now = 311};
+    ref.u.refused.partition_epoch = 6;
+    tn_repl_step(&r, &ref, &out);
+    a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+    assert_non_null(a);
+    assert_int_equal(a->nisr, 2);
+}
+
+static void test_few_replicas_refuse_and_freeze(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out);
+    tn_pstate_t ps = pstate(1, 3, 6, 1); /* ISR {1} < min_insync 2 */
+    step_state(&r, &ps, 1, &out);
+    assert_int_equal(tn_repl_accepts(&r), TN_EFEWREPLICAS);
+    step_log(&r, 11, 11, 3, 2, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW)); /* alone, the leader moves nothing */
+    assert_false(tn_repl_serving(&r));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_epoch_start_gate_and_flushed_hw),
+        cmocka_unit_test(test_fencing_by_epoch),
+        cmocka_unit_test(test_diverging_answer),
+        cmocka_unit_test(test_follower_truncates_at_divergence),
+        cmocka_unit_test(test_follower_refuses_truncation_below_hw),
+        cmocka_unit_test(test_shrink_after_lag_then_expand),
+        cmocka_unit_test(test_few_replicas_refuse_and_freeze),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

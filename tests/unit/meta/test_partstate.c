@@ -1,0 +1,376 @@
+/* The controller's rules over a replicated partition (meta/partstate.h), as
+ * tables: the ISR compare-and-set (every refusal with its code and
+ * sentence), the fence and election rule (ISR order, liveness, incarnation,
+ * CRC failures, the ELR), then the forced election and the preferred-leader
+ * rebalance. Three replicas 1, 2, 3 (incarnations 0x11, 0x22, 0x33),
+ * min_insync 2, leader 1 unless a row says otherwise. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/err.h"
+#include "meta/partstate.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    tn_pstate_node_t v[4];
+    tn_pstate_nodes_t nodes;
+    tn_pstate_t ps;
+} fix_t;
+
+static void fix_init(fix_t *f)
+{
+    memset(f, 0, sizeof(*f));
+    for (uint32_t i = 0; i < 4; i++)
+        f->v[i] = (tn_pstate_node_t){i + 1, 0x11u * (i + 1), true};
+    f->nodes = (tn_pstate_nodes_t){f->v, 3}; /* node 4 exists for no one */
+    const uint32_t replicas[3] = {1, 2, 3};
+    char err[128];
+    assert_int_equal(tn_pstate_create(&f->ps, replicas, 3, 2, &f->nodes, err, sizeof(err)), 0);
+    assert_int_equal(f->ps.leader, 1);
+    assert_int_equal(f->ps.nisr, 3);
+}
+
+/* Set the ISR to the listed nodes (their current incarnations); 0 ends. */
+static void set_isr(fix_t *f, const uint32_t *nodes)
+{
+    f->ps.nisr = 0;
+    for (; *nodes; nodes++)
+        f->ps.isr[f->ps.nisr++] = (tn_pstate_member_t){*nodes, f->v[*nodes - 1].incarnation};
+}
+
+static bool isr_is(const tn_pstate_t *ps, const uint32_t *nodes)
+{
+    uint32_t n = 0;
+    for (; nodes[n]; n++)
+        if (n >= ps->nisr || ps->isr[n].node != nodes[n])
+            return false;
+    return n == ps->nisr;
+}
+
+static bool elr_is(const tn_pstate_t *ps, const uint32_t *nodes)
+{
+    uint32_t n = 0;
+    for (; nodes[n]; n++)
+        if (n >= ps->nelr || ps->elr[n].node != nodes[n])
+            return false;
+    return n == ps->nelr;
+}
+
+static void test_create_refusals(void **state)
+{
+    (void)state;
+    fix_t f;
+    fix_init(&f);
+    char err[128];
+    const uint32_t dup[2] = {1, 1}, unknown[2] = {1, 9}, ok[2] = {1, 2};
+    assert_int_equal(tn_pstate_create(&f.ps, dup, 2, 1, &f.nodes, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "listed twice"));
+    assert_int_equal(tn_pstate_create(&f.ps, unknown, 2, 1, &f.nodes, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "not a known member"));
+    assert_int_equal(tn_pstate_create(&f.ps, ok, 0, 1, &f.nodes, err, sizeof(err)), UV_EINVAL);
+    assert_int_equal(tn_pstate_create(&f.ps, ok, 2, 3, &f.nodes, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "min_insync_replicas"));
+}
+
+/* --- the compare-and-set -------------------------------------------------------- */
+
+typedef struct {
+    const char *what;
+    uint32_t start[4]; /* the ISR before (leader 1) */
+    uint64_t inc3;     /* node 3's incarnation now (0: unchanged) */
+    bool dead3;        /* node 3's session expired */
+    uint32_t proposer; /* 0: the leader */
+    int epoch_delta;   /* added to the leader epoch proposed */
+    int pe_delta;      /* added to the partition epoch expected */
+    uint32_t isr[5];   /* proposed: node ids, their current incarnation */
+    uint64_t isr3_inc; /* incarnation proposed for node 3 (0: current) */
+    int rc;
+    const char *says; /* in err */
+} cas_row_t;
+
+static const cas_row_t cas_rows[] = {
+    {"shrink", {1, 2, 3}, 0, false, 0, 0, 0, {1, 2}, 0, 0, NULL},
+    {"expand", {1, 2}, 0, false, 0, 0, 0, {1, 2, 3}, 0, 0, NULL},
+    {"same ISR bumps the epoch", {1, 2, 3}, 0, false, 0, 0, 0, {1, 2, 3}, 0, 0, NULL},
+    {"stale partition epoch", {1, 2, 3}, 0, false, 0, 0, -1, {1, 2}, 0, TN_ECHANGED, "stale"},
+    {"future partition epoch", {1, 2, 3}, 0, false, 0, 0, 1, {1, 2}, 0, TN_ECHANGED, "stale"},
+    {"not the leader", {1, 2, 3}, 0, false, 2, 0, 0, {1, 2}, 0, TN_ECHANGED, "not the leader"},
+    {"old leader epoch", {1, 2, 3}, 0, false, 0, -1, 0, {1, 2}, 0, TN_ECHANGED, "not the leader"},
+    {"ISR without its leader",
+     {1, 2, 3},
+     0,
+     false,
+     0,
+     0,
+     0,
+     {2, 3},
+     0,
+     UV_EINVAL,
+     "hold its leader"},
+    {"non-replica", {1, 2}, 0, false, 0, 0, 0, {1, 4}, 0, UV_EINVAL, "not a replica"},
+    {"duplicate", {1, 2}, 0, false, 0, 0, 0, {1, 2, 2}, 0, UV_EINVAL, "twice"},
+    {"empty", {1, 2}, 0, false, 0, 0, 0, {0}, 0, UV_EINVAL, "0 members"},
+    {"expand with a stale incarnation (wiped disk)",
+     {1, 2},
+     0x99,
+     false,
+     0,
+     0,
+     0,
+     {1, 2, 3},
+     0x33,
+     UV_EPERM,
+     "not its current"},
+    {"expand with the new incarnation", {1, 2}, 0x99, false, 0, 0, 0, {1, 2, 3}, 0x99, 0, NULL},
+    {"expand a fenced member", {1, 2}, 0, true, 0, 0, 0, {1, 2, 3}, 0, UV_EPERM, "no live"},
+    {"keep a member whose session expired", {1, 2, 3}, 0, true, 0, 0, 0, {1, 2, 3}, 0, 0, NULL},
+};
+
+static void test_alter_isr_table(void **state)
+{
+    (void)state;
+    for (size_t r = 0; r < sizeof(cas_rows) / sizeof(cas_rows[0]); r++) {
+        const cas_row_t *row = &cas_rows[r];
+        fix_t f;
+        fix_init(&f);
+        set_isr(&f, row->start);
+        if (row->inc3)
+            f.v[2].incarnation = row->inc3;
+        f.v[2].live = !row->dead3;
+        tn_pstate_member_t isr[5];
+        uint32_t n = 0;
+        for (; row->isr[n]; n++) {
+            isr[n].node = row->isr[n];
+            isr[n].incarnation = row->isr[n] == 3 && row->isr3_inc ? row->isr3_inc
+                                 : row->isr[n] <= 4 ? f.v[row->isr[n] - 1].incarnation
+                                                    : 0;
+        }
+        uint32_t pe = f.ps.partition_epoch;
+        tn_pstate_t before = f.ps;
+        char err[160] = "";
+        int rc =
+            tn_pstate_alter_isr(&f.ps, row->proposer ? row->proposer : f.ps.leader,
+                                f.ps.leader_epoch + (uint32_t)row->epoch_delta,
+                                pe + (uint32_t)row->pe_delta, isr, n, &f.nodes, err, sizeof(err));
+        if (rc != row->rc)
+            fail_msg("%s: rc %s, expected %s (%s)", row->what, tn_err_name(rc),
+                     tn_err_name(row->rc), err);
+        if (rc == 0) {
+            assert_int_equal(f.ps.partition_epoch, pe + 1);
+            assert_int_equal(f.ps.nisr, n);
+            assert_int_equal(f.ps.leader_epoch, before.leader_epoch);
+        } else {
+            assert_memory_equal(&f.ps, &before, sizeof(before)); /* nothing changed */
+            if (row->says && strstr(err, row->says) == NULL)
+                fail_msg("%s: error \"%s\" lacks \"%s\"", row->what, err, row->says);
+        }
+    }
+}
+
+/* --- fences and elections ------------------------------------------------------- */
+
+typedef struct {
+    const char *what;
+    uint32_t start[4]; /* the ISR before, leader 1 when in it */
+    uint32_t dead;     /* a node whose session is gone too (0: none) */
+    uint32_t corrupt;  /* a node with a CRC failure (0: none) */
+    uint32_t wiped;    /* a node with a new incarnation (0: none) */
+    uint32_t fenced;
+    bool changed;
+    uint32_t leader; /* after */
+    bool new_epoch;
+    uint32_t isr[4], elr[4];
+} fence_row_t;
+
+static const fence_row_t fence_rows[] = {
+    {"leader fenced: next in replicas order", {1, 2, 3}, 0, 0, 0, 1, true, 2, true, {2, 3}, {0}},
+    {"skip a dead member", {1, 2, 3}, 2, 0, 0, 1, true, 3, true, {2, 3}, {0}},
+    {"skip a corrupt member", {1, 2, 3}, 0, 2, 0, 1, true, 3, true, {2, 3}, {0}},
+    {"a wiped member leaves with the fence, never leads",
+     {1, 2, 3},
+     0,
+     0,
+     2,
+     1,
+     true,
+     3,
+     true,
+     {3},
+     {1}},
+    {"follower fenced: leader stays, epoch stays",
+     {1, 2, 3},
+     0,
+     0,
+     0,
+     3,
+     true,
+     1,
+     false,
+     {1, 2},
+     {0}},
+    {"below min_insync: the fenced one joins the ELR",
+     {1, 2},
+     0,
+     0,
+     0,
+     2,
+     true,
+     1,
+     false,
+     {1},
+     {2}},
+    {"last member fenced: offline, kept in the ELR", {1}, 0, 0, 0, 1, true, 0, true, {0}, {1}},
+    {"no live ISR member: offline", {1, 2}, 2, 0, 0, 1, true, 0, true, {2}, {1}},
+    {"not a replica: nothing", {1, 2, 3}, 0, 0, 0, 4, false, 1, false, {1, 2, 3}, {0}},
+};
+
+static void test_fence_table(void **state)
+{
+    (void)state;
+    for (size_t r = 0; r < sizeof(fence_rows) / sizeof(fence_rows[0]); r++) {
+        const fence_row_t *row = &fence_rows[r];
+        fix_t f;
+        fix_init(&f);
+        f.nodes.n = 4;
+        set_isr(&f, row->start);
+        if (row->dead)
+            f.v[row->dead - 1].live = false;
+        if (row->corrupt)
+            f.ps.corrupt |= 1u << (row->corrupt - 1);
+        if (row->wiped)
+            f.v[row->wiped - 1].incarnation = 0xabc;
+        uint32_t epoch = f.ps.leader_epoch, pe = f.ps.partition_epoch;
+        bool changed =
+            tn_pstate_fence(&f.ps, row->fenced, f.v[row->fenced - 1].incarnation, &f.nodes);
+        if (changed != row->changed || f.ps.leader != row->leader ||
+            (f.ps.leader_epoch != epoch) != row->new_epoch || !isr_is(&f.ps, row->isr) ||
+            !elr_is(&f.ps, row->elr))
+            fail_msg("%s: changed %d leader %u epoch %u->%u isr %u elr %u", row->what, changed,
+                     f.ps.leader, epoch, f.ps.leader_epoch, f.ps.nisr, f.ps.nelr);
+        assert_int_equal(f.ps.partition_epoch, pe + (changed ? 1 : 0));
+    }
+}
+
+/* A partition offline with its last members in the ELR comes back with the
+ * first of them to register again, and the ELR empties once the ISR is back
+ * to min_insync. */
+static void test_elect_from_elr(void **state)
+{
+    (void)state;
+    fix_t f;
+    fix_init(&f);
+    assert_true(tn_pstate_fence(&f.ps, 3, 0x33, &f.nodes)); /* {1,2} */
+    f.v[2].live = false;
+    assert_true(tn_pstate_fence(&f.ps, 2, 0x22, &f.nodes)); /* {1}, ELR {2} */
+    f.v[1].live = false;
+    assert_true(tn_pstate_fence(&f.ps, 1, 0x11, &f.nodes)); /* offline, ELR {2,1} */
+    f.v[0].live = false;
+    assert_int_equal(f.ps.leader, TN_PSTATE_NONE);
+    assert_int_equal(f.ps.nisr, 0);
+    assert_int_equal(f.ps.nelr, 2);
+    assert_false(tn_pstate_elect(&f.ps, &f.nodes)); /* nobody is back */
+    f.v[2].live = true; /* node 3 left before the hw froze: not eligible */
+    assert_false(tn_pstate_elect(&f.ps, &f.nodes));
+    f.v[1].live = true;
+    uint32_t epoch = f.ps.leader_epoch;
+    assert_true(tn_pstate_elect(&f.ps, &f.nodes));
+    assert_int_equal(f.ps.leader, 2);
+    assert_int_equal(f.ps.leader_epoch, epoch + 1);
+    const uint32_t isr2[] = {2, 0}, elr1[] = {1, 0};
+    assert_true(isr_is(&f.ps, isr2));
+    assert_true(elr_is(&f.ps, elr1));
+    tn_pstate_member_t isr[2] = {{2, 0x22}, {3, 0x33}};
+    char err[128];
+    assert_int_equal(tn_pstate_alter_isr(&f.ps, 2, f.ps.leader_epoch, f.ps.partition_epoch, isr, 2,
+                                         &f.nodes, err, sizeof(err)),
+                     0);
+    assert_int_equal(f.ps.nelr, 0);
+}
+
+/* A wiped node (new incarnation) in the ELR never leads. */
+static void test_wiped_elr_member_never_leads(void **state)
+{
+    (void)state;
+    fix_t f;
+    fix_init(&f);
+    const uint32_t one[] = {1, 0};
+    set_isr(&f, one);
+    assert_true(tn_pstate_fence(&f.ps, 1, 0x11, &f.nodes));
+    assert_int_equal(f.ps.leader, TN_PSTATE_NONE);
+    f.v[0].incarnation = 0x777; /* came back with an empty disk */
+    assert_false(tn_pstate_elect(&f.ps, &f.nodes));
+    char err[128];
+    assert_int_equal(tn_pstate_force_leader(&f.ps, 1, false, &f.nodes, err, sizeof(err)), UV_EPERM);
+    assert_non_null(strstr(err, "unclean"));
+    uint32_t epoch = f.ps.leader_epoch;
+    assert_int_equal(tn_pstate_force_leader(&f.ps, 1, true, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.leader, 1);
+    assert_true(f.ps.unclean);
+    assert_int_equal(f.ps.leader_epoch, epoch + 1);
+    assert_int_equal(f.ps.isr[0].incarnation, 0x777);
+}
+
+static void test_force_leader(void **state)
+{
+    (void)state;
+    fix_t f;
+    fix_init(&f);
+    char err[128];
+    f.nodes.n = 4;
+    assert_int_equal(tn_pstate_force_leader(&f.ps, 4, false, &f.nodes, err, sizeof(err)),
+                     UV_EINVAL);
+    f.v[2].live = false;
+    assert_int_equal(tn_pstate_force_leader(&f.ps, 3, true, &f.nodes, err, sizeof(err)), UV_EPERM);
+    assert_non_null(strstr(err, "no live session"));
+    uint32_t epoch = f.ps.leader_epoch;
+    assert_int_equal(tn_pstate_force_leader(&f.ps, 2, false, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.leader, 2);
+    assert_int_equal(f.ps.leader_epoch, epoch + 1);
+    assert_false(f.ps.unclean);
+    assert_int_equal(f.ps.nisr, 3); /* a clean election keeps the ISR */
+}
+
+static void test_rebalance_and_corrupt(void **state)
+{
+    (void)state;
+    fix_t f;
+    fix_init(&f);
+    assert_false(tn_pstate_preferred_ready(&f.ps, &f.nodes)); /* 1 leads already */
+    assert_int_equal(tn_pstate_rebalance(&f.ps, &f.nodes), UV_EAGAIN);
+    assert_true(tn_pstate_mark_corrupt(&f.ps, 1, &f.nodes));
+    assert_int_equal(f.ps.leader, 2);
+    assert_int_equal(tn_pstate_isr_find(&f.ps, 1), -1);
+    assert_false(tn_pstate_preferred_ready(&f.ps, &f.nodes)); /* not in the ISR */
+    /* The leader adds it back once it re-fetched: the CRC mark clears. */
+    tn_pstate_member_t isr[3] = {{2, 0x22}, {3, 0x33}, {1, 0x11}};
+    char err[128];
+    assert_int_equal(tn_pstate_alter_isr(&f.ps, 2, f.ps.leader_epoch, f.ps.partition_epoch, isr, 3,
+                                         &f.nodes, err, sizeof(err)),
+                     0);
+    assert_int_equal(f.ps.corrupt, 0);
+    assert_true(tn_pstate_preferred_ready(&f.ps, &f.nodes));
+    f.v[0].live = false;
+    assert_int_equal(tn_pstate_rebalance(&f.ps, &f.nodes), UV_EAGAIN); /* not live */
+    f.v[0].live = true;
+    uint32_t epoch = f.ps.leader_epoch;
+    assert_int_equal(tn_pstate_rebalance(&f.ps, &f.nodes), 0);
+    assert_int_equal(f.ps.leader, 1);
+    assert_int_equal(f.ps.leader_epoch, epoch + 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_refusals),
+        cmocka_unit_test(test_alter_isr_table),
+        cmocka_unit_test(test_fence_table),
+        cmocka_unit_test(test_elect_from_elr),
+        cmocka_unit_test(test_wiped_elr_member_never_leads),
+        cmocka_unit_test(test_force_leader),
+        cmocka_unit_test(test_rebalance_and_corrupt),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
