@@ -13,36 +13,21 @@ credential 503.
 
 Run: python3 tests/cluster/test_ready_auth.py --ternd build/ternd
 """
-import contextlib
 import os
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from daemon import cpu_hog  # noqa: E402
 from harness import basic, wait_until  # noqa: E402
 
 ROUNDS = 3  # fresh clusters
-HOGS = 3  # busy loops on a 2-core machine
 BOUND = 90  # seconds a node may take to become ready
 ADMIN = basic("admin", harness.PASSWORD)
 ALICE = basic("alice", "alice-pw-1")
 
-
-@contextlib.contextmanager
-def cpu_hog():
-    """HOGS busy loops, each killed by its process id at the end."""
-    procs = []
-    try:
-        for _ in range(HOGS):
-            procs.append(subprocess.Popen([sys.executable, "-c", "while 1: pass"]))
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 def watch(node, tag, auth, problems):

@@ -10,9 +10,11 @@ restart on the same file keeps the earlier lines) instead of a pipe: a
 daemon that runs long beside others (tests/cluster) never blocks on a full
 pipe nobody reads, and wait_for follows the file.
 """
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 
 TERND = None  # path of the ternd binary, set by the test's main()
@@ -116,3 +118,19 @@ class Daemon:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+
+
+@contextlib.contextmanager
+def cpu_hog(loops=3):
+    """Busy loops beside the test (3 on a 2-core machine: the machine is
+    slower than CI's busiest, so a window the test looks for is wide), each
+    killed by its process id at the end."""
+    procs = []
+    try:
+        for _ in range(loops):
+            procs.append(subprocess.Popen([sys.executable, "-c", "while 1: pass"]))
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

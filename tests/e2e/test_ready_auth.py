@@ -12,7 +12,6 @@ answered 200 or 503 with Retry-After, never 401; wrong credentials get
 503 too (they cannot be judged either) or, once ready, 401."""
 import argparse
 import base64
-import contextlib
 import http.client
 import json
 import os
@@ -24,14 +23,13 @@ import time
 import unittest
 
 import daemon as daemon_mod
-from daemon import Daemon
+from daemon import Daemon, cpu_hog
 from nsqwire import FRAME_ERROR, FRAME_RESPONSE, Closed, Conn
 
 PASSWORD = "ready-auth-root-pw"
 TERNCTL = None
 ROUNDS = 20  # fresh starts of a lone node
 NSQ_ROUNDS = 8  # the same with nsq-auth=users
-HOGS = 3  # busy loops on a 2-core machine
 BOUND = 90  # seconds a start may take to become ready
 
 
@@ -43,19 +41,6 @@ ADMIN = basic("admin", PASSWORD)
 WRONG = basic("admin", "not-the-password")
 NOBODY = basic("nobody", "whatever")
 
-
-@contextlib.contextmanager
-def cpu_hog():
-    """HOGS busy loops, each killed by its process id at the end."""
-    procs = []
-    try:
-        for _ in range(HOGS):
-            procs.append(subprocess.Popen([sys.executable, "-c", "while 1: pass"]))
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 def request(port, method, path, auth=None, body=None, headers=None):
