@@ -9,6 +9,12 @@ unreachable" (the answer still 200, the others' numbers there), then
 after SIGCONT; an owner killed with SIGKILL is unreachable or down the
 same way, and after its restart every node shows its numbers again.
 
+Each failure case is asserted while the metastore replica of the node
+asked holds the liveness the case needs, read just before and just after
+the stats (a loaded machine can delay a registration past dead-after and
+mark a live member dead for a while: an answer then is not the case's).
+
+
 Run: python3 tests/cluster/test_stats.py --ternd build/ternd
 """
 import os
@@ -58,9 +64,34 @@ class Stats(harness.ClusterTest):
     def without_numbers(self, e, p, error):
         self.assertEqual(e, {"index": p, "owner_node": str(p + 1), "error": error})
 
+    def members(self, node):
+        """{node id: status} as node's metastore replica has them; None
+        when it does not answer 200."""
+        status, body = node.request("GET", "/v1/cluster/members")
+        if status != 200:
+            return None
+        return {str(m["id"]): m["status"] for m in body["members"]}
+
+    def stats_when(self, node, topic, alive, dead=()):
+        """partition_stats through node when its replica marks every node
+        of alive alive and every node of dead dead both just before and
+        just after the read (so the answer was made in that state); else
+        None."""
+        want = {str(n.id): "alive" for n in alive}
+        want.update({str(n.id): "dead" for n in dead})
+
+        def held():
+            m = self.members(node)
+            return m is not None and all(m.get(i) == s for i, s in want.items())
+
+        if not held():
+            return None
+        entries = self.stats(node, topic)
+        return entries if held() else None
+
     def test_same_numbers_everywhere_and_owner_failures(self):
         c = self.make(3, args=["--cluster-heartbeat-interval=500ms",
-                               "--cluster-dead-after=10s"]).start()
+                               "--cluster-dead-after=15s"]).start()
         wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "st", "partitions": 3})
         self.assertEqual(status, 201, body)
@@ -98,20 +129,24 @@ class Stats(harness.ClusterTest):
         self.assertEqual(one, seen[0][2])
 
         # SIGSTOP the owner of partition 1: unreachable before it is down.
+        # dead-after is 15 s so that, however slow the machine, the stopped
+        # member stays alive in the metastore for several PSTATS timeouts
+        # (2 s): long enough to see it unreachable.
         stopped, asker = c.nodes[1], c.nodes[0]
         os.kill(stopped.pid, signal.SIGSTOP)
         try:
             entries = wait_until(
-                "partition 1's owner unreachable",
-                lambda: (lambda s: s if s[1].get("error") == "owner unreachable" else None)(
-                    self.stats(asker, "st")), 60)
+                "partition 1's owner unreachable while every member is alive",
+                lambda: (lambda s: s if s and s[1].get("error") == "owner unreachable" else None)(
+                    self.stats_when(asker, "st", alive=c.nodes)), 60)
             self.without_numbers(entries[1], 1, "owner unreachable")
             self.check_entry(entries[0], 0)
             self.check_entry(entries[2], 2)
+            # Once the replica asked marks it dead, its entry says so at once.
             entries = wait_until(
                 "partition 1's owner marked down",
-                lambda: (lambda s: s if s[1].get("error") == "owner is down" else None)(
-                    self.stats(c.nodes[2], "st")), 120)
+                lambda: self.stats_when(c.nodes[2], "st", alive=[c.nodes[0], c.nodes[2]],
+                                        dead=[stopped]), 120)
             self.without_numbers(entries[1], 1, "owner is down")
             self.check_entry(entries[0], 0)
             self.check_entry(entries[2], 2)
@@ -127,16 +162,17 @@ class Stats(harness.ClusterTest):
         killed = c.nodes[2]
         killed.kill()
         entries = wait_until(
-            "partition 2's owner unreachable or down",
-            lambda: (lambda s: s if s[2].get("error") in ("owner unreachable", "owner is down")
-                     else None)(self.stats(asker, "st")), 60)
+            "partition 2's owner unreachable or down while the others are alive",
+            lambda: (lambda s: s if s and s[2].get("error") in ("owner unreachable",
+                                                                "owner is down")
+                     else None)(self.stats_when(asker, "st", alive=c.nodes[:2])), 60)
         self.without_numbers(entries[2], 2, entries[2]["error"])
         self.check_entry(entries[0], 0)
         self.check_entry(entries[1], 1)
         entries = wait_until(
             "partition 2's owner marked down",
-            lambda: (lambda s: s if s[2].get("error") == "owner is down" else None)(
-                self.stats(c.nodes[1], "st")), 120)
+            lambda: self.stats_when(c.nodes[1], "st", alive=c.nodes[:2], dead=[killed]), 120)
+        self.without_numbers(entries[2], 2, "owner is down")
         self.check_entry(entries[0], 0)
         self.check_entry(entries[1], 1)
         # Back, its log is as it was: every node shows it again.
