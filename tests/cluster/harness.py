@@ -21,7 +21,9 @@ leader itself; see find_leader).
 What several test files read from a node is a Node method: nsq_http (nsqd's
 HTTP endpoints, no credentials), alive_members, owners (a topic's partition
 owners) and metric (one /metrics sample). main() is every test file's
-command line: --ternd, the file's own options, then unittest's.
+command line: --ternd, the file's own options, then unittest's. soak()
+says whether the run is a soak (TERN_SOAK set, by make soak): a test that
+repeats a case runs it at full repetition then, and a few times otherwise.
 """
 import argparse
 import base64
@@ -34,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -50,6 +53,11 @@ _used_ports = set()
 
 def set_ternd(path):
     daemon_mod.TERND = os.path.abspath(path)
+
+
+def soak():
+    """True under make soak (TERN_SOAK set and not "0")."""
+    return os.environ.get("TERN_SOAK", "") not in ("", "0")
 
 
 # Ports handed out by every test process on this machine: a file per port
@@ -404,13 +412,23 @@ class Cluster:
         return "".join(f"--- node {n.id} ---\n{n.log()}" for n in self.nodes)
 
     def close(self):
+        """Stop every node still running, all at once (one at a time, each
+        stop but the last hands leadership over and the cluster waits on
+        it: seconds per node, in every test), SIGKILL for one that does
+        not exit within 30 s; then remove the directory."""
+        def stop(node):
+            try:
+                node.stop(timeout=30)
+            except subprocess.TimeoutExpired:
+                node.kill()
+
         try:
-            for node in self.nodes:
-                if node.running():
-                    try:
-                        node.stop(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        node.kill()
+            threads = [threading.Thread(target=stop, args=(n,)) for n in self.nodes
+                       if n.running()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 
