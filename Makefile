@@ -15,6 +15,7 @@ BUILD ?= build
 DATA ?= ./data
 CLUSTER_DATA ?= ./cluster-data
 FUZZ_SECONDS ?= 60
+SOAK_SECONDS ?= 3600
 CMAKE_FLAGS ?=
 TERND_FLAGS ?=
 # QUIET at configure time; QUIET_MAKE goes to the make of CMake's Makefile
@@ -22,7 +23,7 @@ TERND_FLAGS ?=
 QUIET := -DCMAKE_RULE_MESSAGES=OFF -DCMAKE_TARGET_MESSAGES=OFF
 QUIET_MAKE := -- --no-print-directory -s
 
-.PHONY: all build install compat-deps run cluster cluster-stop test asan tsan fuzz bench lint format deps clean
+.PHONY: all build install compat-deps run cluster cluster-stop test soak asan tsan fuzz bench lint format deps clean
 
 all: build
 
@@ -77,6 +78,14 @@ compat-deps: deps
 # Build and run every suite: unit, fuzz corpora, crash, end-to-end, compat.
 test: build compat-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The tests that repeat a case (label soak: cluster_cycles' stop/start
+# cycles, crash_powerloss' power cuts) at full repetition (TERN_SOAK=1);
+# make test runs them a few times each. ctest stops every test still
+# running SOAK_SECONDS (under a day) from now and fails it.
+soak: build
+	cd $(BUILD) && TERN_SOAK=1 ctest --output-on-failure -j $(JOBS) -L soak \
+		--stop-time $$(date -d "+$(SOAK_SECONDS) seconds" +%H:%M:%S)
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer,
 # but the Debian package test (label package: it builds its own release
