@@ -10,8 +10,8 @@ Nodes start through tests/e2e/daemon.py's Daemon, logging to a file in the
 cluster's directory (a node's log survives its restarts, and is printed
 when a test fails). Node.kill() is SIGKILL, Node.stop() a graceful
 SIGTERM, both by process id; Node.start() again reuses the data
-directory and the ports. Cluster.close() stops every node still running
-and removes the directory.
+directory and the ports. Cluster.stop() stops every running node at once
+(their exit statuses); Cluster.close() does so and removes the directory.
 
 The metastore leader is the node whose /v1/cluster/members marks itself
 leader when the API says so; until node status over RPC exists it is the
@@ -411,25 +411,34 @@ class Cluster:
     def logs(self):
         return "".join(f"--- node {n.id} ---\n{n.log()}" for n in self.nodes)
 
-    def close(self):
-        """Stop every node still running, all at once (one at a time, each
-        stop but the last hands leadership over and the cluster waits on
-        it: seconds per node, in every test), SIGKILL for one that does
-        not exit within 30 s; then remove the directory."""
+    def stop(self, timeout=60):
+        """Stop every running node gracefully, all at once (SIGTERM, by
+        PID; one at a time, each stop but the last hands leadership over
+        and waits on the rest: seconds per node); {node id: exit status,
+        None for one still running after timeout seconds}."""
+        codes = {}
+
         def stop(node):
             try:
-                node.stop(timeout=30)
+                codes[node.id] = node.stop(timeout=timeout)
             except subprocess.TimeoutExpired:
-                node.kill()
+                codes[node.id] = None
 
+        threads = [threading.Thread(target=stop, args=(n,)) for n in self.running()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return codes
+
+    def close(self):
+        """Stop every node still running, all at once (stop), SIGKILL for
+        one that does not exit within 30 s; then remove the directory."""
         try:
-            threads = [threading.Thread(target=stop, args=(n,)) for n in self.nodes
-                       if n.running()]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            self.stop(timeout=30)
         finally:
+            for node in self.running():
+                node.kill()
             shutil.rmtree(self.dir, ignore_errors=True)
 
 

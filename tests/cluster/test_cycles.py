@@ -11,7 +11,6 @@ Run: python3 tests/cluster/test_cycles.py --ternd build/ternd [--cycles N]
 """
 import os
 import sys
-import threading
 import time
 import unittest
 
@@ -42,16 +41,7 @@ class Cycles(unittest.TestCase):
             else:
                 # Not acknowledged: allowed only while leadership moves.
                 self.assertIn(status, (503, None), (cycle, node.id, body, leader.id))
-            codes = {}
-
-            def stop(n):
-                codes[n.id] = n.stop(timeout=60)
-
-            threads = [threading.Thread(target=stop, args=(n,)) for n in c.nodes]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            codes = c.stop(timeout=60)
             for n in c.nodes:
                 self.assertEqual(codes[n.id], 0, f"cycle {cycle}: node {n.id} exited "
                                  f"{codes[n.id]}:\n{n.log()[-4000:]}")
