@@ -15,7 +15,8 @@ BUILD ?= build
 DATA ?= ./data
 CLUSTER_DATA ?= ./cluster-data
 FUZZ_SECONDS ?= 60
-SIM_SCHEDULES ?= 100000
+SOAK_SECONDS ?= 3600
+SIM_SCHEDULES ?= 50000
 CMAKE_FLAGS ?=
 TERND_FLAGS ?=
 # QUIET at configure time; QUIET_MAKE goes to the make of CMake's Makefile
@@ -93,6 +94,16 @@ compat-deps: deps
 test: build compat-deps
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The tests that repeat a case (label soak: cluster_cycles' stop/start
+# cycles, crash_powerloss' power cuts, the replication simulation's random
+# fault schedules) at full repetition (TERN_SOAK=1; SIM_SCHEDULES schedules
+# per configuration, a failure prints the seed to replay); make test runs
+# them a few times each. ctest stops every test still running SOAK_SECONDS
+# (under a day) from now and fails it.
+soak: build
+	cd $(BUILD) && TERN_SOAK=1 TERN_SIM_SCHEDULES=$(SIM_SCHEDULES) ctest --output-on-failure \
+		-j $(JOBS) -L soak --stop-time $$(date -d "+$(SOAK_SECONDS) seconds" +%H:%M:%S)
+
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer,
 # but the Debian package test (label package: it builds its own release
 # tree, so nothing of it would run sanitized), the deployment checks
@@ -100,11 +111,6 @@ test: build compat-deps
 # console: Chromium driving the page; the console's C side, its routes and
 # headers, runs sanitized in unit_api_test_console and e2e_console). They
 # test files and the browser, not ternd's memory, and keep CI's time down.
-# The replication simulation (tests/unit/cluster/test_repl_sim.c) over many
-# more random schedules than CI runs; a failure prints the seed to replay.
-soak: build
-	cd $(BUILD) && TERN_SIM_SCHEDULES=$(SIM_SCHEDULES) ./unit_cluster_test_repl_sim
-
 asan: deps compat-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=address,undefined $(QUIET) >/dev/null
 	cmake --build build-asan -j $(JOBS) $(QUIET_MAKE)

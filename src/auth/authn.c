@@ -67,7 +67,8 @@ struct tn_authn_s {
     tn_authn_flight_t *suspect_head, *suspect_tail;
     uint32_t running;
     uint32_t queued;
-    int64_t skew_ms;
+    int64_t skew_ms;   /* tests: added to the clock (tn__authn_advance) */
+    int64_t pinned_ms; /* tests: the clock stands here when not 0 */
     bool closing;
     void (*close_cb)(void *arg);
     void *close_arg;
@@ -86,7 +87,7 @@ static uint64_t fnv(const char *s)
 
 static int64_t now_ms(const tn_authn_t *a)
 {
-    return tn_now_mono_ms() + a->skew_ms;
+    return (a->pinned_ms != 0 ? a->pinned_ms : tn_now_mono_ms()) + a->skew_ms;
 }
 
 void tn_authn_opts_default(tn_authn_opts_t *o)
@@ -480,5 +481,10 @@ void tn_authn_close(tn_authn_t *a, void (*cb)(void *arg), void *arg)
 void tn__authn_advance(tn_authn_t *a, int64_t ms)
 {
     a->skew_ms += ms;
+}
+
+void tn__authn_pin(tn_authn_t *a)
+{
+    a->pinned_ms = tn_now_mono_ms();
 }
 #endif

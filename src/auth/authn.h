@@ -86,6 +86,9 @@ void tn_authn_close(tn_authn_t *a, void (*cb)(void *arg), void *arg);
 #ifdef TN_TEST
 /* Move the throttle clock forward (tests). */
 void tn__authn_advance(tn_authn_t *a, int64_t ms);
+/* Stop the throttle clock where it is, so that only tn__authn_advance
+ * moves it (tests: refills must not depend on how long bcrypt takes). */
+void tn__authn_pin(tn_authn_t *a);
 #endif
 
 #endif

@@ -103,6 +103,7 @@ struct tn_meta_s {
     /* tn_meta_transfer. */
     struct raft_transfer xfer;
     uint64_t xfer_deadline;
+    uint64_t xfer_down_ms; /* when it saw itself stepped down (0: not yet) */
     void (*xfer_cb)(void *arg, int status);
     void *xfer_arg;
     int xfer_status; /* 1 while undecided */
@@ -1026,30 +1027,31 @@ static void run_transfer(tn_meta_t *m)
     if (!m->xfer_active)
         return;
     bool started = m->xfer_status == 1;
+    raft_id leader = 0;
+    const char *addr = NULL;
     if (started) {
-        /* Done once this node stepped down and another voter is known to
-         * lead: stepping down comes first (the TimeoutNow went out), the
-         * new leader's first append a moment later, and a caller that
-         * reports where leadership went needs the second. */
-        raft_id now_leader = 0;
-        const char *now_addr = NULL;
-        raft_leader(&m->raft, &now_leader, &now_addr);
-        bool past = uv_now(m->loop) >= m->xfer_deadline;
-        if (raft_state(&m->raft) != RAFT_LEADER && (now_leader != 0 || past))
+        /* Done once another node is known to lead: until the new
+         * leader's first message (later on a loaded machine) a node that
+         * stepped down knows of none. It waits for it one election
+         * timeout at most: when the whole cluster stops at once no new
+         * leader comes. */
+        uint64_t now = uv_now(m->loop);
+        bool stepped_down = raft_state(&m->raft) != RAFT_LEADER;
+        raft_leader(&m->raft, &leader, &addr);
+        if (stepped_down && m->xfer_down_ms == 0)
+            m->xfer_down_ms = now;
+        if (stepped_down && ((leader != 0 && leader != m->id) ||
+                             now >= m->xfer_down_ms + m->election_ms || now >= m->xfer_deadline))
             m->xfer_status = 0;
-        else if (past)
+        else if (now >= m->xfer_deadline)
             m->xfer_status = UV_ETIMEDOUT;
         else
             return;
     }
     m->xfer_active = false;
-    if (started && m->xfer_status == 0) {
-        raft_id leader = 0;
-        const char *addr = NULL;
-        raft_leader(&m->raft, &leader, &addr);
+    if (started && m->xfer_status == 0)
         TN_LOG(TN_LOG_NOTICE, "metastore: leadership handed over (leader now %llu)",
                (unsigned long long)leader);
-    }
     m->xfer_cb(m->xfer_arg, m->xfer_status);
 }
 
@@ -1064,6 +1066,7 @@ int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
     m->xfer_active = true;
     m->xfer_status = 0;
     m->xfer_deadline = uv_now(m->loop) + 3 * (uint64_t)m->election_ms + 2000;
+    m->xfer_down_ms = 0;
     if (raft_state(&m->raft) == RAFT_LEADER) {
         memset(&m->xfer, 0, sizeof(m->xfer));
         m->xfer.data = m;

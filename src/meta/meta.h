@@ -193,9 +193,11 @@ int tn_meta_join(tn_meta_t *m, uint64_t id, const char *raft_addr,
                  void (*cb)(void *arg, int status), void *arg);
 /* Hand leadership to another voter before a graceful stop (raft_transfer
  * to any voter, then wait until libraft shows another leader, at most
- * 3 election timeouts + 2 s: 5 s with the default 1 s). 0 and cb(arg, status) later: 0 (another
- * node leads, or this one did not), TN_ENOTFOUND (no other voter), UV_ETIMEDOUT (still leader at
- * the bound), TN_EFAILED, TN_ECLOSED. Or at once UV_EBUSY (a transfer is under way) or TN_ECLOSED.
+ * 3 election timeouts + 2 s: 5 s with the default 1 s; stepping down is
+ * not enough: it waits up to an election timeout more to know the new one). 0 and cb(arg, status)
+ * later: 0 (another node leads; or this one did not lead, or stepped down and learnt of no new
+ * leader in that time), TN_ENOTFOUND (no other voter), UV_ETIMEDOUT (still leader at the bound),
+ * TN_EFAILED, TN_ECLOSED. Or at once UV_EBUSY (a transfer is under way) or TN_ECLOSED.
  */
 int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
 /* Confirm with the leader that this node's view is current, for a

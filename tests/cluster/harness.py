@@ -10,8 +10,8 @@ Nodes start through tests/e2e/daemon.py's Daemon, logging to a file in the
 cluster's directory (a node's log survives its restarts, and is printed
 when a test fails). Node.kill() is SIGKILL, Node.stop() a graceful
 SIGTERM, both by process id; Node.start() again reuses the data
-directory and the ports. Cluster.close() stops every node still running
-and removes the directory.
+directory and the ports. Cluster.stop() stops every running node at once
+(their exit statuses); Cluster.close() does so and removes the directory.
 
 The metastore leader is the node whose /v1/cluster/members marks itself
 leader when the API says so; until node status over RPC exists it is the
@@ -21,7 +21,9 @@ leader itself; see find_leader).
 What several test files read from a node is a Node method: nsq_http (nsqd's
 HTTP endpoints, no credentials), alive_members, owners (a topic's partition
 owners) and metric (one /metrics sample). main() is every test file's
-command line: --ternd, the file's own options, then unittest's.
+command line: --ternd, the file's own options, then unittest's. soak()
+says whether the run is a soak (TERN_SOAK set, by make soak): a test that
+repeats a case runs it at full repetition then, and a few times otherwise.
 """
 import argparse
 import base64
@@ -34,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -50,6 +53,11 @@ _used_ports = set()
 
 def set_ternd(path):
     daemon_mod.TERND = os.path.abspath(path)
+
+
+def soak():
+    """True under make soak (TERN_SOAK set and not "0")."""
+    return os.environ.get("TERN_SOAK", "") not in ("", "0")
 
 
 # Ports handed out by every test process on this machine: a file per port
@@ -403,15 +411,34 @@ class Cluster:
     def logs(self):
         return "".join(f"--- node {n.id} ---\n{n.log()}" for n in self.nodes)
 
+    def stop(self, timeout=60):
+        """Stop every running node gracefully, all at once (SIGTERM, by
+        PID; one at a time, each stop but the last hands leadership over
+        and waits on the rest: seconds per node); {node id: exit status,
+        None for one still running after timeout seconds}."""
+        codes = {}
+
+        def stop(node):
+            try:
+                codes[node.id] = node.stop(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                codes[node.id] = None
+
+        threads = [threading.Thread(target=stop, args=(n,)) for n in self.running()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return codes
+
     def close(self):
+        """Stop every node still running, all at once (stop), SIGKILL for
+        one that does not exit within 30 s; then remove the directory."""
         try:
-            for node in self.nodes:
-                if node.running():
-                    try:
-                        node.stop(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        node.kill()
+            self.stop(timeout=30)
         finally:
+            for node in self.running():
+                node.kill()
             shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -1,16 +1,16 @@
 """Stop/start cycles of a three-node cluster (tests/cluster/harness.py):
 every node stopped gracefully (SIGTERM, by PID, all at once) and started
-again on its data directory, CYCLES times (200 by default, 50 under the
-sanitizers: TERN_SANITIZED), with metadata
-writes in between. Each stop must exit 0 (a crash inside libraft's close,
-or anything else, fails it), every start must come back ready, and every
-acknowledged write must be on every node at the end.
+again on its data directory, with metadata writes in between: 15 cycles
+in the ordinary suite (make test, make asan: five writes through each
+node), 200 under TERN_SOAK (make soak; 50 under the sanitizers:
+TERN_SANITIZED), or --cycles N. Each stop must exit 0 (a crash inside
+libraft's close, or anything else, fails it), every start must come back
+ready, and every acknowledged write must be on every node at the end.
 
 Run: python3 tests/cluster/test_cycles.py --ternd build/ternd [--cycles N]
 """
 import os
 import sys
-import threading
 import time
 import unittest
 
@@ -18,7 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import Cluster  # noqa: E402
 
-CYCLES = 200
+CYCLES = 15
+SOAK_CYCLES = 200
+SOAK_CYCLES_SANITIZED = 50
 
 
 class Cycles(unittest.TestCase):
@@ -39,16 +41,7 @@ class Cycles(unittest.TestCase):
             else:
                 # Not acknowledged: allowed only while leadership moves.
                 self.assertIn(status, (503, None), (cycle, node.id, body, leader.id))
-            codes = {}
-
-            def stop(n):
-                codes[n.id] = n.stop(timeout=60)
-
-            threads = [threading.Thread(target=stop, args=(n,)) for n in c.nodes]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            codes = c.stop(timeout=60)
             for n in c.nodes:
                 self.assertEqual(codes[n.id], 0, f"cycle {cycle}: node {n.id} exited "
                                  f"{codes[n.id]}:\n{n.log()[-4000:]}")
@@ -65,13 +58,14 @@ class Cycles(unittest.TestCase):
 
 def configure(args):
     global CYCLES
-    CYCLES = args.cycles
-    if os.environ.get("TERN_SANITIZED") and CYCLES > 50:
+    if args.cycles is not None:
+        CYCLES = args.cycles
+    elif harness.soak():
         # An instrumented build is several times slower: fewer cycles keep
-        # the sanitizer suite's run time in bounds and still cross every
+        # the sanitizer soak's run time in bounds and still cross every
         # close path many times.
-        CYCLES = 50
+        CYCLES = SOAK_CYCLES_SANITIZED if os.environ.get("TERN_SANITIZED") else SOAK_CYCLES
 
 
 if __name__ == "__main__":
-    harness.main([("--cycles", {"type": int, "default": CYCLES})], configure)
+    harness.main([("--cycles", {"type": int})], configure)

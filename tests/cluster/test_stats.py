@@ -9,6 +9,13 @@ unreachable" (the answer still 200, the others' numbers there), then
 after SIGCONT; an owner killed with SIGKILL is unreachable or down the
 same way, and after its restart every node shows its numbers again.
 
+Each failure case is asserted on an answer made while the metastore
+replica of the node asked held the liveness the case needs (read just
+before and just after) and the other owners answered in time: a loaded
+machine can delay a registration past dead-after and mark a live member
+dead for a while, or a live owner past the PSTATS timeout, and such an
+answer is not the case's.
+
 Run: python3 tests/cluster/test_stats.py --ternd build/ternd
 """
 import os
@@ -58,9 +65,46 @@ class Stats(harness.ClusterTest):
     def without_numbers(self, e, p, error):
         self.assertEqual(e, {"index": p, "owner_node": str(p + 1), "error": error})
 
+    def members(self, node):
+        """{node id: status} as node's metastore replica has them; None
+        when it does not answer 200."""
+        status, body = node.request("GET", "/v1/cluster/members")
+        if status != 200:
+            return None
+        return {str(m["id"]): m["status"] for m in body["members"]}
+
+    def stats_when(self, node, topic, alive, dead=()):
+        """partition_stats through node when its replica marks every node
+        of alive alive and every node of dead dead both just before and
+        just after the read (so the answer was made in that state); else
+        None."""
+        want = {str(n.id): "alive" for n in alive}
+        want.update({str(n.id): "dead" for n in dead})
+
+        def held():
+            m = self.members(node)
+            return m is not None and all(m.get(i) == s for i, s in want.items())
+
+        if not held():
+            return None
+        entries = self.stats(node, topic)
+        return entries if held() else None
+
+    def failure_case(self, node, topic, p, errors, alive, dead=()):
+        """stats_when's entries when partition p's says one of errors and
+        every other entry came without one (a live owner slower than the
+        PSTATS timeout on a loaded machine is rightly "owner unreachable"
+        for that read: not the case asked for); else None."""
+        entries = self.stats_when(node, topic, alive, dead)
+        if entries is None or entries[p].get("error") not in errors:
+            return None
+        if any("error" in e for q, e in enumerate(entries) if q != p):
+            return None
+        return entries
+
     def test_same_numbers_everywhere_and_owner_failures(self):
         c = self.make(3, args=["--cluster-heartbeat-interval=500ms",
-                               "--cluster-dead-after=10s"]).start()
+                               "--cluster-dead-after=15s"]).start()
         wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "st", "partitions": 3})
         self.assertEqual(status, 201, body)
@@ -98,20 +142,24 @@ class Stats(harness.ClusterTest):
         self.assertEqual(one, seen[0][2])
 
         # SIGSTOP the owner of partition 1: unreachable before it is down.
+        # dead-after is 15 s so that, however slow the machine, the stopped
+        # member stays alive in the metastore for several PSTATS timeouts
+        # (2 s): long enough to see it unreachable.
         stopped, asker = c.nodes[1], c.nodes[0]
         os.kill(stopped.pid, signal.SIGSTOP)
         try:
             entries = wait_until(
-                "partition 1's owner unreachable",
-                lambda: (lambda s: s if s[1].get("error") == "owner unreachable" else None)(
-                    self.stats(asker, "st")), 60)
+                "partition 1's owner unreachable while every member is alive",
+                lambda: self.failure_case(asker, "st", 1, ("owner unreachable",),
+                                          alive=c.nodes), 60)
             self.without_numbers(entries[1], 1, "owner unreachable")
             self.check_entry(entries[0], 0)
             self.check_entry(entries[2], 2)
+            # Once the replica asked marks it dead, its entry says so at once.
             entries = wait_until(
                 "partition 1's owner marked down",
-                lambda: (lambda s: s if s[1].get("error") == "owner is down" else None)(
-                    self.stats(c.nodes[2], "st")), 120)
+                lambda: self.failure_case(c.nodes[2], "st", 1, ("owner is down",),
+                                          alive=[c.nodes[0], c.nodes[2]], dead=[stopped]), 120)
             self.without_numbers(entries[1], 1, "owner is down")
             self.check_entry(entries[0], 0)
             self.check_entry(entries[2], 2)
@@ -127,16 +175,17 @@ class Stats(harness.ClusterTest):
         killed = c.nodes[2]
         killed.kill()
         entries = wait_until(
-            "partition 2's owner unreachable or down",
-            lambda: (lambda s: s if s[2].get("error") in ("owner unreachable", "owner is down")
-                     else None)(self.stats(asker, "st")), 60)
+            "partition 2's owner unreachable or down while the others are alive",
+            lambda: self.failure_case(asker, "st", 2, ("owner unreachable", "owner is down"),
+                                      alive=c.nodes[:2]), 60)
         self.without_numbers(entries[2], 2, entries[2]["error"])
         self.check_entry(entries[0], 0)
         self.check_entry(entries[1], 1)
         entries = wait_until(
             "partition 2's owner marked down",
-            lambda: (lambda s: s if s[2].get("error") == "owner is down" else None)(
-                self.stats(c.nodes[1], "st")), 120)
+            lambda: self.failure_case(c.nodes[1], "st", 2, ("owner is down",),
+                                      alive=c.nodes[:2], dead=[killed]), 120)
+        self.without_numbers(entries[2], 2, "owner is down")
         self.check_entry(entries[0], 0)
         self.check_entry(entries[1], 1)
         # Back, its log is as it was: every node shows it again.

@@ -68,11 +68,17 @@ def start(ternd, data):
 
 def committed_count(conn):
     """The channel-log records the daemon has committed since it started;
-    None while the admin user is not made yet (just after the first start)."""
+    None while the admin user is not made yet (just after the first start)
+    or the metastore replica is still replaying its log after a restart
+    (503 "control plane not caught up" with Retry-After, docs/http-api.md:
+    longer on a loaded machine)."""
     conn.request("GET", "/metrics", headers=AUTH)
     r = conn.getresponse()
     body = r.read().decode()
     if r.status == 401:
+        return None
+    if r.status == 503 and r.getheader("Retry-After") is not None and \
+            '"control plane not caught up"' in body:
         return None
     if r.status != 200:
         raise AssertionError(f"/metrics answered {r.status}: {body[:200]}")
