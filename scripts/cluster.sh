@@ -74,12 +74,19 @@ live_pid() {
     fi
 }
 
-# Whether process $1 still runs (a zombie, dead but not reaped yet, does
-# not).
+# Whether process $1 still runs: any of its threads is neither a zombie nor
+# dead. The main thread of a killed ternd turns zombie before the storage
+# threads finish exiting, and they hold its files (the data directory's
+# lock) until the last one is gone; a zombie left to reap does not run.
 alive() {
-    local state
-    state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null || true)
-    [ -n "$state" ] && [ "$state" != Z ]
+    local status state
+    for status in /proc/"$1"/task/*/status; do
+        state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "$status" 2>/dev/null || true)
+        if [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]; then
+            return 0
+        fi
+    done
+    return 1
 }
 
 # Waits up to $2 seconds for process $1 to exit; false if it still runs.
