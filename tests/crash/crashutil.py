@@ -1,5 +1,8 @@
 """What the daemon crash tests share: starting the real ternd on a data
-directory and waiting until it serves."""
+directory and waiting until it serves, and the /v1 calls of the crash
+tests that speak the native API as the root user."""
+import base64
+import http.client
 import os
 import subprocess
 import threading
@@ -36,3 +39,33 @@ def start_ternd(ternd, data, port_line, ready_line, env=None, http_port=False):
     # Keep draining stderr so the daemon never blocks on a full pipe.
     threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
     return (p, port, http) if http_port else (p, port)
+
+
+# The root user's password the /v1 crash tests start ternd with
+# (TERN_ADMIN_PASSWORD), and the headers of every call they make.
+PASSWORD = "crash-test-password"
+AUTH = {"Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode(),
+        "X-Tern-Client": "crash"}
+
+
+def call(conn, method, path, body=None):
+    """One /v1 request as the root user: (status, body)."""
+    conn.request(method, path, body=body, headers=AUTH)
+    r = conn.getresponse()
+    return r.status, r.read()
+
+
+def wait_ready(port):
+    """Wait (30 s at most) until the node on port serves the root user."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            status, _ = call(c, "GET", "/v1/users/admin")
+            c.close()
+            if status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the root user never appeared")

@@ -20,7 +20,6 @@ the channel. Checks:
 The load is bounded (a few seconds a round). TERN_ACK_CRASH_ROUNDS sets
 the number of rounds (default 3)."""
 import argparse
-import base64
 import http.client
 import json
 import os
@@ -32,35 +31,12 @@ import threading
 import time
 
 import crashutil
+from crashutil import PASSWORD, call, wait_ready
 
 TOPIC = "acks"
-PASSWORD = "crash-test-password"
-AUTH = {"Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode(),
-        "X-Tern-Client": "crash"}
 BACKLOG = 1500  # messages produced per round
 BURST = 400  # acks answered 204 in a round before the kill
 CONSUMERS = 6
-
-
-def call(conn, method, path, body=None):
-    conn.request(method, path, body=body, headers=AUTH)
-    r = conn.getresponse()
-    return r.status, r.read()
-
-
-def wait_ready(port):
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            status, _ = call(c, "GET", "/v1/users/admin")
-            c.close()
-            if status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError("the root user never appeared")
 
 
 class Round:

@@ -11,7 +11,6 @@ directory, many times. Afterwards a consumer drains the channel. Checks:
 
 TERN_V1_CRASH_KILLS sets the number of kills (default 15)."""
 import argparse
-import base64
 import http.client
 import json
 import os
@@ -24,11 +23,9 @@ import threading
 import time
 
 import crashutil
+from crashutil import PASSWORD, call, wait_ready
 
 TOPIC = "crash"
-PASSWORD = "crash-test-password"
-AUTH = {"Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode(),
-        "X-Tern-Client": "crash"}
 DURABLE_ACK_S = 0.5
 
 
@@ -43,27 +40,6 @@ class State:
 def start(ternd, data):
     return crashutil.start_ternd(ternd, data, "HTTP listening on port ", "metastore ready",
                                  env={"TERN_ADMIN_PASSWORD": PASSWORD})
-
-
-def call(conn, method, path, body=None):
-    conn.request(method, path, body=body, headers=AUTH)
-    r = conn.getresponse()
-    return r.status, r.read()
-
-
-def wait_ready(port):
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            status, _ = call(c, "GET", "/v1/users/admin")
-            c.close()
-            if status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError("the root user never appeared")
 
 
 def producer(port, pid, st, stop, counter):
