@@ -874,19 +874,30 @@ static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, uint8_
     r->status = TN_MEMBER_ALIVE;
     if (restoring) {
         r->incarnation = m->incarnation;
+        r->boot = m->boot;
         return refresh_nodes(s);
     }
     (void)refresh_nodes(s); /* room made above */
     /* Another disk than the one recorded: its replicas there are gone, so
      * its old incarnation is fenced first (an older registration carries
      * none, 0, and keeps the recorded one). */
+    /* A restart (another process, the same disk) too, whether or not the
+     * old session ended: the process lost what it held in memory (a
+     * leader's high watermark, its role), so its partitions get leaders
+     * in new epochs and it rejoins their ISRs through their leaders. The
+     * same registration sent again (a failover) carries the same boot id:
+     * no second fence. */
     bool was_fenced = r->fenced;
-    if (found && m->incarnation != 0 && m->incarnation != r->incarnation) {
+    bool new_disk = m->incarnation != 0 && m->incarnation != r->incarnation;
+    bool restarted = m->boot != 0 && r->boot != 0 && m->boot != r->boot;
+    if (found && (new_disk || restarted)) {
         fence_member(s, i, r->incarnation);
         was_fenced = true;
     }
     if (m->incarnation != 0)
         r->incarnation = m->incarnation;
+    if (m->boot != 0)
+        r->boot = m->boot;
     r->fenced = false;
     (void)refresh_nodes(s);
     if (was_fenced || !found)
