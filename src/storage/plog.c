@@ -1387,6 +1387,21 @@ void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out)
 
 /* --- GC -------------------------------------------------------------------- */
 
+static int save_epochs(tn_plog_t *plog);
+
+/* Retention moved the log's start: the epochs history drops what lies
+ * wholly below it and is saved (committer thread; a log without an
+ * epochs file has nothing to do). */
+static int epochs_follow_start(tn_plog_t *plog)
+{
+    if (!plog->epochs_used)
+        return 0;
+    uv_mutex_lock(&plog->lock);
+    bool changed = tn_epochs_truncate_from_start(&plog->epochs, first_offset_locked(plog));
+    uv_mutex_unlock(&plog->lock);
+    return changed ? save_epochs(plog) : 0;
+}
+
 static uint32_t gc_plan_locked(tn_plog_t *plog, uint64_t below, int64_t older_than_ns)
 {
     uint32_t n = 0;
@@ -1467,6 +1482,8 @@ static void gc_exec(tn__committer_t *c, tn__sreq_t *s)
                 rc = r;
             }
         }
+        if (n > 0 && rc == 0)
+            rc = epochs_follow_start(plog);
     }
     s->status = rc;
     tn__store_complete(c->store, s, s);
@@ -1579,6 +1596,7 @@ static void floor_exec(tn__committer_t *c, tn__sreq_t *s)
             uv_mutex_lock(&plog->lock);
             plog->floor = below;
             uv_mutex_unlock(&plog->lock);
+            rc = epochs_follow_start(plog);
         } else {
             set_sticky(plog, rc, "writing the floor file");
         }
