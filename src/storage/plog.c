@@ -1961,7 +1961,9 @@ static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cu
         rc = tn_io_ftruncate(ns->fd, cut);
     if (rc == 0)
         rc = tn_io_fdatasync(ns->fd);
-    if (rc != 0 || trunc_stops(plog, 3))
+    if (rc == 0 && trunc_stops(plog, 3))
+        rc = UV_EIO;
+    if (rc != 0)
         goto fail;
     /* Its sidecar, if it had one, goes: an active segment has none. */
     char path[4096];
@@ -1973,7 +1975,9 @@ static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cu
     }
     if (rc == 0)
         rc = tn_io_fsync_dir(plog->dir);
-    if (rc != 0 || trunc_stops(plog, 4))
+    if (rc == 0 && trunc_stops(plog, 4))
+        rc = UV_EIO;
+    if (rc != 0)
         goto fail;
     tn_seg_scan_t scan;
     rc = tn_seg_scan(ns->fd, cut, ns->base, plog->store->opts.index_interval, ns, &scan);
