@@ -612,32 +612,6 @@ int tn_plog_begin_epoch(tn_plog_t *pl, tn_append_t *req, uint32_t epoch, tn_appe
     return 0;
 }
 
-/* Check raw records: whole, CRC-good, dense from first_offset, the last
- * one ending a batch. *n = how many. */
-static int check_raw(const unsigned char *b, size_t len, uint64_t first_offset, uint32_t *n)
-{
-    size_t pos = 0;
-    uint64_t next = first_offset;
-    uint16_t last_flags = 0;
-    uint32_t count = 0;
-    while (pos < len) {
-        tn_rec_t rec;
-        int rc = tn_rec_decode(b + pos, len - pos, &rec);
-        if (rc != 0)
-            return TN_ECORRUPT; /* TN_ESHORT too: a record cut off */
-        if (rec.h.offset != next || count == UINT32_MAX)
-            return TN_ECORRUPT;
-        next++;
-        count++;
-        last_flags = rec.h.flags;
-        pos += (size_t)tn_rec_size(&rec.h);
-    }
-    if (count == 0 || (last_flags & TN_REC_F_MORE) != 0)
-        return TN_ECORRUPT;
-    *n = count;
-    return 0;
-}
-
 int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_t len,
                        uint64_t first_offset, const tn_epoch_entry_t *epochs, uint32_t nepochs,
                        tn_append_cb cb)
@@ -649,7 +623,7 @@ int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_
     if (rc != 0)
         return rc;
     uint32_t n;
-    rc = check_raw(bytes, len, first_offset, &n);
+    rc = tn_rec_check_run(bytes, len, first_offset, &n);
     if (rc != 0)
         return rc;
     for (uint32_t i = 0; i < nepochs; i++) {
@@ -968,10 +942,9 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
             size_t at = 0;
             for (uint32_t i = 0; i < r->nrecs; i++) {
                 unsigned char *b = r->raw + at;
+                tn_rec_set_sync_mark(b, mark); /* checked whole at submit */
                 tn_rec_hdr_t h;
-                (void)tn_rec_decode_hdr(b, r->raw_len - at, &h); /* checked at submit */
-                h.sync_mark = mark;
-                tn_rec_encode(b, &h, b + TN_REC_HDR, b + TN_REC_HDR + h.key_len);
+                (void)tn_rec_decode_hdr(b, r->raw_len - at, &h);
                 if (h.publish_ns > plog->last_publish_ns)
                     plog->last_publish_ns = h.publish_ns;
                 ls->notes[nnotes].offset = plog->next_offset++;
