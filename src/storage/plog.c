@@ -56,7 +56,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 typedef struct {
     uint64_t offset;
@@ -345,19 +344,15 @@ static uint64_t first_offset_locked(const tn_plog_t *plog)
  * the log (returns 0); an I/O error fails the open. */
 static int recover_epochs(tn_plog_t *plog)
 {
-    char path[4096];
-    int rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, TN_EPOCHS_FILE);
-    if (rc != 0)
-        return rc;
-    if (access(path, F_OK) != 0)
-        return 0; /* factor 1, or nothing replicated yet */
-    rc = tn_epochs_load(&plog->epochs, plog->dir);
+    int rc = tn_epochs_load(&plog->epochs, plog->dir); /* none: empty */
     if (rc == TN_ECORRUPT || rc == TN_EFORMAT) {
         set_sticky(plog, rc, "%s", plog->epochs.errmsg);
         return 0;
     }
     if (rc != 0)
         return rc;
+    if (plog->epochs.n == 0)
+        return 0; /* factor 1, or nothing replicated yet */
     plog->epochs_used = true;
     uint64_t end = atomic_load(&plog->written_next);
     bool changed = tn_epochs_truncate_from_end(&plog->epochs, end);
@@ -495,7 +490,12 @@ static void append_done(tn__sreq_t *s)
     req->raw = NULL;
     tn_free(req->repochs);
     req->repochs = NULL;
-    if (gate_holds(plog, req) || (req->kind != 1 && s->status == 0 && plog->ghead != NULL)) {
+    bool hold = gate_holds(plog, req) || (req->kind != 1 && s->status == 0 && plog->ghead != NULL);
+    if (hold && plog->closing) {
+        req->cb(req, TN_ECLOSED); /* never committed: the hw will not move */
+        return;
+    }
+    if (hold) {
         /* Wait for the hw, behind the appends already waiting. */
         req->gnext = NULL;
         if (plog->gtail != NULL)
@@ -1654,6 +1654,7 @@ void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb)
         return;
     plog->closing = true;
     plog->close_cb = cb;
+    tn_plog_fail_gated(plog, TN_ECLOSED);
     memset(&plog->close_req, 0, sizeof(plog->close_req));
     plog->close_req.exec = close_exec;
     plog->close_req.done = close_done;

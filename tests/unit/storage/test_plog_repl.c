@@ -386,7 +386,10 @@ static void expect_same(tn_plog_t *a, tn_plog_t *b)
     uint32_t na = tn_plog_epochs_range(a, 0, n, ea, 8);
     uint32_t nb = tn_plog_epochs_range(b, 0, n, eb, 8);
     assert_int_equal(na, nb);
-    assert_memory_equal(ea, eb, na * sizeof(*ea));
+    for (uint32_t i = 0; i < na; i++) {
+        assert_int_equal(ea[i].epoch, eb[i].epoch);
+        assert_int_equal(ea[i].start, eb[i].start);
+    }
     assert_int_equal(tn_plog_last_epoch(a), tn_plog_last_epoch(b));
 }
 
@@ -773,6 +776,17 @@ static void test_hw_gate(void **state)
     assert_int_equal(a[0].status, 0);
     assert_int_equal(tn_plog_visible_next(pl), 7);
     pl->on_progress = NULL;
+
+    /* Closing the log completes what waits for the hw. */
+    tn_plog_set_gated(pl, true);
+    a[0] = (areq_t){.w = &w2, .id = 0};
+    a[0].req.data = &a[0];
+    assert_int_equal(tn_plog_append(pl, &a[0].req, &rec, 1, on_areq), 0);
+    while (parked(pl) < 1)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    tu_plog_close(&fx->loop, pl);
+    assert_true(a[0].done);
+    assert_int_equal(a[0].status, TN_ECLOSED);
 }
 
 int main(void)
