@@ -630,7 +630,7 @@ int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_
         bool ordered = i == 0 || (epochs[i].epoch > epochs[i - 1].epoch &&
                                   epochs[i].start > epochs[i - 1].start);
         if (!ordered || epochs[i].epoch == 0 || epochs[i].epoch == TN_EPOCHS_UNDEFINED ||
-            epochs[i].start >= first_offset + n)
+            epochs[i].start < first_offset || epochs[i].start >= first_offset + n)
             return TN_ECORRUPT;
     }
     req->raw = tn_malloc(len);
@@ -1553,6 +1553,24 @@ int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_p
 
 /* --- floor ------------------------------------------------------------------ */
 
+/* Write the floor file and move the floor (committer thread). */
+static int write_floor(tn_plog_t *plog, uint64_t floor)
+{
+    unsigned char b[FLOOR_SIZE];
+    tn_put_u32(b, FLOOR_MAGIC);
+    tn_put_u64(b + 8, floor);
+    tn_put_u32(b + 4, tn_crc32c(0, b + 8, 8));
+    int rc = tn_io_write_file_atomic(plog->dir, FLOOR_FILE, b, sizeof(b));
+    if (rc != 0) {
+        set_sticky(plog, rc, "writing the floor file");
+        return rc;
+    }
+    uv_mutex_lock(&plog->lock);
+    plog->floor = floor;
+    uv_mutex_unlock(&plog->lock);
+    return 0;
+}
+
 static void floor_exec(tn__committer_t *c, tn__sreq_t *s)
 {
     tn_plog_floor_t *req = (tn_plog_floor_t *)s;
@@ -1560,19 +1578,9 @@ static void floor_exec(tn__committer_t *c, tn__sreq_t *s)
     int rc = atomic_load(&plog->err);
     uint64_t below = TN_MIN(req->below, plog->next_offset);
     if (rc == 0 && below > plog->floor) {
-        unsigned char b[FLOOR_SIZE];
-        tn_put_u32(b, FLOOR_MAGIC);
-        tn_put_u64(b + 8, below);
-        tn_put_u32(b + 4, tn_crc32c(0, b + 8, 8));
-        rc = tn_io_write_file_atomic(plog->dir, FLOOR_FILE, b, sizeof(b));
-        if (rc == 0) {
-            uv_mutex_lock(&plog->lock);
-            plog->floor = below;
-            uv_mutex_unlock(&plog->lock);
+        rc = write_floor(plog, below);
+        if (rc == 0)
             rc = epochs_follow_start(plog);
-        } else {
-            set_sticky(plog, rc, "writing the floor file");
-        }
     }
     s->status = rc;
     tn__store_complete(c->store, s, s);
@@ -1922,15 +1930,22 @@ static int seg_cut_pos(tn_plog_t *plog, tn_seg_t *seg, uint64_t offset, uint64_t
 
 /* Cut segment k (the last one now) to cut bytes holding the records below
  * offset, and make it the active segment, in a new object with a
- * read-write descriptor and an index rebuilt from the cut file. */
-static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cut)
+ * read-write descriptor and an index rebuilt from the cut file. rebase
+ * (k is 0, cut 0, offset below its base): the emptied file is renamed to
+ * start at offset. */
+static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cut, bool rebase)
 {
     tn_seg_t *old = plog->segs[k];
-    tn_seg_t *ns;
-    int rc = tn_seg_new(old->path, old->base, &ns);
+    tn_seg_t *ns = NULL;
+    char newpath[4096];
+    int fd = -1;
+    int rc = rebase ? seg_path(plog, offset, "log", newpath, sizeof(newpath)) : 0;
+    if (rc == 0)
+        rc = tn_seg_new(rebase ? newpath : old->path, rebase ? offset : old->base, &ns);
     if (rc != 0)
         return rc;
-    rc = tn_io_open(old->path, O_RDWR, 0, &ns->fd);
+    rc = tn_io_open(old->path, O_RDWR, 0, &fd);
+    ns->fd = fd;
     if (rc == 0)
         rc = tn_io_ftruncate(ns->fd, cut);
     if (rc == 0)
@@ -1947,6 +1962,8 @@ static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cu
         if (rc == UV_ENOENT)
             rc = 0;
     }
+    if (rc == 0 && rebase)
+        rc = tn_io_rename(old->path, newpath);
     if (rc == 0)
         rc = tn_io_fsync_dir(plog->dir);
     if (rc == 0 && trunc_stops(plog, 4))
@@ -1988,18 +2005,17 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
     if (offset >= old_next)
         return 0;
     uv_mutex_lock(&plog->lock);
-    uint64_t first = first_offset_locked(plog);
     uint32_t k = plog->nsegs;
     while (k > 0 && plog->segs[k - 1]->base > offset)
         k--;
     uv_mutex_unlock(&plog->lock);
-    if (offset < first || k == 0)
-        return TN_ERANGE;
-    k--;
+    /* Below the first segment: everything goes (a follower's reset). */
+    bool rebase = k == 0;
+    k = rebase ? 0 : k - 1;
     tn_seg_t *seg = plog->segs[k];
-    bool gap = offset > seg->base + seg->count;
-    uint64_t cut = seg->size;
-    if (!gap) {
+    bool gap = !rebase && offset > seg->base + seg->count;
+    uint64_t cut = rebase ? 0 : seg->size;
+    if (!gap && !rebase) {
         rc = seg_cut_pos(plog, seg, offset, &cut);
         if (rc == UV_EINVAL)
             return rc;
@@ -2008,6 +2024,11 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
             return rc;
         }
     }
+
+    /* 0. A drop floor above offset comes down to it first, so that the
+     * records written again from offset on are not hidden. */
+    if (plog->floor > offset && (rc = write_floor(plog, offset)) != 0)
+        return rc;
 
     /* 1. Positions back: readers see nothing at or above offset. */
     uv_mutex_lock(&plog->lock);
@@ -2060,7 +2081,7 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
         if (trunc_stops(plog, 3) || trunc_stops(plog, 4))
             return UV_EIO;
     } else {
-        rc = cut_segment(plog, k, offset, cut);
+        rc = cut_segment(plog, k, offset, cut, rebase);
         if (rc != 0) {
             set_sticky(plog, rc, "cutting segment %" PRIu64 " to truncate", seg->base);
             return rc;
