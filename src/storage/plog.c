@@ -36,7 +36,26 @@
  *      pass the configured limits (the tick handles age).
  *   6. Run control requests (GC, close) in order.
  * The ingress log's appends ride in the same rounds: written after step 2,
- * synced and completed after step 4 (ilog.c). */
+ * synced and completed after step 4 (ilog.c).
+ *
+ * DESIGN: replication (plog.h "replication"; docs/replication.md).
+ *   - Epoch changes ride the append path, in order: a begin_epoch request
+ *     (kind 2) assigns its epoch and saves the epochs file in step 2, just
+ *     before its EPOCH_START record is encoded; a raw copy (kind 1) assigns
+ *     and saves the epochs it carries before its records. The file is thus
+ *     durable before any record of the epoch is written. The history is
+ *     changed only on the committer thread, under the lock (readers on any
+ *     thread take the lock); the save reads it without the lock.
+ *   - A raw copy's bytes are the leader's records, re-encoded in place
+ *     with this segment's sync_mark (CRC recomputed) and written with one
+ *     iovec; it completes in step 3 whatever the mode (a follower tracks
+ *     durability through durable_next), never through the hw gate.
+ *   - The hw gate lives on the loop thread: append_done parks a gated
+ *     append until tn_plog_set_hw covers it, so completions stay in offset
+ *     order; visible_next reads the hw atomically.
+ *   - Truncation is a control request, after the round's appends; its
+ *     steps (and their crash outcomes) are at trunc_run. Retention (GC,
+ *     the floor) trims the history's start after the segments go. */
 #include "core/platform.h"
 
 #include "storage/plog.h"
