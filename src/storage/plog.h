@@ -318,6 +318,9 @@ int tn_plog_drop_below(tn_plog_t *plog, tn_plog_floor_t *req, uint64_t below, tn
  * entry (or an empty history): *found = 0, *end = 0. 0, or the log's
  * sticky error. Any thread. */
 int tn_plog_epoch_end(tn_plog_t *pl, uint32_t epoch, uint32_t *found, uint64_t *end);
+/* The same with the log as a void *: a tn_repl_epoch_end_cb to hand to
+ * tn_repl_config_t (epoch_end_arg = the tn_plog_t). */
+int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *end);
 
 /* The epoch of the record at written_next - 1, 0 when the log is empty or
  * the history has no entry covering it. Any thread. */
