@@ -6,6 +6,8 @@
 #include "core/crc32c.h"
 #include "core/err.h"
 
+#include <string.h>
+
 static uint32_t record_crc(const unsigned char *hdr, const void *key, uint32_t key_len,
                            const void *body, uint32_t body_len)
 {
@@ -67,4 +69,75 @@ int tn_rec_verify(const unsigned char *hdr, const void *key, const void *body)
     if (record_crc(hdr, key, key_len, body, body_len) != tn_get_u32(hdr + 4))
         return TN_ECORRUPT;
     return 0;
+}
+
+void tn_ctrl_encode_epoch(unsigned char *out, uint32_t epoch)
+{
+    out[0] = TN_CTRL_EPOCH_START;
+    tn_put_u32(out + 1, epoch);
+}
+
+void tn_ctrl_encode_producer(unsigned char *out, uint64_t node, uint64_t seq, uint32_t count)
+{
+    out[0] = TN_CTRL_PRODUCER;
+    tn_put_u64(out + 1, node);
+    tn_put_u64(out + 9, seq);
+    tn_put_u32(out + 17, count);
+}
+
+int tn_ctrl_decode(const void *body, size_t len, tn_ctrl_t *out)
+{
+    const unsigned char *p = body;
+    memset(out, 0, sizeof(*out));
+    if (len < 1)
+        return TN_ECORRUPT;
+    out->kind = p[0];
+    switch (out->kind) {
+    case TN_CTRL_EPOCH_START:
+        if (len < TN_CTRL_EPOCH_START_SIZE)
+            return TN_ECORRUPT;
+        out->epoch = tn_get_u32(p + 1);
+        return 0;
+    case TN_CTRL_PRODUCER:
+        if (len < TN_CTRL_PRODUCER_SIZE)
+            return TN_ECORRUPT;
+        out->node = tn_get_u64(p + 1);
+        out->seq = tn_get_u64(p + 9);
+        out->count = tn_get_u32(p + 17);
+        return 0;
+    default:
+        return 0; /* reserved: a reader skips it */
+    }
+}
+
+int tn_rec_check_run(const void *bytes, size_t len, uint64_t first_offset, uint32_t *count)
+{
+    const unsigned char *b = bytes;
+    size_t pos = 0;
+    uint64_t next = first_offset;
+    uint16_t last_flags = 0;
+    uint32_t n = 0;
+    while (pos < len) {
+        tn_rec_t rec;
+        if (tn_rec_decode(b + pos, len - pos, &rec) != 0)
+            return TN_ECORRUPT; /* TN_ESHORT too: a record cut off */
+        if (rec.h.offset != next || n == UINT32_MAX)
+            return TN_ECORRUPT;
+        next++;
+        n++;
+        last_flags = rec.h.flags;
+        pos += (size_t)tn_rec_size(&rec.h);
+    }
+    if (n == 0 || (last_flags & TN_REC_F_MORE) != 0)
+        return TN_ECORRUPT;
+    *count = n;
+    return 0;
+}
+
+void tn_rec_set_sync_mark(unsigned char *rec, uint32_t sync_mark)
+{
+    tn_rec_hdr_t h;
+    (void)tn_rec_decode_hdr(rec, TN_REC_HDR, &h);
+    h.sync_mark = sync_mark;
+    tn_rec_encode(rec, &h, rec + TN_REC_HDR, rec + TN_REC_HDR + h.key_len);
 }
