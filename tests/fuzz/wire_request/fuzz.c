@@ -149,6 +149,35 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
             abort();
         break;
     }
+    case TN_OP_PRODUCE: {
+        /* topic (1..255), partition, epoch, node, seq, count (>= 1: the
+         * check judges it and the topic), then count records as COMMIT's. */
+        char topic[256];
+        uint32_t part, epoch, count;
+        uint64_t node, seq;
+        if (tn_wire_get_str(&in, 255, topic) != 0 || tn_wire_get_u32(&in, &part) != 0 ||
+            tn_wire_get_u32(&in, &epoch) != 0 || tn_wire_get_u64(&in, &node) != 0 ||
+            tn_wire_get_u64(&in, &seq) != 0 || tn_wire_get_u32(&in, &count) != 0)
+            break;
+        if (topic[0] == '\0' || count == 0)
+            return TN_EPROTO;
+        if (tn_wire_put_str(out, topic) != 0 || tn_wire_put_u32(out, part) != 0 ||
+            tn_wire_put_u32(out, epoch) != 0 || tn_wire_put_u64(out, node) != 0 ||
+            tn_wire_put_u64(out, seq) != 0 || tn_wire_put_u32(out, count) != 0)
+            abort();
+        for (uint32_t i = 0; i < count && in.err == 0; i++) {
+            const uint8_t *key;
+            size_t klen;
+            int64_t at, created;
+            if (tn_wire_get_bytes(&in, TN_COMMIT_KEY_MAX, &key, &klen) == 0 &&
+                tn_wire_get_bytes(&in, TN_WIRE_MAX_PAYLOAD, &bytes, &n) == 0 &&
+                tn_wire_get_i64(&in, &at) == 0 && tn_wire_get_i64(&in, &created) == 0 &&
+                (tn_wire_put_bytes(out, key, klen) != 0 || tn_wire_put_bytes(out, bytes, n) != 0 ||
+                 tn_wire_put_i64(out, at) != 0 || tn_wire_put_i64(out, created) != 0))
+                abort();
+        }
+        break;
+    }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:
     case TN_OP__COUNT:
