@@ -18,52 +18,27 @@
 #define JSON           "application/json"
 #define REPLY_BODY_MAX 4096
 
-/* The PRODUCER control record rides in front of a forwarded batch once
- * storage has control records (TN_REC_F_CONTROL, rstore's): CTL_RECS is
- * how many records a stored batch has before its first one. */
-#ifdef TN_REC_F_CONTROL
+/* Records a stored batch has before its first: the PRODUCER record. */
 #define CTL_RECS 1
-#else
-#define CTL_RECS 0
-#endif
 
 /* --- the control record -------------------------------------------------------------- */
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
 
 void tn_produce_ctl_encode(uint8_t out[TN_PRODUCE_CTL_LEN], uint64_t node, uint64_t seq,
                            uint32_t count)
 {
-    out[0] = TN_PRODUCE_CTL_PRODUCER;
-    put64(out + 1, node);
-    put64(out + 9, seq);
-    out[17] = (uint8_t)(count >> 24);
-    out[18] = (uint8_t)(count >> 16);
-    out[19] = (uint8_t)(count >> 8);
-    out[20] = (uint8_t)count;
+    tn_ctrl_encode_producer(out, node, seq, count);
 }
 
 int tn_produce_ctl_decode(const void *body, size_t len, uint64_t *node, uint64_t *seq,
                           uint32_t *count)
 {
-    const uint8_t *p = body;
-    if (len != TN_PRODUCE_CTL_LEN || p[0] != TN_PRODUCE_CTL_PRODUCER)
+    tn_ctrl_t c;
+    if (len != TN_PRODUCE_CTL_LEN || tn_ctrl_decode(body, len, &c) != 0 ||
+        c.kind != TN_CTRL_PRODUCER)
         return TN_EPROTO;
-    *node = get64(p + 1);
-    *seq = get64(p + 9);
-    *count = (uint32_t)p[17] << 24 | (uint32_t)p[18] << 16 | (uint32_t)p[19] << 8 | p[20];
+    *node = c.node;
+    *seq = c.seq;
+    *count = c.count;
     return 0;
 }
 
@@ -286,10 +261,7 @@ int tn_produce_window_scan(tn_produce_window_t *w, const void *raw, size_t len)
             break;
         uint64_t node, seq;
         uint32_t count;
-        bool ctl = false;
-#ifdef TN_REC_F_CONTROL
-        ctl = (rec.h.flags & TN_REC_F_CONTROL) != 0 && rec.h.key_len == 0;
-#endif
+        bool ctl = (rec.h.flags & TN_REC_F_CONTROL) != 0 && rec.h.key_len == 0;
         if (ctl && tn_produce_ctl_decode(rec.body, rec.h.body_len, &node, &seq, &count) == 0) {
             int rc = tn_produce_window_note(w, node, seq, rec.h.offset + 1);
             if (rc != 0)
@@ -561,8 +533,7 @@ static int prod_fill(prod_t *c, const tn_wire_produce_t *wp, uint8_t ctl[TN_PROD
     if (recs == NULL)
         return UV_ENOMEM;
     tn_produce_ctl_encode(ctl, c->node, c->seq, c->count);
-    if (CTL_RECS > 0)
-        recs[0] = (tn_rec_in_t){.key = tn_iov(NULL, 0), .body = tn_iov(ctl, TN_PRODUCE_CTL_LEN)};
+    recs[0] = (tn_rec_in_t){.key = tn_iov(NULL, 0), .body = tn_iov(ctl, TN_PRODUCE_CTL_LEN)};
     tn_wire_produce_t it = *wp;
     tn_commit_rec_t rec;
     for (uint32_t i = 0; tn_wire_produce_next(&it, &rec); i++) {
@@ -576,12 +547,9 @@ static int prod_fill(prod_t *c, const tn_wire_produce_t *wp, uint8_t ctl[TN_PROD
     }
     int rc = tn_pub_fill(&c->pub, recs);
     tn_free(recs);
-#ifdef TN_REC_F_CONTROL
-    /* The engine appends p->recs as they are: the first is the control
-     * record, in the same atomic batch (TN_REC_F_MORE chain) as the rest. */
-    if (rc == 0)
-        c->pub.recs[0].flags = TN_REC_F_CONTROL;
-#endif
+    /* The first is the control record, in the same atomic batch
+     * (TN_REC_F_MORE chain) as the rest. */
+    c->pub.ncontrol = CTL_RECS;
     return rc;
 }
 

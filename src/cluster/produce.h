@@ -49,18 +49,20 @@
 #include "cluster/wire.h"
 #include "core/buf.h"
 #include "queue/queue.h"
+#include "storage/record.h"
 
 #include <uv.h>
 
 /* --- the PRODUCER control record's body ---------------------------------------------
  *
- * [1] kind 2, [8] node, [8] seq, [4] count (big-endian, as on the wire):
- * the next count records of the log came from the forwarded batch (node,
- * seq). Written with TN_REC_F_CONTROL (storage/record.h), so consumers
- * never see it. */
+ * storage/record.h's TN_CTRL_PRODUCER: [1] kind 2, [8] node, [8] seq, [4]
+ * count (little-endian, as record headers): the next count records of the
+ * log came from the forwarded batch (node, seq). Written with
+ * TN_REC_F_CONTROL, so consumers never see it. These wrap record.h's
+ * codec, refusing any other kind or length. */
 
-#define TN_PRODUCE_CTL_PRODUCER 2
-#define TN_PRODUCE_CTL_LEN      21
+#define TN_PRODUCE_CTL_PRODUCER TN_CTRL_PRODUCER
+#define TN_PRODUCE_CTL_LEN      TN_CTRL_PRODUCER_SIZE
 
 void tn_produce_ctl_encode(uint8_t out[TN_PRODUCE_CTL_LEN], uint64_t node, uint64_t seq,
                            uint32_t count);

@@ -149,6 +149,10 @@ static void fetch_work(uv_work_t *w)
             f->err = rc;
             break;
         }
+        if ((rec.h.flags & TN_REC_F_CONTROL) != 0) {
+            f->n++; /* no message: passed over as a gap is */
+            continue;
+        }
         r->body = tn_msg_new(rec.body, rec.h.body_len);
         if (r->body != NULL && rec.h.key_len > 0) {
             r->key = tn_msg_new(rec.key, rec.h.key_len);

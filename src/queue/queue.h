@@ -400,6 +400,12 @@ struct tn_pub_s {
      * grow-here hook for one (tn_broker_set_grow_here) and goes to it
      * once it is open, rather than answering TN_EREMOTE at once. */
     bool grow_here;
+    /* The first ncontrol records (bodies set as any, no key) are control
+     * records (storage/record.h), written with TN_REC_F_CONTROL in the
+     * same atomic batch as the rest: never delivered, not counted as
+     * messages. 0 for every door; the PRODUCE handler sets 1 (the
+     * PRODUCER record ahead of a forwarded batch, cluster/produce.h). */
+    uint32_t ncontrol;
     /* Private. */
     bool grew; /* the hook was asked once: no second time */
     tn_broker_t *broker;

@@ -297,8 +297,15 @@ static void on_appended(tn_append_t *req, int status)
         p->first_offset = req->first_offset;
         if (req->first_offset + p->n > part->appended_next)
             part->appended_next = req->first_offset + p->n;
-        t->message_count += p->n;
+        t->message_count += p->n - p->ncontrol;
         for (uint32_t i = 0; i < p->n; i++) {
+            if (i < p->ncontrol) {
+                /* A control record holds its offset with no message: the
+                 * channels pass over it as over a gap. */
+                if (!t->deleted && !t->broker->closing)
+                    tn__cache_append(part, req->first_offset + i, req->publish_ns, 0, NULL, NULL);
+                continue;
+            }
             t->message_bytes += p->msgs[i]->len;
             if (!t->deleted && !t->broker->closing)
                 tn__cache_append(part, req->first_offset + i, req->publish_ns,
@@ -417,7 +424,9 @@ static int append_to(tn_topic_t *t, tn_pub_t *p)
     }
     if (t->memory)
         tn__part_mem_trim(part);
-    int rc = tn_plog_append(part->plog, &p->app, p->recs, p->n, on_appended);
+    int rc = p->ncontrol > 0
+                 ? tn_plog_append_ex(part->plog, &p->app, p->recs, p->n, p->ncontrol, on_appended)
+                 : tn_plog_append(part->plog, &p->app, p->recs, p->n, on_appended);
     if (rc == 0) {
         t->busy++;
         t->broker->workers++;

@@ -141,7 +141,7 @@ def wire_seeds(here):
     produce = produce_fields(b"orders", 1, 4, 2, 1 << 40,
                              [(b"k1", b"body one", 0, 1700000000000),
                               (b"", b"deferred", 1700000060000, 1700000000001)])
-    ctl = struct.pack(">BQQI", 2, 2, 7, 2)
+    ctl = struct.pack("<BQQI", 2, 2, 7, 2)  # record.h: little-endian
     write(pr, "seed-batch", produce)
     write(pr, "seed-one", produce_fields(b"t", 0, 0, 1, 1, [(b"", b"x", 0, 0)]))
     write(pr, "seed-empty-batch", produce_fields(b"t", 0, 0, 1, 1, []))
