@@ -293,7 +293,8 @@ struct tn_produce_server_s {
 /* One PRODUCE being served. */
 typedef struct {
     tn_produce_server_t *s;
-    tn_rpc_req_t *req;
+    tn_rpc_req_t *req;        /* NULL: a local call (tn_produce_local) */
+    tn_produce_call_t *local; /* its caller's call */
     tn_pub_t pub;
     tn_produce_wait_t wait; /* a retry of a pending (node, seq) */
     bool entered;           /* (node, seq) entered pending: complete it */
@@ -411,10 +412,15 @@ static void finish(prod_t *c, uint16_t status, const char *body, size_t len)
         s->st.failed++;
     else if (status >= 400)
         s->st.refused++;
-    tn_rpc_reply(c->req, status, JSON, body, len);
+    tn_rpc_req_t *req = c->req;
+    tn_produce_call_t *local = c->local;
     tn_pub_fini(&c->pub);
     tn_free(c);
     s->st.inflight--;
+    if (req != NULL)
+        tn_rpc_reply(req, status, JSON, body, len);
+    else
+        local->cb(local, tn_produce_reply_decode(status, (const uint8_t *)body, len, local));
     if (s->closing && s->st.inflight == 0)
         server_release(s);
 }
@@ -553,19 +559,11 @@ static int prod_fill(prod_t *c, const tn_wire_produce_t *wp, uint8_t ctl[TN_PROD
     return rc;
 }
 
-static void on_produce(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+/* Serve one request (payload: the fields after the opcode), answering
+ * through c->req or c->local. */
+static void serve(prod_t *c, const uint8_t *payload, size_t len)
 {
-    tn_produce_server_t *s = arg;
-    prod_t *c = tn_calloc(1, sizeof(*c));
-    if (c == NULL) {
-        static const char oom[] = "{\"error\":\"out of memory\"}";
-        s->st.failed++;
-        tn_rpc_reply(req, 503, JSON, oom, strlen(oom));
-        return;
-    }
-    c->s = s;
-    c->req = req;
-    s->st.inflight++;
+    tn_produce_server_t *s = c->s;
     if (s->closing) {
         finish_error(c, 503, "this node is shutting down", NULL);
         return;
@@ -650,6 +648,41 @@ static void on_produce(tn_rpc_req_t *req, const uint8_t *payload, size_t len, vo
         tn_produce_window_complete(x->w, c->node, c->seq, rc, 0);
         finish_status(c, rc);
     }
+}
+
+static void on_produce(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_produce_server_t *s = arg;
+    prod_t *c = tn_calloc(1, sizeof(*c));
+    if (c == NULL) {
+        static const char oom[] = "{\"error\":\"out of memory\"}";
+        s->st.failed++;
+        tn_rpc_reply(req, 503, JSON, oom, strlen(oom));
+        return;
+    }
+    c->s = s;
+    c->req = req;
+    s->st.inflight++;
+    serve(c, payload, len);
+}
+
+int tn_produce_local(tn_produce_server_t *s, const tn_buf_t *req, tn_produce_call_t *call,
+                     tn_produce_cb cb)
+{
+    prod_t *c = tn_calloc(1, sizeof(*c));
+    if (c == NULL)
+        return UV_ENOMEM;
+    call->first_offset = 0;
+    call->leader = 0;
+    call->http_status = 0;
+    call->error[0] = '\0';
+    call->call = NULL;
+    call->cb = cb;
+    c->s = s;
+    c->local = call;
+    s->st.inflight++;
+    serve(c, (const uint8_t *)tn_buf_data(req), tn_buf_size(req));
+    return 0;
 }
 
 void tn_produce_server_handlers(tn_produce_server_t *s, tn_rpc_handler_t *out, size_t *n)

@@ -53,6 +53,10 @@
 
 #include <uv.h>
 
+/* A PRODUCE call (the caller side, below). */
+typedef struct tn_produce_call_s tn_produce_call_t;
+typedef void (*tn_produce_cb)(tn_produce_call_t *c, int status);
+
 /* --- the PRODUCER control record's body ---------------------------------------------
  *
  * storage/record.h's TN_CTRL_PRODUCER: [1] kind 2, [8] node, [8] seq, [4]
@@ -163,6 +167,14 @@ void tn_produce_server_set_accepts(tn_produce_server_t *s, tn_produce_accepts_fn
 #define TN_PRODUCE_HANDLERS 1
 /* The handler (TN_OP_PRODUCE, under the commit bound), arg s. */
 void tn_produce_server_handlers(tn_produce_server_t *s, tn_rpc_handler_t *out, size_t *n);
+/* Serve the request fields req (borrowed for the call; as
+ * tn_wire_produce_encode writes them) here, as the handler serves a
+ * PRODUCE from another node: for a publish this node took while its
+ * metastore names it the leader. 0: cb runs once, possibly before this
+ * returns, with the status tn_produce_call's would have; UV_ENOMEM: cb
+ * never runs. */
+int tn_produce_local(tn_produce_server_t *s, const tn_buf_t *req, tn_produce_call_t *c,
+                     tn_produce_cb cb);
 /* This node became leader of (topic, p): rebuild its window from raw
  * (borrowed; the log tail as tn_plog_read_raw reads it). 0 or
  * UV_ENOMEM. */
@@ -178,7 +190,6 @@ void tn_produce_server_free(tn_produce_server_t *s);
 
 /* --- the caller side ---------------------------------------------------------------- */
 
-typedef struct tn_produce_call_s tn_produce_call_t;
 /* The end of a call: 0, the batch is under the leader's hw from
  * c->first_offset on; TN_EREMOTE, the peer does not lead it (c->leader:
  * the member it names, 0 unknown); TN_EFENCED, the epoch sent is stale;
@@ -186,8 +197,6 @@ typedef struct tn_produce_call_s tn_produce_call_t;
  * UV_EAGAIN, the leader could not take it now (503: not serving yet,
  * storage error, shutting down); TN_ENOTFOUND, UV_ERANGE, TN_EDISKHIGH,
  * UV_EINVAL as COMMIT's; TN_EPROTO; or the call's error (rpc.h). */
-typedef void (*tn_produce_cb)(tn_produce_call_t *c, int status);
-
 struct tn_produce_call_s {
     void *data;
     uint64_t first_offset;

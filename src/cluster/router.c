@@ -3,6 +3,8 @@
 
 #include "cluster/router.h"
 
+#include "cluster/forward.h"
+#include "cluster/produce.h"
 #include "cluster/replica.h"
 
 #include "core/alloc.h"
@@ -59,6 +61,10 @@ struct tn_router_s {
     tn_purge_local_fn purge;
     void *purge_arg;
     tn_replica_t *replica; /* NULL: no replicated partitions */
+    /* Produce through a non-leader: the leader's PRODUCE handler and its
+     * windows, and the forwards of publishes taken here. */
+    tn_produce_server_t *produce;
+    tn_forward_t *fwd;
 };
 
 /* A publish being accepted into the ingress log: owned by the router from
@@ -72,12 +78,37 @@ typedef struct {
     tn_irec_t recs[];
 } spill_t;
 
+/* The leader a 421 names: the metastore replica's (0: none). */
+static uint64_t produce_leader(void *arg, const char *topic, uint32_t p)
+{
+    tn_router_t *r = arg;
+    return r->o.meta != NULL ? tn_meta_state_owner(tn_meta_state(r->o.meta), topic, p) : 0;
+}
+
+static int replica_accepts(void *arg, const char *topic, uint32_t p, uint32_t *leader_epoch)
+{
+    return tn_replica_accepts(arg, topic, p, leader_epoch);
+}
+
 int tn_router_new(const tn_router_opts_t *o, tn_router_t **out)
 {
     tn_router_t *r = tn_calloc(1, sizeof(*r));
     if (r == NULL)
         return UV_ENOMEM;
     r->o = *o;
+    tn_produce_server_opts_t po = {
+        .loop = o->broker->loop, .broker = o->broker, .leader = produce_leader, .leader_arg = r};
+    int rc = tn_produce_server_new(&po, &r->produce);
+    if (rc == 0) {
+        tn_forward_opts_t fo = {.loop = o->broker->loop, .meta = o->meta, .produce = r->produce};
+        rc = tn_forward_new(&fo, &r->fwd);
+        if (rc != 0)
+            tn_produce_server_free(r->produce);
+    }
+    if (rc != 0) {
+        tn_free(r);
+        return rc;
+    }
     *out = r;
     return 0;
 }
@@ -91,6 +122,8 @@ void tn_router_free(tn_router_t *r)
         r->owners = q->next;
         tn_free(q);
     }
+    tn_forward_free(r->fwd);
+    tn_produce_server_free(r->produce);
     tn_free(r);
 }
 
@@ -103,6 +136,11 @@ void tn_router_on_accepted(tn_router_t *r, void (*cb)(void *arg), void *arg)
 void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out)
 {
     *out = r->st;
+    tn_forward_stats_t fs;
+    tn_forward_stats(r->fwd, &fs);
+    out->forwarded = fs.forwarded;
+    out->forward_failed = fs.failed;
+    out->forward_retries = fs.retries;
 }
 
 static bool member_alive(const tn_router_t *r, uint64_t id)
@@ -152,9 +190,23 @@ static void on_spilled(tn_ilog_append_t *a, int status)
 
 /* Accept p (the engine said TN_EREMOTE; p->topic is the engine's topic)
  * into the ingress log. 0 when under way, else the error (nothing taken). */
+static void on_forwarded(tn_pub_t *p, int status)
+{
+    tn_router_t *r = p->route;
+    r->st.publishing--;
+    p->route_cb(p, status);
+}
+
 static int spill(tn_router_t *r, tn_pub_t *p)
 {
     const tn_topic_t *t = p->topic;
+    if (t != NULL && t->nparts > 0 && tn_forward_replicated(r->fwd, t->name)) {
+        /* A replicated partition is never spilled: its leader takes the
+         * batch now, or the publish fails (forward.h). */
+        uint32_t part = p->pinned ? p->pin : tn_forward_pick(r->fwd, t->name, t->nparts);
+        int rc = tn_forward_publish(r->fwd, t->name, part, p, on_forwarded);
+        return rc == TN_ECLOSED ? TN_EREMOTE : rc;
+    }
     if (r->o.ilog == NULL || t == NULL || t->nparts == 0)
         return TN_EREMOTE;
     spill_t *s = tn_malloc(sizeof(*s) + (size_t)p->n * sizeof(s->recs[0]));
@@ -243,10 +295,28 @@ static void pump(tn_router_t *r, settle_owner_t *q);
 void tn_router_set_replica(tn_router_t *r, tn_replica_t *rm)
 {
     r->replica = rm;
+    tn_produce_server_set_accepts(r->produce, rm != NULL ? replica_accepts : NULL, rm);
+}
+
+void tn_router_produce_handlers(tn_router_t *r, tn_rpc_handler_t *out, size_t *n)
+{
+    tn_produce_server_handlers(r->produce, out, n);
+}
+
+int tn_router_rebuild_window(tn_router_t *r, const char *topic, uint32_t p, const void *raw,
+                             size_t len)
+{
+    return tn_produce_server_rebuild(r->produce, topic, p, raw, len);
+}
+
+void tn_router_resign_window(tn_router_t *r, const char *topic, uint32_t p)
+{
+    tn_produce_server_resign(r->produce, topic, p, TN_EREMOTE);
 }
 
 void tn_router_set_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t node_id, bool cluster)
 {
+    tn_forward_set_rpc(r->fwd, cluster ? rpc : NULL, node_id);
     r->rpc = rpc;
     r->node_id = node_id;
     r->cluster = cluster;

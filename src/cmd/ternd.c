@@ -68,6 +68,7 @@
 #include "cluster/dispatch.h"
 #include "cluster/pstats.h"
 #include "cluster/purge.h"
+#include "cluster/produce.h"
 #include "cluster/router.h"
 #include "cluster/settle.h"
 #include "cluster/rpc.h"
@@ -691,7 +692,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
              d->api.http_port);
     /* The control plane's operations, then the data plane's. */
     tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS +
-                       TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + 1];
+                       TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + TN_PRODUCE_HANDLERS + 1];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
@@ -702,6 +703,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     tn_pstats_handlers(d->pstats, h + nh, &ndata);
     nh += ndata;
     tn_purge_handlers(d->purge, h + nh, &ndata);
+    nh += ndata;
+    tn_router_produce_handlers(d->router, h + nh, &ndata);
     nh += ndata;
     tn_v1_consume_handler(&d->v1, &h[nh++]); /* d->v1 is set up below, before the loop runs */
     tn_rpc_opts_t ro;
