@@ -61,6 +61,10 @@ int tn_forward_new(const tn_forward_opts_t *o, tn_forward_t **out)
     if (f == NULL)
         return UV_ENOMEM;
     f->o = *o;
+    if (f->o.timeout_ms == 0)
+        f->o.timeout_ms = TN_FORWARD_TIMEOUT_MS;
+    if (f->o.attempt_ms == 0)
+        f->o.attempt_ms = TN_FORWARD_ATTEMPT_MS;
     *out = f;
     return 0;
 }
@@ -108,10 +112,9 @@ static void finish(fwd_t *fw, int status)
         p->first_offset = 0;
         if (status == UV_ETIMEDOUT)
             TN_LOG_RL(TN_LOG_WARN, 10000,
-                      "forwarding %u message(s) for %s/%u to its leader: no answer within %d ms "
-                      "(%u attempt(s); last: %s)",
-                      p->n, fw->topic, fw->partition, TN_FORWARD_TIMEOUT_MS, fw->attempts,
-                      fw->last);
+                      "forwarding %u message(s) for %s/%u to its leader: no answer within %" PRIu64
+                      " ms (%u attempt(s); last: %s)",
+                      p->n, fw->topic, fw->partition, f->o.timeout_ms, fw->attempts, fw->last);
     }
     uv_timer_stop(&fw->timer);
     uv_close((uv_handle_t *)&fw->timer, on_fwd_closed);
@@ -209,7 +212,7 @@ static void attempt(fwd_t *fw)
         again(fw, false);
         return;
     }
-    uint64_t timeout = (uint64_t)TN_MIN(left, (int64_t)TN_FORWARD_ATTEMPT_MS);
+    uint64_t timeout = TN_MIN((uint64_t)left, f->o.attempt_ms);
     rc = tn_produce_call(f->rpc, m->api_addr, &fw->req, timeout, &fw->call, on_answer);
     if (rc != 0) {
         fw->in_call = false;
@@ -355,7 +358,7 @@ int tn_forward_publish(tn_forward_t *f, const char *topic, uint32_t partition, t
     memcpy(fw->topic, topic, tlen + 1);
     fw->partition = partition;
     fw->seq = h.seq;
-    fw->deadline_ms = tn_now_mono_ms() + TN_FORWARD_TIMEOUT_MS;
+    fw->deadline_ms = tn_now_mono_ms() + (int64_t)f->o.timeout_ms;
     fw->epoch_at = 4 + tlen + 4; /* after the topic and the partition */
     fw->backoff_ms = BACKOFF_FIRST_MS;
     fw->call.data = fw;

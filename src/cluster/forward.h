@@ -59,6 +59,8 @@ typedef struct {
     uv_loop_t *loop;
     tn_meta_t *meta;              /* borrowed */
     tn_produce_server_t *produce; /* this node's leader side, for local attempts */
+    uint64_t timeout_ms;          /* 0: TN_FORWARD_TIMEOUT_MS */
+    uint64_t attempt_ms;          /* 0: TN_FORWARD_ATTEMPT_MS */
 } tn_forward_opts_t;
 
 typedef struct {
