@@ -661,6 +661,30 @@ void tn_router_settle_metrics_write(const tn_router_t *r, tn_buf_t *out)
         "tern_cluster_settle_coalesced_total %" PRIu64 "\n",
         r->st.settle_calls, r->st.settle_handles, r->st.settle_queued);
     tn_buf_append(out, text, (size_t)TN_MIN((size_t)n, sizeof(text) - 1));
+    /* Produce through a non-leader: this node's forwards, and what its
+     * PRODUCE handler served as a leader. */
+    tn_forward_stats_t fs;
+    tn_forward_stats(r->fwd, &fs);
+    tn_produce_stats_t ps;
+    tn_produce_server_stats(r->produce, &ps);
+    n = snprintf(
+        text, sizeof(text),
+        "# HELP tern_cluster_produce_forwards_total Publishes for replicated partitions this "
+        "node took and forwarded to their leader (PRODUCE), by outcome.\n"
+        "# TYPE tern_cluster_produce_forwards_total counter\n"
+        "tern_cluster_produce_forwards_total{outcome=\"ok\"} %" PRIu64 "\n"
+        "tern_cluster_produce_forwards_total{outcome=\"failed\"} %" PRIu64 "\n"
+        "# HELP tern_cluster_produce_forward_retries_total PRODUCE attempts after a forward's "
+        "first (same seq).\n"
+        "# TYPE tern_cluster_produce_forward_retries_total counter\n"
+        "tern_cluster_produce_forward_retries_total %" PRIu64 "\n"
+        "# HELP tern_cluster_produce_served_total PRODUCE batches this node served as the "
+        "leader: stored, or answered from its window (a retry of a stored batch).\n"
+        "# TYPE tern_cluster_produce_served_total counter\n"
+        "tern_cluster_produce_served_total{outcome=\"stored\"} %" PRIu64 "\n"
+        "tern_cluster_produce_served_total{outcome=\"duplicate\"} %" PRIu64 "\n",
+        fs.ok, fs.failed, fs.retries, ps.produces, ps.duplicates);
+    tn_buf_append(out, text, (size_t)TN_MIN((size_t)n, sizeof(text) - 1));
 }
 
 /* --- consume anywhere ------------------------------------------------------------ */

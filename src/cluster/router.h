@@ -183,8 +183,10 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
                       int64_t visibility_ms, tn_router_settle_item_t *items, uint32_t n,
                       tn_router_settle_cb cb, void *arg);
 /* Append the Prometheus text of tern_cluster_settle_calls_total,
- * tern_cluster_settle_handles_total and tern_cluster_settle_coalesced_total
- * to out. */
+ * tern_cluster_settle_handles_total and tern_cluster_settle_coalesced_total,
+ * and of produce through a non-leader (tern_cluster_produce_forwards_total,
+ * tern_cluster_produce_forward_retries_total,
+ * tern_cluster_produce_served_total) to out. */
 void tn_router_settle_metrics_write(const tn_router_t *r, tn_buf_t *out);
 
 /* --- consume anywhere ------------------------------------------------------------ */
