@@ -301,9 +301,13 @@ static void on_appended(tn_append_t *req, int status)
         for (uint32_t i = 0; i < p->n; i++) {
             if (i < p->ncontrol) {
                 /* A control record holds its offset with no message: the
-                 * channels pass over it as over a gap. */
-                if (!t->deleted && !t->broker->closing)
+                 * channels pass over it (queue.h: tn_centry_t.control). */
+                if (!t->deleted && !t->broker->closing) {
                     tn__cache_append(part, req->first_offset + i, req->publish_ns, 0, NULL, NULL);
+                    tn_centry_t *ce = tn__cache_get(part, req->first_offset + i);
+                    if (ce != NULL)
+                        ce->control = true; /* settled as a SKIP, not a FIN */
+                }
                 continue;
             }
             t->message_bytes += p->msgs[i]->len;

@@ -56,7 +56,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 typedef struct {
     uint64_t offset;
@@ -345,19 +344,15 @@ static uint64_t first_offset_locked(const tn_plog_t *plog)
  * the log (returns 0); an I/O error fails the open. */
 static int recover_epochs(tn_plog_t *plog)
 {
-    char path[4096];
-    int rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, TN_EPOCHS_FILE);
-    if (rc != 0)
-        return rc;
-    if (access(path, F_OK) != 0)
-        return 0; /* factor 1, or nothing replicated yet */
-    rc = tn_epochs_load(&plog->epochs, plog->dir);
+    int rc = tn_epochs_load(&plog->epochs, plog->dir); /* none: empty */
     if (rc == TN_ECORRUPT || rc == TN_EFORMAT) {
         set_sticky(plog, rc, "%s", plog->epochs.errmsg);
         return 0;
     }
     if (rc != 0)
         return rc;
+    if (plog->epochs.n == 0)
+        return 0; /* factor 1, or nothing replicated yet */
     plog->epochs_used = true;
     uint64_t end = atomic_load(&plog->written_next);
     bool changed = tn_epochs_truncate_from_end(&plog->epochs, end);
@@ -495,7 +490,12 @@ static void append_done(tn__sreq_t *s)
     req->raw = NULL;
     tn_free(req->repochs);
     req->repochs = NULL;
-    if (gate_holds(plog, req) || (req->kind != 1 && s->status == 0 && plog->ghead != NULL)) {
+    bool hold = gate_holds(plog, req) || (req->kind != 1 && s->status == 0 && plog->ghead != NULL);
+    if (hold && plog->closing) {
+        req->cb(req, TN_ECLOSED); /* never committed: the hw will not move */
+        return;
+    }
+    if (hold) {
         /* Wait for the hw, behind the appends already waiting. */
         req->gnext = NULL;
         if (plog->gtail != NULL)
@@ -612,32 +612,6 @@ int tn_plog_begin_epoch(tn_plog_t *pl, tn_append_t *req, uint32_t epoch, tn_appe
     return 0;
 }
 
-/* Check raw records: whole, CRC-good, dense from first_offset, the last
- * one ending a batch. *n = how many. */
-static int check_raw(const unsigned char *b, size_t len, uint64_t first_offset, uint32_t *n)
-{
-    size_t pos = 0;
-    uint64_t next = first_offset;
-    uint16_t last_flags = 0;
-    uint32_t count = 0;
-    while (pos < len) {
-        tn_rec_t rec;
-        int rc = tn_rec_decode(b + pos, len - pos, &rec);
-        if (rc != 0)
-            return TN_ECORRUPT; /* TN_ESHORT too: a record cut off */
-        if (rec.h.offset != next || count == UINT32_MAX)
-            return TN_ECORRUPT;
-        next++;
-        count++;
-        last_flags = rec.h.flags;
-        pos += (size_t)tn_rec_size(&rec.h);
-    }
-    if (count == 0 || (last_flags & TN_REC_F_MORE) != 0)
-        return TN_ECORRUPT;
-    *n = count;
-    return 0;
-}
-
 int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_t len,
                        uint64_t first_offset, const tn_epoch_entry_t *epochs, uint32_t nepochs,
                        tn_append_cb cb)
@@ -649,14 +623,14 @@ int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_
     if (rc != 0)
         return rc;
     uint32_t n;
-    rc = check_raw(bytes, len, first_offset, &n);
+    rc = tn_rec_check_run(bytes, len, first_offset, &n);
     if (rc != 0)
         return rc;
     for (uint32_t i = 0; i < nepochs; i++) {
         bool ordered = i == 0 || (epochs[i].epoch > epochs[i - 1].epoch &&
                                   epochs[i].start > epochs[i - 1].start);
         if (!ordered || epochs[i].epoch == 0 || epochs[i].epoch == TN_EPOCHS_UNDEFINED ||
-            epochs[i].start >= first_offset + n)
+            epochs[i].start < first_offset || epochs[i].start >= first_offset + n)
             return TN_ECORRUPT;
     }
     req->raw = tn_malloc(len);
@@ -968,10 +942,9 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
             size_t at = 0;
             for (uint32_t i = 0; i < r->nrecs; i++) {
                 unsigned char *b = r->raw + at;
+                tn_rec_set_sync_mark(b, mark); /* checked whole at submit */
                 tn_rec_hdr_t h;
-                (void)tn_rec_decode_hdr(b, r->raw_len - at, &h); /* checked at submit */
-                h.sync_mark = mark;
-                tn_rec_encode(b, &h, b + TN_REC_HDR, b + TN_REC_HDR + h.key_len);
+                (void)tn_rec_decode_hdr(b, r->raw_len - at, &h);
                 if (h.publish_ns > plog->last_publish_ns)
                     plog->last_publish_ns = h.publish_ns;
                 ls->notes[nnotes].offset = plog->next_offset++;
@@ -1387,6 +1360,21 @@ void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out)
 
 /* --- GC -------------------------------------------------------------------- */
 
+static int save_epochs(tn_plog_t *plog);
+
+/* Retention moved the log's start: the epochs history drops what lies
+ * wholly below it and is saved (committer thread; a log without an
+ * epochs file has nothing to do). */
+static int epochs_follow_start(tn_plog_t *plog)
+{
+    if (!plog->epochs_used)
+        return 0;
+    uv_mutex_lock(&plog->lock);
+    bool changed = tn_epochs_truncate_from_start(&plog->epochs, first_offset_locked(plog));
+    uv_mutex_unlock(&plog->lock);
+    return changed ? save_epochs(plog) : 0;
+}
+
 static uint32_t gc_plan_locked(tn_plog_t *plog, uint64_t below, int64_t older_than_ns)
 {
     uint32_t n = 0;
@@ -1467,6 +1455,8 @@ static void gc_exec(tn__committer_t *c, tn__sreq_t *s)
                 rc = r;
             }
         }
+        if (n > 0 && rc == 0)
+            rc = epochs_follow_start(plog);
     }
     s->status = rc;
     tn__store_complete(c->store, s, s);
@@ -1563,6 +1553,24 @@ int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_p
 
 /* --- floor ------------------------------------------------------------------ */
 
+/* Write the floor file and move the floor (committer thread). */
+static int write_floor(tn_plog_t *plog, uint64_t floor)
+{
+    unsigned char b[FLOOR_SIZE];
+    tn_put_u32(b, FLOOR_MAGIC);
+    tn_put_u64(b + 8, floor);
+    tn_put_u32(b + 4, tn_crc32c(0, b + 8, 8));
+    int rc = tn_io_write_file_atomic(plog->dir, FLOOR_FILE, b, sizeof(b));
+    if (rc != 0) {
+        set_sticky(plog, rc, "writing the floor file");
+        return rc;
+    }
+    uv_mutex_lock(&plog->lock);
+    plog->floor = floor;
+    uv_mutex_unlock(&plog->lock);
+    return 0;
+}
+
 static void floor_exec(tn__committer_t *c, tn__sreq_t *s)
 {
     tn_plog_floor_t *req = (tn_plog_floor_t *)s;
@@ -1570,18 +1578,9 @@ static void floor_exec(tn__committer_t *c, tn__sreq_t *s)
     int rc = atomic_load(&plog->err);
     uint64_t below = TN_MIN(req->below, plog->next_offset);
     if (rc == 0 && below > plog->floor) {
-        unsigned char b[FLOOR_SIZE];
-        tn_put_u32(b, FLOOR_MAGIC);
-        tn_put_u64(b + 8, below);
-        tn_put_u32(b + 4, tn_crc32c(0, b + 8, 8));
-        rc = tn_io_write_file_atomic(plog->dir, FLOOR_FILE, b, sizeof(b));
-        if (rc == 0) {
-            uv_mutex_lock(&plog->lock);
-            plog->floor = below;
-            uv_mutex_unlock(&plog->lock);
-        } else {
-            set_sticky(plog, rc, "writing the floor file");
-        }
+        rc = write_floor(plog, below);
+        if (rc == 0)
+            rc = epochs_follow_start(plog);
     }
     s->status = rc;
     tn__store_complete(c->store, s, s);
@@ -1663,6 +1662,7 @@ void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb)
         return;
     plog->closing = true;
     plog->close_cb = cb;
+    tn_plog_fail_gated(plog, TN_ECLOSED);
     memset(&plog->close_req, 0, sizeof(plog->close_req));
     plog->close_req.exec = close_exec;
     plog->close_req.done = close_done;
@@ -1930,20 +1930,29 @@ static int seg_cut_pos(tn_plog_t *plog, tn_seg_t *seg, uint64_t offset, uint64_t
 
 /* Cut segment k (the last one now) to cut bytes holding the records below
  * offset, and make it the active segment, in a new object with a
- * read-write descriptor and an index rebuilt from the cut file. */
-static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cut)
+ * read-write descriptor and an index rebuilt from the cut file. rebase
+ * (k is 0, cut 0, offset below its base): the emptied file is renamed to
+ * start at offset. */
+static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cut, bool rebase)
 {
     tn_seg_t *old = plog->segs[k];
-    tn_seg_t *ns;
-    int rc = tn_seg_new(old->path, old->base, &ns);
+    tn_seg_t *ns = NULL;
+    char newpath[4096];
+    int fd = -1;
+    int rc = rebase ? seg_path(plog, offset, "log", newpath, sizeof(newpath)) : 0;
+    if (rc == 0)
+        rc = tn_seg_new(rebase ? newpath : old->path, rebase ? offset : old->base, &ns);
     if (rc != 0)
         return rc;
-    rc = tn_io_open(old->path, O_RDWR, 0, &ns->fd);
+    rc = tn_io_open(old->path, O_RDWR, 0, &fd);
+    ns->fd = fd;
     if (rc == 0)
         rc = tn_io_ftruncate(ns->fd, cut);
     if (rc == 0)
         rc = tn_io_fdatasync(ns->fd);
-    if (rc != 0 || trunc_stops(plog, 3))
+    if (rc == 0 && trunc_stops(plog, 3))
+        rc = UV_EIO;
+    if (rc != 0)
         goto fail;
     /* Its sidecar, if it had one, goes: an active segment has none. */
     char path[4096];
@@ -1953,9 +1962,13 @@ static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cu
         if (rc == UV_ENOENT)
             rc = 0;
     }
+    if (rc == 0 && rebase)
+        rc = tn_io_rename(old->path, newpath);
     if (rc == 0)
         rc = tn_io_fsync_dir(plog->dir);
-    if (rc != 0 || trunc_stops(plog, 4))
+    if (rc == 0 && trunc_stops(plog, 4))
+        rc = UV_EIO;
+    if (rc != 0)
         goto fail;
     tn_seg_scan_t scan;
     rc = tn_seg_scan(ns->fd, cut, ns->base, plog->store->opts.index_interval, ns, &scan);
@@ -1992,18 +2005,17 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
     if (offset >= old_next)
         return 0;
     uv_mutex_lock(&plog->lock);
-    uint64_t first = first_offset_locked(plog);
     uint32_t k = plog->nsegs;
     while (k > 0 && plog->segs[k - 1]->base > offset)
         k--;
     uv_mutex_unlock(&plog->lock);
-    if (offset < first || k == 0)
-        return TN_ERANGE;
-    k--;
+    /* Below the first segment: everything goes (a follower's reset). */
+    bool rebase = k == 0;
+    k = rebase ? 0 : k - 1;
     tn_seg_t *seg = plog->segs[k];
-    bool gap = offset > seg->base + seg->count;
-    uint64_t cut = seg->size;
-    if (!gap) {
+    bool gap = !rebase && offset > seg->base + seg->count;
+    uint64_t cut = rebase ? 0 : seg->size;
+    if (!gap && !rebase) {
         rc = seg_cut_pos(plog, seg, offset, &cut);
         if (rc == UV_EINVAL)
             return rc;
@@ -2012,6 +2024,11 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
             return rc;
         }
     }
+
+    /* 0. A drop floor above offset comes down to it first, so that the
+     * records written again from offset on are not hidden. */
+    if (plog->floor > offset && (rc = write_floor(plog, offset)) != 0)
+        return rc;
 
     /* 1. Positions back: readers see nothing at or above offset. */
     uv_mutex_lock(&plog->lock);
@@ -2064,7 +2081,7 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
         if (trunc_stops(plog, 3) || trunc_stops(plog, 4))
             return UV_EIO;
     } else {
-        rc = cut_segment(plog, k, offset, cut);
+        rc = cut_segment(plog, k, offset, cut, rebase);
         if (rc != 0) {
             set_sticky(plog, rc, "cutting segment %" PRIu64 " to truncate", seg->base);
             return rc;
