@@ -31,9 +31,9 @@ bool tn_replerr_retryable(int status)
 }
 
 #ifdef TN_TEST
-int tn_replerr_test_refusal(const char *topic, size_t len)
+int tn_replerr_test_refusal(const char *topic, size_t len, bool settle)
 {
-    const char *spec = getenv("TERN_TEST_REFUSE");
+    const char *spec = getenv(settle ? "TERN_TEST_REFUSE_SETTLE" : "TERN_TEST_REFUSE");
     if (spec == NULL)
         return 0;
     while (*spec != '\0') {

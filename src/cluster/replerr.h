@@ -28,19 +28,19 @@ bool tn_replerr_retryable(int status);
 #ifdef TN_TEST
 /* Test hook for the doors' end-to-end tests (a ternd built with the
  * TN_TEST libraries: the ternd-test target): the refusal the environment
- * variable TERN_TEST_REFUSE asks for topic (borrowed, len bytes), else 0.
- * TERN_TEST_REFUSE holds comma-separated PREFIX=NAME pairs, NAME one of
- * FEWREPLICAS, FENCED, NOTSERVING: a publish to, or a settle of, a topic
- * whose name starts with PREFIX is refused with that error by the router
- * (cluster/router.c), where a replicated partition's refusal would come
- * from. Read on every call, so a test can change nothing at run time but
- * also needs no restart between cases. */
-int tn_replerr_test_refusal(const char *topic, size_t len);
+ * asks for topic (borrowed, len bytes), else 0. TERN_TEST_REFUSE (for
+ * publishes) and TERN_TEST_REFUSE_SETTLE (for settles, settle true) hold
+ * comma-separated PREFIX=NAME pairs, NAME one of FEWREPLICAS, FENCED,
+ * NOTSERVING: a publish to, or a settle of, a topic whose name starts with
+ * PREFIX is refused with that error by the router (cluster/router.c),
+ * where a replicated partition's refusal would come from. */
+int tn_replerr_test_refusal(const char *topic, size_t len, bool settle);
 #else
-static inline int tn_replerr_test_refusal(const char *topic, size_t len)
+static inline int tn_replerr_test_refusal(const char *topic, size_t len, bool settle)
 {
     (void)topic;
     (void)len;
+    (void)settle;
     return 0;
 }
 #endif

@@ -212,7 +212,7 @@ static void on_engine_done(tn_pub_t *p, int status)
 int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb)
 {
-    int refused = tn_replerr_test_refusal(topic, len); /* 0 unless a TN_TEST build asks */
+    int refused = tn_replerr_test_refusal(topic, len, false); /* 0 unless a TN_TEST build asks */
     if (refused != 0)
         return refused;
     p->route = r;
@@ -352,7 +352,7 @@ static void settle_local(tn_router_t *r, settle_op_t *op, settle_ent_t *e)
         set_result(it, 503, "this node is not ready to settle receipt handles");
         return;
     }
-    int refused = tn_replerr_test_refusal(op->topic, strlen(op->topic));
+    int refused = tn_replerr_test_refusal(op->topic, strlen(op->topic), true);
     if (refused != 0) {
         set_result(it, 503, tn_replerr_text(refused));
         return;

@@ -39,18 +39,24 @@ static void test_hook(void **state)
 {
     (void)state;
     unsetenv("TERN_TEST_REFUSE");
-    assert_int_equal(tn_replerr_test_refusal("few.a", 5), 0);
+    assert_int_equal(tn_replerr_test_refusal("few.a", 5, false), 0);
     setenv("TERN_TEST_REFUSE", "few=FEWREPLICAS,fen=FENCED,ns=NOTSERVING,bad=NOSUCH", 1);
-    assert_int_equal(tn_replerr_test_refusal("few.a", 5), TN_EFEWREPLICAS);
-    assert_int_equal(tn_replerr_test_refusal("fenced", 6), TN_EFENCED);
-    assert_int_equal(tn_replerr_test_refusal("ns1", 3), TN_ENOTSERVING);
-    assert_int_equal(tn_replerr_test_refusal("bad", 3), 0);
-    assert_int_equal(tn_replerr_test_refusal("fe", 2), 0); /* shorter than the prefix */
-    assert_int_equal(tn_replerr_test_refusal("other", 5), 0);
+    assert_int_equal(tn_replerr_test_refusal("few.a", 5, false), TN_EFEWREPLICAS);
+    assert_int_equal(tn_replerr_test_refusal("fenced", 6, false), TN_EFENCED);
+    assert_int_equal(tn_replerr_test_refusal("ns1", 3, false), TN_ENOTSERVING);
+    assert_int_equal(tn_replerr_test_refusal("bad", 3, false), 0);
+    assert_int_equal(tn_replerr_test_refusal("fe", 2, false), 0); /* shorter than the prefix */
+    assert_int_equal(tn_replerr_test_refusal("other", 5, false), 0);
     /* len bounds the name: "few" is not a prefix of the first 2 bytes. */
-    assert_int_equal(tn_replerr_test_refusal("few.a", 2), 0);
+    assert_int_equal(tn_replerr_test_refusal("few.a", 2, false), 0);
+    /* Settles read their own variable. */
+    assert_int_equal(tn_replerr_test_refusal("few.a", 5, true), 0);
+    setenv("TERN_TEST_REFUSE_SETTLE", "s=FENCED", 1);
+    assert_int_equal(tn_replerr_test_refusal("s.1", 3, true), TN_EFENCED);
+    assert_int_equal(tn_replerr_test_refusal("s.1", 3, false), 0);
+    unsetenv("TERN_TEST_REFUSE_SETTLE");
     setenv("TERN_TEST_REFUSE", "malformed", 1);
-    assert_int_equal(tn_replerr_test_refusal("malformed", 9), 0);
+    assert_int_equal(tn_replerr_test_refusal("malformed", 9, false), 0);
     unsetenv("TERN_TEST_REFUSE");
 }
 
