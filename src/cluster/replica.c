@@ -88,8 +88,8 @@ struct part_s {
     uint64_t fed_end, fed_flushed;
     uint32_t fed_epoch;
     /* leader */
-    bool handed;   /* the engine may open and serve it */
-    bool ready;    /* the engine's plog is gated and the epoch-start record asked */
+    bool handed; /* the engine may open and serve it */
+    bool ready;  /* the engine's plog is gated and the epoch-start record asked */
     uint32_t start_epoch;
     bool start_pending;
     tn_append_t start_req;
@@ -153,7 +153,7 @@ struct group_s {
         char *topic;
         uint32_t p;
         uint32_t leader_epoch;
-    } *sent;
+    } * sent;
 };
 
 struct tn_replica_s {
@@ -270,11 +270,9 @@ static void poll_log(part_t *pt)
     if (flushed > end)
         flushed = end;
     uint32_t epoch = tn_plog_last_epoch(pt->plog);
-    if (pt->core_fed && end == pt->fed_end && flushed == pt->fed_flushed &&
-        epoch == pt->fed_epoch)
+    if (pt->core_fed && end == pt->fed_end && flushed == pt->fed_flushed && epoch == pt->fed_epoch)
         return;
-    if (pt->core.role == TN_REPL_FOLLOWER &&
-        (pt->appending || pt->truncating || flushed < end))
+    if (pt->core.role == TN_REPL_FOLLOWER && (pt->appending || pt->truncating || flushed < end))
         return;
     feed_log(pt, end, flushed, epoch);
 }
@@ -398,8 +396,8 @@ static void on_start_done(tn_append_t *req, int status)
     pt->busy--;
     pt->start_busy = false;
     if (status != 0 && status != TN_EFENCED)
-        TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": epoch %" PRIu32 " start record: %s",
-               pt->topic, pt->p, pt->start_epoch, tn_strerror(status));
+        TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": epoch %" PRIu32 " start record: %s", pt->topic,
+               pt->p, pt->start_epoch, tn_strerror(status));
     if (pt->dead || pt->rm->closing)
         part_maybe_free(pt);
 }
@@ -577,9 +575,9 @@ static void follower_append(part_t *pt, const tn_repl_action_t *a)
     pt->app.data = pt;
     pt->appending = true;
     pt->busy++;
-    int rc = tn_plog_append_raw(pt->plog, &pt->app, tn_buf_data(&pt->appbuf),
-                                tn_buf_size(&pt->appbuf), a->offset, pt->appep, rp->nepochs,
-                                on_append_done);
+    int rc =
+        tn_plog_append_raw(pt->plog, &pt->app, tn_buf_data(&pt->appbuf), tn_buf_size(&pt->appbuf),
+                           a->offset, pt->appep, rp->nepochs, on_append_done);
     if (rc != 0) {
         pt->appending = false;
         pt->busy--;
@@ -621,8 +619,9 @@ static void follower_truncate(part_t *pt, uint64_t offset)
     pt->truncating = true;
     pt->busy++;
     pt->rm->st.truncations++;
-    TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": truncating its log to %" PRIu64 " (hw %" PRIu64
-           ")", pt->topic, pt->p, offset, pt->core.hw);
+    TN_LOG(TN_LOG_NOTICE,
+           "replica %s/%" PRIu32 ": truncating its log to %" PRIu64 " (hw %" PRIu64 ")", pt->topic,
+           pt->p, offset, pt->core.hw);
     int rc = tn_plog_truncate(pt->plog, &pt->trunc, offset, pt->core.hw, on_trunc_done);
     if (rc != 0) {
         pt->truncating = false;
@@ -637,17 +636,6 @@ static void follower_truncate(part_t *pt, uint64_t offset)
 /* --- leader: answering fetches --------------------------------------------------- */
 
 static void answer_item(freq_t *f, const tn_repl_action_t *a, fitem_t *it);
-
-static void refresh(part_t *pt)
-{
-    const tn_pstate_t *ps =
-        tn_meta_state_pstate(tn_meta_state(pt->rm->o.meta), pt->topic, pt->p);
-    if (ps == NULL)
-        return;
-    tn_repl_event_t ev = {.type = TN_REPL_EV_STATE, .now = now_ms(pt->rm)};
-    ev.u.state = ps;
-    run(pt, &ev);
-}
 
 /* The fetch item being fed to its core (the leader's answers fill it). */
 static fitem_t *cur_item;
@@ -1004,11 +992,11 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
               tn_fetch_reply_decode(reply->body, reply->body_len, &fr) == 0 && fr.count == g->n;
     if (!ok) {
         if (status != 0 && status != TN_ECLOSED)
-            TN_LOG_RATE(TN_LOG_WARN, "replica: fetch from node %" PRIu32 ": %s", g->leader,
-                        err != NULL ? err : tn_strerror(status));
+            TN_LOG_RL(TN_LOG_WARN, 5000, "replica: fetch from node %" PRIu32 ": %s", g->leader,
+                      err != NULL ? err : tn_strerror(status));
         else if (status == 0)
-            TN_LOG_RATE(TN_LOG_WARN, "replica: fetch from node %" PRIu32 ": answer %u",
-                        g->leader, reply->status);
+            TN_LOG_RL(TN_LOG_WARN, 5000, "replica: fetch from node %" PRIu32 ": answer %u",
+                      g->leader, reply->status);
         group_clear(g);
         return; /* the cores fetch again after their timeout */
     }
@@ -1042,7 +1030,7 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
                 rm->st.fenced++;
             ev.type = TN_REPL_EV_FETCH_ERROR;
             ev.u.error.leader_epoch = g->sent[i].leader_epoch;
-            ev.u.error.err = rp.status == TN_FETCH_FENCED         ? TN_EFENCED
+            ev.u.error.err = rp.status == TN_FETCH_FENCED          ? TN_EFENCED
                              : rp.status == TN_FETCH_UNKNOWN_EPOCH ? TN_EUNKNOWNEPOCH
                                                                    : TN_EREMOTE;
             break;
@@ -1219,8 +1207,8 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
     pt->ps = *ps;
     pt->has_ps = true;
     if (!pt->core_fed) {
-        if (ps->leader == rm->o.node && engine_aside(rm, pt) == NULL && !engine_local(rm, pt, NULL) &&
-            pt->src == SRC_NONE) {
+        if (ps->leader == rm->o.node && engine_aside(rm, pt) == NULL &&
+            !engine_local(rm, pt, NULL) && pt->src == SRC_NONE) {
             /* Leading with no log here at all: an empty one. */
             feed_log(pt, 0, 0, 0);
         } else if (ensure_log(pt)) {
@@ -1254,10 +1242,9 @@ static void on_tick(uv_timer_t *t)
                 continue;
             if (pt->has_ps) {
                 feed_state(pt);
-            } else if (pt->core.ps.partition_epoch == 0 ||
-                       (pt->core.role == TN_REPL_LEADER && pt->core.proposing) ||
-                       pt->core.role == TN_REPL_FOLLOWER) {
-                /* Polling the metastore makes up for lost notifications. */
+            } else {
+                /* Polling the metastore makes up for lost notifications
+                 * (and answers the cores' REFRESH). */
                 const tn_pstate_t *ps =
                     tn_meta_state_pstate(tn_meta_state(rm->o.meta), pt->topic, pt->p);
                 if (ps != NULL && ps->partition_epoch > pt->core.ps.partition_epoch) {
