@@ -574,6 +574,7 @@ static void follower_append(part_t *pt, const tn_repl_action_t *a)
     memset(&pt->app, 0, sizeof(pt->app));
     pt->app.data = pt;
     pt->appending = true;
+    pt->want = false;
     pt->busy++;
     int rc =
         tn_plog_append_raw(pt->plog, &pt->app, tn_buf_data(&pt->appbuf), tn_buf_size(&pt->appbuf),
@@ -617,6 +618,7 @@ static void follower_truncate(part_t *pt, uint64_t offset)
     memset(&pt->trunc, 0, sizeof(pt->trunc));
     pt->trunc.data = pt;
     pt->truncating = true;
+    pt->want = false;
     pt->busy++;
     pt->rm->st.truncations++;
     TN_LOG(TN_LOG_NOTICE,
@@ -672,6 +674,15 @@ static void run(part_t *pt, const tn_repl_event_t *ev)
             resign(pt);
             break;
         case TN_REPL_ACT_FETCH:
+            /* While records are being appended or the log cut, the core's
+             * view of its log end is behind: it fetches again once the
+             * LOG event after them comes. */
+            if (pt->appending || pt->truncating ||
+                (pt->plog != NULL && (pt->src == SRC_OWN || pt->src == SRC_ENGINE) &&
+                 tn_plog_written_next(pt->plog) != pt->core.end)) {
+                pt->core.fetching = false; /* never sent: the LOG event asks again */
+                break;
+            }
             pt->want = true;
             pt->wantf = a->fetch;
             pt->want_node = a->node;
@@ -1035,6 +1046,10 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
                                                                    : TN_EREMOTE;
             break;
         }
+        TN_LOG(TN_LOG_DEBUG,
+               "replica %s/%" PRIu32 ": answer %u from node %" PRIu32 ": from %" PRIu64
+               " count %" PRIu32 " hw %" PRIu64 " (log end %" PRIu64 ")",
+               pt->topic, pt->p, rp.status, g->leader, rp.from, rp.count, rp.hw, pt->core.end);
         rm->cur = &rp;
         run(pt, &ev);
         rm->cur = NULL;
@@ -1089,6 +1104,11 @@ static void group_send(group_t *g)
             fp.partition_epoch = pt->wantf.partition_epoch;
             if ((rc = tn_fetch_req_put_part(&b, &fp)) != 0)
                 break;
+            TN_LOG(TN_LOG_DEBUG,
+                   "replica %s/%" PRIu32 ": fetch from node %" PRIu32 " epoch %" PRIu32
+                   " offset %" PRIu64 " last epoch %" PRIu32 " flushed %" PRIu64,
+                   pt->topic, pt->p, g->leader, fp.leader_epoch, fp.fetch_offset,
+                   fp.last_fetched_epoch, fp.flushed_offset);
             g->sent[k].topic = tn_strdup(pt->topic);
             g->sent[k].p = pt->p;
             g->sent[k].leader_epoch = fp.leader_epoch;

@@ -204,6 +204,8 @@ typedef struct {
     char owner[TN_USERNAME_MAX + 1];
     char parent[TN_NAME_MAX + 1];
     int64_t fanout_delay_ms;
+    int64_t replication_factor;
+    int64_t min_insync;
 } create_body_t;
 
 enum {
@@ -220,6 +222,8 @@ enum {
     CF_OWNER,
     CF_PARENT,
     CF_DELAY,
+    CF_FACTOR,
+    CF_MIN_INSYNC,
     CF_COUNT
 };
 
@@ -237,6 +241,8 @@ static const tn_jfield_t create_fields[] = {
     {"owner", TN_JF_STR, offsetof(create_body_t, owner), TN_USERNAME_MAX},
     {"parent", TN_JF_STR, offsetof(create_body_t, parent), TN_NAME_MAX},
     {"fanout_delay_ms", TN_JF_INT, offsetof(create_body_t, fanout_delay_ms), 0},
+    {"replication_factor", TN_JF_INT, offsetof(create_body_t, replication_factor), 0},
+    {"min_insync_replicas", TN_JF_INT, offsetof(create_body_t, min_insync), 0},
 };
 _Static_assert(TN_ARRAY_SIZE(create_fields) == CF_COUNT, "create_fields and its enum disagree");
 
@@ -260,6 +266,22 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
         return false;
     }
     t->partitions = (uint32_t)parts;
+    /* Replicated partitions (docs/replication.md): 0 leaves the factor to
+     * the metastore's default. */
+    if (given[CF_FACTOR] && (b->replication_factor < 1 || b->replication_factor > 5)) {
+        snprintf(err, errlen, "invalid argument: replication_factor must be 1..5");
+        return false;
+    }
+    int64_t factor = given[CF_FACTOR] ? b->replication_factor : 0;
+    if (given[CF_MIN_INSYNC] && (b->min_insync < 1 || b->min_insync > (factor > 0 ? factor : 5))) {
+        snprintf(err, errlen,
+                 "invalid argument: min_insync_replicas must be 1..replication_factor");
+        return false;
+    }
+    t->replication_factor = (uint8_t)factor;
+    t->min_insync = given[CF_MIN_INSYNC] ? (uint8_t)b->min_insync
+                    : factor > 1         ? 2
+                                         : (uint8_t)factor;
     if (given[CF_RETENTION] && retention_refused(b->retention_ms, err, errlen))
         return false;
     t->retention_ms = given[CF_RETENTION] ? b->retention_ms : v->o.default_retention_ms;
