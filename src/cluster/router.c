@@ -3,6 +3,7 @@
 
 #include "cluster/router.h"
 
+#include "cluster/replerr.h"
 #include "cluster/replica.h"
 
 #include "core/alloc.h"
@@ -255,6 +256,9 @@ static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t
 int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb)
 {
+    int refused = tn_replerr_test_refusal(topic, len, false); /* 0 unless a TN_TEST build asks */
+    if (refused != 0)
+        return refused;
     p->route = r;
     p->route_cb = cb;
     p->remote = false;
@@ -379,8 +383,11 @@ static void ent_done(settle_ent_t *e, uint16_t status, const char *msg)
 static void on_local_synced(tn_chan_sync_t *sync, int status)
 {
     settle_ent_t *e = sync->data;
+    const char *why = tn_replerr_text(status);
     if (status == 0)
         ent_done(e, 204, NULL);
+    else if (why != NULL) /* a replicated partition refusing for now */
+        ent_done(e, 503, why);
     else
         ent_done(e, 500, MSG_WRITE);
 }
@@ -392,6 +399,11 @@ static void settle_local(tn_router_t *r, settle_op_t *op, settle_ent_t *e)
     tn_router_settle_item_t *it = &op->items[e->idx];
     if (r->settle == NULL) {
         set_result(it, 503, "this node is not ready to settle receipt handles");
+        return;
+    }
+    int refused = tn_replerr_test_refusal(op->topic, strlen(op->topic), true);
+    if (refused != 0) {
+        set_result(it, 503, tn_replerr_text(refused));
         return;
     }
     e->sync.data = e;
@@ -407,6 +419,8 @@ static void settle_local(tn_router_t *r, settle_op_t *op, settle_ent_t *e)
         set_result(it, 410, MSG_STALE);
     else if (rc == UV_ENOMEM)
         set_result(it, 503, MSG_OOM);
+    else if (tn_replerr_retryable(rc))
+        set_result(it, 503, tn_replerr_text(rc));
     else
         set_result(it, 500, MSG_WRITE);
 }

@@ -11,6 +11,7 @@
 #include "api/drain.h"
 #include "api/users.h"
 #include "api/v1/common.h"
+#include "cluster/replerr.h"
 #include "proto/nsq/codec.h"
 
 #include <inttypes.h>
@@ -64,6 +65,17 @@ static void answer_error(tn_http_request_t *r, int status, const char *code)
     char body[128];
     snprintf(body, sizeof(body), "{\"message\":\"%s\"}", code);
     answer_json(r, status, body);
+}
+
+/* 503 + Retry-After for a replicated partition that refuses for now
+ * (cluster/replerr.h): nsqd's {"message"} in its E_PUB_FAILED words, and
+ * the {"error"} every tern door answers such a refusal with. */
+static void answer_refused(tn_http_request_t *r, const char *why)
+{
+    /* why is one of replerr's constants: plain words, nothing to escape. */
+    char body[256];
+    snprintf(body, sizeof(body), "{\"message\":\"E_PUB_FAILED %s\",\"error\":\"%s\"}", why, why);
+    answer_json(r, 503, body);
 }
 
 static void answer_ok(tn_http_request_t *r)
@@ -1063,8 +1075,11 @@ static void on_hpub_done(tn_pub_t *p, int status)
     tn_http_request_t *r = h->r;
     if (r != NULL) {
         r->on_cancel = NULL;
+        const char *why = tn_replerr_text(status);
         if (status == 0)
             answer_ok(r);
+        else if (why != NULL)
+            answer_refused(r, why);
         else if (status == TN_EDISKHIGH)
             answer_error(r, 429, "E_THROTTLED");
         else if (status == TN_EFULL)

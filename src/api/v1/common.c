@@ -180,6 +180,34 @@ static const char *durability_name(uint8_t d)
     return d == 1 ? "write_ack" : d == 2 ? "relaxed" : "durable";
 }
 
+/* The replication of one partition of a replicated topic, from the
+ * metastore's partition state (docs/replication.md, "What an operator sees
+ * and does"): leader (null: offline), replicas (preferred leader first),
+ * isr, leader_epoch, whether it is under-replicated or offline, and
+ * whether its epoch began with an unclean election. log_end is the
+ * leader's next offset (next_offset, from the leader's log), and
+ * high_watermark what consumers may see. */
+static void repl_json(tn_buf_t *b, const tn_pstate_t *ps, const tn_router_pstat_t *st)
+{
+    if (ps->leader != TN_PSTATE_NONE)
+        tn__v1_appendf(b, ",\"leader\":\"%" PRIu32 "\"", ps->leader);
+    else
+        tn_buf_append(b, ",\"leader\":null", 14);
+    tn_buf_append(b, ",\"replicas\":[", 13);
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        tn__v1_appendf(b, "%s\"%" PRIu32 "\"", i > 0 ? "," : "", ps->replicas[i]);
+    tn_buf_append(b, "],\"isr\":[", 9);
+    for (uint32_t i = 0; i < ps->nisr; i++)
+        tn__v1_appendf(b, "%s\"%" PRIu32 "\"", i > 0 ? "," : "", ps->isr[i].node);
+    tn__v1_appendf(b,
+                   "],\"leader_epoch\":%" PRIu32 ",\"under_replicated\":%s,\"offline\":%s"
+                   ",\"unclean\":%s",
+                   ps->leader_epoch, ps->nisr < ps->nreplicas ? "true" : "false",
+                   ps->leader == TN_PSTATE_NONE ? "true" : "false", ps->unclean ? "true" : "false");
+    if (st->have)
+        tn__v1_appendf(b, ",\"log_end\":%" PRIu64, st->st.next_offset);
+}
+
 void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
                        const tn_router_pstat_t *stats, uint32_t nstats)
 {
@@ -250,6 +278,9 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
                 tn__v1_appendf(b, ",\"owner_node\":\"%" PRIu64 "\"", ps->owner);
             else
                 tn_buf_append(b, ",\"owner_node\":null", 18);
+            const tn_pstate_t *rs = tn_meta_state_pstate(s, t->name, ps->partition);
+            if (rs != NULL)
+                repl_json(b, rs, ps);
             if (ps->error != NULL) {
                 tn_buf_append(b, ",\"error\":", 9);
                 tn__v1_json_str(b, ps->error);
