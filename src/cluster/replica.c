@@ -235,9 +235,10 @@ static int epoch_end_cb(void *arg, uint32_t epoch, uint32_t *found, uint64_t *en
 {
     part_t *pt = arg;
     if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE)) {
-        *found = 0;
-        *end = 0;
-        return 0; /* an empty log */
+        /* No log in hand (being opened, or handed to the engine): no
+         * answer rather than an empty log's, which would send a follower
+         * to truncate everything. */
+        return UV_EAGAIN;
     }
     return tn_plog_epoch_end(pt->plog, epoch, found, end);
 }
@@ -936,7 +937,10 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
         it->p = fp.partition;
         it->status = TN_FETCH_NOT_LEADER;
         part_t *pt = part_find(rm, it->topic, it->p);
-        if (pt != NULL && pt->core_fed) {
+        /* A leader whose log the engine is taking over answers nothing
+         * yet (NOT_LEADER: the follower asks again shortly). */
+        if (pt != NULL && pt->core_fed &&
+            !(pt->core.role == TN_REPL_LEADER && (!pt->ready || pt->plog == NULL))) {
             tn_repl_event_t ev = {.type = TN_REPL_EV_FETCH, .now = now};
             ev.u.fetch.node = fr.node;
             ev.u.fetch.incarnation = fr.incarnation;
@@ -1009,6 +1013,8 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
             TN_LOG_RL(TN_LOG_WARN, 5000, "replica: fetch from node %" PRIu32 ": answer %u",
                       g->leader, reply->status);
         group_clear(g);
+        if (rm->closing)
+            maybe_close_done(rm);
         return; /* the cores fetch again after their timeout */
     }
     uint64_t now = now_ms(rm);
@@ -1055,6 +1061,8 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
         rm->cur = NULL;
     }
     group_clear(g);
+    if (rm->closing)
+        maybe_close_done(rm);
 }
 
 static const char *member_addr(tn_replica_t *rm, uint32_t node)
