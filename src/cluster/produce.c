@@ -6,6 +6,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/name.h"
 #include "core/u64map.h"
 #include "storage/record.h"
@@ -281,6 +282,8 @@ typedef struct pw_s {
     uint32_t partition;
     char topic[256];
     tn_produce_window_t *w;
+    uint32_t rebuilding; /* log-tail reads under way: answer 503 meanwhile */
+    uint64_t gen;        /* bumped by every promotion and resignation */
 } pw_t;
 
 struct tn_produce_server_s {
@@ -398,11 +401,141 @@ int tn_produce_server_rebuild(tn_produce_server_t *s, const char *topic, uint32_
     return rc < 0 ? rc : 0;
 }
 
+/* A log-tail read for a new leader's window: the PRODUCER records found
+ * (worker thread), entered on the loop. */
+typedef struct {
+    uv_work_t work;
+    tn_produce_server_t *s;
+    tn_plog_t *pl;
+    char topic[256];
+    uint32_t partition;
+    uint64_t gen; /* the window's when the read began */
+    int err;
+    size_t n, cap;
+    struct {
+        uint64_t node, seq, first;
+    } * found;
+} rebuild_t;
+
+static void rebuild_work(uv_work_t *w)
+{
+    rebuild_t *rb = TN_CONTAINER_OF(w, rebuild_t, work);
+    tn_plog_stats_t st;
+    tn_plog_stats(rb->pl, &st);
+    uint64_t end = st.written_next;
+    uint64_t from = end > TN_PRODUCE_REBUILD_RECORDS ? end - TN_PRODUCE_REBUILD_RECORDS : 0;
+    if (from < st.first_offset)
+        from = st.first_offset;
+    tn_buf_t buf;
+    tn_buf_init(&buf);
+    size_t total = 0;
+    while (from < end && total < TN_PRODUCE_REBUILD_BYTES) {
+        uint32_t count = 0;
+        tn_buf_reset(&buf);
+        int rc = tn_plog_read_raw(rb->pl, from, 1u << 20, &buf, &count);
+        if (rc == TN_EGAP) {
+            from++; /* a hole recovery skipped: nothing there */
+            continue;
+        }
+        if (rc != 0 || count == 0) {
+            rb->err = rc;
+            break;
+        }
+        const unsigned char *p = (const unsigned char *)tn_buf_data(&buf);
+        size_t len = tn_buf_size(&buf), off = 0;
+        while (off < len) {
+            tn_rec_t rec;
+            if (tn_rec_decode(p + off, len - off, &rec) != 0)
+                break;
+            uint64_t node, seq;
+            uint32_t n;
+            if ((rec.h.flags & TN_REC_F_CONTROL) != 0 &&
+                tn_produce_ctl_decode(rec.body, rec.h.body_len, &node, &seq, &n) == 0) {
+                if (rb->n == rb->cap) {
+                    size_t cap = rb->cap > 0 ? rb->cap * 2 : 64;
+                    void *grown = tn_realloc(rb->found, cap * sizeof(*rb->found));
+                    if (grown == NULL) {
+                        rb->err = UV_ENOMEM;
+                        tn_buf_fini(&buf);
+                        return;
+                    }
+                    rb->found = grown;
+                    rb->cap = cap;
+                }
+                rb->found[rb->n].node = node;
+                rb->found[rb->n].seq = seq;
+                rb->found[rb->n].first = rec.h.offset + 1;
+                rb->n++;
+            }
+            off += (size_t)tn_rec_size(&rec.h);
+        }
+        total += len;
+        from += count;
+    }
+    tn_buf_fini(&buf);
+}
+
+static void rebuild_done(uv_work_t *w, int status)
+{
+    rebuild_t *rb = TN_CONTAINER_OF(w, rebuild_t, work);
+    tn_produce_server_t *s = rb->s;
+    pw_t *x = pw_find(s, rb->topic, rb->partition, false);
+    /* Entered only into the term that asked: after a resignation (or
+     * another promotion) what this read found may have been truncated. */
+    if (x != NULL && x->gen == rb->gen) {
+        for (size_t i = 0; i < rb->n; i++)
+            if (tn_produce_window_note(x->w, rb->found[i].node, rb->found[i].seq,
+                                       rb->found[i].first) != 0)
+                break;
+    }
+    if (x != NULL)
+        x->rebuilding--;
+    if (status != 0 || rb->err != 0)
+        TN_LOG(TN_LOG_WARN,
+               "produce window of %s/%" PRIu32 ": reading the log tail stopped early (%s); "
+               "a retry of a batch stored before it could be stored again",
+               rb->topic, rb->partition, tn_strerror(status != 0 ? status : rb->err));
+    tn_free(rb->found);
+    tn_free(rb);
+    s->st.inflight--;
+    if (s->closing && s->st.inflight == 0)
+        server_release(s);
+}
+
+int tn_produce_server_rebuild_log(tn_produce_server_t *s, const char *topic, uint32_t p,
+                                  tn_plog_t *pl)
+{
+    pw_t *x = pw_find(s, topic, p, true);
+    rebuild_t *rb = tn_calloc(1, sizeof(*rb));
+    if (x == NULL || rb == NULL) {
+        tn_free(rb);
+        return UV_ENOMEM;
+    }
+    rb->s = s;
+    rb->pl = pl;
+    snprintf(rb->topic, sizeof(rb->topic), "%s", topic);
+    rb->partition = p;
+    /* A new term: what the window held from an earlier one may name
+     * records a truncation removed since; the log is the truth. */
+    tn_produce_window_clear(x->w, TN_EREMOTE);
+    rb->gen = ++x->gen;
+    int rc = uv_queue_work(s->o.loop, &rb->work, rebuild_work, rebuild_done);
+    if (rc != 0) {
+        tn_free(rb);
+        return rc;
+    }
+    x->rebuilding++;
+    s->st.inflight++;
+    return 0;
+}
+
 void tn_produce_server_resign(tn_produce_server_t *s, const char *topic, uint32_t p, int status)
 {
     pw_t *x = pw_find(s, topic, p, false);
-    if (x != NULL)
+    if (x != NULL) {
+        x->gen++;
         tn_produce_window_clear(x->w, status);
+    }
 }
 
 static void finish(prod_t *c, uint16_t status, const char *body, size_t len)
@@ -610,6 +743,10 @@ static void serve(prod_t *c, const uint8_t *payload, size_t len)
     pw_t *x = pw_find(s, c->topic, c->partition, true);
     if (x == NULL) {
         finish_error(c, 503, "out of memory", NULL);
+        return;
+    }
+    if (x->rebuilding > 0) {
+        finish_error(c, 503, "the new leader is reading its log for earlier batches; retry", NULL);
         return;
     }
     uint64_t first = 0;

@@ -180,6 +180,20 @@ int tn_produce_local(tn_produce_server_t *s, const tn_buf_t *req, tn_produce_cal
  * UV_ENOMEM. */
 int tn_produce_server_rebuild(tn_produce_server_t *s, const char *topic, uint32_t p,
                               const void *raw, size_t len);
+/* The log tail a new leader scans for PRODUCER records: at most this
+ * many records before its log end (and at most TN_PRODUCE_REBUILD_BYTES). */
+#define TN_PRODUCE_REBUILD_RECORDS 65536
+#define TN_PRODUCE_REBUILD_BYTES   (64u * 1024 * 1024)
+/* This node became leader of (topic, p) with log pl (borrowed: open
+ * until the rebuild ends, which the caller's promotion guarantees by
+ * gating the log and holding it): read the log's tail (the last
+ * TN_PRODUCE_REBUILD_RECORDS records) on a worker thread and enter its
+ * PRODUCER records into the partition's window. Until that ends, PRODUCE
+ * for the partition answers 503 (retried by the caller), so no retry of
+ * a batch the old leader stored slips past the window. 0, or UV_ENOMEM
+ * / the worker queue's error (then the window is as it was). */
+int tn_produce_server_rebuild_log(tn_produce_server_t *s, const char *topic, uint32_t p,
+                                  tn_plog_t *pl);
 /* This node no longer leads (topic, p): its window goes, pending waits
  * answered status. */
 void tn_produce_server_resign(tn_produce_server_t *s, const char *topic, uint32_t p, int status);

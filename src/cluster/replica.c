@@ -171,6 +171,9 @@ struct tn_replica_s {
     tn_replica_stats_t st;
     /* the answer being fed to a core (follower records) */
     const tn_fetch_rpart_t *cur;
+    /* tn_replica_on_lead (rfwd: the router's PRODUCE window) */
+    tn_replica_lead_cb lead_cb;
+    void *lead_arg;
 };
 
 static uint64_t now_ms(tn_replica_t *rm)
@@ -434,6 +437,8 @@ static void leader_take(part_t *pt)
     pt->ready = true;
     tn_plog_set_gated(pl, true);
     tn_plog_set_hw(pl, pt->core.hw);
+    if (pt->rm->lead_cb != NULL)
+        pt->rm->lead_cb(pt->rm->lead_arg, pt->topic, pt->p, pl);
     uint64_t end = tn_plog_written_next(pl);
     if (end != pt->core.epoch_start)
         TN_LOG(TN_LOG_WARN,
@@ -469,6 +474,8 @@ static void resign(part_t *pt)
         tn_plog_fail_gated(pt->plog, TN_EFENCED);
         tn_plog_set_gated(pt->plog, false);
     }
+    if (pt->ready && pt->rm->lead_cb != NULL)
+        pt->rm->lead_cb(pt->rm->lead_arg, pt->topic, pt->p, NULL);
     pt->ready = false;
     pt->start_pending = false;
     if (pt->handed) {
@@ -1409,6 +1416,12 @@ bool tn_replica_local(tn_replica_t *rm, const char *topic, uint32_t p, bool *dec
     }
     *decided = tn_meta_state_pstate(tn_meta_state(rm->o.meta), topic, p) != NULL;
     return false;
+}
+
+void tn_replica_on_lead(tn_replica_t *rm, tn_replica_lead_cb cb, void *arg)
+{
+    rm->lead_cb = cb;
+    rm->lead_arg = arg;
 }
 
 int tn_replica_accepts(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t *leader_epoch)

@@ -92,6 +92,14 @@ bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p);
 /* Whether (topic, p) is a replicated partition this node knows of. */
 bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p);
 
+/* Told on the manager's loop when this node takes the lead of a
+ * replicated partition (pl: the engine's log, gated, before the epoch's
+ * start record is written) and when it stops leading it (pl NULL). The
+ * router rebuilds and drops its PRODUCE window here (cluster/produce.h).
+ * topic and pl are borrowed for the call. One hook; NULL: none. */
+typedef void (*tn_replica_lead_cb)(void *arg, const char *topic, uint32_t p, tn_plog_t *pl);
+void tn_replica_on_lead(tn_replica_t *rm, tn_replica_lead_cb cb, void *arg);
+
 void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out);
 /* This node's replica of (topic, p): its hw and log end. 0, TN_ENOTFOUND
  * (not a local replica). */

@@ -345,10 +345,32 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
 
 static void pump(tn_router_t *r, settle_owner_t *q);
 
+/* The replica manager's promotion and resignation (tn_replica_on_lead):
+ * the PRODUCE window of the partition is rebuilt from the log's tail, or
+ * dropped. */
+static void on_lead(void *arg, const char *topic, uint32_t p, tn_plog_t *pl)
+{
+    tn_router_t *r = arg;
+    if (pl == NULL) {
+        tn_router_resign_window(r, topic, p);
+        return;
+    }
+    int rc = tn_produce_server_rebuild_log(r->produce, topic, p, pl);
+    if (rc != 0)
+        TN_LOG(TN_LOG_WARN,
+               "produce window of %s/%" PRIu32 ": cannot read the log tail (%s); a retry of a "
+               "batch the old leader stored could be stored again",
+               topic, p, tn_strerror(rc));
+}
+
 void tn_router_set_replica(tn_router_t *r, tn_replica_t *rm)
 {
+    if (r->replica != NULL && r->replica != rm)
+        tn_replica_on_lead(r->replica, NULL, NULL);
     r->replica = rm;
     tn_produce_server_set_accepts(r->produce, rm != NULL ? replica_accepts : NULL, rm);
+    if (rm != NULL)
+        tn_replica_on_lead(rm, on_lead, r);
 }
 
 void tn_router_produce_handlers(tn_router_t *r, tn_rpc_handler_t *out, size_t *n)

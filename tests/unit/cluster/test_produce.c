@@ -538,6 +538,45 @@ static void test_server_stores_once(void **state)
     pfx_free(f);
 }
 
+static bool idle(void *arg)
+{
+    pfx_t *f = arg;
+    tn_produce_stats_t st;
+    tn_produce_server_stats(f->s, &st);
+    return st.inflight == 0;
+}
+
+/* A promotion: the window is rebuilt from the PRODUCER records of the
+ * log's tail on disk (a worker reads it), so retries of batches stored
+ * in an earlier term are answered, not stored again; a batch not in the
+ * log is stored. */
+static void test_server_rebuild_from_log(void **state)
+{
+    (void)state;
+    pfx_t *f = pfx_new();
+    tn_topic_t *t = tu_broker_topic(f->loop, f->b, "orders", 2);
+    callw_t w;
+    assert_int_equal(call(f, &w, 4, 100, "a", 3), 0);
+    uint64_t first100 = w.c.first_offset;
+    assert_int_equal(call(f, &w, 4, 101, "b", 2), 0);
+    uint64_t first101 = w.c.first_offset;
+    uint64_t end = written(t, 1);
+    tn_produce_server_resign(f->s, "orders", 1, TN_EREMOTE);
+    assert_int_equal(tn_produce_server_rebuild_log(f->s, "orders", 1, t->parts[1]->plog), 0);
+    assert_true(tu_run_loop(f->loop, idle, f));
+    assert_int_equal(call(f, &w, 4, 101, "b", 2), 0);
+    assert_int_equal(w.c.first_offset, first101);
+    assert_int_equal(call(f, &w, 4, 100, "a", 3), 0);
+    assert_int_equal(w.c.first_offset, first100);
+    assert_int_equal(written(t, 1), end);
+    assert_int_equal(call(f, &w, 4, 102, "c", 1), 0);
+    assert_int_equal(written(t, 1), end + 2);
+    tn_produce_stats_t st;
+    tn_produce_server_stats(f->s, &st);
+    assert_int_equal(st.duplicates, 2);
+    pfx_free(f);
+}
+
 static void test_server_refusals(void **state)
 {
     (void)state;
@@ -584,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_reply_decode),
         cmocka_unit_test(test_server_stores_once),
         cmocka_unit_test(test_server_refusals),
+        cmocka_unit_test(test_server_rebuild_from_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
