@@ -291,6 +291,29 @@ static void test_retries_until_serving(void **state)
     ffx_free(f);
 }
 
+/* A 421 (the callee does not lead it: a metastore replica that lags)
+ * and a 409 (a stale epoch) are retried with the same seq: stored once. */
+static void test_retries_after_not_leader_and_fenced(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new(10000, 2000);
+    f->answers[0] = TN_EREMOTE;
+    f->answers[1] = TN_EFENCED;
+    f->nanswers = 2;
+    pubw_t w;
+    pub_prepare(&w, "a", 2, true, 1);
+    assert_int_equal(forward(f, &w), 0);
+    assert_int_equal(f->asked, 3);
+    assert_int_equal(w.p.first_offset, 1);
+    assert_int_equal(written(f, 1), 3);
+    tn_produce_stats_t st;
+    tn_produce_server_stats(f->srv, &st);
+    assert_int_equal(st.produces, 1);
+    assert_int_equal(st.refused, 2);
+    tn_pub_fini(&w.p);
+    ffx_free(f);
+}
+
 /* Not enough in-sync replicas: the door hears it at once, no retry. */
 static void test_few_replicas_at_once(void **state)
 {
@@ -378,6 +401,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lost_answer_stored_once),
         cmocka_unit_test(test_retries_until_serving),
+        cmocka_unit_test(test_retries_after_not_leader_and_fenced),
         cmocka_unit_test(test_few_replicas_at_once),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_router_forwards),
