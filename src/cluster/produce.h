@@ -30,7 +30,7 @@
  *      the publish's deadline. A leader that stored the first copy
  *      answers from its window; a new leader rebuilt its window from the
  *      PRODUCER records of its log tail when it was promoted
- *      (tn_produce_server_rebuild), so a copy the old leader replicated
+ *      (tn_produce_server_rebuild_log), so a copy the old leader replicated
  *      before it died is found there too.
  * Invariant: per partition, a (node, seq) the window holds is stored at
  * most once; a 200 leaves only once the hw covers the batch.
@@ -184,14 +184,17 @@ int tn_produce_server_rebuild(tn_produce_server_t *s, const char *topic, uint32_
  * many records before its log end (and at most TN_PRODUCE_REBUILD_BYTES). */
 #define TN_PRODUCE_REBUILD_RECORDS 65536
 #define TN_PRODUCE_REBUILD_BYTES   (64u * 1024 * 1024)
-/* This node became leader of (topic, p) with log pl (borrowed: open
- * until the rebuild ends, which the caller's promotion guarantees by
- * gating the log and holding it): read the log's tail (the last
+/* This node became leader of (topic, p) with log pl (borrowed: it must
+ * stay open until the read ends, a few ms for a tail in the page cache;
+ * the replica manager keeps a new leader's log open at least that long,
+ * but nothing here enforces it): read the log's tail (the last
  * TN_PRODUCE_REBUILD_RECORDS records) on a worker thread and enter its
  * PRODUCER records into the partition's window. Until that ends, PRODUCE
  * for the partition answers 503 (retried by the caller), so no retry of
- * a batch the old leader stored slips past the window. 0, or UV_ENOMEM
- * / the worker queue's error (then the window is as it was). */
+ * a batch the old leader stored slips past the window. The window is
+ * emptied first (a new term). 0, or UV_ENOMEM / the worker queue's error
+ * (the window then stays empty: at-least-once for retries of earlier
+ * batches). */
 int tn_produce_server_rebuild_log(tn_produce_server_t *s, const char *topic, uint32_t p,
                                   tn_plog_t *pl);
 /* This node no longer leads (topic, p): its window goes, pending waits
