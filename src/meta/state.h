@@ -78,9 +78,10 @@ typedef struct {
     tn_meta_member_t *members; /* sorted by id */
     size_t nmembers;
     size_t mcap;
-    uint64_t users_version;      /* bumped by every user change (credential caches key on it) */
-    uint64_t unassigned;         /* partitions with no owner, over every topic */
-    tn_pstate_node_t *nodes;     /* the members as partstate sees them (derived) */
+    uint64_t users_version;  /* bumped by every user change (credential caches key on it) */
+    uint64_t unassigned;     /* partitions with no owner, over every topic */
+    tn_pstate_node_t *nodes; /* the members as partstate sees them (derived) */
+    size_t nodes_cap;
     tn_meta_pstate_cb pstate_cb; /* optional; kept across a restore */
     void *pstate_arg;
 } tn_meta_state_t;
