@@ -36,7 +36,26 @@
  *      pass the configured limits (the tick handles age).
  *   6. Run control requests (GC, close) in order.
  * The ingress log's appends ride in the same rounds: written after step 2,
- * synced and completed after step 4 (ilog.c). */
+ * synced and completed after step 4 (ilog.c).
+ *
+ * DESIGN: replication (plog.h "replication"; docs/replication.md).
+ *   - Epoch changes ride the append path, in order: a begin_epoch request
+ *     (kind 2) assigns its epoch and saves the epochs file in step 2, just
+ *     before its EPOCH_START record is encoded; a raw copy (kind 1) assigns
+ *     and saves the epochs it carries before its records. The file is thus
+ *     durable before any record of the epoch is written. The history is
+ *     changed only on the committer thread, under the lock (readers on any
+ *     thread take the lock); the save reads it without the lock.
+ *   - A raw copy's bytes are the leader's records, re-encoded in place
+ *     with this segment's sync_mark (CRC recomputed) and written with one
+ *     iovec; it completes in step 3 whatever the mode (a follower tracks
+ *     durability through durable_next), never through the hw gate.
+ *   - The hw gate lives on the loop thread: append_done parks a gated
+ *     append until tn_plog_set_hw covers it, so completions stay in offset
+ *     order; visible_next reads the hw atomically.
+ *   - Truncation is a control request, after the round's appends; its
+ *     steps (and their crash outcomes) are at trunc_run. Retention (GC,
+ *     the floor) trims the history's start after the segments go. */
 #include "core/platform.h"
 
 #include "storage/plog.h"
@@ -1703,6 +1722,11 @@ int tn_plog_epoch_end(tn_plog_t *pl, uint32_t epoch, uint32_t *found, uint64_t *
     return 0;
 }
 
+int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *end)
+{
+    return tn_plog_epoch_end(plog, epoch, found, end);
+}
+
 uint32_t tn_plog_last_epoch(tn_plog_t *pl)
 {
     uint64_t w = atomic_load(&pl->written_next);
@@ -1811,6 +1835,40 @@ static void buf_cut(tn_buf_t *b, size_t size)
         b->len = b->off + size;
 }
 
+/* A window of one segment's bytes [at, at + len) in buf. */
+typedef struct {
+    tn_buf_t buf;
+    uint64_t at;
+    size_t len;
+} window_t;
+
+#define RAW_WINDOW (256 * 1024)
+
+/* Make [pos, pos + need) of seg (at most limit bytes long) present in w. */
+static int window_get(window_t *w, tn_seg_t *seg, uint64_t pos, size_t need, uint64_t limit,
+                      const unsigned char **out)
+{
+    if (pos < w->at || pos + need > w->at + w->len) {
+        if (pos + need > limit)
+            return TN_ECORRUPT;
+        size_t want = (size_t)TN_MIN(limit - pos, (uint64_t)TN_MAX(need, (size_t)RAW_WINDOW));
+        tn_buf_reset(&w->buf);
+        int rc = tn_buf_reserve(&w->buf, want);
+        if (rc != 0)
+            return rc;
+        size_t got;
+        rc = tn_io_pread(seg->fd, w->buf.base, want, pos, &got);
+        if (rc != 0)
+            return rc;
+        w->at = pos;
+        w->len = got;
+        if (got < need)
+            return TN_ECORRUPT;
+    }
+    *out = (const unsigned char *)w->buf.base + (pos - w->at);
+    return 0;
+}
+
 int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *out, uint32_t *count)
 {
     *count = 0;
@@ -1826,43 +1884,98 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
         return 0;
     size_t base_len = tn_buf_size(out);
     size_t batch_len = base_len; /* out's length at the last batch end */
-    uint32_t batch_n = 0;
-    uint32_t n = 0;
-    tn_buf_t scratch;
-    tn_buf_init(&scratch);
+    uint32_t batch_n = 0, n = 0;
+    uint64_t off = from; /* the next record wanted */
+    window_t w = {.at = 0, .len = 0};
+    tn_buf_init(&w.buf);
     int rc = 0;
-    for (uint64_t off = from; off < end; off++) {
-        tn_rec_t rec;
-        rc = tn_plog_read(pl, off, &scratch, &rec);
-        if (rc == TN_EGAP && n > 0 && batch_n == n) {
-            rc = 0; /* stop before a gap */
+    bool stop = false;
+    while (off < end && !stop && rc == 0) {
+        /* The segment holding off, and where to start looking in it. */
+        uv_mutex_lock(&pl->lock);
+        uint32_t lo = 0, hi = pl->nsegs;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (pl->segs[mid]->base <= off)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (off < pl->floor || lo == 0) {
+            uv_mutex_unlock(&pl->lock);
+            rc = TN_ENOTFOUND;
             break;
         }
-        if (rc != 0)
+        tn_seg_t *seg = pl->segs[lo - 1];
+        if (off >= seg->base + seg->count) {
+            uv_mutex_unlock(&pl->lock);
+            rc = TN_EGAP;
             break;
-        size_t size = (size_t)tn_rec_size(&rec.h);
-        if (batch_n > 0 && tn_buf_size(out) + size - base_len > max_bytes)
-            break; /* a whole batch is in hand; this one would not fit */
-        rc = tn_buf_append(out, (const char *)rec.key - TN_REC_HDR, size);
-        if (rc != 0)
-            break;
-        n++;
-        if ((rec.h.flags & TN_REC_F_MORE) == 0) {
-            batch_len = tn_buf_size(out);
-            batch_n = n;
-            if (batch_len - base_len >= max_bytes)
+        }
+        if (!seg->idx_loaded)
+            (void)tn_seg_index_load(seg); /* without it, scan from the start */
+        uint64_t pos = seg->idx_loaded ? tn_seg_index_find(seg, off) : 0;
+        uint64_t limit = seg->size;
+        uint64_t seg_end = seg->base + seg->count;
+        tn_seg_ref(seg);
+        uv_mutex_unlock(&pl->lock);
+        w.len = 0; /* another file */
+        while (off < end && off < seg_end) {
+            const unsigned char *b;
+            rc = window_get(&w, seg, pos, TN_REC_HDR, limit, &b);
+            tn_rec_hdr_t h;
+            if (rc == 0 && tn_rec_decode_hdr(b, TN_REC_HDR, &h) != 0)
+                rc = TN_ECORRUPT;
+            if (rc != 0)
                 break;
+            size_t size = (size_t)tn_rec_size(&h);
+            if (h.offset < off) {
+                pos += size; /* on the way from the index entry */
+                continue;
+            }
+            if (h.offset != off) {
+                rc = TN_ECORRUPT;
+                break;
+            }
+            if (batch_n > 0 && tn_buf_size(out) - base_len + size > max_bytes) {
+                stop = true; /* a whole batch is in hand; this one would not fit */
+                break;
+            }
+            tn_rec_t rec;
+            rc = window_get(&w, seg, pos, size, limit, &b);
+            if (rc == 0)
+                rc = tn_rec_decode(b, size, &rec) != 0 ? TN_ECORRUPT : 0;
+            if (rc == 0)
+                rc = tn_buf_append(out, b, size);
+            if (rc != 0)
+                break;
+            n++;
+            off++;
+            pos += size;
+            if ((h.flags & TN_REC_F_MORE) == 0) {
+                batch_len = tn_buf_size(out);
+                batch_n = n;
+                if (batch_len - base_len >= max_bytes) {
+                    stop = true;
+                    break;
+                }
+            }
         }
+        uint64_t seg_base = seg->base;
+        tn_seg_unref(seg);
+        if (rc != 0 && off >= atomic_load(&pl->written_next))
+            rc = TN_ENOTFOUND; /* truncated while it was read */
+        else if (rc == TN_ECORRUPT)
+            set_sticky(pl, rc, "reading offset %" PRIu64 " of segment %" PRIu64, off, seg_base);
     }
-    tn_buf_fini(&scratch);
-    /* Whole batches only: cut an unfinished one. */
-    buf_cut(out, batch_len);
-    if (rc == TN_ENOTFOUND && batch_n > 0)
-        rc = 0; /* truncated or dropped meanwhile: what was read stands */
+    tn_buf_fini(&w.buf);
+    if ((rc == TN_EGAP && batch_n > 0 && batch_n == n) || (rc == TN_ENOTFOUND && batch_n > 0))
+        rc = 0; /* stop before a gap, or at a truncation: what was read stands */
     if (rc != 0) {
         buf_cut(out, base_len);
         return rc;
     }
+    buf_cut(out, batch_len); /* whole batches only */
     *count = batch_n;
     return 0;
 }

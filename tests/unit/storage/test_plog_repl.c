@@ -238,6 +238,11 @@ static void test_begin_epoch_and_queries(void **state)
         expect_end(pl, 3, 2, 4);
         expect_end(pl, 5, 5, 8);
         expect_end(pl, 9, 5, 8);
+        uint32_t f;
+        uint64_t e8;
+        assert_int_equal(tn_plog_epoch_end_cb(pl, 4, &f, &e8), 0);
+        assert_int_equal(f, 2);
+        assert_int_equal(e8, 4);
         tn_epoch_entry_t e[4];
         assert_int_equal(tn_plog_epochs_range(pl, 0, 8, e, 4), 2);
         assert_int_equal(e[0].epoch, 2);
@@ -439,6 +444,18 @@ static void test_raw_copy(void **state)
     expect_same(leader, follower);
 }
 
+typedef struct {
+    bool done;
+    int status;
+} tw_t;
+
+static void on_advance(tn_plog_advance_t *req, int status)
+{
+    tw_t *w = req->data;
+    w->done = true;
+    w->status = status;
+}
+
 static void test_raw_refusals(void **state)
 {
     fx_t *fx = *state;
@@ -501,16 +518,31 @@ static void test_raw_refusals(void **state)
     assert_int_equal(tn_plog_append_raw(follower, &a.req, bytes, 0, 0, NULL, 0, on_areq),
                      UV_EINVAL);
     free(bytes);
-    tn_buf_fini(&b);
     expect_same(leader, follower);
+
+    /* A gap (tn_plog_advance): a read stops before it, one from inside
+     * it is TN_EGAP, one from after it goes on. */
+    tn_plog_advance_t adv;
+    tw_t aw = {false, 0};
+    adv.data = &aw;
+    assert_int_equal(tn_plog_advance(leader, &adv, 20, on_advance), 0);
+    run_until(&fx->loop, &aw.done);
+    assert_int_equal(aw.status, 0);
+    append_n(fx, leader, 3);
+    tn_buf_reset(&b);
+    assert_int_equal(tn_plog_read_raw(leader, 4, 1 << 20, &b, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(tn_plog_read_raw(leader, 10, 1 << 20, &b, &n), TN_EGAP);
+    tn_buf_reset(&b);
+    assert_int_equal(tn_plog_read_raw(leader, 20, 1 << 20, &b, &n), 0);
+    assert_int_equal(n, 3);
+    uint32_t count;
+    assert_int_equal(tn_rec_check_run(tn_buf_data(&b), tn_buf_size(&b), 20, &count), 0);
+    assert_int_equal(count, 3);
+    tn_buf_fini(&b);
 }
 
 /* --- truncation -------------------------------------------------------------------- */
-
-typedef struct {
-    bool done;
-    int status;
-} tw_t;
 
 static void on_trunc(tn_plog_trunc_t *req, int status)
 {
