@@ -142,6 +142,12 @@ class ReplOps(harness.ClusterTest):
                        lambda: (lambda x: x if x and x.get("isr") == [replicas[0]] else None)(
                            self.part(keep[0], "ops")))
         self.assertTrue(e["under_replicated"])
+        status, stats = keep[0].request("GET", "/stats?format=json&topic=ops")
+        self.assertEqual(status, 200)
+        self.assertEqual((stats["topics"][0]["under_replicated_partitions"],
+                          stats["topics"][0]["offline_partitions"]), (1, 0))
+        status, text = keep[0].request("GET", "/stats?topic=ops")
+        self.assertIn(b"under-replicated: 1 offline: 0", text)
         status, body = self.force(keep[0], "ops", 0, {"node": replicas[1], "unclean": True})
         self.assertEqual(status, 409, body)  # not live
         second.start()

@@ -101,6 +101,12 @@ class ReplDoors(unittest.TestCase):
         self.assertEqual(err["message"], "E_PUB_FAILED " + FEW)
         self.refused(*self.call("POST", "/pub?topic=ns.http", b"refused"), words=NOTSERVING)
         self.assertEqual(self.call("POST", "/pub?topic=plain.http", b"taken")[0], 200)
+        # /stats counts a topic's under-replicated and offline partitions:
+        # none for a factor-1 topic.
+        status, body, _ = self.call("GET", "/stats?format=json&topic=plain.http")
+        topic = json.loads(body)["topics"][0]
+        self.assertEqual((topic["under_replicated_partitions"], topic["offline_partitions"]),
+                         (0, 0))
 
     def test_v1_produce_and_batch(self):
         self.create("few-v1")

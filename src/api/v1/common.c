@@ -10,6 +10,7 @@
 
 #include "core/err.h"
 #include "api/drain.h"
+#include "cluster/replica.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -180,31 +181,62 @@ static const char *durability_name(uint8_t d)
     return d == 1 ? "write_ack" : d == 2 ? "relaxed" : "durable";
 }
 
-/* The replication of one partition of a replicated topic, from the
- * metastore's partition state (docs/replication.md, "What an operator sees
- * and does"): leader (null: offline), replicas (preferred leader first),
- * isr, leader_epoch, whether it is under-replicated or offline, and
- * whether its epoch began with an unclean election. log_end is the
- * leader's next offset (next_offset, from the leader's log), and
- * high_watermark what consumers may see. */
-static void repl_json(tn_buf_t *b, const tn_pstate_t *ps, const tn_router_pstat_t *st)
+/* The replicated partition's high watermark and log end as this node's
+ * replica manager sees them (cluster/replica.h, tn_replica_part_info):
+ * TN_ENOTFOUND when this node holds no replica of it, UV_ENOTSUP without a
+ * replica manager (v->replica NULL: a lone node, or before it starts). */
+static int replica_part_info(tn_v1_t *v, const char *topic, uint32_t p, uint64_t *hw,
+                             uint64_t *log_end)
 {
+    if (v->replica == NULL)
+        return UV_ENOTSUP;
+    return tn_replica_part_info(v->replica, topic, p, hw, log_end);
+}
+
+static void json_members(tn_buf_t *b, const char *key, const tn_pstate_member_t *v, uint32_t n)
+{
+    tn__v1_appendf(b, ",\"%s\":[", key);
+    for (uint32_t i = 0; i < n; i++)
+        tn__v1_appendf(b, "%s\"%u\"", i > 0 ? "," : "", v[i].node);
+    tn_buf_append(b, "]", 1);
+}
+
+/* A replicated partition's state in the local metastore replica
+ * (docs/replication.md, "What an operator sees and does"): leader (null
+ * while offline), replicas (the preferred leader first), isr, elr (when
+ * any), leader_epoch, partition_epoch, under_replicated (ISR smaller than
+ * the replica set), offline (no leader), unclean (the epoch began with a
+ * forced unclean election); node ids as strings as everywhere in /v1.
+ * log_end is the log end of this node's replica when it holds one
+ * (replica_high_watermark beside it), else the leader's next offset from
+ * the partition's numbers (st). */
+static void json_pstate(tn_v1_t *v, tn_buf_t *b, const char *topic, uint32_t p,
+                        const tn_router_pstat_t *st)
+{
+    const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(v->meta), topic, p);
+    if (ps == NULL)
+        return;
     if (ps->leader != TN_PSTATE_NONE)
-        tn__v1_appendf(b, ",\"leader\":\"%" PRIu32 "\"", ps->leader);
+        tn__v1_appendf(b, ",\"leader\":\"%u\"", ps->leader);
     else
         tn_buf_append(b, ",\"leader\":null", 14);
     tn_buf_append(b, ",\"replicas\":[", 13);
     for (uint32_t i = 0; i < ps->nreplicas; i++)
-        tn__v1_appendf(b, "%s\"%" PRIu32 "\"", i > 0 ? "," : "", ps->replicas[i]);
-    tn_buf_append(b, "],\"isr\":[", 9);
-    for (uint32_t i = 0; i < ps->nisr; i++)
-        tn__v1_appendf(b, "%s\"%" PRIu32 "\"", i > 0 ? "," : "", ps->isr[i].node);
+        tn__v1_appendf(b, "%s\"%u\"", i > 0 ? "," : "", ps->replicas[i]);
+    tn_buf_append(b, "]", 1);
+    json_members(b, "isr", ps->isr, ps->nisr);
+    if (ps->nelr > 0)
+        json_members(b, "elr", ps->elr, ps->nelr);
     tn__v1_appendf(b,
-                   "],\"leader_epoch\":%" PRIu32 ",\"under_replicated\":%s,\"offline\":%s"
-                   ",\"unclean\":%s",
-                   ps->leader_epoch, ps->nisr < ps->nreplicas ? "true" : "false",
+                   ",\"leader_epoch\":%u,\"partition_epoch\":%u,\"under_replicated\":%s"
+                   ",\"offline\":%s,\"unclean\":%s",
+                   ps->leader_epoch, ps->partition_epoch,
+                   ps->nisr < ps->nreplicas ? "true" : "false",
                    ps->leader == TN_PSTATE_NONE ? "true" : "false", ps->unclean ? "true" : "false");
-    if (st->have)
+    uint64_t hw, end;
+    if (replica_part_info(v, topic, p, &hw, &end) == 0)
+        tn__v1_appendf(b, ",\"replica_high_watermark\":%" PRIu64 ",\"log_end\":%" PRIu64, hw, end);
+    else if (st->have)
         tn__v1_appendf(b, ",\"log_end\":%" PRIu64, st->st.next_offset);
 }
 
@@ -220,6 +252,8 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
                    ",\"max_acked_ahead_per_partition\":%" PRId64 ",\"created_at\":%" PRId64,
                    t->partitions, t->retention_ms, t->visibility_timeout_ms, t->max_inflight,
                    t->max_acked_ahead, t->created_at_ms / 1000);
+    tn__v1_appendf(b, ",\"replication_factor\":%u,\"min_insync_replicas\":%u",
+                   tn_meta_topic_factor(t), tn_meta_topic_min_insync(t));
     if (t->owner[0] != '\0') {
         tn_buf_append(b, ",\"owner\":", 9);
         tn__v1_json_str(b, t->owner);
@@ -278,13 +312,11 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
                 tn__v1_appendf(b, ",\"owner_node\":\"%" PRIu64 "\"", ps->owner);
             else
                 tn_buf_append(b, ",\"owner_node\":null", 18);
-            const tn_pstate_t *rs = tn_meta_state_pstate(s, t->name, ps->partition);
-            if (rs != NULL)
-                repl_json(b, rs, ps);
             if (ps->error != NULL) {
                 tn_buf_append(b, ",\"error\":", 9);
                 tn__v1_json_str(b, ps->error);
             }
+            json_pstate(v, b, t->name, ps->partition, ps);
             tn_buf_append(b, "}", 1);
         }
         tn_buf_append(b, "]", 1);
