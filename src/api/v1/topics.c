@@ -266,22 +266,6 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
         return false;
     }
     t->partitions = (uint32_t)parts;
-    /* Replicated partitions (docs/replication.md): 0 leaves the factor to
-     * the metastore's default. */
-    if (given[CF_FACTOR] && (b->replication_factor < 1 || b->replication_factor > 5)) {
-        snprintf(err, errlen, "invalid argument: replication_factor must be 1..5");
-        return false;
-    }
-    int64_t factor = given[CF_FACTOR] ? b->replication_factor : 0;
-    if (given[CF_MIN_INSYNC] && (b->min_insync < 1 || b->min_insync > (factor > 0 ? factor : 5))) {
-        snprintf(err, errlen,
-                 "invalid argument: min_insync_replicas must be 1..replication_factor");
-        return false;
-    }
-    t->replication_factor = (uint8_t)factor;
-    t->min_insync = given[CF_MIN_INSYNC] ? (uint8_t)b->min_insync
-                    : factor > 1         ? 2
-                                         : (uint8_t)factor;
     if (given[CF_RETENTION] && retention_refused(b->retention_ms, err, errlen))
         return false;
     t->retention_ms = given[CF_RETENTION] ? b->retention_ms : v->o.default_retention_ms;
