@@ -68,6 +68,7 @@
 #define DEFAULT_WAIT_MS 500
 #define DEFAULT_MAX     (1u << 20)
 #define NBUCKETS        256
+#define ISR_RETRY_MS    500
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -98,6 +99,7 @@ struct part_s {
     uint64_t last_end;
     tn_meta_req_t isr_req;
     bool isr_busy;
+    uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
     uint32_t isr_adds, isr_removes; /* of the proposal in flight */
     /* follower */
     bool want; /* a fetch waits to be sent */
@@ -506,6 +508,11 @@ static void on_isr_done(tn_meta_req_t *req, int status)
         rm->st.isr_expands += pt->isr_adds;
         return; /* the STATE follows */
     }
+    TN_LOG_RL(TN_LOG_NOTICE, 5000, "replica %s/%" PRIu32 ": ISR change refused: %s", pt->topic,
+              pt->p, tn_strerror(status));
+    /* Not again at once: the core proposes again after its timeout, or
+     * the state it lacked arrives. */
+    pt->isr_retry_at = now_ms(rm) + ISR_RETRY_MS;
     const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(rm->o.meta), pt->topic, pt->p);
     tn_repl_event_t ev = {.type = TN_REPL_EV_ISR_REFUSED, .now = now_ms(rm)};
     ev.u.refused.partition_epoch = ps != NULL ? ps->partition_epoch : 0;
@@ -515,7 +522,7 @@ static void on_isr_done(tn_meta_req_t *req, int status)
 static void propose_isr(part_t *pt, const tn_repl_action_t *a)
 {
     tn_replica_t *rm = pt->rm;
-    if (pt->isr_busy)
+    if (pt->isr_busy || now_ms(rm) < pt->isr_retry_at)
         return; /* the core proposes again after its timeout */
     uint32_t adds = 0, removes = 0;
     for (uint32_t i = 0; i < a->nisr; i++)

@@ -37,6 +37,12 @@ class Replica(harness.ClusterTest):
             return None
         return body["partition_stats"][p]
 
+    def log_end(self, node, topic, p):
+        """Partition p's next offset as node's GET shows it, once the
+        leader's log is open (a just-placed partition shows none yet)."""
+        return wait_until(f"{topic}/{p}'s log end on node {node.id}", lambda: (
+            self.pstats(node, topic, p) or {}).get("next_offset"))
+
     def leader(self, node, topic, p):
         ps = self.pstats(node, topic, p)
         return ps.get("leader") if ps else None
@@ -111,7 +117,7 @@ class Replica(harness.ClusterTest):
             body = f"p0-{i}"
             self.produce_acked(new, "r", 0, body)
             acked[0].append(body)
-        end = self.pstats(new, "r", 0)["next_offset"]
+        end = self.log_end(new, "r", 0)
         got = self.read_all(new, "r", 0, end)
         missing = [b for b in acked[0] if b not in got]
         self.assertEqual(missing, [], f"acknowledged messages lost: {missing}")
@@ -132,7 +138,7 @@ class Replica(harness.ClusterTest):
             body = f"p0-{i}"
             self.produce_acked(old, "r", 0, body)
             acked[0].append(body)
-        end = self.pstats(old, "r", 0)["next_offset"]
+        end = self.log_end(old, "r", 0)
         got = self.read_all(old, "r", 0, end)
         self.assertEqual([b for b in acked[0] if b not in got], [])
         self.assertEqual(set(got), set(acked[0]))
@@ -140,7 +146,7 @@ class Replica(harness.ClusterTest):
                    timeout=90)
         # Partition 1 kept its history too.
         lead1 = self.node(c, self.leader(c.nodes[0], "r", 1))
-        end1 = self.pstats(lead1, "r", 1)["next_offset"]
+        end1 = self.log_end(lead1, "r", 1)
         self.assertEqual(sorted(self.read_all(lead1, "r", 1, end1)), sorted(acked[1]))
 
     def test_isr_shrink_refuses_then_recovers(self):
@@ -168,7 +174,7 @@ class Replica(harness.ClusterTest):
         wait_until("s/0 with 3 in-sync replicas again", lambda: self.in_sync(c, "s", 0, 3),
                    timeout=90)
         self.produce_acked(lead, "s", 0, "after")
-        end = self.pstats(lead, "s", 0)["next_offset"]
+        end = self.log_end(lead, "s", 0)
         got = self.read_all(lead, "s", 0, end)
         self.assertIn("before", got)
         self.assertIn("after", got)
