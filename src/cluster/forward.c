@@ -52,7 +52,8 @@ struct fwd_s {
     bool answered;
     uv_timer_t timer;
     tn_produce_call_t call;
-    char last[320]; /* why the last attempt did not succeed */
+    char last[320];  /* why the last attempt did not succeed */
+    int last_status; /* its status (0: no leader to ask) */
 };
 
 int tn_forward_new(const tn_forward_opts_t *o, tn_forward_t **out)
@@ -110,11 +111,22 @@ static void finish(fwd_t *fw, int status)
     } else {
         f->st.failed++;
         p->first_offset = 0;
-        if (status == UV_ETIMEDOUT)
+        if (status == UV_ETIMEDOUT) {
             TN_LOG_RL(TN_LOG_WARN, 10000,
                       "forwarding %u message(s) for %s/%u to its leader: no answer within %" PRIu64
                       " ms (%u attempt(s); last: %s)",
                       p->n, fw->topic, fw->partition, f->o.timeout_ms, fw->attempts, fw->last);
+            /* The door says why in the words of the refusal that lasted:
+             * a leader not serving (or none at all) or a fenced epoch is
+             * a retryable replication refusal (cluster/replerr.h: 503,
+             * E_PUB_FAILED); only answers that never came stay a
+             * timeout. */
+            if (fw->last_status == TN_EFENCED || fw->last_status == TN_ENOTSERVING)
+                status = fw->last_status;
+            else if (fw->last_status == 0 || fw->last_status == TN_EREMOTE ||
+                     fw->last_status == UV_EAGAIN)
+                status = TN_ENOTSERVING;
+        }
     }
     uv_timer_stop(&fw->timer);
     uv_close((uv_handle_t *)&fw->timer, on_fwd_closed);
@@ -182,6 +194,7 @@ static void attempt(fwd_t *fw)
     }
     fw->hint = 0;
     if (leader == 0) {
+        fw->last_status = 0;
         set_last(fw, "the partition has no leader");
         again(fw, false);
         return;
@@ -249,6 +262,7 @@ static void on_answer(tn_produce_call_t *c, int status)
         return;
     }
     /* 421, 409, 503, or the answer was lost: the same seq again. */
+    fw->last_status = status;
     snprintf(fw->last, sizeof(fw->last), "leader %" PRIu64 ": %.256s", fw->tried,
              c->error[0] != '\0' ? c->error : tn_strerror(status));
     if (status == TN_EREMOTE)

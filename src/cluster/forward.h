@@ -31,9 +31,13 @@
  *      else (404, 416, 507, 400, a malformed answer) ends it with that
  *      error.
  *   4. At the deadline (TN_FORWARD_TIMEOUT_MS from the accept, the
- *      dispatcher's COMMIT budget) the publish fails with UV_ETIMEDOUT and
- *      the last refusal is logged (rate-limited): the batch may or may not
- *      be stored (at-least-once; a client retry is a new batch).
+ *      dispatcher's COMMIT budget) the publish fails with the refusal that
+ *      lasted, as the doors' retryable replication refusal
+ *      (cluster/replerr.h: 503 / E_PUB_FAILED): TN_EFENCED, or
+ *      TN_ENOTSERVING when the leader was not serving, not the leader, or
+ *      none was known; UV_ETIMEDOUT only when answers never came. The last
+ *      refusal is logged (rate-limited). The batch may or may not be
+ *      stored (at-least-once; a client retry is a new batch).
  * Invariant: one forward sends one seq; every attempt carries the same
  * records; the door's callback runs exactly once.
  *
