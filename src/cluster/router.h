@@ -81,8 +81,9 @@ void tn_router_on_accepted(tn_router_t *r, void (*cb)(void *arg), void *arg);
  * 1), forwarded to the partition's leader with TN_OP_PRODUCE
  * (cluster/forward.h): then it completes with 0 and p->first_offset once
  * the leader's hw covers it (p->remote false), TN_EFEWREPLICAS at once,
- * or UV_ETIMEDOUT after TN_FORWARD_TIMEOUT_MS of refusals; an unpinned
- * one goes to the next partition (round robin) whose leader is live. */
+ * or after TN_FORWARD_TIMEOUT_MS the refusal that lasted (forward.h); an
+ * unpinned one goes to the next partition (round robin) whose leader is
+ * live. */
 int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb);
 
