@@ -3,6 +3,11 @@
 
 #include "cluster/router.h"
 
+#include "cluster/forward.h"
+#include "cluster/produce.h"
+#include "cluster/replerr.h"
+#include "cluster/replica.h"
+
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -56,6 +61,11 @@ struct tn_router_s {
     /* Purging (tn_router_purge). */
     tn_purge_local_fn purge;
     void *purge_arg;
+    tn_replica_t *replica; /* NULL: no replicated partitions */
+    /* Produce through a non-leader: the leader's PRODUCE handler and its
+     * windows, and the forwards of publishes taken here. */
+    tn_produce_server_t *produce;
+    tn_forward_t *fwd;
 };
 
 /* A publish being accepted into the ingress log: owned by the router from
@@ -69,12 +79,37 @@ typedef struct {
     tn_irec_t recs[];
 } spill_t;
 
+/* The leader a 421 names: the metastore replica's (0: none). */
+static uint64_t produce_leader(void *arg, const char *topic, uint32_t p)
+{
+    tn_router_t *r = arg;
+    return r->o.meta != NULL ? tn_meta_state_owner(tn_meta_state(r->o.meta), topic, p) : 0;
+}
+
+static int replica_accepts(void *arg, const char *topic, uint32_t p, uint32_t *leader_epoch)
+{
+    return tn_replica_accepts(arg, topic, p, leader_epoch);
+}
+
 int tn_router_new(const tn_router_opts_t *o, tn_router_t **out)
 {
     tn_router_t *r = tn_calloc(1, sizeof(*r));
     if (r == NULL)
         return UV_ENOMEM;
     r->o = *o;
+    tn_produce_server_opts_t po = {
+        .loop = o->broker->loop, .broker = o->broker, .leader = produce_leader, .leader_arg = r};
+    int rc = tn_produce_server_new(&po, &r->produce);
+    if (rc == 0) {
+        tn_forward_opts_t fo = {.loop = o->broker->loop, .meta = o->meta, .produce = r->produce};
+        rc = tn_forward_new(&fo, &r->fwd);
+        if (rc != 0)
+            tn_produce_server_free(r->produce);
+    }
+    if (rc != 0) {
+        tn_free(r);
+        return rc;
+    }
     *out = r;
     return 0;
 }
@@ -88,6 +123,8 @@ void tn_router_free(tn_router_t *r)
         r->owners = q->next;
         tn_free(q);
     }
+    tn_forward_free(r->fwd);
+    tn_produce_server_free(r->produce);
     tn_free(r);
 }
 
@@ -100,6 +137,11 @@ void tn_router_on_accepted(tn_router_t *r, void (*cb)(void *arg), void *arg)
 void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out)
 {
     *out = r->st;
+    tn_forward_stats_t fs;
+    tn_forward_stats(r->fwd, &fs);
+    out->forwarded = fs.forwarded;
+    out->forward_failed = fs.failed;
+    out->forward_retries = fs.retries;
 }
 
 static bool member_alive(const tn_router_t *r, uint64_t id)
@@ -149,9 +191,23 @@ static void on_spilled(tn_ilog_append_t *a, int status)
 
 /* Accept p (the engine said TN_EREMOTE; p->topic is the engine's topic)
  * into the ingress log. 0 when under way, else the error (nothing taken). */
+static void on_forwarded(tn_pub_t *p, int status)
+{
+    tn_router_t *r = p->route;
+    r->st.publishing--;
+    p->route_cb(p, status);
+}
+
 static int spill(tn_router_t *r, tn_pub_t *p)
 {
     const tn_topic_t *t = p->topic;
+    if (t != NULL && t->nparts > 0 && tn_forward_replicated(r->fwd, t->name)) {
+        /* A replicated partition is never spilled: its leader takes the
+         * batch now, or the publish fails (forward.h). */
+        uint32_t part = p->pinned ? p->pin : tn_forward_pick(r->fwd, t->name, t->nparts);
+        int rc = tn_forward_publish(r->fwd, t->name, part, p, on_forwarded);
+        return rc == TN_ECLOSED ? TN_EREMOTE : rc;
+    }
     if (r->o.ilog == NULL || t == NULL || t->nparts == 0)
         return TN_EREMOTE;
     spill_t *s = tn_malloc(sizeof(*s) + (size_t)p->n * sizeof(s->recs[0]));
@@ -205,16 +261,68 @@ static void on_engine_done(tn_pub_t *p, int status)
     p->route_cb(p, status);
 }
 
+/* A publish to a replicated partition this node leads is refused at once
+ * when the leader would not take it (TN_EFEWREPLICAS: the committed ISR
+ * is below min_insync; TN_ENOTSERVING: its epoch has not started): the
+ * engine would otherwise hold the append until the hw covers it. An
+ * unpinned publish is pinned to the next local partition that takes it
+ * (round robin), or refused with the first refusal when none does and
+ * some local partition is replicated. Partitions led elsewhere go the
+ * usual way (TN_EREMOTE from the engine). */
+static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p)
+{
+    if (r->replica == NULL)
+        return 0;
+    tn_topic_t *t = NULL;
+    if (tn_broker_topic(r->o.broker, topic, len, false, 0, NULL, &t) != 0 || t == NULL || t->memory)
+        return 0;
+    if (p->pinned) {
+        if (p->pin >= t->nparts || !tn_topic_part_local(t, p->pin) ||
+            !tn_replica_replicated(r->replica, t->name, p->pin))
+            return 0;
+        int rc = tn_replica_accepts(r->replica, t->name, p->pin, NULL);
+        return rc == TN_EREMOTE ? 0 : rc;
+    }
+    int first = 0;
+    bool replicated = false;
+    for (uint32_t k = 0; k < t->nparts; k++) {
+        uint32_t i = (r->next + k) % t->nparts;
+        if (!tn_topic_part_local(t, i))
+            continue;
+        if (!tn_replica_replicated(r->replica, t->name, i))
+            return 0; /* a factor-1 partition here: the engine's round robin */
+        replicated = true;
+        int rc = tn_replica_accepts(r->replica, t->name, i, NULL);
+        if (rc == 0) {
+            r->next = i + 1;
+            p->pinned = true;
+            p->pin = i;
+            return 0;
+        }
+        if (first == 0 && rc != TN_EREMOTE)
+            first = rc;
+    }
+    return replicated ? first : 0;
+}
+
 int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb)
 {
+    int refused = tn_replerr_test_refusal(topic, len, false); /* 0 unless a TN_TEST build asks */
+    if (refused != 0)
+        return refused;
     p->route = r;
     p->route_cb = cb;
     p->remote = false;
     /* Counted until the door's callback: a drain waits for the count to
      * reach 0 (api/drain.h). */
     r->st.publishing++;
-    int rc = tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
+    int rc = replica_check(r, topic, len, p);
+    if (rc != 0) {
+        r->st.publishing--;
+        return rc;
+    }
+    rc = tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
     if (rc == TN_EREMOTE || (rc == UV_EINVAL && grown_elsewhere(r, p)))
         rc = spill(r, p);
     if (rc != 0)
@@ -237,8 +345,53 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
 
 static void pump(tn_router_t *r, settle_owner_t *q);
 
+/* The replica manager's promotion and resignation (tn_replica_on_lead):
+ * the PRODUCE window of the partition is rebuilt from the log's tail, or
+ * dropped. */
+static void on_lead(void *arg, const char *topic, uint32_t p, tn_plog_t *pl)
+{
+    tn_router_t *r = arg;
+    if (pl == NULL) {
+        tn_router_resign_window(r, topic, p);
+        return;
+    }
+    int rc = tn_produce_server_rebuild_log(r->produce, topic, p, pl);
+    if (rc != 0)
+        TN_LOG(TN_LOG_WARN,
+               "produce window of %s/%" PRIu32 ": cannot read the log tail (%s); a retry of a "
+               "batch the old leader stored could be stored again",
+               topic, p, tn_strerror(rc));
+}
+
+void tn_router_set_replica(tn_router_t *r, tn_replica_t *rm)
+{
+    if (r->replica != NULL && r->replica != rm)
+        tn_replica_on_lead(r->replica, NULL, NULL);
+    r->replica = rm;
+    tn_produce_server_set_accepts(r->produce, rm != NULL ? replica_accepts : NULL, rm);
+    if (rm != NULL)
+        tn_replica_on_lead(rm, on_lead, r);
+}
+
+void tn_router_produce_handlers(tn_router_t *r, tn_rpc_handler_t *out, size_t *n)
+{
+    tn_produce_server_handlers(r->produce, out, n);
+}
+
+int tn_router_rebuild_window(tn_router_t *r, const char *topic, uint32_t p, const void *raw,
+                             size_t len)
+{
+    return tn_produce_server_rebuild(r->produce, topic, p, raw, len);
+}
+
+void tn_router_resign_window(tn_router_t *r, const char *topic, uint32_t p)
+{
+    tn_produce_server_resign(r->produce, topic, p, TN_EREMOTE);
+}
+
 void tn_router_set_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t node_id, bool cluster)
 {
+    tn_forward_set_rpc(r->fwd, cluster ? rpc : NULL, node_id);
     r->rpc = rpc;
     r->node_id = node_id;
     r->cluster = cluster;
@@ -322,8 +475,11 @@ static void ent_done(settle_ent_t *e, uint16_t status, const char *msg)
 static void on_local_synced(tn_chan_sync_t *sync, int status)
 {
     settle_ent_t *e = sync->data;
+    const char *why = tn_replerr_text(status);
     if (status == 0)
         ent_done(e, 204, NULL);
+    else if (why != NULL) /* a replicated partition refusing for now */
+        ent_done(e, 503, why);
     else
         ent_done(e, 500, MSG_WRITE);
 }
@@ -335,6 +491,11 @@ static void settle_local(tn_router_t *r, settle_op_t *op, settle_ent_t *e)
     tn_router_settle_item_t *it = &op->items[e->idx];
     if (r->settle == NULL) {
         set_result(it, 503, "this node is not ready to settle receipt handles");
+        return;
+    }
+    int refused = tn_replerr_test_refusal(op->topic, strlen(op->topic), true);
+    if (refused != 0) {
+        set_result(it, 503, tn_replerr_text(refused));
         return;
     }
     e->sync.data = e;
@@ -350,6 +511,8 @@ static void settle_local(tn_router_t *r, settle_op_t *op, settle_ent_t *e)
         set_result(it, 410, MSG_STALE);
     else if (rc == UV_ENOMEM)
         set_result(it, 503, MSG_OOM);
+    else if (tn_replerr_retryable(rc))
+        set_result(it, 503, tn_replerr_text(rc));
     else
         set_result(it, 500, MSG_WRITE);
 }
@@ -535,6 +698,13 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
         e->op = op;
         e->idx = i;
         if (settle_here(r, topic, it->partition, &owner)) {
+            /* A replicated partition led here whose epoch has not started
+             * (or that is being handed to the engine): retry shortly. */
+            if (r->replica != NULL && tn_replica_replicated(r->replica, topic, it->partition) &&
+                !tn_replica_serving(r->replica, topic, it->partition)) {
+                set_result(it, 503, MSG_NOTREADY);
+                continue;
+            }
             settle_local(r, op, e);
             continue;
         }
@@ -582,6 +752,30 @@ void tn_router_settle_metrics_write(const tn_router_t *r, tn_buf_t *out)
         "# TYPE tern_cluster_settle_coalesced_total counter\n"
         "tern_cluster_settle_coalesced_total %" PRIu64 "\n",
         r->st.settle_calls, r->st.settle_handles, r->st.settle_queued);
+    tn_buf_append(out, text, (size_t)TN_MIN((size_t)n, sizeof(text) - 1));
+    /* Produce through a non-leader: this node's forwards, and what its
+     * PRODUCE handler served as a leader. */
+    tn_forward_stats_t fs;
+    tn_forward_stats(r->fwd, &fs);
+    tn_produce_stats_t ps;
+    tn_produce_server_stats(r->produce, &ps);
+    n = snprintf(
+        text, sizeof(text),
+        "# HELP tern_cluster_produce_forwards_total Publishes for replicated partitions this "
+        "node took and forwarded to their leader (PRODUCE), by outcome.\n"
+        "# TYPE tern_cluster_produce_forwards_total counter\n"
+        "tern_cluster_produce_forwards_total{outcome=\"ok\"} %" PRIu64 "\n"
+        "tern_cluster_produce_forwards_total{outcome=\"failed\"} %" PRIu64 "\n"
+        "# HELP tern_cluster_produce_forward_retries_total PRODUCE attempts after a forward's "
+        "first (same seq).\n"
+        "# TYPE tern_cluster_produce_forward_retries_total counter\n"
+        "tern_cluster_produce_forward_retries_total %" PRIu64 "\n"
+        "# HELP tern_cluster_produce_served_total PRODUCE batches this node served as the "
+        "leader: stored, or answered from its window (a retry of a stored batch).\n"
+        "# TYPE tern_cluster_produce_served_total counter\n"
+        "tern_cluster_produce_served_total{outcome=\"stored\"} %" PRIu64 "\n"
+        "tern_cluster_produce_served_total{outcome=\"duplicate\"} %" PRIu64 "\n",
+        fs.ok, fs.failed, fs.retries, ps.produces, ps.duplicates);
     tn_buf_append(out, text, (size_t)TN_MIN((size_t)n, sizeof(text) - 1));
 }
 

@@ -37,6 +37,7 @@
 #include "cluster/settle.h"
 
 typedef struct tn_router_s tn_router_t;
+typedef struct tn_replica_s tn_replica_t;
 
 typedef struct {
     tn_broker_t *broker;
@@ -51,12 +52,38 @@ typedef struct {
 int tn_router_new(const tn_router_opts_t *o, tn_router_t **out);
 /* After the ingress log closed (its appends in flight have answered). */
 void tn_router_free(tn_router_t *r);
+/* The replica manager (cluster/replica.h; borrowed, NULL: none): a publish
+ * to a replicated partition led here is checked with tn_replica_accepts
+ * first (TN_EFEWREPLICAS, TN_ENOTSERVING reach the door at once), and
+ * settles and consumes of a replicated partition whose leader does not
+ * serve yet answer a retryable error. */
+void tn_router_set_replica(tn_router_t *r, tn_replica_t *rm);
+/* The TN_OP_PRODUCE handler (cluster/produce.h; TN_PRODUCE_HANDLERS of
+ * them) for the RPC table. The handler checks tn_replica_accepts once a
+ * replica manager is set; without one the engine decides (421 when the
+ * partition is not open here). */
+void tn_router_produce_handlers(tn_router_t *r, tn_rpc_handler_t *out, size_t *n);
+/* This node became leader of (topic, p) (the replica manager's
+ * promotion): rebuild the partition's PRODUCE window from the PRODUCER
+ * records of raw, its log tail as tn_plog_read_raw reads it (borrowed),
+ * so a retry of a batch the old leader stored is answered, not stored
+ * again. 0 or UV_ENOMEM. */
+int tn_router_rebuild_window(tn_router_t *r, const char *topic, uint32_t p, const void *raw,
+                             size_t len);
+/* This node no longer leads (topic, p): its window is dropped. */
+void tn_router_resign_window(tn_router_t *r, const char *topic, uint32_t p);
 /* Set the accepted hook (tn_router_opts_t) once its target exists. */
 void tn_router_on_accepted(tn_router_t *r, void (*cb)(void *arg), void *arg);
 
 /* Publish p as tn_broker_publish does (same arguments, same statuses),
  * except that a publish for partitions another node owns is accepted into
- * the ingress log (step 2 above). */
+ * the ingress log (step 2 above), or, for a replicated topic (factor >
+ * 1), forwarded to the partition's leader with TN_OP_PRODUCE
+ * (cluster/forward.h): then it completes with 0 and p->first_offset once
+ * the leader's hw covers it (p->remote false), TN_EFEWREPLICAS at once,
+ * or after TN_FORWARD_TIMEOUT_MS the refusal that lasted (forward.h); an
+ * unpinned one goes to the next partition (round robin) whose leader is
+ * live. */
 int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb);
 
@@ -68,6 +95,9 @@ typedef struct {
     uint64_t settle_handles;   /* the receipt handles they carried */
     uint64_t settle_queued;    /* handles that waited for a busy owner's call slot */
     uint64_t publishing;       /* publishes taken by tn_router_publish, not answered yet */
+    uint64_t forwarded;        /* publishes forwarded to a replicated partition's leader */
+    uint64_t forward_failed;   /* of those, answered with an error */
+    uint64_t forward_retries;  /* PRODUCE attempts after a forward's first */
 } tn_router_stats_t;
 void tn_router_stats(const tn_router_t *r, tn_router_stats_t *out);
 
@@ -154,8 +184,10 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
                       int64_t visibility_ms, tn_router_settle_item_t *items, uint32_t n,
                       tn_router_settle_cb cb, void *arg);
 /* Append the Prometheus text of tern_cluster_settle_calls_total,
- * tern_cluster_settle_handles_total and tern_cluster_settle_coalesced_total
- * to out. */
+ * tern_cluster_settle_handles_total and tern_cluster_settle_coalesced_total,
+ * and of produce through a non-leader (tern_cluster_produce_forwards_total,
+ * tern_cluster_produce_forward_retries_total,
+ * tern_cluster_produce_served_total) to out. */
 void tn_router_settle_metrics_write(const tn_router_t *r, tn_buf_t *out);
 
 /* --- consume anywhere ------------------------------------------------------------ */

@@ -19,6 +19,8 @@
 
 #include "cluster/wire.h"
 
+#include "cluster/fetch.h"
+
 #include "core/err.h"
 #include "meta/cmd.h"
 
@@ -571,6 +573,94 @@ bool tn_wire_commit_next(tn_wire_commit_t *c, tn_commit_rec_t *rec)
     return true;
 }
 
+/* --- PRODUCE ----------------------------------------------------------------------- */
+
+int tn_wire_produce_encode(tn_buf_t *b, const tn_wire_produce_hdr_t *h, const tn_commit_rec_t *recs,
+                           uint32_t n)
+{
+    size_t tlen = strnlen(h->topic, sizeof h->topic);
+    if (tlen == 0 || tlen > COMMIT_TOPIC_MAX || n == 0)
+        return UV_EINVAL;
+    size_t size = tn_produce_head_size(tlen) - 1;
+    for (uint32_t i = 0; i < n; i++) {
+        if (recs[i].key.len > TN_COMMIT_KEY_MAX || recs[i].body.len > UINT32_MAX ||
+            recs[i].deliver_at_ms < 0 || recs[i].created_ms < 0)
+            return UV_EINVAL;
+        size += tn_commit_rec_size(recs[i].key.len, recs[i].body.len);
+    }
+    size_t at = b->len;
+    int rc = tn_buf_reserve(b, size);
+    if (rc == 0 && ((rc = tn_wire_put_bytes(b, h->topic, tlen)) != 0 ||
+                    (rc = tn_wire_put_u32(b, h->partition)) != 0 ||
+                    (rc = tn_wire_put_u32(b, h->leader_epoch)) != 0 ||
+                    (rc = tn_wire_put_u64(b, h->node)) != 0 ||
+                    (rc = tn_wire_put_u64(b, h->seq)) != 0 || (rc = tn_wire_put_u32(b, n)) != 0))
+        b->len = at;
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        const tn_commit_rec_t *r = &recs[i];
+        if ((rc = tn_wire_put_bytes(b, r->key.base, r->key.len)) != 0 ||
+            (rc = tn_wire_put_bytes(b, r->body.base, r->body.len)) != 0 ||
+            (rc = tn_wire_put_i64(b, r->deliver_at_ms)) != 0 ||
+            (rc = tn_wire_put_i64(b, r->created_ms)) != 0)
+            b->len = at;
+    }
+    return rc;
+}
+
+int tn_wire_produce_decode(const void *p, size_t len, uint32_t max_body, tn_wire_produce_t *out,
+                           char *err, size_t errlen)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    if (tn_wire_get_str(&in, COMMIT_TOPIC_MAX, out->h.topic) != 0 ||
+        tn_wire_get_u32(&in, &out->h.partition) != 0 ||
+        tn_wire_get_u32(&in, &out->h.leader_epoch) != 0 ||
+        tn_wire_get_u64(&in, &out->h.node) != 0 || tn_wire_get_u64(&in, &out->h.seq) != 0 ||
+        tn_wire_get_u32(&in, &out->count) != 0) {
+        tn_errbuf(err, errlen, "malformed produce request: a fixed field");
+        return TN_EPROTO;
+    }
+    if (out->h.topic[0] == '\0' || out->count == 0) {
+        tn_errbuf(err, errlen, "malformed produce request: an empty topic or no record");
+        return TN_EPROTO;
+    }
+    if (out->count > (len - in.off) / TN_COMMIT_REC_FIXED) {
+        tn_errbuf(err, errlen,
+                  "malformed produce request: %" PRIu32 " records cannot fit in %zu bytes",
+                  out->count, len - in.off);
+        return TN_EPROTO;
+    }
+    out->in = in;
+    out->next = 0;
+    tn_commit_rec_t rec;
+    for (uint32_t i = 0; i < out->count; i++) {
+        int rc = commit_rec_get(&in, max_body, &rec);
+        if (rc == TN_ETOOBIG) {
+            tn_errbuf(err, errlen, "record %" PRIu32 " has a body over the %" PRIu32 " byte limit",
+                      i, max_body);
+            return rc;
+        }
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "malformed produce request: record %" PRIu32, i);
+            return rc;
+        }
+    }
+    if (tn_wire_end(&in) != 0) {
+        tn_errbuf(err, errlen, "malformed produce request: %zu bytes after the last record",
+                  len - in.off);
+        return TN_EPROTO;
+    }
+    return 0;
+}
+
+bool tn_wire_produce_next(tn_wire_produce_t *w, tn_commit_rec_t *rec)
+{
+    if (w->next >= w->count || commit_rec_get(&w->in, UINT32_MAX, rec) != 0)
+        return false;
+    w->next++;
+    return true;
+}
+
 /* --- SETTLE ------------------------------------------------------------------------ */
 
 #define SETTLE_NAME_MAX    255
@@ -897,6 +987,8 @@ static const struct {
     [TN_OP_CONSUME] = {"consume", TN_LANE_CONSUME},
     [TN_OP_PSTATS] = {"pstats", TN_LANE_CONTROL},
     [TN_OP_PURGE] = {"purge", TN_LANE_CONTROL},
+    [TN_OP_FETCH] = {"fetch", TN_LANE_REPLICA},
+    [TN_OP_PRODUCE] = {"produce", TN_LANE_PRODUCE},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -956,6 +1048,17 @@ int tn_wire_request_check(const void *p, size_t len)
     case TN_OP_PURGE: {
         tn_wire_purge_t pg;
         return tn_wire_purge_decode(in.p + in.off, in.len - in.off, &pg, NULL, 0);
+    }
+    case TN_OP_FETCH: {
+        tn_fetch_req_t f;
+        return tn_fetch_req_decode(in.p + in.off, in.len - in.off, &f);
+    }
+    case TN_OP_PRODUCE: {
+        tn_wire_produce_t pr;
+        return tn_wire_produce_decode(in.p + in.off, in.len - in.off, TN_WIRE_MAX_PAYLOAD, &pr,
+                                      NULL, 0) == 0
+                   ? 0
+                   : TN_EPROTO;
     }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:

@@ -70,11 +70,13 @@ typedef enum {
     TN_LANE_CONSUME = 1,
     TN_LANE_ACK = 2,
     TN_LANE_CONTROL = 3,
-    TN_LANE_COUNT = 4,
+    TN_LANE_REPLICA = 4, /* followers' long-poll fetches, replicated settles */
+    TN_LANE_COUNT = 5,
 } tn_wire_lane_t;
 
 #define TN_LANE_STREAMS         16 /* produce, consume, ack */
 #define TN_LANE_CONTROL_STREAMS 4
+#define TN_LANE_REPLICA_STREAMS 4
 
 /* Opcodes. Values are stable on the wire and only ever appended; the one
  * table (wire.c) names each op, its lane and its metric label, and
@@ -163,6 +165,35 @@ typedef enum {
      * 500 {"error":...} the deletion failed, with its cause; 400
      * malformed. */
     TN_OP_PURGE = 10,
+    /* A follower node's long-poll for every replicated partition it
+     * follows on the callee (cluster/fetch.h has the layout; replica.h
+     * serves it). Replica lane. Reply 200 application/octet-stream: a
+     * per-partition answer in the request's order (records from the
+     * fetch offset with their epochs and the hw, diverging, fenced,
+     * unknown epoch, not leader, error). The callee answers at once when
+     * it has records (or a non-record answer) for any partition, else
+     * parks the fetch until its log or hw moves or wait_ms passes. 503
+     * {"error":...} the callee has no replica manager or is closing; 400
+     * malformed. */
+    TN_OP_FETCH = 11,
+    /* A produce to a replicated partition (factor > 1) that another node
+     * took, forwarded to the partition's leader (cluster/produce.h).
+     * Produce lane. Fields: string topic (1..255 bytes), u32 partition,
+     * u32 leader_epoch (the epoch the caller's metastore replica shows; 0:
+     * whatever the callee has), u64 node (the accepting node's id), u64
+     * seq (unique per accepting node: a retry carries the same), u32 count
+     * (1..), then count records as COMMIT's (bytes key, bytes body, i64
+     * deliver_at_ms, i64 created_ms). Replies (JSON): 200
+     * {"first_offset":N} once the leader's high watermark covers the whole
+     * batch (a retry of a (node, seq) the leader has stored answers the
+     * first copy's offset without storing again); 421 {"error":...,
+     * "leader_node":"3"} (null: none) the callee does not lead it; 409
+     * {"error":...} a stale leader_epoch (fenced); 503 {"error":...,
+     * "reason":"few_replicas"} committed ISR below min_insync (not
+     * retried), 503 {"error":...} the leader is not serving yet, a storage
+     * error, shutting down; 404 no such topic; 416 no such partition; 507
+     * disk above the high watermark; 400 malformed. */
+    TN_OP_PRODUCE = 12,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -345,6 +376,50 @@ int tn_wire_commit_decode(const void *p, size_t len, uint32_t max_body, tn_wire_
 /* The next record of a decoded request; false once all count were
  * given. */
 bool tn_wire_commit_next(tn_wire_commit_t *c, tn_commit_rec_t *rec);
+
+/* --- PRODUCE -------------------------------------------------------------------- */
+
+/* Bytes of a PRODUCE request payload (opcode included) with no record:
+ * what head adds beyond COMMIT's is the epoch, node and seq. Records are
+ * sized as COMMIT's (tn_commit_rec_size). */
+static inline size_t tn_produce_head_size(size_t topic_len)
+{
+    return 1 + 4 + topic_len + 4 + 4 + 8 + 8 + 4;
+}
+
+/* The fixed fields of a PRODUCE request. */
+typedef struct {
+    char topic[256];
+    uint32_t partition;
+    uint32_t leader_epoch; /* 0: the callee's own */
+    uint64_t node;         /* the accepting node */
+    uint64_t seq;          /* unique per accepting node; a retry repeats it */
+} tn_wire_produce_hdr_t;
+
+/* A decoded PRODUCE request: the fixed fields and the records' position
+ * in the payload (borrowed), which tn_wire_produce_next hands out. */
+typedef struct {
+    tn_wire_produce_hdr_t h;
+    uint32_t count;
+    uint32_t next;
+    tn_wire_in_t in;
+} tn_wire_produce_t;
+
+/* Append a PRODUCE request's fields (after the opcode byte) for
+ * recs[0..n) (borrowed; every byte copied). 0, UV_ENOMEM, or UV_EINVAL
+ * (topic empty or over 255 bytes, n 0, a key over TN_COMMIT_KEY_MAX, a
+ * negative time); on failure b is as it was. */
+int tn_wire_produce_encode(tn_buf_t *b, const tn_wire_produce_hdr_t *h, const tn_commit_rec_t *recs,
+                           uint32_t n);
+/* Decode the fields of a PRODUCE request (p, len: after the opcode byte;
+ * borrowed while out is used), checking every record as COMMIT's decoder
+ * does (bodies up to max_body). 0, TN_EPROTO (short, overlong, trailing,
+ * count 0, a topic empty, over 255 bytes or holding a NUL) or TN_ETOOBIG
+ * (a body over max_body), with a sentence in err (may be NULL). */
+int tn_wire_produce_decode(const void *p, size_t len, uint32_t max_body, tn_wire_produce_t *out,
+                           char *err, size_t errlen);
+/* The next record of a decoded request; false once all were given. */
+bool tn_wire_produce_next(tn_wire_produce_t *w, tn_commit_rec_t *rec);
 
 /* --- SETTLE ---------------------------------------------------------------------- */
 

@@ -403,6 +403,12 @@ struct tn_pub_s {
      * grow-here hook for one (tn_broker_set_grow_here) and goes to it
      * once it is open, rather than answering TN_EREMOTE at once. */
     bool grow_here;
+    /* The first ncontrol records (bodies set as any, no key) are control
+     * records (storage/record.h), written with TN_REC_F_CONTROL in the
+     * same atomic batch as the rest: never delivered, not counted as
+     * messages. 0 for every door; the PRODUCE handler sets 1 (the
+     * PRODUCER record ahead of a forwarded batch, cluster/produce.h). */
+    uint32_t ncontrol;
     /* Private. */
     bool grew; /* the hook was asked once: no second time */
     tn_broker_t *broker;
@@ -471,6 +477,12 @@ struct tn_broker_s {
     void *gate_arg;
     tn_place_fn place; /* NULL: every partition is local */
     void *place_arg;
+    /* Whether partition p of t is replicated (its placement moves away
+     * and back while the node runs, as its leader changes; place_arg is
+     * the argument): made remote, its log is set aside for the replica
+     * manager; placed here again, it takes that log back
+     * (tn_topic_follow_placement). NULL: none is. */
+    bool (*place_readopt)(void *arg, const tn_topic_t *t, uint32_t p);
     tn_grow_here_fn grow_here; /* NULL: a publish with no local partition is TN_EREMOTE */
     void *grow_here_arg;
     tn_store_t *store;
@@ -763,6 +775,13 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg);
 static inline bool tn_topic_part_local(const tn_topic_t *t, uint32_t p)
 {
     return p < t->nparts && !t->parts[p]->remote;
+}
+/* The log of partition p of t: a local partition's, or the one set aside
+ * for a partition made remote (the replica manager follows on it), or
+ * NULL. Borrowed: owned by the engine. */
+static inline tn_plog_t *tn_topic_part_plog(const tn_topic_t *t, uint32_t p)
+{
+    return p < t->nparts ? t->parts[p]->plog : NULL;
 }
 /* Set the durability of every local partition log (tn_plog_set_durability)
  * and of those opened later. */

@@ -297,8 +297,19 @@ static void on_appended(tn_append_t *req, int status)
         p->first_offset = req->first_offset;
         if (req->first_offset + p->n > part->appended_next)
             part->appended_next = req->first_offset + p->n;
-        t->message_count += p->n;
+        t->message_count += p->n - p->ncontrol;
         for (uint32_t i = 0; i < p->n; i++) {
+            if (i < p->ncontrol) {
+                /* A control record holds its offset with no message: the
+                 * channels pass over it (queue.h: tn_centry_t.control). */
+                if (!t->deleted && !t->broker->closing) {
+                    tn__cache_append(part, req->first_offset + i, req->publish_ns, 0, NULL, NULL);
+                    tn_centry_t *ce = tn__cache_get(part, req->first_offset + i);
+                    if (ce != NULL)
+                        ce->control = true; /* settled as a SKIP, not a FIN */
+                }
+                continue;
+            }
             t->message_bytes += p->msgs[i]->len;
             if (!t->deleted && !t->broker->closing)
                 tn__cache_append(part, req->first_offset + i, req->publish_ns,
@@ -417,7 +428,9 @@ static int append_to(tn_topic_t *t, tn_pub_t *p)
     }
     if (t->memory)
         tn__part_mem_trim(part);
-    int rc = tn_plog_append(part->plog, &p->app, p->recs, p->n, on_appended);
+    int rc = p->ncontrol > 0
+                 ? tn_plog_append_ex(part->plog, &p->app, p->recs, p->n, p->ncontrol, on_appended)
+                 : tn_plog_append(part->plog, &p->app, p->recs, p->n, on_appended);
     if (rc == 0) {
         t->busy++;
         t->broker->workers++;
@@ -1100,6 +1113,20 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             if (!here && owner != 0) {
                 p->remote = true;
                 p->owner = owner;
+                if (p->plog != NULL && b->place_readopt != NULL &&
+                    b->place_readopt(b->place_arg, t, i)) {
+                    /* A replicated partition's leader stepped down: its log
+                     * is set aside for the replica manager to follow on;
+                     * the tail cache would outlive a truncation there. */
+                    tn__cache_drop_part(p);
+                    p->plog->on_progress = NULL;
+                    p->plog->data = NULL;
+                    TN_LOG(TN_LOG_NOTICE,
+                           "partition %s/%" PRIu32 " is led by node %" PRIu64
+                           ": no longer served from this node",
+                           t->name, i, owner);
+                    continue;
+                }
                 TN_LOG(TN_LOG_WARN,
                        "partition %s/%" PRIu32 " is owned by node %" PRIu64
                        " but its log is here: it is no longer served from this node; its files "
@@ -1110,6 +1137,21 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
         }
         if (!here) {
             p->owner = owner;
+            continue;
+        }
+        if (p->plog != NULL && b->place_readopt != NULL && b->place_readopt(b->place_arg, t, i)) {
+            /* A replicated partition led here again: its set-aside log
+             * (followed meanwhile, so its tail may have changed) is
+             * served again, the cache starting afresh. */
+            tn__cache_drop_part(p);
+            p->remote = false;
+            p->owner = 0;
+            tn__part_ready(p);
+            if (t->durability >= 0)
+                tn_plog_set_durability(p->plog, t->durability);
+            TN_LOG(TN_LOG_NOTICE, "partition %s/%" PRIu32 " is led by this node: served again",
+                   t->name, i);
+            tn__topic_pump_all(t);
             continue;
         }
         if (p->plog != NULL) {

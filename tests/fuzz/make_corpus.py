@@ -130,6 +130,32 @@ def wire_seeds(here):
                                   b'"owner_node":"3"}')
     write(cr, "seed-reply-null-owner", b'{"error":"x","owner_node":null}')
 
+    pr = os.path.join(here, "produce_frame", "corpus")
+
+    def produce_fields(topic, partition, epoch, node, seq, recs):
+        out = wire_str(topic) + struct.pack(">IIQQI", partition, epoch, node, seq, len(recs))
+        for key, body, at, created in recs:
+            out += wire_str(key) + wire_str(body) + struct.pack(">qq", at, created)
+        return out
+
+    produce = produce_fields(b"orders", 1, 4, 2, 1 << 40,
+                             [(b"k1", b"body one", 0, 1700000000000),
+                              (b"", b"deferred", 1700000060000, 1700000000001)])
+    ctl = struct.pack("<BQQI", 2, 2, 7, 2)  # record.h: little-endian
+    write(pr, "seed-batch", produce)
+    write(pr, "seed-one", produce_fields(b"t", 0, 0, 1, 1, [(b"", b"x", 0, 0)]))
+    write(pr, "seed-empty-batch", produce_fields(b"t", 0, 0, 1, 1, []))
+    write(pr, "seed-empty-topic", produce_fields(b"", 0, 0, 1, 1, [(b"", b"x", 0, 0)]))
+    write(pr, "seed-big-body", produce_fields(b"t", 0, 0, 1, 1, [(b"", b"b" * 1025, 0, 0)]))
+    write(pr, "seed-negative-time", produce_fields(b"t", 0, 0, 1, 1, [(b"", b"x", -1, 0)]))
+    write(pr, "seed-huge-count", wire_str(b"t") + struct.pack(">IIQQI", 0, 0, 1, 1, 0xFFFFFFFF))
+    write(pr, "seed-trailing", produce + b"\x00")
+    write(pr, "seed-reply-ok", b'{"first_offset":12}')
+    write(pr, "seed-reply-leader", b'{"error":"not the leader","leader_node":"3"}')
+    write(pr, "seed-reply-few", b'{"error":"not enough in-sync replicas","reason":"few_replicas"}')
+    write(pr, "seed-ctl", ctl)
+    write(pr, "seed-tail", record(10, ctl, flags=3) + record(11, b"x"))
+
     sr = os.path.join(here, "settle_request", "corpus")
     three = [(0, 12, 1), (1, 7, 3), (2, 0, 4294967295)]
     write(sr, "seed-ack", settle_fields(b"orders", b"default", 1, 0, three))
