@@ -36,6 +36,7 @@ typedef struct purge_s purge_t;
 #define CLAIM_CHECK_MS 250
 
 struct tn_catalog_s {
+    tn_replica_t *replica; /* NULL: no replicated partitions */
     tn_broker_t *broker;
     tn_meta_t *meta;
     tn_catalog_opts_t o;
@@ -377,6 +378,17 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
 static bool place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
 {
     tn_catalog_t *c = arg;
+    if (c->replica != NULL) {
+        /* A replicated partition: here once the replica manager handed
+         * the partition it leads to the engine; elsewhere (the leader, or
+         * this node while not handed yet) otherwise. Offline: not placed. */
+        bool decided = false;
+        bool here = tn_replica_local(c->replica, t->name, p, &decided);
+        if (decided) {
+            *owner = tn_meta_state_owner(tn_meta_state(c->meta), t->name, p);
+            return here;
+        }
+    }
     *owner = tn_meta_state_owner(tn_meta_state(c->meta), t->name, p);
     if (*owner == 0)
         return !c->o.cluster;
@@ -872,6 +884,19 @@ static void on_meta_change(void *arg)
     purges_check(c, false, 0);
 }
 
+/* Whether partition p of t is replicated (tn_broker_t.place_readopt). */
+static bool replicated(void *arg, const tn_topic_t *t, uint32_t p)
+{
+    tn_catalog_t *c = arg;
+    return c->replica != NULL && tn_replica_replicated(c->replica, t->name, p);
+}
+
+void tn_catalog_set_replica(tn_catalog_t *c, tn_replica_t *rm)
+{
+    c->replica = rm;
+    c->broker->place_readopt = rm != NULL ? replicated : NULL;
+}
+
 int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, tn_catalog_t **out)
 {
     tn_catalog_t *c = tn_calloc(1, sizeof(*c));
@@ -1105,6 +1130,7 @@ void tn_catalog_stop(tn_catalog_t *c)
     tn_broker_unlisten(c->broker, on_event, c);
     tn_broker_set_gate(c->broker, NULL, NULL);
     tn_broker_set_placement(c->broker, NULL, NULL);
+    c->broker->place_readopt = NULL;
     tn_broker_set_grow_here(c->broker, NULL, NULL);
     tn_meta_on_change(c->meta, NULL, NULL);
     release_held(c, true);

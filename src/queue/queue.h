@@ -182,6 +182,9 @@ struct tn_centry_s {
     tn_msg_t *body;
     tn_msg_t *key; /* NULL: the record has no key */
     tn_part_t *part;
+    /* A control record (storage/record.h; body NULL): never delivered,
+     * settled by the scan without counting as a message (TN_WAL_SKIP). */
+    bool control;
     tn_centry_t *prev; /* cold entries: broker-wide FIFO, oldest first */
     tn_centry_t *next;
 };
@@ -468,6 +471,12 @@ struct tn_broker_s {
     void *gate_arg;
     tn_place_fn place; /* NULL: every partition is local */
     void *place_arg;
+    /* Whether partition p of t is replicated (its placement moves away
+     * and back while the node runs, as its leader changes; place_arg is
+     * the argument): made remote, its log is set aside for the replica
+     * manager; placed here again, it takes that log back
+     * (tn_topic_follow_placement). NULL: none is. */
+    bool (*place_readopt)(void *arg, const tn_topic_t *t, uint32_t p);
     tn_grow_here_fn grow_here; /* NULL: a publish with no local partition is TN_EREMOTE */
     void *grow_here_arg;
     tn_store_t *store;
@@ -752,6 +761,13 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg);
 static inline bool tn_topic_part_local(const tn_topic_t *t, uint32_t p)
 {
     return p < t->nparts && !t->parts[p]->remote;
+}
+/* The log of partition p of t: a local partition's, or the one set aside
+ * for a partition made remote (the replica manager follows on it), or
+ * NULL. Borrowed: owned by the engine. */
+static inline tn_plog_t *tn_topic_part_plog(const tn_topic_t *t, uint32_t p)
+{
+    return p < t->nparts ? t->parts[p]->plog : NULL;
 }
 /* Set the durability of every local partition log (tn_plog_set_durability)
  * and of those opened later. */
