@@ -77,7 +77,9 @@
  * every member as heard when it takes over. A fenced member that
  * registers again is live (its registration elects leaders for offline
  * partitions). The incarnation, a random id of this node's data directory,
- * comes with every registration (opts->incarnation). The leader also
+ * comes with every registration (opts->incarnation), and so does a random
+ * id of this process, so that a restart's first registration fences the
+ * old session (meta/state.h). The leader also
  * proposes PART_REBALANCE for a partition whose preferred leader has been
  * ready (tn_pstate_preferred_ready) for rebalance_delay_ms on end. No
  * wall clock takes part in these decisions.
@@ -255,7 +257,10 @@ uint64_t tn_meta_incarnation(const tn_meta_t *m);
  * like tn_meta_propose (forwarded to the leader from a follower): 0 and
  * cb(req, the state machine's answer) later, or at once UV_EINVAL (bad
  * arguments: a name, n outside 1..TN_PSTATE_MAX_REPLICAS), TN_ECLOSED,
- * UV_ENOMEM. Loop thread.
+ * UV_ENOMEM. Loop thread. A proposal sent again after a metastore
+ * failover (above) may find its first copy applied: a PART_ISR then
+ * answers TN_ECHANGED though the ISR is the one asked, so a proposer
+ * reads the partition's state (tn_meta_state_pstate) after a refusal.
  *
  * The leader's ISR compare-and-set (PART_ISR) of partition p, proposed by
  * this node in leader_epoch given partition_epoch expected_pe; isr[0..n)
