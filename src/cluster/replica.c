@@ -68,6 +68,7 @@
 #define DEFAULT_WAIT_MS 500
 #define DEFAULT_MAX     (1u << 20)
 #define NBUCKETS        256
+#define ISR_RETRY_MS    500
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -98,6 +99,7 @@ struct part_s {
     uint64_t last_end;
     tn_meta_req_t isr_req;
     bool isr_busy;
+    uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
     uint32_t isr_adds, isr_removes; /* of the proposal in flight */
     /* follower */
     bool want; /* a fetch waits to be sent */
@@ -235,9 +237,10 @@ static int epoch_end_cb(void *arg, uint32_t epoch, uint32_t *found, uint64_t *en
 {
     part_t *pt = arg;
     if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE)) {
-        *found = 0;
-        *end = 0;
-        return 0; /* an empty log */
+        /* No log in hand (being opened, or handed to the engine): no
+         * answer rather than an empty log's, which would send a follower
+         * to truncate everything. */
+        return UV_EAGAIN;
     }
     return tn_plog_epoch_end(pt->plog, epoch, found, end);
 }
@@ -498,6 +501,11 @@ static void on_isr_done(tn_meta_req_t *req, int status)
         rm->st.isr_expands += pt->isr_adds;
         return; /* the STATE follows */
     }
+    TN_LOG_RL(TN_LOG_NOTICE, 5000, "replica %s/%" PRIu32 ": ISR change refused: %s", pt->topic,
+              pt->p, tn_strerror(status));
+    /* Not again at once: the core proposes again after its timeout, or
+     * the state it lacked arrives. */
+    pt->isr_retry_at = now_ms(rm) + ISR_RETRY_MS;
     const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(rm->o.meta), pt->topic, pt->p);
     tn_repl_event_t ev = {.type = TN_REPL_EV_ISR_REFUSED, .now = now_ms(rm)};
     ev.u.refused.partition_epoch = ps != NULL ? ps->partition_epoch : 0;
@@ -507,7 +515,7 @@ static void on_isr_done(tn_meta_req_t *req, int status)
 static void propose_isr(part_t *pt, const tn_repl_action_t *a)
 {
     tn_replica_t *rm = pt->rm;
-    if (pt->isr_busy)
+    if (pt->isr_busy || now_ms(rm) < pt->isr_retry_at)
         return; /* the core proposes again after its timeout */
     uint32_t adds = 0, removes = 0;
     for (uint32_t i = 0; i < a->nisr; i++)
@@ -936,7 +944,10 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
         it->p = fp.partition;
         it->status = TN_FETCH_NOT_LEADER;
         part_t *pt = part_find(rm, it->topic, it->p);
-        if (pt != NULL && pt->core_fed) {
+        /* A leader whose log the engine is taking over answers nothing
+         * yet (NOT_LEADER: the follower asks again shortly). */
+        if (pt != NULL && pt->core_fed &&
+            !(pt->core.role == TN_REPL_LEADER && (!pt->ready || pt->plog == NULL))) {
             tn_repl_event_t ev = {.type = TN_REPL_EV_FETCH, .now = now};
             ev.u.fetch.node = fr.node;
             ev.u.fetch.incarnation = fr.incarnation;
@@ -1009,6 +1020,8 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
             TN_LOG_RL(TN_LOG_WARN, 5000, "replica: fetch from node %" PRIu32 ": answer %u",
                       g->leader, reply->status);
         group_clear(g);
+        if (rm->closing)
+            maybe_close_done(rm);
         return; /* the cores fetch again after their timeout */
     }
     uint64_t now = now_ms(rm);
@@ -1055,6 +1068,8 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
         rm->cur = NULL;
     }
     group_clear(g);
+    if (rm->closing)
+        maybe_close_done(rm);
 }
 
 static const char *member_addr(tn_replica_t *rm, uint32_t node)

@@ -606,6 +606,13 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
         e->op = op;
         e->idx = i;
         if (settle_here(r, topic, it->partition, &owner)) {
+            /* A replicated partition led here whose epoch has not started
+             * (or that is being handed to the engine): retry shortly. */
+            if (r->replica != NULL && tn_replica_replicated(r->replica, topic, it->partition) &&
+                !tn_replica_serving(r->replica, topic, it->partition)) {
+                set_result(it, 503, MSG_NOTREADY);
+                continue;
+            }
             settle_local(r, op, e);
             continue;
         }

@@ -25,8 +25,8 @@ class Replica(harness.ClusterTest):
     def node(self, c, node_id):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
-    def start(self, n=3):
-        c = self.make(n, args=[LAG]).start()
+    def start(self, n=3, args=()):
+        c = self.make(n, args=[LAG, *args]).start()
         wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
         return c
 
@@ -36,6 +36,12 @@ class Replica(harness.ClusterTest):
         if status != 200 or "partition_stats" not in body:
             return None
         return body["partition_stats"][p]
+
+    def log_end(self, node, topic, p):
+        """Partition p's next offset as node's GET shows it, once the
+        leader's log is open (a just-placed partition shows none yet)."""
+        return wait_until(f"{topic}/{p}'s log end on node {node.id}", lambda: (
+            self.pstats(node, topic, p) or {}).get("next_offset"))
 
     def leader(self, node, topic, p):
         ps = self.pstats(node, topic, p)
@@ -76,7 +82,9 @@ class Replica(harness.ClusterTest):
         return True
 
     def test_copy_failover_and_rejoin(self):
-        c = self.start()
+        # The preferred replica takes its partition back a second after it
+        # is in sync again: the interim leader steps down while running.
+        c = self.start(args=["--leader-rebalance-delay=1s"])
         status, body = c.nodes[0].request(
             "POST", "/v1/topics", {"name": "r", "partitions": 2, "replication_factor": 3})
         self.assertEqual(status, 201, body)
@@ -109,7 +117,7 @@ class Replica(harness.ClusterTest):
             body = f"p0-{i}"
             self.produce_acked(new, "r", 0, body)
             acked[0].append(body)
-        end = self.pstats(new, "r", 0)["next_offset"]
+        end = self.log_end(new, "r", 0)
         got = self.read_all(new, "r", 0, end)
         missing = [b for b in acked[0] if b not in got]
         self.assertEqual(missing, [], f"acknowledged messages lost: {missing}")
@@ -121,9 +129,24 @@ class Replica(harness.ClusterTest):
                    timeout=90)
         wait_until("the new leader's followers caught up",
                    lambda: new.metric("tern_replica_lag_records") == 0)
+        # The preferred replica (the first leader) leads again once it has
+        # been in sync a while; the interim leader follows it, and nothing
+        # acknowledged is lost either way.
+        wait_until("r/0 led by its preferred replica again",
+                   lambda: self.leader(new, "r", 0) == str(old.id), timeout=90)
+        for i in range(30, 35):
+            body = f"p0-{i}"
+            self.produce_acked(old, "r", 0, body)
+            acked[0].append(body)
+        end = self.log_end(old, "r", 0)
+        got = self.read_all(old, "r", 0, end)
+        self.assertEqual([b for b in acked[0] if b not in got], [])
+        self.assertEqual(set(got), set(acked[0]))
+        wait_until("r/0 with 3 in-sync replicas after the move", lambda: self.in_sync(c, "r", 0, 3),
+                   timeout=90)
         # Partition 1 kept its history too.
         lead1 = self.node(c, self.leader(c.nodes[0], "r", 1))
-        end1 = self.pstats(lead1, "r", 1)["next_offset"]
+        end1 = self.log_end(lead1, "r", 1)
         self.assertEqual(sorted(self.read_all(lead1, "r", 1, end1)), sorted(acked[1]))
 
     def test_isr_shrink_refuses_then_recovers(self):
@@ -151,7 +174,7 @@ class Replica(harness.ClusterTest):
         wait_until("s/0 with 3 in-sync replicas again", lambda: self.in_sync(c, "s", 0, 3),
                    timeout=90)
         self.produce_acked(lead, "s", 0, "after")
-        end = self.pstats(lead, "s", 0)["next_offset"]
+        end = self.log_end(lead, "s", 0)
         got = self.read_all(lead, "s", 0, end)
         self.assertIn("before", got)
         self.assertIn("after", got)
