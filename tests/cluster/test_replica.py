@@ -73,6 +73,21 @@ class Replica(harness.ClusterTest):
                 out.append(m["payload"])
         return out
 
+    def wait_all(self, node, topic, p, acked):
+        """Every acknowledged payload readable on node (a produce that node
+        took before it knew it leads went through its ingress log, and
+        reaches the log a moment later); returns what the log holds."""
+        def read():
+            got = self.read_all(node, topic, p, self.log_end(node, topic, p))
+            return got if all(b in got for b in acked) else None
+        try:
+            return wait_until(f"every acknowledged message of {topic}/{p} on node {node.id}",
+                              read, timeout=60)
+        except AssertionError:
+            got = self.read_all(node, topic, p, self.log_end(node, topic, p))
+            self.assertEqual([b for b in acked if b not in got], [], "acknowledged messages lost")
+            raise
+
     def in_sync(self, c, topic, p, n):
         """Every running node shows partition p with n ISR members."""
         for node in c.running():
@@ -117,10 +132,7 @@ class Replica(harness.ClusterTest):
             body = f"p0-{i}"
             self.produce_acked(new, "r", 0, body)
             acked[0].append(body)
-        end = self.log_end(new, "r", 0)
-        got = self.read_all(new, "r", 0, end)
-        missing = [b for b in acked[0] if b not in got]
-        self.assertEqual(missing, [], f"acknowledged messages lost: {missing}")
+        got = self.wait_all(new, "r", 0, acked[0])
         self.assertEqual(set(got), set(acked[0]))  # nothing that was never produced
         # The killed node comes back, copies what it missed and rejoins.
         old.start()
@@ -138,16 +150,13 @@ class Replica(harness.ClusterTest):
             body = f"p0-{i}"
             self.produce_acked(old, "r", 0, body)
             acked[0].append(body)
-        end = self.log_end(old, "r", 0)
-        got = self.read_all(old, "r", 0, end)
-        self.assertEqual([b for b in acked[0] if b not in got], [])
+        got = self.wait_all(old, "r", 0, acked[0])
         self.assertEqual(set(got), set(acked[0]))
         wait_until("r/0 with 3 in-sync replicas after the move", lambda: self.in_sync(c, "r", 0, 3),
                    timeout=90)
         # Partition 1 kept its history too.
         lead1 = self.node(c, self.leader(c.nodes[0], "r", 1))
-        end1 = self.log_end(lead1, "r", 1)
-        self.assertEqual(sorted(self.read_all(lead1, "r", 1, end1)), sorted(acked[1]))
+        self.assertEqual(set(self.wait_all(lead1, "r", 1, acked[1])), set(acked[1]))
 
     def test_isr_shrink_refuses_then_recovers(self):
         # min_insync 3 of 3: one stopped follower is enough to fall below
@@ -174,10 +183,7 @@ class Replica(harness.ClusterTest):
         wait_until("s/0 with 3 in-sync replicas again", lambda: self.in_sync(c, "s", 0, 3),
                    timeout=90)
         self.produce_acked(lead, "s", 0, "after")
-        end = self.log_end(lead, "s", 0)
-        got = self.read_all(lead, "s", 0, end)
-        self.assertIn("before", got)
-        self.assertIn("after", got)
+        self.wait_all(lead, "s", 0, ["before", "after"])
 
 
 if __name__ == "__main__":
