@@ -472,10 +472,12 @@ static void hand_over(part_t *pt)
 
 static void resign(part_t *pt)
 {
-    if (pt->ready && pt->plog != NULL) {
+    /* The gate stays on: should the engine take one more append before
+     * it follows the placement (its topic busy), that append waits for a
+     * hw that no longer moves and is failed below, never acknowledged
+     * unreplicated. A follower's copies never wait for the gate. */
+    if (pt->ready && pt->plog != NULL)
         tn_plog_fail_gated(pt->plog, TN_EFENCED);
-        tn_plog_set_gated(pt->plog, false);
-    }
     if (pt->ready && pt->rm->lead_cb != NULL)
         pt->rm->lead_cb(pt->rm->lead_arg, pt->topic, pt->p, NULL);
     pt->ready = false;
@@ -1209,6 +1211,24 @@ static void part_drop(part_t *pt)
     part_maybe_free(pt);
 }
 
+/* The core's first events: the log as found, then the state (once a log
+ * is in hand: an own log being opened feeds them when it is). */
+static void first_feed(part_t *pt)
+{
+    tn_replica_t *rm = pt->rm;
+    if (pt->ps.leader == rm->o.node && engine_aside(rm, pt) == NULL &&
+        !engine_local(rm, pt, NULL) && pt->src == SRC_NONE) {
+        /* Leading with no log here at all: an empty one. */
+        feed_log(pt, 0, 0, 0);
+    } else if (ensure_log(pt)) {
+        poll_log(pt);
+        if (!pt->core_fed && pt->plog != NULL)
+            feed_log(pt, tn_plog_written_next(pt->plog), tn_plog_durable_next(pt->plog),
+                     tn_plog_last_epoch(pt->plog));
+    }
+    feed_state(pt);
+}
+
 static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
 {
     tn_replica_t *rm = arg;
@@ -1248,19 +1268,16 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
         return;
     pt->ps = *ps;
     pt->has_ps = true;
-    if (!pt->core_fed) {
-        if (ps->leader == rm->o.node && engine_aside(rm, pt) == NULL &&
-            !engine_local(rm, pt, NULL) && pt->src == SRC_NONE) {
-            /* Leading with no log here at all: an empty one. */
-            feed_log(pt, 0, 0, 0);
-        } else if (ensure_log(pt)) {
-            poll_log(pt);
-            if (!pt->core_fed && pt->plog != NULL)
-                feed_log(pt, tn_plog_written_next(pt->plog), tn_plog_durable_next(pt->plog),
-                         tn_plog_last_epoch(pt->plog));
-        }
-    }
-    feed_state(pt);
+    /* Replaying its log at start, the metastore tells of states this node
+     * has since been fenced out of (it may name it the leader of an epoch
+     * whose tail it lost): no core acts before the metastore is ready (the
+     * tick feeds the newest state then). */
+    if (!tn_meta_ready(rm->o.meta))
+        return;
+    if (!pt->core_fed)
+        first_feed(pt);
+    else
+        feed_state(pt);
     send_fetches(rm);
 }
 
@@ -1270,6 +1287,8 @@ static void on_tick(uv_timer_t *t)
 {
     tn_replica_t *rm = t->data;
     uint64_t now = now_ms(rm);
+    if (!tn_meta_ready(rm->o.meta))
+        return; /* see on_pstate */
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
             next = pt->next;
@@ -1277,8 +1296,14 @@ static void on_tick(uv_timer_t *t)
                 continue;
             if (pt->core.role == TN_REPL_LEADER && !pt->ready)
                 leader_take(pt);
+            if (!pt->core_fed && pt->has_ps) {
+                first_feed(pt);
+                continue;
+            }
             if (pt->core.role != TN_REPL_LEADER && pt->src == SRC_NONE && pt->core_fed)
                 (void)ensure_log(pt);
+            if (pt->core.role != TN_REPL_LEADER && pt->src == SRC_ENGINE && pt->plog != NULL)
+                tn_plog_fail_gated(pt->plog, TN_EFENCED); /* see resign() */
             poll_log(pt);
             if (!pt->core_fed)
                 continue;

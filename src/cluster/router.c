@@ -266,9 +266,10 @@ static void on_engine_done(tn_pub_t *p, int status)
  * is below min_insync; TN_ENOTSERVING: its epoch has not started): the
  * engine would otherwise hold the append until the hw covers it. An
  * unpinned publish is pinned to the next local partition that takes it
- * (round robin), or refused with the first refusal when none does and
- * some local partition is replicated. Partitions led elsewhere go the
- * usual way (TN_EREMOTE from the engine). */
+ * (round robin), or refused with the first refusal when none does. A
+ * local replicated partition this node does not lead (being handed back)
+ * is TN_ENOTSERVING. Partitions on other nodes go the usual way
+ * (TN_EREMOTE from the engine). */
 static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p)
 {
     if (r->replica == NULL)
@@ -276,33 +277,36 @@ static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t
     tn_topic_t *t = NULL;
     if (tn_broker_topic(r->o.broker, topic, len, false, 0, NULL, &t) != 0 || t == NULL || t->memory)
         return 0;
-    if (p->pinned) {
-        if (p->pin >= t->nparts || !tn_topic_part_local(t, p->pin) ||
-            !tn_replica_replicated(r->replica, t->name, p->pin))
-            return 0;
-        int rc = tn_replica_accepts(r->replica, t->name, p->pin, NULL);
-        return rc == TN_EREMOTE ? 0 : rc;
-    }
     int first = 0;
-    bool replicated = false;
     for (uint32_t k = 0; k < t->nparts; k++) {
-        uint32_t i = (r->next + k) % t->nparts;
-        if (!tn_topic_part_local(t, i))
+        uint32_t i = p->pinned ? p->pin : (r->next + k) % t->nparts;
+        if (i >= t->nparts || !tn_topic_part_local(t, i)) {
+            if (p->pinned)
+                return 0; /* the engine says TN_EREMOTE: the usual way */
             continue;
-        if (!tn_replica_replicated(r->replica, t->name, i))
-            return 0; /* a factor-1 partition here: the engine's round robin */
-        replicated = true;
+        }
         int rc = tn_replica_accepts(r->replica, t->name, i, NULL);
+        if (rc == TN_EREMOTE) {
+            if (!tn_replica_replicated(r->replica, t->name, i))
+                return 0; /* a factor-1 topic: the engine's own way */
+            /* Replicated, open in the engine but not (or no longer) led
+             * and handed over here: never appended unreplicated. */
+            rc = TN_ENOTSERVING;
+        }
         if (rc == 0) {
-            r->next = i + 1;
-            p->pinned = true;
-            p->pin = i;
+            if (!p->pinned) {
+                r->next = i + 1;
+                p->pinned = true;
+                p->pin = i;
+            }
             return 0;
         }
-        if (first == 0 && rc != TN_EREMOTE)
+        if (first == 0)
             first = rc;
+        if (p->pinned)
+            break;
     }
-    return replicated ? first : 0;
+    return first;
 }
 
 int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,

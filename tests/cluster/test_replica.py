@@ -2,9 +2,12 @@
 followers copy their leader's log through FETCH, a produce is acknowledged
 once the in-sync replicas flushed it, the SIGKILL of a leader loses no
 acknowledged message (a follower takes over), the killed node catches up
-when it comes back and rejoins the in-sync replicas; a leader whose ISR
-shrank below min_insync_replicas refuses produces until the follower is
-back.
+when it comes back and rejoins the in-sync replicas, and takes its
+partition back when it is the preferred replica (the interim leader steps
+down while running); a leader whose ISR shrank below min_insync_replicas
+(one follower stopped with min_insync 3, or both followers stopped in a
+five-member cluster so the metastore keeps its quorum) refuses produces
+until the followers are back.
 
 Run: python3 tests/cluster/test_replica.py --ternd build/ternd
 """
@@ -73,6 +76,21 @@ class Replica(harness.ClusterTest):
                 out.append(m["payload"])
         return out
 
+    def wait_all(self, node, topic, p, acked):
+        """Every acknowledged payload readable on node (a produce that node
+        took before it knew it leads went through its ingress log, and
+        reaches the log a moment later); returns what the log holds."""
+        def read():
+            got = self.read_all(node, topic, p, self.log_end(node, topic, p))
+            return got if all(b in got for b in acked) else None
+        try:
+            return wait_until(f"every acknowledged message of {topic}/{p} on node {node.id}",
+                              read, timeout=60)
+        except AssertionError:
+            got = self.read_all(node, topic, p, self.log_end(node, topic, p))
+            self.assertEqual([b for b in acked if b not in got], [], "acknowledged messages lost")
+            raise
+
     def in_sync(self, c, topic, p, n):
         """Every running node shows partition p with n ISR members."""
         for node in c.running():
@@ -117,10 +135,7 @@ class Replica(harness.ClusterTest):
             body = f"p0-{i}"
             self.produce_acked(new, "r", 0, body)
             acked[0].append(body)
-        end = self.log_end(new, "r", 0)
-        got = self.read_all(new, "r", 0, end)
-        missing = [b for b in acked[0] if b not in got]
-        self.assertEqual(missing, [], f"acknowledged messages lost: {missing}")
+        got = self.wait_all(new, "r", 0, acked[0])
         self.assertEqual(set(got), set(acked[0]))  # nothing that was never produced
         # The killed node comes back, copies what it missed and rejoins.
         old.start()
@@ -138,16 +153,13 @@ class Replica(harness.ClusterTest):
             body = f"p0-{i}"
             self.produce_acked(old, "r", 0, body)
             acked[0].append(body)
-        end = self.log_end(old, "r", 0)
-        got = self.read_all(old, "r", 0, end)
-        self.assertEqual([b for b in acked[0] if b not in got], [])
+        got = self.wait_all(old, "r", 0, acked[0])
         self.assertEqual(set(got), set(acked[0]))
         wait_until("r/0 with 3 in-sync replicas after the move", lambda: self.in_sync(c, "r", 0, 3),
                    timeout=90)
         # Partition 1 kept its history too.
         lead1 = self.node(c, self.leader(c.nodes[0], "r", 1))
-        end1 = self.log_end(lead1, "r", 1)
-        self.assertEqual(sorted(self.read_all(lead1, "r", 1, end1)), sorted(acked[1]))
+        self.assertEqual(set(self.wait_all(lead1, "r", 1, acked[1])), set(acked[1]))
 
     def test_isr_shrink_refuses_then_recovers(self):
         # min_insync 3 of 3: one stopped follower is enough to fall below
@@ -174,10 +186,39 @@ class Replica(harness.ClusterTest):
         wait_until("s/0 with 3 in-sync replicas again", lambda: self.in_sync(c, "s", 0, 3),
                    timeout=90)
         self.produce_acked(lead, "s", 0, "after")
-        end = self.log_end(lead, "s", 0)
-        got = self.read_all(lead, "s", 0, end)
-        self.assertIn("before", got)
-        self.assertIn("after", got)
+        self.wait_all(lead, "s", 0, ["before", "after"])
+
+    def test_both_followers_stopped(self):
+        # Five members, a partition on three of them: with both of its
+        # followers stopped, three metastore voters remain, so the ISR
+        # shrink is recorded and the leader refuses produces (min_insync 2).
+        c = self.start(n=5)
+        status, body = c.nodes[0].request(
+            "POST", "/v1/topics",
+            {"name": "b", "partitions": 1, "replication_factor": 3, "min_insync_replicas": 2})
+        self.assertEqual(status, 201, body)
+        wait_until("a leader of b/0", lambda: self.leader(c.nodes[0], "b", 0))
+        lead = self.node(c, self.leader(c.nodes[0], "b", 0))
+        self.produce_acked(lead, "b", 0, "before")
+        wait_until("b/0 with 3 in-sync replicas", lambda: self.in_sync(c, "b", 0, 3))
+        replicas = self.pstats(lead, "b", 0)["replicas"]
+        followers = [self.node(c, r) for r in replicas if r != str(lead.id)]
+        self.assertEqual(len(followers), 2)
+        for f in followers:
+            os.kill(f.pid, signal.SIGSTOP)
+        try:
+            def refused():
+                status, answer = self.produce(lead, "b", 0, "during", timeout=3)
+                return status == 503 and "in-sync" in str(answer)
+            wait_until("a produce refused for want of in-sync replicas", refused, timeout=60)
+        finally:
+            for f in followers:
+                os.kill(f.pid, signal.SIGCONT)
+        wait_until("b/0 with 3 in-sync replicas again",
+                   lambda: len((self.pstats(lead, "b", 0) or {}).get("isr", [])) == 3,
+                   timeout=90)
+        self.produce_acked(lead, "b", 0, "after")
+        self.wait_all(lead, "b", 0, ["before", "after"])
 
 
 if __name__ == "__main__":
