@@ -306,6 +306,20 @@ static const opt_t options[] = {
      "256 KiB outstanding) is reset"},
     {"cluster-join-interval", OPT_DURATION, F(cluster_join_interval_ns), "2s", 100 * MS, 60 * SEC,
      NULL, "a joining node asks the --join addresses to be admitted this often"},
+    {"default-replication-factor", OPT_INT, F(default_replication_factor), "1", 1, 5, NULL,
+     "replicas of each partition of a new topic that does not say (NSQ-created, child and DLQ "
+     "topics too); clamped to the members alive when the topic is made (a lone node: 1)"},
+    {"min-insync-replicas", OPT_INT, F(min_insync_replicas), "2", 1, 5, NULL,
+     "in-sync replicas (the leader included) a write to a replicated partition needs before it "
+     "is acknowledged, for topics that do not say; clamped to the topic's replication factor"},
+    {"member-session-timeout", OPT_DURATION, F(member_session_timeout_ns), "6s", 500 * MS,
+     600 * SEC, NULL,
+     "the metastore leader ends the session of a member it has not heard from for this long: "
+     "the partitions it led get new leaders from their in-sync replicas"},
+    {"leader-rebalance-delay", OPT_DURATION, F(leader_rebalance_delay_ns), "30s", 1 * SEC,
+     86400 * SEC, NULL,
+     "a partition whose preferred replica has been in sync and live for this long while "
+     "another leads it goes back to the preferred one"},
 };
 
 /* The OPT_ADDR options: where each keeps its resolved address, and how it
@@ -1914,6 +1928,8 @@ static const struct {
                 "raft-tls-ca allow-plaintext-raft allow-insecure-cluster "
                 "cluster-heartbeat-interval cluster-dead-after cluster-rpc-dial-timeout "
                 "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
+    {"Replication", "default-replication-factor min-insync-replicas member-session-timeout "
+                    "leader-rebalance-delay"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},

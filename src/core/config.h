@@ -192,6 +192,11 @@ typedef struct tn_config_s {
     int64_t cluster_rpc_timeout_ns;
     int64_t cluster_rpc_reply_write_timeout_ns;
     int64_t cluster_join_interval_ns;
+    /* Replicated partitions (docs/replication.md). */
+    int64_t default_replication_factor;
+    int64_t min_insync_replicas;
+    int64_t member_session_timeout_ns;
+    int64_t leader_rebalance_delay_ns;
 
     /* Settled by tn_config_load (owned; freed, the secret wiped, by
      * tn_config_fini). peers: the initial voters, this node among them

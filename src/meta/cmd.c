@@ -99,6 +99,40 @@ static void w_user(wr_t *w, const tn_meta_user_t *u)
     }
 }
 
+static void w_members(wr_t *w, const tn_pstate_member_t *v, uint32_t n, bool may_be_empty)
+{
+    if ((n == 0 && !may_be_empty) || n > TN_PSTATE_MAX_REPLICAS) {
+        if (w->rc == 0)
+            w->rc = UV_EINVAL;
+        return;
+    }
+    w_u8(w, (uint8_t)n);
+    for (uint32_t i = 0; i < n; i++) {
+        w_u32(w, v[i].node);
+        w_u64(w, v[i].incarnation);
+    }
+}
+
+static void w_pstate(wr_t *w, const tn_pstate_t *ps)
+{
+    if (ps->nreplicas == 0 || ps->nreplicas > TN_PSTATE_MAX_REPLICAS) {
+        if (w->rc == 0)
+            w->rc = UV_EINVAL;
+        return;
+    }
+    w_u8(w, (uint8_t)ps->nreplicas);
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        w_u32(w, ps->replicas[i]);
+    w_u32(w, ps->leader);
+    w_u32(w, ps->leader_epoch);
+    w_u32(w, ps->partition_epoch);
+    w_members(w, ps->isr, ps->nisr, true);
+    w_members(w, ps->elr, ps->nelr, true);
+    w_u8(w, (uint8_t)ps->min_insync);
+    w_u32(w, ps->corrupt);
+    w_u8(w, ps->unclean ? 1 : 0);
+}
+
 /* --- fingerprints ------------------------------------------------------------ */
 
 typedef struct {
@@ -149,7 +183,23 @@ uint64_t tn_meta_topic_fingerprint(const tn_meta_topic_t *t)
     fnv_u64(&f, (uint64_t)t->fanout_delay_ms);
     fnv_u64(&f, t->attach_epoch);
     fnv_u64(&f, t->native ? 1 : 0);
+    /* Only a replicated topic's: a factor-1 record keeps the fingerprint
+     * it had before these fields (an if_unchanged in an older log entry). */
+    if (tn_meta_topic_factor(t) > 1 || tn_meta_topic_min_insync(t) > 1) {
+        fnv_u64(&f, tn_meta_topic_factor(t));
+        fnv_u64(&f, tn_meta_topic_min_insync(t));
+    }
     return f.h;
+}
+
+uint8_t tn_meta_topic_factor(const tn_meta_topic_t *t)
+{
+    return t->replication_factor > 0 ? t->replication_factor : 1;
+}
+
+uint8_t tn_meta_topic_min_insync(const tn_meta_topic_t *t)
+{
+    return t->min_insync > 0 ? t->min_insync : 1;
 }
 
 uint64_t tn_meta_user_fingerprint(const tn_meta_user_t *u)
@@ -184,9 +234,15 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
     if (c->if_absent && c->if_unchanged)
         w.rc = UV_EINVAL; /* not encodable: contradictory */
     switch (c->type) {
-    case TN_MC_TOPIC_PUT:
+    case TN_MC_TOPIC_PUT: {
+        uint8_t factor = tn_meta_topic_factor(&c->topic);
+        uint8_t min_insync = tn_meta_topic_min_insync(&c->topic);
+        bool repl = factor > 1 || min_insync > 1;
+        if (factor > TN_META_MAX_FACTOR || min_insync > factor)
+            w.rc = UV_EINVAL;
         w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_unchanged ? 4 : 0) |
-                     (c->nskip > 0 ? 8 : 0) | (c->again ? TN_META_TOPIC_AGAIN : 0));
+                     (c->nskip > 0 ? 8 : 0) | (c->again ? TN_META_TOPIC_AGAIN : 0) |
+                     (repl ? TN_META_TOPIC_REPL : 0));
         w_topic(&w, &c->topic);
         if (c->if_unchanged)
             w_u64(&w, c->expect);
@@ -200,7 +256,12 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
                 w_u64(&w, c->skip[i]);
             }
         }
+        if (repl) {
+            w_u8(&w, factor);
+            w_u8(&w, min_insync);
+        }
         break;
+    }
     case TN_MC_TOPIC_DELETE:
         w_str(&w, c->topic.name, TN_NAME_MAX);
         break;
@@ -244,6 +305,8 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
             w_u16(&w, c->member.nsq.tcp_port);
             w_u16(&w, c->member.nsq.http_port);
             w_str(&w, c->member.nsq.version, TN_META_RELEASE_MAX);
+            if (c->member.incarnation != 0)
+                w_u64(&w, c->member.incarnation);
         }
         break;
     case TN_MC_TOPIC_GROW_FOR:
@@ -270,6 +333,40 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_u32(&w, c->nowners);
         for (uint32_t i = 0; i < c->nowners && w.rc == 0; i++)
             w_u64(&w, c->owners[i]);
+        break;
+    case TN_MC_MEMBER_FENCE:
+        if (c->member.id == 0)
+            w.rc = UV_EINVAL;
+        w_u64(&w, c->member.id);
+        w_u64(&w, c->member.incarnation);
+        break;
+    case TN_MC_PART_ISR:
+        w_str(&w, c->topic.name, TN_NAME_MAX);
+        w_u32(&w, c->part);
+        w_u32(&w, c->node);
+        w_u32(&w, c->leader_epoch);
+        w_u32(&w, c->expected_pe);
+        w_members(&w, c->isr, c->nisr, false);
+        break;
+    case TN_MC_PART_LEADER:
+        w_str(&w, c->topic.name, TN_NAME_MAX);
+        w_u32(&w, c->part);
+        w_u32(&w, c->node);
+        w_u8(&w, c->unclean ? 1 : 0);
+        break;
+    case TN_MC_PART_REBALANCE:
+        w_str(&w, c->topic.name, TN_NAME_MAX);
+        w_u32(&w, c->part);
+        break;
+    case TN_MC_PART_CORRUPT:
+        w_str(&w, c->topic.name, TN_NAME_MAX);
+        w_u32(&w, c->part);
+        w_u32(&w, c->node);
+        break;
+    case TN_MC_PART_STATE:
+        w_str(&w, c->topic.name, TN_NAME_MAX);
+        w_u32(&w, c->part);
+        w_pstate(&w, &c->pstate);
         break;
     default:
         w.rc = UV_EINVAL;
@@ -485,6 +582,77 @@ static void r_user(rd_t *r, tn_meta_user_t *u)
     }
 }
 
+/* n members (0..TN_PSTATE_MAX_REPLICAS; 0 only if may_be_empty), node ids
+ * not NONE and distinct. */
+static uint32_t r_members(rd_t *r, tn_pstate_member_t *v, bool may_be_empty)
+{
+    uint8_t n = r_u8(r);
+    if (r->rc == 0 && ((n == 0 && !may_be_empty) || n > TN_PSTATE_MAX_REPLICAS))
+        r->rc = TN_ECORRUPT;
+    if (r->rc != 0)
+        return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        v[i].node = r_u32(r);
+        v[i].incarnation = r_u64(r);
+        for (uint32_t k = 0; k < i && r->rc == 0; k++)
+            if (v[k].node == v[i].node)
+                r->rc = TN_ECORRUPT;
+        if (r->rc == 0 && v[i].node == TN_PSTATE_NONE)
+            r->rc = TN_ECORRUPT;
+    }
+    return n;
+}
+
+static bool is_replica(const tn_pstate_t *ps, uint32_t node)
+{
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        if (ps->replicas[i] == node)
+            return true;
+    return false;
+}
+
+/* A snapshot's partition state, checked against the invariants a state
+ * machine keeps (partstate.h), so a damaged one is refused, not applied. */
+static void r_pstate(rd_t *r, tn_pstate_t *ps)
+{
+    memset(ps, 0, sizeof(*ps));
+    uint8_t n = r_u8(r);
+    if (r->rc == 0 && (n == 0 || n > TN_PSTATE_MAX_REPLICAS))
+        r->rc = TN_ECORRUPT;
+    if (r->rc != 0)
+        return;
+    ps->nreplicas = n;
+    for (uint32_t i = 0; i < n; i++) {
+        ps->replicas[i] = r_u32(r);
+        for (uint32_t k = 0; k < i && r->rc == 0; k++)
+            if (ps->replicas[k] == ps->replicas[i])
+                r->rc = TN_ECORRUPT;
+        if (r->rc == 0 && ps->replicas[i] == TN_PSTATE_NONE)
+            r->rc = TN_ECORRUPT;
+    }
+    ps->leader = r_u32(r);
+    ps->leader_epoch = r_u32(r);
+    ps->partition_epoch = r_u32(r);
+    ps->nisr = r_members(r, ps->isr, true);
+    ps->nelr = r_members(r, ps->elr, true);
+    ps->min_insync = r_u8(r);
+    ps->corrupt = r_u32(r);
+    uint8_t unclean = r_u8(r);
+    ps->unclean = unclean == 1;
+    if (r->rc != 0)
+        return;
+    bool ok = unclean <= 1 && ps->min_insync >= 1 && ps->min_insync <= n &&
+              (ps->corrupt >> n) == 0 && ps->leader_epoch >= 1;
+    for (uint32_t i = 0; ok && i < ps->nisr; i++)
+        ok = is_replica(ps, ps->isr[i].node);
+    for (uint32_t i = 0; ok && i < ps->nelr; i++)
+        ok = is_replica(ps, ps->elr[i].node);
+    if (ok && ps->leader != TN_PSTATE_NONE)
+        ok = tn_pstate_isr_find(ps, ps->leader) >= 0;
+    if (!ok)
+        r->rc = TN_ECORRUPT;
+}
+
 int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *used)
 {
     memset(c, 0, sizeof(*c));
@@ -511,7 +679,7 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     switch (c->type) {
     case TN_MC_TOPIC_PUT: {
         uint8_t flags = r_u8(&r);
-        if (r.rc == 0 && ((flags & ~31u) != 0 || (flags & 5u) == 5u))
+        if (r.rc == 0 && ((flags & ~63u) != 0 || (flags & 5u) == 5u))
             r.rc = TN_ECORRUPT;
         c->again = (flags & TN_META_TOPIC_AGAIN) != 0;
         c->if_absent = (flags & 1) != 0;
@@ -522,6 +690,17 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             c->expect = r_u64(&r);
         if ((flags & 8) != 0)
             r_skip(&r, c);
+        c->topic.replication_factor = 1;
+        c->topic.min_insync = 1;
+        if ((flags & TN_META_TOPIC_REPL) != 0) {
+            c->topic.replication_factor = r_u8(&r);
+            c->topic.min_insync = r_u8(&r);
+            if (r.rc == 0 &&
+                (c->topic.replication_factor < 1 ||
+                 c->topic.replication_factor > TN_META_MAX_FACTOR || c->topic.min_insync < 1 ||
+                 c->topic.min_insync > c->topic.replication_factor))
+                r.rc = TN_ECORRUPT;
+        }
         break;
     }
     case TN_MC_TOPIC_DELETE:
@@ -575,6 +754,8 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             c->member.nsq.tcp_port = r_u16(&r);
             c->member.nsq.http_port = r_u16(&r);
             r_str(&r, c->member.nsq.version, TN_META_RELEASE_MAX);
+            if (r.rc == 0 && r.left == 8)
+                c->member.incarnation = r_u64(&r); /* absent in older ones: 0 */
         }
         if (r.rc == 0 &&
             (c->member.id == 0 || c->member.addr[0] == '\0' || c->member.heartbeat_ms < 0))
@@ -615,6 +796,46 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             c->owners[i] = r_u64(&r);
         break;
     }
+    case TN_MC_MEMBER_FENCE:
+        c->member.id = r_u64(&r);
+        c->member.incarnation = r_u64(&r);
+        if (r.rc == 0 && c->member.id == 0)
+            r.rc = TN_ECORRUPT;
+        break;
+    case TN_MC_PART_ISR:
+        r_name(&r, c->topic.name, false);
+        c->part = r_u32(&r);
+        c->node = r_u32(&r);
+        c->leader_epoch = r_u32(&r);
+        c->expected_pe = r_u32(&r);
+        c->nisr = r_members(&r, c->isr, false);
+        if (r.rc == 0 && c->node == TN_PSTATE_NONE)
+            r.rc = TN_ECORRUPT;
+        break;
+    case TN_MC_PART_LEADER:
+        r_name(&r, c->topic.name, false);
+        c->part = r_u32(&r);
+        c->node = r_u32(&r);
+        c->unclean = r_flag(&r);
+        if (r.rc == 0 && c->node == TN_PSTATE_NONE)
+            r.rc = TN_ECORRUPT;
+        break;
+    case TN_MC_PART_REBALANCE:
+        r_name(&r, c->topic.name, false);
+        c->part = r_u32(&r);
+        break;
+    case TN_MC_PART_CORRUPT:
+        r_name(&r, c->topic.name, false);
+        c->part = r_u32(&r);
+        c->node = r_u32(&r);
+        if (r.rc == 0 && c->node == TN_PSTATE_NONE)
+            r.rc = TN_ECORRUPT;
+        break;
+    case TN_MC_PART_STATE:
+        r_name(&r, c->topic.name, false);
+        c->part = r_u32(&r);
+        r_pstate(&r, &c->pstate);
+        break;
     default:
         return UV_ENOTSUP;
     }

@@ -33,6 +33,23 @@
  * confirmation with the leader, through the log). PART_OWNERS
  * ([s] topic, [4] count, count x [8] owner) is a snapshot record only.
  *
+ * Replicated partitions (docs/replication.md). TOPIC_PUT's flag bit 5: the
+ * topic is replicated, [1] replication_factor (1..TN_META_MAX_FACTOR) [1]
+ * min_insync (1..factor) follow, last in the payload; without it a topic
+ * reads as factor 1, min_insync 1 (every older encoding). MEMBER_REC may
+ * end with [8] incarnation (a random id of the member's data directory;
+ * absent: 0, unknown). Partition commands name [s] topic [4] partition,
+ * then: PART_ISR [4] proposer node [4] leader_epoch [4] expected
+ * partition_epoch [1] n (1..TN_PSTATE_MAX_REPLICAS) n x ([4] node [8]
+ * incarnation), the leader's compare-and-set; PART_LEADER [4] node [1]
+ * unclean, an admin's election; PART_REBALANCE nothing more; PART_CORRUPT
+ * [4] node, its replica failed a CRC check. MEMBER_FENCE ([8] node [8]
+ * incarnation, 0 = any) ends a member's session. PART_STATE (a snapshot
+ * record only) is the partition's whole tn_pstate_t: [1] nreplicas,
+ * replicas as [4] each, [4] leader [4] leader_epoch [4] partition_epoch
+ * [1] nisr, members as [4] node [8] incarnation, [1] nelr, members, [1]
+ * min_insync [4] corrupt bits [1] unclean.
+ *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
 #define TN_META_CMD_H
@@ -41,6 +58,7 @@
 
 #include "core/buf.h"
 #include "core/name.h"
+#include "meta/partstate.h"
 
 #define TN_META_VERSION        1
 #define TN_META_HDR            8
@@ -56,6 +74,8 @@
 #define TN_META_MAX_SKIP       1024
 #define TN_META_TOPIC_AGAIN    16  /* TOPIC_PUT's flag byte */
 #define TN_META_USER_AGAIN     128 /* USER_PUT's condition byte */
+#define TN_META_TOPIC_REPL     32  /* TOPIC_PUT's flag byte: factor and min_insync follow */
+#define TN_META_MAX_FACTOR     5   /* replication_factor 1..5 */
 
 typedef enum {
     TN_MC_TOPIC_PUT = 1,
@@ -72,7 +92,20 @@ typedef enum {
     TN_MC_PART_OWNERS = 12,
     TN_MC_TOPIC_GROW_FOR = 13,
     TN_MC_MEMBER_REC = 14,
+    TN_MC_PART_ISR = 15,       /* the leader's ISR compare-and-set */
+    TN_MC_MEMBER_FENCE = 16,   /* a member's session ended */
+    TN_MC_PART_LEADER = 17,    /* an admin's forced election */
+    TN_MC_PART_REBALANCE = 18, /* back to the preferred leader */
+    TN_MC_PART_CORRUPT = 19,   /* a replica failed a CRC check */
+    TN_MC_PART_STATE = 20,     /* snapshot record only */
 } tn_meta_cmd_type_t;
+
+/* The names docs/replication.md and the helpers' contracts use. */
+#define TN_META_CMD_PART_ISR       TN_MC_PART_ISR
+#define TN_META_CMD_MEMBER_FENCE   TN_MC_MEMBER_FENCE
+#define TN_META_CMD_PART_LEADER    TN_MC_PART_LEADER
+#define TN_META_CMD_PART_REBALANCE TN_MC_PART_REBALANCE
+#define TN_META_CMD_PART_CORRUPT   TN_MC_PART_CORRUPT
 
 typedef enum { TN_MEMBER_ALIVE = 0, TN_MEMBER_DEAD = 1 } tn_member_status_t;
 
@@ -104,6 +137,11 @@ typedef struct {
      * follow the server's options, which the record only shows.) Carried
      * in bit 1 of TOPIC_PUT's flag byte. */
     bool native;
+    /* Replicas per partition (1..TN_META_MAX_FACTOR) and the in-sync
+     * replicas an acknowledged write needs (1..replication_factor). 0 reads
+     * as 1 (a record made before these fields). */
+    uint8_t replication_factor;
+    uint8_t min_insync;
 } tn_meta_topic_t;
 
 typedef struct {
@@ -142,6 +180,12 @@ typedef struct {
     bool draining;                       /* set by MEMBER_DRAIN (registrations keep it) */
     int64_t heartbeat_ms;                /* the registering node's wall clock; 0 = never */
     tn_meta_nsq_t nsq;                   /* MEMBER_REC (MEMBER_REG and MEMBER_PUT keep it) */
+    /* The random id of its data directory (MEMBER_REC; 0 = unknown). A
+     * registration with another one fences the member's old replicas. */
+    uint64_t incarnation;
+    /* Its session ended (MEMBER_FENCE) and it has not registered since:
+     * not live for elections (meta/state.h). */
+    bool fenced;
 } tn_meta_member_t;
 
 /* A decoded command. */
@@ -170,6 +214,16 @@ typedef struct {
      * set by the leader as it proposes, never by a door). */
     uint64_t *skip; /* owned */
     uint16_t nskip;
+    /* PART_* (topic.name): the partition and the command's arguments.
+     * MEMBER_FENCE uses member.id and member.incarnation. */
+    uint32_t part;
+    uint32_t node;         /* PART_ISR: the proposer; PART_LEADER, PART_CORRUPT */
+    uint32_t leader_epoch; /* PART_ISR */
+    uint32_t expected_pe;  /* PART_ISR */
+    bool unclean;          /* PART_LEADER */
+    uint32_t nisr;         /* PART_ISR */
+    tn_pstate_member_t isr[TN_PSTATE_MAX_REPLICAS];
+    tn_pstate_t pstate; /* PART_STATE */
 } tn_meta_cmd_t;
 
 /* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of
@@ -190,6 +244,9 @@ void tn_meta_user_fini(tn_meta_user_t *u);
  * computes the same. */
 uint64_t tn_meta_topic_fingerprint(const tn_meta_topic_t *t);
 uint64_t tn_meta_user_fingerprint(const tn_meta_user_t *u);
+/* A topic's replication_factor and min_insync, 0 read as 1. */
+uint8_t tn_meta_topic_factor(const tn_meta_topic_t *t);
+uint8_t tn_meta_topic_min_insync(const tn_meta_topic_t *t);
 /* Deep copy of a user's grants into dst (dst's own are released). */
 int tn_meta_user_copy(tn_meta_user_t *dst, const tn_meta_user_t *src);
 

@@ -9,12 +9,14 @@
 #include "core/netaddr.h"
 #include "core/time.h"
 #include "meta/transport.h"
+#include "storage/io.h"
 
 #include <raft/uv.h>
 #include <stdio.h>
 #include <string.h>
 #include <errno.h>
 #include <sys/socket.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,7 +39,12 @@
 #define RESEND_MS 250
 /* A member is heard recently while the leader had Raft contact with it
  * within this many election timeouts (meta.h). */
-#define RECENT_ELECTIONS 2
+#define RECENT_ELECTIONS     2
+#define DEFAULT_SESSION_MS   6000
+#define DEFAULT_REBALANCE_MS 30000
+/* How often the leader looks for partitions to move back to their
+ * preferred leader. */
+#define REBALANCE_SCAN_MS 1000
 
 typedef struct fwd_s fwd_t;
 typedef struct join_s join_t;
@@ -48,6 +55,20 @@ typedef struct {
     uint64_t id;
     uint64_t at;
 } heard_t;
+
+/* A partition whose state changed, to be told (tn_meta_on_pstate). */
+typedef struct {
+    char topic[TN_NAME_MAX + 1];
+    uint32_t p;
+} pnote_t;
+
+/* On the leader: since when (loop ms) partition p of topic has had its
+ * preferred leader ready to take over (tn_pstate_preferred_ready). */
+typedef struct {
+    char topic[TN_NAME_MAX + 1];
+    uint32_t p;
+    uint64_t since;
+} ready_t;
 
 struct tn_meta_s {
     uv_loop_t *loop;
@@ -123,6 +144,22 @@ struct tn_meta_s {
     bool xfer_in_raft; /* raft_transfer took it and has not called back */
     char api_addr[TN_META_ADDR_MAX + 1];
     tn_meta_nsq_t nsq; /* this node's NSQ door, for its registration */
+    /* Replicated partitions. */
+    uint64_t incarnation; /* this node's */
+    unsigned session_ms;
+    unsigned rebalance_ms;
+    void (*on_pstate)(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps);
+    void *pstate_arg;
+    pnote_t *pnotes; /* changed since the last tick, in order */
+    size_t npnotes, pnotecap;
+    bool pnotes_all;     /* tell every replicated partition at the next tick */
+    tn_meta_req_t fence; /* the leader's MEMBER_FENCE, one at a time */
+    bool fence_busy;
+    tn_meta_req_t rebal; /* the leader's PART_REBALANCE, one at a time */
+    bool rebal_busy;
+    ready_t *readies; /* sorted as the state's topics, then partitions */
+    size_t nreadies, readycap;
+    uint64_t next_scan_ms;
 };
 
 /* A proposal sent to the leader; m NULL once abandoned (the metastore
@@ -167,6 +204,7 @@ struct join_s {
 /* --- the state machine, as libraft sees it --------------------------------------- */
 
 static void confirm_applied(tn_meta_t *m, uint64_t nonce);
+static void note_heard(tn_meta_t *m, uint64_t id, uint64_t now);
 
 static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **result)
 {
@@ -177,6 +215,11 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
     if (rc == 0) {
         rc = tn_meta_state_apply(&m->state, &c);
         m->changed = m->changed || (rc == 0 && c.type != TN_MC_NOOP);
+        /* A registration is a sign of life too (sessions: meta.h). */
+        if (rc == 0 && m->leading &&
+            (c.type == TN_MC_MEMBER_REC || c.type == TN_MC_MEMBER_REG ||
+             c.type == TN_MC_MEMBER_PUT))
+            note_heard(m, c.member.id, uv_now(m->loop));
         if (c.type == TN_MC_NOOP && c.member.id == m->id)
             confirm_applied(m, c.nonce);
         tn_meta_cmd_fini(&c);
@@ -220,9 +263,13 @@ static int fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsign
     return 0;
 }
 
+static void pnote_all_current(tn_meta_t *m);
+
 static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 {
     tn_meta_t *m = fsm->data;
+    /* Those there now are told too: the restore may have removed them. */
+    pnote_all_current(m);
     int rc = tn_meta_state_restore(&m->state, buf->base, buf->len);
     if (rc != 0) {
         TN_LOG(TN_LOG_ERROR, "metastore: snapshot of %zu bytes refused: %s", buf->len,
@@ -231,6 +278,7 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     }
     raft_free(buf->base);
     m->changed = true;
+    m->pnotes_all = true;
     return 0;
 }
 
@@ -808,6 +856,7 @@ static void register_self(tn_meta_t *m)
     snprintf(c.member.addr, sizeof(c.member.addr), "%s", m->address);
     snprintf(c.member.api_addr, sizeof(c.member.api_addr), "%s", m->api_addr);
     c.member.nsq = m->nsq;
+    c.member.incarnation = m->incarnation;
     c.member.heartbeat_ms = tn_now_wall_ms();
     m->reg.data = m;
     m->next_reg_ms = now + m->hb_interval_ms;
@@ -1186,6 +1235,346 @@ int tn_meta_confirm(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
     return rc;
 }
 
+/* --- replicated partitions ------------------------------------------------------ */
+
+/* The state machine's report of a changed partition state, from inside
+ * an apply: kept for the tick, which tells the listener outside
+ * libraft's callbacks. */
+static void on_state_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    (void)ps; /* looked up again when told: the state then */
+    tn_meta_t *m = arg;
+    if (m->on_pstate == NULL)
+        return;
+    if (m->npnotes > 0 && m->pnotes[m->npnotes - 1].p == p &&
+        strcmp(m->pnotes[m->npnotes - 1].topic, topic) == 0)
+        return;
+    if (m->npnotes == m->pnotecap) {
+        size_t cap = m->pnotecap ? 2 * m->pnotecap : 16;
+        pnote_t *v = tn_realloc(m->pnotes, cap * sizeof(*v));
+        if (v == NULL) {
+            /* Every current one is told instead; one that went away is
+             * missed (its listener learns it from the next change). */
+            TN_LOG(TN_LOG_WARN, "metastore: out of memory noting partition %s/%u", topic, p);
+            m->pnotes_all = true;
+            return;
+        }
+        m->pnotes = v;
+        m->pnotecap = cap;
+    }
+    pnote_t *n = &m->pnotes[m->npnotes++];
+    snprintf(n->topic, sizeof(n->topic), "%s", topic);
+    n->p = p;
+    wake(m);
+}
+
+/* Every replicated partition the replica holds now, noted. */
+static void pnote_all_current(tn_meta_t *m)
+{
+    if (m->on_pstate != NULL)
+        tn_meta_state_each_pstate(&m->state, on_state_pstate, m);
+}
+
+static void tell_each(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    tn_meta_t *m = arg;
+    if (m->on_pstate != NULL)
+        m->on_pstate(m->pstate_arg, topic, p, ps);
+}
+
+/* From the tick, once ready: the noted partitions with their state now. */
+static void tell_pstates(tn_meta_t *m)
+{
+    if (!m->ready || (m->npnotes == 0 && !m->pnotes_all))
+        return;
+    pnote_t *v = m->pnotes;
+    size_t n = m->npnotes;
+    bool all = m->pnotes_all;
+    m->pnotes = NULL;
+    m->npnotes = m->pnotecap = 0;
+    m->pnotes_all = false;
+    for (size_t i = 0; i < n && m->on_pstate != NULL && !m->closing; i++)
+        m->on_pstate(m->pstate_arg, v[i].topic, v[i].p,
+                     tn_meta_state_pstate(&m->state, v[i].topic, v[i].p));
+    tn_free(v);
+    if (all && !m->closing)
+        tn_meta_state_each_pstate(&m->state, tell_each, m);
+}
+
+void tn_meta_on_pstate(tn_meta_t *m,
+                       void (*cb)(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps),
+                       void *arg)
+{
+    m->on_pstate = cb;
+    m->pstate_arg = arg;
+    if (cb == NULL) {
+        tn_free(m->pnotes);
+        m->pnotes = NULL;
+        m->npnotes = m->pnotecap = 0;
+        m->pnotes_all = false;
+        return;
+    }
+    m->pnotes_all = true;
+    wake(m);
+}
+
+uint64_t tn_meta_incarnation(const tn_meta_t *m)
+{
+    return m->incarnation;
+}
+
+static void on_fenced(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->fence_busy = false;
+    if (status != 0 && status != TN_ECHANGED && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "metastore: fencing a member failed: %s", tn_strerror(status));
+}
+
+/* On the leader, once its barrier applied (the replica holds everything
+ * committed before its term): the first live member not heard from for
+ * session_ms gets a MEMBER_FENCE. One at a time; a fenced member is not
+ * fenced again until it registers. */
+static void check_sessions(tn_meta_t *m)
+{
+    if (m->fence_busy || !m->leading || m->lead_term != m->raft.current_term)
+        return;
+    uint64_t now = uv_now(m->loop);
+    const tn_meta_state_t *s = &m->state;
+    for (size_t i = 0; i < s->nmembers; i++) {
+        const tn_meta_member_t *mem = &s->members[i];
+        if (mem->id == m->id || mem->fenced)
+            continue;
+        uint64_t ago = now - heard_at(m, mem->id);
+        if (ago <= m->session_ms)
+            continue;
+        tn_meta_cmd_t c;
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_MEMBER_FENCE;
+        c.member.id = mem->id;
+        c.member.incarnation = mem->incarnation;
+        TN_LOG(TN_LOG_WARN,
+               "metastore: member %llu (%s) not heard from for %llu ms: ending its session",
+               (unsigned long long)mem->id, mem->api_addr, (unsigned long long)ago);
+        m->fence.data = m;
+        if (tn_meta_propose(m, &m->fence, &c, on_fenced) == 0)
+            m->fence_busy = true;
+        return;
+    }
+}
+
+static void on_rebalanced(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->rebal_busy = false;
+    if (status != 0 && status != UV_EAGAIN && status != TN_ECLOSED && status != TN_ENOTFOUND)
+        TN_LOG(TN_LOG_WARN, "metastore: moving a partition back to its preferred leader: %s",
+               tn_strerror(status));
+}
+
+typedef struct {
+    tn_meta_t *m;
+    ready_t *now; /* this scan's, in the state's order */
+    size_t n, cap;
+    size_t at; /* the next of m->readies to compare with */
+    tn_pstate_nodes_t nodes;
+    uint64_t t;
+    bool failed;
+} scan_t;
+
+static int ready_cmp(const ready_t *a, const char *topic, uint32_t p)
+{
+    int c = strcmp(a->topic, topic);
+    return c != 0 ? c : (a->p < p ? -1 : a->p > p);
+}
+
+static void scan_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    scan_t *sc = arg;
+    if (sc->failed || !tn_pstate_preferred_ready(ps, &sc->nodes))
+        return;
+    tn_meta_t *m = sc->m;
+    uint64_t since = sc->t;
+    while (sc->at < m->nreadies && ready_cmp(&m->readies[sc->at], topic, p) < 0)
+        sc->at++;
+    if (sc->at < m->nreadies && ready_cmp(&m->readies[sc->at], topic, p) == 0)
+        since = m->readies[sc->at].since;
+    if (sc->n == sc->cap) {
+        size_t cap = sc->cap ? 2 * sc->cap : 16;
+        ready_t *v = tn_realloc(sc->now, cap * sizeof(*v));
+        if (v == NULL) {
+            sc->failed = true;
+            return;
+        }
+        sc->now = v;
+        sc->cap = cap;
+    }
+    ready_t *r = &sc->now[sc->n++];
+    snprintf(r->topic, sizeof(r->topic), "%s", topic);
+    r->p = p;
+    r->since = since;
+}
+
+/* On the leader, every REBALANCE_SCAN_MS: the partitions whose preferred
+ * leader is ready, since when (loop time, from no earlier than this
+ * node's leadership); one ready for rebalance_ms gets a PART_REBALANCE
+ * (re-checked when applied). */
+static void check_rebalance(tn_meta_t *m)
+{
+    uint64_t now = uv_now(m->loop);
+    if (!m->leading || m->lead_term != m->raft.current_term) {
+        m->nreadies = 0;
+        return;
+    }
+    if (now < m->next_scan_ms)
+        return;
+    m->next_scan_ms = now + REBALANCE_SCAN_MS;
+    tn_pstate_nodes_t nodes = {m->state.nodes, m->state.nodes != NULL ? m->state.nmembers : 0};
+    scan_t sc = {m, NULL, 0, 0, 0, nodes, now, false};
+    if (m->leader_since_mono > 0 && m->nreadies == 0)
+        sc.t = now;
+    tn_meta_state_each_pstate(&m->state, scan_one, &sc);
+    if (sc.failed) {
+        tn_free(sc.now);
+        return; /* again at the next scan */
+    }
+    tn_free(m->readies);
+    m->readies = sc.now;
+    m->nreadies = sc.n;
+    m->readycap = sc.cap;
+    for (size_t i = 0; i < m->nreadies && !m->rebal_busy; i++) {
+        ready_t *r = &m->readies[i];
+        if (now - r->since < m->rebalance_ms)
+            continue;
+        tn_meta_cmd_t c;
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_PART_REBALANCE;
+        snprintf(c.topic.name, sizeof(c.topic.name), "%s", r->topic);
+        c.part = r->p;
+        r->since = now; /* not again before another delay */
+        TN_LOG(TN_LOG_NOTICE, "metastore: partition %s/%u goes back to its preferred leader",
+               r->topic, r->p);
+        m->rebal.data = m;
+        if (tn_meta_propose(m, &m->rebal, &c, on_rebalanced) == 0)
+            m->rebal_busy = true;
+    }
+}
+
+static bool part_args_ok(const char *topic, uint32_t p)
+{
+    size_t n = strlen(topic);
+    return n <= TN_NAME_MAX && tn_name_valid(topic, n) && p < TN_META_MAX_PARTITIONS;
+}
+
+int tn_meta_propose_isr(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
+                        uint32_t leader_epoch, uint32_t expected_pe, const tn_pstate_member_t *isr,
+                        uint32_t n, tn_meta_cb cb)
+{
+    if (!part_args_ok(topic, p) || n == 0 || n > TN_PSTATE_MAX_REPLICAS)
+        return UV_EINVAL;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_ISR;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    c.part = p;
+    c.node = (uint32_t)m->id;
+    c.leader_epoch = leader_epoch;
+    c.expected_pe = expected_pe;
+    c.nisr = n;
+    memcpy(c.isr, isr, n * sizeof(*isr));
+    return tn_meta_propose(m, req, &c, cb);
+}
+
+int tn_meta_force_leader(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
+                         uint32_t node, bool unclean, tn_meta_cb cb)
+{
+    if (!part_args_ok(topic, p) || node == TN_PSTATE_NONE)
+        return UV_EINVAL;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_LEADER;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    c.part = p;
+    c.node = node;
+    c.unclean = unclean;
+    return tn_meta_propose(m, req, &c, cb);
+}
+
+int tn_meta_mark_corrupt(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
+                         uint32_t node, tn_meta_cb cb)
+{
+    if (!part_args_ok(topic, p) || node == TN_PSTATE_NONE)
+        return UV_EINVAL;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_CORRUPT;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    c.part = p;
+    c.node = node;
+    return tn_meta_propose(m, req, &c, cb);
+}
+
+#define INCARNATION_FILE "incarnation"
+
+int tn_meta_incarnation_load(const char *data_dir, uint64_t *out, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/" INCARNATION_FILE, data_dir);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_io_read_file(path, 64, &b);
+    if (rc == 0) {
+        char text[32] = "";
+        bool ok = b.len == 17 && ((const char *)b.base)[16] == '\n';
+        uint64_t v = 0;
+        if (ok) {
+            memcpy(text, b.base, 16);
+            for (int i = 0; ok && i < 16; i++) {
+                char ch = text[i];
+                int d = ch >= '0' && ch <= '9'   ? ch - '0'
+                        : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                                 : -1;
+                ok = d >= 0;
+                v = v << 4 | (uint64_t)(d >= 0 ? d : 0);
+            }
+        }
+        tn_buf_fini(&b);
+        if (!ok || v == 0) {
+            tn_errbuf(err, errlen,
+                      "%s is not an incarnation file (16 hex digits and a newline); remove it only "
+                      "if this node's data directory is new or wiped",
+                      path);
+            return TN_ECORRUPT;
+        }
+        *out = v;
+        return 0;
+    }
+    tn_buf_fini(&b);
+    if (rc != UV_ENOENT) {
+        tn_errbuf(err, errlen, "cannot read %s: %s", path, tn_strerror(rc));
+        return rc;
+    }
+    uint64_t v = 0;
+    while (v == 0) {
+        if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v)) {
+            rc = tn_err_from_errno(errno);
+            tn_errbuf(err, errlen, "cannot make an incarnation: getrandom: %s", tn_strerror(rc));
+            return rc;
+        }
+    }
+    char text[32];
+    int n = snprintf(text, sizeof(text), "%016llx\n", (unsigned long long)v);
+    rc = tn_io_write_file_atomic(data_dir, INCARNATION_FILE, text, (size_t)n);
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "cannot write %s: %s", path, tn_strerror(rc));
+        return rc;
+    }
+    TN_LOG(TN_LOG_NOTICE, "data directory %s: new incarnation %016llx", data_dir,
+           (unsigned long long)v);
+    *out = v;
+    return 0;
+}
+
 /* --- the tick ------------------------------------------------------------------- */
 
 static void on_lead_barrier(struct raft_barrier *b, int status)
@@ -1228,22 +1617,27 @@ static void note_contacts(tn_meta_t *m)
         uint64_t id = conf->servers[i].id;
         if (id != m->id && (prog == NULL || !prog[i].recent_recv))
             continue;
-        size_t k = 0;
-        while (k < m->nheard && m->heard[k].id != id)
-            k++;
-        if (k == m->nheard) {
-            if (m->nheard == m->heardcap) {
-                size_t cap = m->heardcap ? 2 * m->heardcap : 8;
-                heard_t *h = tn_realloc(m->heard, cap * sizeof(*h));
-                if (h == NULL)
-                    continue;
-                m->heard = h;
-                m->heardcap = cap;
-            }
-            m->heard[m->nheard++].id = id;
-        }
-        m->heard[k].at = now;
+        note_heard(m, id, now);
     }
+}
+
+static void note_heard(tn_meta_t *m, uint64_t id, uint64_t now)
+{
+    size_t k = 0;
+    while (k < m->nheard && m->heard[k].id != id)
+        k++;
+    if (k == m->nheard) {
+        if (m->nheard == m->heardcap) {
+            size_t cap = m->heardcap ? 2 * m->heardcap : 8;
+            heard_t *h = tn_realloc(m->heard, cap * sizeof(*h));
+            if (h == NULL)
+                return;
+            m->heard = h;
+            m->heardcap = cap;
+        }
+        m->heard[m->nheard++].id = id;
+    }
+    m->heard[k].at = now;
 }
 
 int tn_meta_heard(tn_meta_t *m, uint64_t id, uint64_t *ago_ms, bool *recent)
@@ -1293,9 +1687,12 @@ static void on_poll(uv_timer_t *t)
                leader ? "leader" : "follower", m->state.ntopics, m->state.nusers,
                (unsigned long long)raft_last_index(&m->raft));
         m->changed = false; /* on_ready covers what came before */
+        m->pnotes_all = m->on_pstate != NULL;
         if (m->on_ready != NULL)
             m->on_ready(m->ready_arg);
     }
+    if (!m->closing)
+        tell_pstates(m);
     if (!m->closing && m->ready && m->changed && m->on_change != NULL) {
         m->changed = false;
         m->on_change(m->change_arg);
@@ -1304,6 +1701,10 @@ static void on_poll(uv_timer_t *t)
         register_self(m);
     if (!m->closing && leader)
         mark_dead(m);
+    if (!m->closing && leader)
+        check_sessions(m);
+    if (!m->closing)
+        check_rebalance(m);
     if (m->closing)
         return; /* the close owns the timer now */
     bool busy = m->waiting != NULL || m->fwds != NULL || m->joins != NULL || m->xfer_active ||
@@ -1343,6 +1744,8 @@ static void meta_free(tn_meta_t *m)
 {
     tn_meta_state_fini(&m->state);
     tn_free(m->heard);
+    tn_free(m->pnotes);
+    tn_free(m->readies);
     void (*cb)(void *) = m->close_cb;
     void *arg = m->close_arg;
     tn_free(m);
@@ -1475,7 +1878,12 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     m->forward = o->forward;
     m->forward_arg = o->forward_arg;
     m->confirm_seq = (uint64_t)tn_now_wall_ns();
+    m->incarnation = o->incarnation;
+    m->session_ms = o->session_timeout_ms ? o->session_timeout_ms : DEFAULT_SESSION_MS;
+    m->rebalance_ms = o->rebalance_delay_ms ? o->rebalance_delay_ms : DEFAULT_REBALANCE_MS;
     tn_meta_state_init(&m->state);
+    m->state.pstate_cb = on_state_pstate;
+    m->state.pstate_arg = m;
     snprintf(m->address, sizeof(m->address), "%s", o->address);
     m->fsm.version = 1;
     m->fsm.data = m;

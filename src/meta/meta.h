@@ -68,6 +68,20 @@
  * recorded heartbeat is dead_after old by the leader's wall clock, and a
  * registration brings it back.
  *
+ * Sessions (replicated partitions, docs/replication.md): the leader keeps,
+ * on loop (monotonic) time, when it last heard from each member (the
+ * contact sampling above, and its registrations applied); a member not
+ * heard for session_timeout_ms (member-session-timeout, 6 s) gets one
+ * proposed MEMBER_FENCE (id, incarnation), which moves the leadership of
+ * every partition it led (one log entry per failure). A new leader counts
+ * every member as heard when it takes over. A fenced member that
+ * registers again is live (its registration elects leaders for offline
+ * partitions). The incarnation, a random id of this node's data directory,
+ * comes with every registration (opts->incarnation). The leader also
+ * proposes PART_REBALANCE for a partition whose preferred leader has been
+ * ready (tn_pstate_preferred_ready) for rebalance_delay_ms on end. No
+ * wall clock takes part in these decisions.
+ *
  * Ready (tn_meta_ready, latched once): caught up and everything in the
  * log at start applied. Caught up (tn_meta_caught_up, now): a leader is
  * known, this node is a voter, a follower heard from the leader within
@@ -155,7 +169,19 @@ typedef struct {
      * TLS (peers must present a certificate signed by tls_ca), or none
      * for plaintext. */
     const char *tls_cert, *tls_key, *tls_ca;
+    /* This node's incarnation (tn_meta_incarnation_load); 0 = unknown. */
+    uint64_t incarnation;
+    unsigned session_timeout_ms; /* member-session-timeout; 0 = 6000 */
+    unsigned rebalance_delay_ms; /* leader-rebalance-delay; 0 = 30000 */
 } tn_meta_opts_t;
+
+/* The incarnation of the data directory data_dir: read from its file
+ * `incarnation` (16 hex digits and a newline), or, when there is none
+ * (a new data directory, or one from before incarnations), a new random
+ * non-zero one written there crash-safely (a temporary file, fsync,
+ * rename, directory fsync). 0, or an error with err filled (TN_ECORRUPT:
+ * a file that is not an incarnation). Any thread; blocking I/O. */
+int tn_meta_incarnation_load(const char *data_dir, uint64_t *out, char *err, size_t errlen);
 
 /* Open (and bootstrap when new) and start. On failure err has a line. */
 int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char *err,
@@ -222,6 +248,44 @@ void tn_meta_on_change(tn_meta_t *m, void (*cb)(void *arg), void *arg);
 int tn_meta_heard(tn_meta_t *m, uint64_t id, uint64_t *ago_ms, bool *recent);
 /* The local replica, for reads. */
 const tn_meta_state_t *tn_meta_state(const tn_meta_t *m);
+/* This node's incarnation (opts->incarnation). */
+uint64_t tn_meta_incarnation(const tn_meta_t *m);
+
+/* Replicated partitions (meta/partstate.h). Each proposes one command,
+ * like tn_meta_propose (forwarded to the leader from a follower): 0 and
+ * cb(req, the state machine's answer) later, or at once UV_EINVAL (bad
+ * arguments: a name, n outside 1..TN_PSTATE_MAX_REPLICAS), TN_ECLOSED,
+ * UV_ENOMEM. Loop thread.
+ *
+ * The leader's ISR compare-and-set (PART_ISR) of partition p, proposed by
+ * this node in leader_epoch given partition_epoch expected_pe; isr[0..n)
+ * is copied. Answers: 0 (applied: partition_epoch is expected_pe + 1),
+ * TN_ECHANGED (stale epoch, or this node does not lead), UV_EINVAL (a
+ * malformed ISR, or not a replicated partition), UV_EPERM (an added member
+ * not current or not live), TN_ENOTFOUND. */
+int tn_meta_propose_isr(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
+                        uint32_t leader_epoch, uint32_t expected_pe, const tn_pstate_member_t *isr,
+                        uint32_t n, tn_meta_cb cb);
+/* An admin's election of node for partition p (PART_LEADER): 0, UV_EINVAL
+ * (node not a replica), UV_EPERM (node not live, or not an eligible ISR
+ * member and !unclean), TN_ENOTFOUND. */
+int tn_meta_force_leader(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
+                         uint32_t node, bool unclean, tn_meta_cb cb);
+/* node's replica of partition p failed a CRC check (PART_CORRUPT): it
+ * leaves the ISR and elections until a CAS adds it back. 0, UV_EINVAL,
+ * TN_ENOTFOUND. */
+int tn_meta_mark_corrupt(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
+                         uint32_t node, tn_meta_cb cb);
+/* Be told of partition states: cb(arg, topic, p, ps) on the loop thread,
+ * soon after (never inside) the apply of a command that changed or made
+ * the state of partition p (ps borrowed, valid during the call: the
+ * current state, so several changes in a row may come as one), with ps
+ * NULL when the partition or its topic went away; for every replicated
+ * partition after a snapshot restore, and at once (from this call) for
+ * every one the replica holds now. cb NULL: no more. topic is borrowed. */
+void tn_meta_on_pstate(tn_meta_t *m,
+                       void (*cb)(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps),
+                       void *arg);
 bool tn_meta_ready(tn_meta_t *m);
 bool tn_meta_caught_up(tn_meta_t *m);
 /* The index of the last log entry applied to the local replica. */

@@ -23,6 +23,7 @@ static void topic_free(tn_meta_topic_entry_t *t)
         tn_free(t->channels[i]);
     tn_free(t->channels);
     tn_free(t->owners);
+    tn_free(t->pstates);
     tn_free(t);
 }
 
@@ -41,6 +42,7 @@ void tn_meta_state_fini(tn_meta_state_t *s)
     tn_free(s->topics);
     tn_free(s->users);
     tn_free(s->members);
+    tn_free(s->nodes);
     memset(s, 0, sizeof(*s));
 }
 
@@ -227,18 +229,83 @@ static uint32_t count_unassigned(const tn_meta_topic_entry_t *t, uint32_t from, 
     return n;
 }
 
+static size_t member_search(const tn_meta_state_t *s, uint64_t id, bool *found);
+
+/* --- replicated partitions ------------------------------------------------------ */
+
+/* s->nodes from the members (after any change to them): what partstate
+ * knows of each. */
+static int refresh_nodes(tn_meta_state_t *s)
+{
+    if (s->nmembers == 0)
+        return 0;
+    tn_pstate_node_t *v = tn_realloc(s->nodes, s->nmembers * sizeof(*v));
+    if (v == NULL)
+        return UV_ENOMEM;
+    s->nodes = v;
+    for (size_t i = 0; i < s->nmembers; i++) {
+        v[i].id = (uint32_t)s->members[i].id;
+        v[i].incarnation = s->members[i].incarnation;
+        v[i].live = !s->members[i].fenced;
+    }
+    return 0;
+}
+
+static tn_pstate_nodes_t nodes_of(const tn_meta_state_t *s)
+{
+    tn_pstate_nodes_t n = {s->nodes, s->nodes != NULL ? s->nmembers : 0};
+    return n;
+}
+
+static void tell(tn_meta_state_t *s, const tn_meta_topic_entry_t *t, const char *name, uint32_t p)
+{
+    if (s->pstate_cb == NULL)
+        return;
+    const tn_pstate_t *ps = NULL;
+    if (t != NULL && t->pstates != NULL && p < t->rec.partitions && t->pstates[p].nreplicas > 0)
+        ps = &t->pstates[p];
+    s->pstate_cb(s->pstate_arg, name, p, ps);
+}
+
+/* Partition p of a replicated topic: min(factor, n) of the eligible
+ * members, from index p mod n on, wrapping; its state made over them.
+ * owners[p] is the first. */
+static void place_replicated(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_entry_t *t,
+                             bool all, size_t n, uint32_t p)
+{
+    uint32_t k = (uint32_t)TN_MIN((size_t)tn_meta_topic_factor(&t->rec), n);
+    uint32_t replicas[TN_PSTATE_MAX_REPLICAS];
+    for (uint32_t j = 0; j < k; j++)
+        replicas[j] = (uint32_t)nth_eligible(s, c, all, (p + j) % n);
+    uint32_t min_insync = TN_MIN((uint32_t)tn_meta_topic_min_insync(&t->rec), k);
+    tn_pstate_nodes_t nodes = nodes_of(s);
+    char err[128];
+    if (k == 0 ||
+        tn_pstate_create(&t->pstates[p], replicas, k, min_insync, &nodes, err, sizeof(err)) != 0) {
+        memset(&t->pstates[p], 0, sizeof(t->pstates[p]));
+        t->owners[p] = 0;
+        return;
+    }
+    t->owners[p] = replicas[0];
+}
+
 /* Partitions [from, to) of t, made by c: owner = c's eligible members
  * (above) sorted by id, index p mod n (none alive: unassigned, picked up
- * at a registration). */
+ * at a registration); a replicated topic's get their replicas from there. */
 static void place(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_entry_t *t,
                   uint32_t from, uint32_t to)
 {
     bool all;
     size_t n = eligible_count(s, c, &all);
     for (uint32_t p = from; p < to; p++) {
-        t->owners[p] = n > 0 ? nth_eligible(s, c, all, p % n) : 0;
+        if (t->pstates != NULL && n > 0)
+            place_replicated(s, c, t, all, n, p);
+        else
+            t->owners[p] = n > 0 ? nth_eligible(s, c, all, p % n) : 0;
         if (t->owners[p] == 0)
             s->unassigned++;
+        else if (t->pstates != NULL)
+            tell(s, t, t->rec.name, p);
     }
 }
 
@@ -251,17 +318,183 @@ static void place_unassigned(tn_meta_state_t *s)
         return;
     for (size_t i = 0; i < s->ntopics; i++) {
         tn_meta_topic_entry_t *t = s->topics[i];
-        for (uint32_t p = 0; p < t->rec.partitions; p++)
-            if (t->owners[p] == 0)
+        for (uint32_t p = 0; p < t->rec.partitions; p++) {
+            if (t->owners[p] != 0)
+                continue;
+            if (t->pstates != NULL) {
+                place_replicated(s, NULL, t, true, n, p);
+                if (t->owners[p] != 0)
+                    tell(s, t, t->rec.name, p);
+            } else {
                 t->owners[p] = nth_alive(s, p % n);
+            }
+        }
     }
     s->unassigned = 0;
+    for (size_t i = 0; i < s->ntopics; i++)
+        s->unassigned += count_unassigned(s->topics[i], 0, s->topics[i]->rec.partitions);
 }
 
+const tn_pstate_t *tn_meta_state_pstate(const tn_meta_state_t *s, const char *topic, uint32_t p)
+{
+    const tn_meta_topic_entry_t *t = tn_meta_topic_find(s, topic);
+    if (t == NULL || t->pstates == NULL || p >= t->rec.partitions || t->pstates[p].nreplicas == 0)
+        return NULL;
+    return &t->pstates[p];
+}
+
+void tn_meta_state_nodes(const tn_meta_state_t *s, tn_pstate_node_t *buf, size_t cap,
+                         tn_pstate_nodes_t *out)
+{
+    size_t n = TN_MIN(cap, s->nmembers);
+    for (size_t i = 0; i < n; i++) {
+        buf[i].id = (uint32_t)s->members[i].id;
+        buf[i].incarnation = s->members[i].incarnation;
+        buf[i].live = !s->members[i].fenced;
+    }
+    out->v = buf;
+    out->n = n;
+}
+
+void tn_meta_state_each_pstate(const tn_meta_state_t *s, tn_meta_pstate_cb cb, void *arg)
+{
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t p = 0; t->pstates != NULL && p < t->rec.partitions; p++)
+            if (t->pstates[p].nreplicas > 0)
+                cb(arg, t->rec.name, p, &t->pstates[p]);
+    }
+}
+
+/* Every partition state of every replicated topic through f (fence,
+ * elect, ...); those it changed are told. */
+static void each_pstate(tn_meta_state_t *s, bool (*f)(tn_pstate_t *ps, void *arg), void *arg)
+{
+    for (size_t i = 0; i < s->ntopics; i++) {
+        tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t p = 0; t->pstates != NULL && p < t->rec.partitions; p++)
+            if (t->pstates[p].nreplicas > 0 && f(&t->pstates[p], arg))
+                tell(s, t, t->rec.name, p);
+    }
+}
+
+typedef struct {
+    uint32_t node;
+    uint64_t incarnation;
+    tn_pstate_nodes_t nodes;
+} fence_arg_t;
+
+static bool fence_one(tn_pstate_t *ps, void *arg)
+{
+    fence_arg_t *a = arg;
+    return tn_pstate_fence(ps, a->node, a->incarnation, &a->nodes);
+}
+
+static bool elect_one(tn_pstate_t *ps, void *arg)
+{
+    fence_arg_t *a = arg;
+    return ps->leader == TN_PSTATE_NONE && tn_pstate_elect(ps, &a->nodes);
+}
+
+/* Fence member i's session with incarnation (0: any) on every partition. */
+static void fence_member(tn_meta_state_t *s, size_t i, uint64_t incarnation)
+{
+    s->members[i].fenced = true;
+    (void)refresh_nodes(s); /* same size: no allocation */
+    fence_arg_t a = {(uint32_t)s->members[i].id, incarnation, nodes_of(s)};
+    each_pstate(s, fence_one, &a);
+}
+
+static void elect_offline(tn_meta_state_t *s)
+{
+    fence_arg_t a = {0, 0, nodes_of(s)};
+    each_pstate(s, elect_one, &a);
+}
+
+/* The partition state a PART_* command names. */
+static int find_pstate(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_entry_t **tp,
+                       tn_pstate_t **out)
+{
+    tn_meta_topic_entry_t *t = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, c->topic.name);
+    if (t == NULL || c->part >= t->rec.partitions)
+        return TN_ENOTFOUND;
+    if (t->pstates == NULL || t->pstates[c->part].nreplicas == 0)
+        return UV_EINVAL;
+    *tp = t;
+    *out = &t->pstates[c->part];
+    return 0;
+}
+
+static int part_cmd(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
+{
+    tn_meta_topic_entry_t *t;
+    tn_pstate_t *ps;
+    if (c->type == TN_MC_PART_STATE) {
+        if (!restoring)
+            return UV_EINVAL; /* a snapshot record */
+        t = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, c->topic.name);
+        if (t == NULL || t->pstates == NULL || c->part >= t->rec.partitions)
+            return TN_ECORRUPT;
+        t->pstates[c->part] = c->pstate;
+        return 0;
+    }
+    int rc = find_pstate(s, c, &t, &ps);
+    if (rc != 0)
+        return rc;
+    tn_pstate_nodes_t nodes = nodes_of(s);
+    tn_pstate_t was = *ps;
+    char err[160];
+    switch (c->type) {
+    case TN_MC_PART_ISR:
+        rc = tn_pstate_alter_isr(ps, c->node, c->leader_epoch, c->expected_pe, c->isr, c->nisr,
+                                 &nodes, err, sizeof(err));
+        break;
+    case TN_MC_PART_LEADER:
+        rc = tn_pstate_force_leader(ps, c->node, c->unclean, &nodes, err, sizeof(err));
+        break;
+    case TN_MC_PART_REBALANCE:
+        rc = tn_pstate_rebalance(ps, &nodes);
+        break;
+    case TN_MC_PART_CORRUPT:
+        (void)tn_pstate_mark_corrupt(ps, c->node, &nodes);
+        rc = 0;
+        break;
+    default:
+        return UV_ENOTSUP;
+    }
+    if (rc != 0)
+        *ps = was;                                       /* a refused command changes nothing */
+    else if (ps->partition_epoch != was.partition_epoch) /* bumped by every change */
+        tell(s, t, t->rec.name, c->part);
+    return rc;
+}
+
+static int member_fence(tn_meta_state_t *s, const tn_meta_member_t *m, bool restoring)
+{
+    bool found;
+    size_t i = member_search(s, m->id, &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    if (m->incarnation != 0 && m->incarnation != s->members[i].incarnation)
+        return TN_ECHANGED; /* it registered with a new disk since: fenced then */
+    if (restoring) {
+        s->members[i].fenced = true;
+        return refresh_nodes(s);
+    }
+    fence_member(s, i, m->incarnation);
+    return 0;
+}
+
+/* A replicated partition's owner is its leader (0 while offline), so
+ * routing that asks for the owner reaches the leader. */
 uint64_t tn_meta_state_owner(const tn_meta_state_t *s, const char *topic, uint32_t p)
 {
     const tn_meta_topic_entry_t *t = tn_meta_topic_find(s, topic);
-    return t != NULL && p < t->rec.partitions ? t->owners[p] : 0;
+    if (t == NULL || p >= t->rec.partitions)
+        return 0;
+    if (t->pstates != NULL && t->pstates[p].nreplicas > 0)
+        return t->pstates[p].leader;
+    return t->owners[p];
 }
 
 uint64_t tn_meta_state_owned(const tn_meta_state_t *s, uint64_t member)
@@ -279,14 +512,26 @@ uint64_t tn_meta_state_owned(const tn_meta_state_t *s, uint64_t member)
  * leaves t as it was. */
 static int owners_fit(tn_meta_topic_entry_t *t, uint32_t partitions)
 {
-    if (partitions <= t->owners_cap)
+    bool repl = tn_meta_topic_factor(&t->rec) > 1;
+    if (partitions <= t->owners_cap && (!repl || t->pstates != NULL))
         return 0;
-    uint64_t *o = tn_realloc(t->owners, (size_t)partitions * sizeof(*o));
+    uint32_t cap = TN_MAX(partitions, t->owners_cap);
+    if (repl) {
+        tn_pstate_t *ps = tn_realloc(t->pstates, (size_t)cap * sizeof(*ps));
+        if (ps == NULL)
+            return UV_ENOMEM;
+        uint32_t had = t->pstates != NULL ? t->owners_cap : 0;
+        memset(ps + had, 0, (size_t)(cap - had) * sizeof(*ps));
+        t->pstates = ps;
+    }
+    if (cap == t->owners_cap)
+        return 0;
+    uint64_t *o = tn_realloc(t->owners, (size_t)cap * sizeof(*o));
     if (o == NULL)
         return UV_ENOMEM;
-    memset(o + t->owners_cap, 0, (size_t)(partitions - t->owners_cap) * sizeof(*o));
+    memset(o + t->owners_cap, 0, (size_t)(cap - t->owners_cap) * sizeof(*o));
     t->owners = o;
-    t->owners_cap = partitions;
+    t->owners_cap = cap;
     return 0;
 }
 
@@ -326,6 +571,8 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         if (now < was) {
             s->unassigned -= count_unassigned(t, now, was);
             memset(t->owners + now, 0, (size_t)(was - now) * sizeof(*t->owners));
+            if (t->pstates != NULL)
+                memset(t->pstates + now, 0, (size_t)(was - now) * sizeof(*t->pstates));
         }
         if (!restoring && strcmp(t->rec.parent, c->topic.parent) != 0) {
             if (t->rec.parent[0] != '\0')
@@ -333,7 +580,25 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
             if (c->topic.parent[0] != '\0')
                 count_child(s, c->topic.parent, 1);
         }
+        /* The factor stays (changing it is a partition move); a new
+         * min_insync reaches every partition state. */
+        uint8_t factor = tn_meta_topic_factor(&t->rec);
+        uint8_t min_insync = TN_MIN(tn_meta_topic_min_insync(&c->topic), factor);
+        bool min_changed = min_insync != tn_meta_topic_min_insync(&t->rec);
         t->rec = c->topic;
+        t->rec.replication_factor = factor;
+        t->rec.min_insync = min_insync;
+        for (uint32_t p = now; p < was && t->pstates != NULL; p++)
+            tell(s, t, t->rec.name, p);
+        for (uint32_t p = 0; min_changed && t->pstates != NULL && p < TN_MIN(was, now); p++) {
+            tn_pstate_t *ps = &t->pstates[p];
+            if (ps->nreplicas == 0)
+                continue;
+            ps->min_insync = TN_MIN((uint32_t)min_insync, ps->nreplicas);
+            ps->partition_epoch++;
+            if (!restoring)
+                tell(s, t, t->rec.name, p);
+        }
         if (now > was && restoring)
             s->unassigned += now - was;
         else if (now > was)
@@ -343,11 +608,17 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     if (grow((void ***)&s->topics, s->ntopics, &s->tcap) != 0)
         return UV_ENOMEM;
     tn_meta_topic_entry_t *t = tn_calloc(1, sizeof(*t));
-    if (t == NULL || owners_fit(t, c->topic.partitions) != 0) {
+    if (t == NULL)
+        return UV_ENOMEM;
+    t->rec = c->topic;
+    t->rec.replication_factor = tn_meta_topic_factor(&c->topic);
+    t->rec.min_insync = TN_MIN(tn_meta_topic_min_insync(&c->topic), t->rec.replication_factor);
+    if (owners_fit(t, c->topic.partitions) != 0) {
+        tn_free(t->owners);
+        tn_free(t->pstates);
         tn_free(t);
         return UV_ENOMEM;
     }
-    t->rec = c->topic;
     insert_at((void **)s->topics, &s->ntopics, i, t);
     /* Restoring: the snapshot's owner record follows (none: unassigned). */
     if (restoring)
@@ -376,8 +647,13 @@ static int topic_delete(tn_meta_state_t *s, const char *name)
         if (k != i && strcmp(s->topics[k]->rec.parent, name) == 0)
             unlink_child(&s->topics[k]->rec);
     }
+    uint32_t gone = t->pstates != NULL ? t->rec.partitions : 0;
+    char tname[TN_NAME_MAX + 1];
+    snprintf(tname, sizeof(tname), "%s", name); /* name may be t's own */
     topic_free(t);
     remove_at((void **)s->topics, &s->ntopics, i);
+    for (uint32_t p = 0; p < gone; p++)
+        tell(s, NULL, tname, p);
     return 0;
 }
 
@@ -544,8 +820,27 @@ static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, uint8_
     if (type == TN_MC_MEMBER_REC)
         r->nsq = m->nsq;
     r->status = TN_MEMBER_ALIVE;
-    if (!restoring)
-        place_unassigned(s);
+    if (restoring) {
+        r->incarnation = m->incarnation;
+        return refresh_nodes(s);
+    }
+    if (refresh_nodes(s) != 0)
+        return UV_ENOMEM; /* (only a new member grows it: nothing else changed yet) */
+    /* Another disk than the one recorded: its replicas there are gone, so
+     * its old incarnation is fenced first (an older registration carries
+     * none, 0, and keeps the recorded one). */
+    bool was_fenced = r->fenced;
+    if (found && m->incarnation != 0 && m->incarnation != r->incarnation) {
+        fence_member(s, i, r->incarnation);
+        was_fenced = true;
+    }
+    if (m->incarnation != 0)
+        r->incarnation = m->incarnation;
+    r->fenced = false;
+    (void)refresh_nodes(s);
+    if (was_fenced || !found)
+        elect_offline(s);
+    place_unassigned(s);
     return 0;
 }
 
@@ -643,6 +938,14 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         return member_drain(s, &c->member);
     case TN_MC_NOOP:
         return 0;
+    case TN_MC_MEMBER_FENCE:
+        return member_fence(s, &c->member, restoring);
+    case TN_MC_PART_ISR:
+    case TN_MC_PART_LEADER:
+    case TN_MC_PART_REBALANCE:
+    case TN_MC_PART_CORRUPT:
+    case TN_MC_PART_STATE:
+        return part_cmd(s, c, restoring);
     default:
         return UV_ENOTSUP;
     }
@@ -689,6 +992,17 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
             rc = tn_meta_cmd_encode(&c, out);
             count++;
         }
+        for (uint32_t p = 0; t->pstates != NULL && p < t->rec.partitions && rc == 0; p++) {
+            if (t->pstates[p].nreplicas == 0)
+                continue;
+            memset(&c, 0, sizeof(c));
+            c.type = TN_MC_PART_STATE;
+            snprintf(c.topic.name, sizeof(c.topic.name), "%s", t->rec.name);
+            c.part = p;
+            c.pstate = t->pstates[p];
+            rc = tn_meta_cmd_encode(&c, out);
+            count++;
+        }
     }
     for (size_t i = 0; i < s->nusers && rc == 0; i++) {
         memset(&c, 0, sizeof(c));
@@ -710,6 +1024,11 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
         }
         if (rc == 0 && s->members[i].draining) {
             c.type = TN_MC_MEMBER_DRAIN;
+            rc = tn_meta_cmd_encode(&c, out);
+            count++;
+        }
+        if (rc == 0 && s->members[i].fenced) {
+            c.type = TN_MC_MEMBER_FENCE;
             rc = tn_meta_cmd_encode(&c, out);
             count++;
         }
@@ -768,7 +1087,8 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
         if (c.type != TN_MC_TOPIC_PUT && c.type != TN_MC_CHANNEL_PUT && c.type != TN_MC_USER_PUT &&
             c.type != TN_MC_MEMBER_PUT && c.type != TN_MC_MEMBER_DRAIN &&
             c.type != TN_MC_MEMBER_REG && c.type != TN_MC_MEMBER_REC &&
-            c.type != TN_MC_MEMBER_STATUS && c.type != TN_MC_PART_OWNERS)
+            c.type != TN_MC_MEMBER_STATUS && c.type != TN_MC_PART_OWNERS &&
+            c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE)
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */
@@ -787,6 +1107,8 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
     }
     settle_children(&fresh);
     fresh.users_version = users_version;
+    fresh.pstate_cb = s->pstate_cb;
+    fresh.pstate_arg = s->pstate_arg;
     tn_meta_state_fini(s);
     *s = fresh;
     return 0;

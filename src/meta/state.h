@@ -26,6 +26,21 @@
  * MEMBER_DRAIN when draining). An older snapshot (MEMBER_REG or MEMBER_PUT
  * members, no owners) still restores.
  *
+ * Replicated partitions (replication_factor > 1; docs/replication.md):
+ * placement picks min(factor, n) members from the same eligible list,
+ * starting at index p mod n and wrapping, so that leadership spreads, and
+ * makes the partition's tn_pstate_t (meta/partstate.h) over them; owners[p]
+ * is the first of them (the preferred leader) and tn_meta_state_owner
+ * answers the current leader. A PUT never changes a topic's factor (a
+ * partition move, not supported): the stored one stays; a new min_insync
+ * reaches every partition state. A member is live for elections unless a
+ * MEMBER_FENCE ended its session and it has not registered since; a
+ * registration with another incarnation than the recorded one fences the
+ * old one first (the same apply), and a registration that makes a member
+ * live runs tn_pstate_elect over the offline partitions. The snapshot adds
+ * PART_STATE after a replicated topic's owners, and MEMBER_FENCE after a
+ * fenced member's record.
+ *
  * Threads: the caller's (the loop thread in ternd). */
 #ifndef TN_META_STATE_H
 #define TN_META_STATE_H
@@ -44,7 +59,14 @@ typedef struct {
      * (owners_cap slots, zero past rec.partitions). */
     uint64_t *owners;
     uint32_t owners_cap;
+    /* Replicated topics: the state of each partition (owners_cap slots;
+     * nreplicas 0 = not placed yet). NULL for a factor-1 topic. */
+    tn_pstate_t *pstates;
 } tn_meta_topic_entry_t;
+
+/* Told of every partition state an applied command changed, made or
+ * removed (ps NULL), as the change is applied. */
+typedef void (*tn_meta_pstate_cb)(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps);
 
 typedef struct {
     tn_meta_topic_entry_t **topics; /* sorted by name */
@@ -56,8 +78,11 @@ typedef struct {
     tn_meta_member_t *members; /* sorted by id */
     size_t nmembers;
     size_t mcap;
-    uint64_t users_version; /* bumped by every user change (credential caches key on it) */
-    uint64_t unassigned;    /* partitions with no owner, over every topic */
+    uint64_t users_version;      /* bumped by every user change (credential caches key on it) */
+    uint64_t unassigned;         /* partitions with no owner, over every topic */
+    tn_pstate_node_t *nodes;     /* the members as partstate sees them (derived) */
+    tn_meta_pstate_cb pstate_cb; /* optional; kept across a restore */
+    void *pstate_arg;
 } tn_meta_state_t;
 
 void tn_meta_state_init(tn_meta_state_t *s);
@@ -77,6 +102,13 @@ void tn_meta_state_fini(tn_meta_state_t *s);
  * UV_ENOENT (no such member) or UV_ERANGE (the most partitions there can
  * be), and 0 also when the member owns a partition of it already (nothing
  * changes then); UV_ENOMEM. A refused command changes nothing.
+ * Replicated partitions: PART_ISR, PART_LEADER, PART_REBALANCE and
+ * PART_CORRUPT answer TN_ENOTFOUND (no such topic or partition) or
+ * UV_EINVAL (a factor-1 or unplaced partition), else partstate.h's answer
+ * (PART_REBALANCE: UV_EAGAIN when the preferred leader is not ready);
+ * MEMBER_FENCE TN_ENOTFOUND (no such member) or TN_ECHANGED (the member
+ * registered with another incarnation since); PART_STATE (a snapshot
+ * record) UV_EINVAL.
  *
  * Links: a child's record names its parent, which is always there.
  * TOPIC_DELETE of a parent detaches its children in the same change
@@ -97,6 +129,18 @@ size_t tn_meta_topic_after(const tn_meta_state_t *s, const char *after);
 uint64_t tn_meta_state_owner(const tn_meta_state_t *s, const char *topic, uint32_t p);
 /* How many partitions, over every topic, member owns. */
 uint64_t tn_meta_state_owned(const tn_meta_state_t *s, uint64_t member);
+
+/* The state of partition p of a replicated topic (borrowed: valid until
+ * the next apply or restore), or NULL (a factor-1 topic, no such
+ * partition, or not placed yet: no member was alive). */
+const tn_pstate_t *tn_meta_state_pstate(const tn_meta_state_t *s, const char *topic, uint32_t p);
+/* The members as partition states see them: id, incarnation and live
+ * (registered and not fenced since). buf[0..cap) is caller-owned; out->v =
+ * buf, out->n = min(members, cap). */
+void tn_meta_state_nodes(const tn_meta_state_t *s, tn_pstate_node_t *buf, size_t cap,
+                         tn_pstate_nodes_t *out);
+/* Calls cb for every placed replicated partition (for a new listener). */
+void tn_meta_state_each_pstate(const tn_meta_state_t *s, tn_meta_pstate_cb cb, void *arg);
 
 /* Append a snapshot of s to out. 0 or UV_ENOMEM. */
 int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out);

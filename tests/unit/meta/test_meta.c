@@ -37,6 +37,8 @@ static tn_meta_cmd_t topic_cmd(const char *name, bool if_absent)
     c.topic.max_acked_ahead = 1024;
     c.topic.created_at_ms = 1700000000000LL;
     snprintf(c.topic.owner, sizeof(c.topic.owner), "alice");
+    c.topic.replication_factor = 1; /* what a decode gives a factor-1 topic */
+    c.topic.min_insync = 1;
     return c;
 }
 
