@@ -3,6 +3,8 @@
 
 #include "cluster/router.h"
 
+#include "cluster/replica.h"
+
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -56,6 +58,7 @@ struct tn_router_s {
     /* Purging (tn_router_purge). */
     tn_purge_local_fn purge;
     void *purge_arg;
+    tn_replica_t *replica; /* NULL: no replicated partitions */
 };
 
 /* A publish being accepted into the ingress log: owned by the router from
@@ -236,6 +239,11 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
 #define MSG_WRITE    "the channel log could not record it durably; the message will be delivered again"
 
 static void pump(tn_router_t *r, settle_owner_t *q);
+
+void tn_router_set_replica(tn_router_t *r, tn_replica_t *rm)
+{
+    r->replica = rm;
+}
 
 void tn_router_set_rpc(tn_router_t *r, tn_rpc_t *rpc, uint64_t node_id, bool cluster)
 {

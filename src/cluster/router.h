@@ -37,6 +37,7 @@
 #include "cluster/settle.h"
 
 typedef struct tn_router_s tn_router_t;
+typedef struct tn_replica_s tn_replica_t;
 
 typedef struct {
     tn_broker_t *broker;
@@ -51,6 +52,12 @@ typedef struct {
 int tn_router_new(const tn_router_opts_t *o, tn_router_t **out);
 /* After the ingress log closed (its appends in flight have answered). */
 void tn_router_free(tn_router_t *r);
+/* The replica manager (cluster/replica.h; borrowed, NULL: none): a publish
+ * to a replicated partition led here is checked with tn_replica_accepts
+ * first (TN_EFEWREPLICAS, TN_ENOTSERVING reach the door at once), and
+ * settles and consumes of a replicated partition whose leader does not
+ * serve yet answer a retryable error. */
+void tn_router_set_replica(tn_router_t *r, tn_replica_t *rm);
 /* Set the accepted hook (tn_router_opts_t) once its target exists. */
 void tn_router_on_accepted(tn_router_t *r, void (*cb)(void *arg), void *arg);
 

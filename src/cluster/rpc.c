@@ -510,7 +510,9 @@ static void call_place(tn_rpc_call_t *c)
 {
     peer_t *p = c->p;
     int lane = c->lane;
-    unsigned n = lane == TN_LANE_CONTROL ? TN_LANE_CONTROL_STREAMS : TN_LANE_STREAMS;
+    unsigned n = lane == TN_LANE_CONTROL   ? TN_LANE_CONTROL_STREAMS
+                 : lane == TN_LANE_REPLICA ? TN_LANE_REPLICA_STREAMS
+                                           : TN_LANE_STREAMS;
     if (p->r->lane_streams && p->r->lane_streams < n)
         n = p->r->lane_streams;
     int slot = (int)(p->rr[lane]++ % n);
@@ -567,7 +569,7 @@ static void peer_ping(peer_t *p)
         (p->last_ping_ms && now - p->last_ping_ms < (int64_t)r->ping_interval_ms))
         return;
     cstream_t *st = NULL;
-    for (int lane = TN_LANE_CONTROL; lane >= 0 && !st; lane--)
+    for (int lane = TN_LANE_COUNT - 1; lane >= 0 && !st; lane--)
         for (int i = 0; i < TN_LANE_STREAMS && !st; i++)
             if (p->lanes[lane][i] && p->lanes[lane][i]->authed && p->lanes[lane][i]->qs)
                 st = p->lanes[lane][i];

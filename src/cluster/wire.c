@@ -19,6 +19,8 @@
 
 #include "cluster/wire.h"
 
+#include "cluster/fetch.h"
+
 #include "core/err.h"
 #include "meta/cmd.h"
 
@@ -999,6 +1001,7 @@ static const struct {
     [TN_OP_CONSUME] = {"consume", TN_LANE_CONSUME},
     [TN_OP_PSTATS] = {"pstats", TN_LANE_CONTROL},
     [TN_OP_PURGE] = {"purge", TN_LANE_CONTROL},
+    [TN_OP_FETCH] = {"fetch", TN_LANE_REPLICA},
     [TN_OP_SETTLE_REPL] = {"settle_repl", TN_LANE_REPLICA},
 };
 
@@ -1059,6 +1062,10 @@ int tn_wire_request_check(const void *p, size_t len)
     case TN_OP_PURGE: {
         tn_wire_purge_t pg;
         return tn_wire_purge_decode(in.p + in.off, in.len - in.off, &pg, NULL, 0);
+    }
+    case TN_OP_FETCH: {
+        tn_fetch_req_t f;
+        return tn_fetch_req_decode(in.p + in.off, in.len - in.off, &f);
     }
     case TN_OP_SETTLE_REPL: {
         tn_wire_setrepl_t sr;

@@ -71,14 +71,13 @@ typedef enum {
     TN_LANE_CONSUME = 1,
     TN_LANE_ACK = 2,
     TN_LANE_CONTROL = 3,
-    /* Replication between the replicas of a partition (follower fetches,
-     * channel state pushed to followers), kept off the client lanes. */
-    TN_LANE_REPLICA = 4,
+    TN_LANE_REPLICA = 4, /* followers' long-poll fetches, replicated settles */
     TN_LANE_COUNT = 5,
 } tn_wire_lane_t;
 
 #define TN_LANE_STREAMS         16 /* produce, consume, ack */
 #define TN_LANE_CONTROL_STREAMS 4
+#define TN_LANE_REPLICA_STREAMS 4
 
 /* Opcodes. Values are stable on the wire and only ever appended; the one
  * table (wire.c) names each op, its lane and its metric label, and
@@ -167,6 +166,17 @@ typedef enum {
      * 500 {"error":...} the deletion failed, with its cause; 400
      * malformed. */
     TN_OP_PURGE = 10,
+    /* A follower node's long-poll for every replicated partition it
+     * follows on the callee (cluster/fetch.h has the layout; replica.h
+     * serves it). Replica lane. Reply 200 application/octet-stream: a
+     * per-partition answer in the request's order (records from the
+     * fetch offset with their epochs and the hw, diverging, fenced,
+     * unknown epoch, not leader, error). The callee answers at once when
+     * it has records (or a non-record answer) for any partition, else
+     * parks the fetch until its log or hw moves or wait_ms passes. 503
+     * {"error":...} the callee has no replica manager or is closing; 400
+     * malformed. */
+    TN_OP_FETCH = 11,
     /* Push a channel's durable WAL records of a replicated partition from
      * its leader to a committed-ISR follower (cluster/setrepl.h). Replica
      * lane. Fields: string topic (1..255 bytes), u32 partition, u32

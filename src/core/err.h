@@ -32,7 +32,8 @@
     X(REMOTE, "the partition lives on another node")                                               \
     X(FENCED, "the request carries a stale leader epoch (fenced)")                                 \
     X(UNKNOWNEPOCH, "the request carries a leader epoch newer than this node knows")               \
-    X(FEWREPLICAS, "fewer in-sync replicas than min_insync_replicas: write refused")
+    X(FEWREPLICAS, "fewer in-sync replicas than min_insync_replicas: write refused")               \
+    X(NOTSERVING, "the partition's new leader is not serving yet; retry")
 
 enum {
     TN__ERR_BASE = -100000,

@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include "cluster/wire.h"
+#include "cluster/fetch.h"
 #include "core/alloc.h"
 #include "core/err.h"
 
@@ -658,6 +659,7 @@ static void test_op_table(void **state)
         {TN_OP_CONSUME, "consume", TN_LANE_CONSUME},
         {TN_OP_PSTATS, "pstats", TN_LANE_CONTROL},
         {TN_OP_PURGE, "purge", TN_LANE_CONTROL},
+        {TN_OP_FETCH, "fetch", TN_LANE_REPLICA},
         {TN_OP_SETTLE_REPL, "settle_repl", TN_LANE_REPLICA},
     };
     /* Every op this build knows is listed (numbers are fixed per wave, so
@@ -671,6 +673,7 @@ static void test_op_table(void **state)
     assert_int_equal(TN_OP_CONSUME, 8);
     assert_int_equal(TN_OP_PSTATS, 9);
     assert_int_equal(TN_OP_PURGE, 10);
+    assert_int_equal(TN_OP_FETCH, 11);
     assert_int_equal(TN_OP_SETTLE_REPL, 13);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
@@ -712,6 +715,9 @@ static void test_request_check(void **state)
     static const uint32_t some[] = {0, 2};
     assert_int_equal(tn_wire_pstats_encode(&good[TN_OP_PSTATS], "t", some, 2), 0);
     assert_int_equal(tn_wire_purge_encode(&good[TN_OP_PURGE], "t", 1764590000000), 0);
+    assert_int_equal(tn_fetch_req_put_head(&good[TN_OP_FETCH], 2, 77, 500, 1 << 20, 1), 0);
+    tn_fetch_part_t fp = {.topic = "t", .partition = 1, .leader_epoch = 3, .fetch_offset = 9};
+    assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_FETCH], &fp), 0);
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};
     assert_int_equal(
         tn_wire_setrepl_encode(&good[TN_OP_SETTLE_REPL], "t", 0, 1, "default", 9, 1, &wr, 1), 0);

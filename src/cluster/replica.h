@@ -1,0 +1,101 @@
+/* The replica manager: the shell around the pure replication core
+ * (cluster/repl.h) on one node. For every replicated partition (topic
+ * replication_factor > 1) where this node is a replica it keeps one
+ * tn_repl_t, feeds it the metastore's partition states
+ * (tn_meta_on_pstate), the local log's progress, the FETCH requests and
+ * answers and a timer, and carries out its actions: the follower's plog
+ * (opened here), the long-poll FETCH to each leader node (TN_OP_FETCH on
+ * TN_LANE_REPLICA, cluster/fetch.h), and on the leader the hand-over of
+ * the partition to the engine, the epoch-start record, the hw gate and the
+ * ISR proposals. The DESIGN comment is in replica.c; docs/replication.md
+ * describes the model.
+ *
+ * Threads: everything on the loop thread of tn_replica_new, except where a
+ * function says otherwise. */
+#ifndef TN_CLUSTER_REPLICA_H
+#define TN_CLUSTER_REPLICA_H
+
+#include "core/platform.h"
+
+#include "cluster/rpc.h"
+#include "meta/meta.h"
+#include "queue/queue.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct tn_replica_s tn_replica_t;
+
+typedef struct {
+    uv_loop_t *loop;
+    tn_meta_t *meta;           /* borrowed; outlives the manager */
+    tn_broker_t *broker;       /* borrowed; outlives the manager */
+    tn_rpc_t *rpc;             /* borrowed; may be set later (tn_replica_set_rpc) */
+    uint32_t node;             /* this node's id */
+    const char *data_dir;      /* copied; the broker's data directory */
+    uint64_t replica_lag_ms;   /* option replica-lag-time-max; 0 = 10000 */
+    uint64_t fetch_wait_ms;    /* a parked fetch's longest wait; 0 = 500 */
+    uint64_t fetch_timeout_ms; /* 0 = fetch_wait_ms + 2000 */
+    size_t fetch_max_bytes;    /* per fetch answer; 0 = 1 MiB */
+} tn_replica_opts_t;
+
+/* Statistics for /stats, /metrics and ternctl (rapi). Counters since
+ * start; gauges over the partitions this node leads (under_replicated,
+ * max lag) or knows (offline). */
+typedef struct {
+    uint64_t partitions;               /* replicated partitions this node is a replica of */
+    uint64_t leading;                  /* ... that it leads */
+    uint64_t serving;                  /* ... that it leads and serves */
+    uint64_t following;                /* ... that it follows */
+    uint64_t under_replicated;         /* led here, ISR smaller than the replica set */
+    uint64_t offline;                  /* replicated partitions without a leader (known here) */
+    uint64_t isr_shrinks, isr_expands; /* proposals from here the metastore took */
+    uint64_t fetches;                  /* FETCH requests answered (leader side) */
+    uint64_t fetches_sent;             /* FETCH requests sent (follower side) */
+    uint64_t fenced;                   /* fetches answered or received as fenced */
+    uint64_t elections;                /* leader epochs seen change */
+    uint64_t truncations, truncations_refused;
+    uint64_t max_lag_records, max_lag_bytes, max_lag_ms; /* over followers of led partitions */
+} tn_replica_stats_t;
+
+/* Make the manager (it does nothing until tn_replica_start). 0 and *out,
+ * UV_ENOMEM, UV_EINVAL (no loop, meta or broker). */
+int tn_replica_new(const tn_replica_opts_t *o, tn_replica_t **out);
+/* Set the RPC endpoint once it exists (borrowed; outlives the manager). */
+void tn_replica_set_rpc(tn_replica_t *rm, tn_rpc_t *rpc);
+/* Register with the metastore (tn_meta_on_pstate) and start the timer.
+ * 0 or an error. */
+int tn_replica_start(tn_replica_t *rm);
+/* Stop: answers parked fetches, cancels fetches in flight, closes the
+ * follower plogs; cb(arg) once the memory is gone. */
+void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg);
+
+/* The TN_OP_FETCH handler (a tn_rpc_handler_cb; arg is the manager).
+ * Register it with TN_RPC_OP_EXEMPT: a fetch may park up to its wait. */
+void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg);
+
+/* The placement answer for a replicated partition: true when this node
+ * leads (topic, p) and the manager handed it to the engine. For a
+ * partition that is not replicated the manager has no say: *decided is
+ * set false. */
+bool tn_replica_local(tn_replica_t *rm, const char *topic, uint32_t p, bool *decided);
+
+/* Whether this node takes a produce for (topic, p) now: 0 (then
+ * *leader_epoch, may be NULL, is its epoch); TN_EREMOTE not the leader (or
+ * not a replicated partition known here); TN_EFEWREPLICAS the committed
+ * ISR is smaller than min_insync; TN_ENOTSERVING the leader's epoch-start
+ * record is not under the hw yet. topic borrowed. */
+int tn_replica_accepts(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t *leader_epoch);
+/* Whether this node leads (topic, p) and serves it (deliveries, settles). */
+bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p);
+/* Whether (topic, p) is a replicated partition this node knows of. */
+bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p);
+
+void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out);
+/* This node's replica of (topic, p): its hw and log end. 0, TN_ENOTFOUND
+ * (not a local replica). */
+int tn_replica_part_info(tn_replica_t *rm, const char *topic, uint32_t p, uint64_t *hw,
+                         uint64_t *log_end);
+
+#endif
