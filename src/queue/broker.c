@@ -109,8 +109,9 @@ typedef struct {
     uint64_t offset;
     int64_t publish_ns;
     int64_t deliver_at_ms;
-    tn_msg_t *body; /* NULL: no record at this offset */
+    tn_msg_t *body; /* NULL: no record at this offset, or a control record */
     tn_msg_t *key;  /* NULL: none */
+    bool control;   /* a control record: never delivered */
 } fetched_t;
 
 struct tn_fetch_s {
@@ -141,6 +142,7 @@ static void fetch_work(uv_work_t *w)
         r->key = NULL;
         r->publish_ns = 0;
         r->deliver_at_ms = 0;
+        r->control = false;
         if (rc == TN_EGAP || rc == TN_ENOTFOUND) {
             f->n++;
             continue;
@@ -148,6 +150,13 @@ static void fetch_work(uv_work_t *w)
         if (rc != 0) {
             f->err = rc;
             break;
+        }
+        if ((rec.h.flags & TN_REC_F_CONTROL) != 0) {
+            /* Skipped like an absent record, but settled as a SKIP. */
+            r->control = true;
+            r->publish_ns = rec.h.publish_ns;
+            f->n++;
+            continue;
         }
         r->body = tn_msg_new(rec.body, rec.h.body_len);
         if (r->body != NULL && rec.h.key_len > 0) {
@@ -181,7 +190,8 @@ static void fetch_done(uv_work_t *w, int status)
     for (uint32_t i = 0; i < f->n; i++) {
         fetched_t *r = &f->recs[i];
         if (!b->closing && !t->deleted &&
-            tn__cache_put(p, r->offset, r->publish_ns, r->deliver_at_ms, r->body, r->key) == 0)
+            tn__cache_put(p, r->offset, r->publish_ns, r->deliver_at_ms, r->body, r->key,
+                          r->control) == 0)
             continue;
         if (b->closing || t->deleted) {
             if (r->body != NULL)

@@ -168,6 +168,7 @@ void tn__cache_append(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t
     e->body = body;
     e->key = key;
     e->part = p;
+    e->control = false;
     p->ring_hi = offset + 1;
     uint64_t cost = entry_cost(e);
     p->ring_bytes += cost;
@@ -214,7 +215,7 @@ tn_centry_t *tn__cache_get(tn_part_t *p, uint64_t offset)
 }
 
 int tn__cache_put(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t deliver_at_ms,
-                  tn_msg_t *body, tn_msg_t *key)
+                  tn_msg_t *body, tn_msg_t *key, bool control)
 {
     tn_broker_t *b = p->topic->broker;
     tn_centry_t *old = tn_u64map_get(&p->cache, offset);
@@ -234,6 +235,7 @@ int tn__cache_put(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t del
     e->body = body;
     e->key = key;
     e->part = p;
+    e->control = control;
     if (tn_u64map_put(&p->cache, offset, e) != 0) {
         centry_unref(e);
         tn_free(e);

@@ -192,6 +192,13 @@ static int record_fin(tn_chpart_t *cp, uint64_t offset)
     return record(cp, &r);
 }
 
+/* A control record the scan passed: settled, not a message. */
+static int record_skip(tn_chpart_t *cp, uint64_t offset)
+{
+    tn_walrec_t r = {.op = TN_WAL_SKIP, .offset = offset};
+    return record(cp, &r);
+}
+
 /* --- pending entries ------------------------------------------------------ */
 
 static int pend_insert(tn_chpart_t *cp, tn__pend_t *pe, int64_t due_mono, int64_t now_mono)
@@ -864,7 +871,10 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, boo
         uint32_t attempts = pe->attempts;
         pend_free(cp, pe);
         if (e->body == NULL) {
-            record_fin(cp, off);
+            if (e->control)
+                record_skip(cp, off);
+            else
+                record_fin(cp, off);
             continue;
         }
         *out = (cand_t){cp, off, attempts, e};
@@ -893,7 +903,10 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, boo
             return false;
         }
         if (e->body == NULL) {
-            record_fin(cp, off);
+            if (e->control)
+                record_skip(cp, off);
+            else
+                record_fin(cp, off);
             cp->scan++;
             continue;
         }

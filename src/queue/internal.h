@@ -33,7 +33,7 @@ void tn__cache_append(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t
 /* A record read from disk (body NULL for an offset with no record): into
  * the cold map. Takes over one reference to body and to key. */
 int tn__cache_put(tn_part_t *p, uint64_t offset, int64_t publish_ns, int64_t deliver_at_ms,
-                  tn_msg_t *body, tn_msg_t *key);
+                  tn_msg_t *body, tn_msg_t *key, bool control);
 void tn__cache_drop_part(tn_part_t *p);
 /* Start reading records from `from` into the cache, unless a read is under
  * way; the topic's channels are pumped when it ends. */

@@ -182,6 +182,9 @@ struct tn_centry_s {
     tn_msg_t *body;
     tn_msg_t *key; /* NULL: the record has no key */
     tn_part_t *part;
+    /* A control record (storage/record.h; body NULL): never delivered,
+     * settled by the scan without counting as a message (TN_WAL_SKIP). */
+    bool control;
     tn_centry_t *prev; /* cold entries: broker-wide FIFO, oldest first */
     tn_centry_t *next;
 };

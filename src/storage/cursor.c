@@ -115,12 +115,15 @@ static void trim_below_frontier(tn_cursor_t *c)
     }
 }
 
-static int fin(tn_cursor_t *c, uint64_t offset)
+/* Settle offset; count: a message finished (FIN), not a control record
+ * skipped (SKIP). */
+static int fin(tn_cursor_t *c, uint64_t offset, bool count)
 {
     if (tn_cursor_is_settled(c, offset))
         return 0;
     drop_requeued(c, offset);
-    c->finish_count++;
+    if (count)
+        c->finish_count++;
     if (offset == c->frontier) {
         c->frontier++;
         uint32_t k = 0;
@@ -138,7 +141,8 @@ static int fin(tn_cursor_t *c, uint64_t offset)
         uint32_t cap = c->settled_cap ? c->settled_cap * 2 : 16;
         uint64_t *p = tn_realloc(c->settled, cap * sizeof(*p));
         if (p == NULL) {
-            c->finish_count--;
+            if (count)
+                c->finish_count--;
             return UV_ENOMEM;
         }
         c->settled = p;
@@ -181,7 +185,9 @@ int tn_cursor_apply(tn_cursor_t *c, const tn_walrec_t *r)
 {
     switch (r->op) {
     case TN_WAL_FIN:
-        return fin(c, r->offset);
+        return fin(c, r->offset, true);
+    case TN_WAL_SKIP:
+        return fin(c, r->offset, false);
     case TN_WAL_REQ:
         return req(c, r->offset, r->due_ms, r->attempts);
     case TN_WAL_PAUSE:

@@ -42,6 +42,8 @@ enum {
     TN_WAL_PAUSE = 3,    /* value: 1 paused, 0 unpaused */
     TN_WAL_EMPTY = 4,    /* everything below offset settled */
     TN_WAL_TIMEOUTS = 5, /* value: cumulative timeout count */
+    TN_WAL_SKIP = 6,     /* offset settled without counting as a message: a
+                          * control record (record.h) the scan passed */
 };
 
 typedef struct {

@@ -56,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     uint64_t offset;
@@ -331,12 +332,52 @@ static int recover(tn_plog_t *plog)
     return 0;
 }
 
+/* The lowest offset the log still holds (lock held). */
+static uint64_t first_offset_locked(const tn_plog_t *plog)
+{
+    uint64_t first = plog->nsegs ? plog->segs[0]->base : 0;
+    return TN_MAX(first, plog->floor);
+}
+
+/* Load the epochs file, when there is one, and repair what a crash
+ * between a log change and the file's save left (epochs.h): entries at or
+ * past the log end, or wholly below its start, go. A damaged file isolates
+ * the log (returns 0); an I/O error fails the open. */
+static int recover_epochs(tn_plog_t *plog)
+{
+    char path[4096];
+    int rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, TN_EPOCHS_FILE);
+    if (rc != 0)
+        return rc;
+    if (access(path, F_OK) != 0)
+        return 0; /* factor 1, or nothing replicated yet */
+    rc = tn_epochs_load(&plog->epochs, plog->dir);
+    if (rc == TN_ECORRUPT || rc == TN_EFORMAT) {
+        set_sticky(plog, rc, "%s", plog->epochs.errmsg);
+        return 0;
+    }
+    if (rc != 0)
+        return rc;
+    plog->epochs_used = true;
+    uint64_t end = atomic_load(&plog->written_next);
+    bool changed = tn_epochs_truncate_from_end(&plog->epochs, end);
+    changed |= tn_epochs_truncate_from_start(&plog->epochs, first_offset_locked(plog));
+    if (changed) {
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%u: epochs repaired to the log [%" PRIu64 ", %" PRIu64 ")",
+               plog->topic, plog->partition, first_offset_locked(plog), end);
+        rc = tn_epochs_save(&plog->epochs, plog->dir);
+    }
+    return rc;
+}
+
 static void progress_done(tn__sreq_t *s);
 
 static void plog_free(tn_plog_t *plog)
 {
     if (plog->mem)
         tn__memlog_free(plog);
+    tn_epochs_fini(&plog->epochs);
     for (uint32_t i = 0; i < plog->nsegs; i++)
         tn_seg_unref(plog->segs[i]);
     tn_free(plog->segs);
@@ -356,6 +397,9 @@ static int plog_new(tn_store_t *store, const char *topic, uint32_t partition, tn
     plog->partition = partition;
     plog->progress_req.done = progress_done;
     atomic_init(&plog->durability, store->opts.durability);
+    atomic_init(&plog->gated, false);
+    atomic_init(&plog->hw, 0);
+    tn_epochs_init(&plog->epochs);
     int rc = uv_mutex_init(&plog->lock);
     if (rc != 0) {
         tn_free(plog);
@@ -401,6 +445,8 @@ int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_pl
     if (rc != 0)
         goto fail;
     rc = recover(plog);
+    if (rc == 0 && atomic_load(&plog->err) == 0)
+        rc = recover_epochs(plog);
     if (rc != 0)
         goto fail;
     track_open(plog);
@@ -428,34 +474,100 @@ int tn_plog_open_memory(tn_store_t *store, const char *topic, uint32_t partition
 
 /* --- appends ------------------------------------------------------------- */
 
+/* Whether a completed append must wait for the hw (loop thread). */
+static bool gate_holds(tn_plog_t *plog, const tn_append_t *req)
+{
+    if (!atomic_load(&plog->gated) || req->kind == 1 || req->s.status != 0)
+        return false;
+    uint64_t last = req->first_offset + req->nrecs - 1;
+    return last >= atomic_load(&plog->hw);
+}
+
 static void append_done(tn__sreq_t *s)
 {
     tn_append_t *req = (tn_append_t *)s;
-    tn__store_append_back(req->plog->store);
+    tn_plog_t *plog = req->plog;
+    tn__store_append_back(plog->store);
     if (req->hdrs != req->hdr_inline)
         tn_free(req->hdrs);
     req->hdrs = NULL;
+    tn_free(req->raw);
+    req->raw = NULL;
+    tn_free(req->repochs);
+    req->repochs = NULL;
+    if (gate_holds(plog, req) || (req->kind != 1 && s->status == 0 && plog->ghead != NULL)) {
+        /* Wait for the hw, behind the appends already waiting. */
+        req->gnext = NULL;
+        if (plog->gtail != NULL)
+            plog->gtail->gnext = req;
+        else
+            plog->ghead = req;
+        plog->gtail = req;
+        return;
+    }
     req->cb(req, s->status);
+}
+
+/* Fill an append request's common fields and submit it. */
+static void submit_append(tn_plog_t *plog, tn_append_t *req, uint64_t bytes, tn_append_cb cb)
+{
+    req->s.next = NULL;
+    req->s.bytes = bytes;
+    req->s.status = 0;
+    req->s.exec = NULL;
+    req->s.done = append_done;
+    req->plog = plog;
+    req->cb = cb;
+    req->pnext = NULL;
+    req->gnext = NULL;
+    req->first_offset = 0;
+    req->publish_ns = 0;
+    tn__store_append_out(plog->store);
+    tn__committer_submit(&plog->store->logc, &req->s);
+}
+
+/* What refuses any write at once. */
+static int write_refused(tn_plog_t *plog)
+{
+    if (plog->closing)
+        return TN_ECLOSED;
+    int err = atomic_load(&plog->err);
+    if (err != 0)
+        return err;
+    if (!plog->mem && tn_store_disk_high(plog->store))
+        return TN_EDISKHIGH;
+    return 0;
 }
 
 int tn_plog_append(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, uint32_t n,
                    tn_append_cb cb)
 {
-    if (n == 0 || recs == NULL || cb == NULL)
+    return tn_plog_append_ex(plog, req, recs, n, 0, cb);
+}
+
+int tn_plog_append_ex(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, uint32_t n,
+                      uint32_t ncontrol, tn_append_cb cb)
+{
+    if (n == 0 || recs == NULL || cb == NULL || ncontrol > n)
         return UV_EINVAL;
     if (plog->closing)
         return TN_ECLOSED;
     int err = atomic_load(&plog->err);
     if (err != 0)
         return err;
-    if (plog->mem)
+    if (plog->mem) {
+        if (ncontrol > 0)
+            return UV_EINVAL;
         return tn__memlog_append(plog, req, recs, n, cb);
+    }
     if (tn_store_disk_high(plog->store))
         return TN_EDISKHIGH;
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (recs[i].body.len > plog->store->opts.max_body || recs[i].key.len > UINT16_MAX)
             return TN_ETOOBIG;
+        if (i < ncontrol && recs[i].body.len == 0)
+            return UV_EINVAL;
         bytes += TN_REC_HDR + recs[i].key.len + recs[i].body.len;
     }
     if (n == 1) {
@@ -465,20 +577,109 @@ int tn_plog_append(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, u
         if (req->hdrs == NULL)
             return UV_ENOMEM;
     }
-    req->s.next = NULL;
-    req->s.bytes = bytes;
-    req->s.status = 0;
-    req->s.exec = NULL;
-    req->s.done = append_done;
-    req->plog = plog;
+    req->kind = 0;
+    req->ncontrol = ncontrol;
+    req->raw = NULL;
+    req->repochs = NULL;
     req->recs = recs;
     req->nrecs = n;
-    req->cb = cb;
-    req->pnext = NULL;
-    req->first_offset = 0;
-    req->publish_ns = 0;
-    tn__store_append_out(plog->store);
-    tn__committer_submit(&plog->store->logc, &req->s);
+    submit_append(plog, req, bytes, cb);
+    return 0;
+}
+
+int tn_plog_begin_epoch(tn_plog_t *pl, tn_append_t *req, uint32_t epoch, tn_append_cb cb)
+{
+    if (epoch == 0 || epoch == TN_EPOCHS_UNDEFINED || pl->mem || cb == NULL)
+        return UV_EINVAL;
+    int rc = write_refused(pl);
+    if (rc != 0)
+        return rc;
+    tn_ctrl_encode_epoch(req->ctrl_body, epoch);
+    req->ctrl_rec = (tn_rec_in_t){
+        .key = tn_iov(NULL, 0),
+        .body = tn_iov(req->ctrl_body, TN_CTRL_EPOCH_START_SIZE),
+        .deliver_at_ms = 0,
+    };
+    req->hdrs = req->hdr_inline;
+    req->kind = 2;
+    req->ncontrol = 1;
+    req->epoch = epoch;
+    req->raw = NULL;
+    req->repochs = NULL;
+    req->recs = &req->ctrl_rec;
+    req->nrecs = 1;
+    submit_append(pl, req, TN_REC_HDR + TN_CTRL_EPOCH_START_SIZE, cb);
+    return 0;
+}
+
+/* Check raw records: whole, CRC-good, dense from first_offset, the last
+ * one ending a batch. *n = how many. */
+static int check_raw(const unsigned char *b, size_t len, uint64_t first_offset, uint32_t *n)
+{
+    size_t pos = 0;
+    uint64_t next = first_offset;
+    uint16_t last_flags = 0;
+    uint32_t count = 0;
+    while (pos < len) {
+        tn_rec_t rec;
+        int rc = tn_rec_decode(b + pos, len - pos, &rec);
+        if (rc != 0)
+            return TN_ECORRUPT; /* TN_ESHORT too: a record cut off */
+        if (rec.h.offset != next || count == UINT32_MAX)
+            return TN_ECORRUPT;
+        next++;
+        count++;
+        last_flags = rec.h.flags;
+        pos += (size_t)tn_rec_size(&rec.h);
+    }
+    if (count == 0 || (last_flags & TN_REC_F_MORE) != 0)
+        return TN_ECORRUPT;
+    *n = count;
+    return 0;
+}
+
+int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_t len,
+                       uint64_t first_offset, const tn_epoch_entry_t *epochs, uint32_t nepochs,
+                       tn_append_cb cb)
+{
+    if (len == 0 || bytes == NULL || pl->mem || cb == NULL || (nepochs > 0 && epochs == NULL) ||
+        first_offset > INT64_MAX)
+        return UV_EINVAL;
+    int rc = write_refused(pl);
+    if (rc != 0)
+        return rc;
+    uint32_t n;
+    rc = check_raw(bytes, len, first_offset, &n);
+    if (rc != 0)
+        return rc;
+    for (uint32_t i = 0; i < nepochs; i++) {
+        bool ordered = i == 0 || (epochs[i].epoch > epochs[i - 1].epoch &&
+                                  epochs[i].start > epochs[i - 1].start);
+        if (!ordered || epochs[i].epoch == 0 || epochs[i].epoch == TN_EPOCHS_UNDEFINED ||
+            epochs[i].start >= first_offset + n)
+            return TN_ECORRUPT;
+    }
+    req->raw = tn_malloc(len);
+    req->repochs = nepochs ? tn_malloc(nepochs * sizeof(*epochs)) : NULL;
+    if (req->raw == NULL || (nepochs > 0 && req->repochs == NULL)) {
+        tn_free(req->raw);
+        tn_free(req->repochs);
+        req->raw = NULL;
+        req->repochs = NULL;
+        return UV_ENOMEM;
+    }
+    memcpy(req->raw, bytes, len);
+    if (nepochs > 0)
+        memcpy(req->repochs, epochs, nepochs * sizeof(*epochs));
+    req->nrepochs = nepochs;
+    req->raw_len = len;
+    req->raw_first = first_offset;
+    req->kind = 1;
+    req->ncontrol = 0;
+    req->recs = NULL;
+    req->nrecs = n;
+    req->hdrs = NULL;
+    submit_append(pl, req, len, cb);
     return 0;
 }
 
@@ -643,6 +844,64 @@ static void fail_from(tn_append_t *from, int err)
     }
 }
 
+/* Save the epochs file after a change (committer thread). The history is
+ * only changed on this thread, so reading it without the lock is safe. */
+static int save_epochs(tn_plog_t *plog)
+{
+    plog->epochs_used = true;
+    int rc = tn_epochs_save(&plog->epochs, plog->dir);
+    if (rc != 0)
+        set_sticky(plog, rc, "saving the epochs file: %s", plog->epochs.errmsg);
+    return rc;
+}
+
+/* tn_plog_begin_epoch: record the epoch at the log end, durably, before
+ * its EPOCH_START record is written. */
+static int epoch_prepare(tn_plog_t *plog, tn_append_t *r)
+{
+    bool changed = false;
+    uv_mutex_lock(&plog->lock);
+    uint32_t latest = tn_epochs_latest(&plog->epochs);
+    int rc = latest != TN_EPOCHS_UNDEFINED && r->epoch <= latest
+                 ? TN_ERANGE
+                 : tn_epochs_assign(&plog->epochs, r->epoch, plog->next_offset, &changed);
+    uv_mutex_unlock(&plog->lock);
+    if (rc != 0)
+        return rc;
+    return changed || !plog->epochs_used ? save_epochs(plog) : 0;
+}
+
+/* tn_plog_append_raw: the offsets must continue the log; the batch's
+ * epochs are recorded, durably, before its records are written. */
+static int raw_prepare(tn_plog_t *plog, tn_append_t *r)
+{
+    if (r->raw_first != plog->next_offset)
+        return TN_ERANGE;
+    bool changed = false;
+    int rc = 0;
+    uv_mutex_lock(&plog->lock);
+    if (r->nrepochs > 0 && plog->epochs.n > 0) {
+        /* Checked first so that a refusal changes nothing. */
+        const tn_epoch_entry_t *last = &plog->epochs.entries[plog->epochs.n - 1];
+        const tn_epoch_entry_t *e = &r->repochs[0];
+        if (e->epoch < last->epoch || e->start < last->start)
+            rc = TN_ERANGE;
+    }
+    for (uint32_t i = 0; i < r->nrepochs && rc == 0; i++) {
+        bool ch = false;
+        rc = tn_epochs_assign(&plog->epochs, r->repochs[i].epoch, r->repochs[i].start, &ch);
+        changed |= ch;
+    }
+    uv_mutex_unlock(&plog->lock);
+    if (rc != 0 && changed) {
+        set_sticky(plog, rc, "recording the epochs of copied records");
+        return rc;
+    }
+    if (rc != 0)
+        return rc;
+    return changed ? save_epochs(plog) : 0;
+}
+
 /* Write this round's appends of one log. */
 static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
 {
@@ -690,8 +949,40 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
             niov = nnotes = 0;
             group = r;
         }
+        if (r->kind != 0) {
+            int rc = r->kind == 2 ? epoch_prepare(plog, r) : raw_prepare(plog, r);
+            if (rc != 0) {
+                if (atomic_load(&plog->err) != 0) {
+                    fail_from(group, atomic_load(&plog->err));
+                    return;
+                }
+                r->s.status = rc; /* this request only; nothing of it written */
+                continue;
+            }
+        }
         r->first_offset = plog->next_offset;
         r->publish_ns = pub;
+        if (r->kind == 1) {
+            /* The leader's records, their segment-local sync_mark made ours. */
+            uint32_t mark = (uint32_t)TN_MIN(seg->synced, (uint64_t)UINT32_MAX);
+            size_t at = 0;
+            for (uint32_t i = 0; i < r->nrecs; i++) {
+                unsigned char *b = r->raw + at;
+                tn_rec_hdr_t h;
+                (void)tn_rec_decode_hdr(b, r->raw_len - at, &h); /* checked at submit */
+                h.sync_mark = mark;
+                tn_rec_encode(b, &h, b + TN_REC_HDR, b + TN_REC_HDR + h.key_len);
+                if (h.publish_ns > plog->last_publish_ns)
+                    plog->last_publish_ns = h.publish_ns;
+                ls->notes[nnotes].offset = plog->next_offset++;
+                ls->notes[nnotes].pos = pos + at;
+                nnotes++;
+                at += (size_t)tn_rec_size(&h);
+            }
+            ls->iov[niov++] = tn_iov(r->raw, r->raw_len);
+            pos += r->raw_len;
+            continue;
+        }
         for (uint32_t i = 0; i < r->nrecs; i++) {
             const tn_rec_in_t *in = &r->recs[i];
             tn_rec_hdr_t h = {
@@ -701,7 +992,8 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
                 .body_len = (uint32_t)in->body.len,
                 .sync_mark = (uint32_t)TN_MIN(seg->synced, (uint64_t)UINT32_MAX),
                 .key_len = (uint16_t)in->key.len,
-                .flags = i + 1 < r->nrecs ? TN_REC_F_MORE : 0,
+                .flags = (uint16_t)((i + 1 < r->nrecs ? TN_REC_F_MORE : 0) |
+                                    (i < r->ncontrol ? TN_REC_F_CONTROL : 0)),
             };
             unsigned char *hdr = r->hdrs + (size_t)i * TN_REC_HDR;
             tn_rec_encode(hdr, &h, in->key.base, in->body.base);
@@ -865,8 +1157,26 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
     /* 3. Complete what is acknowledged at write. */
     tn__sreq_t *head = NULL, *tail = NULL;
     for (tn_plog_t *p = logs; p != NULL; p = p->rnext) {
-        if (p->round_mode == TN_DURABILITY_DURABLE)
+        if (p->round_mode == TN_DURABILITY_DURABLE) {
+            /* A follower's copies complete once written, whatever the mode. */
+            tn_append_t *keep = NULL, *keep_tail = NULL;
+            for (tn_append_t *r = p->rhead, *rn; r != NULL; r = rn) {
+                rn = r->pnext;
+                if (r->kind == 1) {
+                    chain_req(&r->s, &head, &tail);
+                    continue;
+                }
+                r->pnext = NULL;
+                if (keep_tail != NULL)
+                    keep_tail->pnext = r;
+                else
+                    keep = r;
+                keep_tail = r;
+            }
+            p->rhead = keep;
+            p->rtail = keep_tail;
             continue;
+        }
         for (tn_append_t *r = p->rhead, *rn; r != NULL; r = rn) {
             rn = r->pnext;
             chain_req(&r->s, &head, &tail);
@@ -1016,6 +1326,8 @@ int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *
     uv_mutex_unlock(&plog->lock);
     int rc = tn_seg_read_at(seg, start, limit, offset, scratch, rec);
     tn_seg_unref(seg);
+    if (rc != 0 && offset >= atomic_load(&plog->written_next))
+        return TN_ENOTFOUND; /* truncated (tn_plog_truncate) while it was read */
     if (rc == TN_ECORRUPT)
         set_sticky(plog, rc, "reading offset %" PRIu64 " of segment %" PRIu64, offset, seg->base);
     return rc;
@@ -1033,9 +1345,15 @@ uint64_t tn_plog_durable_next(tn_plog_t *plog)
 
 uint64_t tn_plog_visible_next(tn_plog_t *plog)
 {
-    if (atomic_load(&plog->durability) == TN_DURABILITY_RELAXED)
-        return atomic_load(&plog->written_next);
-    return atomic_load(&plog->durable_next);
+    uint64_t v = atomic_load(&plog->durability) == TN_DURABILITY_RELAXED
+                     ? atomic_load(&plog->written_next)
+                     : atomic_load(&plog->durable_next);
+    if (atomic_load(&plog->gated)) {
+        uint64_t hw = atomic_load(&plog->hw);
+        if (hw < v)
+            v = hw;
+    }
+    return v;
 }
 
 int tn_plog_err(tn_plog_t *plog)
@@ -1068,6 +1386,21 @@ void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out)
 }
 
 /* --- GC -------------------------------------------------------------------- */
+
+static int save_epochs(tn_plog_t *plog);
+
+/* Retention moved the log's start: the epochs history drops what lies
+ * wholly below it and is saved (committer thread; a log without an
+ * epochs file has nothing to do). */
+static int epochs_follow_start(tn_plog_t *plog)
+{
+    if (!plog->epochs_used)
+        return 0;
+    uv_mutex_lock(&plog->lock);
+    bool changed = tn_epochs_truncate_from_start(&plog->epochs, first_offset_locked(plog));
+    uv_mutex_unlock(&plog->lock);
+    return changed ? save_epochs(plog) : 0;
+}
 
 static uint32_t gc_plan_locked(tn_plog_t *plog, uint64_t below, int64_t older_than_ns)
 {
@@ -1149,6 +1482,8 @@ static void gc_exec(tn__committer_t *c, tn__sreq_t *s)
                 rc = r;
             }
         }
+        if (n > 0 && rc == 0)
+            rc = epochs_follow_start(plog);
     }
     s->status = rc;
     tn__store_complete(c->store, s, s);
@@ -1261,6 +1596,7 @@ static void floor_exec(tn__committer_t *c, tn__sreq_t *s)
             uv_mutex_lock(&plog->lock);
             plog->floor = below;
             uv_mutex_unlock(&plog->lock);
+            rc = epochs_follow_start(plog);
         } else {
             set_sticky(plog, rc, "writing the floor file");
         }
@@ -1350,4 +1686,455 @@ void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb)
     plog->close_req.done = close_done;
     plog->store->closing++;
     tn__committer_submit(&plog->store->logc, &plog->close_req);
+}
+
+/* --- replication: epochs ------------------------------------------------------ */
+
+int tn_plog_epoch_end(tn_plog_t *pl, uint32_t epoch, uint32_t *found, uint64_t *end)
+{
+    int err = atomic_load(&pl->err);
+    if (err != 0)
+        return err;
+    uint64_t log_end = atomic_load(&pl->written_next);
+    uv_mutex_lock(&pl->lock);
+    const tn_epochs_t *h = &pl->epochs;
+    *found = 0;
+    *end = 0;
+    if (h->n > 0) {
+        const tn_epoch_entry_t *last = &h->entries[h->n - 1];
+        /* begin_epoch records its epoch before its record is written. */
+        log_end = TN_MAX(log_end, last->start);
+        if (epoch >= last->epoch) {
+            *found = last->epoch;
+            *end = log_end;
+        } else {
+            uint32_t f;
+            uint64_t e;
+            if (tn_epochs_end_offset_for(h, log_end, epoch, &f, &e) == 0 &&
+                f != TN_EPOCHS_UNDEFINED) {
+                *found = f;
+                *end = e;
+            }
+        }
+    }
+    uv_mutex_unlock(&pl->lock);
+    return 0;
+}
+
+uint32_t tn_plog_last_epoch(tn_plog_t *pl)
+{
+    uint64_t w = atomic_load(&pl->written_next);
+    if (w == 0)
+        return 0;
+    uint32_t epoch = 0;
+    uv_mutex_lock(&pl->lock);
+    const tn_epochs_t *h = &pl->epochs;
+    for (uint32_t i = h->n; i > 0; i--) {
+        if (h->entries[i - 1].start <= w - 1) {
+            epoch = h->entries[i - 1].epoch;
+            break;
+        }
+    }
+    uv_mutex_unlock(&pl->lock);
+    return epoch;
+}
+
+uint32_t tn_plog_epochs_range(tn_plog_t *pl, uint64_t from, uint64_t to, tn_epoch_entry_t *out,
+                              uint32_t max)
+{
+    uint32_t n = 0;
+    if (from >= to || max == 0)
+        return 0;
+    uv_mutex_lock(&pl->lock);
+    const tn_epochs_t *h = &pl->epochs;
+    for (uint32_t i = 0; i < h->n && n < max; i++) {
+        uint64_t start = h->entries[i].start;
+        uint64_t next = i + 1 < h->n ? h->entries[i + 1].start : UINT64_MAX;
+        if (next <= from)
+            continue; /* ends before the range */
+        if (start >= to)
+            break;
+        out[n].epoch = h->entries[i].epoch;
+        out[n].start = TN_MAX(start, from);
+        n++;
+    }
+    uv_mutex_unlock(&pl->lock);
+    return n;
+}
+
+/* --- replication: the hw gate ------------------------------------------------- */
+
+/* Complete the waiting appends the hw covers (all with status when force). */
+static void gate_release(tn_plog_t *pl, bool force, int status)
+{
+    for (;;) {
+        tn_append_t *r = pl->ghead;
+        if (r == NULL)
+            break;
+        if (!force && r->first_offset + r->nrecs > atomic_load(&pl->hw))
+            break;
+        pl->ghead = r->gnext;
+        if (pl->ghead == NULL)
+            pl->gtail = NULL;
+        r->gnext = NULL;
+        r->cb(r, force ? status : 0);
+    }
+}
+
+static void fire_progress(tn_plog_t *pl)
+{
+    tn__sreq_t *head = NULL, *tail = NULL;
+    queue_progress(pl, &head, &tail);
+    if (head != NULL)
+        tn__store_complete(pl->store, head, tail);
+}
+
+void tn_plog_set_gated(tn_plog_t *pl, bool on)
+{
+    bool was = atomic_exchange(&pl->gated, on);
+    if (was && !on) {
+        gate_release(pl, true, 0);
+        fire_progress(pl);
+    }
+}
+
+void tn_plog_set_hw(tn_plog_t *pl, uint64_t hw)
+{
+    uint64_t w = atomic_load(&pl->written_next);
+    if (hw > w)
+        hw = w;
+    if (hw <= atomic_load(&pl->hw))
+        return;
+    atomic_store(&pl->hw, hw);
+    gate_release(pl, false, 0);
+    fire_progress(pl);
+}
+
+void tn_plog_fail_gated(tn_plog_t *pl, int status)
+{
+    gate_release(pl, true, status);
+}
+
+uint64_t tn_plog_hw(tn_plog_t *pl)
+{
+    return atomic_load(&pl->hw);
+}
+
+/* --- replication: raw reads ---------------------------------------------------- */
+
+/* Cut b back to size unconsumed bytes. */
+static void buf_cut(tn_buf_t *b, size_t size)
+{
+    if (tn_buf_size(b) > size)
+        b->len = b->off + size;
+}
+
+int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *out, uint32_t *count)
+{
+    *count = 0;
+    int err = atomic_load(&pl->err);
+    if (err != 0)
+        return err;
+    if (pl->mem)
+        return UV_EINVAL;
+    uint64_t end = atomic_load(&pl->written_next);
+    if (from > end)
+        return TN_ENOTFOUND;
+    if (from == end)
+        return 0;
+    size_t base_len = tn_buf_size(out);
+    size_t batch_len = base_len; /* out's length at the last batch end */
+    uint32_t batch_n = 0;
+    uint32_t n = 0;
+    tn_buf_t scratch;
+    tn_buf_init(&scratch);
+    int rc = 0;
+    for (uint64_t off = from; off < end; off++) {
+        tn_rec_t rec;
+        rc = tn_plog_read(pl, off, &scratch, &rec);
+        if (rc == TN_EGAP && n > 0 && batch_n == n) {
+            rc = 0; /* stop before a gap */
+            break;
+        }
+        if (rc != 0)
+            break;
+        size_t size = (size_t)tn_rec_size(&rec.h);
+        if (batch_n > 0 && tn_buf_size(out) + size - base_len > max_bytes)
+            break; /* a whole batch is in hand; this one would not fit */
+        rc = tn_buf_append(out, (const char *)rec.key - TN_REC_HDR, size);
+        if (rc != 0)
+            break;
+        n++;
+        if ((rec.h.flags & TN_REC_F_MORE) == 0) {
+            batch_len = tn_buf_size(out);
+            batch_n = n;
+            if (batch_len - base_len >= max_bytes)
+                break;
+        }
+    }
+    tn_buf_fini(&scratch);
+    /* Whole batches only: cut an unfinished one. */
+    buf_cut(out, batch_len);
+    if (rc == TN_ENOTFOUND && batch_n > 0)
+        rc = 0; /* truncated or dropped meanwhile: what was read stands */
+    if (rc != 0) {
+        buf_cut(out, base_len);
+        return rc;
+    }
+    *count = batch_n;
+    return 0;
+}
+
+/* --- replication: suffix truncation -------------------------------------------- */
+
+#ifdef TN_TEST
+static atomic_int trunc_stop = -1;
+
+void tn__plog_trunc_stop_after(int k)
+{
+    atomic_store(&trunc_stop, k);
+}
+
+/* Whether the test hook stops the truncation after step k, as a crash
+ * would (the log turns sticky; the test reopens it). */
+static bool trunc_stops(tn_plog_t *plog, int k)
+{
+    int want = k;
+    if (!atomic_compare_exchange_strong(&trunc_stop, &want, -1))
+        return false;
+    set_sticky(plog, UV_EIO, "truncation stopped after step %d (test hook)", k);
+    return true;
+}
+#else
+#define trunc_stops(plog, k) false
+#endif
+
+/* The byte position in seg of the record at offset (committer thread).
+ * UV_EINVAL when offset is inside an atomic batch. */
+static int seg_cut_pos(tn_plog_t *plog, tn_seg_t *seg, uint64_t offset, uint64_t *out)
+{
+    if (offset >= seg->base + seg->count) {
+        *out = seg->size;
+        return 0;
+    }
+    uv_mutex_lock(&plog->lock);
+    if (!seg->idx_loaded)
+        (void)tn_seg_index_load(seg); /* without it, scan from the start */
+    uint64_t pos =
+        seg->idx_loaded ? tn_seg_index_find(seg, offset > seg->base ? offset - 1 : offset) : 0;
+    uint64_t limit = seg->size;
+    uv_mutex_unlock(&plog->lock);
+    bool prev_more = false;
+    while (pos < limit) {
+        unsigned char hdr[TN_REC_HDR];
+        size_t got;
+        int rc = tn_io_pread(seg->fd, hdr, sizeof(hdr), pos, &got);
+        if (rc != 0)
+            return rc;
+        tn_rec_hdr_t h;
+        if (got < TN_REC_HDR || tn_rec_decode_hdr(hdr, TN_REC_HDR, &h) != 0 || h.offset > offset)
+            return TN_ECORRUPT;
+        if (h.offset == offset) {
+            if (prev_more)
+                return UV_EINVAL;
+            *out = pos;
+            return 0;
+        }
+        prev_more = (h.flags & TN_REC_F_MORE) != 0;
+        pos += tn_rec_size(&h);
+    }
+    return TN_ECORRUPT;
+}
+
+/* Cut segment k (the last one now) to cut bytes holding the records below
+ * offset, and make it the active segment, in a new object with a
+ * read-write descriptor and an index rebuilt from the cut file. */
+static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cut)
+{
+    tn_seg_t *old = plog->segs[k];
+    tn_seg_t *ns;
+    int rc = tn_seg_new(old->path, old->base, &ns);
+    if (rc != 0)
+        return rc;
+    rc = tn_io_open(old->path, O_RDWR, 0, &ns->fd);
+    if (rc == 0)
+        rc = tn_io_ftruncate(ns->fd, cut);
+    if (rc == 0)
+        rc = tn_io_fdatasync(ns->fd);
+    if (rc != 0 || trunc_stops(plog, 3))
+        goto fail;
+    /* Its sidecar, if it had one, goes: an active segment has none. */
+    char path[4096];
+    rc = seg_path(plog, old->base, "idx", path, sizeof(path));
+    if (rc == 0) {
+        rc = tn_io_unlink(path);
+        if (rc == UV_ENOENT)
+            rc = 0;
+    }
+    if (rc == 0)
+        rc = tn_io_fsync_dir(plog->dir);
+    if (rc != 0 || trunc_stops(plog, 4))
+        goto fail;
+    tn_seg_scan_t scan;
+    rc = tn_seg_scan(ns->fd, cut, ns->base, plog->store->opts.index_interval, ns, &scan);
+    if (rc != 0)
+        goto fail;
+    if (scan.tail != 0 || scan.valid_len != cut || ns->base + scan.count != offset) {
+        rc = TN_ECORRUPT;
+        goto fail;
+    }
+    ns->count = scan.count;
+    ns->size = ns->synced = ns->alloc = cut;
+    ns->first_ns = scan.first_ns;
+    ns->last_ns = scan.last_ns;
+    ns->idx_loaded = true;
+    ns->sealed = false;
+    uv_mutex_lock(&plog->lock);
+    plog->segs[k] = ns;
+    uv_mutex_unlock(&plog->lock);
+    tn_seg_unref(old); /* readers still holding it keep its descriptor */
+    plog->no_zeros = false;
+    return 0;
+fail:
+    tn_seg_unref(ns);
+    return rc;
+}
+
+static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
+{
+    int rc = atomic_load(&plog->err);
+    if (rc != 0)
+        return rc;
+    uint64_t offset = req->offset;
+    uint64_t old_next = plog->next_offset;
+    if (offset >= old_next)
+        return 0;
+    uv_mutex_lock(&plog->lock);
+    uint64_t first = first_offset_locked(plog);
+    uint32_t k = plog->nsegs;
+    while (k > 0 && plog->segs[k - 1]->base > offset)
+        k--;
+    uv_mutex_unlock(&plog->lock);
+    if (offset < first || k == 0)
+        return TN_ERANGE;
+    k--;
+    tn_seg_t *seg = plog->segs[k];
+    bool gap = offset > seg->base + seg->count;
+    uint64_t cut = seg->size;
+    if (!gap) {
+        rc = seg_cut_pos(plog, seg, offset, &cut);
+        if (rc == UV_EINVAL)
+            return rc;
+        if (rc != 0) {
+            set_sticky(plog, rc, "finding offset %" PRIu64 " to truncate to", offset);
+            return rc;
+        }
+    }
+
+    /* 1. Positions back: readers see nothing at or above offset. */
+    uv_mutex_lock(&plog->lock);
+    plog->next_offset = offset;
+    atomic_store(&plog->written_next, offset);
+    if (atomic_load(&plog->durable_next) > offset)
+        atomic_store(&plog->durable_next, offset);
+    uv_mutex_unlock(&plog->lock);
+    req->dropped = old_next - offset;
+    TN_LOG(TN_LOG_NOTICE, "partition %s/%u: truncating to offset %" PRIu64 " (%" PRIu64 " records)",
+           plog->topic, plog->partition, offset, old_next - offset);
+    if (trunc_stops(plog, 1))
+        return UV_EIO;
+
+    /* 2. The later segments go, newest first: a crash leaves a prefix. */
+    bool removed = false;
+    while (plog->nsegs > k + 1) {
+        uv_mutex_lock(&plog->lock);
+        tn_seg_t *v = plog->segs[--plog->nsegs];
+        uv_mutex_unlock(&plog->lock);
+        char path[4096];
+        int r1 = seg_path(plog, v->base, "idx", path, sizeof(path));
+        if (r1 == 0)
+            r1 = tn_io_unlink(path);
+        int r2 = tn_io_unlink(v->path);
+        uint64_t base = v->base;
+        tn_seg_unref(v);
+        removed = true;
+        if (r1 == UV_ENOENT)
+            r1 = 0;
+        if (r1 != 0 || r2 != 0) {
+            rc = r2 != 0 ? r2 : r1;
+            set_sticky(plog, rc, "removing segment %" PRIu64 " to truncate", base);
+            return rc;
+        }
+    }
+    if (removed && (rc = tn_io_fsync_dir(plog->dir)) != 0) {
+        set_sticky(plog, rc, "fsync of the directory after truncating");
+        return rc;
+    }
+    if (trunc_stops(plog, 2))
+        return UV_EIO;
+
+    /* 3-4. The segment holding offset is cut and becomes the active one;
+     * offset in a gap after it: a new segment starts at offset. */
+    if (gap) {
+        rc = start_segment(plog, offset);
+        if (rc != 0)
+            return rc;
+        if (trunc_stops(plog, 3) || trunc_stops(plog, 4))
+            return UV_EIO;
+    } else {
+        rc = cut_segment(plog, k, offset, cut);
+        if (rc != 0) {
+            set_sticky(plog, rc, "cutting segment %" PRIu64 " to truncate", seg->base);
+            return rc;
+        }
+    }
+    atomic_store(&plog->durable_next, offset); /* everything below is synced now */
+
+    /* 5. The epochs history follows the log. */
+    uv_mutex_lock(&plog->lock);
+    bool changed = tn_epochs_truncate_from_end(&plog->epochs, offset);
+    uv_mutex_unlock(&plog->lock);
+    if (trunc_stops(plog, 5))
+        return UV_EIO;
+    if (changed && (rc = save_epochs(plog)) != 0)
+        return rc;
+    return 0;
+}
+
+static void trunc_exec(tn__committer_t *c, tn__sreq_t *s)
+{
+    tn_plog_trunc_t *req = (tn_plog_trunc_t *)s;
+    s->status = trunc_run(req->plog, req);
+    tn__store_complete(c->store, s, s);
+}
+
+static void trunc_done(tn__sreq_t *s)
+{
+    tn_plog_trunc_t *req = (tn_plog_trunc_t *)s;
+    tn_plog_t *pl = req->plog;
+    uint64_t w = atomic_load(&pl->written_next);
+    if (atomic_load(&pl->hw) > w)
+        atomic_store(&pl->hw, w);
+    req->cb(req, s->status);
+}
+
+int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
+                     tn_plog_trunc_cb cb)
+{
+    if (pl->mem || cb == NULL)
+        return UV_EINVAL;
+    if (pl->closing)
+        return TN_ECLOSED;
+    if (offset < floor)
+        return TN_ERANGE;
+    memset(&req->s, 0, sizeof(req->s));
+    req->s.exec = trunc_exec;
+    req->s.done = trunc_done;
+    req->plog = pl;
+    req->offset = offset;
+    req->floor = floor;
+    req->cb = cb;
+    req->dropped = 0;
+    tn__committer_submit(&pl->store->logc, &req->s);
+    return 0;
 }

@@ -17,6 +17,7 @@
 #include "core/platform.h"
 
 #include "core/buf.h"
+#include "storage/epochs.h"
 #include "storage/record.h"
 #include "storage/segment.h"
 #include "storage/store.h"
@@ -49,6 +50,19 @@ struct tn_append_s {
     unsigned char *hdrs;
     unsigned char hdr_inline[TN_REC_HDR];
     tn_append_t *pnext;
+    /* Replication (private). kind: 0 records, 1 raw (tn_plog_append_raw),
+     * 2 epoch start (tn_plog_begin_epoch). */
+    uint8_t kind;
+    uint32_t ncontrol;  /* the first ncontrol records are control records */
+    uint32_t epoch;     /* kind 2 */
+    unsigned char *raw; /* kind 1: owned copy of the records */
+    size_t raw_len;
+    uint64_t raw_first;        /* kind 1: offset the first record carries */
+    tn_epoch_entry_t *repochs; /* kind 1: owned copy of the epochs */
+    uint32_t nrepochs;
+    unsigned char ctrl_body[TN_CTRL_EPOCH_START_SIZE];
+    tn_rec_in_t ctrl_rec; /* kind 2 */
+    tn_append_t *gnext;   /* waiting for the hw (loop thread) */
 };
 
 /* A GC request. */
@@ -87,6 +101,20 @@ struct tn_plog_floor_s {
     tn_plog_t *plog;
     uint64_t below;
     tn_plog_floor_cb cb;
+};
+
+/* A suffix truncation request (tn_plog_truncate). */
+typedef struct tn_plog_trunc_s tn_plog_trunc_t;
+typedef void (*tn_plog_trunc_cb)(tn_plog_trunc_t *req, int status);
+struct tn_plog_trunc_s {
+    tn__sreq_t s;
+    void *data;
+    tn_plog_t *plog;
+    uint64_t offset;
+    uint64_t floor;
+    tn_plog_trunc_cb cb;
+    /* out */
+    uint64_t dropped; /* records removed */
 };
 
 typedef struct {
@@ -158,6 +186,21 @@ struct tn_plog_s {
     uint64_t mem_bytes;
     uint32_t mem_max_records;
     uint64_t mem_max_bytes;
+
+    /* Replication. The leader-epoch history, guarded by lock; changed and
+     * saved on the committer thread only. epochs_used: the partition has
+     * an epochs file (a replicated one); a factor-1 partition never gets
+     * one. */
+    tn_epochs_t epochs;
+    bool epochs_used;
+    /* The hw gate (tn_plog_set_gated). gated and hw are written on the
+     * loop thread, read by any thread. gwait: appends written and synced
+     * as their mode wants, waiting for the hw to cover them, oldest first
+     * (loop thread). */
+    atomic_bool gated;
+    atomic_uint_fast64_t hw;
+    tn_append_t *ghead;
+    tn_append_t *gtail;
 };
 
 /* Open a partition log, creating its directory and first segment when
@@ -197,6 +240,13 @@ void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb);
  * recs and the bytes they point to are borrowed until cb runs. */
 int tn_plog_append(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, uint32_t n,
                    tn_append_cb cb);
+
+/* tn_plog_append, with the first ncontrol (<= n) records written as
+ * control records (TN_REC_F_CONTROL; each body a control body, record.h:
+ * a PRODUCER record ahead of a forwarded batch, in the same atomic batch).
+ * UV_EINVAL when ncontrol > n or a control body is empty. */
+int tn_plog_append_ex(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, uint32_t n,
+                      uint32_t ncontrol, tn_append_cb cb);
 
 /* Read the record at offset into scratch (rec points into it). Verifies
  * the CRC; a mismatch makes the log's error sticky. Returns 0,
@@ -249,6 +299,127 @@ int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_p
  * written and synced (for a memory log, the records are freed). Queued
  * after earlier appends. 0 when queued, TN_ECLOSED. */
 int tn_plog_drop_below(tn_plog_t *plog, tn_plog_floor_t *req, uint64_t below, tn_plog_floor_cb cb);
+
+/* --- replication ---------------------------------------------------------
+ *
+ * A replicated partition (replication factor > 1) keeps its leader-epoch
+ * history (storage/epochs.h) in the file `epochs` beside its segments. It
+ * is loaded at open and repaired after recovery (entries past the log end
+ * or below its start dropped). Factor-1 partitions never begin an epoch or
+ * copy one, and so never get the file: their format is unchanged. */
+
+/* The epoch-end answer of the local log (the tn_repl_epoch_end_cb shape):
+ * for epoch, the largest epoch E <= epoch the history holds in *found and
+ * where E ends in this log (the next entry's start, or written_next for the
+ * latest) in *end. An epoch above the
+ * latest: *found = latest, *end = written_next. An epoch below every
+ * entry (or an empty history): *found = 0, *end = 0. 0, or the log's
+ * sticky error. Any thread. */
+int tn_plog_epoch_end(tn_plog_t *pl, uint32_t epoch, uint32_t *found, uint64_t *end);
+
+/* The epoch of the record at written_next - 1, 0 when the log is empty or
+ * the history has no entry covering it. Any thread. */
+uint32_t tn_plog_last_epoch(tn_plog_t *pl);
+
+/* Copy into out (at most max) the history entries that cover [from, to),
+ * oldest first, the first one's start raised to from: what a follower
+ * copying records [from, to) records with them. Returns how many were
+ * written. Any thread. */
+uint32_t tn_plog_epochs_range(tn_plog_t *pl, uint64_t from, uint64_t to, tn_epoch_entry_t *out,
+                              uint32_t max);
+
+/* The leader's first write in a new leader epoch: on the committer
+ * thread, in order with the appends queued before it, assign epoch at the
+ * log end and save the epochs file (durably), then append one EPOCH_START
+ * control record. Completes like an append (the mode's durability
+ * boundary, and the hw when gated) with req->first_offset = the record's
+ * offset. 0 when queued, or at once: UV_EINVAL (epoch 0 or a memory log),
+ * TN_ECLOSED, the sticky error, TN_EDISKHIGH. At run time TN_ERANGE when
+ * epoch is not above the history's latest epoch (nothing written). Loop
+ * thread. */
+int tn_plog_begin_epoch(tn_plog_t *pl, tn_append_t *req, uint32_t epoch, tn_append_cb cb);
+
+/* A follower's copy of the leader's records: bytes[0..len) are TNR1
+ * records back to back as tn_plog_read_raw returned them (whole atomic
+ * batches), the first at first_offset, offsets dense. Checked at once
+ * (magic, header, CRC, density, batches complete): TN_ECORRUPT when not;
+ * the bytes are copied, so they are borrowed only for the call. On the
+ * committer thread, in order: first_offset must equal the next offset of
+ * the log then (else TN_ERANGE, nothing written); the epochs (copied;
+ * entries the history already has are no change) are assigned and the
+ * file saved before the records are written; each record's sync_mark is
+ * re-encoded for the local segment (CRC recomputed); publish_ns and
+ * deliver_at_ms are kept. Completes once WRITTEN, whatever the mode (the
+ * follower reports durability by watching durable_next / on_progress),
+ * and never waits for the hw gate. len 0 is UV_EINVAL. Loop thread. */
+int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_t len,
+                       uint64_t first_offset, const tn_epoch_entry_t *epochs, uint32_t nepochs,
+                       tn_append_cb cb);
+
+/* The leader's read for a follower: append to out the records from offset
+ * from on, whole atomic batches only, as stored (TNR1 records back to
+ * back; sync_mark is this log's), stopping before max_bytes would be
+ * passed, at written_next, or at a gap; at least one whole batch when
+ * from < written_next, even when it alone is larger than max_bytes. Each
+ * record's CRC is verified (a mismatch makes the log's error sticky).
+ * *count = records read (0 at the log end). Returns 0, TN_ENOTFOUND
+ * (from below the first stored offset, or above written_next), TN_EGAP
+ * (from falls in a gap), TN_ECORRUPT, UV_ENOMEM or an I/O error. Reads
+ * the segment files: blocking, call from a worker thread (never from the
+ * loop thread). */
+int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *out,
+                     uint32_t *count);
+
+/* Crash-safe suffix truncation: remove every record at or above offset,
+ * on the committer thread after the appends queued before it. Steps: the
+ * positions move back to offset (readers get TN_ENOTFOUND above it), the
+ * segments wholly at or above offset (except the first) are unlinked,
+ * newest first, and the directory fsynced; the segment holding offset is
+ * cut (ftruncate, its sidecar removed, fdatasync, directory fsync) and
+ * becomes the active one; then the epochs history drops the entries
+ * starting at or after offset and is saved. A crash at any point leaves
+ * a log that reopens as either the old suffix or a shorter one, with
+ * epochs agreeing after the open's repair. After it: written_next =
+ * durable_next = offset, the hw is capped at offset. offset at or above
+ * the next offset is no change (0). Refused at once with TN_ERANGE when
+ * offset < floor (the hw: acknowledged records are never truncated), and
+ * at run time when offset is below the log's first stored offset or drop
+ * floor (tn_plog_drop_below). Memory logs: UV_EINVAL.
+ * The caller must keep consumers off the truncated range: the queue
+ * engine caches records above visible_next-at-fetch in its tail cache
+ * (src/queue/cache.c) and its appended_next; a partition whose log is
+ * truncated must be detached from the engine (a follower's is) or have
+ * that cache dropped and appended_next reset before it serves again.
+ * 0 when queued, TN_ECLOSED, TN_ERANGE, UV_EINVAL. Loop thread. */
+int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
+                     tn_plog_trunc_cb cb);
+
+/* The hw gate of a replicated leader (loop thread). While gated, an
+ * append (tn_plog_append, tn_plog_begin_epoch) that its mode would
+ * complete waits until tn_plog_set_hw covers its last record (hw > last
+ * offset), then completes with 0, in offset order; visible_next is
+ * min(what the mode allows, hw), so consumers see only committed records.
+ * Errors complete at once. Turning the gate off completes every waiting
+ * append (with 0) and lifts the cap. */
+void tn_plog_set_gated(tn_plog_t *pl, bool on);
+/* Move the hw (never back, and never past written_next: capped); completes
+ * the waiting appends it covers and fires on_progress (on a later loop
+ * turn) when it moved. */
+void tn_plog_set_hw(tn_plog_t *pl, uint64_t hw);
+/* Complete every append waiting for the hw with status (a resigned or
+ * fenced leader: TN_EFENCED, TN_EREMOTE, ...). */
+void tn_plog_fail_gated(tn_plog_t *pl, int status);
+/* The hw (any thread): 0 until set. */
+uint64_t tn_plog_hw(tn_plog_t *pl);
+
+#ifdef TN_TEST
+/* Stop the next tn_plog_truncate after step k (1: positions moved, 2:
+ * later segments unlinked, 3: segment cut, 4: sidecar removed and synced;
+ * 5: epochs truncated, not saved) as a crash would: the rest is skipped,
+ * the request completes with UV_EIO and the log turns sticky. -1 (the
+ * default) disarms. */
+void tn__plog_trunc_stop_after(int k);
+#endif
 
 /* Internal to src/storage: memlog.c serves these for memory logs. */
 int tn__memlog_append(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs, uint32_t n,

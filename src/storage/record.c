@@ -6,6 +6,8 @@
 #include "core/crc32c.h"
 #include "core/err.h"
 
+#include <string.h>
+
 static uint32_t record_crc(const unsigned char *hdr, const void *key, uint32_t key_len,
                            const void *body, uint32_t body_len)
 {
@@ -67,4 +69,43 @@ int tn_rec_verify(const unsigned char *hdr, const void *key, const void *body)
     if (record_crc(hdr, key, key_len, body, body_len) != tn_get_u32(hdr + 4))
         return TN_ECORRUPT;
     return 0;
+}
+
+void tn_ctrl_encode_epoch(unsigned char *out, uint32_t epoch)
+{
+    out[0] = TN_CTRL_EPOCH_START;
+    tn_put_u32(out + 1, epoch);
+}
+
+void tn_ctrl_encode_producer(unsigned char *out, uint64_t node, uint64_t seq, uint32_t count)
+{
+    out[0] = TN_CTRL_PRODUCER;
+    tn_put_u64(out + 1, node);
+    tn_put_u64(out + 9, seq);
+    tn_put_u32(out + 17, count);
+}
+
+int tn_ctrl_decode(const void *body, size_t len, tn_ctrl_t *out)
+{
+    const unsigned char *p = body;
+    memset(out, 0, sizeof(*out));
+    if (len < 1)
+        return TN_ECORRUPT;
+    out->kind = p[0];
+    switch (out->kind) {
+    case TN_CTRL_EPOCH_START:
+        if (len < TN_CTRL_EPOCH_START_SIZE)
+            return TN_ECORRUPT;
+        out->epoch = tn_get_u32(p + 1);
+        return 0;
+    case TN_CTRL_PRODUCER:
+        if (len < TN_CTRL_PRODUCER_SIZE)
+            return TN_ECORRUPT;
+        out->node = tn_get_u64(p + 1);
+        out->seq = tn_get_u64(p + 9);
+        out->count = tn_get_u32(p + 17);
+        return 0;
+    default:
+        return 0; /* reserved: a reader skips it */
+    }
 }

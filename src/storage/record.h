@@ -13,7 +13,20 @@
  *                            completed) when this record was written
  *  40  u16 key_len
  *  42  u16 flags             TN_REC_F_MORE: the next record belongs to the
- *                            same atomic batch; other bits must be 0
+ *                            same atomic batch; TN_REC_F_CONTROL: a
+ *                            control record (below); other bits must be 0
+ *
+ * A control record is written by the broker, not a producer: it holds an
+ * offset like any record but is never delivered to a consumer and is not
+ * counted as a message (depth, message counts). Its body starts with a u8
+ * kind (TN_CTRL_*):
+ *   1 EPOCH_START  then u32 epoch: the first record a leader writes in its
+ *                  leader epoch (tn_plog_begin_epoch);
+ *   2 PRODUCER     then u64 node, u64 seq, u32 count: the next count
+ *                  records came from a batch forwarded by node with that
+ *                  sequence number (produce through non-leaders);
+ *   others reserved: a reader skips a control record of a kind it does
+ *   not know.
  *
  * sync_mark lets recovery tell a torn, never-acknowledged tail (truncate)
  * from corruption of data that had been made durable (refuse): see
@@ -23,11 +36,18 @@
 
 #include "core/platform.h"
 
-#define TN_REC_HDR      44
-#define TN_REC_MAGIC    0x31524E54u /* "TNR1" read as a little-endian u32 */
-#define TN_REC_MAX_BODY (256u * 1024 * 1024)
-#define TN_REC_F_MORE   0x0001u
-#define TN_REC_F_KNOWN  TN_REC_F_MORE
+#define TN_REC_HDR       44
+#define TN_REC_MAGIC     0x31524E54u /* "TNR1" read as a little-endian u32 */
+#define TN_REC_MAX_BODY  (256u * 1024 * 1024)
+#define TN_REC_F_MORE    0x0001u
+#define TN_REC_F_CONTROL 0x0002u
+#define TN_REC_F_KNOWN   (TN_REC_F_MORE | TN_REC_F_CONTROL)
+
+/* Control record kinds (the body's first byte) and body sizes. */
+#define TN_CTRL_EPOCH_START      1
+#define TN_CTRL_PRODUCER         2
+#define TN_CTRL_EPOCH_START_SIZE 5  /* u8 kind, u32 epoch */
+#define TN_CTRL_PRODUCER_SIZE    21 /* u8 kind, u64 node, u64 seq, u32 count */
 
 typedef struct {
     uint64_t offset;
@@ -67,5 +87,22 @@ int tn_rec_decode(const unsigned char *buf, size_t len, tn_rec_t *rec);
 
 /* Verify a record whose header, key and body were read separately. */
 int tn_rec_verify(const unsigned char *hdr, const void *key, const void *body);
+
+/* A decoded control record body. */
+typedef struct {
+    uint8_t kind;   /* TN_CTRL_* (or a reserved kind) */
+    uint32_t epoch; /* EPOCH_START */
+    uint64_t node;  /* PRODUCER */
+    uint64_t seq;
+    uint32_t count;
+} tn_ctrl_t;
+
+/* Encode an EPOCH_START body into out[TN_CTRL_EPOCH_START_SIZE]. */
+void tn_ctrl_encode_epoch(unsigned char *out, uint32_t epoch);
+/* Encode a PRODUCER body into out[TN_CTRL_PRODUCER_SIZE]. */
+void tn_ctrl_encode_producer(unsigned char *out, uint64_t node, uint64_t seq, uint32_t count);
+/* Decode a control record's body. 0 (a reserved kind decodes with only
+ * kind set), or TN_ECORRUPT: empty, or shorter than its kind needs. */
+int tn_ctrl_decode(const void *body, size_t len, tn_ctrl_t *out);
 
 #endif

@@ -12,6 +12,7 @@ static uint8_t payload_len(uint8_t op)
 {
     switch (op) {
     case TN_WAL_FIN:
+    case TN_WAL_SKIP:
     case TN_WAL_EMPTY:
     case TN_WAL_TIMEOUTS:
         return 8;
@@ -32,6 +33,7 @@ size_t tn_wal_encode(unsigned char *out, const tn_walrec_t *r, uint64_t seq, uin
     unsigned char *p = out + TN_WAL_HDR;
     switch (r->op) {
     case TN_WAL_FIN:
+    case TN_WAL_SKIP:
     case TN_WAL_EMPTY:
         tn_put_u64(p, r->offset);
         break;
@@ -73,6 +75,7 @@ int tn_wal_decode(const unsigned char *buf, size_t len, tn_walrec_t *r, uint64_t
     r->op = op;
     switch (op) {
     case TN_WAL_FIN:
+    case TN_WAL_SKIP:
     case TN_WAL_EMPTY:
         r->offset = tn_get_u64(p);
         break;

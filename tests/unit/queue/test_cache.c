@@ -170,17 +170,17 @@ static void test_cold_map(void **state)
     memset(body, 'y', sizeof(body) - 1);
     body[sizeof(body) - 1] = '\0';
     for (uint64_t off = 0; off < 40; off++)
-        assert_int_equal(tn__cache_put(&f.p[1], off, 0, 0, msg(body), NULL), 0);
+        assert_int_equal(tn__cache_put(&f.p[1], off, 0, 0, msg(body), NULL, false), 0);
     assert_true(f.b.cache_bytes <= 4096 + 1024);
     assert_non_null(tn__cache_get(&f.p[1], 39));
     assert_null(tn__cache_get(&f.p[1], 0));
     /* A gap entry: no body. */
-    assert_int_equal(tn__cache_put(&f.p[1], 100, 0, 0, NULL, NULL), 0);
+    assert_int_equal(tn__cache_put(&f.p[1], 100, 0, 0, NULL, NULL, false), 0);
     tn_centry_t *e = tn__cache_get(&f.p[1], 100);
     assert_non_null(e);
     assert_null(e->body);
     /* Replacing an entry keeps one. */
-    assert_int_equal(tn__cache_put(&f.p[1], 39, 0, 0, msg("z"), NULL), 0);
+    assert_int_equal(tn__cache_put(&f.p[1], 39, 0, 0, msg("z"), NULL, false), 0);
     assert_int_equal(tn__cache_get(&f.p[1], 39)->body->len, 1);
     cfx_fini(&f);
 }
@@ -197,7 +197,7 @@ static void test_alloc_failure_drops_not_crashes(void **state)
             /* Each call takes over one reference, even when it fails. */
             tn_msg_ref(m);
             tn__cache_append(&f.p[0], (uint64_t)fail, 0, 0, m, NULL);
-            tn__cache_put(&f.p[1], (uint64_t)fail, 0, 0, m, NULL);
+            tn__cache_put(&f.p[1], (uint64_t)fail, 0, 0, m, NULL, false);
         }
         tn_alloc_fail_after(-1);
     }
