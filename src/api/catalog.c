@@ -36,6 +36,7 @@ typedef struct purge_s purge_t;
 #define CLAIM_CHECK_MS 250
 
 struct tn_catalog_s {
+    tn_replica_t *replica; /* NULL: no replicated partitions */
     tn_broker_t *broker;
     tn_meta_t *meta;
     tn_catalog_opts_t o;
@@ -372,6 +373,17 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
 static bool place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
 {
     tn_catalog_t *c = arg;
+    if (c->replica != NULL) {
+        /* A replicated partition: here once the replica manager handed
+         * the partition it leads to the engine; elsewhere (the leader, or
+         * this node while not handed yet) otherwise. Offline: not placed. */
+        bool decided = false;
+        bool here = tn_replica_local(c->replica, t->name, p, &decided);
+        if (decided) {
+            *owner = tn_meta_state_owner(tn_meta_state(c->meta), t->name, p);
+            return here;
+        }
+    }
     *owner = tn_meta_state_owner(tn_meta_state(c->meta), t->name, p);
     if (*owner == 0)
         return !c->o.cluster;
@@ -865,6 +877,12 @@ static void on_meta_change(void *arg)
     tn_broker_follow_placement(c->broker);
     claims_check(c, false, 0);
     purges_check(c, false, 0);
+}
+
+void tn_catalog_set_replica(tn_catalog_t *c, tn_replica_t *rm)
+{
+    c->replica = rm;
+    c->broker->place_readopt = rm != NULL;
 }
 
 int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, tn_catalog_t **out)

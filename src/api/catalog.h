@@ -58,6 +58,7 @@
 #include "core/platform.h"
 
 #include "cluster/purge.h"
+#include "cluster/replica.h"
 #include "meta/meta.h"
 #include "queue/queue.h"
 
@@ -75,6 +76,11 @@ typedef struct {
     bool cluster;
 } tn_catalog_opts_t;
 
+/* The replica manager (borrowed; NULL: none): for a replicated partition
+ * the placement is its answer (tn_replica_local: here once it handed the
+ * led partition to the engine), and the engine may take set-aside logs
+ * back (tn_broker_t.place_readopt). */
+void tn_catalog_set_replica(tn_catalog_t *c, tn_replica_t *rm);
 /* Start listening to b and record what b holds now. 0 or an error. */
 int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, tn_catalog_t **out);
 /* Create in the engine the topics (with their partition counts) and

@@ -1,27 +1,1291 @@
-/* The replica manager (replica.h). First cut: the interface other modules
- * build against; the partitions' cores are wired in next. */
+/* The replica manager (replica.h): the shell around one tn_repl_t per
+ * replicated partition this node holds a replica of.
+ *
+ * DESIGN: a replicated partition on this node.
+ *   1. The metastore tells of a partition state (tn_meta_on_pstate, and
+ *      once for every replicated partition at start). A partition that
+ *      names this node among its replicas gets a part_t and a core. Its
+ *      log comes first: the engine's, when the engine holds it (a log
+ *      found on disk at start, or one the engine led), else one this
+ *      manager opens (tn_plog_open, on a worker thread). The core is fed
+ *      the log as found (EV_LOG), then the state (EV_STATE).
+ *   2. Leader. The core asks for an epoch-start record. The manager hands
+ *      the partition to the engine: its placement answer
+ *      (tn_replica_local) turns true, and tn_topic_follow_placement opens
+ *      the partition there (or takes back the log it set aside), recovering
+ *      its channels from their logs as after a restart. Once the engine
+ *      has it, the manager takes the engine's plog, gates it on the hw
+ *      (tn_plog_set_gated) and appends the epoch-start record
+ *      (tn_plog_begin_epoch). Produces go through the engine; their
+ *      appends complete once the hw covers them (tn_plog_set_hw on each
+ *      ACT_HW).
+ *   3. Followers fetch: one FETCH call per (follower node, leader node)
+ *      carries every partition the follower wants to fetch from that
+ *      leader. The leader feeds each to its core (EV_FETCH) and answers
+ *      at once when any partition has records or another answer; else
+ *      the call is parked until a log end or hw moves or its wait_ms
+ *      passes. Records are read off the loop (tn_plog_read_raw on a
+ *      worker), their epochs added on the loop (tn_plog_epochs_range).
+ *   4. Follower. The answer's records go to tn_plog_append_raw; the core
+ *      hears of the log (EV_LOG) only once what was appended is flushed,
+ *      so the next fetch carries a flushed offset equal to its log end
+ *      and the leader's hw can move at once. DIVERGING truncates
+ *      (tn_plog_truncate with the core's hw as the floor).
+ *   5. A timer (TICK_MS) polls every log (end, flushed, epoch) and feeds
+ *      changes as EV_LOG, ticks the cores, answers parked fetches whose
+ *      partitions moved, and sends the fetches that wait.
+ *   6. Demotion (ACT_RESIGN): the appends waiting for the hw fail with
+ *      TN_EFENCED (tn_plog_fail_gated); the placement answer turns false
+ *      and tn_topic_follow_placement makes the partition remote in the
+ *      engine, which sets its log aside; the manager follows on that log.
+ * Failure modes: a fetch call that fails or times out is sent again by
+ * the core's fetch timeout; an ISR proposal the metastore refuses is
+ * EV_ISR_REFUSED; a truncation below the hw is refused (the partition
+ * stays out of the ISR; counted and logged); an append or truncation that
+ * fails leaves the core to fetch again.
+ * Invariants: (1) the engine and the manager never write the same log:
+ * a follower appends only while the engine's partition is remote; (2) a
+ * leader's appends are acknowledged only under the hw (the plog gate);
+ * (3) nothing is answered to a fetch for an epoch other than the core's. */
 #include "core/platform.h"
 
 #include "cluster/replica.h"
 
+#include "cluster/fetch.h"
+#include "cluster/repl.h"
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/log.h"
+#include "core/time.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
+
+#define TICK_MS         10
+#define FETCH_IDLE_MS   0
+#define DEFAULT_LAG_MS  10000
+#define DEFAULT_WAIT_MS 500
+#define DEFAULT_MAX     (1u << 20)
+#define NBUCKETS        256
+
+typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
+
+typedef struct part_s part_t;
+struct part_s {
+    tn_replica_t *rm;
+    part_t *next; /* bucket */
+    char *topic;
+    uint32_t p;
+    tn_repl_t core;
+    bool core_fed; /* the first LOG went in */
+    tn_pstate_t ps;
+    bool has_ps; /* ps waits to be fed */
+    bool dead;   /* the partition went away: freed when idle */
+    /* the log */
+    src_t src;
+    tn_plog_t *plog;
+    uint64_t fed_end, fed_flushed;
+    uint32_t fed_epoch;
+    /* leader */
+    bool handed; /* the engine may open and serve it */
+    bool ready;  /* the engine's plog is gated and the epoch-start record asked */
+    uint32_t start_epoch;
+    bool start_pending;
+    tn_append_t start_req;
+    bool start_busy;
+    uint64_t last_hw; /* what parked fetches were answered against */
+    uint64_t last_end;
+    tn_meta_req_t isr_req;
+    bool isr_busy;
+    uint32_t isr_adds, isr_removes; /* of the proposal in flight */
+    /* follower */
+    bool want; /* a fetch waits to be sent */
+    tn_repl_fetch_t wantf;
+    uint32_t want_node;
+    bool appending;
+    tn_append_t app;
+    tn_buf_t appbuf;
+    tn_epoch_entry_t *appep;
+    bool truncating;
+    tn_plog_trunc_t trunc;
+    uv_work_t open_work;
+    int open_rc;
+    uint32_t busy; /* callbacks outstanding (open, append, truncate, start, isr) */
+};
+
+typedef struct fitem_s {
+    char topic[256];
+    uint32_t p;
+    uint16_t status;
+    uint64_t offset, hw;
+    uint32_t epoch;
+    uint64_t end_offset;
+    tn_plog_t *plog; /* RECORDS to read: the plog (engine-owned) */
+    tn_buf_t recs;
+    uint32_t count;
+    int read_rc;
+} fitem_t;
+
+typedef struct freq_s freq_t;
+struct freq_s {
+    tn_replica_t *rm;
+    freq_t *prev, *next; /* parked or working */
+    tn_rpc_req_t *req;
+    uint32_t node;
+    uint32_t max_bytes;
+    uint64_t deadline;
+    bool working, answered;
+    uv_work_t work;
+    uint32_t n;
+    fitem_t items[];
+};
+
+typedef struct group_s group_t;
+struct group_s {
+    tn_replica_t *rm;
+    group_t *next;
+    uint32_t leader;
+    bool inflight;
+    tn_rpc_call_t *call;
+    uint32_t n;
+    struct {
+        char *topic;
+        uint32_t p;
+        uint32_t leader_epoch;
+    } * sent;
+};
 
 struct tn_replica_s {
     tn_replica_opts_t o;
+    char *data_dir;
+    uv_timer_t timer;
+    bool started, closing;
+    void (*close_cb)(void *arg);
+    void *close_arg;
+    part_t *buckets[NBUCKETS];
+    freq_t *fetches; /* parked and working */
+    group_t *groups;
+    uint32_t working; /* worker jobs in flight */
+    uint32_t open_handles;
+    tn_replica_stats_t st;
+    /* the answer being fed to a core (follower records) */
+    const tn_fetch_rpart_t *cur;
 };
+
+static uint64_t now_ms(tn_replica_t *rm)
+{
+    return uv_now(rm->o.loop);
+}
+
+static uint32_t hash_name(const char *topic, uint32_t p)
+{
+    uint32_t h = 2166136261u;
+    for (const char *c = topic; *c; c++)
+        h = (h ^ (uint8_t)*c) * 16777619u;
+    h = (h ^ p) * 16777619u;
+    return h % NBUCKETS;
+}
+
+static part_t *part_find(tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    for (part_t *pt = rm->buckets[hash_name(topic, p)]; pt != NULL; pt = pt->next)
+        if (pt->p == p && strcmp(pt->topic, topic) == 0 && !pt->dead)
+            return pt;
+    return NULL;
+}
+
+/* The engine's topic, or NULL. */
+static tn_topic_t *engine_topic(tn_replica_t *rm, const char *topic)
+{
+    tn_topic_t *t = NULL;
+    if (tn_broker_topic(rm->o.broker, topic, strlen(topic), false, 0, NULL, &t) != 0)
+        return NULL;
+    return t;
+}
+
+/* Whether the engine serves partition p (its log open and local). */
+static bool engine_local(tn_replica_t *rm, part_t *pt, tn_plog_t **plog)
+{
+    tn_topic_t *t = engine_topic(rm, pt->topic);
+    if (t == NULL || pt->p >= t->nparts || !tn_topic_part_local(t, pt->p))
+        return false;
+    if (plog != NULL)
+        *plog = tn_topic_part_plog(t, pt->p);
+    return tn_topic_part_plog(t, pt->p) != NULL;
+}
+
+/* The engine's set-aside log of p (remote, log open), or NULL. */
+static tn_plog_t *engine_aside(tn_replica_t *rm, part_t *pt)
+{
+    tn_topic_t *t = engine_topic(rm, pt->topic);
+    if (t == NULL || pt->p >= t->nparts || tn_topic_part_local(t, pt->p))
+        return NULL;
+    return tn_topic_part_plog(t, pt->p);
+}
+
+static void follow_placement(tn_replica_t *rm, part_t *pt)
+{
+    tn_topic_t *t = engine_topic(rm, pt->topic);
+    if (t != NULL)
+        (void)tn_topic_follow_placement(t, NULL, NULL);
+}
+
+static int epoch_end_cb(void *arg, uint32_t epoch, uint32_t *found, uint64_t *end)
+{
+    part_t *pt = arg;
+    if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE)) {
+        *found = 0;
+        *end = 0;
+        return 0; /* an empty log */
+    }
+    return tn_plog_epoch_end(pt->plog, epoch, found, end);
+}
+
+static void run(part_t *pt, const tn_repl_event_t *ev);
+
+static void feed_log(part_t *pt, uint64_t end, uint64_t flushed, uint32_t epoch)
+{
+    pt->fed_end = end;
+    pt->fed_flushed = flushed;
+    pt->fed_epoch = epoch;
+    pt->core_fed = true;
+    tn_repl_event_t ev = {.type = TN_REPL_EV_LOG, .now = now_ms(pt->rm)};
+    ev.u.log.end = end;
+    ev.u.log.flushed = flushed;
+    ev.u.log.last_epoch = epoch;
+    run(pt, &ev);
+}
+
+/* The local log as it is: fed when it changed. A follower's is fed only
+ * once its appends are flushed (DESIGN step 4). */
+static void poll_log(part_t *pt)
+{
+    if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE))
+        return;
+    if (pt->core.role == TN_REPL_LEADER && !pt->ready)
+        return; /* the engine is taking it over */
+    uint64_t end = tn_plog_written_next(pt->plog);
+    uint64_t flushed = tn_plog_durable_next(pt->plog);
+    if (flushed > end)
+        flushed = end;
+    uint32_t epoch = tn_plog_last_epoch(pt->plog);
+    if (pt->core_fed && end == pt->fed_end && flushed == pt->fed_flushed && epoch == pt->fed_epoch)
+        return;
+    if (pt->core.role == TN_REPL_FOLLOWER && (pt->appending || pt->truncating || flushed < end))
+        return;
+    feed_log(pt, end, flushed, epoch);
+}
+
+static void feed_state(part_t *pt)
+{
+    if (!pt->has_ps || !pt->core_fed)
+        return;
+    pt->has_ps = false;
+    uint32_t old = pt->core.ps.leader_epoch;
+    tn_repl_event_t ev = {.type = TN_REPL_EV_STATE, .now = now_ms(pt->rm)};
+    ev.u.state = &pt->ps;
+    run(pt, &ev);
+    if (pt->core.ps.leader_epoch != old)
+        pt->rm->st.elections++;
+}
+
+/* --- the log: opening a follower's own, taking the engine's ---------------------- */
+
+static void open_work(uv_work_t *w)
+{
+    part_t *pt = TN_CONTAINER_OF(w, part_t, open_work);
+    pt->open_rc = tn_plog_open(pt->rm->o.broker->store, pt->topic, pt->p, &pt->plog);
+}
+
+static void part_maybe_free(part_t *pt);
+
+static void open_done(uv_work_t *w, int status)
+{
+    part_t *pt = TN_CONTAINER_OF(w, part_t, open_work);
+    tn_replica_t *rm = pt->rm;
+    rm->working--;
+    pt->busy--;
+    int rc = pt->open_rc != 0 ? pt->open_rc : status;
+    if (rc != 0) {
+        TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot open its log: %s", pt->topic, pt->p,
+               tn_strerror(rc));
+        pt->plog = NULL;
+        pt->src = SRC_NONE;
+    } else {
+        pt->src = SRC_OWN;
+        pt->plog->on_progress = NULL;
+        tn_plog_set_durability(pt->plog, TN_DURABILITY_DURABLE);
+    }
+    if (pt->dead || rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (rc == 0) {
+        poll_log(pt);
+        feed_state(pt);
+    }
+}
+
+/* Get a log to follow on (or to learn the log end before leading): the
+ * engine's set-aside one, else one of our own (async). true when there
+ * is one now. */
+static bool ensure_log(part_t *pt)
+{
+    tn_replica_t *rm = pt->rm;
+    if (pt->src == SRC_OWN || pt->src == SRC_ENGINE)
+        return true;
+    if (pt->src == SRC_OPENING || pt->src == SRC_CLOSING)
+        return false;
+    tn_plog_t *pl = engine_aside(rm, pt);
+    if (pl != NULL) {
+        pt->plog = pl;
+        pt->src = SRC_ENGINE;
+        pl->on_progress = NULL;
+        return true;
+    }
+    if (engine_local(rm, pt, &pl)) {
+        /* The engine still serves it (a demotion the engine follows
+         * once its topic is idle): the leader's log, the same file. */
+        pt->plog = pl;
+        pt->src = SRC_ENGINE;
+        return true;
+    }
+    pt->src = SRC_OPENING;
+    pt->busy++;
+    rm->working++;
+    if (uv_queue_work(rm->o.loop, &pt->open_work, open_work, open_done) != 0) {
+        pt->busy--;
+        rm->working--;
+        pt->src = SRC_NONE;
+    }
+    return false;
+}
+
+static void on_own_closed(tn_plog_t *plog)
+{
+    part_t *pt = plog->data;
+    pt->busy--;
+    pt->src = SRC_NONE;
+    pt->plog = NULL;
+    if (pt->dead || pt->rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (pt->handed)
+        follow_placement(pt->rm, pt);
+}
+
+/* Give up our own log (the engine takes over, or the partition went). */
+static void release_own(part_t *pt)
+{
+    if (pt->src != SRC_OWN)
+        return;
+    pt->src = SRC_CLOSING;
+    pt->busy++;
+    pt->plog->data = pt;
+    pt->plog->on_progress = NULL;
+    tn_plog_close(pt->plog, on_own_closed);
+}
+
+/* --- leader: hand-over to the engine ---------------------------------------------- */
+
+static void on_start_done(tn_append_t *req, int status)
+{
+    part_t *pt = req->data;
+    pt->busy--;
+    pt->start_busy = false;
+    if (status != 0 && status != TN_EFENCED)
+        TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": epoch %" PRIu32 " start record: %s", pt->topic,
+               pt->p, pt->start_epoch, tn_strerror(status));
+    if (pt->dead || pt->rm->closing)
+        part_maybe_free(pt);
+}
+
+static void leader_begin(part_t *pt)
+{
+    if (!pt->start_pending || !pt->ready || pt->start_busy)
+        return;
+    pt->start_pending = false;
+    memset(&pt->start_req, 0, sizeof(pt->start_req));
+    pt->start_req.data = pt;
+    pt->busy++;
+    pt->start_busy = true;
+    int rc = tn_plog_begin_epoch(pt->plog, &pt->start_req, pt->start_epoch, on_start_done);
+    if (rc != 0) {
+        pt->busy--;
+        pt->start_busy = false;
+        TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot begin epoch %" PRIu32 ": %s",
+               pt->topic, pt->p, pt->start_epoch, tn_strerror(rc));
+    }
+}
+
+/* The engine opened (or took back) the partition: gate it and start the
+ * epoch. */
+static void leader_take(part_t *pt)
+{
+    tn_plog_t *pl = NULL;
+    if (pt->ready || pt->core.role != TN_REPL_LEADER || !pt->handed ||
+        !engine_local(pt->rm, pt, &pl))
+        return;
+    pt->plog = pl;
+    pt->src = SRC_ENGINE;
+    pt->ready = true;
+    tn_plog_set_gated(pl, true);
+    tn_plog_set_hw(pl, pt->core.hw);
+    uint64_t end = tn_plog_written_next(pl);
+    if (end != pt->core.epoch_start)
+        TN_LOG(TN_LOG_WARN,
+               "replica %s/%" PRIu32 ": the engine's log ends at %" PRIu64
+               ", the epoch was to start at %" PRIu64,
+               pt->topic, pt->p, end, pt->core.epoch_start);
+    leader_begin(pt);
+    TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": leading epoch %" PRIu32 " from offset %" PRIu64,
+           pt->topic, pt->p, pt->core.ps.leader_epoch, end);
+}
+
+static void hand_over(part_t *pt)
+{
+    if (pt->handed)
+        return;
+    pt->handed = true;
+    pt->ready = false;
+    if (pt->src == SRC_OWN) {
+        release_own(pt); /* follow_placement once closed */
+        return;
+    }
+    if (pt->src == SRC_ENGINE) {
+        pt->plog = NULL;
+        pt->src = SRC_NONE;
+    }
+    follow_placement(pt->rm, pt);
+    leader_take(pt);
+}
+
+static void resign(part_t *pt)
+{
+    if (pt->ready && pt->plog != NULL) {
+        tn_plog_fail_gated(pt->plog, TN_EFENCED);
+        tn_plog_set_gated(pt->plog, false);
+    }
+    pt->ready = false;
+    pt->start_pending = false;
+    if (pt->handed) {
+        pt->handed = false;
+        follow_placement(pt->rm, pt);
+    }
+    /* The engine's log, set aside (or still served while the engine's
+     * topic is busy: appends wait, invariant 1). */
+    pt->src = SRC_NONE;
+    pt->plog = NULL;
+    (void)ensure_log(pt);
+}
+
+/* --- ISR proposals ----------------------------------------------------------------- */
+
+static void on_isr_done(tn_meta_req_t *req, int status)
+{
+    part_t *pt = req->data;
+    tn_replica_t *rm = pt->rm;
+    pt->busy--;
+    pt->isr_busy = false;
+    if (pt->dead || rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (status == 0) {
+        rm->st.isr_shrinks += pt->isr_removes;
+        rm->st.isr_expands += pt->isr_adds;
+        return; /* the STATE follows */
+    }
+    const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(rm->o.meta), pt->topic, pt->p);
+    tn_repl_event_t ev = {.type = TN_REPL_EV_ISR_REFUSED, .now = now_ms(rm)};
+    ev.u.refused.partition_epoch = ps != NULL ? ps->partition_epoch : 0;
+    run(pt, &ev);
+}
+
+static void propose_isr(part_t *pt, const tn_repl_action_t *a)
+{
+    tn_replica_t *rm = pt->rm;
+    if (pt->isr_busy)
+        return; /* the core proposes again after its timeout */
+    uint32_t adds = 0, removes = 0;
+    for (uint32_t i = 0; i < a->nisr; i++)
+        adds += tn_pstate_isr_find(&pt->core.ps, a->isr[i].node) < 0;
+    for (uint32_t i = 0; i < pt->core.ps.nisr; i++) {
+        bool kept = false;
+        for (uint32_t j = 0; j < a->nisr; j++)
+            kept |= a->isr[j].node == pt->core.ps.isr[i].node;
+        removes += !kept;
+    }
+    pt->isr_adds = adds;
+    pt->isr_removes = removes;
+    memset(&pt->isr_req, 0, sizeof(pt->isr_req));
+    pt->isr_req.data = pt;
+    pt->isr_busy = true;
+    pt->busy++;
+    int rc = tn_meta_propose_isr(rm->o.meta, &pt->isr_req, pt->topic, pt->p, a->leader_epoch,
+                                 a->expected_pe, a->isr, a->nisr, on_isr_done);
+    if (rc != 0) {
+        pt->isr_busy = false;
+        pt->busy--;
+    } else if (removes > 0) {
+        TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": proposing to shrink the ISR to %" PRIu32,
+               pt->topic, pt->p, a->nisr);
+    }
+}
+
+/* --- follower: appends and truncations ------------------------------------------- */
+
+static void on_append_done(tn_append_t *req, int status)
+{
+    part_t *pt = req->data;
+    pt->busy--;
+    pt->appending = false;
+    tn_buf_reset(&pt->appbuf);
+    tn_free(pt->appep);
+    pt->appep = NULL;
+    if (status != 0)
+        TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": appending fetched records: %s", pt->topic,
+               pt->p, tn_strerror(status));
+    if (pt->dead || pt->rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    poll_log(pt);
+}
+
+static void follower_append(part_t *pt, const tn_repl_action_t *a)
+{
+    const tn_fetch_rpart_t *rp = pt->rm->cur;
+    if (rp == NULL || pt->appending || pt->truncating || pt->plog == NULL ||
+        (pt->src != SRC_OWN && pt->src != SRC_ENGINE))
+        return;
+    if (pt->src == SRC_ENGINE && engine_local(pt->rm, pt, NULL))
+        return; /* invariant 1: the engine still serves it */
+    tn_buf_reset(&pt->appbuf);
+    if (tn_buf_append(&pt->appbuf, rp->records, rp->records_len) != 0)
+        return;
+    pt->appep = rp->nepochs > 0 ? tn_calloc(rp->nepochs, sizeof(*pt->appep)) : NULL;
+    if (rp->nepochs > 0 && pt->appep == NULL)
+        return;
+    for (uint32_t i = 0; i < rp->nepochs; i++)
+        tn_fetch_rpart_epoch(rp, i, &pt->appep[i]);
+    memset(&pt->app, 0, sizeof(pt->app));
+    pt->app.data = pt;
+    pt->appending = true;
+    pt->busy++;
+    int rc =
+        tn_plog_append_raw(pt->plog, &pt->app, tn_buf_data(&pt->appbuf), tn_buf_size(&pt->appbuf),
+                           a->offset, pt->appep, rp->nepochs, on_append_done);
+    if (rc != 0) {
+        pt->appending = false;
+        pt->busy--;
+        tn_free(pt->appep);
+        pt->appep = NULL;
+        TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": appending fetched records at %" PRIu64 ": %s",
+               pt->topic, pt->p, a->offset, tn_strerror(rc));
+    }
+}
+
+static void on_trunc_done(tn_plog_trunc_t *req, int status)
+{
+    part_t *pt = req->data;
+    pt->busy--;
+    pt->truncating = false;
+    if (status != 0) {
+        TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": truncating its log: %s", pt->topic, pt->p,
+               tn_strerror(status));
+        if (status == TN_ERANGE)
+            pt->rm->st.truncations_refused++;
+    }
+    if (pt->dead || pt->rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    pt->core_fed = false; /* feed the log as it is now, whatever changed */
+    poll_log(pt);
+}
+
+static void follower_truncate(part_t *pt, uint64_t offset)
+{
+    if (pt->truncating || pt->appending || pt->plog == NULL ||
+        (pt->src != SRC_OWN && pt->src != SRC_ENGINE))
+        return;
+    if (pt->src == SRC_ENGINE && engine_local(pt->rm, pt, NULL))
+        return;
+    memset(&pt->trunc, 0, sizeof(pt->trunc));
+    pt->trunc.data = pt;
+    pt->truncating = true;
+    pt->busy++;
+    pt->rm->st.truncations++;
+    TN_LOG(TN_LOG_NOTICE,
+           "replica %s/%" PRIu32 ": truncating its log to %" PRIu64 " (hw %" PRIu64 ")", pt->topic,
+           pt->p, offset, pt->core.hw);
+    int rc = tn_plog_truncate(pt->plog, &pt->trunc, offset, pt->core.hw, on_trunc_done);
+    if (rc != 0) {
+        pt->truncating = false;
+        pt->busy--;
+        TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot truncate to %" PRIu64 ": %s",
+               pt->topic, pt->p, offset, tn_strerror(rc));
+        if (rc == TN_ERANGE)
+            pt->rm->st.truncations_refused++;
+    }
+}
+
+/* --- leader: answering fetches --------------------------------------------------- */
+
+static void answer_item(freq_t *f, const tn_repl_action_t *a, fitem_t *it);
+
+/* The fetch item being fed to its core (the leader's answers fill it). */
+static fitem_t *cur_item;
+
+static void run(part_t *pt, const tn_repl_event_t *ev)
+{
+    tn_repl_actions_t out;
+    tn_repl_step(&pt->core, ev, &out);
+    for (uint32_t i = 0; i < out.n; i++) {
+        const tn_repl_action_t *a = &out.a[i];
+        switch (a->type) {
+        case TN_REPL_ACT_APPEND_EPOCH_START:
+            pt->start_epoch = a->epoch;
+            pt->start_pending = true;
+            if (pt->ready)
+                leader_begin(pt);
+            else
+                hand_over(pt);
+            break;
+        case TN_REPL_ACT_ANSWER_RECORDS:
+        case TN_REPL_ACT_ANSWER_DIVERGING:
+        case TN_REPL_ACT_ANSWER_ERROR:
+            if (cur_item != NULL)
+                answer_item(NULL, a, cur_item);
+            break;
+        case TN_REPL_ACT_PROPOSE_ISR:
+            propose_isr(pt, a);
+            break;
+        case TN_REPL_ACT_HW:
+            if (pt->ready && pt->plog != NULL)
+                tn_plog_set_hw(pt->plog, a->offset);
+            break;
+        case TN_REPL_ACT_RESIGN:
+            resign(pt);
+            break;
+        case TN_REPL_ACT_FETCH:
+            pt->want = true;
+            pt->wantf = a->fetch;
+            pt->want_node = a->node;
+            break;
+        case TN_REPL_ACT_APPEND:
+            follower_append(pt, a);
+            break;
+        case TN_REPL_ACT_TRUNCATE:
+            follower_truncate(pt, a->offset);
+            break;
+        case TN_REPL_ACT_TRUNCATE_REFUSED:
+            pt->rm->st.truncations_refused++;
+            TN_LOG(TN_LOG_ERROR,
+                   "replica %s/%" PRIu32 ": the leader's log diverges at %" PRIu64
+                   ", below this replica's hw %" PRIu64
+                   ": refusing to truncate committed records; it stays out of the ISR",
+                   pt->topic, pt->p, a->offset, a->hw);
+            break;
+        case TN_REPL_ACT_REFRESH:
+            /* Read after this step: feeding a state from inside one would
+             * nest steps. The tick does it. */
+            pt->has_ps = false;
+            break;
+        }
+    }
+}
+
+static void answer_item(freq_t *f, const tn_repl_action_t *a, fitem_t *it)
+{
+    (void)f;
+    it->hw = a->hw;
+    switch (a->type) {
+    case TN_REPL_ACT_ANSWER_RECORDS:
+        it->status = TN_FETCH_RECORDS;
+        it->offset = a->offset;
+        break;
+    case TN_REPL_ACT_ANSWER_DIVERGING:
+        it->status = TN_FETCH_DIVERGING;
+        it->epoch = a->epoch;
+        it->end_offset = a->offset;
+        break;
+    default:
+        it->status = a->err == TN_EFENCED         ? TN_FETCH_FENCED
+                     : a->err == TN_EUNKNOWNEPOCH ? TN_FETCH_UNKNOWN_EPOCH
+                     : a->err == TN_EREMOTE       ? TN_FETCH_NOT_LEADER
+                                                  : TN_FETCH_ERROR;
+        break;
+    }
+}
+
+static void freq_unlink(freq_t *f)
+{
+    if (f->prev != NULL)
+        f->prev->next = f->next;
+    else if (f->rm->fetches == f)
+        f->rm->fetches = f->next;
+    if (f->next != NULL)
+        f->next->prev = f->prev;
+    f->prev = f->next = NULL;
+}
+
+static void freq_free(freq_t *f)
+{
+    for (uint32_t i = 0; i < f->n; i++)
+        tn_buf_fini(&f->items[i].recs);
+    tn_free(f);
+}
+
+static void read_work(uv_work_t *w)
+{
+    freq_t *f = TN_CONTAINER_OF(w, freq_t, work);
+    size_t left = f->max_bytes;
+    for (uint32_t i = 0; i < f->n; i++) {
+        fitem_t *it = &f->items[i];
+        if (it->plog == NULL)
+            continue;
+        size_t max = left > 0 ? left : 1; /* at least one record each */
+        it->read_rc = tn_plog_read_raw(it->plog, it->offset, max, &it->recs, &it->count);
+        if (it->read_rc == TN_ENOTFOUND || it->read_rc == TN_EGAP) {
+            it->read_rc = 0;
+            it->count = 0;
+            tn_buf_reset(&it->recs);
+        }
+        size_t got = tn_buf_size(&it->recs);
+        left = got < left ? left - got : 0;
+    }
+}
+
+static void reply_now(freq_t *f)
+{
+    tn_replica_t *rm = f->rm;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_fetch_reply_put_head(&b, f->n);
+    tn_epoch_entry_t *ep = tn_calloc(TN_FETCH_MAX_EPOCHS, sizeof(*ep));
+    if (ep == NULL)
+        rc = UV_ENOMEM;
+    for (uint32_t i = 0; rc == 0 && i < f->n; i++) {
+        fitem_t *it = &f->items[i];
+        part_t *pt = part_find(rm, it->topic, it->p);
+        uint64_t hw = pt != NULL ? pt->core.hw : it->hw;
+        switch (it->status) {
+        case TN_FETCH_RECORDS: {
+            if (it->read_rc != 0 || (it->count > 0 && (pt == NULL || pt->plog != it->plog))) {
+                rc = tn_fetch_reply_put_status(&b, TN_FETCH_ERROR, hw);
+                break;
+            }
+            uint32_t nep = 0;
+            if (it->count > 0)
+                nep = tn_plog_epochs_range(it->plog, it->offset, it->offset + it->count, ep,
+                                           TN_FETCH_MAX_EPOCHS);
+            rc = tn_fetch_reply_put_records(&b, hw, it->offset, it->count, ep, nep,
+                                            tn_buf_data(&it->recs), tn_buf_size(&it->recs));
+            break;
+        }
+        case TN_FETCH_DIVERGING:
+            rc = tn_fetch_reply_put_diverging(&b, hw, it->epoch, it->end_offset);
+            break;
+        default:
+            if (it->status == TN_FETCH_FENCED)
+                rm->st.fenced++;
+            rc = tn_fetch_reply_put_status(&b, it->status, hw);
+            break;
+        }
+    }
+    tn_free(ep);
+    rm->st.fetches++;
+    if (rc == 0)
+        tn_rpc_reply(f->req, 200, "application/octet-stream", tn_buf_data(&b), tn_buf_size(&b));
+    else
+        tn_rpc_reply(f->req, 503, "application/json", "{\"error\":\"out of memory\"}", 25);
+    tn_buf_fini(&b);
+}
+
+static void maybe_close_done(tn_replica_t *rm);
+
+static void read_done(uv_work_t *w, int status)
+{
+    (void)status;
+    freq_t *f = TN_CONTAINER_OF(w, freq_t, work);
+    tn_replica_t *rm = f->rm;
+    rm->working--;
+    freq_unlink(f);
+    reply_now(f);
+    freq_free(f);
+    if (rm->closing)
+        maybe_close_done(rm);
+}
+
+/* Answer f now: read what there is to read off the loop first. */
+static void freq_answer(freq_t *f)
+{
+    tn_replica_t *rm = f->rm;
+    bool read = false;
+    for (uint32_t i = 0; i < f->n; i++) {
+        fitem_t *it = &f->items[i];
+        it->plog = NULL;
+        if (it->status != TN_FETCH_RECORDS)
+            continue;
+        part_t *pt = part_find(rm, it->topic, it->p);
+        if (pt == NULL || !pt->ready || pt->plog == NULL)
+            continue;
+        if (it->offset < tn_plog_written_next(pt->plog)) {
+            it->plog = pt->plog;
+            read = true;
+        }
+    }
+    f->working = true;
+    if (read && !rm->closing) {
+        rm->working++;
+        if (uv_queue_work(rm->o.loop, &f->work, read_work, read_done) == 0)
+            return;
+        rm->working--;
+        for (uint32_t i = 0; i < f->n; i++)
+            f->items[i].plog = NULL;
+    }
+    freq_unlink(f);
+    reply_now(f);
+    freq_free(f);
+}
+
+/* Whether parked f has something to say: records past an offset, or a
+ * partition that moved its hw or left. */
+static bool freq_due(freq_t *f, uint64_t now)
+{
+    if (now >= f->deadline || f->rm->closing)
+        return true;
+    for (uint32_t i = 0; i < f->n; i++) {
+        fitem_t *it = &f->items[i];
+        if (it->status != TN_FETCH_RECORDS)
+            return true;
+        part_t *pt = part_find(f->rm, it->topic, it->p);
+        if (pt == NULL || pt->core.role != TN_REPL_LEADER)
+            return true;
+        if (!pt->ready || pt->plog == NULL)
+            continue;
+        if (it->offset < tn_plog_written_next(pt->plog) || pt->core.hw != it->hw)
+            return true;
+    }
+    return false;
+}
+
+static void on_fetch_cancel(void *arg, tn_rpc_req_t *req)
+{
+    (void)req;
+    freq_t *f = arg;
+    if (f->working)
+        return; /* answered (and dropped) when the read ends */
+    freq_unlink(f);
+    tn_rpc_reply(f->req, 503, "application/json", "{\"error\":\"cancelled\"}", 21);
+    tn_replica_t *rm = f->rm;
+    freq_free(f);
+    if (rm->closing)
+        maybe_close_done(rm);
+}
+
+void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_replica_t *rm = arg;
+    if (rm == NULL || rm->closing || !rm->started) {
+        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+        return;
+    }
+    tn_fetch_req_t fr;
+    if (tn_fetch_req_decode(payload, len, &fr) != 0) {
+        tn_rpc_reply(req, 400, "application/json", "{\"error\":\"malformed fetch\"}", 27);
+        return;
+    }
+    freq_t *f = tn_calloc(1, sizeof(*f) + (size_t)fr.count * sizeof(fitem_t));
+    if (f == NULL) {
+        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"out of memory\"}", 25);
+        return;
+    }
+    f->rm = rm;
+    f->req = req;
+    f->node = fr.node;
+    f->n = fr.count;
+    f->max_bytes = fr.max_bytes > 0 && fr.max_bytes < rm->o.fetch_max_bytes
+                       ? fr.max_bytes
+                       : (uint32_t)rm->o.fetch_max_bytes;
+    uint64_t wait = fr.wait_ms < 30000 ? fr.wait_ms : 30000;
+    f->deadline = now_ms(rm) + wait;
+    bool due = wait == 0;
+    uint64_t now = now_ms(rm);
+    for (uint32_t i = 0; i < f->n; i++) {
+        fitem_t *it = &f->items[i];
+        tn_buf_init(&it->recs);
+        tn_fetch_part_t fp;
+        (void)tn_fetch_req_next(&fr, &fp);
+        snprintf(it->topic, sizeof(it->topic), "%s", fp.topic);
+        it->p = fp.partition;
+        it->status = TN_FETCH_NOT_LEADER;
+        part_t *pt = part_find(rm, it->topic, it->p);
+        if (pt != NULL && pt->core_fed) {
+            tn_repl_event_t ev = {.type = TN_REPL_EV_FETCH, .now = now};
+            ev.u.fetch.node = fr.node;
+            ev.u.fetch.incarnation = fr.incarnation;
+            ev.u.fetch.leader_epoch = fp.leader_epoch;
+            ev.u.fetch.fetch_offset = fp.fetch_offset;
+            ev.u.fetch.last_fetched_epoch = fp.last_fetched_epoch;
+            ev.u.fetch.flushed_offset = fp.flushed_offset;
+            ev.u.fetch.partition_epoch = fp.partition_epoch;
+            cur_item = it;
+            run(pt, &ev);
+            cur_item = NULL;
+        }
+        if (it->status != TN_FETCH_RECORDS)
+            due = true;
+        else if (pt != NULL && pt->ready && pt->plog != NULL &&
+                 it->offset < tn_plog_written_next(pt->plog))
+            due = true;
+    }
+    f->next = rm->fetches;
+    if (rm->fetches != NULL)
+        rm->fetches->prev = f;
+    rm->fetches = f;
+    if (due) {
+        freq_answer(f);
+        return;
+    }
+    tn_rpc_req_on_cancel(req, on_fetch_cancel, f);
+}
+
+/* --- follower: sending fetches, one call per leader node ------------------------- */
+
+static group_t *group_get(tn_replica_t *rm, uint32_t leader)
+{
+    for (group_t *g = rm->groups; g != NULL; g = g->next)
+        if (g->leader == leader)
+            return g;
+    group_t *g = tn_calloc(1, sizeof(*g));
+    if (g == NULL)
+        return NULL;
+    g->rm = rm;
+    g->leader = leader;
+    g->next = rm->groups;
+    rm->groups = g;
+    return g;
+}
+
+static void group_clear(group_t *g)
+{
+    for (uint32_t i = 0; i < g->n; i++)
+        tn_free(g->sent[i].topic);
+    tn_free(g->sent);
+    g->sent = NULL;
+    g->n = 0;
+}
+
+static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    group_t *g = arg;
+    tn_replica_t *rm = g->rm;
+    g->inflight = false;
+    g->call = NULL;
+    tn_fetch_reply_t fr;
+    bool ok = status == 0 && reply->status == 200 &&
+              tn_fetch_reply_decode(reply->body, reply->body_len, &fr) == 0 && fr.count == g->n;
+    if (!ok) {
+        if (status != 0 && status != TN_ECLOSED)
+            TN_LOG_RL(TN_LOG_WARN, 5000, "replica: fetch from node %" PRIu32 ": %s", g->leader,
+                      err != NULL ? err : tn_strerror(status));
+        else if (status == 0)
+            TN_LOG_RL(TN_LOG_WARN, 5000, "replica: fetch from node %" PRIu32 ": answer %u",
+                      g->leader, reply->status);
+        group_clear(g);
+        return; /* the cores fetch again after their timeout */
+    }
+    uint64_t now = now_ms(rm);
+    for (uint32_t i = 0; i < g->n && !rm->closing; i++) {
+        tn_fetch_rpart_t rp;
+        if (tn_fetch_reply_next(&fr, &rp) != 0)
+            break;
+        part_t *pt = part_find(rm, g->sent[i].topic, g->sent[i].p);
+        if (pt == NULL)
+            continue;
+        tn_repl_event_t ev = {.now = now};
+        switch (rp.status) {
+        case TN_FETCH_RECORDS:
+            ev.type = TN_REPL_EV_RECORDS;
+            ev.u.records.leader_epoch = g->sent[i].leader_epoch;
+            ev.u.records.from = rp.from;
+            ev.u.records.count = rp.count;
+            ev.u.records.hw = rp.hw;
+            break;
+        case TN_FETCH_DIVERGING:
+            ev.type = TN_REPL_EV_DIVERGING;
+            ev.u.diverging.leader_epoch = g->sent[i].leader_epoch;
+            ev.u.diverging.epoch = rp.epoch;
+            ev.u.diverging.end_offset = rp.end_offset;
+            ev.u.diverging.fetch_offset = pt->core.end;
+            ev.u.diverging.last_fetched_epoch = pt->core.last_epoch;
+            break;
+        default:
+            if (rp.status == TN_FETCH_FENCED)
+                rm->st.fenced++;
+            ev.type = TN_REPL_EV_FETCH_ERROR;
+            ev.u.error.leader_epoch = g->sent[i].leader_epoch;
+            ev.u.error.err = rp.status == TN_FETCH_FENCED          ? TN_EFENCED
+                             : rp.status == TN_FETCH_UNKNOWN_EPOCH ? TN_EUNKNOWNEPOCH
+                                                                   : TN_EREMOTE;
+            break;
+        }
+        rm->cur = &rp;
+        run(pt, &ev);
+        rm->cur = NULL;
+    }
+    group_clear(g);
+}
+
+static const char *member_addr(tn_replica_t *rm, uint32_t node)
+{
+    const tn_meta_member_t *m = tn_meta_member_find(tn_meta_state(rm->o.meta), node);
+    return m != NULL && m->api_addr[0] != '\0' ? m->api_addr : NULL;
+}
+
+static void group_send(group_t *g)
+{
+    tn_replica_t *rm = g->rm;
+    if (g->inflight || rm->o.rpc == NULL || rm->closing)
+        return;
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < NBUCKETS; b++)
+        for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
+            n += !pt->dead && pt->want && pt->want_node == g->leader && !pt->appending &&
+                 !pt->truncating;
+    if (n == 0)
+        return;
+    if (n > TN_FETCH_MAX_PARTS)
+        n = TN_FETCH_MAX_PARTS;
+    const char *addr = member_addr(rm, g->leader);
+    if (addr == NULL)
+        return;
+    g->sent = tn_calloc(n, sizeof(*g->sent));
+    if (g->sent == NULL)
+        return;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    uint32_t wait = (uint32_t)rm->o.fetch_wait_ms;
+    int rc = tn_fetch_req_put_head(&b, rm->o.node, tn_meta_incarnation(rm->o.meta), wait,
+                                   (uint32_t)rm->o.fetch_max_bytes, n);
+    uint32_t k = 0;
+    for (uint32_t bk = 0; rc == 0 && bk < NBUCKETS && k < n; bk++)
+        for (part_t *pt = rm->buckets[bk]; rc == 0 && pt != NULL && k < n; pt = pt->next) {
+            if (pt->dead || !pt->want || pt->want_node != g->leader || pt->appending ||
+                pt->truncating)
+                continue;
+            tn_fetch_part_t fp;
+            snprintf(fp.topic, sizeof(fp.topic), "%s", pt->topic);
+            fp.partition = pt->p;
+            fp.leader_epoch = pt->wantf.leader_epoch;
+            fp.fetch_offset = pt->wantf.fetch_offset;
+            fp.last_fetched_epoch = pt->wantf.last_fetched_epoch;
+            fp.flushed_offset = pt->wantf.flushed_offset;
+            fp.partition_epoch = pt->wantf.partition_epoch;
+            if ((rc = tn_fetch_req_put_part(&b, &fp)) != 0)
+                break;
+            g->sent[k].topic = tn_strdup(pt->topic);
+            g->sent[k].p = pt->p;
+            g->sent[k].leader_epoch = fp.leader_epoch;
+            if (g->sent[k].topic == NULL) {
+                rc = UV_ENOMEM;
+                break;
+            }
+            k++;
+            pt->want = false;
+        }
+    g->n = k;
+    if (rc == 0)
+        rc = tn_rpc_call(rm->o.rpc, addr, TN_OP_FETCH, tn_buf_data(&b), tn_buf_size(&b),
+                         wait + 5000, on_fetch_reply, g, &g->call);
+    tn_buf_fini(&b);
+    if (rc != 0) {
+        group_clear(g);
+        return;
+    }
+    g->inflight = true;
+    rm->st.fetches_sent++;
+}
+
+static void send_fetches(tn_replica_t *rm)
+{
+    for (uint32_t b = 0; b < NBUCKETS; b++)
+        for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
+            if (!pt->dead && pt->want)
+                (void)group_get(rm, pt->want_node);
+    for (group_t *g = rm->groups; g != NULL; g = g->next)
+        group_send(g);
+}
+
+/* --- partitions come and go ---------------------------------------------------------- */
+
+static void part_maybe_free(part_t *pt)
+{
+    if (pt->busy > 0)
+        return;
+    if (pt->src == SRC_OWN && pt->plog != NULL) {
+        release_own(pt);
+        return;
+    }
+    tn_replica_t *rm = pt->rm;
+    part_t **pp = &rm->buckets[hash_name(pt->topic, pt->p)];
+    while (*pp != NULL && *pp != pt)
+        pp = &(*pp)->next;
+    if (*pp == pt)
+        *pp = pt->next;
+    tn_buf_fini(&pt->appbuf);
+    tn_free(pt->appep);
+    tn_free(pt->topic);
+    tn_free(pt);
+    if (rm->closing)
+        maybe_close_done(rm);
+}
+
+static bool is_replica(const tn_pstate_t *ps, uint32_t node)
+{
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        if (ps->replicas[i] == node)
+            return true;
+    return false;
+}
+
+static void part_drop(part_t *pt)
+{
+    if (pt->core.role == TN_REPL_LEADER)
+        resign(pt);
+    pt->dead = true;
+    pt->want = false;
+    if (pt->src == SRC_ENGINE) {
+        pt->plog = NULL;
+        pt->src = SRC_NONE;
+    }
+    part_maybe_free(pt);
+}
+
+static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    tn_replica_t *rm = arg;
+    if (rm->closing)
+        return;
+    part_t *pt = part_find(rm, topic, p);
+    if (ps == NULL || !is_replica(ps, rm->o.node)) {
+        if (pt != NULL)
+            part_drop(pt);
+        return;
+    }
+    if (pt == NULL) {
+        pt = tn_calloc(1, sizeof(*pt));
+        if (pt == NULL || (pt->topic = tn_strdup(topic)) == NULL) {
+            tn_free(pt);
+            TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": out of memory", topic, p);
+            return;
+        }
+        pt->rm = rm;
+        pt->p = p;
+        tn_buf_init(&pt->appbuf);
+        tn_repl_config_t cfg = {
+            .node = rm->o.node,
+            .incarnation = tn_meta_incarnation(rm->o.meta),
+            .replica_lag_ms = rm->o.replica_lag_ms,
+            .fetch_idle_ms = FETCH_IDLE_MS,
+            .fetch_timeout_ms = rm->o.fetch_timeout_ms,
+            .epoch_end = epoch_end_cb,
+            .epoch_end_arg = pt,
+        };
+        tn_repl_init(&pt->core, &cfg);
+        uint32_t h = hash_name(topic, p);
+        pt->next = rm->buckets[h];
+        rm->buckets[h] = pt;
+    }
+    if (pt->has_ps && pt->ps.partition_epoch > ps->partition_epoch)
+        return;
+    pt->ps = *ps;
+    pt->has_ps = true;
+    if (!pt->core_fed) {
+        if (ps->leader == rm->o.node && engine_aside(rm, pt) == NULL &&
+            !engine_local(rm, pt, NULL) && pt->src == SRC_NONE) {
+            /* Leading with no log here at all: an empty one. */
+            feed_log(pt, 0, 0, 0);
+        } else if (ensure_log(pt)) {
+            poll_log(pt);
+            if (!pt->core_fed && pt->plog != NULL)
+                feed_log(pt, tn_plog_written_next(pt->plog), tn_plog_durable_next(pt->plog),
+                         tn_plog_last_epoch(pt->plog));
+        }
+    }
+    feed_state(pt);
+    send_fetches(rm);
+}
+
+/* --- the tick ---------------------------------------------------------------------- */
+
+static void on_tick(uv_timer_t *t)
+{
+    tn_replica_t *rm = t->data;
+    uint64_t now = now_ms(rm);
+    for (uint32_t b = 0; b < NBUCKETS; b++)
+        for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
+            next = pt->next;
+            if (pt->dead)
+                continue;
+            if (pt->core.role == TN_REPL_LEADER && !pt->ready)
+                leader_take(pt);
+            if (pt->core.role != TN_REPL_LEADER && pt->src == SRC_NONE && pt->core_fed)
+                (void)ensure_log(pt);
+            poll_log(pt);
+            if (!pt->core_fed)
+                continue;
+            if (pt->has_ps) {
+                feed_state(pt);
+            } else {
+                /* Polling the metastore makes up for lost notifications
+                 * (and answers the cores' REFRESH). */
+                const tn_pstate_t *ps =
+                    tn_meta_state_pstate(tn_meta_state(rm->o.meta), pt->topic, pt->p);
+                if (ps != NULL && ps->partition_epoch > pt->core.ps.partition_epoch) {
+                    pt->ps = *ps;
+                    pt->has_ps = true;
+                    feed_state(pt);
+                }
+            }
+            tn_repl_event_t ev = {.type = TN_REPL_EV_TICK, .now = now};
+            run(pt, &ev);
+        }
+    for (freq_t *f = rm->fetches, *next; f != NULL; f = next) {
+        next = f->next;
+        if (!f->working && freq_due(f, now))
+            freq_answer(f);
+    }
+    send_fetches(rm);
+}
+
+/* --- public ------------------------------------------------------------------------ */
 
 int tn_replica_new(const tn_replica_opts_t *o, tn_replica_t **out)
 {
-    if (!o || !o->loop || !o->meta || !o->broker)
+    if (o == NULL || o->loop == NULL || o->meta == NULL || o->broker == NULL)
         return UV_EINVAL;
     tn_replica_t *rm = tn_calloc(1, sizeof(*rm));
-    if (!rm)
+    if (rm == NULL)
         return UV_ENOMEM;
     rm->o = *o;
     rm->o.data_dir = NULL;
+    if (rm->o.replica_lag_ms == 0)
+        rm->o.replica_lag_ms = DEFAULT_LAG_MS;
+    if (rm->o.fetch_wait_ms == 0)
+        rm->o.fetch_wait_ms = DEFAULT_WAIT_MS;
+    if (rm->o.fetch_timeout_ms == 0)
+        rm->o.fetch_timeout_ms = rm->o.fetch_wait_ms + 2000;
+    if (rm->o.fetch_max_bytes == 0)
+        rm->o.fetch_max_bytes = DEFAULT_MAX;
+    uv_timer_init(o->loop, &rm->timer);
+    rm->timer.data = rm;
+    rm->open_handles = 1;
     *out = rm;
     return 0;
 }
@@ -29,61 +1293,167 @@ int tn_replica_new(const tn_replica_opts_t *o, tn_replica_t **out)
 void tn_replica_set_rpc(tn_replica_t *rm, tn_rpc_t *rpc)
 {
     rm->o.rpc = rpc;
+    if (rpc == NULL)
+        for (group_t *g = rm->groups; g != NULL; g = g->next)
+            if (g->inflight && g->call != NULL)
+                tn_rpc_call_cancel(g->call);
 }
 
 int tn_replica_start(tn_replica_t *rm)
 {
-    (void)rm;
-    return 0;
+    rm->started = true;
+    tn_meta_on_pstate(rm->o.meta, on_pstate, rm);
+    return uv_timer_start(&rm->timer, on_tick, TICK_MS, TICK_MS);
+}
+
+static void maybe_close_done(tn_replica_t *rm)
+{
+    if (!rm->closing || rm->working > 0 || rm->fetches != NULL || rm->open_handles > 0)
+        return;
+    for (uint32_t b = 0; b < NBUCKETS; b++)
+        if (rm->buckets[b] != NULL)
+            return;
+    for (group_t *g = rm->groups; g != NULL; g = g->next)
+        if (g->inflight)
+            return;
+    while (rm->groups != NULL) {
+        group_t *g = rm->groups;
+        rm->groups = g->next;
+        group_clear(g);
+        tn_free(g);
+    }
+    void (*cb)(void *) = rm->close_cb;
+    void *arg = rm->close_arg;
+    rm->closing = false; /* once */
+    rm->close_cb = NULL;
+    tn_free(rm);
+    if (cb != NULL)
+        cb(arg);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    tn_replica_t *rm = h->data;
+    rm->open_handles--;
+    maybe_close_done(rm);
 }
 
 void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
 {
-    tn_free(rm);
-    if (cb)
-        cb(arg);
-}
-
-void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
-{
-    (void)payload, (void)len, (void)arg;
-    tn_rpc_reply(req, 503, "application/json", "{\"error\":\"replication not wired\"}", 33);
+    rm->closing = true;
+    rm->close_cb = cb;
+    rm->close_arg = arg;
+    if (rm->started)
+        tn_meta_on_pstate(rm->o.meta, NULL, NULL);
+    uv_timer_stop(&rm->timer);
+    for (freq_t *f = rm->fetches, *next; f != NULL; f = next) {
+        next = f->next;
+        if (!f->working)
+            freq_answer(f);
+    }
+    for (group_t *g = rm->groups; g != NULL; g = g->next)
+        if (g->inflight && g->call != NULL)
+            tn_rpc_call_cancel(g->call);
+    for (uint32_t b = 0; b < NBUCKETS; b++)
+        for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
+            next = pt->next;
+            if (pt->ready && pt->plog != NULL)
+                tn_plog_fail_gated(pt->plog, TN_ECLOSED);
+            pt->ready = false;
+            if (!pt->dead) {
+                pt->dead = true;
+                if (pt->src == SRC_ENGINE) {
+                    pt->plog = NULL;
+                    pt->src = SRC_NONE;
+                }
+                part_maybe_free(pt);
+            }
+        }
+    uv_close((uv_handle_t *)&rm->timer, on_timer_closed);
 }
 
 bool tn_replica_local(tn_replica_t *rm, const char *topic, uint32_t p, bool *decided)
 {
-    (void)rm, (void)topic, (void)p;
-    *decided = false;
+    part_t *pt = part_find(rm, topic, p);
+    if (pt != NULL) {
+        *decided = true;
+        return pt->handed;
+    }
+    *decided = tn_meta_state_pstate(tn_meta_state(rm->o.meta), topic, p) != NULL;
     return false;
 }
 
 int tn_replica_accepts(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t *leader_epoch)
 {
-    (void)rm, (void)topic, (void)p, (void)leader_epoch;
-    return TN_EREMOTE;
+    part_t *pt = part_find(rm, topic, p);
+    if (pt == NULL || pt->core.role != TN_REPL_LEADER || !pt->handed)
+        return TN_EREMOTE;
+    int rc = tn_repl_accepts(&pt->core);
+    if (rc != 0)
+        return rc;
+    if (!pt->ready || !tn_repl_serving(&pt->core))
+        return TN_ENOTSERVING;
+    if (leader_epoch != NULL)
+        *leader_epoch = pt->core.ps.leader_epoch;
+    return 0;
 }
 
 bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p)
 {
-    (void)rm, (void)topic, (void)p;
-    return false;
+    part_t *pt = part_find(rm, topic, p);
+    return pt != NULL && pt->ready && tn_repl_serving(&pt->core);
 }
 
 bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p)
 {
-    (void)rm, (void)topic, (void)p;
-    return false;
+    return part_find(rm, topic, p) != NULL ||
+           tn_meta_state_pstate(tn_meta_state(rm->o.meta), topic, p) != NULL;
 }
 
 void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out)
 {
-    (void)rm;
-    memset(out, 0, sizeof(*out));
+    *out = rm->st;
+    out->partitions = out->leading = out->serving = out->following = 0;
+    out->under_replicated = out->offline = 0;
+    out->max_lag_records = out->max_lag_bytes = out->max_lag_ms = 0;
+    uint64_t now = now_ms(rm);
+    for (uint32_t b = 0; b < NBUCKETS; b++)
+        for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next) {
+            if (pt->dead)
+                continue;
+            out->partitions++;
+            const tn_repl_t *c = &pt->core;
+            if (c->ps.partition_epoch != 0 && c->ps.leader == TN_PSTATE_NONE)
+                out->offline++;
+            if (c->role == TN_REPL_FOLLOWER)
+                out->following++;
+            if (c->role != TN_REPL_LEADER)
+                continue;
+            out->leading++;
+            out->serving += pt->ready && tn_repl_serving(c);
+            if (c->ps.nisr < c->ps.nreplicas)
+                out->under_replicated++;
+            for (uint32_t i = 0; i < c->ps.nreplicas; i++) {
+                const tn_repl_peer_t *peer = &c->peers[i];
+                if (peer->node == rm->o.node || peer->node == 0)
+                    continue;
+                uint64_t lag = c->end > peer->flushed ? c->end - peer->flushed : 0;
+                if (lag > out->max_lag_records)
+                    out->max_lag_records = lag;
+                uint64_t ms = now > peer->caught_up_at ? now - peer->caught_up_at : 0;
+                if (ms > out->max_lag_ms)
+                    out->max_lag_ms = ms;
+            }
+        }
 }
 
 int tn_replica_part_info(tn_replica_t *rm, const char *topic, uint32_t p, uint64_t *hw,
                          uint64_t *log_end)
 {
-    (void)rm, (void)topic, (void)p, (void)hw, (void)log_end;
-    return TN_ENOTFOUND;
+    part_t *pt = part_find(rm, topic, p);
+    if (pt == NULL || !pt->core_fed)
+        return TN_ENOTFOUND;
+    *hw = pt->core.hw;
+    *log_end = pt->core.end;
+    return 0;
 }

@@ -208,6 +208,50 @@ static void on_engine_done(tn_pub_t *p, int status)
     p->route_cb(p, status);
 }
 
+/* A publish to a replicated partition this node leads is refused at once
+ * when the leader would not take it (TN_EFEWREPLICAS: the committed ISR
+ * is below min_insync; TN_ENOTSERVING: its epoch has not started): the
+ * engine would otherwise hold the append until the hw covers it. An
+ * unpinned publish is pinned to the next local partition that takes it
+ * (round robin), or refused with the first refusal when none does and
+ * some local partition is replicated. Partitions led elsewhere go the
+ * usual way (TN_EREMOTE from the engine). */
+static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p)
+{
+    if (r->replica == NULL)
+        return 0;
+    tn_topic_t *t = NULL;
+    if (tn_broker_topic(r->o.broker, topic, len, false, 0, NULL, &t) != 0 || t == NULL || t->memory)
+        return 0;
+    if (p->pinned) {
+        if (p->pin >= t->nparts || !tn_topic_part_local(t, p->pin) ||
+            !tn_replica_replicated(r->replica, t->name, p->pin))
+            return 0;
+        int rc = tn_replica_accepts(r->replica, t->name, p->pin, NULL);
+        return rc == TN_EREMOTE ? 0 : rc;
+    }
+    int first = 0;
+    bool replicated = false;
+    for (uint32_t k = 0; k < t->nparts; k++) {
+        uint32_t i = (r->next + k) % t->nparts;
+        if (!tn_topic_part_local(t, i))
+            continue;
+        if (!tn_replica_replicated(r->replica, t->name, i))
+            return 0; /* a factor-1 partition here: the engine's round robin */
+        replicated = true;
+        int rc = tn_replica_accepts(r->replica, t->name, i, NULL);
+        if (rc == 0) {
+            r->next = i + 1;
+            p->pinned = true;
+            p->pin = i;
+            return 0;
+        }
+        if (first == 0 && rc != TN_EREMOTE)
+            first = rc;
+    }
+    return replicated ? first : 0;
+}
+
 int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb)
 {
@@ -217,7 +261,12 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
     /* Counted until the door's callback: a drain waits for the count to
      * reach 0 (api/drain.h). */
     r->st.publishing++;
-    int rc = tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
+    int rc = replica_check(r, topic, len, p);
+    if (rc != 0) {
+        r->st.publishing--;
+        return rc;
+    }
+    rc = tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
     if (rc == TN_EREMOTE || (rc == UV_EINVAL && grown_elsewhere(r, p)))
         rc = spill(r, p);
     if (rc != 0)

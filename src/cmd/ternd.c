@@ -68,6 +68,7 @@
 #include "cluster/dispatch.h"
 #include "cluster/pstats.h"
 #include "cluster/purge.h"
+#include "cluster/replica.h"
 #include "cluster/router.h"
 #include "cluster/settle.h"
 #include "cluster/rpc.h"
@@ -131,7 +132,9 @@ typedef struct {
     tn_pstats_srv_t *pstats;   /* node RPC's PSTATS: our partitions' numbers for other nodes */
     tn_purge_srv_t *purge;     /* node RPC's PURGE: topics deleted through other nodes */
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
-    tn_scrub_t *scrub;         /* checks the sealed segments' CRCs and indexes */
+    tn_replica_t *replica;     /* replicated partitions: followers' fetches, leaders' hand-over */
+    int64_t replica_lag_ms;
+    tn_scrub_t *scrub; /* checks the sealed segments' CRCs and indexes */
     bool dispatch_stopped;
     bool stopping;          /* a signal came: leadership transfer, then shut_down */
     bool shut;              /* shut_down ran */
@@ -264,6 +267,16 @@ static void on_http_closed(void *arg)
         d->dispatch_stopped = true;
         d->metrics.dispatch = NULL;
         tn_dispatch_stop(d->dispatch, on_http_closed, d);
+        return;
+    }
+    if (d->replica != NULL) {
+        /* The replica manager before node RPC: its parked fetches are
+         * answered, its own fetches cancelled, its follower logs closed. */
+        tn_replica_t *rm = d->replica;
+        d->replica = NULL;
+        if (d->router != NULL)
+            tn_router_set_replica(d->router, NULL);
+        tn_replica_close(rm, on_http_closed, d);
         return;
     }
     if (d->rpc != NULL) {
@@ -641,6 +654,7 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     mo.tls_ca = nonempty(cfg->raft_tls_ca);
     d->data_path = cfg->data_path;
     d->raft_id = mo.node_id;
+    d->replica_lag_ms = cfg->replica_lag_time_max_ns / 1000000;
     d->raft_address = cfg->raft_listen.addr.name;
     d->raft_name = cfg->raft_name;
     /* One of a cluster, not a lone node: unassigned partitions wait for an
@@ -691,7 +705,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
              d->api.http_port);
     /* The control plane's operations, then the data plane's. */
     tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS +
-                       TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + 1];
+                       TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + 2];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
@@ -704,6 +718,9 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     tn_purge_handlers(d->purge, h + nh, &ndata);
     nh += ndata;
     tn_v1_consume_handler(&d->v1, &h[nh++]); /* d->v1 is set up below, before the loop runs */
+    if (d->replica != NULL)                  /* followers' long polls: exempt from the bounds */
+        h[nh++] =
+            (tn_rpc_handler_t){TN_OP_FETCH, TN_RPC_OP_EXEMPT, tn_replica_on_fetch, d->replica};
     tn_rpc_opts_t ro;
     memset(&ro, 0, sizeof(ro));
     ro.bind = bind;
@@ -723,6 +740,13 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     tn_control_start(d->control, d->meta, d->rpc);
     /* Receipt handles settled and consumes forwarded on their owners. */
     tn_router_set_rpc(d->router, d->rpc, d->raft_id, d->cluster);
+    if (d->replica != NULL) {
+        tn_replica_set_rpc(d->replica, d->rpc);
+        if ((rc = tn_replica_start(d->replica)) != 0) {
+            tn_errbuf(err, errlen, "cannot start the replica manager: %s", tn_strerror(rc));
+            return rc;
+        }
+    }
     d->metrics.rpc = d->rpc;
     if (d->cluster)
         d->metrics.router = d->router;
@@ -767,6 +791,23 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
     }
     tn_router_opts_t ro = {d->broker, d->meta, d->ilog, NULL, NULL};
     rc = tn_router_new(&ro, &d->router);
+    if (rc == 0 && d->meta != NULL) {
+        /* Replicated partitions (docs/replication.md): started with node
+         * RPC; the placement asks it about replicated partitions. */
+        tn_replica_opts_t rpo;
+        memset(&rpo, 0, sizeof(rpo));
+        rpo.loop = d->loop;
+        rpo.meta = d->meta;
+        rpo.broker = d->broker;
+        rpo.node = (uint32_t)d->raft_id;
+        rpo.replica_lag_ms = (uint64_t)d->replica_lag_ms;
+        rc = tn_replica_new(&rpo, &d->replica);
+        if (rc == 0) {
+            tn_router_set_replica(d->router, d->replica);
+            if (d->catalog != NULL)
+                tn_catalog_set_replica(d->catalog, d->replica);
+        }
+    }
     if (rc == 0)
         rc = tn_dataplane_new(d->loop, d->broker, &d->dataplane);
     if (rc == 0)

@@ -316,6 +316,10 @@ static const opt_t options[] = {
      600 * SEC, NULL,
      "the metastore leader ends the session of a member it has not heard from for this long: "
      "the partitions it led get new leaders from their in-sync replicas"},
+    {"replica-lag-time-max", OPT_DURATION, F(replica_lag_time_max_ns), "10s", 100 * MS, 3600 * SEC,
+     NULL,
+     "a follower whose flushed copy of a replicated partition stays behind its leader's log end "
+     "for this long leaves the in-sync replicas until it catches up"},
     {"leader-rebalance-delay", OPT_DURATION, F(leader_rebalance_delay_ns), "30s", 1 * SEC,
      86400 * SEC, NULL,
      "a partition whose preferred replica has been in sync and live for this long while "
@@ -1929,7 +1933,7 @@ static const struct {
                 "cluster-heartbeat-interval cluster-dead-after cluster-rpc-dial-timeout "
                 "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
     {"Replication", "default-replication-factor min-insync-replicas member-session-timeout "
-                    "leader-rebalance-delay"},
+                    "replica-lag-time-max leader-rebalance-delay"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},

@@ -196,6 +196,7 @@ typedef struct tn_config_s {
     int64_t default_replication_factor;
     int64_t min_insync_replicas;
     int64_t member_session_timeout_ns;
+    int64_t replica_lag_time_max_ns;
     int64_t leader_rebalance_delay_ns;
 
     /* Settled by tn_config_load (owned; freed, the secret wiped, by

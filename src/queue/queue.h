@@ -492,6 +492,11 @@ struct tn_broker_s {
     void *gate_arg;
     tn_place_fn place; /* NULL: every partition is local */
     void *place_arg;
+    /* Placement may move a partition away and back while the node runs
+     * (replicated partitions: their leader changes): a local partition
+     * made remote has its log set aside for the replica manager, and one
+     * placed here again takes that log back (tn_topic_follow_placement). */
+    bool place_readopt;
     tn_grow_here_fn grow_here; /* NULL: a publish with no local partition is TN_EREMOTE */
     void *grow_here_arg;
     tn_store_t *store;
@@ -786,6 +791,13 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg);
 static inline bool tn_topic_part_local(const tn_topic_t *t, uint32_t p)
 {
     return p < t->nparts && !t->parts[p]->remote;
+}
+/* The log of partition p of t: a local partition's, or the one set aside
+ * for a partition made remote (the replica manager follows on it), or
+ * NULL. Borrowed: owned by the engine. */
+static inline tn_plog_t *tn_topic_part_plog(const tn_topic_t *t, uint32_t p)
+{
+    return p < t->nparts ? t->parts[p]->plog : NULL;
 }
 /* Set the durability of every local partition log (tn_plog_set_durability)
  * and of those opened later. */

@@ -1100,6 +1100,19 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             if (!here && owner != 0) {
                 p->remote = true;
                 p->owner = owner;
+                if (b->place_readopt && p->plog != NULL) {
+                    /* A replicated partition's leader stepped down: its log
+                     * is set aside for the replica manager to follow on;
+                     * the tail cache would outlive a truncation there. */
+                    tn__cache_drop_part(p);
+                    p->plog->on_progress = NULL;
+                    p->plog->data = NULL;
+                    TN_LOG(TN_LOG_NOTICE,
+                           "partition %s/%" PRIu32 " is led by node %" PRIu64
+                           ": no longer served from this node",
+                           t->name, i, owner);
+                    continue;
+                }
                 TN_LOG(TN_LOG_WARN,
                        "partition %s/%" PRIu32 " is owned by node %" PRIu64
                        " but its log is here: it is no longer served from this node; its files "
@@ -1110,6 +1123,21 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
         }
         if (!here) {
             p->owner = owner;
+            continue;
+        }
+        if (p->plog != NULL && b->place_readopt) {
+            /* A replicated partition led here again: its set-aside log
+             * (followed meanwhile, so its tail may have changed) is
+             * served again, the cache starting afresh. */
+            tn__cache_drop_part(p);
+            p->remote = false;
+            p->owner = 0;
+            tn__part_ready(p);
+            if (t->durability >= 0)
+                tn_plog_set_durability(p->plog, t->durability);
+            TN_LOG(TN_LOG_NOTICE, "partition %s/%" PRIu32 " is led by this node: served again",
+                   t->name, i);
+            tn__topic_pump_all(t);
             continue;
         }
         if (p->plog != NULL) {
