@@ -485,7 +485,7 @@ static void pump(stream_t *st)
             continue;
         uint64_t n64 = st->high - first + 1;
         uint32_t n = n64 > TN_SETREPL_MAX ? TN_SETREPL_MAX : (uint32_t)n64;
-        const char *addr = member_addr(s, pe->node);
+        const char *addr = s->o.rpc != NULL ? member_addr(s, pe->node) : NULL;
         pcall_t *pc = tn_malloc(sizeof(*pc));
         if (addr == NULL || pc == NULL) {
             tn_free(pc);
@@ -607,6 +607,19 @@ static void on_tick(uv_timer_t *t)
         bool found = s->o.pstate(s->o.pstate_arg, fl->topic, fl->p, &ps) == 0;
         if (!follows_here(s, found ? &ps : NULL))
             flog_close(fl); /* may free fl, never another */
+    }
+    /* Releases done with, once this node follows the partition again. */
+    for (release_t **pp = &s->released; *pp != NULL;) {
+        release_t *r = *pp;
+        tn_pstate_t ps;
+        if (r->pending == 0 && s->o.pstate(s->o.pstate_arg, r->topic, r->p, &ps) == 0 &&
+            follows_here(s, &ps)) {
+            *pp = r->next;
+            tn_free(r->topic);
+            tn_free(r);
+        } else {
+            pp = &r->next;
+        }
     }
 }
 
@@ -853,6 +866,21 @@ static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const ch
     return fl;
 }
 
+/* Whether this node's engine has the channel log of (topic, p, channel)
+ * open: a partition it led and gave up keeps its channels' logs, and two
+ * writers must never share one log, so the follower leaves it alone. */
+static bool engine_holds(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel)
+{
+    tn_topic_t *t = NULL;
+    tn_channel_t *ch = NULL;
+    if (s->o.broker == NULL ||
+        tn_broker_topic(s->o.broker, topic, strlen(topic), false, 0, NULL, &t) != 0 ||
+        t->state != TN_OBJ_READY || p >= t->nparts ||
+        tn_topic_channel(t, channel, strlen(channel), false, NULL, &ch) != 0)
+        return false;
+    return ch->parts != NULL && ch->parts[p] != NULL && ch->parts[p]->cl != NULL;
+}
+
 static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_setrepl_t *s = arg;
@@ -880,7 +908,8 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     }
     tn_pstate_t ps;
     if (s->o.pstate(s->o.pstate_arg, q->w.topic, q->w.partition, &ps) != 0 ||
-        !follows_here(s, &ps) || is_released(s, q->w.topic, q->w.partition)) {
+        !follows_here(s, &ps) || is_released(s, q->w.topic, q->w.partition) ||
+        engine_holds(s, q->w.topic, q->w.partition, q->w.channel)) {
         freq_answer(q, 421);
         return;
     }
@@ -943,6 +972,11 @@ int tn_setrepl_new(const tn_setrepl_opts_t *opts, tn_setrepl_t **out)
     }
     *out = s;
     return 0;
+}
+
+void tn_setrepl_set_rpc(tn_setrepl_t *s, tn_rpc_t *rpc)
+{
+    s->o.rpc = rpc;
 }
 
 void tn_setrepl_handlers(tn_setrepl_t *s, tn_rpc_handler_t *out, size_t *n)

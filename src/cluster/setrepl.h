@@ -60,7 +60,7 @@ typedef int (*tn_setrepl_pstate_fn)(void *arg, const char *topic, uint32_t p, tn
 typedef struct {
     uv_loop_t *loop;
     uint32_t node_id;    /* this node's member id */
-    tn_rpc_t *rpc;       /* borrowed: the calls to followers */
+    tn_rpc_t *rpc;       /* borrowed: the calls to followers (NULL: set later) */
     tn_meta_t *meta;     /* borrowed: the members' API addresses */
     tn_store_t *store;   /* borrowed: where a follower writes its channel logs */
     tn_broker_t *broker; /* borrowed: the leader's engine */
@@ -72,6 +72,9 @@ typedef struct {
 /* A replicator (opts copied). It installs itself as the broker's
  * tn_chan_repl_t hooks. 0 or UV_ENOMEM. */
 int tn_setrepl_new(const tn_setrepl_opts_t *opts, tn_setrepl_t **out);
+/* Set the RPC endpoint once it exists (borrowed; outlives s's calls:
+ * close s after it). Until then nothing is pushed (waits hold). */
+void tn_setrepl_set_rpc(tn_setrepl_t *s, tn_rpc_t *rpc);
 /* The handler for the RPC table (TN_OP_SETTLE_REPL, messaging bound),
  * arg s: close s only after the RPC endpoint closed. */
 #define TN_SETREPL_HANDLERS 1
