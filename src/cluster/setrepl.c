@@ -62,7 +62,8 @@
  * the leader still keeps (those not yet on every ISR follower): what was
  * settled before is not copied to it, so a failover to it delivers those
  * messages again (at-least-once, not a lost FIN on the old ISR members).
- * A follower creates a channel log at frontier 0.
+ * A follower creates a channel log at the frontier the leader had when its record stream began
+ * (base_frontier).
  *
  * Threads: the loop thread (the RPC endpoint's and the engine's). */
 #include "core/platform.h"
@@ -150,8 +151,9 @@ struct stream_s {
     uint32_t p;
     uint64_t id;
     uint32_t epoch;
-    uint64_t low;  /* seq of recs[0] */
-    uint64_t high; /* the last seq the engine handed over */
+    uint64_t base_frontier; /* the channel's frontier at its first record */
+    uint64_t low;           /* seq of recs[0] */
+    uint64_t high;          /* the last seq the engine handed over */
     tn_walrec_t *recs;
     size_t cap;
     uint64_t done; /* the waits up to here ended (confirmed or failed) */
@@ -194,10 +196,11 @@ struct flog_s {
     bool opening;
     bool closing;
     int open_err;
-    uint64_t stream;   /* the leader stream last written */
-    uint64_t next_seq; /* its next record */
-    freq_t *queued;    /* waiting for the open */
-    freq_t *waiting;   /* records queued, waiting for completion */
+    uint64_t base_frontier; /* where the log starts when the open creates it */
+    uint64_t stream;        /* the leader stream last written */
+    uint64_t next_seq;      /* its next record */
+    freq_t *queued;         /* waiting for the open */
+    freq_t *waiting;        /* records queued, waiting for completion */
     uv_work_t work;
     struct release_s *rel;
 };
@@ -495,7 +498,7 @@ static void pump(stream_t *st)
         tn_buf_t b;
         tn_buf_init(&b);
         int rc = tn_wire_setrepl_encode(&b, st->topic, st->p, st->epoch, st->channel, st->id, first,
-                                        st->recs + (first - st->low), n);
+                                        st->base_frontier, st->recs + (first - st->low), n);
         if (rc == 0) {
             *pc = (pcall_t){.st = st, .node = pe->node, .last = first + n - 1};
             rc = tn_rpc_call(s->o.rpc, addr, TN_OP_SETTLE_REPL, tn_buf_data(&b), tn_buf_size(&b),
@@ -530,7 +533,7 @@ static bool hook_replicated(void *arg, const char *topic, uint32_t p)
 }
 
 static void hook_durable(void *arg, const char *topic, const char *channel, uint32_t p,
-                         uint64_t seq, const tn_walrec_t *rec)
+                         uint64_t seq, const tn_walrec_t *rec, uint64_t frontier)
 {
     tn_setrepl_t *s = arg;
     tn_pstate_t ps;
@@ -549,6 +552,8 @@ static void hook_durable(void *arg, const char *topic, const char *channel, uint
         tn_broker_chan_repl_done(s->o.broker, topic, channel, p, seq, UV_ENOMEM);
         return;
     }
+    if (st->high < st->low)
+        st->base_frontier = frontier; /* its first record */
     size_t have = (size_t)(st->high - st->low + 1);
     if (have == st->cap) {
         size_t cap = st->cap ? st->cap * 2 : 64;
@@ -780,9 +785,11 @@ static void flog_write(flog_t *fl, freq_t *q)
 static void open_work(uv_work_t *wk)
 {
     flog_t *fl = wk->data;
-    tn_cursor_t cur;
+    tn_cursor_t cur, init;
     tn_chanlog_t *cl = NULL;
-    int rc = tn_chanlog_open(fl->s->o.store, fl->topic, fl->p, fl->channel, NULL, &cl, &cur);
+    tn_cursor_init(&init, fl->base_frontier);
+    int rc = tn_chanlog_open(fl->s->o.store, fl->topic, fl->p, fl->channel, &init, &cl, &cur);
+    tn_cursor_fini(&init);
     if (rc == 0) {
         tn_cursor_fini(&cur);
         fl->cl = cl;
@@ -833,7 +840,8 @@ static void open_done(uv_work_t *wk, int status)
     }
 }
 
-static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel)
+static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel,
+                        uint64_t base_frontier)
 {
     for (flog_t *fl = s->flogs; fl != NULL; fl = fl->next)
         if (fl->p == p && strcmp(fl->topic, topic) == 0 && strcmp(fl->channel, channel) == 0)
@@ -851,6 +859,7 @@ static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const ch
     }
     fl->s = s;
     fl->p = p;
+    fl->base_frontier = base_frontier;
     fl->opening = true;
     fl->work.data = fl;
     if (uv_queue_work(s->o.loop, &fl->work, open_work, open_done) != 0) {
@@ -930,7 +939,7 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     q->ops = tn_calloc(q->w.count, sizeof(*q->ops));
     flog_t *fl = NULL;
     if (q->rec_bytes == NULL || q->ops == NULL ||
-        (fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel)) == NULL) {
+        (fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel, q->w.base_frontier)) == NULL) {
         freq_answer(q, UV_ENOMEM);
         return;
     }

@@ -890,7 +890,8 @@ static bool walop_known(uint8_t op)
 
 int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
                            uint32_t leader_epoch, const char *channel, uint64_t stream,
-                           uint64_t first_seq, const tn_walrec_t *recs, uint32_t n)
+                           uint64_t first_seq, uint64_t base_frontier, const tn_walrec_t *recs,
+                           uint32_t n)
 {
     size_t tl = strlen(topic), cl = strlen(channel);
     if (tl == 0 || tl > 255 || cl == 0 || cl > 255 || leader_epoch == 0 || first_seq == 0 ||
@@ -900,14 +901,15 @@ int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
         if (!walop_known(recs[i].op))
             return UV_EINVAL;
     size_t mark = b->len;
-    int rc =
-        tn_buf_reserve(b, 4 + tl + 4 + 4 + 4 + cl + 8 + 8 + 4 + (size_t)n * TN_SETREPL_REC_SIZE);
+    int rc = tn_buf_reserve(b, 4 + tl + 4 + 4 + 4 + cl + 8 + 8 + 8 + 4 +
+                                   (size_t)n * TN_SETREPL_REC_SIZE);
     rc = rc != 0 ? rc : tn_wire_put_str(b, topic);
     rc = rc != 0 ? rc : tn_wire_put_u32(b, partition);
     rc = rc != 0 ? rc : tn_wire_put_u32(b, leader_epoch);
     rc = rc != 0 ? rc : tn_wire_put_str(b, channel);
     rc = rc != 0 ? rc : tn_wire_put_u64(b, stream);
     rc = rc != 0 ? rc : tn_wire_put_u64(b, first_seq);
+    rc = rc != 0 ? rc : tn_wire_put_u64(b, base_frontier);
     rc = rc != 0 ? rc : tn_wire_put_u32(b, n);
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         rc = tn_wire_put_u8(b, recs[i].op);
@@ -934,6 +936,7 @@ int tn_wire_setrepl_decode(const void *p, size_t len, tn_wire_setrepl_t *out, ch
     (void)tn_wire_get_str(&in, 255, out->channel);
     (void)tn_wire_get_u64(&in, &out->stream);
     (void)tn_wire_get_u64(&in, &out->first_seq);
+    (void)tn_wire_get_u64(&in, &out->base_frontier);
     if (tn_wire_get_u32(&in, &out->count) != 0) {
         tn_errbuf(err, errlen, "malformed settle_repl request: a field is short or invalid");
         return TN_EPROTO;

@@ -181,7 +181,9 @@ typedef enum {
      * its leader to a committed-ISR follower (cluster/setrepl.h). Replica
      * lane. Fields: string topic (1..255 bytes), u32 partition, u32
      * leader_epoch (>= 1), string channel (1..255 bytes), u64 first_seq
-     * (the leader's sequence number of the first record, >= 1), u32 count
+     * (the leader's sequence number of the first record, >= 1), u64
+     * base_frontier (where a follower creating the channel's log starts
+     * it: the leader's frontier when this stream began), u32 count
      * (1..TN_SETREPL_MAX), then count records of u8 op (1..5, storage/
      * cursor.h TN_WAL_*), u64 offset, i64 due_ms, u32 attempts, u64 value.
      * Replies: 204 once every record is in the follower's channel log and
@@ -534,6 +536,9 @@ typedef struct {
     char channel[256];
     uint64_t stream;    /* the leader's id of this record stream (a channel log it opened) */
     uint64_t first_seq; /* its sequence number of the first record, from 1 */
+    /* The frontier a follower creating this channel's log starts it at
+     * (the leader's frontier when the stream began; records follow). */
+    uint64_t base_frontier;
     uint32_t count;
     const uint8_t *recs; /* count * TN_SETREPL_REC_SIZE bytes */
 } tn_wire_setrepl_t;
@@ -544,7 +549,8 @@ typedef struct {
  * 1..TN_SETREPL_MAX, a record op not 1..5); on failure b is as it was. */
 int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
                            uint32_t leader_epoch, const char *channel, uint64_t stream,
-                           uint64_t first_seq, const tn_walrec_t *recs, uint32_t n);
+                           uint64_t first_seq, uint64_t base_frontier, const tn_walrec_t *recs,
+                           uint32_t n);
 /* Exact decode of a SETTLE_REPL request's fields (p, len: after the
  * opcode byte; borrowed while out is used). The names' syntax is the
  * handler's to judge. 0 or TN_EPROTO (short, trailing, a string empty,

@@ -106,6 +106,7 @@ static void on_walop(tn_walop_t *op, int status)
                ch->name, ch->topic->name, cp->part->index, tn_strerror(status));
     }
     tn_walrec_t rec = w->op.rec;
+    uint64_t frontier = w->frontier_after;
     walop_put(w);
     /* The channel is held (busy) until after the waits ran. */
     if (cp->cl != NULL) {
@@ -115,7 +116,7 @@ static void on_walop(tn_walop_t *op, int status)
             rp->replicated(rp->arg, ch->topic->name, cp->part->index)) {
             /* Its waits end when the replicas have it too. */
             cp->repl_high = seq;
-            rp->durable(rp->arg, ch->topic->name, ch->name, cp->part->index, seq, &rec);
+            rp->durable(rp->arg, ch->topic->name, ch->name, cp->part->index, seq, &rec, frontier);
         } else {
             /* Replication stopped (this node no longer leads the
              * partition) with records unconfirmed: their waits fail,

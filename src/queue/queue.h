@@ -474,9 +474,10 @@ typedef struct {
     bool (*replicated)(void *arg, const char *topic, uint32_t p);
     /* rec (borrowed) is durable in the local channel log of (topic,
      * channel, p) as its record number seq (from 1, counted from the
-     * log's open: a reopened log starts again at 1). */
+     * log's open: a reopened log starts again at 1); frontier is the
+     * channel's frontier once it and every record before it apply. */
     void (*durable)(void *arg, const char *topic, const char *channel, uint32_t p, uint64_t seq,
-                    const tn_walrec_t *rec);
+                    const tn_walrec_t *rec, uint64_t frontier);
     void *arg;
 } tn_chan_repl_t;
 

@@ -77,9 +77,9 @@ def settle_fields(topic, channel, how, vis, handles):
     return out
 
 
-def setrepl_fields(topic, partition, epoch, channel, stream, first, recs):
+def setrepl_fields(topic, partition, epoch, channel, stream, first, recs, base=0):
     out = (wire_str(topic) + struct.pack(">II", partition, epoch) + wire_str(channel) +
-           struct.pack(">QQI", stream, first, len(recs)))
+           struct.pack(">QQQI", stream, first, base, len(recs)))
     for op, off, due, attempts, value in recs:
         out += struct.pack(">BQqIQ", op, off, due, attempts, value)
     return out
@@ -90,7 +90,7 @@ def settle_repl_seeds(here):
     recs = [(1, 17, 0, 0, 0), (2, 18, 1764590000123, 3, 0), (3, 0, 0, 0, 1),
             (4, 40, 0, 0, 0), (5, 0, 0, 0, 9)]
     write(sp, "seed-all-ops", setrepl_fields(b"orders", 7, 42, b"billing", 0x1122334455667788,
-                                             1000, recs))
+                                             1000, recs, base=12345))
     write(sp, "seed-one-fin", setrepl_fields(b"t", 0, 1, b"c", 1, 1, recs[:1]))
     write(sp, "seed-max", setrepl_fields(b"t", 0, 1, b"c", 1, 1, [(1, i, 0, 0, 0)
                                                                   for i in range(1024)]))

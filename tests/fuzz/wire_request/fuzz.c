@@ -186,11 +186,11 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
          * value: the check judges the values too. */
         char topic[256], channel[256];
         uint32_t part, epoch, count;
-        uint64_t stream, first;
+        uint64_t stream, first, base;
         if (tn_wire_get_str(&in, 255, topic) != 0 || tn_wire_get_u32(&in, &part) != 0 ||
             tn_wire_get_u32(&in, &epoch) != 0 || tn_wire_get_str(&in, 255, channel) != 0 ||
             tn_wire_get_u64(&in, &stream) != 0 || tn_wire_get_u64(&in, &first) != 0 ||
-            tn_wire_get_u32(&in, &count) != 0)
+            tn_wire_get_u64(&in, &base) != 0 || tn_wire_get_u32(&in, &count) != 0)
             break;
         if (topic[0] == '\0' || channel[0] == '\0' || epoch == 0 || first == 0 || count == 0 ||
             count > TN_SETREPL_MAX || first > UINT64_MAX - count)
@@ -198,7 +198,7 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
         if (tn_wire_put_str(out, topic) != 0 || tn_wire_put_u32(out, part) != 0 ||
             tn_wire_put_u32(out, epoch) != 0 || tn_wire_put_str(out, channel) != 0 ||
             tn_wire_put_u64(out, stream) != 0 || tn_wire_put_u64(out, first) != 0 ||
-            tn_wire_put_u32(out, count) != 0)
+            tn_wire_put_u64(out, base) != 0 || tn_wire_put_u32(out, count) != 0)
             abort();
         for (uint32_t i = 0; i < count && in.err == 0; i++) {
             uint8_t wop;

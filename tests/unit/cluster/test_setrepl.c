@@ -35,14 +35,14 @@ static void test_codec_round_trip(void **state)
     tn_buf_t b;
     tn_buf_init(&b);
     assert_int_equal(tn_wire_put_u8(&b, 0xAA), 0); /* a prefix stays as it was */
-    assert_int_equal(
-        tn_wire_setrepl_encode(&b, "orders", 7, 42, "billing", 0x1122334455667788u, 1000, recs, 4),
-        0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 7, 42, "billing", 0x1122334455667788u,
+                                            1000, 555, recs, 4),
+                     0);
     tn_wire_setrepl_t w;
     char err[256];
     const uint8_t *p = (const uint8_t *)tn_buf_data(&b) + 1;
     size_t len = tn_buf_size(&b) - 1;
-    assert_int_equal(len, 4 + 6 + 4 + 4 + 4 + 7 + 8 + 8 + 4 + 4 * TN_SETREPL_REC_SIZE);
+    assert_int_equal(len, 4 + 6 + 4 + 4 + 4 + 7 + 8 + 8 + 8 + 4 + 4 * TN_SETREPL_REC_SIZE);
     assert_int_equal(tn_wire_setrepl_decode(p, len, &w, err, sizeof(err)), 0);
     assert_string_equal(w.topic, "orders");
     assert_string_equal(w.channel, "billing");
@@ -50,6 +50,7 @@ static void test_codec_round_trip(void **state)
     assert_int_equal(w.leader_epoch, 42);
     assert_true(w.stream == 0x1122334455667788u);
     assert_int_equal(w.first_seq, 1000);
+    assert_int_equal(w.base_frontier, 555);
     assert_int_equal(w.count, 4);
     for (uint32_t i = 0; i < 4; i++) {
         tn_walrec_t r;
@@ -79,21 +80,22 @@ static void test_codec_refusals(void **state)
     tn_buf_t b;
     tn_buf_init(&b);
     /* The encoder refuses what the decoder would, and leaves b as it was. */
-    assert_int_equal(tn_wire_setrepl_encode(&b, "", 0, 1, "c", 1, 1, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "", 1, 1, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, long_name, 0, 1, "c", 1, 1, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 0, "c", 1, 1, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 0, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, &fin, 0), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, UINT64_MAX, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, &bad, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "", 0, 1, "c", 1, 1, 0, &fin, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "", 1, 1, 0, &fin, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, long_name, 0, 1, "c", 1, 1, 0, &fin, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 0, "c", 1, 1, 0, &fin, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 0, 0, &fin, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &fin, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, UINT64_MAX, 0, &fin, 1),
+                     UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &bad, 1), UV_EINVAL);
     tn_walrec_t many[TN_SETREPL_MAX + 1];
     for (size_t i = 0; i < TN_ARRAY_SIZE(many); i++)
         many[i] = fin;
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, many, TN_SETREPL_MAX + 1),
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX + 1),
                      UV_EINVAL);
     assert_int_equal(tn_buf_size(&b), 0);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, many, TN_SETREPL_MAX), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX), 0);
     tn_wire_setrepl_t w;
     char err[256];
     assert_int_equal(tn_wire_setrepl_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)),
@@ -103,7 +105,7 @@ static void test_codec_refusals(void **state)
     /* A good request, then each way of spoiling it. */
     tn_buf_reset(&b);
     tn_walrec_t two[2] = {fin, {.op = TN_WAL_EMPTY, .offset = 5}};
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 3, 2, "c", 5, 10, two, 2), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 3, 2, "c", 5, 10, 0, two, 2), 0);
     uint8_t *g = (uint8_t *)tn_buf_data(&b);
     size_t n = tn_buf_size(&b);
     for (size_t cut = 0; cut < n; cut++) {
@@ -118,19 +120,20 @@ static void test_codec_refusals(void **state)
     assert_int_equal(tn_wire_setrepl_decode(longer, n + 1, &w, NULL, 0), TN_EPROTO);
     free(longer);
     /* Offsets: topic "t" at 0..4, partition 5, epoch 9, channel 13..17,
-     * stream 18, first_seq 26, count 34, records from 38. */
-    size_t rec0 = 38;
+     * stream 18, first_seq 26, base_frontier 34, count 42, records from
+     * 46. */
+    size_t rec0 = 46;
     g[rec0] = 6; /* an unknown record op */
     assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
     g[rec0] = 0;
     assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
     g[rec0] = TN_WAL_FIN;
     assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), 0);
-    g[37] = 3; /* count says 3, two are there */
+    g[45] = 3; /* count says 3, two are there */
     assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
-    g[37] = 0; /* count 0 */
+    g[45] = 0; /* count 0 */
     assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
-    g[37] = 2;
+    g[45] = 2;
     g[12] = 0; /* epoch 0 */
     assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
     g[12] = 2;
@@ -294,13 +297,16 @@ static void ffx_free(ffx_t *f)
     free(f);
 }
 
+static uint64_t push_base; /* base_frontier of the next pushes */
+
 static uint16_t push(ffx_t *f, uint32_t epoch, uint64_t stream, uint64_t first,
                      const tn_walrec_t *recs, uint32_t n, tu_rpc_raw_t *r)
 {
     tn_buf_t b;
     tn_buf_init(&b);
-    assert_int_equal(
-        tn_wire_setrepl_encode(&b, "orders", 1, epoch, "billing", stream, first, recs, n), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, epoch, "billing", stream, first,
+                                            push_base, recs, n),
+                     0);
     uint16_t st = tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, r);
     tn_buf_fini(&b);
     return st;
@@ -392,6 +398,30 @@ static void test_follower_writes(void **state)
     ffx_free(f);
 }
 
+/* A channel made after messages were published: the follower creates its
+ * log at the leader's frontier, not at 0; a log it has keeps its own. */
+static void test_follower_base_frontier(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tu_rpc_raw_t r;
+    push_base = 500;
+    tn_walrec_t a[2] = {{.op = TN_WAL_FIN, .offset = 500}, {.op = TN_WAL_FIN, .offset = 502}};
+    assert_int_equal(push(f, 3, 5, 1, a, 2, &r), 204);
+    push_base = 9000; /* another stream: the log exists, its frontier stays */
+    tn_walrec_t b[1] = {{.op = TN_WAL_FIN, .offset = 501}};
+    assert_int_equal(push(f, 3, 6, 1, b, 1, &r), 204);
+    push_base = 0;
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    tn_cursor_t cur;
+    read_back(f, &cur);
+    assert_int_equal(cur.frontier, 503);
+    tn_cursor_fini(&cur);
+    ffx_free(f);
+}
+
 static void test_follower_refuses(void **state)
 {
     (void)state;
@@ -414,7 +444,7 @@ static void test_follower_refuses(void **state)
     assert_int_equal(tn_wire_put_str(&b, "orders"), 0);
     assert_int_equal(tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, &r), 400);
     tn_buf_reset(&b);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, 3, "bad name", 1, 1, a, 1), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, 3, "bad name", 1, 1, 0, a, 1), 0);
     assert_int_equal(tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, &r), 400);
     tn_buf_fini(&b);
     tn_setrepl_stats_t st;
@@ -429,7 +459,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codec_round_trip), cmocka_unit_test(test_codec_refusals),
         cmocka_unit_test(test_rule_min_insync),  cmocka_unit_test(test_rule_isr_changes),
-        cmocka_unit_test(test_follower_writes),  cmocka_unit_test(test_follower_refuses),
+        cmocka_unit_test(test_follower_writes),  cmocka_unit_test(test_follower_base_frontier),
+        cmocka_unit_test(test_follower_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

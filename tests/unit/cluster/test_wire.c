@@ -720,7 +720,7 @@ static void test_request_check(void **state)
     assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_FETCH], &fp), 0);
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};
     assert_int_equal(
-        tn_wire_setrepl_encode(&good[TN_OP_SETTLE_REPL], "t", 0, 1, "default", 9, 1, &wr, 1), 0);
+        tn_wire_setrepl_encode(&good[TN_OP_SETTLE_REPL], "t", 0, 1, "default", 9, 1, 0, &wr, 1), 0);
     for (int op = TN_OP_ECHO; op < TN_OP__COUNT; op++) {
         tn_buf_t *g = &good[op];
         if (tn_wire_op_name((uint8_t)op) == NULL) {
