@@ -381,6 +381,8 @@ static void pump(stream_t *st);
 
 static const char *member_addr(tn_setrepl_t *s, uint32_t node)
 {
+    if (s->o.addr != NULL)
+        return s->o.addr(s->o.addr_arg, node);
     if (s->o.meta == NULL)
         return NULL;
     const tn_meta_member_t *m = tn_meta_member_find(tn_meta_state(s->o.meta), node);

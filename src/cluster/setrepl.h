@@ -67,6 +67,10 @@ typedef struct {
     tn_setrepl_pstate_fn pstate;
     void *pstate_arg;
     uint64_t call_timeout_ms; /* one SETTLE_REPL call; 0: 5000 */
+    /* A member's node RPC address ("host:port", borrowed until the next
+     * call; NULL: unknown). NULL: the metastore's member records. */
+    const char *(*addr)(void *arg, uint32_t node);
+    void *addr_arg;
 } tn_setrepl_opts_t;
 
 /* A replicator (opts copied). It installs itself as the broker's

@@ -225,15 +225,18 @@ static void test_rule_isr_changes(void **state)
 /* The partition state the follower's metastore replica shows. */
 static tn_pstate_t script_ps;
 static bool script_found;
+static uint32_t script_part = 1; /* the partition of "orders" it describes */
 
 static int script_pstate(void *arg, const char *topic, uint32_t p, tn_pstate_t *out)
 {
     (void)arg;
-    if (!script_found || strcmp(topic, "orders") != 0 || p != 1)
+    if (!script_found || strcmp(topic, "orders") != 0 || p != script_part)
         return TN_ENOTFOUND;
     *out = script_ps;
     return 0;
 }
+
+static uint64_t push_base; /* base_frontier of the next pushes */
 
 typedef struct {
     uv_loop_t loop;
@@ -274,6 +277,8 @@ static ffx_t *ffx_new(void)
     script_ps.isr[2] = mem(3);
     script_ps.min_insync = 2;
     script_found = true;
+    script_part = 1;
+    push_base = 0;
     return f;
 }
 
@@ -296,8 +301,6 @@ static void ffx_free(ffx_t *f)
     free(f->dir);
     free(f);
 }
-
-static uint64_t push_base; /* base_frontier of the next pushes */
 
 static uint16_t push(ffx_t *f, uint32_t epoch, uint64_t stream, uint64_t first,
                      const tn_walrec_t *recs, uint32_t n, tu_rpc_raw_t *r)
@@ -454,13 +457,246 @@ static void test_follower_refuses(void **state)
     ffx_free(f);
 }
 
+/* --- the leader: the engine's waits held until the ISR has the records ------------- */
+
+typedef struct {
+    tn_consumer_t c;
+    tn_delivery_t d[8];
+    int n;
+} lsink_t;
+
+static void on_ldeliver(tn_consumer_t *c, const tn_delivery_t *d)
+{
+    lsink_t *k = c->data;
+    assert_true(k->n < 8);
+    k->d[k->n] = *d;
+    k->d[k->n].body = NULL;
+    k->d[k->n].key = NULL;
+    k->n++;
+}
+
+static const char *follower_addr;
+static const char *addr_of(void *arg, uint32_t node)
+{
+    (void)arg;
+    return node == 2 ? follower_addr : NULL;
+}
+
+typedef struct {
+    tn_chan_sync_t s;
+    bool done;
+    int status;
+    uint64_t served_then; /* the follower's records written when it ended */
+} lsync_t;
+
+static tn_setrepl_t *the_follower;
+
+static void on_lsync(tn_chan_sync_t *s, int status)
+{
+    lsync_t *w = s->data;
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(the_follower, &st);
+    w->served_then = st.served_records;
+    w->status = status;
+    w->done = true;
+}
+
+typedef struct {
+    tn_waiter_t w;
+    bool done;
+    int status;
+} lwait_t;
+
+static void on_lwait(tn_waiter_t *w, int status)
+{
+    lwait_t *x = (lwait_t *)w;
+    x->status = status;
+    x->done = true;
+}
+
+typedef struct {
+    tn_pub_t p;
+    bool done;
+    int status;
+} lpub_t;
+
+static void on_lpub(tn_pub_t *p, int status)
+{
+    lpub_t *w = p->data;
+    w->status = status;
+    w->done = true;
+}
+
+static bool broker_gone;
+static void on_broker_gone(tn_broker_t *b)
+{
+    (void)b;
+    broker_gone = true;
+}
+
+/* FIN the k-th delivery of sink and wait for what its sync says. */
+static int fin_and_sync(ffx_t *f, tn_channel_t *ch, lsink_t *k, int i, lsync_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->s.data = w;
+    assert_int_equal(tn_consumer_fin(&k->c, 0, k->d[i].offset, false, 0), 0);
+    tn_channel_sync(ch, 0, &w->s, on_lsync);
+    tu_run_until(&f->loop, &w->done);
+    return w->status;
+}
+
+static void test_leader_waits_for_isr(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new(); /* node 1's follower side is node 2 here */
+    the_follower = f->s;
+    follower_addr = f->rpc.addr;
+    script_part = 0;
+    /* Node 1 leads partition 0 of "orders"; node 2 follows it. */
+    script_ps.replicas[0] = 1;
+    script_ps.replicas[1] = 2;
+    script_ps.leader = 1;
+    script_ps.isr[0] = mem(1);
+    script_ps.isr[1] = mem(2);
+    script_ps.nisr = 2;
+    /* The follower endpoint's setrepl is node 1 in ffx_new: make it node 2. */
+    tu_rpc_pair_close(&f->rpc, &f->loop);
+    closed_flag = false;
+    tn_setrepl_close(f->s, on_closed, NULL);
+    tu_run_until(&f->loop, &closed_flag);
+    tn_setrepl_opts_t fo = {
+        .loop = &f->loop, .node_id = 2, .store = f->store, .pstate = script_pstate};
+    assert_int_equal(tn_setrepl_new(&fo, &f->s), 0);
+    the_follower = f->s;
+    tn_rpc_handler_t h[TN_SETREPL_HANDLERS];
+    size_t nh = 0;
+    tn_setrepl_handlers(f->s, h, &nh);
+    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
+    follower_addr = f->rpc.addr;
+
+    /* The leader: its own store, engine and replicator (calls from the
+     * pair's caller endpoint). */
+    char *ldir = tu_tempdir();
+    tn_store_opts_t so;
+    tu_store_opts(&so, ldir);
+    tn_store_t *lstore = tu_store_open(&f->loop, &so);
+    tn_broker_opts_t bo;
+    memset(&bo, 0, sizeof(bo));
+    bo.default_partitions = 1;
+    bo.bootstrap_window_ms = 90000;
+    bo.cache_bytes = 1 << 20;
+    bo.max_inflight_bytes = 1 << 30;
+    bo.max_inflight_msgs = 100000;
+    bo.max_ahead = 1 << 16;
+    bo.gc_interval_ms = 3600000;
+    tn_broker_t *b = NULL;
+    assert_int_equal(tn_broker_open(&f->loop, lstore, &bo, &b), 0);
+    tn_setrepl_opts_t lo = {.loop = &f->loop,
+                            .node_id = 1,
+                            .rpc = f->rpc.caller,
+                            .store = lstore,
+                            .broker = b,
+                            .pstate = script_pstate,
+                            .addr = addr_of};
+    tn_setrepl_t *leader = NULL;
+    assert_int_equal(tn_setrepl_new(&lo, &leader), 0);
+
+    tn_topic_t *t = NULL;
+    lwait_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_lwait;
+    int rc = tn_broker_topic(b, "orders", 6, true, 1, &w.w, &t);
+    if (rc == UV_EAGAIN) {
+        tu_run_until(&f->loop, &w.done);
+        rc = tn_broker_topic(b, "orders", 6, false, 0, NULL, &t);
+    }
+    assert_int_equal(rc, 0);
+    tn_channel_t *ch = NULL;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_lwait;
+    rc = tn_topic_channel(t, "billing", 7, true, &w.w, &ch);
+    if (rc == UV_EAGAIN) {
+        tu_run_until(&f->loop, &w.done);
+        rc = tn_topic_channel(t, "billing", 7, false, NULL, &ch);
+    }
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 3; i++) {
+        lpub_t pw;
+        memset(&pw, 0, sizeof(pw));
+        assert_int_equal(tn_pub_init(&pw.p, 1), 0);
+        assert_int_equal(tn_pub_set(&pw.p, 0, "m", 1), 0);
+        pw.p.data = &pw;
+        assert_int_equal(tn_broker_publish(b, "orders", 6, &pw.p, 0, on_lpub), 0);
+        tu_run_until(&f->loop, &pw.done);
+        assert_int_equal(pw.status, 0);
+        tn_pub_fini(&pw.p);
+    }
+    lsink_t k;
+    memset(&k, 0, sizeof(k));
+    k.c.deliver = on_ldeliver;
+    k.c.data = &k;
+    k.c.timeout_ms = 60000;
+    tn_consumer_attach(&k.c, ch);
+    tn_consumer_credit(&k.c, 3);
+    while (k.n < 3)
+        uv_run(&f->loop, UV_RUN_ONCE);
+
+    /* ISR {1, 2}, min 2: the FIN's wait ends once the follower wrote it. */
+    lsync_t sw;
+    assert_int_equal(fin_and_sync(f, ch, &k, 0, &sw), 0);
+    assert_true(sw.served_then >= 1);
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(leader, &st);
+    assert_true(st.calls >= 1);
+    assert_int_equal(st.streams, 1);
+
+    /* The ISR shrinks to the leader alone: too few in-sync replicas. */
+    script_ps.nisr = 1;
+    assert_int_equal(fin_and_sync(f, ch, &k, 1, &sw), TN_EFEWREPLICAS);
+
+    /* Another node leads now: the wait fails as fenced. */
+    script_ps.nisr = 2;
+    script_ps.leader = 2;
+    script_ps.leader_epoch = 4;
+    assert_int_equal(fin_and_sync(f, ch, &k, 2, &sw), TN_EFENCED);
+    tn_setrepl_stats(leader, &st);
+    assert_int_equal(st.streams, 0);
+
+    tn_consumer_detach(&k.c);
+    closed_flag = false;
+    tn_setrepl_close(leader, on_closed, NULL);
+    tu_run_until(&f->loop, &closed_flag);
+    broker_gone = false;
+    tn_broker_close(b, on_broker_gone);
+    tu_run_until(&f->loop, &broker_gone);
+    tu_store_close(&f->loop, lstore);
+    tu_rmrf(ldir);
+    free(ldir);
+
+    /* The follower's log has the first FIN (offset 0). */
+    script_ps.leader = 1; /* its own partition again: the release closes it */
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 0, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    tn_chanlog_t *cl = NULL;
+    tn_cursor_t cur;
+    assert_int_equal(tn_chanlog_open(f->store, "orders", 0, "billing", NULL, &cl, &cur), 0);
+    assert_true(tn_cursor_is_settled(&cur, k.d[0].offset));
+    tn_cursor_fini(&cur);
+    bool done = false;
+    cl->data = &done;
+    tn_chanlog_close(cl, on_cl_closed);
+    tu_run_until(&f->loop, &done);
+    ffx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codec_round_trip), cmocka_unit_test(test_codec_refusals),
         cmocka_unit_test(test_rule_min_insync),  cmocka_unit_test(test_rule_isr_changes),
         cmocka_unit_test(test_follower_writes),  cmocka_unit_test(test_follower_base_frontier),
-        cmocka_unit_test(test_follower_refuses),
+        cmocka_unit_test(test_follower_refuses), cmocka_unit_test(test_leader_waits_for_isr),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
