@@ -292,6 +292,8 @@ static void on_http_closed(void *arg)
         d->rpc = NULL;
         if (d->router != NULL)
             tn_router_set_rpc(d->router, NULL, d->raft_id, d->cluster);
+        if (d->setrepl != NULL)
+            tn_setrepl_set_rpc(d->setrepl, NULL); /* no new pushes */
         d->metrics.rpc = NULL;
         d->metrics.router = NULL;
         tn_rpc_close(r, on_http_closed, d);
