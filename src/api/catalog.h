@@ -74,6 +74,10 @@ typedef struct {
      * than a lone node; see place() in catalog.c for what that changes. */
     uint64_t node_id;
     bool cluster;
+    /* default-replication-factor and min-insync-replicas for the topics
+     * NSQ doors make (DLQ topics too); 0 reads as 1. */
+    uint8_t replication_factor;
+    uint8_t min_insync;
 } tn_catalog_opts_t;
 
 /* The replica manager (borrowed; NULL: none): for a replicated partition

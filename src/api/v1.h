@@ -60,6 +60,10 @@ typedef struct {
     int64_t max_consume_wait_ms;  /* 10 s */
     uint32_t max_consumes_per_user;
     uint32_t max_produces_per_user; /* 0: no cap */
+    /* default-replication-factor (1 until replication is switched on) and
+     * min-insync-replicas: a create that does not say. 0 reads as 1. */
+    uint8_t default_replication_factor;
+    uint8_t min_insync_replicas;
 } tn_v1_opts_t;
 
 typedef struct tn_v1_s {

@@ -991,7 +991,9 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                             (uint32_t)cfg->max_attempts,
                             (uint8_t)cfg->durability,
                             d->raft_id,
-                            d->cluster};
+                            d->cluster,
+                            (uint8_t)cfg->default_replication_factor,
+                            (uint8_t)cfg->min_insync_replicas};
     if (tn_catalog_start(d->broker, d->meta, &co, &d->catalog) != 0)
         TN_LOG(TN_LOG_WARN, "metastore: cannot follow the queue engine's topics");
     /* The drain every door asks before it takes new work (api/drain.h). */
@@ -1094,7 +1096,9 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                        (uint64_t)cfg->max_msg_size,
                        cfg->http_max_consume_wait_ns / 1000000,
                        (uint32_t)cfg->http_max_consumes_per_user,
-                       (uint32_t)cfg->http_max_produces_per_user};
+                       (uint32_t)cfg->http_max_produces_per_user,
+                       (uint8_t)cfg->default_replication_factor,
+                       (uint8_t)cfg->min_insync_replicas};
     if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0) {
         d->v1.scrub = d->scrub;
         d->v1.drain = d->drain;

@@ -695,8 +695,10 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         if ((flags & TN_META_TOPIC_REPL) != 0) {
             c->topic.replication_factor = r_u8(&r);
             c->topic.min_insync = r_u8(&r);
+            /* 1/1 is written without the bit: one encoding per record. */
             if (r.rc == 0 &&
                 (c->topic.replication_factor < 1 ||
+                 (c->topic.replication_factor == 1 && c->topic.min_insync == 1) ||
                  c->topic.replication_factor > TN_META_MAX_FACTOR || c->topic.min_insync < 1 ||
                  c->topic.min_insync > c->topic.replication_factor))
                 r.rc = TN_ECORRUPT;
@@ -754,8 +756,11 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             c->member.nsq.tcp_port = r_u16(&r);
             c->member.nsq.http_port = r_u16(&r);
             r_str(&r, c->member.nsq.version, TN_META_RELEASE_MAX);
-            if (r.rc == 0 && r.left == 8)
+            if (r.rc == 0 && r.left == 8) {
                 c->member.incarnation = r_u64(&r); /* absent in older ones: 0 */
+                if (c->member.incarnation == 0)
+                    r.rc = TN_ECORRUPT; /* 0 is written as no field */
+            }
         }
         if (r.rc == 0 &&
             (c->member.id == 0 || c->member.addr[0] == '\0' || c->member.heartbeat_ms < 0))

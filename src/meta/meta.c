@@ -701,7 +701,7 @@ int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, s
     tn_meta_cmd_fini(&c);
     if (used != len)
         return TN_ECORRUPT; /* one command, nothing after it */
-    if (type == TN_MC_PART_OWNERS)
+    if (type == TN_MC_PART_OWNERS || type == TN_MC_PART_STATE)
         return UV_EINVAL; /* a snapshot record */
     rc = take_buffer(req, buf, len);
     if (rc != 0)
@@ -1431,8 +1431,6 @@ static void check_rebalance(tn_meta_t *m)
     m->next_scan_ms = now + REBALANCE_SCAN_MS;
     tn_pstate_nodes_t nodes = {m->state.nodes, m->state.nodes != NULL ? m->state.nmembers : 0};
     scan_t sc = {m, NULL, 0, 0, 0, nodes, now, false};
-    if (m->leader_since_mono > 0 && m->nreadies == 0)
-        sc.t = now;
     tn_meta_state_each_pstate(&m->state, scan_one, &sc);
     if (sc.failed) {
         tn_free(sc.now);

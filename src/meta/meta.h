@@ -255,7 +255,10 @@ uint64_t tn_meta_incarnation(const tn_meta_t *m);
  * like tn_meta_propose (forwarded to the leader from a follower): 0 and
  * cb(req, the state machine's answer) later, or at once UV_EINVAL (bad
  * arguments: a name, n outside 1..TN_PSTATE_MAX_REPLICAS), TN_ECLOSED,
- * UV_ENOMEM. Loop thread.
+ * UV_ENOMEM. Loop thread. A proposal sent again after a metastore
+ * failover (above) may find its first copy applied: a PART_ISR then
+ * answers TN_ECHANGED though the ISR is the one asked, so a proposer
+ * reads the partition's state (tn_meta_state_pstate) after a refusal.
  *
  * The leader's ISR compare-and-set (PART_ISR) of partition p, proposed by
  * this node in leader_epoch given partition_epoch expected_pe; isr[0..n)

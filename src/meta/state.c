@@ -356,6 +356,15 @@ void tn_meta_state_nodes(const tn_meta_state_t *s, tn_pstate_node_t *buf, size_t
     out->n = n;
 }
 
+uint8_t tn_meta_state_clamp_factor(const tn_meta_state_t *s, unsigned asked)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->nmembers; i++)
+        n += s->members[i].status == TN_MEMBER_ALIVE && !s->members[i].fenced;
+    size_t f = TN_MIN((size_t)TN_MIN(asked, (unsigned)TN_META_MAX_FACTOR), n);
+    return (uint8_t)(f > 0 ? f : 1);
+}
+
 void tn_meta_state_each_pstate(const tn_meta_state_t *s, tn_meta_pstate_cb cb, void *arg)
 {
     for (size_t i = 0; i < s->ntopics; i++) {
@@ -423,6 +432,33 @@ static int find_pstate(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic
     *tp = t;
     *out = &t->pstates[c->part];
     return 0;
+}
+
+/* TOPIC_GROW_FOR of a replicated topic: partition p led by member, with
+ * the alive members after it by id (wrapping) as its other replicas. */
+static void grow_replicated(tn_meta_state_t *s, tn_meta_topic_entry_t *t, uint32_t p,
+                            uint64_t member)
+{
+    size_t n = alive_count(s), at = 0;
+    for (size_t k = 0; k < n; k++)
+        if (nth_alive(s, k) == member)
+            at = k;
+    uint32_t factor = (uint32_t)TN_MIN((size_t)tn_meta_topic_factor(&t->rec), TN_MAX(n, 1));
+    uint32_t replicas[TN_PSTATE_MAX_REPLICAS];
+    uint32_t k = 0;
+    replicas[k++] = (uint32_t)member;
+    for (size_t j = 1; j < n && k < factor; j++) {
+        uint64_t id = nth_alive(s, (at + j) % n);
+        if (id != member)
+            replicas[k++] = (uint32_t)id;
+    }
+    tn_pstate_nodes_t nodes = nodes_of(s);
+    char err[128];
+    uint32_t min_insync = TN_MIN((uint32_t)tn_meta_topic_min_insync(&t->rec), k);
+    if (tn_pstate_create(&t->pstates[p], replicas, k, min_insync, &nodes, err, sizeof(err)) != 0)
+        memset(&t->pstates[p], 0, sizeof(t->pstates[p]));
+    else
+        tell(s, t, t->rec.name, p);
 }
 
 static int part_cmd(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
@@ -893,8 +929,11 @@ static int topic_grow_for(tn_meta_state_t *s, const char *name, uint64_t member)
         return UV_ERANGE;
     if (owners_fit(t, t->rec.partitions + 1) != 0)
         return UV_ENOMEM;
-    t->owners[t->rec.partitions] = member;
+    uint32_t p = t->rec.partitions;
+    t->owners[p] = member;
     t->rec.partitions++;
+    if (t->pstates != NULL)
+        grow_replicated(s, t, p, member);
     return 0;
 }
 

@@ -52,6 +52,13 @@ static void on_members(tn_http_request_t *r, void *arg)
             ",\"owned_partitions\":%" PRIu64 ",\"outbound_moves\":0",
             m->status == TN_MEMBER_DEAD ? "dead" : "alive", m->id == leader ? "true" : "false",
             m->draining ? "true" : "false", m->heartbeat_ms, tn_meta_state_owned(s, m->id));
+        /* Replicated partitions: its session (fenced until it registers
+         * again) and the incarnation of its data directory (null unknown). */
+        tn__v1_appendf(&b, ",\"session\":\"%s\"", m->fenced ? "fenced" : "live");
+        if (m->incarnation != 0)
+            tn__v1_appendf(&b, ",\"incarnation\":\"%016" PRIx64 "\"", m->incarnation);
+        else
+            tn_buf_append(&b, ",\"incarnation\":null", 19);
         /* When it was last heard from, by this node's view: the age of its
          * last registration by this node's wall clock (any node), and the
          * leader's Raft contact with it (the leader only; null elsewhere). */

@@ -180,6 +180,58 @@ static const char *durability_name(uint8_t d)
     return d == 1 ? "write_ack" : d == 2 ? "relaxed" : "durable";
 }
 
+/* The replicated partition's high watermark and log end as this node's
+ * replica manager sees them. NOT WIRED YET: the replica manager
+ * (cluster/replica.h, tn_replica_part_info) lands with replication's
+ * data path; the lead (or rapi) wires it here. UV_ENOTSUP until then, and
+ * the partition entry shows only the local log's numbers. */
+static int replica_part_info(tn_v1_t *v, const char *topic, uint32_t p, uint64_t *hw,
+                             uint64_t *log_end)
+{
+    (void)v;
+    (void)topic;
+    (void)p;
+    (void)hw;
+    (void)log_end;
+    return UV_ENOTSUP;
+}
+
+static void json_members(tn_buf_t *b, const char *key, const tn_pstate_member_t *v, uint32_t n)
+{
+    tn__v1_appendf(b, ",\"%s\":[", key);
+    for (uint32_t i = 0; i < n; i++)
+        tn__v1_appendf(b, "%s\"%u\"", i > 0 ? "," : "", v[i].node);
+    tn_buf_append(b, "]", 1);
+}
+
+/* A replicated partition's state in the local metastore replica: leader
+ * (null while offline), replicas, isr, leader_epoch; node ids as strings
+ * as everywhere in /v1. */
+static void json_pstate(tn_v1_t *v, tn_buf_t *b, const char *topic, uint32_t p)
+{
+    const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(v->meta), topic, p);
+    if (ps == NULL)
+        return;
+    if (ps->leader != TN_PSTATE_NONE)
+        tn__v1_appendf(b, ",\"leader\":\"%u\"", ps->leader);
+    else
+        tn_buf_append(b, ",\"leader\":null", 14);
+    tn_buf_append(b, ",\"replicas\":[", 13);
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        tn__v1_appendf(b, "%s\"%u\"", i > 0 ? "," : "", ps->replicas[i]);
+    tn_buf_append(b, "]", 1);
+    json_members(b, "isr", ps->isr, ps->nisr);
+    if (ps->nelr > 0)
+        json_members(b, "elr", ps->elr, ps->nelr);
+    tn__v1_appendf(b, ",\"leader_epoch\":%u,\"partition_epoch\":%u", ps->leader_epoch,
+                   ps->partition_epoch);
+    if (ps->unclean)
+        tn_buf_append(b, ",\"unclean\":true", 15);
+    uint64_t hw, end;
+    if (replica_part_info(v, topic, p, &hw, &end) == 0)
+        tn__v1_appendf(b, ",\"replica_high_watermark\":%" PRIu64 ",\"log_end\":%" PRIu64, hw, end);
+}
+
 void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
                        const tn_router_pstat_t *stats, uint32_t nstats)
 {
@@ -192,6 +244,8 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
                    ",\"max_acked_ahead_per_partition\":%" PRId64 ",\"created_at\":%" PRId64,
                    t->partitions, t->retention_ms, t->visibility_timeout_ms, t->max_inflight,
                    t->max_acked_ahead, t->created_at_ms / 1000);
+    tn__v1_appendf(b, ",\"replication_factor\":%u,\"min_insync_replicas\":%u",
+                   tn_meta_topic_factor(t), tn_meta_topic_min_insync(t));
     if (t->owner[0] != '\0') {
         tn_buf_append(b, ",\"owner\":", 9);
         tn__v1_json_str(b, t->owner);
@@ -254,6 +308,7 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
                 tn_buf_append(b, ",\"error\":", 9);
                 tn__v1_json_str(b, ps->error);
             }
+            json_pstate(v, b, t->name, ps->partition);
             tn_buf_append(b, "}", 1);
         }
         tn_buf_append(b, "]", 1);

@@ -204,6 +204,8 @@ typedef struct {
     char owner[TN_USERNAME_MAX + 1];
     char parent[TN_NAME_MAX + 1];
     int64_t fanout_delay_ms;
+    int64_t replication_factor;
+    int64_t min_insync;
 } create_body_t;
 
 enum {
@@ -220,6 +222,8 @@ enum {
     CF_OWNER,
     CF_PARENT,
     CF_DELAY,
+    CF_FACTOR,
+    CF_MIN_INSYNC,
     CF_COUNT
 };
 
@@ -237,6 +241,8 @@ static const tn_jfield_t create_fields[] = {
     {"owner", TN_JF_STR, offsetof(create_body_t, owner), TN_USERNAME_MAX},
     {"parent", TN_JF_STR, offsetof(create_body_t, parent), TN_NAME_MAX},
     {"fanout_delay_ms", TN_JF_INT, offsetof(create_body_t, fanout_delay_ms), 0},
+    {"replication_factor", TN_JF_INT, offsetof(create_body_t, replication_factor), 0},
+    {"min_insync_replicas", TN_JF_INT, offsetof(create_body_t, min_insync), 0},
 };
 _Static_assert(TN_ARRAY_SIZE(create_fields) == CF_COUNT, "create_fields and its enum disagree");
 
@@ -308,6 +314,26 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
         snprintf(err, errlen, "invalid argument: durability must be durable, write_ack or relaxed");
         return false;
     }
+    /* Replication (docs/replication.md): the options' defaults; the factor
+     * is clamped to the members alive now (a lone node: 1), min_insync to
+     * the factor. */
+    int64_t factor =
+        given[CF_FACTOR] ? b->replication_factor : TN_MAX(v->o.default_replication_factor, 1);
+    if (factor < 1 || factor > TN_META_MAX_FACTOR) {
+        snprintf(err, errlen, "invalid argument: replication_factor must be 1..%d",
+                 TN_META_MAX_FACTOR);
+        return false;
+    }
+    int64_t min_insync = given[CF_MIN_INSYNC] ? b->min_insync : TN_MAX(v->o.min_insync_replicas, 1);
+    if (given[CF_MIN_INSYNC] && (min_insync < 1 || min_insync > factor)) {
+        snprintf(err, errlen,
+                 "invalid argument: min_insync_replicas must be 1..replication_factor (%" PRId64
+                 ")",
+                 factor);
+        return false;
+    }
+    t->replication_factor = tn_meta_state_clamp_factor(tn_meta_state(v->meta), (unsigned)factor);
+    t->min_insync = (uint8_t)TN_MIN(min_insync, (int64_t)t->replication_factor);
     t->created_at_ms = tn_now_wall_ms();
     return true;
 }
@@ -324,6 +350,8 @@ typedef struct {
     int64_t max_inflight;
     int64_t max_acked_ahead;
     char owner[TN_USERNAME_MAX + 1];
+    int64_t replication_factor;
+    int64_t min_insync;
 } patch_body_t;
 
 enum {
@@ -333,6 +361,8 @@ enum {
     PF_INFLIGHT,
     PF_ACKED_AHEAD,
     PF_OWNER,
+    PF_FACTOR,
+    PF_MIN_INSYNC,
     PF_COUNT
 };
 
@@ -581,6 +611,8 @@ static const tn_jfield_t patch_fields[] = {
     {"max_in_flight_per_partition", TN_JF_INT, offsetof(patch_body_t, max_inflight), 0},
     {"max_acked_ahead_per_partition", TN_JF_INT, offsetof(patch_body_t, max_acked_ahead), 0},
     {"owner", TN_JF_STR, offsetof(patch_body_t, owner), TN_USERNAME_MAX},
+    {"replication_factor", TN_JF_INT, offsetof(patch_body_t, replication_factor), 0},
+    {"min_insync_replicas", TN_JF_INT, offsetof(patch_body_t, min_insync), 0},
 };
 _Static_assert(TN_ARRAY_SIZE(patch_fields) == PF_COUNT, "patch_fields and its enum disagree");
 
@@ -614,6 +646,17 @@ static bool patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
                  v->o.max_partitions);
         return false;
     }
+    uint8_t factor = tn_meta_topic_factor(cur);
+    if (p->given[PF_FACTOR] && b->replication_factor != factor) {
+        snprintf(err, errlen, "changing replication_factor is a partition move, not supported yet");
+        return false;
+    }
+    if (p->given[PF_MIN_INSYNC] && (b->min_insync < 1 || b->min_insync > factor)) {
+        snprintf(err, errlen,
+                 "invalid argument: min_insync_replicas must be 1..replication_factor (%u)",
+                 factor);
+        return false;
+    }
     memset(c, 0, sizeof(*c));
     c->type = TN_MC_TOPIC_PUT;
     c->if_unchanged = true;
@@ -632,6 +675,8 @@ static bool patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
         c->topic.max_acked_ahead = b->max_acked_ahead ? b->max_acked_ahead : DEFAULT_CAP;
     if (p->given[PF_OWNER])
         snprintf(c->topic.owner, sizeof(c->topic.owner), "%s", b->owner);
+    if (p->given[PF_MIN_INSYNC])
+        c->topic.min_insync = (uint8_t)b->min_insync; /* every partition state follows */
     return true;
 }
 
@@ -751,7 +796,7 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
         snprintf(err, sizeof(err),
                  "invalid argument: give at least one of partitions, retention_ms, "
                  "visibility_timeout_ms, max_in_flight_per_partition, "
-                 "max_acked_ahead_per_partition, owner");
+                 "max_acked_ahead_per_partition, owner, min_insync_replicas");
         refused = true;
     } else if (!refused && given[PF_RETENTION]) {
         refused = retention_refused(b.retention_ms, err, sizeof(err));

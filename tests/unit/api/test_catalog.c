@@ -54,7 +54,7 @@ static cfx_t *cfx_new(bool cluster)
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
     f->m = tu_meta_lone(&f->fx->loop, dir, NULL);
-    tn_catalog_opts_t co = {30000, 0, 0, 0, 1, cluster};
+    tn_catalog_opts_t co = {30000, 0, 0, 0, 1, cluster, 1, 1};
     assert_int_equal(tn_catalog_start(f->b, f->m, &co, &f->cat), 0);
     tn_catalog_reconcile(f->cat);
     return f;
@@ -424,7 +424,7 @@ static void cluster_open(cluster_t *c)
     }
     assert_true(tu_run_loop(&c->loop, cluster_ready, c));
     for (uint64_t i = 1; i <= N; i++) {
-        tn_catalog_opts_t co = {30000, 0, 0, 0, i, true};
+        tn_catalog_opts_t co = {30000, 0, 0, 0, i, true, 1, 1};
         assert_int_equal(tn_catalog_start(c->b[i], c->m[i], &co, &c->cat[i]), 0);
         tn_catalog_reconcile(c->cat[i]);
     }

@@ -1,0 +1,202 @@
+"""Replicated partitions in the metastore across real ternd nodes
+(tests/cluster/harness.py): a topic made with replication_factor 3 shows,
+on every node, each partition's leader, replicas, ISR and leader_epoch
+from that node's metastore replica; when the leader of partition 0 is
+SIGKILLed, the metastore leader ends its session (member-session-timeout)
+and every node's view moves the leadership to another ISR member, one
+epoch later, without the killed node in the ISR; restarted, the node is
+live again. The /v1 fields: out-of-range values refused, a PATCH of the
+factor refused, min_insync_replicas changed in place; a lone node clamps
+the factor to 1. (Catching up and rejoining the ISR is the replica
+manager's, tested with it.)
+
+Run: python3 tests/cluster/test_meta_partitions.py --ternd build/ternd
+"""
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+
+import harness  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+# A session timeout shorter than the default keeps the test quick; the
+# deadlines below are generous, not timing assertions.
+SESSION = "3s"
+
+
+def partitions(node, topic):
+    """The partition entries of node's GET /v1/topics/{topic}, or None."""
+    status, body = node.request("GET", f"/v1/topics/{topic}")
+    if status != 200 or not isinstance(body, dict):
+        return None
+    return body
+
+
+def members(node):
+    status, body = node.request("GET", "/v1/cluster/members")
+    if status != 200:
+        return None
+    return {m["id"]: m for m in body["members"]}
+
+
+class MetaPartitions(harness.ClusterTest):
+    def test_replicated_topic_failover_and_restart(self):
+        c = self.make(3, args=[f"--member-session-timeout={SESSION}"]).start()
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        for node in c.nodes:
+            wait_until(f"node {node.id} seeing three incarnations",
+                       lambda n=node: (lambda m: m and len(m) == 3 and all(
+                           x["incarnation"] and x["session"] == "live" for x in m.values()))(
+                           members(n)), 30)
+        status, body = c.nodes[1].request(
+            "POST", "/v1/topics",
+            {"name": "repl", "partitions": 3, "replication_factor": 3,
+             "min_insync_replicas": 2})
+        self.assertEqual(status, 201, body)
+        ids = sorted(str(n.id) for n in c.nodes)
+
+        def shown(node):
+            body = partitions(node, "repl")
+            if body is None or body.get("replication_factor") != 3:
+                return None
+            ps = body["partition_stats"]
+            if len(ps) != 3 or any("leader" not in p for p in ps):
+                return None
+            return body
+
+        views = {}
+        for node in c.nodes:
+            body = wait_until(f"node {node.id} showing the partition states",
+                              lambda n=node: shown(n), 30)
+            self.assertEqual(body["min_insync_replicas"], 2)
+            for p, entry in enumerate(body["partition_stats"]):
+                # p starts at index p mod n of the members by id.
+                self.assertEqual(entry["replicas"], [ids[(p + k) % 3] for k in range(3)], entry)
+                self.assertEqual(entry["leader"], entry["replicas"][0], entry)
+                self.assertEqual(sorted(entry["isr"]), ids, entry)
+                self.assertEqual(entry["leader_epoch"], 1, entry)
+                # The routing's owner is the leader.
+                self.assertEqual(entry["owner_node"], entry["leader"], entry)
+            views[node.id] = body["partition_stats"]
+        first = views[c.nodes[0].id][0]
+        victim = next(n for n in c.nodes if str(n.id) == first["leader"])
+        rest = [n for n in c.nodes if n is not victim]
+        victim.kill()
+
+        def moved(node):
+            body = partitions(node, "repl")
+            if body is None:
+                return None
+            e = body["partition_stats"][0]
+            if e.get("leader") in (None, str(victim.id)) or str(victim.id) in e["isr"]:
+                return None
+            return e
+
+        for node in rest:
+            e = wait_until(f"node {node.id} showing partition 0 led by another ISR member",
+                           lambda n=node: moved(n), 60)
+            self.assertIn(e["leader"], first["isr"], e)
+            self.assertEqual(e["leader"], first["replicas"][1], e)
+            self.assertEqual(e["leader_epoch"], first["leader_epoch"] + 1, e)
+            self.assertEqual(sorted(e["isr"]), sorted(x for x in first["isr"]
+                                                      if x != str(victim.id)), e)
+            m = members(node)
+            self.assertEqual(m[str(victim.id)]["session"], "fenced", m)
+        # One MEMBER_FENCE proposed (by the metastore leader) for the one
+        # failure.
+        said = [line for n in rest for line in n.log().splitlines()
+                if f"metastore: member {victim.id} (" in line and "not heard from" in line]
+        self.assertEqual(len(said), 1, said)
+        # Restarted on the same data directory: the same incarnation, live
+        # again (the ISR takes it back once its replica caught up: not the
+        # metastore's doing).
+        incarnation = members(rest[0])[str(victim.id)]["incarnation"]
+        victim.start()
+        victim.wait_ready()
+        for node in c.nodes:
+            wait_until(f"node {node.id} showing the restarted member live",
+                       lambda n=node: (lambda m: m and m[str(victim.id)]["session"] == "live")(
+                           members(n)), 60)
+            self.assertEqual(members(node)[str(victim.id)]["incarnation"], incarnation)
+        e = partitions(victim, "repl")["partition_stats"][0]
+        self.assertNotEqual(e["leader"], str(victim.id), e)
+
+    def test_v1_fields(self):
+        c = self.make(3).start()
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        node = c.nodes[0]
+        for body, msg in (
+                ({"name": "bad1", "replication_factor": 0}, "replication_factor must be 1..5"),
+                ({"name": "bad2", "replication_factor": 6}, "replication_factor must be 1..5"),
+                ({"name": "bad3", "replication_factor": 2, "min_insync_replicas": 3},
+                 "min_insync_replicas must be 1..replication_factor"),
+                ({"name": "bad4", "min_insync_replicas": 0},
+                 "min_insync_replicas must be 1..replication_factor")):
+            status, answer = node.request("POST", "/v1/topics", body)
+            self.assertEqual(status, 400, answer)
+            self.assertIn(msg, answer["error"])
+        # The default (default-replication-factor, 1 until replication is
+        # switched on) keeps a topic as it was: no partition states.
+        status, answer = node.request("POST", "/v1/topics", {"name": "plain", "partitions": 2})
+        self.assertEqual(status, 201, answer)
+        body = wait_until("the plain topic", lambda: partitions(node, "plain"), 30)
+        self.assertEqual(body["replication_factor"], 1)
+        self.assertEqual(body["min_insync_replicas"], 1)
+        for entry in body["partition_stats"]:
+            self.assertNotIn("leader", entry)
+        status, answer = node.request("POST", "/v1/topics",
+                                      {"name": "r2", "partitions": 2, "replication_factor": 2})
+        self.assertEqual(status, 201, answer)
+        # Changing the factor is a partition move: refused.
+        status, answer = node.request("PATCH", "/v1/topics/r2", {"replication_factor": 3})
+        self.assertEqual(status, 400, answer)
+        self.assertEqual(answer, {"error": "changing replication_factor is a partition move, "
+                                           "not supported yet"})
+        status, answer = node.request("PATCH", "/v1/topics/r2", {"min_insync_replicas": 3})
+        self.assertEqual(status, 400, answer)
+        # min_insync_replicas changes, in every partition state too.
+        status, answer = node.request("PATCH", "/v1/topics/r2", {"min_insync_replicas": 1})
+        self.assertEqual(status, 200, answer)
+        for n in c.nodes:
+            body = wait_until(f"node {n.id} showing min_insync_replicas 1",
+                              lambda x=n: (lambda b: b if b and b["min_insync_replicas"] == 1
+                                           else None)(partitions(x, "r2")), 30)
+            self.assertEqual(body["replication_factor"], 2)
+            self.assertTrue(all(len(e["replicas"]) == 2 for e in body["partition_stats"]))
+
+
+class LoneNode(harness.ClusterTest):
+    def test_factor_clamped_to_one(self):
+        from daemon import Daemon
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        env["TERN_ADMIN_PASSWORD"] = harness.PASSWORD
+        tmp = tempfile.mkdtemp(prefix="tern-lone-")
+        self.addCleanup(harness.shutil.rmtree, tmp, True)
+        d = Daemon(os.path.join(tmp, "data"), env=env)
+        self.addCleanup(lambda: d.proc.poll() is not None or d.kill())
+        d.wait_for(" ready: data ")
+        node = harness.Node.__new__(harness.Node)
+        node.host = "127.0.0.1"
+        node.http_port = d.http_port
+        wait_until("the lone node registered", lambda: node.alive_members() == 1, 30)
+        status, body = node.request("POST", "/v1/topics",
+                                    {"name": "solo", "partitions": 2, "replication_factor": 3})
+        self.assertEqual(status, 201, body)
+        body = wait_until("the topic", lambda: partitions(node, "solo"), 30)
+        self.assertEqual(body["replication_factor"], 1, body)
+        self.assertEqual(body["min_insync_replicas"], 1, body)
+        # The data directory has its incarnation, kept across a restart.
+        with open(os.path.join(tmp, "data", "incarnation")) as f:
+            text = f.read()
+        self.assertRegex(text, r"^[0-9a-f]{16}\n$")
+        status, m = node.request("GET", "/v1/cluster/members")
+        self.assertEqual(m["members"][0]["incarnation"], text.strip())
+        self.assertEqual(d.stop(), 0)
+
+
+if __name__ == "__main__":
+    harness.main()

@@ -1,0 +1,811 @@
+/* Tests of replicated partitions in the metastore's state machine: the
+ * codec of the topic's replication fields, the member incarnation and the
+ * partition commands (and that older encodings still read, as factor 1 and
+ * incarnation 0); placement of replicas; fencing on a session's end and on
+ * a new incarnation; the ISR compare-and-set, forced elections, rebalance
+ * and CRC failures through the state machine; snapshots of partition
+ * states and fenced members, and the restore of a snapshot from before
+ * them. Commands drive the state machine as the Raft log would. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "meta/state.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static tn_meta_cmd_t topic(const char *name, uint32_t partitions, uint8_t factor,
+                           uint8_t min_insync)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_PUT;
+    c.if_absent = true;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.topic.partitions = partitions;
+    c.topic.retention_ms = 3600 * 1000LL;
+    c.topic.visibility_timeout_ms = 30000;
+    c.topic.max_inflight = 1024;
+    c.topic.max_acked_ahead = 1024;
+    c.topic.created_at_ms = 1700000000000LL;
+    c.topic.native = true;
+    c.topic.replication_factor = factor;
+    c.topic.min_insync = min_insync;
+    return c;
+}
+
+static tn_meta_cmd_t reg(uint64_t id, uint64_t incarnation)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_REC;
+    c.member.id = id;
+    snprintf(c.member.addr, sizeof(c.member.addr), "10.0.0.%llu:4153", (unsigned long long)id);
+    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "10.0.0.%llu:4151",
+             (unsigned long long)id);
+    c.member.heartbeat_ms = 1000;
+    c.member.incarnation = incarnation;
+    return c;
+}
+
+static tn_meta_cmd_t fence(uint64_t id, uint64_t incarnation)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_FENCE;
+    c.member.id = id;
+    c.member.incarnation = incarnation;
+    return c;
+}
+
+static tn_meta_cmd_t part(uint8_t type, const char *name, uint32_t p, uint32_t node)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = type;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.part = p;
+    c.node = node;
+    return c;
+}
+
+static int apply(tn_meta_state_t *s, tn_meta_cmd_t c)
+{
+    return tn_meta_state_apply(s, &c);
+}
+
+/* Encode, decode (every prefix short), encode again to the same bytes. */
+static void roundtrip(const tn_meta_cmd_t *c, tn_meta_cmd_t *out)
+{
+    tn_buf_t b, again;
+    tn_buf_init(&b);
+    tn_buf_init(&again);
+    assert_int_equal(tn_meta_cmd_encode(c, &b), 0);
+    assert_int_equal(tn_buf_size(&b) % 8, 0);
+    size_t used = 0;
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), out, &used), 0);
+    assert_int_equal(used, tn_buf_size(&b));
+    for (size_t n = 0; n < tn_buf_size(&b); n++) {
+        tn_meta_cmd_t x;
+        assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), n, &x, &used), TN_ESHORT);
+    }
+    assert_int_equal(tn_meta_cmd_encode(out, &again), 0);
+    assert_int_equal(tn_buf_size(&again), tn_buf_size(&b));
+    assert_memory_equal(tn_buf_data(&again), tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+    tn_buf_fini(&again);
+}
+
+/* The encoding of c with its payload byte at `at` (from the payload's
+ * start) set to v, decoded: the decoder's answer. */
+static int decode_patched(const tn_meta_cmd_t *c, size_t at, uint8_t v)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(c, &b), 0);
+    ((unsigned char *)tn_buf_data(&b))[TN_META_HDR + at] = v;
+    tn_meta_cmd_t d;
+    size_t used;
+    int rc = tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used);
+    if (rc == 0)
+        tn_meta_cmd_fini(&d);
+    tn_buf_fini(&b);
+    return rc;
+}
+
+static uint32_t payload_len(const tn_meta_cmd_t *c)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(c, &b), 0);
+    uint32_t n = tn_get_u32((const unsigned char *)tn_buf_data(&b) + 4);
+    tn_buf_fini(&b);
+    return n;
+}
+
+static void test_codec_topic_fields(void **state)
+{
+    (void)state;
+    tn_meta_cmd_t c = topic("orders", 3, 3, 2), d;
+    roundtrip(&c, &d);
+    assert_int_equal(d.topic.replication_factor, 3);
+    assert_int_equal(d.topic.min_insync, 2);
+    tn_meta_cmd_fini(&d);
+    /* Factor 1 is written as before (no flag, no bytes) and reads as 1/1,
+     * whether the record said 1/1 or left the fields 0 (older code). */
+    tn_meta_cmd_t one = topic("orders", 3, 1, 1), zero = topic("orders", 3, 0, 0);
+    assert_int_equal(payload_len(&one), payload_len(&zero));
+    assert_int_equal(payload_len(&one) + 2, payload_len(&c));
+    roundtrip(&zero, &d);
+    assert_int_equal(d.topic.replication_factor, 1);
+    assert_int_equal(d.topic.min_insync, 1);
+    tn_meta_cmd_fini(&d);
+    /* A fact-1 record keeps the fingerprint it had (0 and 1 alike); a
+     * replicated one's covers its fields. */
+    assert_true(tn_meta_topic_fingerprint(&one.topic) == tn_meta_topic_fingerprint(&zero.topic));
+    tn_meta_cmd_t c2 = topic("orders", 3, 3, 1);
+    assert_true(tn_meta_topic_fingerprint(&c.topic) != tn_meta_topic_fingerprint(&c2.topic));
+    /* Out of range: refused by the encoder, and by the decoder. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_meta_cmd_t bad = topic("orders", 3, 6, 1);
+    assert_int_equal(tn_meta_cmd_encode(&bad, &b), UV_EINVAL);
+    bad = topic("orders", 3, 2, 3);
+    assert_int_equal(tn_meta_cmd_encode(&bad, &b), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), 0);
+    tn_buf_fini(&b);
+    size_t last = payload_len(&c) - 2; /* factor, then min_insync */
+    assert_int_equal(decode_patched(&c, last, 6), TN_ECORRUPT);
+    assert_int_equal(decode_patched(&c, last, 0), TN_ECORRUPT);
+    assert_int_equal(decode_patched(&c, last + 1, 4), TN_ECORRUPT);
+    assert_int_equal(decode_patched(&c, last + 1, 0), TN_ECORRUPT);
+    assert_int_equal(decode_patched(&c, last, 1), TN_ECORRUPT); /* 1/2 */
+    assert_int_equal(decode_patched(&c, last, 2), 0);           /* 2/2 */
+}
+
+static void test_codec_member_incarnation(void **state)
+{
+    (void)state;
+    tn_meta_cmd_t c = reg(3, 0x1122334455667788ULL), d;
+    roundtrip(&c, &d);
+    assert_true(d.member.incarnation == 0x1122334455667788ULL);
+    tn_meta_cmd_fini(&d);
+    /* Without one (the previous build's MEMBER_REC): 0, unknown. */
+    tn_meta_cmd_t old = reg(3, 0);
+    assert_int_equal(payload_len(&old) + 8, payload_len(&c));
+    roundtrip(&old, &d);
+    assert_true(d.member.incarnation == 0);
+    tn_meta_cmd_fini(&d);
+    /* An explicit 0 is not an encoding this codec writes. */
+    tn_meta_cmd_t small = reg(3, 1); /* little-endian: its first byte is the 1 */
+    assert_int_equal(decode_patched(&small, payload_len(&small) - 8, 0), TN_ECORRUPT);
+}
+
+static void test_codec_part_commands(void **state)
+{
+    (void)state;
+    tn_meta_cmd_t d;
+    tn_meta_cmd_t isr = part(TN_MC_PART_ISR, "orders", 7, 2);
+    isr.leader_epoch = 4;
+    isr.expected_pe = 9;
+    isr.nisr = 2;
+    isr.isr[0] = (tn_pstate_member_t){2, 22};
+    isr.isr[1] = (tn_pstate_member_t){3, 33};
+    roundtrip(&isr, &d);
+    assert_int_equal(d.type, TN_MC_PART_ISR);
+    assert_string_equal(d.topic.name, "orders");
+    assert_int_equal(d.part, 7);
+    assert_int_equal(d.node, 2);
+    assert_int_equal(d.leader_epoch, 4);
+    assert_int_equal(d.expected_pe, 9);
+    assert_int_equal(d.nisr, 2);
+    assert_int_equal(d.isr[1].node, 3);
+    assert_true(d.isr[1].incarnation == 33);
+    tn_meta_cmd_fini(&d);
+    /* An empty ISR or a repeated member is refused both ways (decoder: the
+     * second member's node patched to the first's). */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_meta_cmd_t empty = isr;
+    empty.nisr = 0;
+    assert_int_equal(tn_meta_cmd_encode(&empty, &b), UV_EINVAL);
+    tn_buf_fini(&b);
+    size_t second = 2 + 6 + 4 * 4 + 1 + 12; /* name, part..expected_pe, n, member 0 */
+    assert_int_equal(decode_patched(&isr, second, 2), TN_ECORRUPT);
+
+    tn_meta_cmd_t f = fence(5, 0xabcdef);
+    roundtrip(&f, &d);
+    assert_int_equal(d.type, TN_MC_MEMBER_FENCE);
+    assert_int_equal(d.member.id, 5);
+    assert_true(d.member.incarnation == 0xabcdef);
+    tn_meta_cmd_fini(&d);
+
+    tn_meta_cmd_t lead = part(TN_MC_PART_LEADER, "orders", 1, 3);
+    lead.unclean = true;
+    roundtrip(&lead, &d);
+    assert_int_equal(d.node, 3);
+    assert_true(d.unclean);
+    tn_meta_cmd_fini(&d);
+    assert_int_equal(decode_patched(&lead, payload_len(&lead) - 1, 2), TN_ECORRUPT);
+
+    tn_meta_cmd_t rb = part(TN_MC_PART_REBALANCE, "orders", 2, 0);
+    roundtrip(&rb, &d);
+    assert_int_equal(d.part, 2);
+    tn_meta_cmd_fini(&d);
+
+    tn_meta_cmd_t cor = part(TN_MC_PART_CORRUPT, "orders", 2, 1);
+    roundtrip(&cor, &d);
+    assert_int_equal(d.node, 1);
+    tn_meta_cmd_fini(&d);
+    assert_int_equal(decode_patched(&cor, payload_len(&cor) - 4, 0), TN_ECORRUPT); /* node 0 */
+
+    tn_meta_cmd_t st = part(TN_MC_PART_STATE, "orders", 0, 0);
+    tn_pstate_t *ps = &st.pstate;
+    ps->nreplicas = 3;
+    ps->replicas[0] = 1;
+    ps->replicas[1] = 2;
+    ps->replicas[2] = 3;
+    ps->leader = 2;
+    ps->leader_epoch = 5;
+    ps->partition_epoch = 11;
+    ps->nisr = 1;
+    ps->isr[0] = (tn_pstate_member_t){2, 20};
+    ps->nelr = 1;
+    ps->elr[0] = (tn_pstate_member_t){3, 30};
+    ps->min_insync = 2;
+    ps->corrupt = 1;
+    ps->unclean = true;
+    roundtrip(&st, &d);
+    assert_int_equal(d.pstate.leader, 2);
+    assert_int_equal(d.pstate.partition_epoch, 11);
+    assert_int_equal(d.pstate.nelr, 1);
+    assert_true(d.pstate.elr[0].incarnation == 30);
+    assert_int_equal(d.pstate.corrupt, 1);
+    assert_true(d.pstate.unclean);
+    tn_meta_cmd_fini(&d);
+    /* A leader outside the ISR is not a state the controller makes. */
+    tn_meta_cmd_t wrong = st;
+    wrong.pstate.leader = 1;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&wrong, &b), 0);
+    size_t used;
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    tn_buf_fini(&b);
+}
+
+/* Partition states the state machine told of, in order. */
+typedef struct {
+    char topic[TN_NAME_MAX + 1];
+    uint32_t p;
+    bool gone;
+    uint32_t leader;
+} told_t;
+
+typedef struct {
+    told_t v[64];
+    size_t n;
+} tells_t;
+
+static void on_told(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    tells_t *t = arg;
+    assert_true(t->n < 64);
+    told_t *x = &t->v[t->n++];
+    snprintf(x->topic, sizeof(x->topic), "%s", topic);
+    x->p = p;
+    x->gone = ps == NULL;
+    x->leader = ps != NULL ? ps->leader : 0;
+}
+
+static bool was_told(const tells_t *t, const char *topic, uint32_t p)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->v[i].p == p && strcmp(t->v[i].topic, topic) == 0)
+            return true;
+    return false;
+}
+
+/* Four members, incarnations 100 + id. */
+static void four(tn_meta_state_t *s)
+{
+    tn_meta_state_init(s);
+    for (uint64_t id = 1; id <= 4; id++)
+        assert_int_equal(apply(s, reg(id, 100 + id)), 0);
+}
+
+static void expect_replicas(const tn_pstate_t *ps, uint32_t a, uint32_t b, uint32_t c)
+{
+    assert_non_null(ps);
+    assert_int_equal(ps->nreplicas, 3);
+    assert_int_equal(ps->replicas[0], a);
+    assert_int_equal(ps->replicas[1], b);
+    assert_int_equal(ps->replicas[2], c);
+}
+
+static void test_placement(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    tells_t told = {.n = 0};
+    s.pstate_cb = on_told;
+    s.pstate_arg = &told;
+    assert_int_equal(apply(&s, topic("r", 5, 3, 2)), 0);
+    /* p starts at index p mod n of the eligible members and wraps. */
+    expect_replicas(tn_meta_state_pstate(&s, "r", 0), 1, 2, 3);
+    expect_replicas(tn_meta_state_pstate(&s, "r", 1), 2, 3, 4);
+    expect_replicas(tn_meta_state_pstate(&s, "r", 2), 3, 4, 1);
+    expect_replicas(tn_meta_state_pstate(&s, "r", 3), 4, 1, 2);
+    expect_replicas(tn_meta_state_pstate(&s, "r", 4), 1, 2, 3);
+    for (uint32_t p = 0; p < 5; p++) {
+        const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", p);
+        assert_int_equal(ps->leader, ps->replicas[0]);
+        assert_int_equal(ps->leader_epoch, 1);
+        assert_int_equal(ps->nisr, 3);
+        assert_int_equal(ps->min_insync, 2);
+        assert_true(ps->isr[0].incarnation == 100 + ps->isr[0].node);
+        assert_int_equal(tn_meta_state_owner(&s, "r", p), ps->leader);
+        assert_true(was_told(&told, "r", p));
+    }
+    assert_int_equal(told.n, 5);
+    assert_null(tn_meta_state_pstate(&s, "r", 5));
+    /* Factor 1 keeps today's owners exactly, and has no state. */
+    assert_int_equal(apply(&s, topic("one", 5, 1, 1)), 0);
+    for (uint32_t p = 0; p < 5; p++) {
+        assert_null(tn_meta_state_pstate(&s, "one", p));
+        assert_int_equal(tn_meta_state_owner(&s, "one", p), 1 + p % 4);
+    }
+    assert_int_equal(told.n, 5);
+    /* The skip list steers replicas as it does owners. */
+    tn_meta_cmd_t sk = topic("skip", 2, 3, 2);
+    uint64_t skip[1] = {2};
+    sk.skip = skip;
+    sk.nskip = 1;
+    assert_int_equal(tn_meta_state_apply(&s, &sk), 0);
+    expect_replicas(tn_meta_state_pstate(&s, "skip", 0), 1, 3, 4);
+    expect_replicas(tn_meta_state_pstate(&s, "skip", 1), 3, 4, 1);
+    /* Fewer members than the factor: as many replicas as there are. */
+    tn_meta_state_t two;
+    tn_meta_state_init(&two);
+    assert_int_equal(apply(&two, reg(1, 11)), 0);
+    assert_int_equal(apply(&two, reg(2, 12)), 0);
+    assert_int_equal(tn_meta_state_clamp_factor(&two, 3), 2);
+    assert_int_equal(tn_meta_state_clamp_factor(&two, 9), 2);
+    assert_int_equal(apply(&two, topic("t", 1, 3, 3)), 0);
+    const tn_pstate_t *ps = tn_meta_state_pstate(&two, "t", 0);
+    assert_int_equal(ps->nreplicas, 2);
+    assert_int_equal(ps->min_insync, 2);
+    tn_meta_state_fini(&two);
+    /* No member at all: the factor clamps to 1; a replicated topic made
+     * before any member waits unplaced and is placed at the first
+     * registration. */
+    tn_meta_state_t none;
+    tn_meta_state_init(&none);
+    assert_int_equal(tn_meta_state_clamp_factor(&none, 3), 1);
+    assert_int_equal(apply(&none, topic("early", 2, 3, 2)), 0);
+    assert_null(tn_meta_state_pstate(&none, "early", 0));
+    assert_int_equal(none.unassigned, 2);
+    assert_int_equal(apply(&none, reg(7, 77)), 0);
+    ps = tn_meta_state_pstate(&none, "early", 1);
+    assert_non_null(ps);
+    assert_int_equal(ps->nreplicas, 1);
+    assert_int_equal(ps->leader, 7);
+    assert_int_equal(none.unassigned, 0);
+    tn_meta_state_fini(&none);
+    /* Growth places the new partitions the same way; a delete tells each
+     * partition gone. */
+    tn_meta_cmd_t grow = topic("r", 6, 3, 2);
+    grow.if_absent = false;
+    told.n = 0;
+    assert_int_equal(tn_meta_state_apply(&s, &grow), 0);
+    expect_replicas(tn_meta_state_pstate(&s, "r", 5), 2, 3, 4);
+    assert_int_equal(told.n, 1);
+    tn_meta_cmd_t del;
+    memset(&del, 0, sizeof(del));
+    del.type = TN_MC_TOPIC_DELETE;
+    snprintf(del.topic.name, sizeof(del.topic.name), "r");
+    told.n = 0;
+    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
+    assert_int_equal(told.n, 6);
+    for (size_t i = 0; i < told.n; i++)
+        assert_true(told.v[i].gone);
+    tn_meta_state_fini(&s);
+}
+
+static void test_update_keeps_factor(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    assert_int_equal(apply(&s, topic("r", 2, 3, 2)), 0);
+    uint32_t pe = tn_meta_state_pstate(&s, "r", 0)->partition_epoch;
+    /* A PUT never changes the factor; a new min_insync reaches every
+     * partition state (a change: its partition_epoch moves). */
+    tn_meta_cmd_t up = topic("r", 2, 1, 3);
+    up.if_absent = false;
+    up.topic.min_insync = 3;
+    up.topic.replication_factor = 3;
+    assert_int_equal(tn_meta_state_apply(&s, &up), 0);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(&s, "r");
+    assert_int_equal(e->rec.replication_factor, 3);
+    assert_int_equal(e->rec.min_insync, 3);
+    assert_int_equal(tn_meta_state_pstate(&s, "r", 0)->min_insync, 3);
+    assert_int_equal(tn_meta_state_pstate(&s, "r", 1)->partition_epoch, pe + 1);
+    up.topic.replication_factor = 1;
+    up.topic.min_insync = 1;
+    assert_int_equal(tn_meta_state_apply(&s, &up), 0);
+    e = tn_meta_topic_find(&s, "r");
+    assert_int_equal(e->rec.replication_factor, 3);
+    assert_int_equal(e->rec.min_insync, 1);
+    assert_non_null(tn_meta_state_pstate(&s, "r", 0));
+    tn_meta_state_fini(&s);
+}
+
+static void test_fence_on_session_end(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    assert_int_equal(apply(&s, topic("r", 4, 3, 2)), 0);
+    assert_int_equal(apply(&s, topic("one", 4, 1, 1)), 0);
+    tells_t told = {.n = 0};
+    s.pstate_cb = on_told;
+    s.pstate_arg = &told;
+    /* Member 1's session ends: the partitions it led move to the next
+     * ISR member in replicas order, epochs + 1; it leaves every ISR. */
+    assert_int_equal(apply(&s, fence(1, 101)), 0);
+    assert_true(tn_meta_member_find(&s, 1)->fenced);
+    const tn_pstate_t *p0 = tn_meta_state_pstate(&s, "r", 0);
+    assert_int_equal(p0->leader, 2);
+    assert_int_equal(p0->leader_epoch, 2);
+    assert_int_equal(tn_pstate_isr_find(p0, 1), -1);
+    assert_int_equal(tn_meta_state_owner(&s, "r", 0), 2);
+    const tn_pstate_t *p2 = tn_meta_state_pstate(&s, "r", 2); /* 3, 4, 1: led by 3 */
+    assert_int_equal(p2->leader, 3);
+    assert_int_equal(p2->leader_epoch, 1);
+    assert_int_equal(tn_pstate_isr_find(p2, 1), -1);
+    const tn_pstate_t *p1 = tn_meta_state_pstate(&s, "r", 1); /* 2, 3, 4: not a replica */
+    assert_int_equal(p1->partition_epoch, 1);
+    assert_true(was_told(&told, "r", 0) && was_told(&told, "r", 2) && was_told(&told, "r", 3));
+    assert_false(was_told(&told, "r", 1));
+    /* Factor-1 owners do not move (dead_after's business). */
+    assert_int_equal(tn_meta_state_owner(&s, "one", 0), 1);
+    /* The nodes view shows it not live. */
+    tn_pstate_node_t buf[8];
+    tn_pstate_nodes_t nodes;
+    tn_meta_state_nodes(&s, buf, 8, &nodes);
+    assert_int_equal(nodes.n, 4);
+    assert_false(nodes.v[0].live);
+    assert_true(nodes.v[1].live);
+    assert_true(nodes.v[0].incarnation == 101);
+    /* A fence of an incarnation the member no longer has is stale. */
+    assert_int_equal(apply(&s, fence(2, 999)), TN_ECHANGED);
+    assert_int_equal(apply(&s, fence(9, 0)), TN_ENOTFOUND);
+    /* It registers again (same disk): live, not back in the ISR (the
+     * leader's CAS adds it once caught up). */
+    assert_int_equal(apply(&s, reg(1, 101)), 0);
+    assert_false(tn_meta_member_find(&s, 1)->fenced);
+    assert_int_equal(tn_pstate_isr_find(tn_meta_state_pstate(&s, "r", 0), 1), -1);
+    /* Every replica of a partition fenced: offline; the first ISR or ELR
+     * member to register again leads it. */
+    assert_int_equal(apply(&s, fence(2, 102)), 0);
+    assert_int_equal(apply(&s, fence(3, 103)), 0);
+    const tn_pstate_t *p0b = tn_meta_state_pstate(&s, "r", 0); /* 1, 2, 3 */
+    assert_int_equal(p0b->leader, TN_PSTATE_NONE);
+    assert_int_equal(tn_meta_state_owner(&s, "r", 0), 0);
+    uint32_t epoch = p0b->leader_epoch;
+    told.n = 0;
+    assert_int_equal(apply(&s, reg(3, 103)), 0);
+    p0b = tn_meta_state_pstate(&s, "r", 0);
+    assert_int_equal(p0b->leader, 3);
+    assert_int_equal(p0b->leader_epoch, epoch + 1);
+    assert_true(was_told(&told, "r", 0));
+    tn_meta_state_fini(&s);
+}
+
+static void test_new_incarnation_fences(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    assert_int_equal(apply(&s, topic("r", 4, 3, 2)), 0);
+    /* Node 2 comes back with a wiped disk, its session never ended: the
+     * registration fences the old incarnation in the same apply. */
+    assert_int_equal(apply(&s, reg(2, 555)), 0);
+    const tn_meta_member_t *m = tn_meta_member_find(&s, 2);
+    assert_true(m->incarnation == 555);
+    assert_false(m->fenced);
+    const tn_pstate_t *p1 = tn_meta_state_pstate(&s, "r", 1); /* 2, 3, 4 */
+    assert_int_equal(p1->leader, 3);
+    assert_int_equal(p1->leader_epoch, 2);
+    assert_int_equal(tn_pstate_isr_find(p1, 2), -1);
+    assert_int_equal(tn_pstate_isr_find(tn_meta_state_pstate(&s, "r", 0), 2), -1);
+    /* The same incarnation again changes nothing; an older registration
+     * (no incarnation) keeps the recorded one. */
+    uint32_t pe = p1->partition_epoch;
+    assert_int_equal(apply(&s, reg(2, 555)), 0);
+    tn_meta_cmd_t old = reg(2, 0);
+    assert_int_equal(tn_meta_state_apply(&s, &old), 0);
+    assert_true(tn_meta_member_find(&s, 2)->incarnation == 555);
+    assert_int_equal(tn_meta_state_pstate(&s, "r", 1)->partition_epoch, pe);
+    tn_meta_state_fini(&s);
+}
+
+static tn_meta_cmd_t isr_cmd(const tn_pstate_t *ps, uint32_t proposer, uint32_t expected_pe,
+                             const uint32_t *nodes, uint32_t n, const tn_meta_state_t *s)
+{
+    tn_meta_cmd_t c = part(TN_MC_PART_ISR, "r", 0, proposer);
+    c.leader_epoch = ps->leader_epoch;
+    c.expected_pe = expected_pe;
+    c.nisr = n;
+    for (uint32_t i = 0; i < n; i++) {
+        c.isr[i].node = nodes[i];
+        c.isr[i].incarnation = tn_meta_member_find(s, nodes[i])->incarnation;
+    }
+    return c;
+}
+
+static void test_isr_cas(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    assert_int_equal(apply(&s, topic("r", 1, 3, 2)), 0);
+    assert_int_equal(apply(&s, topic("one", 1, 1, 1)), 0);
+    const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0);
+    uint32_t pe = ps->partition_epoch;
+    /* The leader shrinks the ISR: accepted, partition_epoch + 1. */
+    uint32_t shrunk[2] = {1, 2};
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, pe, shrunk, 2, &s)), 0);
+    assert_int_equal(ps->partition_epoch, pe + 1);
+    assert_int_equal(ps->nisr, 2);
+    /* The same proposal again: stale partition_epoch. */
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, pe, shrunk, 2, &s)), TN_ECHANGED);
+    /* Not the leader. */
+    assert_int_equal(apply(&s, isr_cmd(ps, 2, pe + 1, shrunk, 2, &s)), TN_ECHANGED);
+    /* Without the leader; a non-replica. */
+    uint32_t noleader[1] = {2};
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, pe + 1, noleader, 1, &s)), UV_EINVAL);
+    uint32_t stranger[3] = {1, 2, 4};
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, pe + 1, stranger, 3, &s)), UV_EINVAL);
+    /* An added member with a stale incarnation, or fenced: refused. */
+    uint32_t back[3] = {1, 2, 3};
+    tn_meta_cmd_t stale = isr_cmd(ps, 1, pe + 1, back, 3, &s);
+    stale.isr[2].incarnation = 1;
+    assert_int_equal(apply(&s, stale), UV_EPERM);
+    assert_int_equal(apply(&s, fence(3, 103)), 0);
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, ps->partition_epoch, back, 3, &s)), UV_EPERM);
+    assert_int_equal(apply(&s, reg(3, 103)), 0);
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, ps->partition_epoch, back, 3, &s)), 0);
+    assert_int_equal(ps->nisr, 3);
+    /* A refused command changed nothing. */
+    uint32_t pe2 = ps->partition_epoch;
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, 1, back, 3, &s)), TN_ECHANGED);
+    assert_int_equal(ps->partition_epoch, pe2);
+    /* Not a replicated partition; no such topic or partition. */
+    tn_meta_cmd_t c = isr_cmd(ps, 1, pe2, back, 3, &s);
+    snprintf(c.topic.name, sizeof(c.topic.name), "one");
+    assert_int_equal(apply(&s, c), UV_EINVAL);
+    snprintf(c.topic.name, sizeof(c.topic.name), "nope");
+    assert_int_equal(apply(&s, c), TN_ENOTFOUND);
+    c = isr_cmd(ps, 1, pe2, back, 3, &s);
+    c.part = 1;
+    assert_int_equal(apply(&s, c), TN_ENOTFOUND);
+    tn_meta_state_fini(&s);
+}
+
+static void test_force_rebalance_corrupt(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    assert_int_equal(apply(&s, topic("r", 1, 3, 2)), 0);
+    const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0); /* 1, 2, 3 */
+    /* Preferred leader leads: nothing to rebalance. */
+    assert_int_equal(apply(&s, part(TN_MC_PART_REBALANCE, "r", 0, 0)), UV_EAGAIN);
+    /* A clean forced election of an ISR member. */
+    assert_int_equal(apply(&s, part(TN_MC_PART_LEADER, "r", 0, 2)), 0);
+    assert_int_equal(ps->leader, 2);
+    assert_int_equal(ps->leader_epoch, 2);
+    assert_false(ps->unclean);
+    /* Back to the preferred leader. */
+    assert_int_equal(apply(&s, part(TN_MC_PART_REBALANCE, "r", 0, 0)), 0);
+    assert_int_equal(ps->leader, 1);
+    assert_int_equal(ps->leader_epoch, 3);
+    /* Not a replica: refused. */
+    assert_int_equal(apply(&s, part(TN_MC_PART_LEADER, "r", 0, 4)), UV_EINVAL);
+    /* A CRC failure on the leader: it hands over and leaves the ISR. */
+    assert_int_equal(apply(&s, part(TN_MC_PART_CORRUPT, "r", 0, 1)), 0);
+    assert_int_equal(ps->leader, 2);
+    assert_int_equal(tn_pstate_isr_find(ps, 1), -1);
+    assert_int_equal(ps->corrupt & 1u, 1u);
+    /* A fenced ISR member leaves; forcing a non-ISR member needs unclean. */
+    assert_int_equal(apply(&s, fence(3, 103)), 0);
+    assert_int_equal(apply(&s, part(TN_MC_PART_LEADER, "r", 0, 1)), UV_EPERM);
+    tn_meta_cmd_t unclean = part(TN_MC_PART_LEADER, "r", 0, 1);
+    unclean.unclean = true;
+    assert_int_equal(tn_meta_state_apply(&s, &unclean), 0);
+    assert_int_equal(ps->leader, 1);
+    assert_true(ps->unclean);
+    assert_int_equal(ps->nisr, 1);
+    tn_meta_state_fini(&s);
+}
+
+static void expect_same_pstate(const tn_pstate_t *a, const tn_pstate_t *b)
+{
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(a->nreplicas, b->nreplicas);
+    assert_memory_equal(a->replicas, b->replicas, a->nreplicas * sizeof(a->replicas[0]));
+    assert_int_equal(a->leader, b->leader);
+    assert_int_equal(a->leader_epoch, b->leader_epoch);
+    assert_int_equal(a->partition_epoch, b->partition_epoch);
+    assert_int_equal(a->nisr, b->nisr);
+    assert_memory_equal(a->isr, b->isr, a->nisr * sizeof(a->isr[0]));
+    assert_int_equal(a->nelr, b->nelr);
+    assert_memory_equal(a->elr, b->elr, a->nelr * sizeof(a->elr[0]));
+    assert_int_equal(a->min_insync, b->min_insync);
+    assert_int_equal(a->corrupt, b->corrupt);
+    assert_int_equal(a->unclean, b->unclean);
+}
+
+static void test_snapshot_roundtrip(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    assert_int_equal(apply(&s, topic("r", 4, 3, 2)), 0);
+    assert_int_equal(apply(&s, topic("one", 2, 1, 1)), 0);
+    assert_int_equal(apply(&s, fence(1, 101)), 0);
+    assert_int_equal(apply(&s, fence(2, 102)), 0); /* r/0: ISR 3 alone, ELR 2 */
+    assert_int_equal(apply(&s, part(TN_MC_PART_CORRUPT, "r", 1, 4)), 0);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
+    tn_meta_state_t r;
+    tn_meta_state_init(&r);
+    tells_t told = {.n = 0};
+    r.pstate_cb = on_told;
+    r.pstate_arg = &told;
+    assert_int_equal(apply(&r, topic("stale", 1, 3, 1)), 0);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    assert_null(tn_meta_topic_find(&r, "stale"));
+    assert_true(r.pstate_cb == on_told); /* the listener stays */
+    for (uint32_t p = 0; p < 4; p++)
+        expect_same_pstate(tn_meta_state_pstate(&s, "r", p), tn_meta_state_pstate(&r, "r", p));
+    assert_null(tn_meta_state_pstate(&r, "one", 0));
+    assert_int_equal(tn_meta_topic_find(&r, "r")->rec.replication_factor, 3);
+    assert_int_equal(tn_meta_topic_find(&r, "r")->rec.min_insync, 2);
+    assert_int_equal(tn_meta_topic_find(&r, "one")->rec.replication_factor, 1);
+    for (uint64_t id = 1; id <= 4; id++) {
+        const tn_meta_member_t *a = tn_meta_member_find(&s, id), *c = tn_meta_member_find(&r, id);
+        assert_true(a->incarnation == c->incarnation);
+        assert_int_equal(a->fenced, c->fenced);
+    }
+    assert_int_equal(tn_meta_state_owner(&r, "r", 0), tn_meta_state_owner(&s, "r", 0));
+    assert_int_equal(r.unassigned, s.unassigned);
+    /* The restored state goes on as the original does. */
+    assert_int_equal(apply(&s, reg(1, 101)), 0);
+    assert_int_equal(apply(&r, reg(1, 101)), 0);
+    for (uint32_t p = 0; p < 4; p++)
+        expect_same_pstate(tn_meta_state_pstate(&s, "r", p), tn_meta_state_pstate(&r, "r", p));
+    /* A snapshot taken again is byte for byte the same. */
+    tn_buf_t b2, b3;
+    tn_buf_init(&b2);
+    tn_buf_init(&b3);
+    assert_int_equal(tn_meta_state_snapshot(&s, &b2), 0);
+    assert_int_equal(tn_meta_state_snapshot(&r, &b3), 0);
+    assert_int_equal(tn_buf_size(&b2), tn_buf_size(&b3));
+    assert_memory_equal(tn_buf_data(&b2), tn_buf_data(&b3), tn_buf_size(&b2));
+    /* A partition state is a snapshot record, never a log entry. */
+    tn_meta_cmd_t st = part(TN_MC_PART_STATE, "r", 0, 0);
+    st.pstate = *tn_meta_state_pstate(&s, "r", 0);
+    assert_int_equal(tn_meta_state_apply(&s, &st), UV_EINVAL);
+    tn_buf_fini(&b);
+    tn_buf_fini(&b2);
+    tn_buf_fini(&b3);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+}
+
+/* A snapshot as the previous build wrote it: topics without replication
+ * fields, MEMBER_REC without an incarnation. */
+static void test_restore_old_snapshot(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    unsigned char hdr[24] = {'T', 'M', 'S', '1'};
+    tn_put_u64(hdr + 16, 3);
+    tn_buf_append(&b, hdr, sizeof(hdr));
+    tn_meta_cmd_t t = topic("legacy", 2, 0, 0);
+    t.if_absent = false;
+    assert_int_equal(tn_meta_cmd_encode(&t, &b), 0);
+    tn_meta_cmd_t po;
+    memset(&po, 0, sizeof(po));
+    po.type = TN_MC_PART_OWNERS;
+    snprintf(po.topic.name, sizeof(po.topic.name), "legacy");
+    uint64_t owners[2] = {1, 2};
+    po.owners = owners;
+    po.nowners = 2;
+    assert_int_equal(tn_meta_cmd_encode(&po, &b), 0);
+    tn_meta_cmd_t m = reg(1, 0);
+    assert_int_equal(tn_meta_cmd_encode(&m, &b), 0);
+    /* The bytes an older build wrote: no flag bit 5, no trailing field. */
+    const unsigned char *d = (const unsigned char *)tn_buf_data(&b);
+    assert_int_equal(d[24 + TN_META_HDR] & TN_META_TOPIC_REPL, 0);
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(tn_meta_state_restore(&s, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(&s, "legacy");
+    assert_int_equal(e->rec.replication_factor, 1);
+    assert_int_equal(e->rec.min_insync, 1);
+    assert_null(e->pstates);
+    assert_int_equal(tn_meta_state_owner(&s, "legacy", 1), 2);
+    assert_true(tn_meta_member_find(&s, 1)->incarnation == 0);
+    assert_false(tn_meta_member_find(&s, 1)->fenced);
+    /* Its first registration with an incarnation records it; nothing to
+     * fence (no replicated partition). */
+    assert_int_equal(apply(&s, reg(1, 42)), 0);
+    assert_true(tn_meta_member_find(&s, 1)->incarnation == 42);
+    /* A partition state naming a factor-1 topic is a damaged snapshot. */
+    tn_meta_cmd_t st = part(TN_MC_PART_STATE, "legacy", 0, 0);
+    st.pstate.nreplicas = 1;
+    st.pstate.replicas[0] = 1;
+    st.pstate.leader = 1;
+    st.pstate.leader_epoch = 1;
+    st.pstate.nisr = 1;
+    st.pstate.isr[0] = (tn_pstate_member_t){1, 42};
+    st.pstate.min_insync = 1;
+    assert_int_equal(tn_meta_cmd_encode(&st, &b), 0);
+    tn_put_u64((unsigned char *)tn_buf_data(&b) + 16, 4);
+    tn_meta_state_t r;
+    tn_meta_state_init(&r);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), TN_ECORRUPT);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+    tn_buf_fini(&b);
+}
+
+/* NSQ topics grow by one partition for the member that asks: a
+ * replicated one's new partition is led by it. */
+static void test_grow_for_replicated(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    tn_meta_cmd_t t = topic("nsq", 1, 3, 2);
+    t.topic.native = false;
+    assert_int_equal(tn_meta_state_apply(&s, &t), 0);
+    tn_meta_cmd_t g;
+    memset(&g, 0, sizeof(g));
+    g.type = TN_MC_TOPIC_GROW_FOR;
+    snprintf(g.topic.name, sizeof(g.topic.name), "nsq");
+    g.member.id = 3;
+    assert_int_equal(tn_meta_state_apply(&s, &g), 0);
+    expect_replicas(tn_meta_state_pstate(&s, "nsq", 1), 3, 4, 1);
+    assert_int_equal(tn_meta_state_owner(&s, "nsq", 1), 3);
+    tn_meta_state_fini(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_codec_topic_fields),
+        cmocka_unit_test(test_codec_member_incarnation),
+        cmocka_unit_test(test_codec_part_commands),
+        cmocka_unit_test(test_placement),
+        cmocka_unit_test(test_update_keeps_factor),
+        cmocka_unit_test(test_fence_on_session_end),
+        cmocka_unit_test(test_new_incarnation_fences),
+        cmocka_unit_test(test_isr_cas),
+        cmocka_unit_test(test_force_rebalance_corrupt),
+        cmocka_unit_test(test_snapshot_roundtrip),
+        cmocka_unit_test(test_restore_old_snapshot),
+        cmocka_unit_test(test_grow_for_replicated),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
