@@ -56,7 +56,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 typedef struct {
     uint64_t offset;
@@ -345,19 +344,15 @@ static uint64_t first_offset_locked(const tn_plog_t *plog)
  * the log (returns 0); an I/O error fails the open. */
 static int recover_epochs(tn_plog_t *plog)
 {
-    char path[4096];
-    int rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, TN_EPOCHS_FILE);
-    if (rc != 0)
-        return rc;
-    if (access(path, F_OK) != 0)
-        return 0; /* factor 1, or nothing replicated yet */
-    rc = tn_epochs_load(&plog->epochs, plog->dir);
+    int rc = tn_epochs_load(&plog->epochs, plog->dir); /* none: empty */
     if (rc == TN_ECORRUPT || rc == TN_EFORMAT) {
         set_sticky(plog, rc, "%s", plog->epochs.errmsg);
         return 0;
     }
     if (rc != 0)
         return rc;
+    if (plog->epochs.n == 0)
+        return 0; /* factor 1, or nothing replicated yet */
     plog->epochs_used = true;
     uint64_t end = atomic_load(&plog->written_next);
     bool changed = tn_epochs_truncate_from_end(&plog->epochs, end);
@@ -495,7 +490,12 @@ static void append_done(tn__sreq_t *s)
     req->raw = NULL;
     tn_free(req->repochs);
     req->repochs = NULL;
-    if (gate_holds(plog, req) || (req->kind != 1 && s->status == 0 && plog->ghead != NULL)) {
+    bool hold = gate_holds(plog, req) || (req->kind != 1 && s->status == 0 && plog->ghead != NULL);
+    if (hold && plog->closing) {
+        req->cb(req, TN_ECLOSED); /* never committed: the hw will not move */
+        return;
+    }
+    if (hold) {
         /* Wait for the hw, behind the appends already waiting. */
         req->gnext = NULL;
         if (plog->gtail != NULL)
@@ -612,32 +612,6 @@ int tn_plog_begin_epoch(tn_plog_t *pl, tn_append_t *req, uint32_t epoch, tn_appe
     return 0;
 }
 
-/* Check raw records: whole, CRC-good, dense from first_offset, the last
- * one ending a batch. *n = how many. */
-static int check_raw(const unsigned char *b, size_t len, uint64_t first_offset, uint32_t *n)
-{
-    size_t pos = 0;
-    uint64_t next = first_offset;
-    uint16_t last_flags = 0;
-    uint32_t count = 0;
-    while (pos < len) {
-        tn_rec_t rec;
-        int rc = tn_rec_decode(b + pos, len - pos, &rec);
-        if (rc != 0)
-            return TN_ECORRUPT; /* TN_ESHORT too: a record cut off */
-        if (rec.h.offset != next || count == UINT32_MAX)
-            return TN_ECORRUPT;
-        next++;
-        count++;
-        last_flags = rec.h.flags;
-        pos += (size_t)tn_rec_size(&rec.h);
-    }
-    if (count == 0 || (last_flags & TN_REC_F_MORE) != 0)
-        return TN_ECORRUPT;
-    *n = count;
-    return 0;
-}
-
 int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_t len,
                        uint64_t first_offset, const tn_epoch_entry_t *epochs, uint32_t nepochs,
                        tn_append_cb cb)
@@ -649,7 +623,7 @@ int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_
     if (rc != 0)
         return rc;
     uint32_t n;
-    rc = check_raw(bytes, len, first_offset, &n);
+    rc = tn_rec_check_run(bytes, len, first_offset, &n);
     if (rc != 0)
         return rc;
     for (uint32_t i = 0; i < nepochs; i++) {
@@ -968,10 +942,9 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
             size_t at = 0;
             for (uint32_t i = 0; i < r->nrecs; i++) {
                 unsigned char *b = r->raw + at;
+                tn_rec_set_sync_mark(b, mark); /* checked whole at submit */
                 tn_rec_hdr_t h;
-                (void)tn_rec_decode_hdr(b, r->raw_len - at, &h); /* checked at submit */
-                h.sync_mark = mark;
-                tn_rec_encode(b, &h, b + TN_REC_HDR, b + TN_REC_HDR + h.key_len);
+                (void)tn_rec_decode_hdr(b, r->raw_len - at, &h);
                 if (h.publish_ns > plog->last_publish_ns)
                     plog->last_publish_ns = h.publish_ns;
                 ls->notes[nnotes].offset = plog->next_offset++;
@@ -1681,6 +1654,7 @@ void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb)
         return;
     plog->closing = true;
     plog->close_cb = cb;
+    tn_plog_fail_gated(plog, TN_ECLOSED);
     memset(&plog->close_req, 0, sizeof(plog->close_req));
     plog->close_req.exec = close_exec;
     plog->close_req.done = close_done;
@@ -1961,7 +1935,9 @@ static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cu
         rc = tn_io_ftruncate(ns->fd, cut);
     if (rc == 0)
         rc = tn_io_fdatasync(ns->fd);
-    if (rc != 0 || trunc_stops(plog, 3))
+    if (rc == 0 && trunc_stops(plog, 3))
+        rc = UV_EIO;
+    if (rc != 0)
         goto fail;
     /* Its sidecar, if it had one, goes: an active segment has none. */
     char path[4096];
@@ -1973,7 +1949,9 @@ static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cu
     }
     if (rc == 0)
         rc = tn_io_fsync_dir(plog->dir);
-    if (rc != 0 || trunc_stops(plog, 4))
+    if (rc == 0 && trunc_stops(plog, 4))
+        rc = UV_EIO;
+    if (rc != 0)
         goto fail;
     tn_seg_scan_t scan;
     rc = tn_seg_scan(ns->fd, cut, ns->base, plog->store->opts.index_interval, ns, &scan);

@@ -230,7 +230,9 @@ int tn_plog_open_memory(tn_store_t *store, const char *topic, uint32_t partition
 uint64_t tn_plog_mem_trim(tn_plog_t *plog, uint64_t below);
 
 /* Close the log after its queued requests complete; cb (may be NULL) runs
- * on the loop thread, after which the memory is freed. */
+ * on the loop thread, after which the memory is freed. Appends waiting
+ * for the hw gate (or reaching it while the log closes) complete with
+ * TN_ECLOSED. */
 void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb);
 
 /* Append n >= 1 records as one atomic batch. Returns 0 when queued (cb will

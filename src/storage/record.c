@@ -109,3 +109,35 @@ int tn_ctrl_decode(const void *body, size_t len, tn_ctrl_t *out)
         return 0; /* reserved: a reader skips it */
     }
 }
+
+int tn_rec_check_run(const void *bytes, size_t len, uint64_t first_offset, uint32_t *count)
+{
+    const unsigned char *b = bytes;
+    size_t pos = 0;
+    uint64_t next = first_offset;
+    uint16_t last_flags = 0;
+    uint32_t n = 0;
+    while (pos < len) {
+        tn_rec_t rec;
+        if (tn_rec_decode(b + pos, len - pos, &rec) != 0)
+            return TN_ECORRUPT; /* TN_ESHORT too: a record cut off */
+        if (rec.h.offset != next || n == UINT32_MAX)
+            return TN_ECORRUPT;
+        next++;
+        n++;
+        last_flags = rec.h.flags;
+        pos += (size_t)tn_rec_size(&rec.h);
+    }
+    if (n == 0 || (last_flags & TN_REC_F_MORE) != 0)
+        return TN_ECORRUPT;
+    *count = n;
+    return 0;
+}
+
+void tn_rec_set_sync_mark(unsigned char *rec, uint32_t sync_mark)
+{
+    tn_rec_hdr_t h;
+    (void)tn_rec_decode_hdr(rec, TN_REC_HDR, &h);
+    h.sync_mark = sync_mark;
+    tn_rec_encode(rec, &h, rec + TN_REC_HDR, rec + TN_REC_HDR + h.key_len);
+}

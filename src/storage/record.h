@@ -88,6 +88,17 @@ int tn_rec_decode(const unsigned char *buf, size_t len, tn_rec_t *rec);
 /* Verify a record whose header, key and body were read separately. */
 int tn_rec_verify(const unsigned char *hdr, const void *key, const void *body);
 
+/* Check a run of records back to back, as a follower receives them:
+ * each whole and CRC-good, offsets dense from first_offset, the last one
+ * ending an atomic batch (no TN_REC_F_MORE). *count = how many. 0, or
+ * TN_ECORRUPT (also for an empty run or a record cut off). Pure. */
+int tn_rec_check_run(const void *bytes, size_t len, uint64_t first_offset, uint32_t *count);
+
+/* Re-encode the record at rec (a whole, valid record) with sync_mark,
+ * recomputing its CRC in place: a follower makes the leader's
+ * segment-local mark its own. */
+void tn_rec_set_sync_mark(unsigned char *rec, uint32_t sync_mark);
+
 /* A decoded control record body. */
 typedef struct {
     uint8_t kind;   /* TN_CTRL_* (or a reserved kind) */

@@ -263,6 +263,20 @@ def main():
     damaged[60] ^= 0x20
     write(ss, "seed-durable-damage", b"\x04" + bytes(damaged))
 
+    # raw_append: u64 first offset, u32 the follower's sync mark, then the
+    # leader's records (flags 2: a control record; 1: batch continues).
+    ra = os.path.join(here, "raw_append", "corpus")
+    epoch_start = record(10, b"\x01" + struct.pack("<I", 4), flags=2)
+    producer = record(11, b"\x02" + struct.pack("<QQI", 3, 99, 2), flags=3)
+    run = (epoch_start + producer + record(12, b"one", flags=1) +
+           record(13, b"two", key=b"k", sync_mark=4096) + record(14, b"three"))
+    write(ra, "seed-run", struct.pack("<QI", 10, 777) + run)
+    write(ra, "seed-open-batch", struct.pack("<QI", 10, 0) + run[:len(run) - len(record(14, b"three")) - len(record(13, b"two", key=b"k", sync_mark=4096))])
+    write(ra, "seed-not-dense", struct.pack("<QI", 9, 0) + run)
+    write(ra, "seed-short-ctrl", struct.pack("<QI", 0, 0) + record(0, b"\x01\x00", flags=2))
+    write(ra, "seed-reserved-ctrl", struct.pack("<QI", 0, 0) + record(0, b"\x09", flags=2))
+    write(ra, "seed-torn", struct.pack("<QI", 10, 0) + run[:-5])
+
     wr = os.path.join(here, "wal_replay", "corpus")
     ck = checkpoint(3, 10, settled=(12, 15), requeued=((11, 999, 2),))
     frames = (wal_frame(1, 4, struct.pack("<Q", 10)) + wal_frame(1, 5, struct.pack("<Q", 11)) +

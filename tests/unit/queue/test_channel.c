@@ -722,6 +722,98 @@ static void test_restart_keeps_fins_and_redelivers_the_rest(void **state)
     qfx_free(q);
 }
 
+typedef struct {
+    bool done;
+    int status;
+} appw_t;
+
+static void on_app(tn_append_t *req, int status)
+{
+    appw_t *w = req->data;
+    w->done = true;
+    w->status = status;
+}
+
+static void wait_app(qfx_t *q, appw_t *w)
+{
+    while (!w->done)
+        uv_run(&q->fx->loop, UV_RUN_ONCE);
+    assert_int_equal(w->status, 0);
+}
+
+/* Control records (a leader's epoch start, a forwarded batch's producer
+ * record) between messages: the channel delivers exactly the messages,
+ * settles the control records without counting them, and its stats show
+ * only the messages, before and after a restart. */
+static void test_control_records_not_delivered(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    publish(q, "t", "a", 0);
+    close_broker(q);
+
+    /* Offsets: a 0, EPOCH_START 1, PRODUCER 2, b 3, c 4, d 5, EPOCH_START 6. */
+    tn_plog_t *pl;
+    assert_int_equal(tn_plog_open(q->fx->store, "t", 0, &pl), 0);
+    tn_append_t req;
+    appw_t w = {false, 0};
+    req.data = &w;
+    assert_int_equal(tn_plog_begin_epoch(pl, &req, 3, on_app), 0);
+    wait_app(q, &w);
+    unsigned char prod[TN_CTRL_PRODUCER_SIZE];
+    tn_ctrl_encode_producer(prod, 2, 1, 2);
+    tn_rec_in_t recs[3] = {
+        {.key = tn_iov(NULL, 0), .body = tn_iov(prod, sizeof(prod))},
+        {.key = tn_iov(NULL, 0), .body = tn_iov("b", 1)},
+        {.key = tn_iov(NULL, 0), .body = tn_iov("c", 1)},
+    };
+    w.done = false;
+    assert_int_equal(tn_plog_append_ex(pl, &req, recs, 3, 1, on_app), 0);
+    wait_app(q, &w);
+    uint64_t off;
+    assert_int_equal(tu_append(&q->fx->loop, pl, "d", 1, &off), 0);
+    assert_int_equal(off, 5);
+    w.done = false;
+    assert_int_equal(tn_plog_begin_epoch(pl, &req, 4, on_app), 0);
+    wait_app(q, &w);
+    tu_plog_close(&q->fx->loop, pl);
+
+    for (int pass = 0; pass < 2; pass++) {
+        open_broker(q);
+        ch = channel(q, "t", "c");
+        sink_t s;
+        attach(&s, ch, 10, 60000);
+        if (pass == 0) {
+            expect_n(q, &s, 4);
+            run_for(q, 50);
+            assert_int_equal(s.n, 4);
+            const char *want[4] = {"a", "b", "c", "d"};
+            const uint64_t offs[4] = {0, 3, 4, 5};
+            for (int i = 0; i < 4; i++) {
+                assert_string_equal(s.bodies[i], want[i]);
+                assert_int_equal(s.d[i].offset, offs[i]);
+                assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[i].offset, false, 0), 0);
+            }
+        } else {
+            run_for(q, 50);
+            assert_int_equal(s.n, 0); /* nothing left, control records included */
+        }
+        sync_ch(q, ch, 0, 0);
+        tn_channel_stats_t st;
+        tn_channel_stats(ch, &st);
+        assert_int_equal(st.depth, 0);
+        assert_int_equal(st.inflight, 0);
+        assert_int_equal(st.finish_count, 4);
+        assert_int_equal(st.message_count, 4);
+        tn_consumer_detach(&s.c);
+        close_broker(q);
+        tu_fx_reopen(q->fx);
+    }
+    open_broker(q);
+    qfx_free(q);
+}
+
 static void test_pause_and_empty(void **state)
 {
     (void)state;
@@ -1270,6 +1362,7 @@ int main(void)
         cmocka_unit_test(test_creation_gate),
         cmocka_unit_test(test_grow_partitions),
         cmocka_unit_test(test_delete_waits_for_creation),
+        cmocka_unit_test(test_control_records_not_delivered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,807 @@
+/* The partition log's replication support: control records, the epoch
+ * history (begin_epoch, queries, repair at open, retention), the
+ * follower's raw copy of the leader's records, suffix truncation and each
+ * of its crash points, and the hw gate. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/err.h"
+#include "storage/epochs.h"
+#include "storage/io.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef tu_fx_t fx_t;
+
+static int setup(void **state)
+{
+    *state = tu_fx_new(NULL);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    tu_fx_free(*state);
+    return 0;
+}
+
+static tn_plog_t *open_log(fx_t *fx, const char *topic, uint32_t part)
+{
+    tn_plog_t *plog = NULL;
+    assert_int_equal(tn_plog_open(fx->store, topic, part, &plog), 0);
+    assert_int_equal(tn_plog_err(plog), 0);
+    return plog;
+}
+
+typedef struct {
+    int done;
+    int status;
+    int order[16]; /* which requests completed, in order */
+    int norder;
+} waits_t;
+
+typedef struct {
+    tn_append_t req;
+    waits_t *w;
+    int id;
+    bool done;
+    int status;
+} areq_t;
+
+static void on_areq(tn_append_t *req, int status)
+{
+    areq_t *a = req->data;
+    a->done = true;
+    a->status = status;
+    if (a->w != NULL) {
+        a->w->done++;
+        if (a->w->norder < 16)
+            a->w->order[a->w->norder++] = a->id;
+    }
+}
+
+static void run_until(uv_loop_t *loop, const bool *flag)
+{
+    while (!*flag)
+        uv_run(loop, UV_RUN_ONCE);
+}
+
+static int begin_epoch(fx_t *fx, tn_plog_t *pl, uint32_t epoch, uint64_t *off)
+{
+    areq_t a = {.w = NULL};
+    a.req.data = &a;
+    int rc = tn_plog_begin_epoch(pl, &a.req, epoch, on_areq);
+    if (rc != 0)
+        return rc;
+    run_until(&fx->loop, &a.done);
+    if (off != NULL)
+        *off = a.req.first_offset;
+    return a.status;
+}
+
+static void append_n(fx_t *fx, tn_plog_t *pl, uint64_t n)
+{
+    char body[512];
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t off = tn_plog_written_next(pl);
+        size_t len = tu_body(off, body, sizeof(body));
+        uint64_t got;
+        assert_int_equal(tu_append(&fx->loop, pl, body, len, &got), 0);
+        assert_int_equal(got, off);
+    }
+}
+
+/* A batch of n records (bodies numbered by their offsets). */
+static void append_batch(fx_t *fx, tn_plog_t *pl, uint32_t n)
+{
+    char bodies[8][512];
+    tn_rec_in_t recs[8];
+    assert_true(n <= 8);
+    uint64_t first = tn_plog_written_next(pl);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t len = tu_body(first + i, bodies[i], sizeof(bodies[i]));
+        recs[i] = (tn_rec_in_t){.key = tn_iov(NULL, 0), .body = tn_iov(bodies[i], len)};
+    }
+    uint64_t got;
+    assert_int_equal(tu_append_batch(&fx->loop, pl, recs, n, &got), 0);
+    assert_int_equal(got, first);
+}
+
+static void read_rec(tn_plog_t *pl, uint64_t off, tn_buf_t *scratch, tn_rec_t *rec)
+{
+    int rc = tn_plog_read(pl, off, scratch, rec);
+    if (rc != 0)
+        fail_msg("read %llu: %s", (unsigned long long)off, tn_strerror(rc));
+}
+
+static bool exists(fx_t *fx, const char *topic, uint32_t p, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/%s/%u/%s", fx->dir, topic, p, name);
+    return access(path, F_OK) == 0;
+}
+
+/* --- control records ------------------------------------------------------------ */
+
+static void test_control_records(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *pl = open_log(fx, "ctl", 0);
+    unsigned char prod[TN_CTRL_PRODUCER_SIZE];
+    tn_ctrl_encode_producer(prod, 3, 77, 2);
+    tn_rec_in_t recs[3] = {
+        {.key = tn_iov(NULL, 0), .body = tn_iov(prod, sizeof(prod))},
+        {.key = tn_iov(NULL, 0), .body = tn_iov("one", 3)},
+        {.key = tn_iov("k", 1), .body = tn_iov("two", 3)},
+    };
+    areq_t a = {.w = NULL};
+    a.req.data = &a;
+    assert_int_equal(tn_plog_append_ex(pl, &a.req, recs, 3, 4, on_areq), UV_EINVAL);
+    tn_rec_in_t empty = {.key = tn_iov(NULL, 0), .body = tn_iov(NULL, 0)};
+    assert_int_equal(tn_plog_append_ex(pl, &a.req, &empty, 1, 1, on_areq), UV_EINVAL);
+    assert_int_equal(tn_plog_append_ex(pl, &a.req, recs, 3, 1, on_areq), 0);
+    run_until(&fx->loop, &a.done);
+    assert_int_equal(a.status, 0);
+    assert_int_equal(a.req.first_offset, 0);
+
+    for (int pass = 0; pass < 2; pass++) {
+        tn_buf_t s;
+        tn_buf_init(&s);
+        tn_rec_t rec;
+        read_rec(pl, 0, &s, &rec);
+        assert_int_equal(rec.h.flags, TN_REC_F_CONTROL | TN_REC_F_MORE);
+        tn_ctrl_t c;
+        assert_int_equal(tn_ctrl_decode(rec.body, rec.h.body_len, &c), 0);
+        assert_int_equal(c.kind, TN_CTRL_PRODUCER);
+        assert_int_equal(c.node, 3);
+        assert_int_equal(c.seq, 77);
+        assert_int_equal(c.count, 2);
+        read_rec(pl, 1, &s, &rec);
+        assert_int_equal(rec.h.flags, TN_REC_F_MORE);
+        read_rec(pl, 2, &s, &rec);
+        assert_int_equal(rec.h.flags, 0);
+        assert_memory_equal(rec.body, "two", 3);
+        tn_buf_fini(&s);
+        /* Control records survive recovery (the scan accepts the flag). */
+        tu_fx_reopen(fx);
+        pl = open_log(fx, "ctl", 0);
+        assert_int_equal(tn_plog_written_next(pl), 3);
+    }
+    /* A plain log never gets an epochs file. */
+    assert_false(exists(fx, "ctl", 0, TN_EPOCHS_FILE));
+
+    tn_ctrl_t c;
+    unsigned char ep[TN_CTRL_EPOCH_START_SIZE];
+    tn_ctrl_encode_epoch(ep, 9);
+    assert_int_equal(tn_ctrl_decode(ep, sizeof(ep), &c), 0);
+    assert_int_equal(c.kind, TN_CTRL_EPOCH_START);
+    assert_int_equal(c.epoch, 9);
+    assert_int_equal(tn_ctrl_decode(ep, 4, &c), TN_ECORRUPT);
+    assert_int_equal(tn_ctrl_decode(prod, 20, &c), TN_ECORRUPT);
+    assert_int_equal(tn_ctrl_decode(ep, 0, &c), TN_ECORRUPT);
+    unsigned char reserved[1] = {200};
+    assert_int_equal(tn_ctrl_decode(reserved, 1, &c), 0);
+    assert_int_equal(c.kind, 200);
+}
+
+/* --- epochs ----------------------------------------------------------------------- */
+
+static void expect_end(tn_plog_t *pl, uint32_t asked, uint32_t found, uint64_t end)
+{
+    uint32_t f;
+    uint64_t e;
+    assert_int_equal(tn_plog_epoch_end(pl, asked, &f, &e), 0);
+    assert_int_equal(f, found);
+    assert_int_equal(e, end);
+}
+
+static void test_begin_epoch_and_queries(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *pl = open_log(fx, "ep", 0);
+    assert_int_equal(tn_plog_last_epoch(pl), 0);
+    expect_end(pl, 5, 0, 0);
+    uint64_t off;
+    assert_int_equal(begin_epoch(fx, pl, 2, &off), 0);
+    assert_int_equal(off, 0);
+    assert_true(exists(fx, "ep", 0, TN_EPOCHS_FILE));
+    append_n(fx, pl, 3);
+    assert_int_equal(begin_epoch(fx, pl, 5, &off), 0);
+    assert_int_equal(off, 4);
+    append_batch(fx, pl, 3);
+    assert_int_equal(tn_plog_written_next(pl), 8);
+    /* A stale epoch is refused at run time and writes nothing. */
+    assert_int_equal(begin_epoch(fx, pl, 5, NULL), TN_ERANGE);
+    assert_int_equal(begin_epoch(fx, pl, 4, NULL), TN_ERANGE);
+    assert_int_equal(tn_plog_written_next(pl), 8);
+    assert_int_equal(begin_epoch(fx, pl, 0, NULL), UV_EINVAL);
+
+    tn_buf_t s;
+    tn_buf_init(&s);
+    tn_rec_t rec;
+    read_rec(pl, 4, &s, &rec);
+    assert_true(rec.h.flags & TN_REC_F_CONTROL);
+    tn_ctrl_t c;
+    assert_int_equal(tn_ctrl_decode(rec.body, rec.h.body_len, &c), 0);
+    assert_int_equal(c.kind, TN_CTRL_EPOCH_START);
+    assert_int_equal(c.epoch, 5);
+    tn_buf_fini(&s);
+
+    for (int pass = 0; pass < 2; pass++) {
+        assert_int_equal(tn_plog_last_epoch(pl), 5);
+        expect_end(pl, 1, 0, 0);
+        expect_end(pl, 2, 2, 4);
+        expect_end(pl, 3, 2, 4);
+        expect_end(pl, 5, 5, 8);
+        expect_end(pl, 9, 5, 8);
+        tn_epoch_entry_t e[4];
+        assert_int_equal(tn_plog_epochs_range(pl, 0, 8, e, 4), 2);
+        assert_int_equal(e[0].epoch, 2);
+        assert_int_equal(e[0].start, 0);
+        assert_int_equal(e[1].epoch, 5);
+        assert_int_equal(e[1].start, 4);
+        assert_int_equal(tn_plog_epochs_range(pl, 2, 4, e, 4), 1);
+        assert_int_equal(e[0].epoch, 2);
+        assert_int_equal(e[0].start, 2);
+        assert_int_equal(tn_plog_epochs_range(pl, 6, 8, e, 4), 1);
+        assert_int_equal(e[0].epoch, 5);
+        assert_int_equal(e[0].start, 6);
+        assert_int_equal(tn_plog_epochs_range(pl, 3, 8, e, 1), 1);
+        assert_int_equal(tn_plog_epochs_range(pl, 8, 8, e, 4), 0);
+        tu_fx_reopen(fx);
+        pl = open_log(fx, "ep", 0);
+    }
+}
+
+/* A crash between a log change and the epochs file's save: the open
+ * repairs the history to the log. */
+static void test_epochs_repaired_at_open(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *pl = open_log(fx, "rep", 0);
+    assert_int_equal(begin_epoch(fx, pl, 1, NULL), 0);
+    append_n(fx, pl, 9);
+    tu_store_close(&fx->loop, fx->store);
+    fx->store = NULL;
+
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/topics/rep/0", fx->dir);
+    tn_epochs_t h;
+    tn_epochs_init(&h);
+    assert_int_equal(tn_epochs_assign(&h, 1, 0, NULL), 0);
+    assert_int_equal(tn_epochs_assign(&h, 2, 5, NULL), 0);
+    assert_int_equal(tn_epochs_assign(&h, 3, 10, NULL), 0); /* at the log end */
+    assert_int_equal(tn_epochs_assign(&h, 4, 40, NULL), 0); /* past it */
+    assert_int_equal(tn_epochs_save(&h, dir), 0);
+
+    fx->store = tu_store_open(&fx->loop, &fx->opts);
+    pl = open_log(fx, "rep", 0);
+    assert_int_equal(tn_plog_last_epoch(pl), 2);
+    expect_end(pl, 9, 2, 10);
+    assert_int_equal(tn_epochs_load(&h, dir), 0); /* saved repaired */
+    assert_int_equal(h.n, 2);
+    tn_epochs_fini(&h);
+
+    /* A damaged file isolates the partition. */
+    tu_store_close(&fx->loop, fx->store);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, TN_EPOCHS_FILE);
+    tu_patch_file(path, 0, "XXXX", 4);
+    fx->store = tu_store_open(&fx->loop, &fx->opts);
+    assert_int_equal(tn_plog_open(fx->store, "rep", 0, &pl), 0);
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+}
+
+static void on_gc(tn_plog_gc_t *req, int status)
+{
+    bool *done = req->data;
+    assert_int_equal(status, 0);
+    *done = true;
+}
+
+static void test_retention_trims_epochs(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *pl = open_log(fx, "ret", 0);
+    assert_int_equal(begin_epoch(fx, pl, 1, NULL), 0);
+    append_n(fx, pl, 400);
+    assert_int_equal(begin_epoch(fx, pl, 2, NULL), 0);
+    append_n(fx, pl, 1200);
+    tn_plog_gc_t gc;
+    bool done = false;
+    gc.data = &done;
+    assert_int_equal(tn_plog_gc(pl, &gc, tn_plog_written_next(pl), 0, on_gc), 0);
+    run_until(&fx->loop, &done);
+    assert_true(gc.deleted > 0);
+    tn_plog_stats_t st;
+    tn_plog_stats(pl, &st);
+    assert_true(st.first_offset > 401);
+    tn_epoch_entry_t e[4];
+    assert_int_equal(tn_plog_epochs_range(pl, 0, st.written_next, e, 4), 1);
+    assert_int_equal(e[0].epoch, 2);
+    expect_end(pl, 1, 0, 0);
+    tu_fx_reopen(fx);
+    pl = open_log(fx, "ret", 0);
+    expect_end(pl, 1, 0, 0);
+    expect_end(pl, 2, 2, st.written_next);
+}
+
+/* --- raw copy ------------------------------------------------------------------- */
+
+/* Copy everything from leader to follower through read_raw/append_raw in
+ * pieces of at most max_bytes; returns the number of pieces. */
+static int copy_all(fx_t *fx, tn_plog_t *leader, tn_plog_t *follower, size_t max_bytes)
+{
+    int pieces = 0;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    for (;;) {
+        uint64_t from = tn_plog_written_next(follower);
+        uint32_t n;
+        tn_buf_reset(&b);
+        assert_int_equal(tn_plog_read_raw(leader, from, max_bytes, &b, &n), 0);
+        if (n == 0)
+            break;
+        tn_epoch_entry_t e[8];
+        uint32_t ne = tn_plog_epochs_range(leader, from, from + n, e, 8);
+        areq_t a = {.w = NULL};
+        a.req.data = &a;
+        assert_int_equal(tn_plog_append_raw(follower, &a.req, tn_buf_data(&b), tn_buf_size(&b),
+                                            from, e, ne, on_areq),
+                         0);
+        run_until(&fx->loop, &a.done);
+        assert_int_equal(a.status, 0);
+        assert_int_equal(a.req.first_offset, from);
+        assert_int_equal(tn_plog_written_next(follower), from + n);
+        pieces++;
+    }
+    tn_buf_fini(&b);
+    return pieces;
+}
+
+static void expect_same(tn_plog_t *a, tn_plog_t *b)
+{
+    uint64_t n = tn_plog_written_next(a);
+    assert_int_equal(tn_plog_written_next(b), n);
+    tn_buf_t sa, sb;
+    tn_buf_init(&sa);
+    tn_buf_init(&sb);
+    for (uint64_t off = 0; off < n; off++) {
+        tn_rec_t ra, rb;
+        read_rec(a, off, &sa, &ra);
+        read_rec(b, off, &sb, &rb);
+        assert_int_equal(ra.h.flags, rb.h.flags);
+        assert_int_equal(ra.h.publish_ns, rb.h.publish_ns);
+        assert_int_equal(ra.h.body_len, rb.h.body_len);
+        assert_int_equal(ra.h.key_len, rb.h.key_len);
+        assert_memory_equal(ra.body, rb.body, ra.h.body_len);
+    }
+    tn_buf_fini(&sa);
+    tn_buf_fini(&sb);
+    tn_epoch_entry_t ea[8], eb[8];
+    uint32_t na = tn_plog_epochs_range(a, 0, n, ea, 8);
+    uint32_t nb = tn_plog_epochs_range(b, 0, n, eb, 8);
+    assert_int_equal(na, nb);
+    for (uint32_t i = 0; i < na; i++) {
+        assert_int_equal(ea[i].epoch, eb[i].epoch);
+        assert_int_equal(ea[i].start, eb[i].start);
+    }
+    assert_int_equal(tn_plog_last_epoch(a), tn_plog_last_epoch(b));
+}
+
+static void build_leader(fx_t *fx, tn_plog_t *pl)
+{
+    assert_int_equal(begin_epoch(fx, pl, 1, NULL), 0);
+    append_n(fx, pl, 300);
+    for (int i = 0; i < 40; i++)
+        append_batch(fx, pl, 1 + (uint32_t)(i % 7));
+    assert_int_equal(begin_epoch(fx, pl, 3, NULL), 0);
+    append_n(fx, pl, 700);
+    assert_int_equal(begin_epoch(fx, pl, 4, NULL), 0);
+    for (int i = 0; i < 30; i++)
+        append_batch(fx, pl, 8);
+}
+
+static void test_raw_copy(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *leader = open_log(fx, "lead", 0);
+    tn_plog_t *follower = open_log(fx, "follow", 0);
+    build_leader(fx, leader);
+    /* Small pieces: many batches cut at their ends, segments roll on both. */
+    int pieces = copy_all(fx, leader, follower, 3000);
+    assert_true(pieces > 50);
+    expect_same(leader, follower);
+    tn_plog_stats_t st;
+    tn_plog_stats(follower, &st);
+    assert_true(st.segments > 3);
+    tu_fx_reopen(fx);
+    leader = open_log(fx, "lead", 0);
+    follower = open_log(fx, "follow", 0);
+    expect_same(leader, follower);
+    /* Still appendable after recovery: the next piece continues. */
+    append_n(fx, leader, 5);
+    assert_int_equal(copy_all(fx, leader, follower, 1 << 20), 1);
+    expect_same(leader, follower);
+}
+
+static void test_raw_refusals(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *leader = open_log(fx, "lead", 0);
+    tn_plog_t *follower = open_log(fx, "follow", 0);
+    assert_int_equal(begin_epoch(fx, leader, 2, NULL), 0);
+    append_batch(fx, leader, 3);
+    append_n(fx, leader, 2);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    uint32_t n;
+    assert_int_equal(tn_plog_read_raw(leader, 0, 1, &b, &n), 0);
+    assert_int_equal(n, 1); /* the first batch even when bigger than asked */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_plog_read_raw(leader, 1, 10, &b, &n), 0);
+    assert_int_equal(n, 3); /* one whole batch of 3 */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_plog_read_raw(leader, 7, 10, &b, &n), TN_ENOTFOUND);
+    assert_int_equal(tn_plog_read_raw(leader, 6, 10, &b, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(tn_plog_read_raw(leader, 0, 1 << 20, &b, &n), 0);
+    assert_int_equal(n, 6);
+    size_t len = tn_buf_size(&b);
+    unsigned char *bytes = malloc(len);
+    memcpy(bytes, tn_buf_data(&b), len);
+    tn_epoch_entry_t e = {2, 0};
+
+    areq_t a = {.w = NULL};
+    a.req.data = &a;
+    /* Not at the follower's end: refused when it runs. */
+    assert_int_equal(tn_plog_append_raw(follower, &a.req, bytes, len, 0, &e, 1, on_areq), 0);
+    run_until(&fx->loop, &a.done);
+    assert_int_equal(a.status, 0);
+    a.done = false;
+    assert_int_equal(tn_plog_append_raw(follower, &a.req, bytes, len, 0, &e, 1, on_areq), 0);
+    run_until(&fx->loop, &a.done);
+    assert_int_equal(a.status, TN_ERANGE);
+    assert_int_equal(tn_plog_written_next(follower), 6);
+    /* Offsets not what first_offset says, a bad CRC, a cut record, a
+     * batch cut in the middle, unordered epochs: refused at once. */
+    assert_int_equal(tn_plog_append_raw(follower, &a.req, bytes, len, 6, NULL, 0, on_areq),
+                     TN_ECORRUPT);
+    bytes[len - 1] ^= 1;
+    assert_int_equal(tn_plog_append_raw(follower, &a.req, bytes, len, 0, NULL, 0, on_areq),
+                     TN_ECORRUPT);
+    bytes[len - 1] ^= 1;
+    assert_int_equal(tn_plog_append_raw(follower, &a.req, bytes, len - 1, 0, NULL, 0, on_areq),
+                     TN_ECORRUPT);
+    size_t two = 0; /* the first record and the first of the batch of 3 */
+    for (int i = 0; i < 2; i++) {
+        tn_rec_hdr_t h;
+        assert_int_equal(tn_rec_decode_hdr(bytes + two, len - two, &h), 0);
+        two += (size_t)tn_rec_size(&h);
+    }
+    assert_int_equal(tn_plog_append_raw(follower, &a.req, bytes, two, 0, NULL, 0, on_areq),
+                     TN_ECORRUPT);
+    tn_epoch_entry_t bad[2] = {{3, 0}, {2, 1}};
+    assert_int_equal(tn_plog_append_raw(follower, &a.req, bytes, len, 0, bad, 2, on_areq),
+                     TN_ECORRUPT);
+    assert_int_equal(tn_plog_append_raw(follower, &a.req, bytes, 0, 0, NULL, 0, on_areq),
+                     UV_EINVAL);
+    free(bytes);
+    tn_buf_fini(&b);
+    expect_same(leader, follower);
+}
+
+/* --- truncation -------------------------------------------------------------------- */
+
+typedef struct {
+    bool done;
+    int status;
+} tw_t;
+
+static void on_trunc(tn_plog_trunc_t *req, int status)
+{
+    tw_t *w = req->data;
+    w->done = true;
+    w->status = status;
+}
+
+static int truncate_to(fx_t *fx, tn_plog_t *pl, uint64_t offset, uint64_t floor)
+{
+    tn_plog_trunc_t req;
+    tw_t w = {false, 0};
+    req.data = &w;
+    int rc = tn_plog_truncate(pl, &req, offset, floor, on_trunc);
+    if (rc != 0)
+        return rc;
+    run_until(&fx->loop, &w.done);
+    return w.status;
+}
+
+/* Leader-shaped log (build_leader): epoch 1 from 0, 3 from 456 (after
+ * 300 records and 40 batches of 1..7 records: 155), 4 from 1157 (after 700
+ * more), then 30 batches of 8. */
+#define E3_START 456u
+#define E4_START 1157u
+
+/* Expect log `pl` to agree with the untouched copy `ref` below its end,
+ * and its epochs to agree with that end. */
+static void expect_consistent(tn_plog_t *ref, tn_plog_t *pl)
+{
+    uint64_t end = tn_plog_written_next(pl);
+    assert_true(end <= tn_plog_written_next(ref));
+    assert_int_equal(tn_plog_durable_next(pl), end);
+    tn_buf_t sa, sb;
+    tn_buf_init(&sa);
+    tn_buf_init(&sb);
+    for (uint64_t off = 0; off < end; off++) {
+        tn_rec_t ra, rb;
+        read_rec(ref, off, &sa, &ra);
+        read_rec(pl, off, &sb, &rb);
+        assert_int_equal(ra.h.body_len, rb.h.body_len);
+        assert_memory_equal(ra.body, rb.body, ra.h.body_len);
+        assert_int_equal(ra.h.flags, rb.h.flags);
+    }
+    tn_rec_t r;
+    assert_int_equal(tn_plog_read(pl, end, &sb, &r), TN_ENOTFOUND);
+    tn_buf_fini(&sa);
+    tn_buf_fini(&sb);
+    uint32_t want = end == 0 ? 0 : end - 1 >= E4_START ? 4 : end - 1 >= E3_START ? 3 : 1;
+    assert_int_equal(tn_plog_last_epoch(pl), want);
+    tn_epoch_entry_t e[8];
+    uint32_t n = tn_plog_epochs_range(pl, 0, UINT64_MAX, e, 8);
+    assert_int_equal(n, want == 4 ? 3 : want == 3 ? 2 : want == 1 ? 1 : 0);
+    for (uint32_t i = 0; i < n; i++)
+        assert_true(e[i].start < end);
+}
+
+static void test_truncate(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    tn_plog_t *pl = open_log(fx, "tr", 0);
+    build_leader(fx, ref);
+    copy_all(fx, ref, pl, 1 << 20);
+    uint64_t end = tn_plog_written_next(pl);
+
+    assert_int_equal(truncate_to(fx, pl, 900, 901), TN_ERANGE);
+    assert_int_equal(truncate_to(fx, pl, end, 0), 0); /* no change */
+    assert_int_equal(truncate_to(fx, pl, end + 5, 0), 0);
+    assert_int_equal(tn_plog_written_next(pl), end);
+    /* Inside a batch of 8 (the last ones): refused, nothing changed. */
+    assert_int_equal(truncate_to(fx, pl, end - 3, 0), UV_EINVAL);
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_int_equal(tn_plog_written_next(pl), end);
+
+    /* Into epoch 4's range, then to its start (epoch 4 goes), then into
+     * epoch 1. */
+    assert_int_equal(truncate_to(fx, pl, E4_START + 9, 0), 0);
+    expect_consistent(ref, pl);
+    assert_int_equal(tn_plog_written_next(pl), E4_START + 9);
+    assert_int_equal(truncate_to(fx, pl, E4_START, 0), 0);
+    expect_consistent(ref, pl);
+    assert_int_equal(tn_plog_last_epoch(pl), 3);
+    assert_int_equal(truncate_to(fx, pl, 200, 0), 0);
+    expect_consistent(ref, pl);
+    tu_fx_reopen(fx);
+    ref = open_log(fx, "ref", 0);
+    pl = open_log(fx, "tr", 0);
+    expect_consistent(ref, pl);
+    assert_int_equal(tn_plog_written_next(pl), 200);
+    /* It goes on from there: copy the rest again. */
+    copy_all(fx, ref, pl, 5000);
+    expect_same(ref, pl);
+    /* Truncating to a segment's base exactly. */
+    tn_plog_stats_t st;
+    tn_plog_stats(pl, &st);
+    uint64_t base = tn_plog_offset_after_ns(pl, INT64_MAX); /* the active segment's base */
+    assert_true(base > 0);
+    assert_int_equal(truncate_to(fx, pl, base, 0), 0);
+    expect_consistent(ref, pl);
+    assert_int_equal(truncate_to(fx, pl, 0, 0), 0);
+    expect_consistent(ref, pl);
+    tu_fx_reopen(fx);
+    ref = open_log(fx, "ref", 0);
+    pl = open_log(fx, "tr", 0);
+    expect_consistent(ref, pl);
+    copy_all(fx, ref, pl, 1 << 16);
+    expect_same(ref, pl);
+}
+
+/* Each crash point of a truncation: the reopened log holds either the old
+ * suffix or the truncated one (or, after dropping later segments, a
+ * prefix in between), its epochs agreeing; truncating again finishes. */
+static void test_truncate_crash_points(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    for (int k = 1; k <= 5; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "crash%d", k);
+        tn_plog_t *pl = open_log(fx, name, 0);
+        copy_all(fx, ref, pl, 3000); /* several segments */
+        tn__plog_trunc_stop_after(k);
+        assert_int_equal(truncate_to(fx, pl, 200, 0), UV_EIO);
+        assert_int_equal(tn_plog_err(pl), UV_EIO);
+        tu_plog_close(&fx->loop, pl);
+        pl = open_log(fx, name, 0);
+        uint64_t end = tn_plog_written_next(pl);
+        if (k == 1)
+            assert_int_equal(end, tn_plog_written_next(ref));
+        if (k == 2)
+            assert_true(end > 200 && end < tn_plog_written_next(ref));
+        if (k >= 3)
+            assert_int_equal(end, 200);
+        expect_consistent(ref, pl);
+        assert_int_equal(truncate_to(fx, pl, 200, 0), 0);
+        expect_consistent(ref, pl);
+        assert_int_equal(tn_plog_written_next(pl), 200);
+        copy_all(fx, ref, pl, 1 << 20);
+        expect_same(ref, pl);
+        tu_plog_close(&fx->loop, pl);
+    }
+}
+
+/* The same under the power-loss simulator: a cut at every mutating
+ * operation of a truncation, then a random post-crash state. */
+static void test_truncate_powerloss(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    char root[4096];
+    snprintf(root, sizeof(root), "%s/topics/pw", fx->dir);
+    for (long cut = 0;; cut++) {
+        char name[32];
+        snprintf(name, sizeof(name), "pw");
+        tn_plog_t *pl = open_log(fx, name, 0);
+        if (tn_plog_written_next(pl) > 0)
+            assert_int_equal(truncate_to(fx, pl, 0, 0), 0);
+        copy_all(fx, ref, pl, 3000);
+        tn_plog_stats_t st;
+        tn_plog_stats(pl, &st);
+        assert_true(st.segments > 2);
+        tu_plog_close(&fx->loop, pl);
+        pl = open_log(fx, name, 0);
+        assert_int_equal(tn_io_sim_start(root), 0);
+        tn_io_sim_cut_after(cut);
+        int rc = truncate_to(fx, pl, 200, 0);
+        bool was_cut = tn_io_sim_is_cut();
+        tu_plog_close(&fx->loop, pl);
+        assert_int_equal(tn_io_sim_powerloss((uint64_t)cut * 7919 + 1), 0);
+        pl = open_log(fx, name, 0);
+        expect_consistent(ref, pl);
+        if (!was_cut) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(tn_plog_written_next(pl), 200);
+            tu_plog_close(&fx->loop, pl);
+            break;
+        }
+        tu_plog_close(&fx->loop, pl);
+        assert_true(cut < 200);
+    }
+}
+
+/* --- hw gate ------------------------------------------------------------------------ */
+
+static int progress_calls;
+
+static int parked(const tn_plog_t *pl)
+{
+    int n = 0;
+    for (const tn_append_t *r = pl->ghead; r != NULL; r = r->gnext)
+        n++;
+    return n;
+}
+
+static void on_progress(tn_plog_t *pl)
+{
+    (void)pl;
+    progress_calls++;
+}
+
+static void test_hw_gate(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *pl = open_log(fx, "gate", 0);
+    pl->on_progress = on_progress;
+    progress_calls = 0;
+    tn_plog_set_gated(pl, true);
+    waits_t w = {0};
+    areq_t a[4];
+    tn_rec_in_t rec = {.key = tn_iov(NULL, 0), .body = tn_iov("m", 1)};
+    for (int i = 0; i < 3; i++) {
+        a[i] = (areq_t){.w = &w, .id = i};
+        a[i].req.data = &a[i];
+        assert_int_equal(tn_plog_append(pl, &a[i].req, &rec, 1, on_areq), 0);
+    }
+    a[3] = (areq_t){.w = &w, .id = 3};
+    a[3].req.data = &a[3];
+    assert_int_equal(tn_plog_begin_epoch(pl, &a[3].req, 7, on_areq), 0);
+    /* Written and synced, each completion held back for the hw. */
+    while (parked(pl) < 4)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(w.done, 0);
+    assert_int_equal(tn_plog_visible_next(pl), 0);
+    assert_int_equal(tn_plog_hw(pl), 0);
+
+    int before = progress_calls;
+    tn_plog_set_hw(pl, 2);
+    assert_int_equal(w.done, 2);
+    assert_int_equal(w.order[0], 0);
+    assert_int_equal(w.order[1], 1);
+    assert_int_equal(tn_plog_visible_next(pl), 2);
+    tn_plog_set_hw(pl, 1); /* never back */
+    assert_int_equal(tn_plog_hw(pl), 2);
+    while (progress_calls == before)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    tn_plog_set_hw(pl, 100); /* capped at written_next */
+    assert_int_equal(tn_plog_hw(pl), 4);
+    assert_int_equal(w.done, 4);
+    assert_int_equal(w.order[2], 2);
+    assert_int_equal(w.order[3], 3);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(a[i].status, 0);
+    assert_int_equal(a[3].req.first_offset, 3);
+
+    /* A resigned leader fails what still waits. */
+    waits_t w2 = {0};
+    for (int i = 0; i < 2; i++) {
+        a[i] = (areq_t){.w = &w2, .id = i};
+        a[i].req.data = &a[i];
+        assert_int_equal(tn_plog_append(pl, &a[i].req, &rec, 1, on_areq), 0);
+    }
+    while (parked(pl) < 2)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(w2.done, 0);
+    assert_int_equal(tn_plog_visible_next(pl), 4);
+    tn_plog_fail_gated(pl, TN_EFENCED);
+    assert_int_equal(w2.done, 2);
+    assert_int_equal(a[0].status, TN_EFENCED);
+    assert_int_equal(a[1].status, TN_EFENCED);
+
+    /* Ungated: completions at the mode's boundary again, the cap lifted. */
+    a[0] = (areq_t){.w = &w2, .id = 0};
+    a[0].req.data = &a[0];
+    assert_int_equal(tn_plog_append(pl, &a[0].req, &rec, 1, on_areq), 0);
+    while (parked(pl) < 1)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(w2.done, 2);
+    tn_plog_set_gated(pl, false);
+    assert_int_equal(w2.done, 3);
+    assert_int_equal(a[0].status, 0);
+    assert_int_equal(tn_plog_visible_next(pl), 7);
+    pl->on_progress = NULL;
+
+    /* Closing the log completes what waits for the hw. */
+    tn_plog_set_gated(pl, true);
+    a[0] = (areq_t){.w = &w2, .id = 0};
+    a[0].req.data = &a[0];
+    assert_int_equal(tn_plog_append(pl, &a[0].req, &rec, 1, on_areq), 0);
+    while (parked(pl) < 1)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    tu_plog_close(&fx->loop, pl);
+    assert_true(a[0].done);
+    assert_int_equal(a[0].status, TN_ECLOSED);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_control_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_begin_epoch_and_queries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_epochs_repaired_at_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retention_trims_epochs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_raw_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_raw_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncate_crash_points, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncate_powerloss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hw_gate, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
