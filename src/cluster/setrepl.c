@@ -508,6 +508,9 @@ static void pump(stream_t *st)
         }
         tn_buf_fini(&b);
         if (rc != 0) {
+            TN_LOG_RL(TN_LOG_WARN, 10000,
+                      "setrepl: cannot call node %" PRIu32 " for channel %s of %s/%" PRIu32 ": %s",
+                      pe->node, st->channel, st->topic, st->p, tn_strerror(rc));
             tn_free(pc);
             s->st.call_failures++;
             peer_failed(pe);

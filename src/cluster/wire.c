@@ -885,7 +885,7 @@ int tn_wire_purge_decode(const void *p, size_t len, tn_wire_purge_t *out, char *
 
 static bool walop_known(uint8_t op)
 {
-    return op >= TN_WAL_FIN && op <= TN_WAL_TIMEOUTS;
+    return op >= TN_WAL_FIN && op <= TN_SETREPL_OP_MAX;
 }
 
 int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,

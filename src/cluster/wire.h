@@ -184,7 +184,7 @@ typedef enum {
      * (the leader's sequence number of the first record, >= 1), u64
      * base_frontier (where a follower creating the channel's log starts
      * it: the leader's frontier when this stream began), u32 count
-     * (1..TN_SETREPL_MAX), then count records of u8 op (1..5, storage/
+     * (1..TN_SETREPL_MAX), then count records of u8 op (1..6, storage/
      * cursor.h TN_WAL_*), u64 offset, i64 due_ms, u32 attempts, u64 value.
      * Replies: 204 once every record is in the follower's channel log and
      * fdatasync'ed; 409 {"error":...} the leader_epoch is older than the
@@ -526,6 +526,8 @@ int tn_wire_purge_decode(const void *p, size_t len, tn_wire_purge_t *out, char *
 
 #define TN_SETREPL_MAX      1024 /* records per request: the channel log's group commit */
 #define TN_SETREPL_REC_SIZE 29   /* u8 op, u64 offset, i64 due_ms, u32 attempts, u64 value */
+/* Record ops a request may carry: TN_WAL_FIN .. this (storage/cursor.h). */
+#define TN_SETREPL_OP_MAX TN_WAL_SKIP
 
 /* A decoded SETTLE_REPL request: names copied, records left in the
  * payload (borrowed), read with tn_wire_setrepl_rec. */
@@ -546,7 +548,8 @@ typedef struct {
 /* Append a SETTLE_REPL request's fields (after the opcode byte) for
  * recs[0..n) (borrowed) to b. 0, UV_ENOMEM, or UV_EINVAL (topic or
  * channel empty or over 255 bytes, leader_epoch or first_seq 0, n not
- * 1..TN_SETREPL_MAX, a record op not 1..5); on failure b is as it was. */
+ * 1..TN_SETREPL_MAX, a record op not 1..TN_SETREPL_OP_MAX); on failure b
+ * is as it was. */
 int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
                            uint32_t leader_epoch, const char *channel, uint64_t stream,
                            uint64_t first_seq, uint64_t base_frontier, const tn_walrec_t *recs,
@@ -556,7 +559,8 @@ int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
  * handler's to judge. 0 or TN_EPROTO (short, trailing, a string empty,
  * over 255 bytes or holding a NUL, leader_epoch or first_seq 0, first_seq
  * + count overflowing, count not 1..TN_SETREPL_MAX or not what the
- * payload holds, a record op not 1..5), with a sentence in err (may be
+ * payload holds, a record op not 1..TN_SETREPL_OP_MAX), with a sentence in
+ * err (may be
  * NULL). */
 int tn_wire_setrepl_decode(const void *p, size_t len, tn_wire_setrepl_t *out, char *err,
                            size_t errlen);

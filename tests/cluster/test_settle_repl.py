@@ -87,13 +87,15 @@ class SettleRepl(harness.ClusterTest):
             self.assertEqual(s, 200, b)
             got += b["messages"]
         acked = set()
+        answers = {}
         for m in got:
             s, b = lead.request(
                 "POST", f"/v1/topics/{TOPIC}/ack?receipt_handle={m['receipt_handle']}",
                 headers=CLIENT)
+            answers[s] = b
             if s == 204:
                 acked.add(m["payload"])
-        self.assertGreater(len(acked), 0, "no ack was answered 204")
+        self.assertGreater(len(acked), 0, f"no ack was answered 204: {answers}")
         others = {f"m{i}" for i in range(N)} - {m["payload"] for m in got}
         self.assertEqual(len(others), N - ACKED)
 

@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         for (uint32_t i = 0; i < w->count; i++) {
             tn_wire_setrepl_rec(w, i, &recs[i]);
-            if (recs[i].op < TN_WAL_FIN || recs[i].op > TN_WAL_TIMEOUTS)
+            if (recs[i].op < TN_WAL_FIN || recs[i].op > TN_SETREPL_OP_MAX)
                 abort();
         }
         tn_buf_t b;

@@ -208,7 +208,7 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
             if (tn_wire_get_u8(&in, &wop) == 0 && tn_wire_get_u64(&in, &off) == 0 &&
                 tn_wire_get_i64(&in, &due) == 0 && tn_wire_get_u32(&in, &attempts) == 0 &&
                 tn_wire_get_u64(&in, &value) == 0) {
-                if (wop < 1 || wop > 5)
+                if (wop < 1 || wop > TN_SETREPL_OP_MAX)
                     return TN_EPROTO;
                 if (tn_wire_put_u8(out, wop) != 0 || tn_wire_put_u64(out, off) != 0 ||
                     tn_wire_put_i64(out, due) != 0 || tn_wire_put_u32(out, attempts) != 0 ||

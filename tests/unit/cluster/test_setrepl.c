@@ -30,7 +30,7 @@ static void test_codec_round_trip(void **state)
         {.op = TN_WAL_FIN, .offset = 17},
         {.op = TN_WAL_REQ, .offset = 18, .due_ms = 1764590000123, .attempts = 3},
         {.op = TN_WAL_PAUSE, .value = 1},
-        {.op = TN_WAL_TIMEOUTS, .value = UINT64_MAX},
+        {.op = TN_WAL_SKIP, .offset = 19},
     };
     tn_buf_t b;
     tn_buf_init(&b);
@@ -73,7 +73,7 @@ static void test_codec_refusals(void **state)
 {
     (void)state;
     tn_walrec_t fin = {.op = TN_WAL_FIN, .offset = 1};
-    tn_walrec_t bad = {.op = 9};
+    tn_walrec_t bad = {.op = TN_SETREPL_OP_MAX + 1};
     char long_name[300];
     memset(long_name, 'n', 256);
     long_name[256] = '\0';
@@ -123,7 +123,7 @@ static void test_codec_refusals(void **state)
      * stream 18, first_seq 26, base_frontier 34, count 42, records from
      * 46. */
     size_t rec0 = 46;
-    g[rec0] = 6; /* an unknown record op */
+    g[rec0] = TN_SETREPL_OP_MAX + 1; /* an unknown record op */
     assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
     g[rec0] = 0;
     assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
