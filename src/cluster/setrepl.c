@@ -130,6 +130,17 @@ uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_
     return best[need - 1];
 }
 
+uint64_t tn_setrepl_trim(uint64_t low, uint64_t high, uint64_t done, uint64_t min_acked,
+                         uint64_t keep_max)
+{
+    uint64_t drop = min_acked < done ? min_acked : done; /* the last one dropped */
+    if (high >= low && high - low + 1 > keep_max && high - keep_max > drop)
+        drop = high - keep_max < done ? high - keep_max : done;
+    if (drop + 1 <= low)
+        return low;
+    return drop + 1 > high + 1 ? high + 1 : drop + 1;
+}
+
 /* --- state ---------------------------------------------------------------------------- */
 
 typedef struct stream_s stream_t;
@@ -367,13 +378,14 @@ static void evaluate(stream_t *st, const tn_pstate_t *ps)
         st->done = c;
         tn_broker_chan_repl_done(st->s->o.broker, st->topic, st->channel, st->p, c, 0);
     }
-    /* Keep what some ISR follower still lacks, and what is not decided. */
-    uint64_t drop = min_acked < st->done ? min_acked : st->done;
-    if (drop >= st->low) {
-        size_t k = (size_t)(drop - st->low + 1);
+    /* Keep what some ISR follower still lacks (within a bound), and what
+     * is not decided. */
+    uint64_t low = tn_setrepl_trim(st->low, st->high, st->done, min_acked, TN_SETREPL_KEEP_MAX);
+    if (low > st->low) {
+        size_t k = (size_t)(low - st->low);
         size_t have = (size_t)(st->high - st->low + 1);
         memmove(st->recs, st->recs + k, (have - k) * sizeof(st->recs[0]));
-        st->low = drop + 1;
+        st->low = low;
     }
 }
 

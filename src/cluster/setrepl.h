@@ -49,6 +49,20 @@ uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_
                            const tn_pstate_member_t *isr, uint32_t nisr, uint32_t self,
                            uint32_t min_insync, bool *starved);
 
+/* Records a leader keeps for followers that lack them, at most (beyond
+ * those still waiting for the ISR, which are always kept). */
+#define TN_SETREPL_KEEP_MAX 65536
+
+/* The first record a leader keeps of a stream holding [low, high]: it
+ * drops what every ISR follower has (min_acked: the lowest ack among
+ * them, high when there is none) and what is decided (done: confirmed or
+ * failed), never a record above done, and drops decided records some
+ * follower still lacks once more than keep_max are kept (that follower
+ * then misses them: a follower stuck on one stream must not grow the
+ * leader's memory without bound). Returns the new low (low..high + 1). */
+uint64_t tn_setrepl_trim(uint64_t low, uint64_t high, uint64_t done, uint64_t min_acked,
+                         uint64_t keep_max);
+
 /* --- the shell ------------------------------------------------------------------- */
 
 typedef struct tn_setrepl_s tn_setrepl_t;

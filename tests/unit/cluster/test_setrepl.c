@@ -220,6 +220,27 @@ static void test_rule_isr_changes(void **state)
     assert_int_equal(tn_setrepl_commit(5, acks5, 4, isr5, 5, 1, 3, &starved), 5);
 }
 
+static void test_trim(void **state)
+{
+    (void)state;
+    /* Records 10..20 kept; followers have up to 14; 17 decided. */
+    assert_int_equal(tn_setrepl_trim(10, 20, 17, 14, 100), 15);
+    /* Every follower has more than is decided: only decided ones go. */
+    assert_int_equal(tn_setrepl_trim(10, 20, 17, 19, 100), 18);
+    /* Nothing new to drop. */
+    assert_int_equal(tn_setrepl_trim(10, 20, 17, 5, 100), 10);
+    assert_int_equal(tn_setrepl_trim(10, 20, 9, 20, 100), 10);
+    /* All decided and had: empty. */
+    assert_int_equal(tn_setrepl_trim(10, 20, 20, 20, 100), 21);
+    /* A follower stuck at 5 with 11 kept and a bound of 4: decided
+     * records go down to the bound, undecided ones stay. */
+    assert_int_equal(tn_setrepl_trim(10, 20, 20, 5, 4), 17);
+    assert_int_equal(tn_setrepl_trim(10, 20, 13, 5, 4), 14);
+    assert_int_equal(tn_setrepl_trim(10, 20, 9, 5, 4), 10);
+    /* An empty stream stays empty. */
+    assert_int_equal(tn_setrepl_trim(10, 9, 9, 9, 4), 10);
+}
+
 /* --- the follower's handler -------------------------------------------------------------- */
 
 /* The partition state the follower's metastore replica shows. */
@@ -693,10 +714,11 @@ static void test_leader_waits_for_isr(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_codec_round_trip), cmocka_unit_test(test_codec_refusals),
-        cmocka_unit_test(test_rule_min_insync),  cmocka_unit_test(test_rule_isr_changes),
-        cmocka_unit_test(test_follower_writes),  cmocka_unit_test(test_follower_base_frontier),
-        cmocka_unit_test(test_follower_refuses), cmocka_unit_test(test_leader_waits_for_isr),
+        cmocka_unit_test(test_codec_round_trip),       cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_rule_min_insync),        cmocka_unit_test(test_trim),
+        cmocka_unit_test(test_rule_isr_changes),       cmocka_unit_test(test_follower_writes),
+        cmocka_unit_test(test_follower_base_frontier), cmocka_unit_test(test_follower_refuses),
+        cmocka_unit_test(test_leader_waits_for_isr),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
