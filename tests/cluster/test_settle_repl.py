@@ -44,6 +44,16 @@ def replication_factor(node):
     return body.get("replication_factor")
 
 
+def json_isr(node):
+    """(leader, ISR size) of partition 0 as node's GET /v1/topics/{t} shows
+    them; (None, 0) when it does not answer."""
+    status, body = node.request("GET", f"/v1/topics/{TOPIC}")
+    if status != 200 or not isinstance(body, dict) or not body.get("partition_stats"):
+        return (None, 0)
+    p0 = body["partition_stats"][0]
+    return (p0.get("leader"), len(p0.get("isr", [])))
+
+
 class SettleRepl(harness.ClusterTest):
     def leader(self, c, nodes):
         """The node of nodes leading partition 0, as the first of them that
@@ -68,6 +78,9 @@ class SettleRepl(harness.ClusterTest):
                           f"(POST /v1/topics answered {status}; replication_factor "
                           f"{replication_factor(c.nodes[0])})")
         wait_until("a leader of partition 0", lambda: self.leader(c, c.nodes) is not None)
+        wait_until("every node shows the whole ISR under one leader",
+                   lambda: len({json_isr(n) for n in c.nodes}) == 1 and
+                   json_isr(c.nodes[0])[1] == 3)
         lead = self.leader(c, c.nodes)
 
         # Publish through the leader (once it serves the partition).
