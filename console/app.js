@@ -53,7 +53,7 @@
   }
 
   function append(el, kids) {
-    for (const kid of kids.flat()) {
+    for (const kid of kids.flat(Infinity)) {
       if (kid === undefined || kid === null || kid === false) continue;
       el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
     }
@@ -508,12 +508,34 @@
           manage && st ? actionButton('Empty topic', 'tempty', 'Empty the topic', `Drop what topic "${name}" itself holds (not its channels' messages)?`, 'Empty', nsqAction('/topic/empty', name), `Topic ${name} emptied.`) : null,
           manage ? actionButton('Delete topic', 'tdelete', 'Delete the topic', `Delete topic "${name}" with all its messages and channels? This cannot be undone.`, 'Delete',
             async () => { await api('DELETE', `/v1/topics/${enc(name)}`); location.hash = '#/topics'; }, `Topic ${name} deleted.`) : null);
+        // A replicated topic's partitions carry their leader, replicas, ISR
+        // and epoch (docs/replication.md, "What an operator sees and does").
+        const pstats = t.partition_stats || [];
+        const replicated = (t.replication_factor || 1) > 1 || pstats.some((p) => Array.isArray(p.isr));
+        const ids = (a) => (Array.isArray(a) && a.length ? a.join(', ') : '–');
+        const replState = (p) => {
+          if (!Array.isArray(p.isr)) return h('td', { class: 'muted' }, 'not placed');
+          const badges = [];
+          if (p.offline) badges.push(h('span', { class: 'badge offline' }, 'offline'));
+          else if (p.under_replicated) badges.push(h('span', { class: 'badge under-replicated' }, 'under-replicated'));
+          if (p.unclean) badges.push(' ', h('span', { class: 'badge unclean', title: 'this epoch began with a forced unclean election' }, 'unclean'));
+          return h('td', { 'data-col': 'state' }, badges.length ? badges : h('span', { class: 'status-ok' }, 'in sync'));
+        };
+        const under = pstats.filter((p) => p.under_replicated && !p.offline).length;
+        const offline = pstats.filter((p) => p.offline).length;
+        const factor = t.replication_factor || Math.max(1, ...pstats.map((p) => (Array.isArray(p.replicas) ? p.replicas.length : 1)));
         const facts = h('dl', { class: 'facts' },
           ...[['Partitions', t.partitions], ['Owner', t.owner || 'none (made by an NSQ door)'], ['Role', t.role + (t.parent ? ` of ${t.parent}` : '')],
             ['Retention', fmtMs(t.retention_ms)], ['Delivery', t.delivery_mode + (t.ttl_ms ? `, TTL ${fmtMs(t.ttl_ms)}` : '')],
             ['Durability', t.durability], ['Visibility timeout', fmtMs(t.visibility_timeout_ms)],
             ['Max attempts', t.max_attempts || 'no dead-lettering'], ['Created', isoSeconds(t.created_at * 1000)]]
-            .map(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]).flat());
+            .map(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]).flat(),
+          h('dt', {}, 'Replication'),
+          h('dd', { id: 'topic-replication' }, replicated
+            ? [`factor ${factor}` + (t.min_insync_replicas ? `, at least ${t.min_insync_replicas} in sync to write` : ''),
+                under ? [' ', h('span', { class: 'badge under-replicated' }, `${under} under-replicated`)] : null,
+                offline ? [' ', h('span', { class: 'badge offline' }, `${offline} offline`)] : null]
+            : 'none (factor 1: one owner per partition)'));
         const series = state.trends.get(name) || [];
         const now = series.length ? series[series.length - 1] : null;
         const trends = h('div', { class: 'cards' },
@@ -523,8 +545,13 @@
             spark(rates(series), `publish rate of ${name}`, 'rate', true), h('div', { class: 'legend' }, 'last 15 minutes')),
           h('div', { class: 'card' }, h('h3', {}, 'Messages'), h('div', { class: 'big' }, fmt(st ? st.message_count : null)),
             h('div', { class: 'muted' }, st ? `${fmtBytes(st.message_bytes)} published through this node` : 'no stats on this node')));
-        const parts = (t.partition_stats || []).map((p) => h('tr', {},
-          h('th', { scope: 'row' }, String(p.index)), h('td', {}, p.owner_node === null ? 'unplaced' : String(p.owner_node)),
+        const parts = pstats.map((p) => h('tr', { 'data-partition': String(p.index) },
+          h('th', { scope: 'row' }, String(p.index)),
+          replicated
+            ? [h('td', { 'data-col': 'leader' }, p.leader ? String(p.leader) : (p.offline ? 'none' : '–')),
+                h('td', { 'data-col': 'replicas' }, ids(p.replicas)), h('td', { 'data-col': 'isr' }, ids(p.isr)),
+                num(fmt(p.leader_epoch)), replState(p)]
+            : h('td', {}, p.owner_node === null ? 'unplaced' : String(p.owner_node)),
           p.error ? h('td', { colspan: 5, class: 'error' }, p.error) : [num(fmt(p.oldest_offset)), num(fmt(p.next_offset)), num(fmt(p.high_watermark)),
             num(fmt(p.segments)), num(fmtBytes(p.size_bytes))]));
         const chans = ((st && st.channels) || []).map((c) => {
@@ -556,7 +583,8 @@
               { label: 'Consumers', num: true }, { label: 'Lag', num: true }, { label: 'Messages', num: true },
               { label: 'Requeued', num: true }, { label: 'Timed out', num: true }, 'Actions'], chans, 'channels', 'No channels on this node.'),
           h('h2', {}, 'Partitions'),
-          table(`Partitions of ${name}`, ['Partition', 'Owner node', { label: 'Oldest', num: true }, { label: 'Next offset', num: true },
+          table(`Partitions of ${name}`, ['Partition', ...(replicated ? ['Leader', 'Replicas', 'In sync (ISR)', { label: 'Leader epoch', num: true }, 'State'] : ['Owner node']),
+            { label: 'Oldest', num: true }, { label: 'Next offset', num: true },
             { label: 'High watermark', num: true }, { label: 'Segments', num: true }, { label: 'Size', num: true }], parts, 'partitions'),
           t.role === 'parent' ? [h('h2', {}, 'Children'), table(`Children of ${name}`, ['Child', { label: 'Delay', num: true }, { label: 'Lag', num: true }, 'Lag complete'], kids, 'children')] : null,
           t.role === 'child' ? h('p', {}, 'A child of ', h('a', { href: '#/topics/' + enc(t.parent) }, t.parent), `, delay ${fmtMs(t.fanout_delay_ms || 0)}.`) : null,

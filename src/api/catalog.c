@@ -884,10 +884,17 @@ static void on_meta_change(void *arg)
     purges_check(c, false, 0);
 }
 
+/* Whether partition p of t is replicated (tn_broker_t.place_readopt). */
+static bool replicated(void *arg, const tn_topic_t *t, uint32_t p)
+{
+    tn_catalog_t *c = arg;
+    return c->replica != NULL && tn_replica_replicated(c->replica, t->name, p);
+}
+
 void tn_catalog_set_replica(tn_catalog_t *c, tn_replica_t *rm)
 {
     c->replica = rm;
-    c->broker->place_readopt = rm != NULL;
+    c->broker->place_readopt = rm != NULL ? replicated : NULL;
 }
 
 int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, tn_catalog_t **out)
@@ -1123,6 +1130,7 @@ void tn_catalog_stop(tn_catalog_t *c)
     tn_broker_unlisten(c->broker, on_event, c);
     tn_broker_set_gate(c->broker, NULL, NULL);
     tn_broker_set_placement(c->broker, NULL, NULL);
+    c->broker->place_readopt = NULL;
     tn_broker_set_grow_here(c->broker, NULL, NULL);
     tn_meta_on_change(c->meta, NULL, NULL);
     release_held(c, true);

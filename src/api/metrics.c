@@ -170,6 +170,52 @@ static void isolated(const tn_metrics_t *m, tn_buf_t *b)
     put(b, "tern_isolated_logs{log=\"channel\"} %" PRIu64 "\n", chans);
 }
 
+/* Replication, from the replica manager (cluster/replica.h). Gauges of
+ * partitions led here (under-replicated, lag) count each partition on one
+ * node only, so a sum over the cluster counts it once; offline counts the
+ * partitions this node knows to have no leader, which every node reports
+ * (take the max over nodes, as deploy/'s alert rule does). */
+static void repl_metrics(const tn_metrics_t *m, tn_buf_t *b)
+{
+    tn_replica_stats_t rs;
+    memset(&rs, 0, sizeof(rs));
+    if (m->replica != NULL)
+        tn_replica_stats(m->replica, &rs);
+    family(b, "tern_replica_partitions", "gauge",
+           "replicated partitions this node holds a replica of, by role");
+    put(b, "tern_replica_partitions{role=\"leader\"} %" PRIu64 "\n", rs.leading);
+    put(b, "tern_replica_partitions{role=\"follower\"} %" PRIu64 "\n", rs.following);
+    scalar(b, "tern_partitions_under_replicated", "gauge",
+           "partitions led here whose ISR is smaller than their replica set", rs.under_replicated);
+    scalar(b, "tern_partitions_offline", "gauge",
+           "replicated partitions with no leader (no eligible in-sync replica), as this node knows",
+           rs.offline);
+    scalar(b, "tern_isr_shrinks_total", "counter",
+           "ISR shrinks this node proposed and the metastore applied", rs.isr_shrinks);
+    scalar(b, "tern_isr_expands_total", "counter",
+           "ISR expands this node proposed and the metastore applied", rs.isr_expands);
+    scalar(b, "tern_replica_lag_records", "gauge",
+           "the largest lag, in records, of a follower of a partition led here",
+           rs.max_lag_records);
+    scalar(b, "tern_replica_lag_bytes", "gauge",
+           "the largest lag, in bytes, of a follower of a partition led here", rs.max_lag_bytes);
+    family(b, "tern_replica_lag_seconds", "gauge",
+           "the longest time a follower of a partition led here has been behind its log end");
+    put(b, "tern_replica_lag_seconds %.3f\n", (double)rs.max_lag_ms / 1e3);
+    family(b, "tern_replica_fetches_total", "counter", "FETCH requests, by side");
+    put(b, "tern_replica_fetches_total{side=\"answered\"} %" PRIu64 "\n", rs.fetches);
+    put(b, "tern_replica_fetches_total{side=\"sent\"} %" PRIu64 "\n", rs.fetches_sent);
+    scalar(b, "tern_leader_elections_total", "counter",
+           "leader epoch changes this node has seen on its replicated partitions", rs.elections);
+    scalar(b, "tern_fenced_requests_total", "counter",
+           "fetches answered or received as fenced (a stale leader epoch)", rs.fenced);
+    family(b, "tern_replica_truncations_total", "counter",
+           "log suffixes truncated to the leader's divergence point, or refused (below the hw)");
+    put(b, "tern_replica_truncations_total{result=\"done\"} %" PRIu64 "\n", rs.truncations);
+    put(b, "tern_replica_truncations_total{result=\"refused\"} %" PRIu64 "\n",
+        rs.truncations_refused);
+}
+
 /* The members this node's metastore replica records, alive and dead (a
  * member is dead once it missed cluster-dead-after of heartbeats). */
 static void members(const tn_metrics_t *m, tn_buf_t *b)
@@ -277,6 +323,7 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
     per_topic(m, b);
     isolated(m, b);
     members(m, b);
+    repl_metrics(m, b);
     int rc = m->rpc != NULL ? tn_rpc_metrics_write(m->rpc, b) : 0;
     if (rc == 0 && m->dataplane != NULL)
         rc = tn_dataplane_metrics_write(m->dataplane, b);

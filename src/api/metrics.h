@@ -1,7 +1,11 @@
 /* Prometheus /metrics: the text exposition of the engine, storage and
  * doors: publish and channel-log latency histograms, fsync latency, queue
  * depths, in-flight counts, connections, refused requests by reason, disk
- * state, timeouts, dead letters and TTL discards. Per-topic and
+ * state, timeouts, dead letters and TTL discards, and replication (the
+ * replica manager's tn_replica_stats: under-replicated and offline
+ * partitions, ISR changes, lag, elections, fenced requests; every series
+ * is there, at 0, on a node without replicated partitions, so alert rules
+ * and dashboards see a value rather than an absent series). Per-topic and
  * per-channel series stop at max_topics topics (the rest are counted in
  * tern_metrics_topics_omitted), so the label cardinality is bounded.
  *
@@ -18,6 +22,7 @@
 #include "api/ws.h"
 #include "cluster/dataplane.h"
 #include "cluster/dispatch.h"
+#include "cluster/replica.h"
 #include "cluster/router.h"
 #include "cluster/rpc.h"
 #include "proto/nsq/server.h"
@@ -34,6 +39,7 @@ typedef struct {
     tn_dispatch_t *dispatch;   /* the ingress log and its dispatcher; NULL: none (a lone node) */
     tn_router_t *router;       /* its SETTLE calls to other nodes; NULL: none (a lone node) */
     tn_scrub_t *scrub;         /* the scrub of sealed segments; NULL: not running */
+    tn_replica_t *replica;     /* the replica manager; NULL: none (replication series read 0) */
     uint32_t max_topics;
 } tn_metrics_t;
 

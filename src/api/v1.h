@@ -91,6 +91,11 @@ typedef struct tn_v1_s {
     uint32_t nfwds;
     bool closing;
     struct tn_scrub_s *scrub; /* storage/scrub.h, borrowed; NULL: /v1/storage/scrub answers 503 */
+    /* The replica manager (cluster/replica.h), borrowed, set by the caller
+     * before tn_v1_register; NULL: none (a forced unclean election's
+     * records_at_risk is null). */
+    struct tn_replica_s *replica;
+    uint64_t node_id; /* this node's member id, set with replica */
 } tn_v1_t;
 
 /* 0 or an error; tn_v1_close releases it. */

@@ -68,6 +68,7 @@
 #define DEFAULT_WAIT_MS 500
 #define DEFAULT_MAX     (1u << 20)
 #define NBUCKETS        256
+#define ISR_RETRY_MS    500
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -100,6 +101,7 @@ struct part_s {
     uint64_t last_end;
     tn_meta_req_t isr_req;
     bool isr_busy;
+    uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
     uint32_t isr_adds, isr_removes; /* of the proposal in flight */
     /* follower */
     bool want; /* a fetch waits to be sent */
@@ -237,9 +239,10 @@ static int epoch_end_cb(void *arg, uint32_t epoch, uint32_t *found, uint64_t *en
 {
     part_t *pt = arg;
     if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE)) {
-        *found = 0;
-        *end = 0;
-        return 0; /* an empty log */
+        /* No log in hand (being opened, or handed to the engine): no
+         * answer rather than an empty log's, which would send a follower
+         * to truncate everything. */
+        return UV_EAGAIN;
     }
     return tn_plog_epoch_end(pt->plog, epoch, found, end);
 }
@@ -493,10 +496,12 @@ static void hand_over(part_t *pt)
 
 static void resign(part_t *pt)
 {
-    if (pt->ready && pt->plog != NULL) {
+    /* The gate stays on: should the engine take one more append before
+     * it follows the placement (its topic busy), that append waits for a
+     * hw that no longer moves and is failed below, never acknowledged
+     * unreplicated. A follower's copies never wait for the gate. */
+    if (pt->ready && pt->plog != NULL)
         tn_plog_fail_gated(pt->plog, TN_EFENCED);
-        tn_plog_set_gated(pt->plog, false);
-    }
     pt->ready = false;
     pt->start_pending = false;
     if (pt->handed) {
@@ -527,6 +532,11 @@ static void on_isr_done(tn_meta_req_t *req, int status)
         rm->st.isr_expands += pt->isr_adds;
         return; /* the STATE follows */
     }
+    TN_LOG_RL(TN_LOG_NOTICE, 5000, "replica %s/%" PRIu32 ": ISR change refused: %s", pt->topic,
+              pt->p, tn_strerror(status));
+    /* Not again at once: the core proposes again after its timeout, or
+     * the state it lacked arrives. */
+    pt->isr_retry_at = now_ms(rm) + ISR_RETRY_MS;
     const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(rm->o.meta), pt->topic, pt->p);
     tn_repl_event_t ev = {.type = TN_REPL_EV_ISR_REFUSED, .now = now_ms(rm)};
     ev.u.refused.partition_epoch = ps != NULL ? ps->partition_epoch : 0;
@@ -536,7 +546,7 @@ static void on_isr_done(tn_meta_req_t *req, int status)
 static void propose_isr(part_t *pt, const tn_repl_action_t *a)
 {
     tn_replica_t *rm = pt->rm;
-    if (pt->isr_busy)
+    if (pt->isr_busy || now_ms(rm) < pt->isr_retry_at)
         return; /* the core proposes again after its timeout */
     uint32_t adds = 0, removes = 0;
     for (uint32_t i = 0; i < a->nisr; i++)
@@ -603,6 +613,7 @@ static void follower_append(part_t *pt, const tn_repl_action_t *a)
     memset(&pt->app, 0, sizeof(pt->app));
     pt->app.data = pt;
     pt->appending = true;
+    pt->want = false;
     pt->busy++;
     int rc =
         tn_plog_append_raw(pt->plog, &pt->app, tn_buf_data(&pt->appbuf), tn_buf_size(&pt->appbuf),
@@ -646,6 +657,7 @@ static void follower_truncate(part_t *pt, uint64_t offset)
     memset(&pt->trunc, 0, sizeof(pt->trunc));
     pt->trunc.data = pt;
     pt->truncating = true;
+    pt->want = false;
     pt->busy++;
     pt->rm->st.truncations++;
     TN_LOG(TN_LOG_NOTICE,
@@ -701,6 +713,15 @@ static void run(part_t *pt, const tn_repl_event_t *ev)
             resign(pt);
             break;
         case TN_REPL_ACT_FETCH:
+            /* While records are being appended or the log cut, the core's
+             * view of its log end is behind: it fetches again once the
+             * LOG event after them comes. */
+            if (pt->appending || pt->truncating ||
+                (pt->plog != NULL && (pt->src == SRC_OWN || pt->src == SRC_ENGINE) &&
+                 tn_plog_written_next(pt->plog) != pt->core.end)) {
+                pt->core.fetching = false; /* never sent: the LOG event asks again */
+                break;
+            }
             pt->want = true;
             pt->wantf = a->fetch;
             pt->want_node = a->node;
@@ -954,7 +975,10 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
         it->p = fp.partition;
         it->status = TN_FETCH_NOT_LEADER;
         part_t *pt = part_find(rm, it->topic, it->p);
-        if (pt != NULL && pt->core_fed) {
+        /* A leader whose log the engine is taking over answers nothing
+         * yet (NOT_LEADER: the follower asks again shortly). */
+        if (pt != NULL && pt->core_fed &&
+            !(pt->core.role == TN_REPL_LEADER && (!pt->ready || pt->plog == NULL))) {
             tn_repl_event_t ev = {.type = TN_REPL_EV_FETCH, .now = now};
             ev.u.fetch.node = fr.node;
             ev.u.fetch.incarnation = fr.incarnation;
@@ -1027,6 +1051,8 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
             TN_LOG_RL(TN_LOG_WARN, 5000, "replica: fetch from node %" PRIu32 ": answer %u",
                       g->leader, reply->status);
         group_clear(g);
+        if (rm->closing)
+            maybe_close_done(rm);
         return; /* the cores fetch again after their timeout */
     }
     uint64_t now = now_ms(rm);
@@ -1064,11 +1090,17 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
                                                                    : TN_EREMOTE;
             break;
         }
+        TN_LOG(TN_LOG_DEBUG,
+               "replica %s/%" PRIu32 ": answer %u from node %" PRIu32 ": from %" PRIu64
+               " count %" PRIu32 " hw %" PRIu64 " (log end %" PRIu64 ")",
+               pt->topic, pt->p, rp.status, g->leader, rp.from, rp.count, rp.hw, pt->core.end);
         rm->cur = &rp;
         run(pt, &ev);
         rm->cur = NULL;
     }
     group_clear(g);
+    if (rm->closing)
+        maybe_close_done(rm);
 }
 
 static const char *member_addr(tn_replica_t *rm, uint32_t node)
@@ -1118,6 +1150,11 @@ static void group_send(group_t *g)
             fp.partition_epoch = pt->wantf.partition_epoch;
             if ((rc = tn_fetch_req_put_part(&b, &fp)) != 0)
                 break;
+            TN_LOG(TN_LOG_DEBUG,
+                   "replica %s/%" PRIu32 ": fetch from node %" PRIu32 " epoch %" PRIu32
+                   " offset %" PRIu64 " last epoch %" PRIu32 " flushed %" PRIu64,
+                   pt->topic, pt->p, g->leader, fp.leader_epoch, fp.fetch_offset,
+                   fp.last_fetched_epoch, fp.flushed_offset);
             g->sent[k].topic = tn_strdup(pt->topic);
             g->sent[k].p = pt->p;
             g->sent[k].leader_epoch = fp.leader_epoch;
@@ -1196,6 +1233,24 @@ static void part_drop(part_t *pt)
     part_maybe_free(pt);
 }
 
+/* The core's first events: the log as found, then the state (once a log
+ * is in hand: an own log being opened feeds them when it is). */
+static void first_feed(part_t *pt)
+{
+    tn_replica_t *rm = pt->rm;
+    if (pt->ps.leader == rm->o.node && engine_aside(rm, pt) == NULL &&
+        !engine_local(rm, pt, NULL) && pt->src == SRC_NONE) {
+        /* Leading with no log here at all: an empty one. */
+        feed_log(pt, 0, 0, 0);
+    } else if (ensure_log(pt)) {
+        poll_log(pt);
+        if (!pt->core_fed && pt->plog != NULL)
+            feed_log(pt, tn_plog_written_next(pt->plog), tn_plog_durable_next(pt->plog),
+                     tn_plog_last_epoch(pt->plog));
+    }
+    feed_state(pt);
+}
+
 static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
 {
     tn_replica_t *rm = arg;
@@ -1235,19 +1290,16 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
         return;
     pt->ps = *ps;
     pt->has_ps = true;
-    if (!pt->core_fed) {
-        if (ps->leader == rm->o.node && engine_aside(rm, pt) == NULL &&
-            !engine_local(rm, pt, NULL) && pt->src == SRC_NONE) {
-            /* Leading with no log here at all: an empty one. */
-            feed_log(pt, 0, 0, 0);
-        } else if (ensure_log(pt)) {
-            poll_log(pt);
-            if (!pt->core_fed && pt->plog != NULL)
-                feed_log(pt, tn_plog_written_next(pt->plog), tn_plog_durable_next(pt->plog),
-                         tn_plog_last_epoch(pt->plog));
-        }
-    }
-    feed_state(pt);
+    /* Replaying its log at start, the metastore tells of states this node
+     * has since been fenced out of (it may name it the leader of an epoch
+     * whose tail it lost): no core acts before the metastore is ready (the
+     * tick feeds the newest state then). */
+    if (!tn_meta_ready(rm->o.meta))
+        return;
+    if (!pt->core_fed)
+        first_feed(pt);
+    else
+        feed_state(pt);
     send_fetches(rm);
 }
 
@@ -1257,6 +1309,8 @@ static void on_tick(uv_timer_t *t)
 {
     tn_replica_t *rm = t->data;
     uint64_t now = now_ms(rm);
+    if (!tn_meta_ready(rm->o.meta))
+        return; /* see on_pstate */
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
             next = pt->next;
@@ -1264,8 +1318,14 @@ static void on_tick(uv_timer_t *t)
                 continue;
             if (pt->core.role == TN_REPL_LEADER && !pt->ready)
                 leader_take(pt);
+            if (!pt->core_fed && pt->has_ps) {
+                first_feed(pt);
+                continue;
+            }
             if (pt->core.role != TN_REPL_LEADER && pt->src == SRC_NONE && pt->core_fed)
                 (void)ensure_log(pt);
+            if (pt->core.role != TN_REPL_LEADER && pt->src == SRC_ENGINE && pt->plog != NULL)
+                tn_plog_fail_gated(pt->plog, TN_EFENCED); /* see resign() */
             poll_log(pt);
             if (!pt->core_fed)
                 continue;

@@ -3,6 +3,7 @@
 
 #include "cluster/router.h"
 
+#include "cluster/replerr.h"
 #include "cluster/replica.h"
 
 #include "core/alloc.h"
@@ -213,9 +214,10 @@ static void on_engine_done(tn_pub_t *p, int status)
  * is below min_insync; TN_ENOTSERVING: its epoch has not started): the
  * engine would otherwise hold the append until the hw covers it. An
  * unpinned publish is pinned to the next local partition that takes it
- * (round robin), or refused with the first refusal when none does and
- * some local partition is replicated. Partitions led elsewhere go the
- * usual way (TN_EREMOTE from the engine). */
+ * (round robin), or refused with the first refusal when none does. A
+ * local replicated partition this node does not lead (being handed back)
+ * is TN_ENOTSERVING. Partitions on other nodes go the usual way
+ * (TN_EREMOTE from the engine). */
 static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p)
 {
     if (r->replica == NULL)
@@ -223,38 +225,44 @@ static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t
     tn_topic_t *t = NULL;
     if (tn_broker_topic(r->o.broker, topic, len, false, 0, NULL, &t) != 0 || t == NULL || t->memory)
         return 0;
-    if (p->pinned) {
-        if (p->pin >= t->nparts || !tn_topic_part_local(t, p->pin) ||
-            !tn_replica_replicated(r->replica, t->name, p->pin))
-            return 0;
-        int rc = tn_replica_accepts(r->replica, t->name, p->pin, NULL);
-        return rc == TN_EREMOTE ? 0 : rc;
-    }
     int first = 0;
-    bool replicated = false;
     for (uint32_t k = 0; k < t->nparts; k++) {
-        uint32_t i = (r->next + k) % t->nparts;
-        if (!tn_topic_part_local(t, i))
+        uint32_t i = p->pinned ? p->pin : (r->next + k) % t->nparts;
+        if (i >= t->nparts || !tn_topic_part_local(t, i)) {
+            if (p->pinned)
+                return 0; /* the engine says TN_EREMOTE: the usual way */
             continue;
-        if (!tn_replica_replicated(r->replica, t->name, i))
-            return 0; /* a factor-1 partition here: the engine's round robin */
-        replicated = true;
+        }
         int rc = tn_replica_accepts(r->replica, t->name, i, NULL);
+        if (rc == TN_EREMOTE) {
+            if (!tn_replica_replicated(r->replica, t->name, i))
+                return 0; /* a factor-1 topic: the engine's own way */
+            /* Replicated, open in the engine but not (or no longer) led
+             * and handed over here: never appended unreplicated. */
+            rc = TN_ENOTSERVING;
+        }
         if (rc == 0) {
-            r->next = i + 1;
-            p->pinned = true;
-            p->pin = i;
+            if (!p->pinned) {
+                r->next = i + 1;
+                p->pinned = true;
+                p->pin = i;
+            }
             return 0;
         }
-        if (first == 0 && rc != TN_EREMOTE)
+        if (first == 0)
             first = rc;
+        if (p->pinned)
+            break;
     }
-    return replicated ? first : 0;
+    return first;
 }
 
 int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb)
 {
+    int refused = tn_replerr_test_refusal(topic, len, false); /* 0 unless a TN_TEST build asks */
+    if (refused != 0)
+        return refused;
     p->route = r;
     p->route_cb = cb;
     p->remote = false;
@@ -379,8 +387,11 @@ static void ent_done(settle_ent_t *e, uint16_t status, const char *msg)
 static void on_local_synced(tn_chan_sync_t *sync, int status)
 {
     settle_ent_t *e = sync->data;
+    const char *why = tn_replerr_text(status);
     if (status == 0)
         ent_done(e, 204, NULL);
+    else if (why != NULL) /* a replicated partition refusing for now */
+        ent_done(e, 503, why);
     else
         ent_done(e, 500, MSG_WRITE);
 }
@@ -392,6 +403,11 @@ static void settle_local(tn_router_t *r, settle_op_t *op, settle_ent_t *e)
     tn_router_settle_item_t *it = &op->items[e->idx];
     if (r->settle == NULL) {
         set_result(it, 503, "this node is not ready to settle receipt handles");
+        return;
+    }
+    int refused = tn_replerr_test_refusal(op->topic, strlen(op->topic), true);
+    if (refused != 0) {
+        set_result(it, 503, tn_replerr_text(refused));
         return;
     }
     e->sync.data = e;
@@ -407,6 +423,8 @@ static void settle_local(tn_router_t *r, settle_op_t *op, settle_ent_t *e)
         set_result(it, 410, MSG_STALE);
     else if (rc == UV_ENOMEM)
         set_result(it, 503, MSG_OOM);
+    else if (tn_replerr_retryable(rc))
+        set_result(it, 503, tn_replerr_text(rc));
     else
         set_result(it, 500, MSG_WRITE);
 }
@@ -592,6 +610,13 @@ void tn_router_settle(tn_router_t *r, const char *topic, const char *channel, ui
         e->op = op;
         e->idx = i;
         if (settle_here(r, topic, it->partition, &owner)) {
+            /* A replicated partition led here whose epoch has not started
+             * (or that is being handed to the engine): retry shortly. */
+            if (r->replica != NULL && tn_replica_replicated(r->replica, topic, it->partition) &&
+                !tn_replica_serving(r->replica, topic, it->partition)) {
+                set_result(it, 503, MSG_NOTREADY);
+                continue;
+            }
             settle_local(r, op, e);
             continue;
         }

@@ -276,6 +276,7 @@ static void on_http_closed(void *arg)
          * answered, its own fetches cancelled, its follower logs closed. */
         tn_replica_t *rm = d->replica;
         d->replica = NULL;
+        d->metrics.replica = NULL;
         if (d->router != NULL)
             tn_router_set_replica(d->router, NULL);
         tn_replica_close(rm, on_http_closed, d);
@@ -769,6 +770,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     if (d->cluster)
         d->metrics.router = d->router;
     d->metrics.dataplane = d->dataplane;
+    d->metrics.replica = d->replica;
     if (d->ilog == NULL)
         return 0;
     tn_dispatch_opts_t dopts;

@@ -493,11 +493,12 @@ struct tn_broker_s {
     void *gate_arg;
     tn_place_fn place; /* NULL: every partition is local */
     void *place_arg;
-    /* Placement may move a partition away and back while the node runs
-     * (replicated partitions: their leader changes): a local partition
-     * made remote has its log set aside for the replica manager, and one
-     * placed here again takes that log back (tn_topic_follow_placement). */
-    bool place_readopt;
+    /* Whether partition p of t is replicated (its placement moves away
+     * and back while the node runs, as its leader changes; place_arg is
+     * the argument): made remote, its log is set aside for the replica
+     * manager; placed here again, it takes that log back
+     * (tn_topic_follow_placement). NULL: none is. */
+    bool (*place_readopt)(void *arg, const tn_topic_t *t, uint32_t p);
     tn_grow_here_fn grow_here; /* NULL: a publish with no local partition is TN_EREMOTE */
     void *grow_here_arg;
     tn_store_t *store;

@@ -1100,7 +1100,8 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             if (!here && owner != 0) {
                 p->remote = true;
                 p->owner = owner;
-                if (b->place_readopt && p->plog != NULL) {
+                if (p->plog != NULL && b->place_readopt != NULL &&
+                    b->place_readopt(b->place_arg, t, i)) {
                     /* A replicated partition's leader stepped down: its log
                      * is set aside for the replica manager to follow on;
                      * the tail cache would outlive a truncation there. */
@@ -1125,7 +1126,7 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             p->owner = owner;
             continue;
         }
-        if (p->plog != NULL && b->place_readopt) {
+        if (p->plog != NULL && b->place_readopt != NULL && b->place_readopt(b->place_arg, t, i)) {
             /* A replicated partition led here again: its set-aside log
              * (followed meanwhile, so its tail may have changed) is
              * served again, the cache starting afresh. */

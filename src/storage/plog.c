@@ -36,7 +36,26 @@
  *      pass the configured limits (the tick handles age).
  *   6. Run control requests (GC, close) in order.
  * The ingress log's appends ride in the same rounds: written after step 2,
- * synced and completed after step 4 (ilog.c). */
+ * synced and completed after step 4 (ilog.c).
+ *
+ * DESIGN: replication (plog.h "replication"; docs/replication.md).
+ *   - Epoch changes ride the append path, in order: a begin_epoch request
+ *     (kind 2) assigns its epoch and saves the epochs file in step 2, just
+ *     before its EPOCH_START record is encoded; a raw copy (kind 1) assigns
+ *     and saves the epochs it carries before its records. The file is thus
+ *     durable before any record of the epoch is written. The history is
+ *     changed only on the committer thread, under the lock (readers on any
+ *     thread take the lock); the save reads it without the lock.
+ *   - A raw copy's bytes are the leader's records, re-encoded in place
+ *     with this segment's sync_mark (CRC recomputed) and written with one
+ *     iovec; it completes in step 3 whatever the mode (a follower tracks
+ *     durability through durable_next), never through the hw gate.
+ *   - The hw gate lives on the loop thread: append_done parks a gated
+ *     append until tn_plog_set_hw covers it, so completions stay in offset
+ *     order; visible_next reads the hw atomically.
+ *   - Truncation is a control request, after the round's appends; its
+ *     steps (and their crash outcomes) are at trunc_run. Retention (GC,
+ *     the floor) trims the history's start after the segments go. */
 #include "core/platform.h"
 
 #include "storage/plog.h"
@@ -630,7 +649,7 @@ int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_
         bool ordered = i == 0 || (epochs[i].epoch > epochs[i - 1].epoch &&
                                   epochs[i].start > epochs[i - 1].start);
         if (!ordered || epochs[i].epoch == 0 || epochs[i].epoch == TN_EPOCHS_UNDEFINED ||
-            epochs[i].start >= first_offset + n)
+            epochs[i].start < first_offset || epochs[i].start >= first_offset + n)
             return TN_ECORRUPT;
     }
     req->raw = tn_malloc(len);
@@ -1553,6 +1572,24 @@ int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_p
 
 /* --- floor ------------------------------------------------------------------ */
 
+/* Write the floor file and move the floor (committer thread). */
+static int write_floor(tn_plog_t *plog, uint64_t floor)
+{
+    unsigned char b[FLOOR_SIZE];
+    tn_put_u32(b, FLOOR_MAGIC);
+    tn_put_u64(b + 8, floor);
+    tn_put_u32(b + 4, tn_crc32c(0, b + 8, 8));
+    int rc = tn_io_write_file_atomic(plog->dir, FLOOR_FILE, b, sizeof(b));
+    if (rc != 0) {
+        set_sticky(plog, rc, "writing the floor file");
+        return rc;
+    }
+    uv_mutex_lock(&plog->lock);
+    plog->floor = floor;
+    uv_mutex_unlock(&plog->lock);
+    return 0;
+}
+
 static void floor_exec(tn__committer_t *c, tn__sreq_t *s)
 {
     tn_plog_floor_t *req = (tn_plog_floor_t *)s;
@@ -1560,19 +1597,9 @@ static void floor_exec(tn__committer_t *c, tn__sreq_t *s)
     int rc = atomic_load(&plog->err);
     uint64_t below = TN_MIN(req->below, plog->next_offset);
     if (rc == 0 && below > plog->floor) {
-        unsigned char b[FLOOR_SIZE];
-        tn_put_u32(b, FLOOR_MAGIC);
-        tn_put_u64(b + 8, below);
-        tn_put_u32(b + 4, tn_crc32c(0, b + 8, 8));
-        rc = tn_io_write_file_atomic(plog->dir, FLOOR_FILE, b, sizeof(b));
-        if (rc == 0) {
-            uv_mutex_lock(&plog->lock);
-            plog->floor = below;
-            uv_mutex_unlock(&plog->lock);
+        rc = write_floor(plog, below);
+        if (rc == 0)
             rc = epochs_follow_start(plog);
-        } else {
-            set_sticky(plog, rc, "writing the floor file");
-        }
     }
     s->status = rc;
     tn__store_complete(c->store, s, s);
@@ -1803,6 +1830,40 @@ static void buf_cut(tn_buf_t *b, size_t size)
         b->len = b->off + size;
 }
 
+/* A window of one segment's bytes [at, at + len) in buf. */
+typedef struct {
+    tn_buf_t buf;
+    uint64_t at;
+    size_t len;
+} window_t;
+
+#define RAW_WINDOW (256 * 1024)
+
+/* Make [pos, pos + need) of seg (at most limit bytes long) present in w. */
+static int window_get(window_t *w, tn_seg_t *seg, uint64_t pos, size_t need, uint64_t limit,
+                      const unsigned char **out)
+{
+    if (pos < w->at || pos + need > w->at + w->len) {
+        if (pos + need > limit)
+            return TN_ECORRUPT;
+        size_t want = (size_t)TN_MIN(limit - pos, (uint64_t)TN_MAX(need, (size_t)RAW_WINDOW));
+        tn_buf_reset(&w->buf);
+        int rc = tn_buf_reserve(&w->buf, want);
+        if (rc != 0)
+            return rc;
+        size_t got;
+        rc = tn_io_pread(seg->fd, w->buf.base, want, pos, &got);
+        if (rc != 0)
+            return rc;
+        w->at = pos;
+        w->len = got;
+        if (got < need)
+            return TN_ECORRUPT;
+    }
+    *out = (const unsigned char *)w->buf.base + (pos - w->at);
+    return 0;
+}
+
 int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *out, uint32_t *count)
 {
     *count = 0;
@@ -1818,43 +1879,98 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
         return 0;
     size_t base_len = tn_buf_size(out);
     size_t batch_len = base_len; /* out's length at the last batch end */
-    uint32_t batch_n = 0;
-    uint32_t n = 0;
-    tn_buf_t scratch;
-    tn_buf_init(&scratch);
+    uint32_t batch_n = 0, n = 0;
+    uint64_t off = from; /* the next record wanted */
+    window_t w = {.at = 0, .len = 0};
+    tn_buf_init(&w.buf);
     int rc = 0;
-    for (uint64_t off = from; off < end; off++) {
-        tn_rec_t rec;
-        rc = tn_plog_read(pl, off, &scratch, &rec);
-        if (rc == TN_EGAP && n > 0 && batch_n == n) {
-            rc = 0; /* stop before a gap */
+    bool stop = false;
+    while (off < end && !stop && rc == 0) {
+        /* The segment holding off, and where to start looking in it. */
+        uv_mutex_lock(&pl->lock);
+        uint32_t lo = 0, hi = pl->nsegs;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (pl->segs[mid]->base <= off)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (off < pl->floor || lo == 0) {
+            uv_mutex_unlock(&pl->lock);
+            rc = TN_ENOTFOUND;
             break;
         }
-        if (rc != 0)
+        tn_seg_t *seg = pl->segs[lo - 1];
+        if (off >= seg->base + seg->count) {
+            uv_mutex_unlock(&pl->lock);
+            rc = TN_EGAP;
             break;
-        size_t size = (size_t)tn_rec_size(&rec.h);
-        if (batch_n > 0 && tn_buf_size(out) + size - base_len > max_bytes)
-            break; /* a whole batch is in hand; this one would not fit */
-        rc = tn_buf_append(out, (const char *)rec.key - TN_REC_HDR, size);
-        if (rc != 0)
-            break;
-        n++;
-        if ((rec.h.flags & TN_REC_F_MORE) == 0) {
-            batch_len = tn_buf_size(out);
-            batch_n = n;
-            if (batch_len - base_len >= max_bytes)
+        }
+        if (!seg->idx_loaded)
+            (void)tn_seg_index_load(seg); /* without it, scan from the start */
+        uint64_t pos = seg->idx_loaded ? tn_seg_index_find(seg, off) : 0;
+        uint64_t limit = seg->size;
+        uint64_t seg_end = seg->base + seg->count;
+        tn_seg_ref(seg);
+        uv_mutex_unlock(&pl->lock);
+        w.len = 0; /* another file */
+        while (off < end && off < seg_end) {
+            const unsigned char *b;
+            rc = window_get(&w, seg, pos, TN_REC_HDR, limit, &b);
+            tn_rec_hdr_t h;
+            if (rc == 0 && tn_rec_decode_hdr(b, TN_REC_HDR, &h) != 0)
+                rc = TN_ECORRUPT;
+            if (rc != 0)
                 break;
+            size_t size = (size_t)tn_rec_size(&h);
+            if (h.offset < off) {
+                pos += size; /* on the way from the index entry */
+                continue;
+            }
+            if (h.offset != off) {
+                rc = TN_ECORRUPT;
+                break;
+            }
+            if (batch_n > 0 && tn_buf_size(out) - base_len + size > max_bytes) {
+                stop = true; /* a whole batch is in hand; this one would not fit */
+                break;
+            }
+            tn_rec_t rec;
+            rc = window_get(&w, seg, pos, size, limit, &b);
+            if (rc == 0)
+                rc = tn_rec_decode(b, size, &rec) != 0 ? TN_ECORRUPT : 0;
+            if (rc == 0)
+                rc = tn_buf_append(out, b, size);
+            if (rc != 0)
+                break;
+            n++;
+            off++;
+            pos += size;
+            if ((h.flags & TN_REC_F_MORE) == 0) {
+                batch_len = tn_buf_size(out);
+                batch_n = n;
+                if (batch_len - base_len >= max_bytes) {
+                    stop = true;
+                    break;
+                }
+            }
         }
+        uint64_t seg_base = seg->base;
+        tn_seg_unref(seg);
+        if (rc != 0 && off >= atomic_load(&pl->written_next))
+            rc = TN_ENOTFOUND; /* truncated while it was read */
+        else if (rc == TN_ECORRUPT)
+            set_sticky(pl, rc, "reading offset %" PRIu64 " of segment %" PRIu64, off, seg_base);
     }
-    tn_buf_fini(&scratch);
-    /* Whole batches only: cut an unfinished one. */
-    buf_cut(out, batch_len);
-    if (rc == TN_ENOTFOUND && batch_n > 0)
-        rc = 0; /* truncated or dropped meanwhile: what was read stands */
+    tn_buf_fini(&w.buf);
+    if ((rc == TN_EGAP && batch_n > 0 && batch_n == n) || (rc == TN_ENOTFOUND && batch_n > 0))
+        rc = 0; /* stop before a gap, or at a truncation: what was read stands */
     if (rc != 0) {
         buf_cut(out, base_len);
         return rc;
     }
+    buf_cut(out, batch_len); /* whole batches only */
     *count = batch_n;
     return 0;
 }
@@ -1922,15 +2038,22 @@ static int seg_cut_pos(tn_plog_t *plog, tn_seg_t *seg, uint64_t offset, uint64_t
 
 /* Cut segment k (the last one now) to cut bytes holding the records below
  * offset, and make it the active segment, in a new object with a
- * read-write descriptor and an index rebuilt from the cut file. */
-static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cut)
+ * read-write descriptor and an index rebuilt from the cut file. rebase
+ * (k is 0, cut 0, offset below its base): the emptied file is renamed to
+ * start at offset. */
+static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cut, bool rebase)
 {
     tn_seg_t *old = plog->segs[k];
-    tn_seg_t *ns;
-    int rc = tn_seg_new(old->path, old->base, &ns);
+    tn_seg_t *ns = NULL;
+    char newpath[4096];
+    int fd = -1;
+    int rc = rebase ? seg_path(plog, offset, "log", newpath, sizeof(newpath)) : 0;
+    if (rc == 0)
+        rc = tn_seg_new(rebase ? newpath : old->path, rebase ? offset : old->base, &ns);
     if (rc != 0)
         return rc;
-    rc = tn_io_open(old->path, O_RDWR, 0, &ns->fd);
+    rc = tn_io_open(old->path, O_RDWR, 0, &fd);
+    ns->fd = fd;
     if (rc == 0)
         rc = tn_io_ftruncate(ns->fd, cut);
     if (rc == 0)
@@ -1947,6 +2070,8 @@ static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cu
         if (rc == UV_ENOENT)
             rc = 0;
     }
+    if (rc == 0 && rebase)
+        rc = tn_io_rename(old->path, newpath);
     if (rc == 0)
         rc = tn_io_fsync_dir(plog->dir);
     if (rc == 0 && trunc_stops(plog, 4))
@@ -1988,18 +2113,17 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
     if (offset >= old_next)
         return 0;
     uv_mutex_lock(&plog->lock);
-    uint64_t first = first_offset_locked(plog);
     uint32_t k = plog->nsegs;
     while (k > 0 && plog->segs[k - 1]->base > offset)
         k--;
     uv_mutex_unlock(&plog->lock);
-    if (offset < first || k == 0)
-        return TN_ERANGE;
-    k--;
+    /* Below the first segment: everything goes (a follower's reset). */
+    bool rebase = k == 0;
+    k = rebase ? 0 : k - 1;
     tn_seg_t *seg = plog->segs[k];
-    bool gap = offset > seg->base + seg->count;
-    uint64_t cut = seg->size;
-    if (!gap) {
+    bool gap = !rebase && offset > seg->base + seg->count;
+    uint64_t cut = rebase ? 0 : seg->size;
+    if (!gap && !rebase) {
         rc = seg_cut_pos(plog, seg, offset, &cut);
         if (rc == UV_EINVAL)
             return rc;
@@ -2008,6 +2132,11 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
             return rc;
         }
     }
+
+    /* 0. A drop floor above offset comes down to it first, so that the
+     * records written again from offset on are not hidden. */
+    if (plog->floor > offset && (rc = write_floor(plog, offset)) != 0)
+        return rc;
 
     /* 1. Positions back: readers see nothing at or above offset. */
     uv_mutex_lock(&plog->lock);
@@ -2060,7 +2189,7 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
         if (trunc_stops(plog, 3) || trunc_stops(plog, 4))
             return UV_EIO;
     } else {
-        rc = cut_segment(plog, k, offset, cut);
+        rc = cut_segment(plog, k, offset, cut, rebase);
         if (rc != 0) {
             set_sticky(plog, rc, "cutting segment %" PRIu64 " to truncate", seg->base);
             return rc;

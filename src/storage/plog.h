@@ -345,6 +345,8 @@ int tn_plog_begin_epoch(tn_plog_t *pl, tn_append_t *req, uint32_t epoch, tn_appe
  * records back to back as tn_plog_read_raw returned them (whole atomic
  * batches), the first at first_offset, offsets dense. Checked at once
  * (magic, header, CRC, density, batches complete): TN_ECORRUPT when not;
+ * the epochs must be ordered and start within the run (as
+ * tn_plog_epochs_range gives them), else TN_ECORRUPT too;
  * the bytes are copied, so they are borrowed only for the call. On the
  * committer thread, in order: first_offset must equal the next offset of
  * the log then (else TN_ERANGE, nothing written); the epochs (copied;
@@ -385,8 +387,11 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
  * durable_next = offset, the hw is capped at offset. offset at or above
  * the next offset is no change (0). Refused at once with TN_ERANGE when
  * offset < floor (the hw: acknowledged records are never truncated), and
- * at run time when offset is below the log's first stored offset or drop
- * floor (tn_plog_drop_below). Memory logs: UV_EINVAL.
+ * at run time with UV_EINVAL (nothing changed) when offset is inside an
+ * atomic batch. An offset below the log's first stored offset empties it
+ * and restarts it at offset (a follower's reset: the emptied first segment
+ * is renamed to start there); a drop floor (tn_plog_drop_below) above
+ * offset is lowered to it first. Memory logs: UV_EINVAL.
  * The caller must keep consumers off the truncated range: the queue
  * engine caches records above visible_next-at-fetch in its tail cache
  * (src/queue/cache.c) and its appended_next; a partition whose log is

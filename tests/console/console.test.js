@@ -2,7 +2,8 @@
 // playwright-core (pinned by package-lock.json) against one real ternd.
 //
 // Logs in with the keyboard, creates a topic, publishes through nsqd's /pub,
-// watches the channel's depth change, peeks (bodies appear only then),
+// watches the channel's depth change, sees a replicated topic's view (the
+// record answered as a cluster would: leaders, ISR, badges), peeks (bodies appear only then),
 // pauses and empties the channel, takes screenshots at 1280 px and at phone
 // width (and dark) and checks they are not blank; a user with only a consume
 // grant is offered no action but peek; the admin grants that user more,
@@ -229,6 +230,37 @@ test('the web console in headless chromium', { timeout: 120000 }, async (t) => {
     await waitText(channelCell(page, 'default', 'lag'), '3')
     assert.ok(!(await page.content()).includes('hello 0'), 'a body shown before peek')
     await assertNotBlank(page, 'topic-1280', 1280)
+    // A factor-1 topic says so, and its partitions show their owner.
+    await waitText(page.locator('#topic-replication'), 'none (factor 1: one owner per partition)')
+
+    // A replicated topic's view: this lone node has none, so the topic's
+    // record is answered as a 3-node cluster would (replication fields of
+    // docs/api.md) and the view shows the factor, each partition's leader,
+    // replicas, ISR and epoch, and the under-replicated / offline badges.
+    await page.route(`**/v1/topics/${TOPIC}`, async (route) => {
+      const resp = await route.fetch()
+      const j = await resp.json()
+      j.replication_factor = 3
+      j.min_insync_replicas = 2
+      j.partition_stats = [
+        { ...j.partition_stats[0], index: 0, leader: '1', replicas: ['1', '2', '3'], isr: ['1', '2'], leader_epoch: 4, under_replicated: true, offline: false, unclean: false },
+        { index: 1, owner_node: null, leader: null, replicas: ['2', '3', '1'], isr: ['2'], leader_epoch: 7, under_replicated: true, offline: true, unclean: true },
+      ]
+      await route.fulfill({ response: resp, json: j })
+    })
+    await waitText(page.locator('#topic-replication'), 'factor 3, at least 2 in sync to write 1 under-replicated 1 offline')
+    const row0 = page.locator('tr[data-partition="0"]')
+    assert.equal(await row0.locator('[data-col=leader]').innerText(), '1')
+    assert.equal(await row0.locator('[data-col=replicas]').innerText(), '1, 2, 3')
+    assert.equal(await row0.locator('[data-col=isr]').innerText(), '1, 2')
+    await row0.locator('.badge.under-replicated').waitFor()
+    const row1 = page.locator('tr[data-partition="1"]')
+    assert.equal(await row1.locator('[data-col=leader]').innerText(), 'none')
+    await row1.locator('.badge.offline').waitFor()
+    await row1.locator('.badge.unclean').waitFor()
+    await assertNotBlank(page, 'topic-replicated-1280', 1280)
+    await page.unroute(`**/v1/topics/${TOPIC}`)
+    await waitText(page.locator('#topic-replication'), 'none (factor 1: one owner per partition)')
 
     // Peek: the bodies appear in the dialog, read without a lease.
     await page.click('#peek-open')

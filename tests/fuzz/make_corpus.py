@@ -251,6 +251,7 @@ def main():
     write(rd, "seed-key", record(1, b"body", key=b"user-42", flags=1))
     write(rd, "seed-empty", record(0, b""))
     write(rd, "seed-torn", record(3, b"abcdefgh")[:-3])
+    write(rd, "seed-control", record(5, b"\x01" + struct.pack("<I", 7), flags=2))
 
     ss = os.path.join(here, "segment_scan", "corpus")
     seg = b"".join(record(i, (b"message %d " % i) * (1 + i % 5)) for i in range(40))

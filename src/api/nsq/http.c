@@ -11,6 +11,7 @@
 #include "api/drain.h"
 #include "api/users.h"
 #include "api/v1/common.h"
+#include "cluster/replerr.h"
 #include "proto/nsq/codec.h"
 
 #include <inttypes.h>
@@ -64,6 +65,17 @@ static void answer_error(tn_http_request_t *r, int status, const char *code)
     char body[128];
     snprintf(body, sizeof(body), "{\"message\":\"%s\"}", code);
     answer_json(r, status, body);
+}
+
+/* 503 + Retry-After for a replicated partition that refuses for now
+ * (cluster/replerr.h): nsqd's {"message"} in its E_PUB_FAILED words, and
+ * the {"error"} every tern door answers such a refusal with. */
+static void answer_refused(tn_http_request_t *r, const char *why)
+{
+    /* why is one of replerr's constants: plain words, nothing to escape. */
+    char body[256];
+    snprintf(body, sizeof(body), "{\"message\":\"E_PUB_FAILED %s\",\"error\":\"%s\"}", why, why);
+    answer_json(r, 503, body);
 }
 
 static void answer_ok(tn_http_request_t *r)
@@ -310,6 +322,30 @@ static tn_channel_t **stats_channels(const tn_topic_t *t, const char *fchan, siz
     return v;
 }
 
+/* A replicated topic's partitions that are under-replicated (ISR smaller
+ * than the replica set) and offline (no leader), from the metastore's
+ * partition states; false for a factor-1 topic (or no metastore). */
+static bool repl_counts(tn_nsq_http_t *api, const char *topic, uint32_t *under, uint32_t *offline)
+{
+    *under = *offline = 0;
+    if (api->meta == NULL)
+        return false;
+    const tn_meta_state_t *s = tn_meta_state(api->meta);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, topic);
+    if (e == NULL || e->rec.replication_factor <= 1)
+        return false;
+    for (uint32_t p = 0; p < e->rec.partitions; p++) {
+        const tn_pstate_t *ps = tn_meta_state_pstate(s, topic, p);
+        if (ps == NULL)
+            continue;
+        if (ps->leader == TN_PSTATE_NONE)
+            (*offline)++;
+        else if (ps->nisr < ps->nreplicas)
+            (*under)++;
+    }
+    return true;
+}
+
 /* nsqd's /stats JSON: topics is null only when a named topic does not
  * exist; with a channel named, topics without it are left out; channels
  * and (with include_clients) clients are arrays, empty when there are
@@ -374,8 +410,14 @@ static void stats_json(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t 
                 appendf(b, ",\"paused\":%s,%s}", ch->paused ? "true" : "false", latency);
             }
             tn_free(chans);
+            /* tern's own: how many of a replicated topic's partitions
+             * are under-replicated or offline (0 for factor 1). */
+            uint32_t under, offline;
+            repl_counts(api, t->name, &under, &offline);
+            appendf(b, "],\"under_replicated_partitions\":%u,\"offline_partitions\":%u", under,
+                    offline);
             appendf(b,
-                    "],\"depth\":%" PRIu64 ",\"backend_depth\":%" PRIu64
+                    ",\"depth\":%" PRIu64 ",\"backend_depth\":%" PRIu64
                     ",\"message_count\":%" PRIu64 ",\"message_bytes\":%" PRIu64
                     ",\"paused\":%s,%s}",
                     ts.depth, ts.depth, ts.message_count, t->message_bytes,
@@ -413,8 +455,12 @@ static void stats_text(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t 
         tn_topic_t *t = topics[i];
         topic_sums_t ts;
         topic_sums(t, &ts);
-        appendf(b, "\n%s[%-15s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " msgs: %" PRIu64 "\n",
+        appendf(b, "\n%s[%-15s] depth: %-5" PRIu64 " be-depth: %-5" PRIu64 " msgs: %" PRIu64,
                 t->paused ? "*P " : "   ", t->name, ts.depth, ts.depth, ts.message_count);
+        uint32_t under, offline;
+        if (repl_counts(api, t->name, &under, &offline))
+            appendf(b, " under-replicated: %u offline: %u", under, offline);
+        appendf(b, "\n");
         size_t nc;
         tn_channel_t **chans = stats_channels(t, fchan, &nc);
         for (size_t k = 0; k < nc; k++) {
@@ -1063,8 +1109,11 @@ static void on_hpub_done(tn_pub_t *p, int status)
     tn_http_request_t *r = h->r;
     if (r != NULL) {
         r->on_cancel = NULL;
+        const char *why = tn_replerr_text(status);
         if (status == 0)
             answer_ok(r);
+        else if (why != NULL)
+            answer_refused(r, why);
         else if (status == TN_EDISKHIGH)
             answer_error(r, 429, "E_THROTTLED");
         else if (status == TN_EFULL)

@@ -1,5 +1,8 @@
 /* The /v1/cluster routes (admins only): the members the metastore knows,
- * partition moves, and draining a member (decommission). Every node
+ * partition moves, and draining a member (decommission); and the forced
+ * election of a replicated partition's leader (POST
+ * /v1/topics/{topic}/partitions/{p}/leader, docs/replication.md "What an
+ * operator sees and does"). Every node
  * registers itself as a member (the metastore does, each heartbeat
  * interval); the leader marks one dead when it stops. Owned partitions
  * are the metastore's assignments. Partition moves are not made yet:
@@ -12,10 +15,13 @@
 
 #include "api/v1/common.h"
 
+#include "cluster/replica.h"
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "meta/partstate.h"
+#include "proto/http/json.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -171,6 +177,265 @@ static void on_recommission(tn_http_request_t *r, void *arg)
     decommission(arg, r, false);
 }
 
+/* --- forced leader election ------------------------------------------------------ */
+
+/* DESIGN: POST /v1/topics/{topic}/partitions/{p}/leader
+ *   {"node": "3", "unclean": true}
+ *   1. Admins only (403), a write (the cross-site guard, 415), a caught-up
+ *      metastore replica (503); the body (400), the topic and partition
+ *      (404) and a replicated partition (409: a factor-1 partition has one
+ *      owner and no election).
+ *   2. The rules run first on a copy of the partition's state
+ *      (tn_pstate_force_leader, the function the state machine applies):
+ *      a refusal is 409 with its reason (not a replica, not live, not an
+ *      eligible ISR member without "unclean"), and nothing is proposed.
+ *   3. Otherwise PART_LEADER goes to the metastore (tn_meta_force_leader)
+ *      and is logged at warn. Its answer: 0 is 200 with the new leader and
+ *      epoch; a refusal there (the state changed in between) is 409 with
+ *      the rules' reason over the state as it is now; TN_ENOTFOUND 404;
+ *      anything else 503 + Retry-After.
+ *   4. For an unclean election the answer says how many records may be
+ *      lost: "records_at_risk", the records below the high watermark the
+ *      answering node last saw that the new leader lacks, when the answering
+ *      node is the new leader and holds its replica (a lower bound: the old
+ *      ISR may have acknowledged more since), else null (unknown). */
+
+#define LEADER_REFUSED_CHANGED "the partition's state changed while the election was proposed"
+
+typedef struct {
+    tn_meta_req_t mreq;
+    tn_http_request_t *r; /* NULL once the client left */
+    tn_v1_t *v;
+    char topic[TN_NAME_MAX + 1];
+    uint32_t partition;
+    uint32_t node;
+    bool unclean;
+    tn_pstate_t expect; /* the state the rules gave on the copy */
+    bool have_risk;
+    uint64_t risk;
+} force_t;
+
+typedef struct {
+    char node[24];
+    int64_t node_int;
+    bool unclean;
+} force_body_t;
+
+/* The rules' verdict on forcing node for ps now: 0 with *out the state
+ * the election makes, or an error with the reason in err. */
+static int force_check(tn_v1_t *v, const tn_pstate_t *ps, uint32_t node, bool unclean,
+                       tn_pstate_t *out, char *err, size_t errlen)
+{
+    tn_pstate_node_t buf[64];
+    tn_pstate_nodes_t nodes;
+    tn_meta_state_nodes(tn_meta_state(v->meta), buf, TN_ARRAY_SIZE(buf), &nodes);
+    *out = *ps;
+    err[0] = '\0';
+    int rc = tn_pstate_force_leader(out, node, unclean, &nodes, err, errlen);
+    if (rc != 0 && err[0] == '\0')
+        snprintf(err, errlen, "%s", tn_strerror(rc));
+    return rc;
+}
+
+static void force_cancel(tn_http_request_t *r)
+{
+    force_t *f = r->data;
+    f->r = NULL;
+}
+
+static void force_answer(force_t *f, const tn_pstate_t *ps)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_buf_append(&b, "{\"topic\":", 9);
+    tn__v1_json_str(&b, f->topic);
+    tn__v1_appendf(&b,
+                   ",\"partition\":%" PRIu32 ",\"leader\":\"%" PRIu32 "\",\"leader_epoch\":%" PRIu32
+                   ",\"unclean\":%s,\"isr\":[",
+                   f->partition, ps->leader, ps->leader_epoch, ps->unclean ? "true" : "false");
+    for (uint32_t i = 0; i < ps->nisr; i++)
+        tn__v1_appendf(&b, "%s\"%" PRIu32 "\"", i > 0 ? "," : "", ps->isr[i].node);
+    tn_buf_append(&b, "]", 1);
+    if (f->unclean && f->have_risk)
+        tn__v1_appendf(&b, ",\"records_at_risk\":%" PRIu64 "}", f->risk);
+    else if (f->unclean)
+        tn_buf_append(&b, ",\"records_at_risk\":null}", 24);
+    else
+        tn_buf_append(&b, "}", 1);
+    tn__v1_respond_buf(f->r, 200, &b);
+}
+
+static void on_forced(tn_meta_req_t *req, int status)
+{
+    force_t *f = req->data;
+    tn_http_request_t *r = f->r;
+    if (r == NULL)
+        goto done;
+    r->on_cancel = NULL;
+    const tn_pstate_t *now =
+        tn_meta_state_pstate(tn_meta_state(f->v->meta), f->topic, f->partition);
+    if (status == 0) {
+        TN_LOG(TN_LOG_WARN, "forced election applied: %s/%" PRIu32 " led by node %" PRIu32 "%s",
+               f->topic, f->partition, f->node, f->unclean ? " (unclean)" : "");
+        /* This node's replica of the metastore may apply the command
+         * after the leader answered: until then the expected state is the
+         * one the rules gave. */
+        force_answer(f, now != NULL && now->leader == f->node &&
+                                now->leader_epoch >= f->expect.leader_epoch
+                            ? now
+                            : &f->expect);
+    } else if (status == TN_ENOTFOUND) {
+        tn__v1_error(r, 404, "no such topic or partition", NULL);
+    } else if (status == UV_EINVAL || status == UV_EPERM) {
+        char err[192];
+        tn_pstate_t after;
+        if (now == NULL ||
+            force_check(f->v, now, f->node, f->unclean, &after, err, sizeof(err)) == 0)
+            snprintf(err, sizeof(err), "%s", LEADER_REFUSED_CHANGED);
+        tn__v1_error(r, 409, err, NULL);
+    } else {
+        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+    }
+done:
+    tn_free(f);
+}
+
+/* The partition of the path's {p}: false after answering 404. */
+static bool path_partition(tn_http_request_t *r, const tn_meta_topic_entry_t *e, uint32_t *out)
+{
+    const tn_iov_t *pp = tn_http_param(r, "p");
+    char buf[12] = "";
+    if (pp != NULL && pp->len > 0 && pp->len < sizeof(buf)) {
+        memcpy(buf, pp->base, pp->len);
+        buf[pp->len] = '\0';
+    }
+    char *end = NULL;
+    unsigned long n = strtoul(buf, &end, 10);
+    if (buf[0] < '0' || buf[0] > '9' || *end != '\0' || n >= e->rec.partitions) {
+        tn__v1_error(r, 404, "no such partition", NULL);
+        return false;
+    }
+    *out = (uint32_t)n;
+    return true;
+}
+
+/* The body: node as a string of digits (as /v1/cluster/members shows ids)
+ * or a number, unclean a boolean (default false). false after 400. */
+static bool force_body(tn_http_request_t *r, uint32_t *node, bool *unclean)
+{
+    static const tn_jfield_t as_str[] = {
+        {"node", TN_JF_STR, offsetof(force_body_t, node), sizeof(((force_body_t *)0)->node) - 1},
+        {"unclean", TN_JF_BOOL, offsetof(force_body_t, unclean), 0},
+    };
+    static const tn_jfield_t as_int[] = {
+        {"node", TN_JF_INT, offsetof(force_body_t, node_int), 0},
+        {"unclean", TN_JF_BOOL, offsetof(force_body_t, unclean), 0},
+    };
+    force_body_t b;
+    memset(&b, 0, sizeof(b));
+    bool given[2];
+    char err[192];
+    const char *body = tn_buf_data(&r->body);
+    size_t len = tn_buf_size(&r->body);
+    int rc = tn_json_object(body, len, as_str, 2, &b, given, err, sizeof(err));
+    if (rc == UV_EINVAL) {
+        char err2[192];
+        memset(&b, 0, sizeof(b));
+        if (tn_json_object(body, len, as_int, 2, &b, given, err2, sizeof(err2)) == 0) {
+            rc = 0;
+            snprintf(b.node, sizeof(b.node), "%" PRId64, b.node_int);
+        }
+    }
+    if (rc == UV_ENOMEM) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return false;
+    }
+    if (rc != 0) {
+        tn__v1_error(r, 400, err, NULL);
+        return false;
+    }
+    if (!given[0]) {
+        tn__v1_error(r, 400, "node required: the member id of the new leader", NULL);
+        return false;
+    }
+    char *end = NULL;
+    unsigned long long n = strtoull(b.node, &end, 10);
+    if (b.node[0] < '0' || b.node[0] > '9' || *end != '\0' || n == 0 || n > UINT32_MAX) {
+        tn__v1_error(r, 400, "node must be a member id (a positive integer)", NULL);
+        return false;
+    }
+    *node = (uint32_t)n;
+    *unclean = given[1] && b.unclean;
+    return true;
+}
+
+static void on_force_leader(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r))
+        return;
+    uint32_t node;
+    bool unclean;
+    if (!force_body(r, &node, &unclean))
+        return;
+    char topic[TN_NAME_MAX + 1];
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
+    uint32_t p;
+    if (e == NULL || !path_partition(r, e, &p))
+        return;
+    const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(v->meta), topic, p);
+    if (ps == NULL) {
+        tn__v1_error(r, 409,
+                     e->rec.replication_factor > 1
+                         ? "the partition is not placed yet: no member was alive to hold it"
+                         : "the topic is not replicated (replication_factor 1): a partition has "
+                           "one owner and no leader election",
+                     NULL);
+        return;
+    }
+    force_t *f = tn_calloc(1, sizeof(*f));
+    if (f == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    char err[192];
+    if (force_check(v, ps, node, unclean, &f->expect, err, sizeof(err)) != 0) {
+        tn_free(f);
+        tn__v1_error(r, 409, err, NULL);
+        return;
+    }
+    snprintf(f->topic, sizeof(f->topic), "%s", topic);
+    f->partition = p;
+    f->node = node;
+    f->unclean = unclean;
+    f->v = v;
+    f->r = r;
+    uint64_t hw, log_end;
+    if (unclean && v->replica != NULL && node == v->node_id &&
+        tn_replica_part_info(v->replica, topic, p, &hw, &log_end) == 0) {
+        f->have_risk = true;
+        f->risk = hw > log_end ? hw - log_end : 0;
+    }
+    f->mreq.data = f;
+    r->data = f;
+    r->on_cancel = force_cancel;
+    int rc = tn_meta_force_leader(v->meta, &f->mreq, topic, p, node, unclean, on_forced);
+    if (rc != 0) {
+        r->on_cancel = NULL;
+        tn_free(f);
+        if (rc == UV_ENOMEM)
+            tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        else
+            tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+        return;
+    }
+    TN_LOG(TN_LOG_WARN,
+           "audit: %s forces an%s election of %s/%" PRIu32 ": node %" PRIu32 " (leader was %" PRIu32
+           ", epoch %" PRIu32 ")",
+           r->principal[0] ? r->principal : "(open)", unclean ? " UNCLEAN" : "", topic, p, node,
+           ps->leader, ps->leader_epoch);
+}
+
 int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     int rc = tn_http_route(srv, "GET", "/v1/cluster/members", 0, NULL, on_members, v);
@@ -181,5 +446,8 @@ int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v)
     rc = rc ? rc
             : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}/decommission", 0, NULL,
                             on_recommission, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/v1/topics/{topic}/partitions/{p}/leader",
+                            TN_JSON_MAX_BODY, "request body too large", on_force_leader, v);
     return rc;
 }

@@ -10,6 +10,7 @@
 
 #include "core/err.h"
 #include "api/drain.h"
+#include "cluster/replica.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -181,19 +182,15 @@ static const char *durability_name(uint8_t d)
 }
 
 /* The replicated partition's high watermark and log end as this node's
- * replica manager sees them. NOT WIRED YET: the replica manager
- * (cluster/replica.h, tn_replica_part_info) lands with replication's
- * data path; the lead (or rapi) wires it here. UV_ENOTSUP until then, and
- * the partition entry shows only the local log's numbers. */
+ * replica manager sees them (cluster/replica.h, tn_replica_part_info):
+ * TN_ENOTFOUND when this node holds no replica of it, UV_ENOTSUP without a
+ * replica manager (v->replica NULL: a lone node, or before it starts). */
 static int replica_part_info(tn_v1_t *v, const char *topic, uint32_t p, uint64_t *hw,
                              uint64_t *log_end)
 {
-    (void)v;
-    (void)topic;
-    (void)p;
-    (void)hw;
-    (void)log_end;
-    return UV_ENOTSUP;
+    if (v->replica == NULL)
+        return UV_ENOTSUP;
+    return tn_replica_part_info(v->replica, topic, p, hw, log_end);
 }
 
 static void json_members(tn_buf_t *b, const char *key, const tn_pstate_member_t *v, uint32_t n)
@@ -204,10 +201,17 @@ static void json_members(tn_buf_t *b, const char *key, const tn_pstate_member_t 
     tn_buf_append(b, "]", 1);
 }
 
-/* A replicated partition's state in the local metastore replica: leader
- * (null while offline), replicas, isr, leader_epoch; node ids as strings
- * as everywhere in /v1. */
-static void json_pstate(tn_v1_t *v, tn_buf_t *b, const char *topic, uint32_t p)
+/* A replicated partition's state in the local metastore replica
+ * (docs/replication.md, "What an operator sees and does"): leader (null
+ * while offline), replicas (the preferred leader first), isr, elr (when
+ * any), leader_epoch, partition_epoch, under_replicated (ISR smaller than
+ * the replica set), offline (no leader), unclean (the epoch began with a
+ * forced unclean election); node ids as strings as everywhere in /v1.
+ * log_end is the log end of this node's replica when it holds one
+ * (replica_high_watermark beside it), else the leader's next offset from
+ * the partition's numbers (st). */
+static void json_pstate(tn_v1_t *v, tn_buf_t *b, const char *topic, uint32_t p,
+                        const tn_router_pstat_t *st)
 {
     const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(v->meta), topic, p);
     if (ps == NULL)
@@ -223,13 +227,17 @@ static void json_pstate(tn_v1_t *v, tn_buf_t *b, const char *topic, uint32_t p)
     json_members(b, "isr", ps->isr, ps->nisr);
     if (ps->nelr > 0)
         json_members(b, "elr", ps->elr, ps->nelr);
-    tn__v1_appendf(b, ",\"leader_epoch\":%u,\"partition_epoch\":%u", ps->leader_epoch,
-                   ps->partition_epoch);
-    if (ps->unclean)
-        tn_buf_append(b, ",\"unclean\":true", 15);
+    tn__v1_appendf(b,
+                   ",\"leader_epoch\":%u,\"partition_epoch\":%u,\"under_replicated\":%s"
+                   ",\"offline\":%s,\"unclean\":%s",
+                   ps->leader_epoch, ps->partition_epoch,
+                   ps->nisr < ps->nreplicas ? "true" : "false",
+                   ps->leader == TN_PSTATE_NONE ? "true" : "false", ps->unclean ? "true" : "false");
     uint64_t hw, end;
     if (replica_part_info(v, topic, p, &hw, &end) == 0)
         tn__v1_appendf(b, ",\"replica_high_watermark\":%" PRIu64 ",\"log_end\":%" PRIu64, hw, end);
+    else if (st->have)
+        tn__v1_appendf(b, ",\"log_end\":%" PRIu64, st->st.next_offset);
 }
 
 void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
@@ -308,7 +316,7 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
                 tn_buf_append(b, ",\"error\":", 9);
                 tn__v1_json_str(b, ps->error);
             }
-            json_pstate(v, b, t->name, ps->partition);
+            json_pstate(v, b, t->name, ps->partition, ps);
             tn_buf_append(b, "}", 1);
         }
         tn_buf_append(b, "]", 1);

@@ -8,6 +8,7 @@
 #include "api/v1/produce.h"
 
 #include "api/v1/common.h"
+#include "cluster/replerr.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -29,7 +30,11 @@
  * it (cluster/router.h), which every node of a cluster has. */
 static void answer_failed(tn_http_request_t *r, int status)
 {
-    if (status == TN_EREMOTE)
+    const char *why = tn_replerr_text(status);
+    if (why != NULL)
+        /* A replicated partition refusing for now (cluster/replerr.h). */
+        tn__v1_error(r, 503, why, "Retry-After: 1\r\n");
+    else if (status == TN_EREMOTE)
         tn__v1_error(r, 503, "this node cannot take produces for that partition now",
                      "Retry-After: 1\r\n");
     else if (status == TN_EDISKHIGH)

@@ -75,6 +75,7 @@ extern const tn_ctl_cmd_t tn_ctl_cmd_scrub;
 extern const tn_ctl_cmd_t tn_ctl_cmd_backup;
 extern const tn_ctl_cmd_t tn_ctl_cmd_restore;
 extern const tn_ctl_cmd_t tn_ctl_cmd_drain;
+extern const tn_ctl_cmd_t tn_ctl_cmd_partitions;
 
 /* --- helpers for command files ------------------------------------------------ */
 

@@ -19,10 +19,10 @@
 extern char **environ;
 
 static const tn_ctl_cmd_t *const commands[] = {
-    &tn_ctl_cmd_status,  &tn_ctl_cmd_drain,   &tn_ctl_cmd_topics, &tn_ctl_cmd_channels,
-    &tn_ctl_cmd_produce, &tn_ctl_cmd_consume, &tn_ctl_cmd_tail,   &tn_ctl_cmd_users,
-    &tn_ctl_cmd_cluster, &tn_ctl_cmd_stats,   &tn_ctl_cmd_scrub,  &tn_ctl_cmd_backup,
-    &tn_ctl_cmd_restore,
+    &tn_ctl_cmd_status,  &tn_ctl_cmd_drain,      &tn_ctl_cmd_topics, &tn_ctl_cmd_channels,
+    &tn_ctl_cmd_produce, &tn_ctl_cmd_consume,    &tn_ctl_cmd_tail,   &tn_ctl_cmd_users,
+    &tn_ctl_cmd_cluster, &tn_ctl_cmd_stats,      &tn_ctl_cmd_scrub,  &tn_ctl_cmd_backup,
+    &tn_ctl_cmd_restore, &tn_ctl_cmd_partitions,
 };
 
 static const char global_help[] =

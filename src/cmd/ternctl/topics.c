@@ -131,6 +131,91 @@ static int list(tn_ctl_t *c, int argc, char **argv)
     return rc;
 }
 
+/* The ids of a JSON array of strings, comma-separated, into out[cap]
+ * ("-" when empty or absent). */
+static const char *id_list(yajl_val p, const char *key, char *out, size_t cap)
+{
+    yajl_val a = tn_ctl_get(p, key);
+    size_t at = 0;
+    out[0] = '\0';
+    if (YAJL_IS_ARRAY(a))
+        for (size_t i = 0; i < a->u.array.len && at + 1 < cap; i++) {
+            const char *id =
+                YAJL_IS_STRING(a->u.array.values[i]) ? YAJL_GET_STRING(a->u.array.values[i]) : "?";
+            int n = snprintf(out + at, cap - at, "%s%s", i > 0 ? "," : "", id);
+            at = n < 0 ? at : TN_MIN(at + (size_t)n, cap - 1);
+        }
+    if (out[0] == '\0')
+        snprintf(out, cap, "-");
+    return out;
+}
+
+/* One row per partition. A replicated topic's partitions (their entries
+ * carry "isr") add the leader, the replicas (the preferred leader first),
+ * the in-sync replicas, the leader epoch and a state: ok,
+ * under-replicated, offline, with "unclean" when the epoch began with a
+ * forced unclean election. NEXT is the leader's log end; HWM what
+ * consumers may see. */
+static void partition_table(yajl_val ps)
+{
+    bool repl = false;
+    for (size_t i = 0; i < ps->u.array.len; i++)
+        repl = repl || tn_ctl_get(ps->u.array.values[i], "isr") != NULL;
+    printf("\n");
+    tn_ctl_table_t t;
+    tn_ctl_table_init(&t, repl ? 12 : 8);
+    const char *head[] = {"PARTITION", "OWNER", "SEGMENTS", "OLDEST",
+                          "NEXT",      "HWM",   "SIZE",     "ERROR"};
+    const char *rhead[] = {"PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH", "STATE",
+                           "SEGMENTS",  "OLDEST", "NEXT",     "HWM", "SIZE",  "ERROR"};
+    tn_ctl_table_row(&t, repl ? rhead : head);
+    for (size_t i = 0; i < ps->u.array.len; i++) {
+        yajl_val p = ps->u.array.values[i];
+        char ix[24], sg[24], ol[24], nx[24], hw[24], sz[32], rp[96], is[96], ep[24], st[48];
+        int64_t size = 0;
+        bool has_size = tn_ctl_get_int(p, "size_bytes", &size);
+        const char *szs = has_size ? tn_ctl_fmt_bytes((uint64_t)size, sz, sizeof(sz)) : NULL;
+        if (!repl) {
+            const char *row[] = {num(p, "index", ix, sizeof(ix)),
+                                 tn_ctl_get_str(p, "owner_node"),
+                                 num(p, "segments", sg, sizeof(sg)),
+                                 num(p, "oldest_offset", ol, sizeof(ol)),
+                                 num(p, "next_offset", nx, sizeof(nx)),
+                                 num(p, "high_watermark", hw, sizeof(hw)),
+                                 szs,
+                                 tn_ctl_get_str(p, "error")};
+            tn_ctl_table_row(&t, row);
+            continue;
+        }
+        bool under = false, offline = false, unclean = false;
+        tn_ctl_get_bool(p, "under_replicated", &under);
+        tn_ctl_get_bool(p, "offline", &offline);
+        tn_ctl_get_bool(p, "unclean", &unclean);
+        snprintf(st, sizeof(st), "%s%s",
+                 tn_ctl_get(p, "isr") == NULL ? "-"
+                 : offline                    ? "offline"
+                 : under                      ? "under-replicated"
+                                              : "ok",
+                 unclean ? ",unclean" : "");
+        const char *leader = tn_ctl_get_str(p, "leader");
+        const char *row[] = {num(p, "index", ix, sizeof(ix)),
+                             leader != NULL ? leader : (offline ? "none" : NULL),
+                             id_list(p, "replicas", rp, sizeof(rp)),
+                             id_list(p, "isr", is, sizeof(is)),
+                             num(p, "leader_epoch", ep, sizeof(ep)),
+                             st,
+                             num(p, "segments", sg, sizeof(sg)),
+                             num(p, "oldest_offset", ol, sizeof(ol)),
+                             num(p, "next_offset", nx, sizeof(nx)),
+                             num(p, "high_watermark", hw, sizeof(hw)),
+                             szs,
+                             tn_ctl_get_str(p, "error")};
+        tn_ctl_table_row(&t, row);
+    }
+    tn_ctl_table_print(&t, stdout);
+    tn_ctl_table_fini(&t);
+}
+
 static int get(tn_ctl_t *c, int argc, char **argv)
 {
     static const struct option longs[] = {{"partition", required_argument, NULL, 'p'},
@@ -204,32 +289,8 @@ static int get(tn_ctl_t *c, int argc, char **argv)
         }
         printf("%-32s %s\n", "channels", channels(v, chs, sizeof(chs)));
         yajl_val ps = tn_ctl_get(v, "partition_stats");
-        if (YAJL_IS_ARRAY(ps)) {
-            printf("\n");
-            tn_ctl_table_t t;
-            tn_ctl_table_init(&t, 8);
-            const char *head[] = {"PARTITION", "OWNER", "SEGMENTS", "OLDEST",
-                                  "NEXT",      "HWM",   "SIZE",     "ERROR"};
-            tn_ctl_table_row(&t, head);
-            for (size_t i = 0; i < ps->u.array.len; i++) {
-                yajl_val p = ps->u.array.values[i];
-                char ix[24], sg[24], ol[24], nx[24], hw[24], sz[32];
-                int64_t size = 0;
-                bool has_size = tn_ctl_get_int(p, "size_bytes", &size);
-                const char *row[] = {num(p, "index", ix, sizeof(ix)),
-                                     tn_ctl_get_str(p, "owner_node"),
-                                     num(p, "segments", sg, sizeof(sg)),
-                                     num(p, "oldest_offset", ol, sizeof(ol)),
-                                     num(p, "next_offset", nx, sizeof(nx)),
-                                     num(p, "high_watermark", hw, sizeof(hw)),
-                                     has_size ? tn_ctl_fmt_bytes((uint64_t)size, sz, sizeof(sz))
-                                              : NULL,
-                                     tn_ctl_get_str(p, "error")};
-                tn_ctl_table_row(&t, row);
-            }
-            tn_ctl_table_print(&t, stdout);
-            tn_ctl_table_fini(&t);
-        }
+        if (YAJL_IS_ARRAY(ps))
+            partition_table(ps);
     }
     yajl_tree_free(v);
     tn_ctl_resp_fini(&r);

@@ -3,6 +3,7 @@
 
 #include "proto/nsq/codec.h"
 
+#include "cluster/replerr.h"
 #include "core/err.h"
 #include "core/name.h"
 
@@ -340,6 +341,32 @@ static int frame(tn_buf_t *out, int32_t type, const char *a, size_t alen, const 
 int tn_nsq_write_response(tn_buf_t *out, const char *data, size_t len)
 {
     return frame(out, TN_NSQ_FRAME_RESPONSE, data, len, NULL, 0);
+}
+
+tn_nsq_err_t tn_nsq_pub_error(tn_nsq_op_t op, int status, char *text, size_t len, bool *fatal)
+{
+    const char *name = op == TN_NSQ_MPUB ? "MPUB" : op == TN_NSQ_DPUB ? "DPUB" : "PUB";
+    tn_nsq_err_t e = op == TN_NSQ_MPUB   ? TN_NSQ_E_MPUB_FAILED
+                     : op == TN_NSQ_DPUB ? TN_NSQ_E_DPUB_FAILED
+                                         : TN_NSQ_E_PUB_FAILED;
+    const char *why = tn_replerr_text(status);
+    if (status == TN_EDISKHIGH) {
+        e = TN_NSQ_E_THROTTLED;
+        snprintf(text, len, "disk usage above the high watermark");
+    } else if (why != NULL) {
+        e = TN_NSQ_E_PUB_FAILED;
+        snprintf(text, len, "%s", why);
+        *fatal = false;
+        return e;
+    } else if (status == TN_EREMOTE) {
+        /* Every partition of the topic is on other nodes and this node
+         * has no ingress log to take it. */
+        snprintf(text, len, "the partitions of this topic live on other nodes");
+    } else {
+        snprintf(text, len, "%s failed: %s", name, tn_strerror(status));
+    }
+    *fatal = tn_nsq_err_fatal(e);
+    return e;
 }
 
 int tn_nsq_write_error(tn_buf_t *out, tn_nsq_err_t err, const char *text)

@@ -87,6 +87,21 @@ const char *tn_nsq_err_code(tn_nsq_err_t err);
 /* Whether the connection closes after this error. */
 bool tn_nsq_err_fatal(tn_nsq_err_t err);
 
+/* The error frame for a PUB, MPUB or DPUB (op) the engine or the router
+ * answered with status (non-zero): its code (returned), its text (into
+ * text, len bytes) and whether the connection closes after it (*fatal).
+ * - TN_EDISKHIGH: E_THROTTLED, connection kept (tern's disk pressure).
+ * - A replication refusal that passes by itself (cluster/replerr.h:
+ *   TN_EFEWREPLICAS, TN_EFENCED, TN_ENOTSERVING): E_PUB_FAILED for all
+ *   three commands with the refusal's words ("E_PUB_FAILED not enough
+ *   in-sync replicas"), connection kept so the client can retry on it.
+ *   (nsqd closes the connection on E_PUB_FAILED, but nsqd has no failure
+ *   that passes by itself; a producer that reconnects on every refusal
+ *   would only add load while a replica catches up.)
+ * - Anything else: E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED with the
+ *   error's description, fatal as in nsqd. */
+tn_nsq_err_t tn_nsq_pub_error(tn_nsq_op_t op, int status, char *text, size_t len, bool *fatal);
+
 typedef struct {
     uint32_t max_line;       /* longest command line, without its newline */
     uint64_t max_msg_size;   /* PUB/DPUB body, and each MPUB message */

@@ -4,6 +4,7 @@
 #include "proto/nsq/server.h"
 
 #include "auth/nsqauth.h"
+#include "cluster/replerr.h"
 #include "core/alloc.h"
 #include "core/assert.h"
 #include "proto/addr.h"
@@ -500,26 +501,11 @@ static void answer_publishes(conn_t *c)
         if (c->state != ST_CLOSED) {
             if (r->status == 0) {
                 respond(c, "OK");
-            } else if (r->status == TN_EDISKHIGH) {
-                send_error(c, TN_NSQ_E_THROTTLED, "disk usage above the high watermark");
-            } else if (r->status == TN_EREMOTE) {
-                /* Every partition of the topic is on other nodes (routing
-                 * a publish there comes later). */
-                tn_nsq_err_t e = r->op == TN_NSQ_MPUB   ? TN_NSQ_E_MPUB_FAILED
-                                 : r->op == TN_NSQ_DPUB ? TN_NSQ_E_DPUB_FAILED
-                                                        : TN_NSQ_E_PUB_FAILED;
-                send_error(c, e, "the partitions of this topic live on other nodes");
             } else {
-                tn_nsq_err_t e = r->op == TN_NSQ_MPUB   ? TN_NSQ_E_MPUB_FAILED
-                                 : r->op == TN_NSQ_DPUB ? TN_NSQ_E_DPUB_FAILED
-                                                        : TN_NSQ_E_PUB_FAILED;
                 char text[160];
-                snprintf(text, sizeof(text), "%s failed: %s",
-                         r->op == TN_NSQ_MPUB   ? "MPUB"
-                         : r->op == TN_NSQ_DPUB ? "DPUB"
-                                                : "PUB",
-                         tn_strerror(r->status));
-                send_error(c, e, text);
+                bool fatal;
+                tn_nsq_err_t e = tn_nsq_pub_error(r->op, r->status, text, sizeof(text), &fatal);
+                send_error_as(c, e, text, fatal);
             }
         }
         tn_pub_fini(&r->pub);
@@ -769,9 +755,13 @@ static void settle_failed(conn_t *c, tn_nsq_err_t e, const char *name, const tn_
                           int rc)
 {
     char text[160];
+    /* A replicated partition refusing for now (cluster/replerr.h) says so
+     * in the words every door uses; E_*_FAILED keeps the connection. */
+    const char *why = tn_replerr_text(rc);
     snprintf(text, sizeof(text), "%s %.*s failed %s", name, (int)cmd->id.len, cmd->id.base,
-             rc == TN_ENOTFOUND || rc == UV_ESRCH || rc == UV_EINVAL ? "ID not in flight"
-                                                                     : tn_strerror(rc));
+             why != NULL                                               ? why
+             : rc == TN_ENOTFOUND || rc == UV_ESRCH || rc == UV_EINVAL ? "ID not in flight"
+                                                                       : tn_strerror(rc));
     send_error(c, e, text);
 }
 

@@ -350,12 +350,68 @@ static void test_frames(void **state)
     assert_memory_equal(hdr + 18, "0000000000000007", 16);
 }
 
+/* The error frame a failed PUB/MPUB/DPUB gets: a replicated partition's
+ * refusals read "E_PUB_FAILED <words>" for all three commands and keep the
+ * connection; other failures keep nsqd's codes and fatality. */
+static void test_pub_errors(void **state)
+{
+    (void)state;
+    char text[160];
+    bool fatal = true;
+    const tn_nsq_op_t ops[] = {TN_NSQ_PUB, TN_NSQ_MPUB, TN_NSQ_DPUB};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(ops); i++) {
+        fatal = true;
+        assert_int_equal(tn_nsq_pub_error(ops[i], TN_EFEWREPLICAS, text, sizeof(text), &fatal),
+                         TN_NSQ_E_PUB_FAILED);
+        assert_string_equal(text, "not enough in-sync replicas");
+        assert_false(fatal);
+        fatal = true;
+        assert_int_equal(tn_nsq_pub_error(ops[i], TN_EFENCED, text, sizeof(text), &fatal),
+                         TN_NSQ_E_PUB_FAILED);
+        assert_non_null(strstr(text, "leader"));
+        assert_false(fatal);
+        fatal = true;
+        assert_int_equal(tn_nsq_pub_error(ops[i], TN_ENOTSERVING, text, sizeof(text), &fatal),
+                         TN_NSQ_E_PUB_FAILED);
+        assert_string_equal(text, "partition leader not serving yet");
+        assert_false(fatal);
+        fatal = true;
+        assert_int_equal(tn_nsq_pub_error(ops[i], TN_EDISKHIGH, text, sizeof(text), &fatal),
+                         TN_NSQ_E_THROTTLED);
+        assert_false(fatal);
+    }
+    /* The frame on the wire, as a client matches it. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_nsq_err_t e = tn_nsq_pub_error(TN_NSQ_MPUB, TN_EFEWREPLICAS, text, sizeof(text), &fatal);
+    assert_int_equal(tn_nsq_write_error(&b, e, text), 0);
+    const char want[] = "E_PUB_FAILED not enough in-sync replicas";
+    assert_int_equal(b.len, 8 + strlen(want));
+    assert_memory_equal(b.base + 8, want, strlen(want));
+    tn_buf_fini(&b);
+    /* Others: the command's own code, fatal as nsqd has it. */
+    assert_int_equal(tn_nsq_pub_error(TN_NSQ_MPUB, UV_EIO, text, sizeof(text), &fatal),
+                     TN_NSQ_E_MPUB_FAILED);
+    assert_true(fatal);
+    assert_int_equal(strncmp(text, "MPUB failed: ", 13), 0);
+    assert_int_equal(tn_nsq_pub_error(TN_NSQ_DPUB, TN_EREMOTE, text, sizeof(text), &fatal),
+                     TN_NSQ_E_DPUB_FAILED);
+    assert_true(fatal);
+    assert_int_equal(tn_nsq_pub_error(TN_NSQ_PUB, TN_ECORRUPT, text, sizeof(text), &fatal),
+                     TN_NSQ_E_PUB_FAILED);
+    assert_true(fatal);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_commands),      cmocka_unit_test(test_pipelined_and_need),
-        cmocka_unit_test(test_errors),        cmocka_unit_test(test_fatal_rules),
-        cmocka_unit_test(test_names_and_ids), cmocka_unit_test(test_frames),
+        cmocka_unit_test(test_pub_errors),
+        cmocka_unit_test(test_commands),
+        cmocka_unit_test(test_pipelined_and_need),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_fatal_rules),
+        cmocka_unit_test(test_names_and_ids),
+        cmocka_unit_test(test_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

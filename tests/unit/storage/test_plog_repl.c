@@ -303,6 +303,13 @@ static void on_gc(tn_plog_gc_t *req, int status)
     *done = true;
 }
 
+static void on_floor(tn_plog_floor_t *req, int status)
+{
+    bool *done = req->data;
+    assert_int_equal(status, 0);
+    *done = true;
+}
+
 static void test_retention_trims_epochs(void **state)
 {
     fx_t *fx = *state;
@@ -360,6 +367,9 @@ static int copy_all(fx_t *fx, tn_plog_t *leader, tn_plog_t *follower, size_t max
         pieces++;
     }
     tn_buf_fini(&b);
+    /* Copies complete once written; the sync follows in the same round. */
+    while (tn_plog_durable_next(follower) < tn_plog_written_next(follower))
+        uv_sleep(1);
     return pieces;
 }
 
@@ -429,6 +439,18 @@ static void test_raw_copy(void **state)
     expect_same(leader, follower);
 }
 
+typedef struct {
+    bool done;
+    int status;
+} tw_t;
+
+static void on_advance(tn_plog_advance_t *req, int status)
+{
+    tw_t *w = req->data;
+    w->done = true;
+    w->status = status;
+}
+
 static void test_raw_refusals(void **state)
 {
     fx_t *fx = *state;
@@ -491,16 +513,31 @@ static void test_raw_refusals(void **state)
     assert_int_equal(tn_plog_append_raw(follower, &a.req, bytes, 0, 0, NULL, 0, on_areq),
                      UV_EINVAL);
     free(bytes);
-    tn_buf_fini(&b);
     expect_same(leader, follower);
+
+    /* A gap (tn_plog_advance): a read stops before it, one from inside
+     * it is TN_EGAP, one from after it goes on. */
+    tn_plog_advance_t adv;
+    tw_t aw = {false, 0};
+    adv.data = &aw;
+    assert_int_equal(tn_plog_advance(leader, &adv, 20, on_advance), 0);
+    run_until(&fx->loop, &aw.done);
+    assert_int_equal(aw.status, 0);
+    append_n(fx, leader, 3);
+    tn_buf_reset(&b);
+    assert_int_equal(tn_plog_read_raw(leader, 4, 1 << 20, &b, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(tn_plog_read_raw(leader, 10, 1 << 20, &b, &n), TN_EGAP);
+    tn_buf_reset(&b);
+    assert_int_equal(tn_plog_read_raw(leader, 20, 1 << 20, &b, &n), 0);
+    assert_int_equal(n, 3);
+    uint32_t count;
+    assert_int_equal(tn_rec_check_run(tn_buf_data(&b), tn_buf_size(&b), 20, &count), 0);
+    assert_int_equal(count, 3);
+    tn_buf_fini(&b);
 }
 
 /* --- truncation -------------------------------------------------------------------- */
-
-typedef struct {
-    bool done;
-    int status;
-} tw_t;
 
 static void on_trunc(tn_plog_trunc_t *req, int status)
 {
@@ -524,20 +561,23 @@ static int truncate_to(fx_t *fx, tn_plog_t *pl, uint64_t offset, uint64_t floor)
 /* Leader-shaped log (build_leader): epoch 1 from 0, 3 from 456 (after
  * 300 records and 40 batches of 1..7 records: 155), 4 from 1157 (after 700
  * more), then 30 batches of 8. */
-#define E3_START 456u
 #define E4_START 1157u
 
-/* Expect log `pl` to agree with the untouched copy `ref` below its end,
- * and its epochs to agree with that end. */
+/* Expect log `pl` to agree with the untouched copy `ref` over what it
+ * holds, its epochs history to be ref's over the same range, and nothing
+ * readable at its end. */
 static void expect_consistent(tn_plog_t *ref, tn_plog_t *pl)
 {
-    uint64_t end = tn_plog_written_next(pl);
+    tn_plog_stats_t st;
+    tn_plog_stats(pl, &st);
+    uint64_t first = st.first_offset, end = st.written_next;
+    assert_true(first <= end);
     assert_true(end <= tn_plog_written_next(ref));
     assert_int_equal(tn_plog_durable_next(pl), end);
     tn_buf_t sa, sb;
     tn_buf_init(&sa);
     tn_buf_init(&sb);
-    for (uint64_t off = 0; off < end; off++) {
+    for (uint64_t off = first; off < end; off++) {
         tn_rec_t ra, rb;
         read_rec(ref, off, &sa, &ra);
         read_rec(pl, off, &sb, &rb);
@@ -549,13 +589,20 @@ static void expect_consistent(tn_plog_t *ref, tn_plog_t *pl)
     assert_int_equal(tn_plog_read(pl, end, &sb, &r), TN_ENOTFOUND);
     tn_buf_fini(&sa);
     tn_buf_fini(&sb);
-    uint32_t want = end == 0 ? 0 : end - 1 >= E4_START ? 4 : end - 1 >= E3_START ? 3 : 1;
+    tn_epoch_entry_t a[8], b[8];
+    uint32_t na = tn_plog_epochs_range(ref, first, end, a, 8);
+    uint32_t nb = tn_plog_epochs_range(pl, 0, UINT64_MAX, b, 8);
+    assert_int_equal(na, nb);
+    for (uint32_t i = 0; i < na; i++) {
+        assert_int_equal(a[i].epoch, b[i].epoch);
+        assert_int_equal(a[i].start, b[i].start);
+    }
+    uint32_t want = 0;
+    if (end > first) {
+        assert_int_equal(tn_plog_epochs_range(ref, end - 1, end, a, 1), 1);
+        want = a[0].epoch;
+    }
     assert_int_equal(tn_plog_last_epoch(pl), want);
-    tn_epoch_entry_t e[8];
-    uint32_t n = tn_plog_epochs_range(pl, 0, UINT64_MAX, e, 8);
-    assert_int_equal(n, want == 4 ? 3 : want == 3 ? 2 : want == 1 ? 1 : 0);
-    for (uint32_t i = 0; i < n; i++)
-        assert_true(e[i].start < end);
 }
 
 static void test_truncate(void **state)
@@ -686,6 +733,72 @@ static void test_truncate_powerloss(void **state)
     }
 }
 
+/* A follower's reset: truncating below the first stored offset (here
+ * after retention) empties the log and restarts it there, crash-safely;
+ * a drop floor above the offset comes down. */
+static void test_truncate_reset(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    for (int k = 0; k <= 5; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "reset%d", k);
+        tn_plog_t *pl = open_log(fx, name, 0);
+        copy_all(fx, ref, pl, 3000);
+        tn_plog_gc_t gc;
+        bool done = false;
+        gc.data = &done;
+        assert_int_equal(tn_plog_gc(pl, &gc, 900, 0, on_gc), 0);
+        run_until(&fx->loop, &done);
+        tn_plog_stats_t st;
+        tn_plog_stats(pl, &st);
+        assert_true(st.first_offset > 100);
+        expect_consistent(ref, pl);
+        if (k > 0)
+            tn__plog_trunc_stop_after(k);
+        assert_int_equal(truncate_to(fx, pl, 100, 0), k > 0 ? UV_EIO : 0);
+        if (k > 0) {
+            tu_plog_close(&fx->loop, pl);
+            pl = open_log(fx, name, 0);
+            expect_consistent(ref, pl);
+            assert_int_equal(truncate_to(fx, pl, 100, 0), 0);
+        }
+        expect_consistent(ref, pl);
+        tn_plog_stats(pl, &st);
+        assert_int_equal(st.first_offset, 100);
+        assert_int_equal(st.written_next, 100);
+        assert_int_equal(st.segments, 1);
+        copy_all(fx, ref, pl, 3000);
+        expect_consistent(ref, pl);
+        tu_plog_close(&fx->loop, pl);
+        pl = open_log(fx, name, 0);
+        expect_consistent(ref, pl);
+        assert_int_equal(tn_plog_written_next(pl), tn_plog_written_next(ref));
+        tu_plog_close(&fx->loop, pl);
+    }
+
+    /* A drop floor above the offset. */
+    tn_plog_t *pl = open_log(fx, "floor", 0);
+    copy_all(fx, ref, pl, 3000);
+    tn_plog_floor_t fr;
+    bool fdone = false;
+    fr.data = &fdone;
+    assert_int_equal(tn_plog_drop_below(pl, &fr, 500, on_floor), 0);
+    run_until(&fx->loop, &fdone);
+    assert_int_equal(truncate_to(fx, pl, 300, 0), 0);
+    tn_plog_stats_t st;
+    tn_plog_stats(pl, &st);
+    assert_int_equal(st.first_offset, 300);
+    copy_all(fx, ref, pl, 3000);
+    tu_plog_close(&fx->loop, pl);
+    pl = open_log(fx, "floor", 0);
+    expect_consistent(ref, pl);
+    tn_plog_stats(pl, &st);
+    assert_int_equal(st.first_offset, 300); /* the floor, lowered, stays */
+    assert_int_equal(st.written_next, tn_plog_written_next(ref));
+}
+
 /* --- hw gate ------------------------------------------------------------------------ */
 
 static int progress_calls;
@@ -801,6 +914,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_powerloss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncate_reset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hw_gate, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
