@@ -1,12 +1,17 @@
 /* Channel-state replication (cluster/setrepl.h): the SETTLE_REPL codec
  * (round trip, every refusal), the waiting rule (tn_setrepl_commit: which
  * records may count as settled given the followers' acks, the committed
- * ISR and min_insync, including ISR changes), and the follower's handler
- * over real node RPC with a real store: records land in the follower's
- * channel log (read back after a release), a retried request is not
- * applied twice, a stale epoch is fenced (409), a newer one is 503, a
- * partition led here or not replicated is 421, and a released partition
- * stays 421. Every test checks that uv_loop_close returns 0. */
+ * ISR and min_insync, including ISR changes) and the leader's trimming
+ * (tn_setrepl_trim); the follower's handler over real node RPC with a
+ * real store: records land in the follower's channel log (read back after
+ * a release), a retried request is not applied twice, a new log starts at
+ * the leader's base frontier, a stale epoch is fenced (409), a newer one
+ * is 503, a partition led here or not replicated is 421, and a released
+ * partition stays 421; and the leader path with a real engine: a FIN's
+ * tn_channel_sync ends only once the follower wrote its record, fails
+ * with TN_EFEWREPLICAS when the ISR is below min_insync and TN_EFENCED
+ * once another node leads. Every test checks that uv_loop_close returns
+ * 0. */
 #include "core/platform.h"
 
 #include "cluster/rpc.h"
