@@ -89,8 +89,10 @@ struct part_s {
     uint64_t fed_end, fed_flushed;
     uint32_t fed_epoch;
     /* leader */
-    bool handed; /* the engine may open and serve it */
-    bool ready;  /* the engine's plog is gated and the epoch-start record asked */
+    bool handed;    /* the engine may open and serve it */
+    bool releasing; /* the follower's channel logs are closing (o.release) */
+    bool released;  /* ... and are closed: the hand-over may go on */
+    bool ready;     /* the engine's plog is gated and the epoch-start record asked */
     uint32_t start_epoch;
     bool start_pending;
     tn_append_t start_req;
@@ -452,10 +454,37 @@ static void leader_take(part_t *pt)
            pt->topic, pt->p, pt->core.ps.leader_epoch, end);
 }
 
+static void hand_over(part_t *pt);
+
+/* The channel logs this node kept as a follower (cluster/setrepl.h) are
+ * closed: the engine may open them with the partition. */
+static void on_channels_released(void *arg)
+{
+    part_t *pt = arg;
+    pt->busy--;
+    pt->releasing = false;
+    if (pt->dead || pt->rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (pt->core.role != TN_REPL_LEADER)
+        return; /* resigned meanwhile */
+    pt->released = true;
+    hand_over(pt);
+}
+
 static void hand_over(part_t *pt)
 {
-    if (pt->handed)
+    if (pt->handed || pt->releasing)
         return;
+    tn_replica_t *rm = pt->rm;
+    if (rm->o.release != NULL && !pt->released) {
+        pt->releasing = true;
+        pt->busy++;
+        rm->o.release(rm->o.release_arg, pt->topic, pt->p, on_channels_released, pt);
+        return;
+    }
+    pt->released = false;
     pt->handed = true;
     pt->ready = false;
     if (pt->src == SRC_OWN) {

@@ -38,6 +38,13 @@ typedef struct {
     uint64_t fetch_wait_ms;    /* a parked fetch's longest wait; 0 = 500 */
     uint64_t fetch_timeout_ms; /* 0 = fetch_wait_ms + 2000 */
     size_t fetch_max_bytes;    /* per fetch answer; 0 = 1 MiB */
+    /* Before a partition is handed to the engine (promotion): close what
+     * this node holds of it as a follower besides the log (the channel
+     * logs of cluster/setrepl.h, tn_setrepl_release), then cb(cb_arg) on
+     * the loop thread, possibly at once. NULL: nothing to close. */
+    void (*release)(void *arg, const char *topic, uint32_t p, void (*cb)(void *cb_arg),
+                    void *cb_arg);
+    void *release_arg;
 } tn_replica_opts_t;
 
 /* Statistics for /stats, /metrics and ternctl (rapi). Counters since

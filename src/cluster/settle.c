@@ -80,7 +80,14 @@ static void on_synced(tn_chan_sync_t *sync, int status)
 {
     settling_t *g = sync->data;
     size_t i = (size_t)(sync - g->sync);
-    g->st[i] = status == 0 ? 204 : 500;
+    /* A replicated partition's settle that its ISR could not confirm
+     * (cluster/setrepl.h) is retryable: 421 when this node no longer leads
+     * it (the caller looks the leader up again), 503 for too few in-sync
+     * replicas; a channel log failure is 500. */
+    g->st[i] = status == 0                                               ? 204
+               : status == TN_EFENCED || status == TN_ECLOSED            ? 421
+               : status == TN_EFEWREPLICAS || status == TN_EUNKNOWNEPOCH ? 503
+                                                                         : 500;
     settling_release(g);
 }
 

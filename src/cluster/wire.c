@@ -969,6 +969,111 @@ int tn_wire_purge_decode(const void *p, size_t len, tn_wire_purge_t *out, char *
     return 0;
 }
 
+/* --- SETTLE_REPL ----------------------------------------------------------------------- */
+
+static bool walop_known(uint8_t op)
+{
+    return op >= TN_WAL_FIN && op <= TN_SETREPL_OP_MAX;
+}
+
+int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
+                           uint32_t leader_epoch, const char *channel, uint64_t stream,
+                           uint64_t first_seq, uint64_t base_frontier, const tn_walrec_t *recs,
+                           uint32_t n)
+{
+    size_t tl = strlen(topic), cl = strlen(channel);
+    if (tl == 0 || tl > 255 || cl == 0 || cl > 255 || leader_epoch == 0 || first_seq == 0 ||
+        n == 0 || n > TN_SETREPL_MAX || first_seq > UINT64_MAX - n)
+        return UV_EINVAL;
+    for (uint32_t i = 0; i < n; i++)
+        if (!walop_known(recs[i].op))
+            return UV_EINVAL;
+    size_t mark = b->len;
+    int rc = tn_buf_reserve(b, 4 + tl + 4 + 4 + 4 + cl + 8 + 8 + 8 + 4 +
+                                   (size_t)n * TN_SETREPL_REC_SIZE);
+    rc = rc != 0 ? rc : tn_wire_put_str(b, topic);
+    rc = rc != 0 ? rc : tn_wire_put_u32(b, partition);
+    rc = rc != 0 ? rc : tn_wire_put_u32(b, leader_epoch);
+    rc = rc != 0 ? rc : tn_wire_put_str(b, channel);
+    rc = rc != 0 ? rc : tn_wire_put_u64(b, stream);
+    rc = rc != 0 ? rc : tn_wire_put_u64(b, first_seq);
+    rc = rc != 0 ? rc : tn_wire_put_u64(b, base_frontier);
+    rc = rc != 0 ? rc : tn_wire_put_u32(b, n);
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        rc = tn_wire_put_u8(b, recs[i].op);
+        rc = rc != 0 ? rc : tn_wire_put_u64(b, recs[i].offset);
+        rc = rc != 0 ? rc : tn_wire_put_i64(b, recs[i].due_ms);
+        rc = rc != 0 ? rc : tn_wire_put_u32(b, recs[i].attempts);
+        rc = rc != 0 ? rc : tn_wire_put_u64(b, recs[i].value);
+    }
+    if (rc != 0)
+        b->len = mark;
+    return rc;
+}
+
+int tn_wire_setrepl_decode(const void *p, size_t len, tn_wire_setrepl_t *out, char *err,
+                           size_t errlen)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    (void)tn_wire_get_str(&in, 255, out->topic);
+    (void)tn_wire_get_u32(&in, &out->partition);
+    (void)tn_wire_get_u32(&in, &out->leader_epoch);
+    (void)tn_wire_get_str(&in, 255, out->channel);
+    (void)tn_wire_get_u64(&in, &out->stream);
+    (void)tn_wire_get_u64(&in, &out->first_seq);
+    (void)tn_wire_get_u64(&in, &out->base_frontier);
+    if (tn_wire_get_u32(&in, &out->count) != 0) {
+        tn_errbuf(err, errlen, "malformed settle_repl request: a field is short or invalid");
+        return TN_EPROTO;
+    }
+    if (out->topic[0] == '\0' || out->channel[0] == '\0') {
+        tn_errbuf(err, errlen, "malformed settle_repl request: empty topic or channel");
+        return TN_EPROTO;
+    }
+    if (out->leader_epoch == 0 || out->first_seq == 0) {
+        tn_errbuf(err, errlen,
+                  "malformed settle_repl request: leader_epoch and first_seq start at 1");
+        return TN_EPROTO;
+    }
+    if (out->count == 0 || out->count > TN_SETREPL_MAX ||
+        out->first_seq > UINT64_MAX - out->count) {
+        tn_errbuf(err, errlen, "malformed settle_repl request: count %" PRIu32 " out of range",
+                  out->count);
+        return TN_EPROTO;
+    }
+    size_t left = len - in.off;
+    if (left != (size_t)out->count * TN_SETREPL_REC_SIZE) {
+        tn_errbuf(err, errlen, "malformed settle_repl request: %zu bytes for %" PRIu32 " records",
+                  left, out->count);
+        return TN_EPROTO;
+    }
+    out->recs = in.p + in.off;
+    for (uint32_t i = 0; i < out->count; i++) {
+        uint8_t op = out->recs[(size_t)i * TN_SETREPL_REC_SIZE];
+        if (!walop_known(op)) {
+            tn_errbuf(err, errlen, "malformed settle_repl request: record %" PRIu32 " has op %u", i,
+                      (unsigned)op);
+            return TN_EPROTO;
+        }
+    }
+    return 0;
+}
+
+void tn_wire_setrepl_rec(const tn_wire_setrepl_t *w, uint32_t i, tn_walrec_t *out)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, w->recs + (size_t)i * TN_SETREPL_REC_SIZE, TN_SETREPL_REC_SIZE);
+    memset(out, 0, sizeof(*out));
+    (void)tn_wire_get_u8(&in, &out->op);
+    (void)tn_wire_get_u64(&in, &out->offset);
+    (void)tn_wire_get_i64(&in, &out->due_ms);
+    (void)tn_wire_get_u32(&in, &out->attempts);
+    (void)tn_wire_get_u64(&in, &out->value);
+}
+
 /* --- opcodes ----------------------------------------------------------------------- */
 
 static const struct {
@@ -989,6 +1094,7 @@ static const struct {
     [TN_OP_PURGE] = {"purge", TN_LANE_CONTROL},
     [TN_OP_FETCH] = {"fetch", TN_LANE_REPLICA},
     [TN_OP_PRODUCE] = {"produce", TN_LANE_PRODUCE},
+    [TN_OP_SETTLE_REPL] = {"settle_repl", TN_LANE_REPLICA},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -1059,6 +1165,10 @@ int tn_wire_request_check(const void *p, size_t len)
                                       NULL, 0) == 0
                    ? 0
                    : TN_EPROTO;
+    }
+    case TN_OP_SETTLE_REPL: {
+        tn_wire_setrepl_t sr;
+        return tn_wire_setrepl_decode(in.p + in.off, in.len - in.off, &sr, NULL, 0);
     }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:

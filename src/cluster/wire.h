@@ -30,6 +30,7 @@
 #include "core/platform.h"
 
 #include "core/buf.h"
+#include "storage/cursor.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -194,6 +195,22 @@ typedef enum {
      * error, shutting down; 404 no such topic; 416 no such partition; 507
      * disk above the high watermark; 400 malformed. */
     TN_OP_PRODUCE = 12,
+    /* Push a channel's durable WAL records of a replicated partition from
+     * its leader to a committed-ISR follower (cluster/setrepl.h). Replica
+     * lane. Fields: string topic (1..255 bytes), u32 partition, u32
+     * leader_epoch (>= 1), string channel (1..255 bytes), u64 first_seq
+     * (the leader's sequence number of the first record, >= 1), u64
+     * base_frontier (where a follower creating the channel's log starts
+     * it: the leader's frontier when this stream began), u32 count
+     * (1..TN_SETREPL_MAX), then count records of u8 op (1..6, storage/
+     * cursor.h TN_WAL_*), u64 offset, i64 due_ms, u32 attempts, u64 value.
+     * Replies: 204 once every record is in the follower's channel log and
+     * fdatasync'ed; 409 {"error":...} the leader_epoch is older than the
+     * follower's (fenced); 421 the follower does not follow this
+     * partition (no replica here, or it leads it); 503 {"error":...} not
+     * ready, a newer epoch it has not seen yet, shutting down; 500 the
+     * channel log failed; 400 malformed. */
+    TN_OP_SETTLE_REPL = 13,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -566,6 +583,51 @@ int tn_wire_purge_encode(tn_buf_t *b, const char *topic, int64_t created_at_ms);
  * trailing, a topic empty, over 255 bytes or holding a NUL, a negative
  * created_at_ms), with a sentence in err (may be NULL). */
 int tn_wire_purge_decode(const void *p, size_t len, tn_wire_purge_t *out, char *err, size_t errlen);
+
+/* --- SETTLE_REPL ------------------------------------------------------------------ */
+
+#define TN_SETREPL_MAX      1024 /* records per request: the channel log's group commit */
+#define TN_SETREPL_REC_SIZE 29   /* u8 op, u64 offset, i64 due_ms, u32 attempts, u64 value */
+/* Record ops a request may carry: TN_WAL_FIN .. this (storage/cursor.h). */
+#define TN_SETREPL_OP_MAX TN_WAL_SKIP
+
+/* A decoded SETTLE_REPL request: names copied, records left in the
+ * payload (borrowed), read with tn_wire_setrepl_rec. */
+typedef struct {
+    char topic[256];
+    uint32_t partition;
+    uint32_t leader_epoch;
+    char channel[256];
+    uint64_t stream;    /* the leader's id of this record stream (a channel log it opened) */
+    uint64_t first_seq; /* its sequence number of the first record, from 1 */
+    /* The frontier a follower creating this channel's log starts it at
+     * (the leader's frontier when the stream began; records follow). */
+    uint64_t base_frontier;
+    uint32_t count;
+    const uint8_t *recs; /* count * TN_SETREPL_REC_SIZE bytes */
+} tn_wire_setrepl_t;
+
+/* Append a SETTLE_REPL request's fields (after the opcode byte) for
+ * recs[0..n) (borrowed) to b. 0, UV_ENOMEM, or UV_EINVAL (topic or
+ * channel empty or over 255 bytes, leader_epoch or first_seq 0, n not
+ * 1..TN_SETREPL_MAX, a record op not 1..TN_SETREPL_OP_MAX); on failure b
+ * is as it was. */
+int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
+                           uint32_t leader_epoch, const char *channel, uint64_t stream,
+                           uint64_t first_seq, uint64_t base_frontier, const tn_walrec_t *recs,
+                           uint32_t n);
+/* Exact decode of a SETTLE_REPL request's fields (p, len: after the
+ * opcode byte; borrowed while out is used). The names' syntax is the
+ * handler's to judge. 0 or TN_EPROTO (short, trailing, a string empty,
+ * over 255 bytes or holding a NUL, leader_epoch or first_seq 0, first_seq
+ * + count overflowing, count not 1..TN_SETREPL_MAX or not what the
+ * payload holds, a record op not 1..TN_SETREPL_OP_MAX), with a sentence in
+ * err (may be
+ * NULL). */
+int tn_wire_setrepl_decode(const void *p, size_t len, tn_wire_setrepl_t *out, char *err,
+                           size_t errlen);
+/* Record i (< w->count) of a decoded request. */
+void tn_wire_setrepl_rec(const tn_wire_setrepl_t *w, uint32_t i, tn_walrec_t *out);
 
 /* --- the secret proof ----------------------------------------------------------- */
 

@@ -71,6 +71,7 @@
 #include "cluster/produce.h"
 #include "cluster/replica.h"
 #include "cluster/router.h"
+#include "cluster/setrepl.h"
 #include "cluster/settle.h"
 #include "cluster/rpc.h"
 #include "meta/meta.h"
@@ -130,6 +131,7 @@ typedef struct {
     tn_ilog_t *ilog;           /* in a cluster: produces accepted for other nodes' partitions */
     tn_router_t *router;       /* what every door publishes through */
     tn_settle_srv_t *settle;   /* node RPC's SETTLE: acks other nodes took for our partitions */
+    tn_setrepl_t *setrepl;     /* channel state of replicated partitions, to and from replicas */
     tn_pstats_srv_t *pstats;   /* node RPC's PSTATS: our partitions' numbers for other nodes */
     tn_purge_srv_t *purge;     /* node RPC's PURGE: topics deleted through other nodes */
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
@@ -293,9 +295,19 @@ static void on_http_closed(void *arg)
         d->rpc = NULL;
         if (d->router != NULL)
             tn_router_set_rpc(d->router, NULL, d->raft_id, d->cluster);
+        if (d->setrepl != NULL)
+            tn_setrepl_set_rpc(d->setrepl, NULL); /* no new pushes */
         d->metrics.rpc = NULL;
         d->metrics.router = NULL;
         tn_rpc_close(r, on_http_closed, d);
+        return;
+    }
+    if (d->setrepl != NULL) {
+        /* Its handler answered and its calls ended (node RPC closed);
+         * waits still held fail, its follower channel logs close. */
+        tn_setrepl_t *sr = d->setrepl;
+        d->setrepl = NULL;
+        tn_setrepl_close(sr, on_http_closed, d);
         return;
     }
     d->metrics.dataplane = NULL;
@@ -708,7 +720,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
              d->api.http_port);
     /* The control plane's operations, then the data plane's. */
     tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS +
-                       TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + TN_PRODUCE_HANDLERS + 2];
+                       TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + TN_PRODUCE_HANDLERS +
+                       TN_SETREPL_HANDLERS + 2];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
@@ -722,6 +735,10 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     nh += ndata;
     tn_router_produce_handlers(d->router, h + nh, &ndata);
     nh += ndata;
+    if (d->setrepl != NULL) {
+        tn_setrepl_handlers(d->setrepl, h + nh, &ndata);
+        nh += ndata;
+    }
     tn_v1_consume_handler(&d->v1, &h[nh++]); /* d->v1 is set up below, before the loop runs */
     if (d->replica != NULL)                  /* followers' long polls: exempt from the bounds */
         h[nh++] =
@@ -745,6 +762,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     tn_control_start(d->control, d->meta, d->rpc);
     /* Receipt handles settled and consumes forwarded on their owners. */
     tn_router_set_rpc(d->router, d->rpc, d->raft_id, d->cluster);
+    if (d->setrepl != NULL)
+        tn_setrepl_set_rpc(d->setrepl, d->rpc);
     if (d->replica != NULL) {
         tn_replica_set_rpc(d->replica, d->rpc);
         if ((rc = tn_replica_start(d->replica)) != 0) {
@@ -778,6 +797,24 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     return 0;
 }
 
+/* The metastore replica's state of a replicated partition, for setrepl. */
+static int setrepl_pstate(void *arg, const char *topic, uint32_t p, tn_pstate_t *out)
+{
+    const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(arg), topic, p);
+    if (ps == NULL)
+        return TN_ENOTFOUND;
+    *out = *ps;
+    return 0;
+}
+
+/* The replica manager's promotion step: the follower's channel logs of
+ * the partition close before the engine opens them. */
+static void setrepl_release(void *arg, const char *topic, uint32_t p, void (*cb)(void *cb_arg),
+                            void *cb_arg)
+{
+    tn_setrepl_release(arg, topic, p, cb, cb_arg);
+}
+
 /* The router every door publishes through, and node RPC's data plane; in
  * a cluster also the ingress log (<data>/ingress), recovered here. */
 static int open_routing(daemon_t *d, char *err, size_t errlen)
@@ -800,6 +837,20 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
     tn_router_opts_t ro = {d->broker, d->meta, d->ilog, NULL, NULL};
     rc = tn_router_new(&ro, &d->router);
     if (rc == 0 && d->meta != NULL) {
+        /* Channel state of replicated partitions (cluster/setrepl.h):
+         * settles there wait for the ISR; followers keep channel logs. */
+        tn_setrepl_opts_t so;
+        memset(&so, 0, sizeof(so));
+        so.loop = d->loop;
+        so.node_id = (uint32_t)d->raft_id;
+        so.meta = d->meta;
+        so.store = d->store;
+        so.broker = d->broker;
+        so.pstate = setrepl_pstate;
+        so.pstate_arg = d->meta;
+        rc = tn_setrepl_new(&so, &d->setrepl);
+    }
+    if (rc == 0 && d->meta != NULL) {
         /* Replicated partitions (docs/replication.md): started with node
          * RPC; the placement asks it about replicated partitions. */
         tn_replica_opts_t rpo;
@@ -809,6 +860,8 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         rpo.broker = d->broker;
         rpo.node = (uint32_t)d->raft_id;
         rpo.replica_lag_ms = (uint64_t)d->replica_lag_ms;
+        rpo.release = setrepl_release;
+        rpo.release_arg = d->setrepl;
         rc = tn_replica_new(&rpo, &d->replica);
         if (rc == 0) {
             tn_router_set_replica(d->router, d->replica);

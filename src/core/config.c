@@ -1931,9 +1931,9 @@ static const struct {
     {"Cluster", "advertise-address peers join cluster-secret-file raft-tls-cert raft-tls-key "
                 "raft-tls-ca allow-plaintext-raft allow-insecure-cluster "
                 "cluster-heartbeat-interval cluster-dead-after cluster-rpc-dial-timeout "
-                "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval "
-                "default-replication-factor min-insync-replicas member-session-timeout "
-                "replica-lag-time-max leader-rebalance-delay"},
+                "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
+    {"Replication", "default-replication-factor min-insync-replicas member-session-timeout "
+                    "replica-lag-time-max leader-rebalance-delay"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},

@@ -105,10 +105,29 @@ static void on_walop(tn_walop_t *op, int status)
         TN_LOG(TN_LOG_ERROR, "channel %s of %s/%" PRIu32 ": log write failed (%s); delivery stops",
                ch->name, ch->topic->name, cp->part->index, tn_strerror(status));
     }
+    tn_walrec_t rec = w->op.rec;
+    uint64_t frontier = w->frontier_after;
     walop_put(w);
     /* The channel is held (busy) until after the waits ran. */
-    if (cp->cl != NULL)
-        sync_run(cp, tn_chanlog_completed(cp->cl), status);
+    if (cp->cl != NULL) {
+        uint64_t seq = tn_chanlog_completed(cp->cl);
+        const tn_chan_repl_t *rp = &b->chan_repl;
+        if (status == 0 && rp->replicated != NULL &&
+            rp->replicated(rp->arg, ch->topic->name, cp->part->index)) {
+            /* Its waits end when the replicas have it too. */
+            cp->repl_high = seq;
+            rp->durable(rp->arg, ch->topic->name, ch->name, cp->part->index, seq, &rec, frontier);
+        } else {
+            /* Replication stopped (this node no longer leads the
+             * partition) with records unconfirmed: their waits fail,
+             * retryably, rather than end as if the replicas had them. */
+            if (cp->repl_high > cp->settled_seq)
+                sync_run(cp, cp->repl_high, TN_EFENCED);
+            if (seq > cp->settled_seq)
+                cp->settled_seq = seq;
+            sync_run(cp, seq, status);
+        }
+    }
     ch->busy--;
     if (ch->deleted && ch->busy == 0)
         tn__channel_free(ch);
@@ -1292,7 +1311,7 @@ void tn_channel_sync(tn_channel_t *ch, uint32_t partition, tn_chan_sync_t *s, tn
     }
     int err = log_failed(cp);
     uint64_t seq = tn_chanlog_submitted(cp->cl);
-    if (err != 0 || tn_chanlog_completed(cp->cl) >= seq) {
+    if (err != 0 || (tn_chanlog_completed(cp->cl) >= seq && cp->settled_seq >= seq)) {
         cb(s, err);
         return;
     }
@@ -1304,6 +1323,32 @@ void tn_channel_sync(tn_channel_t *ch, uint32_t partition, tn_chan_sync_t *s, tn
     else
         cp->sync_head = s;
     cp->sync_tail = s;
+}
+
+void tn_broker_set_chan_repl(tn_broker_t *b, const tn_chan_repl_t *hooks)
+{
+    if (hooks != NULL)
+        b->chan_repl = *hooks;
+    else
+        memset(&b->chan_repl, 0, sizeof(b->chan_repl));
+}
+
+void tn_broker_chan_repl_done(tn_broker_t *b, const char *topic, const char *channel, uint32_t p,
+                              uint64_t seq, int status)
+{
+    tn_topic_t *t = tn__topic_find(b, topic, strlen(topic));
+    if (t == NULL || t->state != TN_OBJ_READY || p >= t->nparts)
+        return;
+    tn_channel_t *ch = channel_find(t, channel, strlen(channel));
+    if (ch == NULL || ch->state != TN_OBJ_READY || ch->parts[p] == NULL || ch->parts[p]->cl == NULL)
+        return;
+    tn_chpart_t *cp = ch->parts[p];
+    uint64_t done = tn_chanlog_completed(cp->cl);
+    if (seq > done)
+        seq = done; /* a stale report of a log opened before this one */
+    if (status == 0 && seq > cp->settled_seq)
+        cp->settled_seq = seq;
+    sync_run(cp, seq, status);
 }
 
 int tn_consumer_ack(tn_consumer_t *c, uint32_t partition, uint64_t offset, uint32_t nonce)

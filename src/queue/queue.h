@@ -305,7 +305,12 @@ struct tn_chpart_s {
     uint64_t timeouts_logged;
     uint64_t fins_unsynced;                /* FIN records queued, not yet durable */
     tn_chan_sync_t *sync_head, *sync_tail; /* tn_channel_sync waits, oldest first */
-    tn_heap_node_t wake;                   /* in the broker's wake heap: next deadline */
+    /* Records (the log's count) whose waits may end: all completed ones,
+     * or for a replicated partition those its replication confirmed
+     * (tn_broker_chan_repl_done). */
+    uint64_t settled_seq;
+    uint64_t repl_high;  /* the last record handed to replication */
+    tn_heap_node_t wake; /* in the broker's wake heap: next deadline */
     bool waiting_fetch;
     bool broken; /* its log failed (or is being dropped): no more deliveries */
     bool failed; /* its log failed while running: counted in the broker's logs_failed */
@@ -465,6 +470,23 @@ typedef bool (*tn_place_fn)(void *arg, const tn_topic_t *t, uint32_t p, uint64_t
  * before returning. Never asked for ephemeral topics. */
 typedef int (*tn_grow_here_fn)(void *arg, tn_topic_t *t, tn_waiter_t *w);
 
+/* Channel-state replication of replicated partitions (cluster/setrepl.h
+ * sets it). Loop thread; arg borrowed until the broker closes. */
+typedef struct {
+    /* Whether the records of channel partitions of partition p of topic are
+     * replicated: asked when a record completes locally. When true, the
+     * record is handed to durable and the tn_channel_sync waits it covers
+     * end only at tn_broker_chan_repl_done. NULL: nothing is. */
+    bool (*replicated)(void *arg, const char *topic, uint32_t p);
+    /* rec (borrowed) is durable in the local channel log of (topic,
+     * channel, p) as its record number seq (from 1, counted from the
+     * log's open: a reopened log starts again at 1); frontier is the
+     * channel's frontier once it and every record before it apply. */
+    void (*durable)(void *arg, const char *topic, const char *channel, uint32_t p, uint64_t seq,
+                    const tn_walrec_t *rec, uint64_t frontier);
+    void *arg;
+} tn_chan_repl_t;
+
 struct tn_broker_s {
     uv_loop_t *loop;
     /* Told of topic and channel events (channel is NULL for topic events). */
@@ -526,6 +548,8 @@ struct tn_broker_s {
     uint64_t dlq_moves;
     uint64_t ttl_discards;
     uint64_t gc_segments;
+    /* Channel-state replication (tn_broker_set_chan_repl). */
+    tn_chan_repl_t chan_repl;
 };
 
 /* Open the engine over an open store and load every topic and channel on
@@ -648,6 +672,14 @@ int tn_consumer_ack(tn_consumer_t *c, uint32_t partition, uint64_t offset, uint3
  * channel, a remote partition, an idle log: 0) or the log has failed
  * already (its sticky error). s is borrowed until cb. */
 void tn_channel_sync(tn_channel_t *ch, uint32_t partition, tn_chan_sync_t *s, tn_chan_sync_cb cb);
+/* Set (hooks NULL: remove) channel-state replication; copied. */
+void tn_broker_set_chan_repl(tn_broker_t *b, const tn_chan_repl_t *hooks);
+/* The replication of records up to number seq of (topic, channel, p)'s
+ * channel log ended with status (0: on enough replicas; else an error
+ * that fails the waits): the tn_channel_sync waits it covers end with
+ * status. A channel or partition not (or no longer) here: nothing. */
+void tn_broker_chan_repl_done(tn_broker_t *b, const char *topic, const char *channel, uint32_t p,
+                              uint64_t seq, int status);
 /* How many open channel partitions' logs failed while running (their
  * settles are refused): while not 0, /readyz says not ready. */
 static inline uint32_t tn_broker_logs_failed(const tn_broker_t *b)

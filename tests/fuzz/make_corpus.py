@@ -77,6 +77,35 @@ def settle_fields(topic, channel, how, vis, handles):
     return out
 
 
+def setrepl_fields(topic, partition, epoch, channel, stream, first, recs, base=0):
+    out = (wire_str(topic) + struct.pack(">II", partition, epoch) + wire_str(channel) +
+           struct.pack(">QQQI", stream, first, base, len(recs)))
+    for op, off, due, attempts, value in recs:
+        out += struct.pack(">BQqIQ", op, off, due, attempts, value)
+    return out
+
+
+def settle_repl_seeds(here):
+    sp = os.path.join(here, "settle_repl_frame", "corpus")
+    recs = [(1, 17, 0, 0, 0), (2, 18, 1764590000123, 3, 0), (3, 0, 0, 0, 1),
+            (4, 40, 0, 0, 0), (5, 0, 0, 0, 9)]
+    write(sp, "seed-all-ops", setrepl_fields(b"orders", 7, 42, b"billing", 0x1122334455667788,
+                                             1000, recs, base=12345))
+    write(sp, "seed-one-fin", setrepl_fields(b"t", 0, 1, b"c", 1, 1, recs[:1]))
+    write(sp, "seed-max", setrepl_fields(b"t", 0, 1, b"c", 1, 1, [(1, i, 0, 0, 0)
+                                                                  for i in range(1024)]))
+    write(sp, "seed-too-many", setrepl_fields(b"t", 0, 1, b"c", 1, 1, [(1, 0, 0, 0, 0)] * 1025))
+    write(sp, "seed-none", setrepl_fields(b"t", 0, 1, b"c", 1, 1, []))
+    write(sp, "seed-skip", setrepl_fields(b"t", 0, 1, b"c", 1, 1, [(6, 3, 0, 0, 0)]))
+    write(sp, "seed-bad-op", setrepl_fields(b"t", 0, 1, b"c", 1, 1, [(7, 0, 0, 0, 0)]))
+    write(sp, "seed-epoch-zero", setrepl_fields(b"t", 0, 0, b"c", 1, 1, recs[:2]))
+    write(sp, "seed-seq-zero", setrepl_fields(b"t", 0, 1, b"c", 1, 0, recs[:2]))
+    write(sp, "seed-seq-wrap", setrepl_fields(b"t", 0, 1, b"c", 1, 2**64 - 1, recs[:2]))
+    write(sp, "seed-trailing", setrepl_fields(b"t", 0, 1, b"c", 1, 1, recs) + b"\x00")
+    write(sp, "seed-short", setrepl_fields(b"t", 0, 1, b"c", 1, 1, recs)[:-5])
+    write(sp, "seed-empty-channel", setrepl_fields(b"t", 0, 1, b"", 1, 1, recs[:1]))
+
+
 def pstats_fields(topic, parts):
     """A PSTATS request's fields (after the opcode byte)."""
     return wire_str(topic) + struct.pack(">I", len(parts)) + b"".join(
@@ -155,6 +184,7 @@ def wire_seeds(here):
     write(pr, "seed-reply-few", b'{"error":"not enough in-sync replicas","reason":"few_replicas"}')
     write(pr, "seed-ctl", ctl)
     write(pr, "seed-tail", record(10, ctl, flags=3) + record(11, b"x"))
+    settle_repl_seeds(here)
 
     sr = os.path.join(here, "settle_request", "corpus")
     three = [(0, 12, 1), (1, 7, 3), (2, 0, 4294967295)]

@@ -209,6 +209,44 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
         }
         break;
     }
+    case TN_OP_SETTLE_REPL: {
+        /* topic, partition, leader_epoch, channel, stream, first_seq,
+         * count, then count records of op (1..5), offset, due, attempts,
+         * value: the check judges the values too. */
+        char topic[256], channel[256];
+        uint32_t part, epoch, count;
+        uint64_t stream, first, base;
+        if (tn_wire_get_str(&in, 255, topic) != 0 || tn_wire_get_u32(&in, &part) != 0 ||
+            tn_wire_get_u32(&in, &epoch) != 0 || tn_wire_get_str(&in, 255, channel) != 0 ||
+            tn_wire_get_u64(&in, &stream) != 0 || tn_wire_get_u64(&in, &first) != 0 ||
+            tn_wire_get_u64(&in, &base) != 0 || tn_wire_get_u32(&in, &count) != 0)
+            break;
+        if (topic[0] == '\0' || channel[0] == '\0' || epoch == 0 || first == 0 || count == 0 ||
+            count > TN_SETREPL_MAX || first > UINT64_MAX - count)
+            return TN_EPROTO;
+        if (tn_wire_put_str(out, topic) != 0 || tn_wire_put_u32(out, part) != 0 ||
+            tn_wire_put_u32(out, epoch) != 0 || tn_wire_put_str(out, channel) != 0 ||
+            tn_wire_put_u64(out, stream) != 0 || tn_wire_put_u64(out, first) != 0 ||
+            tn_wire_put_u64(out, base) != 0 || tn_wire_put_u32(out, count) != 0)
+            abort();
+        for (uint32_t i = 0; i < count && in.err == 0; i++) {
+            uint8_t wop;
+            uint64_t off, value;
+            int64_t due;
+            uint32_t attempts;
+            if (tn_wire_get_u8(&in, &wop) == 0 && tn_wire_get_u64(&in, &off) == 0 &&
+                tn_wire_get_i64(&in, &due) == 0 && tn_wire_get_u32(&in, &attempts) == 0 &&
+                tn_wire_get_u64(&in, &value) == 0) {
+                if (wop < 1 || wop > TN_SETREPL_OP_MAX)
+                    return TN_EPROTO;
+                if (tn_wire_put_u8(out, wop) != 0 || tn_wire_put_u64(out, off) != 0 ||
+                    tn_wire_put_i64(out, due) != 0 || tn_wire_put_u32(out, attempts) != 0 ||
+                    tn_wire_put_u64(out, value) != 0)
+                    abort();
+            }
+        }
+        break;
+    }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:
     case TN_OP__COUNT:

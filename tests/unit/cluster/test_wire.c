@@ -661,6 +661,7 @@ static void test_op_table(void **state)
         {TN_OP_PURGE, "purge", TN_LANE_CONTROL},
         {TN_OP_FETCH, "fetch", TN_LANE_REPLICA},
         {TN_OP_PRODUCE, "produce", TN_LANE_PRODUCE},
+        {TN_OP_SETTLE_REPL, "settle_repl", TN_LANE_REPLICA},
     };
     /* Every op this build knows is listed (numbers are fixed per wave, so
      * one may be another branch's and unknown here). */
@@ -675,6 +676,7 @@ static void test_op_table(void **state)
     assert_int_equal(TN_OP_PURGE, 10);
     assert_int_equal(TN_OP_FETCH, 11);
     assert_int_equal(TN_OP_PRODUCE, 12);
+    assert_int_equal(TN_OP_SETTLE_REPL, 13);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -720,6 +722,9 @@ static void test_request_check(void **state)
     assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_FETCH], &fp), 0);
     tn_wire_produce_hdr_t ph = {.topic = "t", .partition = 1, .node = 2, .seq = 3};
     assert_int_equal(tn_wire_produce_encode(&good[TN_OP_PRODUCE], &ph, &rec, 1), 0);
+    tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};
+    assert_int_equal(
+        tn_wire_setrepl_encode(&good[TN_OP_SETTLE_REPL], "t", 0, 1, "default", 9, 1, 0, &wr, 1), 0);
     for (int op = TN_OP_ECHO; op < TN_OP__COUNT; op++) {
         tn_buf_t *g = &good[op];
         if (tn_wire_op_name((uint8_t)op) == NULL) {

@@ -1,0 +1,1152 @@
+/* Channel-state replication: the waiting rule, the leader's push of
+ * channel log records to its committed-ISR followers, and the follower's
+ * writing of them to its own channel logs. See setrepl.h for the API.
+ *
+ * DESIGN: a settle of a replicated partition.
+ *   1. A FIN / ack / REQ / nack (any door: NSQ, /v1, a forwarded
+ *      TN_OP_SETTLE) changes the channel's state in memory on the leader
+ *      and queues a record to the channel log (queue/channel.c). The door
+ *      waits with tn_channel_sync, as on a lone node.
+ *   2. The record completes locally (after the channel log's fdatasync).
+ *      For a partition the metastore says is replicated, the engine does
+ *      not end the waits it covers: it hands the record to durable() here
+ *      with its number in the log (seq, from 1 since the log's open).
+ *   3. Records are kept per stream (topic, partition, channel: one open
+ *      channel log, with a random id so a follower tells a reopened log
+ *      from the one before). Each follower of the committed ISR gets them
+ *      with TN_OP_SETTLE_REPL on the replica lane, one call in flight per
+ *      (follower, stream): what arrives while a call is out rides the
+ *      next one, which is the batching (up to TN_SETREPL_MAX records).
+ *   4. A follower checks the leader_epoch against its metastore replica
+ *      (older: 409 fenced; newer: 503 until its replica catches up; not a
+ *      follower of the partition: 421), opens (creates on the first
+ *      record) its own channel log for (topic, partition, channel) on a
+ *      worker thread, skips records it already has (same stream id, seq
+ *      below what it wrote: a retried call whose answer was lost), queues
+ *      the rest, and answers 204 once every record it queued so far is
+ *      fdatasync'ed. The channel log's committer keeps its own cursor and
+ *      checkpoints, so a promoted follower's engine opens the log as it
+ *      would its own.
+ *   5. On each answer the leader computes with tn_setrepl_commit (pure)
+ *      the highest seq that min_insync - 1 followers of the committed ISR
+ *      have; tn_broker_chan_repl_done ends the waits up to it, and the
+ *      doors answer. Records every ISR follower has are dropped.
+ *   6. The ISR or the leadership changes (tn_setrepl_pstate_changed, and
+ *      a 250 ms check of every stream against the metastore replica):
+ *      waits are checked again against the new ISR (a follower shrunk out
+ *      no longer counts, nor is pushed to; one added is pushed to from the
+ *      oldest record kept). When this node no longer leads the partition
+ *      (or in another epoch) the waits fail with TN_EFENCED, and when the
+ *      committed ISR is below min_insync with TN_EFEWREPLICAS: both are
+ *      retryable for a client (503), and a failed settle may or may not
+ *      have reached the followers (at-least-once allows a redelivery).
+ *   7. Promotion: rfetch's manager calls tn_setrepl_release before it
+ *      hands the partition to the engine; the follower's channel logs of
+ *      that partition close first (after their queued records), then its
+ *      callback runs, and requests for the partition get 421 meanwhile.
+ * Failure modes: a follower that fails a call is retried with a backoff
+ * (100 ms doubling to 1 s) from its last confirmed record, until the
+ * leader shrinks it out of the ISR (rfetch); its stalled confirmations
+ * hold settles only while it is in the committed ISR and needed for
+ * min_insync. A follower's channel log that fails answers 500 (the leader
+ * retries; the follower's storage error is sticky). Leases and in-flight
+ * deliveries stay on the leader: after a failover the new leader delivers
+ * again every message whose FIN was not confirmed.
+ * Invariants: a settle of a replicated partition is answered OK only
+ * after its record (and every record before it in its channel log) is
+ * fdatasync'ed on the leader and on min_insync - 1 members of the ISR the
+ * metastore committed; a follower never writes the channel log of a
+ * partition this node leads (its engine owns it); a follower answers 204
+ * only for records it has synced.
+ * Known limits: a follower that joins the ISR later only gets the records
+ * the leader still keeps (those not yet on every ISR follower): what was
+ * settled before is not copied to it, so a failover to it delivers those
+ * messages again (at-least-once, not a lost FIN on the old ISR members).
+ * A follower creates a channel log at the frontier the leader had when its record stream began
+ * (base_frontier).
+ *
+ * Threads: the loop thread (the RPC endpoint's and the engine's). */
+#include "core/platform.h"
+
+#include "cluster/setrepl.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/name.h"
+#include "core/time.h"
+#include "storage/chanlog.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define JSON         "application/json"
+#define TICK_MS      250
+#define RETRY_MIN_MS 100
+#define RETRY_MAX_MS 1000
+
+/* --- the waiting rule --------------------------------------------------------------- */
+
+uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_t nacks,
+                           const tn_pstate_member_t *isr, uint32_t nisr, uint32_t self,
+                           uint32_t min_insync, bool *starved)
+{
+    if (min_insync == 0)
+        min_insync = 1;
+    bool self_in = false;
+    for (uint32_t i = 0; i < nisr; i++)
+        if (isr[i].node == self)
+            self_in = true;
+    bool st = !self_in || nisr < min_insync;
+    if (starved != NULL)
+        *starved = st;
+    if (st)
+        return 0;
+    uint32_t need = min_insync - 1;
+    if (need == 0)
+        return local;
+    /* The need-th highest ack among the ISR followers, capped at local. */
+    uint64_t best[TN_PSTATE_MAX_REPLICAS];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < nisr && n < TN_PSTATE_MAX_REPLICAS; i++) {
+        if (isr[i].node == self)
+            continue;
+        uint64_t a = 0;
+        for (uint32_t k = 0; k < nacks; k++)
+            if (acks[k].node == isr[i].node && acks[k].acked > a)
+                a = acks[k].acked;
+        best[n++] = a < local ? a : local;
+    }
+    if (n < need)
+        return 0;
+    /* Sort descending (n is at most 8). */
+    for (uint32_t i = 1; i < n; i++)
+        for (uint32_t k = i; k > 0 && best[k] > best[k - 1]; k--) {
+            uint64_t t = best[k];
+            best[k] = best[k - 1];
+            best[k - 1] = t;
+        }
+    return best[need - 1];
+}
+
+uint64_t tn_setrepl_trim(uint64_t low, uint64_t high, uint64_t done, uint64_t min_acked,
+                         uint64_t keep_max)
+{
+    uint64_t drop = min_acked < done ? min_acked : done; /* the last one dropped */
+    if (high >= low && high - low + 1 > keep_max && high - keep_max > drop)
+        drop = high - keep_max < done ? high - keep_max : done;
+    if (drop + 1 <= low)
+        return low;
+    return drop + 1 > high + 1 ? high + 1 : drop + 1;
+}
+
+/* --- state ---------------------------------------------------------------------------- */
+
+typedef struct stream_s stream_t;
+
+typedef struct {
+    uint32_t node;
+    uint64_t acked; /* confirmed up to (in this stream) */
+    bool inflight;  /* a call is out */
+    bool gone;      /* left the ISR while its call was out */
+    unsigned failures;
+    int64_t retry_at; /* monotonic ms: no call before */
+} peer_t;
+
+struct stream_s {
+    stream_t *next;
+    tn_setrepl_t *s;
+    char *topic;
+    char *channel;
+    uint32_t p;
+    uint64_t id;
+    uint32_t epoch;
+    uint64_t base_frontier; /* the channel's frontier at its first record */
+    uint64_t low;           /* seq of recs[0] */
+    uint64_t high;          /* the last seq the engine handed over */
+    tn_walrec_t *recs;
+    size_t cap;
+    uint64_t done; /* the waits up to here ended (confirmed or failed) */
+    peer_t peers[TN_PSTATE_MAX_REPLICAS];
+    uint32_t npeers;
+    uint32_t refs; /* calls in flight */
+    bool dead;
+};
+
+typedef struct pcall_s {
+    struct pcall_s *next, *prev; /* calls out */
+    stream_t *st;
+    uint32_t node;
+    uint64_t last; /* the call's last seq */
+    tn_rpc_call_t *call;
+} pcall_t;
+
+typedef struct flog_s flog_t;
+typedef struct freq_s freq_t;
+
+/* A SETTLE_REPL request on the follower, from decoding to its answer. */
+struct freq_s {
+    freq_t *next;
+    tn_rpc_req_t *req;
+    tn_wire_setrepl_t w; /* recs point into rec_bytes */
+    uint8_t *rec_bytes;
+    uint64_t target; /* answered once the log completed this many records */
+    int status;      /* an answer decided before the records are written */
+    tn_walop_t *ops;
+};
+
+/* A channel log this node holds as a follower. */
+struct flog_s {
+    flog_t *next;
+    tn_setrepl_t *s;
+    char *topic;
+    char *channel;
+    uint32_t p;
+    tn_chanlog_t *cl;
+    bool opening;
+    bool closing;
+    int open_err;
+    uint64_t base_frontier; /* where the log starts when the open creates it */
+    uint64_t stream;        /* the leader stream last written */
+    uint64_t next_seq;      /* its next record */
+    freq_t *queued;         /* waiting for the open */
+    freq_t *waiting;        /* records queued, waiting for completion */
+    uv_work_t work;
+    struct release_s *rel;
+};
+
+typedef struct release_s {
+    struct release_s *next;
+    char *topic;
+    uint32_t p;
+    uint32_t pending; /* logs still closing */
+    tn_setrepl_release_cb cb;
+    void *arg;
+    bool fired;
+} release_t;
+
+struct tn_setrepl_s {
+    tn_setrepl_opts_t o;
+    stream_t *streams;
+    pcall_t *calls;
+    flog_t *flogs;
+    release_t *released; /* partitions handed to the engine */
+    uv_timer_t tick;
+    uint64_t idgen;
+    uint32_t busy; /* calls, flogs, the timer: s is freed when 0 after close */
+    bool closing;
+    void (*close_cb)(void *arg);
+    void *close_arg;
+    tn_setrepl_stats_t st;
+};
+
+static void maybe_free(tn_setrepl_t *s);
+
+/* --- the leader ------------------------------------------------------------------------- */
+
+static stream_t *stream_find(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel)
+{
+    for (stream_t *st = s->streams; st != NULL; st = st->next)
+        if (!st->dead && st->p == p && strcmp(st->topic, topic) == 0 &&
+            strcmp(st->channel, channel) == 0)
+            return st;
+    return NULL;
+}
+
+static void stream_free(stream_t *st)
+{
+    tn_free(st->topic);
+    tn_free(st->channel);
+    tn_free(st->recs);
+    tn_free(st);
+}
+
+/* End the waits of st up to its last record with status (an error). */
+static void stream_fail(stream_t *st, int status)
+{
+    if (st->high > st->done) {
+        st->done = st->high;
+        tn_broker_chan_repl_done(st->s->o.broker, st->topic, st->channel, st->p, st->high, status);
+    }
+}
+
+/* Take st out of the table; its memory goes when no call holds it. */
+static void stream_kill(stream_t *st, int status)
+{
+    tn_setrepl_t *s = st->s;
+    stream_fail(st, status);
+    st->dead = true;
+    for (stream_t **pp = &s->streams; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == st) {
+            *pp = st->next;
+            break;
+        }
+    s->st.streams--;
+    if (st->refs == 0)
+        stream_free(st);
+}
+
+static stream_t *stream_new(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel,
+                            uint32_t epoch, uint64_t first)
+{
+    stream_t *st = tn_calloc(1, sizeof(*st));
+    if (st == NULL)
+        return NULL;
+    st->topic = tn_strdup(topic);
+    st->channel = tn_strdup(channel);
+    if (st->topic == NULL || st->channel == NULL) {
+        stream_free(st);
+        return NULL;
+    }
+    st->s = s;
+    st->p = p;
+    st->epoch = epoch;
+    st->low = first;
+    st->high = first - 1;
+    st->done = first - 1;
+    st->id = ((uint64_t)tn_now_wall_ns() ^ ((uint64_t)s->o.node_id << 48)) + ++s->idgen;
+    if (st->id == 0)
+        st->id = 1;
+    st->next = s->streams;
+    s->streams = st;
+    s->st.streams++;
+    return st;
+}
+
+/* Make st's followers the ISR of ps (minus this node): a new member starts
+ * from the oldest record kept; one that left no longer counts. */
+static void peers_sync(stream_t *st, const tn_pstate_t *ps)
+{
+    uint32_t self = st->s->o.node_id;
+    peer_t keep[TN_PSTATE_MAX_REPLICAS];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < ps->nisr; i++) {
+        uint32_t node = ps->isr[i].node;
+        if (node == self)
+            continue;
+        peer_t *old = NULL;
+        for (uint32_t k = 0; k < st->npeers; k++)
+            if (st->peers[k].node == node)
+                old = &st->peers[k];
+        if (old != NULL) {
+            keep[n] = *old;
+            keep[n].gone = false;
+        } else {
+            keep[n] = (peer_t){.node = node, .acked = st->low - 1};
+        }
+        n++;
+    }
+    /* A member that left with a call out stays, marked, so the reply
+     * finds it; it counts for nothing (tn_setrepl_commit takes the ISR). */
+    for (uint32_t k = 0; k < st->npeers && n < TN_PSTATE_MAX_REPLICAS; k++) {
+        if (!st->peers[k].inflight)
+            continue;
+        bool in = false;
+        for (uint32_t i = 0; i < n; i++)
+            if (keep[i].node == st->peers[k].node)
+                in = true;
+        if (!in) {
+            keep[n] = st->peers[k];
+            keep[n].gone = true;
+            n++;
+        }
+    }
+    memcpy(st->peers, keep, n * sizeof(keep[0]));
+    st->npeers = n;
+}
+
+/* Confirm what the ISR has, drop what every ISR follower has. */
+static void evaluate(stream_t *st, const tn_pstate_t *ps)
+{
+    tn_setrepl_ack_t acks[TN_PSTATE_MAX_REPLICAS];
+    uint32_t nacks = 0;
+    uint64_t min_acked = st->high;
+    for (uint32_t i = 0; i < st->npeers; i++) {
+        if (st->peers[i].gone)
+            continue;
+        acks[nacks++] = (tn_setrepl_ack_t){st->peers[i].node, st->peers[i].acked};
+        if (st->peers[i].acked < min_acked)
+            min_acked = st->peers[i].acked;
+    }
+    bool starved = false;
+    uint64_t c = tn_setrepl_commit(st->high, acks, nacks, ps->isr, ps->nisr, st->s->o.node_id,
+                                   ps->min_insync, &starved);
+    if (starved) {
+        stream_fail(st, TN_EFEWREPLICAS);
+    } else if (c > st->done) {
+        st->done = c;
+        tn_broker_chan_repl_done(st->s->o.broker, st->topic, st->channel, st->p, c, 0);
+    }
+    /* Keep what some ISR follower still lacks (within a bound), and what
+     * is not decided. */
+    uint64_t low = tn_setrepl_trim(st->low, st->high, st->done, min_acked, TN_SETREPL_KEEP_MAX);
+    if (low > st->low) {
+        size_t k = (size_t)(low - st->low);
+        size_t have = (size_t)(st->high - st->low + 1);
+        memmove(st->recs, st->recs + k, (have - k) * sizeof(st->recs[0]));
+        st->low = low;
+    }
+}
+
+static void pump(stream_t *st);
+
+static const char *member_addr(tn_setrepl_t *s, uint32_t node)
+{
+    if (s->o.addr != NULL)
+        return s->o.addr(s->o.addr_arg, node);
+    if (s->o.meta == NULL)
+        return NULL;
+    const tn_meta_member_t *m = tn_meta_member_find(tn_meta_state(s->o.meta), node);
+    return m != NULL && m->api_addr[0] != '\0' ? m->api_addr : NULL;
+}
+
+static peer_t *peer_find(stream_t *st, uint32_t node)
+{
+    for (uint32_t i = 0; i < st->npeers; i++)
+        if (st->peers[i].node == node)
+            return &st->peers[i];
+    return NULL;
+}
+
+static void peer_failed(peer_t *pe)
+{
+    pe->failures++;
+    int64_t wait = RETRY_MIN_MS;
+    for (unsigned i = 1; i < pe->failures && wait < RETRY_MAX_MS; i++)
+        wait *= 2;
+    if (wait > RETRY_MAX_MS)
+        wait = RETRY_MAX_MS;
+    pe->retry_at = tn_now_mono_ms() + wait;
+}
+
+/* The check of st against the metastore replica: false when st was
+ * killed (this node no longer leads its partition in st's epoch). */
+static bool stream_check(stream_t *st, const tn_pstate_t *ps)
+{
+    tn_setrepl_t *s = st->s;
+    if (ps == NULL || ps->leader != s->o.node_id || ps->leader_epoch != st->epoch) {
+        stream_kill(st, TN_EFENCED);
+        return false;
+    }
+    peers_sync(st, ps);
+    evaluate(st, ps);
+    return true;
+}
+
+static void on_push_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    pcall_t *pc = arg;
+    stream_t *st = pc->st;
+    tn_setrepl_t *s = st->s;
+    if (pc->prev != NULL)
+        pc->prev->next = pc->next;
+    else
+        s->calls = pc->next;
+    if (pc->next != NULL)
+        pc->next->prev = pc->prev;
+    st->refs--;
+    s->busy--;
+    peer_t *pe = peer_find(st, pc->node);
+    if (pe != NULL)
+        pe->inflight = false;
+    uint16_t code = status == 0 ? reply->status : 0;
+    if (code == 204) {
+        if (pe != NULL && pc->last > pe->acked)
+            pe->acked = pc->last;
+        if (pe != NULL)
+            pe->failures = 0;
+    } else {
+        s->st.call_failures++;
+        if (pe != NULL)
+            peer_failed(pe);
+        if (status != TN_ECLOSED)
+            TN_LOG_RL(TN_LOG_WARN, 10000,
+                      "setrepl: node %" PRIu32 " did not take channel %s of %s/%" PRIu32 ": %s",
+                      pc->node, st->channel, st->topic, st->p,
+                      status != 0   ? (err != NULL ? err : tn_strerror(status))
+                      : code == 409 ? "fenced (stale leader epoch)"
+                                    : "refused");
+    }
+    tn_free(pc);
+    if (st->dead) {
+        if (st->refs == 0)
+            stream_free(st);
+        maybe_free(s);
+        return;
+    }
+    if (s->closing) {
+        maybe_free(s);
+        return;
+    }
+    tn_pstate_t ps;
+    if (s->o.pstate(s->o.pstate_arg, st->topic, st->p, &ps) != 0) {
+        stream_kill(st, TN_EFENCED);
+        return;
+    }
+    if (stream_check(st, &ps))
+        pump(st);
+}
+
+/* Send each follower that has no call out what it lacks. */
+static void pump(stream_t *st)
+{
+    tn_setrepl_t *s = st->s;
+    int64_t now = tn_now_mono_ms();
+    for (uint32_t i = 0; i < st->npeers; i++) {
+        peer_t *pe = &st->peers[i];
+        if (pe->gone || pe->inflight || pe->retry_at > now || pe->acked >= st->high)
+            continue;
+        uint64_t first = pe->acked + 1 < st->low ? st->low : pe->acked + 1;
+        if (first > st->high)
+            continue;
+        uint64_t n64 = st->high - first + 1;
+        uint32_t n = n64 > TN_SETREPL_MAX ? TN_SETREPL_MAX : (uint32_t)n64;
+        const char *addr = s->o.rpc != NULL ? member_addr(s, pe->node) : NULL;
+        pcall_t *pc = tn_malloc(sizeof(*pc));
+        if (addr == NULL || pc == NULL) {
+            tn_free(pc);
+            peer_failed(pe);
+            continue;
+        }
+        tn_buf_t b;
+        tn_buf_init(&b);
+        int rc = tn_wire_setrepl_encode(&b, st->topic, st->p, st->epoch, st->channel, st->id, first,
+                                        st->base_frontier, st->recs + (first - st->low), n);
+        if (rc == 0) {
+            *pc = (pcall_t){.st = st, .node = pe->node, .last = first + n - 1};
+            rc = tn_rpc_call(s->o.rpc, addr, TN_OP_SETTLE_REPL, tn_buf_data(&b), tn_buf_size(&b),
+                             s->o.call_timeout_ms, on_push_reply, pc, &pc->call);
+        }
+        tn_buf_fini(&b);
+        if (rc != 0) {
+            TN_LOG_RL(TN_LOG_WARN, 10000,
+                      "setrepl: cannot call node %" PRIu32 " for channel %s of %s/%" PRIu32 ": %s",
+                      pe->node, st->channel, st->topic, st->p, tn_strerror(rc));
+            tn_free(pc);
+            s->st.call_failures++;
+            peer_failed(pe);
+            continue;
+        }
+        s->st.calls++;
+        s->st.pushed_records += n;
+        pc->prev = NULL;
+        pc->next = s->calls;
+        if (s->calls != NULL)
+            s->calls->prev = pc;
+        s->calls = pc;
+        pe->inflight = true;
+        st->refs++;
+        s->busy++;
+    }
+}
+
+/* The engine's hooks (queue.h tn_chan_repl_t). */
+static bool hook_replicated(void *arg, const char *topic, uint32_t p)
+{
+    tn_setrepl_t *s = arg;
+    tn_pstate_t ps;
+    return !s->closing && s->o.pstate(s->o.pstate_arg, topic, p, &ps) == 0;
+}
+
+static void hook_durable(void *arg, const char *topic, const char *channel, uint32_t p,
+                         uint64_t seq, const tn_walrec_t *rec, uint64_t frontier)
+{
+    tn_setrepl_t *s = arg;
+    tn_pstate_t ps;
+    int rc = s->o.pstate(s->o.pstate_arg, topic, p, &ps);
+    stream_t *st = stream_find(s, topic, p, channel);
+    if (st != NULL && (rc != 0 || seq != st->high + 1 || ps.leader_epoch != st->epoch)) {
+        /* Another epoch, or a log opened again: a new stream. */
+        stream_kill(st, TN_EFENCED);
+        st = NULL;
+    }
+    if (rc != 0 || ps.leader != s->o.node_id) {
+        tn_broker_chan_repl_done(s->o.broker, topic, channel, p, seq, TN_EFENCED);
+        return;
+    }
+    if (st == NULL && (st = stream_new(s, topic, p, channel, ps.leader_epoch, seq)) == NULL) {
+        tn_broker_chan_repl_done(s->o.broker, topic, channel, p, seq, UV_ENOMEM);
+        return;
+    }
+    if (st->high < st->low)
+        st->base_frontier = frontier; /* its first record */
+    size_t have = (size_t)(st->high - st->low + 1);
+    if (have == st->cap) {
+        size_t cap = st->cap ? st->cap * 2 : 64;
+        tn_walrec_t *r = tn_realloc(st->recs, cap * sizeof(*r));
+        if (r == NULL) {
+            stream_kill(st, UV_ENOMEM);
+            tn_broker_chan_repl_done(s->o.broker, topic, channel, p, seq, UV_ENOMEM);
+            return;
+        }
+        st->recs = r;
+        st->cap = cap;
+    }
+    st->recs[have] = *rec;
+    st->high = seq;
+    if (stream_check(st, &ps))
+        pump(st);
+}
+
+static bool is_replica(const tn_pstate_t *ps, uint32_t node)
+{
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        if (ps->replicas[i] == node)
+            return true;
+    return false;
+}
+
+/* Whether this node follows the partition of ps (NULL: not replicated). */
+static bool follows_here(const tn_setrepl_t *s, const tn_pstate_t *ps)
+{
+    return ps != NULL && ps->leader != s->o.node_id && is_replica(ps, s->o.node_id);
+}
+
+static void flog_close(flog_t *fl);
+
+static void on_tick(uv_timer_t *t)
+{
+    tn_setrepl_t *s = t->data;
+    stream_t *next;
+    for (stream_t *st = s->streams; st != NULL; st = next) {
+        next = st->next;
+        tn_pstate_t ps;
+        if (s->o.pstate(s->o.pstate_arg, st->topic, st->p, &ps) != 0) {
+            stream_kill(st, TN_EFENCED);
+            continue;
+        }
+        if (stream_check(st, &ps))
+            pump(st);
+    }
+    /* Follower logs of partitions no longer followed here. */
+    flog_t *fnext;
+    for (flog_t *fl = s->flogs; fl != NULL; fl = fnext) {
+        fnext = fl->next;
+        if (fl->closing)
+            continue;
+        tn_pstate_t ps;
+        bool found = s->o.pstate(s->o.pstate_arg, fl->topic, fl->p, &ps) == 0;
+        if (!follows_here(s, found ? &ps : NULL))
+            flog_close(fl); /* may free fl, never another */
+    }
+    /* Releases done with, once this node follows the partition again. */
+    for (release_t **pp = &s->released; *pp != NULL;) {
+        release_t *r = *pp;
+        tn_pstate_t ps;
+        if (r->pending == 0 && s->o.pstate(s->o.pstate_arg, r->topic, r->p, &ps) == 0 &&
+            follows_here(s, &ps)) {
+            *pp = r->next;
+            tn_free(r->topic);
+            tn_free(r);
+        } else {
+            pp = &r->next;
+        }
+    }
+}
+
+/* --- the follower ------------------------------------------------------------------------ */
+
+static void reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg)
+{
+    char body[400];
+    int n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg);
+    tn_rpc_reply(req, status, JSON, body, (size_t)TN_MIN((size_t)n, sizeof(body) - 1));
+}
+
+static void freq_free(freq_t *q)
+{
+    tn_free(q->rec_bytes);
+    tn_free(q->ops);
+    tn_free(q);
+}
+
+static void freq_answer(freq_t *q, int status)
+{
+    if (status == 0)
+        tn_rpc_reply(q->req, 204, NULL, NULL, 0);
+    else if (status == 421)
+        reply_error(q->req, 421, "this node does not follow the partition");
+    else if (status == UV_ENOMEM)
+        reply_error(q->req, 503, "out of memory");
+    else
+        reply_error(q->req, 500, "the channel log failed");
+    freq_free(q);
+}
+
+static bool is_released(tn_setrepl_t *s, const char *topic, uint32_t p)
+{
+    for (release_t *r = s->released; r != NULL; r = r->next)
+        if (r->p == p && strcmp(r->topic, topic) == 0)
+            return true;
+    return false;
+}
+
+static void flog_unlink_free(flog_t *fl)
+{
+    tn_setrepl_t *s = fl->s;
+    for (flog_t **pp = &s->flogs; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == fl) {
+            *pp = fl->next;
+            break;
+        }
+    release_t *rel = fl->rel;
+    tn_free(fl->topic);
+    tn_free(fl->channel);
+    tn_free(fl);
+    s->st.followed--;
+    s->busy--;
+    if (rel != NULL && --rel->pending == 0 && !rel->fired) {
+        rel->fired = true;
+        if (rel->cb != NULL)
+            rel->cb(rel->arg);
+    }
+    maybe_free(s);
+}
+
+/* Answer the requests of fl whose records have all completed. */
+static void flog_settle_waits(flog_t *fl)
+{
+    uint64_t done = tn_chanlog_completed(fl->cl);
+    int err = tn_chanlog_err(fl->cl);
+    freq_t **pp = &fl->waiting;
+    while (*pp != NULL) {
+        freq_t *q = *pp;
+        if (q->target <= done) {
+            *pp = q->next;
+            freq_answer(q, q->status != 0 ? q->status : err);
+        } else {
+            pp = &q->next;
+        }
+    }
+}
+
+static void on_follow_walop(tn_walop_t *op, int status)
+{
+    (void)status; /* sticky in the log: tn_chanlog_err */
+    flog_t *fl = op->data;
+    flog_settle_waits(fl);
+}
+
+static void on_flog_closed(tn_chanlog_t *cl)
+{
+    flog_t *fl = cl->data;
+    fl->cl = NULL;
+    flog_unlink_free(fl);
+}
+
+static void flog_close(flog_t *fl)
+{
+    fl->closing = true;
+    if (fl->opening)
+        return; /* closed when the open ends */
+    for (freq_t *q = fl->queued; q != NULL;) {
+        freq_t *n = q->next;
+        freq_answer(q, 421);
+        q = n;
+    }
+    fl->queued = NULL;
+    if (fl->cl == NULL) {
+        flog_unlink_free(fl);
+        return;
+    }
+    /* Queued records complete first; their requests are answered then. */
+    fl->cl->data = fl;
+    tn_chanlog_close(fl->cl, on_flog_closed);
+}
+
+/* Queue q's records (those fl has not written yet) to fl's log. */
+static void flog_write(flog_t *fl, freq_t *q)
+{
+    tn_setrepl_t *s = fl->s;
+    const tn_wire_setrepl_t *w = &q->w;
+    uint32_t skip = 0;
+    if (fl->stream == w->stream && fl->next_seq > w->first_seq) {
+        uint64_t k = fl->next_seq - w->first_seq;
+        skip = k > w->count ? w->count : (uint32_t)k;
+    } else if (fl->stream == w->stream && fl->next_seq < w->first_seq) {
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "setrepl: channel %s of %s/%" PRIu32 ": records %" PRIu64 "..%" PRIu64
+                  " of the leader's stream never arrived here",
+                  fl->channel, fl->topic, fl->p, fl->next_seq, w->first_seq - 1);
+    }
+    int err = tn_chanlog_err(fl->cl);
+    if (err != 0) {
+        freq_answer(q, err);
+        return;
+    }
+    for (uint32_t i = skip; i < w->count; i++) {
+        tn_walrec_t rec;
+        tn_wire_setrepl_rec(w, i, &rec);
+        q->ops[i].data = fl;
+        int rc = tn_chanlog_submit(fl->cl, &q->ops[i], &rec, on_follow_walop);
+        if (rc != 0) {
+            q->status = rc;
+            break;
+        }
+        s->st.served_records++;
+        fl->stream = w->stream;
+        fl->next_seq = w->first_seq + i + 1;
+    }
+    if (fl->stream != w->stream) {
+        fl->stream = w->stream;
+        fl->next_seq = w->first_seq + w->count;
+    }
+    /* Answered once everything queued to the log so far is on disk. */
+    q->target = tn_chanlog_submitted(fl->cl);
+    q->next = fl->waiting;
+    fl->waiting = q;
+    flog_settle_waits(fl);
+}
+
+static void open_work(uv_work_t *wk)
+{
+    flog_t *fl = wk->data;
+    tn_cursor_t cur, init;
+    tn_chanlog_t *cl = NULL;
+    tn_cursor_init(&init, fl->base_frontier);
+    int rc = tn_chanlog_open(fl->s->o.store, fl->topic, fl->p, fl->channel, &init, &cl, &cur);
+    tn_cursor_fini(&init);
+    if (rc == 0) {
+        tn_cursor_fini(&cur);
+        fl->cl = cl;
+        rc = tn_chanlog_err(cl);
+    }
+    fl->open_err = rc;
+}
+
+static void open_done(uv_work_t *wk, int status)
+{
+    flog_t *fl = wk->data;
+    fl->opening = false;
+    if (status != 0 && fl->open_err == 0)
+        fl->open_err = status;
+    if (fl->open_err != 0)
+        TN_LOG_RL(TN_LOG_ERROR, 10000, "setrepl: channel %s of %s/%" PRIu32 ": open failed: %s",
+                  fl->channel, fl->topic, fl->p, tn_strerror(fl->open_err));
+    if (fl->closing || fl->open_err != 0) {
+        int answer = fl->closing ? 421 : fl->open_err;
+        for (freq_t *q = fl->queued; q != NULL;) {
+            freq_t *n = q->next;
+            freq_answer(q, answer);
+            q = n;
+        }
+        fl->queued = NULL;
+        if (fl->cl != NULL) {
+            fl->closing = true;
+            fl->cl->data = fl;
+            tn_chanlog_close(fl->cl, on_flog_closed);
+        } else {
+            flog_unlink_free(fl);
+        }
+        return;
+    }
+    /* In arrival order: the list was built newest first. */
+    freq_t *rev = NULL;
+    for (freq_t *q = fl->queued; q != NULL;) {
+        freq_t *n = q->next;
+        q->next = rev;
+        rev = q;
+        q = n;
+    }
+    fl->queued = NULL;
+    for (freq_t *q = rev; q != NULL;) {
+        freq_t *n = q->next;
+        flog_write(fl, q);
+        q = n;
+    }
+}
+
+static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel,
+                        uint64_t base_frontier)
+{
+    for (flog_t *fl = s->flogs; fl != NULL; fl = fl->next)
+        if (fl->p == p && strcmp(fl->topic, topic) == 0 && strcmp(fl->channel, channel) == 0)
+            return fl;
+    flog_t *fl = tn_calloc(1, sizeof(*fl));
+    if (fl == NULL)
+        return NULL;
+    fl->topic = tn_strdup(topic);
+    fl->channel = tn_strdup(channel);
+    if (fl->topic == NULL || fl->channel == NULL) {
+        tn_free(fl->topic);
+        tn_free(fl->channel);
+        tn_free(fl);
+        return NULL;
+    }
+    fl->s = s;
+    fl->p = p;
+    fl->base_frontier = base_frontier;
+    fl->opening = true;
+    fl->work.data = fl;
+    if (uv_queue_work(s->o.loop, &fl->work, open_work, open_done) != 0) {
+        tn_free(fl->topic);
+        tn_free(fl->channel);
+        tn_free(fl);
+        return NULL;
+    }
+    fl->next = s->flogs;
+    s->flogs = fl;
+    s->st.followed++;
+    s->busy++;
+    return fl;
+}
+
+/* Whether this node's engine has the channel log of (topic, p, channel)
+ * open: a partition it led and gave up keeps its channels' logs, and two
+ * writers must never share one log, so the follower leaves it alone. */
+static bool engine_holds(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel)
+{
+    tn_topic_t *t = NULL;
+    tn_channel_t *ch = NULL;
+    if (s->o.broker == NULL ||
+        tn_broker_topic(s->o.broker, topic, strlen(topic), false, 0, NULL, &t) != 0 ||
+        t->state != TN_OBJ_READY || p >= t->nparts ||
+        tn_topic_channel(t, channel, strlen(channel), false, NULL, &ch) != 0)
+        return false;
+    return ch->parts != NULL && ch->parts[p] != NULL && ch->parts[p]->cl != NULL;
+}
+
+static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_setrepl_t *s = arg;
+    if (s->closing) {
+        reply_error(req, 503, "shutting down");
+        return;
+    }
+    freq_t *q = tn_calloc(1, sizeof(*q));
+    if (q == NULL) {
+        reply_error(req, 503, "out of memory");
+        return;
+    }
+    q->req = req;
+    char msg[256];
+    if (tn_wire_setrepl_decode(payload, len, &q->w, msg, sizeof(msg)) != 0) {
+        reply_error(req, 400, msg);
+        freq_free(q);
+        return;
+    }
+    if (!tn_name_valid_any(q->w.topic, strlen(q->w.topic)) ||
+        !tn_name_valid(q->w.channel, strlen(q->w.channel))) {
+        reply_error(req, 400, "invalid topic or channel name");
+        freq_free(q);
+        return;
+    }
+    tn_pstate_t ps;
+    if (s->o.pstate(s->o.pstate_arg, q->w.topic, q->w.partition, &ps) != 0 ||
+        !follows_here(s, &ps) || is_released(s, q->w.topic, q->w.partition) ||
+        engine_holds(s, q->w.topic, q->w.partition, q->w.channel)) {
+        freq_answer(q, 421);
+        return;
+    }
+    if (q->w.leader_epoch < ps.leader_epoch) {
+        s->st.fenced++;
+        reply_error(req, 409, "stale leader epoch (fenced)");
+        freq_free(q);
+        return;
+    }
+    if (q->w.leader_epoch > ps.leader_epoch) {
+        reply_error(req, 503, "leader epoch newer than this node knows; retry");
+        freq_free(q);
+        return;
+    }
+    /* The records outlive the payload while the log opens. */
+    size_t nb = (size_t)q->w.count * TN_SETREPL_REC_SIZE;
+    q->rec_bytes = tn_malloc(nb);
+    q->ops = tn_calloc(q->w.count, sizeof(*q->ops));
+    flog_t *fl = NULL;
+    if (q->rec_bytes == NULL || q->ops == NULL ||
+        (fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel, q->w.base_frontier)) == NULL) {
+        freq_answer(q, UV_ENOMEM);
+        return;
+    }
+    memcpy(q->rec_bytes, q->w.recs, nb);
+    q->w.recs = q->rec_bytes;
+    if (fl->closing) {
+        freq_answer(q, 421);
+        return;
+    }
+    if (fl->opening) {
+        q->next = fl->queued;
+        fl->queued = q;
+        return;
+    }
+    flog_write(fl, q);
+}
+
+/* --- lifecycle and the manager's calls ------------------------------------------------- */
+
+int tn_setrepl_new(const tn_setrepl_opts_t *opts, tn_setrepl_t **out)
+{
+    tn_setrepl_t *s = tn_calloc(1, sizeof(*s));
+    if (s == NULL)
+        return UV_ENOMEM;
+    s->o = *opts;
+    if (s->o.call_timeout_ms == 0)
+        s->o.call_timeout_ms = 5000;
+    int rc = uv_timer_init(s->o.loop, &s->tick);
+    if (rc != 0) {
+        tn_free(s);
+        return rc;
+    }
+    s->tick.data = s;
+    s->busy = 1; /* the timer */
+    uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS);
+    if (s->o.broker != NULL) {
+        tn_chan_repl_t h = {hook_replicated, hook_durable, s};
+        tn_broker_set_chan_repl(s->o.broker, &h);
+    }
+    *out = s;
+    return 0;
+}
+
+void tn_setrepl_set_rpc(tn_setrepl_t *s, tn_rpc_t *rpc)
+{
+    s->o.rpc = rpc;
+}
+
+void tn_setrepl_handlers(tn_setrepl_t *s, tn_rpc_handler_t *out, size_t *n)
+{
+    out[0] = (tn_rpc_handler_t){TN_OP_SETTLE_REPL, 0, on_settle_repl, s};
+    *n = TN_SETREPL_HANDLERS;
+}
+
+void tn_setrepl_pstate_changed(tn_setrepl_t *s, const char *topic, uint32_t p,
+                               const tn_pstate_t *ps)
+{
+    if (s->closing)
+        return;
+    stream_t *next;
+    for (stream_t *st = s->streams; st != NULL; st = next) {
+        next = st->next;
+        if (st->p != p || strcmp(st->topic, topic) != 0)
+            continue;
+        if (stream_check(st, ps))
+            pump(st);
+    }
+    if (follows_here(s, ps)) {
+        /* Following again (demoted): a release no longer holds. */
+        for (release_t **pp = &s->released; *pp != NULL;) {
+            release_t *r = *pp;
+            if (r->p == p && strcmp(r->topic, topic) == 0 && r->pending == 0) {
+                *pp = r->next;
+                tn_free(r->topic);
+                tn_free(r);
+            } else {
+                pp = &r->next;
+            }
+        }
+        return;
+    }
+    flog_t *fnext;
+    for (flog_t *fl = s->flogs; fl != NULL; fl = fnext) {
+        fnext = fl->next;
+        if (!fl->closing && fl->p == p && strcmp(fl->topic, topic) == 0)
+            flog_close(fl);
+    }
+}
+
+void tn_setrepl_release(tn_setrepl_t *s, const char *topic, uint32_t p, tn_setrepl_release_cb cb,
+                        void *arg)
+{
+    release_t *r = NULL;
+    for (release_t *x = s->released; x != NULL; x = x->next)
+        if (x->p == p && strcmp(x->topic, topic) == 0)
+            r = x;
+    if (r == NULL && (r = tn_calloc(1, sizeof(*r))) != NULL) {
+        if ((r->topic = tn_strdup(topic)) == NULL) {
+            tn_free(r);
+            r = NULL;
+        } else {
+            r->p = p;
+            r->next = s->released;
+            s->released = r;
+        }
+    }
+    if (r != NULL) {
+        r->cb = cb;
+        r->arg = arg;
+        r->fired = false;
+    }
+    flog_t *fnext;
+    uint32_t n = 0;
+    for (flog_t *fl = s->flogs; fl != NULL; fl = fnext) {
+        fnext = fl->next;
+        if (fl->p != p || strcmp(fl->topic, topic) != 0)
+            continue;
+        n++;
+        if (r != NULL) {
+            fl->rel = r;
+            r->pending++;
+        }
+        if (!fl->closing)
+            flog_close(fl);
+    }
+    if (r == NULL) {
+        /* Out of memory for the record: the logs still close, in order. */
+        if (cb != NULL && n == 0)
+            cb(arg);
+        else if (cb != NULL)
+            TN_LOG(TN_LOG_ERROR, "setrepl: out of memory releasing %s/%" PRIu32, topic, p);
+        return;
+    }
+    if (r->pending == 0 && !r->fired) {
+        r->fired = true;
+        if (cb != NULL)
+            cb(arg);
+    }
+}
+
+void tn_setrepl_stats(const tn_setrepl_t *s, tn_setrepl_stats_t *out)
+{
+    *out = s->st;
+}
+
+static void on_tick_closed(uv_handle_t *h)
+{
+    tn_setrepl_t *s = h->data;
+    s->busy--;
+    maybe_free(s);
+}
+
+static void maybe_free(tn_setrepl_t *s)
+{
+    if (!s->closing || s->busy > 0)
+        return;
+    while (s->released != NULL) {
+        release_t *r = s->released;
+        s->released = r->next;
+        tn_free(r->topic);
+        tn_free(r);
+    }
+    void (*cb)(void *) = s->close_cb;
+    void *arg = s->close_arg;
+    tn_free(s);
+    if (cb != NULL)
+        cb(arg);
+}
+
+void tn_setrepl_close(tn_setrepl_t *s, void (*cb)(void *arg), void *arg)
+{
+    s->closing = true;
+    s->close_cb = cb;
+    s->close_arg = arg;
+    if (s->o.broker != NULL)
+        tn_broker_set_chan_repl(s->o.broker, NULL);
+    while (s->streams != NULL) {
+        stream_t *st = s->streams;
+        /* A call out keeps the stream; cancel it so its reply comes soon. */
+        stream_kill(st, TN_ECLOSED);
+    }
+    /* Their replies come with TN_ECLOSED, from the loop. */
+    for (pcall_t *pc = s->calls; pc != NULL; pc = pc->next)
+        tn_rpc_call_cancel(pc->call);
+    flog_t *fnext;
+    for (flog_t *fl = s->flogs; fl != NULL; fl = fnext) {
+        fnext = fl->next;
+        if (!fl->closing)
+            flog_close(fl);
+    }
+    uv_timer_stop(&s->tick);
+    uv_close((uv_handle_t *)&s->tick, on_tick_closed);
+}

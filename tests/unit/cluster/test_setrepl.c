@@ -1,0 +1,729 @@
+/* Channel-state replication (cluster/setrepl.h): the SETTLE_REPL codec
+ * (round trip, every refusal), the waiting rule (tn_setrepl_commit: which
+ * records may count as settled given the followers' acks, the committed
+ * ISR and min_insync, including ISR changes) and the leader's trimming
+ * (tn_setrepl_trim); the follower's handler over real node RPC with a
+ * real store: records land in the follower's channel log (read back after
+ * a release), a retried request is not applied twice, a new log starts at
+ * the leader's base frontier, a stale epoch is fenced (409), a newer one
+ * is 503, a partition led here or not replicated is 421, and a released
+ * partition stays 421; and the leader path with a real engine: a FIN's
+ * tn_channel_sync ends only once the follower wrote its record, fails
+ * with TN_EFEWREPLICAS when the ISR is below min_insync and TN_EFENCED
+ * once another node leads. Every test checks that uv_loop_close returns
+ * 0. */
+#include "core/platform.h"
+
+#include "cluster/rpc.h"
+#include "cluster/setrepl.h"
+#include "cluster/wire.h"
+#include "core/err.h"
+#include "storage/chanlog.h"
+
+#include "fixture_rpc.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* --- the codec --------------------------------------------------------------------- */
+
+static void test_codec_round_trip(void **state)
+{
+    (void)state;
+    tn_walrec_t recs[4] = {
+        {.op = TN_WAL_FIN, .offset = 17},
+        {.op = TN_WAL_REQ, .offset = 18, .due_ms = 1764590000123, .attempts = 3},
+        {.op = TN_WAL_PAUSE, .value = 1},
+        {.op = TN_WAL_SKIP, .offset = 19},
+    };
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_put_u8(&b, 0xAA), 0); /* a prefix stays as it was */
+    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 7, 42, "billing", 0x1122334455667788u,
+                                            1000, 555, recs, 4),
+                     0);
+    tn_wire_setrepl_t w;
+    char err[256];
+    const uint8_t *p = (const uint8_t *)tn_buf_data(&b) + 1;
+    size_t len = tn_buf_size(&b) - 1;
+    assert_int_equal(len, 4 + 6 + 4 + 4 + 4 + 7 + 8 + 8 + 8 + 4 + 4 * TN_SETREPL_REC_SIZE);
+    assert_int_equal(tn_wire_setrepl_decode(p, len, &w, err, sizeof(err)), 0);
+    assert_string_equal(w.topic, "orders");
+    assert_string_equal(w.channel, "billing");
+    assert_int_equal(w.partition, 7);
+    assert_int_equal(w.leader_epoch, 42);
+    assert_true(w.stream == 0x1122334455667788u);
+    assert_int_equal(w.first_seq, 1000);
+    assert_int_equal(w.base_frontier, 555);
+    assert_int_equal(w.count, 4);
+    for (uint32_t i = 0; i < 4; i++) {
+        tn_walrec_t r;
+        tn_wire_setrepl_rec(&w, i, &r);
+        assert_int_equal(r.op, recs[i].op);
+        assert_true(r.offset == recs[i].offset);
+        assert_true(r.due_ms == recs[i].due_ms);
+        assert_int_equal(r.attempts, recs[i].attempts);
+        assert_true(r.value == recs[i].value);
+    }
+    /* The RPC server's shape check takes it, with its opcode. */
+    ((uint8_t *)tn_buf_data(&b))[0] = TN_OP_SETTLE_REPL;
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&b), tn_buf_size(&b)), 0);
+    assert_int_equal(tn_wire_op_lane(TN_OP_SETTLE_REPL), TN_LANE_REPLICA);
+    assert_string_equal(tn_wire_op_name(TN_OP_SETTLE_REPL), "settle_repl");
+    tn_buf_fini(&b);
+}
+
+static void test_codec_refusals(void **state)
+{
+    (void)state;
+    tn_walrec_t fin = {.op = TN_WAL_FIN, .offset = 1};
+    tn_walrec_t bad = {.op = TN_SETREPL_OP_MAX + 1};
+    char long_name[300];
+    memset(long_name, 'n', 256);
+    long_name[256] = '\0';
+    tn_buf_t b;
+    tn_buf_init(&b);
+    /* The encoder refuses what the decoder would, and leaves b as it was. */
+    assert_int_equal(tn_wire_setrepl_encode(&b, "", 0, 1, "c", 1, 1, 0, &fin, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "", 1, 1, 0, &fin, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, long_name, 0, 1, "c", 1, 1, 0, &fin, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 0, "c", 1, 1, 0, &fin, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 0, 0, &fin, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &fin, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, UINT64_MAX, 0, &fin, 1),
+                     UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &bad, 1), UV_EINVAL);
+    tn_walrec_t many[TN_SETREPL_MAX + 1];
+    for (size_t i = 0; i < TN_ARRAY_SIZE(many); i++)
+        many[i] = fin;
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX + 1),
+                     UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX), 0);
+    tn_wire_setrepl_t w;
+    char err[256];
+    assert_int_equal(tn_wire_setrepl_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)),
+                     0);
+    assert_int_equal(w.count, TN_SETREPL_MAX);
+
+    /* A good request, then each way of spoiling it. */
+    tn_buf_reset(&b);
+    tn_walrec_t two[2] = {fin, {.op = TN_WAL_EMPTY, .offset = 5}};
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 3, 2, "c", 5, 10, 0, two, 2), 0);
+    uint8_t *g = (uint8_t *)tn_buf_data(&b);
+    size_t n = tn_buf_size(&b);
+    for (size_t cut = 0; cut < n; cut++) {
+        err[0] = '\0';
+        assert_int_equal(tn_wire_setrepl_decode(g, cut, &w, err, sizeof(err)), TN_EPROTO);
+        assert_true(err[0] != '\0'); /* every refusal says why */
+    }
+    uint8_t *longer = malloc(n + 1);
+    assert_non_null(longer);
+    memcpy(longer, g, n);
+    longer[n] = 0;
+    assert_int_equal(tn_wire_setrepl_decode(longer, n + 1, &w, NULL, 0), TN_EPROTO);
+    free(longer);
+    /* Offsets: topic "t" at 0..4, partition 5, epoch 9, channel 13..17,
+     * stream 18, first_seq 26, base_frontier 34, count 42, records from
+     * 46. */
+    size_t rec0 = 46;
+    g[rec0] = TN_SETREPL_OP_MAX + 1; /* an unknown record op */
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
+    g[rec0] = 0;
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
+    g[rec0] = TN_WAL_FIN;
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), 0);
+    g[45] = 3; /* count says 3, two are there */
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
+    g[45] = 0; /* count 0 */
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
+    g[45] = 2;
+    g[12] = 0; /* epoch 0 */
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
+    g[12] = 2;
+    g[33] = 0; /* first_seq 0 */
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
+    g[33] = 10;
+    g[4] = 0; /* a NUL in the topic */
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
+    g[4] = 't';
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), 0);
+    tn_buf_fini(&b);
+}
+
+/* --- the waiting rule ---------------------------------------------------------------- */
+
+static tn_pstate_member_t mem(uint32_t node)
+{
+    return (tn_pstate_member_t){node, 100 + node};
+}
+
+static void test_rule_min_insync(void **state)
+{
+    (void)state;
+    tn_pstate_member_t isr3[3] = {mem(1), mem(2), mem(3)};
+    tn_setrepl_ack_t acks[2] = {{2, 5}, {3, 3}};
+    bool starved = true;
+    /* min_insync 2: the best follower's ack, capped by the leader's own. */
+    assert_int_equal(tn_setrepl_commit(7, acks, 2, isr3, 3, 1, 2, &starved), 5);
+    assert_false(starved);
+    assert_int_equal(tn_setrepl_commit(4, acks, 2, isr3, 3, 1, 2, &starved), 4);
+    /* min_insync 3: both followers. */
+    assert_int_equal(tn_setrepl_commit(7, acks, 2, isr3, 3, 1, 3, &starved), 3);
+    /* min_insync 1 (or 0): the leader's own sync is enough. */
+    assert_int_equal(tn_setrepl_commit(7, NULL, 0, isr3, 3, 1, 1, &starved), 7);
+    assert_int_equal(tn_setrepl_commit(7, NULL, 0, isr3, 3, 1, 0, &starved), 7);
+    /* No acks yet: nothing. */
+    assert_int_equal(tn_setrepl_commit(7, NULL, 0, isr3, 3, 1, 2, &starved), 0);
+    assert_false(starved);
+    /* The leader's own entry in acks never counts as a follower's. */
+    tn_setrepl_ack_t selfack[1] = {{1, 9}};
+    assert_int_equal(tn_setrepl_commit(7, selfack, 1, isr3, 3, 1, 2, &starved), 0);
+    /* Duplicated entries for one node count once, at their best. */
+    tn_setrepl_ack_t dup[2] = {{2, 2}, {2, 6}};
+    assert_int_equal(tn_setrepl_commit(7, dup, 2, isr3, 3, 1, 2, &starved), 6);
+    assert_int_equal(tn_setrepl_commit(7, dup, 2, isr3, 3, 1, 3, &starved), 0);
+    /* NULL starved is allowed. */
+    assert_int_equal(tn_setrepl_commit(7, acks, 2, isr3, 3, 1, 2, NULL), 5);
+}
+
+static void test_rule_isr_changes(void **state)
+{
+    (void)state;
+    tn_setrepl_ack_t acks[2] = {{2, 9}, {3, 4}};
+    bool starved;
+    /* ISR {1,2,3}, min 3: the slow follower 3 holds the settles at 4. */
+    tn_pstate_member_t isr3[3] = {mem(1), mem(2), mem(3)};
+    assert_int_equal(tn_setrepl_commit(10, acks, 2, isr3, 3, 1, 3, &starved), 4);
+    /* min 2 with 3 shrunk out: follower 2 alone decides. */
+    tn_pstate_member_t isr12[2] = {mem(1), mem(2)};
+    assert_int_equal(tn_setrepl_commit(10, acks, 2, isr12, 2, 1, 2, &starved), 9);
+    assert_false(starved);
+    /* 2 shrunk out instead: an ack from outside the ISR never counts. */
+    tn_pstate_member_t isr13[2] = {mem(1), mem(3)};
+    assert_int_equal(tn_setrepl_commit(10, acks, 2, isr13, 2, 1, 2, &starved), 4);
+    /* min 3 with an ISR of two: starved, whatever the acks. */
+    assert_int_equal(tn_setrepl_commit(10, acks, 2, isr12, 2, 1, 3, &starved), 0);
+    assert_true(starved);
+    /* ISR down to the leader alone with min 2: starved. */
+    tn_pstate_member_t isr1[1] = {mem(1)};
+    assert_int_equal(tn_setrepl_commit(10, acks, 2, isr1, 1, 1, 2, &starved), 0);
+    assert_true(starved);
+    /* ... but min 1 confirms on the leader's sync. */
+    assert_int_equal(tn_setrepl_commit(10, acks, 2, isr1, 1, 1, 1, &starved), 10);
+    assert_false(starved);
+    /* The node is not in the ISR (it no longer leads): starved. */
+    tn_pstate_member_t isr23[2] = {mem(2), mem(3)};
+    assert_int_equal(tn_setrepl_commit(10, acks, 2, isr23, 2, 1, 1, &starved), 0);
+    assert_true(starved);
+    /* Five replicas, min 3: the second best follower. */
+    tn_pstate_member_t isr5[5] = {mem(1), mem(2), mem(3), mem(4), mem(5)};
+    tn_setrepl_ack_t acks5[4] = {{2, 3}, {3, 8}, {4, 6}, {5, 1}};
+    assert_int_equal(tn_setrepl_commit(10, acks5, 4, isr5, 5, 1, 3, &starved), 6);
+    assert_int_equal(tn_setrepl_commit(10, acks5, 4, isr5, 5, 1, 5, &starved), 1);
+    assert_int_equal(tn_setrepl_commit(5, acks5, 4, isr5, 5, 1, 3, &starved), 5);
+}
+
+static void test_trim(void **state)
+{
+    (void)state;
+    /* Records 10..20 kept; followers have up to 14; 17 decided. */
+    assert_int_equal(tn_setrepl_trim(10, 20, 17, 14, 100), 15);
+    /* Every follower has more than is decided: only decided ones go. */
+    assert_int_equal(tn_setrepl_trim(10, 20, 17, 19, 100), 18);
+    /* Nothing new to drop. */
+    assert_int_equal(tn_setrepl_trim(10, 20, 17, 5, 100), 10);
+    assert_int_equal(tn_setrepl_trim(10, 20, 9, 20, 100), 10);
+    /* All decided and had: empty. */
+    assert_int_equal(tn_setrepl_trim(10, 20, 20, 20, 100), 21);
+    /* A follower stuck at 5 with 11 kept and a bound of 4: decided
+     * records go down to the bound, undecided ones stay. */
+    assert_int_equal(tn_setrepl_trim(10, 20, 20, 5, 4), 17);
+    assert_int_equal(tn_setrepl_trim(10, 20, 13, 5, 4), 14);
+    assert_int_equal(tn_setrepl_trim(10, 20, 9, 5, 4), 10);
+    /* An empty stream stays empty. */
+    assert_int_equal(tn_setrepl_trim(10, 9, 9, 9, 4), 10);
+}
+
+/* --- the follower's handler -------------------------------------------------------------- */
+
+/* The partition state the follower's metastore replica shows. */
+static tn_pstate_t script_ps;
+static bool script_found;
+static uint32_t script_part = 1; /* the partition of "orders" it describes */
+
+static int script_pstate(void *arg, const char *topic, uint32_t p, tn_pstate_t *out)
+{
+    (void)arg;
+    if (!script_found || strcmp(topic, "orders") != 0 || p != script_part)
+        return TN_ENOTFOUND;
+    *out = script_ps;
+    return 0;
+}
+
+static uint64_t push_base; /* base_frontier of the next pushes */
+
+typedef struct {
+    uv_loop_t loop;
+    char *dir;
+    tn_store_t *store;
+    tn_setrepl_t *s;
+    tu_rpc_pair_t rpc;
+} ffx_t;
+
+static ffx_t *ffx_new(void)
+{
+    ffx_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    f->dir = tu_tempdir();
+    tn_store_opts_t so;
+    tu_store_opts(&so, f->dir);
+    f->store = tu_store_open(&f->loop, &so);
+    tn_setrepl_opts_t o = {
+        .loop = &f->loop, .node_id = 1, .store = f->store, .pstate = script_pstate};
+    assert_int_equal(tn_setrepl_new(&o, &f->s), 0);
+    tn_rpc_handler_t h[TN_SETREPL_HANDLERS];
+    size_t nh = 0;
+    tn_setrepl_handlers(f->s, h, &nh);
+    assert_int_equal(nh, 1);
+    assert_int_equal(h[0].op, TN_OP_SETTLE_REPL);
+    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
+    memset(&script_ps, 0, sizeof(script_ps));
+    script_ps.nreplicas = 3;
+    script_ps.replicas[0] = 2;
+    script_ps.replicas[1] = 1;
+    script_ps.replicas[2] = 3;
+    script_ps.leader = 2;
+    script_ps.leader_epoch = 3;
+    script_ps.nisr = 3;
+    script_ps.isr[0] = mem(2);
+    script_ps.isr[1] = mem(1);
+    script_ps.isr[2] = mem(3);
+    script_ps.min_insync = 2;
+    script_found = true;
+    script_part = 1;
+    push_base = 0;
+    return f;
+}
+
+static bool closed_flag;
+static void on_closed(void *arg)
+{
+    (void)arg;
+    closed_flag = true;
+}
+
+static void ffx_free(ffx_t *f)
+{
+    tu_rpc_pair_close(&f->rpc, &f->loop);
+    closed_flag = false;
+    tn_setrepl_close(f->s, on_closed, NULL);
+    tu_run_until(&f->loop, &closed_flag);
+    tu_store_close(&f->loop, f->store);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    tu_rmrf(f->dir);
+    free(f->dir);
+    free(f);
+}
+
+static uint16_t push(ffx_t *f, uint32_t epoch, uint64_t stream, uint64_t first,
+                     const tn_walrec_t *recs, uint32_t n, tu_rpc_raw_t *r)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, epoch, "billing", stream, first,
+                                            push_base, recs, n),
+                     0);
+    uint16_t st = tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, r);
+    tn_buf_fini(&b);
+    return st;
+}
+
+static bool released_flag;
+static void on_released(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+static void on_cl_closed(tn_chanlog_t *cl)
+{
+    *(bool *)cl->data = true;
+}
+
+/* Read the follower's channel log back (after a release closed it). */
+static void read_back(ffx_t *f, tn_cursor_t *cur)
+{
+    tn_chanlog_t *cl = NULL;
+    assert_int_equal(tn_chanlog_open(f->store, "orders", 1, "billing", NULL, &cl, cur), 0);
+    assert_int_equal(tn_chanlog_err(cl), 0);
+    bool done = false;
+    cl->data = &done;
+    tn_chanlog_close(cl, on_cl_closed);
+    tu_run_until(&f->loop, &done);
+}
+
+static void test_follower_writes(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tu_rpc_raw_t r;
+    tn_walrec_t a[3] = {
+        {.op = TN_WAL_FIN, .offset = 0},
+        {.op = TN_WAL_FIN, .offset = 1},
+        {.op = TN_WAL_REQ, .offset = 2, .due_ms = 5, .attempts = 2},
+    };
+    assert_int_equal(push(f, 3, 77, 1, a, 3, &r), 204);
+    /* The same request again (its answer was lost): nothing applied twice. */
+    assert_int_equal(push(f, 3, 77, 1, a, 3, &r), 204);
+    /* Overlapping: only record 4 is new. */
+    tn_walrec_t b[2] = {a[2], {.op = TN_WAL_FIN, .offset = 3}};
+    assert_int_equal(push(f, 3, 77, 3, b, 2, &r), 204);
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.served_records, 4);
+    assert_int_equal(st.followed, 1);
+
+    /* A stale epoch is fenced; a newer one waits for the replica. */
+    assert_int_equal(push(f, 2, 77, 5, a, 1, &r), 409);
+    assert_non_null(strstr(r.body, "fenced"));
+    assert_int_equal(push(f, 4, 77, 5, a, 1, &r), 503);
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.fenced, 1);
+    assert_int_equal(st.served_records, 4);
+
+    /* Promotion: the log closes, then the callback; 421 from then on. */
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.followed, 0);
+    assert_int_equal(push(f, 3, 77, 5, a, 1, &r), 421);
+
+    tn_cursor_t cur;
+    read_back(f, &cur);
+    assert_int_equal(cur.frontier, 2); /* 0 and 1 finished; 2 requeued */
+    assert_int_equal(cur.finish_count, 3);
+    assert_true(tn_cursor_is_settled(&cur, 3));
+    const tn_requeue_t *rq = tn_cursor_requeued(&cur, 2);
+    assert_non_null(rq);
+    assert_int_equal(rq->attempts, 2);
+    tn_cursor_fini(&cur);
+
+    /* Demoted again (another node leads): following resumes, and a new
+     * stream of the leader is taken from its first record. */
+    script_ps.leader = 3;
+    script_ps.leader_epoch = 4;
+    tn_setrepl_pstate_changed(f->s, "orders", 1, &script_ps);
+    tn_walrec_t c[1] = {{.op = TN_WAL_FIN, .offset = 2}};
+    assert_int_equal(push(f, 4, 91, 1, c, 1, &r), 204);
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    read_back(f, &cur);
+    assert_int_equal(cur.frontier, 4);
+    tn_cursor_fini(&cur);
+    ffx_free(f);
+}
+
+/* A channel made after messages were published: the follower creates its
+ * log at the leader's frontier, not at 0; a log it has keeps its own. */
+static void test_follower_base_frontier(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tu_rpc_raw_t r;
+    push_base = 500;
+    tn_walrec_t a[2] = {{.op = TN_WAL_FIN, .offset = 500}, {.op = TN_WAL_FIN, .offset = 502}};
+    assert_int_equal(push(f, 3, 5, 1, a, 2, &r), 204);
+    push_base = 9000; /* another stream: the log exists, its frontier stays */
+    tn_walrec_t b[1] = {{.op = TN_WAL_FIN, .offset = 501}};
+    assert_int_equal(push(f, 3, 6, 1, b, 1, &r), 204);
+    push_base = 0;
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    tn_cursor_t cur;
+    read_back(f, &cur);
+    assert_int_equal(cur.frontier, 503);
+    tn_cursor_fini(&cur);
+    ffx_free(f);
+}
+
+static void test_follower_refuses(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tu_rpc_raw_t r;
+    tn_walrec_t a[1] = {{.op = TN_WAL_FIN, .offset = 0}};
+    /* This node leads the partition: its engine owns the channel logs. */
+    script_ps.leader = 1;
+    assert_int_equal(push(f, 3, 1, 1, a, 1, &r), 421);
+    /* Not a replica here. */
+    script_ps.leader = 2;
+    script_ps.replicas[1] = 4;
+    assert_int_equal(push(f, 3, 1, 1, a, 1, &r), 421);
+    /* Not replicated (factor 1, or unknown). */
+    script_found = false;
+    assert_int_equal(push(f, 3, 1, 1, a, 1, &r), 421);
+    /* Malformed, and a bad channel name. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_put_str(&b, "orders"), 0);
+    assert_int_equal(tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, &r), 400);
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, 3, "bad name", 1, 1, 0, a, 1), 0);
+    assert_int_equal(tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, &r), 400);
+    tn_buf_fini(&b);
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.served_records, 0);
+    assert_int_equal(st.followed, 0);
+    ffx_free(f);
+}
+
+/* --- the leader: the engine's waits held until the ISR has the records ------------- */
+
+typedef struct {
+    tn_consumer_t c;
+    tn_delivery_t d[8];
+    int n;
+} lsink_t;
+
+static void on_ldeliver(tn_consumer_t *c, const tn_delivery_t *d)
+{
+    lsink_t *k = c->data;
+    assert_true(k->n < 8);
+    k->d[k->n] = *d;
+    k->d[k->n].body = NULL;
+    k->d[k->n].key = NULL;
+    k->n++;
+}
+
+static const char *follower_addr;
+static const char *addr_of(void *arg, uint32_t node)
+{
+    (void)arg;
+    return node == 2 ? follower_addr : NULL;
+}
+
+typedef struct {
+    tn_chan_sync_t s;
+    bool done;
+    int status;
+    uint64_t served_then; /* the follower's records written when it ended */
+} lsync_t;
+
+static tn_setrepl_t *the_follower;
+
+static void on_lsync(tn_chan_sync_t *s, int status)
+{
+    lsync_t *w = s->data;
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(the_follower, &st);
+    w->served_then = st.served_records;
+    w->status = status;
+    w->done = true;
+}
+
+typedef struct {
+    tn_waiter_t w;
+    bool done;
+    int status;
+} lwait_t;
+
+static void on_lwait(tn_waiter_t *w, int status)
+{
+    lwait_t *x = (lwait_t *)w;
+    x->status = status;
+    x->done = true;
+}
+
+typedef struct {
+    tn_pub_t p;
+    bool done;
+    int status;
+} lpub_t;
+
+static void on_lpub(tn_pub_t *p, int status)
+{
+    lpub_t *w = p->data;
+    w->status = status;
+    w->done = true;
+}
+
+static bool broker_gone;
+static void on_broker_gone(tn_broker_t *b)
+{
+    (void)b;
+    broker_gone = true;
+}
+
+/* FIN the k-th delivery of sink and wait for what its sync says. */
+static int fin_and_sync(ffx_t *f, tn_channel_t *ch, lsink_t *k, int i, lsync_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->s.data = w;
+    assert_int_equal(tn_consumer_fin(&k->c, 0, k->d[i].offset, false, 0), 0);
+    tn_channel_sync(ch, 0, &w->s, on_lsync);
+    tu_run_until(&f->loop, &w->done);
+    return w->status;
+}
+
+static void test_leader_waits_for_isr(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new(); /* node 1's follower side is node 2 here */
+    the_follower = f->s;
+    follower_addr = f->rpc.addr;
+    script_part = 0;
+    /* Node 1 leads partition 0 of "orders"; node 2 follows it. */
+    script_ps.replicas[0] = 1;
+    script_ps.replicas[1] = 2;
+    script_ps.leader = 1;
+    script_ps.isr[0] = mem(1);
+    script_ps.isr[1] = mem(2);
+    script_ps.nisr = 2;
+    /* The follower endpoint's setrepl is node 1 in ffx_new: make it node 2. */
+    tu_rpc_pair_close(&f->rpc, &f->loop);
+    closed_flag = false;
+    tn_setrepl_close(f->s, on_closed, NULL);
+    tu_run_until(&f->loop, &closed_flag);
+    tn_setrepl_opts_t fo = {
+        .loop = &f->loop, .node_id = 2, .store = f->store, .pstate = script_pstate};
+    assert_int_equal(tn_setrepl_new(&fo, &f->s), 0);
+    the_follower = f->s;
+    tn_rpc_handler_t h[TN_SETREPL_HANDLERS];
+    size_t nh = 0;
+    tn_setrepl_handlers(f->s, h, &nh);
+    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
+    follower_addr = f->rpc.addr;
+
+    /* The leader: its own store, engine and replicator (calls from the
+     * pair's caller endpoint). */
+    char *ldir = tu_tempdir();
+    tn_store_opts_t so;
+    tu_store_opts(&so, ldir);
+    tn_store_t *lstore = tu_store_open(&f->loop, &so);
+    tn_broker_opts_t bo;
+    memset(&bo, 0, sizeof(bo));
+    bo.default_partitions = 1;
+    bo.bootstrap_window_ms = 90000;
+    bo.cache_bytes = 1 << 20;
+    bo.max_inflight_bytes = 1 << 30;
+    bo.max_inflight_msgs = 100000;
+    bo.max_ahead = 1 << 16;
+    bo.gc_interval_ms = 3600000;
+    tn_broker_t *b = NULL;
+    assert_int_equal(tn_broker_open(&f->loop, lstore, &bo, &b), 0);
+    tn_setrepl_opts_t lo = {.loop = &f->loop,
+                            .node_id = 1,
+                            .rpc = f->rpc.caller,
+                            .store = lstore,
+                            .broker = b,
+                            .pstate = script_pstate,
+                            .addr = addr_of};
+    tn_setrepl_t *leader = NULL;
+    assert_int_equal(tn_setrepl_new(&lo, &leader), 0);
+
+    tn_topic_t *t = NULL;
+    lwait_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_lwait;
+    int rc = tn_broker_topic(b, "orders", 6, true, 1, &w.w, &t);
+    if (rc == UV_EAGAIN) {
+        tu_run_until(&f->loop, &w.done);
+        rc = tn_broker_topic(b, "orders", 6, false, 0, NULL, &t);
+    }
+    assert_int_equal(rc, 0);
+    tn_channel_t *ch = NULL;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_lwait;
+    rc = tn_topic_channel(t, "billing", 7, true, &w.w, &ch);
+    if (rc == UV_EAGAIN) {
+        tu_run_until(&f->loop, &w.done);
+        rc = tn_topic_channel(t, "billing", 7, false, NULL, &ch);
+    }
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 3; i++) {
+        lpub_t pw;
+        memset(&pw, 0, sizeof(pw));
+        assert_int_equal(tn_pub_init(&pw.p, 1), 0);
+        assert_int_equal(tn_pub_set(&pw.p, 0, "m", 1), 0);
+        pw.p.data = &pw;
+        assert_int_equal(tn_broker_publish(b, "orders", 6, &pw.p, 0, on_lpub), 0);
+        tu_run_until(&f->loop, &pw.done);
+        assert_int_equal(pw.status, 0);
+        tn_pub_fini(&pw.p);
+    }
+    lsink_t k;
+    memset(&k, 0, sizeof(k));
+    k.c.deliver = on_ldeliver;
+    k.c.data = &k;
+    k.c.timeout_ms = 60000;
+    tn_consumer_attach(&k.c, ch);
+    tn_consumer_credit(&k.c, 3);
+    while (k.n < 3)
+        uv_run(&f->loop, UV_RUN_ONCE);
+
+    /* ISR {1, 2}, min 2: the FIN's wait ends once the follower wrote it. */
+    lsync_t sw;
+    assert_int_equal(fin_and_sync(f, ch, &k, 0, &sw), 0);
+    assert_true(sw.served_then >= 1);
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(leader, &st);
+    assert_true(st.calls >= 1);
+    assert_int_equal(st.streams, 1);
+
+    /* The ISR shrinks to the leader alone: too few in-sync replicas. */
+    script_ps.nisr = 1;
+    assert_int_equal(fin_and_sync(f, ch, &k, 1, &sw), TN_EFEWREPLICAS);
+
+    /* Another node leads now: the wait fails as fenced. */
+    script_ps.nisr = 2;
+    script_ps.leader = 2;
+    script_ps.leader_epoch = 4;
+    assert_int_equal(fin_and_sync(f, ch, &k, 2, &sw), TN_EFENCED);
+    tn_setrepl_stats(leader, &st);
+    assert_int_equal(st.streams, 0);
+
+    tn_consumer_detach(&k.c);
+    closed_flag = false;
+    tn_setrepl_close(leader, on_closed, NULL);
+    tu_run_until(&f->loop, &closed_flag);
+    broker_gone = false;
+    tn_broker_close(b, on_broker_gone);
+    tu_run_until(&f->loop, &broker_gone);
+    tu_store_close(&f->loop, lstore);
+    tu_rmrf(ldir);
+    free(ldir);
+
+    /* The follower's log has the first FIN (offset 0). */
+    script_ps.leader = 1; /* its own partition again: the release closes it */
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 0, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    tn_chanlog_t *cl = NULL;
+    tn_cursor_t cur;
+    assert_int_equal(tn_chanlog_open(f->store, "orders", 0, "billing", NULL, &cl, &cur), 0);
+    assert_true(tn_cursor_is_settled(&cur, k.d[0].offset));
+    tn_cursor_fini(&cur);
+    bool done = false;
+    cl->data = &done;
+    tn_chanlog_close(cl, on_cl_closed);
+    tu_run_until(&f->loop, &done);
+    ffx_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_codec_round_trip),       cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_rule_min_insync),        cmocka_unit_test(test_trim),
+        cmocka_unit_test(test_rule_isr_changes),       cmocka_unit_test(test_follower_writes),
+        cmocka_unit_test(test_follower_base_frontier), cmocka_unit_test(test_follower_refuses),
+        cmocka_unit_test(test_leader_waits_for_isr),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
