@@ -71,8 +71,17 @@ stop_pid() {
     wait "$p" 2>/dev/null || true
 }
 
+# The rows so far, as a table.
+summary() {
+    [ -s "$work/summary" ] || return 0
+    echo "== summary ($producers producers over 3 nodes, 200-byte messages, $dur per workload; p50 is the mean over the three client processes, p99 the worst)"
+    printf '| %-18s | %-31s | %9s | %8s | %8s | %6s |\n' system workload msgs/s "p50 ms" "p99 ms" errors
+    awk -F'|' '{printf "| %-18s | %-31s | %9s | %8s | %8s | %6s |\n", $1, $2, $3, $4, $5, $6}' "$work/summary"
+}
+
 cleanup() {
     local p
+    summary || true
     [ -n "$pid" ] && stop_pid "$pid"
     [ -d "$work/cluster" ] && scripts/cluster.sh stop "$work/cluster" >/dev/null 2>&1 || true
     for p in "${nats_pids[@]}"; do
@@ -497,8 +506,17 @@ part_rabbitmq() {
         rabbit_pids+=($!)
     done
     for n in 1 2 3; do
-        rabbit_cli rabbitmqctl "$n" await_startup --timeout 180 >/dev/null ||
-            { echo "  rabbit$n did not start:"; tail -20 "$rb/n$n/out"; return 1; }
+        # await_startup fails at once while the node is not registered
+        # with epmd yet: ask again until it answers (180 s at most).
+        local deadline=$((SECONDS + 180))
+        until rabbit_cli rabbitmqctl "$n" await_startup --timeout 180 >"$rb/n$n/await" 2>&1; do
+            if [ "$SECONDS" -ge "$deadline" ] || ! kill -0 "${rabbit_pids[$((n - 1))]}" 2>/dev/null; then
+                echo "  rabbit$n did not start:"
+                tail -20 "$rb/n$n/await" "$rb/n$n/out"
+                return 1
+            fi
+            sleep 1
+        done
         # The Erlang VM under the script: stop it by PID too if the script
         # cannot.
         [ -s "$rb/n$n/pid" ] && rabbit_pids+=("$(cat "$rb/n$n/pid")")
@@ -536,8 +554,5 @@ has_part scale && part_scale
 has_part repl && part_repl
 has_part nats && part_nats
 has_part rabbitmq && part_rabbitmq
-if [ -s "$work/summary" ]; then
-    echo "== summary ($producers producers over 3 nodes, 200-byte messages, $dur per workload; p50 is the mean over the three client processes, p99 the worst)"
-    printf '| %-18s | %-31s | %9s | %8s | %8s | %6s |\n' system workload msgs/s "p50 ms" "p99 ms" errors
-    awk -F'|' '{printf "| %-18s | %-31s | %9s | %8s | %8s | %6s |\n", $1, $2, $3, $4, $5, $6}' "$work/summary"
-fi
+# The summary is printed by cleanup, so a part that fails still leaves
+# the rows of the ones before it.
