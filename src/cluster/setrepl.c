@@ -28,9 +28,13 @@
  *      checkpoints, so a promoted follower's engine opens the log as it
  *      would its own.
  *   5. On each answer the leader computes with tn_setrepl_commit (pure)
- *      the highest seq that min_insync - 1 followers of the committed ISR
- *      have; tn_broker_chan_repl_done ends the waits up to it, and the
- *      doors answer. Records every ISR follower has are dropped.
+ *      the highest seq that every follower of the committed ISR has (the
+ *      ISR holding at least min_insync members): any ISR member may be
+ *      elected next, so, as for the record log's hw (cluster/repl.c), a
+ *      settle counts only once all of them have it. A slow follower holds
+ *      settles until the leader shrinks it out of the ISR (rfetch), as it
+ *      holds produces. tn_broker_chan_repl_done ends the waits up to it,
+ *      and the doors answer. Records every ISR follower has are dropped.
  *   6. The ISR or the leadership changes (tn_setrepl_pstate_changed, and
  *      a 250 ms check of every stream against the metastore replica):
  *      waits are checked again against the new ISR (a follower shrunk out
@@ -47,19 +51,15 @@
  * Failure modes: a follower that fails a call is retried with a backoff
  * (100 ms doubling to 1 s) from its last confirmed record, until the
  * leader shrinks it out of the ISR (rfetch); its stalled confirmations
- * hold settles only while it is in the committed ISR and needed for
- * min_insync. A follower's channel log that fails answers 500 (the leader
- * retries; the follower's storage error is sticky). Leases and in-flight
- * deliveries stay on the leader: after a failover the new leader delivers
- * again every message whose FIN was not confirmed.
- * Invariants: a settle of a replicated partition is answered OK only
- * after its record (and every record before it in its channel log) is
- * fdatasync'ed on the leader and on min_insync - 1 members of the ISR the
- * metastore committed; a follower never writes the channel log of a
- * partition this node leads (its engine owns it); a follower answers 204
- * only for records it has synced.
- * Known limits: a follower that joins the ISR later only gets the records
- * the leader still keeps (those not yet on every ISR follower): what was
+ * hold settles only while it is in the committed ISR. A follower's channel log that fails answers
+ * 500 (the leader retries; the follower's storage error is sticky). Leases and in-flight deliveries
+ * stay on the leader: after a failover the new leader delivers again every message whose FIN was
+ * not confirmed. Invariants: a settle of a replicated partition is answered OK only after its
+ * record (and every record before it in its channel log) is fdatasync'ed on the leader and on every
+ * member of the ISR the metastore committed, which has at least min_insync members; a follower
+ * never writes the channel log of a partition this node leads (its engine owns it); a follower
+ * answers 204 only for records it has synced. Known limits: a follower that joins the ISR later
+ * only gets the records the leader still keeps (those not yet on every ISR follower): what was
  * settled before is not copied to it, so a failover to it delivers those
  * messages again (at-least-once, not a lost FIN on the old ISR members).
  * A follower creates a channel log at the frontier the leader had when its record stream began
@@ -103,31 +103,21 @@ uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_
         *starved = st;
     if (st)
         return 0;
-    uint32_t need = min_insync - 1;
-    if (need == 0)
-        return local;
-    /* The need-th highest ack among the ISR followers, capped at local. */
-    uint64_t best[TN_PSTATE_MAX_REPLICAS];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < nisr && n < TN_PSTATE_MAX_REPLICAS; i++) {
+    /* The lowest ack among the ISR followers, capped at local: any of
+     * them may be the next leader (cluster/repl.c moves the hw the same
+     * way, invariant 1). */
+    uint64_t c = local;
+    for (uint32_t i = 0; i < nisr; i++) {
         if (isr[i].node == self)
             continue;
         uint64_t a = 0;
         for (uint32_t k = 0; k < nacks; k++)
             if (acks[k].node == isr[i].node && acks[k].acked > a)
                 a = acks[k].acked;
-        best[n++] = a < local ? a : local;
+        if (a < c)
+            c = a;
     }
-    if (n < need)
-        return 0;
-    /* Sort descending (n is at most 8). */
-    for (uint32_t i = 1; i < n; i++)
-        for (uint32_t k = i; k > 0 && best[k] > best[k - 1]; k--) {
-            uint64_t t = best[k];
-            best[k] = best[k - 1];
-            best[k - 1] = t;
-        }
-    return best[need - 1];
+    return c;
 }
 
 uint64_t tn_setrepl_trim(uint64_t low, uint64_t high, uint64_t done, uint64_t min_acked,
