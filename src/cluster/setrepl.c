@@ -13,7 +13,7 @@
  *      with its number in the log (seq, from 1 since the log's open).
  *   3. Records are kept per stream (topic, partition, channel: one open
  *      channel log, with a random id so a follower tells a reopened log
- *      from the one before). Each follower of the committed ISR gets them
+ *      from the one before). Each replica of the partition gets them
  *      with TN_OP_SETTLE_REPL on the replica lane, one call in flight per
  *      (follower, stream): what arrives while a call is out rides the
  *      next one, which is the batching (up to TN_SETREPL_MAX records).
@@ -49,21 +49,32 @@
  *      that partition close first (after their queued records), then its
  *      callback runs, and requests for the partition get 421 meanwhile.
  * Failure modes: a follower that fails a call is retried with a backoff
- * (100 ms doubling to 1 s) from its last confirmed record, until the
- * leader shrinks it out of the ISR (rfetch); its stalled confirmations
- * hold settles only while it is in the committed ISR. A follower's channel log that fails answers
- * 500 (the leader retries; the follower's storage error is sticky). Leases and in-flight deliveries
- * stay on the leader: after a failover the new leader delivers again every message whose FIN was
- * not confirmed. Invariants: a settle of a replicated partition is answered OK only after its
- * record (and every record before it in its channel log) is fdatasync'ed on the leader and on every
- * member of the ISR the metastore committed, which has at least min_insync members; a follower
- * never writes the channel log of a partition this node leads (its engine owns it); a follower
- * answers 204 only for records it has synced. Known limits: a follower that joins the ISR later
- * only gets the records the leader still keeps (those not yet on every ISR follower): what was
- * settled before is not copied to it, so a failover to it delivers those
- * messages again (at-least-once, not a lost FIN on the old ISR members).
- * A follower creates a channel log at the frontier the leader had when its record stream began
- * (base_frontier).
+ * (100 ms doubling to 1 s) from its last confirmed record; while it is in
+ * the committed ISR its stalled confirmations hold settles, until the
+ * leader shrinks it out of the ISR (rfetch), as they hold produces. A
+ * follower's channel log that fails answers 500 (the leader retries; the
+ * follower's storage error is sticky). Leases and in-flight deliveries
+ * stay on the leader: after a failover the new leader delivers again
+ * every message whose FIN was not confirmed.
+ *
+ * Invariants: a settle of a replicated partition is answered OK only
+ * after its record (and every record before it in its channel log) is
+ * fdatasync'ed on the leader and on every member of the ISR the metastore
+ * committed, which has at least min_insync members; a follower never
+ * writes the channel log of a partition this node leads (its engine owns
+ * it); a follower answers 204 only for records it has synced.
+ *
+ * Known limits: records go to every replica, in the ISR or not, and the
+ * leader keeps them until every replica has them, but at most
+ * TN_SETREPL_KEEP_MAX decided ones: a replica away for longer misses
+ * some, and a failover to it (once rfetch added it back to the ISR for its
+ * record log) delivers those messages again. A replica that rejoins the
+ * ISR before its channel logs caught up has the same window. A follower
+ * creates a channel's log at the frontier the leader had when its record
+ * stream began (base_frontier). A leader demoted without a restart keeps
+ * its engine's channel logs open, so it takes no SETTLE_REPL (421) until
+ * it restarts, and if it leads again its engine serves the channel state
+ * it had.
  *
  * Threads: the loop thread (the RPC endpoint's and the engine's). */
 #include "core/platform.h"
@@ -304,15 +315,18 @@ static stream_t *stream_new(tn_setrepl_t *s, const char *topic, uint32_t p, cons
     return st;
 }
 
-/* Make st's followers the ISR of ps (minus this node): a new member starts
- * from the oldest record kept; one that left no longer counts. */
+/* Make st's followers the replicas of ps (minus this node): every one is
+ * pushed to, in the ISR or not, so a replica out of the ISR (down for a
+ * while, catching up its log) gets the channel state it missed before it
+ * is back in the ISR and may be elected; a new one starts from the oldest
+ * record kept; one that is no longer a replica goes. */
 static void peers_sync(stream_t *st, const tn_pstate_t *ps)
 {
     uint32_t self = st->s->o.node_id;
     peer_t keep[TN_PSTATE_MAX_REPLICAS];
     uint32_t n = 0;
-    for (uint32_t i = 0; i < ps->nisr; i++) {
-        uint32_t node = ps->isr[i].node;
+    for (uint32_t i = 0; i < ps->nreplicas; i++) {
+        uint32_t node = ps->replicas[i];
         if (node == self)
             continue;
         peer_t *old = NULL;
@@ -327,8 +341,8 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
         }
         n++;
     }
-    /* A member that left with a call out stays, marked, so the reply
-     * finds it; it counts for nothing (tn_setrepl_commit takes the ISR). */
+    /* A replica that left with a call out stays, marked, so the reply
+     * finds it; it counts for nothing. */
     for (uint32_t k = 0; k < st->npeers && n < TN_PSTATE_MAX_REPLICAS; k++) {
         if (!st->peers[k].inflight)
             continue;
@@ -346,7 +360,8 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
     st->npeers = n;
 }
 
-/* Confirm what the ISR has, drop what every ISR follower has. */
+/* Confirm what the ISR has (tn_setrepl_commit counts ISR members only),
+ * drop what every replica has (within TN_SETREPL_KEEP_MAX). */
 static void evaluate(stream_t *st, const tn_pstate_t *ps)
 {
     tn_setrepl_ack_t acks[TN_PSTATE_MAX_REPLICAS];
