@@ -71,10 +71,14 @@
  * record log) delivers those messages again. A replica that rejoins the
  * ISR before its channel logs caught up has the same window. A follower
  * creates a channel's log at the frontier the leader had when its record
- * stream began (base_frontier). A leader demoted without a restart keeps
- * its engine's channel logs open, so it takes no SETTLE_REPL (421) until
- * it restarts, and if it leads again its engine serves the channel state
- * it had.
+ * stream began (base_frontier). A node whose engine still holds the
+ * channel's log (a leader set aside without a restart, or a partition
+ * its engine opened from disk at start before the placement moved it)
+ * writes the records through the engine (tn_broker_chan_apply), which
+ * applies them to the channel's cursor too, so the engine serves them if
+ * it leads again; a message the other leader put back is found by the
+ * engine's scan again, its due time and attempts then as the engine
+ * delivers it.
  *
  * Threads: the loop thread (the RPC endpoint's and the engine's). */
 #include "core/platform.h"
@@ -195,6 +199,7 @@ struct freq_s {
     uint64_t target; /* answered once the log completed this many records */
     int status;      /* an answer decided before the records are written */
     tn_walop_t *ops;
+    flog_t *fl;
 };
 
 /* A channel log this node holds as a follower. */
@@ -204,7 +209,11 @@ struct flog_s {
     char *topic;
     char *channel;
     uint32_t p;
-    tn_chanlog_t *cl;
+    tn_chanlog_t *cl; /* NULL for an engine one */
+    /* The engine holds this channel's log (tn_broker_chan_apply): records
+     * go through it, and inflight counts those not completed yet. */
+    bool engine;
+    uint32_t inflight;
     bool opening;
     bool closing;
     int open_err;
@@ -751,6 +760,8 @@ static void flog_close(flog_t *fl)
         q = n;
     }
     fl->queued = NULL;
+    if (fl->engine && fl->inflight > 0)
+        return; /* freed when its records completed (on_engine_walop) */
     if (fl->cl == NULL) {
         flog_unlink_free(fl);
         return;
@@ -758,6 +769,61 @@ static void flog_close(flog_t *fl)
     /* Queued records complete first; their requests are answered then. */
     fl->cl->data = fl;
     tn_chanlog_close(fl->cl, on_flog_closed);
+}
+
+/* An engine log's record completed: once all of fl's have, the requests
+ * waiting are answered (records complete in the order queued, so every
+ * one before is on disk too). */
+static void on_engine_walop(tn_walop_t *op, int status)
+{
+    freq_t *q = op->data;
+    flog_t *fl = q->fl;
+    if (status != 0 && q->status == 0)
+        q->status = status;
+    if (--fl->inflight > 0)
+        return;
+    freq_t *w = fl->waiting;
+    fl->waiting = NULL;
+    while (w != NULL) {
+        freq_t *n = w->next;
+        freq_answer(w, w->status);
+        w = n;
+    }
+    if (fl->closing)
+        flog_unlink_free(fl);
+}
+
+/* q's records from skip on, through the engine's log of the channel. */
+static void engine_write(flog_t *fl, freq_t *q, uint32_t skip)
+{
+    tn_setrepl_t *s = fl->s;
+    const tn_wire_setrepl_t *w = &q->w;
+    q->fl = fl;
+    for (uint32_t i = skip; i < w->count; i++) {
+        tn_walrec_t rec;
+        tn_wire_setrepl_rec(w, i, &rec);
+        q->ops[i].data = q;
+        int rc = tn_broker_chan_apply(s->o.broker, fl->topic, fl->channel, fl->p, &rec, &q->ops[i],
+                                      on_engine_walop);
+        if (rc != 0) {
+            q->status = rc;
+            break;
+        }
+        fl->inflight++;
+        s->st.served_records++;
+        fl->stream = w->stream;
+        fl->next_seq = w->first_seq + i + 1;
+    }
+    if (fl->stream != w->stream) {
+        fl->stream = w->stream;
+        fl->next_seq = w->first_seq + w->count;
+    }
+    if (fl->inflight == 0) {
+        freq_answer(q, q->status);
+        return;
+    }
+    q->next = fl->waiting;
+    fl->waiting = q;
 }
 
 /* Queue q's records (those fl has not written yet) to fl's log. */
@@ -774,6 +840,10 @@ static void flog_write(flog_t *fl, freq_t *q)
                   "setrepl: channel %s of %s/%" PRIu32 ": records %" PRIu64 "..%" PRIu64
                   " of the leader's stream never arrived here",
                   fl->channel, fl->topic, fl->p, fl->next_seq, w->first_seq - 1);
+    }
+    if (fl->engine) {
+        engine_write(fl, q, skip);
+        return;
     }
     int err = tn_chanlog_err(fl->cl);
     if (err != 0) {
@@ -863,7 +933,7 @@ static void open_done(uv_work_t *wk, int status)
 }
 
 static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel,
-                        uint64_t base_frontier)
+                        uint64_t base_frontier, bool engine)
 {
     for (flog_t *fl = s->flogs; fl != NULL; fl = fl->next)
         if (fl->p == p && strcmp(fl->topic, topic) == 0 && strcmp(fl->channel, channel) == 0)
@@ -882,9 +952,10 @@ static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const ch
     fl->s = s;
     fl->p = p;
     fl->base_frontier = base_frontier;
-    fl->opening = true;
+    fl->engine = engine;
+    fl->opening = !engine;
     fl->work.data = fl;
-    if (uv_queue_work(s->o.loop, &fl->work, open_work, open_done) != 0) {
+    if (!engine && uv_queue_work(s->o.loop, &fl->work, open_work, open_done) != 0) {
         tn_free(fl->topic);
         tn_free(fl->channel);
         tn_free(fl);
@@ -939,8 +1010,7 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     }
     tn_pstate_t ps;
     if (s->o.pstate(s->o.pstate_arg, q->w.topic, q->w.partition, &ps) != 0 ||
-        !follows_here(s, &ps) || is_released(s, q->w.topic, q->w.partition) ||
-        engine_holds(s, q->w.topic, q->w.partition, q->w.channel)) {
+        !follows_here(s, &ps) || is_released(s, q->w.topic, q->w.partition)) {
         freq_answer(q, 421);
         return;
     }
@@ -955,20 +1025,29 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
         freq_free(q);
         return;
     }
+    /* The engine may hold this channel's log (a partition it set aside):
+     * the records then go through it, never through a second writer. */
+    bool held = engine_holds(s, q->w.topic, q->w.partition, q->w.channel);
     /* The records outlive the payload while the log opens. */
     size_t nb = (size_t)q->w.count * TN_SETREPL_REC_SIZE;
     q->rec_bytes = tn_malloc(nb);
     q->ops = tn_calloc(q->w.count, sizeof(*q->ops));
     flog_t *fl = NULL;
     if (q->rec_bytes == NULL || q->ops == NULL ||
-        (fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel, q->w.base_frontier)) == NULL) {
+        (fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel, q->w.base_frontier, held)) ==
+            NULL) {
         freq_answer(q, UV_ENOMEM);
         return;
     }
     memcpy(q->rec_bytes, q->w.recs, nb);
     q->w.recs = q->rec_bytes;
-    if (fl->closing) {
-        freq_answer(q, 421);
+    if (fl->closing || fl->engine != held) {
+        /* Closing, or the engine took its log up or gave it up: the
+         * leader tries again once this one is gone. */
+        if (!fl->closing && !fl->opening && fl->inflight == 0 && fl->waiting == NULL)
+            flog_close(fl);
+        reply_error(req, 503, "channel log changing hands; retry");
+        freq_free(q);
         return;
     }
     if (fl->opening) {
