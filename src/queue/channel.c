@@ -1358,8 +1358,7 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
     if (t == NULL || t->state != TN_OBJ_READY || p >= t->nparts)
         return TN_ENOTFOUND;
     tn_channel_t *ch = channel_find(t, channel, strlen(channel));
-    if (ch == NULL || ch->state != TN_OBJ_READY || ch->parts[p] == NULL ||
-        ch->parts[p]->cl == NULL)
+    if (ch == NULL || ch->state != TN_OBJ_READY || ch->parts[p] == NULL || ch->parts[p]->cl == NULL)
         return TN_ENOTFOUND;
     tn_chpart_t *cp = ch->parts[p];
     if (!cp->part->remote)
