@@ -736,6 +736,14 @@ void tn_topic_pause(tn_topic_t *t, bool paused);
 /* Messages the topic itself holds: while it has no channel, what it
  * retains for the first one; while paused, what arrived since. */
 uint64_t tn_topic_depth(const tn_topic_t *t);
+/* A control record (storage/record.h: an epoch start, a forwarded batch's
+ * PRODUCER record) was written at offset of local partition p: every
+ * ready channel of the topic settles it now as a SKIP (not a message), so
+ * no channel's depth counts it even before its scan gets there (the scan
+ * settles it too, when no one called this). Idempotent. 0, UV_EINVAL (no
+ * such partition), TN_EREMOTE, or the first channel's error. Loop
+ * thread. */
+int tn_topic_skip_control(tn_topic_t *t, uint32_t p, uint64_t offset);
 
 /* Deletion: consumers are kicked, in-flight messages dropped, files
  * removed (durably, before cb). cb (may be NULL) runs on the loop thread

@@ -1722,6 +1722,11 @@ int tn_plog_epoch_end(tn_plog_t *pl, uint32_t epoch, uint32_t *found, uint64_t *
     return 0;
 }
 
+int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *end)
+{
+    return tn_plog_epoch_end(plog, epoch, found, end);
+}
+
 uint32_t tn_plog_last_epoch(tn_plog_t *pl)
 {
     uint64_t w = atomic_load(&pl->written_next);

@@ -313,11 +313,14 @@ int tn_plog_drop_below(tn_plog_t *plog, tn_plog_floor_t *req, uint64_t below, tn
 /* The epoch-end answer of the local log (the tn_repl_epoch_end_cb shape):
  * for epoch, the largest epoch E <= epoch the history holds in *found and
  * where E ends in this log (the next entry's start, or written_next for the
- * latest) in *end. An epoch above the
- * latest: *found = latest, *end = written_next. An epoch below every
+ * latest) in *end. An epoch above the latest: *found = latest,
+ * *end = written_next. An epoch below every
  * entry (or an empty history): *found = 0, *end = 0. 0, or the log's
  * sticky error. Any thread. */
 int tn_plog_epoch_end(tn_plog_t *pl, uint32_t epoch, uint32_t *found, uint64_t *end);
+/* The same with the log as a void *: a tn_repl_epoch_end_cb to hand to
+ * tn_repl_config_t (epoch_end_arg = the tn_plog_t). */
+int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *end);
 
 /* The epoch of the record at written_next - 1, 0 when the log is empty or
  * the history has no entry covering it. Any thread. */
@@ -377,8 +380,8 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
 /* Crash-safe suffix truncation: remove every record at or above offset,
  * on the committer thread after the appends queued before it. Steps: the
  * positions move back to offset (readers get TN_ENOTFOUND above it), the
- * segments wholly at or above offset (except the first) are unlinked,
- * newest first, and the directory fsynced; the segment holding offset is
+ * segments after the one holding offset are unlinked, newest first, and
+ * the directory fsynced; the segment holding offset is
  * cut (ftruncate, its sidecar removed, fdatasync, directory fsync) and
  * becomes the active one; then the epochs history drops the entries
  * starting at or after offset and is saved. A crash at any point leaves

@@ -811,6 +811,44 @@ static void test_control_records_not_delivered(void **state)
         tu_fx_reopen(q->fx);
     }
     open_broker(q);
+
+    /* Settled at once (tn_topic_skip_control): the depth of a channel with
+     * no consumer counts only the messages. */
+    ch = channel(q, "t", "c");
+    tn_topic_t *t;
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
+    publish(q, "t", "e", 0); /* offset 7 */
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 1);
+    close_broker(q);
+    assert_int_equal(tn_plog_open(q->fx->store, "t", 0, &pl), 0);
+    tn_rec_in_t pr = {.key = tn_iov(NULL, 0), .body = tn_iov(prod, sizeof(prod))};
+    w.done = false;
+    assert_int_equal(tn_plog_append_ex(pl, &req, &pr, 1, 1, on_app), 0); /* offset 8 */
+    wait_app(q, &w);
+    assert_int_equal(tu_append(&q->fx->loop, pl, "f", 1, &off), 0);
+    assert_int_equal(off, 9);
+    tu_plog_close(&q->fx->loop, pl);
+    open_broker(q);
+    ch = channel(q, "t", "c");
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 3); /* e, the PRODUCER record, f: not scanned yet */
+    assert_int_equal(tn_topic_skip_control(t, 0, 8), 0);
+    assert_int_equal(tn_topic_skip_control(t, 0, 8), 0); /* idempotent */
+    assert_int_equal(tn_topic_skip_control(t, 1, 8), UV_EINVAL);
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.depth, 2);
+    assert_int_equal(st.message_count, 6);
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 2);
+    run_for(q, 50);
+    assert_int_equal(s.n, 2);
+    assert_string_equal(s.bodies[0], "e");
+    assert_string_equal(s.bodies[1], "f");
+    tn_consumer_detach(&s.c);
     qfx_free(q);
 }
 

@@ -238,6 +238,11 @@ static void test_begin_epoch_and_queries(void **state)
         expect_end(pl, 3, 2, 4);
         expect_end(pl, 5, 5, 8);
         expect_end(pl, 9, 5, 8);
+        uint32_t f;
+        uint64_t e8;
+        assert_int_equal(tn_plog_epoch_end_cb(pl, 4, &f, &e8), 0);
+        assert_int_equal(f, 2);
+        assert_int_equal(e8, 4);
         tn_epoch_entry_t e[4];
         assert_int_equal(tn_plog_epochs_range(pl, 0, 8, e, 4), 2);
         assert_int_equal(e[0].epoch, 2);
