@@ -305,8 +305,12 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
             w_u16(&w, c->member.nsq.tcp_port);
             w_u16(&w, c->member.nsq.http_port);
             w_str(&w, c->member.nsq.version, TN_META_RELEASE_MAX);
+            if (c->member.boot != 0 && c->member.incarnation == 0)
+                w.rc = UV_EINVAL; /* a boot id goes with an incarnation */
             if (c->member.incarnation != 0)
                 w_u64(&w, c->member.incarnation);
+            if (c->member.boot != 0)
+                w_u64(&w, c->member.boot);
         }
         break;
     case TN_MC_TOPIC_GROW_FOR:
@@ -756,9 +760,11 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             c->member.nsq.tcp_port = r_u16(&r);
             c->member.nsq.http_port = r_u16(&r);
             r_str(&r, c->member.nsq.version, TN_META_RELEASE_MAX);
-            if (r.rc == 0 && r.left == 8) {
+            if (r.rc == 0 && (r.left == 8 || r.left == 16)) {
+                bool boot = r.left == 16;
                 c->member.incarnation = r_u64(&r); /* absent in older ones: 0 */
-                if (c->member.incarnation == 0)
+                c->member.boot = boot ? r_u64(&r) : 0;
+                if (c->member.incarnation == 0 || (boot && c->member.boot == 0))
                     r.rc = TN_ECORRUPT; /* 0 is written as no field */
             }
         }

@@ -38,11 +38,11 @@
  * min_insync (1..factor) follow, last in the payload; without it a topic
  * reads as factor 1, min_insync 1 (every older encoding). MEMBER_REC may
  * end with [8] incarnation (a random id of the member's data directory;
- * absent: 0, unknown). Partition commands name [s] topic [4] partition,
- * then: PART_ISR [4] proposer node [4] leader_epoch [4] expected
- * partition_epoch [1] n (1..TN_PSTATE_MAX_REPLICAS) n x ([4] node [8]
- * incarnation), the leader's compare-and-set; PART_LEADER [4] node [1]
- * unclean, an admin's election; PART_REBALANCE nothing more; PART_CORRUPT
+ * absent: 0, unknown), then maybe [8] boot (a random id of the process:
+ * another one than recorded is a restart; absent: 0). Partition commands name [s] topic [4]
+ * partition, then: PART_ISR [4] proposer node [4] leader_epoch [4] expected partition_epoch [1] n
+ * (1..TN_PSTATE_MAX_REPLICAS) n x ([4] node [8] incarnation), the leader's compare-and-set;
+ * PART_LEADER [4] node [1] unclean, an admin's election; PART_REBALANCE nothing more; PART_CORRUPT
  * [4] node, its replica failed a CRC check. MEMBER_FENCE ([8] node [8]
  * incarnation, 0 = any) ends a member's session. PART_STATE (a snapshot
  * record only) is the partition's whole tn_pstate_t: [1] nreplicas,
@@ -183,6 +183,10 @@ typedef struct {
     /* The random id of its data directory (MEMBER_REC; 0 = unknown). A
      * registration with another one fences the member's old replicas. */
     uint64_t incarnation;
+    /* A random id of the registering process (MEMBER_REC; 0 = unknown):
+     * another one than the recorded one is a restart, which fences the
+     * member's old session like a new incarnation does. */
+    uint64_t boot;
     /* Its session ended (MEMBER_FENCE) and it has not registered since:
      * not live for elections (meta/state.h). */
     bool fenced;

@@ -146,6 +146,7 @@ struct tn_meta_s {
     tn_meta_nsq_t nsq; /* this node's NSQ door, for its registration */
     /* Replicated partitions. */
     uint64_t incarnation; /* this node's */
+    uint64_t boot;        /* this process's (registrations: a restart) */
     unsigned session_ms;
     unsigned rebalance_ms;
     void (*on_pstate)(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps);
@@ -857,6 +858,7 @@ static void register_self(tn_meta_t *m)
     snprintf(c.member.api_addr, sizeof(c.member.api_addr), "%s", m->api_addr);
     c.member.nsq = m->nsq;
     c.member.incarnation = m->incarnation;
+    c.member.boot = m->incarnation != 0 ? m->boot : 0;
     c.member.heartbeat_ms = tn_now_wall_ms();
     m->reg.data = m;
     m->next_reg_ms = now + m->hb_interval_ms;
@@ -1877,6 +1879,11 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     m->forward_arg = o->forward_arg;
     m->confirm_seq = (uint64_t)tn_now_wall_ns();
     m->incarnation = o->incarnation;
+    /* A random id of this process: its first registration tells the
+     * metastore it restarted. */
+    if (getrandom(&m->boot, sizeof(m->boot), 0) != (ssize_t)sizeof(m->boot))
+        m->boot = (uint64_t)tn_now_wall_ns() ^ ((uint64_t)getpid() << 32);
+    m->boot |= 1; /* never 0 */
     m->session_ms = o->session_timeout_ms ? o->session_timeout_ms : DEFAULT_SESSION_MS;
     m->rebalance_ms = o->rebalance_delay_ms ? o->rebalance_delay_ms : DEFAULT_REBALANCE_MS;
     tn_meta_state_init(&m->state);

@@ -77,7 +77,9 @@
  * every member as heard when it takes over. A fenced member that
  * registers again is live (its registration elects leaders for offline
  * partitions). The incarnation, a random id of this node's data directory,
- * comes with every registration (opts->incarnation). The leader also
+ * comes with every registration (opts->incarnation), and so does a random
+ * id of this process, so that a restart's first registration fences the
+ * old session (meta/state.h). The leader also
  * proposes PART_REBALANCE for a partition whose preferred leader has been
  * ready (tn_pstate_preferred_ready) for rebalance_delay_ms on end. No
  * wall clock takes part in these decisions.

@@ -233,16 +233,29 @@ static size_t member_search(const tn_meta_state_t *s, uint64_t id, bool *found);
 
 /* --- replicated partitions ------------------------------------------------------ */
 
+/* Room in s->nodes for n members. */
+static int nodes_fit(tn_meta_state_t *s, size_t n)
+{
+    if (n <= s->nodes_cap)
+        return 0;
+    tn_pstate_node_t *v = tn_realloc(s->nodes, n * sizeof(*v));
+    if (v == NULL)
+        return UV_ENOMEM;
+    s->nodes = v;
+    s->nodes_cap = n;
+    return 0;
+}
+
 /* s->nodes from the members (after any change to them): what partstate
- * knows of each. */
+ * knows of each. Allocates only for a member more than before (a new
+ * member makes the room first: member_register). */
 static int refresh_nodes(tn_meta_state_t *s)
 {
     if (s->nmembers == 0)
         return 0;
-    tn_pstate_node_t *v = tn_realloc(s->nodes, s->nmembers * sizeof(*v));
-    if (v == NULL)
+    if (nodes_fit(s, s->nmembers) != 0)
         return UV_ENOMEM;
-    s->nodes = v;
+    tn_pstate_node_t *v = s->nodes;
     for (size_t i = 0; i < s->nmembers; i++) {
         v[i].id = (uint32_t)s->members[i].id;
         v[i].incarnation = s->members[i].incarnation;
@@ -834,6 +847,9 @@ static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, uint8_
     bool found;
     size_t i = member_search(s, m->id, &found);
     if (!found) {
+        /* Room for its partstate view first: nothing changes on failure. */
+        if (nodes_fit(s, s->nmembers + 1) != 0)
+            return UV_ENOMEM;
         if (s->nmembers == s->mcap) {
             size_t nc = s->mcap ? s->mcap * 2 : 4;
             tn_meta_member_t *p = tn_realloc(s->members, nc * sizeof(*p));
@@ -858,20 +874,30 @@ static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, uint8_
     r->status = TN_MEMBER_ALIVE;
     if (restoring) {
         r->incarnation = m->incarnation;
+        r->boot = m->boot;
         return refresh_nodes(s);
     }
-    if (refresh_nodes(s) != 0)
-        return UV_ENOMEM; /* (only a new member grows it: nothing else changed yet) */
+    (void)refresh_nodes(s); /* room made above */
     /* Another disk than the one recorded: its replicas there are gone, so
      * its old incarnation is fenced first (an older registration carries
      * none, 0, and keeps the recorded one). */
+    /* A restart (another process, the same disk) too, whether or not the
+     * old session ended: the process lost what it held in memory (a
+     * leader's high watermark, its role), so its partitions get leaders
+     * in new epochs and it rejoins their ISRs through their leaders. The
+     * same registration sent again (a failover) carries the same boot id:
+     * no second fence. */
     bool was_fenced = r->fenced;
-    if (found && m->incarnation != 0 && m->incarnation != r->incarnation) {
+    bool new_disk = m->incarnation != 0 && m->incarnation != r->incarnation;
+    bool restarted = m->boot != 0 && r->boot != 0 && m->boot != r->boot;
+    if (found && (new_disk || restarted)) {
         fence_member(s, i, r->incarnation);
         was_fenced = true;
     }
     if (m->incarnation != 0)
         r->incarnation = m->incarnation;
+    if (m->boot != 0)
+        r->boot = m->boot;
     r->fenced = false;
     (void)refresh_nodes(s);
     if (was_fenced || !found)

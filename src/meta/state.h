@@ -35,11 +35,10 @@
  * partition move, not supported): the stored one stays; a new min_insync
  * reaches every partition state. A member is live for elections unless a
  * MEMBER_FENCE ended its session and it has not registered since; a
- * registration with another incarnation than the recorded one fences the
- * old one first (the same apply), and a registration that makes a member
- * live runs tn_pstate_elect over the offline partitions. The snapshot adds
- * PART_STATE after a replicated topic's owners, and MEMBER_FENCE after a
- * fenced member's record.
+ * registration with another incarnation than the recorded one, or another
+ * boot id (a restart), fences the old session first (the same apply), and a registration that makes
+ * a member live runs tn_pstate_elect over the offline partitions. The snapshot adds PART_STATE
+ * after a replicated topic's owners, and MEMBER_FENCE after a fenced member's record.
  *
  * Threads: the caller's (the loop thread in ternd). */
 #ifndef TN_META_STATE_H
@@ -78,9 +77,10 @@ typedef struct {
     tn_meta_member_t *members; /* sorted by id */
     size_t nmembers;
     size_t mcap;
-    uint64_t users_version;      /* bumped by every user change (credential caches key on it) */
-    uint64_t unassigned;         /* partitions with no owner, over every topic */
-    tn_pstate_node_t *nodes;     /* the members as partstate sees them (derived) */
+    uint64_t users_version;  /* bumped by every user change (credential caches key on it) */
+    uint64_t unassigned;     /* partitions with no owner, over every topic */
+    tn_pstate_node_t *nodes; /* the members as partstate sees them (derived) */
+    size_t nodes_cap;
     tn_meta_pstate_cb pstate_cb; /* optional; kept across a restore */
     void *pstate_arg;
 } tn_meta_state_t;

@@ -6,8 +6,8 @@ SIGKILLed, the metastore leader ends its session (member-session-timeout)
 and every node's view moves the leadership to another ISR member, one
 epoch later, without the killed node in the ISR; restarted, the node is
 live again. The /v1 fields: out-of-range values refused, a PATCH of the
-factor refused, min_insync_replicas changed in place; a lone node clamps
-the factor to 1. (Catching up and rejoining the ISR is the replica
+factor refused, min_insync_replicas changed in place; the options'
+defaults for /v1 and NSQ-made topics; a lone node clamps the factor to 1. (Catching up and rejoining the ISR is the replica
 manager's, tested with it.)
 
 Run: python3 tests/cluster/test_meta_partitions.py --ternd build/ternd
@@ -167,6 +167,30 @@ class MetaPartitions(harness.ClusterTest):
                                            else None)(partitions(x, "r2")), 30)
             self.assertEqual(body["replication_factor"], 2)
             self.assertTrue(all(len(e["replicas"]) == 2 for e in body["partition_stats"]))
+
+
+    def test_defaults_for_v1_and_nsq_topics(self):
+        # The options' defaults reach /v1 creates that do not say and the
+        # topics NSQ doors make.
+        c = self.make(3, args=["--default-replication-factor=3",
+                               "--min-insync-replicas=2"]).start()
+        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        node = c.nodes[2]
+        status, answer = node.request("POST", "/v1/topics", {"name": "dflt", "partitions": 2})
+        self.assertEqual(status, 201, answer)
+        self.assertEqual(answer["replication_factor"], 3, answer)
+        self.assertEqual(answer["min_insync_replicas"], 2, answer)
+        status, answer = node.nsq_http("POST", "/topic/create?topic=nsqmade")
+        self.assertEqual(status, 200, answer)
+        body = wait_until("the NSQ topic recorded",
+                          lambda: partitions(c.nodes[0], "nsqmade"), 30)
+        self.assertEqual(body["replication_factor"], 3, body)
+        self.assertEqual(body["min_insync_replicas"], 2, body)
+        entry = wait_until("its partition state",
+                           lambda: (lambda b: b and "leader" in b["partition_stats"][0] and
+                                    b["partition_stats"][0])(partitions(c.nodes[0], "nsqmade")),
+                           30)
+        self.assertEqual(len(entry["replicas"]), 3, entry)
 
 
 class LoneNode(harness.ClusterTest):

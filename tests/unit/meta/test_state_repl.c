@@ -534,6 +534,58 @@ static void test_new_incarnation_fences(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* Node 3 restarts on the same disk before its session ended: its first
+ * registration (another boot id) fences its old session in that apply;
+ * the same registration again (re-sent after a failover) does nothing. */
+static void test_restart_fences(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    tn_meta_cmd_t r = reg(3, 103);
+    r.member.boot = 7;
+    assert_int_equal(tn_meta_state_apply(&s, &r), 0);
+    assert_int_equal(apply(&s, topic("r", 4, 3, 2)), 0);
+    tn_meta_cmd_t d;
+    roundtrip(&r, &d);
+    assert_true(d.member.boot == 7 && d.member.incarnation == 103);
+    tn_meta_cmd_fini(&d);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_meta_cmd_t noinc = reg(3, 0);
+    noinc.member.boot = 7;
+    assert_int_equal(tn_meta_cmd_encode(&noinc, &b), UV_EINVAL);
+    tn_buf_fini(&b);
+    const tn_pstate_t *p2 = tn_meta_state_pstate(&s, "r", 2); /* 3, 4, 1 */
+    assert_int_equal(p2->leader, 3);
+    assert_int_equal(apply(&s, r), 0); /* the same process: nothing */
+    assert_int_equal(p2->leader_epoch, 1);
+    r.member.boot = 8;
+    assert_int_equal(tn_meta_state_apply(&s, &r), 0);
+    assert_int_equal(p2->leader, 4);
+    assert_int_equal(p2->leader_epoch, 2);
+    assert_int_equal(tn_pstate_isr_find(p2, 3), -1);
+    assert_false(tn_meta_member_find(&s, 3)->fenced);
+    assert_true(tn_meta_member_find(&s, 3)->boot == 8);
+    uint32_t pe = p2->partition_epoch;
+    assert_int_equal(tn_meta_state_apply(&s, &r), 0);
+    assert_int_equal(p2->partition_epoch, pe);
+    /* A registration without a boot id (an older build) is no restart. */
+    tn_meta_cmd_t old = reg(3, 103);
+    assert_int_equal(tn_meta_state_apply(&s, &old), 0);
+    assert_int_equal(p2->partition_epoch, pe);
+    /* A snapshot keeps the boot id: the restored state agrees. */
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
+    tn_meta_state_t x;
+    tn_meta_state_init(&x);
+    assert_int_equal(tn_meta_state_restore(&x, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    assert_true(tn_meta_member_find(&x, 3)->boot == 8);
+    tn_meta_state_fini(&x);
+    tn_buf_fini(&b);
+    tn_meta_state_fini(&s);
+}
+
 static tn_meta_cmd_t isr_cmd(const tn_pstate_t *ps, uint32_t proposer, uint32_t expected_pe,
                              const uint32_t *nodes, uint32_t n, const tn_meta_state_t *s)
 {
@@ -801,6 +853,7 @@ int main(void)
         cmocka_unit_test(test_update_keeps_factor),
         cmocka_unit_test(test_fence_on_session_end),
         cmocka_unit_test(test_new_incarnation_fences),
+        cmocka_unit_test(test_restart_fences),
         cmocka_unit_test(test_isr_cas),
         cmocka_unit_test(test_force_rebalance_corrupt),
         cmocka_unit_test(test_snapshot_roundtrip),
