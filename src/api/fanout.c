@@ -4,6 +4,7 @@
 #include "api/fanout.h"
 
 #include "api/v1/common.h"
+#include "cluster/replerr.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -133,8 +134,11 @@ static void on_copied(tn_pub_t *p, int status)
         if (status == 0) {
             tn_consumer_fin(&r->c, cp->partition, cp->offset, true, cp->nonce);
         } else {
+            /* A replicated child refusing for now (cluster/replerr.h) is
+             * reported in the words every door uses. */
+            const char *why = tn_replerr_text(status);
             TN_LOG_RL(TN_LOG_WARN, 10000, "fan-out %s -> %s: copying failed: %s; retrying",
-                      r->parent, r->child, tn_strerror(status));
+                      r->parent, r->child, why != NULL ? why : tn_strerror(status));
             tn_consumer_req(&r->c, cp->partition, cp->offset, true, cp->nonce, RETRY_MS);
         }
     }

@@ -1493,6 +1493,12 @@ bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p)
     return pt != NULL && pt->ready && tn_repl_serving(&pt->core);
 }
 
+bool tn_replica_leads(tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    part_t *pt = part_find(rm, topic, p);
+    return pt != NULL && pt->core.role == TN_REPL_LEADER;
+}
+
 bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p)
 {
     return part_find(rm, topic, p) != NULL ||

@@ -96,6 +96,8 @@ bool tn_replica_local(tn_replica_t *rm, const char *topic, uint32_t p, bool *dec
 int tn_replica_accepts(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t *leader_epoch);
 /* Whether this node leads (topic, p) and serves it (deliveries, settles). */
 bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p);
+/* Whether this node's core leads (topic, p) (serving or not yet). */
+bool tn_replica_leads(tn_replica_t *rm, const char *topic, uint32_t p);
 /* Whether (topic, p) is a replicated partition this node knows of. */
 bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p);
 

@@ -226,14 +226,26 @@ static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t
     if (tn_broker_topic(r->o.broker, topic, len, false, 0, NULL, &t) != 0 || t == NULL || t->memory)
         return 0;
     int first = 0;
+    int64_t elsewhere = -1; /* a partition led by another node */
     for (uint32_t k = 0; k < t->nparts; k++) {
         uint32_t i = p->pinned ? p->pin : (r->next + k) % t->nparts;
-        if (i >= t->nparts || !tn_topic_part_local(t, i)) {
-            if (p->pinned)
-                return 0; /* the engine says TN_EREMOTE: the usual way */
-            continue;
+        int rc;
+        if (i >= t->nparts) {
+            return 0; /* the engine refuses it */
+        } else if (!tn_topic_part_local(t, i)) {
+            /* Led here, not handed to the engine yet: not through this
+             * node's own ingress log, refused (retry) instead. */
+            if (!tn_replica_leads(r->replica, t->name, i)) {
+                if (p->pinned)
+                    return 0; /* the engine says TN_EREMOTE: the usual way */
+                if (elsewhere < 0)
+                    elsewhere = i;
+                continue;
+            }
+            rc = TN_ENOTSERVING;
+        } else {
+            rc = tn_replica_accepts(r->replica, t->name, i, NULL);
         }
-        int rc = tn_replica_accepts(r->replica, t->name, i, NULL);
         if (rc == TN_EREMOTE) {
             if (!tn_replica_replicated(r->replica, t->name, i))
                 return 0; /* a factor-1 topic: the engine's own way */
@@ -253,6 +265,14 @@ static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t
             first = rc;
         if (p->pinned)
             break;
+    }
+    if (first != 0 && elsewhere >= 0) {
+        /* Unpinned, and nothing here takes it: to a partition led
+         * elsewhere (the engine says TN_EREMOTE, the router forwards),
+         * never to a local one that would hold it. */
+        p->pinned = true;
+        p->pin = (uint32_t)elsewhere;
+        return 0;
     }
     return first;
 }

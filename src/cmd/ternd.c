@@ -277,6 +277,7 @@ static void on_http_closed(void *arg)
         tn_replica_t *rm = d->replica;
         d->replica = NULL;
         d->metrics.replica = NULL;
+        d->v1.replica = NULL;
         if (d->router != NULL)
             tn_router_set_replica(d->router, NULL);
         tn_replica_close(rm, on_http_closed, d);
@@ -771,6 +772,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
         d->metrics.router = d->router;
     d->metrics.dataplane = d->dataplane;
     d->metrics.replica = d->replica;
+    d->v1.replica = d->replica; /* records_at_risk, replica_high_watermark */
+    d->v1.node_id = d->raft_id;
     if (d->ilog == NULL)
         return 0;
     tn_dispatch_opts_t dopts;
@@ -1104,6 +1107,8 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0) {
         d->v1.scrub = d->scrub;
         d->v1.drain = d->drain;
+        d->v1.replica = d->replica; /* NULL until node RPC starts it, set again then */
+        d->v1.node_id = d->raft_id;
         rc = tn_v1_register(d->http, &d->v1);
     }
     if (rc == 0) {

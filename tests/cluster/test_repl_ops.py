@@ -1,7 +1,9 @@
 """What an operator sees and does with replicated partitions, against a
 cluster of 3 real ternd nodes (docs/replication.md, "What an operator sees
 and does"): GET /v1/topics/{t} shows each partition's leader, replicas,
-ISR, leader epoch and state; `ternctl topics get` prints them as columns;
+ISR, leader epoch and state; `ternctl topics get` prints them as columns; every door of a partition
+with too few in-sync replicas refuses in the same words (/v1 produce,
+nsqd's /pub, NSQ PUB with the connection kept);
 /metrics has the replication series; POST
 /v1/topics/{t}/partitions/{p}/leader (and `ternctl partitions
 force-leader`) moves leadership to another in-sync replica, refuses with
@@ -10,22 +12,24 @@ dead one, one outside the ISR without "unclean"), answers 400/404 for a
 bad body or a missing topic or partition, and performs an unclean election
 of a replica outside the ISR, saying so and logging it at warn.
 
-The topic is replicated with factor 2 so that one of the three nodes is
-not a replica. A replica leaves the ISR by
-being fenced: it is killed and its session (member-session-timeout=2s)
-expires; restarted, it is live again but out of the ISR (rejoining it is
-the replica manager's catching up, not this test's subject), which is the
-state an unclean election is for.
+Topics are replicated with factor 2 so that one of the three nodes is not
+a replica. A replica leaves the ISR by being fenced (killed, its session
+of 2 s expires: it is no longer live), or by being stopped (SIGSTOP) past
+replica-lag-time-max while its session (60 s) keeps it live: the state an
+unclean election is for.
 
 Run: python3 tests/cluster/test_repl_ops.py --ternd build/ternd --ternctl build/ternctl
 """
+import http.client
 import json
 import os
+import signal
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import nsqwire  # noqa: E402
 from harness import wait_until  # noqa: E402
 
 TERNCTL = None
@@ -37,6 +41,14 @@ def configure(args):
 
 
 class ReplOps(harness.ClusterTest):
+    def start(self, *args):
+        """Three nodes, every one alive in node 1's metastore replica: a
+        topic's factor is clamped to the members alive when it is made."""
+        self.c = self.make(3, args=args)
+        self.c.start()
+        wait_until("every member alive", lambda: self.c.nodes[0].alive_members() == 3)
+        return self.c.nodes[0]
+
     def ctl(self, node, *args):
         env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
         env.pop("XDG_CONFIG_HOME", None)
@@ -62,14 +74,10 @@ class ReplOps(harness.ClusterTest):
                             headers=h)
 
     def test_force_leader_and_what_operators_see(self):
-        self.c = self.make(3, args=("--member-session-timeout=2s",))
-        self.c.start()
-        n1 = self.c.nodes[0]
+        n1 = self.start("--member-session-timeout=2s")
         status, body = n1.request("POST", "/v1/topics", {"name": "ops", "partitions": 1,
                                                           "replication_factor": 2})
-        if status == 400 and "replication_factor" in json.dumps(body):
-            self.skipTest("POST /v1/topics does not take replication_factor yet")
-        self.assertEqual(status, 201, body)
+        self.assertEqual((status, body["replication_factor"]), (201, 2), body)
         e = wait_until("partition 0 of ops placed on 2 replicas",
                        lambda: (lambda x: x if x and len(x.get("isr", [])) == 2 else None)(
                            self.part(n1, "ops")))
@@ -150,33 +158,111 @@ class ReplOps(harness.ClusterTest):
         self.assertIn(b"under-replicated: 1 offline: 0", text)
         status, body = self.force(keep[0], "ops", 0, {"node": replicas[1], "unclean": True})
         self.assertEqual(status, 409, body)  # not live
-        second.start()
-        second.wait_ready()
-        # Live again, but outside the ISR: a clean election is refused
-        # with the reason (once the metastore has its registration).
-        def refused_not_dead():
-            status, body = self.force(keep[0], "ops", 0, {"node": replicas[1]})
-            if status == 409 and "no live session" not in body["error"]:
-                return body["error"]
-            if status == 200:  # it rejoined the ISR first and was elected
-                return "elected"
-            return None
-        why = wait_until("the restarted replica live", refused_not_dead)
-        if why == "elected" or self.part(keep[0], "ops")["isr"] != [replicas[0]]:
-            self.skipTest("the restarted replica rejoined the ISR on its own (a replica "
-                          "manager catching it up): no replica outside the ISR to elect")
-        self.assertIn("unclean", why)
-        # ... and an unclean one goes through, through ternctl.
-        rc, out, err = self.ctl(keep[0], "--json", "partitions", "force-leader", "ops", "0",
-                                replicas[1], "--unclean")
-        self.assertEqual(rc, 0, err)
-        body = json.loads(out)
-        self.assertEqual((body["leader"], body["unclean"], body["isr"]),
-                         (replicas[1], True, [replicas[1]]))
-        self.assertIn("records_at_risk", body)
-        wait_until("the unclean epoch shown",
-                   lambda: (self.part(keep[0], "ops") or {}).get("unclean") is True)
-        self.assertIn("UNCLEAN election of ops/0", keep[0].log())
+
+    def test_refusals_at_the_doors_and_an_unclean_election(self):
+        # A follower stopped (SIGSTOP) past replica-lag-time-max leaves the
+        # ISR while its metastore session (60 s) keeps it live: the
+        # partition (factor 2, min_insync 2) refuses writes at every door
+        # with "not enough in-sync replicas", and the stopped replica is
+        # the one an unclean election can choose.
+        # NSQ topics (made by the NSQ doors, no owner: open to NSQ clients
+        # without AUTH) take the defaults.
+        n1 = self.start("--member-session-timeout=60s", "--replica-lag-time-max=1s",
+                        "--default-replication-factor=2", "--min-insync-replicas=2")
+        status, body = n1.request("POST", "/v1/topics", {"name": "few", "partitions": 1,
+                                                          "replication_factor": 2,
+                                                          "min_insync_replicas": 2})
+        self.assertEqual((status, body["replication_factor"]), (201, 2), body)
+        self.assertEqual(n1.nsq_http("POST", "/topic/create?topic=fewnsq")[0], 200)
+        in_sync = lambda t: (lambda x: x if x and len(x.get("isr", [])) == 2 else None)(
+            self.part(n1, t))
+        e = wait_until("few/0 with 2 in-sync replicas", lambda: in_sync("few"))
+        nsq_e = wait_until("fewnsq/0 with 2 in-sync replicas", lambda: in_sync("fewnsq"))
+        # Placement is deterministic: partition 0 of both on the same
+        # members in the same order, so one stopped follower affects both.
+        self.assertEqual(nsq_e["replicas"], e["replicas"])
+        leader = next(n for n in self.c.nodes if str(n.id) == e["leader"])
+        follower = next(n for n in self.c.nodes if str(n.id) in e["replicas"] and n is not leader)
+        octet = {"Content-Type": "application/octet-stream"}
+        wait_until("a produce acknowledged", lambda: leader.request(
+            "POST", "/v1/topics/few/produce", b"before", headers=octet)[0] == 202)
+        os.kill(follower.pid, signal.SIGSTOP)
+        try:
+            # Every door of the leader refuses, retryably, in the same words.
+            # The first publishes are taken and wait for the high watermark
+            # (the client gives up on them after 3 s): the records they
+            # leave above it keep the stopped follower behind, so once it
+            # is out of the ISR it stays out (without new records a stopped
+            # follower is not behind, and may count as caught up again).
+            def poke(path, body, headers):
+                c = http.client.HTTPConnection("127.0.0.1", leader.http_port, timeout=3)
+                try:
+                    c.request("POST", path, body, headers)
+                    r = c.getresponse()
+                    return r.status, r.getheader("Retry-After"), json.loads(r.read() or b"{}")
+                except OSError:
+                    return None, None, None
+                finally:
+                    c.close()
+            auth = {"Authorization": harness.basic("admin", harness.PASSWORD)}
+            def refused(path, h):
+                try:
+                    return wait_until(f"{path} refused", lambda: (
+                        lambda a: a if a[0] == 503 else None)(poke(path, b"during", h)))
+                except AssertionError:
+                    # The replica manager's business, not the doors': say
+                    # so rather than fail here (docs/replication.md).
+                    self.skipTest("the leader never took the stopped follower out of its "
+                                  "committed ISR (replica manager)")
+            _, retry, body = refused("/v1/topics/few/produce", {**octet, **auth})
+            self.assertEqual((retry, body), ("1", {"error": "not enough in-sync replicas"}))
+            _, retry, body = refused("/pub?topic=fewnsq", {})
+            self.assertEqual((retry, body), ("1", {"message": "E_PUB_FAILED not enough in-sync replicas",
+                                                   "error": "not enough in-sync replicas"}))
+            c = nsqwire.Conn(leader.nsq_http("GET", "/info")[1]["tcp_port"])
+            try:
+                c.identify()
+                for _ in range(2):  # the connection stays open
+                    self.assertEqual(c.pub("fewnsq", b"during"),
+                                     (nsqwire.FRAME_ERROR,
+                                      b"E_PUB_FAILED not enough in-sync replicas"))
+            finally:
+                c.close()
+
+            # A clean election of the out-of-sync replica is refused...
+            status, body = self.force(n1, "few", 0, {"node": str(follower.id)})
+            if status == 200:
+                self.skipTest("the stopped follower was counted in sync again (replica "
+                              f"manager): {body}")
+            self.assertEqual(status, 409, body)
+            self.assertIn("unclean", body["error"])
+            # ... an unclean one goes through, through ternctl.
+            rc, out, err = self.ctl(n1, "--json", "partitions", "force-leader", "few", "0",
+                                    str(follower.id), "--unclean")
+            self.assertEqual(rc, 0, err)
+            body = json.loads(out)
+            if body["unclean"] is False and str(follower.id) in body["isr"]:
+                # The metastore found it in sync again when it applied the
+                # election, and made a clean one (the answer says what was
+                # done): the replica manager's flapping, as above.
+                self.skipTest("the stopped follower was counted in sync again (replica "
+                              f"manager): {body}")
+            self.assertEqual((body["leader"], body["unclean"], body["isr"]),
+                             (str(follower.id), True, [str(follower.id)]))
+            self.assertIn("records_at_risk", body)
+            self.assertGreater(body["leader_epoch"], e["leader_epoch"])
+        finally:
+            os.kill(follower.pid, signal.SIGCONT)
+        # Every node's metastore replica shows the forced epoch (marked
+        # unclean) once it applied it; a later election may have moved on.
+        forced = body["leader_epoch"]
+        for n in self.c.nodes:
+            x = wait_until(f"node {n.id} sees the forced epoch", lambda: (
+                lambda x: x if x and x.get("leader_epoch", 0) >= forced else None)(
+                    self.part(n, "few")))
+            if x["leader_epoch"] == forced:
+                self.assertEqual((x["leader"], x["unclean"]), (str(follower.id), True), x)
+        self.assertIn("UNCLEAN election of few/0", n1.log())
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 followers copy their leader's log through FETCH, a produce is acknowledged
 once the in-sync replicas flushed it, the SIGKILL of a leader loses no
 acknowledged message (a follower takes over), the killed node catches up
-when it comes back and rejoins the in-sync replicas; a leader whose ISR
-shrank below min_insync_replicas refuses produces until the follower is
-back.
+when it comes back and rejoins the in-sync replicas, and takes its
+partition back when it is the preferred replica (the interim leader steps
+down while running); a leader whose ISR shrank below min_insync_replicas
+(one follower stopped with min_insync 3, or both followers stopped in a
+five-member cluster so the metastore keeps its quorum) refuses produces
+until the followers are back.
 
 Run: python3 tests/cluster/test_replica.py --ternd build/ternd
 """
@@ -184,6 +187,38 @@ class Replica(harness.ClusterTest):
                    timeout=90)
         self.produce_acked(lead, "s", 0, "after")
         self.wait_all(lead, "s", 0, ["before", "after"])
+
+    def test_both_followers_stopped(self):
+        # Five members, a partition on three of them: with both of its
+        # followers stopped, three metastore voters remain, so the ISR
+        # shrink is recorded and the leader refuses produces (min_insync 2).
+        c = self.start(n=5)
+        status, body = c.nodes[0].request(
+            "POST", "/v1/topics",
+            {"name": "b", "partitions": 1, "replication_factor": 3, "min_insync_replicas": 2})
+        self.assertEqual(status, 201, body)
+        wait_until("a leader of b/0", lambda: self.leader(c.nodes[0], "b", 0))
+        lead = self.node(c, self.leader(c.nodes[0], "b", 0))
+        self.produce_acked(lead, "b", 0, "before")
+        wait_until("b/0 with 3 in-sync replicas", lambda: self.in_sync(c, "b", 0, 3))
+        replicas = self.pstats(lead, "b", 0)["replicas"]
+        followers = [self.node(c, r) for r in replicas if r != str(lead.id)]
+        self.assertEqual(len(followers), 2)
+        for f in followers:
+            os.kill(f.pid, signal.SIGSTOP)
+        try:
+            def refused():
+                status, answer = self.produce(lead, "b", 0, "during", timeout=3)
+                return status == 503 and "in-sync" in str(answer)
+            wait_until("a produce refused for want of in-sync replicas", refused, timeout=60)
+        finally:
+            for f in followers:
+                os.kill(f.pid, signal.SIGCONT)
+        wait_until("b/0 with 3 in-sync replicas again",
+                   lambda: len((self.pstats(lead, "b", 0) or {}).get("isr", [])) == 3,
+                   timeout=90)
+        self.produce_acked(lead, "b", 0, "after")
+        self.wait_all(lead, "b", 0, ["before", "after"])
 
 
 if __name__ == "__main__":

@@ -186,6 +186,22 @@ class Basics(Base):
         self.assertEqual(self.js("cluster", "moves"), {"moves": []})
         self.assertIn("no partition moves under way", self.ok("cluster", "moves"))
 
+    def test_partitions_force_leader_refusals(self):
+        # A lone node's topics have factor 1: no election to force (409,
+        # exit 1, the server's reason); operands checked before any call.
+        name = self.topic()
+        err = self.fails(1, "partitions", "force-leader", name, "0", "1")
+        self.assertIn("409", err)
+        self.assertIn("not replicated", err)
+        self.assertIn("404", self.fails(1, "partitions", "force-leader", name, "5", "1"))
+        self.assertIn("404", self.fails(1, "partitions", "force-leader", "nosuch", "0", "1"))
+        self.fails(2, "partitions", "force-leader", name, "0")
+        self.fails(2, "partitions", "force-leader", name, "x", "1")
+        self.fails(2, "partitions", "force-leader", name, "0", "0")
+        self.fails(2, "partitions", "force-leader", name, "0", "1", "--bogus")
+        self.fails(2, "partitions", "elect")
+        self.assertIn("force-leader", self.ok("partitions", "--help", auth=False))
+
     def test_completion(self):
         def complete(*words):
             script = ('source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); '
@@ -207,6 +223,7 @@ class Basics(Base):
         self.assertEqual(complete("ternctl", "channels", ""),
                          ["delete", "empty", "list", "pause", "unpause"])
         self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["drain", "members", "moves"])
+        self.assertEqual(complete("ternctl", "partitions", ""), ["force-leader"])
         self.assertIn("--partitions", complete("ternctl", "topics", "create", "x", "--pa"))
         self.assertEqual(complete("ternctl", "topics", "create", "x", "--durability", "w"),
                          ["write_ack"])

@@ -185,15 +185,18 @@ static void on_recommission(tn_http_request_t *r, void *arg)
  *      metastore replica (503); the body (400), the topic and partition
  *      (404) and a replicated partition (409: a factor-1 partition has one
  *      owner and no election).
- *   2. The rules run first on a copy of the partition's state
- *      (tn_pstate_force_leader, the function the state machine applies):
- *      a refusal is 409 with its reason (not a replica, not live, not an
- *      eligible ISR member without "unclean"), and nothing is proposed.
+ *   2. This node's metastore replica is confirmed current
+ *      (tn_meta_confirm), then the rules run on a copy of the partition's
+ *      state (tn_pstate_force_leader, the function the state machine
+ *      applies): a refusal is 409 with its reason (not a replica, not
+ *      live, not an eligible ISR member without "unclean"), and nothing is
+ *      proposed.
  *   3. Otherwise PART_LEADER goes to the metastore (tn_meta_force_leader)
- *      and is logged at warn. Its answer: 0 is 200 with the new leader and
- *      epoch; a refusal there (the state changed in between) is 409 with
- *      the rules' reason over the state as it is now; TN_ENOTFOUND 404;
- *      anything else 503 + Retry-After.
+ *      and is logged at warn. Its answer: 0 is 200 with the partition's
+ *      state once this replica applied it too (a second confirm), so the
+ *      answer is what was done even if the state moved after step 2; a
+ *      refusal there is 409 with the rules' reason over the state as it is
+ *      now; TN_ENOTFOUND 404; anything else 503 + Retry-After.
  *   4. For an unclean election the answer says how many records may be
  *      lost: "records_at_risk", the records below the high watermark the
  *      answering node last saw that the new leader lacks, when the answering
@@ -256,35 +259,51 @@ static void force_answer(force_t *f, const tn_pstate_t *ps)
     for (uint32_t i = 0; i < ps->nisr; i++)
         tn__v1_appendf(&b, "%s\"%" PRIu32 "\"", i > 0 ? "," : "", ps->isr[i].node);
     tn_buf_append(&b, "]", 1);
-    if (f->unclean && f->have_risk)
+    if (ps->unclean && f->have_risk)
         tn__v1_appendf(&b, ",\"records_at_risk\":%" PRIu64 "}", f->risk);
-    else if (f->unclean)
+    else if (ps->unclean)
         tn_buf_append(&b, ",\"records_at_risk\":null}", 24);
     else
         tn_buf_append(&b, "}", 1);
     tn__v1_respond_buf(f->r, 200, &b);
 }
 
+/* The command is applied on the metastore's leader and, after the
+ * confirm, on this node's replica too: the answer shows the state as it
+ * is, which may differ from the rules' verdict on the copy (the state may
+ * have moved in between). */
+static void on_applied_here(void *arg, int status)
+{
+    force_t *f = arg;
+    if (f->r != NULL) {
+        f->r->on_cancel = NULL;
+        const tn_pstate_t *now =
+            tn_meta_state_pstate(tn_meta_state(f->v->meta), f->topic, f->partition);
+        /* Not applied here in time (UV_ETIMEDOUT) or gone since: the
+         * verdict on the copy is the best answer left. */
+        force_answer(f, status == 0 && now != NULL ? now : &f->expect);
+    }
+    tn_free(f);
+}
+
 static void on_forced(tn_meta_req_t *req, int status)
 {
     force_t *f = req->data;
     tn_http_request_t *r = f->r;
+    if (status == 0) {
+        TN_LOG(TN_LOG_WARN, "forced election applied: %s/%" PRIu32 " led by node %" PRIu32 "%s",
+               f->topic, f->partition, f->node, f->unclean ? " (unclean requested)" : "");
+        if (r != NULL && tn_meta_confirm(f->v->meta, on_applied_here, f) == 0)
+            return;
+        on_applied_here(f, TN_ECLOSED);
+        return;
+    }
     if (r == NULL)
         goto done;
     r->on_cancel = NULL;
     const tn_pstate_t *now =
         tn_meta_state_pstate(tn_meta_state(f->v->meta), f->topic, f->partition);
-    if (status == 0) {
-        TN_LOG(TN_LOG_WARN, "forced election applied: %s/%" PRIu32 " led by node %" PRIu32 "%s",
-               f->topic, f->partition, f->node, f->unclean ? " (unclean)" : "");
-        /* This node's replica of the metastore may apply the command
-         * after the leader answered: until then the expected state is the
-         * one the rules gave. */
-        force_answer(f, now != NULL && now->leader == f->node &&
-                                now->leader_epoch >= f->expect.leader_epoch
-                            ? now
-                            : &f->expect);
-    } else if (status == TN_ENOTFOUND) {
+    if (status == TN_ENOTFOUND) {
         tn__v1_error(r, 404, "no such topic or partition", NULL);
     } else if (status == UV_EINVAL || status == UV_EPERM) {
         char err[192];
@@ -369,6 +388,65 @@ static bool force_body(tn_http_request_t *r, uint32_t *node, bool *unclean)
     return true;
 }
 
+/* Step 2 on a replica confirmed current (everything committed before
+ * the request is applied here): the rules on a copy, then the proposal. */
+static void on_current(void *arg, int status)
+{
+    force_t *f = arg;
+    tn_http_request_t *r = f->r;
+    if (r == NULL) {
+        tn_free(f);
+        return;
+    }
+    tn_v1_t *v = f->v;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), f->topic);
+    const tn_pstate_t *ps =
+        e != NULL ? tn_meta_state_pstate(tn_meta_state(v->meta), f->topic, f->partition) : NULL;
+    char err[192];
+    if (status != 0) {
+        r->on_cancel = NULL;
+        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+    } else if (e == NULL || f->partition >= e->rec.partitions) {
+        r->on_cancel = NULL;
+        tn__v1_error(r, 404, e == NULL ? "topic not found" : "no such partition", NULL);
+    } else if (ps == NULL) {
+        r->on_cancel = NULL;
+        tn__v1_error(r, 409,
+                     e->rec.replication_factor > 1
+                         ? "the partition is not placed yet: no member was alive to hold it"
+                         : "the topic is not replicated (replication_factor 1): a partition has "
+                           "one owner and no leader election",
+                     NULL);
+    } else if (force_check(v, ps, f->node, f->unclean, &f->expect, err, sizeof(err)) != 0) {
+        r->on_cancel = NULL;
+        tn__v1_error(r, 409, err, NULL);
+    } else {
+        uint64_t hw, log_end;
+        if (f->unclean && v->replica != NULL && f->node == v->node_id &&
+            tn_replica_part_info(v->replica, f->topic, f->partition, &hw, &log_end) == 0) {
+            f->have_risk = true;
+            f->risk = hw > log_end ? hw - log_end : 0;
+        }
+        uint32_t was_leader = ps->leader, was_epoch = ps->leader_epoch;
+        f->mreq.data = f;
+        int rc = tn_meta_force_leader(v->meta, &f->mreq, f->topic, f->partition, f->node,
+                                      f->unclean, on_forced);
+        if (rc == 0) {
+            TN_LOG(TN_LOG_WARN,
+                   "audit: %s forces an%s election of %s/%" PRIu32 ": node %" PRIu32
+                   " (leader was %" PRIu32 ", epoch %" PRIu32 ")",
+                   r->principal[0] ? r->principal : "(open)", f->unclean ? " UNCLEAN" : "",
+                   f->topic, f->partition, f->node, was_leader, was_epoch);
+            return;
+        }
+        r->on_cancel = NULL;
+        tn__v1_error(r, 503,
+                     rc == UV_ENOMEM ? "out of memory" : "control plane temporarily unavailable",
+                     "Retry-After: 1\r\n");
+    }
+    tn_free(f);
+}
+
 static void on_force_leader(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
@@ -383,25 +461,9 @@ static void on_force_leader(tn_http_request_t *r, void *arg)
     uint32_t p;
     if (e == NULL || !path_partition(r, e, &p))
         return;
-    const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(v->meta), topic, p);
-    if (ps == NULL) {
-        tn__v1_error(r, 409,
-                     e->rec.replication_factor > 1
-                         ? "the partition is not placed yet: no member was alive to hold it"
-                         : "the topic is not replicated (replication_factor 1): a partition has "
-                           "one owner and no leader election",
-                     NULL);
-        return;
-    }
     force_t *f = tn_calloc(1, sizeof(*f));
     if (f == NULL) {
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
-        return;
-    }
-    char err[192];
-    if (force_check(v, ps, node, unclean, &f->expect, err, sizeof(err)) != 0) {
-        tn_free(f);
-        tn__v1_error(r, 409, err, NULL);
         return;
     }
     snprintf(f->topic, sizeof(f->topic), "%s", topic);
@@ -410,30 +472,15 @@ static void on_force_leader(tn_http_request_t *r, void *arg)
     f->unclean = unclean;
     f->v = v;
     f->r = r;
-    uint64_t hw, log_end;
-    if (unclean && v->replica != NULL && node == v->node_id &&
-        tn_replica_part_info(v->replica, topic, p, &hw, &log_end) == 0) {
-        f->have_risk = true;
-        f->risk = hw > log_end ? hw - log_end : 0;
-    }
-    f->mreq.data = f;
     r->data = f;
     r->on_cancel = force_cancel;
-    int rc = tn_meta_force_leader(v->meta, &f->mreq, topic, p, node, unclean, on_forced);
-    if (rc != 0) {
+    /* The rules are checked on a current view: members that just became
+     * live, an ISR that just changed. */
+    if (tn_meta_confirm(v->meta, on_current, f) != 0) {
         r->on_cancel = NULL;
         tn_free(f);
-        if (rc == UV_ENOMEM)
-            tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
-        else
-            tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
-        return;
+        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
     }
-    TN_LOG(TN_LOG_WARN,
-           "audit: %s forces an%s election of %s/%" PRIu32 ": node %" PRIu32 " (leader was %" PRIu32
-           ", epoch %" PRIu32 ")",
-           r->principal[0] ? r->principal : "(open)", unclean ? " UNCLEAN" : "", topic, p, node,
-           ps->leader, ps->leader_epoch);
 }
 
 int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v)
