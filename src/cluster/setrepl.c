@@ -13,7 +13,7 @@
  *      with its number in the log (seq, from 1 since the log's open).
  *   3. Records are kept per stream (topic, partition, channel: one open
  *      channel log, with a random id so a follower tells a reopened log
- *      from the one before). Each follower of the committed ISR gets them
+ *      from the one before). Each replica of the partition gets them
  *      with TN_OP_SETTLE_REPL on the replica lane, one call in flight per
  *      (follower, stream): what arrives while a call is out rides the
  *      next one, which is the batching (up to TN_SETREPL_MAX records).
@@ -28,9 +28,13 @@
  *      checkpoints, so a promoted follower's engine opens the log as it
  *      would its own.
  *   5. On each answer the leader computes with tn_setrepl_commit (pure)
- *      the highest seq that min_insync - 1 followers of the committed ISR
- *      have; tn_broker_chan_repl_done ends the waits up to it, and the
- *      doors answer. Records every ISR follower has are dropped.
+ *      the highest seq that every follower of the committed ISR has (the
+ *      ISR holding at least min_insync members): any ISR member may be
+ *      elected next, so, as for the record log's hw (cluster/repl.c), a
+ *      settle counts only once all of them have it. A slow follower holds
+ *      settles until the leader shrinks it out of the ISR (rfetch), as it
+ *      holds produces. tn_broker_chan_repl_done ends the waits up to it,
+ *      and the doors answer. Records every ISR follower has are dropped.
  *   6. The ISR or the leadership changes (tn_setrepl_pstate_changed, and
  *      a 250 ms check of every stream against the metastore replica):
  *      waits are checked again against the new ISR (a follower shrunk out
@@ -45,25 +49,36 @@
  *      that partition close first (after their queued records), then its
  *      callback runs, and requests for the partition get 421 meanwhile.
  * Failure modes: a follower that fails a call is retried with a backoff
- * (100 ms doubling to 1 s) from its last confirmed record, until the
- * leader shrinks it out of the ISR (rfetch); its stalled confirmations
- * hold settles only while it is in the committed ISR and needed for
- * min_insync. A follower's channel log that fails answers 500 (the leader
- * retries; the follower's storage error is sticky). Leases and in-flight
- * deliveries stay on the leader: after a failover the new leader delivers
- * again every message whose FIN was not confirmed.
+ * (100 ms doubling to 1 s) from its last confirmed record; while it is in
+ * the committed ISR its stalled confirmations hold settles, until the
+ * leader shrinks it out of the ISR (rfetch), as they hold produces. A
+ * follower's channel log that fails answers 500 (the leader retries; the
+ * follower's storage error is sticky). Leases and in-flight deliveries
+ * stay on the leader: after a failover the new leader delivers again
+ * every message whose FIN was not confirmed.
+ *
  * Invariants: a settle of a replicated partition is answered OK only
  * after its record (and every record before it in its channel log) is
- * fdatasync'ed on the leader and on min_insync - 1 members of the ISR the
- * metastore committed; a follower never writes the channel log of a
- * partition this node leads (its engine owns it); a follower answers 204
- * only for records it has synced.
- * Known limits: a follower that joins the ISR later only gets the records
- * the leader still keeps (those not yet on every ISR follower): what was
- * settled before is not copied to it, so a failover to it delivers those
- * messages again (at-least-once, not a lost FIN on the old ISR members).
- * A follower creates a channel log at the frontier the leader had when its record stream began
- * (base_frontier).
+ * fdatasync'ed on the leader and on every member of the ISR the metastore
+ * committed, which has at least min_insync members; a follower never
+ * writes the channel log of a partition this node leads (its engine owns
+ * it); a follower answers 204 only for records it has synced.
+ *
+ * Known limits: records go to every replica, in the ISR or not, and the
+ * leader keeps them until every replica has them, but at most
+ * TN_SETREPL_KEEP_MAX decided ones: a replica away for longer misses
+ * some, and a failover to it (once rfetch added it back to the ISR for its
+ * record log) delivers those messages again. A replica that rejoins the
+ * ISR before its channel logs caught up has the same window. A follower
+ * creates a channel's log at the frontier the leader had when its record
+ * stream began (base_frontier). A node whose engine still holds the
+ * channel's log (a leader set aside without a restart, or a partition
+ * its engine opened from disk at start before the placement moved it)
+ * writes the records through the engine (tn_broker_chan_apply), which
+ * applies them to the channel's cursor too, so the engine serves them if
+ * it leads again; a message the other leader put back is found by the
+ * engine's scan again, its due time and attempts then as the engine
+ * delivers it.
  *
  * Threads: the loop thread (the RPC endpoint's and the engine's). */
 #include "core/platform.h"
@@ -103,31 +118,21 @@ uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_
         *starved = st;
     if (st)
         return 0;
-    uint32_t need = min_insync - 1;
-    if (need == 0)
-        return local;
-    /* The need-th highest ack among the ISR followers, capped at local. */
-    uint64_t best[TN_PSTATE_MAX_REPLICAS];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < nisr && n < TN_PSTATE_MAX_REPLICAS; i++) {
+    /* The lowest ack among the ISR followers, capped at local: any of
+     * them may be the next leader (cluster/repl.c moves the hw the same
+     * way, invariant 1). */
+    uint64_t c = local;
+    for (uint32_t i = 0; i < nisr; i++) {
         if (isr[i].node == self)
             continue;
         uint64_t a = 0;
         for (uint32_t k = 0; k < nacks; k++)
             if (acks[k].node == isr[i].node && acks[k].acked > a)
                 a = acks[k].acked;
-        best[n++] = a < local ? a : local;
+        if (a < c)
+            c = a;
     }
-    if (n < need)
-        return 0;
-    /* Sort descending (n is at most 8). */
-    for (uint32_t i = 1; i < n; i++)
-        for (uint32_t k = i; k > 0 && best[k] > best[k - 1]; k--) {
-            uint64_t t = best[k];
-            best[k] = best[k - 1];
-            best[k - 1] = t;
-        }
-    return best[need - 1];
+    return c;
 }
 
 uint64_t tn_setrepl_trim(uint64_t low, uint64_t high, uint64_t done, uint64_t min_acked,
@@ -194,6 +199,7 @@ struct freq_s {
     uint64_t target; /* answered once the log completed this many records */
     int status;      /* an answer decided before the records are written */
     tn_walop_t *ops;
+    flog_t *fl;
 };
 
 /* A channel log this node holds as a follower. */
@@ -203,7 +209,11 @@ struct flog_s {
     char *topic;
     char *channel;
     uint32_t p;
-    tn_chanlog_t *cl;
+    tn_chanlog_t *cl; /* NULL for an engine one */
+    /* The engine holds this channel's log (tn_broker_chan_apply): records
+     * go through it, and inflight counts those not completed yet. */
+    bool engine;
+    uint32_t inflight;
     bool opening;
     bool closing;
     int open_err;
@@ -314,15 +324,18 @@ static stream_t *stream_new(tn_setrepl_t *s, const char *topic, uint32_t p, cons
     return st;
 }
 
-/* Make st's followers the ISR of ps (minus this node): a new member starts
- * from the oldest record kept; one that left no longer counts. */
+/* Make st's followers the replicas of ps (minus this node): every one is
+ * pushed to, in the ISR or not, so a replica out of the ISR (down for a
+ * while, catching up its log) gets the channel state it missed before it
+ * is back in the ISR and may be elected; a new one starts from the oldest
+ * record kept; one that is no longer a replica goes. */
 static void peers_sync(stream_t *st, const tn_pstate_t *ps)
 {
     uint32_t self = st->s->o.node_id;
     peer_t keep[TN_PSTATE_MAX_REPLICAS];
     uint32_t n = 0;
-    for (uint32_t i = 0; i < ps->nisr; i++) {
-        uint32_t node = ps->isr[i].node;
+    for (uint32_t i = 0; i < ps->nreplicas; i++) {
+        uint32_t node = ps->replicas[i];
         if (node == self)
             continue;
         peer_t *old = NULL;
@@ -337,8 +350,8 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
         }
         n++;
     }
-    /* A member that left with a call out stays, marked, so the reply
-     * finds it; it counts for nothing (tn_setrepl_commit takes the ISR). */
+    /* A replica that left with a call out stays, marked, so the reply
+     * finds it; it counts for nothing. */
     for (uint32_t k = 0; k < st->npeers && n < TN_PSTATE_MAX_REPLICAS; k++) {
         if (!st->peers[k].inflight)
             continue;
@@ -356,7 +369,8 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
     st->npeers = n;
 }
 
-/* Confirm what the ISR has, drop what every ISR follower has. */
+/* Confirm what the ISR has (tn_setrepl_commit counts ISR members only),
+ * drop what every replica has (within TN_SETREPL_KEEP_MAX). */
 static void evaluate(stream_t *st, const tn_pstate_t *ps)
 {
     tn_setrepl_ack_t acks[TN_PSTATE_MAX_REPLICAS];
@@ -746,6 +760,8 @@ static void flog_close(flog_t *fl)
         q = n;
     }
     fl->queued = NULL;
+    if (fl->engine && fl->inflight > 0)
+        return; /* freed when its records completed (on_engine_walop) */
     if (fl->cl == NULL) {
         flog_unlink_free(fl);
         return;
@@ -753,6 +769,61 @@ static void flog_close(flog_t *fl)
     /* Queued records complete first; their requests are answered then. */
     fl->cl->data = fl;
     tn_chanlog_close(fl->cl, on_flog_closed);
+}
+
+/* An engine log's record completed: once all of fl's have, the requests
+ * waiting are answered (records complete in the order queued, so every
+ * one before is on disk too). */
+static void on_engine_walop(tn_walop_t *op, int status)
+{
+    freq_t *q = op->data;
+    flog_t *fl = q->fl;
+    if (status != 0 && q->status == 0)
+        q->status = status;
+    if (--fl->inflight > 0)
+        return;
+    freq_t *w = fl->waiting;
+    fl->waiting = NULL;
+    while (w != NULL) {
+        freq_t *n = w->next;
+        freq_answer(w, w->status);
+        w = n;
+    }
+    if (fl->closing)
+        flog_unlink_free(fl);
+}
+
+/* q's records from skip on, through the engine's log of the channel. */
+static void engine_write(flog_t *fl, freq_t *q, uint32_t skip)
+{
+    tn_setrepl_t *s = fl->s;
+    const tn_wire_setrepl_t *w = &q->w;
+    q->fl = fl;
+    for (uint32_t i = skip; i < w->count; i++) {
+        tn_walrec_t rec;
+        tn_wire_setrepl_rec(w, i, &rec);
+        q->ops[i].data = q;
+        int rc = tn_broker_chan_apply(s->o.broker, fl->topic, fl->channel, fl->p, &rec, &q->ops[i],
+                                      on_engine_walop);
+        if (rc != 0) {
+            q->status = rc;
+            break;
+        }
+        fl->inflight++;
+        s->st.served_records++;
+        fl->stream = w->stream;
+        fl->next_seq = w->first_seq + i + 1;
+    }
+    if (fl->stream != w->stream) {
+        fl->stream = w->stream;
+        fl->next_seq = w->first_seq + w->count;
+    }
+    if (fl->inflight == 0) {
+        freq_answer(q, q->status);
+        return;
+    }
+    q->next = fl->waiting;
+    fl->waiting = q;
 }
 
 /* Queue q's records (those fl has not written yet) to fl's log. */
@@ -769,6 +840,10 @@ static void flog_write(flog_t *fl, freq_t *q)
                   "setrepl: channel %s of %s/%" PRIu32 ": records %" PRIu64 "..%" PRIu64
                   " of the leader's stream never arrived here",
                   fl->channel, fl->topic, fl->p, fl->next_seq, w->first_seq - 1);
+    }
+    if (fl->engine) {
+        engine_write(fl, q, skip);
+        return;
     }
     int err = tn_chanlog_err(fl->cl);
     if (err != 0) {
@@ -858,7 +933,7 @@ static void open_done(uv_work_t *wk, int status)
 }
 
 static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel,
-                        uint64_t base_frontier)
+                        uint64_t base_frontier, bool engine)
 {
     for (flog_t *fl = s->flogs; fl != NULL; fl = fl->next)
         if (fl->p == p && strcmp(fl->topic, topic) == 0 && strcmp(fl->channel, channel) == 0)
@@ -877,9 +952,10 @@ static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const ch
     fl->s = s;
     fl->p = p;
     fl->base_frontier = base_frontier;
-    fl->opening = true;
+    fl->engine = engine;
+    fl->opening = !engine;
     fl->work.data = fl;
-    if (uv_queue_work(s->o.loop, &fl->work, open_work, open_done) != 0) {
+    if (!engine && uv_queue_work(s->o.loop, &fl->work, open_work, open_done) != 0) {
         tn_free(fl->topic);
         tn_free(fl->channel);
         tn_free(fl);
@@ -934,8 +1010,7 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     }
     tn_pstate_t ps;
     if (s->o.pstate(s->o.pstate_arg, q->w.topic, q->w.partition, &ps) != 0 ||
-        !follows_here(s, &ps) || is_released(s, q->w.topic, q->w.partition) ||
-        engine_holds(s, q->w.topic, q->w.partition, q->w.channel)) {
+        !follows_here(s, &ps) || is_released(s, q->w.topic, q->w.partition)) {
         freq_answer(q, 421);
         return;
     }
@@ -950,20 +1025,29 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
         freq_free(q);
         return;
     }
+    /* The engine may hold this channel's log (a partition it set aside):
+     * the records then go through it, never through a second writer. */
+    bool held = engine_holds(s, q->w.topic, q->w.partition, q->w.channel);
     /* The records outlive the payload while the log opens. */
     size_t nb = (size_t)q->w.count * TN_SETREPL_REC_SIZE;
     q->rec_bytes = tn_malloc(nb);
     q->ops = tn_calloc(q->w.count, sizeof(*q->ops));
     flog_t *fl = NULL;
     if (q->rec_bytes == NULL || q->ops == NULL ||
-        (fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel, q->w.base_frontier)) == NULL) {
+        (fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel, q->w.base_frontier, held)) ==
+            NULL) {
         freq_answer(q, UV_ENOMEM);
         return;
     }
     memcpy(q->rec_bytes, q->w.recs, nb);
     q->w.recs = q->rec_bytes;
-    if (fl->closing) {
-        freq_answer(q, 421);
+    if (fl->closing || fl->engine != held) {
+        /* Closing, or the engine took its log up or gave it up: the
+         * leader tries again once this one is gone. */
+        if (!fl->closing && !fl->opening && fl->inflight == 0 && fl->waiting == NULL)
+            flog_close(fl);
+        reply_error(req, 503, "channel log changing hands; retry");
+        freq_free(q);
         return;
     }
     if (fl->opening) {

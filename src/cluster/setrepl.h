@@ -37,14 +37,14 @@ typedef struct {
 } tn_setrepl_ack_t;
 
 /* The highest record number at or below local (what the leader's own log
- * has synced) that at least min_insync - 1 members of isr[0..nisr) other
- * than self have acked (acks[0..nacks): a member without an entry has
- * acked nothing), so every record up to it is on min_insync disks of the
- * committed ISR. *starved (may be NULL) is set when the ISR cannot confirm
- * anything whatever the acks: self is not in it, or it has fewer than
- * min_insync members (the waits then fail with TN_EFEWREPLICAS rather
- * than hang). min_insync 0 counts as 1. Members of acks outside the ISR
- * never count. */
+ * has synced) that every member of isr[0..nisr) other than self has acked
+ * (acks[0..nacks): a member without an entry has acked nothing), so every
+ * record up to it is on every disk of the committed ISR, at least
+ * min_insync of them: whichever ISR member is elected next has it (the
+ * record log's hw follows the same rule, cluster/repl.c). *starved (may be NULL) is set when the
+ * ISR cannot confirm anything whatever the acks: self is not in it, or it has fewer than min_insync
+ * members (the waits then fail with TN_EFEWREPLICAS rather than hang). min_insync 0 counts as 1.
+ * Members of acks outside the ISR never count. */
 uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_t nacks,
                            const tn_pstate_member_t *isr, uint32_t nisr, uint32_t self,
                            uint32_t min_insync, bool *starved);

@@ -1351,6 +1351,28 @@ void tn_broker_chan_repl_done(tn_broker_t *b, const char *topic, const char *cha
     sync_run(cp, seq, status);
 }
 
+int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel, uint32_t p,
+                         const tn_walrec_t *rec, tn_walop_t *op, tn_walop_cb cb)
+{
+    tn_topic_t *t = tn__topic_find(b, topic, strlen(topic));
+    if (t == NULL || t->state != TN_OBJ_READY || p >= t->nparts)
+        return TN_ENOTFOUND;
+    tn_channel_t *ch = channel_find(t, channel, strlen(channel));
+    if (ch == NULL || ch->state != TN_OBJ_READY || ch->parts[p] == NULL || ch->parts[p]->cl == NULL)
+        return TN_ENOTFOUND;
+    tn_chpart_t *cp = ch->parts[p];
+    if (!cp->part->remote)
+        return UV_EBUSY;
+    int rc = tn_cursor_apply(&cp->cur, rec);
+    if (rc != 0)
+        return rc;
+    /* A message put back by the leader is found by the scan again once
+     * this node serves the partition. */
+    if (rec->op == TN_WAL_REQ && cp->scan > rec->offset)
+        cp->scan = rec->offset;
+    return tn_chanlog_submit(cp->cl, op, rec, cb);
+}
+
 int tn_consumer_ack(tn_consumer_t *c, uint32_t partition, uint64_t offset, uint32_t nonce)
 {
     tn_chpart_t *cp;

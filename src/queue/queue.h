@@ -680,6 +680,16 @@ void tn_broker_set_chan_repl(tn_broker_t *b, const tn_chan_repl_t *hooks);
  * status. A channel or partition not (or no longer) here: nothing. */
 void tn_broker_chan_repl_done(tn_broker_t *b, const char *topic, const char *channel, uint32_t p,
                               uint64_t seq, int status);
+/* A follower's replicated channel record (cluster/setrepl.h) for a
+ * partition this node does not serve but whose channel log the engine
+ * still holds (a leader set aside, or a partition found on disk at start
+ * and placed elsewhere): applied to the channel's cursor, so the engine
+ * serves it if it leads again, and queued to its log with op and cb as
+ * tn_chanlog_submit. 0; TN_ENOTFOUND no such channel partition or no log
+ * open for it here; UV_EBUSY the partition is served here; or the
+ * cursor's or the log's error (cb never runs then). */
+int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel, uint32_t p,
+                         const tn_walrec_t *rec, tn_walop_t *op, tn_walop_cb cb);
 /* How many open channel partitions' logs failed while running (their
  * settles are refused): while not 0, /readyz says not ready. */
 static inline uint32_t tn_broker_logs_failed(const tn_broker_t *b)

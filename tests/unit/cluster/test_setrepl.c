@@ -165,27 +165,33 @@ static void test_rule_min_insync(void **state)
     tn_pstate_member_t isr3[3] = {mem(1), mem(2), mem(3)};
     tn_setrepl_ack_t acks[2] = {{2, 5}, {3, 3}};
     bool starved = true;
-    /* min_insync 2: the best follower's ack, capped by the leader's own. */
-    assert_int_equal(tn_setrepl_commit(7, acks, 2, isr3, 3, 1, 2, &starved), 5);
+    /* Every ISR follower must have it (any may lead next): the lowest
+     * ack, capped by the leader's own sync, whatever min_insync is. */
+    assert_int_equal(tn_setrepl_commit(7, acks, 2, isr3, 3, 1, 2, &starved), 3);
     assert_false(starved);
-    assert_int_equal(tn_setrepl_commit(4, acks, 2, isr3, 3, 1, 2, &starved), 4);
-    /* min_insync 3: both followers. */
+    assert_int_equal(tn_setrepl_commit(2, acks, 2, isr3, 3, 1, 2, &starved), 2);
     assert_int_equal(tn_setrepl_commit(7, acks, 2, isr3, 3, 1, 3, &starved), 3);
-    /* min_insync 1 (or 0): the leader's own sync is enough. */
-    assert_int_equal(tn_setrepl_commit(7, NULL, 0, isr3, 3, 1, 1, &starved), 7);
-    assert_int_equal(tn_setrepl_commit(7, NULL, 0, isr3, 3, 1, 0, &starved), 7);
-    /* No acks yet: nothing. */
+    assert_int_equal(tn_setrepl_commit(7, acks, 2, isr3, 3, 1, 1, &starved), 3);
+    tn_setrepl_ack_t more[2] = {{2, 9}, {3, 8}};
+    assert_int_equal(tn_setrepl_commit(7, more, 2, isr3, 3, 1, 2, &starved), 7);
+    /* min_insync 1 (or 0) with the leader alone in the ISR: its own sync. */
+    tn_pstate_member_t isr1[1] = {mem(1)};
+    assert_int_equal(tn_setrepl_commit(7, NULL, 0, isr1, 1, 1, 1, &starved), 7);
+    assert_int_equal(tn_setrepl_commit(7, NULL, 0, isr1, 1, 1, 0, &starved), 7);
+    assert_false(starved);
+    /* A follower that acked nothing yet holds everything. */
     assert_int_equal(tn_setrepl_commit(7, NULL, 0, isr3, 3, 1, 2, &starved), 0);
     assert_false(starved);
+    tn_setrepl_ack_t one[1] = {{2, 6}};
+    assert_int_equal(tn_setrepl_commit(7, one, 1, isr3, 3, 1, 2, &starved), 0);
     /* The leader's own entry in acks never counts as a follower's. */
-    tn_setrepl_ack_t selfack[1] = {{1, 9}};
-    assert_int_equal(tn_setrepl_commit(7, selfack, 1, isr3, 3, 1, 2, &starved), 0);
+    tn_setrepl_ack_t selfack[3] = {{1, 9}, {2, 4}, {3, 4}};
+    assert_int_equal(tn_setrepl_commit(7, selfack, 3, isr3, 3, 1, 2, &starved), 4);
     /* Duplicated entries for one node count once, at their best. */
-    tn_setrepl_ack_t dup[2] = {{2, 2}, {2, 6}};
-    assert_int_equal(tn_setrepl_commit(7, dup, 2, isr3, 3, 1, 2, &starved), 6);
-    assert_int_equal(tn_setrepl_commit(7, dup, 2, isr3, 3, 1, 3, &starved), 0);
+    tn_setrepl_ack_t dup[3] = {{2, 2}, {2, 6}, {3, 7}};
+    assert_int_equal(tn_setrepl_commit(7, dup, 3, isr3, 3, 1, 2, &starved), 6);
     /* NULL starved is allowed. */
-    assert_int_equal(tn_setrepl_commit(7, acks, 2, isr3, 3, 1, 2, NULL), 5);
+    assert_int_equal(tn_setrepl_commit(7, acks, 2, isr3, 3, 1, 2, NULL), 3);
 }
 
 static void test_rule_isr_changes(void **state)
@@ -193,10 +199,10 @@ static void test_rule_isr_changes(void **state)
     (void)state;
     tn_setrepl_ack_t acks[2] = {{2, 9}, {3, 4}};
     bool starved;
-    /* ISR {1,2,3}, min 3: the slow follower 3 holds the settles at 4. */
+    /* ISR {1,2,3}: the slow follower 3 holds the settles at 4. */
     tn_pstate_member_t isr3[3] = {mem(1), mem(2), mem(3)};
-    assert_int_equal(tn_setrepl_commit(10, acks, 2, isr3, 3, 1, 3, &starved), 4);
-    /* min 2 with 3 shrunk out: follower 2 alone decides. */
+    assert_int_equal(tn_setrepl_commit(10, acks, 2, isr3, 3, 1, 2, &starved), 4);
+    /* 3 shrunk out (min 2): follower 2 alone decides. */
     tn_pstate_member_t isr12[2] = {mem(1), mem(2)};
     assert_int_equal(tn_setrepl_commit(10, acks, 2, isr12, 2, 1, 2, &starved), 9);
     assert_false(starved);
@@ -217,12 +223,14 @@ static void test_rule_isr_changes(void **state)
     tn_pstate_member_t isr23[2] = {mem(2), mem(3)};
     assert_int_equal(tn_setrepl_commit(10, acks, 2, isr23, 2, 1, 1, &starved), 0);
     assert_true(starved);
-    /* Five replicas, min 3: the second best follower. */
+    /* Five replicas: the lowest of the four followers. */
     tn_pstate_member_t isr5[5] = {mem(1), mem(2), mem(3), mem(4), mem(5)};
     tn_setrepl_ack_t acks5[4] = {{2, 3}, {3, 8}, {4, 6}, {5, 1}};
-    assert_int_equal(tn_setrepl_commit(10, acks5, 4, isr5, 5, 1, 3, &starved), 6);
-    assert_int_equal(tn_setrepl_commit(10, acks5, 4, isr5, 5, 1, 5, &starved), 1);
-    assert_int_equal(tn_setrepl_commit(5, acks5, 4, isr5, 5, 1, 3, &starved), 5);
+    assert_int_equal(tn_setrepl_commit(10, acks5, 4, isr5, 5, 1, 3, &starved), 1);
+    /* 5 shrunk out: 3. */
+    tn_pstate_member_t isr4[4] = {mem(1), mem(2), mem(3), mem(4)};
+    assert_int_equal(tn_setrepl_commit(10, acks5, 4, isr4, 4, 1, 3, &starved), 3);
+    assert_int_equal(tn_setrepl_commit(2, acks5, 4, isr4, 4, 1, 3, &starved), 2);
 }
 
 static void test_trim(void **state)

@@ -797,6 +797,80 @@ static void test_no_placement_all_local(void **state)
     qfx_free(q);
 }
 
+/* A replicated partition's channel records from another leader
+ * (tn_broker_chan_apply, cluster/setrepl.h) while this node's engine has
+ * its log set aside: refused while served here, applied to the channel
+ * and written to its log while set aside, and served from that state
+ * when the partition is led here again. */
+static bool readopt_yes(void *arg, const tn_topic_t *t, uint32_t p)
+{
+    (void)arg;
+    (void)t;
+    (void)p;
+    return true;
+}
+
+typedef struct {
+    tn_walop_t op;
+    bool done;
+    int status;
+} applyw_t;
+
+static void on_applied(tn_walop_t *op, int status)
+{
+    applyw_t *w = op->data;
+    w->done = true;
+    w->status = status;
+}
+
+static bool applied(void *arg)
+{
+    return ((applyw_t *)arg)->done;
+}
+
+static void test_chan_apply_while_set_aside(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    q->b->place_readopt = readopt_yes;
+    tn_topic_t *t = topic(q, "ra", 1);
+    tn_channel_t *ch = channel(q, t, "c");
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(publish(q, "ra", "m", 0, NULL, NULL), 0);
+    applyw_t w[2];
+    memset(w, 0, sizeof(w));
+    tn_walrec_t fin0 = {.op = TN_WAL_FIN, .offset = 0};
+    tn_walrec_t fin1 = {.op = TN_WAL_FIN, .offset = 1};
+    w[0].op.data = &w[0];
+    w[1].op.data = &w[1];
+    /* Served here: this node leads it, its own settles write the log. */
+    assert_int_equal(tn_broker_chan_apply(q->b, "ra", "c", 0, &fin0, &w[0].op, on_applied),
+                     UV_EBUSY);
+    assert_int_equal(tn_broker_chan_apply(q->b, "ra", "nope", 0, &fin0, &w[0].op, on_applied),
+                     TN_ENOTFOUND);
+    /* Another node leads it: the log is set aside, records go in. */
+    owners[0] = 7;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0));
+    assert_int_equal(tn_broker_chan_apply(q->b, "ra", "c", 0, &fin0, &w[0].op, on_applied), 0);
+    assert_int_equal(tn_broker_chan_apply(q->b, "ra", "c", 0, &fin1, &w[1].op, on_applied), 0);
+    assert_true(run_until(q, applied, &w[1]));
+    assert_true(w[0].done);
+    assert_int_equal(w[0].status, 0);
+    assert_int_equal(w[1].status, 0);
+    /* Led here again: served from that state, lowest offset first, so
+     * the first delivery is offset 2. */
+    owners[0] = SELF;
+    follow(q, t);
+    sink_t s;
+    attach(&s, ch, 3);
+    expect_n(q, &s, 1);
+    assert_int_equal(s.d[0].offset, 2);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -809,6 +883,7 @@ int main(void)
         cmocka_unit_test(test_grow_places_new_partitions),
         cmocka_unit_test(test_no_placement_all_local),
         cmocka_unit_test(test_grow_here),
+        cmocka_unit_test(test_chan_apply_while_set_aside),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
