@@ -315,7 +315,7 @@ static void on_forced(tn_meta_req_t *req, int status)
         /* Judged on a state that moved before the command applied: judge
          * again on a current view (on_current answers a refusal by the
          * rules, or proposes again). */
-        TN_LOG(TN_LOG_INFO,
+        TN_LOG(TN_LOG_NOTICE,
                "forced election of %s/%" PRIu32 " (node %" PRIu32
                ") refused on a changed state (%s): judged again",
                f->topic, f->partition, f->node, tn_strerror(status));
