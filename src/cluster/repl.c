@@ -28,7 +28,10 @@
  *      end (as of its previous fetch) for replica_lag_ms, or who fetches
  *      with another incarnation, is proposed out of the ISR (ACT_PROPOSE_ISR,
  *      a CAS on partition_epoch); one whose flushed offset reached the hw
- *      and passed S with the incarnation it fetches with is proposed in.
+ *      and passed S with the incarnation it fetches with, and which the
+ *      first rule would keep (it caught up within replica_lag_ms: a
+ *      silent follower is not re-added on the leader's own events), is
+ *      proposed in.
  *      The hw uses the new ISR only once the metastore applied it (EV_STATE).
  *   6. A follower fetches from the leader its state names, right after each
  *      append and each log change, after fetch_idle_ms when the last answer
@@ -168,6 +171,11 @@ static void maybe_expand(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
         if (p->node == r->cfg.node || !p->seen || tn_pstate_isr_find(&r->ps, p->node) >= 0)
             continue;
         if (p->flushed < r->hw || p->flushed <= r->epoch_start)
+            continue;
+        /* Only a follower the shrink rule would keep: one that went
+         * silent (stopped, cut off) is not behind when nothing was
+         * appended since, yet it must stay out until it fetches again. */
+        if (now >= p->caught_up_at + r->cfg.replica_lag_ms)
             continue;
         tn_pstate_member_t isr[TN_PSTATE_MAX_REPLICAS];
         uint32_t n = r->ps.nisr;

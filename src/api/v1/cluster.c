@@ -194,16 +194,24 @@ static void on_recommission(tn_http_request_t *r, void *arg)
  *   3. Otherwise PART_LEADER goes to the metastore (tn_meta_force_leader)
  *      and is logged at warn. Its answer: 0 is 200 with the partition's
  *      state once this replica applied it too (a second confirm), so the
- *      answer is what was done even if the state moved after step 2; a
- *      refusal there is 409 with the rules' reason over the state as it is
- *      now; TN_ENOTFOUND 404; anything else 503 + Retry-After.
+ *      answer is what was done even if the state moved after step 2;
+ *      TN_ENOTFOUND 404; anything else 503 + Retry-After. A refusal there
+ *      (UV_EINVAL, UV_EPERM) means the state the metastore applied it to
+ *      was not the one step 2 judged: an ISR change (a follower leaving or
+ *      rejoining through its leader's CAS) committed in between. The
+ *      election is judged again, from step 2 (a new confirm, the rules on
+ *      the state as it is now: a refusal by them is 409 with their reason),
+ *      and proposed again, at most FORCE_ATTEMPTS times in all; a state
+ *      that keeps changing under it is 503 + Retry-After.
  *   4. For an unclean election the answer says how many records may be
  *      lost: "records_at_risk", the records below the high watermark the
  *      answering node last saw that the new leader lacks, when the answering
  *      node is the new leader and holds its replica (a lower bound: the old
  *      ISR may have acknowledged more since), else null (unknown). */
 
-#define LEADER_REFUSED_CHANGED "the partition's state changed while the election was proposed"
+#define LEADER_REFUSED_CHANGED                                                                     \
+    "the partition's state kept changing while the election was proposed: try again"
+#define FORCE_ATTEMPTS 5
 
 typedef struct {
     tn_meta_req_t mreq;
@@ -213,6 +221,7 @@ typedef struct {
     uint32_t partition;
     uint32_t node;
     bool unclean;
+    unsigned attempts;  /* proposals made */
     tn_pstate_t expect; /* the state the rules gave on the copy */
     bool have_risk;
     uint64_t risk;
@@ -286,6 +295,8 @@ static void on_applied_here(void *arg, int status)
     tn_free(f);
 }
 
+static void on_current(void *arg, int status);
+
 static void on_forced(tn_meta_req_t *req, int status)
 {
     force_t *f = req->data;
@@ -300,18 +311,23 @@ static void on_forced(tn_meta_req_t *req, int status)
     }
     if (r == NULL)
         goto done;
+    if ((status == UV_EINVAL || status == UV_EPERM) && f->attempts < FORCE_ATTEMPTS) {
+        /* Judged on a state that moved before the command applied: judge
+         * again on a current view (on_current answers a refusal by the
+         * rules, or proposes again). */
+        TN_LOG(TN_LOG_NOTICE,
+               "forced election of %s/%" PRIu32 " (node %" PRIu32
+               ") refused on a changed state (%s): judged again",
+               f->topic, f->partition, f->node, tn_strerror(status));
+        if (tn_meta_confirm(f->v->meta, on_current, f) == 0)
+            return;
+        status = TN_ECLOSED;
+    }
     r->on_cancel = NULL;
-    const tn_pstate_t *now =
-        tn_meta_state_pstate(tn_meta_state(f->v->meta), f->topic, f->partition);
     if (status == TN_ENOTFOUND) {
         tn__v1_error(r, 404, "no such topic or partition", NULL);
     } else if (status == UV_EINVAL || status == UV_EPERM) {
-        char err[192];
-        tn_pstate_t after;
-        if (now == NULL ||
-            force_check(f->v, now, f->node, f->unclean, &after, err, sizeof(err)) == 0)
-            snprintf(err, sizeof(err), "%s", LEADER_REFUSED_CHANGED);
-        tn__v1_error(r, 409, err, NULL);
+        tn__v1_error(r, 503, LEADER_REFUSED_CHANGED, "Retry-After: 1\r\n");
     } else {
         tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
     }
@@ -428,15 +444,17 @@ static void on_current(void *arg, int status)
             f->risk = hw > log_end ? hw - log_end : 0;
         }
         uint32_t was_leader = ps->leader, was_epoch = ps->leader_epoch;
+        memset(&f->mreq, 0, sizeof(f->mreq));
         f->mreq.data = f;
+        f->attempts++;
         int rc = tn_meta_force_leader(v->meta, &f->mreq, f->topic, f->partition, f->node,
                                       f->unclean, on_forced);
         if (rc == 0) {
             TN_LOG(TN_LOG_WARN,
                    "audit: %s forces an%s election of %s/%" PRIu32 ": node %" PRIu32
-                   " (leader was %" PRIu32 ", epoch %" PRIu32 ")",
+                   " (leader was %" PRIu32 ", epoch %" PRIu32 ", attempt %u)",
                    r->principal[0] ? r->principal : "(open)", f->unclean ? " UNCLEAN" : "",
-                   f->topic, f->partition, f->node, was_leader, was_epoch);
+                   f->topic, f->partition, f->node, was_leader, was_epoch, f->attempts);
             return;
         }
         r->on_cancel = NULL;

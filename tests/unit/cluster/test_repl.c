@@ -306,6 +306,44 @@ static void test_shrink_after_lag_then_expand(void **state)
     assert_int_equal(a->nisr, 2);
 }
 
+/* A follower that went silent (stopped) while caught up is not behind
+ * when nothing was appended since: it leaves the ISR after the lag and
+ * stays out on the leader's own events (its state, its log), coming back
+ * only when it fetches again. */
+static void test_silent_follower_stays_out_until_it_fetches(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out);
+    step_fetch(&r, 2, 3, 11, 3, 11, 100, &out);
+    step_fetch(&r, 3, 3, 11, 3, 11, 100, &out);
+    step_fetch(&r, 2, 3, 11, 3, 11, 390, &out); /* 3 falls silent after 100 */
+    tn_repl_event_t tick = {.type = TN_REPL_EV_TICK, .now = 401};
+    tn_repl_step(&r, &tick, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+    assert_non_null(a);
+    assert_int_equal(a->nisr, 2);
+    assert_int_equal(a->isr[1].node, 2);
+    /* Applied: ISR {1,2}. 3 reached the hw before it fell silent, yet the
+     * state and the leader's log events do not propose it back in. */
+    tn_pstate_t ps = pstate(1, 3, 6, 2);
+    step_state(&r, &ps, 402, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+    step_log(&r, 11, 11, 3, 403, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+    tick.now = 680; /* past 3's lag, within 2's */
+    tn_repl_step(&r, &tick, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+    /* It fetches again, caught up: proposed in. */
+    step_fetch(&r, 3, 3, 11, 3, 11, 681, &out);
+    a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+    assert_non_null(a);
+    assert_int_equal(a->nisr, 3);
+    assert_int_equal(a->isr[2].node, 3);
+}
+
 static void test_few_replicas_refuse_and_freeze(void **state)
 {
     (void)state;
@@ -330,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_follower_truncates_at_divergence),
         cmocka_unit_test(test_follower_refuses_truncation_below_hw),
         cmocka_unit_test(test_shrink_after_lag_then_expand),
+        cmocka_unit_test(test_silent_follower_stays_out_until_it_fetches),
         cmocka_unit_test(test_few_replicas_refuse_and_freeze),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
