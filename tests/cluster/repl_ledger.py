@@ -434,6 +434,9 @@ def check(history, final=None):
         "fins_ok": len(history.fins),
         "corrupt_bodies": corrupt,
     })
+    if final is not None:
+        r.info["replica_records"] = sum(len(recs) for logs in final.logs.values()
+                                        for recs in logs.values())
     r.availability = availability(ops, list(history.faults))
     return r
 
