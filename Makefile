@@ -96,12 +96,13 @@ test: build compat-deps
 
 # The tests that repeat a case (label soak: cluster_cycles' stop/start
 # cycles, crash_powerloss' power cuts, the replication simulation's random
-# fault schedules) at full repetition (TERN_SOAK=1; SIM_SCHEDULES schedules
+# fault schedules, the replication fault suite's cases in random order for
+# TERN_SOAK_SECONDS) at full repetition (TERN_SOAK=1; SIM_SCHEDULES schedules
 # per configuration, a failure prints the seed to replay); make test runs
 # them a few times each. ctest stops every test still running SOAK_SECONDS
 # (under a day) from now and fails it.
 soak: build
-	cd $(BUILD) && TERN_SOAK=1 TERN_SIM_SCHEDULES=$(SIM_SCHEDULES) ctest --output-on-failure \
+	cd $(BUILD) && TERN_SOAK=1 TERN_SOAK_SECONDS=$(SOAK_SECONDS) TERN_SIM_SCHEDULES=$(SIM_SCHEDULES) ctest --output-on-failure \
 		-j $(JOBS) -L soak --stop-time $$(date -d "+$(SOAK_SECONDS) seconds" +%H:%M:%S)
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer,

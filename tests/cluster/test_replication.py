@@ -34,8 +34,9 @@ The cases (one ctest each, cluster_repl_NN_*):
   06 a node's data directory wiped while it is down, restarted; then the
      leader of a partition killed: the wiped node is never leader while it
      is not in the ISR;
-  07 all three nodes SIGKILLed at once, restarted (and, with a ternd built
-     with the power-loss shim, --powerloss-ternd, the same as a power cut);
+  07 all three nodes SIGKILLed at once, restarted; 07b the same as a power
+     cut of all three (--powerloss-ternd: ternd-powerloss, built with the
+     storage shim's simulator, tests/cluster/powerloss_hook.c);
   08 a byte flipped in a sealed segment of a follower, then of the leader,
      found by a scrub: the bad replica repairs itself (diverged counts a
      record failing its CRC below the high watermark);
@@ -377,7 +378,7 @@ class Replication(harness.ClusterTest):
 
     # cluster and topics
 
-    def cluster(self, n=3, ns=False, partitions=None):
+    def cluster(self, n=3, ns=False, partitions=None, simulated=False):
         if ns:
             ok, why = netns.available()
             if not ok:
@@ -390,6 +391,13 @@ class Replication(harness.ClusterTest):
         else:
             c = self.make(n, args=cluster_args())
         self.c = c
+        if simulated:
+            # A data directory the power-loss hook simulates from the first
+            # write on: FORMAT (docs/storage-format.md) and topics/.
+            for node in c.nodes:
+                os.makedirs(os.path.join(node.data, "topics"))
+                with open(os.path.join(node.data, "FORMAT"), "w") as f:
+                    f.write("tern-storage 1\n")
         c.start()
         wait_until("every member alive", lambda: c.nodes[0].alive_members() == n, 90)
         self.topics(partitions or n)
@@ -729,21 +737,27 @@ class Replication(harness.ClusterTest):
         self.flowing(60)
         self.finish()
 
-    @unittest.skipUnless(os.environ.get("TERN_POWERLOSS_TERND"),
-                         "no ternd with the power-loss shim (TERN_POWERLOSS_TERND)")
     def test_07b_all_powered_off(self):
         """All three nodes lose power at once: each drops what it had not
-        fdatasync'ed (the storage shim of src/storage/io.h, in a ternd built
-        with it), then they start again."""
-        harness.set_ternd(os.environ["TERN_POWERLOSS_TERND"])
-        self.cluster()
+        fdatasync'ed (ternd-powerloss: the storage shim's simulator of
+        src/storage/io.h under each data directory's topics/, see
+        tests/cluster/powerloss_hook.c), then they start again."""
+        if not POWERLOSS_TERND:
+            self.skipTest("no ternd with the power-loss shim (--powerloss-ternd)")
+        ternd = harness.daemon_mod.TERND
+        harness.set_ternd(POWERLOSS_TERND)
+        self.addCleanup(harness.set_ternd, ternd)
+        self.cluster(simulated=True)
         self.load.start()
         self.flowing(150)
         self.history.fault("power cut of all three nodes at once")
         for n in self.c.nodes:
             os.kill(n.pid, 12)  # SIGUSR2: the shim cuts the power, rewrites, exits
         for n in self.c.nodes:
-            n.daemon.proc.wait(60)
+            code = n.daemon.proc.wait(60)
+            self.assertEqual(code, 137, f"node {n.id} after the power cut:\n{n.log()[-3000:]}")
+            n.kill()  # reaps it and closes its log reader
+        self.assertIn("power cut", self.c.nodes[0].log())
         self.restart(*self.c.nodes)
         wait_until("the whole ISR back", lambda: self.settled(V1), 120)
         self.flowing(60)
@@ -917,7 +931,8 @@ class ReplSoak(unittest.TestCase):
             order.append(name)
             t = time.monotonic()
             out = subprocess.run([sys.executable, os.path.abspath(__file__), "--ternd",
-                                  harness.daemon_mod.TERND, f"Replication.{name}"],
+                                  harness.daemon_mod.TERND, "--powerloss-ternd",
+                                  POWERLOSS_TERND or "", f"Replication.{name}"],
                                  capture_output=True, text=True)
             runs += 1
             tail = [ln for ln in out.stdout.splitlines() if ln.startswith("ledger:")]
@@ -1004,11 +1019,13 @@ def main():
     ap.add_argument("--node-id")
     ap.add_argument("--parts")
     ap.add_argument("--seconds", type=float)
+    ap.add_argument("--powerloss-ternd")
     args, rest = ap.parse_known_args()
     if args.inside:
         inside(args.inside, args.node_id, [int(p) for p in args.parts.split(",")], args.seconds)
         return
-    global ROUNDS
+    global ROUNDS, POWERLOSS_TERND
+    POWERLOSS_TERND = args.powerloss_ternd
     if harness.soak():
         ROUNDS = 5
     harness.set_ternd(args.ternd)
