@@ -65,9 +65,10 @@ REC_F_CONTROL = 0x0002
 
 # -- bodies ----------------------------------------------------------------------
 
-def make_body(mid):
-    """The body of message mid: its id, random padding, a digest of both."""
-    pad = os.urandom(random.randrange(4, 60)).hex()
+def make_body(mid, size=0):
+    """The body of message mid: its id, random padding (to about size
+    bytes in all, when given), a digest of both."""
+    pad = os.urandom(max(random.randrange(4, 60), size // 2)).hex()
     digest = hashlib.sha256(f"{mid}|{pad}".encode()).hexdigest()[:16]
     return f"R|{mid}|{pad}|{digest}".encode()
 

@@ -769,8 +769,9 @@ class Replication(harness.ClusterTest):
         # Sealed segments (64 KiB each) in rv/0 on every replica.
         big = self.history.producer(f"{V1}.bulk", V1, "/v1 batch", partition=0)
         for _ in range(8):
-            op, ids, bodies = big.invoke(60)
-            items = [{"payload": b.decode(), "key": "k" * 900, "partition": 0} for b in bodies]
+            seqs, ids = big.next_ids(60)
+            op = self.history.invoke(big.name, seqs, ids, V1, 0, "/v1 batch")
+            items = [{"payload": rl.make_body(i, 1000).decode(), "partition": 0} for i in ids]
             status, body = self.c.nodes[0].request("POST", f"/v1/topics/{V1}/produce/batch",
                                                    items, timeout=30)
             self.history.complete(op, "ok" if status == 202 else "fail", (1, status))
@@ -792,9 +793,9 @@ class Replication(harness.ClusterTest):
         self.finish()
 
     def flip(self, node, topic, p):
-        """Flip a byte in a record's key in the middle of a sealed segment
-        of node's replica of topic/p (its data directory, the node running);
-        the path."""
+        """Flip a byte in the body of a record in the middle of a sealed
+        segment of node's replica of topic/p (its data directory, the node
+        running); the path."""
         d = os.path.join(node.data, "topics", topic, str(p))
         segs = sorted(f for f in os.listdir(d) if f.endswith(".log"))
         self.assertGreater(len(segs), 1, f"no sealed segment in {d}: {segs}")
@@ -802,15 +803,16 @@ class Replication(harness.ClusterTest):
         with open(path, "r+b") as f:
             data = f.read()
             recs = rl.parse_segment(data)
-            # The first record with a key past the middle: flip a key byte.
+            # The first message record past the middle: flip a body byte.
             pos, k = 0, 0
             for k, rec in enumerate(recs):
                 size = rl.REC_HDR.size + len(rec.key) + len(rec.body)
-                if pos > len(data) // 2 and rec.key:
+                if pos > len(data) // 2 and not rec.control and len(rec.body) > 40:
                     break
                 pos += size
-            f.seek(pos + rl.REC_HDR.size + 10)
-            f.write(bytes([data[pos + rl.REC_HDR.size + 10] ^ 0x20]))
+            at = pos + rl.REC_HDR.size + len(recs[k].key) + len(recs[k].body) // 2
+            f.seek(at)
+            f.write(bytes([data[at] ^ 0x20]))
             f.flush()
             os.fsync(f.fileno())
         log(f"flipped a byte of record {recs[k].offset} in {path}")
