@@ -8,7 +8,8 @@ Topics: `rv`, made through /v1 with replication_factor 3 (one partition
 per node), and `rn`, made by the NSQ doors (it gets the cluster's
 default-replication-factor, 3 here). Load (Load): on every node a /v1
 producer (single produces and batches of three, in the topic's durable
-mode, each pinned to a partition) and an NSQ TCP producer (PUB and MPUB);
+mode, each pinned to a partition) and an NSQ producer (NSQ TCP PUB and
+MPUB, and now and then nsqd's HTTP /pub and /mpub);
 on every node a /v1 consumer that acks what it got through the same node
 (an ack answered 204 is a FIN answered OK) and NSQ readers on every node
 /lookup lists (SUB, RDY, FIN). Every request and answer goes into the
@@ -252,6 +253,7 @@ class Load:
 
     def nsq_producer(self, node):
         prod = self.h.producer(f"{NSQ}.nsq.n{node.id}", NSQ, "nsq PUB/MPUB")
+        http = self.h.producer(f"{NSQ}.http.n{node.id}", NSQ, "http /pub /mpub")
         conn = None
         while self.producing.is_set():
             if not self.up(node):
@@ -273,6 +275,17 @@ class Load:
                     self.pause(0.3)
                     continue
             n = 1 if random.random() < 0.6 else 3
+            if random.random() < 0.2:
+                # nsqd's HTTP doors, /pub and /mpub.
+                op, ids, bodies = http.invoke(n)
+                path = f"/pub?topic={NSQ}" if n == 1 else f"/mpub?topic={NSQ}"
+                status, answer = node.request("POST", path, b"\n".join(bodies), auth=False,
+                                              timeout=8)
+                ok = status == 200 and answer == b"OK"
+                self.h.complete(op, "ok" if ok else "unknown" if status is None else "fail",
+                                (node.id, status, str(answer)[:60]))
+                self.pause(PACE if ok else 0.3)
+                continue
             op, ids, bodies = prod.invoke(n)
             try:
                 answer = conn.pub(NSQ, bodies[0]) if n == 1 else conn.mpub(NSQ, bodies)
@@ -410,6 +423,7 @@ class Replication(harness.ClusterTest):
         status, body = c.nodes[0].request(
             "POST", "/v1/topics", {"name": V1, "partitions": partitions,
                                    "replication_factor": 3, "min_insync_replicas": 2,
+                                   "durability": "durable",
                                    "visibility_timeout_ms": VISIBILITY_MS})
         if status == 400:
             self.skipTest(f"this cluster cannot make a factor-3 topic: {body}")
@@ -509,7 +523,9 @@ class Replication(harness.ClusterTest):
                     self.net.heal(i)
                 except subprocess.CalledProcessError:
                     pass  # not cut
-        self.restart(*[n for n in c.nodes if not n.running()])
+        down = [n for n in c.nodes if not n.running()]
+        if down:
+            self.restart(*down)
         log(f"producing stopped: {h.acked_count()} acknowledged; draining")
         try:
             wait_until("every acknowledged id delivered", lambda: not h.missing(),
