@@ -275,7 +275,8 @@ class CheckerTest(unittest.TestCase):
     def test_bodies(self):
         body = rl.make_body("x.1")
         self.assertEqual(rl.parse_body(body), "x.1")
-        self.assertIsNone(rl.parse_body(body[:-1] + b"0" if body[-1:] != b"0" else body[:-1] + b"1"))
+        last = b"0" if body[-1:] != b"0" else b"1"
+        self.assertIsNone(rl.parse_body(body[:-1] + last))
         self.assertIsNone(rl.parse_body(b"\xff\xfe"))
 
 

@@ -56,7 +56,8 @@ make soak runs ReplSoak: the cases in random order, each in a process of
 its own, until TERN_SOAK_SECONDS (less a margin) are spent; under make
 test it skips.
 
-Run: python3 tests/cluster/test_replication.py --ternd build/ternd [Replication.test_01_leader_sigkill]
+Run: python3 tests/cluster/test_replication.py --ternd build/ternd \
+         [--powerloss-ternd build/ternd-powerloss] [Replication.test_01_leader_sigkill]
 """
 import argparse
 import json
