@@ -19,8 +19,9 @@ check() finds, and Report counts and prints:
   phantom       an id delivered and absent from every replica's log;
   conflict      one (topic, partition, offset) delivered or stored with
                 two different ids; one NSQ message id delivered for two ids;
-  hole          a lost id while a later id of the same producer is in
-                the same partition (NATS #7549's shape);
+  hole          a lost id in no replica's log while a later id of the
+                same producer is in the same partition (delivered or in a
+                log: NATS #7549's shape);
   diverged      a partition whose replicas' records below the high
                 watermark are not identical (compared by a CRC of each
                 record without its segment-local sync mark), one that is
@@ -361,6 +362,8 @@ def check(history, final=None):
             continue
         r.add("lost", f"{mid} ({op.door}, acknowledged at {op.t_done:.2f}"
                       f"{', stored at ' + str(sorted(stored[mid])) if mid in stored else ''})")
+        if mid in stored:
+            continue  # in a log, only never delivered: no hole
         producer, s = id_seq[mid]
         parts = [op.partition] if op.partition is not None else \
             [p for (pr, t, p) in present if pr == producer and t == op.topic]

@@ -154,6 +154,22 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(r.counts["lost"], 1)  # a hole is a lost id too
         self.assertEqual(sum(r.counts.values()), 2)
 
+    def test_stored_and_never_delivered_is_lost_not_a_hole(self):
+        b = self.b
+        b.deliver_all()
+        op, ids, bodies = b.prod.invoke()
+        b.h.complete(op, "ok")
+        for n in b.logs:
+            b.logs[n].append((b.hw, bodies[0], 0))
+        b.hw += 1
+        op, ids, bodies = b.prod.invoke()
+        b.h.complete(op, "ok")
+        for n in b.logs:
+            b.logs[n].append((b.hw, bodies[0], 0))
+        b.h.deliver(T, CH, 0, b.hw, bodies[0], "1")
+        b.hw += 1
+        self.only(b.check(), "lost")
+
     def test_phantom(self):
         b = self.b
         b.deliver_all()
