@@ -389,6 +389,7 @@ class Replication(harness.ClusterTest):
                           "option): the replicated path of issue 23 is not merged")
         self.history = rl.History()
         self.net = None
+        self.violations = []
 
     # cluster and topics
 
@@ -508,9 +509,17 @@ class Replication(harness.ClusterTest):
                    lambda: self.history.acked_count() >= start + more, timeout)
 
     def refused_since(self, t, pred):
-        """The ops invoked at or after t matching pred that were acknowledged."""
-        return [(o.producer, o.ids, o.detail) for o in list(self.history.ops)
+        """The ops invoked at or after t matching pred that were acknowledged
+        (producer, partition, ids, answer)."""
+        return [(o.producer, o.partition, o.ids, o.detail) for o in list(self.history.ops)
                 if o.t_invoke >= t and pred(o) and o.outcome == "ok"]
+
+    def expect(self, what, got, want):
+        """A case's own check: a mismatch fails the case after finish() ran
+        the ledger (so both are printed)."""
+        if got != want:
+            self.violations.append(f"{what}: {got!r}")
+            log(f"VIOLATION {what}: {str(got)[:1500]}")
 
     # the end: drain, converge, stop, read the replicas, check
 
@@ -557,6 +566,7 @@ class Replication(harness.ClusterTest):
             rl.dump(h, os.path.join(keep, "history.json"))
             log(f"history kept in {keep}")
         self.assertEqual(load.crashes, [])
+        self.assertEqual(self.violations, [])
         self.assertEqual(report.counts, {k: 0 for k in rl.ANOMALIES},
                          "the ledger found anomalies (its lines above)")
         self.assertGreater(report.info["acked"], 0)
@@ -619,7 +629,7 @@ class Replication(harness.ClusterTest):
         # every one refused or unanswered.
         time.sleep(2 * SESSION + 2)
         acked = self.refused_since(t, lambda o: o.detail and o.detail[0] == lead.id)
-        self.assertEqual(acked, [], "acknowledged by a leader whose followers were cut off")
+        self.expect("acknowledged by a leader whose followers were cut off", acked, [])
         for n in followers:
             self.net.heal(self.c.nodes.index(n))
         self.history.fault("healed")
@@ -650,7 +660,7 @@ class Replication(harness.ClusterTest):
         self.flowing(60)
         inside.join()
         acked = self.refused_since(t, lambda o: o.detail and o.detail[0] == cut.id)
-        self.assertEqual(acked, [], "acknowledged by the cut-off leader")
+        self.expect("acknowledged by the cut-off leader", acked, [])
         self.net.heal(i)
         self.history.fault("healed")
         self.load.avoid = set()
@@ -732,12 +742,12 @@ class Replication(harness.ClusterTest):
         wait_until(f"a new leader of {V1}/0", moved, SESSION + 30)
         early = [(ld, isr) for ld, isr in seen if ld == str(wiped.id) and
                  str(wiped.id) not in isr]
-        self.assertEqual(early, [], f"node {wiped.id} led {V1}/0 before it was in its ISR")
+        self.expect(f"node {wiped.id} led {V1}/0 before it was in its ISR", early, [])
         self.restart(old)
         wait_until("the whole ISR back", lambda: sample() and self.settled(V1), 120)
         early = [(ld, isr) for ld, isr in seen if ld == str(wiped.id) and
                  str(wiped.id) not in isr]
-        self.assertEqual(early, [], f"node {wiped.id} led {V1}/0 before it was in its ISR")
+        self.expect(f"node {wiped.id} led {V1}/0 before it was in its ISR", early, [])
         self.flowing(40)
         self.finish()
 
@@ -919,7 +929,7 @@ class Replication(harness.ClusterTest):
         self.flowing(60)
         time.sleep(SESSION)
         acked = self.refused_since(t, lambda o: o.topic == V1 and o.partition == 0)
-        self.assertEqual(acked, [], f"{V1}/0 acknowledged writes with one replica left")
+        self.expect(f"{V1}/0 acknowledged writes with one replica left", acked, [])
         self.restart(gone[0])
         t_back = time.monotonic()
         wait_until(f"a write to {V1}/0 acknowledged again", lambda: any(
