@@ -514,6 +514,14 @@ class Replication(harness.ClusterTest):
         return [(o.producer, o.partition, o.ids, o.detail) for o in list(self.history.ops)
                 if o.t_invoke >= t and pred(o) and o.outcome == "ok"]
 
+    def isr_back(self, timeout, pred=None):
+        """Wait for every partition of rv to have its whole ISR again; a
+        timeout is a violation (the case goes on to the ledger)."""
+        try:
+            wait_until("the whole ISR back", pred or (lambda: self.settled(V1)), timeout)
+        except AssertionError as e:
+            self.expect("the whole ISR back", str(e)[:300], None)
+
     def expect(self, what, got, want):
         """A case's own check: a mismatch fails the case after finish() ran
         the ledger (so both are printed)."""
@@ -591,7 +599,7 @@ class Replication(harness.ClusterTest):
             self.new_leader(p, old)
             self.flowing(40)
             self.restart(old)
-            wait_until("the whole ISR back", lambda: self.settled(V1), 60)
+            self.isr_back(60)
             self.flowing(40)
         self.finish()
 
@@ -607,7 +615,7 @@ class Replication(harness.ClusterTest):
         self.kill(b, f"the new leader B of {V1}/0, before A is back")
         time.sleep(1)
         self.restart(a, b)
-        wait_until("the whole ISR back", lambda: self.settled(V1), 90)
+        self.isr_back(90)
         self.flowing(60)
         self.finish()
 
@@ -634,7 +642,7 @@ class Replication(harness.ClusterTest):
             self.net.heal(self.c.nodes.index(n))
         self.history.fault("healed")
         self.load.avoid = set()
-        wait_until("the whole ISR back", lambda: self.settled(V1), 90)
+        self.isr_back(90)
         self.flowing(60)
         self.finish()
 
@@ -664,7 +672,7 @@ class Replication(harness.ClusterTest):
         self.net.heal(i)
         self.history.fault("healed")
         self.load.avoid = set()
-        wait_until("the whole ISR back", lambda: self.settled(V1), 90)
+        self.isr_back(90)
         self.flowing(40)
         self.finish()
 
@@ -707,7 +715,7 @@ class Replication(harness.ClusterTest):
             os.kill(old.pid, 18)  # SIGCONT
         self.history.fault(f"SIGCONT node {old.id}")
         log(f"node {old.id} continued")
-        wait_until("the whole ISR back", lambda: self.settled(V1), 90)
+        self.isr_back(90)
         self.flowing(60)
         self.finish()
 
@@ -744,7 +752,7 @@ class Replication(harness.ClusterTest):
                  str(wiped.id) not in isr]
         self.expect(f"node {wiped.id} led {V1}/0 before it was in its ISR", early, [])
         self.restart(old)
-        wait_until("the whole ISR back", lambda: sample() and self.settled(V1), 120)
+        self.isr_back(120, lambda: sample() and self.settled(V1))
         early = [(ld, isr) for ld, isr in seen if ld == str(wiped.id) and
                  str(wiped.id) not in isr]
         self.expect(f"node {wiped.id} led {V1}/0 before it was in its ISR", early, [])
@@ -761,7 +769,7 @@ class Replication(harness.ClusterTest):
             n.kill()
         time.sleep(1)
         self.restart(*self.c.nodes)
-        wait_until("the whole ISR back", lambda: self.settled(V1), 120)
+        self.isr_back(120)
         self.flowing(60)
         self.finish()
 
@@ -787,7 +795,7 @@ class Replication(harness.ClusterTest):
             n.kill()  # reaps it and closes its log reader
         self.assertIn("power cut", self.c.nodes[0].log())
         self.restart(*self.c.nodes)
-        wait_until("the whole ISR back", lambda: self.settled(V1), 120)
+        self.isr_back(120)
         self.flowing(60)
         self.finish()
 
@@ -817,7 +825,7 @@ class Replication(harness.ClusterTest):
             wait_until(f"node {victim.id} out of the ISR of {V1}/0 or repaired",
                        lambda: self.repaired_or_out(victim), 60)
             self.flowing(30)
-            wait_until("the whole ISR back", lambda: self.settled(V1), 120)
+            self.isr_back(120)
         self.finish()
 
     def flip(self, node, topic, p):
@@ -892,7 +900,7 @@ class Replication(harness.ClusterTest):
             self.new_leader(0, lead)
             self.flowing(40)
             self.restart(lead)
-            wait_until("the whole ISR back", lambda: self.settled(V1), 90)
+            self.isr_back(90)
         self.finish()
 
     # 10
@@ -908,7 +916,7 @@ class Replication(harness.ClusterTest):
             self.new_leader(p, old)
             self.flowing(40)
             self.restart(old)
-            wait_until("the whole ISR back", lambda: self.settled(V1), 90)
+            self.isr_back(90)
         report = self.finish()
         self.assertEqual(report.info["stored_twice"], 0, "a record stored twice")
 
@@ -936,7 +944,7 @@ class Replication(harness.ClusterTest):
             o.outcome == "ok" and o.partition == 0 and o.topic == V1 and o.t_invoke > t_back
             for o in list(self.history.ops)), 60)
         self.restart(gone[1])
-        wait_until("the whole ISR back", lambda: self.settled(V1), 120)
+        self.isr_back(120)
         self.flowing(40)
         self.finish()
 
