@@ -816,6 +816,9 @@ class Replication(harness.ClusterTest):
         lead = self.leader(0)
         follower = next(n for n in self.c.nodes if n is not lead)
         for victim, role in ((follower, "a follower"), (lead, "the leader")):
+            d = os.path.join(victim.data, "topics", V1, "0")
+            wait_until(f"a sealed segment of {V1}/0 on node {victim.id}", lambda: os.path.isdir(d)
+                       and len([f for f in os.listdir(d) if f.endswith(".log")]) > 1, 60)
             path = self.flip(victim, V1, 0)
             self.history.fault(f"a byte flipped in {os.path.basename(path)} of {V1}/0 on "
                                f"node {victim.id} ({role})")
