@@ -1,0 +1,300 @@
+"""The replication ledger's checker (tests/cluster/repl_ledger.py) on
+hand-made histories, without ternd: a clean history passes, and each
+anomaly (lost, phantom, offset conflict, NSQ id reused, hole, diverged
+replicas, resurrected FIN) is found in a history made to hold exactly
+that one. Replica logs are real segment files written in the record
+format of docs/storage-format.md into a temporary data directory, so the
+segment reader is tested too (a flipped byte, a torn tail, zeroed space,
+sync marks that differ between replicas, control records).
+
+Run: python3 tests/cluster/test_repl_ledger_unit.py
+"""
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import repl_ledger as rl  # noqa: E402
+
+T = "rt"
+CH = "default"
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        self.t += 0.01
+        return self.t
+
+
+class Builder:
+    """A history of one producer writing to partition 0 of topic rt (ids
+    p.0, p.1, ...), delivered at offsets 0, 1, ... on node 1, and the
+    replica logs of nodes 1..3 holding the same records (data dirs under
+    root); each test then breaks one thing."""
+
+    def __init__(self, root, n=6, epoch_control=True):
+        self.root = root
+        self.h = rl.History(clock=Clock())
+        self.prod = self.h.producer("p", T, "/v1 produce", partition=0)
+        self.records = []  # (offset, body, flags)
+        off = 0
+        if epoch_control:
+            self.records.append((off, b"\x01\x01\x00\x00\x00", rl.REC_F_CONTROL))
+            off += 1
+        self.ids = []
+        for _ in range(n):
+            op, ids, bodies = self.prod.invoke()
+            self.h.complete(op, "ok")
+            self.records.append((off, bodies[0], 0))
+            self.ids.append((ids[0], off, bodies[0]))
+            off += 1
+        self.hw = off
+        self.logs = {n: list(self.records) for n in ("1", "2", "3")}
+
+    def deliver_all(self, node="1"):
+        for mid, off, body in self.ids:
+            self.h.deliver(T, CH, 0, off, body, node)
+
+    def write(self):
+        final = rl.Final()
+        for node, recs in self.logs.items():
+            d = os.path.join(self.root, f"node{node}", "topics", T, "0")
+            os.makedirs(d, exist_ok=True)
+            data = b"".join(rl.encode_record(o, b, flags=f, publish_ns=1000 + o,
+                                             sync_mark=7 * int(node))
+                            for o, b, f in recs)
+            with open(os.path.join(d, "00000000000000000000.log"), "wb") as fh:
+                fh.write(data + b"\0" * 100)  # the zeroed space ahead
+            final.add_node(node, rl.read_replica(os.path.join(self.root, f"node{node}"), [T]))
+        final.set_partition(T, 0, self.hw, list(self.logs))
+        return final
+
+    def check(self):
+        return rl.check(self.h, self.write())
+
+
+class CheckerTest(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="repl-ledger-unit-")
+        self.addCleanup(shutil.rmtree, self.root, True)
+        self.b = Builder(self.root)
+
+    def only(self, report, kind):
+        """report found kind, and nothing else."""
+        sys.stderr.write(report.text() + "\n")
+        self.assertGreater(report.counts[kind], 0, f"{kind} not found")
+        others = {k: v for k, v in report.counts.items() if k != kind and v}
+        self.assertEqual(others, {}, f"more than {kind} found")
+
+    def test_clean_history_passes(self):
+        b = self.b
+        b.deliver_all()
+        # A FIN answered OK, a duplicate redelivery before it, an unknown
+        # outcome that was delivered, a refused write never delivered.
+        mid, off, body = b.ids[0]
+        b.h.deliver(T, CH, 0, off, body, "2")
+        b.h.fin_ok(T, CH, 0, off, mid)
+        b.h.fault("SIGKILL node 1")
+        op, ids, bodies = b.prod.invoke()
+        b.h.complete(op, "unknown")
+        b.records.append((b.hw, bodies[0], 0))
+        b.h.deliver(T, CH, 0, b.hw, bodies[0], "1")
+        b.hw += 1
+        b.logs = {n: list(b.records) for n in b.logs}
+        op, _, _ = b.prod.invoke()
+        b.h.complete(op, "fail")
+        r = b.check()
+        sys.stderr.write(r.text() + "\n")
+        self.assertTrue(r.ok(), r.text())
+        self.assertEqual(r.info["duplicates"], 1)
+        self.assertEqual(r.info["stored_twice"], 0)
+        self.assertEqual(r.info["unknown"], 1)
+        self.assertEqual(r.info["unknown_delivered"], 1)
+        self.assertEqual(r.info["failed"], 1)
+        self.assertEqual(r.info["acked"], 6)
+        self.assertEqual(len(r.availability), 1)
+        self.assertEqual(r.availability[0]["refused"], 2)
+
+    def test_a_tail_above_the_hw_may_differ(self):
+        b = self.b
+        b.deliver_all()
+        op, ids, bodies = b.prod.invoke()
+        b.h.complete(op, "unknown")
+        b.logs["3"].append((b.hw, bodies[0], 0))  # not acknowledged, above the hw
+        r = b.check()
+        self.assertTrue(r.ok(), r.text())
+
+    def test_lost(self):
+        b = self.b
+        b.deliver_all()
+        op, ids, bodies = b.prod.invoke()
+        b.h.complete(op, "ok")  # acknowledged, never stored nor delivered
+        self.only(b.check(), "lost")
+
+    def test_hole(self):
+        b = self.b
+        b.deliver_all()
+        # p.6 acknowledged and gone, p.7 after it delivered.
+        op, _, _ = b.prod.invoke()
+        b.h.complete(op, "ok")
+        op, ids, bodies = b.prod.invoke()
+        b.h.complete(op, "ok")
+        for n in b.logs:
+            b.logs[n].append((b.hw, bodies[0], 0))
+        b.h.deliver(T, CH, 0, b.hw, bodies[0], "1")
+        b.hw += 1
+        r = b.check()
+        sys.stderr.write(r.text() + "\n")
+        self.assertEqual(r.counts["hole"], 1)
+        self.assertEqual(r.counts["lost"], 1)  # a hole is a lost id too
+        self.assertEqual(sum(r.counts.values()), 2)
+
+    def test_stored_and_never_delivered_is_lost_not_a_hole(self):
+        b = self.b
+        b.deliver_all()
+        op, ids, bodies = b.prod.invoke()
+        b.h.complete(op, "ok")
+        for n in b.logs:
+            b.logs[n].append((b.hw, bodies[0], 0))
+        b.hw += 1
+        op, ids, bodies = b.prod.invoke()
+        b.h.complete(op, "ok")
+        for n in b.logs:
+            b.logs[n].append((b.hw, bodies[0], 0))
+        b.h.deliver(T, CH, 0, b.hw, bodies[0], "1")
+        b.hw += 1
+        self.only(b.check(), "lost")
+
+    def test_phantom(self):
+        b = self.b
+        b.deliver_all()
+        # Delivered by an old leader past what survived: no replica holds it.
+        op, ids, bodies = b.prod.invoke()
+        b.h.complete(op, "unknown")
+        b.h.deliver(T, CH, 0, b.hw, bodies[0], "3")
+        self.only(b.check(), "phantom")
+
+    def test_offset_conflict_between_deliveries(self):
+        b = self.b
+        b.deliver_all()
+        # After a failover, another record delivered at an offset already
+        # delivered (and that one is in the logs too: no phantom).
+        op, ids, bodies = b.prod.invoke()
+        b.h.complete(op, "ok")
+        for n in b.logs:
+            b.logs[n].append((b.hw, bodies[0], 0))
+        b.h.deliver(T, CH, 0, b.hw, bodies[0], "1")
+        b.hw += 1
+        b.h.deliver(T, CH, 0, b.ids[2][1], bodies[0], "2")
+        self.only(b.check(), "conflict")
+
+    def test_nsq_message_id_reused(self):
+        b = self.b
+        # Delivered through NSQ: positions from the ids; one id reused
+        # for two messages (a second one of them at the right position).
+        for mid, off, body in b.ids:
+            nid = f"{(0 << 48) | off:016x}"
+            self.assertEqual(rl.nsq_position(nid), (0, off))
+            b.h.deliver(T, "ch", 0, off, body, "1", nsq_id=nid)
+        r = b.check()
+        self.assertTrue(r.ok(), r.text())
+        mid, off, body = b.ids[3]
+        b.h.deliver(T, "ch", 0, off, body, "1", nsq_id=f"{b.ids[1][1]:016x}")
+        self.only(b.check(), "conflict")
+
+    def test_diverged_body(self):
+        b = self.b
+        b.deliver_all()
+        # Node 3 holds another record at an offset below the hw (with its
+        # own valid CRC): the replicas diverged.
+        o, body, f = b.logs["3"][3]
+        b.logs["3"][3] = (o, body.replace(b"R|", b"X|", 1), f)
+        r = b.check()
+        sys.stderr.write(r.text() + "\n")
+        self.assertGreater(r.counts["diverged"], 0)
+        self.assertEqual(r.counts["lost"] + r.counts["phantom"] + r.counts["hole"], 0)
+
+    def test_diverged_control_record(self):
+        b = self.b
+        b.deliver_all()
+        # Only the epoch-start control record differs: still divergence.
+        b.logs["2"][0] = (0, b"\x01\x02\x00\x00\x00", rl.REC_F_CONTROL)
+        self.only(b.check(), "diverged")
+
+    def test_diverged_short_replica(self):
+        b = self.b
+        b.deliver_all()
+        b.logs["2"] = b.logs["2"][:-2]
+        self.only(b.check(), "diverged")
+
+    def test_flipped_byte_found(self):
+        b = self.b
+        b.deliver_all()
+        final = b.write()
+        path = os.path.join(self.root, "node2", "topics", T, "0", "00000000000000000000.log")
+        with open(path, "r+b") as f:
+            data = bytearray(f.read())
+            data[rl.REC_HDR.size + 5 + 50] ^= 0x40  # a body byte of the second record
+            f.seek(0)
+            f.write(data)
+        final.add_node("2", rl.read_replica(os.path.join(self.root, "node2"), [T]))
+        r = rl.check(b.h, final)
+        self.only(r, "diverged")
+        self.assertIn("failing their CRC", r.text())
+
+    def test_resurrected_fin(self):
+        b = self.b
+        b.deliver_all()
+        mid, off, body = b.ids[4]
+        b.h.fin_ok(T, CH, 0, off, mid)
+        b.h.deliver(T, CH, 0, off, body, "2")  # after its FIN was answered OK
+        # The same message on another channel is no resurrection.
+        b.h.deliver(T, "other", 0, off, body, "2")
+        self.only(b.check(), "resurrected")
+
+    def test_torn_tail_and_sync_marks(self):
+        """Replicas whose sync marks differ are identical; a torn last
+        record is not read; control records are not messages."""
+        b = self.b
+        b.deliver_all()
+        final = b.write()
+        path = os.path.join(self.root, "node1", "topics", T, "0", "00000000000000000000.log")
+        with open(path, "rb") as f:
+            data = f.read().rstrip(b"\0")
+        recs = rl.parse_segment(data[:-3])
+        self.assertEqual(len(recs), b.hw - 1)
+        self.assertTrue(all(r.crc_ok for r in recs))
+        self.assertTrue(recs[0].control)
+        a = rl.read_replica(os.path.join(self.root, "node1"), [T])[(T, 0)]
+        c = rl.read_replica(os.path.join(self.root, "node3"), [T])[(T, 0)]
+        self.assertEqual([x.digest for x in a], [x.digest for x in c])
+        self.assertTrue(rl.check(b.h, final).ok())
+
+    def test_corrupt_body_delivered(self):
+        b = self.b
+        b.deliver_all()
+        b.h.deliver(T, CH, 0, 1, b"R|p.0|00|0000000000000000", "1")
+        self.only(b.check(), "conflict")
+
+    def test_without_replica_logs(self):
+        b = self.b
+        b.deliver_all()
+        r = rl.check(b.h, None)
+        self.assertTrue(r.ok(), r.text())
+        self.assertEqual(r.info["replicas_not_checked"], 1)
+
+    def test_bodies(self):
+        body = rl.make_body("x.1")
+        self.assertEqual(rl.parse_body(body), "x.1")
+        last = b"0" if body[-1:] != b"0" else b"1"
+        self.assertIsNone(rl.parse_body(body[:-1] + last))
+        self.assertIsNone(rl.parse_body(b"\xff\xfe"))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
