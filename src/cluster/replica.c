@@ -21,9 +21,9 @@
  *      ACT_HW).
  *   3. Followers fetch: a FETCH call carries every partition the
  *      follower wants to fetch from one leader node when it is sent; a
- *      partition is in one call at a time, and one that wants to fetch
- *      while a call to that leader is parked goes in a new call at once
- *      (group_get). The leader feeds each to its core (EV_FETCH) and
+ *      partition is in one call to a leader at a time (in_call), and one
+ *      that wants to fetch while another call to that leader is parked
+ *      goes in a new call at once (group_get). The leader feeds each to its core (EV_FETCH) and
  *      answers at once when any partition has records or another answer;
  *      else the call is parked until a log end or hw moves (checked on
  *      each event that may move them: wake_fetches) or its wait_ms
@@ -114,7 +114,10 @@ struct part_s {
     uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
     uint32_t isr_adds, isr_removes; /* of the proposal in flight */
     /* follower */
-    bool want; /* a fetch waits to be sent */
+    bool want;            /* a fetch waits to be sent */
+    bool in_call;         /* in a FETCH call to call_leader not yet ended */
+    uint32_t call_leader; /* (one call per leader at a time; a new leader's
+                           * fetch does not wait for an old leader's call) */
     tn_repl_fetch_t wantf;
     uint32_t want_node;
     bool appending;
@@ -1057,8 +1060,12 @@ static group_t *group_get(tn_replica_t *rm, uint32_t leader)
 
 static void group_clear(group_t *g)
 {
-    for (uint32_t i = 0; i < g->n; i++)
+    for (uint32_t i = 0; i < g->n; i++) {
+        part_t *pt = part_find(g->rm, g->sent[i].topic, g->sent[i].p);
+        if (pt != NULL && pt->call_leader == g->leader)
+            pt->in_call = false;
         tn_free(g->sent[i].topic);
+    }
     tn_free(g->sent);
     g->sent = NULL;
     g->n = 0;
@@ -1161,7 +1168,7 @@ static void group_send(group_t *g)
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
             n += !pt->dead && pt->want && pt->want_node == g->leader && !pt->appending &&
-                 !pt->truncating;
+                 !pt->truncating && !(pt->in_call && pt->call_leader == g->leader);
     if (n == 0)
         return;
     if (n > TN_FETCH_MAX_PARTS)
@@ -1181,7 +1188,7 @@ static void group_send(group_t *g)
     for (uint32_t bk = 0; rc == 0 && bk < NBUCKETS && k < n; bk++)
         for (part_t *pt = rm->buckets[bk]; rc == 0 && pt != NULL && k < n; pt = pt->next) {
             if (pt->dead || !pt->want || pt->want_node != g->leader || pt->appending ||
-                pt->truncating)
+                pt->truncating || (pt->in_call && pt->call_leader == g->leader))
                 continue;
             tn_fetch_part_t fp;
             snprintf(fp.topic, sizeof(fp.topic), "%s", pt->topic);
@@ -1207,6 +1214,8 @@ static void group_send(group_t *g)
             }
             k++;
             pt->want = false;
+            pt->in_call = true;
+            pt->call_leader = g->leader;
         }
     g->n = k;
     if (rc == 0)
@@ -1227,7 +1236,8 @@ static void send_fetches(tn_replica_t *rm)
         return;
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
-            if (!pt->dead && pt->want && !pt->appending && !pt->truncating) {
+            if (!pt->dead && pt->want && !pt->appending && !pt->truncating &&
+                !(pt->in_call && pt->call_leader == pt->want_node)) {
                 group_t *g = group_get(rm, pt->want_node);
                 if (g != NULL)
                     group_send(g); /* takes every partition that wants this leader */
