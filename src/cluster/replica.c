@@ -19,21 +19,29 @@
  *      (tn_plog_begin_epoch). Produces go through the engine; their
  *      appends complete once the hw covers them (tn_plog_set_hw on each
  *      ACT_HW).
- *   3. Followers fetch: one FETCH call per (follower node, leader node)
- *      carries every partition the follower wants to fetch from that
- *      leader. The leader feeds each to its core (EV_FETCH) and answers
- *      at once when any partition has records or another answer; else
- *      the call is parked until a log end or hw moves or its wait_ms
+ *   3. Followers fetch: a FETCH call carries every partition the
+ *      follower wants to fetch from one leader node when it is sent; a
+ *      partition is in one call to a leader at a time (in_call), and one
+ *      that wants to fetch while another call to that leader is parked
+ *      goes in a new call at once (group_get). The leader feeds each to its core (EV_FETCH) and
+ *      answers at once when any partition has records or another answer;
+ *      else the call is parked until a log end or hw moves (checked on
+ *      each event that may move them: wake_fetches) or its wait_ms
  *      passes. Records are read off the loop (tn_plog_read_raw on a
  *      worker), their epochs added on the loop (tn_plog_epochs_range).
  *   4. Follower. The answer's records go to tn_plog_append_raw; the core
  *      hears of the log (EV_LOG) only once what was appended is flushed,
  *      so the next fetch carries a flushed offset equal to its log end
  *      and the leader's hw can move at once. DIVERGING truncates
- *      (tn_plog_truncate with the core's hw as the floor).
- *   5. A timer (TICK_MS) polls every log (end, flushed, epoch) and feeds
- *      changes as EV_LOG, ticks the cores, answers parked fetches whose
- *      partitions moved, and sends the fetches that wait.
+ *      (tn_plog_truncate with the core's hw as the floor). An empty
+ *      answer parks the next fetch at once (unless it came at once with
+ *      the same hw: then the tick, no busy loop).
+ *   5. Events: every log held is watched (tn_plog_set_repl_watch); the
+ *      store calls on_watch when one was written, synced or its hw moved:
+ *      the log is fed (EV_LOG), parked fetches with news are answered and
+ *      the fetches that wait are sent. A timer (TICK_MS) does the same for
+ *      every log as a safety net, ticks the cores (timeouts) and reads the
+ *      metastore again.
  *   6. Demotion (ACT_RESIGN): the appends waiting for the hw fail with
  *      TN_EFENCED (tn_plog_fail_gated); the placement answer turns false
  *      and tn_topic_follow_placement makes the partition remote in the
@@ -57,6 +65,8 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "storage/plog.h"
+#include "storage/store.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -104,7 +114,10 @@ struct part_s {
     uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
     uint32_t isr_adds, isr_removes; /* of the proposal in flight */
     /* follower */
-    bool want; /* a fetch waits to be sent */
+    bool want;            /* a fetch waits to be sent */
+    bool in_call;         /* in a FETCH call to call_leader not yet ended */
+    uint32_t call_leader; /* (one call per leader at a time; a new leader's
+                           * fetch does not wait for an old leader's call) */
     tn_repl_fetch_t wantf;
     uint32_t want_node;
     bool appending;
@@ -251,6 +264,16 @@ static int epoch_end_cb(void *arg, uint32_t epoch, uint32_t *found, uint64_t *en
 }
 
 static void run(part_t *pt, const tn_repl_event_t *ev);
+static void send_fetches(tn_replica_t *rm);
+static void wake_fetches(tn_replica_t *rm);
+
+/* Take pl as the partition's log and watch it (on_watch). */
+static void hold_log(part_t *pt, tn_plog_t *pl, src_t src)
+{
+    pt->plog = pl;
+    pt->src = src;
+    tn_plog_set_repl_watch(pl, true);
+}
 
 static void feed_log(part_t *pt, uint64_t end, uint64_t flushed, uint32_t epoch)
 {
@@ -321,7 +344,7 @@ static void open_done(uv_work_t *w, int status)
         pt->plog = NULL;
         pt->src = SRC_NONE;
     } else {
-        pt->src = SRC_OWN;
+        hold_log(pt, pt->plog, SRC_OWN);
         pt->plog->on_progress = NULL;
         tn_plog_set_durability(pt->plog, TN_DURABILITY_DURABLE);
     }
@@ -347,16 +370,14 @@ static bool ensure_log(part_t *pt)
         return false;
     tn_plog_t *pl = engine_aside(rm, pt);
     if (pl != NULL) {
-        pt->plog = pl;
-        pt->src = SRC_ENGINE;
+        hold_log(pt, pl, SRC_ENGINE);
         pl->on_progress = NULL;
         return true;
     }
     if (engine_local(rm, pt, &pl)) {
         /* The engine still serves it (a demotion the engine follows
          * once its topic is idle): the leader's log, the same file. */
-        pt->plog = pl;
-        pt->src = SRC_ENGINE;
+        hold_log(pt, pl, SRC_ENGINE);
         return true;
     }
     pt->src = SRC_OPENING;
@@ -436,8 +457,7 @@ static void leader_take(part_t *pt)
     if (pt->ready || pt->core.role != TN_REPL_LEADER || !pt->handed ||
         !engine_local(pt->rm, pt, &pl))
         return;
-    pt->plog = pl;
-    pt->src = SRC_ENGINE;
+    hold_log(pt, pl, SRC_ENGINE);
     pt->ready = true;
     tn_plog_set_gated(pl, true);
     tn_plog_set_hw(pl, pt->core.hw);
@@ -598,7 +618,8 @@ static void on_append_done(tn_append_t *req, int status)
         part_maybe_free(pt);
         return;
     }
-    poll_log(pt);
+    poll_log(pt); /* flushed already (else the watch tells when) */
+    send_fetches(pt->rm);
 }
 
 static void follower_append(part_t *pt, const tn_repl_action_t *a)
@@ -652,6 +673,7 @@ static void on_trunc_done(tn_plog_trunc_t *req, int status)
     }
     pt->core_fed = false; /* feed the log as it is now, whatever changed */
     poll_log(pt);
+    send_fetches(pt->rm);
 }
 
 static void follower_truncate(part_t *pt, uint64_t offset)
@@ -1004,6 +1026,8 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
                  it->offset < tn_plog_written_next(pt->plog))
             due = true;
     }
+    /* This fetch may have moved a hw that other parked fetches wait for. */
+    wake_fetches(rm);
     f->next = rm->fetches;
     if (rm->fetches != NULL)
         rm->fetches->prev = f;
@@ -1017,10 +1041,12 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
 
 /* --- follower: sending fetches, one call per leader node ------------------------- */
 
+/* An idle call slot for leader (made when every one is in flight: a
+ * partition that wants to fetch never waits for a parked call of others). */
 static group_t *group_get(tn_replica_t *rm, uint32_t leader)
 {
     for (group_t *g = rm->groups; g != NULL; g = g->next)
-        if (g->leader == leader)
+        if (g->leader == leader && !g->inflight)
             return g;
     group_t *g = tn_calloc(1, sizeof(*g));
     if (g == NULL)
@@ -1034,8 +1060,12 @@ static group_t *group_get(tn_replica_t *rm, uint32_t leader)
 
 static void group_clear(group_t *g)
 {
-    for (uint32_t i = 0; i < g->n; i++)
+    for (uint32_t i = 0; i < g->n; i++) {
+        part_t *pt = part_find(g->rm, g->sent[i].topic, g->sent[i].p);
+        if (pt != NULL && pt->call_leader == g->leader)
+            pt->in_call = false;
         tn_free(g->sent[i].topic);
+    }
     tn_free(g->sent);
     g->sent = NULL;
     g->n = 0;
@@ -1101,13 +1131,26 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
                "replica %s/%" PRIu32 ": answer %u from node %" PRIu32 ": from %" PRIu64
                " count %" PRIu32 " hw %" PRIu64 " (log end %" PRIu64 ")",
                pt->topic, pt->p, rp.status, g->leader, rp.from, rp.count, rp.hw, pt->core.end);
+        uint64_t old_hw = pt->core.hw, sent_at = pt->core.fetch_sent_at;
         rm->cur = &rp;
         run(pt, &ev);
         rm->cur = NULL;
+        if (ev.type == TN_REPL_EV_RECORDS && rp.count == 0 && !pt->dead &&
+            (pt->core.hw != old_hw || now > sent_at)) {
+            /* Nothing new but the hw (or the wait ran out): park the next
+             * fetch at once rather than on the tick, so that records the
+             * leader writes next reach this copy without a tick's delay.
+             * An empty answer at once with the same hw (a leader that
+             * cannot read there) waits for the tick: no busy loop. */
+            tn_repl_event_t tick = {.type = TN_REPL_EV_TICK, .now = now};
+            run(pt, &tick);
+        }
     }
     group_clear(g);
     if (rm->closing)
         maybe_close_done(rm);
+    else
+        send_fetches(rm);
 }
 
 static const char *member_addr(tn_replica_t *rm, uint32_t node)
@@ -1125,7 +1168,7 @@ static void group_send(group_t *g)
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
             n += !pt->dead && pt->want && pt->want_node == g->leader && !pt->appending &&
-                 !pt->truncating;
+                 !pt->truncating && !(pt->in_call && pt->call_leader == g->leader);
     if (n == 0)
         return;
     if (n > TN_FETCH_MAX_PARTS)
@@ -1145,7 +1188,7 @@ static void group_send(group_t *g)
     for (uint32_t bk = 0; rc == 0 && bk < NBUCKETS && k < n; bk++)
         for (part_t *pt = rm->buckets[bk]; rc == 0 && pt != NULL && k < n; pt = pt->next) {
             if (pt->dead || !pt->want || pt->want_node != g->leader || pt->appending ||
-                pt->truncating)
+                pt->truncating || (pt->in_call && pt->call_leader == g->leader))
                 continue;
             tn_fetch_part_t fp;
             snprintf(fp.topic, sizeof(fp.topic), "%s", pt->topic);
@@ -1171,6 +1214,8 @@ static void group_send(group_t *g)
             }
             k++;
             pt->want = false;
+            pt->in_call = true;
+            pt->call_leader = g->leader;
         }
     g->n = k;
     if (rc == 0)
@@ -1187,12 +1232,16 @@ static void group_send(group_t *g)
 
 static void send_fetches(tn_replica_t *rm)
 {
+    if (rm->closing || rm->o.rpc == NULL)
+        return;
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
-            if (!pt->dead && pt->want)
-                (void)group_get(rm, pt->want_node);
-    for (group_t *g = rm->groups; g != NULL; g = g->next)
-        group_send(g);
+            if (!pt->dead && pt->want && !pt->appending && !pt->truncating &&
+                !(pt->in_call && pt->call_leader == pt->want_node)) {
+                group_t *g = group_get(rm, pt->want_node);
+                if (g != NULL)
+                    group_send(g); /* takes every partition that wants this leader */
+            }
 }
 
 /* --- partitions come and go ---------------------------------------------------------- */
@@ -1310,6 +1359,38 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
     send_fetches(rm);
 }
 
+/* --- events: the logs move --------------------------------------------------------- */
+
+/* Answer the parked fetches that have something to say now (records past
+ * their offset, a hw that moved, a partition that left). */
+static void wake_fetches(tn_replica_t *rm)
+{
+    uint64_t now = now_ms(rm);
+    for (freq_t *f = rm->fetches, *next; f != NULL; f = next) {
+        next = f->next;
+        if (!f->working && freq_due(f, now))
+            freq_answer(f);
+    }
+}
+
+/* The store's replica watch: a log this manager holds was written to, made
+ * durable, or its hw moved. A leader's core hears its log end and flushed
+ * offset at once (the hw may move) and the parked fetches waiting for
+ * records are answered; a follower whose copy is now flushed fetches again
+ * at once, carrying the flushed offset the leader's hw waits for. */
+static void on_watch(void *arg, tn_plog_t *pl)
+{
+    tn_replica_t *rm = arg;
+    if (rm->closing || !tn_meta_ready(rm->o.meta))
+        return;
+    part_t *pt = part_find(rm, pl->topic, pl->partition);
+    if (pt == NULL || pt->plog != pl || !pt->core_fed)
+        return;
+    poll_log(pt);
+    wake_fetches(rm);
+    send_fetches(rm);
+}
+
 /* --- the tick ---------------------------------------------------------------------- */
 
 static void on_tick(uv_timer_t *t)
@@ -1352,11 +1433,7 @@ static void on_tick(uv_timer_t *t)
             tn_repl_event_t ev = {.type = TN_REPL_EV_TICK, .now = now};
             run(pt, &ev);
         }
-    for (freq_t *f = rm->fetches, *next; f != NULL; f = next) {
-        next = f->next;
-        if (!f->working && freq_due(f, now))
-            freq_answer(f);
-    }
+    wake_fetches(rm);
     send_fetches(rm);
 }
 
@@ -1399,6 +1476,7 @@ int tn_replica_start(tn_replica_t *rm)
 {
     rm->started = true;
     tn_meta_on_pstate(rm->o.meta, on_pstate, rm);
+    tn_store_set_repl_watch(rm->o.broker->store, on_watch, rm);
     return uv_timer_start(&rm->timer, on_tick, TICK_MS, TICK_MS);
 }
 
@@ -1441,6 +1519,8 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
     rm->close_arg = arg;
     if (rm->started)
         tn_meta_on_pstate(rm->o.meta, NULL, NULL);
+    if (rm->o.broker->store->repl_arg == rm)
+        tn_store_set_repl_watch(rm->o.broker->store, NULL, NULL);
     uv_timer_stop(&rm->timer);
     for (freq_t *f = rm->fetches, *next; f != NULL; f = next) {
         next = f->next;

@@ -1033,7 +1033,7 @@ static int sync_log(tn_plog_t *plog)
 
 static void queue_progress(tn_plog_t *plog, tn__sreq_t **head, tn__sreq_t **tail)
 {
-    if (plog->on_progress == NULL)
+    if (plog->on_progress == NULL && !atomic_load(&plog->repl_watch))
         return;
     tn_store_t *store = plog->store;
     uv_mutex_lock(&store->done_lock);
@@ -1167,6 +1167,11 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
             }
             p->rhead = keep;
             p->rtail = keep_tail;
+            /* A replicated log's followers may copy what is written before
+             * it is synced: the replica watch hears of it now (and again
+             * once synced, step 4). */
+            if (p->round_msgs > 0 && atomic_load(&p->repl_watch))
+                queue_progress(p, &head, &tail);
             continue;
         }
         for (tn_append_t *r = p->rhead, *rn; r != NULL; r = rn) {
@@ -1174,7 +1179,8 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
             chain_req(&r->s, &head, &tail);
         }
         p->rhead = p->rtail = NULL;
-        if (p->round_mode == TN_DURABILITY_RELAXED)
+        if (p->round_mode == TN_DURABILITY_RELAXED ||
+            (p->round_msgs > 0 && atomic_load(&p->repl_watch)))
             queue_progress(p, &head, &tail);
     }
     if (head != NULL)
@@ -1673,6 +1679,14 @@ static void progress_done(tn__sreq_t *s)
     uv_mutex_unlock(&plog->store->done_lock);
     if (plog->on_progress != NULL && !plog->closing)
         plog->on_progress(plog);
+    tn_store_t *store = plog->store;
+    if (atomic_load(&plog->repl_watch) && store->repl_cb != NULL && !plog->closing)
+        store->repl_cb(store->repl_arg, plog);
+}
+
+void tn_plog_set_repl_watch(tn_plog_t *pl, bool on)
+{
+    atomic_store(&pl->repl_watch, on);
 }
 
 void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb)

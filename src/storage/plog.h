@@ -169,7 +169,8 @@ struct tn_plog_s {
     tn_plog_cb on_progress; /* visible_next may have moved */
     void *data;
     tn__sreq_t progress_req;
-    bool progress_queued; /* guarded by the store's done_lock */
+    bool progress_queued;   /* guarded by the store's done_lock */
+    atomic_bool repl_watch; /* tn_plog_set_repl_watch */
     tn_plog_t *next_open;
     tn_plog_t *prev_open;
     tn__sreq_t close_req;
@@ -421,6 +422,10 @@ void tn_plog_set_hw(tn_plog_t *pl, uint64_t hw);
 void tn_plog_fail_gated(tn_plog_t *pl, int status);
 /* The hw (any thread): 0 until set. */
 uint64_t tn_plog_hw(tn_plog_t *pl);
+/* Tell the store's replica watch (tn_store_set_repl_watch) of this log's
+ * writes, flushes and hw moves from now on (on: true; false stops it).
+ * Loop thread. */
+void tn_plog_set_repl_watch(tn_plog_t *pl, bool on);
 
 #ifdef TN_TEST
 /* Stop the next tn_plog_truncate after step k (1: positions moved, 2:

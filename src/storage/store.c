@@ -395,6 +395,12 @@ static void noop_close_cb(tn_store_t *store)
     (void)store;
 }
 
+void tn_store_set_repl_watch(tn_store_t *store, void (*cb)(void *arg, tn_plog_t *plog), void *arg)
+{
+    store->repl_cb = cb;
+    store->repl_arg = arg;
+}
+
 void tn_store_close(tn_store_t *store, tn_store_close_cb cb)
 {
     store->close_cb = cb != NULL ? cb : noop_close_cb;

@@ -82,6 +82,9 @@ struct tn_store_s {
     int lock_fd;
     uv_async_t async;
     uv_mutex_t done_lock;
+    /* The replica manager's watch (tn_store_set_repl_watch, loop thread). */
+    void (*repl_cb)(void *arg, tn_plog_t *plog);
+    void *repl_arg;
     tn__sreq_t *done_head;
     tn__sreq_t *done_tail;
     /* Busy-polling (loop thread only; see above). */
@@ -120,6 +123,13 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
  * log (after their queued requests finish), stop the threads, release the lock, and call cb; the
  * store is freed after cb returns. */
 void tn_store_close(tn_store_t *store, tn_store_close_cb cb);
+
+/* The replica manager's watch over the logs it replicates: cb(arg, plog)
+ * runs on the loop thread, on a later turn, after records were written
+ * to, or made durable in, a log marked with tn_plog_set_repl_watch (and
+ * when its hw moved). Positions are read by cb; several changes may be
+ * told once. cb NULL turns it off. Loop thread. */
+void tn_store_set_repl_watch(tn_store_t *store, void (*cb)(void *arg, tn_plog_t *plog), void *arg);
 
 /* Topics and partitions present on disk, for recovery at startup. The
  * callback borrows the name. Returns 0 or an I/O error. */

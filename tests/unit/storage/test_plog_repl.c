@@ -907,6 +907,92 @@ static void test_hw_gate(void **state)
     assert_int_equal(a[0].status, TN_ECLOSED);
 }
 
+/* --- the replica watch ------------------------------------------------------------ */
+
+typedef struct {
+    tn_plog_t *pl;
+    int calls;
+    uint64_t max_written_gated; /* written_next seen while the append waited for the hw */
+    uint64_t max_durable;
+    uint64_t max_hw;
+    const areq_t *a;
+} watch_t;
+
+static void on_watch(void *arg, tn_plog_t *pl)
+{
+    watch_t *w = arg;
+    assert_ptr_equal(pl, w->pl);
+    w->calls++;
+    if (w->a != NULL && !w->a->done && tn_plog_written_next(pl) > w->max_written_gated)
+        w->max_written_gated = tn_plog_written_next(pl);
+    if (tn_plog_durable_next(pl) > w->max_durable)
+        w->max_durable = tn_plog_durable_next(pl);
+    if (tn_plog_hw(pl) > w->max_hw)
+        w->max_hw = tn_plog_hw(pl);
+}
+
+/* A watched log tells the store's replica watch of its writes (before the
+ * hw lets the append complete), of its flushes and of hw moves, with no
+ * on_progress of its own; the watch off again, it tells nothing more. */
+static void test_repl_watch(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *pl = open_log(fx, "watch", 0);
+    tn_plog_set_durability(pl, TN_DURABILITY_DURABLE);
+    tn_plog_set_gated(pl, true);
+    areq_t a = {0};
+    a.req.data = &a;
+    watch_t w = {.pl = pl, .a = &a};
+    tn_store_set_repl_watch(fx->store, on_watch, &w);
+    tn_plog_set_repl_watch(pl, true);
+    assert_null(pl->on_progress);
+
+    tn_rec_in_t rec = {.key = tn_iov(NULL, 0), .body = tn_iov("m", 1)};
+    assert_int_equal(tn_plog_append(pl, &a.req, &rec, 1, on_areq), 0);
+    while (w.max_durable < 1 || w.max_written_gated < 1)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_false(a.done); /* waits for the hw */
+    tn_plog_set_hw(pl, 1);
+    assert_true(a.done);
+    assert_int_equal(a.status, 0);
+    while (w.max_hw < 1)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+
+    /* A follower's copy (completes once written) is told once flushed. */
+    tn_plog_set_repl_watch(pl, false);
+    tn_plog_t *f = open_log(fx, "watch", 1);
+    tn_plog_set_durability(f, TN_DURABILITY_DURABLE);
+    watch_t wf = {.pl = f};
+    tn_store_set_repl_watch(fx->store, on_watch, &wf);
+    tn_plog_set_repl_watch(f, true);
+    tn_buf_t raw;
+    tn_buf_init(&raw);
+    uint32_t count = 0;
+    assert_int_equal(tn_plog_read_raw(pl, 0, 1 << 20, &raw, &count), 0);
+    assert_int_equal(count, 1);
+    areq_t b = {0};
+    b.req.data = &b;
+    assert_int_equal(
+        tn_plog_append_raw(f, &b.req, tn_buf_data(&raw), tn_buf_size(&raw), 0, NULL, 0, on_areq),
+        0);
+    while (wf.max_durable < 1)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(tn_plog_durable_next(f), 1);
+    tn_buf_fini(&raw);
+
+    /* Off: the watch hears nothing of later rounds. */
+    tn_plog_set_repl_watch(f, false);
+    tn_store_set_repl_watch(fx->store, NULL, NULL);
+    int calls = wf.calls;
+    areq_t c = {0};
+    c.req.data = &c;
+    assert_int_equal(tn_plog_append(f, &c.req, &rec, 1, on_areq), 0);
+    run_until(&fx->loop, &c.done);
+    assert_int_equal(c.status, 0);
+    assert_int_equal(wf.calls, calls);
+    assert_int_equal(tn_plog_durable_next(f), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -921,6 +1007,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncate_powerloss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_reset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hw_gate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repl_watch, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
