@@ -1944,8 +1944,8 @@ static const struct {
                 "raft-tls-ca allow-plaintext-raft allow-insecure-cluster "
                 "cluster-heartbeat-interval cluster-dead-after cluster-rpc-dial-timeout "
                 "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
-    {"Replication", "experimental-replication default-replication-factor min-insync-replicas member-session-timeout "
-                    "replica-lag-time-max leader-rebalance-delay"},
+    {"Replication", "experimental-replication default-replication-factor min-insync-replicas "
+                    "member-session-timeout replica-lag-time-max leader-rebalance-delay"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},
