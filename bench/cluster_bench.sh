@@ -286,7 +286,11 @@ cluster_started=""
 start_cluster() {
     [ -n "$cluster_started" ] && return 0
     # The root user is seeded through the metastore: wait for it on every node.
-    TERN_ADMIN_PASSWORD=$pw TERND=$build/ternd CLUSTER_PORT_BASE=$cbase \
+    # Replicated topics are experimental (docs/replication.md): the repl
+    # part needs every node started with the switch; the others do not.
+    local extra=""
+    case " $parts " in *" repl "*) extra=--experimental-replication ;; esac
+    TERN_ADMIN_PASSWORD=$pw TERND=$build/ternd CLUSTER_PORT_BASE=$cbase TERND_ARGS=$extra \
         scripts/cluster.sh start "$work/cluster" >/dev/null
     wait_cluster_users
     cluster_started=1

@@ -21,7 +21,9 @@
 # (CLUSTER_PORT_BASE, 4240 by default, moves all nine: TCP base+N, HTTP
 # base+10+N, Raft base+20+N; DIR/port-base keeps the base it was made with).
 # The ternd binary is $TERND (default ./build/ternd); DIR/nodeN/command
-# names it by its absolute path. Nothing here is for production: every key
+# names it by its absolute path. $TERND_ARGS (split at spaces) go to every
+# ternd this run starts, after the command file's own (e.g.
+# TERND_ARGS=--experimental-replication for replicated topics). Nothing here is for production: every key
 # sits unencrypted in DIR; docs/cluster.md shows the same steps for three
 # hosts.
 set -euo pipefail
@@ -212,7 +214,8 @@ PY
 launch() {
     local dir=$1 n=$2
     echo "--- $(date -u '+%Y-%m-%dT%H:%M:%SZ') scripts/cluster.sh starts node$n" >>"$dir/node$n/ternd.log"
-    setsid "$dir/node$n/command" >>"$dir/node$n/ternd.log" 2>&1 </dev/null &
+    # shellcheck disable=SC2086 # TERND_ARGS is split at spaces on purpose
+    setsid "$dir/node$n/command" ${TERND_ARGS:-} >>"$dir/node$n/ternd.log" 2>&1 </dev/null &
     echo $! >"$dir/node$n/launch.pid"
 }
 

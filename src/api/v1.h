@@ -64,6 +64,9 @@ typedef struct {
      * min-insync-replicas: a create that does not say. 0 reads as 1. */
     uint8_t default_replication_factor;
     uint8_t min_insync_replicas;
+    /* experimental-replication: without it a create asking for a factor
+     * above 1 answers 400 (docs/replication.md). */
+    bool experimental_replication;
 } tn_v1_opts_t;
 
 typedef struct tn_v1_s {

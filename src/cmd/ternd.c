@@ -1107,7 +1107,8 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                        (uint32_t)cfg->http_max_consumes_per_user,
                        (uint32_t)cfg->http_max_produces_per_user,
                        (uint8_t)cfg->default_replication_factor,
-                       (uint8_t)cfg->min_insync_replicas};
+                       (uint8_t)cfg->min_insync_replicas,
+                       cfg->experimental_replication};
     if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0) {
         d->v1.scrub = d->scrub;
         d->v1.drain = d->drain;

@@ -306,6 +306,10 @@ static const opt_t options[] = {
      "256 KiB outstanding) is reset"},
     {"cluster-join-interval", OPT_DURATION, F(cluster_join_interval_ns), "2s", 100 * MS, 60 * SEC,
      NULL, "a joining node asks the --join addresses to be admitted this often"},
+    {"experimental-replication", OPT_BOOL, F(experimental_replication), "false", 0, 0, NULL,
+     "allow replicated topics (a replication factor above 1), which can still lose, conflict "
+     "or resurrect messages under faults in this release; start every node with it "
+     "(docs/replication.md)"},
     {"default-replication-factor", OPT_INT, F(default_replication_factor), "1", 1, 5, NULL,
      "replicas of each partition of a new topic that does not say (NSQ-created, child and DLQ "
      "topics too); clamped to the members alive when the topic is made (a lone node: 1)"},
@@ -1642,6 +1646,14 @@ int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
                   cfg->max_msg_size, cfg->commit_max_bytes);
         return TN_ECONFIG;
     }
+    if (cfg->default_replication_factor > 1 && !cfg->experimental_replication) {
+        tn_errbuf(err, errlen,
+                  "default-replication-factor %" PRId64
+                  " needs experimental-replication: replicated topics are experimental in this "
+                  "release (docs/replication.md)",
+                  cfg->default_replication_factor);
+        return TN_ECONFIG;
+    }
     return check_cluster(cfg, err, errlen);
 }
 
@@ -1932,8 +1944,8 @@ static const struct {
                 "raft-tls-ca allow-plaintext-raft allow-insecure-cluster "
                 "cluster-heartbeat-interval cluster-dead-after cluster-rpc-dial-timeout "
                 "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
-    {"Replication", "default-replication-factor min-insync-replicas member-session-timeout "
-                    "replica-lag-time-max leader-rebalance-delay"},
+    {"Replication", "experimental-replication default-replication-factor min-insync-replicas "
+                    "member-session-timeout replica-lag-time-max leader-rebalance-delay"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},

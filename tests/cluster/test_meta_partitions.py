@@ -45,7 +45,8 @@ def members(node):
 
 class MetaPartitions(harness.ClusterTest):
     def test_replicated_topic_failover_and_restart(self):
-        c = self.make(3, args=[f"--member-session-timeout={SESSION}"]).start()
+        c = self.make(3, args=["--experimental-replication",
+                               f"--member-session-timeout={SESSION}"]).start()
         wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         for node in c.nodes:
             wait_until(f"node {node.id} seeing three incarnations",
@@ -126,7 +127,7 @@ class MetaPartitions(harness.ClusterTest):
         self.assertNotEqual(e["leader"], str(victim.id), e)
 
     def test_v1_fields(self):
-        c = self.make(3).start()
+        c = self.make(3, args=["--experimental-replication"]).start()
         wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         node = c.nodes[0]
         for body, msg in (
@@ -172,7 +173,7 @@ class MetaPartitions(harness.ClusterTest):
     def test_defaults_for_v1_and_nsq_topics(self):
         # The options' defaults reach /v1 creates that do not say and the
         # topics NSQ doors make.
-        c = self.make(3, args=["--default-replication-factor=3",
+        c = self.make(3, args=["--experimental-replication", "--default-replication-factor=3",
                                "--min-insync-replicas=2"]).start()
         wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
         node = c.nodes[2]
@@ -193,20 +194,57 @@ class MetaPartitions(harness.ClusterTest):
         self.assertEqual(len(entry["replicas"]), 3, entry)
 
 
+EXPERIMENTAL = ("replicated topics are experimental in this release: start every node with "
+                "--experimental-replication to use them (docs/replication.md)")
+
+
 class LoneNode(harness.ClusterTest):
-    def test_factor_clamped_to_one(self):
+    def lone(self, *args):
+        """A lone node started with args: (tmp dir, Daemon, Node)."""
         from daemon import Daemon
         env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
         env["TERN_ADMIN_PASSWORD"] = harness.PASSWORD
         tmp = tempfile.mkdtemp(prefix="tern-lone-")
         self.addCleanup(harness.shutil.rmtree, tmp, True)
-        d = Daemon(os.path.join(tmp, "data"), env=env)
+        d = Daemon(os.path.join(tmp, "data"), *args, env=env)
         self.addCleanup(lambda: d.proc.poll() is not None or d.kill())
         d.wait_for(" ready: data ")
         node = harness.Node.__new__(harness.Node)
         node.host = "127.0.0.1"
         node.http_port = d.http_port
         wait_until("the lone node registered", lambda: node.alive_members() == 1, 30)
+        return tmp, d, node
+
+    def test_replication_needs_the_switch(self):
+        # Without --experimental-replication a factor above 1 is refused,
+        # on a lone node too (where it would be clamped to 1): the answer
+        # does not depend on the cluster size.
+        tmp, d, node = self.lone()
+        for factor in (2, 3):
+            status, body = node.request("POST", "/v1/topics",
+                                        {"name": f"r{factor}", "replication_factor": factor})
+            self.assertEqual((status, body), (400, {"error": EXPERIMENTAL}))
+            status, body = node.request("GET", f"/v1/topics/r{factor}")
+            self.assertEqual(status, 404, body)
+        # Factor 1, said or not, is as before.
+        status, body = node.request("POST", "/v1/topics", {"name": "one", "replication_factor": 1})
+        self.assertEqual(status, 201, body)
+        self.assertEqual(body["replication_factor"], 1, body)
+        status, body = node.request("POST", "/v1/topics", {"name": "plain"})
+        self.assertEqual(status, 201, body)
+        self.assertEqual(body["replication_factor"], 1, body)
+        self.assertEqual(d.stop(), 0)
+        # A default factor above 1 without the switch: a configuration error
+        # naming the option, before the data directory is opened.
+        data = os.path.join(tmp, "refused")
+        res = harness.run_ternd(f"--data-path={data}", "--default-replication-factor=3",
+                                "--http-address=127.0.0.1:0", "--tcp-address=127.0.0.1:0")
+        self.assertEqual(res.returncode, 2, res.stderr)
+        self.assertIn("default-replication-factor 3 needs experimental-replication", res.stderr)
+        self.assertFalse(os.path.exists(data), "data dir opened")
+
+    def test_factor_clamped_to_one(self):
+        tmp, d, node = self.lone("--experimental-replication")
         status, body = node.request("POST", "/v1/topics",
                                     {"name": "solo", "partitions": 2, "replication_factor": 3})
         self.assertEqual(status, 201, body)

@@ -49,8 +49,9 @@ class ProduceForward(harness.ClusterTest):
     def node(self, c, node_id):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
-    def start(self, n=3, **kw):
-        c = self.make(n, **kw).start()
+    def start(self, n=3, args=(), **kw):
+        # Every case makes replicated topics: they need the switch.
+        c = self.make(n, args=["--experimental-replication", *args], **kw).start()
         wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
         return c
 

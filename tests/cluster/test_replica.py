@@ -22,6 +22,7 @@ from harness import wait_until  # noqa: E402
 
 OCTET = {"Content-Type": "application/octet-stream"}
 LAG = "--replica-lag-time-max=2s"
+EXPERIMENTAL = "--experimental-replication"  # replicated topics need it
 
 
 class Replica(harness.ClusterTest):
@@ -29,7 +30,7 @@ class Replica(harness.ClusterTest):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
     def start(self, n=3, args=()):
-        c = self.make(n, args=[LAG, *args]).start()
+        c = self.make(n, args=[EXPERIMENTAL, LAG, *args]).start()
         wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
         return c
 

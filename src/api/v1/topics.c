@@ -324,6 +324,15 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
                  TN_META_MAX_FACTOR);
         return false;
     }
+    /* Replicated topics stay behind the switch while the fault suite still
+     * finds anomalies; refused whatever the cluster size, so the answer
+     * does not depend on it. */
+    if (factor > 1 && !v->o.experimental_replication) {
+        snprintf(err, errlen,
+                 "replicated topics are experimental in this release: start every node with "
+                 "--experimental-replication to use them (docs/replication.md)");
+        return false;
+    }
     int64_t min_insync = given[CF_MIN_INSYNC] ? b->min_insync : TN_MAX(v->o.min_insync_replicas, 1);
     if (given[CF_MIN_INSYNC] && (min_insync < 1 || min_insync > factor)) {
         snprintf(err, errlen,

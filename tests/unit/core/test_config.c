@@ -1015,6 +1015,34 @@ static void test_cluster_timeouts(void **state)
     expect_refused(a4, NULL, "cluster-heartbeat-interval", "100ms..1m");
 }
 
+/* Replicated topics are behind experimental-replication (default off): a
+ * default factor above 1 without it is a configuration error naming it. */
+static void test_experimental_replication(void **state)
+{
+    (void)state;
+    tn_config_t cfg;
+    char err[512];
+    char *a1[] = {"ternd", NULL};
+    if (load(&cfg, a1, NULL, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_false(cfg.experimental_replication);
+    assert_int_equal(cfg.default_replication_factor, 1);
+    tn_config_fini(&cfg);
+    char *a2[] = {"ternd", "--default-replication-factor=3", NULL};
+    expect_refused(a2, NULL, "default-replication-factor 3 needs experimental-replication",
+                   "docs/replication.md");
+    char *a3[] = {"ternd", "--default-replication-factor=1", NULL};
+    if (load(&cfg, a3, NULL, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    tn_config_fini(&cfg);
+    char *a4[] = {"ternd", "--experimental-replication", "--default-replication-factor=3", NULL};
+    if (load(&cfg, a4, NULL, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_true(cfg.experimental_replication);
+    assert_int_equal(cfg.default_replication_factor, 3);
+    tn_config_fini(&cfg);
+}
+
 /* What branch serve added: log-format, nsqd's log-level fatal,
  * https-address and its certificate, and the change list SIGHUP logs. */
 static void note_change(const char *name, void *arg)
@@ -1098,6 +1126,7 @@ int main(void)
         cmocka_unit_test(test_cluster_secret),
         cmocka_unit_test(test_cluster_security),
         cmocka_unit_test(test_cluster_timeouts),
+        cmocka_unit_test(test_experimental_replication),
         cmocka_unit_test(test_serve_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
