@@ -1533,17 +1533,23 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
             next = pt->next;
+            /* The gate fails what waits for the hw now (the epoch-start
+             * append completes here: on_start_done would free pt under
+             * our feet) and what would wait later (one still being
+             * written): nothing moves the hw any more. */
+            pt->busy++;
             if (pt->ready && pt->plog != NULL)
-                tn_plog_fail_gated(pt->plog, TN_ECLOSED);
+                tn_plog_gate_shut(pt->plog, TN_ECLOSED);
             pt->ready = false;
+            pt->busy--;
             if (!pt->dead) {
                 pt->dead = true;
                 if (pt->src == SRC_ENGINE) {
                     pt->plog = NULL;
                     pt->src = SRC_NONE;
                 }
-                part_maybe_free(pt);
             }
+            part_maybe_free(pt);
         }
     uv_close((uv_handle_t *)&rm->timer, on_timer_closed);
 }

@@ -510,8 +510,9 @@ static void append_done(tn__sreq_t *s)
     tn_free(req->repochs);
     req->repochs = NULL;
     bool hold = gate_holds(plog, req) || (req->kind != 1 && s->status == 0 && plog->ghead != NULL);
-    if (hold && plog->closing) {
-        req->cb(req, TN_ECLOSED); /* never committed: the hw will not move */
+    if (hold && (plog->closing || plog->gshut != 0)) {
+        /* never committed: the hw will not move */
+        req->cb(req, plog->closing ? TN_ECLOSED : plog->gshut);
         return;
     }
     if (hold) {
@@ -1811,6 +1812,8 @@ static void fire_progress(tn_plog_t *pl)
 
 void tn_plog_set_gated(tn_plog_t *pl, bool on)
 {
+    if (on)
+        pl->gshut = 0;
     bool was = atomic_exchange(&pl->gated, on);
     if (was && !on) {
         gate_release(pl, true, 0);
@@ -1832,6 +1835,12 @@ void tn_plog_set_hw(tn_plog_t *pl, uint64_t hw)
 
 void tn_plog_fail_gated(tn_plog_t *pl, int status)
 {
+    gate_release(pl, true, status);
+}
+
+void tn_plog_gate_shut(tn_plog_t *pl, int status)
+{
+    pl->gshut = status;
     gate_release(pl, true, status);
 }
 

@@ -202,6 +202,9 @@ struct tn_plog_s {
     atomic_uint_fast64_t hw;
     tn_append_t *ghead;
     tn_append_t *gtail;
+    /* tn_plog_gate_shut's status (loop thread): an append that would
+     * wait for the hw completes with it at once; 0: none. */
+    int gshut;
 };
 
 /* Open a partition log, creating its directory and first segment when
@@ -420,6 +423,11 @@ void tn_plog_set_hw(tn_plog_t *pl, uint64_t hw);
 /* Complete every append waiting for the hw with status (a resigned or
  * fenced leader: TN_EFENCED, TN_EREMOTE, ...). */
 void tn_plog_fail_gated(tn_plog_t *pl, int status);
+/* tn_plog_fail_gated, and every append that would wait for the hw later
+ * (one still being written now) completes with status too, until the gate
+ * is turned on again: the hw will never move (the replica manager closes).
+ * Loop thread. */
+void tn_plog_gate_shut(tn_plog_t *pl, int status);
 /* The hw (any thread): 0 until set. */
 uint64_t tn_plog_hw(tn_plog_t *pl);
 /* Tell the store's replica watch (tn_store_set_repl_watch) of this log's

@@ -463,9 +463,15 @@ def wait_until(what, fn, timeout=60, interval=0.2):
 
 class ClusterTest(unittest.TestCase):
     """A test case that makes clusters, closes them at the end, and shows
-    every node's log when it fails."""
+    every node's log when it fails. A class whose tests are about one
+    setting on purpose (e.g. replication factor 1) lists its flags in
+    node_args: every node of its clusters gets them first."""
+
+    node_args = ()
 
     def make(self, n, **kw):
+        if self.node_args:
+            kw["args"] = [*self.node_args, *kw.get("args", ())]
         c = Cluster(n, **kw)
         self.addCleanup(c.close)
         self.addCleanup(self._dump_on_failure, c)

@@ -29,6 +29,9 @@ ROUNDS = 2
 
 
 class AckSigkill(harness.ClusterTest):
+    # Factor 1: acks forwarded to the one owner, which is killed and comes back.
+    node_args = ["--default-replication-factor=1"]
+
     def test_forwarded_acks_survive_owner_sigkill(self):
         c = self.make(3).start()
         wait_until("every member alive", lambda: c.nodes[0].alive_members() == 3)

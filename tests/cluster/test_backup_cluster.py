@@ -29,6 +29,10 @@ def ternctl(*args, port=None):
 
 
 class BackupClusterTest(ClusterTest):
+    # Factor 1: this test checks owners and the ingress logs in the backup
+    # (a replicated cluster's restore is not covered here).
+    node_args = ["--default-replication-factor=1"]
+
     def test_backup_every_member_and_restore_the_cluster(self):
         c = self.make(3)
         c.start()

@@ -33,6 +33,9 @@ CLIENT = {"X-Tern-Client": "test-consume"}
 
 
 class Consume(harness.ClusterTest):
+    # Factor 1: these tests are about owners (and their offsets start at 0).
+    node_args = ["--default-replication-factor=1"]
+
     def node(self, c, node_id):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 

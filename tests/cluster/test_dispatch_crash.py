@@ -104,6 +104,9 @@ class Producer(threading.Thread):
 
 
 class DispatchCrash(harness.ClusterTest):
+    # Factor 1: the ingress log and its dispatcher to the one owner.
+    node_args = ["--default-replication-factor=1"]
+
     def read_all(self, owner, topic):
         """Every body of partition 0, read on its owner from offset 0."""
         out, offset = [], 0

@@ -26,6 +26,9 @@ CLIENT = {"X-Tern-Client": "test-drain"}
 
 
 class Drain(harness.ClusterTest):
+    # Factor 1: owners, and the ingress log taking a drained owner's produces.
+    node_args = ["--default-replication-factor=1"]
+
     def test_one_node_drains_while_the_others_serve(self):
         c = self.make(3).start()
         wait_until("every member alive", lambda: c.nodes[0].alive_members() == 3)

@@ -44,7 +44,8 @@ class Fanout(harness.ClusterTest):
     # --- helpers -----------------------------------------------------------
 
     def start(self, n=3, args=()):
-        c = self.make(n, args=list(args)).start()
+        # Factor 1: these tests are about owners and the ingress log's copies.
+        c = self.make(n, args=["--default-replication-factor=1", *args]).start()
         wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
         return c
 

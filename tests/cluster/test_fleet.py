@@ -22,6 +22,9 @@ OCTET = {"Content-Type": "application/octet-stream"}
 
 
 class Fleet(harness.ClusterTest):
+    # Factor 1: these tests are about NSQ growth, one owner per partition.
+    node_args = ["--default-replication-factor=1"]
+
     def tcp_port(self, node):
         status, info = node.nsq_http("GET", "/info")
         self.assertEqual(status, 200, info)

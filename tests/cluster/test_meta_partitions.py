@@ -140,9 +140,10 @@ class MetaPartitions(harness.ClusterTest):
             status, answer = node.request("POST", "/v1/topics", body)
             self.assertEqual(status, 400, answer)
             self.assertIn(msg, answer["error"])
-        # The default (default-replication-factor, 1 until replication is
-        # switched on) keeps a topic as it was: no partition states.
-        status, answer = node.request("POST", "/v1/topics", {"name": "plain", "partitions": 2})
+        # Factor 1, asked explicitly (the default is 3), keeps a topic as it
+        # was: no partition states.
+        status, answer = node.request("POST", "/v1/topics",
+                                      {"name": "plain", "partitions": 2, "replication_factor": 1})
         self.assertEqual(status, 201, answer)
         body = wait_until("the plain topic", lambda: partitions(node, "plain"), 30)
         self.assertEqual(body["replication_factor"], 1)

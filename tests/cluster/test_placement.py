@@ -24,6 +24,9 @@ OCTET = {"Content-Type": "application/octet-stream"}
 
 
 class Placement(harness.ClusterTest):
+    # Factor 1: these tests are about owners (a log only on its owner).
+    node_args = ["--default-replication-factor=1"]
+
     def wait_owners(self, nodes, topic, expect):
         for node in nodes:
             wait_until(f"the owners of {topic} on node {node.id}",

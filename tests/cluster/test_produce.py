@@ -18,6 +18,9 @@ OCTET = {"Content-Type": "application/octet-stream"}
 
 
 class Produce(harness.ClusterTest):
+    # Factor 1: these tests are about owners, the ingress log and its dispatcher.
+    node_args = ["--default-replication-factor=1"]
+
     def node(self, c, node_id):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 

@@ -7,7 +7,8 @@ partition back when it is the preferred replica (the interim leader steps
 down while running); a leader whose ISR shrank below min_insync_replicas
 (one follower stopped with min_insync 3, or both followers stopped in a
 five-member cluster so the metastore keeps its quorum) refuses produces
-until the followers are back.
+until the followers are back; a leader stopped while its epoch-start record
+waits for its followers exits 0.
 
 Run: python3 tests/cluster/test_replica.py --ternd build/ternd
 """
@@ -220,6 +221,35 @@ class Replica(harness.ClusterTest):
                    timeout=90)
         self.produce_acked(lead, "b", 0, "after")
         self.wait_all(lead, "b", 0, ["before", "after"])
+
+    def test_stop_while_the_epoch_start_waits(self):
+        # A leader stopped while its epoch-start record waits for followers
+        # that never fetch exits 0: closing the replica manager fails that
+        # append, whose completion must not free the partition under the
+        # close loop (it did: a double free). Five members so that the
+        # metastore keeps its quorum with t/0's followers stopped; long
+        # lag and session timeouts keep them in the ISR and alive meanwhile.
+        c = self.make(5, args=["--replica-lag-time-max=120s",
+                               "--member-session-timeout=120s"]).start()
+        wait_until("every member alive", lambda: c.nodes[0].alive_members() == 5)
+        # Placement (replication.md): partition 0 on the first three
+        # members by id, the first live one leading.
+        lead, followers = c.nodes[0], c.nodes[1:3]
+        for f in followers:
+            os.kill(f.pid, signal.SIGSTOP)
+        try:
+            status, body = lead.request(
+                "POST", "/v1/topics",
+                {"name": "t", "partitions": 1, "replication_factor": 3,
+                 "min_insync_replicas": 2}, timeout=60)
+            self.assertEqual(status, 201, body)
+            wait_until("node 1 leading t/0",
+                       lambda: "replica t/0: leading epoch 1" in lead.log(), 60)
+            self.assertEqual(sorted(self.pstats(lead, "t", 0)["replicas"]), ["1", "2", "3"])
+            self.assertEqual(lead.stop(), 0, lead.log())
+        finally:
+            for f in followers:
+                os.kill(f.pid, signal.SIGCONT)
 
 
 if __name__ == "__main__":

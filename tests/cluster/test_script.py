@@ -156,8 +156,10 @@ class Script(unittest.TestCase):
             pw = f.read().strip()
         # Any node takes a write (forwarded to the leader), every node
         # lists the three members, one marked leader.
+        # Factor 1: the message below goes through node 1's ingress log to
+        # node 2, the owner, and is replayed from offset 0.
         status, body, _ = request(http[2], "POST", "/v1/topics", pw,
-                                  {"name": "tried", "partitions": 3})
+                                  {"name": "tried", "partitions": 3, "replication_factor": 1})
         self.assertEqual(status, 201, body)
         for n in (1, 2, 3):
             wait_until(f"the topic on node{n}",

@@ -29,6 +29,9 @@ UNREACHABLE = "partition owner unreachable"
 
 
 class Settle(harness.ClusterTest):
+    # Factor 1: settles forwarded to the one owner, and that owner gone.
+    node_args = ["--default-replication-factor=1"]
+
     def node(self, c, node_id):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 

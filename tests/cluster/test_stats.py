@@ -34,6 +34,10 @@ COUNTS = [3, 5, 2]
 
 
 class Stats(harness.ClusterTest):
+    # Factor 1: owners and the ingress log; next_offset is the count produced
+    # (no control records).
+    node_args = ["--default-replication-factor=1"]
+
     def stats(self, node, topic, query=""):
         """partition_stats through node (asserting the answer is 200)."""
         status, body = node.request("GET", f"/v1/topics/{topic}{query}")

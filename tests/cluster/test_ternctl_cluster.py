@@ -29,6 +29,9 @@ def configure(args):
 
 
 class Ternctl(harness.ClusterTest):
+    # Factor 1: stats --all-nodes sums one owner per partition here.
+    node_args = ["--default-replication-factor=1"]
+
     def ctl(self, node, *args):
         env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
         env.pop("XDG_CONFIG_HOME", None)

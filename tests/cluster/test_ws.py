@@ -21,6 +21,9 @@ TOPIC = "live-prices"
 
 
 class LiveFeed(harness.ClusterTest):
+    # Factor 1: each owner's feed carries what its own partitions take.
+    node_args = ["--default-replication-factor=1"]
+
     def owners(self, node):
         owners = node.owners(TOPIC)
         return None if owners is None else sorted(owners)

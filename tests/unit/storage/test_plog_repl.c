@@ -895,6 +895,29 @@ static void test_hw_gate(void **state)
     assert_int_equal(tn_plog_visible_next(pl), 7);
     pl->on_progress = NULL;
 
+    /* A shut gate (the replica manager closing) fails what waits now and
+     * an append still being written when it shut, at its completion; the
+     * gate turned on again waits for the hw as before. */
+    tn_plog_set_gated(pl, true);
+    waits_t w3 = {0};
+    for (int i = 0; i < 2; i++) {
+        a[i] = (areq_t){.w = &w3, .id = i};
+        a[i].req.data = &a[i];
+    }
+    assert_int_equal(tn_plog_append(pl, &a[0].req, &rec, 1, on_areq), 0);
+    while (parked(pl) < 1)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    /* Completions reach this thread only through the loop: a[1] is still
+     * being written when the gate shuts. */
+    assert_int_equal(tn_plog_append(pl, &a[1].req, &rec, 1, on_areq), 0);
+    tn_plog_gate_shut(pl, TN_ECLOSED);
+    assert_int_equal(w3.done, 1);
+    while (w3.done < 2)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    assert_int_equal(a[0].status, TN_ECLOSED);
+    assert_int_equal(a[1].status, TN_ECLOSED);
+    assert_int_equal(parked(pl), 0);
+
     /* Closing the log completes what waits for the hw. */
     tn_plog_set_gated(pl, true);
     a[0] = (areq_t){.w = &w2, .id = 0};
