@@ -229,7 +229,7 @@ class Replica(harness.ClusterTest):
         # close loop (it did: a double free). Five members so that the
         # metastore keeps its quorum with t/0's followers stopped; long
         # lag and session timeouts keep them in the ISR and alive meanwhile.
-        c = self.make(5, args=["--replica-lag-time-max=120s",
+        c = self.make(5, args=[EXPERIMENTAL, "--replica-lag-time-max=120s",
                                "--member-session-timeout=120s"]).start()
         wait_until("every member alive", lambda: c.nodes[0].alive_members() == 5)
         # Placement (replication.md): partition 0 on the first three
