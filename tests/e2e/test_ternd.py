@@ -121,9 +121,10 @@ class TerndTest(unittest.TestCase):
         # the environment.
         out = res.stdout
         titles = re.findall(r"\n\n(\S[^\n]*):\n", out)
-        self.assertEqual(titles[:11], [
+        self.assertEqual(titles[:12], [
             "General", "Listeners and addresses", "Storage", "Delivery", "NSQ protocol",
-            "HTTP", "WebSocket live feed", "Security", "Metastore", "Cluster", "Limits"])
+            "HTTP", "WebSocket live feed", "Security", "Metastore", "Cluster", "Replication",
+            "Limits"])
         self.assertIn("Environment", titles)
         self.assertNotIn("Other options", titles)
         printed = self.run_ternd("--print-config").stdout
