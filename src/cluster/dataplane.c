@@ -318,25 +318,6 @@ static void set_error(tn_commit_call_t *c, const char *msg)
     snprintf(c->error, sizeof(c->error), "%s", msg);
 }
 
-/* The decimal member id of an owner_node string: 1..20 digits, no sign. */
-static bool parse_node_id(const char *s, uint64_t *out)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 int tn_commit_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn_commit_call_t *c)
 {
     c->http_status = status;
@@ -383,7 +364,7 @@ int tn_commit_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn_
         yajl_val o = yajl_tree_get(root, opath, yajl_t_any);
         /* Absent or null: not placed yet, or not known to the callee. */
         if (o == NULL || YAJL_IS_NULL(o) ||
-            (YAJL_IS_STRING(o) && parse_node_id(YAJL_GET_STRING(o), &c->owner)))
+            (YAJL_IS_STRING(o) && tn_wire_parse_node_id(YAJL_GET_STRING(o), &c->owner)))
             rc = TN_EREMOTE;
         else
             set_error(c, "a 421 commit reply with a malformed owner_node");

@@ -835,24 +835,6 @@ static void set_error(tn_produce_call_t *c, const char *msg)
     snprintf(c->error, sizeof(c->error), "%s", msg);
 }
 
-static bool parse_node_id(const char *s, uint64_t *out)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 20)
-        return false;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return true;
-}
-
 int tn_produce_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn_produce_call_t *c)
 {
     c->http_status = status;
@@ -900,7 +882,7 @@ int tn_produce_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn
         static const char *lpath[] = {"leader_node", NULL};
         yajl_val o = yajl_tree_get(root, lpath, yajl_t_any);
         if (o == NULL || YAJL_IS_NULL(o) ||
-            (YAJL_IS_STRING(o) && parse_node_id(YAJL_GET_STRING(o), &c->leader)))
+            (YAJL_IS_STRING(o) && tn_wire_parse_node_id(YAJL_GET_STRING(o), &c->leader)))
             rc = TN_EREMOTE;
         else
             set_error(c, "a 421 produce reply with a malformed leader_node");

@@ -1252,3 +1252,21 @@ uint64_t tn_wire_backoff_ms(unsigned failures)
         ms *= 2;
     return TN_MIN(ms, BACKOFF_MAX_MS);
 }
+
+bool tn_wire_parse_node_id(const char *s, uint64_t *out)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 20)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}

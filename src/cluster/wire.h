@@ -664,4 +664,8 @@ int tn_wire_reset_key(const uint8_t *secret, size_t secret_len, uint8_t out[32])
  * 2 s (250, 500, 1000, 2000, 2000, ...); 0 for n = 0. */
 uint64_t tn_wire_backoff_ms(unsigned failures);
 
+/* The member id in a reply's decimal string (owner_node, leader_node):
+ * 1..20 digits, no sign, no overflow. s borrowed. */
+bool tn_wire_parse_node_id(const char *s, uint64_t *out);
+
 #endif
