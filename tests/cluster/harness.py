@@ -394,6 +394,15 @@ class Cluster:
     def running(self):
         return [n for n in self.nodes if n.running()]
 
+    def wait_alive(self, n, timeout=60):
+        """Wait until every running node's own /v1/cluster/members marks n
+        members alive: each node answers from its own copy of the
+        metastore, and a create that clamps its replication factor to the
+        members alive reads the copy of the node it lands on."""
+        for node in self.running():
+            wait_until(f"node {node.id} seeing {n} alive members",
+                       lambda x=node: x.alive_members() == n, timeout)
+
     def find_leader(self, nodes=None, timeout=60):
         """The metastore leader among nodes (default: the running ones):
         the node that /v1/cluster/members, asked of itself, marks leader."""

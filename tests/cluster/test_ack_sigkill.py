@@ -34,7 +34,7 @@ class AckSigkill(harness.ClusterTest):
 
     def test_forwarded_acks_survive_owner_sigkill(self):
         c = self.make(3).start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "t", "partitions": 3})
         self.assertEqual(status, 201, body)
         wait_until("the owners everywhere",

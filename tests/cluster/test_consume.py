@@ -41,7 +41,7 @@ class Consume(harness.ClusterTest):
 
     def start(self, n=3, **kw):
         c = self.make(n, **kw).start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
+        c.wait_alive(n)
         return c
 
     def topic(self, c, name, partitions=3):

@@ -31,7 +31,7 @@ class Drain(harness.ClusterTest):
 
     def test_one_node_drains_while_the_others_serve(self):
         c = self.make(3).start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         a, b = c.nodes[0], c.nodes[1]
         a.daemon.wait_for("NSQ TCP listening")
         status, body = a.request("POST", "/v1/topics", {"name": "t", "partitions": 3})

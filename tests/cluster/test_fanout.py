@@ -46,7 +46,7 @@ class Fanout(harness.ClusterTest):
     def start(self, n=3, args=()):
         # Factor 1: these tests are about owners and the ingress log's copies.
         c = self.make(n, args=["--default-replication-factor=1", *args]).start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
+        c.wait_alive(n)
         return c
 
     def create(self, c, body):

@@ -36,7 +36,7 @@ class Fleet(harness.ClusterTest):
 
     def start(self):
         c = self.make(3, security=False).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         self.ports = {n.id: self.tcp_port(n) for n in c.nodes}
         # Every member's record carries its NSQ door before anything asks.
         for n in c.nodes:

@@ -47,7 +47,7 @@ class MetaPartitions(harness.ClusterTest):
     def test_replicated_topic_failover_and_restart(self):
         c = self.make(3, args=["--experimental-replication",
                                f"--member-session-timeout={SESSION}"]).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         for node in c.nodes:
             wait_until(f"node {node.id} seeing three incarnations",
                        lambda n=node: (lambda m: m and len(m) == 3 and all(
@@ -128,7 +128,7 @@ class MetaPartitions(harness.ClusterTest):
 
     def test_v1_fields(self):
         c = self.make(3, args=["--experimental-replication"]).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         node = c.nodes[0]
         for body, msg in (
                 ({"name": "bad1", "replication_factor": 0}, "replication_factor must be 1..5"),
@@ -176,7 +176,7 @@ class MetaPartitions(harness.ClusterTest):
         # topics NSQ doors make.
         c = self.make(3, args=["--experimental-replication", "--default-replication-factor=3",
                                "--min-insync-replicas=2"]).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         node = c.nodes[2]
         status, answer = node.request("POST", "/v1/topics", {"name": "dflt", "partitions": 2})
         self.assertEqual(status, 201, answer)

@@ -38,7 +38,7 @@ class Placement(harness.ClusterTest):
 
     def test_p_mod_n_owner_only_logs_and_growth(self):
         c = self.make(3).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         status, body = c.nodes[1].request("POST", "/v1/topics",
                                           {"name": "orders", "partitions": 6})
         self.assertEqual(status, 201, body)
@@ -82,7 +82,7 @@ class Placement(harness.ClusterTest):
     def test_sticky_on_death_and_new_topics_on_the_alive(self):
         c = self.make(3, args=["--cluster-heartbeat-interval=500ms",
                                "--cluster-dead-after=3s"]).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         leader = c.find_leader()
         status, body = leader.request("POST", "/v1/topics", {"name": "before", "partitions": 3})
         self.assertEqual(status, 201, body)
@@ -122,7 +122,7 @@ class Placement(harness.ClusterTest):
         # A long cluster-dead-after keeps it recorded alive throughout, on
         # however busy a machine.
         c = self.make(3, args=["--cluster-dead-after=300s"]).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         leader = c.find_leader()
         victim, other = [x for x in c.nodes if x is not leader]
         for x in c.nodes:
@@ -209,7 +209,7 @@ class Placement(harness.ClusterTest):
 
     def test_deletions_reach_every_node(self):
         c = self.make(3).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         self.fill(c, "gone")
         # A channel deleted through node 3 leaves every engine and disk.
         self.nsq(c.nodes[2], "/channel/delete?topic=gone&channel=drop")
@@ -245,7 +245,7 @@ class Placement(harness.ClusterTest):
 
     def test_deleted_while_away(self):
         c = self.make(3).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         self.fill(c, "away")
         away = c.nodes[2]
         self.assertEqual(away.stop(), 0)
@@ -280,7 +280,7 @@ class Placement(harness.ClusterTest):
 
     def test_delete_confirmed_by_every_member(self):
         c = self.make(3).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         leader = c.find_leader()
         followers = [n for n in c.nodes if n is not leader]
         self.fill(c, "purged")

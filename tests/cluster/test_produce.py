@@ -51,7 +51,7 @@ class Produce(harness.ClusterTest):
 
     def start(self, n=3, **kw):
         c = self.make(n, **kw).start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
+        c.wait_alive(n)
         return c
 
     def test_produce_to_every_partition_through_every_node(self):

@@ -52,7 +52,7 @@ class ProduceForward(harness.ClusterTest):
     def start(self, n=3, args=(), **kw):
         # Every case makes replicated topics: they need the switch.
         c = self.make(n, args=["--experimental-replication", *args], **kw).start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
+        c.wait_alive(n)
         return c
 
     def replicated_topic(self, c, name, partitions, min_insync=1):

@@ -53,7 +53,7 @@ class ReplOps(harness.ClusterTest):
         topic's factor is clamped to the members alive when it is made."""
         self.c = self.make(3, args=["--experimental-replication", *args])
         self.c.start()
-        wait_until("every member alive", lambda: self.c.nodes[0].alive_members() == 3)
+        self.c.wait_alive(3)
         return self.c.nodes[0]
 
     def ctl(self, node, *args):

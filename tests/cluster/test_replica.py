@@ -32,7 +32,7 @@ class Replica(harness.ClusterTest):
 
     def start(self, n=3, args=()):
         c = self.make(n, args=[EXPERIMENTAL, LAG, *args]).start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == n)
+        c.wait_alive(n)
         return c
 
     def pstats(self, node, topic, p):
@@ -231,7 +231,7 @@ class Replica(harness.ClusterTest):
         # lag and session timeouts keep them in the ISR and alive meanwhile.
         c = self.make(5, args=[EXPERIMENTAL, "--replica-lag-time-max=120s",
                                "--member-session-timeout=120s"]).start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == 5)
+        c.wait_alive(5)
         # Placement (replication.md): partition 0 on the first three
         # members by id, the first live one leading.
         lead, followers = c.nodes[0], c.nodes[1:3]

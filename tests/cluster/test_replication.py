@@ -421,7 +421,7 @@ class Replication(harness.ClusterTest):
                 with open(os.path.join(node.data, "FORMAT"), "w") as f:
                     f.write("tern-storage 1\n")
         c.start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == n, 90)
+        c.wait_alive(n, 90)
         self.topics(partitions or n)
         self.load = Load(self, c, self.history, list(range(partitions or n)))
         self.addCleanup(self.load.stop)

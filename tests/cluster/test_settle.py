@@ -37,7 +37,7 @@ class Settle(harness.ClusterTest):
 
     def start(self, **kw):
         c = self.make(3, **kw).start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         status, body = c.nodes[0].request(
             "POST", "/v1/topics",
             {"name": "t", "partitions": 3, "visibility_timeout_ms": VISIBILITY_MS})

@@ -68,7 +68,7 @@ class SettleRepl(harness.ClusterTest):
 
     def test_acked_messages_never_come_back_after_failover(self):
         c = self.make(3, args=cluster_args()).start()
-        wait_until("every member alive", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         status, body = c.nodes[0].request(
             "POST", "/v1/topics",
             {"name": TOPIC, "partitions": 1, "replication_factor": 3,

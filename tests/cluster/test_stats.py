@@ -109,7 +109,7 @@ class Stats(harness.ClusterTest):
     def test_same_numbers_everywhere_and_owner_failures(self):
         c = self.make(3, args=["--cluster-heartbeat-interval=500ms",
                                "--cluster-dead-after=15s"]).start()
-        wait_until("three alive members", lambda: c.nodes[0].alive_members() == 3)
+        c.wait_alive(3)
         status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "st", "partitions": 3})
         self.assertEqual(status, 201, body)
         for node in c.nodes:
