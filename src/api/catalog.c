@@ -14,6 +14,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The per-partition in-flight and acked-ahead caps a topic gets when none
@@ -49,6 +50,9 @@ struct tn_catalog_s {
     uv_timer_t *timer;   /* the claims' deadlines (made with the first claim) */
     purge_t *purges;     /* confirmed deletions under way (tn_catalog_purge) */
     uv_timer_t *ptimer;  /* their deadlines and busy topics (made with the first purge) */
+#ifdef TN_TEST
+    uv_timer_t *lag; /* TERN_TEST_CATALOG_LAG_MS: following the replica late */
+#endif
     bool purge_checking; /* purges_check is walking the list */
     bool purge_again;    /* and was asked again meanwhile (a deletion that ended at once) */
 };
@@ -866,9 +870,8 @@ int tn_catalog_purge(void *catalog, const char *topic, int64_t created_at_ms, ui
  * name and follow the placement. A lone node has every partition already
  * and nothing to follow (it is the only member: its topics all came
  * through its own gate). */
-static void on_meta_change(void *arg)
+static void follow_meta(tn_catalog_t *c)
 {
-    tn_catalog_t *c = arg;
     release_held(c, false);
     const tn_meta_state_t *s = tn_meta_state(c->meta);
     if (!c->o.cluster && s->nmembers <= 1) {
@@ -882,6 +885,47 @@ static void on_meta_change(void *arg)
     tn_broker_follow_placement(c->broker);
     claims_check(c, false, 0);
     purges_check(c, false, 0);
+}
+
+#ifdef TN_TEST
+static void on_lag_timer(uv_timer_t *h)
+{
+    follow_meta(h->data);
+}
+
+/* TERN_TEST_CATALOG_LAG_MS=n (ternd-test): the catalog follows the
+ * replica n ms after a change, so a test can show what a request does
+ * between the metastore applying a record and the catalog making what it
+ * names. True when the change is left to the timer. */
+static bool lagging(tn_catalog_t *c)
+{
+    const char *v = getenv("TERN_TEST_CATALOG_LAG_MS");
+    if (v == NULL || atoi(v) <= 0)
+        return false;
+    if (c->lag == NULL) {
+        uv_timer_t *h = tn_calloc(1, sizeof(*h));
+        if (h == NULL || uv_timer_init(c->broker->loop, h) != 0) {
+            tn_free(h);
+            return false;
+        }
+        h->data = c;
+        c->lag = h;
+    }
+    /* One pending timer covers every change until it fires: it reads
+     * the replica as it is then. */
+    if (!uv_is_active((uv_handle_t *)c->lag))
+        uv_timer_start(c->lag, on_lag_timer, (uint64_t)atoi(v), 0);
+    return true;
+}
+#endif
+
+static void on_meta_change(void *arg)
+{
+#ifdef TN_TEST
+    if (lagging(arg))
+        return;
+#endif
+    follow_meta(arg);
 }
 
 /* Whether partition p of t is replicated (tn_broker_t.place_readopt). */
@@ -1142,6 +1186,10 @@ void tn_catalog_stop(tn_catalog_t *c)
         a->c = NULL;
     if (c->timer != NULL)
         uv_close((uv_handle_t *)c->timer, on_timer_closed);
+#ifdef TN_TEST
+    if (c->lag != NULL)
+        uv_close((uv_handle_t *)c->lag, on_timer_closed);
+#endif
     for (gated_t *x = c->gated; x != NULL; x = x->next)
         x->c = NULL;
     /* Creations and deletions still under way finish without us. */

@@ -248,6 +248,28 @@ static bool grown_elsewhere(const tn_router_t *r, const tn_pub_t *p)
     return e != NULL && p->pin < e->rec.partitions;
 }
 
+/* A topic the metastore records and this node's engine does not have yet
+ * (the catalog makes it moments after the metastore applied the record)
+ * is made now with its recorded partitions, the way the catalog makes it.
+ * Left to the engine, a publish would make it with the default count, and
+ * one pinned above that count would go through the ingress log as if the
+ * topic had grown elsewhere, committed here only after the catalog grew
+ * it. */
+static void make_recorded(tn_router_t *r, const char *topic, size_t len)
+{
+    if (r->o.meta == NULL || len > TN_NAME_MAX || !tn_meta_ready(r->o.meta))
+        return;
+    tn_topic_t *t = NULL;
+    if (tn_broker_topic(r->o.broker, topic, len, false, 0, NULL, &t) != TN_ENOTFOUND)
+        return;
+    char name[TN_NAME_MAX + 1];
+    memcpy(name, topic, len);
+    name[len] = '\0';
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(r->o.meta), name);
+    if (e != NULL)
+        (void)tn_broker_topic(r->o.broker, topic, len, true, e->rec.partitions, NULL, &t);
+}
+
 static void on_engine_done(tn_pub_t *p, int status)
 {
     if (status == UV_EINVAL && grown_elsewhere(p->route, p))
@@ -341,6 +363,7 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
     /* Counted until the door's callback: a drain waits for the count to
      * reach 0 (api/drain.h). */
     r->st.publishing++;
+    make_recorded(r, topic, len);
     int rc = replica_check(r, topic, len, p);
     if (rc != 0) {
         r->st.publishing--;
