@@ -283,6 +283,34 @@ uint64_t tn_plog_controls_below(tn_plog_t *plog, uint64_t offset)
     return n;
 }
 
+uint64_t tn_plog_controls_in(tn_plog_t *plog, uint64_t from, uint64_t to,
+                             bool (*settled)(const void *arg, uint64_t offset), const void *arg)
+{
+    uint64_t n = 0;
+    if (plog->mem || from >= to)
+        return 0;
+    uv_mutex_lock(&plog->lock);
+    for (uint32_t i = 0; i < plog->nsegs; i++) {
+        const tn_seg_t *seg = plog->segs[i];
+        uint64_t lo = TN_MAX(from, seg->base), hi = TN_MIN(to, seg->base + seg->count);
+        if (lo >= hi || seg->nctl == 0)
+            continue;
+        if (!seg->ctl_listed) {
+            n += ctl_below_locked(plog, hi) - ctl_below_locked(plog, lo);
+            continue;
+        }
+        for (uint64_t k = tn_seg_ctl_below(seg, lo); k < seg->nctl_offs; k++) {
+            uint64_t off = seg->ctl_offs[k];
+            if (off >= hi)
+                break;
+            if (settled == NULL || !settled(arg, off))
+                n++;
+        }
+    }
+    uv_mutex_unlock(&plog->lock);
+    return n;
+}
+
 /* --- recovery ------------------------------------------------------------- */
 
 /* Open and check one segment. Sets the log's sticky error (and returns 0)

@@ -292,6 +292,16 @@ void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out);
  * logs and factor-1 partitions (which never hold one). Any thread. */
 uint64_t tn_plog_controls_below(tn_plog_t *plog, uint64_t offset);
 
+/* How many control records in [from, to) are not passed by settled
+ * (called with arg and the offset; may be NULL: none is): a channel's
+ * count of the control records it has not settled yet. Where the range
+ * lies in a segment whose control offsets are not listed (see
+ * tn_plog_controls_below), settled is not asked and every control record
+ * there counts. settled runs under the log's lock: it must not call the
+ * log. Any thread. */
+uint64_t tn_plog_controls_in(tn_plog_t *plog, uint64_t from, uint64_t to,
+                             bool (*settled)(const void *arg, uint64_t offset), const void *arg);
+
 /* Change the durability mode for later rounds (a tn_durability_t). */
 void tn_plog_set_durability(tn_plog_t *plog, int mode);
 
