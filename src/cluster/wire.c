@@ -919,15 +919,14 @@ int tn_wire_pstats_reply_decode(const void *p, size_t len, const uint32_t *parts
         if (tn_wire_get_u32(&in, &s->partition) != 0 || s->partition != parts[i] ||
             tn_wire_get_u16(&in, &s->status) != 0 || !pstat_status_valid(s->status))
             return TN_EPROTO;
-        if (s->status == 200 && (tn_wire_get_u32(&in, &s->segments) != 0 ||
-                                 tn_wire_get_u64(&in, &s->oldest_offset) != 0 ||
-                                 tn_wire_get_u64(&in, &s->next_offset) != 0 ||
-                                 tn_wire_get_u64(&in, &s->high_watermark) != 0 ||
-                                 tn_wire_get_u64(&in, &s->size_bytes) != 0 ||
-                                 tn_wire_get_u64(&in, &s->controls) != 0 ||
-                                 tn_wire_get_u64(&in, &s->stored_controls) != 0 ||
-                                 s->controls > s->next_offset ||
-                                 s->stored_controls > s->controls))
+        if (s->status == 200 &&
+            (tn_wire_get_u32(&in, &s->segments) != 0 ||
+             tn_wire_get_u64(&in, &s->oldest_offset) != 0 ||
+             tn_wire_get_u64(&in, &s->next_offset) != 0 ||
+             tn_wire_get_u64(&in, &s->high_watermark) != 0 ||
+             tn_wire_get_u64(&in, &s->size_bytes) != 0 || tn_wire_get_u64(&in, &s->controls) != 0 ||
+             tn_wire_get_u64(&in, &s->stored_controls) != 0 || s->controls > s->next_offset ||
+             s->stored_controls > s->controls))
             return TN_EPROTO;
     }
     return tn_wire_end(&in);

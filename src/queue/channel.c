@@ -1601,9 +1601,9 @@ uint64_t tn_topic_depth(const tn_topic_t *t)
         if (end > from) {
             /* Messages only: a replicated partition's control records
              * hold offsets too (storage/plog.h). */
-            uint64_t ctl = tn_plog_controls_below(p->plog, end) -
-                           TN_MIN(tn_plog_controls_below(p->plog, end),
-                                  tn_plog_controls_below(p->plog, from));
+            uint64_t ctl =
+                tn_plog_controls_below(p->plog, end) -
+                TN_MIN(tn_plog_controls_below(p->plog, end), tn_plog_controls_below(p->plog, from));
             depth += end - from - TN_MIN(end - from, ctl);
         }
     }

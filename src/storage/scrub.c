@@ -507,7 +507,8 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
     }
     if (!idx_reported && ix.has_ctl && ix.nctl != nctl)
         note_error(r, seg->base, ipath, 72, NO_OFFSET, false,
-                   "sidecar index header says %" PRIu64 " control records; the segment has %" PRIu64,
+                   "sidecar index header says %" PRIu64
+                   " control records; the segment has %" PRIu64,
                    ix.nctl, nctl);
     goto out;
 

@@ -50,7 +50,7 @@
 /* A sidecar's header size by its magic; 0 when it is neither. */
 static inline size_t tn_seg_idx_hdr_size(uint32_t magic)
 {
-    return magic == TN_SEG_IDX_MAGIC ? TN_SEG_IDX_HDR
+    return magic == TN_SEG_IDX_MAGIC    ? TN_SEG_IDX_HDR
            : magic == TN_SEG_IDX_MAGIC1 ? TN_SEG_IDX_HDR_V1
                                         : 0;
 }

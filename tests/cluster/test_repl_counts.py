@@ -223,10 +223,15 @@ class ReplCounts(harness.ClusterTest):
 
     def expect_counts(self, topic, has_channel):
         n = self.sent[topic]
-        pss = wait_until(f"{topic}'s partitions with every message written", lambda: (
-            lambda p: p if p and all("message_count" in x for x in p)
-            and sum(x["message_count"] for x in p) == n else None)(self.pstats(topic)),
-            timeout=30)
+        try:
+            pss = wait_until(f"{topic}'s partitions with every message written", lambda: (
+                lambda p: p if p and all("message_count" in x for x in p)
+                and sum(x["message_count"] for x in p) == n else None)(self.pstats(topic)),
+                timeout=30)
+        except AssertionError:
+            pss = self.pstats(topic)
+            self.assertEqual(sum(x.get("message_count", 0) for x in pss or []), n, pss)
+            raise
         self.assertEqual(sum(x["stored_messages"] for x in pss), n, pss)
         for ps in pss:
             if topic == F1:

@@ -184,11 +184,15 @@ static void expect_counts(tn_plog_t *pl, const model_t *m, uint64_t unknown_belo
         uint64_t got = tn_plog_controls_below(pl, off);
         if (got != want) {
             for (uint32_t i = 0; i < pl->nsegs; i++)
-                print_message("seg %u base %llu count %llu ctl_base %llu nctl %llu listed %d n %u first %llu\n", i,
-                              (unsigned long long)pl->segs[i]->base, (unsigned long long)pl->segs[i]->count,
-                              (unsigned long long)pl->segs[i]->ctl_base, (unsigned long long)pl->segs[i]->nctl,
-                              pl->segs[i]->ctl_listed, pl->segs[i]->nctl_offs,
-                              (unsigned long long)(pl->segs[i]->nctl_offs ? pl->segs[i]->ctl_offs[0] : 0));
+                print_message(
+                    "seg %u base %llu count %llu ctl_base %llu nctl %llu listed %d n %u first "
+                    "%llu\n",
+                    i, (unsigned long long)pl->segs[i]->base,
+                    (unsigned long long)pl->segs[i]->count,
+                    (unsigned long long)pl->segs[i]->ctl_base,
+                    (unsigned long long)pl->segs[i]->nctl, pl->segs[i]->ctl_listed,
+                    pl->segs[i]->nctl_offs,
+                    (unsigned long long)(pl->segs[i]->nctl_offs ? pl->segs[i]->ctl_offs[0] : 0));
             fail_msg("controls below %llu: %llu, the model says %llu", (unsigned long long)off,
                      (unsigned long long)got, (unsigned long long)want);
         }
@@ -200,8 +204,7 @@ static void expect_counts(tn_plog_t *pl, const model_t *m, uint64_t unknown_belo
 static void seg_file(fx_t *fx, const char *topic, uint64_t base, const char *ext, char *buf,
                      size_t len)
 {
-    snprintf(buf, len, "%s/topics/%s/0/%020llu.%s", fx->dir, topic, (unsigned long long)base,
-             ext);
+    snprintf(buf, len, "%s/topics/%s/0/%020llu.%s", fx->dir, topic, (unsigned long long)base, ext);
 }
 
 /* --- tests ------------------------------------------------------------------------ */
@@ -299,8 +302,7 @@ static void test_counts_after_crash(void **state)
         assert_int_equal(tn_get_u32(buf), TN_SEG_IDX_MAGIC);
         uint64_t base = tn_get_u64(buf + 8), count = tn_get_u64(buf + 16);
         assert_int_equal(tn_get_u64(buf + 64), model_below(m, base));
-        assert_int_equal(tn_get_u64(buf + 72),
-                         model_below(m, base + count) - model_below(m, base));
+        assert_int_equal(tn_get_u64(buf + 72), model_below(m, base + count) - model_below(m, base));
     }
     pl = open_log(fx, "k");
     expect_counts(pl, m, 0);
@@ -440,9 +442,9 @@ static void test_counts_of_a_copy(void **state)
         uint32_t ne = tn_plog_epochs_range(leader, from, from + n, e, 8);
         areq_t a = {0};
         a.req.data = &a;
-        assert_int_equal(tn_plog_append_raw(f, &a.req, tn_buf_data(&b), tn_buf_size(&b), from,
-                                            e, ne, on_areq),
-                         0);
+        assert_int_equal(
+            tn_plog_append_raw(f, &a.req, tn_buf_data(&b), tn_buf_size(&b), from, e, ne, on_areq),
+            0);
         run_until(&fx->loop, &a.done);
         assert_int_equal(a.status, 0);
     }
