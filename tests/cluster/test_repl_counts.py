@@ -216,6 +216,12 @@ class ReplCounts(harness.ClusterTest):
                         self.nsq_tcp(n, topic, [f"{tag}-mpub{i}".encode() for i in range(3 + k)])
                     self.nsq_http(n, topic, [f"{tag}-hpub".encode()])
                     self.nsq_http(n, topic, [f"{tag}-hmpub{i}".encode() for i in range(2 + k)])
+                if topic == F1 and n.id not in leads:
+                    # A factor-1 produce through another node goes through
+                    # its ingress log, whose dispatch may store it twice
+                    # when that node is killed (at least once): the
+                    # reference takes its publishes on its owner only.
+                    continue
                 self.v1(n, topic, [f"{tag}-v1".encode()])
                 self.v1(n, topic, [f"{tag}-v1b{i}".encode() for i in range(4)])
 
