@@ -1581,9 +1581,10 @@ void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out)
     uint64_t below_first = ctl_below_locked(plog, TN_MIN(out->first_offset, wn));
     out->stored_controls = out->controls - TN_MIN(out->controls, below_first);
     uv_mutex_unlock(&plog->lock);
-    out->written_next = tn_plog_written_next(plog);
-    out->durable_next = tn_plog_durable_next(plog);
-    out->visible_next = tn_plog_visible_next(plog);
+    /* One moment's positions: those read after wn are capped by it. */
+    out->written_next = wn; /* the end the control counts are taken at */
+    out->durable_next = TN_MIN(tn_plog_durable_next(plog), wn);
+    out->visible_next = TN_MIN(tn_plog_visible_next(plog), wn);
     out->unsynced_messages = out->written_next - out->durable_next;
     out->err = tn_plog_err(plog);
 }
