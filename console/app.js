@@ -552,8 +552,8 @@
                 h('td', { 'data-col': 'replicas' }, ids(p.replicas)), h('td', { 'data-col': 'isr' }, ids(p.isr)),
                 num(fmt(p.leader_epoch)), replState(p)]
             : h('td', {}, p.owner_node === null ? 'unplaced' : String(p.owner_node)),
-          p.error ? h('td', { colspan: 5, class: 'error' }, p.error) : [num(fmt(p.oldest_offset)), num(fmt(p.next_offset)), num(fmt(p.high_watermark)),
-            num(fmt(p.segments)), num(fmtBytes(p.size_bytes))]));
+          p.error ? h('td', { colspan: 6, class: 'error' }, p.error) : [num(fmt(p.oldest_offset)), num(fmt(p.next_offset)), num(fmt(p.high_watermark)),
+            h('td', { class: 'num', 'data-col': 'messages' }, fmt(p.message_count)), num(fmt(p.segments)), num(fmtBytes(p.size_bytes))]));
         const chans = ((st && st.channels) || []).map((c) => {
           const lag = (c.depth || 0) + (c.in_flight_count || 0) + (c.deferred_count || 0);
           const ck = `${c.channel_name}`;
@@ -585,7 +585,7 @@
           h('h2', {}, 'Partitions'),
           table(`Partitions of ${name}`, ['Partition', ...(replicated ? ['Leader', 'Replicas', 'In sync (ISR)', { label: 'Leader epoch', num: true }, 'State'] : ['Owner node']),
             { label: 'Oldest', num: true }, { label: 'Next offset', num: true },
-            { label: 'High watermark', num: true }, { label: 'Segments', num: true }, { label: 'Size', num: true }], parts, 'partitions'),
+            { label: 'High watermark', num: true }, { label: 'Messages', num: true }, { label: 'Segments', num: true }, { label: 'Size', num: true }], parts, 'partitions'),
           t.role === 'parent' ? [h('h2', {}, 'Children'), table(`Children of ${name}`, ['Child', { label: 'Delay', num: true }, { label: 'Lag', num: true }, 'Lag complete'], kids, 'children')] : null,
           t.role === 'child' ? h('p', {}, 'A child of ', h('a', { href: '#/topics/' + enc(t.parent) }, t.parent), `, delay ${fmtMs(t.fanout_delay_ms || 0)}.`) : null,
         ];

@@ -94,7 +94,7 @@ static void per_topic(const tn_metrics_t *m, tn_buf_t *b)
                     uint64_t total = 0;
                     for (uint32_t p = 0; p < t->nparts; p++)
                         if (tn_topic_part_local(t, p))
-                            total += tn_plog_written_next(t->parts[p]->plog);
+                            total += tn_part_message_count(t->parts[p]);
                     put(b, "%s{topic=\"%s\"} %" PRIu64 "\n", fams[f][0], t->name, total);
                     continue;
                 }

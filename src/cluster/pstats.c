@@ -41,6 +41,8 @@ uint16_t tn_pstats_local(tn_broker_t *b, const char *topic, uint32_t p, tn_wire_
         out->next_offset = st.written_next;
         out->high_watermark = st.visible_next;
         out->size_bytes = st.bytes;
+        out->controls = st.controls;
+        out->stored_controls = st.stored_controls;
     }
     return out->status;
 }

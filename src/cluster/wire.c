@@ -895,8 +895,10 @@ int tn_wire_pstats_reply_encode(tn_buf_t *b, const tn_wire_pstat_t *st, uint32_t
         if ((rc = tn_wire_put_u32(b, s->segments)) == 0 &&
             (rc = tn_wire_put_u64(b, s->oldest_offset)) == 0 &&
             (rc = tn_wire_put_u64(b, s->next_offset)) == 0 &&
-            (rc = tn_wire_put_u64(b, s->high_watermark)) == 0)
-            rc = tn_wire_put_u64(b, s->size_bytes);
+            (rc = tn_wire_put_u64(b, s->high_watermark)) == 0 &&
+            (rc = tn_wire_put_u64(b, s->size_bytes)) == 0 &&
+            (rc = tn_wire_put_u64(b, s->controls)) == 0)
+            rc = tn_wire_put_u64(b, s->stored_controls);
     }
     if (rc != 0)
         b->len = at; /* nothing half-written stays behind */
@@ -917,11 +919,14 @@ int tn_wire_pstats_reply_decode(const void *p, size_t len, const uint32_t *parts
         if (tn_wire_get_u32(&in, &s->partition) != 0 || s->partition != parts[i] ||
             tn_wire_get_u16(&in, &s->status) != 0 || !pstat_status_valid(s->status))
             return TN_EPROTO;
-        if (s->status == 200 && (tn_wire_get_u32(&in, &s->segments) != 0 ||
-                                 tn_wire_get_u64(&in, &s->oldest_offset) != 0 ||
-                                 tn_wire_get_u64(&in, &s->next_offset) != 0 ||
-                                 tn_wire_get_u64(&in, &s->high_watermark) != 0 ||
-                                 tn_wire_get_u64(&in, &s->size_bytes) != 0))
+        if (s->status == 200 &&
+            (tn_wire_get_u32(&in, &s->segments) != 0 ||
+             tn_wire_get_u64(&in, &s->oldest_offset) != 0 ||
+             tn_wire_get_u64(&in, &s->next_offset) != 0 ||
+             tn_wire_get_u64(&in, &s->high_watermark) != 0 ||
+             tn_wire_get_u64(&in, &s->size_bytes) != 0 || tn_wire_get_u64(&in, &s->controls) != 0 ||
+             tn_wire_get_u64(&in, &s->stored_controls) != 0 || s->controls > s->next_offset ||
+             s->stored_controls > s->controls))
             return TN_EPROTO;
     }
     return tn_wire_end(&in);

@@ -540,6 +540,10 @@ typedef struct {
     uint64_t next_offset;
     uint64_t high_watermark;
     uint64_t size_bytes;
+    /* Control records (not messages; storage/plog.h): below next_offset,
+     * and of those the ones at or above oldest_offset. */
+    uint64_t controls;
+    uint64_t stored_controls;
 } tn_wire_pstat_t;
 
 /* Append a PSTATS request's fields (after the opcode byte) for parts[0..n)

@@ -1431,6 +1431,11 @@ int tn_consumer_touch(tn_consumer_t *c, uint32_t partition, uint64_t offset, boo
 
 /* --- stats and admin -------------------------------------------------------- */
 
+static bool ctl_settled(const void *cur, uint64_t offset)
+{
+    return tn_cursor_is_settled(cur, offset);
+}
+
 void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
 {
     memset(out, 0, sizeof(*out));
@@ -1443,6 +1448,15 @@ void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
         uint64_t tail = tn__part_limit(cp->part);
         uint64_t unsettled = tail > cp->cur.frontier ? tail - cp->cur.frontier : 0;
         unsettled = unsettled > cp->cur.nsettled ? unsettled - cp->cur.nsettled : 0;
+        /* Control records (epoch starts, PRODUCER marks) are not messages.
+         * The scan settles each one it passes (a SKIP, in nsettled or
+         * below the frontier from then on); those from the scan on that
+         * nothing settled yet are taken off here. */
+        uint64_t from = TN_MAX(cp->scan, cp->cur.frontier);
+        if (from < tail) {
+            uint64_t ctl = tn_plog_controls_in(cp->part->plog, from, tail, ctl_settled, &cp->cur);
+            unsettled -= TN_MIN(unsettled, ctl);
+        }
         out->depth += unsettled;
         out->inflight += tn_leases_count(&cp->leases);
         /* Entries still in the pending heap wait for a time; due ones move
@@ -1562,6 +1576,12 @@ int tn_topic_skip_control(tn_topic_t *t, uint32_t p, uint64_t offset)
     return rc;
 }
 
+uint64_t tn_part_message_count(const tn_part_t *p)
+{
+    uint64_t next = tn_plog_written_next(p->plog);
+    return next - TN_MIN(next, tn_plog_controls_below(p->plog, next));
+}
+
 uint64_t tn_topic_depth(const tn_topic_t *t)
 {
     uint64_t depth = 0;
@@ -1578,7 +1598,14 @@ uint64_t tn_topic_depth(const tn_topic_t *t)
         } else if (t->paused) {
             from = p->hold;
         }
-        depth += end > from ? end - from : 0;
+        if (end > from) {
+            /* Messages only: a replicated partition's control records
+             * hold offsets too (storage/plog.h). */
+            uint64_t ctl =
+                tn_plog_controls_below(p->plog, end) -
+                TN_MIN(tn_plog_controls_below(p->plog, end), tn_plog_controls_below(p->plog, from));
+            depth += end - from - TN_MIN(end - from, ctl);
+        }
     }
     return depth;
 }

@@ -740,8 +740,15 @@ int tn_channel_empty(tn_channel_t *ch);
  * unpauses. */
 void tn_topic_pause(tn_topic_t *t, bool paused);
 /* Messages the topic itself holds: while it has no channel, what it
- * retains for the first one; while paused, what arrived since. */
+ * retains for the first one; while paused, what arrived since. Control
+ * records are not messages and do not count. */
 uint64_t tn_topic_depth(const tn_topic_t *t);
+/* Messages ever written to the log of partition p (local: its log is
+ * open here), restarts and retention included: its next offset less the
+ * control records below it (storage/plog.h, tn_plog_controls_below), so
+ * a replicated partition counts what a factor-1 one would for the same
+ * publishes. Any thread that may read the topic. */
+uint64_t tn_part_message_count(const tn_part_t *p);
 /* A control record (storage/record.h: an epoch start, a forwarded batch's
  * PRODUCER record) was written at offset of local partition p: every
  * ready channel of the topic settles it now as a SKIP (not a message), so

@@ -79,6 +79,7 @@
 typedef struct {
     uint64_t offset;
     uint64_t pos;
+    bool control; /* a TN_REC_F_CONTROL record */
 } note_t;
 
 /* The log committer's scratch arrays. */
@@ -168,11 +169,154 @@ static int create_segment(tn_plog_t *plog, uint64_t base, tn_seg_t **out)
     return 0;
 }
 
+/* --- control records --------------------------------------------------------
+ *
+ * Control records (TN_REC_F_CONTROL: a new leader's EPOCH_START, the
+ * PRODUCER mark ahead of a forwarded batch) hold offsets but are not
+ * messages. The log counts them so that every count a user sees can count
+ * messages only (tn_plog_controls_below):
+ *
+ * 1. Each segment knows how many it holds (nctl) and how many the log held
+ *    below its base (ctl_base). A sealed segment's pair is in its sidecar
+ *    (TNI2), written after the segment's data is durable, so it is as
+ *    crash-safe as the sidecar; the active segment's nctl comes from the
+ *    scan recovery does anyway, its ctl_base from the segments before.
+ * 2. An append counts its control records as they are written (flush,
+ *    under the lock, with the segment's count), and lists their offsets in
+ *    the active segment; the list of the segment sealed last is kept too
+ *    while the log stays open, so that a count up to any offset there is
+ *    exact (the queue engine's visible end can trail a roll). At open only
+ *    the active segment is listed (the scan recovery does anyway).
+ * 3. Retention (GC) deletes whole segments and their counts with them;
+ *    the ctl_base of the segments kept still counts what went, so a count
+ *    of the control records ever written below an offset stays right.
+ *    A drop floor inside a segment: the control records below it there
+ *    are counted when the floor moves and at open (floor_ctl).
+ * 4. Truncation rescans the segment it cuts (its list and count follow);
+ *    the segments after it go with their counts.
+ *
+ * Limits: a count below an offset inside an older sealed segment (neither
+ * at its bounds, nor the floor) is not exact: the segment's ctl_base is
+ * given (plog.h). A follower that copies a log from the leader's first
+ * offset (its reset) counts from there: the control records the leader
+ * had dropped before are not known to it. */
+
+/* Control records below offset (lock held). */
+static uint64_t ctl_below_locked(const tn_plog_t *plog, uint64_t offset)
+{
+    if (plog->mem || plog->nsegs == 0)
+        return 0;
+    /* The last segment whose base is at or below offset. */
+    uint32_t lo = 0, hi = plog->nsegs;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (plog->segs[mid]->base <= offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return plog->segs[0]->ctl_base;
+    const tn_seg_t *seg = plog->segs[lo - 1];
+    if (offset == seg->base)
+        return seg->ctl_base;
+    if (offset >= seg->base + seg->count)
+        return seg->ctl_base + seg->nctl;
+    if (seg->ctl_listed)
+        return seg->ctl_base + tn_seg_ctl_below(seg, offset);
+    if (offset == plog->floor && plog->floor_ctl_known)
+        return plog->floor_ctl;
+    return seg->ctl_base;
+}
+
+/* Count the control records below the drop floor when it lies inside a
+ * segment that is not listed (committer thread or open: reads the file).
+ * 0 or an I/O error (the log's error then sticky). */
+static int count_floor_ctl(tn_plog_t *plog)
+{
+    uv_mutex_lock(&plog->lock);
+    uint64_t floor = plog->floor;
+    tn_seg_t *in = NULL;
+    for (uint32_t i = 0; i < plog->nsegs; i++) {
+        tn_seg_t *seg = plog->segs[i];
+        if (floor > seg->base && floor < seg->base + seg->count && !seg->ctl_listed &&
+            seg->nctl > 0) {
+            in = seg;
+            tn_seg_ref(in);
+        }
+    }
+    plog->floor_ctl_known = false;
+    uv_mutex_unlock(&plog->lock);
+    if (in == NULL)
+        return 0; /* at a bound, listed, or no control record there */
+    tn_seg_t *tmp;
+    int rc = tn_seg_new(in->path, in->base, &tmp);
+    if (rc == 0) {
+        tn_seg_scan_t scan;
+        int fd;
+        rc = tn_io_open(in->path, O_RDONLY, 0, &fd);
+        if (rc == 0) {
+            rc = tn_seg_scan(fd, in->size, in->base, plog->store->opts.index_interval, tmp, &scan);
+            tn_io_close(fd);
+        }
+        if (rc == 0 && tmp->ctl_listed) {
+            uv_mutex_lock(&plog->lock);
+            if (plog->floor == floor) {
+                plog->floor_ctl = in->ctl_base + tn_seg_ctl_below(tmp, floor);
+                plog->floor_ctl_known = true;
+            }
+            uv_mutex_unlock(&plog->lock);
+        }
+        tn_seg_unref(tmp);
+    }
+    tn_seg_unref(in);
+    if (rc != 0)
+        set_sticky(plog, rc, "counting the control records below the floor %" PRIu64, floor);
+    return rc;
+}
+
+uint64_t tn_plog_controls_below(tn_plog_t *plog, uint64_t offset)
+{
+    uv_mutex_lock(&plog->lock);
+    uint64_t n = ctl_below_locked(plog, offset);
+    uv_mutex_unlock(&plog->lock);
+    return n;
+}
+
+uint64_t tn_plog_controls_in(tn_plog_t *plog, uint64_t from, uint64_t to,
+                             bool (*settled)(const void *arg, uint64_t offset), const void *arg)
+{
+    uint64_t n = 0;
+    if (plog->mem || from >= to)
+        return 0;
+    uv_mutex_lock(&plog->lock);
+    for (uint32_t i = 0; i < plog->nsegs; i++) {
+        const tn_seg_t *seg = plog->segs[i];
+        uint64_t lo = TN_MAX(from, seg->base), hi = TN_MIN(to, seg->base + seg->count);
+        if (lo >= hi || seg->nctl == 0)
+            continue;
+        if (!seg->ctl_listed) {
+            n += ctl_below_locked(plog, hi) - ctl_below_locked(plog, lo);
+            continue;
+        }
+        for (uint64_t k = tn_seg_ctl_below(seg, lo); k < seg->nctl_offs; k++) {
+            uint64_t off = seg->ctl_offs[k];
+            if (off >= hi)
+                break;
+            if (settled == NULL || !settled(arg, off))
+                n++;
+        }
+    }
+    uv_mutex_unlock(&plog->lock);
+    return n;
+}
+
 /* --- recovery ------------------------------------------------------------- */
 
 /* Open and check one segment. Sets the log's sticky error (and returns 0)
  * on corruption; returns an error only when the open itself failed. */
-static int recover_segment(tn_plog_t *plog, uint64_t base, bool last, tn_seg_t **out)
+static int recover_segment(tn_plog_t *plog, uint64_t base, bool last, uint64_t ctl_base,
+                           bool may_ctl, tn_seg_t **out)
 {
     uint32_t interval = plog->store->opts.index_interval;
     char path[4096];
@@ -192,13 +336,33 @@ static int recover_segment(tn_plog_t *plog, uint64_t base, bool last, tn_seg_t *
 
     if (!last) {
         rc = tn_seg_index_open(seg, fsize);
-        if (rc == 0) {
+        if (rc == 0 && !seg->ctl_known && !may_ctl) {
+            /* A TNI1 sidecar of a partition that never held a control
+             * record (no epochs file: factor 1). */
+            seg->ctl_known = true;
+            seg->nctl = 0;
+        }
+        if (rc == 0 && seg->ctl_known) {
             seg->sealed = true;
             *out = seg;
             return 0;
         }
-        if (rc != UV_ENOENT && rc != TN_ECORRUPT)
+        if (rc == 0) {
+            /* A TNI1 sidecar of a replicated partition: its control
+             * records are counted by the scan below, which writes a TNI2
+             * sidecar in its place. */
+            TN_LOG(TN_LOG_NOTICE,
+                   "partition %s/%u: counting the control records of segment %" PRIu64
+                   " (older index format)",
+                   plog->topic, plog->partition, base);
+            seg->ctl_base = ctl_base;
+            rc = TN_ECORRUPT; /* rebuilt as an invalid one is, without the warning */
+        } else if (rc != UV_ENOENT && rc != TN_ECORRUPT) {
             goto fail;
+        } else {
+            seg->ctl_known = true;
+        }
+        bool counting = !seg->ctl_known;
         if (rc == UV_ENOENT && fsize == 0) {
             /* An empty segment that never had data or a sidecar: left by
              * tn_plog_advance between creating the next segment and
@@ -211,10 +375,14 @@ static int recover_segment(tn_plog_t *plog, uint64_t base, bool last, tn_seg_t *
             *out = NULL;
             return 0;
         }
-        TN_LOG(TN_LOG_WARN, "partition %s/%u: index of segment %" PRIu64 " %s; rebuilding",
-               plog->topic, plog->partition, base, rc == UV_ENOENT ? "missing" : "invalid");
+        if (!counting)
+            TN_LOG(TN_LOG_WARN, "partition %s/%u: index of segment %" PRIu64 " %s; rebuilding",
+                   plog->topic, plog->partition, base, rc == UV_ENOENT ? "missing" : "invalid");
     }
 
+    /* Whatever a sidecar said, a scanned segment's control records are
+     * counted after those below it in the log. */
+    seg->ctl_base = ctl_base;
     tn_seg_scan_t scan;
     rc = tn_seg_scan(seg->fd, fsize, base, interval, seg, &scan);
     if (rc != 0)
@@ -311,13 +479,32 @@ static int recover(tn_plog_t *plog)
         tn_free(bases);
         return rc;
     }
+    /* Only a replicated partition (one with an epochs file) ever holds a
+     * control record. */
+    char epath[4096];
+    rc = tn_io_path(epath, sizeof(epath), "%s/%s", plog->dir, TN_EPOCHS_FILE);
+    if (rc != 0) {
+        tn_free(bases);
+        return rc;
+    }
+    bool may_ctl = access(epath, F_OK) == 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         tn_seg_t *seg;
-        rc = recover_segment(plog, bases[i], i + 1 == n, &seg);
+        /* Control records below each segment: the sum over the segments
+         * before it; below the first, what its sidecar says (0 when it
+         * has none to say: counted from there). */
+        uint64_t ctl_base = 0;
+        if (plog->nsegs > 0)
+            ctl_base = active_seg(plog)->ctl_base + active_seg(plog)->nctl;
+        rc = recover_segment(plog, bases[i], i + 1 == n, ctl_base, may_ctl, &seg);
         if (rc != 0)
             break;
         if (seg == NULL)
             continue; /* an empty leftover, removed */
+        if (plog->nsegs > 0)
+            seg->ctl_base = ctl_base; /* a sidecar's own figure agrees, or the sum wins */
+        if (i + 2 < n)
+            tn_seg_ctl_unlist(seg); /* a rebuilt sidecar's scan listed it */
         if (plog->nsegs > 0) {
             tn_seg_t *prev = active_seg(plog);
             uint64_t end = prev->base + prev->count;
@@ -341,6 +528,8 @@ static int recover(tn_plog_t *plog)
         return rc;
     rc = recover_floor(plog);
     if (rc != 0)
+        return rc;
+    if (atomic_load(&plog->err) == 0 && (rc = count_floor_ctl(plog)) != 0)
         return rc;
     tn_seg_t *act = active_seg(plog);
     plog->next_offset = act->base + act->count;
@@ -761,6 +950,9 @@ static int flush(tn_plog_t *plog, tn_seg_t *seg, uint64_t wstart, uint64_t wend,
     for (size_t i = 0; i < nnotes; i++) {
         /* A missing index entry only lengthens a later read's scan. */
         (void)tn_seg_index_note(seg, notes[i].offset, notes[i].pos, interval);
+        /* Out of memory for the list: unlisted, still counted. */
+        if (notes[i].control)
+            (void)tn_seg_ctl_note(seg, notes[i].offset);
     }
     if (seg->count == 0)
         seg->first_ns = publish_ns;
@@ -811,8 +1003,12 @@ static int start_segment(tn_plog_t *plog, uint64_t base)
     }
     plog->no_zeros = false;
     uv_mutex_lock(&plog->lock);
-    active_seg(plog)->sealed = true;
+    tn_seg_t *prev = active_seg(plog);
+    prev->sealed = true;
+    seg->ctl_base = prev->ctl_base + prev->nctl;
     rc = push_seg(plog, seg);
+    if (rc == 0 && plog->nsegs >= 3)
+        tn_seg_ctl_unlist(plog->segs[plog->nsegs - 3]);
     uv_mutex_unlock(&plog->lock);
     if (rc != 0) {
         tn_seg_unref(seg);
@@ -969,6 +1165,7 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
                     plog->last_publish_ns = h.publish_ns;
                 ls->notes[nnotes].offset = plog->next_offset++;
                 ls->notes[nnotes].pos = pos + at;
+                ls->notes[nnotes].control = (h.flags & TN_REC_F_CONTROL) != 0;
                 nnotes++;
                 at += (size_t)tn_rec_size(&h);
             }
@@ -997,6 +1194,7 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
                 ls->iov[niov++] = in->body;
             ls->notes[nnotes].offset = h.offset;
             ls->notes[nnotes].pos = pos;
+            ls->notes[nnotes].control = i < r->ncontrol;
             nnotes++;
             pos += tn_rec_size(&h);
         }
@@ -1376,10 +1574,17 @@ void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out)
     out->bytes = plog->mem_bytes;
     for (uint32_t i = 0; i < plog->nsegs; i++)
         out->bytes += plog->segs[i]->size;
+    /* written_next moves after the segment's count (flush): the counts
+     * are taken below the written_next read here, under the same lock. */
+    uint64_t wn = tn_plog_written_next(plog);
+    out->controls = ctl_below_locked(plog, wn);
+    uint64_t below_first = ctl_below_locked(plog, TN_MIN(out->first_offset, wn));
+    out->stored_controls = out->controls - TN_MIN(out->controls, below_first);
     uv_mutex_unlock(&plog->lock);
-    out->written_next = tn_plog_written_next(plog);
-    out->durable_next = tn_plog_durable_next(plog);
-    out->visible_next = tn_plog_visible_next(plog);
+    /* One moment's positions: those read after wn are capped by it. */
+    out->written_next = wn; /* the end the control counts are taken at */
+    out->durable_next = TN_MIN(tn_plog_durable_next(plog), wn);
+    out->visible_next = TN_MIN(tn_plog_visible_next(plog), wn);
     out->unsynced_messages = out->written_next - out->durable_next;
     out->err = tn_plog_err(plog);
 }
@@ -1593,6 +1798,7 @@ static int write_floor(tn_plog_t *plog, uint64_t floor)
     }
     uv_mutex_lock(&plog->lock);
     plog->floor = floor;
+    plog->floor_ctl_known = false; /* count_floor_ctl counts again */
     uv_mutex_unlock(&plog->lock);
     return 0;
 }
@@ -1605,6 +1811,8 @@ static void floor_exec(tn__committer_t *c, tn__sreq_t *s)
     uint64_t below = TN_MIN(req->below, plog->next_offset);
     if (rc == 0 && below > plog->floor) {
         rc = write_floor(plog, below);
+        if (rc == 0)
+            rc = count_floor_ctl(plog);
         if (rc == 0)
             rc = epochs_follow_start(plog);
     }
@@ -2115,6 +2323,9 @@ static int cut_segment(tn_plog_t *plog, uint32_t k, uint64_t offset, uint64_t cu
         goto fail;
     }
     ns->count = scan.count;
+    /* A reset (rebase) counts from its new start: what was below is not
+     * known here. */
+    ns->ctl_base = rebase ? 0 : old->ctl_base;
     ns->size = ns->synced = ns->alloc = cut;
     ns->first_ns = scan.first_ns;
     ns->last_ns = scan.last_ns;

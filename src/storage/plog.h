@@ -125,6 +125,12 @@ typedef struct {
     uint32_t segments;
     uint64_t bytes;
     uint64_t unsynced_messages; /* written, not yet covered by an fdatasync */
+    /* Control records (not messages; tn_plog_controls_below): below
+     * written_next, and of those the ones in [first_offset, written_next).
+     * 0 for a factor-1 partition. Messages ever written: written_next -
+     * controls; stored now: written_next - first_offset - stored_controls. */
+    uint64_t controls;
+    uint64_t stored_controls;
     int err;
 } tn_plog_stats_t;
 
@@ -141,6 +147,11 @@ struct tn_plog_s {
     /* Records below it are dropped (tn_plog_drop_below): read as absent,
      * free for GC. Guarded by lock; durable in the partition's floor file. */
     uint64_t floor;
+    /* Control records below the floor when it lies inside a segment whose
+     * control offsets are not listed (plog.c, "control records"); guarded
+     * by lock. */
+    uint64_t floor_ctl;
+    bool floor_ctl_known;
 
     /* Segments, oldest first; the last is active. Guarded by lock. */
     uv_mutex_t lock;
@@ -266,6 +277,30 @@ uint64_t tn_plog_durable_next(tn_plog_t *plog);
 uint64_t tn_plog_visible_next(tn_plog_t *plog);
 int tn_plog_err(tn_plog_t *plog);
 void tn_plog_stats(tn_plog_t *plog, tn_plog_stats_t *out);
+
+/* How many control records (TN_REC_F_CONTROL: epoch starts, PRODUCER
+ * marks; they hold offsets but are not messages) the log holds below
+ * offset, counting those retention dropped since (each sealed segment's
+ * sidecar carries the count below it). Messages among the offsets
+ * [a, b): (b - a) - (tn_plog_controls_below(b) - tn_plog_controls_below(a)).
+ * Exact for any offset in the active segment (and in the one sealed
+ * before it while the log stays open), at any segment's bounds, at the
+ * drop floor and past the log end; inside an older sealed segment it is
+ * the count below that segment's base. Counted from offset 0, or
+ * for a log copied from a leader's first offset (a follower's reset) or
+ * opened from TNI1 sidecars, from its oldest segment then. 0 for memory
+ * logs and factor-1 partitions (which never hold one). Any thread. */
+uint64_t tn_plog_controls_below(tn_plog_t *plog, uint64_t offset);
+
+/* How many control records in [from, to) are not passed by settled
+ * (called with arg and the offset; may be NULL: none is): a channel's
+ * count of the control records it has not settled yet. Where the range
+ * lies in a segment whose control offsets are not listed (see
+ * tn_plog_controls_below), settled is not asked and every control record
+ * there counts. settled runs under the log's lock: it must not call the
+ * log. Any thread. */
+uint64_t tn_plog_controls_in(tn_plog_t *plog, uint64_t from, uint64_t to,
+                             bool (*settled)(const void *arg, uint64_t offset), const void *arg);
 
 /* Change the durability mode for later rounds (a tn_durability_t). */
 void tn_plog_set_durability(tn_plog_t *plog, int mode);

@@ -276,6 +276,9 @@ typedef struct {
     int64_t last_ns;
     uint32_t n;
     const unsigned char *entries; /* n pairs of u32 (rel, pos), into the file's buffer */
+    size_t hsize;                 /* header size: TNI2 80, TNI1 64 */
+    bool has_ctl;                 /* TNI2: nctl is the segment's control record count */
+    uint64_t nctl;
 } idx_t;
 
 /* Read and check the sidecar of seg; its problems are reported (the first
@@ -312,12 +315,13 @@ static bool read_sidecar(run_t *r, const tn_seg_t *seg, uint64_t count, tn_buf_t
                    tn_strerror(rc));
         return true;
     }
-    if (len < TN_SEG_IDX_HDR || tn_get_u32(p) != TN_SEG_IDX_MAGIC) {
+    size_t hsize = len >= 4 ? tn_seg_idx_hdr_size(tn_get_u32(p)) : 0;
+    if (hsize == 0 || len < hsize) {
         note_error(r, seg->base, ipath, 0, NO_OFFSET, false,
                    "sidecar index header missing or without magic");
         return true;
     }
-    if (tn_get_u32(p + 4) != tn_crc32c(0, p + 8, TN_SEG_IDX_HDR - 8)) {
+    if (tn_get_u32(p + 4) != tn_crc32c(0, p + 8, hsize - 8)) {
         note_error(r, seg->base, ipath, 4, NO_OFFSET, false, "sidecar index header CRC mismatch");
         return true;
     }
@@ -327,13 +331,13 @@ static bool read_sidecar(run_t *r, const tn_seg_t *seg, uint64_t count, tn_buf_t
         return true;
     }
     uint32_t n = tn_get_u32(p + 48);
-    if (len != TN_SEG_IDX_HDR + (size_t)n * 8) {
+    if (len != hsize + (size_t)n * 8) {
         note_error(r, seg->base, ipath, 48, NO_OFFSET, false,
                    "sidecar index is %zu bytes for %" PRIu32 " entries", len, n);
         return true;
     }
-    if (tn_get_u32(p + 52) != tn_crc32c(0, p + TN_SEG_IDX_HDR, (size_t)n * 8)) {
-        note_error(r, seg->base, ipath, TN_SEG_IDX_HDR, NO_OFFSET, false,
+    if (tn_get_u32(p + 52) != tn_crc32c(0, p + hsize, (size_t)n * 8)) {
+        note_error(r, seg->base, ipath, hsize, NO_OFFSET, false,
                    "sidecar index entries CRC mismatch");
         return true;
     }
@@ -343,7 +347,10 @@ static bool read_sidecar(run_t *r, const tn_seg_t *seg, uint64_t count, tn_buf_t
     ix->first_ns = (int64_t)tn_get_u64(p + 32);
     ix->last_ns = (int64_t)tn_get_u64(p + 40);
     ix->n = n;
-    ix->entries = p + TN_SEG_IDX_HDR;
+    ix->entries = p + hsize;
+    ix->hsize = hsize;
+    ix->has_ctl = hsize == TN_SEG_IDX_HDR;
+    ix->nctl = ix->has_ctl ? tn_get_u64(p + 72) : 0;
     return true;
 }
 
@@ -372,7 +379,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
     tn_buf_reset(&r->win);
     uint64_t fsize = 0;
     int rc = tn_io_fsize(seg->fd, &fsize);
-    uint64_t pos = 0, expected = seg->base, nrec = 0;
+    uint64_t pos = 0, expected = seg->base, nrec = 0, nctl = 0;
     int64_t first_ns = 0, last_ns = 0;
     bool more = false;
     uint32_t j = 0;                  /* the next sidecar entry to meet */
@@ -439,7 +446,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
         }
         /* The sidecar's entries must each land on a record's start. */
         while (!idx_reported && j < ix.n && tn_get_u32(ix.entries + j * 8 + 4) < pos) {
-            note_error(r, seg->base, ipath, TN_SEG_IDX_HDR + (uint64_t)j * 8, h.offset, false,
+            note_error(r, seg->base, ipath, ix.hsize + (uint64_t)j * 8, h.offset, false,
                        "index entry %" PRIu32 " points at byte %" PRIu32
                        ", inside the record at byte %" PRIu64,
                        j, tn_get_u32(ix.entries + j * 8 + 4), pos);
@@ -448,7 +455,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
         if (!idx_reported && j < ix.n && tn_get_u32(ix.entries + j * 8 + 4) == pos) {
             uint32_t rel = tn_get_u32(ix.entries + j * 8);
             if (rel != h.offset - seg->base) {
-                note_error(r, seg->base, ipath, TN_SEG_IDX_HDR + (uint64_t)j * 8, h.offset, false,
+                note_error(r, seg->base, ipath, ix.hsize + (uint64_t)j * 8, h.offset, false,
                            "index entry %" PRIu32 " names offset %" PRIu64
                            " for the record of offset %" PRIu64,
                            j, seg->base + rel, h.offset);
@@ -459,12 +466,14 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
         if (nrec == 0) {
             first_ns = h.publish_ns;
             if (!idx_reported && (ix.n == 0 || tn_get_u32(ix.entries + 4) != 0)) {
-                note_error(r, seg->base, ipath, TN_SEG_IDX_HDR, NO_OFFSET, false,
+                note_error(r, seg->base, ipath, ix.hsize, NO_OFFSET, false,
                            "no index entry for the first record");
                 idx_reported = true;
             }
         }
         last_ns = TN_MAX(last_ns, h.publish_ns);
+        if ((h.flags & TN_REC_F_CONTROL) != 0)
+            nctl++;
         more = (h.flags & TN_REC_F_MORE) != 0;
         pos += rsize;
         expected++;
@@ -483,7 +492,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
         goto found;
     }
     if (!idx_reported && j < ix.n) {
-        note_error(r, seg->base, ipath, TN_SEG_IDX_HDR + (uint64_t)j * 8, NO_OFFSET, false,
+        note_error(r, seg->base, ipath, ix.hsize + (uint64_t)j * 8, NO_OFFSET, false,
                    "index entry %" PRIu32 " points at byte %" PRIu32 ", past the last record", j,
                    tn_get_u32(ix.entries + j * 8 + 4));
         idx_reported = true;
@@ -494,7 +503,13 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
                    "sidecar index header says %" PRIu64 " records, %" PRIu64
                    " bytes; the segment has %" PRIu64 ", %" PRIu64 " (or other publish times)",
                    ix.count, ix.size, nrec, size);
+        idx_reported = true;
     }
+    if (!idx_reported && ix.has_ctl && ix.nctl != nctl)
+        note_error(r, seg->base, ipath, 72, NO_OFFSET, false,
+                   "sidecar index header says %" PRIu64
+                   " control records; the segment has %" PRIu64,
+                   ix.nctl, nctl);
     goto out;
 
 found : {

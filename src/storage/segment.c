@@ -21,6 +21,7 @@
 #include "storage/segment.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/crc32c.h"
 #include "core/err.h"
 #include "storage/io.h"
@@ -120,6 +121,8 @@ int tn_seg_new(const char *path, uint64_t base, tn_seg_t **out)
     }
     seg->base = base;
     seg->fd = -1;
+    seg->ctl_known = true; /* a new segment holds none yet */
+    seg->ctl_listed = true;
     atomic_init(&seg->refs, 1);
     *out = seg;
     return 0;
@@ -132,8 +135,51 @@ void tn_seg_unref(tn_seg_t *seg)
     if (seg->fd >= 0)
         tn_io_close(seg->fd);
     tn_free(seg->idx);
+    tn_free(seg->ctl_offs);
     tn_free(seg->path);
     tn_free(seg);
+}
+
+int tn_seg_ctl_note(tn_seg_t *seg, uint64_t offset)
+{
+    seg->nctl++;
+    if (!seg->ctl_listed)
+        return 0;
+    if (seg->nctl_offs == seg->ctl_offs_cap) {
+        uint32_t cap = seg->ctl_offs_cap ? seg->ctl_offs_cap * 2 : 16;
+        uint64_t *p = tn_realloc(seg->ctl_offs, (size_t)cap * sizeof(*p));
+        if (p == NULL) {
+            tn_seg_ctl_unlist(seg);
+            return UV_ENOMEM;
+        }
+        seg->ctl_offs = p;
+        seg->ctl_offs_cap = cap;
+    }
+    /* Offsets only grow within a segment. */
+    TN_DASSERT(seg->nctl_offs == 0 || seg->ctl_offs[seg->nctl_offs - 1] < offset);
+    seg->ctl_offs[seg->nctl_offs++] = offset;
+    return 0;
+}
+
+void tn_seg_ctl_unlist(tn_seg_t *seg)
+{
+    tn_free(seg->ctl_offs);
+    seg->ctl_offs = NULL;
+    seg->nctl_offs = seg->ctl_offs_cap = 0;
+    seg->ctl_listed = false;
+}
+
+uint64_t tn_seg_ctl_below(const tn_seg_t *seg, uint64_t offset)
+{
+    uint32_t lo = 0, hi = seg->nctl_offs;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (seg->ctl_offs[mid] < offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 int tn_seg_index_note(tn_seg_t *seg, uint64_t offset, uint64_t pos, uint32_t interval)
@@ -250,9 +296,16 @@ int tn_seg_scan(int fd, uint64_t file_size, uint64_t base, uint32_t interval, tn
     memset(out, 0, sizeof(*out));
     win_t w = {fd, file_size, 0, {0}};
     tn_buf_init(&w.b);
-    uint64_t pos = 0, expected = base, count = 0;
+    uint64_t pos = 0, expected = base, count = 0, nctl = 0;
     int64_t first_ns = 0, last_ns = 0;
     int rc = 0;
+    if (seg != NULL) {
+        /* The list is rebuilt from the records found. */
+        seg->nctl_offs = 0;
+        seg->nctl = 0;
+        seg->ctl_listed = true;
+        seg->ctl_known = true;
+    }
 
     while (pos < file_size) {
         const unsigned char *p;
@@ -282,6 +335,11 @@ int tn_seg_scan(int fd, uint64_t file_size, uint64_t base, uint32_t interval, tn
         }
         if (seg != NULL && (rc = tn_seg_index_note(seg, h.offset, pos, interval)) != 0)
             goto out;
+        if ((h.flags & TN_REC_F_CONTROL) != 0) {
+            nctl++;
+            if (seg != NULL)
+                (void)tn_seg_ctl_note(seg, h.offset); /* no memory: unlisted, counted */
+        }
         if (count == 0)
             first_ns = h.publish_ns;
         last_ns = TN_MAX(last_ns, h.publish_ns);
@@ -291,6 +349,7 @@ int tn_seg_scan(int fd, uint64_t file_size, uint64_t base, uint32_t interval, tn
         pos += size;
         if ((h.flags & TN_REC_F_MORE) == 0) {
             out->count = count;
+            out->ncontrol = nctl;
             out->valid_len = pos;
             out->first_ns = first_ns;
             out->last_ns = last_ns;
@@ -313,6 +372,10 @@ int tn_seg_scan(int fd, uint64_t file_size, uint64_t base, uint32_t interval, tn
         while (seg->nidx > 0 && seg->idx[seg->nidx - 1].pos >= out->valid_len)
             seg->nidx--;
         seg->idx_next_pos = seg->nidx ? seg->idx[seg->nidx - 1].pos + interval : 0;
+        /* And control records past it. */
+        while (seg->nctl_offs > 0 && seg->ctl_offs[seg->nctl_offs - 1] >= base + out->count)
+            seg->nctl_offs--;
+        seg->nctl = out->ncontrol;
     }
 out:
     tn_buf_fini(&w.b);
@@ -343,6 +406,8 @@ int tn_seg_index_write(const tn_seg_t *seg, const char *dir)
     tn_put_u64(buf + 32, (uint64_t)seg->first_ns);
     tn_put_u64(buf + 40, (uint64_t)seg->last_ns);
     tn_put_u32(buf + 48, seg->nidx);
+    tn_put_u64(buf + 64, seg->ctl_base);
+    tn_put_u64(buf + 72, seg->nctl);
     tn_put_u32(buf + 52, tn_crc32c(0, buf + TN_SEG_IDX_HDR, body));
     tn_put_u32(buf + 4, tn_crc32c(0, buf + 8, TN_SEG_IDX_HDR - 8));
     char name[64];
@@ -352,7 +417,10 @@ int tn_seg_index_write(const tn_seg_t *seg, const char *dir)
     return rc;
 }
 
-static int read_idx_header(const tn_seg_t *seg, int fd, unsigned char *hdr, uint64_t *fsize)
+/* Read and check a sidecar's header (TNI2 or TNI1) into hdr (at least
+ * TN_SEG_IDX_HDR bytes); *hsize: its size. */
+static int read_idx_header(const tn_seg_t *seg, int fd, unsigned char *hdr, uint64_t *fsize,
+                           size_t *hsize)
 {
     int rc = tn_io_fsize(fd, fsize);
     if (rc != 0)
@@ -361,24 +429,25 @@ static int read_idx_header(const tn_seg_t *seg, int fd, unsigned char *hdr, uint
     rc = tn_io_pread(fd, hdr, TN_SEG_IDX_HDR, 0, &n);
     if (rc != 0)
         return rc;
-    if (n < TN_SEG_IDX_HDR || tn_get_u32(hdr) != TN_SEG_IDX_MAGIC ||
-        tn_get_u32(hdr + 4) != tn_crc32c(0, hdr + 8, TN_SEG_IDX_HDR - 8) ||
-        tn_get_u64(hdr + 8) != seg->base ||
-        *fsize != TN_SEG_IDX_HDR + (uint64_t)tn_get_u32(hdr + 48) * 8)
+    size_t h = n >= 4 ? tn_seg_idx_hdr_size(tn_get_u32(hdr)) : 0;
+    if (h == 0 || n < h || tn_get_u32(hdr + 4) != tn_crc32c(0, hdr + 8, h - 8) ||
+        tn_get_u64(hdr + 8) != seg->base || *fsize != h + (uint64_t)tn_get_u32(hdr + 48) * 8)
         return TN_ECORRUPT;
+    *hsize = h;
     return 0;
 }
 
 /* Open seg's sidecar and read and check its header; on success *fd is
  * open (the caller closes it). */
-static int open_idx(const tn_seg_t *seg, int *fd, unsigned char *hdr, uint64_t *fsize)
+static int open_idx(const tn_seg_t *seg, int *fd, unsigned char *hdr, uint64_t *fsize,
+                    size_t *hsize)
 {
     char path[4096];
     idx_path(seg, path, sizeof(path));
     int rc = tn_io_open(path, O_RDONLY, 0, fd);
     if (rc != 0)
         return rc;
-    rc = read_idx_header(seg, *fd, hdr, fsize);
+    rc = read_idx_header(seg, *fd, hdr, fsize, hsize);
     if (rc != 0)
         tn_io_close(*fd);
     return rc;
@@ -389,7 +458,8 @@ int tn_seg_index_open(tn_seg_t *seg, uint64_t file_size)
     int fd;
     unsigned char hdr[TN_SEG_IDX_HDR];
     uint64_t fsize;
-    int rc = open_idx(seg, &fd, hdr, &fsize);
+    size_t hsize;
+    int rc = open_idx(seg, &fd, hdr, &fsize, &hsize);
     if (rc != 0)
         return rc;
     tn_io_close(fd);
@@ -397,6 +467,18 @@ int tn_seg_index_open(tn_seg_t *seg, uint64_t file_size)
     uint64_t size = tn_get_u64(hdr + 24);
     if (size != file_size || count == 0 || count > size / TN_REC_HDR)
         return TN_ECORRUPT;
+    tn_seg_ctl_unlist(seg);
+    if (hsize == TN_SEG_IDX_HDR) {
+        uint64_t nctl = tn_get_u64(hdr + 72);
+        if (nctl > count)
+            return TN_ECORRUPT;
+        seg->ctl_base = tn_get_u64(hdr + 64);
+        seg->nctl = nctl;
+        seg->ctl_known = true;
+    } else {
+        seg->ctl_base = seg->nctl = 0;
+        seg->ctl_known = false;
+    }
     seg->count = count;
     seg->size = size;
     seg->synced = size;
@@ -410,7 +492,8 @@ int tn_seg_index_load(tn_seg_t *seg)
     int fd;
     unsigned char hdr[TN_SEG_IDX_HDR];
     uint64_t fsize;
-    int rc = open_idx(seg, &fd, hdr, &fsize);
+    size_t hsize;
+    int rc = open_idx(seg, &fd, hdr, &fsize, &hsize);
     if (rc != 0)
         return rc;
     tn_ient_t *idx = NULL;
@@ -424,7 +507,7 @@ int tn_seg_index_load(tn_seg_t *seg)
         goto out;
     }
     size_t got;
-    rc = tn_io_pread(fd, raw, body, TN_SEG_IDX_HDR, &got);
+    rc = tn_io_pread(fd, raw, body, hsize, &got);
     if (rc != 0)
         goto out;
     if (got != body || tn_crc32c(0, raw, body) != tn_get_u32(hdr + 52)) {

@@ -6,8 +6,8 @@
  * is durable, so that opening a partition reads one small header per sealed
  * segment instead of scanning its records:
  *
- *   0  u32 magic "TNI1"
- *   4  u32 crc32c over bytes 8..64
+ *   0  u32 magic "TNI2" ("TNI1": an older sidecar, still read)
+ *   4  u32 crc32c over bytes 8..H (H: 80 for TNI2, 64 for TNI1)
  *   8  u64 base offset
  *  16  u64 record count
  *  24  u64 segment length in bytes (must equal the .log file's length)
@@ -16,10 +16,17 @@
  *  48  u32 entry count
  *  52  u32 crc32c over the entries
  *  56  u64 reserved, 0
- *  64  entries: { u32 offset - base, u32 byte position } each
+ *  64  u64 control records of the partition below base (TNI2 only)
+ *  72  u64 control records in this segment (TNI2 only)
+ *   H  entries: { u32 offset - base, u32 byte position } each
  *
  * The entries form a sparse index (one per index-interval bytes of log),
- * loaded only when a reader first needs the segment.
+ * loaded only when a reader first needs the segment. The two control
+ * counts (TN_REC_F_CONTROL records: epoch starts, PRODUCER marks, which
+ * hold offsets but are not messages) let the log count messages without
+ * reading its records (plog.h, tn_plog_controls_below); a TNI1 sidecar
+ * does not have them, and the log counts that segment's control records
+ * itself when it may hold any.
  *
  * Ownership and threads: a tn_seg_t belongs to its partition log. Its size,
  * count and index change only on the log's commit thread, under the log's
@@ -35,8 +42,18 @@
 
 #include <stdatomic.h>
 
-#define TN_SEG_IDX_HDR   64
-#define TN_SEG_IDX_MAGIC 0x31494E54u /* "TNI1" */
+#define TN_SEG_IDX_HDR    80          /* TNI2 */
+#define TN_SEG_IDX_HDR_V1 64          /* TNI1 */
+#define TN_SEG_IDX_MAGIC  0x32494E54u /* "TNI2" */
+#define TN_SEG_IDX_MAGIC1 0x31494E54u /* "TNI1" */
+
+/* A sidecar's header size by its magic; 0 when it is neither. */
+static inline size_t tn_seg_idx_hdr_size(uint32_t magic)
+{
+    return magic == TN_SEG_IDX_MAGIC    ? TN_SEG_IDX_HDR
+           : magic == TN_SEG_IDX_MAGIC1 ? TN_SEG_IDX_HDR_V1
+                                        : 0;
+}
 
 typedef struct {
     uint32_t rel; /* offset - base */
@@ -60,6 +77,21 @@ typedef struct tn_seg_s {
     uint32_t idx_cap;
     uint64_t idx_next_pos; /* add an index entry at or after this position */
     char *path;            /* <dir>/<base>.log */
+    /* Control records (TN_REC_F_CONTROL). ctl_base: how many the partition
+     * holds below base (as far as its log knows: counted from its oldest
+     * segment when it was made, or from offset 0); nctl: how many this
+     * segment holds; ctl_known: nctl is known (false only for a TNI1
+     * sidecar until the log counts). ctl_offs: their offsets, ascending,
+     * when ctl_listed (the active segment and the one before it: the
+     * partition log keeps them for counting up to any offset there).
+     * Changed under the log's lock. */
+    uint64_t ctl_base;
+    uint64_t nctl;
+    bool ctl_known;
+    bool ctl_listed;
+    uint64_t *ctl_offs;
+    uint32_t nctl_offs;
+    uint32_t ctl_offs_cap;
 } tn_seg_t;
 
 /* What a scan found. */
@@ -73,6 +105,7 @@ typedef struct {
     uint64_t tail_pos;   /* where the problem starts */
     bool durable_damage; /* a later valid record proves tail_pos was durable */
     bool zero_tail;      /* every byte from tail_pos on is zero: space written ahead */
+    uint64_t ncontrol;   /* control records among the whole records counted */
 } tn_seg_scan_t;
 
 /* Format the file name of a segment ("%020llu.log") into buf. */
@@ -98,7 +131,8 @@ static inline void tn_seg_ref(tn_seg_t *seg)
 }
 
 /* Scan the records of fd (file_size bytes) that should start at offset
- * base. Builds seg's sparse index as it goes when seg is not NULL. Reads
+ * base. Builds seg's sparse index as it goes when seg is not NULL, and
+ * its list of control record offsets (seg->ctl_offs, ctl_listed). Reads
  * with the shim; returns 0 (and fills out, including a torn or corrupt
  * tail) or an I/O error. */
 int tn_seg_scan(int fd, uint64_t file_size, uint64_t base, uint32_t interval, tn_seg_t *seg,
@@ -108,12 +142,23 @@ int tn_seg_scan(int fd, uint64_t file_size, uint64_t base, uint32_t interval, tn
  * with the log's lock held. 0 or UV_ENOMEM. */
 int tn_seg_index_note(tn_seg_t *seg, uint64_t offset, uint64_t pos, uint32_t interval);
 
-/* Write seg's sidecar atomically in dir. The segment's data must already
- * be durable. */
+/* Note a control record at offset in seg's count and, when listed, its
+ * list. Call with the log's lock held. 0 or UV_ENOMEM (the list is then
+ * dropped: ctl_listed false; the count stays right). */
+int tn_seg_ctl_note(tn_seg_t *seg, uint64_t offset);
+/* Forget seg's list of control offsets (its count stays). */
+void tn_seg_ctl_unlist(tn_seg_t *seg);
+/* Control records of seg below offset (base <= offset <= base + count)
+ * from its list; seg must be listed. */
+uint64_t tn_seg_ctl_below(const tn_seg_t *seg, uint64_t offset);
+
+/* Write seg's sidecar (TNI2, with ctl_base and nctl) atomically in dir.
+ * The segment's data must already be durable. */
 int tn_seg_index_write(const tn_seg_t *seg, const char *dir);
 
 /* Read and check a sidecar header against file_size; fills count, size
- * and times. 0, UV_ENOENT or TN_ECORRUPT. */
+ * and times, and for TNI2 ctl_base and nctl (ctl_known; a TNI1 leaves
+ * ctl_known false and ctl_base 0). 0, UV_ENOENT or TN_ECORRUPT. */
 int tn_seg_index_open(tn_seg_t *seg, uint64_t file_size);
 
 /* Load a sealed segment's index entries from its sidecar. */

@@ -183,7 +183,7 @@ static int appendf(tn_buf_t *b, const char *fmt, ...)
 
 typedef struct {
     uint64_t depth;         /* held by the topic itself (tn_topic_depth) */
-    uint64_t message_count; /* ever published: offsets are dense from 0 */
+    uint64_t message_count; /* ever published (control records are not messages) */
     uint32_t nchannels;
 } topic_sums_t;
 
@@ -192,7 +192,7 @@ static void topic_sums(const tn_topic_t *t, topic_sums_t *out)
     memset(out, 0, sizeof(*out));
     for (uint32_t i = 0; i < t->nparts; i++)
         if (tn_topic_part_local(t, i))
-            out->message_count += tn_plog_written_next(t->parts[i]->plog);
+            out->message_count += tn_part_message_count(t->parts[i]);
     out->depth = tn_topic_depth(t);
     for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
         out->nchannels++;

@@ -301,13 +301,21 @@ void tn__v1_topic_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_topic_entry_t *e,
         for (uint32_t i = 0; i < nstats; i++) {
             const tn_router_pstat_t *ps = &stats[i];
             tn__v1_appendf(b, "%s{\"index\":%u", i > 0 ? "," : "", ps->partition);
-            if (ps->have)
+            if (ps->have) {
+                /* Offsets skip a replicated partition's control records;
+                 * the two counts are of messages only (docs/replication.md,
+                 * "Counts and offsets"). */
+                const tn_wire_pstat_t *w = &ps->st;
+                uint64_t stored = w->next_offset - TN_MIN(w->next_offset, w->oldest_offset);
                 tn__v1_appendf(b,
                                ",\"segments\":%u,\"oldest_offset\":%" PRIu64
                                ",\"next_offset\":%" PRIu64 ",\"high_watermark\":%" PRIu64
-                               ",\"size_bytes\":%" PRIu64,
-                               ps->st.segments, ps->st.oldest_offset, ps->st.next_offset,
-                               ps->st.high_watermark, ps->st.size_bytes);
+                               ",\"size_bytes\":%" PRIu64 ",\"message_count\":%" PRIu64
+                               ",\"stored_messages\":%" PRIu64,
+                               w->segments, w->oldest_offset, w->next_offset, w->high_watermark,
+                               w->size_bytes, w->next_offset - TN_MIN(w->next_offset, w->controls),
+                               stored - TN_MIN(stored, w->stored_controls));
+            }
             if (ps->owner != 0)
                 tn__v1_appendf(b, ",\"owner_node\":\"%" PRIu64 "\"", ps->owner);
             else

@@ -163,15 +163,16 @@ static void partition_table(yajl_val ps)
         repl = repl || tn_ctl_get(ps->u.array.values[i], "isr") != NULL;
     printf("\n");
     tn_ctl_table_t t;
-    tn_ctl_table_init(&t, repl ? 12 : 8);
-    const char *head[] = {"PARTITION", "OWNER", "SEGMENTS", "OLDEST",
-                          "NEXT",      "HWM",   "SIZE",     "ERROR"};
-    const char *rhead[] = {"PARTITION", "LEADER", "REPLICAS", "ISR", "EPOCH", "STATE",
-                           "SEGMENTS",  "OLDEST", "NEXT",     "HWM", "SIZE",  "ERROR"};
+    tn_ctl_table_init(&t, repl ? 13 : 9);
+    const char *head[] = {"PARTITION", "OWNER",    "SEGMENTS", "OLDEST", "NEXT",
+                          "HWM",       "MESSAGES", "SIZE",     "ERROR"};
+    const char *rhead[] = {"PARTITION", "LEADER",   "REPLICAS", "ISR",  "EPOCH",
+                           "STATE",     "SEGMENTS", "OLDEST",   "NEXT", "HWM",
+                           "MESSAGES",  "SIZE",     "ERROR"};
     tn_ctl_table_row(&t, repl ? rhead : head);
     for (size_t i = 0; i < ps->u.array.len; i++) {
         yajl_val p = ps->u.array.values[i];
-        char ix[24], sg[24], ol[24], nx[24], hw[24], sz[32], rp[96], is[96], ep[24], st[48];
+        char ix[24], sg[24], ol[24], nx[24], hw[24], mc[24], sz[32], rp[96], is[96], ep[24], st[48];
         int64_t size = 0;
         bool has_size = tn_ctl_get_int(p, "size_bytes", &size);
         const char *szs = has_size ? tn_ctl_fmt_bytes((uint64_t)size, sz, sizeof(sz)) : NULL;
@@ -182,6 +183,7 @@ static void partition_table(yajl_val ps)
                                  num(p, "oldest_offset", ol, sizeof(ol)),
                                  num(p, "next_offset", nx, sizeof(nx)),
                                  num(p, "high_watermark", hw, sizeof(hw)),
+                                 num(p, "message_count", mc, sizeof(mc)),
                                  szs,
                                  tn_ctl_get_str(p, "error")};
             tn_ctl_table_row(&t, row);
@@ -208,6 +210,7 @@ static void partition_table(yajl_val ps)
                              num(p, "oldest_offset", ol, sizeof(ol)),
                              num(p, "next_offset", nx, sizeof(nx)),
                              num(p, "high_watermark", hw, sizeof(hw)),
+                             num(p, "message_count", mc, sizeof(mc)),
                              szs,
                              tn_ctl_get_str(p, "error")};
         tn_ctl_table_row(&t, row);

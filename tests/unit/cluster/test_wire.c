@@ -1122,13 +1122,13 @@ static void test_pstats_codec(void **state)
 
     /* Replies: numbers for 200 only, statuses in the asked order. */
     tn_wire_pstat_t st[3] = {
-        {2, 200, 3, 10, 42, 40, 9000},
-        {0, 421, 0, 0, 0, 0, 0},
-        {7, 416, 0, 0, 0, 0, 0},
+        {2, 200, 3, 10, 42, 40, 9000, 5, 4},
+        {0, 421, 0, 0, 0, 0, 0, 0, 0},
+        {7, 416, 0, 0, 0, 0, 0, 0, 0},
     };
     tn_buf_reset(&b);
     assert_int_equal(tn_wire_pstats_reply_encode(&b, st, 3), 0);
-    assert_int_equal(tn_buf_size(&b), 4 + 6 + 36 + 6 + 6);
+    assert_int_equal(tn_buf_size(&b), 4 + 6 + 52 + 6 + 6);
     tn_wire_pstat_t got[3];
     assert_int_equal(tn_wire_pstats_reply_decode(tn_buf_data(&b), tn_buf_size(&b), parts, 3, got),
                      0);
@@ -1139,6 +1139,8 @@ static void test_pstats_codec(void **state)
     assert_int_equal(got[0].next_offset, 42);
     assert_int_equal(got[0].high_watermark, 40);
     assert_int_equal(got[0].size_bytes, 9000);
+    assert_int_equal(got[0].controls, 5);
+    assert_int_equal(got[0].stored_controls, 4);
     assert_int_equal(got[1].status, 421);
     assert_int_equal(got[2].status, 416);
     static const uint32_t other[] = {2, 7, 0};
@@ -1149,6 +1151,22 @@ static void test_pstats_codec(void **state)
     assert_int_equal(
         tn_wire_pstats_reply_decode(tn_buf_data(&b), tn_buf_size(&b) - 1, parts, 3, got),
         TN_EPROTO);
+    /* Counts that cannot be: more control records than offsets, more
+     * stored than written. */
+    for (int k = 0; k < 2; k++) {
+        tn_wire_pstat_t bad = st[0];
+        if (k == 0)
+            bad.controls = 43;
+        else
+            bad.stored_controls = 6;
+        tn_buf_reset(&b);
+        assert_int_equal(tn_wire_pstats_reply_encode(&b, &bad, 1), 0);
+        assert_int_equal(
+            tn_wire_pstats_reply_decode(tn_buf_data(&b), tn_buf_size(&b), parts, 1, got),
+            TN_EPROTO);
+    }
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_pstats_reply_encode(&b, st, 3), 0);
     st[1].status = 418;
     before = tn_buf_size(&b);
     assert_int_equal(tn_wire_pstats_reply_encode(&b, st, 3), UV_EINVAL);

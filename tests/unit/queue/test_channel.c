@@ -834,12 +834,20 @@ static void test_control_records_not_delivered(void **state)
     ch = channel(q, "t", "c");
     assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
     tn_channel_stats(ch, &st);
-    assert_int_equal(st.depth, 3); /* e, the PRODUCER record, f: not scanned yet */
+    /* e and f: the PRODUCER record, not scanned yet, is not a message
+     * (the log counts its control records). */
+    assert_int_equal(st.depth, 2);
+    assert_int_equal(st.message_count, 6);
+    assert_int_equal(tn_topic_depth(t), 0);
+    /* The log: a at 0, then (the restarts above lost the unsynced 1..6 and
+     * advanced it) e 7, PRODUCER 8, f 9. Offsets lost count as written, as
+     * for factor 1; the PRODUCER record does not. */
+    assert_int_equal(tn_part_message_count(t->parts[0]), 9);
     assert_int_equal(tn_topic_skip_control(t, 0, 8), 0);
     assert_int_equal(tn_topic_skip_control(t, 0, 8), 0); /* idempotent */
     assert_int_equal(tn_topic_skip_control(t, 1, 8), UV_EINVAL);
     tn_channel_stats(ch, &st);
-    assert_int_equal(st.depth, 2);
+    assert_int_equal(st.depth, 2); /* settled ahead of the scan: not taken off twice */
     assert_int_equal(st.message_count, 6);
     sink_t s;
     attach(&s, ch, 10, 60000);

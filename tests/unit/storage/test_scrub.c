@@ -2,7 +2,8 @@
  * give no errors and the bytes and records add up; a flipped byte in a
  * sealed segment's record body is found (segment, byte position), the
  * partition is isolated as recovery isolates it and the others keep
- * working; a broken sidecar entry is reported without isolating; the rate
+ * working; a broken sidecar entry, or a sidecar's control record count
+ * that the records deny, is reported without isolating; the rate
  * limit is honoured in its accounting (a fake clock: no timing); closing
  * cuts a run short and answers its waiter. */
 #include "core/platform.h"
@@ -479,12 +480,68 @@ static void test_bad_options(void **state)
     assert_null(s);
 }
 
+/* Read a whole sidecar into a malloc'd buffer (*size its length). */
+static unsigned char *read_idx(const tn_seg_t *seg, char *ipath, size_t len, long *size)
+{
+    snprintf(ipath, len, "%.*s.idx", (int)(strlen(seg->path) - 4), seg->path);
+    *size = tu_file_size(ipath);
+    assert_true(*size >= TN_SEG_IDX_HDR);
+    unsigned char *buf = malloc((size_t)*size);
+    assert_non_null(buf);
+    FILE *f = fopen(ipath, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(buf, 1, (size_t)*size, f), (size_t)*size);
+    fclose(f);
+    return buf;
+}
+
+/* A TNI2 sidecar whose control record count disagrees with the segment's
+ * records is reported (header CRC right: only the records can tell); a
+ * TNI1 sidecar (older, no counts) is checked as before and passes. */
+static void test_sidecar_control_count(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *a = open_log(fx, "t", 0);
+    fill(fx, a, 1200);
+    assert_true(a->nsegs >= 3);
+    char ipath[4200];
+    long size;
+    unsigned char *buf = read_idx(a->segs[0], ipath, sizeof(ipath), &size);
+    assert_int_equal(tn_get_u32(buf), TN_SEG_IDX_MAGIC);
+    assert_int_equal(tn_get_u64(buf + 72), 0); /* no control record here */
+    tn_put_u64(buf + 72, 2);
+    tn_put_u32(buf + 4, tn_crc32c(0, buf + 8, TN_SEG_IDX_HDR - 8));
+    tu_patch_file(ipath, 0, buf, (size_t)size);
+    tn_scrub_report_t rep;
+    scrub_once(fx, &fast, &rep, NULL);
+    assert_int_equal(rep.errors_total, 1);
+    assert_int_equal(rep.errors[0].pos, 72);
+    assert_non_null(strstr(rep.errors[0].what, "says 2 control records; the segment has 0"));
+    assert_false(rep.errors[0].isolated);
+    assert_int_equal(tn_plog_err(a), 0);
+
+    /* The same sidecar as TNI1: 64-byte header, entries right after. */
+    tn_put_u64(buf + 72, 0);
+    memmove(buf + TN_SEG_IDX_HDR_V1, buf + TN_SEG_IDX_HDR, (size_t)size - TN_SEG_IDX_HDR);
+    size -= TN_SEG_IDX_HDR - TN_SEG_IDX_HDR_V1;
+    tn_put_u32(buf, TN_SEG_IDX_MAGIC1);
+    tn_put_u32(buf + 4, tn_crc32c(0, buf + 8, TN_SEG_IDX_HDR_V1 - 8));
+    FILE *f = fopen(ipath, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+    free(buf);
+    scrub_once(fx, &fast, &rep, NULL);
+    assert_int_equal(rep.errors_total, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_clean_segments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_byte_isolates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broken_index_entry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sidecar_control_count, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rate_limit_accounting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_during_a_run, setup, teardown),
         cmocka_unit_test(test_bucket),
