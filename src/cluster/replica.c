@@ -157,7 +157,7 @@ struct part_s {
     uint64_t dmg_retry_at;
     bool dmg_logged;
     uint64_t dmg_stuck_logged_at; /* the last "cannot repair" line */
-    bool rep_busy; /* reading the range, or replacing the segment */
+    bool rep_busy;                /* reading the range, or replacing the segment */
     uint64_t rep_retry_at;
     uint64_t rep_base, rep_end, rep_next;
     uint32_t rep_from; /* the leader read from */
@@ -783,8 +783,7 @@ static void run(part_t *pt, const tn_repl_event_t *ev)
              * LOG event after them comes. */
             if (pt->appending || pt->truncating || pt->rep_busy ||
                 (pt->plog != NULL && (pt->src == SRC_OWN || pt->src == SRC_ENGINE) &&
-                 (tn_plog_written_next(pt->plog) != pt->core.end ||
-                  tn_plog_err(pt->plog) != 0))) {
+                 (tn_plog_written_next(pt->plog) != pt->core.end || tn_plog_err(pt->plog) != 0))) {
                 /* (A damaged copy fetches again once repaired: step 7.) */
                 pt->core.fetching = false; /* never sent: the LOG event asks again */
                 break;
@@ -1494,11 +1493,11 @@ static void on_repaired(tn_plog_repair_t *req, int status)
     rm->st.repairs++;
     int err = pt->plog != NULL ? tn_plog_err(pt->plog) : 0;
     TN_LOG(TN_LOG_NOTICE,
-           "replica %s/%" PRIu32 ": repaired offsets %" PRIu64 "..%" PRIu64
-           " from node %" PRIu32 " (the damaged file is kept as %s)%s",
+           "replica %s/%" PRIu32 ": repaired offsets %" PRIu64 "..%" PRIu64 " from node %" PRIu32
+           " (the damaged file is kept as %s)%s",
            pt->topic, pt->p, pt->rep_base, pt->rep_end - 1, pt->rep_from, req->quarantined,
-           err != 0 ? "; more damage found, repairing that next" : "; it catches up and rejoins "
-                                                                   "the ISR");
+           err != 0 ? "; more damage found, repairing that next"
+                    : "; it catches up and rejoins the ISR");
     pt->core_fed = false; /* feed the log as it is now: the core fetches again */
     poll_log(pt);
     send_fetches(rm);
@@ -1530,11 +1529,11 @@ static void on_repair_reply(void *arg, int status, const tn_wire_reply_t *reply,
     }
     if (rp.status != TN_FETCH_RECORDS) {
         snprintf(why, sizeof(why), "the leader answered %s",
-                 rp.status == TN_FETCH_ERROR          ? "that it cannot read the range"
-                 : rp.status == TN_FETCH_NOT_LEADER   ? "that it does not lead"
-                 : rp.status == TN_FETCH_FENCED       ? "fenced"
+                 rp.status == TN_FETCH_ERROR           ? "that it cannot read the range"
+                 : rp.status == TN_FETCH_NOT_LEADER    ? "that it does not lead"
+                 : rp.status == TN_FETCH_FENCED        ? "fenced"
                  : rp.status == TN_FETCH_UNKNOWN_EPOCH ? "unknown epoch"
-                                                      : "another status");
+                                                       : "another status");
         repair_fail(pt, "reading", why);
         return;
     }
@@ -1728,11 +1727,10 @@ static void repair_reply(rreq_t *r, uint16_t status)
     int rc = tn_fetch_reply_put_head(&b, 1);
     if (rc == 0 && status == TN_FETCH_RECORDS) {
         tn_epoch_entry_t ep[64];
-        uint32_t nep = r->count > 0 ? tn_plog_epochs_range(r->plog, r->from, r->from + r->count,
-                                                           ep, 64)
-                                    : 0;
-        rc = tn_fetch_reply_put_records(&b, hw, r->from, r->count, ep, nep,
-                                        tn_buf_data(&r->recs), tn_buf_size(&r->recs));
+        uint32_t nep =
+            r->count > 0 ? tn_plog_epochs_range(r->plog, r->from, r->from + r->count, ep, 64) : 0;
+        rc = tn_fetch_reply_put_records(&b, hw, r->from, r->count, ep, nep, tn_buf_data(&r->recs),
+                                        tn_buf_size(&r->recs));
     } else if (rc == 0) {
         rc = tn_fetch_reply_put_status(&b, status, hw);
     }
@@ -1788,7 +1786,7 @@ void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len,
     r->from = fp.fetch_offset;
     r->to = fp.flushed_offset;
     r->max = fr.max_bytes > 0 && fr.max_bytes < rm->o.fetch_max_bytes ? fr.max_bytes
-                                                                       : rm->o.fetch_max_bytes;
+                                                                      : rm->o.fetch_max_bytes;
     tn_buf_init(&r->recs);
     part_t *pt = part_find(rm, r->topic, r->p);
     uint16_t status = TN_FETCH_RECORDS;

@@ -207,8 +207,7 @@ static int create_segment(tn_plog_t *plog, uint64_t base, tn_seg_t **out)
 /* Open and check one segment (next: the following segment's base, when
  * not last). Sets the log's sticky error (and returns 0) on corruption;
  * returns an error only when the open itself failed. */
-static int recover_segment(tn_plog_t *plog, uint64_t base, uint64_t next, bool last,
-                           tn_seg_t **out)
+static int recover_segment(tn_plog_t *plog, uint64_t base, uint64_t next, bool last, tn_seg_t **out)
 {
     uint32_t interval = plog->store->opts.index_interval;
     char path[4096];
@@ -2431,9 +2430,9 @@ static int repair_run(tn_plog_t *plog, tn_plog_repair_t *req)
         rc = seg_path(plog, base, "repair", tmpp, sizeof(tmpp));
     if (rc == 0)
         rc = seg_path(plog, base, "idx", idxp, sizeof(idxp));
-    if (rc == 0 && (size_t)snprintf(req->quarantined, sizeof(req->quarantined),
-                                    "%s.damaged.%" PRId64, segp,
-                                    tn_now_wall_ms()) >= sizeof(req->quarantined))
+    if (rc == 0 &&
+        (size_t)snprintf(req->quarantined, sizeof(req->quarantined), "%s.damaged.%" PRId64, segp,
+                         tn_now_wall_ms()) >= sizeof(req->quarantined))
         rc = UV_ENAMETOOLONG;
     if (rc != 0)
         return rc;

@@ -724,8 +724,8 @@ static void test_request_check(void **state)
     assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_FETCH], &fp), 0);
     /* REPAIR: the FETCH layout with exactly one partition. */
     assert_int_equal(tn_fetch_req_put_head(&good[TN_OP_REPAIR], 2, 77, 0, 1 << 20, 1), 0);
-    tn_fetch_part_t rp = {.topic = "t", .partition = 1, .leader_epoch = 3, .fetch_offset = 9,
-                          .flushed_offset = 20};
+    tn_fetch_part_t rp = {
+        .topic = "t", .partition = 1, .leader_epoch = 3, .fetch_offset = 9, .flushed_offset = 20};
     assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_REPAIR], &rp), 0);
     tn_buf_t two;
     tn_buf_init(&two);

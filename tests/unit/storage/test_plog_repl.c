@@ -543,7 +543,6 @@ static void test_raw_refusals(void **state)
     tn_buf_fini(&b);
 }
 
-
 /* --- repair of a damaged segment ----------------------------------------------------- */
 
 typedef struct {
