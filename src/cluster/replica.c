@@ -1565,7 +1565,10 @@ static void on_repair_reply(void *arg, int status, const tn_wire_reply_t *reply,
     if (rc != 0) {
         pt->busy--;
         repair_fail(pt, "replacing the segment", tn_strerror(rc));
+        return;
     }
+    tn_buf_fini(&pt->rep_buf); /* the request has its own copy */
+    tn_buf_init(&pt->rep_buf);
 }
 
 /* Ask the leader for the next piece of the damaged range. */
