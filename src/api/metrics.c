@@ -190,6 +190,14 @@ static void repl_metrics(const tn_metrics_t *m, tn_buf_t *b)
     scalar(b, "tern_partitions_offline", "gauge",
            "replicated partitions with no leader (no eligible in-sync replica), as this node knows",
            rs.offline);
+    scalar(b, "tern_replica_damaged_partitions", "gauge",
+           "replicas on this node whose log failed a CRC check and is not repaired yet (out of the "
+           "ISR and of elections)",
+           rs.damaged);
+    scalar(b, "tern_replica_repairs_total", "counter",
+           "damaged segments this node replaced with its leader's copy", rs.repairs);
+    scalar(b, "tern_replica_repairs_failed_total", "counter",
+           "repair attempts that failed here (each is tried again)", rs.repairs_failed);
     scalar(b, "tern_isr_shrinks_total", "counter",
            "ISR shrinks this node proposed and the metastore applied", rs.isr_shrinks);
     scalar(b, "tern_isr_expands_total", "counter",

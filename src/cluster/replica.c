@@ -46,6 +46,23 @@
  *      TN_EFENCED (tn_plog_fail_gated); the placement answer turns false
  *      and tn_topic_follow_placement makes the partition remote in the
  *      engine, which sets its log aside; the manager follows on that log.
+ *   7. Damage. A log this manager holds that turns sticky with
+ *      TN_ECORRUPT (a CRC failure found by a read, tn_plog_read_raw, the
+ *      scrub or recovery) is reported once with PART_CORRUPT
+ *      (tn_meta_mark_corrupt): the replica leaves the ISR, the ELR and
+ *      elections, and a leader's partition moves to a clean ISR member
+ *      (none: offline). It fetches no more. Once the mark is applied and
+ *      the node follows a leader, it reads the damaged segment's range
+ *      [base, end) (tn_plog_damage) from the leader with REPAIR calls
+ *      (TN_OP_REPAIR: whole batches, CRC-checked on both sides), hands the
+ *      whole range to tn_plog_repair (a crash-safe replacement that
+ *      re-opens the log in place), and feeds the core the log as found:
+ *      it fetches again and the leader's usual expand rule adds it back
+ *      once caught up (that CAS clears the mark). A repair that fails is
+ *      tried again after REPAIR_RETRY_MS; damage that is not a segment's
+ *      records (the active segment, the epochs file) stays isolated and
+ *      is logged. A partition whose every replica is damaged has no
+ *      leader to repair from: it stays offline, logged every minute.
  * Failure modes: a fetch call that fails or times out is sent again by
  * the core's fetch timeout; an ISR proposal the metastore refuses is
  * EV_ISR_REFUSED; a truncation below the hw is refused (the partition
@@ -66,6 +83,7 @@
 #include "core/log.h"
 #include "core/time.h"
 #include "storage/plog.h"
+#include "storage/record.h"
 #include "storage/store.h"
 
 #include <inttypes.h>
@@ -79,6 +97,10 @@
 #define DEFAULT_MAX     (1u << 20)
 #define NBUCKETS        256
 #define ISR_RETRY_MS    500
+#define DMG_RETRY_MS    1000  /* a PART_CORRUPT that did not apply */
+#define REPAIR_RETRY_MS 2000  /* a repair read or replacement that failed */
+#define REPAIR_CALL_MS  30000 /* one REPAIR call */
+#define STUCK_LOG_MS    60000 /* "cannot repair" at most this often */
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -128,7 +150,21 @@ struct part_s {
     tn_plog_trunc_t trunc;
     uv_work_t open_work;
     int open_rc;
-    uint32_t busy; /* callbacks outstanding (open, append, truncate, start, isr) */
+    /* a damaged copy (its log isolated by a CRC failure): reported with
+     * PART_CORRUPT, then repaired from the leader (DESIGN step 7) */
+    bool dmg_busy; /* PART_CORRUPT in flight */
+    tn_meta_req_t dmg_req;
+    uint64_t dmg_retry_at;
+    bool dmg_logged;
+    uint64_t dmg_stuck_logged_at; /* the last "cannot repair" line */
+    bool rep_busy;                /* reading the range, or replacing the segment */
+    uint64_t rep_retry_at;
+    uint64_t rep_base, rep_end, rep_next;
+    uint32_t rep_from; /* the leader read from */
+    tn_buf_t rep_buf;
+    tn_rpc_call_t *rep_call;
+    tn_plog_repair_t rep_req;
+    uint32_t busy; /* callbacks outstanding (open, append, truncate, start, isr, repair) */
 };
 
 typedef struct fitem_s {
@@ -745,9 +781,10 @@ static void run(part_t *pt, const tn_repl_event_t *ev)
             /* While records are being appended or the log cut, the core's
              * view of its log end is behind: it fetches again once the
              * LOG event after them comes. */
-            if (pt->appending || pt->truncating ||
+            if (pt->appending || pt->truncating || pt->rep_busy ||
                 (pt->plog != NULL && (pt->src == SRC_OWN || pt->src == SRC_ENGINE) &&
-                 tn_plog_written_next(pt->plog) != pt->core.end)) {
+                 (tn_plog_written_next(pt->plog) != pt->core.end || tn_plog_err(pt->plog) != 0))) {
+                /* (A damaged copy fetches again once repaired: step 7.) */
                 pt->core.fetching = false; /* never sent: the LOG event asks again */
                 break;
             }
@@ -1261,6 +1298,7 @@ static void part_maybe_free(part_t *pt)
     if (*pp == pt)
         *pp = pt->next;
     tn_buf_fini(&pt->appbuf);
+    tn_buf_fini(&pt->rep_buf);
     tn_free(pt->appep);
     tn_free(pt->topic);
     tn_free(pt);
@@ -1328,6 +1366,7 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
         pt->rm = rm;
         pt->p = p;
         tn_buf_init(&pt->appbuf);
+        tn_buf_init(&pt->rep_buf);
         tn_repl_config_t cfg = {
             .node = rm->o.node,
             .incarnation = tn_meta_incarnation(rm->o.meta),
@@ -1391,6 +1430,390 @@ static void on_watch(void *arg, tn_plog_t *pl)
     send_fetches(rm);
 }
 
+/* --- damage: reporting it, repairing from the leader (DESIGN step 7) ---------------- */
+
+/* Whether the metastore's state marks this node's replica of pt damaged. */
+static bool marked_damaged(const tn_pstate_t *ps, uint32_t node)
+{
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        if (ps->replicas[i] == node)
+            return (ps->corrupt & (1u << i)) != 0;
+    return false;
+}
+
+static void on_damage_reported(tn_meta_req_t *req, int status)
+{
+    part_t *pt = req->data;
+    pt->busy--;
+    pt->dmg_busy = false;
+    if (pt->dead || pt->rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (status != 0) {
+        TN_LOG_RL(TN_LOG_WARN, 5000, "replica %s/%" PRIu32 ": reporting its damaged copy: %s",
+                  pt->topic, pt->p, tn_strerror(status));
+        pt->dmg_retry_at = now_ms(pt->rm) + DMG_RETRY_MS;
+    }
+}
+
+static void repair_send(part_t *pt);
+
+static void repair_fail(part_t *pt, const char *what, const char *why)
+{
+    tn_replica_t *rm = pt->rm;
+    rm->st.repairs_failed++;
+    TN_LOG_RL(TN_LOG_WARN, 5000,
+              "replica %s/%" PRIu32 ": repair of offsets %" PRIu64 "..%" PRIu64
+              " from node %" PRIu32 ": %s: %s; trying again",
+              pt->topic, pt->p, pt->rep_base, pt->rep_end - 1, pt->rep_from, what, why);
+    pt->rep_busy = false;
+    pt->rep_retry_at = now_ms(rm) + REPAIR_RETRY_MS;
+    tn_buf_reset(&pt->rep_buf);
+}
+
+static void on_repaired(tn_plog_repair_t *req, int status)
+{
+    part_t *pt = req->data;
+    tn_replica_t *rm = pt->rm;
+    pt->busy--;
+    tn_buf_fini(&pt->rep_buf);
+    tn_buf_init(&pt->rep_buf);
+    if (pt->dead || rm->closing) {
+        pt->rep_busy = false;
+        part_maybe_free(pt);
+        return;
+    }
+    if (status != 0) {
+        repair_fail(pt, "replacing the segment", tn_strerror(status));
+        return;
+    }
+    pt->rep_busy = false;
+    pt->dmg_logged = false;
+    rm->st.repairs++;
+    int err = pt->plog != NULL ? tn_plog_err(pt->plog) : 0;
+    TN_LOG(TN_LOG_NOTICE,
+           "replica %s/%" PRIu32 ": repaired offsets %" PRIu64 "..%" PRIu64 " from node %" PRIu32
+           " (the damaged file is kept as %s)%s",
+           pt->topic, pt->p, pt->rep_base, pt->rep_end - 1, pt->rep_from, req->quarantined,
+           err != 0 ? "; more damage found, repairing that next"
+                    : "; it catches up and rejoins the ISR");
+    pt->core_fed = false; /* feed the log as it is now: the core fetches again */
+    poll_log(pt);
+    send_fetches(rm);
+}
+
+static void on_repair_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    part_t *pt = arg;
+    tn_replica_t *rm = pt->rm;
+    pt->busy--;
+    pt->rep_call = NULL;
+    if (pt->dead || rm->closing) {
+        pt->rep_busy = false;
+        part_maybe_free(pt);
+        return;
+    }
+    if (status != 0) {
+        repair_fail(pt, "reading", err != NULL ? err : tn_strerror(status));
+        return;
+    }
+    char why[64];
+    tn_fetch_reply_t fr;
+    tn_fetch_rpart_t rp;
+    if (reply->status != 200 || tn_fetch_reply_decode(reply->body, reply->body_len, &fr) != 0 ||
+        fr.count != 1 || tn_fetch_reply_next(&fr, &rp) != 0) {
+        snprintf(why, sizeof(why), "answer %u", reply->status);
+        repair_fail(pt, "reading", why);
+        return;
+    }
+    if (rp.status != TN_FETCH_RECORDS) {
+        snprintf(why, sizeof(why), "the leader answered %s",
+                 rp.status == TN_FETCH_ERROR           ? "that it cannot read the range"
+                 : rp.status == TN_FETCH_NOT_LEADER    ? "that it does not lead"
+                 : rp.status == TN_FETCH_FENCED        ? "fenced"
+                 : rp.status == TN_FETCH_UNKNOWN_EPOCH ? "unknown epoch"
+                                                       : "another status");
+        repair_fail(pt, "reading", why);
+        return;
+    }
+    uint32_t n = 0;
+    if (rp.from != pt->rep_next || rp.count == 0 || pt->rep_next + rp.count > pt->rep_end ||
+        tn_rec_check_run(rp.records, rp.records_len, rp.from, &n) != 0 || n != rp.count) {
+        repair_fail(pt, "reading", "records that do not continue the range");
+        return;
+    }
+    if (tn_buf_append(&pt->rep_buf, rp.records, rp.records_len) != 0) {
+        repair_fail(pt, "reading", "out of memory");
+        return;
+    }
+    pt->rep_next += rp.count;
+    if (pt->rep_next < pt->rep_end) {
+        repair_send(pt);
+        return;
+    }
+    /* The whole range in hand: replace the damaged segment. */
+    if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE)) {
+        repair_fail(pt, "replacing the segment", "the log is not in hand");
+        return;
+    }
+    memset(&pt->rep_req, 0, sizeof(pt->rep_req));
+    pt->rep_req.data = pt;
+    pt->busy++;
+    int rc = tn_plog_repair(pt->plog, &pt->rep_req, pt->rep_base, pt->rep_end,
+                            tn_buf_data(&pt->rep_buf), tn_buf_size(&pt->rep_buf), on_repaired);
+    if (rc != 0) {
+        pt->busy--;
+        repair_fail(pt, "replacing the segment", tn_strerror(rc));
+        return;
+    }
+    tn_buf_fini(&pt->rep_buf); /* the request has its own copy */
+    tn_buf_init(&pt->rep_buf);
+}
+
+/* Ask the leader for the next piece of the damaged range. */
+static void repair_send(part_t *pt)
+{
+    tn_replica_t *rm = pt->rm;
+    const char *addr = member_addr(rm, pt->rep_from);
+    if (addr == NULL || rm->o.rpc == NULL) {
+        repair_fail(pt, "reading", "no address for the leader");
+        return;
+    }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_fetch_part_t fp;
+    memset(&fp, 0, sizeof(fp));
+    snprintf(fp.topic, sizeof(fp.topic), "%s", pt->topic);
+    fp.partition = pt->p;
+    fp.leader_epoch = pt->core.ps.leader_epoch;
+    fp.fetch_offset = pt->rep_next;
+    fp.flushed_offset = pt->rep_end;
+    fp.partition_epoch = pt->core.ps.partition_epoch;
+    int rc = tn_fetch_req_put_head(&b, rm->o.node, tn_meta_incarnation(rm->o.meta), 0,
+                                   (uint32_t)rm->o.fetch_max_bytes, 1);
+    if (rc == 0)
+        rc = tn_fetch_req_put_part(&b, &fp);
+    if (rc == 0)
+        rc = tn_rpc_call(rm->o.rpc, addr, TN_OP_REPAIR, tn_buf_data(&b), tn_buf_size(&b),
+                         REPAIR_CALL_MS, on_repair_reply, pt, &pt->rep_call);
+    tn_buf_fini(&b);
+    if (rc != 0) {
+        repair_fail(pt, "reading", tn_strerror(rc));
+        return;
+    }
+    pt->busy++;
+}
+
+/* The tick's look at a partition's log: a damaged copy is reported, then
+ * repaired from the leader; one that cannot be says so. */
+static void check_damage(part_t *pt, uint64_t now)
+{
+    tn_replica_t *rm = pt->rm;
+    if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE) || pt->rep_busy)
+        return;
+    if (tn_plog_err(pt->plog) != TN_ECORRUPT)
+        return;
+    if (!pt->dmg_logged) {
+        pt->dmg_logged = true;
+        TN_LOG(TN_LOG_ERROR,
+               "replica %s/%" PRIu32 ": this copy is damaged (%s): out of the ISR and of "
+               "elections until it is repaired from the leader",
+               pt->topic, pt->p, pt->plog->errmsg);
+    }
+    const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(rm->o.meta), pt->topic, pt->p);
+    if (ps == NULL)
+        return;
+    if (!marked_damaged(ps, rm->o.node)) {
+        if (pt->dmg_busy || now < pt->dmg_retry_at)
+            return;
+        memset(&pt->dmg_req, 0, sizeof(pt->dmg_req));
+        pt->dmg_req.data = pt;
+        pt->dmg_busy = true;
+        pt->busy++;
+        int rc = tn_meta_mark_corrupt(rm->o.meta, &pt->dmg_req, pt->topic, pt->p, rm->o.node,
+                                      on_damage_reported);
+        if (rc != 0) {
+            pt->dmg_busy = false;
+            pt->busy--;
+            pt->dmg_retry_at = now + DMG_RETRY_MS;
+        }
+        return;
+    }
+    if (now < pt->rep_retry_at || pt->appending || pt->truncating)
+        return;
+    uint64_t base = 0, end = 0;
+    bool where = tn_plog_damage(pt->plog, &base, &end);
+    uint32_t leader = pt->core.ps.leader;
+    if (!where || pt->core.role != TN_REPL_FOLLOWER || leader == TN_PSTATE_NONE ||
+        leader == rm->o.node || pt->core.ps.partition_epoch < ps->partition_epoch) {
+        if (pt->core.ps.partition_epoch >= ps->partition_epoch &&
+            (pt->dmg_stuck_logged_at == 0 || now >= pt->dmg_stuck_logged_at + STUCK_LOG_MS)) {
+            pt->dmg_stuck_logged_at = now;
+            TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot repair this copy: %s", pt->topic,
+                   pt->p,
+                   !where ? "the damage is not in the records of a sealed segment"
+                   : leader == TN_PSTATE_NONE
+                       ? "no leader to copy from (every in-sync replica is damaged or down); "
+                         "the partition stays offline"
+                       : "waiting for a leader other than this node");
+        }
+        return;
+    }
+    pt->rep_busy = true;
+    pt->rep_base = base;
+    pt->rep_end = end;
+    pt->rep_next = base;
+    pt->rep_from = leader;
+    tn_buf_reset(&pt->rep_buf);
+    pt->want = false;
+    TN_LOG(TN_LOG_NOTICE,
+           "replica %s/%" PRIu32 ": repairing offsets %" PRIu64 "..%" PRIu64 " from node %" PRIu32,
+           pt->topic, pt->p, base, end - 1, leader);
+    repair_send(pt);
+}
+
+/* --- leader: serving a damaged follower's range (TN_OP_REPAIR) ---------------------- */
+
+typedef struct {
+    tn_replica_t *rm;
+    tn_rpc_req_t *req;
+    uv_work_t work;
+    tn_plog_t *plog;
+    char topic[256];
+    uint32_t p;
+    uint64_t from, to;
+    size_t max;
+    tn_buf_t recs;
+    uint32_t count;
+    int rc;
+} rreq_t;
+
+static void repair_read_work(uv_work_t *w)
+{
+    rreq_t *r = TN_CONTAINER_OF(w, rreq_t, work);
+    r->rc = tn_plog_read_raw(r->plog, r->from, r->max, &r->recs, &r->count);
+    if (r->rc != 0 || r->count == 0)
+        return;
+    /* Never past the end of the range, which must be a batch's end. */
+    const unsigned char *b = (const unsigned char *)tn_buf_data(&r->recs);
+    size_t len = tn_buf_size(&r->recs), pos = 0;
+    uint32_t n = 0;
+    bool more = false;
+    while (pos < len) {
+        tn_rec_hdr_t h;
+        if (tn_rec_decode_hdr(b + pos, len - pos, &h) != 0) {
+            r->rc = TN_ECORRUPT;
+            return;
+        }
+        if (h.offset >= r->to)
+            break;
+        more = (h.flags & TN_REC_F_MORE) != 0;
+        pos += (size_t)tn_rec_size(&h);
+        n++;
+    }
+    if (more) {
+        r->rc = UV_EINVAL; /* the end falls inside a batch */
+        return;
+    }
+    r->recs.len = r->recs.off + pos; /* cut at the range end */
+    r->count = n;
+}
+
+static void repair_reply(rreq_t *r, uint16_t status)
+{
+    tn_replica_t *rm = r->rm;
+    part_t *pt = part_find(rm, r->topic, r->p);
+    uint64_t hw = pt != NULL ? pt->core.hw : 0;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_fetch_reply_put_head(&b, 1);
+    if (rc == 0 && status == TN_FETCH_RECORDS) {
+        tn_epoch_entry_t ep[64];
+        uint32_t nep =
+            r->count > 0 ? tn_plog_epochs_range(r->plog, r->from, r->from + r->count, ep, 64) : 0;
+        rc = tn_fetch_reply_put_records(&b, hw, r->from, r->count, ep, nep, tn_buf_data(&r->recs),
+                                        tn_buf_size(&r->recs));
+    } else if (rc == 0) {
+        rc = tn_fetch_reply_put_status(&b, status, hw);
+    }
+    if (rc == 0)
+        tn_rpc_reply(r->req, 200, "application/octet-stream", tn_buf_data(&b), tn_buf_size(&b));
+    else
+        tn_rpc_reply(r->req, 503, "application/json", "{\"error\":\"out of memory\"}", 25);
+    tn_buf_fini(&b);
+    tn_buf_fini(&r->recs);
+    tn_free(r);
+}
+
+static void repair_read_done(uv_work_t *w, int status)
+{
+    rreq_t *r = TN_CONTAINER_OF(w, rreq_t, work);
+    tn_replica_t *rm = r->rm;
+    rm->working--;
+    part_t *pt = part_find(rm, r->topic, r->p);
+    bool ok = status == 0 && r->rc == 0 && r->count > 0 && pt != NULL && pt->plog == r->plog &&
+              pt->core.role == TN_REPL_LEADER;
+    if (!ok && r->rc != 0)
+        TN_LOG_RL(TN_LOG_WARN, 5000,
+                  "replica %s/%" PRIu32 ": cannot serve offsets from %" PRIu64 " for a repair: %s",
+                  r->topic, r->p, r->from, tn_strerror(r->rc));
+    repair_reply(r, ok ? TN_FETCH_RECORDS : TN_FETCH_ERROR);
+    if (rm->closing)
+        maybe_close_done(rm);
+}
+
+void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_replica_t *rm = arg;
+    if (rm == NULL || rm->closing || !rm->started) {
+        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+        return;
+    }
+    tn_fetch_req_t fr;
+    tn_fetch_part_t fp;
+    if (tn_fetch_req_decode(payload, len, &fr) != 0 || fr.count != 1 ||
+        tn_fetch_req_next(&fr, &fp) != 0 || fp.flushed_offset <= fp.fetch_offset) {
+        tn_rpc_reply(req, 400, "application/json", "{\"error\":\"malformed repair\"}", 28);
+        return;
+    }
+    rreq_t *r = tn_calloc(1, sizeof(*r));
+    if (r == NULL) {
+        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"out of memory\"}", 25);
+        return;
+    }
+    r->rm = rm;
+    r->req = req;
+    snprintf(r->topic, sizeof(r->topic), "%s", fp.topic);
+    r->p = fp.partition;
+    r->from = fp.fetch_offset;
+    r->to = fp.flushed_offset;
+    r->max = fr.max_bytes > 0 && fr.max_bytes < rm->o.fetch_max_bytes ? fr.max_bytes
+                                                                      : rm->o.fetch_max_bytes;
+    tn_buf_init(&r->recs);
+    part_t *pt = part_find(rm, r->topic, r->p);
+    uint16_t status = TN_FETCH_RECORDS;
+    if (pt == NULL || !pt->core_fed || pt->core.role != TN_REPL_LEADER || !pt->ready ||
+        pt->plog == NULL)
+        status = TN_FETCH_NOT_LEADER;
+    else if (fp.leader_epoch < pt->core.ps.leader_epoch)
+        status = TN_FETCH_FENCED;
+    else if (fp.leader_epoch > pt->core.ps.leader_epoch)
+        status = TN_FETCH_UNKNOWN_EPOCH;
+    else if (tn_plog_err(pt->plog) != 0 || r->to > tn_plog_written_next(pt->plog))
+        status = TN_FETCH_ERROR;
+    if (status != TN_FETCH_RECORDS) {
+        repair_reply(r, status);
+        return;
+    }
+    r->plog = pt->plog;
+    rm->working++;
+    if (uv_queue_work(rm->o.loop, &r->work, repair_read_work, repair_read_done) != 0) {
+        rm->working--;
+        repair_reply(r, TN_FETCH_ERROR);
+    }
+}
+
 /* --- the tick ---------------------------------------------------------------------- */
 
 static void on_tick(uv_timer_t *t)
@@ -1432,6 +1855,8 @@ static void on_tick(uv_timer_t *t)
             }
             tn_repl_event_t ev = {.type = TN_REPL_EV_TICK, .now = now};
             run(pt, &ev);
+            if (!pt->dead)
+                check_damage(pt, now);
         }
     wake_fetches(rm);
     send_fetches(rm);
@@ -1533,6 +1958,8 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
             next = pt->next;
+            if (pt->rep_call != NULL)
+                tn_rpc_call_cancel(pt->rep_call); /* its callback frees what it holds */
             /* The gate fails what waits for the hw now (the epoch-start
              * append completes here: on_start_done would free pt under
              * our feet) and what would wait later (one still being
@@ -1608,7 +2035,7 @@ void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out)
 {
     *out = rm->st;
     out->partitions = out->leading = out->serving = out->following = 0;
-    out->under_replicated = out->offline = 0;
+    out->under_replicated = out->offline = out->damaged = 0;
     out->max_lag_records = out->max_lag_bytes = out->max_lag_ms = 0;
     uint64_t now = now_ms(rm);
     for (uint32_t b = 0; b < NBUCKETS; b++)
@@ -1616,6 +2043,8 @@ void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out)
             if (pt->dead)
                 continue;
             out->partitions++;
+            out->damaged += pt->plog != NULL && (pt->src == SRC_OWN || pt->src == SRC_ENGINE) &&
+                            tn_plog_err(pt->plog) == TN_ECORRUPT;
             const tn_repl_t *c = &pt->core;
             if (c->ps.partition_epoch != 0 && c->ps.leader == TN_PSTATE_NONE)
                 out->offline++;

@@ -63,6 +63,9 @@ typedef struct {
     uint64_t fenced;                   /* fetches answered or received as fenced */
     uint64_t elections;                /* leader epochs seen change */
     uint64_t truncations, truncations_refused;
+    uint64_t repairs, repairs_failed; /* damaged segments replaced from the leader; attempts
+                                         that failed (tried again) */
+    uint64_t damaged;                 /* replicas here whose log is isolated by a CRC failure */
     uint64_t max_lag_records, max_lag_bytes, max_lag_ms; /* over followers of led partitions */
 } tn_replica_stats_t;
 
@@ -81,6 +84,9 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg);
 /* The TN_OP_FETCH handler (a tn_rpc_handler_cb; arg is the manager).
  * Register it with TN_RPC_OP_EXEMPT: a fetch may park up to its wait. */
 void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg);
+/* The TN_OP_REPAIR handler (a damaged follower reads a range of this
+ * leader's log; wire.h has the layout); arg is the manager. Loop thread. */
+void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg);
 
 /* The placement answer for a replicated partition: true when this node
  * leads (topic, p) and the manager handed it to the engine. For a

@@ -1100,6 +1100,7 @@ static const struct {
     [TN_OP_FETCH] = {"fetch", TN_LANE_REPLICA},
     [TN_OP_PRODUCE] = {"produce", TN_LANE_PRODUCE},
     [TN_OP_SETTLE_REPL] = {"settle_repl", TN_LANE_REPLICA},
+    [TN_OP_REPAIR] = {"repair", TN_LANE_REPLICA},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -1163,6 +1164,11 @@ int tn_wire_request_check(const void *p, size_t len)
     case TN_OP_FETCH: {
         tn_fetch_req_t f;
         return tn_fetch_req_decode(in.p + in.off, in.len - in.off, &f);
+    }
+    case TN_OP_REPAIR: {
+        tn_fetch_req_t f;
+        int rc = tn_fetch_req_decode(in.p + in.off, in.len - in.off, &f);
+        return rc != 0 ? rc : f.count == 1 ? 0 : TN_EPROTO;
     }
     case TN_OP_PRODUCE: {
         tn_wire_produce_t pr;

@@ -211,6 +211,21 @@ typedef enum {
      * ready, a newer epoch it has not seen yet, shutting down; 500 the
      * channel log failed; 400 malformed. */
     TN_OP_SETTLE_REPL = 13,
+    /* A damaged replica's read of a range of its leader's log, to replace
+     * a segment that failed its CRC (docs/replication.md, "Repair of a
+     * damaged replica"). Replica lane. The FETCH request layout
+     * (cluster/fetch.h) with exactly one partition, whose fetch_offset is
+     * the first offset wanted and flushed_offset the end of the range
+     * (exclusive); wait_ms and last_fetched_epoch are ignored. Reply 200:
+     * a FETCH reply of one partition: RECORDS from fetch_offset (whole
+     * batches, at most max_bytes beyond the first batch, never past the
+     * end; every record's CRC checked by the leader as it reads), or
+     * FENCED / UNKNOWN_EPOCH / NOT_LEADER for the leader_epoch as in a
+     * FETCH, ERROR when the leader cannot read the range (its own copy
+     * damaged, the range no longer held, the end inside a batch). 503
+     * not ready; 400 malformed. Nothing on the leader changes: the core
+     * does not hear of it (it is not a follower's position). */
+    TN_OP_REPAIR = 14,
     TN_OP__COUNT
 } tn_wire_op_t;
 

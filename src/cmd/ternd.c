@@ -743,6 +743,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     if (d->replica != NULL)                  /* followers' long polls: exempt from the bounds */
         h[nh++] =
             (tn_rpc_handler_t){TN_OP_FETCH, TN_RPC_OP_EXEMPT, tn_replica_on_fetch, d->replica};
+    if (d->replica != NULL)
+        h[nh++] = (tn_rpc_handler_t){TN_OP_REPAIR, 0, tn_replica_on_repair, d->replica};
     tn_rpc_opts_t ro;
     memset(&ro, 0, sizeof(ro));
     ro.bind = bind;

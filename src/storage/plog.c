@@ -118,6 +118,40 @@ void tn__plog_isolate(tn_plog_t *plog, int err, const char *fmt, ...)
     set_sticky(plog, err, "%s", what);
 }
 
+/* Record the damaged segment [base, end) ahead of the sticky error that
+ * isolates the log for it (tn_plog_damage); end 0: unknown. */
+static void note_damage(tn_plog_t *plog, uint64_t base, uint64_t end)
+{
+    if (atomic_load(&plog->err) != 0)
+        return;
+    atomic_store(&plog->bad_end, end);
+    atomic_store(&plog->bad_base, base);
+}
+
+void tn__plog_note_damage(tn_plog_t *plog, uint64_t base)
+{
+    uint64_t end = 0;
+    uv_mutex_lock(&plog->lock);
+    for (uint32_t i = 0; i + 1 < plog->nsegs; i++)
+        if (plog->segs[i]->base == base)
+            end = plog->segs[i + 1]->base;
+    uv_mutex_unlock(&plog->lock);
+    note_damage(plog, base, end);
+}
+
+bool tn_plog_damage(tn_plog_t *pl, uint64_t *base, uint64_t *end)
+{
+    if (atomic_load(&pl->err) != TN_ECORRUPT)
+        return false;
+    uint64_t e = atomic_load(&pl->bad_end);
+    uint64_t b = atomic_load(&pl->bad_base);
+    if (e <= b)
+        return false;
+    *base = b;
+    *end = e;
+    return true;
+}
+
 static tn_seg_t *active_seg(tn_plog_t *plog)
 {
     return plog->segs[plog->nsegs - 1];
@@ -313,10 +347,11 @@ uint64_t tn_plog_controls_in(tn_plog_t *plog, uint64_t from, uint64_t to,
 
 /* --- recovery ------------------------------------------------------------- */
 
-/* Open and check one segment. Sets the log's sticky error (and returns 0)
- * on corruption; returns an error only when the open itself failed. */
-static int recover_segment(tn_plog_t *plog, uint64_t base, bool last, uint64_t ctl_base,
-                           bool may_ctl, tn_seg_t **out)
+/* Open and check one segment (next: the following segment's base, when
+ * not last). Sets the log's sticky error (and returns 0) on corruption;
+ * returns an error only when the open itself failed. */
+static int recover_segment(tn_plog_t *plog, uint64_t base, uint64_t next, bool last,
+                           uint64_t ctl_base, bool may_ctl, tn_seg_t **out)
 {
     uint32_t interval = plog->store->opts.index_interval;
     char path[4096];
@@ -402,6 +437,8 @@ static int recover_segment(tn_plog_t *plog, uint64_t base, bool last, uint64_t c
         if (rc != 0)
             goto fail;
     } else if (scan.tail != 0 && (!last || scan.durable_damage)) {
+        if (!last)
+            note_damage(plog, base, next);
         set_sticky(plog, TN_ECORRUPT, "segment %s: %s at byte %" PRIu64 "%s", path,
                    scan.tail == TN_ESHORT ? "truncated record" : "bad record", scan.tail_pos,
                    last ? " below data that had been made durable" : " in a sealed segment");
@@ -496,7 +533,8 @@ static int recover(tn_plog_t *plog)
         uint64_t ctl_base = 0;
         if (plog->nsegs > 0)
             ctl_base = active_seg(plog)->ctl_base + active_seg(plog)->nctl;
-        rc = recover_segment(plog, bases[i], i + 1 == n, ctl_base, may_ctl, &seg);
+        rc = recover_segment(plog, bases[i], i + 1 < n ? bases[i + 1] : 0, i + 1 == n, ctl_base,
+                             may_ctl, &seg);
         if (rc != 0)
             break;
         if (seg == NULL)
@@ -1525,8 +1563,10 @@ int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *
     tn_seg_unref(seg);
     if (rc != 0 && offset >= atomic_load(&plog->written_next))
         return TN_ENOTFOUND; /* truncated (tn_plog_truncate) while it was read */
-    if (rc == TN_ECORRUPT)
+    if (rc == TN_ECORRUPT) {
+        tn__plog_note_damage(plog, seg->base);
         set_sticky(plog, rc, "reading offset %" PRIu64 " of segment %" PRIu64, offset, seg->base);
+    }
     return rc;
 }
 
@@ -2196,8 +2236,10 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
         tn_seg_unref(seg);
         if (rc != 0 && off >= atomic_load(&pl->written_next))
             rc = TN_ENOTFOUND; /* truncated while it was read */
-        else if (rc == TN_ECORRUPT)
+        else if (rc == TN_ECORRUPT) {
+            tn__plog_note_damage(pl, seg_base);
             set_sticky(pl, rc, "reading offset %" PRIu64 " of segment %" PRIu64, off, seg_base);
+        }
     }
     tn_buf_fini(&w.buf);
     if ((rc == TN_EGAP && batch_n > 0 && batch_n == n) || (rc == TN_ENOTFOUND && batch_n > 0))
@@ -2481,6 +2523,241 @@ int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint6
     req->floor = floor;
     req->cb = cb;
     req->dropped = 0;
+    tn__committer_submit(&pl->store->logc, &req->s);
+    return 0;
+}
+
+/* --- replication: repairing a damaged segment -------------------------------------- */
+
+#ifdef TN_TEST
+static atomic_int repair_stop = -1;
+
+void tn__plog_repair_stop_after(int k)
+{
+    atomic_store(&repair_stop, k);
+}
+
+static bool repair_stops(int k)
+{
+    int want = k;
+    return atomic_compare_exchange_strong(&repair_stop, &want, -1);
+}
+#else
+#define repair_stops(k) false
+#endif
+
+/* Copy the file at from to a new file to (created, fdatasync'ed). */
+static int copy_file(const char *from, const char *to)
+{
+    int in = -1, out = -1;
+    int rc = tn_io_open(from, O_RDONLY, 0, &in);
+    if (rc != 0)
+        return rc;
+    rc = tn_io_open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644, &out);
+    if (rc != 0)
+        goto done;
+    size_t cap = 1024 * 1024;
+    unsigned char *buf = tn_malloc(cap);
+    if (buf == NULL) {
+        rc = UV_ENOMEM;
+        goto done;
+    }
+    for (uint64_t pos = 0;;) {
+        size_t got = 0;
+        rc = tn_io_pread(in, buf, cap, pos, &got);
+        if (rc != 0 || got == 0)
+            break;
+        rc = tn_io_pwrite(out, buf, got, pos);
+        if (rc != 0)
+            break;
+        pos += got;
+    }
+    tn_free(buf);
+    if (rc == 0)
+        rc = tn_io_fdatasync(out);
+done:
+    if (out >= 0)
+        (void)tn_io_close(out);
+    (void)tn_io_close(in);
+    return rc;
+}
+
+/* Recover the partition's directory into a fresh log object, as
+ * tn_plog_open does, and swap what it found into plog (committer thread;
+ * nothing else writes plog while it is isolated). */
+static int reload(tn_plog_t *plog)
+{
+    tn_plog_t *fresh;
+    int rc = plog_new(plog->store, plog->topic, plog->partition, &fresh);
+    if (rc != 0)
+        return rc;
+    fresh->dir = tn_strdup(plog->dir);
+    if (fresh->dir == NULL)
+        rc = UV_ENOMEM;
+    if (rc == 0)
+        rc = recover(fresh);
+    if (rc == 0 && atomic_load(&fresh->err) == 0)
+        rc = recover_epochs(fresh);
+    if (rc != 0) {
+        plog_free(fresh);
+        return rc;
+    }
+    uv_mutex_lock(&plog->lock);
+    tn_seg_t **segs = plog->segs;
+    uint32_t nsegs = plog->nsegs, cap = plog->segs_cap;
+    plog->segs = fresh->segs;
+    plog->nsegs = fresh->nsegs;
+    plog->segs_cap = fresh->segs_cap;
+    fresh->segs = segs; /* freed with fresh: readers holding one keep it */
+    fresh->nsegs = nsegs;
+    fresh->segs_cap = cap;
+    tn_epochs_t ep = plog->epochs;
+    plog->epochs = fresh->epochs;
+    fresh->epochs = ep;
+    plog->epochs_used = fresh->epochs_used;
+    plog->floor = fresh->floor;
+    plog->floor_ctl = fresh->floor_ctl;
+    plog->floor_ctl_known = fresh->floor_ctl_known;
+    plog->next_offset = fresh->next_offset;
+    plog->last_publish_ns = fresh->last_publish_ns;
+    plog->unsynced_msgs = plog->unsynced_bytes = 0;
+    plog->no_zeros = false;
+    atomic_store(&plog->written_next, fresh->next_offset);
+    atomic_store(&plog->durable_next, fresh->next_offset);
+    memcpy(plog->errmsg, fresh->errmsg, sizeof(plog->errmsg));
+    atomic_store(&plog->bad_end, atomic_load(&fresh->bad_end));
+    atomic_store(&plog->bad_base, atomic_load(&fresh->bad_base));
+    atomic_store(&plog->err, atomic_load(&fresh->err));
+    uv_mutex_unlock(&plog->lock);
+    plog_free(fresh);
+    return 0;
+}
+
+static int repair_run(tn_plog_t *plog, tn_plog_repair_t *req)
+{
+    uint64_t base, end;
+    if (!tn_plog_damage(plog, &base, &end) || base != req->base || end != req->end)
+        return UV_EINVAL;
+    char segp[4096], tmpp[4096], idxp[4096];
+    int rc = seg_path(plog, base, "log", segp, sizeof(segp));
+    if (rc == 0)
+        rc = seg_path(plog, base, "repair", tmpp, sizeof(tmpp));
+    if (rc == 0)
+        rc = seg_path(plog, base, "idx", idxp, sizeof(idxp));
+    if (rc == 0 &&
+        (size_t)snprintf(req->quarantined, sizeof(req->quarantined), "%s.damaged.%" PRId64, segp,
+                         tn_now_wall_ms()) >= sizeof(req->quarantined))
+        rc = UV_ENAMETOOLONG;
+    if (rc != 0)
+        return rc;
+
+    /* 1. The good copy, its sync marks this file's: every byte before a
+     * record is durable by the time the file is in place. */
+    for (size_t pos = 0; pos < req->raw_len;) {
+        tn_rec_hdr_t h;
+        if (tn_rec_decode_hdr(req->raw + pos, req->raw_len - pos, &h) != 0)
+            return TN_ECORRUPT; /* checked at submit */
+        tn_rec_set_sync_mark(req->raw + pos, (uint32_t)TN_MIN(pos, (size_t)UINT32_MAX));
+        pos += (size_t)tn_rec_size(&h);
+    }
+    int fd = -1;
+    rc = tn_io_open(tmpp, O_WRONLY | O_CREAT | O_TRUNC, 0644, &fd);
+    if (rc == 0)
+        rc = tn_io_pwrite(fd, req->raw, req->raw_len, 0);
+    if (rc == 0)
+        rc = tn_io_fdatasync(fd);
+    if (fd >= 0) {
+        int rc2 = tn_io_close(fd);
+        rc = rc != 0 ? rc : rc2;
+    }
+    if (rc != 0 || repair_stops(1))
+        goto out;
+
+    /* 2. The damaged file kept for the operator. */
+    rc = copy_file(segp, req->quarantined);
+    if (rc == 0)
+        rc = tn_io_fsync_dir(plog->dir);
+    if (rc != 0 || repair_stops(2))
+        goto out;
+
+    /* 3. Its sidecar goes: recovery rebuilds one from the new file. */
+    rc = tn_io_unlink(idxp);
+    if (rc == UV_ENOENT)
+        rc = 0;
+    if (rc == 0)
+        rc = tn_io_fsync_dir(plog->dir);
+    if (rc != 0 || repair_stops(3))
+        goto out;
+
+    /* 4-5. The good copy takes its place, durably. */
+    rc = tn_io_rename(tmpp, segp);
+    if (rc != 0 || repair_stops(4))
+        goto out;
+    rc = tn_io_fsync_dir(plog->dir);
+    if (rc != 0 || repair_stops(5))
+        goto out;
+
+    /* 6. Re-open in place. */
+    rc = reload(plog);
+    if (rc == 0)
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%u: segment %" PRIu64 " (offsets %" PRIu64 "..%" PRIu64
+               ") replaced by a good copy; the damaged file is kept as %s%s%s",
+               plog->topic, plog->partition, base, base, end - 1, req->quarantined,
+               atomic_load(&plog->err) != 0 ? "; still isolated: " : "",
+               atomic_load(&plog->err) != 0 ? plog->errmsg : "");
+    return rc;
+out:
+    if (rc == 0)
+        rc = UV_EIO; /* the test hook: stopped as a crash would */
+    return rc;
+}
+
+static void repair_exec(tn__committer_t *c, tn__sreq_t *s)
+{
+    tn_plog_repair_t *req = (tn_plog_repair_t *)s;
+    s->status = repair_run(req->plog, req);
+    tn__store_complete(c->store, s, s);
+}
+
+static void repair_done(tn__sreq_t *s)
+{
+    tn_plog_repair_t *req = (tn_plog_repair_t *)s;
+    tn_plog_t *pl = req->plog;
+    tn_free(req->raw);
+    req->raw = NULL;
+    uint64_t w = atomic_load(&pl->written_next);
+    if (atomic_load(&pl->hw) > w)
+        atomic_store(&pl->hw, w);
+    req->cb(req, s->status);
+}
+
+int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,
+                   const void *bytes, size_t len, tn_plog_repair_cb cb)
+{
+    if (pl->mem || cb == NULL || bytes == NULL || len == 0 || end <= base)
+        return UV_EINVAL;
+    if (pl->closing)
+        return TN_ECLOSED;
+    uint32_t n = 0;
+    int rc = tn_rec_check_run(bytes, len, base, &n);
+    if (rc != 0)
+        return rc;
+    if ((uint64_t)n != end - base)
+        return TN_ECORRUPT;
+    memset(&req->s, 0, sizeof(req->s));
+    req->raw = tn_malloc(len);
+    if (req->raw == NULL)
+        return UV_ENOMEM;
+    memcpy(req->raw, bytes, len);
+    req->raw_len = len;
+    req->s.exec = repair_exec;
+    req->s.done = repair_done;
+    req->plog = pl;
+    req->base = base;
+    req->end = end;
+    req->cb = cb;
+    req->quarantined[0] = '\0';
     tn__committer_submit(&pl->store->logc, &req->s);
     return 0;
 }

@@ -103,6 +103,22 @@ struct tn_plog_floor_s {
     tn_plog_floor_cb cb;
 };
 
+/* A damaged segment's repair (tn_plog_repair). */
+typedef struct tn_plog_repair_s tn_plog_repair_t;
+typedef void (*tn_plog_repair_cb)(tn_plog_repair_t *req, int status);
+struct tn_plog_repair_s {
+    tn__sreq_t s;
+    void *data;
+    tn_plog_t *plog;
+    uint64_t base, end;
+    unsigned char *raw; /* owned copy of the records, freed before cb */
+    size_t raw_len;
+    tn_plog_repair_cb cb;
+    /* out: where the damaged file was kept (a path in the partition's
+     * directory), "" when the repair stopped before that */
+    char quarantined[512];
+};
+
 /* A suffix truncation request (tn_plog_truncate). */
 typedef struct tn_plog_trunc_s tn_plog_trunc_t;
 typedef void (*tn_plog_trunc_cb)(tn_plog_trunc_t *req, int status);
@@ -142,6 +158,12 @@ struct tn_plog_s {
     atomic_int durability;
     atomic_int err; /* sticky: TN_ECORRUPT, an I/O error, ... */
     char errmsg[512];
+    /* Where a TN_ECORRUPT came from, when it was a record of a segment
+     * followed by another: that segment's base and the next one's base
+     * (bad_end 0: not known, or the active segment). Written before err
+     * turns sticky; read with it (tn_plog_damage). */
+    atomic_uint_fast64_t bad_base;
+    atomic_uint_fast64_t bad_end;
     atomic_uint_fast64_t written_next;
     atomic_uint_fast64_t durable_next;
     /* Records below it are dropped (tn_plog_drop_below): read as absent,
@@ -443,6 +465,46 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
 int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
                      tn_plog_trunc_cb cb);
 
+/* Where the damage of an isolated log is, for a repair from another
+ * replica: true when the sticky error is TN_ECORRUPT and it was found in
+ * the records of a segment followed by another one (by recovery, a read,
+ * tn_plog_read_raw or the scrub); *base is that segment's base offset and
+ * *end the next segment's (exclusive). False otherwise (no damage, another
+ * error, damage in the active segment, in a sidecar or the epochs file).
+ * Any thread. */
+bool tn_plog_damage(tn_plog_t *pl, uint64_t *base, uint64_t *end);
+
+/* Replace the damaged segment [base, end) (tn_plog_damage) with a good
+ * copy of its records, bytes[0..len) (TNR1 records back to back as
+ * tn_plog_read_raw returns them: CRC-good, offsets dense from base, exactly
+ * end - base of them, the last ending a batch; copied, so borrowed for the
+ * call only), then re-open the log in place. On the committer thread,
+ * crash-safely, in this order (docs/storage-format.md):
+ *   1. write `<base>.repair` with the records (each sync_mark re-encoded
+ *      for the new file), fdatasync it;
+ *   2. copy the damaged `<base>.log` to `<base>.log.damaged.<wall ms>`
+ *      (kept for the operator; never read again), fdatasync it, fsync the
+ *      directory;
+ *   3. unlink the sidecar `<base>.idx` (it describes the damaged file),
+ *      fsync the directory;
+ *   4. rename `<base>.repair` over `<base>.log`;
+ *   5. fsync the directory;
+ *   6. recover the partition's directory again, as tn_plog_open does, and
+ *      swap what it found into this log object (segments, positions,
+ *      epochs, floor, sticky error): callers keep their pointer.
+ * A crash before step 4 leaves the damaged file in place (the log opens
+ * isolated again, and a repair starts over; a leftover `.repair` file is
+ * rewritten); after it, the good copy. No record is ever absent: the
+ * offsets [base, end) are in one file or the other at every point. The
+ * re-open may find more damage (another segment): the log stays isolated
+ * with that one in tn_plog_damage. Refused at once: UV_EINVAL (a memory
+ * log, len 0, no callback), TN_ECORRUPT (bytes not such a run, or not
+ * end - base records), TN_ECLOSED; at run time UV_EINVAL when the log's
+ * damage is no longer [base, end) (nothing changed). 0 when queued. Loop
+ * thread; cb runs on it. */
+int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,
+                   const void *bytes, size_t len, tn_plog_repair_cb cb);
+
 /* The hw gate of a replicated leader (loop thread). While gated, an
  * append (tn_plog_append, tn_plog_begin_epoch) that its mode would
  * complete waits until tn_plog_set_hw covers its last record (hw > last
@@ -477,6 +539,10 @@ void tn_plog_set_repl_watch(tn_plog_t *pl, bool on);
  * the request completes with UV_EIO and the log turns sticky. -1 (the
  * default) disarms. */
 void tn__plog_trunc_stop_after(int k);
+/* Stop the next tn_plog_repair after step k (1..5 above) as a crash
+ * would: the rest is skipped and the request completes with UV_EIO (the
+ * log stays isolated). -1 (the default) disarms. */
+void tn__plog_repair_stop_after(int k);
 #endif
 
 /* Internal to src/storage: memlog.c serves these for memory logs. */
@@ -491,5 +557,9 @@ void tn__plog_committer_fini(tn__committer_t *c);
  * sticky error becomes err, errmsg says "partition T/P: <what>: <err>",
  * logged at error level. No-op when the log already failed. Any thread. */
 void tn__plog_isolate(tn_plog_t *plog, int err, const char *fmt, ...) TN_PRINTF(3, 4);
+/* Record that the records of the segment at base are damaged, for
+ * tn_plog_damage; call just before isolating the log for it. No-op when
+ * the log already failed. Any thread; takes the log's lock. */
+void tn__plog_note_damage(tn_plog_t *plog, uint64_t base);
 
 #endif

@@ -257,10 +257,12 @@ static bool isolate(run_t *r, const tn_seg_t *seg, const char *what, uint64_t po
         there = holds(plog, seg);
         uv_mutex_unlock(&plog->lock);
     }
-    if (there)
+    if (there) {
+        tn__plog_note_damage(plog, seg->base);
         tn__plog_isolate(plog, TN_ECORRUPT,
                          "segment %s: %s at byte %" PRIu64 " in a sealed segment (found by scrub)",
                          seg->path, what, pos);
+    }
     uv_mutex_unlock(&store->open_lock);
     return there;
 }

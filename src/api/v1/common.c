@@ -206,7 +206,9 @@ static void json_members(tn_buf_t *b, const char *key, const tn_pstate_member_t 
  * while offline), replicas (the preferred leader first), isr, elr (when
  * any), leader_epoch, partition_epoch, under_replicated (ISR smaller than
  * the replica set), offline (no leader), unclean (the epoch began with a
- * forced unclean election); node ids as strings as everywhere in /v1.
+ * forced unclean election), damaged (the replicas whose copy failed a
+ * CRC check and is not repaired yet, when any); node ids as strings as
+ * everywhere in /v1.
  * log_end is the log end of this node's replica when it holds one
  * (replica_high_watermark beside it), else the leader's next offset from
  * the partition's numbers (st). */
@@ -233,6 +235,16 @@ static void json_pstate(tn_v1_t *v, tn_buf_t *b, const char *topic, uint32_t p,
                    ps->leader_epoch, ps->partition_epoch,
                    ps->nisr < ps->nreplicas ? "true" : "false",
                    ps->leader == TN_PSTATE_NONE ? "true" : "false", ps->unclean ? "true" : "false");
+    if (ps->corrupt != 0) {
+        tn_buf_append(b, ",\"damaged\":[", 12);
+        bool first = true;
+        for (uint32_t i = 0; i < ps->nreplicas; i++)
+            if (ps->corrupt & (1u << i)) {
+                tn__v1_appendf(b, "%s\"%u\"", first ? "" : ",", ps->replicas[i]);
+                first = false;
+            }
+        tn_buf_append(b, "]", 1);
+    }
     uint64_t hw, end;
     if (replica_part_info(v, topic, p, &hw, &end) == 0)
         tn__v1_appendf(b, ",\"replica_high_watermark\":%" PRIu64 ",\"log_end\":%" PRIu64, hw, end);

@@ -150,16 +150,18 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
             abort();
         break;
     }
-    case TN_OP_FETCH: {
-        /* The header, then count (1..TN_FETCH_MAX_PARTS) partitions with
-         * a non-empty topic: the check judges these values too. */
+    case TN_OP_FETCH:
+    case TN_OP_REPAIR: {
+        /* The header, then count (1..TN_FETCH_MAX_PARTS; REPAIR: 1)
+         * partitions with a non-empty topic: the check judges these values
+         * too. */
         uint32_t node, wait, max, count;
         uint64_t inc;
         if (tn_wire_get_u32(&in, &node) != 0 || tn_wire_get_u64(&in, &inc) != 0 ||
             tn_wire_get_u32(&in, &wait) != 0 || tn_wire_get_u32(&in, &max) != 0 ||
             tn_wire_get_u32(&in, &count) != 0)
             break;
-        if (count == 0 || count > TN_FETCH_MAX_PARTS)
+        if (count == 0 || count > TN_FETCH_MAX_PARTS || (op == TN_OP_REPAIR && count != 1))
             return TN_EPROTO;
         if (tn_fetch_req_put_head(out, node, inc, wait, max, count) != 0)
             abort();

@@ -662,6 +662,7 @@ static void test_op_table(void **state)
         {TN_OP_FETCH, "fetch", TN_LANE_REPLICA},
         {TN_OP_PRODUCE, "produce", TN_LANE_PRODUCE},
         {TN_OP_SETTLE_REPL, "settle_repl", TN_LANE_REPLICA},
+        {TN_OP_REPAIR, "repair", TN_LANE_REPLICA},
     };
     /* Every op this build knows is listed (numbers are fixed per wave, so
      * one may be another branch's and unknown here). */
@@ -677,6 +678,7 @@ static void test_op_table(void **state)
     assert_int_equal(TN_OP_FETCH, 11);
     assert_int_equal(TN_OP_PRODUCE, 12);
     assert_int_equal(TN_OP_SETTLE_REPL, 13);
+    assert_int_equal(TN_OP_REPAIR, 14);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -720,6 +722,19 @@ static void test_request_check(void **state)
     assert_int_equal(tn_fetch_req_put_head(&good[TN_OP_FETCH], 2, 77, 500, 1 << 20, 1), 0);
     tn_fetch_part_t fp = {.topic = "t", .partition = 1, .leader_epoch = 3, .fetch_offset = 9};
     assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_FETCH], &fp), 0);
+    /* REPAIR: the FETCH layout with exactly one partition. */
+    assert_int_equal(tn_fetch_req_put_head(&good[TN_OP_REPAIR], 2, 77, 0, 1 << 20, 1), 0);
+    tn_fetch_part_t rp = {
+        .topic = "t", .partition = 1, .leader_epoch = 3, .fetch_offset = 9, .flushed_offset = 20};
+    assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_REPAIR], &rp), 0);
+    tn_buf_t two;
+    tn_buf_init(&two);
+    assert_int_equal(tn_wire_put_u8(&two, TN_OP_REPAIR), 0);
+    assert_int_equal(tn_fetch_req_put_head(&two, 2, 77, 0, 1 << 20, 2), 0);
+    assert_int_equal(tn_fetch_req_put_part(&two, &rp), 0);
+    assert_int_equal(tn_fetch_req_put_part(&two, &rp), 0);
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&two), tn_buf_size(&two)), TN_EPROTO);
+    tn_buf_fini(&two);
     tn_wire_produce_hdr_t ph = {.topic = "t", .partition = 1, .node = 2, .seq = 3};
     assert_int_equal(tn_wire_produce_encode(&good[TN_OP_PRODUCE], &ph, &rec, 1), 0);
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};

@@ -6,6 +6,7 @@
 
 #include "testutil.h"
 
+#include "core/alloc.h"
 #include "core/err.h"
 #include "storage/epochs.h"
 #include "storage/io.h"
@@ -542,6 +543,324 @@ static void test_raw_refusals(void **state)
     tn_buf_fini(&b);
 }
 
+/* --- repair of a damaged segment ----------------------------------------------------- */
+
+typedef struct {
+    bool done;
+    int status;
+    char quarantined[512];
+} rw_t;
+
+static void on_repair(tn_plog_repair_t *req, int status)
+{
+    rw_t *w = req->data;
+    w->done = true;
+    w->status = status;
+    snprintf(w->quarantined, sizeof(w->quarantined), "%s", req->quarantined);
+}
+
+static int repair(fx_t *fx, tn_plog_t *pl, uint64_t base, uint64_t end, const tn_buf_t *good,
+                  rw_t *w)
+{
+    tn_plog_repair_t req;
+    memset(w, 0, sizeof(*w));
+    req.data = w;
+    int rc = tn_plog_repair(pl, &req, base, end, tn_buf_data(good), tn_buf_size(good), on_repair);
+    if (rc != 0)
+        return rc;
+    run_until(&fx->loop, &w->done);
+    return w->status;
+}
+
+/* The records [from, end) of ref as tn_plog_read_raw gives them (end at a
+ * batch end). */
+static void read_range(tn_plog_t *ref, uint64_t from, uint64_t end, tn_buf_t *out)
+{
+    tn_buf_reset(out);
+    while (from < end) {
+        uint32_t n;
+        assert_int_equal(tn_plog_read_raw(ref, from, 1, out, &n), 0);
+        assert_true(n > 0);
+        from += n;
+    }
+    assert_int_equal(from, end);
+}
+
+/* The segment bases of topic/0 on disk (at least three). */
+static size_t seg_bases(fx_t *fx, const char *topic, uint64_t **bases)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/topics/%s/0", fx->dir, topic);
+    size_t n = 0;
+    assert_int_equal(tn__seg_list(dir, bases, &n), 0);
+    assert_true(n >= 3);
+    return n;
+}
+
+static void seg_file(fx_t *fx, const char *topic, uint64_t base, const char *ext, char *path,
+                     size_t len)
+{
+    char name[64];
+    tn_seg_name(base, ext, name, sizeof(name));
+    snprintf(path, len, "%s/topics/%s/0/%s", fx->dir, topic, name);
+}
+
+/* Flip a byte in the middle of the second segment of topic/0 (sealed, a
+ * third one follows); its base and the next one's. */
+static void flip_second(fx_t *fx, const char *topic, uint64_t *base, uint64_t *end)
+{
+    uint64_t *bases;
+    (void)seg_bases(fx, topic, &bases);
+    *base = bases[1];
+    *end = bases[2];
+    tn_free(bases);
+    char path[4096];
+    seg_file(fx, topic, *base, "log", path, sizeof(path));
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    assert_true(size > 1000);
+    assert_int_equal(fseek(f, size / 2, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, size / 2, SEEK_SET), 0);
+    assert_int_not_equal(fputc(c ^ 0x20, f), EOF);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Read every record until the damage is found: TN_ECORRUPT, the log
+ * isolated with the damage where it was made. */
+static void find_damage(tn_plog_t *pl, uint64_t base, uint64_t end)
+{
+    tn_buf_t scratch;
+    tn_buf_init(&scratch);
+    int rc = 0;
+    uint64_t n = tn_plog_written_next(pl);
+    for (uint64_t off = 0; off < n && rc == 0; off++) {
+        tn_rec_t rec;
+        rc = tn_plog_read(pl, off, &scratch, &rec);
+    }
+    tn_buf_fini(&scratch);
+    assert_int_equal(rc, TN_ECORRUPT);
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+    uint64_t b = 0, e = 0;
+    assert_true(tn_plog_damage(pl, &b, &e));
+    assert_int_equal(b, base);
+    assert_int_equal(e, end);
+}
+
+static tn_plog_t *open_any(fx_t *fx, const char *topic)
+{
+    tn_plog_t *pl = NULL;
+    assert_int_equal(tn_plog_open(fx->store, topic, 0, &pl), 0);
+    return pl;
+}
+
+/* A damaged sealed segment found by a read is replaced by the good copy:
+ * the log serves again, byte for byte the reference's, the damaged file
+ * is kept beside it, and bad copies are refused without a change. */
+static void test_repair(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    tn_plog_t *pl = open_log(fx, "rp", 0);
+    copy_all(fx, ref, pl, 3000);
+    uint64_t b0, b1;
+    assert_false(tn_plog_damage(pl, &b0, &b1)); /* nothing to repair */
+    uint64_t base, end;
+    flip_second(fx, "rp", &base, &end);
+    find_damage(pl, base, end);
+
+    tn_buf_t good;
+    tn_buf_init(&good);
+    rw_t w;
+    /* Refused at once: not end - base records, a damaged copy. */
+    read_range(ref, base, end, &good);
+    assert_int_equal(repair(fx, pl, base, end + 1, &good, &w), TN_ECORRUPT);
+    assert_int_equal(repair(fx, pl, base + 1, end, &good, &w), TN_ECORRUPT);
+    read_range(ref, base, end, &good);
+    ((unsigned char *)tn_buf_data(&good))[tn_buf_size(&good) / 2] ^= 1;
+    assert_int_equal(repair(fx, pl, base, end, &good, &w), TN_ECORRUPT);
+    /* Another range than the damaged one: refused at run time. */
+    read_range(ref, 0, base, &good);
+    assert_int_equal(repair(fx, pl, 0, base, &good, &w), UV_EINVAL);
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+
+    read_range(ref, base, end, &good);
+    assert_int_equal(repair(fx, pl, base, end, &good, &w), 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_false(tn_plog_damage(pl, &b0, &b1));
+    expect_same(ref, pl);
+    /* The damaged file is kept, the temporary one gone. */
+    assert_int_equal(access(w.quarantined, F_OK), 0);
+    assert_non_null(strstr(w.quarantined, ".log.damaged."));
+    char path[4096];
+    seg_file(fx, "rp", base, "repair", path, sizeof(path));
+    assert_int_not_equal(access(path, F_OK), 0);
+    /* It goes on: copies continue, and a restart finds it whole. */
+    append_n(fx, ref, 20);
+    copy_all(fx, ref, pl, 1 << 20);
+    expect_same(ref, pl);
+    tn_buf_fini(&good);
+    tu_fx_reopen(fx);
+    ref = open_log(fx, "ref", 0);
+    pl = open_log(fx, "rp", 0);
+    expect_same(ref, pl);
+}
+
+/* Damage that recovery finds (the sidecar gone too: the segment is
+ * scanned) isolates the log at open with only the segments before it
+ * loaded; the repair re-opens it whole. */
+static void test_repair_at_open(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    tn_plog_t *pl = open_log(fx, "ro", 0);
+    copy_all(fx, ref, pl, 3000);
+    tu_plog_close(&fx->loop, pl);
+    uint64_t base, end;
+    flip_second(fx, "ro", &base, &end);
+    char idx[4096];
+    seg_file(fx, "ro", base, "idx", idx, sizeof(idx));
+    assert_int_equal(unlink(idx), 0);
+    pl = open_any(fx, "ro");
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+    uint64_t b = 0, e = 0;
+    assert_true(tn_plog_damage(pl, &b, &e));
+    assert_int_equal(b, base);
+    assert_int_equal(e, end);
+    assert_true(tn_plog_written_next(pl) < tn_plog_written_next(ref));
+    tn_buf_t good;
+    tn_buf_init(&good);
+    read_range(ref, base, end, &good);
+    rw_t w;
+    assert_int_equal(repair(fx, pl, base, end, &good, &w), 0);
+    tn_buf_fini(&good);
+    assert_int_equal(tn_plog_err(pl), 0);
+    expect_same(ref, pl);
+    assert_true(exists(fx, "ro", 0, "epochs"));
+}
+
+/* Each crash point of a repair: the reopened log holds either the
+ * damaged file (found again, and the repair done again) or the good
+ * copy; every record is there at every point. */
+static void test_repair_crash_points(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    tn_buf_t good;
+    tn_buf_init(&good);
+    for (int k = 1; k <= 5; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "rcrash%d", k);
+        tn_plog_t *pl = open_log(fx, name, 0);
+        copy_all(fx, ref, pl, 3000);
+        uint64_t base, end;
+        flip_second(fx, name, &base, &end);
+        find_damage(pl, base, end);
+        read_range(ref, base, end, &good);
+        rw_t w;
+        tn__plog_repair_stop_after(k);
+        assert_int_equal(repair(fx, pl, base, end, &good, &w), UV_EIO);
+        assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+        tu_plog_close(&fx->loop, pl);
+        pl = open_any(fx, name);
+        if (k >= 4) {
+            /* The good copy is in place. */
+            assert_int_equal(tn_plog_err(pl), 0);
+            expect_same(ref, pl);
+            assert_int_equal(access(w.quarantined, F_OK), 0);
+        } else {
+            /* The damaged file: found at open without its sidecar (k 3),
+             * else by a read; the repair starts over and finishes. */
+            if (k < 3)
+                find_damage(pl, base, end);
+            uint64_t b = 0, e = 0;
+            assert_true(tn_plog_damage(pl, &b, &e));
+            assert_int_equal(b, base);
+            assert_int_equal(e, end);
+            if (k == 1) {
+                char tmp[4096];
+                seg_file(fx, name, base, "repair", tmp, sizeof(tmp));
+                assert_int_equal(access(tmp, F_OK), 0); /* left over, rewritten */
+            }
+            assert_int_equal(repair(fx, pl, base, end, &good, &w), 0);
+            assert_int_equal(tn_plog_err(pl), 0);
+            expect_same(ref, pl);
+        }
+        tu_plog_close(&fx->loop, pl);
+        pl = open_log(fx, name, 0);
+        expect_same(ref, pl);
+        tu_plog_close(&fx->loop, pl);
+    }
+    tn_buf_fini(&good);
+}
+
+/* The same under the power-loss simulator: a cut at every mutating
+ * operation of a repair, then a random post-crash state; the log then
+ * holds every record, good or (found again) damaged, and a second repair
+ * finishes. */
+static void test_repair_powerloss(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    tn_buf_t good;
+    tn_buf_init(&good);
+    char root[4096];
+    for (long cut = 0;; cut++) {
+        char name[32];
+        snprintf(name, sizeof(name), "rpw%ld", cut);
+        snprintf(root, sizeof(root), "%s/topics/%s", fx->dir, name);
+        tn_plog_t *pl = open_log(fx, name, 0);
+        copy_all(fx, ref, pl, 3000);
+        uint64_t base, end;
+        flip_second(fx, name, &base, &end);
+        find_damage(pl, base, end);
+        read_range(ref, base, end, &good);
+        assert_int_equal(tn_io_sim_start(root), 0);
+        tn_io_sim_cut_after(cut);
+        rw_t w;
+        int rc = repair(fx, pl, base, end, &good, &w);
+        bool was_cut = tn_io_sim_is_cut();
+        tu_plog_close(&fx->loop, pl);
+        assert_int_equal(tn_io_sim_powerloss((uint64_t)cut * 7919 + 1), 0);
+        pl = open_any(fx, name);
+        int err = tn_plog_err(pl);
+        if (err == 0) {
+            tn_buf_t scratch;
+            tn_buf_init(&scratch);
+            uint64_t n = tn_plog_written_next(pl);
+            assert_int_equal(n, tn_plog_written_next(ref));
+            for (uint64_t off = 0; off < n && err == 0; off++) {
+                tn_rec_t rec;
+                err = tn_plog_read(pl, off, &scratch, &rec);
+            }
+            tn_buf_fini(&scratch);
+        }
+        if (err != 0) {
+            assert_int_equal(err, TN_ECORRUPT);
+            assert_false(!was_cut && rc == 0);
+            uint64_t b = 0, e = 0;
+            assert_true(tn_plog_damage(pl, &b, &e));
+            assert_int_equal(b, base);
+            assert_int_equal(e, end);
+            assert_int_equal(repair(fx, pl, base, end, &good, &w), 0);
+        }
+        expect_same(ref, pl);
+        tu_plog_close(&fx->loop, pl);
+        if (!was_cut) {
+            assert_int_equal(rc, 0);
+            break;
+        }
+        assert_true(cut < 200);
+    }
+    tn_buf_fini(&good);
+}
+
 /* --- truncation -------------------------------------------------------------------- */
 
 static void on_trunc(tn_plog_trunc_t *req, int status)
@@ -1029,6 +1348,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncate_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_powerloss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_reset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_at_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_crash_points, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_powerloss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hw_gate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repl_watch, setup, teardown),
     };
