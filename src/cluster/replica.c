@@ -1336,6 +1336,7 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
             .fetch_timeout_ms = rm->o.fetch_timeout_ms,
             .epoch_end = epoch_end_cb,
             .epoch_end_arg = pt,
+            .channels_gate = rm->o.channels != NULL,
         };
         tn_repl_init(&pt->core, &cfg);
         uint32_t h = hash_name(topic, p);
@@ -1393,6 +1394,30 @@ static void on_watch(void *arg, tn_plog_t *pl)
 
 /* --- the tick ---------------------------------------------------------------------- */
 
+/* A leader's followers outside the ISR: is their channels' state caught
+ * up (o.channels, which also starts their catching up)? Told to the core,
+ * which proposes none of them into the ISR before (repl.c, step 5). */
+static void feed_channels(part_t *pt, uint64_t now)
+{
+    tn_replica_t *rm = pt->rm;
+    if (rm->o.channels == NULL)
+        return;
+    for (uint32_t i = 0; i < TN_PSTATE_MAX_REPLICAS; i++) {
+        const tn_repl_peer_t *p = &pt->core.peers[i];
+        if (p->node == 0 || p->node == rm->o.node || !p->seen ||
+            tn_pstate_isr_find(&pt->core.ps, p->node) >= 0)
+            continue;
+        bool ok = rm->o.channels(rm->o.channels_arg, pt->topic, pt->p, p->node, p->incarnation);
+        if (ok == p->chans_ok && p->chans_inc == p->incarnation)
+            continue;
+        tn_repl_event_t ev = {.type = TN_REPL_EV_CHANNELS, .now = now};
+        ev.u.channels.node = p->node;
+        ev.u.channels.incarnation = p->incarnation;
+        ev.u.channels.caught_up = ok;
+        run(pt, &ev);
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     tn_replica_t *rm = t->data;
@@ -1430,6 +1455,8 @@ static void on_tick(uv_timer_t *t)
                     feed_state(pt);
                 }
             }
+            if (pt->core.role == TN_REPL_LEADER && tn_repl_serving(&pt->core))
+                feed_channels(pt, now);
             tn_repl_event_t ev = {.type = TN_REPL_EV_TICK, .now = now};
             run(pt, &ev);
         }
