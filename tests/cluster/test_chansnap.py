@@ -1,0 +1,152 @@
+"""Channel state for a member that joins the ISR later (issue 23, fault
+case 06; cluster/setrepl.h CHAN_SNAP, docs/replication.md "Channel
+state"): on three nodes, a topic with replication factor 3 and
+min_insync_replicas 2; 200 messages published to its partition's leader,
+all 200 delivered and every other one acked (/v1, 204 answers: the
+channel's acked-ahead set holds them, its frontier stays low); a follower
+is SIGKILLed, its data directory removed, and it is started again (a new
+incarnation: it is fenced out of the ISR). Once it is back in the ISR on
+every node, it is made the leader (a clean election) and the old leader,
+which held the leases, is SIGKILLed. Everything the wiped node then
+delivers is consumed: none of the messages whose ack was answered 204
+comes back (the node got the channel's state as a snapshot before the ISR
+took it in), and every message never acked is delivered.
+
+Without the snapshot the wiped node rejoined the ISR with its record log
+only and, elected, delivered again every acked message.
+
+Run: python3 tests/cluster/test_chansnap.py --ternd build/ternd
+"""
+import os
+import shutil
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+TOPIC = "cs"
+CLIENT = {"X-Tern-Client": "cluster-test"}
+VISIBILITY_MS = 120000  # nothing may come back by a lease running out
+ARGS = ["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s",
+        "--experimental-replication", "--min-insync-replicas=2",
+        "--member-session-timeout=3s"]
+N = 200
+
+
+class ChanSnap(harness.ClusterTest):
+    def part(self, node):
+        """Partition 0 of the topic as node's GET /v1/topics/{t} shows it
+        (None: no answer)."""
+        status, body = node.request("GET", f"/v1/topics/{TOPIC}")
+        if status != 200 or not isinstance(body, dict) or not body.get("partition_stats"):
+            return None
+        return body["partition_stats"][0]
+
+    def in_sync_everywhere(self, c):
+        want = sorted(str(n.id) for n in c.nodes)
+        wait_until(f"{TOPIC}/0 with ISR {want} under one leader on every node", lambda: all(
+            sorted((self.part(n) or {}).get("isr", [])) == want and
+            (self.part(n) or {}).get("leader") == (self.part(c.nodes[0]) or {}).get("leader")
+            for n in c.nodes), timeout=180, interval=0.5)
+
+    def node(self, c, node_id):
+        return next(n for n in c.nodes if str(n.id) == str(node_id))
+
+    def consume(self, node, want, deadline_s=120):
+        """Messages node delivers (payload -> receipt handle) until want
+        (a set) are all in, or the deadline; ones outside want too."""
+        got = {}
+        deadline = time.monotonic() + deadline_s
+        while not want <= set(got) and time.monotonic() < deadline:
+            s, b = node.request(
+                "GET", f"/v1/topics/{TOPIC}/consume?partition=0&max=100&wait=2s",
+                headers=CLIENT)
+            if s in (503, 421, None):  # a new leader not serving yet
+                time.sleep(0.5)
+                continue
+            if s == 204:
+                continue
+            self.assertEqual(s, 200, b)
+            for m in b["messages"]:
+                self.assertNotIn(m["payload"], got, "delivered twice by one node")
+                got[m["payload"]] = m["receipt_handle"]
+        return got
+
+    def test_wiped_follower_rejoins_with_channel_state(self):
+        c = self.make(3, args=ARGS).start()
+        c.wait_alive(3)
+        status, body = c.nodes[0].request(
+            "POST", "/v1/topics",
+            {"name": TOPIC, "partitions": 1, "replication_factor": 3,
+             "min_insync_replicas": 2, "visibility_timeout_ms": VISIBILITY_MS},
+            headers=CLIENT)
+        self.assertEqual(status, 201, body)
+        self.in_sync_everywhere(c)
+        lead = self.node(c, self.part(c.nodes[0])["leader"])
+
+        def produce():
+            s, b = lead.request("POST", f"/v1/topics/{TOPIC}/produce/batch",
+                                [{"payload": f"m{i}", "partition": 0} for i in range(N)],
+                                headers=CLIENT)
+            return s == 202
+        wait_until("the leader takes produces", produce, timeout=60, interval=0.5)
+
+        # Every message delivered; every other one acked, out of order.
+        everything = {f"m{i}" for i in range(N)}
+        got = self.consume(lead, everything)
+        self.assertEqual(set(got), everything)
+        acked, tried = set(), set()
+        for i in range(0, N, 2):
+            p = f"m{i}"
+            tried.add(p)
+            s, b = lead.request(
+                "POST", f"/v1/topics/{TOPIC}/ack?receipt_handle={got[p]}", headers=CLIENT)
+            if s == 204:
+                acked.add(p)
+        self.assertGreater(len(acked), N // 4, "too few acks answered 204")
+        never_acked = everything - tried
+
+        # A follower loses its disk and comes back: a new incarnation, out
+        # of the ISR until it caught up, the channel's state included.
+        wiped = next(n for n in c.nodes if n is not lead)
+        wiped.kill()
+        shutil.rmtree(wiped.data)
+        wait_until(f"node {wiped.id} out of the ISR",
+                   lambda: str(wiped.id) not in (self.part(lead) or {}).get("isr", [str(wiped.id)]),
+                   timeout=120, interval=0.5)
+        wiped.start()
+        wiped.wait_ready(120)
+
+        # Back in the ISR everywhere: make it the leader (clean election,
+        # again while it is refused for a member that fell out meanwhile),
+        # then kill the old leader, which held the leases.
+        def elect():
+            self.in_sync_everywhere(c)
+            s, b = lead.request("POST", f"/v1/topics/{TOPIC}/partitions/0/leader",
+                                {"node": str(wiped.id)}, headers=CLIENT)
+            return (s, b) if s == 200 else None
+        s, b = wait_until(f"node {wiped.id} elected", elect, timeout=240)
+        self.assertEqual(b["leader"], str(wiped.id), b)
+        wait_until("every node sees the wiped node lead",
+                   lambda: all((self.part(n) or {}).get("leader") == str(wiped.id)
+                               for n in c.nodes if n is not lead), timeout=60)
+        lead.kill()
+
+        # What the wiped node delivers: every message never acked, and no
+        # message whose ack was answered 204.
+        delivered = set(self.consume(wiped, never_acked, deadline_s=180))
+        s, b = wiped.request("GET", f"/v1/topics/{TOPIC}/consume?partition=0&max=100&wait=3s",
+                             headers=CLIENT)
+        if s == 200:
+            delivered |= {m["payload"] for m in b["messages"]}
+        self.assertEqual(sorted(acked & delivered), [],
+                         "messages acked with 204 delivered again by the wiped node")
+        self.assertEqual(sorted(never_acked - delivered), [],
+                         "messages never acked that the wiped node did not deliver")
+
+
+if __name__ == "__main__":
+    harness.main()
