@@ -162,6 +162,7 @@ static void propose(tn_repl_t *r, uint64_t now, const tn_pstate_member_t *isr, u
     tn_repl_action_t *a = push(out, TN_REPL_ACT_PROPOSE_ISR);
     a->expected_pe = r->proposed_pe;
     a->leader_epoch = r->ps.leader_epoch;
+    a->channels_checked = r->cfg.channels_gate;
     a->nisr = n;
     memcpy(a->isr, isr, n * sizeof(*isr));
 }

@@ -133,6 +133,7 @@ typedef struct tn_repl_action_s {
     bool acks_ok;                /* HW: always true (the hw moves only with min_insync members) */
     tn_repl_fetch_t fetch;       /* FETCH */
     uint32_t expected_pe, leader_epoch, nisr; /* PROPOSE_ISR */
+    bool channels_checked; /* PROPOSE_ISR: members it adds passed the channels gate */
     tn_pstate_member_t isr[TN_PSTATE_MAX_REPLICAS];
 } tn_repl_action_t;
 

@@ -591,7 +591,7 @@ static void propose_isr(part_t *pt, const tn_repl_action_t *a)
     pt->isr_busy = true;
     pt->busy++;
     int rc = tn_meta_propose_isr(rm->o.meta, &pt->isr_req, pt->topic, pt->p, a->leader_epoch,
-                                 a->expected_pe, a->isr, a->nisr, on_isr_done);
+                                 a->expected_pe, a->isr, a->nisr, a->channels_checked, on_isr_done);
     if (rc != 0) {
         pt->isr_busy = false;
         pt->busy--;

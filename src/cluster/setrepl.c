@@ -48,6 +48,32 @@
  *      hands the partition to the engine; the follower's channel logs of
  *      that partition close first (after their queued records), then its
  *      callback runs, and requests for the partition get 421 meanwhile.
+ *   8. A replica outside the committed ISR lacks the channel's state from
+ *      before what the stream keeps (a wiped disk, a restart, a channel
+ *      made while it was away, records dropped past TN_SETREPL_KEEP_MAX).
+ *      Such a peer is not "synced": before any record it is sent the
+ *      engine's live cursor of the channel (TN_OP_CHAN_SNAP) as of the
+ *      log's submitted count S, meant for the data directory incarnation
+ *      the metastore shows for it; the follower writes it to its channel
+ *      log as FIN/EMPTY/REQ/PAUSE/TIMEOUTS records (they only add
+ *      settles), answers 204 once they are synced, and takes the
+ *      stream's records after S. A peer that is in the committed ISR
+ *      when it joins a stream is synced (the gate below let it in with
+ *      every channel caught up, and the waits count it since); one that
+ *      leaves the ISR, whose incarnation changes, or that lacks records
+ *      no longer kept, is not synced any more.
+ *   9. The ISR gate: tn_setrepl_catch_up(node, incarnation), asked by the
+ *      replica manager each tick for the leader's followers outside the
+ *      ISR, makes a stream for every durable channel of the partition
+ *      that has none (no settle since its log opened), pumps them, and is
+ *      true once the follower is synced for that incarnation on each and
+ *      answered a call with every record the ISR confirmed ("counted").
+ *      The core proposes it into the ISR only then (repl.c, channels
+ *      gate), and the metastore takes an addition only from a proposal
+ *      that says it checked (PART_ISR flags). A counted follower outside
+ *      the ISR counts for the waits like an ISR member
+ *      (tn_setrepl_commit_with) until a call to it fails: the CAS adding
+ *      it may be in flight, and once in it may be elected.
  * Failure modes: a follower that fails a call is retried with a backoff
  * (100 ms doubling to 1 s) from its last confirmed record; while it is in
  * the committed ISR its stalled confirmations hold settles, until the
@@ -62,14 +88,18 @@
  * fdatasync'ed on the leader and on every member of the ISR the metastore
  * committed, which has at least min_insync members; a follower never
  * writes the channel log of a partition this node leads (its engine owns
- * it); a follower answers 204 only for records it has synced.
+ * it); a follower answers 204 only for records it has synced, and for a
+ * snapshot only once its records are synced; every member of the committed
+ * ISR holds every settle the ISR confirmed (it joined through the gate,
+ * and the waits counted it since), so whichever is elected next delivers
+ * none of them again.
  *
- * Known limits: records go to every replica, in the ISR or not, and the
- * leader keeps them until every replica has them, but at most
- * TN_SETREPL_KEEP_MAX decided ones: a replica away for longer misses
- * some, and a failover to it (once rfetch added it back to the ISR for its
- * record log) delivers those messages again. A replica that rejoins the
- * ISR before its channel logs caught up has the same window. A follower
+ * Known limits: records go to every synced replica, in the ISR or not,
+ * and the leader keeps them until every synced replica has them, but at
+ * most TN_SETREPL_KEEP_MAX decided ones: a replica that lacks some needs
+ * a snapshot again (step 8). A snapshot is one call, bounded by the RPC
+ * payload (16 MiB). A replica that leaves the ISR gets a new snapshot of
+ * every channel before it comes back, even with its disk intact. A follower
  * creates a channel's log at the frontier the leader had when its record
  * stream began (base_frontier). A node whose engine still holds the
  * channel's log (a leader set aside without a restart, or a partition
