@@ -79,6 +79,7 @@
 #define DEFAULT_MAX     (1u << 20)
 #define NBUCKETS        256
 #define ISR_RETRY_MS    500
+#define CHANS_MS        50
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -113,6 +114,7 @@ struct part_s {
     bool isr_busy;
     uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
     uint32_t isr_adds, isr_removes; /* of the proposal in flight */
+    uint64_t chans_at;              /* feed_channels last asked (ms) */
     /* follower */
     bool want;            /* a fetch waits to be sent */
     bool in_call;         /* in a FETCH call to call_leader not yet ended */
@@ -1400,8 +1402,11 @@ static void on_watch(void *arg, tn_plog_t *pl)
 static void feed_channels(part_t *pt, uint64_t now)
 {
     tn_replica_t *rm = pt->rm;
-    if (rm->o.channels == NULL)
+    /* Every CHANS_MS is enough: the question walks the partition's
+     * channels, and the answer waits for a snapshot's round trip anyway. */
+    if (rm->o.channels == NULL || now < pt->chans_at + CHANS_MS)
         return;
+    pt->chans_at = now;
     for (uint32_t i = 0; i < TN_PSTATE_MAX_REPLICAS; i++) {
         const tn_repl_peer_t *p = &pt->core.peers[i];
         if (p->node == 0 || p->node == rm->o.node || !p->seen ||
@@ -1455,7 +1460,10 @@ static void on_tick(uv_timer_t *t)
                     feed_state(pt);
                 }
             }
-            if (pt->core.role == TN_REPL_LEADER && tn_repl_serving(&pt->core))
+            /* Not only once serving: a leader whose committed ISR is below
+             * min_insync cannot serve until a follower is added, and one
+             * is added only with its channels caught up. */
+            if (pt->core.role == TN_REPL_LEADER)
                 feed_channels(pt, now);
             tn_repl_event_t ev = {.type = TN_REPL_EV_TICK, .now = now};
             run(pt, &ev);
