@@ -15,6 +15,11 @@ took it in), and every message never acked is delivered.
 Without the snapshot the wiped node rejoined the ISR with its record log
 only and, elected, delivered again every acked message.
 
+A second test does the same on five nodes (the partition on three) with
+the leader killed as well while the wiped node is down: the last replica
+leads with an ISR of itself, below min_insync, and serves only once the
+wiped node joined through the channel gate.
+
 Run: python3 tests/cluster/test_chansnap.py --ternd build/ternd
 """
 import os
@@ -46,11 +51,18 @@ class ChanSnap(harness.ClusterTest):
         return body["partition_stats"][0]
 
     def in_sync_everywhere(self, c):
-        want = sorted(str(n.id) for n in c.nodes)
-        wait_until(f"{TOPIC}/0 with ISR {want} under one leader on every node", lambda: all(
-            sorted((self.part(n) or {}).get("isr", [])) == want and
-            (self.part(n) or {}).get("leader") == (self.part(c.nodes[0]) or {}).get("leader")
-            for n in c.nodes), timeout=180, interval=0.5)
+        """Wait until every running node shows the partition's whole replica
+        set in its ISR, under one leader."""
+        def whole():
+            parts = [self.part(n) for n in c.nodes if n.running()]
+            if not parts or any(p is None or not p.get("leader") for p in parts):
+                return False
+            want = sorted(parts[0].get("replicas", []))
+            return len(want) == 3 and all(
+                sorted(p.get("isr", [])) == want and p["leader"] == parts[0]["leader"]
+                for p in parts)
+        wait_until(f"{TOPIC}/0 with its whole ISR under one leader on every node", whole,
+                   timeout=180, interval=0.5)
 
     def node(self, c, node_id):
         return next(n for n in c.nodes if str(n.id) == str(node_id))
@@ -75,9 +87,10 @@ class ChanSnap(harness.ClusterTest):
                 got[m["payload"]] = m["receipt_handle"]
         return got
 
-    def test_wiped_follower_rejoins_with_channel_state(self):
-        c = self.make(3, args=ARGS).start()
-        c.wait_alive(3)
+    def setup_topic(self, c):
+        """The topic made, its ISR whole everywhere, N messages produced
+        through the leader, all delivered, every other one acked. Returns
+        (leader, acked: answered 204, never_acked)."""
         status, body = c.nodes[0].request(
             "POST", "/v1/topics",
             {"name": TOPIC, "partitions": 1, "replication_factor": 3,
@@ -107,7 +120,39 @@ class ChanSnap(harness.ClusterTest):
             if s == 204:
                 acked.add(p)
         self.assertGreater(len(acked), N // 4, "too few acks answered 204")
-        never_acked = everything - tried
+        return lead, acked, everything - tried
+
+    def elect(self, c, via, node):
+        """A clean election of node, once the whole ISR is back everywhere
+        (again while refused for a member that fell out meanwhile)."""
+        def attempt():
+            self.in_sync_everywhere(c)
+            s, b = via.request("POST", f"/v1/topics/{TOPIC}/partitions/0/leader",
+                               {"node": str(node.id)}, headers=CLIENT)
+            return (s, b) if s == 200 else None
+        s, b = wait_until(f"node {node.id} elected", attempt, timeout=240)
+        self.assertEqual(b["leader"], str(node.id), b)
+        wait_until(f"every node sees node {node.id} lead",
+                   lambda: all((self.part(n) or {}).get("leader") == str(node.id)
+                               for n in c.nodes if n.running()), timeout=60)
+
+    def check_delivers(self, node, acked, never_acked):
+        """What node delivers: every message never acked, and no message
+        whose ack was answered 204."""
+        delivered = set(self.consume(node, never_acked, deadline_s=180))
+        s, b = node.request("GET", f"/v1/topics/{TOPIC}/consume?partition=0&max=100&wait=3s",
+                            headers=CLIENT)
+        if s == 200:
+            delivered |= {m["payload"] for m in b["messages"]}
+        self.assertEqual(sorted(acked & delivered), [],
+                         f"messages acked with 204 delivered again by node {node.id}")
+        self.assertEqual(sorted(never_acked - delivered), [],
+                         f"messages never acked that node {node.id} did not deliver")
+
+    def test_wiped_follower_rejoins_with_channel_state(self):
+        c = self.make(3, args=ARGS).start()
+        c.wait_alive(3)
+        lead, acked, never_acked = self.setup_topic(c)
 
         # A follower loses its disk and comes back: a new incarnation, out
         # of the ISR until it caught up, the channel's state included.
@@ -120,32 +165,43 @@ class ChanSnap(harness.ClusterTest):
         wiped.start()
         wiped.wait_ready(120)
 
-        # Back in the ISR everywhere: make it the leader (clean election,
-        # again while it is refused for a member that fell out meanwhile),
-        # then kill the old leader, which held the leases.
-        def elect():
-            self.in_sync_everywhere(c)
-            s, b = lead.request("POST", f"/v1/topics/{TOPIC}/partitions/0/leader",
-                                {"node": str(wiped.id)}, headers=CLIENT)
-            return (s, b) if s == 200 else None
-        s, b = wait_until(f"node {wiped.id} elected", elect, timeout=240)
-        self.assertEqual(b["leader"], str(wiped.id), b)
-        wait_until("every node sees the wiped node lead",
-                   lambda: all((self.part(n) or {}).get("leader") == str(wiped.id)
-                               for n in c.nodes if n is not lead), timeout=60)
+        # Back in the ISR everywhere: make it the leader, then kill the old
+        # leader, which held the leases.
+        self.elect(c, lead, wiped)
         lead.kill()
+        self.check_delivers(wiped, acked, never_acked)
 
-        # What the wiped node delivers: every message never acked, and no
-        # message whose ack was answered 204.
-        delivered = set(self.consume(wiped, never_acked, deadline_s=180))
-        s, b = wiped.request("GET", f"/v1/topics/{TOPIC}/consume?partition=0&max=100&wait=3s",
-                             headers=CLIENT)
-        if s == 200:
-            delivered |= {m["payload"] for m in b["messages"]}
-        self.assertEqual(sorted(acked & delivered), [],
-                         "messages acked with 204 delivered again by the wiped node")
-        self.assertEqual(sorted(never_acked - delivered), [],
-                         "messages never acked that the wiped node did not deliver")
+    def test_rejoins_a_leader_that_cannot_serve_yet(self):
+        """Five nodes (a metastore quorum without two of the replicas),
+        the partition on three of them. A follower is wiped and its
+        leader killed: the last replica leads with an ISR of one, below
+        min_insync, so it does not serve until a follower is added, and a
+        follower is added only with its channels caught up. The wiped node
+        (started again) must get there; then the old leader comes back,
+        the wiped node is elected, the others' leader is killed, and it
+        delivers no acked message and every unacked one."""
+        c = self.make(5, args=ARGS).start()
+        c.wait_alive(5)
+        lead, acked, never_acked = self.setup_topic(c)
+        replicas = self.part(lead)["replicas"]
+        wiped = next(n for n in c.nodes if str(n.id) in replicas and n is not lead)
+        last = next(n for n in c.nodes if str(n.id) in replicas and n not in (lead, wiped))
+        wiped.kill()
+        shutil.rmtree(wiped.data)
+        lead.kill()
+        wait_until(f"node {last.id} leads with an ISR of itself", lambda: (
+            lambda p: p is not None and p.get("leader") == str(last.id) and
+            p.get("isr") == [str(last.id)])(self.part(last)), timeout=120, interval=0.5)
+        wiped.start()
+        wiped.wait_ready(120)
+        wait_until(f"node {wiped.id} back in the ISR of node {last.id}", lambda: sorted(
+            (self.part(last) or {}).get("isr", [])) == sorted([str(last.id), str(wiped.id)]),
+            timeout=180, interval=0.5)
+        lead.start()
+        lead.wait_ready(120)
+        self.elect(c, last, wiped)
+        last.kill()
+        self.check_delivers(wiped, acked, never_acked)
 
 
 if __name__ == "__main__":
