@@ -111,15 +111,23 @@ class ChanSnap(harness.ClusterTest):
         everything = {f"m{i}" for i in range(N)}
         got = self.consume(lead, everything)
         self.assertEqual(set(got), everything)
-        acked, tried = set(), set()
+        acked, tried, answers = set(), set(), {}
         for i in range(0, N, 2):
             p = f"m{i}"
             tried.add(p)
-            s, b = lead.request(
-                "POST", f"/v1/topics/{TOPIC}/ack?receipt_handle={got[p]}", headers=CLIENT)
+            # A 503 (too few in-sync replicas for a moment, on a busy
+            # machine) is retryable: the same ack again.
+            deadline = time.monotonic() + 30
+            while True:
+                s, b = lead.request(
+                    "POST", f"/v1/topics/{TOPIC}/ack?receipt_handle={got[p]}", headers=CLIENT)
+                answers[s] = b
+                if s != 503 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             if s == 204:
                 acked.add(p)
-        self.assertGreater(len(acked), N // 4, "too few acks answered 204")
+        self.assertGreater(len(acked), N // 4, f"too few acks answered 204: {answers}")
         return lead, acked, everything - tried
 
     def elect(self, c, via, node):
