@@ -31,7 +31,11 @@
  *      and passed S with the incarnation it fetches with, and which the
  *      first rule would keep (it caught up within replica_lag_ms: a
  *      silent follower is not re-added on the leader's own events), is
- *      proposed in.
+ *      proposed in, and with channels_gate only once the shell reported
+ *      (EV_CHANNELS) that its channels' state caught up with the
+ *      leader's for that incarnation (cluster/setrepl.c: a snapshot of
+ *      each channel, then its records), so no member joins the ISR, and
+ *      so none can be elected, without the settles the ISR confirmed.
  *      The hw uses the new ISR only once the metastore applied it (EV_STATE).
  *   6. A follower fetches from the leader its state names, right after each
  *      append and each log change, after fetch_idle_ms when the last answer
@@ -158,6 +162,7 @@ static void propose(tn_repl_t *r, uint64_t now, const tn_pstate_member_t *isr, u
     tn_repl_action_t *a = push(out, TN_REPL_ACT_PROPOSE_ISR);
     a->expected_pe = r->proposed_pe;
     a->leader_epoch = r->ps.leader_epoch;
+    a->channels_checked = r->cfg.channels_gate;
     a->nisr = n;
     memcpy(a->isr, isr, n * sizeof(*isr));
 }
@@ -176,6 +181,10 @@ static void maybe_expand(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
          * silent (stopped, cut off) is not behind when nothing was
          * appended since, yet it must stay out until it fetches again. */
         if (now >= p->caught_up_at + r->cfg.replica_lag_ms)
+            continue;
+        /* Nor one whose channels' state (FINs, acks, requeues) is not
+         * all there: elected, it would deliver again what was settled. */
+        if (r->cfg.channels_gate && (!p->chans_ok || p->chans_inc != p->incarnation))
             continue;
         tn_pstate_member_t isr[TN_PSTATE_MAX_REPLICAS];
         uint32_t n = r->ps.nisr;
@@ -470,6 +479,19 @@ static void on_log(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *o
     }
 }
 
+static void on_channels(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
+{
+    if (r->role != TN_REPL_LEADER)
+        return;
+    tn_repl_peer_t *p = peer_find(r, ev->u.channels.node);
+    if (p == NULL || p->node == r->cfg.node)
+        return;
+    p->chans_ok = ev->u.channels.caught_up;
+    p->chans_inc = ev->u.channels.incarnation;
+    if (p->chans_ok)
+        maybe_expand(r, ev->now, out);
+}
+
 static void on_tick(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
 {
     if (r->role == TN_REPL_LEADER) {
@@ -515,6 +537,9 @@ void tn_repl_step(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *ou
         break;
     case TN_REPL_EV_TICK:
         on_tick(r, ev->now, out);
+        break;
+    case TN_REPL_EV_CHANNELS:
+        on_channels(r, ev, out);
         break;
     }
 }

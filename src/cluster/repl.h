@@ -37,6 +37,11 @@ typedef struct tn_repl_config_s {
     uint64_t fetch_timeout_ms; /* follower: fetch again when unanswered; leader: re-propose */
     tn_repl_epoch_end_cb epoch_end;
     void *epoch_end_arg;
+    /* Channel state gates the ISR: a follower is proposed into the ISR only
+     * once the shell reported (TN_REPL_EV_CHANNELS) that its channels'
+     * state caught up with this leader's, for the incarnation it fetches
+     * with. false: the record log alone decides (the simulation). */
+    bool channels_gate;
 } tn_repl_config_t;
 
 /* A follower's fetch. flushed_offset: the records below it are on the
@@ -60,6 +65,7 @@ typedef enum {
     TN_REPL_EV_FETCH_ERROR, /* follower: answer FENCED/UNKNOWNEPOCH/REMOTE, u.error */
     TN_REPL_EV_ISR_REFUSED, /* leader: the CAS was refused, u.refused */
     TN_REPL_EV_TICK,        /* time passed */
+    TN_REPL_EV_CHANNELS,    /* leader: a follower's channel state caught up or not, u.channels */
 } tn_repl_ev_type_t;
 
 typedef struct tn_repl_event_s {
@@ -92,6 +98,11 @@ typedef struct tn_repl_event_s {
         struct {
             uint32_t partition_epoch; /* the controller's, at refusal */
         } refused;
+        struct {
+            uint32_t node;
+            uint64_t incarnation; /* the data directory the report is about */
+            bool caught_up;       /* every channel of the partition, fdatasync'ed there */
+        } channels;
     } u;
 } tn_repl_event_t;
 
@@ -122,6 +133,7 @@ typedef struct tn_repl_action_s {
     bool acks_ok;                /* HW: always true (the hw moves only with min_insync members) */
     tn_repl_fetch_t fetch;       /* FETCH */
     uint32_t expected_pe, leader_epoch, nisr; /* PROPOSE_ISR */
+    bool channels_checked; /* PROPOSE_ISR: members it adds passed the channels gate */
     tn_pstate_member_t isr[TN_PSTATE_MAX_REPLICAS];
 } tn_repl_action_t;
 
@@ -142,6 +154,9 @@ typedef struct tn_repl_peer_s {
     uint64_t leo_mark; /* leader's log end at this follower's previous fetch */
     uint32_t min_pe;   /* fetches from older partition states do not count */
     uint64_t caught_up_at;
+    /* Its channels' state caught up (EV_CHANNELS) for chans_inc. */
+    bool chans_ok;
+    uint64_t chans_inc;
 } tn_repl_peer_t;
 
 typedef struct tn_repl_s {

@@ -101,6 +101,7 @@
 #define REPAIR_RETRY_MS 2000  /* a repair read or replacement that failed */
 #define REPAIR_CALL_MS  30000 /* one REPAIR call */
 #define STUCK_LOG_MS    60000 /* "cannot repair" at most this often */
+#define CHANS_MS        50
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -135,6 +136,7 @@ struct part_s {
     bool isr_busy;
     uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
     uint32_t isr_adds, isr_removes; /* of the proposal in flight */
+    uint64_t chans_at;              /* feed_channels last asked (ms) */
     /* follower */
     bool want;            /* a fetch waits to be sent */
     bool in_call;         /* in a FETCH call to call_leader not yet ended */
@@ -627,7 +629,7 @@ static void propose_isr(part_t *pt, const tn_repl_action_t *a)
     pt->isr_busy = true;
     pt->busy++;
     int rc = tn_meta_propose_isr(rm->o.meta, &pt->isr_req, pt->topic, pt->p, a->leader_epoch,
-                                 a->expected_pe, a->isr, a->nisr, on_isr_done);
+                                 a->expected_pe, a->isr, a->nisr, a->channels_checked, on_isr_done);
     if (rc != 0) {
         pt->isr_busy = false;
         pt->busy--;
@@ -1375,6 +1377,7 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
             .fetch_timeout_ms = rm->o.fetch_timeout_ms,
             .epoch_end = epoch_end_cb,
             .epoch_end_arg = pt,
+            .channels_gate = rm->o.channels != NULL,
         };
         tn_repl_init(&pt->core, &cfg);
         uint32_t h = hash_name(topic, p);
@@ -1816,6 +1819,33 @@ void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len,
 
 /* --- the tick ---------------------------------------------------------------------- */
 
+/* A leader's followers outside the ISR: is their channels' state caught
+ * up (o.channels, which also starts their catching up)? Told to the core,
+ * which proposes none of them into the ISR before (repl.c, step 5). */
+static void feed_channels(part_t *pt, uint64_t now)
+{
+    tn_replica_t *rm = pt->rm;
+    /* Every CHANS_MS is enough: the question walks the partition's
+     * channels, and the answer waits for a snapshot's round trip anyway. */
+    if (rm->o.channels == NULL || now < pt->chans_at + CHANS_MS)
+        return;
+    pt->chans_at = now;
+    for (uint32_t i = 0; i < TN_PSTATE_MAX_REPLICAS; i++) {
+        const tn_repl_peer_t *p = &pt->core.peers[i];
+        if (p->node == 0 || p->node == rm->o.node || !p->seen ||
+            tn_pstate_isr_find(&pt->core.ps, p->node) >= 0)
+            continue;
+        bool ok = rm->o.channels(rm->o.channels_arg, pt->topic, pt->p, p->node, p->incarnation);
+        if (ok == p->chans_ok && p->chans_inc == p->incarnation)
+            continue;
+        tn_repl_event_t ev = {.type = TN_REPL_EV_CHANNELS, .now = now};
+        ev.u.channels.node = p->node;
+        ev.u.channels.incarnation = p->incarnation;
+        ev.u.channels.caught_up = ok;
+        run(pt, &ev);
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     tn_replica_t *rm = t->data;
@@ -1853,6 +1883,11 @@ static void on_tick(uv_timer_t *t)
                     feed_state(pt);
                 }
             }
+            /* Not only once serving: a leader whose committed ISR is below
+             * min_insync cannot serve until a follower is added, and one
+             * is added only with its channels caught up. */
+            if (pt->core.role == TN_REPL_LEADER)
+                feed_channels(pt, now);
             tn_repl_event_t ev = {.type = TN_REPL_EV_TICK, .now = now};
             run(pt, &ev);
             if (!pt->dead)

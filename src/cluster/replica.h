@@ -45,6 +45,13 @@ typedef struct {
     void (*release)(void *arg, const char *topic, uint32_t p, void (*cb)(void *cb_arg),
                     void *cb_arg);
     void *release_arg;
+    /* Leader: whether follower node (with data directory incarnation) has
+     * every channel of partition p of topic caught up with this node's
+     * (tn_setrepl_catch_up, which starts what it lacks). Asked every tick
+     * for the followers outside the ISR; one is proposed into the ISR
+     * only once this answered true. NULL: the record log alone decides. */
+    bool (*channels)(void *arg, const char *topic, uint32_t p, uint32_t node, uint64_t incarnation);
+    void *channels_arg;
 } tn_replica_opts_t;
 
 /* Statistics for /stats, /metrics and ternctl (rapi). Counters since

@@ -48,6 +48,32 @@
  *      hands the partition to the engine; the follower's channel logs of
  *      that partition close first (after their queued records), then its
  *      callback runs, and requests for the partition get 421 meanwhile.
+ *   8. A replica outside the committed ISR lacks the channel's state from
+ *      before what the stream keeps (a wiped disk, a restart, a channel
+ *      made while it was away, records dropped past TN_SETREPL_KEEP_MAX).
+ *      Such a peer is not "synced": before any record it is sent the
+ *      engine's live cursor of the channel (TN_OP_CHAN_SNAP) as of the
+ *      log's submitted count S, meant for the data directory incarnation
+ *      the metastore shows for it; the follower writes it to its channel
+ *      log as FIN/EMPTY/REQ/PAUSE/TIMEOUTS records (they only add
+ *      settles), answers 204 once they are synced, and takes the
+ *      stream's records after S. A peer that is in the committed ISR
+ *      when it joins a stream is synced (the gate below let it in with
+ *      every channel caught up, and the waits count it since); one that
+ *      leaves the ISR, whose incarnation changes, or that lacks records
+ *      no longer kept, is not synced any more.
+ *   9. The ISR gate: tn_setrepl_catch_up(node, incarnation), asked by the
+ *      replica manager each tick for the leader's followers outside the
+ *      ISR, makes a stream for every durable channel of the partition
+ *      that has none (no settle since its log opened), pumps them, and is
+ *      true once the follower is synced for that incarnation on each and
+ *      answered a call with every record the ISR confirmed ("counted").
+ *      The core proposes it into the ISR only then (repl.c, channels
+ *      gate), and the metastore takes an addition only from a proposal
+ *      that says it checked (PART_ISR flags). A counted follower outside
+ *      the ISR counts for the waits like an ISR member
+ *      (tn_setrepl_commit_with) until a call to it fails: the CAS adding
+ *      it may be in flight, and once in it may be elected.
  * Failure modes: a follower that fails a call is retried with a backoff
  * (100 ms doubling to 1 s) from its last confirmed record; while it is in
  * the committed ISR its stalled confirmations hold settles, until the
@@ -62,14 +88,18 @@
  * fdatasync'ed on the leader and on every member of the ISR the metastore
  * committed, which has at least min_insync members; a follower never
  * writes the channel log of a partition this node leads (its engine owns
- * it); a follower answers 204 only for records it has synced.
+ * it); a follower answers 204 only for records it has synced, and for a
+ * snapshot only once its records are synced; every member of the committed
+ * ISR holds every settle the ISR confirmed (it joined through the gate,
+ * and the waits counted it since), so whichever is elected next delivers
+ * none of them again.
  *
- * Known limits: records go to every replica, in the ISR or not, and the
- * leader keeps them until every replica has them, but at most
- * TN_SETREPL_KEEP_MAX decided ones: a replica away for longer misses
- * some, and a failover to it (once rfetch added it back to the ISR for its
- * record log) delivers those messages again. A replica that rejoins the
- * ISR before its channel logs caught up has the same window. A follower
+ * Known limits: records go to every synced replica, in the ISR or not,
+ * and the leader keeps them until every synced replica has them, but at
+ * most TN_SETREPL_KEEP_MAX decided ones: a replica that lacks some needs
+ * a snapshot again (step 8). A snapshot is one call, bounded by the RPC
+ * payload (16 MiB). A replica that leaves the ISR gets a new snapshot of
+ * every channel before it comes back, even with its disk intact. A follower
  * creates a channel's log at the frontier the leader had when its record
  * stream began (base_frontier). A node whose engine still holds the
  * channel's log (a leader set aside without a restart, or a partition
@@ -103,9 +133,18 @@
 
 /* --- the waiting rule --------------------------------------------------------------- */
 
-uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_t nacks,
-                           const tn_pstate_member_t *isr, uint32_t nisr, uint32_t self,
-                           uint32_t min_insync, bool *starved)
+static uint64_t acked_by(const tn_setrepl_ack_t *acks, uint32_t nacks, uint32_t node)
+{
+    uint64_t a = 0;
+    for (uint32_t k = 0; k < nacks; k++)
+        if (acks[k].node == node && acks[k].acked > a)
+            a = acks[k].acked;
+    return a;
+}
+
+uint64_t tn_setrepl_commit_with(uint64_t local, const tn_setrepl_ack_t *acks, uint32_t nacks,
+                                const tn_pstate_member_t *isr, uint32_t nisr, const uint32_t *extra,
+                                uint32_t nextra, uint32_t self, uint32_t min_insync, bool *starved)
 {
     if (min_insync == 0)
         min_insync = 1;
@@ -120,19 +159,32 @@ uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_
         return 0;
     /* The lowest ack among the ISR followers, capped at local: any of
      * them may be the next leader (cluster/repl.c moves the hw the same
-     * way, invariant 1). */
+     * way, invariant 1); and among the extra members, which may be in
+     * the ISR by the time a failover looks. */
     uint64_t c = local;
     for (uint32_t i = 0; i < nisr; i++) {
         if (isr[i].node == self)
             continue;
-        uint64_t a = 0;
-        for (uint32_t k = 0; k < nacks; k++)
-            if (acks[k].node == isr[i].node && acks[k].acked > a)
-                a = acks[k].acked;
+        uint64_t a = acked_by(acks, nacks, isr[i].node);
+        if (a < c)
+            c = a;
+    }
+    for (uint32_t i = 0; i < nextra; i++) {
+        if (extra[i] == self)
+            continue;
+        uint64_t a = acked_by(acks, nacks, extra[i]);
         if (a < c)
             c = a;
     }
     return c;
+}
+
+uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_t nacks,
+                           const tn_pstate_member_t *isr, uint32_t nisr, uint32_t self,
+                           uint32_t min_insync, bool *starved)
+{
+    return tn_setrepl_commit_with(local, acks, nacks, isr, nisr, NULL, 0, self, min_insync,
+                                  starved);
 }
 
 uint64_t tn_setrepl_trim(uint64_t low, uint64_t high, uint64_t done, uint64_t min_acked,
@@ -155,6 +207,18 @@ typedef struct {
     uint64_t acked; /* confirmed up to (in this stream) */
     bool inflight;  /* a call is out */
     bool gone;      /* left the ISR while its call was out */
+    /* It holds the channel's whole state up to acked, for data directory
+     * inc (0: the one its ISR entry vouched for, not known here): it was
+     * in the committed ISR when it joined this stream, or it installed a
+     * snapshot (CHAN_SNAP). Until then it is sent a snapshot, no records. */
+    bool synced;
+    uint64_t inc;
+    /* Synced, and it answered a call with every record the ISR had
+     * confirmed: it counts for the waits like an ISR member
+     * (tn_setrepl_commit_with), since the ISR may be taking it in, until
+     * a call to it fails. */
+    bool counted;
+    bool in_isr; /* in the committed ISR when last looked */
     unsigned failures;
     int64_t retry_at; /* monotonic ms: no call before */
 } peer_t;
@@ -183,7 +247,9 @@ typedef struct pcall_s {
     struct pcall_s *next, *prev; /* calls out */
     stream_t *st;
     uint32_t node;
-    uint64_t last; /* the call's last seq */
+    uint64_t last; /* the call's last seq (a snapshot: the seq its state includes) */
+    bool snap;     /* a CHAN_SNAP call */
+    uint64_t inc;  /* the incarnation the snapshot was meant for */
     tn_rpc_call_t *call;
 } pcall_t;
 
@@ -200,6 +266,10 @@ struct freq_s {
     int status;      /* an answer decided before the records are written */
     tn_walop_t *ops;
     flog_t *fl;
+    /* A CHAN_SNAP: its records are the state's, never skipped; once
+     * queued, the log is at snap_next of w.stream. */
+    tn_setrepl_t *snap;
+    uint64_t snap_next;
 };
 
 /* A channel log this node holds as a follower. */
@@ -324,6 +394,16 @@ static stream_t *stream_new(tn_setrepl_t *s, const char *topic, uint32_t p, cons
     return st;
 }
 
+/* The data directory incarnation the metastore replica has for node (0:
+ * unknown). */
+static uint64_t member_inc(tn_setrepl_t *s, uint32_t node)
+{
+    if (s->o.meta == NULL)
+        return 0;
+    const tn_meta_member_t *m = tn_meta_member_find(tn_meta_state(s->o.meta), node);
+    return m != NULL ? m->incarnation : 0;
+}
+
 /* Make st's followers the replicas of ps (minus this node): every one is
  * pushed to, in the ISR or not, so a replica out of the ISR (down for a
  * while, catching up its log) gets the channel state it missed before it
@@ -346,7 +426,16 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
             keep[n] = *old;
             keep[n].gone = false;
         } else {
-            keep[n] = (peer_t){.node = node, .acked = st->low - 1};
+            /* An ISR member holds every settle the ISR confirmed (it was
+             * let in only once caught up, and the waits count it since),
+             * so the stream's records are all it needs; any other
+             * replica gets a snapshot first. */
+            int k = tn_pstate_isr_find(ps, node);
+            keep[n] = (peer_t){.node = node,
+                               .acked = st->low - 1,
+                               .synced = k >= 0,
+                               .in_isr = k >= 0,
+                               .inc = k >= 0 ? ps->isr[k].incarnation : 0};
         }
         n++;
     }
@@ -374,18 +463,23 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
 static void evaluate(stream_t *st, const tn_pstate_t *ps)
 {
     tn_setrepl_ack_t acks[TN_PSTATE_MAX_REPLICAS];
-    uint32_t nacks = 0;
+    uint32_t extra[TN_PSTATE_MAX_REPLICAS];
+    uint32_t nacks = 0, nextra = 0;
     uint64_t min_acked = st->high;
     for (uint32_t i = 0; i < st->npeers; i++) {
-        if (st->peers[i].gone)
+        peer_t *pe = &st->peers[i];
+        if (pe->gone)
             continue;
-        acks[nacks++] = (tn_setrepl_ack_t){st->peers[i].node, st->peers[i].acked};
-        if (st->peers[i].acked < min_acked)
-            min_acked = st->peers[i].acked;
+        acks[nacks++] = (tn_setrepl_ack_t){pe->node, pe->acked};
+        /* One not synced gets a snapshot, not the records kept. */
+        if (pe->synced && pe->acked < min_acked)
+            min_acked = pe->acked;
+        if (pe->counted && tn_pstate_isr_find(ps, pe->node) < 0)
+            extra[nextra++] = pe->node;
     }
     bool starved = false;
-    uint64_t c = tn_setrepl_commit(st->high, acks, nacks, ps->isr, ps->nisr, st->s->o.node_id,
-                                   ps->min_insync, &starved);
+    uint64_t c = tn_setrepl_commit_with(st->high, acks, nacks, ps->isr, ps->nisr, extra, nextra,
+                                        st->s->o.node_id, ps->min_insync, &starved);
     if (starved) {
         stream_fail(st, TN_EFEWREPLICAS);
     } else if (c > st->done) {
@@ -444,6 +538,29 @@ static bool stream_check(stream_t *st, const tn_pstate_t *ps)
         return false;
     }
     peers_sync(st, ps);
+    for (uint32_t i = 0; i < st->npeers; i++) {
+        peer_t *pe = &st->peers[i];
+        bool in = tn_pstate_isr_find(ps, pe->node) >= 0;
+        if (pe->in_isr && !in) {
+            /* Shrunk out: it comes back only through a new snapshot
+             * (it may be down, its disk may be wiped meanwhile). */
+            pe->synced = false;
+            pe->counted = false;
+        }
+        pe->in_isr = in;
+        if (!pe->synced || pe->gone)
+            continue;
+        /* Records it lacks that the leader no longer keeps, or a data
+         * directory that is not the one it was synced with (a wiped
+         * disk): a new snapshot. */
+        uint64_t cur = member_inc(s, pe->node);
+        if (pe->acked + 1 < st->low || (cur != 0 && pe->inc != 0 && cur != pe->inc)) {
+            pe->synced = false;
+            pe->counted = false;
+        } else if (pe->inc == 0) {
+            pe->inc = cur;
+        }
+    }
     evaluate(st, ps);
     return true;
 }
@@ -466,18 +583,27 @@ static void on_push_reply(void *arg, int status, const tn_wire_reply_t *reply, c
         pe->inflight = false;
     uint16_t code = status == 0 ? reply->status : 0;
     if (code == 204) {
+        if (pe != NULL && pc->snap) {
+            pe->synced = true;
+            pe->inc = pc->inc;
+        }
         if (pe != NULL && pc->last > pe->acked)
             pe->acked = pc->last;
         if (pe != NULL)
             pe->failures = 0;
+        if (pe != NULL && pe->synced && !pe->gone && pe->acked >= st->done)
+            pe->counted = true;
     } else {
         s->st.call_failures++;
-        if (pe != NULL)
+        if (pe != NULL) {
+            pe->counted = false; /* the waits no longer wait for it */
             peer_failed(pe);
+        }
         if (status != TN_ECLOSED)
             TN_LOG_RL(TN_LOG_WARN, 10000,
-                      "setrepl: node %" PRIu32 " did not take channel %s of %s/%" PRIu32 ": %s",
-                      pc->node, st->channel, st->topic, st->p,
+                      "setrepl: node %" PRIu32 " did not take %s of channel %s of %s/%" PRIu32
+                      ": %s",
+                      pc->node, pc->snap ? "the state" : "records", st->channel, st->topic, st->p,
                       status != 0   ? (err != NULL ? err : tn_strerror(status))
                       : code == 409 ? "fenced (stale leader epoch)"
                                     : "refused");
@@ -502,14 +628,90 @@ static void on_push_reply(void *arg, int status, const tn_wire_reply_t *reply, c
         pump(st);
 }
 
-/* Send each follower that has no call out what it lacks. */
+/* The engine's channel partition of (topic, channel, p) when this node
+ * serves it (its log open here), else NULL. Borrowed for the tick. */
+static tn_chpart_t *engine_chpart(tn_setrepl_t *s, const char *topic, uint32_t p,
+                                  const char *channel)
+{
+    tn_topic_t *t = NULL;
+    tn_channel_t *ch = NULL;
+    if (s->o.broker == NULL ||
+        tn_broker_topic(s->o.broker, topic, strlen(topic), false, 0, NULL, &t) != 0 ||
+        t->state != TN_OBJ_READY || p >= t->nparts || t->parts[p]->remote ||
+        tn_topic_channel(t, channel, strlen(channel), false, NULL, &ch) != 0 ||
+        ch->state != TN_OBJ_READY || ch->parts == NULL || ch->parts[p] == NULL)
+        return NULL;
+    return ch->parts[p]->cl != NULL ? ch->parts[p] : NULL;
+}
+
+static void call_out(tn_setrepl_t *s, stream_t *st, peer_t *pe, pcall_t *pc)
+{
+    s->st.calls++;
+    pc->prev = NULL;
+    pc->next = s->calls;
+    if (s->calls != NULL)
+        s->calls->prev = pc;
+    s->calls = pc;
+    pe->inflight = true;
+    st->refs++;
+    s->busy++;
+}
+
+/* Send pe the channel's whole state as the engine has it now: the live
+ * cursor, which holds every record queued to the log so far (the log's
+ * submitted count, seq here), durable or not; the records after seq
+ * follow as SETTLE_REPL once installed. */
+static void send_snapshot(stream_t *st, peer_t *pe, const char *addr)
+{
+    tn_setrepl_t *s = st->s;
+    tn_chpart_t *cp = engine_chpart(s, st->topic, st->p, st->channel);
+    pcall_t *pc = tn_malloc(sizeof(*pc));
+    if (cp == NULL || addr == NULL || pc == NULL) {
+        tn_free(pc);
+        peer_failed(pe);
+        return;
+    }
+    uint64_t seq = tn_chanlog_submitted(cp->cl);
+    uint64_t inc = member_inc(s, pe->node);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_wire_chansnap_encode(&b, st->topic, st->p, st->epoch, st->channel, st->id, seq, inc,
+                                     &cp->cur);
+    if (rc == 0) {
+        *pc = (pcall_t){.st = st, .node = pe->node, .last = seq, .snap = true, .inc = inc};
+        rc = tn_rpc_call(s->o.rpc, addr, TN_OP_CHAN_SNAP, tn_buf_data(&b), tn_buf_size(&b),
+                         s->o.call_timeout_ms, on_push_reply, pc, &pc->call);
+    }
+    tn_buf_fini(&b);
+    if (rc != 0) {
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "setrepl: cannot send node %" PRIu32 " the state of channel %s of %s/%" PRIu32
+                  ": %s",
+                  pe->node, st->channel, st->topic, st->p, tn_strerror(rc));
+        tn_free(pc);
+        s->st.call_failures++;
+        peer_failed(pe);
+        return;
+    }
+    s->st.snapshots_sent++;
+    call_out(s, st, pe, pc);
+}
+
+/* Send each follower that has no call out what it lacks: its snapshot
+ * first, then the records after it. */
 static void pump(stream_t *st)
 {
     tn_setrepl_t *s = st->s;
     int64_t now = tn_now_mono_ms();
     for (uint32_t i = 0; i < st->npeers; i++) {
         peer_t *pe = &st->peers[i];
-        if (pe->gone || pe->inflight || pe->retry_at > now || pe->acked >= st->high)
+        if (pe->gone || pe->inflight || pe->retry_at > now)
+            continue;
+        if (!pe->synced) {
+            send_snapshot(st, pe, s->o.rpc != NULL ? member_addr(s, pe->node) : NULL);
+            continue;
+        }
+        if (pe->acked >= st->high)
             continue;
         uint64_t first = pe->acked + 1 < st->low ? st->low : pe->acked + 1;
         if (first > st->high)
@@ -542,16 +744,8 @@ static void pump(stream_t *st)
             peer_failed(pe);
             continue;
         }
-        s->st.calls++;
         s->st.pushed_records += n;
-        pc->prev = NULL;
-        pc->next = s->calls;
-        if (s->calls != NULL)
-            s->calls->prev = pc;
-        s->calls = pc;
-        pe->inflight = true;
-        st->refs++;
-        s->busy++;
+        call_out(s, st, pe, pc);
     }
 }
 
@@ -677,6 +871,8 @@ static void freq_free(freq_t *q)
 
 static void freq_answer(freq_t *q, int status)
 {
+    if (status == 0 && q->snap != NULL)
+        q->snap->st.snapshots_installed++;
     if (status == 0)
         tn_rpc_reply(q->req, 204, NULL, NULL, 0);
     else if (status == 421)
@@ -818,6 +1014,8 @@ static void engine_write(flog_t *fl, freq_t *q, uint32_t skip)
         fl->stream = w->stream;
         fl->next_seq = w->first_seq + w->count;
     }
+    if (q->snap != NULL && q->status == 0)
+        fl->next_seq = q->snap_next;
     if (fl->inflight == 0) {
         freq_answer(q, q->status);
         return;
@@ -832,7 +1030,10 @@ static void flog_write(flog_t *fl, freq_t *q)
     tn_setrepl_t *s = fl->s;
     const tn_wire_setrepl_t *w = &q->w;
     uint32_t skip = 0;
-    if (fl->stream == w->stream && fl->next_seq > w->first_seq) {
+    if (q->snap != NULL) {
+        /* A state: every record of it goes in (they only add settles). */
+        fl->stream = 0;
+    } else if (fl->stream == w->stream && fl->next_seq > w->first_seq) {
         uint64_t k = fl->next_seq - w->first_seq;
         skip = k > w->count ? w->count : (uint32_t)k;
     } else if (fl->stream == w->stream && fl->next_seq < w->first_seq) {
@@ -867,6 +1068,8 @@ static void flog_write(flog_t *fl, freq_t *q)
         fl->stream = w->stream;
         fl->next_seq = w->first_seq + w->count;
     }
+    if (q->snap != NULL && q->status == 0)
+        fl->next_seq = q->snap_next;
     /* Answered once everything queued to the log so far is on disk. */
     q->target = tn_chanlog_submitted(fl->cl);
     q->next = fl->waiting;
@@ -1058,6 +1261,142 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     flog_write(fl, q);
 }
 
+/* The records that bring a channel log to at least state c: everything
+ * below its frontier, the offsets it finished above, its requeued entries
+ * (due time, attempts), pause, the timeout count. Applied over what a log
+ * holds they only add settles (a FIN or REQ the log has is idempotent; a
+ * REQ of an offset settled there is ignored): a follower whose log had
+ * more keeps it. Encoded as SETTLE_REPL records into *out (tn_malloc'd,
+ * transferred to the caller), *n of them. 0 or UV_ENOMEM. */
+static int state_records(const tn_cursor_t *c, uint8_t **out, uint32_t *n)
+{
+    uint64_t count = 2 + (c->frontier > 0) + (uint64_t)c->nsettled + c->nrequeued;
+    if (count > UINT32_MAX / TN_SETREPL_REC_SIZE)
+        return UV_ENOMEM;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_buf_reserve(&b, (size_t)count * TN_SETREPL_REC_SIZE);
+    uint32_t k = 0;
+#define PUT(op_, off_, due_, att_, val_)                                                           \
+    do {                                                                                           \
+        rc = rc != 0 ? rc : tn_wire_put_u8(&b, (op_));                                             \
+        rc = rc != 0 ? rc : tn_wire_put_u64(&b, (off_));                                           \
+        rc = rc != 0 ? rc : tn_wire_put_i64(&b, (due_));                                           \
+        rc = rc != 0 ? rc : tn_wire_put_u32(&b, (att_));                                           \
+        rc = rc != 0 ? rc : tn_wire_put_u64(&b, (val_));                                           \
+        k++;                                                                                       \
+    } while (0)
+    if (c->frontier > 0)
+        PUT(TN_WAL_EMPTY, c->frontier, 0, 0, 0);
+    for (uint32_t i = 0; i < c->nsettled; i++)
+        PUT(TN_WAL_FIN, c->settled[i], 0, 0, 0);
+    for (uint32_t i = 0; i < c->nrequeued; i++)
+        PUT(TN_WAL_REQ, c->requeued[i].offset, c->requeued[i].due_ms, c->requeued[i].attempts, 0);
+    PUT(TN_WAL_PAUSE, 0, 0, 0, c->paused ? 1 : 0);
+    PUT(TN_WAL_TIMEOUTS, 0, 0, 0, c->timeout_count);
+#undef PUT
+    uint8_t *bytes = rc == 0 ? tn_malloc(b.len) : NULL;
+    if (rc == 0 && bytes == NULL)
+        rc = UV_ENOMEM;
+    if (rc == 0) {
+        memcpy(bytes, b.base, b.len);
+        *out = bytes;
+        *n = k;
+    }
+    tn_buf_fini(&b);
+    return rc;
+}
+
+static void on_chan_snap(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_setrepl_t *s = arg;
+    if (s->closing) {
+        reply_error(req, 503, "shutting down");
+        return;
+    }
+    tn_wire_chansnap_t w;
+    char msg[256];
+    int rc = tn_wire_chansnap_decode(payload, len, &w, msg, sizeof(msg));
+    if (rc != 0) {
+        tn_cursor_fini(&w.state);
+        reply_error(req, rc == UV_ENOMEM ? 503 : 400, msg);
+        return;
+    }
+    if (!tn_name_valid_any(w.topic, strlen(w.topic)) ||
+        !tn_name_valid(w.channel, strlen(w.channel))) {
+        tn_cursor_fini(&w.state);
+        reply_error(req, 400, "invalid topic or channel name");
+        return;
+    }
+    tn_pstate_t ps;
+    if (s->o.pstate(s->o.pstate_arg, w.topic, w.partition, &ps) != 0 || !follows_here(s, &ps) ||
+        is_released(s, w.topic, w.partition)) {
+        tn_cursor_fini(&w.state);
+        reply_error(req, 421, "this node does not follow the partition");
+        return;
+    }
+    if (w.leader_epoch < ps.leader_epoch) {
+        tn_cursor_fini(&w.state);
+        s->st.fenced++;
+        reply_error(req, 409, "stale leader epoch (fenced)");
+        return;
+    }
+    if (w.leader_epoch > ps.leader_epoch) {
+        tn_cursor_fini(&w.state);
+        reply_error(req, 503, "leader epoch newer than this node knows; retry");
+        return;
+    }
+    if (w.incarnation != 0 && s->o.incarnation != 0 && w.incarnation != s->o.incarnation) {
+        tn_cursor_fini(&w.state);
+        reply_error(req, 409, "the state is meant for another data directory (incarnation)");
+        return;
+    }
+    freq_t *q = tn_calloc(1, sizeof(*q));
+    uint8_t *bytes = NULL;
+    uint32_t n = 0;
+    if (q == NULL || state_records(&w.state, &bytes, &n) != 0) {
+        tn_free(q);
+        tn_cursor_fini(&w.state);
+        reply_error(req, 503, "out of memory");
+        return;
+    }
+    q->req = req;
+    q->snap = s;
+    q->snap_next = w.seq + 1;
+    memcpy(q->w.topic, w.topic, sizeof(q->w.topic));
+    memcpy(q->w.channel, w.channel, sizeof(q->w.channel));
+    q->w.partition = w.partition;
+    q->w.leader_epoch = w.leader_epoch;
+    q->w.stream = w.stream;
+    q->w.first_seq = 1;
+    q->w.base_frontier = w.state.frontier;
+    q->w.count = n;
+    q->w.recs = bytes;
+    q->rec_bytes = bytes; /* transferred: freq_free frees it */
+    tn_cursor_fini(&w.state);
+    bool held = engine_holds(s, q->w.topic, q->w.partition, q->w.channel);
+    q->ops = tn_calloc(n, sizeof(*q->ops));
+    flog_t *fl = NULL;
+    if (q->ops == NULL || (fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel,
+                                         q->w.base_frontier, held)) == NULL) {
+        freq_answer(q, UV_ENOMEM);
+        return;
+    }
+    if (fl->closing || fl->engine != held) {
+        if (!fl->closing && !fl->opening && fl->inflight == 0 && fl->waiting == NULL)
+            flog_close(fl);
+        reply_error(req, 503, "channel log changing hands; retry");
+        freq_free(q);
+        return;
+    }
+    if (fl->opening) {
+        q->next = fl->queued;
+        fl->queued = q;
+        return;
+    }
+    flog_write(fl, q);
+}
+
 /* --- lifecycle and the manager's calls ------------------------------------------------- */
 
 int tn_setrepl_new(const tn_setrepl_opts_t *opts, tn_setrepl_t **out)
@@ -1092,6 +1431,7 @@ void tn_setrepl_set_rpc(tn_setrepl_t *s, tn_rpc_t *rpc)
 void tn_setrepl_handlers(tn_setrepl_t *s, tn_rpc_handler_t *out, size_t *n)
 {
     out[0] = (tn_rpc_handler_t){TN_OP_SETTLE_REPL, 0, on_settle_repl, s};
+    out[1] = (tn_rpc_handler_t){TN_OP_CHAN_SNAP, 0, on_chan_snap, s};
     *n = TN_SETREPL_HANDLERS;
 }
 
@@ -1128,6 +1468,50 @@ void tn_setrepl_pstate_changed(tn_setrepl_t *s, const char *topic, uint32_t p,
         if (!fl->closing && fl->p == p && strcmp(fl->topic, topic) == 0)
             flog_close(fl);
     }
+}
+
+bool tn_setrepl_catch_up(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_t node,
+                         uint64_t incarnation)
+{
+    tn_pstate_t ps;
+    tn_topic_t *t = NULL;
+    if (s->closing || s->o.broker == NULL || s->o.pstate(s->o.pstate_arg, topic, p, &ps) != 0 ||
+        ps.leader != s->o.node_id || !is_replica(&ps, node) ||
+        tn_broker_topic(s->o.broker, topic, strlen(topic), false, 0, NULL, &t) != 0 ||
+        t->state != TN_OBJ_READY || p >= t->nparts || t->parts[p]->remote)
+        return false;
+    bool all = true;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        if (ch->memory || ch->state == TN_OBJ_DELETING || ch->state == TN_OBJ_FAILED)
+            continue;
+        tn_chpart_t *cp = ch->state == TN_OBJ_READY && ch->parts != NULL ? ch->parts[p] : NULL;
+        if (cp == NULL || cp->cl == NULL) {
+            all = false; /* being made, or its log not open yet */
+            continue;
+        }
+        stream_t *st = stream_find(s, topic, p, ch->name);
+        if (st == NULL) {
+            /* No settle since the log opened: a stream with no records
+             * yet, whose next is the log's next completion. */
+            st = stream_new(s, topic, p, ch->name, ps.leader_epoch,
+                            tn_chanlog_completed(cp->cl) + 1);
+            if (st == NULL) {
+                all = false;
+                continue;
+            }
+            st->base_frontier = cp->synced_frontier;
+        }
+        if (!stream_check(st, &ps)) {
+            all = false;
+            continue;
+        }
+        pump(st);
+        peer_t *pe = peer_find(st, node);
+        if (pe == NULL || pe->gone || !pe->synced || !pe->counted ||
+            (incarnation != 0 && pe->inc != incarnation))
+            all = false;
+    }
+    return all;
 }
 
 void tn_setrepl_release(tn_setrepl_t *s, const char *topic, uint32_t p, tn_setrepl_release_cb cb,

@@ -48,6 +48,14 @@ typedef struct {
 uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_t nacks,
                            const tn_pstate_member_t *isr, uint32_t nisr, uint32_t self,
                            uint32_t min_insync, bool *starved);
+/* tn_setrepl_commit, where extra[0..nextra) (borrowed) are replicas outside
+ * the ISR that count like its members: followers whose channel state
+ * caught up, which the leader may be adding to the ISR right now (once in,
+ * they may be elected, so what the ISR confirms must be on them too). They
+ * never make up for a short ISR (starved looks at isr alone). */
+uint64_t tn_setrepl_commit_with(uint64_t local, const tn_setrepl_ack_t *acks, uint32_t nacks,
+                                const tn_pstate_member_t *isr, uint32_t nisr, const uint32_t *extra,
+                                uint32_t nextra, uint32_t self, uint32_t min_insync, bool *starved);
 
 /* Records a leader keeps for followers that lack them, at most (beyond
  * those still waiting for the ISR, which are always kept). */
@@ -80,6 +88,9 @@ typedef struct {
     tn_broker_t *broker; /* borrowed: the leader's engine */
     tn_setrepl_pstate_fn pstate;
     void *pstate_arg;
+    /* This node's data directory incarnation: a CHAN_SNAP meant for
+     * another one is refused (409). 0: not checked. */
+    uint64_t incarnation;
     uint64_t call_timeout_ms; /* one SETTLE_REPL call; 0: 5000 */
     /* A member's node RPC address ("host:port", borrowed until the next
      * call; NULL: unknown). NULL: the metastore's member records. */
@@ -95,7 +106,7 @@ int tn_setrepl_new(const tn_setrepl_opts_t *opts, tn_setrepl_t **out);
 void tn_setrepl_set_rpc(tn_setrepl_t *s, tn_rpc_t *rpc);
 /* The handler for the RPC table (TN_OP_SETTLE_REPL, messaging bound),
  * arg s: close s only after the RPC endpoint closed. */
-#define TN_SETREPL_HANDLERS 1
+#define TN_SETREPL_HANDLERS 2
 void tn_setrepl_handlers(tn_setrepl_t *s, tn_rpc_handler_t *out, size_t *n);
 
 /* The metastore changed partition p of topic (ps borrowed, NULL: gone).
@@ -114,15 +125,29 @@ typedef void (*tn_setrepl_release_cb)(void *arg);
 void tn_setrepl_release(tn_setrepl_t *s, const char *topic, uint32_t p, tn_setrepl_release_cb cb,
                         void *arg);
 
+/* Leader: whether follower node, with data directory incarnation, holds
+ * the state of every durable channel of partition p of topic as this
+ * node has it, up to what the committed ISR confirmed: each channel's
+ * stream has a snapshot installed there for that incarnation (CHAN_SNAP)
+ * and its records since. A channel the follower lacks anything of is
+ * started on the way (its stream made, a snapshot sent): asking again
+ * later tells when it is done. false too when this node does not lead p
+ * in the engine, or a channel of the topic is still being made. The
+ * replica manager proposes node into the ISR only once this is true. */
+bool tn_setrepl_catch_up(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_t node,
+                         uint64_t incarnation);
+
 /* Counters for /stats and metrics. */
 typedef struct {
-    uint64_t pushed_records; /* records sent to followers (first sends) */
-    uint64_t calls;          /* SETTLE_REPL calls made */
-    uint64_t call_failures;  /* of those, failed or refused */
-    uint64_t served_records; /* records written here as a follower */
-    uint64_t fenced;         /* requests refused here for a stale epoch */
-    uint32_t streams;        /* leader streams open */
-    uint32_t followed;       /* follower channel logs open */
+    uint64_t pushed_records;      /* records sent to followers (first sends) */
+    uint64_t calls;               /* SETTLE_REPL calls made */
+    uint64_t call_failures;       /* of those, failed or refused */
+    uint64_t served_records;      /* records written here as a follower */
+    uint64_t fenced;              /* requests refused here for a stale epoch */
+    uint64_t snapshots_sent;      /* CHAN_SNAP calls made (leader) */
+    uint64_t snapshots_installed; /* CHAN_SNAP states installed here (follower) */
+    uint32_t streams;             /* leader streams open */
+    uint32_t followed;            /* follower channel logs open */
 } tn_setrepl_stats_t;
 void tn_setrepl_stats(const tn_setrepl_t *s, tn_setrepl_stats_t *out);
 

@@ -1079,6 +1079,82 @@ void tn_wire_setrepl_rec(const tn_wire_setrepl_t *w, uint32_t i, tn_walrec_t *ou
     (void)tn_wire_get_u64(&in, &out->value);
 }
 
+/* --- CHAN_SNAP ------------------------------------------------------------------------ */
+
+int tn_wire_chansnap_encode(tn_buf_t *b, const char *topic, uint32_t partition,
+                            uint32_t leader_epoch, const char *channel, uint64_t stream,
+                            uint64_t seq, uint64_t incarnation, const tn_cursor_t *state)
+{
+    size_t tl = strlen(topic), cl = strlen(channel);
+    if (tl == 0 || tl > 255 || cl == 0 || cl > 255 || leader_epoch == 0)
+        return UV_EINVAL;
+    tn_buf_t img;
+    tn_buf_init(&img);
+    int rc = tn_cursor_encode(state, &img);
+    if (rc == 0 && tn_buf_size(&img) > TN_WIRE_MAX_PAYLOAD - 1024)
+        rc = UV_EINVAL;
+    size_t mark = b->len;
+    rc = rc != 0 ? rc : tn_buf_reserve(b, 4 + tl + 4 + 4 + 4 + cl + 8 + 8 + 8 + 4 + img.len);
+    rc = rc != 0 ? rc : tn_wire_put_str(b, topic);
+    rc = rc != 0 ? rc : tn_wire_put_u32(b, partition);
+    rc = rc != 0 ? rc : tn_wire_put_u32(b, leader_epoch);
+    rc = rc != 0 ? rc : tn_wire_put_str(b, channel);
+    rc = rc != 0 ? rc : tn_wire_put_u64(b, stream);
+    rc = rc != 0 ? rc : tn_wire_put_u64(b, seq);
+    rc = rc != 0 ? rc : tn_wire_put_u64(b, incarnation);
+    rc = rc != 0 ? rc : tn_wire_put_bytes(b, img.base, img.len);
+    tn_buf_fini(&img);
+    if (rc != 0)
+        b->len = mark;
+    return rc;
+}
+
+int tn_wire_chansnap_decode(const void *p, size_t len, tn_wire_chansnap_t *out, char *err,
+                            size_t errlen)
+{
+    tn_cursor_init(&out->state, 0);
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    const uint8_t *img = NULL;
+    size_t n = 0;
+    (void)tn_wire_get_str(&in, 255, out->topic);
+    (void)tn_wire_get_u32(&in, &out->partition);
+    (void)tn_wire_get_u32(&in, &out->leader_epoch);
+    (void)tn_wire_get_str(&in, 255, out->channel);
+    (void)tn_wire_get_u64(&in, &out->stream);
+    (void)tn_wire_get_u64(&in, &out->seq);
+    (void)tn_wire_get_u64(&in, &out->incarnation);
+    if (tn_wire_get_bytes(&in, TN_WIRE_MAX_PAYLOAD, &img, &n) != 0 || tn_wire_end(&in) != 0) {
+        tn_errbuf(err, errlen,
+                  "malformed chan_snap request: a field is short, invalid or trailing");
+        return TN_EPROTO;
+    }
+    if (out->topic[0] == '\0' || out->channel[0] == '\0') {
+        tn_errbuf(err, errlen, "malformed chan_snap request: empty topic or channel");
+        return TN_EPROTO;
+    }
+    if (out->leader_epoch == 0) {
+        tn_errbuf(err, errlen, "malformed chan_snap request: leader_epoch starts at 1");
+        return TN_EPROTO;
+    }
+    int rc = tn_cursor_decode(img, n, &out->state);
+    if (rc == UV_ENOMEM) {
+        tn_errbuf(err, errlen, "chan_snap request: out of memory for a state of %zu bytes", n);
+        return UV_ENOMEM;
+    }
+    if (rc != 0) {
+        tn_cursor_init(&out->state, 0);
+        tn_errbuf(err, errlen,
+                  "malformed chan_snap request: the state (%zu bytes) is not a valid channel "
+                  "checkpoint image",
+                  n);
+        return TN_EPROTO;
+    }
+    return 0;
+}
+
 /* --- opcodes ----------------------------------------------------------------------- */
 
 static const struct {
@@ -1101,6 +1177,7 @@ static const struct {
     [TN_OP_PRODUCE] = {"produce", TN_LANE_PRODUCE},
     [TN_OP_SETTLE_REPL] = {"settle_repl", TN_LANE_REPLICA},
     [TN_OP_REPAIR] = {"repair", TN_LANE_REPLICA},
+    [TN_OP_CHAN_SNAP] = {"chan_snap", TN_LANE_REPLICA},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -1180,6 +1257,12 @@ int tn_wire_request_check(const void *p, size_t len)
     case TN_OP_SETTLE_REPL: {
         tn_wire_setrepl_t sr;
         return tn_wire_setrepl_decode(in.p + in.off, in.len - in.off, &sr, NULL, 0);
+    }
+    case TN_OP_CHAN_SNAP: {
+        tn_wire_chansnap_t cs;
+        int rc = tn_wire_chansnap_decode(in.p + in.off, in.len - in.off, &cs, NULL, 0);
+        tn_cursor_fini(&cs.state);
+        return rc == UV_ENOMEM ? 0 : rc; /* the handler answers 503 for memory */
     }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:

@@ -226,6 +226,21 @@ typedef enum {
      * not ready; 400 malformed. Nothing on the leader changes: the core
      * does not hear of it (it is not a follower's position). */
     TN_OP_REPAIR = 14,
+    /* A channel's whole state on a replicated partition, from its leader
+     * to a follower that lacks some of it (a wiped disk, a channel made
+     * while it was away, records the leader no longer keeps): what the
+     * follower installs before SETTLE_REPL records of that stream count
+     * (cluster/setrepl.h). Replica lane. Fields: string topic (1..255
+     * bytes), u32 partition, u32 leader_epoch (>= 1), string channel
+     * (1..255 bytes), u64 stream (as SETTLE_REPL's), u64 seq (the last
+     * record of that stream the state includes; 0: none), u64 incarnation
+     * (the follower's data directory the leader means; 0: any), u32
+     * length, then length bytes: the state as a channel checkpoint image
+     * (TNC1, storage/cursor.h; its own seq field is ignored). Replies: 204
+     * once the follower's channel log holds at least that state,
+     * fdatasync'ed; 409 {"error":...} a stale leader epoch, or another
+     * incarnation; 421, 503, 500, 400 as SETTLE_REPL. */
+    TN_OP_CHAN_SNAP = 15,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -647,6 +662,38 @@ int tn_wire_setrepl_decode(const void *p, size_t len, tn_wire_setrepl_t *out, ch
                            size_t errlen);
 /* Record i (< w->count) of a decoded request. */
 void tn_wire_setrepl_rec(const tn_wire_setrepl_t *w, uint32_t i, tn_walrec_t *out);
+
+/* --- CHAN_SNAP -------------------------------------------------------------------- */
+
+/* A decoded CHAN_SNAP request: names copied, the state decoded into its
+ * own memory (the caller owns state: tn_cursor_fini, also on failure it
+ * is initialised and empty). */
+typedef struct {
+    char topic[256];
+    uint32_t partition;
+    uint32_t leader_epoch;
+    char channel[256];
+    uint64_t stream;
+    uint64_t seq;         /* the last record of the stream the state includes */
+    uint64_t incarnation; /* the follower's the leader means; 0: any */
+    tn_cursor_t state;
+} tn_wire_chansnap_t;
+
+/* Append a CHAN_SNAP request's fields (after the opcode byte) to b, the
+ * state (borrowed) as a checkpoint image. 0, UV_ENOMEM, or UV_EINVAL
+ * (topic or channel empty or over 255 bytes, leader_epoch 0, an image
+ * over TN_WIRE_MAX_PAYLOAD); on failure b is as it was. */
+int tn_wire_chansnap_encode(tn_buf_t *b, const char *topic, uint32_t partition,
+                            uint32_t leader_epoch, const char *channel, uint64_t stream,
+                            uint64_t seq, uint64_t incarnation, const tn_cursor_t *state);
+/* Exact decode of a CHAN_SNAP request's fields (p, len: after the opcode
+ * byte; borrowed for the call). 0; TN_EPROTO (short, trailing, a string
+ * empty, over 255 bytes or holding a NUL, leader_epoch 0, a length not
+ * what the payload holds, an image that is not a valid checkpoint) with a
+ * sentence in err (may be NULL); UV_ENOMEM. out->state is initialised in
+ * every case: the caller finalises it. */
+int tn_wire_chansnap_decode(const void *p, size_t len, tn_wire_chansnap_t *out, char *err,
+                            size_t errlen);
 
 /* --- the secret proof ----------------------------------------------------------- */
 

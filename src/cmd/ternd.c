@@ -817,6 +817,13 @@ static void setrepl_release(void *arg, const char *topic, uint32_t p, void (*cb)
     tn_setrepl_release(arg, topic, p, cb, cb_arg);
 }
 
+/* The replica manager's ISR gate: a follower's channels caught up. */
+static bool setrepl_channels(void *arg, const char *topic, uint32_t p, uint32_t node,
+                             uint64_t incarnation)
+{
+    return tn_setrepl_catch_up(arg, topic, p, node, incarnation);
+}
+
 /* The router every door publishes through, and node RPC's data plane; in
  * a cluster also the ingress log (<data>/ingress), recovered here. */
 static int open_routing(daemon_t *d, char *err, size_t errlen)
@@ -850,6 +857,7 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         so.broker = d->broker;
         so.pstate = setrepl_pstate;
         so.pstate_arg = d->meta;
+        so.incarnation = tn_meta_incarnation(d->meta);
         rc = tn_setrepl_new(&so, &d->setrepl);
     }
     if (rc == 0 && d->meta != NULL) {
@@ -864,6 +872,8 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         rpo.replica_lag_ms = (uint64_t)d->replica_lag_ms;
         rpo.release = setrepl_release;
         rpo.release_arg = d->setrepl;
+        rpo.channels = setrepl_channels;
+        rpo.channels_arg = d->setrepl;
         rc = tn_replica_new(&rpo, &d->replica);
         if (rc == 0) {
             tn_router_set_replica(d->router, d->replica);

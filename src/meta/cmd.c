@@ -351,6 +351,8 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_u32(&w, c->leader_epoch);
         w_u32(&w, c->expected_pe);
         w_members(&w, c->isr, c->nisr, false);
+        if (!c->isr_unflagged)
+            w_u8(&w, c->channels_checked ? 1 : 0);
         break;
     case TN_MC_PART_LEADER:
         w_str(&w, c->topic.name, TN_NAME_MAX);
@@ -820,6 +822,12 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         c->leader_epoch = r_u32(&r);
         c->expected_pe = r_u32(&r);
         c->nisr = r_members(&r, c->isr, false);
+        /* The flags byte came later: an entry without it is an older
+         * build's, whose leaders had no channel check to make. */
+        c->channels_checked = true;
+        c->isr_unflagged = r.rc == 0 && r.left == 0;
+        if (r.rc == 0 && r.left > 0)
+            c->channels_checked = r_flag(&r);
         if (r.rc == 0 && c->node == TN_PSTATE_NONE)
             r.rc = TN_ECORRUPT;
         break;

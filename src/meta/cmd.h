@@ -41,7 +41,9 @@
  * absent: 0, unknown), then maybe [8] boot (a random id of the process:
  * another one than recorded is a restart; absent: 0). Partition commands name [s] topic [4]
  * partition, then: PART_ISR [4] proposer node [4] leader_epoch [4] expected partition_epoch [1] n
- * (1..TN_PSTATE_MAX_REPLICAS) n x ([4] node [8] incarnation), the leader's compare-and-set;
+ * (1..TN_PSTATE_MAX_REPLICAS) n x ([4] node [8] incarnation) [1] flags (bit 0: the proposer
+ * checked that every member it adds has the partition's channel state caught up; absent in
+ * entries of older builds, which the apply takes as checked), the leader's compare-and-set;
  * PART_LEADER [4] node [1] unclean, an admin's election; PART_REBALANCE nothing more; PART_CORRUPT
  * [4] node, its replica failed a CRC check. MEMBER_FENCE ([8] node [8]
  * incarnation, 0 = any) ends a member's session. PART_STATE (a snapshot
@@ -226,6 +228,11 @@ typedef struct {
     uint32_t expected_pe;  /* PART_ISR */
     bool unclean;          /* PART_LEADER */
     uint32_t nisr;         /* PART_ISR */
+    /* PART_ISR: the proposer checked the channel state of every member it
+     * adds (cluster/setrepl.h tn_setrepl_catch_up); read true from an
+     * entry without the flags byte (older builds had no such check). */
+    bool channels_checked;
+    bool isr_unflagged; /* PART_ISR decoded without the flags byte: encoded so again */
     tn_pstate_member_t isr[TN_PSTATE_MAX_REPLICAS];
     tn_pstate_t pstate; /* PART_STATE */
 } tn_meta_cmd_t;

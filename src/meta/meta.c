@@ -1468,7 +1468,7 @@ static bool part_args_ok(const char *topic, uint32_t p)
 
 int tn_meta_propose_isr(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
                         uint32_t leader_epoch, uint32_t expected_pe, const tn_pstate_member_t *isr,
-                        uint32_t n, tn_meta_cb cb)
+                        uint32_t n, bool channels_checked, tn_meta_cb cb)
 {
     if (!part_args_ok(topic, p) || n == 0 || n > TN_PSTATE_MAX_REPLICAS)
         return UV_EINVAL;
@@ -1482,6 +1482,7 @@ int tn_meta_propose_isr(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uin
     c.expected_pe = expected_pe;
     c.nisr = n;
     memcpy(c.isr, isr, n * sizeof(*isr));
+    c.channels_checked = channels_checked;
     return tn_meta_propose(m, req, &c, cb);
 }
 

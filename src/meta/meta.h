@@ -267,10 +267,12 @@ uint64_t tn_meta_incarnation(const tn_meta_t *m);
  * is copied. Answers: 0 (applied: partition_epoch is expected_pe + 1),
  * TN_ECHANGED (stale epoch, or this node does not lead), UV_EINVAL (a
  * malformed ISR, or not a replicated partition), UV_EPERM (an added member
- * not current or not live), TN_ENOTFOUND. */
+ * not current or not live, or any added member when !channels_checked),
+ * TN_ENOTFOUND. channels_checked: this node checked that every member it
+ * adds has the partition's channel state caught up (cluster/setrepl.h). */
 int tn_meta_propose_isr(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
                         uint32_t leader_epoch, uint32_t expected_pe, const tn_pstate_member_t *isr,
-                        uint32_t n, tn_meta_cb cb);
+                        uint32_t n, bool channels_checked, tn_meta_cb cb);
 /* An admin's election of node for partition p (PART_LEADER): 0, UV_EINVAL
  * (node not a replica), UV_EPERM (node not live, or not an eligible ISR
  * member and !unclean), TN_ENOTFOUND. */

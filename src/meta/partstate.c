@@ -204,6 +204,15 @@ int tn_pstate_alter_isr(tn_pstate_t *ps, uint32_t proposer, uint32_t leader_epoc
                         uint32_t expected_pe, const tn_pstate_member_t *isr, uint32_t n,
                         const tn_pstate_nodes_t *nodes, char *err, size_t errlen)
 {
+    return tn_pstate_alter_isr_ex(ps, proposer, leader_epoch, expected_pe, isr, n, true, nodes, err,
+                                  errlen);
+}
+
+int tn_pstate_alter_isr_ex(tn_pstate_t *ps, uint32_t proposer, uint32_t leader_epoch,
+                           uint32_t expected_pe, const tn_pstate_member_t *isr, uint32_t n,
+                           bool channels_checked, const tn_pstate_nodes_t *nodes, char *err,
+                           size_t errlen)
+{
     if (expected_pe != ps->partition_epoch) {
         tn_errbuf(err, errlen, "partition epoch %u is stale (now %u)", expected_pe,
                   ps->partition_epoch);
@@ -244,6 +253,11 @@ int tn_pstate_alter_isr(tn_pstate_t *ps, uint32_t proposer, uint32_t leader_epoc
         }
         if (!nd->live) {
             tn_errbuf(err, errlen, "member %u has no live session", isr[k].node);
+            return UV_EPERM;
+        }
+        if (!channels_checked) {
+            tn_errbuf(err, errlen, "member %u is added without its channel state checked caught up",
+                      isr[k].node);
             return UV_EPERM;
         }
         repaired |= 1u << ri;

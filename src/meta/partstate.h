@@ -133,7 +133,15 @@ bool tn_pstate_elect(tn_pstate_t *ps, const tn_pstate_nodes_t *nodes);
  * proposer is not the leader of the current epoch; UV_EINVAL a malformed
  * ISR (empty, duplicate, not a replica, without the leader); UV_EPERM an
  * added member whose incarnation is not current or whose session is not
- * live. The reason is in err. */
+ * live, or any added member when !channels_checked (the proposer did not
+ * check that its channel state caught up: elected, it would deliver again
+ * what the ISR settled). The reason is in err. */
+int tn_pstate_alter_isr_ex(tn_pstate_t *ps, uint32_t proposer, uint32_t leader_epoch,
+                           uint32_t expected_pe, const tn_pstate_member_t *isr, uint32_t n,
+                           bool channels_checked, const tn_pstate_nodes_t *nodes, char *err,
+                           size_t errlen);
+/* tn_pstate_alter_isr_ex with channels_checked: the rules over record
+ * logs alone (the simulation, which has no channels). */
 int tn_pstate_alter_isr(tn_pstate_t *ps, uint32_t proposer, uint32_t leader_epoch,
                         uint32_t expected_pe, const tn_pstate_member_t *isr, uint32_t n,
                         const tn_pstate_nodes_t *nodes, char *err, size_t errlen);

@@ -495,8 +495,8 @@ static int part_cmd(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     char err[160];
     switch (c->type) {
     case TN_MC_PART_ISR:
-        rc = tn_pstate_alter_isr(ps, c->node, c->leader_epoch, c->expected_pe, c->isr, c->nisr,
-                                 &nodes, err, sizeof(err));
+        rc = tn_pstate_alter_isr_ex(ps, c->node, c->leader_epoch, c->expected_pe, c->isr, c->nisr,
+                                    c->channels_checked, &nodes, err, sizeof(err));
         break;
     case TN_MC_PART_LEADER:
         rc = tn_pstate_force_leader(ps, c->node, c->unclean, &nodes, err, sizeof(err));

@@ -106,6 +106,44 @@ def settle_repl_seeds(here):
     write(sp, "seed-empty-channel", setrepl_fields(b"t", 0, 1, b"", 1, 1, recs[:1]))
 
 
+def ckpt_image(frontier, settled, requeued, paused=False, seq=0, counts=(0, 0, 0)):
+    """A channel checkpoint image (storage/cursor.h, TNC1)."""
+    body = struct.pack("<IIQQQQQII", 1, 1 if paused else 0, seq, frontier, counts[0], counts[1],
+                       counts[2], len(settled), len(requeued))
+    for off in settled:
+        body += struct.pack("<Q", off)
+    for off, due, attempts in requeued:
+        body += struct.pack("<QqI", off, due, attempts)
+    return struct.pack("<II", 0x31434E54, crc32c(body)) + body
+
+
+def chansnap_fields(topic, partition, epoch, channel, stream, seq, inc, image):
+    """A CHAN_SNAP request's fields (after the opcode byte)."""
+    return (wire_str(topic) + struct.pack(">II", partition, epoch) + wire_str(channel) +
+            struct.pack(">QQQI", stream, seq, inc, len(image)) + image)
+
+
+def chan_snap_seeds(here):
+    cs = os.path.join(here, "chan_snap_frame", "corpus")
+    full = ckpt_image(100, [102, 105, 200], [(100, 1764590000123, 2), (101, 0, 1)], paused=True,
+                      seq=7, counts=(40, 3, 1))
+    write(cs, "seed-full", chansnap_fields(b"orders", 7, 42, b"billing", 0x1122334455667788, 99,
+                                          0xABCDEF0123456789, full))
+    write(cs, "seed-empty-state", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0, ckpt_image(0, [], [])))
+    write(cs, "seed-bad-crc", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0,
+                                              full[:4] + b"\0\0\0\0" + full[8:]))
+    write(cs, "seed-settled-below", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0,
+                                                    ckpt_image(10, [5], [])))
+    write(cs, "seed-unsorted", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0,
+                                               ckpt_image(0, [9, 3], [])))
+    write(cs, "seed-epoch-zero", chansnap_fields(b"t", 0, 0, b"c", 1, 0, 0, ckpt_image(0, [], [])))
+    write(cs, "seed-empty-channel", chansnap_fields(b"t", 0, 1, b"", 1, 0, 0,
+                                                    ckpt_image(0, [], [])))
+    write(cs, "seed-trailing", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0, full) + b"\x00")
+    write(cs, "seed-short", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0, full)[:-3])
+    write(cs, "seed-no-state", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0, b""))
+
+
 def pstats_fields(topic, parts):
     """A PSTATS request's fields (after the opcode byte)."""
     return wire_str(topic) + struct.pack(">I", len(parts)) + b"".join(
@@ -185,6 +223,7 @@ def wire_seeds(here):
     write(pr, "seed-ctl", ctl)
     write(pr, "seed-tail", record(10, ctl, flags=3) + record(11, b"x"))
     settle_repl_seeds(here)
+    chan_snap_seeds(here)
 
     sr = os.path.join(here, "settle_request", "corpus")
     three = [(0, 12, 1), (1, 7, 3), (2, 0, 4294967295)]
@@ -250,6 +289,8 @@ def wire_seeds(here):
     write(wr, "seed-pstats", b"\x09" + pstats_fields(b"t", [0, 2]))
     write(wr, "seed-settle", b"\x07" + settle_fields(b"t", b"default", 1, 0, [(0, 1, 1)]))
     write(wr, "seed-purge", b"\x0a" + purge_fields(b"orders", 1764590000000))
+    write(wr, "seed-chan-snap", b"\x0e" + chansnap_fields(b"t", 0, 1, b"c", 1, 3, 0,
+                                                          ckpt_image(4, [6], [(5, 0, 1)])))
     write(wr, "seed-purge-negative", b"\x0a" + purge_fields(b"orders", -5))
     write(wr, "seed-reply", ok)
     write(wr, "seed-reply-empty", struct.pack(">H", 204) + wire_str(b"") + wire_str(b""))

@@ -249,6 +249,33 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
         }
         break;
     }
+    case TN_OP_CHAN_SNAP: {
+        /* topic, partition, leader_epoch, channel, stream, seq,
+         * incarnation, then the state's bytes, which must be a valid
+         * channel checkpoint image: the check judges them too. */
+        char topic[256], channel[256];
+        uint32_t part, epoch;
+        uint64_t stream, seq, inc;
+        if (tn_wire_get_str(&in, 255, topic) != 0 || tn_wire_get_u32(&in, &part) != 0 ||
+            tn_wire_get_u32(&in, &epoch) != 0 || tn_wire_get_str(&in, 255, channel) != 0 ||
+            tn_wire_get_u64(&in, &stream) != 0 || tn_wire_get_u64(&in, &seq) != 0 ||
+            tn_wire_get_u64(&in, &inc) != 0 ||
+            tn_wire_get_bytes(&in, TN_WIRE_MAX_PAYLOAD, &bytes, &n) != 0)
+            break;
+        if (topic[0] == '\0' || channel[0] == '\0' || epoch == 0)
+            return TN_EPROTO;
+        tn_cursor_t c;
+        int crc = tn_cursor_decode(bytes, n, &c);
+        tn_cursor_fini(&c);
+        if (crc == TN_ECORRUPT)
+            return TN_EPROTO;
+        if (tn_wire_put_str(out, topic) != 0 || tn_wire_put_u32(out, part) != 0 ||
+            tn_wire_put_u32(out, epoch) != 0 || tn_wire_put_str(out, channel) != 0 ||
+            tn_wire_put_u64(out, stream) != 0 || tn_wire_put_u64(out, seq) != 0 ||
+            tn_wire_put_u64(out, inc) != 0 || tn_wire_put_bytes(out, bytes, n) != 0)
+            abort();
+        break;
+    }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:
     case TN_OP__COUNT:

@@ -31,9 +31,12 @@ static int hist_end(void *arg, uint32_t epoch, uint32_t *found, uint64_t *end)
     return 0;
 }
 
+static bool gate_channels; /* core_init: cfg.channels_gate */
+
 static void core_init(tn_repl_t *r, hist_t *h, uint32_t node)
 {
     tn_repl_config_t cfg = {
+        .channels_gate = gate_channels,
         .node = node,
         .incarnation = 0x100u + node,
         .replica_lag_ms = 300,
@@ -344,6 +347,74 @@ static void test_silent_follower_stays_out_until_it_fetches(void **state)
     assert_int_equal(a->isr[2].node, 3);
 }
 
+static void step_channels(tn_repl_t *r, uint32_t node, uint64_t inc, bool ok, uint64_t now,
+                          tn_repl_actions_t *out)
+{
+    tn_repl_event_t ev = {.type = TN_REPL_EV_CHANNELS, .now = now};
+    ev.u.channels.node = node;
+    ev.u.channels.incarnation = inc;
+    ev.u.channels.caught_up = ok;
+    tn_repl_step(r, &ev, out);
+}
+
+/* With the channel gate on, a follower whose record log caught up is not
+ * proposed into the ISR until the shell reports its channels caught up
+ * for the incarnation it fetches with; a report for another incarnation
+ * (a wiped disk since) or one withdrawn does not count; with the report
+ * the expand comes at once. */
+static void test_channels_gate_the_expand(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    gate_channels = true;
+    leader_setup(&r, &h, &out);
+    gate_channels = false;
+    tn_pstate_t ps = pstate(1, 3, 6, 2); /* ISR {1, 2}: 3 is out */
+    step_state(&r, &ps, 1, &out);
+    step_fetch(&r, 2, 3, 11, 3, 11, 5, &out);
+    step_fetch(&r, 3, 3, 11, 3, 11, 10, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR)); /* its log is complete, its channels not */
+    /* A report for another data directory of node 3: still out. */
+    step_channels(&r, 3, 0x999, true, 20, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+    step_fetch(&r, 3, 3, 11, 3, 11, 30, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+    /* Not caught up (it lost a snapshot): still out. */
+    step_channels(&r, 3, 0x103, false, 40, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+    tn_repl_event_t tick = {.type = TN_REPL_EV_TICK, .now = 50};
+    tn_repl_step(&r, &tick, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+    /* Caught up for the incarnation it fetches with: proposed at once. */
+    step_channels(&r, 3, 0x103, true, 60, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+    assert_non_null(a);
+    assert_int_equal(a->nisr, 3);
+    assert_int_equal(a->isr[2].node, 3);
+    assert_int_equal(a->isr[2].incarnation, 0x103);
+    /* A follower never counts for a report made to another leader: a new
+     * term forgets them. */
+    tn_repl_t r2;
+    hist_t h2;
+    gate_channels = true;
+    leader_setup(&r2, &h2, &out);
+    gate_channels = false;
+    step_state(&r2, &ps, 1, &out);
+    step_channels(&r2, 3, 0x103, true, 2, &out);
+    tn_pstate_t ps2 = pstate(1, 4, 7, 2); /* elected again: epoch 4 */
+    step_state(&r2, &ps2, 3, &out);
+    h2.n = 3;
+    h2.epochs[2] = 4;
+    h2.starts[2] = 11;
+    h2.end = 12;
+    step_log(&r2, 12, 12, 4, 4, &out);
+    step_fetch(&r2, 2, 4, 12, 4, 12, 5, &out);
+    step_fetch(&r2, 3, 4, 12, 4, 12, 6, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+}
+
 static void test_few_replicas_refuse_and_freeze(void **state)
 {
     (void)state;
@@ -370,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_shrink_after_lag_then_expand),
         cmocka_unit_test(test_silent_follower_stays_out_until_it_fetches),
         cmocka_unit_test(test_few_replicas_refuse_and_freeze),
+        cmocka_unit_test(test_channels_gate_the_expand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

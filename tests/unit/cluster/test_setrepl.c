@@ -18,6 +18,7 @@
 #include "cluster/setrepl.h"
 #include "cluster/wire.h"
 #include "core/err.h"
+#include "core/time.h"
 #include "storage/chanlog.h"
 
 #include "fixture_rpc.h"
@@ -25,6 +26,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* --- the codec --------------------------------------------------------------------- */
 
@@ -270,7 +272,8 @@ static int script_pstate(void *arg, const char *topic, uint32_t p, tn_pstate_t *
     return 0;
 }
 
-static uint64_t push_base; /* base_frontier of the next pushes */
+static uint64_t push_base;       /* base_frontier of the next pushes */
+static uint64_t ffx_incarnation; /* the follower's data directory incarnation */
 
 typedef struct {
     uv_loop_t loop;
@@ -289,14 +292,18 @@ static ffx_t *ffx_new(void)
     tn_store_opts_t so;
     tu_store_opts(&so, f->dir);
     f->store = tu_store_open(&f->loop, &so);
-    tn_setrepl_opts_t o = {
-        .loop = &f->loop, .node_id = 1, .store = f->store, .pstate = script_pstate};
+    tn_setrepl_opts_t o = {.loop = &f->loop,
+                           .node_id = 1,
+                           .store = f->store,
+                           .pstate = script_pstate,
+                           .incarnation = ffx_incarnation};
     assert_int_equal(tn_setrepl_new(&o, &f->s), 0);
     tn_rpc_handler_t h[TN_SETREPL_HANDLERS];
     size_t nh = 0;
     tn_setrepl_handlers(f->s, h, &nh);
-    assert_int_equal(nh, 1);
+    assert_int_equal(nh, 2);
     assert_int_equal(h[0].op, TN_OP_SETTLE_REPL);
+    assert_int_equal(h[1].op, TN_OP_CHAN_SNAP);
     tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
     memset(&script_ps, 0, sizeof(script_ps));
     script_ps.nreplicas = 3;
@@ -345,6 +352,18 @@ static uint16_t push(ffx_t *f, uint32_t epoch, uint64_t stream, uint64_t first,
                                             push_base, recs, n),
                      0);
     uint16_t st = tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, r);
+    tn_buf_fini(&b);
+    return st;
+}
+
+static uint16_t snap(ffx_t *f, uint32_t epoch, uint64_t stream, uint64_t seq, uint64_t inc,
+                     const tn_cursor_t *state, tu_rpc_raw_t *r)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(
+        tn_wire_chansnap_encode(&b, "orders", 1, epoch, "billing", stream, seq, inc, state), 0);
+    uint16_t st = tu_rpc_raw(&f->rpc, &f->loop, TN_OP_CHAN_SNAP, &b, 10000, r);
     tn_buf_fini(&b);
     return st;
 }
@@ -456,6 +475,75 @@ static void test_follower_base_frontier(void **state)
     read_back(f, &cur);
     assert_int_equal(cur.frontier, 503);
     tn_cursor_fini(&cur);
+    ffx_free(f);
+}
+
+/* A channel's state installed from the leader (CHAN_SNAP): the log holds
+ * at least that state once it answered 204, keeps what it had beyond it,
+ * and takes the stream's records after the snapshot's seq (not those it
+ * covers); a state meant for another data directory, a stale epoch, a
+ * partition not followed here and a malformed state are refused. */
+static void test_follower_snapshot(void **state)
+{
+    (void)state;
+    ffx_incarnation = 77;
+    ffx_t *f = ffx_new();
+    ffx_incarnation = 0;
+    tu_rpc_raw_t r;
+    /* What the log had from an earlier stream: offset 30 finished. */
+    tn_walrec_t old[1] = {{.op = TN_WAL_FIN, .offset = 30}};
+    assert_int_equal(push(f, 3, 39, 1, old, 1, &r), 204);
+
+    tn_cursor_t c;
+    tn_cursor_init(&c, 10);
+    tn_walrec_t setup[4] = {
+        {.op = TN_WAL_FIN, .offset = 12},
+        {.op = TN_WAL_FIN, .offset = 15},
+        {.op = TN_WAL_REQ, .offset = 11, .due_ms = 5, .attempts = 2},
+        {.op = TN_WAL_TIMEOUTS, .value = 3},
+    };
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(tn_cursor_apply(&c, &setup[i]), 0);
+    assert_int_equal(snap(f, 3, 40, 5, 78, &c, &r), 409); /* another data directory */
+    assert_non_null(strstr(r.body, "incarnation"));
+    assert_int_equal(snap(f, 2, 40, 5, 77, &c, &r), 409); /* stale epoch */
+    assert_non_null(strstr(r.body, "fenced"));
+    assert_int_equal(snap(f, 3, 40, 5, 77, &c, &r), 204);
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.snapshots_installed, 1);
+    /* Records of that stream: seq 5 is in the state already, 6 is new. */
+    tn_walrec_t dup[1] = {{.op = TN_WAL_FIN, .offset = 20}};
+    assert_int_equal(push(f, 3, 40, 5, dup, 1, &r), 204);
+    tn_walrec_t next[1] = {{.op = TN_WAL_FIN, .offset = 11}};
+    assert_int_equal(push(f, 3, 40, 6, next, 1, &r), 204);
+    /* A malformed state: its checkpoint image's CRC spoiled. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_chansnap_encode(&b, "orders", 1, 3, "billing", 40, 5, 77, &c), 0);
+    ((uint8_t *)tn_buf_data(&b))[tn_buf_size(&b) - 1] ^= 0x5a;
+    assert_int_equal(tu_rpc_raw(&f->rpc, &f->loop, TN_OP_CHAN_SNAP, &b, 10000, &r), 400);
+    tn_buf_fini(&b);
+    /* This node leads the partition: not its to install. */
+    script_ps.leader = 1;
+    assert_int_equal(snap(f, 3, 40, 5, 77, &c, &r), 421);
+    script_ps.leader = 2;
+
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    tn_cursor_t cur;
+    read_back(f, &cur);
+    assert_int_equal(cur.frontier, 10);
+    assert_true(tn_cursor_is_settled(&cur, 11)); /* finished after the state */
+    assert_true(tn_cursor_is_settled(&cur, 12));
+    assert_true(tn_cursor_is_settled(&cur, 15));
+    assert_true(tn_cursor_is_settled(&cur, 30));  /* kept */
+    assert_false(tn_cursor_is_settled(&cur, 20)); /* seq 5 was the state's */
+    assert_false(tn_cursor_is_settled(&cur, 14));
+    assert_int_equal(cur.timeout_count, 3);
+    tn_cursor_fini(&cur);
+    tn_cursor_fini(&c);
     ffx_free(f);
 }
 
@@ -683,10 +771,31 @@ static void test_leader_waits_for_isr(void **state)
     tn_setrepl_stats(leader, &st);
     assert_true(st.calls >= 1);
     assert_int_equal(st.streams, 1);
+    assert_int_equal(st.snapshots_sent, 0); /* an ISR member has the state */
 
     /* The ISR shrinks to the leader alone: too few in-sync replicas. */
     script_ps.nisr = 1;
     assert_int_equal(fin_and_sync(f, ch, &k, 1, &sw), TN_EFEWREPLICAS);
+
+    /* Node 2, out of the ISR now, counts as caught up again only once it
+     * installed a snapshot of the channel's state (tn_setrepl_catch_up
+     * sends it): both FINs, the refused one too, are in its log then. */
+    bool caught = tn_setrepl_catch_up(leader, "orders", 0, 2, 0);
+    assert_false(caught);
+    int64_t until = tn_now_mono_ms() + 20000;
+    while (!caught && tn_now_mono_ms() < until) {
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+        caught = tn_setrepl_catch_up(leader, "orders", 0, 2, 0);
+    }
+    assert_true(caught);
+    tn_setrepl_stats(leader, &st);
+    assert_true(st.snapshots_sent >= 1);
+    tn_setrepl_stats_t fst;
+    tn_setrepl_stats(f->s, &fst);
+    assert_true(fst.snapshots_installed >= 1);
+    /* Not a replica, or another data directory than the one synced: no. */
+    assert_false(tn_setrepl_catch_up(leader, "orders", 0, 9, 0));
 
     /* Another node leads now: the wait fails as fenced. */
     script_ps.nisr = 2;
@@ -731,7 +840,7 @@ int main(void)
         cmocka_unit_test(test_rule_min_insync),        cmocka_unit_test(test_trim),
         cmocka_unit_test(test_rule_isr_changes),       cmocka_unit_test(test_follower_writes),
         cmocka_unit_test(test_follower_base_frontier), cmocka_unit_test(test_follower_refuses),
-        cmocka_unit_test(test_leader_waits_for_isr),
+        cmocka_unit_test(test_leader_waits_for_isr),   cmocka_unit_test(test_follower_snapshot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

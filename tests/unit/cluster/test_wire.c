@@ -663,6 +663,7 @@ static void test_op_table(void **state)
         {TN_OP_PRODUCE, "produce", TN_LANE_PRODUCE},
         {TN_OP_SETTLE_REPL, "settle_repl", TN_LANE_REPLICA},
         {TN_OP_REPAIR, "repair", TN_LANE_REPLICA},
+        {TN_OP_CHAN_SNAP, "chan_snap", TN_LANE_REPLICA},
     };
     /* Every op this build knows is listed (numbers are fixed per wave, so
      * one may be another branch's and unknown here). */
@@ -679,6 +680,7 @@ static void test_op_table(void **state)
     assert_int_equal(TN_OP_PRODUCE, 12);
     assert_int_equal(TN_OP_SETTLE_REPL, 13);
     assert_int_equal(TN_OP_REPAIR, 14);
+    assert_int_equal(TN_OP_CHAN_SNAP, 15);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -740,6 +742,12 @@ static void test_request_check(void **state)
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};
     assert_int_equal(
         tn_wire_setrepl_encode(&good[TN_OP_SETTLE_REPL], "t", 0, 1, "default", 9, 1, 0, &wr, 1), 0);
+    tn_cursor_t snap;
+    tn_cursor_init(&snap, 4);
+    assert_int_equal(tn_cursor_apply(&snap, &wr), 0);
+    assert_int_equal(
+        tn_wire_chansnap_encode(&good[TN_OP_CHAN_SNAP], "t", 0, 1, "default", 9, 1, 0, &snap), 0);
+    tn_cursor_fini(&snap);
     for (int op = TN_OP_ECHO; op < TN_OP__COUNT; op++) {
         tn_buf_t *g = &good[op];
         if (tn_wire_op_name((uint8_t)op) == NULL) {

@@ -235,8 +235,8 @@ static void test_proposals_and_notifications(void **state)
     req.data = &a;
     /* (Counted before proposing: the tick may tell before the answer.) */
     int before = h.calls[0];
-    assert_int_equal(tn_meta_propose_isr(m, &req, "r", 0, ps->leader_epoch, pe, isr, 1, on_answer),
-                     0);
+    assert_int_equal(
+        tn_meta_propose_isr(m, &req, "r", 0, ps->leader_epoch, pe, isr, 1, true, on_answer), 0);
     assert_true(run_until(&loop, answered, &a));
     assert_int_equal(a.status, 0);
     assert_int_equal(tn_meta_state_pstate(tn_meta_state(m), "r", 0)->partition_epoch, pe + 1);
@@ -244,12 +244,14 @@ static void test_proposals_and_notifications(void **state)
     assert_true(run_until(&loop, told, &w));
     assert_int_equal(h.last[0].partition_epoch, pe + 1);
     a.done = 0;
-    assert_int_equal(tn_meta_propose_isr(m, &req, "r", 0, 1, pe, isr, 1, on_answer), 0);
+    assert_int_equal(tn_meta_propose_isr(m, &req, "r", 0, 1, pe, isr, 1, true, on_answer), 0);
     assert_true(run_until(&loop, answered, &a));
     assert_int_equal(a.status, TN_ECHANGED);
     /* Bad arguments are refused at once. */
-    assert_int_equal(tn_meta_propose_isr(m, &req, "r", 0, 1, pe, isr, 0, on_answer), UV_EINVAL);
-    assert_int_equal(tn_meta_propose_isr(m, &req, "", 0, 1, pe, isr, 1, on_answer), UV_EINVAL);
+    assert_int_equal(tn_meta_propose_isr(m, &req, "r", 0, 1, pe, isr, 0, true, on_answer),
+                     UV_EINVAL);
+    assert_int_equal(tn_meta_propose_isr(m, &req, "", 0, 1, pe, isr, 1, true, on_answer),
+                     UV_EINVAL);
     assert_int_equal(tn_meta_force_leader(m, &req, "r", 0, 0, false, on_answer), UV_EINVAL);
     /* A forced election of a non-replica; of the leader itself. */
     a.done = 0;

@@ -347,8 +347,15 @@ static void test_rebalance_and_corrupt(void **state)
     /* The leader adds it back once it re-fetched: the CRC mark clears. */
     tn_pstate_member_t isr[3] = {{2, 0x22}, {3, 0x33}, {1, 0x11}};
     char err[128];
-    assert_int_equal(tn_pstate_alter_isr(&f.ps, 2, f.ps.leader_epoch, f.ps.partition_epoch, isr, 3,
-                                         &f.nodes, err, sizeof(err)),
+    /* Not before its channel state was checked caught up. */
+    uint32_t pe = f.ps.partition_epoch;
+    assert_int_equal(tn_pstate_alter_isr_ex(&f.ps, 2, f.ps.leader_epoch, pe, isr, 3, false,
+                                            &f.nodes, err, sizeof(err)),
+                     UV_EPERM);
+    assert_non_null(strstr(err, "channel state"));
+    assert_int_equal(f.ps.partition_epoch, pe);
+    assert_int_equal(tn_pstate_alter_isr_ex(&f.ps, 2, f.ps.leader_epoch, pe, isr, 3, true, &f.nodes,
+                                            err, sizeof(err)),
                      0);
     assert_int_equal(f.ps.corrupt, 0);
     assert_true(tn_pstate_preferred_ready(&f.ps, &f.nodes));

@@ -203,6 +203,19 @@ static void test_codec_part_commands(void **state)
     assert_int_equal(d.expected_pe, 9);
     assert_int_equal(d.nisr, 2);
     assert_int_equal(d.isr[1].node, 3);
+    assert_false(d.channels_checked); /* the flags byte, both ways */
+    assert_false(d.isr_unflagged);
+    isr.channels_checked = true;
+    roundtrip(&isr, &d);
+    assert_true(d.channels_checked);
+    /* An older build's entry, without the flags byte: read as checked (its
+     * leaders had no channel check), and encoded again without it. */
+    isr.channels_checked = false;
+    isr.isr_unflagged = true;
+    roundtrip(&isr, &d);
+    assert_true(d.channels_checked);
+    assert_true(d.isr_unflagged);
+    isr.isr_unflagged = false;
     assert_true(d.isr[1].incarnation == 33);
     tn_meta_cmd_fini(&d);
     /* An empty ISR or a repeated member is refused both ways (decoder: the
@@ -590,6 +603,7 @@ static tn_meta_cmd_t isr_cmd(const tn_pstate_t *ps, uint32_t proposer, uint32_t 
                              const uint32_t *nodes, uint32_t n, const tn_meta_state_t *s)
 {
     tn_meta_cmd_t c = part(TN_MC_PART_ISR, "r", 0, proposer);
+    c.channels_checked = true;
     c.leader_epoch = ps->leader_epoch;
     c.expected_pe = expected_pe;
     c.nisr = n;
@@ -631,6 +645,11 @@ static void test_isr_cas(void **state)
     assert_int_equal(apply(&s, fence(3, 103)), 0);
     assert_int_equal(apply(&s, isr_cmd(ps, 1, ps->partition_epoch, back, 3, &s)), UV_EPERM);
     assert_int_equal(apply(&s, reg(3, 103)), 0);
+    /* Added without its channel state checked caught up: refused; a
+     * shrink needs no such check. */
+    tn_meta_cmd_t unchecked = isr_cmd(ps, 1, ps->partition_epoch, back, 3, &s);
+    unchecked.channels_checked = false;
+    assert_int_equal(apply(&s, unchecked), UV_EPERM);
     assert_int_equal(apply(&s, isr_cmd(ps, 1, ps->partition_epoch, back, 3, &s)), 0);
     assert_int_equal(ps->nisr, 3);
     /* A refused command changed nothing. */
