@@ -17,6 +17,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "meta/meta.h"
 #include "storage/chanlog.h"
 #include "storage/record.h"
 #include "storage/wal.h"
@@ -793,6 +794,12 @@ static void take_work(uv_work_t *w)
     t->snap_crc = tn_crc32c(0, tn_buf_data(&t->snap), sl);
     if (l->err == 0)
         pin_link(&c, "FORMAT", UINT64_MAX);
+    /* The data directory's incarnation (written once, at its first start;
+     * absent only in a directory no cluster-era ternd has run on): the
+     * restored metastore's ISR entries name it, so a whole cluster
+     * restored comes back as its members, not as wiped disks. */
+    if (l->err == 0)
+        pin_link(&c, TN_META_INCARNATION_FILE, UINT64_MAX);
     for (size_t i = 0; i < t->nparts && l->err == 0; i++)
         take_partition(&c, &t->parts[i]);
     if (l->err == 0 && t->ingress)
