@@ -177,11 +177,10 @@ typedef struct {
     unsigned rebalance_delay_ms; /* leader-rebalance-delay; 0 = 30000 */
 } tn_meta_opts_t;
 
-/* The name of that file in the data directory. A backup copies it and a
- * restore of a whole cluster writes it back (the restored metastore's ISR
- * entries name these incarnations); a restore that rejoins a running
- * cluster leaves it out, so the node starts with a new one
- * (docs/operations.md, "Backup and restore"). */
+/* The name of that file in the data directory. A backup copies it (the
+ * copy's identity, for the record); a restore does not write it, so a
+ * restored node starts with a new one (docs/operations.md, "Backup and
+ * restore"). */
 #define TN_META_INCARNATION_FILE "incarnation"
 
 /* The incarnation of the data directory data_dir: read from its file

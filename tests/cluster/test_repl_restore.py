@@ -14,9 +14,10 @@ so node 1's session ends and a leader is chosen while node 3 is live and
 out of the ISR: node 2 leads alone (ISR {2}, below min_insync: publishes
 refused) until node 3 caught up. Checked:
 
-- the restore wrote no `incarnation` and no `meta/`, and the node
-  registers a new incarnation; a restore of the same copy without
-  --rejoin writes the backup's incarnation;
+- the backup holds node 3's own copy of the partition (a follower's log,
+  held by the replica manager) and its incarnation; the restore wrote no
+  `incarnation` and no `meta/` (without --rejoin: no `incarnation`
+  either), and the node registers a new incarnation;
 - node 3 is never the partition's leader while it is not in the ISR
   (every partition state sampled from node 2's metastore replica, and
   node 3's log has no "leading" line after its restart);
@@ -116,7 +117,12 @@ class ReplRestore(harness.ClusterTest):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         with open(os.path.join(bdir, "3", "manifest.json")) as f:
             man = json.load(f)
-        self.assertIn("incarnation", [x["path"] for x in man["files"]], man["files"])
+        paths = [x["path"] for x in man["files"]]
+        self.assertIn("incarnation", paths, paths)
+        # Node 3 follows rr/0: its own copy is in its backup (the replica
+        # manager's log, not the engine's).
+        self.assertTrue(any(x.startswith("topics/rr/0/") and x.endswith(".log") for x in paths),
+                        paths)
         with open(os.path.join(n3.data, "incarnation")) as f:
             old_inc = f.read().strip()
         self.assertEqual(self.incarnation(n1, 3), old_inc)
@@ -130,8 +136,9 @@ class ReplRestore(harness.ClusterTest):
         # Node 3's copy from the backup, to rejoin the running cluster.
         self.assertEqual(ternctl("restore", bdir, "--data-path", os.path.join(c.dir, "whole"),
                                  "--node", "3").returncode, 0)
-        with open(os.path.join(c.dir, "whole", "incarnation")) as f:
-            self.assertEqual(f.read().strip(), old_inc)  # a whole-cluster restore keeps it
+        # Not written back without --rejoin either (docs/operations.md).
+        self.assertFalse(os.path.exists(os.path.join(c.dir, "whole", "incarnation")))
+        self.assertTrue(os.path.exists(os.path.join(c.dir, "whole", "meta")))
         os.rename(n3.data, n3.data + ".old")
         r = ternctl("restore", bdir, "--data-path", n3.data, "--node", "3", "--rejoin")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

@@ -30,9 +30,14 @@
  *      checking the CRC again of what is written, fsync, rename; fsync
  *      every directory made.
  *   3. Write D/meta from the snapshot (meta.h tn_meta_restore_write).
+ *   The data directory's `incarnation` file, which the backup holds, is
+ *   not written: the node starts with a new one, so a restored copy is
+ *   never taken for the one its old ISR entries stood for (keeping it for
+ *   a cluster restored whole lost acknowledged records in a trial:
+ *   docs/operations.md, "Backup and restore").
  *   With --rejoin (one node of a cluster that keeps running on its other
- *   members' data): step 3 is left out and so is the data directory's
- *   `incarnation` file. The node then starts as a replaced disk: its
+ *   members' data): step 3 is left out. The node then starts as a
+ *   replaced disk: its
  *   metastore bootstraps the cluster's first configuration and catches up
  *   from the running members (the backup's snapshot, written at index 1,
  *   would be taken for the cluster's own first entry and the live log
@@ -785,13 +790,9 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
     if (!rejoin && (rc = check_file(p, mm.meta_len, mm.meta_crc, buf)) != TN_CTL_OK)
         goto out;
-    bool has_incarnation = false;
     for (size_t i = 0; i < m.nfiles; i++) {
-        if (strcmp(m.files[i].path, TN_META_INCARNATION_FILE) == 0) {
-            has_incarnation = true;
-            if (rejoin)
-                continue; /* not written: the node starts with a new one */
-        }
+        if (strcmp(m.files[i].path, TN_META_INCARNATION_FILE) == 0)
+            continue; /* not written: the node starts with a new one */
         pathf(p, sizeof(p), "%s/%" PRIu64 "/data/%s", dir, id, m.files[i].path);
         if ((rc = check_file(p, m.files[i].len, m.files[i].crc, buf)) != TN_CTL_OK)
             goto out;
@@ -817,7 +818,7 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     uint64_t bytes = 0;
     size_t nfiles = 0;
     for (size_t i = 0; i < m.nfiles; i++) {
-        if (rejoin && strcmp(m.files[i].path, TN_META_INCARNATION_FILE) == 0)
+        if (strcmp(m.files[i].path, TN_META_INCARNATION_FILE) == 0)
             continue;
         if ((e = make_parents(data, m.files[i].path)) != 0) {
             rc = say("restore", "mkdir for %s: %s", m.files[i].path, tn_strerror(e));
@@ -851,12 +852,6 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         rc = TN_CTL_OK;
         goto out;
     }
-    if (!has_incarnation)
-        fprintf(stderr,
-                "ternctl restore: note: node %" PRIu64 "'s copy has no incarnation file (a backup "
-                "by an older ternd): it starts with a new one, so the partitions the restored "
-                "metastore places on it count it out of their in-sync replicas\n",
-                id);
     /* 3. The metastore. */
     pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
     if ((e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &snap_len)) != 0) {
@@ -920,14 +915,15 @@ const tn_ctl_cmd_t tn_ctl_cmd_restore = {
     "  --node ID       the member id whose copy to restore (required when the\n"
     "                  backup holds several nodes)\n"
     "  --rejoin        one node of a cluster whose other members keep running\n"
-    "                  on their own data: no metastore and no incarnation are\n"
-    "                  written, so the node catches up from the others as a\n"
+    "                  on their own data: no metastore is written, so the\n"
+    "                  node catches up from the others as a\n"
     "                  replaced disk and leads no replicated partition before\n"
     "                  it is back in sync\n"
     "\n"
     "A cluster is restored whole: every node from the same backup, each with\n"
     "`--node` its own id, then each started with its old node-id,\n"
-    "raft-address and peers; each keeps its data directory's incarnation.\n"
+    "raft-address and peers. A restored data directory gets a new\n"
+    "incarnation at its first start.\n"
     "One node of a running cluster is restored with --rejoin.\n"
     "\n"
     "example:\n"
