@@ -32,8 +32,9 @@
  *   3. Write D/meta from the snapshot (meta.h tn_meta_restore_write).
  *   The data directory's `incarnation` file, which the backup holds, is
  *   not written: the node starts with a new one, so a restored copy is
- *   never taken for the one its old ISR entries stood for (keeping it for
- *   a cluster restored whole lost acknowledged records in a trial:
+ *   never taken for the one its old ISR entries stood for (in a trial of
+ *   a cluster restored whole, copies were truncated as the nodes started,
+ *   and a truncated copy that kept its identity could be elected:
  *   docs/operations.md, "Backup and restore").
  *   With --rejoin (one node of a cluster that keeps running on its other
  *   members' data): step 3 is left out. The node then starts as a
