@@ -11,12 +11,14 @@
 #include "api/backup.h"
 
 #include "api/v1/common.h"
+#include "cluster/replica.h"
 
 #include "core/alloc.h"
 #include "core/crc32c.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
+#include "meta/meta.h"
 #include "storage/chanlog.h"
 #include "storage/record.h"
 #include "storage/wal.h"
@@ -793,6 +795,12 @@ static void take_work(uv_work_t *w)
     t->snap_crc = tn_crc32c(0, tn_buf_data(&t->snap), sl);
     if (l->err == 0)
         pin_link(&c, "FORMAT", UINT64_MAX);
+    /* The data directory's incarnation (written once, at its first start;
+     * absent only in a directory no cluster-era ternd has run on): which
+     * copy this is. `ternctl restore` does not write it back (a restored
+     * node starts as a new disk: docs/operations.md). */
+    if (l->err == 0)
+        pin_link(&c, TN_META_INCARNATION_FILE, UINT64_MAX);
     for (size_t i = 0; i < t->nparts && l->err == 0; i++)
         take_partition(&c, &t->parts[i]);
     if (l->err == 0 && t->ingress)
@@ -999,6 +1007,47 @@ static int collect_channels(take_t *t, tn_topic_t *tp)
     return 0;
 }
 
+/* One log in t->parts: its durable end (want: what was written beyond it,
+ * waited for; 0: none). The name is copied. */
+static int collect_add(take_t *t, size_t *cap, const char *topic, uint32_t p, uint64_t durable,
+                       uint64_t want)
+{
+    if (t->nparts == *cap) {
+        *cap = *cap ? *cap * 2 : 32;
+        part_t *v = tn_realloc(t->parts, *cap * sizeof(*v));
+        if (v == NULL)
+            return UV_ENOMEM;
+        t->parts = v;
+    }
+    char *name = tn_strdup(topic);
+    if (name == NULL)
+        return UV_ENOMEM;
+    t->parts[t->nparts++] = (part_t){name, p, durable, want};
+    return 0;
+}
+
+typedef struct {
+    take_t *t;
+    size_t *cap;
+    size_t engine_parts; /* t->parts[0..engine_parts) came from the engine */
+    int rc;
+} own_ctx_t;
+
+/* A follower's own log (cluster/replica.h): its copy up to what it
+ * flushed, which is all a follower ever vouches for (its leader's hw
+ * counts only flushed offsets), so nothing is waited for. A log the
+ * engine listed too is not listed twice. */
+static void on_own_log(void *arg, const char *topic, uint32_t p, tn_plog_t *pl)
+{
+    own_ctx_t *x = arg;
+    if (x->rc != 0)
+        return;
+    for (size_t i = 0; i < x->engine_parts; i++)
+        if (x->t->parts[i].partition == p && strcmp(x->t->parts[i].topic, topic) == 0)
+            return;
+    x->rc = collect_add(x->t, x->cap, topic, p, tn_plog_durable_next(pl), 0);
+}
+
 static int collect(tn_backup_t *bk, take_t *t)
 {
     tn_broker_t *b = bk->v->broker;
@@ -1011,27 +1060,30 @@ static int collect(tn_backup_t *bk, take_t *t)
                 tn_part_t *part = tp->parts[p];
                 if (part == NULL || part->plog == NULL)
                     continue;
-                if (t->nparts == cap) {
-                    cap = cap ? cap * 2 : 32;
-                    part_t *v = tn_realloc(t->parts, cap * sizeof(*v));
-                    if (v == NULL)
-                        return UV_ENOMEM;
-                    t->parts = v;
-                }
-                char *name = tn_strdup(tp->name);
-                if (name == NULL)
-                    return UV_ENOMEM;
                 /* Written first, then durable: a record written and not
                  * yet synced at this moment is waited for (write_ack and
                  * relaxed acknowledge it before its fdatasync). */
                 uint64_t w = tn_plog_written_next(part->plog);
                 uint64_t d = tn_plog_durable_next(part->plog);
-                t->parts[t->nparts++] = (part_t){name, part->index, d, w > d ? w : 0};
+                int rc = collect_add(t, &cap, tp->name, part->index, d, w > d ? w : 0);
+                if (rc != 0)
+                    return rc;
             }
             int rc = collect_channels(t, tp);
             if (rc != 0)
                 return rc;
         }
+    }
+    /* The logs of replicated partitions this node follows are held by
+     * its replica manager, not the engine: without them a backup held
+     * only each partition's leader's copy, and a cluster restored whole
+     * (its members keeping their incarnations) could elect a follower
+     * restored with nothing. */
+    if (bk->v->replica != NULL) {
+        own_ctx_t x = {t, &cap, t->nparts, 0};
+        tn_replica_each_own_log(bk->v->replica, on_own_log, &x);
+        if (x.rc != 0)
+            return x.rc;
     }
     if (bk->ilog != NULL) {
         t->ingress = true;

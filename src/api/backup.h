@@ -25,8 +25,9 @@
  *   2. On a worker thread, under <data>/backup/<id>/ (same file system):
  *      hard links to every segment with records below the durable end,
  *      the sidecars of those that are not the last, the floor file, the
- *      ingress segments and FORMAT; copies of each channel WAL (it is
- *      truncated in place at a checkpoint, so a link would not keep its
+ *      ingress segments, FORMAT and the data directory's incarnation
+ *      (meta.h TN_META_INCARNATION_FILE); copies of each channel WAL (it
+ *      is truncated in place at a checkpoint, so a link would not keep its
  *      bytes) made before the link to its checkpoint (renamed into place
  *      at each checkpoint, so a link keeps the file as it was); a copy of
  *      the ingress checkpoint lowered to the durable seq. A link keeps a

@@ -2066,6 +2066,14 @@ bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p)
            tn_meta_state_pstate(tn_meta_state(rm->o.meta), topic, p) != NULL;
 }
 
+void tn_replica_each_own_log(tn_replica_t *rm, tn_replica_log_cb cb, void *arg)
+{
+    for (size_t i = 0; i < NBUCKETS; i++)
+        for (part_t *pt = rm->buckets[i]; pt != NULL; pt = pt->next)
+            if (!pt->dead && pt->src == SRC_OWN && pt->plog != NULL)
+                cb(arg, pt->topic, pt->p, pt->plog);
+}
+
 void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out)
 {
     *out = rm->st;

@@ -122,6 +122,14 @@ bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p);
 typedef void (*tn_replica_lead_cb)(void *arg, const char *topic, uint32_t p, tn_plog_t *pl);
 void tn_replica_on_lead(tn_replica_t *rm, tn_replica_lead_cb cb, void *arg);
 
+/* Each partition log the manager holds itself (a follower's own, which
+ * the engine does not hold): cb(arg, topic, p, pl) on the manager's loop,
+ * topic and pl borrowed for the call. The online backup copies these as
+ * well as the engine's (api/backup.h), so a follower's copy is in it and
+ * not only its leader's. */
+typedef void (*tn_replica_log_cb)(void *arg, const char *topic, uint32_t p, tn_plog_t *pl);
+void tn_replica_each_own_log(tn_replica_t *rm, tn_replica_log_cb cb, void *arg);
+
 void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out);
 /* This node's replica of (topic, p): its hw and log end. 0, TN_ENOTFOUND
  * (not a local replica). */

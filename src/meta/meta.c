@@ -1515,12 +1515,10 @@ int tn_meta_mark_corrupt(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
     return tn_meta_propose(m, req, &c, cb);
 }
 
-#define INCARNATION_FILE "incarnation"
-
 int tn_meta_incarnation_load(const char *data_dir, uint64_t *out, char *err, size_t errlen)
 {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/" INCARNATION_FILE, data_dir);
+    snprintf(path, sizeof(path), "%s/" TN_META_INCARNATION_FILE, data_dir);
     tn_buf_t b;
     tn_buf_init(&b);
     int rc = tn_io_read_file(path, 64, &b);
@@ -1565,7 +1563,7 @@ int tn_meta_incarnation_load(const char *data_dir, uint64_t *out, char *err, siz
     }
     char text[32];
     int n = snprintf(text, sizeof(text), "%016llx\n", (unsigned long long)v);
-    rc = tn_io_write_file_atomic(data_dir, INCARNATION_FILE, text, (size_t)n);
+    rc = tn_io_write_file_atomic(data_dir, TN_META_INCARNATION_FILE, text, (size_t)n);
     if (rc != 0) {
         tn_errbuf(err, errlen, "cannot write %s: %s", path, tn_strerror(rc));
         return rc;

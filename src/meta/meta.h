@@ -177,6 +177,12 @@ typedef struct {
     unsigned rebalance_delay_ms; /* leader-rebalance-delay; 0 = 30000 */
 } tn_meta_opts_t;
 
+/* The name of that file in the data directory. A backup copies it (the
+ * copy's identity, for the record); a restore does not write it, so a
+ * restored node starts with a new one (docs/operations.md, "Backup and
+ * restore"). */
+#define TN_META_INCARNATION_FILE "incarnation"
+
 /* The incarnation of the data directory data_dir: read from its file
  * `incarnation` (16 hex digits and a newline), or, when there is none
  * (a new data directory, or one from before incarnations), a new random

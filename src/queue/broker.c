@@ -204,6 +204,15 @@ static void fetch_done(uv_work_t *w, int status)
         TN_LOG_RL(TN_LOG_ERROR, 10000, "reading %s/%" PRIu32 " at offset %" PRIu64 ": %s", t->name,
                   p->index, f->from + f->n, tn_strerror(f->err));
     p->fetch = NULL;
+    /* The read that the channels' scans waited for has ended: a scan that
+     * still misses the cache asks again (and sets the flag again). Left
+     * set, a consume that found nothing was held FETCH_GRACE_MS past its
+     * wait for a read long done (api/consume.c), every time: a forwarded
+     * probe (no wait, 500 ms) then always missed its RPC deadline. */
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        if (ch->state == TN_OBJ_READY && ch->parts != NULL && p->index < t->nparts &&
+            ch->parts[p->index] != NULL)
+            ch->parts[p->index]->waiting_fetch = false;
     tn__waiters_fire(&p->fetch_waiters, b->closing || t->deleted ? TN_ECLOSED : f->err);
     if (p->close_after_fetch != NULL)
         tn__part_close_deferred(p);

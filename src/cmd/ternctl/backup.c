@@ -30,6 +30,22 @@
  *      checking the CRC again of what is written, fsync, rename; fsync
  *      every directory made.
  *   3. Write D/meta from the snapshot (meta.h tn_meta_restore_write).
+ *   The data directory's `incarnation` file, which the backup holds, is
+ *   not written: the node starts with a new one, so a restored copy is
+ *   never taken for the one its old ISR entries stood for (in a trial of
+ *   a cluster restored whole, copies were truncated as the nodes started,
+ *   and a truncated copy that kept its identity could be elected:
+ *   docs/operations.md, "Backup and restore").
+ *   With --rejoin (one node of a cluster that keeps running on its other
+ *   members' data): step 3 is left out. The node then starts as a
+ *   replaced disk: its
+ *   metastore bootstraps the cluster's first configuration and catches up
+ *   from the running members (the backup's snapshot, written at index 1,
+ *   would be taken for the cluster's own first entry and the live log
+ *   applied on top of it), and its new incarnation keeps its old copies
+ *   out of every ISR and ELR until each leader adds it back, once it has
+ *   fetched up to the log end (its log is kept where it agrees with the
+ *   leader's epoch history). docs/operations.md says why.
  *
  * Threads: one (ternctl). */
 #include "core/platform.h"
@@ -723,10 +739,12 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
 {
     static const struct option opts[] = {{"data-path", required_argument, NULL, 'd'},
                                          {"node", required_argument, NULL, 'n'},
+                                         {"rejoin", no_argument, NULL, 'r'},
                                          {NULL, 0, NULL, 0}};
     optind = 1;
     const char *data = NULL;
     bool have_node = false;
+    bool rejoin = false;
     uint64_t id = 0;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -740,6 +758,8 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
                 return tn_ctl_usage("restore", "--node takes a member id (a positive integer)");
             id = x;
             have_node = true;
+        } else if (o == 'r') {
+            rejoin = true;
         } else {
             return tn_ctl_usage("restore", "unknown option");
         }
@@ -764,19 +784,21 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         goto out;
     }
     if ((rc = load_manifest(dir, id, &m)) != TN_CTL_OK ||
-        (rc = load_manifest(dir, meta_from, &mm)) != TN_CTL_OK)
+        (!rejoin && (rc = load_manifest(dir, meta_from, &mm)) != TN_CTL_OK))
         goto out;
     /* 1. Every CRC before a byte is written. */
     char p[PATH_LEN], q[PATH_LEN];
     pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
-    if ((rc = check_file(p, mm.meta_len, mm.meta_crc, buf)) != TN_CTL_OK)
+    if (!rejoin && (rc = check_file(p, mm.meta_len, mm.meta_crc, buf)) != TN_CTL_OK)
         goto out;
     for (size_t i = 0; i < m.nfiles; i++) {
+        if (strcmp(m.files[i].path, TN_META_INCARNATION_FILE) == 0)
+            continue; /* not written: the node starts with a new one */
         pathf(p, sizeof(p), "%s/%" PRIu64 "/data/%s", dir, id, m.files[i].path);
         if ((rc = check_file(p, m.files[i].len, m.files[i].crc, buf)) != TN_CTL_OK)
             goto out;
     }
-    bool self = false;
+    bool self = rejoin; /* the running cluster's configuration is the one used */
     for (size_t i = 0; i < mm.nvoters; i++)
         self = self || mm.voters[i].id == id;
     if (!self) {
@@ -795,7 +817,10 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         goto out;
     }
     uint64_t bytes = 0;
+    size_t nfiles = 0;
     for (size_t i = 0; i < m.nfiles; i++) {
+        if (strcmp(m.files[i].path, TN_META_INCARNATION_FILE) == 0)
+            continue;
         if ((e = make_parents(data, m.files[i].path)) != 0) {
             rc = say("restore", "mkdir for %s: %s", m.files[i].path, tn_strerror(e));
             goto out;
@@ -805,6 +830,28 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         if ((rc = copy_in(p, q, m.files[i].len, m.files[i].crc, buf)) != TN_CTL_OK)
             goto out;
         bytes += m.files[i].len;
+        nfiles++;
+    }
+    if (rejoin) {
+        if ((e = fsync_dir(data)) != 0) {
+            rc = say("restore", "fsync %s: %s", data, tn_strerror(e));
+            goto out;
+        }
+        if (tn_ctl_json(c)) {
+            char js[256];
+            int jl = snprintf(js, sizeof(js),
+                              "{\"node_id\":%" PRIu64 ",\"files\":%zu,\"bytes\":%" PRIu64
+                              ",\"metastore_from\":null,\"rejoin\":true}",
+                              id, nfiles, bytes);
+            tn_ctl_print_json(js, (size_t)jl);
+        } else {
+            printf("restored node %" PRIu64 "'s data into %s to rejoin its running cluster: %zu "
+                   "files, %" PRIu64 " bytes; no metastore and a new incarnation at start (it "
+                   "catches up from the other members, and leads nothing before it is in sync)\n",
+                   id, data, nfiles, bytes);
+        }
+        rc = TN_CTL_OK;
+        goto out;
     }
     /* 3. The metastore. */
     pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
@@ -835,13 +882,13 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         char js[256];
         int jl = snprintf(js, sizeof(js),
                           "{\"node_id\":%" PRIu64 ",\"files\":%zu,\"bytes\":%" PRIu64
-                          ",\"metastore_from\":%" PRIu64 "}",
-                          id, m.nfiles, bytes, meta_from);
+                          ",\"metastore_from\":%" PRIu64 ",\"rejoin\":false}",
+                          id, nfiles, bytes, meta_from);
         tn_ctl_print_json(js, (size_t)jl);
     } else {
         printf("restored node %" PRIu64 " into %s: %zu files, %" PRIu64
                " bytes, metastore from node %" PRIu64 "\n",
-               id, data, m.nfiles, bytes, meta_from);
+               id, data, nfiles, bytes, meta_from);
     }
     rc = TN_CTL_OK;
 out:
@@ -854,7 +901,7 @@ out:
 
 const tn_ctl_cmd_t tn_ctl_cmd_restore = {
     "restore", "write a node's backup into a new data directory (offline)",
-    "usage: ternctl restore DIR --data-path D [--node ID]\n"
+    "usage: ternctl restore DIR --data-path D [--node ID] [--rejoin]\n"
     "\n"
     "Writes one node's copy from the backup DIR (made by `ternctl backup`) into\n"
     "the data directory D, which must be missing or empty; no server is\n"
@@ -868,10 +915,17 @@ const tn_ctl_cmd_t tn_ctl_cmd_restore = {
     "  --data-path D   the data directory to make (required)\n"
     "  --node ID       the member id whose copy to restore (required when the\n"
     "                  backup holds several nodes)\n"
+    "  --rejoin        one node of a cluster whose other members keep running\n"
+    "                  on their own data: no metastore is written, so the\n"
+    "                  node catches up from the others as a\n"
+    "                  replaced disk and leads no replicated partition before\n"
+    "                  it is back in sync\n"
     "\n"
     "A cluster is restored whole: every node from the same backup, each with\n"
     "`--node` its own id, then each started with its old node-id,\n"
-    "raft-address and peers.\n"
+    "raft-address and peers. A restored data directory gets a new\n"
+    "incarnation at its first start.\n"
+    "One node of a running cluster is restored with --rejoin.\n"
     "\n"
     "example:\n"
     "  ternctl restore /srv/backup/t1 --data-path /var/lib/tern --node 2\n",

@@ -42,8 +42,9 @@ typedef struct {
 int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, size_t errlen);
 void tn_manifest_fini(tn_manifest_t *m);
 
-/* Whether p is a path a backup may hold: "FORMAT", or under "topics/" or
- * "ingress/", made of segments of [A-Za-z0-9._-] that are not "." or "..",
+/* Whether p is a path a backup may hold: "FORMAT", "incarnation", or
+ * under "topics/" or "ingress/", made of segments of [A-Za-z0-9._-] that
+ * are not "." or "..",
  * no empty segment, at most TN_MANIFEST_PATH_MAX bytes. Nothing else (no
  * absolute path, no "..", not meta/ or LOCK) can come out of a manifest. */
 bool tn_manifest_path_ok(const char *p);

@@ -103,6 +103,9 @@ static void test_path_rule(void **state)
 {
     (void)state;
     assert_true(tn_manifest_path_ok("FORMAT"));
+    assert_true(tn_manifest_path_ok("incarnation"));
+    assert_false(tn_manifest_path_ok("incarnation/x"));
+    assert_false(tn_manifest_path_ok("incarnation.tmp"));
     assert_true(tn_manifest_path_ok("topics/orders.v2/3/00000000000000000042.log"));
     assert_true(tn_manifest_path_ok("topics/t/0/c-1_x.wal"));
     assert_true(tn_manifest_path_ok("ingress/checkpoint"));

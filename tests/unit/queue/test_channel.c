@@ -722,6 +722,35 @@ static void test_restart_keeps_fins_and_redelivers_the_rest(void **state)
     qfx_free(q);
 }
 
+/* Records read back from disk (the tail cache is empty after a restart,
+ * and a replicated leader's engine reads its followers' copies the same
+ * way): the channel's partition says it waits for a read only while one
+ * is under way. The flag used to stay set after the first read, and the
+ * native consume held every empty answer a second past its wait for it
+ * (api/consume.c FETCH_GRACE_MS). */
+static void test_cold_read_ends_waiting_fetch(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    publish(q, "t", "a", 0);
+    publish(q, "t", "b", 0);
+    publish(q, "t", "c", 0);
+    run_for(q, 30);
+    restart(q);
+    ch = channel(q, "t", "c");
+    assert_false(ch->parts[0]->waiting_fetch);
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 3);
+    run_for(q, 30);
+    assert_int_equal(s.n, 3);
+    assert_string_equal(s.bodies[0], "a");
+    assert_false(ch->parts[0]->waiting_fetch); /* the read ended; nothing is missing */
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 typedef struct {
     bool done;
     int status;
@@ -1398,6 +1427,7 @@ int main(void)
         cmocka_unit_test(test_inflight_budget),
         cmocka_unit_test(test_deferred_publish),
         cmocka_unit_test(test_restart_keeps_fins_and_redelivers_the_rest),
+        cmocka_unit_test(test_cold_read_ends_waiting_fetch),
         cmocka_unit_test(test_pause_and_empty),
         cmocka_unit_test(test_backlog_kept_across_restart_then_gc),
         cmocka_unit_test(test_delete_survives_restart),

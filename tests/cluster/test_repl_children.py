@@ -1,0 +1,146 @@
+"""Consumes of a replicated child topic through nodes that do not lead its
+partitions (docs/replication.md, "Not built yet": forwarded consumes to the
+leaders of replicated child topics were seen missing their RPC deadline).
+
+Three nodes with --experimental-replication and factor 3 by default: a
+parent with 3 partitions and a child made with it (parent partition p feeds
+child partition p, both replicated, each partition led by another node).
+Messages go to every parent partition through every node; the child is then
+drained through nodes that do not lead the partition asked for (pinned long
+polls, forwarded to the leader), and queue consumes through every node
+(the door's probes of the other leaders, no wait, 500 ms each, and its
+forwarded long poll) run until every node answers 204 several rounds in a
+row. Checked: every message arrives exactly once in the child, every answer
+is 200 or 204 (never 502 from a forward that got no reply), and no node
+logs a forwarded consume or probe that got no reply within its deadline.
+
+The cause was in the queue engine: a channel's partition that missed the
+tail cache once (a replicated partition's records reach its leader's
+engine through the disk: a follower copies them, a new leader opens its
+log cold) kept its "waiting for a read" flag for ever, so every consume
+that found nothing there was held a further second past its wait; a probe
+(no wait) then answered after its caller's 500 ms deadline, every time.
+
+Run: python3 tests/cluster/test_repl_children.py --ternd build/ternd
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+OCTET = {"Content-Type": "application/octet-stream"}
+CLIENT = {"X-Tern-Client": "test-repl-children"}
+ARGS = ["--experimental-replication", "--default-replication-factor=3",
+        "--replica-lag-time-max=2s"]
+MISSED = "no reply within the deadline"
+
+
+class ReplChildren(harness.ClusterTest):
+    def pstats(self, node, topic):
+        status, body = node.request("GET", f"/v1/topics/{topic}")
+        if status != 200 or "partition_stats" not in body:
+            return None
+        return body["partition_stats"]
+
+    def leaders(self, node, topic):
+        ps = self.pstats(node, topic)
+        if not ps or not all(p.get("leader") for p in ps):
+            return None
+        return [p["leader"] for p in ps]
+
+    def test_child_consumed_through_non_leaders(self):
+        c = self.make(3, args=ARGS).start()
+        c.wait_alive(3)
+        n1 = c.nodes[0]
+        status, body = n1.request("POST", "/v1/topics",
+                                  {"name": "par", "partitions": 3, "replication_factor": 3})
+        self.assertEqual(status, 201, body)
+        # 503 "the parent topic is not ready" until its partitions are placed.
+        status, body = wait_until("kid made as par's child", lambda: (lambda r: r if r[0] != 503
+                                  else None)(n1.request("POST", "/v1/topics",
+                                                        {"name": "kid", "parent": "par"})))
+        self.assertEqual(status, 201, body)
+        self.assertEqual((body["role"], body["replication_factor"], body["partitions"]),
+                         ("child", 3, 3), body)
+        kid = wait_until("a leader for every partition of par and kid on every node",
+                         lambda: all(self.leaders(n, "par") and self.leaders(n, "kid")
+                                     for n in c.nodes) and self.leaders(n1, "kid"))
+        # Each partition led by another node: every node is a non-leader
+        # of two of them.
+        self.assertEqual(sorted(kid), ["1", "2", "3"], kid)
+
+        def copiers_running():
+            for n in c.nodes:
+                status, body = n.request("GET", "/v1/topics/par/children")
+                if status != 200:
+                    return False
+                mine = [x for x in body["children"] if x["name"] == "kid"]
+                if not mine or not mine[0]["lag_complete"]:
+                    return False
+            return True
+        wait_until("par -> kid copied on every node", copiers_running)
+
+        sent = {p: set() for p in range(3)}
+        for n in c.nodes:
+            for p in range(3):
+                for i in range(8):
+                    b = f"n{n.id}-p{p}-{i}"
+                    # A new leader answers 503 (nothing stored) until its
+                    # epoch starts.
+                    status, answer = wait_until(f"{b} acknowledged", lambda b=b, n=n, p=p: (
+                        lambda r: r if r[0] != 503 else None)(n.request(
+                            "POST", f"/v1/topics/par/produce?partition={p}", b.encode(),
+                            headers=OCTET, timeout=30)))
+                    self.assertIn(status, (200, 201, 202), (n.id, p, answer))
+                    sent[p].add(b)
+
+        got = {}
+
+        def take(node, query):
+            status, b = node.request("GET", f"/v1/topics/kid/consume?{query}", headers=CLIENT,
+                                     timeout=30)
+            self.assertIn(status, (200, 204), (node.id, query, b))
+            if status == 204:
+                return 0
+            for m in b["messages"]:
+                got.setdefault(m["payload"], []).append(m["partition"])
+            handles = [m["receipt_handle"] for m in b["messages"]]
+            status, r = node.request("POST", "/v1/topics/kid/ack/batch", handles, headers=CLIENT,
+                                     timeout=30)
+            self.assertEqual(status, 200, r)
+            self.assertEqual([x for x in r["results"] if x["status"] != 204], [], r)
+            return len(b["messages"])
+
+        # Pinned long polls through a node that does not lead the
+        # partition: forwarded to its leader, answered with its copies.
+        for p in range(3):
+            via = [n for n in c.nodes if str(n.id) != kid[p]][p % 2]
+            wait_until(f"kid/{p}'s copies through node {via.id} (leader {kid[p]})",
+                       lambda p=p, via=via: (take(via, f"partition={p}&max=10&wait=1s"),
+                                             sent[p] <= set(got))[1], timeout=90, interval=0)
+        # What is left (nothing, if the copies are all in) and the empty
+        # rounds: queue consumes through every node, each probing the other
+        # leaders and long-polling one, until every node answered 204
+        # three rounds in a row.
+        quiet = 0
+        rounds = 0
+        while quiet < 3:
+            rounds += 1
+            self.assertLess(rounds, 60, "the child never went quiet")
+            quiet = 0 if sum(take(n, "max=10&wait=1s") for n in c.nodes) else quiet + 1
+        everything = set().union(*sent.values())
+        self.assertEqual(sorted(everything - set(got)), [], "copies never delivered")
+        self.assertEqual(sorted(set(got) - everything), [], "deliveries of nothing sent")
+        twice = {b: ps for b, ps in got.items() if len(ps) > 1}
+        self.assertEqual(twice, {}, "delivered twice without a fault")
+        wrong = {b: ps for b, ps in got.items() if f"-p{ps[0]}-" not in b}
+        self.assertEqual(wrong, {}, "a copy outside its parent partition's number")
+        for n in c.nodes:
+            missed = [line for line in n.log().splitlines() if MISSED in line]
+            self.assertEqual(missed, [], f"node {n.id}: forwarded consumes missed their deadline")
+
+
+if __name__ == "__main__":
+    harness.main()

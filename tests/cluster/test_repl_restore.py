@@ -1,0 +1,249 @@
+"""One node of a running replicated cluster restored from a backup
+(docs/operations.md, "Backup and restore"; docs/replication.md,
+"Incarnations"): `ternctl restore --rejoin`.
+
+Three nodes, --experimental-replication, a topic of one partition with
+factor 3 and min_insync 2: node 1 leads (replicas 1, 2, 3), node 3 is the
+one restored. Messages A are acknowledged, `ternctl backup` copies every
+member (each copy carries its data directory's incarnation), messages B
+are acknowledged, node 3 stops, messages C are acknowledged by nodes 1 and
+2. Node 3's data directory is replaced by its backup with --rejoin (no
+metastore, no incarnation: it comes back with a new one and an OLD log,
+lacking B and C); the leader (node 1) is SIGSTOPped and node 3 started,
+so node 1's session ends and a leader is chosen while node 3 is live and
+out of the ISR: node 2 leads alone (ISR {2}, below min_insync: publishes
+refused) until node 3 caught up. Checked:
+
+- the backup holds node 3's own copy of the partition (a follower's log,
+  held by the replica manager) and its incarnation; the restore wrote no
+  `incarnation` and no `meta/` (without --rejoin: no `incarnation`
+  either), and the node registers a new incarnation;
+- node 3 is never the partition's leader while it is not in the ISR
+  (every partition state sampled from node 2's metastore replica, and
+  node 3's log has no "leading" line after its restart);
+- it rejoins the ISR, after which publishes are acknowledged again, which
+  needs it to have flushed everything below the high watermark;
+- every acknowledged message (A, B, C and those after) is delivered, and
+  nothing is delivered that was not produced (no phantom); a publish
+  refused for too few in-sync replicas is never delivered;
+- at the end (node 1 continued, all in sync, every node stopped) the three
+  replicas' logs hold the same records, each acknowledged body among them.
+
+Run: python3 tests/cluster/test_repl_restore.py --ternd build/ternd --ternctl build/ternctl
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import repl_ledger  # noqa: E402
+from harness import PASSWORD, wait_until  # noqa: E402
+
+TERNCTL = None
+OCTET = {"Content-Type": "application/octet-stream"}
+CLIENT = {"X-Tern-Client": "test-repl-restore"}
+ARGS = ["--experimental-replication", "--replica-lag-time-max=2s",
+        "--member-session-timeout=3s", "--min-insync-replicas=2"]
+FEW = "not enough in-sync replicas"
+
+
+def ternctl(*args, port=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+    if port is not None:
+        env.update(TERN_URL=f"http://127.0.0.1:{port}", TERN_USER="admin",
+                   TERN_PASSWORD=PASSWORD)
+    return subprocess.run([TERNCTL, *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+class ReplRestore(harness.ClusterTest):
+    def state(self, node):
+        """Partition 0 of rr as node's metastore replica shows it."""
+        status, body = node.request("GET", "/v1/topics/rr", timeout=5)
+        if status != 200 or "partition_stats" not in body:
+            return None
+        return body["partition_stats"][0]
+
+    def incarnation(self, via, node_id):
+        status, body = via.request("GET", "/v1/cluster/members")
+        self.assertEqual(status, 200, body)
+        return [m for m in body["members"] if str(m["id"]) == str(node_id)][0]["incarnation"]
+
+    def test_one_node_restored_rejoins_after_catching_up(self):
+        c = self.make(3, args=ARGS).start()
+        c.wait_alive(3)
+        n1, n2, n3 = c.nodes
+        status, body = n1.request("POST", "/v1/topics", {"name": "rr", "partitions": 1,
+                                                         "replication_factor": 3,
+                                                         "min_insync_replicas": 2})
+        self.assertEqual(status, 201, body)
+        ps = wait_until("rr/0 led with 3 in-sync replicas on every node", lambda: (
+            all((s := self.state(n)) and s.get("leader") and len(s["isr"]) == 3
+                for n in c.nodes) and self.state(n1)))
+        # Placement starts partition 0 at the first member: node 1 leads
+        # and is the preferred leader; node 3 never has a reason to lead.
+        self.assertEqual((ps["replicas"], ps["leader"]), (["1", "2", "3"], "1"), ps)
+
+        attempted, acked, refused_few = set(), [], set()
+
+        def produce(via, body):
+            attempted.add(body)
+            status, answer = via.request("POST", "/v1/topics/rr/produce?partition=0",
+                                         body.encode(), headers=OCTET, timeout=30)
+            if status is not None and 200 <= status < 300:
+                acked.append(body)
+                return True
+            if status == 503 and FEW in json.dumps(answer):
+                refused_few.add(body)
+            return False
+
+        def produce_acked(via, tag, n):
+            for i in range(n):
+                k = 0
+                while not produce(via, f"{tag}-{i}-{k}"):
+                    k += 1
+                    self.assertLess(k, 300, f"{tag}-{i} never acknowledged")
+                    time.sleep(0.1)
+
+        produce_acked(n1, "A", 20)
+        wait_until("A on every replica", lambda: n1.metric("tern_replica_lag_records") == 0)
+        bdir = os.path.join(c.dir, "backup")
+        r = ternctl("backup", bdir, port=n2.http_port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(bdir, "3", "manifest.json")) as f:
+            man = json.load(f)
+        paths = [x["path"] for x in man["files"]]
+        self.assertIn("incarnation", paths, paths)
+        # Node 3 follows rr/0: its own copy is in its backup (the replica
+        # manager's log, not the engine's).
+        self.assertTrue(any(x.startswith("topics/rr/0/") and x.endswith(".log") for x in paths),
+                        paths)
+        with open(os.path.join(n3.data, "incarnation")) as f:
+            old_inc = f.read().strip()
+        self.assertEqual(self.incarnation(n1, 3), old_inc)
+
+        produce_acked(n1, "B", 20)
+        self.assertEqual(n3.stop(), 0, n3.log())
+        wait_until("node 3 out of rr/0's ISR", lambda: (
+            (s := self.state(n1)) is not None and "3" not in s["isr"]))
+        produce_acked(n1, "C", 10)
+
+        # Node 3's copy from the backup, to rejoin the running cluster.
+        self.assertEqual(ternctl("restore", bdir, "--data-path", os.path.join(c.dir, "whole"),
+                                 "--node", "3").returncode, 0)
+        # Not written back without --rejoin either (docs/operations.md).
+        self.assertFalse(os.path.exists(os.path.join(c.dir, "whole", "incarnation")))
+        self.assertTrue(os.path.exists(os.path.join(c.dir, "whole", "meta")))
+        os.rename(n3.data, n3.data + ".old")
+        r = ternctl("restore", bdir, "--data-path", n3.data, "--node", "3", "--rejoin")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(n3.data, "incarnation")))
+        self.assertFalse(os.path.exists(os.path.join(n3.data, "meta")))
+
+        # The leader stops (SIGSTOP: the metastore keeps its quorum with
+        # nodes 2 and 3 once node 3 is back), and node 3 starts on its old
+        # log: node 1's session ends and the partition is led again, while
+        # node 3 is live and out of the ISR. Only node 2 may be chosen.
+        samples = []
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                s = self.state(n2)
+                if s is not None:
+                    samples.append((s.get("leader"), list(s["isr"])))
+                time.sleep(0.05)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        os.kill(n1.pid, signal.SIGSTOP)
+        stopped = True
+        try:
+            restart_at = len(n3.log())
+            n3.start()
+            n3.wait_ready()
+            wait_until("node 2 leads rr/0", lambda: (self.state(n2) or {}).get("leader") == "2",
+                       timeout=60)
+            new_inc = wait_until("node 3's new incarnation registered", lambda: (
+                lambda i: i if i not in (None, old_inc) else None)(self.incarnation(n2, 3)))
+            self.assertNotEqual(new_inc, old_inc)
+            # Publishes through node 2 are refused (too few in-sync
+            # replicas) until node 3 caught up and was added back; then
+            # they are acknowledged, which needs node 3's flush.
+            k = 0
+            while not produce(n2, f"D-{k}"):
+                k += 1
+                self.assertLess(k, 600, "never acknowledged again:\n" + c.logs())
+                time.sleep(0.1)
+            s = self.state(n2)
+            self.assertIn("3", s["isr"], s)
+            produce_acked(n2, "E", 10)
+            os.kill(n1.pid, signal.SIGCONT)
+            stopped = False
+            wait_until("rr/0 with 3 in-sync replicas again", lambda: all(
+                (s := self.state(n)) is not None and len(s["isr"]) == 3 for n in c.nodes),
+                timeout=90)
+        finally:
+            if stopped:
+                os.kill(n1.pid, signal.SIGCONT)
+            stop.set()
+            sampler.join()
+        seen = [x for i, x in enumerate(samples) if i == 0 or samples[i - 1] != x]
+        sys.stderr.write(f"rr/0 as node 2 saw it (leader, ISR), in order: {seen}; publishes "
+                         f"refused for too few in-sync replicas meanwhile: {len(refused_few)}\n")
+        bad = [x for x in samples if x[0] == "3" and "3" not in x[1]]
+        self.assertEqual(bad, [], "node 3 led while out of the ISR")
+        self.assertTrue(any("3" not in isr for _, isr in samples), "node 3 never seen out")
+        self.assertTrue(any(l == "3" for _, isr in samples for l in isr), "never seen back in")
+        after = n3.log()[restart_at:].splitlines()
+        sys.stderr.write("node 3 after its restore:\n" + "\n".join(
+            x for x in after if "rr/0" in x or "incarnation" in x) + "\n")
+        leading = [x for x in after if "replica rr/0: leading" in x]
+        self.assertEqual(leading, [], "node 3 led rr/0 after its restore")
+
+        # Every acknowledged message, nothing else.
+        got = {}
+        rounds = 0
+        while not set(acked) <= set(got) or rounds < 3:
+            via = c.nodes[rounds % 3]
+            rounds += 1
+            self.assertLess(rounds, 200, f"missing: {sorted(set(acked) - set(got))}")
+            status, b = via.request("GET", "/v1/topics/rr/consume?max=100&wait=1s",
+                                    headers=CLIENT, timeout=30)
+            self.assertIn(status, (200, 204), b)
+            if status == 204:
+                continue
+            for m in b["messages"]:
+                got[m["payload"]] = got.get(m["payload"], 0) + 1
+            status, res = via.request("POST", "/v1/topics/rr/ack/batch",
+                                      [m["receipt_handle"] for m in b["messages"]],
+                                      headers=CLIENT, timeout=30)
+            self.assertEqual(status, 200, res)
+        self.assertEqual(sorted(set(acked) - set(got)), [], "acknowledged, never delivered")
+        self.assertEqual(sorted(set(got) - attempted), [], "phantom: never produced")
+        self.assertEqual(sorted(set(got) & refused_few), [], "refused, then delivered")
+
+        wait_until("followers caught up", lambda: all(
+            n.metric("tern_replica_lag_records") == 0 for n in c.nodes))
+        for n in c.nodes:
+            self.assertEqual(n.stop(), 0, n.log())
+        logs = {n.id: repl_ledger.read_replica(n.data, ["rr"])[("rr", 0)] for n in c.nodes}
+        view = {i: [(x.offset, x.digest) for x in recs] for i, recs in logs.items()}
+        self.assertEqual(view[3], view[2], "node 3's log differs from node 2's")
+        self.assertEqual(view[1], view[2], "node 1's log differs from node 2's")
+        bodies = {x.body.decode() for x in logs[3] if not x.control}
+        self.assertEqual(sorted(set(acked) - bodies), [], "acknowledged, not in node 3's log")
+        self.assertEqual(sorted(bodies - attempted), [], "node 3's log holds what nobody sent")
+
+
+def configure(args):
+    global TERNCTL
+    TERNCTL = os.path.abspath(args.ternctl)
+
+
+if __name__ == "__main__":
+    harness.main(options=[("--ternctl", {"required": True})], configure=configure)
