@@ -70,6 +70,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TICK_MS         10
@@ -103,6 +104,9 @@ struct part_s {
     bool releasing; /* the follower's channel logs are closing (o.release) */
     bool released;  /* ... and are closed: the hand-over may go on */
     bool ready;     /* the engine's plog is gated and the epoch-start record asked */
+    /* When it was handed (loop ms): the TN_TEST take-over delay counts
+     * from it. */
+    uint64_t handed_at;
     uint32_t start_epoch;
     bool start_pending;
     tn_append_t start_req;
@@ -449,6 +453,39 @@ static void leader_begin(part_t *pt)
     }
 }
 
+#ifdef TN_TEST
+/* Test hook (a ternd built on the TN_TEST libraries: ternd-test): how
+ * long a new leader of topic waits, once the partition is handed to the
+ * engine, before it gates the engine's log and starts its epoch. The
+ * environment's TERN_TEST_EPOCH_START_DELAY holds comma-separated
+ * PREFIX=MS pairs; a topic whose name starts with PREFIX waits MS ms. It
+ * widens the window in which the engine holds a led partition that is
+ * not serving yet, for the tests of the publish path
+ * (tests/cluster/test_nsq_replicated.py). */
+static uint64_t test_take_delay(const char *topic)
+{
+    const char *spec = getenv("TERN_TEST_EPOCH_START_DELAY");
+    while (spec != NULL && *spec != '\0') {
+        const char *eq = strchr(spec, '=');
+        if (eq == NULL)
+            return 0;
+        size_t plen = (size_t)(eq - spec);
+        char *end = NULL;
+        unsigned long long ms = strtoull(eq + 1, &end, 10);
+        if (strncmp(topic, spec, plen) == 0)
+            return (uint64_t)ms;
+        spec = end != NULL && *end == ',' ? end + 1 : "";
+    }
+    return 0;
+}
+#else
+static inline uint64_t test_take_delay(const char *topic)
+{
+    (void)topic;
+    return 0;
+}
+#endif
+
 /* The engine opened (or took back) the partition: gate it and start the
  * epoch. */
 static void leader_take(part_t *pt)
@@ -457,6 +494,8 @@ static void leader_take(part_t *pt)
     if (pt->ready || pt->core.role != TN_REPL_LEADER || !pt->handed ||
         !engine_local(pt->rm, pt, &pl))
         return;
+    if (now_ms(pt->rm) < pt->handed_at + test_take_delay(pt->topic))
+        return; /* TN_TEST only: the tick takes it later */
     hold_log(pt, pl, SRC_ENGINE);
     pt->ready = true;
     tn_plog_set_gated(pl, true);
@@ -506,6 +545,7 @@ static void hand_over(part_t *pt)
     }
     pt->released = false;
     pt->handed = true;
+    pt->handed_at = now_ms(rm);
     pt->ready = false;
     if (pt->src == SRC_OWN) {
         release_own(pt); /* follow_placement once closed */
@@ -1584,6 +1624,20 @@ int tn_replica_accepts(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t
     if (leader_epoch != NULL)
         *leader_epoch = pt->core.ps.leader_epoch;
     return 0;
+}
+
+int tn_replica_may_append(tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    if (part_find(rm, topic, p) == NULL) {
+        /* No core here: replicated (a state names other replicas, or this
+         * node's core is not made yet) or not at all. */
+        const tn_meta_state_t *s = tn_meta_state(rm->o.meta);
+        if (tn_meta_state_pstate(s, topic, p) != NULL)
+            return TN_EREMOTE;
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, topic);
+        return e != NULL && tn_meta_topic_factor(&e->rec) > 1 ? TN_EREMOTE : 0;
+    }
+    return tn_replica_accepts(rm, topic, p, NULL);
 }
 
 bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p)
