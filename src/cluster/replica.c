@@ -1512,9 +1512,32 @@ void tn_replica_set_rpc(tn_replica_t *rm, tn_rpc_t *rpc)
                 tn_rpc_call_cancel(g->call);
 }
 
+/* Gate every log the engine recovered from disk with an epoch history (a
+ * replicated partition's), hw 0: what such a log holds past the hw its
+ * leader had (a tail never replicated) is not delivered while the engine
+ * still holds the partition from its start, before the placement moves
+ * it (tn_topic_follow_placement) or a leader here sets the hw
+ * (leader_take). Appends to it are refused meanwhile
+ * (tn_replica_may_append). */
+static void gate_recovered(tn_replica_t *rm)
+{
+    tn_broker_t *b = rm->o.broker;
+    for (size_t i = 0; i < b->nbuckets; i++)
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->memory)
+                continue;
+            for (uint32_t p = 0; p < t->nparts; p++) {
+                tn_plog_t *pl = tn_topic_part_plog(t, p);
+                if (pl != NULL && tn_plog_last_epoch(pl) > 0)
+                    tn_plog_set_gated(pl, true);
+            }
+        }
+}
+
 int tn_replica_start(tn_replica_t *rm)
 {
     rm->started = true;
+    gate_recovered(rm);
     tn_meta_on_pstate(rm->o.meta, on_pstate, rm);
     tn_store_set_repl_watch(rm->o.broker->store, on_watch, rm);
     return uv_timer_start(&rm->timer, on_tick, TICK_MS, TICK_MS);
@@ -1626,7 +1649,7 @@ int tn_replica_accepts(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t
     return 0;
 }
 
-int tn_replica_may_append(tn_replica_t *rm, const char *topic, uint32_t p)
+int tn_replica_may_append(tn_replica_t *rm, const char *topic, uint32_t p, tn_plog_t *pl)
 {
     if (part_find(rm, topic, p) == NULL) {
         /* No core here: replicated (a state names other replicas, or this
@@ -1635,7 +1658,11 @@ int tn_replica_may_append(tn_replica_t *rm, const char *topic, uint32_t p)
         if (tn_meta_state_pstate(s, topic, p) != NULL)
             return TN_EREMOTE;
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, topic);
-        return e != NULL && tn_meta_topic_factor(&e->rec) > 1 ? TN_EREMOTE : 0;
+        if (e != NULL)
+            return tn_meta_topic_factor(&e->rec) > 1 ? TN_EREMOTE : 0;
+        /* Not in the metastore replica (yet): a log found on disk with an
+         * epoch history is replicated, whatever the replica will say. */
+        return pl != NULL && tn_plog_last_epoch(pl) > 0 ? TN_ENOTSERVING : 0;
     }
     return tn_replica_accepts(rm, topic, p, NULL);
 }

@@ -437,7 +437,7 @@ static void on_lead(void *arg, const char *topic, uint32_t p, tn_plog_t *pl)
  * reached the engine. */
 static int may_append(void *arg, const tn_topic_t *t, uint32_t p)
 {
-    return tn_replica_may_append(arg, t->name, p);
+    return tn_replica_may_append(arg, t->name, p, tn_topic_part_plog(t, p));
 }
 
 void tn_router_set_replica(tn_router_t *r, tn_replica_t *rm)
