@@ -1347,6 +1347,23 @@ static void first_feed(part_t *pt)
     feed_state(pt);
 }
 
+/* Whether the cores may act on the metastore replica's states: it is
+ * ready (caught up) and holds this process's own registration. A
+ * restarted node's replica is ready once it replayed what it had, which
+ * may still name it the leader of an epoch it was fenced out of; its
+ * registration (same apply) fences that old session, so a state it sees
+ * after it is one made for this process. */
+static bool meta_current(tn_replica_t *rm)
+{
+    if (!tn_meta_ready(rm->o.meta))
+        return false;
+    uint64_t boot = tn_meta_boot(rm->o.meta);
+    if (boot == 0)
+        return true; /* registrations carry no boot id */
+    const tn_meta_member_t *m = tn_meta_member_find(tn_meta_state(rm->o.meta), rm->o.node);
+    return m != NULL && m->boot == boot;
+}
+
 static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
 {
     tn_replica_t *rm = arg;
@@ -1390,7 +1407,7 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
      * has since been fenced out of (it may name it the leader of an epoch
      * whose tail it lost): no core acts before the metastore is ready (the
      * tick feeds the newest state then). */
-    if (!tn_meta_ready(rm->o.meta))
+    if (!meta_current(rm))
         return;
     if (!pt->core_fed)
         first_feed(pt);
@@ -1421,7 +1438,7 @@ static void wake_fetches(tn_replica_t *rm)
 static void on_watch(void *arg, tn_plog_t *pl)
 {
     tn_replica_t *rm = arg;
-    if (rm->closing || !tn_meta_ready(rm->o.meta))
+    if (rm->closing || !meta_current(rm))
         return;
     part_t *pt = part_find(rm, pl->topic, pl->partition);
     if (pt == NULL || pt->plog != pl || !pt->core_fed)
@@ -1437,7 +1454,7 @@ static void on_tick(uv_timer_t *t)
 {
     tn_replica_t *rm = t->data;
     uint64_t now = now_ms(rm);
-    if (!tn_meta_ready(rm->o.meta))
+    if (!meta_current(rm))
         return; /* see on_pstate */
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
