@@ -1405,8 +1405,9 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
     pt->has_ps = true;
     /* Replaying its log at start, the metastore tells of states this node
      * has since been fenced out of (it may name it the leader of an epoch
-     * whose tail it lost): no core acts before the metastore is ready (the
-     * tick feeds the newest state then). */
+     * whose tail it lost): no core acts before the metastore is ready and
+     * holds this process's registration (meta_current; the tick feeds the
+     * newest state then). */
     if (!meta_current(rm))
         return;
     if (!pt->core_fed)
