@@ -88,6 +88,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TICK_MS         10
@@ -126,6 +127,9 @@ struct part_s {
     bool releasing; /* the follower's channel logs are closing (o.release) */
     bool released;  /* ... and are closed: the hand-over may go on */
     bool ready;     /* the engine's plog is gated and the epoch-start record asked */
+    /* When it was handed (loop ms): the TN_TEST take-over delay counts
+     * from it. */
+    uint64_t handed_at;
     uint32_t start_epoch;
     bool start_pending;
     tn_append_t start_req;
@@ -487,6 +491,39 @@ static void leader_begin(part_t *pt)
     }
 }
 
+#ifdef TN_TEST
+/* Test hook (a ternd built on the TN_TEST libraries: ternd-test): how
+ * long a new leader of topic waits, once the partition is handed to the
+ * engine, before it gates the engine's log and starts its epoch. The
+ * environment's TERN_TEST_EPOCH_START_DELAY holds comma-separated
+ * PREFIX=MS pairs; a topic whose name starts with PREFIX waits MS ms. It
+ * widens the window in which the engine holds a led partition that is
+ * not serving yet, for the tests of the publish path
+ * (tests/cluster/test_nsq_replicated.py). */
+static uint64_t test_take_delay(const char *topic)
+{
+    const char *spec = getenv("TERN_TEST_EPOCH_START_DELAY");
+    while (spec != NULL && *spec != '\0') {
+        const char *eq = strchr(spec, '=');
+        if (eq == NULL)
+            return 0;
+        size_t plen = (size_t)(eq - spec);
+        char *end = NULL;
+        unsigned long long ms = strtoull(eq + 1, &end, 10);
+        if (strncmp(topic, spec, plen) == 0)
+            return (uint64_t)ms;
+        spec = end != NULL && *end == ',' ? end + 1 : "";
+    }
+    return 0;
+}
+#else
+static inline uint64_t test_take_delay(const char *topic)
+{
+    (void)topic;
+    return 0;
+}
+#endif
+
 /* The engine opened (or took back) the partition: gate it and start the
  * epoch. */
 static void leader_take(part_t *pt)
@@ -495,6 +532,8 @@ static void leader_take(part_t *pt)
     if (pt->ready || pt->core.role != TN_REPL_LEADER || !pt->handed ||
         !engine_local(pt->rm, pt, &pl))
         return;
+    if (now_ms(pt->rm) < pt->handed_at + test_take_delay(pt->topic))
+        return; /* TN_TEST only: the tick takes it later */
     hold_log(pt, pl, SRC_ENGINE);
     pt->ready = true;
     tn_plog_set_gated(pl, true);
@@ -544,6 +583,7 @@ static void hand_over(part_t *pt)
     }
     pt->released = false;
     pt->handed = true;
+    pt->handed_at = now_ms(rm);
     pt->ready = false;
     if (pt->src == SRC_OWN) {
         release_own(pt); /* follow_placement once closed */
@@ -1347,6 +1387,23 @@ static void first_feed(part_t *pt)
     feed_state(pt);
 }
 
+/* Whether the cores may act on the metastore replica's states: it is
+ * ready (caught up) and holds this process's own registration. A
+ * restarted node's replica is ready once it replayed what it had, which
+ * may still name it the leader of an epoch it was fenced out of; its
+ * registration (same apply) fences that old session, so a state it sees
+ * after it is one made for this process. */
+static bool meta_current(tn_replica_t *rm)
+{
+    if (!tn_meta_ready(rm->o.meta))
+        return false;
+    uint64_t boot = tn_meta_boot(rm->o.meta);
+    if (boot == 0)
+        return true; /* registrations carry no boot id */
+    const tn_meta_member_t *m = tn_meta_member_find(tn_meta_state(rm->o.meta), rm->o.node);
+    return m != NULL && m->boot == boot;
+}
+
 static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
 {
     tn_replica_t *rm = arg;
@@ -1390,9 +1447,10 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
     pt->has_ps = true;
     /* Replaying its log at start, the metastore tells of states this node
      * has since been fenced out of (it may name it the leader of an epoch
-     * whose tail it lost): no core acts before the metastore is ready (the
-     * tick feeds the newest state then). */
-    if (!tn_meta_ready(rm->o.meta))
+     * whose tail it lost): no core acts before the metastore is ready and
+     * holds this process's registration (meta_current; the tick feeds the
+     * newest state then). */
+    if (!meta_current(rm))
         return;
     if (!pt->core_fed)
         first_feed(pt);
@@ -1423,7 +1481,7 @@ static void wake_fetches(tn_replica_t *rm)
 static void on_watch(void *arg, tn_plog_t *pl)
 {
     tn_replica_t *rm = arg;
-    if (rm->closing || !tn_meta_ready(rm->o.meta))
+    if (rm->closing || !meta_current(rm))
         return;
     part_t *pt = part_find(rm, pl->topic, pl->partition);
     if (pt == NULL || pt->plog != pl || !pt->core_fed)
@@ -1850,7 +1908,7 @@ static void on_tick(uv_timer_t *t)
 {
     tn_replica_t *rm = t->data;
     uint64_t now = now_ms(rm);
-    if (!tn_meta_ready(rm->o.meta))
+    if (!meta_current(rm))
         return; /* see on_pstate */
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
@@ -1932,9 +1990,32 @@ void tn_replica_set_rpc(tn_replica_t *rm, tn_rpc_t *rpc)
                 tn_rpc_call_cancel(g->call);
 }
 
+/* Gate every log the engine recovered from disk with an epoch history (a
+ * replicated partition's), hw 0: what such a log holds past the hw its
+ * leader had (a tail never replicated) is not delivered while the engine
+ * still holds the partition from its start, before the placement moves
+ * it (tn_topic_follow_placement) or a leader here sets the hw
+ * (leader_take). Appends to it are refused meanwhile
+ * (tn_replica_may_append). */
+static void gate_recovered(tn_replica_t *rm)
+{
+    tn_broker_t *b = rm->o.broker;
+    for (size_t i = 0; i < b->nbuckets; i++)
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->memory)
+                continue;
+            for (uint32_t p = 0; p < t->nparts; p++) {
+                tn_plog_t *pl = tn_topic_part_plog(t, p);
+                if (pl != NULL && tn_plog_last_epoch(pl) > 0)
+                    tn_plog_set_gated(pl, true);
+            }
+        }
+}
+
 int tn_replica_start(tn_replica_t *rm)
 {
     rm->started = true;
+    gate_recovered(rm);
     tn_meta_on_pstate(rm->o.meta, on_pstate, rm);
     tn_store_set_repl_watch(rm->o.broker->store, on_watch, rm);
     return uv_timer_start(&rm->timer, on_tick, TICK_MS, TICK_MS);
@@ -2046,6 +2127,24 @@ int tn_replica_accepts(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t
     if (leader_epoch != NULL)
         *leader_epoch = pt->core.ps.leader_epoch;
     return 0;
+}
+
+int tn_replica_may_append(tn_replica_t *rm, const char *topic, uint32_t p, tn_plog_t *pl)
+{
+    if (part_find(rm, topic, p) == NULL) {
+        /* No core here: replicated (a state names other replicas, or this
+         * node's core is not made yet) or not at all. */
+        const tn_meta_state_t *s = tn_meta_state(rm->o.meta);
+        if (tn_meta_state_pstate(s, topic, p) != NULL)
+            return TN_EREMOTE;
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, topic);
+        if (e != NULL)
+            return tn_meta_topic_factor(&e->rec) > 1 ? TN_EREMOTE : 0;
+        /* Not in the metastore replica (yet): a log found on disk with an
+         * epoch history is replicated, whatever the replica will say. */
+        return pl != NULL && tn_plog_last_epoch(pl) > 0 ? TN_ENOTSERVING : 0;
+    }
+    return tn_replica_accepts(rm, topic, p, NULL);
 }
 
 bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p)

@@ -107,6 +107,17 @@ bool tn_replica_local(tn_replica_t *rm, const char *topic, uint32_t p, bool *dec
  * ISR is smaller than min_insync; TN_ENOTSERVING the leader's epoch-start
  * record is not under the hw yet. topic borrowed. */
 int tn_replica_accepts(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t *leader_epoch);
+/* Whether the engine may append a publish to (topic, p) now (the
+ * broker's append check, queue.h: tn_append_check_fn): 0 for a partition
+ * that is not replicated (no state in the metastore replica, no core
+ * here, and its log pl, borrowed, has no epoch history) or that this node
+ * leads, handed to the engine, gated and serving (tn_replica_accepts 0);
+ * else the refusal: TN_ENOTSERVING (led here, its epoch not started yet;
+ * or a log with an epoch history the metastore replica knows nothing of
+ * yet: a restart before it caught up), TN_EFEWREPLICAS, or TN_EREMOTE
+ * (replicated, not led here: never appended here, whatever the engine
+ * holds). topic borrowed. */
+int tn_replica_may_append(tn_replica_t *rm, const char *topic, uint32_t p, tn_plog_t *pl);
 /* Whether this node leads (topic, p) and serves it (deliveries, settles). */
 bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p);
 /* Whether this node's core leads (topic, p) (serving or not yet). */

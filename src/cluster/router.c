@@ -270,6 +270,21 @@ static void make_recorded(tn_router_t *r, const char *topic, size_t len)
         (void)tn_broker_topic(r->o.broker, topic, len, true, e->rec.partitions, NULL, &t);
 }
 
+/* The engine refused p for a replicated partition this node leads that
+ * is not serving yet (TN_ENOTSERVING: the append check, or replica_check
+ * below): p waits for it as a forwarded publish waits for a remote
+ * leader, through this node's own PRODUCE handler (forward.h: retried
+ * until the leader serves, within the forward's budget). name is the
+ * topic's (NUL-terminated), partition the one refused. 0 when under way
+ * (on_forwarded answers), else the refusal to give now. */
+static int wait_for_leader(tn_router_t *r, const char *name, uint32_t partition, tn_pub_t *p)
+{
+    if (!tn_forward_replicated(r->fwd, name))
+        return TN_ENOTSERVING;
+    int rc = tn_forward_publish(r->fwd, name, partition, p, on_forwarded);
+    return rc == TN_ECLOSED ? TN_ENOTSERVING : rc;
+}
+
 static void on_engine_done(tn_pub_t *p, int status)
 {
     if (status == UV_EINVAL && grown_elsewhere(p->route, p))
@@ -278,29 +293,41 @@ static void on_engine_done(tn_pub_t *p, int status)
         status = spill(p->route, p);
         if (status == 0)
             return; /* on_spilled answers */
+    } else if (status == TN_ENOTSERVING && p->topic != NULL) {
+        status = wait_for_leader(p->route, p->topic->name, p->partition, p);
+        if (status == 0)
+            return; /* on_forwarded answers */
     }
     ((tn_router_t *)p->route)->st.publishing--;
     p->route_cb(p, status);
 }
 
 /* A publish to a replicated partition this node leads is refused at once
- * when the leader would not take it (TN_EFEWREPLICAS: the committed ISR
- * is below min_insync; TN_ENOTSERVING: its epoch has not started): the
- * engine would otherwise hold the append until the hw covers it. An
- * unpinned publish is pinned to the next local partition that takes it
- * (round robin), or refused with the first refusal when none does. A
- * local replicated partition this node does not lead (being handed back)
- * is TN_ENOTSERVING. Partitions on other nodes go the usual way
- * (TN_EREMOTE from the engine). */
-static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p)
+ * when the committed ISR is below min_insync (TN_EFEWREPLICAS): the
+ * engine would otherwise hold the append until the hw covers it. One whose
+ * leader here has not started its epoch yet is TN_ENOTSERVING with p
+ * pinned to it and *t the engine's topic: tn_router_publish makes it wait
+ * for the leader (wait_for_leader), never appended before. An unpinned
+ * publish is pinned to the next local partition that takes it (round
+ * robin), else to one led by another node (the engine says TN_EREMOTE:
+ * forwarded), else to one led here that is not serving yet, else refused
+ * with the first refusal. A local replicated partition this node does
+ * not lead (being handed back) is TN_ENOTSERVING too: the wait forwards
+ * it to the leader the metastore names. Partitions on other nodes go the
+ * usual way (TN_EREMOTE from the engine). */
+static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,
+                         tn_topic_t **tp)
 {
+    *tp = NULL;
     if (r->replica == NULL)
         return 0;
     tn_topic_t *t = NULL;
     if (tn_broker_topic(r->o.broker, topic, len, false, 0, NULL, &t) != 0 || t == NULL || t->memory)
         return 0;
+    *tp = t;
     int first = 0;
     int64_t elsewhere = -1; /* a partition led by another node */
+    int64_t waiting = -1;   /* a partition led here, not serving yet */
     for (uint32_t k = 0; k < t->nparts; k++) {
         uint32_t i = p->pinned ? p->pin : (r->next + k) % t->nparts;
         int rc;
@@ -335,6 +362,8 @@ static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t
             }
             return 0;
         }
+        if (rc == TN_ENOTSERVING && waiting < 0)
+            waiting = i;
         if (first == 0)
             first = rc;
         if (p->pinned)
@@ -347,6 +376,13 @@ static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t
         p->pinned = true;
         p->pin = (uint32_t)elsewhere;
         return 0;
+    }
+    if (waiting >= 0) {
+        /* Wait for the leader here (pinned: the publish was, or nothing
+         * else takes it). */
+        p->pinned = true;
+        p->pin = (uint32_t)waiting;
+        return TN_ENOTSERVING;
     }
     return first;
 }
@@ -364,7 +400,14 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
      * reach 0 (api/drain.h). */
     r->st.publishing++;
     make_recorded(r, topic, len);
-    int rc = replica_check(r, topic, len, p);
+    tn_topic_t *t = NULL;
+    int rc = replica_check(r, topic, len, p, &t);
+    if (rc == TN_ENOTSERVING) {
+        p->deliver_at_ms = deliver_at_ms; /* what the engine would have set */
+        rc = wait_for_leader(r, t->name, p->pin, p);
+        if (rc == 0)
+            return 0; /* on_forwarded answers */
+    }
     if (rc != 0) {
         r->st.publishing--;
         return rc;
@@ -372,6 +415,8 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
     rc = tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
     if (rc == TN_EREMOTE || (rc == UV_EINVAL && grown_elsewhere(r, p)))
         rc = spill(r, p);
+    else if (rc == TN_ENOTSERVING && p->topic != NULL)
+        rc = wait_for_leader(r, p->topic->name, p->partition, p);
     if (rc != 0)
         r->st.publishing--;
     return rc;
@@ -410,12 +455,21 @@ static void on_lead(void *arg, const char *topic, uint32_t p, tn_plog_t *pl)
                topic, p, tn_strerror(rc));
 }
 
+/* The engine's append check (queue.h): a replicated partition's records
+ * are appended only by its serving leader, whatever way the publish
+ * reached the engine. */
+static int may_append(void *arg, const tn_topic_t *t, uint32_t p)
+{
+    return tn_replica_may_append(arg, t->name, p, tn_topic_part_plog(t, p));
+}
+
 void tn_router_set_replica(tn_router_t *r, tn_replica_t *rm)
 {
     if (r->replica != NULL && r->replica != rm)
         tn_replica_on_lead(r->replica, NULL, NULL);
     r->replica = rm;
     tn_produce_server_set_accepts(r->produce, rm != NULL ? replica_accepts : NULL, rm);
+    tn_broker_set_append_check(r->o.broker, rm != NULL ? may_append : NULL, rm);
     if (rm != NULL)
         tn_replica_on_lead(rm, on_lead, r);
 }

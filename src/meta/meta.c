@@ -1325,6 +1325,11 @@ uint64_t tn_meta_incarnation(const tn_meta_t *m)
     return m->incarnation;
 }
 
+uint64_t tn_meta_boot(const tn_meta_t *m)
+{
+    return m->incarnation != 0 ? m->boot : 0;
+}
+
 static void on_fenced(tn_meta_req_t *req, int status)
 {
     tn_meta_t *m = req->data;

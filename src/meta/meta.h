@@ -258,6 +258,9 @@ int tn_meta_heard(tn_meta_t *m, uint64_t id, uint64_t *ago_ms, bool *recent);
 const tn_meta_state_t *tn_meta_state(const tn_meta_t *m);
 /* This node's incarnation (opts->incarnation). */
 uint64_t tn_meta_incarnation(const tn_meta_t *m);
+/* This process's random boot id, which its registrations carry (0 when
+ * they carry none: no incarnation). Any thread. */
+uint64_t tn_meta_boot(const tn_meta_t *m);
 
 /* Replicated partitions (meta/partstate.h). Each proposes one command,
  * like tn_meta_propose (forwarded to the leader from a follower): 0 and

@@ -471,6 +471,12 @@ void tn_broker_set_grow_here(tn_broker_t *b, tn_grow_here_fn fn, void *arg)
     b->grow_here_arg = arg;
 }
 
+void tn_broker_set_append_check(tn_broker_t *b, tn_append_check_fn fn, void *arg)
+{
+    b->append_check = fn;
+    b->append_check_arg = arg;
+}
+
 void tn_broker_set_placement(tn_broker_t *b, tn_place_fn fn, void *arg)
 {
     b->place = fn;

@@ -470,6 +470,17 @@ typedef bool (*tn_place_fn)(void *arg, const tn_topic_t *t, uint32_t p, uint64_t
  * before returning. Never asked for ephemeral topics. */
 typedef int (*tn_grow_here_fn)(void *arg, tn_topic_t *t, tn_waiter_t *w);
 
+/* The append check: asked right before the engine appends a publish to
+ * partition p of the durable topic t (borrowed for the call; p is open
+ * here), in the same loop turn as the append. 0 lets it go on; any other
+ * status fails the publish with it (p->partition set), nothing written.
+ * The router sets it (cluster/router.c) so that a record of a replicated
+ * partition is appended only by its leader once that leader gated its log
+ * and started its epoch, whichever way the publish reached the engine
+ * (a door, a publish that waited for its topic to be made or grown, a
+ * COMMIT, a dead letter). NULL: every append goes on. */
+typedef int (*tn_append_check_fn)(void *arg, const tn_topic_t *t, uint32_t p);
+
 /* Channel-state replication of replicated partitions (cluster/setrepl.h
  * sets it). Loop thread; arg borrowed until the broker closes. */
 typedef struct {
@@ -507,6 +518,8 @@ struct tn_broker_s {
     bool (*place_readopt)(void *arg, const tn_topic_t *t, uint32_t p);
     tn_grow_here_fn grow_here; /* NULL: a publish with no local partition is TN_EREMOTE */
     void *grow_here_arg;
+    tn_append_check_fn append_check; /* NULL: none (tn_broker_set_append_check) */
+    void *append_check_arg;
     tn_store_t *store;
     tn_broker_opts_t opts;
     tn_topic_t **buckets;
@@ -804,6 +817,9 @@ int tn_topic_wait_idle(tn_topic_t *t, tn_waiter_t *w);
 /* Set (fn NULL: remove) the grow-here hook. Publishes waiting on the old
  * one still get its answer. */
 void tn_broker_set_grow_here(tn_broker_t *b, tn_grow_here_fn fn, void *arg);
+/* Set (fn NULL: remove) the append check (tn_append_check_fn); arg
+ * borrowed until it is removed or the broker closes. */
+void tn_broker_set_append_check(tn_broker_t *b, tn_append_check_fn fn, void *arg);
 /* Set (fn NULL: remove) the placement function. Topics already open keep
  * their partitions until tn_broker_follow_placement. */
 void tn_broker_set_placement(tn_broker_t *b, tn_place_fn fn, void *arg);

@@ -415,6 +415,14 @@ static int append_to(tn_topic_t *t, tn_pub_t *p)
         return grow_here(t, p);
     tn_part_t *part = t->parts[idx];
     p->partition = idx;
+    tn_broker_t *b = t->broker;
+    if (b->append_check != NULL && !t->memory) {
+        /* A replicated partition whose leader is not ready for it (queue.h:
+         * tn_append_check_fn): nothing is written. */
+        int refused = b->append_check(b->append_check_arg, t, idx);
+        if (refused != 0)
+            return refused;
+    }
     p->app.data = p;
     /* The common case writes every record's time in one pass; a publish
      * with times of its own fills in only the records without one. */

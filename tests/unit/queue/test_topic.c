@@ -4,7 +4,9 @@
  * on disk (read back after a restart), records without one take the
  * publish's, only the records due are delivered, the setter refuses
  * what it cannot take, and tn_pub_fill copies in whole records (body, key,
- * own time) as the ingress log's commits do. */
+ * own time) as the ingress log's commits do. The broker's append check
+ * (tn_broker_set_append_check) refuses an append, nothing written, also
+ * for a publish that waited for its topic to be made. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -385,12 +387,76 @@ static void test_fill(void **state)
     qfx_free(q);
 }
 
+/* The append check: asked with the topic and the partition right before
+ * each append; a refusal fails the publish with its status and writes
+ * nothing, whether the topic was there or was made by this publish (which
+ * waited for it); once it answers 0 the publish goes on at offset 0. */
+typedef struct {
+    int answer;
+    int asked;
+    uint32_t partition;
+    char topic[32];
+} check_t;
+
+static int on_check(void *arg, const tn_topic_t *t, uint32_t p)
+{
+    check_t *c = arg;
+    c->asked++;
+    c->partition = p;
+    snprintf(c->topic, sizeof(c->topic), "%s", t->name);
+    return c->answer;
+}
+
+static void test_append_check(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new();
+    check_t c = {.answer = TN_ENOTSERVING};
+    tn_broker_set_append_check(q->b, on_check, &c);
+    /* Made by the publish: it waits for the topic, then is refused. */
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 1), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, "a", 1), 0);
+    assert_int_equal(publish(q, &w, "made", 0), TN_ENOTSERVING);
+    assert_int_equal(c.asked, 1);
+    assert_string_equal(c.topic, "made");
+    assert_int_equal(w.p.partition, 0);
+    tn_topic_t *t = topic(q, "made");
+    tn_plog_stats_t st;
+    tn_plog_stats(tn_topic_part_plog(t, 0), &st);
+    assert_int_equal(st.written_next, 0);
+    /* The topic there: refused at once, with the status given. */
+    c.answer = TN_EREMOTE;
+    w.done = false;
+    assert_int_equal(publish(q, &w, "made", 0), TN_EREMOTE);
+    assert_int_equal(c.asked, 2);
+    tn_plog_stats(tn_topic_part_plog(t, 0), &st);
+    assert_int_equal(st.written_next, 0);
+    /* Taken: the first record of the partition. */
+    c.answer = 0;
+    w.done = false;
+    assert_int_equal(publish(q, &w, "made", 0), 0);
+    assert_int_equal(c.asked, 3);
+    assert_int_equal(w.p.first_offset, 0);
+    tn_pub_fini(&w.p);
+    /* Removed: not asked again. */
+    tn_broker_set_append_check(q->b, NULL, NULL);
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 1), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, "b", 1), 0);
+    assert_int_equal(publish(q, &w, "made", 0), 0);
+    assert_int_equal(w.p.first_offset, 1);
+    assert_int_equal(c.asked, 3);
+    tn_pub_fini(&w.p);
+    qfx_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_own_times_one_append),
-        cmocka_unit_test(test_default_times),
-        cmocka_unit_test(test_set_deliver_at_refused),
+        cmocka_unit_test(test_append_check),  cmocka_unit_test(test_own_times_one_append),
+        cmocka_unit_test(test_default_times), cmocka_unit_test(test_set_deliver_at_refused),
         cmocka_unit_test(test_fill),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
