@@ -187,6 +187,38 @@ uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_
                                   starved);
 }
 
+static bool isr_has(const tn_pstate_member_t *isr, uint32_t nisr, uint32_t node)
+{
+    for (uint32_t i = 0; i < nisr; i++)
+        if (isr[i].node == node)
+            return true;
+    return false;
+}
+
+static uint32_t extra_add(uint32_t *out, uint32_t n, const tn_pstate_member_t *isr, uint32_t nisr,
+                          uint32_t node)
+{
+    if (n >= TN_PSTATE_MAX_REPLICAS || isr_has(isr, nisr, node))
+        return n;
+    for (uint32_t k = 0; k < n; k++)
+        if (out[k] == node)
+            return n;
+    out[n] = node;
+    return n + 1;
+}
+
+uint32_t tn_setrepl_extra(const tn_pstate_member_t *isr, uint32_t nisr, const uint32_t *counted,
+                          uint32_t ncounted, const uint32_t *pending, uint32_t npending,
+                          uint32_t *out)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < ncounted; i++)
+        n = extra_add(out, n, isr, nisr, counted[i]);
+    for (uint32_t i = 0; i < npending; i++)
+        n = extra_add(out, n, isr, nisr, pending[i]);
+    return n;
+}
+
 uint64_t tn_setrepl_trim(uint64_t low, uint64_t high, uint64_t done, uint64_t min_acked,
                          uint64_t keep_max)
 {
@@ -458,13 +490,15 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
     st->npeers = n;
 }
 
-/* Confirm what the ISR has (tn_setrepl_commit counts ISR members only),
- * drop what every replica has (within TN_SETREPL_KEEP_MAX). */
+/* Confirm what the maximal ISR has (the committed ISR, the counted
+ * followers and the core's proposed additions: tn_setrepl_extra), drop
+ * what every replica has (within TN_SETREPL_KEEP_MAX). */
 static void evaluate(stream_t *st, const tn_pstate_t *ps)
 {
     tn_setrepl_ack_t acks[TN_PSTATE_MAX_REPLICAS];
+    uint32_t counted[TN_PSTATE_MAX_REPLICAS], pending[TN_PSTATE_MAX_REPLICAS];
     uint32_t extra[TN_PSTATE_MAX_REPLICAS];
-    uint32_t nacks = 0, nextra = 0;
+    uint32_t nacks = 0, ncounted = 0, npending = 0;
     uint64_t min_acked = st->high;
     for (uint32_t i = 0; i < st->npeers; i++) {
         peer_t *pe = &st->peers[i];
@@ -474,9 +508,20 @@ static void evaluate(stream_t *st, const tn_pstate_t *ps)
         /* One not synced gets a snapshot, not the records kept. */
         if (pe->synced && pe->acked < min_acked)
             min_acked = pe->acked;
-        if (pe->counted && tn_pstate_isr_find(ps, pe->node) < 0)
-            extra[nextra++] = pe->node;
+        if (pe->counted)
+            counted[ncounted++] = pe->node;
     }
+    /* The maximal ISR: a member the core proposed counts from the
+     * proposal on, answering or not (a call to it that failed un-counts
+     * it above, but the CAS may still apply and elect it). */
+    tn_setrepl_t *s = st->s;
+    if (s->o.pending != NULL) {
+        npending = s->o.pending(s->o.pending_arg, st->topic, st->p, pending);
+        if (npending > TN_PSTATE_MAX_REPLICAS)
+            npending = TN_PSTATE_MAX_REPLICAS;
+    }
+    uint32_t nextra =
+        tn_setrepl_extra(ps->isr, ps->nisr, counted, ncounted, pending, npending, extra);
     bool starved = false;
     uint64_t c = tn_setrepl_commit_with(st->high, acks, nacks, ps->isr, ps->nisr, extra, nextra,
                                         st->s->o.node_id, ps->min_insync, &starved);
