@@ -130,6 +130,7 @@
 #define TICK_MS      250
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 1000
+#define UNCOUNT_MS   1000
 
 /* --- the waiting rule --------------------------------------------------------------- */
 
@@ -250,6 +251,12 @@ typedef struct {
      * (tn_setrepl_commit_with), since the ISR may be taking it in, until
      * a call to it fails. */
     bool counted;
+    /* A call to it failed while counted (monotonic ms; 0: none): it stops
+     * counting when the ISR gate next asks about it (tn_setrepl_catch_up
+     * answers no then), so the core never proposes it on an older yes
+     * after settles went on without it; or UNCOUNT_MS later on a check,
+     * when the gate is not asking (it is not a candidate then). */
+    int64_t uncount_at;
     bool in_isr; /* in the committed ISR when last looked */
     unsigned failures;
     int64_t retry_at; /* monotonic ms: no call before */
@@ -591,6 +598,11 @@ static bool stream_check(stream_t *st, const tn_pstate_t *ps)
              * (it may be down, its disk may be wiped meanwhile). */
             pe->synced = false;
             pe->counted = false;
+            pe->uncount_at = 0;
+        }
+        if (pe->uncount_at != 0 && tn_now_mono_ms() >= pe->uncount_at + UNCOUNT_MS) {
+            pe->counted = false;
+            pe->uncount_at = 0;
         }
         pe->in_isr = in;
         if (!pe->synced || pe->gone)
@@ -602,6 +614,7 @@ static bool stream_check(stream_t *st, const tn_pstate_t *ps)
         if (pe->acked + 1 < st->low || (cur != 0 && pe->inc != 0 && cur != pe->inc)) {
             pe->synced = false;
             pe->counted = false;
+            pe->uncount_at = 0;
         } else if (pe->inc == 0) {
             pe->inc = cur;
         }
@@ -634,14 +647,18 @@ static void on_push_reply(void *arg, int status, const tn_wire_reply_t *reply, c
         }
         if (pe != NULL && pc->last > pe->acked)
             pe->acked = pc->last;
-        if (pe != NULL)
+        if (pe != NULL) {
             pe->failures = 0;
+            pe->uncount_at = 0;
+        }
         if (pe != NULL && pe->synced && !pe->gone && pe->acked >= st->done)
             pe->counted = true;
     } else {
         s->st.call_failures++;
         if (pe != NULL) {
-            pe->counted = false; /* the waits no longer wait for it */
+            /* The waits stop waiting for it once the gate was told. */
+            if (pe->counted && pe->uncount_at == 0)
+                pe->uncount_at = tn_now_mono_ms();
             peer_failed(pe);
         }
         if (status != TN_ECLOSED)
@@ -1552,6 +1569,13 @@ bool tn_setrepl_catch_up(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_
         }
         pump(st);
         peer_t *pe = peer_find(st, node);
+        if (pe != NULL && pe->uncount_at != 0) {
+            /* A call to it failed: no now, so it stops counting (the
+             * core hears this answer before it can propose it again). */
+            pe->counted = false;
+            pe->uncount_at = 0;
+            evaluate(st, &ps);
+        }
         if (pe == NULL || pe->gone || !pe->synced || !pe->counted ||
             (incarnation != 0 && pe->inc != incarnation))
             all = false;
