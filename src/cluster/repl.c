@@ -36,6 +36,10 @@
  *      leader's for that incarnation (cluster/setrepl.c: a snapshot of
  *      each channel, then its records), so no member joins the ISR, and
  *      so none can be elected, without the settles the ISR confirmed.
+ *      That report lapses when the follower joins or leaves the ISR or
+ *      is marked corrupt: it speaks of one stretch outside the ISR. The
+ *      members a proposal may add (maybe) are the shell's to count for
+ *      the settle waits too (tn_replica_pending).
  *      The hw uses the new ISR only once the metastore applied it (EV_STATE).
  *   6. A follower fetches from the leader its state names, right after each
  *      append and each log change, after fetch_idle_ms when the last answer

@@ -70,10 +70,14 @@
  *      answered a call with every record the ISR confirmed ("counted").
  *      The core proposes it into the ISR only then (repl.c, channels
  *      gate), and the metastore takes an addition only from a proposal
- *      that says it checked (PART_ISR flags). A counted follower outside
- *      the ISR counts for the waits like an ISR member
- *      (tn_setrepl_commit_with) until a call to it fails: the CAS adding
- *      it may be in flight, and once in it may be elected.
+ *      that says it checked (PART_ISR flags). The waits count the
+ *      maximal ISR (tn_setrepl_extra): a counted follower outside the
+ *      ISR counts like an ISR member until a call to it failed and the
+ *      gate answered no for it since (so the core, which proposes on
+ *      the gate's last answer, never adds it after settles went on
+ *      without it), and a member the core proposed (o.pending) counts
+ *      until the CAS is decided, answering or not: once in it may be
+ *      elected.
  * Failure modes: a follower that fails a call is retried with a backoff
  * (100 ms doubling to 1 s) from its last confirmed record; while it is in
  * the committed ISR its stalled confirmations hold settles, until the
@@ -86,7 +90,8 @@
  * Invariants: a settle of a replicated partition is answered OK only
  * after its record (and every record before it in its channel log) is
  * fdatasync'ed on the leader and on every member of the ISR the metastore
- * committed, which has at least min_insync members; a follower never
+ * committed, which has at least min_insync members, and of the maximal
+ * ISR (any member an ISR change in flight may add); a follower never
  * writes the channel log of a partition this node leads (its engine owns
  * it); a follower answers 204 only for records it has synced, and for a
  * snapshot only once its records are synced; every member of the committed
