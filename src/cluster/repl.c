@@ -36,6 +36,10 @@
  *      leader's for that incarnation (cluster/setrepl.c: a snapshot of
  *      each channel, then its records), so no member joins the ISR, and
  *      so none can be elected, without the settles the ISR confirmed.
+ *      That report lapses when the follower joins or leaves the ISR or
+ *      is marked corrupt: it speaks of one stretch outside the ISR. The
+ *      members a proposal may add (maybe) are the shell's to count for
+ *      the settle waits too (tn_replica_pending).
  *      The hw uses the new ISR only once the metastore applied it (EV_STATE).
  *   6. A follower fetches from the leader its state names, right after each
  *      append and each log change, after fetch_idle_ms when the last answer
@@ -420,6 +424,7 @@ static void on_state(tn_repl_t *r, const tn_pstate_t *ps, uint64_t now, tn_repl_
     uint32_t old_epoch = r->ps.leader_epoch;
     uint32_t old_corrupt = r->ps.corrupt;
     tn_repl_role_t old_role = r->role;
+    tn_pstate_t old = r->ps;
     r->ps = *ps;
     /* A CAS in flight expected an older partition epoch: it can no longer
      * apply, and the committed ISR now says what it did. */
@@ -434,8 +439,16 @@ static void on_state(tn_repl_t *r, const tn_pstate_t *ps, uint64_t now, tn_repl_
         for (uint32_t i = 0; i < ps->nreplicas; i++) {
             if ((ps->corrupt & (1u << i)) && !(same && (old_corrupt & (1u << i)))) {
                 r->peers[i].seen = false;
+                r->peers[i].chans_ok = false;
                 r->peers[i].min_pe = ps->partition_epoch;
             }
+            /* A report that its channels caught up holds for the stretch
+             * outside the ISR it was made in: once the peer joined or
+             * left, the settles confirmed since may not be on it, and
+             * only a new report (EV_CHANNELS) lets it in again. */
+            if ((tn_pstate_isr_find(&old, r->peers[i].node) >= 0) !=
+                (tn_pstate_isr_find(ps, r->peers[i].node) >= 0))
+                r->peers[i].chans_ok = false;
         }
         if (same) {
             update_hw(r, out);

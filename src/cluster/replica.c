@@ -2159,6 +2159,17 @@ bool tn_replica_leads(tn_replica_t *rm, const char *topic, uint32_t p)
     return pt != NULL && pt->core.role == TN_REPL_LEADER;
 }
 
+uint32_t tn_replica_pending(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t *out)
+{
+    part_t *pt = part_find(rm, topic, p);
+    if (pt == NULL || pt->dead || pt->core.role != TN_REPL_LEADER)
+        return 0;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < pt->core.nmaybe && n < TN_PSTATE_MAX_REPLICAS; i++)
+        out[n++] = pt->core.maybe[i].node;
+    return n;
+}
+
 bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p)
 {
     return part_find(rm, topic, p) != NULL ||

@@ -122,6 +122,11 @@ int tn_replica_may_append(tn_replica_t *rm, const char *topic, uint32_t p, tn_pl
 bool tn_replica_serving(tn_replica_t *rm, const char *topic, uint32_t p);
 /* Whether this node's core leads (topic, p) (serving or not yet). */
 bool tn_replica_leads(tn_replica_t *rm, const char *topic, uint32_t p);
+/* The members an ISR change this node's core proposed for (topic, p)
+ * may still add (its maximal ISR less the committed one; none when it
+ * does not lead p), written to out (room for TN_PSTATE_MAX_REPLICAS):
+ * their number. For the settle waits (cluster/setrepl.h, pending). */
+uint32_t tn_replica_pending(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t *out);
 /* Whether (topic, p) is a replicated partition this node knows of. */
 bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p);
 

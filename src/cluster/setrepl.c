@@ -70,10 +70,14 @@
  *      answered a call with every record the ISR confirmed ("counted").
  *      The core proposes it into the ISR only then (repl.c, channels
  *      gate), and the metastore takes an addition only from a proposal
- *      that says it checked (PART_ISR flags). A counted follower outside
- *      the ISR counts for the waits like an ISR member
- *      (tn_setrepl_commit_with) until a call to it fails: the CAS adding
- *      it may be in flight, and once in it may be elected.
+ *      that says it checked (PART_ISR flags). The waits count the
+ *      maximal ISR (tn_setrepl_extra): a counted follower outside the
+ *      ISR counts like an ISR member until a call to it failed and the
+ *      gate answered no for it since (so the core, which proposes on
+ *      the gate's last answer, never adds it after settles went on
+ *      without it), and a member the core proposed (o.pending) counts
+ *      until the CAS is decided, answering or not: once in it may be
+ *      elected.
  * Failure modes: a follower that fails a call is retried with a backoff
  * (100 ms doubling to 1 s) from its last confirmed record; while it is in
  * the committed ISR its stalled confirmations hold settles, until the
@@ -86,7 +90,8 @@
  * Invariants: a settle of a replicated partition is answered OK only
  * after its record (and every record before it in its channel log) is
  * fdatasync'ed on the leader and on every member of the ISR the metastore
- * committed, which has at least min_insync members; a follower never
+ * committed, which has at least min_insync members, and of the maximal
+ * ISR (any member an ISR change in flight may add); a follower never
  * writes the channel log of a partition this node leads (its engine owns
  * it); a follower answers 204 only for records it has synced, and for a
  * snapshot only once its records are synced; every member of the committed
@@ -130,6 +135,7 @@
 #define TICK_MS      250
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 1000
+#define UNCOUNT_MS   1000
 
 /* --- the waiting rule --------------------------------------------------------------- */
 
@@ -187,6 +193,38 @@ uint64_t tn_setrepl_commit(uint64_t local, const tn_setrepl_ack_t *acks, uint32_
                                   starved);
 }
 
+static bool isr_has(const tn_pstate_member_t *isr, uint32_t nisr, uint32_t node)
+{
+    for (uint32_t i = 0; i < nisr; i++)
+        if (isr[i].node == node)
+            return true;
+    return false;
+}
+
+static uint32_t extra_add(uint32_t *out, uint32_t n, const tn_pstate_member_t *isr, uint32_t nisr,
+                          uint32_t node)
+{
+    if (n >= TN_PSTATE_MAX_REPLICAS || isr_has(isr, nisr, node))
+        return n;
+    for (uint32_t k = 0; k < n; k++)
+        if (out[k] == node)
+            return n;
+    out[n] = node;
+    return n + 1;
+}
+
+uint32_t tn_setrepl_extra(const tn_pstate_member_t *isr, uint32_t nisr, const uint32_t *counted,
+                          uint32_t ncounted, const uint32_t *pending, uint32_t npending,
+                          uint32_t *out)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < ncounted; i++)
+        n = extra_add(out, n, isr, nisr, counted[i]);
+    for (uint32_t i = 0; i < npending; i++)
+        n = extra_add(out, n, isr, nisr, pending[i]);
+    return n;
+}
+
 uint64_t tn_setrepl_trim(uint64_t low, uint64_t high, uint64_t done, uint64_t min_acked,
                          uint64_t keep_max)
 {
@@ -218,6 +256,12 @@ typedef struct {
      * (tn_setrepl_commit_with), since the ISR may be taking it in, until
      * a call to it fails. */
     bool counted;
+    /* A call to it failed while counted (monotonic ms; 0: none): it stops
+     * counting when the ISR gate next asks about it (tn_setrepl_catch_up
+     * answers no then), so the core never proposes it on an older yes
+     * after settles went on without it; or UNCOUNT_MS later on a check,
+     * when the gate is not asking (it is not a candidate then). */
+    int64_t uncount_at;
     bool in_isr; /* in the committed ISR when last looked */
     unsigned failures;
     int64_t retry_at; /* monotonic ms: no call before */
@@ -458,13 +502,15 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
     st->npeers = n;
 }
 
-/* Confirm what the ISR has (tn_setrepl_commit counts ISR members only),
- * drop what every replica has (within TN_SETREPL_KEEP_MAX). */
+/* Confirm what the maximal ISR has (the committed ISR, the counted
+ * followers and the core's proposed additions: tn_setrepl_extra), drop
+ * what every replica has (within TN_SETREPL_KEEP_MAX). */
 static void evaluate(stream_t *st, const tn_pstate_t *ps)
 {
     tn_setrepl_ack_t acks[TN_PSTATE_MAX_REPLICAS];
+    uint32_t counted[TN_PSTATE_MAX_REPLICAS], pending[TN_PSTATE_MAX_REPLICAS];
     uint32_t extra[TN_PSTATE_MAX_REPLICAS];
-    uint32_t nacks = 0, nextra = 0;
+    uint32_t nacks = 0, ncounted = 0, npending = 0;
     uint64_t min_acked = st->high;
     for (uint32_t i = 0; i < st->npeers; i++) {
         peer_t *pe = &st->peers[i];
@@ -474,9 +520,20 @@ static void evaluate(stream_t *st, const tn_pstate_t *ps)
         /* One not synced gets a snapshot, not the records kept. */
         if (pe->synced && pe->acked < min_acked)
             min_acked = pe->acked;
-        if (pe->counted && tn_pstate_isr_find(ps, pe->node) < 0)
-            extra[nextra++] = pe->node;
+        if (pe->counted)
+            counted[ncounted++] = pe->node;
     }
+    /* The maximal ISR: a member the core proposed counts from the
+     * proposal on, answering or not (a call to it that failed un-counts
+     * it above, but the CAS may still apply and elect it). */
+    tn_setrepl_t *s = st->s;
+    if (s->o.pending != NULL) {
+        npending = s->o.pending(s->o.pending_arg, st->topic, st->p, pending);
+        if (npending > TN_PSTATE_MAX_REPLICAS)
+            npending = TN_PSTATE_MAX_REPLICAS;
+    }
+    uint32_t nextra =
+        tn_setrepl_extra(ps->isr, ps->nisr, counted, ncounted, pending, npending, extra);
     bool starved = false;
     uint64_t c = tn_setrepl_commit_with(st->high, acks, nacks, ps->isr, ps->nisr, extra, nextra,
                                         st->s->o.node_id, ps->min_insync, &starved);
@@ -546,6 +603,11 @@ static bool stream_check(stream_t *st, const tn_pstate_t *ps)
              * (it may be down, its disk may be wiped meanwhile). */
             pe->synced = false;
             pe->counted = false;
+            pe->uncount_at = 0;
+        }
+        if (pe->uncount_at != 0 && tn_now_mono_ms() >= pe->uncount_at + UNCOUNT_MS) {
+            pe->counted = false;
+            pe->uncount_at = 0;
         }
         pe->in_isr = in;
         if (!pe->synced || pe->gone)
@@ -557,6 +619,7 @@ static bool stream_check(stream_t *st, const tn_pstate_t *ps)
         if (pe->acked + 1 < st->low || (cur != 0 && pe->inc != 0 && cur != pe->inc)) {
             pe->synced = false;
             pe->counted = false;
+            pe->uncount_at = 0;
         } else if (pe->inc == 0) {
             pe->inc = cur;
         }
@@ -589,14 +652,18 @@ static void on_push_reply(void *arg, int status, const tn_wire_reply_t *reply, c
         }
         if (pe != NULL && pc->last > pe->acked)
             pe->acked = pc->last;
-        if (pe != NULL)
+        if (pe != NULL) {
             pe->failures = 0;
+            pe->uncount_at = 0;
+        }
         if (pe != NULL && pe->synced && !pe->gone && pe->acked >= st->done)
             pe->counted = true;
     } else {
         s->st.call_failures++;
         if (pe != NULL) {
-            pe->counted = false; /* the waits no longer wait for it */
+            /* The waits stop waiting for it once the gate was told. */
+            if (pe->counted && pe->uncount_at == 0)
+                pe->uncount_at = tn_now_mono_ms();
             peer_failed(pe);
         }
         if (status != TN_ECLOSED)
@@ -1507,6 +1574,13 @@ bool tn_setrepl_catch_up(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_
         }
         pump(st);
         peer_t *pe = peer_find(st, node);
+        if (pe != NULL && pe->uncount_at != 0) {
+            /* A call to it failed: no now, so it stops counting (the
+             * core hears this answer before it can propose it again). */
+            pe->counted = false;
+            pe->uncount_at = 0;
+            evaluate(st, &ps);
+        }
         if (pe == NULL || pe->gone || !pe->synced || !pe->counted ||
             (incarnation != 0 && pe->inc != incarnation))
             all = false;

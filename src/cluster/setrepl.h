@@ -57,6 +57,18 @@ uint64_t tn_setrepl_commit_with(uint64_t local, const tn_setrepl_ack_t *acks, ui
                                 const tn_pstate_member_t *isr, uint32_t nisr, const uint32_t *extra,
                                 uint32_t nextra, uint32_t self, uint32_t min_insync, bool *starved);
 
+/* The maximal ISR's members outside the committed one, whose acks the
+ * waits count (tn_setrepl_commit_with's extra), written to out (room for
+ * TN_PSTATE_MAX_REPLICAS): the followers counted as caught up (counted,
+ * the ISR may be taking them in) and the members an ISR change in flight
+ * may add (pending: the core's proposal), each once, none of isr. A
+ * proposed member counts whether or not it is caught up or answering:
+ * until the CAS is decided it may join the ISR and be elected. Returns
+ * their number. */
+uint32_t tn_setrepl_extra(const tn_pstate_member_t *isr, uint32_t nisr, const uint32_t *counted,
+                          uint32_t ncounted, const uint32_t *pending, uint32_t npending,
+                          uint32_t *out);
+
 /* Records a leader keeps for followers that lack them, at most (beyond
  * those still waiting for the ISR, which are always kept). */
 #define TN_SETREPL_KEEP_MAX 65536
@@ -96,6 +108,14 @@ typedef struct {
      * call; NULL: unknown). NULL: the metastore's member records. */
     const char *(*addr)(void *arg, uint32_t node);
     void *addr_arg;
+    /* The members an ISR change this node's core proposed for partition
+     * p of topic may still add (its maximal ISR less the committed one:
+     * cluster/repl.h, maybe), written to out (room for
+     * TN_PSTATE_MAX_REPLICAS), their number returned. The waits count
+     * them like ISR members: once the CAS applies they may be elected.
+     * NULL: none known (only the followers counted here hold waits). */
+    uint32_t (*pending)(void *arg, const char *topic, uint32_t p, uint32_t *out);
+    void *pending_arg;
 } tn_setrepl_opts_t;
 
 /* A replicator (opts copied). It installs itself as the broker's

@@ -809,6 +809,14 @@ static int setrepl_pstate(void *arg, const char *topic, uint32_t p, tn_pstate_t 
     return 0;
 }
 
+/* The members the replica manager's core proposed into the ISR of a
+ * partition it leads (none before it exists or after it closed). */
+static uint32_t setrepl_pending(void *arg, const char *topic, uint32_t p, uint32_t *out)
+{
+    daemon_t *d = arg;
+    return d->replica != NULL ? tn_replica_pending(d->replica, topic, p, out) : 0;
+}
+
 /* The replica manager's promotion step: the follower's channel logs of
  * the partition close before the engine opens them. */
 static void setrepl_release(void *arg, const char *topic, uint32_t p, void (*cb)(void *cb_arg),
@@ -857,6 +865,8 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         so.broker = d->broker;
         so.pstate = setrepl_pstate;
         so.pstate_arg = d->meta;
+        so.pending = setrepl_pending;
+        so.pending_arg = d;
         so.incarnation = tn_meta_incarnation(d->meta);
         rc = tn_setrepl_new(&so, &d->setrepl);
     }

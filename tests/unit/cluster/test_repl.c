@@ -415,6 +415,56 @@ static void test_channels_gate_the_expand(void **state)
     assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
 }
 
+/* A report that a follower's channels caught up holds only for the
+ * stretch outside the ISR it was made in: once the follower joined and
+ * left again (shrunk out, or its replica marked corrupt), the settles
+ * the ISR confirmed meanwhile may not be on it, and a fetch that finds
+ * it caught up proposes it back only after a new report (the stale one
+ * let a repaired replica back in without them, case 08). */
+static void test_channels_report_lapses(void **state)
+{
+    (void)state;
+    for (int corrupt = 0; corrupt < 2; corrupt++) {
+        tn_repl_t r;
+        hist_t h;
+        tn_repl_actions_t out;
+        gate_channels = true;
+        leader_setup(&r, &h, &out);
+        gate_channels = false;
+        tn_pstate_t ps = pstate(1, 3, 6, 2); /* ISR {1, 2}: 3 is out */
+        step_state(&r, &ps, 1, &out);
+        step_fetch(&r, 2, 3, 11, 3, 11, 5, &out);
+        step_channels(&r, 3, 0x103, true, 6, &out);
+        step_fetch(&r, 3, 3, 11, 3, 11, 10, &out);
+        const tn_repl_action_t *a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+        assert_non_null(a);
+        assert_int_equal(a->nisr, 3);
+        ps = pstate(1, 3, 7, 3); /* applied: 3 is in */
+        step_state(&r, &ps, 11, &out);
+        /* 3 leaves: shrunk out, or marked corrupt (its log cut). */
+        ps = pstate(1, 3, 8, 2);
+        if (corrupt)
+            ps.corrupt = 1u << 2;
+        step_state(&r, &ps, 20, &out);
+        assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+        ps.corrupt = 0; /* repaired (the expand would clear the mark) */
+        ps.partition_epoch = 9;
+        step_state(&r, &ps, 21, &out);
+        step_fetch(&r, 2, 3, 11, 3, 11, 30, &out);
+        /* Back, its log complete: the old report does not let it in. */
+        step_fetch(&r, 3, 3, 11, 3, 11, 31, &out);
+        assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+        step_fetch(&r, 3, 3, 11, 3, 11, 40, &out);
+        assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+        /* A new report: proposed at once. */
+        step_channels(&r, 3, 0x103, true, 41, &out);
+        a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+        assert_non_null(a);
+        assert_int_equal(a->nisr, 3);
+        assert_int_equal(a->isr[2].node, 3);
+    }
+}
+
 static void test_few_replicas_refuse_and_freeze(void **state)
 {
     (void)state;
@@ -434,6 +484,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_epoch_start_gate_and_flushed_hw),
+        cmocka_unit_test(test_channels_report_lapses),
         cmocka_unit_test(test_fencing_by_epoch),
         cmocka_unit_test(test_diverging_answer),
         cmocka_unit_test(test_follower_truncates_at_divergence),

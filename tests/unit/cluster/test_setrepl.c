@@ -613,6 +613,19 @@ typedef struct {
 
 static tn_setrepl_t *the_follower;
 
+/* The member the leader's core proposed into the ISR (0: none). */
+static uint32_t script_pending;
+static uint32_t pending_of(void *arg, const char *topic, uint32_t p, uint32_t *out)
+{
+    (void)arg;
+    (void)topic;
+    (void)p;
+    if (script_pending == 0)
+        return 0;
+    out[0] = script_pending;
+    return 1;
+}
+
 static void on_lsync(tn_chan_sync_t *s, int status)
 {
     lsync_t *w = s->data;
@@ -719,7 +732,8 @@ static void test_leader_waits_for_isr(void **state)
                             .store = lstore,
                             .broker = b,
                             .pstate = script_pstate,
-                            .addr = addr_of};
+                            .addr = addr_of,
+                            .pending = pending_of};
     tn_setrepl_t *leader = NULL;
     assert_int_equal(tn_setrepl_new(&lo, &leader), 0);
 
@@ -742,7 +756,7 @@ static void test_leader_waits_for_isr(void **state)
         rc = tn_topic_channel(t, "billing", 7, false, NULL, &ch);
     }
     assert_int_equal(rc, 0);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         lpub_t pw;
         memset(&pw, 0, sizeof(pw));
         assert_int_equal(tn_pub_init(&pw.p, 1), 0);
@@ -759,8 +773,8 @@ static void test_leader_waits_for_isr(void **state)
     k.c.data = &k;
     k.c.timeout_ms = 60000;
     tn_consumer_attach(&k.c, ch);
-    tn_consumer_credit(&k.c, 3);
-    while (k.n < 3)
+    tn_consumer_credit(&k.c, 5);
+    while (k.n < 5)
         uv_run(&f->loop, UV_RUN_ONCE);
 
     /* ISR {1, 2}, min 2: the FIN's wait ends once the follower wrote it. */
@@ -796,6 +810,46 @@ static void test_leader_waits_for_isr(void **state)
     assert_true(fst.snapshots_installed >= 1);
     /* Not a replica, or another data directory than the one synced: no. */
     assert_false(tn_setrepl_catch_up(leader, "orders", 0, 9, 0));
+
+    /* An ISR expand in flight: the core proposed node 2 (pending), and
+     * node 2 stops answering (a call to it fails, which un-counts it).
+     * With the committed ISR {1} enough (min_insync 1), a FIN still
+     * waits for node 2: the CAS may apply and node 2 be elected. */
+    script_ps.min_insync = 1;
+    script_pending = 2;
+    follower_addr = "127.0.0.1:1"; /* refused */
+    tn_setrepl_stats(leader, &st);
+    uint64_t failed = st.call_failures;
+    lsync_t pw;
+    memset(&pw, 0, sizeof(pw));
+    pw.s.data = &pw;
+    assert_int_equal(tn_consumer_fin(&k.c, 0, k.d[3].offset, false, 0), 0);
+    tn_channel_sync(ch, 0, &pw.s, on_lsync);
+    until = tn_now_mono_ms() + 20000;
+    while (st.call_failures < failed + 2 && tn_now_mono_ms() < until) {
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+        tn_setrepl_stats(leader, &st);
+    }
+    assert_true(st.call_failures >= failed + 2); /* it was tried, and retried */
+    for (int i = 0; i < 10; i++)
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_false(pw.done); /* held for the proposed member */
+    /* The CAS is decided without node 2 (refused, or a state without it):
+     * no member is pending. Node 2 still counts until the ISR gate is
+     * told it does not (else the core could propose it again on its
+     * older yes, after settles went on without it). */
+    script_pending = 0;
+    tn_setrepl_pstate_changed(leader, "orders", 0, &script_ps);
+    for (int i = 0; i < 10; i++)
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_false(pw.done);
+    assert_false(tn_setrepl_catch_up(leader, "orders", 0, 2, 0));
+    /* Now the committed ISR {1} confirms the FIN. */
+    tu_run_until(&f->loop, &pw.done);
+    assert_int_equal(pw.status, 0);
+    script_ps.min_insync = 2;
+    follower_addr = f->rpc.addr;
 
     /* Another node leads now: the wait fails as fenced. */
     script_ps.nisr = 2;
