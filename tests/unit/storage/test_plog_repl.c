@@ -870,6 +870,21 @@ static void on_trunc(tn_plog_trunc_t *req, int status)
     w->status = status;
 }
 
+/* tn_plog_truncate_batch; *cut_to: where the log ends after it. */
+static int truncate_batch(fx_t *fx, tn_plog_t *pl, uint64_t offset, uint64_t floor,
+                          uint64_t *cut_to)
+{
+    tn_plog_trunc_t req;
+    tw_t w = {false, 0};
+    req.data = &w;
+    int rc = tn_plog_truncate_batch(pl, &req, offset, floor, on_trunc);
+    if (rc != 0)
+        return rc;
+    run_until(&fx->loop, &w.done);
+    *cut_to = req.cut_to;
+    return w.status;
+}
+
 static int truncate_to(fx_t *fx, tn_plog_t *pl, uint64_t offset, uint64_t floor)
 {
     tn_plog_trunc_t req;
@@ -946,6 +961,24 @@ static void test_truncate(void **state)
     assert_int_equal(truncate_to(fx, pl, end - 3, 0), UV_EINVAL);
     assert_int_equal(tn_plog_err(pl), 0);
     assert_int_equal(tn_plog_written_next(pl), end);
+    /* The follower's form (issue 23: a divergence point inside a batch
+     * made every truncation fail, forever): down to the batch's start,
+     * refused when that start is below the floor (the hw). */
+    uint64_t cut = 0;
+    assert_int_equal(truncate_batch(fx, pl, end - 3, end - 2, &cut), TN_ERANGE);
+    assert_int_equal(truncate_batch(fx, pl, end - 3, end - 8 + 1, &cut), TN_ERANGE);
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_int_equal(tn_plog_written_next(pl), end);
+    assert_int_equal(truncate_batch(fx, pl, end - 3, end - 8, &cut), 0);
+    assert_int_equal(cut, end - 8);
+    assert_int_equal(tn_plog_written_next(pl), end - 8);
+    expect_consistent(ref, pl);
+    /* At a batch boundary it is tn_plog_truncate. */
+    assert_int_equal(truncate_batch(fx, pl, end - 16, 0, &cut), 0);
+    assert_int_equal(cut, end - 16);
+    expect_consistent(ref, pl);
+    assert_int_equal(truncate_batch(fx, pl, end, 0, &cut), 0); /* past the end: no change */
+    assert_int_equal(cut, end - 16);
 
     /* Into epoch 4's range, then to its start (epoch 4 goes), then into
      * epoch 1. */
