@@ -396,6 +396,11 @@ static void on_diverging(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_action
         return;
     }
     uint64_t point = u64_min(u64_min(ev->u.diverging.end_offset, own_end), r->end);
+    /* A truncation that changes the log fetches again at the LOG event
+     * after it; one that fails or changes nothing (the shell could not
+     * cut there) must not turn into a fetch, DIVERGING and truncation at
+     * every tick: the next fetch waits fetch_idle_ms. */
+    r->next_fetch_at = ev->now + r->cfg.fetch_idle_ms;
     truncate_to(r, point, out);
 }
 
