@@ -767,11 +767,19 @@ static void on_trunc_done(tn_plog_trunc_t *req, int status)
         }
         if (status == TN_ERANGE)
             pt->rm->st.truncations_refused++;
-    } else if (req->cut_to < pt->trunc_asked) {
-        TN_LOG(TN_LOG_NOTICE,
-               "replica %s/%" PRIu32 ": the divergence point %" PRIu64
-               " is inside an atomic batch: truncated to its start %" PRIu64,
-               pt->topic, pt->p, pt->trunc_asked, req->cut_to);
+    } else {
+        if (req->cut_to < pt->trunc_asked)
+            TN_LOG(TN_LOG_NOTICE,
+                   "replica %s/%" PRIu32 ": the divergence point %" PRIu64
+                   " is inside an atomic batch: truncated to its start %" PRIu64,
+                   pt->topic, pt->p, pt->trunc_asked, req->cut_to);
+        if (pt->trunc_logged_at != 0 || pt->trunc_unlogged != 0)
+            TN_LOG(TN_LOG_NOTICE,
+                   "replica %s/%" PRIu32 ": truncated its log to %" PRIu64 " after %" PRIu32
+                   " failures not logged",
+                   pt->topic, pt->p, req->cut_to, pt->trunc_unlogged);
+        pt->trunc_logged_at = 0;
+        pt->trunc_unlogged = 0;
     }
     if (pt->dead || pt->rm->closing) {
         part_maybe_free(pt);
@@ -795,9 +803,10 @@ static void follower_truncate(part_t *pt, uint64_t offset)
     pt->want = false;
     pt->busy++;
     pt->rm->st.truncations++;
-    TN_LOG(TN_LOG_NOTICE,
-           "replica %s/%" PRIu32 ": truncating its log to %" PRIu64 " (hw %" PRIu64 ")", pt->topic,
-           pt->p, offset, pt->core.hw);
+    if (pt->trunc_logged_at == 0) /* else failing again: on_trunc_done reports it */
+        TN_LOG(TN_LOG_NOTICE,
+               "replica %s/%" PRIu32 ": truncating its log to %" PRIu64 " (hw %" PRIu64 ")",
+               pt->topic, pt->p, offset, pt->core.hw);
     /* A point inside an atomic batch (the divergence point is a batch
      * boundary of the leader-of-that-epoch's log, but not always of this
      * copy's: docs/replication.md, "Leader epochs and where a follower's

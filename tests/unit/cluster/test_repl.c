@@ -238,7 +238,7 @@ static void test_follower_truncates_at_divergence(void **state)
 /* Issue 23: a truncation the shell cannot do (the point was inside an
  * atomic batch) left the log unchanged, and the next tick fetched, was
  * told DIVERGING and truncated again, tens of thousands of times. Now the
- * fetch after a DIVERGING waits fetch_idle_ms unless the log changed. */
+ * fetch after a DIVERGING waits fetch_timeout_ms unless the log changed. */
 static void test_follower_diverging_backs_off(void **state)
 {
     (void)state;
@@ -258,10 +258,10 @@ static void test_follower_diverging_backs_off(void **state)
     tn_repl_event_t tick = {.type = TN_REPL_EV_TICK, .now = 101};
     tn_repl_step(&r, &tick, &out);
     assert_null(find(&out, TN_REPL_ACT_FETCH));
-    tick.now = 100 + 19;
+    tick.now = 100 + 99;
     tn_repl_step(&r, &tick, &out);
     assert_null(find(&out, TN_REPL_ACT_FETCH));
-    tick.now = 100 + 20; /* fetch_idle_ms later: asks again */
+    tick.now = 100 + 100; /* fetch_timeout_ms later: asks again */
     tn_repl_step(&r, &tick, &out);
     const tn_repl_action_t *a = find(&out, TN_REPL_ACT_FETCH);
     assert_non_null(a);
