@@ -1029,8 +1029,8 @@ static void test_divergence_inside_batch(void **state)
     tn_plog_t *nl = open_log(fx, "dv-new", 0);
     tn_plog_t *fl = open_log(fx, "dv-f", 0);
     assert_int_equal(begin_epoch(fx, old, 1, NULL), 0); /* offset 0 */
-    append_batch(fx, old, 3);                            /* 1..3 */
-    append_batch(fx, old, 4);                            /* 4..7 */
+    append_batch(fx, old, 3);                           /* 1..3 */
+    append_batch(fx, old, 4);                           /* 4..7 */
     copy_all(fx, old, fl, 1 << 20);
     copy_all(fx, old, nl, 1 << 20);
     assert_int_equal(truncate_to(fx, nl, 4, 0), 0); /* its tail lost */
