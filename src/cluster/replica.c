@@ -816,13 +816,13 @@ static void follower_truncate(part_t *pt, uint64_t offset)
      * nothing acknowledged is dropped from this copy (invariant 4); (2) the
      * records removed between the batch start and the point are at or
      * above the hw, so no acknowledgement counted this copy for them as
-     * flushed-and-kept beyond what the leader's log holds: the leader has
-     * every offset below the point (the point is at most its end of the
-     * epoch), so the next fetch, from the batch start, copies them back
-     * from it, whole batches of the leader's log; (3) a batch never spans
-     * two segments, so its start is a cut the log can make. A start below
-     * the hw is refused (TN_ERANGE), as a point below it is: reported,
-     * never done. */
+     * flushed-and-kept beyond what the leader's log holds: the leader's
+     * log reaches the point (it is at most its end of the epoch), so the
+     * next fetch, from the batch start, copies them back from it (except
+     * offsets that log skipped: docs/replication.md, known faults); (3) a
+     * batch never spans two segments, so its start is a cut the log can
+     * make. A start below the hw is refused (TN_ERANGE), as a point below
+     * it is: reported, never done. */
     pt->trunc_asked = offset;
     int rc = tn_plog_truncate_batch(pt->plog, &pt->trunc, offset, pt->core.hw, on_trunc_done);
     if (rc != 0) {
