@@ -48,7 +48,10 @@
  *      truncates to min(end, its own end of e): the divergence point from
  *      the epoch histories, never its own hw (KIP-101). A point below its
  *      hw is refused (ACT_TRUNCATE_REFUSED) and the follower stops: that
- *      would drop committed records, so it is reported, never done.
+ *      would drop committed records, so it is reported, never done. After
+ *      a DIVERGING the next fetch comes at the LOG event of a truncation
+ *      that changed the log, else only after fetch_timeout_ms (a cut the
+ *      shell could not make must not loop at every tick).
  *   7. FENCED, UNKNOWNEPOCH or REMOTE answers make the follower refresh its
  *      state from the metastore (ACT_REFRESH) and fetch again after
  *      fetch_idle_ms.
@@ -400,6 +403,12 @@ static void on_diverging(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_action
         return;
     }
     uint64_t point = u64_min(u64_min(ev->u.diverging.end_offset, own_end), r->end);
+    /* A truncation that changes the log fetches again at the LOG event
+     * after it; one that fails or changes nothing (the shell could not
+     * cut there) must not turn into a fetch, DIVERGING and truncation at
+     * every tick: the next fetch waits fetch_timeout_ms (fetch_idle_ms is
+     * 0 in the shell, whose leader parks empty fetches instead). */
+    r->next_fetch_at = ev->now + r->cfg.fetch_timeout_ms;
     truncate_to(r, point, out);
 }
 

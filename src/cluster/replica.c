@@ -154,6 +154,9 @@ struct part_s {
     tn_epoch_entry_t *appep;
     bool truncating;
     tn_plog_trunc_t trunc;
+    uint64_t trunc_asked;     /* the divergence point of the truncation under way */
+    uint64_t trunc_logged_at; /* ms: the last failed truncation logged */
+    uint32_t trunc_unlogged;  /* failed truncations not logged since */
     uv_work_t open_work;
     int open_rc;
     /* a damaged copy (its log isolated by a CRC failure): reported with
@@ -234,6 +237,9 @@ struct tn_replica_s {
     tn_replica_lead_cb lead_cb;
     void *lead_arg;
 };
+
+/* A failed truncation is logged at most once in this many ms. */
+#define TRUNC_LOG_MS 10000
 
 static uint64_t now_ms(tn_replica_t *rm)
 {
@@ -740,10 +746,40 @@ static void on_trunc_done(tn_plog_trunc_t *req, int status)
     pt->busy--;
     pt->truncating = false;
     if (status != 0) {
-        TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": truncating its log: %s", pt->topic, pt->p,
-               tn_strerror(status));
+        /* The core fetches again only after fetch_idle_ms (a truncation
+         * that changed nothing); log once per TRUNC_LOG_MS with how many
+         * went unlogged, so a partition that cannot truncate is seen
+         * without flooding the log. */
+        uint64_t now = now_ms(pt->rm);
+        if (pt->trunc_logged_at == 0 || now >= pt->trunc_logged_at + TRUNC_LOG_MS) {
+            TN_LOG(TN_LOG_ERROR,
+                   "replica %s/%" PRIu32 ": truncating its log to %" PRIu64 " (hw %" PRIu64
+                   "): %s%s (%" PRIu32 " more failures since the last report)",
+                   pt->topic, pt->p, pt->trunc_asked, pt->core.hw, tn_strerror(status),
+                   status == TN_ERANGE ? ": the batch holding that point starts below the hw, "
+                                         "it stays out of the ISR"
+                                       : "",
+                   pt->trunc_unlogged);
+            pt->trunc_logged_at = now;
+            pt->trunc_unlogged = 0;
+        } else {
+            pt->trunc_unlogged++;
+        }
         if (status == TN_ERANGE)
             pt->rm->st.truncations_refused++;
+    } else {
+        if (req->cut_to < pt->trunc_asked)
+            TN_LOG(TN_LOG_NOTICE,
+                   "replica %s/%" PRIu32 ": the divergence point %" PRIu64
+                   " is inside an atomic batch: truncated to its start %" PRIu64,
+                   pt->topic, pt->p, pt->trunc_asked, req->cut_to);
+        if (pt->trunc_logged_at != 0 || pt->trunc_unlogged != 0)
+            TN_LOG(TN_LOG_NOTICE,
+                   "replica %s/%" PRIu32 ": truncated its log to %" PRIu64 " after %" PRIu32
+                   " failures not logged",
+                   pt->topic, pt->p, req->cut_to, pt->trunc_unlogged);
+        pt->trunc_logged_at = 0;
+        pt->trunc_unlogged = 0;
     }
     if (pt->dead || pt->rm->closing) {
         part_maybe_free(pt);
@@ -767,10 +803,28 @@ static void follower_truncate(part_t *pt, uint64_t offset)
     pt->want = false;
     pt->busy++;
     pt->rm->st.truncations++;
-    TN_LOG(TN_LOG_NOTICE,
-           "replica %s/%" PRIu32 ": truncating its log to %" PRIu64 " (hw %" PRIu64 ")", pt->topic,
-           pt->p, offset, pt->core.hw);
-    int rc = tn_plog_truncate(pt->plog, &pt->trunc, offset, pt->core.hw, on_trunc_done);
+    if (pt->trunc_logged_at == 0) /* else failing again: on_trunc_done reports it */
+        TN_LOG(TN_LOG_NOTICE,
+               "replica %s/%" PRIu32 ": truncating its log to %" PRIu64 " (hw %" PRIu64 ")",
+               pt->topic, pt->p, offset, pt->core.hw);
+    /* A point inside an atomic batch (the divergence point is a batch
+     * boundary of the leader-of-that-epoch's log, but not always of this
+     * copy's: docs/replication.md, "Leader epochs and where a follower's
+     * log diverges") cuts at the start of that batch: the batch goes whole
+     * and is fetched again. That is safe when the start is at or above the
+     * hw, the floor given here: (1) every record below the hw is kept, so
+     * nothing acknowledged is dropped from this copy (invariant 4); (2) the
+     * records removed between the batch start and the point are at or
+     * above the hw, so no acknowledgement counted this copy for them as
+     * flushed-and-kept beyond what the leader's log holds: the leader's
+     * log reaches the point (it is at most its end of the epoch), so the
+     * next fetch, from the batch start, copies them back from it (except
+     * offsets that log skipped: docs/replication.md, known faults); (3) a
+     * batch never spans two segments, so its start is a cut the log can
+     * make. A start below the hw is refused (TN_ERANGE), as a point below
+     * it is: reported, never done. */
+    pt->trunc_asked = offset;
+    int rc = tn_plog_truncate_batch(pt->plog, &pt->trunc, offset, pt->core.hw, on_trunc_done);
     if (rc != 0) {
         pt->truncating = false;
         pt->busy--;

@@ -2277,6 +2277,39 @@ static bool trunc_stops(tn_plog_t *plog, int k)
 #define trunc_stops(plog, k) false
 #endif
 
+/* The start of the atomic batch holding offset in seg, which must hold
+ * offset, as its byte position and offset (committer thread). Scanned from
+ * the segment's start: a batch never spans two segments (an append request
+ * is written whole into one), so that start is a batch boundary. */
+static int seg_batch_start(tn_seg_t *seg, uint64_t offset, uint64_t *pos_out, uint64_t *off_out)
+{
+    uint64_t pos = 0, limit = seg->size;
+    uint64_t bpos = 0, boff = seg->base; /* where the current batch started */
+    bool prev_more = false;
+    while (pos < limit) {
+        unsigned char hdr[TN_REC_HDR];
+        size_t got;
+        int rc = tn_io_pread(seg->fd, hdr, sizeof(hdr), pos, &got);
+        if (rc != 0)
+            return rc;
+        tn_rec_hdr_t h;
+        if (got < TN_REC_HDR || tn_rec_decode_hdr(hdr, TN_REC_HDR, &h) != 0 || h.offset > offset)
+            return TN_ECORRUPT;
+        if (!prev_more) {
+            bpos = pos;
+            boff = h.offset;
+        }
+        if (h.offset == offset) {
+            *pos_out = bpos;
+            *off_out = boff;
+            return 0;
+        }
+        prev_more = (h.flags & TN_REC_F_MORE) != 0;
+        pos += tn_rec_size(&h);
+    }
+    return TN_ECORRUPT;
+}
+
 /* The byte position in seg of the record at offset (committer thread).
  * UV_EINVAL when offset is inside an atomic batch. */
 static int seg_cut_pos(tn_plog_t *plog, tn_seg_t *seg, uint64_t offset, uint64_t *out)
@@ -2391,6 +2424,7 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
         return rc;
     uint64_t offset = req->offset;
     uint64_t old_next = plog->next_offset;
+    req->cut_to = TN_MIN(offset, old_next);
     if (offset >= old_next)
         return 0;
     uv_mutex_lock(&plog->lock);
@@ -2406,6 +2440,16 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
     uint64_t cut = rebase ? 0 : seg->size;
     if (!gap && !rebase) {
         rc = seg_cut_pos(plog, seg, offset, &cut);
+        if (rc == UV_EINVAL && req->batch_down) {
+            /* Down to the start of the batch holding offset, never below
+             * the floor (tn_plog_truncate_batch). */
+            uint64_t bstart = offset;
+            rc = seg_batch_start(seg, offset, &cut, &bstart);
+            if (rc == 0 && bstart < req->floor)
+                return TN_ERANGE;
+            if (rc == 0)
+                offset = bstart;
+        }
         if (rc == UV_EINVAL)
             return rc;
         if (rc != 0) {
@@ -2413,6 +2457,8 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
             return rc;
         }
     }
+
+    req->cut_to = offset;
 
     /* 0. A drop floor above offset comes down to it first, so that the
      * records written again from offset on are not hidden. */
@@ -2506,8 +2552,8 @@ static void trunc_done(tn__sreq_t *s)
     req->cb(req, s->status);
 }
 
-int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
-                     tn_plog_trunc_cb cb)
+static int trunc_submit(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
+                        bool batch_down, tn_plog_trunc_cb cb)
 {
     if (pl->mem || cb == NULL)
         return UV_EINVAL;
@@ -2521,10 +2567,24 @@ int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint6
     req->plog = pl;
     req->offset = offset;
     req->floor = floor;
+    req->batch_down = batch_down;
     req->cb = cb;
     req->dropped = 0;
+    req->cut_to = offset;
     tn__committer_submit(&pl->store->logc, &req->s);
     return 0;
+}
+
+int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
+                     tn_plog_trunc_cb cb)
+{
+    return trunc_submit(pl, req, offset, floor, false, cb);
+}
+
+int tn_plog_truncate_batch(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
+                           tn_plog_trunc_cb cb)
+{
+    return trunc_submit(pl, req, offset, floor, true, cb);
 }
 
 /* --- replication: repairing a damaged segment -------------------------------------- */

@@ -129,8 +129,10 @@ struct tn_plog_trunc_s {
     uint64_t offset;
     uint64_t floor;
     tn_plog_trunc_cb cb;
+    bool batch_down; /* tn_plog_truncate_batch */
     /* out */
     uint64_t dropped; /* records removed */
+    uint64_t cut_to;  /* the log end after it (with status 0) */
 };
 
 typedef struct {
@@ -464,6 +466,14 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
  * 0 when queued, TN_ECLOSED, TN_ERANGE, UV_EINVAL. Loop thread. */
 int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
                      tn_plog_trunc_cb cb);
+
+/* tn_plog_truncate, except that an offset inside an atomic batch cuts at
+ * the start of that batch instead of being refused: the batch goes whole.
+ * That start below floor is refused at run time with TN_ERANGE (nothing
+ * changed). req->cut_to tells where the log ends after it (status 0).
+ * A follower's truncation to a divergence point (cluster/replica.c). */
+int tn_plog_truncate_batch(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
+                           tn_plog_trunc_cb cb);
 
 /* Where the damage of an isolated log is, for a repair from another
  * replica: true when the sticky error is TN_ECORRUPT and it was found in

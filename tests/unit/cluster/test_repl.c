@@ -235,6 +235,49 @@ static void test_follower_truncates_at_divergence(void **state)
     assert_int_equal(a->offset, 10);
 }
 
+/* Issue 23: a truncation the shell cannot do (the point was inside an
+ * atomic batch) left the log unchanged, and the next tick fetched, was
+ * told DIVERGING and truncated again, tens of thousands of times. Now the
+ * fetch after a DIVERGING waits fetch_timeout_ms unless the log changed. */
+static void test_follower_diverging_backs_off(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    follower_setup(&r, &h, &out);
+    tn_repl_event_t ev = {.type = TN_REPL_EV_DIVERGING, .now = 100};
+    ev.u.diverging.leader_epoch = 3;
+    ev.u.diverging.epoch = 2;
+    ev.u.diverging.end_offset = 10;
+    ev.u.diverging.fetch_offset = 14;
+    ev.u.diverging.last_fetched_epoch = 2;
+    tn_repl_step(&r, &ev, &out);
+    assert_non_null(find(&out, TN_REPL_ACT_TRUNCATE));
+    /* The truncation failed: the log is as it was, nothing fed. */
+    tn_repl_event_t tick = {.type = TN_REPL_EV_TICK, .now = 101};
+    tn_repl_step(&r, &tick, &out);
+    assert_null(find(&out, TN_REPL_ACT_FETCH));
+    tick.now = 100 + 99;
+    tn_repl_step(&r, &tick, &out);
+    assert_null(find(&out, TN_REPL_ACT_FETCH));
+    tick.now = 100 + 100; /* fetch_timeout_ms later: asks again */
+    tn_repl_step(&r, &tick, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_FETCH);
+    assert_non_null(a);
+    assert_int_equal(a->fetch.fetch_offset, 14);
+    /* A truncation that did cut (to the batch start 8 below the point)
+     * fetches at once from the new end. */
+    ev.now = 200;
+    tn_repl_step(&r, &ev, &out);
+    assert_non_null(find(&out, TN_REPL_ACT_TRUNCATE));
+    h.end = 8;
+    step_log(&r, 8, 8, 2, 201, &out);
+    a = find(&out, TN_REPL_ACT_FETCH);
+    assert_non_null(a);
+    assert_int_equal(a->fetch.fetch_offset, 8);
+}
+
 static void test_follower_refuses_truncation_below_hw(void **state)
 {
     (void)state;
@@ -488,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_fencing_by_epoch),
         cmocka_unit_test(test_diverging_answer),
         cmocka_unit_test(test_follower_truncates_at_divergence),
+        cmocka_unit_test(test_follower_diverging_backs_off),
         cmocka_unit_test(test_follower_refuses_truncation_below_hw),
         cmocka_unit_test(test_shrink_after_lag_then_expand),
         cmocka_unit_test(test_silent_follower_stays_out_until_it_fetches),

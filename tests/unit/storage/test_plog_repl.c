@@ -870,6 +870,21 @@ static void on_trunc(tn_plog_trunc_t *req, int status)
     w->status = status;
 }
 
+/* tn_plog_truncate_batch; *cut_to: where the log ends after it. */
+static int truncate_batch(fx_t *fx, tn_plog_t *pl, uint64_t offset, uint64_t floor,
+                          uint64_t *cut_to)
+{
+    tn_plog_trunc_t req;
+    tw_t w = {false, 0};
+    req.data = &w;
+    int rc = tn_plog_truncate_batch(pl, &req, offset, floor, on_trunc);
+    if (rc != 0)
+        return rc;
+    run_until(&fx->loop, &w.done);
+    *cut_to = req.cut_to;
+    return w.status;
+}
+
 static int truncate_to(fx_t *fx, tn_plog_t *pl, uint64_t offset, uint64_t floor)
 {
     tn_plog_trunc_t req;
@@ -946,6 +961,24 @@ static void test_truncate(void **state)
     assert_int_equal(truncate_to(fx, pl, end - 3, 0), UV_EINVAL);
     assert_int_equal(tn_plog_err(pl), 0);
     assert_int_equal(tn_plog_written_next(pl), end);
+    /* The follower's form (issue 23: a divergence point inside a batch
+     * made every truncation fail, forever): down to the batch's start,
+     * refused when that start is below the floor (the hw). */
+    uint64_t cut = 0;
+    assert_int_equal(truncate_batch(fx, pl, end - 3, end - 2, &cut), TN_ERANGE);
+    assert_int_equal(truncate_batch(fx, pl, end - 3, end - 8 + 1, &cut), TN_ERANGE);
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_int_equal(tn_plog_written_next(pl), end);
+    assert_int_equal(truncate_batch(fx, pl, end - 3, end - 8, &cut), 0);
+    assert_int_equal(cut, end - 8);
+    assert_int_equal(tn_plog_written_next(pl), end - 8);
+    expect_consistent(ref, pl);
+    /* At a batch boundary it is tn_plog_truncate. */
+    assert_int_equal(truncate_batch(fx, pl, end - 16, 0, &cut), 0);
+    assert_int_equal(cut, end - 16);
+    expect_consistent(ref, pl);
+    assert_int_equal(truncate_batch(fx, pl, end, 0, &cut), 0); /* past the end: no change */
+    assert_int_equal(cut, end - 16);
 
     /* Into epoch 4's range, then to its start (epoch 4 goes), then into
      * epoch 1. */
@@ -980,6 +1013,59 @@ static void test_truncate(void **state)
     expect_consistent(ref, pl);
     copy_all(fx, ref, pl, 1 << 16);
     expect_same(ref, pl);
+}
+
+/* One way a divergence point lands inside a follower's batch (issue 23):
+ * the new leader's log skipped offsets (tn_plog_advance, as the queue
+ * engine does when a channel refers to a tail its log lost) past part of
+ * a batch the follower holds whole, so its epoch 1 ends there. The plain
+ * truncation is refused (UV_EINVAL: the follower looped on it); the
+ * batch form cuts at the batch start, and refuses when that start is
+ * below the follower's hw. */
+static void test_divergence_inside_batch(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *old = open_log(fx, "dv-old", 0);
+    tn_plog_t *nl = open_log(fx, "dv-new", 0);
+    tn_plog_t *fl = open_log(fx, "dv-f", 0);
+    assert_int_equal(begin_epoch(fx, old, 1, NULL), 0); /* offset 0 */
+    append_batch(fx, old, 3);                           /* 1..3 */
+    append_batch(fx, old, 4);                           /* 4..7 */
+    copy_all(fx, old, fl, 1 << 20);
+    copy_all(fx, old, nl, 1 << 20);
+    assert_int_equal(truncate_to(fx, nl, 4, 0), 0); /* its tail lost */
+    tw_t w = {false, 0};
+    tn_plog_advance_t adv;
+    adv.data = &w;
+    assert_int_equal(tn_plog_advance(nl, &adv, 6, on_advance), 0);
+    run_until(&fx->loop, &w.done);
+    assert_int_equal(w.status, 0);
+    uint64_t at = 0;
+    assert_int_equal(begin_epoch(fx, nl, 2, &at), 0);
+    assert_int_equal(at, 6);
+    /* The leader's answer for epoch 1, and the follower's own end of it. */
+    uint32_t found = 0;
+    uint64_t end = 0, own = 0;
+    assert_int_equal(tn_plog_epoch_end(nl, 1, &found, &end), 0);
+    assert_int_equal(found, 1);
+    assert_int_equal(end, 6);
+    assert_int_equal(tn_plog_epoch_end(fl, 1, &found, &own), 0);
+    assert_int_equal(own, 8);
+    uint64_t point = TN_MIN(end, own); /* repl.c on_diverging */
+    assert_int_equal(truncate_to(fx, fl, point, 4), UV_EINVAL);
+    assert_int_equal(tn_plog_written_next(fl), 8);
+    uint64_t cut = 0;
+    assert_int_equal(truncate_batch(fx, fl, point, 5, &cut), TN_ERANGE); /* hw 5 */
+    assert_int_equal(tn_plog_written_next(fl), 8);
+    assert_int_equal(tn_plog_err(fl), 0);
+    assert_int_equal(truncate_batch(fx, fl, point, 4, &cut), 0); /* hw 4 */
+    assert_int_equal(cut, 4);
+    assert_int_equal(tn_plog_written_next(fl), 4);
+    assert_int_equal(tn_plog_last_epoch(fl), 1);
+    tu_fx_reopen(fx);
+    fl = open_log(fx, "dv-f", 0);
+    assert_int_equal(tn_plog_written_next(fl), 4);
+    assert_int_equal(tn_plog_err(fl), 0);
 }
 
 /* Each crash point of a truncation: the reopened log holds either the old
@@ -1344,6 +1430,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_retention_trims_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_divergence_inside_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_powerloss, setup, teardown),
