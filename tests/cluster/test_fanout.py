@@ -97,6 +97,15 @@ class Fanout(harness.ClusterTest):
             return True
         wait_until(f"{parent} -> {child} running on every node", check, 60)
 
+    def stored(self, node, topic):
+        """How many records topic's partitions hold, as node's GET
+        /v1/topics/{topic} gathers them from their owners (None when a
+        partition's figures are missing)."""
+        status, body = node.request("GET", f"/v1/topics/{topic}")
+        if status != 200 or any("next_offset" not in p for p in body["partition_stats"]):
+            return None
+        return sum(p["next_offset"] - p["oldest_offset"] for p in body["partition_stats"])
+
     def produce_everywhere(self, c, topic, tag, per_node=6):
         """per_node messages through each node: half keyed, half keyless.
         {body: send time}, every one answered 202."""
@@ -166,6 +175,12 @@ class Fanout(harness.ClusterTest):
         self.parent(c)
         # Held by the parent before any child: not copied (no backfill).
         before = self.produce_everywhere(c, "parent", "before", per_node=4)
+        # Keyed ones for another node's partition wait in the ingress log
+        # until the dispatcher commits them: one committed after the
+        # attaches would be after them in the log, so copied. The test is
+        # about records held before the attach: wait until every one is.
+        wait_until("the records before the attach at their owners",
+                   lambda: self.stored(c.nodes[0], "parent") == len(before))
         # Same count (made with the parent), another count, and a delay.
         self.create(c, {"name": "same", "parent": "parent"})
         self.create(c, {"name": "other", "partitions": 2})
