@@ -32,6 +32,12 @@ class AckSigkill(harness.ClusterTest):
     # Factor 1: acks forwarded to the one owner, which is killed and comes back.
     node_args = ["--default-replication-factor=1"]
 
+    def reaches(self, via, topic, p):
+        """Whether via's GET /v1/topics/{topic} has partition p's figures,
+        which it asks of the partition's owner."""
+        status, body = via.request("GET", f"/v1/topics/{topic}")
+        return status == 200 and "next_offset" in body["partition_stats"][p]
+
     def test_forwarded_acks_survive_owner_sigkill(self):
         c = self.make(3).start()
         c.wait_alive(3)
@@ -136,6 +142,11 @@ class AckSigkill(harness.ClusterTest):
                   f"owner (node {owner.id}) was SIGKILLed")
             owner.start()
             owner.wait_ready()
+            # The next round consumes through via: wait until via reaches
+            # the restarted owner (its first call on the connection to the
+            # killed process only learns of the restart, and fails).
+            wait_until(f"node {via.id} reaching the restarted owner",
+                       lambda: self.reaches(via, "t", 0), 60)
 
         # Everything not acked is delivered again.
         drained = []
