@@ -41,15 +41,15 @@ struct tn_catalog_s {
     tn_broker_t *broker;
     tn_meta_t *meta;
     tn_catalog_opts_t o;
-    pending_t *pending;  /* recorded topics being created or grown */
-    held_t *held;        /* creations waiting for their record in the replica */
-    gated_t *gated;      /* the gate's proposals under way */
-    gone_t *gone;        /* deletions following the records (a cluster's) */
-    claim_t *claims;     /* NSQ publishes waiting for a partition of their topic here */
-    asked_t *asked;      /* TOPIC_GROW_FOR proposals under way */
-    uv_timer_t *timer;   /* the claims' deadlines (made with the first claim) */
-    purge_t *purges;     /* confirmed deletions under way (tn_catalog_purge) */
-    uv_timer_t *ptimer;  /* their deadlines and busy topics (made with the first purge) */
+    pending_t *pending; /* recorded topics being created or grown */
+    held_t *held;       /* creations waiting for their record in the replica */
+    gated_t *gated;     /* the gate's proposals under way */
+    gone_t *gone;       /* deletions following the records (a cluster's) */
+    claim_t *claims;    /* NSQ publishes waiting for a partition of their topic here */
+    asked_t *asked;     /* TOPIC_GROW_FOR proposals under way */
+    uv_timer_t *timer;  /* the claims' deadlines (made with the first claim) */
+    purge_t *purges;    /* confirmed deletions under way (tn_catalog_purge) */
+    uv_timer_t *ptimer; /* their deadlines and busy topics (made with the first purge) */
 #ifdef TN_TEST
     uv_timer_t *lag; /* TERN_TEST_CATALOG_LAG_MS: following the replica late */
 #endif
