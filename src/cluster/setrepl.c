@@ -1253,6 +1253,32 @@ static bool engine_holds(tn_setrepl_t *s, const char *topic, uint32_t p, const c
     return ch->parts != NULL && ch->parts[p] != NULL && ch->parts[p]->cl != NULL;
 }
 
+/* Hand q (its records copied, its ops made) to its channel's follower
+ * log: written now, queued while the log opens, or refused while the log
+ * changes hands (held: the engine holds it). Answers q on failure. */
+static void freq_submit(tn_setrepl_t *s, tn_rpc_req_t *req, freq_t *q, bool held)
+{
+    flog_t *fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel, q->w.base_frontier, held);
+    if (fl == NULL) {
+        freq_answer(q, UV_ENOMEM);
+        return;
+    }
+    if (fl->closing || fl->engine != held) {
+        /* Closing, or the engine took its log up or gave it up: the
+         * leader tries again once this one is gone. */
+        if (!fl->closing && !fl->opening && fl->inflight == 0 && fl->waiting == NULL)
+            flog_close(fl);
+        reply_error(req, 503, "channel log changing hands; retry");
+        freq_free(q);
+        return;
+    }
+    if (fl->opening) {
+        q->next = fl->queued;
+        fl->queued = q;
+        return;
+    }
+    flog_write(fl, q);
+}
 static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_setrepl_t *s = arg;
@@ -1302,30 +1328,13 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     size_t nb = (size_t)q->w.count * TN_SETREPL_REC_SIZE;
     q->rec_bytes = tn_malloc(nb);
     q->ops = tn_calloc(q->w.count, sizeof(*q->ops));
-    flog_t *fl = NULL;
-    if (q->rec_bytes == NULL || q->ops == NULL ||
-        (fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel, q->w.base_frontier, held)) ==
-            NULL) {
+    if (q->rec_bytes == NULL || q->ops == NULL) {
         freq_answer(q, UV_ENOMEM);
         return;
     }
     memcpy(q->rec_bytes, q->w.recs, nb);
     q->w.recs = q->rec_bytes;
-    if (fl->closing || fl->engine != held) {
-        /* Closing, or the engine took its log up or gave it up: the
-         * leader tries again once this one is gone. */
-        if (!fl->closing && !fl->opening && fl->inflight == 0 && fl->waiting == NULL)
-            flog_close(fl);
-        reply_error(req, 503, "channel log changing hands; retry");
-        freq_free(q);
-        return;
-    }
-    if (fl->opening) {
-        q->next = fl->queued;
-        fl->queued = q;
-        return;
-    }
-    flog_write(fl, q);
+    freq_submit(s, req, q, held);
 }
 
 /* The records that bring a channel log to at least state c: everything
@@ -1443,25 +1452,11 @@ static void on_chan_snap(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
     tn_cursor_fini(&w.state);
     bool held = engine_holds(s, q->w.topic, q->w.partition, q->w.channel);
     q->ops = tn_calloc(n, sizeof(*q->ops));
-    flog_t *fl = NULL;
-    if (q->ops == NULL || (fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel,
-                                         q->w.base_frontier, held)) == NULL) {
+    if (q->ops == NULL) {
         freq_answer(q, UV_ENOMEM);
         return;
     }
-    if (fl->closing || fl->engine != held) {
-        if (!fl->closing && !fl->opening && fl->inflight == 0 && fl->waiting == NULL)
-            flog_close(fl);
-        reply_error(req, 503, "channel log changing hands; retry");
-        freq_free(q);
-        return;
-    }
-    if (fl->opening) {
-        q->next = fl->queued;
-        fl->queued = q;
-        return;
-    }
-    flog_write(fl, q);
+    freq_submit(s, req, q, held);
 }
 
 /* --- lifecycle and the manager's calls ------------------------------------------------- */
