@@ -154,11 +154,13 @@ static void topic_record(tn_catalog_t *c, const tn_topic_t *t, tn_meta_cmd_t *ou
     cmd.topic.max_attempts = c->o.max_attempts;
     cmd.topic.durability = c->o.durability;
     cmd.topic.created_at_ms = tn_now_wall_ms();
-    /* The server's defaults, the factor clamped to the members there are. */
-    cmd.topic.replication_factor = tn_meta_state_clamp_factor(
-        tn_meta_state(c->meta), c->o.replication_factor > 0 ? c->o.replication_factor : 1);
+    /* The server's defaults. The metastore clamps the factor to the
+     * members alive when it applies the record (cmd.h, clamp), not this
+     * node's copy, which may lag. */
+    cmd.topic.replication_factor = c->o.replication_factor > 0 ? c->o.replication_factor : 1;
     cmd.topic.min_insync =
         (uint8_t)TN_MIN(c->o.min_insync > 0 ? c->o.min_insync : 1, cmd.topic.replication_factor);
+    cmd.clamp = true;
     *out = cmd;
 }
 

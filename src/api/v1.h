@@ -60,13 +60,11 @@ typedef struct {
     int64_t max_consume_wait_ms;  /* 10 s */
     uint32_t max_consumes_per_user;
     uint32_t max_produces_per_user; /* 0: no cap */
-    /* default-replication-factor (1 until replication is switched on) and
-     * min-insync-replicas: a create that does not say. 0 reads as 1. */
+    /* default-replication-factor (3) and min-insync-replicas (2): a create
+     * that does not say. 0 reads as 1. The metastore clamps the factor to
+     * the members alive (docs/replication.md). */
     uint8_t default_replication_factor;
     uint8_t min_insync_replicas;
-    /* experimental-replication: without it a create asking for a factor
-     * above 1 answers 400 (docs/replication.md). */
-    bool experimental_replication;
 } tn_v1_opts_t;
 
 typedef struct tn_v1_s {

@@ -1129,8 +1129,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                        (uint32_t)cfg->http_max_consumes_per_user,
                        (uint32_t)cfg->http_max_produces_per_user,
                        (uint8_t)cfg->default_replication_factor,
-                       (uint8_t)cfg->min_insync_replicas,
-                       cfg->experimental_replication};
+                       (uint8_t)cfg->min_insync_replicas};
     if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0) {
         d->v1.scrub = d->scrub;
         d->v1.drain = d->drain;
@@ -1155,6 +1154,11 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         tn_errbuf(err, errlen, "cannot set up the HTTP APIs: %s", tn_strerror(rc));
         return rc;
     }
+    if (cfg->experimental_replication)
+        TN_LOG(TN_LOG_NOTICE, "experimental-replication is deprecated and has no effect: "
+                              "replicated topics are on by default (default-replication-factor "
+                              "%" PRId64 ")",
+               cfg->default_replication_factor);
     if (!cfg->security_enabled)
         TN_LOG(TN_LOG_WARN, "security is OFF (security-enabled=false): /v1 asks for no "
                             "credentials and checks no rights; never run this in production");

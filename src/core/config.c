@@ -307,12 +307,12 @@ static const opt_t options[] = {
     {"cluster-join-interval", OPT_DURATION, F(cluster_join_interval_ns), "2s", 100 * MS, 60 * SEC,
      NULL, "a joining node asks the --join addresses to be admitted this often"},
     {"experimental-replication", OPT_BOOL, F(experimental_replication), "false", 0, 0, NULL,
-     "allow replicated topics (a replication factor above 1), which can still lose, conflict "
-     "or resurrect messages under faults in this release; start every node with it "
-     "(docs/replication.md)"},
-    {"default-replication-factor", OPT_INT, F(default_replication_factor), "1", 1, 5, NULL,
+     "deprecated, no effect: replicated topics are on by default (accepted so that older "
+     "command lines and config files still start; a notice at start says it is ignored)"},
+    {"default-replication-factor", OPT_INT, F(default_replication_factor), "3", 1, 5, NULL,
      "replicas of each partition of a new topic that does not say (NSQ-created, child and DLQ "
-     "topics too); clamped to the members alive when the topic is made (a lone node: 1)"},
+     "topics too); the metastore clamps it to the members alive when the topic is made (a "
+     "lone node: 1)"},
     {"min-insync-replicas", OPT_INT, F(min_insync_replicas), "2", 1, 5, NULL,
      "in-sync replicas (the leader included) a write to a replicated partition needs before it "
      "is acknowledged, for topics that do not say; clamped to the topic's replication factor"},
@@ -1644,14 +1644,6 @@ int tn_config_validate(const tn_config_t *cfg, char *err, size_t errlen)
         tn_errbuf(err, errlen,
                   "max-msg-size (%" PRId64 ") must not exceed commit-max-bytes (%" PRId64 ")",
                   cfg->max_msg_size, cfg->commit_max_bytes);
-        return TN_ECONFIG;
-    }
-    if (cfg->default_replication_factor > 1 && !cfg->experimental_replication) {
-        tn_errbuf(err, errlen,
-                  "default-replication-factor %" PRId64
-                  " needs experimental-replication: replicated topics are experimental in this "
-                  "release (docs/replication.md)",
-                  cfg->default_replication_factor);
         return TN_ECONFIG;
     }
     return check_cluster(cfg, err, errlen);

@@ -192,10 +192,10 @@ typedef struct tn_config_s {
     int64_t cluster_rpc_timeout_ns;
     int64_t cluster_rpc_reply_write_timeout_ns;
     int64_t cluster_join_interval_ns;
-    /* Replicated partitions (docs/replication.md). Off: a factor above 1
-     * is refused (POST /v1/topics answers 400, default-replication-factor
-     * above 1 fails validation) while the fault suite still finds
-     * anomalies. */
+    /* Replicated partitions (docs/replication.md).
+     * experimental_replication is deprecated and gates nothing (replicated
+     * topics are on by default); still parsed so that older command lines
+     * and config files start, and ternd logs a notice when it is set. */
     bool experimental_replication;
     int64_t default_replication_factor;
     int64_t min_insync_replicas;

@@ -242,7 +242,7 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
             w.rc = UV_EINVAL;
         w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_unchanged ? 4 : 0) |
                      (c->nskip > 0 ? 8 : 0) | (c->again ? TN_META_TOPIC_AGAIN : 0) |
-                     (repl ? TN_META_TOPIC_REPL : 0));
+                     (repl ? TN_META_TOPIC_REPL : 0) | (c->clamp ? TN_META_TOPIC_CLAMP : 0));
         w_topic(&w, &c->topic);
         if (c->if_unchanged)
             w_u64(&w, c->expect);
@@ -685,9 +685,10 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     switch (c->type) {
     case TN_MC_TOPIC_PUT: {
         uint8_t flags = r_u8(&r);
-        if (r.rc == 0 && ((flags & ~63u) != 0 || (flags & 5u) == 5u))
+        if (r.rc == 0 && ((flags & ~127u) != 0 || (flags & 5u) == 5u))
             r.rc = TN_ECORRUPT;
         c->again = (flags & TN_META_TOPIC_AGAIN) != 0;
+        c->clamp = (flags & TN_META_TOPIC_CLAMP) != 0;
         c->if_absent = (flags & 1) != 0;
         c->if_unchanged = (flags & 4) != 0;
         r_topic(&r, &c->topic);

@@ -36,7 +36,12 @@
  * Replicated partitions (docs/replication.md). TOPIC_PUT's flag bit 5: the
  * topic is replicated, [1] replication_factor (1..TN_META_MAX_FACTOR) [1]
  * min_insync (1..factor) follow, last in the payload; without it a topic
- * reads as factor 1, min_insync 1 (every older encoding). MEMBER_REC may
+ * reads as factor 1, min_insync 1 (every older encoding). Flag bit 6
+ * (TN_META_TOPIC_CLAMP): the factor is the one asked; the apply that makes
+ * the topic clamps it to the members alive and live in the replicated
+ * state, and min_insync to that (a door never clamps: its copy may lag;
+ * meta/state.h). Without it the factor is taken as written (older builds'
+ * entries, snapshot records). MEMBER_REC may
  * end with [8] incarnation (a random id of the member's data directory;
  * absent: 0, unknown), then maybe [8] boot (a random id of the process:
  * another one than recorded is a restart; absent: 0). Partition commands name [s] topic [4]
@@ -77,6 +82,7 @@
 #define TN_META_TOPIC_AGAIN    16  /* TOPIC_PUT's flag byte */
 #define TN_META_USER_AGAIN     128 /* USER_PUT's condition byte */
 #define TN_META_TOPIC_REPL     32  /* TOPIC_PUT's flag byte: factor and min_insync follow */
+#define TN_META_TOPIC_CLAMP    64  /* TOPIC_PUT's flag byte: clamp the factor at apply */
 #define TN_META_MAX_FACTOR     5   /* replication_factor 1..5 */
 
 typedef enum {
@@ -206,6 +212,9 @@ typedef struct {
     bool if_unchanged;
     uint64_t expect;
     bool again; /* TOPIC_PUT, USER_PUT: a copy sent again (above) */
+    /* TOPIC_PUT: topic.replication_factor is the one asked; the apply that
+     * makes the topic clamps it (TN_META_TOPIC_CLAMP above). */
+    bool clamp;
     tn_meta_topic_t topic;
     char channel[TN_NAME_MAX + 1];
     tn_meta_user_t user;

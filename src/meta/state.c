@@ -584,6 +584,34 @@ static int owners_fit(tn_meta_topic_entry_t *t, uint32_t partitions)
     return 0;
 }
 
+/* The record c makes of a new topic: a factor asked (c->clamp) becomes
+ * at most the members alive and live in s, min_insync at most that. Every
+ * replica applies the same entry to the same state, so every one records
+ * the same factor, whichever node took the request. */
+static tn_meta_topic_t made_record(const tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    tn_meta_topic_t rec = c->topic;
+    rec.replication_factor = tn_meta_topic_factor(&c->topic);
+    if (c->clamp)
+        rec.replication_factor = tn_meta_state_clamp_factor(s, rec.replication_factor);
+    rec.min_insync = TN_MIN(tn_meta_topic_min_insync(&c->topic), rec.replication_factor);
+    return rec;
+}
+
+/* Whether rec is what c made when it was first applied. A clamped factor
+ * depends on the members alive then, which may have changed since: any
+ * factor up to the one asked matches, with min_insync clamped to it. */
+static bool made_by(const tn_meta_topic_t *rec, const tn_meta_cmd_t *c)
+{
+    tn_meta_topic_t want = c->topic;
+    if (c->clamp && tn_meta_topic_factor(rec) <= tn_meta_topic_factor(&c->topic)) {
+        want.replication_factor = tn_meta_topic_factor(rec);
+        want.min_insync =
+            TN_MIN(tn_meta_topic_min_insync(&c->topic), tn_meta_topic_factor(rec));
+    }
+    return tn_meta_topic_fingerprint(rec) == tn_meta_topic_fingerprint(&want);
+}
+
 /* restoring: a snapshot is being read, whose topics come by name, so a
  * child may come before its parent; restore counts children at the end. */
 static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
@@ -594,8 +622,7 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
      * old one's copy got committed too: meta.h) that finds exactly the
      * record it makes answers as the first copy did. */
     uint64_t fp = found ? tn_meta_topic_fingerprint(&s->topics[i]->rec) : 0;
-    if (found && c->again && (c->if_absent || c->if_unchanged) &&
-        fp == tn_meta_topic_fingerprint(&c->topic))
+    if (found && c->again && (c->if_absent || c->if_unchanged) && made_by(&s->topics[i]->rec, c))
         return 0;
     if (found && c->if_absent)
         return UV_EEXIST;
@@ -659,9 +686,8 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     tn_meta_topic_entry_t *t = tn_calloc(1, sizeof(*t));
     if (t == NULL)
         return UV_ENOMEM;
-    t->rec = c->topic;
-    t->rec.replication_factor = tn_meta_topic_factor(&c->topic);
-    t->rec.min_insync = TN_MIN(tn_meta_topic_min_insync(&c->topic), t->rec.replication_factor);
+    /* A snapshot's record is taken as it was made (it carries no clamp). */
+    t->rec = made_record(s, c);
     if (owners_fit(t, c->topic.partitions) != 0) {
         tn_free(t->owners);
         tn_free(t->pstates);

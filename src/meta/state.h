@@ -140,7 +140,9 @@ const tn_pstate_t *tn_meta_state_pstate(const tn_meta_state_t *s, const char *to
 void tn_meta_state_nodes(const tn_meta_state_t *s, tn_pstate_node_t *buf, size_t cap,
                          tn_pstate_nodes_t *out);
 /* The replication factor a new topic gets for asked (1..5): at most the
- * members that are alive and live (a lone node: 1), at least 1. */
+ * members that are alive and live (a lone node: 1), at least 1. The
+ * apply of a TOPIC_PUT with clamp set decides it so (cmd.h); a door only
+ * uses it for a guess. */
 uint8_t tn_meta_state_clamp_factor(const tn_meta_state_t *s, unsigned asked);
 /* Calls cb for every placed replicated partition (for a new listener). */
 void tn_meta_state_each_pstate(const tn_meta_state_t *s, tn_meta_pstate_cb cb, void *arg);

@@ -314,23 +314,15 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
         snprintf(err, errlen, "invalid argument: durability must be durable, write_ack or relaxed");
         return false;
     }
-    /* Replication (docs/replication.md): the options' defaults; the factor
-     * is clamped to the members alive now (a lone node: 1), min_insync to
-     * the factor. */
+    /* Replication (docs/replication.md): the options' defaults. The
+     * metastore clamps the factor to the members alive when it applies
+     * the record (a lone node: 1), min_insync to the factor: the answer
+     * shows what it decided. */
     int64_t factor =
         given[CF_FACTOR] ? b->replication_factor : TN_MAX(v->o.default_replication_factor, 1);
     if (factor < 1 || factor > TN_META_MAX_FACTOR) {
         snprintf(err, errlen, "invalid argument: replication_factor must be 1..%d",
                  TN_META_MAX_FACTOR);
-        return false;
-    }
-    /* Replicated topics stay behind the switch while the fault suite still
-     * finds anomalies; refused whatever the cluster size, so the answer
-     * does not depend on it. */
-    if (factor > 1 && !v->o.experimental_replication) {
-        snprintf(err, errlen,
-                 "replicated topics are experimental in this release: start every node with "
-                 "--experimental-replication to use them (docs/replication.md)");
         return false;
     }
     int64_t min_insync = given[CF_MIN_INSYNC] ? b->min_insync : TN_MAX(v->o.min_insync_replicas, 1);
@@ -341,8 +333,8 @@ static bool topic_from_body(tn_v1_t *v, const create_body_t *b, const bool *give
                  factor);
         return false;
     }
-    t->replication_factor = tn_meta_state_clamp_factor(tn_meta_state(v->meta), (unsigned)factor);
-    t->min_insync = (uint8_t)TN_MIN(min_insync, (int64_t)t->replication_factor);
+    t->replication_factor = (uint8_t)factor;
+    t->min_insync = (uint8_t)TN_MIN(min_insync, factor);
     t->created_at_ms = tn_now_wall_ms();
     return true;
 }
@@ -608,6 +600,7 @@ static void on_topic_create(tn_http_request_t *r, void *arg)
         snprintf(c.topic.owner, sizeof(c.topic.owner), "%.*s", TN_USERNAME_MAX, r->principal);
     c.type = TN_MC_TOPIC_PUT;
     c.if_absent = true;
+    c.clamp = true; /* the factor asked: the metastore clamps it */
     c.topic.native = true;
     (void)op_start(v, r, &c, on_create_recorded, given[CF_PARENT] ? b.parent : NULL,
                    b.fanout_delay_ms, NULL);

@@ -1015,9 +1015,12 @@ static void test_cluster_timeouts(void **state)
     expect_refused(a4, NULL, "cluster-heartbeat-interval", "100ms..1m");
 }
 
-/* Replicated topics are behind experimental-replication (default off): a
- * default factor above 1 without it is a configuration error naming it. */
-static void test_experimental_replication(void **state)
+/* Replicated topics are on by default: default-replication-factor is 3
+ * (the metastore clamps it to the members alive), any factor 1..5 loads
+ * without another option, and experimental-replication, deprecated and
+ * gating nothing, still loads from a flag, a config file and the
+ * environment, so older command lines and files start. */
+static void test_replication_defaults(void **state)
 {
     (void)state;
     tn_config_t cfg;
@@ -1026,20 +1029,42 @@ static void test_experimental_replication(void **state)
     if (load(&cfg, a1, NULL, err, sizeof(err)) != 0)
         fail_msg("%s", err);
     assert_false(cfg.experimental_replication);
-    assert_int_equal(cfg.default_replication_factor, 1);
+    assert_int_equal(cfg.default_replication_factor, 3);
+    assert_int_equal(cfg.min_insync_replicas, 2);
     tn_config_fini(&cfg);
-    char *a2[] = {"ternd", "--default-replication-factor=3", NULL};
-    expect_refused(a2, NULL, "default-replication-factor 3 needs experimental-replication",
-                   "docs/replication.md");
-    char *a3[] = {"ternd", "--default-replication-factor=1", NULL};
-    if (load(&cfg, a3, NULL, err, sizeof(err)) != 0)
-        fail_msg("%s", err);
-    tn_config_fini(&cfg);
-    char *a4[] = {"ternd", "--experimental-replication", "--default-replication-factor=3", NULL};
+    for (int f = 1; f <= 5; f++) {
+        char flag[64];
+        snprintf(flag, sizeof(flag), "--default-replication-factor=%d", f);
+        char *a2[] = {"ternd", flag, NULL};
+        if (load(&cfg, a2, NULL, err, sizeof(err)) != 0)
+            fail_msg("factor %d refused: %s", f, err);
+        assert_int_equal(cfg.default_replication_factor, f);
+        assert_false(cfg.experimental_replication);
+        tn_config_fini(&cfg);
+    }
+    char *a3[] = {"ternd", "--default-replication-factor=6", NULL};
+    expect_refused(a3, NULL, "default-replication-factor", "1..5");
+    char *a4[] = {"ternd", "--experimental-replication", "--default-replication-factor=1", NULL};
     if (load(&cfg, a4, NULL, err, sizeof(err)) != 0)
         fail_msg("%s", err);
     assert_true(cfg.experimental_replication);
+    assert_int_equal(cfg.default_replication_factor, 1);
+    tn_config_fini(&cfg);
+    char *file = write_tmp("experimental-replication = true\n");
+    char cfgflag[256];
+    snprintf(cfgflag, sizeof(cfgflag), "--config=%s", file);
+    char *a5[] = {"ternd", cfgflag, NULL};
+    if (load(&cfg, a5, NULL, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_true(cfg.experimental_replication);
     assert_int_equal(cfg.default_replication_factor, 3);
+    tn_config_fini(&cfg);
+    unlink(file);
+    free(file);
+    char *e6[] = {"TERN_EXPERIMENTAL_REPLICATION=true", NULL};
+    if (load(&cfg, a1, e6, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_true(cfg.experimental_replication);
     tn_config_fini(&cfg);
 }
 
@@ -1126,7 +1151,7 @@ int main(void)
         cmocka_unit_test(test_cluster_secret),
         cmocka_unit_test(test_cluster_security),
         cmocka_unit_test(test_cluster_timeouts),
-        cmocka_unit_test(test_experimental_replication),
+        cmocka_unit_test(test_replication_defaults),
         cmocka_unit_test(test_serve_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

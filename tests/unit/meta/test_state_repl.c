@@ -457,6 +457,115 @@ static void test_update_keeps_factor(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* A TOPIC_PUT with clamp carries the factor asked; its apply clamps it to
+ * the members alive and live in the replicated state (so every replica,
+ * whichever node took the request, records the same), min_insync to the
+ * factor. Without clamp (an older build's entry, a snapshot record) the
+ * factor is taken as written. A copy sent again after the members changed
+ * still answers as the first did. */
+static void test_clamp_at_apply(void **state)
+{
+    (void)state;
+    /* The flag round-trips in bit 6; an unknown bit 7 is refused. */
+    tn_meta_cmd_t c = topic("orders", 2, 3, 2), d;
+    c.clamp = true;
+    roundtrip(&c, &d);
+    assert_true(d.clamp);
+    assert_int_equal(d.topic.replication_factor, 3);
+    tn_meta_cmd_fini(&d);
+    tn_meta_cmd_t plain = topic("orders", 2, 3, 2);
+    roundtrip(&plain, &d);
+    assert_false(d.clamp);
+    tn_meta_cmd_fini(&d);
+    assert_int_equal(decode_patched(&c, 0, 1 | TN_META_TOPIC_REPL | TN_META_TOPIC_CLAMP), 0);
+    assert_int_equal(decode_patched(&c, 0, 1 | TN_META_TOPIC_REPL | 128), TN_ECORRUPT);
+
+    /* No member yet (a lone node before its registration): factor 1. */
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(&s, "orders");
+    assert_int_equal(e->rec.replication_factor, 1);
+    assert_int_equal(e->rec.min_insync, 1);
+    assert_null(tn_meta_state_pstate(&s, "orders", 0));
+    /* One member: factor 1, a single owner as before. */
+    assert_int_equal(apply(&s, reg(1, 11)), 0);
+    tn_meta_cmd_t lone = topic("lone", 1, 3, 2);
+    lone.clamp = true;
+    assert_int_equal(tn_meta_state_apply(&s, &lone), 0);
+    e = tn_meta_topic_find(&s, "lone");
+    assert_int_equal(e->rec.replication_factor, 1);
+    assert_int_equal(e->rec.min_insync, 1);
+    assert_null(tn_meta_state_pstate(&s, "lone", 0));
+    assert_int_equal(tn_meta_state_owner(&s, "lone", 0), 1);
+    /* Two: factor 2, min_insync 3 asked clamps to 2. */
+    assert_int_equal(apply(&s, reg(2, 12)), 0);
+    tn_meta_cmd_t two = topic("two", 1, 3, 3);
+    two.clamp = true;
+    assert_int_equal(tn_meta_state_apply(&s, &two), 0);
+    e = tn_meta_topic_find(&s, "two");
+    assert_int_equal(e->rec.replication_factor, 2);
+    assert_int_equal(e->rec.min_insync, 2);
+    assert_int_equal(tn_meta_state_pstate(&s, "two", 0)->nreplicas, 2);
+    /* Three: factor 3 as asked. */
+    assert_int_equal(apply(&s, reg(3, 13)), 0);
+    tn_meta_cmd_t three = topic("three", 2, 3, 2);
+    three.clamp = true;
+    assert_int_equal(tn_meta_state_apply(&s, &three), 0);
+    e = tn_meta_topic_find(&s, "three");
+    assert_int_equal(e->rec.replication_factor, 3);
+    assert_int_equal(e->rec.min_insync, 2);
+    expect_replicas(tn_meta_state_pstate(&s, "three", 0), 1, 2, 3);
+    /* The same entry without clamp (an older build's) keeps the factor. */
+    tn_meta_cmd_t old = topic("old", 1, 3, 2);
+    tn_meta_state_t s1;
+    tn_meta_state_init(&s1);
+    assert_int_equal(apply(&s1, reg(1, 11)), 0);
+    assert_int_equal(tn_meta_state_apply(&s1, &old), 0);
+    assert_int_equal(tn_meta_topic_find(&s1, "old")->rec.replication_factor, 3);
+    tn_meta_state_fini(&s1);
+    /* Member 3's session ends: the next creation counts two members. */
+    assert_int_equal(apply(&s, fence(3, 13)), 0);
+    tn_meta_cmd_t after = topic("after", 1, 3, 2);
+    after.clamp = true;
+    assert_int_equal(tn_meta_state_apply(&s, &after), 0);
+    assert_int_equal(tn_meta_topic_find(&s, "after")->rec.replication_factor, 2);
+    /* "three" sent again now answers as its first copy did (made with 3
+     * alive, now 2); a different create of that name still conflicts. */
+    three.again = true;
+    assert_int_equal(tn_meta_state_apply(&s, &three), 0);
+    tn_meta_cmd_t other = three;
+    other.topic.partitions = 5;
+    assert_int_equal(tn_meta_state_apply(&s, &other), UV_EEXIST);
+    three.again = false;
+    assert_int_equal(tn_meta_state_apply(&s, &three), UV_EEXIST);
+    /* A dead member (MEMBER_STATUS) does not count either. */
+    tn_meta_cmd_t dead;
+    memset(&dead, 0, sizeof(dead));
+    dead.type = TN_MC_MEMBER_STATUS;
+    dead.member.id = 2;
+    dead.member.status = TN_MEMBER_DEAD;
+    dead.member.heartbeat_ms = 1000;
+    assert_int_equal(tn_meta_state_apply(&s, &dead), 0);
+    tn_meta_cmd_t last = topic("last", 1, 3, 2);
+    last.clamp = true;
+    assert_int_equal(tn_meta_state_apply(&s, &last), 0);
+    assert_int_equal(tn_meta_topic_find(&s, "last")->rec.replication_factor, 1);
+    /* Snapshots keep every record as it was made, without the flag. */
+    tn_buf_t snap;
+    tn_buf_init(&snap);
+    assert_int_equal(tn_meta_state_snapshot(&s, &snap), 0);
+    tn_meta_state_t back;
+    tn_meta_state_init(&back);
+    assert_int_equal(tn_meta_state_restore(&back, tn_buf_data(&snap), tn_buf_size(&snap)), 0);
+    assert_int_equal(tn_meta_topic_find(&back, "three")->rec.replication_factor, 3);
+    assert_int_equal(tn_meta_topic_find(&back, "two")->rec.replication_factor, 2);
+    assert_int_equal(tn_meta_topic_find(&back, "lone")->rec.replication_factor, 1);
+    tn_meta_state_fini(&back);
+    tn_buf_fini(&snap);
+    tn_meta_state_fini(&s);
+}
+
 static void test_fence_on_session_end(void **state)
 {
     (void)state;
@@ -870,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_codec_part_commands),
         cmocka_unit_test(test_placement),
         cmocka_unit_test(test_update_keeps_factor),
+        cmocka_unit_test(test_clamp_at_apply),
         cmocka_unit_test(test_fence_on_session_end),
         cmocka_unit_test(test_new_incarnation_fences),
         cmocka_unit_test(test_restart_fences),
