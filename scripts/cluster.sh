@@ -23,7 +23,9 @@
 # The ternd binary is $TERND (default ./build/ternd); DIR/nodeN/command
 # names it by its absolute path. $TERND_ARGS (split at spaces) go to every
 # ternd this run starts, after the command file's own (e.g.
-# TERND_ARGS=--experimental-replication for replicated topics). Nothing here is for production: every key
+# TERND_ARGS=--default-replication-factor=1 for single-owner topics; topics
+# are replicated on all three nodes by default, factor 3, min_insync 2).
+# Nothing here is for production: every key
 # sits unencrypted in DIR; docs/cluster.md shows the same steps for three
 # hosts.
 set -euo pipefail

@@ -397,8 +397,9 @@ class Cluster:
     def wait_alive(self, n, timeout=60):
         """Wait until every running node's own /v1/cluster/members marks n
         members alive: each node answers from its own copy of the
-        metastore, and a create that clamps its replication factor to the
-        members alive reads the copy of the node it lands on."""
+        metastore. The metastore clamps a new topic's replication factor
+        (default 3) to the members alive when it applies the create, so a
+        topic made before the members registered gets a smaller factor."""
         for node in self.running():
             wait_until(f"node {node.id} seeing {n} alive members",
                        lambda x=node: x.alive_members() == n, timeout)

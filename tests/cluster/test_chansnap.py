@@ -36,7 +36,7 @@ TOPIC = "cs"
 CLIENT = {"X-Tern-Client": "cluster-test"}
 VISIBILITY_MS = 120000  # nothing may come back by a lease running out
 ARGS = ["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s",
-        "--experimental-replication", "--min-insync-replicas=2",
+        "--min-insync-replicas=2",
         "--member-session-timeout=3s"]
 N = 200
 

@@ -40,7 +40,7 @@ from nsqwire import Conn  # noqa: E402  (tests/e2e)
 OCTET = {"Content-Type": "application/octet-stream"}
 CLIENT = {"X-Tern-Client": "test-nsq-replicated"}
 DELAY_MS = 3000
-ARGS = ["--experimental-replication", "--default-replication-factor=3",
+ARGS = ["--default-replication-factor=3",
         "--min-insync-replicas=2", "--member-session-timeout=2s",
         "--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s"]
 

@@ -51,7 +51,7 @@ class ProduceForward(harness.ClusterTest):
 
     def start(self, n=3, args=(), **kw):
         # Every case makes replicated topics: they need the switch.
-        c = self.make(n, args=["--experimental-replication", *args], **kw).start()
+        c = self.make(n, args=[*args], **kw).start()
         c.wait_alive(n)
         return c
 

@@ -23,7 +23,7 @@ import repl_ledger as rl  # noqa: E402
 from harness import wait_until  # noqa: E402
 
 CLIENT = {"X-Tern-Client": "repair-test"}
-ARGS = ["--experimental-replication", "--replica-lag-time-max=2s", "--min-insync-replicas=2",
+ARGS = ["--replica-lag-time-max=2s", "--min-insync-replicas=2",
         "--member-session-timeout=3s", "--segment-bytes=64KiB"]
 TOPIC = "rp"
 

@@ -2,7 +2,7 @@
 partitions (docs/replication.md, "Not built yet": forwarded consumes to the
 leaders of replicated child topics were seen missing their RPC deadline).
 
-Three nodes with --experimental-replication and factor 3 by default: a
+Three nodes with factor 3 by default: a
 parent with 3 partitions and a child made with it (parent partition p feeds
 child partition p, both replicated, each partition led by another node).
 Messages go to every parent partition through every node; the child is then
@@ -32,7 +32,7 @@ from harness import wait_until  # noqa: E402
 
 OCTET = {"Content-Type": "application/octet-stream"}
 CLIENT = {"X-Tern-Client": "test-repl-children"}
-ARGS = ["--experimental-replication", "--default-replication-factor=3",
+ARGS = ["--default-replication-factor=3",
         "--replica-lag-time-max=2s"]
 MISSED = "no reply within the deadline"
 

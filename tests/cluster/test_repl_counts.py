@@ -2,8 +2,8 @@
 in docs/replication.md): a replicated partition's log holds control
 records (each leader's EPOCH_START, the PRODUCER mark ahead of every
 forwarded batch) that take offsets but are not messages. Three real nodes
-with --experimental-replication and --default-replication-factor=3; the
-same publishes go to replicated topics and to a factor-1 topic through
+with --default-replication-factor=3 (the default, said again); the same
+publishes go to replicated topics and to a factor-1 topic through
 NSQ TCP (PUB, MPUB), NSQ HTTP (/pub, /mpub) and /v1 (produce, batch), on
 the leaders and (/v1) on the other nodes (forwarded: a PRODUCER mark
 each), and
@@ -42,7 +42,7 @@ import harness  # noqa: E402
 import nsqwire  # noqa: E402  (tests/e2e)
 from harness import wait_until  # noqa: E402
 
-ARGS = ["--experimental-replication", "--default-replication-factor=3",
+ARGS = ["--default-replication-factor=3",
         "--min-insync-replicas=2", "--member-session-timeout=3s",
         "--replica-lag-time-max=2s", "--leader-rebalance-delay=3600s"]
 OCTET = {"Content-Type": "application/octet-stream"}

@@ -51,7 +51,7 @@ class ReplOps(harness.ClusterTest):
     def start(self, *args):
         """Three nodes, every one alive in node 1's metastore replica: a
         topic's factor is clamped to the members alive when it is made."""
-        self.c = self.make(3, args=["--experimental-replication", *args])
+        self.c = self.make(3, args=[*args])
         self.c.start()
         self.c.wait_alive(3)
         return self.c.nodes[0]

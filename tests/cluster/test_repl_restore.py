@@ -2,7 +2,7 @@
 (docs/operations.md, "Backup and restore"; docs/replication.md,
 "Incarnations"): `ternctl restore --rejoin`.
 
-Three nodes, --experimental-replication, a topic of one partition with
+Three nodes, a topic of one partition with
 factor 3 and min_insync 2: node 1 leads (replicas 1, 2, 3), node 3 is the
 one restored. Messages A are acknowledged, `ternctl backup` copies every
 member (each copy carries its data directory's incarnation), messages B
@@ -47,7 +47,7 @@ from harness import PASSWORD, wait_until  # noqa: E402
 TERNCTL = None
 OCTET = {"Content-Type": "application/octet-stream"}
 CLIENT = {"X-Tern-Client": "test-repl-restore"}
-ARGS = ["--experimental-replication", "--replica-lag-time-max=2s",
+ARGS = ["--replica-lag-time-max=2s",
         "--member-session-timeout=3s", "--min-insync-replicas=2"]
 FEW = "not enough in-sync replicas"
 

@@ -23,7 +23,6 @@ from harness import wait_until  # noqa: E402
 
 OCTET = {"Content-Type": "application/octet-stream"}
 LAG = "--replica-lag-time-max=2s"
-EXPERIMENTAL = "--experimental-replication"  # replicated topics need it
 
 
 class Replica(harness.ClusterTest):
@@ -31,7 +30,7 @@ class Replica(harness.ClusterTest):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
     def start(self, n=3, args=()):
-        c = self.make(n, args=[EXPERIMENTAL, LAG, *args]).start()
+        c = self.make(n, args=[LAG, *args]).start()
         c.wait_alive(n)
         return c
 
@@ -229,7 +228,7 @@ class Replica(harness.ClusterTest):
         # close loop (it did: a double free). Five members so that the
         # metastore keeps its quorum with t/0's followers stopped; long
         # lag and session timeouts keep them in the ISR and alive meanwhile.
-        c = self.make(5, args=[EXPERIMENTAL, "--replica-lag-time-max=120s",
+        c = self.make(5, args=["--replica-lag-time-max=120s",
                                "--member-session-timeout=120s"]).start()
         c.wait_alive(5)
         # Placement (replication.md): partition 0 on the first three

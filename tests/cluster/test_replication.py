@@ -94,7 +94,7 @@ VISIBILITY_MS = 10000
 SESSION = 3.0  # member-session-timeout, seconds
 BASE_ARGS = ["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s",
              "--segment-bytes=64KiB"]
-REPL_ARGS = ["--experimental-replication", "--default-replication-factor=3", "--min-insync-replicas=2",
+REPL_ARGS = ["--default-replication-factor=3", "--min-insync-replicas=2",
              f"--member-session-timeout={int(SESSION)}s"]
 ROUNDS = 2
 POWERLOSS_TERND = None

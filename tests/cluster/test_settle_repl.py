@@ -26,7 +26,7 @@ TOPIC = "sr"
 CLIENT = {"X-Tern-Client": "cluster-test"}
 VISIBILITY_MS = 60000  # nothing may come back by a lease running out
 BASE_ARGS = ["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s"]
-REPL_ARGS = ["--experimental-replication", "--default-replication-factor=3", "--min-insync-replicas=2",
+REPL_ARGS = ["--default-replication-factor=3", "--min-insync-replicas=2",
              "--member-session-timeout=3s"]
 N, ACKED = 200, 100
 
