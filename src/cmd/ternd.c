@@ -1155,9 +1155,10 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         return rc;
     }
     if (cfg->experimental_replication)
-        TN_LOG(TN_LOG_NOTICE, "experimental-replication is deprecated and has no effect: "
-                              "replicated topics are on by default (default-replication-factor "
-                              "%" PRId64 ")",
+        TN_LOG(TN_LOG_NOTICE,
+               "experimental-replication is deprecated and has no effect: "
+               "replicated topics are on by default (default-replication-factor "
+               "%" PRId64 ")",
                cfg->default_replication_factor);
     if (!cfg->security_enabled)
         TN_LOG(TN_LOG_WARN, "security is OFF (security-enabled=false): /v1 asks for no "

@@ -606,8 +606,7 @@ static bool made_by(const tn_meta_topic_t *rec, const tn_meta_cmd_t *c)
     tn_meta_topic_t want = c->topic;
     if (c->clamp && tn_meta_topic_factor(rec) <= tn_meta_topic_factor(&c->topic)) {
         want.replication_factor = tn_meta_topic_factor(rec);
-        want.min_insync =
-            TN_MIN(tn_meta_topic_min_insync(&c->topic), tn_meta_topic_factor(rec));
+        want.min_insync = TN_MIN(tn_meta_topic_min_insync(&c->topic), tn_meta_topic_factor(rec));
     }
     return tn_meta_topic_fingerprint(rec) == tn_meta_topic_fingerprint(&want);
 }
