@@ -57,10 +57,14 @@ class ReplChildren(harness.ClusterTest):
         status, body = n1.request("POST", "/v1/topics",
                                   {"name": "par", "partitions": 3, "replication_factor": 3})
         self.assertEqual(status, 201, body)
-        # 503 "the parent topic is not ready" until its partitions are placed.
-        status, body = wait_until("kid made as par's child", lambda: (lambda r: r if r[0] != 503
-                                  else None)(n1.request("POST", "/v1/topics",
-                                                        {"name": "kid", "parent": "par"})))
+        # A create with a parent makes the topic, then attaches it; the
+        # attach answers 503 "the parent topic is not ready" while the
+        # parent's partitions are not placed yet, after the child was made
+        # (a retry would then find it: 409). So wait for par's leaders on
+        # every node first, and create the child once.
+        wait_until("a leader for every partition of par on every node",
+                   lambda: all(self.leaders(n, "par") for n in c.nodes))
+        status, body = n1.request("POST", "/v1/topics", {"name": "kid", "parent": "par"})
         self.assertEqual(status, 201, body)
         self.assertEqual((body["role"], body["replication_factor"], body["partitions"]),
                          ("child", 3, 3), body)
