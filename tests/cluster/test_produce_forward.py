@@ -50,8 +50,9 @@ class ProduceForward(harness.ClusterTest):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
     def start(self, n=3, args=(), **kw):
-        # Every case makes replicated topics: they need the switch.
-        c = self.make(n, args=[*args], **kw).start()
+        # Every case makes replicated topics (no option needed any more);
+        # wait_alive so that the metastore does not clamp their factor.
+        c = self.make(n, args=list(args), **kw).start()
         c.wait_alive(n)
         return c
 
