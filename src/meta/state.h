@@ -26,7 +26,10 @@
  * MEMBER_DRAIN when draining). An older snapshot (MEMBER_REG or MEMBER_PUT
  * members, no owners) still restores.
  *
- * Replicated partitions (replication_factor > 1; docs/replication.md):
+ * Replicated partitions (replication_factor > 1; docs/replication.md): a
+ * TOPIC_PUT with clamp (cmd.h) that makes a topic records
+ * min(asked, members alive and live) as its factor, decided here at apply
+ * so that every replica records the same whichever node proposed it;
  * placement picks min(factor, n) members from the same eligible list,
  * starting at index p mod n and wrapping, so that leadership spreads, and
  * makes the partition's tn_pstate_t (meta/partstate.h) over them; owners[p]
