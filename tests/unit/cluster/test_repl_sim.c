@@ -500,6 +500,12 @@ static void do_actions(sim_t *s, node_t *nd, uint32_t p, const tn_repl_actions_t
         case TN_REPL_ACT_REFRESH:
             net_send(s, msg_new(&m, M_META, nd->id, CTL, p));
             break;
+        case TN_REPL_ACT_RESET:
+            /* Only an OUT_OF_RANGE answer asks it, and no simulated log
+             * has retention to answer one. */
+            violation(s, "node %u p%u: reset to %" PRIu64 " with no retention", nd->id, p,
+                      a->offset);
+            break;
         }
     }
 }
