@@ -401,6 +401,26 @@ static void on_diverging(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_action
         ev->u.diverging.last_fetched_epoch != r->last_epoch)
         return; /* answers a fetch from another log: a late copy */
     r->fetching = false;
+    if (ev->u.diverging.epoch == 0) {
+        /* Undefined: the leader holds no epoch at or below this log's
+         * latest, and its history starts at end_offset (retention trimmed
+         * it, or it never had ours). Every record here has such an
+         * epoch, so each one at or past end_offset differs from the
+         * leader's there and each one below lies below the partition's
+         * log start: the copy empties and restarts at end_offset
+         * (storage/epochs.h: TN_EPOCHS_RESET). A committed record cannot
+         * be among those at or past it (it would carry the leader's
+         * epoch), so end_offset is at or above the hw; below it, refused
+         * as any point below the hw is. */
+        r->next_fetch_at = ev->now + r->cfg.fetch_timeout_ms;
+        if (ev->u.diverging.end_offset < r->hw) {
+            truncate_to(r, ev->u.diverging.end_offset, out);
+            return;
+        }
+        tn_repl_action_t *a = push(out, TN_REPL_ACT_RESET);
+        a->offset = ev->u.diverging.end_offset;
+        return;
+    }
     uint32_t found = 0;
     uint64_t own_end = 0;
     if (r->cfg.epoch_end(r->cfg.epoch_end_arg, ev->u.diverging.epoch, &found, &own_end) < 0) {

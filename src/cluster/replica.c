@@ -896,8 +896,9 @@ static void follower_reset(part_t *pt, uint64_t start)
         return;
     TN_LOG(TN_LOG_NOTICE,
            "replica %s/%" PRIu32 ": the leader's log starts at %" PRIu64
-           ", past this copy's end %" PRIu64
-           " (retention removed what it lacks): emptying it to restart there",
+           " and this copy (end %" PRIu64
+           ") holds nothing past it the leader keeps (retention removed what it lacks, or "
+           "its epochs are older than the leader's first): emptying it to restart there",
            pt->topic, pt->p, start, tn_plog_written_next(pt->plog));
     memset(&pt->trunc, 0, sizeof(pt->trunc));
     pt->trunc.data = pt;

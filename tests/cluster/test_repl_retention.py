@@ -4,8 +4,9 @@ rejoins the ISR (docs/replication.md, "Storage of a replica": OUT_OF_RANGE
 and the reset). Before, its fetches were answered with nothing, for ever,
 and it never came back.
 
-Three nodes, a topic of one partition with factor 3 and min_insync 2
-(node 1 leads; replicas 1, 2, 3), 64 KiB segments, a retention of 5 s
+Five nodes (nodes 4 and 5 keep the metastore's majority while two
+replicas are away), a topic of one partition with factor 3 and min_insync
+2 (node 1 leads; replicas 1, 2, 3), 64 KiB segments, a retention of 5 s
 checked every second. Checked, in order:
 
 - node 3 stopped (its data kept) while the leader writes several segments
@@ -15,10 +16,15 @@ checked every second. Checked, in order:
 - node 2 stopped and its data directory wiped, the same again: its empty
   log fetching from 0 is restarted at the leader's start and it is back in
   the ISR;
-- the leader (node 1) killed: node 2, whose copy began at the leader's
-  start, leads; publishes through it are acknowledged (which needs node 3's
-  flush too), and a consumer gets every one of them and nothing never
-  produced;
+- node 3 stopped (SIGSTOP: it keeps its high watermark) and the leader
+  (node 1) killed: node 2, whose copy began at the old leader's start,
+  leads epoch 2, and its retention drops every record of epoch 1; node 3
+  continued, its log ending in epoch 1, shares no epoch with node 2 (a
+  DIVERGING answer with no epoch): it restarts its copy at node 2's start
+  (before: "refusing to truncate committed records", out of the ISR for
+  good) and is back in the ISR; publishes through node 2 are then
+  acknowledged (which needs node 3's flush), and a consumer gets every one
+  of them and nothing never produced; node 1, restarted, is back too;
 - at the end every pair of replicas holds the same records at every offset
   both still hold.
 
@@ -27,6 +33,7 @@ Run: python3 tests/cluster/test_repl_retention.py --ternd build/ternd
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 
@@ -71,9 +78,9 @@ class ReplRetention(harness.ClusterTest):
 
     def test_a_copy_behind_the_leaders_start_restarts_there(self):
         self.attempted, self.acked = set(), []
-        c = self.make(3, args=ARGS).start()
-        c.wait_alive(3)
-        n1, n2, n3 = c.nodes
+        c = self.make(5, args=ARGS).start()
+        c.wait_alive(5)
+        n1, n2, n3 = c.nodes[:3]
         status, body = n1.request("POST", "/v1/topics", {"name": "rt", "partitions": 1,
                                                          "replication_factor": 3,
                                                          "min_insync_replicas": 2})
@@ -107,10 +114,21 @@ class ReplRetention(harness.ClusterTest):
         wait_until("node 2 back in the ISR", lambda: self.in_isr(n1, 2), 120)
         self.assertGreaterEqual(n2.metric("tern_replica_resets_total"), 1, n2.log())
 
-        # Node 2's copy began at the leader's start: it leads next.
-        n1.kill()
-        ps = wait_until("node 2 leads rt/0", lambda: (
-            (s := self.state(n2)) and s.get("leader") == "2" and s), 60)
+        # Node 2's copy began at the leader's start: it leads next, with
+        # node 3 stopped, and its retention drops every record of epoch 1.
+        os.kill(n3.pid, signal.SIGSTOP)
+        try:
+            n1.kill()
+            ps = wait_until("node 2 leads rt/0", lambda: (
+                (s := self.state(n2)) and s.get("leader") == "2" and s), 60)
+            epoch_start = ps["log_end"] - 1
+            wait_until("node 2's log to start at its epoch", lambda: (
+                self.state(n2)["oldest_offset"] >= epoch_start), 120)
+        finally:
+            os.kill(n3.pid, signal.SIGCONT)
+        wait_until("node 3 back in the ISR", lambda: self.in_isr(n2, 3), 120)
+        self.assertGreaterEqual(n3.metric("tern_replica_resets_total"), 2, n3.log())
+        self.assertNotIn("refusing to truncate", n3.log())
         d_from = len(self.acked)
         self.produce_acked(n2, "D", 30)
         d = set(self.acked[d_from:])
@@ -141,7 +159,8 @@ class ReplRetention(harness.ClusterTest):
         for n in c.nodes:
             self.assertEqual(n.stop(), 0, n.log())
         logs = {n.id: {x.offset: x.digest for x in
-                       repl_ledger.read_replica(n.data, ["rt"])[("rt", 0)]} for n in c.nodes}
+                       repl_ledger.read_replica(n.data, ["rt"])[("rt", 0)]}
+                for n in (n1, n2, n3)}
         for a in logs:
             for b in logs:
                 both = set(logs[a]) & set(logs[b])
