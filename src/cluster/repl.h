@@ -57,15 +57,15 @@ typedef struct tn_repl_fetch_s {
 } tn_repl_fetch_t;
 
 typedef enum {
-    TN_REPL_EV_STATE,       /* the metastore applied a partition state: u.state */
-    TN_REPL_EV_LOG,         /* the local log: u.log (after appends, flushes, truncations) */
-    TN_REPL_EV_FETCH,       /* leader: a follower's fetch, u.fetch */
-    TN_REPL_EV_RECORDS,     /* follower: answer with records, u.records */
-    TN_REPL_EV_DIVERGING,   /* follower: answer DIVERGING, u.diverging */
-    TN_REPL_EV_FETCH_ERROR, /* follower: answer FENCED/UNKNOWNEPOCH/REMOTE, u.error */
-    TN_REPL_EV_ISR_REFUSED, /* leader: the CAS was refused, u.refused */
-    TN_REPL_EV_TICK,        /* time passed */
-    TN_REPL_EV_CHANNELS,    /* leader: a follower's channel state caught up or not, u.channels */
+    TN_REPL_EV_STATE,        /* the metastore applied a partition state: u.state */
+    TN_REPL_EV_LOG,          /* the local log: u.log (after appends, flushes, truncations) */
+    TN_REPL_EV_FETCH,        /* leader: a follower's fetch, u.fetch */
+    TN_REPL_EV_RECORDS,      /* follower: answer with records, u.records */
+    TN_REPL_EV_DIVERGING,    /* follower: answer DIVERGING, u.diverging */
+    TN_REPL_EV_FETCH_ERROR,  /* follower: answer FENCED/UNKNOWNEPOCH/REMOTE, u.error */
+    TN_REPL_EV_ISR_REFUSED,  /* leader: the CAS was refused, u.refused */
+    TN_REPL_EV_TICK,         /* time passed */
+    TN_REPL_EV_CHANNELS,     /* leader: a follower's channel state caught up or not, u.channels */
     TN_REPL_EV_OUT_OF_RANGE, /* follower: answer OUT_OF_RANGE, u.out_of_range */
 } tn_repl_ev_type_t;
 
@@ -130,10 +130,11 @@ typedef enum {
 
 typedef struct tn_repl_action_s {
     tn_repl_act_type_t type;
-    uint32_t node;   /* peer: answers and FETCH */
-    uint32_t epoch;  /* EPOCH_START, DIVERGING, ANSWER_RECORDS (leader epoch) */
-    uint64_t offset; /* EPOCH_START, RECORDS (from), DIVERGING, TRUNCATE*, HW, APPEND (from), RESET */
-    uint64_t count;  /* APPEND; DIVERGING: the fetch_offset it answers */
+    uint32_t node;  /* peer: answers and FETCH */
+    uint32_t epoch; /* EPOCH_START, DIVERGING, ANSWER_RECORDS (leader epoch) */
+    uint64_t
+        offset; /* EPOCH_START, RECORDS (from), DIVERGING, TRUNCATE*, HW, APPEND (from), RESET */
+    uint64_t count;              /* APPEND; DIVERGING: the fetch_offset it answers */
     uint32_t last_fetched_epoch; /* DIVERGING: the one it answers */
     uint64_t hw;                 /* ANSWER_RECORDS, TRUNCATE_REFUSED */
     int err;                     /* ANSWER_ERROR */

@@ -858,8 +858,8 @@ static void reset_finished(part_t *pt, int status)
                   ": %s",
                   pt->topic, pt->p, pt->reset_to, tn_strerror(status));
     else
-        TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": its log restarts at %" PRIu64,
-               pt->topic, pt->p, pt->reset_to);
+        TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": its log restarts at %" PRIu64, pt->topic,
+               pt->p, pt->reset_to);
     if (pt->dead || pt->rm->closing) {
         part_maybe_free(pt);
         return;
