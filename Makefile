@@ -105,25 +105,26 @@ soak: build
 	cd $(BUILD) && TERN_SOAK=1 TERN_SOAK_SECONDS=$(SOAK_SECONDS) TERN_SIM_SCHEDULES=$(SIM_SCHEDULES) ctest --output-on-failure \
 		-j $(JOBS) -L soak --stop-time $$(date -d "+$(SOAK_SECONDS) seconds" +%H:%M:%S)
 
-# The replication fault suite (tests/cluster/test_replication.py: the
-# ledger checker and the eleven fault cases of docs/replication.md), one
-# case after another. Replication is on by default (factor 3), but the
-# suite still finds anomalies (docs/replication.md, "Not built yet, and
-# known faults" lists them), so it is not part of make test.
+# The replication fault suite alone (tests/cluster/test_replication.py:
+# the ledger checker and the fault cases of docs/replication.md), one case
+# after another; make test runs them too.
 repl-suite: build
-	cd $(BUILD) && TERN_REPL_SUITE=1 ctest --output-on-failure -R '^cluster_repl_[0-9]'
+	cd $(BUILD) && ctest --output-on-failure -L replsuite
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer,
 # but the Debian package test (label package: it builds its own release
 # tree, so nothing of it would run sanitized), the deployment checks
-# (label deploy: manifests, chart, promtool) and the browser test (label
+# (label deploy: manifests, chart, promtool), the browser test (label
 # console: Chromium driving the page; the console's C side, its routes and
-# headers, runs sanitized in unit_api_test_console and e2e_console). They
-# test files and the browser, not ternd's memory, and keep CI's time down.
+# headers, runs sanitized in unit_api_test_console and e2e_console) and the
+# replication fault suite (label replsuite: a dozen clusters under load for
+# ten minutes; the replicated paths it drives run sanitized in
+# cluster_replica, cluster_repair, cluster_chansnap and the other
+# replicated cluster tests). They keep CI's time down.
 asan: deps compat-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=address,undefined $(QUIET) >/dev/null
 	cmake --build build-asan -j $(JOBS) $(QUIET_MAKE)
-	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS) -LE 'package|deploy|console'
+	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS) -LE 'package|deploy|console|replsuite'
 
 # The threaded storage code under ThreadSanitizer.
 tsan: deps

@@ -222,6 +222,10 @@ static void repl_metrics(const tn_metrics_t *m, tn_buf_t *b)
     put(b, "tern_replica_truncations_total{result=\"done\"} %" PRIu64 "\n", rs.truncations);
     put(b, "tern_replica_truncations_total{result=\"refused\"} %" PRIu64 "\n",
         rs.truncations_refused);
+    scalar(b, "tern_replica_resets_total", "counter",
+           "follower copies emptied to restart at their leader's log start (retention removed "
+           "what they lacked)",
+           rs.resets);
 }
 
 /* The members this node's metastore replica records, alive and dead (a

@@ -145,10 +145,20 @@ int tn_fetch_reply_put_diverging(tn_buf_t *b, uint64_t hw, uint32_t epoch, uint6
     return rc;
 }
 
+int tn_fetch_reply_put_out_of_range(tn_buf_t *b, uint64_t hw, uint64_t start)
+{
+    size_t at = b->len;
+    int rc = tn_buf_reserve(b, 18);
+    if (rc == 0 && ((rc = tn_wire_put_u16(b, TN_FETCH_OUT_OF_RANGE)) != 0 ||
+                    (rc = tn_wire_put_u64(b, hw)) != 0 || (rc = tn_wire_put_u64(b, start)) != 0))
+        b->len = at;
+    return rc;
+}
+
 int tn_fetch_reply_put_status(tn_buf_t *b, uint16_t status, uint64_t hw)
 {
     if (status == TN_FETCH_RECORDS || status == TN_FETCH_DIVERGING ||
-        status >= TN_FETCH__STATUS_COUNT)
+        status == TN_FETCH_OUT_OF_RANGE || status >= TN_FETCH__STATUS_COUNT)
         return UV_EINVAL;
     size_t at = b->len;
     int rc = tn_buf_reserve(b, 10);
@@ -186,6 +196,9 @@ static int get_rpart(tn_wire_in_t *in, tn_fetch_rpart_t *out)
     }
     case TN_FETCH_DIVERGING:
         (void)tn_wire_get_u32(in, &out->epoch);
+        (void)tn_wire_get_u64(in, &out->end_offset);
+        return in->err != 0 ? TN_EPROTO : 0;
+    case TN_FETCH_OUT_OF_RANGE:
         (void)tn_wire_get_u64(in, &out->end_offset);
         return in->err != 0 ? TN_EPROTO : 0;
     case TN_FETCH_FENCED:

@@ -41,6 +41,7 @@ enum {
     TN_FETCH_UNKNOWN_EPOCH = 3, /* ... newer than the callee knows */
     TN_FETCH_NOT_LEADER = 4,    /* the callee does not lead the partition */
     TN_FETCH_ERROR = 5,         /* the callee could not read its log */
+    TN_FETCH_OUT_OF_RANGE = 6,  /* fetch_offset is below the leader's log start (end_offset) */
     TN_FETCH__STATUS_COUNT
 };
 
@@ -92,7 +93,8 @@ typedef struct {
     const uint8_t *epochs; /* nepochs x 12 bytes: tn_fetch_rpart_epoch */
     const uint8_t *records;
     size_t records_len;
-    /* TN_FETCH_DIVERGING */
+    /* TN_FETCH_DIVERGING; end_offset also TN_FETCH_OUT_OF_RANGE (the
+     * leader's log start) */
     uint32_t epoch;
     uint64_t end_offset;
 } tn_fetch_rpart_t;
@@ -111,6 +113,9 @@ int tn_fetch_reply_put_records(tn_buf_t *b, uint64_t hw, uint64_t from, uint32_t
                                const tn_epoch_entry_t *epochs, uint32_t nepochs,
                                const void *records, size_t len);
 int tn_fetch_reply_put_diverging(tn_buf_t *b, uint64_t hw, uint32_t epoch, uint64_t end_offset);
+/* OUT_OF_RANGE: retention (or a drop) removed the records the follower
+ * lacks; the leader's log now starts at start. */
+int tn_fetch_reply_put_out_of_range(tn_buf_t *b, uint64_t hw, uint64_t start);
 /* A status with no more fields (FENCED, UNKNOWN_EPOCH, NOT_LEADER, ERROR). */
 int tn_fetch_reply_put_status(tn_buf_t *b, uint16_t status, uint64_t hw);
 /* Exact decode of a reply body (borrowed while out is used): checks every

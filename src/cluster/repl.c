@@ -269,7 +269,12 @@ static void on_fetch(tn_repl_t *r, const tn_repl_fetch_t *f, uint64_t now, tn_re
         answer_error(out, f->node, TN_EREMOTE);
         return;
     }
-    if (f->fetch_offset > 0) {
+    /* last_fetched_epoch 0 past offset 0: a copy with no history, emptied
+     * to restart at this log's start after OUT_OF_RANGE (on_out_of_range):
+     * nothing below its end to compare, as Kafka skips the check for a
+     * follower whose epoch cache is empty. A replicated log with records
+     * always has the epoch of its last one (storage/plog.h). */
+    if (f->fetch_offset > 0 && f->last_fetched_epoch != 0) {
         uint32_t found = 0;
         uint64_t end = 0;
         int rc = r->cfg.epoch_end(r->cfg.epoch_end_arg, f->last_fetched_epoch, &found, &end);
@@ -396,6 +401,26 @@ static void on_diverging(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_action
         ev->u.diverging.last_fetched_epoch != r->last_epoch)
         return; /* answers a fetch from another log: a late copy */
     r->fetching = false;
+    if (ev->u.diverging.epoch == 0) {
+        /* Undefined: the leader holds no epoch at or below this log's
+         * latest, and its history starts at end_offset (retention trimmed
+         * it, or it never had ours). Every record here has such an
+         * epoch, so each one at or past end_offset differs from the
+         * leader's there and each one below lies below the partition's
+         * log start: the copy empties and restarts at end_offset
+         * (storage/epochs.h: TN_EPOCHS_RESET). A committed record cannot
+         * be among those at or past it (it would carry the leader's
+         * epoch), so end_offset is at or above the hw; below it, refused
+         * as any point below the hw is. */
+        r->next_fetch_at = ev->now + r->cfg.fetch_timeout_ms;
+        if (ev->u.diverging.end_offset < r->hw) {
+            truncate_to(r, ev->u.diverging.end_offset, out);
+            return;
+        }
+        tn_repl_action_t *a = push(out, TN_REPL_ACT_RESET);
+        a->offset = ev->u.diverging.end_offset;
+        return;
+    }
     uint32_t found = 0;
     uint64_t own_end = 0;
     if (r->cfg.epoch_end(r->cfg.epoch_end_arg, ev->u.diverging.epoch, &found, &own_end) < 0) {
@@ -410,6 +435,27 @@ static void on_diverging(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_action
      * 0 in the shell, whose leader parks empty fetches instead). */
     r->next_fetch_at = ev->now + r->cfg.fetch_timeout_ms;
     truncate_to(r, point, out);
+}
+
+/* The leader's log starts above this one's end: retention (or a drop)
+ * removed every record this copy lacks, so no fetch from here can ever
+ * succeed. Every record this copy holds lies below the partition's log
+ * start, outside what the partition keeps, the hw included: the copy
+ * empties and restarts at the leader's start (Kafka's
+ * truncateFullyAndStartAt), its epochs history with it, and fetches again
+ * at the LOG event after it (one that changes nothing waits
+ * fetch_timeout_ms, as a truncation does). */
+static void on_out_of_range(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
+{
+    if (!answer_current(r, ev->u.out_of_range.leader_epoch) ||
+        ev->u.out_of_range.fetch_offset != r->end)
+        return; /* answers a fetch from another log: a late copy */
+    r->fetching = false;
+    r->next_fetch_at = ev->now + r->cfg.fetch_timeout_ms;
+    if (ev->u.out_of_range.start <= r->end)
+        return; /* not out of range for this log: ask again later */
+    tn_repl_action_t *a = push(out, TN_REPL_ACT_RESET);
+    a->offset = ev->u.out_of_range.start;
 }
 
 static void on_fetch_error(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
@@ -562,6 +608,9 @@ void tn_repl_step(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *ou
         break;
     case TN_REPL_EV_CHANNELS:
         on_channels(r, ev, out);
+        break;
+    case TN_REPL_EV_OUT_OF_RANGE:
+        on_out_of_range(r, ev, out);
         break;
     }
 }

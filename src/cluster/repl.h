@@ -57,15 +57,16 @@ typedef struct tn_repl_fetch_s {
 } tn_repl_fetch_t;
 
 typedef enum {
-    TN_REPL_EV_STATE,       /* the metastore applied a partition state: u.state */
-    TN_REPL_EV_LOG,         /* the local log: u.log (after appends, flushes, truncations) */
-    TN_REPL_EV_FETCH,       /* leader: a follower's fetch, u.fetch */
-    TN_REPL_EV_RECORDS,     /* follower: answer with records, u.records */
-    TN_REPL_EV_DIVERGING,   /* follower: answer DIVERGING, u.diverging */
-    TN_REPL_EV_FETCH_ERROR, /* follower: answer FENCED/UNKNOWNEPOCH/REMOTE, u.error */
-    TN_REPL_EV_ISR_REFUSED, /* leader: the CAS was refused, u.refused */
-    TN_REPL_EV_TICK,        /* time passed */
-    TN_REPL_EV_CHANNELS,    /* leader: a follower's channel state caught up or not, u.channels */
+    TN_REPL_EV_STATE,        /* the metastore applied a partition state: u.state */
+    TN_REPL_EV_LOG,          /* the local log: u.log (after appends, flushes, truncations) */
+    TN_REPL_EV_FETCH,        /* leader: a follower's fetch, u.fetch */
+    TN_REPL_EV_RECORDS,      /* follower: answer with records, u.records */
+    TN_REPL_EV_DIVERGING,    /* follower: answer DIVERGING, u.diverging */
+    TN_REPL_EV_FETCH_ERROR,  /* follower: answer FENCED/UNKNOWNEPOCH/REMOTE, u.error */
+    TN_REPL_EV_ISR_REFUSED,  /* leader: the CAS was refused, u.refused */
+    TN_REPL_EV_TICK,         /* time passed */
+    TN_REPL_EV_CHANNELS,     /* leader: a follower's channel state caught up or not, u.channels */
+    TN_REPL_EV_OUT_OF_RANGE, /* follower: answer OUT_OF_RANGE, u.out_of_range */
 } tn_repl_ev_type_t;
 
 typedef struct tn_repl_event_s {
@@ -96,6 +97,11 @@ typedef struct tn_repl_event_s {
             int err;               /* TN_EFENCED, TN_EUNKNOWNEPOCH, TN_EREMOTE */
         } error;
         struct {
+            uint32_t leader_epoch;
+            uint64_t start;        /* the leader's log start */
+            uint64_t fetch_offset; /* echoed from the fetch it answers */
+        } out_of_range;
+        struct {
             uint32_t partition_epoch; /* the controller's, at refusal */
         } refused;
         struct {
@@ -119,14 +125,16 @@ typedef enum {
     TN_REPL_ACT_TRUNCATE,           /* follower: truncate the log to offset (crash-safe) */
     TN_REPL_ACT_TRUNCATE_REFUSED,   /* follower: the point is below hw: report, stop fetching */
     TN_REPL_ACT_REFRESH,            /* ask the metastore for this partition's state */
+    TN_REPL_ACT_RESET,              /* follower: empty the log, restart it at offset (crash-safe) */
 } tn_repl_act_type_t;
 
 typedef struct tn_repl_action_s {
     tn_repl_act_type_t type;
-    uint32_t node;   /* peer: answers and FETCH */
-    uint32_t epoch;  /* EPOCH_START, DIVERGING, ANSWER_RECORDS (leader epoch) */
-    uint64_t offset; /* EPOCH_START, RECORDS (from), DIVERGING, TRUNCATE*, HW, APPEND (from) */
-    uint64_t count;  /* APPEND; DIVERGING: the fetch_offset it answers */
+    uint32_t node;  /* peer: answers and FETCH */
+    uint32_t epoch; /* EPOCH_START, DIVERGING, ANSWER_RECORDS (leader epoch) */
+    uint64_t
+        offset; /* EPOCH_START, RECORDS (from), DIVERGING, TRUNCATE*, HW, APPEND (from), RESET */
+    uint64_t count;              /* APPEND; DIVERGING: the fetch_offset it answers */
     uint32_t last_fetched_epoch; /* DIVERGING: the one it answers */
     uint64_t hw;                 /* ANSWER_RECORDS, TRUNCATE_REFUSED */
     int err;                     /* ANSWER_ERROR */

@@ -154,6 +154,8 @@ struct part_s {
     tn_epoch_entry_t *appep;
     bool truncating;
     tn_plog_trunc_t trunc;
+    tn_plog_advance_t adv;    /* the second step of a reset (follower_reset) */
+    uint64_t reset_to;        /* the reset under way: the leader's log start */
     uint64_t trunc_asked;     /* the divergence point of the truncation under way */
     uint64_t trunc_logged_at; /* ms: the last failed truncation logged */
     uint32_t trunc_unlogged;  /* failed truncations not logged since */
@@ -187,6 +189,8 @@ typedef struct fitem_s {
     tn_buf_t recs;
     uint32_t count;
     int read_rc;
+    bool out_of_range; /* from is below the log's start (read_work): OUT_OF_RANGE */
+    uint64_t log_start;
 } fitem_t;
 
 typedef struct freq_s freq_t;
@@ -835,6 +839,79 @@ static void follower_truncate(part_t *pt, uint64_t offset)
     }
 }
 
+/* A reset (ACT_RESET: the leader's log starts above this copy's end)
+ * empties the log and restarts it at the leader's start, in two steps
+ * that a crash between leaves safe: tn_plog_truncate to 0 with floor 0
+ * removes every record and every epochs-history entry (each starts at or
+ * above 0), then tn_plog_advance makes the start the next offset. A crash
+ * after the first leaves an empty log at 0, which fetches, is answered
+ * OUT_OF_RANGE and resets again. The floor is 0, not the hw: every record
+ * this copy holds lies below the partition's log start, which the leader's
+ * retention already moved past them. */
+static void reset_finished(part_t *pt, int status)
+{
+    pt->busy--;
+    pt->truncating = false;
+    if (status != 0)
+        TN_LOG_RL(TN_LOG_ERROR, 5000,
+                  "replica %s/%" PRIu32 ": restarting its log at the leader's start %" PRIu64
+                  ": %s",
+                  pt->topic, pt->p, pt->reset_to, tn_strerror(status));
+    else
+        TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": its log restarts at %" PRIu64, pt->topic,
+               pt->p, pt->reset_to);
+    if (pt->dead || pt->rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    pt->core_fed = false; /* feed the log as it is now, whatever changed */
+    poll_log(pt);
+    send_fetches(pt->rm);
+}
+
+static void on_reset_advanced(tn_plog_advance_t *req, int status)
+{
+    reset_finished(req->data, status);
+}
+
+static void on_reset_emptied(tn_plog_trunc_t *req, int status)
+{
+    part_t *pt = req->data;
+    if (status == 0 && !pt->dead && !pt->rm->closing) {
+        memset(&pt->adv, 0, sizeof(pt->adv));
+        pt->adv.data = pt;
+        status = tn_plog_advance(pt->plog, &pt->adv, pt->reset_to, on_reset_advanced);
+        if (status == 0)
+            return;
+    }
+    reset_finished(pt, status);
+}
+
+static void follower_reset(part_t *pt, uint64_t start)
+{
+    if (pt->truncating || pt->appending || pt->plog == NULL ||
+        (pt->src != SRC_OWN && pt->src != SRC_ENGINE))
+        return;
+    if (pt->src == SRC_ENGINE && engine_local(pt->rm, pt, NULL))
+        return;
+    TN_LOG(TN_LOG_NOTICE,
+           "replica %s/%" PRIu32 ": the leader's log starts at %" PRIu64
+           " and this copy (end %" PRIu64
+           ") holds nothing past it the leader keeps (retention removed what it lacks, or "
+           "its epochs are older than the leader's first): emptying it to restart there",
+           pt->topic, pt->p, start, tn_plog_written_next(pt->plog));
+    memset(&pt->trunc, 0, sizeof(pt->trunc));
+    pt->trunc.data = pt;
+    pt->truncating = true;
+    pt->want = false;
+    pt->busy++;
+    pt->reset_to = start;
+    pt->rm->st.resets++;
+    int rc = tn_plog_truncate(pt->plog, &pt->trunc, 0, 0, on_reset_emptied);
+    if (rc != 0)
+        reset_finished(pt, rc);
+}
+
 /* --- leader: answering fetches --------------------------------------------------- */
 
 static void answer_item(freq_t *f, const tn_repl_action_t *a, fitem_t *it);
@@ -893,6 +970,9 @@ static void run(part_t *pt, const tn_repl_event_t *ev)
             break;
         case TN_REPL_ACT_TRUNCATE:
             follower_truncate(pt, a->offset);
+            break;
+        case TN_REPL_ACT_RESET:
+            follower_reset(pt, a->offset);
             break;
         case TN_REPL_ACT_TRUNCATE_REFUSED:
             pt->rm->st.truncations_refused++;
@@ -962,6 +1042,16 @@ static void read_work(uv_work_t *w)
             continue;
         size_t max = left > 0 ? left : 1; /* at least one record each */
         it->read_rc = tn_plog_read_raw(it->plog, it->offset, max, &it->recs, &it->count);
+        if (it->read_rc == TN_ENOTFOUND) {
+            /* Below the log's start (retention, a drop): the follower
+             * restarts there, or it would be answered nothing for ever. */
+            tn_plog_stats_t st;
+            tn_plog_stats(it->plog, &st);
+            if (it->offset < st.first_offset) {
+                it->out_of_range = true;
+                it->log_start = st.first_offset;
+            }
+        }
         if (it->read_rc == TN_ENOTFOUND || it->read_rc == TN_EGAP) {
             it->read_rc = 0;
             it->count = 0;
@@ -989,6 +1079,10 @@ static void reply_now(freq_t *f)
         case TN_FETCH_RECORDS: {
             if (it->read_rc != 0 || (it->count > 0 && (pt == NULL || pt->plog != it->plog))) {
                 rc = tn_fetch_reply_put_status(&b, TN_FETCH_ERROR, hw);
+                break;
+            }
+            if (it->out_of_range) {
+                rc = tn_fetch_reply_put_out_of_range(&b, hw, it->log_start);
                 break;
             }
             uint32_t nep = 0;
@@ -1249,6 +1343,12 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
             ev.u.diverging.end_offset = rp.end_offset;
             ev.u.diverging.fetch_offset = pt->core.end;
             ev.u.diverging.last_fetched_epoch = pt->core.last_epoch;
+            break;
+        case TN_FETCH_OUT_OF_RANGE:
+            ev.type = TN_REPL_EV_OUT_OF_RANGE;
+            ev.u.out_of_range.leader_epoch = g->sent[i].leader_epoch;
+            ev.u.out_of_range.start = rp.end_offset;
+            ev.u.out_of_range.fetch_offset = pt->core.end;
             break;
         default:
             if (rp.status == TN_FETCH_FENCED)

@@ -1556,26 +1556,6 @@ void tn_topic_pause(tn_topic_t *t, bool paused)
         tn__topic_pump_all(t);
 }
 
-int tn_topic_skip_control(tn_topic_t *t, uint32_t p, uint64_t offset)
-{
-    if (p >= t->nparts)
-        return UV_EINVAL;
-    if (t->parts[p]->remote)
-        return TN_EREMOTE;
-    int rc = 0;
-    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
-        if (ch->state != TN_OBJ_READY)
-            continue; /* its scan settles it */
-        tn_chpart_t *cp = ch->parts[p];
-        if (tn_cursor_is_settled(&cp->cur, offset))
-            continue;
-        int e = record_skip(cp, offset);
-        if (e != 0 && rc == 0)
-            rc = e;
-    }
-    return rc;
-}
-
 uint64_t tn_part_message_count(const tn_part_t *p)
 {
     uint64_t next = tn_plog_written_next(p->plog);

@@ -762,15 +762,6 @@ uint64_t tn_topic_depth(const tn_topic_t *t);
  * a replicated partition counts what a factor-1 one would for the same
  * publishes. Any thread that may read the topic. */
 uint64_t tn_part_message_count(const tn_part_t *p);
-/* A control record (storage/record.h: an epoch start, a forwarded batch's
- * PRODUCER record) was written at offset of local partition p: every
- * ready channel of the topic settles it now as a SKIP (not a message), so
- * no channel's depth counts it even before its scan gets there (the scan
- * settles it too, when no one called this). Idempotent. 0, UV_EINVAL (no
- * such partition), TN_EREMOTE, or the first channel's error. Loop
- * thread. */
-int tn_topic_skip_control(tn_topic_t *t, uint32_t p, uint64_t offset);
-
 /* Deletion: consumers are kicked, in-flight messages dropped, files
  * removed (durably, before cb). cb (may be NULL) runs on the loop thread
  * with 0 or an error once it is done; the object is gone by then. While a

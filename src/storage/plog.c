@@ -1978,6 +1978,8 @@ int tn_plog_epoch_end(tn_plog_t *pl, uint32_t epoch, uint32_t *found, uint64_t *
                 f != TN_EPOCHS_UNDEFINED) {
                 *found = f;
                 *end = e;
+            } else {
+                *end = h->entries[0].start; /* below every entry: where the history starts */
             }
         }
     }

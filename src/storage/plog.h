@@ -377,8 +377,9 @@ int tn_plog_drop_below(tn_plog_t *plog, tn_plog_floor_t *req, uint64_t below, tn
  * for epoch, the largest epoch E <= epoch the history holds in *found and
  * where E ends in this log (the next entry's start, or written_next for the
  * latest) in *end. An epoch above the latest: *found = latest,
- * *end = written_next. An epoch below every
- * entry (or an empty history): *found = 0, *end = 0. 0, or the log's
+ * *end = written_next. An epoch below every entry: *found = 0, *end = the
+ * first entry's start (where the history, and so the log's records, start:
+ * retention trims both); an empty history: 0 and 0. 0, or the log's
  * sticky error. Any thread. */
 int tn_plog_epoch_end(tn_plog_t *pl, uint32_t epoch, uint32_t *found, uint64_t *end);
 /* The same with the log as a void *: a tn_repl_epoch_end_cb to hand to

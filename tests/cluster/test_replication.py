@@ -48,12 +48,10 @@ The cases (one ctest each, cluster_repl_NN_*):
   11 five nodes, factor 3: two replicas of a partition killed at once;
      nothing acknowledged for it until one is back, nothing lost.
 
-Replication is experimental in this release and the suite still finds
-anomalies (docs/replication.md, Fault matrix), so its cases run only with
-TERN_REPL_SUITE=1 (make repl-suite); make test and make soak skip them
-saying so. Without the replicated path (no default-replication-factor
-option, or GET /v1/topics/{t} shows no replication_factor or 1) every case
-skips too.
+make test runs every case once (a few seconds of load each; label
+replsuite, which make asan leaves out for CI's time: the paths they drive
+run sanitized in cluster_replica, cluster_repair, cluster_chansnap and the
+other replicated tests); make repl-suite runs just these cases.
 
 make soak runs ReplSoak: the cases in random order, each in a process of
 its own, until TERN_SOAK_SECONDS (less a margin) are spent; under make
@@ -105,21 +103,8 @@ def log(msg):
     sys.stderr.flush()
 
 
-_help = None
-
-
-def ternd_help():
-    global _help
-    if _help is None:
-        r = harness.run_ternd("--help")
-        _help = r.stdout + r.stderr
-    return _help
-
-
 def cluster_args():
-    """BASE_ARGS, and the replication options this ternd knows."""
-    h = ternd_help()
-    return BASE_ARGS + [a for a in REPL_ARGS if a.split("=")[0] in h]
+    return BASE_ARGS + REPL_ARGS
 
 
 def norm_id(v):
@@ -387,13 +372,6 @@ class Load:
 
 class Replication(harness.ClusterTest):
     def setUp(self):
-        if os.environ.get("TERN_REPL_SUITE") != "1":
-            self.skipTest("replication is experimental in this release and this suite still "
-                          "finds anomalies (docs/replication.md, Fault matrix): it runs with "
-                          "make repl-suite (TERN_REPL_SUITE=1), not in make test")
-        if "default-replication-factor" not in ternd_help():
-            self.skipTest("replication not built in this ternd (no default-replication-factor "
-                          "option): the replicated path of issue 23 is not merged")
         self.history = rl.History()
         self.net = None
         self.violations = []
@@ -434,14 +412,10 @@ class Replication(harness.ClusterTest):
                                    "replication_factor": 3, "min_insync_replicas": 2,
                                    "durability": "durable",
                                    "visibility_timeout_ms": VISIBILITY_MS})
-        if status == 400:
-            self.skipTest(f"this cluster cannot make a factor-3 topic: {body}")
         self.assertEqual(status, 201, body)
         status, body = c.nodes[0].request("GET", f"/v1/topics/{V1}")
         self.assertEqual(status, 200, body)
-        if body.get("replication_factor") in (None, 1):
-            self.skipTest("this cluster cannot make a factor-3 topic (GET /v1/topics/rv shows "
-                          f"replication_factor {body.get('replication_factor')!r})")
+        self.assertEqual(body.get("replication_factor"), 3, body)
         status, answer = c.nodes[0].request("POST", f"/topic/create?topic={NSQ}", auth=False)
         self.assertEqual(status, 200, answer)
         for topic, ch in ((V1, V1_CHANNEL), (NSQ, NSQ_CHANNEL)):
@@ -972,9 +946,6 @@ class ReplSoak(unittest.TestCase):
     def test_random_order(self):
         if not harness.soak():
             self.skipTest("runs under make soak only (TERN_SOAK)")
-        if os.environ.get("TERN_REPL_SUITE") != "1":
-            self.skipTest("the replication fault suite runs with make repl-suite "
-                          "(TERN_REPL_SUITE=1) until it passes")
         budget = float(os.environ.get("TERN_SOAK_SECONDS", "3600")) - self.MARGIN
         names = sorted(n for n in dir(Replication) if n.startswith("test_"))
         seed = int(os.environ.get("TERN_SOAK_SEED", random.randrange(1 << 30)))

@@ -311,6 +311,121 @@ static void test_follower_refuses_truncation_below_hw(void **state)
     assert_null(find(&out, TN_REPL_ACT_FETCH));
 }
 
+/* A follower behind the leader's log start (retention dropped what it
+ * lacks; a wiped disk fetching from 0): OUT_OF_RANGE restarts its log at
+ * the leader's start, whatever its hw, and it fetches from there. A late
+ * answer for another log end, or a start not above its end, changes
+ * nothing. */
+static void test_follower_resets_below_the_leaders_start(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    follower_setup(&r, &h, &out);
+    tn_repl_event_t ev = {.type = TN_REPL_EV_RECORDS, .now = 1};
+    ev.u.records.leader_epoch = 3;
+    ev.u.records.from = 14;
+    ev.u.records.count = 0;
+    ev.u.records.hw = 12;
+    tn_repl_step(&r, &ev, &out);
+    assert_int_equal(r.hw, 12);
+    ev = (tn_repl_event_t){.type = TN_REPL_EV_OUT_OF_RANGE, .now = 2};
+    ev.u.out_of_range.leader_epoch = 3;
+    ev.u.out_of_range.start = 500;
+    ev.u.out_of_range.fetch_offset = 13; /* a late copy */
+    tn_repl_step(&r, &ev, &out);
+    assert_int_equal(out.n, 0);
+    ev.u.out_of_range.leader_epoch = 2; /* an older leader's */
+    ev.u.out_of_range.fetch_offset = 14;
+    tn_repl_step(&r, &ev, &out);
+    assert_int_equal(out.n, 0);
+    ev.u.out_of_range.leader_epoch = 3;
+    ev.u.out_of_range.start = 14; /* not above its end */
+    tn_repl_step(&r, &ev, &out);
+    assert_null(find(&out, TN_REPL_ACT_RESET));
+    ev.now = 200;
+    ev.u.out_of_range.start = 500;
+    tn_repl_step(&r, &ev, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_RESET);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 500);
+    assert_null(find(&out, TN_REPL_ACT_TRUNCATE_REFUSED));
+    /* Done by the shell: the log is empty from 500, its history too. */
+    h.n = 0;
+    h.end = 500;
+    step_log(&r, 500, 500, 0, 201, &out);
+    a = find(&out, TN_REPL_ACT_FETCH);
+    assert_non_null(a);
+    assert_int_equal(a->fetch.fetch_offset, 500);
+    assert_int_equal(a->fetch.last_fetched_epoch, 0);
+}
+
+/* A DIVERGING answer with no epoch (the leader's history, trimmed by its
+ * retention, starts above every epoch this log holds, at end_offset):
+ * the copy restarts at end_offset, even above its end and with a hw
+ * (before: truncation to 0, refused below the hw, out of the ISR for
+ * good); end_offset below the hw is refused as any point below it is. */
+static void test_follower_resets_when_no_epoch_is_shared(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    follower_setup(&r, &h, &out);
+    tn_repl_event_t ev = {.type = TN_REPL_EV_RECORDS, .now = 1};
+    ev.u.records.leader_epoch = 3;
+    ev.u.records.from = 14;
+    ev.u.records.count = 0;
+    ev.u.records.hw = 14;
+    tn_repl_step(&r, &ev, &out);
+    assert_int_equal(r.hw, 14);
+    ev = (tn_repl_event_t){.type = TN_REPL_EV_DIVERGING, .now = 2};
+    ev.u.diverging.leader_epoch = 3;
+    ev.u.diverging.epoch = 0;
+    ev.u.diverging.end_offset = 14;
+    ev.u.diverging.fetch_offset = 14;
+    ev.u.diverging.last_fetched_epoch = 2;
+    tn_repl_step(&r, &ev, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_RESET);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 14);
+    assert_null(find(&out, TN_REPL_ACT_TRUNCATE_REFUSED));
+    ev.now = 200;
+    ev.u.diverging.end_offset = 40;
+    tn_repl_step(&r, &ev, &out);
+    a = find(&out, TN_REPL_ACT_RESET);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 40);
+    ev.now = 400;
+    ev.u.diverging.end_offset = 12; /* below the hw: never */
+    tn_repl_step(&r, &ev, &out);
+    assert_null(find(&out, TN_REPL_ACT_RESET));
+    a = find(&out, TN_REPL_ACT_TRUNCATE_REFUSED);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 12);
+}
+
+/* The leader's side of a reset: a fetch past 0 with no epoch (a copy
+ * restarted at the leader's start) is answered with records, not
+ * DIVERGING to 0 (which would empty it again, for ever). */
+static void test_leader_answers_a_restarted_copy(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out);
+    step_fetch(&r, 2, 3, 11, 0, 11, 10, &out);
+    assert_null(find(&out, TN_REPL_ACT_ANSWER_DIVERGING));
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_ANSWER_RECORDS);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 11);
+    /* With an epoch the leader's history does not hold there: DIVERGING. */
+    step_fetch(&r, 2, 3, 11, 1, 11, 11, &out);
+    assert_non_null(find(&out, TN_REPL_ACT_ANSWER_DIVERGING));
+}
+
 static void test_shrink_after_lag_then_expand(void **state)
 {
     (void)state;
@@ -533,6 +648,9 @@ int main(void)
         cmocka_unit_test(test_follower_truncates_at_divergence),
         cmocka_unit_test(test_follower_diverging_backs_off),
         cmocka_unit_test(test_follower_refuses_truncation_below_hw),
+        cmocka_unit_test(test_follower_resets_below_the_leaders_start),
+        cmocka_unit_test(test_leader_answers_a_restarted_copy),
+        cmocka_unit_test(test_follower_resets_when_no_epoch_is_shared),
         cmocka_unit_test(test_shrink_after_lag_then_expand),
         cmocka_unit_test(test_silent_follower_stays_out_until_it_fetches),
         cmocka_unit_test(test_few_replicas_refuse_and_freeze),

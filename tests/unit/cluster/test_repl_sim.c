@@ -500,6 +500,21 @@ static void do_actions(sim_t *s, node_t *nd, uint32_t p, const tn_repl_actions_t
         case TN_REPL_ACT_REFRESH:
             net_send(s, msg_new(&m, M_META, nd->id, CTL, p));
             break;
+        case TN_REPL_ACT_RESET:
+            /* No simulated log has retention: every history starts at 0,
+             * so a reset (a DIVERGING with no epoch in common) empties
+             * the log. Past 0 only an OUT_OF_RANGE answer asks one, which
+             * no simulated leader gives. */
+            trace(s, "node %u resets p%u %" PRIu64 " -> %" PRIu64, nd->id, p, d->len, a->offset);
+            if (a->offset != 0) {
+                violation(s, "node %u p%u: reset to %" PRIu64 " with no retention", nd->id, p,
+                          a->offset);
+                break;
+            }
+            d->len = 0;
+            d->flushed = 0;
+            feed_log(s, nd, p);
+            break;
         }
     }
 }
