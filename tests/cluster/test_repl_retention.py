@@ -44,7 +44,7 @@ from harness import wait_until  # noqa: E402
 
 OCTET = {"Content-Type": "application/octet-stream"}
 CLIENT = {"X-Tern-Client": "test-repl-retention"}
-ARGS = ["--experimental-replication", "--replica-lag-time-max=2s",
+ARGS = ["--replica-lag-time-max=2s",
         "--member-session-timeout=3s", "--min-insync-replicas=2", "--segment-bytes=64KiB",
         "--retention=5s", "--gc-interval=1s"]
 BODY = "x" * 1000  # a 64 KiB segment holds about 60
