@@ -770,7 +770,10 @@ static void submit_append(tn_plog_t *plog, tn_append_t *req, uint64_t bytes, tn_
     req->first_offset = 0;
     req->publish_ns = 0;
     tn__store_append_out(plog->store);
-    tn__committer_submit(&plog->store->logc, &req->s);
+    if (req->kind == 1) /* a follower's copy: the leader's hw waits for its fsync */
+        tn__committer_submit_urgent(&plog->store->logc, &req->s);
+    else
+        tn__committer_submit(&plog->store->logc, &req->s);
 }
 
 /* What refuses any write at once. */
