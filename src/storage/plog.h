@@ -193,6 +193,8 @@ struct tn_plog_s {
     int round_mode;      /* durability mode read once per round */
     uint64_t round_msgs; /* records and bytes written this round */
     uint64_t round_bytes;
+    bool round_synced; /* synced with the round's other logs (sync_round) */
+    int round_rc;      /* ... with this result */
     uint64_t unsynced_msgs;
     uint64_t unsynced_bytes;
     int64_t unsynced_since_ns;
