@@ -28,7 +28,10 @@
  *      else the call is parked until a log end or hw moves (checked on
  *      each event that may move them: wake_fetches) or its wait_ms
  *      passes. Records are read off the loop (tn_plog_read_raw on a
- *      worker), their epochs added on the loop (tn_plog_epochs_range).
+ *      worker), except for a call that was parked: it waited at the log
+ *      end, so it reads only records written since, still in the page
+ *      cache, on the loop (no worker hand-off on an acknowledgement's
+ *      path); their epochs are added on the loop (tn_plog_epochs_range).
  *   4. Follower. The answer's records go to tn_plog_append_raw; the core
  *      hears of the log (EV_LOG) only once what was appended is flushed,
  *      so the next fetch carries a flushed offset equal to its log end
@@ -198,6 +201,7 @@ struct freq_s {
     uint32_t max_bytes;
     uint64_t deadline;
     bool working, answered;
+    bool parked; /* it waited at every partition's log end (freq_answer) */
     uv_work_t work;
     uint32_t n;
     fitem_t items[];
@@ -1052,6 +1056,18 @@ static void freq_answer(freq_t *f)
         }
     }
     f->working = true;
+    if (read && f->parked) {
+        /* A fetch that waited at the log end reads only what was written
+         * since: records still in the page cache, a copy rather than disk
+         * I/O, so read here, without the two thread hand-offs a worker
+         * costs on every acknowledgement's path (docs/performance.md).
+         * A fetch from behind the log end reads on a worker. */
+        read_work(&f->work);
+        freq_unlink(f);
+        reply_now(f);
+        freq_free(f);
+        return;
+    }
     if (read && !rm->closing) {
         rm->working++;
         if (uv_queue_work(rm->o.loop, &f->work, read_work, read_done) == 0)
@@ -1169,6 +1185,7 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
         freq_answer(f);
         return;
     }
+    f->parked = true;
     tn_rpc_req_on_cancel(req, on_fetch_cancel, f);
 }
 

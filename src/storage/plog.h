@@ -437,8 +437,10 @@ int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_
  * *count = records read (0 at the log end). Returns 0, TN_ENOTFOUND
  * (from below the first stored offset, or above written_next), TN_EGAP
  * (from falls in a gap), TN_ECORRUPT, UV_ENOMEM or an I/O error. Reads
- * the segment files: blocking, call from a worker thread (never from the
- * loop thread). */
+ * the segment files: blocking, call from a worker thread, never from the
+ * loop thread, except for records written moments ago (still in the page
+ * cache: the replica manager's answer to a fetch that waited at the log
+ * end). Any thread. */
 int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *out,
                      uint32_t *count);
 
