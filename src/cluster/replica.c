@@ -25,9 +25,9 @@
  *      that wants to fetch while another call to that leader is parked
  *      goes in a new call at once (group_get). The leader feeds each to its core (EV_FETCH) and
  *      answers at once when any partition has records or another answer;
- *      else the call is parked until a log end or hw moves (checked on
- *      each event that may move them: wake_fetches) or its wait_ms
- *      passes. Records are read off the loop (tn_plog_read_raw on a
+ *      else the call is parked until a log end moves, or a hw moves and
+ *      the call waited HW_LINGER_MS (checked on each event that may move
+ *      them, wake_fetches, and on the tick), or its wait_ms passes. Records are read off the loop (tn_plog_read_raw on a
  *      worker), except for a call that was parked: it waited at the log
  *      end, so it reads only records written since, still in the page
  *      cache, on the loop (no worker hand-off on an acknowledgement's
@@ -106,6 +106,12 @@
 #define REPAIR_CALL_MS  30000 /* one REPAIR call */
 #define STUCK_LOG_MS    60000 /* "cannot repair" at most this often */
 #define CHANS_MS        50
+/* A parked fetch is answered for a hw that moved (no records) only after
+ * it waited this long: under load the records that follow every ack carry
+ * the hw anyway, and an answer of a hw alone costs the follower a round
+ * trip (docs/performance.md). Idle, a follower's hw lags by at most this
+ * (or the tick). */
+#define HW_LINGER_MS 5
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -200,6 +206,7 @@ struct freq_s {
     uint32_t node;
     uint32_t max_bytes;
     uint64_t deadline;
+    uint64_t parked_at;
     bool working, answered;
     bool parked; /* it waited at every partition's log end (freq_answer) */
     uv_work_t work;
@@ -1081,8 +1088,9 @@ static void freq_answer(freq_t *f)
     freq_free(f);
 }
 
-/* Whether parked f has something to say: records past an offset, or a
- * partition that moved its hw or left. */
+/* Whether parked f has something to say: records past an offset, a
+ * partition that left, or one that moved its hw (once f waited
+ * HW_LINGER_MS). */
 static bool freq_due(freq_t *f, uint64_t now)
 {
     if (now >= f->deadline || f->rm->closing)
@@ -1096,7 +1104,8 @@ static bool freq_due(freq_t *f, uint64_t now)
             return true;
         if (!pt->ready || pt->plog == NULL)
             continue;
-        if (it->offset < tn_plog_written_next(pt->plog) || pt->core.hw != it->hw)
+        if (it->offset < tn_plog_written_next(pt->plog) ||
+            (pt->core.hw != it->hw && now >= f->parked_at + HW_LINGER_MS))
             return true;
     }
     return false;
@@ -1142,6 +1151,7 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
                        : (uint32_t)rm->o.fetch_max_bytes;
     uint64_t wait = fr.wait_ms < 30000 ? fr.wait_ms : 30000;
     f->deadline = now_ms(rm) + wait;
+    f->parked_at = now_ms(rm);
     bool due = wait == 0;
     uint64_t now = now_ms(rm);
     for (uint32_t i = 0; i < f->n; i++) {
