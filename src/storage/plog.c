@@ -1456,13 +1456,30 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
     tn__sreq_t *head = NULL, *tail = NULL;
     for (tn_plog_t *p = logs; p != NULL; p = p->rnext) {
         if (p->round_mode == TN_DURABILITY_DURABLE) {
-            /* Everything here completes once synced (step 4), a follower's
-             * copies too: the follower reports them flushed with its next
-             * fetch, so one wake-up of its loop after the sync does, where
-             * one at write and one at sync did before. A leader's log (the
-             * hw gates it) tells its replica watch now as well: followers
-             * may copy what is written before it is synced (and the watch
-             * hears again once synced, step 4). */
+            /* The rest completes once synced (step 4), except a follower's
+             * copies, which complete once written: the follower fetches
+             * again at once, and its replica watch hears of the sync
+             * (step 4), which it reports to the leader while that fetch
+             * waits there, so the round trip and the sync overlap. A
+             * leader's log (the hw gates it) tells its replica watch now as
+             * well: followers may copy what is written before it is synced
+             * (and the watch hears again once synced). */
+            tn_append_t *keep = NULL, *keep_tail = NULL;
+            for (tn_append_t *r = p->rhead, *rn; r != NULL; r = rn) {
+                rn = r->pnext;
+                if (r->kind == 1) {
+                    chain_req(&r->s, &head, &tail);
+                    continue;
+                }
+                r->pnext = NULL;
+                if (keep_tail != NULL)
+                    keep_tail->pnext = r;
+                else
+                    keep = r;
+                keep_tail = r;
+            }
+            p->rhead = keep;
+            p->rtail = keep_tail;
             if (p->round_msgs > 0 && atomic_load(&p->repl_watch) && atomic_load(&p->gated))
                 queue_progress(p, &head, &tail);
             continue;

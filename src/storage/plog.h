@@ -421,10 +421,10 @@ int tn_plog_begin_epoch(tn_plog_t *pl, tn_append_t *req, uint32_t epoch, tn_appe
  * entries the history already has are no change) are assigned and the
  * file saved before the records are written; each record's sync_mark is
  * re-encoded for the local segment (CRC recomputed); publish_ns and
- * deliver_at_ms are kept. Completes once written in relaxed mode, once
- * written and synced in durable mode (the follower reports durability
- * from durable_next: at its completion, or by watching on_progress), and
- * never waits for the hw gate. len 0 is UV_EINVAL. Loop thread. */
+ * deliver_at_ms are kept. Completes once WRITTEN, whatever the mode (the
+ * follower fetches again at once and reports durability by watching
+ * durable_next / on_progress), and never waits for the hw gate. len 0 is
+ * UV_EINVAL. Loop thread. */
 int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_t len,
                        uint64_t first_offset, const tn_epoch_entry_t *epochs, uint32_t nepochs,
                        tn_append_cb cb);

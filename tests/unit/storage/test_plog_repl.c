@@ -373,7 +373,7 @@ static int copy_all(fx_t *fx, tn_plog_t *leader, tn_plog_t *follower, size_t max
         pieces++;
     }
     tn_buf_fini(&b);
-    /* Durable-mode copies complete once synced; others once written. */
+    /* Copies complete once written; the sync follows in the same round. */
     while (tn_plog_durable_next(follower) < tn_plog_written_next(follower))
         uv_sleep(1);
     return pieces;
@@ -1386,7 +1386,7 @@ static void test_repl_watch(void **state)
     while (w.max_hw < 1)
         uv_run(&fx->loop, UV_RUN_ONCE);
 
-    /* A follower's copy is told once flushed. */
+    /* A follower's copy (completes once written) is told once flushed. */
     tn_plog_set_repl_watch(pl, false);
     tn_plog_t *f = open_log(fx, "watch", 1);
     tn_plog_set_durability(f, TN_DURABILITY_DURABLE);
