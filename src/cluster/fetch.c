@@ -118,36 +118,6 @@ int tn_flushed_req_put_head(tn_buf_t *b, uint32_t node, uint64_t incarnation, ui
     return rc;
 }
 
-int tn_flushed_req_put_part(tn_buf_t *b, const tn_flushed_part_t *p)
-{
-    size_t tlen = strlen(p->topic);
-    if (tlen == 0 || tlen > NAME_MAX_LEN)
-        return UV_EINVAL;
-    size_t at = b->len;
-    int rc = tn_buf_reserve(b, 4 + tlen + 20);
-    if (rc == 0 && ((rc = tn_wire_put_bytes(b, p->topic, tlen)) != 0 ||
-                    (rc = tn_wire_put_u32(b, p->partition)) != 0 ||
-                    (rc = tn_wire_put_u32(b, p->leader_epoch)) != 0 ||
-                    (rc = tn_wire_put_u64(b, p->flushed_offset)) != 0 ||
-                    (rc = tn_wire_put_u32(b, p->partition_epoch)) != 0))
-        b->len = at;
-    return rc;
-}
-
-static int get_flushed_part(tn_wire_in_t *in, tn_flushed_part_t *out)
-{
-    (void)tn_wire_get_str(in, NAME_MAX_LEN, out->topic);
-    (void)tn_wire_get_u32(in, &out->partition);
-    (void)tn_wire_get_u32(in, &out->leader_epoch);
-    (void)tn_wire_get_u64(in, &out->flushed_offset);
-    (void)tn_wire_get_u32(in, &out->partition_epoch);
-    if (in->err != 0 || out->topic[0] == '\0') {
-        in->err = TN_EPROTO;
-        return TN_EPROTO;
-    }
-    return 0;
-}
-
 int tn_flushed_req_decode(const void *p, size_t len, tn_flushed_req_t *out)
 {
     memset(out, 0, sizeof(*out));
@@ -158,9 +128,9 @@ int tn_flushed_req_decode(const void *p, size_t len, tn_flushed_req_t *out)
     if (out->in.err != 0 || out->count == 0 || out->count > TN_FETCH_MAX_PARTS)
         return TN_EPROTO;
     tn_wire_in_t check = out->in;
-    tn_flushed_part_t part;
+    tn_fetch_part_t part;
     for (uint32_t i = 0; i < out->count; i++)
-        if (get_flushed_part(&check, &part) != 0)
+        if (get_part(&check, &part) != 0)
             return TN_EPROTO;
     if (tn_wire_end(&check) != 0)
         return TN_EPROTO;
@@ -168,12 +138,12 @@ int tn_flushed_req_decode(const void *p, size_t len, tn_flushed_req_t *out)
     return 0;
 }
 
-int tn_flushed_req_next(tn_flushed_req_t *r, tn_flushed_part_t *out)
+int tn_flushed_req_next(tn_flushed_req_t *r, tn_fetch_part_t *out)
 {
     if (r->left == 0)
         return TN_ENOTFOUND;
     r->left--;
-    return get_flushed_part(&r->in, out);
+    return get_part(&r->in, out);
 }
 
 /* --- reply ------------------------------------------------------------------------- */

@@ -20,9 +20,9 @@
  * report that records it fetched are now on its disk, sent while its next
  * fetch is parked at the leader (replica.h). Request fields: u32 follower
  * node, u64 incarnation, u32 count (1..TN_FETCH_MAX_PARTS), then count
- * partitions of string topic (1..255 bytes), u32 partition, u32
- * leader_epoch, u64 flushed_offset, u32 partition_epoch. Reply 204, no
- * body.
+ * partitions in the FETCH request's partition layout (fetch_offset is the
+ * follower's log end, last_fetched_epoch the epoch of its record before
+ * it: the leader checks them as a fetch's). Reply 204, no body.
  *
  * Threads: any; pure functions. */
 #ifndef TN_CLUSTER_FETCH_H
@@ -99,27 +99,17 @@ typedef struct {
     uint32_t left;
 } tn_flushed_req_t;
 
-typedef struct {
-    char topic[256];
-    uint32_t partition;
-    uint32_t leader_epoch;
-    uint64_t flushed_offset;
-    uint32_t partition_epoch;
-} tn_flushed_part_t;
-
 /* Append a flush report's header (after the opcode byte). 0, UV_ENOMEM,
- * UV_EINVAL (count not 1..TN_FETCH_MAX_PARTS). Then append count parts. */
+ * UV_EINVAL (count not 1..TN_FETCH_MAX_PARTS). Then append count parts
+ * with tn_fetch_req_put_part. */
 int tn_flushed_req_put_head(tn_buf_t *b, uint32_t node, uint64_t incarnation, uint32_t count);
-/* Append one partition (borrowed). 0, UV_ENOMEM, UV_EINVAL (topic empty or
- * over 255 bytes); on failure b is as it was. */
-int tn_flushed_req_put_part(tn_buf_t *b, const tn_flushed_part_t *p);
 /* Exact decode of a flush report (p, len: after the opcode byte; borrowed
  * while out is used): checks every partition, then rewinds to the first.
  * 0 or TN_EPROTO. */
 int tn_flushed_req_decode(const void *p, size_t len, tn_flushed_req_t *out);
 /* The next partition of a decoded report: 0, or TN_ENOTFOUND after the
  * last. */
-int tn_flushed_req_next(tn_flushed_req_t *r, tn_flushed_part_t *out);
+int tn_flushed_req_next(tn_flushed_req_t *r, tn_fetch_part_t *out);
 
 /* One partition's answer; the pointers borrow the reply payload. */
 typedef struct {

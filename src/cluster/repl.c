@@ -50,11 +50,13 @@
  *      older flushed offset; when the flush comes while that fetch is out
  *      (parked at the leader until it has news), the follower reports it
  *      at once (ACT_REPORT, EV_FLUSHED at the leader), so its RPC round
- *      trip and its fsync overlap. The leader raises the follower's flushed
- *      offset from a report only up to the log end of that follower's last
- *      fetch in this epoch (checked against the leader's history there),
- *      for the incarnation that fetched and not before a corrupt mark; a
- *      report of another epoch is ignored (a newer one: REFRESH). It
+ *      trip and its fsync overlap. A report carries the follower's log end
+ *      and last epoch as a fetch does; the leader counts it only when that
+ *      log agrees with its history there (as a fetch: a report may overtake
+ *      the fetch sent before it), only up to that log end, for a follower
+ *      that fetched in this epoch with that incarnation, not from before a
+ *      corrupt mark, and only upward; a report of another epoch is ignored
+ *      (a newer one: REFRESH). It
  *      learns hw = min(leader's hw, its log end). On DIVERGING(e, end) it
  *      truncates to min(end, its own end of e): the divergence point from
  *      the epoch histories, never its own hw (KIP-101). A point below its
@@ -358,12 +360,15 @@ static void on_fetch(tn_repl_t *r, const tn_repl_fetch_t *f, uint64_t now, tn_re
 }
 
 /* A follower's flush report: its records below flushed_offset are on its
- * disk. It counts only as far as the follower's log end at its last fetch
- * in this epoch (p->end: the leader checked that log against its own
- * history there), for the incarnation that fetched, and only raises what
- * the leader knows (a report may overtake the fetch sent before it, or
- * come twice). A stale epoch is ignored (fenced: the follower learns it
- * from its next fetch), a newer one makes the leader read its state. */
+ * disk. It carries the follower's log end and the epoch of its last record
+ * as a fetch does, and counts only when that log agrees with the leader's
+ * history there (the fetch's check; a report may overtake the fetch sent
+ * before it, so it must stand on its own), for a follower that fetched in
+ * this epoch with that incarnation, not from before a corrupt mark, only
+ * up to that log end (never records the follower has not fetched), and
+ * only raising what the leader knows (a late or repeated report changes
+ * nothing). A stale epoch is ignored (fenced: the follower learns it from
+ * its next fetch), a newer one makes the leader read its state. */
 static void on_flushed(tn_repl_t *r, const tn_repl_fetch_t *f, uint64_t now, tn_repl_actions_t *out)
 {
     if (f->leader_epoch > r->ps.leader_epoch) {
@@ -375,10 +380,19 @@ static void on_flushed(tn_repl_t *r, const tn_repl_fetch_t *f, uint64_t now, tn_
     tn_repl_peer_t *p = peer_find(r, f->node);
     if (p == NULL || !p->seen || p->incarnation != f->incarnation || f->partition_epoch < p->min_pe)
         return;
-    uint64_t flushed = u64_min(f->flushed_offset, p->end);
+    if (f->fetch_offset > 0) {
+        uint32_t found = 0;
+        uint64_t end = 0;
+        if (r->cfg.epoch_end(r->cfg.epoch_end_arg, f->last_fetched_epoch, &found, &end) < 0 ||
+            found != f->last_fetched_epoch || end < f->fetch_offset)
+            return;
+    }
+    uint64_t flushed = u64_min(f->flushed_offset, f->fetch_offset);
     if (flushed <= p->flushed)
         return;
     p->flushed = flushed;
+    if (f->fetch_offset > p->end)
+        p->end = f->fetch_offset;
     note_caught_up(p, now);
     update_hw(r, out);
     maybe_expand(r, now, out);

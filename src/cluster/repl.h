@@ -66,7 +66,7 @@ typedef enum {
     TN_REPL_EV_ISR_REFUSED, /* leader: the CAS was refused, u.refused */
     TN_REPL_EV_TICK,        /* time passed */
     TN_REPL_EV_CHANNELS,    /* leader: a follower's channel state caught up or not, u.channels */
-    TN_REPL_EV_FLUSHED,     /* leader: a follower's flush report, u.fetch (fetch_offset unused) */
+    TN_REPL_EV_FLUSHED,     /* leader: a follower's flush report, u.fetch (as its fetch's) */
 } tn_repl_ev_type_t;
 
 typedef struct tn_repl_event_s {
@@ -120,7 +120,7 @@ typedef enum {
     TN_REPL_ACT_TRUNCATE,           /* follower: truncate the log to offset (crash-safe) */
     TN_REPL_ACT_TRUNCATE_REFUSED,   /* follower: the point is below hw: report, stop fetching */
     TN_REPL_ACT_REFRESH,            /* ask the metastore for this partition's state */
-    TN_REPL_ACT_REPORT, /* follower: tell node the flushed offset (fetch; fetch_offset unused) */
+    TN_REPL_ACT_REPORT,             /* follower: tell node the flushed offset (fetch) */
 } tn_repl_act_type_t;
 
 typedef struct tn_repl_action_s {

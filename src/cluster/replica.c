@@ -1231,8 +1231,8 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
 }
 
 /* A follower's flush reports (TN_OP_FLUSHED): each fed to its partition's
- * core, which counts it or not (repl.c, on_flushed); the hw may move, and
- * parked fetches are woken for it. */
+ * core, which checks it as a fetch and counts it or not (repl.c,
+ * on_flushed); the hw may move, and parked fetches are woken for it. */
 void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_replica_t *rm = arg;
@@ -1246,7 +1246,7 @@ void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len
         return;
     }
     uint64_t now = now_ms(rm);
-    tn_flushed_part_t fp;
+    tn_fetch_part_t fp;
     while (tn_flushed_req_next(&fr, &fp) == 0) {
         part_t *pt = part_find(rm, fp.topic, fp.partition);
         if (pt == NULL || !pt->core_fed || pt->core.role != TN_REPL_LEADER || !pt->ready ||
@@ -1258,6 +1258,8 @@ void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len
         ev.u.fetch.node = fr.node;
         ev.u.fetch.incarnation = fr.incarnation;
         ev.u.fetch.leader_epoch = fp.leader_epoch;
+        ev.u.fetch.fetch_offset = fp.fetch_offset;
+        ev.u.fetch.last_fetched_epoch = fp.last_fetched_epoch;
         ev.u.fetch.flushed_offset = fp.flushed_offset;
         ev.u.fetch.partition_epoch = fp.partition_epoch;
         run(pt, &ev);
@@ -1524,13 +1526,15 @@ static void rgroup_send(rgroup_t *rg)
         for (part_t *pt = rm->buckets[bk]; rc == 0 && pt != NULL && k < n; pt = pt->next) {
             if (pt->dead || !pt->report_want || pt->report_node != rg->leader)
                 continue;
-            tn_flushed_part_t fp;
+            tn_fetch_part_t fp;
             snprintf(fp.topic, sizeof(fp.topic), "%s", pt->topic);
             fp.partition = pt->p;
             fp.leader_epoch = pt->reportf.leader_epoch;
+            fp.fetch_offset = pt->reportf.fetch_offset;
+            fp.last_fetched_epoch = pt->reportf.last_fetched_epoch;
             fp.flushed_offset = pt->reportf.flushed_offset;
             fp.partition_epoch = pt->reportf.partition_epoch;
-            if ((rc = tn_flushed_req_put_part(&b, &fp)) != 0)
+            if ((rc = tn_fetch_req_put_part(&b, &fp)) != 0)
                 break;
             pt->report_want = false;
             k++;

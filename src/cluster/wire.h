@@ -246,14 +246,14 @@ typedef enum {
      * fetch is parked at the leader, so the leader's hw need not wait for
      * that fetch's answer (cluster/fetch.h has the layout; replica.h
      * serves it). Replica lane. Fields: u32 follower node, u64
-     * incarnation, u32 count (1..65535), then count partitions of string
-     * topic (1..255 bytes), u32 partition, u32 leader_epoch, u64
-     * flushed_offset, u32 partition_epoch. Reply 204 once the reports were
-     * fed to the leader's cores (a report for a partition the callee does
-     * not lead, of a stale epoch or beyond the follower's last fetch is
-     * counted as far as the rules allow, or not at all: the next fetch
-     * carries the offset anyway); 503 {"error":...} not ready or closing;
-     * 400 malformed. */
+     * incarnation, u32 count (1..65535), then count partitions in FETCH's
+     * partition layout (string topic, u32 partition, u32 leader_epoch,
+     * u64 fetch_offset: the follower's log end, u32 last_fetched_epoch,
+     * u64 flushed_offset, u32 partition_epoch). Reply 204 once the
+     * reports were fed to the leader's cores (a report for a partition the
+     * callee does not lead, of a stale epoch, or of a log its history does
+     * not have is not counted: the next fetch carries the offset anyway);
+     * 503 {"error":...} not ready or closing; 400 malformed. */
     TN_OP_FLUSHED = 16,
     TN_OP__COUNT
 } tn_wire_op_t;

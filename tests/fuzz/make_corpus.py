@@ -293,7 +293,7 @@ def wire_seeds(here):
                                                           ckpt_image(4, [6], [(5, 0, 1)])))
     write(wr, "seed-purge-negative", b"\x0a" + purge_fields(b"orders", -5))
     write(wr, "seed-flushed", b"\x10" + struct.pack(">IQI", 2, 77, 1) + wire_str(b"t") +
-          struct.pack(">IIQI", 1, 3, 9, 4))
+          struct.pack(">IIQIQI", 1, 3, 10, 3, 9, 4))
     write(wr, "seed-reply", ok)
     write(wr, "seed-reply-empty", struct.pack(">H", 204) + wire_str(b"") + wire_str(b""))
 

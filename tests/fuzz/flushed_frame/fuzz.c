@@ -40,10 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tn_buf_init(&b);
     if (tn_flushed_req_put_head(&b, r.node, r.incarnation, r.count) != 0)
         abort();
-    tn_flushed_part_t p;
+    tn_fetch_part_t p;
     uint32_t n = 0;
     while (tn_flushed_req_next(&r, &p) == 0) {
-        if (p.topic[0] == '\0' || strlen(p.topic) > 255 || tn_flushed_req_put_part(&b, &p) != 0)
+        if (p.topic[0] == '\0' || strlen(p.topic) > 255 || tn_fetch_req_put_part(&b, &p) != 0)
             abort();
         n++;
     }

@@ -508,11 +508,13 @@ static void test_channels_report_lapses(void **state)
     }
 }
 
-static void step_flushed(tn_repl_t *r, uint32_t node, uint64_t inc, uint32_t epoch,
-                         uint64_t flushed, uint32_t pe, uint64_t now, tn_repl_actions_t *out)
+/* A flush report from node (incarnation inc) whose log ends at end with a
+ * record of epoch last. */
+static void step_flushed(tn_repl_t *r, uint32_t node, uint64_t inc, uint32_t epoch, uint64_t end,
+                         uint32_t last, uint64_t flushed, uint64_t now, tn_repl_actions_t *out)
 {
     tn_repl_event_t ev = {.type = TN_REPL_EV_FLUSHED, .now = now};
-    ev.u.fetch = (tn_repl_fetch_t){node, inc, epoch, 0, 0, flushed, pe};
+    ev.u.fetch = (tn_repl_fetch_t){node, inc, epoch, end, last, flushed, 99};
     tn_repl_step(r, &ev, out);
 }
 
@@ -559,6 +561,8 @@ static void test_follower_reports_flush_while_fetching(void **state)
     assert_int_equal(a->fetch.incarnation, 0x102);
     assert_int_equal(a->fetch.leader_epoch, 3);
     assert_int_equal(a->fetch.flushed_offset, 17);
+    assert_int_equal(a->fetch.fetch_offset, 17); /* checked by the leader as a fetch's */
+    assert_int_equal(a->fetch.last_fetched_epoch, 3);
     assert_int_equal(a->fetch.partition_epoch, 5);
     /* Told once. */
     step_log(&r, 17, 17, 3, 4, &out);
@@ -597,10 +601,12 @@ static void test_follower_reports_flush_while_fetching(void **state)
 }
 
 /* The leader counts a flush report only for a follower that fetched in
- * this epoch with that incarnation, only up to the log end of its last
- * fetch (never records it has not fetched, so not written, or not checked
- * against the leader's history), only raising what it knows; a report of
- * an older epoch is fenced, a newer one refreshes the state. */
+ * this epoch with that incarnation, only when the log end and last epoch
+ * it carries agree with the leader's history (as a fetch's: a report may
+ * overtake the fetch sent before it), only up to that log end (never
+ * records the follower has not fetched, nor a flushed offset past its own
+ * log end), only raising what it knows; a report of an older epoch is
+ * fenced, a newer one refreshes the state. */
 static void test_leader_counts_flush_reports(void **state)
 {
     (void)state;
@@ -609,7 +615,7 @@ static void test_leader_counts_flush_reports(void **state)
     tn_repl_actions_t out;
     leader_setup(&r, &h, &out); /* log 11 (epoch start at 10), flushed */
     /* Before any fetch of 2 in this epoch: ignored. */
-    step_flushed(&r, 2, 0x102, 3, 11, 5, 1, &out);
+    step_flushed(&r, 2, 0x102, 3, 11, 3, 11, 1, &out);
     assert_int_equal(out.n, 0);
     assert_int_equal(r.peers[1].flushed, 0);
     step_fetch(&r, 2, 3, 11, 3, 10, 2, &out); /* written 11, flushed 10 */
@@ -617,42 +623,50 @@ static void test_leader_counts_flush_reports(void **state)
     assert_null(find(&out, TN_REPL_ACT_HW));
     /* Stale epoch: fenced, nothing moves. Newer: refresh. Another
      * incarnation (a wiped disk since its fetch): nothing. */
-    step_flushed(&r, 2, 0x102, 2, 11, 5, 3, &out);
+    step_flushed(&r, 2, 0x102, 2, 11, 3, 11, 3, &out);
     assert_int_equal(out.n, 0);
-    step_flushed(&r, 2, 0x102, 4, 11, 5, 3, &out);
+    step_flushed(&r, 2, 0x102, 4, 11, 3, 11, 3, &out);
     assert_int_equal(out.n, 1);
     assert_non_null(find(&out, TN_REPL_ACT_REFRESH));
-    step_flushed(&r, 2, 0x999, 3, 11, 5, 3, &out);
+    step_flushed(&r, 2, 0x999, 3, 11, 3, 11, 3, &out);
+    assert_int_equal(out.n, 0);
+    /* A log the leader's history does not have: 14 records ending in
+     * epoch 2 (the leader's epoch 2 ends at 10), or past its log end. */
+    step_flushed(&r, 2, 0x102, 3, 14, 2, 14, 3, &out);
+    assert_int_equal(out.n, 0);
+    step_flushed(&r, 2, 0x102, 3, 12, 3, 12, 3, &out);
     assert_int_equal(out.n, 0);
     assert_int_equal(r.peers[1].flushed, 10);
-    /* Its report claims 15: counted up to its fetch's log end, 11. */
-    step_flushed(&r, 2, 0x102, 3, 15, 5, 4, &out);
+    /* A flushed offset past the report's own log end counts to that end. */
+    step_flushed(&r, 2, 0x102, 3, 11, 3, 15, 4, &out);
     const tn_repl_action_t *a = find(&out, TN_REPL_ACT_HW);
     assert_non_null(a);
     assert_int_equal(a->offset, 11);
     assert_int_equal(r.peers[1].flushed, 11);
-    /* The leader writes and flushes to 15, 3 has all of it: the hw stays at
-     * 11, what 2 fetched (the report of 15 came before 2 had those). */
+    /* The leader writes and flushes to 15, 3 has all of it: the hw waits
+     * for 2. */
     h.end = 15;
     step_log(&r, 15, 15, 3, 5, &out);
     step_fetch(&r, 3, 3, 15, 3, 15, 5, &out);
     assert_null(find(&out, TN_REPL_ACT_HW));
-    /* 2 fetches at 15 (written, flushed 11), then reports 15: now it counts. */
-    step_fetch(&r, 2, 3, 15, 3, 11, 6, &out);
-    assert_null(find(&out, TN_REPL_ACT_HW));
-    step_flushed(&r, 2, 0x102, 3, 15, 5, 7, &out);
+    /* 2 wrote to 15 and synced; its report overtakes the fetch it sent
+     * before the sync: it counts on its own. */
+    step_flushed(&r, 2, 0x102, 3, 15, 3, 15, 6, &out);
     a = find(&out, TN_REPL_ACT_HW);
     assert_non_null(a);
     assert_int_equal(a->offset, 15);
-    /* An older report arriving late (reordered, or a duplicate) lowers
-     * nothing. */
-    step_flushed(&r, 2, 0x102, 3, 12, 5, 8, &out);
-    assert_int_equal(out.n, 0);
-    assert_int_equal(r.peers[1].flushed, 15);
+    assert_int_equal(r.peers[1].end, 15);
+    /* The late fetch (written 15, flushed 11) then an older report
+     * arriving late (or a duplicate): the hw stays. */
+    step_fetch(&r, 2, 3, 15, 3, 11, 7, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW));
+    step_flushed(&r, 2, 0x102, 3, 12, 3, 12, 8, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW));
+    assert_int_equal(r.hw, 15);
     /* A leader no more: reports are ignored. */
     tn_pstate_t ps = pstate(2, 4, 6, 3);
     step_state(&r, &ps, 9, &out);
-    step_flushed(&r, 3, 0x103, 4, 15, 6, 10, &out);
+    step_flushed(&r, 3, 0x103, 4, 15, 3, 15, 10, &out);
     assert_null(find(&out, TN_REPL_ACT_HW));
 }
 
@@ -689,8 +703,8 @@ static void run_steady_load(int mode, bool *shrunk)
         if (fl > flushed2)
             flushed2 = flushed3 = fl;
         if (mode == 0) {
-            step_flushed(&r, 2, 0x102, 3, at, 99, now + 5, &out);
-            step_flushed(&r, 3, 0x103, 3, at, 99, now + 5, &out);
+            step_flushed(&r, 2, 0x102, 3, at, 3, at, now + 5, &out);
+            step_flushed(&r, 3, 0x103, 3, at, 3, at, now + 5, &out);
             flushed2 = flushed3 = at;
         }
         assert_true(r.hw <= flushed2 && r.hw <= flushed3);

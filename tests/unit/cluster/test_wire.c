@@ -740,9 +740,14 @@ static void test_request_check(void **state)
     assert_int_equal(tn_wire_request_check(tn_buf_data(&two), tn_buf_size(&two)), TN_EPROTO);
     tn_buf_fini(&two);
     assert_int_equal(tn_flushed_req_put_head(&good[TN_OP_FLUSHED], 2, 77, 1), 0);
-    tn_flushed_part_t flp = {
-        .topic = "t", .partition = 1, .leader_epoch = 3, .flushed_offset = 9, .partition_epoch = 4};
-    assert_int_equal(tn_flushed_req_put_part(&good[TN_OP_FLUSHED], &flp), 0);
+    tn_fetch_part_t flp = {.topic = "t",
+                           .partition = 1,
+                           .leader_epoch = 3,
+                           .fetch_offset = 10,
+                           .last_fetched_epoch = 3,
+                           .flushed_offset = 9,
+                           .partition_epoch = 4};
+    assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_FLUSHED], &flp), 0);
     tn_wire_produce_hdr_t ph = {.topic = "t", .partition = 1, .node = 2, .seq = 3};
     assert_int_equal(tn_wire_produce_encode(&good[TN_OP_PRODUCE], &ph, &rec, 1), 0);
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};
