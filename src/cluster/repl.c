@@ -17,7 +17,9 @@
  *      fetch_offset, or lacks that epoch, the answer is DIVERGING(epoch',
  *      end) from the leader's history (KIP-320/279); otherwise records from
  *      fetch_offset, with the hw.
- *   4. hw = min of the flushed offsets of the committed ISR, plus any
+ *   4. hw = min of the flushed offsets of the committed ISR (what the
+ *      followers' fetches and flush reports said: for one incarnation in
+ *      one epoch it only grows, as reports and fetches cross), plus any
  *      member a CAS in flight may add (the safe direction: a late expand
  *      can never make the ISR larger than what the hw counted), of the
  *      incarnation the ISR names. It only grows, and moves only past S.
@@ -342,12 +344,21 @@ static void on_fetch(tn_repl_t *r, const tn_repl_fetch_t *f, uint64_t now, tn_re
         a->hw = r->hw;
         return;
     }
+    /* The flushed offset only grows for one incarnation in this epoch
+     * (seen: a corrupt mark resets it): a fetch sent once its records
+     * were written carries the flushed offset from before their sync, and
+     * the flush report sent after the sync may come first. What it reports
+     * stays on that disk: the records below it agree with this leader's
+     * log, so no truncation in this epoch goes below it. */
+    uint64_t flushed = u64_min(f->flushed_offset, f->fetch_offset);
     if (!p->seen || p->incarnation != f->incarnation) {
         p->seen = true;
         p->incarnation = f->incarnation;
+        p->flushed = flushed;
+    } else if (flushed > p->flushed) {
+        p->flushed = flushed;
     }
     p->end = f->fetch_offset;
-    p->flushed = u64_min(f->flushed_offset, f->fetch_offset);
     note_caught_up(p, now);
     push_mark(p, r->end, now);
     update_hw(r, out);

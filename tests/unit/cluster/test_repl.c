@@ -657,12 +657,25 @@ static void test_leader_counts_flush_reports(void **state)
     assert_int_equal(a->offset, 15);
     assert_int_equal(r.peers[1].end, 15);
     /* The late fetch (written 15, flushed 11) then an older report
-     * arriving late (or a duplicate): the hw stays. */
+     * arriving late (or a duplicate): what the leader knows of 2 stays
+     * (lowered, the hw would wait for 2's next fetch: the one out parks
+     * until new records come, and the producers wait for the hw). */
     step_fetch(&r, 2, 3, 15, 3, 11, 7, &out);
     assert_null(find(&out, TN_REPL_ACT_HW));
+    assert_int_equal(r.peers[1].flushed, 15);
     step_flushed(&r, 2, 0x102, 3, 12, 3, 12, 8, &out);
     assert_null(find(&out, TN_REPL_ACT_HW));
     assert_int_equal(r.hw, 15);
+    assert_int_equal(r.peers[1].flushed, 15);
+    /* The next records need no word from 2 beyond its report. */
+    h.end = 17;
+    step_log(&r, 17, 17, 3, 8, &out);
+    step_flushed(&r, 2, 0x102, 3, 17, 3, 17, 8, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW)); /* 3 has 15 */
+    step_fetch(&r, 3, 3, 17, 3, 17, 8, &out);
+    a = find(&out, TN_REPL_ACT_HW);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 17);
     /* A leader no more: reports are ignored. */
     tn_pstate_t ps = pstate(2, 4, 6, 3);
     step_state(&r, &ps, 9, &out);
