@@ -1,8 +1,8 @@
 /* The committer: rounds respect the request and byte limits (a request
  * that would overflow the byte limit waits for the next round, one larger
  * than the limit goes alone), keep submission order, start at once for an
- * urgent request, run ticks when asked, and drain the queue on stop. The process function here records rounds
- * instead of writing anything. */
+ * urgent request, run ticks when asked, and drain the queue on stop. The process function here
+ * records rounds instead of writing anything. */
 #include "core/platform.h"
 
 #include "testutil.h"
