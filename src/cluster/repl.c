@@ -27,8 +27,9 @@
  *      (so those that left, the ELR, hold all of it). Each move is
  *      ACT_HW(h): produces below h complete with OK.
  *   5. A follower whose flushed offset has stayed behind the leader's log
- *      end (as of its previous fetch; a flush report reaching the end as of
- *      an earlier fetch counts as caught up at that fetch's time) for
+ *      end (as of its previous fetch; a flushed offset, from a report or a
+ *      fetch, that reaches the end as of one of the TN_REPL_MARKS fetches
+ *      before counts as caught up at that fetch's time) for
  *      replica_lag_ms, or who fetches
  *      with another incarnation, is proposed out of the ISR (ACT_PROPOSE_ISR,
  *      a CAS on partition_epoch); one whose flushed offset reached the hw
@@ -144,8 +145,9 @@ static uint64_t u64_min(uint64_t a, uint64_t b)
 
 /* A follower whose flushed offset reached the leader's log end as of its
  * previous fetch is caught up now; one that reached the end as of an
- * earlier fetch (its flush report came after a fetch sent before the
- * sync) was caught up at that fetch. */
+ * earlier fetch (under load its flush lands a fetch or two behind: the
+ * fetch goes once the copy is written, the sync comes after) was caught
+ * up at that fetch. */
 static void note_caught_up(tn_repl_peer_t *p, uint64_t now)
 {
     if (p->flushed >= p->leo_mark) {
