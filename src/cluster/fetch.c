@@ -103,6 +103,49 @@ int tn_fetch_req_next(tn_fetch_req_t *r, tn_fetch_part_t *out)
     return get_part(&r->in, out);
 }
 
+/* --- flush report ------------------------------------------------------------------ */
+
+int tn_flushed_req_put_head(tn_buf_t *b, uint32_t node, uint64_t incarnation, uint32_t count)
+{
+    if (count == 0 || count > TN_FETCH_MAX_PARTS)
+        return UV_EINVAL;
+    size_t at = b->len;
+    int rc = tn_buf_reserve(b, 16);
+    if (rc == 0 &&
+        ((rc = tn_wire_put_u32(b, node)) != 0 || (rc = tn_wire_put_u64(b, incarnation)) != 0 ||
+         (rc = tn_wire_put_u32(b, count)) != 0))
+        b->len = at;
+    return rc;
+}
+
+int tn_flushed_req_decode(const void *p, size_t len, tn_flushed_req_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    tn_wire_in_init(&out->in, p, len);
+    (void)tn_wire_get_u32(&out->in, &out->node);
+    (void)tn_wire_get_u64(&out->in, &out->incarnation);
+    (void)tn_wire_get_u32(&out->in, &out->count);
+    if (out->in.err != 0 || out->count == 0 || out->count > TN_FETCH_MAX_PARTS)
+        return TN_EPROTO;
+    tn_wire_in_t check = out->in;
+    tn_fetch_part_t part;
+    for (uint32_t i = 0; i < out->count; i++)
+        if (get_part(&check, &part) != 0)
+            return TN_EPROTO;
+    if (tn_wire_end(&check) != 0)
+        return TN_EPROTO;
+    out->left = out->count;
+    return 0;
+}
+
+int tn_flushed_req_next(tn_flushed_req_t *r, tn_fetch_part_t *out)
+{
+    if (r->left == 0)
+        return TN_ENOTFOUND;
+    r->left--;
+    return get_part(&r->in, out);
+}
+
 /* --- reply ------------------------------------------------------------------------- */
 
 int tn_fetch_reply_put_head(tn_buf_t *b, uint32_t count)

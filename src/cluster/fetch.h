@@ -16,6 +16,14 @@
  * to back, as the leader's log holds them); for TN_FETCH_DIVERGING: u32
  * epoch, u64 end_offset. Other statuses carry nothing more.
  *
+ * The FLUSHED frame (TN_OP_FLUSHED on TN_LANE_REPLICA) is a follower's
+ * report that records it fetched are now on its disk, sent while its next
+ * fetch is parked at the leader (replica.h). Request fields: u32 follower
+ * node, u64 incarnation, u32 count (1..TN_FETCH_MAX_PARTS), then count
+ * partitions in the FETCH request's partition layout (fetch_offset is the
+ * follower's log end, last_fetched_epoch the epoch of its record before
+ * it: the leader checks them as a fetch's). Reply 204, no body.
+ *
  * Threads: any; pure functions. */
 #ifndef TN_CLUSTER_FETCH_H
 #define TN_CLUSTER_FETCH_H
@@ -81,6 +89,28 @@ int tn_fetch_req_decode(const void *p, size_t len, tn_fetch_req_t *out);
 /* The next partition of a decoded request: 0, or TN_ENOTFOUND after the
  * last. */
 int tn_fetch_req_next(tn_fetch_req_t *r, tn_fetch_part_t *out);
+
+/* A flush report's header; tn_flushed_req_next yields the partitions
+ * (the reader borrows the payload). */
+typedef struct {
+    uint32_t node;
+    uint64_t incarnation;
+    uint32_t count;
+    tn_wire_in_t in; /* at the next partition */
+    uint32_t left;
+} tn_flushed_req_t;
+
+/* Append a flush report's header (after the opcode byte). 0, UV_ENOMEM,
+ * UV_EINVAL (count not 1..TN_FETCH_MAX_PARTS). Then append count parts
+ * with tn_fetch_req_put_part. */
+int tn_flushed_req_put_head(tn_buf_t *b, uint32_t node, uint64_t incarnation, uint32_t count);
+/* Exact decode of a flush report (p, len: after the opcode byte; borrowed
+ * while out is used): checks every partition, then rewinds to the first.
+ * 0 or TN_EPROTO. */
+int tn_flushed_req_decode(const void *p, size_t len, tn_flushed_req_t *out);
+/* The next partition of a decoded report: 0, or TN_ENOTFOUND after the
+ * last. */
+int tn_flushed_req_next(tn_flushed_req_t *r, tn_fetch_part_t *out);
 
 /* One partition's answer; the pointers borrow the reply payload. */
 typedef struct {

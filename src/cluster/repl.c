@@ -17,7 +17,9 @@
  *      fetch_offset, or lacks that epoch, the answer is DIVERGING(epoch',
  *      end) from the leader's history (KIP-320/279); otherwise records from
  *      fetch_offset, with the hw.
- *   4. hw = min of the flushed offsets of the committed ISR, plus any
+ *   4. hw = min of the flushed offsets of the committed ISR (what the
+ *      followers' fetches and flush reports said: for one incarnation in
+ *      one epoch it only grows, as reports and fetches cross), plus any
  *      member a CAS in flight may add (the safe direction: a late expand
  *      can never make the ISR larger than what the hw counted), of the
  *      incarnation the ISR names. It only grows, and moves only past S.
@@ -25,7 +27,10 @@
  *      (so those that left, the ELR, hold all of it). Each move is
  *      ACT_HW(h): produces below h complete with OK.
  *   5. A follower whose flushed offset has stayed behind the leader's log
- *      end (as of its previous fetch) for replica_lag_ms, or who fetches
+ *      end (as of its previous fetch; a flushed offset, from a report or a
+ *      fetch, that reaches the end as of one of the TN_REPL_MARKS fetches
+ *      before counts as caught up at that fetch's time) for
+ *      replica_lag_ms, or who fetches
  *      with another incarnation, is proposed out of the ISR (ACT_PROPOSE_ISR,
  *      a CAS on partition_epoch); one whose flushed offset reached the hw
  *      and passed S with the incarnation it fetches with, and which the
@@ -43,7 +48,18 @@
  *      The hw uses the new ISR only once the metastore applied it (EV_STATE).
  *   6. A follower fetches from the leader its state names, right after each
  *      append and each log change, after fetch_idle_ms when the last answer
- *      was empty, and again after fetch_timeout_ms without an answer. It
+ *      was empty, and again after fetch_timeout_ms without an answer. A
+ *      fetch sent once records are written, before their fsync, carries the
+ *      older flushed offset; when the flush comes while that fetch is out
+ *      (parked at the leader until it has news), the follower reports it
+ *      at once (ACT_REPORT, EV_FLUSHED at the leader), so its RPC round
+ *      trip and its fsync overlap. A report carries the follower's log end
+ *      and last epoch as a fetch does; the leader counts it only when that
+ *      log agrees with its history there (as a fetch: a report may overtake
+ *      the fetch sent before it), only up to that log end, for a follower
+ *      that fetched in this epoch with that incarnation, not from before a
+ *      corrupt mark, and only upward; a report of another epoch is ignored
+ *      (a newer one: REFRESH). It
  *      learns hw = min(leader's hw, its log end). On DIVERGING(e, end) it
  *      truncates to min(end, its own end of e): the divergence point from
  *      the epoch histories, never its own hw (KIP-101). A point below its
@@ -126,6 +142,38 @@ static uint64_t u64_min(uint64_t a, uint64_t b)
 }
 
 /* --- leader ---------------------------------------------------------------------- */
+
+/* A follower whose flushed offset reached the leader's log end as of its
+ * previous fetch is caught up now; one that reached the end as of an
+ * earlier fetch (under load its flush lands a fetch or two behind: the
+ * fetch goes once the copy is written, the sync comes after) was caught
+ * up at that fetch. */
+static void note_caught_up(tn_repl_peer_t *p, uint64_t now)
+{
+    if (p->flushed >= p->leo_mark) {
+        p->caught_up_at = now;
+        return;
+    }
+    for (uint32_t i = 1; i <= p->nmarks; i++) { /* newest first: ends only grow */
+        uint32_t k = (p->mark_head + TN_REPL_MARKS - i) % TN_REPL_MARKS;
+        if (p->mark_leo[k] <= p->flushed) {
+            if (p->mark_at[k] > p->caught_up_at)
+                p->caught_up_at = p->mark_at[k];
+            return;
+        }
+    }
+}
+
+/* The leader's log end leo at a fetch of p at now. */
+static void push_mark(tn_repl_peer_t *p, uint64_t leo, uint64_t now)
+{
+    p->leo_mark = leo;
+    p->mark_leo[p->mark_head] = leo;
+    p->mark_at[p->mark_head] = now;
+    p->mark_head = (p->mark_head + 1) % TN_REPL_MARKS;
+    if (p->nmarks < TN_REPL_MARKS)
+        p->nmarks++;
+}
 
 /* What the hw may count for ISR member m: its flushed offset if it fetched
  * in this epoch with the incarnation the ISR names, else 0. */
@@ -303,21 +351,68 @@ static void on_fetch(tn_repl_t *r, const tn_repl_fetch_t *f, uint64_t now, tn_re
         a->hw = r->hw;
         return;
     }
+    /* The flushed offset only grows for one incarnation in this epoch
+     * (seen: a corrupt mark resets it): a fetch sent once its records
+     * were written carries the flushed offset from before their sync, and
+     * the flush report sent after the sync may come first. What it reports
+     * stays on that disk: the records below it agree with this leader's
+     * log, so no truncation in this epoch goes below it. */
+    uint64_t flushed = u64_min(f->flushed_offset, f->fetch_offset);
     if (!p->seen || p->incarnation != f->incarnation) {
         p->seen = true;
         p->incarnation = f->incarnation;
+        p->flushed = flushed;
+    } else if (flushed > p->flushed) {
+        p->flushed = flushed;
     }
     p->end = f->fetch_offset;
-    p->flushed = u64_min(f->flushed_offset, f->fetch_offset);
-    if (p->flushed >= p->leo_mark)
-        p->caught_up_at = now;
-    p->leo_mark = r->end;
+    note_caught_up(p, now);
+    push_mark(p, r->end, now);
     update_hw(r, out);
     tn_repl_action_t *a = push(out, TN_REPL_ACT_ANSWER_RECORDS);
     a->node = f->node;
     a->epoch = r->ps.leader_epoch;
     a->offset = f->fetch_offset;
     a->hw = r->hw;
+    maybe_expand(r, now, out);
+}
+
+/* A follower's flush report: its records below flushed_offset are on its
+ * disk. It carries the follower's log end and the epoch of its last record
+ * as a fetch does, and counts only when that log agrees with the leader's
+ * history there (the fetch's check; a report may overtake the fetch sent
+ * before it, so it must stand on its own), for a follower that fetched in
+ * this epoch with that incarnation, not from before a corrupt mark, only
+ * up to that log end (never records the follower has not fetched), and
+ * only raising what the leader knows (a late or repeated report changes
+ * nothing). A stale epoch is ignored (fenced: the follower learns it from
+ * its next fetch), a newer one makes the leader read its state. */
+static void on_flushed(tn_repl_t *r, const tn_repl_fetch_t *f, uint64_t now, tn_repl_actions_t *out)
+{
+    if (f->leader_epoch > r->ps.leader_epoch) {
+        push(out, TN_REPL_ACT_REFRESH);
+        return;
+    }
+    if (r->role != TN_REPL_LEADER || f->leader_epoch < r->ps.leader_epoch || f->node == r->cfg.node)
+        return;
+    tn_repl_peer_t *p = peer_find(r, f->node);
+    if (p == NULL || !p->seen || p->incarnation != f->incarnation || f->partition_epoch < p->min_pe)
+        return;
+    if (f->fetch_offset > 0 && f->last_fetched_epoch != 0) { /* as on_fetch's */
+        uint32_t found = 0;
+        uint64_t end = 0;
+        if (r->cfg.epoch_end(r->cfg.epoch_end_arg, f->last_fetched_epoch, &found, &end) < 0 ||
+            found != f->last_fetched_epoch || end < f->fetch_offset)
+            return;
+    }
+    uint64_t flushed = u64_min(f->flushed_offset, f->fetch_offset);
+    if (flushed <= p->flushed)
+        return;
+    p->flushed = flushed;
+    if (f->fetch_offset > p->end)
+        p->end = f->fetch_offset;
+    note_caught_up(p, now);
+    update_hw(r, out);
     maybe_expand(r, now, out);
 }
 
@@ -346,7 +441,25 @@ static void send_fetch(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
         return;
     r->fetching = true;
     r->fetch_sent_at = now;
+    r->told = r->flushed;
     tn_repl_action_t *a = push(out, TN_REPL_ACT_FETCH);
+    a->node = r->ps.leader;
+    a->fetch.node = r->cfg.node;
+    a->fetch.incarnation = r->cfg.incarnation;
+    a->fetch.leader_epoch = r->ps.leader_epoch;
+    a->fetch.fetch_offset = r->end;
+    a->fetch.last_fetched_epoch = r->last_epoch;
+    a->fetch.flushed_offset = r->flushed;
+    a->fetch.partition_epoch = r->ps.partition_epoch;
+}
+
+/* The flushed offset moved past what the fetch out carried: tell the
+ * leader now rather than with the next fetch, which waits for that
+ * fetch's answer (parked at the leader until new records come). */
+static void send_report(tn_repl_t *r, tn_repl_actions_t *out)
+{
+    r->told = r->flushed;
+    tn_repl_action_t *a = push(out, TN_REPL_ACT_REPORT);
     a->node = r->ps.leader;
     a->fetch.node = r->cfg.node;
     a->fetch.incarnation = r->cfg.incarnation;
@@ -544,6 +657,8 @@ static void on_log(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *o
     } else if (r->role == TN_REPL_FOLLOWER && changed &&
                (!r->fetching || BROKEN(TN_REPL_BREAK_TRUNCATE_HW))) {
         send_fetch(r, ev->now, out);
+    } else if (r->role == TN_REPL_FOLLOWER && r->fetching && !r->stopped && r->flushed > r->told) {
+        send_report(r, out);
     }
 }
 
@@ -611,6 +726,9 @@ void tn_repl_step(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *ou
         break;
     case TN_REPL_EV_OUT_OF_RANGE:
         on_out_of_range(r, ev, out);
+        break;
+    case TN_REPL_EV_FLUSHED:
+        on_flushed(r, &ev->u.fetch, ev->now, out);
         break;
     }
 }

@@ -67,6 +67,7 @@ typedef enum {
     TN_REPL_EV_TICK,         /* time passed */
     TN_REPL_EV_CHANNELS,     /* leader: a follower's channel state caught up or not, u.channels */
     TN_REPL_EV_OUT_OF_RANGE, /* follower: answer OUT_OF_RANGE, u.out_of_range */
+    TN_REPL_EV_FLUSHED,      /* leader: a follower's flush report, u.fetch (as its fetch's) */
 } tn_repl_ev_type_t;
 
 typedef struct tn_repl_event_s {
@@ -126,6 +127,7 @@ typedef enum {
     TN_REPL_ACT_TRUNCATE_REFUSED,   /* follower: the point is below hw: report, stop fetching */
     TN_REPL_ACT_REFRESH,            /* ask the metastore for this partition's state */
     TN_REPL_ACT_RESET,              /* follower: empty the log, restart it at offset (crash-safe) */
+    TN_REPL_ACT_REPORT,             /* follower: tell node the flushed offset (fetch) */
 } tn_repl_act_type_t;
 
 typedef struct tn_repl_action_s {
@@ -139,7 +141,7 @@ typedef struct tn_repl_action_s {
     uint64_t hw;                 /* ANSWER_RECORDS, TRUNCATE_REFUSED */
     int err;                     /* ANSWER_ERROR */
     bool acks_ok;                /* HW: always true (the hw moves only with min_insync members) */
-    tn_repl_fetch_t fetch;       /* FETCH */
+    tn_repl_fetch_t fetch;       /* FETCH, REPORT */
     uint32_t expected_pe, leader_epoch, nisr; /* PROPOSE_ISR */
     bool channels_checked; /* PROPOSE_ISR: members it adds passed the channels gate */
     tn_pstate_member_t isr[TN_PSTATE_MAX_REPLICAS];
@@ -153,6 +155,11 @@ typedef struct tn_repl_actions_s {
 
 typedef enum { TN_REPL_NONE, TN_REPL_LEADER, TN_REPL_FOLLOWER } tn_repl_role_t;
 
+/* The leader's log end at the last TN_REPL_MARKS fetches of a follower:
+ * a flush report that reaches one of them says the follower caught up
+ * with the leader as of that fetch. */
+#define TN_REPL_MARKS 8
+
 /* What the leader knows of one follower in the current epoch. */
 typedef struct tn_repl_peer_s {
     uint32_t node;
@@ -160,7 +167,11 @@ typedef struct tn_repl_peer_s {
     uint64_t incarnation;
     uint64_t end, flushed;
     uint64_t leo_mark; /* leader's log end at this follower's previous fetch */
-    uint32_t min_pe;   /* fetches from older partition states do not count */
+    /* leo_mark and the marks before it, with when each was taken: a ring
+     * whose next slot is mark_head, nmarks of them valid */
+    uint64_t mark_leo[TN_REPL_MARKS], mark_at[TN_REPL_MARKS];
+    uint32_t mark_head, nmarks;
+    uint32_t min_pe; /* fetches from older partition states do not count */
     uint64_t caught_up_at;
     /* Its channels' state caught up (EV_CHANNELS) for chans_inc. */
     bool chans_ok;
@@ -191,6 +202,10 @@ typedef struct tn_repl_s {
     bool fetching;
     bool stopped; /* a refused truncation: no more fetches */
     uint64_t fetch_sent_at, next_fetch_at;
+    /* The flushed offset the leader was last told of, by a fetch or a
+     * report, in this leader epoch: a flush past it while a fetch is out
+     * is reported (ACT_REPORT) without waiting for that fetch's answer. */
+    uint64_t told;
 } tn_repl_t;
 
 /* Initialise r (caller-owned) for cfg (copied), with an empty log and no

@@ -25,14 +25,24 @@
  *      that wants to fetch while another call to that leader is parked
  *      goes in a new call at once (group_get). The leader feeds each to its core (EV_FETCH) and
  *      answers at once when any partition has records or another answer;
- *      else the call is parked until a log end or hw moves (checked on
- *      each event that may move them: wake_fetches) or its wait_ms
- *      passes. Records are read off the loop (tn_plog_read_raw on a
- *      worker), their epochs added on the loop (tn_plog_epochs_range).
- *   4. Follower. The answer's records go to tn_plog_append_raw; the core
- *      hears of the log (EV_LOG) only once what was appended is flushed,
- *      so the next fetch carries a flushed offset equal to its log end
- *      and the leader's hw can move at once. DIVERGING truncates
+ *      else the call is parked until a log end moves, or a hw moves and
+ *      the call waited HW_LINGER_MS (checked on each event that may move
+ *      them, wake_fetches, and on the tick), or its wait_ms passes.
+ *      Records are read off the loop (tn_plog_read_raw on a worker),
+ *      except for a call that was parked: it waited at the log end, so
+ *      it reads only records written since, still in the page cache, on
+ *      the loop (no worker hand-off on an acknowledgement's path); their
+ *      epochs are added on the loop (tn_plog_epochs_range).
+ *   4. Follower. The answer's records go to tn_plog_append_raw, which
+ *      completes once they are written: the core hears of the log (EV_LOG)
+ *      and fetches again at once, with the older flushed offset. When the
+ *      watch says they are flushed (step 5), the core hears of the log
+ *      again and, that fetch being out (parked at the leader), reports the
+ *      flushed offset (ACT_REPORT): a FLUSHED call per leader node carries
+ *      every partition's report (one in flight; a fetch sent first takes
+ *      the report off), and the leader feeds each to its core
+ *      (EV_FLUSHED), which may move the hw at once. The follower's sync
+ *      and its round trip overlap. DIVERGING truncates
  *      (tn_plog_truncate with the core's hw as the floor). An empty
  *      answer parks the next fetch at once (unless it came at once with
  *      the same hw: then the tick, no busy loop).
@@ -103,6 +113,13 @@
 #define REPAIR_CALL_MS  30000 /* one REPAIR call */
 #define STUCK_LOG_MS    60000 /* "cannot repair" at most this often */
 #define CHANS_MS        50
+#define REPORT_CALL_MS  2000 /* one FLUSHED call (a lost one only costs time) */
+/* A parked fetch is answered for a hw that moved (no records) only after
+ * it waited this long: under load the records that follow every ack carry
+ * the hw anyway, and an answer of a hw alone costs the follower a round
+ * trip (docs/performance.md). Idle, a follower's hw lags by at most this
+ * (or the tick). */
+#define HW_LINGER_MS 5
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -148,6 +165,9 @@ struct part_s {
                            * fetch does not wait for an old leader's call) */
     tn_repl_fetch_t wantf;
     uint32_t want_node;
+    bool report_want; /* a flush report waits to be sent (ACT_REPORT) */
+    tn_repl_fetch_t reportf;
+    uint32_t report_node;
     bool appending;
     tn_append_t app;
     tn_buf_t appbuf;
@@ -201,7 +221,9 @@ struct freq_s {
     uint32_t node;
     uint32_t max_bytes;
     uint64_t deadline;
+    uint64_t parked_at;
     bool working, answered;
+    bool parked; /* it waited at every partition's log end (freq_answer) */
     uv_work_t work;
     uint32_t n;
     fitem_t items[];
@@ -222,6 +244,18 @@ struct group_s {
     } * sent;
 };
 
+/* The flush reports to one leader node: one FLUSHED call in flight at a
+ * time; reports that come meanwhile go in the next (a fetch sent first
+ * carries the offset and takes the partition's report off). */
+typedef struct rgroup_s rgroup_t;
+struct rgroup_s {
+    tn_replica_t *rm;
+    rgroup_t *next;
+    uint32_t leader;
+    bool inflight;
+    tn_rpc_call_t *call;
+};
+
 struct tn_replica_s {
     tn_replica_opts_t o;
     char *data_dir;
@@ -232,6 +266,7 @@ struct tn_replica_s {
     part_t *buckets[NBUCKETS];
     freq_t *fetches; /* parked and working */
     group_t *groups;
+    rgroup_t *rgroups;
     uint32_t working; /* worker jobs in flight */
     uint32_t open_handles;
     tn_replica_stats_t st;
@@ -340,8 +375,10 @@ static void feed_log(part_t *pt, uint64_t end, uint64_t flushed, uint32_t epoch)
     run(pt, &ev);
 }
 
-/* The local log as it is: fed when it changed. A follower's is fed only
- * once its appends are flushed (DESIGN step 4). */
+/* The local log as it is: fed when it changed. A follower's is fed once
+ * its appends are written (its core fetches again) and again once they
+ * are flushed (its core reports that: DESIGN step 4), never while an
+ * append or a truncation is under way. */
 static void poll_log(part_t *pt)
 {
     if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE))
@@ -355,7 +392,7 @@ static void poll_log(part_t *pt)
     uint32_t epoch = tn_plog_last_epoch(pt->plog);
     if (pt->core_fed && end == pt->fed_end && flushed == pt->fed_flushed && epoch == pt->fed_epoch)
         return;
-    if (pt->core.role == TN_REPL_FOLLOWER && (pt->appending || pt->truncating || flushed < end))
+    if (pt->core.role == TN_REPL_FOLLOWER && (pt->appending || pt->truncating))
         return;
     feed_log(pt, end, flushed, epoch);
 }
@@ -706,7 +743,7 @@ static void on_append_done(tn_append_t *req, int status)
         part_maybe_free(pt);
         return;
     }
-    poll_log(pt); /* flushed already (else the watch tells when) */
+    poll_log(pt); /* written: fetch again (the watch tells of the flush) */
     send_fetches(pt->rm);
 }
 
@@ -987,6 +1024,11 @@ static void run(part_t *pt, const tn_repl_event_t *ev)
              * nest steps. The tick does it. */
             pt->has_ps = false;
             break;
+        case TN_REPL_ACT_REPORT:
+            pt->report_want = true;
+            pt->reportf = a->fetch;
+            pt->report_node = a->node;
+            break;
         }
     }
 }
@@ -1146,6 +1188,18 @@ static void freq_answer(freq_t *f)
         }
     }
     f->working = true;
+    if (read && f->parked) {
+        /* A fetch that waited at the log end reads only what was written
+         * since: records still in the page cache, a copy rather than disk
+         * I/O, so read here, without the two thread hand-offs a worker
+         * costs on every acknowledgement's path (docs/performance.md).
+         * A fetch from behind the log end reads on a worker. */
+        read_work(&f->work);
+        freq_unlink(f);
+        reply_now(f);
+        freq_free(f);
+        return;
+    }
     if (read && !rm->closing) {
         rm->working++;
         if (uv_queue_work(rm->o.loop, &f->work, read_work, read_done) == 0)
@@ -1159,8 +1213,9 @@ static void freq_answer(freq_t *f)
     freq_free(f);
 }
 
-/* Whether parked f has something to say: records past an offset, or a
- * partition that moved its hw or left. */
+/* Whether parked f has something to say: records past an offset, a
+ * partition that left, or one that moved its hw (once f waited
+ * HW_LINGER_MS). */
 static bool freq_due(freq_t *f, uint64_t now)
 {
     if (now >= f->deadline || f->rm->closing)
@@ -1174,7 +1229,8 @@ static bool freq_due(freq_t *f, uint64_t now)
             return true;
         if (!pt->ready || pt->plog == NULL)
             continue;
-        if (it->offset < tn_plog_written_next(pt->plog) || pt->core.hw != it->hw)
+        if (it->offset < tn_plog_written_next(pt->plog) ||
+            (pt->core.hw != it->hw && now >= f->parked_at + HW_LINGER_MS))
             return true;
     }
     return false;
@@ -1220,6 +1276,7 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
                        : (uint32_t)rm->o.fetch_max_bytes;
     uint64_t wait = fr.wait_ms < 30000 ? fr.wait_ms : 30000;
     f->deadline = now_ms(rm) + wait;
+    f->parked_at = now_ms(rm);
     bool due = wait == 0;
     uint64_t now = now_ms(rm);
     for (uint32_t i = 0; i < f->n; i++) {
@@ -1263,7 +1320,46 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
         freq_answer(f);
         return;
     }
+    f->parked = true;
     tn_rpc_req_on_cancel(req, on_fetch_cancel, f);
+}
+
+/* A follower's flush reports (TN_OP_FLUSHED): each fed to its partition's
+ * core, which checks it as a fetch and counts it or not (repl.c,
+ * on_flushed); the hw may move, and parked fetches are woken for it. */
+void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_replica_t *rm = arg;
+    if (rm == NULL || rm->closing || !rm->started) {
+        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+        return;
+    }
+    tn_flushed_req_t fr;
+    if (tn_flushed_req_decode(payload, len, &fr) != 0) {
+        tn_rpc_reply(req, 400, "application/json", "{\"error\":\"malformed flush report\"}", 34);
+        return;
+    }
+    uint64_t now = now_ms(rm);
+    tn_fetch_part_t fp;
+    while (tn_flushed_req_next(&fr, &fp) == 0) {
+        part_t *pt = part_find(rm, fp.topic, fp.partition);
+        if (pt == NULL || !pt->core_fed || pt->core.role != TN_REPL_LEADER || !pt->ready ||
+            pt->plog == NULL)
+            continue;
+        if (fp.leader_epoch < pt->core.ps.leader_epoch)
+            rm->st.fenced++;
+        tn_repl_event_t ev = {.type = TN_REPL_EV_FLUSHED, .now = now};
+        ev.u.fetch.node = fr.node;
+        ev.u.fetch.incarnation = fr.incarnation;
+        ev.u.fetch.leader_epoch = fp.leader_epoch;
+        ev.u.fetch.fetch_offset = fp.fetch_offset;
+        ev.u.fetch.last_fetched_epoch = fp.last_fetched_epoch;
+        ev.u.fetch.flushed_offset = fp.flushed_offset;
+        ev.u.fetch.partition_epoch = fp.partition_epoch;
+        run(pt, &ev);
+    }
+    wake_fetches(rm);
+    tn_rpc_reply(req, 204, NULL, NULL, 0);
 }
 
 /* --- follower: sending fetches, one call per leader node ------------------------- */
@@ -1449,6 +1545,9 @@ static void group_send(group_t *g)
             pt->want = false;
             pt->in_call = true;
             pt->call_leader = g->leader;
+            if (pt->report_want && pt->report_node == g->leader &&
+                pt->reportf.flushed_offset <= fp.flushed_offset)
+                pt->report_want = false; /* this fetch tells it */
         }
     g->n = k;
     if (rc == 0)
@@ -1463,6 +1562,105 @@ static void group_send(group_t *g)
     rm->st.fetches_sent++;
 }
 
+/* --- follower: flush reports, one call per leader node at a time ---------------- */
+
+static void send_reports(tn_replica_t *rm);
+
+static void on_report_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    rgroup_t *rg = arg;
+    tn_replica_t *rm = rg->rm;
+    rg->inflight = false;
+    rg->call = NULL;
+    /* A report lost or refused costs only time: the next fetch carries
+     * the flushed offset too. */
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG_RL(TN_LOG_WARN, 5000, "replica: flush report to node %" PRIu32 ": %s", rg->leader,
+                  err != NULL ? err : tn_strerror(status));
+    else if (status == 0 && reply->status != 204)
+        TN_LOG_RL(TN_LOG_WARN, 5000, "replica: flush report to node %" PRIu32 ": answer %u",
+                  rg->leader, reply->status);
+    if (rm->closing)
+        maybe_close_done(rm);
+    else
+        send_reports(rm);
+}
+
+static rgroup_t *rgroup_get(tn_replica_t *rm, uint32_t leader)
+{
+    for (rgroup_t *rg = rm->rgroups; rg != NULL; rg = rg->next)
+        if (rg->leader == leader)
+            return rg;
+    rgroup_t *rg = tn_calloc(1, sizeof(*rg));
+    if (rg == NULL)
+        return NULL;
+    rg->rm = rm;
+    rg->leader = leader;
+    rg->next = rm->rgroups;
+    rm->rgroups = rg;
+    return rg;
+}
+
+/* One FLUSHED call to rg's leader with every report that waits for it. */
+static void rgroup_send(rgroup_t *rg)
+{
+    tn_replica_t *rm = rg->rm;
+    if (rg->inflight)
+        return;
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < NBUCKETS; b++)
+        for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
+            n += !pt->dead && pt->report_want && pt->report_node == rg->leader;
+    if (n == 0)
+        return;
+    if (n > TN_FETCH_MAX_PARTS)
+        n = TN_FETCH_MAX_PARTS;
+    const char *addr = member_addr(rm, rg->leader);
+    if (addr == NULL)
+        return;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_flushed_req_put_head(&b, rm->o.node, tn_meta_incarnation(rm->o.meta), n);
+    uint32_t k = 0;
+    for (uint32_t bk = 0; rc == 0 && bk < NBUCKETS && k < n; bk++)
+        for (part_t *pt = rm->buckets[bk]; rc == 0 && pt != NULL && k < n; pt = pt->next) {
+            if (pt->dead || !pt->report_want || pt->report_node != rg->leader)
+                continue;
+            tn_fetch_part_t fp;
+            snprintf(fp.topic, sizeof(fp.topic), "%s", pt->topic);
+            fp.partition = pt->p;
+            fp.leader_epoch = pt->reportf.leader_epoch;
+            fp.fetch_offset = pt->reportf.fetch_offset;
+            fp.last_fetched_epoch = pt->reportf.last_fetched_epoch;
+            fp.flushed_offset = pt->reportf.flushed_offset;
+            fp.partition_epoch = pt->reportf.partition_epoch;
+            if ((rc = tn_fetch_req_put_part(&b, &fp)) != 0)
+                break;
+            pt->report_want = false;
+            k++;
+        }
+    if (rc == 0)
+        rc = tn_rpc_call(rm->o.rpc, addr, TN_OP_FLUSHED, tn_buf_data(&b), tn_buf_size(&b),
+                         REPORT_CALL_MS, on_report_reply, rg, &rg->call);
+    tn_buf_fini(&b);
+    if (rc == 0)
+        rg->inflight = true; /* (failed: dropped; the next fetch carries them) */
+}
+
+static void send_reports(tn_replica_t *rm)
+{
+    if (rm->closing || rm->o.rpc == NULL)
+        return;
+    for (uint32_t b = 0; b < NBUCKETS; b++)
+        for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
+            if (!pt->dead && pt->report_want) {
+                rgroup_t *rg = rgroup_get(rm, pt->report_node);
+                if (rg != NULL)
+                    rgroup_send(rg); /* takes every report for this leader */
+            }
+}
+
+/* The fetches that wait, then the flush reports that wait. */
 static void send_fetches(tn_replica_t *rm)
 {
     if (rm->closing || rm->o.rpc == NULL)
@@ -1475,6 +1673,7 @@ static void send_fetches(tn_replica_t *rm)
                 if (g != NULL)
                     group_send(g); /* takes every partition that wants this leader */
             }
+    send_reports(rm);
 }
 
 /* --- partitions come and go ---------------------------------------------------------- */
@@ -1630,8 +1829,9 @@ static void wake_fetches(tn_replica_t *rm)
 /* The store's replica watch: a log this manager holds was written to, made
  * durable, or its hw moved. A leader's core hears its log end and flushed
  * offset at once (the hw may move) and the parked fetches waiting for
- * records are answered; a follower whose copy is now flushed fetches again
- * at once, carrying the flushed offset the leader's hw waits for. */
+ * records are answered; a follower whose copy is now flushed reports it
+ * at once (or fetches, when no fetch is out), carrying the flushed offset
+ * the leader's hw waits for. */
 static void on_watch(void *arg, tn_plog_t *pl)
 {
     tn_replica_t *rm = arg;
@@ -2185,11 +2385,19 @@ static void maybe_close_done(tn_replica_t *rm)
     for (group_t *g = rm->groups; g != NULL; g = g->next)
         if (g->inflight)
             return;
+    for (rgroup_t *rg = rm->rgroups; rg != NULL; rg = rg->next)
+        if (rg->inflight)
+            return;
     while (rm->groups != NULL) {
         group_t *g = rm->groups;
         rm->groups = g->next;
         group_clear(g);
         tn_free(g);
+    }
+    while (rm->rgroups != NULL) {
+        rgroup_t *rg = rm->rgroups;
+        rm->rgroups = rg->next;
+        tn_free(rg);
     }
     void (*cb)(void *) = rm->close_cb;
     void *arg = rm->close_arg;
@@ -2225,6 +2433,9 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
     for (group_t *g = rm->groups; g != NULL; g = g->next)
         if (g->inflight && g->call != NULL)
             tn_rpc_call_cancel(g->call);
+    for (rgroup_t *rg = rm->rgroups; rg != NULL; rg = rg->next)
+        if (rg->inflight && rg->call != NULL)
+            tn_rpc_call_cancel(rg->call);
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
             next = pt->next;

@@ -67,8 +67,8 @@ typedef struct {
     uint64_t isr_shrinks, isr_expands; /* proposals from here the metastore took */
     uint64_t fetches;                  /* FETCH requests answered (leader side) */
     uint64_t fetches_sent;             /* FETCH requests sent (follower side) */
-    uint64_t fenced;                   /* fetches answered or received as fenced */
-    uint64_t elections;                /* leader epochs seen change */
+    uint64_t fenced;    /* fetches answered or received as fenced, flush reports of a stale epoch */
+    uint64_t elections; /* leader epochs seen change */
     uint64_t truncations, truncations_refused;
     uint64_t resets; /* copies emptied to restart at the leader's log start (OUT_OF_RANGE) */
     uint64_t repairs, repairs_failed; /* damaged segments replaced from the leader; attempts
@@ -92,6 +92,9 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg);
 /* The TN_OP_FETCH handler (a tn_rpc_handler_cb; arg is the manager).
  * Register it with TN_RPC_OP_EXEMPT: a fetch may park up to its wait. */
 void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg);
+/* The TN_OP_FLUSHED handler (a follower's flush reports: fetch.h has the
+ * layout); arg is the manager. Loop thread. */
+void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg);
 /* The TN_OP_REPAIR handler (a damaged follower reads a range of this
  * leader's log; wire.h has the layout); arg is the manager. Loop thread. */
 void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg);

@@ -1178,6 +1178,7 @@ static const struct {
     [TN_OP_SETTLE_REPL] = {"settle_repl", TN_LANE_REPLICA},
     [TN_OP_REPAIR] = {"repair", TN_LANE_REPLICA},
     [TN_OP_CHAN_SNAP] = {"chan_snap", TN_LANE_REPLICA},
+    [TN_OP_FLUSHED] = {"flushed", TN_LANE_REPLICA},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -1246,6 +1247,10 @@ int tn_wire_request_check(const void *p, size_t len)
         tn_fetch_req_t f;
         int rc = tn_fetch_req_decode(in.p + in.off, in.len - in.off, &f);
         return rc != 0 ? rc : f.count == 1 ? 0 : TN_EPROTO;
+    }
+    case TN_OP_FLUSHED: {
+        tn_flushed_req_t f;
+        return tn_flushed_req_decode(in.p + in.off, in.len - in.off, &f);
     }
     case TN_OP_PRODUCE: {
         tn_wire_produce_t pr;

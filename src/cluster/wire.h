@@ -241,6 +241,20 @@ typedef enum {
      * fdatasync'ed; 409 {"error":...} a stale leader epoch, or another
      * incarnation; 421, 503, 500, 400 as SETTLE_REPL. */
     TN_OP_CHAN_SNAP = 15,
+    /* A follower's report that records it fetched are on its disk
+     * (fdatasync'ed), sent as soon as its sync completes while its next
+     * fetch is parked at the leader, so the leader's hw need not wait for
+     * that fetch's answer (cluster/fetch.h has the layout; replica.h
+     * serves it). Replica lane. Fields: u32 follower node, u64
+     * incarnation, u32 count (1..65535), then count partitions in FETCH's
+     * partition layout (string topic, u32 partition, u32 leader_epoch,
+     * u64 fetch_offset: the follower's log end, u32 last_fetched_epoch,
+     * u64 flushed_offset, u32 partition_epoch). Reply 204 once the
+     * reports were fed to the leader's cores (a report for a partition the
+     * callee does not lead, of a stale epoch, or of a log its history does
+     * not have is not counted: the next fetch carries the offset anyway);
+     * 503 {"error":...} not ready or closing; 400 malformed. */
+    TN_OP_FLUSHED = 16,
     TN_OP__COUNT
 } tn_wire_op_t;
 

@@ -721,7 +721,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     /* The control plane's operations, then the data plane's. */
     tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS +
                        TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + TN_PRODUCE_HANDLERS +
-                       TN_SETREPL_HANDLERS + 2];
+                       TN_SETREPL_HANDLERS + 3];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
@@ -745,6 +745,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
             (tn_rpc_handler_t){TN_OP_FETCH, TN_RPC_OP_EXEMPT, tn_replica_on_fetch, d->replica};
     if (d->replica != NULL)
         h[nh++] = (tn_rpc_handler_t){TN_OP_REPAIR, 0, tn_replica_on_repair, d->replica};
+    if (d->replica != NULL) /* followers' flush reports: answered at once */
+        h[nh++] = (tn_rpc_handler_t){TN_OP_FLUSHED, 0, tn_replica_on_flushed, d->replica};
     tn_rpc_opts_t ro;
     memset(&ro, 0, sizeof(ro));
     ro.bind = bind;

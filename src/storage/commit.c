@@ -85,6 +85,7 @@ static void committer_main(void *arg)
 
         /* Gather a round. */
         tn__sreq_t *first = pop(c), *last = first;
+        bool urgent = first->urgent;
         size_t n = 1;
         uint64_t bytes = first->bytes;
         int64_t start = tn_now_mono_ns();
@@ -99,11 +100,12 @@ static void committer_main(void *arg)
                 tn__sreq_t *r = pop(c);
                 last->next = r;
                 last = r;
+                urgent |= r->urgent;
                 n++;
                 bytes += r->bytes;
                 continue;
             }
-            if (!wait_more || c->stop || n >= target)
+            if (!wait_more || c->stop || n >= target || urgent)
                 break;
             int64_t deadline = TN_MIN(start + c->max_delay_ns, c->last_submit_ns + quiet);
             if (tn_now_mono_ns() >= deadline)
@@ -174,9 +176,10 @@ void tn__committer_stop(tn__committer_t *c)
     c->started = false;
 }
 
-void tn__committer_submit(tn__committer_t *c, tn__sreq_t *req)
+static void submit(tn__committer_t *c, tn__sreq_t *req, bool urgent)
 {
     req->next = NULL;
+    req->urgent = urgent;
     uv_mutex_lock(&c->lock);
     if (c->tail != NULL)
         c->tail->next = req;
@@ -186,10 +189,20 @@ void tn__committer_submit(tn__committer_t *c, tn__sreq_t *req)
     c->qlen++;
     c->qbytes += req->bytes;
     c->last_submit_ns = tn_now_mono_ns();
-    if (c->waiting || (c->gathering && (c->round_n + c->qlen >= c->round_target ||
+    if (c->waiting || (c->gathering && (urgent || c->round_n + c->qlen >= c->round_target ||
                                         c->round_bytes + c->qbytes >= c->max_bytes)))
         uv_cond_signal(&c->cond);
     uv_mutex_unlock(&c->lock);
+}
+
+void tn__committer_submit(tn__committer_t *c, tn__sreq_t *req)
+{
+    submit(c, req, false);
+}
+
+void tn__committer_submit_urgent(tn__committer_t *c, tn__sreq_t *req)
+{
+    submit(c, req, true);
 }
 
 void tn__committer_wake_at(tn__committer_t *c, int64_t at_ns)

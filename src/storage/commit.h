@@ -6,7 +6,9 @@
  * already holds as many requests as the previous one (a steady set of
  * concurrent writers has all come back), or when no request arrived for a
  * short quiet gap; it does not wait at all after a round of one (a lone
- * writer should not pay the delay). It hands the
+ * writer should not pay the delay), and none of this waiting when an
+ * urgent request (tn__committer_submit_urgent) is queued or in the round.
+ * It hands the
  * round to its `process` function, which writes, syncs and completes every
  * request through tn__store_complete. Between rounds it runs its `tick`
  * function when that is due (background syncs, disk checks).
@@ -36,6 +38,9 @@ struct tn__sreq_s {
     void (*exec)(tn__committer_t *c, tn__sreq_t *req);
     /* Runs on the loop thread when the request completes. */
     void (*done)(tn__sreq_t *req);
+    /* Set by tn__committer_submit_urgent: the round it lands in waits for
+     * no more requests (see there). */
+    bool urgent;
 };
 
 /* Process one round (a NULL-terminated chain in submission order). */
@@ -88,6 +93,13 @@ void tn__round_exec(tn__committer_t *c, tn__sreq_t *controls);
 /* Drain what is queued, then stop and join the thread. */
 void tn__committer_stop(tn__committer_t *c);
 void tn__committer_submit(tn__committer_t *c, tn__sreq_t *req);
+/* Submit a request whose round must start now: the committer wakes for it
+ * and ends the round it joins at the first moment the queue is empty,
+ * instead of waiting for the cohort of the previous round or a quiet gap.
+ * For a request another node waits for (a follower's copy of records,
+ * whose fsync the leader's hw needs), which no later request of this
+ * node's writers would join anyway. */
+void tn__committer_submit_urgent(tn__committer_t *c, tn__sreq_t *req);
 /* Ask for a tick no later than at_ns (any thread). */
 void tn__committer_wake_at(tn__committer_t *c, int64_t at_ns);
 

@@ -15,6 +15,7 @@
 #include "storage/io.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/err.h"
 
 #include <dirent.h>
@@ -28,6 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
+#ifdef __linux__
+#include <linux/aio_abi.h>
+#include <sys/syscall.h>
+#endif
 
 #ifdef TN_TEST
 static atomic_long fail_write_countdown = -1;
@@ -966,6 +971,107 @@ int tn_io_fdatasync(int fd)
 int tn_io_fsync(int fd)
 {
     return sync_fd(fd, false);
+}
+
+/* Whether the test hooks want every sync to go through sync_fd. */
+static bool syncs_hooked(void)
+{
+#ifdef TN_TEST
+    return SIM_ACTIVE() || atomic_load(&sync_delay_ns) > 0 ||
+           atomic_load(&fail_sync_countdown) >= 0;
+#else
+    return false;
+#endif
+}
+
+#ifdef __linux__
+/* Submit fds[0..n) as IOCB_CMD_FDSYNC and reap them. Every rcs[i] is set
+ * (what AIO did not run is run here, one after the other), except when
+ * this kernel or file system has no AIO fsync: then s->off is set and
+ * nothing was done. */
+static void aio_syncs(tn_io_syncs_t *s, const int *fds, int *rcs, size_t n)
+{
+    if (s->ctx == 0) {
+        aio_context_t ctx = 0;
+        if (syscall(SYS_io_setup, TN_IO_SYNCS_MAX, &ctx) != 0) {
+            s->off = true;
+            return;
+        }
+        s->ctx = (unsigned long)ctx;
+    }
+    struct iocb cbs[TN_IO_SYNCS_MAX];
+    struct iocb *ptrs[TN_IO_SYNCS_MAX];
+    bool reaped[TN_IO_SYNCS_MAX];
+    memset(cbs, 0, n * sizeof(cbs[0]));
+    for (size_t i = 0; i < n; i++) {
+        cbs[i].aio_data = i;
+        cbs[i].aio_lio_opcode = IOCB_CMD_FDSYNC;
+        cbs[i].aio_fildes = (uint32_t)fds[i];
+        ptrs[i] = &cbs[i];
+        reaped[i] = false;
+    }
+    long sub;
+    do {
+        sub = syscall(SYS_io_submit, (aio_context_t)s->ctx, (long)n, ptrs);
+    } while (sub < 0 && errno == EINTR);
+    if (sub < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+        s->off = true; /* no AIO fsync for this file system */
+        return;
+    }
+    if (sub < 0)
+        sub = 0; /* the first iocb refused (a bad descriptor): below, one by one */
+    /* The iocbs are copied at submission; only the events are reaped. */
+    size_t left = (size_t)sub;
+    while (left > 0) {
+        struct io_event ev[TN_IO_SYNCS_MAX];
+        long got = syscall(SYS_io_getevents, (aio_context_t)s->ctx, 1L, (long)left, ev, NULL);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break; /* cannot reap: those left are synced again below */
+        for (long j = 0; j < got; j++) {
+            size_t i = (size_t)ev[j].data;
+            if (i >= (size_t)sub || reaped[i])
+                continue;
+            reaped[i] = true;
+            rcs[i] = ev[j].res < 0 ? tn_err_from_errno((int)-ev[j].res) : 0;
+            left--;
+        }
+    }
+    if (left > 0) {
+        /* Events of this call must not surface in a later one: drop the
+         * context (io_destroy waits for what is in flight); the next call
+         * sets up another. */
+        (void)syscall(SYS_io_destroy, (aio_context_t)s->ctx);
+        s->ctx = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!reaped[i])
+            rcs[i] = sync_fd(fds[i], true);
+}
+#endif
+
+void tn_io_fdatasync_many(tn_io_syncs_t *s, const int *fds, int *rcs, size_t n)
+{
+    TN_ASSERT(n <= TN_IO_SYNCS_MAX);
+#ifdef __linux__
+    if (n > 1 && !s->off && !syncs_hooked()) {
+        aio_syncs(s, fds, rcs, n);
+        if (!s->off)
+            return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        rcs[i] = sync_fd(fds[i], true);
+}
+
+void tn_io_syncs_fini(tn_io_syncs_t *s)
+{
+#ifdef __linux__
+    if (s->ctx != 0)
+        (void)syscall(SYS_io_destroy, (aio_context_t)s->ctx);
+#endif
+    s->ctx = 0;
 }
 
 int tn_io_ftruncate(int fd, uint64_t len)

@@ -38,6 +38,24 @@ int tn_io_write_zeros(int fd, uint64_t from, uint64_t to);
 int tn_io_pread(int fd, void *buf, size_t len, uint64_t off, size_t *nread);
 int tn_io_fdatasync(int fd);
 int tn_io_fsync(int fd);
+
+/* Several fdatasyncs waited for together, for a thread that would sync
+ * several files in turn (the log committer's round): Linux AIO's
+ * IOCB_CMD_FDSYNC hands them to the kernel at once and it runs them in
+ * parallel, so three files cost about one sync's wait instead of three
+ * (docs/performance.md). Where AIO fsync is missing (io_setup or io_submit
+ * refuses), and under TN_TEST while the simulator or a sync fault is
+ * armed, it is one tn_io_fdatasync after the other. One tn_io_syncs_t per
+ * thread, zeroed to start, tn_io_syncs_fini at the end. */
+#define TN_IO_SYNCS_MAX 16
+typedef struct {
+    unsigned long ctx; /* the AIO context (aio_context_t), 0 until set up */
+    bool off;          /* AIO fsync refused here: one after the other */
+} tn_io_syncs_t;
+/* fdatasync fds[0..n) (n <= TN_IO_SYNCS_MAX); rcs[i] gets fds[i]'s result
+ * (0 or a negative error). Returns when all are done. */
+void tn_io_fdatasync_many(tn_io_syncs_t *s, const int *fds, int *rcs, size_t n);
+void tn_io_syncs_fini(tn_io_syncs_t *s);
 int tn_io_ftruncate(int fd, uint64_t len);
 int tn_io_fsize(int fd, uint64_t *size);
 int tn_io_rename(const char *from, const char *to);

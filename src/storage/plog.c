@@ -90,6 +90,7 @@ typedef struct {
     size_t notes_cap;
     tn_plog_t *relaxed; /* logs holding unsynced relaxed-mode data */
     int64_t next_disk_check_ns;
+    tn_io_syncs_t syncs; /* a round's fdatasyncs, together (sync_round) */
 } log_scratch_t;
 
 static void set_sticky(tn_plog_t *plog, int err, const char *fmt, ...) TN_PRINTF(3, 4);
@@ -770,7 +771,10 @@ static void submit_append(tn_plog_t *plog, tn_append_t *req, uint64_t bytes, tn_
     req->first_offset = 0;
     req->publish_ns = 0;
     tn__store_append_out(plog->store);
-    tn__committer_submit(&plog->store->logc, &req->s);
+    if (req->kind == 1) /* a follower's copy: the leader's hw waits for its fsync */
+        tn__committer_submit_urgent(&plog->store->logc, &req->s);
+    else
+        tn__committer_submit(&plog->store->logc, &req->s);
 }
 
 /* What refuses any write at once. */
@@ -1246,16 +1250,10 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
     }
 }
 
-/* fdatasync the active segment and advance durable_next. */
-static int sync_log(tn_plog_t *plog)
+/* After the fdatasync of seg (rc its result, written the log end before
+ * it): advance durable_next, or make the error sticky. */
+static int synced(tn_plog_t *plog, tn_seg_t *seg, uint64_t written, int rc)
 {
-    if (atomic_load(&plog->err) != 0)
-        return atomic_load(&plog->err);
-    tn_seg_t *seg = active_seg(plog);
-    uint64_t written = atomic_load(&plog->written_next);
-    int64_t t0 = tn_now_mono_ns();
-    int rc = tn_io_fdatasync(seg->fd);
-    tn_hist_observe(&plog->store->fsync_hist, tn_now_mono_ns() - t0);
     if (rc != 0) {
         set_sticky(plog, rc, "fdatasync of segment %" PRIu64, seg->base);
         return rc;
@@ -1266,6 +1264,77 @@ static int sync_log(tn_plog_t *plog)
     plog->unsynced_bytes = 0;
     plog->unsynced_since_ns = 0;
     return 0;
+}
+
+/* fdatasync the active segment and advance durable_next. */
+static int sync_log(tn_plog_t *plog)
+{
+    if (atomic_load(&plog->err) != 0)
+        return atomic_load(&plog->err);
+    tn_seg_t *seg = active_seg(plog);
+    uint64_t written = atomic_load(&plog->written_next);
+    int64_t t0 = tn_now_mono_ns();
+    int rc = tn_io_fdatasync(seg->fd);
+    tn_hist_observe(&plog->store->fsync_hist, tn_now_mono_ns() - t0);
+    return synced(plog, seg, written, rc);
+}
+
+/* sync_log for logs[0..n) (n <= TN_IO_SYNCS_MAX) at once; each result in
+ * its round_rc. */
+static void sync_batch(log_scratch_t *ls, tn_plog_t **logs, size_t n)
+{
+    tn_plog_t *go[TN_IO_SYNCS_MAX];
+    tn_seg_t *segs[TN_IO_SYNCS_MAX];
+    uint64_t written[TN_IO_SYNCS_MAX];
+    int fds[TN_IO_SYNCS_MAX], rcs[TN_IO_SYNCS_MAX];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        tn_plog_t *p = logs[i];
+        p->round_synced = true;
+        p->round_rc = atomic_load(&p->err);
+        if (p->round_rc != 0)
+            continue;
+        go[k] = p;
+        segs[k] = active_seg(p);
+        written[k] = atomic_load(&p->written_next);
+        fds[k] = segs[k]->fd;
+        k++;
+    }
+    if (k == 0)
+        return;
+    int64_t t0 = tn_now_mono_ns();
+    tn_io_fdatasync_many(&ls->syncs, fds, rcs, k);
+    int64_t took = tn_now_mono_ns() - t0;
+    for (size_t i = 0; i < k; i++) {
+        tn_hist_observe(&go[i]->store->fsync_hist, took);
+        go[i]->round_rc = synced(go[i], segs[i], written[i], rcs[i]);
+    }
+}
+
+/* Step 4's fdatasyncs, before its completions: every durable-mode log
+ * that wrote this round is synced at once (the kernel runs them in
+ * parallel: a round holding a leader's partition and the copies it
+ * follows for others pays one sync's wait, not one per log). */
+static void sync_round(log_scratch_t *ls, tn_plog_t *logs)
+{
+    tn_plog_t *batch[TN_IO_SYNCS_MAX];
+    size_t n = 0;
+    for (tn_plog_t *p = logs; p != NULL; p = p->rnext) {
+        p->round_synced = false;
+        if (p->round_mode == TN_DURABILITY_RELAXED || p->round_msgs == 0)
+            continue;
+        batch[n++] = p;
+        if (n == TN_IO_SYNCS_MAX) {
+            sync_batch(ls, batch, n);
+            n = 0;
+        }
+    }
+    if (n > 1) {
+        sync_batch(ls, batch, n);
+    } else if (n == 1) {
+        batch[0]->round_rc = sync_log(batch[0]);
+        batch[0]->round_synced = true;
+    }
 }
 
 static void queue_progress(tn_plog_t *plog, tn__sreq_t **head, tn__sreq_t **tail)
@@ -1387,7 +1456,14 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
     tn__sreq_t *head = NULL, *tail = NULL;
     for (tn_plog_t *p = logs; p != NULL; p = p->rnext) {
         if (p->round_mode == TN_DURABILITY_DURABLE) {
-            /* A follower's copies complete once written, whatever the mode. */
+            /* The rest completes once synced (step 4), except a follower's
+             * copies, which complete once written: the follower fetches
+             * again at once, and its replica watch hears of the sync
+             * (step 4), which it reports to the leader while that fetch
+             * waits there, so the round trip and the sync overlap. A
+             * leader's log (the hw gates it) tells its replica watch now as
+             * well: followers may copy what is written before it is synced
+             * (and the watch hears again once synced). */
             tn_append_t *keep = NULL, *keep_tail = NULL;
             for (tn_append_t *r = p->rhead, *rn; r != NULL; r = rn) {
                 rn = r->pnext;
@@ -1404,10 +1480,7 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
             }
             p->rhead = keep;
             p->rtail = keep_tail;
-            /* A replicated log's followers may copy what is written before
-             * it is synced: the replica watch hears of it now (and again
-             * once synced, step 4). */
-            if (p->round_msgs > 0 && atomic_load(&p->repl_watch))
+            if (p->round_msgs > 0 && atomic_load(&p->repl_watch) && atomic_load(&p->gated))
                 queue_progress(p, &head, &tail);
             continue;
         }
@@ -1425,6 +1498,8 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
 
     /* 4. Sync, then complete the rest. */
     head = tail = NULL;
+    if (ls != NULL)
+        sync_round(ls, logs);
     int64_t now_mono = tn_now_mono_ns();
     const tn_store_opts_t *o = &store->opts;
     for (tn_plog_t *p = logs, *next; p != NULL; p = next) {
@@ -1445,7 +1520,8 @@ void tn__plog_round(tn__committer_t *c, tn__sreq_t *round)
                 }
             }
         } else {
-            int rc = wrote ? sync_log(p) : 0;
+            int rc = p->round_synced ? p->round_rc : wrote ? sync_log(p) : 0;
+            p->round_synced = false;
             /* Only durable-mode requests are still here. */
             for (tn_append_t *r = p->rhead; r != NULL; r = r->pnext) {
                 if (r->s.status == 0)
@@ -1478,6 +1554,7 @@ void tn__plog_committer_fini(tn__committer_t *c)
         return;
     tn_free(ls->iov);
     tn_free(ls->notes);
+    tn_io_syncs_fini(&ls->syncs);
     tn_free(ls);
     c->scratch = NULL;
 }

@@ -193,6 +193,8 @@ struct tn_plog_s {
     int round_mode;      /* durability mode read once per round */
     uint64_t round_msgs; /* records and bytes written this round */
     uint64_t round_bytes;
+    bool round_synced; /* synced with the round's other logs (sync_round) */
+    int round_rc;      /* ... with this result */
     uint64_t unsynced_msgs;
     uint64_t unsynced_bytes;
     int64_t unsynced_since_ns;
@@ -421,8 +423,9 @@ int tn_plog_begin_epoch(tn_plog_t *pl, tn_append_t *req, uint32_t epoch, tn_appe
  * file saved before the records are written; each record's sync_mark is
  * re-encoded for the local segment (CRC recomputed); publish_ns and
  * deliver_at_ms are kept. Completes once WRITTEN, whatever the mode (the
- * follower reports durability by watching durable_next / on_progress),
- * and never waits for the hw gate. len 0 is UV_EINVAL. Loop thread. */
+ * follower fetches again at once and reports durability by watching
+ * durable_next / on_progress), and never waits for the hw gate. len 0 is
+ * UV_EINVAL. Loop thread. */
 int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_t len,
                        uint64_t first_offset, const tn_epoch_entry_t *epochs, uint32_t nepochs,
                        tn_append_cb cb);
@@ -436,8 +439,10 @@ int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_
  * *count = records read (0 at the log end). Returns 0, TN_ENOTFOUND
  * (from below the first stored offset, or above written_next), TN_EGAP
  * (from falls in a gap), TN_ECORRUPT, UV_ENOMEM or an I/O error. Reads
- * the segment files: blocking, call from a worker thread (never from the
- * loop thread). */
+ * the segment files: blocking, call from a worker thread, never from the
+ * loop thread, except for records written moments ago (still in the page
+ * cache: the replica manager's answer to a fetch that waited at the log
+ * end). Any thread. */
 int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *out,
                      uint32_t *count);
 

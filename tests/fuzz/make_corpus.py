@@ -292,6 +292,8 @@ def wire_seeds(here):
     write(wr, "seed-chan-snap", b"\x0e" + chansnap_fields(b"t", 0, 1, b"c", 1, 3, 0,
                                                           ckpt_image(4, [6], [(5, 0, 1)])))
     write(wr, "seed-purge-negative", b"\x0a" + purge_fields(b"orders", -5))
+    write(wr, "seed-flushed", b"\x10" + struct.pack(">IQI", 2, 77, 1) + wire_str(b"t") +
+          struct.pack(">IIQIQI", 1, 3, 10, 3, 9, 4))
     write(wr, "seed-reply", ok)
     write(wr, "seed-reply-empty", struct.pack(">H", 204) + wire_str(b"") + wire_str(b""))
 

@@ -249,6 +249,35 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
         }
         break;
     }
+    case TN_OP_FLUSHED: {
+        /* The header, then count (1..TN_FETCH_MAX_PARTS) partitions in the
+         * FETCH layout with a non-empty topic. */
+        uint32_t node, count;
+        uint64_t inc;
+        if (tn_wire_get_u32(&in, &node) != 0 || tn_wire_get_u64(&in, &inc) != 0 ||
+            tn_wire_get_u32(&in, &count) != 0)
+            break;
+        if (count == 0 || count > TN_FETCH_MAX_PARTS)
+            return TN_EPROTO;
+        if (tn_flushed_req_put_head(out, node, inc, count) != 0)
+            abort();
+        for (uint32_t i = 0; i < count && in.err == 0; i++) {
+            tn_fetch_part_t fp;
+            if (tn_wire_get_str(&in, 255, fp.topic) != 0 ||
+                tn_wire_get_u32(&in, &fp.partition) != 0 ||
+                tn_wire_get_u32(&in, &fp.leader_epoch) != 0 ||
+                tn_wire_get_u64(&in, &fp.fetch_offset) != 0 ||
+                tn_wire_get_u32(&in, &fp.last_fetched_epoch) != 0 ||
+                tn_wire_get_u64(&in, &fp.flushed_offset) != 0 ||
+                tn_wire_get_u32(&in, &fp.partition_epoch) != 0)
+                break;
+            if (fp.topic[0] == '\0')
+                return TN_EPROTO;
+            if (tn_fetch_req_put_part(out, &fp) != 0)
+                abort();
+        }
+        break;
+    }
     case TN_OP_CHAN_SNAP: {
         /* topic, partition, leader_epoch, channel, stream, seq,
          * incarnation, then the state's bytes, which must be a valid

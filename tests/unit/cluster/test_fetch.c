@@ -1,7 +1,7 @@
 /* The FETCH frame codec (cluster/fetch.h): request and reply round trips
- * with several partitions, every status, epochs and records; every cut of
- * a good frame refused; counts, statuses and epoch counts out of range
- * refused; writers leave the buffer as it was when they refuse. */
+ * with several partitions, every status, epochs and records, and the
+ * FLUSHED report's; every cut of a good frame refused; counts, statuses and epoch counts out of
+ * range refused; writers leave the buffer as it was when they refuse. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -105,6 +105,88 @@ static void test_request_refusals(void **state)
     tn_buf_fini(&b);
 }
 
+/* The FLUSHED report (TN_OP_FLUSHED: its header, then FETCH's partition
+ * layout): round trip, every cut, refusals. */
+static void test_flushed_round_trip(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_flushed_req_put_head(&b, 3, 0x1122334455667788ull, 2), 0);
+    tn_fetch_part_t a = {.topic = "orders",
+                         .partition = 7,
+                         .leader_epoch = 4,
+                         .fetch_offset = 1002,
+                         .last_fetched_epoch = 4,
+                         .flushed_offset = 1000,
+                         .partition_epoch = 12};
+    tn_fetch_part_t z = {.topic = "x", .partition = 0, .leader_epoch = 1};
+    assert_int_equal(tn_fetch_req_put_part(&b, &a), 0);
+    assert_int_equal(tn_fetch_req_put_part(&b, &z), 0);
+    tn_flushed_req_t r;
+    assert_int_equal(tn_flushed_req_decode(tn_buf_data(&b), tn_buf_size(&b), &r), 0);
+    assert_int_equal(r.node, 3);
+    assert_true(r.incarnation == 0x1122334455667788ull);
+    assert_int_equal(r.count, 2);
+    tn_fetch_part_t p;
+    assert_int_equal(tn_flushed_req_next(&r, &p), 0);
+    assert_string_equal(p.topic, "orders");
+    assert_int_equal(p.partition, 7);
+    assert_int_equal(p.leader_epoch, 4);
+    assert_true(p.fetch_offset == 1002);
+    assert_int_equal(p.last_fetched_epoch, 4);
+    assert_true(p.flushed_offset == 1000);
+    assert_int_equal(p.partition_epoch, 12);
+    assert_int_equal(tn_flushed_req_next(&r, &p), 0);
+    assert_string_equal(p.topic, "x");
+    assert_int_equal(p.leader_epoch, 1);
+    assert_int_equal(tn_flushed_req_next(&r, &p), TN_ENOTFOUND);
+    /* Every cut, and a byte more, is refused; the server's check agrees. */
+    for (size_t n = 0; n < tn_buf_size(&b); n++)
+        assert_int_equal(tn_flushed_req_decode(tn_buf_data(&b), n, &r), TN_EPROTO);
+    tn_buf_t req;
+    tn_buf_init(&req);
+    assert_int_equal(tn_wire_put_u8(&req, TN_OP_FLUSHED), 0);
+    assert_int_equal(tn_buf_append(&req, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&req), tn_buf_size(&req)), 0);
+    assert_int_equal(tn_wire_request_check(tn_buf_data(&req), tn_buf_size(&req) - 1), TN_EPROTO);
+    tn_buf_fini(&req);
+    assert_int_equal(tn_buf_append(&b, "", 1), 0);
+    assert_int_equal(tn_flushed_req_decode(tn_buf_data(&b), tn_buf_size(&b), &r), TN_EPROTO);
+
+    /* Writers refuse a count out of range and an empty or long topic,
+     * leaving the buffer as it was. */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_flushed_req_put_head(&b, 1, 1, 0), UV_EINVAL);
+    assert_int_equal(tn_flushed_req_put_head(&b, 1, 1, TN_FETCH_MAX_PARTS + 1), UV_EINVAL);
+    tn_fetch_part_t empty = {.topic = ""};
+    assert_int_equal(tn_fetch_req_put_part(&b, &empty), UV_EINVAL);
+    tn_fetch_part_t long_topic;
+    memset(&long_topic, 0, sizeof(long_topic));
+    memset(long_topic.topic, 'a', 255);
+    assert_int_equal(tn_fetch_req_put_part(&b, &long_topic), 0); /* 255 is the most */
+    tn_buf_reset(&b);
+    /* A count that does not match; a count of 0 and an empty topic
+     * written by hand. */
+    assert_int_equal(tn_flushed_req_put_head(&b, 1, 1, 2), 0);
+    assert_int_equal(tn_fetch_req_put_part(&b, &z), 0);
+    assert_int_equal(tn_flushed_req_decode(tn_buf_data(&b), tn_buf_size(&b), &r), TN_EPROTO);
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_u32(&b, 1), 0);
+    assert_int_equal(tn_wire_put_u64(&b, 1), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(tn_flushed_req_decode(tn_buf_data(&b), tn_buf_size(&b), &r), TN_EPROTO);
+    tn_buf_reset(&b);
+    assert_int_equal(tn_flushed_req_put_head(&b, 1, 1, 1), 0);
+    assert_int_equal(tn_wire_put_bytes(&b, "", 0), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(tn_wire_put_u64(&b, 0), 0);
+    assert_int_equal(tn_wire_put_u64(&b, 0), 0);
+    assert_int_equal(tn_flushed_req_decode(tn_buf_data(&b), tn_buf_size(&b), &r), TN_EPROTO);
+    tn_buf_fini(&b);
+}
+
 static void test_reply_round_trip(void **state)
 {
     (void)state;
@@ -197,9 +279,8 @@ static void test_reply_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_request_round_trip),
-        cmocka_unit_test(test_request_refusals),
-        cmocka_unit_test(test_reply_round_trip),
+        cmocka_unit_test(test_request_round_trip), cmocka_unit_test(test_request_refusals),
+        cmocka_unit_test(test_flushed_round_trip), cmocka_unit_test(test_reply_round_trip),
         cmocka_unit_test(test_reply_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

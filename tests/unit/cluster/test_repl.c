@@ -623,6 +623,243 @@ static void test_channels_report_lapses(void **state)
     }
 }
 
+/* A flush report from node (incarnation inc) whose log ends at end with a
+ * record of epoch last. */
+static void step_flushed(tn_repl_t *r, uint32_t node, uint64_t inc, uint32_t epoch, uint64_t end,
+                         uint32_t last, uint64_t flushed, uint64_t now, tn_repl_actions_t *out)
+{
+    tn_repl_event_t ev = {.type = TN_REPL_EV_FLUSHED, .now = now};
+    ev.u.fetch = (tn_repl_fetch_t){node, inc, epoch, end, last, flushed, 99};
+    tn_repl_step(r, &ev, out);
+}
+
+static void step_records(tn_repl_t *r, uint32_t epoch, uint64_t from, uint64_t count, uint64_t hw,
+                         uint64_t now, tn_repl_actions_t *out)
+{
+    tn_repl_event_t ev = {.type = TN_REPL_EV_RECORDS, .now = now};
+    ev.u.records.leader_epoch = epoch;
+    ev.u.records.from = from;
+    ev.u.records.count = count;
+    ev.u.records.hw = hw;
+    tn_repl_step(r, &ev, out);
+}
+
+/* Lever (1) of docs/performance.md: a follower fetches again once its copy
+ * is written, and reports the flush while that fetch is out (parked at
+ * the leader) instead of with the next fetch. */
+static void test_follower_reports_flush_while_fetching(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    follower_setup(&r, &h, &out); /* a fetch at 14 is out, flushed 14 */
+    step_records(&r, 3, 14, 3, 12, 1, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_APPEND);
+    assert_non_null(a);
+    /* Written, not synced: the next fetch goes at once with the old
+     * flushed offset, and nothing is reported. */
+    step_log(&r, 17, 14, 3, 2, &out);
+    a = find(&out, TN_REPL_ACT_FETCH);
+    assert_non_null(a);
+    assert_int_equal(a->fetch.fetch_offset, 17);
+    assert_int_equal(a->fetch.flushed_offset, 14);
+    assert_null(find(&out, TN_REPL_ACT_REPORT));
+    /* Synced while that fetch is out: reported to the leader at once,
+     * with the epoch and incarnation its fetches carry; no new fetch. */
+    step_log(&r, 17, 17, 3, 3, &out);
+    assert_int_equal(out.n, 1);
+    a = find(&out, TN_REPL_ACT_REPORT);
+    assert_non_null(a);
+    assert_int_equal(a->node, 1);
+    assert_int_equal(a->fetch.node, 2);
+    assert_int_equal(a->fetch.incarnation, 0x102);
+    assert_int_equal(a->fetch.leader_epoch, 3);
+    assert_int_equal(a->fetch.flushed_offset, 17);
+    assert_int_equal(a->fetch.fetch_offset, 17); /* checked by the leader as a fetch's */
+    assert_int_equal(a->fetch.last_fetched_epoch, 3);
+    assert_int_equal(a->fetch.partition_epoch, 5);
+    /* Told once. */
+    step_log(&r, 17, 17, 3, 4, &out);
+    assert_int_equal(out.n, 0);
+    /* The answer comes before the next sync: written at once, fetched at
+     * once; the sync after the answer to that fetch goes with the fetch
+     * after it (no fetch out: the flushed offset rides a new fetch). */
+    step_records(&r, 3, 17, 2, 17, 5, &out);
+    assert_non_null(find(&out, TN_REPL_ACT_APPEND));
+    step_log(&r, 19, 17, 3, 6, &out);
+    a = find(&out, TN_REPL_ACT_FETCH);
+    assert_non_null(a);
+    assert_int_equal(a->fetch.flushed_offset, 17);
+    step_records(&r, 3, 19, 0, 17, 7, &out); /* empty: nothing to append */
+    assert_false(r.fetching);
+    step_log(&r, 19, 19, 3, 8, &out);
+    a = find(&out, TN_REPL_ACT_FETCH);
+    assert_non_null(a);
+    assert_int_equal(a->fetch.flushed_offset, 19);
+    assert_null(find(&out, TN_REPL_ACT_REPORT));
+    /* A leader change: the reports go to the new leader with its epoch. */
+    tn_pstate_t ps = pstate(3, 4, 6, 3);
+    step_state(&r, &ps, 9, &out);
+    a = find(&out, TN_REPL_ACT_FETCH);
+    assert_non_null(a);
+    assert_int_equal(a->node, 3);
+    step_records(&r, 4, 19, 1, 19, 10, &out);
+    step_log(&r, 20, 19, 4, 11, &out);
+    assert_non_null(find(&out, TN_REPL_ACT_FETCH));
+    step_log(&r, 20, 20, 4, 12, &out);
+    a = find(&out, TN_REPL_ACT_REPORT);
+    assert_non_null(a);
+    assert_int_equal(a->node, 3);
+    assert_int_equal(a->fetch.leader_epoch, 4);
+    assert_int_equal(a->fetch.flushed_offset, 20);
+}
+
+/* The leader counts a flush report only for a follower that fetched in
+ * this epoch with that incarnation, only when the log end and last epoch
+ * it carries agree with the leader's history (as a fetch's: a report may
+ * overtake the fetch sent before it), only up to that log end (never
+ * records the follower has not fetched, nor a flushed offset past its own
+ * log end), only raising what it knows; a report of an older epoch is
+ * fenced, a newer one refreshes the state. */
+static void test_leader_counts_flush_reports(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out); /* log 11 (epoch start at 10), flushed */
+    /* Before any fetch of 2 in this epoch: ignored. */
+    step_flushed(&r, 2, 0x102, 3, 11, 3, 11, 1, &out);
+    assert_int_equal(out.n, 0);
+    assert_int_equal(r.peers[1].flushed, 0);
+    step_fetch(&r, 2, 3, 11, 3, 10, 2, &out); /* written 11, flushed 10 */
+    step_fetch(&r, 3, 3, 11, 3, 11, 2, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW));
+    /* Stale epoch: fenced, nothing moves. Newer: refresh. Another
+     * incarnation (a wiped disk since its fetch): nothing. */
+    step_flushed(&r, 2, 0x102, 2, 11, 3, 11, 3, &out);
+    assert_int_equal(out.n, 0);
+    step_flushed(&r, 2, 0x102, 4, 11, 3, 11, 3, &out);
+    assert_int_equal(out.n, 1);
+    assert_non_null(find(&out, TN_REPL_ACT_REFRESH));
+    step_flushed(&r, 2, 0x999, 3, 11, 3, 11, 3, &out);
+    assert_int_equal(out.n, 0);
+    /* A log the leader's history does not have: 14 records ending in
+     * epoch 2 (the leader's epoch 2 ends at 10), or past its log end. */
+    step_flushed(&r, 2, 0x102, 3, 14, 2, 14, 3, &out);
+    assert_int_equal(out.n, 0);
+    step_flushed(&r, 2, 0x102, 3, 12, 3, 12, 3, &out);
+    assert_int_equal(out.n, 0);
+    assert_int_equal(r.peers[1].flushed, 10);
+    /* A flushed offset past the report's own log end counts to that end. */
+    step_flushed(&r, 2, 0x102, 3, 11, 3, 15, 4, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_HW);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 11);
+    assert_int_equal(r.peers[1].flushed, 11);
+    /* The leader writes and flushes to 15, 3 has all of it: the hw waits
+     * for 2. */
+    h.end = 15;
+    step_log(&r, 15, 15, 3, 5, &out);
+    step_fetch(&r, 3, 3, 15, 3, 15, 5, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW));
+    /* 2 wrote to 15 and synced; its report overtakes the fetch it sent
+     * before the sync: it counts on its own. */
+    step_flushed(&r, 2, 0x102, 3, 15, 3, 15, 6, &out);
+    a = find(&out, TN_REPL_ACT_HW);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 15);
+    assert_int_equal(r.peers[1].end, 15);
+    /* The late fetch (written 15, flushed 11) then an older report
+     * arriving late (or a duplicate): what the leader knows of 2 stays
+     * (lowered, the hw would wait for 2's next fetch: the one out parks
+     * until new records come, and the producers wait for the hw). */
+    step_fetch(&r, 2, 3, 15, 3, 11, 7, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW));
+    assert_int_equal(r.peers[1].flushed, 15);
+    step_flushed(&r, 2, 0x102, 3, 12, 3, 12, 8, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW));
+    assert_int_equal(r.hw, 15);
+    assert_int_equal(r.peers[1].flushed, 15);
+    /* The next records need no word from 2 beyond its report. */
+    h.end = 17;
+    step_log(&r, 17, 17, 3, 8, &out);
+    step_flushed(&r, 2, 0x102, 3, 17, 3, 17, 8, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW)); /* 3 has 15 */
+    step_fetch(&r, 3, 3, 17, 3, 17, 8, &out);
+    a = find(&out, TN_REPL_ACT_HW);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 17);
+    /* A leader no more: reports are ignored. */
+    tn_pstate_t ps = pstate(2, 4, 6, 3);
+    step_state(&r, &ps, 9, &out);
+    step_flushed(&r, 3, 0x103, 4, 15, 3, 15, 10, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW));
+}
+
+/* Under steady load a follower's fetch, sent once its copy is written,
+ * carries the flushed offset of the copy before (its sync comes after), so
+ * its flushed offset never reaches the leader's log end as of its previous
+ * fetch, which was the only catch-up rule: the leader shrank it out after
+ * replica_lag_ms. A flushed offset (from a report, or a fetch) that
+ * reaches the leader's end as of an earlier fetch counts as caught up at
+ * that fetch's time. A follower whose disk never syncs is shrunk out
+ * however often it fetches at the log end. Every step, the hw never
+ * passes what every ISR member flushed (never written-not-synced
+ * records). mode 0: reports; 1: fetches only; 2: a disk that never syncs. */
+static void run_steady_load(int mode, bool *shrunk)
+{
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out);
+    uint64_t end[64];
+    end[0] = 11;
+    uint64_t flushed2 = 11, flushed3 = 11;
+    *shrunk = false;
+    for (uint32_t k = 1; k < 64; k++) {
+        uint64_t now = 10 * k;
+        end[k] = end[k - 1] + 5; /* producers append, the leader flushes */
+        h.end = end[k];
+        step_log(&r, end[k], end[k], 3, now, &out);
+        /* Each follower fetches at what the last answer gave it (end of
+         * the previous step), flushed to the step before that. */
+        uint64_t at = end[k - 1], fl = k >= 2 && mode != 2 ? end[k - 2] : 11;
+        step_fetch(&r, 2, 3, at, 3, fl, now + 1, &out);
+        step_fetch(&r, 3, 3, at, 3, fl, now + 1, &out);
+        if (fl > flushed2)
+            flushed2 = flushed3 = fl;
+        if (mode == 0) {
+            step_flushed(&r, 2, 0x102, 3, at, 3, at, now + 5, &out);
+            step_flushed(&r, 3, 0x103, 3, at, 3, at, now + 5, &out);
+            flushed2 = flushed3 = at;
+        }
+        assert_true(r.hw <= flushed2 && r.hw <= flushed3);
+        tn_repl_event_t tick = {.type = TN_REPL_EV_TICK, .now = now + 6};
+        tn_repl_step(&r, &tick, &out);
+        const tn_repl_action_t *a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+        if (a != NULL && a->nisr < 3)
+            *shrunk = true;
+    }
+    if (mode != 2)
+        assert_true(r.hw > 11); /* acknowledgements went on */
+    else
+        assert_int_equal(r.hw, 11);
+}
+
+static void test_flush_reports_keep_a_loaded_follower_in_sync(void **state)
+{
+    (void)state;
+    bool shrunk;
+    run_steady_load(0, &shrunk);
+    assert_false(shrunk); /* 630 ms of load, lag 300 ms */
+    run_steady_load(1, &shrunk);
+    assert_false(shrunk);
+    run_steady_load(2, &shrunk);
+    assert_true(shrunk);
+}
+
 static void test_few_replicas_refuse_and_freeze(void **state)
 {
     (void)state;
@@ -655,6 +892,9 @@ int main(void)
         cmocka_unit_test(test_silent_follower_stays_out_until_it_fetches),
         cmocka_unit_test(test_few_replicas_refuse_and_freeze),
         cmocka_unit_test(test_channels_gate_the_expand),
+        cmocka_unit_test(test_follower_reports_flush_while_fetching),
+        cmocka_unit_test(test_leader_counts_flush_reports),
+        cmocka_unit_test(test_flush_reports_keep_a_loaded_follower_in_sync),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

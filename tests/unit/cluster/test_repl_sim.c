@@ -32,6 +32,9 @@
  *     lost);
  *   - no truncation below a follower's hw is ever asked for.
  *
+ * Followers fetch once their copy is written and report its flush
+ * (FLUSHED) while that fetch is out, as the shell does.
+ *
  * TERN_SIM_SCHEDULES=n runs n schedules per configuration (default 1000,
  * 200 under TERN_SANITIZED;
  * make soak raises it); a failure prints its seed; TERN_SIM_SEED=s (with
@@ -137,6 +140,7 @@ enum {
     M_ALTER,
     M_REFUSED,
     M_FETCH,
+    M_FLUSHED, /* a follower's flush report */
     M_RECORDS,
     M_DIVERGING,
     M_FERR,
@@ -475,6 +479,11 @@ static void do_actions(sim_t *s, node_t *nd, uint32_t p, const tn_repl_actions_t
             m.fetch = a->fetch;
             net_send(s, &m);
             break;
+        case TN_REPL_ACT_REPORT:
+            msg_new(&m, M_FLUSHED, nd->id, a->node, p);
+            m.fetch = a->fetch;
+            net_send(s, &m);
+            break;
         case TN_REPL_ACT_APPEND:
             if (ctx == NULL || a->offset != d->len || a->count > ctx->nrec ||
                 d->len + a->count > LOGCAP) {
@@ -664,6 +673,10 @@ static void node_receive(sim_t *s, node_t *nd, const msg_t *m)
         break;
     case M_FETCH:
         ev.type = TN_REPL_EV_FETCH;
+        ev.u.fetch = m->fetch;
+        break;
+    case M_FLUSHED:
+        ev.type = TN_REPL_EV_FLUSHED;
         ev.u.fetch = m->fetch;
         break;
     case M_RECORDS:

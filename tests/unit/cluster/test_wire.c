@@ -664,6 +664,7 @@ static void test_op_table(void **state)
         {TN_OP_SETTLE_REPL, "settle_repl", TN_LANE_REPLICA},
         {TN_OP_REPAIR, "repair", TN_LANE_REPLICA},
         {TN_OP_CHAN_SNAP, "chan_snap", TN_LANE_REPLICA},
+        {TN_OP_FLUSHED, "flushed", TN_LANE_REPLICA},
     };
     /* Every op this build knows is listed (numbers are fixed per wave, so
      * one may be another branch's and unknown here). */
@@ -681,6 +682,7 @@ static void test_op_table(void **state)
     assert_int_equal(TN_OP_SETTLE_REPL, 13);
     assert_int_equal(TN_OP_REPAIR, 14);
     assert_int_equal(TN_OP_CHAN_SNAP, 15);
+    assert_int_equal(TN_OP_FLUSHED, 16);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -737,6 +739,15 @@ static void test_request_check(void **state)
     assert_int_equal(tn_fetch_req_put_part(&two, &rp), 0);
     assert_int_equal(tn_wire_request_check(tn_buf_data(&two), tn_buf_size(&two)), TN_EPROTO);
     tn_buf_fini(&two);
+    assert_int_equal(tn_flushed_req_put_head(&good[TN_OP_FLUSHED], 2, 77, 1), 0);
+    tn_fetch_part_t flp = {.topic = "t",
+                           .partition = 1,
+                           .leader_epoch = 3,
+                           .fetch_offset = 10,
+                           .last_fetched_epoch = 3,
+                           .flushed_offset = 9,
+                           .partition_epoch = 4};
+    assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_FLUSHED], &flp), 0);
     tn_wire_produce_hdr_t ph = {.topic = "t", .partition = 1, .node = 2, .seq = 3};
     assert_int_equal(tn_wire_produce_encode(&good[TN_OP_PRODUCE], &ph, &rec, 1), 0);
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};

@@ -1,8 +1,8 @@
 /* The committer: rounds respect the request and byte limits (a request
  * that would overflow the byte limit waits for the next round, one larger
- * than the limit goes alone), keep submission order, run ticks when asked,
- * and drain the queue on stop. The process function here records rounds
- * instead of writing anything. */
+ * than the limit goes alone), keep submission order, start at once for an
+ * urgent request, run ticks when asked, and drain the queue on stop. The process function here
+ * records rounds instead of writing anything. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -162,6 +162,39 @@ static void test_byte_limit_carries_over(void **state)
         assert_int_equal(rounds[r], expect[r]);
 }
 
+/* After a round of three the committer waits for a cohort of three (up to
+ * max_delay, here far longer than the test may take); an urgent request
+ * ends that wait, and the round it joins, at once. */
+static void test_urgent_ends_the_wait(void **state)
+{
+    (void)state;
+    tn__committer_t c;
+    reset(&c, 64, 1 << 20);
+    c.max_delay_ns = 1000 * (int64_t)1000000000;
+    block_first = true;
+    assert_int_equal(tn__committer_start(&c), 0);
+    static req_t reqs[6];
+    for (int i = 0; i < 6; i++)
+        reqs[i] = (req_t){{0}, i};
+    tn__committer_submit(&c, &reqs[0].s);
+    wait_first_round();
+    for (int i = 1; i < 4; i++)
+        tn__committer_submit(&c, &reqs[i].s);
+    uv_sem_post(&gate);
+    wait_processed(4);
+    tn__committer_submit(&c, &reqs[4].s);        /* one of three: waits */
+    tn__committer_submit_urgent(&c, &reqs[5].s); /* ... no longer */
+    wait_processed(6);
+    tn__committer_stop(&c);
+    block_first = false;
+    int expect[] = {1, 3, 2};
+    assert_int_equal(nrounds, 3);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(rounds[r], expect[r]);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(order[i], i);
+}
+
 static void test_ticks_and_drain_on_stop(void **state)
 {
     (void)state;
@@ -194,6 +227,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_limit_and_order),
         cmocka_unit_test(test_byte_limit_carries_over),
+        cmocka_unit_test(test_urgent_ends_the_wait),
         cmocka_unit_test(test_ticks_and_drain_on_stop),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
