@@ -197,16 +197,15 @@ PY
 }
 
 # POST /v1/topics on HTTP port $1: topic $2 of 3 partitions with
-# replication factor $3 (the field is left out for 1, so a build without
-# replication takes it). Prints the factor the topic got, or "refused:
-# <answer>".
+# replication factor $3 (named for 1 too: the default is 3). Prints the
+# factor the topic got, or "refused: <answer>".
 create_topic() {
     python3 - "$1" "$2" "$3" "$pw" <<'PY'
 import base64, json, sys, urllib.error, urllib.request
 port, name, factor, pw = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-body = {"name": name, "partitions": 3}
+body = {"name": name, "partitions": 3, "replication_factor": factor}
 if factor > 1:
-    body.update(replication_factor=factor, min_insync_replicas=2)
+    body.update(min_insync_replicas=2)
 req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/topics", data=json.dumps(body).encode(),
                              headers={"Content-Type": "application/json"})
 req.add_header("Authorization", "Basic " + base64.b64encode(f"admin:{pw}".encode()).decode())
@@ -286,10 +285,10 @@ cluster_started=""
 start_cluster() {
     [ -n "$cluster_started" ] && return 0
     # The root user is seeded through the metastore: wait for it on every node.
-    # Replicated topics are experimental (docs/replication.md): the repl
-    # part needs every node started with the switch; the others do not.
-    local extra=""
-    case " $parts " in *" repl "*) extra=--experimental-replication ;; esac
+    # Factor 1 by default: the cluster part compares one owner per
+    # partition with a single node, and the topics its NSQ publishes make
+    # get the default; the repl part names each topic's factor.
+    local extra=--default-replication-factor=1
     TERN_ADMIN_PASSWORD=$pw TERND=$build/ternd CLUSTER_PORT_BASE=$cbase TERND_ARGS=$extra \
         scripts/cluster.sh start "$work/cluster" >/dev/null
     wait_cluster_users
