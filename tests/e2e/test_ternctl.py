@@ -473,6 +473,13 @@ class Topics(Base):
         self.assertIn(f"create topic {name}: 409 topic already exists", err)
         err = self.fails(1, "topics", "create", "x" + name, "--retention", "1m")
         self.assertIn("400 invalid argument: retention_ms must be 0", err)
+        # A lone node: the metastore clamps the factor to the one member.
+        j = self.js("topics", "create", "r" + name, "--replication-factor", "3",
+                    "--min-insync", "2")
+        self.assertEqual((j["replication_factor"], j["min_insync_replicas"]), (1, 1), j)
+        self.assertEqual(self.js("topics", "delete", "r" + name), {"deleted": True})
+        err = self.fails(2, "topics", "create", "r" + name, "--replication-factor", "6")
+        self.assertIn("--replication-factor 6: expected an integer from 1 to 5", err)
         self.assertEqual(self.ok("topics", "delete", name), f"deleted topic {name}\n")
         err = self.fails(1, "topics", "get", name)
         self.assertIn(f"get topic {name}: 404 topic not found", err)

@@ -313,6 +313,8 @@ enum {
     O_DUR,
     O_PARENT,
     O_FANOUT_DELAY,
+    O_FACTOR,
+    O_MIN_INSYNC,
     O_OWNER
 };
 
@@ -358,6 +360,8 @@ static int settings(int argc, char **argv, bool create, tn_buf_t *b)
         {"durability", required_argument, NULL, O_DUR},
         {"parent", required_argument, NULL, O_PARENT},
         {"fanout-delay", required_argument, NULL, O_FANOUT_DELAY},
+        {"replication-factor", required_argument, NULL, O_FACTOR},
+        {"min-insync", required_argument, NULL, O_MIN_INSYNC},
         {NULL, 0, NULL, 0}};
     static const struct option alter_opts[] = {
         {"partitions", required_argument, NULL, O_PARTITIONS},
@@ -426,6 +430,16 @@ static int settings(int argc, char **argv, bool create, tn_buf_t *b)
             break;
         case O_OWNER:
             add_str(b, "owner", optarg);
+            break;
+        case O_FACTOR:
+            rc = tn_ctl_opt_int(CMD, "--replication-factor", optarg, 1, 5, &v);
+            if (rc == 0)
+                add_num(b, "replication_factor", v);
+            break;
+        case O_MIN_INSYNC:
+            rc = tn_ctl_opt_int(CMD, "--min-insync", optarg, 1, 5, &v);
+            if (rc == 0)
+                add_num(b, "min_insync_replicas", v);
             break;
         default:
             return tn_ctl_usage(CMD, "%s: unknown option %s", sub, argv[optind - 1]);
@@ -551,6 +565,10 @@ const tn_ctl_cmd_t tn_ctl_cmd_topics = {
         "           --durability M           durable (default), write_ack or relaxed\n"
         "           --parent P               create as a child topic of P\n"
         "           --fanout-delay D         with --parent: a delayed child\n"
+        "           --replication-factor N   copies of each partition, 1..5 (default the\n"
+        "                                    server's, 3; clamped to the members alive)\n"
+        "           --min-insync N           copies an acknowledgement needs (default 2,\n"
+        "                                    at most the factor)\n"
         "alter    PATCH /v1/topics/NAME with any of --partitions (only grows), --retention,\n"
         "         --visibility-timeout, --max-in-flight, --max-acked-ahead, --owner USER\n"
         "         (admins; \"\" gives the topic back to the NSQ doors)\n"
