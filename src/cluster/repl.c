@@ -435,14 +435,12 @@ static void on_refused(tn_repl_t *r, uint32_t pe, uint64_t now, tn_repl_actions_
 
 /* --- follower -------------------------------------------------------------------- */
 
-static void send_fetch(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
+/* A FETCH or REPORT to the leader with this log's position; what it
+ * carries is what the leader has been told. */
+static void push_fetch(tn_repl_t *r, tn_repl_act_type_t type, tn_repl_actions_t *out)
 {
-    if (r->stopped || r->role != TN_REPL_FOLLOWER)
-        return;
-    r->fetching = true;
-    r->fetch_sent_at = now;
     r->told = r->flushed;
-    tn_repl_action_t *a = push(out, TN_REPL_ACT_FETCH);
+    tn_repl_action_t *a = push(out, type);
     a->node = r->ps.leader;
     a->fetch.node = r->cfg.node;
     a->fetch.incarnation = r->cfg.incarnation;
@@ -453,21 +451,21 @@ static void send_fetch(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
     a->fetch.partition_epoch = r->ps.partition_epoch;
 }
 
+static void send_fetch(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
+{
+    if (r->stopped || r->role != TN_REPL_FOLLOWER)
+        return;
+    r->fetching = true;
+    r->fetch_sent_at = now;
+    push_fetch(r, TN_REPL_ACT_FETCH, out);
+}
+
 /* The flushed offset moved past what the fetch out carried: tell the
  * leader now rather than with the next fetch, which waits for that
  * fetch's answer (parked at the leader until new records come). */
 static void send_report(tn_repl_t *r, tn_repl_actions_t *out)
 {
-    r->told = r->flushed;
-    tn_repl_action_t *a = push(out, TN_REPL_ACT_REPORT);
-    a->node = r->ps.leader;
-    a->fetch.node = r->cfg.node;
-    a->fetch.incarnation = r->cfg.incarnation;
-    a->fetch.leader_epoch = r->ps.leader_epoch;
-    a->fetch.fetch_offset = r->end;
-    a->fetch.last_fetched_epoch = r->last_epoch;
-    a->fetch.flushed_offset = r->flushed;
-    a->fetch.partition_epoch = r->ps.partition_epoch;
+    push_fetch(r, TN_REPL_ACT_REPORT, out);
 }
 
 static bool answer_current(const tn_repl_t *r, uint32_t leader_epoch)
