@@ -148,6 +148,7 @@ struct part_s {
      * from it. */
     uint64_t handed_at;
     uint32_t start_epoch;
+    uint32_t start_asked; /* the epoch of the start record being written */
     bool start_pending;
     tn_append_t start_req;
     bool start_busy;
@@ -508,16 +509,34 @@ static void release_own(part_t *pt)
 
 /* --- leader: hand-over to the engine ---------------------------------------------- */
 
+static void leader_begin(part_t *pt);
+
 static void on_start_done(tn_append_t *req, int status)
 {
     part_t *pt = req->data;
     pt->busy--;
     pt->start_busy = false;
-    if (status != 0 && status != TN_EFENCED)
+    if (status == TN_ERANGE)
+        /* A restarted node leads, for a moment, the epoch its replayed
+         * metastore names, whose start its log already holds: it never
+         * leads an epoch again (a tail lost meanwhile would let two logs
+         * differ under one epoch) and waits for the newer one the
+         * metastore gives it. */
+        TN_LOG(TN_LOG_NOTICE,
+               "replica %s/%" PRIu32 ": epoch %" PRIu32
+               " began here before; serving waits for a newer epoch",
+               pt->topic, pt->p, pt->start_asked);
+    else if (status != 0 && status != TN_EFENCED)
         TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": epoch %" PRIu32 " start record: %s", pt->topic,
-               pt->p, pt->start_epoch, tn_strerror(status));
-    if (pt->dead || pt->rm->closing)
+               pt->p, pt->start_asked, tn_strerror(status));
+    if (pt->dead || pt->rm->closing) {
         part_maybe_free(pt);
+        return;
+    }
+    /* A newer epoch asked while this record was written (start_pending
+     * again) starts now: before, it waited for ever and the partition
+     * never served again (case 07b, a power cut of all three nodes). */
+    leader_begin(pt);
 }
 
 static void leader_begin(part_t *pt)
@@ -525,6 +544,7 @@ static void leader_begin(part_t *pt)
     if (!pt->start_pending || !pt->ready || pt->start_busy)
         return;
     pt->start_pending = false;
+    pt->start_asked = pt->start_epoch;
     memset(&pt->start_req, 0, sizeof(pt->start_req));
     pt->start_req.data = pt;
     pt->busy++;
