@@ -558,9 +558,9 @@ part_rabbitmq() {
 }
 
 : >"$work/summary"
-has_part scale && part_scale
-has_part repl && part_repl
-has_part nats && part_nats
-has_part rabbitmq && part_rabbitmq
+if has_part scale; then part_scale; fi
+if has_part repl; then part_repl; fi
+if has_part nats; then part_nats; fi
+if has_part rabbitmq; then part_rabbitmq; fi
 # The summary is printed by cleanup, so a part that fails still leaves
 # the rows of the ones before it.

@@ -289,7 +289,7 @@ def wire_seeds(here):
     write(wr, "seed-pstats", b"\x09" + pstats_fields(b"t", [0, 2]))
     write(wr, "seed-settle", b"\x07" + settle_fields(b"t", b"default", 1, 0, [(0, 1, 1)]))
     write(wr, "seed-purge", b"\x0a" + purge_fields(b"orders", 1764590000000))
-    write(wr, "seed-chan-snap", b"\x0e" + chansnap_fields(b"t", 0, 1, b"c", 1, 3, 0,
+    write(wr, "seed-chan-snap", b"\x0f" + chansnap_fields(b"t", 0, 1, b"c", 1, 3, 0,
                                                           ckpt_image(4, [6], [(5, 0, 1)])))
     write(wr, "seed-purge-negative", b"\x0a" + purge_fields(b"orders", -5))
     write(wr, "seed-flushed", b"\x10" + struct.pack(">IQI", 2, 77, 1) + wire_str(b"t") +
