@@ -25,7 +25,11 @@
  *   - A connection is freed only from the top of a loop callback (the
  *     receive callback after read_pkt returned, the timer, the flush), never
  *     inside an ngtcp2 callback: tn_quic_conn_close and errors met inside
- *     callbacks set a flag the flush acts on.
+ *     callbacks set a flag the flush acts on. tn_quic_ep_close may run
+ *     inside one (an owner's data callback): it kills every connection at
+ *     once, but their ngtcp2 and TLS objects live until the timer's close
+ *     callback, and every ngtcp2 callback fails at once for a dead
+ *     connection, so ngtcp2 stops with the packet it was reading.
  *   - Stream bytes handed to ngtcp2 stay where they are until acknowledged
  *     (ngtcp2 keeps pointers for retransmission): a send chunk never moves
  *     or grows past its capacity, and goes only when every byte in it was
@@ -462,14 +466,24 @@ static void on_timer_closed(uv_handle_t *h)
 {
     tn_quic_conn_t *c = h->data;
     tn_quic_ep_t *ep = c->ep;
+    /* ngtcp2 and TLS go here, never in conn_kill: a kill may come from
+     * inside an ngtcp2 call (an owner's callback that closes the endpoint),
+     * and ngtcp2 goes on with the packet after the callback returns. */
+    if (c->q)
+        ngtcp2_conn_del(c->q);
+    if (c->tls)
+        gnutls_deinit(c->tls);
     tn_free(c);
     ep->pending_closes--;
     if (ep->closing && ep->pending_closes == 0)
         ep_close_handles(ep);
 }
 
-/* Free c now: the owner's callbacks run first (streams, then the
- * connection). Only from the top of a loop callback. */
+/* Kill c now: the owner's callbacks run first (streams, then the
+ * connection); its streams go at once, its ngtcp2 and TLS objects and c
+ * itself with the timer's close (on_timer_closed), so a kill from inside
+ * an ngtcp2 call is safe: every callback returns at once for a dead
+ * connection. */
 static void conn_kill(tn_quic_conn_t *c, int err)
 {
     if (c->dead)
@@ -488,12 +502,6 @@ static void conn_kill(tn_quic_conn_t *c, int err)
         c->cbs->closed(c->arg, c, err);
     while (c->streams)
         stream_free(c->streams);
-    if (c->q)
-        ngtcp2_conn_del(c->q);
-    c->q = NULL;
-    if (c->tls)
-        gnutls_deinit(c->tls);
-    c->tls = NULL;
     if (c->server)
         ep->nserver--;
     if (c->prev)
@@ -522,6 +530,8 @@ static void conn_send_close(tn_quic_conn_t *c, const ngtcp2_connection_close_err
 /* Close c after the ngtcp2 error rv and kill it. */
 static void conn_fail(tn_quic_conn_t *c, int rv)
 {
+    if (c->dead)
+        return;
     ngtcp2_connection_close_error ccerr;
     ngtcp2_connection_close_error_default(&ccerr);
     int err = TN_EPROTO;
@@ -691,6 +701,8 @@ static ngtcp2_conn *get_conn(ngtcp2_crypto_conn_ref *ref)
 static int on_handshake_completed(ngtcp2_conn *q, void *ud)
 {
     tn_quic_conn_t *c = ud;
+    if (c->dead)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
     gnutls_datum_t alpn;
     if (gnutls_alpn_get_selected_protocol(c->tls, &alpn) != 0 ||
         alpn.size != strlen(TN_WIRE_ALPN) || memcmp(alpn.data, TN_WIRE_ALPN, alpn.size) != 0) {
@@ -716,11 +728,11 @@ static int on_recv_stream_data(ngtcp2_conn *q, uint32_t flags, int64_t sid, uint
     tn_quic_conn_t *c = ud;
     tn_quic_stream_t *s = sud;
     if (c->dead)
-        return 0;
+        return NGTCP2_ERR_CALLBACK_FAILURE;
     if (s && !s->detached && len > 0 && s->cbs && s->cbs->data)
         s->cbs->data(s->arg, s, data, len);
-    if (c->dead || !c->q)
-        return 0;
+    if (c->dead) /* the owner closed the endpoint: s is gone */
+        return NGTCP2_ERR_CALLBACK_FAILURE;
     /* The owner took the bytes (a framer copies what it keeps): give the
      * window back at once. */
     ngtcp2_conn_extend_max_stream_offset(q, sid, len);
@@ -735,7 +747,10 @@ static int on_recv_stream_data(ngtcp2_conn *q, uint32_t flags, int64_t sid, uint
 
 static int on_acked(ngtcp2_conn *q, int64_t sid, uint64_t off, uint64_t len, void *ud, void *sud)
 {
+    tn_quic_conn_t *c = ud;
     tn_quic_stream_t *s = sud;
+    if (c->dead)
+        return NGTCP2_ERR_CALLBACK_FAILURE;
     if (!s)
         return 0;
     if (off + len > s->acked)
@@ -821,6 +836,8 @@ static int on_stateless_reset(ngtcp2_conn *q, const ngtcp2_pkt_stateless_reset *
 static int on_new_cid(ngtcp2_conn *q, ngtcp2_cid *cid, uint8_t *token, size_t cidlen, void *ud)
 {
     tn_quic_conn_t *c = ud;
+    if (c->dead) /* its CIDs left the table: none may point at it again */
+        return NGTCP2_ERR_CALLBACK_FAILURE;
     if (rnd(cid->data, cidlen) != 0)
         return NGTCP2_ERR_CALLBACK_FAILURE;
     cid->datalen = cidlen;
@@ -837,6 +854,8 @@ static int on_new_cid(ngtcp2_conn *q, ngtcp2_cid *cid, uint8_t *token, size_t ci
 static int on_remove_cid(ngtcp2_conn *q, const ngtcp2_cid *cid, void *ud)
 {
     tn_quic_conn_t *c = ud;
+    if (c->dead)
+        return 0;
     cid_remove(c, cid->data, cid->datalen);
     return 0;
 }

@@ -251,12 +251,77 @@ static void test_stream_refused(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* An owner that closes the whole endpoint from inside a stream's data
+ * callback (node RPC does, when the last call a shutdown waits for
+ * ends): ngtcp2 goes on with the packet after the callback returns, so
+ * nothing of the connection may be freed under it. Run under ASan or
+ * valgrind to see a use after free. */
+static tn_quic_ep_t *close_me;
+static int close_me_done;
+
+static void on_sdata_close_ep(void *arg, tn_quic_stream_t *s, const uint8_t *p, size_t n)
+{
+    on_sdata(arg, s, p, n);
+    if (close_me) {
+        tn_quic_ep_t *ep = close_me;
+        close_me = NULL;
+        tn_quic_ep_close(ep, on_ep_closed, &close_me_done);
+    }
+}
+
+static const tn_quic_stream_cbs_t close_cbs = {on_sdata_close_ep, on_sclosed};
+
+static void test_close_inside_callback(void **state)
+{
+    setup();
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_quic_ep_t *srv = ep_open(&loop, true);
+    tn_quic_ep_t *cli = ep_open(&loop, false);
+    struct sockaddr_storage sa;
+    tn_quic_ep_addr(srv, &sa);
+    server_data.echo = true;
+    tn_quic_conn_t *c = NULL;
+    assert_int_equal(tn_quic_connect(cli, (const struct sockaddr *)&sa, &cbs, &cli_side, &c), 0);
+    run_while(&loop, &cli_side.ready, 1);
+    /* Several streams whose echoes share packets, and one large one. */
+    enum { NS = 8 };
+    sdata_t cd[NS];
+    size_t total = 64 * 1024;
+    uint8_t *buf = malloc(total);
+    for (size_t i = 0; i < total; i++)
+        buf[i] = (uint8_t)(i * 13 + 1);
+    for (int i = 0; i < NS; i++) {
+        memset(&cd[i], 0, sizeof cd[i]);
+        tn_buf_init(&cd[i].got);
+        tn_quic_stream_t *s = NULL;
+        assert_int_equal(tn_quic_stream_open(c, &close_cbs, &cd[i], &s), 0);
+        assert_int_equal(tn_quic_stream_write(s, buf, i == 0 ? total : 100), 0);
+    }
+    close_me = cli;
+    close_me_done = 0;
+    run_while(&loop, &close_me_done, 1);
+    /* The client's streams and connection ended, each once. */
+    assert_int_equal(cli_side.closed, 1);
+    assert_int_equal(cli_side.err, TN_ECLOSED);
+    for (int i = 0; i < NS; i++) {
+        assert_true(cd[i].ended <= 1);
+        tn_buf_fini(&cd[i].got);
+    }
+    /* The server hears of the close. */
+    run_while(&loop, &srv_side.closed, 1);
+    free(buf);
+    ep_close(&loop, srv);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_ekm_close),
         cmocka_unit_test(test_resumption),
         cmocka_unit_test(test_stream_refused),
+        cmocka_unit_test(test_close_inside_callback),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tn_buf_fini(&server_data.got);
