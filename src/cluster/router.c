@@ -91,6 +91,13 @@ static int replica_accepts(void *arg, const char *topic, uint32_t p, uint32_t *l
     return tn_replica_accepts(arg, topic, p, leader_epoch);
 }
 
+/* The engine's own publishes (a dead letter's copy) go the doors' way. */
+static int engine_publish(void *arg, const char *topic, size_t len, tn_pub_t *p,
+                          int64_t deliver_at_ms, tn_pub_cb cb)
+{
+    return tn_router_publish(arg, topic, len, p, deliver_at_ms, cb);
+}
+
 int tn_router_new(const tn_router_opts_t *o, tn_router_t **out)
 {
     tn_router_t *r = tn_calloc(1, sizeof(*r));
@@ -110,6 +117,7 @@ int tn_router_new(const tn_router_opts_t *o, tn_router_t **out)
         tn_free(r);
         return rc;
     }
+    tn_broker_set_publisher(o->broker, engine_publish, r);
     *out = r;
     return 0;
 }

@@ -49,8 +49,12 @@ typedef struct {
     void *accepted_arg;
 } tn_router_opts_t;
 
+/* The engine publishes on its own behalf (dead letters) through the
+ * router from here on (tn_broker_set_publisher). */
 int tn_router_new(const tn_router_opts_t *o, tn_router_t **out);
-/* After the ingress log closed (its appends in flight have answered). */
+/* After the ingress log closed (its appends in flight have answered),
+ * and after the engine closed, or once tn_broker_set_publisher(b, NULL,
+ * NULL) took the engine's publishes off r. */
 void tn_router_free(tn_router_t *r);
 /* The replica manager (cluster/replica.h; borrowed, NULL: none): a publish
  * to a replicated partition led here is checked with tn_replica_accepts

@@ -477,6 +477,12 @@ void tn_broker_set_append_check(tn_broker_t *b, tn_append_check_fn fn, void *arg
     b->append_check_arg = arg;
 }
 
+void tn_broker_set_publisher(tn_broker_t *b, tn_publish_fn fn, void *arg)
+{
+    b->publisher = fn;
+    b->publisher_arg = arg;
+}
+
 void tn_broker_set_placement(tn_broker_t *b, tn_place_fn fn, void *arg)
 {
     b->place = fn;

@@ -1040,7 +1040,9 @@ static void dead_letter(const cand_t *k, uint32_t attempts)
     d->pub.data = d;
     char name[300];
     dlq_name(ch, name, sizeof(name));
-    int rc = tn_broker_publish(b, name, strlen(name), &d->pub, 0, on_dlq_published);
+    int rc = b->publisher != NULL
+                 ? b->publisher(b->publisher_arg, name, strlen(name), &d->pub, 0, on_dlq_published)
+                 : tn_broker_publish(b, name, strlen(name), &d->pub, 0, on_dlq_published);
     ch->busy++;
     if (rc != 0)
         on_dlq_published(&d->pub, rc);

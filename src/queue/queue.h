@@ -481,6 +481,15 @@ typedef int (*tn_grow_here_fn)(void *arg, tn_topic_t *t, tn_waiter_t *w);
  * COMMIT, a dead letter). NULL: every append goes on. */
 typedef int (*tn_append_check_fn)(void *arg, const tn_topic_t *t, uint32_t p);
 
+/* How the engine publishes on its own behalf (a dead letter's copy to
+ * its DLQ topic): tn_broker_publish's contract, with arg first. The
+ * router sets it (cluster/router.c) so that such a publish goes the way a
+ * door's does: forwarded to a partition led elsewhere, and waiting for a
+ * new leader that is not serving yet instead of failing. NULL:
+ * tn_broker_publish. */
+typedef int (*tn_publish_fn)(void *arg, const char *topic, size_t len, tn_pub_t *p,
+                             int64_t deliver_at_ms, tn_pub_cb cb);
+
 /* Channel-state replication of replicated partitions (cluster/setrepl.h
  * sets it). Loop thread; arg borrowed until the broker closes. */
 typedef struct {
@@ -520,6 +529,8 @@ struct tn_broker_s {
     void *grow_here_arg;
     tn_append_check_fn append_check; /* NULL: none (tn_broker_set_append_check) */
     void *append_check_arg;
+    tn_publish_fn publisher; /* NULL: tn_broker_publish (tn_broker_set_publisher) */
+    void *publisher_arg;
     tn_store_t *store;
     tn_broker_opts_t opts;
     tn_topic_t **buckets;
@@ -811,6 +822,10 @@ void tn_broker_set_grow_here(tn_broker_t *b, tn_grow_here_fn fn, void *arg);
 /* Set (fn NULL: remove) the append check (tn_append_check_fn); arg
  * borrowed until it is removed or the broker closes. */
 void tn_broker_set_append_check(tn_broker_t *b, tn_append_check_fn fn, void *arg);
+/* Set (fn NULL: remove) how the engine publishes on its own behalf
+ * (tn_publish_fn); arg borrowed until it is removed. Publishes under way
+ * keep the one they started with. */
+void tn_broker_set_publisher(tn_broker_t *b, tn_publish_fn fn, void *arg);
 /* Set (fn NULL: remove) the placement function. Topics already open keep
  * their partitions until tn_broker_follow_placement. */
 void tn_broker_set_placement(tn_broker_t *b, tn_place_fn fn, void *arg);

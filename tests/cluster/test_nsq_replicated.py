@@ -26,6 +26,11 @@ test_v1_topic_first_produce: the same for a topic made with POST
 /v1/topics (factor 3): its first /v1 produce and nsqd /pub on the leader are
 answered OK once the leader serves, and survive the leader's SIGKILL.
 
+test_first_dead_letter_waits_for_the_epoch: a message past max_attempts
+moves to its dead-letter topic, which that move makes (factor 3) and whose
+new leader is held not serving: the move waits for it, so the dead letter
+arrives although the source channel is never consumed again.
+
 Run: python3 tests/cluster/test_nsq_replicated.py --ternd build/ternd-test
 """
 import os
@@ -166,6 +171,45 @@ class NsqReplicated(harness.ClusterTest):
         owners = self.new_leader(c, "vt", leader)
         got = self.drain(c, "vt", owners, acked)
         self.check_after_epoch_start(got)
+
+    def test_first_dead_letter_waits_for_the_epoch(self):
+        # The dead-letter topic is made (factor 3) by the first message
+        # that moves there; its new leader is not serving for DELAY_MS.
+        # The move waits for it as a door's publish does: the source
+        # channel is consumed once (the delivery that finds the message
+        # past max_attempts), never again, and the dead letter still
+        # arrives.
+        c = self.start(["dl."])
+        n1 = c.nodes[0]
+        status, body = n1.request("POST", "/v1/topics",
+                                  {"name": "dl", "partitions": 1, "max_attempts": 1})
+        self.assertEqual(status, 201, body)
+        status, answer = n1.request("POST", "/v1/topics/dl/produce", b"poison", headers=OCTET,
+                                    timeout=60)
+        self.assertEqual(status, 202, answer)
+        status, m = wait_until("the message delivered", lambda: (lambda r: r if r[0] == 200
+                               else None)(n1.request("GET", "/v1/topics/dl/consume?wait=1s",
+                                                     headers=CLIENT)), 60)
+        self.assertEqual(m["attempts"], 1, m)
+        status, answer = n1.request(
+            "POST", f"/v1/topics/dl/ack?extend=0&receipt_handle={m['receipt_handle']}",
+            headers=CLIENT)
+        self.assertEqual(status, 204, answer)
+        # The one consume that moves it: nothing is delivered.
+        status, answer = n1.request("GET", "/v1/topics/dl/consume?wait=2s", headers=CLIENT)
+        self.assertEqual(status, 204, answer)
+
+        def dead_letter():
+            r = n1.request("GET", "/v1/topics/dl.default.DLQ/consume?wait=1s", headers=CLIENT)
+            self.assertIn(r[0], (200, 204, 404, 503), r)
+            return r[1] if r[0] == 200 else None
+        m = wait_until("the dead letter delivered", dead_letter, 60)
+        self.assertEqual(m["payload"], "poison", m)
+        owners = n1.owners("dl.default.DLQ")
+        self.assertEqual(len(owners), 1, owners)
+        status, info = n1.request("GET", "/v1/topics/dl.default.DLQ")
+        self.assertEqual(status, 200, info)
+        self.assertEqual(info["replication_factor"], 3, info)
 
 
 if __name__ == "__main__":

@@ -142,6 +142,7 @@ static void ffx_free(ffx_t *f)
     f->v.closing = true;
     tn_consume_close(f->v.consume);
     tu_rpc_close(f->loop, f->rpc.owner);
+    tn_broker_set_publisher(f->b, NULL, NULL); /* the engine outlives the router */
     tn_router_free(f->router);
     tn__v1_grace_free(&f->v);
     tu_broker_close(f->loop, f->b);
@@ -601,6 +602,7 @@ static void test_local_settle_waits_for_the_log(void **state)
                      &again);
     assert_true(again.done);
     assert_int_equal(again.it.status, 410);
+    tn_broker_set_publisher(f->b, NULL, NULL); /* the engine outlives the router */
     tn_router_free(lone);
     ffx_free(f);
 }

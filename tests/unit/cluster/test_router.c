@@ -106,6 +106,7 @@ static void rfx_free(rfx_t *f)
 {
     tu_rpc_pair_close(&f->rpc, f->loop);
     tn_pstats_srv_free(f->srv);
+    tn_broker_set_publisher(f->b, NULL, NULL); /* the engine outlives the router */
     tn_router_free(f->router);
     tu_broker_close(f->loop, f->b);
     tu_meta_close(f->loop, f->m);
