@@ -16,10 +16,23 @@
  *      else is dropped with a rate-limited debug line.
  *   4. The connection is marked dirty; the endpoint's prepare handle (run
  *      once per loop pass, before the loop polls) flushes every dirty
- *      connection: ngtcp2_conn_writev_stream until it has nothing, each
- *      packet sent with uv_udp_try_send (a copy queued with uv_udp_send when
- *      the socket is full), then the connection's timer is armed for
- *      ngtcp2_conn_get_expiry.
+ *      connection: ngtcp2_conn_writev_stream until it has nothing, the
+ *      packets laid end to end in the endpoint's batch buffer, then the
+ *      connection's timer is armed for ngtcp2_conn_get_expiry.
+ *
+ * Batches (the cost of a packet is mostly the kernel's, one sendmsg and
+ * one recvmsg each, then its AEAD): a flush's packets of one size leave in
+ * one sendmsg with UDP_SEGMENT (GSO; the kernel cuts them into datagrams
+ * of that size, a shorter last one ending the batch), at most GSO_SEGS of
+ * them. No datagram is larger than ngtcp2 made it, so what a real path
+ * carries is unchanged. A kernel or socket that refuses GSO (EIO: no
+ * checksum offload on the route; EINVAL, ENOPROTOOPT, EOPNOTSUPP: too old)
+ * turns it off for the endpoint, logged once, and every packet goes alone
+ * with uv_udp_try_send as before; a full socket (EAGAIN, ENOBUFS) sends
+ * the batch's packets alone, a copy queued with uv_udp_send when the
+ * socket is still full. The socket reads with recvmmsg (libuv's
+ * UV_UDP_RECVMMSG, RECV_CHUNKS datagrams per call); each datagram is read
+ * into ngtcp2 at once, and the flush after the burst answers them all.
  *
  * Invariants:
  *   - A connection is freed only from the top of a loop callback (the
@@ -58,14 +71,28 @@
 #include <ngtcp2/ngtcp2.h>
 #include <ngtcp2/ngtcp2_crypto.h>
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
-#define CID_LEN       16 /* every CID we issue */
-#define MAX_PKT       NGTCP2_MAX_PMTUD_UDP_PAYLOAD_SIZE
-#define RECV_BUF      65536
+#ifdef __linux__
+#include <netinet/udp.h>
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103 /* Linux 4.18; older headers lack it */
+#endif
+#endif
+
+#define CID_LEN     16 /* every CID we issue */
+#define MAX_PKT     NGTCP2_MAX_PMTUD_UDP_PAYLOAD_SIZE
+#define RECV_BUF    65536 /* libuv's recvmmsg takes one datagram per 64 KiB */
+#define RECV_CHUNKS 16    /* datagrams per recvmmsg */
+/* Packets per GSO send: the kernel takes at most 64 segments and 64 KiB
+ * of UDP payload in one; 44 full packets of MAX_PKT fit. */
+#define GSO_SEGS      44
 #define CID_BUCKETS   256
 #define CHUNK_MIN     16384
 #define MAX_VECS      8
@@ -165,18 +192,22 @@ struct tn_quic_ep_s {
     cache_ent_t cache[CACHE_ENTRIES];
     uint64_t cache_clock;
     unsigned queued;
+    bool gso_off; /* the kernel refused UDP_SEGMENT: one datagram per send */
     uint64_t reset_second;
     unsigned resets_this_second;
     bool closing;
 #ifdef TN_TEST
-    bool test_deaf; /* drop every datagram received */
+    bool test_deaf;   /* drop every datagram received */
+    bool test_no_gso; /* a GSO send fails as a kernel without it would */
+    tn_quic_ep_test_stats_t test_stats;
 #endif
     bool silent_close;
     unsigned handles; /* the socket and the prepare handle, until closed */
     unsigned pending_closes;
     void (*close_cb)(void *);
     void *close_arg;
-    uint8_t rbuf[RECV_BUF];
+    uint8_t *rbuf;                    /* RECV_CHUNKS x RECV_BUF, for recvmmsg */
+    uint8_t sbuf[GSO_SEGS * MAX_PKT]; /* a flush's batch of packets */
 };
 
 /* --- the process's certificate ---------------------------------------------- */
@@ -356,6 +387,10 @@ static void ep_send(tn_quic_ep_t *ep, const struct sockaddr *to, const uint8_t *
 {
     uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
     int rc = uv_udp_try_send(&ep->udp, &b, 1, to);
+#ifdef TN_TEST
+    if (rc >= 0)
+        ep->test_stats.single_sends++;
+#endif
     if (rc >= 0)
         return;
     if (rc != UV_EAGAIN || ep->queued >= MAX_QUEUED) {
@@ -374,6 +409,83 @@ static void ep_send(tn_quic_ep_t *ep, const struct sockaddr *to, const uint8_t *
         return;
     }
     ep->queued++;
+}
+
+/* One sendmsg of len bytes cut by the kernel into datagrams of seg bytes
+ * (the last may be shorter). 0, or the UV_ code of the failure. */
+static int gso_send(tn_quic_ep_t *ep, const struct sockaddr *to, const uint8_t *p, size_t len,
+                    size_t seg)
+{
+#ifdef TN_TEST
+    if (ep->test_no_gso)
+        return UV_EINVAL; /* what a kernel before 4.18 answers */
+#endif
+#ifdef __linux__
+    uv_os_fd_t fd;
+    int rc = uv_fileno((const uv_handle_t *)&ep->udp, &fd);
+    if (rc != 0)
+        return rc;
+    struct iovec iov = {(void *)p, len};
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_name = (void *)to;
+    m.msg_namelen =
+        to->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl.buf;
+    m.msg_controllen = sizeof ctl.buf;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_UDP;
+    cm->cmsg_type = UDP_SEGMENT;
+    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t seg16 = (uint16_t)seg;
+    memcpy(CMSG_DATA(cm), &seg16, sizeof seg16);
+    ssize_t r;
+    do
+        r = sendmsg(fd, &m, 0);
+    while (r < 0 && errno == EINTR);
+    return r < 0 ? uv_translate_sys_error(errno) : 0;
+#else
+    return UV_ENOTSUP;
+#endif
+}
+
+/* Send the len bytes of packets at p, each seg bytes but the last: one
+ * GSO send when the kernel takes it, else one datagram each. */
+static void ep_send_batch(tn_quic_ep_t *ep, const struct sockaddr *to, const uint8_t *p, size_t len,
+                          size_t seg)
+{
+    /* Behind datagrams queued in libuv, the batch goes through the queue
+     * too (ep_send), so the socket's order stays the order of the flush. */
+    if (len > seg && !ep->gso_off && ep->queued == 0) {
+        int rc = gso_send(ep, to, p, len, seg);
+        if (rc == 0) {
+#ifdef TN_TEST
+            ep->test_stats.gso_sends++;
+#endif
+            return;
+        }
+        if (rc == UV_EIO || rc == UV_EINVAL || rc == UV_ENOPROTOOPT || rc == UV_ENOTSUP) {
+            ep->gso_off = true;
+#ifdef TN_TEST
+            ep->test_stats.gso_refused++;
+#endif
+            TN_LOG(TN_LOG_INFO,
+                   "quic: the kernel refused a UDP GSO send (%s): one datagram per send from now "
+                   "on",
+                   uv_strerror(rc));
+        }
+        /* Anything else (a full socket: EAGAIN, ENOBUFS) falls back for
+         * this batch only. */
+    }
+    for (size_t off = 0; off < len; off += seg)
+        ep_send(ep, to, p + off, TN_MIN(seg, len - off));
 }
 
 /* --- streams ------------------------------------------------------------------ */
@@ -449,6 +561,7 @@ static void on_ep_handle_closed(uv_handle_t *h)
             gnutls_free(ep->cache[i].data.data);
     if (ep->ticket_key.data)
         gnutls_free(ep->ticket_key.data);
+    tn_free(ep->rbuf);
     void (*cb)(void *) = ep->close_cb;
     void *arg = ep->close_arg;
     tn_free(ep);
@@ -616,7 +729,14 @@ static void conn_flush(tn_quic_conn_t *c)
         }
     }
     uint64_t ts = uv_hrtime();
-    uint8_t buf[MAX_PKT];
+    tn_quic_ep_t *ep = c->ep;
+    const struct sockaddr *to = (const struct sockaddr *)&c->remote;
+    /* The batch: nseg packets in ep->sbuf, off bytes, each seg bytes but
+     * the last. Packets after the first get room for seg bytes only, so
+     * none is larger; a shorter one ends the batch. */
+    uint8_t *buf = ep->sbuf;
+    size_t off = 0, seg = 0;
+    unsigned nseg = 0, maxseg = ep->gso_off ? 1 : GSO_SEGS;
     ngtcp2_path_storage ps;
     ngtcp2_path_storage_zero(&ps);
     ngtcp2_pkt_info pi;
@@ -637,8 +757,11 @@ static void conn_flush(tn_quic_conn_t *c)
                 flags |= NGTCP2_WRITE_STREAM_FLAG_FIN;
         }
         ngtcp2_ssize ndata = -1;
-        ngtcp2_ssize n = ngtcp2_conn_writev_stream(c->q, &ps.path, &pi, buf, sizeof buf, &ndata,
+        size_t room = nseg == 0 ? MAX_PKT : seg;
+        ngtcp2_ssize n = ngtcp2_conn_writev_stream(c->q, &ps.path, &pi, buf + off, room, &ndata,
                                                    flags, sid, v, nv, ts);
+        if (c->dead) /* an owner's callback inside ngtcp2 closed the endpoint: s is gone */
+            return;
         if (s && ndata >= 0) {
             s->sent += (uint64_t)ndata;
             if ((flags & NGTCP2_WRITE_STREAM_FLAG_FIN) && s->sent == s->written)
@@ -652,12 +775,30 @@ static void conn_flush(tn_quic_conn_t *c)
                 s->blocked = true;
                 continue;
             }
+            if (nseg > 0)
+                ep_send_batch(ep, to, buf, off, seg); /* they were made: the peer may need them */
             conn_fail(c, (int)n);
             return;
         }
-        if (n == 0)
-            break;
-        ep_send(c->ep, (const struct sockaddr *)&c->remote, buf, (size_t)n);
+        if (n == 0) {
+            if (nseg == 0)
+                break;
+            /* Nothing more, or nothing more that fits in seg bytes (a
+             * path MTU probe is larger): send the batch and ask again
+             * with a whole packet's room. */
+            ep_send_batch(ep, to, buf, off, seg);
+            off = 0;
+            nseg = 0;
+            continue;
+        }
+        if (nseg++ == 0)
+            seg = (size_t)n;
+        off += (size_t)n;
+        if ((size_t)n < seg || nseg == maxseg) {
+            ep_send_batch(ep, to, buf, off, seg);
+            off = 0;
+            nseg = 0;
+        }
     }
     conn_arm_timer(c);
 }
@@ -1163,7 +1304,7 @@ static bool conn_has_token(tn_quic_conn_t *c, const uint8_t *p, size_t n)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     tn_quic_ep_t *ep = h->data;
-    *buf = uv_buf_init((char *)ep->rbuf, sizeof ep->rbuf);
+    *buf = uv_buf_init((char *)ep->rbuf, RECV_CHUNKS * RECV_BUF);
 }
 
 static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struct sockaddr *from,
@@ -1174,11 +1315,15 @@ static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struc
         TN_LOG_RL(TN_LOG_DEBUG, 5000, "quic: receive: %s", uv_strerror((int)nread));
         return;
     }
+    /* nread 0 and no address: nothing more to read, or recvmmsg's buffer
+     * given back (UV_UDP_MMSG_FREE; it is ep->rbuf, kept). */
     if (nread == 0 || !from || ep->closing)
         return;
 #ifdef TN_TEST
-    if (ep->test_deaf)
+    if (ep->test_deaf) {
+        ep->test_stats.deaf_drops++;
         return;
+    }
 #endif
     if (from->sa_family != AF_INET && from->sa_family != AF_INET6)
         return;
@@ -1251,9 +1396,12 @@ int tn_quic_ep_open(uv_loop_t *loop, const tn_quic_ep_opts_t *o, tn_quic_ep_t **
         tn_errbuf(err, errlen, "quic: could not make a session ticket key");
         return TN_EFAILED;
     }
-    int rc = uv_udp_init(loop, &ep->udp);
+    /* Owned by ep; freed with its handles (on_ep_handle_closed). */
+    ep->rbuf = tn_malloc((size_t)RECV_CHUNKS * RECV_BUF);
+    int rc = ep->rbuf ? uv_udp_init_ex(loop, &ep->udp, AF_UNSPEC | UV_UDP_RECVMMSG) : UV_ENOMEM;
     if (rc != 0) {
         gnutls_free(ep->ticket_key.data);
+        tn_free(ep->rbuf);
         tn_free(ep);
         tn_errbuf(err, errlen, "quic: udp socket: %s", uv_strerror(rc));
         return rc;
@@ -1525,6 +1673,17 @@ int64_t tn_quic_stream_id(const tn_quic_stream_t *s)
 void tn_quic_ep_test_deaf(tn_quic_ep_t *ep, bool deaf)
 {
     ep->test_deaf = deaf;
+}
+
+void tn_quic_ep_test_no_gso(tn_quic_ep_t *ep)
+{
+    ep->test_no_gso = true;
+}
+
+void tn_quic_ep_test_stats(const tn_quic_ep_t *ep, tn_quic_ep_test_stats_t *out)
+{
+    *out = ep->test_stats;
+    out->gso_off = ep->gso_off;
 }
 
 void tn_quic_ep_test_input(tn_quic_ep_t *ep, const struct sockaddr *from, const uint8_t *p,

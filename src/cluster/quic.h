@@ -160,6 +160,17 @@ void tn_quic_ep_test_input(tn_quic_ep_t *ep, const struct sockaddr *from, const 
 /* Drop every datagram the socket receives (a peer whose path stopped
  * delivering), or stop dropping. */
 void tn_quic_ep_test_deaf(tn_quic_ep_t *ep, bool deaf);
+/* Every GSO send from now on fails with EINVAL, as on a kernel before
+ * 4.18: the endpoint falls back to one datagram per send. */
+void tn_quic_ep_test_no_gso(tn_quic_ep_t *ep);
+typedef struct {
+    uint64_t gso_sends;    /* batches sent with one UDP_SEGMENT sendmsg */
+    uint64_t single_sends; /* datagrams sent alone (uv_udp_try_send) */
+    uint64_t gso_refused;  /* GSO sends the kernel (or the hook) refused */
+    uint64_t deaf_drops;   /* datagrams dropped by tn_quic_ep_test_deaf */
+    bool gso_off;          /* GSO turned off for the endpoint */
+} tn_quic_ep_test_stats_t;
+void tn_quic_ep_test_stats(const tn_quic_ep_t *ep, tn_quic_ep_test_stats_t *out);
 #endif
 int64_t tn_quic_stream_id(const tn_quic_stream_t *s);
 

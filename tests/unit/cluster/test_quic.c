@@ -1,7 +1,9 @@
 /* The QUIC endpoints on their own: two endpoints on one loop over
  * loopback. The exporter material both ends see, a byte stream both ways
  * with a FIN, session resumption from the dialer's cache, a close seen by
- * both ends, and a stream refused by a server that takes no streams.
+ * both ends, a stream refused by a server that takes no streams, an
+ * endpoint closed inside a callback, and bursts larger than one GSO batch
+ * (with GSO, with the fallback forced, with a stretch of loss).
  * uv_loop_close returns 0 at the end of each test. */
 #include "core/platform.h"
 
@@ -315,13 +317,142 @@ static void test_close_inside_callback(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A burst far larger than one GSO batch (44 packets, about 62 KiB), both
+ * ways at once: the echo of 1 MiB on one stream and 100 small streams
+ * whose packets share batches. With gso false both endpoints act as on a
+ * kernel without UDP_SEGMENT; with deaf_at set the server drops every
+ * datagram for a while once that many bytes arrived (whole batches lost),
+ * and QUIC's loss recovery brings the rest. */
+static void burst(bool gso, size_t deaf_at)
+{
+    setup();
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    tn_quic_ep_t *srv = ep_open(&loop, true);
+    tn_quic_ep_t *cli = ep_open(&loop, false);
+    if (!gso) {
+        tn_quic_ep_test_no_gso(srv);
+        tn_quic_ep_test_no_gso(cli);
+    }
+    struct sockaddr_storage sa;
+    tn_quic_ep_addr(srv, &sa);
+    server_data.echo = true;
+    tn_quic_conn_t *c = NULL;
+    assert_int_equal(tn_quic_connect(cli, (const struct sockaddr *)&sa, &cbs, &cli_side, &c), 0);
+    run_while(&loop, &cli_side.ready, 1);
+
+    size_t total = 1024 * 1024;
+    uint8_t *buf = malloc(total);
+    for (size_t i = 0; i < total; i++)
+        buf[i] = (uint8_t)(i * 29 + 3);
+    sdata_t big;
+    memset(&big, 0, sizeof big);
+    tn_buf_init(&big.got);
+    tn_quic_stream_t *s = NULL;
+    assert_int_equal(tn_quic_stream_open(c, &scbs, &big, &s), 0);
+    assert_int_equal(tn_quic_stream_write(s, buf, total), 0);
+    enum { NSMALL = 100 };
+    static sdata_t small[NSMALL];
+    for (int i = 0; i < NSMALL; i++) {
+        memset(&small[i], 0, sizeof small[i]);
+        tn_buf_init(&small[i].got);
+        tn_quic_stream_t *t = NULL;
+        /* The server takes 128 streams at once: 101 fit. */
+        assert_int_equal(tn_quic_stream_open(c, &scbs, &small[i], &t), 0);
+        assert_int_equal(tn_quic_stream_write(t, buf + i, 700), 0);
+    }
+    if (deaf_at) {
+        int64_t spins = 0;
+        while (tn_buf_size(&server_data.got) < deaf_at) {
+            uv_run(&loop, UV_RUN_NOWAIT);
+            assert_true(++spins < 20000000);
+        }
+        tn_quic_ep_test_deaf(srv, true);
+        for (int i = 0; i < 30; i++) {
+            uv_run(&loop, UV_RUN_NOWAIT);
+            usleep(1000);
+        }
+        tn_quic_ep_test_deaf(srv, false);
+    }
+    int64_t spins = 0;
+    while (tn_buf_size(&big.got) < total) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        if (++spins % 1000 == 0)
+            usleep(1000);
+        assert_true(spins < 20000000);
+    }
+    assert_int_equal(tn_buf_size(&big.got), total);
+    assert_memory_equal(tn_buf_data(&big.got), buf, total);
+    for (int i = 0; i < NSMALL; i++) {
+        while (tn_buf_size(&small[i].got) < 700) {
+            uv_run(&loop, UV_RUN_NOWAIT);
+            if (++spins % 1000 == 0)
+                usleep(1000);
+            assert_true(spins < 20000000);
+        }
+        assert_int_equal(tn_buf_size(&small[i].got), 700);
+        assert_memory_equal(tn_buf_data(&small[i].got), buf + i, 700);
+        tn_buf_fini(&small[i].got);
+    }
+
+    tn_quic_ep_test_stats_t cs, ss;
+    tn_quic_ep_test_stats(cli, &cs);
+    tn_quic_ep_test_stats(srv, &ss);
+    if (deaf_at)
+        assert_true(ss.deaf_drops > 0); /* something was lost */
+    if (gso) {
+        /* Either the kernel took the batches, or it refused the first
+         * and the endpoint remembered: one refusal, then singles. */
+        assert_true(cs.gso_sends > 0 || (cs.gso_off && cs.gso_refused == 1));
+        assert_true(ss.gso_sends > 0 || (ss.gso_off && ss.gso_refused == 1));
+        if (cs.gso_sends > 0) {
+            assert_false(cs.gso_off);
+            /* 1 MiB went in far fewer sends than its 700-odd packets. */
+            assert_true(cs.gso_sends + cs.single_sends < 500);
+        }
+    } else {
+        assert_true(cs.gso_off && ss.gso_off);
+        assert_int_equal(cs.gso_refused, 1);
+        assert_int_equal(ss.gso_refused, 1);
+        assert_int_equal(cs.gso_sends, 0);
+        assert_int_equal(ss.gso_sends, 0);
+        assert_true(cs.single_sends > 700); /* every packet alone */
+        assert_true(ss.single_sends > 700);
+    }
+
+    tn_quic_stream_close(s);
+    run_while(&loop, &server_data.ended, 1);
+    tn_quic_conn_close(c, 0);
+    run_while(&loop, &srv_side.closed, 1);
+    free(buf);
+    tn_buf_fini(&big.got);
+    ep_close(&loop, cli);
+    ep_close(&loop, srv);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void test_burst_gso(void **state)
+{
+    burst(true, 0);
+}
+
+static void test_burst_no_gso(void **state)
+{
+    burst(false, 0);
+}
+
+static void test_burst_loss(void **state)
+{
+    burst(true, 256 * 1024);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_stream_ekm_close),
-        cmocka_unit_test(test_resumption),
-        cmocka_unit_test(test_stream_refused),
-        cmocka_unit_test(test_close_inside_callback),
+        cmocka_unit_test(test_stream_ekm_close), cmocka_unit_test(test_resumption),
+        cmocka_unit_test(test_stream_refused),   cmocka_unit_test(test_close_inside_callback),
+        cmocka_unit_test(test_burst_gso),        cmocka_unit_test(test_burst_no_gso),
+        cmocka_unit_test(test_burst_loss),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tn_buf_fini(&server_data.got);
