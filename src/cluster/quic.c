@@ -84,6 +84,11 @@
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103 /* Linux 4.18; older headers lack it */
 #endif
+#ifndef UDP_GRO
+#define UDP_GRO 104 /* Linux 5.0 */
+#endif
+#include <fcntl.h>
+#include <unistd.h>
 #endif
 
 #define CID_LEN     16 /* every CID we issue */
@@ -93,6 +98,7 @@
 /* Packets per GSO send: the kernel takes at most 64 segments and 64 KiB
  * of UDP payload in one; 44 full packets of MAX_PKT fit. */
 #define GSO_SEGS      44
+#define GRO_READS     32 /* recvmsg calls per readable event, as libuv's */
 #define CID_BUCKETS   256
 #define CHUNK_MIN     16384
 #define MAX_VECS      8
@@ -193,6 +199,11 @@ struct tn_quic_ep_s {
     uint64_t cache_clock;
     unsigned queued;
     bool gso_off; /* the kernel refused UDP_SEGMENT: one datagram per send */
+    /* With UDP_GRO the socket is read through rpoll, on rfd (a dup of the
+     * socket, so libuv's watcher of the socket for sends is another). */
+    bool gro;
+    int rfd;
+    uv_poll_t rpoll;
     uint64_t reset_second;
     unsigned resets_this_second;
     bool closing;
@@ -206,7 +217,7 @@ struct tn_quic_ep_s {
     unsigned pending_closes;
     void (*close_cb)(void *);
     void *close_arg;
-    uint8_t *rbuf;                    /* RECV_CHUNKS x RECV_BUF, for recvmmsg */
+    uint8_t *rbuf;                    /* RECV_CHUNKS x RECV_BUF (recvmmsg); GRO reads use 64 KiB */
     uint8_t sbuf[GSO_SEGS * MAX_PKT]; /* a flush's batch of packets */
 };
 
@@ -569,10 +580,19 @@ static void on_ep_handle_closed(uv_handle_t *h)
         cb(arg);
 }
 
+static void on_rpoll_closed(uv_handle_t *h)
+{
+    tn_quic_ep_t *ep = h->data;
+    close(ep->rfd); /* only now: libuv watched it until the close */
+    on_ep_handle_closed(h);
+}
+
 static void ep_close_handles(tn_quic_ep_t *ep)
 {
     uv_close((uv_handle_t *)&ep->udp, on_ep_handle_closed);
     uv_close((uv_handle_t *)&ep->prep, on_ep_handle_closed);
+    if (ep->gro)
+        uv_close((uv_handle_t *)&ep->rpoll, on_rpoll_closed);
 }
 
 static void on_timer_closed(uv_handle_t *h)
@@ -1307,17 +1327,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)ep->rbuf, RECV_CHUNKS * RECV_BUF);
 }
 
-static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struct sockaddr *from,
-                    unsigned flags)
+/* One datagram of n bytes at p from `from`. */
+static void ep_input(tn_quic_ep_t *ep, const struct sockaddr *from, const uint8_t *p, size_t n)
 {
-    tn_quic_ep_t *ep = h->data;
-    if (nread < 0) {
-        TN_LOG_RL(TN_LOG_DEBUG, 5000, "quic: receive: %s", uv_strerror((int)nread));
-        return;
-    }
-    /* nread 0 and no address: nothing more to read, or recvmmsg's buffer
-     * given back (UV_UDP_MMSG_FREE; it is ep->rbuf, kept). */
-    if (nread == 0 || !from || ep->closing)
+    if (n == 0 || ep->closing)
         return;
 #ifdef TN_TEST
     if (ep->test_deaf) {
@@ -1327,8 +1340,6 @@ static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struc
 #endif
     if (from->sa_family != AF_INET && from->sa_family != AF_INET6)
         return;
-    const uint8_t *p = (const uint8_t *)buf->base;
-    size_t n = (size_t)nread;
     ngtcp2_version_cid vc;
     int rv = ngtcp2_pkt_decode_version_cid(&vc, p, n, CID_LEN);
     if (rv != 0) {
@@ -1363,6 +1374,107 @@ static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struc
     if (!offered)
         ep_reset(ep, from, vc.dcid, vc.dcidlen, n);
 }
+
+/* libuv's read of the socket (no UDP_GRO): one datagram per call. */
+static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struct sockaddr *from,
+                    unsigned flags)
+{
+    tn_quic_ep_t *ep = h->data;
+    if (nread < 0) {
+        TN_LOG_RL(TN_LOG_DEBUG, 5000, "quic: receive: %s", uv_strerror((int)nread));
+        return;
+    }
+    /* nread 0 and no address: nothing more to read, or recvmmsg's buffer
+     * given back (UV_UDP_MMSG_FREE; it is ep->rbuf, kept). */
+    if (nread == 0 || !from)
+        return;
+    ep_input(ep, from, (const uint8_t *)buf->base, (size_t)nread);
+}
+
+#ifdef __linux__
+/* The read of a UDP_GRO socket: one recvmsg may carry several datagrams
+ * of one sender laid end to end, each of the size the UDP_GRO control
+ * message gives but the last. */
+static void on_readable(uv_poll_t *h, int status, int events)
+{
+    tn_quic_ep_t *ep = h->data;
+    if (status < 0) {
+        TN_LOG_RL(TN_LOG_DEBUG, 5000, "quic: receive: %s", uv_strerror(status));
+        return;
+    }
+    for (int i = 0; i < GRO_READS && !ep->closing; i++) {
+        struct sockaddr_storage from;
+        struct iovec iov = {ep->rbuf, RECV_BUF};
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } ctl;
+        struct msghdr m;
+        memset(&m, 0, sizeof m);
+        m.msg_name = &from;
+        m.msg_namelen = sizeof from;
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl.buf;
+        m.msg_controllen = sizeof ctl.buf;
+        ssize_t r = recvmsg(ep->rfd, &m, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                TN_LOG_RL(TN_LOG_DEBUG, 5000, "quic: receive: %s", strerror(errno));
+            return;
+        }
+        size_t len = (size_t)r, seg = len;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+            if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+                int g;
+                memcpy(&g, CMSG_DATA(cm), sizeof g);
+                if (g > 0)
+                    seg = (size_t)g;
+            }
+        }
+#ifdef TN_TEST
+        if (seg < len)
+            ep->test_stats.gro_reads++;
+#endif
+        /* ep_input returns at once once an owner closed the endpoint. */
+        for (size_t off = 0; off < len; off += seg)
+            ep_input(ep, (const struct sockaddr *)&from, ep->rbuf + off, TN_MIN(seg, len - off));
+    }
+}
+
+/* Read the socket with UDP_GRO when the kernel has it (Linux 5.0); false
+ * when it has not, and libuv reads it. */
+static bool ep_start_gro(tn_quic_ep_t *ep, bool no_gro)
+{
+    uv_os_fd_t fd;
+    int one = 1, zero = 0;
+    if (no_gro || uv_fileno((const uv_handle_t *)&ep->udp, &fd) != 0 ||
+        setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one) != 0)
+        return false;
+    ep->rfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (ep->rfd >= 0 && uv_poll_init_socket(ep->loop, &ep->rpoll, ep->rfd) == 0) {
+        ep->rpoll.data = ep;
+        ep->handles++;
+        if (uv_poll_start(&ep->rpoll, UV_READABLE, on_readable) == 0) {
+            ep->gro = true;
+            return true;
+        }
+        /* It counts among the endpoint's handles until closed. */
+        uv_close((uv_handle_t *)&ep->rpoll, on_rpoll_closed);
+    } else if (ep->rfd >= 0) {
+        close(ep->rfd);
+    }
+    setsockopt(fd, SOL_UDP, UDP_GRO, &zero, sizeof zero);
+    return false;
+}
+#else
+static bool ep_start_gro(tn_quic_ep_t *ep, bool no_gro)
+{
+    return false;
+}
+#endif
 
 /* --- the public functions ------------------------------------------------------------- */
 
@@ -1427,7 +1539,12 @@ int tn_quic_ep_open(uv_loop_t *loop, const tn_quic_ep_opts_t *o, tn_quic_ep_t **
         uv_recv_buffer_size((uv_handle_t *)&ep->udp, &bufsz);
         bufsz = 4 * 1024 * 1024;
         uv_send_buffer_size((uv_handle_t *)&ep->udp, &bufsz);
-        rc = uv_udp_recv_start(&ep->udp, on_alloc, on_recv);
+        bool no_gro = false;
+#ifdef TN_TEST
+        no_gro = o->test_no_gro;
+#endif
+        if (!ep_start_gro(ep, no_gro))
+            rc = uv_udp_recv_start(&ep->udp, on_alloc, on_recv);
     }
     if (rc != 0) {
         tn_errbuf(err, errlen, "quic: bind %s/udp: %s", name, uv_strerror(rc));
@@ -1684,6 +1801,7 @@ void tn_quic_ep_test_stats(const tn_quic_ep_t *ep, tn_quic_ep_test_stats_t *out)
 {
     *out = ep->test_stats;
     out->gso_off = ep->gso_off;
+    out->gro = ep->gro;
 }
 
 void tn_quic_ep_test_input(tn_quic_ep_t *ep, const struct sockaddr *from, const uint8_t *p,
@@ -1692,7 +1810,6 @@ void tn_quic_ep_test_input(tn_quic_ep_t *ep, const struct sockaddr *from, const 
     if (n > RECV_BUF)
         n = RECV_BUF;
     memcpy(ep->rbuf, p, n);
-    uv_buf_t b = uv_buf_init((char *)ep->rbuf, (unsigned)n);
-    on_recv(&ep->udp, (ssize_t)n, &b, from, 0);
+    ep_input(ep, from, ep->rbuf, n);
 }
 #endif

@@ -90,6 +90,7 @@ typedef struct {
     uint64_t handshake_ms;    /* 0 = 10000 */
 #ifdef TN_TEST
     bool silent_close; /* tn_quic_ep_close sends no CONNECTION_CLOSE, as a crash would */
+    bool test_no_gro;  /* read as on a kernel without UDP_GRO (libuv's recvmmsg) */
 #endif
 } tn_quic_ep_opts_t;
 
@@ -168,7 +169,9 @@ typedef struct {
     uint64_t single_sends; /* datagrams sent alone (uv_udp_try_send) */
     uint64_t gso_refused;  /* GSO sends the kernel (or the hook) refused */
     uint64_t deaf_drops;   /* datagrams dropped by tn_quic_ep_test_deaf */
+    uint64_t gro_reads;    /* reads that carried several datagrams (UDP_GRO) */
     bool gso_off;          /* GSO turned off for the endpoint */
+    bool gro;              /* the socket is read with UDP_GRO */
 } tn_quic_ep_test_stats_t;
 void tn_quic_ep_test_stats(const tn_quic_ep_t *ep, tn_quic_ep_test_stats_t *out);
 #endif
