@@ -24,15 +24,18 @@
  * one recvmsg each, then its AEAD): a flush's packets of one size leave in
  * one sendmsg with UDP_SEGMENT (GSO; the kernel cuts them into datagrams
  * of that size, a shorter last one ending the batch), at most GSO_SEGS of
- * them. No datagram is larger than ngtcp2 made it, so what a real path
+ * them; a path MTU probe goes alone. No datagram is larger than ngtcp2 made it, so what a real path
  * carries is unchanged. A kernel or socket that refuses GSO (EIO: no
  * checksum offload on the route; EINVAL, ENOPROTOOPT, EOPNOTSUPP: too old)
  * turns it off for the endpoint, logged once, and every packet goes alone
  * with uv_udp_try_send as before; a full socket (EAGAIN, ENOBUFS) sends
  * the batch's packets alone, a copy queued with uv_udp_send when the
- * socket is still full. The socket reads with recvmmsg (libuv's
- * UV_UDP_RECVMMSG, RECV_CHUNKS datagrams per call); each datagram is read
- * into ngtcp2 at once, and the flush after the burst answers them all.
+ * socket is still full. The socket is read with UDP_GRO where the kernel
+ * has it (Linux 5.0; libuv's UDP handle has no GRO, so a dup of the socket
+ * under a uv_poll reads it): one recvmsg takes a sender's batch, cut at
+ * the size the control message gives. Else libuv reads it with recvmmsg
+ * (UV_UDP_RECVMMSG, RECV_CHUNKS datagrams a call). Each datagram goes into
+ * ngtcp2 at once; the flush after the burst answers them all.
  *
  * Invariants:
  *   - A connection is freed only from the top of a loop callback (the
@@ -72,12 +75,14 @@
 #include <ngtcp2/ngtcp2_crypto.h>
 #include <ngtcp2/ngtcp2_crypto_gnutls.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef __linux__
 #include <netinet/udp.h>
@@ -87,8 +92,6 @@
 #ifndef UDP_GRO
 #define UDP_GRO 104 /* Linux 5.0 */
 #endif
-#include <fcntl.h>
-#include <unistd.h>
 #endif
 
 #define CID_LEN     16 /* every CID we issue */
@@ -757,6 +760,10 @@ static void conn_flush(tn_quic_conn_t *c)
     uint8_t *buf = ep->sbuf;
     size_t off = 0, seg = 0;
     unsigned nseg = 0, maxseg = ep->gso_off ? 1 : GSO_SEGS;
+    /* A packet larger than the path is known to carry is a path MTU
+     * probe: it goes alone, so a batch's segment size is always one the
+     * path carries and a GSO refusal is never the probe's size. */
+    size_t path_max = ngtcp2_conn_get_path_max_tx_udp_payload_size(c->q);
     ngtcp2_path_storage ps;
     ngtcp2_path_storage_zero(&ps);
     ngtcp2_pkt_info pi;
@@ -809,6 +816,10 @@ static void conn_flush(tn_quic_conn_t *c)
             ep_send_batch(ep, to, buf, off, seg);
             off = 0;
             nseg = 0;
+            continue;
+        }
+        if (nseg == 0 && (size_t)n > path_max) {
+            ep_send(ep, to, buf, (size_t)n);
             continue;
         }
         if (nseg++ == 0)
