@@ -29,10 +29,12 @@
  *      the call waited HW_LINGER_MS (checked on each event that may move
  *      them, wake_fetches, and on the tick), or its wait_ms passes.
  *      Records are read off the loop (tn_plog_read_raw on a worker),
- *      except for a call that was parked: it waited at the log end, so
- *      it reads only records written since, still in the page cache, on
- *      the loop (no worker hand-off on an acknowledgement's path); their
- *      epochs are added on the loop (tn_plog_epochs_range).
+ *      except for a call that was parked (it waited at the log end, so
+ *      it reads only records written since) or one whose every record
+ *      was written within the last WARM_MS or two (a follower that keeps
+ *      up): those are still in the page cache and read on the loop (no
+ *      worker hand-off on an acknowledgement's path); their epochs are
+ *      added on the loop (tn_plog_epochs_range).
  *   4. Follower. The answer's records go to tn_plog_append_raw, which
  *      completes once they are written: the core hears of the log (EV_LOG)
  *      and fetches again at once, with the older flushed offset. When the
