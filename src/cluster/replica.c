@@ -29,10 +29,12 @@
  *      the call waited HW_LINGER_MS (checked on each event that may move
  *      them, wake_fetches, and on the tick), or its wait_ms passes.
  *      Records are read off the loop (tn_plog_read_raw on a worker),
- *      except for a call that was parked: it waited at the log end, so
- *      it reads only records written since, still in the page cache, on
- *      the loop (no worker hand-off on an acknowledgement's path); their
- *      epochs are added on the loop (tn_plog_epochs_range).
+ *      except for a call that was parked (it waited at the log end, so
+ *      it reads only records written since) or one whose every record
+ *      was written within the last WARM_MS or two (a follower that keeps
+ *      up): those are still in the page cache and read on the loop (no
+ *      worker hand-off on an acknowledgement's path); their epochs are
+ *      added on the loop (tn_plog_epochs_range).
  *   4. Follower. The answer's records go to tn_plog_append_raw, which
  *      completes once they are written: the core hears of the log (EV_LOG)
  *      and fetches again at once, with the older flushed offset. When the
@@ -120,6 +122,11 @@
  * trip (docs/performance.md). Idle, a follower's hw lags by at most this
  * (or the tick). */
 #define HW_LINGER_MS 5
+/* A leader's log end is noted every WARM_MS: records at or past the end
+ * noted one period before the last (written within the last one or two
+ * periods) are still in the page cache, and a fetch for them is read on
+ * the loop (freq_answer). */
+#define WARM_MS 1000
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -154,6 +161,9 @@ struct part_s {
     bool start_busy;
     uint64_t last_hw; /* what parked fetches were answered against */
     uint64_t last_end;
+    /* The log end noted at warm_at and the one noted before it (warm_at
+     * 0: none since the lead was taken; nothing is warm). */
+    uint64_t warm_from, warm_next, warm_at;
     tn_meta_req_t isr_req;
     bool isr_busy;
     uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
@@ -1189,11 +1199,36 @@ static void read_done(uv_work_t *w, int status)
         maybe_close_done(rm);
 }
 
+/* The first offset of pt's log written recently enough to be read on
+ * the loop (WARM_MS); UINT64_MAX when none is known to be. */
+static uint64_t warm_from(const part_t *pt)
+{
+    return pt->warm_at != 0 ? pt->warm_from : UINT64_MAX;
+}
+
+/* On the tick: note a leader's log end every WARM_MS. */
+static void note_warm(part_t *pt, uint64_t now)
+{
+    if (pt->core.role != TN_REPL_LEADER || !pt->ready || pt->plog == NULL) {
+        pt->warm_at = 0;
+        return;
+    }
+    uint64_t end = tn_plog_written_next(pt->plog);
+    if (pt->warm_at == 0) {
+        pt->warm_from = pt->warm_next = end;
+        pt->warm_at = now;
+    } else if (now >= pt->warm_at + WARM_MS) {
+        pt->warm_from = pt->warm_next;
+        pt->warm_next = end;
+        pt->warm_at = now;
+    }
+}
+
 /* Answer f now: read what there is to read off the loop first. */
 static void freq_answer(freq_t *f)
 {
     tn_replica_t *rm = f->rm;
-    bool read = false;
+    bool read = false, warm = true;
     for (uint32_t i = 0; i < f->n; i++) {
         fitem_t *it = &f->items[i];
         it->plog = NULL;
@@ -1205,15 +1240,19 @@ static void freq_answer(freq_t *f)
         if (it->offset < tn_plog_written_next(pt->plog)) {
             it->plog = pt->plog;
             read = true;
+            warm = warm && it->offset >= warm_from(pt);
         }
     }
     f->working = true;
-    if (read && f->parked) {
+    if (read && (f->parked || warm)) {
         /* A fetch that waited at the log end reads only what was written
-         * since: records still in the page cache, a copy rather than disk
-         * I/O, so read here, without the two thread hand-offs a worker
-         * costs on every acknowledgement's path (docs/performance.md).
-         * A fetch from behind the log end reads on a worker. */
+         * since, and one that came while its records were being written
+         * (a follower that keeps up) reads what was written within the
+         * last WARM_MS or two: records still in the page cache, a copy
+         * rather than disk I/O, so read here, without the two thread
+         * hand-offs a worker costs on every acknowledgement's path (half
+         * the copies under load: docs/performance.md). A fetch from
+         * further behind reads on a worker. */
         read_work(&f->work);
         freq_unlink(f);
         reply_now(f);
@@ -2320,6 +2359,7 @@ static void on_tick(uv_timer_t *t)
              * is added only with its channels caught up. */
             if (pt->core.role == TN_REPL_LEADER)
                 feed_channels(pt, now);
+            note_warm(pt, now);
             tn_repl_event_t ev = {.type = TN_REPL_EV_TICK, .now = now};
             run(pt, &ev);
             if (!pt->dead)
