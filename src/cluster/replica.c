@@ -850,18 +850,30 @@ static void on_trunc_done(tn_plog_trunc_t *req, int status)
     send_fetches(pt->rm);
 }
 
-static void follower_truncate(part_t *pt, uint64_t offset)
+/* The guard of a follower's truncation and of its reset, which truncates
+ * first: false when the log cannot be cut now (a truncation or an append
+ * under way, no log, or one the engine leads from); the core asks again
+ * after its timeout. Else pt->trunc is ready for the plog call, the
+ * partition is marked truncating (no fetch meanwhile) and busy: true. */
+static bool trunc_begin(part_t *pt)
 {
     if (pt->truncating || pt->appending || pt->plog == NULL ||
         (pt->src != SRC_OWN && pt->src != SRC_ENGINE))
-        return;
+        return false;
     if (pt->src == SRC_ENGINE && engine_local(pt->rm, pt, NULL))
-        return;
+        return false;
     memset(&pt->trunc, 0, sizeof(pt->trunc));
     pt->trunc.data = pt;
     pt->truncating = true;
     pt->want = false;
     pt->busy++;
+    return true;
+}
+
+static void follower_truncate(part_t *pt, uint64_t offset)
+{
+    if (!trunc_begin(pt))
+        return;
     pt->rm->st.truncations++;
     if (pt->trunc_logged_at == 0) /* else failing again: on_trunc_done reports it */
         TN_LOG(TN_LOG_NOTICE,
@@ -945,10 +957,7 @@ static void on_reset_emptied(tn_plog_trunc_t *req, int status)
 
 static void follower_reset(part_t *pt, uint64_t start)
 {
-    if (pt->truncating || pt->appending || pt->plog == NULL ||
-        (pt->src != SRC_OWN && pt->src != SRC_ENGINE))
-        return;
-    if (pt->src == SRC_ENGINE && engine_local(pt->rm, pt, NULL))
+    if (!trunc_begin(pt))
         return;
     TN_LOG(TN_LOG_NOTICE,
            "replica %s/%" PRIu32 ": the leader's log starts at %" PRIu64
@@ -956,11 +965,6 @@ static void follower_reset(part_t *pt, uint64_t start)
            ") holds nothing past it the leader keeps (retention removed what it lacks, or "
            "its epochs are older than the leader's first): emptying it to restart there",
            pt->topic, pt->p, start, tn_plog_written_next(pt->plog));
-    memset(&pt->trunc, 0, sizeof(pt->trunc));
-    pt->trunc.data = pt;
-    pt->truncating = true;
-    pt->want = false;
-    pt->busy++;
     pt->reset_to = start;
     pt->rm->st.resets++;
     int rc = tn_plog_truncate(pt->plog, &pt->trunc, 0, 0, on_reset_emptied);
