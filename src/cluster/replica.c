@@ -1273,13 +1273,45 @@ static void on_fetch_cancel(void *arg, tn_rpc_req_t *req)
         maybe_close_done(rm);
 }
 
+/* The node RPC handlers (FETCH, FLUSHED, REPAIR) before the manager runs
+ * or once it closes: 503, and true. */
+static bool refused_not_ready(tn_replica_t *rm, tn_rpc_req_t *req)
+{
+    if (rm != NULL && !rm->closing && rm->started)
+        return false;
+    tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+    return true;
+}
+
+/* Whether pt leads now, its log taken over (what a flush report and a
+ * repair read need). */
+static bool leads_ready(const part_t *pt)
+{
+    return pt != NULL && pt->core_fed && pt->core.role == TN_REPL_LEADER && pt->ready &&
+           pt->plog != NULL;
+}
+
+/* A FETCH's or a FLUSHED report's partition tuple fp from node, as the
+ * core's event of type (EV_FETCH or EV_FLUSHED). */
+static tn_repl_event_t fetch_event(tn_repl_ev_type_t type, uint64_t now, uint32_t node,
+                                   uint64_t incarnation, const tn_fetch_part_t *fp)
+{
+    tn_repl_event_t ev = {.type = type, .now = now};
+    ev.u.fetch.node = node;
+    ev.u.fetch.incarnation = incarnation;
+    ev.u.fetch.leader_epoch = fp->leader_epoch;
+    ev.u.fetch.fetch_offset = fp->fetch_offset;
+    ev.u.fetch.last_fetched_epoch = fp->last_fetched_epoch;
+    ev.u.fetch.flushed_offset = fp->flushed_offset;
+    ev.u.fetch.partition_epoch = fp->partition_epoch;
+    return ev;
+}
+
 void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_replica_t *rm = arg;
-    if (rm == NULL || rm->closing || !rm->started) {
-        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+    if (refused_not_ready(rm, req))
         return;
-    }
     tn_fetch_req_t fr;
     if (tn_fetch_req_decode(payload, len, &fr) != 0) {
         tn_rpc_reply(req, 400, "application/json", "{\"error\":\"malformed fetch\"}", 27);
@@ -1315,14 +1347,7 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
          * yet (NOT_LEADER: the follower asks again shortly). */
         if (pt != NULL && pt->core_fed &&
             !(pt->core.role == TN_REPL_LEADER && (!pt->ready || pt->plog == NULL))) {
-            tn_repl_event_t ev = {.type = TN_REPL_EV_FETCH, .now = now};
-            ev.u.fetch.node = fr.node;
-            ev.u.fetch.incarnation = fr.incarnation;
-            ev.u.fetch.leader_epoch = fp.leader_epoch;
-            ev.u.fetch.fetch_offset = fp.fetch_offset;
-            ev.u.fetch.last_fetched_epoch = fp.last_fetched_epoch;
-            ev.u.fetch.flushed_offset = fp.flushed_offset;
-            ev.u.fetch.partition_epoch = fp.partition_epoch;
+            tn_repl_event_t ev = fetch_event(TN_REPL_EV_FETCH, now, fr.node, fr.incarnation, &fp);
             cur_item = it;
             run(pt, &ev);
             cur_item = NULL;
@@ -1353,10 +1378,8 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
 void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_replica_t *rm = arg;
-    if (rm == NULL || rm->closing || !rm->started) {
-        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+    if (refused_not_ready(rm, req))
         return;
-    }
     tn_flushed_req_t fr;
     if (tn_flushed_req_decode(payload, len, &fr) != 0) {
         tn_rpc_reply(req, 400, "application/json", "{\"error\":\"malformed flush report\"}", 34);
@@ -1366,19 +1389,11 @@ void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     tn_fetch_part_t fp;
     while (tn_flushed_req_next(&fr, &fp) == 0) {
         part_t *pt = part_find(rm, fp.topic, fp.partition);
-        if (pt == NULL || !pt->core_fed || pt->core.role != TN_REPL_LEADER || !pt->ready ||
-            pt->plog == NULL)
+        if (!leads_ready(pt))
             continue;
         if (fp.leader_epoch < pt->core.ps.leader_epoch)
             rm->st.fenced++;
-        tn_repl_event_t ev = {.type = TN_REPL_EV_FLUSHED, .now = now};
-        ev.u.fetch.node = fr.node;
-        ev.u.fetch.incarnation = fr.incarnation;
-        ev.u.fetch.leader_epoch = fp.leader_epoch;
-        ev.u.fetch.fetch_offset = fp.fetch_offset;
-        ev.u.fetch.last_fetched_epoch = fp.last_fetched_epoch;
-        ev.u.fetch.flushed_offset = fp.flushed_offset;
-        ev.u.fetch.partition_epoch = fp.partition_epoch;
+        tn_repl_event_t ev = fetch_event(TN_REPL_EV_FLUSHED, now, fr.node, fr.incarnation, &fp);
         run(pt, &ev);
     }
     wake_fetches(rm);
@@ -2166,10 +2181,8 @@ static void repair_read_done(uv_work_t *w, int status)
 void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_replica_t *rm = arg;
-    if (rm == NULL || rm->closing || !rm->started) {
-        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+    if (refused_not_ready(rm, req))
         return;
-    }
     tn_fetch_req_t fr;
     tn_fetch_part_t fp;
     if (tn_fetch_req_decode(payload, len, &fr) != 0 || fr.count != 1 ||
@@ -2193,8 +2206,7 @@ void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len,
     tn_buf_init(&r->recs);
     part_t *pt = part_find(rm, r->topic, r->p);
     uint16_t status = TN_FETCH_RECORDS;
-    if (pt == NULL || !pt->core_fed || pt->core.role != TN_REPL_LEADER || !pt->ready ||
-        pt->plog == NULL)
+    if (!leads_ready(pt))
         status = TN_FETCH_NOT_LEADER;
     else if (fp.leader_epoch < pt->core.ps.leader_epoch)
         status = TN_FETCH_FENCED;
