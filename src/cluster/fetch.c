@@ -73,6 +73,31 @@ static int get_part(tn_wire_in_t *in, tn_fetch_part_t *out)
     return 0;
 }
 
+/* The count partition tuples that follow a FETCH request's or a FLUSHED
+ * report's own header (in is just past that header, which its op has
+ * checked): checks every tuple and that nothing trails, leaving in at the
+ * first tuple for parts_next. 0 or TN_EPROTO; *left is count on success. */
+static int parts_check(const tn_wire_in_t *in, uint32_t count, uint32_t *left)
+{
+    tn_wire_in_t check = *in;
+    tn_fetch_part_t part;
+    for (uint32_t i = 0; i < count; i++)
+        if (get_part(&check, &part) != 0)
+            return TN_EPROTO;
+    if (tn_wire_end(&check) != 0)
+        return TN_EPROTO;
+    *left = count;
+    return 0;
+}
+
+static int parts_next(tn_wire_in_t *in, uint32_t *left, tn_fetch_part_t *out)
+{
+    if (*left == 0)
+        return TN_ENOTFOUND;
+    (*left)--;
+    return get_part(in, out);
+}
+
 int tn_fetch_req_decode(const void *p, size_t len, tn_fetch_req_t *out)
 {
     memset(out, 0, sizeof(*out));
@@ -84,23 +109,12 @@ int tn_fetch_req_decode(const void *p, size_t len, tn_fetch_req_t *out)
     (void)tn_wire_get_u32(&out->in, &out->count);
     if (out->in.err != 0 || out->count == 0 || out->count > TN_FETCH_MAX_PARTS)
         return TN_EPROTO;
-    tn_wire_in_t check = out->in;
-    tn_fetch_part_t part;
-    for (uint32_t i = 0; i < out->count; i++)
-        if (get_part(&check, &part) != 0)
-            return TN_EPROTO;
-    if (tn_wire_end(&check) != 0)
-        return TN_EPROTO;
-    out->left = out->count;
-    return 0;
+    return parts_check(&out->in, out->count, &out->left);
 }
 
 int tn_fetch_req_next(tn_fetch_req_t *r, tn_fetch_part_t *out)
 {
-    if (r->left == 0)
-        return TN_ENOTFOUND;
-    r->left--;
-    return get_part(&r->in, out);
+    return parts_next(&r->in, &r->left, out);
 }
 
 /* --- flush report ------------------------------------------------------------------ */
@@ -127,23 +141,12 @@ int tn_flushed_req_decode(const void *p, size_t len, tn_flushed_req_t *out)
     (void)tn_wire_get_u32(&out->in, &out->count);
     if (out->in.err != 0 || out->count == 0 || out->count > TN_FETCH_MAX_PARTS)
         return TN_EPROTO;
-    tn_wire_in_t check = out->in;
-    tn_fetch_part_t part;
-    for (uint32_t i = 0; i < out->count; i++)
-        if (get_part(&check, &part) != 0)
-            return TN_EPROTO;
-    if (tn_wire_end(&check) != 0)
-        return TN_EPROTO;
-    out->left = out->count;
-    return 0;
+    return parts_check(&out->in, out->count, &out->left);
 }
 
 int tn_flushed_req_next(tn_flushed_req_t *r, tn_fetch_part_t *out)
 {
-    if (r->left == 0)
-        return TN_ENOTFOUND;
-    r->left--;
-    return get_part(&r->in, out);
+    return parts_next(&r->in, &r->left, out);
 }
 
 /* --- reply ------------------------------------------------------------------------- */

@@ -104,12 +104,10 @@ typedef struct {
  * UV_EINVAL (count not 1..TN_FETCH_MAX_PARTS). Then append count parts
  * with tn_fetch_req_put_part. */
 int tn_flushed_req_put_head(tn_buf_t *b, uint32_t node, uint64_t incarnation, uint32_t count);
-/* Exact decode of a flush report (p, len: after the opcode byte; borrowed
- * while out is used): checks every partition, then rewinds to the first.
- * 0 or TN_EPROTO. */
+/* Decode and walk a flush report as tn_fetch_req_decode and _next do a
+ * request: its own header, then the same partition tuples, read by the
+ * same code. */
 int tn_flushed_req_decode(const void *p, size_t len, tn_flushed_req_t *out);
-/* The next partition of a decoded report: 0, or TN_ENOTFOUND after the
- * last. */
 int tn_flushed_req_next(tn_flushed_req_t *r, tn_fetch_part_t *out);
 
 /* One partition's answer; the pointers borrow the reply payload. */

@@ -240,31 +240,30 @@ struct freq_s {
     fitem_t items[];
 };
 
+/* What a follower's call to a leader node carries: the fetches that wait
+ * for that node (FETCH), or the flush reports that wait for it (FLUSHED). */
+typedef enum { CALL_FETCH, CALL_REPORT, CALL_KINDS } call_kind_t;
+
+/* One call slot to one leader node (group_get). FETCH: a partition that
+ * wants to fetch never waits for a parked call, so a leader may have several
+ * slots, one idle at most. FLUSHED: one call in flight per leader; reports
+ * that come meanwhile go in the next (a fetch sent first carries the offset
+ * and takes the partition's report off). */
 typedef struct group_s group_t;
 struct group_s {
     tn_replica_t *rm;
     group_t *next;
+    call_kind_t kind;
     uint32_t leader;
     bool inflight;
     tn_rpc_call_t *call;
+    /* CALL_FETCH: the partitions in the call, to match the answers to */
     uint32_t n;
     struct {
         char *topic;
         uint32_t p;
         uint32_t leader_epoch;
     } * sent;
-};
-
-/* The flush reports to one leader node: one FLUSHED call in flight at a
- * time; reports that come meanwhile go in the next (a fetch sent first
- * carries the offset and takes the partition's report off). */
-typedef struct rgroup_s rgroup_t;
-struct rgroup_s {
-    tn_replica_t *rm;
-    rgroup_t *next;
-    uint32_t leader;
-    bool inflight;
-    tn_rpc_call_t *call;
 };
 
 struct tn_replica_s {
@@ -275,10 +274,9 @@ struct tn_replica_s {
     void (*close_cb)(void *arg);
     void *close_arg;
     part_t *buckets[NBUCKETS];
-    freq_t *fetches; /* parked and working */
-    group_t *groups;
-    rgroup_t *rgroups;
-    uint32_t working; /* worker jobs in flight */
+    freq_t *fetches;             /* parked and working */
+    group_t *groups[CALL_KINDS]; /* by call_kind_t */
+    uint32_t working;            /* worker jobs in flight */
     uint32_t open_handles;
     tn_replica_stats_t st;
     /* the answer being fed to a core (follower records) */
@@ -363,6 +361,7 @@ static int epoch_end_cb(void *arg, uint32_t epoch, uint32_t *found, uint64_t *en
 
 static void run(part_t *pt, const tn_repl_event_t *ev);
 static void send_fetches(tn_replica_t *rm);
+static void send_waiting(tn_replica_t *rm, call_kind_t kind);
 static void wake_fetches(tn_replica_t *rm);
 
 /* Take pl as the partition's log and watch it (on_watch). */
@@ -861,18 +860,30 @@ static void on_trunc_done(tn_plog_trunc_t *req, int status)
     send_fetches(pt->rm);
 }
 
-static void follower_truncate(part_t *pt, uint64_t offset)
+/* The guard of a follower's truncation and of its reset, which truncates
+ * first: false when the log cannot be cut now (a truncation or an append
+ * under way, no log, or one the engine leads from); the core asks again
+ * after its timeout. Else pt->trunc is ready for the plog call, the
+ * partition is marked truncating (no fetch meanwhile) and busy: true. */
+static bool trunc_begin(part_t *pt)
 {
     if (pt->truncating || pt->appending || pt->plog == NULL ||
         (pt->src != SRC_OWN && pt->src != SRC_ENGINE))
-        return;
+        return false;
     if (pt->src == SRC_ENGINE && engine_local(pt->rm, pt, NULL))
-        return;
+        return false;
     memset(&pt->trunc, 0, sizeof(pt->trunc));
     pt->trunc.data = pt;
     pt->truncating = true;
     pt->want = false;
     pt->busy++;
+    return true;
+}
+
+static void follower_truncate(part_t *pt, uint64_t offset)
+{
+    if (!trunc_begin(pt))
+        return;
     pt->rm->st.truncations++;
     if (pt->trunc_logged_at == 0) /* else failing again: on_trunc_done reports it */
         TN_LOG(TN_LOG_NOTICE,
@@ -956,10 +967,7 @@ static void on_reset_emptied(tn_plog_trunc_t *req, int status)
 
 static void follower_reset(part_t *pt, uint64_t start)
 {
-    if (pt->truncating || pt->appending || pt->plog == NULL ||
-        (pt->src != SRC_OWN && pt->src != SRC_ENGINE))
-        return;
-    if (pt->src == SRC_ENGINE && engine_local(pt->rm, pt, NULL))
+    if (!trunc_begin(pt))
         return;
     TN_LOG(TN_LOG_NOTICE,
            "replica %s/%" PRIu32 ": the leader's log starts at %" PRIu64
@@ -967,11 +975,6 @@ static void follower_reset(part_t *pt, uint64_t start)
            ") holds nothing past it the leader keeps (retention removed what it lacks, or "
            "its epochs are older than the leader's first): emptying it to restart there",
            pt->topic, pt->p, start, tn_plog_written_next(pt->plog));
-    memset(&pt->trunc, 0, sizeof(pt->trunc));
-    pt->trunc.data = pt;
-    pt->truncating = true;
-    pt->want = false;
-    pt->busy++;
     pt->reset_to = start;
     pt->rm->st.resets++;
     int rc = tn_plog_truncate(pt->plog, &pt->trunc, 0, 0, on_reset_emptied);
@@ -1309,13 +1312,45 @@ static void on_fetch_cancel(void *arg, tn_rpc_req_t *req)
         maybe_close_done(rm);
 }
 
+/* The node RPC handlers (FETCH, FLUSHED, REPAIR) before the manager runs
+ * or once it closes: 503, and true. */
+static bool refused_not_ready(tn_replica_t *rm, tn_rpc_req_t *req)
+{
+    if (rm != NULL && !rm->closing && rm->started)
+        return false;
+    tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+    return true;
+}
+
+/* Whether pt leads now, its log taken over (what a flush report and a
+ * repair read need). */
+static bool leads_ready(const part_t *pt)
+{
+    return pt != NULL && pt->core_fed && pt->core.role == TN_REPL_LEADER && pt->ready &&
+           pt->plog != NULL;
+}
+
+/* A FETCH's or a FLUSHED report's partition tuple fp from node, as the
+ * core's event of type (EV_FETCH or EV_FLUSHED). */
+static tn_repl_event_t fetch_event(tn_repl_ev_type_t type, uint64_t now, uint32_t node,
+                                   uint64_t incarnation, const tn_fetch_part_t *fp)
+{
+    tn_repl_event_t ev = {.type = type, .now = now};
+    ev.u.fetch.node = node;
+    ev.u.fetch.incarnation = incarnation;
+    ev.u.fetch.leader_epoch = fp->leader_epoch;
+    ev.u.fetch.fetch_offset = fp->fetch_offset;
+    ev.u.fetch.last_fetched_epoch = fp->last_fetched_epoch;
+    ev.u.fetch.flushed_offset = fp->flushed_offset;
+    ev.u.fetch.partition_epoch = fp->partition_epoch;
+    return ev;
+}
+
 void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_replica_t *rm = arg;
-    if (rm == NULL || rm->closing || !rm->started) {
-        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+    if (refused_not_ready(rm, req))
         return;
-    }
     tn_fetch_req_t fr;
     if (tn_fetch_req_decode(payload, len, &fr) != 0) {
         tn_rpc_reply(req, 400, "application/json", "{\"error\":\"malformed fetch\"}", 27);
@@ -1351,14 +1386,7 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
          * yet (NOT_LEADER: the follower asks again shortly). */
         if (pt != NULL && pt->core_fed &&
             !(pt->core.role == TN_REPL_LEADER && (!pt->ready || pt->plog == NULL))) {
-            tn_repl_event_t ev = {.type = TN_REPL_EV_FETCH, .now = now};
-            ev.u.fetch.node = fr.node;
-            ev.u.fetch.incarnation = fr.incarnation;
-            ev.u.fetch.leader_epoch = fp.leader_epoch;
-            ev.u.fetch.fetch_offset = fp.fetch_offset;
-            ev.u.fetch.last_fetched_epoch = fp.last_fetched_epoch;
-            ev.u.fetch.flushed_offset = fp.flushed_offset;
-            ev.u.fetch.partition_epoch = fp.partition_epoch;
+            tn_repl_event_t ev = fetch_event(TN_REPL_EV_FETCH, now, fr.node, fr.incarnation, &fp);
             cur_item = it;
             run(pt, &ev);
             cur_item = NULL;
@@ -1389,10 +1417,8 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
 void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_replica_t *rm = arg;
-    if (rm == NULL || rm->closing || !rm->started) {
-        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+    if (refused_not_ready(rm, req))
         return;
-    }
     tn_flushed_req_t fr;
     if (tn_flushed_req_decode(payload, len, &fr) != 0) {
         tn_rpc_reply(req, 400, "application/json", "{\"error\":\"malformed flush report\"}", 34);
@@ -1402,41 +1428,47 @@ void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     tn_fetch_part_t fp;
     while (tn_flushed_req_next(&fr, &fp) == 0) {
         part_t *pt = part_find(rm, fp.topic, fp.partition);
-        if (pt == NULL || !pt->core_fed || pt->core.role != TN_REPL_LEADER || !pt->ready ||
-            pt->plog == NULL)
+        if (!leads_ready(pt))
             continue;
         if (fp.leader_epoch < pt->core.ps.leader_epoch)
             rm->st.fenced++;
-        tn_repl_event_t ev = {.type = TN_REPL_EV_FLUSHED, .now = now};
-        ev.u.fetch.node = fr.node;
-        ev.u.fetch.incarnation = fr.incarnation;
-        ev.u.fetch.leader_epoch = fp.leader_epoch;
-        ev.u.fetch.fetch_offset = fp.fetch_offset;
-        ev.u.fetch.last_fetched_epoch = fp.last_fetched_epoch;
-        ev.u.fetch.flushed_offset = fp.flushed_offset;
-        ev.u.fetch.partition_epoch = fp.partition_epoch;
+        tn_repl_event_t ev = fetch_event(TN_REPL_EV_FLUSHED, now, fr.node, fr.incarnation, &fp);
         run(pt, &ev);
     }
     wake_fetches(rm);
     tn_rpc_reply(req, 204, NULL, NULL, 0);
 }
 
-/* --- follower: sending fetches, one call per leader node ------------------------- */
+/* --- follower: calls to leader nodes (fetches, flush reports) ---------------------- */
 
-/* An idle call slot for leader (made when every one is in flight: a
- * partition that wants to fetch never waits for a parked call of others). */
-static group_t *group_get(tn_replica_t *rm, uint32_t leader)
+/* Whether pt waits to go in a call of kind to leader. */
+static bool part_waits(const part_t *pt, call_kind_t kind, uint32_t leader)
 {
-    for (group_t *g = rm->groups; g != NULL; g = g->next)
-        if (g->leader == leader && !g->inflight)
+    if (pt->dead)
+        return false;
+    if (kind == CALL_REPORT)
+        return pt->report_want && pt->report_node == leader;
+    return pt->want && pt->want_node == leader && !pt->appending && !pt->truncating &&
+           !(pt->in_call && pt->call_leader == leader);
+}
+
+/* The call slot for kind's next call to leader: FETCH, an idle one (made
+ * when every one is in flight: a partition that wants to fetch never waits
+ * for a parked call of others); FLUSHED, the leader's only one, in flight
+ * or not. */
+static group_t *group_get(tn_replica_t *rm, call_kind_t kind, uint32_t leader)
+{
+    for (group_t *g = rm->groups[kind]; g != NULL; g = g->next)
+        if (g->leader == leader && (kind == CALL_REPORT || !g->inflight))
             return g;
     group_t *g = tn_calloc(1, sizeof(*g));
     if (g == NULL)
         return NULL;
     g->rm = rm;
+    g->kind = kind;
     g->leader = leader;
-    g->next = rm->groups;
-    rm->groups = g;
+    g->next = rm->groups[kind];
+    rm->groups[kind] = g;
     return g;
 }
 
@@ -1547,16 +1579,63 @@ static const char *member_addr(tn_replica_t *rm, uint32_t node)
     return m != NULL && m->api_addr[0] != '\0' ? m->api_addr : NULL;
 }
 
+static void on_report_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    group_t *g = arg;
+    tn_replica_t *rm = g->rm;
+    g->inflight = false;
+    g->call = NULL;
+    /* A report lost or refused costs only time: the next fetch carries
+     * the flushed offset too. */
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG_RL(TN_LOG_WARN, 5000, "replica: flush report to node %" PRIu32 ": %s", g->leader,
+                  err != NULL ? err : tn_strerror(status));
+    else if (status == 0 && reply->status != 204)
+        TN_LOG_RL(TN_LOG_WARN, 5000, "replica: flush report to node %" PRIu32 ": answer %u",
+                  g->leader, reply->status);
+    if (rm->closing)
+        maybe_close_done(rm);
+    else
+        send_waiting(rm, CALL_REPORT);
+}
+
+/* FETCH: a partition put in g's call. The answer is matched to it by
+ * g->sent[k]; a flush report this fetch tells is taken off. 0 or
+ * UV_ENOMEM. */
+static int fetch_took(group_t *g, uint32_t k, part_t *pt, const tn_fetch_part_t *fp)
+{
+    TN_LOG(TN_LOG_DEBUG,
+           "replica %s/%" PRIu32 ": fetch from node %" PRIu32 " epoch %" PRIu32 " offset %" PRIu64
+           " last epoch %" PRIu32 " flushed %" PRIu64,
+           pt->topic, pt->p, g->leader, fp->leader_epoch, fp->fetch_offset, fp->last_fetched_epoch,
+           fp->flushed_offset);
+    g->sent[k].topic = tn_strdup(pt->topic);
+    g->sent[k].p = pt->p;
+    g->sent[k].leader_epoch = fp->leader_epoch;
+    if (g->sent[k].topic == NULL)
+        return UV_ENOMEM;
+    pt->want = false;
+    pt->in_call = true;
+    pt->call_leader = g->leader;
+    if (pt->report_want && pt->report_node == g->leader &&
+        pt->reportf.flushed_offset <= fp->flushed_offset)
+        pt->report_want = false; /* this fetch tells it */
+    return 0;
+}
+
+/* One call to g's leader with every partition that waits for it (up to
+ * TN_FETCH_MAX_PARTS): a FETCH, or a FLUSHED report. A report that cannot
+ * be sent is dropped: the next fetch carries its offset too. */
 static void group_send(group_t *g)
 {
     tn_replica_t *rm = g->rm;
+    bool fetch = g->kind == CALL_FETCH;
     if (g->inflight || rm->o.rpc == NULL || rm->closing)
         return;
     uint32_t n = 0;
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
-            n += !pt->dead && pt->want && pt->want_node == g->leader && !pt->appending &&
-                 !pt->truncating && !(pt->in_call && pt->call_leader == g->leader);
+            n += part_waits(pt, g->kind, g->leader);
     if (n == 0)
         return;
     if (n > TN_FETCH_MAX_PARTS)
@@ -1564,175 +1643,76 @@ static void group_send(group_t *g)
     const char *addr = member_addr(rm, g->leader);
     if (addr == NULL)
         return;
-    g->sent = tn_calloc(n, sizeof(*g->sent));
-    if (g->sent == NULL)
+    if (fetch && (g->sent = tn_calloc(n, sizeof(*g->sent))) == NULL)
         return;
     tn_buf_t b;
     tn_buf_init(&b);
     uint32_t wait = (uint32_t)rm->o.fetch_wait_ms;
-    int rc = tn_fetch_req_put_head(&b, rm->o.node, tn_meta_incarnation(rm->o.meta), wait,
-                                   (uint32_t)rm->o.fetch_max_bytes, n);
+    uint64_t inc = tn_meta_incarnation(rm->o.meta);
+    int rc =
+        fetch ? tn_fetch_req_put_head(&b, rm->o.node, inc, wait, (uint32_t)rm->o.fetch_max_bytes, n)
+              : tn_flushed_req_put_head(&b, rm->o.node, inc, n);
     uint32_t k = 0;
     for (uint32_t bk = 0; rc == 0 && bk < NBUCKETS && k < n; bk++)
         for (part_t *pt = rm->buckets[bk]; rc == 0 && pt != NULL && k < n; pt = pt->next) {
-            if (pt->dead || !pt->want || pt->want_node != g->leader || pt->appending ||
-                pt->truncating || (pt->in_call && pt->call_leader == g->leader))
+            if (!part_waits(pt, g->kind, g->leader))
                 continue;
+            const tn_repl_fetch_t *f = fetch ? &pt->wantf : &pt->reportf;
             tn_fetch_part_t fp;
             snprintf(fp.topic, sizeof(fp.topic), "%s", pt->topic);
             fp.partition = pt->p;
-            fp.leader_epoch = pt->wantf.leader_epoch;
-            fp.fetch_offset = pt->wantf.fetch_offset;
-            fp.last_fetched_epoch = pt->wantf.last_fetched_epoch;
-            fp.flushed_offset = pt->wantf.flushed_offset;
-            fp.partition_epoch = pt->wantf.partition_epoch;
+            fp.leader_epoch = f->leader_epoch;
+            fp.fetch_offset = f->fetch_offset;
+            fp.last_fetched_epoch = f->last_fetched_epoch;
+            fp.flushed_offset = f->flushed_offset;
+            fp.partition_epoch = f->partition_epoch;
             if ((rc = tn_fetch_req_put_part(&b, &fp)) != 0)
                 break;
-            TN_LOG(TN_LOG_DEBUG,
-                   "replica %s/%" PRIu32 ": fetch from node %" PRIu32 " epoch %" PRIu32
-                   " offset %" PRIu64 " last epoch %" PRIu32 " flushed %" PRIu64,
-                   pt->topic, pt->p, g->leader, fp.leader_epoch, fp.fetch_offset,
-                   fp.last_fetched_epoch, fp.flushed_offset);
-            g->sent[k].topic = tn_strdup(pt->topic);
-            g->sent[k].p = pt->p;
-            g->sent[k].leader_epoch = fp.leader_epoch;
-            if (g->sent[k].topic == NULL) {
-                rc = UV_ENOMEM;
+            if (fetch && (rc = fetch_took(g, k, pt, &fp)) != 0)
                 break;
-            }
+            if (!fetch)
+                pt->report_want = false;
             k++;
-            pt->want = false;
-            pt->in_call = true;
-            pt->call_leader = g->leader;
-            if (pt->report_want && pt->report_node == g->leader &&
-                pt->reportf.flushed_offset <= fp.flushed_offset)
-                pt->report_want = false; /* this fetch tells it */
         }
-    g->n = k;
+    if (fetch)
+        g->n = k;
     if (rc == 0)
-        rc = tn_rpc_call(rm->o.rpc, addr, TN_OP_FETCH, tn_buf_data(&b), tn_buf_size(&b),
-                         wait + 5000, on_fetch_reply, g, &g->call);
+        rc = fetch ? tn_rpc_call(rm->o.rpc, addr, TN_OP_FETCH, tn_buf_data(&b), tn_buf_size(&b),
+                                 wait + 5000, on_fetch_reply, g, &g->call)
+                   : tn_rpc_call(rm->o.rpc, addr, TN_OP_FLUSHED, tn_buf_data(&b), tn_buf_size(&b),
+                                 REPORT_CALL_MS, on_report_reply, g, &g->call);
     tn_buf_fini(&b);
     if (rc != 0) {
         group_clear(g);
         return;
     }
     g->inflight = true;
-    rm->st.fetches_sent++;
+    if (fetch)
+        rm->st.fetches_sent++;
 }
 
-/* --- follower: flush reports, one call per leader node at a time ---------------- */
-
-static void send_reports(tn_replica_t *rm);
-
-static void on_report_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
-{
-    rgroup_t *rg = arg;
-    tn_replica_t *rm = rg->rm;
-    rg->inflight = false;
-    rg->call = NULL;
-    /* A report lost or refused costs only time: the next fetch carries
-     * the flushed offset too. */
-    if (status != 0 && status != TN_ECLOSED)
-        TN_LOG_RL(TN_LOG_WARN, 5000, "replica: flush report to node %" PRIu32 ": %s", rg->leader,
-                  err != NULL ? err : tn_strerror(status));
-    else if (status == 0 && reply->status != 204)
-        TN_LOG_RL(TN_LOG_WARN, 5000, "replica: flush report to node %" PRIu32 ": answer %u",
-                  rg->leader, reply->status);
-    if (rm->closing)
-        maybe_close_done(rm);
-    else
-        send_reports(rm);
-}
-
-static rgroup_t *rgroup_get(tn_replica_t *rm, uint32_t leader)
-{
-    for (rgroup_t *rg = rm->rgroups; rg != NULL; rg = rg->next)
-        if (rg->leader == leader)
-            return rg;
-    rgroup_t *rg = tn_calloc(1, sizeof(*rg));
-    if (rg == NULL)
-        return NULL;
-    rg->rm = rm;
-    rg->leader = leader;
-    rg->next = rm->rgroups;
-    rm->rgroups = rg;
-    return rg;
-}
-
-/* One FLUSHED call to rg's leader with every report that waits for it. */
-static void rgroup_send(rgroup_t *rg)
-{
-    tn_replica_t *rm = rg->rm;
-    if (rg->inflight)
-        return;
-    uint32_t n = 0;
-    for (uint32_t b = 0; b < NBUCKETS; b++)
-        for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
-            n += !pt->dead && pt->report_want && pt->report_node == rg->leader;
-    if (n == 0)
-        return;
-    if (n > TN_FETCH_MAX_PARTS)
-        n = TN_FETCH_MAX_PARTS;
-    const char *addr = member_addr(rm, rg->leader);
-    if (addr == NULL)
-        return;
-    tn_buf_t b;
-    tn_buf_init(&b);
-    int rc = tn_flushed_req_put_head(&b, rm->o.node, tn_meta_incarnation(rm->o.meta), n);
-    uint32_t k = 0;
-    for (uint32_t bk = 0; rc == 0 && bk < NBUCKETS && k < n; bk++)
-        for (part_t *pt = rm->buckets[bk]; rc == 0 && pt != NULL && k < n; pt = pt->next) {
-            if (pt->dead || !pt->report_want || pt->report_node != rg->leader)
-                continue;
-            tn_fetch_part_t fp;
-            snprintf(fp.topic, sizeof(fp.topic), "%s", pt->topic);
-            fp.partition = pt->p;
-            fp.leader_epoch = pt->reportf.leader_epoch;
-            fp.fetch_offset = pt->reportf.fetch_offset;
-            fp.last_fetched_epoch = pt->reportf.last_fetched_epoch;
-            fp.flushed_offset = pt->reportf.flushed_offset;
-            fp.partition_epoch = pt->reportf.partition_epoch;
-            if ((rc = tn_fetch_req_put_part(&b, &fp)) != 0)
-                break;
-            pt->report_want = false;
-            k++;
-        }
-    if (rc == 0)
-        rc = tn_rpc_call(rm->o.rpc, addr, TN_OP_FLUSHED, tn_buf_data(&b), tn_buf_size(&b),
-                         REPORT_CALL_MS, on_report_reply, rg, &rg->call);
-    tn_buf_fini(&b);
-    if (rc == 0)
-        rg->inflight = true; /* (failed: dropped; the next fetch carries them) */
-}
-
-static void send_reports(tn_replica_t *rm)
+/* For each leader node that a partition's call of kind waits for, one
+ * call (group_send takes every partition that waits for that leader). */
+static void send_waiting(tn_replica_t *rm, call_kind_t kind)
 {
     if (rm->closing || rm->o.rpc == NULL)
         return;
     for (uint32_t b = 0; b < NBUCKETS; b++)
-        for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
-            if (!pt->dead && pt->report_want) {
-                rgroup_t *rg = rgroup_get(rm, pt->report_node);
-                if (rg != NULL)
-                    rgroup_send(rg); /* takes every report for this leader */
+        for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next) {
+            uint32_t leader = kind == CALL_FETCH ? pt->want_node : pt->report_node;
+            if (part_waits(pt, kind, leader)) {
+                group_t *g = group_get(rm, kind, leader);
+                if (g != NULL)
+                    group_send(g);
             }
+        }
 }
 
 /* The fetches that wait, then the flush reports that wait. */
 static void send_fetches(tn_replica_t *rm)
 {
-    if (rm->closing || rm->o.rpc == NULL)
-        return;
-    for (uint32_t b = 0; b < NBUCKETS; b++)
-        for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
-            if (!pt->dead && pt->want && !pt->appending && !pt->truncating &&
-                !(pt->in_call && pt->call_leader == pt->want_node)) {
-                group_t *g = group_get(rm, pt->want_node);
-                if (g != NULL)
-                    group_send(g); /* takes every partition that wants this leader */
-            }
-    send_reports(rm);
+    send_waiting(rm, CALL_FETCH);
+    send_waiting(rm, CALL_REPORT);
 }
 
 /* --- partitions come and go ---------------------------------------------------------- */
@@ -2240,10 +2220,8 @@ static void repair_read_done(uv_work_t *w, int status)
 void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_replica_t *rm = arg;
-    if (rm == NULL || rm->closing || !rm->started) {
-        tn_rpc_reply(req, 503, "application/json", "{\"error\":\"not ready\"}", 21);
+    if (refused_not_ready(rm, req))
         return;
-    }
     tn_fetch_req_t fr;
     tn_fetch_part_t fp;
     if (tn_fetch_req_decode(payload, len, &fr) != 0 || fr.count != 1 ||
@@ -2267,8 +2245,7 @@ void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len,
     tn_buf_init(&r->recs);
     part_t *pt = part_find(rm, r->topic, r->p);
     uint16_t status = TN_FETCH_RECORDS;
-    if (pt == NULL || !pt->core_fed || pt->core.role != TN_REPL_LEADER || !pt->ready ||
-        pt->plog == NULL)
+    if (!leads_ready(pt))
         status = TN_FETCH_NOT_LEADER;
     else if (fp.leader_epoch < pt->core.ps.leader_epoch)
         status = TN_FETCH_FENCED;
@@ -2399,7 +2376,7 @@ void tn_replica_set_rpc(tn_replica_t *rm, tn_rpc_t *rpc)
 {
     rm->o.rpc = rpc;
     if (rpc == NULL)
-        for (group_t *g = rm->groups; g != NULL; g = g->next)
+        for (group_t *g = rm->groups[CALL_FETCH]; g != NULL; g = g->next)
             if (g->inflight && g->call != NULL)
                 tn_rpc_call_cancel(g->call);
 }
@@ -2442,23 +2419,17 @@ static void maybe_close_done(tn_replica_t *rm)
     for (uint32_t b = 0; b < NBUCKETS; b++)
         if (rm->buckets[b] != NULL)
             return;
-    for (group_t *g = rm->groups; g != NULL; g = g->next)
-        if (g->inflight)
-            return;
-    for (rgroup_t *rg = rm->rgroups; rg != NULL; rg = rg->next)
-        if (rg->inflight)
-            return;
-    while (rm->groups != NULL) {
-        group_t *g = rm->groups;
-        rm->groups = g->next;
-        group_clear(g);
-        tn_free(g);
-    }
-    while (rm->rgroups != NULL) {
-        rgroup_t *rg = rm->rgroups;
-        rm->rgroups = rg->next;
-        tn_free(rg);
-    }
+    for (int kind = 0; kind < CALL_KINDS; kind++)
+        for (group_t *g = rm->groups[kind]; g != NULL; g = g->next)
+            if (g->inflight)
+                return;
+    for (int kind = 0; kind < CALL_KINDS; kind++)
+        while (rm->groups[kind] != NULL) {
+            group_t *g = rm->groups[kind];
+            rm->groups[kind] = g->next;
+            group_clear(g);
+            tn_free(g);
+        }
     void (*cb)(void *) = rm->close_cb;
     void *arg = rm->close_arg;
     rm->closing = false; /* once */
@@ -2490,12 +2461,10 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
         if (!f->working)
             freq_answer(f);
     }
-    for (group_t *g = rm->groups; g != NULL; g = g->next)
-        if (g->inflight && g->call != NULL)
-            tn_rpc_call_cancel(g->call);
-    for (rgroup_t *rg = rm->rgroups; rg != NULL; rg = rg->next)
-        if (rg->inflight && rg->call != NULL)
-            tn_rpc_call_cancel(rg->call);
+    for (int kind = 0; kind < CALL_KINDS; kind++)
+        for (group_t *g = rm->groups[kind]; g != NULL; g = g->next)
+            if (g->inflight && g->call != NULL)
+                tn_rpc_call_cancel(g->call);
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
             next = pt->next;

@@ -2,54 +2,39 @@
  * read as a request's fields, decodes or is refused with TN_EPROTO; what
  * decodes yields exactly count partitions with non-empty topics, encodes
  * back to the same bytes, and passes the RPC server's shape check (which
- * refuses exactly what the decoder refuses). The same bytes as a reply
- * body decode or are refused; a decoded reply's partitions have known
- * statuses, bounded epochs inside the input, and encode back the same. */
+ * refuses exactly what the decoder refuses): the checks in fetch_parts.h,
+ * shared with flushed_frame. The same bytes as a reply body decode or are
+ * refused; a decoded reply's partitions have known statuses, bounded
+ * epochs inside the input, and encode back the same. */
 #include "core/platform.h"
 
 #include "cluster/fetch.h"
 #include "cluster/wire.h"
 #include "core/err.h"
+#include "fetch_parts.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static int next_part(void *r, tn_fetch_part_t *p)
+{
+    return tn_fetch_req_next(r, p);
+}
+
 static void check_request(const uint8_t *data, size_t size)
 {
     tn_fetch_req_t r;
     int rc = tn_fetch_req_decode(data, size, &r);
-    if (rc != 0 && rc != TN_EPROTO)
-        abort();
-    uint8_t *req = malloc(size + 1);
-    if (req == NULL)
-        abort();
-    req[0] = TN_OP_FETCH;
-    if (size > 0)
-        memcpy(req + 1, data, size);
-    int check = tn_wire_request_check(req, size + 1);
-    free(req);
-    if ((rc == 0) != (check == 0) || (check != 0 && check != TN_EPROTO))
-        abort();
+    fuzz_parts_check_shape(TN_OP_FETCH, data, size, rc);
     if (rc != 0)
         return;
-    if (r.count == 0 || r.count > TN_FETCH_MAX_PARTS)
-        abort();
     tn_buf_t b;
     tn_buf_init(&b);
     if (tn_fetch_req_put_head(&b, r.node, r.incarnation, r.wait_ms, r.max_bytes, r.count) != 0)
         abort();
-    tn_fetch_part_t p;
-    uint32_t n = 0;
-    while (tn_fetch_req_next(&r, &p) == 0) {
-        if (p.topic[0] == '\0' || tn_fetch_req_put_part(&b, &p) != 0)
-            abort();
-        n++;
-    }
-    if (n != r.count || tn_buf_size(&b) != size || memcmp(tn_buf_data(&b), data, size) != 0)
-        abort();
-    tn_buf_fini(&b);
+    fuzz_parts_check_encode(&b, r.count, next_part, &r, data, size);
 }
 
 static void check_reply(const uint8_t *data, size_t size)

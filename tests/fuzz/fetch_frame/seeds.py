@@ -4,17 +4,15 @@ replies to src/cluster/fetch.h) into corpus/; libFuzzer grows the corpus
 from these (`make fuzz`)."""
 import os
 import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fetch_parts import corpus_writer, parts, s  # noqa: E402
 
 
-def s(b):
-    return struct.pack(">I", len(b)) + b
-
-
-def req(node, inc, wait, maxb, parts, count=None):
-    out = struct.pack(">IQIII", node, inc, wait, maxb, len(parts) if count is None else count)
-    for topic, p, le, off, lfe, flushed, pe in parts:
-        out += s(topic) + struct.pack(">IIQIQI", p, le, off, lfe, flushed, pe)
-    return out
+def req(node, inc, wait, maxb, tuples, count=None):
+    return struct.pack(">IQIII", node, inc, wait, maxb,
+                       len(tuples) if count is None else count) + parts(tuples)
 
 
 def records(hw, frm, count, epochs, recs):
@@ -29,12 +27,7 @@ def reply(parts, count=None):
 
 
 def main():
-    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
-    os.makedirs(d, exist_ok=True)
-
-    def write(name, data):
-        with open(os.path.join(d, name), "wb") as f:
-            f.write(data)
+    write = corpus_writer(__file__)
 
     two = req(3, 0x1122334455667788, 500, 1 << 20,
               [(b"orders", 7, 4, 1000, 3, 998, 12), (b"x", 0, 1, 0, 0, 0, 1)])

@@ -1,29 +1,22 @@
 #!/usr/bin/env python3
 """Writes the seed inputs of the flushed_frame fuzz target (FLUSHED reports
-to src/cluster/fetch.h: a header, then FETCH's partition layout) into corpus/; libFuzzer grows the corpus from these
+to src/cluster/fetch.h: a header, then FETCH's partition layout, written by
+../fetch_parts.py) into corpus/; libFuzzer grows the corpus from these
 (`make fuzz`)."""
 import os
 import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fetch_parts import corpus_writer, parts  # noqa: E402
 
 
-def s(b):
-    return struct.pack(">I", len(b)) + b
-
-
-def report(node, inc, parts, count=None):
-    out = struct.pack(">IQI", node, inc, len(parts) if count is None else count)
-    for topic, p, le, off, lfe, flushed, pe in parts:
-        out += s(topic) + struct.pack(">IIQIQI", p, le, off, lfe, flushed, pe)
-    return out
+def report(node, inc, tuples, count=None):
+    return struct.pack(">IQI", node, inc, len(tuples) if count is None else count) + parts(tuples)
 
 
 def main():
-    d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
-    os.makedirs(d, exist_ok=True)
-
-    def write(name, data):
-        with open(os.path.join(d, name), "wb") as f:
-            f.write(data)
+    write = corpus_writer(__file__)
 
     two = report(3, 0x1122334455667788,
                  [(b"orders", 7, 4, 1002, 4, 1000, 12), (b"x", 0, 1, 0, 0, 0, 1)])
