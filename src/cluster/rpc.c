@@ -192,6 +192,7 @@ struct tn_rpc_s {
     uv_timer_t write_timer;
     uint64_t reply_write_ms;
     bool closing;
+    bool freeing; /* the write timer's close, the last step, is under way */
     void (*close_cb)(void *);
     void *close_arg;
     uint64_t counts[256][OUT__COUNT];
@@ -1327,13 +1328,6 @@ static void on_write_timer(uv_timer_t *t)
     }
 }
 
-static void on_write_timer_closed(uv_handle_t *h)
-{
-    tn_rpc_t *r = h->data;
-    r->open_handles--;
-    maybe_freed(r);
-}
-
 static const tn_quic_conn_cbs_t server_conn_cbs = {NULL, on_server_stream, NULL};
 
 /* --- open, metrics, close ---------------------------------------------------------------- */
@@ -1412,8 +1406,7 @@ int tn_rpc_open(uv_loop_t *loop, const tn_rpc_opts_t *o, tn_rpc_t **out, char *e
     r->reply_write_ms = o->reply_write_timeout_ms ? o->reply_write_timeout_ms : 5000;
     uv_timer_init(loop, &r->write_timer);
     r->write_timer.data = r;
-    uv_timer_start(&r->write_timer, on_write_timer, 1000, 1000);
-    r->open_handles++;
+    uv_timer_start(&r->write_timer, on_write_timer, 1000, 1000); /* closed last (maybe_freed) */
     struct sockaddr_storage local;
     tn_quic_ep_addr(r->ep, &local);
     tn_netaddr_format(&local, r->addr, sizeof r->addr);
@@ -1475,10 +1468,13 @@ int tn_rpc_metrics_write(const tn_rpc_t *r, tn_buf_t *out)
     return rc;
 }
 
-static void maybe_freed(tn_rpc_t *r)
+/* The last step of a close: the write timer was kept open for it, so the
+ * caller's close callback always runs from the loop, never inside a call
+ * of ours (a reply that ended the last request, an endpoint's callback)
+ * whose caller still holds what the close callback frees. */
+static void on_write_timer_closed(uv_handle_t *h)
 {
-    if (!r->closing || r->live_calls || r->live_reqs || r->open_handles)
-        return;
+    tn_rpc_t *r = h->data;
     void (*cb)(void *) = r->close_cb;
     void *arg = r->close_arg;
     /* Peers go last: a call finishing late (a cancel's deferred end)
@@ -1494,6 +1490,14 @@ static void maybe_freed(tn_rpc_t *r)
     tn_free(r);
     if (cb)
         cb(arg);
+}
+
+static void maybe_freed(tn_rpc_t *r)
+{
+    if (!r->closing || r->freeing || r->live_calls || r->live_reqs || r->open_handles)
+        return;
+    r->freeing = true;
+    uv_close((uv_handle_t *)&r->write_timer, on_write_timer_closed);
 }
 
 static void on_ep_closed(void *arg)
@@ -1521,7 +1525,7 @@ void tn_rpc_close(tn_rpc_t *r, void (*cb)(void *arg), void *arg)
     /* Closing the endpoints ends every connection: client streams go, and
      * server streams cancel their requests. */
     r->open_handles++; /* held while the endpoints close */
-    uv_close((uv_handle_t *)&r->write_timer, on_write_timer_closed);
+    uv_timer_stop(&r->write_timer);
     tn_quic_ep_close(r->ep, on_ep_closed, r);
     if (r->bulk_ep)
         tn_quic_ep_close(r->bulk_ep, on_ep_closed, r);

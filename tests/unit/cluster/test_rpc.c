@@ -980,6 +980,65 @@ static void test_close_with_pending(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A handler that answers a cancelled request later, as one waiting on
+ * the engine does: the cancel only notes it. */
+static void on_keep_cancel(void *arg, tn_rpc_req_t *req)
+{
+    ((holder_t *)arg)->cancels++;
+}
+
+static void on_keep(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    holder_t *h = arg;
+    h->calls++;
+    assert_true(h->nheld < 8);
+    h->held[h->nheld++] = req;
+    tn_rpc_req_on_cancel(req, on_keep_cancel, h);
+}
+
+static void on_flag(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+/* The reply that ends a closing server's last request does not run the
+ * close callback inside tn_rpc_reply: the handler that answered still
+ * holds its own state, which that callback may free (the daemon's close
+ * freed the replica-set server under its own engine callback so). */
+static void test_close_callback_after_last_reply(void **state)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    holder_t h = {0};
+    tn_rpc_handler_t hs[] = {{TN_OP_META_PROPOSE, TN_RPC_OP_EXEMPT, on_keep, &h}};
+    tn_rpc_t *srv = tu_rpc_open(&loop, hs, 1);
+    tn_rpc_t *cli = tu_rpc_open(&loop, NULL, 0);
+    tn_buf_t b;
+    propose_payload(&b);
+    res_t res = {0};
+    assert_int_equal(tn_rpc_call(cli, tn_rpc_addr(srv), TN_OP_META_PROPOSE, tn_buf_data(&b),
+                                 tn_buf_size(&b), 20000, on_res, &res, NULL),
+                     0);
+    while (h.calls == 0)
+        run_for(&loop, 5);
+    bool closed = false;
+    tn_rpc_close(srv, on_flag, &closed);
+    while (h.cancels == 0)
+        run_for(&loop, 5);
+    run_for(&loop, 200); /* the endpoint's close ends: only the request holds it */
+    assert_false(closed);
+    assert_int_equal(h.nheld, 1);
+    tn_rpc_reply(h.held[0], 200, "application/json", "{}", 2);
+    assert_false(closed); /* not inside the reply */
+    tu_run_until(&loop, &closed);
+    tu_run_until(&loop, &res.done);
+    assert_int_not_equal(res.status, 0); /* the stream went with the endpoint */
+    res_fini(&res);
+    tn_buf_fini(&b);
+    tu_rpc_close(&loop, cli);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 static void oom_tweak(tn_rpc_opts_t *o)
 {
     o->dial_timeout_ms = 300;
@@ -1070,6 +1129,7 @@ int main(void)
         cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_addresses),
         cmocka_unit_test(test_close_with_pending),
+        cmocka_unit_test(test_close_callback_after_last_reply),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_reply_write_deadline),
     };
