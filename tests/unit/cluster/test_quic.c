@@ -123,6 +123,26 @@ static void ep_close(uv_loop_t *loop, tn_quic_ep_t *ep)
     run_while(loop, &done, 1);
 }
 
+/* Both endpoints closed, then the loop, which must hold nothing more. */
+static void eps_close(uv_loop_t *loop, tn_quic_ep_t *cli, tn_quic_ep_t *srv)
+{
+    ep_close(loop, cli);
+    ep_close(loop, srv);
+    assert_int_equal(uv_loop_close(loop), 0);
+}
+
+/* cli's connection to srv, whose streams echo, once its handshake is done. */
+static tn_quic_conn_t *echo_connect(uv_loop_t *loop, tn_quic_ep_t *cli, tn_quic_ep_t *srv)
+{
+    struct sockaddr_storage sa;
+    tn_quic_ep_addr(srv, &sa);
+    server_data.echo = true;
+    tn_quic_conn_t *c = NULL;
+    assert_int_equal(tn_quic_connect(cli, (const struct sockaddr *)&sa, &cbs, &cli_side, &c), 0);
+    run_while(loop, &cli_side.ready, 1);
+    return c;
+}
+
 static void setup(void)
 {
     memset(&srv_side, 0, sizeof srv_side);
@@ -185,9 +205,7 @@ static void test_stream_ekm_close(void **state)
 
     free(buf);
     tn_buf_fini(&cd.got);
-    ep_close(&loop, cli);
-    ep_close(&loop, srv);
-    assert_int_equal(uv_loop_close(&loop), 0);
+    eps_close(&loop, cli, srv);
 }
 
 static void test_resumption(void **state)
@@ -221,9 +239,7 @@ static void test_resumption(void **state)
         tn_quic_conn_close(c, 0);
         run_while(&loop, &cli_side.closed, round + 1);
     }
-    ep_close(&loop, cli);
-    ep_close(&loop, srv);
-    assert_int_equal(uv_loop_close(&loop), 0);
+    eps_close(&loop, cli, srv);
 }
 
 static void test_stream_refused(void **state)
@@ -284,12 +300,7 @@ static void test_close_inside_callback(void **state)
     uv_loop_init(&loop);
     tn_quic_ep_t *srv = ep_open(&loop, true);
     tn_quic_ep_t *cli = ep_open(&loop, false);
-    struct sockaddr_storage sa;
-    tn_quic_ep_addr(srv, &sa);
-    server_data.echo = true;
-    tn_quic_conn_t *c = NULL;
-    assert_int_equal(tn_quic_connect(cli, (const struct sockaddr *)&sa, &cbs, &cli_side, &c), 0);
-    run_while(&loop, &cli_side.ready, 1);
+    tn_quic_conn_t *c = echo_connect(&loop, cli, srv);
     /* Several streams whose echoes share packets, and one large one. */
     enum { NS = 8 };
     sdata_t cd[NS];
@@ -340,12 +351,7 @@ static void burst(bool gso, size_t deaf_at)
         tn_quic_ep_test_no_gso(srv);
         tn_quic_ep_test_no_gso(cli);
     }
-    struct sockaddr_storage sa;
-    tn_quic_ep_addr(srv, &sa);
-    server_data.echo = true;
-    tn_quic_conn_t *c = NULL;
-    assert_int_equal(tn_quic_connect(cli, (const struct sockaddr *)&sa, &cbs, &cli_side, &c), 0);
-    run_while(&loop, &cli_side.ready, 1);
+    tn_quic_conn_t *c = echo_connect(&loop, cli, srv);
 
     size_t total = 1024 * 1024;
     uint8_t *buf = malloc(total);
@@ -438,9 +444,7 @@ static void burst(bool gso, size_t deaf_at)
     run_while(&loop, &srv_side.closed, 1);
     free(buf);
     tn_buf_fini(&big.got);
-    ep_close(&loop, cli);
-    ep_close(&loop, srv);
-    assert_int_equal(uv_loop_close(&loop), 0);
+    eps_close(&loop, cli, srv);
 }
 
 static void test_burst_gso(void **state)
