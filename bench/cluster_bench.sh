@@ -30,7 +30,9 @@
 #   CLUSTER_BENCH_PARTS="repl nats rabbitmq" bench/cluster_bench.sh build 10s
 #
 # DURATION is per workload (5s by default; tern's tools also take 500ms).
-# Every port is on 127.0.0.1, from BENCH_PORT_BASE (24000) up:
+# Every port is on 127.0.0.1, from BENCH_PORT_BASE (14000: below the test
+# harness's 20000-32767 and the kernel's ephemeral 32768 and up, so a
+# benchmark run beside a test run does not take their ports) up:
 #   base+1..3          the single node (NSQ TCP, HTTP, Raft)
 #   base+41..63        the tern cluster (scripts/cluster.sh with
 #                      CLUSTER_PORT_BASE=base+40: NSQ TCP base+40+N, HTTP
@@ -44,7 +46,7 @@ set -euo pipefail
 build=${1:-build-bench}
 dur=${2:-5s}
 parts=${CLUSTER_BENCH_PARTS:-scale repl nats rabbitmq}
-base=${BENCH_PORT_BASE:-24000}
+base=${BENCH_PORT_BASE:-14000}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d -p "${BENCH_DIR:-$PWD}" tern-cluster-bench.XXXXXX)
 pw=bench-password
