@@ -1647,6 +1647,32 @@ int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *
     return rc;
 }
 
+uint64_t tn_plog_gap_end(tn_plog_t *plog, uint64_t offset)
+{
+    uint64_t next = atomic_load(&plog->written_next);
+    if (plog->mem || offset >= next)
+        return offset;
+    uv_mutex_lock(&plog->lock);
+    uint32_t lo = 0, hi = plog->nsegs;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (plog->segs[mid]->base <= offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint64_t end = offset;
+    if (offset >= plog->floor && lo > 0) {
+        const tn_seg_t *seg = plog->segs[lo - 1];
+        /* Past the segment's records: the gap runs to the next segment's
+         * base (an advance starts one there), or to the log end. */
+        if (offset >= seg->base + seg->count)
+            end = lo < plog->nsegs ? plog->segs[lo]->base : next;
+    }
+    uv_mutex_unlock(&plog->lock);
+    return end > offset ? end : offset;
+}
+
 uint64_t tn_plog_written_next(tn_plog_t *plog)
 {
     return atomic_load(&plog->written_next);

@@ -297,6 +297,12 @@ int tn_plog_append_ex(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs
  * TN_EGAP, TN_ECORRUPT or an I/O error. Any thread. */
 int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *rec);
 
+/* Where a gap left by tn_plog_advance that holds offset ends: the first
+ * offset at or above it that was assigned a record, or written_next when
+ * none was; offset itself when it is not in a gap (a record, below the
+ * first stored offset, or at or past written_next). Any thread. */
+uint64_t tn_plog_gap_end(tn_plog_t *plog, uint64_t offset);
+
 /* Positions and state (any thread). */
 uint64_t tn_plog_written_next(tn_plog_t *plog);
 uint64_t tn_plog_durable_next(tn_plog_t *plog);
