@@ -201,6 +201,10 @@ struct part_s {
     tn_meta_req_t dmg_req;
     uint64_t dmg_retry_at;
     bool dmg_logged;
+    /* the damage's range recorded on disk (tn_plog_record_damage), so a
+     * restart before the repair finds it again */
+    tn_plog_dmgrec_t dmg_rec;
+    bool dmg_rec_busy, dmg_recorded;
     uint64_t dmg_stuck_logged_at; /* the last "cannot repair" line */
     bool rep_busy;                /* reading the range, or replacing the segment */
     uint64_t rep_retry_at;
@@ -2016,6 +2020,40 @@ static void on_damage_reported(tn_meta_req_t *req, int status)
     }
 }
 
+static void on_damage_recorded(tn_plog_dmgrec_t *req, int status)
+{
+    part_t *pt = req->data;
+    pt->busy--;
+    pt->dmg_rec_busy = false;
+    if (pt->dead || pt->rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (status != 0)
+        TN_LOG_RL(TN_LOG_WARN, 5000,
+                  "replica %s/%" PRIu32 ": recording where its copy is damaged: %s; a restart "
+                  "before the repair may not find the damage again until a scrub or a read does",
+                  pt->topic, pt->p, tn_strerror(status));
+    pt->dmg_recorded = true; /* once: the repair goes on either way */
+}
+
+/* Record the damage's range in the partition's directory once, so a
+ * restart before the repair isolates the copy again at open (recovery
+ * trusts a valid segment sidecar and would not see it). */
+static void record_damage(part_t *pt)
+{
+    if (pt->dmg_recorded || pt->dmg_rec_busy)
+        return;
+    memset(&pt->dmg_rec, 0, sizeof(pt->dmg_rec));
+    pt->dmg_rec.data = pt;
+    if (tn_plog_record_damage(pt->plog, &pt->dmg_rec, on_damage_recorded) != 0) {
+        pt->dmg_recorded = true; /* no range known (not a sealed segment's records) */
+        return;
+    }
+    pt->dmg_rec_busy = true;
+    pt->busy++;
+}
+
 static void repair_send(part_t *pt);
 
 static void repair_fail(part_t *pt, const char *what, const char *why)
@@ -2049,6 +2087,7 @@ static void on_repaired(tn_plog_repair_t *req, int status)
     }
     pt->rep_busy = false;
     pt->dmg_logged = false;
+    pt->dmg_recorded = false; /* the repair removed the record; damage found next is new */
     rm->st.repairs++;
     int err = pt->plog != NULL ? tn_plog_err(pt->plog) : 0;
     TN_LOG(TN_LOG_NOTICE,
@@ -2180,6 +2219,7 @@ static void check_damage(part_t *pt, uint64_t now)
                "elections until it is repaired from the leader",
                pt->topic, pt->p, pt->plog->errmsg);
     }
+    record_damage(pt);
     const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(rm->o.meta), pt->topic, pt->p);
     if (ps == NULL)
         return;
