@@ -226,6 +226,9 @@ static void repl_metrics(const tn_metrics_t *m, tn_buf_t *b)
            "follower copies emptied to restart at their leader's log start (retention removed "
            "what they lacked)",
            rs.resets);
+    scalar(b, "tern_replica_gap_skips_total", "counter",
+           "follower copies that skipped offsets their leader's log never assigned (a gap)",
+           rs.skips);
 }
 
 /* The members this node's metastore replica records, alive and dead (a

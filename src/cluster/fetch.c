@@ -191,20 +191,32 @@ int tn_fetch_reply_put_diverging(tn_buf_t *b, uint64_t hw, uint32_t epoch, uint6
     return rc;
 }
 
-int tn_fetch_reply_put_out_of_range(tn_buf_t *b, uint64_t hw, uint64_t start)
+/* A status whose one more field is an offset (OUT_OF_RANGE, GAP). */
+static int put_offset_status(tn_buf_t *b, uint16_t status, uint64_t hw, uint64_t offset)
 {
     size_t at = b->len;
     int rc = tn_buf_reserve(b, 18);
-    if (rc == 0 && ((rc = tn_wire_put_u16(b, TN_FETCH_OUT_OF_RANGE)) != 0 ||
-                    (rc = tn_wire_put_u64(b, hw)) != 0 || (rc = tn_wire_put_u64(b, start)) != 0))
+    if (rc == 0 && ((rc = tn_wire_put_u16(b, status)) != 0 || (rc = tn_wire_put_u64(b, hw)) != 0 ||
+                    (rc = tn_wire_put_u64(b, offset)) != 0))
         b->len = at;
     return rc;
+}
+
+int tn_fetch_reply_put_out_of_range(tn_buf_t *b, uint64_t hw, uint64_t start)
+{
+    return put_offset_status(b, TN_FETCH_OUT_OF_RANGE, hw, start);
+}
+
+int tn_fetch_reply_put_gap(tn_buf_t *b, uint64_t hw, uint64_t end)
+{
+    return put_offset_status(b, TN_FETCH_GAP, hw, end);
 }
 
 int tn_fetch_reply_put_status(tn_buf_t *b, uint16_t status, uint64_t hw)
 {
     if (status == TN_FETCH_RECORDS || status == TN_FETCH_DIVERGING ||
-        status == TN_FETCH_OUT_OF_RANGE || status >= TN_FETCH__STATUS_COUNT)
+        status == TN_FETCH_OUT_OF_RANGE || status == TN_FETCH_GAP ||
+        status >= TN_FETCH__STATUS_COUNT)
         return UV_EINVAL;
     size_t at = b->len;
     int rc = tn_buf_reserve(b, 10);
@@ -245,6 +257,7 @@ static int get_rpart(tn_wire_in_t *in, tn_fetch_rpart_t *out)
         (void)tn_wire_get_u64(in, &out->end_offset);
         return in->err != 0 ? TN_EPROTO : 0;
     case TN_FETCH_OUT_OF_RANGE:
+    case TN_FETCH_GAP:
         (void)tn_wire_get_u64(in, &out->end_offset);
         return in->err != 0 ? TN_EPROTO : 0;
     case TN_FETCH_FENCED:

@@ -14,7 +14,8 @@
  * TN_FETCH_RECORDS: u64 from, u32 count, u32 nepochs (0..TN_FETCH_MAX_EPOCHS)
  * then nepochs of (u32 epoch, u64 start), bytes records (TNR1 records back
  * to back, as the leader's log holds them); for TN_FETCH_DIVERGING: u32
- * epoch, u64 end_offset. Other statuses carry nothing more.
+ * epoch, u64 end_offset; for TN_FETCH_OUT_OF_RANGE and TN_FETCH_GAP: u64
+ * end_offset. Other statuses carry nothing more.
  *
  * The FLUSHED frame (TN_OP_FLUSHED on TN_LANE_REPLICA) is a follower's
  * report that records it fetched are now on its disk, sent while its next
@@ -50,6 +51,7 @@ enum {
     TN_FETCH_NOT_LEADER = 4,    /* the callee does not lead the partition */
     TN_FETCH_ERROR = 5,         /* the callee could not read its log */
     TN_FETCH_OUT_OF_RANGE = 6,  /* fetch_offset is below the leader's log start (end_offset) */
+    TN_FETCH_GAP = 7, /* fetch_offset is in a gap of the leader's log; end_offset: its end */
     TN_FETCH__STATUS_COUNT
 };
 
@@ -122,7 +124,7 @@ typedef struct {
     const uint8_t *records;
     size_t records_len;
     /* TN_FETCH_DIVERGING; end_offset also TN_FETCH_OUT_OF_RANGE (the
-     * leader's log start) */
+     * leader's log start) and TN_FETCH_GAP (the gap's end) */
     uint32_t epoch;
     uint64_t end_offset;
 } tn_fetch_rpart_t;
@@ -144,6 +146,10 @@ int tn_fetch_reply_put_diverging(tn_buf_t *b, uint64_t hw, uint32_t epoch, uint6
 /* OUT_OF_RANGE: retention (or a drop) removed the records the follower
  * lacks; the leader's log now starts at start. */
 int tn_fetch_reply_put_out_of_range(tn_buf_t *b, uint64_t hw, uint64_t start);
+/* GAP: fetch_offset falls in offsets the leader's log never assigned
+ * (tn_plog_advance, storage/plog.h); the next record, or the log end, is
+ * at end. The follower skips to it the same way. */
+int tn_fetch_reply_put_gap(tn_buf_t *b, uint64_t hw, uint64_t end);
 /* A status with no more fields (FENCED, UNKNOWN_EPOCH, NOT_LEADER, ERROR). */
 int tn_fetch_reply_put_status(tn_buf_t *b, uint16_t status, uint64_t hw);
 /* Exact decode of a reply body (borrowed while out is used): checks every

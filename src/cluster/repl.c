@@ -569,6 +569,26 @@ static void on_out_of_range(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_act
     a->offset = ev->u.out_of_range.start;
 }
 
+/* The leader's log has a gap where this copy ends: offsets it never
+ * assigned (tn_plog_advance: the queue engine's recovery of a channel
+ * that referred to a tail its log lost), so a fetch from here is answered
+ * nothing for ever. This copy skips the same offsets (its next offset
+ * becomes the gap's end, durably) and fetches again at the LOG event
+ * after it. Every record it holds stays: they are the leader's below the
+ * gap (the fetch carried their epoch, which the leader checked). */
+static void on_gap(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
+{
+    if (!answer_current(r, ev->u.out_of_range.leader_epoch) ||
+        ev->u.out_of_range.fetch_offset != r->end)
+        return; /* answers a fetch from another log: a late copy */
+    r->fetching = false;
+    r->next_fetch_at = ev->now + r->cfg.fetch_timeout_ms;
+    if (ev->u.out_of_range.start <= r->end)
+        return; /* no gap past this log's end: ask again later */
+    tn_repl_action_t *a = push(out, TN_REPL_ACT_SKIP);
+    a->offset = ev->u.out_of_range.start;
+}
+
 static void on_fetch_error(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
 {
     if (!answer_current(r, ev->u.error.leader_epoch))
@@ -727,6 +747,9 @@ void tn_repl_step(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *ou
         break;
     case TN_REPL_EV_FLUSHED:
         on_flushed(r, &ev->u.fetch, ev->now, out);
+        break;
+    case TN_REPL_EV_GAP:
+        on_gap(r, ev, out);
         break;
     }
 }

@@ -68,6 +68,7 @@ typedef enum {
     TN_REPL_EV_CHANNELS,     /* leader: a follower's channel state caught up or not, u.channels */
     TN_REPL_EV_OUT_OF_RANGE, /* follower: answer OUT_OF_RANGE, u.out_of_range */
     TN_REPL_EV_FLUSHED,      /* leader: a follower's flush report, u.fetch (as its fetch's) */
+    TN_REPL_EV_GAP,          /* follower: answer GAP, u.out_of_range (start: the gap's end) */
 } tn_repl_ev_type_t;
 
 typedef struct tn_repl_event_s {
@@ -99,7 +100,7 @@ typedef struct tn_repl_event_s {
         } error;
         struct {
             uint32_t leader_epoch;
-            uint64_t start;        /* the leader's log start */
+            uint64_t start;        /* the leader's log start (GAP: the end of its gap) */
             uint64_t fetch_offset; /* echoed from the fetch it answers */
         } out_of_range;
         struct {
@@ -128,6 +129,7 @@ typedef enum {
     TN_REPL_ACT_REFRESH,            /* ask the metastore for this partition's state */
     TN_REPL_ACT_RESET,              /* follower: empty the log, restart it at offset (crash-safe) */
     TN_REPL_ACT_REPORT,             /* follower: tell node the flushed offset (fetch) */
+    TN_REPL_ACT_SKIP,               /* follower: make offset the log's next (tn_plog_advance) */
 } tn_repl_act_type_t;
 
 typedef struct tn_repl_action_s {
@@ -135,7 +137,8 @@ typedef struct tn_repl_action_s {
     uint32_t node;  /* peer: answers and FETCH */
     uint32_t epoch; /* EPOCH_START, DIVERGING, ANSWER_RECORDS (leader epoch) */
     uint64_t
-        offset; /* EPOCH_START, RECORDS (from), DIVERGING, TRUNCATE*, HW, APPEND (from), RESET */
+        offset; /* EPOCH_START, RECORDS (from), DIVERGING, TRUNCATE*, HW, APPEND (from), RESET,
+                   SKIP */
     uint64_t count;              /* APPEND; DIVERGING: the fetch_offset it answers */
     uint32_t last_fetched_epoch; /* DIVERGING: the one it answers */
     uint64_t hw;                 /* ANSWER_RECORDS, TRUNCATE_REFUSED */

@@ -159,6 +159,9 @@ struct part_s {
     bool start_pending;
     tn_append_t start_req;
     bool start_busy;
+#ifdef TN_TEST
+    bool test_gapped; /* TERN_TEST_LEADER_GAP was applied */
+#endif
     uint64_t last_hw; /* what parked fetches were answered against */
     uint64_t last_end;
     /* The log end noted at warm_at and the one noted before it (warm_at
@@ -198,6 +201,10 @@ struct part_s {
     tn_meta_req_t dmg_req;
     uint64_t dmg_retry_at;
     bool dmg_logged;
+    /* the damage's range recorded on disk (tn_plog_record_damage), so a
+     * restart before the repair finds it again */
+    tn_plog_dmgrec_t dmg_rec;
+    bool dmg_rec_busy, dmg_recorded;
     uint64_t dmg_stuck_logged_at; /* the last "cannot repair" line */
     bool rep_busy;                /* reading the range, or replacing the segment */
     uint64_t rep_retry_at;
@@ -221,7 +228,8 @@ typedef struct fitem_s {
     uint32_t count;
     int read_rc;
     bool out_of_range; /* from is below the log's start (read_work): OUT_OF_RANGE */
-    uint64_t log_start;
+    bool gap;          /* from is in a gap of the log (read_work): GAP */
+    uint64_t log_start; /* OUT_OF_RANGE: the log's start; GAP: the gap's end */
 } fitem_t;
 
 typedef struct freq_s freq_t;
@@ -519,6 +527,7 @@ static void release_own(part_t *pt)
 /* --- leader: hand-over to the engine ---------------------------------------------- */
 
 static void leader_begin(part_t *pt);
+static void test_gap(part_t *pt);
 
 static void on_start_done(tn_append_t *req, int status)
 {
@@ -542,6 +551,8 @@ static void on_start_done(tn_append_t *req, int status)
         part_maybe_free(pt);
         return;
     }
+    if (status == 0)
+        test_gap(pt);
     /* A newer epoch asked while this record was written (start_pending
      * again) starts now: before, it waited for ever and the partition
      * never served again (case 07b, a power cut of all three nodes). */
@@ -568,35 +579,75 @@ static void leader_begin(part_t *pt)
 }
 
 #ifdef TN_TEST
-/* Test hook (a ternd built on the TN_TEST libraries: ternd-test): how
- * long a new leader of topic waits, once the partition is handed to the
- * engine, before it gates the engine's log and starts its epoch. The
- * environment's TERN_TEST_EPOCH_START_DELAY holds comma-separated
- * PREFIX=MS pairs; a topic whose name starts with PREFIX waits MS ms. It
- * widens the window in which the engine holds a led partition that is
- * not serving yet, for the tests of the publish path
- * (tests/cluster/test_nsq_replicated.py). */
-static uint64_t test_take_delay(const char *topic)
+/* Test hooks (a ternd built on the TN_TEST libraries: ternd-test) read a
+ * variable of the environment holding comma-separated PREFIX=N pairs: the
+ * N of the first PREFIX topic starts with, else 0. */
+static uint64_t test_topic_num(const char *var, const char *topic)
 {
-    const char *spec = getenv("TERN_TEST_EPOCH_START_DELAY");
+    const char *spec = getenv(var);
     while (spec != NULL && *spec != '\0') {
         const char *eq = strchr(spec, '=');
         if (eq == NULL)
             return 0;
         size_t plen = (size_t)(eq - spec);
         char *end = NULL;
-        unsigned long long ms = strtoull(eq + 1, &end, 10);
+        unsigned long long n = strtoull(eq + 1, &end, 10);
         if (strncmp(topic, spec, plen) == 0)
-            return (uint64_t)ms;
+            return (uint64_t)n;
         spec = end != NULL && *end == ',' ? end + 1 : "";
     }
     return 0;
+}
+
+/* TERN_TEST_EPOCH_START_DELAY: how long (ms) a new leader of topic waits,
+ * once the partition is handed to the engine, before it gates the
+ * engine's log and starts its epoch. It widens the window in which the
+ * engine holds a led partition that is not serving yet, for the tests of
+ * the publish path (tests/cluster/test_nsq_replicated.py). */
+static uint64_t test_take_delay(const char *topic)
+{
+    return test_topic_num("TERN_TEST_EPOCH_START_DELAY", topic);
+}
+
+/* TERN_TEST_LEADER_GAP: how many offsets a leader of topic skips
+ * (tn_plog_advance) right after its first epoch-start record, once per
+ * partition and process: the gap the queue engine's recovery leaves when
+ * a channel refers to a tail its log lost, which followers must skip
+ * (tests/cluster/test_replica.py). */
+static void on_test_gap(tn_plog_advance_t *req, int status)
+{
+    part_t *pt = req->data;
+    pt->busy--;
+    TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": TN_TEST gap to %" PRIu64 ": %s", pt->topic,
+           pt->p, pt->reset_to, status == 0 ? "made" : tn_strerror(status));
+    if (pt->dead || pt->rm->closing)
+        part_maybe_free(pt);
+}
+
+static void test_gap(part_t *pt)
+{
+    uint64_t n = test_topic_num("TERN_TEST_LEADER_GAP", pt->topic);
+    if (n == 0 || pt->test_gapped || pt->plog == NULL)
+        return;
+    pt->test_gapped = true;
+    pt->reset_to = tn_plog_written_next(pt->plog) + n;
+    memset(&pt->adv, 0, sizeof(pt->adv));
+    pt->adv.data = pt;
+    pt->busy++;
+    int rc = tn_plog_advance(pt->plog, &pt->adv, pt->reset_to, on_test_gap);
+    if (rc != 0)
+        on_test_gap(&pt->adv, rc);
 }
 #else
 static inline uint64_t test_take_delay(const char *topic)
 {
     (void)topic;
     return 0;
+}
+
+static inline void test_gap(part_t *pt)
+{
+    (void)pt;
 }
 #endif
 
@@ -926,10 +977,23 @@ static void follower_truncate(part_t *pt, uint64_t offset)
  * OUT_OF_RANGE and resets again. The floor is 0, not the hw: every record
  * this copy holds lies below the partition's log start, which the leader's
  * retention already moved past them. */
-static void reset_finished(part_t *pt, int status)
+/* The end of a reset or a skip (both hold the log as a truncation does):
+ * the core is fed the log as it is now, whatever changed, and fetches. */
+static void relog_finished(part_t *pt)
 {
     pt->busy--;
     pt->truncating = false;
+    if (pt->dead || pt->rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    pt->core_fed = false;
+    poll_log(pt);
+    send_fetches(pt->rm);
+}
+
+static void reset_finished(part_t *pt, int status)
+{
     if (status != 0)
         TN_LOG_RL(TN_LOG_ERROR, 5000,
                   "replica %s/%" PRIu32 ": restarting its log at the leader's start %" PRIu64
@@ -938,13 +1002,7 @@ static void reset_finished(part_t *pt, int status)
     else
         TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": its log restarts at %" PRIu64, pt->topic,
                pt->p, pt->reset_to);
-    if (pt->dead || pt->rm->closing) {
-        part_maybe_free(pt);
-        return;
-    }
-    pt->core_fed = false; /* feed the log as it is now, whatever changed */
-    poll_log(pt);
-    send_fetches(pt->rm);
+    relog_finished(pt);
 }
 
 static void on_reset_advanced(tn_plog_advance_t *req, int status)
@@ -980,6 +1038,39 @@ static void follower_reset(part_t *pt, uint64_t start)
     int rc = tn_plog_truncate(pt->plog, &pt->trunc, 0, 0, on_reset_emptied);
     if (rc != 0)
         reset_finished(pt, rc);
+}
+
+/* A skip (ACT_SKIP: the leader's log has a gap where this copy ends) makes
+ * the gap's end this log's next offset, durably (tn_plog_advance starts a
+ * segment there), so this copy has the leader's gap too and fetches past
+ * it. Nothing is removed: a crash before it leaves the log as it was,
+ * which fetches, is answered GAP and skips again. */
+static void on_skip_advanced(tn_plog_advance_t *req, int status)
+{
+    part_t *pt = req->data;
+    if (status != 0)
+        TN_LOG_RL(TN_LOG_ERROR, 5000,
+                  "replica %s/%" PRIu32 ": skipping the leader's gap to %" PRIu64 ": %s",
+                  pt->topic, pt->p, pt->reset_to, tn_strerror(status));
+    else
+        TN_LOG(TN_LOG_NOTICE,
+               "replica %s/%" PRIu32 ": offsets up to %" PRIu64
+               " were never assigned on the leader (a gap in its log): this copy skips them",
+               pt->topic, pt->p, pt->reset_to);
+    relog_finished(pt);
+}
+
+static void follower_skip(part_t *pt, uint64_t next)
+{
+    if (!trunc_begin(pt))
+        return;
+    pt->reset_to = next;
+    pt->rm->st.skips++;
+    memset(&pt->adv, 0, sizeof(pt->adv));
+    pt->adv.data = pt;
+    int rc = tn_plog_advance(pt->plog, &pt->adv, next, on_skip_advanced);
+    if (rc != 0)
+        on_skip_advanced(&pt->adv, rc);
 }
 
 /* --- leader: answering fetches --------------------------------------------------- */
@@ -1043,6 +1134,9 @@ static void run(part_t *pt, const tn_repl_event_t *ev)
             break;
         case TN_REPL_ACT_RESET:
             follower_reset(pt, a->offset);
+            break;
+        case TN_REPL_ACT_SKIP:
+            follower_skip(pt, a->offset);
             break;
         case TN_REPL_ACT_TRUNCATE_REFUSED:
             pt->rm->st.truncations_refused++;
@@ -1127,6 +1221,16 @@ static void read_work(uv_work_t *w)
                 it->log_start = st.first_offset;
             }
         }
+        if (it->read_rc == TN_EGAP) {
+            /* Offsets the log never assigned (tn_plog_advance): the
+             * follower skips them, or it would be answered nothing for
+             * ever. */
+            uint64_t end = tn_plog_gap_end(it->plog, it->offset);
+            if (end > it->offset) {
+                it->gap = true;
+                it->log_start = end;
+            }
+        }
         if (it->read_rc == TN_ENOTFOUND || it->read_rc == TN_EGAP) {
             it->read_rc = 0;
             it->count = 0;
@@ -1158,6 +1262,10 @@ static void reply_now(freq_t *f)
             }
             if (it->out_of_range) {
                 rc = tn_fetch_reply_put_out_of_range(&b, hw, it->log_start);
+                break;
+            }
+            if (it->gap) {
+                rc = tn_fetch_reply_put_gap(&b, hw, it->log_start);
                 break;
             }
             uint32_t nep = 0;
@@ -1532,7 +1640,8 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
             ev.u.diverging.last_fetched_epoch = pt->core.last_epoch;
             break;
         case TN_FETCH_OUT_OF_RANGE:
-            ev.type = TN_REPL_EV_OUT_OF_RANGE;
+        case TN_FETCH_GAP:
+            ev.type = rp.status == TN_FETCH_GAP ? TN_REPL_EV_GAP : TN_REPL_EV_OUT_OF_RANGE;
             ev.u.out_of_range.leader_epoch = g->sent[i].leader_epoch;
             ev.u.out_of_range.start = rp.end_offset;
             ev.u.out_of_range.fetch_offset = pt->core.end;
@@ -1911,6 +2020,40 @@ static void on_damage_reported(tn_meta_req_t *req, int status)
     }
 }
 
+static void on_damage_recorded(tn_plog_dmgrec_t *req, int status)
+{
+    part_t *pt = req->data;
+    pt->busy--;
+    pt->dmg_rec_busy = false;
+    if (pt->dead || pt->rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (status != 0)
+        TN_LOG_RL(TN_LOG_WARN, 5000,
+                  "replica %s/%" PRIu32 ": recording where its copy is damaged: %s; a restart "
+                  "before the repair may not find the damage again until a scrub or a read does",
+                  pt->topic, pt->p, tn_strerror(status));
+    pt->dmg_recorded = true; /* once: the repair goes on either way */
+}
+
+/* Record the damage's range in the partition's directory once, so a
+ * restart before the repair isolates the copy again at open (recovery
+ * trusts a valid segment sidecar and would not see it). */
+static void record_damage(part_t *pt)
+{
+    if (pt->dmg_recorded || pt->dmg_rec_busy)
+        return;
+    memset(&pt->dmg_rec, 0, sizeof(pt->dmg_rec));
+    pt->dmg_rec.data = pt;
+    if (tn_plog_record_damage(pt->plog, &pt->dmg_rec, on_damage_recorded) != 0) {
+        pt->dmg_recorded = true; /* no range known (not a sealed segment's records) */
+        return;
+    }
+    pt->dmg_rec_busy = true;
+    pt->busy++;
+}
+
 static void repair_send(part_t *pt);
 
 static void repair_fail(part_t *pt, const char *what, const char *why)
@@ -1944,6 +2087,7 @@ static void on_repaired(tn_plog_repair_t *req, int status)
     }
     pt->rep_busy = false;
     pt->dmg_logged = false;
+    pt->dmg_recorded = false; /* the repair removed the record; damage found next is new */
     rm->st.repairs++;
     int err = pt->plog != NULL ? tn_plog_err(pt->plog) : 0;
     TN_LOG(TN_LOG_NOTICE,
@@ -2075,6 +2219,7 @@ static void check_damage(part_t *pt, uint64_t now)
                "elections until it is repaired from the leader",
                pt->topic, pt->p, pt->plog->errmsg);
     }
+    record_damage(pt);
     const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(rm->o.meta), pt->topic, pt->p);
     if (ps == NULL)
         return;

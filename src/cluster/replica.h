@@ -71,6 +71,7 @@ typedef struct {
     uint64_t elections; /* leader epochs seen change */
     uint64_t truncations, truncations_refused;
     uint64_t resets; /* copies emptied to restart at the leader's log start (OUT_OF_RANGE) */
+    uint64_t skips;  /* copies that skipped a gap of their leader's log (GAP) */
     uint64_t repairs, repairs_failed; /* damaged segments replaced from the leader; attempts
                                          that failed (tried again) */
     uint64_t damaged;                 /* replicas here whose log is isolated by a CRC failure */

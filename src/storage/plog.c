@@ -502,6 +502,63 @@ static int recover_floor(tn_plog_t *plog)
     return rc;
 }
 
+/* The damage file (tn_plog_record_damage): u32 magic "TND1", u32 crc32c
+ * of the next 16 bytes, u64 base, u64 end; little-endian
+ * (docs/storage-format.md). */
+#define DAMAGE_FILE  "damage"
+#define DAMAGE_MAGIC 0x31444E54u /* "TND1" read as a little-endian u32 */
+#define DAMAGE_SIZE  24
+
+/* At open, after the segments: a damage recorded before the restart
+ * isolates the log again while its segment is still there. */
+static int recover_damage(tn_plog_t *plog)
+{
+    char path[4096];
+    int rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, DAMAGE_FILE);
+    if (rc != 0)
+        return rc;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    rc = tn_io_read_file(path, 64, &b);
+    if (rc == UV_ENOENT) {
+        tn_buf_fini(&b);
+        return 0;
+    }
+    if (rc != 0) {
+        tn_buf_fini(&b);
+        return rc;
+    }
+    const unsigned char *p = (const unsigned char *)tn_buf_data(&b);
+    bool ok = tn_buf_size(&b) == DAMAGE_SIZE && tn_get_u32(p) == DAMAGE_MAGIC &&
+              tn_get_u32(p + 4) == tn_crc32c(0, p + 8, 16);
+    uint64_t base = ok ? tn_get_u64(p + 8) : 0, end = ok ? tn_get_u64(p + 16) : 0;
+    tn_buf_fini(&b);
+    if (!ok) {
+        set_sticky(plog, TN_ECORRUPT, "damage file %s is damaged", path);
+        return 0;
+    }
+    if (atomic_load(&plog->err) != 0)
+        return 0; /* isolated already: the damage was found again, or other damage */
+    for (uint32_t i = 0; i + 1 < plog->nsegs; i++) {
+        if (plog->segs[i]->base == base && plog->segs[i + 1]->base == end) {
+            note_damage(plog, base, end);
+            set_sticky(plog, TN_ECORRUPT,
+                       "segment %" PRIu64 " (offsets %" PRIu64 "..%" PRIu64
+                       ") was found damaged before the restart and is not repaired yet",
+                       base, base, end - 1);
+            return 0;
+        }
+    }
+    TN_LOG(TN_LOG_NOTICE,
+           "partition %s/%u: the damage recorded for offsets %" PRIu64 "..%" PRIu64
+           " matches no segment any more (truncated or collected since): record dropped",
+           plog->topic, plog->partition, base, end - 1);
+    rc = tn_io_unlink(path);
+    if (rc == 0)
+        rc = tn_io_fsync_dir(plog->dir);
+    return rc == UV_ENOENT ? 0 : rc;
+}
+
 static int recover(tn_plog_t *plog)
 {
     uint64_t *bases = NULL;
@@ -566,6 +623,8 @@ static int recover(tn_plog_t *plog)
     if (rc != 0)
         return rc;
     rc = recover_floor(plog);
+    if (rc == 0)
+        rc = recover_damage(plog);
     if (rc != 0)
         return rc;
     if (atomic_load(&plog->err) == 0 && (rc = count_floor_ctl(plog)) != 0)
@@ -1645,6 +1704,32 @@ int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *
         set_sticky(plog, rc, "reading offset %" PRIu64 " of segment %" PRIu64, offset, seg->base);
     }
     return rc;
+}
+
+uint64_t tn_plog_gap_end(tn_plog_t *plog, uint64_t offset)
+{
+    uint64_t next = atomic_load(&plog->written_next);
+    if (plog->mem || offset >= next)
+        return offset;
+    uv_mutex_lock(&plog->lock);
+    uint32_t lo = 0, hi = plog->nsegs;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (plog->segs[mid]->base <= offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint64_t end = offset;
+    if (offset >= plog->floor && lo > 0) {
+        const tn_seg_t *seg = plog->segs[lo - 1];
+        /* Past the segment's records: the gap runs to the next segment's
+         * base (an advance starts one there), or to the log end. */
+        if (offset >= seg->base + seg->count)
+            end = lo < plog->nsegs ? plog->segs[lo]->base : next;
+    }
+    uv_mutex_unlock(&plog->lock);
+    return end > offset ? end : offset;
 }
 
 uint64_t tn_plog_written_next(tn_plog_t *plog)
@@ -2836,6 +2921,17 @@ static int repair_run(tn_plog_t *plog, tn_plog_repair_t *req)
     if (rc != 0 || repair_stops(5))
         goto out;
 
+    /* The damage record goes (a crash before leaves it: the next open
+     * isolates the good copy and it is copied again). */
+    char dmgp[4096];
+    rc = tn_io_path(dmgp, sizeof(dmgp), "%s/%s", plog->dir, DAMAGE_FILE);
+    if (rc == 0 && (rc = tn_io_unlink(dmgp)) == 0)
+        rc = tn_io_fsync_dir(plog->dir);
+    if (rc == UV_ENOENT)
+        rc = 0;
+    if (rc != 0)
+        goto out;
+
     /* 6. Re-open in place. */
     rc = reload(plog);
     if (rc == 0)
@@ -2869,6 +2965,46 @@ static void repair_done(tn__sreq_t *s)
     if (atomic_load(&pl->hw) > w)
         atomic_store(&pl->hw, w);
     req->cb(req, s->status);
+}
+
+static void dmgrec_exec(tn__committer_t *c, tn__sreq_t *s)
+{
+    tn_plog_dmgrec_t *req = (tn_plog_dmgrec_t *)s;
+    tn_plog_t *plog = req->plog;
+    uint64_t base, end;
+    int rc = 0;
+    if (tn_plog_damage(plog, &base, &end)) {
+        unsigned char b[DAMAGE_SIZE];
+        tn_put_u32(b, DAMAGE_MAGIC);
+        tn_put_u64(b + 8, base);
+        tn_put_u64(b + 16, end);
+        tn_put_u32(b + 4, tn_crc32c(0, b + 8, 16));
+        rc = tn_io_write_file_atomic(plog->dir, DAMAGE_FILE, b, sizeof(b));
+    }
+    s->status = rc;
+    tn__store_complete(c->store, s, s);
+}
+
+static void dmgrec_done(tn__sreq_t *s)
+{
+    tn_plog_dmgrec_t *req = (tn_plog_dmgrec_t *)s;
+    req->cb(req, s->status);
+}
+
+int tn_plog_record_damage(tn_plog_t *pl, tn_plog_dmgrec_t *req, tn_plog_dmgrec_cb cb)
+{
+    uint64_t base, end;
+    if (pl->mem || cb == NULL || !tn_plog_damage(pl, &base, &end))
+        return UV_EINVAL;
+    if (pl->closing)
+        return TN_ECLOSED;
+    memset(&req->s, 0, sizeof(req->s));
+    req->s.exec = dmgrec_exec;
+    req->s.done = dmgrec_done;
+    req->plog = pl;
+    req->cb = cb;
+    tn__committer_submit(&pl->store->logc, &req->s);
+    return 0;
 }
 
 int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,

@@ -119,6 +119,16 @@ struct tn_plog_repair_s {
     char quarantined[512];
 };
 
+/* A damage record's write (tn_plog_record_damage). */
+typedef struct tn_plog_dmgrec_s tn_plog_dmgrec_t;
+typedef void (*tn_plog_dmgrec_cb)(tn_plog_dmgrec_t *req, int status);
+struct tn_plog_dmgrec_s {
+    tn__sreq_t s;
+    void *data;
+    tn_plog_t *plog;
+    tn_plog_dmgrec_cb cb;
+};
+
 /* A suffix truncation request (tn_plog_truncate). */
 typedef struct tn_plog_trunc_s tn_plog_trunc_t;
 typedef void (*tn_plog_trunc_cb)(tn_plog_trunc_t *req, int status);
@@ -296,6 +306,12 @@ int tn_plog_append_ex(tn_plog_t *plog, tn_append_t *req, const tn_rec_in_t *recs
  * TN_ENOTFOUND (below the first stored offset or at/after written_next),
  * TN_EGAP, TN_ECORRUPT or an I/O error. Any thread. */
 int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *rec);
+
+/* Where a gap left by tn_plog_advance that holds offset ends: the first
+ * offset at or above it that was assigned a record, or written_next when
+ * none was; offset itself when it is not in a gap (a record, below the
+ * first stored offset, or at or past written_next). Any thread. */
+uint64_t tn_plog_gap_end(tn_plog_t *plog, uint64_t offset);
 
 /* Positions and state (any thread). */
 uint64_t tn_plog_written_next(tn_plog_t *plog);
@@ -489,6 +505,20 @@ int tn_plog_truncate_batch(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset,
  * error, damage in the active segment, in a sidecar or the epochs file).
  * Any thread. */
 bool tn_plog_damage(tn_plog_t *pl, uint64_t *base, uint64_t *end);
+
+/* Record durably where this isolated log's damage is (tn_plog_damage):
+ * the partition's `damage` file (docs/storage-format.md) holds the range,
+ * and an open that finds it, with the segment [base, end) still there,
+ * isolates the log for it again (TN_ECORRUPT, tn_plog_damage giving the
+ * range) even when recovery would not see the damage (it trusts a valid
+ * segment sidecar and does not re-read the records), until tn_plog_repair
+ * replaces the segment, which removes the record. A record that no
+ * segment matches at open (truncated or collected since) is dropped. On
+ * the committer thread; cb with 0 once the file and its directory are
+ * synced (also when the damage is gone by then: nothing written).
+ * Refused at once: UV_EINVAL (a memory log, no range known, cb NULL),
+ * TN_ECLOSED. */
+int tn_plog_record_damage(tn_plog_t *pl, tn_plog_dmgrec_t *req, tn_plog_dmgrec_cb cb);
 
 /* Replace the damaged segment [base, end) (tn_plog_damage) with a good
  * copy of its records, bytes[0..len) (TNR1 records back to back as

@@ -4,7 +4,9 @@ replica"): a byte flipped in a sealed segment of a follower, found by a
 scrub, takes that replica out of the ISR; it copies the damaged segment's
 records back from the leader, keeps the damaged file beside the new one,
 and rejoins the ISR with a log identical to the others' (every record's
-CRC and digest compared below the high watermark). The same for the
+CRC and digest compared below the high watermark); a node restarted after
+the damage was found and before its repair finds it again (its record in
+the partition's directory) and repairs it. The same for the
 leader: its partition moves to a clean in-sync replica, every acknowledged
 message is still readable there, and the old leader repairs itself as a
 follower. A partition whose every replica is damaged in the same range
@@ -15,6 +17,7 @@ Run: python3 tests/cluster/test_repair.py --ternd build/ternd
 """
 import glob
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -199,6 +202,38 @@ class Repair(harness.ClusterTest):
         self.expect_identical()
         self.expect_readable(self.leader())
         self.assertIsNot(new, old)
+
+    def test_restart_before_the_repair(self):
+        # The damage is found while the other two are stopped (no quorum:
+        # not reported, nothing to copy from), then the damaged node is
+        # killed and restarted. Its segment's sidecar is intact, so
+        # recovery alone would not see the damage: the record of it in the
+        # partition's directory isolates the copy again at open, and it is
+        # repaired as soon as it has a leader (before the record existed it
+        # rejoined the ISR with the bad record in its log).
+        lead = self.leader()
+        victim = next(n for n in self.c.nodes if n is not lead)
+        others = [n for n in self.c.nodes if n is not victim]
+        self.flip(victim)
+        for n in others:
+            os.kill(n.daemon.proc.pid, signal.SIGSTOP)
+        try:
+            self.scrub(victim)
+            wait_until("the damage recorded on the victim's disk",
+                       lambda: os.path.exists(os.path.join(self.pdir(victim), "damage")))
+            victim.kill()
+        finally:
+            for n in others:
+                os.kill(n.daemon.proc.pid, signal.SIGCONT)
+        victim.start()
+        victim.wait_ready()
+        wait_until("the damage found again at the restart", lambda: "before the restart and is "
+                   "not repaired yet" in victim.log())
+        self.repaired(victim, 0)
+        self.assertFalse(os.path.exists(os.path.join(self.pdir(victim), "damage")))
+        self.produce_batch(30)
+        self.wait_isr(3)
+        self.expect_identical()
 
     def test_every_replica_damaged(self):
         lead = self.leader()

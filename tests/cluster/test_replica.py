@@ -25,7 +25,10 @@ OCTET = {"Content-Type": "application/octet-stream"}
 LAG = "--replica-lag-time-max=2s"
 
 
-class Replica(harness.ClusterTest):
+class ReplicaBase(harness.ClusterTest):
+    """The helpers of the replicated-partition tests (also
+    tests/cluster/test_repl_gap.py's)."""
+
     def node(self, c, node_id):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
@@ -100,6 +103,8 @@ class Replica(harness.ClusterTest):
                 return False
         return True
 
+
+class Replica(ReplicaBase):
     def test_copy_failover_and_rejoin(self):
         # The preferred replica takes its partition back a second after it
         # is in sync again: the interim leader steps down while running.

@@ -73,6 +73,10 @@ static void check_reply(const uint8_t *data, size_t size)
             if (tn_fetch_reply_put_out_of_range(&b, p.hw, p.end_offset) != 0)
                 abort();
             break;
+        case TN_FETCH_GAP:
+            if (tn_fetch_reply_put_gap(&b, p.hw, p.end_offset) != 0)
+                abort();
+            break;
         default:
             if (p.status >= TN_FETCH__STATUS_COUNT ||
                 tn_fetch_reply_put_status(&b, p.status, p.hw) != 0)

@@ -44,9 +44,11 @@ def main():
                                      struct.pack(">HQIQ", 1, 5, 2, 40),
                                      struct.pack(">HQ", 2, 1), struct.pack(">HQ", 3, 0),
                                      struct.pack(">HQ", 4, 0), struct.pack(">HQ", 5, 0),
-                                     struct.pack(">HQQ", 6, 900, 800)]))
+                                     struct.pack(">HQQ", 6, 900, 800),
+                                     struct.pack(">HQQ", 7, 30, 4000)]))
     write("seed-reply-out-of-range-short", reply([struct.pack(">HQ", 6, 0)]))
-    write("seed-reply-bad-status", reply([struct.pack(">HQ", 7, 0)]))
+    write("seed-reply-gap-short", reply([struct.pack(">HQ", 7, 0)]))
+    write("seed-reply-bad-status", reply([struct.pack(">HQ", 8, 0)]))
     write("seed-reply-many-epochs", reply([struct.pack(">HQQII", 0, 0, 0, 1, 4097)]))
     write("seed-reply-epochs-past-end", reply([struct.pack(">HQQII", 0, 0, 0, 1, 1000) + s(b"r")]))
     write("seed-reply-zero-count-bytes", reply([records(0, 0, 0, [], b"r")]))

@@ -193,7 +193,7 @@ static void test_reply_round_trip(void **state)
     tn_buf_t b;
     tn_buf_init(&b);
     tn_epoch_entry_t ep[2] = {{3, 90}, {4, 100}};
-    assert_int_equal(tn_fetch_reply_put_head(&b, 7), 0);
+    assert_int_equal(tn_fetch_reply_put_head(&b, 8), 0);
     assert_int_equal(tn_fetch_reply_put_records(&b, 95, 90, 12, ep, 2, "recordbytes", 11), 0);
     assert_int_equal(tn_fetch_reply_put_records(&b, 7, 7, 0, NULL, 0, NULL, 0), 0);
     assert_int_equal(tn_fetch_reply_put_diverging(&b, 5, 2, 40), 0);
@@ -201,9 +201,10 @@ static void test_reply_round_trip(void **state)
     assert_int_equal(tn_fetch_reply_put_status(&b, TN_FETCH_NOT_LEADER, 0), 0);
     assert_int_equal(tn_fetch_reply_put_status(&b, TN_FETCH_ERROR, 0), 0);
     assert_int_equal(tn_fetch_reply_put_out_of_range(&b, 900, 800), 0);
+    assert_int_equal(tn_fetch_reply_put_gap(&b, 30, 4000), 0);
     tn_fetch_reply_t r;
     assert_int_equal(tn_fetch_reply_decode(tn_buf_data(&b), tn_buf_size(&b), &r), 0);
-    assert_int_equal(r.count, 7);
+    assert_int_equal(r.count, 8);
     tn_fetch_rpart_t p;
     assert_int_equal(tn_fetch_reply_next(&r, &p), 0);
     assert_int_equal(p.status, TN_FETCH_RECORDS);
@@ -227,6 +228,8 @@ static void test_reply_round_trip(void **state)
     assert_int_equal(p.status, TN_FETCH_ERROR);
     assert_int_equal(tn_fetch_reply_next(&r, &p), 0);
     assert_true(p.status == TN_FETCH_OUT_OF_RANGE && p.hw == 900 && p.end_offset == 800);
+    assert_int_equal(tn_fetch_reply_next(&r, &p), 0);
+    assert_true(p.status == TN_FETCH_GAP && p.hw == 30 && p.end_offset == 4000);
     assert_int_equal(tn_fetch_reply_next(&r, &p), TN_ENOTFOUND);
     for (size_t n = 0; n < tn_buf_size(&b); n++)
         assert_int_equal(tn_fetch_reply_decode(tn_buf_data(&b), n, &r), TN_EPROTO);
@@ -244,6 +247,7 @@ static void test_reply_refusals(void **state)
     assert_int_equal(tn_fetch_reply_put_status(&b, TN_FETCH_RECORDS, 0), UV_EINVAL);
     assert_int_equal(tn_fetch_reply_put_status(&b, TN_FETCH_DIVERGING, 0), UV_EINVAL);
     assert_int_equal(tn_fetch_reply_put_status(&b, TN_FETCH_OUT_OF_RANGE, 0), UV_EINVAL);
+    assert_int_equal(tn_fetch_reply_put_status(&b, TN_FETCH_GAP, 0), UV_EINVAL);
     assert_int_equal(tn_fetch_reply_put_status(&b, TN_FETCH__STATUS_COUNT, 0), UV_EINVAL);
     assert_int_equal(tn_fetch_reply_put_records(&b, 0, 0, 1, NULL, TN_FETCH_MAX_EPOCHS + 1, "r", 1),
                      UV_EINVAL);

@@ -361,6 +361,49 @@ static void test_follower_resets_below_the_leaders_start(void **state)
     assert_int_equal(a->fetch.last_fetched_epoch, 0);
 }
 
+/* A follower whose log ends inside a gap of the leader's (offsets the
+ * leader's log never assigned): GAP skips its log to the gap's end,
+ * keeping every record and its history, and it fetches from there with
+ * the epoch of its last record. A late answer, an older leader's, or an
+ * end not above its own change nothing. */
+static void test_follower_skips_the_leaders_gap(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    follower_setup(&r, &h, &out);
+    tn_repl_event_t ev = {.type = TN_REPL_EV_GAP, .now = 2};
+    ev.u.out_of_range.leader_epoch = 3;
+    ev.u.out_of_range.start = 40;
+    ev.u.out_of_range.fetch_offset = 13; /* a late copy */
+    tn_repl_step(&r, &ev, &out);
+    assert_int_equal(out.n, 0);
+    ev.u.out_of_range.leader_epoch = 2; /* an older leader's */
+    ev.u.out_of_range.fetch_offset = 14;
+    tn_repl_step(&r, &ev, &out);
+    assert_int_equal(out.n, 0);
+    ev.u.out_of_range.leader_epoch = 3;
+    ev.u.out_of_range.start = 14; /* not above its end */
+    tn_repl_step(&r, &ev, &out);
+    assert_null(find(&out, TN_REPL_ACT_SKIP));
+    ev.now = 200;
+    ev.u.out_of_range.start = 40;
+    tn_repl_step(&r, &ev, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_SKIP);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 40);
+    assert_null(find(&out, TN_REPL_ACT_RESET));
+    assert_null(find(&out, TN_REPL_ACT_TRUNCATE));
+    /* Done by the shell: the log's next offset is 40, its history kept. */
+    h.end = 40;
+    step_log(&r, 40, 40, 2, 201, &out);
+    a = find(&out, TN_REPL_ACT_FETCH);
+    assert_non_null(a);
+    assert_int_equal(a->fetch.fetch_offset, 40);
+    assert_int_equal(a->fetch.last_fetched_epoch, 2);
+}
+
 /* A DIVERGING answer with no epoch (the leader's history, trimmed by its
  * retention, starts above every epoch this log holds, at end_offset):
  * the copy restarts at end_offset, even above its end and with a hw
@@ -886,6 +929,7 @@ int main(void)
         cmocka_unit_test(test_follower_diverging_backs_off),
         cmocka_unit_test(test_follower_refuses_truncation_below_hw),
         cmocka_unit_test(test_follower_resets_below_the_leaders_start),
+        cmocka_unit_test(test_follower_skips_the_leaders_gap),
         cmocka_unit_test(test_leader_answers_a_restarted_copy),
         cmocka_unit_test(test_follower_resets_when_no_epoch_is_shared),
         cmocka_unit_test(test_shrink_after_lag_then_expand),

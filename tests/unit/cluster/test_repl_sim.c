@@ -524,6 +524,10 @@ static void do_actions(sim_t *s, node_t *nd, uint32_t p, const tn_repl_actions_t
             d->flushed = 0;
             feed_log(s, nd, p);
             break;
+        case TN_REPL_ACT_SKIP:
+            /* Only a GAP answer asks one, and no simulated log has gaps. */
+            violation(s, "node %u p%u: skip to %" PRIu64 " with no gap", nd->id, p, a->offset);
+            break;
         }
     }
 }

@@ -755,6 +755,9 @@ static void test_advance(void **state)
     assert_int_equal(tn_plog_written_next(plog), 100);
     assert_int_equal(tn_plog_durable_next(plog), 100);
     expect_gap(plog, 5, 100);
+    /* A gap at the log's end runs to it. */
+    assert_int_equal(tn_plog_gap_end(plog, 5), 100);
+    assert_int_equal(tn_plog_gap_end(plog, 99), 100);
     append_n(fx, plog, 100, 3);
     advance(fx, plog, 50); /* below the tail: nothing to do */
     assert_int_equal(tn_plog_written_next(plog), 103);
@@ -765,6 +768,14 @@ static void test_advance(void **state)
     expect_all(plog, 0, 5);
     expect_gap(plog, 5, 100);
     expect_all(plog, 100, 3);
+    /* Where a gap ends (the followers' skip): the next record; an offset
+     * that is not in one is its own answer. */
+    for (uint64_t off = 5; off < 100; off += 47)
+        assert_int_equal(tn_plog_gap_end(plog, off), 100);
+    assert_int_equal(tn_plog_gap_end(plog, 4), 4);
+    assert_int_equal(tn_plog_gap_end(plog, 101), 101);
+    assert_int_equal(tn_plog_gap_end(plog, 103), 103);
+    assert_int_equal(tn_plog_gap_end(plog, 500), 500);
 
     /* From an empty active segment: it is replaced, not kept. */
     tn_plog_t *fresh = open_log(fx, "adv", 1);
@@ -775,6 +786,7 @@ static void test_advance(void **state)
     assert_int_equal(count_files(dir, ".log"), 1);
     /* Nothing precedes them: like GC'd offsets, not found. */
     expect_absent(fresh, 0, 40, TN_ENOTFOUND);
+    assert_int_equal(tn_plog_gap_end(fresh, 0), 0);
     tu_fx_reopen(fx);
     fresh = open_log(fx, "adv", 1);
     assert_int_equal(tn_plog_written_next(fresh), 42);

@@ -1,12 +1,14 @@
 /* The partition log's replication support: control records, the epoch
  * history (begin_epoch, queries, repair at open, retention), the
  * follower's raw copy of the leader's records, suffix truncation and each
- * of its crash points, and the hw gate. */
+ * of its crash points, the repair of a damaged segment and the record of
+ * its damage across a restart, and the hw gate. */
 #include "core/platform.h"
 
 #include "testutil.h"
 
 #include "core/alloc.h"
+#include "core/crc32c.h"
 #include "core/err.h"
 #include "storage/epochs.h"
 #include "storage/io.h"
@@ -746,6 +748,90 @@ static void test_repair_at_open(void **state)
     assert_true(exists(fx, "ro", 0, "epochs"));
 }
 
+static void on_recorded(tn_plog_dmgrec_t *req, int status)
+{
+    rw_t *w = req->data;
+    w->done = true;
+    w->status = status;
+}
+
+static void write_damage_file(const char *path, const unsigned char *rec, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(rec, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Damage found by a read, then a restart before the repair: recovery
+ * trusts the segment's valid sidecar and would not see the damage, so
+ * the record of it (tn_plog_record_damage) isolates the log again at open
+ * with the same range; the repair removes the record, and a restart then
+ * opens the log whole. A record no segment matches any more is dropped
+ * at open; a damaged record isolates the log. */
+static void test_damage_recorded_across_restart(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    tn_plog_t *pl = open_log(fx, "dr", 0);
+    copy_all(fx, ref, pl, 3000);
+    tn_plog_dmgrec_t req;
+    rw_t w = {0};
+    req.data = &w;
+    assert_int_equal(tn_plog_record_damage(pl, &req, on_recorded), UV_EINVAL); /* none known */
+    uint64_t base, end;
+    flip_second(fx, "dr", &base, &end);
+    find_damage(pl, base, end);
+    assert_int_equal(tn_plog_record_damage(pl, &req, on_recorded), 0);
+    run_until(&fx->loop, &w.done);
+    assert_int_equal(w.status, 0);
+    assert_true(exists(fx, "dr", 0, "damage"));
+
+    tu_fx_reopen(fx);
+    ref = open_log(fx, "ref", 0);
+    pl = open_any(fx, "dr");
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+    uint64_t b = 0, e = 0;
+    assert_true(tn_plog_damage(pl, &b, &e));
+    assert_int_equal(b, base);
+    assert_int_equal(e, end);
+    tn_buf_t good;
+    tn_buf_init(&good);
+    read_range(ref, base, end, &good);
+    assert_int_equal(repair(fx, pl, base, end, &good, &w), 0);
+    tn_buf_fini(&good);
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_false(exists(fx, "dr", 0, "damage"));
+    expect_same(ref, pl);
+    tu_fx_reopen(fx);
+    ref = open_log(fx, "ref", 0);
+    pl = open_log(fx, "dr", 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    expect_same(ref, pl);
+
+    /* A record naming a range no segment has: dropped at open. */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/dr/0/damage", fx->dir);
+    unsigned char rec[24];
+    tn_put_u32(rec, 0x31444E54u); /* "TND1" */
+    tn_put_u64(rec + 8, base + 1);
+    tn_put_u64(rec + 16, end);
+    tn_put_u32(rec + 4, tn_crc32c(0, rec + 8, 16));
+    write_damage_file(path, rec, sizeof(rec));
+    tu_fx_reopen(fx);
+    pl = open_log(fx, "dr", 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_false(exists(fx, "dr", 0, "damage"));
+    /* A damaged record: the log is isolated (it cannot say where). */
+    rec[12] ^= 1;
+    write_damage_file(path, rec, sizeof(rec));
+    tu_fx_reopen(fx);
+    pl = open_any(fx, "dr");
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+    assert_false(tn_plog_damage(pl, &b, &e));
+}
+
 /* Each crash point of a repair: the reopened log holds either the
  * damaged file (found again, and the repair done again) or the good
  * copy; every record is there at every point. */
@@ -1440,6 +1526,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncate_reset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_at_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damage_recorded_across_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_powerloss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hw_gate, setup, teardown),
