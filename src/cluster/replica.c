@@ -131,6 +131,17 @@
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
 typedef struct part_s part_t;
+/* One epoch-start record asked of the log (tn_plog_begin_epoch). It
+ * completes like an append, once the hw covers it, so one asked before a
+ * resignation may complete long after, in a later epoch of this node:
+ * each is its own allocation, and a newer epoch's never waits for an
+ * older one's (the committer writes them in order anyway). */
+typedef struct {
+    tn_append_t req;
+    part_t *pt;
+    uint32_t epoch;
+} start_t;
+
 struct part_s {
     tn_replica_t *rm;
     part_t *next; /* bucket */
@@ -155,10 +166,8 @@ struct part_s {
      * from it. */
     uint64_t handed_at;
     uint32_t start_epoch;
-    uint32_t start_asked; /* the epoch of the start record being written */
     bool start_pending;
-    tn_append_t start_req;
-    bool start_busy;
+    start_t *start_cur; /* the newest epoch-start record asked, until it completes */
 #ifdef TN_TEST
     bool test_gapped; /* TERN_TEST_LEADER_GAP was applied */
 #endif
@@ -531,9 +540,14 @@ static void test_gap(part_t *pt);
 
 static void on_start_done(tn_append_t *req, int status)
 {
-    part_t *pt = req->data;
+    start_t *st = TN_CONTAINER_OF(req, start_t, req);
+    part_t *pt = st->pt;
+    uint32_t epoch = st->epoch;
+    bool current = pt->start_cur == st;
+    tn_free(st);
     pt->busy--;
-    pt->start_busy = false;
+    if (current)
+        pt->start_cur = NULL;
     if (status == TN_ERANGE)
         /* A restarted node leads, for a moment, the epoch its replayed
          * metastore names, whose start its log already holds: it never
@@ -543,36 +557,49 @@ static void on_start_done(tn_append_t *req, int status)
         TN_LOG(TN_LOG_NOTICE,
                "replica %s/%" PRIu32 ": epoch %" PRIu32
                " began here before; serving waits for a newer epoch",
-               pt->topic, pt->p, pt->start_asked);
+               pt->topic, pt->p, epoch);
     else if (status != 0 && status != TN_EFENCED)
         TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": epoch %" PRIu32 " start record: %s", pt->topic,
-               pt->p, pt->start_asked, tn_strerror(status));
+               pt->p, epoch, tn_strerror(status));
     if (pt->dead || pt->rm->closing) {
         part_maybe_free(pt);
         return;
     }
-    if (status == 0)
+    if (status == 0 && current)
         test_gap(pt);
-    /* A newer epoch asked while this record was written (start_pending
-     * again) starts now: before, it waited for ever and the partition
-     * never served again (case 07b, a power cut of all three nodes). */
+    /* A newer epoch asked meanwhile has begun already (leader_begin does
+     * not wait for an older record); this covers a leader_begin that
+     * could not run then. */
     leader_begin(pt);
 }
 
 static void leader_begin(part_t *pt)
 {
-    if (!pt->start_pending || !pt->ready || pt->start_busy)
+    /* Never behind an older record still waiting for its hw: one asked
+     * just before a resignation waits for a hw that only this epoch's
+     * start moves (case 07: led, resigned and led again within 8 ms after
+     * all three nodes were killed, the partition never served again). */
+    if (!pt->start_pending || !pt->ready)
         return;
+    start_t *st = tn_calloc(1, sizeof(*st));
+    if (st == NULL) {
+        TN_LOG_RL(TN_LOG_ERROR, 5000,
+                  "replica %s/%" PRIu32 ": cannot begin epoch %" PRIu32 ": out of memory; "
+                  "trying again on the tick",
+                  pt->topic, pt->p, pt->start_epoch);
+        return;
+    }
     pt->start_pending = false;
-    pt->start_asked = pt->start_epoch;
-    memset(&pt->start_req, 0, sizeof(pt->start_req));
-    pt->start_req.data = pt;
+    st->pt = pt;
+    st->epoch = pt->start_epoch;
+    st->req.data = pt;
     pt->busy++;
-    pt->start_busy = true;
-    int rc = tn_plog_begin_epoch(pt->plog, &pt->start_req, pt->start_epoch, on_start_done);
+    pt->start_cur = st;
+    int rc = tn_plog_begin_epoch(pt->plog, &st->req, st->epoch, on_start_done);
     if (rc != 0) {
         pt->busy--;
-        pt->start_busy = false;
+        pt->start_cur = NULL;
+        tn_free(st);
         TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot begin epoch %" PRIu32 ": %s",
                pt->topic, pt->p, pt->start_epoch, tn_strerror(rc));
     }
@@ -2482,6 +2509,7 @@ static void on_tick(uv_timer_t *t)
             if (pt->core.role == TN_REPL_LEADER)
                 feed_channels(pt, now);
             note_warm(pt, now);
+            leader_begin(pt); /* one that ran out of memory asks again */
             tn_repl_event_t ev = {.type = TN_REPL_EV_TICK, .now = now};
             run(pt, &ev);
             if (!pt->dead)
