@@ -359,6 +359,7 @@ class ReplRestore(harness.ClusterTest):
             os.rename(n.data, n.data + ".old")
             r = ternctl("--json", "restore", bdir, "--data-path", n.data, "--node", str(n.id))
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(r.stderr, "")  # nothing from a sanitizer either
             out = json.loads(r.stdout)
             decided[n.id] = out["partitions"]
             incs[n.id] = out["incarnation"]
@@ -446,6 +447,9 @@ class ReplRestore(harness.ClusterTest):
         self.assertEqual(sorted(set(got) & set(after)), [],
                          "acknowledged after the backup, yet restored")
         self.assertEqual(sorted(set(later) - set(got)), [], "acknowledged after the restore, lost")
+        for n in c.nodes:
+            self.assertEqual(n.stop(), 0, n.log())
+            self.assertNotIn("runtime error", n.log())
 
 
 def configure(args):

@@ -1176,7 +1176,8 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
                 ",\"metastore_from\":%" PRIu64 ",\"rejoin\":false,\"incarnation\":\"%016" PRIx64
                 "\",\"partitions\":[",
                 id, nfiles, bytes, meta_from, inc);
-        if (tn_buf_append(&js, tn_buf_data(&w.json), tn_buf_size(&w.json)) != 0 ||
+        if ((tn_buf_size(&w.json) > 0 &&
+             tn_buf_append(&js, tn_buf_data(&w.json), tn_buf_size(&w.json)) != 0) ||
             tn_buf_append(&js, "]}", 2) != 0)
             w.oom = UV_ENOMEM;
         if (w.oom == 0)
@@ -1193,7 +1194,8 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         printf("replicated partitions, as every node restored from %s starts them: %zu, %zu "
                "offline, %" PRIu64 " record(s) of copies beyond their leader's log\n",
                dir, w.nparts, w.offline, w.beyond);
-        fwrite(tn_buf_data(&w.text), 1, tn_buf_size(&w.text), stdout);
+        if (tn_buf_size(&w.text) > 0)
+            fwrite(tn_buf_data(&w.text), 1, tn_buf_size(&w.text), stdout);
     }
     rc = TN_CTL_OK;
 out:
