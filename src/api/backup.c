@@ -20,6 +20,7 @@
 #include "core/time.h"
 #include "meta/meta.h"
 #include "storage/chanlog.h"
+#include "storage/epochs.h"
 #include "storage/record.h"
 #include "storage/wal.h"
 
@@ -594,6 +595,17 @@ static void take_partition(ctx_t *c, const part_t *p)
         return;
     char fl[PATH_MAX_LEN];
     pathf(fl, sizeof(fl), "%s/floor", rel);
+    if (pin_link(c, fl, UINT64_MAX) < 0)
+        return;
+    /* A replicated partition's epoch history (storage/epochs.h), after
+     * its segments: a history at least as new as the records copied (a
+     * new epoch is saved before its first record is written; entries past
+     * the copied end are cut by recovery), so a restored replica finds
+     * where its log parts from its leader's (KIP-279) instead of copying
+     * it all again, and a restore of the whole cluster can choose the copy
+     * to lead by it (cmd/ternctl/backup.c). Renamed into place at each
+     * change, so the link keeps the version of now. */
+    pathf(fl, sizeof(fl), "%s/" TN_EPOCHS_FILE, rel);
     if (pin_link(c, fl, UINT64_MAX) < 0)
         return;
     /* Channels: WALs first, then checkpoints. */

@@ -178,9 +178,10 @@ typedef struct {
 } tn_meta_opts_t;
 
 /* The name of that file in the data directory. A backup copies it (the
- * copy's identity, for the record); a restore does not write it, so a
- * restored node starts with a new one (docs/operations.md, "Backup and
- * restore"). */
+ * copy's identity, for the record); a restore never writes that copy
+ * back: a cluster restored whole gets incarnations derived from the
+ * backup (meta/restore.h), a node restored with --rejoin a new one at
+ * its start (docs/operations.md, "Backup and restore"). */
 #define TN_META_INCARNATION_FILE "incarnation"
 
 /* The incarnation of the data directory data_dir: read from its file

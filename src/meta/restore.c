@@ -11,17 +11,27 @@
  * refused as for any node with state, and every restored node of a
  * cluster, written from the same snapshot and voters, agrees on index 1.
  *
+ * The rewrite of that snapshot for a whole cluster restored from one
+ * backup (tn_meta_restore_rewrite and its pure pieces) is described in
+ * restore.h.
+ *
  * Threads: any; blocks. */
 #include "core/platform.h"
 
 #include "meta/meta.h"
+#include "meta/restore.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "meta/state.h"
+#include "storage/io.h"
 
+#include <inttypes.h>
+#include <openssl/sha.h>
 #include <raft/uv.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     int status; /* 1 while the request runs */
@@ -160,4 +170,169 @@ err_after_loop:
         out = UV_EIO;
     }
     return out;
+}
+
+/* --- a whole cluster restored: the rewrite (restore.h) ------------------------------ */
+
+static bool candidate(const tn_meta_restore_copy_t *c)
+{
+    return c->present && !c->damaged;
+}
+
+int tn_meta_restore_choose(const tn_meta_restore_copy_t *copies, uint32_t n)
+{
+    int best = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        const tn_meta_restore_copy_t *c = &copies[i];
+        if (!candidate(c))
+            continue;
+        if (best < 0) {
+            best = (int)i;
+            continue;
+        }
+        const tn_meta_restore_copy_t *b = &copies[best];
+        /* Strictly better only: a tie keeps the earlier replica. */
+        if (c->last_epoch > b->last_epoch ||
+            (c->last_epoch == b->last_epoch && c->log_end > b->log_end))
+            best = (int)i;
+    }
+    return best;
+}
+
+void tn_meta_restore_pstate(const tn_pstate_t *old, const tn_meta_restore_copy_t *copies, int best,
+                            uint64_t best_incarnation, tn_pstate_t *out)
+{
+    tn_pstate_t ps = *old;
+    uint32_t top = old->leader_epoch;
+    for (uint32_t i = 0; i < old->nreplicas; i++) {
+        top = TN_MAX(top, copies[i].max_epoch);
+        top = TN_MAX(top, copies[i].last_epoch);
+    }
+    ps.leader_epoch = top + 1;
+    ps.partition_epoch = old->partition_epoch + 1;
+    memset(ps.isr, 0, sizeof(ps.isr));
+    memset(ps.elr, 0, sizeof(ps.elr));
+    ps.nisr = 0;
+    ps.nelr = 0;
+    ps.corrupt = 0;
+    ps.unclean = false;
+    ps.leader = TN_PSTATE_NONE;
+    if (best >= 0 && (uint32_t)best < old->nreplicas) {
+        ps.leader = old->replicas[best];
+        ps.isr[0].node = ps.leader;
+        ps.isr[0].incarnation = best_incarnation;
+        ps.nisr = 1;
+    }
+    *out = ps;
+}
+
+uint64_t tn_meta_restore_incarnation(const char *backup_id, uint64_t member)
+{
+    static const char tag[] = "tern-restore-incarnation";
+    char in[512];
+    size_t idlen = strnlen(backup_id, 256);
+    size_t n = 0;
+    memcpy(in, tag, sizeof(tag)); /* with its NUL */
+    n += sizeof(tag);
+    memcpy(in + n, backup_id, idlen);
+    n += idlen;
+    in[n++] = '\0';
+    n += (size_t)snprintf(in + n, sizeof(in) - n, "%" PRIu64, member);
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)in, n, md);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | md[i];
+    return v != 0 ? v : 1;
+}
+
+static tn_meta_member_t *member_of(tn_meta_state_t *s, uint64_t id)
+{
+    for (size_t i = 0; i < s->nmembers; i++)
+        if (s->members[i].id == id)
+            return &s->members[i];
+    return NULL;
+}
+
+static bool in_set(const uint64_t *members, size_t n, uint64_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (members[i] == id)
+            return true;
+    return false;
+}
+
+int tn_meta_restore_rewrite(const void *snap, size_t len, const char *backup_id,
+                            const uint64_t *members, size_t n, tn_meta_restore_copies_cb copies_cb,
+                            tn_meta_restore_told_cb told_cb, void *arg, tn_buf_t *out, char *err,
+                            size_t errlen)
+{
+    tn_meta_state_t st;
+    tn_meta_state_init(&st);
+    int rc = tn_meta_state_restore(&st, snap, len);
+    if (rc != 0) {
+        tn_errbuf(err, errlen, "the metastore snapshot: %s",
+                  rc == UV_ENOTSUP ? "a newer format than this build reads" : tn_strerror(rc));
+        goto out;
+    }
+    for (size_t i = 0; i < st.ntopics && rc == 0; i++) {
+        tn_meta_topic_entry_t *t = st.topics[i];
+        for (uint32_t p = 0; t->pstates != NULL && p < t->rec.partitions && rc == 0; p++) {
+            tn_pstate_t *ps = &t->pstates[p];
+            if (ps->nreplicas == 0)
+                continue; /* not placed: no member was alive when it was made */
+            tn_meta_restore_copy_t copies[TN_PSTATE_MAX_REPLICAS];
+            memset(copies, 0, sizeof(copies));
+            for (uint32_t k = 0; k < ps->nreplicas; k++)
+                copies[k].node = ps->replicas[k];
+            if ((rc = copies_cb(arg, t->rec.name, p, ps, copies, err, errlen)) != 0)
+                break;
+            /* A copy of a member the backup does not restore cannot lead:
+             * its node would register with another incarnation. */
+            for (uint32_t k = 0; k < ps->nreplicas; k++)
+                if (!in_set(members, n, copies[k].node))
+                    copies[k].present = false;
+            int best = tn_meta_restore_choose(copies, ps->nreplicas);
+            uint64_t inc =
+                best >= 0 ? tn_meta_restore_incarnation(backup_id, ps->replicas[best]) : 0;
+            tn_pstate_t now;
+            tn_meta_restore_pstate(ps, copies, best, inc, &now);
+            if (told_cb != NULL)
+                told_cb(arg, t->rec.name, p, ps, &now, copies, best);
+            *ps = now;
+        }
+    }
+    if (rc != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        tn_meta_member_t *m = member_of(&st, members[i]);
+        if (m == NULL)
+            continue; /* not a member in this snapshot: it registers as a new one */
+        m->incarnation = tn_meta_restore_incarnation(backup_id, m->id);
+        m->boot = 0;
+        m->fenced = false;
+    }
+    if ((rc = tn_meta_state_snapshot(&st, out)) != 0)
+        tn_errbuf(err, errlen, "the rewritten metastore snapshot: %s", tn_strerror(rc));
+out:
+    tn_meta_state_fini(&st);
+    return rc;
+}
+
+int tn_meta_restore_incarnation_write(const char *data_dir, uint64_t incarnation, char *err,
+                                      size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/" TN_META_INCARNATION_FILE, data_dir);
+    if (access(path, F_OK) == 0) {
+        tn_errbuf(err, errlen, "%s exists already", path);
+        return UV_EEXIST;
+    }
+    /* The format of tn_meta_incarnation_load (meta.c), which reads it. */
+    char text[32];
+    int len = snprintf(text, sizeof(text), "%016" PRIx64 "\n", incarnation);
+    int rc = tn_io_write_file_atomic(data_dir, TN_META_INCARNATION_FILE, text, (size_t)len);
+    if (rc != 0)
+        tn_errbuf(err, errlen, "cannot write %s: %s", path, tn_strerror(rc));
+    return rc;
 }

@@ -200,6 +200,36 @@ int tn_epochs_follower_step(const tn_epochs_t *h, uint64_t log_end, uint32_t ask
     return 0;
 }
 
+int tn_epochs_agree_end(const tn_epochs_t *leader, uint64_t leader_end, const tn_epochs_t *h,
+                        uint64_t log_end, uint64_t *keep)
+{
+    uint32_t asked = tn_epochs_latest(h);
+    /* Each round asks about a lower epoch of h (follower_step's
+     * convergence), so h->n + 1 rounds end it. */
+    for (uint32_t round = 0; round <= h->n; round++) {
+        uint32_t le = TN_EPOCHS_UNDEFINED;
+        uint64_t lend = TN_EPOCHS_UNDEFINED_OFFSET;
+        int rc = 0;
+        if (asked != TN_EPOCHS_UNDEFINED)
+            rc = tn_epochs_end_offset_for(leader, leader_end, asked, &le, &lend);
+        tn_epochs_step_t step;
+        if (rc == 0)
+            rc = tn_epochs_follower_step(h, log_end, asked, le, lend, &step);
+        if (rc != 0)
+            return rc;
+        if (step.action == TN_EPOCHS_TRUNCATE) {
+            *keep = TN_MIN(step.offset, log_end);
+            return 0;
+        }
+        if (step.action == TN_EPOCHS_RESET) {
+            *keep = 0;
+            return 0;
+        }
+        asked = step.epoch;
+    }
+    return TN_EPROTO; /* not reached: follower_step converges */
+}
+
 int tn_epochs_encode(const tn_epochs_t *h, tn_buf_t *out)
 {
     size_t len = EPOCHS_HDR + (size_t)h->n * EPOCHS_ENTRY + EPOCHS_TRAILER;

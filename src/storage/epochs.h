@@ -163,6 +163,18 @@ typedef struct {
 int tn_epochs_follower_step(const tn_epochs_t *h, uint64_t log_end, uint32_t asked,
                             uint32_t leader_epoch, uint64_t leader_end, tn_epochs_step_t *out);
 
+/* The follower rule above run to its end against a leader's history, in
+ * one call: where the follower's log (h, log_end) would be cut to agree
+ * with the leader's (leader, leader_end), in *keep: the follower keeps
+ * its records below *keep (log_end when nothing goes, 0 when it resets).
+ * `ternctl restore` uses it to say how many records each copy of a
+ * partition loses to the copy it chose to lead. 0, or
+ * tn_epochs_end_offset_for's and tn_epochs_follower_step's errors
+ * (TN_ERANGE: the follower holds an epoch newer than the leader's latest).
+ * Pure. */
+int tn_epochs_agree_end(const tn_epochs_t *leader, uint64_t leader_end, const tn_epochs_t *h,
+                        uint64_t log_end, uint64_t *keep);
+
 /* Append the file image of h to out (format in docs/storage-format.md).
  * UV_ENOMEM. */
 int tn_epochs_encode(const tn_epochs_t *h, tn_buf_t *out);

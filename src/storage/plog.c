@@ -477,10 +477,10 @@ fail:
 #define FLOOR_MAGIC 0x31464E54u /* "TNF1" read as a little-endian u32 */
 #define FLOOR_SIZE  16
 
-static int recover_floor(tn_plog_t *plog)
+int tn__plog_floor_load(const char *dir, uint64_t *floor)
 {
     char path[4096];
-    int rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, FLOOR_FILE);
+    int rc = tn_io_path(path, sizeof(path), "%s/%s", dir, FLOOR_FILE);
     if (rc != 0)
         return rc;
     tn_buf_t b;
@@ -494,11 +494,21 @@ static int recover_floor(tn_plog_t *plog)
         const unsigned char *p = (const unsigned char *)tn_buf_data(&b);
         if (tn_buf_size(&b) != FLOOR_SIZE || tn_get_u32(p) != FLOOR_MAGIC ||
             tn_get_u32(p + 4) != tn_crc32c(0, p + 8, 8))
-            set_sticky(plog, TN_ECORRUPT, "floor file %s is damaged", path);
+            rc = TN_ECORRUPT;
         else
-            plog->floor = tn_get_u64(p + 8);
+            *floor = tn_get_u64(p + 8);
     }
     tn_buf_fini(&b);
+    return rc;
+}
+
+static int recover_floor(tn_plog_t *plog)
+{
+    int rc = tn__plog_floor_load(plog->dir, &plog->floor);
+    if (rc == TN_ECORRUPT) {
+        set_sticky(plog, TN_ECORRUPT, "floor file %s/%s is damaged", plog->dir, FLOOR_FILE);
+        return 0;
+    }
     return rc;
 }
 

@@ -264,6 +264,37 @@ struct tn_plog_s {
  * directory). Blocks on disk: call at startup, or from a worker thread. */
 int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_plog_t **out);
 
+/* What tn_plog_open would recover from the partition directory dir,
+ * found without writing anything there (plogprobe.c): for `ternctl
+ * restore`, which looks at every member's copy of a replicated partition
+ * in a backup before it writes a byte. It reads with recovery's own
+ * pieces (segment sidecars and scans, the floor and epochs files) and
+ * applies recovery's decisions in memory: a torn tail of the last segment
+ * is not counted, a sealed segment's damage or a damaged floor or epochs
+ * file is TN_ECORRUPT (the log would open isolated), and the epoch
+ * history is cut to the log as recovery cuts it. */
+typedef struct {
+    uint64_t log_start; /* the first offset the log holds (floor included) */
+    uint64_t log_end;   /* the offset the next append would get */
+    tn_epochs_t epochs; /* the history as recovery leaves it (owned: tn_plog_probe_fini) */
+    /* The highest epoch the file named before recovery's cut (an entry a
+     * leader recorded at its log end and wrote nothing in), 0 for none. */
+    uint32_t max_epoch;
+    char errmsg[300]; /* what was damaged, or what failed */
+} tn_plog_probe_t;
+
+/* Probe dir (borrowed) into *out (caller-owned; fini it after any
+ * return). A missing dir is UV_ENOENT; a directory without segments is an
+ * empty log (0, 0). 0, TN_ECORRUPT (what storage would isolate: errmsg),
+ * an I/O error or UV_ENOMEM. Any thread; blocks. */
+int tn_plog_probe(const char *dir, tn_plog_probe_t *out);
+void tn_plog_probe_fini(tn_plog_probe_t *out);
+
+/* Storage-internal (the log's recovery and the probe): read dir's floor
+ * file into *floor, which a missing file leaves as it was. 0,
+ * TN_ECORRUPT or an I/O error. */
+int tn__plog_floor_load(const char *dir, uint64_t *floor);
+
 /* Open a log that keeps its records in memory only (an NSQ `#ephemeral`
  * topic's partition): nothing is written to disk, a restart loses it.
  * It holds at most max_records records and max_bytes of keys and bodies;

@@ -29,13 +29,18 @@
  *   2. D must be missing or empty. Write each file under a temporary name,
  *      checking the CRC again of what is written, fsync, rename; fsync
  *      every directory made.
- *   3. Write D/meta from the snapshot (meta.h tn_meta_restore_write).
- *   The data directory's `incarnation` file, which the backup holds, is
- *   not written: the node starts with a new one, so a restored copy is
- *   never taken for the one its old ISR entries stood for (in a trial of
- *   a cluster restored whole, copies were truncated as the nodes started,
- *   and a truncated copy that kept its identity could be elected:
- *   docs/operations.md, "Backup and restore").
+ *   3. Write D/meta from the snapshot (meta.h tn_meta_restore_write),
+ *      rewritten for the whole cluster (meta/restore.h): before step 2,
+ *      every member's manifest and files are checked (a member missing
+ *      or damaged fails every member's restore, naming it), each
+ *      replica's copy of each replicated partition in DIR is probed as
+ *      storage would recover it (tn_plog_probe), the copy to lead is
+ *      chosen and the partition states and member incarnations are
+ *      rewritten, the same on every node. Then D/incarnation: the one
+ *      derived from the backup's id and the node id, which the rewritten
+ *      ISR entries and member records name. The copied `incarnation` is
+ *      never written back.
+ *   4. Print the decision per partition.
  *   With --rejoin (one node of a cluster that keeps running on its other
  *   members' data): step 3 is left out. The node then starts as a
  *   replaced disk: its
@@ -57,6 +62,8 @@
 #include "core/crc32c.h"
 #include "core/err.h"
 #include "meta/meta.h"
+#include "meta/restore.h"
+#include "storage/plog.h"
 
 #include <uv.h>
 
@@ -69,6 +76,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -545,11 +553,21 @@ static int run_backup(tn_ctl_t *c, int argc, char **argv)
         for (size_t i = 1; i < n; i++)
             if (nodes[i].m.applied_index > nodes[best].m.applied_index)
                 best = i;
+        /* The set's identity: what the incarnations of a cluster restored
+         * from it are derived from (meta/restore.h). */
+        unsigned char rnd[16];
+        char bid[2 * sizeof(rnd) + 1];
+        if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+            rc = say("backup", "getrandom: %s", strerror(errno));
+            goto done;
+        }
+        for (size_t i = 0; i < sizeof(rnd); i++)
+            snprintf(bid + 2 * i, 3, "%02x", rnd[i]);
         char top[4096];
         size_t tl = (size_t)snprintf(top, sizeof(top),
-                                     "{\"format\":\"" TOP_FORMAT "\",\"metastore_from\":%" PRIu64
-                                     ",\"nodes\":[",
-                                     nodes[best].id);
+                                     "{\"format\":\"" TOP_FORMAT "\",\"id\":\"%s\","
+                                     "\"metastore_from\":%" PRIu64 ",\"nodes\":[",
+                                     bid, nodes[best].id);
         for (size_t i = 0; i < n && tl < sizeof(top) - 64; i++)
             tl += (size_t)snprintf(top + tl, sizeof(top) - tl, "%s%" PRIu64, i ? "," : "",
                                    nodes[i].id);
@@ -564,6 +582,7 @@ static int run_backup(tn_ctl_t *c, int argc, char **argv)
             printf("backup of %zu node(s) complete in %s (metastore from node %" PRIu64 ")\n", n,
                    dir, nodes[best].id);
     }
+done:
     end_sessions(c, nodes, n);
     for (size_t i = 0; i < n; i++) {
         tn_ctl_resp_fini(&nodes[i].man);
@@ -602,6 +621,8 @@ static int load_manifest(const char *dir, uint64_t id, tn_manifest_t *m)
     char *body = NULL;
     size_t len = 0;
     int e = read_file(p, TN_MANIFEST_MAX_BYTES, &body, &len);
+    if (e == UV_ENOENT)
+        return say("restore", "%s is missing: the backup lacks node %" PRIu64 "'s copy", p, id);
     if (e != 0)
         return say("restore", "%s: %s", p, tn_strerror(e));
     char err[300];
@@ -615,10 +636,18 @@ static int load_manifest(const char *dir, uint64_t id, tn_manifest_t *m)
     return TN_CTL_OK;
 }
 
+/* What backup.json says besides the metastore source. */
+typedef struct {
+    uint64_t ids[MAX_NODES]; /* every member copied */
+    size_t n;
+    char id[65]; /* the set's id; "" in a set made before sets had one */
+} set_t;
+
 /* The set's description: the node to restore (*id, from --node or the only
- * one) and the metastore source. */
-static int load_set(const char *dir, bool have_node, uint64_t *id, uint64_t *meta_from)
+ * one), the metastore source and the members. */
+static int load_set(const char *dir, bool have_node, uint64_t *id, uint64_t *meta_from, set_t *set)
 {
+    memset(set, 0, sizeof(*set));
     char p[PATH_LEN];
     pathf(p, sizeof(p), "%s/backup.json", dir);
     char *body = NULL;
@@ -639,6 +668,22 @@ static int load_set(const char *dir, bool have_node, uint64_t *id, uint64_t *met
         goto out;
     }
     *meta_from = (uint64_t)YAJL_GET_INTEGER(from);
+    if (nodes->u.array.len > MAX_NODES) {
+        rc = say("restore", "%s names more than %d nodes", p, MAX_NODES);
+        goto out;
+    }
+    yajl_val bid = tn_ctl_get(v, "id");
+    if (bid != NULL) {
+        size_t bl = YAJL_IS_STRING(bid) ? strlen(SV(bid)) : 0;
+        bool hex = bl >= 16 && bl < sizeof(set->id);
+        for (size_t i = 0; hex && i < bl; i++)
+            hex = strchr("0123456789abcdef", SV(bid)[i]) != NULL;
+        if (!hex) {
+            rc = say("restore", "%s: its id is not 16 to 64 lowercase hex digits", p);
+            goto out;
+        }
+        memcpy(set->id, SV(bid), bl + 1);
+    }
     bool found = false, from_in = false;
     for (size_t i = 0; i < nodes->u.array.len; i++) {
         yajl_val x = nodes->u.array.values[i];
@@ -647,6 +692,12 @@ static int load_set(const char *dir, bool have_node, uint64_t *id, uint64_t *met
             goto out;
         }
         uint64_t nid = (uint64_t)YAJL_GET_INTEGER(x);
+        for (size_t k = 0; k < set->n; k++)
+            if (set->ids[k] == nid) {
+                rc = say("restore", "%s names node %" PRIu64 " twice", p, nid);
+                goto out;
+            }
+        set->ids[set->n++] = nid;
         found = found || (have_node && nid == *id);
         from_in = from_in || nid == *meta_from;
     }
@@ -735,6 +786,230 @@ static int copy_in(const char *src, const char *final, uint64_t len, uint32_t cr
     return TN_CTL_OK;
 }
 
+/* --- a whole cluster restored: every member's copy of every replicated partition --- */
+
+typedef struct {
+    const char *dir;
+    const set_t *set;
+    tn_manifest_t *mans; /* mans[i]: set->ids[i]'s */
+    tn_plog_probe_t probes[TN_PSTATE_MAX_REPLICAS];
+    bool probed[TN_PSTATE_MAX_REPLICAS];
+    tn_buf_t text; /* the decisions, printed once the restore is written */
+    tn_buf_t json;
+    size_t nparts;
+    size_t offline;
+    uint64_t beyond; /* records of copies beyond their leader's log, over every partition */
+    int oom;
+} whole_t;
+
+static void bprintf(whole_t *w, tn_buf_t *b, const char *fmt, ...) TN_PRINTF(3, 4);
+static void bprintf(whole_t *w, tn_buf_t *b, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n > 0 && tn_buf_append(b, line, TN_MIN((size_t)n, sizeof(line) - 1)) != 0)
+        w->oom = UV_ENOMEM;
+}
+
+static void drop_probes(whole_t *w)
+{
+    for (size_t k = 0; k < TN_PSTATE_MAX_REPLICAS; k++)
+        if (w->probed[k]) {
+            tn_plog_probe_fini(&w->probes[k]);
+            w->probed[k] = false;
+        }
+}
+
+/* Whether man holds files of partition p of topic. */
+static bool holds(const tn_manifest_t *man, const char *topic, uint32_t p)
+{
+    char pre[TN_MANIFEST_PATH_MAX + 32];
+    int n = snprintf(pre, sizeof(pre), "topics/%s/%" PRIu32 "/", topic, p);
+    for (size_t i = 0; n > 0 && i < man->nfiles; i++)
+        if (strncmp(man->files[i].path, pre, (size_t)n) == 0)
+            return true;
+    return false;
+}
+
+static int on_copies(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps,
+                     tn_meta_restore_copy_t *copies, char *err, size_t errlen)
+{
+    whole_t *w = arg;
+    drop_probes(w);
+    for (uint32_t k = 0; k < ps->nreplicas; k++) {
+        const tn_manifest_t *man = NULL;
+        for (size_t i = 0; i < w->set->n; i++)
+            if (w->set->ids[i] == copies[k].node)
+                man = &w->mans[i];
+        if (man == NULL || !holds(man, topic, p))
+            continue; /* no copy: not present */
+        char path[PATH_LEN];
+        pathf(path, sizeof(path), "%s/%" PRIu32 "/data/topics/%s/%" PRIu32, w->dir, copies[k].node,
+              topic, p);
+        tn_plog_probe_t *pr = &w->probes[k];
+        int rc = tn_plog_probe(path, pr);
+        w->probed[k] = true;
+        copies[k].present = true;
+        copies[k].max_epoch = pr->max_epoch;
+        if (rc == TN_ECORRUPT) {
+            copies[k].damaged = true;
+            continue;
+        }
+        if (rc != 0) {
+            tn_errbuf(err, errlen, "node %" PRIu32 "'s copy of %s/%" PRIu32 ": %s", copies[k].node,
+                      topic, p, pr->errmsg);
+            return rc;
+        }
+        uint32_t last = tn_epochs_latest(&pr->epochs);
+        copies[k].last_epoch = last == TN_EPOCHS_UNDEFINED ? 0 : last;
+        copies[k].log_end = pr->log_end;
+    }
+    return 0;
+}
+
+static void on_told(void *arg, const char *topic, uint32_t p, const tn_pstate_t *old,
+                    const tn_pstate_t *now, const tn_meta_restore_copy_t *copies, int best)
+{
+    whole_t *w = arg;
+    w->nparts++;
+    bprintf(w, &w->json,
+            "%s{\"topic\":\"%s\",\"partition\":%" PRIu32 ",\"leader\":", w->nparts > 1 ? "," : "",
+            topic, p);
+    if (best < 0) {
+        w->offline++;
+        bprintf(w, &w->text,
+                "partition %s/%" PRIu32 ": OFFLINE: no copy of it in the backup; it stays without "
+                "a leader until an admin forces one (ternctl partitions force-leader %s %" PRIu32
+                " NODE --unclean)\n",
+                topic, p, topic, p);
+        bprintf(w, &w->json, "null");
+    } else {
+        bprintf(w, &w->text,
+                "partition %s/%" PRIu32 ": leader node %" PRIu32 " in leader epoch %" PRIu32
+                " (the backup's state: node %" PRIu32 " in epoch %" PRIu32 ")\n",
+                topic, p, now->leader, now->leader_epoch, old->leader, old->leader_epoch);
+        bprintf(w, &w->json, "\"%" PRIu32 "\"", now->leader);
+    }
+    bprintf(w, &w->json,
+            ",\"leader_epoch\":%" PRIu32 ",\"partition_epoch\":%" PRIu32 ",\"copies\":[",
+            now->leader_epoch, now->partition_epoch);
+    for (uint32_t k = 0; k < old->nreplicas; k++) {
+        const tn_meta_restore_copy_t *cp = &copies[k];
+        const tn_plog_probe_t *pr = &w->probes[k];
+        bprintf(w, &w->json, "%s{\"node\":\"%" PRIu32 "\",\"present\":%s,\"damaged\":%s",
+                k ? "," : "", cp->node, cp->present ? "true" : "false",
+                cp->damaged ? "true" : "false");
+        if (!cp->present) {
+            bprintf(w, &w->text, "  node %" PRIu32 ": no copy in the backup\n", cp->node);
+            bprintf(w, &w->json, "}");
+            continue;
+        }
+        if (cp->damaged) {
+            bprintf(w, &w->text,
+                    "  node %" PRIu32 ": damaged (%s): not chosen; it is repaired from the "
+                    "leader\n",
+                    cp->node, pr->errmsg);
+            bprintf(w, &w->json, "}");
+            continue;
+        }
+        bprintf(w, &w->json,
+                ",\"log_start\":%" PRIu64 ",\"log_end\":%" PRIu64 ",\"last_epoch\":%" PRIu32,
+                pr->log_start, pr->log_end, cp->last_epoch);
+        if ((int)k == best) {
+            bprintf(w, &w->text,
+                    "  node %" PRIu32 ": offsets [%" PRIu64 ", %" PRIu64 "), last epoch %" PRIu32
+                    ": leads\n",
+                    cp->node, pr->log_start, pr->log_end, cp->last_epoch);
+            bprintf(w, &w->json, ",\"beyond_leader\":0}");
+            continue;
+        }
+        /* What the KIP-279 rule will cut from this copy once it follows
+         * the leader: its records the leader's log does not hold. A copy
+         * without an epoch history (a backup made before backups held the
+         * `epochs` file) is copied again whole, and only what lies past
+         * the leader's end is counted: which of its records the leader
+         * holds is not known. */
+        const tn_plog_probe_t *lp = &w->probes[best];
+        uint64_t keep = 0;
+        int rc = 0;
+        if (pr->epochs.n == 0)
+            keep = TN_MIN(lp->log_end, pr->log_end);
+        else
+            rc = tn_epochs_agree_end(&lp->epochs, lp->log_end, &pr->epochs, pr->log_end, &keep);
+        if (rc != 0) {
+            bprintf(w, &w->text,
+                    "  node %" PRIu32 ": offsets [%" PRIu64 ", %" PRIu64 "), last epoch %" PRIu32
+                    ": where it parts from the leader's log is unknown (%s)\n",
+                    cp->node, pr->log_start, pr->log_end, cp->last_epoch, tn_strerror(rc));
+            bprintf(w, &w->json, ",\"beyond_leader\":null}");
+            continue;
+        }
+        uint64_t from = TN_MAX(keep, pr->log_start);
+        uint64_t beyond = pr->log_end > from ? pr->log_end - from : 0;
+        w->beyond += beyond;
+        bprintf(w, &w->text,
+                "  node %" PRIu32 ": offsets [%" PRIu64 ", %" PRIu64 "), last epoch %" PRIu32
+                ": %" PRIu64 " record(s) beyond the leader's log%s\n",
+                cp->node, pr->log_start, pr->log_end, cp->last_epoch, beyond,
+                beyond > 0
+                    ? " (lost: never acknowledged unless the backup caught a write under way)"
+                    : "");
+        bprintf(w, &w->json, ",\"beyond_leader\":%" PRIu64 "}", beyond);
+    }
+    bprintf(w, &w->json, "]}");
+}
+
+/* Every member's manifest and files checked, then the snapshot of
+ * metastore_from rewritten for the whole cluster (meta/restore.h) into
+ * *out. Nothing is written. */
+static int whole_cluster(whole_t *w, const char *dir, const set_t *set, uint64_t meta_from,
+                         const tn_manifest_t *mm, const char *bid, tn_buf_t *out,
+                         unsigned char *buf)
+{
+    int rc = TN_CTL_OK;
+    for (size_t i = 0; i < set->n && rc == TN_CTL_OK; i++) {
+        char p[PATH_LEN];
+        /* Restoring a whole cluster reads every member's copy of every
+         * replicated partition: a member missing fails every restore. */
+        if ((rc = load_manifest(dir, set->ids[i], &w->mans[i])) != TN_CTL_OK)
+            return rc;
+        for (size_t k = 0; k < w->mans[i].nfiles && rc == TN_CTL_OK; k++) {
+            pathf(p, sizeof(p), "%s/%" PRIu64 "/data/%s", dir, set->ids[i],
+                  w->mans[i].files[k].path);
+            rc = check_file(p, w->mans[i].files[k].len, w->mans[i].files[k].crc, buf);
+        }
+        if (rc != TN_CTL_OK)
+            return say("restore",
+                       "node %" PRIu64 "'s copy in %s is damaged (above): every "
+                       "member's restore reads it, so none may go on",
+                       set->ids[i], dir);
+    }
+    char p[PATH_LEN];
+    pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
+    char *snap = NULL;
+    size_t snap_len = 0;
+    int e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &snap_len);
+    if (e != 0)
+        return say("restore", "%s: %s", p, tn_strerror(e));
+    if (snap_len != mm->meta_len || tn_crc32c(0, snap, snap_len) != mm->meta_crc) {
+        tn_free(snap);
+        return say("restore", "%s changed while it was restored", p);
+    }
+    char err[600];
+    e = tn_meta_restore_rewrite(snap, snap_len, bid, set->ids, set->n, on_copies, on_told, w, out,
+                                err, sizeof(err));
+    drop_probes(w);
+    tn_free(snap);
+    if (e != 0)
+        return say("restore", "%s", err);
+    if (w->oom != 0)
+        return say("restore", "out of memory");
+    return TN_CTL_OK;
+}
+
 static int run_restore(tn_ctl_t *c, int argc, char **argv)
 {
     static const struct option opts[] = {{"data-path", required_argument, NULL, 'd'},
@@ -770,16 +1045,25 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         return tn_ctl_usage("restore", "--data-path D (the data directory to make) is required");
     const char *dir = argv[optind];
     uint64_t meta_from = 0;
-    int rc = load_set(dir, have_node, &id, &meta_from);
+    set_t set;
+    int rc = load_set(dir, have_node, &id, &meta_from, &set);
     if (rc != TN_CTL_OK)
         return rc;
     tn_manifest_t m, mm;
     memset(&m, 0, sizeof(m));
     memset(&mm, 0, sizeof(mm));
+    whole_t w;
+    memset(&w, 0, sizeof(w));
+    w.dir = dir;
+    w.set = &set;
+    tn_buf_init(&w.text);
+    tn_buf_init(&w.json);
+    tn_buf_t snap;
+    tn_buf_init(&snap);
+    uint64_t inc = 0;
     unsigned char *buf = tn_malloc(COPY_BUF);
-    char *snap = NULL;
-    size_t snap_len = 0;
-    if (buf == NULL) {
+    w.mans = tn_calloc(set.n, sizeof(*w.mans));
+    if (buf == NULL || w.mans == NULL) {
         rc = say("restore", "out of memory");
         goto out;
     }
@@ -805,6 +1089,20 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         rc = say("restore", "node %" PRIu64 " is not a voter of node %" PRIu64 "'s metastore", id,
                  meta_from);
         goto out;
+    }
+    if (!rejoin) {
+        /* The whole cluster from this backup: every member's copy read, the
+         * same rewritten metastore and incarnations on every node. A set
+         * made before sets had an id is named by its metastore source's
+         * backup session (random, one per backup). */
+        const char *bid = set.id[0] != '\0' ? set.id : mm.session;
+        if (bid[0] == '\0') {
+            rc = say("restore", "%s has no id and its metastore source no session id", dir);
+            goto out;
+        }
+        if ((rc = whole_cluster(&w, dir, &set, meta_from, &mm, bid, &snap, buf)) != TN_CTL_OK)
+            goto out;
+        inc = tn_meta_restore_incarnation(bid, id);
     }
     /* 2. The target. */
     int e = empty_dir(data);
@@ -853,24 +1151,16 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         rc = TN_CTL_OK;
         goto out;
     }
-    /* 3. The metastore. */
-    pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, meta_from);
-    if ((e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &snap_len)) != 0) {
-        rc = say("restore", "%s: %s", p, tn_strerror(e));
-        goto out;
-    }
-    if (snap_len != mm.meta_len || tn_crc32c(0, snap, snap_len) != mm.meta_crc) {
-        rc = say("restore", "%s changed while it was restored", p);
-        goto out;
-    }
+    /* 3. The metastore, rewritten above, and the restored incarnation. */
     pathf(q, sizeof(q), "%s/meta", data);
     if (mkdir(q, 0700) != 0) {
         rc = say("restore", "mkdir %s: %s", q, strerror(errno));
         goto out;
     }
     char err[400];
-    if (tn_meta_restore_write(q, snap, snap_len, mm.voters, mm.nvoters, id, err, sizeof(err)) !=
-        0) {
+    if (tn_meta_restore_write(q, tn_buf_data(&snap), tn_buf_size(&snap), mm.voters, mm.nvoters, id,
+                              err, sizeof(err)) != 0 ||
+        tn_meta_restore_incarnation_write(data, inc, err, sizeof(err)) != 0) {
         rc = say("restore", "%s", err);
         goto out;
     }
@@ -879,20 +1169,42 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         goto out;
     }
     if (tn_ctl_json(c)) {
-        char js[256];
-        int jl = snprintf(js, sizeof(js),
-                          "{\"node_id\":%" PRIu64 ",\"files\":%zu,\"bytes\":%" PRIu64
-                          ",\"metastore_from\":%" PRIu64 ",\"rejoin\":false}",
-                          id, nfiles, bytes, meta_from);
-        tn_ctl_print_json(js, (size_t)jl);
+        tn_buf_t js;
+        tn_buf_init(&js);
+        bprintf(&w, &js,
+                "{\"node_id\":%" PRIu64 ",\"files\":%zu,\"bytes\":%" PRIu64
+                ",\"metastore_from\":%" PRIu64 ",\"rejoin\":false,\"incarnation\":\"%016" PRIx64
+                "\",\"partitions\":[",
+                id, nfiles, bytes, meta_from, inc);
+        if ((tn_buf_size(&w.json) > 0 &&
+             tn_buf_append(&js, tn_buf_data(&w.json), tn_buf_size(&w.json)) != 0) ||
+            tn_buf_append(&js, "]}", 2) != 0)
+            w.oom = UV_ENOMEM;
+        if (w.oom == 0)
+            tn_ctl_print_json(tn_buf_data(&js), tn_buf_size(&js));
+        tn_buf_fini(&js);
+        if (w.oom != 0) {
+            rc = say("restore", "out of memory (the restore itself is written)");
+            goto out;
+        }
     } else {
         printf("restored node %" PRIu64 " into %s: %zu files, %" PRIu64
-               " bytes, metastore from node %" PRIu64 "\n",
-               id, data, nfiles, bytes, meta_from);
+               " bytes, metastore from node %" PRIu64 ", incarnation %016" PRIx64 "\n",
+               id, data, nfiles, bytes, meta_from, inc);
+        printf("replicated partitions, as every node restored from %s starts them: %zu, %zu "
+               "offline, %" PRIu64 " record(s) of copies beyond their leader's log\n",
+               dir, w.nparts, w.offline, w.beyond);
+        if (tn_buf_size(&w.text) > 0)
+            fwrite(tn_buf_data(&w.text), 1, tn_buf_size(&w.text), stdout);
     }
     rc = TN_CTL_OK;
 out:
-    tn_free(snap);
+    for (size_t i = 0; w.mans != NULL && i < set.n; i++)
+        tn_manifest_fini(&w.mans[i]);
+    tn_free(w.mans);
+    tn_buf_fini(&w.text);
+    tn_buf_fini(&w.json);
+    tn_buf_fini(&snap);
     tn_free(buf);
     tn_manifest_fini(&m);
     tn_manifest_fini(&mm);
@@ -923,9 +1235,14 @@ const tn_ctl_cmd_t tn_ctl_cmd_restore = {
     "\n"
     "A cluster is restored whole: every node from the same backup, each with\n"
     "`--node` its own id, then each started with its old node-id,\n"
-    "raft-address and peers. A restored data directory gets a new\n"
-    "incarnation at its first start.\n"
-    "One node of a running cluster is restored with --rejoin.\n"
+    "raft-address and peers. Each restore reads every member's copy in DIR\n"
+    "(all must be there and undamaged), gives every replicated partition the\n"
+    "copy with the highest (last epoch, log end) as its leader, in a new\n"
+    "epoch, and the node the incarnation derived from the backup; every\n"
+    "node's restore decides the same and prints it per partition. Records a\n"
+    "copy holds beyond its leader's log are dropped when it follows.\n"
+    "One node of a running cluster is restored with --rejoin (it gets a new\n"
+    "random incarnation at its first start).\n"
     "\n"
     "example:\n"
     "  ternctl restore /srv/backup/t1 --data-path /var/lib/tern --node 2\n",

@@ -195,6 +195,15 @@ static void test_follower_step_refuses(void **state)
     tn_epochs_init(&empty);
     assert_int_equal(tn_epochs_follower_step(&empty, 0, U, 3, 12, &s), 0);
     assert_int_equal(s.action, TN_EPOCHS_RESET);
+    /* tn_epochs_agree_end: a follower holding an epoch newer than the
+     * leader's latest (the leader is stale) has no answer. */
+    tn_epochs_t newer;
+    tn_epochs_init(&newer);
+    assert_int_equal(tn_epochs_assign(&newer, 9, 0, NULL), 0);
+    uint64_t keep = 77;
+    assert_int_equal(tn_epochs_agree_end(&h, 15, &newer, 4, &keep), TN_ERANGE);
+    assert_int_equal(keep, 77);
+    tn_epochs_fini(&newer);
     /* A sane one. */
     assert_int_equal(tn_epochs_follower_step(&h, 15, 3, 3, 12, &s), 0);
     assert_int_equal(s.action, TN_EPOCHS_TRUNCATE);
@@ -357,6 +366,11 @@ static void test_divergence_table(void **state)
 
         tn_epochs_step_t s = converge(sc, &lh, &ll, &fh, &fl);
         assert_int_equal(s.action, sc->action);
+        /* The whole exchange in one call (what `ternctl restore` reports
+         * as the records each copy holds beyond its leader's log). */
+        uint64_t keep = UINT64_MAX;
+        assert_int_equal(tn_epochs_agree_end(&lh, ll.end, &fh, fl.end, &keep), 0);
+        assert_int_equal(keep, s.action == TN_EPOCHS_RESET ? 0 : TN_MIN(s.offset, fl.end));
         if (s.action == TN_EPOCHS_TRUNCATE) {
             assert_int_equal(s.offset, sc->truncate_to);
             /* Acknowledged records the follower holds are never cut. */

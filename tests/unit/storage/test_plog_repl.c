@@ -304,6 +304,97 @@ static void test_epochs_repaired_at_open(void **state)
     assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
 }
 
+/* A listing of dir: every name with its size and modification time, to
+ * show that a probe wrote nothing. */
+static void listing(const char *dir, char *out, size_t len)
+{
+    char cmd[4300];
+    snprintf(cmd, sizeof(cmd), "cd '%s' && stat -c '%%n %%s %%Y.%%y' * | sort", dir);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = '\0';
+    pclose(f);
+}
+
+/* tn_plog_probe finds what tn_plog_open recovers, without writing: the
+ * log end (a torn tail not counted), the history cut to the log (and the
+ * highest epoch it named before the cut), damage as TN_ECORRUPT. */
+static void test_probe(void **state)
+{
+    fx_t *fx = *state;
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/topics/pr/0", fx->dir);
+    tn_plog_probe_t pr;
+    assert_int_equal(tn_plog_probe(dir, &pr), UV_ENOENT);
+    tn_plog_probe_fini(&pr);
+
+    tn_plog_t *pl = open_log(fx, "pr", 0);
+    tu_store_close(&fx->loop, fx->store);
+    fx->store = NULL;
+    assert_int_equal(tn_plog_probe(dir, &pr), 0); /* an empty log */
+    assert_int_equal(pr.log_end, 0);
+    assert_int_equal(pr.epochs.n, 0);
+    assert_int_equal(pr.max_epoch, 0);
+    tn_plog_probe_fini(&pr);
+
+    fx->store = tu_store_open(&fx->loop, &fx->opts);
+    pl = open_log(fx, "pr", 0);
+    assert_int_equal(begin_epoch(fx, pl, 1, NULL), 0);
+    append_n(fx, pl, 5);
+    assert_int_equal(begin_epoch(fx, pl, 2, NULL), 0);
+    append_n(fx, pl, 4);
+    uint64_t end = tn_plog_written_next(pl);
+    assert_int_equal(end, 11); /* two epoch-start records */
+    tu_store_close(&fx->loop, fx->store);
+    fx->store = NULL;
+    /* A leader's entry at the log end (it wrote nothing in epoch 3). */
+    tn_epochs_t h;
+    tn_epochs_init(&h);
+    assert_int_equal(tn_epochs_load(&h, dir), 0);
+    assert_int_equal(tn_epochs_assign(&h, 3, end, NULL), 0);
+    assert_int_equal(tn_epochs_save(&h, dir), 0);
+    tn_epochs_fini(&h);
+    /* And a torn record after the last whole one. */
+    char seg[4200];
+    snprintf(seg, sizeof(seg), "%s/%020d.log", dir, 0);
+    FILE *f = fopen(seg, "ab");
+    assert_non_null(f);
+    fwrite("\x40\x00\x00\x00torn", 1, 8, f);
+    fclose(f);
+
+    char before[8192], after[8192];
+    listing(dir, before, sizeof(before));
+    assert_int_equal(tn_plog_probe(dir, &pr), 0);
+    listing(dir, after, sizeof(after));
+    assert_non_null(strstr(before, "epochs "));
+    assert_string_equal(before, after); /* nothing written, nothing cut */
+    assert_int_equal(pr.log_start, 0);
+    assert_int_equal(pr.log_end, end);
+    assert_int_equal(tn_epochs_latest(&pr.epochs), 2);
+    assert_int_equal(pr.max_epoch, 3);
+    tn_plog_probe_fini(&pr);
+
+    /* The log opened there agrees. */
+    fx->store = tu_store_open(&fx->loop, &fx->opts);
+    pl = open_log(fx, "pr", 0);
+    assert_int_equal(tn_plog_written_next(pl), end);
+    assert_int_equal(tn_plog_last_epoch(pl), 2);
+    tu_store_close(&fx->loop, fx->store);
+    fx->store = NULL;
+
+    /* Damage: a bad record below a whole one, and a damaged epochs file. */
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", dir, TN_EPOCHS_FILE);
+    tu_patch_file(path, 0, "XXXX", 4);
+    assert_int_equal(tn_plog_probe(dir, &pr), TN_ECORRUPT);
+    assert_non_null(strstr(pr.errmsg, "magic"));
+    tn_plog_probe_fini(&pr);
+    fx->store = tu_store_open(&fx->loop, &fx->opts);
+    assert_int_equal(tn_plog_open(fx->store, "pr", 0, &pl), 0);
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT); /* as the open isolates it */
+}
+
 static void on_gc(tn_plog_gc_t *req, int status)
 {
     bool *done = req->data;
@@ -1516,6 +1607,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_control_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_begin_epoch_and_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epochs_repaired_at_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_probe, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_trims_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_raw_refusals, setup, teardown),

@@ -1,0 +1,336 @@
+/* A whole cluster restored from one backup (meta/restore.h): the choice of
+ * the copy to lead as a table (ties, a copy ahead in epoch but shorter,
+ * empty, missing and damaged copies), the rewritten partition state, the
+ * derived incarnations, and the rewrite of a real snapshot: the same bytes
+ * from every member's restore, and a restored member's first registration
+ * fences nothing, so the partition keeps the leader and epochs the restore
+ * chose. */
+#include "core/platform.h"
+
+#include "testutil.h"
+
+#include "core/alloc.h"
+#include "core/err.h"
+#include "meta/restore.h"
+#include "meta/state.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define COPY(node, epoch, end)                                                                     \
+    {                                                                                              \
+        (node), true, false, (epoch), (end), (epoch)                                               \
+    }
+#define MISSING(node)                                                                              \
+    {                                                                                              \
+        (node), false, false, 0, 0, 0                                                              \
+    }
+#define DAMAGED(node, max)                                                                         \
+    {                                                                                              \
+        (node), true, true, 0, 0, (max)                                                            \
+    }
+
+static void test_choose_table(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *what;
+        tn_meta_restore_copy_t c[3];
+        int best;
+    } rows[] = {
+        {"all equal: the first in replicas order",
+         {COPY(1, 3, 40), COPY(2, 3, 40), COPY(3, 3, 40)},
+         0},
+        {"a longer log in the same epoch", {COPY(1, 3, 40), COPY(2, 3, 41), COPY(3, 3, 39)}, 1},
+        {"a tie between later replicas: the earlier of them",
+         {COPY(1, 3, 10), COPY(2, 3, 41), COPY(3, 3, 41)},
+         1},
+        {"ahead in epoch but shorter wins", {COPY(1, 3, 90), COPY(2, 4, 50), COPY(3, 3, 95)}, 1},
+        {"an empty copy loses to any record", {COPY(1, 0, 0), COPY(2, 1, 1), COPY(3, 0, 0)}, 1},
+        {"every copy empty: the preferred replica",
+         {COPY(1, 0, 0), COPY(2, 0, 0), COPY(3, 0, 0)},
+         0},
+        {"a missing copy is no candidate", {MISSING(1), COPY(2, 2, 5), COPY(3, 2, 7)}, 2},
+        {"a damaged copy is no candidate, however high its epoch",
+         {DAMAGED(1, 9), COPY(2, 2, 5), COPY(3, 1, 7)},
+         1},
+        {"nothing to choose", {MISSING(1), DAMAGED(2, 4), MISSING(3)}, -1},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        int got = tn_meta_restore_choose(rows[i].c, 3);
+        if (got != rows[i].best)
+            fail_msg("%s: chose %d, want %d", rows[i].what, got, rows[i].best);
+    }
+    assert_int_equal(tn_meta_restore_choose(NULL, 0), -1);
+}
+
+static tn_pstate_t old_state(void)
+{
+    tn_pstate_t ps;
+    memset(&ps, 0, sizeof(ps));
+    ps.nreplicas = 3;
+    ps.replicas[0] = 1;
+    ps.replicas[1] = 2;
+    ps.replicas[2] = 3;
+    ps.leader = 2;
+    ps.leader_epoch = 4;
+    ps.partition_epoch = 17;
+    ps.nisr = 1;
+    ps.isr[0] = (tn_pstate_member_t){2, 0x22};
+    ps.nelr = 1;
+    ps.elr[0] = (tn_pstate_member_t){3, 0x33};
+    ps.min_insync = 2;
+    ps.corrupt = 1u << 0;
+    ps.unclean = true;
+    return ps;
+}
+
+static void test_rewritten_state(void **state)
+{
+    (void)state;
+    tn_pstate_t old = old_state();
+    /* The logs are ahead of the snapshot's state (epoch 6 > 4), and one
+     * copy names an epoch 8 its log never wrote in. */
+    tn_meta_restore_copy_t c[3] = {COPY(1, 6, 30), COPY(2, 5, 40), COPY(3, 6, 29)};
+    c[2].max_epoch = 8;
+    int best = tn_meta_restore_choose(c, 3);
+    assert_int_equal(best, 0);
+    tn_pstate_t now;
+    tn_meta_restore_pstate(&old, c, best, 0xabc, &now);
+    assert_int_equal(now.leader, 1);
+    assert_int_equal(now.leader_epoch, 9);
+    assert_int_equal(now.partition_epoch, 18);
+    assert_int_equal(now.nisr, 1);
+    assert_int_equal(now.isr[0].node, 1);
+    assert_true(now.isr[0].incarnation == 0xabc);
+    assert_int_equal(now.nelr, 0);
+    assert_int_equal(now.corrupt, 0);
+    assert_false(now.unclean);
+    assert_int_equal(now.min_insync, 2);
+    assert_int_equal(now.nreplicas, 3);
+    assert_memory_equal(now.replicas, old.replicas, sizeof(old.replicas));
+
+    /* The snapshot's epoch above every copy's still counts. */
+    old.leader_epoch = 12;
+    tn_meta_restore_pstate(&old, c, best, 0xabc, &now);
+    assert_int_equal(now.leader_epoch, 13);
+
+    /* No copy: offline, nobody to elect, epochs still moved on. */
+    tn_meta_restore_copy_t none[3] = {MISSING(1), DAMAGED(2, 14), MISSING(3)};
+    tn_meta_restore_pstate(&old, none, tn_meta_restore_choose(none, 3), 0, &now);
+    assert_int_equal(now.leader, TN_PSTATE_NONE);
+    assert_int_equal(now.nisr, 0);
+    assert_int_equal(now.nelr, 0);
+    assert_int_equal(now.leader_epoch, 15);
+    assert_int_equal(now.partition_epoch, 18);
+}
+
+static void test_incarnations(void **state)
+{
+    (void)state;
+    const char *id = "0123456789abcdef0123456789abcdef";
+    uint64_t a1 = tn_meta_restore_incarnation(id, 1);
+    assert_true(a1 != 0);
+    assert_true(a1 == tn_meta_restore_incarnation(id, 1)); /* every node derives the same */
+    assert_true(a1 != tn_meta_restore_incarnation(id, 2));
+    assert_true(a1 != tn_meta_restore_incarnation("0123456789abcdef0123456789abcdee", 1));
+    /* Member 1 of backup "x1" is not member 11 of backup "x". */
+    assert_true(tn_meta_restore_incarnation("x1", 1) != tn_meta_restore_incarnation("x", 11));
+}
+
+/* --- the rewrite of a snapshot -------------------------------------------------- */
+
+static tn_meta_cmd_t reg(uint64_t id, uint64_t incarnation, uint64_t boot)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_REC;
+    c.member.id = id;
+    snprintf(c.member.addr, sizeof(c.member.addr), "10.0.0.%llu:4153", (unsigned long long)id);
+    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "10.0.0.%llu:4151",
+             (unsigned long long)id);
+    c.member.heartbeat_ms = 1000;
+    c.member.incarnation = incarnation;
+    c.member.boot = boot;
+    return c;
+}
+
+static tn_meta_cmd_t topic(const char *name, uint32_t partitions)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_PUT;
+    c.if_absent = true;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.topic.partitions = partitions;
+    c.topic.retention_ms = 3600 * 1000LL;
+    c.topic.visibility_timeout_ms = 30000;
+    c.topic.max_inflight = 1024;
+    c.topic.max_acked_ahead = 1024;
+    c.topic.created_at_ms = 1700000000000LL;
+    c.topic.native = true;
+    c.topic.replication_factor = 3;
+    c.topic.min_insync = 2;
+    return c;
+}
+
+/* The copies a test backup holds: partition 0 has node 3 ahead; partition
+ * 1 has no copy at all. */
+static int copies_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *ps,
+                     tn_meta_restore_copy_t *copies, char *err, size_t errlen)
+{
+    (void)arg;
+    (void)err;
+    (void)errlen;
+    assert_string_equal(t, "rt");
+    for (uint32_t k = 0; k < ps->nreplicas; k++) {
+        if (p == 1)
+            continue; /* missing */
+        copies[k].present = true;
+        copies[k].last_epoch = copies[k].max_epoch = 3;
+        copies[k].log_end = copies[k].node == 3 ? 12 : 10;
+    }
+    return 0;
+}
+
+typedef struct {
+    int told;
+    int offline;
+} told_t;
+
+static void told_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *old,
+                    const tn_pstate_t *now, const tn_meta_restore_copy_t *copies, int best)
+{
+    (void)t;
+    (void)old;
+    (void)copies;
+    told_t *x = arg;
+    x->told++;
+    if (best < 0) {
+        x->offline++;
+        assert_int_equal(p, 1);
+        assert_int_equal(now->leader, TN_PSTATE_NONE);
+    }
+}
+
+static int fail_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *ps,
+                   tn_meta_restore_copy_t *copies, char *err, size_t errlen)
+{
+    (void)arg;
+    (void)t;
+    (void)p;
+    (void)ps;
+    (void)copies;
+    tn_errbuf(err, errlen, "node 2's copy is unreadable");
+    return UV_EIO;
+}
+
+static void test_rewrite_snapshot(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    for (uint64_t id = 1; id <= 3; id++) {
+        tn_meta_cmd_t c = reg(id, 0x100 + id, 0x900 + id);
+        assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    }
+    tn_meta_cmd_t t = topic("rt", 2);
+    assert_int_equal(tn_meta_state_apply(&s, &t), 0);
+    const tn_pstate_t *ps0 = tn_meta_state_pstate(&s, "rt", 0);
+    assert_non_null(ps0);
+    uint32_t old_epoch = ps0->leader_epoch;
+    tn_buf_t snap;
+    tn_buf_init(&snap);
+    assert_int_equal(tn_meta_state_snapshot(&s, &snap), 0);
+    tn_meta_state_fini(&s);
+
+    const char *bid = "feedfacefeedfacefeedfacefeedface";
+    const uint64_t members[3] = {1, 2, 3};
+    tn_buf_t a, b;
+    tn_buf_init(&a);
+    tn_buf_init(&b);
+    char err[200];
+    told_t told = {0, 0};
+    assert_int_equal(tn_meta_restore_rewrite(tn_buf_data(&snap), tn_buf_size(&snap), bid, members,
+                                             3, copies_cb, told_cb, &told, &a, err, sizeof(err)),
+                     0);
+    assert_int_equal(told.told, 2);
+    assert_int_equal(told.offline, 1);
+    /* Another member's restore of the same backup: the same bytes. */
+    assert_int_equal(tn_meta_restore_rewrite(tn_buf_data(&snap), tn_buf_size(&snap), bid, members,
+                                             3, copies_cb, NULL, NULL, &b, err, sizeof(err)),
+                     0);
+    assert_int_equal(tn_buf_size(&a), tn_buf_size(&b));
+    assert_memory_equal(tn_buf_data(&a), tn_buf_data(&b), tn_buf_size(&a));
+
+    tn_meta_state_init(&s);
+    assert_int_equal(tn_meta_state_restore(&s, tn_buf_data(&a), tn_buf_size(&a)), 0);
+    const tn_pstate_t *ps = tn_meta_state_pstate(&s, "rt", 0);
+    assert_non_null(ps);
+    assert_int_equal(ps->leader, 3); /* the longest copy */
+    assert_int_equal(ps->leader_epoch, TN_MAX(old_epoch, 3u) + 1);
+    assert_int_equal(ps->nisr, 1);
+    assert_true(ps->isr[0].incarnation == tn_meta_restore_incarnation(bid, 3));
+    const tn_pstate_t *off = tn_meta_state_pstate(&s, "rt", 1);
+    assert_non_null(off);
+    assert_int_equal(off->leader, TN_PSTATE_NONE);
+    assert_int_equal(off->nisr + off->nelr, 0);
+    for (uint64_t id = 1; id <= 3; id++) {
+        const tn_meta_member_t *m = tn_meta_member_find(&s, id);
+        assert_non_null(m);
+        assert_true(m->incarnation == tn_meta_restore_incarnation(bid, id));
+        assert_true(m->boot == 0);
+        assert_false(m->fenced);
+    }
+    /* The restored node's first registration (its derived incarnation, a
+     * new process) fences nothing: the partition keeps the leader and the
+     * epochs the restore chose. */
+    tn_pstate_t chosen = *ps;
+    tn_meta_cmd_t r3 = reg(3, tn_meta_restore_incarnation(bid, 3), 0x77);
+    assert_int_equal(tn_meta_state_apply(&s, &r3), 0);
+    ps = tn_meta_state_pstate(&s, "rt", 0);
+    assert_int_equal(ps->leader, 3);
+    assert_int_equal(ps->leader_epoch, chosen.leader_epoch);
+    assert_int_equal(ps->partition_epoch, chosen.partition_epoch);
+    /* A second start of it is a restart like any other (a new epoch). */
+    tn_meta_cmd_t again = reg(3, tn_meta_restore_incarnation(bid, 3), 0x78);
+    assert_int_equal(tn_meta_state_apply(&s, &again), 0);
+    ps = tn_meta_state_pstate(&s, "rt", 0);
+    assert_true(ps->leader_epoch > chosen.leader_epoch);
+    /* Whereas another incarnation (a random one, what a restore gave
+     * before) fences the only ISR member's copy for good: offline. */
+    tn_meta_cmd_t other = reg(3, 0x5eed, 0x79);
+    assert_int_equal(tn_meta_state_apply(&s, &other), 0);
+    ps = tn_meta_state_pstate(&s, "rt", 0);
+    assert_int_equal(ps->leader, TN_PSTATE_NONE);
+    tn_meta_state_fini(&s);
+
+    /* A copies callback's failure ends the rewrite with its words. */
+    tn_buf_t c;
+    tn_buf_init(&c);
+    assert_int_equal(tn_meta_restore_rewrite(tn_buf_data(&snap), tn_buf_size(&snap), bid, members,
+                                             3, fail_cb, NULL, NULL, &c, err, sizeof(err)),
+                     UV_EIO);
+    assert_string_equal(err, "node 2's copy is unreadable");
+    /* A damaged snapshot is refused. */
+    ((unsigned char *)tn_buf_data(&snap))[0] ^= 0xff;
+    assert_int_equal(tn_meta_restore_rewrite(tn_buf_data(&snap), tn_buf_size(&snap), bid, members,
+                                             3, copies_cb, NULL, NULL, &c, err, sizeof(err)),
+                     TN_ECORRUPT);
+    assert_non_null(strstr(err, "snapshot"));
+    tn_buf_fini(&c);
+    tn_buf_fini(&a);
+    tn_buf_fini(&b);
+    tn_buf_fini(&snap);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_choose_table),
+        cmocka_unit_test(test_rewritten_state),
+        cmocka_unit_test(test_incarnations),
+        cmocka_unit_test(test_rewrite_snapshot),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
