@@ -548,15 +548,13 @@ static void on_diverging(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_action
     truncate_to(r, point, out);
 }
 
-/* The leader's log starts above this one's end: retention (or a drop)
- * removed every record this copy lacks, so no fetch from here can ever
- * succeed. Every record this copy holds lies below the partition's log
- * start, outside what the partition keeps, the hw included: the copy
- * empties and restarts at the leader's start (Kafka's
- * truncateFullyAndStartAt), its epochs history with it, and fetches again
- * at the LOG event after it (one that changes nothing waits
- * fetch_timeout_ms, as a truncation does). */
-static void on_out_of_range(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
+/* OUT_OF_RANGE and GAP (below): an answer naming the offset this copy
+ * goes on from (the leader's log start, the end of its gap) takes act
+ * there when it is past this log's end; the fetch goes again at the LOG
+ * event after it (one that changes nothing waits fetch_timeout_ms, as a
+ * truncation does). */
+static void on_offset_answer(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_act_type_t act,
+                             tn_repl_actions_t *out)
 {
     if (!answer_current(r, ev->u.out_of_range.leader_epoch) ||
         ev->u.out_of_range.fetch_offset != r->end)
@@ -564,29 +562,32 @@ static void on_out_of_range(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_act
     r->fetching = false;
     r->next_fetch_at = ev->now + r->cfg.fetch_timeout_ms;
     if (ev->u.out_of_range.start <= r->end)
-        return; /* not out of range for this log: ask again later */
-    tn_repl_action_t *a = push(out, TN_REPL_ACT_RESET);
+        return; /* not past this log's end: ask again later */
+    tn_repl_action_t *a = push(out, act);
     a->offset = ev->u.out_of_range.start;
+}
+
+/* The leader's log starts above this one's end: retention (or a drop)
+ * removed every record this copy lacks, so no fetch from here can ever
+ * succeed. Every record this copy holds lies below the partition's log
+ * start, outside what the partition keeps, the hw included: the copy
+ * empties and restarts at the leader's start (Kafka's
+ * truncateFullyAndStartAt), its epochs history with it (on_offset_answer). */
+static void on_out_of_range(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
+{
+    on_offset_answer(r, ev, TN_REPL_ACT_RESET, out);
 }
 
 /* The leader's log has a gap where this copy ends: offsets it never
  * assigned (tn_plog_advance: the queue engine's recovery of a channel
  * that referred to a tail its log lost), so a fetch from here is answered
  * nothing for ever. This copy skips the same offsets (its next offset
- * becomes the gap's end, durably) and fetches again at the LOG event
- * after it. Every record it holds stays: they are the leader's below the
- * gap (the fetch carried their epoch, which the leader checked). */
+ * becomes the gap's end, durably; on_offset_answer). Every record it
+ * holds stays: they are the leader's below the gap (the fetch carried
+ * their epoch, which the leader checked). */
 static void on_gap(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
 {
-    if (!answer_current(r, ev->u.out_of_range.leader_epoch) ||
-        ev->u.out_of_range.fetch_offset != r->end)
-        return; /* answers a fetch from another log: a late copy */
-    r->fetching = false;
-    r->next_fetch_at = ev->now + r->cfg.fetch_timeout_ms;
-    if (ev->u.out_of_range.start <= r->end)
-        return; /* no gap past this log's end: ask again later */
-    tn_repl_action_t *a = push(out, TN_REPL_ACT_SKIP);
-    a->offset = ev->u.out_of_range.start;
+    on_offset_answer(r, ev, TN_REPL_ACT_SKIP, out);
 }
 
 static void on_fetch_error(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
