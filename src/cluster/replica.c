@@ -2627,3 +2627,23 @@ int tn_replica_part_info(tn_replica_t *rm, const char *topic, uint32_t p, uint64
     *log_end = pt->core.end;
     return 0;
 }
+
+int tn_replica_peer_lag(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
+                        uint64_t *lag)
+{
+    part_t *pt = part_find(rm, topic, p);
+    if (pt == NULL || !pt->core_fed || pt->core.role != TN_REPL_LEADER)
+        return TN_ENOTFOUND;
+    if (node == rm->o.node) {
+        *lag = 0;
+        return 0;
+    }
+    for (uint32_t i = 0; i < pt->core.ps.nreplicas; i++) {
+        const tn_repl_peer_t *peer = &pt->core.peers[i];
+        if (peer->node == node && peer->seen) {
+            *lag = pt->core.end > peer->end ? pt->core.end - peer->end : 0;
+            return 0;
+        }
+    }
+    return TN_ENOTFOUND;
+}
