@@ -558,6 +558,28 @@ const tn_pstate_t *tn_meta_state_move_find(const tn_meta_state_t *s, uint64_t id
     return NULL;
 }
 
+static bool has(const uint32_t *v, uint32_t n, uint64_t node)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] == node)
+            return true;
+    return false;
+}
+
+uint64_t tn_meta_state_outbound_moves(const tn_meta_state_t *s, uint64_t member)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t k = 0; t->pstates != NULL && k < t->rec.partitions; k++) {
+            const tn_pstate_t *ps = &t->pstates[k];
+            n += ps->ntarget > 0 && has(ps->old, ps->nold, member) &&
+                 !has(ps->target, ps->ntarget, member);
+        }
+    }
+    return n;
+}
+
 /* PART_MOVE on ps (partition c->part of t): the rule of its kind; a
  * finished move is kept. */
 static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_entry_t *t,

@@ -167,6 +167,10 @@ const tn_meta_move_t *tn_meta_state_move_done(const tn_meta_state_t *s, size_t k
 const tn_pstate_t *tn_meta_state_move_find(const tn_meta_state_t *s, uint64_t id,
                                            const char **topic, uint32_t *p);
 
+/* How many moves under way take a replica off member (it is an old
+ * replica and not in the target). */
+uint64_t tn_meta_state_outbound_moves(const tn_meta_state_t *s, uint64_t member);
+
 /* Append a snapshot of s to out. 0 or UV_ENOMEM. */
 int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out);
 /* Replace s with the snapshot in buf. 0, TN_ECORRUPT (s unchanged),
