@@ -10,7 +10,8 @@ Four nodes, topic rv with four partitions of factor 3:
                             empty log, joins the ISR, the metastore leader
                             completes the move, leadership moves to the
                             target, the old leader's copy is set aside (its
-                            files stay, it follows no more);
+                            files stay, it follows no more); then rv/1 the
+                            same way through `ternctl partitions move --wait`;
   test_abort_and_refusals   a move whose target is stopped (SIGSTOP) stays
                             catching_up, answers 409 to a second move, and
                             is aborted (DELETE): the partition is back on
@@ -21,13 +22,14 @@ Four nodes, topic rv with four partitions of factor 3:
                             down (checked when the kill caught it catching
                             up), and completes once it is back.
 
-Run: python3 tests/cluster/test_moves.py --ternd build/ternd [Moves.test_...]
+Run: python3 tests/cluster/test_moves.py --ternd build/ternd --ternctl build/ternctl
+         [Moves.test_...]
 """
 import os
 import signal
+import subprocess
 import sys
 import time
-import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -36,6 +38,12 @@ import test_replication as tr  # noqa: E402
 from harness import wait_until  # noqa: E402
 
 V1 = tr.V1
+TERNCTL = None
+
+
+def configure(args):
+    global TERNCTL
+    TERNCTL = os.path.abspath(args.ternctl)
 
 
 class Moves(tr.Replication):
@@ -132,6 +140,25 @@ class Moves(tr.Replication):
         old = self.node(leader)
         self.assertTrue(os.listdir(os.path.join(old.data, "topics", V1, "0")),
                         "the old leader's copy of rv/0 is gone")
+        # The same through ternctl, which waits for the end: rv/1 too.
+        leader, replicas, spare = self.layout(1)
+        target = [spare] + [r for r in replicas if r != leader]
+        n = self.up_node()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        env.update(HOME=self.c.dir, TERN_URL=f"http://{n.api_address}",
+                   TERN_PASSWORD=harness.PASSWORD)
+        r = subprocess.run([TERNCTL, "partitions", "move", V1, "1", "--replicas",
+                            ",".join(target), "--wait", "--wait-timeout", "2m"],
+                           capture_output=True, text=True, env=env, timeout=180)
+        tr.log(f"ternctl partitions move: {r.returncode}\n{r.stdout}{r.stderr}")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn(": done", r.stdout)
+        self.assertEqual(self.partitions(n, V1)[1].replicas, target)
+        r = subprocess.run([TERNCTL, "cluster", "moves"], capture_output=True, text=True, env=env,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(sum(1 for line in r.stdout.splitlines() if " done " in line), 2,
+                         r.stdout)
         self.flowing(60)
         wait_until("every partition of rv with its whole ISR", self.settled4, 90)
         self.finish()
@@ -255,4 +282,4 @@ for _name in dir(tr.Replication):
 
 
 if __name__ == "__main__":
-    harness.main()
+    harness.main(options=(("--ternctl", {"required": True}),), configure=configure)
