@@ -137,7 +137,7 @@ typedef struct {
     uint32_t nfrom;
     uint32_t from[TN_PSTATE_MAX_REPLICAS]; /* the replicas before it */
     uint32_t nto;
-    uint32_t to[TN_PSTATE_MAX_REPLICAS]; /* its target */
+    uint32_t to[TN_PSTATE_MAX_REPLICAS];      /* its target */
     char reason[TN_META_MOVE_REASON_MAX + 1]; /* "" for done */
 } tn_meta_move_t;
 

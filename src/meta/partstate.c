@@ -525,8 +525,8 @@ static int move_named(const tn_pstate_t *ps, uint64_t id, char *err, size_t errl
     return 0;
 }
 
-int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes,
-                            char *err, size_t errlen)
+int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes, char *err,
+                            size_t errlen)
 {
     int rc = move_named(ps, id, err, errlen);
     if (rc != 0)

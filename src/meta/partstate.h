@@ -216,8 +216,8 @@ bool tn_pstate_move_ready(const tn_pstate_t *ps);
 /* Complete the move id: rule 7. 0; TN_ENOTFOUND no move id under way;
  * UV_EAGAIN not every target member is in the ISR, or the leader must
  * hand over and no target ISR member is eligible (nothing changed). */
-int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes,
-                            char *err, size_t errlen);
+int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes, char *err,
+                            size_t errlen);
 
 /* Abort the move id: rule 8. 0; TN_ENOTFOUND no move id under way;
  * UV_EPERM the leader is not an old replica and no old ISR member may

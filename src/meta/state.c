@@ -588,8 +588,8 @@ static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_e
     tn_pstate_nodes_t nodes = nodes_of(s);
     char err[160];
     if (c->move_kind == TN_MOVE_BEGIN)
-        return tn_pstate_move_begin(ps, c->target, c->ntarget, c->move_id, c->move_ms, &nodes,
-                                    err, sizeof(err));
+        return tn_pstate_move_begin(ps, c->target, c->ntarget, c->move_id, c->move_ms, &nodes, err,
+                                    sizeof(err));
     tn_meta_move_t mv;
     memset(&mv, 0, sizeof(mv));
     mv.id = c->move_id;
@@ -1295,8 +1295,7 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
             c.type != TN_MC_MEMBER_PUT && c.type != TN_MC_MEMBER_DRAIN &&
             c.type != TN_MC_MEMBER_REG && c.type != TN_MC_MEMBER_REC &&
             c.type != TN_MC_MEMBER_STATUS && c.type != TN_MC_PART_OWNERS &&
-            c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE &&
-            c.type != TN_MC_MOVE_DONE)
+            c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE && c.type != TN_MC_MOVE_DONE)
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */

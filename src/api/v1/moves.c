@@ -165,7 +165,7 @@ static int b_end_array(void *c)
 }
 
 static const yajl_callbacks body_callbacks = {
-    b_other,     b_bool, NULL,     NULL,          b_number,    b_string,
+    b_other,     b_bool, NULL,      NULL,          b_number,    b_string,
     b_start_map, b_key,  b_end_map, b_start_array, b_end_array,
 };
 
@@ -251,8 +251,7 @@ static void list_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t
     json_nodes(l->b, "from", ps->old, ps->nold);
     json_nodes(l->b, "to", ps->target, ps->ntarget);
     tn__v1_appendf(l->b, ",\"state\":\"%s\",\"started_ms\":%" PRId64 ",\"finished_ms\":null",
-                   tn_pstate_move_ready(ps) ? "handing_over" : "catching_up",
-                   ps->move_started_ms);
+                   tn_pstate_move_ready(ps) ? "handing_over" : "catching_up", ps->move_started_ms);
     uint64_t lag;
     if (move_lag(l->v, topic, p, ps, &lag))
         tn__v1_appendf(l->b, ",\"lag_records\":%" PRIu64, lag);
@@ -374,10 +373,33 @@ static void on_applied_here(void *arg, int status)
     answer_move(m, m->abort ? 200 : 202);
 }
 
+/* Whether the move's own command was applied already: a proposal sent
+ * again after a metastore failover finds its first copy applied (meta.h)
+ * and is refused as a second begin (UV_EBUSY) or abort (TN_ENOTFOUND). */
+static bool applied_before(const move_t *m, int status)
+{
+    const tn_meta_state_t *s = tn_meta_state(m->v->meta);
+    if (!m->abort && status == UV_EBUSY) {
+        const tn_pstate_t *ps = tn_meta_state_pstate(s, m->topic, m->partition);
+        if (ps != NULL && ps->move_id == m->id)
+            return true;
+        const tn_meta_move_t *mv = finished(s, m->id); /* and ended since */
+        return mv != NULL;
+    }
+    if (m->abort && status == TN_ENOTFOUND) {
+        const tn_meta_move_t *mv = finished(s, m->id);
+        return mv != NULL && mv->end == TN_MOVE_ABORTED &&
+               strncmp(mv->reason, "aborted by ", 11) == 0;
+    }
+    return false;
+}
+
 static void on_proposed(tn_meta_req_t *req, int status)
 {
     move_t *m = req->data;
     char msg[200];
+    if (status != 0 && applied_before(m, status))
+        status = 0;
     if (status == 0) {
         TN_LOG(TN_LOG_NOTICE, "move %016" PRIx64 " of %s/%" PRIu32 " %s", m->id, m->topic,
                m->partition, m->abort ? "aborted" : "begun");
@@ -420,8 +442,8 @@ static void propose(move_t *m)
     snprintf(reason, sizeof(reason), "aborted by %.64s",
              r->principal[0] != '\0' ? r->principal : "an admin (security off)");
     int rc = tn_meta_propose_move(m->v->meta, &m->mreq, m->topic, m->partition,
-                                  m->abort ? TN_MOVE_ABORT : TN_MOVE_BEGIN, m->id, m->target,
-                                  m->n, m->abort ? reason : NULL, on_proposed);
+                                  m->abort ? TN_MOVE_ABORT : TN_MOVE_BEGIN, m->id, m->target, m->n,
+                                  m->abort ? reason : NULL, on_proposed);
     if (rc != 0) {
         finish(m, 503, rc == UV_ENOMEM ? "out of memory" : UNAVAILABLE);
         return;

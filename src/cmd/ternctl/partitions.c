@@ -255,8 +255,8 @@ static int move(tn_ctl_t *c, int argc, char **argv)
         if (strcmp(state, "aborted") == 0)
             return TN_CTL_FAIL;
         if (mono_ms() > until) {
-            fprintf(stderr, "ternctl: partitions move: move %s still %s after --wait-timeout\n",
-                    id, state);
+            fprintf(stderr, "ternctl: partitions move: move %s still %s after --wait-timeout\n", id,
+                    state);
             return TN_CTL_FAIL;
         }
         sleep_ms(MOVE_POLL_MS);

@@ -395,8 +395,8 @@ static void cas_add(fix_t *f, uint32_t node)
     isr[f->ps.nisr] = (tn_pstate_member_t){node, f->v[node - 1].incarnation};
     char err[160];
     assert_int_equal(tn_pstate_alter_isr(&f->ps, f->ps.leader, f->ps.leader_epoch,
-                                         f->ps.partition_epoch, isr, f->ps.nisr + 1, &f->nodes,
-                                         err, sizeof(err)),
+                                         f->ps.partition_epoch, isr, f->ps.nisr + 1, &f->nodes, err,
+                                         sizeof(err)),
                      0);
 }
 
@@ -428,8 +428,8 @@ static void test_move_begin_table(void **state)
             n++;
         tn_pstate_t was = f.ps;
         char err[160] = "";
-        int rc = tn_pstate_move_begin(&f.ps, rows[i].target, n, 77, 1000, &f.nodes, err,
-                                      sizeof(err));
+        int rc =
+            tn_pstate_move_begin(&f.ps, rows[i].target, n, 77, 1000, &f.nodes, err, sizeof(err));
         if (rc != rows[i].rc || (rows[i].why != NULL && strstr(err, rows[i].why) == NULL))
             fail_msg("row %zu: rc %d (%s), want %d (%s)", i, rc, err, rows[i].rc,
                      rows[i].why ? rows[i].why : "");

@@ -1033,19 +1033,25 @@ static void test_codec_part_move(void **state)
     /* The decoder refuses a bad kind, id 0, a duplicate or NONE target.
      * Payload: [2+1] "r" [4] p [1] kind [8] id [8] ms [1] n [4] nodes. */
     c = move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, target, 3);
-    assert_int_equal(decode_patched(&c, 7, 3), TN_ECORRUPT);   /* kind */
-    c.move_id = 0x100;                                          /* low byte 0 */
-    assert_int_equal(decode_patched(&c, 9, 0), TN_ECORRUPT);   /* id's byte 1: id 0 */
-    assert_int_equal(decode_patched(&c, 24, 0), TN_ECORRUPT);  /* n 0 */
-    assert_int_equal(decode_patched(&c, 24, 9), TN_ECORRUPT);  /* n 9 */
-    assert_int_equal(decode_patched(&c, 29, 2), TN_ECORRUPT);  /* 2, 2, 3 */
-    assert_int_equal(decode_patched(&c, 25, 0), TN_ECORRUPT);  /* 0, 4, 3 */
+    assert_int_equal(decode_patched(&c, 7, 3), TN_ECORRUPT);  /* kind */
+    c.move_id = 0x100;                                        /* low byte 0 */
+    assert_int_equal(decode_patched(&c, 9, 0), TN_ECORRUPT);  /* id's byte 1: id 0 */
+    assert_int_equal(decode_patched(&c, 24, 0), TN_ECORRUPT); /* n 0 */
+    assert_int_equal(decode_patched(&c, 24, 9), TN_ECORRUPT); /* n 9 */
+    assert_int_equal(decode_patched(&c, 29, 2), TN_ECORRUPT); /* 2, 2, 3 */
+    assert_int_equal(decode_patched(&c, 25, 0), TN_ECORRUPT); /* 0, 4, 3 */
     /* A finished move's snapshot record. */
     tn_meta_cmd_t m;
     memset(&m, 0, sizeof(m));
     m.type = TN_MC_MOVE_DONE;
-    m.move = (tn_meta_move_t){.id = 5, .part = 1, .end = TN_MOVE_ABORTED, .started_ms = 10,
-                              .finished_ms = 20, .nfrom = 2, .from = {1, 2}, .nto = 2,
+    m.move = (tn_meta_move_t){.id = 5,
+                              .part = 1,
+                              .end = TN_MOVE_ABORTED,
+                              .started_ms = 10,
+                              .finished_ms = 20,
+                              .nfrom = 2,
+                              .from = {1, 2},
+                              .nto = 2,
                               .to = {2, 3}};
     snprintf(m.move.topic, sizeof(m.move.topic), "r");
     snprintf(m.move.reason, sizeof(m.move.reason), "aborted by root");
@@ -1069,8 +1075,7 @@ static void test_moves_through_state(void **state)
     const uint32_t target[3] = {2, 4, 3}, bad[2] = {2, 9};
     /* Refusals: a factor-1 topic, no such topic or partition, a bad target. */
     assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_BEGIN, 1, 5, target, 3)), UV_EINVAL);
-    assert_int_equal(apply(&s, move_cmd("nope", 0, TN_MOVE_BEGIN, 1, 5, target, 3)),
-                     TN_ENOTFOUND);
+    assert_int_equal(apply(&s, move_cmd("nope", 0, TN_MOVE_BEGIN, 1, 5, target, 3)), TN_ENOTFOUND);
     assert_int_equal(apply(&s, move_cmd("r", 1, TN_MOVE_BEGIN, 1, 5, target, 3)), TN_ENOTFOUND);
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, bad, 2)), UV_EINVAL);
     told.n = 0;
