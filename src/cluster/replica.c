@@ -8,7 +8,14 @@
  *      log comes first: the engine's, when the engine holds it (a log
  *      found on disk at start, or one the engine led), else one this
  *      manager opens (tn_plog_open, on a worker thread). The core is fed
- *      the log as found (EV_LOG), then the state (EV_STATE).
+ *      the log as found (EV_LOG), then the state (EV_STATE). A partition
+ *      move (meta/partstate.h rules 6 to 8) is only a new state here: a
+ *      node it adds gets a part_t as above (an empty log when it never held
+ *      the partition) and fetches; a node it drops loses its part_t
+ *      (part_drop: a leader resigns first, so the engine sets its log
+ *      aside; a follower closes its own), its files left where they are; a
+ *      leader whose list changes in its epoch keeps its peers' positions
+ *      (repl.c).
  *   2. Leader. The core asks for an epoch-start record. The manager hands
  *      the partition to the engine: its placement answer
  *      (tn_replica_local) turns true, and tn_topic_follow_placement opens

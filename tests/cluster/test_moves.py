@@ -136,10 +136,21 @@ class Moves(tr.Replication):
         status, members = self.up_node().request("GET", "/v1/cluster/members")
         self.assertEqual(status, 200, members)
         self.assertTrue(all(m["outbound_moves"] == 0 for m in members["members"]), members)
-        # The old leader's copy is set aside: its files stay.
+        # The old leader's copy is set aside: its files stay, and it
+        # follows no more (its segments stop growing while rv/0 takes
+        # writes).
         old = self.node(leader)
-        self.assertTrue(os.listdir(os.path.join(old.data, "topics", V1, "0")),
-                        "the old leader's copy of rv/0 is gone")
+        pdir = os.path.join(old.data, "topics", V1, "0")
+
+        def segments():
+            return {f: os.path.getsize(os.path.join(pdir, f)) for f in os.listdir(pdir)
+                    if f.endswith(".log")}
+        before = segments()
+        self.assertTrue(before, "the old leader's copy of rv/0 is gone")
+        end0 = self.info(V1)[0].log_end
+        wait_until("rv/0 takes 20 more records",
+                   lambda: (self.info(V1)[0].log_end or 0) >= (end0 or 0) + 20, 60)
+        self.assertEqual(segments(), before, "the dropped copy still grows")
         # The same through ternctl, which waits for the end: rv/1 too.
         leader, replicas, spare = self.layout(1)
         target = [spare] + [r for r in replicas if r != leader]
