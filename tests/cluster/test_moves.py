@@ -17,10 +17,10 @@ Four nodes, topic rv with four partitions of factor 3:
                             is aborted (DELETE): the partition is back on
                             its old replicas; bad inputs get their
                             400/404/409;
-  test_target_killed        the target is SIGKILLed right after the move
-                            began: the move stays catching_up while it is
-                            down (checked when the kill caught it catching
-                            up), and completes once it is back.
+  test_target_killed        the target is SIGKILLed while the move waits for
+                            it (frozen as the move began, so it copied
+                            nothing): the move stays catching_up while it is
+                            down and completes once it is back.
 
 Run: python3 tests/cluster/test_moves.py --ternd build/ternd --ternctl build/ternctl
          [Moves.test_...]
@@ -260,25 +260,28 @@ class Moves(tr.Replication):
         self.cluster(n=4)
         self.load.start()
         self.flowing(100)
-        leader, replicas, spare = self.layout(2)
+        p = self.partition_spared_by_meta_leader()
+        leader, replicas, spare = self.layout(p)
         target = [spare] + [r for r in replicas if r != leader]
         victim = self.node(spare)
-        mid = self.begin(2, target)
-        self.kill(victim, "the target of a move, as it catches up")
-        at_kill = self.find_move(mid)
-        tr.log(f"move {mid} when its target was killed: {at_kill}")
-        if at_kill["state"] == "catching_up":
-            # Down, it cannot join the ISR (a CAS adds only a live member):
-            # the move waits, past the target's session.
-            time.sleep(tr.SESSION + 2)
-            m = self.find_move(mid)
-            self.assertEqual(m["state"], "catching_up", m)
-            self.assertNotIn(spare, self.info(V1)[2].isr)
+        # Frozen first, so that it is live when the move begins (within its
+        # session) and has copied nothing when it dies: the move is under
+        # way with its target not caught up, whatever the machine's speed.
+        os.kill(victim.pid, signal.SIGSTOP)
+        self.history.fault(f"SIGSTOP node {spare}")
+        mid = self.begin(p, target, self.c.find_leader())
+        self.kill(victim, "the target of a move under way, before it caught up")
+        # Down, it cannot join the ISR (a CAS adds only a live member): the
+        # move waits, past the target's session.
+        time.sleep(tr.SESSION + 2)
+        m = self.find_move(mid)
+        self.assertEqual(m["state"], "catching_up", m)
+        self.assertNotIn(spare, self.info(V1)[p].isr)
         self.flowing(40)
         self.restart(victim)
         done = self.wait_state(mid, ("done",), 120)
         tr.log(f"move {mid} done after the target's restart: {done}")
-        ps = self.info(V1)[2]
+        ps = self.info(V1)[p]
         self.assertEqual(ps.replicas, target, ps)
         self.assertIn(ps.leader, target, ps)
         self.flowing(60)
