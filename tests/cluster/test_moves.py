@@ -264,24 +264,25 @@ class Moves(tr.Replication):
         leader, replicas, spare = self.layout(p)
         target = [spare] + [r for r in replicas if r != leader]
         victim = self.node(spare)
+        meta = self.c.find_leader()  # asked before the freeze: it answers throughout
         # Frozen first, so that it is live when the move begins (within its
         # session) and has copied nothing when it dies: the move is under
         # way with its target not caught up, whatever the machine's speed.
         os.kill(victim.pid, signal.SIGSTOP)
         self.history.fault(f"SIGSTOP node {spare}")
-        mid = self.begin(p, target, self.c.find_leader())
+        mid = self.begin(p, target, meta)
         self.kill(victim, "the target of a move under way, before it caught up")
         # Down, it cannot join the ISR (a CAS adds only a live member): the
         # move waits, past the target's session.
         time.sleep(tr.SESSION + 2)
-        m = self.find_move(mid)
+        m = self.find_move(mid, meta)
         self.assertEqual(m["state"], "catching_up", m)
-        self.assertNotIn(spare, self.info(V1)[p].isr)
+        self.assertNotIn(spare, self.partitions(meta, V1)[p].isr)
         self.flowing(40)
         self.restart(victim)
-        done = self.wait_state(mid, ("done",), 120)
+        done = self.wait_state(mid, ("done",), 120, meta)
         tr.log(f"move {mid} done after the target's restart: {done}")
-        ps = self.info(V1)[p]
+        ps = self.partitions(meta, V1)[p]
         self.assertEqual(ps.replicas, target, ps)
         self.assertIn(ps.leader, target, ps)
         self.flowing(60)
