@@ -20,7 +20,10 @@ Four nodes, topic rv with four partitions of factor 3:
   test_target_killed        the target is SIGKILLed while the move waits for
                             it (frozen as the move began, so it copied
                             nothing): the move stays catching_up while it is
-                            down and completes once it is back.
+                            down and completes once it is back;
+  test_metastore_leader_killed  the metastore leader is SIGKILLed while a
+                            move waits for its (frozen) target: the next
+                            metastore leader completes it.
 
 Run: python3 tests/cluster/test_moves.py --ternd build/ternd --ternctl build/ternctl
          [Moves.test_...]
@@ -285,6 +288,42 @@ class Moves(tr.Replication):
         ps = self.partitions(meta, V1)[p]
         self.assertEqual(ps.replicas, target, ps)
         self.assertIn(ps.leader, target, ps)
+        self.flowing(60)
+        wait_until("every partition of rv with its whole ISR", self.settled4, 90)
+        self.finish()
+
+
+    def test_metastore_leader_killed(self):
+        """A move under way survives the SIGKILL of the metastore leader:
+        its state is in the Raft log, and the next leader completes it."""
+        self.cluster(n=4)
+        self.load.start()
+        self.flowing(100)
+        meta = self.c.find_leader()
+        # A partition the metastore leader holds a replica of, moved off
+        # one of its other replicas (the leader keeps its own).
+        mine = [p for p in range(4) if str(meta.id) in self.layout(p)[1]]
+        p = mine[0]
+        leader, replicas, spare = self.layout(p)
+        gone = next(r for r in replicas if r != str(meta.id))
+        target = [spare if r == gone else r for r in replicas]
+        victim = self.node(spare)
+        # The target frozen (live within its session) so that the move
+        # waits while the metastore leader dies.
+        os.kill(victim.pid, signal.SIGSTOP)
+        self.addCleanup(lambda: victim.running() and os.kill(victim.pid, signal.SIGCONT))
+        self.history.fault(f"SIGSTOP node {spare}")
+        mid = self.begin(p, target, meta)
+        self.kill(meta, "the metastore leader, while a move waits for its target")
+        os.kill(victim.pid, signal.SIGCONT)
+        self.history.fault(f"SIGCONT node {spare}")
+        others = [n for n in self.c.nodes if n is not meta]
+        new_meta = self.c.find_leader(others, 60)
+        tr.log(f"metastore led by node {new_meta.id} now")
+        done = self.wait_state(mid, ("done",), 120, new_meta)
+        tr.log(f"move {mid} done under the new metastore leader: {done}")
+        self.assertEqual(self.partitions(new_meta, V1)[p].replicas, target)
+        self.restart(meta)
         self.flowing(60)
         wait_until("every partition of rv with its whole ISR", self.settled4, 90)
         self.finish()
