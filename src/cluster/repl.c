@@ -604,6 +604,35 @@ static void on_fetch_error(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_acti
 
 /* --- events ---------------------------------------------------------------------- */
 
+/* The replica list changed within the leader's epoch (a partition move
+ * began, completed or was aborted: the list grows, shrinks or reorders):
+ * peers[i] follows replicas[i] again, each known peer keeping what the
+ * leader knows of it, a new one starting as a new leader's do. */
+static void peers_follow(tn_repl_t *r, const tn_pstate_t *old, uint64_t now)
+{
+    if (old->nreplicas == r->ps.nreplicas &&
+        memcmp(old->replicas, r->ps.replicas, r->ps.nreplicas * sizeof(r->ps.replicas[0])) == 0)
+        return;
+    tn_repl_peer_t was[TN_PSTATE_MAX_REPLICAS];
+    memcpy(was, r->peers, sizeof(was));
+    memset(r->peers, 0, sizeof(r->peers));
+    for (uint32_t i = 0; i < r->ps.nreplicas; i++) {
+        uint32_t node = r->ps.replicas[i];
+        bool kept = false;
+        for (uint32_t k = 0; k < old->nreplicas && !kept; k++) {
+            if (was[k].node == node) {
+                r->peers[i] = was[k];
+                kept = true;
+            }
+        }
+        if (!kept) {
+            r->peers[i].node = node;
+            r->peers[i].caught_up_at = now;
+            r->peers[i].leo_mark = r->end;
+        }
+    }
+}
+
 static void on_state(tn_repl_t *r, const tn_pstate_t *ps, uint64_t now, tn_repl_actions_t *out)
 {
     if (ps->partition_epoch <= r->ps.partition_epoch)
@@ -621,6 +650,8 @@ static void on_state(tn_repl_t *r, const tn_pstate_t *ps, uint64_t now, tn_repl_
         bool same = old_role == TN_REPL_LEADER && old_epoch == ps->leader_epoch;
         if (!same)
             become_leader(r, now, out);
+        else
+            peers_follow(r, &old, now);
         /* A replica marked corrupt cut its log: what it reported before it
          * applied this state no longer holds. */
         for (uint32_t i = 0; i < ps->nreplicas; i++) {

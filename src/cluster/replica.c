@@ -8,7 +8,14 @@
  *      log comes first: the engine's, when the engine holds it (a log
  *      found on disk at start, or one the engine led), else one this
  *      manager opens (tn_plog_open, on a worker thread). The core is fed
- *      the log as found (EV_LOG), then the state (EV_STATE).
+ *      the log as found (EV_LOG), then the state (EV_STATE). A partition
+ *      move (meta/partstate.h rules 6 to 8) is only a new state here: a
+ *      node it adds gets a part_t as above (an empty log when it never held
+ *      the partition) and fetches; a node it drops loses its part_t
+ *      (part_drop: a leader resigns first, so the engine sets its log
+ *      aside; a follower closes its own), its files left where they are; a
+ *      leader whose list changes in its epoch keeps its peers' positions
+ *      (repl.c).
  *   2. Leader. The core asks for an epoch-start record. The manager hands
  *      the partition to the engine: its placement answer
  *      (tn_replica_local) turns true, and tn_topic_follow_placement opens
@@ -2799,4 +2806,24 @@ int tn_replica_part_info(tn_replica_t *rm, const char *topic, uint32_t p, uint64
     *hw = pt->core.hw;
     *log_end = pt->core.end;
     return 0;
+}
+
+int tn_replica_peer_lag(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
+                        uint64_t *lag)
+{
+    part_t *pt = part_find(rm, topic, p);
+    if (pt == NULL || !pt->core_fed || pt->core.role != TN_REPL_LEADER)
+        return TN_ENOTFOUND;
+    if (node == rm->o.node) {
+        *lag = 0;
+        return 0;
+    }
+    for (uint32_t i = 0; i < pt->core.ps.nreplicas; i++) {
+        const tn_repl_peer_t *peer = &pt->core.peers[i];
+        if (peer->node == node && peer->seen) {
+            *lag = pt->core.end > peer->end ? pt->core.end - peer->end : 0;
+            return 0;
+        }
+    }
+    return TN_ENOTFOUND;
 }

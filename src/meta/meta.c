@@ -11,6 +11,7 @@
 #include "meta/transport.h"
 #include "storage/io.h"
 
+#include <inttypes.h>
 #include <raft/uv.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,6 +46,8 @@
 /* How often the leader looks for partitions to move back to their
  * preferred leader. */
 #define REBALANCE_SCAN_MS 1000
+/* How often the leader looks for moves whose target is all in sync. */
+#define MOVE_SCAN_MS 200
 
 typedef struct fwd_s fwd_t;
 typedef struct join_s join_t;
@@ -161,6 +164,9 @@ struct tn_meta_s {
     ready_t *readies; /* sorted as the state's topics, then partitions */
     size_t nreadies, readycap;
     uint64_t next_scan_ms;
+    tn_meta_req_t movereq; /* the leader's PART_MOVE complete, one at a time */
+    bool move_busy;
+    uint64_t next_move_ms;
 };
 
 /* A proposal sent to the leader; m NULL once abandoned (the metastore
@@ -1465,6 +1471,66 @@ static void check_rebalance(tn_meta_t *m)
     }
 }
 
+static void on_move_completed(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->move_busy = false;
+    if (status != 0 && status != UV_EAGAIN && status != TN_ECLOSED && status != TN_ENOTFOUND)
+        TN_LOG(TN_LOG_WARN, "metastore: completing a partition move: %s", tn_strerror(status));
+}
+
+typedef struct {
+    tn_meta_t *m;
+    tn_pstate_nodes_t nodes;
+    bool proposed;
+} move_scan_t;
+
+/* A move whose target is all in the ISR, and whose leader is in the
+ * target or may hand over to one that is eligible: its completion. */
+static void move_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    move_scan_t *sc = arg;
+    if (sc->proposed || !tn_pstate_move_ready(ps))
+        return;
+    tn_pstate_t copy = *ps;
+    char err[160];
+    if (tn_pstate_move_complete(&copy, ps->move_id, &sc->nodes, err, sizeof(err)) != 0)
+        return; /* not yet (no target member may lead): the next scan */
+    tn_meta_t *m = sc->m;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_MOVE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    c.part = p;
+    c.move_kind = TN_MOVE_COMPLETE;
+    c.move_id = ps->move_id;
+    c.move_ms = tn_now_wall_ms();
+    TN_LOG(TN_LOG_NOTICE,
+           "metastore: move %016" PRIx64 " of %s/%" PRIu32 ": every target replica in sync, "
+           "completing (leader %" PRIu32 " -> %" PRIu32 ")",
+           ps->move_id, topic, p, ps->leader, copy.leader);
+    m->movereq.data = m;
+    if (tn_meta_propose(m, &m->movereq, &c, on_move_completed) == 0)
+        m->move_busy = true;
+    sc->proposed = true;
+}
+
+/* On the leader, every MOVE_SCAN_MS: the first move ready to complete
+ * gets a PART_MOVE complete (re-checked when applied), one at a time. A
+ * move thus ends without anyone waiting on it, and a new metastore leader
+ * picks up the moves from the state. */
+static void check_moves(tn_meta_t *m)
+{
+    uint64_t now = uv_now(m->loop);
+    if (m->move_busy || !m->leading || m->lead_term != m->raft.current_term ||
+        now < m->next_move_ms)
+        return;
+    m->next_move_ms = now + MOVE_SCAN_MS;
+    tn_pstate_nodes_t nodes = {m->state.nodes, m->state.nodes != NULL ? m->state.nmembers : 0};
+    move_scan_t sc = {m, nodes, false};
+    tn_meta_state_each_pstate(&m->state, move_one, &sc);
+}
+
 static bool part_args_ok(const char *topic, uint32_t p)
 {
     size_t n = strlen(topic);
@@ -1503,6 +1569,31 @@ int tn_meta_force_leader(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
     c.part = p;
     c.node = node;
     c.unclean = unclean;
+    return tn_meta_propose(m, req, &c, cb);
+}
+
+int tn_meta_propose_move(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
+                         uint8_t kind, uint64_t id, const uint32_t *target, uint32_t n,
+                         const char *reason, tn_meta_cb cb)
+{
+    if (!part_args_ok(topic, p) || id == 0 || kind > TN_MOVE_ABORT ||
+        (kind == TN_MOVE_BEGIN && (n == 0 || n > TN_PSTATE_MAX_REPLICAS)) ||
+        (reason != NULL && strlen(reason) > TN_META_MOVE_REASON_MAX))
+        return UV_EINVAL;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_MOVE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    c.part = p;
+    c.move_kind = kind;
+    c.move_id = id;
+    c.move_ms = tn_now_wall_ms();
+    if (kind == TN_MOVE_BEGIN) {
+        c.ntarget = n;
+        memcpy(c.target, target, n * sizeof(*target));
+    }
+    if (kind == TN_MOVE_ABORT && reason != NULL)
+        snprintf(c.move_reason, sizeof(c.move_reason), "%s", reason);
     return tn_meta_propose(m, req, &c, cb);
 }
 
@@ -1709,6 +1800,8 @@ static void on_poll(uv_timer_t *t)
         check_sessions(m);
     if (!m->closing)
         check_rebalance(m);
+    if (!m->closing)
+        check_moves(m);
     if (m->closing)
         return; /* the close owns the timer now */
     bool busy = m->waiting != NULL || m->fwds != NULL || m->joins != NULL || m->xfer_active ||

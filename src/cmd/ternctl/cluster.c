@@ -2,9 +2,9 @@
  * metastore replica knows it (GET /v1/cluster/members, GET
  * /v1/cluster/moves; admin only), and the graceful drain of one member by
  * its id, reached at the API address the members list gives (what
- * `ternctl drain` does to the node it is pointed at). tern makes no
- * partition moves yet, so moves lists what the API reports (nothing under
- * way, today). */
+ * `ternctl drain` does to the node it is pointed at). moves lists the
+ * partition moves under way and the last finished ones (`ternctl
+ * partitions move` starts one). */
 #include "core/platform.h"
 
 #include "cmd/ternctl/ctl.h"
@@ -100,6 +100,49 @@ static int members(tn_ctl_t *c, int argc, char **argv)
     return rc;
 }
 
+/* A JSON list of member ids as "2,4,3" into buf. */
+static const char *id_list(yajl_val v, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    size_t at = 0;
+    for (size_t i = 0; YAJL_IS_ARRAY(v) && i < v->u.array.len && at < cap; i++) {
+        const char *s = YAJL_IS_STRING(v->u.array.values[i]) ? v->u.array.values[i]->u.string : "?";
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i > 0 ? "," : "", s);
+    }
+    return buf;
+}
+
+void tn__ctl_print_moves(yajl_val ml)
+{
+    tn_ctl_table_t t;
+    tn_ctl_table_init(&t, 8);
+    const char *head[] = {"ID", "TOPIC", "PARTITION", "FROM", "TO", "STATE", "LAG", "ERROR"};
+    tn_ctl_table_row(&t, head);
+    for (size_t i = 0; i < ml->u.array.len; i++) {
+        yajl_val m = ml->u.array.values[i];
+        int64_t p = 0, lag = 0;
+        char ps[24], lags[24], from[96], to[96];
+        tn_ctl_get_int(m, "partition", &p);
+        snprintf(ps, sizeof(ps), "%" PRId64, p);
+        if (tn_ctl_get_int(m, "lag_records", &lag))
+            snprintf(lags, sizeof(lags), "%" PRId64, lag);
+        else
+            snprintf(lags, sizeof(lags), "-");
+        const char *err = tn_ctl_get_str(m, "error");
+        const char *row[] = {tn_ctl_get_str(m, "id"),
+                             tn_ctl_get_str(m, "topic"),
+                             ps,
+                             id_list(tn_ctl_get(m, "from"), from, sizeof(from)),
+                             id_list(tn_ctl_get(m, "to"), to, sizeof(to)),
+                             tn_ctl_get_str(m, "state"),
+                             lags,
+                             err != NULL ? err : "-"};
+        tn_ctl_table_row(&t, row);
+    }
+    tn_ctl_table_print(&t, stdout);
+    tn_ctl_table_fini(&t);
+}
+
 static int moves(tn_ctl_t *c, int argc, char **argv)
 {
     if (argc > 1)
@@ -116,25 +159,10 @@ static int moves(tn_ctl_t *c, int argc, char **argv)
     } else if (tn_ctl_json(c)) {
         tn_ctl_print_json(r.body, r.len);
     } else if (ml->u.array.len == 0) {
-        printf("no partition moves under way (tern does not move partitions yet: a partition\n"
-               "stays with the member it was placed on; `ternctl topics get T` shows owners)\n");
+        printf("no partition moves, under way or recently finished (`ternctl partitions move`\n"
+               "starts one)\n");
     } else {
-        tn_ctl_table_t t;
-        tn_ctl_table_init(&t, 4);
-        const char *head[] = {"TOPIC", "PARTITION", "FROM", "TO"};
-        tn_ctl_table_row(&t, head);
-        for (size_t i = 0; i < ml->u.array.len; i++) {
-            yajl_val m = ml->u.array.values[i];
-            int64_t p = 0;
-            char ps[24];
-            tn_ctl_get_int(m, "partition", &p);
-            snprintf(ps, sizeof(ps), "%" PRId64, p);
-            const char *row[] = {tn_ctl_get_str(m, "topic"), ps, tn_ctl_get_str(m, "from"),
-                                 tn_ctl_get_str(m, "to")};
-            tn_ctl_table_row(&t, row);
-        }
-        tn_ctl_table_print(&t, stdout);
-        tn_ctl_table_fini(&t);
+        tn__ctl_print_moves(ml);
     }
     yajl_tree_free(v);
     tn_ctl_resp_fini(&r);
@@ -215,9 +243,12 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "         draining, how long ago it last registered, and (asked of the metastore\n"
             "         leader; \"-\" elsewhere) how long ago the leader last heard from it over\n"
             "         Raft (GET /v1/cluster/members)\n"
-            "moves    partition moves under way (GET /v1/cluster/moves). tern does not move\n"
-            "         partitions yet, so this is empty; `ternctl topics get T` shows each\n"
-            "         partition's owner\n"
+            "moves    partition moves under way and the last finished ones (GET\n"
+            "         /v1/cluster/moves): id, topic, partition, the replicas before and after,\n"
+            "         catching_up | handing_over | done | aborted, how many records the\n"
+            "         farthest-behind target lacks (\"-\": this node cannot tell; ask the\n"
+            "         partition's leader) and why an aborted one ended. `ternctl partitions\n"
+            "         move` starts one\n"
             "drain    the graceful drain of member ID (as `ternctl drain`, sent to the API\n"
             "         address the members list gives for it; the same options): one node of\n"
             "         a rolling restart, from any node\n"

@@ -161,6 +161,8 @@ const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap);
 /* The members table of GET /v1/cluster/members' array (cluster.c; status
  * shows it too). */
 void tn__ctl_print_members(yajl_val members);
+/* The moves of GET /v1/cluster/moves (an array) as a table. */
+void tn__ctl_print_moves(yajl_val moves);
 /* The graceful drain of the node at base_url (drain.c): argv holds drain's
  * options ([--wait] [--drain-timeout D]) from argv[1]; cmd names the command
  * in usage errors. `ternctl drain` and `ternctl cluster drain ID` share it. */

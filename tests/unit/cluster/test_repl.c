@@ -912,6 +912,42 @@ static void test_few_replicas_refuse_and_freeze(void **state)
     assert_false(tn_repl_serving(&r));
 }
 
+/* A partition move begins within the leader's epoch: the list becomes
+ * 2, 4, 3, 1 (4 joins). The leader counts 4's fetches (its peer follows
+ * the new list) and proposes adding it once caught up; the peers it knew
+ * keep what it knew of them. */
+static void test_move_reorders_peers_within_the_epoch(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out);
+    step_fetch(&r, 2, 3, 11, 3, 11, 100, &out);
+    step_fetch(&r, 3, 3, 11, 3, 11, 100, &out);
+    tn_pstate_t ps = pstate(1, 3, 6, 3);
+    const uint32_t list[4] = {2, 4, 3, 1};
+    memcpy(ps.replicas, list, sizeof(list));
+    ps.nreplicas = 4;
+    step_state(&r, &ps, 110, &out);
+    assert_int_equal(r.peers[0].node, 2);
+    assert_int_equal(r.peers[1].node, 4);
+    assert_int_equal(r.peers[2].node, 3);
+    assert_int_equal(r.peers[3].node, 1);
+    assert_true(r.peers[0].seen); /* kept */
+    assert_false(r.peers[1].seen);
+    /* 4 fetched from nothing, then caught up: the expand adds it. */
+    step_fetch(&r, 4, 3, 0, 0, 0, 120, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+    step_fetch(&r, 4, 3, 11, 3, 11, 130, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+    assert_non_null(a);
+    assert_int_equal(a->expected_pe, 6);
+    assert_int_equal(a->nisr, 4);
+    assert_int_equal(a->isr[3].node, 4);
+    assert_int_equal(a->isr[3].incarnation, 0x104);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -927,6 +963,7 @@ int main(void)
         cmocka_unit_test(test_leader_answers_a_restarted_copy),
         cmocka_unit_test(test_follower_resets_when_no_epoch_is_shared),
         cmocka_unit_test(test_shrink_after_lag_then_expand),
+        cmocka_unit_test(test_move_reorders_peers_within_the_epoch),
         cmocka_unit_test(test_silent_follower_stays_out_until_it_fetches),
         cmocka_unit_test(test_few_replicas_refuse_and_freeze),
         cmocka_unit_test(test_channels_gate_the_expand),
