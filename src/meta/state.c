@@ -580,6 +580,17 @@ uint64_t tn_meta_state_outbound_moves(const tn_meta_state_t *s, uint64_t member)
     return n;
 }
 
+uint64_t tn_meta_state_replicas_held(const tn_meta_state_t *s, uint64_t member)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t k = 0; t->pstates != NULL && k < t->rec.partitions; k++)
+            n += has(t->pstates[k].replicas, t->pstates[k].nreplicas, member);
+    }
+    return n;
+}
+
 /* PART_MOVE on ps (partition c->part of t): the rule of its kind; a
  * finished move is kept. */
 static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_entry_t *t,

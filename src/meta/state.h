@@ -171,6 +171,11 @@ const tn_pstate_t *tn_meta_state_move_find(const tn_meta_state_t *s, uint64_t id
  * replica and not in the target). */
 uint64_t tn_meta_state_outbound_moves(const tn_meta_state_t *s, uint64_t member);
 
+/* How many replicated partitions hold member in their replica list (a
+ * move's old and target members both, while it runs): what a
+ * decommission still has to move off it. */
+uint64_t tn_meta_state_replicas_held(const tn_meta_state_t *s, uint64_t member);
+
 /* Append a snapshot of s to out. 0 or UV_ENOMEM. */
 int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out);
 /* Replace s with the snapshot in buf. 0, TN_ECORRUPT (s unchanged),

@@ -203,6 +203,17 @@ class Basics(Base):
         self.fails(2, "partitions", "move", name, "0", "--replicas", "1", "--bogus")
         self.assertIn("partitions move", self.ok("partitions", "--help", auth=False))
 
+    def test_cluster_decommission_refusals(self):
+        # Operands checked before any call (exit 2); a member the cluster
+        # does not know is the server's 404 (exit 1).
+        self.fails(2, "cluster", "decommission")
+        self.fails(2, "cluster", "decommission", "x")
+        self.fails(2, "cluster", "decommission", "1", "2")
+        self.fails(2, "cluster", "decommission", "1", "--bogus")
+        self.fails(2, "cluster", "decommission", "1", "--wait-timeout", "soon")
+        self.assertIn("404", self.fails(1, "cluster", "decommission", "9"))
+        self.assertIn("cluster decommission ID", self.ok("cluster", "--help", auth=False))
+
     def test_partitions_force_leader_refusals(self):
         # A lone node's topics have factor 1: no election to force (409,
         # exit 1, the server's reason); operands checked before any call.
@@ -239,7 +250,7 @@ class Basics(Base):
                          ["alter", "create", "delete", "get", "list"])
         self.assertEqual(complete("ternctl", "channels", ""),
                          ["delete", "empty", "list", "pause", "unpause"])
-        self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["drain", "members", "moves"])
+        self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["decommission", "drain", "members", "moves"])
         self.assertEqual(complete("ternctl", "partitions", ""), ["force-leader", "move"])
         self.assertIn("--partitions", complete("ternctl", "topics", "create", "x", "--pa"))
         self.assertEqual(complete("ternctl", "topics", "create", "x", "--durability", "w"),

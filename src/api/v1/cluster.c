@@ -60,6 +60,13 @@ static void on_members(tn_http_request_t *r, void *arg)
             m->status == TN_MEMBER_DEAD ? "dead" : "alive", m->id == leader ? "true" : "false",
             m->draining ? "true" : "false", m->heartbeat_ms, tn_meta_state_owned(s, m->id),
             tn_meta_state_outbound_moves(s, m->id));
+        /* A decommission's progress: the replicated partitions it still
+         * holds a replica of; done once it holds nothing (no factor-1
+         * partition either: those do not move yet). */
+        uint64_t held = tn_meta_state_replicas_held(s, m->id);
+        tn__v1_appendf(&b, ",\"replica_partitions\":%" PRIu64 ",\"decommissioned\":%s", held,
+                       m->draining && held == 0 && tn_meta_state_owned(s, m->id) == 0 ? "true"
+                                                                                      : "false");
         /* Replicated partitions: its session (fenced until it registers
          * again) and the incarnation of its data directory (null unknown). */
         tn__v1_appendf(&b, ",\"session\":\"%s\"", m->fenced ? "fenced" : "live");

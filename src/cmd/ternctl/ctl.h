@@ -157,6 +157,10 @@ void tn_ctl_table_fini(tn_ctl_table_t *t);
 /* Format a byte count ("1.5 MiB") or a millisecond age ("3m12s") into buf. */
 const char *tn_ctl_fmt_bytes(uint64_t n, char *buf, size_t cap);
 const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap);
+/* Sleep ms milliseconds (a --wait's poll), and the monotonic clock in ms
+ * (its deadline). */
+void tn_ctl_sleep_ms(int64_t ms);
+int64_t tn_ctl_mono_ms(void);
 
 /* The members table of GET /v1/cluster/members' array (cluster.c; status
  * shows it too). */

@@ -101,18 +101,6 @@ static int force_leader(tn_ctl_t *c, int argc, char **argv)
     return TN_CTL_OK;
 }
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* "2,4,3" as a JSON list of ids into body; false when it is not one. */
 static bool replicas_body(const char *list, char *body, size_t cap)
@@ -244,7 +232,7 @@ static int move(tn_ctl_t *c, int argc, char **argv)
     tn_ctl_resp_fini(&r);
     if (!wait)
         return TN_CTL_OK;
-    int64_t until = mono_ms() + wait_ms;
+    int64_t until = tn_ctl_mono_ms() + wait_ms;
     char state[32] = "";
     for (;;) {
         int rc = move_state(c, id, state, sizeof(state));
@@ -254,12 +242,12 @@ static int move(tn_ctl_t *c, int argc, char **argv)
             return TN_CTL_OK;
         if (strcmp(state, "aborted") == 0)
             return TN_CTL_FAIL;
-        if (mono_ms() > until) {
+        if (tn_ctl_mono_ms() > until) {
             fprintf(stderr, "ternctl: partitions move: move %s still %s after --wait-timeout\n", id,
                     state);
             return TN_CTL_FAIL;
         }
-        sleep_ms(MOVE_POLL_MS);
+        tn_ctl_sleep_ms(MOVE_POLL_MS);
     }
 }
 
