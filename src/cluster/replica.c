@@ -1893,8 +1893,21 @@ static bool is_replica(const tn_pstate_t *ps, uint32_t node)
 
 static void part_drop(part_t *pt)
 {
+    tn_plog_t *engine_log = pt->src == SRC_ENGINE ? pt->plog : NULL;
+    pt->busy++; /* the gate's failures complete the epoch-start append here */
     if (pt->core.role == TN_REPL_LEADER)
         resign(pt);
+    if (pt->src == SRC_ENGINE && pt->plog != NULL)
+        engine_log = pt->plog;
+    /* No longer a replica here (a move dropped it): the engine's log is set
+     * aside, and an append still being written to it when the leadership
+     * went would wait for a hw that nothing moves any more (the tick fails
+     * a follower's such appends, but a dropped partition has no tick), so
+     * the publish never ended and the node's drain timed out. The gate
+     * fails what waits and what would wait, until it is turned on again. */
+    if (engine_log != NULL)
+        tn_plog_gate_shut(engine_log, TN_EFENCED);
+    pt->busy--;
     pt->dead = true;
     pt->want = false;
     if (pt->src == SRC_ENGINE) {
