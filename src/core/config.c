@@ -328,6 +328,10 @@ static const opt_t options[] = {
      86400 * SEC, NULL,
      "a partition whose preferred replica has been in sync and live for this long while "
      "another leads it goes back to the preferred one"},
+    {"replace-dead-after", OPT_DURATION, F(replace_dead_after_ns), "10m", 0, 30 * 86400 * SEC,
+     NULL,
+     "a member marked dead for this long has its replicas of replicated partitions re-created "
+     "on the other members, from their surviving replicas (0: never)"},
 };
 
 /* The OPT_ADDR options: where each keeps its resolved address, and how it
@@ -1937,7 +1941,8 @@ static const struct {
                 "cluster-heartbeat-interval cluster-dead-after cluster-rpc-dial-timeout "
                 "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
     {"Replication", "experimental-replication default-replication-factor min-insync-replicas "
-                    "member-session-timeout replica-lag-time-max leader-rebalance-delay"},
+                    "member-session-timeout replica-lag-time-max leader-rebalance-delay "
+                    "replace-dead-after"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},

@@ -157,6 +157,14 @@ struct tn_meta_s {
     uint64_t boot;        /* this process's (registrations: a restart) */
     unsigned session_ms;
     unsigned rebalance_ms;
+    uint64_t replace_dead_ms; /* 0: never */
+    /* The members the leader has seen dead, since when (its loop time;
+     * rebuilt each decommission scan, emptied when it stops leading). */
+    struct dead_seen_s {
+        uint64_t id;
+        uint64_t since;
+    } *deads;
+    size_t ndeads;
     void (*on_pstate)(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps);
     void *pstate_arg;
     pnote_t *pnotes; /* changed since the last tick, in order */
@@ -1615,10 +1623,53 @@ static void decom_in_fini(decom_in_t *in)
     tn_free(in->moving);
 }
 
+/* The members dead now, each with the loop time this leader first saw it
+ * dead (kept from the last scan). false: out of memory. */
+static bool note_deads(tn_meta_t *m, uint64_t now)
+{
+    const tn_meta_state_t *s = &m->state;
+    size_t n = 0;
+    for (size_t i = 0; i < s->nmembers; i++)
+        n += s->members[i].status == TN_MEMBER_DEAD;
+    struct dead_seen_s *v = n > 0 ? tn_calloc(n, sizeof(*v)) : NULL;
+    if (n > 0 && v == NULL)
+        return false;
+    size_t k = 0;
+    for (size_t i = 0; i < s->nmembers; i++) {
+        if (s->members[i].status != TN_MEMBER_DEAD)
+            continue;
+        v[k].id = s->members[i].id;
+        v[k].since = now;
+        for (size_t j = 0; j < m->ndeads; j++)
+            if (m->deads[j].id == v[k].id)
+                v[k].since = m->deads[j].since;
+        k++;
+    }
+    tn_free(m->deads);
+    m->deads = v;
+    m->ndeads = n;
+    return true;
+}
+
+/* Whether member mb has been dead for replace-dead-after (as this leader
+ * saw it). */
+static bool replaceable(const tn_meta_t *m, const tn_meta_member_t *mb, uint64_t now)
+{
+    if (m->replace_dead_ms == 0 || mb->status != TN_MEMBER_DEAD)
+        return false;
+    for (size_t j = 0; j < m->ndeads; j++)
+        if (m->deads[j].id == mb->id)
+            return now - m->deads[j].since >= m->replace_dead_ms;
+    return false;
+}
+
 /* On the leader, every DECOM_SCAN_MS: for each draining member that still
- * holds replicas of replicated partitions, the planner's decommission
+ * holds replicas of replicated partitions, and each member dead for
+ * replace-dead-after, the planner's decommission or heal rule
  * (meta/placement.h: each replica to the least loaded alive, non-draining
- * member) gives their new lists, and one PART_MOVE begin is proposed for a
+ * member; a dead member's factor-1 partitions, or ones with no alive
+ * replica left, are reported offline, never recreated empty) gives their
+ * new lists, and one PART_MOVE begin is proposed for a
  * partition with no move under way, while fewer than
  * DECOM_MOVES_PER_NODE moves take replicas off that member; the moves
  * complete as any do (check_moves). Factor-1 partitions do not move
@@ -1627,14 +1678,20 @@ static void decom_in_fini(decom_in_t *in)
 static void check_decommission(tn_meta_t *m)
 {
     uint64_t now = uv_now(m->loop);
-    if (m->decom_busy || !m->leading || m->lead_term != m->raft.current_term ||
-        now < m->next_decom_ms)
+    if (!m->leading || m->lead_term != m->raft.current_term) {
+        m->ndeads = 0; /* a new leadership counts from its own start */
+        return;
+    }
+    if (m->decom_busy || now < m->next_decom_ms)
         return;
     m->next_decom_ms = now + DECOM_SCAN_MS;
     const tn_meta_state_t *s = &m->state;
+    if (!note_deads(m, now))
+        return; /* out of memory: the next scan */
     bool any = false;
     for (size_t i = 0; i < s->nmembers && !any; i++)
-        any = s->members[i].draining && tn_meta_state_replicas_held(s, s->members[i].id) > 0;
+        any = (s->members[i].draining || replaceable(m, &s->members[i], now)) &&
+              tn_meta_state_replicas_held(s, s->members[i].id) > 0;
     if (!any)
         return;
     tn_place_member_t *members = tn_calloc(s->nmembers, sizeof(*members));
@@ -1655,23 +1712,25 @@ static void check_decommission(tn_meta_t *m)
     tn_place_plan_init(&plan);
     for (size_t i = 0; i < s->nmembers && !m->decom_busy; i++) {
         const tn_meta_member_t *mb = &s->members[i];
-        if (!mb->draining)
+        bool heal = !mb->draining && replaceable(m, mb, now);
+        if (!mb->draining && !heal)
             continue;
+        const char *what = heal ? "replacing dead member" : "decommission of member";
         uint64_t out = tn_meta_state_outbound_moves(s, mb->id);
         if (out >= DECOM_MOVES_PER_NODE)
             continue;
         char err[160];
-        if (tn_place_decommission(&in, (uint32_t)mb->id, 0, &plan, err, sizeof(err)) != 0) {
-            TN_LOG_RL(TN_LOG_WARN, 60000, "metastore: decommission of member %" PRIu64 ": %s",
-                      mb->id, err);
+        int prc = heal ? tn_place_heal(&in, (uint32_t)mb->id, 0, &plan, err, sizeof(err))
+                       : tn_place_decommission(&in, (uint32_t)mb->id, 0, &plan, err, sizeof(err));
+        if (prc != 0) {
+            TN_LOG_RL(TN_LOG_WARN, 60000, "metastore: %s %" PRIu64 ": %s", what, mb->id, err);
             continue;
         }
         for (size_t k = 0; k < plan.nproblems; k++) {
             const tn_place_part_t *pp = &din.parts[plan.problems[k].part];
             TN_LOG_RL(TN_LOG_WARN, 60000,
-                      "metastore: decommission of member %" PRIu64 ": partition %s/%" PRIu32
-                      " cannot move off it: %s",
-                      mb->id, din.topics[plan.problems[k].part]->rec.name, pp->partition,
+                      "metastore: %s %" PRIu64 ": partition %s/%" PRIu32 " cannot move off it: %s",
+                      what, mb->id, din.topics[plan.problems[k].part]->rec.name, pp->partition,
                       plan.problems[k].why == TN_PLACE_NO_ROOM
                           ? "every other alive member that is not draining holds it already"
                           : "no alive replica left to copy from");
@@ -1686,8 +1745,7 @@ static void check_decommission(tn_meta_t *m)
             if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id) || id == 0)
                 break;
             TN_LOG(TN_LOG_NOTICE,
-                   "metastore: decommission of member %" PRIu64 ": moving %s/%" PRIu32
-                   " (move %016" PRIx64 ")",
+                   "metastore: %s %" PRIu64 ": moving %s/%" PRIu32 " (move %016" PRIx64 ")", what,
                    mb->id, topic, pp->partition, id);
             m->decomreq.data = m;
             if (tn_meta_propose_move(m, &m->decomreq, topic, pp->partition, TN_MOVE_BEGIN, id,
@@ -2016,6 +2074,7 @@ static void meta_free(tn_meta_t *m)
     tn_free(m->heard);
     tn_free(m->pnotes);
     tn_free(m->readies);
+    tn_free(m->deads);
     void (*cb)(void *) = m->close_cb;
     void *arg = m->close_arg;
     tn_free(m);
@@ -2156,6 +2215,7 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     m->boot |= 1; /* never 0 */
     m->session_ms = o->session_timeout_ms ? o->session_timeout_ms : DEFAULT_SESSION_MS;
     m->rebalance_ms = o->rebalance_delay_ms ? o->rebalance_delay_ms : DEFAULT_REBALANCE_MS;
+    m->replace_dead_ms = o->replace_dead_ms;
     tn_meta_state_init(&m->state);
     m->state.pstate_cb = on_state_pstate;
     m->state.pstate_arg = m;

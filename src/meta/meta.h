@@ -175,6 +175,10 @@ typedef struct {
     uint64_t incarnation;
     unsigned session_timeout_ms; /* member-session-timeout; 0 = 6000 */
     unsigned rebalance_delay_ms; /* leader-rebalance-delay; 0 = 30000 */
+    /* replace-dead-after: a member dead this long (the leader's loop time,
+     * from its own leadership) has its replicas re-created elsewhere;
+     * 0 = never */
+    uint64_t replace_dead_ms;
 } tn_meta_opts_t;
 
 /* The name of that file in the data directory. A backup copies it (the

@@ -12,7 +12,10 @@ move is listed done, and the member asks for no new partition of an NSQ
 topic while it drains.
 
 The decommission goes through `ternctl cluster decommission ID --wait`,
-which exits 0 once the member holds nothing.
+which exits 0 once the member holds nothing. And self-healing: a member
+SIGKILLed and left dead for replace-dead-after (2 s here) has its replicas
+re-created on the other three from the surviving ones, every partition
+back to three in-sync replicas, nothing lost; back, it holds none of them.
 
 Run: python3 tests/cluster/test_decommission.py --ternd build/ternd --ternctl build/ternctl
 """
@@ -100,10 +103,54 @@ class Decommission(tm.Moves):
         self.finish()
 
 
-# Only this file's case.
+class DeadMember(tm.Moves):
+    node_args = ("--replace-dead-after=2s",)
+
+    def test_dead_member_replaced(self):
+        # A member SIGKILLed and marked dead (cluster-dead-after 3 s) for
+        # replace-dead-after (2 s): the metastore leader re-creates its
+        # replicas on the other three from the surviving ones, and every
+        # partition is back to three in-sync replicas without it; nothing
+        # acknowledged is lost. Back, it holds none of them (its copies set
+        # aside).
+        self.cluster(n=4)
+        self.load.start()
+        self.flowing(100)
+        meta = self.c.find_leader()
+        victim = next(n for n in self.c.nodes if n is not meta)
+        vid = str(victim.id)
+        self.assertTrue(any(vid in self.info(V1)[p].replicas for p in range(4)))
+        self.kill(victim, "a member that stays dead")
+
+        def replaced():
+            m = self.member(meta, vid)
+            if m["status"] != "dead" or m["replica_partitions"] != 0:
+                return None
+            ps = self.info(V1, exclude=(victim.id,))
+            return all(vid not in x.replicas and len(x.replicas) == 3 and len(x.isr) == 3
+                       for x in ps) or None
+        wait_until(f"member {vid}'s replicas re-created on the others", replaced, 300, 0.5)
+        tr.log(f"member {vid}'s replicas re-created: {self.info(V1, exclude=(victim.id,))}")
+        self.assertIn(f"replacing dead member {vid}", meta.log())
+        self.flowing(60)
+        self.restart(victim)
+        wait_until(f"member {vid} alive again", lambda: self.member(meta, vid)["status"] == "alive",
+                   60)
+        # rv's partitions stay where they were re-created (an NSQ topic may
+        # grow a new partition on it, as on any member its producers use).
+        self.assertTrue(all(vid not in x.replicas for x in self.info(V1)), self.info(V1))
+        self.flowing(40)
+        wait_until("every partition of rv with its whole ISR", self.settled4, 120)
+        self.finish()
+
+    member = Decommission.member
+
+
+# Only this file's cases.
 for _name in dir(tm.Moves):
     if _name.startswith("test"):
         setattr(Decommission, _name, None)
+        setattr(DeadMember, _name, None)
 
 
 if __name__ == "__main__":
