@@ -95,7 +95,8 @@ static bool exists(const char *dir, const char *name)
 
 /* tn__seg_list: the segments' bases in order, whatever the directory's
  * order; other files left alone; "*.tmp" (an atomic write cut short)
- * removed; an empty directory; a missing one. */
+ * removed; an empty directory; a missing one. tn__seg_bases: the same
+ * bases, every "*.tmp" left where it is. */
 static void test_list(void **state)
 {
     (void)state;
@@ -117,6 +118,13 @@ static void test_list(void **state)
     touch(dir, "checkpoint.tmp");
     touch(dir, "checkpoint");
     touch(dir, "notes.log");
+    assert_int_equal(tn__seg_bases(dir, &bases, &n), 0);
+    assert_int_equal(n, 5);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(bases[i], want[i]);
+    tn_free(bases);
+    assert_true(exists(dir, "00000000000000004096.idx.tmp"));
+    assert_true(exists(dir, "checkpoint.tmp"));
     assert_int_equal(tn__seg_list(dir, &bases, &n), 0);
     assert_int_equal(n, 5);
     for (size_t i = 0; i < n; i++)
@@ -131,6 +139,8 @@ static void test_list(void **state)
     snprintf(missing, sizeof(missing), "%s/none", dir);
     bases = NULL;
     assert_int_equal(tn__seg_list(missing, &bases, &n), UV_ENOENT);
+    assert_null(bases);
+    assert_int_equal(tn__seg_bases(missing, &bases, &n), UV_ENOENT);
     assert_null(bases);
     tu_rmrf(dir);
     free(dir);
