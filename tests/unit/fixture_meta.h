@@ -1,6 +1,8 @@
 /* What the unit tests over a real metastore share (tests/unit/api:
  * test_catalog.c, test_forward.c; tests/unit/cluster: test_router.c,
- * and for the engine helpers alone test_pstats.c and test_dataplane.c):
+ * and for the engine helpers alone test_pstats.c and test_dataplane.c;
+ * for the state machine's commands alone tests/unit/meta: test_state.c,
+ * test_state_repl.c, test_restore.c):
  * running the loop until a condition holds, the engine options of a test
  * broker and the engine steps they wait for (a topic, a publish, the
  * close), a lone metastore replica (libraft on loopback) opened and
@@ -60,5 +62,24 @@ tn_meta_cmd_t tu_meta_topic_cmd(const char *name, uint32_t partitions);
  * API address, 127.0.0.1:1 as its metastore address and now as its
  * heartbeat. */
 tn_meta_cmd_t tu_meta_member_cmd(uint64_t id, const char *api_addr);
+
+/* The commands of the tests that apply them to the state machine directly
+ * (tests/unit/meta: test_state.c, test_state_repl.c, test_restore.c), with
+ * fixed values throughout so that their encodings repeat. */
+
+/* A TOPIC_PUT of name, if absent, with partitions, 1 h retention, 30 s
+ * visibility, 1024 in flight and acked ahead, created at 1700000000000 ms;
+ * not native, no replication fields. */
+tn_meta_cmd_t tu_meta_state_topic_cmd(const char *name, uint32_t partitions);
+
+/* tu_meta_state_topic_cmd's topic made native, with replication factor and
+ * min_insync as given. */
+tn_meta_cmd_t tu_meta_native_topic_cmd(const char *name, uint32_t partitions, uint8_t factor,
+                                       uint8_t min_insync);
+
+/* A MEMBER_REC of node id: 10.0.0.<id>:4153 its metastore address,
+ * 10.0.0.<id>:4151 its API address, heartbeat 1000, incarnation and boot
+ * as given, no NSQ door. */
+tn_meta_cmd_t tu_meta_rec_cmd(uint64_t id, uint64_t incarnation, uint64_t boot);
 
 #endif
