@@ -245,3 +245,18 @@ tn_meta_cmd_t tu_meta_rec_cmd(uint64_t id, uint64_t incarnation, uint64_t boot)
     c.member.boot = boot;
     return c;
 }
+
+tn_pstate_t tu_pstate3(uint32_t r0, uint32_t r1, uint32_t r2, uint32_t leader,
+                       uint32_t leader_epoch)
+{
+    tn_pstate_t ps;
+    memset(&ps, 0, sizeof(ps));
+    ps.nreplicas = 3;
+    ps.replicas[0] = r0;
+    ps.replicas[1] = r1;
+    ps.replicas[2] = r2;
+    ps.leader = leader;
+    ps.leader_epoch = leader_epoch;
+    ps.min_insync = 2;
+    return ps;
+}

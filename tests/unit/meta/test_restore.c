@@ -66,20 +66,12 @@ static void test_choose_table(void **state)
 
 static tn_pstate_t old_state(void)
 {
-    tn_pstate_t ps;
-    memset(&ps, 0, sizeof(ps));
-    ps.nreplicas = 3;
-    ps.replicas[0] = 1;
-    ps.replicas[1] = 2;
-    ps.replicas[2] = 3;
-    ps.leader = 2;
-    ps.leader_epoch = 4;
+    tn_pstate_t ps = tu_pstate3(1, 2, 3, 2, 4);
     ps.partition_epoch = 17;
     ps.nisr = 1;
     ps.isr[0] = (tn_pstate_member_t){2, 0x22};
     ps.nelr = 1;
     ps.elr[0] = (tn_pstate_member_t){3, 0x33};
-    ps.min_insync = 2;
     ps.corrupt = 1u << 0;
     ps.unclean = true;
     return ps;
