@@ -622,9 +622,9 @@
       },
       render(d) {
         if (d.denied) return [h('h1', {}, 'Cluster'), h('p', {}, 'The cluster routes are for admins.')];
-        const moves = (d.moves.moves || []).map((m) => h('tr', {}, h('th', { scope: 'row' }, m.topic), num(fmt(m.partition)), h('td', {}, String(m.from)), h('td', {}, String(m.to))));
+        const moves = (d.moves.moves || []).map((m) => h('tr', {}, h('th', { scope: 'row' }, m.topic), num(fmt(m.partition)), h('td', {}, String(m.from)), h('td', {}, String(m.to)), h('td', {}, String(m.state || ''))));
         return [h('h1', {}, 'Cluster'), h('h2', {}, 'Members'), membersTable(d.members),
-          h('h2', {}, 'Partition moves'), table('Partition moves under way', ['Topic', { label: 'Partition', num: true }, 'From', 'To'], moves, 'moves', 'No moves under way.')];
+          h('h2', {}, 'Partition moves'), table('Partition moves under way', ['Topic', { label: 'Partition', num: true }, 'From', 'To', 'State'], moves, 'moves', 'No moves under way.')];
       },
     },
   };

@@ -553,13 +553,21 @@ static int ask_grow(tn_catalog_t *c, const char *topic)
  * partition of t on other nodes. In a cluster, an NSQ topic (not native)
  * grows by one partition this node owns, as a fleet of nsqd gets the
  * topic on each node its producers publish to; the publish waits for it
- * (at most CLAIM_WAIT_MS). A lone node has every partition, and a /v1
- * topic keeps the count its owner chose. */
+ * (at most CLAIM_WAIT_MS). A lone node has every partition, a /v1 topic
+ * keeps the count its owner chose, and a draining member grows nothing. */
 static int grow_here(void *arg, tn_topic_t *t, tn_waiter_t *w)
 {
     tn_catalog_t *c = arg;
-    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), t->name);
+    const tn_meta_state_t *st = tn_meta_state(c->meta);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(st, t->name);
     if (!c->o.cluster || e == NULL || e->rec.native)
+        return TN_EREMOTE;
+    /* A draining member takes no new partition: its publishes go to the
+     * partitions elsewhere, as a /v1 topic's do (a decommission moves its
+     * replicas off; a partition grown here would be moved off in turn,
+     * and the next publish would grow another). */
+    const tn_meta_member_t *self = tn_meta_member_find(st, c->o.node_id);
+    if (self != NULL && self->draining)
         return TN_EREMOTE;
     if (c->timer == NULL) {
         uv_timer_t *h = tn_calloc(1, sizeof(*h));

@@ -548,15 +548,13 @@ static void on_diverging(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_action
     truncate_to(r, point, out);
 }
 
-/* The leader's log starts above this one's end: retention (or a drop)
- * removed every record this copy lacks, so no fetch from here can ever
- * succeed. Every record this copy holds lies below the partition's log
- * start, outside what the partition keeps, the hw included: the copy
- * empties and restarts at the leader's start (Kafka's
- * truncateFullyAndStartAt), its epochs history with it, and fetches again
- * at the LOG event after it (one that changes nothing waits
- * fetch_timeout_ms, as a truncation does). */
-static void on_out_of_range(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
+/* OUT_OF_RANGE and GAP (below): an answer naming the offset this copy
+ * goes on from (the leader's log start, the end of its gap) takes act
+ * there when it is past this log's end; the fetch goes again at the LOG
+ * event after it (one that changes nothing waits fetch_timeout_ms, as a
+ * truncation does). */
+static void on_offset_answer(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_act_type_t act,
+                             tn_repl_actions_t *out)
 {
     if (!answer_current(r, ev->u.out_of_range.leader_epoch) ||
         ev->u.out_of_range.fetch_offset != r->end)
@@ -564,29 +562,32 @@ static void on_out_of_range(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_act
     r->fetching = false;
     r->next_fetch_at = ev->now + r->cfg.fetch_timeout_ms;
     if (ev->u.out_of_range.start <= r->end)
-        return; /* not out of range for this log: ask again later */
-    tn_repl_action_t *a = push(out, TN_REPL_ACT_RESET);
+        return; /* not past this log's end: ask again later */
+    tn_repl_action_t *a = push(out, act);
     a->offset = ev->u.out_of_range.start;
+}
+
+/* The leader's log starts above this one's end: retention (or a drop)
+ * removed every record this copy lacks, so no fetch from here can ever
+ * succeed. Every record this copy holds lies below the partition's log
+ * start, outside what the partition keeps, the hw included: the copy
+ * empties and restarts at the leader's start (Kafka's
+ * truncateFullyAndStartAt), its epochs history with it (on_offset_answer). */
+static void on_out_of_range(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
+{
+    on_offset_answer(r, ev, TN_REPL_ACT_RESET, out);
 }
 
 /* The leader's log has a gap where this copy ends: offsets it never
  * assigned (tn_plog_advance: the queue engine's recovery of a channel
  * that referred to a tail its log lost), so a fetch from here is answered
  * nothing for ever. This copy skips the same offsets (its next offset
- * becomes the gap's end, durably) and fetches again at the LOG event
- * after it. Every record it holds stays: they are the leader's below the
- * gap (the fetch carried their epoch, which the leader checked). */
+ * becomes the gap's end, durably; on_offset_answer). Every record it
+ * holds stays: they are the leader's below the gap (the fetch carried
+ * their epoch, which the leader checked). */
 static void on_gap(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
 {
-    if (!answer_current(r, ev->u.out_of_range.leader_epoch) ||
-        ev->u.out_of_range.fetch_offset != r->end)
-        return; /* answers a fetch from another log: a late copy */
-    r->fetching = false;
-    r->next_fetch_at = ev->now + r->cfg.fetch_timeout_ms;
-    if (ev->u.out_of_range.start <= r->end)
-        return; /* no gap past this log's end: ask again later */
-    tn_repl_action_t *a = push(out, TN_REPL_ACT_SKIP);
-    a->offset = ev->u.out_of_range.start;
+    on_offset_answer(r, ev, TN_REPL_ACT_SKIP, out);
 }
 
 static void on_fetch_error(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_t *out)
@@ -602,6 +603,35 @@ static void on_fetch_error(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_acti
 }
 
 /* --- events ---------------------------------------------------------------------- */
+
+/* The replica list changed within the leader's epoch (a partition move
+ * began, completed or was aborted: the list grows, shrinks or reorders):
+ * peers[i] follows replicas[i] again, each known peer keeping what the
+ * leader knows of it, a new one starting as a new leader's do. */
+static void peers_follow(tn_repl_t *r, const tn_pstate_t *old, uint64_t now)
+{
+    if (old->nreplicas == r->ps.nreplicas &&
+        memcmp(old->replicas, r->ps.replicas, r->ps.nreplicas * sizeof(r->ps.replicas[0])) == 0)
+        return;
+    tn_repl_peer_t was[TN_PSTATE_MAX_REPLICAS];
+    memcpy(was, r->peers, sizeof(was));
+    memset(r->peers, 0, sizeof(r->peers));
+    for (uint32_t i = 0; i < r->ps.nreplicas; i++) {
+        uint32_t node = r->ps.replicas[i];
+        bool kept = false;
+        for (uint32_t k = 0; k < old->nreplicas && !kept; k++) {
+            if (was[k].node == node) {
+                r->peers[i] = was[k];
+                kept = true;
+            }
+        }
+        if (!kept) {
+            r->peers[i].node = node;
+            r->peers[i].caught_up_at = now;
+            r->peers[i].leo_mark = r->end;
+        }
+    }
+}
 
 static void on_state(tn_repl_t *r, const tn_pstate_t *ps, uint64_t now, tn_repl_actions_t *out)
 {
@@ -620,6 +650,8 @@ static void on_state(tn_repl_t *r, const tn_pstate_t *ps, uint64_t now, tn_repl_
         bool same = old_role == TN_REPL_LEADER && old_epoch == ps->leader_epoch;
         if (!same)
             become_leader(r, now, out);
+        else
+            peers_follow(r, &old, now);
         /* A replica marked corrupt cut its log: what it reported before it
          * applied this state no longer holds. */
         for (uint32_t i = 0; i < ps->nreplicas; i++) {

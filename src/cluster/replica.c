@@ -8,7 +8,14 @@
  *      log comes first: the engine's, when the engine holds it (a log
  *      found on disk at start, or one the engine led), else one this
  *      manager opens (tn_plog_open, on a worker thread). The core is fed
- *      the log as found (EV_LOG), then the state (EV_STATE).
+ *      the log as found (EV_LOG), then the state (EV_STATE). A partition
+ *      move (meta/partstate.h rules 6 to 8) is only a new state here: a
+ *      node it adds gets a part_t as above (an empty log when it never held
+ *      the partition) and fetches; a node it drops loses its part_t
+ *      (part_drop: a leader resigns first, so the engine sets its log
+ *      aside; a follower closes its own), its files left where they are; a
+ *      leader whose list changes in its epoch keeps its peers' positions
+ *      (repl.c).
  *   2. Leader. The core asks for an epoch-start record. The manager hands
  *      the partition to the engine: its placement answer
  *      (tn_replica_local) turns true, and tn_topic_follow_placement opens
@@ -1886,8 +1893,21 @@ static bool is_replica(const tn_pstate_t *ps, uint32_t node)
 
 static void part_drop(part_t *pt)
 {
+    tn_plog_t *engine_log = pt->src == SRC_ENGINE ? pt->plog : NULL;
+    pt->busy++; /* the gate's failures complete the epoch-start append here */
     if (pt->core.role == TN_REPL_LEADER)
         resign(pt);
+    if (pt->src == SRC_ENGINE && pt->plog != NULL)
+        engine_log = pt->plog;
+    /* No longer a replica here (a move dropped it): the engine's log is set
+     * aside, and an append still being written to it when the leadership
+     * went would wait for a hw that nothing moves any more (the tick fails
+     * a follower's such appends, but a dropped partition has no tick), so
+     * the publish never ended and the node's drain timed out. The gate
+     * fails what waits and what would wait, until it is turned on again. */
+    if (engine_log != NULL)
+        tn_plog_gate_shut(engine_log, TN_EFENCED);
+    pt->busy--;
     pt->dead = true;
     pt->want = false;
     if (pt->src == SRC_ENGINE) {
@@ -2799,4 +2819,24 @@ int tn_replica_part_info(tn_replica_t *rm, const char *topic, uint32_t p, uint64
     *hw = pt->core.hw;
     *log_end = pt->core.end;
     return 0;
+}
+
+int tn_replica_peer_lag(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
+                        uint64_t *lag)
+{
+    part_t *pt = part_find(rm, topic, p);
+    if (pt == NULL || !pt->core_fed || pt->core.role != TN_REPL_LEADER)
+        return TN_ENOTFOUND;
+    if (node == rm->o.node) {
+        *lag = 0;
+        return 0;
+    }
+    for (uint32_t i = 0; i < pt->core.ps.nreplicas; i++) {
+        const tn_repl_peer_t *peer = &pt->core.peers[i];
+        if (peer->node == node && peer->seen) {
+            *lag = pt->core.end > peer->end ? pt->core.end - peer->end : 0;
+            return 0;
+        }
+    }
+    return TN_ENOTFOUND;
 }

@@ -156,5 +156,11 @@ void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out);
  * (not a local replica). */
 int tn_replica_part_info(tn_replica_t *rm, const char *topic, uint32_t p, uint64_t *hw,
                          uint64_t *log_end);
+/* On the leader of (topic, p): how many records node's copy lacks (this
+ * log's end minus the end node last fetched at in this epoch), for a
+ * move's progress. 0, or TN_ENOTFOUND (this node does not lead the
+ * partition, or node is not a replica that fetched in this epoch). */
+int tn_replica_peer_lag(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
+                        uint64_t *lag);
 
 #endif

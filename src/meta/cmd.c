@@ -131,6 +131,35 @@ static void w_pstate(wr_t *w, const tn_pstate_t *ps)
     w_u8(w, (uint8_t)ps->min_insync);
     w_u32(w, ps->corrupt);
     w_u8(w, ps->unclean ? 1 : 0);
+    if (ps->ntarget == 0)
+        return; /* no move: the record older builds wrote */
+    if (ps->ntarget > TN_PSTATE_MAX_REPLICAS || ps->nold == 0 ||
+        ps->nold > TN_PSTATE_MAX_REPLICAS || ps->move_id == 0) {
+        if (w->rc == 0)
+            w->rc = UV_EINVAL;
+        return;
+    }
+    w_u8(w, (uint8_t)ps->ntarget);
+    for (uint32_t i = 0; i < ps->ntarget; i++)
+        w_u32(w, ps->target[i]);
+    w_u8(w, (uint8_t)ps->nold);
+    for (uint32_t i = 0; i < ps->nold; i++)
+        w_u32(w, ps->old[i]);
+    w_u64(w, ps->move_id);
+    w_u64(w, (uint64_t)ps->move_started_ms);
+}
+
+/* A list of n (1..TN_PSTATE_MAX_REPLICAS) node ids. */
+static void w_nodes(wr_t *w, const uint32_t *v, uint32_t n)
+{
+    if (n == 0 || n > TN_PSTATE_MAX_REPLICAS) {
+        if (w->rc == 0)
+            w->rc = UV_EINVAL;
+        return;
+    }
+    w_u8(w, (uint8_t)n);
+    for (uint32_t i = 0; i < n; i++)
+        w_u32(w, v[i]);
 }
 
 /* --- fingerprints ------------------------------------------------------------ */
@@ -374,6 +403,35 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_u32(&w, c->part);
         w_pstate(&w, &c->pstate);
         break;
+    case TN_MC_PART_MOVE:
+        if (c->move_id == 0 || c->move_kind > TN_MOVE_ABORT || c->move_ms < 0)
+            w.rc = UV_EINVAL;
+        w_str(&w, c->topic.name, TN_NAME_MAX);
+        w_u32(&w, c->part);
+        w_u8(&w, c->move_kind);
+        w_u64(&w, c->move_id);
+        w_u64(&w, (uint64_t)c->move_ms);
+        if (c->move_kind == TN_MOVE_BEGIN)
+            w_nodes(&w, c->target, c->ntarget);
+        else if (c->move_kind == TN_MOVE_ABORT)
+            w_str(&w, c->move_reason, TN_META_MOVE_REASON_MAX);
+        break;
+    case TN_MC_MOVE_DONE: {
+        const tn_meta_move_t *mv = &c->move;
+        if (mv->id == 0 || (mv->end != TN_MOVE_DONE && mv->end != TN_MOVE_ABORTED) ||
+            mv->started_ms < 0 || mv->finished_ms < 0)
+            w.rc = UV_EINVAL;
+        w_u64(&w, mv->id);
+        w_str(&w, mv->topic, TN_NAME_MAX);
+        w_u32(&w, mv->part);
+        w_u8(&w, mv->end);
+        w_u64(&w, (uint64_t)mv->started_ms);
+        w_u64(&w, (uint64_t)mv->finished_ms);
+        w_nodes(&w, mv->from, mv->nfrom);
+        w_nodes(&w, mv->to, mv->nto);
+        w_str(&w, mv->reason, TN_META_MOVE_REASON_MAX);
+        break;
+    }
     default:
         w.rc = UV_EINVAL;
     }
@@ -617,6 +675,58 @@ static bool is_replica(const tn_pstate_t *ps, uint32_t node)
     return false;
 }
 
+/* A list of 1..TN_PSTATE_MAX_REPLICAS distinct node ids, none NONE; its
+ * count, 0 after an error. */
+static uint32_t r_nodes(rd_t *r, uint32_t *v)
+{
+    uint8_t n = r_u8(r);
+    if (r->rc == 0 && (n == 0 || n > TN_PSTATE_MAX_REPLICAS))
+        r->rc = TN_ECORRUPT;
+    for (uint32_t i = 0; i < n && r->rc == 0; i++) {
+        v[i] = r_u32(r);
+        for (uint32_t k = 0; k < i && r->rc == 0; k++)
+            if (v[k] == v[i])
+                r->rc = TN_ECORRUPT;
+        if (r->rc == 0 && v[i] == TN_PSTATE_NONE)
+            r->rc = TN_ECORRUPT;
+    }
+    return r->rc == 0 ? n : 0;
+}
+
+static bool nodes_have(const uint32_t *v, uint32_t n, uint32_t node)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] == node)
+            return true;
+    return false;
+}
+
+/* A partition state's move (partstate.h's invariants: replicas is the
+ * target followed by the old replicas not in it). false: damaged. */
+static bool r_move(rd_t *r, tn_pstate_t *ps)
+{
+    ps->ntarget = r_nodes(r, ps->target);
+    ps->nold = r_nodes(r, ps->old);
+    ps->move_id = r_u64(r);
+    ps->move_started_ms = r_i64(r);
+    if (r->rc != 0)
+        return false;
+    if (ps->move_id == 0 || ps->move_started_ms < 0 || ps->ntarget < ps->min_insync)
+        return false;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < ps->ntarget; i++)
+        if (k >= ps->nreplicas || ps->replicas[k++] != ps->target[i])
+            return false;
+    for (uint32_t i = 0; i < ps->nold; i++)
+        if (!nodes_have(ps->target, ps->ntarget, ps->old[i]) &&
+            (k >= ps->nreplicas || ps->replicas[k++] != ps->old[i]))
+            return false;
+    if (k != ps->nreplicas)
+        return false;
+    return ps->ntarget != ps->nold ||
+           memcmp(ps->target, ps->old, ps->ntarget * sizeof(ps->target[0])) != 0;
+}
+
 /* A snapshot's partition state, checked against the invariants a state
  * machine keeps (partstate.h), so a damaged one is refused, not applied. */
 static void r_pstate(rd_t *r, tn_pstate_t *ps)
@@ -655,7 +765,9 @@ static void r_pstate(rd_t *r, tn_pstate_t *ps)
         ok = is_replica(ps, ps->elr[i].node);
     if (ok && ps->leader != TN_PSTATE_NONE)
         ok = tn_pstate_isr_find(ps, ps->leader) >= 0;
-    if (!ok)
+    if (ok && r->left > 0)
+        ok = r_move(r, ps);
+    if (!ok && r->rc == 0)
         r->rc = TN_ECORRUPT;
 }
 
@@ -856,6 +968,35 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         c->part = r_u32(&r);
         r_pstate(&r, &c->pstate);
         break;
+    case TN_MC_PART_MOVE:
+        r_name(&r, c->topic.name, false);
+        c->part = r_u32(&r);
+        c->move_kind = r_u8(&r);
+        c->move_id = r_u64(&r);
+        c->move_ms = r_i64(&r);
+        if (r.rc == 0 && (c->move_kind > TN_MOVE_ABORT || c->move_id == 0 || c->move_ms < 0))
+            r.rc = TN_ECORRUPT;
+        if (r.rc == 0 && c->move_kind == TN_MOVE_BEGIN)
+            c->ntarget = r_nodes(&r, c->target);
+        else if (r.rc == 0 && c->move_kind == TN_MOVE_ABORT)
+            r_str(&r, c->move_reason, TN_META_MOVE_REASON_MAX);
+        break;
+    case TN_MC_MOVE_DONE: {
+        tn_meta_move_t *mv = &c->move;
+        mv->id = r_u64(&r);
+        r_name(&r, mv->topic, false);
+        mv->part = r_u32(&r);
+        mv->end = r_u8(&r);
+        mv->started_ms = r_i64(&r);
+        mv->finished_ms = r_i64(&r);
+        if (r.rc == 0 && (mv->id == 0 || (mv->end != TN_MOVE_DONE && mv->end != TN_MOVE_ABORTED) ||
+                          mv->started_ms < 0 || mv->finished_ms < 0))
+            r.rc = TN_ECORRUPT;
+        mv->nfrom = r_nodes(&r, mv->from);
+        mv->nto = r_nodes(&r, mv->to);
+        r_str(&r, mv->reason, TN_META_MOVE_REASON_MAX);
+        break;
+    }
     default:
         return UV_ENOTSUP;
     }

@@ -55,7 +55,15 @@
  * record only) is the partition's whole tn_pstate_t: [1] nreplicas,
  * replicas as [4] each, [4] leader [4] leader_epoch [4] partition_epoch
  * [1] nisr, members as [4] node [8] incarnation, [1] nelr, members, [1]
- * min_insync [4] corrupt bits [1] unclean.
+ * min_insync [4] corrupt bits [1] unclean, then, only while a move is under
+ * way (absent in older records: none): [1] ntarget, target as [4] each,
+ * [1] nold, old replicas as [4] each, [8] move id [8] started ms.
+ * PART_MOVE ([s] topic [4] partition [1] kind [8] move id [8] ms, then
+ * for BEGIN [1] n (1..TN_PSTATE_MAX_REPLICAS) n x [4] node, for ABORT [s]
+ * reason): a reassignment (partstate.h rules 6 to 8). MOVE_DONE (a
+ * snapshot record only): [8] id [s] topic [4] partition [1] end (1 done, 2
+ * aborted) [8] started ms [8] finished ms [1] nfrom from as [4] each [1]
+ * nto to as [4] each [s] reason.
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -106,7 +114,32 @@ typedef enum {
     TN_MC_PART_REBALANCE = 18, /* back to the preferred leader */
     TN_MC_PART_CORRUPT = 19,   /* a replica failed a CRC check */
     TN_MC_PART_STATE = 20,     /* snapshot record only */
+    TN_MC_PART_MOVE = 21,      /* begin, complete or abort a reassignment */
+    TN_MC_MOVE_DONE = 22,      /* snapshot record only: a finished move */
 } tn_meta_cmd_type_t;
+
+/* PART_MOVE's kind byte. */
+typedef enum { TN_MOVE_BEGIN = 0, TN_MOVE_COMPLETE = 1, TN_MOVE_ABORT = 2 } tn_meta_move_kind_t;
+
+/* How a finished move ended. */
+typedef enum { TN_MOVE_DONE = 1, TN_MOVE_ABORTED = 2 } tn_meta_move_end_t;
+
+#define TN_META_MOVE_REASON_MAX 160
+#define TN_META_MOVES_KEPT      64 /* finished moves the state keeps */
+
+/* A finished move, as the state keeps it (the last TN_META_MOVES_KEPT). */
+typedef struct {
+    uint64_t id;
+    char topic[TN_NAME_MAX + 1];
+    uint32_t part;
+    uint8_t end; /* tn_meta_move_end_t */
+    int64_t started_ms, finished_ms;
+    uint32_t nfrom;
+    uint32_t from[TN_PSTATE_MAX_REPLICAS]; /* the replicas before it */
+    uint32_t nto;
+    uint32_t to[TN_PSTATE_MAX_REPLICAS];      /* its target */
+    char reason[TN_META_MOVE_REASON_MAX + 1]; /* "" for done */
+} tn_meta_move_t;
 
 /* The names docs/replication.md and the helpers' contracts use. */
 #define TN_META_CMD_PART_ISR       TN_MC_PART_ISR
@@ -244,6 +277,17 @@ typedef struct {
     bool isr_unflagged; /* PART_ISR decoded without the flags byte: encoded so again */
     tn_pstate_member_t isr[TN_PSTATE_MAX_REPLICAS];
     tn_pstate_t pstate; /* PART_STATE */
+    /* PART_MOVE: the kind, the move's id (not 0) and the proposer's wall
+     * clock (begin: the start; complete, abort: the end); begin: the
+     * target (ntarget 1..TN_PSTATE_MAX_REPLICAS, distinct, none NONE);
+     * abort: the reason kept with it (may be ""). */
+    uint8_t move_kind;
+    uint64_t move_id;
+    int64_t move_ms;
+    uint32_t ntarget;
+    uint32_t target[TN_PSTATE_MAX_REPLICAS];
+    char move_reason[TN_META_MOVE_REASON_MAX + 1];
+    tn_meta_move_t move; /* MOVE_DONE */
 } tn_meta_cmd_t;
 
 /* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of

@@ -8,9 +8,11 @@
 #include "core/log.h"
 #include "core/netaddr.h"
 #include "core/time.h"
+#include "meta/placement.h"
 #include "meta/transport.h"
 #include "storage/io.h"
 
+#include <inttypes.h>
 #include <raft/uv.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,6 +47,12 @@
 /* How often the leader looks for partitions to move back to their
  * preferred leader. */
 #define REBALANCE_SCAN_MS 1000
+/* How often the leader looks for moves whose target is all in sync. */
+#define MOVE_SCAN_MS 200
+/* How often the leader looks for replicas to move off draining members,
+ * and how many moves off one member may run at once. */
+#define DECOM_SCAN_MS        250
+#define DECOM_MOVES_PER_NODE 2
 
 typedef struct fwd_s fwd_t;
 typedef struct join_s join_t;
@@ -161,6 +169,12 @@ struct tn_meta_s {
     ready_t *readies; /* sorted as the state's topics, then partitions */
     size_t nreadies, readycap;
     uint64_t next_scan_ms;
+    tn_meta_req_t movereq; /* the leader's PART_MOVE complete, one at a time */
+    bool move_busy;
+    uint64_t next_move_ms;
+    tn_meta_req_t decomreq; /* a decommission's PART_MOVE begin, one at a time */
+    bool decom_busy;
+    uint64_t next_decom_ms;
 };
 
 /* A proposal sent to the leader; m NULL once abandoned (the metastore
@@ -1465,6 +1479,229 @@ static void check_rebalance(tn_meta_t *m)
     }
 }
 
+static void on_move_completed(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->move_busy = false;
+    if (status != 0 && status != UV_EAGAIN && status != TN_ECLOSED && status != TN_ENOTFOUND)
+        TN_LOG(TN_LOG_WARN, "metastore: completing a partition move: %s", tn_strerror(status));
+}
+
+typedef struct {
+    tn_meta_t *m;
+    tn_pstate_nodes_t nodes;
+    bool proposed;
+} move_scan_t;
+
+/* A move whose target is all in the ISR, and whose leader is in the
+ * target or may hand over to one that is eligible: its completion. */
+static void move_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    move_scan_t *sc = arg;
+    if (sc->proposed || !tn_pstate_move_ready(ps))
+        return;
+    tn_pstate_t copy = *ps;
+    char err[160];
+    if (tn_pstate_move_complete(&copy, ps->move_id, &sc->nodes, err, sizeof(err)) != 0)
+        return; /* not yet (no target member may lead): the next scan */
+    tn_meta_t *m = sc->m;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_MOVE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    c.part = p;
+    c.move_kind = TN_MOVE_COMPLETE;
+    c.move_id = ps->move_id;
+    c.move_ms = tn_now_wall_ms();
+    TN_LOG(TN_LOG_NOTICE,
+           "metastore: move %016" PRIx64 " of %s/%" PRIu32 ": every target replica in sync, "
+           "completing (leader %" PRIu32 " -> %" PRIu32 ")",
+           ps->move_id, topic, p, ps->leader, copy.leader);
+    m->movereq.data = m;
+    if (tn_meta_propose(m, &m->movereq, &c, on_move_completed) == 0)
+        m->move_busy = true;
+    sc->proposed = true;
+}
+
+/* On the leader, every MOVE_SCAN_MS: the first move ready to complete
+ * gets a PART_MOVE complete (re-checked when applied), one at a time. A
+ * move thus ends without anyone waiting on it, and a new metastore leader
+ * picks up the moves from the state. */
+static void check_moves(tn_meta_t *m)
+{
+    uint64_t now = uv_now(m->loop);
+    if (m->move_busy || !m->leading || m->lead_term != m->raft.current_term ||
+        now < m->next_move_ms)
+        return;
+    m->next_move_ms = now + MOVE_SCAN_MS;
+    tn_pstate_nodes_t nodes = {m->state.nodes, m->state.nodes != NULL ? m->state.nmembers : 0};
+    move_scan_t sc = {m, nodes, false};
+    tn_meta_state_each_pstate(&m->state, move_one, &sc);
+}
+
+/* --- decommission: replicas off draining members ------------------------------------ */
+
+static void on_decom_begun(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->decom_busy = false;
+    if (status != 0 && status != UV_EBUSY && status != TN_ECLOSED && status != TN_ENOTFOUND)
+        TN_LOG(TN_LOG_WARN, "metastore: a decommission's partition move: %s", tn_strerror(status));
+}
+
+/* The replicated partitions as the planner sees them, each with its list
+ * as it will be (a move's target while one runs), and whether a move
+ * runs. Partitions naming a member the state does not know are left out. */
+typedef struct {
+    tn_place_part_t *parts;
+    const tn_meta_topic_entry_t **topics;
+    bool *moving;
+    size_t n, cap;
+} decom_in_t;
+
+static bool decom_member_known(const tn_meta_state_t *s, uint32_t id)
+{
+    return tn_meta_member_find(s, id) != NULL;
+}
+
+static int decom_collect(const tn_meta_state_t *s, decom_in_t *in)
+{
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t k = 0; t->pstates != NULL && k < t->rec.partitions; k++) {
+            const tn_pstate_t *ps = &t->pstates[k];
+            const uint32_t *list = ps->ntarget > 0 ? ps->target : ps->replicas;
+            uint32_t n = ps->ntarget > 0 ? ps->ntarget : ps->nreplicas;
+            bool known = n > 0 && n <= TN_PLACE_MAX_REPLICAS;
+            for (uint32_t r = 0; known && r < n; r++)
+                known = decom_member_known(s, list[r]);
+            if (!known)
+                continue;
+            if (in->n == in->cap) {
+                size_t cap = in->cap ? in->cap * 2 : 64;
+                tn_place_part_t *parts = tn_realloc(in->parts, cap * sizeof(*parts));
+                if (parts == NULL)
+                    return UV_ENOMEM;
+                in->parts = parts;
+                const tn_meta_topic_entry_t **topics =
+                    tn_realloc(in->topics, cap * sizeof(*topics));
+                if (topics == NULL)
+                    return UV_ENOMEM;
+                in->topics = topics;
+                bool *moving = tn_realloc(in->moving, cap * sizeof(*moving));
+                if (moving == NULL)
+                    return UV_ENOMEM;
+                in->moving = moving;
+                in->cap = cap;
+            }
+            tn_place_part_t *pp = &in->parts[in->n];
+            memset(pp, 0, sizeof(*pp));
+            pp->topic = (uint32_t)i;
+            pp->partition = k;
+            pp->factor = n;
+            memcpy(pp->replicas, list, n * sizeof(*list));
+            in->topics[in->n] = t;
+            in->moving[in->n] = ps->ntarget > 0;
+            in->n++;
+        }
+    }
+    return 0;
+}
+
+static void decom_in_fini(decom_in_t *in)
+{
+    tn_free(in->parts);
+    tn_free(in->topics);
+    tn_free(in->moving);
+}
+
+/* On the leader, every DECOM_SCAN_MS: for each draining member that still
+ * holds replicas of replicated partitions, the planner's decommission
+ * (meta/placement.h: each replica to the least loaded alive, non-draining
+ * member) gives their new lists, and one PART_MOVE begin is proposed for a
+ * partition with no move under way, while fewer than
+ * DECOM_MOVES_PER_NODE moves take replicas off that member; the moves
+ * complete as any do (check_moves). Factor-1 partitions do not move
+ * (their moves are not built): they stay with the member, which
+ * GET /v1/cluster/members shows. */
+static void check_decommission(tn_meta_t *m)
+{
+    uint64_t now = uv_now(m->loop);
+    if (m->decom_busy || !m->leading || m->lead_term != m->raft.current_term ||
+        now < m->next_decom_ms)
+        return;
+    m->next_decom_ms = now + DECOM_SCAN_MS;
+    const tn_meta_state_t *s = &m->state;
+    bool any = false;
+    for (size_t i = 0; i < s->nmembers && !any; i++)
+        any = s->members[i].draining && tn_meta_state_replicas_held(s, s->members[i].id) > 0;
+    if (!any)
+        return;
+    tn_place_member_t *members = tn_calloc(s->nmembers, sizeof(*members));
+    decom_in_t din = {0};
+    if (members == NULL || decom_collect(s, &din) != 0) {
+        tn_free(members);
+        decom_in_fini(&din);
+        return; /* again at the next scan */
+    }
+    for (size_t i = 0; i < s->nmembers; i++) {
+        const tn_meta_member_t *mb = &s->members[i];
+        members[i].id = (uint32_t)mb->id;
+        members[i].alive = mb->status == TN_MEMBER_ALIVE && !mb->fenced;
+        members[i].draining = mb->draining;
+    }
+    tn_place_in_t in = {members, s->nmembers, din.parts, din.n};
+    tn_place_plan_t plan;
+    tn_place_plan_init(&plan);
+    for (size_t i = 0; i < s->nmembers && !m->decom_busy; i++) {
+        const tn_meta_member_t *mb = &s->members[i];
+        if (!mb->draining)
+            continue;
+        uint64_t out = tn_meta_state_outbound_moves(s, mb->id);
+        if (out >= DECOM_MOVES_PER_NODE)
+            continue;
+        char err[160];
+        if (tn_place_decommission(&in, (uint32_t)mb->id, 0, &plan, err, sizeof(err)) != 0) {
+            TN_LOG_RL(TN_LOG_WARN, 60000, "metastore: decommission of member %" PRIu64 ": %s",
+                      mb->id, err);
+            continue;
+        }
+        for (size_t k = 0; k < plan.nproblems; k++) {
+            const tn_place_part_t *pp = &din.parts[plan.problems[k].part];
+            TN_LOG_RL(TN_LOG_WARN, 60000,
+                      "metastore: decommission of member %" PRIu64 ": partition %s/%" PRIu32
+                      " cannot move off it: %s",
+                      mb->id, din.topics[plan.problems[k].part]->rec.name, pp->partition,
+                      plan.problems[k].why == TN_PLACE_NO_ROOM
+                          ? "every other alive member that is not draining holds it already"
+                          : "no alive replica left to copy from");
+        }
+        for (size_t k = 0; k < plan.nchanges && !m->decom_busy; k++) {
+            const tn_place_change_t *ch = &plan.changes[k];
+            if (din.moving[ch->part] || ch->moved == 0)
+                continue;
+            const tn_place_part_t *pp = &din.parts[ch->part];
+            const char *topic = din.topics[ch->part]->rec.name;
+            uint64_t id = 0;
+            if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id) || id == 0)
+                break;
+            TN_LOG(TN_LOG_NOTICE,
+                   "metastore: decommission of member %" PRIu64 ": moving %s/%" PRIu32
+                   " (move %016" PRIx64 ")",
+                   mb->id, topic, pp->partition, id);
+            m->decomreq.data = m;
+            if (tn_meta_propose_move(m, &m->decomreq, topic, pp->partition, TN_MOVE_BEGIN, id,
+                                     ch->to.replicas, ch->to.factor, NULL, on_decom_begun) == 0)
+                m->decom_busy = true;
+            else
+                break;
+        }
+    }
+    tn_place_plan_fini(&plan);
+    tn_free(members);
+    decom_in_fini(&din);
+}
+
 static bool part_args_ok(const char *topic, uint32_t p)
 {
     size_t n = strlen(topic);
@@ -1503,6 +1740,31 @@ int tn_meta_force_leader(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
     c.part = p;
     c.node = node;
     c.unclean = unclean;
+    return tn_meta_propose(m, req, &c, cb);
+}
+
+int tn_meta_propose_move(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
+                         uint8_t kind, uint64_t id, const uint32_t *target, uint32_t n,
+                         const char *reason, tn_meta_cb cb)
+{
+    if (!part_args_ok(topic, p) || id == 0 || kind > TN_MOVE_ABORT ||
+        (kind == TN_MOVE_BEGIN && (n == 0 || n > TN_PSTATE_MAX_REPLICAS)) ||
+        (reason != NULL && strlen(reason) > TN_META_MOVE_REASON_MAX))
+        return UV_EINVAL;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_PART_MOVE;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    c.part = p;
+    c.move_kind = kind;
+    c.move_id = id;
+    c.move_ms = tn_now_wall_ms();
+    if (kind == TN_MOVE_BEGIN) {
+        c.ntarget = n;
+        memcpy(c.target, target, n * sizeof(*target));
+    }
+    if (kind == TN_MOVE_ABORT && reason != NULL)
+        snprintf(c.move_reason, sizeof(c.move_reason), "%s", reason);
     return tn_meta_propose(m, req, &c, cb);
 }
 
@@ -1709,6 +1971,10 @@ static void on_poll(uv_timer_t *t)
         check_sessions(m);
     if (!m->closing)
         check_rebalance(m);
+    if (!m->closing)
+        check_moves(m);
+    if (!m->closing)
+        check_decommission(m);
     if (m->closing)
         return; /* the close owns the timer now */
     bool busy = m->waiting != NULL || m->fwds != NULL || m->joins != NULL || m->xfer_active ||

@@ -369,3 +369,218 @@ bool tn_pstate_mark_corrupt(tn_pstate_t *ps, uint32_t node, const tn_pstate_node
         ps->partition_epoch++;
     return changed;
 }
+
+/* --- reassignment (rules 6 to 8) ------------------------------------------------- */
+
+static bool list_has(const uint32_t *v, uint32_t n, uint32_t node)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] == node)
+            return true;
+    return false;
+}
+
+/* replicas becomes v[0..n), the CRC marks following their members. */
+static void set_replicas(tn_pstate_t *ps, const uint32_t *v, uint32_t n)
+{
+    uint32_t corrupt = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        int ri = replica_index(ps, v[i]);
+        if (ri >= 0 && (ps->corrupt & (1u << ri)))
+            corrupt |= 1u << i;
+    }
+    uint32_t copy[TN_PSTATE_MAX_REPLICAS];
+    memcpy(copy, v, n * sizeof(*v));
+    memcpy(ps->replicas, copy, n * sizeof(*v));
+    ps->nreplicas = n;
+    ps->corrupt = corrupt;
+}
+
+/* The ISR and ELR keep the members of keep[0..n) only. */
+static void sets_keep(tn_pstate_t *ps, const uint32_t *keep, uint32_t n)
+{
+    for (uint32_t k = 0; k < ps->nisr;) {
+        if (list_has(keep, n, ps->isr[k].node))
+            k++;
+        else
+            set_remove(ps->isr, &ps->nisr, k);
+    }
+    for (uint32_t k = 0; k < ps->nelr;) {
+        if (list_has(keep, n, ps->elr[k].node))
+            k++;
+        else
+            set_remove(ps->elr, &ps->nelr, k);
+    }
+}
+
+/* The first ISR member in list order that is eligible, or NONE. */
+static uint32_t first_eligible_of(const tn_pstate_t *ps, const uint32_t *list, uint32_t n,
+                                  const tn_pstate_nodes_t *nodes)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        int i = tn_pstate_isr_find(ps, list[k]);
+        if (i >= 0 && tn_pstate_eligible(ps, &ps->isr[i], nodes, TN_PSTATE_NONE))
+            return list[k];
+    }
+    return TN_PSTATE_NONE;
+}
+
+static void move_clear(tn_pstate_t *ps)
+{
+    ps->ntarget = 0;
+    ps->nold = 0;
+    memset(ps->target, 0, sizeof(ps->target));
+    memset(ps->old, 0, sizeof(ps->old));
+    ps->move_id = 0;
+    ps->move_started_ms = 0;
+}
+
+int tn_pstate_move_begin(tn_pstate_t *ps, const uint32_t *target, uint32_t n, uint64_t id,
+                         int64_t started_ms, const tn_pstate_nodes_t *nodes, char *err,
+                         size_t errlen)
+{
+    if (ps->ntarget > 0) {
+        tn_errbuf(err, errlen, "a move of this partition is under way (id %016llx)",
+                  (unsigned long long)ps->move_id);
+        return UV_EBUSY;
+    }
+    if (id == 0) {
+        tn_errbuf(err, errlen, "a move needs an id");
+        return UV_EINVAL;
+    }
+    if (n == 0) {
+        tn_errbuf(err, errlen, "the target replica list is empty");
+        return UV_EINVAL;
+    }
+    if (n > TN_PSTATE_MAX_REPLICAS) {
+        tn_errbuf(err, errlen, "a partition has at most %d replicas, not %u",
+                  TN_PSTATE_MAX_REPLICAS, n);
+        return UV_EINVAL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (list_has(target, i, target[i])) {
+            tn_errbuf(err, errlen, "member %u is listed twice", target[i]);
+            return UV_EINVAL;
+        }
+        const tn_pstate_node_t *nd = node_find(nodes, target[i]);
+        if (target[i] == TN_PSTATE_NONE || nd == NULL) {
+            tn_errbuf(err, errlen, "member %u is not a known member", target[i]);
+            return UV_EINVAL;
+        }
+        if (!nd->live) {
+            tn_errbuf(err, errlen, "member %u has no live session", target[i]);
+            return UV_EINVAL;
+        }
+    }
+    if (n < ps->min_insync) {
+        tn_errbuf(err, errlen, "%u replicas are fewer than min_insync_replicas %u", n,
+                  ps->min_insync);
+        return UV_EINVAL;
+    }
+    if (n == ps->nreplicas && memcmp(target, ps->replicas, n * sizeof(*target)) == 0) {
+        tn_errbuf(err, errlen, "the partition has these replicas already");
+        return UV_EINVAL;
+    }
+    uint32_t all[2 * TN_PSTATE_MAX_REPLICAS];
+    uint32_t nall = n;
+    memcpy(all, target, n * sizeof(*target));
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        if (!list_has(target, n, ps->replicas[i]))
+            all[nall++] = ps->replicas[i];
+    if (nall > TN_PSTATE_MAX_REPLICAS) {
+        tn_errbuf(err, errlen,
+                  "the target and the replicas it replaces make %u members during the move, "
+                  "more than %d",
+                  nall, TN_PSTATE_MAX_REPLICAS);
+        return UV_EINVAL;
+    }
+    ps->nold = ps->nreplicas;
+    memcpy(ps->old, ps->replicas, ps->nreplicas * sizeof(ps->old[0]));
+    ps->ntarget = n;
+    memcpy(ps->target, target, n * sizeof(*target));
+    ps->move_id = id;
+    ps->move_started_ms = started_ms;
+    set_replicas(ps, all, nall);
+    ps->partition_epoch++;
+    return 0;
+}
+
+bool tn_pstate_move_ready(const tn_pstate_t *ps)
+{
+    if (ps->ntarget == 0)
+        return false;
+    for (uint32_t i = 0; i < ps->ntarget; i++)
+        if (tn_pstate_isr_find(ps, ps->target[i]) < 0)
+            return false;
+    return true;
+}
+
+static int move_named(const tn_pstate_t *ps, uint64_t id, char *err, size_t errlen)
+{
+    if (ps->ntarget == 0 || ps->move_id != id) {
+        tn_errbuf(err, errlen, "no move %016llx is under way for this partition",
+                  (unsigned long long)id);
+        return TN_ENOTFOUND;
+    }
+    return 0;
+}
+
+int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes, char *err,
+                            size_t errlen)
+{
+    int rc = move_named(ps, id, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (!tn_pstate_move_ready(ps)) {
+        tn_errbuf(err, errlen, "not every target replica is in sync yet");
+        return UV_EAGAIN;
+    }
+    uint32_t leader = ps->leader;
+    if (!list_has(ps->target, ps->ntarget, leader)) {
+        leader = first_eligible_of(ps, ps->target, ps->ntarget, nodes);
+        if (leader == TN_PSTATE_NONE) {
+            tn_errbuf(err, errlen, "no target replica may lead now");
+            return UV_EAGAIN;
+        }
+    }
+    uint32_t target[TN_PSTATE_MAX_REPLICAS];
+    uint32_t n = ps->ntarget;
+    memcpy(target, ps->target, n * sizeof(*target));
+    set_leader(ps, leader);
+    set_replicas(ps, target, n);
+    sets_keep(ps, target, n);
+    if (ps->nisr >= ps->min_insync)
+        ps->nelr = 0;
+    move_clear(ps);
+    ps->partition_epoch++;
+    return 0;
+}
+
+int tn_pstate_move_abort(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes, char *err,
+                         size_t errlen)
+{
+    int rc = move_named(ps, id, err, errlen);
+    if (rc != 0)
+        return rc;
+    uint32_t leader = ps->leader;
+    if (leader != TN_PSTATE_NONE && !list_has(ps->old, ps->nold, leader)) {
+        leader = first_eligible_of(ps, ps->old, ps->nold, nodes);
+        if (leader == TN_PSTATE_NONE) {
+            tn_errbuf(err, errlen,
+                      "no replica of the old list is an eligible in-sync replica: none could "
+                      "lead if the move were aborted");
+            return UV_EPERM;
+        }
+    }
+    uint32_t old[TN_PSTATE_MAX_REPLICAS];
+    uint32_t n = ps->nold;
+    memcpy(old, ps->old, n * sizeof(*old));
+    set_leader(ps, leader);
+    set_replicas(ps, old, n);
+    sets_keep(ps, old, n);
+    if (ps->nisr >= ps->min_insync)
+        ps->nelr = 0;
+    move_clear(ps);
+    ps->partition_epoch++;
+    return 0;
+}

@@ -51,11 +51,39 @@
  * A member whose incarnation is no longer its node's (a wiped disk) leaves
  * the ISR and ELR at the next fence and never counts for either; a member
  * with a CRC failure leaves both.
+ * Reassignment (a partition move, KIP-455; docs/replication.md "Partition
+ * moves"):
+ *   6. Begin (tn_pstate_move_begin): given a target replica list and the
+ *      move's id and start time (the proposer's: no clock here), replicas
+ *      becomes the target followed by the old replicas not in it, and the
+ *      old list is kept. The adding members are replicas at once: they
+ *      fetch, and the leader's CAS (rule 3, unchanged) adds them to the
+ *      ISR once caught up. Refused while a move is under way, or for a
+ *      target that is empty, has duplicates, an unknown or not live member,
+ *      more than TN_PSTATE_MAX_REPLICAS (also counting the old replicas it
+ *      drops, which stay replicas until the end), fewer than min_insync
+ *      members, or equals the current list.
+ *   7. Complete (tn_pstate_move_complete, re-checked when applied): only
+ *      when every target member is in the ISR. A leader not in the target
+ *      hands over to the first eligible target ISR member (an election:
+ *      leader_epoch bumped; none eligible: refused, tried again later).
+ *      replicas becomes the target; the ISR and ELR keep target members
+ *      only; the move is cleared.
+ *   8. Abort (tn_pstate_move_abort): replicas back to the old list; ISR
+ *      and ELR keep old members only; a leader that is not an old replica
+ *      hands over to the first eligible old ISR member; refused when none
+ *      is (no old replica could lead).
+ *   A fence, a CRC mark, a forced election, an ISR CAS and the rebalance
+ *   work during a move as before, over the whole list (target and old).
  * Invariants: leader_epoch and partition_epoch only grow; partition_epoch
  * grows on every change; a leader other than NONE is an ISR member; the
  * ISR holds min_insync members or the ELR holds those that left it since
  * the hw froze; an ISR member added by a CAS had the
- * incarnation its node has now. */
+ * incarnation its node has now. During a move (ntarget > 0): replicas is
+ * exactly the target followed by the old replicas not in it, so every
+ * target and every old member is a replica; ntarget >= min_insync; the
+ * target differs from the old list; move_id is not 0. Without one,
+ * ntarget, nold and move_id are 0. */
 #ifndef TN_META_PARTSTATE_H
 #define TN_META_PARTSTATE_H
 
@@ -86,6 +114,13 @@ typedef struct tn_pstate_s {
     uint32_t min_insync; /* min_insync_replicas of the partition */
     uint32_t corrupt;    /* bit i: replicas[i] failed a CRC check, not repaired */
     bool unclean;        /* the current epoch began with a forced unclean election */
+    /* A reassignment under way (rule 6; ntarget 0: none). */
+    uint32_t ntarget;
+    uint32_t target[TN_PSTATE_MAX_REPLICAS]; /* the replicas it ends with */
+    uint32_t nold;
+    uint32_t old[TN_PSTATE_MAX_REPLICAS]; /* the replicas before it (abort's list) */
+    uint64_t move_id;                     /* the proposer's, not 0 */
+    int64_t move_started_ms;              /* the proposer's wall clock */
 } tn_pstate_t;
 
 /* What the controller knows of a member node: its current incarnation (a
@@ -165,6 +200,30 @@ int tn_pstate_rebalance(tn_pstate_t *ps, const tn_pstate_nodes_t *nodes);
  * ELR, and elections, until a CAS adds it back; a leader hands over.
  * Returns whether ps changed. */
 bool tn_pstate_mark_corrupt(tn_pstate_t *ps, uint32_t node, const tn_pstate_nodes_t *nodes);
+
+/* Begin moving ps to target[0..n) (copied; preference order), with the
+ * proposer's id (not 0) and start time: rule 6. 0 (partition_epoch
+ * bumped); UV_EBUSY a move is under way; UV_EINVAL a bad target (the
+ * reason in err). */
+int tn_pstate_move_begin(tn_pstate_t *ps, const uint32_t *target, uint32_t n, uint64_t id,
+                         int64_t started_ms, const tn_pstate_nodes_t *nodes, char *err,
+                         size_t errlen);
+
+/* Whether every target member of the move under way is in the ISR (the
+ * controller then proposes the completion). */
+bool tn_pstate_move_ready(const tn_pstate_t *ps);
+
+/* Complete the move id: rule 7. 0; TN_ENOTFOUND no move id under way;
+ * UV_EAGAIN not every target member is in the ISR, or the leader must
+ * hand over and no target ISR member is eligible (nothing changed). */
+int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes, char *err,
+                            size_t errlen);
+
+/* Abort the move id: rule 8. 0; TN_ENOTFOUND no move id under way;
+ * UV_EPERM the leader is not an old replica and no old ISR member may
+ * lead (nothing changed). */
+int tn_pstate_move_abort(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes, char *err,
+                         size_t errlen);
 
 /* The ISR index of node in ps, or -1. */
 int tn_pstate_isr_find(const tn_pstate_t *ps, uint32_t node);

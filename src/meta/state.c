@@ -474,6 +474,9 @@ static void grow_replicated(tn_meta_state_t *s, tn_meta_topic_entry_t *t, uint32
         tell(s, t, t->rec.name, p);
 }
 
+static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_entry_t *t,
+                     tn_pstate_t *ps);
+
 static int part_cmd(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
 {
     tn_meta_topic_entry_t *t;
@@ -508,6 +511,9 @@ static int part_cmd(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         (void)tn_pstate_mark_corrupt(ps, c->node, &nodes);
         rc = 0;
         break;
+    case TN_MC_PART_MOVE:
+        rc = part_move(s, c, t, ps);
+        break;
     default:
         return UV_ENOTSUP;
     }
@@ -515,6 +521,111 @@ static int part_cmd(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         *ps = was;                                       /* a refused command changes nothing */
     else if (ps->partition_epoch != was.partition_epoch) /* bumped by every change */
         tell(s, t, t->rec.name, c->part);
+    return rc;
+}
+
+/* --- partition moves ------------------------------------------------------------ */
+
+static void move_keep(tn_meta_state_t *s, const tn_meta_move_t *mv)
+{
+    s->moves[s->moves_next] = *mv;
+    s->moves_next = (s->moves_next + 1) % TN_META_MOVES_KEPT;
+    if (s->nmoves < TN_META_MOVES_KEPT)
+        s->nmoves++;
+}
+
+const tn_meta_move_t *tn_meta_state_move_done(const tn_meta_state_t *s, size_t k)
+{
+    if (k >= s->nmoves)
+        return NULL;
+    uint32_t at = (s->moves_next + TN_META_MOVES_KEPT - 1 - (uint32_t)k) % TN_META_MOVES_KEPT;
+    return &s->moves[at];
+}
+
+const tn_pstate_t *tn_meta_state_move_find(const tn_meta_state_t *s, uint64_t id,
+                                           const char **topic, uint32_t *p)
+{
+    for (size_t i = 0; id != 0 && i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t k = 0; t->pstates != NULL && k < t->rec.partitions; k++) {
+            if (t->pstates[k].nreplicas > 0 && t->pstates[k].move_id == id) {
+                *topic = t->rec.name;
+                *p = k;
+                return &t->pstates[k];
+            }
+        }
+    }
+    return NULL;
+}
+
+static bool has(const uint32_t *v, uint32_t n, uint64_t node)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] == node)
+            return true;
+    return false;
+}
+
+uint64_t tn_meta_state_outbound_moves(const tn_meta_state_t *s, uint64_t member)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t k = 0; t->pstates != NULL && k < t->rec.partitions; k++) {
+            const tn_pstate_t *ps = &t->pstates[k];
+            n += ps->ntarget > 0 && has(ps->old, ps->nold, member) &&
+                 !has(ps->target, ps->ntarget, member);
+        }
+    }
+    return n;
+}
+
+uint64_t tn_meta_state_replicas_held(const tn_meta_state_t *s, uint64_t member)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t k = 0; t->pstates != NULL && k < t->rec.partitions; k++)
+            n += has(t->pstates[k].replicas, t->pstates[k].nreplicas, member);
+    }
+    return n;
+}
+
+/* PART_MOVE on ps (partition c->part of t): the rule of its kind; a
+ * finished move is kept. */
+static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_entry_t *t,
+                     tn_pstate_t *ps)
+{
+    tn_pstate_nodes_t nodes = nodes_of(s);
+    char err[160];
+    if (c->move_kind == TN_MOVE_BEGIN)
+        return tn_pstate_move_begin(ps, c->target, c->ntarget, c->move_id, c->move_ms, &nodes, err,
+                                    sizeof(err));
+    tn_meta_move_t mv;
+    memset(&mv, 0, sizeof(mv));
+    mv.id = c->move_id;
+    snprintf(mv.topic, sizeof(mv.topic), "%s", t->rec.name);
+    mv.part = c->part;
+    mv.started_ms = ps->move_started_ms;
+    mv.finished_ms = c->move_ms;
+    mv.nfrom = ps->nold;
+    memcpy(mv.from, ps->old, sizeof(mv.from));
+    mv.nto = ps->ntarget;
+    memcpy(mv.to, ps->target, sizeof(mv.to));
+    int rc;
+    if (c->move_kind == TN_MOVE_COMPLETE) {
+        rc = tn_pstate_move_complete(ps, c->move_id, &nodes, err, sizeof(err));
+        mv.end = TN_MOVE_DONE;
+    } else {
+        rc = tn_pstate_move_abort(ps, c->move_id, &nodes, err, sizeof(err));
+        mv.end = TN_MOVE_ABORTED;
+        snprintf(mv.reason, sizeof(mv.reason), "%s",
+                 c->move_reason[0] != '\0' ? c->move_reason : "aborted");
+    }
+    if (rc == 0) {
+        move_keep(s, &mv);
+        t->owners[c->part] = ps->replicas[0];
+    }
     return rc;
 }
 
@@ -669,7 +780,10 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
             tn_pstate_t *ps = &t->pstates[p];
             if (ps->nreplicas == 0)
                 continue;
-            ps->min_insync = TN_MIN((uint32_t)min_insync, ps->nreplicas);
+            /* During a move the list is target and old together: the cap
+             * is the smaller of the two a move may end with. */
+            uint32_t cap = ps->ntarget > 0 ? TN_MIN(ps->ntarget, ps->nold) : ps->nreplicas;
+            ps->min_insync = TN_MIN((uint32_t)min_insync, cap);
             ps->partition_epoch++;
             if (!restoring)
                 tell(s, t, t->rec.name, p);
@@ -1035,7 +1149,14 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_PART_REBALANCE:
     case TN_MC_PART_CORRUPT:
     case TN_MC_PART_STATE:
+    case TN_MC_PART_MOVE:
         return part_cmd(s, c, restoring);
+    case TN_MC_MOVE_DONE:
+        /* A snapshot record: as a log entry it is refused. */
+        if (!restoring)
+            return UV_EINVAL;
+        move_keep(s, &c->move);
+        return 0;
     default:
         return UV_ENOTSUP;
     }
@@ -1123,6 +1244,13 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
             count++;
         }
     }
+    for (size_t k = s->nmoves; k > 0 && rc == 0; k--) {
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_MOVE_DONE;
+        c.move = *tn_meta_state_move_done(s, k - 1);
+        rc = tn_meta_cmd_encode(&c, out);
+        count++;
+    }
     if (rc != 0) {
         out->len = out->off + start;
         return rc;
@@ -1178,7 +1306,7 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
             c.type != TN_MC_MEMBER_PUT && c.type != TN_MC_MEMBER_DRAIN &&
             c.type != TN_MC_MEMBER_REG && c.type != TN_MC_MEMBER_REC &&
             c.type != TN_MC_MEMBER_STATUS && c.type != TN_MC_PART_OWNERS &&
-            c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE)
+            c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE && c.type != TN_MC_MOVE_DONE)
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */

@@ -41,7 +41,8 @@
  * registration with another incarnation than the recorded one, or another
  * boot id (a restart), fences the old session first (the same apply), and a registration that makes
  * a member live runs tn_pstate_elect over the offline partitions. The snapshot adds PART_STATE
- * after a replicated topic's owners, and MEMBER_FENCE after a fenced member's record.
+ * after a replicated topic's owners, and MEMBER_FENCE after a fenced member's record;
+ * finished moves (MOVE_DONE, oldest first) come last.
  *
  * Threads: the caller's (the loop thread in ternd). */
 #ifndef TN_META_STATE_H
@@ -86,6 +87,10 @@ typedef struct {
     size_t nodes_cap;
     tn_meta_pstate_cb pstate_cb; /* optional; kept across a restore */
     void *pstate_arg;
+    /* Finished moves, a ring of the last TN_META_MOVES_KEPT (the oldest at
+     * moves_next once full): tn_meta_state_move_done. */
+    tn_meta_move_t moves[TN_META_MOVES_KEPT];
+    uint32_t nmoves, moves_next;
 } tn_meta_state_t;
 
 void tn_meta_state_init(tn_meta_state_t *s);
@@ -111,7 +116,11 @@ void tn_meta_state_fini(tn_meta_state_t *s);
  * (PART_REBALANCE: UV_EAGAIN when the preferred leader is not ready);
  * MEMBER_FENCE TN_ENOTFOUND (no such member) or TN_ECHANGED (the member
  * registered with another incarnation since); PART_STATE (a snapshot
- * record) UV_EINVAL.
+ * record) UV_EINVAL. PART_MOVE answers like the other PART_* for the
+ * partition, then partstate.h's (begin UV_EBUSY / UV_EINVAL, complete
+ * TN_ENOTFOUND / UV_EAGAIN, abort TN_ENOTFOUND / UV_EPERM); a completed
+ * or aborted move is kept among the finished ones (owners[p] becomes the
+ * new list's first); MOVE_DONE (a snapshot record) UV_EINVAL.
  *
  * Links: a child's record names its parent, which is always there.
  * TOPIC_DELETE of a parent detaches its children in the same change
@@ -149,6 +158,23 @@ void tn_meta_state_nodes(const tn_meta_state_t *s, tn_pstate_node_t *buf, size_t
 uint8_t tn_meta_state_clamp_factor(const tn_meta_state_t *s, unsigned asked);
 /* Calls cb for every placed replicated partition (for a new listener). */
 void tn_meta_state_each_pstate(const tn_meta_state_t *s, tn_meta_pstate_cb cb, void *arg);
+
+/* The k-th newest finished move (0: the newest), or NULL past the last
+ * kept (borrowed: valid until the next apply or restore). */
+const tn_meta_move_t *tn_meta_state_move_done(const tn_meta_state_t *s, size_t k);
+/* The move id under way: its partition state (borrowed as above) with
+ * *topic (borrowed likewise) and *p, or NULL. */
+const tn_pstate_t *tn_meta_state_move_find(const tn_meta_state_t *s, uint64_t id,
+                                           const char **topic, uint32_t *p);
+
+/* How many moves under way take a replica off member (it is an old
+ * replica and not in the target). */
+uint64_t tn_meta_state_outbound_moves(const tn_meta_state_t *s, uint64_t member);
+
+/* How many replicated partitions hold member in their replica list (a
+ * move's old and target members both, while it runs): what a
+ * decommission still has to move off it. */
+uint64_t tn_meta_state_replicas_held(const tn_meta_state_t *s, uint64_t member);
 
 /* Append a snapshot of s to out. 0 or UV_ENOMEM. */
 int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out);

@@ -444,43 +444,29 @@ static void scan_fini(scan_t *sc)
 
 #define CKPT_FILE  "checkpoint"
 #define CKPT_MAGIC 0x314B4E54u /* "TNK1" read as a little-endian u32 */
-#define CKPT_SIZE  16
 
 static int read_checkpoint(tn_ilog_t *l, uint64_t *out, char *err, size_t errlen)
 {
-    char path[4096];
-    int rc = tn_io_path(path, sizeof(path), "%s/%s", l->dir, CKPT_FILE);
-    if (rc != 0)
-        return rc;
-    tn_buf_t b;
-    tn_buf_init(&b);
-    rc = tn_io_read_file(path, 64, &b);
+    unsigned char p[8];
+    int rc = tn_io_read_record_file(l->dir, CKPT_FILE, CKPT_MAGIC, p, sizeof(p));
     *out = 0;
-    if (rc == UV_ENOENT) {
-        rc = 0;
-    } else if (rc == 0) {
-        const unsigned char *p = (const unsigned char *)tn_buf_data(&b);
-        if (tn_buf_size(&b) != CKPT_SIZE || tn_get_u32(p) != CKPT_MAGIC ||
-            tn_get_u32(p + 4) != tn_crc32c(0, p + 8, 8)) {
-            tn_errbuf(err, errlen, "ingress checkpoint %s is damaged", path);
-            rc = TN_ECORRUPT;
-        } else {
-            *out = tn_get_u64(p + 8);
-        }
-    } else {
-        tn_errbuf(err, errlen, "cannot read ingress checkpoint %s: %s", path, tn_strerror(rc));
-    }
-    tn_buf_fini(&b);
+    if (rc == UV_ENOENT)
+        return 0;
+    if (rc == TN_ECORRUPT)
+        tn_errbuf(err, errlen, "ingress checkpoint %s/%s is damaged", l->dir, CKPT_FILE);
+    else if (rc != 0)
+        tn_errbuf(err, errlen, "cannot read ingress checkpoint %s/%s: %s", l->dir, CKPT_FILE,
+                  tn_strerror(rc));
+    else
+        *out = tn_get_u64(p);
     return rc;
 }
 
 static int write_checkpoint(tn_ilog_t *l, uint64_t next)
 {
-    unsigned char p[CKPT_SIZE];
-    tn_put_u32(p, CKPT_MAGIC);
-    tn_put_u64(p + 8, next);
-    tn_put_u32(p + 4, tn_crc32c(0, p + 8, 8));
-    return tn_io_write_file_atomic(l->dir, CKPT_FILE, p, sizeof(p));
+    unsigned char p[8];
+    tn_put_u64(p, next);
+    return tn_io_write_record_file(l->dir, CKPT_FILE, CKPT_MAGIC, p, sizeof(p));
 }
 
 /* Point ckpt_stream and oldest_ms at the frame of seq ckpt (committer

@@ -16,6 +16,7 @@
 
 #include "core/alloc.h"
 #include "core/assert.h"
+#include "core/crc32c.h"
 #include "core/err.h"
 
 #include <dirent.h>
@@ -1173,6 +1174,44 @@ int tn_io_fsync_dir(const char *path)
         return tn_err_from_errno(errno);
     rc = fsync(fd) != 0 ? tn_err_from_errno(errno) : 0;
     close(fd);
+    return rc;
+}
+
+#define RECORD_FILE_MAX 64
+
+int tn_io_write_record_file(const char *dir, const char *name, uint32_t magic, const void *payload,
+                            size_t len)
+{
+    unsigned char b[8 + RECORD_FILE_MAX];
+    if (len > RECORD_FILE_MAX)
+        return UV_EINVAL;
+    tn_put_u32(b, magic);
+    memcpy(b + 8, payload, len);
+    tn_put_u32(b + 4, tn_crc32c(0, b + 8, len));
+    return tn_io_write_file_atomic(dir, name, b, 8 + len);
+}
+
+int tn_io_read_record_file(const char *dir, const char *name, uint32_t magic, void *payload,
+                           size_t len)
+{
+    char path[4096];
+    if (len > RECORD_FILE_MAX)
+        return UV_EINVAL;
+    int rc = tn_io_path(path, sizeof(path), "%s/%s", dir, name);
+    if (rc != 0)
+        return rc;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    rc = tn_io_read_file(path, 2 * RECORD_FILE_MAX, &b);
+    if (rc == 0) {
+        const unsigned char *p = (const unsigned char *)tn_buf_data(&b);
+        if (tn_buf_size(&b) != 8 + len || tn_get_u32(p) != magic ||
+            tn_get_u32(p + 4) != tn_crc32c(0, p + 8, len))
+            rc = TN_ECORRUPT;
+        else
+            memcpy(payload, p + 8, len);
+    }
+    tn_buf_fini(&b);
     return rc;
 }
 

@@ -236,12 +236,10 @@ static int create_segment(tn_plog_t *plog, uint64_t base, tn_seg_t **out)
  * offset (its reset) counts from there: the control records the leader
  * had dropped before are not known to it. */
 
-/* Control records below offset (lock held). */
-static uint64_t ctl_below_locked(const tn_plog_t *plog, uint64_t offset)
+/* How many segments have a base at or below offset: segs[that - 1] is
+ * the one that would hold it, none when 0 (lock held). */
+static uint32_t segs_at_or_below(const tn_plog_t *plog, uint64_t offset)
 {
-    if (plog->mem || plog->nsegs == 0)
-        return 0;
-    /* The last segment whose base is at or below offset. */
     uint32_t lo = 0, hi = plog->nsegs;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
@@ -250,6 +248,16 @@ static uint64_t ctl_below_locked(const tn_plog_t *plog, uint64_t offset)
         else
             hi = mid;
     }
+    return lo;
+}
+
+/* Control records below offset (lock held). */
+static uint64_t ctl_below_locked(const tn_plog_t *plog, uint64_t offset)
+{
+    if (plog->mem || plog->nsegs == 0)
+        return 0;
+    /* The last segment whose base is at or below offset. */
+    uint32_t lo = segs_at_or_below(plog, offset);
     if (lo == 0)
         return plog->segs[0]->ctl_base;
     const tn_seg_t *seg = plog->segs[lo - 1];
@@ -475,30 +483,15 @@ fail:
  * the floor; all little-endian (docs/storage-format.md). */
 #define FLOOR_FILE  "floor"
 #define FLOOR_MAGIC 0x31464E54u /* "TNF1" read as a little-endian u32 */
-#define FLOOR_SIZE  16
 
 int tn__plog_floor_load(const char *dir, uint64_t *floor)
 {
-    char path[4096];
-    int rc = tn_io_path(path, sizeof(path), "%s/%s", dir, FLOOR_FILE);
-    if (rc != 0)
-        return rc;
-    tn_buf_t b;
-    tn_buf_init(&b);
-    rc = tn_io_read_file(path, 64, &b);
-    if (rc == UV_ENOENT) {
-        tn_buf_fini(&b);
+    unsigned char p[8];
+    int rc = tn_io_read_record_file(dir, FLOOR_FILE, FLOOR_MAGIC, p, sizeof(p));
+    if (rc == UV_ENOENT)
         return 0;
-    }
-    if (rc == 0) {
-        const unsigned char *p = (const unsigned char *)tn_buf_data(&b);
-        if (tn_buf_size(&b) != FLOOR_SIZE || tn_get_u32(p) != FLOOR_MAGIC ||
-            tn_get_u32(p + 4) != tn_crc32c(0, p + 8, 8))
-            rc = TN_ECORRUPT;
-        else
-            *floor = tn_get_u64(p + 8);
-    }
-    tn_buf_fini(&b);
+    if (rc == 0)
+        *floor = tn_get_u64(p);
     return rc;
 }
 
@@ -517,36 +510,22 @@ static int recover_floor(tn_plog_t *plog)
  * (docs/storage-format.md). */
 #define DAMAGE_FILE  "damage"
 #define DAMAGE_MAGIC 0x31444E54u /* "TND1" read as a little-endian u32 */
-#define DAMAGE_SIZE  24
 
 /* At open, after the segments: a damage recorded before the restart
  * isolates the log again while its segment is still there. */
 static int recover_damage(tn_plog_t *plog)
 {
-    char path[4096];
-    int rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, DAMAGE_FILE);
+    unsigned char p[16];
+    int rc = tn_io_read_record_file(plog->dir, DAMAGE_FILE, DAMAGE_MAGIC, p, sizeof(p));
+    if (rc == UV_ENOENT)
+        return 0;
+    if (rc == TN_ECORRUPT) {
+        set_sticky(plog, TN_ECORRUPT, "damage file %s/%s is damaged", plog->dir, DAMAGE_FILE);
+        return 0;
+    }
     if (rc != 0)
         return rc;
-    tn_buf_t b;
-    tn_buf_init(&b);
-    rc = tn_io_read_file(path, 64, &b);
-    if (rc == UV_ENOENT) {
-        tn_buf_fini(&b);
-        return 0;
-    }
-    if (rc != 0) {
-        tn_buf_fini(&b);
-        return rc;
-    }
-    const unsigned char *p = (const unsigned char *)tn_buf_data(&b);
-    bool ok = tn_buf_size(&b) == DAMAGE_SIZE && tn_get_u32(p) == DAMAGE_MAGIC &&
-              tn_get_u32(p + 4) == tn_crc32c(0, p + 8, 16);
-    uint64_t base = ok ? tn_get_u64(p + 8) : 0, end = ok ? tn_get_u64(p + 16) : 0;
-    tn_buf_fini(&b);
-    if (!ok) {
-        set_sticky(plog, TN_ECORRUPT, "damage file %s is damaged", path);
-        return 0;
-    }
+    uint64_t base = tn_get_u64(p), end = tn_get_u64(p + 8);
     if (atomic_load(&plog->err) != 0)
         return 0; /* isolated already: the damage was found again, or other damage */
     for (uint32_t i = 0; i + 1 < plog->nsegs; i++) {
@@ -563,7 +542,10 @@ static int recover_damage(tn_plog_t *plog)
            "partition %s/%u: the damage recorded for offsets %" PRIu64 "..%" PRIu64
            " matches no segment any more (truncated or collected since): record dropped",
            plog->topic, plog->partition, base, end - 1);
-    rc = tn_io_unlink(path);
+    char path[4096];
+    rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, DAMAGE_FILE);
+    if (rc == 0)
+        rc = tn_io_unlink(path);
     if (rc == 0)
         rc = tn_io_fsync_dir(plog->dir);
     return rc == UV_ENOENT ? 0 : rc;
@@ -1677,14 +1659,7 @@ int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *
         uv_mutex_unlock(&plog->lock);
         return TN_ENOTFOUND;
     }
-    uint32_t lo = 0, hi = plog->nsegs;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (plog->segs[mid]->base <= offset)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    uint32_t lo = segs_at_or_below(plog, offset);
     if (lo == 0) {
         uv_mutex_unlock(&plog->lock);
         return TN_ENOTFOUND;
@@ -1722,14 +1697,7 @@ uint64_t tn_plog_gap_end(tn_plog_t *plog, uint64_t offset)
     if (plog->mem || offset >= next)
         return offset;
     uv_mutex_lock(&plog->lock);
-    uint32_t lo = 0, hi = plog->nsegs;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (plog->segs[mid]->base <= offset)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    uint32_t lo = segs_at_or_below(plog, offset);
     uint64_t end = offset;
     if (offset >= plog->floor && lo > 0) {
         const tn_seg_t *seg = plog->segs[lo - 1];
@@ -1999,11 +1967,9 @@ int tn_plog_advance(tn_plog_t *plog, tn_plog_advance_t *req, uint64_t next, tn_p
 /* Write the floor file and move the floor (committer thread). */
 static int write_floor(tn_plog_t *plog, uint64_t floor)
 {
-    unsigned char b[FLOOR_SIZE];
-    tn_put_u32(b, FLOOR_MAGIC);
-    tn_put_u64(b + 8, floor);
-    tn_put_u32(b + 4, tn_crc32c(0, b + 8, 8));
-    int rc = tn_io_write_file_atomic(plog->dir, FLOOR_FILE, b, sizeof(b));
+    unsigned char b[8];
+    tn_put_u64(b, floor);
+    int rc = tn_io_write_record_file(plog->dir, FLOOR_FILE, FLOOR_MAGIC, b, sizeof(b));
     if (rc != 0) {
         set_sticky(plog, rc, "writing the floor file");
         return rc;
@@ -2338,14 +2304,7 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
     while (off < end && !stop && rc == 0) {
         /* The segment holding off, and where to start looking in it. */
         uv_mutex_lock(&pl->lock);
-        uint32_t lo = 0, hi = pl->nsegs;
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (pl->segs[mid]->base <= off)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
+        uint32_t lo = segs_at_or_below(pl, off);
         if (off < pl->floor || lo == 0) {
             uv_mutex_unlock(&pl->lock);
             rc = TN_ENOTFOUND;
@@ -2984,12 +2943,10 @@ static void dmgrec_exec(tn__committer_t *c, tn__sreq_t *s)
     uint64_t base, end;
     int rc = 0;
     if (tn_plog_damage(plog, &base, &end)) {
-        unsigned char b[DAMAGE_SIZE];
-        tn_put_u32(b, DAMAGE_MAGIC);
-        tn_put_u64(b + 8, base);
-        tn_put_u64(b + 16, end);
-        tn_put_u32(b + 4, tn_crc32c(0, b + 8, 16));
-        rc = tn_io_write_file_atomic(plog->dir, DAMAGE_FILE, b, sizeof(b));
+        unsigned char b[16];
+        tn_put_u64(b, base);
+        tn_put_u64(b + 8, end);
+        rc = tn_io_write_record_file(plog->dir, DAMAGE_FILE, DAMAGE_MAGIC, b, sizeof(b));
     }
     s->status = rc;
     tn__store_complete(c->store, s, s);

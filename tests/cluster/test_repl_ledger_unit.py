@@ -232,6 +232,26 @@ class CheckerTest(unittest.TestCase):
         b.logs["2"] = b.logs["2"][:-2]
         self.only(b.check(), "diverged")
 
+    def test_set_aside_copy_not_compared(self):
+        b = self.b
+        b.deliver_all()
+        # Node 3 was dropped by a partition move: its copy ends with a
+        # record the partition never committed. Not a replica any more, it
+        # is not compared with the replicas (counted as set aside) ...
+        o, body, f = b.logs["3"][-1]
+        b.logs["3"][-1] = (o, body.replace(b"R|", b"X|", 1), f)
+        final = b.write()
+        final.set_members(T, 0, ["1", "2"])
+        r = rl.check(b.h, final)
+        self.assertEqual(sum(r.counts.values()), 0, r.text())
+        self.assertEqual(r.info["set_aside_copies"], 1)
+        # ... while the same copy on a replica is divergence (and a
+        # conflict: two ids stored at one offset).
+        final.set_members(T, 0, ["1", "2", "3"])
+        r = rl.check(b.h, final)
+        self.assertGreater(r.counts["diverged"], 0, r.text())
+        self.assertGreater(r.counts["conflict"], 0, r.text())
+
     def test_flipped_byte_found(self):
         b = self.b
         b.deliver_all()

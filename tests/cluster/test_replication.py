@@ -543,6 +543,8 @@ class Replication(harness.ClusterTest):
             for p in views[topic]:
                 if p.hw is not None:
                     final.set_partition(topic, p.index, p.hw, p.isr)
+                if p.replicas:
+                    final.set_members(topic, p.index, p.replicas)
         log("partitions at the end: " + "; ".join(f"{t} {v}" for t, v in views.items()))
         load.stop()
         codes = c.stop(timeout=60)

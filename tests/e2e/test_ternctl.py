@@ -184,7 +184,35 @@ class Basics(Base):
         self.assertTrue(out.startswith("ID "), out)
         self.assertIn("alive", out)
         self.assertEqual(self.js("cluster", "moves"), {"moves": []})
-        self.assertIn("no partition moves under way", self.ok("cluster", "moves"))
+        self.assertIn("no partition moves, under way or recently finished", self.ok("cluster", "moves"))
+
+    def test_partitions_move_refusals(self):
+        # A lone node's topics have factor 1: not movable yet (400, exit 1,
+        # the server's reason); operands and --replicas checked before any
+        # call (exit 2).
+        name = self.topic()
+        err = self.fails(1, "partitions", "move", name, "0", "--replicas", "1")
+        self.assertIn("400", err)
+        self.assertIn("replication factor 1 is not supported yet", err)
+        self.assertIn("404", self.fails(1, "partitions", "move", name, "5", "--replicas", "1"))
+        self.assertIn("404", self.fails(1, "partitions", "move", "nosuch", "0", "--replicas", "1"))
+        self.fails(2, "partitions", "move", name, "0")
+        self.fails(2, "partitions", "move", name, "x", "--replicas", "1")
+        for bad in ("", "1,", ",1", "1,,2", "a", "1,2,3,4,5,6,7,8,9", "12345678901"):
+            self.fails(2, "partitions", "move", name, "0", "--replicas", bad)
+        self.fails(2, "partitions", "move", name, "0", "--replicas", "1", "--bogus")
+        self.assertIn("partitions move", self.ok("partitions", "--help", auth=False))
+
+    def test_cluster_decommission_refusals(self):
+        # Operands checked before any call (exit 2); a member the cluster
+        # does not know is the server's 404 (exit 1).
+        self.fails(2, "cluster", "decommission")
+        self.fails(2, "cluster", "decommission", "x")
+        self.fails(2, "cluster", "decommission", "1", "2")
+        self.fails(2, "cluster", "decommission", "1", "--bogus")
+        self.fails(2, "cluster", "decommission", "1", "--wait-timeout", "soon")
+        self.assertIn("404", self.fails(1, "cluster", "decommission", "9"))
+        self.assertIn("cluster decommission ID", self.ok("cluster", "--help", auth=False))
 
     def test_partitions_force_leader_refusals(self):
         # A lone node's topics have factor 1: no election to force (409,
@@ -222,8 +250,8 @@ class Basics(Base):
                          ["alter", "create", "delete", "get", "list"])
         self.assertEqual(complete("ternctl", "channels", ""),
                          ["delete", "empty", "list", "pause", "unpause"])
-        self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["drain", "members", "moves"])
-        self.assertEqual(complete("ternctl", "partitions", ""), ["force-leader"])
+        self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["decommission", "drain", "members", "moves"])
+        self.assertEqual(complete("ternctl", "partitions", ""), ["force-leader", "move"])
         self.assertIn("--partitions", complete("ternctl", "topics", "create", "x", "--pa"))
         self.assertEqual(complete("ternctl", "topics", "create", "x", "--durability", "w"),
                          ["write_ack"])

@@ -1,12 +1,13 @@
-/* The /v1/cluster routes (admins only): the members the metastore knows,
- * partition moves, and draining a member (decommission); and the forced
+/* The /v1/cluster routes (admins only): the members the metastore knows
+ * and draining a member (decommission); and the forced
  * election of a replicated partition's leader (POST
  * /v1/topics/{topic}/partitions/{p}/leader, docs/replication.md "What an
  * operator sees and does"). Every node
  * registers itself as a member (the metastore does, each heartbeat
  * interval); the leader marks one dead when it stops. Owned partitions
- * are the metastore's assignments. Partition moves are not made yet:
- * draining is recorded, and `moves` stays empty.
+ * are the metastore's assignments; outbound moves, the partition moves
+ * under way that take a replica off the member (the moves routes are in
+ * moves.c). Draining is recorded; nothing moves by it yet.
  *
  * Threads: the loop thread. */
 #include "core/platform.h"
@@ -55,9 +56,17 @@ static void on_members(tn_http_request_t *r, void *arg)
         tn__v1_appendf(
             &b,
             ",\"status\":\"%s\",\"leader\":%s,\"draining\":%s,\"last_heartbeat_ms\":%" PRId64
-            ",\"owned_partitions\":%" PRIu64 ",\"outbound_moves\":0",
+            ",\"owned_partitions\":%" PRIu64 ",\"outbound_moves\":%" PRIu64,
             m->status == TN_MEMBER_DEAD ? "dead" : "alive", m->id == leader ? "true" : "false",
-            m->draining ? "true" : "false", m->heartbeat_ms, tn_meta_state_owned(s, m->id));
+            m->draining ? "true" : "false", m->heartbeat_ms, tn_meta_state_owned(s, m->id),
+            tn_meta_state_outbound_moves(s, m->id));
+        /* A decommission's progress: the replicated partitions it still
+         * holds a replica of; done once it holds nothing (no factor-1
+         * partition either: those do not move yet). */
+        uint64_t held = tn_meta_state_replicas_held(s, m->id);
+        tn__v1_appendf(&b, ",\"replica_partitions\":%" PRIu64 ",\"decommissioned\":%s", held,
+                       m->draining && held == 0 && tn_meta_state_owned(s, m->id) == 0 ? "true"
+                                                                                      : "false");
         /* Replicated partitions: its session (fenced until it registers
          * again) and the incarnation of its data directory (null unknown). */
         tn__v1_appendf(&b, ",\"session\":\"%s\"", m->fenced ? "fenced" : "live");
@@ -82,17 +91,6 @@ static void on_members(tn_http_request_t *r, void *arg)
             tn_buf_append(&b, ",\"last_heard_ms_ago\":null,\"heard_recently\":null}", 48);
     }
     tn_buf_append(&b, "]}", 2);
-    tn__v1_respond_buf(r, 200, &b);
-}
-
-static void on_moves(tn_http_request_t *r, void *arg)
-{
-    tn_v1_t *v = arg;
-    if (!tn__v1_admin_only(v, r))
-        return;
-    tn_buf_t b;
-    tn_buf_init(&b);
-    tn_buf_append(&b, "{\"moves\":[]}", 12);
     tn__v1_respond_buf(r, 200, &b);
 }
 
@@ -335,25 +333,6 @@ done:
     tn_free(f);
 }
 
-/* The partition of the path's {p}: false after answering 404. */
-static bool path_partition(tn_http_request_t *r, const tn_meta_topic_entry_t *e, uint32_t *out)
-{
-    const tn_iov_t *pp = tn_http_param(r, "p");
-    char buf[12] = "";
-    if (pp != NULL && pp->len > 0 && pp->len < sizeof(buf)) {
-        memcpy(buf, pp->base, pp->len);
-        buf[pp->len] = '\0';
-    }
-    char *end = NULL;
-    unsigned long n = strtoul(buf, &end, 10);
-    if (buf[0] < '0' || buf[0] > '9' || *end != '\0' || n >= e->rec.partitions) {
-        tn__v1_error(r, 404, "no such partition", NULL);
-        return false;
-    }
-    *out = (uint32_t)n;
-    return true;
-}
-
 /* The body: node as a string of digits (as /v1/cluster/members shows ids)
  * or a number, unclean a boolean (default false). false after 400. */
 static bool force_body(tn_http_request_t *r, uint32_t *node, bool *unclean)
@@ -477,7 +456,7 @@ static void on_force_leader(tn_http_request_t *r, void *arg)
     char topic[TN_NAME_MAX + 1];
     const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, topic);
     uint32_t p;
-    if (e == NULL || !path_partition(r, e, &p))
+    if (e == NULL || !tn__v1_path_partition(r, e, &p))
         return;
     force_t *f = tn_calloc(1, sizeof(*f));
     if (f == NULL) {
@@ -504,7 +483,6 @@ static void on_force_leader(tn_http_request_t *r, void *arg)
 int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v)
 {
     int rc = tn_http_route(srv, "GET", "/v1/cluster/members", 0, NULL, on_members, v);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/v1/cluster/moves", 0, NULL, on_moves, v);
     rc = rc ? rc
             : tn_http_route(srv, "POST", "/v1/cluster/members/{id}/decommission", 0, NULL,
                             on_decommission, v);

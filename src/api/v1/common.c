@@ -158,6 +158,24 @@ const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
     return e;
 }
 
+bool tn__v1_path_partition(tn_http_request_t *r, const tn_meta_topic_entry_t *e, uint32_t *out)
+{
+    const tn_iov_t *pp = tn_http_param(r, "p");
+    char buf[12] = "";
+    if (pp != NULL && pp->len > 0 && pp->len < sizeof(buf)) {
+        memcpy(buf, pp->base, pp->len);
+        buf[pp->len] = '\0';
+    }
+    char *end = NULL;
+    unsigned long n = strtoul(buf, &end, 10);
+    if (buf[0] < '0' || buf[0] > '9' || *end != '\0' || n >= e->rec.partitions) {
+        tn__v1_error(r, 404, "no such partition", NULL);
+        return false;
+    }
+    *out = (uint32_t)n;
+    return true;
+}
+
 bool tn__v1_caught_up(tn_v1_t *v, tn_http_request_t *r)
 {
     if (tn_meta_caught_up(v->meta))

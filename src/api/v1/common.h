@@ -59,6 +59,8 @@ bool tn__v1_can_do(tn_v1_t *v, const tn_http_request_t *r, uint8_t action, const
  * replica is not caught up: it may not have heard of it yet). */
 const tn_meta_topic_entry_t *tn__v1_path_topic(tn_v1_t *v, tn_http_request_t *r,
                                                char topic[TN_NAME_MAX + 1]);
+/* The path's {p}, a partition of e, into *out; false after answering 404. */
+bool tn__v1_path_partition(tn_http_request_t *r, const tn_meta_topic_entry_t *e, uint32_t *out);
 /* A query parameter that must be a non-negative integer when present:
  * 1 (value set), 0 (absent) or -1 (malformed). Readers of /v1 query
  * parameters may take the first value: a name given twice never reaches

@@ -1,14 +1,16 @@
-/* `ternctl cluster members|moves|drain`: the cluster as this node's
+/* `ternctl cluster members|moves|drain|decommission`: the cluster as this node's
  * metastore replica knows it (GET /v1/cluster/members, GET
  * /v1/cluster/moves; admin only), and the graceful drain of one member by
  * its id, reached at the API address the members list gives (what
- * `ternctl drain` does to the node it is pointed at). tern makes no
- * partition moves yet, so moves lists what the API reports (nothing under
- * way, today). */
+ * `ternctl drain` does to the node it is pointed at). moves lists the
+ * partition moves under way and the last finished ones (`ternctl
+ * partitions move` starts one); decommission marks a member draining and
+ * follows its replicas off it. */
 #include "core/platform.h"
 
 #include "cmd/ternctl/ctl.h"
 
+#include <getopt.h>
 #include <inttypes.h>
 #include <string.h>
 #include <time.h>
@@ -100,6 +102,49 @@ static int members(tn_ctl_t *c, int argc, char **argv)
     return rc;
 }
 
+/* A JSON list of member ids as "2,4,3" into buf. */
+static const char *id_list(yajl_val v, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    size_t at = 0;
+    for (size_t i = 0; YAJL_IS_ARRAY(v) && i < v->u.array.len && at < cap; i++) {
+        const char *s = YAJL_IS_STRING(v->u.array.values[i]) ? v->u.array.values[i]->u.string : "?";
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s", i > 0 ? "," : "", s);
+    }
+    return buf;
+}
+
+void tn__ctl_print_moves(yajl_val ml)
+{
+    tn_ctl_table_t t;
+    tn_ctl_table_init(&t, 8);
+    const char *head[] = {"ID", "TOPIC", "PARTITION", "FROM", "TO", "STATE", "LAG", "ERROR"};
+    tn_ctl_table_row(&t, head);
+    for (size_t i = 0; i < ml->u.array.len; i++) {
+        yajl_val m = ml->u.array.values[i];
+        int64_t p = 0, lag = 0;
+        char ps[24], lags[24], from[96], to[96];
+        tn_ctl_get_int(m, "partition", &p);
+        snprintf(ps, sizeof(ps), "%" PRId64, p);
+        if (tn_ctl_get_int(m, "lag_records", &lag))
+            snprintf(lags, sizeof(lags), "%" PRId64, lag);
+        else
+            snprintf(lags, sizeof(lags), "-");
+        const char *err = tn_ctl_get_str(m, "error");
+        const char *row[] = {tn_ctl_get_str(m, "id"),
+                             tn_ctl_get_str(m, "topic"),
+                             ps,
+                             id_list(tn_ctl_get(m, "from"), from, sizeof(from)),
+                             id_list(tn_ctl_get(m, "to"), to, sizeof(to)),
+                             tn_ctl_get_str(m, "state"),
+                             lags,
+                             err != NULL ? err : "-"};
+        tn_ctl_table_row(&t, row);
+    }
+    tn_ctl_table_print(&t, stdout);
+    tn_ctl_table_fini(&t);
+}
+
 static int moves(tn_ctl_t *c, int argc, char **argv)
 {
     if (argc > 1)
@@ -116,25 +161,10 @@ static int moves(tn_ctl_t *c, int argc, char **argv)
     } else if (tn_ctl_json(c)) {
         tn_ctl_print_json(r.body, r.len);
     } else if (ml->u.array.len == 0) {
-        printf("no partition moves under way (tern does not move partitions yet: a partition\n"
-               "stays with the member it was placed on; `ternctl topics get T` shows owners)\n");
+        printf("no partition moves, under way or recently finished (`ternctl partitions move`\n"
+               "starts one)\n");
     } else {
-        tn_ctl_table_t t;
-        tn_ctl_table_init(&t, 4);
-        const char *head[] = {"TOPIC", "PARTITION", "FROM", "TO"};
-        tn_ctl_table_row(&t, head);
-        for (size_t i = 0; i < ml->u.array.len; i++) {
-            yajl_val m = ml->u.array.values[i];
-            int64_t p = 0;
-            char ps[24];
-            tn_ctl_get_int(m, "partition", &p);
-            snprintf(ps, sizeof(ps), "%" PRId64, p);
-            const char *row[] = {tn_ctl_get_str(m, "topic"), ps, tn_ctl_get_str(m, "from"),
-                                 tn_ctl_get_str(m, "to")};
-            tn_ctl_table_row(&t, row);
-        }
-        tn_ctl_table_print(&t, stdout);
-        tn_ctl_table_fini(&t);
+        tn__ctl_print_moves(ml);
     }
     yajl_tree_free(v);
     tn_ctl_resp_fini(&r);
@@ -190,17 +220,137 @@ static int drain_member(tn_ctl_t *c, int argc, char **argv)
     return tn__ctl_drain(c, url, CMD, argc - 1, argv + 1);
 }
 
+#define DECOM_POLL_MS 1000
+
+/* One member's entry of GET /v1/cluster/members: its replica_partitions,
+ * owned_partitions, outbound_moves and decommissioned. TN_CTL_OK, or
+ * TN_CTL_FAIL (printed) when the list has no such member. */
+static int decom_progress(tn_ctl_t *c, const char *id, int64_t *held, int64_t *owned,
+                          int64_t *moving, bool *done)
+{
+    tn_ctl_resp_t r;
+    yajl_val v;
+    int rc = get_json(c, "/v1/cluster/members", "cluster decommission", &r, &v);
+    if (rc != TN_CTL_OK)
+        return rc;
+    yajl_val ml = tn_ctl_get(v, "members");
+    rc = TN_CTL_FAIL;
+    for (size_t i = 0; YAJL_IS_ARRAY(ml) && i < ml->u.array.len; i++) {
+        yajl_val m = ml->u.array.values[i];
+        const char *mid = tn_ctl_get_str(m, "id");
+        if (mid == NULL || strcmp(mid, id) != 0)
+            continue;
+        *held = *owned = *moving = 0;
+        *done = false;
+        tn_ctl_get_int(m, "replica_partitions", held);
+        tn_ctl_get_int(m, "owned_partitions", owned);
+        tn_ctl_get_int(m, "outbound_moves", moving);
+        tn_ctl_get_bool(m, "decommissioned", done);
+        rc = TN_CTL_OK;
+    }
+    if (rc != TN_CTL_OK)
+        fprintf(stderr, "ternctl: cluster decommission: no member %s\n", id);
+    yajl_tree_free(v);
+    tn_ctl_resp_fini(&r);
+    return rc;
+}
+
+/* `cluster decommission ID [--wait] [--wait-timeout D]`: mark the member
+ * draining (POST /v1/cluster/members/{id}/decommission): the metastore
+ * leader moves its replicas of replicated partitions to the others. With
+ * --wait, follow the members list until it holds nothing. */
+static int decommission(tn_ctl_t *c, int argc, char **argv)
+{
+    static const char cmd[] = "cluster decommission";
+    static const struct option longopts[] = {{"wait", no_argument, NULL, 'w'},
+                                             {"wait-timeout", required_argument, NULL, 't'},
+                                             {NULL, 0, NULL, 0}};
+    bool wait = false;
+    int64_t wait_ms = 3600 * 1000;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        if (ch == 'w')
+            wait = true;
+        else if (ch == 't') {
+            if (tn_ctl_opt_ms(cmd, "--wait-timeout", optarg, 1, INT64_MAX / 2, &wait_ms) !=
+                TN_CTL_OK)
+                return TN_CTL_USAGE;
+        } else
+            return tn_ctl_usage(cmd, "unknown option or missing value \"%s\"", argv[optind - 1]);
+    }
+    if (argc - optind != 1)
+        return tn_ctl_usage(cmd, "needs a member id (ternctl cluster members lists them)");
+    const char *id = argv[optind];
+    if (id[0] == '\0' || strspn(id, "0123456789") != strlen(id) || strlen(id) > 19)
+        return tn_ctl_usage(cmd, "\"%s\" is not a member id", id);
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/cluster/members/%s/decommission", id);
+    tn_ctl_resp_t r;
+    if (tn_ctl_call(c, "POST", path, NULL, 0, &r) != 0)
+        return TN_CTL_FAIL;
+    if (r.status != 204) {
+        int rc = tn_ctl_fail(&r, cmd);
+        tn_ctl_resp_fini(&r);
+        return rc;
+    }
+    tn_ctl_resp_fini(&r);
+    if (!tn_ctl_json(c))
+        printf("member %s is draining: its replicas move to the other members\n", id);
+    if (!wait)
+        return TN_CTL_OK;
+    int64_t until = tn_ctl_mono_ms() + wait_ms;
+    int64_t last_held = -1, last_moving = -1;
+    for (;;) {
+        int64_t held, owned, moving;
+        bool done;
+        int rc = decom_progress(c, id, &held, &owned, &moving, &done);
+        if (rc != TN_CTL_OK)
+            return rc;
+        if (done) {
+            if (!tn_ctl_json(c))
+                printf("member %s holds no partition: decommissioned\n", id);
+            return TN_CTL_OK;
+        }
+        if (held == 0 && owned > 0) {
+            fprintf(stderr,
+                    "ternctl: cluster decommission: member %s still owns %" PRId64
+                    " partition(s) of replication factor 1, which do not move yet\n",
+                    id, owned);
+            return TN_CTL_FAIL;
+        }
+        if ((held != last_held || moving != last_moving) && !tn_ctl_json(c))
+            printf("member %s: %" PRId64 " replicated partition(s) left, %" PRId64
+                   " move(s) off it under way\n",
+                   id, held, moving);
+        last_held = held;
+        last_moving = moving;
+        if (tn_ctl_mono_ms() > until) {
+            fprintf(stderr,
+                    "ternctl: cluster decommission: member %s still holds %" PRId64
+                    " replicated partition(s) after --wait-timeout\n",
+                    id, held);
+            return TN_CTL_FAIL;
+        }
+        tn_ctl_sleep_ms(DECOM_POLL_MS);
+    }
+}
+
 static int run(tn_ctl_t *c, int argc, char **argv)
 {
     if (argc < 2)
-        return tn_ctl_usage(CMD, "which one: members, moves or drain?");
+        return tn_ctl_usage(CMD, "which one: members, moves, drain or decommission?");
     if (strcmp(argv[1], "members") == 0)
         return members(c, argc - 1, argv + 1);
     if (strcmp(argv[1], "moves") == 0)
         return moves(c, argc - 1, argv + 1);
     if (strcmp(argv[1], "drain") == 0)
         return drain_member(c, argc - 1, argv + 1);
-    return tn_ctl_usage(CMD, "unknown subcommand \"%s\" (members, moves, drain)", argv[1]);
+    if (strcmp(argv[1], "decommission") == 0)
+        return decommission(c, argc - 1, argv + 1);
+    return tn_ctl_usage(CMD, "unknown subcommand \"%s\" (members, moves, drain, decommission)",
+                        argv[1]);
 }
 
 const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
@@ -209,23 +359,34 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
     .help = "usage: ternctl cluster members\n"
             "       ternctl cluster moves\n"
             "       ternctl cluster drain ID [--wait] [--drain-timeout D]\n"
+            "       ternctl cluster decommission ID [--wait] [--wait-timeout D]\n"
             "\n"
             "members  every member as this node's metastore replica knows it: id, alive or\n"
             "         dead, the metastore leader, API and Raft addresses, partitions owned,\n"
             "         draining, how long ago it last registered, and (asked of the metastore\n"
             "         leader; \"-\" elsewhere) how long ago the leader last heard from it over\n"
             "         Raft (GET /v1/cluster/members)\n"
-            "moves    partition moves under way (GET /v1/cluster/moves). tern does not move\n"
-            "         partitions yet, so this is empty; `ternctl topics get T` shows each\n"
-            "         partition's owner\n"
+            "moves    partition moves under way and the last finished ones (GET\n"
+            "         /v1/cluster/moves): id, topic, partition, the replicas before and after,\n"
+            "         catching_up | handing_over | done | aborted, how many records the\n"
+            "         farthest-behind target lacks (\"-\": this node cannot tell; ask the\n"
+            "         partition's leader) and why an aborted one ended. `ternctl partitions\n"
+            "         move` starts one\n"
             "drain    the graceful drain of member ID (as `ternctl drain`, sent to the API\n"
             "         address the members list gives for it; the same options): one node of\n"
             "         a rolling restart, from any node\n"
+            "decommission  mark member ID draining: the metastore leader moves its replicas\n"
+            "         of replicated partitions to the least loaded other members, at most two\n"
+            "         at a time (POST /v1/cluster/members/{id}/decommission). --wait follows\n"
+            "         it until the member holds nothing (exit 0), or fails when only\n"
+            "         factor-1 partitions are left (they do not move yet) or after\n"
+            "         --wait-timeout (default 1h)\n"
             "\n"
             "All need admin rights. --json prints the server's JSON.\n"
             "\n"
             "Examples:\n"
             "  ternctl cluster members\n"
-            "  ternctl cluster drain 2 --wait\n",
+            "  ternctl cluster drain 2 --wait\n"
+            "  ternctl cluster decommission 4 --wait\n",
     .run = run,
 };

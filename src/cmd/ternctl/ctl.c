@@ -727,6 +727,19 @@ const char *tn_ctl_fmt_bytes(uint64_t n, char *buf, size_t cap)
     return buf;
 }
 
+void tn_ctl_sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+int64_t tn_ctl_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap)
 {
     if (ms < 0)

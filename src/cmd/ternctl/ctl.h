@@ -157,10 +157,16 @@ void tn_ctl_table_fini(tn_ctl_table_t *t);
 /* Format a byte count ("1.5 MiB") or a millisecond age ("3m12s") into buf. */
 const char *tn_ctl_fmt_bytes(uint64_t n, char *buf, size_t cap);
 const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap);
+/* Sleep ms milliseconds (a --wait's poll), and the monotonic clock in ms
+ * (its deadline). */
+void tn_ctl_sleep_ms(int64_t ms);
+int64_t tn_ctl_mono_ms(void);
 
 /* The members table of GET /v1/cluster/members' array (cluster.c; status
  * shows it too). */
 void tn__ctl_print_members(yajl_val members);
+/* The moves of GET /v1/cluster/moves (an array) as a table. */
+void tn__ctl_print_moves(yajl_val moves);
 /* The graceful drain of the node at base_url (drain.c): argv holds drain's
  * options ([--wait] [--drain-timeout D]) from argv[1]; cmd names the command
  * in usage errors. `ternctl drain` and `ternctl cluster drain ID` share it. */

@@ -24,11 +24,6 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-}
 
 /* One progress line (or the JSON) from a GET/POST body; its state into
  * state[cap] and its deadline into *deadline. false: not the drain body. */
@@ -119,7 +114,7 @@ int tn__ctl_drain(tn_ctl_t *c, const char *base_url, const char *cmd, int argc, 
                     GRACE_MS / 1000);
             return TN_CTL_FAIL;
         }
-        sleep_ms(POLL_MS);
+        tn_ctl_sleep_ms(POLL_MS);
         if (tn_ctl_call_url(c, base_url, "GET", "/v1/drain", NULL, 0, &r) != 0) {
             /* The drained node exited and took its listener with it. */
             if (!tn_ctl_json(c))

@@ -311,6 +311,37 @@ static void test_follower_refuses_truncation_below_hw(void **state)
     assert_null(find(&out, TN_REPL_ACT_FETCH));
 }
 
+/* An answer naming an offset (OUT_OF_RANGE, GAP) to the follower of
+ * follower_setup (log end 14, leader epoch 3): a late copy, an older
+ * leader's, or an offset not above its end take no action act; one for
+ * offset does, returned. */
+static const tn_repl_action_t *offset_answer(tn_repl_t *r, tn_repl_actions_t *out,
+                                             tn_repl_ev_type_t type, tn_repl_act_type_t act,
+                                             uint64_t offset)
+{
+    tn_repl_event_t ev = {.type = type, .now = 2};
+    ev.u.out_of_range.leader_epoch = 3;
+    ev.u.out_of_range.start = offset;
+    ev.u.out_of_range.fetch_offset = 13; /* a late copy */
+    tn_repl_step(r, &ev, out);
+    assert_int_equal(out->n, 0);
+    ev.u.out_of_range.leader_epoch = 2; /* an older leader's */
+    ev.u.out_of_range.fetch_offset = 14;
+    tn_repl_step(r, &ev, out);
+    assert_int_equal(out->n, 0);
+    ev.u.out_of_range.leader_epoch = 3;
+    ev.u.out_of_range.start = 14; /* not above its end */
+    tn_repl_step(r, &ev, out);
+    assert_null(find(out, act));
+    ev.now = 200;
+    ev.u.out_of_range.start = offset;
+    tn_repl_step(r, &ev, out);
+    const tn_repl_action_t *a = find(out, act);
+    assert_non_null(a);
+    assert_int_equal(a->offset, offset);
+    return a;
+}
+
 /* A follower behind the leader's log start (retention dropped what it
  * lacks; a wiped disk fetching from 0): OUT_OF_RANGE restarts its log at
  * the leader's start, whatever its hw, and it fetches from there. A late
@@ -330,26 +361,8 @@ static void test_follower_resets_below_the_leaders_start(void **state)
     ev.u.records.hw = 12;
     tn_repl_step(&r, &ev, &out);
     assert_int_equal(r.hw, 12);
-    ev = (tn_repl_event_t){.type = TN_REPL_EV_OUT_OF_RANGE, .now = 2};
-    ev.u.out_of_range.leader_epoch = 3;
-    ev.u.out_of_range.start = 500;
-    ev.u.out_of_range.fetch_offset = 13; /* a late copy */
-    tn_repl_step(&r, &ev, &out);
-    assert_int_equal(out.n, 0);
-    ev.u.out_of_range.leader_epoch = 2; /* an older leader's */
-    ev.u.out_of_range.fetch_offset = 14;
-    tn_repl_step(&r, &ev, &out);
-    assert_int_equal(out.n, 0);
-    ev.u.out_of_range.leader_epoch = 3;
-    ev.u.out_of_range.start = 14; /* not above its end */
-    tn_repl_step(&r, &ev, &out);
-    assert_null(find(&out, TN_REPL_ACT_RESET));
-    ev.now = 200;
-    ev.u.out_of_range.start = 500;
-    tn_repl_step(&r, &ev, &out);
-    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_RESET);
-    assert_non_null(a);
-    assert_int_equal(a->offset, 500);
+    const tn_repl_action_t *a =
+        offset_answer(&r, &out, TN_REPL_EV_OUT_OF_RANGE, TN_REPL_ACT_RESET, 500);
     assert_null(find(&out, TN_REPL_ACT_TRUNCATE_REFUSED));
     /* Done by the shell: the log is empty from 500, its history too. */
     h.n = 0;
@@ -373,26 +386,7 @@ static void test_follower_skips_the_leaders_gap(void **state)
     hist_t h;
     tn_repl_actions_t out;
     follower_setup(&r, &h, &out);
-    tn_repl_event_t ev = {.type = TN_REPL_EV_GAP, .now = 2};
-    ev.u.out_of_range.leader_epoch = 3;
-    ev.u.out_of_range.start = 40;
-    ev.u.out_of_range.fetch_offset = 13; /* a late copy */
-    tn_repl_step(&r, &ev, &out);
-    assert_int_equal(out.n, 0);
-    ev.u.out_of_range.leader_epoch = 2; /* an older leader's */
-    ev.u.out_of_range.fetch_offset = 14;
-    tn_repl_step(&r, &ev, &out);
-    assert_int_equal(out.n, 0);
-    ev.u.out_of_range.leader_epoch = 3;
-    ev.u.out_of_range.start = 14; /* not above its end */
-    tn_repl_step(&r, &ev, &out);
-    assert_null(find(&out, TN_REPL_ACT_SKIP));
-    ev.now = 200;
-    ev.u.out_of_range.start = 40;
-    tn_repl_step(&r, &ev, &out);
-    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_SKIP);
-    assert_non_null(a);
-    assert_int_equal(a->offset, 40);
+    const tn_repl_action_t *a = offset_answer(&r, &out, TN_REPL_EV_GAP, TN_REPL_ACT_SKIP, 40);
     assert_null(find(&out, TN_REPL_ACT_RESET));
     assert_null(find(&out, TN_REPL_ACT_TRUNCATE));
     /* Done by the shell: the log's next offset is 40, its history kept. */
@@ -918,6 +912,42 @@ static void test_few_replicas_refuse_and_freeze(void **state)
     assert_false(tn_repl_serving(&r));
 }
 
+/* A partition move begins within the leader's epoch: the list becomes
+ * 2, 4, 3, 1 (4 joins). The leader counts 4's fetches (its peer follows
+ * the new list) and proposes adding it once caught up; the peers it knew
+ * keep what it knew of them. */
+static void test_move_reorders_peers_within_the_epoch(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_setup(&r, &h, &out);
+    step_fetch(&r, 2, 3, 11, 3, 11, 100, &out);
+    step_fetch(&r, 3, 3, 11, 3, 11, 100, &out);
+    tn_pstate_t ps = pstate(1, 3, 6, 3);
+    const uint32_t list[4] = {2, 4, 3, 1};
+    memcpy(ps.replicas, list, sizeof(list));
+    ps.nreplicas = 4;
+    step_state(&r, &ps, 110, &out);
+    assert_int_equal(r.peers[0].node, 2);
+    assert_int_equal(r.peers[1].node, 4);
+    assert_int_equal(r.peers[2].node, 3);
+    assert_int_equal(r.peers[3].node, 1);
+    assert_true(r.peers[0].seen); /* kept */
+    assert_false(r.peers[1].seen);
+    /* 4 fetched from nothing, then caught up: the expand adds it. */
+    step_fetch(&r, 4, 3, 0, 0, 0, 120, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+    step_fetch(&r, 4, 3, 11, 3, 11, 130, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+    assert_non_null(a);
+    assert_int_equal(a->expected_pe, 6);
+    assert_int_equal(a->nisr, 4);
+    assert_int_equal(a->isr[3].node, 4);
+    assert_int_equal(a->isr[3].incarnation, 0x104);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -933,6 +963,7 @@ int main(void)
         cmocka_unit_test(test_leader_answers_a_restarted_copy),
         cmocka_unit_test(test_follower_resets_when_no_epoch_is_shared),
         cmocka_unit_test(test_shrink_after_lag_then_expand),
+        cmocka_unit_test(test_move_reorders_peers_within_the_epoch),
         cmocka_unit_test(test_silent_follower_stays_out_until_it_fetches),
         cmocka_unit_test(test_few_replicas_refuse_and_freeze),
         cmocka_unit_test(test_channels_gate_the_expand),

@@ -368,6 +368,261 @@ static void test_rebalance_and_corrupt(void **state)
     assert_int_equal(f.ps.leader_epoch, epoch + 1);
 }
 
+/* --- reassignment (rules 6 to 8) ------------------------------------------------- */
+
+/* Nodes 1..4 known and live (4 holds no replica yet): the fixture's
+ * partition over 1, 2, 3. */
+static void fix_init4(fix_t *f)
+{
+    fix_init(f);
+    f->nodes.n = 4;
+}
+
+static bool list_is(const uint32_t *v, uint32_t n, const uint32_t *want)
+{
+    uint32_t k = 0;
+    for (; want[k]; k++)
+        if (k >= n || v[k] != want[k])
+            return false;
+    return k == n;
+}
+
+/* The leader's CAS adding node to the ISR (it caught up). */
+static void cas_add(fix_t *f, uint32_t node)
+{
+    tn_pstate_member_t isr[TN_PSTATE_MAX_REPLICAS];
+    memcpy(isr, f->ps.isr, f->ps.nisr * sizeof(isr[0]));
+    isr[f->ps.nisr] = (tn_pstate_member_t){node, f->v[node - 1].incarnation};
+    char err[160];
+    assert_int_equal(tn_pstate_alter_isr(&f->ps, f->ps.leader, f->ps.leader_epoch,
+                                         f->ps.partition_epoch, isr, f->ps.nisr + 1, &f->nodes, err,
+                                         sizeof(err)),
+                     0);
+}
+
+static void test_move_begin_table(void **state)
+{
+    (void)state;
+    static const struct {
+        uint32_t target[10]; /* 0 ends */
+        bool dead4;          /* node 4 has no live session */
+        int rc;
+        const char *why;
+    } rows[] = {
+        {{0}, false, UV_EINVAL, "is empty"},
+        {{2, 2, 4}, false, UV_EINVAL, "member 2 is listed twice"},
+        {{2, 9, 3}, false, UV_EINVAL, "member 9 is not a known member"},
+        {{2, 4, 3}, true, UV_EINVAL, "member 4 has no live session"},
+        {{4}, false, UV_EINVAL, "fewer than min_insync_replicas 2"},
+        {{1, 2, 3}, false, UV_EINVAL, "has these replicas already"},
+        {{1, 2, 3, 4, 1, 2, 3, 4, 1}, false, UV_EINVAL, "at most 8 replicas, not 9"},
+        {{3, 2, 1}, false, 0, NULL}, /* a new order is a move too */
+        {{2, 4, 3}, false, 0, NULL},
+    };
+    for (size_t i = 0; i < TN_ARRAY_SIZE(rows); i++) {
+        fix_t f;
+        fix_init4(&f);
+        f.v[3].live = !rows[i].dead4;
+        uint32_t n = 0;
+        while (rows[i].target[n])
+            n++;
+        tn_pstate_t was = f.ps;
+        char err[160] = "";
+        int rc =
+            tn_pstate_move_begin(&f.ps, rows[i].target, n, 77, 1000, &f.nodes, err, sizeof(err));
+        if (rc != rows[i].rc || (rows[i].why != NULL && strstr(err, rows[i].why) == NULL))
+            fail_msg("row %zu: rc %d (%s), want %d (%s)", i, rc, err, rows[i].rc,
+                     rows[i].why ? rows[i].why : "");
+        if (rc != 0) {
+            assert_memory_equal(&was, &f.ps, sizeof(was)); /* a refusal changes nothing */
+            continue;
+        }
+        assert_int_equal(f.ps.partition_epoch, was.partition_epoch + 1);
+        assert_int_equal(f.ps.leader, 1);
+        assert_int_equal(f.ps.leader_epoch, was.leader_epoch);
+        assert_int_equal(f.ps.move_id, 77);
+        assert_int_equal(f.ps.move_started_ms, 1000);
+        assert_true(list_is(f.ps.old, f.ps.nold, (const uint32_t[]){1, 2, 3, 0}));
+        assert_true(list_is(f.ps.target, f.ps.ntarget, rows[i].target));
+        assert_true(isr_is(&f.ps, (const uint32_t[]){1, 2, 3, 0})); /* adds join by CAS */
+        if (rows[i].target[1] == 4)
+            assert_true(list_is(f.ps.replicas, f.ps.nreplicas, (const uint32_t[]){2, 4, 3, 1, 0}));
+        /* One move at a time. */
+        tn_pstate_t mid = f.ps;
+        const uint32_t other[3] = {1, 2, 4};
+        assert_int_equal(
+            tn_pstate_move_begin(&f.ps, other, 3, 78, 2000, &f.nodes, err, sizeof(err)), UV_EBUSY);
+        assert_non_null(strstr(err, "under way"));
+        assert_memory_equal(&mid, &f.ps, sizeof(mid));
+    }
+}
+
+/* The target and the replicas it drops are all replicas during the move:
+ * together at most TN_PSTATE_MAX_REPLICAS. */
+static void test_move_begin_too_many_together(void **state)
+{
+    (void)state;
+    tn_pstate_node_t v[9];
+    for (uint32_t i = 0; i < 9; i++)
+        v[i] = (tn_pstate_node_t){i + 1, 0x100u + i, true};
+    tn_pstate_nodes_t nodes = {v, 9};
+    tn_pstate_t ps;
+    char err[160];
+    const uint32_t r[3] = {1, 2, 3}, t[6] = {4, 5, 6, 7, 8, 9}, t2[5] = {1, 5, 6, 7, 8};
+    assert_int_equal(tn_pstate_create(&ps, r, 3, 2, &nodes, err, sizeof(err)), 0);
+    assert_int_equal(tn_pstate_move_begin(&ps, t, 6, 5, 0, &nodes, err, sizeof(err)), UV_EINVAL);
+    assert_non_null(strstr(err, "make 9 members during the move, more than 8"));
+    assert_int_equal(tn_pstate_move_begin(&ps, t2, 5, 5, 0, &nodes, err, sizeof(err)), 0);
+    assert_int_equal(ps.nreplicas, 7);
+}
+
+static void test_move_complete(void **state)
+{
+    (void)state;
+    fix_t f;
+    fix_init4(&f);
+    char err[160];
+    const uint32_t target[3] = {2, 4, 3};
+    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    assert_false(tn_pstate_move_ready(&f.ps));
+    tn_pstate_t was = f.ps;
+    assert_int_equal(tn_pstate_move_complete(&f.ps, 9, &f.nodes, err, sizeof(err)), UV_EAGAIN);
+    assert_non_null(strstr(err, "not every target replica is in sync"));
+    assert_memory_equal(&was, &f.ps, sizeof(was));
+    cas_add(&f, 4);
+    assert_true(tn_pstate_move_ready(&f.ps));
+    assert_int_equal(tn_pstate_move_complete(&f.ps, 8, &f.nodes, err, sizeof(err)), TN_ENOTFOUND);
+    /* The leader (1) leaves: the first eligible target ISR member leads,
+     * in a new epoch. */
+    was = f.ps;
+    assert_int_equal(tn_pstate_move_complete(&f.ps, 9, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.leader, 2);
+    assert_int_equal(f.ps.leader_epoch, was.leader_epoch + 1);
+    assert_int_equal(f.ps.partition_epoch, was.partition_epoch + 1);
+    assert_true(list_is(f.ps.replicas, f.ps.nreplicas, (const uint32_t[]){2, 4, 3, 0}));
+    assert_true(isr_is(&f.ps, (const uint32_t[]){2, 3, 4, 0}));
+    assert_int_equal(f.ps.ntarget, 0);
+    assert_int_equal(f.ps.nold, 0);
+    assert_int_equal(f.ps.move_id, 0);
+    assert_int_equal(tn_pstate_move_complete(&f.ps, 9, &f.nodes, err, sizeof(err)), TN_ENOTFOUND);
+
+    /* The first target member not eligible (no live session): the next. */
+    fix_init4(&f);
+    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    cas_add(&f, 4);
+    f.v[1].live = false;
+    assert_int_equal(tn_pstate_move_complete(&f.ps, 9, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.leader, 4);
+    /* No target member eligible: not yet, nothing changed. */
+    fix_init4(&f);
+    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    cas_add(&f, 4);
+    f.v[1].live = f.v[2].live = f.v[3].live = false;
+    was = f.ps;
+    assert_int_equal(tn_pstate_move_complete(&f.ps, 9, &f.nodes, err, sizeof(err)), UV_EAGAIN);
+    assert_non_null(strstr(err, "no target replica may lead"));
+    assert_memory_equal(&was, &f.ps, sizeof(was));
+
+    /* A leader in the target keeps leading, in the same epoch. */
+    fix_init4(&f);
+    const uint32_t keep[3] = {1, 4, 3};
+    assert_int_equal(tn_pstate_move_begin(&f.ps, keep, 3, 11, 10, &f.nodes, err, sizeof(err)), 0);
+    cas_add(&f, 4);
+    was = f.ps;
+    assert_int_equal(tn_pstate_move_complete(&f.ps, 11, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.leader, 1);
+    assert_int_equal(f.ps.leader_epoch, was.leader_epoch);
+    assert_true(isr_is(&f.ps, (const uint32_t[]){1, 3, 4, 0}));
+}
+
+static void test_move_abort(void **state)
+{
+    (void)state;
+    fix_t f;
+    fix_init4(&f);
+    char err[160];
+    const uint32_t target[3] = {2, 4, 3};
+    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    cas_add(&f, 4);
+    /* A forced (clean) election of the new member during the move. */
+    assert_int_equal(tn_pstate_force_leader(&f.ps, 4, false, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.leader, 4);
+    assert_int_equal(tn_pstate_move_abort(&f.ps, 10, &f.nodes, err, sizeof(err)), TN_ENOTFOUND);
+    /* Every old member without a session: none could lead, refused. */
+    f.v[0].live = f.v[1].live = f.v[2].live = false;
+    tn_pstate_t was = f.ps;
+    assert_int_equal(tn_pstate_move_abort(&f.ps, 9, &f.nodes, err, sizeof(err)), UV_EPERM);
+    assert_non_null(strstr(err, "none could lead"));
+    assert_memory_equal(&was, &f.ps, sizeof(was));
+    /* Node 1 back: it leads again, the old list back, 4 out of the ISR. */
+    f.v[0].live = true;
+    assert_int_equal(tn_pstate_move_abort(&f.ps, 9, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.leader, 1);
+    assert_int_equal(f.ps.leader_epoch, was.leader_epoch + 1);
+    assert_true(list_is(f.ps.replicas, f.ps.nreplicas, (const uint32_t[]){1, 2, 3, 0}));
+    assert_true(isr_is(&f.ps, (const uint32_t[]){1, 2, 3, 0}));
+    assert_int_equal(f.ps.ntarget, 0);
+    assert_int_equal(f.ps.move_id, 0);
+    /* A leader among the old replicas stays, in the same epoch. */
+    fix_init4(&f);
+    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 12, 10, &f.nodes, err, sizeof(err)), 0);
+    was = f.ps;
+    assert_int_equal(tn_pstate_move_abort(&f.ps, 12, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.leader, 1);
+    assert_int_equal(f.ps.leader_epoch, was.leader_epoch);
+}
+
+/* Fences, CRC marks and forced elections during a move work over the
+ * whole list; a CRC mark follows its member through the list changes. */
+static void test_move_with_fence_and_marks(void **state)
+{
+    (void)state;
+    fix_t f;
+    fix_init4(&f);
+    char err[160];
+    const uint32_t target[3] = {2, 4, 3};
+    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    /* The leader (1, leaving) is fenced mid-move: the first eligible ISR
+     * member in the list's order (target first) leads. */
+    f.v[0].live = false;
+    assert_true(tn_pstate_fence(&f.ps, 1, 0, &f.nodes));
+    assert_int_equal(f.ps.leader, 2);
+    assert_int_equal(f.ps.ntarget, 3); /* the move goes on */
+    cas_add(&f, 4);
+    assert_int_equal(tn_pstate_move_complete(&f.ps, 9, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.leader, 2);
+    assert_true(list_is(f.ps.replicas, f.ps.nreplicas, (const uint32_t[]){2, 4, 3, 0}));
+
+    /* A CRC mark on node 3 (index 2 of 1,2,3) made mid-move (index 2 of
+     * 2,4,3,1 too) and one on node 1 before it (index 0, then 3): after
+     * an abort they sit at 3's and 1's indexes of 1,2,3 again. */
+    fix_init4(&f);
+    assert_true(tn_pstate_mark_corrupt(&f.ps, 1, &f.nodes));
+    assert_int_equal(f.ps.corrupt, 1u << 0);
+    assert_int_equal(f.ps.leader, 2);
+    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.corrupt, 1u << 3);
+    assert_true(tn_pstate_mark_corrupt(&f.ps, 3, &f.nodes));
+    assert_int_equal(f.ps.corrupt, (1u << 3) | (1u << 2));
+    assert_int_equal(tn_pstate_move_abort(&f.ps, 9, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.corrupt, (1u << 0) | (1u << 2));
+    assert_int_equal(f.ps.leader, 2);
+    assert_true(isr_is(&f.ps, (const uint32_t[]){2, 0}));
+
+    /* An unclean forced election of the joining member, then the move
+     * waits for the others to be added back. */
+    fix_init4(&f);
+    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(tn_pstate_force_leader(&f.ps, 4, false, &f.nodes, err, sizeof(err)), UV_EPERM);
+    assert_int_equal(tn_pstate_force_leader(&f.ps, 4, true, &f.nodes, err, sizeof(err)), 0);
+    assert_true(isr_is(&f.ps, (const uint32_t[]){4, 0}));
+    assert_false(tn_pstate_move_ready(&f.ps));
+    cas_add(&f, 2);
+    cas_add(&f, 3);
+    assert_int_equal(tn_pstate_move_complete(&f.ps, 9, &f.nodes, err, sizeof(err)), 0);
+    assert_int_equal(f.ps.leader, 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -378,6 +633,11 @@ int main(void)
         cmocka_unit_test(test_wiped_elr_member_never_leads),
         cmocka_unit_test(test_force_leader),
         cmocka_unit_test(test_rebalance_and_corrupt),
+        cmocka_unit_test(test_move_begin_table),
+        cmocka_unit_test(test_move_begin_too_many_together),
+        cmocka_unit_test(test_move_complete),
+        cmocka_unit_test(test_move_abort),
+        cmocka_unit_test(test_move_with_fence_and_marks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -797,6 +797,12 @@ static void expect_same_pstate(const tn_pstate_t *a, const tn_pstate_t *b)
     assert_int_equal(a->min_insync, b->min_insync);
     assert_int_equal(a->corrupt, b->corrupt);
     assert_int_equal(a->unclean, b->unclean);
+    assert_int_equal(a->ntarget, b->ntarget);
+    assert_memory_equal(a->target, b->target, sizeof(a->target));
+    assert_int_equal(a->nold, b->nold);
+    assert_memory_equal(a->old, b->old, sizeof(a->old));
+    assert_true(a->move_id == b->move_id);
+    assert_true(a->move_started_ms == b->move_started_ms);
 }
 
 static void test_snapshot_roundtrip(void **state)
@@ -938,6 +944,259 @@ static void test_grow_for_replicated(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* --- partition moves ------------------------------------------------------------ */
+
+static tn_meta_cmd_t move_cmd(const char *name, uint32_t p, uint8_t kind, uint64_t id, int64_t ms,
+                              const uint32_t *target, uint32_t n)
+{
+    tn_meta_cmd_t c = part(TN_MC_PART_MOVE, name, p, 0);
+    c.move_kind = kind;
+    c.move_id = id;
+    c.move_ms = ms;
+    c.ntarget = n;
+    if (n > 0)
+        memcpy(c.target, target, n * sizeof(*target));
+    return c;
+}
+
+static void test_codec_part_move(void **state)
+{
+    (void)state;
+    const uint32_t target[3] = {2, 4, 3};
+    tn_meta_cmd_t c = move_cmd("r", 7, TN_MOVE_BEGIN, 0x1234, 1700000000000LL, target, 3), d;
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_PART_MOVE);
+    assert_string_equal(d.topic.name, "r");
+    assert_int_equal(d.part, 7);
+    assert_int_equal(d.move_kind, TN_MOVE_BEGIN);
+    assert_true(d.move_id == 0x1234);
+    assert_true(d.move_ms == 1700000000000LL);
+    assert_int_equal(d.ntarget, 3);
+    assert_memory_equal(d.target, target, sizeof(target));
+    tn_meta_cmd_fini(&d);
+    c = move_cmd("r", 0, TN_MOVE_ABORT, 9, 5, NULL, 0);
+    snprintf(c.move_reason, sizeof(c.move_reason), "aborted by admin");
+    roundtrip(&c, &d);
+    assert_string_equal(d.move_reason, "aborted by admin");
+    tn_meta_cmd_fini(&d);
+    c = move_cmd("r", 0, TN_MOVE_COMPLETE, 9, 5, NULL, 0);
+    roundtrip(&c, &d);
+    assert_int_equal(d.move_kind, TN_MOVE_COMPLETE);
+    tn_meta_cmd_fini(&d);
+    /* The encoder refuses id 0, an unknown kind, an empty or oversized
+     * target. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    c = move_cmd("r", 0, TN_MOVE_BEGIN, 0, 5, target, 3);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    c = move_cmd("r", 0, 3, 1, 5, target, 3);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    c = move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, target, 0);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    c.ntarget = TN_PSTATE_MAX_REPLICAS + 1;
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), 0);
+    tn_buf_fini(&b);
+    /* The decoder refuses a bad kind, id 0, a duplicate or NONE target.
+     * Payload: [2+1] "r" [4] p [1] kind [8] id [8] ms [1] n [4] nodes. */
+    c = move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, target, 3);
+    assert_int_equal(decode_patched(&c, 7, 3), TN_ECORRUPT);  /* kind */
+    c.move_id = 0x100;                                        /* low byte 0 */
+    assert_int_equal(decode_patched(&c, 9, 0), TN_ECORRUPT);  /* id's byte 1: id 0 */
+    assert_int_equal(decode_patched(&c, 24, 0), TN_ECORRUPT); /* n 0 */
+    assert_int_equal(decode_patched(&c, 24, 9), TN_ECORRUPT); /* n 9 */
+    assert_int_equal(decode_patched(&c, 29, 2), TN_ECORRUPT); /* 2, 2, 3 */
+    assert_int_equal(decode_patched(&c, 25, 0), TN_ECORRUPT); /* 0, 4, 3 */
+    /* A finished move's snapshot record. */
+    tn_meta_cmd_t m;
+    memset(&m, 0, sizeof(m));
+    m.type = TN_MC_MOVE_DONE;
+    m.move = (tn_meta_move_t){.id = 5,
+                              .part = 1,
+                              .end = TN_MOVE_ABORTED,
+                              .started_ms = 10,
+                              .finished_ms = 20,
+                              .nfrom = 2,
+                              .from = {1, 2},
+                              .nto = 2,
+                              .to = {2, 3}};
+    snprintf(m.move.topic, sizeof(m.move.topic), "r");
+    snprintf(m.move.reason, sizeof(m.move.reason), "aborted by root");
+    roundtrip(&m, &d);
+    assert_memory_equal(&d.move, &m.move, sizeof(m.move));
+    tn_meta_cmd_fini(&d);
+}
+
+static void test_moves_through_state(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    tells_t told = {.n = 0};
+    s.pstate_cb = on_told;
+    s.pstate_arg = &told;
+    assert_int_equal(apply(&s, topic("r", 1, 3, 2)), 0);
+    assert_int_equal(apply(&s, topic("one", 1, 1, 1)), 0);
+    const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0);
+    expect_replicas(ps, 1, 2, 3);
+    const uint32_t target[3] = {2, 4, 3}, bad[2] = {2, 9};
+    /* Refusals: a factor-1 topic, no such topic or partition, a bad target. */
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_BEGIN, 1, 5, target, 3)), UV_EINVAL);
+    assert_int_equal(apply(&s, move_cmd("nope", 0, TN_MOVE_BEGIN, 1, 5, target, 3)), TN_ENOTFOUND);
+    assert_int_equal(apply(&s, move_cmd("r", 1, TN_MOVE_BEGIN, 1, 5, target, 3)), TN_ENOTFOUND);
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, bad, 2)), UV_EINVAL);
+    told.n = 0;
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, target, 3)), 0);
+    assert_true(told.n >= 1); /* the listener hears of it: node 4 follows */
+    assert_int_equal(ps->nreplicas, 4);
+    assert_int_equal(ps->replicas[1], 4);
+    const char *t = NULL;
+    uint32_t p = 9;
+    assert_ptr_equal(tn_meta_state_move_find(&s, 1, &t, &p), ps);
+    assert_string_equal(t, "r");
+    assert_int_equal(p, 0);
+    assert_null(tn_meta_state_move_find(&s, 2, &t, &p));
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 2, 5, target, 3)), UV_EBUSY);
+    /* Not ready: node 4 not in the ISR. */
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_COMPLETE, 1, 6, NULL, 0)), UV_EAGAIN);
+    const uint32_t all[4] = {1, 2, 3, 4};
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, ps->partition_epoch, all, 4, &s)), 0);
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_COMPLETE, 2, 6, NULL, 0)), TN_ENOTFOUND);
+    uint32_t le = ps->leader_epoch;
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_COMPLETE, 1, 6, NULL, 0)), 0);
+    expect_replicas(ps, 2, 4, 3);
+    assert_int_equal(ps->leader, 2);
+    assert_int_equal(ps->leader_epoch, le + 1);
+    assert_int_equal(tn_meta_state_owner(&s, "r", 0), 2);
+    assert_int_equal(tn_meta_topic_find(&s, "r")->owners[0], 2);
+    const tn_meta_move_t *mv = tn_meta_state_move_done(&s, 0);
+    assert_non_null(mv);
+    assert_true(mv->id == 1);
+    assert_int_equal(mv->end, TN_MOVE_DONE);
+    assert_true(mv->started_ms == 5 && mv->finished_ms == 6);
+    assert_int_equal(mv->nfrom, 3);
+    assert_int_equal(mv->from[0], 1);
+    assert_int_equal(mv->nto, 3);
+    assert_int_equal(mv->to[1], 4);
+    assert_null(tn_meta_state_move_done(&s, 1));
+    /* An abort: back to 2, 4, 3, the reason kept. */
+    const uint32_t back[3] = {1, 2, 3};
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 3, 7, back, 3)), 0);
+    tn_meta_cmd_t ab = move_cmd("r", 0, TN_MOVE_ABORT, 3, 8, NULL, 0);
+    snprintf(ab.move_reason, sizeof(ab.move_reason), "aborted by root");
+    assert_int_equal(apply(&s, ab), 0);
+    expect_replicas(ps, 2, 4, 3);
+    assert_int_equal(tn_meta_state_move_done(&s, 0)->end, TN_MOVE_ABORTED);
+    assert_string_equal(tn_meta_state_move_done(&s, 0)->reason, "aborted by root");
+    assert_true(tn_meta_state_move_done(&s, 1)->id == 1);
+    assert_int_equal(apply(&s, ab), TN_ENOTFOUND); /* finished */
+    /* The last TN_META_MOVES_KEPT are kept, newest first. */
+    s.pstate_cb = NULL; /* more changes than the listener's table holds */
+    for (uint64_t id = 10; id < 10 + TN_META_MOVES_KEPT + 5; id++) {
+        assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, id, 9, back, 3)), 0);
+        assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_ABORT, id, 9, NULL, 0)), 0);
+    }
+    assert_int_equal(s.nmoves, TN_META_MOVES_KEPT);
+    assert_true(tn_meta_state_move_done(&s, 0)->id == 10 + TN_META_MOVES_KEPT + 4);
+    assert_true(tn_meta_state_move_done(&s, TN_META_MOVES_KEPT - 1)->id == 15);
+    assert_null(tn_meta_state_move_done(&s, TN_META_MOVES_KEPT));
+    /* A finished move is a snapshot record, never a log entry. */
+    tn_meta_cmd_t done;
+    memset(&done, 0, sizeof(done));
+    done.type = TN_MC_MOVE_DONE;
+    done.move = *tn_meta_state_move_done(&s, 0);
+    assert_int_equal(tn_meta_state_apply(&s, &done), UV_EINVAL);
+    tn_meta_state_fini(&s);
+}
+
+/* A new min_insync during a move is capped by the smaller of the lists
+ * the move may end with. */
+static void test_move_min_insync_cap(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    assert_int_equal(apply(&s, topic("r", 1, 3, 2)), 0);
+    const uint32_t target[2] = {2, 4};
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, target, 2)), 0);
+    tn_meta_cmd_t up = topic("r", 1, 3, 3);
+    up.if_absent = false;
+    assert_int_equal(apply(&s, up), 0);
+    assert_int_equal(tn_meta_state_pstate(&s, "r", 0)->min_insync, 2);
+    tn_meta_state_fini(&s);
+}
+
+static void test_snapshot_with_move(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    assert_int_equal(apply(&s, topic("r", 2, 3, 2)), 0);
+    const uint32_t t0[3] = {2, 4, 3}, t1[3] = {4, 1, 2};
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, t0, 3)), 0);
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_ABORT, 1, 6, NULL, 0)), 0);
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 2, 7, t0, 3)), 0);
+    assert_int_equal(apply(&s, move_cmd("r", 1, TN_MOVE_BEGIN, 3, 8, t1, 3)), 0);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
+    tn_meta_state_t r;
+    tn_meta_state_init(&r);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    for (uint32_t p = 0; p < 2; p++)
+        expect_same_pstate(tn_meta_state_pstate(&s, "r", p), tn_meta_state_pstate(&r, "r", p));
+    assert_int_equal(r.nmoves, 1);
+    assert_memory_equal(tn_meta_state_move_done(&r, 0), tn_meta_state_move_done(&s, 0),
+                        sizeof(tn_meta_move_t));
+    /* The restored state goes on as the original does. */
+    const tn_pstate_t *ps = tn_meta_state_pstate(&r, "r", 0);
+    const uint32_t all[4] = {2, 4, 3, 1};
+    tn_meta_cmd_t cas = isr_cmd(ps, 1, ps->partition_epoch, all, 4, &r);
+    assert_int_equal(apply(&r, cas), 0);
+    assert_int_equal(apply(&s, cas), 0);
+    assert_int_equal(apply(&r, move_cmd("r", 0, TN_MOVE_COMPLETE, 2, 9, NULL, 0)), 0);
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_COMPLETE, 2, 9, NULL, 0)), 0);
+    expect_same_pstate(tn_meta_state_pstate(&s, "r", 0), tn_meta_state_pstate(&r, "r", 0));
+    tn_buf_t b2, b3;
+    tn_buf_init(&b2);
+    tn_buf_init(&b3);
+    assert_int_equal(tn_meta_state_snapshot(&s, &b2), 0);
+    assert_int_equal(tn_meta_state_snapshot(&r, &b3), 0);
+    assert_int_equal(tn_buf_size(&b2), tn_buf_size(&b3));
+    assert_memory_equal(tn_buf_data(&b2), tn_buf_data(&b3), tn_buf_size(&b2));
+    /* A PART_STATE with no move is the older build's record, byte for
+     * byte: partition 0's state now has none. */
+    tn_meta_cmd_t st = part(TN_MC_PART_STATE, "r", 0, 0), d;
+    st.pstate = *tn_meta_state_pstate(&s, "r", 0);
+    assert_int_equal(st.pstate.ntarget, 0);
+    tn_buf_t one;
+    tn_buf_init(&one);
+    assert_int_equal(tn_meta_cmd_encode(&st, &one), 0);
+    /* [2+1] "r" [4] p [1] n [4]x3 [12] epochs+leader [1]+3x12 isr [1] elr [1] [4] [1] */
+    assert_int_equal(payload_len(&st), 3 + 4 + 1 + 12 + 12 + 1 + 36 + 1 + 1 + 4 + 1);
+    roundtrip(&st, &d);
+    assert_int_equal(d.pstate.ntarget, 0);
+    tn_meta_cmd_fini(&d);
+    /* A damaged move in a PART_STATE refuses it: the replicas not the
+     * target followed by the old ones. */
+    st.pstate = *tn_meta_state_pstate(&s, "r", 1);
+    assert_int_equal(st.pstate.ntarget, 3);
+    roundtrip(&st, &d);
+    tn_meta_cmd_fini(&d);
+    st.pstate.target[0] = 3;
+    tn_buf_reset(&one);
+    assert_int_equal(tn_meta_cmd_encode(&st, &one), 0);
+    size_t used;
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&one), tn_buf_size(&one), &d, &used),
+                     TN_ECORRUPT);
+    tn_buf_fini(&one);
+    tn_buf_fini(&b);
+    tn_buf_fini(&b2);
+    tn_buf_fini(&b3);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -955,6 +1214,10 @@ int main(void)
         cmocka_unit_test(test_snapshot_roundtrip),
         cmocka_unit_test(test_restore_old_snapshot),
         cmocka_unit_test(test_grow_for_replicated),
+        cmocka_unit_test(test_codec_part_move),
+        cmocka_unit_test(test_moves_through_state),
+        cmocka_unit_test(test_move_min_insync_cap),
+        cmocka_unit_test(test_snapshot_with_move),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

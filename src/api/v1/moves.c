@@ -1,0 +1,638 @@
+/* Partition moves (admins only; docs/cluster.md "Partition moves"): a
+ * replicated partition's replicas reassigned online, the way Kafka's
+ * KIP-455 does it (meta/partstate.h rules 6 to 8).
+ *
+ * DESIGN: PATCH /v1/topics/{topic}/partitions/{p} {"replicas":["2","4","3"]}
+ *   1. Admins only (403), a write (the cross-site guard, 415), a caught-up
+ *      metastore replica (503); the body (400), the topic and partition
+ *      (404).
+ *   2. This node's replica is confirmed current (tn_meta_confirm), then
+ *      the rules run on a copy of the partition's state
+ *      (tn_pstate_move_begin, the function the state machine applies): a
+ *      factor-1 partition is 400 (not supported yet), a move under way
+ *      409, a bad target 400 with the rules' reason; nothing is proposed.
+ *   3. Otherwise PART_MOVE begin goes to the metastore with a new random
+ *      id; applied, the answer is 202 {"id": ...}. The adding members
+ *      follow the leader from then on (cluster/replica.c), the leader's
+ *      CAS adds them to the ISR once caught up, and the metastore leader
+ *      completes the move (meta.c check_moves): nobody waits on it here.
+ *      A refusal at apply (the state moved between 2 and 3) is answered
+ *      with the same codes; no leader within the proposal's budget 503.
+ * GET /v1/cluster/moves: the moves under way (from every replicated
+ * partition's state) and the last finished ones (the state keeps 64),
+ * the same on every node; lag_records only where this node leads the
+ * partition (its followers' fetch positions), 0 once every target member
+ * is in sync, else null.
+ * DELETE /v1/cluster/moves/{id}: PART_MOVE abort after the same confirm
+ * and dry run (404 unknown, 409 finished or no old replica could lead).
+ *
+ * Threads: the loop thread. */
+#include "core/platform.h"
+
+#include "api/v1/moves.h"
+
+#include "api/v1/common.h"
+
+#include "cluster/replica.h"
+#include "core/alloc.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "proto/http/json.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define UNAVAILABLE "control plane temporarily unavailable (no metastore leader answered)"
+#define FACTOR_ONE  "moving a partition of replication factor 1 is not supported yet"
+
+/* A string literal appended without its NUL. */
+#define APPEND_LIT(b, lit) tn_buf_append((b), (lit), sizeof(lit) - 1)
+
+/* --- the body ---------------------------------------------------------------------- */
+
+typedef struct {
+    int depth; /* 0 before, 1 in the object, 2 in the list, 3 after */
+    bool in_replicas, seen;
+    uint32_t *target;
+    uint32_t n;
+    char *err;
+    size_t errlen;
+} body_t;
+
+static int bfail(body_t *x, const char *msg)
+{
+    if (x->err[0] == '\0')
+        snprintf(x->err, x->errlen, "%s", msg);
+    return 0;
+}
+
+static int b_other(void *c);
+
+static int b_id(body_t *x, const char *s, size_t len)
+{
+    if (x->depth != 2)
+        return b_other(x);
+    if (x->n == TN_PSTATE_MAX_REPLICAS) {
+        snprintf(x->err, x->errlen, "invalid argument: a partition has at most %d replicas",
+                 TN_PSTATE_MAX_REPLICAS);
+        return 0;
+    }
+    uint64_t v = 0;
+    bool ok = len > 0 && len <= 10;
+    for (size_t i = 0; ok && i < len; i++) {
+        ok = s[i] >= '0' && s[i] <= '9';
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (!ok || v == 0 || v > UINT32_MAX)
+        return bfail(x, "invalid argument: a replica must be a member id (a positive integer)");
+    x->target[x->n++] = (uint32_t)v;
+    return 1;
+}
+
+static int b_string(void *c, const unsigned char *s, size_t len)
+{
+    return b_id(c, (const char *)s, len);
+}
+
+static int b_number(void *c, const char *s, size_t len)
+{
+    return b_id(c, s, len);
+}
+
+static int b_other(void *c)
+{
+    body_t *x = c;
+    if (x->depth == 1 && x->in_replicas)
+        return bfail(x, "invalid json: field \"replicas\" must be a list of member ids");
+    return bfail(x, "invalid json: unexpected value (the body is {\"replicas\": [...]})");
+}
+
+static int b_bool(void *c, int b)
+{
+    (void)b;
+    return b_other(c);
+}
+
+static int b_start_map(void *c)
+{
+    body_t *x = c;
+    if (x->depth != 0)
+        return b_other(c);
+    x->depth = 1;
+    return 1;
+}
+
+static int b_key(void *c, const unsigned char *k, size_t n)
+{
+    body_t *x = c;
+    if (n != 8 || memcmp(k, "replicas", 8) != 0) {
+        snprintf(x->err, x->errlen, "invalid json: unknown field \"%.*s\"",
+                 (int)TN_MIN(n, (size_t)64), k);
+        return 0;
+    }
+    if (x->seen)
+        return bfail(x, "invalid json: duplicate field \"replicas\"");
+    x->seen = true;
+    x->in_replicas = true;
+    return 1;
+}
+
+static int b_end_map(void *c)
+{
+    body_t *x = c;
+    x->depth = 3;
+    return 1;
+}
+
+static int b_start_array(void *c)
+{
+    body_t *x = c;
+    if (x->depth != 1 || !x->in_replicas)
+        return b_other(c);
+    x->depth = 2;
+    return 1;
+}
+
+static int b_end_array(void *c)
+{
+    body_t *x = c;
+    x->depth = 1;
+    x->in_replicas = false;
+    return 1;
+}
+
+static const yajl_callbacks body_callbacks = {
+    b_other,     b_bool, NULL,      NULL,          b_number,    b_string,
+    b_start_map, b_key,  b_end_map, b_start_array, b_end_array,
+};
+
+int tn__v1_move_body(const char *body, size_t len, uint32_t *target, uint32_t *n, char *err,
+                     size_t errlen)
+{
+    body_t x = {.target = target, .err = err, .errlen = errlen};
+    err[0] = '\0';
+    bool ok = false;
+    int rc = tn_json_events(body, len, &body_callbacks, &x, true, &ok);
+    if (rc != 0)
+        return rc;
+    if (err[0] == '\0' && (!ok || x.depth != 3))
+        snprintf(err, errlen, "invalid json: the body must be one JSON object");
+    if (err[0] == '\0' && !x.seen)
+        snprintf(err, errlen,
+                 "replicas required: the member ids of the partition's new replicas, preferred "
+                 "leader first");
+    if (err[0] == '\0' && x.n == 0)
+        snprintf(err, errlen, "invalid argument: replicas must name at least one member");
+    if (err[0] != '\0')
+        return UV_EINVAL;
+    *n = x.n;
+    return 0;
+}
+
+/* --- a move as JSON ------------------------------------------------------------------ */
+
+static void json_nodes(tn_buf_t *b, const char *name, const uint32_t *v, uint32_t n)
+{
+    tn__v1_appendf(b, ",\"%s\":[", name);
+    for (uint32_t i = 0; i < n; i++)
+        tn__v1_appendf(b, "%s\"%" PRIu32 "\"", i > 0 ? "," : "", v[i]);
+    APPEND_LIT(b, "]");
+}
+
+static void json_head(tn_buf_t *b, uint64_t id, const char *topic, uint32_t p)
+{
+    tn__v1_appendf(b, "{\"id\":\"%016" PRIx64 "\",\"topic\":", id);
+    tn__v1_json_str(b, topic);
+    tn__v1_appendf(b, ",\"partition\":%" PRIu32, p);
+}
+
+typedef struct {
+    tn_v1_t *v;
+    tn_buf_t *b;
+    bool first;
+} list_t;
+
+/* What this node can tell of the move's progress: the records the
+ * farthest-behind target member lacks, from the leader's view. */
+static bool move_lag(tn_v1_t *v, const char *topic, uint32_t p, const tn_pstate_t *ps,
+                     uint64_t *out)
+{
+    if (tn_pstate_move_ready(ps)) {
+        *out = 0;
+        return true;
+    }
+    if (v->replica == NULL)
+        return false;
+    uint64_t worst = 0;
+    for (uint32_t i = 0; i < ps->ntarget; i++) {
+        if (tn_pstate_isr_find(ps, ps->target[i]) >= 0)
+            continue;
+        uint64_t lag;
+        if (tn_replica_peer_lag(v->replica, topic, p, ps->target[i], &lag) != 0)
+            return false;
+        worst = TN_MAX(worst, lag);
+    }
+    *out = worst;
+    return true;
+}
+
+static void list_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    list_t *l = arg;
+    if (ps->ntarget == 0)
+        return;
+    if (!l->first)
+        APPEND_LIT(l->b, ",");
+    l->first = false;
+    json_head(l->b, ps->move_id, topic, p);
+    json_nodes(l->b, "from", ps->old, ps->nold);
+    json_nodes(l->b, "to", ps->target, ps->ntarget);
+    tn__v1_appendf(l->b, ",\"state\":\"%s\",\"started_ms\":%" PRId64 ",\"finished_ms\":null",
+                   tn_pstate_move_ready(ps) ? "handing_over" : "catching_up", ps->move_started_ms);
+    uint64_t lag;
+    if (move_lag(l->v, topic, p, ps, &lag))
+        tn__v1_appendf(l->b, ",\"lag_records\":%" PRIu64, lag);
+    else
+        APPEND_LIT(l->b, ",\"lag_records\":null");
+    tn__v1_appendf(l->b, ",\"leader\":\"%" PRIu32 "\",\"isr\":[", ps->leader);
+    for (uint32_t i = 0; i < ps->nisr; i++)
+        tn__v1_appendf(l->b, "%s\"%" PRIu32 "\"", i > 0 ? "," : "", ps->isr[i].node);
+    APPEND_LIT(l->b, "],\"error\":null}");
+}
+
+static void json_done(tn_buf_t *b, const tn_meta_move_t *mv)
+{
+    json_head(b, mv->id, mv->topic, mv->part);
+    json_nodes(b, "from", mv->from, mv->nfrom);
+    json_nodes(b, "to", mv->to, mv->nto);
+    tn__v1_appendf(b,
+                   ",\"state\":\"%s\",\"started_ms\":%" PRId64 ",\"finished_ms\":%" PRId64
+                   ",\"lag_records\":null,\"error\":",
+                   mv->end == TN_MOVE_DONE ? "done" : "aborted", mv->started_ms, mv->finished_ms);
+    if (mv->end == TN_MOVE_DONE)
+        APPEND_LIT(b, "null}");
+    else {
+        tn__v1_json_str(b, mv->reason);
+        APPEND_LIT(b, "}");
+    }
+}
+
+static void on_list(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!tn__v1_admin_only(v, r))
+        return;
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    APPEND_LIT(&b, "{\"moves\":[");
+    list_t l = {v, &b, true};
+    tn_meta_state_each_pstate(s, list_one, &l);
+    for (size_t k = 0; tn_meta_state_move_done(s, k) != NULL; k++) {
+        if (!l.first)
+            APPEND_LIT(&b, ",");
+        l.first = false;
+        json_done(&b, tn_meta_state_move_done(s, k));
+    }
+    APPEND_LIT(&b, "]}");
+    tn__v1_respond_buf(r, 200, &b);
+}
+
+/* --- begin and abort ------------------------------------------------------------------ */
+
+typedef struct {
+    tn_meta_req_t mreq;
+    tn_http_request_t *r; /* NULL once the client left */
+    tn_v1_t *v;
+    bool abort;
+    char topic[TN_NAME_MAX + 1];
+    uint32_t partition;
+    uint32_t target[TN_PSTATE_MAX_REPLICAS];
+    uint32_t n;
+    uint64_t id;
+    tn_pstate_t was; /* the state judged */
+} move_t;
+
+static void move_cancel(tn_http_request_t *r)
+{
+    move_t *m = r->data;
+    m->r = NULL;
+}
+
+/* Answer and free m (m->r may be gone). */
+static void finish(move_t *m, int status, const char *msg)
+{
+    tn_http_request_t *r = m->r;
+    if (r != NULL) {
+        r->on_cancel = NULL;
+        tn__v1_error(r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
+    }
+    tn_free(m);
+}
+
+static void answer_move(move_t *m, int status)
+{
+    tn_http_request_t *r = m->r;
+    if (r != NULL) {
+        r->on_cancel = NULL;
+        tn_buf_t b;
+        tn_buf_init(&b);
+        json_head(&b, m->id, m->topic, m->partition);
+        if (m->abort) {
+            json_nodes(&b, "from", m->was.old, m->was.nold);
+            json_nodes(&b, "to", m->was.target, m->was.ntarget);
+            APPEND_LIT(&b, ",\"state\":\"aborted\"}");
+        } else {
+            json_nodes(&b, "from", m->was.replicas, m->was.nreplicas);
+            json_nodes(&b, "to", m->target, m->n);
+            APPEND_LIT(&b, ",\"state\":\"catching_up\"}");
+        }
+        tn__v1_respond_buf(r, status, &b);
+    }
+    tn_free(m);
+}
+
+/* The finished move id, or NULL. */
+static const tn_meta_move_t *finished(const tn_meta_state_t *s, uint64_t id)
+{
+    for (size_t k = 0; tn_meta_state_move_done(s, k) != NULL; k++)
+        if (tn_meta_state_move_done(s, k)->id == id)
+            return tn_meta_state_move_done(s, k);
+    return NULL;
+}
+
+/* Whatever the confirm says (not applied here in time: the answer is
+ * still what the metastore did). */
+static void on_applied_here(void *arg, int status)
+{
+    (void)status;
+    move_t *m = arg;
+    answer_move(m, m->abort ? 200 : 202);
+}
+
+/* Whether the move's own command was applied already: a proposal sent
+ * again after a metastore failover finds its first copy applied (meta.h)
+ * and is refused as a second begin (UV_EBUSY) or abort (TN_ENOTFOUND). */
+static bool applied_before(const move_t *m, int status)
+{
+    const tn_meta_state_t *s = tn_meta_state(m->v->meta);
+    if (!m->abort && status == UV_EBUSY) {
+        const tn_pstate_t *ps = tn_meta_state_pstate(s, m->topic, m->partition);
+        if (ps != NULL && ps->move_id == m->id)
+            return true;
+        const tn_meta_move_t *mv = finished(s, m->id); /* and ended since */
+        return mv != NULL;
+    }
+    if (m->abort && status == TN_ENOTFOUND) {
+        const tn_meta_move_t *mv = finished(s, m->id);
+        return mv != NULL && mv->end == TN_MOVE_ABORTED &&
+               strncmp(mv->reason, "aborted by ", 11) == 0;
+    }
+    return false;
+}
+
+static void on_proposed(tn_meta_req_t *req, int status)
+{
+    move_t *m = req->data;
+    char msg[200];
+    if (status != 0 && applied_before(m, status))
+        status = 0;
+    if (status == 0) {
+        TN_LOG(TN_LOG_NOTICE, "move %016" PRIx64 " of %s/%" PRIu32 " %s", m->id, m->topic,
+               m->partition, m->abort ? "aborted" : "begun");
+        /* Answered once this node's replica applied it too, so that its
+         * GET /v1/cluster/moves lists what the answer says. */
+        if (m->r != NULL && tn_meta_confirm(m->v->meta, on_applied_here, m) == 0)
+            return;
+        answer_move(m, m->abort ? 200 : 202);
+        return;
+    }
+    const tn_meta_state_t *s = tn_meta_state(m->v->meta);
+    if (status == TN_ENOTFOUND && m->abort) {
+        const tn_meta_move_t *mv = finished(s, m->id);
+        snprintf(msg, sizeof(msg), "move %016" PRIx64 " %s before the abort applied", m->id,
+                 mv != NULL && mv->end == TN_MOVE_DONE ? "completed" : "ended");
+        finish(m, 409, msg);
+    } else if (status == TN_ENOTFOUND) {
+        finish(m, 404, "no such topic or partition");
+    } else if (status == UV_EBUSY) {
+        finish(m, 409, "a move of this partition is under way");
+    } else if (status == UV_EPERM) {
+        finish(m, 409, "no replica of the old list could lead: the move was not aborted");
+    } else if (status == UV_EINVAL) {
+        /* Judged valid on a state that moved before the command applied
+         * (a member's session ended, say). */
+        finish(m, 400,
+               "the metastore refused the target replica list: the members or the partition "
+               "changed meanwhile (GET /v1/cluster/members, then try again)");
+    } else {
+        finish(m, 503, UNAVAILABLE);
+    }
+}
+
+static void propose(move_t *m)
+{
+    tn_http_request_t *r = m->r;
+    memset(&m->mreq, 0, sizeof(m->mreq));
+    m->mreq.data = m;
+    char reason[TN_META_MOVE_REASON_MAX + 1];
+    snprintf(reason, sizeof(reason), "aborted by %.64s",
+             r->principal[0] != '\0' ? r->principal : "an admin (security off)");
+    int rc = tn_meta_propose_move(m->v->meta, &m->mreq, m->topic, m->partition,
+                                  m->abort ? TN_MOVE_ABORT : TN_MOVE_BEGIN, m->id, m->target, m->n,
+                                  m->abort ? reason : NULL, on_proposed);
+    if (rc != 0) {
+        finish(m, 503, rc == UV_ENOMEM ? "out of memory" : UNAVAILABLE);
+        return;
+    }
+    TN_LOG(TN_LOG_NOTICE, "audit: %s %s move %016" PRIx64 " of %s/%" PRIu32,
+           r->principal[0] ? r->principal : "(open)", m->abort ? "aborts" : "begins", m->id,
+           m->topic, m->partition);
+}
+
+static void nodes_now(tn_v1_t *v, tn_pstate_node_t *buf, size_t cap, tn_pstate_nodes_t *nodes)
+{
+    tn_meta_state_nodes(tn_meta_state(v->meta), buf, cap, nodes);
+}
+
+/* Step 2 of a PATCH on a replica confirmed current. */
+static void on_begin_current(void *arg, int status)
+{
+    move_t *m = arg;
+    if (m->r == NULL) {
+        tn_free(m);
+        return;
+    }
+    if (status != 0) {
+        finish(m, 503, UNAVAILABLE);
+        return;
+    }
+    const tn_meta_state_t *s = tn_meta_state(m->v->meta);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, m->topic);
+    if (e == NULL || m->partition >= e->rec.partitions) {
+        finish(m, 404, e == NULL ? "topic not found" : "no such partition");
+        return;
+    }
+    const tn_pstate_t *ps = tn_meta_state_pstate(s, m->topic, m->partition);
+    if (ps == NULL) {
+        finish(m, tn_meta_topic_factor(&e->rec) > 1 ? 409 : 400,
+               tn_meta_topic_factor(&e->rec) > 1
+                   ? "the partition is not placed yet: no member was alive to hold it"
+                   : FACTOR_ONE);
+        return;
+    }
+    tn_pstate_node_t buf[64];
+    tn_pstate_nodes_t nodes;
+    nodes_now(m->v, buf, TN_ARRAY_SIZE(buf), &nodes);
+    m->was = *ps;
+    tn_pstate_t copy = *ps;
+    char err[192] = "";
+    do {
+        if (getrandom(&m->id, sizeof(m->id), 0) != (ssize_t)sizeof(m->id)) {
+            finish(m, 503, "out of randomness for a move id");
+            return;
+        }
+    } while (m->id == 0);
+    int rc = tn_pstate_move_begin(&copy, m->target, m->n, m->id, 0, &nodes, err, sizeof(err));
+    if (rc != 0) {
+        finish(m, rc == UV_EBUSY ? 409 : 400, err);
+        return;
+    }
+    propose(m);
+}
+
+static void on_move(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!tn__v1_guard_write(r) || !tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r))
+        return;
+    move_t *m = tn_calloc(1, sizeof(*m));
+    if (m == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    char err[192];
+    int rc = tn__v1_move_body(tn_buf_data(&r->body), tn_buf_size(&r->body), m->target, &m->n, err,
+                              sizeof(err));
+    if (rc != 0) {
+        tn_free(m);
+        tn__v1_error(r, rc == UV_ENOMEM ? 503 : 400, rc == UV_ENOMEM ? "out of memory" : err,
+                     rc == UV_ENOMEM ? "Retry-After: 1\r\n" : NULL);
+        return;
+    }
+    const tn_meta_topic_entry_t *e = tn__v1_path_topic(v, r, m->topic);
+    if (e == NULL || !tn__v1_path_partition(r, e, &m->partition)) {
+        tn_free(m);
+        return;
+    }
+    m->v = v;
+    m->r = r;
+    r->data = m;
+    r->on_cancel = move_cancel;
+    if (tn_meta_confirm(v->meta, on_begin_current, m) != 0) {
+        r->on_cancel = NULL;
+        tn_free(m);
+        tn__v1_error(r, 503, UNAVAILABLE, "Retry-After: 1\r\n");
+    }
+}
+
+/* The path's {id} (16 hex digits, as the moves list shows it), or 0. */
+static uint64_t path_id(tn_http_request_t *r)
+{
+    const tn_iov_t *id = tn_http_param(r, "id");
+    if (id == NULL || id->len == 0 || id->len > 16)
+        return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < id->len; i++) {
+        char c = id->base[i];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0)
+            return 0;
+        v = v << 4 | (uint64_t)d;
+    }
+    return v;
+}
+
+static void on_abort_current(void *arg, int status)
+{
+    move_t *m = arg;
+    if (m->r == NULL) {
+        tn_free(m);
+        return;
+    }
+    if (status != 0) {
+        finish(m, 503, UNAVAILABLE);
+        return;
+    }
+    const tn_meta_state_t *s = tn_meta_state(m->v->meta);
+    const char *topic = NULL;
+    const tn_pstate_t *ps = tn_meta_state_move_find(s, m->id, &topic, &m->partition);
+    char err[192] = "";
+    if (ps == NULL) {
+        const tn_meta_move_t *mv = finished(s, m->id);
+        if (mv == NULL) {
+            finish(m, 404, "move not found");
+            return;
+        }
+        snprintf(err, sizeof(err), "move %016" PRIx64 " has finished (%s)", m->id,
+                 mv->end == TN_MOVE_DONE ? "done" : "aborted");
+        finish(m, 409, err);
+        return;
+    }
+    snprintf(m->topic, sizeof(m->topic), "%s", topic);
+    m->was = *ps;
+    tn_pstate_node_t buf[64];
+    tn_pstate_nodes_t nodes;
+    nodes_now(m->v, buf, TN_ARRAY_SIZE(buf), &nodes);
+    tn_pstate_t copy = *ps;
+    int rc = tn_pstate_move_abort(&copy, m->id, &nodes, err, sizeof(err));
+    if (rc != 0) {
+        finish(m, 409, err);
+        return;
+    }
+    propose(m);
+}
+
+static void on_abort(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r))
+        return;
+    uint64_t id = path_id(r);
+    if (id == 0) {
+        tn__v1_error(r, 404, "move not found", NULL);
+        return;
+    }
+    move_t *m = tn_calloc(1, sizeof(*m));
+    if (m == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    m->v = v;
+    m->r = r;
+    m->abort = true;
+    m->id = id;
+    r->data = m;
+    r->on_cancel = move_cancel;
+    if (tn_meta_confirm(v->meta, on_abort_current, m) != 0) {
+        r->on_cancel = NULL;
+        tn_free(m);
+        tn__v1_error(r, 503, UNAVAILABLE, "Retry-After: 1\r\n");
+    }
+}
+
+int tn__v1_moves_register(tn_http_server_t *srv, tn_v1_t *v)
+{
+    int rc = tn_http_route(srv, "GET", "/v1/cluster/moves", 0, NULL, on_list, v);
+    rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/cluster/moves/{id}", 0, NULL, on_abort, v);
+    rc = rc ? rc
+            : tn_http_route(srv, "PATCH", "/v1/topics/{topic}/partitions/{p}", TN_JSON_MAX_BODY,
+                            "request body too large", on_move, v);
+    return rc;
+}
