@@ -1035,8 +1035,8 @@ static void test_moves_through_state(void **state)
     tells_t told = {.n = 0};
     s.pstate_cb = on_told;
     s.pstate_arg = &told;
-    assert_int_equal(apply(&s, topic("r", 1, 3, 2)), 0);
-    assert_int_equal(apply(&s, topic("one", 1, 1, 1)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 1, 1, 1)), 0);
     const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0);
     expect_replicas(ps, 1, 2, 3);
     const uint32_t target[3] = {2, 4, 3}, bad[2] = {2, 9};
@@ -1116,10 +1116,10 @@ static void test_move_min_insync_cap(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    assert_int_equal(apply(&s, topic("r", 1, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
     const uint32_t target[2] = {2, 4};
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, target, 2)), 0);
-    tn_meta_cmd_t up = topic("r", 1, 3, 3);
+    tn_meta_cmd_t up = tu_meta_native_topic_cmd("r", 1, 3, 3);
     up.if_absent = false;
     assert_int_equal(apply(&s, up), 0);
     assert_int_equal(tn_meta_state_pstate(&s, "r", 0)->min_insync, 2);
@@ -1131,7 +1131,7 @@ static void test_snapshot_with_move(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    assert_int_equal(apply(&s, topic("r", 2, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 2, 3, 2)), 0);
     const uint32_t t0[3] = {2, 4, 3}, t1[3] = {4, 1, 2};
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, t0, 3)), 0);
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_ABORT, 1, 6, NULL, 0)), 0);
