@@ -7,8 +7,9 @@
  * backup, which must stay as it is: each member's restore reads it again.
  *
  * The decisions follow recover() and recover_segment() one for one; the
- * readers are theirs (tn_seg_index_open, tn_seg_scan, tn__plog_floor_load,
- * tn_epochs_load and the history's own truncations). What recovery would
+ * readers are theirs (tn__seg_bases, tn__seg_list's listing without its
+ * removal of `.tmp` files; tn_seg_index_open, tn_seg_scan,
+ * tn__plog_floor_load, tn_epochs_load and the history's own truncations). What recovery would
  * isolate (a damaged sealed segment, a torn record below durable data,
  * overlapping segments, a damaged floor or epochs file) is TN_ECORRUPT.
  *
@@ -21,59 +22,11 @@
 #include "core/err.h"
 #include "storage/io.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The segment bases in dir, ascending (tn__seg_list's answer without its
- * removal of `.tmp` files). */
-static int list_bases(const char *dir, uint64_t **bases, size_t *n)
-{
-    *bases = NULL;
-    *n = 0;
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return tn_err_from_errno(errno);
-    size_t cap = 0;
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        uint64_t base;
-        if (!tn_seg_parse_name(e->d_name, &base))
-            continue;
-        if (*n == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            uint64_t *p = tn_realloc(*bases, nc * sizeof(*p));
-            if (p == NULL) {
-                rc = UV_ENOMEM;
-                break;
-            }
-            *bases = p;
-            cap = nc;
-        }
-        (*bases)[(*n)++] = base;
-    }
-    closedir(d);
-    if (rc != 0) {
-        tn_free(*bases);
-        *bases = NULL;
-        *n = 0;
-        return rc;
-    }
-    if (*n > 1)
-        qsort(*bases, *n, sizeof(**bases), cmp_u64);
-    return 0;
-}
 
 /* One segment as recover_segment sees it: *count its records, *skip when
  * recovery would remove it (an empty leftover). */
@@ -141,7 +94,7 @@ int tn_plog_probe(const char *dir, tn_plog_probe_t *out)
     tn_epochs_init(&out->epochs);
     uint64_t *bases = NULL;
     size_t n = 0;
-    int rc = list_bases(dir, &bases, &n);
+    int rc = tn__seg_bases(dir, &bases, &n);
     if (rc != 0) {
         tn_errbuf(out->errmsg, sizeof(out->errmsg), "%s: %s", dir, tn_strerror(rc));
         return rc;

@@ -65,7 +65,9 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int tn__seg_list(const char *dir, uint64_t **bases, size_t *n)
+/* tn__seg_list and tn__seg_bases: the segment bases in dir, ascending;
+ * with remove_tmp, every "*.tmp" file there removed on the way. */
+static int list_bases(const char *dir, bool remove_tmp, uint64_t **bases, size_t *n)
 {
     *bases = NULL;
     *n = 0;
@@ -77,7 +79,7 @@ int tn__seg_list(const char *dir, uint64_t **bases, size_t *n)
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         size_t len = strlen(e->d_name);
-        if (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) {
+        if (remove_tmp && len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0) {
             char path[4096];
             if (tn_io_path(path, sizeof(path), "%s/%s", dir, e->d_name) == 0)
                 tn_io_unlink(path);
@@ -87,13 +89,14 @@ int tn__seg_list(const char *dir, uint64_t **bases, size_t *n)
         if (!tn_seg_parse_name(e->d_name, &base))
             continue;
         if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            uint64_t *p = tn_realloc(*bases, cap * sizeof(*p));
+            size_t nc = cap ? cap * 2 : 16;
+            uint64_t *p = tn_realloc(*bases, nc * sizeof(*p));
             if (p == NULL) {
                 rc = UV_ENOMEM;
                 break;
             }
             *bases = p;
+            cap = nc;
         }
         (*bases)[(*n)++] = base;
     }
@@ -107,6 +110,16 @@ int tn__seg_list(const char *dir, uint64_t **bases, size_t *n)
     if (*n > 1)
         qsort(*bases, *n, sizeof(**bases), cmp_u64);
     return 0;
+}
+
+int tn__seg_list(const char *dir, uint64_t **bases, size_t *n)
+{
+    return list_bases(dir, true, bases, n);
+}
+
+int tn__seg_bases(const char *dir, uint64_t **bases, size_t *n)
+{
+    return list_bases(dir, false, bases, n);
 }
 
 int tn_seg_new(const char *path, uint64_t base, tn_seg_t **out)

@@ -120,6 +120,9 @@ bool tn_seg_parse_name(const char *name, uint64_t *base);
  * sidecar, a checkpoint) that never reached its rename. dir is borrowed.
  * 0, or opendir's error, or UV_ENOMEM (then *bases is NULL). */
 int tn__seg_list(const char *dir, uint64_t **bases, size_t *n);
+/* tn__seg_list without the removal: a read-only look at dir (the probe of
+ * a backup's copy, tn_plog_probe), the same answers and errors. */
+int tn__seg_bases(const char *dir, uint64_t **bases, size_t *n);
 
 /* A new segment object for path (copied), with one reference, not open. */
 int tn_seg_new(const char *path, uint64_t base, tn_seg_t **out);

@@ -78,6 +78,27 @@ class ReplRestore(harness.ClusterTest):
         self.assertEqual(status, 200, body)
         return [m for m in body["members"] if str(m["id"]) == str(node_id)][0]["incarnation"]
 
+    def consume_until(self, c, topic, want, got):
+        """Consume topic from c's nodes in turn, acknowledging each batch,
+        counting every delivery in got (payload -> times), until got holds
+        every payload in want and three rounds at least have run."""
+        rounds = 0
+        while not want <= set(got) or rounds < 3:
+            via = c.nodes[rounds % 3]
+            rounds += 1
+            self.assertLess(rounds, 200, f"missing: {sorted(want - set(got))}")
+            status, b = via.request("GET", f"/v1/topics/{topic}/consume?max=100&wait=1s",
+                                    headers=CLIENT, timeout=30)
+            self.assertIn(status, (200, 204), b)
+            if status == 204:
+                continue
+            for m in b["messages"]:
+                got[m["payload"]] = got.get(m["payload"], 0) + 1
+            status, res = via.request("POST", f"/v1/topics/{topic}/ack/batch",
+                                      [m["receipt_handle"] for m in b["messages"]],
+                                      headers=CLIENT, timeout=30)
+            self.assertEqual(status, 200, res)
+
     def test_one_node_restored_rejoins_after_catching_up(self):
         c = self.make(3, args=ARGS).start()
         c.wait_alive(3)
@@ -217,22 +238,7 @@ class ReplRestore(harness.ClusterTest):
 
         # Every acknowledged message, nothing else.
         got = {}
-        rounds = 0
-        while not set(acked) <= set(got) or rounds < 3:
-            via = c.nodes[rounds % 3]
-            rounds += 1
-            self.assertLess(rounds, 200, f"missing: {sorted(set(acked) - set(got))}")
-            status, b = via.request("GET", "/v1/topics/rr/consume?max=100&wait=1s",
-                                    headers=CLIENT, timeout=30)
-            self.assertIn(status, (200, 204), b)
-            if status == 204:
-                continue
-            for m in b["messages"]:
-                got[m["payload"]] = got.get(m["payload"], 0) + 1
-            status, res = via.request("POST", "/v1/topics/rr/ack/batch",
-                                      [m["receipt_handle"] for m in b["messages"]],
-                                      headers=CLIENT, timeout=30)
-            self.assertEqual(status, 200, res)
+        self.consume_until(c, "rr", set(acked), got)
         self.assertEqual(sorted(set(acked) - set(got)), [], "acknowledged, never delivered")
         self.assertEqual(sorted(set(got) - attempted), [], "phantom: never produced")
         self.assertEqual(sorted(set(got) & refused_few), [], "refused, then delivered")
@@ -424,22 +430,7 @@ class ReplRestore(harness.ClusterTest):
         for t in topics:
             want = {x for x in acked + later if x.startswith(f"A-{t}-") or x.startswith(f"C-{t}-")}
             want -= finned
-            rounds = 0
-            while not want <= set(got) or rounds < 3:
-                via = c.nodes[rounds % 3]
-                rounds += 1
-                self.assertLess(rounds, 200, f"missing: {sorted(want - set(got))}")
-                status, b = via.request("GET", f"/v1/topics/{t}/consume?max=100&wait=1s",
-                                        headers=CLIENT, timeout=30)
-                self.assertIn(status, (200, 204), b)
-                if status == 204:
-                    continue
-                for m in b["messages"]:
-                    got[m["payload"]] = got.get(m["payload"], 0) + 1
-                status, res = via.request("POST", f"/v1/topics/{t}/ack/batch",
-                                          [m["receipt_handle"] for m in b["messages"]],
-                                          headers=CLIENT, timeout=30)
-                self.assertEqual(status, 200, res)
+            self.consume_until(c, t, want, got)
         self.assertEqual(sorted(set(acked) - finned - set(got)), [],
                          "acknowledged before the backup, never delivered")
         self.assertEqual(sorted(set(got) & finned), [], "FINed before the backup, delivered")

@@ -204,3 +204,59 @@ tn_meta_cmd_t tu_meta_member_cmd(uint64_t id, const char *api_addr)
     c.member.heartbeat_ms = tn_now_wall_ms();
     return c;
 }
+
+tn_meta_cmd_t tu_meta_state_topic_cmd(const char *name, uint32_t partitions)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_PUT;
+    c.if_absent = true;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.topic.partitions = partitions;
+    c.topic.retention_ms = 3600 * 1000LL;
+    c.topic.visibility_timeout_ms = 30000;
+    c.topic.max_inflight = 1024;
+    c.topic.max_acked_ahead = 1024;
+    c.topic.created_at_ms = 1700000000000LL;
+    return c;
+}
+
+tn_meta_cmd_t tu_meta_native_topic_cmd(const char *name, uint32_t partitions, uint8_t factor,
+                                       uint8_t min_insync)
+{
+    tn_meta_cmd_t c = tu_meta_state_topic_cmd(name, partitions);
+    c.topic.native = true;
+    c.topic.replication_factor = factor;
+    c.topic.min_insync = min_insync;
+    return c;
+}
+
+tn_meta_cmd_t tu_meta_rec_cmd(uint64_t id, uint64_t incarnation, uint64_t boot)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_REC;
+    c.member.id = id;
+    snprintf(c.member.addr, sizeof(c.member.addr), "10.0.0.%llu:4153", (unsigned long long)id);
+    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "10.0.0.%llu:4151",
+             (unsigned long long)id);
+    c.member.heartbeat_ms = 1000;
+    c.member.incarnation = incarnation;
+    c.member.boot = boot;
+    return c;
+}
+
+tn_pstate_t tu_pstate3(uint32_t r0, uint32_t r1, uint32_t r2, uint32_t leader,
+                       uint32_t leader_epoch)
+{
+    tn_pstate_t ps;
+    memset(&ps, 0, sizeof(ps));
+    ps.nreplicas = 3;
+    ps.replicas[0] = r0;
+    ps.replicas[1] = r1;
+    ps.replicas[2] = r2;
+    ps.leader = leader;
+    ps.leader_epoch = leader_epoch;
+    ps.min_insync = 2;
+    return ps;
+}

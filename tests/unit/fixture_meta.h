@@ -1,6 +1,9 @@
 /* What the unit tests over a real metastore share (tests/unit/api:
  * test_catalog.c, test_forward.c; tests/unit/cluster: test_router.c,
- * and for the engine helpers alone test_pstats.c and test_dataplane.c):
+ * and for the engine helpers alone test_pstats.c and test_dataplane.c;
+ * for the state machine's commands alone tests/unit/meta: test_state.c,
+ * test_state_repl.c, test_restore.c; for a partition state alone
+ * tests/unit/cluster/test_setrepl.c):
  * running the loop until a condition holds, the engine options of a test
  * broker and the engine steps they wait for (a topic, a publish, the
  * close), a lone metastore replica (libraft on loopback) opened and
@@ -60,5 +63,30 @@ tn_meta_cmd_t tu_meta_topic_cmd(const char *name, uint32_t partitions);
  * API address, 127.0.0.1:1 as its metastore address and now as its
  * heartbeat. */
 tn_meta_cmd_t tu_meta_member_cmd(uint64_t id, const char *api_addr);
+
+/* The commands of the tests that apply them to the state machine directly
+ * (tests/unit/meta: test_state.c, test_state_repl.c, test_restore.c), with
+ * fixed values throughout so that their encodings repeat. */
+
+/* A TOPIC_PUT of name, if absent, with partitions, 1 h retention, 30 s
+ * visibility, 1024 in flight and acked ahead, created at 1700000000000 ms;
+ * not native, no replication fields. */
+tn_meta_cmd_t tu_meta_state_topic_cmd(const char *name, uint32_t partitions);
+
+/* tu_meta_state_topic_cmd's topic made native, with replication factor and
+ * min_insync as given. */
+tn_meta_cmd_t tu_meta_native_topic_cmd(const char *name, uint32_t partitions, uint8_t factor,
+                                       uint8_t min_insync);
+
+/* A MEMBER_REC of node id: 10.0.0.<id>:4153 its metastore address,
+ * 10.0.0.<id>:4151 its API address, heartbeat 1000, incarnation and boot
+ * as given, no NSQ door. */
+tn_meta_cmd_t tu_meta_rec_cmd(uint64_t id, uint64_t incarnation, uint64_t boot);
+
+/* A partition state of three replicas, r0 r1 r2 in that order (r0
+ * preferred), led by leader in leader_epoch, min_insync 2; everything else
+ * zero (no ISR, partition epoch 0). */
+tn_pstate_t tu_pstate3(uint32_t r0, uint32_t r1, uint32_t r2, uint32_t leader,
+                       uint32_t leader_epoch);
 
 #endif

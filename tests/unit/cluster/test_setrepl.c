@@ -21,6 +21,7 @@
 #include "core/time.h"
 #include "storage/chanlog.h"
 
+#include "fixture_meta.h"
 #include "fixture_rpc.h"
 #include "testutil.h"
 
@@ -305,18 +306,11 @@ static ffx_t *ffx_new(void)
     assert_int_equal(h[0].op, TN_OP_SETTLE_REPL);
     assert_int_equal(h[1].op, TN_OP_CHAN_SNAP);
     tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
-    memset(&script_ps, 0, sizeof(script_ps));
-    script_ps.nreplicas = 3;
-    script_ps.replicas[0] = 2;
-    script_ps.replicas[1] = 1;
-    script_ps.replicas[2] = 3;
-    script_ps.leader = 2;
-    script_ps.leader_epoch = 3;
+    script_ps = tu_pstate3(2, 1, 3, 2, 3);
     script_ps.nisr = 3;
     script_ps.isr[0] = mem(2);
     script_ps.isr[1] = mem(1);
     script_ps.isr[2] = mem(3);
-    script_ps.min_insync = 2;
     script_found = true;
     script_part = 1;
     push_base = 0;

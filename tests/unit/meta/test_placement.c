@@ -142,6 +142,86 @@ static void apply(cl_t *c, const tn_place_plan_t *plan)
     tn_place_apply(c->p, c->np, plan);
 }
 
+/* What every case plans into: one plan (each call of the planner replaces
+ * it; the teardown finishes it) and the planner's error buffer. */
+typedef struct {
+    tn_place_plan_t plan;
+    char err[160];
+} fx_t;
+
+static int fx_setup(void **state)
+{
+    fx_t *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return -1;
+    tn_place_plan_init(&f->plan);
+    *state = f;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    fx_t *f = *state;
+    tn_place_plan_fini(&f->plan);
+    free(f);
+    return 0;
+}
+
+/* The planner's calls on cluster c, into f's plan and error buffer. */
+static int check(fx_t *f, const cl_t *c)
+{
+    tn_place_in_t in = in_of(c);
+    return tn_place_check(&in, f->err, sizeof(f->err));
+}
+
+static int rebalance(fx_t *f, const cl_t *c, uint32_t max_moves)
+{
+    tn_place_in_t in = in_of(c);
+    return tn_place_rebalance(&in, max_moves, &f->plan, f->err, sizeof(f->err));
+}
+
+static int decommission(fx_t *f, const cl_t *c, uint32_t id, uint32_t max_moves)
+{
+    tn_place_in_t in = in_of(c);
+    return tn_place_decommission(&in, id, max_moves, &f->plan, f->err, sizeof(f->err));
+}
+
+static int heal(fx_t *f, const cl_t *c, uint32_t id, uint32_t max_moves)
+{
+    tn_place_in_t in = in_of(c);
+    return tn_place_heal(&in, id, max_moves, &f->plan, f->err, sizeof(f->err));
+}
+
+/* heal or decommission, as by_heal says. */
+static int replace(fx_t *f, const cl_t *c, uint32_t id, uint32_t max_moves, bool by_heal)
+{
+    return by_heal ? heal(f, c, id, max_moves) : decommission(f, c, id, max_moves);
+}
+
+/* The plan's size: changed partitions, replicas moved, lists reordered. */
+static void counts_are(const tn_place_plan_t *plan, size_t nchanges, uint32_t moves,
+                       uint32_t reorders)
+{
+    assert_int_equal(plan->nchanges, nchanges);
+    assert_int_equal(plan->moves, moves);
+    assert_int_equal(plan->reorders, reorders);
+}
+
+/* The plan's spreads over the eligible members: replicas, leaderships. */
+static void spreads_are(const tn_place_plan_t *plan, uint32_t replicas, uint32_t leaders)
+{
+    assert_int_equal(plan->replica_spread, replicas);
+    assert_int_equal(plan->leader_spread, leaders);
+}
+
+/* Members 1..n, alive and not draining; no partitions. */
+static void cluster_of(cl_t *c, uint32_t n)
+{
+    memset(c, 0, sizeof(*c));
+    for (uint32_t id = 1; id <= n; id++)
+        add_member(c, id, true, false);
+}
+
 /* --- hand-made cases ------------------------------------------------------------ */
 
 /* Members 1..4, member 2 draining. Topic 0: factor 3, 4 partitions
@@ -153,55 +233,54 @@ static void apply(cl_t *c, const tn_place_plan_t *plan)
  * and 4 all hold 5; 3 and 4 lead 2, 1 leads 3; the lower id -> 3. */
 static void four_members(cl_t *c)
 {
-    memset(c, 0, sizeof(*c));
-    for (uint32_t id = 1; id <= 4; id++)
-        add_member(c, id, true, id == 2);
+    cluster_of(c, 4);
+    c->m[1].draining = true;
     add_topic(c, 0, 4, 3, 4);
     add_topic(c, 1, 4, 1, 4);
 }
 
 static void test_decommission_one_of_four(void **state)
 {
-    (void)state;
+    fx_t *f = *state;
     cl_t c;
     four_members(&c);
-    tn_place_in_t in = in_of(&c);
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
-    char err[160];
-    assert_int_equal(tn_place_decommission(&in, 2, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.nchanges, 4);
-    assert_int_equal(plan.moves, 4);
-    assert_int_equal(plan.reorders, 0);
-    assert_int_equal(plan.nproblems, 0);
-    assert_false(plan.more);
+    assert_int_equal(decommission(f, &c, 2, 0), 0);
+    counts_are(&f->plan, 4, 4, 0);
+    assert_int_equal(f->plan.nproblems, 0);
+    assert_false(f->plan.more);
     const uint32_t p0[] = {1, 4, 3, 0}, p1[] = {1, 3, 4, 0}, p3[] = {4, 1, 3, 0}, q1[] = {3, 0};
-    assert_true(list_is(&change_of(&plan, 0)->to, p0));
-    assert_true(list_is(&change_of(&plan, 1)->to, p1));
-    assert_true(list_is(&change_of(&plan, 3)->to, p3));
-    assert_true(list_is(&change_of(&plan, 5)->to, q1));
-    assert_int_equal(change_of(&plan, 5)->moved, 1);
+    assert_true(list_is(&change_of(&f->plan, 0)->to, p0));
+    assert_true(list_is(&change_of(&f->plan, 1)->to, p1));
+    assert_true(list_is(&change_of(&f->plan, 3)->to, p3));
+    assert_true(list_is(&change_of(&f->plan, 5)->to, q1));
+    assert_int_equal(change_of(&f->plan, 5)->moved, 1);
     /* Loads after: 1 holds 5 and leads 3, 2 nothing, 3 holds 6 and leads 3,
      * 4 holds 5 and leads 2. */
-    assert_int_equal(plan.nloads, 4);
+    assert_int_equal(f->plan.nloads, 4);
     const uint32_t rep[4] = {5, 0, 6, 5}, lead[4] = {3, 0, 3, 2};
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(plan.loads[i].replicas, rep[i]);
-        assert_int_equal(plan.loads[i].leaders, lead[i]);
+        assert_int_equal(f->plan.loads[i].replicas, rep[i]);
+        assert_int_equal(f->plan.loads[i].leaders, lead[i]);
     }
-    assert_int_equal(plan.replica_spread, 1);
-    assert_int_equal(plan.leader_spread, 1);
-    apply(&c, &plan);
+    spreads_are(&f->plan, 1, 1);
+    apply(&c, &f->plan);
     assert_int_equal(replicas_of(&c, 2), 0);
     /* Within one already: a rebalance changes nothing, and a second
      * decommission neither. */
-    in = in_of(&c);
-    assert_int_equal(tn_place_rebalance(&in, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.nchanges, 0);
-    assert_int_equal(tn_place_decommission(&in, 2, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.nchanges, 0);
-    assert_int_equal(plan.nproblems, 0);
-    tn_place_plan_fini(&plan);
+    assert_int_equal(rebalance(f, &c, 0), 0);
+    assert_int_equal(f->plan.nchanges, 0);
+    assert_int_equal(decommission(f, &c, 2, 0), 0);
+    assert_int_equal(f->plan.nchanges, 0);
+    assert_int_equal(f->plan.nproblems, 0);
+}
+
+/* The cluster of test_fifth_member_joins: members 1..4 holding one topic
+ * of factor 3 and 8 partitions, member 5 new and holding nothing. */
+static void fifth_joins(cl_t *c)
+{
+    cluster_of(c, 4);
+    add_topic(c, 0, 8, 3, 4);
+    add_member(c, 5, true, false);
 }
 
 /* Four members, one topic of factor 3 and 8 partitions placed as state.c
@@ -215,49 +294,35 @@ static void test_decommission_one_of_four(void **state)
  * one, no reorder. */
 static void test_fifth_member_joins(void **state)
 {
-    (void)state;
+    fx_t *f = *state;
     cl_t c;
-    memset(&c, 0, sizeof(c));
-    for (uint32_t id = 1; id <= 4; id++)
-        add_member(&c, id, true, false);
-    add_topic(&c, 0, 8, 3, 4);
-    add_member(&c, 5, true, false);
-    tn_place_in_t in = in_of(&c);
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
-    char err[160];
-    assert_int_equal(tn_place_rebalance(&in, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.moves, 4);
-    assert_int_equal(plan.nchanges, 4);
-    assert_int_equal(plan.reorders, 0);
+    fifth_joins(&c);
+    assert_int_equal(rebalance(f, &c, 0), 0);
+    counts_are(&f->plan, 4, 4, 0);
     const uint32_t p0[] = {5, 2, 3, 0}, p1[] = {2, 5, 4, 0}, p2[] = {3, 5, 1, 0},
                    p3[] = {4, 1, 5, 0};
-    assert_true(list_is(&change_of(&plan, 0)->to, p0));
-    assert_true(list_is(&change_of(&plan, 1)->to, p1));
-    assert_true(list_is(&change_of(&plan, 2)->to, p2));
-    assert_true(list_is(&change_of(&plan, 3)->to, p3));
-    assert_int_equal(plan.loads[4].replicas, 4);
-    assert_int_equal(plan.loads[4].leaders, 1);
-    assert_int_equal(plan.replica_spread, 1);
-    assert_int_equal(plan.leader_spread, 1);
+    assert_true(list_is(&change_of(&f->plan, 0)->to, p0));
+    assert_true(list_is(&change_of(&f->plan, 1)->to, p1));
+    assert_true(list_is(&change_of(&f->plan, 2)->to, p2));
+    assert_true(list_is(&change_of(&f->plan, 3)->to, p3));
+    assert_int_equal(f->plan.loads[4].replicas, 4);
+    assert_int_equal(f->plan.loads[4].leaders, 1);
+    spreads_are(&f->plan, 1, 1);
 
     /* The same in steps of one move: more until the last, the same total. */
     uint32_t total = 0, calls = 0;
     do {
-        in = in_of(&c);
-        assert_int_equal(tn_place_rebalance(&in, 1, &plan, err, sizeof(err)), 0);
-        assert_true(plan.moves <= 1);
-        total += plan.moves;
-        apply(&c, &plan);
-    } while (plan.more && ++calls < 10);
-    assert_false(plan.more);
+        assert_int_equal(rebalance(f, &c, 1), 0);
+        assert_true(f->plan.moves <= 1);
+        total += f->plan.moves;
+        apply(&c, &f->plan);
+    } while (f->plan.more && ++calls < 10);
+    assert_false(f->plan.more);
     assert_int_equal(total, 4);
     assert_int_equal(spread_of(&c, false), 1);
     assert_true(spread_of(&c, true) <= 1);
-    in = in_of(&c);
-    assert_int_equal(tn_place_rebalance(&in, 1, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.nchanges, 0);
-    tn_place_plan_fini(&plan);
+    assert_int_equal(rebalance(f, &c, 1), 0);
+    assert_int_equal(f->plan.nchanges, 0);
 }
 
 /* Members 1..4, 4 dead; the topics of four_members (2 not draining). Heal
@@ -266,37 +331,32 @@ static void test_fifth_member_joins(void **state)
  * replica: offline, reported, its list kept. */
 static void test_heal_dead_member(void **state)
 {
-    (void)state;
+    fx_t *f = *state;
     cl_t c;
     four_members(&c);
     c.m[1].draining = false;
     c.m[3].alive = false;
-    tn_place_in_t in = in_of(&c);
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
-    char err[160];
-    assert_int_equal(tn_place_heal(&in, 1, 0, &plan, err, sizeof(err)), UV_EINVAL);
-    assert_non_null(strstr(err, "member 1 is alive"));
-    assert_int_equal(plan.nchanges, 0);
-    assert_int_equal(tn_place_heal(&in, 9, 0, &plan, err, sizeof(err)), TN_ENOTFOUND);
-    assert_non_null(strstr(err, "member 9 is not a member"));
-    assert_int_equal(tn_place_heal(&in, 4, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.nchanges, 3);
-    assert_int_equal(plan.moves, 3);
+    assert_int_equal(heal(f, &c, 1, 0), UV_EINVAL);
+    assert_non_null(strstr(f->err, "member 1 is alive"));
+    assert_int_equal(f->plan.nchanges, 0);
+    assert_int_equal(heal(f, &c, 9, 0), TN_ENOTFOUND);
+    assert_non_null(strstr(f->err, "member 9 is not a member"));
+    assert_int_equal(heal(f, &c, 4, 0), 0);
+    assert_int_equal(f->plan.nchanges, 3);
+    assert_int_equal(f->plan.moves, 3);
     const uint32_t p1[] = {2, 3, 1, 0}, p2[] = {3, 2, 1, 0}, p3[] = {3, 1, 2, 0};
-    assert_true(list_is(&change_of(&plan, 1)->to, p1));
-    assert_true(list_is(&change_of(&plan, 2)->to, p2));
-    assert_true(list_is(&change_of(&plan, 3)->to, p3));
-    assert_null(change_of(&plan, 7));
-    assert_int_equal(plan.nproblems, 1);
-    assert_int_equal(plan.problems[0].part, 7);
-    assert_int_equal(plan.problems[0].member, 4);
-    assert_int_equal(plan.problems[0].why, TN_PLACE_OFFLINE);
-    apply(&c, &plan);
-    in = in_of(&c);
-    assert_int_equal(tn_place_heal(&in, 4, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.nchanges, 0);
-    assert_int_equal(plan.nproblems, 1); /* still offline, still said */
+    assert_true(list_is(&change_of(&f->plan, 1)->to, p1));
+    assert_true(list_is(&change_of(&f->plan, 2)->to, p2));
+    assert_true(list_is(&change_of(&f->plan, 3)->to, p3));
+    assert_null(change_of(&f->plan, 7));
+    assert_int_equal(f->plan.nproblems, 1);
+    assert_int_equal(f->plan.problems[0].part, 7);
+    assert_int_equal(f->plan.problems[0].member, 4);
+    assert_int_equal(f->plan.problems[0].why, TN_PLACE_OFFLINE);
+    apply(&c, &f->plan);
+    assert_int_equal(heal(f, &c, 4, 0), 0);
+    assert_int_equal(f->plan.nchanges, 0);
+    assert_int_equal(f->plan.nproblems, 1); /* still offline, still said */
 
     /* Factor 2 with both replicas dead: offline too, never an empty copy. */
     memset(&c, 0, sizeof(c));
@@ -305,12 +365,10 @@ static void test_heal_dead_member(void **state)
     add_member(&c, 4, false, false);
     const uint32_t both[] = {3, 4, 0};
     add_part(&c, 0, 0, both);
-    in = in_of(&c);
-    assert_int_equal(tn_place_heal(&in, 4, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.nchanges, 0);
-    assert_int_equal(plan.nproblems, 1);
-    assert_int_equal(plan.problems[0].why, TN_PLACE_OFFLINE);
-    tn_place_plan_fini(&plan);
+    assert_int_equal(heal(f, &c, 4, 0), 0);
+    assert_int_equal(f->plan.nchanges, 0);
+    assert_int_equal(f->plan.nproblems, 1);
+    assert_int_equal(f->plan.problems[0].why, TN_PLACE_OFFLINE);
 }
 
 /* Three members and factor 3: a decommission or heal has nowhere to go
@@ -318,62 +376,50 @@ static void test_heal_dead_member(void **state)
  * still nowhere. A factor-1 partition finds room. */
 static void test_too_few_members(void **state)
 {
-    (void)state;
+    fx_t *f = *state;
     cl_t c;
-    memset(&c, 0, sizeof(c));
-    for (uint32_t id = 1; id <= 3; id++)
-        add_member(&c, id, true, id == 1);
+    cluster_of(&c, 3);
+    c.m[0].draining = true;
     add_member(&c, 4, true, true);
     add_topic(&c, 0, 3, 3, 3);
     const uint32_t one[] = {1, 0};
     add_part(&c, 1, 0, one);
-    tn_place_in_t in = in_of(&c);
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
-    char err[160];
-    assert_int_equal(tn_place_decommission(&in, 1, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.nproblems, 3);
+    assert_int_equal(decommission(f, &c, 1, 0), 0);
+    assert_int_equal(f->plan.nproblems, 3);
     for (size_t i = 0; i < 3; i++) {
-        assert_int_equal(plan.problems[i].part, i);
-        assert_int_equal(plan.problems[i].why, TN_PLACE_NO_ROOM);
-        assert_int_equal(plan.problems[i].member, 1);
+        assert_int_equal(f->plan.problems[i].part, i);
+        assert_int_equal(f->plan.problems[i].why, TN_PLACE_NO_ROOM);
+        assert_int_equal(f->plan.problems[i].member, 1);
     }
-    assert_int_equal(plan.nchanges, 1);
+    assert_int_equal(f->plan.nchanges, 1);
     const uint32_t to2[] = {2, 0}; /* 2 and 3 hold 3 and lead 1: the lower id */
-    assert_true(list_is(&change_of(&plan, 3)->to, to2));
+    assert_true(list_is(&change_of(&f->plan, 3)->to, to2));
     /* Dead, the same answer for the factor-3 ones. */
     c.m[0].alive = false;
-    assert_int_equal(tn_place_heal(&in, 1, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.nproblems, 4);
-    assert_int_equal(plan.problems[0].why, TN_PLACE_NO_ROOM);
-    assert_int_equal(plan.problems[3].why, TN_PLACE_OFFLINE); /* factor 1 on a dead member */
-    assert_int_equal(plan.nchanges, 0);
-    tn_place_plan_fini(&plan);
+    assert_int_equal(heal(f, &c, 1, 0), 0);
+    assert_int_equal(f->plan.nproblems, 4);
+    assert_int_equal(f->plan.problems[0].why, TN_PLACE_NO_ROOM);
+    assert_int_equal(f->plan.problems[3].why, TN_PLACE_OFFLINE); /* factor 1 on a dead member */
+    assert_int_equal(f->plan.nchanges, 0);
 }
 
 /* A caps the moves of a decommission: more until the last step, and the
  * steps end where one plan does (the same input order, the same loads). */
 static void test_decommission_in_steps(void **state)
 {
-    (void)state;
+    fx_t *f = *state;
     cl_t c, one;
     four_members(&c);
     one = c;
-    tn_place_in_t in = in_of(&one);
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
-    char err[160];
-    assert_int_equal(tn_place_decommission(&in, 2, 0, &plan, err, sizeof(err)), 0);
-    apply(&one, &plan);
+    assert_int_equal(decommission(f, &one, 2, 0), 0);
+    apply(&one, &f->plan);
     for (int step = 0; step < 4; step++) {
-        in = in_of(&c);
-        assert_int_equal(tn_place_decommission(&in, 2, 1, &plan, err, sizeof(err)), 0);
-        assert_int_equal(plan.moves, 1);
-        assert_int_equal(plan.more, step < 3);
-        apply(&c, &plan);
+        assert_int_equal(decommission(f, &c, 2, 1), 0);
+        assert_int_equal(f->plan.moves, 1);
+        assert_int_equal(f->plan.more, step < 3);
+        apply(&c, &f->plan);
     }
     assert_memory_equal(c.p, one.p, sizeof(c.p));
-    tn_place_plan_fini(&plan);
 }
 
 /* Three factor-1 partitions on A (1), three factor-2 ones on B and C (2,
@@ -382,29 +428,19 @@ static void test_decommission_in_steps(void **state)
  * so (here 3 - 1). */
 static void test_mixed_factors_leader_limit(void **state)
 {
-    (void)state;
+    fx_t *f = *state;
     cl_t c;
-    memset(&c, 0, sizeof(c));
-    for (uint32_t id = 1; id <= 3; id++)
-        add_member(&c, id, true, false);
+    cluster_of(&c, 3);
     const uint32_t a[] = {1, 0}, bc[] = {2, 3, 0}, cb[] = {3, 2, 0};
     for (uint32_t p = 0; p < 3; p++)
         add_part(&c, 0, p, a);
     add_part(&c, 1, 0, bc);
     add_part(&c, 1, 1, bc);
     add_part(&c, 1, 2, bc);
-    tn_place_in_t in = in_of(&c);
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
-    char err[160];
-    assert_int_equal(tn_place_rebalance(&in, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.moves, 0);
-    assert_int_equal(plan.nchanges, 1); /* B led 3, C none: one of them to C */
-    assert_int_equal(plan.reorders, 1);
-    assert_true(list_is(&change_of(&plan, 3)->to, cb));
-    assert_int_equal(plan.replica_spread, 0);
-    assert_int_equal(plan.leader_spread, 2);
-    tn_place_plan_fini(&plan);
+    assert_int_equal(rebalance(f, &c, 0), 0);
+    counts_are(&f->plan, 1, 0, 1); /* B led 3, C none: one of them to C */
+    assert_true(list_is(&change_of(&f->plan, 3)->to, cb));
+    spreads_are(&f->plan, 0, 2);
 }
 
 /* A preferred leader that is draining or dead gives way to an eligible
@@ -412,11 +448,9 @@ static void test_mixed_factors_leader_limit(void **state)
  * from A to C when A and C share no partition. */
 static void test_leader_chains(void **state)
 {
-    (void)state;
+    fx_t *f = *state;
     cl_t c;
-    memset(&c, 0, sizeof(c));
-    for (uint32_t id = 1; id <= 3; id++)
-        add_member(&c, id, true, false);
+    cluster_of(&c, 3);
     add_member(&c, 4, true, true);
     /* A=1 leads (1,2) twice; B=2 leads (2,3); C=3 leads nothing:
      * 1 -> 2 over (1,2), 2 -> 3 over (2,3). Then (4,3) gives 4's
@@ -426,45 +460,33 @@ static void test_leader_chains(void **state)
     add_part(&c, 0, 1, ab);
     add_part(&c, 0, 2, bc);
     add_part(&c, 0, 3, dc);
-    tn_place_in_t in = in_of(&c);
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
-    char err[160];
-    assert_int_equal(tn_place_rebalance(&in, 0, &plan, err, sizeof(err)), 0);
+    assert_int_equal(rebalance(f, &c, 0), 0);
     /* After the first step leaders are 1:2 2:1 3:1 (4 gave way to 3):
      * within one; replicas 1:2 2:3 3:2: within one. */
-    assert_int_equal(plan.moves, 0);
-    assert_int_equal(plan.nchanges, 1);
+    assert_int_equal(f->plan.moves, 0);
+    assert_int_equal(f->plan.nchanges, 1);
     const uint32_t cd[] = {3, 4, 0};
-    assert_true(list_is(&change_of(&plan, 3)->to, cd));
-    assert_int_equal(plan.leader_spread, 1);
+    assert_true(list_is(&change_of(&f->plan, 3)->to, cd));
+    assert_int_equal(f->plan.leader_spread, 1);
     /* Without (4,3): 1 leads 2, 2 leads 1, 3 none, and 1 and 3 share no
      * partition. Step a: the chain 1 -> 2 (over p0) -> 3 (over p2):
      * p0 (2,1), p2 (3,2), everyone leads 1. Replicas 2,3,1: step b moves
      * one from 2 to 3; 2 does not lead two more than 3, so a partition 2
      * follows in: p1 (1,2) -> (1,3). */
     c.np = 3;
-    in = in_of(&c);
-    assert_int_equal(tn_place_rebalance(&in, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.moves, 1);
-    assert_int_equal(plan.nchanges, 3);
-    assert_int_equal(plan.reorders, 2);
+    assert_int_equal(rebalance(f, &c, 0), 0);
+    counts_are(&f->plan, 3, 1, 2);
     const uint32_t ba[] = {2, 1, 0}, ac[] = {1, 3, 0}, cb[] = {3, 2, 0};
-    assert_true(list_is(&change_of(&plan, 0)->to, ba));
-    assert_true(list_is(&change_of(&plan, 1)->to, ac));
-    assert_true(list_is(&change_of(&plan, 2)->to, cb));
-    assert_int_equal(plan.leader_spread, 0);
-    assert_int_equal(plan.replica_spread, 0);
-    tn_place_plan_fini(&plan);
+    assert_true(list_is(&change_of(&f->plan, 0)->to, ba));
+    assert_true(list_is(&change_of(&f->plan, 1)->to, ac));
+    assert_true(list_is(&change_of(&f->plan, 2)->to, cb));
+    spreads_are(&f->plan, 0, 0);
 }
 
 static void test_malformed_input(void **state)
 {
-    (void)state;
+    fx_t *f = *state;
     cl_t c;
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
-    char err[160];
     const uint32_t ok[] = {1, 2, 0}, dup[] = {1, 1, 0}, stranger[] = {1, 7, 0};
     struct {
         const char *want;
@@ -489,25 +511,22 @@ static void test_malformed_input(void **state)
             c.p[0].factor = 0;
         else if (rows[i].factor != 0)
             c.p[0].factor = rows[i].factor;
-        tn_place_in_t in = in_of(&c);
-        err[0] = '\0';
-        assert_int_equal(tn_place_check(&in, err, sizeof(err)), UV_EINVAL);
-        if (strstr(err, rows[i].want) == NULL)
-            fail_msg("row %zu: \"%s\" lacks \"%s\"", i, err, rows[i].want);
-        assert_int_equal(tn_place_rebalance(&in, 0, &plan, err, sizeof(err)), UV_EINVAL);
-        assert_int_equal(tn_place_decommission(&in, 1, 0, &plan, err, sizeof(err)), UV_EINVAL);
-        assert_null(plan.changes);
+        f->err[0] = '\0';
+        assert_int_equal(check(f, &c), UV_EINVAL);
+        if (strstr(f->err, rows[i].want) == NULL)
+            fail_msg("row %zu: \"%s\" lacks \"%s\"", i, f->err, rows[i].want);
+        assert_int_equal(rebalance(f, &c, 0), UV_EINVAL);
+        assert_int_equal(decommission(f, &c, 1, 0), UV_EINVAL);
+        assert_null(f->plan.changes);
     }
     memset(&c, 0, sizeof(c));
     add_member(&c, 1, true, false);
-    tn_place_in_t in = in_of(&c);
-    assert_int_equal(tn_place_decommission(&in, 2, 0, &plan, err, sizeof(err)), TN_ENOTFOUND);
+    assert_int_equal(decommission(f, &c, 2, 0), TN_ENOTFOUND);
     /* No members and no partitions: an empty plan. */
-    in = (tn_place_in_t){NULL, 0, NULL, 0};
-    assert_int_equal(tn_place_rebalance(&in, 0, &plan, err, sizeof(err)), 0);
-    assert_int_equal(plan.nchanges, 0);
-    assert_int_equal(plan.replica_spread, 0);
-    tn_place_plan_fini(&plan);
+    tn_place_in_t none = {NULL, 0, NULL, 0};
+    assert_int_equal(tn_place_rebalance(&none, 0, &f->plan, f->err, sizeof(f->err)), 0);
+    assert_int_equal(f->plan.nchanges, 0);
+    assert_int_equal(f->plan.replica_spread, 0);
 }
 
 /* Out of memory at each allocation of a plan in turn: UV_ENOMEM, an empty
@@ -515,38 +534,28 @@ static void test_malformed_input(void **state)
  * test_fifth_member_joins). */
 static void test_out_of_memory(void **state)
 {
-    (void)state;
+    fx_t *f = *state;
     cl_t c;
-    memset(&c, 0, sizeof(c));
-    for (uint32_t id = 1; id <= 4; id++)
-        add_member(&c, id, true, false);
-    add_topic(&c, 0, 8, 3, 4);
-    add_member(&c, 5, true, false);
-    tn_place_in_t in = in_of(&c);
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
-    char err[160];
+    fifth_joins(&c);
     for (int which = 0; which < 2; which++) {
         for (long n = 0;; n++) {
             tn_alloc_fail_after(n);
-            int rc = which == 0 ? tn_place_rebalance(&in, 0, &plan, err, sizeof(err))
-                                : tn_place_decommission(&in, 1, 0, &plan, err, sizeof(err));
+            int rc = which == 0 ? rebalance(f, &c, 0) : decommission(f, &c, 1, 0);
             tn_alloc_fail_after(-1);
             if (rc == 0)
                 break;
             assert_int_equal(rc, UV_ENOMEM);
-            assert_non_null(strstr(err, "out of memory"));
-            assert_null(plan.changes);
-            assert_null(plan.loads);
-            assert_int_equal(plan.nchanges, 0);
+            assert_non_null(strstr(f->err, "out of memory"));
+            assert_null(f->plan.changes);
+            assert_null(f->plan.loads);
+            assert_int_equal(f->plan.nchanges, 0);
             assert_true(n < 20);
         }
         /* Rebalance: the 4 moves; decommission of 1: its 6 partitions, all
          * to 5, which stays the least loaded until the last. */
-        assert_int_equal(plan.nchanges, which == 0 ? 4 : 6);
-        assert_int_equal(plan.loads[4].replicas, which == 0 ? 4 : 6);
+        assert_int_equal(f->plan.nchanges, which == 0 ? 4 : 6);
+        assert_int_equal(f->plan.loads[4].replicas, which == 0 ? 4 : 6);
     }
-    tn_place_plan_fini(&plan);
 }
 
 /* --- seeded random clusters ----------------------------------------------------- */
@@ -746,32 +755,28 @@ static uint32_t fewest_moves(const cl_t *c)
     return over > under ? over : under;
 }
 
-static void check_rebalance(const cl_t *start, bool clean, bool uniform)
+static void check_rebalance(fx_t *f, const cl_t *start, bool clean, bool uniform)
 {
-    char err[160];
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
     cl_t c = *start;
-    tn_place_in_t in = in_of(&c);
-    CHECK(tn_place_rebalance(&in, 0, &plan, err, sizeof(err)) == 0);
-    check_lists(start, &plan);
-    CHECK(!plan.more);
-    CHECK(plan.moves == fewest_moves(start));
+    CHECK(rebalance(f, &c, 0) == 0);
+    check_lists(start, &f->plan);
+    CHECK(!f->plan.more);
+    CHECK(f->plan.moves == fewest_moves(start));
     /* Replicas on dead or draining members stay. */
-    for (size_t i = 0; i < plan.nchanges; i++) {
-        const tn_place_part_t *from = &start->p[plan.changes[i].part];
+    for (size_t i = 0; i < f->plan.nchanges; i++) {
+        const tn_place_part_t *from = &start->p[f->plan.changes[i].part];
         for (uint32_t j = 0; j < from->factor; j++)
             if (!is_eligible(start, from->replicas[j]))
-                CHECK(holds(&plan.changes[i].to, from->replicas[j]));
+                CHECK(holds(&f->plan.changes[i].to, from->replicas[j]));
     }
-    apply(&c, &plan);
+    apply(&c, &f->plan);
     for (size_t i = 0; i < c.nm; i++) {
-        CHECK(plan.loads[i].replicas == replicas_of(&c, c.m[i].id));
-        CHECK(plan.loads[i].leaders == leaders_of(&c, c.m[i].id));
+        CHECK(f->plan.loads[i].replicas == replicas_of(&c, c.m[i].id));
+        CHECK(f->plan.loads[i].leaders == leaders_of(&c, c.m[i].id));
     }
     CHECK(spread_of(&c, false) <= 1);
-    CHECK(plan.replica_spread == spread_of(&c, false));
-    CHECK(plan.leader_spread == spread_of(&c, true));
+    CHECK(f->plan.replica_spread == spread_of(&c, false));
+    CHECK(f->plan.leader_spread == spread_of(&c, true));
     /* Leaders within one whenever some order of the final lists gets
      * there (always, when the factors are one and all on eligible
      * members). */
@@ -779,8 +784,8 @@ static void check_rebalance(const cl_t *start, bool clean, bool uniform)
         CHECK(spread_of(&c, true) <= 1);
     CHECK(spread_of(&c, true) <= 1 || !leaders_can_balance(&c));
     seen.leaders_stuck += spread_of(&c, true) > 1;
-    seen.moves += plan.moves;
-    seen.reorders += plan.reorders;
+    seen.moves += f->plan.moves;
+    seen.reorders += f->plan.reorders;
     /* A partition with an eligible replica is led by one. */
     for (size_t k = 0; k < c.np; k++) {
         bool any = false;
@@ -789,55 +794,45 @@ static void check_rebalance(const cl_t *start, bool clean, bool uniform)
         CHECK(!any || is_eligible(&c, c.p[k].replicas[0]));
     }
     /* Planned again: nothing. */
-    in = in_of(&c);
-    CHECK(tn_place_rebalance(&in, 0, &plan, err, sizeof(err)) == 0);
-    CHECK(plan.nchanges == 0);
+    CHECK(rebalance(f, &c, 0) == 0);
+    CHECK(f->plan.nchanges == 0);
 
     /* In capped steps: the same number of moves, the same end state's
      * properties. */
     cl_t s = *start;
     uint32_t cap_moves = 1 + rnd(3), total = 0, calls = 0;
     do {
-        in = in_of(&s);
-        CHECK(tn_place_rebalance(&in, cap_moves, &plan, err, sizeof(err)) == 0);
-        CHECK(plan.moves <= cap_moves);
-        CHECK(!plan.more || plan.moves == cap_moves);
-        seen.more += plan.more;
-        total += plan.moves;
-        apply(&s, &plan);
+        CHECK(rebalance(f, &s, cap_moves) == 0);
+        CHECK(f->plan.moves <= cap_moves);
+        CHECK(!f->plan.more || f->plan.moves == cap_moves);
+        seen.more += f->plan.more;
+        total += f->plan.moves;
+        apply(&s, &f->plan);
         CHECK(++calls < 200);
-    } while (plan.more);
+    } while (f->plan.more);
     CHECK(total == fewest_moves(start));
     CHECK(spread_of(&s, false) <= 1);
     if (clean && uniform)
         CHECK(spread_of(&s, true) <= 1);
-    in = in_of(&s);
-    CHECK(tn_place_rebalance(&in, 0, &plan, err, sizeof(err)) == 0);
-    CHECK(plan.nchanges == 0);
-    tn_place_plan_fini(&plan);
+    CHECK(rebalance(f, &s, 0) == 0);
+    CHECK(f->plan.nchanges == 0);
 }
 
 /* Decommission (or heal, of a dead member) of member index mi. */
-static void check_replace(const cl_t *start, uint32_t mi, bool heal)
+static void check_replace(fx_t *f, const cl_t *start, uint32_t mi, bool heal)
 {
-    char err[160];
-    tn_place_plan_t plan;
-    tn_place_plan_init(&plan);
     cl_t c = *start;
-    tn_place_in_t in = in_of(&c);
     const tn_place_member_t *m = &start->m[mi];
-    int rc = heal ? tn_place_heal(&in, m->id, 0, &plan, err, sizeof(err))
-                  : tn_place_decommission(&in, m->id, 0, &plan, err, sizeof(err));
+    int rc = replace(f, &c, m->id, 0, heal);
     if (heal && m->alive) {
         CHECK(rc == UV_EINVAL);
-        CHECK(plan.nchanges == 0 && plan.nproblems == 0);
+        CHECK(f->plan.nchanges == 0 && f->plan.nproblems == 0);
         seen.refused++;
-        tn_place_plan_fini(&plan);
         return;
     }
     CHECK(rc == 0);
-    CHECK(!plan.more);
-    check_lists(start, &plan);
+    CHECK(!f->plan.more);
+    check_lists(start, &f->plan);
     /* Replay the load order here: loads as in the input, each change in
      * part order took the least loaded eligible member not a replica. */
     uint32_t rep[MAXM], lead[MAXM];
@@ -849,9 +844,10 @@ static void check_replace(const cl_t *start, uint32_t mi, bool heal)
     for (uint32_t k = 0; k < start->np; k++) {
         const tn_place_part_t *p = &start->p[k];
         const tn_place_change_t *ch =
-            ci < plan.nchanges && plan.changes[ci].part == k ? &plan.changes[ci++] : NULL;
-        const tn_place_problem_t *pr =
-            pi < plan.nproblems && plan.problems[pi].part == k ? &plan.problems[pi++] : NULL;
+            ci < f->plan.nchanges && f->plan.changes[ci].part == k ? &f->plan.changes[ci++] : NULL;
+        const tn_place_problem_t *pr = pi < f->plan.nproblems && f->plan.problems[pi].part == k
+                                           ? &f->plan.problems[pi++]
+                                           : NULL;
         if (!holds(p, m->id)) {
             CHECK(ch == NULL && pr == NULL);
             continue;
@@ -892,33 +888,28 @@ static void check_replace(const cl_t *start, uint32_t mi, bool heal)
             lead[mi]--;
         }
     }
-    CHECK(ci == plan.nchanges && pi == plan.nproblems);
-    apply(&c, &plan);
-    CHECK(replicas_of(&c, m->id) == plan.nproblems);
+    CHECK(ci == f->plan.nchanges && pi == f->plan.nproblems);
+    apply(&c, &f->plan);
+    CHECK(replicas_of(&c, m->id) == f->plan.nproblems);
     /* Planned again: no change, the same problems. */
-    size_t nproblems = plan.nproblems;
-    in = in_of(&c);
-    rc = heal ? tn_place_heal(&in, m->id, 0, &plan, err, sizeof(err))
-              : tn_place_decommission(&in, m->id, 0, &plan, err, sizeof(err));
-    CHECK(rc == 0 && plan.nchanges == 0 && plan.nproblems == nproblems);
+    size_t nproblems = f->plan.nproblems;
+    rc = replace(f, &c, m->id, 0, heal);
+    CHECK(rc == 0 && f->plan.nchanges == 0 && f->plan.nproblems == nproblems);
     /* In capped steps: the same end, list for list. */
     cl_t s = *start;
     uint32_t cap_moves = 1 + rnd(3), calls = 0;
     do {
-        in = in_of(&s);
-        rc = heal ? tn_place_heal(&in, m->id, cap_moves, &plan, err, sizeof(err))
-                  : tn_place_decommission(&in, m->id, cap_moves, &plan, err, sizeof(err));
-        CHECK(rc == 0 && plan.moves <= cap_moves);
-        apply(&s, &plan);
+        rc = replace(f, &s, m->id, cap_moves, heal);
+        CHECK(rc == 0 && f->plan.moves <= cap_moves);
+        apply(&s, &f->plan);
         CHECK(++calls < 100);
-    } while (plan.more);
+    } while (f->plan.more);
     CHECK(memcmp(s.p, c.p, sizeof(s.p)) == 0);
-    tn_place_plan_fini(&plan);
 }
 
 static void test_random_clusters(void **state)
 {
-    (void)state;
+    fx_t *f = *state;
     const char *env = getenv("TERN_PLACE_SEED");
     uint64_t base = env != NULL ? strtoull(env, NULL, 10) : 20261203;
     const char *many = getenv("TERN_PLACE_CASES");
@@ -929,16 +920,14 @@ static void test_random_clusters(void **state)
         bool clean = rnd(2), uniform = rnd(2);
         cl_t c;
         random_cluster(&c, clean, uniform);
-        tn_place_in_t in = in_of(&c);
-        char err[160];
-        CHECK(tn_place_check(&in, err, sizeof(err)) == 0);
-        check_rebalance(&c, clean, uniform);
+        CHECK(check(f, &c) == 0);
+        check_rebalance(f, &c, clean, uniform);
         uint32_t mi = rnd((uint32_t)c.nm);
-        check_replace(&c, mi, false);
-        check_replace(&c, mi, true);
+        check_replace(f, &c, mi, false);
+        check_replace(f, &c, mi, true);
         /* And a dead member's heal, always. */
         c.m[mi].alive = false;
-        check_replace(&c, mi, true);
+        check_replace(f, &c, mi, true);
     }
     printf("%u cases: %u moves, %u reorders, %u capped steps, %u no room, %u offline, "
            "%u with leaders a reorder cannot balance, %u heals refused\n",
@@ -951,19 +940,22 @@ static void test_random_clusters(void **state)
     }
 }
 
+/* Each case with a plan of its own. */
+#define PLACE_TEST(t) cmocka_unit_test_setup_teardown(t, fx_setup, fx_teardown)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_decommission_one_of_four),
-        cmocka_unit_test(test_fifth_member_joins),
-        cmocka_unit_test(test_heal_dead_member),
-        cmocka_unit_test(test_too_few_members),
-        cmocka_unit_test(test_decommission_in_steps),
-        cmocka_unit_test(test_mixed_factors_leader_limit),
-        cmocka_unit_test(test_leader_chains),
-        cmocka_unit_test(test_malformed_input),
-        cmocka_unit_test(test_out_of_memory),
-        cmocka_unit_test(test_random_clusters),
+        PLACE_TEST(test_decommission_one_of_four),
+        PLACE_TEST(test_fifth_member_joins),
+        PLACE_TEST(test_heal_dead_member),
+        PLACE_TEST(test_too_few_members),
+        PLACE_TEST(test_decommission_in_steps),
+        PLACE_TEST(test_mixed_factors_leader_limit),
+        PLACE_TEST(test_leader_chains),
+        PLACE_TEST(test_malformed_input),
+        PLACE_TEST(test_out_of_memory),
+        PLACE_TEST(test_random_clusters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,7 @@
  * chose. */
 #include "core/platform.h"
 
-#include "testutil.h"
+#include "fixture_meta.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -66,20 +66,12 @@ static void test_choose_table(void **state)
 
 static tn_pstate_t old_state(void)
 {
-    tn_pstate_t ps;
-    memset(&ps, 0, sizeof(ps));
-    ps.nreplicas = 3;
-    ps.replicas[0] = 1;
-    ps.replicas[1] = 2;
-    ps.replicas[2] = 3;
-    ps.leader = 2;
-    ps.leader_epoch = 4;
+    tn_pstate_t ps = tu_pstate3(1, 2, 3, 2, 4);
     ps.partition_epoch = 17;
     ps.nisr = 1;
     ps.isr[0] = (tn_pstate_member_t){2, 0x22};
     ps.nelr = 1;
     ps.elr[0] = (tn_pstate_member_t){3, 0x33};
-    ps.min_insync = 2;
     ps.corrupt = 1u << 0;
     ps.unclean = true;
     return ps;
@@ -140,40 +132,6 @@ static void test_incarnations(void **state)
 
 /* --- the rewrite of a snapshot -------------------------------------------------- */
 
-static tn_meta_cmd_t reg(uint64_t id, uint64_t incarnation, uint64_t boot)
-{
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_MEMBER_REC;
-    c.member.id = id;
-    snprintf(c.member.addr, sizeof(c.member.addr), "10.0.0.%llu:4153", (unsigned long long)id);
-    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "10.0.0.%llu:4151",
-             (unsigned long long)id);
-    c.member.heartbeat_ms = 1000;
-    c.member.incarnation = incarnation;
-    c.member.boot = boot;
-    return c;
-}
-
-static tn_meta_cmd_t topic(const char *name, uint32_t partitions)
-{
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_PUT;
-    c.if_absent = true;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
-    c.topic.partitions = partitions;
-    c.topic.retention_ms = 3600 * 1000LL;
-    c.topic.visibility_timeout_ms = 30000;
-    c.topic.max_inflight = 1024;
-    c.topic.max_acked_ahead = 1024;
-    c.topic.created_at_ms = 1700000000000LL;
-    c.topic.native = true;
-    c.topic.replication_factor = 3;
-    c.topic.min_insync = 2;
-    return c;
-}
-
 /* The copies a test backup holds: partition 0 has node 3 ahead; partition
  * 1 has no copy at all. */
 static int copies_cb(void *arg, const char *t, uint32_t p, const tn_pstate_t *ps,
@@ -231,10 +189,10 @@ static void test_rewrite_snapshot(void **state)
     tn_meta_state_t s;
     tn_meta_state_init(&s);
     for (uint64_t id = 1; id <= 3; id++) {
-        tn_meta_cmd_t c = reg(id, 0x100 + id, 0x900 + id);
+        tn_meta_cmd_t c = tu_meta_rec_cmd(id, 0x100 + id, 0x900 + id);
         assert_int_equal(tn_meta_state_apply(&s, &c), 0);
     }
-    tn_meta_cmd_t t = topic("rt", 2);
+    tn_meta_cmd_t t = tu_meta_native_topic_cmd("rt", 2, 3, 2);
     assert_int_equal(tn_meta_state_apply(&s, &t), 0);
     const tn_pstate_t *ps0 = tn_meta_state_pstate(&s, "rt", 0);
     assert_non_null(ps0);
@@ -286,20 +244,20 @@ static void test_rewrite_snapshot(void **state)
      * new process) fences nothing: the partition keeps the leader and the
      * epochs the restore chose. */
     tn_pstate_t chosen = *ps;
-    tn_meta_cmd_t r3 = reg(3, tn_meta_restore_incarnation(bid, 3), 0x77);
+    tn_meta_cmd_t r3 = tu_meta_rec_cmd(3, tn_meta_restore_incarnation(bid, 3), 0x77);
     assert_int_equal(tn_meta_state_apply(&s, &r3), 0);
     ps = tn_meta_state_pstate(&s, "rt", 0);
     assert_int_equal(ps->leader, 3);
     assert_int_equal(ps->leader_epoch, chosen.leader_epoch);
     assert_int_equal(ps->partition_epoch, chosen.partition_epoch);
     /* A second start of it is a restart like any other (a new epoch). */
-    tn_meta_cmd_t again = reg(3, tn_meta_restore_incarnation(bid, 3), 0x78);
+    tn_meta_cmd_t again = tu_meta_rec_cmd(3, tn_meta_restore_incarnation(bid, 3), 0x78);
     assert_int_equal(tn_meta_state_apply(&s, &again), 0);
     ps = tn_meta_state_pstate(&s, "rt", 0);
     assert_true(ps->leader_epoch > chosen.leader_epoch);
     /* Whereas another incarnation (a random one, what a restore gave
      * before) fences the only ISR member's copy for good: offline. */
-    tn_meta_cmd_t other = reg(3, 0x5eed, 0x79);
+    tn_meta_cmd_t other = tu_meta_rec_cmd(3, 0x5eed, 0x79);
     assert_int_equal(tn_meta_state_apply(&s, &other), 0);
     ps = tn_meta_state_pstate(&s, "rt", 0);
     assert_int_equal(ps->leader, TN_PSTATE_NONE);

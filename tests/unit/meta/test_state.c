@@ -6,7 +6,7 @@
  * and snapshots keeping both. */
 #include "core/platform.h"
 
-#include "testutil.h"
+#include "fixture_meta.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -15,31 +15,17 @@
 #include <stdio.h>
 #include <string.h>
 
+/* An NSQ door's topic (not native), with a 60 s visibility timeout. */
 static tn_meta_cmd_t nsq_topic(const char *name, uint32_t partitions)
 {
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_PUT;
-    c.if_absent = true;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
-    c.topic.partitions = partitions;
-    c.topic.retention_ms = 3600 * 1000LL;
+    tn_meta_cmd_t c = tu_meta_state_topic_cmd(name, partitions);
     c.topic.visibility_timeout_ms = 60000;
-    c.topic.max_inflight = 1024;
-    c.topic.max_acked_ahead = 1024;
-    c.topic.created_at_ms = 1700000000000LL;
     return c;
 }
 
 static tn_meta_cmd_t rec_cmd(uint64_t id, int64_t heartbeat, uint16_t tcp_port)
 {
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_MEMBER_REC;
-    c.member.id = id;
-    snprintf(c.member.addr, sizeof(c.member.addr), "10.0.0.%llu:4153", (unsigned long long)id);
-    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "10.0.0.%llu:4151",
-             (unsigned long long)id);
+    tn_meta_cmd_t c = tu_meta_rec_cmd(id, 0, 0);
     c.member.heartbeat_ms = heartbeat;
     snprintf(c.member.nsq.broadcast, sizeof(c.member.nsq.broadcast), "10.0.0.%llu",
              (unsigned long long)id);

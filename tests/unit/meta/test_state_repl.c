@@ -8,7 +8,7 @@
  * them. Commands drive the state machine as the Raft log would. */
 #include "core/platform.h"
 
-#include "testutil.h"
+#include "fixture_meta.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -16,40 +16,6 @@
 
 #include <stdio.h>
 #include <string.h>
-
-static tn_meta_cmd_t topic(const char *name, uint32_t partitions, uint8_t factor,
-                           uint8_t min_insync)
-{
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_TOPIC_PUT;
-    c.if_absent = true;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
-    c.topic.partitions = partitions;
-    c.topic.retention_ms = 3600 * 1000LL;
-    c.topic.visibility_timeout_ms = 30000;
-    c.topic.max_inflight = 1024;
-    c.topic.max_acked_ahead = 1024;
-    c.topic.created_at_ms = 1700000000000LL;
-    c.topic.native = true;
-    c.topic.replication_factor = factor;
-    c.topic.min_insync = min_insync;
-    return c;
-}
-
-static tn_meta_cmd_t reg(uint64_t id, uint64_t incarnation)
-{
-    tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_MEMBER_REC;
-    c.member.id = id;
-    snprintf(c.member.addr, sizeof(c.member.addr), "10.0.0.%llu:4153", (unsigned long long)id);
-    snprintf(c.member.api_addr, sizeof(c.member.api_addr), "10.0.0.%llu:4151",
-             (unsigned long long)id);
-    c.member.heartbeat_ms = 1000;
-    c.member.incarnation = incarnation;
-    return c;
-}
 
 static tn_meta_cmd_t fence(uint64_t id, uint64_t incarnation)
 {
@@ -129,14 +95,15 @@ static uint32_t payload_len(const tn_meta_cmd_t *c)
 static void test_codec_topic_fields(void **state)
 {
     (void)state;
-    tn_meta_cmd_t c = topic("orders", 3, 3, 2), d;
+    tn_meta_cmd_t c = tu_meta_native_topic_cmd("orders", 3, 3, 2), d;
     roundtrip(&c, &d);
     assert_int_equal(d.topic.replication_factor, 3);
     assert_int_equal(d.topic.min_insync, 2);
     tn_meta_cmd_fini(&d);
     /* Factor 1 is written as before (no flag, no bytes) and reads as 1/1,
      * whether the record said 1/1 or left the fields 0 (older code). */
-    tn_meta_cmd_t one = topic("orders", 3, 1, 1), zero = topic("orders", 3, 0, 0);
+    tn_meta_cmd_t one = tu_meta_native_topic_cmd("orders", 3, 1, 1),
+                  zero = tu_meta_native_topic_cmd("orders", 3, 0, 0);
     assert_int_equal(payload_len(&one), payload_len(&zero));
     assert_int_equal(payload_len(&one) + 2, payload_len(&c));
     roundtrip(&zero, &d);
@@ -146,14 +113,14 @@ static void test_codec_topic_fields(void **state)
     /* A fact-1 record keeps the fingerprint it had (0 and 1 alike); a
      * replicated one's covers its fields. */
     assert_true(tn_meta_topic_fingerprint(&one.topic) == tn_meta_topic_fingerprint(&zero.topic));
-    tn_meta_cmd_t c2 = topic("orders", 3, 3, 1);
+    tn_meta_cmd_t c2 = tu_meta_native_topic_cmd("orders", 3, 3, 1);
     assert_true(tn_meta_topic_fingerprint(&c.topic) != tn_meta_topic_fingerprint(&c2.topic));
     /* Out of range: refused by the encoder, and by the decoder. */
     tn_buf_t b;
     tn_buf_init(&b);
-    tn_meta_cmd_t bad = topic("orders", 3, 6, 1);
+    tn_meta_cmd_t bad = tu_meta_native_topic_cmd("orders", 3, 6, 1);
     assert_int_equal(tn_meta_cmd_encode(&bad, &b), UV_EINVAL);
-    bad = topic("orders", 3, 2, 3);
+    bad = tu_meta_native_topic_cmd("orders", 3, 2, 3);
     assert_int_equal(tn_meta_cmd_encode(&bad, &b), UV_EINVAL);
     assert_int_equal(tn_buf_size(&b), 0);
     tn_buf_fini(&b);
@@ -169,18 +136,18 @@ static void test_codec_topic_fields(void **state)
 static void test_codec_member_incarnation(void **state)
 {
     (void)state;
-    tn_meta_cmd_t c = reg(3, 0x1122334455667788ULL), d;
+    tn_meta_cmd_t c = tu_meta_rec_cmd(3, 0x1122334455667788ULL, 0), d;
     roundtrip(&c, &d);
     assert_true(d.member.incarnation == 0x1122334455667788ULL);
     tn_meta_cmd_fini(&d);
     /* Without one (the previous build's MEMBER_REC): 0, unknown. */
-    tn_meta_cmd_t old = reg(3, 0);
+    tn_meta_cmd_t old = tu_meta_rec_cmd(3, 0, 0);
     assert_int_equal(payload_len(&old) + 8, payload_len(&c));
     roundtrip(&old, &d);
     assert_true(d.member.incarnation == 0);
     tn_meta_cmd_fini(&d);
     /* An explicit 0 is not an encoding this codec writes. */
-    tn_meta_cmd_t small = reg(3, 1); /* little-endian: its first byte is the 1 */
+    tn_meta_cmd_t small = tu_meta_rec_cmd(3, 1, 0); /* little-endian: its first byte is the 1 */
     assert_int_equal(decode_patched(&small, payload_len(&small) - 8, 0), TN_ECORRUPT);
 }
 
@@ -326,7 +293,7 @@ static void four(tn_meta_state_t *s)
 {
     tn_meta_state_init(s);
     for (uint64_t id = 1; id <= 4; id++)
-        assert_int_equal(apply(s, reg(id, 100 + id)), 0);
+        assert_int_equal(apply(s, tu_meta_rec_cmd(id, 100 + id, 0)), 0);
 }
 
 static void expect_replicas(const tn_pstate_t *ps, uint32_t a, uint32_t b, uint32_t c)
@@ -346,7 +313,7 @@ static void test_placement(void **state)
     tells_t told = {.n = 0};
     s.pstate_cb = on_told;
     s.pstate_arg = &told;
-    assert_int_equal(apply(&s, topic("r", 5, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 5, 3, 2)), 0);
     /* p starts at index p mod n of the eligible members and wraps. */
     expect_replicas(tn_meta_state_pstate(&s, "r", 0), 1, 2, 3);
     expect_replicas(tn_meta_state_pstate(&s, "r", 1), 2, 3, 4);
@@ -366,14 +333,14 @@ static void test_placement(void **state)
     assert_int_equal(told.n, 5);
     assert_null(tn_meta_state_pstate(&s, "r", 5));
     /* Factor 1 keeps today's owners exactly, and has no state. */
-    assert_int_equal(apply(&s, topic("one", 5, 1, 1)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 5, 1, 1)), 0);
     for (uint32_t p = 0; p < 5; p++) {
         assert_null(tn_meta_state_pstate(&s, "one", p));
         assert_int_equal(tn_meta_state_owner(&s, "one", p), 1 + p % 4);
     }
     assert_int_equal(told.n, 5);
     /* The skip list steers replicas as it does owners. */
-    tn_meta_cmd_t sk = topic("skip", 2, 3, 2);
+    tn_meta_cmd_t sk = tu_meta_native_topic_cmd("skip", 2, 3, 2);
     uint64_t skip[1] = {2};
     sk.skip = skip;
     sk.nskip = 1;
@@ -383,11 +350,11 @@ static void test_placement(void **state)
     /* Fewer members than the factor: as many replicas as there are. */
     tn_meta_state_t two;
     tn_meta_state_init(&two);
-    assert_int_equal(apply(&two, reg(1, 11)), 0);
-    assert_int_equal(apply(&two, reg(2, 12)), 0);
+    assert_int_equal(apply(&two, tu_meta_rec_cmd(1, 11, 0)), 0);
+    assert_int_equal(apply(&two, tu_meta_rec_cmd(2, 12, 0)), 0);
     assert_int_equal(tn_meta_state_clamp_factor(&two, 3), 2);
     assert_int_equal(tn_meta_state_clamp_factor(&two, 9), 2);
-    assert_int_equal(apply(&two, topic("t", 1, 3, 3)), 0);
+    assert_int_equal(apply(&two, tu_meta_native_topic_cmd("t", 1, 3, 3)), 0);
     const tn_pstate_t *ps = tn_meta_state_pstate(&two, "t", 0);
     assert_int_equal(ps->nreplicas, 2);
     assert_int_equal(ps->min_insync, 2);
@@ -398,10 +365,10 @@ static void test_placement(void **state)
     tn_meta_state_t none;
     tn_meta_state_init(&none);
     assert_int_equal(tn_meta_state_clamp_factor(&none, 3), 1);
-    assert_int_equal(apply(&none, topic("early", 2, 3, 2)), 0);
+    assert_int_equal(apply(&none, tu_meta_native_topic_cmd("early", 2, 3, 2)), 0);
     assert_null(tn_meta_state_pstate(&none, "early", 0));
     assert_int_equal(none.unassigned, 2);
-    assert_int_equal(apply(&none, reg(7, 77)), 0);
+    assert_int_equal(apply(&none, tu_meta_rec_cmd(7, 77, 0)), 0);
     ps = tn_meta_state_pstate(&none, "early", 1);
     assert_non_null(ps);
     assert_int_equal(ps->nreplicas, 1);
@@ -410,7 +377,7 @@ static void test_placement(void **state)
     tn_meta_state_fini(&none);
     /* Growth places the new partitions the same way; a delete tells each
      * partition gone. */
-    tn_meta_cmd_t grow = topic("r", 6, 3, 2);
+    tn_meta_cmd_t grow = tu_meta_native_topic_cmd("r", 6, 3, 2);
     grow.if_absent = false;
     told.n = 0;
     assert_int_equal(tn_meta_state_apply(&s, &grow), 0);
@@ -433,11 +400,11 @@ static void test_update_keeps_factor(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    assert_int_equal(apply(&s, topic("r", 2, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 2, 3, 2)), 0);
     uint32_t pe = tn_meta_state_pstate(&s, "r", 0)->partition_epoch;
     /* A PUT never changes the factor; a new min_insync reaches every
      * partition state (a change: its partition_epoch moves). */
-    tn_meta_cmd_t up = topic("r", 2, 1, 3);
+    tn_meta_cmd_t up = tu_meta_native_topic_cmd("r", 2, 1, 3);
     up.if_absent = false;
     up.topic.min_insync = 3;
     up.topic.replication_factor = 3;
@@ -467,13 +434,13 @@ static void test_clamp_at_apply(void **state)
 {
     (void)state;
     /* The flag round-trips in bit 6; an unknown bit 7 is refused. */
-    tn_meta_cmd_t c = topic("orders", 2, 3, 2), d;
+    tn_meta_cmd_t c = tu_meta_native_topic_cmd("orders", 2, 3, 2), d;
     c.clamp = true;
     roundtrip(&c, &d);
     assert_true(d.clamp);
     assert_int_equal(d.topic.replication_factor, 3);
     tn_meta_cmd_fini(&d);
-    tn_meta_cmd_t plain = topic("orders", 2, 3, 2);
+    tn_meta_cmd_t plain = tu_meta_native_topic_cmd("orders", 2, 3, 2);
     roundtrip(&plain, &d);
     assert_false(d.clamp);
     tn_meta_cmd_fini(&d);
@@ -489,8 +456,8 @@ static void test_clamp_at_apply(void **state)
     assert_int_equal(e->rec.min_insync, 1);
     assert_null(tn_meta_state_pstate(&s, "orders", 0));
     /* One member: factor 1, a single owner as before. */
-    assert_int_equal(apply(&s, reg(1, 11)), 0);
-    tn_meta_cmd_t lone = topic("lone", 1, 3, 2);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(1, 11, 0)), 0);
+    tn_meta_cmd_t lone = tu_meta_native_topic_cmd("lone", 1, 3, 2);
     lone.clamp = true;
     assert_int_equal(tn_meta_state_apply(&s, &lone), 0);
     e = tn_meta_topic_find(&s, "lone");
@@ -499,8 +466,8 @@ static void test_clamp_at_apply(void **state)
     assert_null(tn_meta_state_pstate(&s, "lone", 0));
     assert_int_equal(tn_meta_state_owner(&s, "lone", 0), 1);
     /* Two: factor 2, min_insync 3 asked clamps to 2. */
-    assert_int_equal(apply(&s, reg(2, 12)), 0);
-    tn_meta_cmd_t two = topic("two", 1, 3, 3);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(2, 12, 0)), 0);
+    tn_meta_cmd_t two = tu_meta_native_topic_cmd("two", 1, 3, 3);
     two.clamp = true;
     assert_int_equal(tn_meta_state_apply(&s, &two), 0);
     e = tn_meta_topic_find(&s, "two");
@@ -508,8 +475,8 @@ static void test_clamp_at_apply(void **state)
     assert_int_equal(e->rec.min_insync, 2);
     assert_int_equal(tn_meta_state_pstate(&s, "two", 0)->nreplicas, 2);
     /* Three: factor 3 as asked. */
-    assert_int_equal(apply(&s, reg(3, 13)), 0);
-    tn_meta_cmd_t three = topic("three", 2, 3, 2);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(3, 13, 0)), 0);
+    tn_meta_cmd_t three = tu_meta_native_topic_cmd("three", 2, 3, 2);
     three.clamp = true;
     assert_int_equal(tn_meta_state_apply(&s, &three), 0);
     e = tn_meta_topic_find(&s, "three");
@@ -517,16 +484,16 @@ static void test_clamp_at_apply(void **state)
     assert_int_equal(e->rec.min_insync, 2);
     expect_replicas(tn_meta_state_pstate(&s, "three", 0), 1, 2, 3);
     /* The same entry without clamp (an older build's) keeps the factor. */
-    tn_meta_cmd_t old = topic("old", 1, 3, 2);
+    tn_meta_cmd_t old = tu_meta_native_topic_cmd("old", 1, 3, 2);
     tn_meta_state_t s1;
     tn_meta_state_init(&s1);
-    assert_int_equal(apply(&s1, reg(1, 11)), 0);
+    assert_int_equal(apply(&s1, tu_meta_rec_cmd(1, 11, 0)), 0);
     assert_int_equal(tn_meta_state_apply(&s1, &old), 0);
     assert_int_equal(tn_meta_topic_find(&s1, "old")->rec.replication_factor, 3);
     tn_meta_state_fini(&s1);
     /* Member 3's session ends: the next creation counts two members. */
     assert_int_equal(apply(&s, fence(3, 13)), 0);
-    tn_meta_cmd_t after = topic("after", 1, 3, 2);
+    tn_meta_cmd_t after = tu_meta_native_topic_cmd("after", 1, 3, 2);
     after.clamp = true;
     assert_int_equal(tn_meta_state_apply(&s, &after), 0);
     assert_int_equal(tn_meta_topic_find(&s, "after")->rec.replication_factor, 2);
@@ -547,7 +514,7 @@ static void test_clamp_at_apply(void **state)
     dead.member.status = TN_MEMBER_DEAD;
     dead.member.heartbeat_ms = 1000;
     assert_int_equal(tn_meta_state_apply(&s, &dead), 0);
-    tn_meta_cmd_t last = topic("last", 1, 3, 2);
+    tn_meta_cmd_t last = tu_meta_native_topic_cmd("last", 1, 3, 2);
     last.clamp = true;
     assert_int_equal(tn_meta_state_apply(&s, &last), 0);
     assert_int_equal(tn_meta_topic_find(&s, "last")->rec.replication_factor, 1);
@@ -571,8 +538,8 @@ static void test_fence_on_session_end(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    assert_int_equal(apply(&s, topic("r", 4, 3, 2)), 0);
-    assert_int_equal(apply(&s, topic("one", 4, 1, 1)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 4, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 4, 1, 1)), 0);
     tells_t told = {.n = 0};
     s.pstate_cb = on_told;
     s.pstate_arg = &told;
@@ -608,7 +575,7 @@ static void test_fence_on_session_end(void **state)
     assert_int_equal(apply(&s, fence(9, 0)), TN_ENOTFOUND);
     /* It registers again (same disk): live, not back in the ISR (the
      * leader's CAS adds it once caught up). */
-    assert_int_equal(apply(&s, reg(1, 101)), 0);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(1, 101, 0)), 0);
     assert_false(tn_meta_member_find(&s, 1)->fenced);
     assert_int_equal(tn_pstate_isr_find(tn_meta_state_pstate(&s, "r", 0), 1), -1);
     /* Every replica of a partition fenced: offline; the first ISR or ELR
@@ -620,7 +587,7 @@ static void test_fence_on_session_end(void **state)
     assert_int_equal(tn_meta_state_owner(&s, "r", 0), 0);
     uint32_t epoch = p0b->leader_epoch;
     told.n = 0;
-    assert_int_equal(apply(&s, reg(3, 103)), 0);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(3, 103, 0)), 0);
     p0b = tn_meta_state_pstate(&s, "r", 0);
     assert_int_equal(p0b->leader, 3);
     assert_int_equal(p0b->leader_epoch, epoch + 1);
@@ -633,10 +600,10 @@ static void test_new_incarnation_fences(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    assert_int_equal(apply(&s, topic("r", 4, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 4, 3, 2)), 0);
     /* Node 2 comes back with a wiped disk, its session never ended: the
      * registration fences the old incarnation in the same apply. */
-    assert_int_equal(apply(&s, reg(2, 555)), 0);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(2, 555, 0)), 0);
     const tn_meta_member_t *m = tn_meta_member_find(&s, 2);
     assert_true(m->incarnation == 555);
     assert_false(m->fenced);
@@ -648,8 +615,8 @@ static void test_new_incarnation_fences(void **state)
     /* The same incarnation again changes nothing; an older registration
      * (no incarnation) keeps the recorded one. */
     uint32_t pe = p1->partition_epoch;
-    assert_int_equal(apply(&s, reg(2, 555)), 0);
-    tn_meta_cmd_t old = reg(2, 0);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(2, 555, 0)), 0);
+    tn_meta_cmd_t old = tu_meta_rec_cmd(2, 0, 0);
     assert_int_equal(tn_meta_state_apply(&s, &old), 0);
     assert_true(tn_meta_member_find(&s, 2)->incarnation == 555);
     assert_int_equal(tn_meta_state_pstate(&s, "r", 1)->partition_epoch, pe);
@@ -664,17 +631,17 @@ static void test_restart_fences(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    tn_meta_cmd_t r = reg(3, 103);
+    tn_meta_cmd_t r = tu_meta_rec_cmd(3, 103, 0);
     r.member.boot = 7;
     assert_int_equal(tn_meta_state_apply(&s, &r), 0);
-    assert_int_equal(apply(&s, topic("r", 4, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 4, 3, 2)), 0);
     tn_meta_cmd_t d;
     roundtrip(&r, &d);
     assert_true(d.member.boot == 7 && d.member.incarnation == 103);
     tn_meta_cmd_fini(&d);
     tn_buf_t b;
     tn_buf_init(&b);
-    tn_meta_cmd_t noinc = reg(3, 0);
+    tn_meta_cmd_t noinc = tu_meta_rec_cmd(3, 0, 0);
     noinc.member.boot = 7;
     assert_int_equal(tn_meta_cmd_encode(&noinc, &b), UV_EINVAL);
     tn_buf_fini(&b);
@@ -693,7 +660,7 @@ static void test_restart_fences(void **state)
     assert_int_equal(tn_meta_state_apply(&s, &r), 0);
     assert_int_equal(p2->partition_epoch, pe);
     /* A registration without a boot id (an older build) is no restart. */
-    tn_meta_cmd_t old = reg(3, 103);
+    tn_meta_cmd_t old = tu_meta_rec_cmd(3, 103, 0);
     assert_int_equal(tn_meta_state_apply(&s, &old), 0);
     assert_int_equal(p2->partition_epoch, pe);
     /* A snapshot keeps the boot id: the restored state agrees. */
@@ -728,8 +695,8 @@ static void test_isr_cas(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    assert_int_equal(apply(&s, topic("r", 1, 3, 2)), 0);
-    assert_int_equal(apply(&s, topic("one", 1, 1, 1)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 1, 1, 1)), 0);
     const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0);
     uint32_t pe = ps->partition_epoch;
     /* The leader shrinks the ISR: accepted, partition_epoch + 1. */
@@ -753,7 +720,7 @@ static void test_isr_cas(void **state)
     assert_int_equal(apply(&s, stale), UV_EPERM);
     assert_int_equal(apply(&s, fence(3, 103)), 0);
     assert_int_equal(apply(&s, isr_cmd(ps, 1, ps->partition_epoch, back, 3, &s)), UV_EPERM);
-    assert_int_equal(apply(&s, reg(3, 103)), 0);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(3, 103, 0)), 0);
     /* Added without its channel state checked caught up: refused; a
      * shrink needs no such check. */
     tn_meta_cmd_t unchecked = isr_cmd(ps, 1, ps->partition_epoch, back, 3, &s);
@@ -782,7 +749,7 @@ static void test_force_rebalance_corrupt(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    assert_int_equal(apply(&s, topic("r", 1, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
     const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0); /* 1, 2, 3 */
     /* Preferred leader leads: nothing to rebalance. */
     assert_int_equal(apply(&s, part(TN_MC_PART_REBALANCE, "r", 0, 0)), UV_EAGAIN);
@@ -843,8 +810,8 @@ static void test_snapshot_roundtrip(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    assert_int_equal(apply(&s, topic("r", 4, 3, 2)), 0);
-    assert_int_equal(apply(&s, topic("one", 2, 1, 1)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 4, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 2, 1, 1)), 0);
     assert_int_equal(apply(&s, fence(1, 101)), 0);
     assert_int_equal(apply(&s, fence(2, 102)), 0); /* r/0: ISR 3 alone, ELR 2 */
     assert_int_equal(apply(&s, part(TN_MC_PART_CORRUPT, "r", 1, 4)), 0);
@@ -856,7 +823,7 @@ static void test_snapshot_roundtrip(void **state)
     tells_t told = {.n = 0};
     r.pstate_cb = on_told;
     r.pstate_arg = &told;
-    assert_int_equal(apply(&r, topic("stale", 1, 3, 1)), 0);
+    assert_int_equal(apply(&r, tu_meta_native_topic_cmd("stale", 1, 3, 1)), 0);
     assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
     assert_null(tn_meta_topic_find(&r, "stale"));
     assert_true(r.pstate_cb == on_told); /* the listener stays */
@@ -874,8 +841,8 @@ static void test_snapshot_roundtrip(void **state)
     assert_int_equal(tn_meta_state_owner(&r, "r", 0), tn_meta_state_owner(&s, "r", 0));
     assert_int_equal(r.unassigned, s.unassigned);
     /* The restored state goes on as the original does. */
-    assert_int_equal(apply(&s, reg(1, 101)), 0);
-    assert_int_equal(apply(&r, reg(1, 101)), 0);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(1, 101, 0)), 0);
+    assert_int_equal(apply(&r, tu_meta_rec_cmd(1, 101, 0)), 0);
     for (uint32_t p = 0; p < 4; p++)
         expect_same_pstate(tn_meta_state_pstate(&s, "r", p), tn_meta_state_pstate(&r, "r", p));
     /* A snapshot taken again is byte for byte the same. */
@@ -907,7 +874,7 @@ static void test_restore_old_snapshot(void **state)
     unsigned char hdr[24] = {'T', 'M', 'S', '1'};
     tn_put_u64(hdr + 16, 3);
     tn_buf_append(&b, hdr, sizeof(hdr));
-    tn_meta_cmd_t t = topic("legacy", 2, 0, 0);
+    tn_meta_cmd_t t = tu_meta_native_topic_cmd("legacy", 2, 0, 0);
     t.if_absent = false;
     assert_int_equal(tn_meta_cmd_encode(&t, &b), 0);
     tn_meta_cmd_t po;
@@ -918,7 +885,7 @@ static void test_restore_old_snapshot(void **state)
     po.owners = owners;
     po.nowners = 2;
     assert_int_equal(tn_meta_cmd_encode(&po, &b), 0);
-    tn_meta_cmd_t m = reg(1, 0);
+    tn_meta_cmd_t m = tu_meta_rec_cmd(1, 0, 0);
     assert_int_equal(tn_meta_cmd_encode(&m, &b), 0);
     /* The bytes an older build wrote: no flag bit 5, no trailing field. */
     const unsigned char *d = (const unsigned char *)tn_buf_data(&b);
@@ -935,7 +902,7 @@ static void test_restore_old_snapshot(void **state)
     assert_false(tn_meta_member_find(&s, 1)->fenced);
     /* Its first registration with an incarnation records it; nothing to
      * fence (no replicated partition). */
-    assert_int_equal(apply(&s, reg(1, 42)), 0);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(1, 42, 0)), 0);
     assert_true(tn_meta_member_find(&s, 1)->incarnation == 42);
     /* A partition state naming a factor-1 topic is a damaged snapshot. */
     tn_meta_cmd_t st = part(TN_MC_PART_STATE, "legacy", 0, 0);
@@ -963,7 +930,7 @@ static void test_grow_for_replicated(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    tn_meta_cmd_t t = topic("nsq", 1, 3, 2);
+    tn_meta_cmd_t t = tu_meta_native_topic_cmd("nsq", 1, 3, 2);
     t.topic.native = false;
     assert_int_equal(tn_meta_state_apply(&s, &t), 0);
     tn_meta_cmd_t g;
@@ -1068,8 +1035,8 @@ static void test_moves_through_state(void **state)
     tells_t told = {.n = 0};
     s.pstate_cb = on_told;
     s.pstate_arg = &told;
-    assert_int_equal(apply(&s, topic("r", 1, 3, 2)), 0);
-    assert_int_equal(apply(&s, topic("one", 1, 1, 1)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 1, 1, 1)), 0);
     const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0);
     expect_replicas(ps, 1, 2, 3);
     const uint32_t target[3] = {2, 4, 3}, bad[2] = {2, 9};
@@ -1149,10 +1116,10 @@ static void test_move_min_insync_cap(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    assert_int_equal(apply(&s, topic("r", 1, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
     const uint32_t target[2] = {2, 4};
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, target, 2)), 0);
-    tn_meta_cmd_t up = topic("r", 1, 3, 3);
+    tn_meta_cmd_t up = tu_meta_native_topic_cmd("r", 1, 3, 3);
     up.if_absent = false;
     assert_int_equal(apply(&s, up), 0);
     assert_int_equal(tn_meta_state_pstate(&s, "r", 0)->min_insync, 2);
@@ -1164,7 +1131,7 @@ static void test_snapshot_with_move(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    assert_int_equal(apply(&s, topic("r", 2, 3, 2)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 2, 3, 2)), 0);
     const uint32_t t0[3] = {2, 4, 3}, t1[3] = {4, 1, 2};
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, t0, 3)), 0);
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_ABORT, 1, 6, NULL, 0)), 0);

@@ -93,9 +93,24 @@ static bool exists(const char *dir, const char *name)
     return access(path, F_OK) == 0;
 }
 
+/* list (tn__seg_list or tn__seg_bases) finds in dir the bases want[0..n),
+ * in that order. */
+static void expect_bases(int (*list)(const char *, uint64_t **, size_t *), const char *dir,
+                         const uint64_t *want, size_t nwant)
+{
+    uint64_t *bases = NULL;
+    size_t n = 0;
+    assert_int_equal(list(dir, &bases, &n), 0);
+    assert_int_equal(n, nwant);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(bases[i], want[i]);
+    tn_free(bases);
+}
+
 /* tn__seg_list: the segments' bases in order, whatever the directory's
  * order; other files left alone; "*.tmp" (an atomic write cut short)
- * removed; an empty directory; a missing one. */
+ * removed; an empty directory; a missing one. tn__seg_bases: the same
+ * bases, every "*.tmp" left where it is. */
 static void test_list(void **state)
 {
     (void)state;
@@ -117,11 +132,10 @@ static void test_list(void **state)
     touch(dir, "checkpoint.tmp");
     touch(dir, "checkpoint");
     touch(dir, "notes.log");
-    assert_int_equal(tn__seg_list(dir, &bases, &n), 0);
-    assert_int_equal(n, 5);
-    for (size_t i = 0; i < n; i++)
-        assert_int_equal(bases[i], want[i]);
-    tn_free(bases);
+    expect_bases(tn__seg_bases, dir, want, 5);
+    assert_true(exists(dir, "00000000000000004096.idx.tmp"));
+    assert_true(exists(dir, "checkpoint.tmp"));
+    expect_bases(tn__seg_list, dir, want, 5);
     assert_false(exists(dir, "00000000000000004096.idx.tmp"));
     assert_false(exists(dir, "checkpoint.tmp"));
     assert_true(exists(dir, "00000000000000004096.idx"));
@@ -131,6 +145,8 @@ static void test_list(void **state)
     snprintf(missing, sizeof(missing), "%s/none", dir);
     bases = NULL;
     assert_int_equal(tn__seg_list(missing, &bases, &n), UV_ENOENT);
+    assert_null(bases);
+    assert_int_equal(tn__seg_bases(missing, &bases, &n), UV_ENOENT);
     assert_null(bases);
     tu_rmrf(dir);
     free(dir);
