@@ -40,7 +40,9 @@ class Decommission(tm.Moves):
         self.assertEqual(status, 200, body)
         return next(m for m in body["members"] if m["id"] == str(mid))
 
-    def test_decommission_moves_every_replica_off(self):
+    def loaded_four(self):
+        """Four nodes under the suite's load: (the metastore leader, another
+        member, its id, the partitions of rv it holds a replica of)."""
         self.cluster(n=4)
         self.load.start()
         self.flowing(100)
@@ -49,6 +51,10 @@ class Decommission(tm.Moves):
         vid = str(victim.id)
         held = [p for p in range(4) if vid in self.info(V1)[p].replicas]
         self.assertTrue(held, "the member holds no replica to move")
+        return meta, victim, vid, held
+
+    def test_decommission_moves_every_replica_off(self):
+        meta, victim, vid, held = self.loaded_four()
         before = {m["id"] for m in self.moves(meta)}
         asks = victim.log().count("has no partition on this node: asking for one")
         # Through ternctl, which waits for the end.
@@ -118,13 +124,7 @@ class DeadMember(tm.Moves):
         # partition is back to three in-sync replicas without it; nothing
         # acknowledged is lost. Back, it holds none of them (its copies set
         # aside).
-        self.cluster(n=4)
-        self.load.start()
-        self.flowing(100)
-        meta = self.c.find_leader()
-        victim = next(n for n in self.c.nodes if n is not meta)
-        vid = str(victim.id)
-        self.assertTrue(any(vid in self.info(V1)[p].replicas for p in range(4)))
+        meta, victim, vid, _ = self.loaded_four()
         self.kill(victim, "a member that stays dead")
 
         def replaced():
@@ -153,6 +153,7 @@ class DeadMember(tm.Moves):
         self.finish()
 
     member = Decommission.member
+    loaded_four = Decommission.loaded_four
 
 
 # Only this file's cases.

@@ -271,14 +271,11 @@ static int decommission(tn_ctl_t *c, int argc, char **argv)
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        if (ch == 'w')
-            wait = true;
-        else if (ch == 't') {
-            if (tn_ctl_opt_ms(cmd, "--wait-timeout", optarg, 1, INT64_MAX / 2, &wait_ms) !=
-                TN_CTL_OK)
-                return TN_CTL_USAGE;
-        } else
+        int rc;
+        if (!tn_ctl_wait_opt(cmd, ch, &wait, &wait_ms, &rc))
             return tn_ctl_usage(cmd, "unknown option or missing value \"%s\"", argv[optind - 1]);
+        if (rc != TN_CTL_OK)
+            return rc;
     }
     if (argc - optind != 1)
         return tn_ctl_usage(cmd, "needs a member id (ternctl cluster members lists them)");

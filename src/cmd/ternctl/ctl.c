@@ -727,6 +727,20 @@ const char *tn_ctl_fmt_bytes(uint64_t n, char *buf, size_t cap)
     return buf;
 }
 
+bool tn_ctl_wait_opt(const char *cmd, int ch, bool *wait, int64_t *wait_ms, int *rc)
+{
+    *rc = TN_CTL_OK;
+    if (ch == 'w') {
+        *wait = true;
+        return true;
+    }
+    if (ch != 't')
+        return false;
+    if (tn_ctl_opt_ms(cmd, "--wait-timeout", optarg, 1, INT64_MAX / 2, wait_ms) != TN_CTL_OK)
+        *rc = TN_CTL_USAGE;
+    return true;
+}
+
 void tn_ctl_sleep_ms(int64_t ms)
 {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};

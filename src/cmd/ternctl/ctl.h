@@ -159,6 +159,11 @@ const char *tn_ctl_fmt_bytes(uint64_t n, char *buf, size_t cap);
 const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap);
 /* Sleep ms milliseconds (a --wait's poll), and the monotonic clock in ms
  * (its deadline). */
+/* The --wait and --wait-timeout D options of a command that follows what it
+ * started (getopt_long codes 'w' and 't'; the timeout 1 ms and up): true
+ * when ch is one of them, applied to *wait or *wait_ms, with *rc
+ * TN_CTL_USAGE for a bad value (printed) and TN_CTL_OK otherwise. */
+bool tn_ctl_wait_opt(const char *cmd, int ch, bool *wait, int64_t *wait_ms, int *rc);
 void tn_ctl_sleep_ms(int64_t ms);
 int64_t tn_ctl_mono_ms(void);
 
