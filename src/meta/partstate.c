@@ -525,6 +525,23 @@ static int move_named(const tn_pstate_t *ps, uint64_t id, char *err, size_t errl
     return 0;
 }
 
+/* The end of a move (complete: list is ps->target; abort: ps->old), led
+ * by leader: the replicas become list, the ISR and ELR keep only its
+ * members (the ELR empties once the ISR holds min_insync), the move's
+ * fields clear and the partition epoch moves. */
+static void move_end(tn_pstate_t *ps, const uint32_t *list, uint32_t n, uint32_t leader)
+{
+    uint32_t keep[TN_PSTATE_MAX_REPLICAS]; /* list is ps's own, which this changes */
+    memcpy(keep, list, n * sizeof(*keep));
+    set_leader(ps, leader);
+    set_replicas(ps, keep, n);
+    sets_keep(ps, keep, n);
+    if (ps->nisr >= ps->min_insync)
+        ps->nelr = 0;
+    move_clear(ps);
+    ps->partition_epoch++;
+}
+
 int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes, char *err,
                             size_t errlen)
 {
@@ -543,16 +560,7 @@ int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_
             return UV_EAGAIN;
         }
     }
-    uint32_t target[TN_PSTATE_MAX_REPLICAS];
-    uint32_t n = ps->ntarget;
-    memcpy(target, ps->target, n * sizeof(*target));
-    set_leader(ps, leader);
-    set_replicas(ps, target, n);
-    sets_keep(ps, target, n);
-    if (ps->nisr >= ps->min_insync)
-        ps->nelr = 0;
-    move_clear(ps);
-    ps->partition_epoch++;
+    move_end(ps, ps->target, ps->ntarget, leader);
     return 0;
 }
 
@@ -572,15 +580,6 @@ int tn_pstate_move_abort(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *
             return UV_EPERM;
         }
     }
-    uint32_t old[TN_PSTATE_MAX_REPLICAS];
-    uint32_t n = ps->nold;
-    memcpy(old, ps->old, n * sizeof(*old));
-    set_leader(ps, leader);
-    set_replicas(ps, old, n);
-    sets_keep(ps, old, n);
-    if (ps->nisr >= ps->min_insync)
-        ps->nelr = 0;
-    move_clear(ps);
-    ps->partition_epoch++;
+    move_end(ps, ps->old, ps->nold, leader);
     return 0;
 }

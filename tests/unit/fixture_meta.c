@@ -260,3 +260,13 @@ tn_pstate_t tu_pstate3(uint32_t r0, uint32_t r1, uint32_t r2, uint32_t leader,
     ps.min_insync = 2;
     return ps;
 }
+
+void tu_meta_state_reload(const tn_meta_state_t *s, tn_meta_state_t *r)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_state_snapshot(s, &b), 0);
+    tn_meta_state_init(r);
+    assert_int_equal(tn_meta_state_restore(r, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    tn_buf_fini(&b);
+}

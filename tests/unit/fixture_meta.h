@@ -78,6 +78,11 @@ tn_meta_cmd_t tu_meta_state_topic_cmd(const char *name, uint32_t partitions);
 tn_meta_cmd_t tu_meta_native_topic_cmd(const char *name, uint32_t partitions, uint8_t factor,
                                        uint8_t min_insync);
 
+/* r initialised and restored from a snapshot of s (what a replica that
+ * installs s's snapshot holds); the test fails unless both succeed. r is
+ * the caller's to tn_meta_state_fini. */
+void tu_meta_state_reload(const tn_meta_state_t *s, tn_meta_state_t *r);
+
 /* A MEMBER_REC of node id: 10.0.0.<id>:4153 its metastore address,
  * 10.0.0.<id>:4151 its API address, heartbeat 1000, incarnation and boot
  * as given, no NSQ door. */

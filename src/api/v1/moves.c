@@ -458,18 +458,46 @@ static void nodes_now(tn_v1_t *v, tn_pstate_node_t *buf, size_t cap, tn_pstate_n
     tn_meta_state_nodes(tn_meta_state(v->meta), buf, cap, nodes);
 }
 
+/* The confirm's answer (tn_meta_confirm) for m: true when the request is
+ * still there and the replica is current; false after freeing m (the client
+ * left) or answering 503 and freeing it. */
+static bool still_current(move_t *m, int status)
+{
+    if (m->r == NULL) {
+        tn_free(m);
+        return false;
+    }
+    if (status != 0) {
+        finish(m, 503, UNAVAILABLE);
+        return false;
+    }
+    return true;
+}
+
+/* Step 1 of a PATCH or DELETE: m (transferred: owned by r and the confirm
+ * until finish or still_current frees it, or freed here) waits for the
+ * metastore replica to confirm it is current, then on_current runs; 503
+ * at once when the confirm cannot start. */
+static void confirm_then(move_t *m, tn_v1_t *v, tn_http_request_t *r,
+                         void (*on_current)(void *arg, int status))
+{
+    m->v = v;
+    m->r = r;
+    r->data = m;
+    r->on_cancel = move_cancel;
+    if (tn_meta_confirm(v->meta, on_current, m) != 0) {
+        r->on_cancel = NULL;
+        tn_free(m);
+        tn__v1_error(r, 503, UNAVAILABLE, "Retry-After: 1\r\n");
+    }
+}
+
 /* Step 2 of a PATCH on a replica confirmed current. */
 static void on_begin_current(void *arg, int status)
 {
     move_t *m = arg;
-    if (m->r == NULL) {
-        tn_free(m);
+    if (!still_current(m, status))
         return;
-    }
-    if (status != 0) {
-        finish(m, 503, UNAVAILABLE);
-        return;
-    }
     const tn_meta_state_t *s = tn_meta_state(m->v->meta);
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, m->topic);
     if (e == NULL || m->partition >= e->rec.partitions) {
@@ -528,15 +556,7 @@ static void on_move(tn_http_request_t *r, void *arg)
         tn_free(m);
         return;
     }
-    m->v = v;
-    m->r = r;
-    r->data = m;
-    r->on_cancel = move_cancel;
-    if (tn_meta_confirm(v->meta, on_begin_current, m) != 0) {
-        r->on_cancel = NULL;
-        tn_free(m);
-        tn__v1_error(r, 503, UNAVAILABLE, "Retry-After: 1\r\n");
-    }
+    confirm_then(m, v, r, on_begin_current);
 }
 
 /* The path's {id} (16 hex digits, as the moves list shows it), or 0. */
@@ -562,14 +582,8 @@ static uint64_t path_id(tn_http_request_t *r)
 static void on_abort_current(void *arg, int status)
 {
     move_t *m = arg;
-    if (m->r == NULL) {
-        tn_free(m);
+    if (!still_current(m, status))
         return;
-    }
-    if (status != 0) {
-        finish(m, 503, UNAVAILABLE);
-        return;
-    }
     const tn_meta_state_t *s = tn_meta_state(m->v->meta);
     const char *topic = NULL;
     const tn_pstate_t *ps = tn_meta_state_move_find(s, m->id, &topic, &m->partition);
@@ -614,17 +628,9 @@ static void on_abort(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
         return;
     }
-    m->v = v;
-    m->r = r;
     m->abort = true;
     m->id = id;
-    r->data = m;
-    r->on_cancel = move_cancel;
-    if (tn_meta_confirm(v->meta, on_abort_current, m) != 0) {
-        r->on_cancel = NULL;
-        tn_free(m);
-        tn__v1_error(r, 503, UNAVAILABLE, "Retry-After: 1\r\n");
-    }
+    confirm_then(m, v, r, on_abort_current);
 }
 
 int tn__v1_moves_register(tn_http_server_t *srv, tn_v1_t *v)

@@ -121,6 +121,15 @@ static void leader_setup(tn_repl_t *r, hist_t *h, tn_repl_actions_t *out)
     step_log(r, 11, 11, 3, 0, out);
 }
 
+/* leader_setup's leader with both followers (2 and 3) fetched up to its
+ * log end, 11, at 100. */
+static void leader_caught_up(tn_repl_t *r, hist_t *h, tn_repl_actions_t *out)
+{
+    leader_setup(r, h, out);
+    step_fetch(r, 2, 3, 11, 3, 11, 100, out);
+    step_fetch(r, 3, 3, 11, 3, 11, 100, out);
+}
+
 static void test_epoch_start_gate_and_flushed_hw(void **state)
 {
     (void)state;
@@ -213,6 +222,20 @@ static void follower_setup(tn_repl_t *r, hist_t *h, tn_repl_actions_t *out)
     assert_int_equal(a->fetch.leader_epoch, 3);
 }
 
+/* follower_setup's follower (log end 14) told by the leader a hw (not
+ * above 14) with no records: its hw is that. */
+static void follower_with_hw(tn_repl_t *r, hist_t *h, tn_repl_actions_t *out, uint64_t hw)
+{
+    follower_setup(r, h, out);
+    tn_repl_event_t ev = {.type = TN_REPL_EV_RECORDS, .now = 1};
+    ev.u.records.leader_epoch = 3;
+    ev.u.records.from = 14;
+    ev.u.records.count = 0;
+    ev.u.records.hw = hw;
+    tn_repl_step(r, &ev, out);
+    assert_int_equal(r->hw, hw);
+}
+
 static void test_follower_truncates_at_divergence(void **state)
 {
     (void)state;
@@ -284,16 +307,8 @@ static void test_follower_refuses_truncation_below_hw(void **state)
     tn_repl_t r;
     hist_t h;
     tn_repl_actions_t out;
-    follower_setup(&r, &h, &out);
-    /* The leader said hw 12 with no records (the follower is at 14). */
-    tn_repl_event_t ev = {.type = TN_REPL_EV_RECORDS, .now = 1};
-    ev.u.records.leader_epoch = 3;
-    ev.u.records.from = 14;
-    ev.u.records.count = 0;
-    ev.u.records.hw = 12;
-    tn_repl_step(&r, &ev, &out);
-    assert_int_equal(r.hw, 12);
-    ev = (tn_repl_event_t){.type = TN_REPL_EV_DIVERGING, .now = 2};
+    follower_with_hw(&r, &h, &out, 12);
+    tn_repl_event_t ev = {.type = TN_REPL_EV_DIVERGING, .now = 2};
     ev.u.diverging.leader_epoch = 3;
     ev.u.diverging.epoch = 2;
     ev.u.diverging.end_offset = 10;
@@ -353,14 +368,7 @@ static void test_follower_resets_below_the_leaders_start(void **state)
     tn_repl_t r;
     hist_t h;
     tn_repl_actions_t out;
-    follower_setup(&r, &h, &out);
-    tn_repl_event_t ev = {.type = TN_REPL_EV_RECORDS, .now = 1};
-    ev.u.records.leader_epoch = 3;
-    ev.u.records.from = 14;
-    ev.u.records.count = 0;
-    ev.u.records.hw = 12;
-    tn_repl_step(&r, &ev, &out);
-    assert_int_equal(r.hw, 12);
+    follower_with_hw(&r, &h, &out, 12);
     const tn_repl_action_t *a =
         offset_answer(&r, &out, TN_REPL_EV_OUT_OF_RANGE, TN_REPL_ACT_RESET, 500);
     assert_null(find(&out, TN_REPL_ACT_TRUNCATE_REFUSED));
@@ -409,15 +417,8 @@ static void test_follower_resets_when_no_epoch_is_shared(void **state)
     tn_repl_t r;
     hist_t h;
     tn_repl_actions_t out;
-    follower_setup(&r, &h, &out);
-    tn_repl_event_t ev = {.type = TN_REPL_EV_RECORDS, .now = 1};
-    ev.u.records.leader_epoch = 3;
-    ev.u.records.from = 14;
-    ev.u.records.count = 0;
-    ev.u.records.hw = 14;
-    tn_repl_step(&r, &ev, &out);
-    assert_int_equal(r.hw, 14);
-    ev = (tn_repl_event_t){.type = TN_REPL_EV_DIVERGING, .now = 2};
+    follower_with_hw(&r, &h, &out, 14);
+    tn_repl_event_t ev = {.type = TN_REPL_EV_DIVERGING, .now = 2};
     ev.u.diverging.leader_epoch = 3;
     ev.u.diverging.epoch = 0;
     ev.u.diverging.end_offset = 14;
@@ -514,9 +515,7 @@ static void test_silent_follower_stays_out_until_it_fetches(void **state)
     tn_repl_t r;
     hist_t h;
     tn_repl_actions_t out;
-    leader_setup(&r, &h, &out);
-    step_fetch(&r, 2, 3, 11, 3, 11, 100, &out);
-    step_fetch(&r, 3, 3, 11, 3, 11, 100, &out);
+    leader_caught_up(&r, &h, &out);
     step_fetch(&r, 2, 3, 11, 3, 11, 390, &out); /* 3 falls silent after 100 */
     tn_repl_event_t tick = {.type = TN_REPL_EV_TICK, .now = 401};
     tn_repl_step(&r, &tick, &out);
@@ -922,9 +921,7 @@ static void test_move_reorders_peers_within_the_epoch(void **state)
     tn_repl_t r;
     hist_t h;
     tn_repl_actions_t out;
-    leader_setup(&r, &h, &out);
-    step_fetch(&r, 2, 3, 11, 3, 11, 100, &out);
-    step_fetch(&r, 3, 3, 11, 3, 11, 100, &out);
+    leader_caught_up(&r, &h, &out);
     tn_pstate_t ps = pstate(1, 3, 6, 3);
     const uint32_t list[4] = {2, 4, 3, 1};
     memcpy(ps.replicas, list, sizeof(list));

@@ -400,6 +400,22 @@ static void cas_add(fix_t *f, uint32_t node)
                      0);
 }
 
+/* Move 9 of f's partition to 2, 4, 3 begun (at 10): 4 joins, 1 leaves. */
+static void begin_move9(fix_t *f)
+{
+    const uint32_t target[3] = {2, 4, 3};
+    char err[160];
+    assert_int_equal(tn_pstate_move_begin(&f->ps, target, 3, 9, 10, &f->nodes, err, sizeof(err)),
+                     0);
+}
+
+/* fix_init4's partition with move 9 begun. */
+static void fix_moving(fix_t *f)
+{
+    fix_init4(f);
+    begin_move9(f);
+}
+
 static void test_move_begin_table(void **state)
 {
     (void)state;
@@ -480,10 +496,8 @@ static void test_move_complete(void **state)
 {
     (void)state;
     fix_t f;
-    fix_init4(&f);
+    fix_moving(&f);
     char err[160];
-    const uint32_t target[3] = {2, 4, 3};
-    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
     assert_false(tn_pstate_move_ready(&f.ps));
     tn_pstate_t was = f.ps;
     assert_int_equal(tn_pstate_move_complete(&f.ps, 9, &f.nodes, err, sizeof(err)), UV_EAGAIN);
@@ -507,15 +521,13 @@ static void test_move_complete(void **state)
     assert_int_equal(tn_pstate_move_complete(&f.ps, 9, &f.nodes, err, sizeof(err)), TN_ENOTFOUND);
 
     /* The first target member not eligible (no live session): the next. */
-    fix_init4(&f);
-    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    fix_moving(&f);
     cas_add(&f, 4);
     f.v[1].live = false;
     assert_int_equal(tn_pstate_move_complete(&f.ps, 9, &f.nodes, err, sizeof(err)), 0);
     assert_int_equal(f.ps.leader, 4);
     /* No target member eligible: not yet, nothing changed. */
-    fix_init4(&f);
-    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    fix_moving(&f);
     cas_add(&f, 4);
     f.v[1].live = f.v[2].live = f.v[3].live = false;
     was = f.ps;
@@ -539,10 +551,8 @@ static void test_move_abort(void **state)
 {
     (void)state;
     fix_t f;
-    fix_init4(&f);
+    fix_moving(&f);
     char err[160];
-    const uint32_t target[3] = {2, 4, 3};
-    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
     cas_add(&f, 4);
     /* A forced (clean) election of the new member during the move. */
     assert_int_equal(tn_pstate_force_leader(&f.ps, 4, false, &f.nodes, err, sizeof(err)), 0);
@@ -565,6 +575,7 @@ static void test_move_abort(void **state)
     assert_int_equal(f.ps.move_id, 0);
     /* A leader among the old replicas stays, in the same epoch. */
     fix_init4(&f);
+    const uint32_t target[3] = {2, 4, 3};
     assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 12, 10, &f.nodes, err, sizeof(err)), 0);
     was = f.ps;
     assert_int_equal(tn_pstate_move_abort(&f.ps, 12, &f.nodes, err, sizeof(err)), 0);
@@ -578,10 +589,8 @@ static void test_move_with_fence_and_marks(void **state)
 {
     (void)state;
     fix_t f;
-    fix_init4(&f);
+    fix_moving(&f);
     char err[160];
-    const uint32_t target[3] = {2, 4, 3};
-    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
     /* The leader (1, leaving) is fenced mid-move: the first eligible ISR
      * member in the list's order (target first) leads. */
     f.v[0].live = false;
@@ -600,7 +609,7 @@ static void test_move_with_fence_and_marks(void **state)
     assert_true(tn_pstate_mark_corrupt(&f.ps, 1, &f.nodes));
     assert_int_equal(f.ps.corrupt, 1u << 0);
     assert_int_equal(f.ps.leader, 2);
-    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    begin_move9(&f);
     assert_int_equal(f.ps.corrupt, 1u << 3);
     assert_true(tn_pstate_mark_corrupt(&f.ps, 3, &f.nodes));
     assert_int_equal(f.ps.corrupt, (1u << 3) | (1u << 2));
@@ -611,8 +620,7 @@ static void test_move_with_fence_and_marks(void **state)
 
     /* An unclean forced election of the joining member, then the move
      * waits for the others to be added back. */
-    fix_init4(&f);
-    assert_int_equal(tn_pstate_move_begin(&f.ps, target, 3, 9, 10, &f.nodes, err, sizeof(err)), 0);
+    fix_moving(&f);
     assert_int_equal(tn_pstate_force_leader(&f.ps, 4, false, &f.nodes, err, sizeof(err)), UV_EPERM);
     assert_int_equal(tn_pstate_force_leader(&f.ps, 4, true, &f.nodes, err, sizeof(err)), 0);
     assert_true(isr_is(&f.ps, (const uint32_t[]){4, 0}));

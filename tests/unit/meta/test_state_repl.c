@@ -280,6 +280,14 @@ static void on_told(void *arg, const char *topic, uint32_t p, const tn_pstate_t 
     x->leader = ps != NULL ? ps->leader : 0;
 }
 
+/* s tells told of every partition state change from now on. */
+static void tell_to(tn_meta_state_t *s, tells_t *told)
+{
+    told->n = 0;
+    s->pstate_cb = on_told;
+    s->pstate_arg = told;
+}
+
 static bool was_told(const tells_t *t, const char *topic, uint32_t p)
 {
     for (size_t i = 0; i < t->n; i++)
@@ -296,6 +304,14 @@ static void four(tn_meta_state_t *s)
         assert_int_equal(apply(s, tu_meta_rec_cmd(id, 100 + id, 0)), 0);
 }
 
+/* four's members and topic "r" (native) with partitions, factor and
+ * min_insync, placed. */
+static void four_with_r(tn_meta_state_t *s, uint32_t partitions, uint8_t factor, uint8_t min_insync)
+{
+    four(s);
+    assert_int_equal(apply(s, tu_meta_native_topic_cmd("r", partitions, factor, min_insync)), 0);
+}
+
 static void expect_replicas(const tn_pstate_t *ps, uint32_t a, uint32_t b, uint32_t c)
 {
     assert_non_null(ps);
@@ -310,9 +326,8 @@ static void test_placement(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    tells_t told = {.n = 0};
-    s.pstate_cb = on_told;
-    s.pstate_arg = &told;
+    tells_t told;
+    tell_to(&s, &told);
     assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 5, 3, 2)), 0);
     /* p starts at index p mod n of the eligible members and wraps. */
     expect_replicas(tn_meta_state_pstate(&s, "r", 0), 1, 2, 3);
@@ -399,8 +414,7 @@ static void test_update_keeps_factor(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    four(&s);
-    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 2, 3, 2)), 0);
+    four_with_r(&s, 2, 3, 2);
     uint32_t pe = tn_meta_state_pstate(&s, "r", 0)->partition_epoch;
     /* A PUT never changes the factor; a new min_insync reaches every
      * partition state (a change: its partition_epoch moves). */
@@ -537,12 +551,10 @@ static void test_fence_on_session_end(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    four(&s);
-    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 4, 3, 2)), 0);
+    four_with_r(&s, 4, 3, 2);
     assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 4, 1, 1)), 0);
-    tells_t told = {.n = 0};
-    s.pstate_cb = on_told;
-    s.pstate_arg = &told;
+    tells_t told;
+    tell_to(&s, &told);
     /* Member 1's session ends: the partitions it led move to the next
      * ISR member in replicas order, epochs + 1; it leaves every ISR. */
     assert_int_equal(apply(&s, fence(1, 101)), 0);
@@ -599,8 +611,7 @@ static void test_new_incarnation_fences(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    four(&s);
-    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 4, 3, 2)), 0);
+    four_with_r(&s, 4, 3, 2);
     /* Node 2 comes back with a wiped disk, its session never ended: the
      * registration fences the old incarnation in the same apply. */
     assert_int_equal(apply(&s, tu_meta_rec_cmd(2, 555, 0)), 0);
@@ -694,8 +705,7 @@ static void test_isr_cas(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    four(&s);
-    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
+    four_with_r(&s, 1, 3, 2);
     assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 1, 1, 1)), 0);
     const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0);
     uint32_t pe = ps->partition_epoch;
@@ -748,8 +758,7 @@ static void test_force_rebalance_corrupt(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    four(&s);
-    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
+    four_with_r(&s, 1, 3, 2);
     const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0); /* 1, 2, 3 */
     /* Preferred leader leads: nothing to rebalance. */
     assert_int_equal(apply(&s, part(TN_MC_PART_REBALANCE, "r", 0, 0)), UV_EAGAIN);
@@ -805,12 +814,25 @@ static void expect_same_pstate(const tn_pstate_t *a, const tn_pstate_t *b)
     assert_true(a->move_started_ms == b->move_started_ms);
 }
 
+/* s and r take snapshots byte for byte the same. */
+static void expect_same_snapshot(const tn_meta_state_t *s, const tn_meta_state_t *r)
+{
+    tn_buf_t bs, br;
+    tn_buf_init(&bs);
+    tn_buf_init(&br);
+    assert_int_equal(tn_meta_state_snapshot(s, &bs), 0);
+    assert_int_equal(tn_meta_state_snapshot(r, &br), 0);
+    assert_int_equal(tn_buf_size(&bs), tn_buf_size(&br));
+    assert_memory_equal(tn_buf_data(&bs), tn_buf_data(&br), tn_buf_size(&bs));
+    tn_buf_fini(&bs);
+    tn_buf_fini(&br);
+}
+
 static void test_snapshot_roundtrip(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    four(&s);
-    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 4, 3, 2)), 0);
+    four_with_r(&s, 4, 3, 2);
     assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 2, 1, 1)), 0);
     assert_int_equal(apply(&s, fence(1, 101)), 0);
     assert_int_equal(apply(&s, fence(2, 102)), 0); /* r/0: ISR 3 alone, ELR 2 */
@@ -820,9 +842,8 @@ static void test_snapshot_roundtrip(void **state)
     assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
     tn_meta_state_t r;
     tn_meta_state_init(&r);
-    tells_t told = {.n = 0};
-    r.pstate_cb = on_told;
-    r.pstate_arg = &told;
+    tells_t told;
+    tell_to(&r, &told);
     assert_int_equal(apply(&r, tu_meta_native_topic_cmd("stale", 1, 3, 1)), 0);
     assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
     assert_null(tn_meta_topic_find(&r, "stale"));
@@ -846,20 +867,12 @@ static void test_snapshot_roundtrip(void **state)
     for (uint32_t p = 0; p < 4; p++)
         expect_same_pstate(tn_meta_state_pstate(&s, "r", p), tn_meta_state_pstate(&r, "r", p));
     /* A snapshot taken again is byte for byte the same. */
-    tn_buf_t b2, b3;
-    tn_buf_init(&b2);
-    tn_buf_init(&b3);
-    assert_int_equal(tn_meta_state_snapshot(&s, &b2), 0);
-    assert_int_equal(tn_meta_state_snapshot(&r, &b3), 0);
-    assert_int_equal(tn_buf_size(&b2), tn_buf_size(&b3));
-    assert_memory_equal(tn_buf_data(&b2), tn_buf_data(&b3), tn_buf_size(&b2));
+    expect_same_snapshot(&s, &r);
     /* A partition state is a snapshot record, never a log entry. */
     tn_meta_cmd_t st = part(TN_MC_PART_STATE, "r", 0, 0);
     st.pstate = *tn_meta_state_pstate(&s, "r", 0);
     assert_int_equal(tn_meta_state_apply(&s, &st), UV_EINVAL);
     tn_buf_fini(&b);
-    tn_buf_fini(&b2);
-    tn_buf_fini(&b3);
     tn_meta_state_fini(&r);
     tn_meta_state_fini(&s);
 }
@@ -1032,9 +1045,8 @@ static void test_moves_through_state(void **state)
     (void)state;
     tn_meta_state_t s;
     four(&s);
-    tells_t told = {.n = 0};
-    s.pstate_cb = on_told;
-    s.pstate_arg = &told;
+    tells_t told;
+    tell_to(&s, &told);
     assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
     assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 1, 1, 1)), 0);
     const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0);
@@ -1115,8 +1127,7 @@ static void test_move_min_insync_cap(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    four(&s);
-    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
+    four_with_r(&s, 1, 3, 2);
     const uint32_t target[2] = {2, 4};
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, target, 2)), 0);
     tn_meta_cmd_t up = tu_meta_native_topic_cmd("r", 1, 3, 3);
@@ -1130,19 +1141,14 @@ static void test_snapshot_with_move(void **state)
 {
     (void)state;
     tn_meta_state_t s;
-    four(&s);
-    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 2, 3, 2)), 0);
+    four_with_r(&s, 2, 3, 2);
     const uint32_t t0[3] = {2, 4, 3}, t1[3] = {4, 1, 2};
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, t0, 3)), 0);
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_ABORT, 1, 6, NULL, 0)), 0);
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 2, 7, t0, 3)), 0);
     assert_int_equal(apply(&s, move_cmd("r", 1, TN_MOVE_BEGIN, 3, 8, t1, 3)), 0);
-    tn_buf_t b;
-    tn_buf_init(&b);
-    assert_int_equal(tn_meta_state_snapshot(&s, &b), 0);
     tn_meta_state_t r;
-    tn_meta_state_init(&r);
-    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    tu_meta_state_reload(&s, &r);
     for (uint32_t p = 0; p < 2; p++)
         expect_same_pstate(tn_meta_state_pstate(&s, "r", p), tn_meta_state_pstate(&r, "r", p));
     assert_int_equal(r.nmoves, 1);
@@ -1157,13 +1163,7 @@ static void test_snapshot_with_move(void **state)
     assert_int_equal(apply(&r, move_cmd("r", 0, TN_MOVE_COMPLETE, 2, 9, NULL, 0)), 0);
     assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_COMPLETE, 2, 9, NULL, 0)), 0);
     expect_same_pstate(tn_meta_state_pstate(&s, "r", 0), tn_meta_state_pstate(&r, "r", 0));
-    tn_buf_t b2, b3;
-    tn_buf_init(&b2);
-    tn_buf_init(&b3);
-    assert_int_equal(tn_meta_state_snapshot(&s, &b2), 0);
-    assert_int_equal(tn_meta_state_snapshot(&r, &b3), 0);
-    assert_int_equal(tn_buf_size(&b2), tn_buf_size(&b3));
-    assert_memory_equal(tn_buf_data(&b2), tn_buf_data(&b3), tn_buf_size(&b2));
+    expect_same_snapshot(&s, &r);
     /* A PART_STATE with no move is the older build's record, byte for
      * byte: partition 0's state now has none. */
     tn_meta_cmd_t st = part(TN_MC_PART_STATE, "r", 0, 0), d;
@@ -1190,9 +1190,6 @@ static void test_snapshot_with_move(void **state)
     assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&one), tn_buf_size(&one), &d, &used),
                      TN_ECORRUPT);
     tn_buf_fini(&one);
-    tn_buf_fini(&b);
-    tn_buf_fini(&b2);
-    tn_buf_fini(&b3);
     tn_meta_state_fini(&r);
     tn_meta_state_fini(&s);
 }
