@@ -134,12 +134,11 @@ typedef enum {
 
 typedef struct tn_repl_action_s {
     tn_repl_act_type_t type;
-    uint32_t node;  /* peer: answers and FETCH */
-    uint32_t epoch; /* EPOCH_START, DIVERGING, ANSWER_RECORDS (leader epoch) */
-    uint64_t
-        offset; /* EPOCH_START, RECORDS (from), DIVERGING, TRUNCATE*, HW, APPEND (from), RESET,
-                   SKIP */
-    uint64_t count;              /* APPEND; DIVERGING: the fetch_offset it answers */
+    uint32_t node;   /* peer: answers and FETCH */
+    uint32_t epoch;  /* EPOCH_START, DIVERGING, ANSWER_RECORDS (leader epoch) */
+    uint64_t offset; /* EPOCH_START, RECORDS (from), DIVERGING, TRUNCATE*, HW, APPEND (from), RESET,
+                        SKIP */
+    uint64_t count;  /* APPEND; DIVERGING: the fetch_offset it answers */
     uint32_t last_fetched_epoch; /* DIVERGING: the one it answers */
     uint64_t hw;                 /* ANSWER_RECORDS, TRUNCATE_REFUSED */
     int err;                     /* ANSWER_ERROR */

@@ -243,8 +243,8 @@ typedef struct fitem_s {
     tn_buf_t recs;
     uint32_t count;
     int read_rc;
-    bool out_of_range; /* from is below the log's start (read_work): OUT_OF_RANGE */
-    bool gap;          /* from is in a gap of the log (read_work): GAP */
+    bool out_of_range;  /* from is below the log's start (read_work): OUT_OF_RANGE */
+    bool gap;           /* from is in a gap of the log (read_work): GAP */
     uint64_t log_start; /* OUT_OF_RANGE: the log's start; GAP: the gap's end */
 } fitem_t;
 
@@ -1084,8 +1084,8 @@ static void on_skip_advanced(tn_plog_advance_t *req, int status)
     part_t *pt = req->data;
     if (status != 0)
         TN_LOG_RL(TN_LOG_ERROR, 5000,
-                  "replica %s/%" PRIu32 ": skipping the leader's gap to %" PRIu64 ": %s",
-                  pt->topic, pt->p, pt->reset_to, tn_strerror(status));
+                  "replica %s/%" PRIu32 ": skipping the leader's gap to %" PRIu64 ": %s", pt->topic,
+                  pt->p, pt->reset_to, tn_strerror(status));
     else
         TN_LOG(TN_LOG_NOTICE,
                "replica %s/%" PRIu32 ": offsets up to %" PRIu64

@@ -328,8 +328,7 @@ static const opt_t options[] = {
      86400 * SEC, NULL,
      "a partition whose preferred replica has been in sync and live for this long while "
      "another leads it goes back to the preferred one"},
-    {"replace-dead-after", OPT_DURATION, F(replace_dead_after_ns), "10m", 0, 30 * 86400 * SEC,
-     NULL,
+    {"replace-dead-after", OPT_DURATION, F(replace_dead_after_ns), "10m", 0, 30 * 86400 * SEC, NULL,
      "a member marked dead for this long has its replicas of replicated partitions re-created "
      "on the other members, from their surviving replicas (0: never)"},
 };

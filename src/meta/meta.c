@@ -163,7 +163,7 @@ struct tn_meta_s {
     struct dead_seen_s {
         uint64_t id;
         uint64_t since;
-    } *deads;
+    } * deads;
     size_t ndeads;
     void (*on_pstate)(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps);
     void *pstate_arg;

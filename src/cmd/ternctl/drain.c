@@ -24,7 +24,6 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-
 /* One progress line (or the JSON) from a GET/POST body; its state into
  * state[cap] and its deadline into *deadline. false: not the drain body. */
 static bool show(tn_ctl_t *c, const tn_ctl_resp_t *r, char *state, size_t cap, int64_t *deadline)

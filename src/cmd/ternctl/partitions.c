@@ -101,7 +101,6 @@ static int force_leader(tn_ctl_t *c, int argc, char **argv)
     return TN_CTL_OK;
 }
 
-
 /* "2,4,3" as a JSON list of ids into body; false when it is not one. */
 static bool replicas_body(const char *list, char *body, size_t cap)
 {
