@@ -1203,6 +1203,8 @@ int tn_io_read_record_file(const char *dir, const char *name, uint32_t magic, vo
     tn_buf_t b;
     tn_buf_init(&b);
     rc = tn_io_read_file(path, 2 * RECORD_FILE_MAX, &b);
+    if (rc == TN_ETOOBIG)
+        rc = TN_ECORRUPT; /* not a record file of ours: isolate, as a bad size does */
     if (rc == 0) {
         const unsigned char *p = (const unsigned char *)tn_buf_data(&b);
         if (tn_buf_size(&b) != 8 + len || tn_get_u32(p) != magic ||

@@ -79,8 +79,8 @@ int tn_io_read_file(const char *path, size_t max, tn_buf_t *out);
  * u32 magic, u32 CRC32C of the payload, then the payload; little-endian
  * (docs/storage-format.md). The write is atomic (tn_io_write_file_atomic);
  * payload len at most 64 bytes. The read fills payload[0..len): 0,
- * UV_ENOENT when dir/name is absent, TN_ECORRUPT when its size, magic or
- * CRC is not the one asked, or an I/O error. */
+ * UV_ENOENT when dir/name is absent, TN_ECORRUPT when its size (however
+ * large), magic or CRC is not the one asked, or an I/O error. */
 int tn_io_write_record_file(const char *dir, const char *name, uint32_t magic, const void *payload,
                             size_t len);
 int tn_io_read_record_file(const char *dir, const char *name, uint32_t magic, void *payload,
