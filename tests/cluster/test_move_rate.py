@@ -21,10 +21,11 @@ Four nodes, topic mr with one partition of factor 3:
       (not asserted), and every acknowledged message of the load is read
       back from its partition after the move (nothing lost).
 
-Run: python3 tests/cluster/test_move_rate.py --ternd build/ternd [MoveRate]
+Run: python3 tests/cluster/test_move_rate.py --ternd build/ternd --ternctl build/ternctl
+         [MoveRate | MoveBig]
 """
-import base64
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -33,6 +34,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import harness  # noqa: E402
 from harness import wait_until  # noqa: E402
+
+TERNCTL = None
+
+
+def configure(args):
+    global TERNCTL
+    TERNCTL = os.path.abspath(args.ternctl)
 
 TOPIC = "mr"
 MIB = 1 << 20
@@ -148,8 +156,20 @@ class MoveRate(Base):
             if m["bytes_total"] is not None:
                 self.assertLessEqual(m["bytes_copied"], bound, samples[-3:])
                 self.assertLessEqual(m["bytes_copied"], m["bytes_total"], m)
-            if m["state"] == "copying" and 0 < m["bytes_copied"] < m["bytes_total"]:
-                copying = copying or m
+            if m["state"] == "copying" and 0 < m["bytes_copied"] < m["bytes_total"] and not copying:
+                copying = m
+                # ternctl shows the progress too, asked of the leader.
+                env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+                env.update(HOME=c.dir, TERN_URL=f"http://{leader.api_address}",
+                           TERN_PASSWORD=harness.PASSWORD)
+                r = subprocess.run([TERNCTL, "cluster", "moves"], capture_output=True, text=True,
+                                   env=env, timeout=60)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                lines = r.stdout.splitlines()
+                self.assertIn("COPIED", lines[0], r.stdout)
+                row = next(line for line in lines if line.startswith(mid))
+                self.assertRegex(row, r" (copying|catching_up|handing_over|done) +"
+                                 r"(\d+(\.\d)? (B|KiB|MiB)/8\.\d MiB|-) ", r.stdout)
             in_flight = in_flight or leader.metric("tern_moves_in_flight") == 1
             time.sleep(0.25)
         log(f"samples (s, sent, copied, state): {samples}")
@@ -273,4 +293,4 @@ class MoveBig(Base):
         return got
 
 if __name__ == "__main__":
-    harness.main()
+    harness.main(options=(("--ternctl", {"required": True}),), configure=configure)
