@@ -41,7 +41,12 @@
  *      was written within the last WARM_MS or two (a follower that keeps
  *      up): those are still in the page cache and read on the loop (no
  *      worker hand-off on an acknowledgement's path); their epochs are
- *      added on the loop (tn_plog_epochs_range).
+ *      added on the loop (tn_plog_epochs_range). Move traffic
+ *      (cluster/throttle.h): a follower whose copy is out of the ISR or
+ *      far behind sends its fetches on node RPC's bulk connection
+ *      (fetch_lane); the leader holds such a follower's fetch (out of the
+ *      ISR, the ISR at min_insync without it) until move-rate's bucket has
+ *      tokens, and reads at most their grant, on a worker.
  *   4. Follower. The answer's records go to tn_plog_append_raw, which
  *      completes once they are written: the core hears of the log (EV_LOG)
  *      and fetches again at once, with the older flushed offset. When the
