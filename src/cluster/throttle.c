@@ -22,15 +22,6 @@ void tn_throttle_init(tn_throttle_t *t, uint64_t rate, uint64_t now)
     t->at = now;
 }
 
-void tn_throttle_set_rate(tn_throttle_t *t, uint64_t rate, uint64_t now)
-{
-    t->rate = rate;
-    t->burst = burst_of(rate);
-    t->at = now;
-    if (t->tokens > (int64_t)t->burst)
-        t->tokens = (int64_t)t->burst;
-}
-
 static void refill(tn_throttle_t *t, uint64_t now)
 {
     if (now <= t->at)

@@ -57,8 +57,6 @@ typedef struct tn_throttle_s {
 
 /* A full bucket of rate bytes/s at time now (ms). */
 void tn_throttle_init(tn_throttle_t *t, uint64_t rate, uint64_t now);
-/* Change the rate (tokens kept, capped at the new burst). */
-void tn_throttle_set_rate(tn_throttle_t *t, uint64_t rate, uint64_t now);
 /* Whether a grant at now would give anything (tokens above 0, or
  * unlimited). Refills first. */
 bool tn_throttle_ready(tn_throttle_t *t, uint64_t now);

@@ -46,10 +46,6 @@ static void test_bucket_min_burst_and_unlimited(void **state)
     tn_throttle_settle(&t, 3 * MIB, 2 * MIB);
     assert_int_equal(t.copied, 2 * MIB); /* still counted */
     assert_int_equal(t.waits, 0);
-    /* A rate change keeps the tokens under the new burst. */
-    tn_throttle_init(&t, 100 * MIB, 0);
-    tn_throttle_set_rate(&t, MIB, 0);
-    assert_int_equal(tn_throttle_grant(&t, 0, 100 * MIB), MIB / 10);
 }
 
 static void test_settle_refunds_and_owes(void **state)
