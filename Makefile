@@ -124,7 +124,7 @@ repl-suite: build
 asan: deps compat-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=address,undefined $(QUIET) >/dev/null
 	cmake --build build-asan -j $(JOBS) $(QUIET_MAKE)
-	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS) -LE 'package|deploy|console|replsuite'
+	cd build-asan && TERN_SANITIZED=1 ctest --output-on-failure -j $(JOBS) -LE 'package|deploy|console|replsuite|heavy'
 
 # The threaded storage code under ThreadSanitizer.
 tsan: deps

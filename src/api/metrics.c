@@ -213,6 +213,32 @@ static void repl_metrics(const tn_metrics_t *m, tn_buf_t *b)
     family(b, "tern_replica_fetches_total", "counter", "FETCH requests, by side");
     put(b, "tern_replica_fetches_total{side=\"answered\"} %" PRIu64 "\n", rs.fetches);
     put(b, "tern_replica_fetches_total{side=\"sent\"} %" PRIu64 "\n", rs.fetches_sent);
+    family(b, "tern_replica_fetches_sent_total", "counter",
+           "FETCH requests this node sent as a follower, by node RPC connection (bulk: copies out "
+           "of the ISR or far behind)");
+    put(b, "tern_replica_fetches_sent_total{connection=\"normal\"} %" PRIu64 "\n",
+        rs.fetches_sent - rs.fetches_sent_bulk);
+    put(b, "tern_replica_fetches_sent_total{connection=\"bulk\"} %" PRIu64 "\n",
+        rs.fetches_sent_bulk);
+    scalar(b, "tern_moves_in_flight", "gauge",
+           "partition moves under way (every node reports the cluster's number)",
+           rs.moves_in_flight);
+    family(b, "tern_move_bytes_total", "counter",
+           "bytes of records copied to followers out of the ISR (moves' targets, catching-up "
+           "replicas): read here for them (sent) or appended here while out of it (received)");
+    put(b, "tern_move_bytes_total{direction=\"sent\"} %" PRIu64 "\n", rs.move_bytes_sent);
+    put(b, "tern_move_bytes_total{direction=\"received\"} %" PRIu64 "\n", rs.move_bytes_received);
+    scalar(b, "tern_move_throttle_waits_total", "counter",
+           "catch-up fetches held, or answered short, for want of move-rate's tokens",
+           rs.throttle_waits);
+    family(b, "tern_moves_finished_total", "counter",
+           "partition moves this node saw finish since it started, by outcome");
+    put(b, "tern_moves_finished_total{outcome=\"done\"} %" PRIu64 "\n", rs.moves_done);
+    put(b, "tern_moves_finished_total{outcome=\"aborted\"} %" PRIu64 "\n", rs.moves_aborted);
+    family(b, "tern_move_duration_seconds", "summary",
+           "how long the moves this node saw finish took, from begin to done or aborted");
+    put(b, "tern_move_duration_seconds_sum %.3f\n", rs.move_seconds_sum);
+    put(b, "tern_move_duration_seconds_count %" PRIu64 "\n", rs.move_seconds_count);
     scalar(b, "tern_leader_elections_total", "counter",
            "leader epoch changes this node has seen on its replicated partitions", rs.elections);
     scalar(b, "tern_fenced_requests_total", "counter",

@@ -41,7 +41,12 @@
  *      was written within the last WARM_MS or two (a follower that keeps
  *      up): those are still in the page cache and read on the loop (no
  *      worker hand-off on an acknowledgement's path); their epochs are
- *      added on the loop (tn_plog_epochs_range).
+ *      added on the loop (tn_plog_epochs_range). Move traffic
+ *      (cluster/throttle.h): a follower whose copy is out of the ISR or
+ *      far behind sends its fetches on node RPC's bulk connection
+ *      (fetch_lane); the leader holds such a follower's fetch (out of the
+ *      ISR, the ISR at min_insync without it) until move-rate's bucket has
+ *      tokens, and reads at most their grant, on a worker.
  *   4. Follower. The answer's records go to tn_plog_append_raw, which
  *      completes once they are written: the core hears of the log (EV_LOG)
  *      and fetches again at once, with the older flushed offset. When the
@@ -97,6 +102,7 @@
 
 #include "cluster/fetch.h"
 #include "cluster/repl.h"
+#include "cluster/throttle.h"
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -134,6 +140,8 @@
  * periods) are still in the page cache, and a fetch for them is read on
  * the loop (freq_answer). */
 #define WARM_MS 1000
+/* Finished moves are tallied for /metrics (tn_move_tally_t) this often. */
+#define TALLY_MS 250
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -195,6 +203,7 @@ struct part_s {
                            * fetch does not wait for an old leader's call) */
     tn_repl_fetch_t wantf;
     uint32_t want_node;
+    bool far;         /* the last answer says this copy is far behind (fetch_lane) */
     bool report_want; /* a flush report waits to be sent (ACT_REPORT) */
     tn_repl_fetch_t reportf;
     uint32_t report_node;
@@ -246,6 +255,8 @@ typedef struct fitem_s {
     bool out_of_range;  /* from is below the log's start (read_work): OUT_OF_RANGE */
     bool gap;           /* from is in a gap of the log (read_work): GAP */
     uint64_t log_start; /* OUT_OF_RANGE: the log's start; GAP: the gap's end */
+    bool throttled;     /* a catch-up fetch: read under move-rate (tn_throttle_applies) */
+    uint64_t grant;     /* ... the bytes the bucket granted it, settled in reply_now */
 } fitem_t;
 
 typedef struct freq_s freq_t;
@@ -279,6 +290,7 @@ struct group_s {
     group_t *next;
     call_kind_t kind;
     uint32_t leader;
+    bool bulk; /* CALL_FETCH: rides the bulk connection (fetch_lane) */
     bool inflight;
     tn_rpc_call_t *call;
     /* CALL_FETCH: the partitions in the call, to match the answers to */
@@ -308,6 +320,10 @@ struct tn_replica_s {
     /* tn_replica_on_lead (rfwd: the router's PRODUCE window) */
     tn_replica_lead_cb lead_cb;
     void *lead_arg;
+    /* move-rate: what this node serves to followers out of the ISR */
+    tn_throttle_t bucket;
+    tn_move_tally_t tally; /* finished moves, for /metrics */
+    uint64_t tally_at;
 };
 
 /* A failed truncation is logged at most once in this many ms. */
@@ -1244,6 +1260,8 @@ static void read_work(uv_work_t *w)
         if (it->plog == NULL)
             continue;
         size_t max = left > 0 ? left : 1; /* at least one record each */
+        if (it->throttled && it->grant < max)
+            max = (size_t)it->grant; /* move-rate's grant (above 0: freq_answer) */
         it->read_rc = tn_plog_read_raw(it->plog, it->offset, max, &it->recs, &it->count);
         if (it->read_rc == TN_ENOTFOUND) {
             /* Below the log's start (retention, a drop): the follower
@@ -1284,6 +1302,13 @@ static void reply_now(freq_t *f)
     tn_epoch_entry_t *ep = tn_calloc(TN_FETCH_MAX_EPOCHS, sizeof(*ep));
     if (ep == NULL)
         rc = UV_ENOMEM;
+    for (uint32_t i = 0; i < f->n; i++) {
+        fitem_t *it = &f->items[i];
+        if (it->throttled && it->grant > 0) {
+            tn_throttle_settle(&rm->bucket, it->grant, tn_buf_size(&it->recs));
+            it->grant = 0;
+        }
+    }
     for (uint32_t i = 0; rc == 0 && i < f->n; i++) {
         fitem_t *it = &f->items[i];
         part_t *pt = part_find(rm, it->topic, it->p);
@@ -1373,7 +1398,7 @@ static void note_warm(part_t *pt, uint64_t now)
 static void freq_answer(freq_t *f)
 {
     tn_replica_t *rm = f->rm;
-    bool read = false, warm = true;
+    bool read = false, warm = true, cold = false;
     for (uint32_t i = 0; i < f->n; i++) {
         fitem_t *it = &f->items[i];
         it->plog = NULL;
@@ -1383,13 +1408,22 @@ static void freq_answer(freq_t *f)
         if (pt == NULL || !pt->ready || pt->plog == NULL)
             continue;
         if (it->offset < tn_plog_written_next(pt->plog)) {
+            if (it->throttled) {
+                /* A catch-up read: at most what move-rate grants now
+                 * (nothing: answered without records, the follower asks
+                 * again), on a worker (it reads from far behind). */
+                it->grant = tn_throttle_grant(&rm->bucket, now_ms(rm), f->max_bytes);
+                if (it->grant == 0)
+                    continue;
+                cold = true;
+            }
             it->plog = pt->plog;
             read = true;
             warm = warm && it->offset >= warm_from(pt);
         }
     }
     f->working = true;
-    if (read && (f->parked || warm)) {
+    if (read && !cold && (f->parked || warm)) {
         /* A fetch that waited at the log end reads only what was written
          * since, and one that came while its records were being written
          * (a follower that keeps up) reads what was written within the
@@ -1433,8 +1467,12 @@ static bool freq_due(freq_t *f, uint64_t now)
             return true;
         if (!pt->ready || pt->plog == NULL)
             continue;
-        if (it->offset < tn_plog_written_next(pt->plog) ||
-            (pt->core.hw != it->hw && now >= f->parked_at + HW_LINGER_MS))
+        /* A catch-up fetch held for move-rate is due once the bucket
+         * has tokens; a hw alone is no news to it (it is not in the ISR). */
+        if (it->offset < tn_plog_written_next(pt->plog) &&
+            (!it->throttled || tn_throttle_ready(&f->rm->bucket, now)))
+            return true;
+        if (!it->throttled && pt->core.hw != it->hw && now >= f->parked_at + HW_LINGER_MS)
             return true;
     }
     return false;
@@ -1513,7 +1551,7 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
     uint64_t wait = fr.wait_ms < 30000 ? fr.wait_ms : 30000;
     f->deadline = now_ms(rm) + wait;
     f->parked_at = now_ms(rm);
-    bool due = wait == 0;
+    bool due = wait == 0, held = false;
     uint64_t now = now_ms(rm);
     for (uint32_t i = 0; i < f->n; i++) {
         fitem_t *it = &f->items[i];
@@ -1533,12 +1571,20 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
             run(pt, &ev);
             cur_item = NULL;
         }
-        if (it->status != TN_FETCH_RECORDS)
+        if (it->status == TN_FETCH_RECORDS && pt != NULL)
+            it->throttled = tn_throttle_applies(&pt->core.ps, fr.node);
+        if (it->status != TN_FETCH_RECORDS) {
             due = true;
-        else if (pt != NULL && pt->ready && pt->plog != NULL &&
-                 it->offset < tn_plog_written_next(pt->plog))
-            due = true;
+        } else if (pt != NULL && pt->ready && pt->plog != NULL &&
+                   it->offset < tn_plog_written_next(pt->plog)) {
+            if (!it->throttled || tn_throttle_ready(&rm->bucket, now))
+                due = true;
+            else
+                held = true; /* records wait, move-rate's tokens do not */
+        }
     }
+    if (held && !due)
+        rm->bucket.waits++;
     /* This fetch may have moved a hw that other parked fetches wait for. */
     wake_fetches(rm);
     f->next = rm->fetches;
@@ -1583,25 +1629,39 @@ void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len
 
 /* --- follower: calls to leader nodes (fetches, flush reports) ---------------------- */
 
-/* Whether pt waits to go in a call of kind to leader. */
-static bool part_waits(const part_t *pt, call_kind_t kind, uint32_t leader)
+/* Which connection pt's next fetch rides: true for node RPC's bulk
+ * connection (a copy out of the ISR, a move's target among them, or one
+ * far behind: cluster/throttle.h), false for the normal one, where an
+ * in-sync follower's fetch is on the ack path. Every fetch lane choice is
+ * made here. A copy that switches never has two fetches out: a partition
+ * is in one call to a leader at a time (in_call, part_waits), whatever
+ * its connection, so what it appends stays in order. */
+static bool fetch_lane(const part_t *pt)
+{
+    bool in_isr = tn_pstate_isr_find(&pt->core.ps, pt->rm->o.node) >= 0;
+    return tn_throttle_bulk(in_isr, pt->far);
+}
+
+/* Whether pt waits to go in a call of kind to leader (FETCH: on the bulk
+ * connection or not). */
+static bool part_waits(const part_t *pt, call_kind_t kind, uint32_t leader, bool bulk)
 {
     if (pt->dead)
         return false;
     if (kind == CALL_REPORT)
         return pt->report_want && pt->report_node == leader;
     return pt->want && pt->want_node == leader && !pt->appending && !pt->truncating &&
-           !(pt->in_call && pt->call_leader == leader);
+           !(pt->in_call && pt->call_leader == leader) && fetch_lane(pt) == bulk;
 }
 
 /* The call slot for kind's next call to leader: FETCH, an idle one (made
  * when every one is in flight: a partition that wants to fetch never waits
  * for a parked call of others); FLUSHED, the leader's only one, in flight
  * or not. */
-static group_t *group_get(tn_replica_t *rm, call_kind_t kind, uint32_t leader)
+static group_t *group_get(tn_replica_t *rm, call_kind_t kind, uint32_t leader, bool bulk)
 {
     for (group_t *g = rm->groups[kind]; g != NULL; g = g->next)
-        if (g->leader == leader && (kind == CALL_REPORT || !g->inflight))
+        if (g->leader == leader && (kind == CALL_REPORT || (!g->inflight && g->bulk == bulk)))
             return g;
     group_t *g = tn_calloc(1, sizeof(*g));
     if (g == NULL)
@@ -1609,6 +1669,7 @@ static group_t *group_get(tn_replica_t *rm, call_kind_t kind, uint32_t leader)
     g->rm = rm;
     g->kind = kind;
     g->leader = leader;
+    g->bulk = kind == CALL_FETCH && bulk;
     g->next = rm->groups[kind];
     rm->groups[kind] = g;
     return g;
@@ -1659,6 +1720,9 @@ static void on_fetch_reply(void *arg, int status, const tn_wire_reply_t *reply, 
         tn_repl_event_t ev = {.now = now};
         switch (rp.status) {
         case TN_FETCH_RECORDS:
+            pt->far = tn_throttle_far(rp.records_len, rm->o.fetch_max_bytes);
+            if (tn_pstate_isr_find(&pt->core.ps, rm->o.node) < 0)
+                rm->st.move_bytes_received += rp.records_len;
             ev.type = TN_REPL_EV_RECORDS;
             ev.u.records.leader_epoch = g->sent[i].leader_epoch;
             ev.u.records.from = rp.from;
@@ -1778,7 +1842,7 @@ static void group_send(group_t *g)
     uint32_t n = 0;
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next)
-            n += part_waits(pt, g->kind, g->leader);
+            n += part_waits(pt, g->kind, g->leader, g->bulk);
     if (n == 0)
         return;
     if (n > TN_FETCH_MAX_PARTS)
@@ -1798,7 +1862,7 @@ static void group_send(group_t *g)
     uint32_t k = 0;
     for (uint32_t bk = 0; rc == 0 && bk < NBUCKETS && k < n; bk++)
         for (part_t *pt = rm->buckets[bk]; rc == 0 && pt != NULL && k < n; pt = pt->next) {
-            if (!part_waits(pt, g->kind, g->leader))
+            if (!part_waits(pt, g->kind, g->leader, g->bulk))
                 continue;
             const tn_repl_fetch_t *f = fetch ? &pt->wantf : &pt->reportf;
             tn_fetch_part_t fp;
@@ -1820,8 +1884,8 @@ static void group_send(group_t *g)
     if (fetch)
         g->n = k;
     if (rc == 0)
-        rc = fetch ? tn_rpc_call(rm->o.rpc, addr, TN_OP_FETCH, tn_buf_data(&b), tn_buf_size(&b),
-                                 wait + 5000, on_fetch_reply, g, &g->call)
+        rc = fetch ? tn_rpc_call_on(rm->o.rpc, addr, -1, g->bulk, TN_OP_FETCH, tn_buf_data(&b),
+                                    tn_buf_size(&b), wait + 5000, on_fetch_reply, g, &g->call)
                    : tn_rpc_call(rm->o.rpc, addr, TN_OP_FLUSHED, tn_buf_data(&b), tn_buf_size(&b),
                                  REPORT_CALL_MS, on_report_reply, g, &g->call);
     tn_buf_fini(&b);
@@ -1832,6 +1896,8 @@ static void group_send(group_t *g)
     g->inflight = true;
     if (fetch)
         rm->st.fetches_sent++;
+    if (fetch && g->bulk)
+        rm->st.fetches_sent_bulk++;
 }
 
 /* For each leader node that a partition's call of kind waits for, one
@@ -1843,8 +1909,9 @@ static void send_waiting(tn_replica_t *rm, call_kind_t kind)
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next) {
             uint32_t leader = kind == CALL_FETCH ? pt->want_node : pt->report_node;
-            if (part_waits(pt, kind, leader)) {
-                group_t *g = group_get(rm, kind, leader);
+            bool bulk = kind == CALL_FETCH && fetch_lane(pt);
+            if (part_waits(pt, kind, leader, bulk)) {
+                group_t *g = group_get(rm, kind, leader, bulk);
                 if (g != NULL)
                     group_send(g);
             }
@@ -2486,6 +2553,18 @@ static void feed_channels(part_t *pt, uint64_t now)
     }
 }
 
+/* Count the moves the metastore replica shows finished since this node
+ * started (its ring of the last ones, each counted once). */
+static void tally_moves(tn_replica_t *rm)
+{
+    const tn_meta_state_t *s = tn_meta_state(rm->o.meta);
+    for (size_t k = 0; tn_meta_state_move_done(s, k) != NULL; k++) {
+        const tn_meta_move_t *mv = tn_meta_state_move_done(s, k);
+        (void)tn_move_tally_note(&rm->tally, mv->id, mv->end == TN_MOVE_DONE, mv->started_ms,
+                                 mv->finished_ms);
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     tn_replica_t *rm = t->data;
@@ -2535,6 +2614,10 @@ static void on_tick(uv_timer_t *t)
             if (!pt->dead)
                 check_damage(pt, now);
         }
+    if (now >= rm->tally_at + TALLY_MS) {
+        rm->tally_at = now;
+        tally_moves(rm);
+    }
     wake_fetches(rm);
     send_fetches(rm);
 }
@@ -2558,6 +2641,8 @@ int tn_replica_new(const tn_replica_opts_t *o, tn_replica_t **out)
         rm->o.fetch_timeout_ms = rm->o.fetch_wait_ms + 2000;
     if (rm->o.fetch_max_bytes == 0)
         rm->o.fetch_max_bytes = DEFAULT_MAX;
+    tn_throttle_init(&rm->bucket, rm->o.move_rate, uv_now(o->loop));
+    tn_move_tally_init(&rm->tally, (int64_t)tn_now_wall_ms());
     uv_timer_init(o->loop, &rm->timer);
     rm->timer.data = rm;
     rm->open_handles = 1;
@@ -2771,12 +2856,27 @@ void tn_replica_each_own_log(tn_replica_t *rm, tn_replica_log_cb cb, void *arg)
                 cb(arg, pt->topic, pt->p, pt->plog);
 }
 
+static void count_move(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    (void)topic;
+    (void)p;
+    *(uint64_t *)arg += ps->ntarget > 0;
+}
+
 void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out)
 {
     *out = rm->st;
     out->partitions = out->leading = out->serving = out->following = 0;
     out->under_replicated = out->offline = out->damaged = 0;
     out->max_lag_records = out->max_lag_bytes = out->max_lag_ms = 0;
+    out->move_bytes_sent = rm->bucket.copied;
+    out->throttle_waits = rm->bucket.waits;
+    out->moves_done = rm->tally.done;
+    out->moves_aborted = rm->tally.aborted;
+    out->move_seconds_count = rm->tally.seconds_count;
+    out->move_seconds_sum = rm->tally.seconds_sum;
+    out->moves_in_flight = 0;
+    tn_meta_state_each_pstate(tn_meta_state(rm->o.meta), count_move, &out->moves_in_flight);
     uint64_t now = now_ms(rm);
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next) {
@@ -2803,6 +2903,11 @@ void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out)
                 uint64_t lag = c->end > peer->flushed ? c->end - peer->flushed : 0;
                 if (lag > out->max_lag_records)
                     out->max_lag_records = lag;
+                uint64_t lag_bytes = lag > 0 && pt->ready && pt->plog != NULL
+                                         ? tn_plog_bytes_from(pt->plog, peer->flushed)
+                                         : 0;
+                if (lag_bytes > out->max_lag_bytes)
+                    out->max_lag_bytes = lag_bytes;
                 uint64_t ms = now > peer->caught_up_at ? now - peer->caught_up_at : 0;
                 if (ms > out->max_lag_ms)
                     out->max_lag_ms = ms;
@@ -2835,6 +2940,24 @@ int tn_replica_peer_lag(tn_replica_t *rm, const char *topic, uint32_t p, uint32_
         const tn_repl_peer_t *peer = &pt->core.peers[i];
         if (peer->node == node && peer->seen) {
             *lag = pt->core.end > peer->end ? pt->core.end - peer->end : 0;
+            return 0;
+        }
+    }
+    return TN_ENOTFOUND;
+}
+
+int tn_replica_move_progress(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
+                             uint64_t *copied, uint64_t *total)
+{
+    part_t *pt = part_find(rm, topic, p);
+    if (!leads_ready(pt))
+        return TN_ENOTFOUND;
+    for (uint32_t i = 0; i < pt->core.ps.nreplicas; i++) {
+        const tn_repl_peer_t *peer = &pt->core.peers[i];
+        if (peer->node == node && peer->seen) {
+            *total = tn_plog_bytes_from(pt->plog, 0);
+            uint64_t left = peer->end < pt->core.end ? tn_plog_bytes_from(pt->plog, peer->end) : 0;
+            *copied = *total > left ? *total - left : 0;
             return 0;
         }
     }

@@ -38,6 +38,10 @@ typedef struct {
     uint64_t fetch_wait_ms;    /* a parked fetch's longest wait; 0 = 500 */
     uint64_t fetch_timeout_ms; /* 0 = fetch_wait_ms + 2000 */
     size_t fetch_max_bytes;    /* per fetch answer; 0 = 1 MiB */
+    /* Option move-rate: bytes/s this node reads for the fetches of
+     * followers out of the ISR, over all of them (cluster/throttle.h);
+     * 0 = unlimited. */
+    uint64_t move_rate;
     /* Before a partition is handed to the engine (promotion): close what
      * this node holds of it as a follower besides the log (the channel
      * logs of cluster/setrepl.h, tn_setrepl_release), then cb(cb_arg) on
@@ -76,6 +80,20 @@ typedef struct {
                                          that failed (tried again) */
     uint64_t damaged;                 /* replicas here whose log is isolated by a CRC failure */
     uint64_t max_lag_records, max_lag_bytes, max_lag_ms; /* over followers of led partitions */
+    /* Moves (cluster/throttle.h). Fetches sent on node RPC's bulk
+     * connection (of fetches_sent); bytes read for followers out of the ISR
+     * (served under move-rate) and bytes received here while out of the
+     * ISR; catch-up fetches held or answered short for want of move-rate's
+     * tokens. */
+    uint64_t fetches_sent_bulk;
+    uint64_t move_bytes_sent, move_bytes_received;
+    uint64_t throttle_waits;
+    uint64_t moves_in_flight; /* partitions with a move under way (the metastore replica) */
+    /* Moves this node's metastore replica saw finish since it started, and
+     * their durations (start to end). */
+    uint64_t moves_done, moves_aborted;
+    uint64_t move_seconds_count;
+    double move_seconds_sum;
 } tn_replica_stats_t;
 
 /* Make the manager (it does nothing until tn_replica_start). 0 and *out,
@@ -162,5 +180,12 @@ int tn_replica_part_info(tn_replica_t *rm, const char *topic, uint32_t p, uint64
  * partition, or node is not a replica that fetched in this epoch). */
 int tn_replica_peer_lag(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
                         uint64_t *lag);
+/* On the leader of (topic, p): a move's progress for target node, in
+ * bytes of this leader's log: *total, what it stores; *copied, what it
+ * stores below the end node last fetched at in this epoch
+ * (tn_plog_bytes_from: within an index interval). 0, or TN_ENOTFOUND (not
+ * the leader, or node did not fetch in this epoch yet). */
+int tn_replica_move_progress(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
+                             uint64_t *copied, uint64_t *total);
 
 #endif

@@ -324,6 +324,10 @@ static const opt_t options[] = {
      NULL,
      "a follower whose flushed copy of a replicated partition stays behind its leader's log end "
      "for this long leaves the in-sync replicas until it catches up"},
+    {"move-rate", OPT_SIZE, F(move_rate), "64MiB", 0, 16LL * 1024 * 1024 * 1024, NULL,
+     "bytes per second this node reads for followers catching up out of the in-sync replicas "
+     "(partition moves' targets, restarted replicas), over all of them; in-sync followers are "
+     "never throttled (0: unlimited)"},
     {"leader-rebalance-delay", OPT_DURATION, F(leader_rebalance_delay_ns), "30s", 1 * SEC,
      86400 * SEC, NULL,
      "a partition whose preferred replica has been in sync and live for this long while "
@@ -1940,7 +1944,7 @@ static const struct {
                 "cluster-heartbeat-interval cluster-dead-after cluster-rpc-dial-timeout "
                 "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
     {"Replication", "experimental-replication default-replication-factor min-insync-replicas "
-                    "member-session-timeout replica-lag-time-max leader-rebalance-delay "
+                    "member-session-timeout replica-lag-time-max move-rate leader-rebalance-delay "
                     "replace-dead-after"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "

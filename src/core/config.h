@@ -201,6 +201,7 @@ typedef struct tn_config_s {
     int64_t min_insync_replicas;
     int64_t member_session_timeout_ns;
     int64_t replica_lag_time_max_ns;
+    int64_t move_rate; /* bytes/s; 0: unlimited */
     int64_t leader_rebalance_delay_ns;
     int64_t replace_dead_after_ns; /* 0: never */
 

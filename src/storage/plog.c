@@ -1691,6 +1691,35 @@ int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *
     return rc;
 }
 
+uint64_t tn_plog_bytes_from(tn_plog_t *plog, uint64_t offset)
+{
+    uv_mutex_lock(&plog->lock);
+    uint64_t bytes = 0;
+    if (plog->mem) {
+        uint64_t next = atomic_load(&plog->written_next);
+        uint64_t n = next > plog->mem_first ? next - plog->mem_first : 0;
+        uint64_t past = offset <= plog->mem_first ? n : offset < next ? next - offset : 0;
+        bytes = n > 0 ? (uint64_t)((double)plog->mem_bytes * (double)past / (double)n) : 0;
+    }
+    for (uint32_t i = plog->mem ? plog->nsegs : 0; i < plog->nsegs; i++) {
+        const tn_seg_t *seg = plog->segs[i];
+        if (offset <= seg->base) {
+            bytes += seg->size;
+        } else if (offset < seg->base + seg->count) {
+            /* Inside seg: its sparse index (the position of an entry at
+             * or below offset: a little over) or, not loaded, its
+             * records' mean size. */
+            uint64_t pos = seg->idx_loaded
+                               ? tn_seg_index_find(seg, offset)
+                               : (uint64_t)((double)seg->size * (double)(offset - seg->base) /
+                                            (double)seg->count);
+            bytes += pos < seg->size ? seg->size - pos : 0;
+        }
+    }
+    uv_mutex_unlock(&plog->lock);
+    return bytes;
+}
+
 uint64_t tn_plog_gap_end(tn_plog_t *plog, uint64_t offset)
 {
     uint64_t next = atomic_load(&plog->written_next);

@@ -344,6 +344,13 @@ int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *
  * first stored offset, or at or past written_next). Any thread. */
 uint64_t tn_plog_gap_end(tn_plog_t *plog, uint64_t offset);
 
+/* The bytes the log stores at or past offset (all of them for an offset
+ * at or below its start): exact at a segment's bounds, within a sparse
+ * index interval inside one (an estimate from the mean record size where
+ * the index is not loaded, and in memory). For a copy's progress. Any
+ * thread. */
+uint64_t tn_plog_bytes_from(tn_plog_t *plog, uint64_t offset);
+
 /* Positions and state (any thread). */
 uint64_t tn_plog_written_next(tn_plog_t *plog);
 uint64_t tn_plog_durable_next(tn_plog_t *plog);

@@ -22,7 +22,10 @@
  * partition's state) and the last finished ones (the state keeps 64),
  * the same on every node; lag_records only where this node leads the
  * partition (its followers' fetch positions), 0 once every target member
- * is in sync, else null.
+ * is in sync, else null; bytes_copied and bytes_total likewise, from the
+ * leader's log (tn_replica_move_progress), and the state copying rather
+ * than catching_up while a target lacks more than a fetch's worth
+ * (cluster/throttle.h).
  * DELETE /v1/cluster/moves/{id}: PART_MOVE abort after the same confirm
  * and dry run (404 unknown, 409 finished or no old replica could lead).
  *
@@ -34,6 +37,7 @@
 #include "api/v1/common.h"
 
 #include "cluster/replica.h"
+#include "cluster/throttle.h"
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -239,6 +243,34 @@ static bool move_lag(tn_v1_t *v, const char *topic, uint32_t p, const tn_pstate_
     return true;
 }
 
+/* The move's progress in bytes, where this node leads the partition: the
+ * leader's log size (*total) and what the farthest-behind target member
+ * holds of it (*copied; all of it once every target is in sync). */
+static bool move_bytes(tn_v1_t *v, const char *topic, uint32_t p, const tn_pstate_t *ps,
+                       uint64_t *copied, uint64_t *total)
+{
+    if (v->replica == NULL)
+        return false;
+    bool any = false;
+    for (uint32_t i = 0; i < ps->ntarget; i++) {
+        uint64_t c, t;
+        if (tn_replica_move_progress(v->replica, topic, p, ps->target[i], &c, &t) != 0) {
+            if (tn_pstate_isr_find(ps, ps->target[i]) >= 0 || ps->target[i] == ps->leader)
+                continue; /* in sync: holds it all */
+            return false;
+        }
+        if (!any || c < *copied)
+            *copied = c;
+        *total = t;
+        any = true;
+    }
+    if (!any)
+        return false; /* every target in sync, none fetching here: not the leader */
+    if (tn_pstate_move_ready(ps))
+        *copied = *total;
+    return true;
+}
+
 static void list_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
 {
     list_t *l = arg;
@@ -250,8 +282,16 @@ static void list_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t
     json_head(l->b, ps->move_id, topic, p);
     json_nodes(l->b, "from", ps->old, ps->nold);
     json_nodes(l->b, "to", ps->target, ps->ntarget);
+    uint64_t copied = 0, total = 0;
+    bool bytes = move_bytes(l->v, topic, p, ps, &copied, &total);
     tn__v1_appendf(l->b, ",\"state\":\"%s\",\"started_ms\":%" PRId64 ",\"finished_ms\":null",
-                   tn_pstate_move_ready(ps) ? "handing_over" : "catching_up", ps->move_started_ms);
+                   tn_throttle_move_state(tn_pstate_move_ready(ps), bytes, total - copied),
+                   ps->move_started_ms);
+    if (bytes)
+        tn__v1_appendf(l->b, ",\"bytes_copied\":%" PRIu64 ",\"bytes_total\":%" PRIu64, copied,
+                       total);
+    else
+        APPEND_LIT(l->b, ",\"bytes_copied\":null,\"bytes_total\":null");
     uint64_t lag;
     if (move_lag(l->v, topic, p, ps, &lag))
         tn__v1_appendf(l->b, ",\"lag_records\":%" PRIu64, lag);
@@ -270,7 +310,8 @@ static void json_done(tn_buf_t *b, const tn_meta_move_t *mv)
     json_nodes(b, "to", mv->to, mv->nto);
     tn__v1_appendf(b,
                    ",\"state\":\"%s\",\"started_ms\":%" PRId64 ",\"finished_ms\":%" PRId64
-                   ",\"lag_records\":null,\"error\":",
+                   ",\"bytes_copied\":null,\"bytes_total\":null,\"lag_records\":null,"
+                   "\"error\":",
                    mv->end == TN_MOVE_DONE ? "done" : "aborted", mv->started_ms, mv->finished_ms);
     if (mv->end == TN_MOVE_DONE)
         APPEND_LIT(b, "null}");

@@ -117,19 +117,27 @@ static const char *id_list(yajl_val v, char *buf, size_t cap)
 void tn__ctl_print_moves(yajl_val ml)
 {
     tn_ctl_table_t t;
-    tn_ctl_table_init(&t, 8);
-    const char *head[] = {"ID", "TOPIC", "PARTITION", "FROM", "TO", "STATE", "LAG", "ERROR"};
+    tn_ctl_table_init(&t, 9);
+    const char *head[] = {"ID",    "TOPIC",  "PARTITION", "FROM", "TO",
+                          "STATE", "COPIED", "LAG",       "ERROR"};
     tn_ctl_table_row(&t, head);
     for (size_t i = 0; i < ml->u.array.len; i++) {
         yajl_val m = ml->u.array.values[i];
-        int64_t p = 0, lag = 0;
-        char ps[24], lags[24], from[96], to[96];
+        int64_t p = 0, lag = 0, copied = 0, total = 0;
+        char ps[24], lags[24], from[96], to[96], cb[24], tb[24], copy[56];
         tn_ctl_get_int(m, "partition", &p);
         snprintf(ps, sizeof(ps), "%" PRId64, p);
         if (tn_ctl_get_int(m, "lag_records", &lag))
             snprintf(lags, sizeof(lags), "%" PRId64, lag);
         else
             snprintf(lags, sizeof(lags), "-");
+        /* bytes_copied/bytes_total: known on the partition's leader only */
+        if (tn_ctl_get_int(m, "bytes_copied", &copied) && tn_ctl_get_int(m, "bytes_total", &total))
+            snprintf(copy, sizeof(copy), "%s/%s",
+                     tn_ctl_fmt_bytes((uint64_t)copied, cb, sizeof(cb)),
+                     tn_ctl_fmt_bytes((uint64_t)total, tb, sizeof(tb)));
+        else
+            snprintf(copy, sizeof(copy), "-");
         const char *err = tn_ctl_get_str(m, "error");
         const char *row[] = {tn_ctl_get_str(m, "id"),
                              tn_ctl_get_str(m, "topic"),
@@ -137,6 +145,7 @@ void tn__ctl_print_moves(yajl_val ml)
                              id_list(tn_ctl_get(m, "from"), from, sizeof(from)),
                              id_list(tn_ctl_get(m, "to"), to, sizeof(to)),
                              tn_ctl_get_str(m, "state"),
+                             copy,
                              lags,
                              err != NULL ? err : "-"};
         tn_ctl_table_row(&t, row);
@@ -365,10 +374,10 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "         Raft (GET /v1/cluster/members)\n"
             "moves    partition moves under way and the last finished ones (GET\n"
             "         /v1/cluster/moves): id, topic, partition, the replicas before and after,\n"
-            "         catching_up | handing_over | done | aborted, how many records the\n"
-            "         farthest-behind target lacks (\"-\": this node cannot tell; ask the\n"
-            "         partition's leader) and why an aborted one ended. `ternctl partitions\n"
-            "         move` starts one\n"
+            "         copying | catching_up | handing_over | done | aborted, the bytes the\n"
+            "         farthest-behind target holds of the leader's log, how many records it\n"
+            "         lacks (\"-\": this node cannot tell; ask the partition's leader) and\n"
+            "         why an aborted one ended. `ternctl partitions move` starts one\n"
             "drain    the graceful drain of member ID (as `ternctl drain`, sent to the API\n"
             "         address the members list gives for it; the same options): one node of\n"
             "         a rolling restart, from any node\n"

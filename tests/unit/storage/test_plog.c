@@ -12,6 +12,7 @@
 #include "storage/io.h"
 
 #include <dirent.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,41 @@ static void test_append_read_roll(void **state)
     /* Every sealed segment has its sidecar. */
     assert_int_equal(count_files(dir, ".idx"), st.segments - 1);
     assert_int_equal(count_files(dir, ".log"), st.segments);
+}
+
+/* tn_plog_bytes_from (a move's progress): all of the log at or below its
+ * start, nothing at its end, never growing with the offset, and close to
+ * the bytes a raw read from there returns (within an index interval and a
+ * record: the sparse index, or the mean record size where a sealed
+ * segment's index is not loaded). */
+static void test_bytes_from(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *plog = open_log(fx, "sizes", 0);
+    append_n(fx, plog, 0, 1500); /* several 64 KiB segments */
+    tn_plog_stats_t st;
+    tn_plog_stats(plog, &st);
+    assert_true(st.segments >= 4);
+    assert_int_equal(tn_plog_bytes_from(plog, 0), st.bytes);
+    assert_int_equal(tn_plog_bytes_from(plog, 1500), 0);
+    assert_int_equal(tn_plog_bytes_from(plog, 99999), 0);
+    uint64_t prev = st.bytes;
+    tn_buf_t raw;
+    tn_buf_init(&raw);
+    for (uint64_t off = 0; off <= 1500; off += 37) {
+        uint64_t b = tn_plog_bytes_from(plog, off);
+        assert_true(b <= prev);
+        prev = b;
+        uint32_t n = 0;
+        tn_buf_reset(&raw);
+        assert_int_equal(tn_plog_read_raw(plog, off, SIZE_MAX, &raw, &n) == 0 || off == 1500, 1);
+        uint64_t exact = off < 1500 ? tn_buf_size(&raw) : 0;
+        uint64_t diff = b > exact ? b - exact : exact - b;
+        if (diff > 4096 + 600)
+            fail_msg("offset %" PRIu64 ": %" PRIu64 " bytes from it, %" PRIu64 " read", off, b,
+                     exact);
+    }
+    tn_buf_fini(&raw);
 }
 
 static void test_batch_keys_and_deliver_at(void **state)
@@ -1004,6 +1040,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_append_read_roll, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bytes_from, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_keys_and_deliver_at, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_uses_sidecars, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_and_bad_index_rebuilt, setup, teardown),
