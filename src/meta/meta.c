@@ -245,6 +245,8 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
             note_heard(m, c.member.id, uv_now(m->loop));
         if (c.type == TN_MC_NOOP && c.member.id == m->id)
             confirm_applied(m, c.nonce);
+        if (m->leading && (c.type == TN_MC_REMOTE_PUT || c.type == TN_MC_REMOTE_DELETE))
+            tn_meta_remote_audit(c.type, c.remote, rc); /* the leader's audit line */
         tn_meta_cmd_fini(&c);
     } else {
         /* Refused as a whole and identically by every replica of this
@@ -315,7 +317,7 @@ static int answer(const tn_meta_req_t *req, int status)
         return status;
     if (status == TN_ENOTFOUND &&
         (req->type == TN_MC_TOPIC_DELETE || req->type == TN_MC_CHANNEL_DELETE ||
-         req->type == TN_MC_USER_DELETE))
+         req->type == TN_MC_USER_DELETE || req->type == TN_MC_REMOTE_DELETE))
         return 0;
     if (status == UV_EEXIST && req->type == TN_MC_CHANNEL_PUT && req->if_absent)
         return 0;
@@ -480,8 +482,8 @@ static void requeue(tn_meta_t *m, tn_meta_req_t *req)
     uint8_t *b = req->buf.base;
     if (req->buf.len > TN_META_HDR && b[3] == TN_MC_TOPIC_PUT)
         b[TN_META_HDR] |= TN_META_TOPIC_AGAIN;
-    else if (req->buf.len > TN_META_HDR && b[3] == TN_MC_USER_PUT)
-        b[TN_META_HDR] |= TN_META_USER_AGAIN;
+    else if (req->buf.len > TN_META_HDR && (b[3] == TN_MC_USER_PUT || b[3] == TN_MC_REMOTE_PUT))
+        b[TN_META_HDR] |= TN_META_USER_AGAIN; /* TN_REMOTE_AGAIN is the same bit */
     req->resent = true;
     req->deadline = TN_MIN(uv_now(m->loop) + NO_LEADER_MS, req->expires);
     push_front(m, req);
