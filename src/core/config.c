@@ -1954,11 +1954,11 @@ static const struct {
     {"Replication", "experimental-replication default-replication-factor min-insync-replicas "
                     "member-session-timeout replica-lag-time-max leader-rebalance-delay "
                     "replace-dead-after"},
-    {"Remotes", "remotes-allowed-ports remotes-allowed-hosts remotes-allow-addresses "
-                "remotes-api-hop-encrypted"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},
+    {"Remotes", "remotes-allowed-ports remotes-allowed-hosts remotes-allow-addresses "
+                "remotes-api-hop-encrypted"},
 };
 
 /* The help_groups entry holding name, or -1. */
