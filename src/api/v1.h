@@ -66,7 +66,8 @@ typedef struct {
     uint8_t default_replication_factor;
     uint8_t min_insync_replicas;
     /* Remotes (api/v1/remotes.h, docs/remotes.md): the cluster secret
-     * (borrowed for tn_v1_register, which copies it; length 0: none),
+     * (borrowed until the first tn_v1_register, which copies it and clears
+     * the two pointers; length 0: none),
      * whether it was generated for this process (a lone node: remotes are
      * refused), the address guard (borrowed likewise, copied; NULL: the
      * defaults) and remotes-api-hop-encrypted. */

@@ -83,6 +83,14 @@ class RemotesTest(harness.ClusterTest):
                        f"--tls-key={key}"]
         return certs["ca"]
 
+    def assert_clean_stop(self, c):
+        """Every node stops with status 0 and no sanitizer report (the
+        ASan build's test run)."""
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
+        for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+            self.assertNotIn(bad, c.logs())
+
     def assert_secret_nowhere(self, c, secrets, extra_dirs=()):
         for s in secrets:
             needle = s.encode()
@@ -259,6 +267,8 @@ class SingleNode(RemotesTest):
         self.assertIn("audit: admin deleted remote eu", node.log())
         st, lst = req("GET", "/v1/remotes")
         self.assertEqual([r["name"] for r in lst["remotes"]], ["us"])
+        self.assert_clean_stop(c)
+        self.assert_secret_nowhere(c, [SECRET_PW, SECRET_PW2], [bdir])
 
     def test_tampered_record_does_not_open(self):
         c = self.make(1, args=["--remotes-api-hop-encrypted=true"])
@@ -285,6 +295,7 @@ class SingleNode(RemotesTest):
         self.assertEqual(st, 200, rec)
         st, one = node.request("GET", "/v1/remotes/eu")
         self.assertEqual(one["credential"], "ready")
+        self.assert_clean_stop(c)
         self.assert_secret_nowhere(c, [SECRET_PW, SECRET_PW2])
 
 
@@ -388,6 +399,7 @@ class ThreeNodes(RemotesTest):
                        lambda n=n: n.request("GET", "/v1/remotes/eu")[0] == 404, 30)
         wait_until("the leader's delete audit line",
                    lambda: "audit (metastore leader): admin deleted remote eu" in leader.log(), 10)
+        self.assert_clean_stop(c)
         self.assert_secret_nowhere(c, [SECRET_PW, SECRET_PW2])
 
 

@@ -804,6 +804,9 @@ int tn__v1_remotes_register(tn_http_server_t *srv, tn_v1_t *v)
             }
         }
         v->remotes = rs;
+        /* Copied: v->o keeps no pointer to the caller's secret or guard. */
+        v->o.cluster_secret = NULL;
+        v->o.remotes_guard = NULL;
     }
     int rc = tn_http_route(srv, "GET", "/v1/remotes", 0, NULL, on_list, v);
     rc = rc ? rc : tn_http_route(srv, "GET", "/v1/remotes/{name}", 0, NULL, on_get, v);
