@@ -234,6 +234,12 @@ class SingleNode(RemotesTest):
         st, rec = req("POST", "/v1/remotes", {**body, "name": "us", "url": "https://127.0.0.3"})
         self.assertEqual(st, 201, rec)
 
+        # Neither /metrics nor any answer carries it.
+        st, metrics = node.request("GET", "/metrics")
+        self.assertEqual(st, 200)
+        self.assertNotIn(SECRET_PW2.encode(), metrics)
+        self.assertNotIn(SECRET_PW.encode(), metrics)
+
         # Audit lines (who, what, which remote, the request id).
         log = node.log()
         for what in ("created remote eu", "changed remote eu", "created remote us"):
