@@ -65,7 +65,9 @@
  * aborted) [8] started ms [8] finished ms [1] nfrom from as [4] each [1]
  * nto to as [4] each [s] reason.
  * REMOTE_PUT (30) and REMOTE_DELETE (31): a remote's record with its
- * sealed credential, and its removal (meta/remote.h has the payloads).
+ * sealed credential, and its removal; REMOTE_SALT (32): the cluster's
+ * seal salt, made once by the metastore leader (meta/remote.h has the
+ * payloads).
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -123,6 +125,7 @@ typedef enum {
      * the opcodes other work may take meanwhile; renumber at a merge. */
     TN_MC_REMOTE_PUT = 30,
     TN_MC_REMOTE_DELETE = 31,
+    TN_MC_REMOTE_SALT = 32, /* the cluster's seal salt, made once by the leader */
 } tn_meta_cmd_type_t;
 
 /* PART_MOVE's kind byte. */
@@ -295,7 +298,7 @@ typedef struct {
     uint32_t target[TN_PSTATE_MAX_REPLICAS];
     char move_reason[TN_META_MOVE_REASON_MAX + 1];
     tn_meta_move_t move; /* MOVE_DONE */
-    /* REMOTE_PUT, REMOTE_DELETE: owned after decode (tn_meta_cmd_fini),
+    /* REMOTE_PUT, REMOTE_DELETE, REMOTE_SALT: owned after decode (tn_meta_cmd_fini),
      * borrowed to encode. */
     tn_meta_remote_cmd_t *remote;
 } tn_meta_cmd_t;

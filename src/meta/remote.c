@@ -97,6 +97,10 @@ int tn__meta_remote_encode(uint8_t type, const tn_meta_remote_cmd_t *c, tn_buf_t
 {
     wr_t w = {out, 0};
     const tn_meta_remote_t *r = &c->rec;
+    if (type == TN_MC_REMOTE_SALT) {
+        w_bytes(&w, c->salt, TN_SEAL_SALT);
+        return w.rc;
+    }
     if (type == TN_MC_REMOTE_DELETE) {
         if (!tn_meta_remote_name_valid(r->name, strlen(r->name)))
             return UV_EINVAL;
@@ -188,6 +192,12 @@ int tn__meta_remote_decode(uint8_t type, const uint8_t *p, size_t n, tn_meta_rem
     memset(c, 0, sizeof(*c));
     rd_t r = {p, n, 0};
     tn_meta_remote_t *rec = &c->rec;
+    if (type == TN_MC_REMOTE_SALT) {
+        const unsigned char *salt = r_take(&r, TN_SEAL_SALT);
+        if (salt != NULL)
+            memcpy(c->salt, salt, TN_SEAL_SALT);
+        return r.rc == 0 && r.left != 0 ? TN_ECORRUPT : r.rc;
+    }
     if (type == TN_MC_REMOTE_DELETE) {
         r_str(&r, rec->name, TN_REMOTE_NAME_MAX);
         r_str(&r, rec->updated_by, TN_REMOTE_BY_MAX);
@@ -354,7 +364,9 @@ static int remote_put(tn_meta_remotes_t *rs, const tn_meta_remote_cmd_t *c, bool
     uint64_t fp = tn_meta_remote_fingerprint(&c->rec);
     if (found && c->again && tn_meta_remote_fingerprint(rs->v[i]) == fp)
         return 0; /* the copy sent again finds its first copy applied */
-    if (rs->has_salt && memcmp(rs->salt, c->salt, TN_SEAL_SALT) != 0)
+    if (!rs->has_salt)
+        return restoring ? TN_ECORRUPT : UV_EAGAIN;
+    if (memcmp(rs->salt, c->salt, TN_SEAL_SALT) != 0)
         return restoring ? TN_ECORRUPT : TN_ECHANGED;
     if (found && (c->cond == 1 || restoring))
         return UV_EEXIST;
@@ -383,10 +395,6 @@ static int remote_put(tn_meta_remotes_t *rs, const tn_meta_remote_cmd_t *c, bool
         rs->v[i] = r;
         rs->n++;
     }
-    if (!rs->has_salt) {
-        memcpy(rs->salt, c->salt, TN_SEAL_SALT);
-        rs->has_salt = true;
-    }
     return 0;
 }
 
@@ -399,10 +407,15 @@ static int remote_delete(tn_meta_remotes_t *rs, const char *name)
     rec_free(rs->v[i]);
     memmove(rs->v + i, rs->v + i + 1, (rs->n - i - 1) * sizeof(*rs->v));
     rs->n--;
-    if (rs->n == 0) { /* the salt goes with the last remote (remote.h) */
-        OPENSSL_cleanse(rs->salt, sizeof(rs->salt));
-        rs->has_salt = false;
-    }
+    return 0;
+}
+
+static int remote_salt(tn_meta_remotes_t *rs, const uint8_t salt[TN_SEAL_SALT])
+{
+    if (rs->has_salt)
+        return UV_EEXIST; /* made once: the first one applied stays */
+    memcpy(rs->salt, salt, TN_SEAL_SALT);
+    rs->has_salt = true;
     return 0;
 }
 
@@ -415,6 +428,8 @@ int tn__meta_remotes_apply(tn_meta_remotes_t *rs, uint8_t type, const tn_meta_re
         return remote_put(rs, c, restoring);
     if (type == TN_MC_REMOTE_DELETE && !restoring)
         return remote_delete(rs, c->rec.name);
+    if (type == TN_MC_REMOTE_SALT)
+        return remote_salt(rs, c->salt);
     return UV_EINVAL;
 }
 
@@ -430,6 +445,17 @@ void tn__meta_remotes_fini(tn_meta_remotes_t *rs)
 int tn__meta_remotes_snapshot(const tn_meta_remotes_t *rs, tn_buf_t *out, uint64_t *count)
 {
     int rc = 0;
+    if (rs->has_salt) {
+        tn_meta_remote_cmd_t salt;
+        memset(&salt, 0, sizeof(salt));
+        memcpy(salt.salt, rs->salt, TN_SEAL_SALT);
+        tn_meta_cmd_t c;
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_REMOTE_SALT;
+        c.remote = &salt;
+        rc = tn_meta_cmd_encode(&c, out);
+        (*count)++;
+    }
     for (size_t i = 0; i < rs->n && rc == 0; i++) {
         tn_meta_remote_cmd_t rc_args;
         memset(&rc_args, 0, sizeof(rc_args));
@@ -447,7 +473,7 @@ int tn__meta_remotes_snapshot(const tn_meta_remotes_t *rs, tn_buf_t *out, uint64
 
 void tn_meta_remote_audit(uint8_t type, const tn_meta_remote_cmd_t *c, int status)
 {
-    if (c == NULL)
+    if (c == NULL || type == TN_MC_REMOTE_SALT)
         return;
     const char *what = type == TN_MC_REMOTE_DELETE ? "deleted"
                        : c->cond == 1              ? "created"

@@ -12,15 +12,17 @@
  * bytes (TN_SEAL_OVERHEAD.. bytes) [4] credential version (>= 1) [8]
  * created ms [8] updated ms [s] created_by [s] updated_by [s] request id.
  * REMOTE_DELETE payload: [s] name [s] by [s] request id (who asked, for the
- * leader's audit line; the state keeps nothing of them).
+ * leader's audit line; the state keeps nothing of them). REMOTE_SALT
+ * payload: [32] salt.
  *
- * The salt (rule): the first REMOTE_PUT applied when no remote exists
- * makes its salt the cluster's; a REMOTE_PUT carrying another salt while
- * remotes exist is refused TN_ECHANGED (its seal is under a key the others
- * do not share: the door reads the salt again and seals again); the salt
- * goes with the last remote, so a replica restored from a snapshot and one
- * that replayed the log always agree. The snapshot writes every remote as
- * a REMOTE_PUT (condition 0) with the salt.
+ * The salt (rule): the metastore leader makes the cluster's salt once
+ * (REMOTE_SALT with 32 random bytes, proposed from its tick while the
+ * state has none: meta.h); the first one applied stays for good, a later
+ * one answers UV_EEXIST and changes nothing. A REMOTE_PUT carries the
+ * salt its password was sealed under: applied only when it is the
+ * cluster's (TN_ECHANGED otherwise: the door seals again), and answered
+ * UV_EAGAIN while there is no salt yet. The snapshot writes the salt
+ * (REMOTE_SALT) and then every remote as a REMOTE_PUT (condition 0).
  *
  * Threads: the caller's (pure). */
 #ifndef TN_META_REMOTE_H
@@ -69,14 +71,14 @@ typedef struct tn_meta_remote_cmd_s {
 typedef struct {
     tn_meta_remote_t **v; /* sorted by name, owned */
     size_t n, cap;
-    bool has_salt; /* while any remote exists */
+    bool has_salt; /* once a REMOTE_SALT was applied */
     uint8_t salt[TN_SEAL_SALT];
 } tn_meta_remotes_t;
 
 /* Whether s[0..n) is a remote name: [A-Za-z0-9._-]{1,64}. */
 bool tn_meta_remote_name_valid(const char *s, size_t n);
 
-/* The payload of a REMOTE_PUT or REMOTE_DELETE (type) appended to out.
+/* The payload of a REMOTE_PUT, REMOTE_DELETE or REMOTE_SALT (type) appended to out.
  * 0, UV_EINVAL (a field out of range) or UV_ENOMEM. */
 int tn__meta_remote_encode(uint8_t type, const tn_meta_remote_cmd_t *c, tn_buf_t *out);
 /* Decode p[0..n), exactly one payload, into c (zeroed first): 0 (c->rec
@@ -87,12 +89,14 @@ void tn__meta_remote_cmd_fini(tn_meta_remote_cmd_t *c);
 /* FNV-1a over every field of r (if_unchanged). */
 uint64_t tn_meta_remote_fingerprint(const tn_meta_remote_t *r);
 
-/* Apply a REMOTE_PUT or REMOTE_DELETE (restoring: a snapshot record, which
- * names each remote once). 0; UV_EEXIST (if_absent found one; restoring:
- * a duplicate); TN_ENOTFOUND (a delete, or if_unchanged, of a missing
- * remote); TN_ECHANGED (if_unchanged found another record; a salt other
- * than the cluster's: header); TN_ECORRUPT (restoring, another salt);
- * UV_ENOMEM. A PUT marked again that finds exactly its record answers 0. */
+/* Apply a REMOTE_PUT, REMOTE_DELETE or REMOTE_SALT (restoring: a snapshot
+ * record, which names each remote once). 0; UV_EEXIST (if_absent found
+ * one; restoring: a duplicate; a salt when there is one); TN_ENOTFOUND (a
+ * delete, or if_unchanged, of a missing remote); TN_ECHANGED (if_unchanged
+ * found another record; a salt other than the cluster's: header);
+ * UV_EAGAIN (a PUT before any salt); TN_ECORRUPT (restoring: another salt,
+ * or a remote before the salt); UV_ENOMEM. A PUT marked again that finds
+ * exactly its record answers 0. */
 int tn__meta_remotes_apply(tn_meta_remotes_t *rs, uint8_t type, const tn_meta_remote_cmd_t *c,
                            bool restoring);
 void tn__meta_remotes_fini(tn_meta_remotes_t *rs);
@@ -101,8 +105,8 @@ void tn__meta_remotes_fini(tn_meta_remotes_t *rs);
 int tn__meta_remotes_snapshot(const tn_meta_remotes_t *rs, tn_buf_t *out, uint64_t *count);
 
 /* The metastore leader's audit line for an applied REMOTE_PUT or
- * REMOTE_DELETE with the state machine's answer status: who (as the door
- * recorded), what, which remote, the request id; never a credential. */
+ * REMOTE_DELETE (nothing for a REMOTE_SALT) with the state machine's answer status: who (as the
+ * door recorded), what, which remote, the request id; never a credential. */
 void tn_meta_remote_audit(uint8_t type, const tn_meta_remote_cmd_t *c, int status);
 
 /* The remote named name (borrowed: valid until the next apply or

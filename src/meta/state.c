@@ -1160,6 +1160,7 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         return 0;
     case TN_MC_REMOTE_PUT:
     case TN_MC_REMOTE_DELETE:
+    case TN_MC_REMOTE_SALT:
         return tn__meta_remotes_apply(&s->remotes, c->type, c->remote, restoring);
     default:
         return UV_ENOTSUP;
@@ -1313,7 +1314,7 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
             c.type != TN_MC_MEMBER_REG && c.type != TN_MC_MEMBER_REC &&
             c.type != TN_MC_MEMBER_STATUS && c.type != TN_MC_PART_OWNERS &&
             c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE &&
-            c.type != TN_MC_MOVE_DONE && c.type != TN_MC_REMOTE_PUT)
+            c.type != TN_MC_MOVE_DONE && c.type != TN_MC_REMOTE_PUT && c.type != TN_MC_REMOTE_SALT)
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */

@@ -42,8 +42,8 @@
  * boot id (a restart), fences the old session first (the same apply), and a registration that makes
  * a member live runs tn_pstate_elect over the offline partitions. The snapshot adds PART_STATE
  * after a replicated topic's owners, and MEMBER_FENCE after a fenced member's record;
- * finished moves (MOVE_DONE, oldest first) come next, and remotes
- * (REMOTE_PUT, meta/remote.h) last.
+ * finished moves (MOVE_DONE, oldest first) come next, and the remotes
+ * (REMOTE_SALT, then REMOTE_PUT each: meta/remote.h) last.
  *
  * Threads: the caller's (the loop thread in ternd). */
 #ifndef TN_META_STATE_H

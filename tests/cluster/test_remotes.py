@@ -72,6 +72,22 @@ def files_holding(root, needle):
     return found
 
 
+SALT_LINE = "metastore: made the cluster's seal salt for remotes' credentials"
+
+
+def create_first(request, body):
+    """The first POST /v1/remotes through request(method, path, body):
+    the metastore leader makes the cluster's seal salt once it is ready,
+    and a node answers 503 (saying so) until its replica has it; wait for
+    that state, then return the answer."""
+    def attempt():
+        st, doc = request("POST", "/v1/remotes", body)
+        if st == 503 and "seal salt is not made yet" in str(doc):
+            return None
+        return st, doc
+    return wait_until("the cluster's seal salt", attempt, 30)
+
+
 class RemotesTest(harness.ClusterTest):
     def https_node(self, c, node):
         """Give node an HTTPS listener with a certificate of the cluster's
@@ -113,7 +129,8 @@ class SingleNode(RemotesTest):
                 "password": SECRET_PW, "ca_pem": ca_pem}
 
         # Create over HTTPS: 201, the record without the password.
-        st, rec = req("POST", "/v1/remotes", body)
+        st, rec = create_first(req, body)
+        self.assertEqual(node.log().count(SALT_LINE), 1)
         self.assertEqual(st, 201, rec)
         self.assertEqual(rec["name"], "eu")
         self.assertEqual(rec["url"], "https://127.0.0.1:4443")
@@ -263,6 +280,7 @@ class SingleNode(RemotesTest):
         node.wait_ready()
         st, one = req("GET", "/v1/remotes/eu")
         self.assertEqual((st, one["credential"], one["credential_version"]), (200, "ready", 3))
+        self.assertEqual(node.log().count(SALT_LINE), 1)  # made once, kept
         self.assert_secret_nowhere(c, [SECRET_PW, SECRET_PW2], [bdir])
 
         # DELETE: 204, then 404; the other stays.
@@ -281,7 +299,7 @@ class SingleNode(RemotesTest):
         node = c.nodes[0]
         c.start()
         # With remotes-api-hop-encrypted the plain listener takes a password.
-        st, rec = node.request("POST", "/v1/remotes",
+        st, rec = create_first(node.request,
                                {"name": "eu", "url": "https://eu.example.com",
                                 "username": "mirror", "password": SECRET_PW})
         self.assertEqual(st, 201, rec)
@@ -369,9 +387,12 @@ class ThreeNodes(RemotesTest):
         c.start()
         leader = c.find_leader()
         follower = [n for n in c.nodes if n is not leader][0]
-        st, rec = follower.request("POST", "/v1/remotes",
-                                   {"name": "eu", "url": "https://eu.example.com:4443",
-                                    "username": "mirror", "password": SECRET_PW})
+        st, rec = create_first(follower.request,
+                               {"name": "eu", "url": "https://eu.example.com:4443",
+                                "username": "mirror", "password": SECRET_PW})
+        # The salt was made once, by the leader.
+        self.assertEqual(c.logs().count(SALT_LINE), 1, c.logs())
+        self.assertIn(SALT_LINE, leader.log())
         self.assertEqual(st, 201, rec)
         # Every member holds it and opens it (the secret is the cluster's).
         for n in c.nodes:

@@ -329,27 +329,32 @@ def remote_put(name, cond=1, salt=b"\x07" * 32, ca=b"", sealed=b"\xaa" * 40, ver
 
 
 def remote_seeds(here):
-    """Remotes in the metastore (fuzz target meta_cmd): puts, deletes, a
-    snapshot of them, and damaged ones."""
+    """Remotes in the metastore (fuzz target meta_cmd): the salt, puts,
+    deletes, a snapshot of them, and damaged ones."""
     mc = os.path.join(here, "meta_cmd", "corpus")
     ca = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-    put = remote_put(b"eu")
+    salt = meta_cmd(32, b"\x07" * 32)
+    write(mc, "seed-remote-salt", salt + meta_cmd(32, b"\x08" * 32))
+    write(mc, "seed-remote-no-salt", remote_put(b"eu"))
+    put = salt + remote_put(b"eu")
     write(mc, "seed-remote-put", put)
-    write(mc, "seed-remote-put-ca", remote_put(b"us.east", ca=ca))
-    write(mc, "seed-remote-put-again", remote_put(b"eu", cond=1 | 128))
+    write(mc, "seed-remote-put-ca", salt + remote_put(b"us.east", ca=ca))
+    write(mc, "seed-remote-put-again", put + remote_put(b"eu", cond=1 | 128))
     write(mc, "seed-remote-put-unchanged", put + remote_put(b"eu", cond=2, version=2,
                                                             expect=0x0123456789abcdef))
     write(mc, "seed-remote-other-salt", put + remote_put(b"ap", salt=b"\x08" * 32))
     delete = meta_cmd(31, mstr(b"eu") + mstr(b"admin") + mstr(b"00000000deadbeef"))
     write(mc, "seed-remote-delete", put + delete + delete)
-    write(mc, "seed-remote-short-seal", remote_put(b"eu", sealed=b"\xaa" * 27))
-    write(mc, "seed-remote-bad-cond", remote_put(b"eu", cond=3))
+    write(mc, "seed-remote-short-seal", salt + remote_put(b"eu", sealed=b"\xaa" * 27))
+    write(mc, "seed-remote-bad-cond", salt + remote_put(b"eu", cond=3))
     write(mc, "seed-remote-http", put.replace(b"https://", b"http:///"))
-    recs = [remote_put(b"eu", cond=0), remote_put(b"us", cond=0, ca=ca)]
+    recs = [salt, remote_put(b"eu", cond=0), remote_put(b"us", cond=0, ca=ca)]
     snap = b"TMS1" + struct.pack("<IQQ", 0, 1, len(recs)) + b"".join(recs)
     write(mc, "seed-remote-snapshot", snap)
-    dup = b"TMS1" + struct.pack("<IQQ", 0, 1, 2) + recs[0] + recs[0]
+    dup = b"TMS1" + struct.pack("<IQQ", 0, 1, 3) + salt + recs[1] + recs[1]
     write(mc, "seed-remote-snapshot-dup", dup)
+    nosalt = b"TMS1" + struct.pack("<IQQ", 0, 1, 1) + recs[1]
+    write(mc, "seed-remote-snapshot-no-salt", nosalt)
 
 
 def write(dirname, name, data):

@@ -13,13 +13,14 @@
  *      (proto/http/guard.h: https only, allowed ports and hosts, no refused
  *      address literal): 400 with the reason.
  *   3. The password is sealed on this node (the cluster secret is every
- *      member's), under the cluster's salt (a new random one when no
- *      remote exists yet), bound to the name, id, URL, username and CA.
+ *      member's), under the cluster's salt (made once by the metastore
+ *      leader: 503 before it exists), bound to the name, id, URL,
+ *      username and CA.
  *   4. A REMOTE_PUT carrying who asked and a request id is proposed; the
  *      metastore forwards it to its leader from a follower. Its answer:
- *      201/200; 409 for a name taken; TN_ECHANGED (another write, or a
- *      first salt, landed first) seals again from the state as it is now,
- *      up to TN__V1_CHANGE_TRIES times.
+ *      201/200; 409 for a name taken; TN_ECHANGED (another write landed
+ *      first) seals again from the state as it is now, up to
+ *      TN__V1_CHANGE_TRIES times.
  *   5. An audit line here (who, what, which remote, the request id; never
  *      the password), and one on the metastore leader as it applies it.
  *
@@ -54,6 +55,10 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+
+#define SALT_NOT_YET                                                                               \
+    "the cluster's seal salt is not made yet (the metastore leader makes it once it is "           \
+    "ready); send it again in a moment"
 
 /* An opened credential: the Authorization value for one version of one
  * remote (keyed by its record's fingerprint, which changes with any of
@@ -510,20 +515,21 @@ static void on_proposed(tn_meta_req_t *req, int status)
         rop_end(op, 409, "remote already exists");
     } else if (status == TN_ENOTFOUND) {
         rop_end(op, 404, "remote not found");
+    } else if (status == UV_EAGAIN) {
+        rop_end(op, 503, SALT_NOT_YET);
     } else {
         rop_end(op, 503, "control plane temporarily unavailable");
     }
 }
 
-/* Seal op's password for op->cmd.rec under the state's salt (or a new
- * one), into op->cmd. 0 or an error after which op has ended. */
+/* Seal op's password for op->cmd.rec under the cluster's salt, into
+ * op->cmd: 0, UV_EAGAIN (no salt yet) or another error. */
 static int seal(rop_t *op, const tn_meta_state_t *s)
 {
     remotes_t *rs = op->v->remotes;
-    if (s->remotes.has_salt)
-        memcpy(op->cmd.salt, s->remotes.salt, TN_SEAL_SALT);
-    else if (RAND_bytes(op->cmd.salt, TN_SEAL_SALT) != 1)
-        return TN_EFAILED;
+    if (!s->remotes.has_salt)
+        return UV_EAGAIN; /* the metastore leader makes it once (meta/remote.h) */
+    memcpy(op->cmd.salt, s->remotes.salt, TN_SEAL_SALT);
     uint8_t key[TN_SEAL_KEY];
     int rc = tn_seal_key(rs->secret, rs->slen, op->cmd.salt, key);
     tn_meta_remote_t *rec = &op->cmd.rec;
@@ -541,6 +547,16 @@ static int seal(rop_t *op, const tn_meta_state_t *s)
     }
     tn_buf_fini(&b); /* ciphertext only */
     return rc;
+}
+
+/* seal()'s answer rc: true when sealed, else false after ending op. */
+static bool sealed(rop_t *op, int rc)
+{
+    if (rc == UV_EAGAIN)
+        rop_end(op, 503, SALT_NOT_YET);
+    else if (rc != 0)
+        rop_end(op, 500, "sealing the credential failed");
+    return rc == 0;
 }
 
 /* Propose op's change, made from the record as the metastore has it now. */
@@ -564,10 +580,8 @@ static void propose(rop_t *op)
         op->cmd.cond = 1;
         rec->created_at_ms = rec->updated_at_ms = now;
         rec->cred_version = 1;
-        if (seal(op, s) != 0) {
-            rop_end(op, 500, "sealing the credential failed");
+        if (!sealed(op, seal(op, s)))
             return;
-        }
     } else if (cur == NULL) {
         rop_end(op, 404, "remote not found");
         return;
@@ -595,10 +609,8 @@ static void propose(rop_t *op)
             rec->sealed[TN_SEAL_NONCE] ^= 0x01; /* one ciphertext bit: the tag fails */
         } else if (op->plen > 0) {
             rec->cred_version = cur->cred_version + 1;
-            if (seal(op, s) != 0) {
-                rop_end(op, 500, "sealing the credential failed");
+            if (!sealed(op, seal(op, s)))
                 return;
-            }
         }
     }
     snprintf(rec->updated_by, sizeof(rec->updated_by), "%s", op->by);

@@ -1,9 +1,10 @@
 /* Tests of remotes in the metastore: sealed credentials (meta/seal.h:
  * open, and refusal after tampering with each bound field, the sealed
  * bytes, or under another secret or salt), the REMOTE_PUT / REMOTE_DELETE
- * codec (meta/remote.h, through meta/cmd.h), their apply rules (if_absent,
- * if_unchanged, again, the salt rule) and the snapshot round trip, in
- * which the password never appears in clear. */
+ * and REMOTE_SALT codec (meta/remote.h, through meta/cmd.h), their apply
+ * rules (if_absent, if_unchanged, again, the salt made once and required)
+ * and the snapshot round trip, in which the password never appears in
+ * clear. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -255,6 +256,24 @@ static void test_codec(void **state)
     tn_buf_fini(&b);
 }
 
+/* Apply the REMOTE_SALT of sl to s: rc. */
+static int apply_salt(tn_meta_state_t *s, const uint8_t *sl)
+{
+    tn_meta_remote_cmd_t a;
+    memset(&a, 0, sizeof(a));
+    memcpy(a.salt, sl, TN_SEAL_SALT);
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_REMOTE_SALT;
+    c.remote = &a;
+    tn_meta_cmd_t d;
+    roundtrip(&c, &d); /* through the codec, as a log entry comes */
+    assert_memory_equal(d.remote->salt, sl, TN_SEAL_SALT);
+    int rc = tn_meta_state_apply(s, &d);
+    tn_meta_cmd_fini(&d);
+    return rc;
+}
+
 static void test_apply_rules(void **state)
 {
     (void)state;
@@ -264,9 +283,18 @@ static void test_apply_rules(void **state)
     memset(&a, 0, sizeof(a));
     a.rec = record("eu");
     tn_meta_cmd_t c = put_cmd(&a, 1);
-    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    /* No salt yet: a PUT waits for the leader's (UV_EAGAIN). */
+    assert_int_equal(tn_meta_state_apply(&s, &c), UV_EAGAIN);
+    assert_int_equal(s.remotes.n, 0);
+    assert_int_equal(apply_salt(&s, salt), 0);
     assert_true(s.remotes.has_salt);
     assert_memory_equal(s.remotes.salt, salt, TN_SEAL_SALT);
+    /* Made once: a second salt (another leader's) changes nothing. */
+    uint8_t other_salt[TN_SEAL_SALT];
+    memset(other_salt, 0x5a, sizeof(other_salt));
+    assert_int_equal(apply_salt(&s, other_salt), UV_EEXIST);
+    assert_memory_equal(s.remotes.salt, salt, TN_SEAL_SALT);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
     assert_int_equal(tn_meta_state_apply(&s, &c), UV_EEXIST);
     /* The same copy sent again after a failover answers as the first. */
     a.again = true;
@@ -297,7 +325,7 @@ static void test_apply_rules(void **state)
     assert_int_equal(tn_meta_state_apply(&s, &cb), 0);
     assert_int_equal(s.remotes.n, 2);
     assert_string_equal(s.remotes.v[0]->name, "eu"); /* sorted */
-    /* Deletes; the salt goes with the last remote. */
+    /* Deletes; the salt stays. */
     tn_meta_cmd_t del;
     memset(&del, 0, sizeof(del));
     del.type = TN_MC_REMOTE_DELETE;
@@ -307,12 +335,15 @@ static void test_apply_rules(void **state)
     assert_true(s.remotes.has_salt);
     snprintf(b.rec.name, sizeof(b.rec.name), "eu");
     assert_int_equal(tn_meta_state_apply(&s, &del), 0);
-    assert_false(s.remotes.has_salt);
+    assert_true(s.remotes.has_salt);
     assert_int_equal(s.remotes.n, 0);
-    /* A new first remote brings a new salt. */
-    b.salt[0] = 0xee;
-    assert_int_equal(tn_meta_state_apply(&s, &cb), 0);
-    assert_int_equal(s.remotes.salt[0], 0xee);
+    assert_memory_equal(s.remotes.salt, salt, TN_SEAL_SALT);
+    /* A snapshot of no remotes keeps the salt. */
+    tn_meta_state_t r;
+    tu_meta_state_reload(&s, &r);
+    assert_true(r.remotes.has_salt);
+    assert_memory_equal(r.remotes.salt, salt, TN_SEAL_SALT);
+    tn_meta_state_fini(&r);
     tn_meta_state_fini(&s);
 }
 
@@ -321,6 +352,7 @@ static void test_snapshot_roundtrip(void **state)
     (void)state;
     tn_meta_state_t s, r;
     tn_meta_state_init(&s);
+    assert_int_equal(apply_salt(&s, salt), 0);
     const char *names[] = {"eu", "us.east", "ap_1"};
     for (size_t i = 0; i < 3; i++) {
         tn_meta_remote_cmd_t a;
@@ -348,6 +380,24 @@ static void test_snapshot_roundtrip(void **state)
         char err[200];
         assert_int_equal(open_it(y, secret, salt, err), 0); /* it still opens */
     }
+    /* A snapshot whose remote comes before the salt, or with two salts, is
+     * refused, and the state restored into stays as it was. */
+    tn_buf_t b2;
+    tn_buf_init(&b2);
+    assert_int_equal(tn_meta_state_snapshot(&s, &b2), 0);
+    unsigned char *p = (unsigned char *)tn_buf_data(&b2);
+    size_t n = tn_buf_size(&b2);
+    /* the REMOTE_SALT record (48 bytes: header 8 + salt 32, padded) follows
+     * the 24-byte header here (no other records); drop it */
+    assert_int_equal(p[24 + 3], TN_MC_REMOTE_SALT);
+    tn_put_u64(p + 16, tn_get_u64(p + 16) - 1);
+    memmove(p + 24, p + 24 + 40, n - 24 - 40);
+    tn_meta_state_t x;
+    tn_meta_state_init(&x);
+    assert_int_equal(tn_meta_state_restore(&x, p, n - 40), TN_ECORRUPT);
+    assert_int_equal(x.remotes.n, 0);
+    tn_meta_state_fini(&x);
+    tn_buf_fini(&b2);
     tn_meta_state_fini(&r);
     tn_meta_state_fini(&s);
 }
