@@ -10,6 +10,7 @@
 #include "meta/cmd.h"
 
 #include <openssl/crypto.h>
+#include <stdio.h>
 #include <string.h>
 
 /* --- codec --------------------------------------------------------------------------- */
@@ -478,10 +479,11 @@ void tn_meta_remote_audit(uint8_t type, const tn_meta_remote_cmd_t *c, int statu
     const char *what = type == TN_MC_REMOTE_DELETE ? "deleted"
                        : c->cond == 1              ? "created"
                                                    : "changed";
-    TN_LOG(TN_LOG_NOTICE,
-           "audit (metastore leader): %s %s remote %s (request %s, credential version %u): %s",
+    char version[40] = "";
+    if (type != TN_MC_REMOTE_DELETE)
+        snprintf(version, sizeof(version), ", credential version %u", c->rec.cred_version);
+    TN_LOG(TN_LOG_NOTICE, "audit (metastore leader): %s %s remote %s (request %s%s): %s",
            c->rec.updated_by[0] != '\0' ? c->rec.updated_by : "(security off)", what, c->rec.name,
-           c->rec.request[0] != '\0' ? c->rec.request : "-",
-           type == TN_MC_REMOTE_DELETE ? 0u : c->rec.cred_version,
+           c->rec.request[0] != '\0' ? c->rec.request : "-", version,
            status == 0 ? "applied" : tn_strerror(status));
 }

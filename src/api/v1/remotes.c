@@ -472,10 +472,12 @@ static rop_t *rop_new(tn_v1_t *v, tn_http_request_t *r, op_kind_t kind)
 
 static void audit(const rop_t *op, const char *what)
 {
-    TN_LOG(TN_LOG_NOTICE, "audit: %s %s remote %s (request %s, credential version %u, from %s)",
+    char version[40] = "";
+    if (op->kind != OP_DELETE)
+        snprintf(version, sizeof(version), ", credential version %u", op->cmd.rec.cred_version);
+    TN_LOG(TN_LOG_NOTICE, "audit: %s %s remote %s (request %s%s, from %s)",
            op->by[0] != '\0' ? op->by : "(security off)", what, op->cmd.rec.name, op->request,
-           op->kind == OP_DELETE ? 0u : op->cmd.rec.cred_version,
-           op->r != NULL ? op->r->remote : "a client gone");
+           version, op->r != NULL ? op->r->remote : "a client gone");
 }
 
 static void rop_end(rop_t *op, int status, const char *msg)
