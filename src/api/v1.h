@@ -65,6 +65,17 @@ typedef struct {
      * the members alive (docs/replication.md). */
     uint8_t default_replication_factor;
     uint8_t min_insync_replicas;
+    /* Remotes (api/v1/remotes.h, docs/remotes.md): the cluster secret
+     * (borrowed until the first tn_v1_register, which copies it and clears
+     * the two pointers; length 0: none),
+     * whether it was generated for this process (a lone node: remotes are
+     * refused), the address guard (borrowed likewise, copied; NULL: the
+     * defaults) and remotes-api-hop-encrypted. */
+    const uint8_t *cluster_secret;
+    size_t cluster_secret_len;
+    bool cluster_secret_generated;
+    const struct tn_guard_s *remotes_guard;
+    bool remotes_hop_encrypted;
 } tn_v1_opts_t;
 
 typedef struct tn_v1_s {
@@ -78,7 +89,8 @@ typedef struct tn_v1_s {
     uint32_t next_part;  /* batch produces without keys take turns */
     tn_quota_t produces; /* per user in progress */
     uv_loop_t *loop;
-    void *users; /* v1/users.c's hashing queue */
+    void *users;   /* v1/users.c's hashing queue */
+    void *remotes; /* v1/remotes.c's secret copy and opened credentials */
     /* Leases of forwarded consumes answered in the last 2 s
      * (api/v1/forward.c). */
     struct tn__v1_grace_s *grace_head, *grace_tail;

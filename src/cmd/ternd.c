@@ -57,6 +57,7 @@
 #include "api/metrics.h"
 #include "api/users.h"
 #include "api/v1.h"
+#include "proto/http/guard.h"
 #include "api/fanout.h"
 #include "api/nsq/http.h"
 #include "api/ws.h"
@@ -1135,7 +1136,25 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
                        (uint32_t)cfg->http_max_consumes_per_user,
                        (uint32_t)cfg->http_max_produces_per_user,
                        (uint8_t)cfg->default_replication_factor,
-                       (uint8_t)cfg->min_insync_replicas};
+                       (uint8_t)cfg->min_insync_replicas,
+                       NULL,
+                       0,
+                       false,
+                       NULL,
+                       false};
+    /* Remotes: the secret and the guard are copied by tn_v1_register; the
+     * guard's options were checked in main. */
+    tn_guard_t guard;
+    char gerr[256];
+    if (rc == 0 &&
+        (rc = tn_guard_init(&guard, cfg->remotes_allowed_ports, cfg->remotes_allowed_hosts,
+                            cfg->remotes_allow_addresses, gerr, sizeof(gerr))) != 0)
+        tn_errbuf(err, errlen, "%s", gerr);
+    vo.cluster_secret = cfg->cluster_secret;
+    vo.cluster_secret_len = cfg->cluster_secret_len;
+    vo.cluster_secret_generated = cfg->cluster_secret_generated;
+    vo.remotes_guard = &guard;
+    vo.remotes_hop_encrypted = cfg->remotes_api_hop_encrypted;
     if (rc == 0 && (rc = tn_v1_init(&d->v1, loop, d->meta, d->broker, d->router, &vo)) == 0) {
         d->v1.scrub = d->scrub;
         d->v1.drain = d->drain;
@@ -1264,6 +1283,13 @@ int main(int argc, char **argv)
         return 1;
     }
     if (tn_config_load(&cfg, argc, argv, environ, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ternd: %s\n", err);
+        tn_config_fini(&cfg);
+        return 2;
+    }
+    tn_guard_t guard; /* the remotes options, checked before anything starts */
+    if (tn_guard_init(&guard, cfg.remotes_allowed_ports, cfg.remotes_allowed_hosts,
+                      cfg.remotes_allow_addresses, err, sizeof(err)) != 0) {
         fprintf(stderr, "ternd: %s\n", err);
         tn_config_fini(&cfg);
         return 2;

@@ -335,6 +335,18 @@ static const opt_t options[] = {
     {"replace-dead-after", OPT_DURATION, F(replace_dead_after_ns), "10m", 0, 30 * 86400 * SEC, NULL,
      "a member marked dead for this long has its replicas of replicated partitions re-created "
      "on the other members, from their surviving replicas (0: never)"},
+    {"remotes-allowed-ports", OPT_STR, F(remotes_allowed_ports), "443,4443", 0, 0, NULL,
+     "ports a remote's https URL may name, comma-separated (docs/remotes.md)"},
+    {"remotes-allowed-hosts", OPT_STR, F(remotes_allowed_hosts), "", 0, 0, NULL,
+     "DNS names a remote's URL may name, comma-separated (default: any host the address "
+     "guard lets through)"},
+    {"remotes-allow-addresses", OPT_STR, F(remotes_allow_addresses), "", 0, 0, NULL,
+     "CIDRs (IPv4 or IPv6, comma-separated) the remotes address guard lets through although "
+     "they are refused by default: loopback, link-local, multicast, unspecified and cloud "
+     "metadata addresses"},
+    {"remotes-api-hop-encrypted", OPT_BOOL, F(remotes_api_hop_encrypted), "false", 0, 0, NULL,
+     "the hop from your ingress to this node's plain HTTP listener is encrypted otherwise: "
+     "accept a remote's password over it (else only over https-address; 412)"},
 };
 
 /* The OPT_ADDR options: where each keeps its resolved address, and how it
@@ -1949,6 +1961,8 @@ static const struct {
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},
+    {"Remotes", "remotes-allowed-ports remotes-allowed-hosts remotes-allow-addresses "
+                "remotes-api-hop-encrypted"},
 };
 
 /* The help_groups entry holding name, or -1. */

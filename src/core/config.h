@@ -204,6 +204,13 @@ typedef struct tn_config_s {
     int64_t move_rate; /* bytes/s; 0: unlimited */
     int64_t leader_rebalance_delay_ns;
     int64_t replace_dead_after_ns; /* 0: never */
+    /* Remotes (docs/remotes.md): the address guard's lists, as text
+     * (checked by ternd with proto/http/guard.h at start), and whether the
+     * hop from an ingress to this node is encrypted. */
+    char *remotes_allowed_ports;
+    char *remotes_allowed_hosts;
+    char *remotes_allow_addresses;
+    bool remotes_api_hop_encrypted;
 
     /* Settled by tn_config_load (owned; freed, the secret wiped, by
      * tn_config_fini). peers: the initial voters, this node among them

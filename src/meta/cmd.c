@@ -432,6 +432,12 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_str(&w, mv->reason, TN_META_MOVE_REASON_MAX);
         break;
     }
+    case TN_MC_REMOTE_PUT:
+    case TN_MC_REMOTE_DELETE:
+    case TN_MC_REMOTE_SALT:
+        if (w.rc == 0)
+            w.rc = c->remote != NULL ? tn__meta_remote_encode(c->type, c->remote, out) : UV_EINVAL;
+        break;
     default:
         w.rc = UV_EINVAL;
     }
@@ -997,6 +1003,18 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         r_str(&r, mv->reason, TN_META_MOVE_REASON_MAX);
         break;
     }
+    case TN_MC_REMOTE_PUT:
+    case TN_MC_REMOTE_DELETE:
+    case TN_MC_REMOTE_SALT:
+        if ((c->remote = tn_malloc(sizeof(*c->remote))) == NULL)
+            return UV_ENOMEM;
+        r.rc = tn__meta_remote_decode(c->type, r.p, r.left, c->remote);
+        if (r.rc != 0) {
+            tn_free(c->remote);
+            c->remote = NULL;
+        }
+        r.left = 0;
+        break;
     default:
         return UV_ENOTSUP;
     }
@@ -1067,4 +1085,9 @@ void tn_meta_cmd_fini(tn_meta_cmd_t *c)
     tn_free(c->owners);
     c->owners = NULL;
     c->nowners = 0;
+    if (c->remote != NULL) {
+        tn__meta_remote_cmd_fini(c->remote);
+        tn_free(c->remote);
+        c->remote = NULL;
+    }
 }

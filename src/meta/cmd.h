@@ -64,6 +64,10 @@
  * snapshot record only): [8] id [s] topic [4] partition [1] end (1 done, 2
  * aborted) [8] started ms [8] finished ms [1] nfrom from as [4] each [1]
  * nto to as [4] each [s] reason.
+ * REMOTE_PUT (30) and REMOTE_DELETE (31): a remote's record with its
+ * sealed credential, and its removal; REMOTE_SALT (32): the cluster's
+ * seal salt, made once by the metastore leader (meta/remote.h has the
+ * payloads).
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -74,6 +78,7 @@
 #include "core/buf.h"
 #include "core/name.h"
 #include "meta/partstate.h"
+#include "meta/remote.h"
 
 #define TN_META_VERSION        1
 #define TN_META_HDR            8
@@ -116,6 +121,11 @@ typedef enum {
     TN_MC_PART_STATE = 20,     /* snapshot record only */
     TN_MC_PART_MOVE = 21,      /* begin, complete or abort a reassignment */
     TN_MC_MOVE_DONE = 22,      /* snapshot record only: a finished move */
+    /* Remotes (meta/remote.h has their payloads). 30 and 31 leave room for
+     * the opcodes other work may take meanwhile; renumber at a merge. */
+    TN_MC_REMOTE_PUT = 30,
+    TN_MC_REMOTE_DELETE = 31,
+    TN_MC_REMOTE_SALT = 32, /* the cluster's seal salt, made once by the leader */
 } tn_meta_cmd_type_t;
 
 /* PART_MOVE's kind byte. */
@@ -288,6 +298,9 @@ typedef struct {
     uint32_t target[TN_PSTATE_MAX_REPLICAS];
     char move_reason[TN_META_MOVE_REASON_MAX + 1];
     tn_meta_move_t move; /* MOVE_DONE */
+    /* REMOTE_PUT, REMOTE_DELETE, REMOTE_SALT: owned after decode (tn_meta_cmd_fini),
+     * borrowed to encode. */
+    tn_meta_remote_cmd_t *remote;
 } tn_meta_cmd_t;
 
 /* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of

@@ -112,6 +112,8 @@ struct tn_meta_s {
     /* This node's registration, and the leader's dead marking. */
     tn_meta_req_t reg;
     tn_meta_req_t mark;
+    tn_meta_req_t salt; /* the leader's REMOTE_SALT (make_salt) */
+    bool salt_busy;
     uint64_t next_reg_ms;
     int64_t leader_since_wall; /* wall ms this node became leader; 0 = not leader */
     /* Heard recently, on the leader (meta.h): contacts sampled each tick,
@@ -245,6 +247,8 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
             note_heard(m, c.member.id, uv_now(m->loop));
         if (c.type == TN_MC_NOOP && c.member.id == m->id)
             confirm_applied(m, c.nonce);
+        if (m->leading && (c.type == TN_MC_REMOTE_PUT || c.type == TN_MC_REMOTE_DELETE))
+            tn_meta_remote_audit(c.type, c.remote, rc); /* the leader's audit line */
         tn_meta_cmd_fini(&c);
     } else {
         /* Refused as a whole and identically by every replica of this
@@ -315,7 +319,7 @@ static int answer(const tn_meta_req_t *req, int status)
         return status;
     if (status == TN_ENOTFOUND &&
         (req->type == TN_MC_TOPIC_DELETE || req->type == TN_MC_CHANNEL_DELETE ||
-         req->type == TN_MC_USER_DELETE))
+         req->type == TN_MC_USER_DELETE || req->type == TN_MC_REMOTE_DELETE))
         return 0;
     if (status == UV_EEXIST && req->type == TN_MC_CHANNEL_PUT && req->if_absent)
         return 0;
@@ -480,8 +484,8 @@ static void requeue(tn_meta_t *m, tn_meta_req_t *req)
     uint8_t *b = req->buf.base;
     if (req->buf.len > TN_META_HDR && b[3] == TN_MC_TOPIC_PUT)
         b[TN_META_HDR] |= TN_META_TOPIC_AGAIN;
-    else if (req->buf.len > TN_META_HDR && b[3] == TN_MC_USER_PUT)
-        b[TN_META_HDR] |= TN_META_USER_AGAIN;
+    else if (req->buf.len > TN_META_HDR && (b[3] == TN_MC_USER_PUT || b[3] == TN_MC_REMOTE_PUT))
+        b[TN_META_HDR] |= TN_META_USER_AGAIN; /* TN_REMOTE_AGAIN is the same bit */
     req->resent = true;
     req->deadline = TN_MIN(uv_now(m->loop) + NO_LEADER_MS, req->expires);
     push_front(m, req);
@@ -927,6 +931,36 @@ static void mark_dead(tn_meta_t *m)
             m->mark_busy = true;
         return;
     }
+}
+
+static void on_salted(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->salt_busy = false;
+    if (status == 0)
+        TN_LOG(TN_LOG_NOTICE, "metastore: made the cluster's seal salt for remotes' credentials");
+    else if (status != UV_EEXIST && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "metastore: making the seal salt failed: %s", tn_strerror(status));
+}
+
+/* On the leader, once ready: the cluster's seal salt for remotes'
+ * credentials (meta/remote.h), made once, when the state has none. */
+static void make_salt(tn_meta_t *m)
+{
+    if (m->salt_busy || !m->ready || m->state.remotes.has_salt)
+        return;
+    tn_meta_remote_cmd_t a;
+    memset(&a, 0, sizeof(a));
+    if (getrandom(a.salt, sizeof(a.salt), 0) != (ssize_t)sizeof(a.salt))
+        return; /* tried again next tick */
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_REMOTE_SALT;
+    c.remote = &a;
+    m->salt.data = m;
+    if (tn_meta_propose(m, &m->salt, &c, on_salted) == 0)
+        m->salt_busy = true;
+    memset(a.salt, 0, sizeof(a.salt));
 }
 
 /* Once the Raft configuration names this node: the address it records is
@@ -2027,6 +2061,8 @@ static void on_poll(uv_timer_t *t)
         mark_dead(m);
     if (!m->closing && leader)
         check_sessions(m);
+    if (!m->closing && leader)
+        make_salt(m);
     if (!m->closing)
         check_rebalance(m);
     if (!m->closing)

@@ -84,6 +84,11 @@
  * ready (tn_pstate_preferred_ready) for rebalance_delay_ms on end. No
  * wall clock takes part in these decisions.
  *
+ * Remotes (meta/remote.h): the leader, once ready, proposes the cluster's
+ * seal salt (REMOTE_SALT, 32 random bytes) while the state has none; the
+ * first applied stays for good. The leader also logs an audit line for
+ * every REMOTE_PUT and REMOTE_DELETE it applies.
+ *
  * Ready (tn_meta_ready, latched once): caught up and everything in the
  * log at start applied. Caught up (tn_meta_caught_up, now): a leader is
  * known, this node is a voter, a follower heard from the leader within

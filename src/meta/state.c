@@ -43,6 +43,7 @@ void tn_meta_state_fini(tn_meta_state_t *s)
     tn_free(s->users);
     tn_free(s->members);
     tn_free(s->nodes);
+    tn__meta_remotes_fini(&s->remotes);
     memset(s, 0, sizeof(*s));
 }
 
@@ -1157,6 +1158,10 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
             return UV_EINVAL;
         move_keep(s, &c->move);
         return 0;
+    case TN_MC_REMOTE_PUT:
+    case TN_MC_REMOTE_DELETE:
+    case TN_MC_REMOTE_SALT:
+        return tn__meta_remotes_apply(&s->remotes, c->type, c->remote, restoring);
     default:
         return UV_ENOTSUP;
     }
@@ -1251,6 +1256,8 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
         rc = tn_meta_cmd_encode(&c, out);
         count++;
     }
+    if (rc == 0)
+        rc = tn__meta_remotes_snapshot(&s->remotes, out, &count);
     if (rc != 0) {
         out->len = out->off + start;
         return rc;
@@ -1306,7 +1313,8 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
             c.type != TN_MC_MEMBER_PUT && c.type != TN_MC_MEMBER_DRAIN &&
             c.type != TN_MC_MEMBER_REG && c.type != TN_MC_MEMBER_REC &&
             c.type != TN_MC_MEMBER_STATUS && c.type != TN_MC_PART_OWNERS &&
-            c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE && c.type != TN_MC_MOVE_DONE)
+            c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE &&
+            c.type != TN_MC_MOVE_DONE && c.type != TN_MC_REMOTE_PUT && c.type != TN_MC_REMOTE_SALT)
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */

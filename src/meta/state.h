@@ -42,7 +42,8 @@
  * boot id (a restart), fences the old session first (the same apply), and a registration that makes
  * a member live runs tn_pstate_elect over the offline partitions. The snapshot adds PART_STATE
  * after a replicated topic's owners, and MEMBER_FENCE after a fenced member's record;
- * finished moves (MOVE_DONE, oldest first) come last.
+ * finished moves (MOVE_DONE, oldest first) come next, and the remotes
+ * (REMOTE_SALT, then REMOTE_PUT each: meta/remote.h) last.
  *
  * Threads: the caller's (the loop thread in ternd). */
 #ifndef TN_META_STATE_H
@@ -91,6 +92,7 @@ typedef struct {
      * moves_next once full): tn_meta_state_move_done. */
     tn_meta_move_t moves[TN_META_MOVES_KEPT];
     uint32_t nmoves, moves_next;
+    tn_meta_remotes_t remotes; /* meta/remote.h */
 } tn_meta_state_t;
 
 void tn_meta_state_init(tn_meta_state_t *s);

@@ -306,6 +306,57 @@ def wire_seeds(here):
     write(wp, "seed-too-big", ekm + wire_frame(auth, 0, proof + b"y" * 13))
 
 
+def meta_cmd(ctype, payload):
+    """A metastore command (meta/cmd.h): header, payload, zero padding."""
+    b = b"TM" + bytes([1, ctype]) + struct.pack("<I", len(payload)) + payload
+    return b + b"\x00" * ((8 - len(b) % 8) % 8)
+
+
+def mstr(s):
+    return struct.pack("<H", len(s)) + s
+
+
+def remote_put(name, cond=1, salt=b"\x07" * 32, ca=b"", sealed=b"\xaa" * 40, version=1,
+               expect=None):
+    """A REMOTE_PUT (meta/remote.h); the sealed bytes are opaque here."""
+    p = bytes([cond]) + salt + mstr(name) + struct.pack("<Q", 0x1122334455667788)
+    p += mstr(b"https://eu.example.com:4443") + mstr(b"mirror") + mstr(ca)
+    p += struct.pack("<H", len(sealed)) + sealed + struct.pack("<IQQ", version, 1000, 2000)
+    p += mstr(b"admin") + mstr(b"admin") + mstr(b"00000000deadbeef")
+    if expect is not None:
+        p += struct.pack("<Q", expect)
+    return meta_cmd(30, p)
+
+
+def remote_seeds(here):
+    """Remotes in the metastore (fuzz target meta_cmd): the salt, puts,
+    deletes, a snapshot of them, and damaged ones."""
+    mc = os.path.join(here, "meta_cmd", "corpus")
+    ca = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    salt = meta_cmd(32, b"\x07" * 32)
+    write(mc, "seed-remote-salt", salt + meta_cmd(32, b"\x08" * 32))
+    write(mc, "seed-remote-no-salt", remote_put(b"eu"))
+    put = salt + remote_put(b"eu")
+    write(mc, "seed-remote-put", put)
+    write(mc, "seed-remote-put-ca", salt + remote_put(b"us.east", ca=ca))
+    write(mc, "seed-remote-put-again", put + remote_put(b"eu", cond=1 | 128))
+    write(mc, "seed-remote-put-unchanged", put + remote_put(b"eu", cond=2, version=2,
+                                                            expect=0x0123456789abcdef))
+    write(mc, "seed-remote-other-salt", put + remote_put(b"ap", salt=b"\x08" * 32))
+    delete = meta_cmd(31, mstr(b"eu") + mstr(b"admin") + mstr(b"00000000deadbeef"))
+    write(mc, "seed-remote-delete", put + delete + delete)
+    write(mc, "seed-remote-short-seal", salt + remote_put(b"eu", sealed=b"\xaa" * 27))
+    write(mc, "seed-remote-bad-cond", salt + remote_put(b"eu", cond=3))
+    write(mc, "seed-remote-http", put.replace(b"https://", b"http:///"))
+    recs = [salt, remote_put(b"eu", cond=0), remote_put(b"us", cond=0, ca=ca)]
+    snap = b"TMS1" + struct.pack("<IQQ", 0, 1, len(recs)) + b"".join(recs)
+    write(mc, "seed-remote-snapshot", snap)
+    dup = b"TMS1" + struct.pack("<IQQ", 0, 1, 3) + salt + recs[1] + recs[1]
+    write(mc, "seed-remote-snapshot-dup", dup)
+    nosalt = b"TMS1" + struct.pack("<IQQ", 0, 1, 1) + recs[1]
+    write(mc, "seed-remote-snapshot-no-salt", nosalt)
+
+
 def write(dirname, name, data):
     os.makedirs(dirname, exist_ok=True)
     with open(os.path.join(dirname, name), "wb") as f:
@@ -390,6 +441,7 @@ def main():
     write(ep, "seed-bad-magic", epochs_file([(1, 0)], magic=b"TNE2"))
 
     wire_seeds(here)
+    remote_seeds(here)
 
 
 if __name__ == "__main__":

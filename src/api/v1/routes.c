@@ -17,6 +17,7 @@
 #include "api/v1/drain.h"
 #include "api/v1/forward.h"
 #include "api/v1/produce.h"
+#include "api/v1/remotes.h"
 #include "api/v1/storage.h"
 #include "api/v1/topics.h"
 #include "api/v1/users.h"
@@ -275,6 +276,7 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     for (size_t i = 0; rc == 0 && i < TN_ARRAY_SIZE(nsq_paths); i++)
         rc = tn_http_guard(srv, nsq_paths[i], nsq_guard, v);
     rc = rc ? rc : tn__v1_users_register(srv, v);
+    rc = rc ? rc : tn__v1_remotes_register(srv, v);
     rc = rc ? rc : tn__v1_cluster_register(srv, v);
     rc = rc ? rc : tn__v1_moves_register(srv, v);
     rc = rc ? rc : tn__v1_children_register(srv, v);
@@ -306,6 +308,7 @@ void tn_v1_close(tn_v1_t *v)
     tn_fanout_close(v->fanout);
     v->fanout = NULL;
     tn__v1_users_close(v);
+    tn__v1_remotes_close(v);
     tn_quota_fini(&v->produces);
     if (v->authn != NULL)
         tn_authn_close(v->authn, NULL, NULL);

@@ -692,6 +692,7 @@ static void begin(conn_t *c, size_t headlen)
     tn_buf_consume(&c->in, headlen);
     r->conn = c;
     snprintf(r->remote, sizeof(r->remote), "%s", c->remote);
+    r->secure = c->tls != NULL;
     c->req = r;
     c->head_started = false;
     const guard_t *g = find_guard(s, &r->head);

@@ -61,6 +61,7 @@ struct tn_http_request_s {
     tn_http_req_t head; /* spans point into the request's own copy */
     tn_buf_t body;
     char remote[64];
+    bool secure; /* it came over this server's TLS (an HTTPS listener) */
     /* For a handler that answers later: cancel runs (instead of any
      * answer) if the client disconnects first. */
     void (*on_cancel)(tn_http_request_t *r);
