@@ -959,7 +959,9 @@ tn_nsqauth_local_t tn_v1_nsq_auth(tn_v1_t *v)
 
 int tn__v1_users_register(tn_http_server_t *srv, tn_v1_t *v)
 {
-    v->users = tn_calloc(1, sizeof(hashq_t));
+    /* Called once per listener (HTTP, HTTPS): one queue for them all. */
+    if (v->users == NULL)
+        v->users = tn_calloc(1, sizeof(hashq_t));
     if (v->users == NULL)
         return UV_ENOMEM;
     int rc = tn_http_route(srv, "GET", "/v1/users", 0, NULL, on_users_list, v);
