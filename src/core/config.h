@@ -203,6 +203,8 @@ typedef struct tn_config_s {
     int64_t replica_lag_time_max_ns;
     int64_t leader_rebalance_delay_ns;
     int64_t replace_dead_after_ns; /* 0: never */
+    bool auto_rebalance;           /* a member joining rebalances the replicas */
+    int64_t max_moves_per_node;    /* replica-copying moves touching one member at once */
 
     /* Settled by tn_config_load (owned; freed, the secret wiped, by
      * tn_config_fini). peers: the initial voters, this node among them

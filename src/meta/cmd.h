@@ -64,6 +64,11 @@
  * snapshot record only): [8] id [s] topic [4] partition [1] end (1 done, 2
  * aborted) [8] started ms [8] finished ms [1] nfrom from as [4] each [1]
  * nto to as [4] each [s] reason.
+ * CLUSTER_REBALANCE ([1] flags: bit 0 wanted, bit 1 only if none is wanted
+ * now; [1] reason 1 api, 2 join; [8] rebalance id (not 0) [8] the
+ * proposer's wall ms): a rebalance of the replicas over the members is
+ * wanted, or is over (the id must be the one wanted); the metastore leader
+ * drives it (meta/rebalance.h). The snapshot carries it while wanted.
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -116,6 +121,8 @@ typedef enum {
     TN_MC_PART_STATE = 20,     /* snapshot record only */
     TN_MC_PART_MOVE = 21,      /* begin, complete or abort a reassignment */
     TN_MC_MOVE_DONE = 22,      /* snapshot record only: a finished move */
+    /* A rebalance wanted, or over. */
+    TN_MC_CLUSTER_REBALANCE = 23,
 } tn_meta_cmd_type_t;
 
 /* PART_MOVE's kind byte. */
@@ -123,6 +130,18 @@ typedef enum { TN_MOVE_BEGIN = 0, TN_MOVE_COMPLETE = 1, TN_MOVE_ABORT = 2 } tn_m
 
 /* How a finished move ended. */
 typedef enum { TN_MOVE_DONE = 1, TN_MOVE_ABORTED = 2 } tn_meta_move_end_t;
+
+/* Why a rebalance is wanted (CLUSTER_REBALANCE's reason byte). */
+typedef enum { TN_REBAL_API = 1, TN_REBAL_JOIN = 2 } tn_meta_rebal_reason_t;
+
+/* A rebalance as the state keeps it (wanted false: none) and as
+ * CLUSTER_REBALANCE carries it. */
+typedef struct {
+    bool wanted;
+    uint8_t reason;   /* tn_meta_rebal_reason_t */
+    uint64_t id;      /* the proposer's, not 0 */
+    int64_t since_ms; /* the proposer's wall clock when it was asked */
+} tn_meta_rebal_t;
 
 #define TN_META_MOVE_REASON_MAX 160
 #define TN_META_MOVES_KEPT      64 /* finished moves the state keeps */
@@ -288,6 +307,8 @@ typedef struct {
     uint32_t target[TN_PSTATE_MAX_REPLICAS];
     char move_reason[TN_META_MOVE_REASON_MAX + 1];
     tn_meta_move_t move; /* MOVE_DONE */
+    /* CLUSTER_REBALANCE; if_absent: only if none is wanted (else UV_EBUSY). */
+    tn_meta_rebal_t rebal;
 } tn_meta_cmd_t;
 
 /* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of
