@@ -22,6 +22,9 @@ every one consumed at the end).
                          new member is frozen with SIGSTOP meanwhile, so
                          the first cannot have finished), and ternctl
                          exits 0 once the members are within one.
+  test_leader_killed_mid_rebalance  (auto-rebalance off) the metastore leader
+                         is SIGKILLed right after a POST: the next one
+                         carries the rebalance on and ends it.
 
 Run: python3 tests/cluster/test_rebalance.py --ternd build/ternd --ternctl build/ternctl
 """
@@ -240,6 +243,28 @@ class RebalanceOff(Rebalance):
         self.assertIn("rebalance ", out)
         self.assertIn("rebalanced: the members' replica counts are within one", out)
         s = self.wait_balanced(meta, jid, 60)
+        self.check_balanced(s, before, jid)
+        self.end()
+
+
+    def test_leader_killed_mid_rebalance(self):
+        # The metastore leader is SIGKILLed right after the POST: the
+        # rebalance wanted is in the replicated state, so the next leader
+        # carries it on and ends it.
+        joiner = self.grow_to_four()
+        jid = str(joiner.id)
+        meta = self.c.find_leader()
+        before = {m["id"] for m in self.moves(meta)}
+        status, body = meta.request("POST", "/v1/cluster/rebalance", headers=CLIENT)
+        self.assertEqual(status, 202, body)
+        self.assertGreater(body["moves"], 0, body)
+        self.kill(meta, "the metastore leader, a rebalance just asked")
+        new_meta = self.c.find_leader(timeout=60)
+        self.assertIsNot(new_meta, meta)
+        tr.log(f"metastore leader now node {new_meta.id}")
+        self.restart(meta)
+        s = self.wait_balanced(new_meta, jid)
+        self.assertIn("rebalance over", new_meta.log())
         self.check_balanced(s, before, jid)
         self.end()
 
