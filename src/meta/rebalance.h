@@ -7,9 +7,10 @@
  * gets the same answers from the same state.
  *
  * DESIGN: a rebalance, step by step (the driver is meta.c's check_spread).
- *   1. Asked: POST /v1/cluster/rebalance, or the metastore leader when a
- *      member joins (a new id registers, or a dead member comes back) and
- *      the replica counts are more than one apart, with auto-rebalance on.
+ *   1. Asked: POST /v1/cluster/rebalance, or, with auto-rebalance on, the
+ *      metastore leader when a member joins (a new id registers, or a
+ *      member marked dead registers again) holding at least two replicas
+ *      fewer than the most loaded alive, non-draining member.
  *      Either proposes CLUSTER_REBALANCE wanted (if none is): the state
  *      then says a rebalance is under way, so whichever member leads the
  *      metastore drives it, a new leader after a change too.
