@@ -642,6 +642,8 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     mo.session_timeout_ms = (unsigned)(cfg->member_session_timeout_ns / 1000000);
     mo.rebalance_delay_ms = (unsigned)(cfg->leader_rebalance_delay_ns / 1000000);
     mo.replace_dead_ms = (uint64_t)(cfg->replace_dead_after_ns / 1000000);
+    mo.max_moves_per_node = (unsigned)cfg->max_moves_per_node;
+    mo.no_auto_rebalance = !cfg->auto_rebalance;
     /* The data directory's incarnation (made with it, or now for one from
      * before incarnations): a wiped disk registers as another one. */
     int irc = tn_meta_incarnation_load(cfg->data_path, &mo.incarnation, err, errlen);

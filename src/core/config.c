@@ -347,6 +347,13 @@ static const opt_t options[] = {
     {"remotes-api-hop-encrypted", OPT_BOOL, F(remotes_api_hop_encrypted), "false", 0, 0, NULL,
      "the hop from your ingress to this node's plain HTTP listener is encrypted otherwise: "
      "accept a remote's password over it (else only over https-address; 412)"},
+    {"auto-rebalance", OPT_BOOL, F(auto_rebalance), "true", 0, 0, NULL,
+     "when a member joins (or comes back after its replicas were re-created elsewhere) holding "
+     "fewer replicas than the others, spread replicas and preferred leaders over the members "
+     "again (off: only POST /v1/cluster/rebalance does)"},
+    {"max-moves-per-node", OPT_INT, F(max_moves_per_node), "2", 1, 64, NULL,
+     "partition moves copying a replica that may take one off, or put one on, a member at once "
+     "(decommission, self-healing and rebalance alike)"},
 };
 
 /* The OPT_ADDR options: where each keeps its resolved address, and how it
@@ -1957,7 +1964,7 @@ static const struct {
                 "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
     {"Replication", "experimental-replication default-replication-factor min-insync-replicas "
                     "member-session-timeout replica-lag-time-max move-rate leader-rebalance-delay "
-                    "replace-dead-after"},
+                    "replace-dead-after auto-rebalance max-moves-per-node"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},

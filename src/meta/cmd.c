@@ -438,6 +438,17 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         if (w.rc == 0)
             w.rc = c->remote != NULL ? tn__meta_remote_encode(c->type, c->remote, out) : UV_EINVAL;
         break;
+    case TN_MC_CLUSTER_REBALANCE: {
+        const tn_meta_rebal_t *rb = &c->rebal;
+        if (rb->id == 0 || rb->since_ms < 0 || rb->reason < TN_REBAL_API ||
+            rb->reason > TN_REBAL_JOIN || (c->if_absent && !rb->wanted))
+            w.rc = UV_EINVAL;
+        w_u8(&w, (uint8_t)((rb->wanted ? 1u : 0u) | (c->if_absent ? 2u : 0u)));
+        w_u8(&w, rb->reason);
+        w_u64(&w, rb->id);
+        w_u64(&w, (uint64_t)rb->since_ms);
+        break;
+    }
     default:
         w.rc = UV_EINVAL;
     }
@@ -1015,6 +1026,20 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         }
         r.left = 0;
         break;
+    case TN_MC_CLUSTER_REBALANCE: {
+        tn_meta_rebal_t *rb = &c->rebal;
+        uint8_t flags = r_u8(&r);
+        rb->wanted = (flags & 1u) != 0;
+        c->if_absent = (flags & 2u) != 0;
+        rb->reason = r_u8(&r);
+        rb->id = r_u64(&r);
+        rb->since_ms = r_i64(&r);
+        if (r.rc == 0 &&
+            ((flags & ~3u) != 0 || (c->if_absent && !rb->wanted) || rb->id == 0 ||
+             rb->since_ms < 0 || rb->reason < TN_REBAL_API || rb->reason > TN_REBAL_JOIN))
+            r.rc = TN_ECORRUPT;
+        break;
+    }
     default:
         return UV_ENOTSUP;
     }

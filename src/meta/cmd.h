@@ -68,6 +68,11 @@
  * sealed credential, and its removal; REMOTE_SALT (32): the cluster's
  * seal salt, made once by the metastore leader (meta/remote.h has the
  * payloads).
+ * CLUSTER_REBALANCE ([1] flags: bit 0 wanted, bit 1 only if none is wanted
+ * now; [1] reason 1 api, 2 join; [8] rebalance id (not 0) [8] the
+ * proposer's wall ms): a rebalance of the replicas over the members is
+ * wanted, or is over (the id must be the one wanted); the metastore leader
+ * drives it (meta/rebalance.h). The snapshot carries it while wanted.
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -121,6 +126,8 @@ typedef enum {
     TN_MC_PART_STATE = 20,     /* snapshot record only */
     TN_MC_PART_MOVE = 21,      /* begin, complete or abort a reassignment */
     TN_MC_MOVE_DONE = 22,      /* snapshot record only: a finished move */
+    /* A rebalance wanted, or over. */
+    TN_MC_CLUSTER_REBALANCE = 23,
     /* Remotes (meta/remote.h has their payloads). 30 and 31 leave room for
      * the opcodes other work may take meanwhile; renumber at a merge. */
     TN_MC_REMOTE_PUT = 30,
@@ -133,6 +140,18 @@ typedef enum { TN_MOVE_BEGIN = 0, TN_MOVE_COMPLETE = 1, TN_MOVE_ABORT = 2 } tn_m
 
 /* How a finished move ended. */
 typedef enum { TN_MOVE_DONE = 1, TN_MOVE_ABORTED = 2 } tn_meta_move_end_t;
+
+/* Why a rebalance is wanted (CLUSTER_REBALANCE's reason byte). */
+typedef enum { TN_REBAL_API = 1, TN_REBAL_JOIN = 2 } tn_meta_rebal_reason_t;
+
+/* A rebalance as the state keeps it (wanted false: none) and as
+ * CLUSTER_REBALANCE carries it. */
+typedef struct {
+    bool wanted;
+    uint8_t reason;   /* tn_meta_rebal_reason_t */
+    uint64_t id;      /* the proposer's, not 0 */
+    int64_t since_ms; /* the proposer's wall clock when it was asked */
+} tn_meta_rebal_t;
 
 #define TN_META_MOVE_REASON_MAX 160
 #define TN_META_MOVES_KEPT      64 /* finished moves the state keeps */
@@ -301,6 +320,8 @@ typedef struct {
     /* REMOTE_PUT, REMOTE_DELETE, REMOTE_SALT: owned after decode (tn_meta_cmd_fini),
      * borrowed to encode. */
     tn_meta_remote_cmd_t *remote;
+    /* CLUSTER_REBALANCE; if_absent: only if none is wanted (else UV_EBUSY). */
+    tn_meta_rebal_t rebal;
 } tn_meta_cmd_t;
 
 /* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of

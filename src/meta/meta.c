@@ -9,6 +9,7 @@
 #include "core/netaddr.h"
 #include "core/time.h"
 #include "meta/placement.h"
+#include "meta/rebalance.h"
 #include "meta/transport.h"
 #include "storage/io.h"
 
@@ -50,9 +51,9 @@
 /* How often the leader looks for moves whose target is all in sync. */
 #define MOVE_SCAN_MS 200
 /* How often the leader looks for replicas to move off draining members,
- * and how many moves off one member may run at once. */
-#define DECOM_SCAN_MS        250
-#define DECOM_MOVES_PER_NODE 2
+ * and for a rebalance's next move (how many may touch one member at once
+ * is max-moves-per-node). */
+#define DECOM_SCAN_MS 250
 
 typedef struct fwd_s fwd_t;
 typedef struct join_s join_t;
@@ -184,7 +185,19 @@ struct tn_meta_s {
     uint64_t next_move_ms;
     tn_meta_req_t decomreq; /* a decommission's PART_MOVE begin, one at a time */
     bool decom_busy;
+    bool decom_pending; /* the last scan left a decommission or heal move to begin */
     uint64_t next_decom_ms;
+    /* Rebalance (check_spread): the leader's proposals, one at a time. */
+    uint32_t max_moves;  /* max-moves-per-node */
+    bool auto_rebalance; /* a member joining asks for a rebalance */
+    tn_meta_req_t spreadreq;
+    bool spread_busy;
+    bool spread_join; /* spreadreq is a join's request for a rebalance */
+    /* Members that joined or came back (fsm_apply, on the leader), not
+     * judged yet by check_spread; more at once than this are not noted. */
+    uint64_t joined[16];
+    size_t njoined;
+    uint64_t next_spread_ms;
 };
 
 /* A proposal sent to the leader; m NULL once abandoned (the metastore
@@ -231,6 +244,25 @@ struct join_s {
 static void confirm_applied(tn_meta_t *m, uint64_t nonce);
 static void note_heard(tn_meta_t *m, uint64_t id, uint64_t now);
 
+/* Whether c, applied to s, is a member joining: a registration of an id s
+ * does not know, or of a member s has marked dead (auto-rebalance). */
+static bool joins_now(const tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    if (c->type != TN_MC_MEMBER_REC && c->type != TN_MC_MEMBER_REG && c->type != TN_MC_MEMBER_PUT)
+        return false;
+    const tn_meta_member_t *mb = tn_meta_member_find(s, c->member.id);
+    return mb == NULL || mb->status == TN_MEMBER_DEAD;
+}
+
+static void note_joined(tn_meta_t *m, uint64_t id)
+{
+    for (size_t i = 0; i < m->njoined; i++)
+        if (m->joined[i] == id)
+            return;
+    if (m->njoined < TN_ARRAY_SIZE(m->joined))
+        m->joined[m->njoined++] = id;
+}
+
 static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **result)
 {
     tn_meta_t *m = fsm->data;
@@ -238,8 +270,11 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
     size_t used;
     int rc = tn_meta_cmd_decode(buf->base, buf->len, &c, &used);
     if (rc == 0) {
+        bool joins = m->leading && joins_now(&m->state, &c);
         rc = tn_meta_state_apply(&m->state, &c);
         m->changed = m->changed || (rc == 0 && c.type != TN_MC_NOOP);
+        if (joins && rc == 0)
+            note_joined(m, c.member.id);
         /* A registration is a sign of life too (sessions: meta.h). */
         if (rc == 0 && m->leading &&
             (c.type == TN_MC_MEMBER_REC || c.type == TN_MC_MEMBER_REG ||
@@ -1591,72 +1626,6 @@ static void on_decom_begun(tn_meta_req_t *req, int status)
         TN_LOG(TN_LOG_WARN, "metastore: a decommission's partition move: %s", tn_strerror(status));
 }
 
-/* The replicated partitions as the planner sees them, each with its list
- * as it will be (a move's target while one runs), and whether a move
- * runs. Partitions naming a member the state does not know are left out. */
-typedef struct {
-    tn_place_part_t *parts;
-    const tn_meta_topic_entry_t **topics;
-    bool *moving;
-    size_t n, cap;
-} decom_in_t;
-
-static bool decom_member_known(const tn_meta_state_t *s, uint32_t id)
-{
-    return tn_meta_member_find(s, id) != NULL;
-}
-
-static int decom_collect(const tn_meta_state_t *s, decom_in_t *in)
-{
-    for (size_t i = 0; i < s->ntopics; i++) {
-        const tn_meta_topic_entry_t *t = s->topics[i];
-        for (uint32_t k = 0; t->pstates != NULL && k < t->rec.partitions; k++) {
-            const tn_pstate_t *ps = &t->pstates[k];
-            const uint32_t *list = ps->ntarget > 0 ? ps->target : ps->replicas;
-            uint32_t n = ps->ntarget > 0 ? ps->ntarget : ps->nreplicas;
-            bool known = n > 0 && n <= TN_PLACE_MAX_REPLICAS;
-            for (uint32_t r = 0; known && r < n; r++)
-                known = decom_member_known(s, list[r]);
-            if (!known)
-                continue;
-            if (in->n == in->cap) {
-                size_t cap = in->cap ? in->cap * 2 : 64;
-                tn_place_part_t *parts = tn_realloc(in->parts, cap * sizeof(*parts));
-                if (parts == NULL)
-                    return UV_ENOMEM;
-                in->parts = parts;
-                const tn_meta_topic_entry_t **topics =
-                    tn_realloc(in->topics, cap * sizeof(*topics));
-                if (topics == NULL)
-                    return UV_ENOMEM;
-                in->topics = topics;
-                bool *moving = tn_realloc(in->moving, cap * sizeof(*moving));
-                if (moving == NULL)
-                    return UV_ENOMEM;
-                in->moving = moving;
-                in->cap = cap;
-            }
-            tn_place_part_t *pp = &in->parts[in->n];
-            memset(pp, 0, sizeof(*pp));
-            pp->topic = (uint32_t)i;
-            pp->partition = k;
-            pp->factor = n;
-            memcpy(pp->replicas, list, n * sizeof(*list));
-            in->topics[in->n] = t;
-            in->moving[in->n] = ps->ntarget > 0;
-            in->n++;
-        }
-    }
-    return 0;
-}
-
-static void decom_in_fini(decom_in_t *in)
-{
-    tn_free(in->parts);
-    tn_free(in->topics);
-    tn_free(in->moving);
-}
-
 /* The members dead now, each with the loop time this leader first saw it
  * dead (kept from the last scan). false: out of memory. */
 static bool note_deads(tn_meta_t *m, uint64_t now)
@@ -1703,17 +1672,20 @@ static bool replaceable(const tn_meta_t *m, const tn_meta_member_t *mb, uint64_t
  * (meta/placement.h: each replica to the least loaded alive, non-draining
  * member; a dead member's factor-1 partitions, or ones with no alive
  * replica left, are reported offline, never recreated empty) gives their
- * new lists, and one PART_MOVE begin is proposed for a
- * partition with no move under way, while fewer than
- * DECOM_MOVES_PER_NODE moves take replicas off that member; the moves
- * complete as any do (check_moves). Factor-1 partitions do not move
- * (their moves are not built): they stay with the member, which
- * GET /v1/cluster/members shows. */
+ * new lists, and one PART_MOVE begin is proposed for a partition with no
+ * move under way whose members are alive, while every member it takes a
+ * replica off or puts one on is touched by fewer than max-moves-per-node
+ * moves under way (tn_meta_rebal_take; rebalances and heals count too);
+ * the moves complete as any do (check_moves). decom_pending says whether
+ * a change is left to begin, which a rebalance waits for (check_spread).
+ * Factor-1 partitions do not move (their moves are not built): they stay
+ * with the member, which GET /v1/cluster/members shows. */
 static void check_decommission(tn_meta_t *m)
 {
     uint64_t now = uv_now(m->loop);
     if (!m->leading || m->lead_term != m->raft.current_term) {
         m->ndeads = 0; /* a new leadership counts from its own start */
+        m->decom_pending = false;
         return;
     }
     if (m->decom_busy || now < m->next_decom_ms)
@@ -1726,33 +1698,23 @@ static void check_decommission(tn_meta_t *m)
     for (size_t i = 0; i < s->nmembers && !any; i++)
         any = (s->members[i].draining || replaceable(m, &s->members[i], now)) &&
               tn_meta_state_replicas_held(s, s->members[i].id) > 0;
-    if (!any)
+    if (!any) {
+        m->decom_pending = false;
         return;
-    tn_place_member_t *members = tn_calloc(s->nmembers, sizeof(*members));
-    decom_in_t din = {0};
-    if (members == NULL || decom_collect(s, &din) != 0) {
-        tn_free(members);
-        decom_in_fini(&din);
+    }
+    tn_meta_rebal_in_t din;
+    if (tn_meta_rebal_in_init(&din, s) != 0)
         return; /* again at the next scan */
-    }
-    for (size_t i = 0; i < s->nmembers; i++) {
-        const tn_meta_member_t *mb = &s->members[i];
-        members[i].id = (uint32_t)mb->id;
-        members[i].alive = mb->status == TN_MEMBER_ALIVE && !mb->fenced;
-        members[i].draining = mb->draining;
-    }
-    tn_place_in_t in = {members, s->nmembers, din.parts, din.n};
+    tn_place_in_t in = tn_meta_rebal_place_in(&din);
     tn_place_plan_t plan;
     tn_place_plan_init(&plan);
-    for (size_t i = 0; i < s->nmembers && !m->decom_busy; i++) {
+    bool pending = false;
+    for (size_t i = 0; i < s->nmembers; i++) {
         const tn_meta_member_t *mb = &s->members[i];
         bool heal = !mb->draining && replaceable(m, mb, now);
         if (!mb->draining && !heal)
             continue;
         const char *what = heal ? "replacing dead member" : "decommission of member";
-        uint64_t out = tn_meta_state_outbound_moves(s, mb->id);
-        if (out >= DECOM_MOVES_PER_NODE)
-            continue;
         char err[160];
         int prc = heal ? tn_place_heal(&in, (uint32_t)mb->id, 0, &plan, err, sizeof(err))
                        : tn_place_decommission(&in, (uint32_t)mb->id, 0, &plan, err, sizeof(err));
@@ -1771,7 +1733,12 @@ static void check_decommission(tn_meta_t *m)
         }
         for (size_t k = 0; k < plan.nchanges && !m->decom_busy; k++) {
             const tn_place_change_t *ch = &plan.changes[k];
-            if (din.moving[ch->part] || ch->moved == 0)
+            if (ch->moved == 0)
+                continue;
+            bool blocked;
+            bool may = tn_meta_rebal_take(&din, ch, m->max_moves, &blocked);
+            pending = pending || !blocked; /* blocked: a member of it is not alive */
+            if (!may)
                 continue;
             const tn_place_part_t *pp = &din.parts[ch->part];
             const char *topic = din.topics[ch->part]->rec.name;
@@ -1789,9 +1756,178 @@ static void check_decommission(tn_meta_t *m)
                 break;
         }
     }
+    m->decom_pending = pending;
     tn_place_plan_fini(&plan);
-    tn_free(members);
-    decom_in_fini(&din);
+    tn_meta_rebal_in_fini(&din);
+}
+
+/* --- rebalance: replicas and preferred leaders spread over the members ---------------- */
+
+/* The member of m->joined, alive and not draining in in, holding at
+ * least two replicas fewer than the most loaded such member: what a join
+ * must show for auto-rebalance to ask for a rebalance (a member that came
+ * back holding its share asks for nothing). 0: none; *spread is the most
+ * minus that member's count. */
+static uint64_t joined_short(const tn_meta_t *m, const tn_meta_rebal_in_t *in, uint32_t *spread)
+{
+    tn_place_in_t pin = tn_meta_rebal_place_in(in);
+    tn_place_load_t *loads = tn_calloc(in->nmembers > 0 ? in->nmembers : 1, sizeof(*loads));
+    if (loads == NULL)
+        return 0;
+    tn_place_loads(&pin, loads);
+    uint32_t hi = 0;
+    for (size_t i = 0; i < in->nmembers; i++)
+        if (in->members[i].alive && !in->members[i].draining)
+            hi = TN_MAX(hi, loads[i].replicas);
+    uint64_t found = 0;
+    for (size_t j = 0; j < m->njoined && found == 0; j++) {
+        int k = m->joined[j] <= UINT32_MAX ? tn_meta_rebal_member(in, (uint32_t)m->joined[j]) : -1;
+        if (k >= 0 && in->members[k].alive && !in->members[k].draining &&
+            loads[k].replicas + 1 < hi) {
+            found = m->joined[j];
+            *spread = hi - loads[k].replicas;
+        }
+    }
+    tn_free(loads);
+    return found;
+}
+
+static void on_spread_proposed(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->spread_busy = false;
+    if (m->spread_join && (status == 0 || status == UV_EBUSY))
+        m->njoined = 0; /* judged; otherwise judged again at the next scan */
+    m->spread_join = false;
+    if (status != 0 && status != UV_EBUSY && status != TN_ECLOSED && status != TN_ENOTFOUND &&
+        status != TN_ECHANGED)
+        TN_LOG_RL(TN_LOG_WARN, 60000, "metastore: a rebalance's proposal: %s", tn_strerror(status));
+}
+
+int tn_meta_propose_rebalance(tn_meta_t *m, tn_meta_req_t *req, bool wanted, uint8_t reason,
+                              uint64_t id, tn_meta_cb cb)
+{
+    if (id == 0 || reason < TN_REBAL_API || reason > TN_REBAL_JOIN)
+        return UV_EINVAL;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_CLUSTER_REBALANCE;
+    c.if_absent = wanted;
+    c.rebal.wanted = wanted;
+    c.rebal.reason = reason;
+    c.rebal.id = id;
+    c.rebal.since_ms = tn_now_wall_ms();
+    return tn_meta_propose(m, req, &c, cb);
+}
+
+/* Joins seen with auto-rebalance on and no rebalance wanted: ask for one
+ * when a member that joined holds two replicas fewer than the most loaded
+ * (joined_short). The joins are judged once (again if the proposal was not
+ * recorded). */
+static void spread_join(tn_meta_t *m, const tn_meta_rebal_in_t *in)
+{
+    uint32_t spread = 0;
+    uint64_t who = joined_short(m, in, &spread);
+    uint64_t id = 0;
+    if (who == 0 || getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id) || id == 0) {
+        m->njoined = who == 0 ? 0 : m->njoined;
+        return;
+    }
+    TN_LOG(TN_LOG_NOTICE,
+           "metastore: member %" PRIu64 " joined holding %" PRIu32
+           " replicas fewer than the most loaded member: rebalancing (auto-rebalance)",
+           who, spread);
+    m->spreadreq.data = m;
+    m->spread_join = true;
+    if (tn_meta_propose_rebalance(m, &m->spreadreq, true, TN_REBAL_JOIN, id, on_spread_proposed) ==
+        0) {
+        m->spread_busy = true;
+    } else {
+        m->spread_join = false;
+    }
+}
+
+/* On the leader, every DECOM_SCAN_MS while a rebalance is wanted and no
+ * decommission or self-healing has a move left to begin: plan over the
+ * state as it will be (meta/rebalance.h, DESIGN) and begin the first
+ * change tn_meta_rebal_take allows, one PART_MOVE at a time; with nothing
+ * left to begin and no move under way, propose the rebalance over. A join
+ * seen (fsm_apply) with auto-rebalance on asks for one (spread_join). */
+static void check_spread(tn_meta_t *m)
+{
+    uint64_t now = uv_now(m->loop);
+    if (!m->leading || m->lead_term != m->raft.current_term || !m->auto_rebalance) {
+        m->njoined = 0; /* a new leadership notes the joins it applies */
+        if (!m->leading || m->lead_term != m->raft.current_term)
+            return;
+    }
+    const tn_meta_state_t *s = &m->state;
+    if (m->spread_busy || now < m->next_spread_ms || (!s->rebal.wanted && m->njoined == 0))
+        return;
+    m->next_spread_ms = now + DECOM_SCAN_MS;
+    tn_meta_rebal_in_t in;
+    if (tn_meta_rebal_in_init(&in, s) != 0)
+        return; /* out of memory: the next scan */
+    if (!s->rebal.wanted) {
+        spread_join(m, &in);
+        tn_meta_rebal_in_fini(&in);
+        return;
+    }
+    m->njoined = 0; /* the rebalance under way plans over them */
+    if (m->decom_pending) {
+        tn_meta_rebal_in_fini(&in);
+        return; /* a decommission or self-healing first */
+    }
+    tn_place_plan_t plan;
+    tn_place_plan_init(&plan);
+    char err[160];
+    if (tn_meta_rebal_plan(&in, &plan, err, sizeof(err)) != 0) {
+        TN_LOG_RL(TN_LOG_WARN, 60000, "metastore: rebalance: %s", err);
+        goto done;
+    }
+    size_t blocked = 0;
+    for (size_t k = 0; k < plan.nchanges && !m->spread_busy; k++) {
+        const tn_place_change_t *ch = &plan.changes[k];
+        bool no;
+        if (!tn_meta_rebal_take(&in, ch, m->max_moves, &no)) {
+            blocked += no;
+            continue;
+        }
+        const tn_place_part_t *pp = &in.parts[ch->part];
+        const char *topic = in.topics[ch->part]->rec.name;
+        uint64_t id = 0;
+        if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id) || id == 0)
+            break;
+        TN_LOG(TN_LOG_NOTICE, "metastore: rebalance: %s %s/%" PRIu32 " (move %016" PRIx64 ")",
+               ch->moved > 0 ? "moving" : "reordering the replicas of", topic, pp->partition, id);
+        m->spreadreq.data = m;
+        if (tn_meta_propose_move(m, &m->spreadreq, topic, pp->partition, TN_MOVE_BEGIN, id,
+                                 ch->to.replicas, ch->to.factor, NULL, on_spread_proposed) == 0)
+            m->spread_busy = true;
+        else
+            break;
+    }
+    if (!m->spread_busy && in.nmoving == 0) {
+        /* Nothing under way, so nothing was held by the cap or a move:
+         * every change left is blocked. */
+        if (blocked > 0)
+            TN_LOG(TN_LOG_WARN,
+                   "metastore: rebalance over with %zu change(s) not begun: a member of the new "
+                   "list is not alive (POST /v1/cluster/rebalance again once it is back)",
+                   blocked);
+        else
+            TN_LOG(TN_LOG_NOTICE,
+                   "metastore: rebalance over: replica counts %" PRIu32
+                   " apart, preferred leaderships %" PRIu32 " apart",
+                   plan.replica_spread, plan.leader_spread);
+        m->spreadreq.data = m;
+        if (tn_meta_propose_rebalance(m, &m->spreadreq, false, s->rebal.reason, s->rebal.id,
+                                      on_spread_proposed) == 0)
+            m->spread_busy = true;
+    }
+done:
+    tn_place_plan_fini(&plan);
+    tn_meta_rebal_in_fini(&in);
 }
 
 static bool part_args_ok(const char *topic, uint32_t p)
@@ -2069,6 +2205,8 @@ static void on_poll(uv_timer_t *t)
         check_moves(m);
     if (!m->closing)
         check_decommission(m);
+    if (!m->closing)
+        check_spread(m);
     if (m->closing)
         return; /* the close owns the timer now */
     bool busy = m->waiting != NULL || m->fwds != NULL || m->joins != NULL || m->xfer_active ||
@@ -2252,6 +2390,8 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     m->session_ms = o->session_timeout_ms ? o->session_timeout_ms : DEFAULT_SESSION_MS;
     m->rebalance_ms = o->rebalance_delay_ms ? o->rebalance_delay_ms : DEFAULT_REBALANCE_MS;
     m->replace_dead_ms = o->replace_dead_ms;
+    m->max_moves = o->max_moves_per_node ? o->max_moves_per_node : TN_META_MOVES_PER_NODE;
+    m->auto_rebalance = !o->no_auto_rebalance;
     tn_meta_state_init(&m->state);
     m->state.pstate_cb = on_state_pstate;
     m->state.pstate_arg = m;

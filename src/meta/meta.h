@@ -184,6 +184,13 @@ typedef struct {
      * from its own leadership) has its replicas re-created elsewhere;
      * 0 = never */
     uint64_t replace_dead_ms;
+    /* max-moves-per-node: replica-copying moves under way that may touch
+     * one member, for decommission, self-healing and rebalance alike;
+     * 0 = TN_META_MOVES_PER_NODE (meta/rebalance.h) */
+    unsigned max_moves_per_node;
+    /* auto-rebalance off: only POST /v1/cluster/rebalance rebalances (a
+     * member joining does not) */
+    bool no_auto_rebalance;
 } tn_meta_opts_t;
 
 /* The name of that file in the data directory. A backup copies it (the
@@ -310,6 +317,14 @@ int tn_meta_force_leader(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
 int tn_meta_propose_move(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
                          uint8_t kind, uint64_t id, const uint32_t *target, uint32_t n,
                          const char *reason, tn_meta_cb cb);
+/* Ask for a rebalance of the replicas over the members (wanted, only if
+ * none is wanted now), or end the one wanted with id (CLUSTER_REBALANCE;
+ * meta/rebalance.h). reason is a tn_meta_rebal_reason_t; id not 0 (the
+ * proposer makes it). Answers: 0; UV_EBUSY a rebalance is wanted already;
+ * TN_ECHANGED (over) the one wanted has another id; UV_EINVAL bad
+ * arguments. The metastore leader drives it. */
+int tn_meta_propose_rebalance(tn_meta_t *m, tn_meta_req_t *req, bool wanted, uint8_t reason,
+                              uint64_t id, tn_meta_cb cb);
 /* node's replica of partition p failed a CRC check (PART_CORRUPT): it
  * leaves the ISR and elections until a CAS adds it back. 0, UV_EINVAL,
  * TN_ENOTFOUND. */

@@ -7,9 +7,9 @@
  * scratch freed before they return, so the metastore leader and a
  * simulation get the same plan from the same input.
  *
- * Not wired to an API yet: decommission, rebalance and self-healing will
- * run these on the metastore leader and drive the move mechanism (PATCH
- * /v1/topics/{t}/partitions/{p} {"replicas":[...]}) with the changes.
+ * Decommission, self-healing (meta.c check_decommission) and rebalance
+ * (meta.c check_spread, meta/rebalance.h) run these on the metastore
+ * leader and begin PART_MOVEs with the changes.
  *
  * Where this must agree with the placement at creation (meta/state.c,
  * place()/place_replicated()): both treat replicas[0] as the preferred

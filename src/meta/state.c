@@ -1113,6 +1113,21 @@ static int member_drain(tn_meta_state_t *s, const tn_meta_member_t *m)
     return 0;
 }
 
+static int cluster_rebalance(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    const tn_meta_rebal_t *rb = &c->rebal;
+    if (rb->wanted) {
+        if (c->if_absent && s->rebal.wanted)
+            return UV_EBUSY;
+        s->rebal = *rb;
+        return 0;
+    }
+    if (!s->rebal.wanted || s->rebal.id != rb->id)
+        return TN_ECHANGED;
+    memset(&s->rebal, 0, sizeof(s->rebal));
+    return 0;
+}
+
 static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
 {
     switch (c->type) {
@@ -1162,6 +1177,8 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_REMOTE_DELETE:
     case TN_MC_REMOTE_SALT:
         return tn__meta_remotes_apply(&s->remotes, c->type, c->remote, restoring);
+    case TN_MC_CLUSTER_REBALANCE:
+        return cluster_rebalance(s, c);
     default:
         return UV_ENOTSUP;
     }
@@ -1258,6 +1275,13 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
     }
     if (rc == 0)
         rc = tn__meta_remotes_snapshot(&s->remotes, out, &count);
+    if (rc == 0 && s->rebal.wanted) {
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_CLUSTER_REBALANCE;
+        c.rebal = s->rebal;
+        rc = tn_meta_cmd_encode(&c, out);
+        count++;
+    }
     if (rc != 0) {
         out->len = out->off + start;
         return rc;
@@ -1314,12 +1338,14 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
             c.type != TN_MC_MEMBER_REG && c.type != TN_MC_MEMBER_REC &&
             c.type != TN_MC_MEMBER_STATUS && c.type != TN_MC_PART_OWNERS &&
             c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE &&
-            c.type != TN_MC_MOVE_DONE && c.type != TN_MC_REMOTE_PUT && c.type != TN_MC_REMOTE_SALT)
+            c.type != TN_MC_MOVE_DONE && c.type != TN_MC_REMOTE_PUT &&
+            c.type != TN_MC_REMOTE_SALT &&
+            (c.type != TN_MC_CLUSTER_REBALANCE || !c.rebal.wanted))
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */
             rc = apply(&fresh, &c, true);
-            if (rc == UV_EEXIST || rc == TN_ENOTFOUND)
+            if (rc == UV_EEXIST || rc == TN_ENOTFOUND || rc == UV_EBUSY)
                 rc = TN_ECORRUPT;
         }
         tn_meta_cmd_fini(&c);

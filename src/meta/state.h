@@ -42,8 +42,9 @@
  * boot id (a restart), fences the old session first (the same apply), and a registration that makes
  * a member live runs tn_pstate_elect over the offline partitions. The snapshot adds PART_STATE
  * after a replicated topic's owners, and MEMBER_FENCE after a fenced member's record;
- * finished moves (MOVE_DONE, oldest first) come next, and the remotes
- * (REMOTE_SALT, then REMOTE_PUT each: meta/remote.h) last.
+ * finished moves (MOVE_DONE, oldest first) come next, then a rebalance
+ * wanted (CLUSTER_REBALANCE), and the remotes (REMOTE_SALT, then
+ * REMOTE_PUT each: meta/remote.h) last.
  *
  * Threads: the caller's (the loop thread in ternd). */
 #ifndef TN_META_STATE_H
@@ -93,6 +94,9 @@ typedef struct {
     tn_meta_move_t moves[TN_META_MOVES_KEPT];
     uint32_t nmoves, moves_next;
     tn_meta_remotes_t remotes; /* meta/remote.h */
+    /* The rebalance wanted (CLUSTER_REBALANCE; wanted false: none), which
+     * the metastore leader drives (meta/rebalance.h). */
+    tn_meta_rebal_t rebal;
 } tn_meta_state_t;
 
 void tn_meta_state_init(tn_meta_state_t *s);
@@ -123,6 +127,9 @@ void tn_meta_state_fini(tn_meta_state_t *s);
  * TN_ENOTFOUND / UV_EAGAIN, abort TN_ENOTFOUND / UV_EPERM); a completed
  * or aborted move is kept among the finished ones (owners[p] becomes the
  * new list's first); MOVE_DONE (a snapshot record) UV_EINVAL.
+ * CLUSTER_REBALANCE: wanted with if_absent UV_EBUSY while one is wanted
+ * (else it replaces it); not wanted TN_ECHANGED unless the one wanted has
+ * that id (a leader's "over" never ends a newer one).
  *
  * Links: a child's record names its parent, which is always there.
  * TOPIC_DELETE of a parent detaches its children in the same change

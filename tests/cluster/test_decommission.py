@@ -15,7 +15,8 @@ The decommission goes through `ternctl cluster decommission ID --wait`,
 which exits 0 once the member holds nothing. And self-healing: a member
 SIGKILLed and left dead for replace-dead-after (2 s here) has its replicas
 re-created on the other three from the surviving ones, every partition
-back to three in-sync replicas, nothing lost; back, it holds none of them.
+back to three in-sync replicas, nothing lost; back, it holds none of them
+until auto-rebalance gives it its share again.
 
 Run: python3 tests/cluster/test_decommission.py --ternd build/ternd --ternctl build/ternctl
 """
@@ -123,7 +124,7 @@ class DeadMember(tm.Moves):
         # replicas on the other three from the surviving ones, and every
         # partition is back to three in-sync replicas without it; nothing
         # acknowledged is lost. Back, it holds none of them (its copies set
-        # aside).
+        # aside) until auto-rebalance gives it its share again.
         meta, victim, vid, _ = self.loaded_four()
         self.kill(victim, "a member that stays dead")
 
@@ -144,10 +145,20 @@ class DeadMember(tm.Moves):
         self.restart(victim)
         wait_until(f"member {vid} alive again", lambda: self.member(meta, vid)["status"] == "alive",
                    60)
-        # rv's partitions stay where they were re-created (an NSQ topic may
-        # grow a new partition on it, as on any member its producers use).
-        ps = self.partitions(meta, V1)
-        self.assertTrue(all(vid not in x.replicas for x in ps), ps)
+        # Back holding nothing while the others hold every replica:
+        # auto-rebalance (on by default) gives it its share again, every
+        # alive member within one replica (docs/cluster.md "Rebalancing the
+        # members"; tests/cluster/test_rebalance.py has the rest).
+        def rebalanced():
+            status, s = meta.request("GET", "/v1/cluster/rebalance")
+            if status != 200 or s["running"] or s["moves_under_way"] > 0:
+                return None
+            counts = {m["id"]: m["replicas"] for m in s["members"] if m["alive"]}
+            return s if counts.get(vid, 0) > 0 and \
+                max(counts.values()) - min(counts.values()) <= 1 else None
+        s = wait_until(f"member {vid} given its share again", rebalanced, 300, 0.5)
+        tr.log(f"member {vid} back and rebalanced: {s}")
+        self.assertIn(f"member {vid} joined holding", meta.log())
         self.flowing(40)
         wait_until("every partition of rv with its whole ISR", self.settled4, 120)
         self.finish()

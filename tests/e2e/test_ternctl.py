@@ -214,6 +214,17 @@ class Basics(Base):
         self.assertIn("404", self.fails(1, "cluster", "decommission", "9"))
         self.assertIn("cluster decommission ID", self.ok("cluster", "--help", auth=False))
 
+    def test_cluster_rebalance(self):
+        # Operands checked before any call (exit 2); a lone node holds no
+        # replicated partition: balanced already, with or without --wait.
+        self.fails(2, "cluster", "rebalance", "x")
+        self.fails(2, "cluster", "rebalance", "--bogus")
+        self.fails(2, "cluster", "rebalance", "--wait-timeout", "soon")
+        self.assertIn("balanced already", self.ok("cluster", "rebalance", "--wait"))
+        j = self.js("cluster", "rebalance")
+        self.assertEqual((j["running"], j["moves"], j["reorders"]), (False, 0, 0), j)
+        self.assertIn("cluster rebalance [--wait]", self.ok("cluster", "--help", auth=False))
+
     def test_partitions_force_leader_refusals(self):
         # A lone node's topics have factor 1: no election to force (409,
         # exit 1, the server's reason); operands checked before any call.
@@ -250,7 +261,7 @@ class Basics(Base):
                          ["alter", "create", "delete", "get", "list"])
         self.assertEqual(complete("ternctl", "channels", ""),
                          ["delete", "empty", "list", "pause", "unpause"])
-        self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["decommission", "drain", "members", "moves"])
+        self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["decommission", "drain", "members", "moves", "rebalance"])
         self.assertEqual(complete("ternctl", "partitions", ""), ["force-leader", "move"])
         self.assertIn("--partitions", complete("ternctl", "topics", "create", "x", "--pa"))
         self.assertEqual(complete("ternctl", "topics", "create", "x", "--durability", "w"),

@@ -12,6 +12,7 @@
 #include "api/v1/children.h"
 #include "api/v1/cluster.h"
 #include "api/v1/moves.h"
+#include "api/v1/rebalance.h"
 #include "api/v1/common.h"
 #include "api/v1/consume.h"
 #include "api/v1/drain.h"
@@ -279,6 +280,7 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     rc = rc ? rc : tn__v1_remotes_register(srv, v);
     rc = rc ? rc : tn__v1_cluster_register(srv, v);
     rc = rc ? rc : tn__v1_moves_register(srv, v);
+    rc = rc ? rc : tn__v1_rebalance_register(srv, v);
     rc = rc ? rc : tn__v1_children_register(srv, v);
     rc = rc ? rc : tn__v1_topics_register(srv, v);
     rc = rc ? rc : tn__v1_produce_register(srv, v);

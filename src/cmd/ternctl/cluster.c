@@ -1,11 +1,12 @@
-/* `ternctl cluster members|moves|drain|decommission`: the cluster as this node's
+/* `ternctl cluster members|moves|drain|decommission|rebalance`: the cluster as this node's
  * metastore replica knows it (GET /v1/cluster/members, GET
  * /v1/cluster/moves; admin only), and the graceful drain of one member by
  * its id, reached at the API address the members list gives (what
  * `ternctl drain` does to the node it is pointed at). moves lists the
  * partition moves under way and the last finished ones (`ternctl
  * partitions move` starts one); decommission marks a member draining and
- * follows its replicas off it. */
+ * follows its replicas off it; rebalance spreads replicas over the
+ * members. */
 #include "core/platform.h"
 
 #include "cmd/ternctl/ctl.h"
@@ -343,10 +344,136 @@ static int decommission(tn_ctl_t *c, int argc, char **argv)
     }
 }
 
+/* GET /v1/cluster/rebalance: whether one runs, the moves under way, the
+ * moves its plan has left, and the most minus the fewest replicas over the
+ * alive, non-draining members. */
+static int rebal_progress(tn_ctl_t *c, bool *running, int64_t *moving, int64_t *left,
+                          int64_t *spread)
+{
+    tn_ctl_resp_t r;
+    yajl_val v;
+    int rc = get_json(c, "/v1/cluster/rebalance", "cluster rebalance", &r, &v);
+    if (rc != TN_CTL_OK)
+        return rc;
+    *running = false;
+    *moving = *left = 0;
+    tn_ctl_get_bool(v, "running", running);
+    tn_ctl_get_int(v, "moves_under_way", moving);
+    tn_ctl_get_int(tn_ctl_get(v, "left"), "moves", left);
+    yajl_val ml = tn_ctl_get(v, "members");
+    int64_t lo = INT64_MAX, hi = 0;
+    for (size_t i = 0; YAJL_IS_ARRAY(ml) && i < ml->u.array.len; i++) {
+        yajl_val m = ml->u.array.values[i];
+        bool alive = false, draining = false;
+        int64_t n = 0;
+        tn_ctl_get_bool(m, "alive", &alive);
+        tn_ctl_get_bool(m, "draining", &draining);
+        tn_ctl_get_int(m, "replicas", &n);
+        if (alive && !draining) {
+            lo = n < lo ? n : lo;
+            hi = n > hi ? n : hi;
+        }
+    }
+    *spread = hi >= lo ? hi - lo : 0;
+    yajl_tree_free(v);
+    tn_ctl_resp_fini(&r);
+    return TN_CTL_OK;
+}
+
+/* `cluster rebalance [--wait] [--wait-timeout D]`: ask the metastore
+ * leader to spread replicas and preferred leaders over the members (POST
+ * /v1/cluster/rebalance). With --wait, follow GET /v1/cluster/rebalance
+ * until no rebalance runs, no move is under way and the alive members'
+ * replica counts are within one. */
+static int rebalance(tn_ctl_t *c, int argc, char **argv)
+{
+    static const char cmd[] = "cluster rebalance";
+    static const struct option longopts[] = {{"wait", no_argument, NULL, 'w'},
+                                             {"wait-timeout", required_argument, NULL, 't'},
+                                             {NULL, 0, NULL, 0}};
+    bool wait = false;
+    int64_t wait_ms = 3600 * 1000;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        int rc;
+        if (!tn_ctl_wait_opt(cmd, ch, &wait, &wait_ms, &rc))
+            return tn_ctl_usage(cmd, "unknown option or missing value \"%s\"", argv[optind - 1]);
+        if (rc != TN_CTL_OK)
+            return rc;
+    }
+    if (argc - optind != 0)
+        return tn_ctl_usage(cmd, "takes no arguments, only --wait and --wait-timeout");
+    tn_ctl_resp_t r;
+    if (tn_ctl_call(c, "POST", "/v1/cluster/rebalance", NULL, 0, &r) != 0)
+        return TN_CTL_FAIL;
+    if (r.status != 200 && r.status != 202) {
+        int rc = tn_ctl_fail(&r, cmd);
+        tn_ctl_resp_fini(&r);
+        return rc;
+    }
+    yajl_val v = tn_ctl_parse(&r, cmd);
+    if (v == NULL) {
+        tn_ctl_resp_fini(&r);
+        return TN_CTL_FAIL;
+    }
+    int64_t moves = 0, reorders = 0;
+    tn_ctl_get_int(v, "moves", &moves);
+    tn_ctl_get_int(v, "reorders", &reorders);
+    if (tn_ctl_json(c))
+        tn_ctl_print_json(r.body, r.len);
+    else if (r.status == 200)
+        printf("the members are balanced already: nothing to move\n");
+    else
+        printf("rebalance %s begun: %" PRId64 " replica move(s), %" PRId64
+               " preferred-leader reorder(s)\n",
+               tn_ctl_get_str(v, "id") != NULL ? tn_ctl_get_str(v, "id") : "?", moves, reorders);
+    bool begun = r.status == 202;
+    yajl_tree_free(v);
+    tn_ctl_resp_fini(&r);
+    if (!wait || !begun)
+        return TN_CTL_OK;
+    int64_t until = tn_ctl_mono_ms() + wait_ms;
+    int64_t last_moving = -1, last_left = -1;
+    for (;;) {
+        bool running;
+        int64_t moving, left, spread;
+        int rc = rebal_progress(c, &running, &moving, &left, &spread);
+        if (rc != TN_CTL_OK)
+            return rc;
+        if (!running && moving == 0) {
+            if (spread > 1) {
+                fprintf(stderr,
+                        "ternctl: cluster rebalance: over with replica counts %" PRId64
+                        " apart (a member of a new list was not alive: the metastore leader's "
+                        "log says which)\n",
+                        spread);
+                return TN_CTL_FAIL;
+            }
+            if (!tn_ctl_json(c))
+                printf("rebalanced: the members' replica counts are within one\n");
+            return TN_CTL_OK;
+        }
+        if ((moving != last_moving || left != last_left) && !tn_ctl_json(c))
+            printf("%" PRId64 " move(s) under way, %" PRId64 " more to begin\n", moving, left);
+        last_moving = moving;
+        last_left = left;
+        if (tn_ctl_mono_ms() > until) {
+            fprintf(stderr,
+                    "ternctl: cluster rebalance: still running after --wait-timeout (%" PRId64
+                    " move(s) under way)\n",
+                    moving);
+            return TN_CTL_FAIL;
+        }
+        tn_ctl_sleep_ms(DECOM_POLL_MS);
+    }
+}
+
 static int run(tn_ctl_t *c, int argc, char **argv)
 {
     if (argc < 2)
-        return tn_ctl_usage(CMD, "which one: members, moves, drain or decommission?");
+        return tn_ctl_usage(CMD, "which one: members, moves, drain, decommission or rebalance?");
     if (strcmp(argv[1], "members") == 0)
         return members(c, argc - 1, argv + 1);
     if (strcmp(argv[1], "moves") == 0)
@@ -355,17 +482,20 @@ static int run(tn_ctl_t *c, int argc, char **argv)
         return drain_member(c, argc - 1, argv + 1);
     if (strcmp(argv[1], "decommission") == 0)
         return decommission(c, argc - 1, argv + 1);
-    return tn_ctl_usage(CMD, "unknown subcommand \"%s\" (members, moves, drain, decommission)",
-                        argv[1]);
+    if (strcmp(argv[1], "rebalance") == 0)
+        return rebalance(c, argc - 1, argv + 1);
+    return tn_ctl_usage(
+        CMD, "unknown subcommand \"%s\" (members, moves, drain, decommission, rebalance)", argv[1]);
 }
 
 const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
     .name = "cluster",
-    .summary = "the cluster's members and partition moves; drain a member",
+    .summary = "the cluster's members and partition moves; drain, decommission, rebalance",
     .help = "usage: ternctl cluster members\n"
             "       ternctl cluster moves\n"
             "       ternctl cluster drain ID [--wait] [--drain-timeout D]\n"
             "       ternctl cluster decommission ID [--wait] [--wait-timeout D]\n"
+            "       ternctl cluster rebalance [--wait] [--wait-timeout D]\n"
             "\n"
             "members  every member as this node's metastore replica knows it: id, alive or\n"
             "         dead, the metastore leader, API and Raft addresses, partitions owned,\n"
@@ -382,17 +512,24 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "         address the members list gives for it; the same options): one node of\n"
             "         a rolling restart, from any node\n"
             "decommission  mark member ID draining: the metastore leader moves its replicas\n"
-            "         of replicated partitions to the least loaded other members, at most two\n"
-            "         at a time (POST /v1/cluster/members/{id}/decommission). --wait follows\n"
+            "         of replicated partitions to the least loaded other members, at most\n"
+            "         max-moves-per-node (2) touching a member at a time (POST\n"
+            "         /v1/cluster/members/{id}/decommission). --wait follows\n"
             "         it until the member holds nothing (exit 0), or fails when only\n"
             "         factor-1 partitions are left (they do not move yet) or after\n"
             "         --wait-timeout (default 1h)\n"
+            "rebalance  spread replicas and preferred leaders of replicated partitions so every\n"
+            "         alive, non-draining member holds the same number within one, moving as\n"
+            "         few replicas as can be (POST /v1/cluster/rebalance; 409 while one runs).\n"
+            "         --wait follows it (GET /v1/cluster/rebalance) until no move is under way\n"
+            "         and the replica counts are within one (exit 0), or after --wait-timeout\n"
             "\n"
             "All need admin rights. --json prints the server's JSON.\n"
             "\n"
             "Examples:\n"
             "  ternctl cluster members\n"
             "  ternctl cluster drain 2 --wait\n"
-            "  ternctl cluster decommission 4 --wait\n",
+            "  ternctl cluster decommission 4 --wait\n"
+            "  ternctl cluster rebalance --wait\n",
     .run = run,
 };
