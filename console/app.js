@@ -664,7 +664,7 @@
     if (!FINISHED.has(m.state)) {
       if (parts.length) parts.push('; ');
       if (typeof m.lag_records === 'number') parts.push(m.lag_records === 0 ? 'caught up' : `${fmt(m.lag_records)} records behind`);
-      else if (!parts.length) parts.push(h('span', { class: 'muted', title: 'only the node that leads the partition sees its followers\' positions' }, 'lag known on the leader'));
+      else if (!parts.length) parts.push(h('span', { class: 'muted', title: 'known only on the node that leads the partition, once the new members fetched from it' }, 'lag not known here'));
     }
     return parts.length ? parts : '–';
   }
