@@ -288,6 +288,9 @@ class MoveHandover(harness.ClusterTest):
         self.assertEqual(got["m6"], [4], "m6's attempts (3 deliveries before the move)")
         ch = self.channel_stats(S, "nsqc")
         self.assertEqual(ch["deferred_count"], 1, ch)
+        conn2.close()
+        # Every node stops cleanly (a sanitizer's report fails the exit).
+        self.assertEqual(c.stop(), {n.id: 0 for n in c.nodes})
 
 
 if __name__ == "__main__":
