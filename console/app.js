@@ -622,26 +622,128 @@
       },
       render(d) {
         if (d.denied) return [h('h1', {}, 'Cluster'), h('p', {}, 'The cluster routes are for admins.')];
-        const moves = (d.moves.moves || []).map((m) => h('tr', {}, h('th', { scope: 'row' }, m.topic), num(fmt(m.partition)), h('td', {}, String(m.from)), h('td', {}, String(m.to)), h('td', {}, String(m.state || ''))));
-        return [h('h1', {}, 'Cluster'), h('h2', {}, 'Members'), membersTable(d.members),
-          h('h2', {}, 'Partition moves'), table('Partition moves under way', ['Topic', { label: 'Partition', num: true }, 'From', 'To', 'State'], moves, 'moves', 'No moves under way.')];
+        const moves = sortMoves(d.moves.moves || []);
+        const under = moves.filter((m) => !FINISHED.has(m.state)).length;
+        return [h('h1', {}, 'Cluster'), h('h2', {}, 'Members'), membersTable(d.members, true),
+          h('div', { class: 'toolbar' }, h('h2', { id: 'moves-title' }, 'Partition moves'),
+            h('button', { type: 'button', class: 'primary', id: 'move-open', dataK: 'move-open', onclick: openMove }, 'Move partition')),
+          h('p', { class: 'muted', id: 'moves-summary' }, `${under} under way, ${moves.length - under} recently finished (the metastore keeps the last 64).`),
+          table('Partition moves under way and recently finished', ['Move', 'Topic', { label: 'Partition', num: true }, 'From', 'To', 'State',
+            'Progress', 'Started', 'Finished', 'Error', 'Actions'], moves.map(moveRow), 'moves', 'No moves under way or recently finished.')];
       },
     },
   };
 
-  function membersTable(m) {
+  /* ------------------------------------------------------------- moves */
+
+  // A move's states (GET /v1/cluster/moves): under way, then how it ended.
+  const FINISHED = new Set(['done', 'aborted', 'failed']);
+  const MOVE_BADGE = { copying: 'moving', catching_up: 'moving', handing_over: 'moving', done: 'done', aborted: 'paused', failed: 'offline' };
+
+  // Under way first (oldest first), then the finished ones, newest first.
+  function sortMoves(list) {
+    const running = list.filter((m) => !FINISHED.has(m.state)).sort((a, b) => (a.started_ms || 0) - (b.started_ms || 0));
+    const ended = list.filter((m) => FINISHED.has(m.state)).sort((a, b) => (b.finished_ms || 0) - (a.finished_ms || 0));
+    return running.concat(ended);
+  }
+
+  const nodeList = (a) => (Array.isArray(a) ? a.join(', ') : a === undefined || a === null ? '–' : String(a));
+
+  // What is known of a move's progress: the bytes copied of the bytes to
+  // copy where the API gives them, else the records the farthest-behind
+  // new member lacks (known only on the node that leads the partition).
+  function moveProgress(m) {
+    const parts = [];
+    if (typeof m.bytes_total === 'number' && m.bytes_total > 0 && typeof m.bytes_copied === 'number') {
+      const pct = Math.min(100, Math.floor((100 * m.bytes_copied) / m.bytes_total));
+      parts.push(h('progress', { max: String(m.bytes_total), value: String(Math.min(m.bytes_copied, m.bytes_total)), 'aria-label': `copied ${pct}%` }),
+        ' ', `${fmtBytes(m.bytes_copied)} of ${fmtBytes(m.bytes_total)} (${pct}%)`);
+    } else if (typeof m.bytes_copied === 'number' && m.bytes_copied > 0) {
+      parts.push(`${fmtBytes(m.bytes_copied)} copied`);
+    }
+    if (!FINISHED.has(m.state)) {
+      if (parts.length) parts.push('; ');
+      if (typeof m.lag_records === 'number') parts.push(m.lag_records === 0 ? 'caught up' : `${fmt(m.lag_records)} records behind`);
+      else if (!parts.length) parts.push(h('span', { class: 'muted', title: 'known only on the node that leads the partition, once the new members fetched from it' }, 'lag not known here'));
+    }
+    return parts.length ? parts : '–';
+  }
+
+  function moveTime(ms) {
+    return ms ? h('span', { title: isoSeconds(ms) }, clock(ms)) : '–';
+  }
+
+  function moveRow(m) {
+    const running = !FINISHED.has(m.state);
+    const what = `move ${m.id} of ${m.topic}/${m.partition}`;
+    return h('tr', { 'data-move': m.id },
+      h('th', { scope: 'row' }, h('code', {}, m.id)),
+      h('td', {}, h('a', { href: '#/topics/' + enc(m.topic) }, m.topic)), num(fmt(m.partition)),
+      h('td', { 'data-col': 'from' }, nodeList(m.from)), h('td', { 'data-col': 'to' }, nodeList(m.to)),
+      h('td', { 'data-col': 'state' }, h('span', { class: 'badge ' + (MOVE_BADGE[m.state] || '') }, String(m.state || '?'))),
+      h('td', { 'data-col': 'progress' }, moveProgress(m)),
+      h('td', {}, moveTime(m.started_ms)), h('td', {}, moveTime(m.finished_ms)),
+      h('td', { 'data-col': 'error', class: m.state === 'failed' ? 'error' : null }, m.error ? String(m.error) : '–'),
+      h('td', {}, running
+        ? actionButton('Abort', 'abort-' + m.id, 'Abort the move',
+          `Abort ${what}? The partition stays on its old replicas (${nodeList(m.from)}), fully served; what the new members copied is set aside.`, 'Abort',
+          () => api('DELETE', `/v1/cluster/moves/${enc(m.id)}`), `Move ${m.id} of ${m.topic}/${m.partition} aborted.`)
+        : h('span', { class: 'muted' }, '–')));
+  }
+
+  function openMove() {
+    const d = $('move');
+    $('move-form').reset();
+    d.returnValue = '';
+    d.showModal();
+    $('move-topic').focus();
+  }
+
+  function onMoveClose() {
+    const d = $('move');
+    if (d.returnValue !== 'ok') return;
+    const topic = $('move-topic').value.trim();
+    const partition = Number($('move-partition').value);
+    const replicas = $('move-replicas').value.split(',').map((x) => x.trim()).filter(Boolean);
+    confirmThen('Move a partition', `Give partition ${partition} of "${topic}" the replicas ${replicas.join(', ')} (preferred leader first)? ` +
+      'It keeps serving while the new members catch up.', 'Move', async () => {
+      const r = await api('PATCH', `/v1/topics/${enc(topic)}/partitions/${partition}`, { replicas });
+      return `Move ${r.id} of ${topic}/${partition} begun: ${nodeList(r.from)} -> ${nodeList(r.to)}.`;
+    });
+  }
+
+  function memberActions(x) {
+    const id = String(x.id);
+    if (x.draining) {
+      return actionButton('Stop decommission', 'undecom-' + id, 'Stop decommissioning',
+        `Stop decommissioning member ${id}? Moves already begun run to their end; no new one starts.`, 'Stop',
+        () => api('DELETE', `/v1/cluster/members/${enc(id)}/decommission`), `Member ${id} is no longer draining.`);
+    }
+    return actionButton('Decommission', 'decom-' + id, 'Decommission the member',
+      `Decommission member ${id}? Every replica it holds is moved to the other members, at most two at once; it then holds nothing.`, 'Decommission',
+      () => api('POST', `/v1/cluster/members/${enc(id)}/decommission`), `Member ${id} is draining: its replicas move off it.`);
+  }
+
+  // The members as this node's metastore replica knows them; actions: the
+  // cluster view's Decommission / Stop decommission buttons.
+  function membersTable(m, actions) {
     if (!m) return h('p', { class: 'muted' }, 'Members are shown to admins (GET /v1/cluster/members).');
-    const rows = (m.members || []).map((x) => h('tr', {},
+    const rows = (m.members || []).map((x) => h('tr', { 'data-member': String(x.id) },
       h('th', { scope: 'row' }, String(x.id), x.leader ? [' ', h('span', { class: 'badge' }, 'leader')] : null),
       h('td', {}, x.api_addr || h('span', { class: 'muted' }, 'not registered')), h('td', {}, x.raft_addr || x.addr),
-      h('td', {}, h('span', { class: x.status === 'alive' ? 'status-ok' : 'status-bad' }, x.status), x.draining ? [' ', h('span', { class: 'badge paused' }, 'draining')] : null),
-      num(fmt(x.owned_partitions)), num(fmt(x.outbound_moves)),
+      h('td', { 'data-col': 'status' }, h('span', { class: x.status === 'alive' ? 'status-ok' : 'status-bad' }, x.status),
+        x.decommissioned ? [' ', h('span', { class: 'badge done' }, 'decommissioned')]
+          : x.draining ? [' ', h('span', { class: 'badge paused' }, 'draining')] : null),
+      num(fmt(x.owned_partitions)), h('td', { class: 'num', 'data-col': 'replicas' }, fmt(x.replica_partitions)),
+      h('td', { class: 'num', 'data-col': 'moves-out' }, fmt(x.outbound_moves)),
       h('td', {}, x.last_heartbeat_ms ? clock(x.last_heartbeat_ms) : '–'),
       // The leader's Raft contact: only the metastore leader answers it.
       h('td', {}, x.last_heard_ms_ago === null || x.last_heard_ms_ago === undefined ? '–'
-        : h('span', { class: x.heard_recently ? '' : 'status-bad' }, fmt(x.last_heard_ms_ago) + ' ms ago'))));
+        : h('span', { class: x.heard_recently ? '' : 'status-bad' }, fmt(x.last_heard_ms_ago) + ' ms ago')),
+      actions ? h('td', {}, memberActions(x)) : null));
     return table('Cluster members, as this node\'s metastore replica knows them', ['Member', 'API address', 'Raft address', 'Status',
-      { label: 'Partitions', num: true }, { label: 'Moves out', num: true }, 'Last heartbeat', 'Last heard (leader)'], rows, 'members', 'No members registered yet.');
+      { label: 'Partitions', num: true }, { label: 'Replicas held', num: true }, { label: 'Moves out', num: true }, 'Last heartbeat', 'Last heard (leader)',
+      ...(actions ? ['Actions'] : [])], rows, 'members', 'No members registered yet.');
   }
 
   function grantText(gs) {
@@ -814,6 +916,7 @@
     $('logout').addEventListener('click', () => expire());
     $('create-topic').addEventListener('close', onCreateClose);
     $('grant').addEventListener('close', onGrantClose);
+    $('move').addEventListener('close', onMoveClose);
     window.addEventListener('hashchange', () => { if (state.auth !== null) route(); });
     resume();
   });

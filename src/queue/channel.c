@@ -1251,6 +1251,64 @@ void tn_consumer_detach(tn_consumer_t *c)
     tn__broker_pump_later(ch);
 }
 
+void tn__chpart_left(tn_chpart_t *cp)
+{
+    tn_channel_t *ch = cp->ch;
+    if (ch == NULL || ch->consumers == NULL)
+        return;
+    int64_t now = tn_now_mono_ms();
+    bool any = false;
+    tn_consumer_t *c = ch->consumers;
+    do {
+        tn_lease_t *l = c->owner.head;
+        while (l != NULL) {
+            tn_lease_t *next = l->owner_next;
+            if (l->data == cp) {
+                uint64_t off = l->offset;
+                uint32_t attempts = l->attempts;
+                lease_end(cp, l);
+                /* Out of memory: the offset is found by the scan instead. */
+                if (pend_add(cp, off, attempts, now) != 0 && cp->scan > off)
+                    cp->scan = off;
+                any = true;
+            }
+            l = next;
+        }
+        c = c->next;
+    } while (c != ch->consumers);
+    if (any)
+        tn__broker_pump_later(ch); /* their credit, for what is still served here */
+}
+
+void tn__topic_moved_away(tn_topic_t *t)
+{
+    tn_channel_t *next;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = next) {
+        next = ch->next;
+        /* Held: the last detach of an ephemeral channel would free it. */
+        ch->busy++;
+        for (;;) {
+            tn_consumer_t *c = ch->consumers;
+            size_t n = ch->nconsumers;
+            while (n > 0 && c->moved == NULL) {
+                c = c->next;
+                n--;
+            }
+            if (n == 0)
+                break;
+            void (*moved)(tn_consumer_t * c) = c->moved;
+            /* Detached first: the door may free c in its callback. */
+            tn_consumer_detach(c);
+            moved(c);
+            if (ch->consumers == NULL)
+                break;
+        }
+        ch->busy--;
+        if (ch->deleted && ch->busy == 0)
+            tn__channel_free(ch);
+    }
+}
+
 void tn_consumer_credit(tn_consumer_t *c, uint32_t credit)
 {
     bool more = credit > c->credit;

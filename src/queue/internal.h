@@ -101,6 +101,18 @@ void tn__channel_pump(tn_channel_t *ch);
 /* Expire leases and release pending entries that are due. */
 void tn__chpart_wake(tn_chpart_t *cp, int64_t now_ms);
 void tn__channel_free(tn_channel_t *ch);
+/* The partition of cp stopped being served here (another node leads it,
+ * or owns it): every lease on it ends as a consumer's detach ends them,
+ * back among the pending entries in memory with nothing recorded (the
+ * channel log follows the new leader from now on, which delivers them
+ * again; a FIN, REQ or TOUCH sent here for them fails, and their
+ * consumers' credit is free for the partitions still served here). A
+ * dead-letter move's lease (no owner) finishes on its own. */
+void tn__chpart_left(tn_chpart_t *cp);
+/* Every partition of t is served by other nodes now, after some was
+ * served here: the consumers of its channels that have a moved callback
+ * are detached and told (queue.h, tn_consumer_t.moved). */
+void tn__topic_moved_away(tn_topic_t *t);
 /* Load a durable channel found on disk (startup). */
 int tn__channel_load(tn_topic_t *t, const char *name);
 /* The frontier GC may go below: the lowest durable frontier of the

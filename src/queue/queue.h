@@ -373,6 +373,15 @@ struct tn_consumer_s {
      * detached c already (its in-flight messages went back); the door
      * drops the client and may free c here. */
     void (*kick)(tn_consumer_t *c);
+    /* Optional: every partition of its topic that this node served has
+     * gone to other nodes while it runs (a partition move or a failover
+     * handed the lead of a replicated partition away; docs/cluster.md,
+     * "What clients see at the hand-over"), so nothing can reach it from
+     * here. The engine has detached c already; the door drops the client
+     * so that it looks the topic up again (an NSQ connection closes, as
+     * nsqd closes a deleted topic's consumers) and may free c here. NULL:
+     * c stays attached (a /v1 long poll ends by its wait). */
+    void (*moved)(tn_consumer_t *c);
     /* Optional: append this consumer's /stats client object (JSON) to out;
      * topic ("" for all) is the /stats filter, for its pub_counts. */
     void (*describe)(tn_consumer_t *c, const char *topic, tn_buf_t *out);
@@ -836,7 +845,11 @@ void tn_broker_follow_placement(tn_broker_t *b);
  * the topic answers lookups as being created, publishes wait), and local
  * ones now owned by another node become remote, their files left on disk
  * (logged at warning level; such a partition is served here again only
- * after a restart). A local partition the placement leaves
+ * after a restart). The leases on a partition that goes remote end
+ * (back among its pending entries, nothing recorded: its new owner
+ * delivers those messages again); when no partition of t is served here
+ * after that, the consumers with a moved callback are detached and told.
+ * A local partition the placement leaves
  * unplaced (owner 0) stays local. A topic busy being created, grown or
  * given a channel follows once that ends. cb (may be NULL) runs with 0 or
  * the error of the opening (the partitions stay remote then), possibly

@@ -1112,6 +1112,7 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
         return 0;
     }
     uint32_t nopen = 0;
+    bool left = false; /* a partition served here went to another node */
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_part_t *p = t->parts[i];
         uint64_t owner = 0;
@@ -1121,6 +1122,9 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             if (!here && owner != 0) {
                 p->remote = true;
                 p->owner = owner;
+                left = true;
+                for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+                    tn__chpart_left(ch->parts[i]);
                 if (p->plog != NULL && b->place_readopt != NULL &&
                     b->place_readopt(b->place_arg, t, i)) {
                     /* A replicated partition's leader stepped down: its log
@@ -1170,6 +1174,15 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             continue;
         }
         nopen++;
+    }
+    if (left) {
+        bool served = false;
+        for (uint32_t i = 0; i < t->nparts && !served; i++)
+            served = !t->parts[i]->remote;
+        /* Nothing of the topic is served here any more, nor being opened
+         * (nopen): its consumers here can get nothing from this node. */
+        if (!served && nopen == 0)
+            tn__topic_moved_away(t);
     }
     if (nopen == 0) {
         if (cb != NULL)

@@ -36,6 +36,7 @@ function startTernd(extraArgs = [], opts = {}) {
         resolve({
           tcpPort,
           httpPort,
+          pid: proc.pid, // for SIGSTOP / SIGCONT by process id
           log: () => log,
           stop: () =>
             new Promise((res, rej) => {
@@ -56,8 +57,38 @@ function startTernd(extraArgs = [], opts = {}) {
   })
 }
 
+// A port claimed for this process across test processes, the way
+// tests/cluster/harness.py claims them (a file per port under
+// $TMPDIR/tern-test-ports holding the owner's pid; one whose pid is gone is
+// stale): false when a live process holds it.
+function claimPort(port) {
+  const dir = path.join(os.tmpdir(), 'tern-test-ports')
+  fs.mkdirSync(dir, { recursive: true })
+  const file = path.join(dir, String(port))
+  for (let i = 0; i < 2; i++) {
+    try {
+      fs.writeFileSync(file, String(process.pid), { flag: 'wx', mode: 0o644 })
+      return true
+    } catch (e) {
+      if (e.code !== 'EEXIST') throw e
+    }
+    try {
+      const pid = Number(fs.readFileSync(file, 'utf8').trim()) || 0
+      if (pid > 0) {
+        process.kill(pid, 0) // throws ESRCH once its owner is gone
+        return pid === process.pid
+      }
+    } catch (e) {
+      if (e.code === 'EPERM') return false
+    }
+    try { fs.unlinkSync(file) } catch (_) { /* gone already */ } // stale: its owner is gone
+  }
+  return false
+}
+
 // A free port below 32768 (tests stay out of the ephemeral range), free on
-// 127.0.0.1 over TCP and UDP: node RPC shares the HTTP port number over UDP.
+// 127.0.0.1 over TCP and UDP: node RPC shares the HTTP port number over UDP;
+// claimed (claimPort) so that no other test process takes it meanwhile.
 const usedPorts = new Set()
 async function freePort() {
   const net = require('node:net')
@@ -75,7 +106,7 @@ async function freePort() {
   for (let i = 0; i < 2000; i++) {
     const port = 20000 + Math.floor(Math.random() * 12768)
     if (usedPorts.has(port)) continue
-    if ((await tryTcp(port)) && (await tryUdp(port))) {
+    if ((await tryTcp(port)) && (await tryUdp(port)) && claimPort(port)) {
       usedPorts.add(port)
       return port
     }

@@ -10,6 +10,15 @@
 // sees the cluster, deletes the topic; a password change sends the open
 // console back to its login page (401); once the daemon is stopped the page
 // shows the unreachable banner.
+//
+// The moves view against three real ternd nodes (a second test): a
+// replicated topic; a move whose new member is frozen (SIGSTOP) stays
+// catching_up (with the bytes copied when the API gives them) and is
+// aborted from its Abort button ("aborted", with who aborted it); a second one, aborted through the API while its Abort
+// dialog is open, shows the API's 409 when the button is confirmed; a move
+// begun from the "Move partition" form runs to "done"; a member
+// decommissioned from its button drains to "decommissioned", and the mark
+// is cleared again.
 'use strict'
 
 const test = require('node:test')
@@ -20,7 +29,7 @@ const os = require('node:os')
 const path = require('node:path')
 const zlib = require('node:zlib')
 const { chromium } = require('playwright-core')
-const { startTernd } = require('../compat/ternd.js')
+const { startTernd, startCluster } = require('../compat/ternd.js')
 
 const PASSWORD = 'console-test-pw'
 const TOPIC = 'console-t'
@@ -335,7 +344,8 @@ test('the web console in headless chromium', { timeout: 120000 }, async (t) => {
 
     // Cluster: this node is its one member, alive and leader.
     await page.click('#nav a[data-view=cluster]')
-    await page.locator('p.caption:text-is("Partition moves under way")').waitFor()
+    await page.locator('p.caption:text-is("Partition moves under way and recently finished")').waitFor()
+    await page.locator('text=No moves under way or recently finished.').waitFor()
     await page.locator('td:has-text("alive")').waitFor()
     await page.locator('.badge:text-is("leader")').waitFor()
     // The leader's last contact with itself: now.
@@ -376,4 +386,204 @@ test('the web console in headless chromium', { timeout: 120000 }, async (t) => {
   }
   if (process.env.KEEP_SHOTS) console.log(`screenshots in ${SHOTS}`)
   else fs.rmSync(SHOTS, { recursive: true, force: true })
+})
+
+// A 503 the API answers before it does anything (Retry-After: 1): this
+// node's metastore replica lost contact with the leader for a moment (an
+// election after a member was frozen and resumed, a loaded machine).
+const NOT_CAUGHT_UP = 'control plane not caught up'
+
+// JSON body of a /v1 call as admin on port (throws on another status);
+// sent again after a NOT_CAUGHT_UP 503, as its Retry-After asks.
+async function v1(port, method, p, body, want) {
+  for (let i = 0; ; i++) {
+    const r = await request(port, method, p, {
+      auth: `admin:${PASSWORD}`,
+      headers: body === undefined ? {} : { 'Content-Type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    })
+    if (r.status === 503 && r.text.includes(NOT_CAUGHT_UP) && i < 60) {
+      await new Promise((res) => setTimeout(res, 1000))
+      continue
+    }
+    assert.equal(r.status, want, `${method} ${p}: ${r.status} ${r.text}`)
+    return r.text ? JSON.parse(r.text) : null
+  }
+}
+
+// A console action: start(page) opens its confirmation (titled title),
+// which is confirmed; the flash under the header says how it went. Done
+// again after the API's NOT_CAUGHT_UP 503 (shown to the user as it is);
+// the flash text of the last try.
+async function uiAction(page, start, title) {
+  for (let i = 0; ; i++) {
+    await page.evaluate(() => { document.getElementById('flash').hidden = true })
+    await start(page)
+    await confirm(page, title)
+    const said = await until(`the outcome of "${title}"`, async () => {
+      const el = page.locator('#flash')
+      return (await el.isVisible()) ? el.innerText() : null
+    })
+    if (said.includes(`503 ${NOT_CAUGHT_UP}`) && i < 30) {
+      await new Promise((res) => setTimeout(res, 1000))
+      continue
+    }
+    return said
+  }
+}
+
+async function until(what, fn, timeout = 60000) {
+  const deadline = Date.now() + timeout
+  for (;;) {
+    const v = await fn()
+    if (v) return v
+    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 250))
+  }
+}
+
+function moveCell(page, id, col) {
+  return page.locator(`tr[data-move="${id}"] td[data-col="${col}"]`)
+}
+
+test('the moves view against a three-node cluster', { timeout: 240000 }, async () => {
+  process.env.TERN_ADMIN_PASSWORD = PASSWORD
+  // A long member session: the frozen member stays a valid move target
+  // while the test works through the page.
+  const nodes = await startCluster(3, ['--cluster-heartbeat-interval=500ms', '--member-session-timeout=60s',
+    '--default-replication-factor=2', '--min-insync-replicas=1'])
+  const frozen = new Set()
+  const args = []
+  if (process.getuid && process.getuid() === 0) args.push('--no-sandbox')
+  const browser = await chromium.launch({ executablePath: chromiumPath(), headless: true, args })
+  const errors = []
+  try {
+    const port = nodes[0].httpPort // the node the console is served from
+    await until('three alive members', async () => {
+      const m = await v1(port, 'GET', '/v1/cluster/members', undefined, 200)
+      return m.members.filter((x) => x.status === 'alive').length === 3
+    })
+    await v1(port, 'POST', '/v1/topics', { name: 'mv', partitions: 3, replication_factor: 2, min_insync_replicas: 1 }, 201)
+    const layout = await until('every partition of mv led, its ISR whole', async () => {
+      const t = await v1(port, 'GET', '/v1/topics/mv', undefined, 200)
+      const ps = t.partition_stats || []
+      return ps.length === 3 && ps.every((p) => p.leader && (p.isr || []).length === 2) ? ps : null
+    })
+    for (let i = 0; i < 20; i++) {
+      const r = await request(port, 'POST', '/pub?topic=mv', { body: `m${i}`, auth: `admin:${PASSWORD}` })
+      assert.equal(r.status, 200, r.text)
+    }
+    const members = await v1(port, 'GET', '/v1/cluster/members', undefined, 200)
+    const metaLeader = members.members.find((x) => x.leader).id
+    const ids = nodes.map((n) => String(n.id))
+    const spareOf = (p) => ids.find((id) => !p.replicas.includes(id))
+    // A partition whose spare member is neither the node serving the page
+    // nor the metastore leader: freezing it leaves both answering.
+    const p = layout.find((x) => spareOf(x) !== '1' && spareOf(x) !== metaLeader)
+    assert.ok(p, `no partition to move onto a member that can be frozen: ${JSON.stringify(layout)}`)
+    const spare = spareOf(p)
+    const target = [p.leader, spare]
+    const victim = nodes.find((n) => String(n.id) === spare)
+
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } })
+    const page = await context.newPage()
+    page.on('pageerror', (e) => errors.push(String(e)))
+    page.on('console', (m) => { if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) errors.push(m.text()) })
+    await page.goto(`http://127.0.0.1:${port}/console/#/cluster`)
+    await login(page, 'admin', PASSWORD)
+    await page.locator('text=No moves under way or recently finished.').waitFor()
+    // Every member with its replicas held and a Decommission button.
+    for (const id of ids) {
+      await page.locator(`tr[data-member="${id}"] button:text-is("Decommission")`).waitFor()
+      assert.match(await page.locator(`tr[data-member="${id}"] td[data-col=replicas]`).innerText(), /^\d+$/)
+    }
+
+    // A move whose new member is frozen cannot catch up: catching_up,
+    // until it is aborted from its button.
+    process.kill(victim.pid, 'SIGSTOP')
+    frozen.add(victim)
+    const a = await v1(port, 'PATCH', `/v1/topics/mv/partitions/${p.index}`, { replicas: target }, 202)
+    await waitText(moveCell(page, a.id, 'state'), 'catching_up')
+    assert.equal(await moveCell(page, a.id, 'from').innerText(), p.replicas.join(', '))
+    assert.equal(await moveCell(page, a.id, 'to').innerText(), target.join(', '))
+    await page.locator('#moves-summary:text-is("1 under way, 0 recently finished (the metastore keeps the last 64).")').waitFor()
+    // The lag is known only on the partition's leader, once the new member
+    // fetched from it: the frozen one never did.
+    assert.equal(await moveCell(page, a.id, 'progress').innerText(), 'lag not known here')
+    // The bytes of a copy, once the API gives them (answered here as a
+    // build that counts them would): a bar and the numbers.
+    await page.route('**/v1/cluster/moves', async (route) => {
+      const resp = await route.fetch()
+      const j = await resp.json()
+      for (const m of j.moves) if (m.id === a.id) Object.assign(m, { bytes_copied: 512 * 1024, bytes_total: 1024 * 1024, lag_records: 7 })
+      await route.fulfill({ response: resp, json: j })
+    })
+    await waitText(moveCell(page, a.id, 'progress'), '512.0 KiB of 1.0 MiB (50%); 7 records behind')
+    assert.equal(await page.locator(`tr[data-move="${a.id}"] progress`).getAttribute('value'), String(512 * 1024))
+    await assertNotBlank(page, 'moves-1280', 1280)
+    await page.unroute('**/v1/cluster/moves')
+    let said = await uiAction(page, (pg) => pg.click(`button[data-k="abort-${a.id}"]`), 'Abort the move')
+    assert.equal(said, `Move ${a.id} of mv/${p.index} aborted.`)
+    await waitText(moveCell(page, a.id, 'state'), 'aborted')
+    assert.match(await moveCell(page, a.id, 'error').innerText(), /^aborted by admin/)
+    assert.equal(await page.locator(`button[data-k="abort-${a.id}"]`).count(), 0, 'an aborted move still offers Abort')
+    let moves = (await v1(port, 'GET', '/v1/cluster/moves', undefined, 200)).moves
+    assert.equal(moves.find((m) => m.id === a.id).state, 'aborted')
+
+    // The same move again; someone else aborts it while the dialog is
+    // open: confirming shows the API's 409 and its words.
+    const b = await v1(port, 'PATCH', `/v1/topics/mv/partitions/${p.index}`, { replicas: target }, 202)
+    await waitText(moveCell(page, b.id, 'state'), 'catching_up')
+    await page.click(`button[data-k="abort-${b.id}"]`)
+    await page.locator('#confirm').waitFor({ state: 'visible' })
+    await v1(port, 'DELETE', `/v1/cluster/moves/${b.id}`, undefined, 200)
+    await page.click('#confirm-ok')
+    await page.locator('#flash.bad').waitFor()
+    assert.match(await page.locator('#flash').innerText(),
+      new RegExp(`Abort the move failed: DELETE /v1/cluster/moves/${b.id}: 409 move ${b.id} has finished \\(aborted\\)`))
+    await waitText(moveCell(page, b.id, 'state'), 'aborted')
+    process.kill(victim.pid, 'SIGCONT')
+    frozen.delete(victim)
+
+    // A move from the form, with its confirmation: it runs to done (the
+    // new member catches up, the member left out is dropped).
+    const q = (await v1(port, 'GET', '/v1/topics/mv', undefined, 200)).partition_stats.find((x) => x.index === p.index)
+    const qTarget = [q.leader, spareOf(q)]
+    said = await uiAction(page, async (pg) => {
+      await pg.click('#move-open')
+      await pg.fill('#move-topic', 'mv')
+      await pg.fill('#move-partition', String(q.index))
+      await pg.fill('#move-replicas', qTarget.join(', '))
+      await pg.click('#move-ok')
+    }, 'Move a partition')
+    const begun = /Move ([0-9a-f]{16}) of mv\/\d+ begun/.exec(said)
+    assert.ok(begun, said)
+    await waitText(moveCell(page, begun[1], 'state'), 'done', 90000)
+    assert.equal(await moveCell(page, begun[1], 'to').innerText(), qTarget.join(', '))
+    assert.equal(await page.locator(`tr[data-move="${begun[1]}"] button`).count(), 0)
+    const after = (await v1(port, 'GET', '/v1/topics/mv', undefined, 200)).partition_stats.find((x) => x.index === q.index)
+    assert.deepEqual(after.replicas, qTarget)
+    moves = (await v1(port, 'GET', '/v1/cluster/moves', undefined, 200)).moves
+    assert.deepEqual(moves.map((m) => m.state).sort(), ['aborted', 'aborted', 'done'])
+
+    // Decommission a member from its button: draining, then its replicas
+    // moved off it (decommissioned); the mark cleared from the other button.
+    const gone = ids.find((id) => id !== '1' && id !== metaLeader)
+    said = await uiAction(page, (pg) => pg.click(`button[data-k="decom-${gone}"]`), 'Decommission the member')
+    assert.equal(said, `Member ${gone} is draining: its replicas move off it.`)
+    await page.locator(`tr[data-member="${gone}"] .badge:text-is("decommissioned")`).waitFor({ timeout: 120000 })
+    assert.equal(await page.locator(`tr[data-member="${gone}"] td[data-col=replicas]`).innerText(), '0')
+    const m = (await v1(port, 'GET', '/v1/cluster/members', undefined, 200)).members.find((x) => x.id === gone)
+    assert.equal(m.draining, true)
+    assert.equal(m.decommissioned, true)
+    said = await uiAction(page, (pg) => pg.click(`button[data-k="undecom-${gone}"]`), 'Stop decommissioning')
+    assert.equal(said, `Member ${gone} is no longer draining.`)
+    await page.locator(`tr[data-member="${gone}"] button:text-is("Decommission")`).waitFor()
+    assert.equal(await page.locator(`tr[data-member="${gone}"] .badge`).count(), 0)
+    assert.deepEqual(errors, [])
+  } finally {
+    for (const n of frozen) process.kill(n.pid, 'SIGCONT')
+    await browser.close()
+    await nodes.stopAll()
+  }
 })

@@ -486,6 +486,16 @@ static void on_kick(tn_consumer_t *cons)
     conn_close(cons->data);
 }
 
+/* Every partition of the topic this node served went to other nodes (a
+ * move or failover handed its lead away): the connection closes, as nsqd
+ * closes a deleted topic's consumers, so that the client looks the topic
+ * up again and finds the new leader (docs/cluster.md, "What clients see
+ * at the hand-over"). */
+static void on_moved(tn_consumer_t *cons)
+{
+    conn_close(cons->data);
+}
+
 /* --- publishes ------------------------------------------------------------------ */
 
 static void answer_publishes(conn_t *c)
@@ -648,6 +658,7 @@ static void sub_continue(conn_t *c)
     c->consumer.deliver = on_deliver;
     c->consumer.describe = on_describe;
     c->consumer.kick = on_kick;
+    c->consumer.moved = on_moved;
     c->consumer.data = c;
     c->consumer.timeout_ms = c->opts.msg_timeout_ms + c->opts.output_buffer_timeout_ms;
     c->consumer.sample_rate = (uint32_t)c->opts.sample_rate;

@@ -871,6 +871,80 @@ static void test_chan_apply_while_set_aside(void **state)
     qfx_free(q);
 }
 
+/* The lead of a replicated partition goes to another node while
+ * consumers here hold its messages (a partition move's hand-over, a
+ * failover of a live leader): their leases end without a record (a FIN
+ * for one fails; the new leader delivers them again), the budget and
+ * credit they held are free, and once no partition of the topic is
+ * served here the consumers with a moved callback are detached and told;
+ * one without (a /v1 long poll) stays. Led here again, the messages are
+ * delivered again from this node's state. */
+static int moved_calls;
+
+static void on_moved(tn_consumer_t *c)
+{
+    assert_null(c->ch); /* detached first */
+    moved_calls++;
+}
+
+static void test_lead_moved_away(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    q->b->place_readopt = readopt_yes;
+    tn_topic_t *t = topic(q, "lm", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(publish(q, "lm", "m", i % 2, NULL, NULL), 0);
+    sink_t nsq, poll;
+    attach(&nsq, ch, 4);
+    nsq.c.moved = on_moved;
+    attach(&poll, ch, 0);
+    expect_n(q, &nsq, 4);
+    assert_int_equal(q->b->inflight_msgs, 4);
+    moved_calls = 0;
+    /* Partition 0 led by node 7 now: its leases end, partition 1 still
+     * served here, so the consumer stays. */
+    owners[0] = 7;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0));
+    assert_int_equal(tn_leases_count(&ch->parts[0]->leases), 0);
+    assert_int_equal(tn_leases_count(&ch->parts[1]->leases), 2);
+    assert_int_equal(q->b->inflight_msgs, 2);
+    assert_int_equal(nsq.c.owner.count, 2);
+    assert_int_equal(moved_calls, 0);
+    assert_ptr_equal(nsq.c.ch, ch);
+    int k = 0;
+    while (nsq.d[k].partition != 0)
+        k++;
+    assert_int_equal(tn_consumer_fin(&nsq.c, 0, nsq.d[k].offset, true, nsq.d[k].nonce),
+                     TN_ENOTFOUND);
+    /* Partition 1 too: nothing of lm is served here, the NSQ-like
+     * consumer is detached and told, the other stays attached. */
+    owners[1] = 7;
+    follow(q, t);
+    assert_int_equal(moved_calls, 1);
+    assert_null(nsq.c.ch);
+    assert_int_equal(nsq.c.owner.count, 0);
+    assert_ptr_equal(poll.c.ch, ch);
+    assert_int_equal(q->b->inflight_msgs, 0);
+    /* A placement pass that changes nothing tells no one again. */
+    follow(q, t);
+    assert_int_equal(moved_calls, 1);
+    /* Led here again: the four come again, none settled meanwhile. */
+    place_all(SELF);
+    follow(q, t);
+    tn_consumer_detach(&poll.c);
+    sink_t again;
+    attach(&again, ch, 8);
+    expect_n(q, &again, 4);
+    run_for(q, 50);
+    assert_int_equal(again.n, 4);
+    tn_consumer_detach(&again.c);
+    qfx_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -884,6 +958,7 @@ int main(void)
         cmocka_unit_test(test_no_placement_all_local),
         cmocka_unit_test(test_grow_here),
         cmocka_unit_test(test_chan_apply_while_set_aside),
+        cmocka_unit_test(test_lead_moved_away),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
