@@ -64,6 +64,10 @@
  * snapshot record only): [8] id [s] topic [4] partition [1] end (1 done, 2
  * aborted) [8] started ms [8] finished ms [1] nfrom from as [4] each [1]
  * nto to as [4] each [s] reason.
+ * MEMBER_REMOVE ([8] id [8] incarnation [8] wall ms): an admin's removal
+ * of a member that holds nothing (meta/state.h "Removed members"); the
+ * incarnation is the one the door saw recorded (0: any); a log entry and
+ * a snapshot record (the removed member's tombstone).
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -116,6 +120,7 @@ typedef enum {
     TN_MC_PART_STATE = 20,     /* snapshot record only */
     TN_MC_PART_MOVE = 21,      /* begin, complete or abort a reassignment */
     TN_MC_MOVE_DONE = 22,      /* snapshot record only: a finished move */
+    TN_MC_MEMBER_REMOVE = 23,  /* a member removed (and its tombstone) */
 } tn_meta_cmd_type_t;
 
 /* PART_MOVE's kind byte. */
@@ -288,6 +293,9 @@ typedef struct {
     uint32_t target[TN_PSTATE_MAX_REPLICAS];
     char move_reason[TN_META_MOVE_REASON_MAX + 1];
     tn_meta_move_t move; /* MOVE_DONE */
+    /* MEMBER_REMOVE (with member.id and member.incarnation): the
+     * proposer's wall clock. */
+    int64_t removed_ms;
 } tn_meta_cmd_t;
 
 /* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of

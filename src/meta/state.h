@@ -44,6 +44,23 @@
  * after a replicated topic's owners, and MEMBER_FENCE after a fenced member's record;
  * finished moves (MOVE_DONE, oldest first) come last.
  *
+ * Removed members (MEMBER_REMOVE, DELETE /v1/cluster/members/{id}): a
+ * member that holds no partition (no replica of a replicated one, no
+ * factor-1 one) leaves the members, so it counts no more for placement,
+ * liveness or quorum checks; refused (nothing changes) when it still holds
+ * partitions (UV_EBUSY), when it is the last member or one of the last
+ * three of a cluster of three or more (UV_EPERM: the metastore keeps three
+ * voters), or when it registered with another data directory since the
+ * door looked (TN_ECHANGED). Its tombstone (id, the incarnation of the
+ * data directory it had, when) stays: a registration of that id with that
+ * incarnation (or none) is refused with UV_EPERM, so a removed process
+ * still running, or restarted on its old data directory, never comes back
+ * as a member; one with another incarnation (an empty data directory that
+ * reuses the id) clears the tombstone and registers as a new member. The
+ * metastore leader takes tombstoned ids out of the Raft configuration
+ * (meta.h). The snapshot writes tombstones (MEMBER_REMOVE) after the
+ * members.
+ *
  * Threads: the caller's (the loop thread in ternd). */
 #ifndef TN_META_STATE_H
 #define TN_META_STATE_H
@@ -71,6 +88,13 @@ typedef struct {
  * removed (ps NULL), as the change is applied. */
 typedef void (*tn_meta_pstate_cb)(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps);
 
+/* A removed member's tombstone (above). */
+typedef struct {
+    uint64_t id;
+    uint64_t incarnation; /* its data directory's when removed (0: unknown) */
+    int64_t removed_ms;   /* the proposer's wall clock */
+} tn_meta_removed_t;
+
 typedef struct {
     tn_meta_topic_entry_t **topics; /* sorted by name */
     size_t ntopics;
@@ -91,6 +115,8 @@ typedef struct {
      * moves_next once full): tn_meta_state_move_done. */
     tn_meta_move_t moves[TN_META_MOVES_KEPT];
     uint32_t nmoves, moves_next;
+    tn_meta_removed_t *removed; /* tombstones, sorted by id */
+    size_t nremoved, rcap;
 } tn_meta_state_t;
 
 void tn_meta_state_init(tn_meta_state_t *s);
@@ -175,6 +201,22 @@ uint64_t tn_meta_state_outbound_moves(const tn_meta_state_t *s, uint64_t member)
  * move's old and target members both, while it runs): what a
  * decommission still has to move off it. */
 uint64_t tn_meta_state_replicas_held(const tn_meta_state_t *s, uint64_t member);
+
+/* The partitions member still holds: replicated ones naming it in their
+ * replica list, and factor-1 ones it owns. */
+uint64_t tn_meta_state_held(const tn_meta_state_t *s, uint64_t member);
+
+/* Whether MEMBER_REMOVE of member would apply to s as it is: 0;
+ * TN_ENOTFOUND (no such member); UV_EBUSY (it holds partitions, *held says
+ * how many); UV_EPERM (the last member, or the cluster has three or more
+ * and would drop below three). held may be NULL. The apply decides with
+ * this very function; a door calls it for a clear answer first. */
+int tn_meta_state_remove_check(const tn_meta_state_t *s, uint64_t member, uint64_t *held);
+
+/* Member id's tombstone (borrowed: valid until the next apply or
+ * restore), or NULL: it was never removed, or an empty data directory
+ * registered under the id since. */
+const tn_meta_removed_t *tn_meta_state_removed(const tn_meta_state_t *s, uint64_t id);
 
 /* Append a snapshot of s to out. 0 or UV_ENOMEM. */
 int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out);

@@ -1,11 +1,12 @@
-/* `ternctl cluster members|moves|drain|decommission`: the cluster as this node's
+/* `ternctl cluster members|moves|drain|decommission|remove`: the cluster as this node's
  * metastore replica knows it (GET /v1/cluster/members, GET
  * /v1/cluster/moves; admin only), and the graceful drain of one member by
  * its id, reached at the API address the members list gives (what
  * `ternctl drain` does to the node it is pointed at). moves lists the
  * partition moves under way and the last finished ones (`ternctl
  * partitions move` starts one); decommission marks a member draining and
- * follows its replicas off it. */
+ * follows its replicas off it; remove takes an empty member out of the
+ * metastore (DELETE /v1/cluster/members/{id}). */
 #include "core/platform.h"
 
 #include "cmd/ternctl/ctl.h"
@@ -334,10 +335,43 @@ static int decommission(tn_ctl_t *c, int argc, char **argv)
     }
 }
 
+/* `cluster remove ID`: DELETE /v1/cluster/members/{id}. 200: the member is
+ * out of the members and of the Raft configuration; 202: out of the
+ * members, the configuration change under way. */
+static int remove_member(tn_ctl_t *c, int argc, char **argv)
+{
+    static const char cmd[] = "cluster remove";
+    if (argc != 2)
+        return tn_ctl_usage(cmd, "needs a member id (ternctl cluster members lists them)");
+    const char *id = argv[1];
+    if (id[0] == '\0' || strspn(id, "0123456789") != strlen(id) || strlen(id) > 19)
+        return tn_ctl_usage(cmd, "\"%s\" is not a member id", id);
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/cluster/members/%s", id);
+    tn_ctl_resp_t r;
+    if (tn_ctl_call(c, "DELETE", path, NULL, 0, &r) != 0)
+        return TN_CTL_FAIL;
+    if (r.status != 200 && r.status != 202) {
+        int rc = tn_ctl_fail(&r, cmd);
+        tn_ctl_resp_fini(&r);
+        return rc;
+    }
+    if (tn_ctl_json(c))
+        tn_ctl_print_json(r.body, r.len);
+    else if (r.status == 200)
+        printf("member %s removed: out of the members and the metastore's voters\n", id);
+    else
+        printf("member %s removed from the members; the metastore leader is taking it out of "
+               "the Raft configuration (ternctl cluster members shows the voters)\n",
+               id);
+    tn_ctl_resp_fini(&r);
+    return TN_CTL_OK;
+}
+
 static int run(tn_ctl_t *c, int argc, char **argv)
 {
     if (argc < 2)
-        return tn_ctl_usage(CMD, "which one: members, moves, drain or decommission?");
+        return tn_ctl_usage(CMD, "which one: members, moves, drain, decommission or remove?");
     if (strcmp(argv[1], "members") == 0)
         return members(c, argc - 1, argv + 1);
     if (strcmp(argv[1], "moves") == 0)
@@ -346,7 +380,10 @@ static int run(tn_ctl_t *c, int argc, char **argv)
         return drain_member(c, argc - 1, argv + 1);
     if (strcmp(argv[1], "decommission") == 0)
         return decommission(c, argc - 1, argv + 1);
-    return tn_ctl_usage(CMD, "unknown subcommand \"%s\" (members, moves, drain, decommission)",
+    if (strcmp(argv[1], "remove") == 0)
+        return remove_member(c, argc - 1, argv + 1);
+    return tn_ctl_usage(CMD,
+                        "unknown subcommand \"%s\" (members, moves, drain, decommission, remove)",
                         argv[1]);
 }
 
@@ -357,6 +394,7 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "       ternctl cluster moves\n"
             "       ternctl cluster drain ID [--wait] [--drain-timeout D]\n"
             "       ternctl cluster decommission ID [--wait] [--wait-timeout D]\n"
+            "       ternctl cluster remove ID\n"
             "\n"
             "members  every member as this node's metastore replica knows it: id, alive or\n"
             "         dead, the metastore leader, API and Raft addresses, partitions owned,\n"
@@ -378,12 +416,18 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "         it until the member holds nothing (exit 0), or fails when only\n"
             "         factor-1 partitions are left (they do not move yet) or after\n"
             "         --wait-timeout (default 1h)\n"
+            "remove   take member ID, which holds no partition (decommission it first), out\n"
+            "         of the members and the metastore's voters (DELETE\n"
+            "         /v1/cluster/members/{id}); refused (409) while it holds partitions or\n"
+            "         when fewer than three members would be left. The removed node stops\n"
+            "         by itself; its data directory does not start again\n"
             "\n"
             "All need admin rights. --json prints the server's JSON.\n"
             "\n"
             "Examples:\n"
             "  ternctl cluster members\n"
             "  ternctl cluster drain 2 --wait\n"
-            "  ternctl cluster decommission 4 --wait\n",
+            "  ternctl cluster decommission 4 --wait\n"
+            "  ternctl cluster remove 4\n",
     .run = run,
 };
