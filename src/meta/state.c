@@ -1052,11 +1052,10 @@ int tn_meta_state_remove_check(const tn_meta_state_t *s, uint64_t member, uint64
     uint64_t n = tn_meta_state_held(s, member);
     if (held != NULL)
         *held = n;
-    if (n > 0)
-        return UV_EBUSY;
+    /* The floor first: emptying the member would not help. */
     if (s->nmembers <= 1 || (s->nmembers >= 3 && s->nmembers - 1 < 3))
         return UV_EPERM;
-    return 0;
+    return n > 0 ? UV_EBUSY : 0;
 }
 
 /* MEMBER_REMOVE: the member leaves (state.h), its tombstone stays. A

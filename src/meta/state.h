@@ -207,9 +207,10 @@ uint64_t tn_meta_state_replicas_held(const tn_meta_state_t *s, uint64_t member);
 uint64_t tn_meta_state_held(const tn_meta_state_t *s, uint64_t member);
 
 /* Whether MEMBER_REMOVE of member would apply to s as it is: 0;
- * TN_ENOTFOUND (no such member); UV_EBUSY (it holds partitions, *held says
- * how many); UV_EPERM (the last member, or the cluster has three or more
- * and would drop below three). held may be NULL. The apply decides with
+ * TN_ENOTFOUND (no such member); UV_EPERM (the last member, or the
+ * cluster has three or more and would drop below three: checked first);
+ * UV_EBUSY (it holds partitions). *held (held may be NULL) says how many
+ * partitions it holds, whatever the answer. The apply decides with
  * this very function; a door calls it for a clear answer first. */
 int tn_meta_state_remove_check(const tn_meta_state_t *s, uint64_t member, uint64_t *held);
 
