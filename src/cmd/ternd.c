@@ -564,7 +564,6 @@ static void summarise(tn_broker_t *b, char *out, size_t len)
              parts, isolated, channels, records);
 }
 
-
 /* This node was removed from the cluster (meta.h "Removal"): it stops, as
  * an administrator asked, and exits 0; its data directory does not start
  * again (the metastore said why, in one error line). */

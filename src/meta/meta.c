@@ -196,10 +196,10 @@ struct tn_meta_s {
     void *removed_arg;
     struct raft_change rmchange; /* the leader's raft_remove, one at a time */
     bool rm_busy;
-    uint64_t rm_id;       /* the member it waits on (REMOVE_WAIT_MS) */
-    uint64_t rm_since;    /* loop ms it began waiting */
-    raft_index rm_index;  /* the commit index the member should reach */
-    uint64_t *rejoined;   /* tombstoned ids this leader admitted (tn_meta_join) */
+    uint64_t rm_id;      /* the member it waits on (REMOVE_WAIT_MS) */
+    uint64_t rm_since;   /* loop ms it began waiting */
+    raft_index rm_index; /* the commit index the member should reach */
+    uint64_t *rejoined;  /* tombstoned ids this leader admitted (tn_meta_join) */
     size_t nrejoined;
 };
 
@@ -865,12 +865,13 @@ static void on_registered(tn_meta_req_t *req, int status)
     }
     if (status == UV_EPERM) {
         /* state.h: a removed member's id with its old data directory. */
-        TN_LOG_RL(TN_LOG_ERROR, 60000,
-                  "metastore: the registration of node %llu was refused: it was removed from the "
-                  "cluster (DELETE /v1/cluster/members/%llu) and this data directory is the removed "
-                  "member's. Stop it; to add this machine back, start ternd with an empty data "
-                  "directory and --join",
-                  (unsigned long long)m->id, (unsigned long long)m->id);
+        TN_LOG_RL(
+            TN_LOG_ERROR, 60000,
+            "metastore: the registration of node %llu was refused: it was removed from the "
+            "cluster (DELETE /v1/cluster/members/%llu) and this data directory is the removed "
+            "member's. Stop it; to add this machine back, start ternd with an empty data "
+            "directory and --join",
+            (unsigned long long)m->id, (unsigned long long)m->id);
         m->reg_failing = true;
         return;
     }

@@ -441,8 +441,8 @@ static void on_remove_member(tn_http_request_t *r, void *arg)
         tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
         return;
     }
-    TN_LOG(TN_LOG_NOTICE, "audit: %s removes member %llu", r->principal[0] ? r->principal : "(open)",
-           id);
+    TN_LOG(TN_LOG_NOTICE, "audit: %s removes member %llu",
+           r->principal[0] ? r->principal : "(open)", id);
 }
 
 /* --- forced leader election ------------------------------------------------------ */
@@ -759,9 +759,9 @@ int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v)
     rc = rc ? rc
             : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}/decommission", 0, NULL,
                             on_recommission, v);
-    rc = rc ? rc
-            : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}", 0, NULL, on_remove_member,
-                            v);
+    rc =
+        rc ? rc
+           : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}", 0, NULL, on_remove_member, v);
     rc = rc ? rc
             : tn_http_route(srv, "POST", "/v1/topics/{topic}/partitions/{p}/leader",
                             TN_JSON_MAX_BODY, "request body too large", on_force_leader, v);

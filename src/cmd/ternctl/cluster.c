@@ -382,9 +382,8 @@ static int run(tn_ctl_t *c, int argc, char **argv)
         return decommission(c, argc - 1, argv + 1);
     if (strcmp(argv[1], "remove") == 0)
         return remove_member(c, argc - 1, argv + 1);
-    return tn_ctl_usage(CMD,
-                        "unknown subcommand \"%s\" (members, moves, drain, decommission, remove)",
-                        argv[1]);
+    return tn_ctl_usage(
+        CMD, "unknown subcommand \"%s\" (members, moves, drain, decommission, remove)", argv[1]);
 }
 
 const tn_ctl_cmd_t tn_ctl_cmd_cluster = {

@@ -143,7 +143,7 @@ static void test_remove_and_floor(void **state)
     assert_int_equal(apply(&s, remove_cmd(5, 105, 2)), 0); /* holds nothing yet */
     uint64_t held = 0;
     assert_int_equal(tn_meta_state_remove_check(&s, 1, &held), UV_EPERM); /* the floor first */
-    assert_true(held == 4);                                                  /* r/0..2, gone/0 */
+    assert_true(held == 4);                                               /* r/0..2, gone/0 */
     tn_meta_state_fini(&s);
     members(&s, 3);
     assert_int_equal(tn_meta_state_remove_check(&s, 3, NULL), UV_EPERM);
