@@ -12,7 +12,9 @@ conflict, hole, diverged and resurrected-FIN all 0):
     it is gone from every node's /v1/cluster/members and from every
     node's Raft configuration (raft_voters), listed among the removed;
   - the removed process stops by itself (exit 0) with one clear line;
-    restarted on its old data directory it refuses to start (exit 1);
+    the copies the moves dropped are marked `dropped`; restarted on its
+    old data directory its storage moves them to quarantine/, and it
+    refuses to start (exit 1);
   - with three members left, another removal is 409 (three voters kept);
   - the metastore leader is SIGKILLed: the three elect another and keep
     serving (a topic create commits; the load goes on), it comes back.
@@ -86,6 +88,7 @@ class Remove(tm.Moves):
         others = [n for n in self.c.nodes if n is not victim]
         held = self.member(meta, vid)["replica_partitions"]
         self.assertGreater(held, 0)
+        rv_held = [p for p in range(4) if vid in self.info(V1)[p].replicas]
         # Refusals first: it holds replicas (the count in the answer), an
         # unknown id, a user who is not an admin.
         status, body = meta.request("DELETE", f"/v1/cluster/members/{vid}")
@@ -138,13 +141,26 @@ class Remove(tm.Moves):
         status, body = meta.request("DELETE", f"/v1/cluster/members/{others[2].id}")
         self.assertEqual(status, 409, body)
         self.assertIn("would leave 2 members", body["error"])
+        # Its dropped copies were marked as they were dropped, still in
+        # place while it ran.
+        topics = os.path.join(victim.data, "topics", V1)
+        for p in rv_held:
+            self.assertTrue(os.path.exists(os.path.join(topics, str(p), "dropped")),
+                            f"{V1}/{p} not marked dropped on node {vid}")
         # Restarted on its old data directory (and its command line), it
-        # refuses to start.
+        # moves them to quarantine/ as its storage opens, then refuses to
+        # start.
         victim.start()
         code = wait_exit(victim)
         self.assertEqual(code, 1, victim.log()[-3000:])
         self.assertIn(f"node {vid} {REMOVED_LINE}", victim.log())
         self.assertIn("does not start again", victim.log())
+        quarantine = sorted(os.listdir(os.path.join(victim.data, "quarantine")))
+        tr.log(f"node {vid}'s quarantine/: {quarantine}")
+        for p in rv_held:
+            self.assertFalse(os.path.exists(os.path.join(topics, str(p))), quarantine)
+            self.assertTrue(any(q.startswith(f"{V1}.{p}.pe") for q in quarantine), quarantine)
+        self.assertIn("was dropped from this node's replicas: its copy is in", victim.log())
         self.c.nodes.remove(victim)  # the suite's end leaves it alone
         # The three keep serving and electing: the metastore leader dies.
         self.flowing(40)
