@@ -1880,6 +1880,14 @@ static void on_self_xfer(void *arg, int status)
  * tombstone) are left alone. */
 static void check_removals(tn_meta_t *m)
 {
+    /* An id admitted again counts as such until its registration cleared
+     * the tombstone (a later removal of it is a removal again). */
+    size_t k = 0;
+    for (size_t i = 0; i < m->nrejoined; i++)
+        if (tn_meta_state_removed(&m->state, m->rejoined[i]) != NULL &&
+            tn_meta_member_find(&m->state, m->rejoined[i]) == NULL)
+            m->rejoined[k++] = m->rejoined[i];
+    m->nrejoined = k;
     if (!m->leading || m->lead_term != m->raft.current_term || m->rm_busy)
         return;
     const struct raft_configuration *conf = &m->raft.configuration;

@@ -19,6 +19,14 @@ conflict, hole, diverged and resurrected-FIN all 0):
   - the metastore leader is SIGKILLed: the three elect another and keep
     serving (a topic create commits; the load goes on), it comes back.
 
+Quarantine.test_given_back, four nodes, topic rv, the suite's load and
+ledger: a follower dropped from rv/p by a move has its copy marked
+`dropped`; given rv/p back in the same run, the mark goes before it
+follows, it catches up from its copy and rejoins the ISR, and a restart
+keeps that copy (nothing quarantined); dropped again and restarted, its
+copy is in quarantine/ and gone from topics/; given rv/p back then, it
+starts from an empty log and catches up like a new replica.
+
 RemoveLeader.test_remove_the_metastore_leader, four nodes, no load: the
 metastore leader itself is removed through another node: leadership moves
 to another voter, the old leader stops by itself, the three left show
@@ -180,6 +188,59 @@ class Remove(tm.Moves):
         self.finish()
 
 
+class Quarantine(tm.Moves):
+    def test_given_back(self):
+        self.cluster(n=4)
+        self.load.start()
+        self.flowing(100)
+        p = 0
+        leader, replicas, spare = self.layout(p)
+        x = next(r for r in replicas if r != leader)  # a follower
+        xnode = self.node(x)
+        pdir = os.path.join(xnode.data, "topics", V1, str(p))
+        mark = os.path.join(pdir, "dropped")
+        qdir = os.path.join(xnode.data, "quarantine")
+
+        def quarantined():
+            return [q for q in os.listdir(qdir) if q.startswith(f"{V1}.{p}.pe")]
+
+        def x_in_sync():
+            ps = self.info(V1)
+            return ps and x in ps[p].replicas and x in ps[p].isr and self.settled4()
+        dropped = [spare if r == x else r for r in replicas]
+        self.wait_state(self.begin(p, dropped), ("done",), 120)
+        wait_until(f"{V1}/{p} marked dropped on node {x}", lambda: os.path.exists(mark), 30)
+        # Given back in the same run: the mark goes first, then it follows
+        # on its copy and rejoins the ISR.
+        self.wait_state(self.begin(p, replicas), ("done",), 180)
+        self.assertFalse(os.path.exists(mark), f"{V1}/{p} still marked on node {x}")
+        wait_until(f"node {x} back in {V1}/{p}'s ISR", x_in_sync, 120)
+        self.flowing(40)
+        # A restart keeps that copy.
+        self.kill(xnode, "a copy given back: kept")
+        self.restart(xnode)
+        self.assertEqual(quarantined(), [])
+        self.assertTrue(os.path.isdir(pdir))
+        wait_until(f"node {x} in {V1}/{p}'s ISR after its restart", x_in_sync, 120)
+        # Dropped again, then restarted: the copy is in quarantine/.
+        self.wait_state(self.begin(p, dropped), ("done",), 120)
+        wait_until(f"{V1}/{p} marked dropped on node {x} again", lambda: os.path.exists(mark), 30)
+        self.flowing(40)
+        self.kill(xnode, "a dropped copy: quarantined at the start")
+        self.restart(xnode)
+        q = quarantined()
+        tr.log(f"node {x}'s quarantine/: {os.listdir(qdir)}")
+        self.assertEqual(len(q), 1, q)
+        self.assertFalse(os.path.isdir(pdir) and os.path.exists(mark))
+        self.assertIn(f"partition {V1}/{p} was dropped from this node's replicas", xnode.log())
+        # Given back now, it starts from an empty log and catches up.
+        self.wait_state(self.begin(p, replicas), ("done",), 180)
+        wait_until(f"node {x} back in {V1}/{p}'s ISR from an empty log", x_in_sync, 120)
+        self.assertEqual(quarantined(), q)
+        self.flowing(40)
+        self.finish()
+
+
 class RemoveLeader(harness.ClusterTest):
     def test_remove_the_metastore_leader(self):
         c = self.make(4).start()
@@ -223,6 +284,7 @@ class RemoveLeader(harness.ClusterTest):
 for _name in dir(tm.Moves):
     if _name.startswith("test"):
         setattr(Remove, _name, None)
+        setattr(Quarantine, _name, None)
 
 
 if __name__ == "__main__":
