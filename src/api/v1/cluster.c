@@ -237,6 +237,7 @@ typedef struct {
     uint64_t id;
     uint64_t incarnation; /* the member's, as this replica saw it */
     uint64_t deadline;    /* loop ms */
+    bool applied;         /* the metastore answered 0: removed */
     uv_timer_t timer;
     bool timer_on; /* timer initialised: freed in its close callback */
 } remove_t;
@@ -348,6 +349,12 @@ static void on_remove_current(void *arg, int status)
         return;
     }
     const tn_meta_removed_t *t = tn_meta_state_removed(tn_meta_state(x->v->meta), x->id);
+    if (status != 0 && x->applied) {
+        /* Removed; this replica could not be confirmed current in time. */
+        remove_answer(x, false);
+        remove_free(x);
+        return;
+    }
     if (status != 0 || t == NULL || (x->incarnation != 0 && t->incarnation != x->incarnation)) {
         remove_refused(x->v, x->r, x->id, status != 0 ? TN_ECLOSED : TN_ENOTFOUND);
         remove_free(x);
@@ -379,6 +386,7 @@ static void on_removed(tn_meta_req_t *req, int status)
     if (status == 0 || status == TN_ENOTFOUND) {
         /* TN_ENOTFOUND may be a copy sent again after a failover, the
          * first having removed it: the tombstone tells (step 3). */
+        x->applied = status == 0;
         if (status == 0)
             TN_LOG(TN_LOG_NOTICE, "member %" PRIu64 " removed from the metastore", x->id);
         if (tn_meta_confirm(x->v->meta, on_remove_current, x) == 0)
