@@ -320,6 +320,7 @@ struct tn_replica_s {
     uv_work_t mq_work;
     struct mkey_s *marked;
     size_t nmarked, markcap;
+    bool marks_swept; /* mark_sweep ran (once the metastore was current) */
 };
 
 /* A failed truncation is logged at most once in this many ms. */
@@ -1969,17 +1970,17 @@ static bool meta_current(tn_replica_t *rm)
 /* A partition this node no longer holds a replica of (the metastore's
  * state, committed, drops it) gets its directory marked dropped
  * (tn_store_mark_dropped, on a worker thread); the next start moves it to
- * quarantine/ before recovery, so it is never served again. Level-
- * triggered: any state that does not name this node marks a copy the
- * engine still holds (one found at start, or set aside), so a crash
- * between the drop and its mark is marked at the next start, moved at the
- * one after. A partition given back to this node in the same run has its
- * mark taken away before its core is fed (unmarking): the jobs run one at
- * a time in submission order, so the mark and its removal never cross,
- * and the copy is never followed on while a mark could move it away at a
- * restart. A mark that fails leaves the copy in place (as before marks); a
- * removal that fails leaves the partition unfed here (out of the ISR),
- * logged. */
+ * quarantine/ before recovery, so it is never served again. Only a
+ * current state marks (meta_current: not one the metastore replays at
+ * start, which a later entry may contradict). Level-triggered: once the
+ * metastore is current, every replicated partition whose state does not
+ * name this node and whose copy the engine still holds (found on disk at
+ * start) is marked too, so a crash between the drop and its mark is
+ * marked at the next start, moved at the one after. A partition given back to this node in the same
+ * run has its mark taken away before its core is fed (unmarking): the jobs run one at a time in
+ * submission order, so the mark and its removal never cross, and the copy is never followed on
+ * while a mark could move it away at a restart. A mark that fails leaves the copy in place (as
+ * before marks); a removal that fails leaves the partition unfed here (out of the ISR), logged. */
 
 typedef struct mark_s {
     struct mark_s *next;
@@ -2153,6 +2154,22 @@ static void mark_given_back(tn_replica_t *rm, part_t *pt)
     rm->marked[i] = rm->marked[--rm->nmarked];
 }
 
+static void sweep_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    tn_replica_t *rm = arg;
+    if (ps != NULL && !is_replica(ps, rm->o.node) && part_find(rm, topic, p) == NULL)
+        mark_dropped(rm, topic, p, ps, false);
+}
+
+/* Once the metastore is current: the copies it does not list here. */
+static void mark_sweep(tn_replica_t *rm)
+{
+    if (rm->marks_swept)
+        return;
+    rm->marks_swept = true;
+    tn_meta_state_each_pstate(tn_meta_state(rm->o.meta), sweep_one, rm);
+}
+
 uint64_t tn_replica_marked(const tn_replica_t *rm)
 {
     return rm->nmarked;
@@ -2168,7 +2185,7 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
         bool had = pt != NULL;
         if (pt != NULL)
             part_drop(pt);
-        if (ps != NULL)
+        if (ps != NULL && rm->marks_swept && meta_current(rm))
             mark_dropped(rm, topic, p, ps, had);
         return;
     }
@@ -2702,6 +2719,7 @@ static void on_tick(uv_timer_t *t)
     uint64_t now = now_ms(rm);
     if (!meta_current(rm))
         return; /* see on_pstate */
+    mark_sweep(rm);
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
             next = pt->next;
