@@ -277,6 +277,18 @@ static void members(const tn_metrics_t *m, tn_buf_t *b)
     put(b, "tern_cluster_members{status=\"dead\"} %" PRIu64 "\n", dead);
 }
 
+/* Dropped replicas' copies (storage/store.h): moved to quarantine/ (as the
+ * last start found it), and marked in this run (moved at the next start). */
+static void quarantine_metrics(const tn_metrics_t *m, tn_store_t *st, tn_buf_t *b)
+{
+    family(b, "tern_quarantined_partitions", "gauge",
+           "copies of partitions dropped from this node's replicas: in quarantine/ (as the last "
+           "start found it), or marked to move there at the next start");
+    put(b, "tern_quarantined_partitions{state=\"moved\"} %" PRIu64 "\n", tn_store_quarantined(st));
+    put(b, "tern_quarantined_partitions{state=\"marked\"} %" PRIu64 "\n",
+        m->replica != NULL ? tn_replica_marked(m->replica) : 0);
+}
+
 int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
 {
     tn_broker_t *br = m->api->broker;
@@ -365,6 +377,7 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
     isolated(m, b);
     members(m, b);
     repl_metrics(m, b);
+    quarantine_metrics(m, st, b);
     int rc = m->rpc != NULL ? tn_rpc_metrics_write(m->rpc, b) : 0;
     if (rc == 0 && m->dataplane != NULL)
         rc = tn_dataplane_metrics_write(m->dataplane, b);

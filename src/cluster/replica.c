@@ -13,7 +13,9 @@
  *      node it adds gets a part_t as above (an empty log when it never held
  *      the partition) and fetches; a node it drops loses its part_t
  *      (part_drop: a leader resigns first, so the engine sets its log
- *      aside; a follower closes its own), its files left where they are; a
+ *      aside; a follower closes its own), its files left where they are,
+ *      marked dropped (tn_store_mark_dropped: the next start moves them to
+ *      quarantine/; "quarantine marks" below); a
  *      leader whose list changes in its epoch keeps its peers' positions
  *      (repl.c).
  *   2. Leader. The core asks for an epoch-start record. The manager hands
@@ -239,6 +241,9 @@ struct part_s {
     tn_rpc_call_t *rep_call;
     tn_plog_repair_t rep_req;
     uint32_t busy; /* callbacks outstanding (open, append, truncate, start, isr, repair) */
+    /* Given back to this node after its copy was marked dropped in this
+     * run: not fed until the mark is taken away ("quarantine marks"). */
+    bool unmarking;
 };
 
 typedef struct fitem_s {
@@ -324,6 +329,14 @@ struct tn_replica_s {
     tn_throttle_t bucket;
     tn_move_tally_t tally; /* finished moves, for /metrics */
     uint64_t tally_at;
+    /* Quarantine marks: jobs run one at a time, in order (mq), and the
+     * partitions marked dropped in this run (marked). */
+    struct mark_s *mq, *mq_tail;
+    bool mq_busy;
+    uv_work_t mq_work;
+    struct mkey_s *marked;
+    size_t nmarked, markcap;
+    bool marks_swept; /* mark_sweep ran (once the metastore was current) */
 };
 
 /* A failed truncation is logged at most once in this many ms. */
@@ -2019,6 +2032,216 @@ static bool meta_current(tn_replica_t *rm)
     return m != NULL && m->boot == boot;
 }
 
+/* --- quarantine marks ------------------------------------------------------------- */
+
+/* A partition this node no longer holds a replica of (the metastore's
+ * state, committed, drops it) gets its directory marked dropped
+ * (tn_store_mark_dropped, on a worker thread); the next start moves it to
+ * quarantine/ before recovery, so it is never served again. Only a
+ * current state marks (meta_current: not one the metastore replays at
+ * start, which a later entry may contradict). Level-triggered: once the
+ * metastore is current, every replicated partition whose state does not
+ * name this node and whose copy the engine still holds (found on disk at
+ * start) is marked too, so a crash between the drop and its mark is
+ * marked at the next start, moved at the one after. A partition given back to this node in the same
+ * run has its mark taken away before its core is fed (unmarking): the jobs run one at a time in
+ * submission order, so the mark and its removal never cross, and the copy is never followed on
+ * while a mark could move it away at a restart. A mark that fails leaves the copy in place (as
+ * before marks); a removal that fails leaves the partition unfed here (out of the ISR), logged. */
+
+typedef struct mark_s {
+    struct mark_s *next;
+    char *topic;
+    uint32_t p;
+    bool dropped;
+    char tag[24];
+    int rc;
+} mark_t;
+
+typedef struct mkey_s {
+    char *topic;
+    uint32_t p;
+} mkey_t;
+
+static size_t marked_find(const tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    for (size_t i = 0; i < rm->nmarked; i++)
+        if (rm->marked[i].p == p && strcmp(rm->marked[i].topic, topic) == 0)
+            return i;
+    return rm->nmarked;
+}
+
+static void mark_free(mark_t *m)
+{
+    tn_free(m->topic);
+    tn_free(m);
+}
+
+static void mark_work(uv_work_t *w)
+{
+    tn_replica_t *rm = TN_CONTAINER_OF(w, tn_replica_t, mq_work);
+    mark_t *m = rm->mq;
+    m->rc = tn_store_mark_dropped(rm->o.broker->store->path, m->topic, m->p, m->dropped, m->tag);
+}
+
+static void mark_after(uv_work_t *w, int status);
+
+static void mark_next(tn_replica_t *rm)
+{
+    if (rm->mq_busy || rm->mq == NULL || rm->closing)
+        return;
+    rm->mq_busy = true;
+    rm->working++;
+    if (uv_queue_work(rm->o.loop, &rm->mq_work, mark_work, mark_after) != 0) {
+        rm->working--;
+        rm->mq_busy = false;
+        TN_LOG_RL(TN_LOG_WARN, 10000, "replica: cannot queue a quarantine mark");
+    }
+}
+
+/* Free the jobs not started (the one running frees itself). */
+static void mark_flush(tn_replica_t *rm)
+{
+    mark_t *m = rm->mq_busy && rm->mq != NULL ? rm->mq->next : rm->mq;
+    if (rm->mq_busy && rm->mq != NULL)
+        rm->mq->next = NULL;
+    else
+        rm->mq = NULL;
+    rm->mq_tail = rm->mq;
+    while (m != NULL) {
+        mark_t *next = m->next;
+        mark_free(m);
+        m = next;
+    }
+}
+
+static void mark_after(uv_work_t *w, int status)
+{
+    tn_replica_t *rm = TN_CONTAINER_OF(w, tn_replica_t, mq_work);
+    mark_t *m = rm->mq;
+    rm->mq = m->next;
+    if (rm->mq == NULL)
+        rm->mq_tail = NULL;
+    rm->mq_busy = false;
+    rm->working--;
+    int rc = m->rc != 0 ? m->rc : status;
+    if (rc != 0)
+        TN_LOG(m->dropped ? TN_LOG_WARN : TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot %s: %s%s",
+               m->topic, m->p,
+               m->dropped ? "mark its dropped copy for quarantine" : "take its dropped mark away",
+               tn_strerror(rc),
+               m->dropped ? " (the copy stays where it is, unserved)"
+                          : " (this node does not follow on it until a restart)");
+    part_t *pt = !m->dropped && !rm->closing ? part_find(rm, m->topic, m->p) : NULL;
+    mark_free(m);
+    if (rm->closing) {
+        mark_flush(rm);
+        maybe_close_done(rm);
+        return;
+    }
+    if (pt != NULL && rc == 0 && pt->unmarking) {
+        pt->unmarking = false;
+        if (meta_current(rm) && pt->has_ps && !pt->core_fed && !pt->dead) {
+            first_feed(pt);
+            send_fetches(rm);
+        }
+    }
+    mark_next(rm);
+}
+
+static int mark_submit(tn_replica_t *rm, const char *topic, uint32_t p, bool dropped,
+                       const char *tag)
+{
+    mark_t *m = tn_calloc(1, sizeof(*m));
+    if (m == NULL || (m->topic = tn_strdup(topic)) == NULL) {
+        tn_free(m);
+        return UV_ENOMEM;
+    }
+    m->p = p;
+    m->dropped = dropped;
+    snprintf(m->tag, sizeof(m->tag), "%s", tag != NULL ? tag : "");
+    if (rm->mq_tail != NULL)
+        rm->mq_tail->next = m;
+    else
+        rm->mq = m;
+    rm->mq_tail = m;
+    mark_next(rm);
+    return 0;
+}
+
+/* ps (committed) does not name this node: mark its copy here, once per
+ * run (had: this manager held a replica until now). */
+static void mark_dropped(tn_replica_t *rm, const char *topic, uint32_t p, const tn_pstate_t *ps,
+                         bool had)
+{
+    if (rm->o.broker->store == NULL || marked_find(rm, topic, p) < rm->nmarked)
+        return;
+    if (!had) {
+        /* Only a copy the engine holds and does not serve (found at
+         * start, or set aside): nothing else of it is here. */
+        tn_topic_t *t = engine_topic(rm, topic);
+        if (t == NULL || p >= t->nparts || tn_topic_part_local(t, p) ||
+            tn_topic_part_plog(t, p) == NULL)
+            return;
+    }
+    if (rm->nmarked == rm->markcap) {
+        size_t cap = rm->markcap ? rm->markcap * 2 : 8;
+        mkey_t *v = tn_realloc(rm->marked, cap * sizeof(*v));
+        if (v == NULL)
+            return; /* left in place; the next start marks it */
+        rm->marked = v;
+        rm->markcap = cap;
+    }
+    char tag[24];
+    snprintf(tag, sizeof(tag), "pe%" PRIu32, ps->partition_epoch);
+    char *name = tn_strdup(topic);
+    if (name == NULL || mark_submit(rm, topic, p, true, tag) != 0) {
+        tn_free(name);
+        return;
+    }
+    rm->marked[rm->nmarked++] = (mkey_t){name, p}; /* owned by rm until freed */
+}
+
+/* A new part_t for a partition marked dropped in this run: the mark goes
+ * first; pt waits (unmarking). */
+static void mark_given_back(tn_replica_t *rm, part_t *pt)
+{
+    size_t i = marked_find(rm, pt->topic, pt->p);
+    if (i == rm->nmarked)
+        return;
+    pt->unmarking = true;
+    if (mark_submit(rm, pt->topic, pt->p, false, NULL) != 0) {
+        TN_LOG(TN_LOG_ERROR,
+               "replica %s/%" PRIu32 ": out of memory taking its dropped mark away: this node "
+               "does not follow on it until a restart",
+               pt->topic, pt->p);
+        return;
+    }
+    tn_free(rm->marked[i].topic);
+    rm->marked[i] = rm->marked[--rm->nmarked];
+}
+
+static void sweep_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    tn_replica_t *rm = arg;
+    if (ps != NULL && !is_replica(ps, rm->o.node) && part_find(rm, topic, p) == NULL)
+        mark_dropped(rm, topic, p, ps, false);
+}
+
+/* Once the metastore is current: the copies it does not list here. */
+static void mark_sweep(tn_replica_t *rm)
+{
+    if (rm->marks_swept)
+        return;
+    rm->marks_swept = true;
+    tn_meta_state_each_pstate(tn_meta_state(rm->o.meta), sweep_one, rm);
+}
+
+uint64_t tn_replica_marked(const tn_replica_t *rm)
+{
+    return rm->nmarked;
+}
+
 static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
 {
     tn_replica_t *rm = arg;
@@ -2026,8 +2249,11 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
         return;
     part_t *pt = part_find(rm, topic, p);
     if (ps == NULL || !is_replica(ps, rm->o.node)) {
+        bool had = pt != NULL;
         if (pt != NULL)
             part_drop(pt);
+        if (ps != NULL && rm->marks_swept && meta_current(rm))
+            mark_dropped(rm, topic, p, ps, had);
         return;
     }
     if (pt == NULL) {
@@ -2055,6 +2281,7 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
         uint32_t h = hash_name(topic, p);
         pt->next = rm->buckets[h];
         rm->buckets[h] = pt;
+        mark_given_back(rm, pt);
     }
     if (pt->has_ps && pt->ps.partition_epoch > ps->partition_epoch)
         return;
@@ -2065,7 +2292,7 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
      * whose tail it lost): no core acts before the metastore is ready and
      * holds this process's registration (meta_current; the tick feeds the
      * newest state then). */
-    if (!meta_current(rm))
+    if (!meta_current(rm) || pt->unmarking)
         return;
     if (!pt->core_fed)
         first_feed(pt);
@@ -2571,6 +2798,7 @@ static void on_tick(uv_timer_t *t)
     uint64_t now = now_ms(rm);
     if (!meta_current(rm))
         return; /* see on_pstate */
+    mark_sweep(rm);
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
             next = pt->next;
@@ -2578,6 +2806,8 @@ static void on_tick(uv_timer_t *t)
                 continue;
             if (pt->core.role == TN_REPL_LEADER && !pt->ready)
                 leader_take(pt);
+            if (pt->unmarking)
+                continue; /* "quarantine marks" */
             if (!pt->core_fed && pt->has_ps) {
                 first_feed(pt);
                 continue;
@@ -2708,6 +2938,9 @@ static void maybe_close_done(tn_replica_t *rm)
             group_clear(g);
             tn_free(g);
         }
+    for (size_t i = 0; i < rm->nmarked; i++)
+        tn_free(rm->marked[i].topic);
+    tn_free(rm->marked);
     void (*cb)(void *) = rm->close_cb;
     void *arg = rm->close_arg;
     rm->closing = false; /* once */
@@ -2729,6 +2962,7 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
     rm->closing = true;
     rm->close_cb = cb;
     rm->close_arg = arg;
+    mark_flush(rm);
     if (rm->started)
         tn_meta_on_pstate(rm->o.meta, NULL, NULL);
     if (rm->o.broker->store->repl_arg == rm)

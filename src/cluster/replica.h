@@ -188,4 +188,8 @@ int tn_replica_peer_lag(tn_replica_t *rm, const char *topic, uint32_t p, uint32_
 int tn_replica_move_progress(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
                              uint64_t *copied, uint64_t *total);
 
+/* Replicated partitions whose copy here was marked dropped in this run
+ * (the next start moves them to quarantine/: storage/store.h). */
+uint64_t tn_replica_marked(const tn_replica_t *rm);
+
 #endif

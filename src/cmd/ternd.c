@@ -566,6 +566,16 @@ static void summarise(tn_broker_t *b, char *out, size_t len)
              parts, isolated, channels, records);
 }
 
+/* This node was removed from the cluster (meta.h "Removal"): it stops, as
+ * an administrator asked, and exits 0; its data directory does not start
+ * again (the metastore said why, in one error line). */
+static void on_removed(void *arg)
+{
+    daemon_t *d = arg;
+    TN_LOG(TN_LOG_NOTICE, "this node was removed from the cluster: shutting down");
+    stop(d);
+}
+
 static void on_meta_ready(void *arg)
 {
     daemon_t *d = arg;
@@ -687,6 +697,7 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
         d->control = NULL;
         return rc;
     }
+    tn_meta_on_removed(d->meta, on_removed, d);
     if (strcmp(d->raft_name, d->raft_address) != 0)
         TN_LOG(TN_LOG_NOTICE, "metastore Raft listening on %s (raft-address %s, %s)",
                d->raft_address, d->raft_name, mo.tls_cert != NULL ? "mutual TLS" : "plain");

@@ -373,6 +373,13 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_u64(&w, c->member.id);
         w_u64(&w, c->member.incarnation);
         break;
+    case TN_MC_MEMBER_REMOVE:
+        if (c->member.id == 0 || c->removed_ms < 0)
+            w.rc = UV_EINVAL;
+        w_u64(&w, c->member.id);
+        w_u64(&w, c->member.incarnation);
+        w_u64(&w, (uint64_t)c->removed_ms);
+        break;
     case TN_MC_PART_ISR:
         w_str(&w, c->topic.name, TN_NAME_MAX);
         w_u32(&w, c->part);
@@ -943,6 +950,13 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         c->member.id = r_u64(&r);
         c->member.incarnation = r_u64(&r);
         if (r.rc == 0 && c->member.id == 0)
+            r.rc = TN_ECORRUPT;
+        break;
+    case TN_MC_MEMBER_REMOVE:
+        c->member.id = r_u64(&r);
+        c->member.incarnation = r_u64(&r);
+        c->removed_ms = (int64_t)r_u64(&r);
+        if (r.rc == 0 && (c->member.id == 0 || c->removed_ms < 0))
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_PART_ISR:

@@ -73,6 +73,10 @@
  * proposer's wall ms): a rebalance of the replicas over the members is
  * wanted, or is over (the id must be the one wanted); the metastore leader
  * drives it (meta/rebalance.h). The snapshot carries it while wanted.
+ * MEMBER_REMOVE ([8] id [8] incarnation [8] wall ms): an admin's removal
+ * of a member that holds nothing (meta/state.h "Removed members"); the
+ * incarnation is the one the door saw recorded (0: any); a log entry and
+ * a snapshot record (the removed member's tombstone).
  *
  * Threads: any (pure functions). */
 #ifndef TN_META_CMD_H
@@ -128,8 +132,8 @@ typedef enum {
     TN_MC_MOVE_DONE = 22,      /* snapshot record only: a finished move */
     /* A rebalance wanted, or over. */
     TN_MC_CLUSTER_REBALANCE = 23,
-    /* Remotes (meta/remote.h has their payloads). 30 and 31 leave room for
-     * the opcodes other work may take meanwhile; renumber at a merge. */
+    TN_MC_MEMBER_REMOVE = 24, /* a member removed (and its tombstone) */
+    /* Remotes (meta/remote.h has their payloads). */
     TN_MC_REMOTE_PUT = 30,
     TN_MC_REMOTE_DELETE = 31,
     TN_MC_REMOTE_SALT = 32, /* the cluster's seal salt, made once by the leader */
@@ -322,6 +326,9 @@ typedef struct {
     tn_meta_remote_cmd_t *remote;
     /* CLUSTER_REBALANCE; if_absent: only if none is wanted (else UV_EBUSY). */
     tn_meta_rebal_t rebal;
+    /* MEMBER_REMOVE (with member.id and member.incarnation): the
+     * proposer's wall clock. */
+    int64_t removed_ms;
 } tn_meta_cmd_t;
 
 /* Append c's encoding (padded) to out. 0, UV_EINVAL (a field out of

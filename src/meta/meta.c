@@ -54,6 +54,12 @@
  * and for a rebalance's next move (how many may touch one member at once
  * is max-moves-per-node). */
 #define DECOM_SCAN_MS 250
+/* A removed member still heard from gets this long to receive its own
+ * tombstone (it then stops by itself) before the leader takes it out of
+ * the Raft configuration, after which the leader sends it nothing. */
+#define REMOVE_WAIT_MS 3000
+/* The file in the Raft directory that marks this node removed. */
+#define REMOVED_FILE "removed"
 
 typedef struct fwd_s fwd_t;
 typedef struct join_s join_t;
@@ -198,6 +204,18 @@ struct tn_meta_s {
     uint64_t joined[16];
     size_t njoined;
     uint64_t next_spread_ms;
+    /* Removed members (meta.h "Removal"). */
+    char dir[1024];                /* the Raft directory (REMOVED_FILE) */
+    bool removed;                  /* this node's own tombstone applied */
+    void (*on_removed)(void *arg); /* tn_meta_on_removed */
+    void *removed_arg;
+    struct raft_change rmchange; /* the leader's raft_remove, one at a time */
+    bool rm_busy;
+    uint64_t rm_id;      /* the member it waits on (REMOVE_WAIT_MS) */
+    uint64_t rm_since;   /* loop ms it began waiting */
+    raft_index rm_index; /* the commit index the member should reach */
+    uint64_t *rejoined;  /* tombstoned ids this leader admitted (tn_meta_join) */
+    size_t nrejoined;
 };
 
 /* A proposal sent to the leader; m NULL once abandoned (the metastore
@@ -243,6 +261,7 @@ struct join_s {
 
 static void confirm_applied(tn_meta_t *m, uint64_t nonce);
 static void note_heard(tn_meta_t *m, uint64_t id, uint64_t now);
+static bool rejoined(const tn_meta_t *m, uint64_t id);
 
 /* Whether c, applied to s, is a member joining: a registration of an id s
  * does not know, or of a member s has marked dead (auto-rebalance). */
@@ -883,6 +902,18 @@ static void on_registered(tn_meta_req_t *req, int status)
         m->reg_failing = status != 0 && m->reg_failing;
         return;
     }
+    if (status == UV_EPERM) {
+        /* state.h: a removed member's id with its old data directory. */
+        TN_LOG_RL(
+            TN_LOG_ERROR, 60000,
+            "metastore: the registration of node %llu was refused: it was removed from the "
+            "cluster (DELETE /v1/cluster/members/%llu) and this data directory is the removed "
+            "member's. Stop it; to add this machine back, start ternd with an empty data "
+            "directory and --join",
+            (unsigned long long)m->id, (unsigned long long)m->id);
+        m->reg_failing = true;
+        return;
+    }
     if (!m->reg_failing)
         TN_LOG(TN_LOG_WARN, "metastore: member registration of node %llu failed: %s",
                (unsigned long long)m->id, tn_strerror(status));
@@ -909,7 +940,7 @@ int tn_meta_set_nsq(tn_meta_t *m, const tn_meta_nsq_t *nsq)
 static void register_self(tn_meta_t *m)
 {
     uint64_t now = uv_now(m->loop);
-    if (m->reg_busy || now < m->next_reg_ms)
+    if (m->reg_busy || now < m->next_reg_ms || m->removed)
         return;
     tn_meta_cmd_t c;
     memset(&c, 0, sizeof(c));
@@ -1147,6 +1178,18 @@ int tn_meta_join(tn_meta_t *m, uint64_t id, const char *raft_addr,
     j->arg = arg;
     j->step = JOIN_START;
     j->deadline = uv_now(m->loop) + JOIN_MS;
+    if (tn_meta_state_removed(&m->state, id) != NULL && !rejoined(m, id)) {
+        /* An id removed before, joining again (a join comes only from an
+         * empty Raft directory): not taken out again while its
+         * registration, which clears the tombstone, is on its way. */
+        uint64_t *v = tn_realloc(m->rejoined, (m->nrejoined + 1) * sizeof(*v));
+        if (v == NULL) {
+            tn_free(j);
+            return UV_ENOMEM;
+        }
+        v[m->nrejoined++] = id;
+        m->rejoined = v;
+    }
     join_t **pp = &m->joins;
     while (*pp != NULL)
         pp = &(*pp)->next;
@@ -1930,6 +1973,157 @@ done:
     tn_meta_rebal_in_fini(&in);
 }
 
+/* --- removed members (meta.h "Removal") -------------------------------------------- */
+
+static bool rejoined(const tn_meta_t *m, uint64_t id)
+{
+    for (size_t i = 0; i < m->nrejoined; i++)
+        if (m->rejoined[i] == id)
+            return true;
+    return false;
+}
+
+/* This node's own tombstone applied (a removal committed while it was a
+ * voter, or replayed from its log): it marks its Raft directory, says so
+ * once, and tells the daemon, which stops. The mark is a small file
+ * written on the loop thread, once in the node's life, as it stops. */
+static void check_removed_self(tn_meta_t *m)
+{
+    if (m->removed || m->incarnation == 0)
+        return;
+    const tn_meta_removed_t *t = tn_meta_state_removed(&m->state, m->id);
+    if (t == NULL || t->incarnation != m->incarnation)
+        return;
+    m->removed = true;
+    char text[256];
+    int n = snprintf(text, sizeof(text),
+                     "node %" PRIu64 " (incarnation %016" PRIx64
+                     ") was removed from the cluster at %" PRId64 " (wall ms)\n",
+                     m->id, m->incarnation, t->removed_ms);
+    int rc = tn_io_write_file_atomic(m->dir, REMOVED_FILE, text, (size_t)n);
+    if (rc != 0)
+        TN_LOG(TN_LOG_WARN, "metastore: cannot write %s/%s: %s", m->dir, REMOVED_FILE,
+               tn_strerror(rc));
+    TN_LOG(TN_LOG_ERROR,
+           "metastore: this node (%" PRIu64 ") was removed from the cluster "
+           "(DELETE /v1/cluster/members/%" PRIu64 "): it takes no further part and stops. Its "
+           "data directory stays the removed member's and will not start again; to add this "
+           "machine back, start ternd with an empty data directory and --join",
+           m->id, m->id);
+    if (m->on_removed != NULL)
+        m->on_removed(m->removed_arg);
+}
+
+static void on_rm_change(struct raft_change *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->rm_busy = false;
+    if (status == 0)
+        TN_LOG(TN_LOG_NOTICE, "metastore: node %" PRIu64 " removed from the Raft configuration",
+               m->rm_id);
+    else if (status != RAFT_SHUTDOWN)
+        TN_LOG(TN_LOG_WARN, "metastore: removing node %" PRIu64 " from the Raft configuration: %s",
+               m->rm_id, raft_strerror(status));
+    m->rm_id = 0;
+    if (!m->closing)
+        wake(m);
+}
+
+static void on_self_xfer(void *arg, int status)
+{
+    tn_meta_t *m = arg;
+    if (status != 0 && status != TN_ECLOSED)
+        TN_LOG(TN_LOG_WARN, "metastore: handing leadership over before this node's removal: %s",
+               tn_strerror(status));
+    (void)m;
+}
+
+/* On the leader, each tick: a server of the Raft configuration whose id
+ * has a tombstone and no member record (a removal committed) leaves the
+ * configuration, one change at a time. Level-triggered: a new leader
+ * finishes what the last began. The leader itself hands leadership over
+ * first (libraft's leader never removes itself; the next leader removes
+ * it). A removed member still heard from first gets REMOVE_WAIT_MS to
+ * receive its tombstone, so it stops by itself rather than wait, cut off,
+ * for a leader. Spares and ids this leader admitted again (an empty data
+ * directory reusing the id, before its registration clears the
+ * tombstone) are left alone. */
+static void check_removals(tn_meta_t *m)
+{
+    /* An id admitted again counts as such until its registration cleared
+     * the tombstone (a later removal of it is a removal again). */
+    size_t k = 0;
+    for (size_t i = 0; i < m->nrejoined; i++)
+        if (tn_meta_state_removed(&m->state, m->rejoined[i]) != NULL &&
+            tn_meta_member_find(&m->state, m->rejoined[i]) == NULL)
+            m->rejoined[k++] = m->rejoined[i];
+    m->nrejoined = k;
+    if (!m->leading || m->lead_term != m->raft.current_term || m->rm_busy)
+        return;
+    const struct raft_configuration *conf = &m->raft.configuration;
+    const struct raft_progress *prog = m->raft.leader_state.progress;
+    uint64_t now = uv_now(m->loop);
+    for (unsigned i = 0; i < conf->n; i++) {
+        uint64_t id = conf->servers[i].id;
+        if (conf->servers[i].role == RAFT_SPARE || tn_meta_state_removed(&m->state, id) == NULL ||
+            tn_meta_member_find(&m->state, id) != NULL || rejoined(m, id))
+            continue;
+        if (id == m->id) {
+            if (!m->xfer_active && !m->xfer_in_raft)
+                (void)tn_meta_transfer(m, on_self_xfer, m);
+            return;
+        }
+        if (m->rm_id != id) {
+            m->rm_id = id;
+            m->rm_since = now;
+            m->rm_index = m->raft.commit_index;
+        }
+        if (prog != NULL && prog[i].match_index < m->rm_index && now - m->rm_since < REMOVE_WAIT_MS)
+            return; /* give it its tombstone first */
+        memset(&m->rmchange, 0, sizeof(m->rmchange));
+        m->rmchange.data = m;
+        int rc = raft_remove(&m->raft, &m->rmchange, id, on_rm_change);
+        if (rc == 0) {
+            m->rm_busy = true;
+            TN_LOG(TN_LOG_NOTICE,
+                   "metastore: member %" PRIu64 " was removed: taking it out of the Raft "
+                   "configuration",
+                   id);
+        } else if (rc != RAFT_CANTCHANGE) {
+            TN_LOG_RL(TN_LOG_WARN, 10000,
+                      "metastore: cannot take removed node %" PRIu64
+                      " out of the Raft configuration: %s",
+                      id, raft_strerror(rc));
+        }
+        return;
+    }
+}
+
+void tn_meta_on_removed(tn_meta_t *m, void (*cb)(void *arg), void *arg)
+{
+    m->on_removed = cb;
+    m->removed_arg = arg;
+}
+
+bool tn_meta_removed(const tn_meta_t *m)
+{
+    return m->removed;
+}
+
+size_t tn_meta_voters(tn_meta_t *m, uint64_t *ids, size_t cap)
+{
+    const struct raft_configuration *c = &m->raft.configuration;
+    size_t n = 0;
+    for (unsigned i = 0; i < c->n; i++) {
+        if (c->servers[i].role != RAFT_VOTER)
+            continue;
+        if (n < cap)
+            ids[n] = c->servers[i].id;
+        n++;
+    }
+    return n;
+}
+
 static bool part_args_ok(const char *topic, uint32_t p)
 {
     size_t n = strlen(topic);
@@ -2207,6 +2401,10 @@ static void on_poll(uv_timer_t *t)
         check_decommission(m);
     if (!m->closing)
         check_spread(m);
+    if (!m->closing)
+        check_removed_self(m);
+    if (!m->closing)
+        check_removals(m);
     if (m->closing)
         return; /* the close owns the timer now */
     bool busy = m->waiting != NULL || m->fwds != NULL || m->joins != NULL || m->xfer_active ||
@@ -2249,6 +2447,7 @@ static void meta_free(tn_meta_t *m)
     tn_free(m->pnotes);
     tn_free(m->readies);
     tn_free(m->deads);
+    tn_free(m->rejoined);
     void (*cb)(void *) = m->close_cb;
     void *arg = m->close_arg;
     tn_free(m);
@@ -2351,6 +2550,22 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
         tn_errbuf(err, errlen, "metastore: a joining node takes no initial peer list");
         return UV_EINVAL;
     }
+    if (strlen(o->dir) + sizeof(REMOVED_FILE) + 1 > sizeof(((tn_meta_t *)0)->dir)) {
+        tn_errbuf(err, errlen, "metastore: the directory name %s is too long", o->dir);
+        return UV_EINVAL;
+    }
+    /* A node removed from the cluster never takes part again with this
+     * Raft state (meta.h "Removal"). */
+    char mark[1100];
+    snprintf(mark, sizeof(mark), "%s/" REMOVED_FILE, o->dir);
+    if (access(mark, F_OK) == 0) {
+        tn_errbuf(err, errlen,
+                  "metastore: node %llu was removed from the cluster and %s is the removed "
+                  "member's (%s says so): it does not start again. To add this machine back, "
+                  "start ternd with an empty data directory and --join",
+                  (unsigned long long)o->node_id, o->dir, mark);
+        return UV_EPERM;
+    }
     struct raft_configuration conf;
     raft_configuration_init(&conf);
     int crc = o->join_only ? 0 : initial_conf(o, &conf, err, errlen);
@@ -2370,6 +2585,7 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
         return UV_ENOMEM;
     }
     m->loop = loop;
+    snprintf(m->dir, sizeof(m->dir), "%s", o->dir);
     m->on_ready = o->on_ready;
     m->ready_arg = o->ready_arg;
     m->id = o->node_id;

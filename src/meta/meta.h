@@ -88,6 +88,32 @@
  * seal salt (REMOTE_SALT, 32 random bytes) while the state has none; the
  * first applied stays for good. The leader also logs an audit line for
  * every REMOTE_PUT and REMOTE_DELETE it applies.
+ * Removal (DELETE /v1/cluster/members/{id}, docs/cluster.md "Removing a
+ * member"): the door proposes MEMBER_REMOVE, which the state machine
+ * applies only to a member holding no partition, and never below three
+ * members in a cluster of three or more (meta/state.h); the member's
+ * record goes and its tombstone (id, data directory incarnation) stays.
+ *   1. The leader, each tick, takes every server of the Raft configuration
+ *      with a tombstone and no member record out of it (raft_remove), one
+ *      change at a time; a new leader finishes what the last began. A
+ *      removed member it still hears from first gets REMOVE_WAIT_MS (3 s)
+ *      to receive the tombstone. The leader itself, removed, hands
+ *      leadership over (tn_meta_transfer) and the next leader removes it.
+ *   2. The removed node, applying its own tombstone (its id and its
+ *      incarnation), writes <dir>/removed, logs one error line, stops
+ *      registering and calls on_removed (the daemon stops). tn_meta_open
+ *      refuses a Raft directory holding that file: a removed node never
+ *      takes part again with its old state.
+ *   3. A removed node that was down through the removal and restarts on
+ *      its old data: its registrations are refused (UV_EPERM, one error
+ *      line a minute) if they reach a leader; nobody sends it entries any
+ *      more, so it never becomes ready; its elections cannot win (its log
+ *      lacks the removal, which a majority of the new configuration
+ *      holds) and are ignored while the others have a leader.
+ *   4. An empty data directory reusing the id joins as today (a join
+ *      comes only from a node with no Raft state); the leader that admits
+ *      it does not take it out again, and its registration, with a new
+ *      incarnation, clears the tombstone.
  *
  * Ready (tn_meta_ready, latched once): caught up and everything in the
  * log at start applied. Caught up (tn_meta_caught_up, now): a leader is
@@ -341,6 +367,13 @@ void tn_meta_on_pstate(tn_meta_t *m,
                        void (*cb)(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps),
                        void *arg);
 bool tn_meta_ready(tn_meta_t *m);
+/* Removal (above): cb runs once, from the tick, when this node applies its
+ * own tombstone; tn_meta_removed says whether it did. */
+void tn_meta_on_removed(tn_meta_t *m, void (*cb)(void *arg), void *arg);
+bool tn_meta_removed(const tn_meta_t *m);
+/* The voters of this node's view of the Raft configuration: up to cap ids
+ * into ids (caller-owned); returns how many there are. */
+size_t tn_meta_voters(tn_meta_t *m, uint64_t *ids, size_t cap);
 bool tn_meta_caught_up(tn_meta_t *m);
 /* The index of the last log entry applied to the local replica. */
 uint64_t tn_meta_applied_index(tn_meta_t *m);

@@ -44,6 +44,7 @@ void tn_meta_state_fini(tn_meta_state_t *s)
     tn_free(s->members);
     tn_free(s->nodes);
     tn__meta_remotes_fini(&s->remotes);
+    tn_free(s->removed);
     memset(s, 0, sizeof(*s));
 }
 
@@ -976,6 +977,110 @@ const tn_meta_member_t *tn_meta_member_find(const tn_meta_state_t *s, uint64_t i
     return found ? &s->members[i] : NULL;
 }
 
+/* --- removed members (state.h) ---------------------------------------------------- */
+
+static size_t removed_search(const tn_meta_state_t *s, uint64_t id, bool *found)
+{
+    size_t lo = 0, hi = s->nremoved;
+    *found = false;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->removed[mid].id == id) {
+            *found = true;
+            return mid;
+        }
+        if (s->removed[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+const tn_meta_removed_t *tn_meta_state_removed(const tn_meta_state_t *s, uint64_t id)
+{
+    bool found;
+    size_t i = removed_search(s, id, &found);
+    return found ? &s->removed[i] : NULL;
+}
+
+/* Record (or replace) id's tombstone. 0 or UV_ENOMEM (nothing changed). */
+static int tomb_put(tn_meta_state_t *s, uint64_t id, uint64_t incarnation, int64_t ms)
+{
+    bool found;
+    size_t i = removed_search(s, id, &found);
+    if (!found) {
+        if (s->nremoved == s->rcap) {
+            size_t nc = s->rcap ? s->rcap * 2 : 4;
+            tn_meta_removed_t *p = tn_realloc(s->removed, nc * sizeof(*p));
+            if (p == NULL)
+                return UV_ENOMEM;
+            s->removed = p;
+            s->rcap = nc;
+        }
+        memmove(&s->removed[i + 1], &s->removed[i], (s->nremoved - i) * sizeof(*s->removed));
+        s->nremoved++;
+    }
+    s->removed[i] = (tn_meta_removed_t){id, incarnation, ms};
+    return 0;
+}
+
+static void tomb_drop(tn_meta_state_t *s, uint64_t id)
+{
+    bool found;
+    size_t i = removed_search(s, id, &found);
+    if (!found)
+        return;
+    memmove(&s->removed[i], &s->removed[i + 1], (s->nremoved - i - 1) * sizeof(*s->removed));
+    s->nremoved--;
+}
+
+uint64_t tn_meta_state_held(const tn_meta_state_t *s, uint64_t member)
+{
+    uint64_t n = tn_meta_state_replicas_held(s, member);
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t k = 0; t->pstates == NULL && k < t->rec.partitions; k++)
+            n += t->owners[k] == member;
+    }
+    return n;
+}
+
+int tn_meta_state_remove_check(const tn_meta_state_t *s, uint64_t member, uint64_t *held)
+{
+    if (tn_meta_member_find(s, member) == NULL)
+        return TN_ENOTFOUND;
+    uint64_t n = tn_meta_state_held(s, member);
+    if (held != NULL)
+        *held = n;
+    /* The floor first: emptying the member would not help. */
+    if (s->nmembers <= 1 || (s->nmembers >= 3 && s->nmembers - 1 < 3))
+        return UV_EPERM;
+    return n > 0 ? UV_EBUSY : 0;
+}
+
+/* MEMBER_REMOVE: the member leaves (state.h), its tombstone stays. A
+ * snapshot's record is the tombstone alone. */
+static int member_remove(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
+{
+    if (restoring)
+        return tomb_put(s, c->member.id, c->member.incarnation, c->removed_ms);
+    bool found;
+    size_t i = member_search(s, c->member.id, &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    if (c->member.incarnation != 0 && c->member.incarnation != s->members[i].incarnation)
+        return TN_ECHANGED; /* a new data directory registered under the id since */
+    int rc = tn_meta_state_remove_check(s, c->member.id, NULL);
+    if (rc == 0)
+        rc = tomb_put(s, c->member.id, s->members[i].incarnation, c->removed_ms);
+    if (rc != 0)
+        return rc;
+    memmove(&s->members[i], &s->members[i + 1], (s->nmembers - i - 1) * sizeof(*s->members));
+    s->nmembers--;
+    return refresh_nodes(s); /* fewer nodes: fits */
+}
+
 /* A registration (MEMBER_PUT of the first build, MEMBER_REG of the
  * previous one, or MEMBER_REC with the full record): the member is alive;
  * draining stays as it was. What an older registration does not carry
@@ -984,6 +1089,11 @@ const tn_meta_member_t *tn_meta_member_find(const tn_meta_state_t *s, uint64_t i
 static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, uint8_t type,
                            bool restoring)
 {
+    /* A removed member (its old data directory, or a build that does not
+     * say) stays out; an empty data directory reusing the id is new. */
+    const tn_meta_removed_t *tomb = tn_meta_state_removed(s, m->id);
+    if (tomb != NULL && (m->incarnation == 0 || m->incarnation == tomb->incarnation))
+        return UV_EPERM;
     bool found;
     size_t i = member_search(s, m->id, &found);
     if (!found) {
@@ -1043,6 +1153,7 @@ static int member_register(tn_meta_state_t *s, const tn_meta_member_t *m, uint8_
     if (was_fenced || !found)
         elect_offline(s);
     place_unassigned(s);
+    tomb_drop(s, m->id);
     return 0;
 }
 
@@ -1179,6 +1290,8 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         return tn__meta_remotes_apply(&s->remotes, c->type, c->remote, restoring);
     case TN_MC_CLUSTER_REBALANCE:
         return cluster_rebalance(s, c);
+    case TN_MC_MEMBER_REMOVE:
+        return member_remove(s, c, restoring);
     default:
         return UV_ENOTSUP;
     }
@@ -1266,6 +1379,15 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
             count++;
         }
     }
+    for (size_t i = 0; i < s->nremoved && rc == 0; i++) {
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_MEMBER_REMOVE;
+        c.member.id = s->removed[i].id;
+        c.member.incarnation = s->removed[i].incarnation;
+        c.removed_ms = s->removed[i].removed_ms;
+        rc = tn_meta_cmd_encode(&c, out);
+        count++;
+    }
     for (size_t k = s->nmoves; k > 0 && rc == 0; k--) {
         memset(&c, 0, sizeof(c));
         c.type = TN_MC_MOVE_DONE;
@@ -1339,7 +1461,7 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
             c.type != TN_MC_MEMBER_STATUS && c.type != TN_MC_PART_OWNERS &&
             c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE &&
             c.type != TN_MC_MOVE_DONE && c.type != TN_MC_REMOTE_PUT &&
-            c.type != TN_MC_REMOTE_SALT &&
+            c.type != TN_MC_REMOTE_SALT && c.type != TN_MC_MEMBER_REMOVE &&
             (c.type != TN_MC_CLUSTER_REBALANCE || !c.rebal.wanted))
             rc = TN_ECORRUPT;
         if (rc == 0) {

@@ -42,9 +42,27 @@
  * boot id (a restart), fences the old session first (the same apply), and a registration that makes
  * a member live runs tn_pstate_elect over the offline partitions. The snapshot adds PART_STATE
  * after a replicated topic's owners, and MEMBER_FENCE after a fenced member's record;
- * finished moves (MOVE_DONE, oldest first) come next, then a rebalance
- * wanted (CLUSTER_REBALANCE), and the remotes (REMOTE_SALT, then
- * REMOTE_PUT each: meta/remote.h) last.
+ * the removed members' tombstones (MEMBER_REMOVE) and the finished moves
+ * (MOVE_DONE, oldest first) come next, then the remotes (REMOTE_SALT, then
+ * REMOTE_PUT each: meta/remote.h), and a rebalance wanted
+ * (CLUSTER_REBALANCE) last.
+ *
+ * Removed members (MEMBER_REMOVE, DELETE /v1/cluster/members/{id}): a
+ * member that holds no partition (no replica of a replicated one, no
+ * factor-1 one) leaves the members, so it counts no more for placement,
+ * liveness or quorum checks; refused (nothing changes) when it still holds
+ * partitions (UV_EBUSY), when it is the last member or one of the last
+ * three of a cluster of three or more (UV_EPERM: the metastore keeps three
+ * voters), or when it registered with another data directory since the
+ * door looked (TN_ECHANGED). Its tombstone (id, the incarnation of the
+ * data directory it had, when) stays: a registration of that id with that
+ * incarnation (or none) is refused with UV_EPERM, so a removed process
+ * still running, or restarted on its old data directory, never comes back
+ * as a member; one with another incarnation (an empty data directory that
+ * reuses the id) clears the tombstone and registers as a new member. The
+ * metastore leader takes tombstoned ids out of the Raft configuration
+ * (meta.h). The snapshot writes tombstones (MEMBER_REMOVE) after the
+ * members.
  *
  * Threads: the caller's (the loop thread in ternd). */
 #ifndef TN_META_STATE_H
@@ -73,6 +91,13 @@ typedef struct {
  * removed (ps NULL), as the change is applied. */
 typedef void (*tn_meta_pstate_cb)(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps);
 
+/* A removed member's tombstone (above). */
+typedef struct {
+    uint64_t id;
+    uint64_t incarnation; /* its data directory's when removed (0: unknown) */
+    int64_t removed_ms;   /* the proposer's wall clock */
+} tn_meta_removed_t;
+
 typedef struct {
     tn_meta_topic_entry_t **topics; /* sorted by name */
     size_t ntopics;
@@ -97,6 +122,8 @@ typedef struct {
     /* The rebalance wanted (CLUSTER_REBALANCE; wanted false: none), which
      * the metastore leader drives (meta/rebalance.h). */
     tn_meta_rebal_t rebal;
+    tn_meta_removed_t *removed; /* tombstones, sorted by id */
+    size_t nremoved, rcap;
 } tn_meta_state_t;
 
 void tn_meta_state_init(tn_meta_state_t *s);
@@ -184,6 +211,23 @@ uint64_t tn_meta_state_outbound_moves(const tn_meta_state_t *s, uint64_t member)
  * move's old and target members both, while it runs): what a
  * decommission still has to move off it. */
 uint64_t tn_meta_state_replicas_held(const tn_meta_state_t *s, uint64_t member);
+
+/* The partitions member still holds: replicated ones naming it in their
+ * replica list, and factor-1 ones it owns. */
+uint64_t tn_meta_state_held(const tn_meta_state_t *s, uint64_t member);
+
+/* Whether MEMBER_REMOVE of member would apply to s as it is: 0;
+ * TN_ENOTFOUND (no such member); UV_EPERM (the last member, or the
+ * cluster has three or more and would drop below three: checked first);
+ * UV_EBUSY (it holds partitions). *held (held may be NULL) says how many
+ * partitions it holds, whatever the answer. The apply decides with
+ * this very function; a door calls it for a clear answer first. */
+int tn_meta_state_remove_check(const tn_meta_state_t *s, uint64_t member, uint64_t *held);
+
+/* Member id's tombstone (borrowed: valid until the next apply or
+ * restore), or NULL: it was never removed, or an empty data directory
+ * registered under the id since. */
+const tn_meta_removed_t *tn_meta_state_removed(const tn_meta_state_t *s, uint64_t id);
 
 /* Append a snapshot of s to out. 0 or UV_ENOMEM. */
 int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out);

@@ -256,6 +256,7 @@ static void store_free(tn_store_t *store)
 }
 
 static void rm_children(const char *dir);
+static int quarantine_sweep(tn_store_t *store, char *err, size_t errlen);
 
 int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out, char *err,
                   size_t errlen)
@@ -308,6 +309,8 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
     }
     /* What a deletion moved to trash/ before a crash is finished off. */
     rm_children(trash);
+    if ((rc = quarantine_sweep(store, err, errlen)) != 0)
+        goto fail;
     tn__disk_check(store);
 
     store->logc.store = store;
@@ -419,6 +422,138 @@ void tn_store_close(tn_store_t *store, tn_store_close_cb cb)
     if (store->ilog != NULL)
         tn_ilog_close(store->ilog, NULL);
     uv_mutex_unlock(&store->open_lock);
+}
+
+/* --- quarantine of dropped copies (store.h) ---------------------------------------- */
+
+static bool partition_name(const char *s)
+{
+    if (*s == '\0' || strlen(s) > 10 || (s[0] == '0' && s[1] != '\0'))
+        return false;
+    for (const char *c = s; *c; c++)
+        if (*c < '0' || *c > '9')
+            return false;
+    return true;
+}
+
+/* The tag a mark holds, kept to [A-Za-z0-9] (at most 24), "x" when none. */
+static void mark_tag(const char *path, char *tag, size_t cap)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    size_t n = 0;
+    if (tn_io_read_file(path, 64, &b) == 0) {
+        const char *d = tn_buf_data(&b);
+        for (size_t i = 0; i < tn_buf_size(&b) && n + 1 < cap && n < 24; i++)
+            if ((d[i] >= 'a' && d[i] <= 'z') || (d[i] >= 'A' && d[i] <= 'Z') ||
+                (d[i] >= '0' && d[i] <= '9'))
+                tag[n++] = d[i];
+    }
+    tn_buf_fini(&b);
+    if (n == 0 && cap > 1)
+        tag[n++] = 'x';
+    tag[n] = '\0';
+}
+
+/* Move topics/<topic>/<p> (marked) to quarantine/. */
+static int quarantine_one(tn_store_t *store, const char *qdir, const char *topic, const char *p)
+{
+    char from[4400], mark[4500], to[4600], tag[32];
+    snprintf(from, sizeof(from), "%s/%s/%s", store->topics_path, topic, p);
+    snprintf(mark, sizeof(mark), "%s/" TN_STORE_DROPPED_FILE, from);
+    mark_tag(mark, tag, sizeof(tag));
+    int64_t ms = tn_now_wall_ms();
+    int rc = UV_EEXIST;
+    for (unsigned k = 0; rc == UV_EEXIST && k < 100; k++) {
+        snprintf(to, sizeof(to), "%s/%.255s.%s.%s.%lld", qdir, topic, p, tag, (long long)ms + k);
+        struct stat st;
+        rc = lstat(to, &st) == 0 ? UV_EEXIST : tn_io_rename(from, to);
+    }
+    if (rc != 0)
+        return rc;
+    char tdir[4400];
+    snprintf(tdir, sizeof(tdir), "%s/%s", store->topics_path, topic);
+    if ((rc = tn_io_fsync_dir(tdir)) != 0 || (rc = tn_io_fsync_dir(qdir)) != 0)
+        return rc;
+    TN_LOG(TN_LOG_NOTICE,
+           "partition %s/%s was dropped from this node's replicas: its copy is in %s (never read; "
+           "remove it when you no longer want it)",
+           topic, p, to);
+    return 0;
+}
+
+/* At open: every marked partition directory to quarantine/, then count
+ * what quarantine/ holds. */
+static int quarantine_sweep(tn_store_t *store, char *err, size_t errlen)
+{
+    char qdir[4096];
+    snprintf(qdir, sizeof(qdir), "%s/quarantine", store->path);
+    int rc = tn_io_mkdir_p(qdir, 0755);
+    DIR *d = rc == 0 ? opendir(store->topics_path) : NULL;
+    if (d == NULL) {
+        rc = rc != 0 ? rc : tn_err_from_errno(errno);
+        tn_errbuf(err, errlen, "cannot sweep %s for dropped copies: %s", store->topics_path,
+                  tn_strerror(rc));
+        return rc;
+    }
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (!tn_store_valid_name(e->d_name))
+            continue;
+        char tdir[4400];
+        snprintf(tdir, sizeof(tdir), "%s/%s", store->topics_path, e->d_name);
+        DIR *pd = opendir(tdir);
+        if (pd == NULL)
+            continue; /* not a directory: recovery says what it is */
+        struct dirent *pe;
+        while (rc == 0 && (pe = readdir(pd)) != NULL) {
+            if (!partition_name(pe->d_name))
+                continue;
+            char mark[4500];
+            snprintf(mark, sizeof(mark), "%s/%s/" TN_STORE_DROPPED_FILE, tdir, pe->d_name);
+            if (access(mark, F_OK) != 0)
+                continue;
+            rc = quarantine_one(store, qdir, e->d_name, pe->d_name);
+            if (rc != 0)
+                tn_errbuf(err, errlen, "cannot move the dropped copy %s/%s to %s: %s", tdir,
+                          pe->d_name, qdir, tn_strerror(rc));
+        }
+        closedir(pd);
+    }
+    closedir(d);
+    if (rc != 0)
+        return rc;
+    store->quarantined = 0;
+    DIR *q = opendir(qdir);
+    while (q != NULL && (e = readdir(q)) != NULL)
+        store->quarantined += e->d_name[0] != '.';
+    if (q != NULL)
+        closedir(q);
+    return 0;
+}
+
+int tn_store_mark_dropped(const char *data_path, const char *topic, uint32_t p, bool dropped,
+                          const char *tag)
+{
+    if (!tn_store_valid_name(topic))
+        return UV_EINVAL;
+    char dir[4400], mark[4500];
+    snprintf(dir, sizeof(dir), "%s/topics/%s/%" PRIu32, data_path, topic, p);
+    snprintf(mark, sizeof(mark), "%s/" TN_STORE_DROPPED_FILE, dir);
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return errno == ENOENT ? 0 : tn_err_from_errno(errno);
+    if (dropped) {
+        if (access(mark, F_OK) == 0)
+            return 0;
+        char text[64];
+        int n = snprintf(text, sizeof(text), "%s\n", tag != NULL && tag[0] ? tag : "x");
+        return tn_io_write_file_atomic(dir, TN_STORE_DROPPED_FILE, text, (size_t)n);
+    }
+    int rc = tn_io_unlink(mark);
+    if (rc == UV_ENOENT)
+        return 0;
+    return rc != 0 ? rc : tn_io_fsync_dir(dir);
 }
 
 /* Remove everything under dir (not dir itself). Best effort: what cannot

@@ -10,6 +10,9 @@
  *   meta/                        metastore (Raft log and snapshots)
  *   ingress/                     the ingress log (ilog.h)
  *   trash/                       deleted topics on their way out
+ *   quarantine/<topic>.<p>.<tag>.<ms>/
+ *                                a dropped replica's copy, out of the live
+ *                                tree (tn_store_mark_dropped); never read
  *
  * The store owns two committer threads: one for partition log appends (and
  * segment rolls, GC, background syncs, the disk check), one for channel WAL
@@ -110,7 +113,28 @@ struct tn_store_s {
     size_t closing;
     tn_store_close_cb close_cb;
     char errmsg[512];
+    uint64_t quarantined; /* entries in quarantine/ after the open's sweep */
 };
+
+/* Quarantine of dropped copies (docs/storage-format.md "quarantine/").
+ * A replicated partition's copy that the metastore dropped from its
+ * replicas (a move, a decommission) is marked with a file `dropped` in its
+ * directory (tag: a short word of [A-Za-z0-9], the partition epoch of the
+ * drop); the next tn_store_open, before anything lists partitions, renames
+ * every marked directory to quarantine/<topic>.<p>.<tag>.<wall ms>
+ * (both directories fsynced), so it is never recovered nor served, and
+ * never deleted. dropped false takes the mark away (the partition was
+ * given back to this node before the next open: it follows on its copy
+ * as before). 0 (also when the partition has no directory here, or no
+ * mark to take away), or an I/O error. Blocking: a worker thread. */
+#define TN_STORE_DROPPED_FILE "dropped"
+int tn_store_mark_dropped(const char *data_path, const char *topic, uint32_t p, bool dropped,
+                          const char *tag);
+/* Entries in quarantine/ as the last open found them, after its sweep. */
+static inline uint64_t tn_store_quarantined(const tn_store_t *store)
+{
+    return store->quarantined;
+}
 
 /* Open (creating if needed) the data directory: take the lock, check or
  * write FORMAT, start the storage threads. On failure returns TN_ELOCKED,

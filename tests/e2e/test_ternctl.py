@@ -261,7 +261,7 @@ class Basics(Base):
                          ["alter", "create", "delete", "get", "list"])
         self.assertEqual(complete("ternctl", "channels", ""),
                          ["delete", "empty", "list", "pause", "unpause"])
-        self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["decommission", "drain", "members", "moves", "rebalance"])
+        self.assertEqual(complete("ternctl", "--url", "x", "cluster", ""), ["decommission", "drain", "members", "moves", "rebalance", "remove"])
         self.assertEqual(complete("ternctl", "partitions", ""), ["force-leader", "move"])
         self.assertIn("--partitions", complete("ternctl", "topics", "create", "x", "--pa"))
         self.assertEqual(complete("ternctl", "topics", "create", "x", "--durability", "w"),

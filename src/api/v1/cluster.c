@@ -1,5 +1,6 @@
-/* The /v1/cluster routes (admins only): the members the metastore knows
- * and draining a member (decommission); and the forced
+/* The /v1/cluster routes (admins only): the members the metastore knows,
+ * draining a member (decommission) and removing an empty one (DELETE
+ * /v1/cluster/members/{id}, meta.h "Removal"); and the forced
  * election of a replicated partition's leader (POST
  * /v1/topics/{topic}/partitions/{p}/leader, docs/replication.md "What an
  * operator sees and does"). Every node
@@ -7,7 +8,8 @@
  * interval); the leader marks one dead when it stops. Owned partitions
  * are the metastore's assignments; outbound moves, the partition moves
  * under way that take a replica off the member (the moves routes are in
- * moves.c). Draining is recorded; nothing moves by it yet.
+ * moves.c). The metastore leader moves a draining member's replicas off
+ * it (meta.c check_decommission).
  *
  * Threads: the loop thread. */
 #include "core/platform.h"
@@ -29,6 +31,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The voters a members answer lists at most (ids are 1..1023). */
+#define TN_V1_VOTERS_MAX 1024
+
+/* ,"raft_voters":["1",...]: this node's view of the Raft configuration. */
+static void append_voters(tn_buf_t *b, const uint64_t *ids, size_t n)
+{
+    tn_buf_append(b, ",\"raft_voters\":[", 16);
+    for (size_t k = 0; k < n; k++)
+        tn__v1_appendf(b, "%s\"%" PRIu64 "\"", k > 0 ? "," : "", ids[k]);
+    tn_buf_append(b, "]", 1);
+}
+
 static void on_members(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
@@ -40,6 +54,8 @@ static void on_members(tn_http_request_t *r, void *arg)
     if (tn_meta_leader(v->meta, &leader, &leader_api) != 0)
         leader = 0; /* none known: no member is marked */
     int64_t now_wall = tn_now_wall_ms();
+    uint64_t voters[TN_V1_VOTERS_MAX];
+    size_t nvoters = TN_MIN(tn_meta_voters(v->meta, voters, TN_V1_VOTERS_MAX), TN_V1_VOTERS_MAX);
     tn_buf_t b;
     tn_buf_init(&b);
     tn_buf_append(&b, "{\"members\":[", 12);
@@ -70,6 +86,11 @@ static void on_members(tn_http_request_t *r, void *arg)
         /* Replicated partitions: its session (fenced until it registers
          * again) and the incarnation of its data directory (null unknown). */
         tn__v1_appendf(&b, ",\"session\":\"%s\"", m->fenced ? "fenced" : "live");
+        /* A voter of the metastore, as this node's Raft configuration says. */
+        bool voter = false;
+        for (size_t k = 0; k < nvoters; k++)
+            voter = voter || voters[k] == m->id;
+        tn__v1_appendf(&b, ",\"voter\":%s", voter ? "true" : "false");
         if (m->incarnation != 0)
             tn__v1_appendf(&b, ",\"incarnation\":\"%016" PRIx64 "\"", m->incarnation);
         else
@@ -90,6 +111,13 @@ static void on_members(tn_http_request_t *r, void *arg)
         else
             tn_buf_append(&b, ",\"last_heard_ms_ago\":null,\"heard_recently\":null}", 48);
     }
+    tn_buf_append(&b, "]", 1);
+    append_voters(&b, voters, nvoters);
+    /* Removed members' tombstones: their old data directories stay out. */
+    tn_buf_append(&b, ",\"removed\":[", 12);
+    for (size_t i = 0; i < s->nremoved; i++)
+        tn__v1_appendf(&b, "%s{\"id\":\"%" PRIu64 "\",\"removed_ms\":%" PRId64 "}",
+                       i > 0 ? "," : "", s->removed[i].id, s->removed[i].removed_ms);
     tn_buf_append(&b, "]}", 2);
     tn__v1_respond_buf(r, 200, &b);
 }
@@ -173,6 +201,256 @@ static void on_decommission(tn_http_request_t *r, void *arg)
 static void on_recommission(tn_http_request_t *r, void *arg)
 {
     decommission(arg, r, false);
+}
+
+/* --- removing a member ------------------------------------------------------------ */
+
+/* DESIGN: DELETE /v1/cluster/members/{id} (docs/cluster.md "Removing a
+ * member").
+ *   1. Admins only (403), a caught-up metastore replica (503); the id
+ *      (404). The rules run on this replica first for a clear answer
+ *      (tn_meta_state_remove_check): 404 no such member, 409 while it
+ *      holds partitions ("member 4 still holds 3 partitions: decommission
+ *      it first") or when it would leave the metastore below three
+ *      members (or with none).
+ *   2. MEMBER_REMOVE (with the data directory incarnation seen here) goes
+ *      to the metastore, whose state machine decides again on its current
+ *      records: its refusals answer as above (TN_ECHANGED: 409, the member
+ *      registered with another data directory meanwhile); no leader 503.
+ *   3. Once applied, this replica is confirmed current (tn_meta_confirm:
+ *      a re-sent copy that found the member gone answered TN_ENOTFOUND,
+ *      and the tombstone here, of that incarnation, says it was ours).
+ *   4. The metastore leader then takes the member out of the Raft
+ *      configuration (meta.c check_removals). The answer waits for this
+ *      node's configuration to drop it, polling every REMOVE_POLL_MS:
+ *      200 {"id","removed":true,"raft_voters":[...]}; after REMOVE_WAIT_MS
+ *      202 with the same and "raft_configuration":"pending" (GET
+ *      /v1/cluster/members shows raft_voters). */
+
+#define REMOVE_POLL_MS 100
+#define REMOVE_WAIT_MS 15000
+
+typedef struct {
+    tn_meta_req_t mreq;
+    tn_http_request_t *r; /* NULL once the client left */
+    tn_v1_t *v;
+    uint64_t id;
+    uint64_t incarnation; /* the member's, as this replica saw it */
+    uint64_t deadline;    /* loop ms */
+    bool applied;         /* the metastore answered 0: removed */
+    uv_timer_t timer;
+    bool timer_on; /* timer initialised: freed in its close callback */
+} remove_t;
+
+static void remove_cancel(tn_http_request_t *r)
+{
+    remove_t *x = r->data;
+    x->r = NULL;
+}
+
+static void on_remove_closed(uv_handle_t *h)
+{
+    tn_free(h->data);
+}
+
+/* The end of x: r answered already (or gone). */
+static void remove_free(remove_t *x)
+{
+    if (x->r != NULL)
+        x->r->on_cancel = NULL;
+    if (x->timer_on)
+        uv_close((uv_handle_t *)&x->timer, on_remove_closed);
+    else
+        tn_free(x);
+}
+
+/* 409 or 404 for a refusal rc, worded from this replica's records. */
+static void remove_refused(tn_v1_t *v, tn_http_request_t *r, uint64_t id, int rc)
+{
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    char msg[256];
+    if (rc == TN_ENOTFOUND) {
+        tn__v1_error(r, 404,
+                     tn_meta_state_removed(s, id) != NULL ? "member not found: it was removed"
+                                                          : "member not found",
+                     NULL);
+    } else if (rc == UV_EBUSY) {
+        uint64_t held = tn_meta_state_held(s, id);
+        snprintf(msg, sizeof(msg),
+                 "member %" PRIu64 " still holds %" PRIu64 " partition%s: decommission it first",
+                 id, held, held == 1 ? "" : "s");
+        tn__v1_error(r, 409, msg, NULL);
+    } else if (rc == UV_EPERM) {
+        snprintf(msg, sizeof(msg),
+                 "removing member %" PRIu64 " would leave %zu member%s: the metastore keeps at "
+                 "least three voters in a cluster of three or more (add a member first)",
+                 id, s->nmembers > 0 ? s->nmembers - 1 : 0, s->nmembers == 2 ? "" : "s");
+        tn__v1_error(r, 409, msg, NULL);
+    } else if (rc == TN_ECHANGED) {
+        snprintf(msg, sizeof(msg),
+                 "member %" PRIu64 " registered with another data directory meanwhile: look "
+                 "at it again",
+                 id);
+        tn__v1_error(r, 409, msg, NULL);
+    } else {
+        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+    }
+}
+
+static void remove_answer(remove_t *x, bool done)
+{
+    uint64_t voters[TN_V1_VOTERS_MAX];
+    size_t n = TN_MIN(tn_meta_voters(x->v->meta, voters, TN_V1_VOTERS_MAX), TN_V1_VOTERS_MAX);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn__v1_appendf(&b, "{\"id\":\"%" PRIu64 "\",\"removed\":true", x->id);
+    append_voters(&b, voters, n);
+    if (!done)
+        tn_buf_append(&b, ",\"raft_configuration\":\"pending\"", 31);
+    tn_buf_append(&b, "}", 1);
+    tn_http_request_t *r = x->r;
+    r->on_cancel = NULL;
+    x->r = NULL;
+    tn__v1_respond_buf(r, done ? 200 : 202, &b);
+}
+
+static bool still_voter(tn_meta_t *meta, uint64_t id)
+{
+    uint64_t voters[TN_V1_VOTERS_MAX];
+    size_t n = TN_MIN(tn_meta_voters(meta, voters, TN_V1_VOTERS_MAX), TN_V1_VOTERS_MAX);
+    for (size_t k = 0; k < n; k++)
+        if (voters[k] == id)
+            return true;
+    return false;
+}
+
+static void on_remove_poll(uv_timer_t *t)
+{
+    remove_t *x = t->data;
+    if (x->r == NULL) {
+        uv_timer_stop(t);
+        remove_free(x);
+        return;
+    }
+    bool done = !still_voter(x->v->meta, x->id);
+    if (!done && uv_now(x->v->loop) < x->deadline)
+        return;
+    uv_timer_stop(t);
+    remove_answer(x, done);
+    remove_free(x);
+}
+
+/* Step 3: this replica applied everything the leader had committed. */
+static void on_remove_current(void *arg, int status)
+{
+    remove_t *x = arg;
+    if (x->r == NULL) {
+        remove_free(x);
+        return;
+    }
+    const tn_meta_removed_t *t = tn_meta_state_removed(tn_meta_state(x->v->meta), x->id);
+    if (status != 0 && x->applied) {
+        /* Removed; this replica could not be confirmed current in time. */
+        remove_answer(x, false);
+        remove_free(x);
+        return;
+    }
+    if (status != 0 || t == NULL || (x->incarnation != 0 && t->incarnation != x->incarnation)) {
+        remove_refused(x->v, x->r, x->id, status != 0 ? TN_ECLOSED : TN_ENOTFOUND);
+        remove_free(x);
+        return;
+    }
+    if (!still_voter(x->v->meta, x->id)) {
+        remove_answer(x, true);
+        remove_free(x);
+        return;
+    }
+    x->deadline = uv_now(x->v->loop) + REMOVE_WAIT_MS;
+    if (uv_timer_init(x->v->loop, &x->timer) != 0) {
+        remove_answer(x, false);
+        remove_free(x);
+        return;
+    }
+    x->timer_on = true;
+    x->timer.data = x;
+    uv_timer_start(&x->timer, on_remove_poll, REMOVE_POLL_MS, REMOVE_POLL_MS);
+}
+
+static void on_removed(tn_meta_req_t *req, int status)
+{
+    remove_t *x = req->data;
+    if (x->r == NULL) {
+        remove_free(x);
+        return;
+    }
+    if (status == 0 || status == TN_ENOTFOUND) {
+        /* TN_ENOTFOUND may be a copy sent again after a failover, the
+         * first having removed it: the tombstone tells (step 3). */
+        x->applied = status == 0;
+        if (status == 0)
+            TN_LOG(TN_LOG_NOTICE, "member %" PRIu64 " removed from the metastore", x->id);
+        if (tn_meta_confirm(x->v->meta, on_remove_current, x) == 0)
+            return;
+        status = status == 0 ? TN_ECLOSED : status;
+        if (status == TN_ECLOSED) {
+            remove_answer(x, false);
+            remove_free(x);
+            return;
+        }
+    }
+    remove_refused(x->v, x->r, x->id, status);
+    remove_free(x);
+}
+
+static void on_remove_member(tn_http_request_t *r, void *arg)
+{
+    tn_v1_t *v = arg;
+    if (!tn__v1_admin_only(v, r) || !tn__v1_caught_up(v, r))
+        return;
+    const tn_iov_t *idp = tn_http_param(r, "id");
+    char buf[24] = "";
+    if (idp != NULL && idp->len < sizeof(buf)) {
+        memcpy(buf, idp->base, idp->len);
+        buf[idp->len] = '\0';
+    }
+    char *end = NULL;
+    unsigned long long id = strtoull(buf, &end, 10);
+    if (buf[0] < '0' || buf[0] > '9' || *end != '\0' || id == 0) {
+        tn__v1_error(r, 404, "member not found", NULL);
+        return;
+    }
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    int rc = tn_meta_state_remove_check(s, id, NULL);
+    if (rc != 0) {
+        remove_refused(v, r, id, rc);
+        return;
+    }
+    remove_t *x = tn_calloc(1, sizeof(*x));
+    if (x == NULL) {
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    x->r = r;
+    x->v = v;
+    x->id = id;
+    x->incarnation = tn_meta_member_find(s, id)->incarnation;
+    x->mreq.data = x;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MEMBER_REMOVE;
+    c.member.id = id;
+    c.member.incarnation = x->incarnation;
+    c.removed_ms = tn_now_wall_ms();
+    r->data = x;
+    r->on_cancel = remove_cancel;
+    if (tn_meta_propose(v->meta, &x->mreq, &c, on_removed) != 0) {
+        r->on_cancel = NULL;
+        tn_free(x);
+        tn__v1_error(r, 503, "control plane temporarily unavailable", "Retry-After: 1\r\n");
+        return;
+    }
+    TN_LOG(TN_LOG_NOTICE, "audit: %s removes member %llu",
+           r->principal[0] ? r->principal : "(open)", id);
 }
 
 /* --- forced leader election ------------------------------------------------------ */
@@ -489,6 +767,9 @@ int tn__v1_cluster_register(tn_http_server_t *srv, tn_v1_t *v)
     rc = rc ? rc
             : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}/decommission", 0, NULL,
                             on_recommission, v);
+    rc =
+        rc ? rc
+           : tn_http_route(srv, "DELETE", "/v1/cluster/members/{id}", 0, NULL, on_remove_member, v);
     rc = rc ? rc
             : tn_http_route(srv, "POST", "/v1/topics/{topic}/partitions/{p}/leader",
                             TN_JSON_MAX_BODY, "request body too large", on_force_leader, v);

@@ -1,4 +1,4 @@
-/* `ternctl cluster members|moves|drain|decommission|rebalance`: the cluster as this node's
+/* `ternctl cluster members|moves|drain|decommission|rebalance|remove`: the cluster as this node's
  * metastore replica knows it (GET /v1/cluster/members, GET
  * /v1/cluster/moves; admin only), and the graceful drain of one member by
  * its id, reached at the API address the members list gives (what
@@ -6,7 +6,8 @@
  * partition moves under way and the last finished ones (`ternctl
  * partitions move` starts one); decommission marks a member draining and
  * follows its replicas off it; rebalance spreads replicas over the
- * members. */
+ * members; remove takes an empty member out of the metastore (DELETE
+ * /v1/cluster/members/{id}). */
 #include "core/platform.h"
 
 #include "cmd/ternctl/ctl.h"
@@ -470,10 +471,44 @@ static int rebalance(tn_ctl_t *c, int argc, char **argv)
     }
 }
 
+/* `cluster remove ID`: DELETE /v1/cluster/members/{id}. 200: the member is
+ * out of the members and of the Raft configuration; 202: out of the
+ * members, the configuration change under way. */
+static int remove_member(tn_ctl_t *c, int argc, char **argv)
+{
+    static const char cmd[] = "cluster remove";
+    if (argc != 2)
+        return tn_ctl_usage(cmd, "needs a member id (ternctl cluster members lists them)");
+    const char *id = argv[1];
+    if (id[0] == '\0' || strspn(id, "0123456789") != strlen(id) || strlen(id) > 19)
+        return tn_ctl_usage(cmd, "\"%s\" is not a member id", id);
+    char path[96];
+    snprintf(path, sizeof(path), "/v1/cluster/members/%s", id);
+    tn_ctl_resp_t r;
+    if (tn_ctl_call(c, "DELETE", path, NULL, 0, &r) != 0)
+        return TN_CTL_FAIL;
+    if (r.status != 200 && r.status != 202) {
+        int rc = tn_ctl_fail(&r, cmd);
+        tn_ctl_resp_fini(&r);
+        return rc;
+    }
+    if (tn_ctl_json(c))
+        tn_ctl_print_json(r.body, r.len);
+    else if (r.status == 200)
+        printf("member %s removed: out of the members and the metastore's voters\n", id);
+    else
+        printf("member %s removed from the members; the metastore leader is taking it out of "
+               "the Raft configuration (ternctl cluster members shows the voters)\n",
+               id);
+    tn_ctl_resp_fini(&r);
+    return TN_CTL_OK;
+}
+
 static int run(tn_ctl_t *c, int argc, char **argv)
 {
     if (argc < 2)
-        return tn_ctl_usage(CMD, "which one: members, moves, drain, decommission or rebalance?");
+        return tn_ctl_usage(CMD,
+                            "which one: members, moves, drain, decommission, rebalance or remove?");
     if (strcmp(argv[1], "members") == 0)
         return members(c, argc - 1, argv + 1);
     if (strcmp(argv[1], "moves") == 0)
@@ -484,8 +519,11 @@ static int run(tn_ctl_t *c, int argc, char **argv)
         return decommission(c, argc - 1, argv + 1);
     if (strcmp(argv[1], "rebalance") == 0)
         return rebalance(c, argc - 1, argv + 1);
+    if (strcmp(argv[1], "remove") == 0)
+        return remove_member(c, argc - 1, argv + 1);
     return tn_ctl_usage(
-        CMD, "unknown subcommand \"%s\" (members, moves, drain, decommission, rebalance)", argv[1]);
+        CMD, "unknown subcommand \"%s\" (members, moves, drain, decommission, rebalance, remove)",
+        argv[1]);
 }
 
 const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
@@ -496,6 +534,7 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "       ternctl cluster drain ID [--wait] [--drain-timeout D]\n"
             "       ternctl cluster decommission ID [--wait] [--wait-timeout D]\n"
             "       ternctl cluster rebalance [--wait] [--wait-timeout D]\n"
+            "       ternctl cluster remove ID\n"
             "\n"
             "members  every member as this node's metastore replica knows it: id, alive or\n"
             "         dead, the metastore leader, API and Raft addresses, partitions owned,\n"
@@ -523,6 +562,11 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "         few replicas as can be (POST /v1/cluster/rebalance; 409 while one runs).\n"
             "         --wait follows it (GET /v1/cluster/rebalance) until no move is under way\n"
             "         and the replica counts are within one (exit 0), or after --wait-timeout\n"
+            "remove   take member ID, which holds no partition (decommission it first), out\n"
+            "         of the members and the metastore's voters (DELETE\n"
+            "         /v1/cluster/members/{id}); refused (409) while it holds partitions or\n"
+            "         when fewer than three members would be left. The removed node stops\n"
+            "         by itself; its data directory does not start again\n"
             "\n"
             "All need admin rights. --json prints the server's JSON.\n"
             "\n"
@@ -530,6 +574,7 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "  ternctl cluster members\n"
             "  ternctl cluster drain 2 --wait\n"
             "  ternctl cluster decommission 4 --wait\n"
-            "  ternctl cluster rebalance --wait\n",
+            "  ternctl cluster rebalance --wait\n"
+            "  ternctl cluster remove 4\n",
     .run = run,
 };
