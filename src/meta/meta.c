@@ -1576,8 +1576,16 @@ static int decom_collect(const tn_meta_state_t *s, decom_in_t *in)
 {
     for (size_t i = 0; i < s->ntopics; i++) {
         const tn_meta_topic_entry_t *t = s->topics[i];
-        for (uint32_t k = 0; t->pstates != NULL && k < t->rec.partitions; k++) {
-            const tn_pstate_t *ps = &t->pstates[k];
+        for (uint32_t k = 0; k < t->rec.partitions; k++) {
+            /* A factor-1 partition that never moved has no state: its
+             * owner is its list (its move makes it one: state.h,
+             * tn_meta_state_move_from). */
+            tn_pstate_t single = {.nreplicas = t->owners[k] != 0};
+            single.replicas[0] = (uint32_t)t->owners[k];
+            const tn_pstate_t *ps =
+                t->pstates != NULL && t->pstates[k].nreplicas > 0 ? &t->pstates[k] : &single;
+            if (ps == &single && tn_meta_topic_factor(&t->rec) > 1)
+                continue; /* a replicated partition not placed yet */
             const uint32_t *list = ps->ntarget > 0 ? ps->target : ps->replicas;
             uint32_t n = ps->ntarget > 0 ? ps->ntarget : ps->nreplicas;
             bool known = n > 0 && n <= TN_PLACE_MAX_REPLICAS;
@@ -1672,9 +1680,10 @@ static bool replaceable(const tn_meta_t *m, const tn_meta_member_t *mb, uint64_t
  * new lists, and one PART_MOVE begin is proposed for a
  * partition with no move under way, while fewer than
  * DECOM_MOVES_PER_NODE moves take replicas off that member; the moves
- * complete as any do (check_moves). Factor-1 partitions do not move
- * (their moves are not built): they stay with the member, which
- * GET /v1/cluster/members shows. */
+ * complete as any do (check_moves). A factor-1 partition moves the same
+ * way off an alive member (its PART_MOVE begin gives it a state over its
+ * owner: tn_meta_state_move_from); off a dead one the planner reports it
+ * offline. */
 static void check_decommission(tn_meta_t *m)
 {
     uint64_t now = uv_now(m->loop);
@@ -1691,7 +1700,8 @@ static void check_decommission(tn_meta_t *m)
     bool any = false;
     for (size_t i = 0; i < s->nmembers && !any; i++)
         any = (s->members[i].draining || replaceable(m, &s->members[i], now)) &&
-              tn_meta_state_replicas_held(s, s->members[i].id) > 0;
+              (tn_meta_state_replicas_held(s, s->members[i].id) > 0 ||
+               tn_meta_state_single_held(s, s->members[i].id) > 0);
     if (!any)
         return;
     tn_place_member_t *members = tn_calloc(s->nmembers, sizeof(*members));
