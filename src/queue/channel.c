@@ -1615,6 +1615,23 @@ static void kick_all(tn_channel_t *ch)
     ch->busy--;
 }
 
+void tn__channel_kick_moved(tn_channel_t *ch)
+{
+    ch->busy++; /* the last detach of an ephemeral channel unlinks it, never frees it here */
+    tn_consumer_t *c = ch->consumers;
+    for (uint32_t n = ch->nconsumers; n > 0 && c != NULL; n--) {
+        tn_consumer_t *next = c->next != c ? c->next : NULL;
+        void (*moved)(tn_consumer_t * c) = c->moved;
+        if (moved != NULL) {
+            tn_consumer_detach(c); /* first: the door may free c */
+            moved(c);
+        }
+        c = next;
+    }
+    if (--ch->busy == 0 && ch->deleted)
+        tn__channel_free(ch);
+}
+
 static void on_drop_closed(tn_chanlog_t *cl)
 {
     drop_t *d = cl->data;

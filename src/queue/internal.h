@@ -94,6 +94,9 @@ int tn__chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanl
  * logs. Returns the number of logs being closed; when it is more than 0,
  * done(arg) runs once, after the last of them closed, and with 0 it never
  * runs (an ephemeral channel is gone when this returns). */
+/* Detach and tell (tn_consumer_t.moved) every consumer of ch that asked
+ * to hear of a partition moving away. */
+void tn__channel_kick_moved(tn_channel_t *ch);
 uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg);
 /* Free the pooled channel-log requests (at broker close). */
 void tn__channel_spares_free(void);

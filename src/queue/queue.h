@@ -373,6 +373,13 @@ struct tn_consumer_s {
      * detached c already (its in-flight messages went back); the door
      * drops the client and may free c here. */
     void (*kick)(tn_consumer_t *c);
+    /* Optional: a partition of its topic stopped being served here (its
+     * leadership went to another node: a move's hand-off, a failover).
+     * The engine has detached c already (its in-flight messages went
+     * back); the door drops the client, as nsqd drops those of a deleted
+     * topic, so that an NSQ client looks the topic up again and finds the
+     * new owner, and may free c here. NULL: the consumer stays. */
+    void (*moved)(tn_consumer_t *c);
     /* Optional: append this consumer's /stats client object (JSON) to out;
      * topic ("" for all) is the /stats filter, for its pub_counts. */
     void (*describe)(tn_consumer_t *c, const char *topic, tn_buf_t *out);

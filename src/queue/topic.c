@@ -1112,6 +1112,7 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
         return 0;
     }
     uint32_t nopen = 0;
+    bool moved = false; /* a partition led here went to another node */
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_part_t *p = t->parts[i];
         uint64_t owner = 0;
@@ -1133,6 +1134,7 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
                            "partition %s/%" PRIu32 " is led by node %" PRIu64
                            ": no longer served from this node",
                            t->name, i, owner);
+                    moved = true;
                     continue;
                 }
                 TN_LOG(TN_LOG_WARN,
@@ -1170,6 +1172,12 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             continue;
         }
         nopen++;
+    }
+    /* Its NSQ consumers are dropped (tn_consumer_t.moved), to look the
+     * topic up again and find the new leader. */
+    for (tn_channel_t *ch = t->channels, *next; moved && ch != NULL; ch = next) {
+        next = ch->next;
+        tn__channel_kick_moved(ch);
     }
     if (nopen == 0) {
         if (cb != NULL)

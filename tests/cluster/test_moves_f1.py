@@ -15,7 +15,8 @@ the NSQ doors (default-replication-factor 1).
                           leased, three of them acked ahead of the
                           frontier, one deferred (NSQ REQ, five minutes):
                           both moves complete, each partition led by its
-                          target alone, /lookup names rs's new owner, the
+                          target alone, the old owner's NSQ consumer of rs
+                          is dropped, /lookup names rs's new owner, the
                           leased messages are delivered again there, the
                           acked ones never, the deferred one not before
                           its time; refusals of bad lists first;
@@ -26,13 +27,17 @@ the NSQ doors (default-replication-factor 1).
   test_source_killed      the source (the leader) is SIGKILLed while the
                           move waits for its frozen target: the partition
                           waits for its only copy (as a factor-1 partition
-                          does), and once both are back the move completes.
+                          does), and once both are back the move completes;
+  test_metastore_leader_killed  the metastore leader is SIGKILLed while the
+                          move waits for its frozen target: the next
+                          metastore leader completes it.
 
 Run: python3 tests/cluster/test_moves_f1.py --ternd build/ternd --ternctl build/ternctl
          [MovesF1.test_...]
 """
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -42,13 +47,29 @@ import harness  # noqa: E402
 import test_moves as tm  # noqa: E402
 import test_replication as tr  # noqa: E402
 from harness import wait_until  # noqa: E402
-from nsqwire import Conn, FRAME_MESSAGE  # noqa: E402  (tests/e2e)
+from nsqwire import Closed, Conn, FRAME_MESSAGE  # noqa: E402  (tests/e2e)
 
 V1, NSQ = tr.V1, tr.NSQ
 SLOW, BACKLOG = "slow", "rs"
 # Both topics at factor 1: rv asks for it, rn (NSQ-made) takes the default.
 tr.REPL_ARGS = ["--default-replication-factor=1", "--min-insync-replicas=1",
                 f"--member-session-timeout={int(tr.SESSION)}s"]
+
+
+def closed_within(conn, seconds):
+    """Whether the server closes conn within seconds (frames before the
+    close, heartbeats included, are skipped; a heartbeat does not extend
+    the wait, as it would Conn.expect_closed's)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        conn.sock.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            conn.read_frame()
+        except Closed:
+            return True
+        except (socket.timeout, OSError):
+            return False
+    return False
 
 
 class MovesF1(tm.Moves):
@@ -179,6 +200,11 @@ class MovesF1(tm.Moves):
             conn.close()
         tr.log(f"{SLOW} on {BACKLOG}/0: leased {sorted(again)}, acked {sorted(acked)}, "
                f"deferred {deferred}")
+        # An NSQ consumer of the old owner (RDY 0: it takes nothing).
+        watcher = Conn(info["tcp_port"], host=owner.host, timeout=10)
+        self.addCleanup(watcher.close)
+        watcher.identify(msg_timeout=tr.VISIBILITY_MS)
+        self.assertEqual(watcher.sub(BACKLOG, SLOW), (0, b"OK"))
         # Both move: rs/0 with its backlog, rv/p under the load.
         bmid = self.begin_of(BACKLOG, 0, [bdst], meta)
         mid = self.begin(p, [dst], meta)
@@ -194,6 +220,9 @@ class MovesF1(tm.Moves):
         status, members = meta.request("GET", "/v1/cluster/members")
         self.assertEqual(status, 200, members)
         self.assertTrue(all(m["outbound_moves"] == 0 for m in members["members"]), members)
+        # The old owner's NSQ consumer is dropped after the hand-off, to
+        # look the topic up again (as nsqd drops those of a deleted topic).
+        self.assertTrue(closed_within(watcher, 30), "the old owner's NSQ consumer stays")
         # rv/p takes produces on its new owner.
         t = time.monotonic()
         wait_until(f"20 produces to {V1}/{p} acknowledged after the move",
@@ -299,6 +328,34 @@ class MovesF1(tm.Moves):
         tr.log(f"move {mid} done after the source's restart: {done}")
         ps = self.partitions(meta, V1)[p]  # the restarted source's replica may lag
         self.assertEqual((ps.leader, ps.replicas), (dst, [dst]), ps)
+        self.flowing(60)
+        wait_until("every partition of rv in sync", self.settled3, 90)
+        self.finish()
+
+    def test_metastore_leader_killed(self):
+        """The metastore leader is SIGKILLed while a factor-1 move waits
+        for its frozen target: the next metastore leader completes it."""
+        self.cluster(n=3)
+        self.load.start()
+        self.flowing(100)
+        meta = self.c.find_leader()
+        p = self.partition_off_meta_leader()
+        src, dst = self.spare_of(p, exclude=(str(meta.id),))
+        target = self.node(dst)
+        os.kill(target.pid, signal.SIGSTOP)
+        self.addCleanup(lambda: target.running() and os.kill(target.pid, signal.SIGCONT))
+        self.history.fault(f"SIGSTOP node {dst}")
+        mid = self.begin(p, [dst], meta)
+        self.kill(meta, "the metastore leader, while a factor-1 move waits for its target")
+        os.kill(target.pid, signal.SIGCONT)
+        self.history.fault(f"SIGCONT node {dst}")
+        new_meta = self.c.find_leader([n for n in self.c.nodes if n is not meta], 60)
+        tr.log(f"metastore led by node {new_meta.id} now")
+        done = self.wait_state(mid, ("done",), 120, new_meta)
+        tr.log(f"move {mid} done under the new metastore leader: {done}")
+        ps = self.partitions(new_meta, V1)[p]
+        self.assertEqual((ps.leader, ps.replicas), (dst, [dst]), ps)
+        self.restart(meta)
         self.flowing(60)
         wait_until("every partition of rv in sync", self.settled3, 90)
         self.finish()

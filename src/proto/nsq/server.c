@@ -480,7 +480,8 @@ static void on_describe(tn_consumer_t *cons, const char *topic, tn_buf_t *out)
     describe_conn(cons->data, topic, out);
 }
 
-/* Its channel or topic is being deleted: drop the client, as nsqd does. */
+/* Its channel or topic is being deleted, or a partition it consumed moved
+ * to another node: drop the client, as nsqd does for a deleted topic. */
 static void on_kick(tn_consumer_t *cons)
 {
     conn_close(cons->data);
@@ -648,6 +649,7 @@ static void sub_continue(conn_t *c)
     c->consumer.deliver = on_deliver;
     c->consumer.describe = on_describe;
     c->consumer.kick = on_kick;
+    c->consumer.moved = on_kick; /* a partition moved off: look it up again */
     c->consumer.data = c;
     c->consumer.timeout_ms = c->opts.msg_timeout_ms + c->opts.output_buffer_timeout_ms;
     c->consumer.sample_rate = (uint32_t)c->opts.sample_rate;
