@@ -49,8 +49,8 @@
 #include <sys/random.h>
 
 #define UNAVAILABLE "control plane temporarily unavailable (no metastore leader answered)"
-#define FACTOR_ONE                                                                             \
-    "a partition of a topic of replication factor 1 is moved to exactly one member (the "      \
+#define FACTOR_ONE                                                                                 \
+    "a partition of a topic of replication factor 1 is moved to exactly one member (the "          \
     "replicas list names one)"
 
 /* A string literal appended without its NUL. */

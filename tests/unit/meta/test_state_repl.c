@@ -1198,7 +1198,6 @@ static void test_snapshot_with_move(void **state)
     tn_meta_state_fini(&s);
 }
 
-
 /* A factor-1 partition's move (docs/replication.md, "Moving a factor-1
  * partition"): its begin makes it a state over its owner alone, then the
  * rules of any move; refused ones leave it without a state. */
@@ -1227,8 +1226,7 @@ static void test_factor1_move_through_state(void **state)
     assert_int_equal(tn_meta_state_move_from(&s, "one", 2, &from, err, sizeof(err)), UV_EPERM);
     assert_non_null(strstr(err, "member 3, is not alive"));
     assert_int_equal(apply(&s, move_cmd("one", 2, TN_MOVE_BEGIN, 1, 5, to4, 1)), UV_EPERM);
-    assert_int_equal(tn_meta_state_move_from(&s, "one", 7, &from, err, sizeof(err)),
-                     TN_ENOTFOUND);
+    assert_int_equal(tn_meta_state_move_from(&s, "one", 7, &from, err, sizeof(err)), TN_ENOTFOUND);
     assert_null(tn_meta_state_pstate(&s, "one", 0));
     assert_null(tn_meta_state_pstate(&s, "one", 2));
     assert_int_equal(told.n, 0);
