@@ -28,6 +28,9 @@ the NSQ doors (default-replication-factor 1).
                           move waits for its frozen target: the partition
                           waits for its only copy (as a factor-1 partition
                           does), and once both are back the move completes;
+  test_abort              a move aborted (DELETE) while its target is frozen:
+                          the partition stays on its owner, led there, and
+                          takes produces;
   test_metastore_leader_killed  the metastore leader is SIGKILLed while the
                           move waits for its frozen target: the next
                           metastore leader completes it.
@@ -328,6 +331,39 @@ class MovesF1(tm.Moves):
         tr.log(f"move {mid} done after the source's restart: {done}")
         ps = self.partitions(meta, V1)[p]  # the restarted source's replica may lag
         self.assertEqual((ps.leader, ps.replicas), (dst, [dst]), ps)
+        self.flowing(60)
+        wait_until("every partition of rv in sync", self.settled3, 90)
+        self.finish()
+
+    def test_abort(self):
+        """A factor-1 move aborted while its target is frozen: the
+        partition stays on its owner, led there (a one-replica replicated
+        partition now), taking produces throughout."""
+        self.cluster(n=3)
+        self.load.start()
+        self.flowing(100)
+        meta = self.c.find_leader()
+        p = self.partition_off_meta_leader()
+        src, dst = self.spare_of(p, exclude=(str(meta.id),))
+        target = self.node(dst)
+        os.kill(target.pid, signal.SIGSTOP)
+        self.addCleanup(lambda: target.running() and os.kill(target.pid, signal.SIGCONT))
+        self.history.fault(f"SIGSTOP node {dst}")
+        try:
+            mid = self.begin(p, [dst], meta)
+            self.assertEqual(self.partitions(meta, V1)[p].replicas, [dst, src])
+            status, answer = meta.request("DELETE", f"/v1/cluster/moves/{mid}")
+            self.assertEqual(status, 200, answer)
+            self.assertEqual(answer["state"], "aborted", answer)
+        finally:
+            os.kill(target.pid, signal.SIGCONT)
+            self.history.fault(f"SIGCONT node {dst}")
+        ps = self.partitions(meta, V1)[p]
+        self.assertEqual((ps.leader, ps.replicas, ps.isr), (src, [src], [src]), ps)
+        self.assertIn("aborted by admin", self.find_move(mid, meta)["error"])
+        t = time.monotonic()
+        wait_until(f"20 produces to {V1}/{p} acknowledged after the abort",
+                   lambda: self.acked_on(p, t) >= 20, 60)
         self.flowing(60)
         wait_until("every partition of rv in sync", self.settled3, 90)
         self.finish()
