@@ -228,6 +228,9 @@ struct tn_part_s {
      * another node: that log stays open, untouched, and unused. */
     bool remote;
     bool opening; /* tn_topic_follow_placement is opening it */
+    /* Deliveries held: a replicated partition's leader about to hand over
+     * (tn_topic_part_hold); appends and settles go on. */
+    bool held;
     uint64_t owner;
 };
 
@@ -861,6 +864,12 @@ static inline tn_plog_t *tn_topic_part_plog(const tn_topic_t *t, uint32_t p)
 {
     return p < t->nparts ? t->parts[p]->plog : NULL;
 }
+/* Hold (or resume) deliveries of partition p of t (no-op past nparts): a
+ * replicated partition's leader whose move is about to hand its
+ * leadership to another node stops delivering first, so that the new
+ * leader never delivers what this one still could (cluster/replica.c).
+ * Appends, settles and leases already out go on. Loop thread. */
+void tn_topic_part_hold(tn_topic_t *t, uint32_t p, bool held);
 /* Set the durability of every local partition log (tn_plog_set_durability)
  * and of those opened later. */
 void tn_topic_set_durability(tn_topic_t *t, int mode);

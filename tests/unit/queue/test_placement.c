@@ -617,6 +617,38 @@ static void test_moved_consumers_dropped(void **state)
     qfx_free(q);
 }
 
+/* A held partition (a leader about to hand over: tn_topic_part_hold)
+ * takes publishes and settles but delivers nothing until the hold ends;
+ * the other partitions deliver as ever. */
+static void test_held_partition_delivers_nothing(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    sink_t *s = calloc(1, sizeof(*s));
+    attach(s, ch, 100);
+    assert_int_equal(publish(q, "t", "a", 0, NULL, NULL), 0);
+    expect_n(q, s, 1);
+    tn_topic_part_hold(t, 0, true);
+    tn_topic_part_hold(t, 9, true); /* past nparts: nothing */
+    assert_int_equal(publish(q, "t", "b", 0, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "c", 1, NULL, NULL), 0);
+    expect_n(q, s, 2);
+    run_for(q, 30);
+    assert_int_equal(s->n, 2);
+    assert_int_equal(s->d[1].partition, 1);
+    /* Settles of what it delivered before go on. */
+    assert_int_equal(tn_consumer_fin(&s->c, 0, s->d[0].offset, false, 0), 0);
+    tn_topic_part_hold(t, 0, false);
+    expect_n(q, s, 3);
+    assert_int_equal(s->d[2].partition, 0);
+    tn_consumer_detach(&s->c);
+    free(s);
+    qfx_free(q);
+}
+
 /* A restart finds only the local partitions on disk: the missing ones
  * are remote (not placed yet), and channels are found on the lowest local
  * partition when partition 0 is another node's. */
@@ -931,6 +963,7 @@ int main(void)
         cmocka_unit_test(test_open_later_keeps_pause),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
+        cmocka_unit_test(test_held_partition_delivers_nothing),
         cmocka_unit_test(test_restart_with_holes),
         cmocka_unit_test(test_grow_places_new_partitions),
         cmocka_unit_test(test_no_placement_all_local),
