@@ -312,6 +312,12 @@ bool tn_forward_replicated(const tn_forward_t *f, const char *topic)
     return e != NULL && tn_meta_topic_factor(&e->rec) > 1;
 }
 
+bool tn_forward_part_replicated(const tn_forward_t *f, const char *topic, uint32_t p)
+{
+    return tn_forward_replicated(f, topic) ||
+           (f->o.meta != NULL && tn_meta_state_pstate(tn_meta_state(f->o.meta), topic, p) != NULL);
+}
+
 uint32_t tn_forward_pick(tn_forward_t *f, const char *topic, uint32_t nparts)
 {
     uint32_t start = f->rr++;

@@ -83,6 +83,11 @@ void tn_forward_set_rpc(tn_forward_t *f, tn_rpc_t *rpc, uint64_t node_id);
 /* Whether topic (borrowed) is replicated (factor > 1) by the metastore
  * replica; false without one. */
 bool tn_forward_replicated(const tn_forward_t *f, const char *topic);
+/* Whether partition p of topic (borrowed) is replicated: its topic is, or
+ * it has a state of its own (a factor-1 partition a move gave one:
+ * meta/state.h tn_meta_state_move_from), so its leader takes its produces
+ * through this forward, never the ingress log. */
+bool tn_forward_part_replicated(const tn_forward_t *f, const char *topic, uint32_t p);
 /* The partition for an unpinned publish to topic of nparts partitions:
  * the next (round robin) whose leader is live, else the next at all. */
 uint32_t tn_forward_pick(tn_forward_t *f, const char *topic, uint32_t nparts);

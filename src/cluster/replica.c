@@ -197,7 +197,12 @@ struct part_s {
     bool isr_busy;
     uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
     uint32_t isr_adds, isr_removes; /* of the proposal in flight */
-    uint64_t chans_at;              /* feed_channels last asked (ms) */
+    /* The proposal in flight (expecting partition epoch hold_pe) completes
+     * a move's target that takes the leadership off this node: deliveries
+     * are held from before it is sent (hold_deliveries). */
+    bool hold_isr;
+    uint32_t hold_pe;
+    uint64_t chans_at; /* feed_channels last asked (ms) */
     /* follower */
     bool want;            /* a fetch waits to be sent */
     bool in_call;         /* in a FETCH call to call_leader not yet ended */
@@ -812,6 +817,41 @@ static void resign(part_t *pt)
 
 /* --- ISR proposals ----------------------------------------------------------------- */
 
+/* Whether ps, led by this node, is a move that the metastore leader
+ * completes next by handing the leadership to another node: this node is
+ * not in the target and every target member is in isr[0..nisr). */
+static bool hands_over(const tn_replica_t *rm, const tn_pstate_t *ps, const tn_pstate_member_t *isr,
+                       uint32_t nisr)
+{
+    if (ps->leader != rm->o.node || ps->ntarget == 0)
+        return false;
+    for (uint32_t i = 0; i < ps->ntarget; i++) {
+        bool in = false;
+        for (uint32_t j = 0; j < nisr; j++)
+            in |= isr[j].node == ps->target[i];
+        if (ps->target[i] == rm->o.node || !in)
+            return false;
+    }
+    return true;
+}
+
+/* A leader about to hand over stops delivering before the ISR change
+ * that lets the metastore complete the move is even proposed, so the new
+ * leader, which serves only after the completion (applied after that
+ * change), never delivers while this node still does: otherwise, until
+ * this node's replica applied the completion, it could deliver a message
+ * whose ack the new leader answered (cluster_moves_f1 saw it). Appends,
+ * settles and the leases out go on. The hold ends with a state that says
+ * otherwise (an abort, the target out of the ISR) or a refused proposal;
+ * a completion sets the log aside (and a later lead here clears it). */
+static void hold_deliveries(part_t *pt)
+{
+    tn_topic_t *t = engine_topic(pt->rm, pt->topic);
+    if (t != NULL)
+        tn_topic_part_hold(t, pt->p,
+                           pt->hold_isr || hands_over(pt->rm, &pt->ps, pt->ps.isr, pt->ps.nisr));
+}
+
 static void on_isr_done(tn_meta_req_t *req, int status)
 {
     part_t *pt = req->data;
@@ -829,6 +869,10 @@ static void on_isr_done(tn_meta_req_t *req, int status)
     }
     TN_LOG_RL(TN_LOG_NOTICE, 5000, "replica %s/%" PRIu32 ": ISR change refused: %s", pt->topic,
               pt->p, tn_strerror(status));
+    if (pt->hold_isr) {
+        pt->hold_isr = false;
+        hold_deliveries(pt);
+    }
     /* Not again at once: the core proposes again after its timeout, or
      * the state it lacked arrives. */
     pt->isr_retry_at = now_ms(rm) + ISR_RETRY_MS;
@@ -858,11 +902,20 @@ static void propose_isr(part_t *pt, const tn_repl_action_t *a)
     pt->isr_req.data = pt;
     pt->isr_busy = true;
     pt->busy++;
+    if (adds > 0 && hands_over(rm, &pt->core.ps, a->isr, a->nisr)) {
+        pt->hold_isr = true;
+        pt->hold_pe = a->expected_pe;
+        hold_deliveries(pt);
+    }
     int rc = tn_meta_propose_isr(rm->o.meta, &pt->isr_req, pt->topic, pt->p, a->leader_epoch,
                                  a->expected_pe, a->isr, a->nisr, a->channels_checked, on_isr_done);
     if (rc != 0) {
         pt->isr_busy = false;
         pt->busy--;
+        if (pt->hold_isr) {
+            pt->hold_isr = false;
+            hold_deliveries(pt);
+        }
     } else if (removes > 0) {
         TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": proposing to shrink the ISR to %" PRIu32,
                pt->topic, pt->p, a->nisr);
@@ -2287,6 +2340,9 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
         return;
     pt->ps = *ps;
     pt->has_ps = true;
+    if (pt->hold_isr && ps->partition_epoch > pt->hold_pe)
+        pt->hold_isr = false; /* the proposal, or what came after it, is applied */
+    hold_deliveries(pt);
     /* Replaying its log at start, the metastore tells of states this node
      * has since been fenced out of (it may name it the leader of an epoch
      * whose tail it lost): no core acts before the metastore is ready and

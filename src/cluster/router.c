@@ -209,10 +209,16 @@ static void on_forwarded(tn_pub_t *p, int status)
 static int spill(tn_router_t *r, tn_pub_t *p)
 {
     const tn_topic_t *t = p->topic;
-    if (t != NULL && t->nparts > 0 && tn_forward_replicated(r->fwd, t->name)) {
-        /* A replicated partition is never spilled: its leader takes the
-         * batch now, or the publish fails (forward.h). */
-        uint32_t part = p->pinned ? p->pin : tn_forward_pick(r->fwd, t->name, t->nparts);
+    bool repl = t != NULL && t->nparts > 0 && tn_forward_replicated(r->fwd, t->name);
+    uint32_t part = 0;
+    if (repl)
+        part = p->pinned ? p->pin : tn_forward_pick(r->fwd, t->name, t->nparts);
+    else if (t != NULL && t->nparts > 0)
+        part = p->pinned ? p->pin : pick(r, t);
+    if (repl || (t != NULL && t->nparts > 0 && tn_forward_part_replicated(r->fwd, t->name, part))) {
+        /* A replicated partition (a moved factor-1 one too) is never
+         * spilled: its leader takes the batch now, or the publish fails
+         * (forward.h). */
         int rc = tn_forward_publish(r->fwd, t->name, part, p, on_forwarded);
         return rc == TN_ECLOSED ? TN_EREMOTE : rc;
     }
@@ -225,7 +231,7 @@ static int spill(tn_router_t *r, tn_pub_t *p)
     s->a.data = s;
     s->r = r;
     s->p = p;
-    s->partition = p->pinned ? p->pin : pick(r, t);
+    s->partition = part;
     int64_t now = tn_now_wall_ms();
     size_t name_len = strlen(t->name);
     for (uint32_t i = 0; i < p->n; i++) {
@@ -287,7 +293,7 @@ static void make_recorded(tn_router_t *r, const char *topic, size_t len)
  * (on_forwarded answers), else the refusal to give now. */
 static int wait_for_leader(tn_router_t *r, const char *name, uint32_t partition, tn_pub_t *p)
 {
-    if (!tn_forward_replicated(r->fwd, name))
+    if (!tn_forward_part_replicated(r->fwd, name, partition))
         return TN_ENOTSERVING;
     int rc = tn_forward_publish(r->fwd, name, partition, p, on_forwarded);
     return rc == TN_ECLOSED ? TN_ENOTSERVING : rc;

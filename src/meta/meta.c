@@ -1721,8 +1721,10 @@ static bool replaceable(const tn_meta_t *m, const tn_meta_member_t *mb, uint64_t
  * moves under way (tn_meta_rebal_take; rebalances and heals count too);
  * the moves complete as any do (check_moves). decom_pending says whether
  * a change is left to begin, which a rebalance waits for (check_spread).
- * Factor-1 partitions do not move (their moves are not built): they stay
- * with the member, which GET /v1/cluster/members shows. */
+ * A factor-1 partition moves the same way off an alive member (its
+ * PART_MOVE begin gives it a state over its owner:
+ * tn_meta_state_move_from); off a dead one the planner reports it
+ * offline. */
 static void check_decommission(tn_meta_t *m)
 {
     uint64_t now = uv_now(m->loop);
@@ -1740,13 +1742,14 @@ static void check_decommission(tn_meta_t *m)
     bool any = false;
     for (size_t i = 0; i < s->nmembers && !any; i++)
         any = (s->members[i].draining || replaceable(m, &s->members[i], now)) &&
-              tn_meta_state_replicas_held(s, s->members[i].id) > 0;
+              (tn_meta_state_replicas_held(s, s->members[i].id) > 0 ||
+               tn_meta_state_single_held(s, s->members[i].id) > 0);
     if (!any) {
         m->decom_pending = false;
         return;
     }
     tn_meta_rebal_in_t din;
-    if (tn_meta_rebal_in_init(&din, s) != 0)
+    if (tn_meta_rebal_in_init_all(&din, s) != 0)
         return; /* again at the next scan */
     tn_place_in_t in = tn_meta_rebal_place_in(&din);
     tn_place_plan_t plan;

@@ -69,12 +69,21 @@ static int grow(tn_meta_rebal_in_t *in)
     return 0;
 }
 
-static int collect(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
+static int collect(tn_meta_rebal_in_t *in, const tn_meta_state_t *s, bool singles)
 {
     for (size_t i = 0; i < s->ntopics; i++) {
         const tn_meta_topic_entry_t *t = s->topics[i];
-        for (uint32_t k = 0; t->pstates != NULL && k < t->rec.partitions; k++) {
-            const tn_pstate_t *ps = &t->pstates[k];
+        for (uint32_t k = 0; k < t->rec.partitions; k++) {
+            /* A factor-1 partition that never moved has no state: its
+             * owner is its list (its move makes it one: state.h,
+             * tn_meta_state_move_from). */
+            uint64_t owner = t->owners != NULL && k < t->owners_cap ? t->owners[k] : 0;
+            tn_pstate_t single = {.nreplicas = owner != 0};
+            single.replicas[0] = (uint32_t)owner;
+            const tn_pstate_t *ps =
+                t->pstates != NULL && t->pstates[k].nreplicas > 0 ? &t->pstates[k] : &single;
+            if (ps == &single && (!singles || tn_meta_topic_factor(&t->rec) > 1))
+                continue;
             if (ps->nreplicas == 0)
                 continue; /* not placed */
             if (ps->ntarget > 0) {
@@ -104,7 +113,7 @@ static int collect(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
     return 0;
 }
 
-int tn_meta_rebal_in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
+static int in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s, bool singles)
 {
     memset(in, 0, sizeof(*in));
     if (s->nmembers > 0) {
@@ -122,11 +131,21 @@ int tn_meta_rebal_in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
         in->members[i].alive = mb->status == TN_MEMBER_ALIVE && !mb->fenced;
         in->members[i].draining = mb->draining;
     }
-    if (collect(in, s) != 0) {
+    if (collect(in, s, singles) != 0) {
         tn_meta_rebal_in_fini(in);
         return UV_ENOMEM;
     }
     return 0;
+}
+
+int tn_meta_rebal_in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
+{
+    return in_init(in, s, false);
+}
+
+int tn_meta_rebal_in_init_all(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
+{
+    return in_init(in, s, true);
 }
 
 void tn_meta_rebal_in_fini(tn_meta_rebal_in_t *in)

@@ -74,6 +74,10 @@ typedef struct {
  * Partitions whose list names a member s does not know are left out.
  * 0 or UV_ENOMEM (in is then empty). Any thread that owns s. */
 int tn_meta_rebal_in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s);
+/* The same, with the factor-1 partitions that never moved too (no
+ * partition state: their owner is their list), which a decommission moves
+ * off its member; a rebalance leaves them where they are. */
+int tn_meta_rebal_in_init_all(tn_meta_rebal_in_t *in, const tn_meta_state_t *s);
 void tn_meta_rebal_in_fini(tn_meta_rebal_in_t *in);
 
 /* in as the planner's input (borrowing in's arrays). */

@@ -6,6 +6,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -266,6 +267,25 @@ static int refresh_nodes(tn_meta_state_t *s)
     return 0;
 }
 
+/* Whether t is a replicated topic (factor > 1): its partitions are made
+ * with a state. A factor-1 topic may hold states too, of the partitions
+ * a move gave one (tn_meta_state_move_from), so t->pstates != NULL does
+ * not say it. */
+static bool topic_replicated(const tn_meta_topic_entry_t *t)
+{
+    return tn_meta_topic_factor(&t->rec) > 1;
+}
+
+/* Room for a state per partition of t (a factor-1 topic's first moved
+ * partition, or its snapshot's PART_STATE): owners_cap slots, zeroed. */
+static int pstates_fit(tn_meta_topic_entry_t *t)
+{
+    if (t->pstates != NULL)
+        return 0;
+    t->pstates = tn_calloc(TN_MAX(t->owners_cap, 1), sizeof(*t->pstates));
+    return t->pstates != NULL ? 0 : UV_ENOMEM;
+}
+
 static tn_pstate_nodes_t nodes_of(const tn_meta_state_t *s)
 {
     tn_pstate_nodes_t n = {s->nodes, s->nodes != NULL ? s->nmembers : 0};
@@ -313,13 +333,13 @@ static void place(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_entr
     bool all;
     size_t n = eligible_count(s, c, &all);
     for (uint32_t p = from; p < to; p++) {
-        if (t->pstates != NULL && n > 0)
+        if (topic_replicated(t) && n > 0)
             place_replicated(s, c, t, all, n, p);
         else
             t->owners[p] = n > 0 ? nth_eligible(s, c, all, p % n) : 0;
         if (t->owners[p] == 0)
             s->unassigned++;
-        else if (t->pstates != NULL)
+        else if (topic_replicated(t))
             tell(s, t, t->rec.name, p);
     }
 }
@@ -336,7 +356,7 @@ static void place_unassigned(tn_meta_state_t *s)
         for (uint32_t p = 0; p < t->rec.partitions; p++) {
             if (t->owners[p] != 0)
                 continue;
-            if (t->pstates != NULL) {
+            if (topic_replicated(t)) {
                 place_replicated(s, NULL, t, true, n, p);
                 if (t->owners[p] != 0)
                     tell(s, t, t->rec.name, p);
@@ -356,6 +376,42 @@ const tn_pstate_t *tn_meta_state_pstate(const tn_meta_state_t *s, const char *to
     if (t == NULL || t->pstates == NULL || p >= t->rec.partitions || t->pstates[p].nreplicas == 0)
         return NULL;
     return &t->pstates[p];
+}
+
+int tn_meta_state_move_from(const tn_meta_state_t *s, const char *topic, uint32_t p,
+                            tn_pstate_t *out, char *err, size_t errlen)
+{
+    const tn_meta_topic_entry_t *t = tn_meta_topic_find(s, topic);
+    if (t == NULL || p >= t->rec.partitions) {
+        tn_errbuf(err, errlen, t == NULL ? "topic not found" : "no such partition");
+        return TN_ENOTFOUND;
+    }
+    if (t->pstates != NULL && t->pstates[p].nreplicas > 0) {
+        *out = t->pstates[p];
+        return 0;
+    }
+    if (topic_replicated(t)) {
+        tn_errbuf(err, errlen, "the partition is not placed yet: no member was alive to hold it");
+        return UV_EINVAL;
+    }
+    uint32_t owner = (uint32_t)t->owners[p];
+    if (owner == 0) {
+        tn_errbuf(err, errlen, "the partition has no owner yet: no member was alive to hold it");
+        return UV_EINVAL;
+    }
+    const tn_meta_member_t *m = tn_meta_member_find(s, owner);
+    if (m == NULL || m->status != TN_MEMBER_ALIVE || m->fenced) {
+        tn_errbuf(err, errlen,
+                  "its owner, member %" PRIu32 ", is not alive: the partition's only copy cannot "
+                  "be copied until it is back",
+                  owner);
+        return UV_EPERM;
+    }
+    /* Rule 1 over the owner alone: replicas and ISR {owner}, the owner
+     * leads in epoch 1 (the log of a partition that never had a state
+     * has no epoch), min_insync 1. */
+    tn_pstate_nodes_t nodes = nodes_of(s);
+    return tn_pstate_create(out, &owner, 1, 1, &nodes, err, errlen);
 }
 
 void tn_meta_state_nodes(const tn_meta_state_t *s, tn_pstate_node_t *buf, size_t cap,
@@ -487,16 +543,34 @@ static int part_cmd(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         if (!restoring)
             return UV_EINVAL; /* a snapshot record */
         t = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, c->topic.name);
-        if (t == NULL || t->pstates == NULL || c->part >= t->rec.partitions)
+        if (t == NULL || c->part >= t->rec.partitions)
             return TN_ECORRUPT;
+        if (pstates_fit(t) != 0)
+            return UV_ENOMEM;
         t->pstates[c->part] = c->pstate;
         return 0;
     }
     int rc = find_pstate(s, c, &t, &ps);
+    bool made = false; /* a factor-1 partition's first state, made for this move */
+    if (rc == UV_EINVAL && c->type == TN_MC_PART_MOVE && c->move_kind == TN_MOVE_BEGIN) {
+        tn_pstate_t from;
+        char why[160];
+        rc = tn_meta_state_move_from(s, c->topic.name, c->part, &from, why, sizeof(why));
+        if (rc == 0) {
+            t = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, c->topic.name);
+            if (pstates_fit(t) != 0)
+                return UV_ENOMEM;
+            ps = &t->pstates[c->part];
+            *ps = from;
+            made = true;
+        }
+    }
     if (rc != 0)
         return rc;
     tn_pstate_nodes_t nodes = nodes_of(s);
     tn_pstate_t was = *ps;
+    if (made)
+        memset(&was, 0, sizeof(was)); /* refused: the partition stays without one */
     char err[160];
     switch (c->type) {
     case TN_MC_PART_ISR:
@@ -593,6 +667,17 @@ uint64_t tn_meta_state_replicas_held(const tn_meta_state_t *s, uint64_t member)
     return n;
 }
 
+uint64_t tn_meta_state_single_held(const tn_meta_state_t *s, uint64_t member)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->ntopics; i++) {
+        const tn_meta_topic_entry_t *t = s->topics[i];
+        for (uint32_t k = 0; !topic_replicated(t) && k < t->rec.partitions; k++)
+            n += t->owners[k] == member && (t->pstates == NULL || t->pstates[k].nreplicas == 0);
+    }
+    return n;
+}
+
 /* PART_MOVE on ps (partition c->part of t): the rule of its kind; a
  * finished move is kept. */
 static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_entry_t *t,
@@ -600,6 +685,8 @@ static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_e
 {
     tn_pstate_nodes_t nodes = nodes_of(s);
     char err[160];
+    if (c->move_kind == TN_MOVE_BEGIN && !topic_replicated(t) && c->ntarget != 1)
+        return UV_EINVAL; /* a factor-1 topic's partition moves to one member */
     if (c->move_kind == TN_MOVE_BEGIN)
         return tn_pstate_move_begin(ps, c->target, c->ntarget, c->move_id, c->move_ms, &nodes, err,
                                     sizeof(err));
@@ -674,7 +761,7 @@ uint64_t tn_meta_state_owned(const tn_meta_state_t *s, uint64_t member)
  * leaves t as it was. */
 static int owners_fit(tn_meta_topic_entry_t *t, uint32_t partitions)
 {
-    bool repl = tn_meta_topic_factor(&t->rec) > 1;
+    bool repl = tn_meta_topic_factor(&t->rec) > 1 || t->pstates != NULL;
     if (partitions <= t->owners_cap && (!repl || t->pstates != NULL))
         return 0;
     uint32_t cap = TN_MAX(partitions, t->owners_cap);
@@ -1209,7 +1296,7 @@ static int topic_grow_for(tn_meta_state_t *s, const char *name, uint64_t member)
     uint32_t p = t->rec.partitions;
     t->owners[p] = member;
     t->rec.partitions++;
-    if (t->pstates != NULL)
+    if (topic_replicated(t))
         grow_replicated(s, t, p, member);
     return 0;
 }

@@ -182,6 +182,16 @@ uint64_t tn_meta_state_owned(const tn_meta_state_t *s, uint64_t member);
  * the next apply or restore), or NULL (a factor-1 topic, no such
  * partition, or not placed yet: no member was alive). */
 const tn_pstate_t *tn_meta_state_pstate(const tn_meta_state_t *s, const char *topic, uint32_t p);
+/* The state a move of partition p of topic starts from, in *out: the
+ * partition's own, or for a factor-1 partition that has none, the one
+ * the move's PART_MOVE begin makes it (rule 1 over its owner alone:
+ * replicas and ISR the owner, leading in epoch 1, min_insync 1), so the
+ * move is a replicated partition's (docs/replication.md, "Moving a
+ * factor-1 partition"). 0; TN_ENOTFOUND no such topic or partition;
+ * UV_EINVAL not placed (no owner yet); UV_EPERM the owner is not alive
+ * (its only copy cannot be copied). The reason is in err. */
+int tn_meta_state_move_from(const tn_meta_state_t *s, const char *topic, uint32_t p,
+                            tn_pstate_t *out, char *err, size_t errlen);
 /* The members as partition states see them: id, incarnation and live
  * (registered and not fenced since). buf[0..cap) is caller-owned; out->v =
  * buf, out->n = min(members, cap). */
@@ -228,6 +238,9 @@ int tn_meta_state_remove_check(const tn_meta_state_t *s, uint64_t member, uint64
  * restore), or NULL: it was never removed, or an empty data directory
  * registered under the id since. */
 const tn_meta_removed_t *tn_meta_state_removed(const tn_meta_state_t *s, uint64_t id);
+/* How many factor-1 partitions member owns that have no state (never
+ * moved): what a decommission has to move off it besides its replicas. */
+uint64_t tn_meta_state_single_held(const tn_meta_state_t *s, uint64_t member);
 
 /* Append a snapshot of s to out. 0 or UV_ENOMEM. */
 int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out);

@@ -843,8 +843,8 @@ static bool budget_full(const tn_broker_t *b)
 static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, bool capped,
                         cand_t *out)
 {
-    if (cp->part->remote)
-        return false; /* delivered by its owner */
+    if (cp->part->remote || cp->part->held)
+        return false; /* delivered by its owner; or held for a hand-over */
     if (cp->broken || tn_plog_err(cp->part->plog) != 0)
         return false;
     tn_part_t *part = cp->part;

@@ -109,9 +109,9 @@ void tn__channel_free(tn_channel_t *ch);
  * consumers' credit is free for the partitions still served here). A
  * dead-letter move's lease (no owner) finishes on its own. */
 void tn__chpart_left(tn_chpart_t *cp);
-/* Every partition of t is served by other nodes now, after some was
- * served here: the consumers of its channels that have a moved callback
- * are detached and told (queue.h, tn_consumer_t.moved). */
+/* A partition of t served here went to another node: the consumers of
+ * its channels that have a moved callback are detached and told
+ * (queue.h, tn_consumer_t.moved). */
 void tn__topic_moved_away(tn_topic_t *t);
 /* Load a durable channel found on disk (startup). */
 int tn__channel_load(tn_topic_t *t, const char *name);

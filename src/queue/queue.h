@@ -228,6 +228,9 @@ struct tn_part_s {
      * another node: that log stays open, untouched, and unused. */
     bool remote;
     bool opening; /* tn_topic_follow_placement is opening it */
+    /* Deliveries held: a replicated partition's leader about to hand over
+     * (tn_topic_part_hold); appends and settles go on. */
+    bool held;
     uint64_t owner;
 };
 
@@ -373,14 +376,14 @@ struct tn_consumer_s {
      * detached c already (its in-flight messages went back); the door
      * drops the client and may free c here. */
     void (*kick)(tn_consumer_t *c);
-    /* Optional: every partition of its topic that this node served has
-     * gone to other nodes while it runs (a partition move or a failover
-     * handed the lead of a replicated partition away; docs/cluster.md,
-     * "What clients see at the hand-over"), so nothing can reach it from
-     * here. The engine has detached c already; the door drops the client
-     * so that it looks the topic up again (an NSQ connection closes, as
-     * nsqd closes a deleted topic's consumers) and may free c here. NULL:
-     * c stays attached (a /v1 long poll ends by its wait). */
+    /* Optional: a partition of its topic that this node served has gone
+     * to another node while it runs (a partition move or a failover handed
+     * its lead away; docs/cluster.md, "What clients see at the
+     * hand-over"). The engine has detached c already (its in-flight
+     * messages went back); the door drops the client so that it looks the
+     * topic up again and finds the new leader (an NSQ connection closes,
+     * as nsqd closes a deleted topic's consumers), and may free c here.
+     * NULL: c stays attached (a /v1 long poll ends by its wait). */
     void (*moved)(tn_consumer_t *c);
     /* Optional: append this consumer's /stats client object (JSON) to out;
      * topic ("" for all) is the /stats filter, for its pub_counts. */
@@ -867,6 +870,12 @@ static inline tn_plog_t *tn_topic_part_plog(const tn_topic_t *t, uint32_t p)
 {
     return p < t->nparts ? t->parts[p]->plog : NULL;
 }
+/* Hold (or resume) deliveries of partition p of t (no-op past nparts): a
+ * replicated partition's leader whose move is about to hand its
+ * leadership to another node stops delivering first, so that the new
+ * leader never delivers what this one still could (cluster/replica.c).
+ * Appends, settles and leases already out go on. Loop thread. */
+void tn_topic_part_hold(tn_topic_t *t, uint32_t p, bool held);
 /* Set the durability of every local partition log (tn_plog_set_durability)
  * and of those opened later. */
 void tn_topic_set_durability(tn_topic_t *t, int mode);

@@ -1004,6 +1004,7 @@ static bool place_install(place_t *o)
         p->remote = false;
         p->opening = false;
         p->owner = 0;
+        p->held = false; /* a hold of an earlier hand-over ends here */
         tn__part_ready(p);
         if (t->durability >= 0)
             tn_plog_set_durability(p->plog, t->durability);
@@ -1096,6 +1097,15 @@ void tn__topic_place_resume(tn_topic_t *t)
     (void)tn_topic_follow_placement(t, NULL, NULL);
 }
 
+void tn_topic_part_hold(tn_topic_t *t, uint32_t p, bool held)
+{
+    if (p >= t->nparts || t->parts[p]->held == held)
+        return;
+    t->parts[p]->held = held;
+    if (!held)
+        tn__topic_pump_all(t);
+}
+
 int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
 {
     tn_broker_t *b = t->broker;
@@ -1158,6 +1168,7 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             tn__cache_drop_part(p);
             p->remote = false;
             p->owner = 0;
+            p->held = false; /* led here again: a hold of the last hand-over ends */
             tn__part_ready(p);
             if (t->durability >= 0)
                 tn_plog_set_durability(p->plog, t->durability);
@@ -1176,13 +1187,9 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
         nopen++;
     }
     if (left) {
-        bool served = false;
-        for (uint32_t i = 0; i < t->nparts && !served; i++)
-            served = !t->parts[i]->remote;
-        /* Nothing of the topic is served here any more, nor being opened
-         * (nopen): its consumers here can get nothing from this node. */
-        if (!served && nopen == 0)
-            tn__topic_moved_away(t);
+        /* Its consumers here that asked (tn_consumer_t.moved, NSQ's) are
+         * dropped, to look the topic up again and find the new leader. */
+        tn__topic_moved_away(t);
     }
     if (nopen == 0) {
         if (cb != NULL)

@@ -1,7 +1,9 @@
 """Decommissioning a member (issue 24; docs/cluster.md "Decommissioning a
 member"): POST /v1/cluster/members/{id}/decommission marks it draining,
 and the metastore leader moves every replica it holds of a replicated
-partition to the least loaded other members (meta/placement.h), at most
+partition, and every factor-1 partition it owns (topic r1: four
+partitions, one per member), to the least loaded other members
+(meta/placement.h), at most
 two moves off it at once, under the replication suite's load (producers
 and consumers on the /v1 and NSQ doors) and its ledger checker (lost,
 phantom, conflict, hole, diverged and resurrected-FIN all 0). Four nodes,
@@ -15,8 +17,9 @@ The decommission goes through `ternctl cluster decommission ID --wait`,
 which exits 0 once the member holds nothing. And self-healing: a member
 SIGKILLed and left dead for replace-dead-after (2 s here) has its replicas
 re-created on the other three from the surviving ones, every partition
-back to three in-sync replicas, nothing lost; back, it holds none of them
-until auto-rebalance gives it its share again.
+back to three in-sync replicas, nothing lost; its factor-1 partition, with
+no other copy, is reported offline and stays its; back, it holds none of
+the replicas until auto-rebalance gives it its share again.
 
 Run: python3 tests/cluster/test_decommission.py --ternd build/ternd --ternctl build/ternctl
 """
@@ -33,6 +36,40 @@ import test_replication as tr  # noqa: E402
 from harness import wait_until  # noqa: E402
 
 V1 = tr.V1
+SINGLE = "r1"  # a factor-1 topic beside the suite's: its partitions move too
+
+
+def make_single(test, node):
+    """Topic r1: four partitions of factor 1 (one per member), ten
+    messages produced to each; the acknowledged bodies."""
+    status, body = node.request("POST", "/v1/topics", {"name": SINGLE, "partitions": 4,
+                                                      "replication_factor": 1})
+    test.assertEqual(status, 201, body)
+    test.assertEqual(body["replication_factor"], 1, body)
+    wait_until(f"every partition of {SINGLE} owned",
+               lambda: (lambda ps: ps and all(p.leader for p in ps))(test.info(SINGLE)), 30)
+    sent = set()
+    for p in range(4):
+        for i in range(10):
+            payload = f"{SINGLE} {p} {i}"
+            status, _ = node.request("POST", f"/v1/topics/{SINGLE}/produce?partition={p}",
+                                     payload.encode(), headers=tr.OCTET)
+            test.assertEqual(status, 202)
+            sent.add(payload)
+    return sent
+
+
+def consume_all(test, node, want):
+    """Consume r1 through node until every body of want came."""
+    got = set()
+
+    def all_there():
+        status, answer = node.request("GET", f"/v1/topics/{SINGLE}/consume?wait=1s&max=50",
+                                      headers=tr.CLIENT, timeout=8)
+        if status == 200:
+            got.update(m["payload"] for m in answer["messages"])
+        return want <= got
+    wait_until(f"every message of {SINGLE} consumed", all_there, 60)
 
 
 class Decommission(tm.Moves):
@@ -56,6 +93,8 @@ class Decommission(tm.Moves):
 
     def test_decommission_moves_every_replica_off(self):
         meta, victim, vid, held = self.loaded_four()
+        single = make_single(self, meta)
+        self.assertIn(vid, [p.leader for p in self.info(SINGLE)])
         before = {m["id"] for m in self.moves(meta)}
         asks = victim.log().count("has no partition on this node: asking for one")
         # Through ternctl, which waits for the end.
@@ -96,6 +135,10 @@ class Decommission(tm.Moves):
                     return None
             return True
         wait_until(f"member {vid} in no replica list of {V1} on any node", gone_everywhere, 60)
+        # The factor-1 topic's partition moved off it with its messages.
+        ps = self.partitions(meta, SINGLE)
+        self.assertTrue(all(p.leader and p.leader != vid for p in ps), ps)
+        consume_all(self, meta, single)
         # Every move it made took a replica off the member and is done (the
         # NSQ topic's partitions moved too; the list keeps the last 64).
         moves = [m for m in self.moves(meta) if m["id"] not in before]
@@ -105,6 +148,8 @@ class Decommission(tm.Moves):
         self.assertEqual(bad, [])
         rv_moved = sorted(m["partition"] for m in moves if m["topic"] == V1)
         self.assertTrue(set(rv_moved) <= set(held), (rv_moved, held))
+        self.assertEqual([m["to"] != [vid] and len(m["to"]) for m in moves
+                          if m["topic"] == SINGLE], [1])
         # A draining member grows no NSQ topic (its NSQ publishes go to the
         # partitions elsewhere): before, each partition moved off it was
         # followed by a new one there, without end.
@@ -126,6 +171,9 @@ class DeadMember(tm.Moves):
         # acknowledged is lost. Back, it holds none of them (its copies set
         # aside) until auto-rebalance gives it its share again.
         meta, victim, vid, _ = self.loaded_four()
+        make_single(self, meta)
+        mine = [p.index for p in self.info(SINGLE) if p.leader == vid]
+        self.assertEqual(len(mine), 1)
         self.kill(victim, "a member that stays dead")
 
         def replaced():
@@ -141,6 +189,12 @@ class DeadMember(tm.Moves):
         wait_until(f"member {vid}'s replicas re-created on the others", replaced, 300, 0.5)
         tr.log(f"member {vid}'s replicas re-created: {self.info(V1, exclude=(victim.id,))}")
         self.assertIn(f"replacing dead member {vid}", meta.log())
+        # Its factor-1 partition has no other copy: reported offline, kept
+        # on it, never made again empty elsewhere.
+        wait_until("the factor-1 partition reported offline",
+                   lambda: f"partition {SINGLE}/{mine[0]} cannot move off it: no alive replica "
+                           "left to copy from" in meta.log(), 30)
+        self.assertEqual(self.partitions(meta, SINGLE)[mine[0]].leader, vid)
         self.flowing(60)
         self.restart(victim)
         wait_until(f"member {vid} alive again", lambda: self.member(meta, vid)["status"] == "alive",

@@ -212,7 +212,7 @@ class Moves(tr.Replication):
         status, answer = n0.request("PATCH", "/v1/topics/single/partitions/0",
                                     {"replicas": ["1", "2"]})
         self.assertEqual(status, 400, answer)
-        self.assertIn("replication factor 1 is not supported yet", answer["error"])
+        self.assertIn("replication factor 1 is moved to exactly one member", answer["error"])
         status, answer = n0.request("DELETE", "/v1/cluster/moves/00000000000000ff")
         self.assertEqual(status, 404, answer)
         status, answer = n0.request("DELETE", "/v1/cluster/moves/not-an-id")

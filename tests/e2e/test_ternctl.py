@@ -187,13 +187,14 @@ class Basics(Base):
         self.assertIn("no partition moves, under way or recently finished", self.ok("cluster", "moves"))
 
     def test_partitions_move_refusals(self):
-        # A lone node's topics have factor 1: not movable yet (400, exit 1,
-        # the server's reason); operands and --replicas checked before any
+        # A lone node's topics have factor 1: a move to more than one
+        # member, or to the owner itself, is refused (400, exit 1, the
+        # server's reason); operands and --replicas checked before any
         # call (exit 2).
         name = self.topic()
-        err = self.fails(1, "partitions", "move", name, "0", "--replicas", "1")
+        err = self.fails(1, "partitions", "move", name, "0", "--replicas", "1,2")
         self.assertIn("400", err)
-        self.assertIn("replication factor 1 is not supported yet", err)
+        self.assertIn("replication factor 1 is moved to exactly one member", err)
         self.assertIn("404", self.fails(1, "partitions", "move", name, "5", "--replicas", "1"))
         self.assertIn("404", self.fails(1, "partitions", "move", "nosuch", "0", "--replicas", "1"))
         self.fails(2, "partitions", "move", name, "0")

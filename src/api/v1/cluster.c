@@ -78,7 +78,7 @@ static void on_members(tn_http_request_t *r, void *arg)
             tn_meta_state_outbound_moves(s, m->id));
         /* A decommission's progress: the replicated partitions it still
          * holds a replica of; done once it holds nothing (no factor-1
-         * partition either: those do not move yet). */
+         * partition either: they move too, owners[p] following). */
         uint64_t held = tn_meta_state_replicas_held(s, m->id);
         tn__v1_appendf(&b, ",\"replica_partitions\":%" PRIu64 ",\"decommissioned\":%s", held,
                        m->draining && held == 0 && tn_meta_state_owned(s, m->id) == 0 ? "true"

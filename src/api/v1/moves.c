@@ -8,8 +8,11 @@
  *      (404).
  *   2. This node's replica is confirmed current (tn_meta_confirm), then
  *      the rules run on a copy of the partition's state
- *      (tn_pstate_move_begin, the function the state machine applies): a
- *      factor-1 partition is 400 (not supported yet), a move under way
+ *      (tn_pstate_move_begin, the function the state machine applies),
+ *      from the state tn_meta_state_move_from gives (a factor-1 partition
+ *      that never moved: the one its begin makes over its owner): a
+ *      factor-1 topic's target of other than one member 400, an owner
+ *      that is not alive or a partition not placed 409, a move under way
  *      409, a bad target 400 with the rules' reason; nothing is proposed.
  *   3. Otherwise PART_MOVE begin goes to the metastore with a new random
  *      id; applied, the answer is 202 {"id": ...}. The adding members
@@ -50,7 +53,9 @@
 #include <sys/random.h>
 
 #define UNAVAILABLE "control plane temporarily unavailable (no metastore leader answered)"
-#define FACTOR_ONE  "moving a partition of replication factor 1 is not supported yet"
+#define FACTOR_ONE                                                                                 \
+    "a partition of a topic of replication factor 1 is moved to exactly one member (the "          \
+    "replicas list names one)"
 
 /* A string literal appended without its NUL. */
 #define APPEND_LIT(b, lit) tn_buf_append((b), (lit), sizeof(lit) - 1)
@@ -545,20 +550,22 @@ static void on_begin_current(void *arg, int status)
         finish(m, 404, e == NULL ? "topic not found" : "no such partition");
         return;
     }
-    const tn_pstate_t *ps = tn_meta_state_pstate(s, m->topic, m->partition);
-    if (ps == NULL) {
-        finish(m, tn_meta_topic_factor(&e->rec) > 1 ? 409 : 400,
-               tn_meta_topic_factor(&e->rec) > 1
-                   ? "the partition is not placed yet: no member was alive to hold it"
-                   : FACTOR_ONE);
+    if (tn_meta_topic_factor(&e->rec) == 1 && m->n != 1) {
+        finish(m, 400, FACTOR_ONE);
+        return;
+    }
+    char err[192] = "";
+    tn_pstate_t from;
+    int frc = tn_meta_state_move_from(s, m->topic, m->partition, &from, err, sizeof(err));
+    if (frc != 0) {
+        finish(m, frc == TN_ENOTFOUND ? 404 : 409, err);
         return;
     }
     tn_pstate_node_t buf[64];
     tn_pstate_nodes_t nodes;
     nodes_now(m->v, buf, TN_ARRAY_SIZE(buf), &nodes);
-    m->was = *ps;
-    tn_pstate_t copy = *ps;
-    char err[192] = "";
+    m->was = from;
+    tn_pstate_t copy = from;
     do {
         if (getrandom(&m->id, sizeof(m->id), 0) != (ssize_t)sizeof(m->id)) {
             finish(m, 503, "out of randomness for a move id");

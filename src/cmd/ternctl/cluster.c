@@ -321,24 +321,19 @@ static int decommission(tn_ctl_t *c, int argc, char **argv)
                 printf("member %s holds no partition: decommissioned\n", id);
             return TN_CTL_OK;
         }
-        if (held == 0 && owned > 0) {
-            fprintf(stderr,
-                    "ternctl: cluster decommission: member %s still owns %" PRId64
-                    " partition(s) of replication factor 1, which do not move yet\n",
-                    id, owned);
-            return TN_CTL_FAIL;
-        }
-        if ((held != last_held || moving != last_moving) && !tn_ctl_json(c))
-            printf("member %s: %" PRId64 " replicated partition(s) left, %" PRId64
-                   " move(s) off it under way\n",
-                   id, held, moving);
-        last_held = held;
+        /* Factor-1 partitions move too (one at a time per member, as
+         * replicas do): what it owns counts until the last has left. */
+        if ((held + owned != last_held || moving != last_moving) && !tn_ctl_json(c))
+            printf("member %s: %" PRId64 " replicated partition(s) and %" PRId64
+                   " owned partition(s) left, %" PRId64 " move(s) off it under way\n",
+                   id, held, owned, moving);
+        last_held = held + owned;
         last_moving = moving;
         if (tn_ctl_mono_ms() > until) {
             fprintf(stderr,
                     "ternctl: cluster decommission: member %s still holds %" PRId64
-                    " replicated partition(s) after --wait-timeout\n",
-                    id, held);
+                    " replicated and %" PRId64 " owned partition(s) after --wait-timeout\n",
+                    id, held, owned);
             return TN_CTL_FAIL;
         }
         tn_ctl_sleep_ms(DECOM_POLL_MS);
@@ -551,11 +546,10 @@ const tn_ctl_cmd_t tn_ctl_cmd_cluster = {
             "         address the members list gives for it; the same options): one node of\n"
             "         a rolling restart, from any node\n"
             "decommission  mark member ID draining: the metastore leader moves its replicas\n"
-            "         of replicated partitions to the least loaded other members, at most\n"
+            "         and its factor-1 partitions to the least loaded other members, at most\n"
             "         max-moves-per-node (2) touching a member at a time (POST\n"
             "         /v1/cluster/members/{id}/decommission). --wait follows\n"
-            "         it until the member holds nothing (exit 0), or fails when only\n"
-            "         factor-1 partitions are left (they do not move yet) or after\n"
+            "         it until the member holds nothing (exit 0), or fails after\n"
             "         --wait-timeout (default 1h)\n"
             "rebalance  spread replicas and preferred leaders of replicated partitions so every\n"
             "         alive, non-draining member holds the same number within one, moving as\n"

@@ -480,18 +480,12 @@ static void on_describe(tn_consumer_t *cons, const char *topic, tn_buf_t *out)
     describe_conn(cons->data, topic, out);
 }
 
-/* Its channel or topic is being deleted: drop the client, as nsqd does. */
+/* Its channel or topic is being deleted, or a partition it consumed moved
+ * to another node (a move or failover handed its lead away): drop the
+ * client, as nsqd does for a deleted topic, so that it looks the topic up
+ * again and finds the new leader (docs/cluster.md, "What clients see at
+ * the hand-over"). */
 static void on_kick(tn_consumer_t *cons)
-{
-    conn_close(cons->data);
-}
-
-/* Every partition of the topic this node served went to other nodes (a
- * move or failover handed its lead away): the connection closes, as nsqd
- * closes a deleted topic's consumers, so that the client looks the topic
- * up again and finds the new leader (docs/cluster.md, "What clients see
- * at the hand-over"). */
-static void on_moved(tn_consumer_t *cons)
 {
     conn_close(cons->data);
 }
@@ -658,7 +652,7 @@ static void sub_continue(conn_t *c)
     c->consumer.deliver = on_deliver;
     c->consumer.describe = on_describe;
     c->consumer.kick = on_kick;
-    c->consumer.moved = on_moved;
+    c->consumer.moved = on_kick; /* a partition moved off: look it up again */
     c->consumer.data = c;
     c->consumer.timeout_ms = c->opts.msg_timeout_ms + c->opts.output_buffer_timeout_ms;
     c->consumer.sample_rate = (uint32_t)c->opts.sample_rate;

@@ -917,7 +917,8 @@ static void test_restore_old_snapshot(void **state)
      * fence (no replicated partition). */
     assert_int_equal(apply(&s, tu_meta_rec_cmd(1, 42, 0)), 0);
     assert_true(tn_meta_member_find(&s, 1)->incarnation == 42);
-    /* A partition state naming a factor-1 topic is a damaged snapshot. */
+    /* A partition state naming a factor-1 topic is one a move gave it
+     * (tn_meta_state_move_from): restored with the topic's factor kept. */
     tn_meta_cmd_t st = part(TN_MC_PART_STATE, "legacy", 0, 0);
     st.pstate.nreplicas = 1;
     st.pstate.replicas[0] = 1;
@@ -930,7 +931,10 @@ static void test_restore_old_snapshot(void **state)
     tn_put_u64((unsigned char *)tn_buf_data(&b) + 16, 4);
     tn_meta_state_t r;
     tn_meta_state_init(&r);
-    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), TN_ECORRUPT);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&b), tn_buf_size(&b)), 0);
+    assert_int_equal(tn_meta_state_pstate(&r, "legacy", 0)->leader, 1);
+    assert_null(tn_meta_state_pstate(&r, "legacy", 1));
+    assert_int_equal(tn_meta_topic_find(&r, "legacy")->rec.replication_factor, 1);
     tn_meta_state_fini(&r);
     tn_meta_state_fini(&s);
     tn_buf_fini(&b);
@@ -1194,6 +1198,98 @@ static void test_snapshot_with_move(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* A factor-1 partition's move (docs/replication.md, "Moving a factor-1
+ * partition"): its begin makes it a state over its owner alone, then the
+ * rules of any move; refused ones leave it without a state. */
+static void test_factor1_move_through_state(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 3, 1, 1)), 0);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(&s, "one");
+    assert_int_equal(e->owners[0], 1);
+    assert_int_equal(e->owners[2], 3);
+    assert_null(tn_meta_state_pstate(&s, "one", 0));
+    assert_int_equal(tn_meta_state_single_held(&s, 1), 1);
+    tells_t told;
+    tell_to(&s, &told);
+    /* Refusals change nothing: the owner itself, an unknown member, two
+     * members, an owner that is not live. */
+    const uint32_t to4[1] = {4}, to1[1] = {1}, to9[1] = {9}, two[2] = {4, 2};
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_BEGIN, 1, 5, to1, 1)), UV_EINVAL);
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_BEGIN, 1, 5, to9, 1)), UV_EINVAL);
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_BEGIN, 1, 5, two, 2)), UV_EINVAL);
+    assert_int_equal(apply(&s, fence(3, 103)), 0);
+    tn_pstate_t from;
+    char err[160];
+    assert_int_equal(tn_meta_state_move_from(&s, "one", 2, &from, err, sizeof(err)), UV_EPERM);
+    assert_non_null(strstr(err, "member 3, is not alive"));
+    assert_int_equal(apply(&s, move_cmd("one", 2, TN_MOVE_BEGIN, 1, 5, to4, 1)), UV_EPERM);
+    assert_int_equal(tn_meta_state_move_from(&s, "one", 7, &from, err, sizeof(err)), TN_ENOTFOUND);
+    assert_null(tn_meta_state_pstate(&s, "one", 0));
+    assert_null(tn_meta_state_pstate(&s, "one", 2));
+    assert_int_equal(told.n, 0);
+    /* Begun: replicas 4 then 1, the owner alone in the ISR leading epoch 1. */
+    assert_int_equal(tn_meta_state_move_from(&s, "one", 0, &from, err, sizeof(err)), 0);
+    assert_int_equal(from.nreplicas, 1);
+    assert_int_equal(from.leader, 1);
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_BEGIN, 1, 5, to4, 1)), 0);
+    assert_true(was_told(&told, "one", 0));
+    const tn_pstate_t *ps = tn_meta_state_pstate(&s, "one", 0);
+    assert_non_null(ps);
+    assert_int_equal(ps->nreplicas, 2);
+    assert_int_equal(ps->replicas[0], 4);
+    assert_int_equal(ps->replicas[1], 1);
+    assert_int_equal(ps->leader, 1);
+    assert_int_equal(ps->leader_epoch, 1);
+    assert_int_equal(ps->min_insync, 1);
+    assert_int_equal(ps->nisr, 1);
+    assert_true(ps->isr[0].node == 1 && ps->isr[0].incarnation == 101);
+    assert_null(tn_meta_state_pstate(&s, "one", 1)); /* only the moved one */
+    assert_int_equal(tn_meta_state_owner(&s, "one", 0), 1);
+    assert_int_equal(tn_meta_state_single_held(&s, 1), 0);
+    assert_int_equal(tn_meta_state_replicas_held(&s, 4), 1);
+    assert_int_equal(tn_meta_state_outbound_moves(&s, 1), 1);
+    /* The snapshot holds it; the topic stays factor 1. */
+    tn_meta_state_t r;
+    tu_meta_state_reload(&s, &r);
+    expect_same_pstate(ps, tn_meta_state_pstate(&r, "one", 0));
+    assert_null(tn_meta_state_pstate(&r, "one", 1));
+    assert_int_equal(tn_meta_topic_factor(&tn_meta_topic_find(&r, "one")->rec), 1);
+    expect_same_snapshot(&s, &r);
+    /* Completes once the target is in the ISR: 4 leads in a new epoch,
+     * alone, and owns it. */
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_COMPLETE, 1, 6, NULL, 0)), UV_EAGAIN);
+    const uint32_t both[2] = {1, 4};
+    tn_meta_cmd_t cas = isr_cmd(ps, 1, ps->partition_epoch, both, 2, &s);
+    snprintf(cas.topic.name, sizeof(cas.topic.name), "one");
+    assert_int_equal(apply(&s, cas), 0);
+    assert_int_equal(apply(&r, cas), 0);
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_COMPLETE, 1, 6, NULL, 0)), 0);
+    assert_int_equal(apply(&r, move_cmd("one", 0, TN_MOVE_COMPLETE, 1, 6, NULL, 0)), 0);
+    assert_int_equal(ps->nreplicas, 1);
+    assert_int_equal(ps->replicas[0], 4);
+    assert_int_equal(ps->leader, 4);
+    assert_int_equal(ps->leader_epoch, 2);
+    assert_int_equal(e->owners[0], 4);
+    assert_int_equal(tn_meta_state_owner(&s, "one", 0), 4);
+    assert_int_equal(tn_meta_state_replicas_held(&s, 1), 0);
+    assert_int_equal(tn_meta_state_owned(&s, 1), 0);
+    const tn_meta_move_t *mv = tn_meta_state_move_done(&s, 0);
+    assert_true(mv->nfrom == 1 && mv->from[0] == 1 && mv->nto == 1 && mv->to[0] == 4);
+    expect_same_snapshot(&s, &r);
+    /* Growth gives the new partition an owner and no state. */
+    tn_meta_cmd_t grow = tu_meta_native_topic_cmd("one", 4, 1, 1);
+    grow.if_absent = false;
+    assert_int_equal(apply(&s, grow), 0);
+    assert_null(tn_meta_state_pstate(&s, "one", 3));
+    assert_true(tn_meta_topic_find(&s, "one")->owners[3] != 0);
+    assert_non_null(tn_meta_state_pstate(&s, "one", 0));
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1215,6 +1311,7 @@ int main(void)
         cmocka_unit_test(test_moves_through_state),
         cmocka_unit_test(test_move_min_insync_cap),
         cmocka_unit_test(test_snapshot_with_move),
+        cmocka_unit_test(test_factor1_move_through_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

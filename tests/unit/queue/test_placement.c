@@ -566,6 +566,89 @@ static void test_given_away_left_on_disk(void **state)
     qfx_free(q);
 }
 
+/* A replicated partition's leader steps down (the place_readopt hook says
+ * replicated): its log is set aside, and the consumers of the topic that
+ * asked to hear of it (tn_consumer_t.moved: NSQ's) are detached and told,
+ * the others stay. */
+static int moved_calls;
+
+static void on_moved(tn_consumer_t *c)
+{
+    (void)c;
+    moved_calls++;
+}
+
+static bool all_replicated(void *arg, const tn_topic_t *t, uint32_t p)
+{
+    (void)arg;
+    (void)t;
+    (void)p;
+    return true;
+}
+
+static void test_moved_consumers_dropped(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(true);
+    place_all(SELF);
+    q->b->place_readopt = all_replicated;
+    tn_topic_t *t = topic(q, "t", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    sink_t *nsq = calloc(1, sizeof(*nsq)), *other = calloc(1, sizeof(*other));
+    attach(nsq, ch, 1);
+    nsq->c.moved = on_moved;
+    attach(other, ch, 1);
+    moved_calls = 0;
+    /* Nothing moved: a pass that changes nothing tells no one. */
+    follow(q, t);
+    assert_int_equal(moved_calls, 0);
+    assert_int_equal(ch->nconsumers, 2);
+    owners[1] = 9;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 1));
+    assert_non_null(t->parts[1]->plog); /* set aside, not closed */
+    assert_int_equal(moved_calls, 1);
+    assert_null(nsq->c.ch);
+    assert_ptr_equal(other->c.ch, ch);
+    assert_int_equal(ch->nconsumers, 1);
+    tn_consumer_detach(&other->c);
+    free(nsq);
+    free(other);
+    qfx_free(q);
+}
+
+/* A held partition (a leader about to hand over: tn_topic_part_hold)
+ * takes publishes and settles but delivers nothing until the hold ends;
+ * the other partitions deliver as ever. */
+static void test_held_partition_delivers_nothing(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    sink_t *s = calloc(1, sizeof(*s));
+    attach(s, ch, 100);
+    assert_int_equal(publish(q, "t", "a", 0, NULL, NULL), 0);
+    expect_n(q, s, 1);
+    tn_topic_part_hold(t, 0, true);
+    tn_topic_part_hold(t, 9, true); /* past nparts: nothing */
+    assert_int_equal(publish(q, "t", "b", 0, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "c", 1, NULL, NULL), 0);
+    expect_n(q, s, 2);
+    run_for(q, 30);
+    assert_int_equal(s->n, 2);
+    assert_int_equal(s->d[1].partition, 1);
+    /* Settles of what it delivered before go on. */
+    assert_int_equal(tn_consumer_fin(&s->c, 0, s->d[0].offset, false, 0), 0);
+    tn_topic_part_hold(t, 0, false);
+    expect_n(q, s, 3);
+    assert_int_equal(s->d[2].partition, 0);
+    tn_consumer_detach(&s->c);
+    free(s);
+    qfx_free(q);
+}
+
 /* A restart finds only the local partitions on disk: the missing ones
  * are remote (not placed yet), and channels are found on the lowest local
  * partition when partition 0 is another node's. */
@@ -953,6 +1036,8 @@ int main(void)
         cmocka_unit_test(test_open_later),
         cmocka_unit_test(test_open_later_keeps_pause),
         cmocka_unit_test(test_given_away_left_on_disk),
+        cmocka_unit_test(test_moved_consumers_dropped),
+        cmocka_unit_test(test_held_partition_delivers_nothing),
         cmocka_unit_test(test_restart_with_holes),
         cmocka_unit_test(test_grow_places_new_partitions),
         cmocka_unit_test(test_no_placement_all_local),
