@@ -956,18 +956,18 @@ static void test_chan_apply_while_set_aside(void **state)
 
 /* The lead of a replicated partition goes to another node while
  * consumers here hold its messages (a partition move's hand-over, a
- * failover of a live leader): their leases end without a record (a FIN
- * for one fails; the new leader delivers them again), the budget and
- * credit they held are free, and once no partition of the topic is
- * served here the consumers with a moved callback are detached and told;
- * one without (a /v1 long poll) stays. Led here again, the messages are
- * delivered again from this node's state. */
-static int moved_calls;
+ * failover of a live leader): their leases on it end without a record (a
+ * FIN for one fails; the new leader delivers them again), the budget and
+ * credit they held are free, the consumers with a moved callback (NSQ's)
+ * are detached and told at once, and one without (a /v1 long poll) stays
+ * and keeps the partitions still served here. Led here again, the
+ * messages are delivered again from this node's state. */
+static int away_calls;
 
-static void on_moved(tn_consumer_t *c)
+static void on_away(tn_consumer_t *c)
 {
     assert_null(c->ch); /* detached first */
-    moved_calls++;
+    away_calls++;
 }
 
 static void test_lead_moved_away(void **state)
@@ -980,45 +980,45 @@ static void test_lead_moved_away(void **state)
     tn_channel_t *ch = channel(q, t, "c");
     for (int i = 0; i < 4; i++)
         assert_int_equal(publish(q, "lm", "m", i % 2, NULL, NULL), 0);
-    sink_t nsq, poll;
-    attach(&nsq, ch, 4);
-    nsq.c.moved = on_moved;
-    attach(&poll, ch, 0);
-    expect_n(q, &nsq, 4);
+    sink_t held, nsq;
+    attach(&held, ch, 4);
+    expect_n(q, &held, 4);
+    attach(&nsq, ch, 0);
+    nsq.c.moved = on_away;
     assert_int_equal(q->b->inflight_msgs, 4);
-    moved_calls = 0;
-    /* Partition 0 led by node 7 now: its leases end, partition 1 still
-     * served here, so the consumer stays. */
+    away_calls = 0;
+    /* Partition 0 led by node 7 now: its leases end, the NSQ-like
+     * consumer is told; partition 1 is still served here to the other. */
     owners[0] = 7;
     follow(q, t);
     assert_false(tn_topic_part_local(t, 0));
     assert_int_equal(tn_leases_count(&ch->parts[0]->leases), 0);
     assert_int_equal(tn_leases_count(&ch->parts[1]->leases), 2);
     assert_int_equal(q->b->inflight_msgs, 2);
-    assert_int_equal(nsq.c.owner.count, 2);
-    assert_int_equal(moved_calls, 0);
-    assert_ptr_equal(nsq.c.ch, ch);
+    assert_int_equal(held.c.owner.count, 2);
+    assert_int_equal(away_calls, 1);
+    assert_null(nsq.c.ch);
+    assert_ptr_equal(held.c.ch, ch);
     int k = 0;
-    while (nsq.d[k].partition != 0)
+    while (held.d[k].partition != 0)
         k++;
-    assert_int_equal(tn_consumer_fin(&nsq.c, 0, nsq.d[k].offset, true, nsq.d[k].nonce),
+    assert_int_equal(tn_consumer_fin(&held.c, 0, held.d[k].offset, true, held.d[k].nonce),
                      TN_ENOTFOUND);
-    /* Partition 1 too: nothing of lm is served here, the NSQ-like
-     * consumer is detached and told, the other stays attached. */
+    /* Partition 1 too: nothing of lm is served here; the consumer without
+     * a moved callback stays attached, its leases gone. */
     owners[1] = 7;
     follow(q, t);
-    assert_int_equal(moved_calls, 1);
-    assert_null(nsq.c.ch);
-    assert_int_equal(nsq.c.owner.count, 0);
-    assert_ptr_equal(poll.c.ch, ch);
+    assert_int_equal(away_calls, 1);
+    assert_int_equal(held.c.owner.count, 0);
+    assert_ptr_equal(held.c.ch, ch);
     assert_int_equal(q->b->inflight_msgs, 0);
     /* A placement pass that changes nothing tells no one again. */
     follow(q, t);
-    assert_int_equal(moved_calls, 1);
+    assert_int_equal(away_calls, 1);
     /* Led here again: the four come again, none settled meanwhile. */
     place_all(SELF);
     follow(q, t);
-    tn_consumer_detach(&poll.c);
+    tn_consumer_detach(&held.c);
     sink_t again;
     attach(&again, ch, 8);
     expect_n(q, &again, 4);
