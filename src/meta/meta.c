@@ -1004,7 +1004,7 @@ static void on_salted(tn_meta_req_t *req, int status)
     tn_meta_t *m = req->data;
     m->salt_busy = false;
     if (status == 0)
-        TN_LOG(TN_LOG_NOTICE, "metastore: made the cluster's seal salt for remotes' credentials");
+        TN_LOG(TN_LOG_DEBUG, "metastore: made the cluster's seal salt for remotes' credentials");
     else if (status != UV_EEXIST && status != TN_ECLOSED)
         TN_LOG(TN_LOG_WARN, "metastore: making the seal salt failed: %s", tn_strerror(status));
 }

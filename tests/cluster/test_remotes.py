@@ -72,6 +72,8 @@ def files_holding(root, needle):
     return found
 
 
+# Logged at debug level (the nodes here run with --log-level=debug): a
+# fresh cluster makes its salt once, which is no news to an operator.
 SALT_LINE = "metastore: made the cluster's seal salt for remotes' credentials"
 
 
@@ -117,7 +119,7 @@ class RemotesTest(harness.ClusterTest):
 
 class SingleNode(RemotesTest):
     def test_crud_refusals_and_no_password_anywhere(self):
-        c = self.make(1, args=["--remotes-allow-addresses=127.0.0.0/8"])
+        c = self.make(1, args=["--remotes-allow-addresses=127.0.0.0/8", "--log-level=debug"])
         node = c.nodes[0]
         ca = self.https_node(c, node)
         c.start()
@@ -295,7 +297,7 @@ class SingleNode(RemotesTest):
         self.assert_secret_nowhere(c, [SECRET_PW, SECRET_PW2], [bdir])
 
     def test_tampered_record_does_not_open(self):
-        c = self.make(1, args=["--remotes-api-hop-encrypted=true"])
+        c = self.make(1, args=["--remotes-api-hop-encrypted=true", "--log-level=debug"])
         node = c.nodes[0]
         c.start()
         # With remotes-api-hop-encrypted the plain listener takes a password.
@@ -383,7 +385,7 @@ class LoneNode(RemotesTest):
 
 class ThreeNodes(RemotesTest):
     def test_writes_on_a_follower_reach_the_leader(self):
-        c = self.make(3, args=["--remotes-api-hop-encrypted=true"])
+        c = self.make(3, args=["--remotes-api-hop-encrypted=true", "--log-level=debug"])
         c.start()
         leader = c.find_leader()
         follower = [n for n in c.nodes if n is not leader][0]
