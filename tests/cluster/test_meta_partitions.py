@@ -190,6 +190,12 @@ class MetaPartitions(harness.ClusterTest):
         self.assertEqual(status, 201, answer)
         self.assertEqual(answer["replication_factor"], 3, answer)
         self.assertEqual(answer["min_insync_replicas"], 2, answer)
+        # The child goes through another node: its own copy of the
+        # metastore must have the parent first (the door checks the parent
+        # there; a create answered on node 3 may not have reached node 2's
+        # copy yet).
+        wait_until("node 2 knowing topic dflt",
+                   lambda: c.nodes[1].request("GET", "/v1/topics/dflt")[0] == 200, 30)
         status, answer = c.nodes[1].request("POST", "/v1/topics",
                                             {"name": "kid", "parent": "dflt"})
         self.assertEqual(status, 201, answer)
