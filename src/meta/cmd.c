@@ -2,6 +2,7 @@
 #include "core/platform.h"
 
 #include "meta/cmd.h"
+#include "meta/codec.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -10,127 +11,78 @@
 
 /* --- encoding ------------------------------------------------------------------ */
 
-typedef struct {
-    tn_buf_t *out;
-    int rc;
-} wr_t;
-
-static void w_bytes(wr_t *w, const void *p, size_t n)
+static void w_topic(tn__meta_wr_t *w, const tn_meta_topic_t *t)
 {
-    if (w->rc == 0)
-        w->rc = tn_buf_append(w->out, p, n);
+    tn__meta_w_str(w, t->name, TN_NAME_MAX);
+    tn__meta_w_u32(w, t->partitions);
+    tn__meta_w_u64(w, (uint64_t)t->retention_ms);
+    tn__meta_w_u64(w, (uint64_t)t->visibility_timeout_ms);
+    tn__meta_w_u64(w, (uint64_t)t->max_inflight);
+    tn__meta_w_u64(w, (uint64_t)t->max_acked_ahead);
+    tn__meta_w_u8(w, t->delivery_mode);
+    tn__meta_w_u8(w, t->durability);
+    tn__meta_w_u64(w, (uint64_t)t->ttl_ms);
+    tn__meta_w_u32(w, t->max_attempts);
+    tn__meta_w_u64(w, (uint64_t)t->created_at_ms);
+    tn__meta_w_str(w, t->owner, TN_META_USER_MAX);
+    tn__meta_w_str(w, t->parent, TN_NAME_MAX);
+    tn__meta_w_u64(w, (uint64_t)t->fanout_delay_ms);
+    tn__meta_w_u64(w, t->attach_epoch);
 }
 
-static void w_u8(wr_t *w, uint8_t v)
+static void w_user(tn__meta_wr_t *w, const tn_meta_user_t *u)
 {
-    w_bytes(w, &v, 1);
-}
-
-static void w_u16(wr_t *w, uint16_t v)
-{
-    unsigned char b[2];
-    tn_put_u16(b, v);
-    w_bytes(w, b, 2);
-}
-
-static void w_u32(wr_t *w, uint32_t v)
-{
-    unsigned char b[4];
-    tn_put_u32(b, v);
-    w_bytes(w, b, 4);
-}
-
-static void w_u64(wr_t *w, uint64_t v)
-{
-    unsigned char b[8];
-    tn_put_u64(b, v);
-    w_bytes(w, b, 8);
-}
-
-static void w_str(wr_t *w, const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n > max) {
-        if (w->rc == 0)
-            w->rc = UV_EINVAL;
-        return;
-    }
-    w_u16(w, (uint16_t)n);
-    w_bytes(w, s, n);
-}
-
-static void w_topic(wr_t *w, const tn_meta_topic_t *t)
-{
-    w_str(w, t->name, TN_NAME_MAX);
-    w_u32(w, t->partitions);
-    w_u64(w, (uint64_t)t->retention_ms);
-    w_u64(w, (uint64_t)t->visibility_timeout_ms);
-    w_u64(w, (uint64_t)t->max_inflight);
-    w_u64(w, (uint64_t)t->max_acked_ahead);
-    w_u8(w, t->delivery_mode);
-    w_u8(w, t->durability);
-    w_u64(w, (uint64_t)t->ttl_ms);
-    w_u32(w, t->max_attempts);
-    w_u64(w, (uint64_t)t->created_at_ms);
-    w_str(w, t->owner, TN_META_USER_MAX);
-    w_str(w, t->parent, TN_NAME_MAX);
-    w_u64(w, (uint64_t)t->fanout_delay_ms);
-    w_u64(w, t->attach_epoch);
-}
-
-static void w_user(wr_t *w, const tn_meta_user_t *u)
-{
-    w_str(w, u->name, TN_META_USER_MAX);
-    w_str(w, u->hash, TN_META_HASH_MAX);
-    w_u8(w, u->root ? 1 : 0);
-    w_u64(w, (uint64_t)u->created_at_ms);
-    w_u64(w, (uint64_t)u->updated_at_ms);
+    tn__meta_w_str(w, u->name, TN_META_USER_MAX);
+    tn__meta_w_str(w, u->hash, TN_META_HASH_MAX);
+    tn__meta_w_u8(w, u->root ? 1 : 0);
+    tn__meta_w_u64(w, (uint64_t)u->created_at_ms);
+    tn__meta_w_u64(w, (uint64_t)u->updated_at_ms);
     if (u->ngrants > TN_META_MAX_GRANTS && w->rc == 0)
         w->rc = UV_EINVAL;
-    w_u16(w, u->ngrants);
+    tn__meta_w_u16(w, u->ngrants);
     for (uint16_t i = 0; i < u->ngrants && w->rc == 0; i++) {
         const tn_meta_grant_t *g = &u->grants[i];
         if (g->npatterns > TN_META_MAX_PATTERNS)
             w->rc = UV_EINVAL;
-        w_u8(w, g->action);
-        w_u16(w, g->npatterns);
+        tn__meta_w_u8(w, g->action);
+        tn__meta_w_u16(w, g->npatterns);
         for (uint16_t k = 0; k < g->npatterns; k++)
-            w_str(w, g->patterns[k], TN_NAME_MAX + 1);
+            tn__meta_w_str(w, g->patterns[k], TN_NAME_MAX + 1);
     }
 }
 
-static void w_members(wr_t *w, const tn_pstate_member_t *v, uint32_t n, bool may_be_empty)
+static void w_members(tn__meta_wr_t *w, const tn_pstate_member_t *v, uint32_t n, bool may_be_empty)
 {
     if ((n == 0 && !may_be_empty) || n > TN_PSTATE_MAX_REPLICAS) {
         if (w->rc == 0)
             w->rc = UV_EINVAL;
         return;
     }
-    w_u8(w, (uint8_t)n);
+    tn__meta_w_u8(w, (uint8_t)n);
     for (uint32_t i = 0; i < n; i++) {
-        w_u32(w, v[i].node);
-        w_u64(w, v[i].incarnation);
+        tn__meta_w_u32(w, v[i].node);
+        tn__meta_w_u64(w, v[i].incarnation);
     }
 }
 
-static void w_pstate(wr_t *w, const tn_pstate_t *ps)
+static void w_pstate(tn__meta_wr_t *w, const tn_pstate_t *ps)
 {
     if (ps->nreplicas == 0 || ps->nreplicas > TN_PSTATE_MAX_REPLICAS) {
         if (w->rc == 0)
             w->rc = UV_EINVAL;
         return;
     }
-    w_u8(w, (uint8_t)ps->nreplicas);
+    tn__meta_w_u8(w, (uint8_t)ps->nreplicas);
     for (uint32_t i = 0; i < ps->nreplicas; i++)
-        w_u32(w, ps->replicas[i]);
-    w_u32(w, ps->leader);
-    w_u32(w, ps->leader_epoch);
-    w_u32(w, ps->partition_epoch);
+        tn__meta_w_u32(w, ps->replicas[i]);
+    tn__meta_w_u32(w, ps->leader);
+    tn__meta_w_u32(w, ps->leader_epoch);
+    tn__meta_w_u32(w, ps->partition_epoch);
     w_members(w, ps->isr, ps->nisr, true);
     w_members(w, ps->elr, ps->nelr, true);
-    w_u8(w, (uint8_t)ps->min_insync);
-    w_u32(w, ps->corrupt);
-    w_u8(w, ps->unclean ? 1 : 0);
+    tn__meta_w_u8(w, (uint8_t)ps->min_insync);
+    tn__meta_w_u32(w, ps->corrupt);
+    tn__meta_w_u8(w, ps->unclean ? 1 : 0);
     if (ps->ntarget == 0)
         return; /* no move: the record older builds wrote */
     if (ps->ntarget > TN_PSTATE_MAX_REPLICAS || ps->nold == 0 ||
@@ -139,27 +91,27 @@ static void w_pstate(wr_t *w, const tn_pstate_t *ps)
             w->rc = UV_EINVAL;
         return;
     }
-    w_u8(w, (uint8_t)ps->ntarget);
+    tn__meta_w_u8(w, (uint8_t)ps->ntarget);
     for (uint32_t i = 0; i < ps->ntarget; i++)
-        w_u32(w, ps->target[i]);
-    w_u8(w, (uint8_t)ps->nold);
+        tn__meta_w_u32(w, ps->target[i]);
+    tn__meta_w_u8(w, (uint8_t)ps->nold);
     for (uint32_t i = 0; i < ps->nold; i++)
-        w_u32(w, ps->old[i]);
-    w_u64(w, ps->move_id);
-    w_u64(w, (uint64_t)ps->move_started_ms);
+        tn__meta_w_u32(w, ps->old[i]);
+    tn__meta_w_u64(w, ps->move_id);
+    tn__meta_w_u64(w, (uint64_t)ps->move_started_ms);
 }
 
 /* A list of n (1..TN_PSTATE_MAX_REPLICAS) node ids. */
-static void w_nodes(wr_t *w, const uint32_t *v, uint32_t n)
+static void w_nodes(tn__meta_wr_t *w, const uint32_t *v, uint32_t n)
 {
     if (n == 0 || n > TN_PSTATE_MAX_REPLICAS) {
         if (w->rc == 0)
             w->rc = UV_EINVAL;
         return;
     }
-    w_u8(w, (uint8_t)n);
+    tn__meta_w_u8(w, (uint8_t)n);
     for (uint32_t i = 0; i < n; i++)
-        w_u32(w, v[i]);
+        tn__meta_w_u32(w, v[i]);
 }
 
 /* --- fingerprints ------------------------------------------------------------ */
@@ -254,12 +206,12 @@ uint64_t tn_meta_user_fingerprint(const tn_meta_user_t *u)
 int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
 {
     size_t start = tn_buf_size(out);
-    wr_t w = {out, 0};
+    tn__meta_wr_t w = {out, 0};
     static const unsigned char magic[2] = {'T', 'M'};
-    w_bytes(&w, magic, 2);
-    w_u8(&w, TN_META_VERSION);
-    w_u8(&w, c->type);
-    w_u32(&w, 0); /* payload length, set below */
+    tn__meta_w_bytes(&w, magic, 2);
+    tn__meta_w_u8(&w, TN_META_VERSION);
+    tn__meta_w_u8(&w, c->type);
+    tn__meta_w_u32(&w, 0); /* payload length, set below */
     if (c->if_absent && c->if_unchanged)
         w.rc = UV_EINVAL; /* not encodable: contradictory */
     switch (c->type) {
@@ -269,174 +221,175 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         bool repl = factor > 1 || min_insync > 1;
         if (factor > TN_META_MAX_FACTOR || min_insync > factor)
             w.rc = UV_EINVAL;
-        w_u8(&w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_unchanged ? 4 : 0) |
-                     (c->nskip > 0 ? 8 : 0) | (c->again ? TN_META_TOPIC_AGAIN : 0) |
-                     (repl ? TN_META_TOPIC_REPL : 0) | (c->clamp ? TN_META_TOPIC_CLAMP : 0));
+        tn__meta_w_u8(
+            &w, (c->if_absent ? 1 : 0) | (c->topic.native ? 2 : 0) | (c->if_unchanged ? 4 : 0) |
+                    (c->nskip > 0 ? 8 : 0) | (c->again ? TN_META_TOPIC_AGAIN : 0) |
+                    (repl ? TN_META_TOPIC_REPL : 0) | (c->clamp ? TN_META_TOPIC_CLAMP : 0));
         w_topic(&w, &c->topic);
         if (c->if_unchanged)
-            w_u64(&w, c->expect);
+            tn__meta_w_u64(&w, c->expect);
         if (c->nskip > 0) {
             if (c->nskip > TN_META_MAX_SKIP)
                 w.rc = UV_EINVAL;
-            w_u16(&w, c->nskip);
+            tn__meta_w_u16(&w, c->nskip);
             for (uint16_t i = 0; i < c->nskip && w.rc == 0; i++) {
                 if (c->skip[i] == 0 || (i > 0 && c->skip[i] <= c->skip[i - 1]))
                     w.rc = UV_EINVAL;
-                w_u64(&w, c->skip[i]);
+                tn__meta_w_u64(&w, c->skip[i]);
             }
         }
         if (repl) {
-            w_u8(&w, factor);
-            w_u8(&w, min_insync);
+            tn__meta_w_u8(&w, factor);
+            tn__meta_w_u8(&w, min_insync);
         }
         break;
     }
     case TN_MC_TOPIC_DELETE:
-        w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
         break;
     case TN_MC_CHANNEL_PUT:
     case TN_MC_CHANNEL_DELETE:
-        w_u8(&w, c->if_absent ? 1 : 0);
-        w_str(&w, c->topic.name, TN_NAME_MAX);
-        w_str(&w, c->channel, TN_NAME_MAX);
+        tn__meta_w_u8(&w, c->if_absent ? 1 : 0);
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_str(&w, c->channel, TN_NAME_MAX);
         break;
     case TN_MC_USER_PUT:
-        w_u8(&w, (c->if_unchanged ? 2
-                  : c->if_absent  ? 1
-                                  : 0) |
-                     (c->again ? TN_META_USER_AGAIN : 0));
+        tn__meta_w_u8(&w, (c->if_unchanged ? 2
+                           : c->if_absent  ? 1
+                                           : 0) |
+                              (c->again ? TN_META_USER_AGAIN : 0));
         w_user(&w, &c->user);
         if (c->if_unchanged)
-            w_u64(&w, c->expect);
+            tn__meta_w_u64(&w, c->expect);
         break;
     case TN_MC_USER_DELETE:
-        w_str(&w, c->user.name, TN_META_USER_MAX);
+        tn__meta_w_str(&w, c->user.name, TN_META_USER_MAX);
         break;
     case TN_MC_MEMBER_PUT:
-        w_u64(&w, c->member.id);
-        w_str(&w, c->member.addr, TN_META_ADDR_MAX);
+        tn__meta_w_u64(&w, c->member.id);
+        tn__meta_w_str(&w, c->member.addr, TN_META_ADDR_MAX);
         break;
     case TN_MC_MEMBER_DRAIN:
-        w_u64(&w, c->member.id);
-        w_u8(&w, c->member.draining ? 1 : 0);
+        tn__meta_w_u64(&w, c->member.id);
+        tn__meta_w_u8(&w, c->member.draining ? 1 : 0);
         break;
     case TN_MC_MEMBER_REG:
     case TN_MC_MEMBER_REC:
         if (c->member.id == 0 || c->member.addr[0] == '\0' || c->member.heartbeat_ms < 0)
             w.rc = UV_EINVAL;
-        w_u64(&w, c->member.id);
-        w_str(&w, c->member.addr, TN_META_ADDR_MAX);
-        w_str(&w, c->member.api_addr, TN_META_ADDR_MAX);
-        w_u64(&w, (uint64_t)c->member.heartbeat_ms);
+        tn__meta_w_u64(&w, c->member.id);
+        tn__meta_w_str(&w, c->member.addr, TN_META_ADDR_MAX);
+        tn__meta_w_str(&w, c->member.api_addr, TN_META_ADDR_MAX);
+        tn__meta_w_u64(&w, (uint64_t)c->member.heartbeat_ms);
         if (c->type == TN_MC_MEMBER_REC) {
-            w_str(&w, c->member.nsq.broadcast, TN_META_HOST_MAX);
-            w_str(&w, c->member.nsq.hostname, TN_META_HOST_MAX);
-            w_u16(&w, c->member.nsq.tcp_port);
-            w_u16(&w, c->member.nsq.http_port);
-            w_str(&w, c->member.nsq.version, TN_META_RELEASE_MAX);
+            tn__meta_w_str(&w, c->member.nsq.broadcast, TN_META_HOST_MAX);
+            tn__meta_w_str(&w, c->member.nsq.hostname, TN_META_HOST_MAX);
+            tn__meta_w_u16(&w, c->member.nsq.tcp_port);
+            tn__meta_w_u16(&w, c->member.nsq.http_port);
+            tn__meta_w_str(&w, c->member.nsq.version, TN_META_RELEASE_MAX);
             if (c->member.boot != 0 && c->member.incarnation == 0)
                 w.rc = UV_EINVAL; /* a boot id goes with an incarnation */
             if (c->member.incarnation != 0)
-                w_u64(&w, c->member.incarnation);
+                tn__meta_w_u64(&w, c->member.incarnation);
             if (c->member.boot != 0)
-                w_u64(&w, c->member.boot);
+                tn__meta_w_u64(&w, c->member.boot);
         }
         break;
     case TN_MC_TOPIC_GROW_FOR:
         if (c->member.id == 0)
             w.rc = UV_EINVAL;
-        w_str(&w, c->topic.name, TN_NAME_MAX);
-        w_u64(&w, c->member.id);
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u64(&w, c->member.id);
         break;
     case TN_MC_MEMBER_STATUS:
         if (c->member.id == 0 || c->member.status > TN_MEMBER_DEAD || c->member.heartbeat_ms < 0)
             w.rc = UV_EINVAL;
-        w_u64(&w, c->member.id);
-        w_u8(&w, c->member.status);
-        w_u64(&w, (uint64_t)c->member.heartbeat_ms);
+        tn__meta_w_u64(&w, c->member.id);
+        tn__meta_w_u8(&w, c->member.status);
+        tn__meta_w_u64(&w, (uint64_t)c->member.heartbeat_ms);
         break;
     case TN_MC_NOOP:
-        w_u64(&w, c->member.id);
-        w_u64(&w, c->nonce);
+        tn__meta_w_u64(&w, c->member.id);
+        tn__meta_w_u64(&w, c->nonce);
         break;
     case TN_MC_PART_OWNERS:
         if (c->nowners == 0 || c->nowners > TN_META_MAX_PARTITIONS)
             w.rc = UV_EINVAL;
-        w_str(&w, c->topic.name, TN_NAME_MAX);
-        w_u32(&w, c->nowners);
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u32(&w, c->nowners);
         for (uint32_t i = 0; i < c->nowners && w.rc == 0; i++)
-            w_u64(&w, c->owners[i]);
+            tn__meta_w_u64(&w, c->owners[i]);
         break;
     case TN_MC_MEMBER_FENCE:
         if (c->member.id == 0)
             w.rc = UV_EINVAL;
-        w_u64(&w, c->member.id);
-        w_u64(&w, c->member.incarnation);
+        tn__meta_w_u64(&w, c->member.id);
+        tn__meta_w_u64(&w, c->member.incarnation);
         break;
     case TN_MC_MEMBER_REMOVE:
         if (c->member.id == 0 || c->removed_ms < 0)
             w.rc = UV_EINVAL;
-        w_u64(&w, c->member.id);
-        w_u64(&w, c->member.incarnation);
-        w_u64(&w, (uint64_t)c->removed_ms);
+        tn__meta_w_u64(&w, c->member.id);
+        tn__meta_w_u64(&w, c->member.incarnation);
+        tn__meta_w_u64(&w, (uint64_t)c->removed_ms);
         break;
     case TN_MC_PART_ISR:
-        w_str(&w, c->topic.name, TN_NAME_MAX);
-        w_u32(&w, c->part);
-        w_u32(&w, c->node);
-        w_u32(&w, c->leader_epoch);
-        w_u32(&w, c->expected_pe);
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u32(&w, c->part);
+        tn__meta_w_u32(&w, c->node);
+        tn__meta_w_u32(&w, c->leader_epoch);
+        tn__meta_w_u32(&w, c->expected_pe);
         w_members(&w, c->isr, c->nisr, false);
         if (!c->isr_unflagged)
-            w_u8(&w, c->channels_checked ? 1 : 0);
+            tn__meta_w_u8(&w, c->channels_checked ? 1 : 0);
         break;
     case TN_MC_PART_LEADER:
-        w_str(&w, c->topic.name, TN_NAME_MAX);
-        w_u32(&w, c->part);
-        w_u32(&w, c->node);
-        w_u8(&w, c->unclean ? 1 : 0);
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u32(&w, c->part);
+        tn__meta_w_u32(&w, c->node);
+        tn__meta_w_u8(&w, c->unclean ? 1 : 0);
         break;
     case TN_MC_PART_REBALANCE:
-        w_str(&w, c->topic.name, TN_NAME_MAX);
-        w_u32(&w, c->part);
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u32(&w, c->part);
         break;
     case TN_MC_PART_CORRUPT:
-        w_str(&w, c->topic.name, TN_NAME_MAX);
-        w_u32(&w, c->part);
-        w_u32(&w, c->node);
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u32(&w, c->part);
+        tn__meta_w_u32(&w, c->node);
         break;
     case TN_MC_PART_STATE:
-        w_str(&w, c->topic.name, TN_NAME_MAX);
-        w_u32(&w, c->part);
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u32(&w, c->part);
         w_pstate(&w, &c->pstate);
         break;
     case TN_MC_PART_MOVE:
         if (c->move_id == 0 || c->move_kind > TN_MOVE_ABORT || c->move_ms < 0)
             w.rc = UV_EINVAL;
-        w_str(&w, c->topic.name, TN_NAME_MAX);
-        w_u32(&w, c->part);
-        w_u8(&w, c->move_kind);
-        w_u64(&w, c->move_id);
-        w_u64(&w, (uint64_t)c->move_ms);
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u32(&w, c->part);
+        tn__meta_w_u8(&w, c->move_kind);
+        tn__meta_w_u64(&w, c->move_id);
+        tn__meta_w_u64(&w, (uint64_t)c->move_ms);
         if (c->move_kind == TN_MOVE_BEGIN)
             w_nodes(&w, c->target, c->ntarget);
         else if (c->move_kind == TN_MOVE_ABORT)
-            w_str(&w, c->move_reason, TN_META_MOVE_REASON_MAX);
+            tn__meta_w_str(&w, c->move_reason, TN_META_MOVE_REASON_MAX);
         break;
     case TN_MC_MOVE_DONE: {
         const tn_meta_move_t *mv = &c->move;
         if (mv->id == 0 || (mv->end != TN_MOVE_DONE && mv->end != TN_MOVE_ABORTED) ||
             mv->started_ms < 0 || mv->finished_ms < 0)
             w.rc = UV_EINVAL;
-        w_u64(&w, mv->id);
-        w_str(&w, mv->topic, TN_NAME_MAX);
-        w_u32(&w, mv->part);
-        w_u8(&w, mv->end);
-        w_u64(&w, (uint64_t)mv->started_ms);
-        w_u64(&w, (uint64_t)mv->finished_ms);
+        tn__meta_w_u64(&w, mv->id);
+        tn__meta_w_str(&w, mv->topic, TN_NAME_MAX);
+        tn__meta_w_u32(&w, mv->part);
+        tn__meta_w_u8(&w, mv->end);
+        tn__meta_w_u64(&w, (uint64_t)mv->started_ms);
+        tn__meta_w_u64(&w, (uint64_t)mv->finished_ms);
         w_nodes(&w, mv->from, mv->nfrom);
         w_nodes(&w, mv->to, mv->nto);
-        w_str(&w, mv->reason, TN_META_MOVE_REASON_MAX);
+        tn__meta_w_str(&w, mv->reason, TN_META_MOVE_REASON_MAX);
         break;
     }
     case TN_MC_REMOTE_PUT:
@@ -450,10 +403,10 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         if (rb->id == 0 || rb->since_ms < 0 || rb->reason < TN_REBAL_API ||
             rb->reason > TN_REBAL_JOIN || (c->if_absent && !rb->wanted))
             w.rc = UV_EINVAL;
-        w_u8(&w, (uint8_t)((rb->wanted ? 1u : 0u) | (c->if_absent ? 2u : 0u)));
-        w_u8(&w, rb->reason);
-        w_u64(&w, rb->id);
-        w_u64(&w, (uint64_t)rb->since_ms);
+        tn__meta_w_u8(&w, (uint8_t)((rb->wanted ? 1u : 0u) | (c->if_absent ? 2u : 0u)));
+        tn__meta_w_u8(&w, rb->reason);
+        tn__meta_w_u64(&w, rb->id);
+        tn__meta_w_u64(&w, (uint64_t)rb->since_ms);
         break;
     }
     default:
@@ -466,7 +419,7 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         tn_put_u32((unsigned char *)tn_buf_data(out) + start + 4, (uint32_t)payload);
         static const unsigned char zeros[8];
         size_t pad = (8 - (TN_META_HDR + payload) % 8) % 8;
-        w_bytes(&w, zeros, pad);
+        tn__meta_w_bytes(&w, zeros, pad);
     }
     if (w.rc != 0)
         out->len = out->off + start; /* nothing half-written stays */
@@ -475,86 +428,23 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
 
 /* --- decoding ------------------------------------------------------------------ */
 
-typedef struct {
-    const unsigned char *p;
-    size_t left;
-    int rc;
-} rd_t;
-
-static const unsigned char *r_take(rd_t *r, size_t n)
-{
-    if (r->rc != 0 || r->left < n) {
-        if (r->rc == 0)
-            r->rc = TN_ECORRUPT;
-        return NULL;
-    }
-    const unsigned char *p = r->p;
-    r->p += n;
-    r->left -= n;
-    return p;
-}
-
-static uint8_t r_u8(rd_t *r)
-{
-    const unsigned char *p = r_take(r, 1);
-    return p != NULL ? p[0] : 0;
-}
-
-static uint16_t r_u16(rd_t *r)
-{
-    const unsigned char *p = r_take(r, 2);
-    return p != NULL ? tn_get_u16(p) : 0;
-}
-
-static uint32_t r_u32(rd_t *r)
-{
-    const unsigned char *p = r_take(r, 4);
-    return p != NULL ? tn_get_u32(p) : 0;
-}
-
-static uint64_t r_u64(rd_t *r)
-{
-    const unsigned char *p = r_take(r, 8);
-    return p != NULL ? tn_get_u64(p) : 0;
-}
-
 /* A flag byte: 0 or 1, anything else is damage. */
-static bool r_flag(rd_t *r)
+static bool r_flag(tn__meta_rd_t *r)
 {
-    uint8_t v = r_u8(r);
+    uint8_t v = tn__meta_r_u8(r);
     if (v > 1 && r->rc == 0)
         r->rc = TN_ECORRUPT;
     return v == 1;
 }
 
-static int64_t r_i64(rd_t *r)
+static int64_t r_i64(tn__meta_rd_t *r)
 {
-    return (int64_t)r_u64(r);
+    return (int64_t)tn__meta_r_u64(r);
 }
 
-/* A string of at most max bytes into out (max + 1 bytes). */
-static void r_str(rd_t *r, char *out, size_t max)
+static void r_name(tn__meta_rd_t *r, char *out, bool may_be_empty)
 {
-    out[0] = '\0';
-    uint16_t n = r_u16(r);
-    if (r->rc == 0 && n > max) {
-        r->rc = TN_ECORRUPT;
-        return;
-    }
-    const unsigned char *p = r_take(r, n);
-    if (p == NULL)
-        return;
-    if (memchr(p, '\0', n) != NULL) {
-        r->rc = TN_ECORRUPT;
-        return;
-    }
-    memcpy(out, p, n);
-    out[n] = '\0';
-}
-
-static void r_name(rd_t *r, char *out, bool may_be_empty)
-{
-    r_str(r, out, TN_NAME_MAX);
+    tn__meta_r_str(r, out, TN_NAME_MAX);
     size_t n = strlen(out);
     if (r->rc == 0 && !(may_be_empty && n == 0) && !tn_name_valid(out, n))
         r->rc = TN_ECORRUPT;
@@ -574,23 +464,23 @@ static bool user_name_valid(const char *s)
     return true;
 }
 
-static void r_topic(rd_t *r, tn_meta_topic_t *t)
+static void r_topic(tn__meta_rd_t *r, tn_meta_topic_t *t)
 {
     r_name(r, t->name, false);
-    t->partitions = r_u32(r);
+    t->partitions = tn__meta_r_u32(r);
     t->retention_ms = r_i64(r);
     t->visibility_timeout_ms = r_i64(r);
     t->max_inflight = r_i64(r);
     t->max_acked_ahead = r_i64(r);
-    t->delivery_mode = r_u8(r);
-    t->durability = r_u8(r);
+    t->delivery_mode = tn__meta_r_u8(r);
+    t->durability = tn__meta_r_u8(r);
     t->ttl_ms = r_i64(r);
-    t->max_attempts = r_u32(r);
+    t->max_attempts = tn__meta_r_u32(r);
     t->created_at_ms = r_i64(r);
-    r_str(r, t->owner, TN_META_USER_MAX);
+    tn__meta_r_str(r, t->owner, TN_META_USER_MAX);
     r_name(r, t->parent, true);
     t->fanout_delay_ms = r_i64(r);
-    t->attach_epoch = r_u64(r);
+    t->attach_epoch = tn__meta_r_u64(r);
     if (r->rc == 0 &&
         (t->partitions == 0 || t->partitions > TN_META_MAX_PARTITIONS || t->retention_ms < 0 ||
          t->visibility_timeout_ms < 0 || t->max_inflight < 0 || t->max_acked_ahead < 0 ||
@@ -601,9 +491,9 @@ static void r_topic(rd_t *r, tn_meta_topic_t *t)
 }
 
 /* TOPIC_PUT's skip list: 1..TN_META_MAX_SKIP ids, strictly ascending, none 0. */
-static void r_skip(rd_t *r, tn_meta_cmd_t *c)
+static void r_skip(tn__meta_rd_t *r, tn_meta_cmd_t *c)
 {
-    uint16_t n = r_u16(r);
+    uint16_t n = tn__meta_r_u16(r);
     if (r->rc == 0 && (n == 0 || n > TN_META_MAX_SKIP || (size_t)n * 8 > r->left))
         r->rc = TN_ECORRUPT;
     if (r->rc != 0)
@@ -615,21 +505,21 @@ static void r_skip(rd_t *r, tn_meta_cmd_t *c)
     }
     c->nskip = n;
     for (uint16_t i = 0; i < n; i++) {
-        c->skip[i] = r_u64(r);
+        c->skip[i] = tn__meta_r_u64(r);
         if (c->skip[i] == 0 || (i > 0 && c->skip[i] <= c->skip[i - 1]))
             r->rc = TN_ECORRUPT;
     }
 }
 
-static void r_user(rd_t *r, tn_meta_user_t *u)
+static void r_user(tn__meta_rd_t *r, tn_meta_user_t *u)
 {
-    r_str(r, u->name, TN_META_USER_MAX);
-    r_str(r, u->hash, TN_META_HASH_MAX);
-    uint8_t root = r_u8(r);
+    tn__meta_r_str(r, u->name, TN_META_USER_MAX);
+    tn__meta_r_str(r, u->hash, TN_META_HASH_MAX);
+    uint8_t root = tn__meta_r_u8(r);
     u->root = root == 1;
     u->created_at_ms = r_i64(r);
     u->updated_at_ms = r_i64(r);
-    uint16_t ng = r_u16(r);
+    uint16_t ng = tn__meta_r_u16(r);
     if (r->rc == 0 && (!user_name_valid(u->name) || root > 1 || ng > TN_META_MAX_GRANTS))
         r->rc = TN_ECORRUPT;
     if (r->rc != 0 || ng == 0)
@@ -642,8 +532,8 @@ static void r_user(rd_t *r, tn_meta_user_t *u)
     u->ngrants = ng;
     for (uint16_t i = 0; i < ng && r->rc == 0; i++) {
         tn_meta_grant_t *g = &u->grants[i];
-        g->action = r_u8(r);
-        uint16_t np = r_u16(r);
+        g->action = tn__meta_r_u8(r);
+        uint16_t np = tn__meta_r_u16(r);
         if (r->rc == 0 && (g->action < TN_GRANT_PRODUCE || g->action > TN_GRANT_ADMIN ||
                            np > TN_META_MAX_PATTERNS))
             r->rc = TN_ECORRUPT;
@@ -658,7 +548,7 @@ static void r_user(rd_t *r, tn_meta_user_t *u)
         }
         for (uint16_t k = 0; k < np && r->rc == 0; k++) {
             char pat[TN_NAME_MAX + 2];
-            r_str(r, pat, TN_NAME_MAX + 1);
+            tn__meta_r_str(r, pat, TN_NAME_MAX + 1);
             if (r->rc != 0)
                 break;
             g->patterns[k] = tn_strdup(pat);
@@ -672,16 +562,16 @@ static void r_user(rd_t *r, tn_meta_user_t *u)
 
 /* n members (0..TN_PSTATE_MAX_REPLICAS; 0 only if may_be_empty), node ids
  * not NONE and distinct. */
-static uint32_t r_members(rd_t *r, tn_pstate_member_t *v, bool may_be_empty)
+static uint32_t r_members(tn__meta_rd_t *r, tn_pstate_member_t *v, bool may_be_empty)
 {
-    uint8_t n = r_u8(r);
+    uint8_t n = tn__meta_r_u8(r);
     if (r->rc == 0 && ((n == 0 && !may_be_empty) || n > TN_PSTATE_MAX_REPLICAS))
         r->rc = TN_ECORRUPT;
     if (r->rc != 0)
         return 0;
     for (uint32_t i = 0; i < n; i++) {
-        v[i].node = r_u32(r);
-        v[i].incarnation = r_u64(r);
+        v[i].node = tn__meta_r_u32(r);
+        v[i].incarnation = tn__meta_r_u64(r);
         for (uint32_t k = 0; k < i && r->rc == 0; k++)
             if (v[k].node == v[i].node)
                 r->rc = TN_ECORRUPT;
@@ -701,13 +591,13 @@ static bool is_replica(const tn_pstate_t *ps, uint32_t node)
 
 /* A list of 1..TN_PSTATE_MAX_REPLICAS distinct node ids, none NONE; its
  * count, 0 after an error. */
-static uint32_t r_nodes(rd_t *r, uint32_t *v)
+static uint32_t r_nodes(tn__meta_rd_t *r, uint32_t *v)
 {
-    uint8_t n = r_u8(r);
+    uint8_t n = tn__meta_r_u8(r);
     if (r->rc == 0 && (n == 0 || n > TN_PSTATE_MAX_REPLICAS))
         r->rc = TN_ECORRUPT;
     for (uint32_t i = 0; i < n && r->rc == 0; i++) {
-        v[i] = r_u32(r);
+        v[i] = tn__meta_r_u32(r);
         for (uint32_t k = 0; k < i && r->rc == 0; k++)
             if (v[k] == v[i])
                 r->rc = TN_ECORRUPT;
@@ -727,11 +617,11 @@ static bool nodes_have(const uint32_t *v, uint32_t n, uint32_t node)
 
 /* A partition state's move (partstate.h's invariants: replicas is the
  * target followed by the old replicas not in it). false: damaged. */
-static bool r_move(rd_t *r, tn_pstate_t *ps)
+static bool r_move(tn__meta_rd_t *r, tn_pstate_t *ps)
 {
     ps->ntarget = r_nodes(r, ps->target);
     ps->nold = r_nodes(r, ps->old);
-    ps->move_id = r_u64(r);
+    ps->move_id = tn__meta_r_u64(r);
     ps->move_started_ms = r_i64(r);
     if (r->rc != 0)
         return false;
@@ -753,31 +643,31 @@ static bool r_move(rd_t *r, tn_pstate_t *ps)
 
 /* A snapshot's partition state, checked against the invariants a state
  * machine keeps (partstate.h), so a damaged one is refused, not applied. */
-static void r_pstate(rd_t *r, tn_pstate_t *ps)
+static void r_pstate(tn__meta_rd_t *r, tn_pstate_t *ps)
 {
     memset(ps, 0, sizeof(*ps));
-    uint8_t n = r_u8(r);
+    uint8_t n = tn__meta_r_u8(r);
     if (r->rc == 0 && (n == 0 || n > TN_PSTATE_MAX_REPLICAS))
         r->rc = TN_ECORRUPT;
     if (r->rc != 0)
         return;
     ps->nreplicas = n;
     for (uint32_t i = 0; i < n; i++) {
-        ps->replicas[i] = r_u32(r);
+        ps->replicas[i] = tn__meta_r_u32(r);
         for (uint32_t k = 0; k < i && r->rc == 0; k++)
             if (ps->replicas[k] == ps->replicas[i])
                 r->rc = TN_ECORRUPT;
         if (r->rc == 0 && ps->replicas[i] == TN_PSTATE_NONE)
             r->rc = TN_ECORRUPT;
     }
-    ps->leader = r_u32(r);
-    ps->leader_epoch = r_u32(r);
-    ps->partition_epoch = r_u32(r);
+    ps->leader = tn__meta_r_u32(r);
+    ps->leader_epoch = tn__meta_r_u32(r);
+    ps->partition_epoch = tn__meta_r_u32(r);
     ps->nisr = r_members(r, ps->isr, true);
     ps->nelr = r_members(r, ps->elr, true);
-    ps->min_insync = r_u8(r);
-    ps->corrupt = r_u32(r);
-    uint8_t unclean = r_u8(r);
+    ps->min_insync = tn__meta_r_u8(r);
+    ps->corrupt = tn__meta_r_u32(r);
+    uint8_t unclean = tn__meta_r_u8(r);
     ps->unclean = unclean == 1;
     if (r->rc != 0)
         return;
@@ -817,10 +707,10 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             return TN_ECORRUPT;
     }
     c->type = b[3];
-    rd_t r = {b + TN_META_HDR, payload, 0};
+    tn__meta_rd_t r = {b + TN_META_HDR, payload, 0};
     switch (c->type) {
     case TN_MC_TOPIC_PUT: {
-        uint8_t flags = r_u8(&r);
+        uint8_t flags = tn__meta_r_u8(&r);
         if (r.rc == 0 && ((flags & ~127u) != 0 || (flags & 5u) == 5u))
             r.rc = TN_ECORRUPT;
         c->again = (flags & TN_META_TOPIC_AGAIN) != 0;
@@ -830,14 +720,14 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         r_topic(&r, &c->topic);
         c->topic.native = (flags & 2) != 0;
         if (c->if_unchanged)
-            c->expect = r_u64(&r);
+            c->expect = tn__meta_r_u64(&r);
         if ((flags & 8) != 0)
             r_skip(&r, c);
         c->topic.replication_factor = 1;
         c->topic.min_insync = 1;
         if ((flags & TN_META_TOPIC_REPL) != 0) {
-            c->topic.replication_factor = r_u8(&r);
-            c->topic.min_insync = r_u8(&r);
+            c->topic.replication_factor = tn__meta_r_u8(&r);
+            c->topic.min_insync = tn__meta_r_u8(&r);
             /* 1/1 is written without the bit: one encoding per record. */
             if (r.rc == 0 &&
                 (c->topic.replication_factor < 1 ||
@@ -858,7 +748,7 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         r_name(&r, c->channel, false);
         break;
     case TN_MC_USER_PUT: {
-        uint8_t cond = r_u8(&r); /* 1 if_absent, 2 if_unchanged; bit 7 again */
+        uint8_t cond = tn__meta_r_u8(&r); /* 1 if_absent, 2 if_unchanged; bit 7 again */
         c->again = (cond & TN_META_USER_AGAIN) != 0;
         cond &= (uint8_t)~TN_META_USER_AGAIN;
         if (r.rc == 0 && cond > 2)
@@ -867,42 +757,42 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         c->if_unchanged = cond == 2;
         r_user(&r, &c->user);
         if (c->if_unchanged)
-            c->expect = r_u64(&r);
+            c->expect = tn__meta_r_u64(&r);
         break;
     }
     case TN_MC_USER_DELETE:
-        r_str(&r, c->user.name, TN_META_USER_MAX);
+        tn__meta_r_str(&r, c->user.name, TN_META_USER_MAX);
         if (r.rc == 0 && !user_name_valid(c->user.name))
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_MEMBER_PUT:
-        c->member.id = r_u64(&r);
-        r_str(&r, c->member.addr, TN_META_ADDR_MAX);
+        c->member.id = tn__meta_r_u64(&r);
+        tn__meta_r_str(&r, c->member.addr, TN_META_ADDR_MAX);
         if (r.rc == 0 && (c->member.id == 0 || c->member.addr[0] == '\0'))
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_MEMBER_DRAIN:
-        c->member.id = r_u64(&r);
+        c->member.id = tn__meta_r_u64(&r);
         c->member.draining = r_flag(&r);
         if (r.rc == 0 && c->member.id == 0)
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_MEMBER_REG:
     case TN_MC_MEMBER_REC:
-        c->member.id = r_u64(&r);
-        r_str(&r, c->member.addr, TN_META_ADDR_MAX);
-        r_str(&r, c->member.api_addr, TN_META_ADDR_MAX);
+        c->member.id = tn__meta_r_u64(&r);
+        tn__meta_r_str(&r, c->member.addr, TN_META_ADDR_MAX);
+        tn__meta_r_str(&r, c->member.api_addr, TN_META_ADDR_MAX);
         c->member.heartbeat_ms = r_i64(&r);
         if (c->type == TN_MC_MEMBER_REC) {
-            r_str(&r, c->member.nsq.broadcast, TN_META_HOST_MAX);
-            r_str(&r, c->member.nsq.hostname, TN_META_HOST_MAX);
-            c->member.nsq.tcp_port = r_u16(&r);
-            c->member.nsq.http_port = r_u16(&r);
-            r_str(&r, c->member.nsq.version, TN_META_RELEASE_MAX);
+            tn__meta_r_str(&r, c->member.nsq.broadcast, TN_META_HOST_MAX);
+            tn__meta_r_str(&r, c->member.nsq.hostname, TN_META_HOST_MAX);
+            c->member.nsq.tcp_port = tn__meta_r_u16(&r);
+            c->member.nsq.http_port = tn__meta_r_u16(&r);
+            tn__meta_r_str(&r, c->member.nsq.version, TN_META_RELEASE_MAX);
             if (r.rc == 0 && (r.left == 8 || r.left == 16)) {
                 bool boot = r.left == 16;
-                c->member.incarnation = r_u64(&r); /* absent in older ones: 0 */
-                c->member.boot = boot ? r_u64(&r) : 0;
+                c->member.incarnation = tn__meta_r_u64(&r); /* absent in older ones: 0 */
+                c->member.boot = boot ? tn__meta_r_u64(&r) : 0;
                 if (c->member.incarnation == 0 || (boot && c->member.boot == 0))
                     r.rc = TN_ECORRUPT; /* 0 is written as no field */
             }
@@ -913,25 +803,25 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         break;
     case TN_MC_TOPIC_GROW_FOR:
         r_name(&r, c->topic.name, false);
-        c->member.id = r_u64(&r);
+        c->member.id = tn__meta_r_u64(&r);
         if (r.rc == 0 && c->member.id == 0)
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_MEMBER_STATUS:
-        c->member.id = r_u64(&r);
-        c->member.status = r_u8(&r);
+        c->member.id = tn__meta_r_u64(&r);
+        c->member.status = tn__meta_r_u8(&r);
         c->member.heartbeat_ms = r_i64(&r);
         if (r.rc == 0 &&
             (c->member.id == 0 || c->member.status > TN_MEMBER_DEAD || c->member.heartbeat_ms < 0))
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_NOOP:
-        c->member.id = r_u64(&r);
-        c->nonce = r_u64(&r);
+        c->member.id = tn__meta_r_u64(&r);
+        c->nonce = tn__meta_r_u64(&r);
         break;
     case TN_MC_PART_OWNERS: {
         r_name(&r, c->topic.name, false);
-        uint32_t n = r_u32(&r);
+        uint32_t n = tn__meta_r_u32(&r);
         if (r.rc == 0 && (n == 0 || n > TN_META_MAX_PARTITIONS || (size_t)n * 8 != r.left))
             r.rc = TN_ECORRUPT;
         if (r.rc != 0)
@@ -943,28 +833,28 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         }
         c->nowners = n;
         for (uint32_t i = 0; i < n; i++)
-            c->owners[i] = r_u64(&r);
+            c->owners[i] = tn__meta_r_u64(&r);
         break;
     }
     case TN_MC_MEMBER_FENCE:
-        c->member.id = r_u64(&r);
-        c->member.incarnation = r_u64(&r);
+        c->member.id = tn__meta_r_u64(&r);
+        c->member.incarnation = tn__meta_r_u64(&r);
         if (r.rc == 0 && c->member.id == 0)
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_MEMBER_REMOVE:
-        c->member.id = r_u64(&r);
-        c->member.incarnation = r_u64(&r);
-        c->removed_ms = (int64_t)r_u64(&r);
+        c->member.id = tn__meta_r_u64(&r);
+        c->member.incarnation = tn__meta_r_u64(&r);
+        c->removed_ms = (int64_t)tn__meta_r_u64(&r);
         if (r.rc == 0 && (c->member.id == 0 || c->removed_ms < 0))
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_PART_ISR:
         r_name(&r, c->topic.name, false);
-        c->part = r_u32(&r);
-        c->node = r_u32(&r);
-        c->leader_epoch = r_u32(&r);
-        c->expected_pe = r_u32(&r);
+        c->part = tn__meta_r_u32(&r);
+        c->node = tn__meta_r_u32(&r);
+        c->leader_epoch = tn__meta_r_u32(&r);
+        c->expected_pe = tn__meta_r_u32(&r);
         c->nisr = r_members(&r, c->isr, false);
         /* The flags byte came later: an entry without it is an older
          * build's, whose leaders had no channel check to make. */
@@ -977,47 +867,47 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         break;
     case TN_MC_PART_LEADER:
         r_name(&r, c->topic.name, false);
-        c->part = r_u32(&r);
-        c->node = r_u32(&r);
+        c->part = tn__meta_r_u32(&r);
+        c->node = tn__meta_r_u32(&r);
         c->unclean = r_flag(&r);
         if (r.rc == 0 && c->node == TN_PSTATE_NONE)
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_PART_REBALANCE:
         r_name(&r, c->topic.name, false);
-        c->part = r_u32(&r);
+        c->part = tn__meta_r_u32(&r);
         break;
     case TN_MC_PART_CORRUPT:
         r_name(&r, c->topic.name, false);
-        c->part = r_u32(&r);
-        c->node = r_u32(&r);
+        c->part = tn__meta_r_u32(&r);
+        c->node = tn__meta_r_u32(&r);
         if (r.rc == 0 && c->node == TN_PSTATE_NONE)
             r.rc = TN_ECORRUPT;
         break;
     case TN_MC_PART_STATE:
         r_name(&r, c->topic.name, false);
-        c->part = r_u32(&r);
+        c->part = tn__meta_r_u32(&r);
         r_pstate(&r, &c->pstate);
         break;
     case TN_MC_PART_MOVE:
         r_name(&r, c->topic.name, false);
-        c->part = r_u32(&r);
-        c->move_kind = r_u8(&r);
-        c->move_id = r_u64(&r);
+        c->part = tn__meta_r_u32(&r);
+        c->move_kind = tn__meta_r_u8(&r);
+        c->move_id = tn__meta_r_u64(&r);
         c->move_ms = r_i64(&r);
         if (r.rc == 0 && (c->move_kind > TN_MOVE_ABORT || c->move_id == 0 || c->move_ms < 0))
             r.rc = TN_ECORRUPT;
         if (r.rc == 0 && c->move_kind == TN_MOVE_BEGIN)
             c->ntarget = r_nodes(&r, c->target);
         else if (r.rc == 0 && c->move_kind == TN_MOVE_ABORT)
-            r_str(&r, c->move_reason, TN_META_MOVE_REASON_MAX);
+            tn__meta_r_str(&r, c->move_reason, TN_META_MOVE_REASON_MAX);
         break;
     case TN_MC_MOVE_DONE: {
         tn_meta_move_t *mv = &c->move;
-        mv->id = r_u64(&r);
+        mv->id = tn__meta_r_u64(&r);
         r_name(&r, mv->topic, false);
-        mv->part = r_u32(&r);
-        mv->end = r_u8(&r);
+        mv->part = tn__meta_r_u32(&r);
+        mv->end = tn__meta_r_u8(&r);
         mv->started_ms = r_i64(&r);
         mv->finished_ms = r_i64(&r);
         if (r.rc == 0 && (mv->id == 0 || (mv->end != TN_MOVE_DONE && mv->end != TN_MOVE_ABORTED) ||
@@ -1025,7 +915,7 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             r.rc = TN_ECORRUPT;
         mv->nfrom = r_nodes(&r, mv->from);
         mv->nto = r_nodes(&r, mv->to);
-        r_str(&r, mv->reason, TN_META_MOVE_REASON_MAX);
+        tn__meta_r_str(&r, mv->reason, TN_META_MOVE_REASON_MAX);
         break;
     }
     case TN_MC_REMOTE_PUT:
@@ -1042,11 +932,11 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         break;
     case TN_MC_CLUSTER_REBALANCE: {
         tn_meta_rebal_t *rb = &c->rebal;
-        uint8_t flags = r_u8(&r);
+        uint8_t flags = tn__meta_r_u8(&r);
         rb->wanted = (flags & 1u) != 0;
         c->if_absent = (flags & 2u) != 0;
-        rb->reason = r_u8(&r);
-        rb->id = r_u64(&r);
+        rb->reason = tn__meta_r_u8(&r);
+        rb->id = tn__meta_r_u64(&r);
         rb->since_ms = r_i64(&r);
         if (r.rc == 0 &&
             ((flags & ~3u) != 0 || (c->if_absent && !rb->wanted) || rb->id == 0 ||

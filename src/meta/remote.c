@@ -8,56 +8,13 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "meta/cmd.h"
+#include "meta/codec.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <string.h>
 
 /* --- codec --------------------------------------------------------------------------- */
-
-typedef struct {
-    tn_buf_t *out;
-    int rc;
-} wr_t;
-
-static void w_bytes(wr_t *w, const void *p, size_t n)
-{
-    if (w->rc == 0 && n > 0)
-        w->rc = tn_buf_append(w->out, p, n);
-}
-
-static void w_u16(wr_t *w, uint16_t v)
-{
-    unsigned char b[2];
-    tn_put_u16(b, v);
-    w_bytes(w, b, 2);
-}
-
-static void w_u32(wr_t *w, uint32_t v)
-{
-    unsigned char b[4];
-    tn_put_u32(b, v);
-    w_bytes(w, b, 4);
-}
-
-static void w_u64(wr_t *w, uint64_t v)
-{
-    unsigned char b[8];
-    tn_put_u64(b, v);
-    w_bytes(w, b, 8);
-}
-
-static void w_str(wr_t *w, const char *s, size_t max)
-{
-    size_t n = s != NULL ? strlen(s) : 0;
-    if (n > max) {
-        if (w->rc == 0)
-            w->rc = UV_EINVAL;
-        return;
-    }
-    w_u16(w, (uint16_t)n);
-    w_bytes(w, s, n);
-}
 
 bool tn_meta_remote_name_valid(const char *s, size_t n)
 {
@@ -96,136 +53,81 @@ static bool rec_valid(const tn_meta_remote_t *r)
 
 int tn__meta_remote_encode(uint8_t type, const tn_meta_remote_cmd_t *c, tn_buf_t *out)
 {
-    wr_t w = {out, 0};
+    tn__meta_wr_t w = {out, 0};
     const tn_meta_remote_t *r = &c->rec;
     if (type == TN_MC_REMOTE_SALT) {
-        w_bytes(&w, c->salt, TN_SEAL_SALT);
+        tn__meta_w_bytes(&w, c->salt, TN_SEAL_SALT);
         return w.rc;
     }
     if (type == TN_MC_REMOTE_DELETE) {
         if (!tn_meta_remote_name_valid(r->name, strlen(r->name)))
             return UV_EINVAL;
-        w_str(&w, r->name, TN_REMOTE_NAME_MAX);
-        w_str(&w, r->updated_by, TN_REMOTE_BY_MAX);
-        w_str(&w, r->request, TN_REMOTE_REQUEST_MAX);
+        tn__meta_w_str(&w, r->name, TN_REMOTE_NAME_MAX);
+        tn__meta_w_str(&w, r->updated_by, TN_REMOTE_BY_MAX);
+        tn__meta_w_str(&w, r->request, TN_REMOTE_REQUEST_MAX);
         return w.rc;
     }
     if (c->cond > 2 || !rec_valid(r))
         return UV_EINVAL;
     uint8_t cond = (uint8_t)(c->cond | (c->again ? TN_REMOTE_AGAIN : 0));
-    w_bytes(&w, &cond, 1);
-    w_bytes(&w, c->salt, TN_SEAL_SALT);
-    w_str(&w, r->name, TN_REMOTE_NAME_MAX);
-    w_u64(&w, r->id);
-    w_str(&w, r->url, TN_REMOTE_URL_MAX);
-    w_str(&w, r->username, TN_REMOTE_USER_MAX);
-    w_str(&w, r->ca_pem != NULL ? r->ca_pem : "", TN_REMOTE_CA_MAX);
-    w_u16(&w, r->sealed_len);
-    w_bytes(&w, r->sealed, r->sealed_len);
-    w_u32(&w, r->cred_version);
-    w_u64(&w, (uint64_t)r->created_at_ms);
-    w_u64(&w, (uint64_t)r->updated_at_ms);
-    w_str(&w, r->created_by, TN_REMOTE_BY_MAX);
-    w_str(&w, r->updated_by, TN_REMOTE_BY_MAX);
-    w_str(&w, r->request, TN_REMOTE_REQUEST_MAX);
+    tn__meta_w_bytes(&w, &cond, 1);
+    tn__meta_w_bytes(&w, c->salt, TN_SEAL_SALT);
+    tn__meta_w_str(&w, r->name, TN_REMOTE_NAME_MAX);
+    tn__meta_w_u64(&w, r->id);
+    tn__meta_w_str(&w, r->url, TN_REMOTE_URL_MAX);
+    tn__meta_w_str(&w, r->username, TN_REMOTE_USER_MAX);
+    tn__meta_w_str(&w, r->ca_pem != NULL ? r->ca_pem : "", TN_REMOTE_CA_MAX);
+    tn__meta_w_u16(&w, r->sealed_len);
+    tn__meta_w_bytes(&w, r->sealed, r->sealed_len);
+    tn__meta_w_u32(&w, r->cred_version);
+    tn__meta_w_u64(&w, (uint64_t)r->created_at_ms);
+    tn__meta_w_u64(&w, (uint64_t)r->updated_at_ms);
+    tn__meta_w_str(&w, r->created_by, TN_REMOTE_BY_MAX);
+    tn__meta_w_str(&w, r->updated_by, TN_REMOTE_BY_MAX);
+    tn__meta_w_str(&w, r->request, TN_REMOTE_REQUEST_MAX);
     if (c->cond == 2)
-        w_u64(&w, c->expect);
+        tn__meta_w_u64(&w, c->expect);
     return w.rc;
-}
-
-typedef struct {
-    const unsigned char *p;
-    size_t left;
-    int rc;
-} rd_t;
-
-static const unsigned char *r_take(rd_t *r, size_t n)
-{
-    if (r->rc != 0 || r->left < n) {
-        if (r->rc == 0)
-            r->rc = TN_ECORRUPT;
-        return NULL;
-    }
-    const unsigned char *p = r->p;
-    r->p += n;
-    r->left -= n;
-    return p;
-}
-
-static uint16_t r_u16(rd_t *r)
-{
-    const unsigned char *p = r_take(r, 2);
-    return p != NULL ? tn_get_u16(p) : 0;
-}
-
-static uint32_t r_u32(rd_t *r)
-{
-    const unsigned char *p = r_take(r, 4);
-    return p != NULL ? tn_get_u32(p) : 0;
-}
-
-static uint64_t r_u64(rd_t *r)
-{
-    const unsigned char *p = r_take(r, 8);
-    return p != NULL ? tn_get_u64(p) : 0;
-}
-
-/* A string of at most max bytes, without NUL, into out (max + 1 bytes). */
-static void r_str(rd_t *r, char *out, size_t max)
-{
-    out[0] = '\0';
-    uint16_t n = r_u16(r);
-    if (r->rc == 0 && n > max)
-        r->rc = TN_ECORRUPT;
-    const unsigned char *p = r_take(r, n);
-    if (p == NULL)
-        return;
-    if (memchr(p, '\0', n) != NULL) {
-        r->rc = TN_ECORRUPT;
-        return;
-    }
-    memcpy(out, p, n);
-    out[n] = '\0';
 }
 
 int tn__meta_remote_decode(uint8_t type, const uint8_t *p, size_t n, tn_meta_remote_cmd_t *c)
 {
     memset(c, 0, sizeof(*c));
-    rd_t r = {p, n, 0};
+    tn__meta_rd_t r = {p, n, 0};
     tn_meta_remote_t *rec = &c->rec;
     if (type == TN_MC_REMOTE_SALT) {
-        const unsigned char *salt = r_take(&r, TN_SEAL_SALT);
+        const unsigned char *salt = tn__meta_r_take(&r, TN_SEAL_SALT);
         if (salt != NULL)
             memcpy(c->salt, salt, TN_SEAL_SALT);
         return r.rc == 0 && r.left != 0 ? TN_ECORRUPT : r.rc;
     }
     if (type == TN_MC_REMOTE_DELETE) {
-        r_str(&r, rec->name, TN_REMOTE_NAME_MAX);
-        r_str(&r, rec->updated_by, TN_REMOTE_BY_MAX);
-        r_str(&r, rec->request, TN_REMOTE_REQUEST_MAX);
+        tn__meta_r_str(&r, rec->name, TN_REMOTE_NAME_MAX);
+        tn__meta_r_str(&r, rec->updated_by, TN_REMOTE_BY_MAX);
+        tn__meta_r_str(&r, rec->request, TN_REMOTE_REQUEST_MAX);
         if (r.rc == 0 && (!tn_meta_remote_name_valid(rec->name, strlen(rec->name)) ||
                           !token_valid(rec->updated_by, true) || !token_valid(rec->request, true)))
             r.rc = TN_ECORRUPT;
         return r.rc == 0 && r.left != 0 ? TN_ECORRUPT : r.rc;
     }
-    const unsigned char *cond = r_take(&r, 1);
+    const unsigned char *cond = tn__meta_r_take(&r, 1);
     if (cond != NULL) {
         c->again = (cond[0] & TN_REMOTE_AGAIN) != 0;
         c->cond = (uint8_t)(cond[0] & ~TN_REMOTE_AGAIN);
         if (c->cond > 2)
             r.rc = TN_ECORRUPT;
     }
-    const unsigned char *salt = r_take(&r, TN_SEAL_SALT);
+    const unsigned char *salt = tn__meta_r_take(&r, TN_SEAL_SALT);
     if (salt != NULL)
         memcpy(c->salt, salt, TN_SEAL_SALT);
-    r_str(&r, rec->name, TN_REMOTE_NAME_MAX);
-    rec->id = r_u64(&r);
-    r_str(&r, rec->url, TN_REMOTE_URL_MAX);
-    r_str(&r, rec->username, TN_REMOTE_USER_MAX);
-    uint16_t calen = r_u16(&r);
+    tn__meta_r_str(&r, rec->name, TN_REMOTE_NAME_MAX);
+    rec->id = tn__meta_r_u64(&r);
+    tn__meta_r_str(&r, rec->url, TN_REMOTE_URL_MAX);
+    tn__meta_r_str(&r, rec->username, TN_REMOTE_USER_MAX);
+    uint16_t calen = tn__meta_r_u16(&r);
     if (r.rc == 0 && calen > TN_REMOTE_CA_MAX)
         r.rc = TN_ECORRUPT;
-    const unsigned char *ca = r_take(&r, calen);
+    const unsigned char *ca = tn__meta_r_take(&r, calen);
     if (ca != NULL) {
         if (memchr(ca, '\0', calen) != NULL) {
             r.rc = TN_ECORRUPT;
@@ -236,20 +138,20 @@ int tn__meta_remote_decode(uint8_t type, const uint8_t *p, size_t n, tn_meta_rem
             rec->ca_pem[calen] = '\0';
         }
     }
-    rec->sealed_len = r_u16(&r);
+    rec->sealed_len = tn__meta_r_u16(&r);
     if (r.rc == 0 && rec->sealed_len > TN_REMOTE_SEALED_MAX)
         r.rc = TN_ECORRUPT;
-    const unsigned char *sealed = r_take(&r, rec->sealed_len);
+    const unsigned char *sealed = tn__meta_r_take(&r, rec->sealed_len);
     if (sealed != NULL)
         memcpy(rec->sealed, sealed, rec->sealed_len);
-    rec->cred_version = r_u32(&r);
-    rec->created_at_ms = (int64_t)r_u64(&r);
-    rec->updated_at_ms = (int64_t)r_u64(&r);
-    r_str(&r, rec->created_by, TN_REMOTE_BY_MAX);
-    r_str(&r, rec->updated_by, TN_REMOTE_BY_MAX);
-    r_str(&r, rec->request, TN_REMOTE_REQUEST_MAX);
+    rec->cred_version = tn__meta_r_u32(&r);
+    rec->created_at_ms = (int64_t)tn__meta_r_u64(&r);
+    rec->updated_at_ms = (int64_t)tn__meta_r_u64(&r);
+    tn__meta_r_str(&r, rec->created_by, TN_REMOTE_BY_MAX);
+    tn__meta_r_str(&r, rec->updated_by, TN_REMOTE_BY_MAX);
+    tn__meta_r_str(&r, rec->request, TN_REMOTE_REQUEST_MAX);
     if (c->cond == 2)
-        c->expect = r_u64(&r);
+        c->expect = tn__meta_r_u64(&r);
     if (r.rc == 0 && (r.left != 0 || !rec_valid(rec)))
         r.rc = TN_ECORRUPT;
     if (r.rc != 0)
