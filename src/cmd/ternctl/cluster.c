@@ -266,6 +266,48 @@ static int decom_progress(tn_ctl_t *c, const char *id, int64_t *held, int64_t *o
     return rc;
 }
 
+/* decommission --wait: what the last look saw, and what was last printed
+ * (progress prints when it changes). */
+typedef struct {
+    const char *id;
+    int64_t held, owned; /* replicated and owned partitions left */
+    int64_t last_held, last_moving;
+} decom_wait_t;
+
+static int decom_look(tn_ctl_t *c, void *arg, bool *more)
+{
+    decom_wait_t *w = arg;
+    int64_t moving;
+    bool done;
+    int rc = decom_progress(c, w->id, &w->held, &w->owned, &moving, &done);
+    if (rc != TN_CTL_OK)
+        return rc;
+    if (done) {
+        if (!tn_ctl_json(c))
+            printf("member %s holds no partition: decommissioned\n", w->id);
+        return TN_CTL_OK;
+    }
+    /* Factor-1 partitions move too (one at a time per member, as
+     * replicas do): what it owns counts until the last has left. */
+    if ((w->held + w->owned != w->last_held || moving != w->last_moving) && !tn_ctl_json(c))
+        printf("member %s: %" PRId64 " replicated partition(s) and %" PRId64
+               " owned partition(s) left, %" PRId64 " move(s) off it under way\n",
+               w->id, w->held, w->owned, moving);
+    w->last_held = w->held + w->owned;
+    w->last_moving = moving;
+    *more = true;
+    return TN_CTL_OK;
+}
+
+static void decom_expired(void *arg)
+{
+    const decom_wait_t *w = arg;
+    fprintf(stderr,
+            "ternctl: cluster decommission: member %s still holds %" PRId64
+            " replicated and %" PRId64 " owned partition(s) after --wait-timeout\n",
+            w->id, w->held, w->owned);
+}
+
 /* `cluster decommission ID [--wait] [--wait-timeout D]`: mark the member
  * draining (POST /v1/cluster/members/{id}/decommission): the metastore
  * leader moves its replicas of replicated partitions to the others. With
@@ -308,36 +350,8 @@ static int decommission(tn_ctl_t *c, int argc, char **argv)
         printf("member %s is draining: its replicas move to the other members\n", id);
     if (!wait)
         return TN_CTL_OK;
-    int64_t until = tn_ctl_mono_ms() + wait_ms;
-    int64_t last_held = -1, last_moving = -1;
-    for (;;) {
-        int64_t held, owned, moving;
-        bool done;
-        int rc = decom_progress(c, id, &held, &owned, &moving, &done);
-        if (rc != TN_CTL_OK)
-            return rc;
-        if (done) {
-            if (!tn_ctl_json(c))
-                printf("member %s holds no partition: decommissioned\n", id);
-            return TN_CTL_OK;
-        }
-        /* Factor-1 partitions move too (one at a time per member, as
-         * replicas do): what it owns counts until the last has left. */
-        if ((held + owned != last_held || moving != last_moving) && !tn_ctl_json(c))
-            printf("member %s: %" PRId64 " replicated partition(s) and %" PRId64
-                   " owned partition(s) left, %" PRId64 " move(s) off it under way\n",
-                   id, held, owned, moving);
-        last_held = held + owned;
-        last_moving = moving;
-        if (tn_ctl_mono_ms() > until) {
-            fprintf(stderr,
-                    "ternctl: cluster decommission: member %s still holds %" PRId64
-                    " replicated and %" PRId64 " owned partition(s) after --wait-timeout\n",
-                    id, held, owned);
-            return TN_CTL_FAIL;
-        }
-        tn_ctl_sleep_ms(DECOM_POLL_MS);
-    }
+    decom_wait_t dw = {id, 0, 0, -1, -1};
+    return tn_ctl_wait_for(c, wait_ms, DECOM_POLL_MS, decom_look, decom_expired, &dw);
 }
 
 /* GET /v1/cluster/rebalance: whether one runs, the moves under way, the
@@ -374,6 +388,51 @@ static int rebal_progress(tn_ctl_t *c, bool *running, int64_t *moving, int64_t *
     yajl_tree_free(v);
     tn_ctl_resp_fini(&r);
     return TN_CTL_OK;
+}
+
+/* rebalance --wait: the moves under way at the last look, and what was
+ * last printed (progress prints when it changes). */
+typedef struct {
+    int64_t moving;
+    int64_t last_moving, last_left;
+} rebal_wait_t;
+
+static int rebal_look(tn_ctl_t *c, void *arg, bool *more)
+{
+    rebal_wait_t *w = arg;
+    bool running;
+    int64_t left, spread;
+    int rc = rebal_progress(c, &running, &w->moving, &left, &spread);
+    if (rc != TN_CTL_OK)
+        return rc;
+    if (!running && w->moving == 0) {
+        if (spread > 1) {
+            fprintf(stderr,
+                    "ternctl: cluster rebalance: over with replica counts %" PRId64
+                    " apart (a member of a new list was not alive: the metastore leader's "
+                    "log says which)\n",
+                    spread);
+            return TN_CTL_FAIL;
+        }
+        if (!tn_ctl_json(c))
+            printf("rebalanced: the members' replica counts are within one\n");
+        return TN_CTL_OK;
+    }
+    if ((w->moving != w->last_moving || left != w->last_left) && !tn_ctl_json(c))
+        printf("%" PRId64 " move(s) under way, %" PRId64 " more to begin\n", w->moving, left);
+    w->last_moving = w->moving;
+    w->last_left = left;
+    *more = true;
+    return TN_CTL_OK;
+}
+
+static void rebal_expired(void *arg)
+{
+    const rebal_wait_t *w = arg;
+    fprintf(stderr,
+            "ternctl: cluster rebalance: still running after --wait-timeout (%" PRId64
+            " move(s) under way)\n",
+            w->moving);
 }
 
 /* `cluster rebalance [--wait] [--wait-timeout D]`: ask the metastore
@@ -430,40 +489,8 @@ static int rebalance(tn_ctl_t *c, int argc, char **argv)
     tn_ctl_resp_fini(&r);
     if (!wait || !begun)
         return TN_CTL_OK;
-    int64_t until = tn_ctl_mono_ms() + wait_ms;
-    int64_t last_moving = -1, last_left = -1;
-    for (;;) {
-        bool running;
-        int64_t moving, left, spread;
-        int rc = rebal_progress(c, &running, &moving, &left, &spread);
-        if (rc != TN_CTL_OK)
-            return rc;
-        if (!running && moving == 0) {
-            if (spread > 1) {
-                fprintf(stderr,
-                        "ternctl: cluster rebalance: over with replica counts %" PRId64
-                        " apart (a member of a new list was not alive: the metastore leader's "
-                        "log says which)\n",
-                        spread);
-                return TN_CTL_FAIL;
-            }
-            if (!tn_ctl_json(c))
-                printf("rebalanced: the members' replica counts are within one\n");
-            return TN_CTL_OK;
-        }
-        if ((moving != last_moving || left != last_left) && !tn_ctl_json(c))
-            printf("%" PRId64 " move(s) under way, %" PRId64 " more to begin\n", moving, left);
-        last_moving = moving;
-        last_left = left;
-        if (tn_ctl_mono_ms() > until) {
-            fprintf(stderr,
-                    "ternctl: cluster rebalance: still running after --wait-timeout (%" PRId64
-                    " move(s) under way)\n",
-                    moving);
-            return TN_CTL_FAIL;
-        }
-        tn_ctl_sleep_ms(DECOM_POLL_MS);
-    }
+    rebal_wait_t rw = {0, -1, -1};
+    return tn_ctl_wait_for(c, wait_ms, DECOM_POLL_MS, rebal_look, rebal_expired, &rw);
 }
 
 /* `cluster remove ID`: DELETE /v1/cluster/members/{id}. 200: the member is

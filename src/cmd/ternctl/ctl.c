@@ -754,6 +754,23 @@ int64_t tn_ctl_mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int tn_ctl_wait_for(tn_ctl_t *c, int64_t wait_ms, int64_t poll_ms, tn_ctl_look_cb look,
+                    tn_ctl_expired_cb expired, void *arg)
+{
+    int64_t until = tn_ctl_mono_ms() + wait_ms;
+    for (;;) {
+        bool more = false;
+        int rc = look(c, arg, &more);
+        if (!more)
+            return rc;
+        if (tn_ctl_mono_ms() > until) {
+            expired(arg);
+            return TN_CTL_FAIL;
+        }
+        tn_ctl_sleep_ms(poll_ms);
+    }
+}
+
 const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap)
 {
     if (ms < 0)

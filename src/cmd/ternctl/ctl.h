@@ -166,6 +166,17 @@ const char *tn_ctl_fmt_ms(int64_t ms, char *buf, size_t cap);
 bool tn_ctl_wait_opt(const char *cmd, int ch, bool *wait, int64_t *wait_ms, int *rc);
 void tn_ctl_sleep_ms(int64_t ms);
 int64_t tn_ctl_mono_ms(void);
+/* A --wait's loop. look(c, arg, &more) takes one look at what is followed
+ * (printing progress as it sees fit) and returns an exit code; with *more
+ * set (it starts false) the wait goes on. The first look is at once, the
+ * next poll_ms after the last; when a look wants more once wait_ms have
+ * passed, expired(arg) prints why (from what the looks left in arg) and
+ * the wait ends TN_CTL_FAIL. Otherwise it ends with the code of the look
+ * that wanted no more. arg is borrowed for the call. */
+typedef int (*tn_ctl_look_cb)(tn_ctl_t *c, void *arg, bool *more);
+typedef void (*tn_ctl_expired_cb)(void *arg);
+int tn_ctl_wait_for(tn_ctl_t *c, int64_t wait_ms, int64_t poll_ms, tn_ctl_look_cb look,
+                    tn_ctl_expired_cb expired, void *arg);
 
 /* The members table of GET /v1/cluster/members' array (cluster.c; status
  * shows it too). */

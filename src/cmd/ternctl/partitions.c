@@ -168,6 +168,33 @@ static int move_state(tn_ctl_t *c, const char *id, char *state, size_t cap)
     return TN_CTL_OK;
 }
 
+/* move --wait: the move followed and its state at the last look. */
+typedef struct {
+    const char *id;
+    char state[32];
+} move_wait_t;
+
+static int move_look(tn_ctl_t *c, void *arg, bool *more)
+{
+    move_wait_t *w = arg;
+    int rc = move_state(c, w->id, w->state, sizeof(w->state));
+    if (rc != TN_CTL_OK)
+        return rc;
+    if (strcmp(w->state, "done") == 0)
+        return TN_CTL_OK;
+    if (strcmp(w->state, "aborted") == 0)
+        return TN_CTL_FAIL;
+    *more = true;
+    return TN_CTL_OK;
+}
+
+static void move_expired(void *arg)
+{
+    const move_wait_t *w = arg;
+    fprintf(stderr, "ternctl: partitions move: move %s still %s after --wait-timeout\n", w->id,
+            w->state);
+}
+
 static int move(tn_ctl_t *c, int argc, char **argv)
 {
     static const char cmd[] = "partitions move";
@@ -228,23 +255,8 @@ static int move(tn_ctl_t *c, int argc, char **argv)
     tn_ctl_resp_fini(&r);
     if (!wait)
         return TN_CTL_OK;
-    int64_t until = tn_ctl_mono_ms() + wait_ms;
-    char state[32] = "";
-    for (;;) {
-        int rc = move_state(c, id, state, sizeof(state));
-        if (rc != TN_CTL_OK)
-            return rc;
-        if (strcmp(state, "done") == 0)
-            return TN_CTL_OK;
-        if (strcmp(state, "aborted") == 0)
-            return TN_CTL_FAIL;
-        if (tn_ctl_mono_ms() > until) {
-            fprintf(stderr, "ternctl: partitions move: move %s still %s after --wait-timeout\n", id,
-                    state);
-            return TN_CTL_FAIL;
-        }
-        tn_ctl_sleep_ms(MOVE_POLL_MS);
-    }
+    move_wait_t mw = {id, ""};
+    return tn_ctl_wait_for(c, wait_ms, MOVE_POLL_MS, move_look, move_expired, &mw);
 }
 
 static int run(tn_ctl_t *c, int argc, char **argv)
