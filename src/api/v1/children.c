@@ -63,23 +63,16 @@ static void link_end(link_t *l, int status, const char *msg)
     if (l->held && v->fanout != NULL)
         tn_fanout_release(v->fanout, &l->hold);
     tn_free(l);
-    if (r == NULL)
-        return;
-    r->on_cancel = NULL;
-    if (status == 200 || status == 201) {
+    tn_buf_t b;
+    tn_buf_init(&b);
+    if (r != NULL && (status == 200 || status == 201)) {
         const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(v->meta), shown);
-        tn_buf_t b;
-        tn_buf_init(&b);
         if (e != NULL)
             tn__v1_topic_json(v, &b, e, NULL, 0);
         else
             tn_buf_append(&b, "{}", 2);
-        tn__v1_respond_buf(r, status, &b);
-    } else if (status == 204) {
-        tn_http_respond(r, 204, NULL, NULL, NULL, 0);
-    } else {
-        tn__v1_error(r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
     }
+    tn__v1_end(r, status, msg, &b);
 }
 
 static void drop_channel(tn_v1_t *v, const char *parent, uint64_t epoch)

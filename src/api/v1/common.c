@@ -31,6 +31,23 @@ void tn__v1_error(tn_http_request_t *r, int status, const char *msg, const char 
     tn_buf_fini(&b);
 }
 
+void tn__v1_end(tn_http_request_t *r, int status, const char *msg, tn_buf_t *body)
+{
+    if (r != NULL) {
+        r->on_cancel = NULL;
+        if (status >= 300) {
+            tn__v1_error(r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
+        } else if (body != NULL && tn_buf_size(body) > 0) {
+            tn__v1_respond_buf(r, status, body); /* releases body */
+            return;
+        } else {
+            tn_http_respond(r, status, NULL, NULL, NULL, 0);
+        }
+    }
+    if (body != NULL)
+        tn_buf_fini(body);
+}
+
 bool tn__v1_draining(tn_v1_t *v, tn_http_request_t *r)
 {
     if (!tn_drain_active(v->drain))

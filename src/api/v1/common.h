@@ -23,6 +23,12 @@
 void tn__v1_error(tn_http_request_t *r, int status, const char *msg, const char *headers);
 /* Answer b (a JSON document, a newline is added) and release it. */
 void tn__v1_respond_buf(tn_http_request_t *r, int status, tn_buf_t *b);
+/* The answer of an operation that parked r until the metastore answered
+ * it: r NULL (the client left) answers nothing; else r's cancel hook goes
+ * off and r gets, for a status under 300, body (a JSON document) or no
+ * body when body is NULL or empty; for an error, {"error": msg}, with
+ * Retry-After: 1 on a 503. body (may be NULL) is released in any case. */
+void tn__v1_end(tn_http_request_t *r, int status, const char *msg, tn_buf_t *body);
 void tn__v1_appendf(tn_buf_t *b, const char *fmt, ...) TN_PRINTF(2, 3);
 /* s as a JSON string, quotes included. */
 void tn__v1_json_str(tn_buf_t *b, const char *s);

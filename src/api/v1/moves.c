@@ -371,11 +371,7 @@ static void move_cancel(tn_http_request_t *r)
 /* Answer and free m (m->r may be gone). */
 static void finish(move_t *m, int status, const char *msg)
 {
-    tn_http_request_t *r = m->r;
-    if (r != NULL) {
-        r->on_cancel = NULL;
-        tn__v1_error(r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
-    }
+    tn__v1_end(m->r, status, msg, NULL);
     tn_free(m);
 }
 

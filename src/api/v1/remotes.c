@@ -482,20 +482,11 @@ static void audit(const rop_t *op, const char *what)
 
 static void rop_end(rop_t *op, int status, const char *msg)
 {
-    tn_http_request_t *r = op->r;
-    if (r != NULL) {
-        r->on_cancel = NULL;
-        if (status == 200 || status == 201) {
-            tn_buf_t b;
-            tn_buf_init(&b);
-            remote_json(op->v, &b, &op->cmd.rec, false);
-            tn__v1_respond_buf(r, status, &b);
-        } else if (status == 204) {
-            tn_http_respond(r, 204, NULL, NULL, NULL, 0);
-        } else {
-            tn__v1_error(r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
-        }
-    }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    if (op->r != NULL && (status == 200 || status == 201))
+        remote_json(op->v, &b, &op->cmd.rec, false);
+    tn__v1_end(op->r, status, msg, &b);
     rop_free(op);
 }
 

@@ -398,24 +398,16 @@ static void op_cancel(tn_http_request_t *r)
 
 static void op_end(op_t *op, int status, const char *msg)
 {
-    if (op->r != NULL) {
-        op->r->on_cancel = NULL;
-        if (status == 201 || status == 200) {
-            const tn_meta_topic_entry_t *e =
-                tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
-            tn_buf_t b;
-            tn_buf_init(&b);
-            if (e != NULL)
-                tn__v1_topic_json(op->v, &b, e, NULL, 0);
-            else
-                tn_buf_append(&b, "{}", 2);
-            tn__v1_respond_buf(op->r, status, &b);
-        } else if (status == 204) {
-            tn_http_respond(op->r, 204, NULL, NULL, NULL, 0);
-        } else {
-            tn__v1_error(op->r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
-        }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    if (op->r != NULL && (status == 201 || status == 200)) {
+        const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+        if (e != NULL)
+            tn__v1_topic_json(op->v, &b, e, NULL, 0);
+        else
+            tn_buf_append(&b, "{}", 2);
     }
+    tn__v1_end(op->r, status, msg, &b);
     tn_free(op);
 }
 

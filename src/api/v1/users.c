@@ -462,21 +462,14 @@ static void uop_cancel(tn_http_request_t *r)
 
 static void uop_end(uop_t *op, int status, const char *msg)
 {
-    tn_http_request_t *r = op->r;
-    if (r != NULL) {
-        r->on_cancel = NULL;
-        const tn_meta_user_t *u = tn_meta_user_find(tn_meta_state(op->v->meta), op->user);
-        if ((status == 200 || status == 201) && u != NULL) {
-            tn_buf_t b;
-            tn_buf_init(&b);
-            user_json(&b, u);
-            tn__v1_respond_buf(r, status, &b);
-        } else if (status == 200 || status == 201 || status == 204) {
-            tn_http_respond(r, status == 204 ? 204 : status, NULL, NULL, NULL, 0);
-        } else {
-            tn__v1_error(r, status, msg, status == 503 ? "Retry-After: 1\r\n" : NULL);
-        }
-    }
+    tn_buf_t b;
+    tn_buf_init(&b);
+    const tn_meta_user_t *u = NULL;
+    if (op->r != NULL && (status == 200 || status == 201))
+        u = tn_meta_user_find(tn_meta_state(op->v->meta), op->user);
+    if (u != NULL)
+        user_json(&b, u);
+    tn__v1_end(op->r, status, msg, &b);
     uop_free(op);
 }
 
