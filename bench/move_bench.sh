@@ -58,18 +58,8 @@ PY
 size=$(bytes_of "$size_arg")
 rate=$(bytes_of "$rate_arg")
 
-stop_pid() { # as cluster_bench.sh: SIGTERM, SIGKILL after $2 seconds, reaped
-    local p=$1 secs=${2:-30}
-    kill -0 "$p" 2>/dev/null || return 0
-    kill "$p" 2>/dev/null || true
-    for _ in $(seq $((secs * 10))); do
-        kill -0 "$p" 2>/dev/null || break
-        [ "$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$p/status" 2>/dev/null)" = Z ] && break
-        sleep 0.1
-    done
-    kill -9 "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-}
+# stop_pid comes from bench/lib.sh.
+. "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 cleanup() {
     local p
     for p in "${pids[@]}"; do
