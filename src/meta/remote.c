@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "meta/cmd.h"
 #include "meta/codec.h"
+#include "meta/state.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -212,21 +213,8 @@ uint64_t tn_meta_remote_fingerprint(const tn_meta_remote_t *r)
 
 static size_t find(const tn_meta_remotes_t *rs, const char *name, bool *found)
 {
-    size_t lo = 0, hi = rs->n;
-    *found = false;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(rs->v[mid]->name, name);
-        if (c == 0) {
-            *found = true;
-            return mid;
-        }
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return tn__meta_search((void *const *)rs->v, rs->n, name, offsetof(tn_meta_remote_t, name),
+                           found);
 }
 
 const tn_meta_remote_t *tn_meta_remote_find(const tn_meta_remotes_t *rs, const char *name)

@@ -49,9 +49,7 @@ void tn_meta_state_fini(tn_meta_state_t *s)
     memset(s, 0, sizeof(*s));
 }
 
-/* Binary search over an array of pointers to records whose first member is
- * the name: the index of name, or where it would go (*found false). */
-static size_t search(void *const *arr, size_t n, const char *name, size_t name_off, bool *found)
+size_t tn__meta_search(void *const *arr, size_t n, const char *name, size_t name_off, bool *found)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
@@ -102,15 +100,15 @@ static void remove_at(void **arr, size_t *n, size_t at)
 const tn_meta_topic_entry_t *tn_meta_topic_find(const tn_meta_state_t *s, const char *name)
 {
     bool found;
-    size_t i = search((void *const *)s->topics, s->ntopics, name, TOPIC_NAME_OFF, &found);
+    size_t i = tn__meta_search((void *const *)s->topics, s->ntopics, name, TOPIC_NAME_OFF, &found);
     return found ? s->topics[i] : NULL;
 }
 
 const tn_meta_user_t *tn_meta_user_find(const tn_meta_state_t *s, const char *name)
 {
     bool found;
-    size_t i =
-        search((void *const *)s->users, s->nusers, name, offsetof(tn_meta_user_t, name), &found);
+    size_t i = tn__meta_search((void *const *)s->users, s->nusers, name,
+                               offsetof(tn_meta_user_t, name), &found);
     return found ? s->users[i] : NULL;
 }
 
@@ -119,7 +117,7 @@ size_t tn_meta_topic_after(const tn_meta_state_t *s, const char *after)
     if (after[0] == '\0')
         return 0;
     bool found;
-    size_t i = search((void *const *)s->topics, s->ntopics, after, TOPIC_NAME_OFF, &found);
+    size_t i = tn__meta_search((void *const *)s->topics, s->ntopics, after, TOPIC_NAME_OFF, &found);
     return found ? i + 1 : i;
 }
 
@@ -816,7 +814,8 @@ static bool made_by(const tn_meta_topic_t *rec, const tn_meta_cmd_t *c)
 static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
 {
     bool found;
-    size_t i = search((void *const *)s->topics, s->ntopics, c->topic.name, TOPIC_NAME_OFF, &found);
+    size_t i = tn__meta_search((void *const *)s->topics, s->ntopics, c->topic.name, TOPIC_NAME_OFF,
+                               &found);
     /* A copy sent again (a follower re-sent it to a new leader while the
      * old one's copy got committed too: meta.h) that finds exactly the
      * record it makes answers as the first copy did. */
@@ -913,7 +912,7 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
 static int topic_delete(tn_meta_state_t *s, const char *name)
 {
     bool found;
-    size_t i = search((void *const *)s->topics, s->ntopics, name, TOPIC_NAME_OFF, &found);
+    size_t i = tn__meta_search((void *const *)s->topics, s->ntopics, name, TOPIC_NAME_OFF, &found);
     if (!found)
         return TN_ENOTFOUND;
     tn_meta_topic_entry_t *t = s->topics[i];
@@ -974,8 +973,8 @@ static int channel_delete(tn_meta_state_t *s, const tn_meta_cmd_t *c)
 static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
 {
     bool found;
-    size_t i = search((void *const *)s->users, s->nusers, c->user.name,
-                      offsetof(tn_meta_user_t, name), &found);
+    size_t i = tn__meta_search((void *const *)s->users, s->nusers, c->user.name,
+                               offsetof(tn_meta_user_t, name), &found);
     /* A copy sent again (see topic_put) finding the record it makes. */
     uint64_t fp = found ? tn_meta_user_fingerprint(s->users[i]) : 0;
     if (found && c->again && (c->if_absent || c->if_unchanged) &&
@@ -1026,8 +1025,8 @@ static int user_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
 static int user_delete(tn_meta_state_t *s, const char *name)
 {
     bool found;
-    size_t i =
-        search((void *const *)s->users, s->nusers, name, offsetof(tn_meta_user_t, name), &found);
+    size_t i = tn__meta_search((void *const *)s->users, s->nusers, name,
+                               offsetof(tn_meta_user_t, name), &found);
     if (!found)
         return TN_ENOTFOUND;
     if (s->users[i]->root)
@@ -1510,8 +1509,8 @@ static void settle_children(tn_meta_state_t *s)
         if (rec->parent[0] == '\0')
             continue;
         bool found;
-        size_t k =
-            search((void *const *)s->topics, s->ntopics, rec->parent, TOPIC_NAME_OFF, &found);
+        size_t k = tn__meta_search((void *const *)s->topics, s->ntopics, rec->parent,
+                                   TOPIC_NAME_OFF, &found);
         if (found && k != i)
             s->topics[k]->nchildren++;
         else

@@ -242,6 +242,12 @@ const tn_meta_removed_t *tn_meta_state_removed(const tn_meta_state_t *s, uint64_
  * moved): what a decommission has to move off it besides its replicas. */
 uint64_t tn_meta_state_single_held(const tn_meta_state_t *s, uint64_t member);
 
+/* Binary search over arr, n pointers to records sorted by the name at
+ * byte offset name_off of each (a NUL-terminated char array): the index of
+ * name, or where it would go (*found false). Shared by state.c and
+ * remote.c. */
+size_t tn__meta_search(void *const *arr, size_t n, const char *name, size_t name_off, bool *found);
+
 /* Append a snapshot of s to out. 0 or UV_ENOMEM. */
 int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out);
 /* Replace s with the snapshot in buf. 0, TN_ECORRUPT (s unchanged),
