@@ -162,6 +162,32 @@ def issue_cert(directory, name):
     return cert, key
 
 
+def http_call(host, port, method, path, body=None, headers=None, auth=True, timeout=10):
+    """One HTTP request to host:port, as admin unless auth is false (a body
+    that is not bytes or str goes as JSON): (status, parsed JSON or raw
+    bytes), or (None, error) when the node does not answer. Node.request
+    without a Node."""
+    h = dict(headers or {})
+    if auth:
+        h["Authorization"] = basic("admin", PASSWORD)
+    if body is not None and not isinstance(body, (bytes, str)):
+        body = json.dumps(body)
+        h.setdefault("Content-Type", "application/json")
+    c = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        try:
+            return r.status, json.loads(data) if data else None
+        except ValueError:
+            return r.status, data
+    except (OSError, http.client.HTTPException) as e:
+        return None, e
+    finally:
+        c.close()
+
+
 class Node:
     def __init__(self, cluster, node_id, host="127.0.0.1", prefix=()):
         self.cluster = cluster
@@ -228,25 +254,8 @@ class Node:
     def request(self, method, path, body=None, auth=True, timeout=10, headers=None):
         """(status, parsed JSON or raw bytes); (None, error) when the node
         does not answer."""
-        h = dict(headers or {})
-        if auth:
-            h["Authorization"] = basic("admin", PASSWORD)
-        if body is not None and not isinstance(body, (bytes, str)):
-            body = json.dumps(body)
-            h.setdefault("Content-Type", "application/json")
-        c = http.client.HTTPConnection(self.host, self.http_port, timeout=timeout)
-        try:
-            c.request(method, path, body=body, headers=h)
-            r = c.getresponse()
-            data = r.read()
-            try:
-                return r.status, json.loads(data) if data else None
-            except ValueError:
-                return r.status, data
-        except (OSError, http.client.HTTPException) as e:
-            return None, e
-        finally:
-            c.close()
+        return http_call(self.host, self.http_port, method, path, body=body, headers=headers,
+                         auth=auth, timeout=timeout)
 
     def nsq_http(self, method, path, body=None, timeout=30):
         """(status, parsed JSON or raw bytes) from nsqd's HTTP endpoints on

@@ -49,7 +49,6 @@ Run: python3 tests/cluster/test_ledger.py --ternd build/ternd
 """
 import argparse
 import hashlib
-import http.client
 import itertools
 import json
 import os
@@ -66,7 +65,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import harness  # noqa: E402
 import netns  # noqa: E402
-from harness import wait_until  # noqa: E402
+from harness import http_call, wait_until  # noqa: E402
 from nsqwire import Closed, Conn, FRAME_ERROR, FRAME_MESSAGE  # noqa: E402  (tests/e2e)
 
 OCTET = {"Content-Type": "application/octet-stream"}
@@ -107,30 +106,6 @@ def check_body(data):
     if hashlib.sha256(f"{mid}|{pad}".encode()).hexdigest()[:16] != digest:
         return None
     return mid
-
-
-def http_call(host, port, method, path, body=None, headers=None, auth=True, timeout=10):
-    """(status, parsed JSON or raw bytes), or (None, error) when the node
-    does not answer; the harness's Node.request without a Node."""
-    h = dict(headers or {})
-    if auth:
-        h["Authorization"] = harness.basic("admin", harness.PASSWORD)
-    if body is not None and not isinstance(body, (bytes, str)):
-        body = json.dumps(body)
-        h.setdefault("Content-Type", "application/json")
-    c = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        try:
-            return r.status, json.loads(data) if data else None
-        except ValueError:
-            return r.status, data
-    except (OSError, http.client.HTTPException) as e:
-        return None, e
-    finally:
-        c.close()
 
 
 class Ledger:
