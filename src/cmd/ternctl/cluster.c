@@ -266,6 +266,29 @@ static int decom_progress(tn_ctl_t *c, const char *id, int64_t *held, int64_t *o
     return rc;
 }
 
+/* The options of a command that takes only --wait and --wait-timeout D
+ * (default an hour): TN_CTL_OK with optind at the first operand, or the
+ * usage error printed and its code. */
+static int wait_opts(const char *cmd, int argc, char **argv, bool *wait, int64_t *wait_ms)
+{
+    static const struct option longopts[] = {{"wait", no_argument, NULL, 'w'},
+                                             {"wait-timeout", required_argument, NULL, 't'},
+                                             {NULL, 0, NULL, 0}};
+    *wait = false;
+    *wait_ms = 3600 * 1000;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        int rc;
+        if (!tn_ctl_wait_opt(cmd, ch, wait, wait_ms, &rc))
+            return tn_ctl_usage(cmd, "unknown option or missing value \"%s\"", argv[optind - 1]);
+        if (rc != TN_CTL_OK)
+            return rc;
+    }
+    return TN_CTL_OK;
+}
+
 /* decommission --wait: what the last look saw, and what was last printed
  * (progress prints when it changes). */
 typedef struct {
@@ -315,21 +338,11 @@ static void decom_expired(void *arg)
 static int decommission(tn_ctl_t *c, int argc, char **argv)
 {
     static const char cmd[] = "cluster decommission";
-    static const struct option longopts[] = {{"wait", no_argument, NULL, 'w'},
-                                             {"wait-timeout", required_argument, NULL, 't'},
-                                             {NULL, 0, NULL, 0}};
-    bool wait = false;
-    int64_t wait_ms = 3600 * 1000;
-    optind = 1;
-    opterr = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        int rc;
-        if (!tn_ctl_wait_opt(cmd, ch, &wait, &wait_ms, &rc))
-            return tn_ctl_usage(cmd, "unknown option or missing value \"%s\"", argv[optind - 1]);
-        if (rc != TN_CTL_OK)
-            return rc;
-    }
+    bool wait;
+    int64_t wait_ms;
+    int rc = wait_opts(cmd, argc, argv, &wait, &wait_ms);
+    if (rc != TN_CTL_OK)
+        return rc;
     if (argc - optind != 1)
         return tn_ctl_usage(cmd, "needs a member id (ternctl cluster members lists them)");
     const char *id = argv[optind];
@@ -341,7 +354,7 @@ static int decommission(tn_ctl_t *c, int argc, char **argv)
     if (tn_ctl_call(c, "POST", path, NULL, 0, &r) != 0)
         return TN_CTL_FAIL;
     if (r.status != 204) {
-        int rc = tn_ctl_fail(&r, cmd);
+        rc = tn_ctl_fail(&r, cmd);
         tn_ctl_resp_fini(&r);
         return rc;
     }
@@ -443,28 +456,18 @@ static void rebal_expired(void *arg)
 static int rebalance(tn_ctl_t *c, int argc, char **argv)
 {
     static const char cmd[] = "cluster rebalance";
-    static const struct option longopts[] = {{"wait", no_argument, NULL, 'w'},
-                                             {"wait-timeout", required_argument, NULL, 't'},
-                                             {NULL, 0, NULL, 0}};
-    bool wait = false;
-    int64_t wait_ms = 3600 * 1000;
-    optind = 1;
-    opterr = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        int rc;
-        if (!tn_ctl_wait_opt(cmd, ch, &wait, &wait_ms, &rc))
-            return tn_ctl_usage(cmd, "unknown option or missing value \"%s\"", argv[optind - 1]);
-        if (rc != TN_CTL_OK)
-            return rc;
-    }
+    bool wait;
+    int64_t wait_ms;
+    int rc = wait_opts(cmd, argc, argv, &wait, &wait_ms);
+    if (rc != TN_CTL_OK)
+        return rc;
     if (argc - optind != 0)
         return tn_ctl_usage(cmd, "takes no arguments, only --wait and --wait-timeout");
     tn_ctl_resp_t r;
     if (tn_ctl_call(c, "POST", "/v1/cluster/rebalance", NULL, 0, &r) != 0)
         return TN_CTL_FAIL;
     if (r.status != 200 && r.status != 202) {
-        int rc = tn_ctl_fail(&r, cmd);
+        rc = tn_ctl_fail(&r, cmd);
         tn_ctl_resp_fini(&r);
         return rc;
     }
