@@ -96,6 +96,18 @@ class HandFence(tm.Moves):
         wait_until(f"{V1}/{p} led by node {leader} on every node",
                    lambda: self.led_everywhere(p, leader), timeout, 0.1)
 
+    def epoch(self, p):
+        """The leader epoch of rv/p, the highest any node shows."""
+        return max(ps[p].epoch for ps in (self.partitions(n, V1) for n in self.c.nodes) if ps)
+
+    def elected_everywhere(self, p, above):
+        """Every node shows rv/p with a leader epoch above `above`."""
+        for n in self.c.nodes:
+            ps = self.partitions(n, V1)
+            if not ps or ps[p].epoch is None or ps[p].epoch <= above:
+                return False
+        return True
+
     def preferred_of(self, node):
         """The partition of rv whose preferred replica (first) is node."""
         for p in self.info(V1):
@@ -141,22 +153,25 @@ class HandFence(tm.Moves):
                         self.history.fin_ok(V1, HF, m["partition"], m["offset"],
                                             tr.rl.parse_body(m["payload"]))
 
-    def window(self, label, p, change, leader):
+    def window(self, label, p, change, epoch0):
         """Consumers of hf on rv/p through every node while change() runs
-        and until every node shows rv/p led by leader and the lagging
-        node heard of it (its lag, and then some)."""
+        and until every node shows a leader epoch of rv/p above epoch0
+        (the hand-over off the lagging node) and that node heard of it
+        (its lag, and the longest hold after it)."""
         stop = threading.Event()
         threads = [self.load.spawn(self.hf_consumer, n, p, stop) for n in self.c.nodes]
         self.addCleanup(stop.set)
         time.sleep(0.5)  # consumers running before the change
         delivered = len(self.history.deliveries)
-        tr.log(f"{label}: {V1}/{p}, old leader node {self.lagged.id}, new {leader}")
+        tr.log(f"{label}: {V1}/{p} (epoch {epoch0}), old leader node {self.lagged.id}")
         self.history.fault(label)
         change()
-        self.wait_led(p, leader)
-        # The lagging node learns it LAG_MS later (and the new leader's
-        # hold lasts at most TN_HANDFENCE_WAIT_MS, 3 s): consume through
-        # all of it.
+        wait_until(f"{label}: a new leader epoch of {V1}/{p} on every node",
+                   lambda: self.elected_everywhere(p, epoch0), 60, 0.1)
+        tr.log(f"{label}: {self.info(V1)[p]}")
+        # The lagging node learns it LAG_MS later, and the new leader's
+        # hold lasts at most 3 s (2 x election timeout + 1 s): consume
+        # through all of it.
         time.sleep(LAG_MS / 1000 + 3.5)
         stop.set()
         for th in threads:
@@ -177,19 +192,21 @@ class HandFence(tm.Moves):
         a = self.preferred_of(X)
         self.wait_led(a, X.id)
         y, z = [str(n.id) for n in self.others()]
-        self.window("forced election", a, lambda: self.force(a, y), y)
+        self.window("forced election", a, lambda: self.force(a, y), self.epoch(a))
         # The hand-back returns a to node 1 (old leader y: no lag there).
         self.wait_led(a, X.id)
         self.flowing(60)
 
         # 2. The hand-back off node 1: b, preferred by another node, is
-        # forced to node 1 and handed back by the metastore leader.
+        # forced to node 1 and handed back by the metastore leader
+        # (leader-rebalance-delay 2 s after).
         b = next(p.index for p in self.info(V1) if p.index != a)
         pref = self.info(V1)[b].replicas[0]
         self.wait_led(b, pref)
         self.force(b, X.id)
         self.wait_led(b, X.id)
-        self.window("preferred-leader hand-back", b, lambda: None, pref)
+        self.window("preferred-leader hand-back", b, lambda: None, self.epoch(b))
+        self.wait_led(b, pref)
         self.flowing(60)
 
         # 3. A reorder move of a (node 1 second): no leader change at its
@@ -197,12 +214,11 @@ class HandFence(tm.Moves):
         self.wait_led(a, X.id)
         replicas = self.info(V1)[a].replicas
         order = [y, str(X.id)] + [r for r in replicas if r not in (y, str(X.id))]
-        holder = {}
-
-        def reorder():
-            holder["mid"] = self.begin(a, order, self.others()[0])
-        self.window("reorder move", a, reorder, y)
-        self.wait_state(holder["mid"], ("done",), 60)
+        moves = []
+        self.window("reorder move", a,
+                    lambda: moves.append(self.begin(a, order, self.others()[0])), self.epoch(a))
+        self.wait_state(moves[-1], ("done",), 60)
+        self.wait_led(a, y)
         self.flowing(60)
 
         # 4. A move that drops node 1, the leader of a again (forced), from
@@ -210,17 +226,18 @@ class HandFence(tm.Moves):
         self.force(a, X.id)
         self.wait_led(a, X.id)
         target = [r for r in self.info(V1)[a].replicas if r != str(X.id)]
-
-        def drop():
-            holder["mid"] = self.begin(a, target, self.others()[0])
-        self.window("move dropping the leader", a, drop, target[0])
-        self.wait_state(holder["mid"], ("done",), 60)
+        self.window("move dropping the leader", a,
+                    lambda: moves.append(self.begin(a, target, self.others()[0])),
+                    self.epoch(a))
+        self.wait_state(moves[-1], ("done",), 60)
+        ps = self.info(V1)[a]
+        self.assertEqual(ps.replicas, target, ps)
         self.flowing(60)
-        report = self.finish()
-        tr.log(f"hf deliveries: {sum(1 for d in self.history.deliveries if d[2] == HF)}, "
-               f"acks answered OK: {sum(1 for f in self.history.fins if f[2] == HF)}")
-        self.assertGreater(sum(1 for f in self.history.fins if f[2] == HF), 0)
-        return report
+        self.finish()
+        hf_fins = sum(1 for f in self.history.fins if f[2] == HF)
+        tr.log(f"hf: {sum(1 for d in self.history.deliveries if d[2] == HF)} deliveries, "
+               f"{hf_fins} acks answered OK")
+        self.assertGreater(hf_fins, 0)
 
 
 for _name in dir(tm.Moves):
