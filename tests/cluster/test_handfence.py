@@ -50,7 +50,7 @@ from harness import wait_until  # noqa: E402
 
 V1 = tr.V1
 HF = "hf"
-LAG_MS = 500
+LAG_MS = int(os.environ.get("HANDFENCE_LAG_MS", "500"))
 
 
 class HandFence(tm.Moves):
@@ -129,13 +129,25 @@ class HandFence(tm.Moves):
         self.history.fault(f"forced election: {V1}/{p} to node {leader}")
 
     def hf_consumer(self, node, p, stop):
-        """Consume channel hf of rv/p through node and ack what came, until
-        stop; every delivery and every ack answered 204 goes into the
-        history."""
+        """Consume channel hf of rv through node until stop; every delivery
+        and every ack answered 204 goes into the history.
+
+        Through the lagging node: a queue consume (no partition), which
+        that node's own lanes answer first, from every partition its
+        engine still serves (an old leader that has not heard of the
+        change yet included); one message at a time, never acked (an ack
+        there goes to the leader the metastore names, which did not issue
+        the handle). Through the others: rv/p pinned, which reaches the
+        leader their metastore replica names, ten at a time, each batch
+        acked. So the new leader's consumers get ahead of what the old
+        one delivered, and the old one, asked on, would deliver what the
+        new one acked."""
+        lagged = node is self.lagged
+        q = f"channel={HF}&wait=1s&max=1" if lagged else \
+            f"channel={HF}&partition={p}&wait=1s&max=10"
         while not stop.is_set() and node.running():
-            status, answer = node.request(
-                "GET", f"/v1/topics/{V1}/consume?channel={HF}&partition={p}&wait=1s&max=5",
-                headers=tr.CLIENT, timeout=8)
+            status, answer = node.request("GET", f"/v1/topics/{V1}/consume?{q}",
+                                          headers=tr.CLIENT, timeout=8)
             if status != 200 or not isinstance(answer, dict):
                 time.sleep(0.05)
                 continue
@@ -143,6 +155,9 @@ class HandFence(tm.Moves):
             for m in msgs:
                 self.history.deliver(V1, HF, m["partition"], m["offset"], m["payload"], node.id)
             if not msgs:
+                continue
+            if lagged:
+                time.sleep(0.02)
                 continue
             status, body = node.request("POST", f"/v1/topics/{V1}/ack/batch?channel={HF}",
                                         [m["receipt_handle"] for m in msgs], headers=tr.CLIENT,
@@ -159,13 +174,14 @@ class HandFence(tm.Moves):
         (the hand-over off the lagging node) and that node heard of it
         (its lag, and the longest hold after it)."""
         stop = threading.Event()
-        threads = [self.load.spawn(self.hf_consumer, n, p, stop) for n in self.c.nodes]
-        self.addCleanup(stop.set)
-        time.sleep(0.5)  # consumers running before the change
         delivered = len(self.history.deliveries)
         tr.log(f"{label}: {V1}/{p} (epoch {epoch0}), old leader node {self.lagged.id}")
         self.history.fault(label)
         change()
+        # hf's backlog on p (everything published since the last window)
+        # is consumed from now on, by both leaders while the old one lags.
+        threads = [self.load.spawn(self.hf_consumer, n, p, stop) for n in self.c.nodes]
+        self.addCleanup(stop.set)
         wait_until(f"{label}: a new leader epoch of {V1}/{p} on every node",
                    lambda: self.elected_everywhere(p, epoch0), 60, 0.1)
         tr.log(f"{label}: {self.info(V1)[p]}")
@@ -233,7 +249,11 @@ class HandFence(tm.Moves):
         ps = self.info(V1)[a]
         self.assertEqual(ps.replicas, target, ps)
         self.flowing(60)
-        self.finish()
+        try:
+            self.finish()
+        finally:
+            if os.environ.get("HANDFENCE_DUMP"):
+                tr.rl.dump(self.history, os.environ["HANDFENCE_DUMP"])
         hf_fins = sum(1 for f in self.history.fins if f[2] == HF)
         tr.log(f"hf: {sum(1 for d in self.history.deliveries if d[2] == HF)} deliveries, "
                f"{hf_fins} acks answered OK")
