@@ -856,25 +856,31 @@ static bool hands_over(const tn_replica_t *rm, const tn_pstate_t *ps, const tn_p
  * settles and the leases out go on. The hold ends with a state that says
  * otherwise (an abort, the target out of the ISR) or a refused proposal;
  * a completion sets the log aside (and a later lead here clears it). */
+#ifdef TN_TEST
+/* TERN_TEST_HANDFENCE_OFF=n (ternd-test), so a test can show what the
+ * holds prevent: bit 0 (1) no take-over hold (handfence.h); bit 1 (2) no
+ * hold of the old leader's own (a move's hand-over, or a state naming
+ * another leader). */
+static bool handfence_off(int bit)
+{
+    const char *v = getenv("TERN_TEST_HANDFENCE_OFF");
+    return v != NULL && (atoi(v) & bit) != 0;
+}
+#endif
+
 static void hold_deliveries(part_t *pt)
 {
     tn_topic_t *t = engine_topic(pt->rm, pt->topic);
-    if (t != NULL)
-        tn_topic_part_hold(t, pt->p,
-                           pt->ps.leader != pt->rm->o.node || pt->hold_isr ||
-                               hands_over(pt->rm, &pt->ps, pt->ps.isr, pt->ps.nisr) ||
-                               tn_handfence_holds(&pt->fence, now_ms(pt->rm)));
-}
-
+    if (t == NULL)
+        return;
+    bool own = pt->ps.leader != pt->rm->o.node || pt->hold_isr ||
+               hands_over(pt->rm, &pt->ps, pt->ps.isr, pt->ps.nisr);
 #ifdef TN_TEST
-/* TERN_TEST_HANDFENCE_OFF=1 (ternd-test): no take-over hold, so a test
- * can show what it prevents. */
-static bool handfence_off(void)
-{
-    const char *v = getenv("TERN_TEST_HANDFENCE_OFF");
-    return v != NULL && atoi(v) > 0;
-}
+    if (handfence_off(2))
+        own = false;
 #endif
+    tn_topic_part_hold(t, pt->p, own || tn_handfence_holds(&pt->fence, now_ms(pt->rm)));
+}
 
 /* A state ps reached pt (before pt->ps takes it): a node that takes the
  * lead from another live node holds its deliveries until that node is
@@ -893,7 +899,7 @@ static void note_leader_change(part_t *pt, const tn_pstate_t *ps)
         c.old_fenced = mem == NULL || mem->fenced;
     }
 #ifdef TN_TEST
-    if (handfence_off())
+    if (handfence_off(1))
         c.old_leader = 0;
 #endif
     uint32_t was = pt->fence.node != 0 ? pt->fence.epoch : 0;
