@@ -858,9 +858,9 @@ static bool hands_over(const tn_replica_t *rm, const tn_pstate_t *ps, const tn_p
  * a completion sets the log aside (and a later lead here clears it). */
 #ifdef TN_TEST
 /* TERN_TEST_HANDFENCE_OFF=n (ternd-test), so a test can show what the
- * holds prevent: bit 0 (1) no take-over hold (handfence.h); bit 1 (2) no
+ * rules prevent: bit 0 (1) no take-over hold (handfence.h); bit 1 (2) no
  * hold of the old leader's own (a move's hand-over, or a state naming
- * another leader). */
+ * another leader); bit 2 (4) no delivery lease. */
 static bool handfence_off(int bit)
 {
     const char *v = getenv("TERN_TEST_HANDFENCE_OFF");
@@ -923,6 +923,12 @@ static void note_fetched(part_t *pt, uint32_t node, uint32_t leader_epoch)
 static void renew_lease(part_t *pt)
 {
     tn_topic_t *t = engine_topic(pt->rm, pt->topic);
+#ifdef TN_TEST
+    if (t != NULL && handfence_off(4)) {
+        tn_topic_part_lease(t, pt->p, 0);
+        return;
+    }
+#endif
     if (t != NULL)
         tn_topic_part_lease(
             t, pt->p,
