@@ -103,6 +103,7 @@
 #include "cluster/replica.h"
 
 #include "cluster/fetch.h"
+#include "cluster/handfence.h"
 #include "cluster/repl.h"
 #include "cluster/throttle.h"
 #include "core/alloc.h"
@@ -202,6 +203,9 @@ struct part_s {
      * are held from before it is sent (hold_deliveries). */
     bool hold_isr;
     uint32_t hold_pe;
+    /* Taken over from a live node: deliveries held until it stopped
+     * (cluster/handfence.h). */
+    tn_handfence_t fence;
     uint64_t chans_at; /* feed_channels last asked (ms) */
     /* follower */
     bool want;            /* a fetch waits to be sent */
@@ -342,6 +346,8 @@ struct tn_replica_s {
     struct mkey_s *marked;
     size_t nmarked, markcap;
     bool marks_swept; /* mark_sweep ran (once the metastore was current) */
+    /* The delivery lease and take-over hold's timing (handfence.h). */
+    tn_handfence_cfg_t fence_cfg;
 };
 
 /* A failed truncation is logged at most once in this many ms. */
@@ -835,7 +841,13 @@ static bool hands_over(const tn_replica_t *rm, const tn_pstate_t *ps, const tn_p
     return true;
 }
 
-/* A leader about to hand over stops delivering before the ISR change
+/* Deliveries of pt held or not (the engine's flag is the replica
+ * manager's alone: the engine never clears it). Held on a node the state
+ * does not name the leader (it resigns right after, and the flag stays
+ * until it leads again), while a move's hand-over is proposed (below),
+ * and during a take-over hold (handfence.h).
+ *
+ * A leader about to hand over stops delivering before the ISR change
  * that lets the metastore complete the move is even proposed, so the new
  * leader, which serves only after the completion (applied after that
  * change), never delivers while this node still does: otherwise, until
@@ -844,12 +856,83 @@ static bool hands_over(const tn_replica_t *rm, const tn_pstate_t *ps, const tn_p
  * settles and the leases out go on. The hold ends with a state that says
  * otherwise (an abort, the target out of the ISR) or a refused proposal;
  * a completion sets the log aside (and a later lead here clears it). */
+#ifdef TN_TEST
+/* TERN_TEST_HANDFENCE_OFF=n (ternd-test), so a test can show what the
+ * rules prevent: bit 0 (1) no take-over hold (handfence.h); bit 1 (2) no
+ * hold of the old leader's own (a move's hand-over, or a state naming
+ * another leader); bit 2 (4) no delivery lease. */
+static bool handfence_off(int bit)
+{
+    const char *v = getenv("TERN_TEST_HANDFENCE_OFF");
+    return v != NULL && (atoi(v) & bit) != 0;
+}
+#endif
+
 static void hold_deliveries(part_t *pt)
 {
     tn_topic_t *t = engine_topic(pt->rm, pt->topic);
+    if (t == NULL)
+        return;
+    bool own = pt->ps.leader != pt->rm->o.node || pt->hold_isr ||
+               hands_over(pt->rm, &pt->ps, pt->ps.isr, pt->ps.nisr);
+#ifdef TN_TEST
+    if (handfence_off(2))
+        own = false;
+#endif
+    tn_topic_part_hold(t, pt->p, own || tn_handfence_holds(&pt->fence, now_ms(pt->rm)));
+}
+
+/* A state ps reached pt (before pt->ps takes it): a node that takes the
+ * lead from another live node holds its deliveries until that node is
+ * known to have stopped (handfence.h). */
+static void note_leader_change(part_t *pt, const tn_pstate_t *ps)
+{
+    tn_replica_t *rm = pt->rm;
+    tn_handfence_change_t c = {.self = rm->o.node, .leader = ps->leader, .epoch = ps->leader_epoch};
+    if (pt->has_ps) {
+        c.old_leader = pt->ps.leader == TN_PSTATE_NONE ? 0 : pt->ps.leader;
+        c.old_epoch = pt->ps.leader_epoch;
+    }
+    if (c.old_leader != 0 && c.old_leader != rm->o.node) {
+        const tn_meta_member_t *mem =
+            tn_meta_member_find(tn_meta_state(rm->o.meta), (uint64_t)c.old_leader);
+        c.old_fenced = mem == NULL || mem->fenced;
+    }
+#ifdef TN_TEST
+    if (handfence_off(1))
+        c.old_leader = 0;
+#endif
+    uint32_t was = pt->fence.node != 0 ? pt->fence.epoch : 0;
+    if (tn_handfence_change(&pt->fence, &rm->fence_cfg, &c, now_ms(rm)) && pt->fence.epoch != was)
+        TN_LOG(TN_LOG_NOTICE,
+               "replica %s/%" PRIu32 ": took the lead (epoch %" PRIu32 ") from live node %" PRIu32
+               ": deliveries held until it stops",
+               pt->topic, pt->p, ps->leader_epoch, c.old_leader);
+}
+
+/* node fetched pt (or reported a flush) with leader_epoch: the old
+ * leader doing so with this leader's epoch ends a take-over hold. */
+static void note_fetched(part_t *pt, uint32_t node, uint32_t leader_epoch)
+{
+    if (pt != NULL && pt->fence.node != 0 && tn_handfence_fetched(&pt->fence, node, leader_epoch))
+        hold_deliveries(pt);
+}
+
+/* A leader's delivery lease, renewed from its metastore replica's newest
+ * confirmation (handfence.h); every tick. */
+static void renew_lease(part_t *pt)
+{
+    tn_topic_t *t = engine_topic(pt->rm, pt->topic);
+#ifdef TN_TEST
+    if (t != NULL && handfence_off(4)) {
+        tn_topic_part_lease(t, pt->p, 0);
+        return;
+    }
+#endif
     if (t != NULL)
-        tn_topic_part_hold(t, pt->p,
-                           pt->hold_isr || hands_over(pt->rm, &pt->ps, pt->ps.isr, pt->ps.nisr));
+        tn_topic_part_lease(
+            t, pt->p,
+            tn_handfence_lease_until(&pt->rm->fence_cfg, tn_meta_confirmed_at(pt->rm->o.meta)));
 }
 
 static void on_isr_done(tn_meta_req_t *req, int status)
@@ -1628,6 +1711,7 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
         it->p = fp.partition;
         it->status = TN_FETCH_NOT_LEADER;
         part_t *pt = part_find(rm, it->topic, it->p);
+        note_fetched(pt, fr.node, fp.leader_epoch);
         /* A leader whose log the engine is taking over answers nothing
          * yet (NOT_LEADER: the follower asks again shortly). */
         if (pt != NULL && pt->core_fed &&
@@ -1682,6 +1766,7 @@ void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     tn_fetch_part_t fp;
     while (tn_flushed_req_next(&fr, &fp) == 0) {
         part_t *pt = part_find(rm, fp.topic, fp.partition);
+        note_fetched(pt, fr.node, fp.leader_epoch);
         if (!leads_ready(pt))
             continue;
         if (fp.leader_epoch < pt->core.ps.leader_epoch)
@@ -2338,6 +2423,7 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
     }
     if (pt->has_ps && pt->ps.partition_epoch > ps->partition_epoch)
         return;
+    note_leader_change(pt, ps);
     pt->ps = *ps;
     pt->has_ps = true;
     if (pt->hold_isr && ps->partition_epoch > pt->hold_pe)
@@ -2883,16 +2969,22 @@ static void on_tick(uv_timer_t *t)
                 const tn_pstate_t *ps =
                     tn_meta_state_pstate(tn_meta_state(rm->o.meta), pt->topic, pt->p);
                 if (ps != NULL && ps->partition_epoch > pt->core.ps.partition_epoch) {
+                    note_leader_change(pt, ps);
                     pt->ps = *ps;
                     pt->has_ps = true;
+                    hold_deliveries(pt);
                     feed_state(pt);
                 }
             }
             /* Not only once serving: a leader whose committed ISR is below
              * min_insync cannot serve until a follower is added, and one
              * is added only with its channels caught up. */
-            if (pt->core.role == TN_REPL_LEADER)
+            if (pt->core.role == TN_REPL_LEADER) {
                 feed_channels(pt, now);
+                renew_lease(pt);
+            }
+            if (pt->fence.node != 0 && !tn_handfence_holds(&pt->fence, now))
+                hold_deliveries(pt); /* its bound passed (handfence.h) */
             note_warm(pt, now);
             leader_begin(pt); /* one that ran out of memory asks again */
             tn_repl_event_t ev = {.type = TN_REPL_EV_TICK, .now = now};
@@ -2928,6 +3020,9 @@ int tn_replica_new(const tn_replica_opts_t *o, tn_replica_t **out)
     if (rm->o.fetch_max_bytes == 0)
         rm->o.fetch_max_bytes = DEFAULT_MAX;
     tn_throttle_init(&rm->bucket, rm->o.move_rate, uv_now(o->loop));
+    unsigned election_ms, session_ms;
+    tn_meta_timeouts(o->meta, &election_ms, &session_ms);
+    tn_handfence_config(&rm->fence_cfg, election_ms, session_ms);
     tn_move_tally_init(&rm->tally, (int64_t)tn_now_wall_ms());
     uv_timer_init(o->loop, &rm->timer);
     rm->timer.data = rm;

@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <raft/uv.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <errno.h>
 #include <sys/socket.h>
@@ -178,7 +179,12 @@ struct tn_meta_s {
     void *pstate_arg;
     pnote_t *pnotes; /* changed since the last tick, in order */
     size_t npnotes, pnotecap;
-    bool pnotes_all;     /* tell every replicated partition at the next tick */
+    bool pnotes_all; /* tell every replicated partition at the next tick */
+    /* tn_meta_confirmed_at: the newest confirmation seen (loop ms). */
+    uint64_t confirmed_at;
+#ifdef TN_TEST
+    uint64_t pnotes_since; /* TERN_TEST_PSTATE_LAG_MS: notes pending since (0: none) */
+#endif
     tn_meta_req_t fence; /* the leader's MEMBER_FENCE, one at a time */
     bool fence_busy;
     tn_meta_req_t rebal; /* the leader's PART_REBALANCE, one at a time */
@@ -1418,11 +1424,40 @@ static void tell_each(void *arg, const char *topic, uint32_t p, const tn_pstate_
         m->on_pstate(m->pstate_arg, topic, p, ps);
 }
 
+#ifdef TN_TEST
+/* TERN_TEST_PSTATE_LAG_MS=n (ternd-test): this node tells its partition
+ * listeners (the replica manager) of changed partition states n ms after
+ * applying them, so a test can show a node that learns a leadership
+ * change late (the old leader of a hand-over, docs/replication.md
+ * "Leadership changes and deliveries"). Its delivery lease is not
+ * renewed meanwhile (tn_meta_confirmed_at), as for any lag. True while
+ * the notes wait. */
+static bool pstates_lagging(tn_meta_t *m)
+{
+    const char *v = getenv("TERN_TEST_PSTATE_LAG_MS");
+    if (v == NULL || atoi(v) <= 0 || !m->ready) {
+        m->pnotes_since = 0;
+        return false;
+    }
+    uint64_t now = uv_now(m->loop);
+    if (m->pnotes_since == 0)
+        m->pnotes_since = now;
+    if (now < m->pnotes_since + (uint64_t)atoi(v))
+        return true;
+    m->pnotes_since = 0;
+    return false;
+}
+#endif
+
 /* From the tick, once ready: the noted partitions with their state now. */
 static void tell_pstates(tn_meta_t *m)
 {
     if (!m->ready || (m->npnotes == 0 && !m->pnotes_all))
         return;
+#ifdef TN_TEST
+    if (pstates_lagging(m))
+        return;
+#endif
     pnote_t *v = m->pnotes;
     size_t n = m->npnotes;
     bool all = m->pnotes_all;
@@ -2439,6 +2474,48 @@ uint64_t tn_meta_applied_index(tn_meta_t *m)
 bool tn_meta_caught_up(tn_meta_t *m)
 {
     return caught_up(m);
+}
+
+void tn_meta_timeouts(const tn_meta_t *m, unsigned *election_ms, unsigned *session_ms)
+{
+    *election_ms = m->election_ms;
+    *session_ms = m->session_ms;
+}
+
+uint64_t tn_meta_confirmed_at(tn_meta_t *m)
+{
+    /* Only while every change applied was told to the partition
+     * listeners: until then this node may still act on a state a newer
+     * one replaced. */
+    raft_id leader = 0;
+    const char *addr = NULL;
+    raft_leader(&m->raft, &leader, &addr);
+    if (m->closing || !m->ready || leader == 0 || m->npnotes > 0 || m->pnotes_all ||
+        raft_last_applied(&m->raft) < m->start_index ||
+        raft_last_applied(&m->raft) < m->raft.commit_index)
+        return m->confirmed_at;
+    if (raft_state(&m->raft) == RAFT_LEADER && m->lead_term != m->raft.current_term)
+        return m->confirmed_at; /* its commit index may lag (caught_up) */
+    uint64_t at;
+    if (raft_state(&m->raft) == RAFT_LEADER) {
+        /* A leader cut off from a quorum steps down within an election
+         * timeout (libraft's check-quorum), and no other leader commits
+         * before that: count its confirmation from that far back. */
+        uint64_t now = uv_now(m->loop);
+        at = now > m->election_ms ? now - m->election_ms : 0;
+    } else {
+        /* The last append from the leader: what it said was committed
+         * is applied (caught_up), and so is every entry received (the
+         * entries of an append are in the log before its commit index
+         * counts them), so whatever was committed before it was sent is
+         * known here. */
+        if (raft_last_index(&m->raft) > raft_last_applied(&m->raft))
+            return m->confirmed_at;
+        at = m->raft.election_timer_start;
+    }
+    if (at > m->confirmed_at)
+        m->confirmed_at = at;
+    return m->confirmed_at;
 }
 
 /* --- lifetime ------------------------------------------------------------------ */

@@ -375,6 +375,16 @@ bool tn_meta_removed(const tn_meta_t *m);
  * into ids (caller-owned); returns how many there are. */
 size_t tn_meta_voters(tn_meta_t *m, uint64_t *ids, size_t cap);
 bool tn_meta_caught_up(tn_meta_t *m);
+/* The loop time (ms) of this replica's newest confirmation that it is
+ * current: a follower's last append from the Raft leader at a moment
+ * when everything it knew committed was applied and told to the
+ * partition listeners (tn_meta_on_pstate); a leader's, an election
+ * timeout ago. A change committed before it is known here. 0: none yet.
+ * A partition leader's delivery lease counts from it
+ * (cluster/handfence.h). */
+uint64_t tn_meta_confirmed_at(tn_meta_t *m);
+/* The Raft election timeout and member-session-timeout in force (ms). */
+void tn_meta_timeouts(const tn_meta_t *m, unsigned *election_ms, unsigned *session_ms);
 /* The index of the last log entry applied to the local replica. */
 uint64_t tn_meta_applied_index(tn_meta_t *m);
 /* Close: no more proposals, waiting ones get TN_ECLOSED; those already

@@ -845,6 +845,9 @@ static bool chpart_next(tn_chpart_t *cp, int64_t now_mono, int64_t now_wall, boo
 {
     if (cp->part->remote || cp->part->held)
         return false; /* delivered by its owner; or held for a hand-over */
+    if (cp->part->lease_until != 0 &&
+        uv_now(cp->part->topic->broker->loop) >= cp->part->lease_until)
+        return false; /* its leader's lease lapsed (cluster/handfence.h) */
     if (cp->broken || tn_plog_err(cp->part->plog) != 0)
         return false;
     tn_part_t *part = cp->part;

@@ -228,9 +228,14 @@ struct tn_part_s {
      * another node: that log stays open, untouched, and unused. */
     bool remote;
     bool opening; /* tn_topic_follow_placement is opening it */
-    /* Deliveries held: a replicated partition's leader about to hand over
-     * (tn_topic_part_hold); appends and settles go on. */
+    /* Deliveries held: a replicated partition's leader about to hand over,
+     * or one that took over while its old leader may still deliver
+     * (tn_topic_part_hold); appends and settles go on. Only the replica
+     * manager sets and clears it. */
     bool held;
+    /* The delivery lease of a replicated partition's leader: no delivery
+     * at or past this loop time (uv_now); 0: none (tn_topic_part_lease). */
+    uint64_t lease_until;
     uint64_t owner;
 };
 
@@ -873,9 +878,16 @@ static inline tn_plog_t *tn_topic_part_plog(const tn_topic_t *t, uint32_t p)
 /* Hold (or resume) deliveries of partition p of t (no-op past nparts): a
  * replicated partition's leader whose move is about to hand its
  * leadership to another node stops delivering first, so that the new
- * leader never delivers what this one still could (cluster/replica.c).
+ * leader never delivers what this one still could, and a new leader
+ * holds until the old one stopped (cluster/replica.c, handfence.h).
  * Appends, settles and leases already out go on. Loop thread. */
 void tn_topic_part_hold(tn_topic_t *t, uint32_t p, bool held);
+/* Deliver from partition p of t (no-op past nparts) only before loop
+ * time until (uv_now; 0: no bound): a replicated partition's leader
+ * delivers only while its metastore replica is known to be current
+ * (cluster/handfence.h). A lease renewed after it lapsed resumes the
+ * deliveries. Loop thread. */
+void tn_topic_part_lease(tn_topic_t *t, uint32_t p, uint64_t until);
 /* Set the durability of every local partition log (tn_plog_set_durability)
  * and of those opened later. */
 void tn_topic_set_durability(tn_topic_t *t, int mode);

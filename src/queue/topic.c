@@ -1004,7 +1004,6 @@ static bool place_install(place_t *o)
         p->remote = false;
         p->opening = false;
         p->owner = 0;
-        p->held = false; /* a hold of an earlier hand-over ends here */
         tn__part_ready(p);
         if (t->durability >= 0)
             tn_plog_set_durability(p->plog, t->durability);
@@ -1106,6 +1105,17 @@ void tn_topic_part_hold(tn_topic_t *t, uint32_t p, bool held)
         tn__topic_pump_all(t);
 }
 
+void tn_topic_part_lease(tn_topic_t *t, uint32_t p, uint64_t until)
+{
+    if (p >= t->nparts || t->parts[p]->lease_until == until)
+        return;
+    uint64_t now = uv_now(t->broker->loop);
+    uint64_t was = t->parts[p]->lease_until;
+    t->parts[p]->lease_until = until;
+    if (was != 0 && was <= now && (until == 0 || until > now))
+        tn__topic_pump_all(t); /* lapsed, renewed */
+}
+
 int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
 {
     tn_broker_t *b = t->broker;
@@ -1168,7 +1178,6 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             tn__cache_drop_part(p);
             p->remote = false;
             p->owner = 0;
-            p->held = false; /* led here again: a hold of the last hand-over ends */
             tn__part_ready(p);
             if (t->durability >= 0)
                 tn_plog_set_durability(p->plog, t->durability);

@@ -649,6 +649,51 @@ static void test_held_partition_delivers_nothing(void **state)
     qfx_free(q);
 }
 
+/* A leader's delivery lease (tn_topic_part_lease, cluster/handfence.h):
+ * a partition whose lease lapsed delivers nothing (publishes and settles
+ * go on) until it is renewed; a partition without one is not bounded. */
+static void test_lapsed_lease_delivers_nothing(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    sink_t *s = calloc(1, sizeof(*s));
+    attach(s, ch, 100);
+    uv_loop_t *loop = q->b->loop;
+    uv_update_time(loop);
+    tn_topic_part_lease(t, 0, uv_now(loop) + 60000); /* valid */
+    tn_topic_part_lease(t, 9, 1);                    /* past nparts: nothing */
+    assert_int_equal(publish(q, "t", "a", 0, NULL, NULL), 0);
+    expect_n(q, s, 1);
+    tn_topic_part_lease(t, 0, 1); /* lapsed */
+    assert_int_equal(publish(q, "t", "b", 0, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "c", 1, NULL, NULL), 0);
+    expect_n(q, s, 2);
+    run_for(q, 30);
+    assert_int_equal(s->n, 2);
+    assert_int_equal(s->d[1].partition, 1);
+    assert_int_equal(tn_consumer_fin(&s->c, 0, s->d[0].offset, false, 0), 0);
+    /* Renewed: what waited is delivered without another publish. */
+    uv_update_time(loop);
+    tn_topic_part_lease(t, 0, uv_now(loop) + 60000);
+    expect_n(q, s, 3);
+    assert_int_equal(s->d[2].partition, 0);
+    /* A lease that runs out by itself stops deliveries too. */
+    uv_update_time(loop);
+    tn_topic_part_lease(t, 0, uv_now(loop) + 20);
+    run_for(q, 40);
+    assert_int_equal(publish(q, "t", "d", 0, NULL, NULL), 0);
+    run_for(q, 30);
+    assert_int_equal(s->n, 3);
+    tn_topic_part_lease(t, 0, 0); /* no bound */
+    expect_n(q, s, 4);
+    tn_consumer_detach(&s->c);
+    free(s);
+    qfx_free(q);
+}
+
 /* A restart finds only the local partitions on disk: the missing ones
  * are remote (not placed yet), and channels are found on the lowest local
  * partition when partition 0 is another node's. */
@@ -1038,6 +1083,7 @@ int main(void)
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
         cmocka_unit_test(test_held_partition_delivers_nothing),
+        cmocka_unit_test(test_lapsed_lease_delivers_nothing),
         cmocka_unit_test(test_restart_with_holes),
         cmocka_unit_test(test_grow_places_new_partitions),
         cmocka_unit_test(test_no_placement_all_local),
