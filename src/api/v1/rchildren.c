@@ -7,7 +7,9 @@
  *      child's name is a topic name, the delay 0 .. 1 year, the parent not
  *      an ephemeral topic, not attached already (400/403/404/409).
  *   2. A fresh epoch (tn_fanout_epoch), held from the fan-out's sweep; the
- *      parent's cursor channel made at its tail.
+ *      parent's cursor channel made at its tail (when this node's engine
+ *      has the parent already; else its cursor makes it later, from the
+ *      attach time the epoch carries, as on every other node).
  *   3. REMOTE_CHILD_PUT (if_absent, with the remote's id) proposed; once
  *      recorded, this node's cursors follow it and the answer is 201 with
  *      the child. A refusal deletes the channel made in step 2.
@@ -271,9 +273,16 @@ void tn__v1_rchild_attach(tn_v1_t *v, tn_http_request_t *r, const char *parent, 
         tn_fanout_hold(v->fanout, &op->hold);
         op->held = true;
     }
+    if (v->closing) {
+        rcop_end(op, 503, "the node is stopping");
+        return;
+    }
     tn_topic_t *t = NULL;
-    if (v->closing || tn_broker_topic(v->broker, parent, strlen(parent), false, 0, NULL, &t) != 0) {
-        rcop_end(op, 503, "the parent topic is not ready");
+    if (tn_broker_topic(v->broker, parent, strlen(parent), false, 0, NULL, &t) != 0) {
+        /* This node's engine has not made the parent yet (its catalog
+         * follows the metastore): its cursor makes the channel when it
+         * does, from the attach time the epoch carries. */
+        propose(op);
         return;
     }
     char name[32];
