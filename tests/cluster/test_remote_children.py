@@ -157,6 +157,15 @@ class RemoteChildren(harness.ClusterTest):
                 seen.add(i)
         self.assertEqual(seen, set(range(total)), "messages lost")
 
+    def assert_clean_stop(self, *clusters):
+        """Every node stops with status 0 and no sanitizer report (the
+        ASan build's run)."""
+        for c in clusters:
+            codes = c.stop()
+            self.assertEqual(set(codes.values()), {0}, codes)
+            for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+                self.assertNotIn(bad, c.logs())
+
     def assert_password_nowhere(self, *clusters):
         for c in clusters:
             for pw in (PW1, PW2):
@@ -239,6 +248,7 @@ class RemoteChildren(harness.ClusterTest):
         # Nothing of the remote's answers in the source's log but status and
         # class; no password anywhere.
         self.assertNotIn("authentication required", s.log())
+        self.assert_clean_stop(src, dst)
         self.assert_password_nowhere(src, dst)
 
     def leaders(self, node, topic):
@@ -285,6 +295,7 @@ class RemoteChildren(harness.ClusterTest):
         self.check_all_in_order(dst, 600)
         victim.start()
         victim.wait_ready()
+        self.assert_clean_stop(src, dst)
         self.assert_password_nowhere(src, dst)
 
 
