@@ -19,12 +19,27 @@ arrivals). DELETE of the remote is refused
 (409) while the child uses it; after the detach it goes. The password is
 absent from every file under every data directory and from the logs.
 
+Blind (against an HTTPS server of this test standing in for the remote):
+a remote answering 302 gets `retrying`/`refused` and no connection ever
+reaches its Location (a listener of the test counts them); a 500 gets
+`server_error`; the remote's body, reason phrase and headers show nowhere
+(GET children, GET /v1/remotes, /metrics, the log); the only Authorization
+the remote saw is the one it should. A remote named `localhost` on a
+source without remotes-allow-addresses: made fine (a name), then refused
+at every dial after resolution (`refused`, the guard's one message in the
+log), no request reaching the server.
+
 Run: python3 tests/cluster/test_remote_children.py --ternd build/ternd
 """
+import base64
 import collections
+import http.server
 import json
 import os
+import socket
+import ssl
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -297,6 +312,191 @@ class RemoteChildren(harness.ClusterTest):
         victim.wait_ready()
         self.assert_clean_stop(src, dst)
         self.assert_password_nowhere(src, dst)
+
+
+class FakeRemote:
+    """An HTTPS server of this test standing in for a remote cluster: it
+    answers produce/batch with `status` (202 accepts and keeps the
+    payloads; 302 points at `location`; others carry a body the source
+    must never show), and counts connections."""
+
+    def __init__(self, cert, key):
+        self.status = 202
+        self.location = ""
+        self.payloads = []
+        self.requests = 0
+        self.auth = set()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n)
+                outer.requests += 1
+                outer.auth.add(self.headers.get("Authorization", ""))
+                st = outer.status
+                if st == 202:
+                    for m in json.loads(body):
+                        outer.payloads.append(base64.b64decode(m["payload"]).decode())
+                    out = json.dumps({"accepted": len(json.loads(body))}).encode()
+                else:
+                    out = b'{"error":"SECRET-REMOTE-BODY must never show"}'
+                self.send_response(st, "SECRET-REMOTE-REASON")
+                if st == 302:
+                    self.send_header("Location", outer.location)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("X-Secret", "SECRET-REMOTE-HEADER")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", harness.free_port()), Handler)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class CountingListener:
+    """A TCP listener that only counts the connections it accepts: where a
+    redirect points."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+                self.accepted += 1
+                conn.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+class Blind(harness.ClusterTest):
+    """The security of the outbound plane end to end, against a fake remote
+    this test runs: no redirects followed (nothing reaches the Location),
+    nothing of the remote's answers in the API, the log or /metrics, and a
+    DNS name that resolves to a refused address refused before any
+    connection."""
+
+    def setUp(self):
+        d = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tern-fake-remote-{os.getpid()}")
+        certs = harness.make_certs(d, ["fake"])
+        self.addCleanup(lambda: __import__("shutil").rmtree(d, ignore_errors=True))
+        with open(certs["ca"]) as f:
+            self.ca_pem = f.read()
+        self.fake = FakeRemote(*certs["fake"])
+        self.addCleanup(self.fake.close)
+        self.target = CountingListener()
+        self.addCleanup(self.target.close)
+        self.fake.location = f"https://127.0.0.1:{self.target.port}/v1/topics/x/produce/batch"
+
+    def child_state(self, node):
+        st, body = node.request("GET", "/v1/topics/orders/children")
+        if st != 200:
+            return None
+        return next((c for c in body["children"] if c.get("remote")), None)
+
+    def source(self, allow):
+        args = [f"--remotes-allowed-ports={self.fake.port}", "--remotes-api-hop-encrypted=true"]
+        if allow:
+            args.append("--remotes-allow-addresses=127.0.0.0/8")
+        c = self.make(1, args=args)
+        c.start()
+        return c
+
+    def attach(self, node, host):
+        def attempt():
+            st, doc = node.request("POST", "/v1/remotes", {
+                "name": "fake", "url": f"https://{host}:{self.fake.port}", "username": "mirror",
+                "password": PW1, "ca_pem": self.ca_pem})
+            return None if st == 503 else (st, doc)
+        st, doc = wait_until("the remote's create", attempt, 30)
+        self.assertEqual(st, 201, doc)
+        st, body = node.request("POST", "/v1/topics", {"name": "orders", "partitions": 2,
+                                                       "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        st, body = node.request("POST", "/v1/topics/orders/children",
+                                {"child": "orders", "remote": "fake"}, headers=HDR)
+        self.assertEqual(st, 201, body)
+        batch = [{"payload": f"m-{i}", "key": f"k{i}"} for i in range(5)]
+        st, body = node.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
+        self.assertEqual(st, 202, body)
+
+    def test_redirect_and_bodies_never_shown(self):
+        self.fake.status = 302
+        c = self.source(allow=True)
+        s = c.nodes[0]
+        self.attach(s, "127.0.0.1")
+        ch = wait_until("retrying on the 302", lambda: (lambda x: x if x and
+                                                        x.get("status") == 302 else None)(
+            self.child_state(s)), 30)
+        self.assertEqual(ch["class"], "refused")
+        self.assertEqual(self.target.accepted, 0)  # nothing went to the Location
+        self.fake.status = 500
+        ch = wait_until("retrying on the 500", lambda: (lambda x: x if x and
+                                                        x.get("status") == 500 else None)(
+            self.child_state(s)), 90)
+        self.assertEqual(ch["class"], "server_error")
+        self.fake.status = 202
+        wait_until("every message at the fake remote",
+                   lambda: set(self.fake.payloads) >= {f"m-{i}" for i in range(5)}, 90)
+        wait_until("ok", lambda: (self.child_state(s) or {}).get("state") == "ok", 30)
+        self.assertEqual(self.target.accepted, 0)
+        self.assertEqual(self.fake.auth, {harness.basic("mirror", PW1)})
+        # Nothing the remote sent shows anywhere.
+        st, children = s.request("GET", "/v1/topics/orders/children")
+        st2, metrics = s.request("GET", "/metrics")
+        st3, remotes = s.request("GET", "/v1/remotes")
+        for text in (json.dumps(children), str(metrics), json.dumps(remotes), s.log()):
+            self.assertNotIn("SECRET-REMOTE", text)
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
+        self.assertNotIn("SECRET-REMOTE", c.logs())
+        self.assertNotIn(PW1, c.logs())
+
+    def test_name_resolving_to_a_refused_address(self):
+        # Without remotes-allow-addresses, loopback is refused: "localhost"
+        # is a name (made fine), refused at every dial after resolution.
+        c = self.source(allow=False)
+        s = c.nodes[0]
+        self.attach(s, "localhost")
+        ch = wait_until("retrying, refused", lambda: (lambda x: x if x and
+                                                      x.get("state") == "retrying" else None)(
+            self.child_state(s)), 30)
+        self.assertEqual(ch["class"], "refused")
+        self.assertEqual(ch["status"], 0)
+        self.assertGreater(ch["lag_messages"], 0)
+        self.assertEqual(self.fake.requests, 0)
+        self.assertIn("refused by the remotes address guard", s.log())
+        codes = c.stop()
+        self.assertEqual(set(codes.values()), {0}, codes)
 
 
 if __name__ == "__main__":
