@@ -88,6 +88,8 @@ struct tn_rchild_s {
     uv_timer_t timer;
     int64_t last_sync_ms;
     bool closing;
+    uint64_t sent;                     /* messages the remotes accepted, since start */
+    uint64_t failures[TN_RC_NCLASSES]; /* failed sends by class */
 };
 
 /* --- held messages --------------------------------------------------------------- */
@@ -199,6 +201,7 @@ static void try_send(part_t *p);
 static void fail_part(part_t *p, tn_rc_class_t cls, int status, const char *why)
 {
     runner_t *r = p->r;
+    r->f->failures[cls]++;
     r->retrying = true;
     r->cls = cls;
     r->status = status;
@@ -248,6 +251,7 @@ static void on_sent(void *ud, const tn_rc_result_t *res)
     memmove(p->v, p->v + out, (p->n - out) * sizeof(*p->v));
     p->n -= out;
     r->sent += out;
+    r->f->sent += out;
     p->backoff_ms = 0;
     p->next_try_ms = 0;
     r->retrying = false;
@@ -592,6 +596,43 @@ void tn_rchild_status(tn_rchild_t *f, const char *parent, const char *remote, co
         out->sent = r->sent;
         return;
     }
+}
+
+int tn_rchild_metrics_write(tn_rchild_t *f, tn_buf_t *b)
+{
+    char line[3 * TN_NAME_MAX + 256];
+    int rc = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        int n_ = snprintf(line, sizeof(line), __VA_ARGS__);                                        \
+        if (rc == 0 && n_ > 0)                                                                     \
+            rc = tn_buf_append(b, line, TN_MIN((size_t)n_, sizeof(line) - 1));                     \
+    } while (0)
+    PUT("# HELP tern_remote_child_sent_total messages remote children sent that their remote "
+        "accepted (this node)\n# TYPE tern_remote_child_sent_total counter\n"
+        "tern_remote_child_sent_total %" PRIu64 "\n",
+        f->sent);
+    PUT("# HELP tern_remote_child_failures_total remote children's failed sends, by class\n"
+        "# TYPE tern_remote_child_failures_total counter\n");
+    for (int c = 1; c < TN_RC_NCLASSES; c++)
+        PUT("tern_remote_child_failures_total{class=\"%s\"} %" PRIu64 "\n",
+            tn_rc_class_name((tn_rc_class_t)c), f->failures[c]);
+    PUT("# HELP tern_remote_child_lag_messages parent messages a remote child has not sent yet "
+        "(partitions served here)\n# TYPE tern_remote_child_lag_messages gauge\n");
+    for (runner_t *r = f->runners; r != NULL; r = r->next) {
+        tn_rchild_status_t st;
+        tn_rchild_status(f, r->parent, r->remote, r->child, &st);
+        PUT("tern_remote_child_lag_messages{parent=\"%s\",remote=\"%s\",child=\"%s\"} %" PRIu64
+            "\n",
+            r->parent, r->remote, r->child, st.lag);
+    }
+    PUT("# HELP tern_remote_child_retrying 1 while a remote child waits to send again after a "
+        "failure\n# TYPE tern_remote_child_retrying gauge\n");
+    for (runner_t *r = f->runners; r != NULL; r = r->next)
+        PUT("tern_remote_child_retrying{parent=\"%s\",remote=\"%s\",child=\"%s\"} %d\n", r->parent,
+            r->remote, r->child, r->retrying ? 1 : 0);
+#undef PUT
+    return rc;
 }
 
 int tn_rchild_new(uv_loop_t *loop, tn_v1_t *v, tn_rchild_t **out)

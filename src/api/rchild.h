@@ -34,6 +34,7 @@
 
 #include "core/platform.h"
 
+#include "core/buf.h"
 #include "proto/http/rclient.h"
 
 struct tn_v1_s;
@@ -55,6 +56,12 @@ typedef struct {
     int status;        /* its HTTP status (0: none came) */
     uint64_t sent;     /* messages the remote accepted, since this node started it */
 } tn_rchild_status_t;
+
+/* Append its series to b (Prometheus text; classes only, never anything a
+ * remote sent): tern_remote_child_sent_total, tern_remote_child_failures_total
+ * by class, and per remote child running here tern_remote_child_lag_messages
+ * and tern_remote_child_retrying. 0 or UV_ENOMEM. */
+int tn_rchild_metrics_write(tn_rchild_t *f, tn_buf_t *b);
 
 /* The state of the remote child (parent, remote, child) on this node. */
 void tn_rchild_status(tn_rchild_t *f, const char *parent, const char *remote, const char *child,

@@ -252,6 +252,14 @@ class RemoteChildren(harness.ClusterTest):
         wait_until("500 at the remote", lambda: self.count_at_dst(dst) >= 500, 120)
         wait_until("ok after the rotation",
                    lambda: (self.remote_child(s) or {}).get("state") == "ok", 60)
+        # /metrics: the failures by class, what was sent, the child's gauges.
+        self.assertGreater(s.metric('tern_remote_child_failures_total{class="auth"}'), 0)
+        self.assertGreater(s.metric('tern_remote_child_failures_total{class="unreachable"}'), 0)
+        self.assertEqual(s.metric('tern_remote_child_failures_total{class="tls"}'), 0)
+        self.assertGreaterEqual(s.metric("tern_remote_child_sent_total"), 500)
+        labels = '{parent="orders",remote="eu",child="orders"}'
+        self.assertEqual(s.metric("tern_remote_child_retrying" + labels), 0)
+        self.assertEqual(s.metric("tern_remote_child_lag_messages" + labels), 0)
         self.check_all_in_order(dst, 500)
 
         # Detach; then the remote can go.
@@ -464,6 +472,9 @@ class Blind(harness.ClusterTest):
                                                         x.get("status") == 500 else None)(
             self.child_state(s)), 90)
         self.assertEqual(ch["class"], "server_error")
+        self.assertGreater(s.metric('tern_remote_child_failures_total{class="refused"}'), 0)
+        self.assertGreater(
+            s.metric('tern_remote_child_failures_total{class="server_error"}'), 0)
         self.fake.status = 202
         wait_until("every message at the fake remote",
                    lambda: set(self.fake.payloads) >= {f"m-{i}" for i in range(5)}, 90)
