@@ -280,6 +280,23 @@ static bool linked_here(const tn_fanout_t *f, const char *parent, uint64_t epoch
     return false;
 }
 
+/* Whether a remote child (api/rchild.h) names the channel of epoch on
+ * parent: those channels are its cursors, named as links' are. */
+static bool remote_child_names(const tn_fanout_t *f, const char *parent, uint64_t epoch)
+{
+    const tn_meta_remotes_t *rs = &tn_meta_state(f->meta)->remotes;
+    size_t first;
+    size_t n = tn_meta_rchild_count(rs, parent, NULL, &first);
+    for (size_t i = first; n > 0 && i < rs->nchildren; i++) {
+        if (strcmp(rs->children[i]->parent, parent) != 0)
+            continue;
+        n--;
+        if (rs->children[i]->epoch == epoch)
+            return true;
+    }
+    return false;
+}
+
 typedef struct {
     char topic[TN_NAME_MAX + 1];
     char channel[32];
@@ -305,7 +322,7 @@ static void sweep(tn_fanout_t *f)
                 if (ch->state != TN_OBJ_READY || !tn_fanout_is_channel(ch->name))
                     continue;
                 uint64_t epoch = strtoull(ch->name + strlen(TN_FANOUT_CHANNEL_PREFIX), NULL, 16);
-                if (linked_here(f, t->name, epoch))
+                if (linked_here(f, t->name, epoch) || remote_child_names(f, t->name, epoch))
                     continue;
                 snprintf(found[n].topic, sizeof(found[n].topic), "%s", t->name);
                 snprintf(found[n].channel, sizeof(found[n].channel), "%s", ch->name);

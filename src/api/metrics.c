@@ -3,6 +3,8 @@
 
 #include "api/metrics.h"
 
+#include "api/rchild.h"
+
 #include "core/err.h"
 #include "core/time.h"
 #include "meta/state.h"
@@ -385,6 +387,8 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
         rc = tn_dispatch_metrics_write(m->dispatch, b);
     if (rc == 0 && m->router != NULL)
         tn_router_settle_metrics_write(m->router, b);
+    if (rc == 0 && m->rchild != NULL)
+        rc = tn_rchild_metrics_write(m->rchild, b);
     return rc;
 }
 

@@ -28,18 +28,21 @@
 #include "proto/nsq/server.h"
 #include "storage/scrub.h"
 
+struct tn_rchild_s;
+
 typedef struct {
     tn_nsq_http_t *api; /* borrowed: broker, readiness, version */
     tn_nsq_server_t *nsq;
-    tn_http_server_t *http;    /* the API server, for its connection counts */
-    tn_http_server_t *https;   /* and its HTTPS twin (NULL when off), counted with it */
-    tn_ws_t *ws;               /* NULL: the live feed is off */
-    tn_rpc_t *rpc;             /* node RPC: the calls this node made; NULL before it opened */
-    tn_dataplane_t *dataplane; /* commits other nodes made here; NULL: none */
-    tn_dispatch_t *dispatch;   /* the ingress log and its dispatcher; NULL: none (a lone node) */
-    tn_router_t *router;       /* its SETTLE calls to other nodes; NULL: none (a lone node) */
-    tn_scrub_t *scrub;         /* the scrub of sealed segments; NULL: not running */
-    tn_replica_t *replica;     /* the replica manager; NULL: none (replication series read 0) */
+    tn_http_server_t *http;     /* the API server, for its connection counts */
+    tn_http_server_t *https;    /* and its HTTPS twin (NULL when off), counted with it */
+    tn_ws_t *ws;                /* NULL: the live feed is off */
+    tn_rpc_t *rpc;              /* node RPC: the calls this node made; NULL before it opened */
+    tn_dataplane_t *dataplane;  /* commits other nodes made here; NULL: none */
+    tn_dispatch_t *dispatch;    /* the ingress log and its dispatcher; NULL: none (a lone node) */
+    tn_router_t *router;        /* its SETTLE calls to other nodes; NULL: none (a lone node) */
+    tn_scrub_t *scrub;          /* the scrub of sealed segments; NULL: not running */
+    tn_replica_t *replica;      /* the replica manager; NULL: none (replication series read 0) */
+    struct tn_rchild_s *rchild; /* remote children's cursors (api/rchild.h); NULL: none */
     uint32_t max_topics;
 } tn_metrics_t;
 

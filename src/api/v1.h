@@ -85,6 +85,7 @@ typedef struct tn_v1_s {
     tn_authn_t *authn;
     struct tn_consume_s *consume; /* api/consume.h */
     struct tn_fanout_s *fanout;   /* api/fanout.h */
+    struct tn_rchild_s *rchild;   /* api/rchild.h: remote children's cursors */
     tn_v1_opts_t o;
     uint32_t next_part;  /* batch produces without keys take turns */
     tn_quota_t produces; /* per user in progress */

@@ -426,6 +426,7 @@ static void shut_down(daemon_t *d)
     d->scrub = NULL;
     tn_backup_close(d->backup);
     d->backup = NULL;
+    d->metrics.rchild = NULL;
     tn_v1_close(&d->v1);
     if (d->ws != NULL)
         tn_ws_close_all(d->ws, "E_SHUTDOWN", "the node is shutting down");
@@ -1245,6 +1246,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     tn_drain_attach(d->drain, &doors);
     d->metrics.ws = d->ws;
     d->metrics.api = &d->api;
+    d->metrics.rchild = d->v1.rchild;
     d->metrics.nsq = d->nsq;
     d->metrics.http = d->http;
     d->metrics.https = d->https;

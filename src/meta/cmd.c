@@ -395,6 +395,8 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
     case TN_MC_REMOTE_PUT:
     case TN_MC_REMOTE_DELETE:
     case TN_MC_REMOTE_SALT:
+    case TN_MC_REMOTE_CHILD_PUT:
+    case TN_MC_REMOTE_CHILD_DELETE:
         if (w.rc == 0)
             w.rc = c->remote != NULL ? tn__meta_remote_encode(c->type, c->remote, out) : UV_EINVAL;
         break;
@@ -921,6 +923,8 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     case TN_MC_REMOTE_PUT:
     case TN_MC_REMOTE_DELETE:
     case TN_MC_REMOTE_SALT:
+    case TN_MC_REMOTE_CHILD_PUT:
+    case TN_MC_REMOTE_CHILD_DELETE:
         if ((c->remote = tn_malloc(sizeof(*c->remote))) == NULL)
             return UV_ENOMEM;
         r.rc = tn__meta_remote_decode(c->type, r.p, r.left, c->remote);

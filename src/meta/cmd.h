@@ -66,8 +66,9 @@
  * nto to as [4] each [s] reason.
  * REMOTE_PUT (30) and REMOTE_DELETE (31): a remote's record with its
  * sealed credential, and its removal; REMOTE_SALT (32): the cluster's
- * seal salt, made once by the metastore leader (meta/remote.h has the
- * payloads).
+ * seal salt, made once by the metastore leader; REMOTE_CHILD_PUT (33) and
+ * REMOTE_CHILD_DELETE (34): a remote child attached (and a snapshot
+ * record) and detached (meta/remote.h has the payloads and rules).
  * CLUSTER_REBALANCE ([1] flags: bit 0 wanted, bit 1 only if none is wanted
  * now; [1] reason 1 api, 2 join; [8] rebalance id (not 0) [8] the
  * proposer's wall ms): a rebalance of the replicas over the members is
@@ -136,7 +137,9 @@ typedef enum {
     /* Remotes (meta/remote.h has their payloads). */
     TN_MC_REMOTE_PUT = 30,
     TN_MC_REMOTE_DELETE = 31,
-    TN_MC_REMOTE_SALT = 32, /* the cluster's seal salt, made once by the leader */
+    TN_MC_REMOTE_SALT = 32,         /* the cluster's seal salt, made once by the leader */
+    TN_MC_REMOTE_CHILD_PUT = 33,    /* a remote child attached */
+    TN_MC_REMOTE_CHILD_DELETE = 34, /* and detached */
 } tn_meta_cmd_type_t;
 
 /* PART_MOVE's kind byte. */

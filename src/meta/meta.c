@@ -307,7 +307,8 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
             note_heard(m, c.member.id, uv_now(m->loop));
         if (c.type == TN_MC_NOOP && c.member.id == m->id)
             confirm_applied(m, c.nonce);
-        if (m->leading && (c.type == TN_MC_REMOTE_PUT || c.type == TN_MC_REMOTE_DELETE))
+        if (m->leading && (c.type == TN_MC_REMOTE_PUT || c.type == TN_MC_REMOTE_DELETE ||
+                           c.type == TN_MC_REMOTE_CHILD_PUT || c.type == TN_MC_REMOTE_CHILD_DELETE))
             tn_meta_remote_audit(c.type, c.remote, rc); /* the leader's audit line */
         tn_meta_cmd_fini(&c);
     } else {
@@ -379,7 +380,8 @@ static int answer(const tn_meta_req_t *req, int status)
         return status;
     if (status == TN_ENOTFOUND &&
         (req->type == TN_MC_TOPIC_DELETE || req->type == TN_MC_CHANNEL_DELETE ||
-         req->type == TN_MC_USER_DELETE || req->type == TN_MC_REMOTE_DELETE))
+         req->type == TN_MC_USER_DELETE || req->type == TN_MC_REMOTE_DELETE ||
+         req->type == TN_MC_REMOTE_CHILD_DELETE))
         return 0;
     if (status == UV_EEXIST && req->type == TN_MC_CHANNEL_PUT && req->if_absent)
         return 0;

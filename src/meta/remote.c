@@ -52,10 +52,57 @@ static bool rec_valid(const tn_meta_remote_t *r)
            token_valid(r->request, true);
 }
 
+static bool child_valid(const tn_meta_rchild_t *ch)
+{
+    return tn_name_valid_any(ch->parent, strlen(ch->parent)) &&
+           tn_meta_remote_name_valid(ch->remote, strlen(ch->remote)) && ch->remote_id != 0 &&
+           tn_name_valid_any(ch->child, strlen(ch->child)) && ch->epoch != 0 && ch->delay_ms >= 0 &&
+           ch->delay_ms <= TN_RCHILD_MAX_DELAY_MS && ch->created_at_ms >= 0 &&
+           token_valid(ch->created_by, true) && token_valid(ch->request, true);
+}
+
+static bool child_key_valid(const tn_meta_rchild_t *ch)
+{
+    return tn_name_valid_any(ch->parent, strlen(ch->parent)) &&
+           tn_meta_remote_name_valid(ch->remote, strlen(ch->remote)) &&
+           tn_name_valid_any(ch->child, strlen(ch->child)) && token_valid(ch->created_by, true) &&
+           token_valid(ch->request, true);
+}
+
+static int child_encode(uint8_t type, const tn_meta_remote_cmd_t *c, tn__meta_wr_t *w)
+{
+    const tn_meta_rchild_t *ch = &c->child;
+    if (type == TN_MC_REMOTE_CHILD_DELETE) {
+        if (!child_key_valid(ch))
+            return UV_EINVAL;
+        tn__meta_w_str(w, ch->parent, TN_NAME_MAX);
+        tn__meta_w_str(w, ch->remote, TN_REMOTE_NAME_MAX);
+        tn__meta_w_str(w, ch->child, TN_NAME_MAX);
+        tn__meta_w_str(w, ch->created_by, TN_REMOTE_BY_MAX);
+        tn__meta_w_str(w, ch->request, TN_REMOTE_REQUEST_MAX);
+        return w->rc;
+    }
+    if (c->cond > 1 || !child_valid(ch))
+        return UV_EINVAL;
+    tn__meta_w_bytes(w, &c->cond, 1);
+    tn__meta_w_str(w, ch->parent, TN_NAME_MAX);
+    tn__meta_w_str(w, ch->remote, TN_REMOTE_NAME_MAX);
+    tn__meta_w_u64(w, ch->remote_id);
+    tn__meta_w_str(w, ch->child, TN_NAME_MAX);
+    tn__meta_w_u64(w, ch->epoch);
+    tn__meta_w_u64(w, (uint64_t)ch->delay_ms);
+    tn__meta_w_u64(w, (uint64_t)ch->created_at_ms);
+    tn__meta_w_str(w, ch->created_by, TN_REMOTE_BY_MAX);
+    tn__meta_w_str(w, ch->request, TN_REMOTE_REQUEST_MAX);
+    return w->rc;
+}
+
 int tn__meta_remote_encode(uint8_t type, const tn_meta_remote_cmd_t *c, tn_buf_t *out)
 {
     tn__meta_wr_t w = {out, 0};
     const tn_meta_remote_t *r = &c->rec;
+    if (type == TN_MC_REMOTE_CHILD_PUT || type == TN_MC_REMOTE_CHILD_DELETE)
+        return child_encode(type, c, &w);
     if (type == TN_MC_REMOTE_SALT) {
         tn__meta_w_bytes(&w, c->salt, TN_SEAL_SALT);
         return w.rc;
@@ -91,11 +138,46 @@ int tn__meta_remote_encode(uint8_t type, const tn_meta_remote_cmd_t *c, tn_buf_t
     return w.rc;
 }
 
+static int child_decode(uint8_t type, tn__meta_rd_t *r, tn_meta_remote_cmd_t *c)
+{
+    tn_meta_rchild_t *ch = &c->child;
+    if (type == TN_MC_REMOTE_CHILD_DELETE) {
+        tn__meta_r_str(r, ch->parent, TN_NAME_MAX);
+        tn__meta_r_str(r, ch->remote, TN_REMOTE_NAME_MAX);
+        tn__meta_r_str(r, ch->child, TN_NAME_MAX);
+        tn__meta_r_str(r, ch->created_by, TN_REMOTE_BY_MAX);
+        tn__meta_r_str(r, ch->request, TN_REMOTE_REQUEST_MAX);
+        if (r->rc == 0 && (r->left != 0 || !child_key_valid(ch)))
+            r->rc = TN_ECORRUPT;
+        return r->rc;
+    }
+    const unsigned char *cond = tn__meta_r_take(r, 1);
+    if (cond != NULL) {
+        c->cond = cond[0];
+        if (c->cond > 1)
+            r->rc = TN_ECORRUPT;
+    }
+    tn__meta_r_str(r, ch->parent, TN_NAME_MAX);
+    tn__meta_r_str(r, ch->remote, TN_REMOTE_NAME_MAX);
+    ch->remote_id = tn__meta_r_u64(r);
+    tn__meta_r_str(r, ch->child, TN_NAME_MAX);
+    ch->epoch = tn__meta_r_u64(r);
+    ch->delay_ms = (int64_t)tn__meta_r_u64(r);
+    ch->created_at_ms = (int64_t)tn__meta_r_u64(r);
+    tn__meta_r_str(r, ch->created_by, TN_REMOTE_BY_MAX);
+    tn__meta_r_str(r, ch->request, TN_REMOTE_REQUEST_MAX);
+    if (r->rc == 0 && (r->left != 0 || !child_valid(ch)))
+        r->rc = TN_ECORRUPT;
+    return r->rc;
+}
+
 int tn__meta_remote_decode(uint8_t type, const uint8_t *p, size_t n, tn_meta_remote_cmd_t *c)
 {
     memset(c, 0, sizeof(*c));
     tn__meta_rd_t r = {p, n, 0};
     tn_meta_remote_t *rec = &c->rec;
+    if (type == TN_MC_REMOTE_CHILD_PUT || type == TN_MC_REMOTE_CHILD_DELETE)
+        return child_decode(type, &r, c);
     if (type == TN_MC_REMOTE_SALT) {
         const unsigned char *salt = tn__meta_r_take(&r, TN_SEAL_SALT);
         if (salt != NULL)
@@ -289,12 +371,134 @@ static int remote_put(tn_meta_remotes_t *rs, const tn_meta_remote_cmd_t *c, bool
     return 0;
 }
 
+/* --- remote children ----------------------------------------------------------------------- */
+
+static int child_cmp(const tn_meta_rchild_t *a, const char *parent, const char *remote,
+                     const char *child)
+{
+    int c = strcmp(a->parent, parent);
+    if (c == 0)
+        c = strcmp(a->remote, remote);
+    if (c == 0)
+        c = strcmp(a->child, child);
+    return c;
+}
+
+static size_t child_find(const tn_meta_remotes_t *rs, const char *parent, const char *remote,
+                         const char *child, bool *found)
+{
+    size_t lo = 0, hi = rs->nchildren;
+    *found = false;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = child_cmp(rs->children[mid], parent, remote, child);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+const tn_meta_rchild_t *tn_meta_rchild_find(const tn_meta_remotes_t *rs, const char *parent,
+                                            const char *remote, const char *child)
+{
+    bool found;
+    size_t i = child_find(rs, parent, remote, child, &found);
+    return found ? rs->children[i] : NULL;
+}
+
+size_t tn_meta_rchild_count(const tn_meta_remotes_t *rs, const char *parent, const char *remote,
+                            size_t *first)
+{
+    size_t n = 0;
+    *first = 0;
+    for (size_t i = 0; i < rs->nchildren; i++) {
+        const tn_meta_rchild_t *ch = rs->children[i];
+        if ((parent == NULL || strcmp(ch->parent, parent) == 0) &&
+            (remote == NULL || strcmp(ch->remote, remote) == 0)) {
+            if (n++ == 0)
+                *first = i;
+        }
+    }
+    return n;
+}
+
+static int child_put(tn_meta_remotes_t *rs, const tn_meta_remote_cmd_t *c, bool restoring)
+{
+    const tn_meta_rchild_t *in = &c->child;
+    const tn_meta_remote_t *r = tn_meta_remote_find(rs, in->remote);
+    if (r == NULL || r->id != in->remote_id)
+        return restoring ? TN_ECORRUPT : TN_ENOTFOUND;
+    bool found;
+    size_t i = child_find(rs, in->parent, in->remote, in->child, &found);
+    if (found && c->cond == 1 && rs->children[i]->epoch == in->epoch)
+        return 0; /* its own copy sent again */
+    if (found && (c->cond == 1 || restoring))
+        return UV_EEXIST;
+    tn_meta_rchild_t *ch = tn_malloc(sizeof(*ch));
+    if (ch == NULL)
+        return UV_ENOMEM;
+    *ch = *in;
+    if (found) {
+        tn_free(rs->children[i]);
+        rs->children[i] = ch;
+        return 0;
+    }
+    if (rs->nchildren == rs->capchildren) {
+        size_t cap = rs->capchildren ? rs->capchildren * 2 : 8;
+        tn_meta_rchild_t **v = tn_realloc(rs->children, cap * sizeof(*v));
+        if (v == NULL) {
+            tn_free(ch);
+            return UV_ENOMEM;
+        }
+        rs->children = v;
+        rs->capchildren = cap;
+    }
+    memmove(rs->children + i + 1, rs->children + i, (rs->nchildren - i) * sizeof(*rs->children));
+    rs->children[i] = ch;
+    rs->nchildren++;
+    return 0;
+}
+
+static void child_remove(tn_meta_remotes_t *rs, size_t i)
+{
+    tn_free(rs->children[i]);
+    memmove(rs->children + i, rs->children + i + 1,
+            (rs->nchildren - i - 1) * sizeof(*rs->children));
+    rs->nchildren--;
+}
+
+static int child_delete(tn_meta_remotes_t *rs, const tn_meta_rchild_t *in)
+{
+    bool found;
+    size_t i = child_find(rs, in->parent, in->remote, in->child, &found);
+    if (!found)
+        return TN_ENOTFOUND;
+    child_remove(rs, i);
+    return 0;
+}
+
+void tn__meta_rchild_drop_parent(tn_meta_remotes_t *rs, const char *parent)
+{
+    for (size_t i = rs->nchildren; i > 0; i--)
+        if (strcmp(rs->children[i - 1]->parent, parent) == 0)
+            child_remove(rs, i - 1);
+}
+
 static int remote_delete(tn_meta_remotes_t *rs, const char *name)
 {
     bool found;
     size_t i = find(rs, name, &found);
     if (!found)
         return TN_ENOTFOUND;
+    size_t first;
+    if (tn_meta_rchild_count(rs, NULL, name, &first) > 0)
+        return UV_EBUSY; /* a remote child sends through it */
     rec_free(rs->v[i]);
     memmove(rs->v + i, rs->v + i + 1, (rs->n - i - 1) * sizeof(*rs->v));
     rs->n--;
@@ -321,6 +525,10 @@ int tn__meta_remotes_apply(tn_meta_remotes_t *rs, uint8_t type, const tn_meta_re
         return remote_delete(rs, c->rec.name);
     if (type == TN_MC_REMOTE_SALT)
         return remote_salt(rs, c->salt);
+    if (type == TN_MC_REMOTE_CHILD_PUT)
+        return child_put(rs, c, restoring);
+    if (type == TN_MC_REMOTE_CHILD_DELETE && !restoring)
+        return child_delete(rs, &c->child);
     return UV_EINVAL;
 }
 
@@ -329,6 +537,9 @@ void tn__meta_remotes_fini(tn_meta_remotes_t *rs)
     for (size_t i = 0; i < rs->n; i++)
         rec_free(rs->v[i]);
     tn_free(rs->v);
+    for (size_t i = 0; i < rs->nchildren; i++)
+        tn_free(rs->children[i]);
+    tn_free(rs->children);
     OPENSSL_cleanse(rs->salt, sizeof(rs->salt));
     memset(rs, 0, sizeof(*rs));
 }
@@ -359,6 +570,17 @@ int tn__meta_remotes_snapshot(const tn_meta_remotes_t *rs, tn_buf_t *out, uint64
         rc = tn_meta_cmd_encode(&c, out);
         (*count)++;
     }
+    for (size_t i = 0; i < rs->nchildren && rc == 0; i++) {
+        tn_meta_remote_cmd_t args;
+        memset(&args, 0, sizeof(args));
+        args.child = *rs->children[i];
+        tn_meta_cmd_t c;
+        memset(&c, 0, sizeof(c));
+        c.type = TN_MC_REMOTE_CHILD_PUT;
+        c.remote = &args;
+        rc = tn_meta_cmd_encode(&c, out);
+        (*count)++;
+    }
     return rc;
 }
 
@@ -366,6 +588,18 @@ void tn_meta_remote_audit(uint8_t type, const tn_meta_remote_cmd_t *c, int statu
 {
     if (c == NULL || type == TN_MC_REMOTE_SALT)
         return;
+    if (type == TN_MC_REMOTE_CHILD_PUT || type == TN_MC_REMOTE_CHILD_DELETE) {
+        const tn_meta_rchild_t *ch = &c->child;
+        TN_LOG(
+            TN_LOG_NOTICE,
+            "audit (metastore leader): %s %s remote child %s on remote %s %s %s (request %s): %s",
+            ch->created_by[0] != '\0' ? ch->created_by : "(security off)",
+            type == TN_MC_REMOTE_CHILD_PUT ? "attached" : "detached", ch->child, ch->remote,
+            type == TN_MC_REMOTE_CHILD_PUT ? "to" : "from", ch->parent,
+            ch->request[0] != '\0' ? ch->request : "-",
+            status == 0 ? "applied" : tn_strerror(status));
+        return;
+    }
     const char *what = type == TN_MC_REMOTE_DELETE ? "deleted"
                        : c->cond == 1              ? "created"
                                                    : "changed";

@@ -15,6 +15,25 @@
  * leader's audit line; the state keeps nothing of them). REMOTE_SALT
  * payload: [32] salt.
  *
+ * REMOTE_CHILD_PUT (33) payload: [1] condition (0 none, 1 if_absent) [s]
+ * parent [s] remote [8] remote id [s] child [8] epoch (not 0) [8] delay ms
+ * (0..1 year) [8] created ms [s] created_by [s] request id.
+ * REMOTE_CHILD_DELETE (34): [s] parent [s] remote [s] child [s] by [s]
+ * request id.
+ *
+ * Remote children (rules, docs/remotes.md "Remote children"): a record
+ * names a parent topic of this cluster, a remote, the id of that remote
+ * when attached (a remote deleted and made again under the same name is
+ * another one: its children are not inherited), the child topic on the
+ * remote cluster, the attach epoch (the parent's cursor channel
+ * `remote.<epoch>`), and the delay. Kept sorted by (parent, remote,
+ * child). A PUT needs the parent (the state machine checks it: UV_ENOENT)
+ * and the remote with that id (TN_ENOTFOUND); if_absent finding the same
+ * epoch answers 0 (its own copy sent again), another one UV_EEXIST. A
+ * REMOTE_DELETE of a remote some child names answers UV_EBUSY; deleting a
+ * parent topic drops its remote children (state.c). The snapshot writes
+ * them after the remotes, each a REMOTE_CHILD_PUT (condition 0).
+ *
  * The salt (rule): the metastore leader makes the cluster's salt once
  * (REMOTE_SALT with 32 random bytes, proposed from its tick while the
  * state has none: meta.h); the first one applied stays for good, a later
@@ -31,6 +50,7 @@
 #include "core/platform.h"
 
 #include "core/buf.h"
+#include "core/name.h"
 #include "meta/seal.h"
 
 #define TN_REMOTE_NAME_MAX     64
@@ -42,6 +62,7 @@
 #define TN_REMOTE_REQUEST_MAX  32
 #define TN_REMOTE_BY_MAX       64
 #define TN_REMOTE_AGAIN        128 /* REMOTE_PUT's condition byte */
+#define TN_RCHILD_MAX_DELAY_MS (365LL * 24 * 3600 * 1000)
 
 typedef struct {
     char name[TN_REMOTE_NAME_MAX + 1];
@@ -58,6 +79,19 @@ typedef struct {
     char request[TN_REMOTE_REQUEST_MAX + 1]; /* the request id of the last write */
 } tn_meta_remote_t;
 
+/* A remote child (above). */
+typedef struct {
+    char parent[TN_NAME_MAX + 1];
+    char remote[TN_REMOTE_NAME_MAX + 1];
+    uint64_t remote_id;
+    char child[TN_NAME_MAX + 1]; /* the topic on the remote cluster */
+    uint64_t epoch;
+    int64_t delay_ms;
+    int64_t created_at_ms;
+    char created_by[TN_REMOTE_BY_MAX + 1];
+    char request[TN_REMOTE_REQUEST_MAX + 1];
+} tn_meta_rchild_t;
+
 /* A REMOTE_PUT's or REMOTE_DELETE's arguments (DELETE: rec.name,
  * rec.updated_by as who asked, rec.request). */
 typedef struct tn_meta_remote_cmd_s {
@@ -66,6 +100,9 @@ typedef struct tn_meta_remote_cmd_s {
     uint64_t expect; /* if_unchanged: the stored record's fingerprint */
     uint8_t salt[TN_SEAL_SALT];
     tn_meta_remote_t rec; /* rec.ca_pem: borrowed to encode, owned after decode */
+    /* REMOTE_CHILD_PUT/DELETE (cond 0 or 1; DELETE: parent, remote, child,
+     * created_by as who asked, request). */
+    tn_meta_rchild_t child;
 } tn_meta_remote_cmd_t;
 
 typedef struct {
@@ -73,6 +110,8 @@ typedef struct {
     size_t n, cap;
     bool has_salt; /* once a REMOTE_SALT was applied */
     uint8_t salt[TN_SEAL_SALT];
+    tn_meta_rchild_t **children; /* sorted by (parent, remote, child), owned */
+    size_t nchildren, capchildren;
 } tn_meta_remotes_t;
 
 /* Whether s[0..n) is a remote name: [A-Za-z0-9._-]{1,64}. */
@@ -108,6 +147,18 @@ int tn__meta_remotes_snapshot(const tn_meta_remotes_t *rs, tn_buf_t *out, uint64
  * REMOTE_DELETE (nothing for a REMOTE_SALT) with the state machine's answer status: who (as the
  * door recorded), what, which remote, the request id; never a credential. */
 void tn_meta_remote_audit(uint8_t type, const tn_meta_remote_cmd_t *c, int status);
+
+/* The remote children of parent (NULL: of every parent) that send to
+ * remote (NULL: to any): how many, and the first in *first (an index into
+ * rs->children, ordered: those of one parent are adjacent). */
+size_t tn_meta_rchild_count(const tn_meta_remotes_t *rs, const char *parent, const char *remote,
+                            size_t *first);
+/* The remote child (parent, remote, child) (borrowed: valid until the next
+ * apply or restore), or NULL. */
+const tn_meta_rchild_t *tn_meta_rchild_find(const tn_meta_remotes_t *rs, const char *parent,
+                                            const char *remote, const char *child);
+/* Drop every remote child of parent (its topic was deleted). */
+void tn__meta_rchild_drop_parent(tn_meta_remotes_t *rs, const char *parent);
 
 /* The remote named name (borrowed: valid until the next apply or
  * restore), or NULL. */

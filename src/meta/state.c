@@ -1330,8 +1330,12 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     switch (c->type) {
     case TN_MC_TOPIC_PUT:
         return topic_put(s, c, restoring);
-    case TN_MC_TOPIC_DELETE:
-        return topic_delete(s, c->topic.name);
+    case TN_MC_TOPIC_DELETE: {
+        int rc = topic_delete(s, c->topic.name);
+        if (rc == 0) /* its remote children go with it */
+            tn__meta_rchild_drop_parent(&s->remotes, c->topic.name);
+        return rc;
+    }
     case TN_MC_CHANNEL_PUT:
         return channel_put(s, c);
     case TN_MC_CHANNEL_DELETE:
@@ -1373,6 +1377,11 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_REMOTE_PUT:
     case TN_MC_REMOTE_DELETE:
     case TN_MC_REMOTE_SALT:
+    case TN_MC_REMOTE_CHILD_PUT:
+    case TN_MC_REMOTE_CHILD_DELETE:
+        if (c->type == TN_MC_REMOTE_CHILD_PUT && c->remote != NULL &&
+            tn_meta_topic_find(s, c->remote->child.parent) == NULL)
+            return restoring ? TN_ECORRUPT : UV_ENOENT;
         return tn__meta_remotes_apply(&s->remotes, c->type, c->remote, restoring);
     case TN_MC_CLUSTER_REBALANCE:
         return cluster_rebalance(s, c);
@@ -1547,8 +1556,8 @@ int tn_meta_state_restore(tn_meta_state_t *s, const void *buf, size_t len)
             c.type != TN_MC_MEMBER_STATUS && c.type != TN_MC_PART_OWNERS &&
             c.type != TN_MC_PART_STATE && c.type != TN_MC_MEMBER_FENCE &&
             c.type != TN_MC_MOVE_DONE && c.type != TN_MC_REMOTE_PUT &&
-            c.type != TN_MC_REMOTE_SALT && c.type != TN_MC_MEMBER_REMOVE &&
-            (c.type != TN_MC_CLUSTER_REBALANCE || !c.rebal.wanted))
+            c.type != TN_MC_REMOTE_SALT && c.type != TN_MC_REMOTE_CHILD_PUT &&
+            c.type != TN_MC_MEMBER_REMOVE && (c.type != TN_MC_CLUSTER_REBALANCE || !c.rebal.wanted))
             rc = TN_ECORRUPT;
         if (rc == 0) {
             c.if_absent = true; /* a snapshot names each record once */

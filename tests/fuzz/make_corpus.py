@@ -357,6 +357,38 @@ def remote_seeds(here):
     write(mc, "seed-remote-snapshot-no-salt", nosalt)
 
 
+# A TOPIC_PUT of "orders" (4 partitions), as the meta_cmd corpus holds it.
+TOPIC_ORDERS = bytes.fromhex(
+    "544d01015c0000000106006f72646572730300000000840c240000000030750000000000000004000000000000000400"
+    "000000000000882900001061000000000000000068e5cf8b0100000500616c69636500000000000000000000000000000000000000000000")
+
+
+def rchild_put(parent, remote, child, cond=1, remote_id=0x1122334455667788, epoch=7, delay=0):
+    """A REMOTE_CHILD_PUT (meta/remote.h)."""
+    p = bytes([cond]) + mstr(parent) + mstr(remote) + struct.pack("<Q", remote_id) + mstr(child)
+    p += struct.pack("<QqQ", epoch, delay, 1000) + mstr(b"admin") + mstr(b"00000000cafef00d")
+    return meta_cmd(33, p)
+
+
+def rchild_seeds(here):
+    """Remote children in the metastore (fuzz target meta_cmd)."""
+    mc = os.path.join(here, "meta_cmd", "corpus")
+    salt = meta_cmd(32, b"\x07" * 32)
+    base = salt + remote_put(b"eu") + TOPIC_ORDERS
+    put = rchild_put(b"orders", b"eu", b"orders")
+    write(mc, "seed-rchild-put", base + put + put + rchild_put(b"orders", b"eu", b"orders", epoch=8))
+    write(mc, "seed-rchild-no-parent", salt + remote_put(b"eu") + put)
+    write(mc, "seed-rchild-other-id", base + rchild_put(b"orders", b"eu", b"o", remote_id=5))
+    write(mc, "seed-rchild-bad-delay", base + rchild_put(b"orders", b"eu", b"o", delay=-1))
+    delete = meta_cmd(34, mstr(b"orders") + mstr(b"eu") + mstr(b"orders") + mstr(b"admin") +
+                      mstr(b"00000000cafef00d"))
+    rdel = meta_cmd(31, mstr(b"eu") + mstr(b"admin") + mstr(b"00000000deadbeef"))
+    write(mc, "seed-rchild-delete", base + put + rdel + delete + delete + rdel)
+    recs = [TOPIC_ORDERS, salt, remote_put(b"eu", cond=0), rchild_put(b"orders", b"eu", b"x", cond=0)]
+    snap = b"TMS1" + struct.pack("<IQQ", 0, 1, len(recs)) + b"".join(recs)
+    write(mc, "seed-rchild-snapshot", snap)
+
+
 def write(dirname, name, data):
     os.makedirs(dirname, exist_ok=True)
     with open(os.path.join(dirname, name), "wb") as f:
@@ -442,6 +474,7 @@ def main():
 
     wire_seeds(here)
     remote_seeds(here)
+    rchild_seeds(here)
 
 
 if __name__ == "__main__":

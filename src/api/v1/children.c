@@ -7,6 +7,7 @@
 #include "api/v1/children.h"
 
 #include "api/v1/common.h"
+#include "api/v1/rchildren.h"
 
 #include "api/fanout.h"
 #include "core/alloc.h"
@@ -283,11 +284,17 @@ void tn__v1_attach_created(tn_v1_t *v, tn_http_request_t *r, const char *parent,
 typedef struct {
     char child[TN_NAME_MAX + 1];
     int64_t delay_ms;
+    char remote[TN_REMOTE_NAME_MAX + 1];
+    int64_t fanout_delay_ms;
 } attach_body_t;
 
+/* "fanout_delay_ms" is "delay_ms" under the name the remote children's
+ * documents use; one of the two at most. */
 static const tn_jfield_t attach_fields[] = {
     {"child", TN_JF_STR, offsetof(attach_body_t, child), TN_NAME_MAX},
     {"delay_ms", TN_JF_INT, offsetof(attach_body_t, delay_ms), 0},
+    {"remote", TN_JF_STR, offsetof(attach_body_t, remote), TN_REMOTE_NAME_MAX},
+    {"fanout_delay_ms", TN_JF_INT, offsetof(attach_body_t, fanout_delay_ms), 0},
 };
 
 /* Why the link parent -> child may not be made (status and message), or
@@ -343,9 +350,9 @@ static void on_attach(tn_http_request_t *r, void *arg)
         return;
     attach_body_t b;
     memset(&b, 0, sizeof(b));
-    bool given[2];
+    bool given[4];
     char err[192];
-    int rc = tn_json_object(tn_buf_data(&r->body), tn_buf_size(&r->body), attach_fields, 2, &b,
+    int rc = tn_json_object(tn_buf_data(&r->body), tn_buf_size(&r->body), attach_fields, 4, &b,
                             given, err, sizeof(err));
     if (rc == UV_ENOMEM) {
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
@@ -353,6 +360,16 @@ static void on_attach(tn_http_request_t *r, void *arg)
     }
     if (rc != 0 || !given[0]) {
         tn__v1_error(r, 400, rc != 0 ? err : "invalid argument: child required", NULL);
+        return;
+    }
+    if (given[1] && given[3]) {
+        tn__v1_error(r, 400, "invalid argument: give delay_ms or fanout_delay_ms, not both", NULL);
+        return;
+    }
+    if (given[3])
+        b.delay_ms = b.fanout_delay_ms;
+    if (given[2]) { /* a child on another cluster */
+        tn__v1_rchild_attach(v, r, parent, b.remote, b.child, b.delay_ms);
         return;
     }
     const tn_meta_topic_entry_t *ce = tn_meta_topic_find(tn_meta_state(v->meta), b.child);
@@ -393,6 +410,16 @@ static void on_detach(tn_http_request_t *r, void *arg)
     if (cn != NULL && cn->len <= TN_NAME_MAX) {
         memcpy(child, cn->base, cn->len);
         child[cn->len] = '\0';
+    }
+    char remote[TN_REMOTE_NAME_MAX + 1];
+    int q = tn_http_query(r->head.query, "remote", remote, sizeof(remote));
+    if (q < 0) {
+        tn__v1_error(r, 400, "invalid argument: remote must be a remote's name", NULL);
+        return;
+    }
+    if (q == 1) { /* a child on another cluster */
+        tn__v1_rchild_detach(v, r, parent, remote, child);
+        return;
     }
     const tn_meta_topic_entry_t *ce = tn_meta_topic_find(tn_meta_state(v->meta), child);
     if (ce == NULL || strcmp(ce->rec.parent, parent) != 0) {
@@ -439,6 +466,7 @@ static void on_children(tn_http_request_t *r, void *arg)
             t->fanout_delay_ms, lag, complete ? "true" : "false");
         first = false;
     }
+    tn__v1_rchildren_json(v, &b, parent, &first);
     tn_buf_append(&b, "]}", 2);
     tn__v1_respond_buf(r, 200, &b);
 }

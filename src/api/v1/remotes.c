@@ -192,9 +192,17 @@ int tn__v1_remote_credential(tn_v1_t *v, const char *name, const char **auth, co
 
 const char *tn__v1_remote_user(tn_v1_t *v, const char *remote)
 {
-    (void)v;
-    (void)remote;
-    return NULL; /* no remote children yet (part 2) */
+    const tn_meta_remotes_t *rs = &tn_meta_state(v->meta)->remotes;
+    size_t first;
+    if (tn_meta_rchild_count(rs, NULL, remote, &first) == 0)
+        return NULL;
+    return rs->children[first]->child;
+}
+
+const tn_guard_t *tn__v1_remote_guard(tn_v1_t *v)
+{
+    const remotes_t *rs = v->remotes;
+    return rs != NULL ? &rs->guard : NULL;
 }
 
 /* --- JSON ---------------------------------------------------------------------------- */
@@ -508,6 +516,9 @@ static void on_proposed(tn_meta_req_t *req, int status)
         rop_end(op, 409, "remote already exists");
     } else if (status == TN_ENOTFOUND) {
         rop_end(op, 404, "remote not found");
+    } else if (status == UV_EBUSY) {
+        /* A remote child was attached after the door's check. */
+        rop_end(op, 409, "the remote is used by a remote child: detach it first");
     } else if (status == UV_EAGAIN) {
         rop_end(op, 503, SALT_NOT_YET);
     } else {

@@ -9,6 +9,7 @@
 #include "core/platform.h"
 
 #include "api/v1.h"
+#include "proto/http/guard.h"
 
 /* The routes on srv (called once per listener; the shared state is made
  * at the first call). 0 or UV_ENOMEM. */
@@ -27,8 +28,11 @@ void tn__v1_remotes_close(tn_v1_t *v);
 int tn__v1_remote_credential(tn_v1_t *v, const char *name, const char **auth, const char **why);
 
 /* The hook DELETE asks before removing a remote: the name of a remote
- * child that uses it (borrowed), or NULL. No remote children exist yet
- * (docs/remotes.md, part 2): NULL always. */
+ * child that uses it (borrowed until the next metastore apply), or NULL. */
 const char *tn__v1_remote_user(tn_v1_t *v, const char *remote);
+
+/* This node's address guard (the remotes options; borrowed for v's
+ * life), or NULL before the remotes routes are registered. */
+const tn_guard_t *tn__v1_remote_guard(tn_v1_t *v);
 
 #endif

@@ -26,6 +26,7 @@
 #include "core/alloc.h"
 #include "api/consume.h"
 #include "api/fanout.h"
+#include "api/rchild.h"
 #include "api/users.h"
 
 #include <stddef.h>
@@ -259,6 +260,7 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, tn_
     tn_consume_opts_t co = {o->max_consumes_per_user};
     int rc = tn_consume_new(loop, b, &co, &v->consume);
     rc = rc ? rc : tn_fanout_new(loop, b, router, meta, &v->fanout);
+    rc = rc ? rc : tn_rchild_new(loop, v, &v->rchild);
     return rc != 0 ? rc : tn_authn_new(loop, &ao, lookup, v, &v->authn);
 }
 
@@ -309,6 +311,8 @@ void tn_v1_close(tn_v1_t *v)
     tn__v1_grace_free(v);
     tn_fanout_close(v->fanout);
     v->fanout = NULL;
+    tn_rchild_close(v->rchild);
+    v->rchild = NULL;
     tn__v1_users_close(v);
     tn__v1_remotes_close(v);
     tn_quota_fini(&v->produces);

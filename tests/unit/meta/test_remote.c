@@ -17,6 +17,7 @@
 #include "meta/seal.h"
 #include "meta/state.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define PASSWORD "s3cret-pass-phrase-XYZ"
@@ -402,13 +403,144 @@ static void test_snapshot_roundtrip(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* A REMOTE_CHILD_PUT (cond) or DELETE of parent -> remote:child. */
+static tn_meta_cmd_t child_cmd(tn_meta_remote_cmd_t *a, uint8_t type, uint8_t cond,
+                               const char *parent, const char *remote, uint64_t remote_id,
+                               const char *child, uint64_t epoch)
+{
+    memset(a, 0, sizeof(*a));
+    a->cond = cond;
+    tn_meta_rchild_t *ch = &a->child;
+    snprintf(ch->parent, sizeof(ch->parent), "%s", parent);
+    snprintf(ch->remote, sizeof(ch->remote), "%s", remote);
+    ch->remote_id = remote_id;
+    snprintf(ch->child, sizeof(ch->child), "%s", child);
+    ch->epoch = epoch;
+    ch->delay_ms = 250;
+    ch->created_at_ms = 1796002927631;
+    snprintf(ch->created_by, sizeof(ch->created_by), "admin");
+    snprintf(ch->request, sizeof(ch->request), "00000000cafef00d");
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = type;
+    c.remote = a;
+    return c;
+}
+
+/* Apply c through the codec, as a log entry comes: rc. */
+static int apply_coded(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    tn_meta_cmd_t d;
+    roundtrip(c, &d);
+    int rc = tn_meta_state_apply(s, &d);
+    tn_meta_cmd_fini(&d);
+    return rc;
+}
+
+static void test_remote_children(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(apply_salt(&s, salt), 0);
+    tn_meta_remote_cmd_t a;
+    memset(&a, 0, sizeof(a));
+    a.rec = record("eu");
+    tn_meta_cmd_t c = put_cmd(&a, 1);
+    assert_int_equal(tn_meta_state_apply(&s, &c), 0);
+    uint64_t eu_id = a.rec.id;
+    tn_meta_cmd_t t = tu_meta_topic_cmd("orders", 4);
+    assert_int_equal(tn_meta_state_apply(&s, &t), 0);
+    tn_meta_cmd_fini(&t);
+
+    tn_meta_remote_cmd_t x;
+    /* The codec: every field comes back; bad records are not encodable. */
+    tn_meta_cmd_t cc = child_cmd(&x, TN_MC_REMOTE_CHILD_PUT, 1, "orders", "eu", eu_id, "orders", 7);
+    tn_meta_cmd_t d;
+    roundtrip(&cc, &d);
+    assert_int_equal(d.remote->cond, 1);
+    assert_memory_equal(&d.remote->child, &x.child, sizeof(x.child));
+    tn_meta_cmd_fini(&d);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    tn_meta_remote_cmd_t bad;
+    tn_meta_cmd_t cb = child_cmd(&bad, TN_MC_REMOTE_CHILD_PUT, 1, "orders", "e u", eu_id, "o", 7);
+    assert_int_equal(tn_meta_cmd_encode(&cb, &b), UV_EINVAL);
+    cb = child_cmd(&bad, TN_MC_REMOTE_CHILD_PUT, 1, "orders", "eu", eu_id, "o", 0);
+    assert_int_equal(tn_meta_cmd_encode(&cb, &b), UV_EINVAL); /* epoch 0 */
+    cb = child_cmd(&bad, TN_MC_REMOTE_CHILD_PUT, 1, "orders", "eu", 0, "o", 7);
+    assert_int_equal(tn_meta_cmd_encode(&cb, &b), UV_EINVAL); /* remote id 0 */
+    cb = child_cmd(&bad, TN_MC_REMOTE_CHILD_PUT, 1, "orders", "eu", eu_id, "o", 7);
+    bad.child.delay_ms = -1;
+    assert_int_equal(tn_meta_cmd_encode(&cb, &b), UV_EINVAL);
+    cb = child_cmd(&bad, TN_MC_REMOTE_CHILD_PUT, 2, "orders", "eu", eu_id, "o", 7);
+    assert_int_equal(tn_meta_cmd_encode(&cb, &b), UV_EINVAL); /* no if_unchanged */
+    assert_int_equal(tn_buf_size(&b), 0);
+    tn_buf_fini(&b);
+
+    /* The rules: the parent must exist, the remote with that id too. */
+    cc = child_cmd(&x, TN_MC_REMOTE_CHILD_PUT, 1, "nope", "eu", eu_id, "orders", 7);
+    assert_int_equal(apply_coded(&s, &cc), UV_ENOENT);
+    cc = child_cmd(&x, TN_MC_REMOTE_CHILD_PUT, 1, "orders", "us", eu_id, "orders", 7);
+    assert_int_equal(apply_coded(&s, &cc), TN_ENOTFOUND);
+    cc = child_cmd(&x, TN_MC_REMOTE_CHILD_PUT, 1, "orders", "eu", eu_id + 1, "orders", 7);
+    assert_int_equal(apply_coded(&s, &cc), TN_ENOTFOUND);
+    cc = child_cmd(&x, TN_MC_REMOTE_CHILD_PUT, 1, "orders", "eu", eu_id, "orders", 7);
+    assert_int_equal(apply_coded(&s, &cc), 0);
+    assert_int_equal(apply_coded(&s, &cc), 0); /* its own copy again: the same epoch */
+    x.child.epoch = 8;
+    assert_int_equal(apply_coded(&s, &cc), UV_EEXIST); /* another attach */
+    cc = child_cmd(&x, TN_MC_REMOTE_CHILD_PUT, 1, "orders", "eu", eu_id, "audit", 9);
+    assert_int_equal(apply_coded(&s, &cc), 0);
+    assert_int_equal(s.remotes.nchildren, 2);
+    assert_string_equal(s.remotes.children[0]->child, "audit"); /* sorted */
+    size_t first;
+    assert_int_equal(tn_meta_rchild_count(&s.remotes, "orders", NULL, &first), 2);
+    assert_int_equal(tn_meta_rchild_count(&s.remotes, NULL, "eu", &first), 2);
+    assert_int_equal(tn_meta_rchild_count(&s.remotes, "other", NULL, &first), 0);
+    const tn_meta_rchild_t *o = tn_meta_rchild_find(&s.remotes, "orders", "eu", "orders");
+    assert_non_null(o);
+    assert_int_equal(o->epoch, 7);
+    assert_int_equal(o->delay_ms, 250);
+
+    /* A remote some child uses cannot be deleted. */
+    tn_meta_cmd_t del;
+    memset(&del, 0, sizeof(del));
+    del.type = TN_MC_REMOTE_DELETE;
+    del.remote = &a;
+    assert_int_equal(tn_meta_state_apply(&s, &del), UV_EBUSY);
+    assert_non_null(tn_meta_remote_find(&s.remotes, "eu"));
+
+    /* The snapshot keeps them (after the remotes). */
+    tn_meta_state_t r;
+    tu_meta_state_reload(&s, &r);
+    assert_int_equal(r.remotes.nchildren, 2);
+    for (size_t i = 0; i < 2; i++)
+        assert_memory_equal(r.remotes.children[i], s.remotes.children[i], sizeof(tn_meta_rchild_t));
+    tn_meta_state_fini(&r);
+
+    /* Detach one; then the parent's deletion takes the other with it, and
+     * the remote can go. */
+    cc = child_cmd(&x, TN_MC_REMOTE_CHILD_DELETE, 0, "orders", "eu", 0, "audit", 0);
+    assert_int_equal(apply_coded(&s, &cc), 0);
+    assert_int_equal(apply_coded(&s, &cc), TN_ENOTFOUND);
+    assert_int_equal(s.remotes.nchildren, 1);
+    tn_meta_cmd_t td;
+    memset(&td, 0, sizeof(td));
+    td.type = TN_MC_TOPIC_DELETE;
+    snprintf(td.topic.name, sizeof(td.topic.name), "orders");
+    assert_int_equal(tn_meta_state_apply(&s, &td), 0);
+    assert_int_equal(s.remotes.nchildren, 0);
+    assert_int_equal(tn_meta_state_apply(&s, &del), 0);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_seal_open_and_tamper),
-        cmocka_unit_test(test_codec),
-        cmocka_unit_test(test_apply_rules),
-        cmocka_unit_test(test_snapshot_roundtrip),
+        cmocka_unit_test(test_seal_open_and_tamper), cmocka_unit_test(test_codec),
+        cmocka_unit_test(test_apply_rules),          cmocka_unit_test(test_snapshot_roundtrip),
+        cmocka_unit_test(test_remote_children),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
