@@ -3136,10 +3136,17 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
             /* The gate fails what waits for the hw now (the epoch-start
              * append completes here: on_start_done would free pt under
              * our feet) and what would wait later (one still being
-             * written): nothing moves the hw any more. */
+             * written): nothing moves the hw any more. Not only a ready
+             * leader's: an epoch-start record asked just before a
+             * resignation (led for a moment, then a newer leader named)
+             * waits for a hw in a log no longer ready, and the close
+             * waited for it for ever (cluster_cycles: a node that had
+             * drained never exited). */
             pt->busy++;
-            if (pt->ready && pt->plog != NULL)
+            if (pt->plog != NULL)
                 tn_plog_gate_shut(pt->plog, TN_ECLOSED);
+            if (pt->start_cur != NULL) /* asked of a log set aside since */
+                tn_plog_gate_shut(pt->start_cur->req.plog, TN_ECLOSED);
             pt->ready = false;
             pt->busy--;
             if (!pt->dead) {
