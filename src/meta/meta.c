@@ -418,9 +418,12 @@ static bool heard_recently(const tn_meta_t *m, uint64_t id, uint64_t now)
 
 /* On the leader, for a TOPIC_PUT: the alive members not heard recently go
  * into the command's skip list (re-encoded in req->buf), so placement
- * passes over them on every replica. The command goes as it came when
- * every member was heard (its encoding then is the one older builds
- * know), when this node has no view yet, or when re-encoding fails. */
+ * passes over them on every replica; so do draining members, while the
+ * others left are enough for the topic's factor (a topic placed on fewer
+ * replicas than asked is worse than a replica its member's decommission
+ * moves off later). The command goes as it came when no member is skipped
+ * (its encoding then is the one older builds know), when this node has no
+ * view yet, or when re-encoding fails. */
 static void stamp_skip(tn_meta_t *m, tn_meta_req_t *req)
 {
     const uint8_t *b = req->buf.base;
@@ -429,21 +432,37 @@ static void stamp_skip(tn_meta_t *m, tn_meta_req_t *req)
         return;
     const tn_meta_state_t *s = &m->state;
     uint64_t now = uv_now(m->loop);
-    size_t n = 0;
-    for (size_t i = 0; i < s->nmembers; i++)
-        n += s->members[i].status == TN_MEMBER_ALIVE && !heard_recently(m, s->members[i].id, now);
-    if (n == 0)
+    size_t alive = 0, unheard = 0, draining = 0;
+    for (size_t i = 0; i < s->nmembers; i++) {
+        const tn_meta_member_t *mem = &s->members[i];
+        if (mem->status != TN_MEMBER_ALIVE)
+            continue;
+        alive++;
+        if (!heard_recently(m, mem->id, now))
+            unheard++;
+        else if (mem->draining)
+            draining++;
+    }
+    if (unheard + draining == 0)
         return;
     tn_meta_cmd_t c;
     size_t used;
     if (tn_meta_cmd_decode(req->buf.base, req->buf.len, &c, &used) != 0)
         return;
+    bool skip_draining =
+        draining > 0 && alive - unheard - draining >= tn_meta_topic_factor(&c.topic);
+    size_t n = unheard + (skip_draining ? draining : 0);
+    if (n == 0) {
+        tn_meta_cmd_fini(&c);
+        return;
+    }
     tn_free(c.skip);
     c.nskip = 0;
     c.skip = tn_calloc(TN_MIN(n, (size_t)TN_META_MAX_SKIP), sizeof(*c.skip));
     for (size_t i = 0; c.skip != NULL && i < s->nmembers && c.nskip < TN_META_MAX_SKIP; i++) {
         const tn_meta_member_t *mem = &s->members[i];
-        if (mem->status == TN_MEMBER_ALIVE && !heard_recently(m, mem->id, now))
+        if (mem->status == TN_MEMBER_ALIVE &&
+            (!heard_recently(m, mem->id, now) || (skip_draining && mem->draining)))
             c.skip[c.nskip++] = mem->id; /* members are sorted by id */
     }
     tn_buf_t out;
@@ -456,7 +475,8 @@ static void stamp_skip(tn_meta_t *m, tn_meta_req_t *req)
         raft_free(req->buf.base);
         req->buf.base = copy;
         req->buf.len = tn_buf_size(&out);
-        TN_LOG(TN_LOG_INFO, "metastore: topic %s placed past %u member(s) not heard from lately",
+        TN_LOG(TN_LOG_INFO,
+               "metastore: topic %s placed past %u member(s) not heard from lately or draining",
                c.topic.name, (unsigned)c.nskip);
     }
     tn_buf_fini(&out);

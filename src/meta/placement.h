@@ -18,8 +18,9 @@
  * partition p of a new topic on the eligible members by position (index
  * p mod n, wrapping), which spreads a topic's replicas and preferred
  * leaders evenly by itself; it also passes over the members on the
- * command's skip list, and does not yet pass over draining members (this
- * module does). The load here is tn_place_loads' (replicas held, preferred
+ * command's skip list, which the metastore leader fills with the members
+ * it has not heard from lately and the draining ones (while enough others
+ * are left for the factor: meta.c stamp_skip). The load here is tn_place_loads' (replicas held, preferred
  * leaderships held, per member); placement at creation, if it ever weighs
  * load, must use the same function so a create and a rebalance agree on
  * what "least loaded" means.

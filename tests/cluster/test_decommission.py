@@ -135,6 +135,18 @@ class Decommission(tm.Moves):
                     return None
             return True
         wait_until(f"member {vid} in no replica list of {V1} on any node", gone_everywhere, 60)
+        # Topics made while it drains are placed past it (the metastore
+        # leader's skip list), a factor-3 one too: three members are left.
+        for name, factor in (("rd3", 3), ("rd1", 1)):
+            status, body = meta.request("POST", "/v1/topics", {"name": name, "partitions": 4,
+                                                              "replication_factor": factor})
+            self.assertEqual(status, 201, body)
+            self.assertEqual(body["replication_factor"], factor, body)
+            ps = self.partitions(meta, name)
+            self.assertEqual(len(ps), 4, ps)
+            self.assertTrue(all(p.leader and p.leader != vid and vid not in p.replicas
+                                for p in ps), (name, ps))
+        self.assertIn("placed past 1 member(s) not heard from lately or draining", meta.log())
         # The factor-1 topic's partition moved off it with its messages.
         ps = self.partitions(meta, SINGLE)
         self.assertTrue(all(p.leader and p.leader != vid for p in ps), ps)
