@@ -319,7 +319,8 @@ struct group_s {
 struct tn_replica_s {
     tn_replica_opts_t o;
     char *data_dir;
-    uv_timer_t timer;
+    uv_timer_t timer; /* the tick; while closing, the close watch */
+    uint64_t close_at;
     bool started, closing;
     void (*close_cb)(void *arg);
     void *close_arg;
@@ -349,6 +350,9 @@ struct tn_replica_s {
     /* The delivery lease and take-over hold's timing (handfence.h). */
     tn_handfence_cfg_t fence_cfg;
 };
+
+/* A close still waiting this long says what for (on_close_watch). */
+#define CLOSE_WATCH_MS 5000
 
 /* A failed truncation is logged at most once in this many ms. */
 #define TRUNC_LOG_MS 10000
@@ -3071,9 +3075,11 @@ int tn_replica_start(tn_replica_t *rm)
     return uv_timer_start(&rm->timer, on_tick, TICK_MS, TICK_MS);
 }
 
+static void on_timer_closed(uv_handle_t *h);
+
 static void maybe_close_done(tn_replica_t *rm)
 {
-    if (!rm->closing || rm->working > 0 || rm->fetches != NULL || rm->open_handles > 0)
+    if (!rm->closing || rm->working > 0 || rm->fetches != NULL)
         return;
     for (uint32_t b = 0; b < NBUCKETS; b++)
         if (rm->buckets[b] != NULL)
@@ -3082,6 +3088,12 @@ static void maybe_close_done(tn_replica_t *rm)
         for (group_t *g = rm->groups[kind]; g != NULL; g = g->next)
             if (g->inflight)
                 return;
+    if (rm->open_handles > 0) {
+        /* The close watch (the tick's timer) goes last. */
+        if (!uv_is_closing((uv_handle_t *)&rm->timer))
+            uv_close((uv_handle_t *)&rm->timer, on_timer_closed);
+        return;
+    }
     for (int kind = 0; kind < CALL_KINDS; kind++)
         while (rm->groups[kind] != NULL) {
             group_t *g = rm->groups[kind];
@@ -3106,6 +3118,39 @@ static void on_timer_closed(uv_handle_t *h)
     tn_replica_t *rm = h->data;
     rm->open_handles--;
     maybe_close_done(rm);
+}
+
+/* The close watch: a close that has not ended after CLOSE_WATCH_MS says
+ * what it still waits for (then every 10 s), so a stop that hangs names
+ * its cause in the log. */
+static void on_close_watch(uv_timer_t *t)
+{
+    tn_replica_t *rm = t->data;
+    uint32_t nfetches = 0, ncalls = 0, nparts = 0;
+    for (freq_t *f = rm->fetches; f != NULL; f = f->next)
+        nfetches++;
+    for (int kind = 0; kind < CALL_KINDS; kind++)
+        for (group_t *g = rm->groups[kind]; g != NULL; g = g->next)
+            ncalls += g->inflight;
+    const part_t *first = NULL;
+    for (uint32_t b = 0; b < NBUCKETS; b++)
+        for (const part_t *pt = rm->buckets[b]; pt != NULL; pt = pt->next) {
+            nparts++;
+            if (first == NULL)
+                first = pt;
+        }
+    TN_LOG(TN_LOG_WARN,
+           "replica: still closing after %" PRIu64 " ms: %" PRIu32 " worker job(s), %" PRIu32
+           " fetch(es) to answer, %" PRIu32 " call(s) in flight, %" PRIu32 " partition(s) busy",
+           uv_now(rm->o.loop) - rm->close_at, rm->working, nfetches, ncalls, nparts);
+    if (first != NULL)
+        TN_LOG(TN_LOG_WARN,
+               "replica %s/%" PRIu32 ": closing, %" PRIu32
+               " callback(s) out: src %d, appending %d, "
+               "truncating %d, isr %d, damage %d/%d, repair %d, releasing %d, epoch start %s",
+               first->topic, first->p, first->busy, (int)first->src, first->appending,
+               first->truncating, first->isr_busy, first->dmg_busy, first->dmg_rec_busy,
+               first->rep_busy, first->releasing, first->start_cur != NULL ? "waiting" : "none");
 }
 
 void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
@@ -3158,7 +3203,12 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
             }
             part_maybe_free(pt);
         }
-    uv_close((uv_handle_t *)&rm->timer, on_timer_closed);
+    /* Done: the timer closes, then rm is freed (on_timer_closed). Not yet:
+     * the tick's timer watches the rest. */
+    rm->close_at = uv_now(rm->o.loop);
+    maybe_close_done(rm);
+    if (!uv_is_closing((uv_handle_t *)&rm->timer))
+        uv_timer_start(&rm->timer, on_close_watch, CLOSE_WATCH_MS, 10000);
 }
 
 bool tn_replica_local(tn_replica_t *rm, const char *topic, uint32_t p, bool *decided)

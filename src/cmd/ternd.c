@@ -149,11 +149,20 @@ typedef struct {
     bool ready_poll_inited; /* ready_poll is on the loop: shut_down closes it */
     bool notify_failed;     /* a send failed: logged once */
     bool sent_stopping;     /* STOPPING=1 went out */
+    /* The stop watch: a shutdown not over after STOP_WATCH_MS logs the
+     * close it waits for (closing), then again every STOP_WATCH_MS. */
+    uv_timer_t stop_watch;
+    bool stop_watch_on;
+    const char *closing;
+    uint64_t stop_at;
     /* The address NSQ clients are told to dial (nsq_broadcast). */
     char broadcast[TN_META_HOST_MAX + 1];
 } daemon_t;
 
 static daemon_t *g_daemon;
+
+/* A shutdown still going after this long logs what it waits for. */
+#define STOP_WATCH_MS 10000
 
 /* The NSQ TCP door's question, with no NSQ AUTH configured: is this topic
  * closed to it (api/access.h)? */
@@ -167,6 +176,10 @@ static void on_store_closed(tn_store_t *store)
 {
     (void)store;
     TN_LOG(TN_LOG_NOTICE, "storage closed; exiting");
+    if (g_daemon != NULL && g_daemon->stop_watch_on) {
+        g_daemon->stop_watch_on = false;
+        uv_close((uv_handle_t *)&g_daemon->stop_watch, NULL);
+    }
     /* libraft's handles are still on the loop (tn_meta_drain). */
     if (g_daemon != NULL && g_daemon->meta_drained)
         uv_stop(g_daemon->loop);
@@ -183,12 +196,14 @@ static void on_ilog_closed(tn_ilog_t *l)
     d->dispatch = NULL;
     tn_router_free(d->router);
     d->router = NULL;
+    d->closing = "storage";
     tn_store_close(d->store, on_store_closed);
 }
 
 static void on_broker_closed(tn_broker_t *b)
 {
     (void)b;
+    g_daemon->closing = "the ingress log";
     if (g_daemon->ilog != NULL)
         tn_ilog_close(g_daemon->ilog, on_ilog_closed);
     else
@@ -198,6 +213,7 @@ static void on_broker_closed(tn_broker_t *b)
 /* Then the engine, then storage. */
 static void close_engine(daemon_t *d)
 {
+    d->closing = "the broker";
     if (d->broker != NULL)
         tn_broker_close(d->broker, on_broker_closed);
     else
@@ -227,6 +243,7 @@ static void close_meta(daemon_t *d)
     }
     tn_users_seed_cancel(d->seed);
     d->api.meta = NULL;
+    d->closing = "the metastore (its proposals in flight)";
     tn_meta_drain(d->meta, on_meta_closed, d);
 }
 
@@ -244,6 +261,7 @@ static void on_http_closed(void *arg)
         tn_http_server_t *h = d->https;
         d->https = NULL;
         d->metrics.https = NULL;
+        d->closing = "the HTTPS server";
         tn_http_server_close(h, on_http_closed, d);
         return;
     }
@@ -257,12 +275,14 @@ static void on_http_closed(void *arg)
     if (d->lookupd != NULL) {
         tn_lookupd_t *l = d->lookupd;
         d->lookupd = NULL;
+        d->closing = "the lookupd client";
         tn_lookupd_stop(l, on_http_closed, d);
         return;
     }
     if (d->metrics_http != NULL) {
         tn_http_server_t *m = d->metrics_http;
         d->metrics_http = NULL;
+        d->closing = "the metrics server";
         tn_http_server_close(m, on_http_closed, d);
         return;
     }
@@ -271,6 +291,7 @@ static void on_http_closed(void *arg)
          * (their records stay in the ingress log for the next start). */
         d->dispatch_stopped = true;
         d->metrics.dispatch = NULL;
+        d->closing = "the dispatcher";
         tn_dispatch_stop(d->dispatch, on_http_closed, d);
         return;
     }
@@ -283,6 +304,7 @@ static void on_http_closed(void *arg)
         d->v1.replica = NULL;
         if (d->router != NULL)
             tn_router_set_replica(d->router, NULL);
+        d->closing = "the replica manager";
         tn_replica_close(rm, on_http_closed, d);
         return;
     }
@@ -301,6 +323,7 @@ static void on_http_closed(void *arg)
             tn_setrepl_set_rpc(d->setrepl, NULL); /* no new pushes */
         d->metrics.rpc = NULL;
         d->metrics.router = NULL;
+        d->closing = "node RPC";
         tn_rpc_close(r, on_http_closed, d);
         return;
     }
@@ -309,6 +332,7 @@ static void on_http_closed(void *arg)
          * waits still held fail, its follower channel logs close. */
         tn_setrepl_t *sr = d->setrepl;
         d->setrepl = NULL;
+        d->closing = "channel replication";
         tn_setrepl_close(sr, on_http_closed, d);
         return;
     }
@@ -324,9 +348,11 @@ static void on_http_closed(void *arg)
     if (d->control != NULL) {
         tn_control_t *c = d->control;
         d->control = NULL;
+        d->closing = "the control plane";
         tn_control_close(c, on_http_closed, d);
         return;
     }
+    d->closing = "the NSQ server";
     if (d->nsq != NULL)
         tn_nsq_server_close(d->nsq, on_nsq_closed, d);
     else
@@ -387,6 +413,13 @@ static void start_ready_poll(daemon_t *d)
     uv_timer_start(&d->ready_poll, on_ready_poll, 0, 100);
 }
 
+static void on_stop_watch(uv_timer_t *t)
+{
+    daemon_t *d = t->data;
+    TN_LOG(TN_LOG_WARN, "shutting down: still waiting for %s to close after %llu ms", d->closing,
+           (unsigned long long)(uv_now(d->loop) - d->stop_at));
+}
+
 /* Close everything that started, front to back; the loop then runs dry.
  * For a signal, and for a start that failed part way. */
 static void shut_down(daemon_t *d)
@@ -395,6 +428,13 @@ static void shut_down(daemon_t *d)
         return;
     d->shut = true;
     notify_stopping(d, "shutting down");
+    d->closing = "the HTTP server";
+    d->stop_at = uv_now(d->loop);
+    if (uv_timer_init(d->loop, &d->stop_watch) == 0) {
+        d->stop_watch.data = d;
+        d->stop_watch_on = true;
+        uv_timer_start(&d->stop_watch, on_stop_watch, STOP_WATCH_MS, STOP_WATCH_MS);
+    }
     if (d->ready_poll_inited)
         uv_close((uv_handle_t *)&d->ready_poll, NULL);
     d->ready_poll_inited = false;
