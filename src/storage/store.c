@@ -501,7 +501,9 @@ static int quarantine_sweep(tn_store_t *store, char *err, size_t errlen)
         if (!tn_store_valid_name(e->d_name))
             continue;
         char tdir[4400];
-        snprintf(tdir, sizeof(tdir), "%s/%s", store->topics_path, e->d_name);
+        int tn = snprintf(tdir, sizeof(tdir), "%s/%s", store->topics_path, e->d_name);
+        if (tn < 0 || (size_t)tn >= sizeof(tdir))
+            continue; /* longer than any path recovery opens */
         DIR *pd = opendir(tdir);
         if (pd == NULL)
             continue; /* not a directory: recovery says what it is */
@@ -510,8 +512,8 @@ static int quarantine_sweep(tn_store_t *store, char *err, size_t errlen)
             if (!partition_name(pe->d_name))
                 continue;
             char mark[4500];
-            snprintf(mark, sizeof(mark), "%s/%s/" TN_STORE_DROPPED_FILE, tdir, pe->d_name);
-            if (access(mark, F_OK) != 0)
+            int mn = snprintf(mark, sizeof(mark), "%s/%s/" TN_STORE_DROPPED_FILE, tdir, pe->d_name);
+            if (mn < 0 || (size_t)mn >= sizeof(mark) || access(mark, F_OK) != 0)
                 continue;
             rc = quarantine_one(store, qdir, e->d_name, pe->d_name);
             if (rc != 0)
