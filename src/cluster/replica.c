@@ -154,10 +154,11 @@ typedef struct part_s part_t;
  * resignation may complete long after, in a later epoch of this node:
  * each is its own allocation, and a newer epoch's never waits for an
  * older one's (the committer writes them in order anyway). */
-typedef struct {
+typedef struct start_s {
     tn_append_t req;
     part_t *pt;
     uint32_t epoch;
+    struct start_s *next; /* the part's records not completed (starts) */
 } start_t;
 
 struct part_s {
@@ -186,6 +187,7 @@ struct part_s {
     uint32_t start_epoch;
     bool start_pending;
     start_t *start_cur; /* the newest epoch-start record asked, until it completes */
+    start_t *starts;    /* every one asked and not completed (the close fails them) */
 #ifdef TN_TEST
     bool test_gapped; /* TERN_TEST_LEADER_GAP was applied */
 #endif
@@ -595,6 +597,11 @@ static void on_start_done(tn_append_t *req, int status)
     part_t *pt = st->pt;
     uint32_t epoch = st->epoch;
     bool current = pt->start_cur == st;
+    for (start_t **pp = &pt->starts; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == st) {
+            *pp = st->next;
+            break;
+        }
     tn_free(st);
     pt->busy--;
     if (current)
@@ -646,10 +653,13 @@ static void leader_begin(part_t *pt)
     st->req.data = pt;
     pt->busy++;
     pt->start_cur = st;
+    st->next = pt->starts;
+    pt->starts = st;
     int rc = tn_plog_begin_epoch(pt->plog, &st->req, st->epoch, on_start_done);
     if (rc != 0) {
         pt->busy--;
         pt->start_cur = NULL;
+        pt->starts = st->next;
         tn_free(st);
         TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot begin epoch %" PRIu32 ": %s",
                pt->topic, pt->p, pt->start_epoch, tn_strerror(rc));
@@ -3150,7 +3160,7 @@ static void on_close_watch(uv_timer_t *t)
                "truncating %d, isr %d, damage %d/%d, repair %d, releasing %d, epoch start %s",
                first->topic, first->p, first->busy, (int)first->src, first->appending,
                first->truncating, first->isr_busy, first->dmg_busy, first->dmg_rec_busy,
-               first->rep_busy, first->releasing, first->start_cur != NULL ? "waiting" : "none");
+               first->rep_busy, first->releasing, first->starts != NULL ? "waiting" : "none");
 }
 
 void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
@@ -3190,8 +3200,20 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
             pt->busy++;
             if (pt->plog != NULL)
                 tn_plog_gate_shut(pt->plog, TN_ECLOSED);
-            if (pt->start_cur != NULL) /* asked of a log set aside since */
-                tn_plog_gate_shut(pt->start_cur->req.plog, TN_ECLOSED);
+            /* Records asked of a log set aside since: their logs first
+             * (a completion unlinks and frees its record; one still being
+             * written fails once it is, the gate being shut). */
+            tn_plog_t *logs[8];
+            uint32_t nlogs = 0;
+            for (const start_t *st = pt->starts; st != NULL && nlogs < 8; st = st->next) {
+                uint32_t k = 0;
+                while (k < nlogs && logs[k] != st->req.plog)
+                    k++;
+                if (k == nlogs && st->req.plog != pt->plog)
+                    logs[nlogs++] = st->req.plog;
+            }
+            for (uint32_t k = 0; k < nlogs; k++)
+                tn_plog_gate_shut(logs[k], TN_ECLOSED);
             pt->ready = false;
             pt->busy--;
             if (!pt->dead) {
