@@ -2996,6 +2996,13 @@ static void on_tick(uv_timer_t *t)
             if (pt->core.role == TN_REPL_LEADER) {
                 feed_channels(pt, now);
                 renew_lease(pt);
+                /* Below min_insync nothing commits until a follower is
+                 * back: the publishes waiting for the hw are answered now
+                 * (503, as Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), not
+                 * left until their clients give up; the epoch-start record
+                 * waits on. */
+                if (pt->ready && pt->plog != NULL && pt->core.ps.nisr < pt->core.ps.min_insync)
+                    tn_plog_fail_gated_records(pt->plog, TN_EFEWREPLICAS);
             }
             if (pt->fence.node != 0 && !tn_handfence_holds(&pt->fence, now))
                 hold_deliveries(pt); /* its bound passed (handfence.h) */

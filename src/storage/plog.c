@@ -2255,6 +2255,30 @@ void tn_plog_fail_gated(tn_plog_t *pl, int status)
     gate_release(pl, true, status);
 }
 
+void tn_plog_fail_gated_records(tn_plog_t *pl, int status)
+{
+    tn_append_t *failed = NULL, **ftail = &failed, *kept = NULL;
+    for (tn_append_t **pp = &pl->ghead; *pp != NULL;) {
+        tn_append_t *r = *pp;
+        if (r->kind == 2) {
+            kept = r;
+            pp = &r->gnext;
+            continue;
+        }
+        *pp = r->gnext;
+        r->gnext = NULL;
+        *ftail = r;
+        ftail = &r->gnext;
+    }
+    pl->gtail = kept;
+    /* The list is whole again before any callback runs. */
+    for (tn_append_t *r = failed, *next; r != NULL; r = next) {
+        next = r->gnext;
+        r->gnext = NULL;
+        r->cb(r, status);
+    }
+}
+
 void tn_plog_gate_shut(tn_plog_t *pl, int status)
 {
     pl->gshut = status;

@@ -604,6 +604,12 @@ void tn_plog_set_hw(tn_plog_t *pl, uint64_t hw);
 /* Complete every append waiting for the hw with status (a resigned or
  * fenced leader: TN_EFENCED, TN_EREMOTE, ...). */
 void tn_plog_fail_gated(tn_plog_t *pl, int status);
+/* tn_plog_fail_gated for the appends of records only: an epoch-start
+ * record keeps waiting (its leader serves once the hw passes it). A leader
+ * whose ISR fell below min_insync fails its waiting publishes with it
+ * (their records stay in the log, and are committed if the ISR grows
+ * back). */
+void tn_plog_fail_gated_records(tn_plog_t *pl, int status);
 /* tn_plog_fail_gated, and every append that would wait for the hw later
  * (one still being written now) completes with status too, until the gate
  * is turned on again: the hw will never move (the replica manager closes).

@@ -33,6 +33,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -219,26 +221,44 @@ class ReplOps(harness.ClusterTest):
         wait_until("a produce acknowledged", lambda: leader.request(
             "POST", "/v1/topics/few/produce", b"before", headers=octet)[0] == 202)
         self.in_sync_everywhere("few", e["replicas"])
+        auth = {"Authorization": harness.basic("admin", harness.PASSWORD)}
+
+        def poke(path, body, headers, timeout=3):
+            c = http.client.HTTPConnection("127.0.0.1", leader.http_port, timeout=timeout)
+            try:
+                c.request("POST", path, body, headers)
+                r = c.getresponse()
+                return r.status, r.getheader("Retry-After"), json.loads(r.read() or b"{}")
+            except OSError:
+                return None, None, None
+            finally:
+                c.close()
         os.kill(follower.pid, signal.SIGSTOP)
         try:
+            # A produce taken while the stopped follower is still in the ISR
+            # waits for the hw; once the ISR falls below min_insync it is
+            # answered 503 at once (its record stays in the leader's log),
+            # not left waiting until the client gives up.
+            waiting = {}
+            def produce_waiting():
+                started = time.monotonic()
+                waiting["answer"] = poke("/v1/topics/few/produce", b"waiting", {**octet, **auth},
+                                         timeout=60)
+                waiting["seconds"] = time.monotonic() - started
+            t_wait = threading.Thread(target=produce_waiting, daemon=True)
+            t_wait.start()
             # The leader takes the stopped follower out of its ISR after
             # replica-lag-time-max, and it stays out: it does not fetch, so
             # it is not proposed in again (even caught up, as it is here).
             for t in ("few", "fewnsq"):
                 wait_until(f"{t}/0 with ISR [{leader.id}] on the leader and node 1", lambda: all(
                     (self.part(n, t) or {}).get("isr") == [str(leader.id)] for n in (leader, n1)))
+            t_wait.join(60)
+            self.assertFalse(t_wait.is_alive(), "the waiting produce was never answered")
+            self.assertEqual(waiting["answer"], (503, "1", {"error": "not enough in-sync replicas"}),
+                             waiting)
+            self.assertLess(waiting["seconds"], 30, waiting)
             # Every door of the leader refuses, retryably, in the same words.
-            def poke(path, body, headers):
-                c = http.client.HTTPConnection("127.0.0.1", leader.http_port, timeout=3)
-                try:
-                    c.request("POST", path, body, headers)
-                    r = c.getresponse()
-                    return r.status, r.getheader("Retry-After"), json.loads(r.read() or b"{}")
-                except OSError:
-                    return None, None, None
-                finally:
-                    c.close()
-            auth = {"Authorization": harness.basic("admin", harness.PASSWORD)}
             def refused(path, h):
                 # The leader's door may still hold the ISR of a moment ago
                 # (it learns the metastore's state soon after the apply).

@@ -1503,6 +1503,46 @@ static void test_hw_gate(void **state)
     assert_int_equal(a[1].status, TN_ECLOSED);
     assert_int_equal(parked(pl), 0);
 
+    /* Below min_insync (tn_plog_fail_gated_records): the records' appends
+     * fail, in order, and an epoch-start record between them waits on for
+     * the hw, which completes it alone. */
+    tn_plog_set_gated(pl, true);
+    waits_t w4 = {0};
+    for (int i = 0; i < 4; i++) {
+        a[i] = (areq_t){.w = &w4, .id = i};
+        a[i].req.data = &a[i];
+    }
+    uint64_t next = tn_plog_written_next(pl);
+    assert_int_equal(tn_plog_append(pl, &a[0].req, &rec, 1, on_areq), 0);
+    assert_int_equal(tn_plog_begin_epoch(pl, &a[1].req, 9, on_areq), 0);
+    assert_int_equal(tn_plog_append(pl, &a[2].req, &rec, 1, on_areq), 0);
+    assert_int_equal(tn_plog_append(pl, &a[3].req, &rec, 1, on_areq), 0);
+    while (parked(pl) < 4)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    tn_plog_fail_gated_records(pl, TN_EFEWREPLICAS);
+    assert_int_equal(w4.done, 3);
+    assert_int_equal(w4.order[0], 0);
+    assert_int_equal(w4.order[1], 2);
+    assert_int_equal(w4.order[2], 3);
+    assert_int_equal(a[0].status, TN_EFEWREPLICAS);
+    assert_int_equal(a[3].status, TN_EFEWREPLICAS);
+    assert_false(a[1].done);
+    assert_int_equal(parked(pl), 1);
+    tn_plog_set_hw(pl, next + 2); /* past the epoch start */
+    assert_int_equal(w4.done, 4);
+    assert_int_equal(a[1].status, 0);
+    assert_int_equal(parked(pl), 0);
+    /* The gate still works after the cut: a new append waits again. */
+    a[0] = (areq_t){.w = &w4, .id = 0};
+    a[0].req.data = &a[0];
+    assert_int_equal(tn_plog_append(pl, &a[0].req, &rec, 1, on_areq), 0);
+    while (parked(pl) < 1)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    tn_plog_set_hw(pl, next + 5);
+    assert_int_equal(w4.done, 5);
+    assert_int_equal(a[0].status, 0);
+    pl->on_progress = NULL;
+
     /* Closing the log completes what waits for the hw. */
     tn_plog_set_gated(pl, true);
     a[0] = (areq_t){.w = &w2, .id = 0};
