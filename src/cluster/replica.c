@@ -2048,17 +2048,26 @@ static void group_send(group_t *g)
         }
     if (fetch)
         g->n = k;
-    if (rc == 0)
+    if (rc == 0) {
+        /* In flight before the call: its callback may run inside it (a
+         * send that fails at once) and must leave the slot free. Marked
+         * after it, that callback's "free" was overwritten and the slot
+         * stayed in flight for ever: its partitions never fetched from
+         * that leader again, and the close waited for it (cluster_cycles,
+         * "1 call(s) in flight"). */
+        g->inflight = true;
         rc = fetch ? tn_rpc_call_on(rm->o.rpc, addr, -1, g->bulk, TN_OP_FETCH, tn_buf_data(&b),
                                     tn_buf_size(&b), wait + 5000, on_fetch_reply, g, &g->call)
                    : tn_rpc_call(rm->o.rpc, addr, TN_OP_FLUSHED, tn_buf_data(&b), tn_buf_size(&b),
                                  REPORT_CALL_MS, on_report_reply, g, &g->call);
+        if (rc != 0)
+            g->inflight = false;
+    }
     tn_buf_fini(&b);
     if (rc != 0) {
         group_clear(g);
         return;
     }
-    g->inflight = true;
     if (fetch)
         rm->st.fetches_sent++;
     if (fetch && g->bulk)
@@ -2689,15 +2698,16 @@ static void repair_send(part_t *pt)
                                    (uint32_t)rm->o.fetch_max_bytes, 1);
     if (rc == 0)
         rc = tn_fetch_req_put_part(&b, &fp);
-    if (rc == 0)
+    if (rc == 0) {
+        pt->busy++; /* before: on_repair_reply may run inside the call */
         rc = tn_rpc_call(rm->o.rpc, addr, TN_OP_REPAIR, tn_buf_data(&b), tn_buf_size(&b),
                          REPAIR_CALL_MS, on_repair_reply, pt, &pt->rep_call);
-    tn_buf_fini(&b);
-    if (rc != 0) {
-        repair_fail(pt, "reading", tn_strerror(rc));
-        return;
+        if (rc != 0)
+            pt->busy--;
     }
-    pt->busy++;
+    tn_buf_fini(&b);
+    if (rc != 0)
+        repair_fail(pt, "reading", tn_strerror(rc));
 }
 
 /* The tick's look at a partition's log: a damaged copy is reported, then

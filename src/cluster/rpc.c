@@ -348,8 +348,16 @@ static void call_send(tn_rpc_call_t *c)
 {
     int rc = tn_quic_stream_write(c->st->qs, tn_buf_data(&c->frame), tn_buf_size(&c->frame));
     if (rc != 0) {
-        call_failf(c, rc == UV_ENOMEM ? UV_ENOMEM : UV_ECONNRESET, "rpc to %s: sending: %s",
-                   c->p->addr, tn_strerror(rc));
+        /* Failed from the loop, as every failure of a call being placed:
+         * this may run inside tn_rpc_call, and a callback there found its
+         * caller between two steps (the replica manager's fetch slot
+         * stayed in flight for ever). */
+        call_unlink(c);
+        c->state = CALL_SENT; /* in no list */
+        c->deferred = rc == UV_ENOMEM ? UV_ENOMEM : UV_ECONNRESET;
+        c->deferred_why = "sending failed: the stream is gone";
+        tn_u64map_del(&c->r->calls, c->id);
+        uv_timer_start(&c->timer, on_call_timer, 0, 0);
         return;
     }
     tn_buf_fini(&c->frame);
