@@ -20,10 +20,9 @@
  * leaders evenly by itself; it also passes over the members on the
  * command's skip list, which the metastore leader fills with the members
  * it has not heard from lately and the draining ones (while enough others
- * are left for the factor: meta.c stamp_skip). The load here is tn_place_loads' (replicas held, preferred
- * leaderships held, per member); placement at creation, if it ever weighs
- * load, must use the same function so a create and a rebalance agree on
- * what "least loaded" means.
+ * are left for the factor: meta.c stamp_skip). The load here is tn_place_loads' (replicas held,
+ * preferred leaderships held, per member); placement at creation, if it ever weighs load, must use
+ * the same function so a create and a rebalance agree on what "least loaded" means.
  *
  * DESIGN: the rules.
  *   Eligible member: alive and not draining. Only an eligible member ever
