@@ -277,6 +277,9 @@ static void members(const tn_metrics_t *m, tn_buf_t *b)
            "cluster members in this node's metastore replica, by status");
     put(b, "tern_cluster_members{status=\"alive\"} %" PRIu64 "\n", alive);
     put(b, "tern_cluster_members{status=\"dead\"} %" PRIu64 "\n", dead);
+    scalar(b, "tern_meta_term", "gauge",
+           "the metastore's Raft term on this node (it rises with every election)",
+           tn_meta_term(m->api->meta));
 }
 
 /* Dropped replicas' copies (storage/store.h): moved to quarantine/ (as the

@@ -2493,6 +2493,11 @@ uint64_t tn_meta_applied_index(tn_meta_t *m)
     return raft_last_applied(&m->raft);
 }
 
+uint64_t tn_meta_term(tn_meta_t *m)
+{
+    return m->raft.current_term;
+}
+
 bool tn_meta_caught_up(tn_meta_t *m)
 {
     return caught_up(m);
@@ -2763,6 +2768,10 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
     raft_set_heartbeat_timeout(&m->raft, o->heartbeat_ms ? o->heartbeat_ms : 100);
     raft_set_snapshot_threshold(&m->raft, o->snapshot_threshold ? o->snapshot_threshold : 1024);
     raft_set_snapshot_trailing(&m->raft, 128);
+    /* Pre-vote (Raft thesis 9.6): a node that was cut off asks whether it
+     * could win before it raises its term, so one rejoining does not make
+     * a healthy leader step down with its higher term (docs/cluster.md). */
+    raft_set_pre_vote(&m->raft, true);
     /* A refused bootstrap (a node that has its state) leaves its text in
      * the errmsg: clear it, so only raft_start's own failure shows. */
     m->raft.errmsg[0] = '\0';

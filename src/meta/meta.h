@@ -387,6 +387,8 @@ uint64_t tn_meta_confirmed_at(tn_meta_t *m);
 void tn_meta_timeouts(const tn_meta_t *m, unsigned *election_ms, unsigned *session_ms);
 /* The index of the last log entry applied to the local replica. */
 uint64_t tn_meta_applied_index(tn_meta_t *m);
+/* This replica's current Raft term. */
+uint64_t tn_meta_term(tn_meta_t *m);
 /* Close: no more proposals, waiting ones get TN_ECLOSED; those already
  * handed to libraft get their answers first, and libraft is closed only
  * once it writes nothing (at most 3 s of waiting): libraft 0.15 corrupts

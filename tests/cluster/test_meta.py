@@ -8,9 +8,11 @@ fourth node joining with --join, member liveness.
 
 Run: python3 tests/cluster/test_meta.py --ternd build/ternd [unittest args]
 """
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -209,6 +211,64 @@ class Partition(ClusterTest):
         self.create_topics(new_leader, ["during-partition"])
         net.heal(i)
         self.assert_replicated([leader], ["pre-partition", "during-partition"], timeout=90)
+
+    def test_cut_off_follower_rejoins_without_deposing_the_leader(self):
+        """Pre-vote: a follower cut off past its election timeout asks
+        whether it could win before it raises its term, so it stays at the
+        leader's term and rejoins without making the leader step down (with
+        no pre-vote its term rises at every timeout, and the leader steps
+        down at the first answer carrying it)."""
+        ok, why = netns.available()
+        if not ok:
+            self.skipTest(f"network namespaces unavailable here: {why}")
+        net = netns.Net(3)
+        self.addCleanup(net.close)
+        c = self.make(3, hosts=net.hosts, prefixes=[net.prefix(i) for i in range(3)],
+                      tls=True).start()
+        leader = c.find_leader()
+        term = leader.metric("tern_meta_term")
+        self.assertIsNotNone(term)
+        follower = next(x for x in c.nodes if x is not leader)
+        i = c.nodes.index(follower)
+        net.isolate(i)
+        # The follower is seen from inside its namespace (only loopback
+        # passes there): wait until it has lost its leader, i.e. it has
+        # campaigned, then a few election timeouts more of campaigns.
+        wait_until(f"node {follower.id} to campaign",
+                   lambda: self.view_inside(net, i, follower)[0] is None, 60)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            seen, f_term = self.view_inside(net, i, follower)
+            self.assertEqual(f_term, term, "the cut-off follower raised its term")
+            time.sleep(0.5)
+        net.heal(i)
+        self.create_topics(leader, ["after-heal"])
+        self.assert_replicated([follower], ["after-heal"], timeout=90)
+        wait_until(f"node {follower.id} to follow node {leader.id} again",
+                   lambda: str(self.view_inside(net, i, follower)[0]) == str(leader.id), 60)
+        self.assertIs(c.find_leader(), leader)
+        self.assertEqual(leader.metric("tern_meta_term"), term, "the leader was deposed")
+
+    @staticmethod
+    def view_inside(net, i, node):
+        """(the metastore leader node i sees, or None; its Raft term), asked
+        inside its namespace."""
+        code = ("import http.client, json, sys\n"
+                "h = {'Authorization': sys.argv[3]}\n"
+                "c = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=5)\n"
+                "c.request('GET', '/v1/cluster/members', headers=h)\n"
+                "m = json.loads(c.getresponse().read())\n"
+                "lead = [x['id'] for x in m['members'] if x.get('leader') is True]\n"
+                "c.request('GET', '/metrics', headers=h)\n"
+                "t = [l.split()[1] for l in c.getresponse().read().decode().splitlines()\n"
+                "     if l.startswith('tern_meta_term ')]\n"
+                "print(json.dumps([lead[0] if lead else None, float(t[0])]))\n")
+        out = subprocess.run([*net.prefix(i), sys.executable, "-c", code, node.host,
+                              str(node.http_port), harness.basic("admin", harness.PASSWORD)],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode != 0:
+            raise AssertionError(f"asking node {node.id} inside: {out.stderr[-1000:]}")
+        return tuple(json.loads(out.stdout))
 
 
 class Refusals(unittest.TestCase):
