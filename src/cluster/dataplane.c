@@ -4,6 +4,7 @@
 
 #include "cluster/dataplane.h"
 
+#include "cluster/reply.h"
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/name.h"
@@ -12,11 +13,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <yajl/yajl_tree.h>
 
 #define JSON "application/json"
-/* A COMMIT reply is a short JSON object; anything longer is not one. */
-#define REPLY_BODY_MAX 4096
 
 struct tn_dataplane_s {
     uv_loop_t *loop;
@@ -320,76 +318,28 @@ static void set_error(tn_commit_call_t *c, const char *msg)
 
 int tn_commit_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn_commit_call_t *c)
 {
+    tn_store_reply_t r;
+    int rc = tn_store_reply_decode(status, body, len, "commit", "owner_node", &r);
     c->http_status = status;
-    c->first_offset = 0;
-    c->owner = 0;
-    c->error[0] = '\0';
-    if (len > REPLY_BODY_MAX || memchr(body, 0, len) != NULL) {
-        snprintf(c->error, sizeof(c->error), "a %u commit reply that is not a JSON object", status);
-        return TN_EPROTO;
-    }
-    char text[REPLY_BODY_MAX + 1];
-    memcpy(text, body, len);
-    text[len] = '\0';
-    yajl_val root = yajl_tree_parse(text, NULL, 0);
-    if (root == NULL || !YAJL_IS_OBJECT(root)) {
-        yajl_tree_free(root);
-        snprintf(c->error, sizeof(c->error), "a %u commit reply that is not a JSON object", status);
-        return TN_EPROTO;
-    }
-    int rc = TN_EPROTO;
-    if (status == 200) {
-        static const char *path[] = {"first_offset", NULL};
-        yajl_val v = yajl_tree_get(root, path, yajl_t_number);
-        if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
-            c->first_offset = (uint64_t)YAJL_GET_INTEGER(v);
-            rc = 0;
-        } else {
-            set_error(c, "a commit reply without a first_offset");
-        }
-        yajl_tree_free(root);
+    c->first_offset = r.first_offset;
+    c->owner = r.node;
+    set_error(c, r.error);
+    if (rc != TN_STORE_REPLY_ERROR)
         return rc;
-    }
-    static const char *epath[] = {"error", NULL};
-    yajl_val e = yajl_tree_get(root, epath, yajl_t_string);
-    if (e == NULL) {
-        yajl_tree_free(root);
-        snprintf(c->error, sizeof(c->error), "a %u commit reply without an error", status);
-        return TN_EPROTO;
-    }
-    set_error(c, YAJL_GET_STRING(e));
     switch (status) {
-    case 421: {
-        static const char *opath[] = {"owner_node", NULL};
-        yajl_val o = yajl_tree_get(root, opath, yajl_t_any);
-        /* Absent or null: not placed yet, or not known to the callee. */
-        if (o == NULL || YAJL_IS_NULL(o) ||
-            (YAJL_IS_STRING(o) && tn_wire_parse_node_id(YAJL_GET_STRING(o), &c->owner)))
-            rc = TN_EREMOTE;
-        else
-            set_error(c, "a 421 commit reply with a malformed owner_node");
-        break;
-    }
     case 400:
-        rc = UV_EINVAL;
-        break;
+        return UV_EINVAL;
     case 404:
-        rc = TN_ENOTFOUND;
-        break;
+        return TN_ENOTFOUND;
     case 416:
-        rc = UV_ERANGE;
-        break;
+        return UV_ERANGE;
     case 503:
-        rc = UV_EAGAIN;
-        break;
+        return UV_EAGAIN;
     case 507:
-        rc = TN_EDISKHIGH;
-        break;
+        return TN_EDISKHIGH;
     default:
-        break; /* a status COMMIT does not answer: TN_EPROTO, with its sentence */
+        return TN_EPROTO; /* a status COMMIT does not answer, with its sentence */
     }
-    yajl_tree_free(root);
-    return rc;
 }
 
 static void on_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)

@@ -4,6 +4,7 @@
 
 #include "cluster/produce.h"
 
+#include "cluster/reply.h"
 #include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -14,10 +15,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <yajl/yajl_tree.h>
 
-#define JSON           "application/json"
-#define REPLY_BODY_MAX 4096
+#define JSON "application/json"
 
 /* Records a stored batch has before its first: the PRODUCER record. */
 #define CTL_RECS 1
@@ -837,84 +836,30 @@ static void set_error(tn_produce_call_t *c, const char *msg)
 
 int tn_produce_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn_produce_call_t *c)
 {
+    tn_store_reply_t r;
+    int rc = tn_store_reply_decode(status, body, len, "produce", "leader_node", &r);
     c->http_status = status;
-    c->first_offset = 0;
-    c->leader = 0;
-    c->error[0] = '\0';
-    if (len > REPLY_BODY_MAX || memchr(body, 0, len) != NULL) {
-        snprintf(c->error, sizeof(c->error), "a %u produce reply that is not a JSON object",
-                 status);
-        return TN_EPROTO;
-    }
-    char text[REPLY_BODY_MAX + 1];
-    memcpy(text, body, len);
-    text[len] = '\0';
-    yajl_val root = yajl_tree_parse(text, NULL, 0);
-    if (root == NULL || !YAJL_IS_OBJECT(root)) {
-        yajl_tree_free(root);
-        snprintf(c->error, sizeof(c->error), "a %u produce reply that is not a JSON object",
-                 status);
-        return TN_EPROTO;
-    }
-    int rc = TN_EPROTO;
-    if (status == 200) {
-        static const char *path[] = {"first_offset", NULL};
-        yajl_val v = yajl_tree_get(root, path, yajl_t_number);
-        if (YAJL_IS_INTEGER(v) && YAJL_GET_INTEGER(v) >= 0) {
-            c->first_offset = (uint64_t)YAJL_GET_INTEGER(v);
-            rc = 0;
-        } else {
-            set_error(c, "a produce reply without a first_offset");
-        }
-        yajl_tree_free(root);
+    c->first_offset = r.first_offset;
+    c->leader = r.node;
+    set_error(c, r.error);
+    if (rc != TN_STORE_REPLY_ERROR)
         return rc;
-    }
-    static const char *epath[] = {"error", NULL};
-    yajl_val e = yajl_tree_get(root, epath, yajl_t_string);
-    if (e == NULL) {
-        yajl_tree_free(root);
-        snprintf(c->error, sizeof(c->error), "a %u produce reply without an error", status);
+    switch (status) {
+    case 409:
+        return TN_EFENCED;
+    case 503:
+        return strcmp(r.reason, "few_replicas") == 0 ? TN_EFEWREPLICAS : UV_EAGAIN;
+    case 400:
+        return UV_EINVAL;
+    case 404:
+        return TN_ENOTFOUND;
+    case 416:
+        return UV_ERANGE;
+    case 507:
+        return TN_EDISKHIGH;
+    default:
         return TN_EPROTO;
     }
-    set_error(c, YAJL_GET_STRING(e));
-    switch (status) {
-    case 421: {
-        static const char *lpath[] = {"leader_node", NULL};
-        yajl_val o = yajl_tree_get(root, lpath, yajl_t_any);
-        if (o == NULL || YAJL_IS_NULL(o) ||
-            (YAJL_IS_STRING(o) && tn_wire_parse_node_id(YAJL_GET_STRING(o), &c->leader)))
-            rc = TN_EREMOTE;
-        else
-            set_error(c, "a 421 produce reply with a malformed leader_node");
-        break;
-    }
-    case 409:
-        rc = TN_EFENCED;
-        break;
-    case 503: {
-        static const char *rpath[] = {"reason", NULL};
-        yajl_val r = yajl_tree_get(root, rpath, yajl_t_string);
-        const char *why = r != NULL ? YAJL_GET_STRING(r) : NULL;
-        rc = why != NULL && strcmp(why, "few_replicas") == 0 ? TN_EFEWREPLICAS : UV_EAGAIN;
-        break;
-    }
-    case 400:
-        rc = UV_EINVAL;
-        break;
-    case 404:
-        rc = TN_ENOTFOUND;
-        break;
-    case 416:
-        rc = UV_ERANGE;
-        break;
-    case 507:
-        rc = TN_EDISKHIGH;
-        break;
-    default:
-        break;
-    }
-    yajl_tree_free(root);
-    return rc;
 }
 
 static void on_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
