@@ -205,9 +205,15 @@ struct tn_meta_s {
     tn_meta_req_t spreadreq;
     bool spread_busy;
     bool spread_join; /* spreadreq is a join's request for a rebalance */
-    /* Members that joined or came back (fsm_apply, on the leader), not
-     * judged yet by check_spread; more at once than this are not noted. */
-    uint64_t joined[16];
+    /* Members that joined or came back (fsm_apply, on every ready node,
+     * so a leader elected just after a join judges it too), not judged
+     * yet by check_spread, with the loop time each was noted; forgotten
+     * after JOIN_JUDGE_MS; more at once than this are not noted. */
+    struct {
+        uint64_t id;
+        uint64_t at;
+        bool leading; /* noted while this node led */
+    } joined[16];
     size_t njoined;
     uint64_t next_spread_ms;
     /* Removed members (meta.h "Removal"). */
@@ -279,13 +285,38 @@ static bool joins_now(const tn_meta_state_t *s, const tn_meta_cmd_t *c)
     return mb == NULL || mb->status == TN_MEMBER_DEAD;
 }
 
+/* How long a join noted on a node stays to be judged: a leader elected
+ * within it judges the joins it applied as a follower (a join applied
+ * just before a leader change); one elected later does not. */
+#define JOIN_JUDGE_MS 60000
+
+/* Whether joined[i] may be judged. TN_TEST builds:
+ * TERN_TEST_JOIN_JUDGED_ELSEWHERE=1 never judges a join noted while this
+ * node led, as if it had died before judging it, so a test shows the next
+ * leader judging it. */
+static bool join_due(const tn_meta_t *m, size_t i)
+{
+#ifdef TN_TEST
+    const char *v = getenv("TERN_TEST_JOIN_JUDGED_ELSEWHERE");
+    if (v != NULL && strcmp(v, "1") == 0 && m->joined[i].leading)
+        return false;
+#else
+    (void)m;
+    (void)i;
+#endif
+    return true;
+}
+
 static void note_joined(tn_meta_t *m, uint64_t id)
 {
     for (size_t i = 0; i < m->njoined; i++)
-        if (m->joined[i] == id)
+        if (m->joined[i].id == id)
             return;
-    if (m->njoined < TN_ARRAY_SIZE(m->joined))
-        m->joined[m->njoined++] = id;
+    if (m->njoined < TN_ARRAY_SIZE(m->joined)) {
+        m->joined[m->njoined].id = id;
+        m->joined[m->njoined].leading = m->leading;
+        m->joined[m->njoined++].at = uv_now(m->loop);
+    }
 }
 
 static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **result)
@@ -295,7 +326,10 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
     size_t used;
     int rc = tn_meta_cmd_decode(buf->base, buf->len, &c, &used);
     if (rc == 0) {
-        bool joins = m->leading && joins_now(&m->state, &c);
+        /* Noted on every node once it is ready (not while it replays
+         * its log at a start): the leader judges them, and a follower
+         * elected soon after a join judges the joins it applied. */
+        bool joins = m->ready && joins_now(&m->state, &c);
         rc = tn_meta_state_apply(&m->state, &c);
         m->changed = m->changed || (rc == 0 && c.type != TN_MC_NOOP);
         if (joins && rc == 0)
@@ -1866,6 +1900,20 @@ static void check_decommission(tn_meta_t *m)
 
 /* --- rebalance: replicas and preferred leaders spread over the members ---------------- */
 
+/* Keep the joins noted within JOIN_JUDGE_MS and, with judged, drop those
+ * due (judged now). */
+static void forget_joins(tn_meta_t *m, bool judged)
+{
+    uint64_t now = uv_now(m->loop);
+    size_t k = 0;
+    for (size_t i = 0; i < m->njoined; i++) {
+        if (now - m->joined[i].at >= JOIN_JUDGE_MS || (judged && join_due(m, i)))
+            continue;
+        m->joined[k++] = m->joined[i];
+    }
+    m->njoined = k;
+}
+
 /* The member of m->joined, alive and not draining in in, holding at
  * least two replicas fewer than the most loaded such member: what a join
  * must show for auto-rebalance to ask for a rebalance (a member that came
@@ -1884,10 +1932,11 @@ static uint64_t joined_short(const tn_meta_t *m, const tn_meta_rebal_in_t *in, u
             hi = TN_MAX(hi, loads[i].replicas);
     uint64_t found = 0;
     for (size_t j = 0; j < m->njoined && found == 0; j++) {
-        int k = m->joined[j] <= UINT32_MAX ? tn_meta_rebal_member(in, (uint32_t)m->joined[j]) : -1;
+        uint64_t id = m->joined[j].id;
+        int k = id <= UINT32_MAX && join_due(m, j) ? tn_meta_rebal_member(in, (uint32_t)id) : -1;
         if (k >= 0 && in->members[k].alive && !in->members[k].draining &&
             loads[k].replicas + 1 < hi) {
-            found = m->joined[j];
+            found = id;
             *spread = hi - loads[k].replicas;
         }
     }
@@ -1900,7 +1949,7 @@ static void on_spread_proposed(tn_meta_req_t *req, int status)
     tn_meta_t *m = req->data;
     m->spread_busy = false;
     if (m->spread_join && (status == 0 || status == UV_EBUSY))
-        m->njoined = 0; /* judged; otherwise judged again at the next scan */
+        forget_joins(m, true); /* judged; otherwise judged again at the next scan */
     m->spread_join = false;
     if (status != 0 && status != UV_EBUSY && status != TN_ECLOSED && status != TN_ENOTFOUND &&
         status != TN_ECHANGED)
@@ -1933,7 +1982,8 @@ static void spread_join(tn_meta_t *m, const tn_meta_rebal_in_t *in)
     uint64_t who = joined_short(m, in, &spread);
     uint64_t id = 0;
     if (who == 0 || getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id) || id == 0) {
-        m->njoined = who == 0 ? 0 : m->njoined;
+        if (who == 0)
+            forget_joins(m, true);
         return;
     }
     TN_LOG(TN_LOG_NOTICE,
@@ -1959,11 +2009,11 @@ static void spread_join(tn_meta_t *m, const tn_meta_rebal_in_t *in)
 static void check_spread(tn_meta_t *m)
 {
     uint64_t now = uv_now(m->loop);
-    if (!m->leading || m->lead_term != m->raft.current_term || !m->auto_rebalance) {
-        m->njoined = 0; /* a new leadership notes the joins it applies */
-        if (!m->leading || m->lead_term != m->raft.current_term)
-            return;
-    }
+    if (!m->auto_rebalance)
+        m->njoined = 0; /* joins seen with it off are not judged later */
+    forget_joins(m, false);
+    if (!m->leading || m->lead_term != m->raft.current_term)
+        return;
     const tn_meta_state_t *s = &m->state;
     if (m->spread_busy || now < m->next_spread_ms || (!s->rebal.wanted && m->njoined == 0))
         return;
@@ -1976,7 +2026,7 @@ static void check_spread(tn_meta_t *m)
         tn_meta_rebal_in_fini(&in);
         return;
     }
-    m->njoined = 0; /* the rebalance under way plans over them */
+    forget_joins(m, true); /* the rebalance under way plans over them */
     if (m->decom_pending) {
         tn_meta_rebal_in_fini(&in);
         return; /* a decommission or self-healing first */
