@@ -32,7 +32,11 @@ metastore leader itself is removed through another node: leadership moves
 to another voter, the old leader stops by itself, the three left show
 three voters; then the machine comes back under the same id with an empty
 data directory and --join, and is a member and a voter again (a new
-incarnation), as any joining node is.
+incarnation), as any joining node is. Then another member is SIGKILLed
+and removed while it is down; restarted on its old data directory, it is
+told so: it catches up to its own removal and stops, or the leader
+refuses its registration first; either way with a line that says what
+to do.
 
 Run: python3 tests/cluster/test_remove.py --ternd build/ternd --ternctl build/ternctl
 """
@@ -275,6 +279,29 @@ class RemoveLeader(harness.ClusterTest):
                     m["incarnation"] not in (None, old_inc) and
                     lid in v["raft_voters"] and lid not in [r["id"] for r in v["removed"]])
         wait_until(f"member {lid} back as a new member", back, 60)
+        # A member removed while it is down, back on its old data
+        # directory once the Raft configuration without it is committed:
+        # it is told, with the line that says what to do (it catches up to
+        # its own removal and stops, or the leader refuses its
+        # registration first).
+        down = next(n for n in others if n is not new)
+        did = str(down.id)
+        down.kill()
+        status, body = new.request("DELETE", f"/v1/cluster/members/{did}")
+        self.assertIn(status, (200, 202), body)
+        self.assertTrue(body["removed"], body)
+        left = [str(n.id) for n in c.nodes if n is not down]
+        for n in c.nodes:
+            if n is not down:
+                wait_until(f"member {did} gone from node {n.id}'s view",
+                           lambda n=n: gone_from(n, did, left), 30)
+        wait_until(f"node {did} out of the Raft configuration",
+                   lambda: any(f"node {did} removed from the Raft configuration" in n.log()
+                               for n in c.nodes if n is not down), 30)
+        down.start()
+        wait_until(f"node {did} told it was removed", lambda: REMOVED_LINE in down.log(), 60)
+        if down.running():
+            down.kill()
         removed = [line for n in c.nodes for line in n.log().splitlines()
                    if "removed" in line or "Raft configuration" in line]
         print("\n".join(removed), flush=True)
