@@ -93,24 +93,13 @@ void tn__v1_rchildren_json(tn_v1_t *v, tn_buf_t *b, const char *parent, bool *fi
     }
 }
 
-static void drop_channel(tn_v1_t *v, const char *parent, uint64_t epoch)
-{
-    char name[32];
-    tn_fanout_channel(epoch, name);
-    tn_topic_t *t = NULL;
-    tn_channel_t *ch = NULL;
-    if (tn_broker_topic(v->broker, parent, strlen(parent), false, 0, NULL, &t) == 0 &&
-        tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)
-        tn_channel_delete(ch, NULL, NULL);
-}
-
 static void rcop_end(rcop_t *op, int status, const char *msg)
 {
     tn_http_request_t *r = op->r;
     tn_v1_t *v = op->v;
     const tn_meta_rchild_t *ch = &op->cmd.child;
     if (status >= 300 && op->attach && ch->epoch != 0)
-        drop_channel(v, ch->parent, ch->epoch);
+        tn_fanout_drop_channel(v->broker, ch->parent, ch->epoch);
     if (op->held && v->fanout != NULL)
         tn_fanout_release(v->fanout, &op->hold);
     if (r != NULL) {
@@ -313,7 +302,6 @@ static void attach_go(rcop_t *op)
 {
     tn_v1_t *v = op->v;
     tn_meta_rchild_t *ch = &op->cmd.child;
-    const char *parent = ch->parent;
     ch->created_at_ms = tn_now_wall_ms();
     if (!tn_fanout_epoch(&ch->epoch)) {
         ch->epoch = 0;
@@ -329,22 +317,19 @@ static void attach_go(rcop_t *op)
         rcop_end(op, 503, "the node is stopping");
         return;
     }
-    tn_topic_t *t = NULL;
-    if (tn_broker_topic(v->broker, parent, strlen(parent), false, 0, NULL, &t) != 0) {
+    tn_channel_t *cch = NULL;
+    op->wait.cb = on_channel;
+    op->wait.data = op;
+    int rc = tn_fanout_open_channel(v->broker, ch->parent, ch->epoch, true, &op->wait, &cch);
+    if (rc == UV_EAGAIN)
+        return;
+    if (rc == TN_ENOTFOUND) {
         /* This node's engine has not made the parent yet (its catalog
          * follows the metastore): its cursor makes the channel when it
          * does, from the attach time the epoch carries. */
         propose(op);
         return;
     }
-    char name[32];
-    tn_fanout_channel(ch->epoch, name);
-    tn_channel_t *cch = NULL;
-    op->wait.cb = on_channel;
-    op->wait.data = op;
-    int rc = tn_topic_channel_at_tail(t, name, strlen(name), &op->wait, &cch);
-    if (rc == UV_EAGAIN)
-        return;
     if (rc != 0) {
         rcop_end(op, 503, "creating the remote child's cursor channel failed");
         return;
