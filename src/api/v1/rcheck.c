@@ -90,14 +90,10 @@ typedef struct rchecks_s {
     bool closing;
 } rchecks_t;
 
+/* The state, made by the first tn__v1_rcheck_register (NULL before, and
+ * after tn__v1_rcheck_close: nothing is kept then). */
 static rchecks_t *rchecks(tn_v1_t *v)
 {
-    if (v->rchecks == NULL) {
-        rchecks_t *rs = tn_calloc(1, sizeof(*rs));
-        if (rs != NULL)
-            rs->v = v;
-        v->rchecks = rs;
-    }
     return v->rchecks;
 }
 
@@ -248,9 +244,7 @@ int tn_v1_remote_check(void *arg, const char *remote, uint64_t remote_id, const 
 {
     tn_v1_t *v = arg;
     rchecks_t *rs = rchecks(v);
-    if (rs == NULL)
-        return UV_ENOMEM;
-    if (v->closing || rs->closing)
+    if (rs == NULL || v->closing || rs->closing)
         return TN_ECLOSED;
     const tn_meta_remote_t *rec = tn_meta_remote_find(&tn_meta_state(v->meta)->remotes, remote);
     if (rec == NULL || rec->id != remote_id)
@@ -498,8 +492,13 @@ static void on_check(tn_http_request_t *r, void *arg)
 
 int tn__v1_rcheck_register(tn_http_server_t *srv, tn_v1_t *v)
 {
-    if (rchecks(v) == NULL)
-        return UV_ENOMEM;
+    if (v->rchecks == NULL) {
+        rchecks_t *rs = tn_calloc(1, sizeof(*rs));
+        if (rs == NULL)
+            return UV_ENOMEM;
+        rs->v = v;
+        v->rchecks = rs;
+    }
     return tn_http_route(srv, "POST", "/v1/remotes/{name}/check", TN_JSON_MAX_BODY,
                          "request body too large", on_check, v);
 }
