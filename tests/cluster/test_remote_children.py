@@ -1,16 +1,27 @@
 #!/usr/bin/env python3
-"""Remote children (docs/remotes.md, issue 25 part 2) between two tern
-clusters on loopback (tests/cluster/harness.py): the remote ("dst") serves
-HTTPS with a certificate of a CA this test makes, and has the user the
-source sends as; the source ("src") has the remote (with that CA) and a
-parent topic with a remote child, and `remotes-allow-addresses=127.0.0.0/8`
-lets it dial loopback.
+"""Remote children and remote checks (docs/remotes.md, issue 25 part 2)
+between two tern clusters on loopback (tests/cluster/harness.py): the
+remote ("dst") serves HTTPS with a certificate of a CA this test makes, and
+has the user the source sends as; the source ("src") has the remote (with
+that CA) and a parent topic with a remote child, and
+`remotes-allow-addresses=127.0.0.0/8` lets it dial loopback.
+
+Checks (POST /v1/remotes/{name}/check, and the check at every attach): ok
+without and with a topic (nothing produced), not_found (404) for a missing
+topic, forbidden (403) for one without the grant, both refusing the attach
+with 502 naming the member and class; unreachable while the remote is
+down, auth (401) during a rotation; on the three-node source every member
+answers, a member that did not ask keeps only its own row as last_check,
+and a member killed with SIGKILL shows as unreachable with
+member_unreachable.
 
 Every message produced on the source reaches the remote child, none lost,
 in order per key (each key lands on one partition of the remote), through:
 a restart of the remote (state `retrying` with class `unreachable` meanwhile,
 lag shown), a password rotation on both sides (the remote answers 401 for a
-while: state `retrying`, class `auth`), and, on a three-node source
+while: state `retrying`, class `auth`), the NSQ doors (PUB, MPUB, nsqd's
+/pub and /mpub, on a parent of one partition the NSQ doors made: in order,
+none lost), and, on a three-node source
 (replication factor 3, the child attached through another node than the
 one that made the parent, messages produced through every node), a SIGKILL
 of the leader of parent partition 0 (its cursor moves to the new leader;
@@ -21,13 +32,18 @@ absent from every file under every data directory and from the logs.
 
 Blind (against an HTTPS server of this test standing in for the remote):
 a remote answering 302 gets `retrying`/`refused` and no connection ever
-reaches its Location (a listener of the test counts them); a 500 gets
-`server_error`; the remote's body, reason phrase and headers show nowhere
-(GET children, GET /v1/remotes, /metrics, the log); the only Authorization
-the remote saw is the one it should. A remote named `localhost` on a
-source without remotes-allow-addresses: made fine (a name), then refused
-at every dial after resolution (`refused`, the guard's one message in the
-log), no request reaching the server.
+reaches its Location (a listener of the test counts them); a check sees
+the 302 as refused too; a 500 gets `server_error`; the remote's body,
+reason phrase and headers show nowhere (GET children, GET /v1/remotes, a
+check's answer, /metrics, the log); the only Authorization the remote saw
+is the one it should. Names resolving to refused addresses: the source
+runs in a mount namespace of its own with a hosts file of this test
+bind-mounted over /etc/hosts there (`unshare --mount`; the machine's file
+is untouched); a name only that file knows, resolving to an allowed
+address, works; names resolving to another loopback address, the cloud
+metadata addresses and an IPv4-mapped loopback are refused after
+resolution with the guard's one class and sentence, by the check, the
+check at attach and a cursor's dial, no request reaching the server.
 
 Run: python3 tests/cluster/test_remote_children.py --ternd build/ternd
 """
