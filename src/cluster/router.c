@@ -1432,6 +1432,8 @@ int tn_router_rcheck(tn_router_t *r, const char *remote, uint64_t remote_id, con
     for (size_t i = 0; fan && i < s->nmembers; i++)
         if (s->members[i].id != r->node_id && s->members[i].status == TN_MEMBER_ALIVE)
             n++;
+    /* op and its rows: owned by the fan-out until the last answer
+     * (rcheck_unref frees both after cb). */
     rcheck_op_t *op = tn_calloc(1, sizeof(*op) + (size_t)n * sizeof(op->targets[0]));
     tn_router_rcheck_row_t *rows = op != NULL ? tn_calloc(n, sizeof(*rows)) : NULL;
     if (rows == NULL) {

@@ -105,6 +105,7 @@ static void remember(tn_v1_t *v, const char *name, uint64_t id, const char *topi
     rchecks_t *rs = rchecks(v);
     if (rs == NULL || rs->closing)
         return;
+    /* Owned by the last_t it goes into until replaced or closed. */
     tn_router_rcheck_row_t *copy = tn_calloc(n > 0 ? n : 1, sizeof(*copy));
     if (copy == NULL)
         return; /* the previous one stays: it is only shown */
@@ -252,6 +253,8 @@ int tn_v1_remote_check(void *arg, const char *remote, uint64_t remote_id, const 
     const tn_guard_t *guard = tn__v1_remote_guard(v);
     if (guard == NULL)
         return TN_ECLOSED;
+    /* Owned by rs->running until lcheck_end frees it (its client's answer,
+     * or at once). */
     lcheck_t *c = tn_calloc(1, sizeof(*c));
     if (c == NULL)
         return UV_ENOMEM;
@@ -345,6 +348,7 @@ static void on_table(void *arg, const tn_router_rcheck_row_t *rows, uint32_t n)
 int tn__v1_rcheck_ask(tn_v1_t *v, const char *name, uint64_t id, const char *topic,
                       tn__v1_rcheck_cb cb, void *arg)
 {
+    /* Owned by the router's fan-out until on_table frees it. */
     ask_t *a = tn_calloc(1, sizeof(*a));
     if (a == NULL)
         return UV_ENOMEM;
@@ -473,6 +477,8 @@ static void on_check(tn_http_request_t *r, void *arg)
             return;
         }
     }
+    /* Owned by the check until on_route_table frees it (r->data borrows
+     * it until then). */
     route_op_t *op = tn_calloc(1, sizeof(*op));
     if (op == NULL) {
         tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
