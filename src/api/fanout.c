@@ -119,6 +119,30 @@ void tn_fanout_release(tn_fanout_t *f, tn_fanout_hold_t *h)
     }
 }
 
+int tn_fanout_open_channel(tn_broker_t *b, const char *parent, uint64_t epoch, bool at_tail,
+                           tn_waiter_t *w, tn_channel_t **out)
+{
+    tn_topic_t *t = NULL;
+    if (tn_broker_topic(b, parent, strlen(parent), false, 0, NULL, &t) != 0)
+        return TN_ENOTFOUND;
+    char name[32];
+    tn_fanout_channel(epoch, name);
+    int64_t since_ms = at_tail ? 0 : epoch_ms(epoch);
+    return since_ms != 0 ? tn_topic_channel_since(t, name, strlen(name), since_ms * 1000000, w, out)
+                         : tn_topic_channel_at_tail(t, name, strlen(name), w, out);
+}
+
+void tn_fanout_drop_channel(tn_broker_t *b, const char *parent, uint64_t epoch)
+{
+    char name[32];
+    tn_fanout_channel(epoch, name);
+    tn_topic_t *t = NULL;
+    tn_channel_t *ch = NULL;
+    if (tn_broker_topic(b, parent, strlen(parent), false, 0, NULL, &t) == 0 &&
+        tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)
+        tn_channel_delete(ch, NULL, NULL);
+}
+
 static void runner_maybe_free(runner_t *r)
 {
     if (r->dead && r->copies == 0 && !r->waiting)
@@ -232,25 +256,16 @@ static void on_channel_ready(tn_waiter_t *w, int status)
  * the tail when it carries none. */
 static void runner_start(runner_t *r)
 {
-    tn_fanout_t *f = r->f;
-    tn_topic_t *t = NULL;
-    if (tn_broker_topic(f->broker, r->parent, strlen(r->parent), false, 0, NULL, &t) != 0)
-        return; /* the next sync tries again */
-    char name[32];
-    tn_fanout_channel(r->epoch, name);
     tn_channel_t *ch = NULL;
     r->wait.cb = on_channel_ready;
     r->wait.data = r;
-    int64_t since_ms = epoch_ms(r->epoch);
-    int rc = since_ms != 0
-                 ? tn_topic_channel_since(t, name, strlen(name), since_ms * 1000000, &r->wait, &ch)
-                 : tn_topic_channel_at_tail(t, name, strlen(name), &r->wait, &ch);
+    int rc = tn_fanout_open_channel(r->f->broker, r->parent, r->epoch, false, &r->wait, &ch);
     if (rc == UV_EAGAIN) {
         r->waiting = true;
         return;
     }
     if (rc != 0)
-        return;
+        return; /* no parent here yet: the next sync tries again */
     r->c.deliver = on_deliver;
     r->c.kick = on_kick;
     r->c.data = r;
@@ -258,7 +273,7 @@ static void runner_start(runner_t *r)
     tn_consumer_attach(&r->c, ch);
     tn_consumer_credit(&r->c, CREDIT);
     r->attached = true;
-    TN_LOG(TN_LOG_INFO, "fan-out %s -> %s running (channel %s)", r->parent, r->child, name);
+    TN_LOG(TN_LOG_INFO, "fan-out %s -> %s running (channel %s)", r->parent, r->child, ch->name);
 }
 
 static void on_channel_deleted(void *arg, int status)
@@ -378,17 +393,14 @@ void tn_fanout_sync(tn_fanout_t *f)
             continue;
         }
         *pp = r->next;
-        char name[32], parent[TN_NAME_MAX + 1];
-        tn_fanout_channel(r->epoch, name);
+        char parent[TN_NAME_MAX + 1];
+        uint64_t epoch = r->epoch;
         snprintf(parent, sizeof(parent), "%s", r->parent);
-        tn_topic_t *t = NULL;
-        tn_channel_t *ch = NULL;
         /* A deleted parent takes its channels with it. */
         bool had = r->attached && tn_meta_topic_find(s, parent) != NULL;
         runner_stop(r); /* r may be gone */
-        if (had && tn_broker_topic(f->broker, parent, strlen(parent), false, 0, NULL, &t) == 0 &&
-            tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)
-            tn_channel_delete(ch, on_channel_deleted, NULL);
+        if (had)
+            tn_fanout_drop_channel(f->broker, parent, epoch);
     }
     sweep(f);
 }

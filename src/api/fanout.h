@@ -67,6 +67,17 @@ void tn_fanout_sync(tn_fanout_t *f);
 bool tn_fanout_lag(tn_fanout_t *f, const char *child, uint64_t *lag);
 /* The channel name of a link. */
 void tn_fanout_channel(uint64_t epoch, char out[32]);
+/* The cursor channel of the link or remote child (api/rchild.h) of epoch
+ * on parent (borrowed for the call), opened on b's engine: at the parent's
+ * tail when at_tail (an attach), else from the attach time the epoch
+ * carries, or at the tail when it carries none (a runner on a node that
+ * has no such channel yet). 0 with *out; UV_EAGAIN: w runs once it is
+ * made; TN_ENOTFOUND: this node's engine has no parent topic (yet); else
+ * the engine's error. */
+int tn_fanout_open_channel(tn_broker_t *b, const char *parent, uint64_t epoch, bool at_tail,
+                           tn_waiter_t *w, tn_channel_t **out);
+/* Delete that channel when b's engine has it (nothing to wait for). */
+void tn_fanout_drop_channel(tn_broker_t *b, const char *parent, uint64_t epoch);
 /* Whether a channel name is a link's (TN_FANOUT_CHANNEL_PREFIX). */
 bool tn_fanout_is_channel(const char *name);
 /* A new attach epoch: the wall-clock time in ms in its upper 48 bits and

@@ -23,9 +23,6 @@
 #define BACKOFF_MAX   60000
 #define TICK_MS       250
 #define SYNC_EVERY_MS 2000
-/* The attach times an epoch can carry (fanout.c's span). */
-#define EPOCH_MIN_MS   1577836800000LL
-#define EPOCH_AHEAD_MS (24LL * 3600 * 1000)
 
 typedef struct runner_s runner_t;
 typedef struct client_s client_t;
@@ -419,35 +416,18 @@ static void on_channel_ready(tn_waiter_t *w, int status)
         runner_start(r);
 }
 
-static int64_t epoch_ms(uint64_t epoch)
-{
-    int64_t ms = (int64_t)(epoch >> 16);
-    if (ms < EPOCH_MIN_MS || ms > tn_now_wall_ms() + EPOCH_AHEAD_MS)
-        return 0;
-    return ms;
-}
-
 static void runner_start(runner_t *r)
 {
-    tn_rchild_t *f = r->f;
-    tn_topic_t *t = NULL;
-    if (tn_broker_topic(f->v->broker, r->parent, strlen(r->parent), false, 0, NULL, &t) != 0)
-        return; /* the next sync tries again */
-    char name[32];
-    tn_fanout_channel(r->epoch, name);
     tn_channel_t *ch = NULL;
     r->wait.cb = on_channel_ready;
     r->wait.data = r;
-    int64_t since_ms = epoch_ms(r->epoch);
-    int rc = since_ms != 0
-                 ? tn_topic_channel_since(t, name, strlen(name), since_ms * 1000000, &r->wait, &ch)
-                 : tn_topic_channel_at_tail(t, name, strlen(name), &r->wait, &ch);
+    int rc = tn_fanout_open_channel(r->f->v->broker, r->parent, r->epoch, false, &r->wait, &ch);
     if (rc == UV_EAGAIN) {
         r->waiting = true;
         return;
     }
     if (rc != 0)
-        return;
+        return; /* no parent here yet: the next sync tries again */
     r->c.deliver = on_deliver;
     r->c.kick = on_kick;
     r->c.data = r;
@@ -456,7 +436,7 @@ static void runner_start(runner_t *r)
     tn_consumer_credit(&r->c, CREDIT);
     r->attached = true;
     TN_LOG(TN_LOG_INFO, "remote child %s -> %s:%s running (channel %s)", r->parent, r->remote,
-           r->child, name);
+           r->child, ch->name);
 }
 
 /* The path of the remote's produce/batch for child, with the characters a
@@ -473,12 +453,6 @@ static void make_path(runner_t *r)
         }
     }
     snprintf(r->path + k, sizeof(r->path) - k, "/produce/batch");
-}
-
-static void on_channel_deleted(void *arg, int status)
-{
-    (void)arg;
-    (void)status;
 }
 
 void tn_rchild_sync(tn_rchild_t *f)
@@ -523,16 +497,13 @@ void tn_rchild_sync(tn_rchild_t *f)
             continue;
         }
         *pp = r->next;
-        char name[32], parent[TN_NAME_MAX + 1];
-        tn_fanout_channel(r->epoch, name);
+        char parent[TN_NAME_MAX + 1];
+        uint64_t epoch = r->epoch;
         snprintf(parent, sizeof(parent), "%s", r->parent);
         bool had = r->attached && tn_meta_topic_find(s, parent) != NULL;
         runner_stop(r); /* r may be gone */
-        tn_topic_t *t = NULL;
-        tn_channel_t *ch = NULL;
-        if (had && tn_broker_topic(f->v->broker, parent, strlen(parent), false, 0, NULL, &t) == 0 &&
-            tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)
-            tn_channel_delete(ch, on_channel_deleted, NULL);
+        if (had)
+            tn_fanout_drop_channel(f->v->broker, parent, epoch);
     }
     /* Clients no runner names any more go. */
     for (client_t *c = f->clients; c != NULL; c = c->next)

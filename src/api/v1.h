@@ -92,6 +92,7 @@ typedef struct tn_v1_s {
     uv_loop_t *loop;
     void *users;   /* v1/users.c's hashing queue */
     void *remotes; /* v1/remotes.c's secret copy and opened credentials */
+    void *rchecks; /* v1/rcheck.c's checks under way and last results */
     /* Leases of forwarded consumes answered in the last 2 s
      * (api/v1/forward.c). */
     struct tn__v1_grace_s *grace_head, *grace_tail;
@@ -124,6 +125,14 @@ void tn_v1_close(tn_v1_t *v);
  * channel, admin both on every topic). v must be initialised before the
  * first AUTH arrives. */
 tn_nsqauth_local_t tn_v1_nsq_auth(tn_v1_t *v);
+
+/* This node's part of a remote check (cluster/rcheck.h's local hook; arg
+ * is the tn_v1_t, api/v1/rcheck.c): a fresh HTTPS client to the remote,
+ * its credential as this node opens it, one request. 0: done runs exactly
+ * once, now or later; TN_ENOTFOUND (no such remote with that id here),
+ * TN_ECLOSED, UV_ENOMEM: never. */
+int tn_v1_remote_check(void *arg, const char *remote, uint64_t remote_id, const char *topic,
+                       tn_rcheck_done_cb done, void *done_arg);
 
 /* Give the queue engine's topic (when it exists) the settings of its
  * record: the /v1 caps and TTL, and for a topic created through /v1 its

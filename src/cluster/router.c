@@ -16,6 +16,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A settle (one tn_router_settle) from its call to its callback. Its
@@ -61,6 +62,9 @@ struct tn_router_s {
     /* Purging (tn_router_purge). */
     tn_purge_local_fn purge;
     void *purge_arg;
+    /* Remote checks (tn_router_rcheck). */
+    tn_rcheck_local_fn rcheck;
+    void *rcheck_arg;
     tn_replica_t *replica; /* NULL: no replicated partitions */
     /* Produce through a non-leader: the leader's PRODUCE handler and its
      * windows, and the forwards of publishes taken here. */
@@ -1340,5 +1344,145 @@ int tn_router_purge(tn_router_t *r, const char *topic, int64_t created_at_ms, tn
         op->pending--;
     }
     purge_unref(op);
+    return 0;
+}
+
+/* --- checking a remote from every member ------------------------------------------ */
+
+void tn_router_on_rcheck(tn_router_t *r, tn_rcheck_local_fn fn, void *arg)
+{
+    r->rcheck = fn;
+    r->rcheck_arg = arg;
+}
+
+typedef struct rcheck_op_s rcheck_op_t;
+
+/* One member's share: this node's local check or a REMOTE_CHECK call. */
+typedef struct {
+    tn_rcheck_call_t call;
+    rcheck_op_t *op;
+    uint32_t row;
+} rcheck_target_t;
+
+struct rcheck_op_s {
+    tn_router_rcheck_cb cb;
+    void *arg;
+    uint32_t pending; /* answers not yet in, plus one while the calls start */
+    int64_t start_ms;
+    uint32_t n;
+    tn_router_rcheck_row_t *rows;
+    rcheck_target_t targets[];
+};
+
+static int rcheck_row_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const tn_router_rcheck_row_t *)a)->node;
+    uint64_t y = ((const tn_router_rcheck_row_t *)b)->node;
+    return x < y ? -1 : x > y;
+}
+
+static void rcheck_unref(rcheck_op_t *op)
+{
+    if (--op->pending > 0)
+        return;
+    qsort(op->rows, op->n, sizeof(*op->rows), rcheck_row_cmp);
+    op->cb(op->arg, op->rows, op->n);
+    tn_free(op->rows);
+    tn_free(op);
+}
+
+/* Row i had no result: why (our words). */
+static void rcheck_member_failed(rcheck_op_t *op, uint32_t i, int status, const char *why)
+{
+    tn_router_rcheck_row_t *row = &op->rows[i];
+    row->member_error = true;
+    row->res.cls = 1; /* unreachable */
+    row->res.status = 0;
+    row->res.detail[0] = '\0';
+    int64_t took = tn_now_mono_ms() - op->start_ms;
+    row->res.ms = took > 0 ? (uint32_t)TN_MIN(took, (int64_t)UINT32_MAX) : 0;
+    snprintf(row->error, sizeof(row->error), "%s",
+             why != NULL && why[0] != '\0' ? why : tn_strerror(status));
+    TN_LOG(TN_LOG_WARN, "remote check: node %" PRIu64 " gave no result: %s", row->node, row->error);
+}
+
+static void on_member_checked(tn_rcheck_call_t *c, int status)
+{
+    rcheck_target_t *t = c->data;
+    if (status == 0)
+        t->op->rows[t->row].res = c->result;
+    else
+        rcheck_member_failed(t->op, t->row, status, c->error);
+    rcheck_unref(t->op);
+}
+
+static void on_local_checked(void *arg, const tn_rcheck_result_t *res)
+{
+    rcheck_target_t *t = arg;
+    t->op->rows[t->row].res = *res;
+    rcheck_unref(t->op);
+}
+
+int tn_router_rcheck(tn_router_t *r, const char *remote, uint64_t remote_id, const char *topic,
+                     tn_router_rcheck_cb cb, void *arg)
+{
+    const tn_meta_state_t *s = r->o.meta != NULL ? tn_meta_state(r->o.meta) : NULL;
+    bool fan = r->cluster && r->rpc != NULL && s != NULL;
+    uint32_t n = 1; /* this node */
+    for (size_t i = 0; fan && i < s->nmembers; i++)
+        if (s->members[i].id != r->node_id && s->members[i].status == TN_MEMBER_ALIVE)
+            n++;
+    /* op and its rows: owned by the fan-out until the last answer
+     * (rcheck_unref frees both after cb). */
+    rcheck_op_t *op = tn_calloc(1, sizeof(*op) + (size_t)n * sizeof(op->targets[0]));
+    tn_router_rcheck_row_t *rows = op != NULL ? tn_calloc(n, sizeof(*rows)) : NULL;
+    if (rows == NULL) {
+        tn_free(op);
+        return UV_ENOMEM;
+    }
+    op->cb = cb;
+    op->arg = arg;
+    op->rows = rows;
+    op->start_ms = tn_now_mono_ms();
+    op->pending = 1;
+    for (size_t i = 0; fan && i < s->nmembers; i++) {
+        const tn_meta_member_t *m = &s->members[i];
+        if (m->id == r->node_id || m->status != TN_MEMBER_ALIVE)
+            continue;
+        uint32_t k = op->n++;
+        rcheck_target_t *t = &op->targets[k];
+        t->op = op;
+        t->row = k;
+        t->call.data = t;
+        rows[k].node = m->id;
+        op->pending++;
+        int rc = m->api_addr[0] == '\0'
+                     ? UV_EHOSTUNREACH
+                     : tn_rcheck_call(r->rpc, m->api_addr, remote, remote_id, topic,
+                                      TN_RCHECK_CALL_MS, &t->call, on_member_checked);
+        if (rc != 0) {
+            rcheck_member_failed(op, k, rc, m->api_addr[0] == '\0' ? "no address recorded" : NULL);
+            op->pending--;
+        }
+    }
+    uint32_t k = op->n++;
+    rcheck_target_t *self = &op->targets[k];
+    self->op = op;
+    self->row = k;
+    rows[k].node = r->node_id;
+    op->pending++;
+    int rc = r->rcheck != NULL
+                 ? r->rcheck(r->rcheck_arg, remote, remote_id, topic, on_local_checked, self)
+                 : TN_ECLOSED;
+    if (rc != 0) {
+        rcheck_member_failed(op, k, rc,
+                             rc == TN_ENOTFOUND ? "the remote is not in this node's metastore "
+                                                  "replica"
+                             : rc == TN_ECLOSED ? "this node cannot check remotes (not set up, or "
+                                                  "shutting down)"
+                                                : NULL);
+        op->pending--;
+    }
+    rcheck_unref(op);
     return 0;
 }

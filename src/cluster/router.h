@@ -34,6 +34,7 @@
 #include "cluster/pstats.h"
 #include "cluster/rpc.h"
 #include "cluster/purge.h"
+#include "cluster/rcheck.h"
 #include "cluster/settle.h"
 
 typedef struct tn_router_s tn_router_t;
@@ -314,5 +315,39 @@ void tn_router_on_purge(tn_router_t *r, tn_purge_local_fn fn, void *arg);
  * runs. */
 int tn_router_purge(tn_router_t *r, const char *topic, int64_t created_at_ms, tn_router_purge_cb cb,
                     void *arg);
+
+/* --- checking a remote from every member ----------------------------------------
+ *
+ * DESIGN: a remote check (cluster/rcheck.h; docs/remotes.md, "Checks").
+ *   1. A door (POST /v1/remotes/{name}/check, an attach of a remote
+ *      child) calls tn_router_rcheck with the remote's name and id and a
+ *      topic or "".
+ *   2. This node checks through the local hook (ternd installs the /v1
+ *      remotes module's; without one this node's row says so), and every
+ *      other member whose record says alive gets a REMOTE_CHECK call
+ *      (TN_RCHECK_CALL_MS each), all at once. Members marked dead are not
+ *      asked: they have no row.
+ *   3. cb runs once every answer is in, with one row per member asked,
+ *      sorted by node id. A member that did not answer, or answered
+ *      without a result, has member_error set, its class unreachable and
+ *      the reason in error (our words: the transport's or the member's). */
+
+typedef struct {
+    uint64_t node;
+    tn_rcheck_result_t res; /* cls is 1 (unreachable) when member_error */
+    bool member_error;      /* no result came from that member */
+    char error[256];        /* why not (member_error only) */
+} tn_router_rcheck_row_t;
+
+/* rows (n of them, sorted by node) borrowed for the call. */
+typedef void (*tn_router_rcheck_cb)(void *arg, const tn_router_rcheck_row_t *rows, uint32_t n);
+
+/* Install the local hook (NULL: none). */
+void tn_router_on_rcheck(tn_router_t *r, tn_rcheck_local_fn fn, void *arg);
+/* Check remote (name and id; the strings copied) with topic ("": none) on
+ * every live member. 0: cb runs exactly once, possibly before this
+ * returns (when no check could start). UV_ENOMEM: cb never runs. */
+int tn_router_rcheck(tn_router_t *r, const char *remote, uint64_t remote_id, const char *topic,
+                     tn_router_rcheck_cb cb, void *arg);
 
 #endif

@@ -20,6 +20,7 @@
 #include "cluster/wire.h"
 
 #include "cluster/fetch.h"
+#include "cluster/rcheck.h"
 
 #include "core/err.h"
 #include "meta/cmd.h"
@@ -1179,6 +1180,7 @@ static const struct {
     [TN_OP_REPAIR] = {"repair", TN_LANE_REPLICA},
     [TN_OP_CHAN_SNAP] = {"chan_snap", TN_LANE_REPLICA},
     [TN_OP_FLUSHED] = {"flushed", TN_LANE_REPLICA},
+    [TN_OP_REMOTE_CHECK] = {"remote_check", TN_LANE_CONTROL},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -1268,6 +1270,10 @@ int tn_wire_request_check(const void *p, size_t len)
         int rc = tn_wire_chansnap_decode(in.p + in.off, in.len - in.off, &cs, NULL, 0);
         tn_cursor_fini(&cs.state);
         return rc == UV_ENOMEM ? 0 : rc; /* the handler answers 503 for memory */
+    }
+    case TN_OP_REMOTE_CHECK: {
+        tn_wire_rcheck_t rq;
+        return tn_wire_rcheck_decode(in.p + in.off, in.len - in.off, &rq, NULL, 0);
     }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:

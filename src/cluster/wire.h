@@ -255,6 +255,20 @@ typedef enum {
      * not have is not counted: the next fetch carries the offset anyway);
      * 503 {"error":...} not ready or closing; 400 malformed. */
     TN_OP_FLUSHED = 16,
+    /* A remote check (cluster/rcheck.h; docs/remotes.md, "Checks"): the
+     * callee checks from its own network that it reaches a remote (another
+     * tern cluster) over HTTPS with the remote's credential and, with a
+     * topic, that the topic is there and takes the user's produces.
+     * Control lane, exempt from the bounds (it waits on the remote).
+     * Fields: string remote (1..64 bytes), u64 remote id (the record's at
+     * the caller), string topic (0..255 bytes; "": no topic). Reply 200
+     * application/octet-stream: u8 class (0 ok .. 7 server_error, the
+     * outbound client's classes), u16 the remote's HTTP status (0: none
+     * came), u32 ms, string detail (0..191 bytes, the client's own words,
+     * never the remote's); 404 {"error":...} the callee's metastore replica
+     * has no such remote with that id; 503 {"error":...} not ready, out of
+     * memory or shutting down; 400 malformed. */
+    TN_OP_REMOTE_CHECK = 17,
     TN_OP__COUNT
 } tn_wire_op_t;
 

@@ -135,6 +135,7 @@ typedef struct {
     tn_setrepl_t *setrepl;     /* channel state of replicated partitions, to and from replicas */
     tn_pstats_srv_t *pstats;   /* node RPC's PSTATS: our partitions' numbers for other nodes */
     tn_purge_srv_t *purge;     /* node RPC's PURGE: topics deleted through other nodes */
+    tn_rcheck_srv_t *rcheck;   /* node RPC's REMOTE_CHECK: remote checks other nodes ask */
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
     tn_replica_t *replica;     /* replicated partitions: followers' fetches, leaders' hand-over */
     int64_t replica_lag_ms;
@@ -345,6 +346,8 @@ static void on_http_closed(void *arg)
     d->pstats = NULL;
     tn_purge_srv_free(d->purge);
     d->purge = NULL;
+    tn_rcheck_srv_free(d->rcheck);
+    d->rcheck = NULL;
     if (d->control != NULL) {
         tn_control_t *c = d->control;
         d->control = NULL;
@@ -467,6 +470,11 @@ static void shut_down(daemon_t *d)
     tn_backup_close(d->backup);
     d->backup = NULL;
     d->metrics.rchild = NULL;
+    /* Remote checks stop reaching /v1 before it closes. */
+    if (d->router != NULL)
+        tn_router_on_rcheck(d->router, NULL, NULL);
+    if (d->rcheck != NULL)
+        tn_rcheck_srv_set_hook(d->rcheck, NULL, NULL);
     tn_v1_close(&d->v1);
     if (d->ws != NULL)
         tn_ws_close_all(d->ws, "E_SHUTDOWN", "the node is shutting down");
@@ -779,7 +787,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     /* The control plane's operations, then the data plane's. */
     tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS +
                        TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + TN_PRODUCE_HANDLERS +
-                       TN_SETREPL_HANDLERS + 3];
+                       TN_SETREPL_HANDLERS + TN_RCHECK_HANDLERS + 3];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
@@ -790,6 +798,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     tn_pstats_handlers(d->pstats, h + nh, &ndata);
     nh += ndata;
     tn_purge_handlers(d->purge, h + nh, &ndata);
+    nh += ndata;
+    tn_rcheck_handlers(d->rcheck, h + nh, &ndata);
     nh += ndata;
     tn_router_produce_handlers(d->router, h + nh, &ndata);
     nh += ndata;
@@ -960,6 +970,8 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         rc = tn_pstats_srv_new(d->broker, &d->pstats);
     if (rc == 0)
         rc = tn_purge_srv_new(&d->purge);
+    if (rc == 0)
+        rc = tn_rcheck_srv_new(&d->rcheck);
     /* Topic deletes confirmed by every member purge through the catalog
      * here, for this node's doors and for other nodes' PURGE calls. */
     if (rc == 0 && d->catalog != NULL) {
@@ -1228,6 +1240,10 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         tn_router_on_settle(d->router, tn_consume_settle_hook, d->v1.consume);
         tn_settle_srv_set_hooks(d->settle, tn_router_settle_owns, d->router, tn_consume_settle_hook,
                                 d->v1.consume);
+        /* Remote checks: this node's part, for its doors and for other
+         * nodes' REMOTE_CHECK calls. */
+        tn_router_on_rcheck(d->router, tn_v1_remote_check, &d->v1);
+        tn_rcheck_srv_set_hook(d->rcheck, tn_v1_remote_check, &d->v1);
     }
     if (rc != 0) {
         tn_errbuf(err, errlen, "cannot set up the HTTP APIs: %s", tn_strerror(rc));

@@ -1,16 +1,27 @@
 #!/usr/bin/env python3
-"""Remote children (docs/remotes.md, issue 25 part 2) between two tern
-clusters on loopback (tests/cluster/harness.py): the remote ("dst") serves
-HTTPS with a certificate of a CA this test makes, and has the user the
-source sends as; the source ("src") has the remote (with that CA) and a
-parent topic with a remote child, and `remotes-allow-addresses=127.0.0.0/8`
-lets it dial loopback.
+"""Remote children and remote checks (docs/remotes.md, issue 25 part 2)
+between two tern clusters on loopback (tests/cluster/harness.py): the
+remote ("dst") serves HTTPS with a certificate of a CA this test makes, and
+has the user the source sends as; the source ("src") has the remote (with
+that CA) and a parent topic with a remote child, and
+`remotes-allow-addresses=127.0.0.0/8` lets it dial loopback.
+
+Checks (POST /v1/remotes/{name}/check, and the check at every attach): ok
+without and with a topic (nothing produced), not_found (404) for a missing
+topic, forbidden (403) for one without the grant, both refusing the attach
+with 502 naming the member and class; unreachable while the remote is
+down, auth (401) during a rotation; on the three-node source every member
+answers, a member that did not ask keeps only its own row as last_check,
+and a member killed with SIGKILL shows as unreachable with
+member_unreachable.
 
 Every message produced on the source reaches the remote child, none lost,
 in order per key (each key lands on one partition of the remote), through:
 a restart of the remote (state `retrying` with class `unreachable` meanwhile,
 lag shown), a password rotation on both sides (the remote answers 401 for a
-while: state `retrying`, class `auth`), and, on a three-node source
+while: state `retrying`, class `auth`), the NSQ doors (PUB, MPUB, nsqd's
+/pub and /mpub, on a parent of one partition the NSQ doors made: in order,
+none lost), and, on a three-node source
 (replication factor 3, the child attached through another node than the
 one that made the parent, messages produced through every node), a SIGKILL
 of the leader of parent partition 0 (its cursor moves to the new leader;
@@ -21,13 +32,18 @@ absent from every file under every data directory and from the logs.
 
 Blind (against an HTTPS server of this test standing in for the remote):
 a remote answering 302 gets `retrying`/`refused` and no connection ever
-reaches its Location (a listener of the test counts them); a 500 gets
-`server_error`; the remote's body, reason phrase and headers show nowhere
-(GET children, GET /v1/remotes, /metrics, the log); the only Authorization
-the remote saw is the one it should. A remote named `localhost` on a
-source without remotes-allow-addresses: made fine (a name), then refused
-at every dial after resolution (`refused`, the guard's one message in the
-log), no request reaching the server.
+reaches its Location (a listener of the test counts them); a check sees
+the 302 as refused too; a 500 gets `server_error`; the remote's body,
+reason phrase and headers show nowhere (GET children, GET /v1/remotes, a
+check's answer, /metrics, the log); the only Authorization the remote saw
+is the one it should. Names resolving to refused addresses: the source
+runs in a mount namespace of its own with a hosts file of this test
+bind-mounted over /etc/hosts there (`unshare --mount`; the machine's file
+is untouched); a name only that file knows, resolving to an allowed
+address, works; names resolving to another loopback address, the cloud
+metadata addresses and an IPv4-mapped loopback are refused after
+resolution with the guard's one class and sentence, by the check, the
+check at attach and a cursor's dial, no request reaching the server.
 
 Run: python3 tests/cluster/test_remote_children.py --ternd build/ternd
 """
@@ -44,6 +60,7 @@ import threading
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import wait_until  # noqa: E402
+from nsqwire import Conn  # noqa: E402  (tests/e2e)
 
 PW1 = "Mirror-Pa55word-one-never-in-clear-4c1d"
 PW2 = "Mirror-Pa55word-two-never-in-clear-88e2"
@@ -110,6 +127,59 @@ class RemoteChildren(harness.ClusterTest):
         st, doc = wait_until("the remote's create", attempt, 30)
         self.assertEqual(st, 201, doc)
 
+    def check(self, node, topic=None, remote="eu"):
+        """POST /v1/remotes/{remote}/check: (status, body)."""
+        return node.request("POST", f"/v1/remotes/{remote}/check",
+                            {"topic": topic} if topic is not None else None, headers=HDR,
+                            timeout=60)
+
+    def assert_check(self, node, topic, cls, http_status=None, remote="eu"):
+        """A check whose every member answers class cls; its table."""
+        st, body = self.check(node, topic, remote)
+        self.assertEqual(st, 200, body)
+        chk = body["check"]
+        self.assertEqual(chk["status"], cls, chk)
+        self.assertEqual(chk["topic"], topic)
+        self.assertTrue(chk["asked_here"])
+        self.assertEqual(set(chk["members"]), {str(n.id) for n in node.cluster.nodes}, chk)
+        for row in chk["members"].values():
+            self.assertEqual(row["status"], cls, chk)
+            self.assertIsInstance(row["ms"], int)
+            self.assertNotIn("member_unreachable", row)
+            if cls != "ok":
+                self.assertEqual(row.get("http_status"), http_status, chk)
+        return chk
+
+    def produce_nsq(self, node, first, count):
+        """Messages n-first .. n-(first+count-1) to topic nsqin through
+        nsqd's four producing doors in turn, in order: PUB and MPUB on the
+        TCP door, /pub and /mpub on its HTTP door."""
+        st, info = node.nsq_http("GET", "/info")
+        self.assertEqual(st, 200, info)
+        conn = Conn(info["tcp_port"], host=node.host, timeout=60)
+        try:
+            conn.identify()
+            i = first
+            while i < first + count:
+                door = (i // 10) % 4
+                n = min(10, first + count - i)
+                bodies = [f"n-{j}".encode() for j in range(i, i + n)]
+                if door == 0:
+                    for b in bodies:
+                        self.assertEqual(conn.pub("nsqin", b), (0, b"OK"))
+                elif door == 1:
+                    self.assertEqual(conn.mpub("nsqin", bodies), (0, b"OK"))
+                elif door == 2:
+                    for b in bodies:
+                        st, ans = node.nsq_http("POST", "/pub?topic=nsqin", b)
+                        self.assertEqual(st, 200, ans)
+                else:
+                    st, ans = node.nsq_http("POST", "/mpub?topic=nsqin", b"\n".join(bodies))
+                    self.assertEqual(st, 200, ans)
+                i += n
+        finally:
+            conn.close()
+
     def produce(self, node, first, count):
         """Messages m-first .. m-(first+count-1), key k(i % 7), in order."""
         for start in range(first, first + count, 50):
@@ -143,7 +213,7 @@ class RemoteChildren(harness.ClusterTest):
                 break
             self.assertEqual(st, 200, body)
             for m in body["messages"]:
-                got[m["partition"]].append((m["offset"], m["key"], m["payload"]))
+                got[m["partition"]].append((m["offset"], m.get("key"), m["payload"]))
         return got
 
     def count_at_dst(self, dst):
@@ -159,6 +229,8 @@ class RemoteChildren(harness.ClusterTest):
             msgs.sort()
             last = {}
             for _, key, payload in msgs:
+                if not payload.startswith("m-"):
+                    continue  # the NSQ doors' (check_nsq_in_order)
                 i = int(payload.split("-")[1])
                 self.assertEqual(key, f"k{i % 7}")
                 # In order per key (a key lands on one partition). At least
@@ -171,6 +243,27 @@ class RemoteChildren(harness.ClusterTest):
                 last[key] = i
                 seen.add(i)
         self.assertEqual(seen, set(range(total)), "messages lost")
+
+    def check_nsq_in_order(self, dst, total):
+        """Every n- message (the NSQ doors', keyless, from the parent nsqin
+        of one partition) arrived; on each partition of the remote their
+        first arrivals are in the order produced (a batch lands on one
+        partition, and the cursor sends the next only after it)."""
+        got = self.received(dst)
+        seen = set()
+        for part, msgs in got.items():
+            msgs.sort()
+            last = -1
+            for _, _, payload in msgs:
+                if not payload.startswith("n-"):
+                    continue
+                i = int(payload.split("-")[1])
+                if i in seen:
+                    continue
+                self.assertGreater(i, last, (part, i))
+                last = i
+                seen.add(i)
+        self.assertEqual(seen, set(range(total)), "NSQ door messages lost")
 
     def assert_clean_stop(self, *clusters):
         """Every node stops with status 0 and no sanitizer report (the
@@ -196,6 +289,52 @@ class RemoteChildren(harness.ClusterTest):
         st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 4,
                                                     "replication_factor": 1})
         self.assertEqual(st, 201, body)
+        # Checks: no check yet; the remote answers, the credential works;
+        # with a topic, it is there and the user may produce on it (an
+        # empty batch: nothing produced); a missing topic, a topic without
+        # the grant; the route's refusals.
+        st, rec = s.request("GET", "/v1/remotes/eu")
+        self.assertEqual(st, 200, rec)
+        self.assertIsNone(rec["last_check"])
+        chk = self.assert_check(s, None, "ok")
+        self.assertIsNone(chk["topic"])
+        self.assert_check(s, "orders", "ok")
+        self.assertEqual(self.count_at_dst(dst), 0)  # the check produced nothing
+        self.assert_check(s, "missing", "not_found", 404)
+        st, body = dst.nodes[0].request("POST", "/v1/topics", {"name": "private", "partitions": 1,
+                                                              "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        self.assert_check(s, "private", "forbidden", 403)
+        st, rec = s.request("GET", "/v1/remotes/eu")
+        self.assertEqual(rec["last_check"]["topic"], "private")
+        self.assertEqual(rec["last_check"]["status"], "forbidden")
+        self.assertEqual(rec["last_check"]["members"]["1"]["http_status"], 403)
+        st, body = self.check(s, None, remote="nope")
+        self.assertEqual(st, 404, body)
+        st, body = s.request("POST", "/v1/remotes/eu/check", {"topic": "no spaces"},
+                             headers=HDR)
+        self.assertEqual(st, 400, body)
+        st, body = s.request("POST", "/v1/remotes/eu/check", {"topic": 5}, headers=HDR)
+        self.assertEqual(st, 400, body)
+        st, body = s.request("POST", "/v1/users", {
+            "username": "reader", "password": "Reader-pw-1234",
+            "grants": [{"action": "consume", "patterns": ["orders"]}]})
+        self.assertEqual(st, 201, body)
+        st, body = harness.http_call(s.host, s.http_port, "POST", "/v1/remotes/eu/check",
+                                     body={"topic": "orders"}, headers={
+                                         **HDR, "Authorization": harness.basic(
+                                             "reader", "Reader-pw-1234")}, auth=False)
+        self.assertEqual(st, 403, body)
+        # The check at attach refuses a child the remote would refuse,
+        # naming the member and the class; nothing is attached.
+        for child, cls in (("missing", "not_found"), ("private", "forbidden")):
+            st, body = s.request("POST", "/v1/topics/orders/children",
+                                 {"child": child, "remote": "eu"}, headers=HDR, timeout=60)
+            self.assertEqual(st, 502, body)
+            self.assertIn(f"node 1: {cls}", body["error"])
+            self.assertEqual(body["check"]["status"], cls)
+        st, body = s.request("GET", "/v1/topics/orders/children")
+        self.assertEqual([c for c in body["children"] if c.get("remote")], [], body)
         # Refusals first.
         st, body = s.request("POST", "/v1/topics/orders/children",
                              {"child": "orders", "remote": "nope"}, headers=HDR)
@@ -231,6 +370,8 @@ class RemoteChildren(harness.ClusterTest):
             self.remote_child(s)), 60)
         self.assertEqual(ch["class"], "unreachable")
         self.assertGreater(ch["lag_messages"], 0)
+        chk = self.assert_check(s, "orders", "unreachable")
+        self.assertNotIn("http_status", chk["members"]["1"])
         dst.nodes[0].start()
         dst.nodes[0].wait_ready()
         wait_until("400 at the remote", lambda: self.count_at_dst(dst) >= 400, 120)
@@ -240,6 +381,14 @@ class RemoteChildren(harness.ClusterTest):
         st, body = dst.nodes[0].request("PUT", "/v1/users/mirror/password",
                                         {"new_password": PW2}, headers=HDR)
         self.assertEqual(st, 204, body)
+        # Before any message waits (so that the remote's throttle of failed
+        # logins, 5 per user, is not spent by the cursor's retries first):
+        # a check says auth (401), and an attach is refused for it.
+        self.assert_check(s, None, "auth", 401)
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders2", "remote": "eu"}, headers=HDR, timeout=60)
+        self.assertEqual(st, 502, body)
+        self.assertIn("node 1: auth (HTTP 401)", body["error"])
         self.produce(s, 400, 100)
         ch = wait_until("retrying auth", lambda: (lambda c: c if c and
                                                   c.get("class") == "auth" else None)(
@@ -252,6 +401,7 @@ class RemoteChildren(harness.ClusterTest):
         wait_until("500 at the remote", lambda: self.count_at_dst(dst) >= 500, 120)
         wait_until("ok after the rotation",
                    lambda: (self.remote_child(s) or {}).get("state") == "ok", 60)
+        self.assert_check(s, "orders", "ok")
         # /metrics: the failures by class, what was sent, the child's gauges.
         self.assertGreater(s.metric('tern_remote_child_failures_total{class="auth"}'), 0)
         self.assertGreater(s.metric('tern_remote_child_failures_total{class="unreachable"}'), 0)
@@ -261,6 +411,25 @@ class RemoteChildren(harness.ClusterTest):
         self.assertEqual(s.metric("tern_remote_child_retrying" + labels), 0)
         self.assertEqual(s.metric("tern_remote_child_lag_messages" + labels), 0)
         self.check_all_in_order(dst, 500)
+
+        # The NSQ doors: a parent the NSQ doors made (no owner: open to
+        # them; one partition) with the same remote child; PUB, MPUB, /pub
+        # and /mpub all reach it, none lost, in order.
+        st, body = s.nsq_http("POST", "/topic/create?topic=nsqin")
+        self.assertEqual(st, 200, body)
+        st, body = wait_until("nsqin in the metastore", lambda: (lambda r: r if r[0] == 200
+                                                                  else None)(
+            s.request("GET", "/v1/topics/nsqin")), 30)
+        self.assertEqual(len(body["partition_stats"]), 1, body)
+        st, body = s.request("POST", "/v1/topics/nsqin/children",
+                             {"child": "orders", "remote": "eu"}, headers=HDR, timeout=60)
+        self.assertEqual(st, 201, body)
+        base = self.count_at_dst(dst)
+        self.produce_nsq(s, 0, 200)
+        wait_until("200 more at the remote", lambda: self.count_at_dst(dst) >= base + 200, 120)
+        self.check_nsq_in_order(dst, 200)
+        st, body = s.request("DELETE", "/v1/topics/nsqin/children/orders?remote=eu")
+        self.assertEqual(st, 204, body)
 
         # Detach; then the remote can go.
         st, body = s.request("DELETE", "/v1/topics/orders/children/orders?remote=eu")
@@ -300,6 +469,14 @@ class RemoteChildren(harness.ClusterTest):
         wait_until("the remote child's cursor running on every node",
                    lambda: all((self.remote_child(n) or {}).get("lag_complete")
                                for n in src.nodes), 60)
+        # A check on every member, asked through node 1; node 3 (which
+        # asked none) keeps only its own row of it.
+        self.assert_check(n1, "orders", "ok")
+        st, rec = n3.request("GET", "/v1/remotes/eu")
+        self.assertEqual(st, 200, rec)
+        self.assertFalse(rec["last_check"]["asked_here"], rec)
+        self.assertEqual(set(rec["last_check"]["members"]), {str(n3.id)}, rec)
+        self.assertEqual(rec["last_check"]["status"], "ok", rec)
         # Every node's door.
         self.produce(n1, 0, 150)
         self.produce(n2, 150, 150)
@@ -310,6 +487,20 @@ class RemoteChildren(harness.ClusterTest):
         victim = next(n for n in src.nodes if str(n.id) == leader)
         victim.kill()
         alive = [n for n in src.nodes if n is not victim]
+        # A check now: the killed member is still alive in the metastore
+        # (cluster-dead-after), so it is asked, does not answer, and shows
+        # as unreachable with member_unreachable; the others are ok.
+        st, body = alive[0].request("POST", "/v1/remotes/eu/check", {"topic": "orders"},
+                                    headers=HDR, timeout=90)
+        self.assertEqual(st, 200, body)
+        rows = body["check"]["members"]
+        self.assertEqual(set(rows), {str(n.id) for n in src.nodes}, body)
+        self.assertEqual(rows[str(victim.id)]["status"], "unreachable", body)
+        self.assertTrue(rows[str(victim.id)]["member_unreachable"], body)
+        self.assertTrue(rows[str(victim.id)]["error"], body)
+        for n in alive:
+            self.assertEqual(rows[str(n.id)]["status"], "ok", body)
+        self.assertEqual(body["check"]["status"], "unreachable", body)
         wait_until("a new leader for partition 0",
                    lambda: (self.leaders(alive[0], "orders") or [leader])[0] != leader, 120)
         self.produce(alive[0], 450, 75)
@@ -439,29 +630,42 @@ class Blind(harness.ClusterTest):
         c.start()
         return c
 
-    def attach(self, node, host):
+    def add_remote(self, node, name, host):
         def attempt():
             st, doc = node.request("POST", "/v1/remotes", {
-                "name": "fake", "url": f"https://{host}:{self.fake.port}", "username": "mirror",
+                "name": name, "url": f"https://{host}:{self.fake.port}", "username": "mirror",
                 "password": PW1, "ca_pem": self.ca_pem})
             return None if st == 503 else (st, doc)
         st, doc = wait_until("the remote's create", attempt, 30)
         self.assertEqual(st, 201, doc)
+
+    def attach(self, node, host, then_status=202):
+        """The remote fake at host, topic orders with it as a remote child
+        (the check at attach passes: the fake accepts), then the fake
+        answers then_status and 5 messages are produced."""
+        self.add_remote(node, "fake", host)
         st, body = node.request("POST", "/v1/topics", {"name": "orders", "partitions": 2,
                                                        "replication_factor": 1})
         self.assertEqual(st, 201, body)
         st, body = node.request("POST", "/v1/topics/orders/children",
-                                {"child": "orders", "remote": "fake"}, headers=HDR)
+                                {"child": "orders", "remote": "fake"}, headers=HDR, timeout=60)
         self.assertEqual(st, 201, body)
+        self.fake.status = then_status
         batch = [{"payload": f"m-{i}", "key": f"k{i}"} for i in range(5)]
         st, body = node.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
         self.assertEqual(st, 202, body)
 
     def test_redirect_and_bodies_never_shown(self):
-        self.fake.status = 302
         c = self.source(allow=True)
         s = c.nodes[0]
-        self.attach(s, "127.0.0.1")
+        self.attach(s, "127.0.0.1", then_status=302)
+        # A check sees the 302 as refused, and goes nowhere near the
+        # Location either.
+        st, body = s.request("POST", "/v1/remotes/fake/check", {"topic": "orders"}, headers=HDR,
+                             timeout=60)
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["check"]["members"]["1"]["status"], "refused", body)
+        self.assertEqual(body["check"]["members"]["1"]["http_status"], 302, body)
         ch = wait_until("retrying on the 302", lambda: (lambda x: x if x and
                                                         x.get("status") == 302 else None)(
             self.child_state(s)), 30)
@@ -485,29 +689,116 @@ class Blind(harness.ClusterTest):
         st, children = s.request("GET", "/v1/topics/orders/children")
         st2, metrics = s.request("GET", "/metrics")
         st3, remotes = s.request("GET", "/v1/remotes")
-        for text in (json.dumps(children), str(metrics), json.dumps(remotes), s.log()):
+        self.fake.status = 500
+        st4, checked = s.request("POST", "/v1/remotes/fake/check", {"topic": "orders"},
+                                 headers=HDR, timeout=60)
+        self.assertEqual(checked["check"]["status"], "server_error", checked)
+        self.assertIsNotNone(json.loads(json.dumps(remotes))["remotes"][0]["last_check"])
+        for text in (json.dumps(children), str(metrics), json.dumps(remotes), json.dumps(checked),
+                     s.log()):
             self.assertNotIn("SECRET-REMOTE", text)
         codes = c.stop()
         self.assertEqual(set(codes.values()), {0}, codes)
         self.assertNotIn("SECRET-REMOTE", c.logs())
         self.assertNotIn(PW1, c.logs())
 
-    def test_name_resolving_to_a_refused_address(self):
-        # Without remotes-allow-addresses, loopback is refused: "localhost"
-        # is a name (made fine), refused at every dial after resolution.
-        c = self.source(allow=False)
+    def test_names_resolving_to_refused_addresses(self):
+        """The source runs in a mount namespace of its own whose /etc/hosts
+        (bind-mounted over it there: the machine's is untouched) maps
+        names this test chooses; remotes-allow-addresses lets 127.0.0.1
+        alone through. A name resolving to an allowed address works (the
+        control: that name exists only in this hosts file); names resolving
+        to another loopback address, to the cloud metadata addresses or to
+        an IPv4-mapped loopback are refused after resolution with the same
+        class and words as any refused address: by the check, by the check
+        at attach, and at a cursor's dial after the URL changed to one."""
+        usable, why = hosts_namespace_available()
+        if not usable:
+            self.skipTest(why)
+        d = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tern-hosts-{os.getpid()}")
+        os.makedirs(d, exist_ok=True)
+        self.addCleanup(lambda: __import__("shutil").rmtree(d, ignore_errors=True))
+        hosts = os.path.join(d, "hosts")
+        refused = {"loop": "127.0.0.5", "meta": "169.254.169.254", "meta2": "100.100.100.200",
+                   "mapped": "::ffff:127.0.0.5"}
+        with open(hosts, "w") as f:
+            f.write("127.0.0.1 fake\n")  # the control: in the fake's certificate
+            for name, addr in refused.items():
+                f.write(f"{addr} eu-{name}.test\n")
+        prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                  'mount --bind "$0" /etc/hosts && exec "$@"', hosts]
+        c = self.make(1, prefixes=[prefix],
+                      args=[f"--remotes-allowed-ports={self.fake.port}",
+                            "--remotes-api-hop-encrypted=true",
+                            "--remotes-allow-addresses=127.0.0.1/32"])
+        c.start()
         s = c.nodes[0]
-        self.attach(s, "localhost")
+        # The control: a name only this hosts file knows, allowed.
+        self.add_remote(s, "ok", "fake")
+        st, body = s.request("POST", "/v1/topics", {"name": "orders", "partitions": 2,
+                                                    "replication_factor": 1})
+        self.assertEqual(st, 201, body)
+        st, body = s.request("POST", "/v1/topics/orders/children",
+                             {"child": "orders", "remote": "ok"}, headers=HDR, timeout=60)
+        self.assertEqual(st, 201, body)
+        batch = [{"payload": f"m-{i}", "key": f"k{i}"} for i in range(5)]
+        st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
+        self.assertEqual(st, 202, body)
+        wait_until("the control's messages at the fake",
+                   lambda: set(self.fake.payloads) >= {f"m-{i}" for i in range(5)}, 60)
+        seen = self.fake.requests
+        # Each refused name: made fine (a name), refused by the check and
+        # by the check at attach, with the guard's one answer.
+        details = set()
+        for name in refused:
+            self.add_remote(s, name, f"eu-{name}.test")
+            st, body = s.request("POST", f"/v1/remotes/{name}/check", None, headers=HDR,
+                                 timeout=60)
+            self.assertEqual(st, 200, body)
+            row = body["check"]["members"]["1"]
+            self.assertEqual(row["status"], "refused", (name, body))
+            self.assertNotIn("http_status", row)
+            details.add(row["detail"])
+            st, body = s.request("POST", "/v1/topics/orders/children",
+                                 {"child": "orders", "remote": name}, headers=HDR, timeout=60)
+            self.assertEqual(st, 502, body)
+            self.assertIn("node 1: refused", body["error"])
+        self.assertEqual(details, {"refused by the remotes address guard"})
+        # A cursor's dial after the URL changed to a refused name.
+        st, body = s.request("PATCH", "/v1/remotes/ok", {
+            "url": f"https://eu-meta.test:{self.fake.port}", "password": PW1}, headers=HDR)
+        self.assertEqual(st, 200, body)
+        batch = [{"payload": f"m-{i}", "key": f"k{i}"} for i in range(5, 10)]
+        st, body = s.request("POST", "/v1/topics/orders/produce/batch", batch, headers=HDR)
+        self.assertEqual(st, 202, body)
         ch = wait_until("retrying, refused", lambda: (lambda x: x if x and
                                                       x.get("state") == "retrying" else None)(
             self.child_state(s)), 30)
         self.assertEqual(ch["class"], "refused")
         self.assertEqual(ch["status"], 0)
         self.assertGreater(ch["lag_messages"], 0)
-        self.assertEqual(self.fake.requests, 0)
+        self.assertEqual(self.fake.requests, seen)  # nothing reached the fake
         self.assertIn("refused by the remotes address guard", s.log())
+        for name in refused.values():
+            self.assertNotIn(name, s.log())  # the guard says no more than that
         codes = c.stop()
         self.assertEqual(set(codes.values()), {0}, codes)
+
+
+def hosts_namespace_available():
+    """(True, "") when this process may run a command in a mount namespace
+    of its own with a file bind-mounted over /etc/hosts (root, unshare),
+    else (False, why)."""
+    import shutil
+    import subprocess
+    if shutil.which("unshare") is None:
+        return False, "the unshare command is missing (util-linux)"
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        "mount --bind /dev/null /etc/hosts"], capture_output=True, text=True,
+                       timeout=30)
+    if r.returncode != 0:
+        return False, f"cannot bind-mount over /etc/hosts in a mount namespace: {r.stderr.strip()}"
+    return True, ""
 
 
 if __name__ == "__main__":

@@ -164,6 +164,34 @@ def purge_fields(topic, created_at_ms):
     return wire_str(topic) + struct.pack(">q", created_at_ms)
 
 
+def rcheck_fields(remote, remote_id, topic):
+    """A REMOTE_CHECK request's fields (after the opcode byte)."""
+    return wire_str(remote) + struct.pack(">Q", remote_id) + wire_str(topic)
+
+
+def rcheck_result(cls, status, ms, detail):
+    """A REMOTE_CHECK 200 answer's body."""
+    return struct.pack(">BHI", cls, status, ms) + wire_str(detail)
+
+
+def rcheck_seeds(here):
+    rc = os.path.join(here, "remote_check", "corpus")
+    write(rc, "seed-request-topic", rcheck_fields(b"eu", 0x9f1c2e0a4b7d3e11, b"orders"))
+    write(rc, "seed-request-no-topic", rcheck_fields(b"eu-west.1", 1, b""))
+    write(rc, "seed-request-empty-remote", rcheck_fields(b"", 1, b"t"))
+    write(rc, "seed-request-long-remote", rcheck_fields(b"r" * 65, 1, b"t"))
+    write(rc, "seed-request-trailing", rcheck_fields(b"eu", 1, b"t") + b"\x00")
+    write(rc, "seed-request-cut", rcheck_fields(b"eu", 1, b"topic")[:-2])
+    write(rc, "seed-result-ok", rcheck_result(0, 400, 12, b""))
+    write(rc, "seed-result-tls", rcheck_result(2, 0, 10001, b"TLS: certificate verify failed"))
+    write(rc, "seed-result-bad-class", rcheck_result(8, 0, 1, b"x"))
+    write(rc, "seed-result-bad-status", rcheck_result(0, 42, 1, b"x"))
+    write(rc, "seed-reply-error",
+          b'{"error":"remote eu is not in this node\'s metastore replica"}')
+    write(rc, "seed-reply-empty-error", b'{"error":""}')
+    write(rc, "seed-reply-not-object", b"[1]")
+
+
 def commit_fields(topic, partition, recs):
     """A COMMIT request's fields (after the opcode byte)."""
     out = wire_str(topic) + struct.pack(">II", partition, len(recs))
@@ -292,6 +320,7 @@ def wire_seeds(here):
     write(wr, "seed-chan-snap", b"\x0f" + chansnap_fields(b"t", 0, 1, b"c", 1, 3, 0,
                                                           ckpt_image(4, [6], [(5, 0, 1)])))
     write(wr, "seed-purge-negative", b"\x0a" + purge_fields(b"orders", -5))
+    write(wr, "seed-remote-check", b"\x11" + rcheck_fields(b"eu", 7, b"orders"))
     write(wr, "seed-flushed", b"\x10" + struct.pack(">IQI", 2, 77, 1) + wire_str(b"t") +
           struct.pack(">IIQIQI", 1, 3, 10, 3, 9, 4))
     write(wr, "seed-reply", ok)
@@ -473,6 +502,7 @@ def main():
     write(ep, "seed-bad-magic", epochs_file([(1, 0)], magic=b"TNE2"))
 
     wire_seeds(here)
+    rcheck_seeds(here)
     remote_seeds(here)
     rchild_seeds(here)
 

@@ -76,17 +76,6 @@ static void link_end(link_t *l, int status, const char *msg)
     tn__v1_end(r, status, msg, &b);
 }
 
-static void drop_channel(tn_v1_t *v, const char *parent, uint64_t epoch)
-{
-    char name[32];
-    tn_fanout_channel(epoch, name);
-    tn_topic_t *t = NULL;
-    tn_channel_t *ch = NULL;
-    if (tn_broker_topic(v->broker, parent, strlen(parent), false, 0, NULL, &t) == 0 &&
-        tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)
-        tn_channel_delete(ch, NULL, NULL);
-}
-
 static void propose_link(link_t *l);
 
 /* The link recorded and (status 0) applied here: this node's copiers
@@ -113,7 +102,7 @@ static void on_link_recorded(tn_meta_req_t *req, int status)
     }
     if (status != 0) {
         if (l->attach)
-            drop_channel(l->v, l->parent, l->epoch);
+            tn_fanout_drop_channel(l->v->broker, l->parent, l->epoch);
         if (status == TN_ENOTFOUND) /* deleted while the link was on its way */
             link_end(l, 404, "child topic not found");
         else if (status == UV_ENOENT) /* the parent was */
@@ -143,7 +132,7 @@ static void propose_link(link_t *l)
     const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(l->v->meta), l->child);
     if (e == NULL) {
         if (l->attach)
-            drop_channel(l->v, l->parent, l->epoch);
+            tn_fanout_drop_channel(l->v->broker, l->parent, l->epoch);
         link_end(l, 404, "child topic not found");
         return;
     }
@@ -167,7 +156,7 @@ static void propose_link(link_t *l)
         }
         if (st != 0) {
             if (l->attach)
-                drop_channel(l->v, l->parent, l->epoch);
+                tn_fanout_drop_channel(l->v->broker, l->parent, l->epoch);
             link_end(l, st, msg);
             return;
         }
@@ -190,7 +179,7 @@ static void propose_link(link_t *l)
     l->mreq.data = l;
     if (tn_meta_propose(l->v->meta, &l->mreq, &c, on_link_recorded) != 0) {
         if (l->attach)
-            drop_channel(l->v, l->parent, l->epoch);
+            tn_fanout_drop_channel(l->v->broker, l->parent, l->epoch);
         link_end(l, 503, "control plane temporarily unavailable");
     }
 }
@@ -210,20 +199,18 @@ static void on_link_channel(tn_waiter_t *w, int status)
 /* The parent's channel for the child, at its tail, then the record. */
 static void attach_step(link_t *l)
 {
-    tn_topic_t *t = NULL;
-    if (l->v->closing ||
-        tn_broker_topic(l->v->broker, l->parent, strlen(l->parent), false, 0, NULL, &t) != 0) {
-        link_end(l, 503, "the parent topic is not ready");
-        return;
-    }
-    char name[32];
-    tn_fanout_channel(l->epoch, name);
     tn_channel_t *ch = NULL;
     l->wait.cb = on_link_channel;
     l->wait.data = l;
-    int rc = tn_topic_channel_at_tail(t, name, strlen(name), &l->wait, &ch);
+    int rc = l->v->closing
+                 ? TN_ENOTFOUND
+                 : tn_fanout_open_channel(l->v->broker, l->parent, l->epoch, true, &l->wait, &ch);
     if (rc == UV_EAGAIN)
         return;
+    if (rc == TN_ENOTFOUND) {
+        link_end(l, 503, "the parent topic is not ready");
+        return;
+    }
     if (rc != 0) {
         link_end(l, 503, "creating the fan-out channel failed");
         return;

@@ -6,13 +6,18 @@
  *   1. Security on, admin (remotes are admins'), the remote exists, the
  *      child's name is a topic name, the delay 0 .. 1 year, the parent not
  *      an ephemeral topic, not attached already (400/403/404/409).
- *   2. A fresh epoch (tn_fanout_epoch), held from the fan-out's sweep; the
+ *   2. The check (api/v1/rcheck.h) with the child topic on every live
+ *      member: the remote answers, its certificate verifies, the
+ *      credential works, the topic is there and the user may produce on
+ *      it. Any member's failure refuses the attach with 502, naming the
+ *      members and their classes, with the table (nothing is made).
+ *   3. A fresh epoch (tn_fanout_epoch), held from the fan-out's sweep; the
  *      parent's cursor channel made at its tail (when this node's engine
  *      has the parent already; else its cursor makes it later, from the
  *      attach time the epoch carries, as on every other node).
- *   3. REMOTE_CHILD_PUT (if_absent, with the remote's id) proposed; once
+ *   4. REMOTE_CHILD_PUT (if_absent, with the remote's id) proposed; once
  *      recorded, this node's cursors follow it and the answer is 201 with
- *      the child. A refusal deletes the channel made in step 2.
+ *      the child. A refusal deletes the channel made in step 3.
  *
  * Threads: the loop thread. */
 #include "core/platform.h"
@@ -20,6 +25,7 @@
 #include "api/v1/rchildren.h"
 
 #include "api/v1/common.h"
+#include "api/v1/rcheck.h"
 
 #include "api/fanout.h"
 #include "api/rchild.h"
@@ -87,24 +93,13 @@ void tn__v1_rchildren_json(tn_v1_t *v, tn_buf_t *b, const char *parent, bool *fi
     }
 }
 
-static void drop_channel(tn_v1_t *v, const char *parent, uint64_t epoch)
-{
-    char name[32];
-    tn_fanout_channel(epoch, name);
-    tn_topic_t *t = NULL;
-    tn_channel_t *ch = NULL;
-    if (tn_broker_topic(v->broker, parent, strlen(parent), false, 0, NULL, &t) == 0 &&
-        tn_topic_channel(t, name, strlen(name), false, NULL, &ch) == 0)
-        tn_channel_delete(ch, NULL, NULL);
-}
-
 static void rcop_end(rcop_t *op, int status, const char *msg)
 {
     tn_http_request_t *r = op->r;
     tn_v1_t *v = op->v;
     const tn_meta_rchild_t *ch = &op->cmd.child;
     if (status >= 300 && op->attach && ch->epoch != 0)
-        drop_channel(v, ch->parent, ch->epoch);
+        tn_fanout_drop_channel(v->broker, ch->parent, ch->epoch);
     if (op->held && v->fanout != NULL)
         tn_fanout_release(v->fanout, &op->hold);
     if (r != NULL) {
@@ -209,6 +204,42 @@ static rcop_t *rcop_new(tn_v1_t *v, tn_http_request_t *r, bool attach, const cha
     return op;
 }
 
+static void attach_go(rcop_t *op);
+
+/* Step 2's answer. */
+static void on_checked(void *arg, const tn_router_rcheck_row_t *rows, uint32_t n)
+{
+    rcop_t *op = arg;
+    char failures[600];
+    if (!tn__v1_rcheck_failures(failures, sizeof(failures), rows, n)) {
+        if (op->v->closing)
+            rcop_end(op, 503, "the node is stopping");
+        else
+            attach_go(op);
+        return;
+    }
+    TN_LOG(TN_LOG_WARN, "remote child %s -> %s:%s refused: the remote check failed: %s",
+           op->cmd.child.parent, op->cmd.child.remote, op->cmd.child.child, failures);
+    tn_http_request_t *r = op->r;
+    if (r != NULL) {
+        r->on_cancel = NULL;
+        op->r = NULL;
+        tn_buf_t b;
+        tn_buf_init(&b);
+        char msg[1100];
+        snprintf(msg, sizeof(msg),
+                 "the remote check with topic %s failed, so the remote child is not attached: %s",
+                 op->cmd.child.child, failures);
+        tn_buf_append(&b, "{\"error\":", 9);
+        tn__v1_json_str(&b, msg);
+        tn_buf_append(&b, ",\"check\":", 9);
+        tn__v1_rcheck_table_json(&b, op->cmd.child.child, rows, n);
+        tn_buf_append(&b, "}", 1);
+        tn__v1_respond_buf(r, 502, &b);
+    }
+    rcop_end(op, 502, NULL);
+}
+
 static bool allowed(tn_v1_t *v, tn_http_request_t *r)
 {
     if (!v->o.security) {
@@ -262,6 +293,15 @@ void tn__v1_rchild_attach(tn_v1_t *v, tn_http_request_t *r, const char *parent, 
     op->cmd.cond = 1;
     ch->remote_id = rec->id;
     ch->delay_ms = delay_ms;
+    if (tn__v1_rcheck_ask(v, remote, rec->id, child, on_checked, op) != 0)
+        rcop_end(op, 503, "out of memory");
+}
+
+/* Step 3: the check passed. */
+static void attach_go(rcop_t *op)
+{
+    tn_v1_t *v = op->v;
+    tn_meta_rchild_t *ch = &op->cmd.child;
     ch->created_at_ms = tn_now_wall_ms();
     if (!tn_fanout_epoch(&ch->epoch)) {
         ch->epoch = 0;
@@ -277,22 +317,19 @@ void tn__v1_rchild_attach(tn_v1_t *v, tn_http_request_t *r, const char *parent, 
         rcop_end(op, 503, "the node is stopping");
         return;
     }
-    tn_topic_t *t = NULL;
-    if (tn_broker_topic(v->broker, parent, strlen(parent), false, 0, NULL, &t) != 0) {
+    tn_channel_t *cch = NULL;
+    op->wait.cb = on_channel;
+    op->wait.data = op;
+    int rc = tn_fanout_open_channel(v->broker, ch->parent, ch->epoch, true, &op->wait, &cch);
+    if (rc == UV_EAGAIN)
+        return;
+    if (rc == TN_ENOTFOUND) {
         /* This node's engine has not made the parent yet (its catalog
          * follows the metastore): its cursor makes the channel when it
          * does, from the attach time the epoch carries. */
         propose(op);
         return;
     }
-    char name[32];
-    tn_fanout_channel(ch->epoch, name);
-    tn_channel_t *cch = NULL;
-    op->wait.cb = on_channel;
-    op->wait.data = op;
-    int rc = tn_topic_channel_at_tail(t, name, strlen(name), &op->wait, &cch);
-    if (rc == UV_EAGAIN)
-        return;
     if (rc != 0) {
         rcop_end(op, 503, "creating the remote child's cursor channel failed");
         return;

@@ -34,6 +34,7 @@
 #include "api/v1/remotes.h"
 
 #include "api/v1/common.h"
+#include "api/v1/rcheck.h"
 
 #include "core/alloc.h"
 #include "core/config.h"
@@ -236,8 +237,10 @@ static void remote_json(tn_v1_t *v, tn_buf_t *b, const tn_meta_remote_t *r, bool
     tn__v1_json_str(b, r->created_by);
     tn_buf_append(b, ",\"updated_by\":", 14);
     tn__v1_json_str(b, r->updated_by);
-    /* The last check's result: checks come with the HTTPS client (part 2). */
-    tn_buf_append(b, ",\"last_check\":null}", 19);
+    /* The last check this node keeps (api/v1/rcheck.c: in memory). */
+    tn_buf_append(b, ",\"last_check\":", 14);
+    tn__v1_rcheck_last_json(v, b, r->name, r->id);
+    tn_buf_append(b, "}", 1);
 }
 
 static bool security_on(tn_v1_t *v, tn_http_request_t *r)
@@ -833,6 +836,7 @@ int tn__v1_remotes_register(tn_http_server_t *srv, tn_v1_t *v)
             : tn_http_route(srv, "PATCH", "/v1/remotes/{name}", TN_JSON_MAX_BODY,
                             "request body too large", on_patch, v);
     rc = rc ? rc : tn_http_route(srv, "DELETE", "/v1/remotes/{name}", 0, NULL, on_delete, v);
+    rc = rc ? rc : tn__v1_rcheck_register(srv, v);
 #ifdef TN_TEST
     rc = rc ? rc
             : tn_http_route(srv, "POST", "/v1/remotes/{name}/test-tamper", 0, NULL, on_tamper, v);
@@ -842,6 +846,7 @@ int tn__v1_remotes_register(tn_http_server_t *srv, tn_v1_t *v)
 
 void tn__v1_remotes_close(tn_v1_t *v)
 {
+    tn__v1_rcheck_close(v);
     remotes_t *rs = v->remotes;
     if (rs == NULL)
         return;

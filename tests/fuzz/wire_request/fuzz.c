@@ -150,6 +150,21 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
             abort();
         break;
     }
+    case TN_OP_REMOTE_CHECK: {
+        /* remote (1..64), remote id, topic (0..255): the check judges the
+         * remote's length too. */
+        char remote[65], topic[256];
+        uint64_t rid;
+        if (tn_wire_get_str(&in, 64, remote) != 0 || tn_wire_get_u64(&in, &rid) != 0 ||
+            tn_wire_get_str(&in, 255, topic) != 0)
+            break;
+        if (remote[0] == '\0')
+            return TN_EPROTO;
+        if (tn_wire_put_str(out, remote) != 0 || tn_wire_put_u64(out, rid) != 0 ||
+            tn_wire_put_str(out, topic) != 0)
+            abort();
+        break;
+    }
     case TN_OP_FETCH:
     case TN_OP_REPAIR: {
         /* The header, then count (1..TN_FETCH_MAX_PARTS; REPAIR: 1)

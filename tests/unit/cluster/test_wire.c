@@ -8,6 +8,7 @@
 
 #include "cluster/wire.h"
 #include "cluster/fetch.h"
+#include "cluster/rcheck.h"
 #include "core/alloc.h"
 #include "core/err.h"
 
@@ -665,6 +666,7 @@ static void test_op_table(void **state)
         {TN_OP_REPAIR, "repair", TN_LANE_REPLICA},
         {TN_OP_CHAN_SNAP, "chan_snap", TN_LANE_REPLICA},
         {TN_OP_FLUSHED, "flushed", TN_LANE_REPLICA},
+        {TN_OP_REMOTE_CHECK, "remote_check", TN_LANE_CONTROL},
     };
     /* Every op this build knows is listed (numbers are fixed per wave, so
      * one may be another branch's and unknown here). */
@@ -748,6 +750,7 @@ static void test_request_check(void **state)
                            .flushed_offset = 9,
                            .partition_epoch = 4};
     assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_FLUSHED], &flp), 0);
+    assert_int_equal(tn_wire_rcheck_encode(&good[TN_OP_REMOTE_CHECK], "eu", 7, "orders"), 0);
     tn_wire_produce_hdr_t ph = {.topic = "t", .partition = 1, .node = 2, .seq = 3};
     assert_int_equal(tn_wire_produce_encode(&good[TN_OP_PRODUCE], &ph, &rec, 1), 0);
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};
