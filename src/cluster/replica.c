@@ -3011,7 +3011,7 @@ static void on_tick(uv_timer_t *t)
                  * (503, as Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), not
                  * left until their clients give up; the epoch-start record
                  * waits on. */
-                if (pt->ready && pt->plog != NULL && pt->core.ps.nisr < pt->core.ps.min_insync)
+                if (pt->ready && pt->plog != NULL && tn_repl_accepts(&pt->core) == TN_EFEWREPLICAS)
                     tn_plog_fail_gated_records(pt->plog, TN_EFEWREPLICAS);
             }
             if (pt->fence.node != 0 && !tn_handfence_holds(&pt->fence, now))
