@@ -3398,7 +3398,12 @@ bool tn_replica_local(tn_replica_t *rm, const char *topic, uint32_t p, bool *dec
     part_t *pt = part_find(rm, topic, p);
     if (pt != NULL) {
         *decided = true;
-        return pt->handed;
+        /* Not while our own log closes (hand_over's release_own): the
+         * engine, placing the topic for another reason meanwhile, would
+         * open the files while that log's last append or its close is
+         * still being written (seen: "incomplete data" on the opening);
+         * on_own_closed follows the placement once it is closed. */
+        return pt->handed && pt->src != SRC_CLOSING;
     }
     *decided = tn_meta_state_pstate(tn_meta_state(rm->o.meta), topic, p) != NULL;
     return false;
