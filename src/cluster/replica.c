@@ -95,7 +95,12 @@
  * stays out of the ISR; counted and logged); an append or truncation that
  * fails leaves the core to fetch again.
  * Invariants: (1) the engine and the manager never write the same log:
- * a follower appends only while the engine's partition is remote; (2) a
+ * a follower appends only while the engine's partition is remote, and
+ * never through a second log object beside one the engine holds (a log of
+ * our own is opened only while the engine's topic is idle and holds none;
+ * one the engine set aside that ours wrote past is abandoned,
+ * abandon_aside; a leader never leads from a log ending below its epoch
+ * start, stale_take: docs/replication.md, "A stale engine log"); (2) a
  * leader's appends are acknowledged only under the hw (the plog gate);
  * (3) nothing is answered to a fetch for an epoch other than the core's. */
 #include "core/platform.h"
@@ -181,6 +186,18 @@ struct part_s {
     bool releasing; /* the follower's channel logs are closing (o.release) */
     bool released;  /* ... and are closed: the hand-over may go on */
     bool ready;     /* the engine's plog is gated and the epoch-start record asked */
+    /* The engine's log ended below the epoch start (leader_take): the
+     * engine sets it aside, it is closed (tn_topic_part_abandon) and the
+     * partition handed over again, to be opened from its files. Once per
+     * leader epoch (reopen_epoch); stale_logged: a second short log was
+     * reported. */
+    bool reopening;
+    bool stale_logged;
+    uint32_t reopen_epoch;
+    /* Our own log is open but the engine still holds one set aside for
+     * the partition, which could not be closed yet (abandon_aside): the
+     * tick tries again. */
+    bool aside_stale;
     /* When it was handed (loop ms): the TN_TEST take-over delay counts
      * from it. */
     uint64_t handed_at;
@@ -417,6 +434,29 @@ static void follow_placement(tn_replica_t *rm, part_t *pt)
         (void)tn_topic_follow_placement(t, NULL, NULL);
 }
 
+/* Whether the engine's topic is being created, grown or placed (or
+ * deleted): engine_topic does not see it then, yet the engine may hold
+ * the partition's log (set aside, or being opened). */
+static bool engine_busy(tn_replica_t *rm, part_t *pt)
+{
+    tn_topic_t *t = tn_broker_topic_find(rm->o.broker, pt->topic);
+    return t != NULL && tn_topic_busy(t);
+}
+
+static uint64_t test_own_beside(const part_t *pt);
+
+/* Our own log is open on the partition's files (or is handed over): a
+ * log the engine set aside for the partition has not seen what ours
+ * wrote, so it is closed, never followed on or served again (invariant
+ * 1). false when the engine is busy with it (the caller asks again). */
+static bool abandon_aside(part_t *pt)
+{
+    tn_topic_t *t = tn_broker_topic_find(pt->rm->o.broker, pt->topic);
+    if (t == NULL || test_own_beside(pt) >= 2)
+        return true;
+    return tn_topic_part_abandon(t, pt->p) == 0;
+}
+
 static int epoch_end_cb(void *arg, uint32_t epoch, uint32_t *found, uint64_t *end)
 {
     part_t *pt = arg;
@@ -516,6 +556,7 @@ static void open_done(uv_work_t *w, int status)
         hold_log(pt, pt->plog, SRC_OWN);
         pt->plog->on_progress = NULL;
         tn_plog_set_durability(pt->plog, TN_DURABILITY_DURABLE);
+        pt->aside_stale = !abandon_aside(pt);
     }
     if (pt->dead || rm->closing) {
         part_maybe_free(pt);
@@ -537,8 +578,20 @@ static bool ensure_log(part_t *pt)
         return true;
     if (pt->src == SRC_OPENING || pt->src == SRC_CLOSING)
         return false;
+    if (engine_busy(rm, pt)) {
+        /* The engine's topic is being grown or placed: its set-aside log
+         * of the partition, if any, is out of sight, and a log of our own
+         * opened now would be a second object on the same files, leaving
+         * the engine's stale (it then served from where it ended: a
+         * restarted replica given the lead back led from its old end).
+         * The tick asks again. */
+        return false;
+    }
+    uint64_t hook = test_own_beside(pt);
     tn_plog_t *pl = engine_aside(rm, pt);
-    if (pl != NULL) {
+    if (hook != 0 && engine_local(rm, pt, NULL))
+        return false; /* TN_TEST: wait until the engine sets it aside */
+    if (pl != NULL && hook == 0) {
         hold_log(pt, pl, SRC_ENGINE);
         pl->on_progress = NULL;
         return true;
@@ -726,7 +779,23 @@ static void test_gap(part_t *pt)
     if (rc != 0)
         on_test_gap(&pt->adv, rc);
 }
+/* TERN_TEST_OWN_LOG: a follower of topic opens a log of its own even when
+ * the engine holds one set aside for the partition (once the engine has
+ * set it aside): the state a lookup during the topic's growth left
+ * (ensure_log). 1: the set-aside log is closed as after that state
+ * (abandon_aside); 2: it is left open, stale, for leader_take to find
+ * (tests/cluster/test_stale_take.py). */
+static uint64_t test_own_beside(const part_t *pt)
+{
+    return test_topic_num("TERN_TEST_OWN_LOG", pt->topic);
+}
 #else
+static uint64_t test_own_beside(const part_t *pt)
+{
+    (void)pt;
+    return 0;
+}
+
 static inline uint64_t test_take_delay(const char *topic)
 {
     (void)topic;
@@ -739,6 +808,70 @@ static inline void test_gap(part_t *pt)
 }
 #endif
 
+static void hand_over(part_t *pt);
+static void reopen_step(part_t *pt);
+
+/* The engine's log of a partition this node is to lead ends at end,
+ * below the epoch's start: the core counted records (its log as fed,
+ * which the ISR acknowledged) that this log object does not hold. Never
+ * led from: the epoch-start record would land at end, below followers'
+ * hw (they refuse to truncate there and leave the ISR), and the records
+ * between would not be served. The cause seen: the engine took back a
+ * log it set aside while the manager followed on a log object of its own
+ * (stale, not short on disk). So the partition is taken back from the
+ * engine and handed over again once its log is closed
+ * (tn_topic_part_abandon): the engine opens it from its files. Once per
+ * leader epoch: a log that is short again is short on disk; it stays not
+ * ready (said once), and a newer state (another leader) ends it
+ * (docs/replication.md, "A stale engine log"). */
+static void stale_take(part_t *pt, uint64_t end)
+{
+    uint32_t epoch = pt->core.ps.leader_epoch;
+    if (pt->reopen_epoch == epoch) {
+        if (!pt->stale_logged)
+            TN_LOG(TN_LOG_ERROR,
+                   "replica %s/%" PRIu32 ": opened from its files, the log still ends at %" PRIu64
+                   ", below epoch %" PRIu32 "'s start %" PRIu64
+                   ": not leading from it; not serving until a newer state",
+                   pt->topic, pt->p, end, epoch, pt->core.epoch_start);
+        pt->stale_logged = true;
+        return;
+    }
+    TN_LOG(TN_LOG_ERROR,
+           "replica %s/%" PRIu32 ": the engine's log ends at %" PRIu64 ", below epoch %" PRIu32
+           "'s start %" PRIu64 ": not leading from it; opening the partition's files again",
+           pt->topic, pt->p, end, epoch, pt->core.epoch_start);
+    pt->reopen_epoch = epoch;
+    pt->stale_logged = false;
+    pt->reopening = true;
+    pt->handed = false;
+    follow_placement(pt->rm, pt);
+    reopen_step(pt);
+}
+
+/* stale_take's next step, on the tick: once the engine set the log aside,
+ * it is closed and the partition handed over again. */
+static void reopen_step(part_t *pt)
+{
+    if (!pt->reopening)
+        return;
+    if (pt->core.role != TN_REPL_LEADER || pt->handed) {
+        pt->reopening = false; /* resigned, or handed again meanwhile */
+        return;
+    }
+    tn_topic_t *t = engine_topic(pt->rm, pt->topic);
+    if (t == NULL)
+        return; /* busy: the tick asks again */
+    if (tn_topic_part_local(t, pt->p)) {
+        follow_placement(pt->rm, pt); /* not set aside yet */
+        return;
+    }
+    if (tn_topic_part_abandon(t, pt->p) != 0)
+        return;
+    pt->reopening = false;
+    hand_over(pt);
+}
+
 /* The engine opened (or took back) the partition: gate it and start the
  * epoch. */
 static void leader_take(part_t *pt)
@@ -749,13 +882,17 @@ static void leader_take(part_t *pt)
         return;
     if (now_ms(pt->rm) < pt->handed_at + test_take_delay(pt->topic))
         return; /* TN_TEST only: the tick takes it later */
+    uint64_t end = tn_plog_written_next(pl);
+    if (end < pt->core.epoch_start) {
+        stale_take(pt, end);
+        return;
+    }
     hold_log(pt, pl, SRC_ENGINE);
     pt->ready = true;
     tn_plog_set_gated(pl, true);
     tn_plog_set_hw(pl, pt->core.hw);
     if (pt->rm->lead_cb != NULL)
         pt->rm->lead_cb(pt->rm->lead_arg, pt->topic, pt->p, pl);
-    uint64_t end = tn_plog_written_next(pl);
     if (end != pt->core.epoch_start)
         TN_LOG(TN_LOG_WARN,
                "replica %s/%" PRIu32 ": the engine's log ends at %" PRIu64
@@ -765,8 +902,6 @@ static void leader_take(part_t *pt)
     TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": leading epoch %" PRIu32 " from offset %" PRIu64,
            pt->topic, pt->p, pt->core.ps.leader_epoch, end);
 }
-
-static void hand_over(part_t *pt);
 
 /* The channel logs this node kept as a follower (cluster/setrepl.h) are
  * closed: the engine may open them with the partition. */
@@ -801,6 +936,9 @@ static void hand_over(part_t *pt)
     pt->handed_at = now_ms(rm);
     pt->ready = false;
     if (pt->src == SRC_OWN) {
+        /* Our log wrote the files: the engine must open them afresh, not
+         * take back a log it set aside before (leader_take checks too). */
+        pt->aside_stale = !abandon_aside(pt);
         release_own(pt); /* follow_placement once closed */
         return;
     }
@@ -2163,6 +2301,8 @@ static void part_drop(part_t *pt)
 static void first_feed(part_t *pt)
 {
     tn_replica_t *rm = pt->rm;
+    if (engine_busy(rm, pt))
+        return; /* its log may be out of sight (ensure_log): the tick feeds it */
     if (pt->ps.leader == rm->o.node && engine_aside(rm, pt) == NULL &&
         !engine_local(rm, pt, NULL) && pt->src == SRC_NONE) {
         /* Leading with no log here at all: an empty one. */
@@ -2970,6 +3110,9 @@ static void on_tick(uv_timer_t *t)
             next = pt->next;
             if (pt->dead)
                 continue;
+            reopen_step(pt);
+            if (pt->aside_stale && pt->src == SRC_OWN)
+                pt->aside_stale = !abandon_aside(pt);
             if (pt->core.role == TN_REPL_LEADER && !pt->ready)
                 leader_take(pt);
             if (pt->unmarking)
@@ -3011,7 +3154,7 @@ static void on_tick(uv_timer_t *t)
                  * (503, as Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), not
                  * left until their clients give up; the epoch-start record
                  * waits on. */
-                if (pt->ready && pt->plog != NULL && pt->core.ps.nisr < pt->core.ps.min_insync)
+                if (pt->ready && pt->plog != NULL && tn_repl_accepts(&pt->core) == TN_EFEWREPLICAS)
                     tn_plog_fail_gated_records(pt->plog, TN_EFEWREPLICAS);
             }
             if (pt->fence.node != 0 && !tn_handfence_holds(&pt->fence, now))
@@ -3255,7 +3398,12 @@ bool tn_replica_local(tn_replica_t *rm, const char *topic, uint32_t p, bool *dec
     part_t *pt = part_find(rm, topic, p);
     if (pt != NULL) {
         *decided = true;
-        return pt->handed;
+        /* Not while our own log closes (hand_over's release_own): the
+         * engine, placing the topic for another reason meanwhile, would
+         * open the files while that log's last append or its close is
+         * still being written (seen: "incomplete data" on the opening);
+         * on_own_closed follows the placement once it is closed. */
+        return pt->handed && pt->src != SRC_CLOSING;
     }
     *decided = tn_meta_state_pstate(tn_meta_state(rm->o.meta), topic, p) != NULL;
     return false;

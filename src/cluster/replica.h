@@ -119,7 +119,8 @@ void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len
 void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg);
 
 /* The placement answer for a replicated partition: true when this node
- * leads (topic, p) and the manager handed it to the engine. For a
+ * leads (topic, p) and the manager handed it to the engine (and closed
+ * the log of its own it followed on, if any). For a
  * partition that is not replicated the manager has no say: *decided is
  * set false. */
 bool tn_replica_local(tn_replica_t *rm, const char *topic, uint32_t p, bool *decided);

@@ -875,6 +875,27 @@ static inline tn_plog_t *tn_topic_part_plog(const tn_topic_t *t, uint32_t p)
 {
     return p < t->nparts ? t->parts[p]->plog : NULL;
 }
+/* Whether t is being created, grown or given partitions placed here
+ * (tn_topic_follow_placement opening them) or a channel: its partitions'
+ * logs may be opened meanwhile, and tn_broker_topic answers UV_EAGAIN.
+ * Loop thread. */
+bool tn_topic_busy(const tn_topic_t *t);
+/* The topic named name in any state (being created, grown, placed or
+ * deleted too, unlike tn_broker_topic), or NULL. Borrowed: owned by the
+ * engine. Loop thread. */
+tn_topic_t *tn_broker_topic_find(tn_broker_t *b, const char *name);
+/* Close the log set aside for remote partition p of t (made remote for a
+ * replicated partition's new leader, tn_topic_follow_placement) because
+ * the replica manager wrote the partition's files through a log object
+ * of its own since: this one's view is stale, and served again it would
+ * lead from where it ends. It is closed without touching a file
+ * (tn_plog_abandon); placed here again, the partition is opened from its
+ * files, as one never held here. 0 (done, or nothing to do: p local, or
+ * remote with no log), or UV_EBUSY while the topic is busy
+ * (tn_topic_busy) or a read, collection or advance started before it
+ * was set aside still uses that log: ask again later.
+ * Loop thread. */
+int tn_topic_part_abandon(tn_topic_t *t, uint32_t p);
 /* Hold (or resume) deliveries of partition p of t (no-op past nparts): a
  * replicated partition's leader whose move is about to hand its
  * leadership to another node stops delivering first, so that the new

@@ -1061,7 +1061,7 @@ static void place_done(uv_work_t *w, int status)
     reshape_end(t, rc, cb, arg);
 }
 
-static bool topic_busy(const tn_topic_t *t)
+bool tn_topic_busy(const tn_topic_t *t)
 {
     if (t->state != TN_OBJ_READY || t->growing)
         return true;
@@ -1090,7 +1090,7 @@ int tn_topic_wait_idle(tn_topic_t *t, tn_waiter_t *w)
 
 void tn__topic_place_resume(tn_topic_t *t)
 {
-    if (!t->place_again || topic_busy(t) || t->deleted || t->broker->closing)
+    if (!t->place_again || tn_topic_busy(t) || t->deleted || t->broker->closing)
         return;
     t->place_again = false;
     (void)tn_topic_follow_placement(t, NULL, NULL);
@@ -1116,6 +1116,33 @@ void tn_topic_part_lease(tn_topic_t *t, uint32_t p, uint64_t until)
         tn__topic_pump_all(t); /* lapsed, renewed */
 }
 
+tn_topic_t *tn_broker_topic_find(tn_broker_t *b, const char *name)
+{
+    return tn__topic_find(b, name, strlen(name));
+}
+
+int tn_topic_part_abandon(tn_topic_t *t, uint32_t p)
+{
+    if (p >= t->nparts || !t->parts[p]->remote || t->parts[p]->plog == NULL)
+        return 0;
+    tn_part_t *part = t->parts[p];
+    /* A read (tn__part_fetch), collection or advance started before it was
+     * set aside still uses it on a worker or the committer. */
+    if (tn_topic_busy(t) || part->opening || part->gc_busy || part->fetch != NULL ||
+        part->advancing)
+        return UV_EBUSY;
+    /* Set aside, it is no longer the partition's: on_progress and data
+     * were cleared then, and nothing of the engine starts work on a remote
+     * partition's log. */
+    tn_plog_abandon(part->plog, NULL);
+    part->plog = NULL;
+    TN_LOG(TN_LOG_NOTICE,
+           "partition %s/%" PRIu32 ": the log set aside here was written through another "
+           "since; closed, to be opened from its files when served here again",
+           t->name, p);
+    return 0;
+}
+
 int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
 {
     tn_broker_t *b = t->broker;
@@ -1124,7 +1151,7 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             cb(arg, 0);
         return 0;
     }
-    if (topic_busy(t)) {
+    if (tn_topic_busy(t)) {
         /* It asks again once the creation, growth or channel ends. */
         t->place_again = true;
         if (cb != NULL)

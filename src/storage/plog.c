@@ -2059,10 +2059,11 @@ static void close_exec(tn__committer_t *c, tn__sreq_t *s)
 {
     tn_plog_t *plog = TN_CONTAINER_OF(s, tn_plog_t, close_req);
     if (c->scratch != NULL && plog->in_relaxed) {
-        sync_log(plog);
+        if (!plog->abandoned)
+            sync_log(plog);
         relaxed_remove(c->scratch, plog);
     }
-    if (plog->nsegs > 0 && trim_zeros(active_seg(plog)) != 0)
+    if (!plog->abandoned && plog->nsegs > 0 && trim_zeros(active_seg(plog)) != 0)
         TN_LOG(TN_LOG_WARN, "partition %s/%u: cannot trim the zeroed tail of its last segment",
                plog->topic, plog->partition);
     tn__store_complete(c->store, s, s);
@@ -2117,6 +2118,12 @@ void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb)
     plog->close_req.done = close_done;
     plog->store->closing++;
     tn__committer_submit(&plog->store->logc, &plog->close_req);
+}
+
+void tn_plog_abandon(tn_plog_t *plog, tn_plog_cb cb)
+{
+    plog->abandoned = true;
+    tn_plog_close(plog, cb);
 }
 
 /* --- replication: epochs ------------------------------------------------------ */

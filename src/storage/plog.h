@@ -223,6 +223,7 @@ struct tn_plog_s {
     tn__sreq_t close_req;
     tn_plog_cb close_cb;
     bool closing;
+    bool abandoned; /* tn_plog_abandon: the close touches no file */
 
     /* Memory-only logs (tn_plog_open_memory): the records of offsets
      * [mem_first, written_next) in a ring of mem_cap slots (a power of
@@ -316,6 +317,16 @@ uint64_t tn_plog_mem_trim(tn_plog_t *plog, uint64_t below);
  * for the hw gate (or reaching it while the log closes) complete with
  * TN_ECLOSED. */
 void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb);
+
+/* Close a log object whose files another object of the same partition
+ * has written since it last looked (a replicated partition's log the
+ * engine set aside while the replica manager followed on a log of its
+ * own, cluster/replica.c): its segments' sizes and its record counts are
+ * stale, so the close writes, syncs and truncates nothing (tn_plog_close
+ * trims the preallocated tail of what it takes for the last segment,
+ * which would cut the other object's records). Otherwise as
+ * tn_plog_close. */
+void tn_plog_abandon(tn_plog_t *plog, tn_plog_cb cb);
 
 /* Append n >= 1 records as one atomic batch. Returns 0 when queued (cb will
  * run on the loop thread with the final status), or at once: UV_EINVAL (no

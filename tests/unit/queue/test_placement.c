@@ -617,6 +617,47 @@ static void test_moved_consumers_dropped(void **state)
     qfx_free(q);
 }
 
+/* A replicated partition's log set aside while another log object of the
+ * partition (the replica manager's own, cluster/replica.c) wrote on: it is
+ * stale. tn_topic_part_abandon closes it, and placed here again the
+ * partition is opened from its files, with every record, rather than
+ * taken back at its old end. */
+static void test_abandoned_log_reopened_from_files(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(true);
+    place_all(SELF);
+    q->b->place_readopt = all_replicated;
+    tn_topic_t *t = topic(q, "t", 1);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(publish(q, "t", "old", 0, NULL, NULL), 0);
+    assert_int_equal(tn_topic_part_abandon(t, 0), 0); /* local: nothing to do */
+    assert_non_null(t->parts[0]->plog);
+    owners[0] = 9;
+    follow(q, t);
+    tn_plog_t *aside = t->parts[0]->plog;
+    assert_non_null(aside);
+    tn_plog_t *own = NULL;
+    assert_int_equal(tn_plog_open(q->fx->store, "t", 0, &own), 0);
+    for (int i = 0; i < 4; i++) {
+        uint64_t off = 0;
+        assert_int_equal(tu_append(&q->fx->loop, own, "new", 3, &off), 0);
+        assert_int_equal(off, 3 + (uint64_t)i);
+    }
+    assert_int_equal(tn_plog_written_next(aside), 3); /* stale */
+    assert_int_equal(tn_topic_part_abandon(t, 0), 0);
+    assert_null(t->parts[0]->plog);
+    assert_false(tn_topic_part_local(t, 0));
+    tu_plog_close(&q->fx->loop, own);
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_non_null(t->parts[0]->plog);
+    assert_int_equal(tn_plog_written_next(t->parts[0]->plog), 7);
+    place_all(SELF);
+    qfx_free(q);
+}
+
 /* A held partition (a leader about to hand over: tn_topic_part_hold)
  * takes publishes and settles but delivers nothing until the hold ends;
  * the other partitions deliver as ever. */
@@ -1082,6 +1123,7 @@ int main(void)
         cmocka_unit_test(test_open_later_keeps_pause),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
+        cmocka_unit_test(test_abandoned_log_reopened_from_files),
         cmocka_unit_test(test_held_partition_delivers_nothing),
         cmocka_unit_test(test_lapsed_lease_delivers_nothing),
         cmocka_unit_test(test_restart_with_holes),

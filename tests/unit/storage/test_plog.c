@@ -354,6 +354,41 @@ static void test_zero_tail_trimmed_on_reopen(void **state)
     expect_all(plog, 0, 15);
 }
 
+static void on_abandoned(tn_plog_t *plog)
+{
+    *(bool *)plog->data = true;
+}
+
+/* Two objects of one partition (a replicated partition's log the engine
+ * set aside, and the replica manager's own, cluster/replica.c): the first
+ * preallocated its segment and stopped; the second wrote past it. The
+ * first, stale, is abandoned: its close must not trim the segment to the
+ * size it knows (tn_plog_close would cut the second's records). */
+static void test_abandon_keeps_the_files(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *stale = open_log(fx, "ab", 0);
+    append_n(fx, stale, 0, 10);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/ab/0/00000000000000000000.log", fx->dir);
+    assert_int_equal(tu_file_size(path), (long)fx->opts.segment_bytes); /* zeros ahead */
+    tn_plog_t *own = open_log(fx, "ab", 0);
+    assert_int_equal(tn_plog_written_next(own), 10);
+    append_n(fx, own, 10, 5);
+    assert_int_equal(tn_plog_written_next(stale), 10); /* it never looks again */
+    bool done = false;
+    stale->data = &done;
+    tn_plog_abandon(stale, on_abandoned);
+    while (!done)
+        uv_run(&fx->loop, UV_RUN_ONCE);
+    expect_all(own, 0, 15);
+    tu_plog_close(&fx->loop, own);
+    tn_plog_t *again = open_log(fx, "ab", 0);
+    assert_int_equal(tn_plog_err(again), 0);
+    assert_int_equal(tn_plog_written_next(again), 15);
+    expect_all(again, 0, 15);
+}
+
 /* Zeros that cannot be written (a full disk) cost only the speed-up: the
  * append goes on at the end of the records. */
 static void test_zero_write_failure_falls_back(void **state)
@@ -1049,6 +1084,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corruption_found_by_read_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fsync_failure_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zero_tail_trimmed_on_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_abandon_keeps_the_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zero_write_failure_falls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_failure_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durability_modes, setup, teardown),
