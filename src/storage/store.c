@@ -39,6 +39,7 @@ void tn_store_opts_from_config(tn_store_opts_t *o, const tn_config_t *cfg)
     o->commit_max_delay_ns = cfg->commit_max_delay_ns;
     o->busy_poll_ns = cfg->commit_busy_poll_ns;
     o->busy_poll_min = (uint32_t)cfg->commit_busy_poll_min;
+    o->busy_poll_cost_ns = cfg->commit_busy_poll_cost_ns;
     o->relaxed_sync_messages = (uint64_t)cfg->relaxed_sync_messages;
     o->relaxed_sync_bytes = (uint64_t)cfg->relaxed_sync_bytes;
     o->relaxed_sync_interval_ns = cfg->relaxed_sync_interval_ns;
@@ -183,6 +184,18 @@ static bool stalled(const tn_store_t *store, int64_t now)
     return now - store->progress_ns >= POLL_STALL * store->opts.busy_poll_ns;
 }
 
+/* Whether polling is worth its CPU: enough appends out, commits within the
+ * budget on average, and that average shared by the appends out no more
+ * than the cost limit. */
+static bool worth_polling(const tn_store_t *store)
+{
+    int64_t round = atomic_load_explicit(&store->logc.round_ns, memory_order_relaxed);
+    if (store->appends_out < store->opts.busy_poll_min || round > store->opts.busy_poll_ns)
+        return false;
+    return store->opts.busy_poll_cost_ns <= 0 ||
+           round <= (int64_t)store->appends_out * store->opts.busy_poll_cost_ns;
+}
+
 static void on_poll(uv_idle_t *h)
 {
     tn_store_t *store = h->data;
@@ -194,8 +207,7 @@ static void on_poll(uv_idle_t *h)
     int64_t now = tn_now_mono_ns();
     if (done)
         store->poll_until_ns = now + store->opts.busy_poll_ns;
-    if (store->appends_out < store->opts.busy_poll_min || now >= store->poll_until_ns ||
-        stalled(store, now))
+    if (!worth_polling(store) || now >= store->poll_until_ns || stalled(store, now))
         poll_stop(store, now);
 }
 
@@ -208,9 +220,7 @@ void tn__store_append_out(tn_store_t *store)
     int64_t now = tn_now_mono_ns();
     if (store->appends_out++ == 0)
         store->progress_ns = now;
-    if (store->appends_out < store->opts.busy_poll_min || stalled(store, now) ||
-        atomic_load_explicit(&store->logc.round_ns, memory_order_relaxed) >
-            store->opts.busy_poll_ns)
+    if (stalled(store, now) || !worth_polling(store))
         return;
     /* New appends keep it going: the round they join is still to come. */
     store->poll_until_ns = now + store->opts.busy_poll_ns;

@@ -28,7 +28,11 @@
  * stops when the appends drop below the minimum, after busy_poll_ns
  * without a submission or completion, or after four times that without a
  * completion (a stalled disk); a lone producer, or a disk slower than the
- * budget on average, never makes it poll.
+ * budget on average, never makes it poll. Nor does a round too long for
+ * the appends waiting on it: polling costs the loop about a round's time
+ * of CPU, shared by the appends it answers, so it polls only while the
+ * average round divided by the appends out is at most busy_poll_cost_ns
+ * (8 producers on a 350 µs sync would pay ~44 µs of CPU per message).
  *
  * Thread safety: open/close and every tn_store_* call on the loop thread
  * that opened it, unless a function says otherwise. */
@@ -63,6 +67,7 @@ typedef struct {
     int64_t commit_max_delay_ns;
     int64_t busy_poll_ns;   /* 0: the loop never busy-polls */
     uint32_t busy_poll_min; /* publish appends out that start it */
+    int64_t busy_poll_cost_ns; /* most average round time per append out; 0: no limit */
     uint64_t relaxed_sync_messages;
     uint64_t relaxed_sync_bytes;
     int64_t relaxed_sync_interval_ns;
