@@ -65,8 +65,8 @@ typedef struct {
     uint32_t commit_max_requests;
     uint64_t commit_max_bytes;
     int64_t commit_max_delay_ns;
-    int64_t busy_poll_ns;   /* 0: the loop never busy-polls */
-    uint32_t busy_poll_min; /* publish appends out that start it */
+    int64_t busy_poll_ns;      /* 0: the loop never busy-polls */
+    uint32_t busy_poll_min;    /* publish appends out that start it */
     int64_t busy_poll_cost_ns; /* most average round time per append out; 0: no limit */
     uint64_t relaxed_sync_messages;
     uint64_t relaxed_sync_bytes;
