@@ -13,7 +13,9 @@
 # (pub8 with one consumer), pub64 (PUB, 64 connections). With STRACE=1 each run is also counted by
 # `strace -c -f` (slower: its figures are syscalls per round, not CPU),
 # with PERF=1 by `perf stat -e context-switches,cpu-migrations`, and with
-# PROFILE=FILE recorded by `perf record -g` into FILE.<run>.
+# PROFILE=FILE recorded by `perf record -g` into FILE.<run>, with
+# SCHED=FILE its wake-ups and context switches (sched tracepoints) into
+# FILE.<run> (bench/sched_summary.sh reads them).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -61,6 +63,12 @@ for i in $(seq "$runs"); do
     done
     [ -n "$port" ] || { echo "ternd did not start:"; cat "$work/log"; exit 1; }
     hport=$(grep -o 'HTTP listening on port [0-9]*' "$work/log" | awk '{print $5}')
+    # The admin user's password hash (bcrypt, on a worker thread) must not
+    # land in the measured window.
+    for _ in $(seq 200); do
+        grep -q 'root user admin created' "$work/log" && break
+        sleep 0.05
+    done
     extra=()
     [ "$shape" = http64 ] && extra=(--http-port "$hport")
     # Create the topic first, so the run measures publishes, not setup.
@@ -78,6 +86,11 @@ for i in $(seq "$runs"); do
         sleep 0.5
     elif [ -n "${PROFILE:-}" ]; then
         perf record -q -g -F 2000 -p "$pid" -o "$PROFILE.$i" 2>/dev/null &
+        tracer=$!
+        sleep 0.2
+    elif [ -n "${SCHED:-}" ]; then
+        perf record -q -e sched:sched_switch -e sched:sched_wakeup -p "$pid" -o "$SCHED.$i" \
+            2>/dev/null &
         tracer=$!
         sleep 0.2
     elif [ -n "${PERF:-}" ]; then
