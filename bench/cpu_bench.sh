@@ -77,7 +77,7 @@ for i in $(seq "$runs"); do
     r0=$(rounds)
     p0=$(polled)
     declare -A t0=()
-    for t in /proc/$pid/task/*; do t0[${t##*/}]=$(ticks "$t"); done
+    for t in "/proc/$pid/task/"*; do t0[${t##*/}]=$(ticks "$t"); done
     c0=$(ticks /proc/$pid)
     tracer=
     if [ -n "${STRACE:-}" ]; then
@@ -116,12 +116,12 @@ for i in $(seq "$runs"); do
         printf "run %d: %d msgs (%s/s), ternd CPU %.2f s = %.2f us/msg, %d rounds (%.1f msgs/round), busy-polled %.2f s\n",
             i, m, rate, c / hz, c / hz * 1e6 / m, r, r ? m / r : 0, p }'
     threads=""
-    for t in /proc/$pid/task/*; do
+    for t in "/proc/$pid/task/"*; do
         id=${t##*/}
         d=$(($(ticks "$t") - ${t0[$id]:-0}))
         name=$(tr -d ' ' <"$t/comm")
         [ "$id" = "$pid" ] && name=loop
-        [ "$d" -gt 0 ] && threads+=" $name=$(awk -v d=$d -v hz=$hz -v m=$msgs \
+        [ "$d" -gt 0 ] && threads+=" $name=$(awk -v d="$d" -v hz="$hz" -v m="$msgs" \
             'BEGIN { printf "%.2f", d / hz * 1e6 / m }')"
     done
     echo "  per thread (us/msg):$threads"
