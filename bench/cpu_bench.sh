@@ -52,6 +52,7 @@ polled() {
 
 for i in $(seq "$runs"); do
     rm -rf "$work/data"
+    : >"$work/log" # before the background start opens it, for the greps below
     TERN_ADMIN_PASSWORD=$pw "$build/ternd" --data-path="$work/data" --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0 \
         --raft-address=127.0.0.1:0 "$@" 2>"$work/log" &
     pid=$!
