@@ -88,6 +88,7 @@ typedef struct tn_config_s {
     int64_t commit_max_delay_ns;
     int64_t commit_busy_poll_ns;
     int64_t commit_busy_poll_min;
+    int64_t commit_busy_poll_cost_ns;
     /* storage: relaxed-mode background sync */
     int64_t relaxed_sync_messages;
     int64_t relaxed_sync_bytes;

@@ -7,6 +7,8 @@
 #include "core/log.h"
 #include "core/time.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Shortest and longest quiet gap that ends a round early. */
@@ -48,6 +50,10 @@ static void run_tick(tn__committer_t *c, int64_t now)
 static void committer_main(void *arg)
 {
     tn__committer_t *c = arg;
+    /* Named for profiles and /proc (perf, top -H): "tern-log", "tern-wal". */
+    char tname[16];
+    snprintf(tname, sizeof(tname), "tern-%s", c->name != NULL ? c->name : "commit");
+    pthread_setname_np(pthread_self(), tname);
     uv_mutex_lock(&c->lock);
     for (;;) {
         /* After a round of several requests their writers will likely all

@@ -5,6 +5,7 @@
 #include "storage/store.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/name.h"
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -39,6 +41,7 @@ void tn_store_opts_from_config(tn_store_opts_t *o, const tn_config_t *cfg)
     o->commit_max_delay_ns = cfg->commit_max_delay_ns;
     o->busy_poll_ns = cfg->commit_busy_poll_ns;
     o->busy_poll_min = (uint32_t)cfg->commit_busy_poll_min;
+    o->busy_poll_cost_ns = cfg->commit_busy_poll_cost_ns;
     o->relaxed_sync_messages = (uint64_t)cfg->relaxed_sync_messages;
     o->relaxed_sync_bytes = (uint64_t)cfg->relaxed_sync_bytes;
     o->relaxed_sync_interval_ns = cfg->relaxed_sync_interval_ns;
@@ -148,9 +151,9 @@ static int check_format(tn_store_t *store, char *err, size_t errlen)
     return 0;
 }
 
-static void on_async(uv_async_t *h)
+/* Run every completion queued so far (loop thread). */
+static void run_done(tn_store_t *store)
 {
-    tn_store_t *store = h->data;
     uv_mutex_lock(&store->done_lock);
     tn__sreq_t *s = store->done_head;
     store->done_head = store->done_tail = NULL;
@@ -160,6 +163,20 @@ static void on_async(uv_async_t *h)
         s->done(s);
         s = next;
     }
+}
+
+/* wake_fd became readable: take its count first, then the list, so a
+ * completion queued after the list was taken leaves the fd readable and
+ * wakes the loop again (at worst a wake-up that finds the list empty). */
+static void on_wake(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    tn_store_t *store = h->data;
+    uint64_t count;
+    while (read(store->wake_fd, &count, sizeof(count)) < 0 && errno == EINTR)
+        ;
+    run_done(store);
 }
 
 /* A stalled disk: this many busy_poll_ns with appends out and none
@@ -183,6 +200,18 @@ static bool stalled(const tn_store_t *store, int64_t now)
     return now - store->progress_ns >= POLL_STALL * store->opts.busy_poll_ns;
 }
 
+/* Whether polling is worth its CPU: enough appends out, commits within the
+ * budget on average, and that average shared by the appends out no more
+ * than the cost limit. */
+static bool worth_polling(const tn_store_t *store)
+{
+    int64_t round = atomic_load_explicit(&store->logc.round_ns, memory_order_relaxed);
+    if (store->appends_out < store->opts.busy_poll_min || round > store->opts.busy_poll_ns)
+        return false;
+    return store->opts.busy_poll_cost_ns <= 0 ||
+           round <= (int64_t)store->appends_out * store->opts.busy_poll_cost_ns;
+}
+
 static void on_poll(uv_idle_t *h)
 {
     tn_store_t *store = h->data;
@@ -190,12 +219,11 @@ static void on_poll(uv_idle_t *h)
     bool done = store->done_head != NULL;
     uv_mutex_unlock(&store->done_lock);
     if (done)
-        on_async(&store->async); /* moves progress_ns */
+        run_done(store); /* moves progress_ns */
     int64_t now = tn_now_mono_ns();
     if (done)
         store->poll_until_ns = now + store->opts.busy_poll_ns;
-    if (store->appends_out < store->opts.busy_poll_min || now >= store->poll_until_ns ||
-        stalled(store, now))
+    if (!worth_polling(store) || now >= store->poll_until_ns || stalled(store, now))
         poll_stop(store, now);
 }
 
@@ -208,9 +236,7 @@ void tn__store_append_out(tn_store_t *store)
     int64_t now = tn_now_mono_ns();
     if (store->appends_out++ == 0)
         store->progress_ns = now;
-    if (store->appends_out < store->opts.busy_poll_min || stalled(store, now) ||
-        atomic_load_explicit(&store->logc.round_ns, memory_order_relaxed) >
-            store->opts.busy_poll_ns)
+    if (stalled(store, now) || !worth_polling(store))
         return;
     /* New appends keep it going: the round they join is still to come. */
     store->poll_until_ns = now + store->opts.busy_poll_ns;
@@ -226,7 +252,7 @@ void tn__store_append_back(tn_store_t *store)
     if (store->opts.busy_poll_ns <= 0)
         return;
     store->progress_ns = tn_now_mono_ns();
-    /* At once, whichever of the async or a poll ran this completion. */
+    /* At once, whichever of the wake-up or a poll ran this completion. */
     if (store->appends_out < store->opts.busy_poll_min)
         poll_stop(store, store->progress_ns);
 }
@@ -235,19 +261,28 @@ void tn__store_complete(tn_store_t *store, tn__sreq_t *head, tn__sreq_t *tail)
 {
     tail->next = NULL;
     uv_mutex_lock(&store->done_lock);
+    bool was_empty = store->done_head == NULL;
     if (store->done_tail != NULL)
         store->done_tail->next = head;
     else
         store->done_head = head;
     store->done_tail = tail;
     uv_mutex_unlock(&store->done_lock);
-    uv_async_send(&store->async);
+    /* Only the first completion of a batch wakes the loop: it takes the
+     * whole list. Outside the lock, so the loop never waits for a write. */
+    if (was_empty) {
+        uint64_t one = 1;
+        while (write(store->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+            ;
+    }
 }
 
 static void store_free(tn_store_t *store)
 {
     if (store->lock_fd >= 0)
         tn_io_close(store->lock_fd); /* releases the flock */
+    if (store->wake_fd >= 0)
+        close(store->wake_fd);
     uv_mutex_destroy(&store->done_lock);
     uv_mutex_destroy(&store->open_lock);
     tn_free(store->path);
@@ -256,6 +291,7 @@ static void store_free(tn_store_t *store)
 }
 
 static void rm_children(const char *dir);
+static void on_wake_closed(uv_handle_t *h);
 static int quarantine_sweep(tn_store_t *store, char *err, size_t errlen);
 
 int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out, char *err,
@@ -269,6 +305,7 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
     tn_hist_init(&store->fsync_hist);
     tn_hist_init(&store->walsync_hist);
     store->lock_fd = -1;
+    store->wake_fd = -1;
     store->opts.data_path = NULL;
     int rc = uv_mutex_init(&store->done_lock);
     if (rc != 0) {
@@ -330,32 +367,45 @@ int tn_store_open(uv_loop_t *loop, const tn_store_opts_t *opts, tn_store_t **out
     store->walc.process = tn__chanlog_round;
     store->walc.tick = NULL;
 
-    /* The threads start first: nothing can reach the async handle before
-     * a request is submitted, and no request exists before open returns. */
+    store->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (store->wake_fd < 0) {
+        rc = tn_err_from_errno(errno);
+        tn_errbuf(err, errlen, "eventfd: %s", tn_strerror(rc));
+        goto fail;
+    }
+    rc = uv_poll_init(loop, &store->wake, store->wake_fd);
+    if (rc != 0) { /* no handle was made */
+        tn_errbuf(err, errlen, "storage wake-up watcher: %s", uv_strerror(rc));
+        goto fail;
+    }
+    store->wake.data = store;
+    /* On Linux, starting a watcher of a new descriptor cannot fail (libuv
+     * 1.44 returns 0); the handle exists now and frees only by closing. */
+    int started = uv_poll_start(&store->wake, UV_READABLE, on_wake);
+    TN_ASSERT(started == 0);
+
+    /* The threads start after: nothing can reach the wake-up before a
+     * request is submitted, and no request exists before open returns. */
     if ((rc = tn__committer_start(&store->logc)) != 0 ||
         (rc = tn__committer_start(&store->walc)) != 0) {
         tn_errbuf(err, errlen, "cannot start storage threads: %s", uv_strerror(rc));
         tn__committer_stop(&store->logc);
-        goto fail;
+        goto fail_watched;
     }
-    rc = uv_async_init(loop, &store->async, on_async);
-    if (rc != 0) {
-        tn_errbuf(err, errlen, "uv_async_init: %s", uv_strerror(rc));
-        tn__committer_stop(&store->logc);
-        tn__committer_stop(&store->walc);
-        goto fail;
-    }
-    store->async.data = store;
     uv_idle_init(loop, &store->poll);
     store->poll.data = store;
     *out = store;
     return 0;
+fail_watched:
+    /* The watcher's close frees the store (no close_cb: nothing to tell). */
+    uv_close((uv_handle_t *)&store->wake, on_wake_closed);
+    return rc;
 fail:
     store_free(store);
     return rc;
 }
 
-static void on_async_closed(uv_handle_t *h)
+static void on_wake_closed(uv_handle_t *h)
 {
     tn_store_t *store = h->data;
     tn_store_close_cb cb = store->close_cb;
@@ -364,14 +414,14 @@ static void on_async_closed(uv_handle_t *h)
     store_free(store);
 }
 
-/* The async is closed only once the idle handle's close has run: libuv
- * finishes a tick's closes one after the other, and freeing the store in
- * the async's callback while the idle handle, inside it, still waited in
- * that list had libuv read freed memory. */
+/* The wake-up watcher is closed only once the idle handle's close has
+ * run: libuv finishes a tick's closes one after the other, and freeing the
+ * store in the watcher's callback while the idle handle, inside it, still
+ * waited in that list had libuv read freed memory. */
 static void on_poll_closed(uv_handle_t *h)
 {
     tn_store_t *store = h->data;
-    uv_close((uv_handle_t *)&store->async, on_async_closed);
+    uv_close((uv_handle_t *)&store->wake, on_wake_closed);
 }
 
 static void finish_close(tn_store_t *store)
@@ -379,7 +429,7 @@ static void finish_close(tn_store_t *store)
     tn__committer_stop(&store->logc);
     tn__committer_stop(&store->walc);
     /* Completions posted by the last rounds. */
-    on_async(&store->async);
+    run_done(store);
     poll_stop(store, tn_now_mono_ns());
     uv_close((uv_handle_t *)&store->poll, on_poll_closed);
 }

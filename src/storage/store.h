@@ -17,18 +17,26 @@
  * The store owns two committer threads: one for partition log appends (and
  * segment rolls, GC, background syncs, the disk check), one for channel WAL
  * records and checkpoints. Their completions come back to the loop thread
- * through one uv_async_t.
+ * on one list, with one eventfd write when the list was empty (the loop's
+ * wake-up; a round's completions are one wake-up, whatever their number).
+ * Not a uv_async_t: libuv 1.44's async makes a woken loop spin (up to 997
+ * `pause`s, then sched_yield) until the sender's write(2) has returned,
+ * ~5% of the loop's CPU at PUB x 8 (docs/performance.md, 2026-12-03).
  *
  * Busy-polling: while at least busy_poll_min publish appends are out and
  * the partition committer's rounds take no longer than busy_poll_ns on
  * average, the loop polls for their completions (a uv_idle_t, so the loop
- * keeps serving every other event) instead of sleeping until the async
+ * keeps serving every other event) instead of sleeping until the eventfd
  * wakes it: each round's answers go out a wake-up sooner (~12 µs on a VM),
  * which is what a set of producers waiting on the same commits gains. It
  * stops when the appends drop below the minimum, after busy_poll_ns
  * without a submission or completion, or after four times that without a
  * completion (a stalled disk); a lone producer, or a disk slower than the
- * budget on average, never makes it poll.
+ * budget on average, never makes it poll. Nor does a round too long for
+ * the appends waiting on it: polling costs the loop about a round's time
+ * of CPU, shared by the appends it answers, so it polls only while the
+ * average round divided by the appends out is at most busy_poll_cost_ns
+ * (8 producers on a 350 µs sync would pay ~44 µs of CPU per message).
  *
  * Thread safety: open/close and every tn_store_* call on the loop thread
  * that opened it, unless a function says otherwise. */
@@ -61,8 +69,9 @@ typedef struct {
     uint32_t commit_max_requests;
     uint64_t commit_max_bytes;
     int64_t commit_max_delay_ns;
-    int64_t busy_poll_ns;   /* 0: the loop never busy-polls */
-    uint32_t busy_poll_min; /* publish appends out that start it */
+    int64_t busy_poll_ns;      /* 0: the loop never busy-polls */
+    uint32_t busy_poll_min;    /* publish appends out that start it */
+    int64_t busy_poll_cost_ns; /* most average round time per append out; 0: no limit */
     uint64_t relaxed_sync_messages;
     uint64_t relaxed_sync_bytes;
     int64_t relaxed_sync_interval_ns;
@@ -83,7 +92,8 @@ struct tn_store_s {
     char *path;
     char *topics_path;
     int lock_fd;
-    uv_async_t async;
+    int wake_fd;    /* eventfd: written when done_head goes from empty to not */
+    uv_poll_t wake; /* the loop's watcher of wake_fd */
     uv_mutex_t done_lock;
     /* The replica manager's watch (tn_store_set_repl_watch, loop thread). */
     void (*repl_cb)(void *arg, tn_plog_t *plog);

@@ -664,6 +664,30 @@ static void test_busy_poll_skips_slow_commits(void **state)
     assert_false(uv_is_active((uv_handle_t *)&fx->store->poll));
 }
 
+/* Commits long for the appends waiting on them never start it either:
+ * polling would cost more CPU per append than busy_poll_cost_ns. */
+static void test_busy_poll_skips_costly_commits(void **state)
+{
+    fx_t *fx = *state;
+    fx->opts.busy_poll_ns = 30LL * 1000000000; /* no commit exceeds it */
+    fx->opts.busy_poll_min = 1;
+    fx->opts.busy_poll_cost_ns = 1; /* 1 ns per append: below any round */
+    tu_fx_reopen(fx);
+    tn_plog_t *a = open_log(fx, "a", 0), *b = open_log(fx, "b", 1);
+    append_n(fx, a, 0, 1); /* polls (no average yet), then records one */
+    assert_true(atomic_load(&fx->store->logc.round_ns) > CONCURRENT);
+    uint64_t polled = fx->store->poll_ns_total;
+    append_concurrently(fx, a, b);
+    assert_int_equal(fx->store->poll_ns_total, polled);
+    assert_false(uv_is_active((uv_handle_t *)&fx->store->poll));
+
+    /* The same commits with the limit lifted: it polls. */
+    fx->store->opts.busy_poll_cost_ns = 0;
+    append_concurrently(fx, a, b);
+    assert_true(fx->store->poll_ns_total > polled);
+    assert_false(uv_is_active((uv_handle_t *)&fx->store->poll));
+}
+
 typedef struct {
     int done;
     int status;
@@ -1092,6 +1116,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrent_appends_group, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_poll_while_appends_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_poll_skips_slow_commits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_poll_skips_costly_commits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_poll_stops_on_a_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(test_busy_poll_store_closed_meanwhile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gc_by_offset_and_age, setup, teardown),
