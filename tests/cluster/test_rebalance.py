@@ -70,9 +70,18 @@ class Rebalance(tm.Moves):
         sent = []
         for i in range(n):
             payload = f"f2-{len(self.f2_sent) + i}"
-            status, body = node.request("POST", f"/v1/topics/{F2}/produce?partition={i % F2_PARTS}",
-                                        payload, headers=tr.OCTET, timeout=15)
-            self.assertEqual(status, 202, body)
+
+            def produced():
+                # A 503 is the answer to retry (a leadership change under
+                # way, e.g. "stale leader epoch"), as a client does.
+                status, body = node.request(
+                    "POST", f"/v1/topics/{F2}/produce?partition={i % F2_PARTS}", payload,
+                    headers=tr.OCTET, timeout=15)
+                if status == 503:
+                    return None
+                self.assertEqual(status, 202, body)
+                return True
+            wait_until(f"{payload} produced", produced, 60, 0.2)
             sent.append(payload)
         self.f2_sent += sent
         return sent
