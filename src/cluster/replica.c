@@ -2953,7 +2953,7 @@ static void tally_moves(tn_replica_t *rm)
     const tn_meta_state_t *s = tn_meta_state(rm->o.meta);
     for (size_t k = 0; tn_meta_state_move_done(s, k) != NULL; k++) {
         const tn_meta_move_t *mv = tn_meta_state_move_done(s, k);
-        (void)tn_move_tally_note(&rm->tally, mv->id, mv->end == TN_MOVE_DONE, mv->started_ms,
+        (void)tn_move_tally_note(&rm->tally, mv->id, mv->end, mv->started_ms,
                                  mv->finished_ms);
     }
 }
@@ -3354,6 +3354,7 @@ void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out)
     out->throttle_waits = rm->bucket.waits;
     out->moves_done = rm->tally.done;
     out->moves_aborted = rm->tally.aborted;
+    out->moves_failed = rm->tally.failed;
     out->move_seconds_count = rm->tally.seconds_count;
     out->move_seconds_sum = rm->tally.seconds_sum;
     out->moves_in_flight = 0;

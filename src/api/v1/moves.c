@@ -308,6 +308,12 @@ static void list_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t
     APPEND_LIT(l->b, "],\"error\":null}");
 }
 
+/* A finished move's state as the API names it. */
+static const char *end_name(uint8_t end)
+{
+    return end == TN_MOVE_DONE ? "done" : end == TN_MOVE_FAILED ? "failed" : "aborted";
+}
+
 static void json_done(tn_buf_t *b, const tn_meta_move_t *mv)
 {
     json_head(b, mv->id, mv->topic, mv->part);
@@ -317,7 +323,7 @@ static void json_done(tn_buf_t *b, const tn_meta_move_t *mv)
                    ",\"state\":\"%s\",\"started_ms\":%" PRId64 ",\"finished_ms\":%" PRId64
                    ",\"bytes_copied\":null,\"bytes_total\":null,\"lag_records\":null,"
                    "\"error\":",
-                   mv->end == TN_MOVE_DONE ? "done" : "aborted", mv->started_ms, mv->finished_ms);
+                   end_name(mv->end), mv->started_ms, mv->finished_ms);
     if (mv->end == TN_MOVE_DONE)
         APPEND_LIT(b, "null}");
     else {
@@ -639,7 +645,7 @@ static void on_abort_current(void *arg, int status)
             return;
         }
         snprintf(err, sizeof(err), "move %016" PRIx64 " has finished (%s)", m->id,
-                 mv->end == TN_MOVE_DONE ? "done" : "aborted");
+                 end_name(mv->end));
         finish(m, 409, err);
         return;
     }
