@@ -1306,6 +1306,11 @@ void tn__topic_moved_away(tn_topic_t *t)
             if (ch->consumers == NULL)
                 break;
         }
+        /* Those that stay (left: never detached there) are told too. */
+        tn_consumer_t *c = ch->consumers;
+        for (size_t n = ch->nconsumers; n > 0; n--, c = c->next)
+            if (c->left != NULL)
+                c->left(c);
         ch->busy--;
         if (ch->deleted && ch->busy == 0)
             tn__channel_free(ch);

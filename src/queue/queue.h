@@ -388,8 +388,14 @@ struct tn_consumer_s {
      * messages went back); the door drops the client so that it looks the
      * topic up again and finds the new leader (an NSQ connection closes,
      * as nsqd closes a deleted topic's consumers), and may free c here.
-     * NULL: c stays attached (a /v1 long poll ends by its wait). */
+     * NULL: c stays attached (a /v1 long-poll lane: see left). */
     void (*moved)(tn_consumer_t *c);
+    /* Optional, for a consumer without moved, which stays attached (a /v1
+     * long-poll lane): the same news, told once the departed partition's
+     * leases ended, so the door can answer the requests parked on c now
+     * rather than at the end of their wait (their clients ask again and
+     * find the new leader). c must not be detached or freed here. */
+    void (*left)(tn_consumer_t *c);
     /* Optional: append this consumer's /stats client object (JSON) to out;
      * topic ("" for all) is the /stats filter, for its pub_counts. */
     void (*describe)(tn_consumer_t *c, const char *topic, tn_buf_t *out);

@@ -568,14 +568,22 @@ static void test_given_away_left_on_disk(void **state)
 
 /* A replicated partition's leader steps down (the place_readopt hook says
  * replicated): its log is set aside, and the consumers of the topic that
- * asked to hear of it (tn_consumer_t.moved: NSQ's) are detached and told,
- * the others stay. */
+ * asked to hear of it (tn_consumer_t.moved: NSQ's) are detached and told;
+ * those with a left callback (a /v1 lane's) are told and stay attached;
+ * the others stay, untold. */
 static int moved_calls;
+static int left_calls;
 
 static void on_moved(tn_consumer_t *c)
 {
     (void)c;
     moved_calls++;
+}
+
+static void on_left(tn_consumer_t *c)
+{
+    assert_non_null(c->ch); /* still attached */
+    left_calls++;
 }
 
 static bool all_replicated(void *arg, const tn_topic_t *t, uint32_t p)
@@ -595,25 +603,34 @@ static void test_moved_consumers_dropped(void **state)
     tn_topic_t *t = topic(q, "t", 2);
     tn_channel_t *ch = channel(q, t, "c");
     sink_t *nsq = calloc(1, sizeof(*nsq)), *other = calloc(1, sizeof(*other));
+    sink_t *lane = calloc(1, sizeof(*lane));
     attach(nsq, ch, 1);
     nsq->c.moved = on_moved;
     attach(other, ch, 1);
+    attach(lane, ch, 1);
+    lane->c.left = on_left;
     moved_calls = 0;
+    left_calls = 0;
     /* Nothing moved: a pass that changes nothing tells no one. */
     follow(q, t);
     assert_int_equal(moved_calls, 0);
-    assert_int_equal(ch->nconsumers, 2);
+    assert_int_equal(left_calls, 0);
+    assert_int_equal(ch->nconsumers, 3);
     owners[1] = 9;
     follow(q, t);
     assert_false(tn_topic_part_local(t, 1));
     assert_non_null(t->parts[1]->plog); /* set aside, not closed */
     assert_int_equal(moved_calls, 1);
+    assert_int_equal(left_calls, 1);
     assert_null(nsq->c.ch);
     assert_ptr_equal(other->c.ch, ch);
-    assert_int_equal(ch->nconsumers, 1);
+    assert_ptr_equal(lane->c.ch, ch);
+    assert_int_equal(ch->nconsumers, 2);
     tn_consumer_detach(&other->c);
+    tn_consumer_detach(&lane->c);
     free(nsq);
     free(other);
+    free(lane);
     qfx_free(q);
 }
 
