@@ -1265,7 +1265,8 @@ static void on_moveprog_answer(tn_moveprog_call_t *c, int status)
         if (c->out.known != 0)
             it->out = c->out;
         else
-            it->error = "the partition's leader told nothing (it no longer leads it?)";
+            it->error = "the partition's leader could not tell (no target member fetched from it "
+                        "yet, or it no longer leads the partition)";
     } else {
         it->error = status == TN_ECLOSED ? "this node is shutting down"
                                          : "the partition's leader did not answer";
@@ -1304,8 +1305,7 @@ void tn_router_move_progress(tn_router_t *r, tn_router_moveprog_t *items, uint32
         tn_router_moveprog_t *it = &items[i];
         uint32_t leader = it->ps.leader;
         bool whole = it->out.known == (TN_WIRE_MOVEPROG_BYTES | TN_WIRE_MOVEPROG_LAG);
-        if (whole || tn_pstate_move_ready(&it->ps) || leader == TN_PSTATE_NONE ||
-            leader == r->node_id || !r->cluster || s == NULL)
+        if (whole || leader == TN_PSTATE_NONE || leader == r->node_id || !r->cluster || s == NULL)
             continue;
         const tn_meta_member_t *m = tn_meta_member_find(s, leader);
         if (m != NULL && m->status == TN_MEMBER_DEAD) {

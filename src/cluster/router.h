@@ -292,9 +292,8 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
  *
  * DESIGN: GET /v1/cluster/moves on any node (cluster/moveprog.h has the
  * why). The door hands the router the moves under way; each move's
- * progress is read here (tn_moveprog_local) when what this node knows is
- * complete (it leads the partition, or every target member is in sync),
- * else asked of the partition's leader (one MOVE_PROGRESS call per move,
+ * progress is read here (tn_moveprog_local) when this node leads the
+ * partition (or none does), else asked of the partition's leader (one MOVE_PROGRESS call per move,
  * in parallel, within TN_ROUTER_MOVEPROG_TIMEOUT_MS); a leader that is
  * down, unknown or unreachable leaves what this node knew, with a
  * sentence in error. One callback gives them all. */
