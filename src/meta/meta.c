@@ -1684,19 +1684,19 @@ typedef struct {
 static bool replaceable(const tn_meta_t *m, const tn_meta_member_t *mb, uint64_t now);
 
 /* The first target member of ps's move out of the ISR and dead for
- * replace-dead-after (as this leader saw it), or 0: the move cannot
- * finish without it, and the self-healing that would replace it waits
- * for the move to end. */
+ * replace-dead-after (as this leader saw it), or 0 (partstate.h rule 9):
+ * the move cannot finish without it, and the self-healing that would
+ * replace it waits for the move to end. */
 static uint32_t move_dead_target(const tn_meta_t *m, const tn_pstate_t *ps, uint64_t now)
 {
+    uint32_t gone[TN_PSTATE_MAX_REPLICAS];
+    size_t ngone = 0;
     for (uint32_t i = 0; i < ps->ntarget; i++) {
-        if (tn_pstate_isr_find(ps, ps->target[i]) >= 0)
-            continue;
         const tn_meta_member_t *mb = tn_meta_member_find(&m->state, ps->target[i]);
         if (mb != NULL && replaceable(m, mb, now))
-            return ps->target[i];
+            gone[ngone++] = ps->target[i];
     }
-    return 0;
+    return tn_pstate_move_blocked(ps, gone, ngone);
 }
 
 /* A move one of whose target members is dead for replace-dead-after:
