@@ -21,8 +21,9 @@ leadership moves to S. Once it is done:
   (a) L's receipt handle of m5, acked on L, answers 410 with the error
       saying the lease is gone; m7's, acked on S, too; every message in
       flight at the hand-over (m4, m5, m7, m8, m9) and m6 are delivered
-      again by S on /v1, m6 with attempts 4 (the in-flight ones with the
-      attempts the channel log has, 1: a delivery is not recorded);
+      again by S on /v1, m6 with attempts 4, the in-flight ones with
+      attempts 2 (L requeued its leases with their attempts, and had those
+      records on S, before the ISR change that let the move complete);
       m0..m3 never;
   (b) C's connection to L is closed by L after the hand-over (as nsqd
       closes a topic's consumers when the topic goes away there), and
@@ -31,7 +32,8 @@ leadership moves to S. Once it is done:
       the hand-over, C stayed connected to L, which served it nothing,
       holding leases L could no longer settle; queue/topic.c); a
       consumer connected to S then gets
-  (c) the channel's state as it was: m5..m9 again (m6 with attempts 4),
+  (c) the channel's state as it was: m5..m9 again (m6 with attempts 4,
+      the others 2),
       never m0..m3 (FIN'ed before the move), not m4 (still deferred:
       /stats on S counts it deferred);
   (d) a /v1 long poll (wait 60 s) parked on L's lane of a third channel,
@@ -314,6 +316,8 @@ class MoveHandover(harness.ClusterTest):
         log(f"/v1 on S after the move: {got}")
         self.assertEqual(sorted(got), sorted(want), "default: delivered after the move")
         self.assertEqual(got["m6"], [4], "m6's attempts (3 deliveries before the move)")
+        for body in ("m4", "m5", "m7", "m8", "m9"):
+            self.assertEqual(got[body], [2], f"{body}'s attempts (in flight at the hand-over)")
 
         # (c) nsqc as it was, through a consumer of S.
         conn2 = Conn(self.tcp_port(S), host=S.host, timeout=30)
@@ -326,6 +330,8 @@ class MoveHandover(harness.ClusterTest):
         self.assertEqual(sorted(got), ["m5", "m6", "m7", "m8", "m9"],
                          "nsqc: FIN'ed before the move delivered again, or deferred m4 delivered")
         self.assertEqual(got["m6"], [4], "m6's attempts (3 deliveries before the move)")
+        for body in ("m5", "m7", "m8", "m9"):
+            self.assertEqual(got[body], [2], f"{body}'s attempts (in flight at the hand-over)")
         ch = self.channel_stats(S, "nsqc")
         self.assertEqual(ch["deferred_count"], 1, ch)
         conn2.close()

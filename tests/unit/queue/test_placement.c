@@ -634,6 +634,57 @@ static void test_moved_consumers_dropped(void **state)
     qfx_free(q);
 }
 
+/* tn_topic_part_requeue_leases: every lease out on the partition goes
+ * back as a REQ record keeping its attempts (the next delivery counts
+ * one more), the other partitions' leases stay, and cb runs once the
+ * records are durable. */
+static int requeued_status = -1;
+
+static void on_requeued(void *arg, int status)
+{
+    (void)arg;
+    requeued_status = status;
+}
+
+static bool requeued(void *arg)
+{
+    (void)arg;
+    return requeued_status != -1;
+}
+
+static void test_requeue_leases(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    sink_t *s = calloc(1, sizeof(*s));
+    attach(s, ch, 3);
+    assert_int_equal(publish(q, "t", "a", 0, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "b", 0, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "c", 1, NULL, NULL), 0);
+    expect_n(q, s, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(s->d[i].attempts, 1);
+    tn_topic_part_hold(t, 0, true); /* as the replica manager does */
+    requeued_status = -1;
+    assert_int_equal(tn_topic_part_requeue_leases(t, 0, on_requeued, NULL), 0);
+    assert_true(run_until(q, requeued, NULL));
+    assert_int_equal(requeued_status, 0);
+    assert_int_equal(tn_consumer_inflight(&s->c), 1); /* partition 1's stays */
+    tn_topic_part_hold(t, 0, false);
+    tn_consumer_credit(&s->c, 5);
+    expect_n(q, s, 5);
+    for (int i = 3; i < 5; i++) {
+        assert_int_equal(s->d[i].partition, 0);
+        assert_int_equal(s->d[i].attempts, 2);
+    }
+    tn_consumer_detach(&s->c);
+    free(s);
+    qfx_free(q);
+}
+
 /* A held partition (a leader about to hand over: tn_topic_part_hold)
  * takes publishes and settles but delivers nothing until the hold ends;
  * the other partitions deliver as ever. */
@@ -1099,6 +1150,7 @@ int main(void)
         cmocka_unit_test(test_open_later_keeps_pause),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
+        cmocka_unit_test(test_requeue_leases),
         cmocka_unit_test(test_held_partition_delivers_nothing),
         cmocka_unit_test(test_lapsed_lease_delivers_nothing),
         cmocka_unit_test(test_restart_with_holes),
