@@ -709,7 +709,9 @@ static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_e
         bool failed = c->move_kind == TN_MOVE_FAIL;
         mv.end = failed ? TN_MOVE_FAILED : TN_MOVE_ABORTED;
         snprintf(mv.reason, sizeof(mv.reason), "%s",
-                 c->move_reason[0] != '\0' ? c->move_reason : failed ? "failed" : "aborted");
+                 c->move_reason[0] != '\0' ? c->move_reason
+                 : failed                  ? "failed"
+                                           : "aborted");
     }
     if (rc == 0) {
         move_keep(s, &mv);
