@@ -126,6 +126,10 @@
 #define DEFAULT_MAX     (1u << 20)
 #define NBUCKETS        256
 #define ISR_RETRY_MS    500
+/* A hand-over whose leases were requeued (release_leases) and that has not
+ * happened this long after resumes deliveries (the ISR change refused, the
+ * target fallen behind or gone): the next attempt requeues again. */
+#define RELEASE_HOLD_MS 10000
 #define DMG_RETRY_MS    1000  /* a PART_CORRUPT that did not apply */
 #define REPAIR_RETRY_MS 2000  /* a repair read or replacement that failed */
 #define REPAIR_CALL_MS  30000 /* one REPAIR call */
@@ -211,6 +215,7 @@ struct part_s {
      * that runs. Deliveries are held from the release to the move's end. */
     uint64_t released_move;
     uint64_t release_for; /* the move requeuing is for */
+    uint64_t released_at; /* when released_move was set (ms) */
     bool requeuing;
     /* Taken over from a live node: deliveries held until it stopped
      * (cluster/handfence.h). */
@@ -999,6 +1004,7 @@ static void on_released(void *arg, int status)
     }
     if (status == 0) {
         pt->released_move = pt->release_for;
+        pt->released_at = now_ms(rm);
     } else {
         TN_LOG_RL(TN_LOG_WARN, 10000,
                   "replica %s/%" PRIu32 ": requeuing the leases before a hand-over: %s (tried "
@@ -3066,6 +3072,10 @@ static void on_tick(uv_timer_t *t)
             if (pt->core.role == TN_REPL_LEADER) {
                 feed_channels(pt, now);
                 renew_lease(pt);
+                if (pt->released_move != 0 && now >= pt->released_at + RELEASE_HOLD_MS) {
+                    pt->released_move = 0; /* the hand-over did not come: deliver again */
+                    hold_deliveries(pt);
+                }
                 /* Below min_insync nothing commits until a follower is
                  * back: the publishes waiting for the hw are answered now
                  * (503, as Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), not
