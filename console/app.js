@@ -651,7 +651,7 @@
 
   // What is known of a move's progress: the bytes copied of the bytes to
   // copy where the API gives them, else the records the farthest-behind
-  // new member lacks (known only on the node that leads the partition).
+  // new member lacks (the partition's leader knows them; every node asks it).
   function moveProgress(m) {
     const parts = [];
     if (typeof m.bytes_total === 'number' && m.bytes_total > 0 && typeof m.bytes_copied === 'number') {
@@ -664,7 +664,7 @@
     if (!FINISHED.has(m.state)) {
       if (parts.length) parts.push('; ');
       if (typeof m.lag_records === 'number') parts.push(m.lag_records === 0 ? 'caught up' : `${fmt(m.lag_records)} records behind`);
-      else if (!parts.length) parts.push(h('span', { class: 'muted', title: 'known only on the node that leads the partition, once the new members fetched from it' }, 'lag not known here'));
+      else if (!parts.length) parts.push(h('span', { class: 'muted', title: 'the partition\'s leader knows it once the new members fetched from it; it did not tell (yet)' }, 'lag not known here'));
     }
     return parts.length ? parts : '–';
   }

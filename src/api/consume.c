@@ -301,6 +301,29 @@ static void on_kick(tn_consumer_t *c)
     lane_free(l);
 }
 
+/* A partition of the lane's topic that this node served is now led by
+ * another node (a move's hand-over, a failover; docs/cluster.md "What
+ * clients see at the hand-over"): a poll parked here may be waiting for
+ * messages this node no longer delivers. Each is answered now, with what
+ * it has (200) or nothing (204), rather than at the end of its wait; its
+ * client asks again and is routed to the new leader. A lane pinned to a
+ * partition still served here keeps its polls. The lane stays attached:
+ * its leases on the partitions still served here go on. */
+static void on_left(tn_consumer_t *c)
+{
+    lane_t *l = c->data;
+    if (l->c.pinned) {
+        tn_topic_t *t = NULL;
+        if (tn_broker_topic(l->cs->broker, l->topic, strlen(l->topic), false, 0, NULL, &t) == 0 &&
+            tn_topic_part_local(t, l->c.pin))
+            return;
+    }
+    while (l->head != NULL) {
+        poll_t *p = l->head;
+        finish(p, p->got > 0 ? 200 : 204, NULL);
+    }
+}
+
 /* The lane in /stats: one client entry for every /v1 long poll on it. */
 static void describe(tn_consumer_t *c, const char *topic, tn_buf_t *out)
 {
@@ -346,6 +369,7 @@ static lane_t *lane_get(tn_consume_t *cs, tn_channel_t *ch, const tn_consume_arg
     snprintf(l->channel, sizeof(l->channel), "%s", a->channel);
     l->c.deliver = on_deliver;
     l->c.kick = on_kick;
+    l->c.left = on_left;
     l->c.describe = describe;
     l->c.data = l;
     l->started_s = tn_now_wall_ms() / 1000;

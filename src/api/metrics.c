@@ -237,6 +237,7 @@ static void repl_metrics(const tn_metrics_t *m, tn_buf_t *b)
            "partition moves this node saw finish since it started, by outcome");
     put(b, "tern_moves_finished_total{outcome=\"done\"} %" PRIu64 "\n", rs.moves_done);
     put(b, "tern_moves_finished_total{outcome=\"aborted\"} %" PRIu64 "\n", rs.moves_aborted);
+    put(b, "tern_moves_finished_total{outcome=\"failed\"} %" PRIu64 "\n", rs.moves_failed);
     family(b, "tern_move_duration_seconds", "summary",
            "how long the moves this node saw finish took, from begin to done or aborted");
     put(b, "tern_move_duration_seconds_sum %.3f\n", rs.move_seconds_sum);

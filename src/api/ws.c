@@ -515,6 +515,19 @@ static void on_kick(tn_consumer_t *cons)
     session_fail(s, "E_TOPIC_CLOSED", "the topic or its channel was deleted");
 }
 
+/* A partition of the topic that this node served is now led by another
+ * node (a move's hand-over, a failover): the feed no longer carries its
+ * messages. Closed (the engine detached cons already), as NSQ consumers
+ * are, so the client looks the topic up again and connects to its
+ * owners. */
+static void on_moved(tn_consumer_t *cons)
+{
+    session_t *s = cons->data;
+    session_fail(s, "E_OWNER_CHANGED",
+                 "a partition of the topic that this node served is now led by another node: "
+                 "look the topic up again (/lookup) and connect to its owners");
+}
+
 /* --- ready ------------------------------------------------------------------ */
 
 static void on_heartbeat(uv_timer_t *t)
@@ -560,6 +573,7 @@ static void go_ready(session_t *s)
     memset(&s->cons, 0, sizeof(s->cons));
     s->cons.deliver = on_deliver;
     s->cons.kick = on_kick;
+    s->cons.moved = on_moved;
     s->cons.data = s;
     s->cons.timeout_ms = ws->o.write_timeout_ms + CONSUMER_SLACK_MS;
     tn_consumer_attach(&s->cons, ch);

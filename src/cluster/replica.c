@@ -131,6 +131,10 @@
 #define DEFAULT_MAX     (1u << 20)
 #define NBUCKETS        256
 #define ISR_RETRY_MS    500
+/* A hand-over whose leases were requeued (release_leases) and that has not
+ * happened this long after resumes deliveries (the ISR change refused, the
+ * target fallen behind or gone): the next attempt requeues again. */
+#define RELEASE_HOLD_MS 10000
 #define DMG_RETRY_MS    1000  /* a PART_CORRUPT that did not apply */
 #define REPAIR_RETRY_MS 2000  /* a repair read or replacement that failed */
 #define REPAIR_CALL_MS  30000 /* one REPAIR call */
@@ -222,6 +226,14 @@ struct part_s {
      * are held from before it is sent (hold_deliveries). */
     bool hold_isr;
     uint32_t hold_pe;
+    /* The leases of the move released_move (0: none) are requeued with
+     * their attempts and those records confirmed by the target members
+     * (release_leases): the hand-over's ISR change may go; requeuing while
+     * that runs. Deliveries are held from the release to the move's end. */
+    uint64_t released_move;
+    uint64_t release_for; /* the move requeuing is for */
+    uint64_t released_at; /* when released_move was set (ms) */
+    bool requeuing;
     /* Taken over from a live node: deliveries held until it stopped
      * (cluster/handfence.h). */
     tn_handfence_t fence;
@@ -1025,7 +1037,8 @@ static void hold_deliveries(part_t *pt)
     tn_topic_t *t = engine_topic(pt->rm, pt->topic);
     if (t == NULL)
         return;
-    bool own = pt->ps.leader != pt->rm->o.node || pt->hold_isr ||
+    bool requeued = pt->ps.ntarget > 0 && (pt->requeuing || pt->released_move == pt->ps.move_id);
+    bool own = pt->ps.leader != pt->rm->o.node || pt->hold_isr || requeued ||
                hands_over(pt->rm, &pt->ps, pt->ps.isr, pt->ps.nisr);
 #ifdef TN_TEST
     if (handfence_off(2))
@@ -1117,11 +1130,65 @@ static void on_isr_done(tn_meta_req_t *req, int status)
     run(pt, &ev);
 }
 
+static void on_released(void *arg, int status)
+{
+    part_t *pt = arg;
+    tn_replica_t *rm = pt->rm;
+    pt->busy--;
+    pt->requeuing = false;
+    if (pt->dead || rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (status == 0) {
+        pt->released_move = pt->release_for;
+        pt->released_at = now_ms(rm);
+    } else {
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "replica %s/%" PRIu32 ": requeuing the leases before a hand-over: %s (tried "
+                  "again)",
+                  pt->topic, pt->p, tn_strerror(status));
+        pt->isr_retry_at = now_ms(rm) + ISR_RETRY_MS;
+    }
+    hold_deliveries(pt);
+}
+
+/* Before the ISR change that lets the metastore complete a move taking
+ * the leadership off this node: deliveries held, every lease out on the
+ * partition requeued as a REQ record that keeps its attempts, and those
+ * records confirmed on the ISR and on the target members catching up
+ * (their channel state caught up, so the settle rule counts them:
+ * setrepl.h, tn_setrepl_commit_with), so the new leader delivers those
+ * messages again with their attempts (issue 24: channel state, attempts
+ * included, moves with the partition). The proposal waits for it (the
+ * core proposes again). */
+static void release_leases(part_t *pt)
+{
+    tn_topic_t *t = engine_topic(pt->rm, pt->topic);
+    if (t == NULL)
+        return;
+    pt->requeuing = true;
+    pt->release_for = pt->core.ps.move_id;
+    pt->busy++;
+    hold_deliveries(pt);
+    if (tn_topic_part_requeue_leases(t, pt->p, on_released, pt) != 0)
+        on_released(pt, UV_ENOMEM);
+}
+
 static void propose_isr(part_t *pt, const tn_repl_action_t *a)
 {
     tn_replica_t *rm = pt->rm;
-    if (pt->isr_busy || now_ms(rm) < pt->isr_retry_at)
+    if (pt->isr_busy || pt->requeuing || now_ms(rm) < pt->isr_retry_at)
         return; /* the core proposes again after its timeout */
+    if (hands_over(rm, &pt->core.ps, a->isr, a->nisr) && pt->released_move != pt->core.ps.move_id) {
+        bool adds_any = false;
+        for (uint32_t i = 0; i < a->nisr; i++)
+            adds_any |= tn_pstate_isr_find(&pt->core.ps, a->isr[i].node) < 0;
+        if (adds_any) {
+            release_leases(pt);
+            return;
+        }
+    }
     uint32_t adds = 0, removes = 0;
     for (uint32_t i = 0; i < a->nisr; i++)
         adds += tn_pstate_isr_find(&pt->core.ps, a->isr[i].node) < 0;
@@ -3093,8 +3160,7 @@ static void tally_moves(tn_replica_t *rm)
     const tn_meta_state_t *s = tn_meta_state(rm->o.meta);
     for (size_t k = 0; tn_meta_state_move_done(s, k) != NULL; k++) {
         const tn_meta_move_t *mv = tn_meta_state_move_done(s, k);
-        (void)tn_move_tally_note(&rm->tally, mv->id, mv->end == TN_MOVE_DONE, mv->started_ms,
-                                 mv->finished_ms);
+        (void)tn_move_tally_note(&rm->tally, mv->id, mv->end, mv->started_ms, mv->finished_ms);
     }
 }
 
@@ -3149,6 +3215,10 @@ static void on_tick(uv_timer_t *t)
             if (pt->core.role == TN_REPL_LEADER) {
                 feed_channels(pt, now);
                 renew_lease(pt);
+                if (pt->released_move != 0 && now >= pt->released_at + RELEASE_HOLD_MS) {
+                    pt->released_move = 0; /* the hand-over did not come: deliver again */
+                    hold_deliveries(pt);
+                }
                 /* Below min_insync nothing commits until a follower is
                  * back: the publishes waiting for the hw are answered now
                  * (503, as Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND), not
@@ -3502,6 +3572,7 @@ void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out)
     out->throttle_waits = rm->bucket.waits;
     out->moves_done = rm->tally.done;
     out->moves_aborted = rm->tally.aborted;
+    out->moves_failed = rm->tally.failed;
     out->move_seconds_count = rm->tally.seconds_count;
     out->move_seconds_sum = rm->tally.seconds_sum;
     out->moves_in_flight = 0;

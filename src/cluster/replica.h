@@ -91,7 +91,7 @@ typedef struct {
     uint64_t moves_in_flight; /* partitions with a move under way (the metastore replica) */
     /* Moves this node's metastore replica saw finish since it started, and
      * their durations (start to end). */
-    uint64_t moves_done, moves_aborted;
+    uint64_t moves_done, moves_aborted, moves_failed;
     uint64_t move_seconds_count;
     double move_seconds_sum;
 } tn_replica_stats_t;

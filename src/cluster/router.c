@@ -1209,6 +1209,130 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
         pstats_op_done(op);
 }
 
+/* --- partition moves' progress from their leaders ------------------------------- */
+
+/* The leader's answer (TN_OP_MOVE_PROGRESS): what it can tell of the move
+ * under way in its metastore replica's state. */
+static void on_moveprog(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_router_t *r = arg;
+    tn_wire_moveprog_t w;
+    char msg[256], body[320];
+    int n;
+    if (tn_wire_moveprog_decode(payload, len, &w, msg, sizeof(msg)) != 0) {
+        n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg);
+        tn_rpc_reply(req, 400, "application/json", body,
+                     (size_t)TN_MIN((size_t)n, sizeof(body) - 1));
+        return;
+    }
+    if (r->replica == NULL || r->o.meta == NULL) {
+        static const char none[] = "{\"error\":\"no replicated partitions on this node\"}";
+        tn_rpc_reply(req, 503, "application/json", none, sizeof(none) - 1);
+        return;
+    }
+    tn_wire_moveprog_reply_t out;
+    memset(&out, 0, sizeof(out));
+    const tn_pstate_t *ps = tn_meta_state_pstate(tn_meta_state(r->o.meta), w.topic, w.partition);
+    if (ps != NULL && ps->ntarget > 0 && ps->leader == r->node_id)
+        tn_moveprog_local(r->replica, w.topic, w.partition, ps, &out);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    if (tn_wire_moveprog_reply_encode(&b, &out) != 0) {
+        static const char oom[] = "{\"error\":\"out of memory\"}";
+        tn_rpc_reply(req, 503, "application/json", oom, sizeof(oom) - 1);
+    } else {
+        tn_rpc_reply(req, 200, "application/octet-stream", tn_buf_data(&b), tn_buf_size(&b));
+    }
+    tn_buf_fini(&b);
+}
+
+void tn_router_moveprog_handler(tn_router_t *r, tn_rpc_handler_t *out)
+{
+    *out = (tn_rpc_handler_t){TN_OP_MOVE_PROGRESS, 0, on_moveprog, r};
+}
+
+typedef struct {
+    tn_router_moveprog_t *items;
+    uint32_t n;
+    uint32_t pending; /* calls not yet answered, plus one while they start */
+    tn_router_moveprog_cb cb;
+    void *arg;
+} moveprog_op_t;
+
+static void on_moveprog_answer(tn_moveprog_call_t *c, int status)
+{
+    tn_router_moveprog_t *it = c->data;
+    moveprog_op_t *op = it->op;
+    if (status == 0) {
+        /* The leader's view, over what this node knew (the lag of a ready
+         * move, which the leader knows too). */
+        if (c->out.known != 0)
+            it->out = c->out;
+        else
+            it->error = "the partition's leader could not tell (no target member fetched from it "
+                        "yet, or it no longer leads the partition)";
+    } else {
+        it->error = status == TN_ECLOSED ? "this node is shutting down"
+                                         : "the partition's leader did not answer";
+        if (status != TN_ECLOSED)
+            TN_LOG_RL(TN_LOG_WARN, 10000,
+                      "move progress: %s/%" PRIu32 " not read from its leader %" PRIu32 ": %s",
+                      it->topic, it->partition, it->ps.leader, tn_strerror(status));
+    }
+    if (--op->pending == 0) {
+        op->cb(op->arg, op->items, op->n);
+        tn_free(op);
+    }
+}
+
+void tn_router_move_progress(tn_router_t *r, tn_router_moveprog_t *items, uint32_t n,
+                             tn_router_moveprog_cb cb, void *arg)
+{
+    const tn_meta_state_t *s = r->o.meta != NULL ? tn_meta_state(r->o.meta) : NULL;
+    moveprog_op_t *op = tn_calloc(1, sizeof(*op));
+    for (uint32_t i = 0; i < n; i++) {
+        tn_router_moveprog_t *it = &items[i];
+        it->error = NULL;
+        it->op = op;
+        tn_moveprog_local(r->replica, it->topic, it->partition, &it->ps, &it->out);
+    }
+    if (op == NULL) {
+        cb(arg, items, n);
+        return;
+    }
+    op->items = items;
+    op->n = n;
+    op->cb = cb;
+    op->arg = arg;
+    op->pending = 1; /* held while the calls start */
+    for (uint32_t i = 0; i < n; i++) {
+        tn_router_moveprog_t *it = &items[i];
+        uint32_t leader = it->ps.leader;
+        bool whole = it->out.known == (TN_WIRE_MOVEPROG_BYTES | TN_WIRE_MOVEPROG_LAG);
+        if (whole || leader == TN_PSTATE_NONE || leader == r->node_id || !r->cluster || s == NULL)
+            continue;
+        const tn_meta_member_t *m = tn_meta_member_find(s, leader);
+        if (m != NULL && m->status == TN_MEMBER_DEAD) {
+            it->error = "the partition's leader is down";
+            continue;
+        }
+        if (m == NULL || m->api_addr[0] == '\0' || r->rpc == NULL) {
+            it->error = "the partition's leader is unreachable";
+            continue;
+        }
+        it->call.data = it;
+        op->pending++;
+        int rc = tn_moveprog_call(r->rpc, m->api_addr, it->topic, it->partition,
+                                  TN_ROUTER_MOVEPROG_TIMEOUT_MS, &it->call, on_moveprog_answer);
+        if (rc != 0)
+            on_moveprog_answer(&it->call, rc);
+    }
+    if (--op->pending == 0) {
+        cb(arg, items, n);
+        tn_free(op);
+    }
+}
+
 /* --- purging a deleted topic on every member ------------------------------------- */
 
 void tn_router_on_purge(tn_router_t *r, tn_purge_local_fn fn, void *arg)

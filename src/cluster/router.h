@@ -31,6 +31,7 @@
 #include "cluster/wire.h"
 #include "core/buf.h"
 #include "storage/ilog.h"
+#include "cluster/moveprog.h"
 #include "cluster/pstats.h"
 #include "cluster/rpc.h"
 #include "cluster/purge.h"
@@ -287,6 +288,40 @@ typedef void (*tn_router_pstats_cb)(void *arg, tn_router_pstat_t *items, uint32_
  * later from the loop, within about TN_ROUTER_PSTATS_TIMEOUT_MS. */
 void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *items, uint32_t n,
                       tn_router_pstats_cb cb, void *arg);
+
+/* --- partition moves' progress from their leaders ---------------------------------
+ *
+ * DESIGN: GET /v1/cluster/moves on any node (cluster/moveprog.h has the
+ * why). The door hands the router the moves under way; each move's
+ * progress is read here (tn_moveprog_local) when this node leads the
+ * partition (or none does), else asked of the partition's leader (one MOVE_PROGRESS call per move,
+ * in parallel, within TN_ROUTER_MOVEPROG_TIMEOUT_MS); a leader that is
+ * down, unknown or unreachable leaves what this node knew, with a
+ * sentence in error. One callback gives them all. */
+
+#define TN_ROUTER_MOVEPROG_TIMEOUT_MS 2000
+
+/* One move of a gather: the partition and its state in, the rest out. */
+typedef struct {
+    char topic[TN_NAME_MAX + 1];
+    uint32_t partition;
+    tn_pstate_t ps;               /* the move under way (a copy) */
+    tn_wire_moveprog_reply_t out; /* out: what is known */
+    const char *error;            /* out: NULL, or why the leader told nothing (static) */
+    tn_moveprog_call_t call;      /* private */
+    void *op;                     /* private */
+} tn_router_moveprog_t;
+
+typedef void (*tn_router_moveprog_cb)(void *arg, tn_router_moveprog_t *items, uint32_t n);
+
+/* Gather the progress of items[0..n) (caller-owned until cb). cb runs
+ * exactly once: before this returns when nothing had to be asked, else
+ * later from the loop, within about TN_ROUTER_MOVEPROG_TIMEOUT_MS. */
+void tn_router_move_progress(tn_router_t *r, tn_router_moveprog_t *items, uint32_t n,
+                             tn_router_moveprog_cb cb, void *arg);
+/* The TN_OP_MOVE_PROGRESS handler for the RPC table (the leader's
+ * answer, from its metastore replica's move and its replica manager). */
+void tn_router_moveprog_handler(tn_router_t *r, tn_rpc_handler_t *out);
 
 /* --- purging a deleted topic on every member -------------------------------------
  *

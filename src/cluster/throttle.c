@@ -5,6 +5,8 @@
 
 #include "cluster/throttle.h"
 
+#include "meta/cmd.h"
+
 #include <string.h>
 
 static uint64_t burst_of(uint64_t rate)
@@ -100,7 +102,7 @@ void tn_move_tally_init(tn_move_tally_t *t, int64_t since_ms)
     t->since_ms = since_ms;
 }
 
-bool tn_move_tally_note(tn_move_tally_t *t, uint64_t id, bool done, int64_t started_ms,
+bool tn_move_tally_note(tn_move_tally_t *t, uint64_t id, uint8_t end, int64_t started_ms,
                         int64_t finished_ms)
 {
     if (finished_ms < t->since_ms)
@@ -112,8 +114,10 @@ bool tn_move_tally_note(tn_move_tally_t *t, uint64_t id, bool done, int64_t star
     t->next = (t->next + 1) % TN_MOVE_TALLY_IDS;
     if (t->nids < TN_MOVE_TALLY_IDS)
         t->nids++;
-    if (done)
+    if (end == TN_MOVE_DONE)
         t->done++;
+    else if (end == TN_MOVE_FAILED)
+        t->failed++;
     else
         t->aborted++;
     t->seconds_count++;

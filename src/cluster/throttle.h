@@ -102,17 +102,18 @@ typedef struct tn_move_tally_s {
     int64_t since_ms;                /* moves finished before (wall ms) are not counted */
     uint64_t ids[TN_MOVE_TALLY_IDS]; /* counted ids, a ring */
     uint32_t nids, next;
-    uint64_t done, aborted;
+    uint64_t done, aborted, failed;
     uint64_t seconds_count;
     double seconds_sum;
 } tn_move_tally_t;
 
 /* Count moves that finish from since_ms (wall clock ms) on. */
 void tn_move_tally_init(tn_move_tally_t *t, int64_t since_ms);
-/* Note a finished move: id, whether it completed (else aborted), its
- * start and end (wall ms). Counted unless seen already or finished before
- * since_ms; true when counted. */
-bool tn_move_tally_note(tn_move_tally_t *t, uint64_t id, bool done, int64_t started_ms,
+/* Note a finished move: id, how it ended (meta/cmd.h tn_meta_move_end_t:
+ * TN_MOVE_DONE, TN_MOVE_ABORTED, TN_MOVE_FAILED), its start and end (wall
+ * ms). Counted unless seen already or finished before since_ms; true when
+ * counted. */
+bool tn_move_tally_note(tn_move_tally_t *t, uint64_t id, uint8_t end, int64_t started_ms,
                         int64_t finished_ms);
 
 #endif

@@ -975,6 +975,77 @@ int tn_wire_purge_decode(const void *p, size_t len, tn_wire_purge_t *out, char *
     return 0;
 }
 
+/* --- MOVE_PROGRESS -------------------------------------------------------------------- */
+
+int tn_wire_moveprog_encode(tn_buf_t *b, const char *topic, uint32_t partition)
+{
+    size_t tlen = strlen(topic);
+    if (tlen == 0 || tlen > PURGE_NAME_MAX)
+        return UV_EINVAL;
+    size_t at = b->len;
+    int rc;
+    if ((rc = tn_wire_put_bytes(b, topic, tlen)) != 0 || (rc = tn_wire_put_u32(b, partition)) != 0)
+        b->len = at;
+    return rc;
+}
+
+int tn_wire_moveprog_decode(const void *p, size_t len, tn_wire_moveprog_t *out, char *err,
+                            size_t errlen)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    if (tn_wire_get_str(&in, PURGE_NAME_MAX, out->topic) != 0 || out->topic[0] == '\0') {
+        tn_errbuf(err, errlen, "malformed move progress request: the topic");
+        return TN_EPROTO;
+    }
+    if (tn_wire_get_u32(&in, &out->partition) != 0) {
+        tn_errbuf(err, errlen, "malformed move progress request: the partition");
+        return TN_EPROTO;
+    }
+    if (tn_wire_end(&in) != 0) {
+        tn_errbuf(err, errlen, "malformed move progress request: %zu bytes after the partition",
+                  len - in.off);
+        return TN_EPROTO;
+    }
+    return 0;
+}
+
+#define MOVEPROG_KNOWN (TN_WIRE_MOVEPROG_BYTES | TN_WIRE_MOVEPROG_LAG)
+
+int tn_wire_moveprog_reply_encode(tn_buf_t *b, const tn_wire_moveprog_reply_t *r)
+{
+    if ((r->known & ~MOVEPROG_KNOWN) != 0)
+        return UV_EINVAL;
+    bool bytes = (r->known & TN_WIRE_MOVEPROG_BYTES) != 0;
+    bool lag = (r->known & TN_WIRE_MOVEPROG_LAG) != 0;
+    size_t at = b->len;
+    int rc;
+    if ((rc = tn_wire_put_u8(b, r->known)) != 0 ||
+        (rc = tn_wire_put_u64(b, bytes ? r->bytes_copied : 0)) != 0 ||
+        (rc = tn_wire_put_u64(b, bytes ? r->bytes_total : 0)) != 0 ||
+        (rc = tn_wire_put_u64(b, lag ? r->lag_records : 0)) != 0)
+        b->len = at;
+    return rc;
+}
+
+int tn_wire_moveprog_reply_decode(const void *p, size_t len, tn_wire_moveprog_reply_t *out)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    memset(out, 0, sizeof(*out));
+    if (tn_wire_get_u8(&in, &out->known) != 0 || tn_wire_get_u64(&in, &out->bytes_copied) != 0 ||
+        tn_wire_get_u64(&in, &out->bytes_total) != 0 ||
+        tn_wire_get_u64(&in, &out->lag_records) != 0 || tn_wire_end(&in) != 0)
+        return TN_EPROTO;
+    bool bytes = (out->known & TN_WIRE_MOVEPROG_BYTES) != 0;
+    bool lag = (out->known & TN_WIRE_MOVEPROG_LAG) != 0;
+    if ((out->known & ~MOVEPROG_KNOWN) != 0 ||
+        (!bytes && (out->bytes_copied != 0 || out->bytes_total != 0)) ||
+        (!lag && out->lag_records != 0))
+        return TN_EPROTO;
+    return 0;
+}
+
 /* --- SETTLE_REPL ----------------------------------------------------------------------- */
 
 static bool walop_known(uint8_t op)
@@ -1181,6 +1252,7 @@ static const struct {
     [TN_OP_CHAN_SNAP] = {"chan_snap", TN_LANE_REPLICA},
     [TN_OP_FLUSHED] = {"flushed", TN_LANE_REPLICA},
     [TN_OP_REMOTE_CHECK] = {"remote_check", TN_LANE_CONTROL},
+    [TN_OP_MOVE_PROGRESS] = {"move_progress", TN_LANE_CONTROL},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -1274,6 +1346,10 @@ int tn_wire_request_check(const void *p, size_t len)
     case TN_OP_REMOTE_CHECK: {
         tn_wire_rcheck_t rq;
         return tn_wire_rcheck_decode(in.p + in.off, in.len - in.off, &rq, NULL, 0);
+    }
+    case TN_OP_MOVE_PROGRESS: {
+        tn_wire_moveprog_t mp;
+        return tn_wire_moveprog_decode(in.p + in.off, in.len - in.off, &mp, NULL, 0);
     }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:

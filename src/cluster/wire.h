@@ -269,6 +269,16 @@ typedef enum {
      * has no such remote with that id; 503 {"error":...} not ready, out of
      * memory or shutting down; 400 malformed. */
     TN_OP_REMOTE_CHECK = 17,
+    /* A partition move's progress as its leader sees it (GET
+     * /v1/cluster/moves on another node; cluster/moveprog.h). Control
+     * lane: a small read answered at once from memory. Fields: string
+     * topic (1..255 bytes), u32 partition. Reply: 200
+     * application/octet-stream, u8 known (bit 0: the bytes, bit 1: the
+     * lag; no other bit), u64 bytes_copied, u64 bytes_total, u64
+     * lag_records (each 0 unless its bit is set): what the callee can tell
+     * (nothing when it does not lead the partition, or no move is under
+     * way there); 503 {"error":...} no replica manager; 400 malformed. */
+    TN_OP_MOVE_PROGRESS = 18,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -645,6 +655,42 @@ int tn_wire_purge_encode(tn_buf_t *b, const char *topic, int64_t created_at_ms);
  * trailing, a topic empty, over 255 bytes or holding a NUL, a negative
  * created_at_ms), with a sentence in err (may be NULL). */
 int tn_wire_purge_decode(const void *p, size_t len, tn_wire_purge_t *out, char *err, size_t errlen);
+
+/* --- MOVE_PROGRESS ---------------------------------------------------------------- */
+
+#define TN_WIRE_MOVEPROG_BYTES 1u /* known: bytes_copied and bytes_total */
+#define TN_WIRE_MOVEPROG_LAG   2u /* known: lag_records */
+#define TN_WIRE_MOVEPROG_REPLY 25 /* a 200 reply's size */
+
+/* A decoded MOVE_PROGRESS request. */
+typedef struct {
+    char topic[256];
+    uint32_t partition;
+} tn_wire_moveprog_t;
+
+/* A move's progress (a MOVE_PROGRESS reply): known is
+ * TN_WIRE_MOVEPROG_BYTES | TN_WIRE_MOVEPROG_LAG bits; a field whose bit is
+ * clear is 0. */
+typedef struct {
+    uint8_t known;
+    uint64_t bytes_copied, bytes_total, lag_records;
+} tn_wire_moveprog_reply_t;
+
+/* Append a MOVE_PROGRESS request's fields (after the opcode byte) to b.
+ * 0, UV_ENOMEM, or UV_EINVAL (topic empty or over 255 bytes); on failure b
+ * is as it was. */
+int tn_wire_moveprog_encode(tn_buf_t *b, const char *topic, uint32_t partition);
+/* Exact decode of a MOVE_PROGRESS request (p, len: after the opcode
+ * byte). 0 or TN_EPROTO (short, trailing, a topic empty, over 255 bytes or
+ * holding a NUL), with a sentence in err (may be NULL). */
+int tn_wire_moveprog_decode(const void *p, size_t len, tn_wire_moveprog_t *out, char *err,
+                            size_t errlen);
+/* Append a 200 reply body for r to b (a field whose bit is clear is
+ * written 0). 0, UV_ENOMEM, UV_EINVAL (an unknown bit). */
+int tn_wire_moveprog_reply_encode(tn_buf_t *b, const tn_wire_moveprog_reply_t *r);
+/* Exact decode of a 200 reply body. 0 or TN_EPROTO (another size, an
+ * unknown bit, a field set whose bit is clear). */
+int tn_wire_moveprog_reply_decode(const void *p, size_t len, tn_wire_moveprog_reply_t *out);
 
 /* --- SETTLE_REPL ------------------------------------------------------------------ */
 

@@ -787,7 +787,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     /* The control plane's operations, then the data plane's. */
     tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS +
                        TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + TN_PRODUCE_HANDLERS +
-                       TN_SETREPL_HANDLERS + TN_RCHECK_HANDLERS + 3];
+                       TN_SETREPL_HANDLERS + TN_RCHECK_HANDLERS + 4];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
@@ -808,7 +808,8 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
         nh += ndata;
     }
     tn_v1_consume_handler(&d->v1, &h[nh++]); /* d->v1 is set up below, before the loop runs */
-    if (d->replica != NULL)                  /* followers' long polls: exempt from the bounds */
+    tn_router_moveprog_handler(d->router, &h[nh++]); /* moves' progress, asked of leaders */
+    if (d->replica != NULL) /* followers' long polls: exempt from the bounds */
         h[nh++] =
             (tn_rpc_handler_t){TN_OP_FETCH, TN_RPC_OP_EXEMPT, tn_replica_on_fetch, d->replica};
     if (d->replica != NULL)

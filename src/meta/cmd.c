@@ -364,7 +364,7 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         w_pstate(&w, &c->pstate);
         break;
     case TN_MC_PART_MOVE:
-        if (c->move_id == 0 || c->move_kind > TN_MOVE_ABORT || c->move_ms < 0)
+        if (c->move_id == 0 || c->move_kind > TN_MOVE_FAIL || c->move_ms < 0)
             w.rc = UV_EINVAL;
         tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
         tn__meta_w_u32(&w, c->part);
@@ -373,12 +373,12 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         tn__meta_w_u64(&w, (uint64_t)c->move_ms);
         if (c->move_kind == TN_MOVE_BEGIN)
             w_nodes(&w, c->target, c->ntarget);
-        else if (c->move_kind == TN_MOVE_ABORT)
+        else if (c->move_kind == TN_MOVE_ABORT || c->move_kind == TN_MOVE_FAIL)
             tn__meta_w_str(&w, c->move_reason, TN_META_MOVE_REASON_MAX);
         break;
     case TN_MC_MOVE_DONE: {
         const tn_meta_move_t *mv = &c->move;
-        if (mv->id == 0 || (mv->end != TN_MOVE_DONE && mv->end != TN_MOVE_ABORTED) ||
+        if (mv->id == 0 || (mv->end < TN_MOVE_DONE || mv->end > TN_MOVE_FAILED) ||
             mv->started_ms < 0 || mv->finished_ms < 0)
             w.rc = UV_EINVAL;
         tn__meta_w_u64(&w, mv->id);
@@ -897,11 +897,11 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         c->move_kind = tn__meta_r_u8(&r);
         c->move_id = tn__meta_r_u64(&r);
         c->move_ms = r_i64(&r);
-        if (r.rc == 0 && (c->move_kind > TN_MOVE_ABORT || c->move_id == 0 || c->move_ms < 0))
+        if (r.rc == 0 && (c->move_kind > TN_MOVE_FAIL || c->move_id == 0 || c->move_ms < 0))
             r.rc = TN_ECORRUPT;
         if (r.rc == 0 && c->move_kind == TN_MOVE_BEGIN)
             c->ntarget = r_nodes(&r, c->target);
-        else if (r.rc == 0 && c->move_kind == TN_MOVE_ABORT)
+        else if (r.rc == 0 && (c->move_kind == TN_MOVE_ABORT || c->move_kind == TN_MOVE_FAIL))
             tn__meta_r_str(&r, c->move_reason, TN_META_MOVE_REASON_MAX);
         break;
     case TN_MC_MOVE_DONE: {
@@ -912,7 +912,7 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         mv->end = tn__meta_r_u8(&r);
         mv->started_ms = r_i64(&r);
         mv->finished_ms = r_i64(&r);
-        if (r.rc == 0 && (mv->id == 0 || (mv->end != TN_MOVE_DONE && mv->end != TN_MOVE_ABORTED) ||
+        if (r.rc == 0 && (mv->id == 0 || (mv->end < TN_MOVE_DONE || mv->end > TN_MOVE_FAILED) ||
                           mv->started_ms < 0 || mv->finished_ms < 0))
             r.rc = TN_ECORRUPT;
         mv->nfrom = r_nodes(&r, mv->from);

@@ -59,10 +59,10 @@
  * way (absent in older records: none): [1] ntarget, target as [4] each,
  * [1] nold, old replicas as [4] each, [8] move id [8] started ms.
  * PART_MOVE ([s] topic [4] partition [1] kind [8] move id [8] ms, then
- * for BEGIN [1] n (1..TN_PSTATE_MAX_REPLICAS) n x [4] node, for ABORT [s]
- * reason): a reassignment (partstate.h rules 6 to 8). MOVE_DONE (a
+ * for BEGIN [1] n (1..TN_PSTATE_MAX_REPLICAS) n x [4] node, for ABORT and
+ * FAIL (kind 3) [s] reason): a reassignment (partstate.h rules 6 to 8). MOVE_DONE (a
  * snapshot record only): [8] id [s] topic [4] partition [1] end (1 done, 2
- * aborted) [8] started ms [8] finished ms [1] nfrom from as [4] each [1]
+ * aborted, 3 failed) [8] started ms [8] finished ms [1] nfrom from as [4] each [1]
  * nto to as [4] each [s] reason.
  * REMOTE_PUT (30) and REMOTE_DELETE (31): a remote's record with its
  * sealed credential, and its removal; REMOTE_SALT (32): the cluster's
@@ -143,10 +143,18 @@ typedef enum {
 } tn_meta_cmd_type_t;
 
 /* PART_MOVE's kind byte. */
-typedef enum { TN_MOVE_BEGIN = 0, TN_MOVE_COMPLETE = 1, TN_MOVE_ABORT = 2 } tn_meta_move_kind_t;
+/* FAIL is the metastore leader's own abort of a move that cannot finish
+ * (its target member dead past replace-dead-after: meta.c check_moves):
+ * applied as ABORT (partstate.h rule 8), kept as failed with its reason. */
+typedef enum {
+    TN_MOVE_BEGIN = 0,
+    TN_MOVE_COMPLETE = 1,
+    TN_MOVE_ABORT = 2,
+    TN_MOVE_FAIL = 3
+} tn_meta_move_kind_t;
 
 /* How a finished move ended. */
-typedef enum { TN_MOVE_DONE = 1, TN_MOVE_ABORTED = 2 } tn_meta_move_end_t;
+typedef enum { TN_MOVE_DONE = 1, TN_MOVE_ABORTED = 2, TN_MOVE_FAILED = 3 } tn_meta_move_end_t;
 
 /* Why a rebalance is wanted (CLUSTER_REBALANCE's reason byte). */
 typedef enum { TN_REBAL_API = 1, TN_REBAL_JOIN = 2 } tn_meta_rebal_reason_t;

@@ -1698,19 +1698,82 @@ static void on_move_completed(tn_meta_req_t *req, int status)
         TN_LOG(TN_LOG_WARN, "metastore: completing a partition move: %s", tn_strerror(status));
 }
 
+static void on_move_failed(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->move_busy = false;
+    if (status != 0 && status != TN_ECLOSED && status != TN_ENOTFOUND)
+        TN_LOG_RL(TN_LOG_WARN, 60000, "metastore: failing a partition move: %s%s",
+                  tn_strerror(status),
+                  status == UV_EPERM ? " (no old replica could lead: tried again later)" : "");
+}
+
 typedef struct {
     tn_meta_t *m;
     tn_pstate_nodes_t nodes;
+    uint64_t now; /* loop ms */
     bool proposed;
 } move_scan_t;
 
+static bool replaceable(const tn_meta_t *m, const tn_meta_member_t *mb, uint64_t now);
+
+/* The first target member of ps's move out of the ISR and dead for
+ * replace-dead-after (as this leader saw it), or 0 (partstate.h rule 9):
+ * the move cannot finish without it, and the self-healing that would
+ * replace it waits for the move to end. */
+static uint32_t move_dead_target(const tn_meta_t *m, const tn_pstate_t *ps, uint64_t now)
+{
+    uint32_t gone[TN_PSTATE_MAX_REPLICAS];
+    size_t ngone = 0;
+    for (uint32_t i = 0; i < ps->ntarget; i++) {
+        const tn_meta_member_t *mb = tn_meta_member_find(&m->state, ps->target[i]);
+        if (mb != NULL && replaceable(m, mb, now))
+            gone[ngone++] = ps->target[i];
+    }
+    return tn_pstate_move_blocked(ps, gone, ngone);
+}
+
+/* A move one of whose target members is dead for replace-dead-after:
+ * PART_MOVE fail, the old replicas back (rule 8), kept as failed with the
+ * reason (re-checked when applied: refused, nothing changes, while no old
+ * replica could lead). */
+static void move_fail(move_scan_t *sc, const char *topic, uint32_t p, const tn_pstate_t *ps,
+                      uint32_t dead)
+{
+    tn_meta_t *m = sc->m;
+    char why[TN_META_MOVE_REASON_MAX + 1];
+    uint64_t ms = m->replace_dead_ms;
+    snprintf(why, sizeof(why),
+             "target member %" PRIu32 " was dead for longer than replace-dead-after "
+             "(%" PRIu64 "%s): the partition stays on its old replicas",
+             dead, ms % 1000 == 0 ? ms / 1000 : ms, ms % 1000 == 0 ? "s" : "ms");
+    TN_LOG(TN_LOG_WARN, "metastore: move %016" PRIx64 " of %s/%" PRIu32 " failed: %s", ps->move_id,
+           topic, p, why);
+    m->movereq.data = m;
+    if (tn_meta_propose_move(m, &m->movereq, topic, p, TN_MOVE_FAIL, ps->move_id, NULL, 0, why,
+                             on_move_failed) == 0)
+        m->move_busy = true;
+    sc->proposed = true;
+}
+
 /* A move whose target is all in the ISR, and whose leader is in the
- * target or may hand over to one that is eligible: its completion. */
+ * target or may hand over to one that is eligible: its completion. One
+ * that cannot finish (move_dead_target): its failure. */
 static void move_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
 {
     move_scan_t *sc = arg;
-    if (sc->proposed || !tn_pstate_move_ready(ps))
+    if (sc->proposed || ps->ntarget == 0)
         return;
+    if (!tn_pstate_move_ready(ps)) {
+        uint32_t dead = move_dead_target(sc->m, ps, sc->now);
+        if (dead != 0) {
+            tn_pstate_t copy = *ps;
+            char err[160];
+            if (tn_pstate_move_abort(&copy, ps->move_id, &sc->nodes, err, sizeof(err)) == 0)
+                move_fail(sc, topic, p, ps, dead);
+        }
+        return;
+    }
     tn_pstate_t copy = *ps;
     char err[160];
     if (tn_pstate_move_complete(&copy, ps->move_id, &sc->nodes, err, sizeof(err)) != 0)
@@ -1735,7 +1798,8 @@ static void move_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t
 }
 
 /* On the leader, every MOVE_SCAN_MS: the first move ready to complete
- * gets a PART_MOVE complete (re-checked when applied), one at a time. A
+ * gets a PART_MOVE complete (re-checked when applied), or the first that
+ * cannot finish a PART_MOVE fail, one at a time. A
  * move thus ends without anyone waiting on it, and a new metastore leader
  * picks up the moves from the state. */
 static void check_moves(tn_meta_t *m)
@@ -1746,7 +1810,7 @@ static void check_moves(tn_meta_t *m)
         return;
     m->next_move_ms = now + MOVE_SCAN_MS;
     tn_pstate_nodes_t nodes = {m->state.nodes, m->state.nodes != NULL ? m->state.nmembers : 0};
-    move_scan_t sc = {m, nodes, false};
+    move_scan_t sc = {m, nodes, now, false};
     tn_meta_state_each_pstate(&m->state, move_one, &sc);
 }
 
@@ -2279,7 +2343,7 @@ int tn_meta_propose_move(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
                          uint8_t kind, uint64_t id, const uint32_t *target, uint32_t n,
                          const char *reason, tn_meta_cb cb)
 {
-    if (!part_args_ok(topic, p) || id == 0 || kind > TN_MOVE_ABORT ||
+    if (!part_args_ok(topic, p) || id == 0 || kind > TN_MOVE_FAIL ||
         (kind == TN_MOVE_BEGIN && (n == 0 || n > TN_PSTATE_MAX_REPLICAS)) ||
         (reason != NULL && strlen(reason) > TN_META_MOVE_REASON_MAX))
         return UV_EINVAL;
@@ -2295,7 +2359,7 @@ int tn_meta_propose_move(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
         c.ntarget = n;
         memcpy(c.target, target, n * sizeof(*target));
     }
-    if (kind == TN_MOVE_ABORT && reason != NULL)
+    if ((kind == TN_MOVE_ABORT || kind == TN_MOVE_FAIL) && reason != NULL)
         snprintf(c.move_reason, sizeof(c.move_reason), "%s", reason);
     return tn_meta_propose(m, req, &c, cb);
 }

@@ -331,14 +331,15 @@ int tn_meta_propose_isr(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uin
 int tn_meta_force_leader(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
                          uint32_t node, bool unclean, tn_meta_cb cb);
 /* A partition move (PART_MOVE, partstate.h rules 6 to 8) of partition p:
- * kind TN_MOVE_BEGIN with target[0..n) (copied), or TN_MOVE_COMPLETE or
- * TN_MOVE_ABORT (target unused; reason copied, NULL or "" for none, at
+ * kind TN_MOVE_BEGIN with target[0..n) (copied), or TN_MOVE_COMPLETE,
+ * TN_MOVE_ABORT or TN_MOVE_FAIL (an abort kept as failed; target unused;
+ * reason copied, NULL or "" for none, at
  * most TN_META_MOVE_REASON_MAX bytes), for the move id (not 0: the
  * proposer makes it, unique). The command carries this node's wall clock
  * (the start, or the end). Answers: 0; begin UV_EBUSY (a move under way),
  * UV_EINVAL (a bad target, or a factor-1 or unplaced partition);
- * complete UV_EAGAIN (not ready); abort UV_EPERM (no old replica could
- * lead); TN_ENOTFOUND (no such topic, partition or move under way).
+ * complete UV_EAGAIN (not ready); abort and fail UV_EPERM (no old replica
+ * could lead); TN_ENOTFOUND (no such topic, partition or move under way).
  * The metastore leader proposes the completion itself once it holds. */
 int tn_meta_propose_move(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
                          uint8_t kind, uint64_t id, const uint32_t *target, uint32_t n,

@@ -515,6 +515,18 @@ bool tn_pstate_move_ready(const tn_pstate_t *ps)
     return true;
 }
 
+uint32_t tn_pstate_move_blocked(const tn_pstate_t *ps, const uint32_t *gone, size_t ngone)
+{
+    for (uint32_t i = 0; i < ps->ntarget; i++) {
+        if (tn_pstate_isr_find(ps, ps->target[i]) >= 0)
+            continue;
+        for (size_t j = 0; j < ngone; j++)
+            if (gone[j] == ps->target[i])
+                return ps->target[i];
+    }
+    return TN_PSTATE_NONE;
+}
+
 static int move_named(const tn_pstate_t *ps, uint64_t id, char *err, size_t errlen)
 {
     if (ps->ntarget == 0 || ps->move_id != id) {

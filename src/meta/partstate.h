@@ -73,6 +73,10 @@
  *      and ELR keep old members only; a leader that is not an old replica
  *      hands over to the first eligible old ISR member; refused when none
  *      is (no old replica could lead).
+ *   9. Failure: a move one of whose target members outside the ISR the
+ *      controller gave up on (dead past replace-dead-after: the caller's
+ *      list, tn_pstate_move_blocked) cannot complete; it is aborted by
+ *      rule 8 and kept as failed (the metastore's PART_MOVE fail).
  *   A fence, a CRC mark, a forced election, an ISR CAS and the rebalance
  *   work during a move as before, over the whole list (target and old).
  * Invariants: leader_epoch and partition_epoch only grow; partition_epoch
@@ -212,6 +216,12 @@ int tn_pstate_move_begin(tn_pstate_t *ps, const uint32_t *target, uint32_t n, ui
 /* Whether every target member of the move under way is in the ISR (the
  * controller then proposes the completion). */
 bool tn_pstate_move_ready(const tn_pstate_t *ps);
+
+/* Rule 9: the first target member of the move under way in ps that is
+ * outside the ISR (the move waits for it) and listed in gone[0..ngone)
+ * (members the controller gave up on), or TN_PSTATE_NONE (no move, or
+ * none such). */
+uint32_t tn_pstate_move_blocked(const tn_pstate_t *ps, const uint32_t *gone, size_t ngone);
 
 /* Complete the move id: rule 7. 0; TN_ENOTFOUND no move id under way;
  * UV_EAGAIN not every target member is in the ISR, or the leader must

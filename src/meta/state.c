@@ -704,10 +704,14 @@ static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_e
         rc = tn_pstate_move_complete(ps, c->move_id, &nodes, err, sizeof(err));
         mv.end = TN_MOVE_DONE;
     } else {
+        /* ABORT and FAIL both put the old replicas back (rule 8). */
         rc = tn_pstate_move_abort(ps, c->move_id, &nodes, err, sizeof(err));
-        mv.end = TN_MOVE_ABORTED;
+        bool failed = c->move_kind == TN_MOVE_FAIL;
+        mv.end = failed ? TN_MOVE_FAILED : TN_MOVE_ABORTED;
         snprintf(mv.reason, sizeof(mv.reason), "%s",
-                 c->move_reason[0] != '\0' ? c->move_reason : "aborted");
+                 c->move_reason[0] != '\0' ? c->move_reason
+                 : failed                  ? "failed"
+                                           : "aborted");
     }
     if (rc == 0) {
         move_keep(s, &mv);

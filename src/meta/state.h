@@ -151,8 +151,8 @@ void tn_meta_state_fini(tn_meta_state_t *s);
  * registered with another incarnation since); PART_STATE (a snapshot
  * record) UV_EINVAL. PART_MOVE answers like the other PART_* for the
  * partition, then partstate.h's (begin UV_EBUSY / UV_EINVAL, complete
- * TN_ENOTFOUND / UV_EAGAIN, abort TN_ENOTFOUND / UV_EPERM); a completed
- * or aborted move is kept among the finished ones (owners[p] becomes the
+ * TN_ENOTFOUND / UV_EAGAIN, abort and fail TN_ENOTFOUND / UV_EPERM); a
+ * completed, aborted or failed move is kept among the finished ones (owners[p] becomes the
  * new list's first); MOVE_DONE (a snapshot record) UV_EINVAL.
  * CLUSTER_REBALANCE: wanted with if_absent UV_EBUSY while one is wanted
  * (else it replaces it); not wanted TN_ECHANGED unless the one wanted has

@@ -1306,6 +1306,11 @@ void tn__topic_moved_away(tn_topic_t *t)
             if (ch->consumers == NULL)
                 break;
         }
+        /* Those that stay (left: never detached there) are told too. */
+        tn_consumer_t *c = ch->consumers;
+        for (size_t n = ch->nconsumers; n > 0; n--, c = c->next)
+            if (c->left != NULL)
+                c->left(c);
         ch->busy--;
         if (ch->deleted && ch->busy == 0)
             tn__channel_free(ch);
@@ -1386,6 +1391,66 @@ void tn_channel_sync(tn_channel_t *ch, uint32_t partition, tn_chan_sync_t *s, tn
     else
         cp->sync_head = s;
     cp->sync_tail = s;
+}
+
+/* A tn_topic_part_requeue_leases: one sync per channel, counted down. */
+typedef struct {
+    tn_requeue_cb cb;
+    void *arg;
+    uint32_t pending; /* syncs not ended, plus one while they start */
+    int status;       /* the first error */
+    tn_chan_sync_t syncs[];
+} requeue_op_t;
+
+static void requeue_synced(requeue_op_t *op, int status)
+{
+    if (op->status == 0)
+        op->status = status;
+    if (--op->pending > 0)
+        return;
+    op->cb(op->arg, op->status);
+    tn_free(op);
+}
+
+static void on_requeue_sync(tn_chan_sync_t *s, int status)
+{
+    requeue_synced(s->data, status);
+}
+
+int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, void *arg)
+{
+    uint32_t nch = 0;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        nch++;
+    requeue_op_t *op = tn_calloc(1, sizeof(*op) + (size_t)nch * sizeof(op->syncs[0]));
+    if (op == NULL)
+        return UV_ENOMEM;
+    op->cb = cb;
+    op->arg = arg;
+    op->pending = 1; /* held while the syncs start */
+    uint32_t k = 0;
+    for (tn_channel_t *ch = t->channels; ch != NULL && k < nch; ch = ch->next, k++) {
+        if (p < t->nparts && ch->state == TN_OBJ_READY && ch->consumers != NULL) {
+            tn_chpart_t *cp = ch->parts[p];
+            tn_consumer_t *c = ch->consumers;
+            do {
+                tn_lease_t *l = c->owner.head;
+                while (l != NULL) {
+                    tn_lease_t *next = l->owner_next;
+                    if (l->data == cp)
+                        (void)tn_consumer_req(c, p, l->offset, false, 0, 0);
+                    l = next;
+                }
+                c = c->next;
+            } while (c != ch->consumers);
+        }
+        /* op is the sync's until its cb (each sync counted once). */
+        op->syncs[k].data = op;
+        op->pending++;
+        tn_channel_sync(ch, p, &op->syncs[k], on_requeue_sync);
+    }
+    requeue_synced(op, 0);
+    return 0;
 }
 
 void tn_broker_set_chan_repl(tn_broker_t *b, const tn_chan_repl_t *hooks)

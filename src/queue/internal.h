@@ -111,7 +111,8 @@ void tn__channel_free(tn_channel_t *ch);
 void tn__chpart_left(tn_chpart_t *cp);
 /* A partition of t served here went to another node: the consumers of
  * its channels that have a moved callback are detached and told
- * (queue.h, tn_consumer_t.moved). */
+ * (queue.h, tn_consumer_t.moved), then those with a left callback are
+ * told, attached still (tn_consumer_t.left). */
 void tn__topic_moved_away(tn_topic_t *t);
 /* Load a durable channel found on disk (startup). */
 int tn__channel_load(tn_topic_t *t, const char *name);

@@ -388,8 +388,14 @@ struct tn_consumer_s {
      * messages went back); the door drops the client so that it looks the
      * topic up again and finds the new leader (an NSQ connection closes,
      * as nsqd closes a deleted topic's consumers), and may free c here.
-     * NULL: c stays attached (a /v1 long poll ends by its wait). */
+     * NULL: c stays attached (a /v1 long-poll lane: see left). */
     void (*moved)(tn_consumer_t *c);
+    /* Optional, for a consumer without moved, which stays attached (a /v1
+     * long-poll lane): the same news, told once the departed partition's
+     * leases ended, so the door can answer the requests parked on c now
+     * rather than at the end of their wait (their clients ask again and
+     * find the new leader). c must not be detached or freed here. */
+    void (*left)(tn_consumer_t *c);
     /* Optional: append this consumer's /stats client object (JSON) to out;
      * topic ("" for all) is the /stats filter, for its pub_counts. */
     void (*describe)(tn_consumer_t *c, const char *topic, tn_buf_t *out);
@@ -903,6 +909,19 @@ int tn_topic_part_abandon(tn_topic_t *t, uint32_t p);
  * holds until the old one stopped (cluster/replica.c, handfence.h).
  * Appends, settles and leases already out go on. Loop thread. */
 void tn_topic_part_hold(tn_topic_t *t, uint32_t p, bool held);
+/* Requeue every lease out on partition p of t, in every channel, as a REQ
+ * record due now that keeps the lease's attempts, then wait until those
+ * records are durable (and, with channel-state replication, on enough
+ * replicas: tn_channel_sync): cb(arg, 0) then, or with the first error of
+ * a channel log. A replicated partition's leader about to hand its
+ * leadership over does it (cluster/replica.c), so the records carry the
+ * attempts of the messages in flight to the new leader. The holders'
+ * settles fail afterwards (the leases are gone); nothing is delivered
+ * meanwhile only if the caller holds the partition (tn_topic_part_hold).
+ * cb runs exactly once, possibly before this returns; UV_ENOMEM (cb does
+ * not run, nothing requeued) or 0. Loop thread. */
+typedef void (*tn_requeue_cb)(void *arg, int status);
+int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, void *arg);
 /* Deliver from partition p of t (no-op past nparts) only before loop
  * time until (uv_now; 0: no bound): a replicated partition's leader
  * delivers only while its metastore replica is known to be current

@@ -17,13 +17,16 @@ The decommission goes through `ternctl cluster decommission ID --wait`,
 which exits 0 once the member holds nothing. And self-healing: a member
 SIGKILLed and left dead for replace-dead-after (2 s here) has its replicas
 re-created on the other three from the surviving ones, every partition
-back to three in-sync replicas, nothing lost; its factor-1 partition, with
+back to three in-sync replicas, nothing lost; a move onto it under way
+when it died ends failed (its reason in GET /v1/cluster/moves) with the
+partition back on its old replicas; its factor-1 partition, with
 no other copy, is reported offline and stays its; back, it holds none of
 the replicas until auto-rebalance gives it its share again.
 
 Run: python3 tests/cluster/test_decommission.py --ternd build/ternd --ternctl build/ternctl
 """
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -184,11 +187,42 @@ class DeadMember(tm.Moves):
         # partition is back to three in-sync replicas without it; nothing
         # acknowledged is lost. Back, it holds none of them (its copies set
         # aside) until auto-rebalance gives it its share again.
-        meta, victim, vid, _ = self.loaded_four()
+        meta, victim, vid, held = self.loaded_four()
         make_single(self, meta)
         mine = [p.index for p in self.info(SINGLE) if p.leader == vid]
         self.assertEqual(len(mine), 1)
-        self.kill(victim, "a member that stays dead")
+        # A move onto it is under way when it dies: frozen first, so that
+        # it is live when the move begins (within its session) and copies
+        # nothing. The move cannot finish without it: once it is dead for
+        # replace-dead-after the metastore leader ends it failed, with the
+        # reason, and the partition is back on its old replicas, served
+        # throughout (the ledger below).
+        p = next(x for x in range(4) if x not in held)
+        leader, replicas, spare = self.layout(p)
+        self.assertEqual(spare, vid)
+        follower = next(r for r in replicas if r != leader)
+        target = [vid if r == follower else r for r in replicas]
+        os.kill(victim.pid, signal.SIGSTOP)
+        self.history.fault(f"SIGSTOP node {vid}")
+        mid = self.begin(p, target, meta)
+        self.kill(victim, "a member that stays dead, the target of a move under way")
+        failed = self.wait_state(mid, ("failed",), 120, meta)
+        tr.log(f"move {mid} failed: {failed}")
+        self.assertIn(f"target member {vid} was dead for longer than replace-dead-after (2s)",
+                      failed["error"])
+        self.assertEqual((failed["from"], failed["to"]), (replicas, target), failed)
+        self.assertIsNotNone(failed["finished_ms"])
+        up = [n for n in self.c.nodes if n is not victim]
+        for n in up:
+            wait_until(f"node {n.id} lists move {mid} failed",
+                       lambda: (self.find_move(mid, n) or {}).get("state") == "failed", 30)
+            ps = self.partitions(n, V1)[p]
+            self.assertEqual(ps.replicas, replicas, ps)
+            self.assertNotEqual(ps.leader, vid, ps)
+        wait_until("the failed move counted in /metrics",
+                   lambda: any((n.metric('tern_moves_finished_total{outcome="failed"}') or 0) >= 1
+                               for n in up), 30)
+        self.flowing(40)
 
         def replaced():
             m = self.member(meta, vid)

@@ -21,8 +21,9 @@ leadership moves to S. Once it is done:
   (a) L's receipt handle of m5, acked on L, answers 410 with the error
       saying the lease is gone; m7's, acked on S, too; every message in
       flight at the hand-over (m4, m5, m7, m8, m9) and m6 are delivered
-      again by S on /v1, m6 with attempts 4 (the in-flight ones with the
-      attempts the channel log has, 1: a delivery is not recorded);
+      again by S on /v1, m6 with attempts 4, the in-flight ones with
+      attempts 2 (L requeued its leases with their attempts, and had those
+      records on S, before the ISR change that let the move complete);
       m0..m3 never;
   (b) C's connection to L is closed by L after the hand-over (as nsqd
       closes a topic's consumers when the topic goes away there), and
@@ -31,15 +32,20 @@ leadership moves to S. Once it is done:
       the hand-over, C stayed connected to L, which served it nothing,
       holding leases L could no longer settle; queue/topic.c); a
       consumer connected to S then gets
-  (c) the channel's state as it was: m5..m9 again (m6 with attempts 4),
+  (c) the channel's state as it was: m5..m9 again (m6 with attempts 4,
+      the others 2),
       never m0..m3 (FIN'ed before the move), not m4 (still deferred:
-      /stats on S counts it deferred).
+      /stats on S counts it deferred);
+  (d) a /v1 long poll (wait 60 s) parked on L's lane of a third channel,
+      lp, drained before, is answered 204 at the hand-over, not at the
+      end of its wait (the lane's consumer is told the partition left).
 
 Run: python3 tests/cluster/test_move_handover.py --ternd build/ternd
 """
 import os
 import socket
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,7 +59,7 @@ TOPIC = "ho"
 CLIENT = {"X-Tern-Client": "test-move-handover"}
 ARGS = ["--default-replication-factor=2", "--min-insync-replicas=2",
         "--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s",
-        "--member-session-timeout=3s"]
+        "--member-session-timeout=3s", "--http-max-consume-wait=60s"]
 BODIES = [f"m{i}" for i in range(10)]
 STALE = "receipt handle no longer matches an active reservation"
 FRAME_MESSAGE = 2
@@ -154,7 +160,7 @@ class MoveHandover(harness.ClusterTest):
         n1 = c.nodes[0]
         status, body = n1.nsq_http("POST", f"/topic/create?topic={TOPIC}")
         self.assertEqual(status, 200, body)
-        for channel in ("default", "nsqc"):
+        for channel in ("default", "nsqc", "lp"):
             status, body = n1.nsq_http("POST", f"/channel/create?topic={TOPIC}&channel={channel}")
             self.assertEqual(status, 200, body)
         p0 = wait_until("ho/0 led with its whole ISR",
@@ -228,6 +234,33 @@ class MoveHandover(harness.ClusterTest):
         self.assertEqual(status, 200, lookup)
         self.assertEqual([p["tcp_port"] for p in lookup["producers"]], [self.tcp_port(L)])
 
+        # --- channel lp: drained on L, then a /v1 long poll (wait 60 s)
+        # parked on L's lane, with nothing to deliver.
+        def lp_drained():
+            status, b = L.request("GET", f"/v1/topics/{TOPIC}/consume?channel=lp&max=10&wait=1s",
+                                  headers=CLIENT, timeout=30)
+            for m in (b["messages"] if status == 200 else []):
+                status, answer = L.request(
+                    "POST", f"/v1/topics/{TOPIC}/ack?receipt_handle={m['receipt_handle']}"
+                    "&channel=lp", headers=CLIENT)
+                self.assertEqual(status, 204, answer)
+            ch = self.channel_stats(L, "lp")
+            return ch is not None and ch["depth"] == 0 and ch["in_flight_count"] == 0
+        wait_until("lp drained on L", lp_drained, 60)
+        lp = {}
+
+        def long_poll():
+            t0 = time.monotonic()
+            lp["answer"] = L.request("GET", f"/v1/topics/{TOPIC}/consume?channel=lp&wait=60s",
+                                     headers=CLIENT, timeout=90)
+            lp["took"] = time.monotonic() - t0
+        poller = threading.Thread(target=long_poll, daemon=True)
+        poller.start()
+        wait_until("the long poll parked on L's lane of lp",
+                   lambda: any(cl.get("ready_count", 0) >= 1
+                               for cl in (self.channel_stats(L, "lp") or {}).get("clients", [])),
+                   30)
+
         # --- the move: L leaves the list, S leads.
         status, mv = S.request("PATCH", f"/v1/topics/{TOPIC}/partitions/0",
                                {"replicas": [str(S.id), str(F.id)]})
@@ -254,6 +287,15 @@ class MoveHandover(harness.ClusterTest):
             self.assertEqual([p["tcp_port"] for p in lookup["producers"]], [self.tcp_port(S)],
                              f"node {n.id}: {lookup}")
 
+        # (d) The long poll parked on L is answered at the hand-over (204:
+        # nothing for it), not at the end of its 60 s wait; its client asks
+        # again and is routed to S.
+        poller.join(45)
+        self.assertFalse(poller.is_alive(), "the long poll on L still waits after the hand-over")
+        log(f"long poll on L: {lp['answer'][0]} after {lp['took']:.1f}s")
+        self.assertEqual(lp["answer"][0], 204, lp)
+        self.assertLess(lp["took"], 55, lp)
+
         # (a) Receipt handles issued by L: 410, on L as on S.
         status, answer = self.settle_final(L, held["m5"])
         self.assertEqual((status, answer), (410, {"error": STALE}))
@@ -274,6 +316,8 @@ class MoveHandover(harness.ClusterTest):
         log(f"/v1 on S after the move: {got}")
         self.assertEqual(sorted(got), sorted(want), "default: delivered after the move")
         self.assertEqual(got["m6"], [4], "m6's attempts (3 deliveries before the move)")
+        for body in ("m4", "m5", "m7", "m8", "m9"):
+            self.assertEqual(got[body], [2], f"{body}'s attempts (in flight at the hand-over)")
 
         # (c) nsqc as it was, through a consumer of S.
         conn2 = Conn(self.tcp_port(S), host=S.host, timeout=30)
@@ -286,6 +330,8 @@ class MoveHandover(harness.ClusterTest):
         self.assertEqual(sorted(got), ["m5", "m6", "m7", "m8", "m9"],
                          "nsqc: FIN'ed before the move delivered again, or deferred m4 delivered")
         self.assertEqual(got["m6"], [4], "m6's attempts (3 deliveries before the move)")
+        for body in ("m5", "m7", "m8", "m9"):
+            self.assertEqual(got[body], [2], f"{body}'s attempts (in flight at the hand-over)")
         ch = self.channel_stats(S, "nsqc")
         self.assertEqual(ch["deferred_count"], 1, ch)
         conn2.close()

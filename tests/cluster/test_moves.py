@@ -24,6 +24,10 @@ Four nodes, topic rv with four partitions of factor 3:
   test_metastore_leader_killed  the metastore leader is SIGKILLed while a
                             move waits for its (frozen) target: the next
                             metastore leader completes it.
+Progress.test_progress_on_every_node  (move-rate 64 KiB/s, a topic of its
+                            own with a 1.6 MB backlog) the move's bytes and
+                            lag shown mid-copy on every node, the leader's
+                            asked over node RPC.
 
 Run: python3 tests/cluster/test_moves.py --ternd build/ternd --ternctl build/ternctl
          [Moves.test_...]
@@ -334,10 +338,69 @@ class Moves(tr.Replication):
         self.finish()
 
 
+class Progress(Moves):
+    # A copy held to 64 KiB/s: a backlog of 1.6 MB takes at least 20 s to
+    # copy, whatever the machine's speed, so the move is seen mid-copy.
+    node_args = ("--move-rate=64KiB",)
+
+    def test_progress_on_every_node(self):
+        """GET /v1/cluster/moves shows a move's bytes_copied, bytes_total
+        and lag_records on every node, not only on the partition's leader:
+        the others ask the leader over node RPC (MOVE_PROGRESS)."""
+        self.cluster(n=4)
+        n0 = self.c.nodes[0]
+        status, body = n0.request("POST", "/v1/topics", {"name": "mp", "partitions": 1,
+                                                        "replication_factor": 3,
+                                                        "min_insync_replicas": 2})
+        self.assertEqual(status, 201, body)
+        wait_until("mp/0 led", lambda: (lambda ps: ps and ps[0].leader)(self.info("mp")), 30)
+        chunk = b"x" * 16384
+        for _ in range(100):
+            status, _ = n0.request("POST", "/v1/topics/mp/produce?partition=0", chunk,
+                                   headers=tr.OCTET)
+            self.assertEqual(status, 202)
+        ps = self.info("mp")[0]
+        spare = next(str(n.id) for n in self.c.nodes if str(n.id) not in ps.replicas)
+        follower = next(r for r in ps.replicas if r != ps.leader)
+        target = [spare if r == follower else r for r in ps.replicas]
+        status, body = n0.request("PATCH", "/v1/topics/mp/partitions/0",
+                                  {"replicas": target})
+        self.assertEqual(status, 202, body)
+        mid = body["id"]
+        leader = self.node(ps.leader)
+
+        def mid_copy(node):
+            m = self.find_move(mid, node)
+            if m is None or m["state"] in ("done", "aborted", "failed"):
+                self.fail(f"move {mid} not under way on node {node.id}: {m}")
+            ok = isinstance(m["bytes_total"], int) and isinstance(m["lag_records"], int) and \
+                m["bytes_copied"] < m["bytes_total"] and m["lag_records"] > 0
+            return m if ok else None
+        seen = wait_until(f"move {mid} mid-copy on its leader {leader.id}",
+                          lambda: mid_copy(leader), 60, 0.2)
+        tr.log(f"on the leader: {seen}")
+        for n in self.c.nodes:
+            if n is leader:
+                continue
+            m = wait_until(f"move {mid}'s progress on node {n.id}", lambda: mid_copy(n), 60, 0.2)
+            tr.log(f"on node {n.id}: {m}")
+            self.assertEqual(m["state"], "copying", m)  # more than 1 MiB left
+            self.assertEqual(m["bytes_total"], seen["bytes_total"], m)  # no writes meanwhile
+            self.assertNotIn("progress_error", m)
+        status, body = n0.request("DELETE", f"/v1/cluster/moves/{mid}")
+        self.assertEqual(status, 200, body)
+        m = self.find_move(mid, n0)
+        self.assertEqual(m["state"], "aborted", m)
+        self.assertIsNone(m["bytes_total"], m)  # finished moves carry no progress
+
+
 # Only this file's cases: the suite's own stay in test_replication.py.
 for _name in dir(tr.Replication):
     if _name.startswith("test"):
         setattr(Moves, _name, None)
+for _name in dir(Moves):
+    if _name.startswith("test") and _name not in vars(Progress):
+        setattr(Progress, _name, None)
 
 
 if __name__ == "__main__":

@@ -218,7 +218,11 @@ class MovesF1(tm.Moves):
             done = self.wait_state(m, ("done",), 120, meta)
             tr.log(f"move {m} done: {done}")
             self.assertEqual((done["from"], done["to"]), ([a], [b]), done)
-            ps = self.info(topic)[part]
+            # Asked of the first node, whose metastore replica may apply the
+            # completion a moment after the metastore leader's listed it.
+            ps = wait_until(f"{topic}/{part} on {b} alone as node {self.c.nodes[0].id} shows it",
+                            lambda: (lambda x: x if (x.leader, x.replicas, x.isr) == (b, [b], [b])
+                                     else None)(self.info(topic)[part]), 30)
             self.assertEqual((ps.leader, ps.replicas, ps.isr), (b, [b], [b]), ps)
         status, members = meta.request("GET", "/v1/cluster/members")
         self.assertEqual(status, 200, members)

@@ -3,7 +3,8 @@ each node's feed carries what its own partitions take, so a client that
 connects to every owner /lookup lists sees every message; a publish taken
 by a node that owns none of the partition (an explicit /v1 partition)
 reaches the owner's feed through the ingress log and COMMIT, and appears
-on no other feed.
+on no other feed. A partition moved to another node closes its old
+owner's feed with E_OWNER_CHANGED (1012).
 
 Run: python3 tests/cluster/test_ws.py --ternd build/ternd
 """
@@ -95,6 +96,22 @@ class LiveFeed(harness.ClusterTest):
         # Nothing more on any feed (each message on exactly one).
         for nid, w in feeds.items():
             self.assertEqual(self.drain(w, 1), [], f"node {nid}'s feed after the last")
+
+        # Node 1's partition moved to node 2 (its lead handed over): node
+        # 1's feed no longer carries it and is closed with E_OWNER_CHANGED
+        # (1012), so the client looks the topic up again; the others stay.
+        status, mv = c.nodes[0].request(
+            "PATCH", f"/v1/topics/{TOPIC}/partitions/{part_of['1']}", {"replicas": ["2"]})
+        self.assertEqual(status, 202, mv)
+        feeds[1].sock.settimeout(60)
+        err, code = feeds[1].expect_error("E_OWNER_CHANGED")
+        self.assertEqual(code, 1012, err)
+        self.assertIn("/lookup", err["detail"])
+        feeds[1].wait_closed()
+        conn = Conn(tcp[3])
+        self.assertEqual(conn.pub(TOPIC, b"after the move"), (FRAME_RESPONSE, b"OK"))
+        conn.close()
+        self.assertEqual(self.drain(feeds[3], 1), [b"after the move"], "node 3's feed")
 
 
 if __name__ == "__main__":

@@ -160,6 +160,14 @@ def pstats_reply(entries):
     return out
 
 
+def moveprog_fields(topic, partition):
+    return wire_str(topic) + struct.pack(">I", partition)
+
+
+def moveprog_reply(known, copied, total, lag):
+    return struct.pack(">BQQQ", known, copied, total, lag)
+
+
 def purge_fields(topic, created_at_ms):
     return wire_str(topic) + struct.pack(">q", created_at_ms)
 
@@ -279,6 +287,20 @@ def wire_seeds(here):
                                           (2, 416, None), (3, 404, None), (4, 503, None)]))
     write(ps, "seed-reply-bad-status", pstats_reply([(0, 418, None)]))
     write(ps, "seed-reply-short", pstats_reply([(0, 200, (1, 0, 42, 40, 4096))])[:-2])
+    mp = os.path.join(here, "move_progress", "corpus")
+    write(mp, "seed-request", moveprog_fields(b"orders", 7))
+    write(mp, "seed-long-name", moveprog_fields(b"t" * 255, 0))
+    write(mp, "seed-too-long-name", moveprog_fields(b"t" * 256, 0))
+    write(mp, "seed-empty-name", moveprog_fields(b"", 1))
+    write(mp, "seed-nul-in-name", moveprog_fields(b"t\x00u", 1))
+    write(mp, "seed-trailing", moveprog_fields(b"t", 1) + b"\x00")
+    write(mp, "seed-short", moveprog_fields(b"t", 1)[:-1])
+    write(mp, "seed-reply-all", moveprog_reply(3, 1048576, 4194304, 812))
+    write(mp, "seed-reply-lag", moveprog_reply(2, 0, 0, 0))
+    write(mp, "seed-reply-none", moveprog_reply(0, 0, 0, 0))
+    write(mp, "seed-reply-bad-bit", moveprog_reply(4, 0, 0, 0))
+    write(mp, "seed-reply-bytes-without-bit", moveprog_reply(2, 1, 2, 0))
+    write(mp, "seed-reply-short", moveprog_reply(3, 1, 2, 3)[:-1])
     pr = os.path.join(here, "purge_request", "corpus")
     write(pr, "seed-purge", purge_fields(b"orders", 1764590000000))
     write(pr, "seed-nsq-topic", purge_fields(b"a.b-c_d", 0))

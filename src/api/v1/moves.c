@@ -23,10 +23,12 @@
  *      with the same codes; no leader within the proposal's budget 503.
  * GET /v1/cluster/moves: the moves under way (from every replicated
  * partition's state) and the last finished ones (the state keeps 64),
- * the same on every node; lag_records only where this node leads the
- * partition (its followers' fetch positions), 0 once every target member
- * is in sync, else null; bytes_copied and bytes_total likewise, from the
- * leader's log (tn_replica_move_progress), and the state copying rather
+ * the same on every node. A move's progress (lag_records, bytes_copied,
+ * bytes_total: the leader's view of its followers' fetch positions and
+ * its log) is gathered first (tn_router_move_progress: read here where
+ * this node leads the partition, asked of the leader otherwise; null,
+ * with progress_error, when it could not be), then the listing is
+ * rendered from the state as it is then; the state is copying rather
  * than catching_up while a target lacks more than a fetch's worth
  * (cluster/throttle.h).
  * DELETE /v1/cluster/moves/{id}: PART_MOVE abort after the same confirm
@@ -39,7 +41,9 @@
 
 #include "api/v1/common.h"
 
+#include "cluster/moveprog.h"
 #include "cluster/replica.h"
+#include "cluster/router.h"
 #include "cluster/throttle.h"
 #include "core/alloc.h"
 #include "core/err.h"
@@ -224,88 +228,51 @@ typedef struct {
     bool first;
 } list_t;
 
-/* What this node can tell of the move's progress: the records the
- * farthest-behind target member lacks, from the leader's view. */
-static bool move_lag(tn_v1_t *v, const char *topic, uint32_t p, const tn_pstate_t *ps,
-                     uint64_t *out)
+/* One move under way, with what is known of its progress (p: NULL when
+ * the gather did not cover it, begun since: this node's own view). */
+static void list_one(list_t *l, const char *topic, uint32_t p, const tn_pstate_t *ps,
+                     const tn_router_moveprog_t *known)
 {
-    if (tn_pstate_move_ready(ps)) {
-        *out = 0;
-        return true;
-    }
-    if (v->replica == NULL)
-        return false;
-    uint64_t worst = 0;
-    for (uint32_t i = 0; i < ps->ntarget; i++) {
-        if (tn_pstate_isr_find(ps, ps->target[i]) >= 0)
-            continue;
-        uint64_t lag;
-        if (tn_replica_peer_lag(v->replica, topic, p, ps->target[i], &lag) != 0)
-            return false;
-        worst = TN_MAX(worst, lag);
-    }
-    *out = worst;
-    return true;
-}
-
-/* The move's progress in bytes, where this node leads the partition: the
- * leader's log size (*total) and what the farthest-behind target member
- * holds of it (*copied; all of it once every target is in sync). */
-static bool move_bytes(tn_v1_t *v, const char *topic, uint32_t p, const tn_pstate_t *ps,
-                       uint64_t *copied, uint64_t *total)
-{
-    if (v->replica == NULL)
-        return false;
-    bool any = false;
-    for (uint32_t i = 0; i < ps->ntarget; i++) {
-        uint64_t c, t;
-        if (tn_replica_move_progress(v->replica, topic, p, ps->target[i], &c, &t) != 0) {
-            if (tn_pstate_isr_find(ps, ps->target[i]) >= 0 || ps->target[i] == ps->leader)
-                continue; /* in sync: holds it all */
-            return false;
-        }
-        if (!any || c < *copied)
-            *copied = c;
-        *total = t;
-        any = true;
-    }
-    if (!any)
-        return false; /* every target in sync, none fetching here: not the leader */
-    if (tn_pstate_move_ready(ps))
-        *copied = *total;
-    return true;
-}
-
-static void list_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
-{
-    list_t *l = arg;
-    if (ps->ntarget == 0)
-        return;
     if (!l->first)
         APPEND_LIT(l->b, ",");
     l->first = false;
     json_head(l->b, ps->move_id, topic, p);
     json_nodes(l->b, "from", ps->old, ps->nold);
     json_nodes(l->b, "to", ps->target, ps->ntarget);
-    uint64_t copied = 0, total = 0;
-    bool bytes = move_bytes(l->v, topic, p, ps, &copied, &total);
-    tn__v1_appendf(l->b, ",\"state\":\"%s\",\"started_ms\":%" PRId64 ",\"finished_ms\":null",
-                   tn_throttle_move_state(tn_pstate_move_ready(ps), bytes, total - copied),
-                   ps->move_started_ms);
+    tn_wire_moveprog_reply_t pr;
+    if (known != NULL)
+        pr = known->out;
+    else
+        tn_moveprog_local(l->v->replica, topic, p, ps, &pr);
+    bool bytes = (pr.known & TN_WIRE_MOVEPROG_BYTES) != 0;
+    tn__v1_appendf(
+        l->b, ",\"state\":\"%s\",\"started_ms\":%" PRId64 ",\"finished_ms\":null",
+        tn_throttle_move_state(tn_pstate_move_ready(ps), bytes, pr.bytes_total - pr.bytes_copied),
+        ps->move_started_ms);
     if (bytes)
-        tn__v1_appendf(l->b, ",\"bytes_copied\":%" PRIu64 ",\"bytes_total\":%" PRIu64, copied,
-                       total);
+        tn__v1_appendf(l->b, ",\"bytes_copied\":%" PRIu64 ",\"bytes_total\":%" PRIu64,
+                       pr.bytes_copied, pr.bytes_total);
     else
         APPEND_LIT(l->b, ",\"bytes_copied\":null,\"bytes_total\":null");
-    uint64_t lag;
-    if (move_lag(l->v, topic, p, ps, &lag))
-        tn__v1_appendf(l->b, ",\"lag_records\":%" PRIu64, lag);
+    if ((pr.known & TN_WIRE_MOVEPROG_LAG) != 0)
+        tn__v1_appendf(l->b, ",\"lag_records\":%" PRIu64, pr.lag_records);
     else
         APPEND_LIT(l->b, ",\"lag_records\":null");
     tn__v1_appendf(l->b, ",\"leader\":\"%" PRIu32 "\",\"isr\":[", ps->leader);
     for (uint32_t i = 0; i < ps->nisr; i++)
         tn__v1_appendf(l->b, "%s\"%" PRIu32 "\"", i > 0 ? "," : "", ps->isr[i].node);
-    APPEND_LIT(l->b, "],\"error\":null}");
+    APPEND_LIT(l->b, "],\"error\":null");
+    if (known != NULL && known->error != NULL) {
+        APPEND_LIT(l->b, ",\"progress_error\":");
+        tn__v1_json_str(l->b, known->error);
+    }
+    APPEND_LIT(l->b, "}");
+}
+
+/* A finished move's state as the API names it. */
+static const char *end_name(uint8_t end)
+{
+    return end == TN_MOVE_DONE ? "done" : end == TN_MOVE_FAILED ? "failed" : "aborted";
 }
 
 static void json_done(tn_buf_t *b, const tn_meta_move_t *mv)
@@ -317,7 +284,7 @@ static void json_done(tn_buf_t *b, const tn_meta_move_t *mv)
                    ",\"state\":\"%s\",\"started_ms\":%" PRId64 ",\"finished_ms\":%" PRId64
                    ",\"bytes_copied\":null,\"bytes_total\":null,\"lag_records\":null,"
                    "\"error\":",
-                   mv->end == TN_MOVE_DONE ? "done" : "aborted", mv->started_ms, mv->finished_ms);
+                   end_name(mv->end), mv->started_ms, mv->finished_ms);
     if (mv->end == TN_MOVE_DONE)
         APPEND_LIT(b, "null}");
     else {
@@ -326,25 +293,111 @@ static void json_done(tn_buf_t *b, const tn_meta_move_t *mv)
     }
 }
 
+/* A listing gathering the progress of the moves under way from their
+ * leaders (tn_router_move_progress, up to TN_ROUTER_MOVEPROG_TIMEOUT_MS).
+ * r is NULL once the client left. */
+typedef struct {
+    tn_v1_t *v;
+    tn_http_request_t *r;
+    uint32_t n, cap;
+    tn_router_moveprog_t *items;
+} list_op_t;
+
+static void list_cancel(tn_http_request_t *r)
+{
+    list_op_t *op = r->data;
+    op->r = NULL;
+}
+
+typedef struct {
+    list_t *l;
+    const list_op_t *op;
+} render_t;
+
+/* A move under way in the state now, with the progress gathered for it
+ * (matched by id: a move may have ended, or begun, meanwhile). */
+static void render_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    render_t *x = arg;
+    if (ps->ntarget == 0)
+        return;
+    const tn_router_moveprog_t *known = NULL;
+    for (uint32_t i = 0; i < x->op->n && known == NULL; i++)
+        if (x->op->items[i].ps.move_id == ps->move_id)
+            known = &x->op->items[i];
+    list_one(x->l, topic, p, ps, known);
+}
+
+static void on_progress(void *arg, tn_router_moveprog_t *items, uint32_t n)
+{
+    (void)items;
+    (void)n;
+    list_op_t *op = arg;
+    tn_http_request_t *r = op->r;
+    if (r != NULL) {
+        r->on_cancel = NULL;
+        const tn_meta_state_t *s = tn_meta_state(op->v->meta);
+        tn_buf_t b;
+        tn_buf_init(&b);
+        APPEND_LIT(&b, "{\"moves\":[");
+        list_t l = {op->v, &b, true};
+        render_t x = {&l, op};
+        tn_meta_state_each_pstate(s, render_one, &x);
+        for (size_t k = 0; tn_meta_state_move_done(s, k) != NULL; k++) {
+            if (!l.first)
+                APPEND_LIT(&b, ",");
+            l.first = false;
+            json_done(&b, tn_meta_state_move_done(s, k));
+        }
+        APPEND_LIT(&b, "]}");
+        tn__v1_respond_buf(r, 200, &b);
+    }
+    tn_free(op->items);
+    tn_free(op);
+}
+
+static void count_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    (void)topic;
+    (void)p;
+    list_op_t *op = arg;
+    op->cap += ps->ntarget > 0;
+}
+
+static void take_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
+{
+    list_op_t *op = arg;
+    if (ps->ntarget == 0 || op->n == op->cap)
+        return;
+    tn_router_moveprog_t *it = &op->items[op->n++];
+    snprintf(it->topic, sizeof(it->topic), "%s", topic);
+    it->partition = p;
+    it->ps = *ps;
+}
+
 static void on_list(tn_http_request_t *r, void *arg)
 {
     tn_v1_t *v = arg;
     if (!tn__v1_admin_only(v, r))
         return;
     const tn_meta_state_t *s = tn_meta_state(v->meta);
-    tn_buf_t b;
-    tn_buf_init(&b);
-    APPEND_LIT(&b, "{\"moves\":[");
-    list_t l = {v, &b, true};
-    tn_meta_state_each_pstate(s, list_one, &l);
-    for (size_t k = 0; tn_meta_state_move_done(s, k) != NULL; k++) {
-        if (!l.first)
-            APPEND_LIT(&b, ",");
-        l.first = false;
-        json_done(&b, tn_meta_state_move_done(s, k));
+    list_op_t *op = tn_calloc(1, sizeof(*op));
+    if (op != NULL) {
+        tn_meta_state_each_pstate(s, count_one, op);
+        op->items = op->cap > 0 ? tn_calloc(op->cap, sizeof(*op->items)) : NULL;
     }
-    APPEND_LIT(&b, "]}");
-    tn__v1_respond_buf(r, 200, &b);
+    if (op == NULL || (op->cap > 0 && op->items == NULL)) {
+        tn_free(op);
+        tn__v1_error(r, 503, "out of memory", "Retry-After: 1\r\n");
+        return;
+    }
+    tn_meta_state_each_pstate(s, take_one, op);
+    op->v = v;
+    op->r = r;
+    r->data = op;
+    r->on_cancel = list_cancel;
+    /* op is the gather's until on_progress, which frees it. */
+    tn_router_move_progress(v->router, op->items, op->n, on_progress, op);
 }
 
 /* --- begin and abort ------------------------------------------------------------------ */
@@ -639,7 +692,7 @@ static void on_abort_current(void *arg, int status)
             return;
         }
         snprintf(err, sizeof(err), "move %016" PRIx64 " has finished (%s)", m->id,
-                 mv->end == TN_MOVE_DONE ? "done" : "aborted");
+                 end_name(mv->end));
         finish(m, 409, err);
         return;
     }

@@ -1,7 +1,7 @@
 /* `ternctl partitions move TOPIC P --replicas 2,4,3 [--wait]`: reassign a
  * replicated partition's replicas online (PATCH /v1/topics/{t}/partitions/{p};
  * docs/cluster.md "Partition moves"); with --wait, follow it (GET
- * /v1/cluster/moves every 500 ms) until it is done (exit 0) or aborted
+ * /v1/cluster/moves every 500 ms) until it is done (exit 0) or aborted or failed
  * (exit 1).
  * `ternctl partitions force-leader TOPIC P NODE [--unclean]`: an admin's
  * one-shot election of a replicated partition's leader (POST
@@ -182,7 +182,7 @@ static int move_look(tn_ctl_t *c, void *arg, bool *more)
         return rc;
     if (strcmp(w->state, "done") == 0)
         return TN_CTL_OK;
-    if (strcmp(w->state, "aborted") == 0)
+    if (strcmp(w->state, "aborted") == 0 || strcmp(w->state, "failed") == 0)
         return TN_CTL_FAIL;
     *more = true;
     return TN_CTL_OK;

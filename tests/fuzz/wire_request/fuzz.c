@@ -320,6 +320,18 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
             abort();
         break;
     }
+    case TN_OP_MOVE_PROGRESS: {
+        /* topic (1..255), partition: the check judges the topic. */
+        char topic[256];
+        uint32_t part;
+        if (tn_wire_get_str(&in, 255, topic) != 0 || tn_wire_get_u32(&in, &part) != 0)
+            break;
+        if (topic[0] == '\0')
+            return TN_EPROTO;
+        if (tn_wire_put_str(out, topic) != 0 || tn_wire_put_u32(out, part) != 0)
+            abort();
+        break;
+    }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:
     case TN_OP__COUNT:

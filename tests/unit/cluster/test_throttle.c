@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include "cluster/throttle.h"
+#include "meta/cmd.h"
 
 #include <string.h>
 
@@ -157,20 +158,22 @@ static void test_tally(void **state)
     (void)state;
     tn_move_tally_t t;
     tn_move_tally_init(&t, 10000);
-    assert_false(tn_move_tally_note(&t, 1, true, 1000, 9999)); /* before the start */
-    assert_true(tn_move_tally_note(&t, 2, true, 10000, 13500));
-    assert_false(tn_move_tally_note(&t, 2, true, 10000, 13500)); /* seen */
-    assert_true(tn_move_tally_note(&t, 3, false, 12000, 12500));
+    assert_false(tn_move_tally_note(&t, 1, TN_MOVE_DONE, 1000, 9999)); /* before the start */
+    assert_true(tn_move_tally_note(&t, 2, TN_MOVE_DONE, 10000, 13500));
+    assert_false(tn_move_tally_note(&t, 2, TN_MOVE_DONE, 10000, 13500)); /* seen */
+    assert_true(tn_move_tally_note(&t, 3, TN_MOVE_ABORTED, 12000, 12500));
+    assert_true(tn_move_tally_note(&t, 4, TN_MOVE_FAILED, 13000, 13500));
     assert_int_equal(t.done, 1);
     assert_int_equal(t.aborted, 1);
-    assert_int_equal(t.seconds_count, 2);
-    assert_true(t.seconds_sum > 3.999 && t.seconds_sum < 4.001);
+    assert_int_equal(t.failed, 1);
+    assert_int_equal(t.seconds_count, 3);
+    assert_true(t.seconds_sum > 4.499 && t.seconds_sum < 4.501);
     /* The ring of ids holds more than the metastore keeps (64): a scan of
      * the whole ring after 100 more moves counts none twice. */
     for (uint64_t id = 100; id < 200; id++)
-        assert_true(tn_move_tally_note(&t, id, true, 20000, 20001));
+        assert_true(tn_move_tally_note(&t, id, TN_MOVE_DONE, 20000, 20001));
     for (uint64_t id = 136; id < 200; id++)
-        assert_false(tn_move_tally_note(&t, id, true, 20000, 20001));
+        assert_false(tn_move_tally_note(&t, id, TN_MOVE_DONE, 20000, 20001));
     assert_int_equal(t.done, 101);
 }
 

@@ -667,6 +667,7 @@ static void test_op_table(void **state)
         {TN_OP_CHAN_SNAP, "chan_snap", TN_LANE_REPLICA},
         {TN_OP_FLUSHED, "flushed", TN_LANE_REPLICA},
         {TN_OP_REMOTE_CHECK, "remote_check", TN_LANE_CONTROL},
+        {TN_OP_MOVE_PROGRESS, "move_progress", TN_LANE_CONTROL},
     };
     /* Every op this build knows is listed (numbers are fixed per wave, so
      * one may be another branch's and unknown here). */
@@ -685,6 +686,7 @@ static void test_op_table(void **state)
     assert_int_equal(TN_OP_REPAIR, 14);
     assert_int_equal(TN_OP_CHAN_SNAP, 15);
     assert_int_equal(TN_OP_FLUSHED, 16);
+    assert_int_equal(TN_OP_MOVE_PROGRESS, 17);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -751,6 +753,7 @@ static void test_request_check(void **state)
                            .partition_epoch = 4};
     assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_FLUSHED], &flp), 0);
     assert_int_equal(tn_wire_rcheck_encode(&good[TN_OP_REMOTE_CHECK], "eu", 7, "orders"), 0);
+    assert_int_equal(tn_wire_moveprog_encode(&good[TN_OP_MOVE_PROGRESS], "t", 3), 0);
     tn_wire_produce_hdr_t ph = {.topic = "t", .partition = 1, .node = 2, .seq = 3};
     assert_int_equal(tn_wire_produce_encode(&good[TN_OP_PRODUCE], &ph, &rec, 1), 0);
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};
@@ -1095,6 +1098,54 @@ static void test_commit_refusals(void **state)
 /* PSTATS: a request round trip, the encoder's and the decoder's refusals
  * (each with its sentence), and the reply codec against the indexes asked
  * for. */
+/* MOVE_PROGRESS: the request round-trips and refuses bad shapes; the
+ * reply round-trips and refuses unknown bits and fields set without
+ * theirs. */
+static void test_moveprog_codec(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_moveprog_encode(&b, "", 0), UV_EINVAL);
+    assert_int_equal(tn_wire_moveprog_encode(&b, "orders", 7), 0);
+    tn_wire_moveprog_t w;
+    char err[128];
+    assert_int_equal(
+        tn_wire_moveprog_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)), 0);
+    assert_string_equal(w.topic, "orders");
+    assert_int_equal(w.partition, 7);
+    assert_int_equal(
+        tn_wire_moveprog_decode(tn_buf_data(&b), tn_buf_size(&b) - 1, &w, err, sizeof(err)),
+        TN_EPROTO);
+    assert_non_null(strstr(err, "the partition"));
+    assert_int_equal(tn_buf_append(&b, "x", 1), 0);
+    assert_int_equal(
+        tn_wire_moveprog_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)), TN_EPROTO);
+    assert_non_null(strstr(err, "1 bytes after the partition"));
+    tn_buf_reset(&b);
+    tn_wire_moveprog_reply_t r = {TN_WIRE_MOVEPROG_BYTES | TN_WIRE_MOVEPROG_LAG, 10, 40, 3}, d;
+    assert_int_equal(tn_wire_moveprog_reply_encode(&b, &r), 0);
+    assert_int_equal(tn_buf_size(&b), TN_WIRE_MOVEPROG_REPLY);
+    assert_int_equal(tn_wire_moveprog_reply_decode(tn_buf_data(&b), tn_buf_size(&b), &d), 0);
+    assert_memory_equal(&d, &r, sizeof(r));
+    uint8_t raw[TN_WIRE_MOVEPROG_REPLY];
+    memcpy(raw, tn_buf_data(&b), sizeof(raw));
+    raw[0] = 4; /* an unknown bit */
+    assert_int_equal(tn_wire_moveprog_reply_decode(raw, sizeof(raw), &d), TN_EPROTO);
+    raw[0] = TN_WIRE_MOVEPROG_LAG; /* bytes set without their bit */
+    assert_int_equal(tn_wire_moveprog_reply_decode(raw, sizeof(raw), &d), TN_EPROTO);
+    assert_int_equal(tn_wire_moveprog_reply_decode(raw, sizeof(raw) - 1, &d), TN_EPROTO);
+    /* Nothing known: every field written 0, whatever r held. */
+    tn_buf_reset(&b);
+    r.known = 0;
+    assert_int_equal(tn_wire_moveprog_reply_encode(&b, &r), 0);
+    assert_int_equal(tn_wire_moveprog_reply_decode(tn_buf_data(&b), tn_buf_size(&b), &d), 0);
+    assert_true(d.known == 0 && d.bytes_copied == 0 && d.bytes_total == 0 && d.lag_records == 0);
+    r.known = 8;
+    assert_int_equal(tn_wire_moveprog_reply_encode(&b, &r), UV_EINVAL);
+    tn_buf_fini(&b);
+}
+
 static void test_pstats_codec(void **state)
 {
     (void)state;
@@ -1538,6 +1589,7 @@ int main(void)
         cmocka_unit_test(test_commit_refusals),
         cmocka_unit_test(test_consume_codec),
         cmocka_unit_test(test_pstats_codec),
+        cmocka_unit_test(test_moveprog_codec),
         cmocka_unit_test(test_commit_encode_out_of_memory),
         cmocka_unit_test(test_hmac_rfc4231),
         cmocka_unit_test(test_proof),

@@ -583,6 +583,32 @@ static void test_move_abort(void **state)
     assert_int_equal(f.ps.leader_epoch, was.leader_epoch);
 }
 
+/* Rule 9: a move blocks on a target member outside the ISR that the
+ * controller gave up on; not on one in the ISR, an old member, or with no
+ * move. */
+static void test_move_blocked(void **state)
+{
+    (void)state;
+    fix_t f;
+    fix_init4(&f);
+    const uint32_t gone4[1] = {4}, gone1[1] = {1}, gone23[2] = {2, 3};
+    assert_int_equal(tn_pstate_move_blocked(&f.ps, gone4, 1), TN_PSTATE_NONE); /* no move */
+    begin_move9(&f); /* 2, 4, 3: 4 joins, 1 leaves */
+    assert_int_equal(tn_pstate_move_blocked(&f.ps, gone4, 1), 4);
+    assert_int_equal(tn_pstate_move_blocked(&f.ps, NULL, 0), TN_PSTATE_NONE);
+    assert_int_equal(tn_pstate_move_blocked(&f.ps, gone1, 1), TN_PSTATE_NONE);  /* old only */
+    assert_int_equal(tn_pstate_move_blocked(&f.ps, gone23, 2), TN_PSTATE_NONE); /* in the ISR */
+    cas_add(&f, 4);
+    assert_int_equal(tn_pstate_move_blocked(&f.ps, gone4, 1), TN_PSTATE_NONE); /* in sync */
+    /* Blocked, it aborts as rule 8 says: the old list back. */
+    fix_moving(&f);
+    char err[160];
+    assert_int_equal(tn_pstate_move_blocked(&f.ps, gone4, 1), 4);
+    assert_int_equal(tn_pstate_move_abort(&f.ps, 9, &f.nodes, err, sizeof(err)), 0);
+    assert_true(list_is(f.ps.replicas, f.ps.nreplicas, (const uint32_t[]){1, 2, 3, 0}));
+    assert_int_equal(tn_pstate_move_blocked(&f.ps, gone4, 1), TN_PSTATE_NONE);
+}
+
 /* Fences, CRC marks and forced elections during a move work over the
  * whole list; a CRC mark follows its member through the list changes. */
 static void test_move_with_fence_and_marks(void **state)
@@ -645,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_move_begin_too_many_together),
         cmocka_unit_test(test_move_complete),
         cmocka_unit_test(test_move_abort),
+        cmocka_unit_test(test_move_blocked),
         cmocka_unit_test(test_move_with_fence_and_marks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

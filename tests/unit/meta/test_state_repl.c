@@ -996,6 +996,12 @@ static void test_codec_part_move(void **state)
     roundtrip(&c, &d);
     assert_string_equal(d.move_reason, "aborted by admin");
     tn_meta_cmd_fini(&d);
+    c = move_cmd("r", 0, TN_MOVE_FAIL, 9, 5, NULL, 0);
+    snprintf(c.move_reason, sizeof(c.move_reason), "target member 4 was dead");
+    roundtrip(&c, &d);
+    assert_int_equal(d.move_kind, TN_MOVE_FAIL);
+    assert_string_equal(d.move_reason, "target member 4 was dead");
+    tn_meta_cmd_fini(&d);
     c = move_cmd("r", 0, TN_MOVE_COMPLETE, 9, 5, NULL, 0);
     roundtrip(&c, &d);
     assert_int_equal(d.move_kind, TN_MOVE_COMPLETE);
@@ -1006,7 +1012,7 @@ static void test_codec_part_move(void **state)
     tn_buf_init(&b);
     c = move_cmd("r", 0, TN_MOVE_BEGIN, 0, 5, target, 3);
     assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
-    c = move_cmd("r", 0, 3, 1, 5, target, 3);
+    c = move_cmd("r", 0, 4, 1, 5, target, 3);
     assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
     c = move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, target, 0);
     assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
@@ -1017,7 +1023,7 @@ static void test_codec_part_move(void **state)
     /* The decoder refuses a bad kind, id 0, a duplicate or NONE target.
      * Payload: [2+1] "r" [4] p [1] kind [8] id [8] ms [1] n [4] nodes. */
     c = move_cmd("r", 0, TN_MOVE_BEGIN, 1, 5, target, 3);
-    assert_int_equal(decode_patched(&c, 7, 3), TN_ECORRUPT);  /* kind */
+    assert_int_equal(decode_patched(&c, 7, 4), TN_ECORRUPT);  /* kind */
     c.move_id = 0x100;                                        /* low byte 0 */
     assert_int_equal(decode_patched(&c, 9, 0), TN_ECORRUPT);  /* id's byte 1: id 0 */
     assert_int_equal(decode_patched(&c, 24, 0), TN_ECORRUPT); /* n 0 */
@@ -1106,6 +1112,17 @@ static void test_moves_through_state(void **state)
     assert_string_equal(tn_meta_state_move_done(&s, 0)->reason, "aborted by root");
     assert_true(tn_meta_state_move_done(&s, 1)->id == 1);
     assert_int_equal(apply(&s, ab), TN_ENOTFOUND); /* finished */
+    /* A failure (the metastore leader's, a target dead too long): the old
+     * replicas back, kept as failed with its reason. */
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 4, 9, back, 3)), 0);
+    tn_meta_cmd_t fl = move_cmd("r", 0, TN_MOVE_FAIL, 4, 10, NULL, 0);
+    snprintf(fl.move_reason, sizeof(fl.move_reason), "target member 1 was dead");
+    assert_int_equal(apply(&s, fl), 0);
+    expect_replicas(ps, 2, 4, 3);
+    assert_int_equal(ps->ntarget, 0);
+    assert_int_equal(tn_meta_state_move_done(&s, 0)->end, TN_MOVE_FAILED);
+    assert_string_equal(tn_meta_state_move_done(&s, 0)->reason, "target member 1 was dead");
+    assert_int_equal(apply(&s, fl), TN_ENOTFOUND); /* finished */
     /* The last TN_META_MOVES_KEPT are kept, newest first. */
     s.pstate_cb = NULL; /* more changes than the listener's table holds */
     for (uint64_t id = 10; id < 10 + TN_META_MOVES_KEPT + 5; id++) {

@@ -568,14 +568,22 @@ static void test_given_away_left_on_disk(void **state)
 
 /* A replicated partition's leader steps down (the place_readopt hook says
  * replicated): its log is set aside, and the consumers of the topic that
- * asked to hear of it (tn_consumer_t.moved: NSQ's) are detached and told,
- * the others stay. */
+ * asked to hear of it (tn_consumer_t.moved: NSQ's) are detached and told;
+ * those with a left callback (a /v1 lane's) are told and stay attached;
+ * the others stay, untold. */
 static int moved_calls;
+static int left_calls;
 
 static void on_moved(tn_consumer_t *c)
 {
     (void)c;
     moved_calls++;
+}
+
+static void on_left(tn_consumer_t *c)
+{
+    assert_non_null(c->ch); /* still attached */
+    left_calls++;
 }
 
 static bool all_replicated(void *arg, const tn_topic_t *t, uint32_t p)
@@ -595,25 +603,85 @@ static void test_moved_consumers_dropped(void **state)
     tn_topic_t *t = topic(q, "t", 2);
     tn_channel_t *ch = channel(q, t, "c");
     sink_t *nsq = calloc(1, sizeof(*nsq)), *other = calloc(1, sizeof(*other));
+    sink_t *lane = calloc(1, sizeof(*lane));
     attach(nsq, ch, 1);
     nsq->c.moved = on_moved;
     attach(other, ch, 1);
+    attach(lane, ch, 1);
+    lane->c.left = on_left;
     moved_calls = 0;
+    left_calls = 0;
     /* Nothing moved: a pass that changes nothing tells no one. */
     follow(q, t);
     assert_int_equal(moved_calls, 0);
-    assert_int_equal(ch->nconsumers, 2);
+    assert_int_equal(left_calls, 0);
+    assert_int_equal(ch->nconsumers, 3);
     owners[1] = 9;
     follow(q, t);
     assert_false(tn_topic_part_local(t, 1));
     assert_non_null(t->parts[1]->plog); /* set aside, not closed */
     assert_int_equal(moved_calls, 1);
+    assert_int_equal(left_calls, 1);
     assert_null(nsq->c.ch);
     assert_ptr_equal(other->c.ch, ch);
-    assert_int_equal(ch->nconsumers, 1);
+    assert_ptr_equal(lane->c.ch, ch);
+    assert_int_equal(ch->nconsumers, 2);
     tn_consumer_detach(&other->c);
+    tn_consumer_detach(&lane->c);
     free(nsq);
     free(other);
+    free(lane);
+    qfx_free(q);
+}
+
+/* tn_topic_part_requeue_leases: every lease out on the partition goes
+ * back as a REQ record keeping its attempts (the next delivery counts
+ * one more), the other partitions' leases stay, and cb runs once the
+ * records are durable. */
+static int requeued_status = -1;
+
+static void on_requeued(void *arg, int status)
+{
+    (void)arg;
+    requeued_status = status;
+}
+
+static bool requeued(void *arg)
+{
+    (void)arg;
+    return requeued_status != -1;
+}
+
+static void test_requeue_leases(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    sink_t *s = calloc(1, sizeof(*s));
+    attach(s, ch, 3);
+    assert_int_equal(publish(q, "t", "a", 0, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "b", 0, NULL, NULL), 0);
+    assert_int_equal(publish(q, "t", "c", 1, NULL, NULL), 0);
+    expect_n(q, s, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(s->d[i].attempts, 1);
+    tn_topic_part_hold(t, 0, true); /* as the replica manager does */
+    requeued_status = -1;
+    assert_int_equal(tn_topic_part_requeue_leases(t, 0, on_requeued, NULL), 0);
+    assert_true(run_until(q, requeued, NULL));
+    assert_int_equal(requeued_status, 0);
+    assert_int_equal(tn_consumer_inflight(&s->c), 1); /* partition 1's stays */
+    tn_topic_part_hold(t, 0, false);
+    tn_consumer_credit(&s->c, 5);
+    expect_n(q, s, 5);
+    for (int i = 3; i < 5; i++) {
+        assert_int_equal(s->d[i].partition, 0);
+        assert_int_equal(s->d[i].attempts, 2);
+    }
+    tn_consumer_detach(&s->c);
+    free(s);
     qfx_free(q);
 }
 
@@ -1124,6 +1192,7 @@ int main(void)
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
         cmocka_unit_test(test_abandoned_log_reopened_from_files),
+        cmocka_unit_test(test_requeue_leases),
         cmocka_unit_test(test_held_partition_delivers_nothing),
         cmocka_unit_test(test_lapsed_lease_delivers_nothing),
         cmocka_unit_test(test_restart_with_holes),
