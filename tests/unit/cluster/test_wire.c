@@ -686,7 +686,8 @@ static void test_op_table(void **state)
     assert_int_equal(TN_OP_REPAIR, 14);
     assert_int_equal(TN_OP_CHAN_SNAP, 15);
     assert_int_equal(TN_OP_FLUSHED, 16);
-    assert_int_equal(TN_OP_MOVE_PROGRESS, 17);
+    assert_int_equal(TN_OP_REMOTE_CHECK, 17);
+    assert_int_equal(TN_OP_MOVE_PROGRESS, 18);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);

@@ -647,6 +647,14 @@ static void test_busy_poll_stops_on_a_stall(void **state)
     assert_int_equal(w.status, 0);
 }
 
+/* The committer records a round's time after the round's completions
+ * went to the loop: wait until the first is recorded. */
+static void wait_round_recorded(fx_t *fx)
+{
+    for (int i = 0; i < 10000 && atomic_load(&fx->store->logc.round_ns) == 0; i++)
+        usleep(1000);
+}
+
 /* Commits slower on average than the budget never start it: polling
  * would burn the budget and sleep anyway. */
 static void test_busy_poll_skips_slow_commits(void **state)
@@ -657,6 +665,7 @@ static void test_busy_poll_skips_slow_commits(void **state)
     tu_fx_reopen(fx);
     tn_plog_t *a = open_log(fx, "a", 0), *b = open_log(fx, "b", 1);
     append_n(fx, a, 0, 1); /* polls (no average yet), then records one */
+    wait_round_recorded(fx);
     assert_true(atomic_load(&fx->store->logc.round_ns) > 1000);
     uint64_t polled = fx->store->poll_ns_total;
     append_concurrently(fx, a, b);
@@ -675,6 +684,7 @@ static void test_busy_poll_skips_costly_commits(void **state)
     tu_fx_reopen(fx);
     tn_plog_t *a = open_log(fx, "a", 0), *b = open_log(fx, "b", 1);
     append_n(fx, a, 0, 1); /* polls (no average yet), then records one */
+    wait_round_recorded(fx);
     assert_true(atomic_load(&fx->store->logc.round_ns) > CONCURRENT);
     uint64_t polled = fx->store->poll_ns_total;
     append_concurrently(fx, a, b);
