@@ -117,15 +117,6 @@ static void unref(tn_control_t *c)
         control_free(c);
 }
 
-/* --- replies -------------------------------------------------------------------- */
-
-static void reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg)
-{
-    char body[256];
-    int n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg);
-    tn_rpc_reply(req, status, JSON, body, (size_t)n);
-}
-
 /* 421 with the leader's API address as the body, or 503 with none known. */
 static void reply_not_leader(tn_control_t *c, tn_rpc_req_t *req)
 {
@@ -135,7 +126,7 @@ static void reply_not_leader(tn_control_t *c, tn_rpc_req_t *req)
         tn_rpc_reply(req, 421, "text/plain", api, strlen(api));
         return;
     }
-    reply_error(req, 503, "no metastore leader is known");
+    tn_rpc_reply_error(req, 503, "no metastore leader is known");
 }
 
 static void reply_int(tn_rpc_req_t *req, int32_t v)
@@ -144,7 +135,7 @@ static void reply_int(tn_rpc_req_t *req, int32_t v)
     tn_buf_init(&b);
     if (tn_wire_put_i32(&b, v) != 0) {
         tn_buf_fini(&b);
-        reply_error(req, 503, "out of memory");
+        tn_rpc_reply_error(req, 503, "out of memory");
         return;
     }
     tn_rpc_reply(req, 200, "application/x-tern-int", tn_buf_data(&b), tn_buf_size(&b));
@@ -158,7 +149,7 @@ static void answer_early(pending_t *p, const char *msg)
 {
     tn_rpc_req_t *req = p->req;
     p->req = NULL;
-    reply_error(req, 503, msg);
+    tn_rpc_reply_error(req, 503, msg);
 }
 
 static void on_req_cancel(void *arg, tn_rpc_req_t *req)
@@ -175,7 +166,7 @@ static pending_t *pending_begin(tn_control_t *c, tn_rpc_req_t *req)
 {
     pending_t *p = tn_calloc(1, sizeof(*p));
     if (p == NULL) {
-        reply_error(req, 503, "out of memory");
+        tn_rpc_reply_error(req, 503, "out of memory");
         return NULL;
     }
     p->c = c;
@@ -220,7 +211,7 @@ static void on_proposed(tn_meta_req_t *mreq, int status)
     if (status == TN_ENOTLEADER)
         reply_not_leader(c, req);
     else if (status == TN_ECLOSED || status == TN_ENOLEADER)
-        reply_error(req, 503, tn_strerror(status));
+        tn_rpc_reply_error(req, 503, tn_strerror(status));
     else
         reply_int(req, status); /* the state machine's answer */
     unref(c);
@@ -235,11 +226,11 @@ static void on_meta_propose(tn_rpc_req_t *req, const uint8_t *payload, size_t le
     tn_wire_in_init(&in, payload, len);
     tn_wire_get_bytes(&in, TN_META_MAX_CMD, &cmd, &clen);
     if (tn_wire_end(&in) != 0) {
-        reply_error(req, 400, "unsupported rpc operation");
+        tn_rpc_reply_error(req, 400, "unsupported rpc operation");
         return;
     }
     if (c->meta == NULL || c->closing) {
-        reply_error(req, 503, "the metastore is not open");
+        tn_rpc_reply_error(req, 503, "the metastore is not open");
         return;
     }
     pending_t *p = pending_begin(c, req);
@@ -253,11 +244,11 @@ static void on_meta_propose(tn_rpc_req_t *req, const uint8_t *payload, size_t le
     if (rc == TN_ENOTLEADER)
         reply_not_leader(c, req);
     else if (rc == TN_ECORRUPT)
-        reply_error(req, 400, "malformed metastore command");
+        tn_rpc_reply_error(req, 400, "malformed metastore command");
     else if (rc == UV_ENOTSUP)
-        reply_error(req, 400, "unsupported metastore command");
+        tn_rpc_reply_error(req, 400, "unsupported metastore command");
     else
-        reply_error(req, 503, tn_strerror(rc));
+        tn_rpc_reply_error(req, 503, tn_strerror(rc));
 }
 
 /* --- JOIN, on the leader ------------------------------------------------------------ */
@@ -283,16 +274,16 @@ static void on_joined(void *arg, int status)
         tn_rpc_reply(req, 200, JSON, "{}", 2);
         break;
     case TN_EIDTAKEN:
-        reply_error(req, 409, "a member with this id is in the cluster at another address");
+        tn_rpc_reply_error(req, 409, "a member with this id is in the cluster at another address");
         break;
     case UV_EADDRINUSE:
-        reply_error(req, 409, "another member has this raft address");
+        tn_rpc_reply_error(req, 409, "another member has this raft address");
         break;
     case TN_ENOTLEADER:
         reply_not_leader(c, req);
         break;
     default:
-        reply_error(req, 503, tn_strerror(status));
+        tn_rpc_reply_error(req, 503, tn_strerror(status));
         break;
     }
     unref(c);
@@ -317,7 +308,7 @@ static void on_relay_reply(void *arg, int status, const tn_wire_reply_t *reply, 
         char msg[200];
         snprintf(msg, sizeof(msg), "the leader did not answer the join: %s",
                  err != NULL ? err : tn_strerror(status));
-        reply_error(req, 503, msg);
+        tn_rpc_reply_error(req, 503, msg);
     }
     unref(c);
 }
@@ -379,11 +370,11 @@ static void on_join(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void 
     tn_wire_get_str(&in, TN_META_ADDR_MAX, raft);
     tn_wire_get_str(&in, TN_META_ADDR_MAX, api);
     if (tn_wire_end(&in) != 0) {
-        reply_error(req, 400, "unsupported rpc operation");
+        tn_rpc_reply_error(req, 400, "unsupported rpc operation");
         return;
     }
     if (c->meta == NULL || c->closing) {
-        reply_error(req, 503, "the metastore is not open");
+        tn_rpc_reply_error(req, 503, "the metastore is not open");
         return;
     }
     pending_t *p = pending_begin(c, req);
@@ -403,9 +394,9 @@ static void on_join(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void 
     if (rc == TN_ENOTLEADER)
         reply_not_leader(c, req);
     else if (rc == UV_EINVAL)
-        reply_error(req, 400, "a join needs a node id >= 1 and a raft address host:port");
+        tn_rpc_reply_error(req, 400, "a join needs a node id >= 1 and a raft address host:port");
     else
-        reply_error(req, 503, tn_strerror(rc));
+        tn_rpc_reply_error(req, 503, tn_strerror(rc));
 }
 
 /* --- LEADER_INDEX and NODE_STATUS ------------------------------------------------- */
@@ -425,7 +416,7 @@ static void on_confirmed(void *arg, int status)
         if (status == TN_ENOTLEADER)
             reply_not_leader(c, req);
         else
-            reply_error(req, 503, tn_strerror(status));
+            tn_rpc_reply_error(req, 503, tn_strerror(status));
         unref(c);
         return;
     }
@@ -433,7 +424,7 @@ static void on_confirmed(void *arg, int status)
     tn_buf_init(&b);
     if (tn_wire_put_u64(&b, tn_meta_applied_index(c->meta)) != 0) {
         tn_buf_fini(&b);
-        reply_error(req, 503, "out of memory");
+        tn_rpc_reply_error(req, 503, "out of memory");
         unref(c);
         return;
     }
@@ -446,7 +437,7 @@ static void on_leader_index(tn_rpc_req_t *req, const uint8_t *payload, size_t le
 {
     tn_control_t *c = arg;
     if (len != 0) {
-        reply_error(req, 400, "unsupported rpc operation");
+        tn_rpc_reply_error(req, 400, "unsupported rpc operation");
         return;
     }
     uint64_t id = 0;
@@ -463,7 +454,7 @@ static void on_leader_index(tn_rpc_req_t *req, const uint8_t *payload, size_t le
     if (rc != 0) {
         pending_end(p);
         c->refs--; /* not closing: c stays */
-        reply_error(req, 503, tn_strerror(rc));
+        tn_rpc_reply_error(req, 503, tn_strerror(rc));
     }
 }
 
@@ -471,7 +462,7 @@ static void on_node_status(tn_rpc_req_t *req, const uint8_t *payload, size_t len
 {
     tn_control_t *c = arg;
     if (len != 0) {
-        reply_error(req, 400, "unsupported rpc operation");
+        tn_rpc_reply_error(req, 400, "unsupported rpc operation");
         return;
     }
     uint64_t leader = 0;

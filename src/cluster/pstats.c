@@ -12,8 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define JSON "application/json"
-
 struct tn_pstats_srv_s {
     tn_broker_t *broker; /* borrowed */
 };
@@ -62,30 +60,22 @@ void tn_pstats_srv_free(tn_pstats_srv_t *s)
     tn_free(s);
 }
 
-/* An {"error":msg} answer (msg holds nothing JSON would escape). */
-static void reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg)
-{
-    char body[400];
-    int n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg);
-    tn_rpc_reply(req, status, JSON, body, (size_t)TN_MIN((size_t)n, sizeof(body) - 1));
-}
-
 static void on_pstats(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
 {
     tn_pstats_srv_t *s = arg;
     tn_wire_pstats_t w;
     char msg[256];
     if (tn_wire_pstats_decode(payload, len, &w, msg, sizeof(msg)) != 0) {
-        reply_error(req, 400, msg);
+        tn_rpc_reply_error(req, 400, msg);
         return;
     }
     if (!tn_name_valid_any(w.topic, strlen(w.topic))) {
-        reply_error(req, 400, "invalid topic name");
+        tn_rpc_reply_error(req, 400, "invalid topic name");
         return;
     }
     tn_wire_pstat_t *st = tn_malloc((size_t)w.count * sizeof(*st));
     if (st == NULL) {
-        reply_error(req, 503, "out of memory");
+        tn_rpc_reply_error(req, 503, "out of memory");
         return;
     }
     for (uint32_t i = 0; i < w.count; i++)
@@ -93,7 +83,7 @@ static void on_pstats(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
     tn_buf_t b;
     tn_buf_init(&b);
     if (tn_wire_pstats_reply_encode(&b, st, w.count) != 0)
-        reply_error(req, 503, "out of memory");
+        tn_rpc_reply_error(req, 503, "out of memory");
     else
         tn_rpc_reply(req, 200, "application/octet-stream", tn_buf_data(&b), tn_buf_size(&b));
     tn_buf_fini(&b);

@@ -43,21 +43,6 @@ void tn_purge_srv_free(tn_purge_srv_t *s)
     tn_free(s);
 }
 
-/* An {"error":msg} answer, msg escaped. */
-static void reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg)
-{
-    tn_buf_t b;
-    tn_buf_init(&b);
-    if (tn_buf_append(&b, "{\"error\":\"", 10) != 0 || tn_buf_json_escape(&b, msg) != 0 ||
-        tn_buf_append(&b, "\"}", 2) != 0) {
-        static const char oom[] = "{\"error\":\"out of memory\"}";
-        tn_rpc_reply(req, status, JSON, oom, sizeof(oom) - 1);
-    } else {
-        tn_rpc_reply(req, status, JSON, tn_buf_data(&b), tn_buf_size(&b));
-    }
-    tn_buf_fini(&b);
-}
-
 /* A request whose local purge is under way. */
 typedef struct {
     tn_rpc_req_t *req;
@@ -74,13 +59,13 @@ static void on_purged(void *arg, int status, const char *why)
         snprintf(msg, sizeof(msg),
                  "the metastore replica here still recorded topic %s after %d ms; retry later",
                  j->topic, TN_PURGE_WAIT_MS);
-        reply_error(j->req, 503, msg);
+        tn_rpc_reply_error(j->req, 503, msg);
     } else if (status == TN_ECLOSED) {
-        reply_error(j->req, 503, "this node is shutting down");
+        tn_rpc_reply_error(j->req, 503, "this node is shutting down");
     } else {
         snprintf(msg, sizeof(msg), "deleting topic %s here failed: %s", j->topic,
                  why != NULL ? why : tn_strerror(status));
-        reply_error(j->req, 500, msg);
+        tn_rpc_reply_error(j->req, 500, msg);
     }
     tn_free(j);
 }
@@ -89,29 +74,30 @@ static void on_purge(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void
 {
     tn_purge_srv_t *s = arg;
     if (s->local == NULL) {
-        reply_error(req, 503, "this node is not ready to purge topics");
+        tn_rpc_reply_error(req, 503, "this node is not ready to purge topics");
         return;
     }
     tn_wire_purge_t w;
     char msg[256];
     if (tn_wire_purge_decode(payload, len, &w, msg, sizeof(msg)) != 0) {
-        reply_error(req, 400, msg);
+        tn_rpc_reply_error(req, 400, msg);
         return;
     }
     if (!tn_name_valid_any(w.topic, strlen(w.topic))) {
-        reply_error(req, 400, "invalid topic name");
+        tn_rpc_reply_error(req, 400, "invalid topic name");
         return;
     }
     job_t *j = tn_malloc(sizeof(*j));
     if (j == NULL) {
-        reply_error(req, 503, "out of memory");
+        tn_rpc_reply_error(req, 503, "out of memory");
         return;
     }
     j->req = req;
     snprintf(j->topic, sizeof(j->topic), "%s", w.topic);
     int rc = s->local(s->local_arg, w.topic, w.created_at_ms, TN_PURGE_WAIT_MS, on_purged, j);
     if (rc != 0) {
-        reply_error(req, 503, rc == TN_ECLOSED ? "this node is shutting down" : "out of memory");
+        tn_rpc_reply_error(req, 503,
+                           rc == TN_ECLOSED ? "this node is shutting down" : "out of memory");
         tn_free(j);
     }
 }

@@ -118,21 +118,6 @@ void tn_rcheck_srv_free(tn_rcheck_srv_t *s)
     tn_free(s);
 }
 
-/* An {"error":msg} answer, msg escaped. */
-static void reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg)
-{
-    tn_buf_t b;
-    tn_buf_init(&b);
-    if (tn_buf_append(&b, "{\"error\":\"", 10) != 0 || tn_buf_json_escape(&b, msg) != 0 ||
-        tn_buf_append(&b, "\"}", 2) != 0) {
-        static const char oom[] = "{\"error\":\"out of memory\"}";
-        tn_rpc_reply(req, status, JSON, oom, sizeof(oom) - 1);
-    } else {
-        tn_rpc_reply(req, status, JSON, tn_buf_data(&b), tn_buf_size(&b));
-    }
-    tn_buf_fini(&b);
-}
-
 static void on_checked(void *arg, const tn_rcheck_result_t *res)
 {
     tn_rpc_req_t *req = arg;
@@ -141,7 +126,7 @@ static void on_checked(void *arg, const tn_rcheck_result_t *res)
     if (tn_rcheck_result_encode(&b, res) == 0)
         tn_rpc_reply(req, 200, OCTETS, tn_buf_data(&b), tn_buf_size(&b));
     else
-        reply_error(req, 503, "out of memory");
+        tn_rpc_reply_error(req, 503, "out of memory");
     tn_buf_fini(&b);
 }
 
@@ -149,13 +134,13 @@ static void on_rcheck(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
 {
     tn_rcheck_srv_t *s = arg;
     if (s->local == NULL) {
-        reply_error(req, 503, "this node is not ready to check remotes");
+        tn_rpc_reply_error(req, 503, "this node is not ready to check remotes");
         return;
     }
     tn_wire_rcheck_t w;
     char msg[320];
     if (tn_wire_rcheck_decode(payload, len, &w, msg, sizeof(msg)) != 0) {
-        reply_error(req, 400, msg);
+        tn_rpc_reply_error(req, 400, msg);
         return;
     }
     int rc = s->local(s->local_arg, w.remote, w.remote_id, w.topic, on_checked, req);
@@ -164,9 +149,10 @@ static void on_rcheck(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
                  "remote %s is not in this node's metastore replica (not yet, or made again "
                  "meanwhile)",
                  w.remote);
-        reply_error(req, 404, msg);
+        tn_rpc_reply_error(req, 404, msg);
     } else if (rc != 0) {
-        reply_error(req, 503, rc == TN_ECLOSED ? "this node is shutting down" : "out of memory");
+        tn_rpc_reply_error(req, 503,
+                           rc == TN_ECLOSED ? "this node is shutting down" : "out of memory");
     }
 }
 

@@ -42,6 +42,7 @@
 
 #include "cluster/quic.h"
 #include "core/alloc.h"
+#include "core/buf.h"
 #include "core/err.h"
 #include "core/hist.h"
 #include "core/log.h"
@@ -1037,6 +1038,21 @@ void tn_rpc_reply(tn_rpc_req_t *req, uint16_t status, const char *ctype, const v
         gate_drain(g);
     }
     req_free(req);
+}
+
+void tn_rpc_reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg)
+{
+    static const char json[] = "application/json";
+    tn_buf_t b;
+    tn_buf_init(&b);
+    if (tn_buf_append(&b, "{\"error\":\"", 10) != 0 || tn_buf_json_escape(&b, msg) != 0 ||
+        tn_buf_append(&b, "\"}", 2) != 0) {
+        static const char oom[] = "{\"error\":\"out of memory\"}";
+        tn_rpc_reply(req, status, json, oom, sizeof(oom) - 1);
+    } else {
+        tn_rpc_reply(req, status, json, tn_buf_data(&b), tn_buf_size(&b));
+    }
+    tn_buf_fini(&b);
 }
 
 bool tn_rpc_req_cancelled(const tn_rpc_req_t *req)

@@ -146,6 +146,10 @@ void tn_rpc_call_cancel(tn_rpc_call_t *c);
  * ended the answer is dropped, but the call is still required. */
 void tn_rpc_reply(tn_rpc_req_t *req, uint16_t status, const char *ctype, const void *body,
                   size_t len);
+/* Answer req with status and the JSON body {"error":msg} (msg escaped;
+ * {"error":"out of memory"} when the body cannot be made), as
+ * tn_rpc_reply. */
+void tn_rpc_reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg);
 /* Whether the caller cancelled req or its stream ended. */
 bool tn_rpc_req_cancelled(const tn_rpc_req_t *req);
 /* cb(arg, req) once when the caller cancels req or its stream ends (now,

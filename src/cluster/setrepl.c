@@ -131,7 +131,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define JSON         "application/json"
 #define TICK_MS      250
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 1000
@@ -920,15 +919,6 @@ static void on_tick(uv_timer_t *t)
     }
 }
 
-/* --- the follower ------------------------------------------------------------------------ */
-
-static void reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg)
-{
-    char body[400];
-    int n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg);
-    tn_rpc_reply(req, status, JSON, body, (size_t)TN_MIN((size_t)n, sizeof(body) - 1));
-}
-
 static void freq_free(freq_t *q)
 {
     tn_free(q->rec_bytes);
@@ -943,11 +933,11 @@ static void freq_answer(freq_t *q, int status)
     if (status == 0)
         tn_rpc_reply(q->req, 204, NULL, NULL, 0);
     else if (status == 421)
-        reply_error(q->req, 421, "this node does not follow the partition");
+        tn_rpc_reply_error(q->req, 421, "this node does not follow the partition");
     else if (status == UV_ENOMEM)
-        reply_error(q->req, 503, "out of memory");
+        tn_rpc_reply_error(q->req, 503, "out of memory");
     else
-        reply_error(q->req, 500, "the channel log failed");
+        tn_rpc_reply_error(q->req, 500, "the channel log failed");
     freq_free(q);
 }
 
@@ -1268,7 +1258,7 @@ static void freq_submit(tn_setrepl_t *s, tn_rpc_req_t *req, freq_t *q, bool held
          * leader tries again once this one is gone. */
         if (!fl->closing && !fl->opening && fl->inflight == 0 && fl->waiting == NULL)
             flog_close(fl);
-        reply_error(req, 503, "channel log changing hands; retry");
+        tn_rpc_reply_error(req, 503, "channel log changing hands; retry");
         freq_free(q);
         return;
     }
@@ -1283,24 +1273,24 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
 {
     tn_setrepl_t *s = arg;
     if (s->closing) {
-        reply_error(req, 503, "shutting down");
+        tn_rpc_reply_error(req, 503, "shutting down");
         return;
     }
     freq_t *q = tn_calloc(1, sizeof(*q));
     if (q == NULL) {
-        reply_error(req, 503, "out of memory");
+        tn_rpc_reply_error(req, 503, "out of memory");
         return;
     }
     q->req = req;
     char msg[256];
     if (tn_wire_setrepl_decode(payload, len, &q->w, msg, sizeof(msg)) != 0) {
-        reply_error(req, 400, msg);
+        tn_rpc_reply_error(req, 400, msg);
         freq_free(q);
         return;
     }
     if (!tn_name_valid_any(q->w.topic, strlen(q->w.topic)) ||
         !tn_name_valid(q->w.channel, strlen(q->w.channel))) {
-        reply_error(req, 400, "invalid topic or channel name");
+        tn_rpc_reply_error(req, 400, "invalid topic or channel name");
         freq_free(q);
         return;
     }
@@ -1312,12 +1302,12 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     }
     if (q->w.leader_epoch < ps.leader_epoch) {
         s->st.fenced++;
-        reply_error(req, 409, "stale leader epoch (fenced)");
+        tn_rpc_reply_error(req, 409, "stale leader epoch (fenced)");
         freq_free(q);
         return;
     }
     if (q->w.leader_epoch > ps.leader_epoch) {
-        reply_error(req, 503, "leader epoch newer than this node knows; retry");
+        tn_rpc_reply_error(req, 503, "leader epoch newer than this node knows; retry");
         freq_free(q);
         return;
     }
@@ -1387,7 +1377,7 @@ static void on_chan_snap(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
 {
     tn_setrepl_t *s = arg;
     if (s->closing) {
-        reply_error(req, 503, "shutting down");
+        tn_rpc_reply_error(req, 503, "shutting down");
         return;
     }
     tn_wire_chansnap_t w;
@@ -1395,36 +1385,36 @@ static void on_chan_snap(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
     int rc = tn_wire_chansnap_decode(payload, len, &w, msg, sizeof(msg));
     if (rc != 0) {
         tn_cursor_fini(&w.state);
-        reply_error(req, rc == UV_ENOMEM ? 503 : 400, msg);
+        tn_rpc_reply_error(req, rc == UV_ENOMEM ? 503 : 400, msg);
         return;
     }
     if (!tn_name_valid_any(w.topic, strlen(w.topic)) ||
         !tn_name_valid(w.channel, strlen(w.channel))) {
         tn_cursor_fini(&w.state);
-        reply_error(req, 400, "invalid topic or channel name");
+        tn_rpc_reply_error(req, 400, "invalid topic or channel name");
         return;
     }
     tn_pstate_t ps;
     if (s->o.pstate(s->o.pstate_arg, w.topic, w.partition, &ps) != 0 || !follows_here(s, &ps) ||
         is_released(s, w.topic, w.partition)) {
         tn_cursor_fini(&w.state);
-        reply_error(req, 421, "this node does not follow the partition");
+        tn_rpc_reply_error(req, 421, "this node does not follow the partition");
         return;
     }
     if (w.leader_epoch < ps.leader_epoch) {
         tn_cursor_fini(&w.state);
         s->st.fenced++;
-        reply_error(req, 409, "stale leader epoch (fenced)");
+        tn_rpc_reply_error(req, 409, "stale leader epoch (fenced)");
         return;
     }
     if (w.leader_epoch > ps.leader_epoch) {
         tn_cursor_fini(&w.state);
-        reply_error(req, 503, "leader epoch newer than this node knows; retry");
+        tn_rpc_reply_error(req, 503, "leader epoch newer than this node knows; retry");
         return;
     }
     if (w.incarnation != 0 && s->o.incarnation != 0 && w.incarnation != s->o.incarnation) {
         tn_cursor_fini(&w.state);
-        reply_error(req, 409, "the state is meant for another data directory (incarnation)");
+        tn_rpc_reply_error(req, 409, "the state is meant for another data directory (incarnation)");
         return;
     }
     freq_t *q = tn_calloc(1, sizeof(*q));
@@ -1433,7 +1423,7 @@ static void on_chan_snap(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
     if (q == NULL || state_records(&w.state, &bytes, &n) != 0) {
         tn_free(q);
         tn_cursor_fini(&w.state);
-        reply_error(req, 503, "out of memory");
+        tn_rpc_reply_error(req, 503, "out of memory");
         return;
     }
     q->req = req;

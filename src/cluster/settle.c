@@ -12,8 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define JSON "application/json"
-
 struct tn_settle_srv_s {
     tn_settle_owns_fn owns;
     void *owns_arg;
@@ -44,14 +42,6 @@ void tn_settle_srv_free(tn_settle_srv_t *s)
     tn_free(s);
 }
 
-/* An {"error":msg} answer (msg holds nothing JSON would escape). */
-static void reply_error(tn_rpc_req_t *req, uint16_t status, const char *msg)
-{
-    char body[400];
-    int n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", msg);
-    tn_rpc_reply(req, status, JSON, body, (size_t)TN_MIN((size_t)n, sizeof(body) - 1));
-}
-
 /* One SETTLE request on the owner: from its decoding to its reply, which
  * waits for every handle's channel log record (settle.h step 3). */
 typedef struct {
@@ -69,7 +59,7 @@ static void settling_release(settling_t *g)
     tn_buf_t b;
     tn_buf_init(&b);
     if (tn_wire_settle_reply_encode(&b, g->st, g->count) != 0)
-        reply_error(g->req, 503, "out of memory");
+        tn_rpc_reply_error(g->req, 503, "out of memory");
     else
         tn_rpc_reply(g->req, 200, "application/octet-stream", tn_buf_data(&b), tn_buf_size(&b));
     tn_buf_fini(&b);
@@ -95,7 +85,7 @@ static void on_settle(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
 {
     tn_settle_srv_t *s = arg;
     if (s->owns == NULL || s->local == NULL) {
-        reply_error(req, 503, "this node is not ready to settle receipt handles");
+        tn_rpc_reply_error(req, 503, "this node is not ready to settle receipt handles");
         return;
     }
     tn_wire_settle_t *w = tn_malloc(sizeof(*w));
@@ -103,19 +93,19 @@ static void on_settle(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
     if (w == NULL || g == NULL) {
         tn_free(w);
         tn_free(g);
-        reply_error(req, 503, "out of memory");
+        tn_rpc_reply_error(req, 503, "out of memory");
         return;
     }
     char msg[256];
     if (tn_wire_settle_decode(payload, len, w, msg, sizeof(msg)) != 0) {
-        reply_error(req, 400, msg);
+        tn_rpc_reply_error(req, 400, msg);
         tn_free(w);
         tn_free(g);
         return;
     }
     if (!tn_name_valid_any(w->topic, strlen(w->topic)) ||
         !tn_name_valid(w->channel, strlen(w->channel))) {
-        reply_error(req, 400, "invalid topic or channel name");
+        tn_rpc_reply_error(req, 400, "invalid topic or channel name");
         tn_free(w);
         tn_free(g);
         return;
