@@ -19,7 +19,8 @@ Every message produced on the source reaches the remote child, none lost,
 in order per key (each key lands on one partition of the remote), through:
 a restart of the remote (state `retrying` with class `unreachable` meanwhile,
 lag shown), a password rotation on both sides (the remote answers 401 for a
-while: state `retrying`, class `auth`), the NSQ doors (PUB, MPUB, nsqd's
+while, 429 once its throttle of failed logins is spent: state `retrying`,
+class `auth` or `refused`, with sends counted under `auth`), the NSQ doors (PUB, MPUB, nsqd's
 /pub and /mpub, on a parent of one partition the NSQ doors made: in order,
 none lost), and, on a three-node source
 (replication factor 3, the child attached through another node than the
@@ -390,11 +391,19 @@ class RemoteChildren(harness.ClusterTest):
         self.assertEqual(st, 502, body)
         self.assertIn("node 1: auth (HTTP 401)", body["error"])
         self.produce(s, 400, 100)
-        ch = wait_until("retrying auth", lambda: (lambda c: c if c and
-                                                  c.get("class") == "auth" else None)(
+        # The cursors of the four parent partitions get 401 (auth), and once
+        # the remote's throttle of failed logins (a bucket of 5 per user)
+        # is spent, 429 (refused) until a token comes back: the child shows
+        # whichever its last failure was. Each class with its own status.
+        wait_until("a send refused for its credential",
+                   lambda: (s.metric('tern_remote_child_failures_total{class="auth"}') or 0) > 0,
+                   60)
+        ch = wait_until("retrying auth or refused", lambda: (lambda c: c if c and
+                                                             c.get("state") == "retrying" and
+                                                             c.get("class") in ("auth", "refused")
+                                                             else None)(
             self.remote_child(s)), 60)
-        self.assertEqual(ch["state"], "retrying")
-        self.assertEqual(ch["status"], 401)
+        self.assertEqual(ch["status"], 401 if ch["class"] == "auth" else 429, ch)
         self.assertGreater(ch["lag_messages"], 0)
         st, body = s.request("PATCH", "/v1/remotes/eu", {"password": PW2}, headers=HDR)
         self.assertEqual(st, 200, body)
