@@ -177,6 +177,7 @@ class Traffic:
         self.producing = threading.Event()
         self.consuming = threading.Event()
         self.threads = []
+        self.producers = []  # joined by stop_producing
         self.readers = {}  # (host, tcp port) -> reader thread
         self.readers_lock = threading.Lock()
         self.counts = {"consume_errors": 0, "ack_failures": 0, "nsq_reconnects": 0}
@@ -217,13 +218,19 @@ class Traffic:
         for node in self.c.nodes:
             for fn in (self.nsq_tcp_producer, self.nsq_http_producer, self.v1_producer,
                        self.v1_batch_producer):
-                self.threads.append(self.spawn(fn, node))
+                self.producers.append(self.spawn(fn, node))
+                self.threads.append(self.producers[-1])
             self.threads += [self.spawn(self.v1_consumer, node, batch)
                              for batch in (False, True)]
         self.threads.append(self.spawn(self.nsq_lookup))
 
     def stop_producing(self):
+        """Stops the producers and waits for each one's last write to be
+        answered or to time out: one acknowledged after the drain judged
+        nothing missing would be reported lost."""
         self.producing.clear()
+        for t in self.producers:
+            t.join(30)
 
     def stop(self):
         self.producing.clear()
