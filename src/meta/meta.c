@@ -1904,7 +1904,7 @@ static void check_decommission(tn_meta_t *m)
         return;
     }
     tn_meta_rebal_in_t din;
-    if (tn_meta_rebal_in_init_all(&din, s) != 0)
+    if (tn_meta_rebal_in_init(&din, s) != 0)
         return; /* again at the next scan */
     tn_place_in_t in = tn_meta_rebal_place_in(&din);
     tn_place_plan_t plan;

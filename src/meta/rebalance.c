@@ -69,7 +69,7 @@ static int grow(tn_meta_rebal_in_t *in)
     return 0;
 }
 
-static int collect(tn_meta_rebal_in_t *in, const tn_meta_state_t *s, bool singles)
+static int collect(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
 {
     for (size_t i = 0; i < s->ntopics; i++) {
         const tn_meta_topic_entry_t *t = s->topics[i];
@@ -82,7 +82,7 @@ static int collect(tn_meta_rebal_in_t *in, const tn_meta_state_t *s, bool single
             single.replicas[0] = (uint32_t)owner;
             const tn_pstate_t *ps =
                 t->pstates != NULL && t->pstates[k].nreplicas > 0 ? &t->pstates[k] : &single;
-            if (ps == &single && (!singles || tn_meta_topic_factor(&t->rec) > 1))
+            if (ps == &single && tn_meta_topic_factor(&t->rec) > 1)
                 continue;
             if (ps->nreplicas == 0)
                 continue; /* not placed */
@@ -113,7 +113,7 @@ static int collect(tn_meta_rebal_in_t *in, const tn_meta_state_t *s, bool single
     return 0;
 }
 
-static int in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s, bool singles)
+int tn_meta_rebal_in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
 {
     memset(in, 0, sizeof(*in));
     if (s->nmembers > 0) {
@@ -131,22 +131,13 @@ static int in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s, bool single
         in->members[i].alive = mb->status == TN_MEMBER_ALIVE && !mb->fenced;
         in->members[i].draining = mb->draining;
     }
-    if (collect(in, s, singles) != 0) {
+    if (collect(in, s) != 0) {
         tn_meta_rebal_in_fini(in);
         return UV_ENOMEM;
     }
     return 0;
 }
 
-int tn_meta_rebal_in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
-{
-    return in_init(in, s, false);
-}
-
-int tn_meta_rebal_in_init_all(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
-{
-    return in_init(in, s, true);
-}
 
 void tn_meta_rebal_in_fini(tn_meta_rebal_in_t *in)
 {

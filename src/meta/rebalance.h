@@ -61,7 +61,7 @@ typedef struct {
     uint32_t *busy;             /* owned; per members[i]: replica-copying moves under way
                                    that take a replica off it or put one on it */
     size_t nmembers;
-    tn_place_part_t *parts; /* owned; every placed replicated partition, its list as it
+    tn_place_part_t *parts; /* owned; every placed partition (factor 1 too), its list as it
                                will be (a move's target while one runs) */
     const tn_meta_topic_entry_t **topics; /* owned array; the entries borrowed from the state
                                              (valid until its next apply): parts[i]'s topic */
@@ -70,14 +70,14 @@ typedef struct {
     size_t nmoving; /* moves under way, reorders included */
 } tn_meta_rebal_in_t;
 
-/* Read state s (borrowed for the call; in->topics points into it) into in.
- * Partitions whose list names a member s does not know are left out.
- * 0 or UV_ENOMEM (in is then empty). Any thread that owns s. */
+/* Read state s (borrowed for the call; in->topics points into it) into in:
+ * every placed partition, factor-1 ones that never moved included (no
+ * partition state: their owner is their list; a move makes them a
+ * one-replica replicated partition, state.h tn_meta_state_move_from), so a
+ * decommission moves them off its member and a rebalance spreads them like
+ * any replica. Partitions whose list names a member s does not know are
+ * left out. 0 or UV_ENOMEM (in is then empty). Any thread that owns s. */
 int tn_meta_rebal_in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s);
-/* The same, with the factor-1 partitions that never moved too (no
- * partition state: their owner is their list), which a decommission moves
- * off its member; a rebalance leaves them where they are. */
-int tn_meta_rebal_in_init_all(tn_meta_rebal_in_t *in, const tn_meta_state_t *s);
 void tn_meta_rebal_in_fini(tn_meta_rebal_in_t *in);
 
 /* in as the planner's input (borrowing in's arrays). */

@@ -27,6 +27,11 @@ every one consumed at the end).
   test_leader_killed_mid_rebalance  (auto-rebalance off) the metastore leader
                          is SIGKILLed right after a POST: the next one
                          carries the rebalance on and ends it.
+  Singles.test_singles_spread_on_join  three members holding only a factor-1
+                         topic's partitions (3 each, never moved); a fourth
+                         joins: auto-rebalance moves two onto it (factor-1
+                         moves, listed done) and every message produced
+                         before is consumed through it.
 
 Run: python3 tests/cluster/test_rebalance.py --ternd build/ternd-test --ternctl build/ternctl
 """
@@ -46,6 +51,7 @@ from harness import wait_until  # noqa: E402
 V1, NSQ = tr.V1, tr.NSQ
 F2 = "rb2"  # the factor-2 topic
 F2_PARTS = 6
+F1 = "rb1"  # the factor-1 topic of Singles
 CAP = 2  # max-moves-per-node's default
 CLIENT = tr.CLIENT
 
@@ -295,6 +301,86 @@ class RebalanceOff(Rebalance):
         self.assertIn("rebalance over", new_meta.log())
         self.check_balanced(s, before, jid)
         self.end()
+
+
+class Singles(harness.ClusterTest):
+    """Factor-1 partitions that never moved are spread like any replica:
+    three members hold 3 partitions each of a factor-1 topic (and nothing
+    else); a fourth joins, and auto-rebalance (on) moves two of them onto
+    it (9 over 4: 3, 2, 2, 2), each a factor-1 move; every message produced
+    before is consumed afterwards."""
+
+    def test_singles_spread_on_join(self):
+        c = self.make(3, args=tr.cluster_args()).start()
+        c.wait_alive(3, 90)
+        node = c.nodes[0]
+        status, body = node.request("POST", "/v1/topics", {
+            "name": F1, "partitions": 9, "replication_factor": 1, "durability": "durable"})
+        self.assertEqual(status, 201, body)
+        status, answer = node.request("POST", f"/channel/create?topic={F1}&channel=default")
+        self.assertEqual(status, 200, answer)
+        sent = set()
+        for p in range(9):
+            for i in range(4):
+                payload = f"f1-{p}-{i}"
+                status, body = node.request("POST", f"/v1/topics/{F1}/produce?partition={p}",
+                                            payload, headers=tr.OCTET, timeout=15)
+                self.assertEqual(status, 202, body)
+                sent.add(payload)
+        joiner = c.add_joiner()
+        joiner.start()
+        joiner.wait_ready(120)
+        c.wait_alive(4, 90)
+        jid = str(joiner.id)
+
+        def owners():
+            status, body = node.request("GET", f"/v1/topics/{F1}")
+            if status != 200:
+                return None
+            return [tr.PInfo(p) for p in body.get("partition_stats", [])]
+
+        last = {}
+
+        def spread():
+            # A factor-1 partition shows its owner (owner_node); a moved one
+            # its one replica, which leads it.
+            ps = owners()
+            if not ps:
+                return None
+            held = {m: sum(p.leader == m for p in ps) for m in ("1", "2", "3", jid)}
+            last["held"], last["ps"] = held, ps
+            done = held[jid] == 2 and max(held.values()) == 3 and \
+                all(p.replicas in ([], [p.leader]) for p in ps)
+            return held if done else None
+        try:
+            held = wait_until(f"member {jid} holding two of {F1}'s partitions", spread, 120, 0.3)
+        except AssertionError:
+            tr.log(f"{F1} at the end: {last}")
+            raise
+        tr.log(f"{F1} after the join: {held}")
+        self.assertIn(f"member {jid} joined holding", "".join(n.log() for n in c.nodes[:3]))
+        status, body = node.request("GET", "/v1/cluster/moves")
+        self.assertEqual(status, 200, body)
+        mine = [m for m in body["moves"] if m["topic"] == F1]
+        self.assertEqual(len(mine), 2, mine)
+        for m in mine:
+            self.assertEqual((m["to"], m["state"], len(m["from"])), ([jid], "done", 1), m)
+        # Every message, through the new member.
+        seen = set()
+
+        def more():
+            status, answer = joiner.request("GET", f"/v1/topics/{F1}/consume?wait=1s&max=50",
+                                            headers=CLIENT, timeout=10)
+            if status == 200 and isinstance(answer, dict):
+                msgs = answer.get("messages", [])
+                seen.update(m["payload"] for m in msgs)
+                if msgs:
+                    joiner.request("POST", f"/v1/topics/{F1}/ack/batch",
+                                   [m["receipt_handle"] for m in msgs], headers=CLIENT,
+                                   timeout=10)
+            return sent <= seen
+        wait_until(f"every message of {F1} delivered", more, 120, 0.1)
+        self.assertEqual(seen, sent)
 
 
 # Only this file's cases.

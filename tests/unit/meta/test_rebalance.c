@@ -344,6 +344,53 @@ static void test_capped_steps_converge(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* Factor-1 partitions that never moved (no partition state, their owner
+ * their list) are counted and spread like any replica: a cluster grown from
+ * one node has only such partitions, and a member that joins gets its
+ * share. A change of one names exactly one member, so it is a factor-1
+ * move (state.h tn_meta_state_move_from). */
+static void test_singles_spread(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    for (uint64_t id = 1; id <= 3; id++)
+        assert_int_equal(apply(&s, tu_meta_rec_cmd(id, 100 + id, 0)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 9, 1, 1)), 0);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(4, 104, 0)), 0);
+    for (uint32_t p = 0; p < 9; p++)
+        assert_null(tn_meta_state_pstate(&s, "one", p));
+    tn_meta_rebal_in_t in;
+    assert_int_equal(tn_meta_rebal_in_init(&in, &s), 0);
+    assert_int_equal(in.nparts, 9);
+    tn_place_load_t loads[4];
+    tn_place_in_t pin = tn_meta_rebal_place_in(&in);
+    tn_place_loads(&pin, loads);
+    assert_int_equal(loads[0].replicas + loads[1].replicas + loads[2].replicas, 9);
+    assert_int_equal(loads[3].replicas, 0);
+    tn_place_plan_t plan;
+    tn_place_plan_init(&plan);
+    char err[160];
+    assert_int_equal(tn_meta_rebal_plan(&in, &plan, err, sizeof(err)), 0);
+    /* 9 over 4: 2 or 3 each, so two come onto member 4 (3,3,3,0 -> 3,2,2,2
+     * or the like), each a one-member list. */
+    assert_int_equal(plan.moves, 2);
+    uint32_t onto4 = 0;
+    for (size_t k = 0; k < plan.nchanges; k++) {
+        const tn_place_change_t *ch = &plan.changes[k];
+        if (ch->moved == 0)
+            continue;
+        assert_int_equal(ch->to.factor, 1);
+        assert_int_equal(ch->to.replicas[0], 4);
+        onto4++;
+    }
+    assert_int_equal(onto4, 2);
+    assert_true(plan.replica_spread <= 1);
+    tn_place_plan_fini(&plan);
+    tn_meta_rebal_in_fini(&in);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -352,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_input_from_state),
         cmocka_unit_test(test_take_caps),
         cmocka_unit_test(test_capped_steps_converge),
+        cmocka_unit_test(test_singles_spread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
