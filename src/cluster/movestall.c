@@ -25,8 +25,8 @@ static uint32_t clock_of(tn_movestall_t *st, const tn_movestall_target_t *t, uin
 }
 
 bool tn_movestall_check(tn_movestall_t *st, uint64_t move_id, bool ready,
-                        const tn_movestall_target_t *t, uint32_t n, uint64_t log_end,
-                        uint64_t now, uint64_t timeout_ms, tn_movestall_verdict_t *out)
+                        const tn_movestall_target_t *t, uint32_t n, uint64_t log_end, uint64_t now,
+                        uint64_t timeout_ms, tn_movestall_verdict_t *out)
 {
     if (move_id == 0 || ready || timeout_ms == 0 || n > TN_PSTATE_MAX_REPLICAS) {
         tn_movestall_reset(st);

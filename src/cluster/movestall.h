@@ -51,9 +51,9 @@
 /* What the leader sees of one target member of the move under way. */
 typedef struct tn_movestall_target_s {
     uint32_t node;
-    bool in_isr; /* in the committed ISR */
-    bool alive;  /* its metastore session is not dead */
-    bool seen;   /* it fetched from this leader in its epoch */
+    bool in_isr;  /* in the committed ISR */
+    bool alive;   /* its metastore session is not dead */
+    bool seen;    /* it fetched from this leader in its epoch */
     uint64_t end; /* seen: the log end its last fetch showed */
 } tn_movestall_target_t;
 
@@ -71,10 +71,10 @@ typedef struct tn_movestall_s {
 
 /* A stalled target member (tn_movestall_check). */
 typedef struct tn_movestall_verdict_s {
-    uint32_t node;     /* the member */
-    bool seen;         /* it fetched here at all */
-    uint64_t end;      /* its copy's end (seen) */
-    uint64_t idle_ms;  /* how long it made no progress */
+    uint32_t node;    /* the member */
+    bool seen;        /* it fetched here at all */
+    uint64_t end;     /* its copy's end (seen) */
+    uint64_t idle_ms; /* how long it made no progress */
 } tn_movestall_verdict_t;
 
 /* Forget every clock. */
@@ -88,7 +88,7 @@ void tn_movestall_reset(tn_movestall_t *st);
  * timeout_ms (the first such in t's order): the move is stalled. No move,
  * a ready one or timeout 0 resets the clocks and returns false. */
 bool tn_movestall_check(tn_movestall_t *st, uint64_t move_id, bool ready,
-                        const tn_movestall_target_t *t, uint32_t n, uint64_t log_end,
-                        uint64_t now, uint64_t timeout_ms, tn_movestall_verdict_t *out);
+                        const tn_movestall_target_t *t, uint32_t n, uint64_t log_end, uint64_t now,
+                        uint64_t timeout_ms, tn_movestall_verdict_t *out);
 
 #endif

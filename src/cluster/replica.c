@@ -263,8 +263,8 @@ struct part_s {
     tn_repl_fetch_t reportf;
     uint32_t report_node;
     bool appending;
-    int append_err;          /* the last append of fetched records that failed (0: none since) */
-    uint64_t append_log_at;  /* ms: the last failed append logged */
+    int append_err;           /* the last append of fetched records that failed (0: none since) */
+    uint64_t append_log_at;   /* ms: the last failed append logged */
     uint32_t append_unlogged; /* failed appends not logged since */
     tn_append_t app;
     tn_buf_t appbuf;
@@ -1292,8 +1292,8 @@ static void append_result(part_t *pt, int status)
         return;
     }
     TN_LOG(TN_LOG_WARN,
-           "replica %s/%" PRIu32 ": appending fetched records at %" PRIu64
-           ": %s (%" PRIu32 " more failures not logged)",
+           "replica %s/%" PRIu32 ": appending fetched records at %" PRIu64 ": %s (%" PRIu32
+           " more failures not logged)",
            pt->topic, pt->p, pt->core.end, tn_strerror(status), pt->append_unlogged);
     pt->append_log_at = now;
     pt->append_unlogged = 0;
@@ -1340,8 +1340,8 @@ static void follower_append(part_t *pt, const tn_repl_action_t *a)
     int rc = test_append_fails(pt)
                  ? UV_ENOSPC
                  : tn_plog_append_raw(pt->plog, &pt->app, tn_buf_data(&pt->appbuf),
-                                      tn_buf_size(&pt->appbuf), a->offset, pt->appep,
-                                      rp->nepochs, on_append_done);
+                                      tn_buf_size(&pt->appbuf), a->offset, pt->appep, rp->nepochs,
+                                      on_append_done);
     if (rc != 0) {
         pt->appending = false;
         pt->busy--;
@@ -3239,8 +3239,8 @@ static void on_stall_failed(tn_meta_req_t *req, int status)
     }
     if (status == 0 || status == TN_ENOTFOUND)
         return; /* failed, or the move ended meanwhile: the STATE follows */
-    TN_LOG_RL(TN_LOG_WARN, 60000, "replica %s/%" PRIu32 ": failing a stalled move: %s%s",
-              pt->topic, pt->p, tn_strerror(status),
+    TN_LOG_RL(TN_LOG_WARN, 60000, "replica %s/%" PRIu32 ": failing a stalled move: %s%s", pt->topic,
+              pt->p, tn_strerror(status),
               status == UV_EPERM ? " (no old replica could lead: tried again later)" : "");
     pt->stall_retry_at = now_ms(rm) + STALL_RETRY_MS;
 }
@@ -3262,7 +3262,8 @@ static void check_stall(part_t *pt, uint64_t now)
     tn_replica_t *rm = pt->rm;
     const tn_pstate_t *ps = &pt->core.ps;
     if (!leads_ready(pt) || ps->ntarget == 0) {
-        tn_movestall_reset(&pt->stall);
+        if (pt->stall.move_id != 0)
+            tn_movestall_reset(&pt->stall);
         return;
     }
     const tn_meta_state_t *s = tn_meta_state(rm->o.meta);
@@ -3287,8 +3288,8 @@ static void check_stall(part_t *pt, uint64_t now)
         }
     }
     tn_movestall_verdict_t v;
-    if (!tn_movestall_check(&pt->stall, ps->move_id, tn_pstate_move_ready(ps), t, n,
-                            pt->core.end, now, rm->o.move_stall_ms, &v))
+    if (!tn_movestall_check(&pt->stall, ps->move_id, tn_pstate_move_ready(ps), t, n, pt->core.end,
+                            now, rm->o.move_stall_ms, &v))
         return;
     /* One fail in flight; none while an ISR change of ours is (it may add
      * the target: the Raft log orders the two). */

@@ -139,9 +139,9 @@ typedef struct {
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
     tn_replica_t *replica;     /* replicated partitions: followers' fetches, leaders' hand-over */
     int64_t replica_lag_ms;
-    int64_t move_rate; /* bytes/s, 0 unlimited (cluster/throttle.h) */
+    int64_t move_rate;     /* bytes/s, 0 unlimited (cluster/throttle.h) */
     int64_t move_stall_ms; /* 0: never (cluster/movestall.h) */
-    tn_scrub_t *scrub; /* checks the sealed segments' CRCs and indexes */
+    tn_scrub_t *scrub;     /* checks the sealed segments' CRCs and indexes */
     bool dispatch_stopped;
     bool stopping;          /* a signal came: leadership transfer, then shut_down */
     bool shut;              /* shut_down ran */

@@ -338,8 +338,7 @@ static const opt_t options[] = {
     {"replace-dead-after", OPT_DURATION, F(replace_dead_after_ns), "10m", 0, 30 * 86400 * SEC, NULL,
      "a member marked dead for this long has its replicas of replicated partitions re-created "
      "on the other members, from their surviving replicas (0: never)"},
-    {"move-stall-timeout", OPT_DURATION, F(move_stall_timeout_ns), "10m", 0, 30 * 86400 * SEC,
-     NULL,
+    {"move-stall-timeout", OPT_DURATION, F(move_stall_timeout_ns), "10m", 0, 30 * 86400 * SEC, NULL,
      "a partition move whose target member, alive and outside the in-sync replicas, copies no "
      "record for this long fails, and the partition stays on its old replicas (0: never)"},
     {"remotes-allowed-ports", OPT_STR, F(remotes_allowed_ports), "443,4443", 0, 0, NULL,

@@ -12,8 +12,8 @@
 
 static tn_movestall_target_t target(uint32_t node, bool seen, uint64_t end)
 {
-    tn_movestall_target_t t = {.node = node, .in_isr = false, .alive = true, .seen = seen,
-                               .end = end};
+    tn_movestall_target_t t = {
+        .node = node, .in_isr = false, .alive = true, .seen = seen, .end = end};
     return t;
 }
 
@@ -43,10 +43,8 @@ static void test_advanced_and_not(void **state)
     /* One more record copied: the clock starts again. */
     t[0].end++;
     assert_false(tn_movestall_check(&st, 7, false, t, 2, END, stuck + TIMEOUT + 1, TIMEOUT, &v));
-    assert_false(
-        tn_movestall_check(&st, 7, false, t, 2, END, stuck + 2 * TIMEOUT, TIMEOUT, &v));
-    assert_true(
-        tn_movestall_check(&st, 7, false, t, 2, END, stuck + 2 * TIMEOUT + 1, TIMEOUT, &v));
+    assert_false(tn_movestall_check(&st, 7, false, t, 2, END, stuck + 2 * TIMEOUT, TIMEOUT, &v));
+    assert_true(tn_movestall_check(&st, 7, false, t, 2, END, stuck + 2 * TIMEOUT + 1, TIMEOUT, &v));
 }
 
 /* A target that never fetched here stalls too (it cannot open the
@@ -72,8 +70,7 @@ static void test_never_fetched_and_truncated(void **state)
      * from the copy of 400. */
     t.end = 300;
     assert_false(tn_movestall_check(&st, 9, false, &t, 1, END, 400 + TIMEOUT, TIMEOUT, &v));
-    assert_false(
-        tn_movestall_check(&st, 9, false, &t, 1, END, 300 + 2 * TIMEOUT - 1, TIMEOUT, &v));
+    assert_false(tn_movestall_check(&st, 9, false, &t, 1, END, 300 + 2 * TIMEOUT - 1, TIMEOUT, &v));
     assert_true(tn_movestall_check(&st, 9, false, &t, 1, END, 300 + 2 * TIMEOUT, TIMEOUT, &v));
     assert_int_equal(v.end, 300);
 }
@@ -94,17 +91,14 @@ static void test_dead_caught_up_in_isr(void **state)
         assert_false(tn_movestall_check(&st, 11, false, t, 3, END, now, TIMEOUT, &v));
     /* Back alive, stuck: stalled one timeout after it came back. */
     t[0].alive = true;
-    assert_false(
-        tn_movestall_check(&st, 11, false, t, 3, END, 5 * TIMEOUT - 1, TIMEOUT, &v));
+    assert_false(tn_movestall_check(&st, 11, false, t, 3, END, 5 * TIMEOUT - 1, TIMEOUT, &v));
     assert_true(tn_movestall_check(&st, 11, false, t, 3, END, 6 * TIMEOUT, TIMEOUT, &v));
     assert_int_equal(v.node, 4);
     /* The log grows past member 5, which copies no more: it stalls next
      * (after member 4 in target order). */
     t[0].end = END + 100;
-    assert_false(tn_movestall_check(&st, 11, false, t, 3, END + 100, 6 * TIMEOUT + 1, TIMEOUT,
-                                    &v));
-    assert_true(tn_movestall_check(&st, 11, false, t, 3, END + 100, 7 * TIMEOUT + 1, TIMEOUT,
-                                   &v));
+    assert_false(tn_movestall_check(&st, 11, false, t, 3, END + 100, 6 * TIMEOUT + 1, TIMEOUT, &v));
+    assert_true(tn_movestall_check(&st, 11, false, t, 3, END + 100, 7 * TIMEOUT + 1, TIMEOUT, &v));
     assert_int_equal(v.node, 5);
 }
 
