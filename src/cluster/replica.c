@@ -159,7 +159,7 @@
  * after this long, while the stall lasts (cluster/movestall.h). */
 #define STALL_RETRY_MS 5000
 /* A follower's failed append of fetched records is logged at most this
- * often per partition (it fetches the same records again at once). */
+ * often per partition (it fetches the same records again). */
 #define APPEND_LOG_MS 10000
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
@@ -1273,9 +1273,9 @@ static void propose_isr(part_t *pt, const tn_repl_action_t *a)
 
 /* The end of an append of fetched records: a failure is kept (append_err)
  * and logged at most every APPEND_LOG_MS per partition, with how many were
- * not (the core fetches the same records again at once, so a disk that is
- * full or read-only fails it over and over; the leader fails a move that
- * waits on this copy after move-stall-timeout: cluster/movestall.h). */
+ * not (the core fetches the same records again, so a disk that is full
+ * or read-only fails it over and over; the leader fails a move that waits
+ * on this copy after move-stall-timeout: cluster/movestall.h). */
 static void append_result(part_t *pt, int status)
 {
     if (status == 0) {
