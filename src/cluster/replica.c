@@ -109,6 +109,7 @@
 
 #include "cluster/fetch.h"
 #include "cluster/handfence.h"
+#include "cluster/movestall.h"
 #include "cluster/repl.h"
 #include "cluster/throttle.h"
 #include "core/alloc.h"
@@ -154,6 +155,12 @@
 #define WARM_MS 1000
 /* Finished moves are tallied for /metrics (tn_move_tally_t) this often. */
 #define TALLY_MS 250
+/* A stalled move's fail the metastore did not take is proposed again
+ * after this long, while the stall lasts (cluster/movestall.h). */
+#define STALL_RETRY_MS 5000
+/* A follower's failed append of fetched records is logged at most this
+ * often per partition (it fetches the same records again). */
+#define APPEND_LOG_MS 10000
 
 typedef enum { SRC_NONE, SRC_OPENING, SRC_OWN, SRC_ENGINE, SRC_CLOSING } src_t;
 
@@ -217,6 +224,12 @@ struct part_s {
     /* The log end noted at warm_at and the one noted before it (warm_at
      * 0: none since the lead was taken; nothing is warm). */
     uint64_t warm_from, warm_next, warm_at;
+    /* The move under way's stall clocks (cluster/movestall.h) and its
+     * PART_MOVE fail in flight. */
+    tn_movestall_t stall;
+    tn_meta_req_t stall_req;
+    bool stall_busy;
+    uint64_t stall_retry_at; /* no fail proposed before (after a refusal) */
     tn_meta_req_t isr_req;
     bool isr_busy;
     uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
@@ -250,6 +263,9 @@ struct part_s {
     tn_repl_fetch_t reportf;
     uint32_t report_node;
     bool appending;
+    int append_err;           /* the last append of fetched records that failed (0: none since) */
+    uint64_t append_log_at;   /* ms: the last failed append logged */
+    uint32_t append_unlogged; /* failed appends not logged since */
     tn_append_t app;
     tn_buf_t appbuf;
     tn_epoch_entry_t *appep;
@@ -456,6 +472,7 @@ static bool engine_busy(tn_replica_t *rm, part_t *pt)
 }
 
 static uint64_t test_own_beside(const part_t *pt);
+static bool test_append_fails(const part_t *pt);
 
 /* Our own log is open on the partition's files (or is handed over): a
  * log the engine set aside for the partition has not seen what ours
@@ -801,11 +818,39 @@ static uint64_t test_own_beside(const part_t *pt)
 {
     return test_topic_num("TERN_TEST_OWN_LOG", pt->topic);
 }
+
+/* TERN_TEST_APPEND_ENOSPC: the path of a file; while it exists and one of
+ * its lines is "topic/partition", this node's appends of records it
+ * fetched for that partition fail with ENOSPC, as on a full disk, and the
+ * rest of the node works on (tests/cluster/test_move_stall.py: a move
+ * target that refuses the copy for good). */
+static bool test_append_fails(const part_t *pt)
+{
+    const char *path = getenv("TERN_TEST_APPEND_ENOSPC");
+    FILE *f = path != NULL && *path != '\0' ? fopen(path, "r") : NULL;
+    if (f == NULL)
+        return false;
+    char want[300], line[300];
+    snprintf(want, sizeof(want), "%s/%" PRIu32, pt->topic, pt->p);
+    bool hit = false;
+    while (!hit && fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        hit = strcmp(line, want) == 0;
+    }
+    fclose(f);
+    return hit;
+}
 #else
 static uint64_t test_own_beside(const part_t *pt)
 {
     (void)pt;
     return 0;
+}
+
+static inline bool test_append_fails(const part_t *pt)
+{
+    (void)pt;
+    return false;
 }
 
 static inline uint64_t test_take_delay(const char *topic)
@@ -1226,6 +1271,34 @@ static void propose_isr(part_t *pt, const tn_repl_action_t *a)
 
 /* --- follower: appends and truncations ------------------------------------------- */
 
+/* The end of an append of fetched records: a failure is kept (append_err)
+ * and logged at most every APPEND_LOG_MS per partition, with how many were
+ * not (the core fetches the same records again, so a disk that is full
+ * or read-only fails it over and over; the leader fails a move that waits
+ * on this copy after move-stall-timeout: cluster/movestall.h). */
+static void append_result(part_t *pt, int status)
+{
+    if (status == 0) {
+        if (pt->append_err != 0)
+            TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": appending fetched records again",
+                   pt->topic, pt->p);
+        pt->append_err = 0;
+        return;
+    }
+    pt->append_err = status;
+    uint64_t now = now_ms(pt->rm);
+    if (pt->append_log_at != 0 && now < pt->append_log_at + APPEND_LOG_MS) {
+        pt->append_unlogged++;
+        return;
+    }
+    TN_LOG(TN_LOG_WARN,
+           "replica %s/%" PRIu32 ": appending fetched records at %" PRIu64 ": %s (%" PRIu32
+           " more failures not logged)",
+           pt->topic, pt->p, pt->core.end, tn_strerror(status), pt->append_unlogged);
+    pt->append_log_at = now;
+    pt->append_unlogged = 0;
+}
+
 static void on_append_done(tn_append_t *req, int status)
 {
     part_t *pt = req->data;
@@ -1234,9 +1307,7 @@ static void on_append_done(tn_append_t *req, int status)
     tn_buf_reset(&pt->appbuf);
     tn_free(pt->appep);
     pt->appep = NULL;
-    if (status != 0)
-        TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": appending fetched records: %s", pt->topic,
-               pt->p, tn_strerror(status));
+    append_result(pt, status);
     if (pt->dead || pt->rm->closing) {
         part_maybe_free(pt);
         return;
@@ -1266,16 +1337,17 @@ static void follower_append(part_t *pt, const tn_repl_action_t *a)
     pt->appending = true;
     pt->want = false;
     pt->busy++;
-    int rc =
-        tn_plog_append_raw(pt->plog, &pt->app, tn_buf_data(&pt->appbuf), tn_buf_size(&pt->appbuf),
-                           a->offset, pt->appep, rp->nepochs, on_append_done);
+    int rc = test_append_fails(pt)
+                 ? UV_ENOSPC
+                 : tn_plog_append_raw(pt->plog, &pt->app, tn_buf_data(&pt->appbuf),
+                                      tn_buf_size(&pt->appbuf), a->offset, pt->appep, rp->nepochs,
+                                      on_append_done);
     if (rc != 0) {
         pt->appending = false;
         pt->busy--;
         tn_free(pt->appep);
         pt->appep = NULL;
-        TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": appending fetched records at %" PRIu64 ": %s",
-               pt->topic, pt->p, a->offset, tn_strerror(rc));
+        append_result(pt, rc);
     }
 }
 
@@ -3153,6 +3225,104 @@ static void feed_channels(part_t *pt, uint64_t now)
     }
 }
 
+/* --- stalled moves (cluster/movestall.h) -------------------------------------------- */
+
+static void on_stall_failed(tn_meta_req_t *req, int status)
+{
+    part_t *pt = req->data;
+    tn_replica_t *rm = pt->rm;
+    pt->busy--;
+    pt->stall_busy = false;
+    if (pt->dead || rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (status == 0 || status == TN_ENOTFOUND)
+        return; /* failed, or the move ended meanwhile: the STATE follows */
+    TN_LOG_RL(TN_LOG_WARN, 60000, "replica %s/%" PRIu32 ": failing a stalled move: %s%s", pt->topic,
+              pt->p, tn_strerror(status),
+              status == UV_EPERM ? " (no old replica could lead: tried again later)" : "");
+    pt->stall_retry_at = now_ms(rm) + STALL_RETRY_MS;
+}
+
+/* "600s" or "1500ms". */
+static void fmt_ms(char *buf, size_t len, uint64_t ms)
+{
+    if (ms % 1000 == 0)
+        snprintf(buf, len, "%" PRIu64 "s", ms / 1000);
+    else
+        snprintf(buf, len, "%" PRIu64 "ms", ms);
+}
+
+/* The leader of a partition with a move under way: a target member outside
+ * the ISR, alive, whose copy made no progress for move-stall-timeout gets
+ * the move failed (PART_MOVE fail, re-checked when applied: movestall.h). */
+static void check_stall(part_t *pt, uint64_t now)
+{
+    tn_replica_t *rm = pt->rm;
+    const tn_pstate_t *ps = &pt->core.ps;
+    if (!leads_ready(pt) || ps->ntarget == 0) {
+        if (pt->stall.move_id != 0)
+            tn_movestall_reset(&pt->stall);
+        return;
+    }
+    const tn_meta_state_t *s = tn_meta_state(rm->o.meta);
+    tn_movestall_target_t t[TN_PSTATE_MAX_REPLICAS];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < ps->ntarget && i < TN_PSTATE_MAX_REPLICAS; i++) {
+        uint32_t node = ps->target[i];
+        if (node == rm->o.node)
+            continue; /* the leader holds it all */
+        const tn_meta_member_t *mb = tn_meta_member_find(s, node);
+        tn_movestall_target_t *x = &t[n++];
+        memset(x, 0, sizeof(*x));
+        x->node = node;
+        x->in_isr = tn_pstate_isr_find(ps, node) >= 0;
+        x->alive = mb != NULL && mb->status != TN_MEMBER_DEAD;
+        for (uint32_t j = 0; j < TN_PSTATE_MAX_REPLICAS; j++) {
+            const tn_repl_peer_t *peer = &pt->core.peers[j];
+            if (peer->node == node && peer->seen) {
+                x->seen = true;
+                x->end = peer->end;
+            }
+        }
+    }
+    tn_movestall_verdict_t v;
+    if (!tn_movestall_check(&pt->stall, ps->move_id, tn_pstate_move_ready(ps), t, n, pt->core.end,
+                            now, rm->o.move_stall_ms, &v))
+        return;
+    /* One fail in flight; none while an ISR change of ours is (it may add
+     * the target: the Raft log orders the two). */
+    if (pt->stall_busy || pt->isr_busy || now < pt->stall_retry_at)
+        return;
+    char why[TN_META_MOVE_REASON_MAX + 1], idle[32];
+    fmt_ms(idle, sizeof(idle), rm->o.move_stall_ms);
+    if (v.seen)
+        snprintf(why, sizeof(why),
+                 "target member %" PRIu32 " copied no record for %s (at offset %" PRIu64
+                 " of %" PRIu64 "): the partition stays on its old replicas",
+                 v.node, idle, v.end, pt->core.end);
+    else
+        snprintf(why, sizeof(why),
+                 "target member %" PRIu32 " fetched nothing for %s (the log ends at %" PRIu64
+                 "): the partition stays on its old replicas",
+                 v.node, idle, pt->core.end);
+    TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": move %016" PRIx64 " stalled, failing it: %s",
+           pt->topic, pt->p, ps->move_id, why);
+    pt->stall_req.data = pt;
+    pt->stall_busy = true;
+    pt->busy++;
+    int rc = tn_meta_propose_move(rm->o.meta, &pt->stall_req, pt->topic, pt->p, TN_MOVE_FAIL,
+                                  ps->move_id, NULL, 0, why, on_stall_failed);
+    if (rc != 0) {
+        pt->stall_busy = false;
+        pt->busy--;
+        pt->stall_retry_at = now + STALL_RETRY_MS;
+        TN_LOG_RL(TN_LOG_WARN, 60000, "replica %s/%" PRIu32 ": failing a stalled move: %s",
+                  pt->topic, pt->p, tn_strerror(rc));
+    }
+}
+
 /* Count the moves the metastore replica shows finished since this node
  * started (its ring of the last ones, each counted once). */
 static void tally_moves(tn_replica_t *rm)
@@ -3214,6 +3384,7 @@ static void on_tick(uv_timer_t *t)
              * is added only with its channels caught up. */
             if (pt->core.role == TN_REPL_LEADER) {
                 feed_channels(pt, now);
+                check_stall(pt, now);
                 renew_lease(pt);
                 if (pt->released_move != 0 && now >= pt->released_at + RELEASE_HOLD_MS) {
                     pt->released_move = 0; /* the hand-over did not come: deliver again */

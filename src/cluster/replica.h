@@ -42,6 +42,10 @@ typedef struct {
      * followers out of the ISR, over all of them (cluster/throttle.h);
      * 0 = unlimited. */
     uint64_t move_rate;
+    /* Option move-stall-timeout: a move whose target member outside the
+     * ISR, alive, copied nothing from this leader for this long is failed
+     * (cluster/movestall.h); 0 = never. */
+    uint64_t move_stall_ms;
     /* Before a partition is handed to the engine (promotion): close what
      * this node holds of it as a follower besides the log (the channel
      * logs of cluster/setrepl.h, tn_setrepl_release), then cb(cb_arg) on

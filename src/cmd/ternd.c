@@ -139,8 +139,9 @@ typedef struct {
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
     tn_replica_t *replica;     /* replicated partitions: followers' fetches, leaders' hand-over */
     int64_t replica_lag_ms;
-    int64_t move_rate; /* bytes/s, 0 unlimited (cluster/throttle.h) */
-    tn_scrub_t *scrub; /* checks the sealed segments' CRCs and indexes */
+    int64_t move_rate;     /* bytes/s, 0 unlimited (cluster/throttle.h) */
+    int64_t move_stall_ms; /* 0: never (cluster/movestall.h) */
+    tn_scrub_t *scrub;     /* checks the sealed segments' CRCs and indexes */
     bool dispatch_stopped;
     bool stopping;          /* a signal came: leadership transfer, then shut_down */
     bool shut;              /* shut_down ran */
@@ -735,6 +736,7 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     d->raft_id = mo.node_id;
     d->replica_lag_ms = cfg->replica_lag_time_max_ns / 1000000;
     d->move_rate = cfg->move_rate;
+    d->move_stall_ms = cfg->move_stall_timeout_ns / 1000000;
     d->raft_address = cfg->raft_listen.addr.name;
     d->raft_name = cfg->raft_name;
     /* One of a cluster, not a lone node: unassigned partitions wait for an
@@ -952,6 +954,7 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         rpo.node = (uint32_t)d->raft_id;
         rpo.replica_lag_ms = (uint64_t)d->replica_lag_ms;
         rpo.move_rate = (uint64_t)d->move_rate;
+        rpo.move_stall_ms = (uint64_t)d->move_stall_ms;
         rpo.release = setrepl_release;
         rpo.release_arg = d->setrepl;
         rpo.channels = setrepl_channels;

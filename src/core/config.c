@@ -338,6 +338,9 @@ static const opt_t options[] = {
     {"replace-dead-after", OPT_DURATION, F(replace_dead_after_ns), "10m", 0, 30 * 86400 * SEC, NULL,
      "a member marked dead for this long has its replicas of replicated partitions re-created "
      "on the other members, from their surviving replicas (0: never)"},
+    {"move-stall-timeout", OPT_DURATION, F(move_stall_timeout_ns), "10m", 0, 30 * 86400 * SEC, NULL,
+     "a partition move whose target member, alive and outside the in-sync replicas, copies no "
+     "record for this long fails, and the partition stays on its old replicas (0: never)"},
     {"remotes-allowed-ports", OPT_STR, F(remotes_allowed_ports), "443,4443", 0, 0, NULL,
      "ports a remote's https URL may name, comma-separated (docs/remotes.md)"},
     {"remotes-allowed-hosts", OPT_STR, F(remotes_allowed_hosts), "", 0, 0, NULL,
@@ -1968,7 +1971,7 @@ static const struct {
                 "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
     {"Replication", "experimental-replication default-replication-factor min-insync-replicas "
                     "member-session-timeout replica-lag-time-max move-rate leader-rebalance-delay "
-                    "replace-dead-after auto-rebalance max-moves-per-node"},
+                    "replace-dead-after move-stall-timeout auto-rebalance max-moves-per-node"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},

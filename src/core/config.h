@@ -205,6 +205,7 @@ typedef struct tn_config_s {
     int64_t move_rate; /* bytes/s; 0: unlimited */
     int64_t leader_rebalance_delay_ns;
     int64_t replace_dead_after_ns; /* 0: never */
+    int64_t move_stall_timeout_ns; /* 0: never (cluster/movestall.h) */
     /* Remotes (docs/remotes.md): the address guard's lists, as text
      * (checked by ternd with proto/http/guard.h at start), and whether the
      * hop from an ingress to this node is encrypted. */

@@ -143,9 +143,12 @@ typedef enum {
 } tn_meta_cmd_type_t;
 
 /* PART_MOVE's kind byte. */
-/* FAIL is the metastore leader's own abort of a move that cannot finish
- * (its target member dead past replace-dead-after: meta.c check_moves):
- * applied as ABORT (partstate.h rule 8), kept as failed with its reason. */
+/* FAIL is the abort of a move that cannot finish, proposed by the
+ * metastore leader (its target member dead past replace-dead-after: meta.c
+ * check_moves) or by the partition's leader (its target member, alive,
+ * copied nothing for move-stall-timeout: cluster/movestall.h): applied as
+ * ABORT (partstate.h rule 8; the move id must be the one under way), kept
+ * as failed with its reason. */
 typedef enum {
     TN_MOVE_BEGIN = 0,
     TN_MOVE_COMPLETE = 1,

@@ -76,7 +76,9 @@
  *   9. Failure: a move one of whose target members outside the ISR the
  *      controller gave up on (dead past replace-dead-after: the caller's
  *      list, tn_pstate_move_blocked) cannot complete; it is aborted by
- *      rule 8 and kept as failed (the metastore's PART_MOVE fail).
+ *      rule 8 and kept as failed (the metastore's PART_MOVE fail). The
+ *      partition's leader proposes the same fail for a target member that,
+ *      alive, copied nothing for move-stall-timeout (cluster/movestall.h).
  *   A fence, a CRC mark, a forced election, an ISR CAS and the rebalance
  *   work during a move as before, over the whole list (target and old).
  * Invariants: leader_epoch and partition_epoch only grow; partition_epoch

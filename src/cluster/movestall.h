@@ -1,0 +1,94 @@
+/* A partition move whose target makes no progress (issue 24, option
+ * move-stall-timeout): the rule that says when the partition's leader
+ * asks the metastore to fail it, as a pure function with no I/O and no
+ * clock (time is an input), so that tests/unit/cluster/test_movestall.c
+ * checks it alone. The replica manager (replica.c) applies it.
+ *
+ * DESIGN: who detects a stalled move, and how it ends.
+ *   1. Only the partition's leader sees how far each target member's copy
+ *      reaches (the offsets of its fetches); the metastore leader, which
+ *      proposes a move's end (meta.c check_moves), holds the move but never
+ *      its progress (no per-second writes there). So the partition leader
+ *      watches: each tick it feeds this rule the move under way in its
+ *      committed state and, per target member outside the ISR, the log end
+ *      its last fetch showed (or that it has not fetched here).
+ *   2. A member's clock restarts whenever its copy advances (its fetch
+ *      offset grew), when it has nothing left to copy (at the leader's log
+ *      end: it waits for the ISR rule, not for records), while it is in
+ *      the ISR, and while its metastore session is dead (a dead target is
+ *      partstate.h rule 9's, after replace-dead-after). A new move, or a
+ *      new leader, starts every clock again.
+ *   3. A target member outside the ISR whose clock reaches
+ *      move-stall-timeout is stalled: the leader proposes PART_MOVE fail
+ *      (TN_MOVE_FAIL) for that move id, with a reason naming the member and
+ *      where its copy stands, through tn_meta_propose_move (a follower of
+ *      the metastore forwards it to the metastore leader: cluster/control.c).
+ *   4. The metastore re-checks the fail when it applies it: the move id must
+ *      be the one under way (a move that completed or ended meanwhile is
+ *      not failed: TN_ENOTFOUND), and an old replica must be able to lead
+ *      (partstate.h rule 8). The leader proposes no fail while its own ISR
+ *      change is in flight (one that adds the target would make the move
+ *      ready), so the two are ordered by the Raft log.
+ * Failure modes: a leader that stops leading forgets the clocks (the next
+ * one starts them again: a stall is detected at most one timeout late per
+ * leader change); a fail the metastore refuses is proposed again after a
+ * pause while the stall lasts.
+ *
+ * Threads: any; pure functions on caller-owned structs. */
+#ifndef TN_CLUSTER_MOVESTALL_H
+#define TN_CLUSTER_MOVESTALL_H
+
+#include "core/platform.h"
+
+#include "meta/partstate.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The option move-stall-timeout's default: 10 minutes. */
+#define TN_MOVESTALL_DEFAULT_MS (10ull * 60 * 1000)
+
+/* What the leader sees of one target member of the move under way. */
+typedef struct tn_movestall_target_s {
+    uint32_t node;
+    bool in_isr;  /* in the committed ISR */
+    bool alive;   /* its metastore session is not dead */
+    bool seen;    /* it fetched from this leader in its epoch */
+    uint64_t end; /* seen: the log end its last fetch showed */
+} tn_movestall_target_t;
+
+/* The clocks of one partition's move under way (zeroed: none). */
+typedef struct tn_movestall_s {
+    uint64_t move_id; /* the move the clocks are for (0: none) */
+    uint32_t n;
+    struct {
+        uint32_t node;
+        bool seen;
+        uint64_t end;
+        uint64_t since; /* ms: the last progress (or the start of the watch) */
+    } m[TN_PSTATE_MAX_REPLICAS];
+} tn_movestall_t;
+
+/* A stalled target member (tn_movestall_check). */
+typedef struct tn_movestall_verdict_s {
+    uint32_t node;    /* the member */
+    bool seen;        /* it fetched here at all */
+    uint64_t end;     /* its copy's end (seen) */
+    uint64_t idle_ms; /* how long it made no progress */
+} tn_movestall_verdict_t;
+
+/* Forget every clock. */
+void tn_movestall_reset(tn_movestall_t *st);
+
+/* Feed the rule at now (ms): the move move_id under way (0: none), ready
+ * when every target member is in the ISR, its target members t[0..n)
+ * (borrowed; n <= TN_PSTATE_MAX_REPLICAS), the leader's log end, and
+ * timeout_ms (option move-stall-timeout; 0: never). Returns true with *out
+ * set when a target member outside the ISR, alive, made no progress for
+ * timeout_ms (the first such in t's order): the move is stalled. No move,
+ * a ready one or timeout 0 resets the clocks and returns false. */
+bool tn_movestall_check(tn_movestall_t *st, uint64_t move_id, bool ready,
+                        const tn_movestall_target_t *t, uint32_t n, uint64_t log_end, uint64_t now,
+                        uint64_t timeout_ms, tn_movestall_verdict_t *out);
+
+#endif

@@ -1,0 +1,142 @@
+"""A partition move whose target refuses the copy for good fails (issue 24,
+option move-stall-timeout; docs/cluster.md "When a move fails"), between
+real ternd-test processes (tests/cluster/harness.py).
+
+Four nodes with move-stall-timeout 3s, topic st of one partition, factor
+2 (min_insync 2): replicas {L, F}, spares S and H. The test-only hook
+TERN_TEST_APPEND_ENOSPC (each node's own file; only ternd-test has it)
+makes S's appends of the records it fetches for st/0 fail with ENOSPC, as
+on a full disk, while S stays alive and everything else on it works. A move
+of st/0 to [L, S] then copies nothing: after 3 s the partition's leader
+asks the metastore to fail it, and GET /v1/cluster/moves on every node and
+`ternctl cluster moves` show it failed, with a reason naming S and where
+its copy stands; the partition stays on {L, F}, keeps taking produces
+throughout, the failed move is counted in /metrics, S logs its failed
+appends, and every acknowledged message is read back. A second move of
+st/0 to the healthy spare H then completes, and every acknowledged message
+is still there.
+
+Run: python3 tests/cluster/test_move_stall.py --ternd build/ternd-test
+         --ternctl build/ternctl
+"""
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import wait_until  # noqa: E402
+from test_replica import LAG, ReplicaBase  # noqa: E402
+
+TOPIC = "st"
+TERNCTL = None
+
+
+def configure(args):
+    global TERNCTL
+    TERNCTL = os.path.abspath(args.ternctl)
+
+
+class MoveStall(ReplicaBase):
+    def find_move(self, node, mid):
+        status, body = node.request("GET", "/v1/cluster/moves")
+        self.assertEqual(status, 200, body)
+        return next((m for m in body["moves"] if m["id"] == mid), None)
+
+    def wait_move(self, c, mid, state, timeout=60):
+        for node in c.nodes:
+            m = wait_until(f"node {node.id} lists move {mid} {state}",
+                           lambda n=node: (lambda m: m if m and m["state"] == state else None)(
+                               self.find_move(n, mid)), timeout)
+        return m
+
+    def begin(self, node, target):
+        status, body = node.request("PATCH", f"/v1/topics/{TOPIC}/partitions/0",
+                                    {"replicas": [str(x) for x in target]})
+        self.assertEqual(status, 202, body)
+        return body["id"]
+
+    def test_target_refusing_the_copy_fails_the_move(self):
+        c = self.make(4, args=[LAG, "--move-stall-timeout=3s", "--auto-rebalance=false"])
+        for node in c.nodes:
+            env = c.env()
+            env["TERN_TEST_APPEND_ENOSPC"] = os.path.join(node.dir, "enospc")
+            node.start(env=env)
+        c.wait_ready()
+        c.wait_alive(4)
+        first = c.nodes[0]
+        status, body = first.request("POST", "/v1/topics", {
+            "name": TOPIC, "partitions": 1, "replication_factor": 2, "min_insync_replicas": 2})
+        self.assertEqual(status, 201, body)
+        wait_until(f"{TOPIC}/0 led, with 2 in-sync replicas",
+                   lambda: self.leader(first, TOPIC, 0) and self.in_sync(c, TOPIC, 0, 2))
+        ps = self.pstats(first, TOPIC, 0)
+        lid, replicas = ps["leader"], ps["replicas"]
+        leader = self.node(c, lid)
+        spares = [str(n.id) for n in c.nodes if str(n.id) not in replicas]
+        self.assertEqual(len(spares), 2, ps)
+        sid, hid = spares
+        acked = []
+
+        def produce(n):
+            for _ in range(n):
+                body = f"m{len(acked)}"
+                self.produce_acked(leader, TOPIC, 0, body)
+                acked.append(body)
+
+        produce(30)
+        # S refuses every record it fetches for st/0 from now on.
+        stalled = self.node(c, sid)
+        with open(os.path.join(stalled.dir, "enospc"), "w") as f:
+            f.write(f"{TOPIC}/0\n")
+        mid = self.begin(first, [lid, sid])
+        produce(20)  # served throughout: the ISR is still {L, F}
+        failed = self.wait_move(c, mid, "failed")
+        sys.stderr.write(f"move {mid} failed: {failed['error']}\n")
+        self.assertRegex(failed["error"],
+                         rf"^target member {sid} (copied no record|fetched nothing) for 3s "
+                         r"\(.*\): the partition stays on its old replicas$")
+        self.assertEqual((failed["from"], failed["to"]), (replicas, [lid, sid]), failed)
+        self.assertIsNotNone(failed["finished_ms"])
+        for node in c.nodes:
+            ps = wait_until(f"node {node.id} shows {TOPIC}/0 on its old replicas",
+                            lambda n=node: (lambda x: x if x and x["replicas"] == replicas
+                                            else None)(self.pstats(n, TOPIC, 0)))
+            self.assertNotIn(sid, ps["isr"], ps)
+        self.assertIn(f"move {mid} stalled, failing it", leader.log())
+        self.assertRegex(stalled.log(), rf"replica {TOPIC}/0: appending fetched records at \d+: ")
+        wait_until("the failed move counted in /metrics",
+                   lambda: any((n.metric('tern_moves_finished_total{outcome="failed"}') or 0) >= 1
+                               for n in c.nodes))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        env.update(HOME=c.dir, TERN_URL=f"http://{first.api_address}",
+                   TERN_PASSWORD=harness.PASSWORD)
+        r = subprocess.run([TERNCTL, "cluster", "moves"], capture_output=True, text=True,
+                           env=env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertTrue(any(" failed " in line and re.search(rf"\b{TOPIC}\b", line)
+                            for line in r.stdout.splitlines()), r.stdout)
+        # Still writable and readable on its old replicas; nothing lost.
+        produce(20)
+        self.wait_all(leader, TOPIC, 0, acked)
+        # A second move, to the healthy spare H, completes.
+        mid2 = self.begin(first, [lid, hid])
+        produce(10)
+        done = self.wait_move(c, mid2, "done")
+        self.assertIsNone(done["error"], done)
+        wait_until(f"{TOPIC}/0 on [{lid}, {hid}] with 2 in-sync replicas",
+                   lambda: self.pstats(first, TOPIC, 0)["replicas"] == [lid, hid]
+                   and self.in_sync(c, TOPIC, 0, 2))
+        lead = self.node(c, wait_until(f"{TOPIC}/0's leader",
+                                       lambda: self.leader(first, TOPIC, 0)))
+        for i in range(5):
+            body = f"after{i}"
+            self.produce_acked(lead, TOPIC, 0, body)
+            acked.append(body)
+        got = self.wait_all(lead, TOPIC, 0, acked)
+        self.assertEqual(sorted(got), sorted(acked))  # nothing else
+
+
+if __name__ == "__main__":
+    harness.main(options=(("--ternctl", {"required": True}),), configure=configure)
