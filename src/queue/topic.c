@@ -1221,7 +1221,7 @@ int tn_topic_part_release(tn_topic_t *t, uint32_t p, tn_delete_cb cb, void *arg)
         tn_plog_abandon(part->plog, on_release_plog);
         part->plog = NULL;
     }
-    TN_LOG(TN_LOG_INFO,
+    TN_LOG(TN_LOG_NOTICE,
            "partition %s/%" PRIu32 ": closing what this node held of it (%s%" PRIu32
            " channel log(s)): no longer used here",
            t->name, p, r->left > ncl + 1 ? "its log and " : "", ncl);

@@ -159,6 +159,8 @@ class Moves(tr.Replication):
         pdir = wait_until(f"node {leader}'s dropped copy of {V1}/0 in its quarantine/", moved_now,
                           60)
         self.assertTrue(old.running())
+        self.assertIn(f"partition {V1}/0: closing what this node held of it (its log and",
+                      old.log())
 
         def segments():
             return {f: os.path.getsize(os.path.join(pdir, f)) for f in os.listdir(pdir)
