@@ -1189,8 +1189,7 @@ int tn_topic_part_release(tn_topic_t *t, uint32_t p, tn_delete_cb cb, void *arg)
     for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
         tn_chpart_t *cp = ch->parts[p];
         if (cp != NULL && cp->cl != NULL &&
-            (tn_chanlog_submitted(cp->cl) != tn_chanlog_completed(cp->cl) ||
-             cp->sync_head != NULL))
+            (tn_chanlog_submitted(cp->cl) != tn_chanlog_completed(cp->cl) || cp->sync_head != NULL))
             return UV_EBUSY;
     }
     release_t *r = tn_calloc(1, sizeof(*r));

@@ -613,8 +613,7 @@ int tn_store_mark_dropped(const char *data_path, const char *topic, uint32_t p, 
     return rc != 0 ? rc : tn_io_fsync_dir(dir);
 }
 
-int tn_store_quarantine_dropped(const char *data_path, const char *topic, uint32_t p,
-                                bool *moved)
+int tn_store_quarantine_dropped(const char *data_path, const char *topic, uint32_t p, bool *moved)
 {
     if (moved != NULL)
         *moved = false;

@@ -134,10 +134,10 @@ struct tn_store_s {
  * every marked directory to quarantine/<topic>.<p>.<tag>.<wall ms>
  * (both directories fsynced), so it is never recovered nor served, and
  * never deleted; once nothing of the running node uses the copy any more,
- * it is moved at once (tn_store_quarantine_dropped). dropped false takes the mark away (the partition was
- * given back to this node before the next open: it follows on its copy
- * as before). 0 (also when the partition has no directory here, or no
- * mark to take away), or an I/O error. Blocking: a worker thread. */
+ * it is moved at once (tn_store_quarantine_dropped). dropped false takes the mark away (the
+ * partition was given back to this node before the next open: it follows on its copy as before). 0
+ * (also when the partition has no directory here, or no mark to take away), or an I/O error.
+ * Blocking: a worker thread. */
 #define TN_STORE_DROPPED_FILE "dropped"
 int tn_store_mark_dropped(const char *data_path, const char *topic, uint32_t p, bool dropped,
                           const char *tag);
@@ -150,8 +150,7 @@ int tn_store_mark_dropped(const char *data_path, const char *topic, uint32_t p, 
  * back). A crash at any point leaves the marked copy in topics/ or the
  * moved one in quarantine/. An I/O error leaves the copy marked where it
  * is (the next open moves it). Blocking: a worker thread. */
-int tn_store_quarantine_dropped(const char *data_path, const char *topic, uint32_t p,
-                                bool *moved);
+int tn_store_quarantine_dropped(const char *data_path, const char *topic, uint32_t p, bool *moved);
 /* Entries in quarantine/: what the last open found, after its sweep, plus
  * the copies moved since (tn_store_note_quarantined). */
 static inline uint64_t tn_store_quarantined(const tn_store_t *store)
