@@ -134,9 +134,10 @@ struct tn_store_s {
  * every marked directory to quarantine/<topic>.<p>.<tag>.<wall ms>
  * (both directories fsynced), so it is never recovered nor served, and
  * never deleted; once nothing of the running node uses the copy any more,
- * it is moved at once (tn_store_quarantine_dropped). dropped false takes the mark away (the
- * partition was given back to this node before the next open: it follows on its copy as before). 0
- * (also when the partition has no directory here, or no mark to take away), or an I/O error.
+ * it is moved sooner (tn_store_quarantine_dropped). dropped false takes
+ * the mark away (the partition was given back to this node before the
+ * move: it follows on its copy as before). 0 (also when the partition has
+ * no directory here, or no mark to take away), or an I/O error.
  * Blocking: a worker thread. */
 #define TN_STORE_DROPPED_FILE "dropped"
 int tn_store_mark_dropped(const char *data_path, const char *topic, uint32_t p, bool dropped,
