@@ -393,6 +393,9 @@ struct tn_replica_s {
     uv_work_t mq_work;
     struct mkey_s *marked;
     size_t nmarked, markcap;
+    /* Dropped copies marked in this run, on their way to quarantine/
+     * while the node runs ("quarantine marks"). */
+    struct rel_s *rels;
     bool marks_swept; /* mark_sweep ran (once the metastore was current) */
     /* The delivery lease and take-over hold's timing (handfence.h). */
     tn_handfence_cfg_t fence_cfg;
@@ -840,6 +843,15 @@ static bool test_append_fails(const part_t *pt)
     fclose(f);
     return hit;
 }
+
+/* TERN_TEST_QUARANTINE_HOLD: a copy of topic marked dropped stays marked
+ * where it is while the node runs (not moved at once, as when something
+ * keeps it in use), so a test can give the partition back before the move
+ * (tests/cluster/test_remove.py). */
+static bool test_hold_quarantine(const char *topic)
+{
+    return test_topic_num("TERN_TEST_QUARANTINE_HOLD", topic) != 0;
+}
 #else
 static uint64_t test_own_beside(const part_t *pt)
 {
@@ -850,6 +862,12 @@ static uint64_t test_own_beside(const part_t *pt)
 static inline bool test_append_fails(const part_t *pt)
 {
     (void)pt;
+    return false;
+}
+
+static inline bool test_hold_quarantine(const char *topic)
+{
+    (void)topic;
     return false;
 }
 
@@ -2487,13 +2505,35 @@ static bool meta_current(tn_replica_t *rm)
  * run has its mark taken away before its core is fed (unmarking): the jobs run one at a time in
  * submission order, so the mark and its removal never cross, and the copy is never followed on
  * while a mark could move it away at a restart. A mark that fails leaves the copy in place (as
- * before marks); a removal that fails leaves the partition unfed here (out of the ISR), logged. */
+ * before marks); a removal that fails leaves the partition unfed here (out of the ISR), logged.
+ *
+ * Moving at once (rel_t, on the tick): a marked copy goes to quarantine/ while the node runs as
+ * soon as nothing here uses it any more:
+ *   1. no part_t of it is left (a dropped one is freed once idle, its own log closed) and no
+ *      fetch answer is being read from it (fetch_reads);
+ *   2. the channel logs this node kept for it as a follower are closed (o.release, setrepl);
+ *   3. the engine closes what it still holds of it (tn_topic_part_release: the log set aside
+ *      for a demoted leader, and its channel logs), which it does only once the partition is
+ *      remote there, no read, collection or advance uses the log and no channel record is in
+ *      flight (UV_EBUSY: the tick asks again);
+ *   4. a move job goes on the same queue as the marks (tn_store_quarantine_dropped: the start's
+ *      rename and fsyncs), so it runs after the mark and before any later removal of it.
+ * Given back before the job was queued, the mark is gone (mark_given_back) and the move is
+ * given up; the new part_t waits until a step in flight (2, 3) has ended (rel_blocks), then for
+ * its removal job as above, and follows on its copy as before (the engine opens it from its
+ * files if it leads again). Given back after, the move runs first: the removal finds no
+ * directory, and the replica starts from an empty log and catches up. The job moves only a
+ * marked directory, so a crash leaves the marked copy in topics/ (moved at the next start) or
+ * the moved one in quarantine/. A copy something keeps in use (the engine serving it: not
+ * remote there) stays marked, and the next start moves it. */
 
 typedef struct mark_s {
     struct mark_s *next;
     char *topic;
     uint32_t p;
     bool dropped;
+    bool move;  /* move the marked copy to quarantine/ now (rel_t) */
+    bool moved; /* ... and it was */
     char tag[24];
     int rc;
 } mark_t;
@@ -2521,10 +2561,15 @@ static void mark_work(uv_work_t *w)
 {
     tn_replica_t *rm = TN_CONTAINER_OF(w, tn_replica_t, mq_work);
     mark_t *m = rm->mq;
-    m->rc = tn_store_mark_dropped(rm->o.broker->store->path, m->topic, m->p, m->dropped, m->tag);
+    const char *path = rm->o.broker->store->path;
+    m->rc = m->move ? tn_store_quarantine_dropped(path, m->topic, m->p, &m->moved)
+                    : tn_store_mark_dropped(path, m->topic, m->p, m->dropped, m->tag);
 }
 
 static void mark_after(uv_work_t *w, int status);
+static void move_after(tn_replica_t *rm, mark_t *m, int rc);
+static void rel_add(tn_replica_t *rm, const char *topic, uint32_t p);
+static bool rel_blocks(const part_t *pt);
 
 static void mark_next(tn_replica_t *rm)
 {
@@ -2565,6 +2610,10 @@ static void mark_after(uv_work_t *w, int status)
     rm->mq_busy = false;
     rm->working--;
     int rc = m->rc != 0 ? m->rc : status;
+    if (m->move) {
+        move_after(rm, m, rc);
+        return;
+    }
     if (rc != 0)
         TN_LOG(m->dropped ? TN_LOG_WARN : TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot %s: %s%s",
                m->topic, m->p,
@@ -2573,6 +2622,8 @@ static void mark_after(uv_work_t *w, int status)
                m->dropped ? " (the copy stays where it is, unserved)"
                           : " (this node does not follow on it until a restart)");
     part_t *pt = !m->dropped && !rm->closing ? part_find(rm, m->topic, m->p) : NULL;
+    if (m->dropped && rc == 0 && !rm->closing)
+        rel_add(rm, m->topic, m->p);
     mark_free(m);
     if (rm->closing) {
         mark_flush(rm);
@@ -2581,7 +2632,7 @@ static void mark_after(uv_work_t *w, int status)
     }
     if (pt != NULL && rc == 0 && pt->unmarking) {
         pt->unmarking = false;
-        if (meta_current(rm) && pt->has_ps && !pt->core_fed && !pt->dead) {
+        if (meta_current(rm) && pt->has_ps && !pt->core_fed && !pt->dead && !rel_blocks(pt)) {
             first_feed(pt);
             send_fetches(rm);
         }
@@ -2589,8 +2640,8 @@ static void mark_after(uv_work_t *w, int status)
     mark_next(rm);
 }
 
-static int mark_submit(tn_replica_t *rm, const char *topic, uint32_t p, bool dropped,
-                       const char *tag)
+static int job_submit(tn_replica_t *rm, const char *topic, uint32_t p, bool dropped, bool move,
+                      const char *tag)
 {
     mark_t *m = tn_calloc(1, sizeof(*m));
     if (m == NULL || (m->topic = tn_strdup(topic)) == NULL) {
@@ -2599,6 +2650,7 @@ static int mark_submit(tn_replica_t *rm, const char *topic, uint32_t p, bool dro
     }
     m->p = p;
     m->dropped = dropped;
+    m->move = move;
     snprintf(m->tag, sizeof(m->tag), "%s", tag != NULL ? tag : "");
     if (rm->mq_tail != NULL)
         rm->mq_tail->next = m;
@@ -2607,6 +2659,12 @@ static int mark_submit(tn_replica_t *rm, const char *topic, uint32_t p, bool dro
     rm->mq_tail = m;
     mark_next(rm);
     return 0;
+}
+
+static int mark_submit(tn_replica_t *rm, const char *topic, uint32_t p, bool dropped,
+                       const char *tag)
+{
+    return job_submit(rm, topic, p, dropped, false, tag);
 }
 
 /* ps (committed) does not name this node: mark its copy here, once per
@@ -2682,6 +2740,204 @@ uint64_t tn_replica_marked(const tn_replica_t *rm)
     return rm->nmarked;
 }
 
+/* --- dropped copies to quarantine/ while the node runs ("quarantine marks") --------- */
+
+typedef enum {
+    REL_WAIT,     /* until no part_t or fetch of it is left */
+    REL_CHANNELS, /* the follower's channel logs (o.release) */
+    REL_ENGINE,   /* what the engine holds (tn_topic_part_release) */
+    REL_MOVE,     /* the move job, queued */
+} rel_stage_t;
+
+typedef struct rel_s {
+    struct rel_s *next;
+    tn_replica_t *rm;
+    char *topic;
+    uint32_t p;
+    rel_stage_t stage;
+    bool busy; /* a callback (release, engine close, move job) is out */
+} rel_t;
+
+static rel_t *rel_find(const tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    for (rel_t *r = rm->rels; r != NULL; r = r->next)
+        if (r->p == p && strcmp(r->topic, topic) == 0)
+            return r;
+    return NULL;
+}
+
+static void rel_free(rel_t *r)
+{
+    tn_replica_t *rm = r->rm;
+    rel_t **pp = &rm->rels;
+    while (*pp != NULL && *pp != r)
+        pp = &(*pp)->next;
+    if (*pp == r)
+        *pp = r->next;
+    tn_free(r->topic);
+    tn_free(r);
+}
+
+/* A marked copy: move it once nothing uses it (the tick's rel_step). Out
+ * of memory leaves it for the next start. */
+static void rel_add(tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    if (rel_find(rm, topic, p) != NULL)
+        return;
+    rel_t *r = tn_calloc(1, sizeof(*r));
+    if (r == NULL || (r->topic = tn_strdup(topic)) == NULL) {
+        tn_free(r);
+        return;
+    }
+    r->rm = rm;
+    r->p = p;
+    r->next = rm->rels;
+    rm->rels = r;
+}
+
+/* A step of the release of pt's copy is in flight: pt (given back) waits. */
+static bool rel_blocks(const part_t *pt)
+{
+    const rel_t *r = rel_find(pt->rm, pt->topic, pt->p);
+    return r != NULL && r->busy && r->stage != REL_MOVE;
+}
+
+/* Any part_t of (topic, p), a dead one (still closing its own log, or
+ * busy) too. */
+static bool part_left(const tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    for (part_t *pt = rm->buckets[hash_name(topic, p)]; pt != NULL; pt = pt->next)
+        if (pt->p == p && strcmp(pt->topic, topic) == 0)
+            return true;
+    return false;
+}
+
+/* A fetch answer being read from (topic, p)'s log on a worker. */
+static bool fetch_reads(const tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    for (const freq_t *f = rm->fetches; f != NULL; f = f->next)
+        for (uint32_t i = 0; f->working && i < f->n; i++)
+            if (f->items[i].plog != NULL && f->items[i].p == p &&
+                strcmp(f->items[i].topic, topic) == 0)
+                return true;
+    return false;
+}
+
+static void rel_step(rel_t *r);
+
+static void rel_done(rel_t *r)
+{
+    tn_replica_t *rm = r->rm;
+    rm->working--;
+    r->busy = false;
+    if (rm->closing) {
+        rel_free(r);
+        maybe_close_done(rm);
+        return;
+    }
+    r->stage++;
+    rel_step(r);
+}
+
+static void on_rel_channels(void *arg)
+{
+    rel_done(arg);
+}
+
+static void on_rel_engine(void *arg, int status)
+{
+    (void)status; /* the closes report nothing */
+    rel_done(arg);
+}
+
+static void rel_step(rel_t *r)
+{
+    tn_replica_t *rm = r->rm;
+    if (r->busy)
+        return;
+    if (marked_find(rm, r->topic, r->p) == rm->nmarked) {
+        rel_free(r); /* given back (its mark taken away), or the topic went */
+        return;
+    }
+    if (r->stage == REL_WAIT) {
+        if (part_left(rm, r->topic, r->p) || fetch_reads(rm, r->topic, r->p) ||
+            test_hold_quarantine(r->topic))
+            return;
+        r->stage = REL_CHANNELS;
+    }
+    if (r->stage == REL_CHANNELS) {
+        if (rm->o.release == NULL) {
+            r->stage = REL_ENGINE;
+        } else {
+            r->busy = true;
+            rm->working++;
+            rm->o.release(rm->o.release_arg, r->topic, r->p, on_rel_channels, r);
+            return; /* on_rel_channels goes on (possibly already has) */
+        }
+    }
+    if (r->stage == REL_ENGINE) {
+        tn_topic_t *t = tn_broker_topic_find(rm->o.broker, r->topic);
+        if (t != NULL) {
+            r->busy = true;
+            rm->working++;
+            int rc = tn_topic_part_release(t, r->p, on_rel_engine, r);
+            if (rc == 0)
+                return; /* on_rel_engine goes on (possibly already has) */
+            r->busy = false;
+            rm->working--;
+            if (rc != UV_EINVAL)
+                return; /* served here, or busy: the tick asks again */
+        }
+        r->stage = REL_MOVE; /* nothing of it in the engine */
+    }
+    if (r->stage == REL_MOVE) {
+        if (job_submit(rm, r->topic, r->p, false, true, NULL) != 0)
+            return; /* out of memory: the tick asks again */
+        r->busy = true;
+    }
+}
+
+/* The move job ran: the copy is in quarantine/ (moved), or was not marked
+ * any more (given back before), or stays marked (an error: the next start
+ * moves it). */
+static void move_after(tn_replica_t *rm, mark_t *m, int rc)
+{
+    if (rc != 0)
+        TN_LOG(TN_LOG_WARN,
+               "replica %s/%" PRIu32 ": cannot move its dropped copy to quarantine now: %s (it "
+               "stays marked; the next start moves it)",
+               m->topic, m->p, tn_strerror(rc));
+    if (m->moved)
+        tn_store_note_quarantined(rm->o.broker->store);
+    if (rc == 0) {
+        /* Nothing of it is marked in topics/ any more (moved, or no
+         * copy): a later give-back starts from an empty log. */
+        size_t i = marked_find(rm, m->topic, m->p);
+        if (i < rm->nmarked) {
+            tn_free(rm->marked[i].topic);
+            rm->marked[i] = rm->marked[--rm->nmarked];
+        }
+    }
+    rel_t *r = rel_find(rm, m->topic, m->p);
+    if (r != NULL && r->stage == REL_MOVE)
+        rel_free(r);
+    mark_free(m);
+    if (rm->closing) {
+        mark_flush(rm);
+        maybe_close_done(rm);
+        return;
+    }
+    mark_next(rm);
+}
+
+static void rel_tick(tn_replica_t *rm)
+{
+    for (rel_t *r = rm->rels, *next; r != NULL; r = next) {
+        next = r->next;
+        rel_step(r); /* may free r, never another */
+    }
+}
+
 static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_t *ps)
 {
     tn_replica_t *rm = arg;
@@ -2736,7 +2992,7 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
      * whose tail it lost): no core acts before the metastore is ready and
      * holds this process's registration (meta_current; the tick feeds the
      * newest state then). */
-    if (!meta_current(rm) || pt->unmarking)
+    if (!meta_current(rm) || pt->unmarking || rel_blocks(pt))
         return;
     if (!pt->core_fed)
         first_feed(pt);
@@ -3341,6 +3597,7 @@ static void on_tick(uv_timer_t *t)
     if (!meta_current(rm))
         return; /* see on_pstate */
     mark_sweep(rm);
+    rel_tick(rm);
     for (uint32_t b = 0; b < NBUCKETS; b++)
         for (part_t *pt = rm->buckets[b], *next; pt != NULL; pt = next) {
             next = pt->next;
@@ -3351,7 +3608,7 @@ static void on_tick(uv_timer_t *t)
                 pt->aside_stale = !abandon_aside(pt);
             if (pt->core.role == TN_REPL_LEADER && !pt->ready)
                 leader_take(pt);
-            if (pt->unmarking)
+            if (pt->unmarking || rel_blocks(pt))
                 continue; /* "quarantine marks" */
             if (!pt->core_fed && pt->has_ps) {
                 first_feed(pt);
@@ -3515,6 +3772,8 @@ static void maybe_close_done(tn_replica_t *rm)
     for (size_t i = 0; i < rm->nmarked; i++)
         tn_free(rm->marked[i].topic);
     tn_free(rm->marked);
+    while (rm->rels != NULL)
+        rel_free(rm->rels); /* their callbacks ran (working is 0); a move job not run was flushed */
     void (*cb)(void *) = rm->close_cb;
     void *arg = rm->close_arg;
     rm->closing = false; /* once */

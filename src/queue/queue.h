@@ -902,6 +902,20 @@ tn_topic_t *tn_broker_topic_find(tn_broker_t *b, const char *name);
  * was set aside still uses that log: ask again later.
  * Loop thread. */
 int tn_topic_part_abandon(tn_topic_t *t, uint32_t p);
+/* Close everything the engine holds of remote partition p of t, so that
+ * nothing of it uses the partition's files any more: the log set aside
+ * (closed as tn_topic_part_abandon closes it: no file touched) and every
+ * channel's log of the partition. A replicated partition dropped from
+ * this node's replicas does it before its copy goes to quarantine/
+ * (cluster/replica.c, "quarantine marks"). Placed here again, the
+ * partition is opened from its files, as one never held here. cb(arg, 0)
+ * runs on the loop thread once every log closed (possibly before this
+ * returns). 0 (cb will run), UV_EINVAL (no partition p), UV_EBUSY (p is
+ * local or being opened, the topic is busy, a read, collection or advance
+ * still uses the set-aside log, or a channel log has records in flight
+ * or waits on it: ask again later; cb will not run), UV_ENOMEM.
+ * Loop thread. */
+int tn_topic_part_release(tn_topic_t *t, uint32_t p, tn_delete_cb cb, void *arg);
 /* Hold (or resume) deliveries of partition p of t (no-op past nparts): a
  * replicated partition's leader whose move is about to hand its
  * leadership to another node stops delivering first, so that the new

@@ -1121,15 +1121,21 @@ tn_topic_t *tn_broker_topic_find(tn_broker_t *b, const char *name)
     return tn__topic_find(b, name, strlen(name));
 }
 
+/* Whether work started before remote partition p was set aside (a read,
+ * tn__part_fetch; a collection; an advance) may still use its log on a
+ * worker or the committer, or the topic is busy (tn_topic_busy). */
+static bool aside_busy(const tn_topic_t *t, const tn_part_t *part)
+{
+    return tn_topic_busy(t) || part->opening || part->gc_busy || part->fetch != NULL ||
+           part->advancing;
+}
+
 int tn_topic_part_abandon(tn_topic_t *t, uint32_t p)
 {
     if (p >= t->nparts || !t->parts[p]->remote || t->parts[p]->plog == NULL)
         return 0;
     tn_part_t *part = t->parts[p];
-    /* A read (tn__part_fetch), collection or advance started before it was
-     * set aside still uses it on a worker or the committer. */
-    if (tn_topic_busy(t) || part->opening || part->gc_busy || part->fetch != NULL ||
-        part->advancing)
+    if (aside_busy(t, part))
         return UV_EBUSY;
     /* Set aside, it is no longer the partition's: on_progress and data
      * were cleared then, and nothing of the engine starts work on a remote
@@ -1140,6 +1146,85 @@ int tn_topic_part_abandon(tn_topic_t *t, uint32_t p)
            "partition %s/%" PRIu32 ": the log set aside here was written through another "
            "since; closed, to be opened from its files when served here again",
            t->name, p);
+    return 0;
+}
+
+/* tn_topic_part_release: the logs still closing. */
+typedef struct {
+    uint32_t left;
+    tn_delete_cb cb;
+    void *arg;
+} release_t;
+
+static void release_step(release_t *r)
+{
+    if (--r->left > 0)
+        return;
+    r->cb(r->arg, 0);
+    tn_free(r);
+}
+
+static void on_release_plog(tn_plog_t *plog)
+{
+    release_step(plog->data);
+}
+
+static void on_release_cl(tn_chanlog_t *cl)
+{
+    release_step(cl->data);
+}
+
+int tn_topic_part_release(tn_topic_t *t, uint32_t p, tn_delete_cb cb, void *arg)
+{
+    if (p >= t->nparts || !t->parts[p]->remote || t->parts[p]->opening)
+        return p >= t->nparts ? UV_EINVAL : UV_EBUSY;
+    tn_part_t *part = t->parts[p];
+    if (part->plog != NULL && aside_busy(t, part))
+        return UV_EBUSY;
+    if (tn_topic_busy(t))
+        return UV_EBUSY;
+    /* A channel log with records in flight (a follower's records applied
+     * through the engine, tn_broker_chan_apply) or waits on it: their
+     * completions look at cp->cl, so it closes only once they ended. */
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        tn_chpart_t *cp = ch->parts[p];
+        if (cp != NULL && cp->cl != NULL &&
+            (tn_chanlog_submitted(cp->cl) != tn_chanlog_completed(cp->cl) || cp->sync_head != NULL))
+            return UV_EBUSY;
+    }
+    release_t *r = tn_calloc(1, sizeof(*r));
+    if (r == NULL)
+        return UV_ENOMEM;
+    r->cb = cb;
+    r->arg = arg;
+    r->left = 1; /* this call's own, dropped at the end */
+    uint32_t ncl = 0;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        tn_chpart_t *cp = ch->parts[p];
+        if (cp == NULL || cp->cl == NULL)
+            continue;
+        /* Placed here again, the partition's channel state is opened
+         * from its files with it (place_install resets cp). */
+        cp->broken = true;
+        cp->cl->data = r;
+        r->left++;
+        ncl++;
+        tn_chanlog_close(cp->cl, on_release_cl);
+        cp->cl = NULL;
+    }
+    if (part->plog != NULL) {
+        /* As tn_topic_part_abandon: what it ends at may be stale, and the
+         * copy is never served from it again. */
+        part->plog->data = r;
+        r->left++;
+        tn_plog_abandon(part->plog, on_release_plog);
+        part->plog = NULL;
+    }
+    TN_LOG(TN_LOG_NOTICE,
+           "partition %s/%" PRIu32 ": closing what this node held of it (%s%" PRIu32
+           " channel log(s)): no longer used here",
+           t->name, p, r->left > ncl + 1 ? "its log and " : "", ncl);
+    release_step(r);
     return 0;
 }
 

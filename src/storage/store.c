@@ -505,11 +505,16 @@ static void mark_tag(const char *path, char *tag, size_t cap)
     tag[n] = '\0';
 }
 
-/* Move topics/<topic>/<p> (marked) to quarantine/. */
-static int quarantine_one(tn_store_t *store, const char *qdir, const char *topic, const char *p)
+/* Move <topics>/<topic>/<p> (marked) to <qdir>/: the rename, then both
+ * directories fsynced. A crash before the rename leaves the marked copy
+ * in topics/ (the next open moves it); after it, the copy is in
+ * quarantine/ (a rename is atomic; the fsyncs only make it durable
+ * sooner). The start's sweep and tn_store_quarantine_dropped share it. */
+static int quarantine_one(const char *topics_path, const char *qdir, const char *topic,
+                          const char *p)
 {
     char from[4400], mark[4500], to[4600], tag[32];
-    snprintf(from, sizeof(from), "%s/%s/%s", store->topics_path, topic, p);
+    snprintf(from, sizeof(from), "%s/%s/%s", topics_path, topic, p);
     snprintf(mark, sizeof(mark), "%s/" TN_STORE_DROPPED_FILE, from);
     mark_tag(mark, tag, sizeof(tag));
     int64_t ms = tn_now_wall_ms();
@@ -522,7 +527,7 @@ static int quarantine_one(tn_store_t *store, const char *qdir, const char *topic
     if (rc != 0)
         return rc;
     char tdir[4400];
-    snprintf(tdir, sizeof(tdir), "%s/%s", store->topics_path, topic);
+    snprintf(tdir, sizeof(tdir), "%s/%s", topics_path, topic);
     if ((rc = tn_io_fsync_dir(tdir)) != 0 || (rc = tn_io_fsync_dir(qdir)) != 0)
         return rc;
     TN_LOG(TN_LOG_NOTICE,
@@ -565,7 +570,7 @@ static int quarantine_sweep(tn_store_t *store, char *err, size_t errlen)
             int mn = snprintf(mark, sizeof(mark), "%s/%s/" TN_STORE_DROPPED_FILE, tdir, pe->d_name);
             if (mn < 0 || (size_t)mn >= sizeof(mark) || access(mark, F_OK) != 0)
                 continue;
-            rc = quarantine_one(store, qdir, e->d_name, pe->d_name);
+            rc = quarantine_one(store->topics_path, qdir, e->d_name, pe->d_name);
             if (rc != 0)
                 tn_errbuf(err, errlen, "cannot move the dropped copy %s/%s to %s: %s", tdir,
                           pe->d_name, qdir, tn_strerror(rc));
@@ -606,6 +611,27 @@ int tn_store_mark_dropped(const char *data_path, const char *topic, uint32_t p, 
     if (rc == UV_ENOENT)
         return 0;
     return rc != 0 ? rc : tn_io_fsync_dir(dir);
+}
+
+int tn_store_quarantine_dropped(const char *data_path, const char *topic, uint32_t p, bool *moved)
+{
+    if (moved != NULL)
+        *moved = false;
+    if (!tn_store_valid_name(topic))
+        return UV_EINVAL;
+    char topics[4096], qdir[4096], mark[4600], pname[16];
+    snprintf(topics, sizeof(topics), "%s/topics", data_path);
+    snprintf(qdir, sizeof(qdir), "%s/quarantine", data_path);
+    snprintf(pname, sizeof(pname), "%" PRIu32, p);
+    snprintf(mark, sizeof(mark), "%s/%s/%s/" TN_STORE_DROPPED_FILE, topics, topic, pname);
+    if (access(mark, F_OK) != 0)
+        return errno == ENOENT ? 0 : tn_err_from_errno(errno); /* no copy, or given back */
+    int rc = tn_io_mkdir_p(qdir, 0755);
+    if (rc == 0)
+        rc = quarantine_one(topics, qdir, topic, pname);
+    if (rc == 0 && moved != NULL)
+        *moved = true;
+    return rc;
 }
 
 /* Remove everything under dir (not dir itself). Best effort: what cannot

@@ -123,7 +123,7 @@ struct tn_store_s {
     size_t closing;
     tn_store_close_cb close_cb;
     char errmsg[512];
-    uint64_t quarantined; /* entries in quarantine/ after the open's sweep */
+    uint64_t quarantined; /* entries in quarantine/ (tn_store_quarantined) */
 };
 
 /* Quarantine of dropped copies (docs/storage-format.md "quarantine/").
@@ -133,17 +133,36 @@ struct tn_store_s {
  * drop); the next tn_store_open, before anything lists partitions, renames
  * every marked directory to quarantine/<topic>.<p>.<tag>.<wall ms>
  * (both directories fsynced), so it is never recovered nor served, and
- * never deleted. dropped false takes the mark away (the partition was
- * given back to this node before the next open: it follows on its copy
- * as before). 0 (also when the partition has no directory here, or no
- * mark to take away), or an I/O error. Blocking: a worker thread. */
+ * never deleted; once nothing of the running node uses the copy any more,
+ * it is moved sooner (tn_store_quarantine_dropped). dropped false takes
+ * the mark away (the partition was given back to this node before the
+ * move: it follows on its copy as before). 0 (also when the partition has
+ * no directory here, or no mark to take away), or an I/O error.
+ * Blocking: a worker thread. */
 #define TN_STORE_DROPPED_FILE "dropped"
 int tn_store_mark_dropped(const char *data_path, const char *topic, uint32_t p, bool dropped,
                           const char *tag);
-/* Entries in quarantine/ as the last open found them, after its sweep. */
+/* Move the marked copy of partition p of topic to quarantine/ now, while
+ * the node runs, as the next open would (the same rename, fsyncs and log
+ * line): the caller has made sure nothing of this process holds it open
+ * any more (cluster/replica.c, "quarantine marks"). Only a marked copy
+ * moves: *moved (may be NULL) says whether it did; 0 also when the
+ * partition has no directory here or no mark (taken away: it was given
+ * back). A crash at any point leaves the marked copy in topics/ or the
+ * moved one in quarantine/. An I/O error leaves the copy marked where it
+ * is (the next open moves it). Blocking: a worker thread. */
+int tn_store_quarantine_dropped(const char *data_path, const char *topic, uint32_t p, bool *moved);
+/* Entries in quarantine/: what the last open found, after its sweep, plus
+ * the copies moved since (tn_store_note_quarantined). */
 static inline uint64_t tn_store_quarantined(const tn_store_t *store)
 {
     return store->quarantined;
+}
+/* One more copy moved to quarantine/ by tn_store_quarantine_dropped.
+ * Loop thread. */
+static inline void tn_store_note_quarantined(tn_store_t *store)
+{
+    store->quarantined++;
 }
 
 /* Open (creating if needed) the data directory: take the lock, check or

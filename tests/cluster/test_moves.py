@@ -9,8 +9,10 @@ Four nodes, topic rv with four partitions of factor 3:
                             one that held no replica): N catches up from an
                             empty log, joins the ISR, the metastore leader
                             completes the move, leadership moves to the
-                            target, the old leader's copy is set aside (its
-                            files stay, it follows no more); then rv/1 the
+                            target, the old leader's copy goes to its
+                            quarantine/ while it runs (the engine closed its
+                            log and channel logs) and grows no more there;
+                            it serves its other partitions; then rv/1 the
                             same way through `ternctl partitions move --wait`;
   test_abort_and_refusals   a move whose target is stopped (SIGSTOP) stays
                             catching_up, answers 409 to a second move, and
@@ -143,11 +145,22 @@ class Moves(tr.Replication):
         status, members = self.up_node().request("GET", "/v1/cluster/members")
         self.assertEqual(status, 200, members)
         self.assertTrue(all(m["outbound_moves"] == 0 for m in members["members"]), members)
-        # The old leader's copy is set aside: its files stay, and it
-        # follows no more (its segments stop growing while rv/0 takes
-        # writes).
+        # The old leader's copy is set aside and, nothing on it using the
+        # copy any more (its engine closed the log and the channel logs),
+        # moved to its quarantine/ at once: no restart. It follows no more
+        # (its segments stop growing while rv/0 takes writes).
         old = self.node(leader)
-        pdir = os.path.join(old.data, "topics", V1, "0")
+        qdir = os.path.join(old.data, "quarantine")
+
+        def moved_now():
+            q = [e for e in os.listdir(qdir) if e.startswith(f"{V1}.0.pe")]
+            gone = not os.path.exists(os.path.join(old.data, "topics", V1, "0"))
+            return os.path.join(qdir, q[0]) if len(q) == 1 and gone else None
+        pdir = wait_until(f"node {leader}'s dropped copy of {V1}/0 in its quarantine/", moved_now,
+                          60)
+        self.assertTrue(old.running())
+        self.assertIn(f"partition {V1}/0: closing what this node held of it (its log and",
+                      old.log())
 
         def segments():
             return {f: os.path.getsize(os.path.join(pdir, f)) for f in os.listdir(pdir)

@@ -11,21 +11,25 @@ conflict, hole, diverged and resurrected-FIN all 0):
   - the member is decommissioned, then `ternctl cluster remove ID`: 200;
     it is gone from every node's /v1/cluster/members and from every
     node's Raft configuration (raft_voters), listed among the removed;
+  - the copies the moves dropped are in its quarantine/ while it still
+    runs (moved at once, nothing using them any more);
   - the removed process stops by itself (exit 0) with one clear line;
-    the copies the moves dropped are marked `dropped`; restarted on its
-    old data directory its storage moves them to quarantine/, and it
-    refuses to start (exit 1);
+    restarted on its old data directory it refuses to start (exit 1);
   - with three members left, another removal is 409 (three voters kept);
   - the metastore leader is SIGKILLed: the three elect another and keep
     serving (a topic create commits; the load goes on), it comes back.
 
 Quarantine.test_given_back, four nodes, topic rv, the suite's load and
-ledger: a follower dropped from rv/p by a move has its copy marked
-`dropped`; given rv/p back in the same run, the mark goes before it
-follows, it catches up from its copy and rejoins the ISR, and a restart
-keeps that copy (nothing quarantined); dropped again and restarted, its
-copy is in quarantine/ and gone from topics/; given rv/p back then, it
-starts from an empty log and catches up like a new replica.
+ledger: a follower dropped from rv/p by a move has its copy moved to
+quarantine/ while it runs (no restart: the directory and
+tern_quarantined_partitions say so) and goes on serving its other
+partitions; given rv/p back, it starts from an empty log and catches up
+like a new replica. Restarted with TERN_TEST_QUARANTINE_HOLD (its dropped
+copies of rv stay marked, as one kept in use does), dropped again: the
+copy is marked `dropped` and stays; given rv/p back before the move, the
+mark goes before it follows, and it catches up from its copy and rejoins
+the ISR; dropped again and restarted (no hold), its copy is in
+quarantine/, moved by the start, and gone from topics/.
 
 RemoveLeader.test_remove_the_metastore_leader, four nodes, no load: the
 metastore leader itself is removed through another node: leadership moves
@@ -131,6 +135,18 @@ class Remove(tm.Moves):
         self.history.fault(f"decommission member {vid}")
         wait_until(f"member {vid} decommissioned",
                    lambda: self.member(meta, vid)["decommissioned"], 300, 0.5)
+        # Its dropped copies go to quarantine/ while it runs, once nothing
+        # on it uses them any more (no restart).
+        topics = os.path.join(victim.data, "topics", V1)
+        vq = os.path.join(victim.data, "quarantine")
+
+        def moved_now():
+            q = os.listdir(vq)
+            return all(not os.path.exists(os.path.join(topics, str(p))) and
+                       any(e.startswith(f"{V1}.{p}.pe") for e in q) for p in rv_held)
+        wait_until(f"node {vid}'s dropped copies of {V1} in its quarantine/", moved_now, 60)
+        self.assertTrue(victim.running())
+        self.assertIn("was dropped from this node's replicas: its copy is in", victim.log())
         # Its producers and consumers stop sending to it: the process ends.
         self.load.avoid.add(victim.id)
         self.flowing(40)
@@ -153,15 +169,8 @@ class Remove(tm.Moves):
         status, body = meta.request("DELETE", f"/v1/cluster/members/{others[2].id}")
         self.assertEqual(status, 409, body)
         self.assertIn("would leave 2 members", body["error"])
-        # Its dropped copies were marked as they were dropped, still in
-        # place while it ran.
-        topics = os.path.join(victim.data, "topics", V1)
-        for p in rv_held:
-            self.assertTrue(os.path.exists(os.path.join(topics, str(p), "dropped")),
-                            f"{V1}/{p} not marked dropped on node {vid}")
         # Restarted on its old data directory (and its command line), it
-        # moves them to quarantine/ as its storage opens, then refuses to
-        # start.
+        # refuses to start.
         victim.start()
         code = wait_exit(victim)
         self.assertEqual(code, 1, victim.log()[-3000:])
@@ -172,7 +181,6 @@ class Remove(tm.Moves):
         for p in rv_held:
             self.assertFalse(os.path.exists(os.path.join(topics, str(p))), quarantine)
             self.assertTrue(any(q.startswith(f"{V1}.{p}.pe") for q in quarantine), quarantine)
-        self.assertIn("was dropped from this node's replicas: its copy is in", victim.log())
         self.c.nodes.remove(victim)  # the suite's end leaves it alone
         # The three keep serving and electing: the metastore leader dies.
         self.flowing(40)
@@ -206,41 +214,65 @@ class Quarantine(tm.Moves):
         qdir = os.path.join(xnode.data, "quarantine")
 
         def quarantined():
-            return [q for q in os.listdir(qdir) if q.startswith(f"{V1}.{p}.pe")]
+            return sorted(q for q in os.listdir(qdir) if q.startswith(f"{V1}.{p}.pe"))
+
+        def counted(state):
+            return xnode.metric(f'tern_quarantined_partitions{{state="{state}"}}')
 
         def x_in_sync():
             ps = self.info(V1)
             return ps and x in ps[p].replicas and x in ps[p].isr and self.settled4()
         dropped = [spare if r == x else r for r in replicas]
+        # Dropped from the running member: its copy goes to quarantine/ at
+        # once, without a restart.
         self.wait_state(self.begin(p, dropped), ("done",), 120)
-        wait_until(f"{V1}/{p} marked dropped on node {x}", lambda: os.path.exists(mark), 30)
-        # Given back in the same run: the mark goes first, then it follows
-        # on its copy and rejoins the ISR.
-        self.wait_state(self.begin(p, replicas), ("done",), 180)
-        self.assertFalse(os.path.exists(mark), f"{V1}/{p} still marked on node {x}")
-        wait_until(f"node {x} back in {V1}/{p}'s ISR", x_in_sync, 120)
-        self.flowing(40)
-        # A restart keeps that copy.
-        self.kill(xnode, "a copy given back: kept")
-        self.restart(xnode)
-        self.assertEqual(quarantined(), [])
-        self.assertTrue(os.path.isdir(pdir))
-        wait_until(f"node {x} in {V1}/{p}'s ISR after its restart", x_in_sync, 120)
-        # Dropped again, then restarted: the copy is in quarantine/.
-        self.wait_state(self.begin(p, dropped), ("done",), 120)
-        wait_until(f"{V1}/{p} marked dropped on node {x} again", lambda: os.path.exists(mark), 30)
-        self.flowing(40)
-        self.kill(xnode, "a dropped copy: quarantined at the start")
-        self.restart(xnode)
-        q = quarantined()
+
+        def moved_now():
+            q = quarantined()
+            return (q if len(q) == 1 and not os.path.exists(pdir) and counted("moved") == 1 and
+                    counted("marked") == 0 else None)
+        q = wait_until(f"{V1}/{p}'s dropped copy in node {x}'s quarantine/ (no restart)",
+                       moved_now, 60)
         tr.log(f"node {x}'s quarantine/: {os.listdir(qdir)}")
-        self.assertEqual(len(q), 1, q)
-        self.assertFalse(os.path.isdir(pdir) and os.path.exists(mark))
+        self.assertTrue(xnode.running())
         self.assertIn(f"partition {V1}/{p} was dropped from this node's replicas", xnode.log())
-        # Given back now, it starts from an empty log and catches up.
+        # It goes on serving its other partitions.
+        self.flowing(40)
+        wait_until("every partition of rv with its whole ISR", self.settled4, 90)
+        # Given back: it starts from an empty log and catches up.
         self.wait_state(self.begin(p, replicas), ("done",), 180)
         wait_until(f"node {x} back in {V1}/{p}'s ISR from an empty log", x_in_sync, 120)
         self.assertEqual(quarantined(), q)
+        self.assertFalse(os.path.exists(mark))
+        self.flowing(40)
+        # Held (TERN_TEST_QUARANTINE_HOLD: a copy kept in use stays
+        # marked), then given back before the move: the mark goes first,
+        # then it follows on its copy and rejoins the ISR.
+        self.kill(xnode, "restarted with its dropped copies of rv held")
+        env = self.c.env()
+        env["TERN_TEST_QUARANTINE_HOLD"] = f"{V1}=1"
+        xnode.start(env=env)
+        xnode.wait_ready(120)
+        wait_until(f"node {x} in {V1}/{p}'s ISR after its restart", x_in_sync, 120)
+        self.wait_state(self.begin(p, dropped), ("done",), 120)
+        wait_until(f"{V1}/{p} marked dropped on node {x}", lambda: os.path.exists(mark), 30)
+        wait_until("the marked copy counted", lambda: counted("marked") == 1, 30)
+        self.wait_state(self.begin(p, replicas), ("done",), 180)
+        self.assertFalse(os.path.exists(mark), f"{V1}/{p} still marked on node {x}")
+        wait_until(f"node {x} back in {V1}/{p}'s ISR on its copy", x_in_sync, 120)
+        self.assertEqual(quarantined(), q)
+        self.flowing(40)
+        # Dropped again (still held), then restarted without the hold: the
+        # start moves it.
+        self.wait_state(self.begin(p, dropped), ("done",), 120)
+        wait_until(f"{V1}/{p} marked dropped on node {x} again", lambda: os.path.exists(mark), 30)
+        self.kill(xnode, "a dropped copy still marked: quarantined at the start")
+        self.restart(xnode)
+        q2 = quarantined()
+        tr.log(f"node {x}'s quarantine/: {os.listdir(qdir)}")
+        self.assertEqual(len(q2), 2, q2)
+        self.assertFalse(os.path.isdir(pdir))
+        self.assertEqual(counted("moved"), 2)
         self.flowing(40)
         self.finish()
 

@@ -726,6 +726,72 @@ static void test_abandoned_log_reopened_from_files(void **state)
     qfx_free(q);
 }
 
+/* A replicated partition dropped from this node (cluster/replica.c,
+ * "quarantine marks"): tn_topic_part_release closes the log set aside and
+ * the channels' logs of it, the other partition goes on being served, and
+ * the copy, marked, can then be moved to quarantine/ while the engine
+ * runs; placed here again, the partition is opened from its (now empty)
+ * files, its channel with a log again. */
+static void test_released_partition_moved(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(true);
+    place_all(SELF);
+    q->b->place_readopt = all_replicated;
+    tn_topic_t *t = topic(q, "t", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    sink_t *s = calloc(1, sizeof(*s));
+    attach(s, ch, 10);
+    assert_int_equal(publish(q, "t", "a", 0, NULL, NULL), 0);
+    expect_n(q, s, 1);
+    assert_int_equal(tn_consumer_fin(&s->c, 0, s->d[0].offset, false, 0), 0);
+    cbw_t w = {0};
+    assert_int_equal(tn_topic_part_release(t, 0, on_followed, &w), UV_EBUSY); /* local */
+    assert_int_equal(tn_topic_part_release(t, 5, on_followed, &w), UV_EINVAL);
+    owners[0] = 9;
+    follow(q, t);
+    assert_non_null(t->parts[0]->plog); /* set aside */
+    assert_non_null(ch->parts[0]->cl);
+    run_for(q, 20); /* the FIN's record completes */
+    assert_int_equal(tn_topic_part_release(t, 0, on_followed, &w), 0);
+    assert_true(run_until(q, cb_done, &w));
+    assert_int_equal(w.status, 0);
+    assert_null(t->parts[0]->plog);
+    assert_null(ch->parts[0]->cl);
+    /* Nothing held any more: again is nothing to do. */
+    cbw_t w2 = {0};
+    assert_int_equal(tn_topic_part_release(t, 0, on_followed, &w2), 0);
+    assert_true(w2.done);
+    /* Partition 1 is served as before. */
+    assert_int_equal(publish(q, "t", "b", 1, NULL, NULL), 0);
+    expect_n(q, s, 2);
+    assert_int_equal(s->d[1].partition, 1);
+    /* Marked and moved while the engine runs. */
+    const char *path = q->fx->store->path;
+    assert_int_equal(tn_store_mark_dropped(path, "t", 0, true, "pe2"), 0);
+    bool moved = false;
+    assert_int_equal(tn_store_quarantine_dropped(path, "t", 0, &moved), 0);
+    assert_true(moved);
+    bool on_disk[MAXP];
+    parts_on_disk(q, "t", on_disk);
+    assert_false(on_disk[0]);
+    assert_true(on_disk[1]);
+    /* Given back: opened from its files, none now: an empty log. */
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_int_equal(tn_plog_written_next(t->parts[0]->plog), 0);
+    assert_non_null(ch->parts[0]->cl);
+    assert_int_equal(publish(q, "t", "c", 0, NULL, NULL), 0);
+    expect_n(q, s, 3);
+    assert_int_equal(s->d[2].partition, 0);
+    assert_int_equal(s->d[2].offset, 0);
+    tn_consumer_detach(&s->c);
+    free(s);
+    place_all(SELF);
+    qfx_free(q);
+}
+
 /* A held partition (a leader about to hand over: tn_topic_part_hold)
  * takes publishes and settles but delivers nothing until the hold ends;
  * the other partitions deliver as ever. */
@@ -1192,6 +1258,7 @@ int main(void)
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
         cmocka_unit_test(test_abandoned_log_reopened_from_files),
+        cmocka_unit_test(test_released_partition_moved),
         cmocka_unit_test(test_requeue_leases),
         cmocka_unit_test(test_held_partition_delivers_nothing),
         cmocka_unit_test(test_lapsed_lease_delivers_nothing),
