@@ -138,7 +138,6 @@ int tn_meta_rebal_in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
     return 0;
 }
 
-
 void tn_meta_rebal_in_fini(tn_meta_rebal_in_t *in)
 {
     tn_free(in->members);
