@@ -1042,9 +1042,15 @@ static void resign(part_t *pt)
         follow_placement(pt->rm, pt);
     }
     /* The engine's log, set aside (or still served while the engine's
-     * topic is busy: appends wait, invariant 1). */
-    pt->src = SRC_NONE;
-    pt->plog = NULL;
+     * topic is busy: appends wait, invariant 1), is let go. A log of our
+     * own stays (a follower follows on it), and so does one being opened
+     * or closed: its worker or close callback sets plog and src, and
+     * clearing them here raced it (a leader-elect that resigned while its
+     * log was opening held a NULL log when the open ended). */
+    if (pt->src == SRC_ENGINE) {
+        pt->src = SRC_NONE;
+        pt->plog = NULL;
+    }
     (void)ensure_log(pt);
 }
 
