@@ -56,6 +56,25 @@ CAP = 2  # max-moves-per-node's default
 CLIENT = tr.CLIENT
 
 
+def consume_all(node, topic, sent):
+    """Consume and ack topic through node until every payload of sent was
+    delivered; the payloads seen."""
+    seen = set()
+
+    def more():
+        status, answer = node.request("GET", f"/v1/topics/{topic}/consume?wait=1s&max=50",
+                                      headers=CLIENT, timeout=10)
+        if status == 200 and isinstance(answer, dict):
+            msgs = answer.get("messages", [])
+            seen.update(m["payload"] for m in msgs)
+            if msgs:
+                node.request("POST", f"/v1/topics/{topic}/ack/batch",
+                             [m["receipt_handle"] for m in msgs], headers=CLIENT, timeout=10)
+        return sent <= seen
+    wait_until(f"every message of {topic} delivered", more, 120, 0.1)
+    return seen
+
+
 class Rebalance(tm.Moves):
     def make(self, n, **kw):
         c = super().make(n, **kw)
@@ -94,20 +113,7 @@ class Rebalance(tm.Moves):
 
     def f2_consume_all(self):
         """Consume and ack rb2 until every payload produced was delivered."""
-        seen = set()
-        node = self.up_node()
-
-        def more():
-            status, answer = node.request("GET", f"/v1/topics/{F2}/consume?wait=1s&max=50",
-                                          headers=CLIENT, timeout=10)
-            if status == 200 and isinstance(answer, dict):
-                msgs = answer.get("messages", [])
-                seen.update(m["payload"] for m in msgs)
-                if msgs:
-                    node.request("POST", f"/v1/topics/{F2}/ack/batch",
-                                 [m["receipt_handle"] for m in msgs], headers=CLIENT, timeout=10)
-            return set(self.f2_sent) <= seen
-        wait_until(f"every message of {F2} delivered", more, 120, 0.1)
+        seen = consume_all(self.up_node(), F2, set(self.f2_sent))
         self.assertTrue(seen <= set(self.f2_sent), seen - set(self.f2_sent))
 
     def lists(self):
@@ -366,21 +372,7 @@ class Singles(harness.ClusterTest):
         for m in mine:
             self.assertEqual((m["to"], m["state"], len(m["from"])), ([jid], "done", 1), m)
         # Every message, through the new member.
-        seen = set()
-
-        def more():
-            status, answer = joiner.request("GET", f"/v1/topics/{F1}/consume?wait=1s&max=50",
-                                            headers=CLIENT, timeout=10)
-            if status == 200 and isinstance(answer, dict):
-                msgs = answer.get("messages", [])
-                seen.update(m["payload"] for m in msgs)
-                if msgs:
-                    joiner.request("POST", f"/v1/topics/{F1}/ack/batch",
-                                   [m["receipt_handle"] for m in msgs], headers=CLIENT,
-                                   timeout=10)
-            return sent <= seen
-        wait_until(f"every message of {F1} delivered", more, 120, 0.1)
-        self.assertEqual(seen, sent)
+        self.assertEqual(consume_all(joiner, F1, sent), sent)
 
 
 # Only this file's cases.
