@@ -9,7 +9,39 @@
 #define POLY 0x82F63B78u
 
 static uint32_t table[8][256];
+/* x2n[k] = x^(2^k) modulo the polynomial, reflected: for shifting a CRC
+ * past runs of zero bytes (tn_crc32c_patch). */
+static uint32_t x2n[32];
 static bool hw_available;
+
+/* a * b modulo the polynomial, both reflected (bit 31 is x^0). */
+static uint32_t mult_mod(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = (b & 1) ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return p;
+}
+
+/* x^(n * 2^k) modulo the polynomial: x^(8n) for k = 3, n bytes of zeros. */
+static uint32_t x_pow_mod(size_t n, unsigned k)
+{
+    uint32_t p = 1u << 31; /* x^0 */
+    while (n != 0) {
+        if (n & 1)
+            p = mult_mod(x2n[k & 31], p);
+        n >>= 1;
+        k++;
+    }
+    return p;
+}
 
 __attribute__((constructor)) static void crc32c_init(void)
 {
@@ -23,6 +55,10 @@ __attribute__((constructor)) static void crc32c_init(void)
         for (int t = 1; t < 8; t++)
             table[t][i] = (table[t - 1][i] >> 8) ^ table[0][table[t - 1][i] & 0xff];
     }
+    uint32_t x = 1u << 30; /* x^1 */
+    x2n[0] = x;
+    for (int k = 1; k < 32; k++)
+        x2n[k] = x = mult_mod(x, x);
 #if defined(__x86_64__)
     __builtin_cpu_init();
     hw_available = __builtin_cpu_supports("sse4.2");
@@ -94,4 +130,18 @@ uint32_t tn_crc32c(uint32_t crc, const void *data, size_t len)
     if (TN_LIKELY(hw_available))
         return tn_crc32c_hw(crc, data, len);
     return tn_crc32c_sw(crc, data, len);
+}
+
+uint32_t tn_crc32c_patch(uint32_t crc, const void *was, const void *now, size_t n, size_t after)
+{
+    /* A CRC's register is linear in the message: the CRCs of two messages
+     * of one length differ by the register of their XOR run from zero
+     * (the initial and final inversions cancel), and leading zero bytes
+     * leave a zero register unchanged. So the change is the register of
+     * was ^ now alone, carried past the `after` bytes that follow. */
+    const unsigned char *a = was, *b = now;
+    uint32_t reg = 0;
+    for (size_t i = 0; i < n; i++)
+        reg = (reg >> 8) ^ table[0][(reg ^ a[i] ^ b[i]) & 0xff];
+    return crc ^ mult_mod(x_pow_mod(after, 3), reg);
 }

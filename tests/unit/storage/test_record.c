@@ -84,12 +84,38 @@ static void test_short_and_unknown_flags(void **state)
     assert_int_equal(tn_rec_decode_hdr(buf, TN_REC_HDR, &h), TN_ECORRUPT);
 }
 
+static void test_set_sync_mark(void **state)
+{
+    (void)state;
+    unsigned char buf[256], want[256];
+    size_t n = build(buf, 9, "key", "a body of some length", 0);
+    tn_rec_set_sync_mark(buf, 123456789);
+    tn_rec_t rec;
+    assert_int_equal(tn_rec_decode(buf, n, &rec), 0);
+    assert_int_equal(rec.h.sync_mark, 123456789);
+    /* The same bytes as encoding the record with that mark from scratch. */
+    tn_rec_hdr_t h = rec.h;
+    tn_rec_encode(want, &h, rec.key, rec.body);
+    memcpy(want + TN_REC_HDR, buf + TN_REC_HDR, n - TN_REC_HDR);
+    assert_memory_equal(buf, want, n);
+    /* A record damaged before the mark is set stays damaged. */
+    buf[n - 1] ^= 0x10;
+    tn_rec_set_sync_mark(buf, 7);
+    assert_int_equal(tn_rec_decode(buf, n, &rec), TN_ECORRUPT);
+    /* Empty key and body. */
+    n = build(buf, 0, "", "", 0);
+    tn_rec_set_sync_mark(buf, 1);
+    assert_int_equal(tn_rec_decode(buf, n, &rec), 0);
+    assert_int_equal(rec.h.sync_mark, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_every_byte_flip_detected),
         cmocka_unit_test(test_short_and_unknown_flags),
+        cmocka_unit_test(test_set_sync_mark),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
