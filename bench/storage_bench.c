@@ -10,7 +10,10 @@
  *      the ceiling (appenders x raw rate: one fsync per record per
  *      appender, all overlapping) and acknowledgement latency.
  *
- * Usage: tern-storage-bench [--dir PATH] [--seconds N] */
+ * --raw runs only the first and prints its median latency and rate (the
+ * flush ceiling bench/nsq_bench.sh divides by).
+ *
+ * Usage: tern-storage-bench [--dir PATH] [--seconds N] [--raw] */
 #include "core/platform.h"
 
 #include "core/config.h"
@@ -30,6 +33,7 @@
 #define MAX_SAMPLES 2000000
 
 static double seconds = 3.0;
+static bool raw_only; /* --raw: the raw loop alone (median latency and rate) */
 static const char *root = "bench-data";
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -45,7 +49,11 @@ static void rmrf(const char *path)
     nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static double raw_fsync_rate(void)
+static int cmp_i64(const void *a, const void *b);
+
+/* The raw loop's rate (writes/s); *median_us gets the median time of one
+ * write + fdatasync when not NULL. */
+static double raw_fsync_rate(double *median_us)
 {
     char path[4096];
     snprintf(path, sizeof(path), "%s/raw.bin", root);
@@ -56,18 +64,33 @@ static double raw_fsync_rate(void)
     }
     char buf[4096];
     memset(buf, 'r', sizeof(buf));
-    int64_t start = tn_now_mono_ns(), end = start + (int64_t)(seconds * 1e9);
+    int64_t *lat = malloc(MAX_SAMPLES * sizeof(*lat));
+    if (lat == NULL) {
+        perror("malloc");
+        exit(1);
+    }
+    int64_t start = tn_now_mono_ns(), end = start + (int64_t)(seconds * 1e9), t = start;
     long n = 0;
-    while (tn_now_mono_ns() < end) {
+    while (t < end) {
         if (write(fd, buf, sizeof(buf)) != (ssize_t)sizeof(buf) || fdatasync(fd) != 0) {
             perror("write/fdatasync");
             exit(1);
         }
+        int64_t now = tn_now_mono_ns();
+        if (n < MAX_SAMPLES)
+            lat[n] = now - t;
+        t = now;
         n++;
     }
-    double el = (double)(tn_now_mono_ns() - start) / 1e9;
+    double el = (double)(t - start) / 1e9;
     close(fd);
     unlink(path);
+    long kept = n < MAX_SAMPLES ? n : MAX_SAMPLES;
+    if (median_us != NULL) {
+        qsort(lat, (size_t)kept, sizeof(int64_t), cmp_i64);
+        *median_us = kept > 0 ? (double)lat[kept / 2] / 1e3 : 0;
+    }
+    free(lat);
     return (double)n / el;
 }
 
@@ -209,16 +232,23 @@ int main(int argc, char **argv)
             root = argv[++i];
         else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
             seconds = atof(argv[++i]);
+        else if (strcmp(argv[i], "--raw") == 0)
+            raw_only = true;
         else {
-            fprintf(stderr, "usage: %s [--dir PATH] [--seconds N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--dir PATH] [--seconds N] [--raw]\n", argv[0]);
             return 2;
         }
     }
     tn_log_level = TN_LOG_WARN;
     mkdir(root, 0755);
+    if (raw_only) {
+        double median = 0, rate = raw_fsync_rate(&median);
+        printf("raw write 4 KiB + fdatasync: median %.0f us, %.0f/s\n", median, rate);
+        rmdir(root);
+        return 0;
+    }
     /* The disk's rate drifts; measure it before and after and use the mean. */
-    /* The disk's rate drifts; measure it before and after and use the mean. */
-    double raw_before = raw_fsync_rate();
+    double raw_before = raw_fsync_rate(NULL);
     int counts[] = {1, 16, 64};
     size_t sizes[] = {200, 4096};
     result_t res[2][3];
@@ -226,7 +256,7 @@ int main(int argc, char **argv)
         for (size_t c = 0; c < TN_ARRAY_SIZE(counts); c++)
             res[s][c] = run_appenders(counts[c], sizes[s]);
     }
-    double raw_after = raw_fsync_rate();
+    double raw_after = raw_fsync_rate(NULL);
     double raw = (raw_before + raw_after) / 2;
     printf("raw write 4 KiB + fdatasync: %.0f/s (%.0f us each; %.0f/s before the runs, %.0f/s "
            "after)\n\n",
