@@ -1129,7 +1129,7 @@ static void place_close_held(place_t *o)
         }
     }
     if (nheld > 0)
-        TN_LOG(TN_LOG_INFO,
+        TN_LOG(TN_LOG_NOTICE,
                "topic %s: closing %" PRIu32 " channel log(s) still held for partition(s) placed "
                "here again, to open them from their files",
                t->name, nheld);
