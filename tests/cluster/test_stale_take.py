@@ -16,12 +16,13 @@ one); with sb=2 the engine's stale log is left open, so the hand-back
 reaches it and the leader's check (leader_take) must refuse to lead from
 it and have the partition opened from its files again.
 
-sa has a durable channel (default) whose BEFORE messages X delivered and
-acked before its SIGKILL: restarted, X's engine holds the channel's log
-of sa/0 (a follower's settles go through it), and the hand-back closes it
-before it opens the partition's files again, so X then holds one handle on
-the channel's WAL, not two (the held log was left open beside the new one
-before), and delivers none of the acked messages again.
+Both topics have their durable channel (default); X delivered and acked
+sa's BEFORE messages before its SIGKILL. Restarted, X's engine holds the
+channel's log of each partition (a follower's settles go through it), and
+the hand-back closes it before it opens the partition's files again, so X
+then holds one handle on each channel WAL, not two (the held log was left
+open beside the new one before), and delivers none of the acked messages
+again.
 
 Steps: 3 nodes, topics sa and sb of 3 partitions and factor 3; X, the
 preferred leader of sa/0, also prefers one partition of sb. Records are
@@ -170,11 +171,12 @@ class StaleTake(ReplicaBase):
         self.assertRegex(log, rf"replica sb/{q}: the engine's log ends at \d+, below epoch \d+'s "
                               r"start \d+: not leading from it")
         self.assertNotIn("opened from its files, the log still ends", log)
-        # sa/0's channel log X's engine held was closed before the files
-        # were opened again: one handle on its WAL, and the acked
-        # messages are not delivered again.
-        self.assertIn("topic sa: closing 1 channel log(s) still held", log)
-        self.assertEqual(self.wal_handles(x, "sa", 0, "default"), 1)
+        # The default channel's log of each X's engine held was closed
+        # before the files were opened again: one handle on its WAL, and
+        # sa's acked messages are not delivered again.
+        for topic, p in parts:
+            self.assertEqual(self.wal_handles(x, topic, p, "default"), 1, (topic, p))
+            self.assertIn(f"topic {topic}: closing 1 channel log(s) still held", log)
         rest = set(acked[("sa", 0)]) - settled
         again = self.consume(x, "sa", 0, rest)
         self.assertEqual(set(again), rest)
