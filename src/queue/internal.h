@@ -83,8 +83,10 @@ int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_afte
 
 /* channel.c */
 /* Give cp, the idle state of a channel on a partition that was remote,
- * the log (NULL: in memory) and cursor (taken over) of the partition now
- * opened here. 0 or UV_ENOMEM. */
+ * the log (NULL: in memory; transferred: cp's until it is closed) and
+ * cursor (taken over) of the partition now opened here. cp must hold no
+ * log: one it held is closed first (topic.c, place_close_held), never
+ * overwritten. 0 or UV_ENOMEM. */
 int tn__chpart_reset(tn_chpart_t *cp, tn_chanlog_t *cl, tn_cursor_t *cur);
 /* Set up a channel's state on one partition from its log (NULL: in
  * memory) and recovered cursor (taken over on success). 0 or UV_ENOMEM. */

@@ -92,8 +92,11 @@
  *      the local ones; growth does the same for the new partitions.
  *   2. tn_topic_follow_placement asks again: a remote partition now placed
  *      here is opened on a worker thread (its log and its durable
- *      channels' logs, all new), the topic waiting meanwhile as while it
- *      grows. A partition open here and now owned by another node (a data
+ *      channels' logs, from their files: empty for a partition never held
+ *      here), the topic waiting meanwhile as while it grows. A channel log
+ *      the engine still holds for it (a replicated partition led here
+ *      before) is closed first, after its queued records: one log object
+ *      per file set. A partition open here and now owned by another node (a data
  *      directory restored onto another node) is made remote with a
  *      warning; its files stay on disk, nothing is deleted. Owners are
  *      sticky, so data never moves.
@@ -864,7 +867,11 @@ void tn_broker_follow_placement(tn_broker_t *b);
  * delivers those messages again); when no partition of t is served here
  * after that, the consumers with a moved callback are detached and told.
  * A local partition the placement leaves
- * unplaced (owner 0) stays local. A topic busy being created, grown or
+ * unplaced (owner 0) stays local. A remote partition opened here again
+ * whose channels' logs the engine still holds (tn_topic_part_abandon)
+ * has them closed first, once their queued records completed (so their
+ * completions and tn_channel_sync waits end as ever), then opened from
+ * their files. A topic busy being created, grown or
  * given a channel follows once that ends. cb (may be NULL) runs with 0 or
  * the error of the opening (the partitions stay remote then), possibly
  * before this returns; 0, or UV_ENOMEM (cb will not run). */
@@ -896,7 +903,10 @@ tn_topic_t *tn_broker_topic_find(tn_broker_t *b, const char *name);
  * of its own since: this one's view is stale, and served again it would
  * lead from where it ends. It is closed without touching a file
  * (tn_plog_abandon); placed here again, the partition is opened from its
- * files, as one never held here. 0 (done, or nothing to do: p local, or
+ * files, as one never held here. The channels' logs of p stay open (a
+ * follower's records go through them, tn_broker_chan_apply); placed here
+ * again, they are closed then (after their queued records) and opened
+ * from their files with the partition. 0 (done, or nothing to do: p local, or
  * remote with no log), or UV_EBUSY while the topic is busy
  * (tn_topic_busy) or a read, collection or advance started before it
  * was set aside still uses that log: ask again later.

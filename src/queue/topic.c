@@ -2,6 +2,7 @@
 #include "core/platform.h"
 
 #include "core/alloc.h"
+#include "core/assert.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/name.h"
@@ -940,8 +941,14 @@ void tn_topic_set_durability(tn_topic_t *t, int mode)
 }
 
 /* Opening partitions newly placed here: on a worker thread, their logs and
- * the logs of the topic's durable channels on them (all of it new, so the
- * channels start at their first offset). */
+ * the logs of the topic's durable channels on them, from their files (a
+ * partition never held here starts empty, its channels at their first
+ * offset). A channel log the engine still holds for such a partition (one
+ * led here before whose log was abandoned, tn_topic_part_abandon, while its
+ * channel logs took a follower's records, tn_broker_chan_apply) is closed
+ * first, after its queued records (place_close_held): two log objects on
+ * one WAL must never be open together, and the one opened from the files
+ * then holds everything the old one wrote. */
 typedef struct {
     uv_work_t work;
     tn_topic_t *t;
@@ -952,6 +959,7 @@ typedef struct {
     char **names;       /* [nch] */
     tn_chanlog_t **cls; /* [nch][n] */
     tn_cursor_t *curs;
+    uint32_t closing; /* held channel logs still closing, + 1 while they start */
     int rc;
     tn_delete_cb cb;
     void *arg;
@@ -999,6 +1007,10 @@ static bool place_install(place_t *o)
     tn_topic_t *t = o->t;
     for (uint32_t k = 0; k < o->n; k++) {
         tn_part_t *p = t->parts[o->idx[k]];
+        /* Only a partition with no log is placed (tn_topic_follow_placement),
+         * and nothing gives it one while it opens (the topic is busy): a log
+         * overwritten here would stay open beside this one on its files. */
+        TN_ASSERT(p->plog == NULL);
         p->plog = o->plogs[k];
         o->plogs[k] = NULL;
         p->remote = false;
@@ -1024,6 +1036,7 @@ static bool place_install(place_t *o)
             } else {
                 tn_cursor_init(&cur, 0);
             }
+            TN_ASSERT(cp->cl == NULL); /* closed by place_close_held */
             if (tn__chpart_reset(cp, cl, &cur) != 0)
                 ok = false;
         }
@@ -1059,6 +1072,68 @@ static void place_done(uv_work_t *w, int status)
     void *arg = o->arg;
     place_free(o, rc != 0);
     reshape_end(t, rc, cb, arg);
+}
+
+/* One held channel log of o's partitions closed, or place_close_held
+ * asked them all to: once none is left, the partitions are opened from
+ * their files on a worker. A broker closing meanwhile opens nothing. */
+static void place_closed_one(place_t *o)
+{
+    if (--o->closing > 0)
+        return;
+    tn_broker_t *b = o->t->broker;
+    if (o->rc == 0 && b->closing)
+        o->rc = TN_ECLOSED;
+    if (o->rc == 0 && uv_queue_work(b->loop, &o->work, place_work, place_done) == 0)
+        return;
+    if (o->rc == 0)
+        o->rc = UV_ENOMEM;
+    place_done(&o->work, 0);
+}
+
+static void on_place_held_closed(tn_chanlog_t *cl)
+{
+    place_t *o = cl->data;
+    tn_topic_t *t = o->t;
+    /* Its records' completions ran before (the close waits for them, and
+     * they read cp->cl): the channel partition lets go of it only now. */
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        for (uint32_t k = 0; k < o->n; k++)
+            if (ch->parts[o->idx[k]]->cl == cl)
+                ch->parts[o->idx[k]]->cl = NULL;
+    place_closed_one(o);
+}
+
+/* Close the channel logs the engine still holds on o's partitions, then
+ * open them (place_closed_one). Each stays cp->cl until it is closed, so
+ * that the completions of its queued records (on_walop) and the waits on
+ * them (tn_channel_sync) end as ever; the channel partition is broken
+ * meanwhile (a record for it is refused: the log is closing), and
+ * place_install resets it. The topic is busy (tn_topic_busy) from here
+ * to place_done, so nothing else closes or drops these logs meanwhile. */
+static void place_close_held(place_t *o)
+{
+    tn_topic_t *t = o->t;
+    o->closing = 1; /* this call's own, dropped at the end */
+    uint32_t nheld = 0;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+        for (uint32_t k = 0; k < o->n; k++) {
+            tn_chpart_t *cp = ch->parts[o->idx[k]];
+            if (cp->cl == NULL)
+                continue;
+            cp->broken = true;
+            cp->cl->data = o;
+            o->closing++;
+            nheld++;
+            tn_chanlog_close(cp->cl, on_place_held_closed);
+        }
+    }
+    if (nheld > 0)
+        TN_LOG(TN_LOG_NOTICE,
+               "topic %s: closing %" PRIu32 " channel log(s) still held for partition(s) placed "
+               "here again, to open them from their files",
+               t->name, nheld);
+    place_closed_one(o);
 }
 
 bool tn_topic_busy(const tn_topic_t *t)
@@ -1346,7 +1421,7 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
     for (tn_channel_t *ch = t->channels; ok && ch != NULL; ch = ch->next)
         if (!ch->memory)
             ok = (o->names[c++] = tn_strdup(ch->name)) != NULL;
-    if (!ok || k != nopen || uv_queue_work(b->loop, &o->work, place_work, place_done) != 0) {
+    if (!ok || k != nopen) {
         place_free(o, false);
         return UV_ENOMEM;
     }
@@ -1356,6 +1431,7 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
     t->state = TN_OBJ_CREATING;
     t->busy++;
     b->workers++;
+    place_close_held(o); /* then the work; place_done ends it */
     return 0;
 }
 

@@ -16,6 +16,14 @@ one); with sb=2 the engine's stale log is left open, so the hand-back
 reaches it and the leader's check (leader_take) must refuse to lead from
 it and have the partition opened from its files again.
 
+Both topics have their durable channel (default); X delivered and acked
+sa's BEFORE messages before its SIGKILL. Restarted, X's engine holds the
+channel's log of each partition (a follower's settles go through it), and
+the hand-back closes it before it opens the partition's files again, so X
+then holds one handle on each channel WAL, not two (the held log was left
+open beside the new one before), and delivers none of the acked messages
+again.
+
 Steps: 3 nodes, topics sa and sb of 3 partitions and factor 3; X, the
 preferred leader of sa/0, also prefers one partition of sb. Records are
 acknowledged (min_insync 2), X is SIGKILLed, many more records are
@@ -30,6 +38,7 @@ Run: python3 tests/cluster/test_stale_take.py --ternd build/ternd-test
 """
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -38,12 +47,46 @@ from test_replica import LAG, ReplicaBase  # noqa: E402
 
 BEFORE = 10  # acknowledged before X's SIGKILL: where X's old copy ends
 WHILE = 40  # acknowledged while X is down: what X must copy and then serve
+CLIENT = {"X-Tern-Client": "cluster-test"}
 
 
 class StaleTake(ReplicaBase):
     def preferred(self, node, topic, p):
         ps = self.pstats(node, topic, p)
         return ps["replicas"][0] if ps and ps.get("replicas") else None
+
+    def consume(self, node, topic, p, want, deadline_s=60):
+        """The default channel's deliveries of topic/p on node (payload ->
+        receipt handle) until want (a set) are all in, or the deadline."""
+        got = {}
+        deadline = time.monotonic() + deadline_s
+        while not want <= set(got) and time.monotonic() < deadline:
+            s, b = node.request("GET", f"/v1/topics/{topic}/consume?partition={p}&max=100&wait=2s",
+                                headers=CLIENT)
+            if s in (503, 421, 204, None):  # not serving yet, or nothing new
+                time.sleep(0.2)
+                continue
+            self.assertEqual(s, 200, b)
+            for m in b["messages"]:
+                got[m["payload"]] = m["receipt_handle"]
+        return got
+
+    def ack(self, node, topic, handle):
+        """Ack until 204 (503: too few in-sync replicas for a moment)."""
+        wait_until(f"an ack on {topic} answered 204", lambda: node.request(
+            "POST", f"/v1/topics/{topic}/ack?receipt_handle={handle}", headers=CLIENT)[0] == 204,
+            timeout=30)
+
+    def wal_handles(self, node, topic, p, channel):
+        """How many of node's open file descriptors are the channel's WAL."""
+        end = f"/{topic}/{p}/{channel}.wal"
+        n = 0
+        for fd in os.listdir(f"/proc/{node.pid}/fd"):
+            try:
+                n += os.readlink(f"/proc/{node.pid}/fd/{fd}").endswith(end)
+            except OSError:
+                pass  # closed meanwhile
+        return n
 
     def test_restarted_replica_leads_from_its_whole_log(self):
         c = self.make(3, args=[LAG, "--member-session-timeout=2s",
@@ -82,6 +125,12 @@ class StaleTake(ReplicaBase):
             produce(x, part, BEFORE)
             wait_until(f"{part} with 3 in-sync replicas", lambda t=part[0], p=part[1]:
                        self.in_sync(c, t, p, 3))
+        # sa's channel: X delivers and acks the BEFORE messages.
+        settled = set(acked[("sa", 0)])
+        got = self.consume(x, "sa", 0, settled)
+        self.assertEqual(set(got), settled)
+        for body in sorted(settled):
+            self.ack(x, "sa", got[body])
 
         # X's SIGKILL: another replica leads each and acknowledges many
         # more records, which X's old copy does not hold.
@@ -122,6 +171,15 @@ class StaleTake(ReplicaBase):
         self.assertRegex(log, rf"replica sb/{q}: the engine's log ends at \d+, below epoch \d+'s "
                               r"start \d+: not leading from it")
         self.assertNotIn("opened from its files, the log still ends", log)
+        # The default channel's log of each X's engine held was closed
+        # before the files were opened again: one handle on its WAL, and
+        # sa's acked messages are not delivered again.
+        for topic, p in parts:
+            self.assertEqual(self.wal_handles(x, topic, p, "default"), 1, (topic, p))
+            self.assertIn(f"topic {topic}: closing 1 channel log(s) still held", log)
+        rest = set(acked[("sa", 0)]) - settled
+        again = self.consume(x, "sa", 0, rest)
+        self.assertEqual(set(again), rest)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include "core/time.h"
 #include "queue/queue.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1248,6 +1249,206 @@ static void test_lead_moved_away(void **state)
     qfx_free(q);
 }
 
+/* A replicated partition led elsewhere, its set-aside log abandoned
+ * (tn_topic_part_abandon: the replica manager wrote the files through a
+ * log of its own) while its channel's log stays with the engine (a
+ * follower's records go through it, tn_broker_chan_apply), then led here
+ * again (a move away and back): the placement opens the partition and its
+ * channel logs from their files, so the channel log the engine held is
+ * closed first, after its queued records, never left open beside the new
+ * one. An orphan would hold its fd until the store closed, and its close
+ * then would cut the WAL back to where it had left it, losing settles
+ * the new log made durable. */
+typedef struct {
+    tn_chan_sync_t s;
+    bool done;
+    int status;
+} syncw_t;
+
+static void on_synced(tn_chan_sync_t *s, int status)
+{
+    syncw_t *w = s->data;
+    w->done = true;
+    w->status = status;
+}
+
+static bool synced(void *arg)
+{
+    return ((syncw_t *)arg)->done;
+}
+
+/* Wait until every record of ch's log on partition p so far is durable. */
+static void chan_sync(qfx_t *q, tn_channel_t *ch, uint32_t p)
+{
+    syncw_t w = {0};
+    w.s.data = &w;
+    tn_channel_sync(ch, p, &w.s, on_synced);
+    assert_true(run_until(q, synced, &w));
+    assert_int_equal(w.status, 0);
+}
+
+/* The store's open channel logs named channel, and its open plogs. */
+static int open_chanlogs(qfx_t *q, const char *channel)
+{
+    int n = 0;
+    for (tn_chanlog_t *cl = q->fx->store->chanlogs; cl != NULL; cl = cl->next_open)
+        n += strcmp(cl->name, channel) == 0;
+    return n;
+}
+
+static int open_plogs(qfx_t *q)
+{
+    int n = 0;
+    for (tn_plog_t *pl = q->fx->store->plogs; pl != NULL; pl = pl->next_open)
+        n++;
+    return n;
+}
+
+typedef struct {
+    qfx_t *q;
+    int chanlogs;
+    int plogs;
+} openw_t;
+
+static bool open_counts(void *arg)
+{
+    openw_t *w = arg;
+    return open_chanlogs(w->q, "c") == w->chanlogs && open_plogs(w->q) == w->plogs;
+}
+
+/* This process's open file descriptors. */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own */
+}
+
+static void test_abandoned_channel_logs_closed(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    q->b->place_readopt = all_replicated;
+    tn_topic_t *t = topic(q, "or", 1);
+    tn_channel_t *ch = channel(q, t, "c");
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(publish(q, "or", "m", 0, NULL, NULL), 0);
+    sink_t *s = calloc(1, sizeof(*s));
+    attach(s, ch, 2);
+    expect_n(q, s, 2);
+    assert_int_equal(s->d[0].offset, 0);
+    assert_int_equal(s->d[1].offset, 1);
+    /* FIN 0 durable; FIN 1 queued, a wait on it. */
+    assert_int_equal(tn_consumer_fin(&s->c, 0, 0, false, 0), 0);
+    chan_sync(q, ch, 0);
+    assert_int_equal(tn_consumer_fin(&s->c, 0, 1, false, 0), 0);
+    syncw_t sw = {0};
+    sw.s.data = &sw;
+    tn_channel_sync(ch, 0, &sw.s, on_synced);
+    tn_consumer_detach(&s->c);
+    free(s);
+    /* Led by node 9: the log is set aside, the channel's log kept. */
+    owners[0] = 9;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0));
+    tn_chanlog_t *old = ch->parts[0]->cl;
+    assert_non_null(old);
+    /* The other leader's records through the engine: FIN 2 durable, FIN
+     * 3 still queued when the partition is placed here again. */
+    applyw_t w[2];
+    memset(w, 0, sizeof(w));
+    w[0].op.data = &w[0];
+    w[1].op.data = &w[1];
+    tn_walrec_t fin2 = {.op = TN_WAL_FIN, .offset = 2};
+    tn_walrec_t fin3 = {.op = TN_WAL_FIN, .offset = 3};
+    assert_int_equal(tn_broker_chan_apply(q->b, "or", "c", 0, &fin2, &w[0].op, on_applied), 0);
+    assert_true(run_until(q, applied, &w[0]));
+    assert_int_equal(w[0].status, 0);
+    openw_t before = {q, 1, 1};
+    assert_true(run_until(q, open_counts, &before));
+    int fds = open_fds();
+    /* The manager's own log wrote the files: the set-aside one goes. */
+    assert_int_equal(tn_topic_part_abandon(t, 0), 0);
+    assert_null(t->parts[0]->plog);
+    assert_ptr_equal(ch->parts[0]->cl, old); /* still the follower's */
+    assert_int_equal(tn_broker_chan_apply(q->b, "or", "c", 0, &fin3, &w[1].op, on_applied), 0);
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_non_null(t->parts[0]->plog);
+    /* The queued record completed (on the old log, before it closed), and
+     * so did the wait on FIN 1. */
+    assert_true(w[1].done);
+    assert_int_equal(w[1].status, 0);
+    assert_true(sw.done);
+    assert_int_equal(sw.status, 0);
+    /* One channel log and one plog open, as before: nothing orphaned. */
+    openw_t after = {q, 1, 1};
+    assert_true(run_until(q, open_counts, &after));
+    assert_non_null(ch->parts[0]->cl);
+    assert_ptr_equal(q->fx->store->chanlogs, ch->parts[0]->cl);
+    assert_int_equal(open_fds(), fds);
+    /* Opened from the files: FIN 0 to 3 are there; 4 and 5 come. */
+    sink_t *s2 = calloc(1, sizeof(*s2));
+    attach(s2, ch, 10);
+    expect_n(q, s2, 2);
+    run_for(q, 30);
+    assert_int_equal(s2->n, 2);
+    assert_int_equal(s2->d[0].offset, 4);
+    assert_int_equal(s2->d[1].offset, 5);
+    assert_int_equal(tn_consumer_fin(&s2->c, 0, 4, false, 0), 0);
+    chan_sync(q, ch, 0);
+    tn_consumer_detach(&s2->c);
+    free(s2);
+    /* FIN 4, durable in the new log, survives the store's close. */
+    restart(q, true);
+    t = topic(q, "or", 0);
+    ch = channel(q, t, "c");
+    sink_t *s3 = calloc(1, sizeof(*s3));
+    attach(s3, ch, 10);
+    expect_n(q, s3, 1);
+    run_for(q, 30);
+    assert_int_equal(s3->n, 1);
+    assert_int_equal(s3->d[0].offset, 5);
+    tn_consumer_detach(&s3->c);
+    free(s3);
+    qfx_free(q);
+}
+
+/* The same placement with the broker closing while the held channel log
+ * closes: nothing is opened, the placement ends with TN_ECLOSED, and the
+ * broker and the store close with nothing left open. */
+static void test_placed_again_while_closing(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    q->b->place_readopt = all_replicated;
+    tn_topic_t *t = topic(q, "oc", 1);
+    tn_channel_t *ch = channel(q, t, "c");
+    assert_int_equal(publish(q, "oc", "m", 0, NULL, NULL), 0);
+    owners[0] = 9;
+    follow(q, t);
+    assert_non_null(ch->parts[0]->cl);
+    assert_int_equal(tn_topic_part_abandon(t, 0), 0);
+    owners[0] = SELF;
+    cbw_t w = {0};
+    assert_int_equal(tn_topic_follow_placement(t, on_followed, &w), 0);
+    assert_false(w.done); /* the held log is closing */
+    close_broker(q);
+    assert_true(w.done);
+    assert_int_equal(w.status, TN_ECLOSED);
+    assert_int_equal(open_chanlogs(q, "c"), 0);
+    assert_int_equal(open_plogs(q), 0);
+    place_all(SELF);
+    qfx_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1268,6 +1469,8 @@ int main(void)
         cmocka_unit_test(test_grow_here),
         cmocka_unit_test(test_chan_apply_while_set_aside),
         cmocka_unit_test(test_lead_moved_away),
+        cmocka_unit_test(test_abandoned_channel_logs_closed),
+        cmocka_unit_test(test_placed_again_while_closing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
