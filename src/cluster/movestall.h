@@ -16,12 +16,16 @@
  *      offset grew), when it has nothing left to copy (at the leader's log
  *      end: it waits for the ISR rule, not for records), while it is in
  *      the ISR, and while its metastore session is dead (a dead target is
- *      partstate.h rule 9's, after replace-dead-after). A new move, or a
- *      new leader, starts every clock again.
+ *      partstate.h rule 9's, after replace-dead-after). A new move starts
+ *      every clock again; a node that stops leading drops its clocks, and
+ *      one that takes the lead starts them as step 6 says.
  *   3. A target member outside the ISR whose clock reaches
  *      move-stall-timeout is stalled: the leader proposes PART_MOVE fail
  *      (TN_MOVE_FAIL) for that move id, with a reason naming the member and
- *      where its copy stands, through tn_meta_propose_move (a follower of
+ *      where its copy stands and, when the member reported one, its last
+ *      append error (node RPC REPLICA_ERROR: a full or failing disk at
+ *      the target; a leader that just took the lead waits up to two
+ *      report periods for it), through tn_meta_propose_move (a follower of
  *      the metastore forwards it to the metastore leader: cluster/control.c).
  *   4. The metastore re-checks the fail when it applies it: the move id must
  *      be the one under way (a move that completed or ended meanwhile is
@@ -38,7 +42,7 @@
  *      never more than once per timeout/4 per move (tn_movestall_mark). A
  *      copy that does not advance needs no new mark, so a stall costs at
  *      most one write; a copy that advances costs one per timeout/4.
- *   6. A leader (new, or the same after a restart) starts the clock of a
+ *   6. A leader (new, again, or the same after a restart) starts the clock of a
  *      target member from its committed mark when the member's copy stands
  *      where the mark says, or it has not fetched here yet (no sign of
  *      progress since): idle since the mark's ms, by the wall clock. Else

@@ -3752,9 +3752,14 @@ static void check_stall(part_t *pt, uint64_t now)
      * the target: the Raft log orders the two). */
     if (pt->stall_busy || pt->isr_busy || now < pt->stall_retry_at)
         return;
+    /* A lead just taken waits a moment for the target's append error
+     * (reported every ERR_REPORT_MS while it lasts, to the leader of the
+     * epoch it knows), so that the reason names it. */
+    const char *pe = peer_err(pt, v.node);
+    if (pe == NULL && v.seen && now < pt->core.became_at + 2 * ERR_REPORT_MS)
+        return;
     char why[TN_META_MOVE_REASON_MAX + 1], idle[32], aerr[TN_WIRE_REPLERR_MAX + 32];
     fmt_ms(idle, sizeof(idle), rm->o.move_stall_ms);
-    const char *pe = peer_err(pt, v.node);
     aerr[0] = '\0';
     if (pe != NULL)
         snprintf(aerr, sizeof(aerr), "; its last append error: %s", pe);
@@ -3768,8 +3773,10 @@ static void check_stall(part_t *pt, uint64_t now)
                  "target member %" PRIu32 " fetched nothing for %s (the log ends at %" PRIu64
                  "): the partition stays on its old replicas",
                  v.node, idle, pt->core.end);
-    TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": move %016" PRIx64 " stalled, failing it: %s",
-           pt->topic, pt->p, ps->move_id, why);
+    TN_LOG(TN_LOG_WARN,
+           "replica %s/%" PRIu32 ": move %016" PRIx64 " stalled (no progress for %" PRIu64
+           " ms), failing it: %s",
+           pt->topic, pt->p, ps->move_id, v.idle_ms, why);
     pt->stall_req.data = pt;
     pt->stall_busy = true;
     pt->busy++;
@@ -3859,6 +3866,10 @@ static void on_tick(uv_timer_t *t)
                  * waits on. */
                 if (pt->ready && pt->plog != NULL && tn_repl_accepts(&pt->core) == TN_EFEWREPLICAS)
                     tn_plog_fail_gated_records(pt->plog, TN_EFEWREPLICAS);
+            } else if (pt->stall.move_id != 0) {
+                /* Not leading: no clocks kept (a lead taken again starts
+                 * them from the committed marks: movestall.h step 6). */
+                tn_movestall_reset(&pt->stall);
             }
             if (pt->fence.node != 0 && !tn_handfence_holds(&pt->fence, now))
                 hold_deliveries(pt); /* its bound passed (handfence.h) */
