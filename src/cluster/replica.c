@@ -3758,21 +3758,27 @@ static void check_stall(part_t *pt, uint64_t now)
     const char *pe = peer_err(pt, v.node);
     if (pe == NULL && v.seen && now < pt->core.became_at + 2 * ERR_REPORT_MS)
         return;
-    char why[TN_META_MOVE_REASON_MAX + 1], idle[32], aerr[TN_WIRE_REPLERR_MAX + 32];
+    char why[TN_META_MOVE_REASON_MAX + 1], idle[32];
     fmt_ms(idle, sizeof(idle), rm->o.move_stall_ms);
-    aerr[0] = '\0';
-    if (pe != NULL)
-        snprintf(aerr, sizeof(aerr), "; its last append error: %s", pe);
+    static const char tail[] = "): the partition stays on its old replicas";
+    static const char named[] = "; its last append error: ";
+    int at;
     if (v.seen)
-        snprintf(why, sizeof(why),
-                 "target member %" PRIu32 " copied no record for %s (at offset %" PRIu64
-                 " of %" PRIu64 "%s): the partition stays on its old replicas",
-                 v.node, idle, v.end, pt->core.end, aerr);
+        at = snprintf(why, sizeof(why),
+                      "target member %" PRIu32 " copied no record for %s (at offset %" PRIu64
+                      " of %" PRIu64,
+                      v.node, idle, v.end, pt->core.end);
     else
-        snprintf(why, sizeof(why),
-                 "target member %" PRIu32 " fetched nothing for %s (the log ends at %" PRIu64
-                 "): the partition stays on its old replicas",
-                 v.node, idle, pt->core.end);
+        at = snprintf(why, sizeof(why),
+                      "target member %" PRIu32 " fetched nothing for %s (the log ends at %" PRIu64,
+                      v.node, idle, pt->core.end);
+    /* The error as fits before the tail (a reason holds at most
+     * TN_META_MOVE_REASON_MAX bytes): cut, never the tail. */
+    int room = (int)sizeof(why) - 1 - at - (int)sizeof(tail) + 1 - (int)sizeof(named) + 1;
+    if (at > 0 && pe != NULL && room >= 8)
+        at += snprintf(why + at, sizeof(why) - (size_t)at, "%s%.*s", named, room, pe);
+    if (at > 0 && (size_t)at < sizeof(why))
+        snprintf(why + at, sizeof(why) - (size_t)at, "%s", tail);
     TN_LOG(TN_LOG_WARN,
            "replica %s/%" PRIu32 ": move %016" PRIx64 " stalled (no progress for %" PRIu64
            " ms), failing it: %s",
