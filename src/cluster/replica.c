@@ -230,6 +230,8 @@ struct part_s {
     tn_meta_req_t stall_req;
     bool stall_busy;
     uint64_t stall_retry_at; /* no fail proposed before (after a refusal) */
+    tn_meta_req_t mark_req;  /* its MOVE_MARK in flight (mark_busy) */
+    bool mark_busy;
     tn_meta_req_t isr_req;
     bool isr_busy;
     uint64_t isr_retry_at;          /* no proposal before (after a refusal) */
@@ -266,6 +268,20 @@ struct part_s {
     int append_err;           /* the last append of fetched records that failed (0: none since) */
     uint64_t append_log_at;   /* ms: the last failed append logged */
     uint32_t append_unlogged; /* failed appends not logged since */
+    /* The follower's REPLICA_ERROR reports to its leader (wire.h): the
+     * error last told (0: none, or its end told), when, and the call. */
+    int err_told;
+    uint64_t err_told_at;
+    bool err_clear_want; /* the end of a told error is still to be told */
+    tn_rpc_call_t *err_call;
+    /* The leader's: its followers' last reported append errors, cleared
+     * by a report of their end or by progress past `end` (where the copy
+     * stood when the error came). */
+    struct {
+        uint32_t node;
+        uint64_t end;
+        char text[TN_WIRE_REPLERR_MAX + 1];
+    } perr[TN_PSTATE_MAX_REPLICAS];
     tn_append_t app;
     tn_buf_t appbuf;
     tn_epoch_entry_t *appep;
@@ -1300,6 +1316,9 @@ static void propose_isr(part_t *pt, const tn_repl_action_t *a)
  * not (the core fetches the same records again, so a disk that is full
  * or read-only fails it over and over; the leader fails a move that waits
  * on this copy after move-stall-timeout: cluster/movestall.h). */
+static void report_append_err(part_t *pt);
+static const char *member_addr(tn_replica_t *rm, uint32_t node);
+
 static void append_result(part_t *pt, int status)
 {
     if (status == 0) {
@@ -1307,9 +1326,15 @@ static void append_result(part_t *pt, int status)
             TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": appending fetched records again",
                    pt->topic, pt->p);
         pt->append_err = 0;
+        if (pt->err_told != 0) {
+            pt->err_told = 0;
+            pt->err_clear_want = true;
+        }
+        report_append_err(pt);
         return;
     }
     pt->append_err = status;
+    report_append_err(pt);
     uint64_t now = now_ms(pt->rm);
     if (pt->append_log_at != 0 && now < pt->append_log_at + APPEND_LOG_MS) {
         pt->append_unlogged++;
@@ -2090,6 +2115,131 @@ void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len
         run(pt, &ev);
     }
     wake_fetches(rm);
+    tn_rpc_reply(req, 204, NULL, NULL, 0);
+}
+
+/* --- append errors: the follower's reports, the leader's record --------------------- */
+
+#define ERR_REPORT_MS 1000 /* a lasting append error is told again this often */
+
+static void on_err_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
+{
+    part_t *pt = arg;
+    (void)reply;
+    (void)err;
+    pt->busy--;
+    pt->err_call = NULL;
+    if (pt->dead || pt->rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (status != 0 && pt->err_told == 0)
+        pt->err_clear_want = true; /* the end was not told: again on the next append */
+}
+
+/* Tell the partition's leader of this follower's append error (or of its
+ * end): when it starts or changes, every ERR_REPORT_MS while it lasts,
+ * once when it ends (TN_OP_REPLICA_ERROR; a lost report only costs the
+ * reason its words). One call in flight per partition. */
+static void report_append_err(part_t *pt)
+{
+    tn_replica_t *rm = pt->rm;
+    uint64_t now = now_ms(rm);
+    int e = pt->append_err;
+    bool want =
+        e != 0 ? (e != pt->err_told || now >= pt->err_told_at + ERR_REPORT_MS) : pt->err_clear_want;
+    uint32_t leader = pt->core.ps.leader;
+    if (!want || pt->err_call != NULL || rm->o.rpc == NULL || rm->closing || leader == 0 ||
+        leader == rm->o.node || pt->core.ps.leader_epoch == 0)
+        return;
+    const char *addr = member_addr(rm, leader);
+    if (addr == NULL)
+        return;
+    tn_wire_replerr_t r;
+    memset(&r, 0, sizeof(r));
+    r.node = rm->o.node;
+    r.incarnation = tn_meta_incarnation(rm->o.meta);
+    snprintf(r.topic, sizeof(r.topic), "%s", pt->topic);
+    r.partition = pt->p;
+    r.leader_epoch = pt->core.ps.leader_epoch;
+    if (e != 0)
+        snprintf(r.error, sizeof(r.error), "%s", tn_strerror(e));
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_wire_replerr_encode(&b, &r);
+    if (rc == 0) {
+        pt->busy++; /* before: on_err_reply may run inside the call */
+        rc = tn_rpc_call(rm->o.rpc, addr, TN_OP_REPLICA_ERROR, tn_buf_data(&b), tn_buf_size(&b),
+                         REPORT_CALL_MS, on_err_reply, pt, &pt->err_call);
+        if (rc != 0) {
+            pt->busy--;
+            pt->err_call = NULL;
+        }
+    }
+    tn_buf_fini(&b);
+    if (rc != 0)
+        return;
+    pt->err_told = e;
+    pt->err_told_at = now;
+    if (e == 0)
+        pt->err_clear_want = false;
+}
+
+/* The end of node's copy as this leader's core saw it (0: not seen). */
+static uint64_t peer_end(const part_t *pt, uint32_t node)
+{
+    for (uint32_t j = 0; j < TN_PSTATE_MAX_REPLICAS; j++)
+        if (pt->core.peers[j].node == node && pt->core.peers[j].seen)
+            return pt->core.peers[j].end;
+    return 0;
+}
+
+/* The last append error node reported and still holds (NULL: none): one
+ * whose copy advanced since is over. */
+static const char *peer_err(part_t *pt, uint32_t node)
+{
+    for (uint32_t i = 0; i < TN_PSTATE_MAX_REPLICAS; i++) {
+        if (pt->perr[i].node != node || pt->perr[i].text[0] == '\0')
+            continue;
+        if (peer_end(pt, node) > pt->perr[i].end) {
+            pt->perr[i].text[0] = '\0';
+            return NULL;
+        }
+        return pt->perr[i].text;
+    }
+    return NULL;
+}
+
+void tn_replica_on_replica_error(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_replica_t *rm = arg;
+    if (refused_not_ready(rm, req))
+        return;
+    tn_wire_replerr_t r;
+    char why[128];
+    if (tn_wire_replerr_decode(payload, len, &r, why, sizeof(why)) != 0) {
+        char body[200];
+        int n = snprintf(body, sizeof(body), "{\"error\":\"%s\"}", why);
+        tn_rpc_reply(req, 400, "application/json", body, (size_t)n);
+        return;
+    }
+    part_t *pt = part_find(rm, r.topic, r.partition);
+    if (leads_ready(pt) && r.leader_epoch == pt->core.ps.leader_epoch && r.node != rm->o.node) {
+        /* Its slot, else a free one, else the first (members no longer
+         * watched fill the others). */
+        int at = -1;
+        for (int i = 0; i < TN_PSTATE_MAX_REPLICAS && at < 0; i++)
+            if (pt->perr[i].node == r.node)
+                at = i;
+        for (int i = 0; i < TN_PSTATE_MAX_REPLICAS && at < 0; i++)
+            if (pt->perr[i].node == 0)
+                at = i;
+        if (at < 0)
+            at = 0;
+        pt->perr[at].node = r.node;
+        pt->perr[at].end = peer_end(pt, r.node);
+        snprintf(pt->perr[at].text, sizeof(pt->perr[at].text), "%s", r.error);
+    }
     tn_rpc_reply(req, 204, NULL, NULL, 0);
 }
 
@@ -3507,6 +3657,42 @@ static void on_stall_failed(tn_meta_req_t *req, int status)
     pt->stall_retry_at = now_ms(rm) + STALL_RETRY_MS;
 }
 
+static void on_stall_marked(tn_meta_req_t *req, int status)
+{
+    part_t *pt = req->data;
+    tn_replica_t *rm = pt->rm;
+    pt->busy--;
+    pt->mark_busy = false;
+    if (pt->dead || rm->closing) {
+        part_maybe_free(pt);
+        return;
+    }
+    if (status != 0 && status != TN_ENOTFOUND)
+        TN_LOG_RL(TN_LOG_WARN, 60000, "replica %s/%" PRIu32 ": recording a move's stall marks: %s",
+                  pt->topic, pt->p, tn_strerror(status));
+}
+
+/* Propose the move's stall marks when movestall.h's step 5 says so. */
+static void propose_marks(part_t *pt, uint64_t now)
+{
+    tn_replica_t *rm = pt->rm;
+    tn_pstate_mark_t mk[TN_PSTATE_MAX_REPLICAS];
+    uint32_t n = 0;
+    if (pt->mark_busy || !tn_movestall_mark(&pt->stall, now, rm->o.move_stall_ms, mk, &n))
+        return;
+    pt->mark_req.data = pt;
+    pt->mark_busy = true;
+    pt->busy++;
+    int rc = tn_meta_propose_move_mark(rm->o.meta, &pt->mark_req, pt->topic, pt->p,
+                                       pt->stall.move_id, mk, n, on_stall_marked);
+    if (rc != 0) {
+        pt->mark_busy = false;
+        pt->busy--;
+        TN_LOG_RL(TN_LOG_WARN, 60000, "replica %s/%" PRIu32 ": recording a move's stall marks: %s",
+                  pt->topic, pt->p, tn_strerror(rc));
+    }
+}
+
 /* "600s" or "1500ms". */
 static void fmt_ms(char *buf, size_t len, uint64_t ms)
 {
@@ -3549,28 +3735,54 @@ static void check_stall(part_t *pt, uint64_t now)
             }
         }
     }
+    /* The committed marks (a MOVE_MARK bumps no epoch: they are read from
+     * the metastore replica, not from the core's copy of the state). */
+    const tn_pstate_t *cps = tn_meta_state_pstate(s, pt->topic, pt->p);
+    bool same = cps != NULL && cps->move_id == ps->move_id;
+    tn_movestall_marks(&pt->stall, ps->move_id, same ? cps->mark : NULL, same ? cps->nmark : 0, now,
+                       tn_now_wall_ms());
     tn_movestall_verdict_t v;
-    if (!tn_movestall_check(&pt->stall, ps->move_id, tn_pstate_move_ready(ps), t, n, pt->core.end,
-                            now, rm->o.move_stall_ms, &v))
+    bool stalled = tn_movestall_check(&pt->stall, ps->move_id, tn_pstate_move_ready(ps), t, n,
+                                      pt->core.end, now, rm->o.move_stall_ms, &v);
+    if (!stalled) {
+        propose_marks(pt, now);
         return;
+    }
     /* One fail in flight; none while an ISR change of ours is (it may add
      * the target: the Raft log orders the two). */
     if (pt->stall_busy || pt->isr_busy || now < pt->stall_retry_at)
         return;
+    /* A lead just taken waits a moment for the target's append error
+     * (reported every ERR_REPORT_MS while it lasts, to the leader of the
+     * epoch it knows), so that the reason names it. */
+    const char *pe = peer_err(pt, v.node);
+    if (pe == NULL && v.seen && now < pt->core.became_at + 2 * ERR_REPORT_MS)
+        return;
     char why[TN_META_MOVE_REASON_MAX + 1], idle[32];
     fmt_ms(idle, sizeof(idle), rm->o.move_stall_ms);
+    static const char tail[] = "): the partition stays on its old replicas";
+    static const char named[] = "; its last append error: ";
+    int at;
     if (v.seen)
-        snprintf(why, sizeof(why),
-                 "target member %" PRIu32 " copied no record for %s (at offset %" PRIu64
-                 " of %" PRIu64 "): the partition stays on its old replicas",
-                 v.node, idle, v.end, pt->core.end);
+        at = snprintf(why, sizeof(why),
+                      "target member %" PRIu32 " copied no record for %s (at offset %" PRIu64
+                      " of %" PRIu64,
+                      v.node, idle, v.end, pt->core.end);
     else
-        snprintf(why, sizeof(why),
-                 "target member %" PRIu32 " fetched nothing for %s (the log ends at %" PRIu64
-                 "): the partition stays on its old replicas",
-                 v.node, idle, pt->core.end);
-    TN_LOG(TN_LOG_WARN, "replica %s/%" PRIu32 ": move %016" PRIx64 " stalled, failing it: %s",
-           pt->topic, pt->p, ps->move_id, why);
+        at = snprintf(why, sizeof(why),
+                      "target member %" PRIu32 " fetched nothing for %s (the log ends at %" PRIu64,
+                      v.node, idle, pt->core.end);
+    /* The error as fits before the tail (a reason holds at most
+     * TN_META_MOVE_REASON_MAX bytes): cut, never the tail. */
+    int room = (int)sizeof(why) - 1 - at - (int)sizeof(tail) + 1 - (int)sizeof(named) + 1;
+    if (at > 0 && pe != NULL && room >= 8)
+        at += snprintf(why + at, sizeof(why) - (size_t)at, "%s%.*s", named, room, pe);
+    if (at > 0 && (size_t)at < sizeof(why))
+        snprintf(why + at, sizeof(why) - (size_t)at, "%s", tail);
+    TN_LOG(TN_LOG_WARN,
+           "replica %s/%" PRIu32 ": move %016" PRIx64 " stalled (no progress for %" PRIu64
+           " ms), failing it: %s",
+           pt->topic, pt->p, ps->move_id, v.idle_ms, why);
     pt->stall_req.data = pt;
     pt->stall_busy = true;
     pt->busy++;
@@ -3660,6 +3872,10 @@ static void on_tick(uv_timer_t *t)
                  * waits on. */
                 if (pt->ready && pt->plog != NULL && tn_repl_accepts(&pt->core) == TN_EFEWREPLICAS)
                     tn_plog_fail_gated_records(pt->plog, TN_EFEWREPLICAS);
+            } else if (pt->stall.move_id != 0) {
+                /* Not leading: no clocks kept (a lead taken again starts
+                 * them from the committed marks: movestall.h step 6). */
+                tn_movestall_reset(&pt->stall);
             }
             if (pt->fence.node != 0 && !tn_handfence_holds(&pt->fence, now))
                 hold_deliveries(pt); /* its bound passed (handfence.h) */
@@ -3854,6 +4070,8 @@ void tn_replica_close(tn_replica_t *rm, void (*cb)(void *arg), void *arg)
             next = pt->next;
             if (pt->rep_call != NULL)
                 tn_rpc_call_cancel(pt->rep_call); /* its callback frees what it holds */
+            if (pt->err_call != NULL)
+                tn_rpc_call_cancel(pt->err_call);
             /* The gate fails what waits for the hw now (the epoch-start
              * append completes here: on_start_done would free pt under
              * our feet) and what would wait later (one still being

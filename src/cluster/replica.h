@@ -118,6 +118,10 @@ void tn_replica_on_fetch(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
 /* The TN_OP_FLUSHED handler (a follower's flush reports: fetch.h has the
  * layout); arg is the manager. Loop thread. */
 void tn_replica_on_flushed(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg);
+/* The TN_OP_REPLICA_ERROR handler (a follower's append error, or its end,
+ * for the reason of a stalled move: wire.h has the layout); arg is the
+ * manager. Loop thread. */
+void tn_replica_on_replica_error(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg);
 /* The TN_OP_REPAIR handler (a damaged follower reads a range of this
  * leader's log; wire.h has the layout); arg is the manager. Loop thread. */
 void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg);

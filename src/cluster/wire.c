@@ -1010,6 +1010,67 @@ int tn_wire_moveprog_decode(const void *p, size_t len, tn_wire_moveprog_t *out, 
     return 0;
 }
 
+/* An error text REPLICA_ERROR may carry: printable ASCII. */
+static bool replerr_text_ok(const char *t, size_t n)
+{
+    if (n > TN_WIRE_REPLERR_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (t[i] < 0x20 || t[i] > 0x7e)
+            return false;
+    return true;
+}
+
+int tn_wire_replerr_encode(tn_buf_t *b, const tn_wire_replerr_t *r)
+{
+    size_t tlen = strnlen(r->topic, sizeof(r->topic));
+    size_t elen = strnlen(r->error, sizeof(r->error));
+    if (tlen == 0 || tlen > PURGE_NAME_MAX || r->leader_epoch == 0 ||
+        !replerr_text_ok(r->error, elen))
+        return UV_EINVAL;
+    size_t at = b->len;
+    int rc;
+    if ((rc = tn_wire_put_u32(b, r->node)) != 0 || (rc = tn_wire_put_u64(b, r->incarnation)) != 0 ||
+        (rc = tn_wire_put_bytes(b, r->topic, tlen)) != 0 ||
+        (rc = tn_wire_put_u32(b, r->partition)) != 0 ||
+        (rc = tn_wire_put_u32(b, r->leader_epoch)) != 0 ||
+        (rc = tn_wire_put_bytes(b, r->error, elen)) != 0)
+        b->len = at;
+    return rc;
+}
+
+int tn_wire_replerr_decode(const void *p, size_t len, tn_wire_replerr_t *out, char *err,
+                           size_t errlen)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    memset(out, 0, sizeof(*out));
+    if (tn_wire_get_u32(&in, &out->node) != 0 || tn_wire_get_u64(&in, &out->incarnation) != 0) {
+        tn_errbuf(err, errlen, "malformed replica error report: the follower");
+        return TN_EPROTO;
+    }
+    if (tn_wire_get_str(&in, PURGE_NAME_MAX, out->topic) != 0 || out->topic[0] == '\0') {
+        tn_errbuf(err, errlen, "malformed replica error report: the topic");
+        return TN_EPROTO;
+    }
+    if (tn_wire_get_u32(&in, &out->partition) != 0 ||
+        tn_wire_get_u32(&in, &out->leader_epoch) != 0 || out->leader_epoch == 0) {
+        tn_errbuf(err, errlen, "malformed replica error report: the partition or its epoch");
+        return TN_EPROTO;
+    }
+    if (tn_wire_get_str(&in, TN_WIRE_REPLERR_MAX, out->error) != 0 ||
+        !replerr_text_ok(out->error, strlen(out->error))) {
+        tn_errbuf(err, errlen, "malformed replica error report: the error text");
+        return TN_EPROTO;
+    }
+    if (tn_wire_end(&in) != 0) {
+        tn_errbuf(err, errlen, "malformed replica error report: %zu bytes after the error",
+                  len - in.off);
+        return TN_EPROTO;
+    }
+    return 0;
+}
+
 #define MOVEPROG_KNOWN (TN_WIRE_MOVEPROG_BYTES | TN_WIRE_MOVEPROG_LAG)
 
 int tn_wire_moveprog_reply_encode(tn_buf_t *b, const tn_wire_moveprog_reply_t *r)
@@ -1253,6 +1314,7 @@ static const struct {
     [TN_OP_FLUSHED] = {"flushed", TN_LANE_REPLICA},
     [TN_OP_REMOTE_CHECK] = {"remote_check", TN_LANE_CONTROL},
     [TN_OP_MOVE_PROGRESS] = {"move_progress", TN_LANE_CONTROL},
+    [TN_OP_REPLICA_ERROR] = {"replica_error", TN_LANE_REPLICA},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -1350,6 +1412,10 @@ int tn_wire_request_check(const void *p, size_t len)
     case TN_OP_MOVE_PROGRESS: {
         tn_wire_moveprog_t mp;
         return tn_wire_moveprog_decode(in.p + in.off, in.len - in.off, &mp, NULL, 0);
+    }
+    case TN_OP_REPLICA_ERROR: {
+        tn_wire_replerr_t re;
+        return tn_wire_replerr_decode(in.p + in.off, in.len - in.off, &re, NULL, 0);
     }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:

@@ -279,6 +279,19 @@ typedef enum {
      * (nothing when it does not lead the partition, or no move is under
      * way there); 503 {"error":...} no replica manager; 400 malformed. */
     TN_OP_MOVE_PROGRESS = 18,
+    /* A follower's report that its appends of records it fetched for one
+     * partition fail, or succeed again (cluster/movestall.h: the reason of
+     * a stalled move names the error). Replica lane. Fields: u32 follower
+     * node, u64 incarnation, string topic (1..255 bytes), u32 partition,
+     * u32 leader_epoch (the follower's view; >= 1), string error
+     * (0..TN_WIRE_REPLERR_MAX printable ASCII bytes: the append's error as
+     * tn_strerror words it; "": its appends succeed again). Sent when the
+     * error starts or changes, again every second while it lasts, and once
+     * when it ends. Reply 204 (a report for a partition the callee does
+     * not lead, or of another leader epoch, is dropped); 503 {"error":...}
+     * no replica manager or not ready; 400 malformed. An older callee
+     * answers 400 (an unknown opcode): the report is lost, nothing else. */
+    TN_OP_REPLICA_ERROR = 19,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -691,6 +704,31 @@ int tn_wire_moveprog_reply_encode(tn_buf_t *b, const tn_wire_moveprog_reply_t *r
 /* Exact decode of a 200 reply body. 0 or TN_EPROTO (another size, an
  * unknown bit, a field set whose bit is clear). */
 int tn_wire_moveprog_reply_decode(const void *p, size_t len, tn_wire_moveprog_reply_t *out);
+
+/* --- REPLICA_ERROR ---------------------------------------------------------------- */
+
+#define TN_WIRE_REPLERR_MAX 96 /* an error's text, bytes */
+
+/* A REPLICA_ERROR request. */
+typedef struct {
+    uint32_t node;
+    uint64_t incarnation;
+    char topic[256];
+    uint32_t partition;
+    uint32_t leader_epoch;
+    char error[TN_WIRE_REPLERR_MAX + 1]; /* "": the appends succeed again */
+} tn_wire_replerr_t;
+
+/* Append r's fields (after the opcode byte) to b. 0, UV_ENOMEM, or
+ * UV_EINVAL (a topic empty or over 255 bytes, leader_epoch 0, an error
+ * over TN_WIRE_REPLERR_MAX bytes or not printable ASCII); on failure b is
+ * as it was. */
+int tn_wire_replerr_encode(tn_buf_t *b, const tn_wire_replerr_t *r);
+/* Exact decode of a REPLICA_ERROR request (p, len: after the opcode
+ * byte). 0 or TN_EPROTO (short, trailing, a bad field as above), with a
+ * sentence in err (may be NULL). */
+int tn_wire_replerr_decode(const void *p, size_t len, tn_wire_replerr_t *out, char *err,
+                           size_t errlen);
 
 /* --- SETTLE_REPL ------------------------------------------------------------------ */
 

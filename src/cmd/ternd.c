@@ -818,6 +818,9 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
         h[nh++] = (tn_rpc_handler_t){TN_OP_REPAIR, 0, tn_replica_on_repair, d->replica};
     if (d->replica != NULL) /* followers' flush reports: answered at once */
         h[nh++] = (tn_rpc_handler_t){TN_OP_FLUSHED, 0, tn_replica_on_flushed, d->replica};
+    if (d->replica != NULL) /* followers' append errors (a stalled move's reason) */
+        h[nh++] =
+            (tn_rpc_handler_t){TN_OP_REPLICA_ERROR, 0, tn_replica_on_replica_error, d->replica};
     tn_rpc_opts_t ro;
     memset(&ro, 0, sizeof(ro));
     ro.bind = bind;

@@ -65,6 +65,29 @@ static void w_members(tn__meta_wr_t *w, const tn_pstate_member_t *v, uint32_t n,
     }
 }
 
+/* Stall marks: [1] n, n x ([4] node [8] end [8] ms); n 1.. (0.. with
+ * may_empty), nodes distinct and not NONE, ms >= 0. */
+static void w_marks(tn__meta_wr_t *w, const tn_pstate_mark_t *v, uint32_t n, bool may_empty)
+{
+    bool ok = n <= TN_PSTATE_MAX_REPLICAS && (n > 0 || may_empty);
+    for (uint32_t i = 0; ok && i < n; i++) {
+        ok = v[i].node != TN_PSTATE_NONE && v[i].ms >= 0;
+        for (uint32_t k = 0; ok && k < i; k++)
+            ok = v[k].node != v[i].node;
+    }
+    if (!ok) {
+        if (w->rc == 0)
+            w->rc = UV_EINVAL;
+        return;
+    }
+    tn__meta_w_u8(w, (uint8_t)n);
+    for (uint32_t i = 0; i < n; i++) {
+        tn__meta_w_u32(w, v[i].node);
+        tn__meta_w_u64(w, v[i].end);
+        tn__meta_w_u64(w, (uint64_t)v[i].ms);
+    }
+}
+
 static void w_pstate(tn__meta_wr_t *w, const tn_pstate_t *ps)
 {
     if (ps->nreplicas == 0 || ps->nreplicas > TN_PSTATE_MAX_REPLICAS) {
@@ -99,6 +122,8 @@ static void w_pstate(tn__meta_wr_t *w, const tn_pstate_t *ps)
         tn__meta_w_u32(w, ps->old[i]);
     tn__meta_w_u64(w, ps->move_id);
     tn__meta_w_u64(w, (uint64_t)ps->move_started_ms);
+    if (ps->nmark > 0)
+        w_marks(w, ps->mark, ps->nmark, false); /* absent: the record older builds wrote */
 }
 
 /* A list of n (1..TN_PSTATE_MAX_REPLICAS) node ids. */
@@ -376,6 +401,14 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         else if (c->move_kind == TN_MOVE_ABORT || c->move_kind == TN_MOVE_FAIL)
             tn__meta_w_str(&w, c->move_reason, TN_META_MOVE_REASON_MAX);
         break;
+    case TN_MC_MOVE_MARK:
+        if (c->move_id == 0)
+            w.rc = UV_EINVAL;
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u32(&w, c->part);
+        tn__meta_w_u64(&w, c->move_id);
+        w_marks(&w, c->mark, c->nmark, true);
+        break;
     case TN_MC_MOVE_DONE: {
         const tn_meta_move_t *mv = &c->move;
         if (mv->id == 0 || (mv->end < TN_MOVE_DONE || mv->end > TN_MOVE_FAILED) ||
@@ -617,6 +650,25 @@ static bool nodes_have(const uint32_t *v, uint32_t n, uint32_t node)
     return false;
 }
 
+/* Stall marks as w_marks writes them; the count read, 0 on error. */
+static uint32_t r_marks(tn__meta_rd_t *r, tn_pstate_mark_t *v, bool may_empty)
+{
+    uint8_t n = tn__meta_r_u8(r);
+    if (r->rc == 0 && (n > TN_PSTATE_MAX_REPLICAS || (n == 0 && !may_empty)))
+        r->rc = TN_ECORRUPT;
+    for (uint32_t i = 0; i < n && r->rc == 0; i++) {
+        v[i].node = tn__meta_r_u32(r);
+        v[i].end = tn__meta_r_u64(r);
+        v[i].ms = r_i64(r);
+        if (r->rc == 0 && (v[i].node == TN_PSTATE_NONE || v[i].ms < 0))
+            r->rc = TN_ECORRUPT;
+        for (uint32_t k = 0; k < i && r->rc == 0; k++)
+            if (v[k].node == v[i].node)
+                r->rc = TN_ECORRUPT;
+    }
+    return r->rc == 0 ? n : 0;
+}
+
 /* A partition state's move (partstate.h's invariants: replicas is the
  * target followed by the old replicas not in it). false: damaged. */
 static bool r_move(tn__meta_rd_t *r, tn_pstate_t *ps)
@@ -639,8 +691,18 @@ static bool r_move(tn__meta_rd_t *r, tn_pstate_t *ps)
             return false;
     if (k != ps->nreplicas)
         return false;
-    return ps->ntarget != ps->nold ||
-           memcmp(ps->target, ps->old, ps->ntarget * sizeof(ps->target[0])) != 0;
+    if (ps->ntarget == ps->nold &&
+        memcmp(ps->target, ps->old, ps->ntarget * sizeof(ps->target[0])) == 0)
+        return false;
+    if (r->left == 0)
+        return true; /* no stall marks (every older record) */
+    ps->nmark = r_marks(r, ps->mark, false);
+    if (r->rc != 0)
+        return false;
+    for (uint32_t i = 0; i < ps->nmark; i++)
+        if (!nodes_have(ps->target, ps->ntarget, ps->mark[i].node))
+            return false;
+    return true;
 }
 
 /* A snapshot's partition state, checked against the invariants a state
@@ -903,6 +965,14 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             c->ntarget = r_nodes(&r, c->target);
         else if (r.rc == 0 && (c->move_kind == TN_MOVE_ABORT || c->move_kind == TN_MOVE_FAIL))
             tn__meta_r_str(&r, c->move_reason, TN_META_MOVE_REASON_MAX);
+        break;
+    case TN_MC_MOVE_MARK:
+        r_name(&r, c->topic.name, false);
+        c->part = tn__meta_r_u32(&r);
+        c->move_id = tn__meta_r_u64(&r);
+        if (r.rc == 0 && c->move_id == 0)
+            r.rc = TN_ECORRUPT;
+        c->nmark = r_marks(&r, c->mark, true);
         break;
     case TN_MC_MOVE_DONE: {
         tn_meta_move_t *mv = &c->move;

@@ -57,7 +57,15 @@
  * [1] nisr, members as [4] node [8] incarnation, [1] nelr, members, [1]
  * min_insync [4] corrupt bits [1] unclean, then, only while a move is under
  * way (absent in older records: none): [1] ntarget, target as [4] each,
- * [1] nold, old replicas as [4] each, [8] move id [8] started ms.
+ * [1] nold, old replicas as [4] each, [8] move id [8] started ms, then,
+ * only while the move has stall marks (absent in older records: none), [1]
+ * nmark (1..TN_PSTATE_MAX_REPLICAS) nmark x ([4] node [8] end [8] ms).
+ * MOVE_MARK ([s] topic [4] partition [8] move id [1] n
+ * (0..TN_PSTATE_MAX_REPLICAS) n x ([4] node [8] end [8] ms)): the
+ * partition leader's stall marks of the move under way (partstate.h rule
+ * 10, cluster/movestall.h); a build before it refuses the entry as an
+ * unknown type (UV_ENOTSUP) and keeps no marks, which only costs it the
+ * stall clocks' memory across a leader change.
  * PART_MOVE ([s] topic [4] partition [1] kind [8] move id [8] ms, then
  * for BEGIN [1] n (1..TN_PSTATE_MAX_REPLICAS) n x [4] node, for ABORT and
  * FAIL (kind 3) [s] reason): a reassignment (partstate.h rules 6 to 8). MOVE_DONE (a
@@ -134,6 +142,7 @@ typedef enum {
     /* A rebalance wanted, or over. */
     TN_MC_CLUSTER_REBALANCE = 23,
     TN_MC_MEMBER_REMOVE = 24, /* a member removed (and its tombstone) */
+    TN_MC_MOVE_MARK = 25,     /* a move's stall marks (partstate.h rule 10) */
     /* Remotes (meta/remote.h has their payloads). */
     TN_MC_REMOTE_PUT = 30,
     TN_MC_REMOTE_DELETE = 31,
@@ -334,6 +343,9 @@ typedef struct {
     uint32_t ntarget;
     uint32_t target[TN_PSTATE_MAX_REPLICAS];
     char move_reason[TN_META_MOVE_REASON_MAX + 1];
+    /* MOVE_MARK (with move_id): the marks (nodes distinct, none NONE). */
+    uint32_t nmark;
+    tn_pstate_mark_t mark[TN_PSTATE_MAX_REPLICAS];
     tn_meta_move_t move; /* MOVE_DONE */
     /* REMOTE_PUT, REMOTE_DELETE, REMOTE_SALT: owned after decode (tn_meta_cmd_fini),
      * borrowed to encode. */

@@ -2364,6 +2364,23 @@ int tn_meta_propose_move(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
     return tn_meta_propose(m, req, &c, cb);
 }
 
+int tn_meta_propose_move_mark(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
+                              uint64_t id, const tn_pstate_mark_t *mark, uint32_t n, tn_meta_cb cb)
+{
+    if (!part_args_ok(topic, p) || id == 0 || n > TN_PSTATE_MAX_REPLICAS)
+        return UV_EINVAL;
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_MOVE_MARK;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    c.part = p;
+    c.move_id = id;
+    c.nmark = n;
+    if (n > 0)
+        memcpy(c.mark, mark, n * sizeof(*mark));
+    return tn_meta_propose(m, req, &c, cb);
+}
+
 int tn_meta_mark_corrupt(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
                          uint32_t node, tn_meta_cb cb)
 {

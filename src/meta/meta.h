@@ -344,6 +344,13 @@ int tn_meta_force_leader(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
 int tn_meta_propose_move(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
                          uint8_t kind, uint64_t id, const uint32_t *target, uint32_t n,
                          const char *reason, tn_meta_cb cb);
+/* The stall marks of the move id of partition p (MOVE_MARK, partstate.h
+ * rule 10): mark[0..n) (copied; n <= TN_PSTATE_MAX_REPLICAS), proposed by
+ * the partition's leader (cluster/movestall.h). Answers: 0; TN_ENOTFOUND
+ * (no such topic, partition or move under way); UV_EINVAL (a mark of a
+ * member outside the target, or bad arguments). */
+int tn_meta_propose_move_mark(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uint32_t p,
+                              uint64_t id, const tn_pstate_mark_t *mark, uint32_t n, tn_meta_cb cb);
 /* Ask for a rebalance of the replicas over the members (wanted, only if
  * none is wanted now), or end the one wanted with id (CLUSTER_REBALANCE;
  * meta/rebalance.h). reason is a tn_meta_rebal_reason_t; id not 0 (the

@@ -433,6 +433,8 @@ static void move_clear(tn_pstate_t *ps)
     memset(ps->old, 0, sizeof(ps->old));
     ps->move_id = 0;
     ps->move_started_ms = 0;
+    ps->nmark = 0;
+    memset(ps->mark, 0, sizeof(ps->mark));
 }
 
 int tn_pstate_move_begin(tn_pstate_t *ps, const uint32_t *target, uint32_t n, uint64_t id,
@@ -500,9 +502,39 @@ int tn_pstate_move_begin(tn_pstate_t *ps, const uint32_t *target, uint32_t n, ui
     memcpy(ps->target, target, n * sizeof(*target));
     ps->move_id = id;
     ps->move_started_ms = started_ms;
+    ps->nmark = 0;
+    memset(ps->mark, 0, sizeof(ps->mark));
     set_replicas(ps, all, nall);
     ps->partition_epoch++;
     return 0;
+}
+
+int tn_pstate_move_mark(tn_pstate_t *ps, uint64_t id, const tn_pstate_mark_t *mark, uint32_t n)
+{
+    if (ps->ntarget == 0 || id == 0 || ps->move_id != id)
+        return TN_ENOTFOUND;
+    if (n > TN_PSTATE_MAX_REPLICAS)
+        return UV_EINVAL;
+    for (uint32_t i = 0; i < n; i++) {
+        if (mark[i].ms < 0 || !list_has(ps->target, ps->ntarget, mark[i].node))
+            return UV_EINVAL;
+        for (uint32_t k = 0; k < i; k++)
+            if (mark[k].node == mark[i].node)
+                return UV_EINVAL;
+    }
+    ps->nmark = n;
+    memset(ps->mark, 0, sizeof(ps->mark));
+    if (n > 0)
+        memcpy(ps->mark, mark, n * sizeof(*mark));
+    return 0;
+}
+
+const tn_pstate_mark_t *tn_pstate_mark_find(const tn_pstate_t *ps, uint32_t node)
+{
+    for (uint32_t i = 0; ps->ntarget > 0 && i < ps->nmark && i < TN_PSTATE_MAX_REPLICAS; i++)
+        if (ps->mark[i].node == node)
+            return &ps->mark[i];
+    return NULL;
 }
 
 bool tn_pstate_move_ready(const tn_pstate_t *ps)

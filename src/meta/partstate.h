@@ -79,6 +79,13 @@
  *      rule 8 and kept as failed (the metastore's PART_MOVE fail). The
  *      partition's leader proposes the same fail for a target member that,
  *      alive, copied nothing for move-stall-timeout (cluster/movestall.h).
+ *  10. Stall marks (tn_pstate_move_mark): the partition's leader records,
+ *      rarely, where each target member's copy stood and since when
+ *      (cluster/movestall.h), so a new leader judges a stall from the last
+ *      progress its predecessor saw instead of from its own start. Taken
+ *      only for the move id under way, over target members; they replace
+ *      the marks before; no epoch is bumped (a mark is no state change a
+ *      follower or an ISR CAS must see). A move's begin and end clear them.
  *   A fence, a CRC mark, a forced election, an ISR CAS and the rebalance
  *   work during a move as before, over the whole list (target and old).
  * Invariants: leader_epoch and partition_epoch only grow; partition_epoch
@@ -107,6 +114,15 @@ typedef struct tn_pstate_member_s {
     uint64_t incarnation;
 } tn_pstate_member_t;
 
+/* A stall mark of the move under way (rule 10): where a target member's
+ * copy stood (end, the log end its fetches showed) and since when (ms,
+ * the partition leader's wall clock when it last advanced). */
+typedef struct tn_pstate_mark_s {
+    uint32_t node;
+    uint64_t end;
+    int64_t ms;
+} tn_pstate_mark_t;
+
 typedef struct tn_pstate_s {
     uint32_t nreplicas;
     uint32_t replicas[TN_PSTATE_MAX_REPLICAS]; /* preference order */
@@ -127,6 +143,10 @@ typedef struct tn_pstate_s {
     uint32_t old[TN_PSTATE_MAX_REPLICAS]; /* the replicas before it (abort's list) */
     uint64_t move_id;                     /* the proposer's, not 0 */
     int64_t move_started_ms;              /* the proposer's wall clock */
+    /* The move's stall marks (rule 10; nmark 0: none), each a target
+     * member's, distinct. Changing them bumps no epoch. */
+    uint32_t nmark;
+    tn_pstate_mark_t mark[TN_PSTATE_MAX_REPLICAS];
 } tn_pstate_t;
 
 /* What the controller knows of a member node: its current incarnation (a
@@ -236,6 +256,15 @@ int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_
  * lead (nothing changed). */
 int tn_pstate_move_abort(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes, char *err,
                          size_t errlen);
+
+/* Set the stall marks of the move id to mark[0..n) (copied; n <=
+ * TN_PSTATE_MAX_REPLICAS): rule 10. 0; TN_ENOTFOUND no move id under way;
+ * UV_EINVAL a mark of a member that is not a target member, or two of
+ * one member, or a negative ms (nothing changed). */
+int tn_pstate_move_mark(tn_pstate_t *ps, uint64_t id, const tn_pstate_mark_t *mark, uint32_t n);
+
+/* The stall mark of node in the move under way in ps, or NULL. */
+const tn_pstate_mark_t *tn_pstate_mark_find(const tn_pstate_t *ps, uint32_t node);
 
 /* The ISR index of node in ps, or -1. */
 int tn_pstate_isr_find(const tn_pstate_t *ps, uint32_t node);

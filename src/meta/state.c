@@ -588,6 +588,10 @@ static int part_cmd(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_PART_MOVE:
         rc = part_move(s, c, t, ps);
         break;
+    case TN_MC_MOVE_MARK:
+        /* Partstate.h rule 10: no epoch bumped, nobody told. */
+        rc = tn_pstate_move_mark(ps, c->move_id, c->mark, c->nmark);
+        break;
     default:
         return UV_ENOTSUP;
     }
@@ -1371,6 +1375,7 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     case TN_MC_PART_CORRUPT:
     case TN_MC_PART_STATE:
     case TN_MC_PART_MOVE:
+    case TN_MC_MOVE_MARK:
         return part_cmd(s, c, restoring);
     case TN_MC_MOVE_DONE:
         /* A snapshot record: as a log entry it is refused. */

@@ -153,7 +153,10 @@ void tn_meta_state_fini(tn_meta_state_t *s);
  * partition, then partstate.h's (begin UV_EBUSY / UV_EINVAL, complete
  * TN_ENOTFOUND / UV_EAGAIN, abort and fail TN_ENOTFOUND / UV_EPERM); a
  * completed, aborted or failed move is kept among the finished ones (owners[p] becomes the
- * new list's first); MOVE_DONE (a snapshot record) UV_EINVAL.
+ * new list's first); MOVE_DONE (a snapshot record) UV_EINVAL. MOVE_MARK
+ * answers like the other PART_*, then TN_ENOTFOUND (not the move id under
+ * way) or UV_EINVAL (a mark of a member outside the target); it bumps no
+ * epoch and tells nobody (partstate.h rule 10).
  * CLUSTER_REBALANCE: wanted with if_absent UV_EBUSY while one is wanted
  * (else it replaces it); not wanted TN_ECHANGED unless the one wanted has
  * that id (a leader's "over" never ends a newer one).

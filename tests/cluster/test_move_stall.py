@@ -12,9 +12,18 @@ asks the metastore to fail it, and GET /v1/cluster/moves on every node and
 `ternctl cluster moves` show it failed, with a reason naming S and where
 its copy stands; the partition stays on {L, F}, keeps taking produces
 throughout, the failed move is counted in /metrics, S logs its failed
-appends, and every acknowledged message is read back. A second move of
-st/0 to the healthy spare H then completes, and every acknowledged message
-is still there.
+appends, and every acknowledged message is read back. The reason names
+S's append error too ("its last append error: no space left on device"):
+S reports it to the leader (node RPC REPLICA_ERROR). A second move of st/0
+to the healthy spare H then completes, and every acknowledged message is
+still there.
+
+A third move, to [L, H, S] with S still refusing, has its partition's
+leadership forced back and forth between L and H about every second, so
+that no leader holds it for the 3 s timeout: the move still fails, because
+each new leader starts S's clock from the stall mark its predecessor
+recorded in the metastore (progress_marks in GET /v1/cluster/moves, the
+same mark across the leader changes), not from its own start.
 
 Run: python3 tests/cluster/test_move_stall.py --ternd build/ternd-test
          --ternctl build/ternctl
@@ -23,6 +32,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -97,6 +107,7 @@ class MoveStall(ReplicaBase):
         self.assertRegex(failed["error"],
                          rf"^target member {sid} (copied no record|fetched nothing) for 3s "
                          r"\(.*\): the partition stays on its old replicas$")
+        self.assertIn("; its last append error: no space left on device)", failed["error"])
         self.assertEqual((failed["from"], failed["to"]), (replicas, [lid, sid]), failed)
         self.assertIsNotNone(failed["finished_ms"])
         for node in c.nodes:
@@ -104,7 +115,7 @@ class MoveStall(ReplicaBase):
                             lambda n=node: (lambda x: x if x and x["replicas"] == replicas
                                             else None)(self.pstats(n, TOPIC, 0)))
             self.assertNotIn(sid, ps["isr"], ps)
-        self.assertIn(f"move {mid} stalled, failing it", leader.log())
+        self.assertRegex(leader.log(), rf"move {mid} stalled \(no progress for \d+ ms\), failing it")
         self.assertRegex(stalled.log(), rf"replica {TOPIC}/0: appending fetched records at \d+: ")
         wait_until("the failed move counted in /metrics",
                    lambda: any((n.metric('tern_moves_finished_total{outcome="failed"}') or 0) >= 1
@@ -116,6 +127,7 @@ class MoveStall(ReplicaBase):
                            env=env, timeout=60)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertTrue(any(" failed " in line and re.search(rf"\b{TOPIC}\b", line)
+                            and "its last append error: no space left on device" in line
                             for line in r.stdout.splitlines()), r.stdout)
         # Still writable and readable on its old replicas; nothing lost.
         produce(20)
@@ -136,6 +148,45 @@ class MoveStall(ReplicaBase):
             acked.append(body)
         got = self.wait_all(lead, TOPIC, 0, acked)
         self.assertEqual(sorted(got), sorted(acked))  # nothing else
+        self.leaders_change_mid_stall(c, first, [lid, hid], sid)
+
+    def leaders_change_mid_stall(self, c, first, pair, sid):
+        """Move to pair + [S] (S still refuses the copy), forcing the
+        partition's leadership to the other of pair about every second
+        until the move fails."""
+        mid = self.begin(first, pair + [sid])
+        marks, flips, failed = set(), 0, None
+        while failed is None:
+            m = self.find_move(first, mid)
+            self.assertIsNotNone(m, mid)
+            if m["state"] == "failed":
+                failed = m
+                break
+            self.assertNotIn(m["state"], ("done", "aborted"), m)
+            for mk in m.get("progress_marks") or []:
+                if mk["member"] == sid:
+                    marks.add((mk["offset"], mk["since_ms"]))
+            cur = self.leader(first, TOPIC, 0)
+            other = pair[1] if cur == pair[0] else pair[0]
+            status, body = first.request("POST", f"/v1/topics/{TOPIC}/partitions/0/leader",
+                                         {"node": other},
+                                         headers={"X-Tern-Client": "tests"})
+            # 409/503 while an election or the move's own change is under way.
+            if status == 200:
+                flips += 1
+            self.assertLess(flips, 60, "the move never failed while its leaders changed")
+            time.sleep(1)
+        sys.stderr.write(f"move {mid} failed after {flips} leader changes: {failed['error']}\n")
+        self.assertGreaterEqual(flips, 1)
+        self.assertRegex(failed["error"], rf"^target member {sid} ")
+        self.assertIn("its last append error: no space left on device", failed["error"])
+        # One mark for S all along: it stood still, and no leader wrote
+        # another (the clocks carried over, not restarted).
+        self.assertEqual(len(marks), 1, marks)
+        for node in c.nodes:
+            wait_until(f"node {node.id} shows {TOPIC}/0 back on {pair}",
+                       lambda n=node: (lambda x: x if x and x["replicas"] == pair else None)(
+                           self.pstats(n, TOPIC, 0)))
 
 
 if __name__ == "__main__":

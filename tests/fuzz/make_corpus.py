@@ -168,6 +168,12 @@ def moveprog_reply(known, copied, total, lag):
     return struct.pack(">BQQQ", known, copied, total, lag)
 
 
+def replerr_fields(node, incarnation, topic, partition, epoch, error):
+    """A REPLICA_ERROR request's fields (opcode 19): a follower's append error."""
+    return (struct.pack(">IQ", node, incarnation) + wire_str(topic) +
+            struct.pack(">II", partition, epoch) + wire_str(error))
+
+
 def purge_fields(topic, created_at_ms):
     return wire_str(topic) + struct.pack(">q", created_at_ms)
 
@@ -343,6 +349,14 @@ def wire_seeds(here):
                                                           ckpt_image(4, [6], [(5, 0, 1)])))
     write(wr, "seed-purge-negative", b"\x0a" + purge_fields(b"orders", -5))
     write(wr, "seed-remote-check", b"\x11" + rcheck_fields(b"eu", 7, b"orders"))
+    write(wr, "seed-replica-error", b"\x13" + replerr_fields(3, 9, b"orders", 0, 2,
+                                                             b"no space left on device"))
+    write(wr, "seed-replica-error-cleared", b"\x13" + replerr_fields(3, 9, b"t", 1, 1, b""))
+    write(wr, "seed-replica-error-epoch0", b"\x13" + replerr_fields(3, 9, b"t", 1, 0, b"x"))
+    write(wr, "seed-replica-error-control", b"\x13" + replerr_fields(3, 9, b"t", 1, 1, b"a\nb"))
+    write(wr, "seed-replica-error-long", b"\x13" + replerr_fields(3, 9, b"t", 1, 1, b"e" * 97))
+    write(wr, "seed-replica-error-trailing",
+          b"\x13" + replerr_fields(3, 9, b"t", 1, 1, b"eio") + b"\x00")
     write(wr, "seed-flushed", b"\x10" + struct.pack(">IQI", 2, 77, 1) + wire_str(b"t") +
           struct.pack(">IIQIQI", 1, 3, 10, 3, 9, 4))
     write(wr, "seed-reply", ok)
@@ -412,6 +426,26 @@ def remote_seeds(here):
 TOPIC_ORDERS = bytes.fromhex(
     "544d01015c0000000106006f72646572730300000000840c240000000030750000000000000004000000000000000400"
     "000000000000882900001061000000000000000068e5cf8b0100000500616c69636500000000000000000000000000000000000000000000")
+
+
+def move_mark(topic, part, move_id, marks):
+    """A MOVE_MARK (meta/cmd.h, type 25): a move's stall marks, (node, end, ms) each."""
+    p = mstr(topic) + struct.pack("<IQB", part, move_id, len(marks))
+    for node, end, ms in marks:
+        p += struct.pack("<IQq", node, end, ms)
+    return meta_cmd(25, p)
+
+
+def move_mark_seeds(here):
+    """Stall marks in the metastore (fuzz target meta_cmd): good ones (the
+    topic has no move: refused at apply), none, and damaged ones."""
+    mc = os.path.join(here, "meta_cmd", "corpus")
+    two = [(4, 52, 1760000001000), (2, 0, 1760000000500)]
+    write(mc, "seed-move-mark", TOPIC_ORDERS + move_mark(b"orders", 0, 0x77, two))
+    write(mc, "seed-move-mark-none", TOPIC_ORDERS + move_mark(b"orders", 1, 0x77, []))
+    write(mc, "seed-move-mark-dup", move_mark(b"orders", 0, 0x77, [two[0], two[0]]))
+    write(mc, "seed-move-mark-id0", move_mark(b"orders", 0, 0, two))
+    write(mc, "seed-move-mark-negative", move_mark(b"orders", 0, 1, [(4, 1, -1)]))
 
 
 def rchild_put(parent, remote, child, cond=1, remote_id=0x1122334455667788, epoch=7, delay=0):
@@ -527,6 +561,7 @@ def main():
     rcheck_seeds(here)
     remote_seeds(here)
     rchild_seeds(here)
+    move_mark_seeds(here)
 
 
 if __name__ == "__main__":

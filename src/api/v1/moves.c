@@ -261,6 +261,13 @@ static void list_one(list_t *l, const char *topic, uint32_t p, const tn_pstate_t
     tn__v1_appendf(l->b, ",\"leader\":\"%" PRIu32 "\",\"isr\":[", ps->leader);
     for (uint32_t i = 0; i < ps->nisr; i++)
         tn__v1_appendf(l->b, "%s\"%" PRIu32 "\"", i > 0 ? "," : "", ps->isr[i].node);
+    /* The stall marks the partition's leader recorded (partstate.h rule
+     * 10): where each target member's copy stood, since when. */
+    APPEND_LIT(l->b, "],\"progress_marks\":[");
+    for (uint32_t i = 0; i < ps->nmark && i < TN_PSTATE_MAX_REPLICAS; i++)
+        tn__v1_appendf(
+            l->b, "%s{\"member\":\"%" PRIu32 "\",\"offset\":%" PRIu64 ",\"since_ms\":%" PRId64 "}",
+            i > 0 ? "," : "", ps->mark[i].node, ps->mark[i].end, ps->mark[i].ms);
     APPEND_LIT(l->b, "],\"error\":null");
     if (known != NULL && known->error != NULL) {
         APPEND_LIT(l->b, ",\"progress_error\":");

@@ -332,6 +332,29 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
             abort();
         break;
     }
+    case TN_OP_REPLICA_ERROR: {
+        /* node, incarnation, topic (1..255), partition, leader_epoch (>= 1),
+         * error (0..TN_WIRE_REPLERR_MAX printable ASCII): the check judges
+         * the topic, the epoch and the text. */
+        char topic[256], text[TN_WIRE_REPLERR_MAX + 1];
+        uint32_t node, part, epoch;
+        uint64_t inc;
+        if (tn_wire_get_u32(&in, &node) != 0 || tn_wire_get_u64(&in, &inc) != 0 ||
+            tn_wire_get_str(&in, 255, topic) != 0 || tn_wire_get_u32(&in, &part) != 0 ||
+            tn_wire_get_u32(&in, &epoch) != 0 ||
+            tn_wire_get_str(&in, TN_WIRE_REPLERR_MAX, text) != 0)
+            break;
+        if (topic[0] == '\0' || epoch == 0)
+            return TN_EPROTO;
+        for (const char *c = text; *c != '\0'; c++)
+            if (*c < 0x20 || *c > 0x7e)
+                return TN_EPROTO;
+        if (tn_wire_put_u32(out, node) != 0 || tn_wire_put_u64(out, inc) != 0 ||
+            tn_wire_put_str(out, topic) != 0 || tn_wire_put_u32(out, part) != 0 ||
+            tn_wire_put_u32(out, epoch) != 0 || tn_wire_put_str(out, text) != 0)
+            abort();
+        break;
+    }
     case TN_OP_LEADER_INDEX:
     case TN_OP_NODE_STATUS:
     case TN_OP__COUNT:

@@ -125,6 +125,166 @@ static void test_ready_off_new_move(void **state)
     assert_true(tn_movestall_check(&st, 2, false, &t, 1, END, 14 * TIMEOUT, TIMEOUT, &v));
 }
 
+#define WALL_A 1760000000000ll /* leader A's wall clock at its monotonic 0 */
+#define WALL_B 1760000000000ll /* leader B's at its monotonic 0: B started later */
+
+/* Leader A: target 3 stuck at offset 0 from A's ms 1000 on. A proposes a
+ * mark at once (none committed), then none while the copy stands still. */
+static void test_mark_proposed_rarely(void **state)
+{
+    (void)state;
+    tn_movestall_t st;
+    tn_movestall_reset(&st);
+    tn_movestall_verdict_t v;
+    tn_pstate_mark_t mk[TN_PSTATE_MAX_REPLICAS];
+    uint32_t n = 99;
+    tn_movestall_target_t t = target(3, true, 0);
+    tn_movestall_marks(&st, 7, NULL, 0, 1000, WALL_A + 1000);
+    assert_false(tn_movestall_check(&st, 7, false, &t, 1, END, 1000, TIMEOUT, &v));
+    assert_true(tn_movestall_mark(&st, 1000, TIMEOUT, mk, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(mk[0].node, 3);
+    assert_int_equal(mk[0].end, 0);
+    assert_int_equal(mk[0].ms, WALL_A + 1000);
+    /* Not again within timeout/4, committed or not. */
+    assert_false(tn_movestall_mark(&st, 1000 + TIMEOUT / 4 - 1, TIMEOUT, mk, &n));
+    assert_int_equal(n, 0);
+    /* Committed: the copy stands where the mark says, nothing to write,
+     * however long. */
+    tn_pstate_mark_t committed = {3, 0, WALL_A + 1000};
+    for (uint64_t now = 1500; now < 1000 + TIMEOUT; now += 250) {
+        tn_movestall_marks(&st, 7, &committed, 1, now, WALL_A + (int64_t)now);
+        assert_false(tn_movestall_check(&st, 7, false, &t, 1, END, now, TIMEOUT, &v));
+        assert_false(tn_movestall_mark(&st, now, TIMEOUT, mk, &n));
+    }
+    /* It copies: a new mark, but only once the committed one is older
+     * than timeout/4 and A's last proposal too. */
+    t.end = 40;
+    tn_movestall_reset(&st);
+    tn_movestall_marks(&st, 7, &committed, 1, 1100, WALL_A + 1100);
+    assert_false(tn_movestall_check(&st, 7, false, &t, 1, END, 1100, TIMEOUT, &v));
+    assert_false(tn_movestall_mark(&st, 1100, TIMEOUT, mk, &n)); /* the mark is 100 ms old */
+    tn_movestall_marks(&st, 7, &committed, 1, 1000 + TIMEOUT / 4, WALL_A + 1000 + TIMEOUT / 4);
+    assert_false(tn_movestall_check(&st, 7, false, &t, 1, END, 1000 + TIMEOUT / 4, TIMEOUT, &v));
+    assert_true(tn_movestall_mark(&st, 1000 + TIMEOUT / 4, TIMEOUT, mk, &n));
+    assert_int_equal(n, 1);
+    assert_int_equal(mk[0].end, 40);
+    assert_int_equal(mk[0].ms, WALL_A + 1100); /* when it advanced (its clock's start) */
+    /* A move under way with a timeout 0, or no move: nothing. */
+    assert_false(tn_movestall_mark(&st, 100000, 0, mk, &n));
+}
+
+/* The promise: a leader change does not restart the clock. A's mark
+ * says target 3 stood at 52 since wall W; leader B, started later, sees
+ * the copy still at 52 and fails the move one timeout after W, not one
+ * timeout after its own start. */
+static void test_new_leader_seeded_from_mark(void **state)
+{
+    (void)state;
+    tn_movestall_t st;
+    tn_movestall_reset(&st);
+    tn_movestall_verdict_t v;
+    int64_t w = WALL_A + 1000; /* the copy's last advance, by A */
+    tn_pstate_mark_t committed = {3, 52, w};
+    /* B's monotonic 500 is wall W + 2000 (B took over 2 s into the stall). */
+    int64_t off = w + 2000 - 500;
+    tn_movestall_target_t t = target(3, true, 52);
+    tn_movestall_marks(&st, 7, &committed, 1, 500, off + 500);
+    assert_false(tn_movestall_check(&st, 7, false, &t, 1, END, 500, TIMEOUT, &v));
+    tn_movestall_marks(&st, 7, &committed, 1, 1499, off + 1499);
+    assert_false(tn_movestall_check(&st, 7, false, &t, 1, END, 1499, TIMEOUT, &v));
+    tn_movestall_marks(&st, 7, &committed, 1, 1500, off + 1500);
+    assert_true(tn_movestall_check(&st, 7, false, &t, 1, END, 1500, TIMEOUT, &v));
+    assert_int_equal(v.node, 3);
+    assert_true(v.seen);
+    assert_int_equal(v.end, 52);
+    assert_int_equal(v.idle_ms, TIMEOUT);
+
+    /* A copy that stands elsewhere than the mark (it advanced after it)
+     * starts from B's now. */
+    tn_movestall_reset(&st);
+    t.end = 60;
+    tn_movestall_marks(&st, 7, &committed, 1, 500, off + 500);
+    assert_false(tn_movestall_check(&st, 7, false, &t, 1, END, 500, TIMEOUT, &v));
+    tn_movestall_marks(&st, 7, &committed, 1, 500 + TIMEOUT - 1, off + 500 + TIMEOUT - 1);
+    assert_false(tn_movestall_check(&st, 7, false, &t, 1, END, 500 + TIMEOUT - 1, TIMEOUT, &v));
+    assert_true(tn_movestall_check(&st, 7, false, &t, 1, END, 500 + TIMEOUT, TIMEOUT, &v));
+
+    /* A mark of another move id is not used: the marks follow the id. */
+    tn_movestall_reset(&st);
+    t.end = 52;
+    tn_movestall_marks(&st, 8, NULL, 0, 500, off + 500);
+    assert_false(tn_movestall_check(&st, 8, false, &t, 1, END, 1500, TIMEOUT, &v));
+    assert_false(tn_movestall_check(&st, 8, false, &t, 1, END, 1500 + TIMEOUT - 1, TIMEOUT, &v));
+}
+
+/* A target that has not fetched from the new leader yet is seeded from
+ * its mark too; its first fetch at the mark's end is no progress, one
+ * past it is. Leaders changing every second: the move still fails one
+ * timeout after the copy stopped. */
+static void test_mark_unseen_and_churn(void **state)
+{
+    (void)state;
+    tn_movestall_verdict_t v;
+    int64_t w = WALL_B + 10000;
+    tn_pstate_mark_t committed = {4, 0, w};
+    /* Leaders one after the other, each for 1 s of wall time, each from
+     * its own monotonic 0 (their first check sees it unseen, then seen). */
+    bool failed = false;
+    int64_t failed_at = 0;
+    for (int k = 0; k < 10 && !failed; k++) {
+        tn_movestall_t st;
+        tn_movestall_reset(&st);
+        int64_t start = w + 1000 * k; /* wall at this leader's monotonic 0 */
+        tn_movestall_target_t t = target(4, false, 0);
+        for (uint64_t now = 0; now < 1000 && !failed; now += 100) {
+            if (now >= 300)
+                t = target(4, true, 0); /* it found the new leader */
+            tn_movestall_marks(&st, 9, &committed, 1, now, start + (int64_t)now);
+            if (tn_movestall_check(&st, 9, false, &t, 1, END, now, TIMEOUT, &v)) {
+                failed = true;
+                failed_at = start + (int64_t)now;
+            }
+        }
+    }
+    assert_true(failed);
+    assert_int_equal(failed_at, w + TIMEOUT);
+    /* Its first fetch past the mark is progress. */
+    tn_movestall_t st;
+    tn_movestall_reset(&st);
+    tn_movestall_target_t t = target(4, false, 0);
+    int64_t start = w + 2500;
+    tn_movestall_marks(&st, 9, &committed, 1, 0, start);
+    assert_false(tn_movestall_check(&st, 9, false, &t, 1, END, 0, TIMEOUT, &v));
+    t = target(4, true, 10);
+    tn_movestall_marks(&st, 9, &committed, 1, 400, start + 400);
+    assert_false(tn_movestall_check(&st, 9, false, &t, 1, END, 400, TIMEOUT, &v));
+    assert_false(tn_movestall_check(&st, 9, false, &t, 1, END, 400 + TIMEOUT - 1, TIMEOUT, &v));
+    assert_true(tn_movestall_check(&st, 9, false, &t, 1, END, 400 + TIMEOUT, TIMEOUT, &v));
+}
+
+/* A mark from the future (a wall clock behind the old leader's) reads as
+ * idle 0, never as a stall at once; a mark from long ago fails the move
+ * on the new leader's first look. */
+static void test_mark_skew(void **state)
+{
+    (void)state;
+    tn_movestall_t st;
+    tn_movestall_reset(&st);
+    tn_movestall_verdict_t v;
+    tn_movestall_target_t t = target(3, true, 5);
+    tn_pstate_mark_t ahead = {3, 5, WALL_A + 100000};
+    tn_movestall_marks(&st, 7, &ahead, 1, 1000, WALL_A + 1000);
+    assert_false(tn_movestall_check(&st, 7, false, &t, 1, END, 1000, TIMEOUT, &v));
+    assert_false(tn_movestall_check(&st, 7, false, &t, 1, END, 1000 + TIMEOUT - 1, TIMEOUT, &v));
+    assert_true(tn_movestall_check(&st, 7, false, &t, 1, END, 1000 + TIMEOUT, TIMEOUT, &v));
+    tn_movestall_reset(&st);
+    tn_pstate_mark_t old = {3, 5, 0};
+    tn_movestall_marks(&st, 7, &old, 1, 200, WALL_A + 200);
+    assert_true(tn_movestall_check(&st, 7, false, &t, 1, END, 200, TIMEOUT, &v));
+    assert_int_equal(v.idle_ms, WALL_A + 200);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -132,6 +292,10 @@ int main(void)
         cmocka_unit_test(test_never_fetched_and_truncated),
         cmocka_unit_test(test_dead_caught_up_in_isr),
         cmocka_unit_test(test_ready_off_new_move),
+        cmocka_unit_test(test_mark_proposed_rarely),
+        cmocka_unit_test(test_new_leader_seeded_from_mark),
+        cmocka_unit_test(test_mark_unseen_and_churn),
+        cmocka_unit_test(test_mark_skew),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -668,6 +668,7 @@ static void test_op_table(void **state)
         {TN_OP_FLUSHED, "flushed", TN_LANE_REPLICA},
         {TN_OP_REMOTE_CHECK, "remote_check", TN_LANE_CONTROL},
         {TN_OP_MOVE_PROGRESS, "move_progress", TN_LANE_CONTROL},
+        {TN_OP_REPLICA_ERROR, "replica_error", TN_LANE_REPLICA},
     };
     /* Every op this build knows is listed (numbers are fixed per wave, so
      * one may be another branch's and unknown here). */
@@ -688,6 +689,7 @@ static void test_op_table(void **state)
     assert_int_equal(TN_OP_FLUSHED, 16);
     assert_int_equal(TN_OP_REMOTE_CHECK, 17);
     assert_int_equal(TN_OP_MOVE_PROGRESS, 18);
+    assert_int_equal(TN_OP_REPLICA_ERROR, 19);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -755,6 +757,12 @@ static void test_request_check(void **state)
     assert_int_equal(tn_fetch_req_put_part(&good[TN_OP_FLUSHED], &flp), 0);
     assert_int_equal(tn_wire_rcheck_encode(&good[TN_OP_REMOTE_CHECK], "eu", 7, "orders"), 0);
     assert_int_equal(tn_wire_moveprog_encode(&good[TN_OP_MOVE_PROGRESS], "t", 3), 0);
+    tn_wire_replerr_t re = {.node = 3,
+                            .topic = "t",
+                            .partition = 1,
+                            .leader_epoch = 2,
+                            .error = "no space left on device"};
+    assert_int_equal(tn_wire_replerr_encode(&good[TN_OP_REPLICA_ERROR], &re), 0);
     tn_wire_produce_hdr_t ph = {.topic = "t", .partition = 1, .node = 2, .seq = 3};
     assert_int_equal(tn_wire_produce_encode(&good[TN_OP_PRODUCE], &ph, &rec, 1), 0);
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};
@@ -1102,6 +1110,84 @@ static void test_commit_refusals(void **state)
 /* MOVE_PROGRESS: the request round-trips and refuses bad shapes; the
  * reply round-trips and refuses unknown bits and fields set without
  * theirs. */
+/* REPLICA_ERROR (opcode 19): a follower's append error, or its end (""),
+ * round trip and refusals. */
+static void test_replerr_codec(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    char err[128];
+    tn_wire_replerr_t r = {.node = 3,
+                           .incarnation = 99,
+                           .topic = "orders",
+                           .partition = 7,
+                           .leader_epoch = 4,
+                           .error = "no space left on device"},
+                      d;
+    assert_int_equal(tn_wire_replerr_encode(&b, &r), 0);
+    assert_int_equal(tn_wire_replerr_decode(tn_buf_data(&b), tn_buf_size(&b), &d, err, sizeof(err)),
+                     0);
+    assert_int_equal(d.node, 3);
+    assert_int_equal(d.incarnation, 99);
+    assert_string_equal(d.topic, "orders");
+    assert_int_equal(d.partition, 7);
+    assert_int_equal(d.leader_epoch, 4);
+    assert_string_equal(d.error, "no space left on device");
+    /* Every cut is refused, and so is a byte more. */
+    for (size_t n = 0; n < tn_buf_size(&b); n++)
+        assert_int_equal(tn_wire_replerr_decode(tn_buf_data(&b), n, &d, err, sizeof(err)),
+                         TN_EPROTO);
+    assert_int_equal(tn_buf_append(&b, "", 1), 0);
+    assert_int_equal(tn_wire_replerr_decode(tn_buf_data(&b), tn_buf_size(&b), &d, err, sizeof(err)),
+                     TN_EPROTO);
+    assert_non_null(strstr(err, "after the error"));
+    /* The end of an error: an empty text. */
+    tn_buf_reset(&b);
+    r.error[0] = '\0';
+    assert_int_equal(tn_wire_replerr_encode(&b, &r), 0);
+    assert_int_equal(tn_wire_replerr_decode(tn_buf_data(&b), tn_buf_size(&b), &d, err, sizeof(err)),
+                     0);
+    assert_string_equal(d.error, "");
+    /* Refused to encode: no topic, epoch 0, a control byte, too long. */
+    size_t at = tn_buf_size(&b);
+    tn_wire_replerr_t bad = r;
+    bad.topic[0] = '\0';
+    assert_int_equal(tn_wire_replerr_encode(&b, &bad), UV_EINVAL);
+    bad = r;
+    bad.leader_epoch = 0;
+    assert_int_equal(tn_wire_replerr_encode(&b, &bad), UV_EINVAL);
+    bad = r;
+    snprintf(bad.error, sizeof(bad.error), "a\nb");
+    assert_int_equal(tn_wire_replerr_encode(&b, &bad), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), at);
+    /* Refused to decode: a control byte, epoch 0, a text over the cap. */
+    tn_buf_reset(&b);
+    assert_int_equal(tn_wire_put_u32(&b, 3), 0);
+    assert_int_equal(tn_wire_put_u64(&b, 9), 0);
+    assert_int_equal(tn_wire_put_str(&b, "t"), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 1), 0);
+    assert_int_equal(tn_wire_put_u32(&b, 1), 0);
+    size_t head = tn_buf_size(&b);
+    assert_int_equal(tn_wire_put_str(&b, "a\tb"), 0);
+    assert_int_equal(tn_wire_replerr_decode(tn_buf_data(&b), tn_buf_size(&b), &d, err, sizeof(err)),
+                     TN_EPROTO);
+    assert_non_null(strstr(err, "error text"));
+    b.len = head;
+    char longer[TN_WIRE_REPLERR_MAX + 2];
+    memset(longer, 'e', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    assert_int_equal(tn_wire_put_str(&b, longer), 0);
+    assert_int_equal(tn_wire_replerr_decode(tn_buf_data(&b), tn_buf_size(&b), &d, err, sizeof(err)),
+                     TN_EPROTO);
+    b.len = head - 4;
+    assert_int_equal(tn_wire_put_u32(&b, 0), 0);
+    assert_int_equal(tn_wire_put_str(&b, "eio"), 0);
+    assert_int_equal(tn_wire_replerr_decode(tn_buf_data(&b), tn_buf_size(&b), &d, err, sizeof(err)),
+                     TN_EPROTO);
+    tn_buf_fini(&b);
+}
+
 static void test_moveprog_codec(void **state)
 {
     (void)state;
@@ -1591,6 +1677,7 @@ int main(void)
         cmocka_unit_test(test_consume_codec),
         cmocka_unit_test(test_pstats_codec),
         cmocka_unit_test(test_moveprog_codec),
+        cmocka_unit_test(test_replerr_codec),
         cmocka_unit_test(test_commit_encode_out_of_memory),
         cmocka_unit_test(test_hmac_rfc4231),
         cmocka_unit_test(test_proof),

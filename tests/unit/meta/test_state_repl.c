@@ -812,6 +812,12 @@ static void expect_same_pstate(const tn_pstate_t *a, const tn_pstate_t *b)
     assert_memory_equal(a->old, b->old, sizeof(a->old));
     assert_true(a->move_id == b->move_id);
     assert_true(a->move_started_ms == b->move_started_ms);
+    assert_int_equal(a->nmark, b->nmark);
+    for (uint32_t i = 0; i < a->nmark; i++) {
+        assert_int_equal(a->mark[i].node, b->mark[i].node);
+        assert_true(a->mark[i].end == b->mark[i].end);
+        assert_true(a->mark[i].ms == b->mark[i].ms);
+    }
 }
 
 /* s and r take snapshots byte for byte the same. */
@@ -1215,6 +1221,129 @@ static void test_snapshot_with_move(void **state)
     tn_meta_state_fini(&s);
 }
 
+static tn_meta_cmd_t mark_cmd(const char *name, uint32_t p, uint64_t id, const tn_pstate_mark_t *mk,
+                              uint32_t n)
+{
+    tn_meta_cmd_t c = part(TN_MC_MOVE_MARK, name, p, 0);
+    c.move_id = id;
+    c.nmark = n;
+    if (n > 0)
+        memcpy(c.mark, mk, n * sizeof(*mk));
+    return c;
+}
+
+/* MOVE_MARK (partstate.h rule 10): its codec; applied only to the move id
+ * under way and over target members, with no epoch bumped and nobody
+ * told; the PART_STATE record carries the marks as an optional trailing
+ * field, and the record without them (every older build's) still decodes. */
+static void test_move_marks(void **state)
+{
+    (void)state;
+    const tn_pstate_mark_t mk[2] = {{4, 52, 1760000001000LL}, {2, 0, 1760000000500LL}};
+    tn_meta_cmd_t c = mark_cmd("r", 0, 0x77, mk, 2), d;
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_MOVE_MARK);
+    assert_string_equal(d.topic.name, "r");
+    assert_true(d.move_id == 0x77);
+    assert_int_equal(d.nmark, 2);
+    assert_int_equal(d.mark[0].node, 4);
+    assert_true(d.mark[0].end == 52);
+    assert_true(d.mark[1].ms == 1760000000500LL);
+    tn_meta_cmd_fini(&d);
+    /* [2+1] "r" [4] p [8] id [1] n, n x [20] */
+    assert_int_equal(payload_len(&c), 3 + 4 + 8 + 1 + 2 * 20);
+    c = mark_cmd("r", 0, 0x77, NULL, 0); /* no marks: allowed (clears them) */
+    roundtrip(&c, &d);
+    assert_int_equal(d.nmark, 0);
+    tn_meta_cmd_fini(&d);
+    /* The encoder refuses id 0, a NONE or duplicate node, a negative ms. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    c = mark_cmd("r", 0, 0, mk, 2);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    tn_pstate_mark_t dup[2] = {mk[0], mk[0]};
+    c = mark_cmd("r", 0, 1, dup, 2);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    tn_pstate_mark_t neg = {4, 1, -1};
+    c = mark_cmd("r", 0, 1, &neg, 1);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), 0);
+    tn_buf_fini(&b);
+    /* The decoder refuses id 0, n 9, a NONE or duplicate node. Payload:
+     * [3] "r" [4] p [8] id [1] n, then [4] node [8] end [8] ms. */
+    c = mark_cmd("r", 0, 0x100, mk, 2);
+    assert_int_equal(decode_patched(&c, 8, 0), TN_ECORRUPT);  /* id's byte 1: id 0 */
+    assert_int_equal(decode_patched(&c, 15, 9), TN_ECORRUPT); /* n 9 */
+    assert_int_equal(decode_patched(&c, 16, 0), TN_ECORRUPT); /* node 0 */
+    assert_int_equal(decode_patched(&c, 36, 4), TN_ECORRUPT); /* 4, 4 */
+
+    /* Applied. */
+    tn_meta_state_t s;
+    four_with_r(&s, 1, 3, 2);
+    tells_t told;
+    tell_to(&s, &told);
+    const uint32_t target[3] = {2, 4, 3};
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 5, 100, target, 3)), 0);
+    const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0);
+    uint32_t pe = ps->partition_epoch;
+    told.n = 0;
+    /* Another move id, or no such partition: refused, nothing changed. */
+    assert_int_equal(apply(&s, mark_cmd("r", 0, 6, mk, 2)), TN_ENOTFOUND);
+    assert_int_equal(apply(&s, mark_cmd("r", 3, 5, mk, 2)), TN_ENOTFOUND);
+    /* A mark of an old replica that is not a target member (1). */
+    tn_pstate_mark_t old1 = {1, 5, 10};
+    assert_int_equal(apply(&s, mark_cmd("r", 0, 5, &old1, 1)), UV_EINVAL);
+    assert_int_equal(ps->nmark, 0);
+    assert_int_equal(apply(&s, mark_cmd("r", 0, 5, mk, 2)), 0);
+    assert_int_equal(ps->nmark, 2);
+    assert_int_equal(ps->partition_epoch, pe); /* no epoch bumped */
+    assert_int_equal(told.n, 0);               /* nobody told */
+    assert_true(tn_pstate_mark_find(ps, 4)->end == 52);
+    assert_true(tn_pstate_mark_find(ps, 2)->ms == 1760000000500LL);
+    assert_null(tn_pstate_mark_find(ps, 3));
+    /* Newer marks replace them whole. */
+    assert_int_equal(apply(&s, mark_cmd("r", 0, 5, &mk[0], 1)), 0);
+    assert_int_equal(ps->nmark, 1);
+    assert_null(tn_pstate_mark_find(ps, 2));
+
+    /* The snapshot keeps them: PART_STATE's trailing field. */
+    tn_meta_state_t r;
+    tu_meta_state_reload(&s, &r);
+    expect_same_pstate(ps, tn_meta_state_pstate(&r, "r", 0));
+    tn_meta_cmd_t st = part(TN_MC_PART_STATE, "r", 0, 0);
+    st.pstate = *ps;
+    uint32_t with = payload_len(&st);
+    roundtrip(&st, &d);
+    assert_int_equal(d.pstate.nmark, 1);
+    tn_meta_cmd_fini(&d);
+    /* The record without marks (what this release wrote before them)
+     * decodes, with none; its bytes are the marks' 21 fewer. */
+    st.pstate.nmark = 0;
+    assert_int_equal(payload_len(&st), with - 21);
+    roundtrip(&st, &d);
+    assert_int_equal(d.pstate.nmark, 0);
+    assert_true(d.pstate.move_id == 5);
+    tn_meta_cmd_fini(&d);
+    /* A mark of a member outside the target in a PART_STATE: damaged. */
+    st.pstate = *ps;
+    st.pstate.mark[0].node = 1;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&st, &b), 0);
+    size_t used;
+    assert_int_equal(tn_meta_cmd_decode(tn_buf_data(&b), tn_buf_size(&b), &d, &used), TN_ECORRUPT);
+    tn_buf_fini(&b);
+
+    /* The move's end clears them; a fail of another move id is refused
+     * (the fail's re-check stays). */
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_FAIL, 6, 200, NULL, 0)), TN_ENOTFOUND);
+    assert_int_equal(ps->nmark, 1);
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_FAIL, 5, 200, NULL, 0)), 0);
+    assert_int_equal(ps->nmark, 0);
+    assert_int_equal(apply(&s, mark_cmd("r", 0, 5, mk, 1)), TN_ENOTFOUND);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+}
+
 /* A factor-1 partition's move (docs/replication.md, "Moving a factor-1
  * partition"): its begin makes it a state over its owner alone, then the
  * rules of any move; refused ones leave it without a state. */
@@ -1329,6 +1458,7 @@ int main(void)
         cmocka_unit_test(test_move_min_insync_cap),
         cmocka_unit_test(test_snapshot_with_move),
         cmocka_unit_test(test_factor1_move_through_state),
+        cmocka_unit_test(test_move_marks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
