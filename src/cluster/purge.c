@@ -18,31 +18,6 @@
 /* A PURGE error reply is a short JSON object; anything longer is not one. */
 #define REPLY_BODY_MAX 4096
 
-struct tn_purge_srv_s {
-    tn_purge_local_fn local;
-    void *local_arg;
-};
-
-int tn_purge_srv_new(tn_purge_srv_t **out)
-{
-    tn_purge_srv_t *s = tn_calloc(1, sizeof(*s));
-    if (s == NULL)
-        return UV_ENOMEM;
-    *out = s;
-    return 0;
-}
-
-void tn_purge_srv_set_hook(tn_purge_srv_t *s, tn_purge_local_fn fn, void *arg)
-{
-    s->local = fn;
-    s->local_arg = arg;
-}
-
-void tn_purge_srv_free(tn_purge_srv_t *s)
-{
-    tn_free(s);
-}
-
 /* A request whose local purge is under way. */
 typedef struct {
     tn_rpc_req_t *req;
@@ -70,13 +45,9 @@ static void on_purged(void *arg, int status, const char *why)
     tn_free(j);
 }
 
-static void on_purge(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+static void on_purge(tn_srv_t *s, tn_rpc_req_t *req, const uint8_t *payload, size_t len)
 {
-    tn_purge_srv_t *s = arg;
-    if (s->local == NULL) {
-        tn_rpc_reply_error(req, 503, "this node is not ready to purge topics");
-        return;
-    }
+    tn_purge_local_fn local = (tn_purge_local_fn)s->fn[0];
     tn_wire_purge_t w;
     char msg[256];
     if (tn_wire_purge_decode(payload, len, &w, msg, sizeof(msg)) != 0) {
@@ -94,7 +65,7 @@ static void on_purge(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void
     }
     j->req = req;
     snprintf(j->topic, sizeof(j->topic), "%s", w.topic);
-    int rc = s->local(s->local_arg, w.topic, w.created_at_ms, TN_PURGE_WAIT_MS, on_purged, j);
+    int rc = local(s->arg[0], w.topic, w.created_at_ms, TN_PURGE_WAIT_MS, on_purged, j);
     if (rc != 0) {
         tn_rpc_reply_error(req, 503,
                            rc == TN_ECLOSED ? "this node is shutting down" : "out of memory");
@@ -102,12 +73,19 @@ static void on_purge(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void
     }
 }
 
-void tn_purge_handlers(tn_purge_srv_t *s, tn_rpc_handler_t *out, size_t *n)
+/* Exempt: it may wait for the replica and for the deletion, seconds that
+ * must not hold a slot of the bounds produces and acks share. */
+static const tn_srv_op_t purge_op = {TN_OP_PURGE, TN_RPC_OP_EXEMPT, 1,
+                                     "this node is not ready to purge topics", on_purge};
+
+int tn_purge_srv_new(tn_srv_t **out)
 {
-    /* Exempt: it may wait for the replica and for the deletion, seconds
-     * that must not hold a slot of the bounds produces and acks share. */
-    out[0] = (tn_rpc_handler_t){TN_OP_PURGE, TN_RPC_OP_EXEMPT, on_purge, s};
-    *n = TN_PURGE_HANDLERS;
+    return tn_srv_new(&purge_op, NULL, out);
+}
+
+void tn_purge_srv_set_hook(tn_srv_t *s, tn_purge_local_fn fn, void *arg)
+{
+    tn_srv_set_hook(s, 0, (tn_srv_fn)fn, arg);
 }
 
 /* --- the call ------------------------------------------------------------------------ */

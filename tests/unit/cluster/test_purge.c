@@ -72,7 +72,7 @@ static int local(void *arg, const char *topic, int64_t created_at_ms, uint64_t w
 
 typedef struct {
     uv_loop_t loop;
-    tn_purge_srv_t *srv;
+    tn_srv_t *srv;
     tu_rpc_pair_t rpc; /* the owner (the member) serves PURGE */
 } pfx_t;
 
@@ -86,9 +86,9 @@ static pfx_t *pfx_new(bool hook)
     assert_int_equal(tn_purge_srv_new(&f->srv), 0);
     if (hook)
         tn_purge_srv_set_hook(f->srv, local, &seen);
-    tn_rpc_handler_t h[TN_PURGE_HANDLERS];
+    tn_rpc_handler_t h[TN_SRV_HANDLERS];
     size_t nh = 0;
-    tn_purge_handlers(f->srv, h, &nh);
+    tn_srv_handlers(f->srv, h, &nh);
     assert_int_equal(nh, 1);
     assert_int_equal(h[0].op, TN_OP_PURGE);
     assert_int_equal(h[0].flags, TN_RPC_OP_EXEMPT); /* it waits: outside the bounds */
@@ -99,7 +99,7 @@ static pfx_t *pfx_new(bool hook)
 static void pfx_free(pfx_t *f)
 {
     tu_rpc_pair_close(&f->rpc, &f->loop);
-    tn_purge_srv_free(f->srv);
+    tn_srv_free(f->srv);
     uv_close((uv_handle_t *)&seen.timer, NULL);
     uv_run(&f->loop, UV_RUN_NOWAIT);
     assert_int_equal(uv_loop_close(&f->loop), 0);

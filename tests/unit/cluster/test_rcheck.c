@@ -79,7 +79,7 @@ static int local(void *arg, const char *remote, uint64_t id, const char *topic,
 
 typedef struct {
     uv_loop_t loop;
-    tn_rcheck_srv_t *srv;
+    tn_srv_t *srv;
     tu_rpc_pair_t rpc;
 } cfx_t;
 
@@ -93,9 +93,9 @@ static cfx_t *cfx_new(bool hook)
     assert_int_equal(tn_rcheck_srv_new(&f->srv), 0);
     if (hook)
         tn_rcheck_srv_set_hook(f->srv, local, &seen);
-    tn_rpc_handler_t h[TN_RCHECK_HANDLERS];
+    tn_rpc_handler_t h[TN_SRV_HANDLERS];
     size_t nh = 0;
-    tn_rcheck_handlers(f->srv, h, &nh);
+    tn_srv_handlers(f->srv, h, &nh);
     assert_int_equal(nh, 1);
     assert_int_equal(h[0].op, TN_OP_REMOTE_CHECK);
     assert_int_equal(h[0].flags, TN_RPC_OP_EXEMPT); /* it waits on the remote */
@@ -106,7 +106,7 @@ static cfx_t *cfx_new(bool hook)
 static void cfx_free(cfx_t *f)
 {
     tu_rpc_pair_close(&f->rpc, &f->loop);
-    tn_rcheck_srv_free(f->srv);
+    tn_srv_free(f->srv);
     uv_close((uv_handle_t *)&seen.timer, NULL);
     uv_run(&f->loop, UV_RUN_NOWAIT);
     assert_int_equal(uv_loop_close(&f->loop), 0);

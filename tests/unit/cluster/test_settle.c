@@ -81,7 +81,7 @@ static int local(void *arg, const char *topic, const char *channel, uint32_t par
 
 typedef struct {
     uv_loop_t loop;
-    tn_settle_srv_t *srv;
+    tn_srv_t *srv;
     tu_rpc_pair_t rpc; /* the owner serves SETTLE */
 } sfx_t;
 
@@ -93,9 +93,9 @@ static sfx_t *sfx_new(bool hooks)
     assert_int_equal(tn_settle_srv_new(&f->srv), 0);
     if (hooks)
         tn_settle_srv_set_hooks(f->srv, owns, &seen, local, &seen);
-    tn_rpc_handler_t h[TN_SETTLE_HANDLERS];
+    tn_rpc_handler_t h[TN_SRV_HANDLERS];
     size_t nh = 0;
-    tn_settle_handlers(f->srv, h, &nh);
+    tn_srv_handlers(f->srv, h, &nh);
     assert_int_equal(nh, 1);
     assert_int_equal(h[0].op, TN_OP_SETTLE);
     assert_int_equal(h[0].flags, 0); /* the messaging bound */
@@ -109,7 +109,7 @@ static sfx_t *sfx_new(bool hooks)
 static void sfx_free(sfx_t *f)
 {
     tu_rpc_pair_close(&f->rpc, &f->loop);
-    tn_settle_srv_free(f->srv);
+    tn_srv_free(f->srv);
     assert_int_equal(uv_loop_close(&f->loop), 0);
     free(f);
 }
