@@ -1,7 +1,8 @@
 /* Checks shared by the fuzz targets of node RPC requests and replies
  * (pstats_request, purge_request, remote_check, move_progress,
  * settle_request, settle_repl_frame, chan_snap_frame; fetch_frame and
- * flushed_frame through fetch_parts.h): a request decoder answers 0 or
+ * flushed_frame through fetch_parts.h; commit_request and produce_frame
+ * for the shape check alone): a request decoder answers 0 or
  * TN_EPROTO, says why it refused, and agrees with the RPC server's shape
  * check; a reply decoder answers each status with that status's code (or
  * TN_EPROTO) and a sentence for every refusal. Each target keeps what is
@@ -21,13 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The decoder's answer rc for data was 0 or TN_EPROTO, and the RPC
- * server's shape check of the same bytes behind opcode op agrees: it
- * refuses (with TN_EPROTO) exactly what the decoder refuses. */
-static inline void fuzz_check_shape(uint8_t op, const uint8_t *data, size_t size, int rc)
+/* The RPC server's shape check of data (an op's fields) behind opcode
+ * op: tn_wire_request_check's answer. */
+static inline int fuzz_request_check(uint8_t op, const uint8_t *data, size_t size)
 {
-    if (rc != 0 && rc != TN_EPROTO)
-        abort();
     uint8_t *req = malloc(size + 1);
     if (req == NULL)
         abort();
@@ -36,6 +34,17 @@ static inline void fuzz_check_shape(uint8_t op, const uint8_t *data, size_t size
         memcpy(req + 1, data, size);
     int check = tn_wire_request_check(req, size + 1);
     free(req);
+    return check;
+}
+
+/* The decoder's answer rc for data was 0 or TN_EPROTO, and the RPC
+ * server's shape check of the same bytes behind opcode op agrees: it
+ * refuses (with TN_EPROTO) exactly what the decoder refuses. */
+static inline void fuzz_check_shape(uint8_t op, const uint8_t *data, size_t size, int rc)
+{
+    if (rc != 0 && rc != TN_EPROTO)
+        abort();
+    int check = fuzz_request_check(op, data, size);
     if ((rc == 0) != (check == 0) || (check != 0 && check != TN_EPROTO))
         abort();
 }
