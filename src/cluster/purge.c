@@ -4,6 +4,7 @@
 
 #include "cluster/purge.h"
 
+#include "cluster/reply.h"
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/err.h"
@@ -12,11 +13,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <yajl/yajl_tree.h>
-
-#define JSON "application/json"
-/* A PURGE error reply is a short JSON object; anything longer is not one. */
-#define REPLY_BODY_MAX 4096
 
 /* A request whose local purge is under way. */
 typedef struct {
@@ -96,26 +92,8 @@ int tn_purge_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn_p
     c->error[0] = '\0';
     if (status == 204)
         return 0;
-    char text[REPLY_BODY_MAX + 1];
-    yajl_val root = NULL;
-    if (len <= REPLY_BODY_MAX && memchr(body, 0, len) == NULL) {
-        memcpy(text, body, len);
-        text[len] = '\0';
-        root = yajl_tree_parse(text, NULL, 0);
-    }
-    static const char *epath[] = {"error", NULL};
-    yajl_val e = root != NULL ? yajl_tree_get(root, epath, yajl_t_string) : NULL;
-    if (e == NULL) {
-        yajl_tree_free(root);
-        snprintf(c->error, sizeof(c->error), "a %u purge reply without an error", status);
+    if (tn_reply_error_decode(status, body, len, "purge reply", c->error, sizeof(c->error)) != 0)
         return TN_EPROTO;
-    }
-    const char *why = YAJL_GET_STRING(e);
-    if (why[0] != '\0')
-        snprintf(c->error, sizeof(c->error), "%s", why);
-    else
-        snprintf(c->error, sizeof(c->error), "a %u purge reply with an empty error", status);
-    yajl_tree_free(root);
     switch (status) {
     case 503:
         return UV_EAGAIN;

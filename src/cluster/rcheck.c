@@ -4,17 +4,14 @@
 
 #include "cluster/rcheck.h"
 
+#include "cluster/reply.h"
 #include "core/alloc.h"
 #include "core/err.h"
 
 #include <stdio.h>
 #include <string.h>
-#include <yajl/yajl_tree.h>
 
-#define JSON   "application/json"
 #define OCTETS "application/octet-stream"
-/* An error reply is a short JSON object; anything longer is not one. */
-#define REPLY_BODY_MAX 4096
 
 /* --- codecs ---------------------------------------------------------------------- */
 
@@ -155,28 +152,9 @@ int tn_rcheck_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn_
         snprintf(c->error, sizeof(c->error), "a malformed remote_check answer");
         return TN_EPROTO;
     }
-    char text[REPLY_BODY_MAX + 1];
-    yajl_val root = NULL;
-    if (len <= REPLY_BODY_MAX && (len == 0 || memchr(body, 0, len) == NULL)) {
-        if (len > 0)
-            memcpy(text, body, len);
-        text[len] = '\0';
-        root = yajl_tree_parse(text, NULL, 0);
-    }
-    static const char *epath[] = {"error", NULL};
-    yajl_val e = root != NULL ? yajl_tree_get(root, epath, yajl_t_string) : NULL;
-    if (e == NULL) {
-        yajl_tree_free(root);
-        snprintf(c->error, sizeof(c->error), "a %u remote_check answer without an error", status);
+    if (tn_reply_error_decode(status, body, len, "remote_check answer", c->error,
+                              sizeof(c->error)) != 0)
         return TN_EPROTO;
-    }
-    const char *why = YAJL_GET_STRING(e);
-    if (why[0] != '\0')
-        snprintf(c->error, sizeof(c->error), "%s", why);
-    else
-        snprintf(c->error, sizeof(c->error), "a %u remote_check answer with an empty error",
-                 status);
-    yajl_tree_free(root);
     switch (status) {
     case 404:
         return TN_ENOTFOUND;
