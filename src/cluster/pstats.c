@@ -72,7 +72,12 @@ static void on_pstats(tn_srv_t *s, tn_rpc_req_t *req, const uint8_t *payload, si
 }
 
 /* No hooks: the broker is there from the start. */
-static const tn_srv_op_t pstats_op = {TN_OP_PSTATS, 0, 0, NULL, on_pstats};
+static const tn_srv_op_t pstats_op = {
+    .op = TN_OP_PSTATS,
+    .flags = 0, /* the messaging bound */
+    .nhooks = 0,
+    .handle = on_pstats,
+};
 
 int tn_pstats_srv_new(tn_broker_t *b, tn_srv_t **out)
 {

@@ -71,8 +71,13 @@ static void on_purge(tn_srv_t *s, tn_rpc_req_t *req, const uint8_t *payload, siz
 
 /* Exempt: it may wait for the replica and for the deletion, seconds that
  * must not hold a slot of the bounds produces and acks share. */
-static const tn_srv_op_t purge_op = {TN_OP_PURGE, TN_RPC_OP_EXEMPT, 1,
-                                     "this node is not ready to purge topics", on_purge};
+static const tn_srv_op_t purge_op = {
+    .op = TN_OP_PURGE,
+    .flags = TN_RPC_OP_EXEMPT,
+    .nhooks = 1,
+    .not_ready = "this node is not ready to purge topics",
+    .handle = on_purge,
+};
 
 int tn_purge_srv_new(tn_srv_t **out)
 {

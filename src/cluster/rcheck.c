@@ -126,8 +126,13 @@ static void on_rcheck(tn_srv_t *s, tn_rpc_req_t *req, const uint8_t *payload, si
 
 /* Exempt: it waits on another cluster for seconds, which must not hold a
  * slot of the bounds produces and acks share. */
-static const tn_srv_op_t rcheck_op = {TN_OP_REMOTE_CHECK, TN_RPC_OP_EXEMPT, 1,
-                                      "this node is not ready to check remotes", on_rcheck};
+static const tn_srv_op_t rcheck_op = {
+    .op = TN_OP_REMOTE_CHECK,
+    .flags = TN_RPC_OP_EXEMPT,
+    .nhooks = 1,
+    .not_ready = "this node is not ready to check remotes",
+    .handle = on_rcheck,
+};
 
 int tn_rcheck_srv_new(tn_srv_t **out)
 {

@@ -103,7 +103,12 @@ static void on_settle(tn_srv_t *s, tn_rpc_req_t *req, const uint8_t *payload, si
 }
 
 static const tn_srv_op_t settle_op = {
-    TN_OP_SETTLE, 0, 2, "this node is not ready to settle receipt handles", on_settle};
+    .op = TN_OP_SETTLE,
+    .flags = 0, /* the messaging bound */
+    .nhooks = 2,
+    .not_ready = "this node is not ready to settle receipt handles",
+    .handle = on_settle,
+};
 
 int tn_settle_srv_new(tn_srv_t **out)
 {
