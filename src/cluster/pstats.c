@@ -12,10 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-struct tn_pstats_srv_s {
-    tn_broker_t *broker; /* borrowed */
-};
-
 uint16_t tn_pstats_local(tn_broker_t *b, const char *topic, uint32_t p, tn_wire_pstat_t *out)
 {
     memset(out, 0, sizeof(*out));
@@ -45,24 +41,9 @@ uint16_t tn_pstats_local(tn_broker_t *b, const char *topic, uint32_t p, tn_wire_
     return out->status;
 }
 
-int tn_pstats_srv_new(tn_broker_t *b, tn_pstats_srv_t **out)
+static void on_pstats(tn_srv_t *s, tn_rpc_req_t *req, const uint8_t *payload, size_t len)
 {
-    tn_pstats_srv_t *s = tn_calloc(1, sizeof(*s));
-    if (s == NULL)
-        return UV_ENOMEM;
-    s->broker = b;
-    *out = s;
-    return 0;
-}
-
-void tn_pstats_srv_free(tn_pstats_srv_t *s)
-{
-    tn_free(s);
-}
-
-static void on_pstats(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
-{
-    tn_pstats_srv_t *s = arg;
+    tn_broker_t *broker = s->ctx;
     tn_wire_pstats_t w;
     char msg[256];
     if (tn_wire_pstats_decode(payload, len, &w, msg, sizeof(msg)) != 0) {
@@ -79,7 +60,7 @@ static void on_pstats(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
         return;
     }
     for (uint32_t i = 0; i < w.count; i++)
-        (void)tn_pstats_local(s->broker, w.topic, tn_wire_pstats_index(&w, i), &st[i]);
+        (void)tn_pstats_local(broker, w.topic, tn_wire_pstats_index(&w, i), &st[i]);
     tn_buf_t b;
     tn_buf_init(&b);
     if (tn_wire_pstats_reply_encode(&b, st, w.count) != 0)
@@ -90,10 +71,17 @@ static void on_pstats(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
     tn_free(st);
 }
 
-void tn_pstats_handlers(tn_pstats_srv_t *s, tn_rpc_handler_t *out, size_t *n)
+/* No hooks: the broker is there from the start. */
+static const tn_srv_op_t pstats_op = {
+    .op = TN_OP_PSTATS,
+    .flags = 0, /* the messaging bound */
+    .nhooks = 0,
+    .handle = on_pstats,
+};
+
+int tn_pstats_srv_new(tn_broker_t *b, tn_srv_t **out)
 {
-    out[0] = (tn_rpc_handler_t){TN_OP_PSTATS, 0, on_pstats, s};
-    *n = TN_PSTATS_HANDLERS;
+    return tn_srv_new(&pstats_op, b, out);
 }
 
 /* --- the call ------------------------------------------------------------------------ */

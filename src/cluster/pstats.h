@@ -29,6 +29,7 @@
 #include "core/platform.h"
 
 #include "cluster/rpc.h"
+#include "cluster/srv.h"
 #include "cluster/wire.h"
 #include "queue/queue.h"
 
@@ -41,17 +42,10 @@ uint16_t tn_pstats_local(tn_broker_t *b, const char *topic, uint32_t p, tn_wire_
 
 /* --- the owner side --------------------------------------------------------------- */
 
-typedef struct tn_pstats_srv_s tn_pstats_srv_t;
-
-/* The PSTATS server over broker b (borrowed: it outlives the server). 0
- * and *out, or UV_ENOMEM. */
-int tn_pstats_srv_new(tn_broker_t *b, tn_pstats_srv_t **out);
-/* The handler for the RPC table (TN_OP_PSTATS, messaging bound), arg s:
- * it answers before it returns, so s may be freed once the RPC endpoint
- * closed. Written to out (room for TN_PSTATS_HANDLERS); *n set. */
-#define TN_PSTATS_HANDLERS 1
-void tn_pstats_handlers(tn_pstats_srv_t *s, tn_rpc_handler_t *out, size_t *n);
-void tn_pstats_srv_free(tn_pstats_srv_t *s);
+/* The PSTATS server (cluster/srv.h; TN_OP_PSTATS, messaging bound, no
+ * hooks) over broker b (borrowed: it outlives the server). Its handler
+ * answers before it returns. 0 and *out, or UV_ENOMEM. */
+int tn_pstats_srv_new(tn_broker_t *b, tn_srv_t **out);
 
 /* --- the caller side ------------------------------------------------------------- */
 

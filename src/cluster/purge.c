@@ -4,6 +4,7 @@
 
 #include "cluster/purge.h"
 
+#include "cluster/reply.h"
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/err.h"
@@ -12,36 +13,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-#include <yajl/yajl_tree.h>
-
-#define JSON "application/json"
-/* A PURGE error reply is a short JSON object; anything longer is not one. */
-#define REPLY_BODY_MAX 4096
-
-struct tn_purge_srv_s {
-    tn_purge_local_fn local;
-    void *local_arg;
-};
-
-int tn_purge_srv_new(tn_purge_srv_t **out)
-{
-    tn_purge_srv_t *s = tn_calloc(1, sizeof(*s));
-    if (s == NULL)
-        return UV_ENOMEM;
-    *out = s;
-    return 0;
-}
-
-void tn_purge_srv_set_hook(tn_purge_srv_t *s, tn_purge_local_fn fn, void *arg)
-{
-    s->local = fn;
-    s->local_arg = arg;
-}
-
-void tn_purge_srv_free(tn_purge_srv_t *s)
-{
-    tn_free(s);
-}
 
 /* A request whose local purge is under way. */
 typedef struct {
@@ -70,13 +41,9 @@ static void on_purged(void *arg, int status, const char *why)
     tn_free(j);
 }
 
-static void on_purge(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+static void on_purge(tn_srv_t *s, tn_rpc_req_t *req, const uint8_t *payload, size_t len)
 {
-    tn_purge_srv_t *s = arg;
-    if (s->local == NULL) {
-        tn_rpc_reply_error(req, 503, "this node is not ready to purge topics");
-        return;
-    }
+    tn_purge_local_fn local = (tn_purge_local_fn)s->fn[0];
     tn_wire_purge_t w;
     char msg[256];
     if (tn_wire_purge_decode(payload, len, &w, msg, sizeof(msg)) != 0) {
@@ -94,7 +61,7 @@ static void on_purge(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void
     }
     j->req = req;
     snprintf(j->topic, sizeof(j->topic), "%s", w.topic);
-    int rc = s->local(s->local_arg, w.topic, w.created_at_ms, TN_PURGE_WAIT_MS, on_purged, j);
+    int rc = local(s->arg[0], w.topic, w.created_at_ms, TN_PURGE_WAIT_MS, on_purged, j);
     if (rc != 0) {
         tn_rpc_reply_error(req, 503,
                            rc == TN_ECLOSED ? "this node is shutting down" : "out of memory");
@@ -102,12 +69,24 @@ static void on_purge(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void
     }
 }
 
-void tn_purge_handlers(tn_purge_srv_t *s, tn_rpc_handler_t *out, size_t *n)
+/* Exempt: it may wait for the replica and for the deletion, seconds that
+ * must not hold a slot of the bounds produces and acks share. */
+static const tn_srv_op_t purge_op = {
+    .op = TN_OP_PURGE,
+    .flags = TN_RPC_OP_EXEMPT,
+    .nhooks = 1,
+    .not_ready = "this node is not ready to purge topics",
+    .handle = on_purge,
+};
+
+int tn_purge_srv_new(tn_srv_t **out)
 {
-    /* Exempt: it may wait for the replica and for the deletion, seconds
-     * that must not hold a slot of the bounds produces and acks share. */
-    out[0] = (tn_rpc_handler_t){TN_OP_PURGE, TN_RPC_OP_EXEMPT, on_purge, s};
-    *n = TN_PURGE_HANDLERS;
+    return tn_srv_new(&purge_op, NULL, out);
+}
+
+void tn_purge_srv_set_hook(tn_srv_t *s, tn_purge_local_fn fn, void *arg)
+{
+    tn_srv_set_hook(s, 0, (tn_srv_fn)fn, arg);
 }
 
 /* --- the call ------------------------------------------------------------------------ */
@@ -118,26 +97,8 @@ int tn_purge_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn_p
     c->error[0] = '\0';
     if (status == 204)
         return 0;
-    char text[REPLY_BODY_MAX + 1];
-    yajl_val root = NULL;
-    if (len <= REPLY_BODY_MAX && memchr(body, 0, len) == NULL) {
-        memcpy(text, body, len);
-        text[len] = '\0';
-        root = yajl_tree_parse(text, NULL, 0);
-    }
-    static const char *epath[] = {"error", NULL};
-    yajl_val e = root != NULL ? yajl_tree_get(root, epath, yajl_t_string) : NULL;
-    if (e == NULL) {
-        yajl_tree_free(root);
-        snprintf(c->error, sizeof(c->error), "a %u purge reply without an error", status);
+    if (tn_reply_error_decode(status, body, len, "purge reply", c->error, sizeof(c->error)) != 0)
         return TN_EPROTO;
-    }
-    const char *why = YAJL_GET_STRING(e);
-    if (why[0] != '\0')
-        snprintf(c->error, sizeof(c->error), "%s", why);
-    else
-        snprintf(c->error, sizeof(c->error), "a %u purge reply with an empty error", status);
-    yajl_tree_free(root);
     switch (status) {
     case 503:
         return UV_EAGAIN;

@@ -34,6 +34,7 @@
 #include "core/platform.h"
 
 #include "cluster/rpc.h"
+#include "cluster/srv.h"
 #include "cluster/wire.h"
 
 #include <stdint.h>
@@ -58,19 +59,13 @@ typedef int (*tn_purge_local_fn)(void *arg, const char *topic, int64_t created_a
 
 /* --- the member side ------------------------------------------------------------ */
 
-typedef struct tn_purge_srv_s tn_purge_srv_t;
-
-/* A server with no hook yet (it answers 503 until it is set). 0 or
+/* A PURGE server (cluster/srv.h; TN_OP_PURGE, exempt from the bounds: it
+ * waits) with no hook yet: it answers 503 until one is set. 0 or
  * UV_ENOMEM. */
-int tn_purge_srv_new(tn_purge_srv_t **out);
-/* Set the local-purge hook (NULL: none; requests are answered 503). A
+int tn_purge_srv_new(tn_srv_t **out);
+/* Set s's local-purge hook (NULL: none; requests are answered 503). A
  * purge under way keeps the hook it started with. */
-void tn_purge_srv_set_hook(tn_purge_srv_t *s, tn_purge_local_fn fn, void *arg);
-/* The handler for the RPC table (TN_OP_PURGE, exempt from the bounds: it
- * waits), arg s: free s only after the RPC endpoint closed. */
-#define TN_PURGE_HANDLERS 1
-void tn_purge_handlers(tn_purge_srv_t *s, tn_rpc_handler_t *out, size_t *n);
-void tn_purge_srv_free(tn_purge_srv_t *s);
+void tn_purge_srv_set_hook(tn_srv_t *s, tn_purge_local_fn fn, void *arg);
 
 /* --- the caller side ------------------------------------------------------------- */
 

@@ -4,17 +4,14 @@
 
 #include "cluster/rcheck.h"
 
+#include "cluster/reply.h"
 #include "core/alloc.h"
 #include "core/err.h"
 
 #include <stdio.h>
 #include <string.h>
-#include <yajl/yajl_tree.h>
 
-#define JSON   "application/json"
 #define OCTETS "application/octet-stream"
-/* An error reply is a short JSON object; anything longer is not one. */
-#define REPLY_BODY_MAX 4096
 
 /* --- codecs ---------------------------------------------------------------------- */
 
@@ -93,31 +90,6 @@ int tn_rcheck_result_decode(const void *p, size_t len, tn_rcheck_result_t *out)
 
 /* --- the member side -------------------------------------------------------------- */
 
-struct tn_rcheck_srv_s {
-    tn_rcheck_local_fn local;
-    void *local_arg;
-};
-
-int tn_rcheck_srv_new(tn_rcheck_srv_t **out)
-{
-    tn_rcheck_srv_t *s = tn_calloc(1, sizeof(*s));
-    if (s == NULL)
-        return UV_ENOMEM;
-    *out = s;
-    return 0;
-}
-
-void tn_rcheck_srv_set_hook(tn_rcheck_srv_t *s, tn_rcheck_local_fn fn, void *arg)
-{
-    s->local = fn;
-    s->local_arg = arg;
-}
-
-void tn_rcheck_srv_free(tn_rcheck_srv_t *s)
-{
-    tn_free(s);
-}
-
 static void on_checked(void *arg, const tn_rcheck_result_t *res)
 {
     tn_rpc_req_t *req = arg;
@@ -130,20 +102,16 @@ static void on_checked(void *arg, const tn_rcheck_result_t *res)
     tn_buf_fini(&b);
 }
 
-static void on_rcheck(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+static void on_rcheck(tn_srv_t *s, tn_rpc_req_t *req, const uint8_t *payload, size_t len)
 {
-    tn_rcheck_srv_t *s = arg;
-    if (s->local == NULL) {
-        tn_rpc_reply_error(req, 503, "this node is not ready to check remotes");
-        return;
-    }
+    tn_rcheck_local_fn local = (tn_rcheck_local_fn)s->fn[0];
     tn_wire_rcheck_t w;
     char msg[320];
     if (tn_wire_rcheck_decode(payload, len, &w, msg, sizeof(msg)) != 0) {
         tn_rpc_reply_error(req, 400, msg);
         return;
     }
-    int rc = s->local(s->local_arg, w.remote, w.remote_id, w.topic, on_checked, req);
+    int rc = local(s->arg[0], w.remote, w.remote_id, w.topic, on_checked, req);
     if (rc == TN_ENOTFOUND) {
         snprintf(msg, sizeof(msg),
                  "remote %s is not in this node's metastore replica (not yet, or made again "
@@ -156,12 +124,24 @@ static void on_rcheck(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
     }
 }
 
-void tn_rcheck_handlers(tn_rcheck_srv_t *s, tn_rpc_handler_t *out, size_t *n)
+/* Exempt: it waits on another cluster for seconds, which must not hold a
+ * slot of the bounds produces and acks share. */
+static const tn_srv_op_t rcheck_op = {
+    .op = TN_OP_REMOTE_CHECK,
+    .flags = TN_RPC_OP_EXEMPT,
+    .nhooks = 1,
+    .not_ready = "this node is not ready to check remotes",
+    .handle = on_rcheck,
+};
+
+int tn_rcheck_srv_new(tn_srv_t **out)
 {
-    /* Exempt: it waits on another cluster for seconds, which must not hold
-     * a slot of the bounds produces and acks share. */
-    out[0] = (tn_rpc_handler_t){TN_OP_REMOTE_CHECK, TN_RPC_OP_EXEMPT, on_rcheck, s};
-    *n = TN_RCHECK_HANDLERS;
+    return tn_srv_new(&rcheck_op, NULL, out);
+}
+
+void tn_rcheck_srv_set_hook(tn_srv_t *s, tn_rcheck_local_fn fn, void *arg)
+{
+    tn_srv_set_hook(s, 0, (tn_srv_fn)fn, arg);
 }
 
 /* --- the call ------------------------------------------------------------------------ */
@@ -177,28 +157,9 @@ int tn_rcheck_reply_decode(uint16_t status, const uint8_t *body, size_t len, tn_
         snprintf(c->error, sizeof(c->error), "a malformed remote_check answer");
         return TN_EPROTO;
     }
-    char text[REPLY_BODY_MAX + 1];
-    yajl_val root = NULL;
-    if (len <= REPLY_BODY_MAX && (len == 0 || memchr(body, 0, len) == NULL)) {
-        if (len > 0)
-            memcpy(text, body, len);
-        text[len] = '\0';
-        root = yajl_tree_parse(text, NULL, 0);
-    }
-    static const char *epath[] = {"error", NULL};
-    yajl_val e = root != NULL ? yajl_tree_get(root, epath, yajl_t_string) : NULL;
-    if (e == NULL) {
-        yajl_tree_free(root);
-        snprintf(c->error, sizeof(c->error), "a %u remote_check answer without an error", status);
+    if (tn_reply_error_decode(status, body, len, "remote_check answer", c->error,
+                              sizeof(c->error)) != 0)
         return TN_EPROTO;
-    }
-    const char *why = YAJL_GET_STRING(e);
-    if (why[0] != '\0')
-        snprintf(c->error, sizeof(c->error), "%s", why);
-    else
-        snprintf(c->error, sizeof(c->error), "a %u remote_check answer with an empty error",
-                 status);
-    yajl_tree_free(root);
     switch (status) {
     case 404:
         return TN_ENOTFOUND;

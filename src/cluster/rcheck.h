@@ -27,6 +27,7 @@
 #include "core/platform.h"
 
 #include "cluster/rpc.h"
+#include "cluster/srv.h"
 #include "cluster/wire.h"
 #include "core/buf.h"
 
@@ -79,19 +80,12 @@ typedef int (*tn_rcheck_local_fn)(void *arg, const char *remote, uint64_t remote
 
 /* --- the member side ------------------------------------------------------------ */
 
-typedef struct tn_rcheck_srv_s tn_rcheck_srv_t;
-
-/* A server with no hook yet (it answers 503 until it is set). 0 or
- * UV_ENOMEM. */
-int tn_rcheck_srv_new(tn_rcheck_srv_t **out);
-/* Set the local hook (NULL: none; requests answer 503). */
-void tn_rcheck_srv_set_hook(tn_rcheck_srv_t *s, tn_rcheck_local_fn fn, void *arg);
-/* The handler for the RPC table (TN_OP_REMOTE_CHECK, exempt from the
- * bounds: it waits on the remote), arg s: free s only after the RPC
- * endpoint closed. */
-#define TN_RCHECK_HANDLERS 1
-void tn_rcheck_handlers(tn_rcheck_srv_t *s, tn_rpc_handler_t *out, size_t *n);
-void tn_rcheck_srv_free(tn_rcheck_srv_t *s);
+/* A REMOTE_CHECK server (cluster/srv.h; TN_OP_REMOTE_CHECK, exempt from
+ * the bounds: it waits on the remote) with no hook yet: it answers 503
+ * until one is set. 0 or UV_ENOMEM. */
+int tn_rcheck_srv_new(tn_srv_t **out);
+/* Set s's local hook (NULL: none; requests answer 503). */
+void tn_rcheck_srv_set_hook(tn_srv_t *s, tn_rcheck_local_fn fn, void *arg);
 
 /* --- the caller side ------------------------------------------------------------- */
 

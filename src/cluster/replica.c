@@ -3693,15 +3693,6 @@ static void propose_marks(part_t *pt, uint64_t now)
     }
 }
 
-/* "600s" or "1500ms". */
-static void fmt_ms(char *buf, size_t len, uint64_t ms)
-{
-    if (ms % 1000 == 0)
-        snprintf(buf, len, "%" PRIu64 "s", ms / 1000);
-    else
-        snprintf(buf, len, "%" PRIu64 "ms", ms);
-}
-
 /* The leader of a partition with a move under way: a target member outside
  * the ISR, alive, whose copy made no progress for move-stall-timeout gets
  * the move failed (PART_MOVE fail, re-checked when applied: movestall.h). */
@@ -3759,7 +3750,7 @@ static void check_stall(part_t *pt, uint64_t now)
     if (pe == NULL && v.seen && now < pt->core.became_at + 2 * ERR_REPORT_MS)
         return;
     char why[TN_META_MOVE_REASON_MAX + 1], idle[32];
-    fmt_ms(idle, sizeof(idle), rm->o.move_stall_ms);
+    tn_time_fmt_ms(idle, sizeof(idle), rm->o.move_stall_ms);
     static const char tail[] = "): the partition stays on its old replicas";
     static const char named[] = "; its last append error: ";
     int at;

@@ -1,4 +1,5 @@
-/* The JSON answer of COMMIT and PRODUCE. See reply.h. */
+/* The JSON answer of COMMIT and PRODUCE, and the error sentence of PURGE's
+ * and REMOTE_CHECK's. See reply.h. */
 #include "core/platform.h"
 
 #include "cluster/reply.h"
@@ -71,4 +72,31 @@ int tn_store_reply_decode(uint16_t status, const uint8_t *body, size_t len, cons
     }
     yajl_tree_free(root);
     return rc;
+}
+
+int tn_reply_error_decode(uint16_t status, const uint8_t *body, size_t len, const char *what,
+                          char *error, size_t errlen)
+{
+    char text[TN_STORE_REPLY_MAX + 1];
+    yajl_val root = NULL;
+    if (len <= TN_STORE_REPLY_MAX && (len == 0 || memchr(body, 0, len) == NULL)) {
+        if (len > 0)
+            memcpy(text, body, len);
+        text[len] = '\0';
+        root = yajl_tree_parse(text, NULL, 0);
+    }
+    static const char *epath[] = {"error", NULL};
+    yajl_val e = root != NULL ? yajl_tree_get(root, epath, yajl_t_string) : NULL;
+    if (e == NULL) {
+        yajl_tree_free(root);
+        snprintf(error, errlen, "a %u %s without an error", status, what);
+        return TN_EPROTO;
+    }
+    const char *why = YAJL_GET_STRING(e);
+    if (why[0] != '\0')
+        snprintf(error, errlen, "%s", why);
+    else
+        snprintf(error, errlen, "a %u %s with an empty error", status, what);
+    yajl_tree_free(root);
+    return 0;
 }

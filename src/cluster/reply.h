@@ -2,7 +2,9 @@
  * cluster/dataplane.h; PRODUCE, cluster/produce.h): 200
  * {"first_offset":N}, or an error status with {"error":"...", ...}, 421
  * naming another member in one field. Both callers decode it here and map
- * the other statuses to their own codes.
+ * the other statuses to their own codes. Also the sentence of the plain
+ * {"error":"..."} answers of PURGE (cluster/purge.h) and REMOTE_CHECK
+ * (cluster/rcheck.h), whose callers map the statuses likewise.
  *
  * Threads: any (pure). */
 #ifndef TN_CLUSTER_REPLY_H
@@ -33,5 +35,15 @@ typedef struct {
  * without its sentence, a malformed node id): out->error says why. */
 int tn_store_reply_decode(uint16_t status, const uint8_t *body, size_t len, const char *what,
                           const char *node_key, tn_store_reply_t *out);
+
+/* The sentence of an error answer {"error":"..."} (body borrowed) with
+ * status to call what ("purge reply", "remote_check answer": the
+ * sentences name it), into error (errlen bytes, NUL ended): 0 with the
+ * answer's sentence, or "a <status> <what> with an empty error" when it is
+ * ""; TN_EPROTO with "a <status> <what> without an error" when the body is
+ * no JSON with an error string (over TN_STORE_REPLY_MAX bytes, a NUL
+ * byte, not JSON, no "error"). */
+int tn_reply_error_decode(uint16_t status, const uint8_t *body, size_t len, const char *what,
+                          char *error, size_t errlen);
 
 #endif

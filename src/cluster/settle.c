@@ -12,35 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-struct tn_settle_srv_s {
-    tn_settle_owns_fn owns;
-    void *owns_arg;
-    tn_settle_local_fn local;
-    void *local_arg;
-};
-
-int tn_settle_srv_new(tn_settle_srv_t **out)
-{
-    tn_settle_srv_t *s = tn_calloc(1, sizeof(*s));
-    if (s == NULL)
-        return UV_ENOMEM;
-    *out = s;
-    return 0;
-}
-
-void tn_settle_srv_set_hooks(tn_settle_srv_t *s, tn_settle_owns_fn owns, void *owns_arg,
-                             tn_settle_local_fn local, void *local_arg)
-{
-    s->owns = owns;
-    s->owns_arg = owns_arg;
-    s->local = local;
-    s->local_arg = local_arg;
-}
-
-void tn_settle_srv_free(tn_settle_srv_t *s)
-{
-    tn_free(s);
-}
+/* The server's hooks (cluster/srv.h). */
+enum { HOOK_OWNS, HOOK_LOCAL };
 
 /* One SETTLE request on the owner: from its decoding to its reply, which
  * waits for every handle's channel log record (settle.h step 3). */
@@ -81,13 +54,10 @@ static void on_synced(tn_chan_sync_t *sync, int status)
     settling_release(g);
 }
 
-static void on_settle(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+static void on_settle(tn_srv_t *s, tn_rpc_req_t *req, const uint8_t *payload, size_t len)
 {
-    tn_settle_srv_t *s = arg;
-    if (s->owns == NULL || s->local == NULL) {
-        tn_rpc_reply_error(req, 503, "this node is not ready to settle receipt handles");
-        return;
-    }
+    tn_settle_owns_fn owns = (tn_settle_owns_fn)s->fn[HOOK_OWNS];
+    tn_settle_local_fn local = (tn_settle_local_fn)s->fn[HOOK_LOCAL];
     tn_wire_settle_t *w = tn_malloc(sizeof(*w));
     settling_t *g = tn_malloc(sizeof(*g));
     if (w == NULL || g == NULL) {
@@ -115,14 +85,14 @@ static void on_settle(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
     g->pending = 1; /* held while the handles are settled */
     for (uint32_t i = 0; i < w->count; i++) {
         const tn_wire_handle_t *h = &w->h[i];
-        if (!s->owns(s->owns_arg, w->topic, h->partition)) {
+        if (!owns(s->arg[HOOK_OWNS], w->topic, h->partition)) {
             g->st[i] = 421;
             continue;
         }
         g->sync[i].data = g;
         g->pending++;
-        int rc = s->local(s->local_arg, w->topic, w->channel, h->partition, h->offset, h->nonce,
-                          w->how, w->visibility_ms, &g->sync[i], on_synced);
+        int rc = local(s->arg[HOOK_LOCAL], w->topic, w->channel, h->partition, h->offset, h->nonce,
+                       w->how, w->visibility_ms, &g->sync[i], on_synced);
         if (rc != 0) {
             g->pending--;
             g->st[i] = rc == UV_ENOBUFS ? 503 : rc == TN_ENOTFOUND ? 410 : 500;
@@ -132,10 +102,24 @@ static void on_settle(tn_rpc_req_t *req, const uint8_t *payload, size_t len, voi
     settling_release(g);
 }
 
-void tn_settle_handlers(tn_settle_srv_t *s, tn_rpc_handler_t *out, size_t *n)
+static const tn_srv_op_t settle_op = {
+    .op = TN_OP_SETTLE,
+    .flags = 0, /* the messaging bound */
+    .nhooks = 2,
+    .not_ready = "this node is not ready to settle receipt handles",
+    .handle = on_settle,
+};
+
+int tn_settle_srv_new(tn_srv_t **out)
 {
-    out[0] = (tn_rpc_handler_t){TN_OP_SETTLE, 0, on_settle, s};
-    *n = TN_SETTLE_HANDLERS;
+    return tn_srv_new(&settle_op, NULL, out);
+}
+
+void tn_settle_srv_set_hooks(tn_srv_t *s, tn_settle_owns_fn owns, void *owns_arg,
+                             tn_settle_local_fn local, void *local_arg)
+{
+    tn_srv_set_hook(s, HOOK_OWNS, (tn_srv_fn)owns, owns_arg);
+    tn_srv_set_hook(s, HOOK_LOCAL, (tn_srv_fn)local, local_arg);
 }
 
 /* --- the call ------------------------------------------------------------------------ */

@@ -30,6 +30,7 @@
 #include "core/platform.h"
 
 #include "cluster/rpc.h"
+#include "cluster/srv.h"
 #include "cluster/wire.h"
 #include "queue/queue.h"
 
@@ -53,18 +54,12 @@ typedef bool (*tn_settle_owns_fn)(void *arg, const char *topic, uint32_t p);
 
 /* --- the owner side --------------------------------------------------------------- */
 
-typedef struct tn_settle_srv_s tn_settle_srv_t;
-
-/* A server with no hooks yet (it answers 503 until both are set). 0 or
- * UV_ENOMEM. */
-int tn_settle_srv_new(tn_settle_srv_t **out);
-void tn_settle_srv_set_hooks(tn_settle_srv_t *s, tn_settle_owns_fn owns, void *owns_arg,
+/* A SETTLE server (cluster/srv.h; TN_OP_SETTLE, messaging bound) with no
+ * hooks yet: it answers 503 until both are set. 0 or UV_ENOMEM. */
+int tn_settle_srv_new(tn_srv_t **out);
+/* Set s's hooks (NULL: none; requests answer 503). */
+void tn_settle_srv_set_hooks(tn_srv_t *s, tn_settle_owns_fn owns, void *owns_arg,
                              tn_settle_local_fn local, void *local_arg);
-/* The handler for the RPC table (TN_OP_SETTLE, messaging bound), arg s:
- * free s only after the RPC endpoint closed. */
-#define TN_SETTLE_HANDLERS 1
-void tn_settle_handlers(tn_settle_srv_t *s, tn_rpc_handler_t *out, size_t *n);
-void tn_settle_srv_free(tn_settle_srv_t *s);
 
 /* --- the caller side ------------------------------------------------------------- */
 

@@ -74,6 +74,7 @@
 #include "cluster/router.h"
 #include "cluster/setrepl.h"
 #include "cluster/settle.h"
+#include "cluster/srv.h"
 #include "cluster/rpc.h"
 #include "meta/meta.h"
 #include "queue/queue.h"
@@ -131,11 +132,11 @@ typedef struct {
     tn_dataplane_t *dataplane; /* node RPC's COMMIT: other nodes' produces for our partitions */
     tn_ilog_t *ilog;           /* in a cluster: produces accepted for other nodes' partitions */
     tn_router_t *router;       /* what every door publishes through */
-    tn_settle_srv_t *settle;   /* node RPC's SETTLE: acks other nodes took for our partitions */
+    tn_srv_t *settle;          /* node RPC's SETTLE: acks other nodes took for our partitions */
     tn_setrepl_t *setrepl;     /* channel state of replicated partitions, to and from replicas */
-    tn_pstats_srv_t *pstats;   /* node RPC's PSTATS: our partitions' numbers for other nodes */
-    tn_purge_srv_t *purge;     /* node RPC's PURGE: topics deleted through other nodes */
-    tn_rcheck_srv_t *rcheck;   /* node RPC's REMOTE_CHECK: remote checks other nodes ask */
+    tn_srv_t *pstats;          /* node RPC's PSTATS: our partitions' numbers for other nodes */
+    tn_srv_t *purge;           /* node RPC's PURGE: topics deleted through other nodes */
+    tn_srv_t *rcheck;          /* node RPC's REMOTE_CHECK: remote checks other nodes ask */
     tn_dispatch_t *dispatch;   /* moves the ingress log's records to their owners */
     tn_replica_t *replica;     /* replicated partitions: followers' fetches, leaders' hand-over */
     int64_t replica_lag_ms;
@@ -341,13 +342,13 @@ static void on_http_closed(void *arg)
     d->metrics.dataplane = NULL;
     tn_dataplane_free(d->dataplane); /* its handlers answered: node RPC closed */
     d->dataplane = NULL;
-    tn_settle_srv_free(d->settle);
+    tn_srv_free(d->settle);
     d->settle = NULL;
-    tn_pstats_srv_free(d->pstats);
+    tn_srv_free(d->pstats);
     d->pstats = NULL;
-    tn_purge_srv_free(d->purge);
+    tn_srv_free(d->purge);
     d->purge = NULL;
-    tn_rcheck_srv_free(d->rcheck);
+    tn_srv_free(d->rcheck);
     d->rcheck = NULL;
     if (d->control != NULL) {
         tn_control_t *c = d->control;
@@ -787,22 +788,19 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     snprintf(bind, sizeof(bind), strchr(hp.host, ':') != NULL ? "[%s]:%d" : "%s:%d", hp.host,
              d->api.http_port);
     /* The control plane's operations, then the data plane's. */
-    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS + TN_SETTLE_HANDLERS +
-                       TN_PSTATS_HANDLERS + TN_PURGE_HANDLERS + TN_PRODUCE_HANDLERS +
-                       TN_SETREPL_HANDLERS + TN_RCHECK_HANDLERS + 4];
+    tn_srv_t *srvs[] = {d->settle, d->pstats, d->purge, d->rcheck};
+    tn_rpc_handler_t h[TN_OP__COUNT + TN_DATAPLANE_HANDLERS +
+                       TN_ARRAY_SIZE(srvs) * TN_SRV_HANDLERS + TN_PRODUCE_HANDLERS +
+                       TN_SETREPL_HANDLERS + 4];
     size_t nh = 0, ndata = 0;
     const tn_rpc_handler_t *ch = tn_control_handlers(d->control, &nh);
     memcpy(h, ch, nh * sizeof(*h));
     tn_dataplane_handlers(d->dataplane, h + nh, &ndata);
     nh += ndata;
-    tn_settle_handlers(d->settle, h + nh, &ndata);
-    nh += ndata;
-    tn_pstats_handlers(d->pstats, h + nh, &ndata);
-    nh += ndata;
-    tn_purge_handlers(d->purge, h + nh, &ndata);
-    nh += ndata;
-    tn_rcheck_handlers(d->rcheck, h + nh, &ndata);
-    nh += ndata;
+    for (size_t i = 0; i < TN_ARRAY_SIZE(srvs); i++) {
+        tn_srv_handlers(srvs[i], h + nh, &ndata);
+        nh += ndata;
+    }
     tn_router_produce_handlers(d->router, h + nh, &ndata);
     nh += ndata;
     if (d->setrepl != NULL) {

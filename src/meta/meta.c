@@ -1741,12 +1741,12 @@ static void move_fail(move_scan_t *sc, const char *topic, uint32_t p, const tn_p
                       uint32_t dead)
 {
     tn_meta_t *m = sc->m;
-    char why[TN_META_MOVE_REASON_MAX + 1];
-    uint64_t ms = m->replace_dead_ms;
+    char why[TN_META_MOVE_REASON_MAX + 1], after[32];
+    tn_time_fmt_ms(after, sizeof(after), m->replace_dead_ms);
     snprintf(why, sizeof(why),
              "target member %" PRIu32 " was dead for longer than replace-dead-after "
-             "(%" PRIu64 "%s): the partition stays on its old replicas",
-             dead, ms % 1000 == 0 ? ms / 1000 : ms, ms % 1000 == 0 ? "s" : "ms");
+             "(%s): the partition stays on its old replicas",
+             dead, after);
     TN_LOG(TN_LOG_WARN, "metastore: move %016" PRIx64 " of %s/%" PRIu32 " failed: %s", ps->move_id,
            topic, p, why);
     m->movereq.data = m;

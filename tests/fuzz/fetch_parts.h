@@ -2,7 +2,8 @@
  * partition tuples (cluster/fetch.h): fetch_frame (FETCH requests, opcode
  * TN_OP_FETCH) and flushed_frame (FLUSHED reports, TN_OP_FLUSHED). Each
  * target decodes its own header; these check what the two have in common.
- * Static functions: included by each target's fuzz.c, nothing to link. */
+ * The shape check both make is rpc_checks.h's fuzz_check_shape. Static
+ * functions: included by each target's fuzz.c, nothing to link. */
 #ifndef TN_FUZZ_FETCH_PARTS_H
 #define TN_FUZZ_FETCH_PARTS_H
 
@@ -12,28 +13,10 @@
 #include "cluster/wire.h"
 #include "core/buf.h"
 #include "core/err.h"
+#include "rpc_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* The decoder's answer rc for data was 0 or TN_EPROTO, and the RPC
- * server's shape check of the same bytes behind opcode op agrees: it
- * refuses (with TN_EPROTO) exactly what the decoder refuses. */
-static void fuzz_parts_check_shape(uint8_t op, const uint8_t *data, size_t size, int rc)
-{
-    if (rc != 0 && rc != TN_EPROTO)
-        abort();
-    uint8_t *req = malloc(size + 1);
-    if (req == NULL)
-        abort();
-    req[0] = op;
-    if (size > 0)
-        memcpy(req + 1, data, size);
-    int check = tn_wire_request_check(req, size + 1);
-    free(req);
-    if ((rc == 0) != (check == 0) || (check != 0 && check != TN_EPROTO))
-        abort();
-}
 
 /* Yields a decoded frame's next partition as tn_fetch_req_next and
  * tn_flushed_req_next do (r is the target's decoded frame). */

@@ -86,6 +86,47 @@ void tu_rpc_pair_close(tu_rpc_pair_t *p, uv_loop_t *loop)
     p->caller = p->owner = NULL;
 }
 
+void tu_srv_pair_open(tu_rpc_pair_t *p, uv_loop_t *loop, tn_srv_t *srv, uint8_t op, unsigned flags)
+{
+    tn_rpc_handler_t h[TN_SRV_HANDLERS];
+    size_t nh = 0;
+    tn_srv_handlers(srv, h, &nh);
+    assert_int_equal(nh, 1);
+    assert_int_equal(h[0].op, op);
+    assert_int_equal(h[0].flags, flags);
+    tu_rpc_pair_open(p, loop, h, nh);
+}
+
+void tu_srv_pair_close(tu_rpc_pair_t *p, uv_loop_t *loop, tn_srv_t *srv)
+{
+    tu_rpc_pair_close(p, loop);
+    tn_srv_free(srv);
+}
+
+tu_srv_fx_t *tu_srv_fx_new(void)
+{
+    tu_srv_fx_t *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    return f;
+}
+
+void tu_srv_fx_serve(tu_srv_fx_t *f, tn_srv_t *srv, uint8_t op, unsigned flags)
+{
+    f->srv = srv;
+    tu_srv_pair_open(&f->rpc, &f->loop, srv, op, flags);
+}
+
+void tu_srv_fx_free(tu_srv_fx_t *f, uv_handle_t *handle)
+{
+    tu_srv_pair_close(&f->rpc, &f->loop, f->srv);
+    if (handle != NULL)
+        uv_close(handle, NULL);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    free(f);
+}
+
 static void on_raw(void *arg, int status, const tn_wire_reply_t *rep, const char *err)
 {
     (void)err;

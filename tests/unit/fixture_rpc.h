@@ -1,9 +1,11 @@
 /* Node RPC endpoints for the unit tests that drive a handler over real
  * node RPC (tests/unit/cluster: test_dataplane.c, test_pstats.c,
- * test_purge.c, test_router.c, test_settle.c, test_rpc.c; tests/unit/api:
- * test_forward.c): endpoints on one loop over loopback with one secret,
- * an owner endpoint that serves the handlers under test beside a caller
- * endpoint that serves none, a raw request to the owner, a peer nobody
+ * test_purge.c, test_rcheck.c, test_router.c, test_router_rcheck.c,
+ * test_settle.c, test_rpc.c; tests/unit/api: test_forward.c): endpoints on
+ * one loop over loopback with one secret, an owner endpoint that serves
+ * the handlers under test beside a caller endpoint that serves none, a
+ * hooked server (cluster/srv.h) served that way, alone on a loop of its
+ * own or beside other parts, a raw request to the owner, a peer nobody
  * answers for, and running the loop until a flag is set. Built once into
  * the tern_unit_fixtures library that every unit test links (see
  * CMakeLists.txt). Every helper fails the current test (cmocka) instead
@@ -16,6 +18,7 @@
 #include "testutil.h"
 
 #include "cluster/rpc.h"
+#include "cluster/srv.h"
 #include "core/buf.h"
 
 /* The secret of the tests' endpoints. */
@@ -48,6 +51,33 @@ typedef struct {
 void tu_rpc_pair_open(tu_rpc_pair_t *p, uv_loop_t *loop, const tn_rpc_handler_t *h, size_t nh);
 /* Close the caller, then the owner, running loop until each is closed. */
 void tu_rpc_pair_close(tu_rpc_pair_t *p, uv_loop_t *loop);
+
+/* Open p as tu_rpc_pair_open, its owner serving srv's handler (srv
+ * borrowed until tu_srv_pair_close), after checking that the handler is
+ * op's with flags (TN_RPC_OP_*). */
+void tu_srv_pair_open(tu_rpc_pair_t *p, uv_loop_t *loop, tn_srv_t *srv, uint8_t op, unsigned flags);
+/* Close p as tu_rpc_pair_close, then free srv (only now: its handler
+ * answered). */
+void tu_srv_pair_close(tu_rpc_pair_t *p, uv_loop_t *loop, tn_srv_t *srv);
+
+/* A hooked server alone on a loop of its own: the fixture of the tests
+ * that script a server's hooks (test_purge.c, test_rcheck.c,
+ * test_settle.c). */
+typedef struct {
+    uv_loop_t loop;
+    tn_srv_t *srv;     /* owned from tu_srv_fx_serve */
+    tu_rpc_pair_t rpc; /* the owner serves srv */
+} tu_srv_fx_t;
+
+/* A fixture (owned by the caller, freed by tu_srv_fx_free) with its loop
+ * running and nothing served yet: the test makes its own handles on
+ * f->loop and its server, then serves it. */
+tu_srv_fx_t *tu_srv_fx_new(void);
+/* Serve srv (transferred) as tu_srv_pair_open does. */
+void tu_srv_fx_serve(tu_srv_fx_t *f, tn_srv_t *srv, uint8_t op, unsigned flags);
+/* Close the pair and free the server, close handle (the test's own on
+ * f->loop; NULL: none), check that the loop closes, and free f. */
+void tu_srv_fx_free(tu_srv_fx_t *f, uv_handle_t *handle);
 
 /* A raw request's answer: its HTTP status and body (cut to fit, NUL
  * ended). */

@@ -27,7 +27,7 @@ static void check_request(const uint8_t *data, size_t size)
 {
     tn_fetch_req_t r;
     int rc = tn_fetch_req_decode(data, size, &r);
-    fuzz_parts_check_shape(TN_OP_FETCH, data, size, rc);
+    fuzz_check_shape(TN_OP_FETCH, data, size, rc);
     if (rc != 0)
         return;
     tn_buf_t b;

@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     tn_flushed_req_t r;
     int rc = tn_flushed_req_decode(data, size, &r);
-    fuzz_parts_check_shape(TN_OP_FLUSHED, data, size, rc);
+    fuzz_check_shape(TN_OP_FLUSHED, data, size, rc);
     if (rc != 0)
         return 0;
     tn_buf_t b;

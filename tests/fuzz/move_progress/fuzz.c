@@ -10,6 +10,7 @@
 
 #include "cluster/wire.h"
 #include "core/err.h"
+#include "rpc_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,23 +19,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_request(const uint8_t *data, size_t size)
 {
-    uint8_t *req = malloc(size + 1);
-    if (req == NULL)
-        abort();
     tn_wire_moveprog_t w;
     char err[256];
     err[0] = '\0';
     int rc = tn_wire_moveprog_decode(data, size, &w, err, sizeof(err));
-    if (rc != 0 && rc != TN_EPROTO)
-        abort();
-    if (rc != 0 && (err[0] == '\0' || memchr(err, 0, sizeof(err)) == NULL))
-        abort(); /* every refusal says why */
-    req[0] = TN_OP_MOVE_PROGRESS;
-    if (size > 0)
-        memcpy(req + 1, data, size);
-    int check = tn_wire_request_check(req, size + 1);
-    if ((rc == 0) != (check == 0) || (check != 0 && check != TN_EPROTO))
-        abort();
+    fuzz_check_request(TN_OP_MOVE_PROGRESS, data, size, rc, err, sizeof(err));
     if (rc == 0) {
         size_t tlen = strlen(w.topic);
         if (tlen == 0 || tlen > 255)
@@ -46,7 +35,6 @@ static void check_request(const uint8_t *data, size_t size)
             abort();
         tn_buf_fini(&b);
     }
-    free(req);
 }
 
 static void check_reply(const uint8_t *data, size_t size)

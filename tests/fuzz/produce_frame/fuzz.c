@@ -13,6 +13,7 @@
 #include "cluster/produce.h"
 #include "cluster/wire.h"
 #include "core/err.h"
+#include "rpc_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +36,7 @@ static void check_request(const uint8_t *data, size_t size)
     int wrc = tn_wire_produce_decode(data, size, UINT32_MAX, &wide, NULL, 0);
     if (rc == 0 && wrc != 0)
         abort();
-    uint8_t *req = malloc(size + 1);
-    if (req == NULL)
-        abort();
-    req[0] = TN_OP_PRODUCE;
-    if (size > 0)
-        memcpy(req + 1, data, size);
-    int crc = tn_wire_request_check(req, size + 1);
-    free(req);
+    int crc = fuzz_request_check(TN_OP_PRODUCE, data, size);
     if ((wrc == 0) != (crc == 0))
         abort();
     if (wrc != 0)

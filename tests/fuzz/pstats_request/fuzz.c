@@ -10,6 +10,7 @@
 
 #include "cluster/wire.h"
 #include "core/err.h"
+#include "rpc_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,22 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void check_request(const uint8_t *data, size_t size)
 {
     tn_wire_pstats_t w;
-    uint8_t *req = malloc(size + 1);
-    if (req == NULL)
-        abort();
     char err[256];
     err[0] = '\0';
     int rc = tn_wire_pstats_decode(data, size, &w, err, sizeof(err));
-    if (rc != 0 && rc != TN_EPROTO)
-        abort();
-    if (rc != 0 && (err[0] == '\0' || memchr(err, 0, sizeof(err)) == NULL))
-        abort(); /* every refusal says why */
-    req[0] = TN_OP_PSTATS;
-    if (size > 0)
-        memcpy(req + 1, data, size);
-    int check = tn_wire_request_check(req, size + 1);
-    if ((rc == 0) != (check == 0) || (check != 0 && check != TN_EPROTO))
-        abort();
+    fuzz_check_request(TN_OP_PSTATS, data, size, rc, err, sizeof(err));
     if (rc == 0) {
         if (w.count == 0 || w.count > TN_PSTATS_MAX || w.topic[0] == '\0')
             abort();
@@ -51,7 +40,6 @@ static void check_request(const uint8_t *data, size_t size)
         tn_buf_fini(&b);
         free(parts);
     }
-    free(req);
 }
 
 /* The indexes a reply body names, read without judging it: count, then

@@ -11,6 +11,7 @@
 #include "cluster/purge.h"
 #include "cluster/wire.h"
 #include "core/err.h"
+#include "rpc_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,23 +20,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_request(const uint8_t *data, size_t size)
 {
-    uint8_t *req = malloc(size + 1);
-    if (req == NULL)
-        abort();
     tn_wire_purge_t w;
     char err[256];
     err[0] = '\0';
     int rc = tn_wire_purge_decode(data, size, &w, err, sizeof(err));
-    if (rc != 0 && rc != TN_EPROTO)
-        abort();
-    if (rc != 0 && (err[0] == '\0' || memchr(err, 0, sizeof(err)) == NULL))
-        abort(); /* every refusal says why */
-    req[0] = TN_OP_PURGE;
-    if (size > 0)
-        memcpy(req + 1, data, size);
-    int check = tn_wire_request_check(req, size + 1);
-    if ((rc == 0) != (check == 0) || (check != 0 && check != TN_EPROTO))
-        abort();
+    fuzz_check_request(TN_OP_PURGE, data, size, rc, err, sizeof(err));
     if (rc == 0) {
         size_t tlen = strlen(w.topic);
         if (tlen == 0 || tlen > 255 || w.created_at_ms < 0)
@@ -47,42 +36,21 @@ static void check_request(const uint8_t *data, size_t size)
             abort();
         tn_buf_fini(&b);
     }
-    free(req);
 }
 
 static void check_reply(const uint8_t *data, size_t size)
 {
-    static const uint16_t statuses[] = {204, 400, 500, 503, 200, 421};
-    for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++) {
+    /* 204 carries nothing to judge; 200 and 421 are not answers a member
+     * gives. */
+    static const fuzz_reply_rule_t rules[] = {
+        {204, 0, true},          {400, UV_EINVAL, false}, {500, UV_EIO, false},
+        {503, UV_EAGAIN, false}, {200, TN_EPROTO, true},  {421, TN_EPROTO, true},
+    };
+    for (size_t i = 0; i < TN_ARRAY_SIZE(rules); i++) {
         tn_purge_call_t c;
         memset(&c, 0, sizeof(c));
-        int rc = tn_purge_reply_decode(statuses[i], data, size, &c);
-        if (memchr(c.error, 0, sizeof(c.error)) == NULL || c.http_status != statuses[i])
-            abort();
-        switch (statuses[i]) {
-        case 204:
-            if (rc != 0 || c.error[0] != '\0')
-                abort(); /* a 204 carries nothing to judge */
-            break;
-        case 400:
-            if (rc != UV_EINVAL && rc != TN_EPROTO)
-                abort();
-            break;
-        case 500:
-            if (rc != UV_EIO && rc != TN_EPROTO)
-                abort();
-            break;
-        case 503:
-            if (rc != UV_EAGAIN && rc != TN_EPROTO)
-                abort();
-            break;
-        default:
-            if (rc != TN_EPROTO)
-                abort(); /* not an answer a member gives */
-            break;
-        }
-        if (rc != 0 && c.error[0] == '\0')
-            abort();
+        int rc = tn_purge_reply_decode(rules[i].status, data, size, &c);
+        fuzz_check_reply(&rules[i], rc, c.http_status, c.error, sizeof(c.error));
     }
 }
 

@@ -13,6 +13,7 @@
 #include "cluster/rcheck.h"
 #include "cluster/wire.h"
 #include "core/err.h"
+#include "rpc_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,23 +22,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_request(const uint8_t *data, size_t size)
 {
-    uint8_t *req = malloc(size + 1);
-    if (req == NULL)
-        abort();
     tn_wire_rcheck_t w;
     char err[256];
     err[0] = '\0';
     int rc = tn_wire_rcheck_decode(data, size, &w, err, sizeof(err));
-    if (rc != 0 && rc != TN_EPROTO)
-        abort();
-    if (rc != 0 && (err[0] == '\0' || memchr(err, 0, sizeof(err)) == NULL))
-        abort(); /* every refusal says why */
-    req[0] = TN_OP_REMOTE_CHECK;
-    if (size > 0)
-        memcpy(req + 1, data, size);
-    int check = tn_wire_request_check(req, size + 1);
-    if ((rc == 0) != (check == 0) || (check != 0 && check != TN_EPROTO))
-        abort();
+    fuzz_check_request(TN_OP_REMOTE_CHECK, data, size, rc, err, sizeof(err));
     if (rc == 0) {
         size_t rlen = strlen(w.remote), tlen = strlen(w.topic);
         if (rlen == 0 || rlen > 64 || tlen > 255)
@@ -49,7 +38,6 @@ static void check_request(const uint8_t *data, size_t size)
             abort();
         tn_buf_fini(&b);
     }
-    free(req);
 }
 
 static void check_result(const uint8_t *data, size_t size)
@@ -74,39 +62,16 @@ static void check_result(const uint8_t *data, size_t size)
 
 static void check_reply(const uint8_t *data, size_t size)
 {
-    static const uint16_t statuses[] = {200, 400, 404, 503, 500, 204};
-    for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++) {
+    /* 500 and 204 are not answers a member gives. */
+    static const fuzz_reply_rule_t rules[] = {
+        {200, 0, false},         {400, UV_EINVAL, false}, {404, TN_ENOTFOUND, false},
+        {503, UV_EAGAIN, false}, {500, TN_EPROTO, true},  {204, TN_EPROTO, true},
+    };
+    for (size_t i = 0; i < TN_ARRAY_SIZE(rules); i++) {
         tn_rcheck_call_t c;
         memset(&c, 0, sizeof(c));
-        int rc = tn_rcheck_reply_decode(statuses[i], data, size, &c);
-        if (memchr(c.error, 0, sizeof(c.error)) == NULL || c.http_status != statuses[i])
-            abort();
-        switch (statuses[i]) {
-        case 200:
-            if (rc != 0 && rc != TN_EPROTO)
-                abort();
-            if (rc == 0 && c.error[0] != '\0')
-                abort();
-            break;
-        case 400:
-            if (rc != UV_EINVAL && rc != TN_EPROTO)
-                abort();
-            break;
-        case 404:
-            if (rc != TN_ENOTFOUND && rc != TN_EPROTO)
-                abort();
-            break;
-        case 503:
-            if (rc != UV_EAGAIN && rc != TN_EPROTO)
-                abort();
-            break;
-        default:
-            if (rc != TN_EPROTO)
-                abort(); /* not an answer a member gives */
-            break;
-        }
-        if (rc != 0 && c.error[0] == '\0')
-            abort();
+        int rc = tn_rcheck_reply_decode(rules[i].status, data, size, &c);
+        fuzz_check_reply(&rules[i], rc, c.http_status, c.error, sizeof(c.error));
     }
 }
 

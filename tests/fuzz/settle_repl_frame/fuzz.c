@@ -9,6 +9,7 @@
 
 #include "cluster/wire.h"
 #include "core/err.h"
+#include "rpc_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,21 +21,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size > 64 * 1024)
         return 0;
     tn_wire_setrepl_t *w = malloc(sizeof(*w));
-    uint8_t *req = malloc(size + 1);
-    if (w == NULL || req == NULL)
+    if (w == NULL)
         abort();
     char err[256];
     int rc = tn_wire_setrepl_decode(data, size, w, err, sizeof(err));
-    if (rc != 0 && rc != TN_EPROTO)
-        abort();
-    if (rc != 0 && (err[0] == '\0' || memchr(err, 0, sizeof(err)) == NULL))
-        abort(); /* every refusal says why */
-    req[0] = TN_OP_SETTLE_REPL;
-    if (size > 0)
-        memcpy(req + 1, data, size);
-    int check = tn_wire_request_check(req, size + 1);
-    if ((rc == 0) != (check == 0) || (check != 0 && check != TN_EPROTO))
-        abort();
+    fuzz_check_request(TN_OP_SETTLE_REPL, data, size, rc, err, sizeof(err));
     if (rc == 0) {
         if (w->count == 0 || w->count > TN_SETREPL_MAX || w->leader_epoch == 0 ||
             w->first_seq == 0 || w->first_seq > UINT64_MAX - w->count || w->topic[0] == '\0' ||
@@ -58,7 +49,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         tn_buf_fini(&b);
         free(recs);
     }
-    free(req);
     free(w);
     return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "cluster/wire.h"
 #include "core/err.h"
+#include "rpc_checks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,21 +19,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void check_request(const uint8_t *data, size_t size)
 {
     tn_wire_settle_t *w = malloc(sizeof(*w));
-    uint8_t *req = malloc(size + 1);
-    if (w == NULL || req == NULL)
+    if (w == NULL)
         abort();
     char err[256];
     int rc = tn_wire_settle_decode(data, size, w, err, sizeof(err));
-    if (rc != 0 && rc != TN_EPROTO)
-        abort();
-    if (rc != 0 && (err[0] == '\0' || memchr(err, 0, sizeof(err)) == NULL))
-        abort(); /* every refusal says why */
-    req[0] = TN_OP_SETTLE;
-    if (size > 0)
-        memcpy(req + 1, data, size);
-    int check = tn_wire_request_check(req, size + 1);
-    if ((rc == 0) != (check == 0) || (check != 0 && check != TN_EPROTO))
-        abort();
+    fuzz_check_request(TN_OP_SETTLE, data, size, rc, err, sizeof(err));
     if (rc == 0) {
         if (w->count == 0 || w->count > TN_SETTLE_MAX || w->how < TN_WIRE_SETTLE_ACK ||
             w->how > TN_WIRE_SETTLE_NACK || w->visibility_ms < 0 || w->topic[0] == '\0' ||
@@ -46,7 +37,6 @@ static void check_request(const uint8_t *data, size_t size)
             abort();
         tn_buf_fini(&b);
     }
-    free(req);
     free(w);
 }
 

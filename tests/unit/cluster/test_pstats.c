@@ -46,7 +46,7 @@ typedef struct {
     tu_fx_t *fx;
     uv_loop_t *loop;
     tn_broker_t *b;
-    tn_pstats_srv_t *srv;
+    tn_srv_t *srv;
     tu_rpc_pair_t rpc; /* the owner serves PSTATS */
 } pfx_t;
 
@@ -62,19 +62,13 @@ static pfx_t *pfx_new(void)
     assert_int_equal(tn_broker_open(f->loop, f->fx->store, &o, &f->b), 0);
     tn_broker_set_placement(f->b, place, NULL);
     assert_int_equal(tn_pstats_srv_new(f->b, &f->srv), 0);
-    tn_rpc_handler_t h[TN_PSTATS_HANDLERS];
-    size_t nh = 0;
-    tn_pstats_handlers(f->srv, h, &nh);
-    assert_int_equal(nh, 1);
-    assert_int_equal(h[0].op, TN_OP_PSTATS);
-    tu_rpc_pair_open(&f->rpc, f->loop, h, nh);
+    tu_srv_pair_open(&f->rpc, f->loop, f->srv, TN_OP_PSTATS, 0); /* the messaging bound */
     return f;
 }
 
 static void pfx_free(pfx_t *f)
 {
-    tu_rpc_pair_close(&f->rpc, f->loop);
-    tn_pstats_srv_free(f->srv);
+    tu_srv_pair_close(&f->rpc, f->loop, f->srv);
     tu_broker_close(f->loop, f->b);
     tu_fx_free(f->fx); /* checks that the loop closes */
     free(f);

@@ -70,40 +70,25 @@ static int local(void *arg, const char *topic, int64_t created_at_ms, uint64_t w
 
 /* --- the fixture --------------------------------------------------------------------- */
 
-typedef struct {
-    uv_loop_t loop;
-    tn_purge_srv_t *srv;
-    tu_rpc_pair_t rpc; /* the owner (the member) serves PURGE */
-} pfx_t;
+/* The owner (the member) serves PURGE. */
+typedef tu_srv_fx_t pfx_t;
 
 static pfx_t *pfx_new(bool hook)
 {
-    pfx_t *f = calloc(1, sizeof(*f));
-    assert_non_null(f);
-    assert_int_equal(uv_loop_init(&f->loop), 0);
+    pfx_t *f = tu_srv_fx_new();
     memset(&seen, 0, sizeof(seen));
     assert_int_equal(uv_timer_init(&f->loop, &seen.timer), 0);
-    assert_int_equal(tn_purge_srv_new(&f->srv), 0);
+    tn_srv_t *srv = NULL;
+    assert_int_equal(tn_purge_srv_new(&srv), 0);
     if (hook)
-        tn_purge_srv_set_hook(f->srv, local, &seen);
-    tn_rpc_handler_t h[TN_PURGE_HANDLERS];
-    size_t nh = 0;
-    tn_purge_handlers(f->srv, h, &nh);
-    assert_int_equal(nh, 1);
-    assert_int_equal(h[0].op, TN_OP_PURGE);
-    assert_int_equal(h[0].flags, TN_RPC_OP_EXEMPT); /* it waits: outside the bounds */
-    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
+        tn_purge_srv_set_hook(srv, local, &seen);
+    tu_srv_fx_serve(f, srv, TN_OP_PURGE, TN_RPC_OP_EXEMPT); /* it waits: outside the bounds */
     return f;
 }
 
 static void pfx_free(pfx_t *f)
 {
-    tu_rpc_pair_close(&f->rpc, &f->loop);
-    tn_purge_srv_free(f->srv);
-    uv_close((uv_handle_t *)&seen.timer, NULL);
-    uv_run(&f->loop, UV_RUN_NOWAIT);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
-    free(f);
+    tu_srv_fx_free(f, (uv_handle_t *)&seen.timer);
 }
 
 typedef struct {

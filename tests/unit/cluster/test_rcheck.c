@@ -77,40 +77,26 @@ static int local(void *arg, const char *remote, uint64_t id, const char *topic,
 
 /* --- the fixture --------------------------------------------------------------------- */
 
-typedef struct {
-    uv_loop_t loop;
-    tn_rcheck_srv_t *srv;
-    tu_rpc_pair_t rpc;
-} cfx_t;
+/* The owner (the member) serves REMOTE_CHECK. */
+typedef tu_srv_fx_t cfx_t;
 
 static cfx_t *cfx_new(bool hook)
 {
-    cfx_t *f = calloc(1, sizeof(*f));
-    assert_non_null(f);
-    assert_int_equal(uv_loop_init(&f->loop), 0);
+    cfx_t *f = tu_srv_fx_new();
     memset(&seen, 0, sizeof(seen));
     assert_int_equal(uv_timer_init(&f->loop, &seen.timer), 0);
-    assert_int_equal(tn_rcheck_srv_new(&f->srv), 0);
+    tn_srv_t *srv = NULL;
+    assert_int_equal(tn_rcheck_srv_new(&srv), 0);
     if (hook)
-        tn_rcheck_srv_set_hook(f->srv, local, &seen);
-    tn_rpc_handler_t h[TN_RCHECK_HANDLERS];
-    size_t nh = 0;
-    tn_rcheck_handlers(f->srv, h, &nh);
-    assert_int_equal(nh, 1);
-    assert_int_equal(h[0].op, TN_OP_REMOTE_CHECK);
-    assert_int_equal(h[0].flags, TN_RPC_OP_EXEMPT); /* it waits on the remote */
-    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
+        tn_rcheck_srv_set_hook(srv, local, &seen);
+    /* It waits on the remote: outside the bounds. */
+    tu_srv_fx_serve(f, srv, TN_OP_REMOTE_CHECK, TN_RPC_OP_EXEMPT);
     return f;
 }
 
 static void cfx_free(cfx_t *f)
 {
-    tu_rpc_pair_close(&f->rpc, &f->loop);
-    tn_rcheck_srv_free(f->srv);
-    uv_close((uv_handle_t *)&seen.timer, NULL);
-    uv_run(&f->loop, UV_RUN_NOWAIT);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
-    free(f);
+    tu_srv_fx_free(f, (uv_handle_t *)&seen.timer);
 }
 
 typedef struct {

@@ -43,7 +43,7 @@ typedef struct {
     uv_loop_t *loop;
     tn_broker_t *b;
     tn_meta_t *m;
-    tn_pstats_srv_t *srv;
+    tn_srv_t *srv;
     tu_rpc_pair_t rpc;   /* the owner serves PSTATS */
     tn_router_t *router; /* node 2's, over rpc.caller */
 } rfx_t;
@@ -89,10 +89,7 @@ static rfx_t *rfx_new(void)
     assert_int_equal(tn_broker_open(f->loop, f->fx->store, &o, &f->b), 0);
     tn_broker_set_placement(f->b, place, NULL);
     assert_int_equal(tn_pstats_srv_new(f->b, &f->srv), 0);
-    tn_rpc_handler_t h;
-    size_t nh = 0;
-    tn_pstats_handlers(f->srv, &h, &nh);
-    tu_rpc_pair_open(&f->rpc, f->loop, &h, nh);
+    tu_srv_pair_open(&f->rpc, f->loop, f->srv, TN_OP_PSTATS, 0);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
     f->m = tu_meta_lone(f->loop, dir, f->rpc.addr);
@@ -104,8 +101,7 @@ static rfx_t *rfx_new(void)
 
 static void rfx_free(rfx_t *f)
 {
-    tu_rpc_pair_close(&f->rpc, f->loop);
-    tn_pstats_srv_free(f->srv);
+    tu_srv_pair_close(&f->rpc, f->loop, f->srv);
     tn_broker_set_publisher(f->b, NULL, NULL); /* the engine outlives the router */
     tn_router_free(f->router);
     tu_broker_close(f->loop, f->b);

@@ -66,7 +66,7 @@ typedef struct {
     uv_loop_t *loop;
     tn_broker_t *b;
     tn_meta_t *m;
-    tn_rcheck_srv_t *srv;
+    tn_srv_t *srv;
     tu_rpc_pair_t rpc;   /* member 1 serves REMOTE_CHECK */
     tn_router_t *router; /* node 2's, over rpc.caller */
 } cfx_t;
@@ -100,10 +100,7 @@ static cfx_t *cfx_new(void)
     assert_int_equal(tn_broker_open(f->loop, f->fx->store, &o, &f->b), 0);
     assert_int_equal(tn_rcheck_srv_new(&f->srv), 0);
     tn_rcheck_srv_set_hook(f->srv, local, &member1);
-    tn_rpc_handler_t h;
-    size_t nh = 0;
-    tn_rcheck_handlers(f->srv, &h, &nh);
-    tu_rpc_pair_open(&f->rpc, f->loop, &h, nh);
+    tu_srv_pair_open(&f->rpc, f->loop, f->srv, TN_OP_REMOTE_CHECK, TN_RPC_OP_EXEMPT);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
     f->m = tu_meta_lone(f->loop, dir, f->rpc.addr);
@@ -116,8 +113,7 @@ static cfx_t *cfx_new(void)
 
 static void cfx_free(cfx_t *f)
 {
-    tu_rpc_pair_close(&f->rpc, f->loop);
-    tn_rcheck_srv_free(f->srv);
+    tu_srv_pair_close(&f->rpc, f->loop, f->srv);
     tn_broker_set_publisher(f->b, NULL, NULL); /* the engine outlives the router */
     tn_router_free(f->router);
     tu_broker_close(f->loop, f->b);

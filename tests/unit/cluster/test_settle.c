@@ -79,27 +79,17 @@ static int local(void *arg, const char *topic, const char *channel, uint32_t par
 
 /* --- the fixture --------------------------------------------------------------------- */
 
-typedef struct {
-    uv_loop_t loop;
-    tn_settle_srv_t *srv;
-    tu_rpc_pair_t rpc; /* the owner serves SETTLE */
-} sfx_t;
+/* The owner serves SETTLE. */
+typedef tu_srv_fx_t sfx_t;
 
 static sfx_t *sfx_new(bool hooks)
 {
-    sfx_t *f = calloc(1, sizeof(*f));
-    assert_non_null(f);
-    assert_int_equal(uv_loop_init(&f->loop), 0);
-    assert_int_equal(tn_settle_srv_new(&f->srv), 0);
+    sfx_t *f = tu_srv_fx_new();
+    tn_srv_t *srv = NULL;
+    assert_int_equal(tn_settle_srv_new(&srv), 0);
     if (hooks)
-        tn_settle_srv_set_hooks(f->srv, owns, &seen, local, &seen);
-    tn_rpc_handler_t h[TN_SETTLE_HANDLERS];
-    size_t nh = 0;
-    tn_settle_handlers(f->srv, h, &nh);
-    assert_int_equal(nh, 1);
-    assert_int_equal(h[0].op, TN_OP_SETTLE);
-    assert_int_equal(h[0].flags, 0); /* the messaging bound */
-    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
+        tn_settle_srv_set_hooks(srv, owns, &seen, local, &seen);
+    tu_srv_fx_serve(f, srv, TN_OP_SETTLE, 0); /* the messaging bound */
     memset(&seen, 0, sizeof(seen));
     hold = false;
     nheld = 0;
@@ -108,10 +98,7 @@ static sfx_t *sfx_new(bool hooks)
 
 static void sfx_free(sfx_t *f)
 {
-    tu_rpc_pair_close(&f->rpc, &f->loop);
-    tn_settle_srv_free(f->srv);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
-    free(f);
+    tu_srv_fx_free(f, NULL);
 }
 
 typedef struct {

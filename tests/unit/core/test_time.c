@@ -24,10 +24,30 @@ static void test_clocks(void **state)
     assert_true(tn_now_wall_ns() / 1000000 >= wall - 2000);
 }
 
+/* Whole seconds in seconds, anything else in milliseconds, cut to fit. */
+static void test_fmt_ms(void **state)
+{
+    (void)state;
+    char buf[32];
+    tn_time_fmt_ms(buf, sizeof(buf), 600000);
+    assert_string_equal(buf, "600s");
+    tn_time_fmt_ms(buf, sizeof(buf), 1500);
+    assert_string_equal(buf, "1500ms");
+    tn_time_fmt_ms(buf, sizeof(buf), 0);
+    assert_string_equal(buf, "0s");
+    tn_time_fmt_ms(buf, sizeof(buf), 999);
+    assert_string_equal(buf, "999ms");
+    tn_time_fmt_ms(buf, sizeof(buf), UINT64_MAX);
+    assert_string_equal(buf, "18446744073709551615ms");
+    tn_time_fmt_ms(buf, 4, 600000);
+    assert_string_equal(buf, "600");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clocks),
+        cmocka_unit_test(test_fmt_ms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
