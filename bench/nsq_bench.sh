@@ -122,7 +122,7 @@ if [ -n "${NSQD:-}" ]; then
                     s, R["nsqd"], P5["nsqd"], P9["nsqd"], C["nsqd"], R["tern"], P5["tern"], P9["tern"], C["tern"],
                     R["nsqd"] ? R["tern"] / R["nsqd"] : 0
                 if (s == "pub8" && ceil_us > 0)
-                    printf "pub8's flush ceiling: 8 in flight / %.0f us = %.0f msgs/s; tern at %.2f of it\n",
+                    printf "pub8 flush ceiling: 8 in flight / %.0f us = %.0f msgs/s; tern at %.2f of it\n",
                         ceil_us, 8e6 / ceil_us, R["tern"] / (8e6 / ceil_us) >ceil
             }' ceil="$work/ceiling" "$work/rows"
     done
