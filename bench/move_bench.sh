@@ -25,6 +25,15 @@
 #    move-rate, publish p50/p99 before and during, and the p99 ratio
 #    during / before (the issue's target: under 2).
 #
+# With SPARE_DIR=DIR, node 4's data directory is made under DIR instead
+# (a tmpfs such as /dev/shm on a machine with one disk): the move's target
+# then writes its copy on a disk of its own, as in a cluster of separate
+# machines, where the target's writes never reach the disk the publishes
+# on the other nodes sync to; the script then requires the target to be
+# node 4. Without it every node shares the one disk, and the target's
+# copy (SIZE written and fdatasync'ed at MOVE_RATE) competes with every
+# publish's fdatasync (docs/performance.md measures both).
+#
 # Ports on 127.0.0.1 from BENCH_PORT_BASE (14000) + 300: NSQ TCP base+300+N,
 # HTTP and node RPC base+310+N, Raft base+320+N for node N = 1..4 (away
 # from cluster_bench.sh's ranges). Data in a temporary directory under
@@ -40,6 +49,10 @@ base=$((${BENCH_PORT_BASE:-14000} + 300))
 pw=bench-password
 work=$(mktemp -d -p "${BENCH_DIR:-$PWD}" tern-move-bench.XXXXXX)
 pids=()
+spare_work=""
+if [ -n "${SPARE_DIR:-}" ]; then
+    spare_work=$(mktemp -d -p "$SPARE_DIR" tern-move-bench-node4.XXXXXX)
+fi
 
 for f in ternd tern-v1-bench; do
     [ -x "$build/$f" ] || { echo "move_bench: $build/$f not built (make build)" >&2; exit 2; }
@@ -66,6 +79,7 @@ cleanup() {
         stop_pid "$p"
     done
     rm -rf "$work"
+    [ -z "$spare_work" ] || rm -rf "$spare_work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -81,7 +95,9 @@ for n in 1 2 3 4; do
     peers+="${peers:+,}$n@127.0.0.1:$((base + 20 + n))"
 done
 for n in 1 2 3 4; do
-    TERN_ADMIN_PASSWORD=$pw "$build/ternd" --data-path="$work/node$n" --node-id="$n" \
+    dir=$work/node$n
+    [ "$n" = 4 ] && [ -n "$spare_work" ] && dir=$spare_work/node4
+    TERN_ADMIN_PASSWORD=$pw "$build/ternd" --data-path="$dir" --node-id="$n" \
         --tcp-address=127.0.0.1:$((base + n)) --http-address="$(http "$n")" \
         --raft-address=127.0.0.1:$((base + 20 + n)) --peers="$peers" \
         --cluster-secret-file="$work/secret" --move-rate="$rate" \
@@ -166,6 +182,8 @@ if step == "move":  # prints the move id and its leader
     p = topic("big")[0]
     leader = p["leader"]
     spare = next(str(n) for n in range(1, 5) if str(n) not in p["replicas"])
+    if args and args[0] and spare != "4":
+        sys.exit(f"move_bench: SPARE_DIR holds node 4, but the target is node {spare}")
     keep = next(r for r in p["replicas"] if r != leader)
     s, b = call(leader, "PATCH", "/v1/topics/big/partitions/0", {"replicas": [leader, spare, keep]})
     if s != 202:
@@ -191,6 +209,7 @@ sys.exit(f"move_bench: unknown step {step}")
 step() { python3 -c "$api" "$pw" "$base" "$@"; }
 
 echo "== move benchmark: 4 nodes, big/0 of $((size >> 20)) MiB moved at move-rate $rate_arg ($rate B/s)"
+[ -z "$spare_work" ] || echo "  node 4 (the target) on $SPARE_DIR ($(df --output=fstype "$SPARE_DIR" | tail -1)), the others on $(df --output=fstype "$work" | tail -1)"
 step ready
 step topic big 1
 step topic load 3
@@ -213,7 +232,8 @@ grep -E '^(produce|errors)' "$work/before.out" | sed 's/^/  /' || true
 expect=$(python3 -c "import sys; s, r, m = map(int, sys.argv[1:]); print(max(3, min(m, s // r if r else m)))" \
     "$size" "$rate" "$load_s")
 t0=$(date +%s.%N)
-read -r mid leader spare replicas < <(step move)
+read -r mid leader spare replicas < <(step move "$spare_work") || true
+[ -n "${mid:-}" ] || { echo "move_bench: the move did not begin (above)" >&2; exit 1; }
 echo "== during: move $mid of big/0 (leader $leader, replicas $replicas, to node $spare); $producers producers on load for ${expect}s"
 v1bench "$expect" "$work/during.out" &
 bpid=$!
