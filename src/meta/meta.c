@@ -1756,6 +1756,15 @@ static void move_fail(move_scan_t *sc, const char *topic, uint32_t p, const tn_p
     sc->proposed = true;
 }
 
+/* A command of type on partition p of topic, every other field zero. */
+static void part_cmd_init(tn_meta_cmd_t *c, uint8_t type, const char *topic, uint32_t p)
+{
+    memset(c, 0, sizeof(*c));
+    c->type = type;
+    snprintf(c->topic.name, sizeof(c->topic.name), "%s", topic);
+    c->part = p;
+}
+
 /* A move whose target is all in the ISR, and whose leader is in the
  * target or may hand over to one that is eligible: its completion. One
  * that cannot finish (move_dead_target): its failure. */
@@ -1780,10 +1789,7 @@ static void move_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t
         return; /* not yet (no target member may lead): the next scan */
     tn_meta_t *m = sc->m;
     tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_PART_MOVE;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
-    c.part = p;
+    part_cmd_init(&c, TN_MC_PART_MOVE, topic, p);
     c.move_kind = TN_MOVE_COMPLETE;
     c.move_id = ps->move_id;
     c.move_ms = tn_now_wall_ms();
@@ -2311,10 +2317,7 @@ int tn_meta_propose_isr(tn_meta_t *m, tn_meta_req_t *req, const char *topic, uin
     if (!part_args_ok(topic, p) || n == 0 || n > TN_PSTATE_MAX_REPLICAS)
         return UV_EINVAL;
     tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_PART_ISR;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
-    c.part = p;
+    part_cmd_init(&c, TN_MC_PART_ISR, topic, p);
     c.node = (uint32_t)m->id;
     c.leader_epoch = leader_epoch;
     c.expected_pe = expected_pe;
@@ -2330,10 +2333,7 @@ int tn_meta_force_leader(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
     if (!part_args_ok(topic, p) || node == TN_PSTATE_NONE)
         return UV_EINVAL;
     tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_PART_LEADER;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
-    c.part = p;
+    part_cmd_init(&c, TN_MC_PART_LEADER, topic, p);
     c.node = node;
     c.unclean = unclean;
     return tn_meta_propose(m, req, &c, cb);
@@ -2348,10 +2348,7 @@ int tn_meta_propose_move(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
         (reason != NULL && strlen(reason) > TN_META_MOVE_REASON_MAX))
         return UV_EINVAL;
     tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_PART_MOVE;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
-    c.part = p;
+    part_cmd_init(&c, TN_MC_PART_MOVE, topic, p);
     c.move_kind = kind;
     c.move_id = id;
     c.move_ms = tn_now_wall_ms();
@@ -2370,10 +2367,7 @@ int tn_meta_propose_move_mark(tn_meta_t *m, tn_meta_req_t *req, const char *topi
     if (!part_args_ok(topic, p) || id == 0 || n > TN_PSTATE_MAX_REPLICAS)
         return UV_EINVAL;
     tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_MOVE_MARK;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
-    c.part = p;
+    part_cmd_init(&c, TN_MC_MOVE_MARK, topic, p);
     c.move_id = id;
     c.nmark = n;
     if (n > 0)
@@ -2387,10 +2381,7 @@ int tn_meta_mark_corrupt(tn_meta_t *m, tn_meta_req_t *req, const char *topic, ui
     if (!part_args_ok(topic, p) || node == TN_PSTATE_NONE)
         return UV_EINVAL;
     tn_meta_cmd_t c;
-    memset(&c, 0, sizeof(c));
-    c.type = TN_MC_PART_CORRUPT;
-    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
-    c.part = p;
+    part_cmd_init(&c, TN_MC_PART_CORRUPT, topic, p);
     c.node = node;
     return tn_meta_propose(m, req, &c, cb);
 }
