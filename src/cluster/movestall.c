@@ -3,6 +3,11 @@
 
 #include "cluster/movestall.h"
 
+#include "core/time.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
 #include <string.h>
 
 void tn_movestall_reset(tn_movestall_t *st)
@@ -130,4 +135,41 @@ bool tn_movestall_check(tn_movestall_t *st, uint64_t move_id, bool ready,
         }
     }
     return stalled;
+}
+
+bool tn_movestall_wait_err(const tn_movestall_verdict_t *v, const char *err, uint64_t became_at,
+                           uint64_t now, uint64_t report_ms)
+{
+    /* A target that never fetched here appends nothing, so has no error
+     * to tell. */
+    return err == NULL && v->seen && now < became_at + 2 * report_ms;
+}
+
+void tn_movestall_reason(const tn_movestall_verdict_t *v, uint64_t timeout_ms, uint64_t log_end,
+                         const char *err, char *why, size_t len)
+{
+    static const char tail[] = "): the partition stays on its old replicas";
+    static const char named[] = "; its last append error: ";
+    char idle[32];
+    if (len == 0)
+        return;
+    tn_time_fmt_ms(idle, sizeof(idle), timeout_ms);
+    int at;
+    if (v->seen)
+        at = snprintf(why, len,
+                      "target member %" PRIu32 " copied no record for %s (at offset %" PRIu64
+                      " of %" PRIu64,
+                      v->node, idle, v->end, log_end);
+    else
+        at = snprintf(why, len,
+                      "target member %" PRIu32 " fetched nothing for %s (the log ends at %" PRIu64,
+                      v->node, idle, log_end);
+    if (at < 0 || (size_t)at >= len)
+        return; /* the head alone fills it (cut) */
+    /* The error as fits before the tail: cut, never the tail. */
+    int64_t room =
+        (int64_t)len - 1 - at - (int64_t)(sizeof(tail) - 1) - (int64_t)(sizeof(named) - 1);
+    if (err != NULL && room >= 8)
+        at += snprintf(why + at, len - (size_t)at, "%s%.*s", named, (int)room, err);
+    snprintf(why + at, len - (size_t)at, "%s", tail);
 }

@@ -25,7 +25,8 @@
  *      where its copy stands and, when the member reported one, its last
  *      append error (node RPC REPLICA_ERROR: a full or failing disk at
  *      the target; a leader that just took the lead waits up to two
- *      report periods for it), through tn_meta_propose_move (a follower of
+ *      report periods for it: tn_movestall_wait_err; the reason's words:
+ *      tn_movestall_reason), through tn_meta_propose_move (a follower of
  *      the metastore forwards it to the metastore leader: cluster/control.c).
  *   4. The metastore re-checks the fail when it applies it: the move id must
  *      be the one under way (a move that completed or ended meanwhile is
@@ -147,5 +148,28 @@ bool tn_movestall_mark(tn_movestall_t *st, uint64_t now, uint64_t timeout_ms, tn
 bool tn_movestall_check(tn_movestall_t *st, uint64_t move_id, bool ready,
                         const tn_movestall_target_t *t, uint32_t n, uint64_t log_end, uint64_t now,
                         uint64_t timeout_ms, tn_movestall_verdict_t *out);
+
+/* Whether the leader, its lead taken at became_at (ms), waits at now
+ * before proposing the fail of verdict v, so that the reason names the
+ * target's append error (DESIGN step 3): err is the error the target
+ * reported and still holds (NULL: none known); report_ms is the period at
+ * which a target repeats a lasting error (to the leader of the epoch it
+ * knows). true: wait (no error known yet, the target fetched here, and
+ * the lead is younger than two periods); false: fail now. */
+bool tn_movestall_wait_err(const tn_movestall_verdict_t *v, const char *err, uint64_t became_at,
+                           uint64_t now, uint64_t report_ms);
+
+/* The reason a stalled move fails with, into why (len bytes, NUL ended):
+ * "target member N copied no record for T (at offset E of L): the
+ * partition stays on its old replicas" when v->seen, else "target member
+ * N fetched nothing for T (the log ends at L): ...", T being timeout_ms
+ * as tn_time_fmt_ms says it and L log_end; with "; its last append error:
+ * ERR" before the closing parenthesis when err is not NULL (borrowed). The
+ * error is cut to what fits before the tail, which is never cut; an error
+ * with less than 8 bytes of room is left out. Only when the rest does not
+ * fit in len either (offsets and a timeout of many digits: at most 166
+ * bytes with no error) is the end cut. */
+void tn_movestall_reason(const tn_movestall_verdict_t *v, uint64_t timeout_ms, uint64_t log_end,
+                         const char *err, char *why, size_t len);
 
 #endif

@@ -3743,33 +3743,13 @@ static void check_stall(part_t *pt, uint64_t now)
      * the target: the Raft log orders the two). */
     if (pt->stall_busy || pt->isr_busy || now < pt->stall_retry_at)
         return;
-    /* A lead just taken waits a moment for the target's append error
-     * (reported every ERR_REPORT_MS while it lasts, to the leader of the
-     * epoch it knows), so that the reason names it. */
+    /* A lead just taken waits a moment for the target's append error, so
+     * that the reason names it (movestall.h step 3). */
     const char *pe = peer_err(pt, v.node);
-    if (pe == NULL && v.seen && now < pt->core.became_at + 2 * ERR_REPORT_MS)
+    if (tn_movestall_wait_err(&v, pe, pt->core.became_at, now, ERR_REPORT_MS))
         return;
-    char why[TN_META_MOVE_REASON_MAX + 1], idle[32];
-    tn_time_fmt_ms(idle, sizeof(idle), rm->o.move_stall_ms);
-    static const char tail[] = "): the partition stays on its old replicas";
-    static const char named[] = "; its last append error: ";
-    int at;
-    if (v.seen)
-        at = snprintf(why, sizeof(why),
-                      "target member %" PRIu32 " copied no record for %s (at offset %" PRIu64
-                      " of %" PRIu64,
-                      v.node, idle, v.end, pt->core.end);
-    else
-        at = snprintf(why, sizeof(why),
-                      "target member %" PRIu32 " fetched nothing for %s (the log ends at %" PRIu64,
-                      v.node, idle, pt->core.end);
-    /* The error as fits before the tail (a reason holds at most
-     * TN_META_MOVE_REASON_MAX bytes): cut, never the tail. */
-    int room = (int)sizeof(why) - 1 - at - (int)sizeof(tail) + 1 - (int)sizeof(named) + 1;
-    if (at > 0 && pe != NULL && room >= 8)
-        at += snprintf(why + at, sizeof(why) - (size_t)at, "%s%.*s", named, room, pe);
-    if (at > 0 && (size_t)at < sizeof(why))
-        snprintf(why + at, sizeof(why) - (size_t)at, "%s", tail);
+    char why[TN_META_MOVE_REASON_MAX + 1];
+    tn_movestall_reason(&v, rm->o.move_stall_ms, pt->core.end, pe, why, sizeof(why));
     TN_LOG(TN_LOG_WARN,
            "replica %s/%" PRIu32 ": move %016" PRIx64 " stalled (no progress for %" PRIu64
            " ms), failing it: %s",

@@ -7,6 +7,8 @@
 
 #include "cluster/movestall.h"
 
+#include <string.h>
+
 #define TIMEOUT 3000
 #define END     5000
 
@@ -285,6 +287,85 @@ static void test_mark_skew(void **state)
     assert_int_equal(v.idle_ms, WALL_A + 200);
 }
 
+/* A lead just taken waits up to two report periods for the target's
+ * append error while none is known and the target fetched here; no wait
+ * once the error is known, the lead is old enough, or the target never
+ * fetched (it appended nothing, so has no error to tell). */
+static void test_wait_for_err(void **state)
+{
+    (void)state;
+    tn_movestall_verdict_t v = {.node = 3, .seen = true, .end = 0, .idle_ms = TIMEOUT};
+    const uint64_t became = 5000, period = 1000;
+    assert_true(tn_movestall_wait_err(&v, NULL, became, became, period));
+    assert_true(tn_movestall_wait_err(&v, NULL, became, became + 2 * period - 1, period));
+    assert_false(tn_movestall_wait_err(&v, NULL, became, became + 2 * period, period));
+    assert_false(tn_movestall_wait_err(&v, NULL, became, became + 60000, period));
+    assert_false(tn_movestall_wait_err(&v, "no space left on device", became, became, period));
+    v.seen = false;
+    assert_false(tn_movestall_wait_err(&v, NULL, became, became, period));
+}
+
+#define TAIL "): the partition stays on its old replicas"
+
+/* Reason into a buffer of len bytes inside a larger one, whose bytes past
+ * len must stay untouched. */
+static void reason_in(const tn_movestall_verdict_t *v, uint64_t timeout, uint64_t log_end,
+                      const char *err, size_t len, const char *want)
+{
+    char buf[256];
+    memset(buf, 'Z', sizeof(buf));
+    tn_movestall_reason(v, timeout, log_end, err, buf, len);
+    assert_string_equal(buf, want);
+    assert_true(strlen(buf) < len);
+    for (size_t i = len; i < sizeof(buf); i++)
+        assert_int_equal(buf[i], 'Z');
+}
+
+/* The reason's two forms, with and without the target's error. */
+static void test_reason_forms(void **state)
+{
+    (void)state;
+    tn_movestall_verdict_t v = {.node = 3, .seen = true, .end = 0, .idle_ms = 3200};
+    reason_in(&v, 3000, 52, NULL, 161,
+              "target member 3 copied no record for 3s (at offset 0 of 52" TAIL);
+    reason_in(&v, 3000, 52, "no space left on device", 161,
+              "target member 3 copied no record for 3s (at offset 0 of 52; its last append "
+              "error: no space left on device" TAIL);
+    tn_movestall_verdict_t u = {.node = 4, .seen = false, .idle_ms = 1600};
+    reason_in(&u, 1500, 7, NULL, 161,
+              "target member 4 fetched nothing for 1500ms (the log ends at 7" TAIL);
+    reason_in(&u, 1500, 7, "i/o error", 161,
+              "target member 4 fetched nothing for 1500ms (the log ends at 7; its last append "
+              "error: i/o error" TAIL);
+}
+
+/* An error longer than the room left is cut; the tail is always whole. */
+static void test_reason_cut(void **state)
+{
+    (void)state;
+    tn_movestall_verdict_t v = {.node = 3, .seen = true, .end = 1200, .idle_ms = 600000};
+    static const char err[] = "input/output error while writing segment 00000000000000001200.log "
+                              "of partition st/0 on /data";
+    static const char head[] = "target member 3 copied no record for 600s (at offset 1200 of 5000";
+    /* 160 bytes: 65 of head, 25 of "; its last append error: ", 28 of
+     * the error, 42 of tail. */
+    reason_in(&v, 600000, 5000, err, 161,
+              "target member 3 copied no record for 600s (at offset 1200 of 5000; its last "
+              "append error: input/output error while wri" TAIL);
+    char buf[256];
+    tn_movestall_reason(&v, 600000, 5000, err, buf, 161);
+    assert_int_equal(strlen(buf), 160);
+    /* Room for 8 bytes of the error: they are named; for 7: left out. */
+    size_t fixed = strlen(head) + strlen("; its last append error: ") + strlen(TAIL);
+    reason_in(&v, 600000, 5000, err, fixed + 8 + 1,
+              "target member 3 copied no record for 600s (at offset 1200 of 5000; its last "
+              "append error: input/ou" TAIL);
+    reason_in(&v, 600000, 5000, err, fixed + 7 + 1,
+              "target member 3 copied no record for 600s (at offset 1200 of 5000" TAIL);
+    /* A buffer too small for the head: cut, NUL ended. */
+    reason_in(&v, 600000, 5000, err, 21, "target member 3 copi");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -296,6 +377,9 @@ int main(void)
         cmocka_unit_test(test_new_leader_seeded_from_mark),
         cmocka_unit_test(test_mark_unseen_and_churn),
         cmocka_unit_test(test_mark_skew),
+        cmocka_unit_test(test_wait_for_err),
+        cmocka_unit_test(test_reason_forms),
+        cmocka_unit_test(test_reason_cut),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
