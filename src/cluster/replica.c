@@ -4251,6 +4251,35 @@ int tn_replica_part_info(tn_replica_t *rm, const char *topic, uint32_t p, uint64
     return 0;
 }
 
+uint32_t tn_replica_part_errors(tn_replica_t *rm, const char *topic, uint32_t p,
+                                tn_replica_perr_t *out)
+{
+    part_t *pt = part_find(rm, topic, p);
+    if (!leads_ready(pt))
+        return 0;
+    const tn_pstate_t *ps = &pt->core.ps;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < TN_PSTATE_MAX_REPLICAS; i++) {
+        uint32_t node = pt->perr[i].node;
+        if (node == 0)
+            continue;
+        /* A member no longer a replica nor a target keeps its slot until
+         * another takes it: not shown. */
+        bool member = false;
+        for (uint32_t j = 0; j < ps->nreplicas && !member; j++)
+            member = ps->replicas[j] == node;
+        for (uint32_t j = 0; j < ps->ntarget && !member; j++)
+            member = ps->target[j] == node;
+        const char *e = member ? peer_err(pt, node) : NULL;
+        if (e == NULL)
+            continue;
+        out[n].node = node;
+        snprintf(out[n].text, sizeof(out[n].text), "%s", e);
+        n++;
+    }
+    return n;
+}
+
 int tn_replica_peer_lag(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
                         uint64_t *lag)
 {

@@ -18,6 +18,7 @@
 #include "core/platform.h"
 
 #include "cluster/rpc.h"
+#include "cluster/wire.h"
 #include "meta/meta.h"
 #include "queue/queue.h"
 
@@ -189,6 +190,19 @@ int tn_replica_part_info(tn_replica_t *rm, const char *topic, uint32_t p, uint64
  * partition, or node is not a replica that fetched in this epoch). */
 int tn_replica_peer_lag(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
                         uint64_t *lag);
+/* One member's append error as the leader of its partition holds it. */
+typedef struct tn_replica_perr_s {
+    uint32_t node;
+    char text[TN_WIRE_REPLERR_MAX + 1]; /* tn_strerror's words */
+} tn_replica_perr_t;
+/* On the leader of (topic, p): the append errors its replicas and move
+ * targets reported (TN_OP_REPLICA_ERROR) and still hold, into
+ * out[0..TN_PSTATE_MAX_REPLICAS) in slot order; an error is over once the
+ * member reports its appends succeed again, or its copy advanced past
+ * where it stood when the error came. Returns how many (0: none, or this
+ * node does not lead the partition). */
+uint32_t tn_replica_part_errors(tn_replica_t *rm, const char *topic, uint32_t p,
+                                tn_replica_perr_t *out);
 /* On the leader of (topic, p): a move's progress for target node, in
  * bytes of this leader's log: *total, what it stores; *copied, what it
  * stores below the end node last fetched at in this epoch

@@ -18,6 +18,13 @@ S reports it to the leader (node RPC REPLICA_ERROR). A second move of st/0
 to the healthy spare H then completes, and every acknowledged message is
 still there.
 
+A follower of another topic (factor 2, min_insync 1) whose appends fail
+with the hook on is shown by its partition's leader in GET
+/v1/topics/{t} (replica_errors: {"<id>": "no space left on device"});
+with the hook lifted (its line removed from the file) its appends succeed
+again, it reports the end of the error, and the leader shows none once the
+follower is back in the ISR.
+
 A third move, to [L, H, S] with S still refusing, has its partition's
 leadership forced back and forth between L and H about every second, so
 that no leader holds it for the 3 s timeout: the move still fails, because
@@ -149,6 +156,68 @@ class MoveStall(ReplicaBase):
         got = self.wait_all(lead, TOPIC, 0, acked)
         self.assertEqual(sorted(got), sorted(acked))  # nothing else
         self.leaders_change_mid_stall(c, first, [lid, hid], sid)
+        self.error_shown_then_cleared(c, first)
+
+    def hook(self, node, part, on):
+        """Turn the ENOSPC hook on or off for part ("topic/p") on node,
+        keeping its other lines (the file is read at each append)."""
+        path = os.path.join(node.dir, "enospc")
+        lines = []
+        if os.path.exists(path):
+            with open(path) as f:
+                lines = [x for x in f.read().splitlines() if x and x != part]
+        if on:
+            lines.append(part)
+        with open(path + ".new", "w") as f:
+            f.write("".join(x + "\n" for x in lines))
+        os.replace(path + ".new", path)
+
+    def replica_errors(self, node, topic):
+        ps = self.pstats(node, topic, 0)
+        return None if ps is None else ps.get("replica_errors", {})
+
+    def error_shown_then_cleared(self, c, first):
+        """A follower whose appends fail: its partition's leader shows its
+        error in GET /v1/topics/{t} (replica_errors); once its appends
+        succeed again, the leader forgets it and the follower rejoins the
+        ISR."""
+        topic = "ce"
+        status, body = first.request("POST", "/v1/topics", {
+            "name": topic, "partitions": 1, "replication_factor": 2, "min_insync_replicas": 1})
+        self.assertEqual(status, 201, body)
+        wait_until(f"{topic}/0 led, with 2 in-sync replicas",
+                   lambda: self.leader(first, topic, 0) and self.in_sync(c, topic, 0, 2))
+        ps = self.pstats(first, topic, 0)
+        leader = self.node(c, ps["leader"])
+        fid = next(r for r in ps["replicas"] if r != ps["leader"])
+        follower = self.node(c, fid)
+        acked = []
+        for i in range(3):
+            self.produce_acked(leader, topic, 0, f"c{i}")
+            acked.append(f"c{i}")
+        self.assertEqual(self.replica_errors(leader, topic), {})
+        self.hook(follower, f"{topic}/0", True)
+        # Acknowledged once the follower left the ISR (min_insync 1).
+        for i in range(3, 6):
+            self.produce_acked(leader, topic, 0, f"c{i}")
+            acked.append(f"c{i}")
+        shown = wait_until(f"{topic}/0's leader shows member {fid}'s append error",
+                           lambda: self.replica_errors(leader, topic))
+        self.assertEqual(shown, {fid: "no space left on device"})
+        self.assertNotIn(fid, self.pstats(leader, topic, 0)["isr"])
+        # Only the leader knows it.
+        self.assertEqual(self.replica_errors(follower, topic), {})
+        self.hook(follower, f"{topic}/0", False)
+        wait_until(f"{topic}/0's leader forgets member {fid}'s append error, "
+                   "the member back in the ISR",
+                   lambda: self.replica_errors(leader, topic) == {}
+                   and self.in_sync(c, topic, 0, 2))
+        # Still clear after more records, which the follower copies.
+        for i in range(6, 9):
+            self.produce_acked(leader, topic, 0, f"c{i}")
+            acked.append(f"c{i}")
+        self.assertEqual(self.replica_errors(leader, topic), {})
+        self.wait_all(leader, topic, 0, acked)
 
     def leaders_change_mid_stall(self, c, first, pair, sid):
         """Move to pair + [S] (S still refuses the copy), forcing the
