@@ -127,12 +127,7 @@ class MoveStall(ReplicaBase):
         wait_until("the failed move counted in /metrics",
                    lambda: any((n.metric('tern_moves_finished_total{outcome="failed"}') or 0) >= 1
                                for n in c.nodes))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
-        env.update(HOME=c.dir, TERN_URL=f"http://{first.api_address}",
-                   TERN_PASSWORD=harness.PASSWORD)
-        r = subprocess.run([TERNCTL, "cluster", "moves"], capture_output=True, text=True,
-                           env=env, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = self.ternctl(c, first, "cluster", "moves")
         self.assertTrue(any(" failed " in line and re.search(rf"\b{TOPIC}\b", line)
                             and "its last append error: no space left on device" in line
                             for line in r.stdout.splitlines()), r.stdout)
@@ -157,6 +152,15 @@ class MoveStall(ReplicaBase):
         self.assertEqual(sorted(got), sorted(acked))  # nothing else
         self.leaders_change_mid_stall(c, first, [lid, hid], sid)
         self.error_shown_then_cleared(c, first)
+
+    def ternctl(self, c, node, *args):
+        """ternctl args against node's API; its run, which exited 0."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+        env.update(HOME=c.dir, TERN_URL=f"http://{node.api_address}",
+                   TERN_PASSWORD=harness.PASSWORD)
+        r = subprocess.run([TERNCTL, *args], capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r
 
     def hook(self, node, part, on):
         """Turn the ENOSPC hook on or off for part ("topic/p") on node,
@@ -205,8 +209,10 @@ class MoveStall(ReplicaBase):
                            lambda: self.replica_errors(leader, topic))
         self.assertEqual(shown, {fid: "no space left on device"})
         self.assertNotIn(fid, self.pstats(leader, topic, 0)["isr"])
-        # Only the leader knows it.
+        # Only the leader knows it; `ternctl topics get` asking it shows it.
         self.assertEqual(self.replica_errors(follower, topic), {})
+        r = self.ternctl(c, leader, "topics", "get", topic)
+        self.assertIn(f" {fid}: no space left on device", r.stdout)
         self.hook(follower, f"{topic}/0", False)
         wait_until(f"{topic}/0's leader forgets member {fid}'s append error, "
                    "the member back in the ISR",
@@ -217,6 +223,7 @@ class MoveStall(ReplicaBase):
             self.produce_acked(leader, topic, 0, f"c{i}")
             acked.append(f"c{i}")
         self.assertEqual(self.replica_errors(leader, topic), {})
+        self.assertNotIn("no space left", self.ternctl(c, leader, "topics", "get", topic).stdout)
         self.wait_all(leader, topic, 0, acked)
 
     def leaders_change_mid_stall(self, c, first, pair, sid):

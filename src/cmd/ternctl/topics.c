@@ -150,12 +150,32 @@ static const char *id_list(yajl_val p, const char *key, char *out, size_t cap)
     return out;
 }
 
+/* The ERROR cell of a replicated partition: its error, else the append
+ * errors its leader holds of members ("3: no space left on device",
+ * replica_errors: only a leader's answer has them), else NULL. */
+static const char *repl_error(yajl_val p, char *out, size_t cap)
+{
+    const char *e = tn_ctl_get_str(p, "error");
+    yajl_val re = tn_ctl_get(p, "replica_errors");
+    if (e != NULL || !YAJL_IS_OBJECT(re) || re->u.object.len == 0)
+        return e;
+    size_t at = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < re->u.object.len && at + 1 < cap; i++) {
+        yajl_val v = re->u.object.values[i];
+        int n = snprintf(out + at, cap - at, "%s%s: %s", i > 0 ? "; " : "", re->u.object.keys[i],
+                         YAJL_IS_STRING(v) ? YAJL_GET_STRING(v) : "?");
+        at = n < 0 ? at : TN_MIN(at + (size_t)n, cap - 1);
+    }
+    return out;
+}
+
 /* One row per partition. A replicated topic's partitions (their entries
  * carry "isr") add the leader, the replicas (the preferred leader first),
  * the in-sync replicas, the leader epoch and a state: ok,
  * under-replicated, offline, with "unclean" when the epoch began with a
  * forced unclean election. NEXT is the leader's log end; HWM what
- * consumers may see. */
+ * consumers may see. ERROR: repl_error's. */
 static void partition_table(yajl_val ps)
 {
     bool repl = false;
@@ -172,7 +192,8 @@ static void partition_table(yajl_val ps)
     tn_ctl_table_row(&t, repl ? rhead : head);
     for (size_t i = 0; i < ps->u.array.len; i++) {
         yajl_val p = ps->u.array.values[i];
-        char ix[24], sg[24], ol[24], nx[24], hw[24], mc[24], sz[32], rp[96], is[96], ep[24], st[48];
+        char ix[24], sg[24], ol[24], nx[24], hw[24], mc[24], sz[32], rp[96], is[96], ep[24], st[48],
+            er[512];
         int64_t size = 0;
         bool has_size = tn_ctl_get_int(p, "size_bytes", &size);
         const char *szs = has_size ? tn_ctl_fmt_bytes((uint64_t)size, sz, sizeof(sz)) : NULL;
@@ -212,7 +233,7 @@ static void partition_table(yajl_val ps)
                              num(p, "high_watermark", hw, sizeof(hw)),
                              num(p, "message_count", mc, sizeof(mc)),
                              szs,
-                             tn_ctl_get_str(p, "error")};
+                             repl_error(p, er, sizeof(er))};
         tn_ctl_table_row(&t, row);
     }
     tn_ctl_table_print(&t, stdout);
