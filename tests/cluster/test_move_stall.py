@@ -68,6 +68,17 @@ class MoveStall(ReplicaBase):
                                self.find_move(n, mid)), timeout)
         return m
 
+    def create(self, c, first, topic, min_insync):
+        """Topic of one partition, factor 2, led with both replicas in
+        sync; its partition's entry."""
+        status, body = first.request("POST", "/v1/topics", {
+            "name": topic, "partitions": 1, "replication_factor": 2,
+            "min_insync_replicas": min_insync})
+        self.assertEqual(status, 201, body)
+        wait_until(f"{topic}/0 led, with 2 in-sync replicas",
+                   lambda: self.leader(first, topic, 0) and self.in_sync(c, topic, 0, 2))
+        return self.pstats(first, topic, 0)
+
     def begin(self, node, target):
         status, body = node.request("PATCH", f"/v1/topics/{TOPIC}/partitions/0",
                                     {"replicas": [str(x) for x in target]})
@@ -83,12 +94,7 @@ class MoveStall(ReplicaBase):
         c.wait_ready()
         c.wait_alive(4)
         first = c.nodes[0]
-        status, body = first.request("POST", "/v1/topics", {
-            "name": TOPIC, "partitions": 1, "replication_factor": 2, "min_insync_replicas": 2})
-        self.assertEqual(status, 201, body)
-        wait_until(f"{TOPIC}/0 led, with 2 in-sync replicas",
-                   lambda: self.leader(first, TOPIC, 0) and self.in_sync(c, TOPIC, 0, 2))
-        ps = self.pstats(first, TOPIC, 0)
+        ps = self.create(c, first, TOPIC, 2)
         lid, replicas = ps["leader"], ps["replicas"]
         leader = self.node(c, lid)
         spares = [str(n.id) for n in c.nodes if str(n.id) not in replicas]
@@ -186,12 +192,7 @@ class MoveStall(ReplicaBase):
         succeed again, the leader forgets it and the follower rejoins the
         ISR."""
         topic = "ce"
-        status, body = first.request("POST", "/v1/topics", {
-            "name": topic, "partitions": 1, "replication_factor": 2, "min_insync_replicas": 1})
-        self.assertEqual(status, 201, body)
-        wait_until(f"{topic}/0 led, with 2 in-sync replicas",
-                   lambda: self.leader(first, topic, 0) and self.in_sync(c, topic, 0, 2))
-        ps = self.pstats(first, topic, 0)
+        ps = self.create(c, first, topic, 1)
         leader = self.node(c, ps["leader"])
         fid = next(r for r in ps["replicas"] if r != ps["leader"])
         follower = self.node(c, fid)
