@@ -7,7 +7,6 @@
 
 #include <inttypes.h>
 #include <stdio.h>
-
 #include <string.h>
 
 void tn_movestall_reset(tn_movestall_t *st)
