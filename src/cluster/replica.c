@@ -275,11 +275,13 @@ struct part_s {
     bool err_clear_want; /* the end of a told error is still to be told */
     tn_rpc_call_t *err_call;
     /* The leader's: its followers' last reported append errors, cleared
-     * by a report of their end or by progress past `end` (where the copy
-     * stood when the error came). */
+     * by a report of their end, by progress past `end` (where the copy
+     * stood when the error came), or by a lead taken after `at` (a lasting
+     * error is reported again, each ERR_REPORT_MS, to the new lead). */
     struct {
         uint32_t node;
         uint64_t end;
+        uint64_t at; /* now_ms when it came */
         char text[TN_WIRE_REPLERR_MAX + 1];
     } perr[TN_PSTATE_MAX_REPLICAS];
     tn_append_t app;
@@ -2195,13 +2197,14 @@ static uint64_t peer_end(const part_t *pt, uint32_t node)
 }
 
 /* The last append error node reported and still holds (NULL: none): one
- * whose copy advanced since is over. */
+ * whose copy advanced since is over, and so is one told to an earlier lead
+ * of this node (the copy's end then was stale: peers restart unseen). */
 static const char *peer_err(part_t *pt, uint32_t node)
 {
     for (uint32_t i = 0; i < TN_PSTATE_MAX_REPLICAS; i++) {
         if (pt->perr[i].node != node || pt->perr[i].text[0] == '\0')
             continue;
-        if (peer_end(pt, node) > pt->perr[i].end) {
+        if (peer_end(pt, node) > pt->perr[i].end || pt->perr[i].at < pt->core.became_at) {
             pt->perr[i].text[0] = '\0';
             return NULL;
         }
@@ -2238,6 +2241,7 @@ void tn_replica_on_replica_error(tn_rpc_req_t *req, const uint8_t *payload, size
             at = 0;
         pt->perr[at].node = r.node;
         pt->perr[at].end = peer_end(pt, r.node);
+        pt->perr[at].at = now_ms(rm);
         snprintf(pt->perr[at].text, sizeof(pt->perr[at].text), "%s", r.error);
     }
     tn_rpc_reply(req, 204, NULL, NULL, 0);
