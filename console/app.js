@@ -519,6 +519,17 @@
           if (p.offline) badges.push(h('span', { class: 'badge offline' }, 'offline'));
           else if (p.under_replicated) badges.push(h('span', { class: 'badge under-replicated' }, 'under-replicated'));
           if (p.unclean) badges.push(' ', h('span', { class: 'badge unclean', title: 'this epoch began with a forced unclean election' }, 'unclean'));
+          // Replicas whose copy failed a CRC check (not repaired yet), and
+          // the append errors the leader holds for its members (only the
+          // leader's answer has them): docs/replication.md.
+          if (Array.isArray(p.damaged) && p.damaged.length) {
+            badges.push(' ', h('span', { class: 'badge damaged', title: 'a copy failed a CRC check and is not repaired yet' }, `damaged on ${ids(p.damaged)}`));
+          }
+          const errs = Object.entries(p.replica_errors || {});
+          if (errs.length) {
+            badges.push(' ', h('span', { class: 'badge append-error', title: 'append errors the leader holds for its replicas' },
+              errs.map(([node, e]) => `member ${node}: ${e}`).join('; ')));
+          }
           return h('td', { 'data-col': 'state' }, badges.length ? badges : h('span', { class: 'status-ok' }, 'in sync'));
         };
         const under = pstats.filter((p) => p.under_replicated && !p.offline).length;

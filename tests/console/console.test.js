@@ -245,14 +245,15 @@ test('the web console in headless chromium', { timeout: 120000 }, async (t) => {
     // A replicated topic's view: this lone node has none, so the topic's
     // record is answered as a 3-node cluster would (replication fields of
     // docs/api.md) and the view shows the factor, each partition's leader,
-    // replicas, ISR and epoch, and the under-replicated / offline badges.
+    // replicas, ISR and epoch, and the under-replicated / offline /
+    // unclean / damaged / append-error badges.
     await page.route(`**/v1/topics/${TOPIC}`, async (route) => {
       const resp = await route.fetch()
       const j = await resp.json()
       j.replication_factor = 3
       j.min_insync_replicas = 2
       j.partition_stats = [
-        { ...j.partition_stats[0], index: 0, leader: '1', replicas: ['1', '2', '3'], isr: ['1', '2'], leader_epoch: 4, under_replicated: true, offline: false, unclean: false },
+        { ...j.partition_stats[0], index: 0, leader: '1', replicas: ['1', '2', '3'], isr: ['1', '2'], leader_epoch: 4, under_replicated: true, offline: false, unclean: false, damaged: ['3'], replica_errors: { 3: 'no space left on device' } },
         { index: 1, owner_node: null, leader: null, replicas: ['2', '3', '1'], isr: ['2'], leader_epoch: 7, under_replicated: true, offline: true, unclean: true },
       ]
       await route.fulfill({ response: resp, json: j })
@@ -263,10 +264,13 @@ test('the web console in headless chromium', { timeout: 120000 }, async (t) => {
     assert.equal(await row0.locator('[data-col=replicas]').innerText(), '1, 2, 3')
     assert.equal(await row0.locator('[data-col=isr]').innerText(), '1, 2')
     await row0.locator('.badge.under-replicated').waitFor()
+    assert.equal(await row0.locator('.badge.damaged').innerText(), 'damaged on 3')
+    assert.equal(await row0.locator('.badge.append-error').innerText(), 'member 3: no space left on device')
     const row1 = page.locator('tr[data-partition="1"]')
     assert.equal(await row1.locator('[data-col=leader]').innerText(), 'none')
     await row1.locator('.badge.offline').waitFor()
     await row1.locator('.badge.unclean').waitFor()
+    assert.equal(await row1.locator('.badge.damaged, .badge.append-error').count(), 0)
     await assertNotBlank(page, 'topic-replicated-1280', 1280)
     await page.unroute(`**/v1/topics/${TOPIC}`)
     await waitText(page.locator('#topic-replication'), 'none (factor 1: one owner per partition)')
