@@ -43,6 +43,7 @@
 #include "api/quota.h"
 #include "auth/authn.h"
 #include "auth/nsqauth.h"
+#include "core/u64map.h"
 #include "cluster/router.h"
 #include "cluster/rpc.h"
 #include "meta/meta.h"
@@ -94,9 +95,10 @@ typedef struct tn_v1_s {
     void *remotes; /* v1/remotes.c's secret copy and opened credentials */
     void *rchecks; /* v1/rcheck.c's checks under way and last results */
     /* Leases of forwarded consumes answered in the last 2 s
-     * (api/v1/forward.c). */
+     * (api/v1/forward.c): oldest first, and by caller and request. */
     struct tn__v1_grace_s *grace_head, *grace_tail;
     uint32_t ngrace;
+    tn_u64map_t grace_ix;
     /* The node's drain (api/drain.h), set by the caller before
      * tn_v1_register: /v1/drain, and produce and consume refused while it
      * runs. NULL: no drain routes. */

@@ -638,29 +638,58 @@ typedef struct {
  * records expire from the front of a FIFO (every record lives GRACE_MS),
  * looked at whenever one is added or a late CANCEL comes, so their cost
  * is a copy of the handles per answer. At most GRACE_MAX are kept (the
- * oldest goes first). */
+ * oldest goes first). A late CANCEL finds its record through grace_ix,
+ * by grace_key(caller, request id), so a node answering thousands of
+ * forwarded consumes a second does not walk them all for each late
+ * CANCEL. Two records of one key (a 64-bit hash collision) keep the
+ * newer in the index: the older's leases come back by their visibility
+ * timeout, as when memory is short. */
 
-#define GRACE_MS  2000
-#define GRACE_MAX 8192
+#define GRACE_MS       2000
+#define GRACE_MAX      8192
+#define GRACE_PEER_MAX 64 /* a caller's endpoint, cut there */
 
 struct tn__v1_grace_s {
-    tn__v1_grace_t *next;
-    int64_t expires_ms; /* monotonic */
+    tn__v1_grace_t *next, *prev; /* the FIFO: next is younger */
+    uint64_t key;                /* grace_key(peer, id) */
+    int64_t expires_ms;          /* monotonic */
     uint64_t id;
-    char peer[64];
+    char peer[GRACE_PEER_MAX];
     char topic[TN_NAME_MAX + 1];
     char channel[TN_NAME_MAX + 1];
     uint32_t n;
     tn_wire_handle_t h[];
 };
 
+/* FNV-1a of the caller's endpoint, mixed with the request id. */
+static uint64_t grace_key(const char *peer, uint64_t id)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (const unsigned char *c = (const unsigned char *)peer; *c != '\0'; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    return h ^ (id * 0x9e3779b97f4a7c15ull);
+}
+
+/* Take g out of the FIFO and out of the index (not freed). */
+static void grace_unlink(tn_v1_t *v, tn__v1_grace_t *g)
+{
+    if (g->prev != NULL)
+        g->prev->next = g->next;
+    else
+        v->grace_head = g->next;
+    if (g->next != NULL)
+        g->next->prev = g->prev;
+    else
+        v->grace_tail = g->prev;
+    v->ngrace--;
+    if (tn_u64map_get(&v->grace_ix, g->key) == g)
+        tn_u64map_del(&v->grace_ix, g->key);
+}
+
 static void grace_pop(tn_v1_t *v)
 {
     tn__v1_grace_t *g = v->grace_head;
-    v->grace_head = g->next;
-    if (v->grace_head == NULL)
-        v->grace_tail = NULL;
-    v->ngrace--;
+    grace_unlink(v, g);
     tn_free(g);
 }
 
@@ -680,9 +709,15 @@ static void grace_keep(tn_v1_t *v, const rpc_parked_t *p, const char *peer, uint
     if (g == NULL)
         return;
     g->next = NULL;
+    g->prev = v->grace_tail;
     g->expires_ms = tn_now_mono_ms() + GRACE_MS;
     g->id = id;
     snprintf(g->peer, sizeof(g->peer), "%s", peer);
+    g->key = grace_key(g->peer, id);
+    if (tn_u64map_put(&v->grace_ix, g->key, g) != 0) {
+        tn_free(g); /* memory short: kept not at all, as above */
+        return;
+    }
     snprintf(g->topic, sizeof(g->topic), "%s", p->topic);
     snprintf(g->channel, sizeof(g->channel), "%s", p->channel);
     g->n = p->n;
@@ -699,34 +734,29 @@ void tn_v1_consume_late_cancel(void *arg, const char *peer, uint64_t id)
 {
     tn_v1_t *v = arg;
     grace_expire(v);
-    for (tn__v1_grace_t **pp = &v->grace_head, *prev = NULL; *pp != NULL;
-         prev = *pp, pp = &(*pp)->next) {
-        tn__v1_grace_t *g = *pp;
-        if (g->id != id || strcmp(g->peer, peer) != 0)
-            continue;
-        *pp = g->next;
-        if (v->grace_tail == g)
-            v->grace_tail = prev;
-        v->ngrace--;
-        uint32_t back = 0;
-        for (uint32_t i = 0; i < g->n && v->consume != NULL; i++)
-            if (tn_consume_settle(v->consume, g->topic, g->channel, g->h[i].partition,
-                                  g->h[i].offset, g->h[i].nonce, TN_SETTLE_NACK, 0, NULL,
-                                  NULL) == 0)
-                back++;
-        TN_LOG_RL(TN_LOG_INFO, 10000,
-                  "consume of %s for %s: the caller gave up as the answer went; %u of %u "
-                  "message(s) back at once",
-                  g->topic, peer, back, g->n);
-        tn_free(g);
-        return;
-    }
+    char kept[GRACE_PEER_MAX];
+    snprintf(kept, sizeof(kept), "%s", peer); /* as grace_keep kept it */
+    tn__v1_grace_t *g = tn_u64map_get(&v->grace_ix, grace_key(kept, id));
+    if (g == NULL || g->id != id || strcmp(g->peer, kept) != 0)
+        return; /* read by the caller, expired, or never kept */
+    grace_unlink(v, g);
+    uint32_t back = 0;
+    for (uint32_t i = 0; i < g->n && v->consume != NULL; i++)
+        if (tn_consume_settle(v->consume, g->topic, g->channel, g->h[i].partition, g->h[i].offset,
+                              g->h[i].nonce, TN_SETTLE_NACK, 0, NULL, NULL) == 0)
+            back++;
+    TN_LOG_RL(TN_LOG_INFO, 10000,
+              "consume of %s for %s: the caller gave up as the answer went; %u of %u "
+              "message(s) back at once",
+              g->topic, peer, back, g->n);
+    tn_free(g);
 }
 
 void tn__v1_grace_free(tn_v1_t *v)
 {
     while (v->grace_head != NULL)
         grace_pop(v);
+    tn_u64map_fini(&v->grace_ix);
 }
 
 static void rpc_reply_error(tn_rpc_req_t *req, int status, const char *msg)

@@ -254,6 +254,7 @@ int tn_v1_init(tn_v1_t *v, uv_loop_t *loop, tn_meta_t *meta, tn_broker_t *b, tn_
     v->router = router;
     v->loop = loop;
     tn_quota_init(&v->produces, o->max_produces_per_user);
+    tn_u64map_init(&v->grace_ix);
     v->o = *o;
     tn_authn_opts_t ao;
     tn_authn_opts_default(&ao);

@@ -535,6 +535,71 @@ static void test_reply_crossing_cancel_is_nacked(void **state)
     ffx_free(f);
 }
 
+typedef struct {
+    ffx_t *f;
+    uint32_t want;
+} grace_n_t;
+
+static bool grace_is(void *arg)
+{
+    grace_n_t *g = arg;
+    return g->f->v.ngrace == g->want;
+}
+
+/* Three answers crossing three CANCELs, cancelled in the order middle,
+ * youngest, oldest of their records: each late CANCEL finds its own record
+ * (by caller and request) and leaves the others; in the end all three
+ * messages are back at once, each a second attempt. */
+static void test_crossing_cancels_in_any_order(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    tn_rpc_on_late_cancel(f->rpc.owner, tn_v1_consume_late_cancel, &f->v);
+    put_topic(f, "t", 1);
+    call_t k[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        tn_wire_consume_t w = req_of("t", 8000, 1);
+        start(f, &k[i], &w, 10000);
+    }
+    run_for(f, 300);
+    /* The caller stops hearing: no answer reaches it (node RPC would
+     * deliver a retransmitted one once it hears again, so it stays deaf
+     * until every request is cancelled). */
+    tn_rpc_test_deaf(f->rpc.caller, true);
+    for (uint32_t i = 0; i < 3; i++) {
+        char body[16];
+        snprintf(body, sizeof(body), "m%u", i);
+        publish(f, "t", 0, body);
+        grace_n_t g = {f, i + 1};
+        assert_true(tu_run_loop(f->loop, grace_is, &g)); /* answered, lease kept */
+    }
+    /* Which request got which message is the lanes' choice: the records
+     * are oldest first in the order they were answered, found by key. */
+    static const uint32_t order[3] = {1, 2, 0};
+    for (uint32_t j = 0; j < 3; j++) {
+        call_t *c = &k[order[j]];
+        assert_false(c->done);
+        tn_router_consume_cancel(&c->c);
+        assert_true(tu_run_loop(f->loop, tu_is_true, &c->done));
+        assert_int_equal(c->status, TN_ECLOSED);
+        grace_n_t g = {f, 2 - j};
+        assert_true(tu_run_loop(f->loop, grace_is, &g)); /* that record only */
+        assert_int_equal(tn_u64map_size(&f->v.grace_ix), 2 - j);
+    }
+    tn_rpc_test_deaf(f->rpc.caller, false);
+    call_t again;
+    tn_wire_consume_t w = req_of("t", 0, 3);
+    call(f, &again, &w);
+    assert_int_equal(again.http, 200);
+    for (uint32_t i = 0; i < 3; i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "\"payload\":\"m%u\"", i);
+        assert_non_null(strstr(again.body, want));
+    }
+    assert_null(strstr(again.body, "\"attempts\":1"));
+    ffx_free(f);
+}
+
 /* --- settling through the router: coalescing per owner -------------------------- */
 
 typedef struct {
@@ -726,6 +791,7 @@ int main(void)
         cmocka_unit_test(test_cancelled_batch_gives_back),
         cmocka_unit_test(test_where),
         cmocka_unit_test(test_reply_crossing_cancel_is_nacked),
+        cmocka_unit_test(test_crossing_cancels_in_any_order),
         cmocka_unit_test(test_settle_coalesces),
         cmocka_unit_test(test_local_settle_waits_for_the_log),
         cmocka_unit_test(test_settle_budget_covers_queue),
