@@ -79,6 +79,13 @@ typedef struct {
     bool remotes_hop_encrypted;
 } tn_v1_opts_t;
 
+/* A probe that found nothing (api/v1/forward.c, "the empty memo"). */
+#define TN__V1_MEMO_SLOTS 256
+typedef struct {
+    uint64_t key;  /* topic, channel and owner, hashed */
+    int64_t at_ms; /* monotonic; 0: none */
+} tn__v1_memo_t;
+
 typedef struct tn_v1_s {
     tn_meta_t *meta;
     tn_broker_t *broker;
@@ -106,6 +113,9 @@ typedef struct tn_v1_s {
     /* Consumes routed to other nodes, not finished (api/v1/forward.c). */
     struct tn__v1_fwd_s *fwds;
     uint32_t nfwds;
+    /* Probes that found nothing, by topic, channel and owner
+     * (api/v1/forward.c, "the empty memo"). */
+    tn__v1_memo_t empty_memo[TN__V1_MEMO_SLOTS];
     bool closing;
     struct tn_scrub_s *scrub; /* storage/scrub.h, borrowed; NULL: /v1/storage/scrub answers 503 */
     /* The replica manager (cluster/replica.h), borrowed, set by the caller

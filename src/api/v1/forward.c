@@ -14,10 +14,12 @@
  *      each other alive owner of a partition of the topic, one after the
  *      other, 500 ms each (a stalled owner is skipped for the round). A
  *      batch fills from several of them.
- *   3. Still nothing and a wait: the lanes wait here and one owner
- *      (rotating over the owners) gets a forwarded long poll, while the
- *      other owners are probed again as in step 2, round after round,
- *      one call at a time: after an empty round a pause of 100 ms,
+ *   3. Still nothing and a wait: the lanes wait here, alone for
+ *      POLL_DELAY_MS (50 ms: a message they get meanwhile costs no call
+ *      to another node), then one owner (rotating over the owners) gets
+ *      a forwarded long poll, while the other owners are probed again
+ *      as in step 2, round after round, one call at a time: after an
+ *      empty round a pause of 100 ms,
  *      doubling to 1 s (100, 200, 400, 800, 1000, 1000...), while the
  *      client's wait lasts (with one other owner, long-polled, there are
  *      no rounds). The first with messages answers (relay), the others
@@ -27,11 +29,17 @@
  *      on the wire is dropped by node RPC; the owner kept its handles
  *      for 2 s and nacks them when the CANCEL arrives (the grace, below),
  *      so they come back at once.
- * Caps: a consume that leaves this node counts once against its user's
- * cap here, from its route to its answer (its lane requests do not count
- * again), and carries the user to its owners, which count what they run
- * for it under that user as well.
- * A lone node (no node RPC in the router) never leaves step 1's "here".
+ * The empty memo: a probe (steps 2 and 3) that an owner answered with
+ * nothing is remembered for EMPTY_MEMO_MS by topic, channel and owner;
+ * within that time the other consumes with a wait on this node take that
+ * owner as empty without asking it (one without a wait always asks). Many consumers finding this
+ * node's partitions empty at once then cost the other owners one probe each per EMPTY_MEMO_MS, not
+ * one each; a message produced at an owner meanwhile is that owner's own consumers', or the next
+ * probe's, or the long poll's (never delayed by more than EMPTY_MEMO_MS past a probe). An answer
+ * with messages from that owner forgets the memo at once. Caps: a consume that leaves this node
+ * counts once against its user's cap here, from its route to its answer (its lane requests do not
+ * count again), and carries the user to its owners, which count what they run for it under that
+ * user as well. A lone node (no node RPC in the router) never leaves step 1's "here".
  *
  * Threads: the loop thread. */
 #include "core/platform.h"
@@ -49,12 +57,15 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PROBE_MS       500
 #define PACE_FIRST_MS  100  /* after an empty probe round, before the next */
+#define POLL_DELAY_MS  50   /* the lanes wait alone before the long poll */
 #define PACE_MAX_MS    1000 /* the pause doubles up to this */
 #define FORWARD_EXTRA  2000
+#define EMPTY_MEMO_MS  20 /* a probe's "nothing here" holds this long */
 #define OWNERS_MAX     64
 #define BATCH_PREFIX   "{\"messages\":["
 #define BATCH_SUFFIX   "]}\n"
@@ -88,6 +99,7 @@ struct tn__v1_fwd_s {
     bool pace_made;    /* pace is initialised (closed before f is freed) */
     bool pace_closing; /* uv_close(pace) is under way: its callback frees f */
     int64_t pace_ms;   /* the next pause */
+    bool poll_due;     /* the wait's long poll starts at the first pace */
     uint64_t owners[OWNERS_MAX];
     size_t nowners;
     size_t probe;  /* the next owner to probe */
@@ -100,6 +112,75 @@ struct tn__v1_fwd_s {
 };
 
 static uint32_t rotation; /* the owner a forwarded long poll goes to */
+
+#ifdef TN_TEST
+/* TERN_TEST_CONSUME_MEMO_MS and TERN_TEST_CONSUME_POLL_DELAY_MS: the empty
+ * memo's and the long poll's delay in ms instead of EMPTY_MEMO_MS and
+ * POLL_DELAY_MS, so that a test can hold either for as long as it looks
+ * (tests/cluster/test_consume_memo.py). */
+static int64_t test_ms(const char *name, int64_t dflt)
+{
+    const char *s = getenv(name);
+    return s != NULL && *s != '\0' ? strtoll(s, NULL, 10) : dflt;
+}
+static int64_t memo_ms(void)
+{
+    return test_ms("TERN_TEST_CONSUME_MEMO_MS", EMPTY_MEMO_MS);
+}
+static int64_t poll_delay_ms(void)
+{
+    return test_ms("TERN_TEST_CONSUME_POLL_DELAY_MS", POLL_DELAY_MS);
+}
+#else
+static inline int64_t memo_ms(void)
+{
+    return EMPTY_MEMO_MS;
+}
+static inline int64_t poll_delay_ms(void)
+{
+    return POLL_DELAY_MS;
+}
+#endif
+
+/* --- the empty memo (the DESIGN comment above) ---------------------------------- */
+
+/* FNV-1a of topic and channel, mixed with the owner. */
+static uint64_t memo_key(const fwd_t *f, uint64_t owner)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (const char *s = f->a.topic; *s != '\0'; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull; /* between the names */
+    for (const char *s = f->a.channel; *s != '\0'; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h ^ (owner * 0x9e3779b97f4a7c15ull);
+}
+
+/* What owner answered a probe of f with: nothing (remembered) or
+ * messages (forgotten). */
+static void memo_note(fwd_t *f, uint64_t owner, bool empty)
+{
+    uint64_t k = memo_key(f, owner);
+    tn__v1_memo_t *m = &f->v->empty_memo[k % TN__V1_MEMO_SLOTS];
+    if (empty) {
+        m->key = k;
+        m->at_ms = tn_now_mono_ms();
+    } else if (m->key == k) {
+        m->at_ms = 0;
+    }
+}
+
+/* Whether owner answered a probe of f's topic and channel with nothing
+ * in the last EMPTY_MEMO_MS. Never for a consume without a wait: it has
+ * no long poll to find later what a skipped probe would have found. */
+static bool memo_empty(const fwd_t *f, uint64_t owner)
+{
+    if (f->a.wait_ms <= 0)
+        return false;
+    uint64_t k = memo_key(f, owner);
+    const tn__v1_memo_t *m = &f->v->empty_memo[k % TN__V1_MEMO_SLOTS];
+    return m->key == k && m->at_ms != 0 && tn_now_mono_ms() - m->at_ms < memo_ms();
+}
 
 static void fwd_free(fwd_t *f)
 {
@@ -242,6 +323,7 @@ static uint32_t merge(fwd_t *f, const char *body, size_t len)
 }
 
 static void next_step(fwd_t *f);
+static void start_poll(fwd_t *f);
 
 /* Around every entry into f (a callback, the route): f stays until the
  * outermost returns, which frees it when it is done. */
@@ -349,6 +431,8 @@ static void call_answered(fwd_t *f, const tn_router_consume_t *c, int status, co
     uint16_t hs = status == 0 ? c->http_status : 0;
     const char *body = tn_buf_data(b);
     size_t len = tn_buf_size(b);
+    if (f->stage != ST_PINNED && (hs == 200 || hs == 204))
+        memo_note(f, c->owner, hs == 204);
     if (f->r == NULL)
         return;
     if (f->stage == ST_PINNED) {
@@ -417,7 +501,9 @@ static void on_pace(uv_timer_t *t)
 {
     fwd_t *f = t->data;
     enter(f);
-    if (f->r != NULL && f->stage == ST_WAIT && !f->round_on) {
+    if (f->r != NULL && f->stage == ST_WAIT && f->poll_due) {
+        start_poll(f);
+    } else if (f->r != NULL && f->stage == ST_WAIT && !f->round_on) {
         f->probe = 0;
         round_next(f);
     }
@@ -448,8 +534,10 @@ static void on_round(tn_router_consume_t *c, int status)
     f->round_on = false;
     tn_buf_t b = c->body;
     tn_buf_init(&c->body);
+    uint16_t hs = status == 0 ? c->http_status : 0;
+    if (hs == 200 || hs == 204)
+        memo_note(f, c->owner, hs == 204);
     if (f->r != NULL) {
-        uint16_t hs = status == 0 ? c->http_status : 0;
         if (status != 0 || (hs != 200 && hs != 204))
             TN_LOG_RL(TN_LOG_WARN, 10000, "consume of %s probed at node %" PRIu64 ": %s",
                       f->a.topic, c->owner, status != 0 ? c->error : "refused");
@@ -470,7 +558,7 @@ static void round_next(fwd_t *f)
 {
     while (f->probe < f->nowners && wait_left(f) > 0) {
         size_t i = f->probe++;
-        if (i == f->polled)
+        if (i == f->polled || memo_empty(f, f->owners[i]))
             continue;
         tn_wire_consume_t w = wire_args(f, 0, f->a.max);
         f->round.data = f;
@@ -491,7 +579,8 @@ static void next_step(fwd_t *f)
     if (f->stage == ST_LOCAL_PROBE)
         f->stage = ST_REMOTE_PROBE;
     while (f->stage == ST_REMOTE_PROBE && f->probe < f->nowners) {
-        if (start_call(f, f->owners[f->probe++], 0, left, PROBE_MS) == 0)
+        uint64_t owner = f->owners[f->probe++];
+        if (!memo_empty(f, owner) && start_call(f, owner, 0, left, PROBE_MS) == 0)
             return;
     }
     if (f->got > 0) {
@@ -506,8 +595,26 @@ static void next_step(fwd_t *f)
     }
     f->stage = ST_WAIT;
     f->polled = rotation++ % f->nowners;
-    (void)start_call(f, f->owners[f->polled], wait, left, (uint64_t)wait + FORWARD_EXTRA);
     start_local(f, wait, f->a.max); /* may answer now */
+    if (f->r == NULL)
+        return;
+    /* The long poll waits POLL_DELAY_MS: a message this node's lanes get
+     * meanwhile answers without a call to another node. */
+    f->poll_due = true;
+    f->pace_ms = poll_delay_ms();
+    pace_arm(f);
+    if (!f->pace_made || !uv_is_active((uv_handle_t *)&f->pace))
+        start_poll(f); /* a wait shorter than the delay, or no timer */
+}
+
+/* The wait's long poll of one owner, then the probe rounds of the others. */
+static void start_poll(fwd_t *f)
+{
+    f->poll_due = false;
+    uint32_t left = f->a.max > 0 ? f->a.max - f->got : 0;
+    int64_t wait = wait_left(f);
+    if (wait > 0)
+        (void)start_call(f, f->owners[f->polled], wait, left, (uint64_t)wait + FORWARD_EXTRA);
     if (f->nowners > 1) {
         f->pace_ms = PACE_FIRST_MS; /* the probe stage was an empty round */
         pace_arm(f);
