@@ -77,12 +77,7 @@ struct tn_authn_s {
 
 static uint64_t fnv(const char *s)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
-    }
-    return h;
+    return tn_u64map_strkey(TN_U64MAP_STRKEY_INIT, s);
 }
 
 static int64_t now_ms(const tn_authn_t *a)

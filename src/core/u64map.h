@@ -39,4 +39,15 @@ void *tn_u64map_del(tn_u64map_t *m, uint64_t key);
  * change during an iteration. */
 bool tn_u64map_next(const tn_u64map_t *m, size_t *pos, uint64_t *key, void **val);
 
+/* A key made of strings: FNV-1a 64 of s continuing from h (start with
+ * TN_U64MAP_STRKEY_INIT; chain several strings through h). Two strings
+ * may collide: a map keyed so keeps the whole string to compare. */
+#define TN_U64MAP_STRKEY_INIT 14695981039346656037ull
+static inline uint64_t tn_u64map_strkey(uint64_t h, const char *s)
+{
+    for (; *s != '\0'; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
 #endif

@@ -144,15 +144,12 @@ static inline int64_t poll_delay_ms(void)
 
 /* --- the empty memo (the DESIGN comment above) ---------------------------------- */
 
-/* FNV-1a of topic and channel, mixed with the owner. */
+/* Topic and channel (a '/' between: neither name has one), mixed with
+ * the owner. */
 static uint64_t memo_key(const fwd_t *f, uint64_t owner)
 {
-    uint64_t h = 14695981039346656037ull;
-    for (const char *s = f->a.topic; *s != '\0'; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    h = (h ^ 0xff) * 1099511628211ull; /* between the names */
-    for (const char *s = f->a.channel; *s != '\0'; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    uint64_t h = tn_u64map_strkey(TN_U64MAP_STRKEY_INIT, f->a.topic);
+    h = tn_u64map_strkey(tn_u64map_strkey(h, "/"), f->a.channel);
     return h ^ (owner * 0x9e3779b97f4a7c15ull);
 }
 
@@ -768,13 +765,10 @@ struct tn__v1_grace_s {
     tn_wire_handle_t h[];
 };
 
-/* FNV-1a of the caller's endpoint, mixed with the request id. */
+/* The caller's endpoint, mixed with the request id. */
 static uint64_t grace_key(const char *peer, uint64_t id)
 {
-    uint64_t h = 14695981039346656037ull;
-    for (const unsigned char *c = (const unsigned char *)peer; *c != '\0'; c++)
-        h = (h ^ *c) * 1099511628211ull;
-    return h ^ (id * 0x9e3779b97f4a7c15ull);
+    return tn_u64map_strkey(TN_U64MAP_STRKEY_INIT, peer) ^ (id * 0x9e3779b97f4a7c15ull);
 }
 
 /* Take g out of the FIFO and out of the index (not freed). */

@@ -114,12 +114,26 @@ static void test_put_fails_cleanly(void **state)
     tn_u64map_fini(&m);
 }
 
+/* tn_u64map_strkey is FNV-1a 64: the published values of "" and "a",
+ * and chaining is the hash of the concatenation. */
+static void test_strkey(void **state)
+{
+    (void)state;
+    assert_true(tn_u64map_strkey(TN_U64MAP_STRKEY_INIT, "") == 0xcbf29ce484222325ull);
+    assert_true(tn_u64map_strkey(TN_U64MAP_STRKEY_INIT, "a") == 0xaf63dc4c8601ec8cull);
+    assert_true(tn_u64map_strkey(tn_u64map_strkey(TN_U64MAP_STRKEY_INIT, "ab"), "c") ==
+                tn_u64map_strkey(TN_U64MAP_STRKEY_INIT, "abc"));
+    assert_true(tn_u64map_strkey(TN_U64MAP_STRKEY_INIT, "ab") !=
+                tn_u64map_strkey(TN_U64MAP_STRKEY_INIT, "ba"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_against_model),
         cmocka_unit_test(test_edges),
         cmocka_unit_test(test_put_fails_cleanly),
+        cmocka_unit_test(test_strkey),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
