@@ -15,31 +15,35 @@
  *      other, 500 ms each (a stalled owner is skipped for the round). A
  *      batch fills from several of them.
  *   3. Still nothing and a wait: the lanes wait here, alone for
- *      POLL_DELAY_MS (50 ms: a message they get meanwhile costs no call
- *      to another node), then one owner (rotating over the owners) gets
- *      a forwarded long poll, while the other owners are probed again
- *      as in step 2, round after round, one call at a time: after an
- *      empty round a pause of 100 ms,
- *      doubling to 1 s (100, 200, 400, 800, 1000, 1000...), while the
- *      client's wait lasts (with one other owner, long-polled, there are
- *      no rounds). The first with messages answers (relay), the others
- *      are cancelled. A cancelled lane request nacks what it had taken;
- *      a cancelled forwarded consume is nacked by its owner
- *      (tn_consume_parked_cancel there). A reply that crossed the cancel
- *      on the wire is dropped by node RPC; the owner kept its handles
- *      for 2 s and nacks them when the CANCEL arrives (the grace, below),
- *      so they come back at once.
+ *      POLL_DELAY_MS (a message they get meanwhile costs no call to
+ *      another node), then one owner (rotating over the owners) gets a
+ *      forwarded long poll, while the other owners are probed again as
+ *      in step 2, round after round, one call at a time: after an empty
+ *      round a pause of 100 ms, doubling to 1 s (100, 200, 400, 800,
+ *      1000, 1000...), while the client's wait lasts (with one other
+ *      owner, long-polled, there are no rounds). The first with messages
+ *      answers (relay), the others are cancelled. A cancelled lane
+ *      request nacks what it had taken; a cancelled forwarded consume is
+ *      nacked by its owner (tn_consume_parked_cancel there). A reply that
+ *      crossed the cancel on the wire is dropped by node RPC; the owner
+ *      kept its handles for 2 s and nacks them when the CANCEL arrives
+ *      (the grace, below), so they come back at once.
  * The empty memo: a probe (steps 2 and 3) that an owner answered with
  * nothing is remembered for EMPTY_MEMO_MS by topic, channel and owner;
- * within that time the other consumes with a wait on this node take that
- * owner as empty without asking it (one without a wait always asks). Many consumers finding this
- * node's partitions empty at once then cost the other owners one probe each per EMPTY_MEMO_MS, not
- * one each; a message produced at an owner meanwhile is that owner's own consumers', or the next
- * probe's, or the long poll's (never delayed by more than EMPTY_MEMO_MS past a probe). An answer
- * with messages from that owner forgets the memo at once. Caps: a consume that leaves this node
- * counts once against its user's cap here, from its route to its answer (its lane requests do not
- * count again), and carries the user to its owners, which count what they run for it under that
- * user as well. A lone node (no node RPC in the router) never leaves step 1's "here".
+ * within that time this node's other consumes with a wait take that
+ * owner as empty without asking it (one without a wait always asks: it
+ * has no long poll to find later what a skipped probe would have found).
+ * Many consumers finding this node's partitions empty at once so cost
+ * each other owner one probe per EMPTY_MEMO_MS, not one each. A message
+ * that reaches a skipped owner is found as one produced just after a
+ * probe always was: by that owner's own consumers, the long poll, or the
+ * next probe round (the memo is over by then). An answer with messages
+ * from that owner forgets its memo at once.
+ * Caps: a consume that leaves this node counts once against its user's
+ * cap here, from its route to its answer (its lane requests do not count
+ * again), and carries the user to its owners, which count what they run
+ * for it under that user as well.
+ * A lone node (no node RPC in the router) never leaves step 1's "here".
  *
  * Threads: the loop thread. */
 #include "core/platform.h"
