@@ -14,7 +14,8 @@
 # the disk's raw flush (tern-storage-bench --raw: the median of one 4 KiB
 # write + fdatasync) and each shape's figures side by side with the ratios
 # (medians of the runs) and the brokers' CPU time per acknowledged message
-# (user + system from /proc/PID/stat over the run):
+# (user + system from /proc/PID/stat over the run), the client's too, and
+# the CPUs twice nsqd's rate would need at those costs:
 #
 #   mpub200x2   MPUB of 200 x 200 B, 2 connections, 1 consumer
 #   pub8        PUB of 200 B, 8 connections, 1 consumer; flush ceiling =
@@ -69,7 +70,7 @@ if [ -n "${NSQD:-}" ]; then
     # One run of shape $2 against broker $1: appends "broker shape msgs/s
     # p50 p99 us/msg" to $work/rows.
     run_shape() {
-        local b=$1 shape=$2 args extra=() out c0 c1
+        local b=$1 shape=$2 args extra=() out c0 c1 cl
         case $shape in
         mpub200x2) args=(--producers 2 --batch 200) ;;
         pub8) args=(--producers 8 --batch 1) ;;
@@ -81,19 +82,25 @@ if [ -n "${NSQD:-}" ]; then
         "$build/tern-bench" --addr "127.0.0.1:$port" --producers 1 --consumers 1 --count 10 \
             --topic side >/dev/null
         c0=$(ticks "$pid")
-        out=$("$build/tern-bench" --addr "127.0.0.1:$port" --duration "$dur" --size 200 --consumers 1 \
-            --topic side "${args[@]}" "${extra[@]}")
+        # The client's own CPU too (bash's time: user and system seconds).
+        out=$(
+            TIMEFORMAT='%U %S'
+            { time "$build/tern-bench" --addr "127.0.0.1:$port" --duration "$dur" --size 200 \
+                --consumers 1 --topic side "${args[@]}" "${extra[@]}"; } 2>"$work/ctime"
+        )
         c1=$(ticks "$pid")
+        cl=$(tail -1 "$work/ctime" | awk '{print $1 + $2}')
         stop_pid "$pid" 10
         pid=
-        echo "$out" | awk -v b="$b" -v s="$shape" -v c=$((c1 - c0)) -v hz="$hz" '
+        echo "$out" | awk -v b="$b" -v s="$shape" -v c=$((c1 - c0)) -v hz="$hz" -v cl="$cl" '
             /^publish:/ { m = $2; r = $9 }
             /^publish-ack latency/ { p50 = $7; p99 = $9 }
-            END { printf "%s %s %s %s %s %.2f\n", b, s, r, p50, p99, m ? c / hz * 1e6 / m : 0 }' |
+            END { printf "%s %s %s %s %s %.2f %.2f\n", b, s, r, p50, p99, m ? c / hz * 1e6 / m : 0,
+                m ? cl * 1e6 / m : 0 }' |
             tee -a "$work/rows"
     }
     echo "== side by side: nsqd ($("$NSQD" --version 2>&1 | head -1)) against ternd, $runs runs each, $dur per run"
-    echo "broker shape msgs/s p50_ms p99_ms cpu_us_per_msg"
+    echo "broker shape msgs/s p50_ms p99_ms cpu_us_per_msg client_cpu_us_per_msg"
     for shape in mpub200x2 pub8 http64; do
         for i in $(seq "$runs"); do
             run_shape nsqd "$shape"
@@ -106,25 +113,36 @@ if [ -n "${NSQD:-}" ]; then
     echo "== medians of $runs runs (msgs/s, p50/p99 ms, broker CPU us per acknowledged message)"
     printf '| %-10s | %10s | %14s | %8s | %10s | %14s | %8s | %6s |\n' shape "nsqd msgs/s" "nsqd p50/p99" \
         "nsqd cpu" "tern msgs/s" "tern p50/p99" "tern cpu" ratio
+    : >"$work/ceiling"
     for shape in mpub200x2 pub8 http64; do
         awk -v s="$shape" -v ceil_us="$median_us" '
             function med(a, n,   i, j, t) {
                 for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
                 return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-            $2 == s { k = $1; n[k]++; r[k, n[k]] = $3; p5[k, n[k]] = $4; p9[k, n[k]] = $5; c[k, n[k]] = $6 }
+            $2 == s { k = $1; n[k]++; r[k, n[k]] = $3; p5[k, n[k]] = $4; p9[k, n[k]] = $5; c[k, n[k]] = $6
+                      q[k, n[k]] = $7 }
             END {
                 for (b = 0; b < 2; b++) {
                     k = b ? "tern" : "nsqd"
-                    for (i = 1; i <= n[k]; i++) { x[i] = r[k, i]; y[i] = p5[k, i]; z[i] = p9[k, i]; w[i] = c[k, i] }
+                    for (i = 1; i <= n[k]; i++) {
+                        x[i] = r[k, i]; y[i] = p5[k, i]; z[i] = p9[k, i]; w[i] = c[k, i]; v[i] = q[k, i]
+                    }
                     R[k] = med(x, n[k]); P5[k] = med(y, n[k]); P9[k] = med(z, n[k]); C[k] = med(w, n[k])
+                    Q[k] = med(v, n[k])
                 }
                 printf "| %-10s | %10.0f | %6.2f / %5.2f | %8.2f | %10.0f | %6.2f / %5.2f | %8.2f | %5.2fx |\n",
                     s, R["nsqd"], P5["nsqd"], P9["nsqd"], C["nsqd"], R["tern"], P5["tern"], P9["tern"], C["tern"],
                     R["nsqd"] ? R["tern"] / R["nsqd"] : 0
+                # What twice nsqd would cost in CPU at the cost per message measured,
+                # broker and client together, against the CPUs of this machine.
+                if (s != "pub8" && R["nsqd"] > 0)
+                    printf "%s at 2x nsqd (%.0f msgs/s): tern %.2f + client %.2f us/msg = %.2f CPUs (machine: %d)\n",
+                        s, 2 * R["nsqd"], C["tern"], Q["tern"], 2 * R["nsqd"] * (C["tern"] + Q["tern"]) / 1e6,
+                        ncpu >>ceil
                 if (s == "pub8" && ceil_us > 0)
                     printf "pub8 flush ceiling: 8 in flight / %.0f us = %.0f msgs/s; tern at %.2f of it\n",
-                        ceil_us, 8e6 / ceil_us, R["tern"] / (8e6 / ceil_us) >ceil
-            }' ceil="$work/ceiling" "$work/rows"
+                        ceil_us, 8e6 / ceil_us, R["tern"] / (8e6 / ceil_us) >>ceil
+            }' ceil="$work/ceiling" ncpu="$(nproc)" "$work/rows"
     done
     cat "$work/ceiling"
     exit 0
