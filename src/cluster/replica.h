@@ -190,11 +190,10 @@ int tn_replica_part_info(tn_replica_t *rm, const char *topic, uint32_t p, uint64
  * partition, or node is not a replica that fetched in this epoch). */
 int tn_replica_peer_lag(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t node,
                         uint64_t *lag);
-/* One member's append error as the leader of its partition holds it. */
-typedef struct tn_replica_perr_s {
-    uint32_t node;
-    char text[TN_WIRE_REPLERR_MAX + 1]; /* tn_strerror's words */
-} tn_replica_perr_t;
+/* One member's append error as the leader of its partition holds it
+ * (node, and tn_strerror's words in text): the type a PERRS reply carries
+ * (cluster/wire.h), so the leader's answer goes on the wire as it is. */
+typedef tn_wire_perr_t tn_replica_perr_t;
 /* On the leader of (topic, p): the append errors its replicas and move
  * targets reported (TN_OP_REPLICA_ERROR) and still hold, into
  * out[0..TN_PSTATE_MAX_REPLICAS) in slot order; an error is over once the

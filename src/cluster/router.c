@@ -1015,15 +1015,26 @@ static ps_where_t pstats_where(const tn_router_t *r, const tn_meta_state_t *s, c
     return PS_CALL;
 }
 
+/* Whether partition p of topic has more than one replica (step 4: its
+ * leader may hold errors of the others). */
+static bool part_replicated(const tn_meta_state_t *s, const char *topic, uint32_t p)
+{
+    const tn_pstate_t *ps = s != NULL ? tn_meta_state_pstate(s, topic, p) : NULL;
+    return ps != NULL && ps->nreplicas > 1;
+}
+
 /* One owner's share of a gather: a PSTATS call for its partitions, which
- * sit at [base, base + n) of the op's arrays. */
+ * sit at [base, base + n) of the op's arrays, and a PERRS call for the
+ * same when one of them is replicated. */
 typedef struct pstats_op_s pstats_op_t;
 typedef struct {
     tn_pstats_call_t call;
+    tn_perrs_call_t perrs; /* its errs are the op's until it is done */
     pstats_op_t *op;
     uint64_t owner;
     uint32_t base;
     uint32_t n;
+    bool errs; /* a PERRS call too */
 } pstats_group_t;
 
 struct pstats_op_s {
@@ -1032,9 +1043,11 @@ struct pstats_op_s {
     uint32_t pending; /* calls not yet answered, plus one while they start */
     tn_router_pstats_cb cb;
     void *arg;
-    uint32_t *idx;        /* per remote partition, grouped by owner: its item */
-    uint32_t *parts;      /* its index, as the call asks */
-    tn_wire_pstat_t *out; /* the owner's answer */
+    uint32_t *idx;            /* per remote partition, grouped by owner: its item */
+    uint32_t *parts;          /* its index, as the call asks */
+    tn_wire_pstat_t *out;     /* the owner's answer */
+    uint8_t *counts;          /* the owner's PERRS answer: errors per partition */
+    tn_replica_perr_t *local; /* the errors read here, items' errs point into it */
     uint32_t ngroups;
     pstats_group_t groups[];
 };
@@ -1042,9 +1055,13 @@ struct pstats_op_s {
 static void pstats_op_done(pstats_op_t *op)
 {
     op->cb(op->arg, op->items, op->n);
+    for (uint32_t g = 0; g < op->ngroups; g++)
+        tn_free(op->groups[g].perrs.errs);
+    tn_free(op->local);
     tn_free(op->idx);
     tn_free(op->parts);
     tn_free(op->out);
+    tn_free(op->counts);
     tn_free(op);
 }
 
@@ -1091,6 +1108,78 @@ static void on_pstats(tn_pstats_call_t *c, int status)
         pstats_op_done(op);
 }
 
+/* The end of an owner's PERRS call: its partitions' errors, or none. */
+static void on_perrs(tn_perrs_call_t *c, int status)
+{
+    pstats_group_t *g = c->data;
+    pstats_op_t *op = g->op;
+    if (status == 0) {
+        size_t at = 0;
+        for (uint32_t j = 0; j < g->n; j++) {
+            tn_router_pstat_t *it = &op->items[op->idx[g->base + j]];
+            uint8_t k = op->counts[g->base + j];
+            it->nerrs = k;
+            it->errs = k > 0 ? c->errs + at : NULL;
+            at += k;
+        }
+    } else if (status == UV_EINVAL) {
+        /* 400: a node of an earlier release, which does not know the op
+         * (or a request it would not take): not worth a warning each
+         * time, the numbers are there. */
+        TN_LOG_RL(TN_LOG_NOTICE, 60000,
+                  "partition stats: node %" PRIu64
+                  " refused a replica errors request (an earlier release?); its partitions show "
+                  "none",
+                  g->owner);
+    } else if (status != TN_ECLOSED) {
+        TN_LOG_RL(TN_LOG_WARN, 10000,
+                  "partition stats: replica errors of %u partition(s) on node %" PRIu64
+                  " not read: %s",
+                  g->n, g->owner, tn_strerror(status));
+    }
+    if (--op->pending == 0)
+        pstats_op_done(op);
+}
+
+/* The replica errors of the partitions read here (step 4), in one array
+ * that their items point into: NULL when there are none, or no room (then
+ * none are shown; the numbers stand). The caller frees it after cb. */
+static tn_replica_perr_t *pstats_local_errs(const tn_router_t *r, const tn_meta_state_t *s,
+                                            const char *topic, tn_router_pstat_t *items, uint32_t n)
+{
+    if (r->replica == NULL)
+        return NULL;
+    tn_replica_perr_t pe[TN_WIRE_PERRS_MAX];
+    size_t total = 0;
+    uint64_t owner;
+    for (uint32_t i = 0; i < n; i++)
+        if (pstats_where(r, s, topic, items[i].partition, &owner) == PS_HERE &&
+            part_replicated(s, topic, items[i].partition))
+            total += tn_perrs_local(r->replica, topic, items[i].partition, pe);
+    if (total == 0)
+        return NULL;
+    tn_replica_perr_t *all = tn_malloc(total * sizeof(*all));
+    if (all == NULL) {
+        TN_LOG_RL(TN_LOG_WARN, 10000, "partition stats: no memory for the replica errors of %s",
+                  topic);
+        return NULL;
+    }
+    size_t at = 0;
+    for (uint32_t i = 0; i < n && at < total; i++) {
+        tn_router_pstat_t *it = &items[i];
+        if (pstats_where(r, s, topic, it->partition, &owner) != PS_HERE ||
+            !part_replicated(s, topic, it->partition))
+            continue;
+        uint32_t k = tn_perrs_local(r->replica, topic, it->partition, pe);
+        k = (uint32_t)TN_MIN((size_t)k, total - at); /* the same tick: the same answer */
+        memcpy(all + at, pe, k * sizeof(*pe));
+        it->nerrs = k;
+        it->errs = k > 0 ? all + at : NULL;
+        at += k;
+    }
+    return all;
+}
+
 /* The group of op for owner (made in the first pass, so it is there). */
 static pstats_group_t *pstats_group(pstats_op_t *op, uint64_t owner)
 {
@@ -1113,6 +1202,8 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
         tn_router_pstat_t *it = &items[i];
         it->have = false;
         it->error = NULL;
+        it->nerrs = 0;
+        it->errs = NULL;
         switch (pstats_where(r, s, topic, it->partition, &it->owner)) {
         case PS_HERE:
             it->have = tn_pstats_local(r->o.broker, topic, it->partition, &it->st) == 200;
@@ -1139,9 +1230,11 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
             break;
         }
     }
+    tn_replica_perr_t *local = pstats_local_errs(r, s, topic, items, n);
     if (nremote == 0) {
         tn_free(owners);
         cb(arg, items, n);
+        tn_free(local);
         return;
     }
     pstats_op_t *op = tn_calloc(1, sizeof(*op) + (size_t)ngroups * sizeof(op->groups[0]));
@@ -1149,8 +1242,10 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
         op->idx = tn_malloc(nremote * sizeof(*op->idx));
         op->parts = tn_malloc(nremote * sizeof(*op->parts));
         op->out = tn_calloc(nremote, sizeof(*op->out));
+        op->counts = tn_calloc(nremote, sizeof(*op->counts));
     }
-    if (op == NULL || op->idx == NULL || op->parts == NULL || op->out == NULL) {
+    if (op == NULL || op->idx == NULL || op->parts == NULL || op->out == NULL ||
+        op->counts == NULL) {
         for (uint32_t i = 0; i < n; i++)
             if (pstats_where(r, s, topic, items[i].partition, &items[i].owner) == PS_CALL)
                 items[i].error = MSG_OOM;
@@ -1158,12 +1253,15 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
             tn_free(op->idx);
             tn_free(op->parts);
             tn_free(op->out);
+            tn_free(op->counts);
         }
         tn_free(op);
         tn_free(owners);
         cb(arg, items, n);
+        tn_free(local);
         return;
     }
+    op->local = local;
     op->items = items;
     op->n = n;
     op->cb = cb;
@@ -1192,6 +1290,8 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
         op->idx[g->base + g->n] = i;
         op->parts[g->base + g->n] = items[i].partition;
         g->n++;
+        if (part_replicated(s, topic, items[i].partition))
+            g->errs = true;
     }
     op->pending = 1; /* held while the calls start */
     for (uint32_t gi = 0; gi < ngroups; gi++) {
@@ -1202,11 +1302,34 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
             tn_pstats_call(r->rpc, m->api_addr, topic, op->parts + g->base, g->n, op->out + g->base,
                            TN_ROUTER_PSTATS_TIMEOUT_MS, &g->call, on_pstats);
         op->pending++;
-        if (rc != 0)
+        if (rc != 0) {
             on_pstats(&g->call, rc);
+            continue; /* the owner cannot be asked: no errors either */
+        }
+        if (!g->errs)
+            continue;
+        g->perrs.data = g;
+        rc = tn_perrs_call(r->rpc, m->api_addr, topic, op->parts + g->base, g->n,
+                           op->counts + g->base, TN_ROUTER_PSTATS_TIMEOUT_MS, &g->perrs, on_perrs);
+        op->pending++;
+        if (rc != 0)
+            on_perrs(&g->perrs, rc);
     }
     if (--op->pending == 0)
         pstats_op_done(op);
+}
+
+/* The owner's answer to TN_OP_PERRS, from the replica manager it has now
+ * (none while it starts or closes: every partition without errors). */
+static void on_perrs_request(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    tn_router_t *r = arg;
+    tn_perrs_answer(r->replica, req, payload, len);
+}
+
+void tn_router_perrs_handler(tn_router_t *r, tn_rpc_handler_t *out)
+{
+    *out = (tn_rpc_handler_t){TN_OP_PERRS, 0, on_perrs_request, r};
 }
 
 /* --- partition moves' progress from their leaders ------------------------------- */

@@ -32,6 +32,7 @@
 #include "core/buf.h"
 #include "storage/ilog.h"
 #include "cluster/moveprog.h"
+#include "cluster/perrs.h"
 #include "cluster/pstats.h"
 #include "cluster/rpc.h"
 #include "cluster/purge.h"
@@ -266,8 +267,14 @@ void tn_router_consume_cancel(tn_router_consume_t *c);
  *      failed or timed out), "owner changed; retry" (421: placement moved
  *      under us), and the owner's other per-partition answers. A partition
  *      read here without numbers (its log is not open here yet) has
- *      neither numbers nor an error, as before routing. One callback gives
- *      them all; nothing is changed anywhere. */
+ *      neither numbers nor an error, as before routing.
+ *   4. Replica errors (cluster/perrs.h) come the same way: read here for
+ *      the partitions read here, and from an owner called in step 2 by a
+ *      PERRS call beside its PSTATS call (same partitions, same timeout)
+ *      when at least one of them has more than one replica. A PERRS call
+ *      that fails leaves those partitions without errors, never without
+ *      numbers. One callback gives them all, once every call answered;
+ *      nothing is changed anywhere. */
 
 #define TN_ROUTER_PSTATS_TIMEOUT_MS 2000
 
@@ -278,16 +285,27 @@ typedef struct {
     bool have;          /* out: st holds the numbers */
     const char *error;  /* out: NULL, or why the owner gave none (a static sentence) */
     tn_wire_pstat_t st; /* out: when have */
+    /* Out: the append errors the partition's leader holds for its members
+     * (cluster/perrs.h), errs[0..nerrs) in slot order; the router's,
+     * borrowed until cb returns. None when the partition has one replica,
+     * its owner holds none, or the owner could not tell (an older node, a
+     * failed call): the numbers do not depend on them. */
+    uint32_t nerrs;
+    const tn_replica_perr_t *errs;
 } tn_router_pstat_t;
 
 typedef void (*tn_router_pstats_cb)(void *arg, tn_router_pstat_t *items, uint32_t n);
 
-/* Gather the numbers of items[0..n) (caller-owned until cb) of topic
- * (borrowed for the call). cb runs exactly once: before this returns when
- * every partition was read here (always on a lone node: no RPC), else
- * later from the loop, within about TN_ROUTER_PSTATS_TIMEOUT_MS. */
+/* Gather the numbers and replica errors of items[0..n) (caller-owned
+ * until cb) of topic (borrowed for the call). cb runs exactly once: before
+ * this returns when every partition was read here (always on a lone node:
+ * no RPC), else later from the loop, within about
+ * TN_ROUTER_PSTATS_TIMEOUT_MS. */
 void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *items, uint32_t n,
                       tn_router_pstats_cb cb, void *arg);
+/* The TN_OP_PERRS handler for the RPC table (the owner's answer from its
+ * replica manager, cluster/perrs.h tn_perrs_answer). */
+void tn_router_perrs_handler(tn_router_t *r, tn_rpc_handler_t *out);
 
 /* --- partition moves' progress from their leaders ---------------------------------
  *

@@ -1071,6 +1071,70 @@ int tn_wire_replerr_decode(const void *p, size_t len, tn_wire_replerr_t *out, ch
     return 0;
 }
 
+/* --- PERRS ------------------------------------------------------------------------ */
+
+_Static_assert(TN_WIRE_PERRS_MAX == TN_PSTATE_MAX_REPLICAS, "an error per member at most");
+
+int tn_wire_perrs_reply_start(tn_buf_t *b, uint32_t n)
+{
+    return tn_wire_put_u32(b, n);
+}
+
+int tn_wire_perrs_reply_part(tn_buf_t *b, uint32_t index, const tn_wire_perr_t *errs,
+                             uint32_t nerrs)
+{
+    if (nerrs > TN_WIRE_PERRS_MAX)
+        return UV_EINVAL;
+    for (uint32_t i = 0; i < nerrs; i++) {
+        size_t tl = strnlen(errs[i].text, sizeof(errs[i].text));
+        if (errs[i].node == 0 || tl == 0 || !replerr_text_ok(errs[i].text, tl))
+            return UV_EINVAL;
+    }
+    size_t at = b->len;
+    int rc;
+    if ((rc = tn_wire_put_u32(b, index)) != 0 || (rc = tn_wire_put_u8(b, (uint8_t)nerrs)) != 0) {
+        b->len = at;
+        return rc;
+    }
+    for (uint32_t i = 0; i < nerrs; i++)
+        if ((rc = tn_wire_put_u32(b, errs[i].node)) != 0 ||
+            (rc = tn_wire_put_bytes(b, errs[i].text, strlen(errs[i].text))) != 0) {
+            b->len = at;
+            return rc;
+        }
+    return 0;
+}
+
+int tn_wire_perrs_reply_decode(const void *p, size_t len, const uint32_t *parts, uint32_t n,
+                               uint8_t *counts, tn_wire_perr_t *errs, size_t *total)
+{
+    tn_wire_in_t in;
+    tn_wire_in_init(&in, p, len);
+    *total = 0;
+    uint32_t count;
+    if (tn_wire_get_u32(&in, &count) != 0 || count != n)
+        return TN_EPROTO;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t index;
+        uint8_t k;
+        if (tn_wire_get_u32(&in, &index) != 0 || index != parts[i] ||
+            tn_wire_get_u8(&in, &k) != 0 || k > TN_WIRE_PERRS_MAX)
+            return TN_EPROTO;
+        counts[i] = k;
+        for (uint8_t j = 0; j < k; j++) {
+            tn_wire_perr_t e;
+            if (tn_wire_get_u32(&in, &e.node) != 0 || e.node == 0 ||
+                tn_wire_get_str(&in, TN_WIRE_REPLERR_MAX, e.text) != 0 || e.text[0] == '\0' ||
+                !replerr_text_ok(e.text, strlen(e.text)))
+                return TN_EPROTO;
+            if (errs != NULL)
+                errs[*total] = e;
+            (*total)++;
+        }
+    }
+    return tn_wire_end(&in);
+}
+
 #define MOVEPROG_KNOWN (TN_WIRE_MOVEPROG_BYTES | TN_WIRE_MOVEPROG_LAG)
 
 int tn_wire_moveprog_reply_encode(tn_buf_t *b, const tn_wire_moveprog_reply_t *r)
@@ -1315,6 +1379,7 @@ static const struct {
     [TN_OP_REMOTE_CHECK] = {"remote_check", TN_LANE_CONTROL},
     [TN_OP_MOVE_PROGRESS] = {"move_progress", TN_LANE_CONTROL},
     [TN_OP_REPLICA_ERROR] = {"replica_error", TN_LANE_REPLICA},
+    [TN_OP_PERRS] = {"perrs", TN_LANE_CONTROL},
 };
 
 const char *tn_wire_op_name(uint8_t op)
@@ -1367,7 +1432,8 @@ int tn_wire_request_check(const void *p, size_t len)
         return tn_wire_consume_decode(in.p + in.off, in.len - in.off, &c, NULL, 0) == 0 ? 0
                                                                                         : TN_EPROTO;
     }
-    case TN_OP_PSTATS: {
+    case TN_OP_PSTATS:
+    case TN_OP_PERRS: {
         tn_wire_pstats_t ps;
         return tn_wire_pstats_decode(in.p + in.off, in.len - in.off, &ps, NULL, 0);
     }

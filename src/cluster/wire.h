@@ -292,6 +292,21 @@ typedef enum {
      * no replica manager or not ready; 400 malformed. An older callee
      * answers 400 (an unknown opcode): the report is lost, nothing else. */
     TN_OP_REPLICA_ERROR = 19,
+    /* The append errors a replicated partition's leader holds for its
+     * replicas and move targets (TN_OP_REPLICA_ERROR's reports), for GET
+     * /v1/topics/{t} on another node (cluster/perrs.h). Control lane, as
+     * PSTATS, and sent beside it to the same owner. Fields: PSTATS'
+     * (string topic (1..255 bytes), u32 count (1..TN_PSTATS_MAX), then
+     * count u32 partition indexes). Reply: 200 application/octet-stream,
+     * u32 count (the request's) then per partition, in the request's
+     * order, u32 index, u8 n (0..TN_WIRE_PERRS_MAX), then n times u32
+     * node (>= 1) and string error (1..TN_WIRE_REPLERR_MAX printable
+     * ASCII bytes, as tn_strerror words it): n is 0 where the callee does
+     * not lead the
+     * partition or holds no error for it. 400 malformed or an invalid
+     * topic name. An older callee answers 400 (an unknown opcode): the
+     * caller shows no errors for those partitions, nothing else. */
+    TN_OP_PERRS = 20,
     TN_OP__COUNT
 } tn_wire_op_t;
 
@@ -729,6 +744,44 @@ int tn_wire_replerr_encode(tn_buf_t *b, const tn_wire_replerr_t *r);
  * sentence in err (may be NULL). */
 int tn_wire_replerr_decode(const void *p, size_t len, tn_wire_replerr_t *out, char *err,
                            size_t errlen);
+
+/* --- PERRS ----------------------------------------------------------------------- */
+
+/* Errors per partition in a PERRS reply: a partition's members
+ * (meta/partstate.h TN_PSTATE_MAX_REPLICAS, checked in wire.c). */
+#define TN_WIRE_PERRS_MAX 8
+
+/* One member's append error in a PERRS reply (cluster/replica.h's
+ * tn_replica_perr_t is this type). */
+typedef struct tn_wire_perr_s {
+    uint32_t node;                      /* >= 1 */
+    char text[TN_WIRE_REPLERR_MAX + 1]; /* 1..TN_WIRE_REPLERR_MAX printable ASCII bytes */
+} tn_wire_perr_t;
+
+/* A PERRS request is a PSTATS request (tn_wire_pstats_encode, _decode,
+ * _index). Its 200 reply body is written in two steps: the count once,
+ * then each partition in the request's order; the count must be the
+ * number of partitions that follow (the decoder holds it to that). */
+
+/* Append a PERRS 200 reply body's count n to b. 0 or UV_ENOMEM (b as it
+ * was). */
+int tn_wire_perrs_reply_start(tn_buf_t *b, uint32_t n);
+/* Append partition index's entry with errs[0..nerrs) (borrowed) to b. 0,
+ * UV_ENOMEM, or UV_EINVAL (nerrs over TN_WIRE_PERRS_MAX, a node 0, a text
+ * empty, over TN_WIRE_REPLERR_MAX bytes or not printable ASCII); on
+ * failure b is as it was. */
+int tn_wire_perrs_reply_part(tn_buf_t *b, uint32_t index, const tn_wire_perr_t *errs,
+                             uint32_t nerrs);
+/* Exact decode of a PERRS 200 reply body that must answer parts[0..n)
+ * (borrowed) in that order: counts[i] (caller's room for n) the errors of
+ * parts[i], *total their sum; with errs non-NULL also the errors
+ * themselves, partition after partition, into errs[0..*total) (room the
+ * caller sized from an earlier call with errs NULL on the same bytes).
+ * 0 or TN_EPROTO (another count, an index out of order, n over
+ * TN_WIRE_PERRS_MAX, a node 0, a text empty, too long or not printable
+ * ASCII, short or trailing). */
+int tn_wire_perrs_reply_decode(const void *p, size_t len, const uint32_t *parts, uint32_t n,
+                               uint8_t *counts, tn_wire_perr_t *errs, size_t *total);
 
 /* --- SETTLE_REPL ------------------------------------------------------------------ */
 

@@ -809,6 +809,7 @@ static int start_rpc(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     }
     tn_v1_consume_handler(&d->v1, &h[nh++]); /* d->v1 is set up below, before the loop runs */
     tn_router_moveprog_handler(d->router, &h[nh++]); /* moves' progress, asked of leaders */
+    tn_router_perrs_handler(d->router, &h[nh++]);    /* replica errors, asked of leaders */
     if (d->replica != NULL) /* followers' long polls: exempt from the bounds */
         h[nh++] =
             (tn_rpc_handler_t){TN_OP_FETCH, TN_RPC_OP_EXEMPT, tn_replica_on_fetch, d->replica};

@@ -160,6 +160,16 @@ def pstats_reply(entries):
     return out
 
 
+def perrs_reply(entries):
+    """A PERRS 200 reply body: (index, [(node, text), ...]) each."""
+    out = struct.pack(">I", len(entries))
+    for index, errs in entries:
+        out += struct.pack(">IB", index, len(errs))
+        for node, text in errs:
+            out += struct.pack(">I", node) + wire_str(text)
+    return out
+
+
 def moveprog_fields(topic, partition):
     return wire_str(topic) + struct.pack(">I", partition)
 
@@ -293,6 +303,18 @@ def wire_seeds(here):
                                           (2, 416, None), (3, 404, None), (4, 503, None)]))
     write(ps, "seed-reply-bad-status", pstats_reply([(0, 418, None)]))
     write(ps, "seed-reply-short", pstats_reply([(0, 200, (1, 0, 42, 40, 4096))])[:-2])
+    write(ps, "seed-perrs-reply", perrs_reply([(0, [(2, b"no space left on device"),
+                                                    (3, b"i/o error")]), (1, []),
+                                               (5, [(4, b"x")])]))
+    write(ps, "seed-perrs-none", perrs_reply([(0, []), (1, []), (2, [])]))
+    write(ps, "seed-perrs-eight", perrs_reply([(7, [(n, b"e" * 96) for n in range(1, 9)])]))
+    write(ps, "seed-perrs-nine", perrs_reply([(7, [(n, b"e") for n in range(1, 10)])]))
+    write(ps, "seed-perrs-node-zero", perrs_reply([(0, [(0, b"e")])]))
+    write(ps, "seed-perrs-empty-text", perrs_reply([(0, [(1, b"")])]))
+    write(ps, "seed-perrs-long-text", perrs_reply([(0, [(1, b"e" * 97)])]))
+    write(ps, "seed-perrs-control", perrs_reply([(0, [(1, b"a\nb")])]))
+    write(ps, "seed-perrs-short", perrs_reply([(0, [(1, b"abc")])])[:-1])
+    write(ps, "seed-perrs-trailing", perrs_reply([(0, [(1, b"abc")])]) + b"\x00")
     mp = os.path.join(here, "move_progress", "corpus")
     write(mp, "seed-request", moveprog_fields(b"orders", 7))
     write(mp, "seed-long-name", moveprog_fields(b"t" * 255, 0))
@@ -343,6 +365,8 @@ def wire_seeds(here):
     write(wr, "seed-commit", b"\x06" + commit)
     write(wr, "seed-commit-short", b"\x06" + commit[:-1])
     write(wr, "seed-pstats", b"\x09" + pstats_fields(b"t", [0, 2]))
+    write(wr, "seed-perrs", b"\x14" + pstats_fields(b"t", [0, 2]))
+    write(wr, "seed-perrs-none", b"\x14" + pstats_fields(b"t", []))
     write(wr, "seed-settle", b"\x07" + settle_fields(b"t", b"default", 1, 0, [(0, 1, 1)]))
     write(wr, "seed-purge", b"\x0a" + purge_fields(b"orders", 1764590000000))
     write(wr, "seed-chan-snap", b"\x0f" + chansnap_fields(b"t", 0, 1, b"c", 1, 3, 0,

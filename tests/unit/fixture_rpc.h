@@ -1,6 +1,6 @@
 /* Node RPC endpoints for the unit tests that drive a handler over real
  * node RPC (tests/unit/cluster: test_dataplane.c, test_pstats.c,
- * test_purge.c, test_rcheck.c, test_router.c, test_router_rcheck.c,
+ * test_perrs.c, test_purge.c, test_rcheck.c, test_router.c, test_router_rcheck.c,
  * test_settle.c, test_rpc.c; tests/unit/api: test_forward.c): endpoints on
  * one loop over loopback with one secret, an owner endpoint that serves
  * the handlers under test beside a caller endpoint that serves none, a

@@ -242,10 +242,11 @@ static void json_members(tn_buf_t *b, const char *key, const tn_pstate_member_t 
  * any), leader_epoch, partition_epoch, under_replicated (ISR smaller than
  * the replica set), offline (no leader), unclean (the epoch began with a
  * forced unclean election), damaged (the replicas whose copy failed a
- * CRC check and is not repaired yet, when any), replica_errors (on the
- * partition's leader only, when any: the append errors its replicas and
- * move targets reported and still hold, by node id); node ids as strings
- * as everywhere in /v1.
+ * CRC check and is not repaired yet, when any), replica_errors (when
+ * any: the append errors its replicas and move targets reported to the
+ * leader and it still holds, by node id; the router asks the leader, so
+ * every node shows the same, and none when the leader could not be
+ * asked); node ids as strings as everywhere in /v1.
  * log_end is the log end of this node's replica when it holds one
  * (replica_high_watermark beside it), else the leader's next offset from
  * the partition's numbers (st). */
@@ -282,17 +283,14 @@ static void json_pstate(tn_v1_t *v, tn_buf_t *b, const char *topic, uint32_t p,
             }
         tn_buf_append(b, "]", 1);
     }
-    if (v->replica != NULL) {
-        /* The leader's own knowledge: its members' append errors. */
-        tn_replica_perr_t pe[TN_PSTATE_MAX_REPLICAS];
-        uint32_t npe = tn_replica_part_errors(v->replica, topic, p, pe);
-        for (uint32_t i = 0; i < npe; i++) {
-            tn__v1_appendf(b, "%s\"%u\":", i == 0 ? ",\"replica_errors\":{" : ",", pe[i].node);
-            tn__v1_json_str(b, pe[i].text);
-        }
-        if (npe > 0)
-            tn_buf_append(b, "}", 1);
+    /* The leader's knowledge, gathered from it by the router (read here
+     * when this node leads): its members' append errors. */
+    for (uint32_t i = 0; i < st->nerrs; i++) {
+        tn__v1_appendf(b, "%s\"%u\":", i == 0 ? ",\"replica_errors\":{" : ",", st->errs[i].node);
+        tn__v1_json_str(b, st->errs[i].text);
     }
+    if (st->nerrs > 0)
+        tn_buf_append(b, "}", 1);
     uint64_t hw, end;
     if (replica_part_info(v, topic, p, &hw, &end) == 0)
         tn__v1_appendf(b, ",\"replica_high_watermark\":%" PRIu64 ",\"log_end\":%" PRIu64, hw, end);

@@ -120,7 +120,8 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
             abort();
         break;
     }
-    case TN_OP_PSTATS: {
+    case TN_OP_PSTATS:
+    case TN_OP_PERRS: /* PSTATS' fields */ {
         /* topic (1..255), count 1..TN_PSTATS_MAX, then count u32 indexes:
          * the check judges these values too. */
         char topic[256];

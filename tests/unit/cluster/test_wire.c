@@ -669,6 +669,7 @@ static void test_op_table(void **state)
         {TN_OP_REMOTE_CHECK, "remote_check", TN_LANE_CONTROL},
         {TN_OP_MOVE_PROGRESS, "move_progress", TN_LANE_CONTROL},
         {TN_OP_REPLICA_ERROR, "replica_error", TN_LANE_REPLICA},
+        {TN_OP_PERRS, "perrs", TN_LANE_CONTROL},
     };
     /* Every op this build knows is listed (numbers are fixed per wave, so
      * one may be another branch's and unknown here). */
@@ -690,6 +691,7 @@ static void test_op_table(void **state)
     assert_int_equal(TN_OP_REMOTE_CHECK, 17);
     assert_int_equal(TN_OP_MOVE_PROGRESS, 18);
     assert_int_equal(TN_OP_REPLICA_ERROR, 19);
+    assert_int_equal(TN_OP_PERRS, 20);
     for (size_t i = 0; i < TN_ARRAY_SIZE(want); i++) {
         assert_non_null(tn_wire_op_name(want[i].op));
         assert_string_equal(tn_wire_op_name(want[i].op), want[i].name);
@@ -729,6 +731,7 @@ static void test_request_check(void **state)
     assert_int_equal(tn_wire_consume_encode(&good[TN_OP_CONSUME], &wc), 0);
     static const uint32_t some[] = {0, 2};
     assert_int_equal(tn_wire_pstats_encode(&good[TN_OP_PSTATS], "t", some, 2), 0);
+    assert_int_equal(tn_wire_pstats_encode(&good[TN_OP_PERRS], "t", some, 2), 0);
     assert_int_equal(tn_wire_purge_encode(&good[TN_OP_PURGE], "t", 1764590000000), 0);
     assert_int_equal(tn_fetch_req_put_head(&good[TN_OP_FETCH], 2, 77, 500, 1 << 20, 1), 0);
     tn_fetch_part_t fp = {.topic = "t", .partition = 1, .leader_epoch = 3, .fetch_offset = 9};
@@ -1349,6 +1352,153 @@ static void test_pstats_codec(void **state)
     tn_buf_fini(&b);
 }
 
+/* PERRS: the request is PSTATS'; the reply's exact bytes and every
+ * refusal of its encoder and decoder. */
+static void test_perrs_codec(void **state)
+{
+    (void)state;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    static const uint32_t parts[] = {2, 0, 7};
+    tn_wire_perr_t e2[2] = {{3, "no space left on device"}, {5, "i/o error"}};
+    assert_int_equal(tn_wire_perrs_reply_start(&b, 3), 0);
+    assert_int_equal(tn_wire_perrs_reply_part(&b, 2, e2, 2), 0);
+    assert_int_equal(tn_wire_perrs_reply_part(&b, 0, NULL, 0), 0);
+    tn_wire_perr_t e7 = {4, "x"};
+    assert_int_equal(tn_wire_perrs_reply_part(&b, 7, &e7, 1), 0);
+    static const uint8_t want[] = {
+        0,   0,   0,   3,                      /* count */
+        0,   0,   0,   2,   2,                 /* index 2, two errors */
+        0,   0,   0,   3,   0,   0,   0,   23, /* node 3, 23 bytes */
+        'n', 'o', ' ', 's', 'p', 'a', 'c', 'e', ' ', 'l', 'e', 'f', 't', ' ', 'o',
+        'n', ' ', 'd', 'e', 'v', 'i', 'c', 'e',                               /* */
+        0,   0,   0,   5,   0,   0,   0,   9,                                 /* node 5, 9 bytes */
+        'i', '/', 'o', ' ', 'e', 'r', 'r', 'o', 'r',                          /* */
+        0,   0,   0,   0,   0,                                                /* index 0, none */
+        0,   0,   0,   7,   1,   0,   0,   0,   4,   0,   0,   0,   1,   'x', /* index 7, node 4:
+                                                                                 "x" */
+    };
+    assert_int_equal(tn_buf_size(&b), sizeof(want));
+    assert_memory_equal(tn_buf_data(&b), want, sizeof(want));
+
+    uint8_t counts[3];
+    tn_wire_perr_t got[3];
+    size_t total = 99;
+    assert_int_equal(tn_wire_perrs_reply_decode(want, sizeof(want), parts, 3, counts, NULL, &total),
+                     0);
+    assert_int_equal(total, 3);
+    assert_int_equal(counts[0], 2);
+    assert_int_equal(counts[1], 0);
+    assert_int_equal(counts[2], 1);
+    memset(counts, 0xff, sizeof(counts));
+    assert_int_equal(tn_wire_perrs_reply_decode(want, sizeof(want), parts, 3, counts, got, &total),
+                     0);
+    assert_int_equal(total, 3);
+    assert_int_equal(counts[0], 2);
+    assert_int_equal(got[0].node, 3);
+    assert_string_equal(got[0].text, "no space left on device");
+    assert_int_equal(got[1].node, 5);
+    assert_string_equal(got[1].text, "i/o error");
+    assert_int_equal(got[2].node, 4);
+    assert_string_equal(got[2].text, "x");
+
+    /* Refused: short (every cut), trailing, another count, an index out
+     * of order. */
+    for (size_t cut = 0; cut < sizeof(want); cut++)
+        assert_int_equal(tn_wire_perrs_reply_decode(want, cut, parts, 3, counts, NULL, &total),
+                         TN_EPROTO);
+    uint8_t more[sizeof(want) + 1];
+    memcpy(more, want, sizeof(want));
+    more[sizeof(want)] = 0;
+    assert_int_equal(tn_wire_perrs_reply_decode(more, sizeof(more), parts, 3, counts, NULL, &total),
+                     TN_EPROTO);
+    assert_int_equal(tn_wire_perrs_reply_decode(want, sizeof(want), parts, 2, counts, NULL, &total),
+                     TN_EPROTO);
+    static const uint32_t other[] = {0, 2, 7};
+    assert_int_equal(tn_wire_perrs_reply_decode(want, sizeof(want), other, 3, counts, NULL, &total),
+                     TN_EPROTO);
+
+    /* Refused by the decoder, byte by byte: n too big, node 0, a text
+     * empty, too long, with a control byte (and a NUL). */
+    uint8_t one[4 + 5 + 4 + 4 + TN_WIRE_REPLERR_MAX + 1];
+    static const uint32_t p0[] = {0};
+    struct {
+        uint8_t n;
+        uint32_t node;
+        uint32_t len;
+        uint8_t fill;
+    } bad[] = {
+        {TN_WIRE_PERRS_MAX + 1, 1, 1, 'a'},
+        {1, 0, 1, 'a'},
+        {1, 1, 0, 'a'},
+        {1, 1, TN_WIRE_REPLERR_MAX + 1, 'a'},
+        {1, 1, 3, '\n'},
+        {1, 1, 3, 0},
+        {1, 1, 3, 0x7f},
+        {1, 1, 3, 0x80},
+    };
+    for (size_t i = 0; i < TN_ARRAY_SIZE(bad); i++) {
+        size_t at = 0;
+        memset(one, 0, sizeof(one));
+        one[3] = 1; /* count 1, index 0 */
+        at = 8;
+        one[at++] = bad[i].n;
+        one[at++] = (uint8_t)(bad[i].node >> 24);
+        one[at++] = (uint8_t)(bad[i].node >> 16);
+        one[at++] = (uint8_t)(bad[i].node >> 8);
+        one[at++] = (uint8_t)bad[i].node;
+        one[at++] = 0;
+        one[at++] = 0;
+        one[at++] = (uint8_t)(bad[i].len >> 8);
+        one[at++] = (uint8_t)bad[i].len;
+        memset(one + at, bad[i].fill, bad[i].len);
+        at += bad[i].len;
+        assert_int_equal(tn_wire_perrs_reply_decode(one, at, p0, 1, counts, NULL, &total),
+                         TN_EPROTO);
+    }
+    /* The same frame with a good entry decodes (the refusals above are
+     * the field's, not the frame's). */
+    tn_buf_reset(&b);
+    tn_wire_perr_t longest = {1, ""};
+    memset(longest.text, 'a', TN_WIRE_REPLERR_MAX);
+    longest.text[TN_WIRE_REPLERR_MAX] = '\0';
+    tn_wire_perr_t eight[TN_WIRE_PERRS_MAX];
+    for (uint32_t i = 0; i < TN_WIRE_PERRS_MAX; i++)
+        eight[i] = longest;
+    assert_int_equal(tn_wire_perrs_reply_start(&b, 1), 0);
+    assert_int_equal(tn_wire_perrs_reply_part(&b, 0, eight, TN_WIRE_PERRS_MAX), 0);
+    assert_int_equal(
+        tn_wire_perrs_reply_decode(tn_buf_data(&b), tn_buf_size(&b), p0, 1, counts, NULL, &total),
+        0);
+    assert_int_equal(total, TN_WIRE_PERRS_MAX);
+
+    /* The encoder refuses what the decoder would, and leaves b as it was. */
+    size_t before = tn_buf_size(&b);
+    assert_int_equal(tn_wire_perrs_reply_part(&b, 1, eight, TN_WIRE_PERRS_MAX + 1), UV_EINVAL);
+    tn_wire_perr_t no[5] = {{0, "x"}, {1, ""}, {1, "a\tb"}, {1, "\x7f"}, {1, "\xc3\xa9"}};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(no); i++)
+        assert_int_equal(tn_wire_perrs_reply_part(&b, 1, &no[i], 1), UV_EINVAL);
+    tn_wire_perr_t toolong;
+    toolong.node = 1;
+    memset(toolong.text, 'a', sizeof(toolong.text)); /* no NUL within the field */
+    assert_int_equal(tn_wire_perrs_reply_part(&b, 1, &toolong, 1), UV_EINVAL);
+    assert_int_equal(tn_buf_size(&b), before);
+    /* Out of memory half way leaves b as it was too. */
+    for (int fail = 0; fail < 3; fail++) {
+        tn_buf_t m;
+        tn_buf_init(&m);
+        tn_alloc_fail_after(fail);
+        int rc = tn_wire_perrs_reply_part(&m, 0, eight, TN_WIRE_PERRS_MAX);
+        tn_alloc_fail_after(-1);
+        if (rc != 0) {
+            assert_int_equal(rc, UV_ENOMEM);
+            assert_int_equal(tn_buf_size(&m), 0);
+        }
+        tn_buf_fini(&m);
+    }
+    tn_buf_fini(&b);
+}
+
 static void test_commit_encode_out_of_memory(void **state)
 {
     (void)state;
@@ -1676,6 +1826,7 @@ int main(void)
         cmocka_unit_test(test_commit_refusals),
         cmocka_unit_test(test_consume_codec),
         cmocka_unit_test(test_pstats_codec),
+        cmocka_unit_test(test_perrs_codec),
         cmocka_unit_test(test_moveprog_codec),
         cmocka_unit_test(test_replerr_codec),
         cmocka_unit_test(test_commit_encode_out_of_memory),
