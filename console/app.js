@@ -520,8 +520,8 @@
           else if (p.under_replicated) badges.push(h('span', { class: 'badge under-replicated' }, 'under-replicated'));
           if (p.unclean) badges.push(' ', h('span', { class: 'badge unclean', title: 'this epoch began with a forced unclean election' }, 'unclean'));
           // Replicas whose copy failed a CRC check (not repaired yet), and
-          // the append errors the leader holds for its members (only the
-          // leader's answer has them): docs/replication.md.
+          // the append errors the leader holds for its members (every
+          // node's answer has them, asked of the leader): docs/replication.md.
           if (Array.isArray(p.damaged) && p.damaged.length) {
             badges.push(' ', h('span', { class: 'badge damaged', title: 'a copy failed a CRC check and is not repaired yet' }, `damaged on ${ids(p.damaged)}`));
           }

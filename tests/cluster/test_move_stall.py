@@ -20,9 +20,12 @@ still there.
 
 A follower of another topic (factor 2, min_insync 1) whose appends fail
 with the hook on is shown by its partition's leader in GET
-/v1/topics/{t} (replica_errors: {"<id>": "no space left on device"});
-with the hook lifted (its line removed from the file) its appends succeed
-again, it reports the end of the error, and the leader shows none once the
+/v1/topics/{t} (replica_errors: {"<id>": "no space left on device"}),
+and by every other node too (the follower itself, the nodes holding no
+copy): they ask the leader (node RPC PERRS) beside the partition's
+numbers, so `ternctl topics get` shows it whichever node it talks to.
+With the hook lifted (its line removed from the file) its appends succeed
+again, it reports the end of the error, and every node shows none once the
 follower is back in the ISR.
 
 A third move, to [L, H, S] with S still refusing, has its partition's
@@ -188,9 +191,10 @@ class MoveStall(ReplicaBase):
 
     def error_shown_then_cleared(self, c, first):
         """A follower whose appends fail: its partition's leader shows its
-        error in GET /v1/topics/{t} (replica_errors); once its appends
-        succeed again, the leader forgets it and the follower rejoins the
-        ISR."""
+        error in GET /v1/topics/{t} (replica_errors), and every other node
+        shows what the leader holds; once its appends succeed again, the
+        leader forgets it, every node shows none, and the follower rejoins
+        the ISR."""
         topic = "ce"
         ps = self.create(c, first, topic, 1)
         leader = self.node(c, ps["leader"])
@@ -210,21 +214,35 @@ class MoveStall(ReplicaBase):
                            lambda: self.replica_errors(leader, topic))
         self.assertEqual(shown, {fid: "no space left on device"})
         self.assertNotIn(fid, self.pstats(leader, topic, 0)["isr"])
-        # Only the leader knows it; `ternctl topics get` asking it shows it.
-        self.assertEqual(self.replica_errors(follower, topic), {})
-        r = self.ternctl(c, leader, "topics", "get", topic)
-        self.assertIn(f" {fid}: no space left on device", r.stdout)
+        # Only the leader knows it; every other node (the follower, the
+        # nodes without a copy) asks it and shows the same, and `ternctl
+        # topics get` shows it whichever node it asks.
+        others = [n for n in c.nodes if n.id != leader.id]
+        self.assertGreaterEqual(len(others), 2)  # the follower and a third node
+        for node in others:
+            self.assertEqual(
+                wait_until(f"node {node.id} shows {topic}/0's error of member {fid}",
+                           lambda n=node: self.replica_errors(n, topic)),
+                {fid: "no space left on device"})
+        for node in [leader] + others:
+            r = self.ternctl(c, node, "topics", "get", topic)
+            self.assertIn(f" {fid}: no space left on device", r.stdout)
         self.hook(follower, f"{topic}/0", False)
         wait_until(f"{topic}/0's leader forgets member {fid}'s append error, "
                    "the member back in the ISR",
                    lambda: self.replica_errors(leader, topic) == {}
                    and self.in_sync(c, topic, 0, 2))
+        for node in others:
+            wait_until(f"node {node.id} shows no error for {topic}/0",
+                       lambda n=node: self.replica_errors(n, topic) == {})
         # Still clear after more records, which the follower copies.
         for i in range(6, 9):
             self.produce_acked(leader, topic, 0, f"c{i}")
             acked.append(f"c{i}")
-        self.assertEqual(self.replica_errors(leader, topic), {})
-        self.assertNotIn("no space left", self.ternctl(c, leader, "topics", "get", topic).stdout)
+        for node in [leader] + others:
+            self.assertEqual(self.replica_errors(node, topic), {})
+            self.assertNotIn("no space left",
+                             self.ternctl(c, node, "topics", "get", topic).stdout)
         self.wait_all(leader, topic, 0, acked)
 
     def leaders_change_mid_stall(self, c, first, pair, sid):

@@ -152,7 +152,8 @@ static const char *id_list(yajl_val p, const char *key, char *out, size_t cap)
 
 /* The ERROR cell of a replicated partition: its error, else the append
  * errors its leader holds of members ("3: no space left on device",
- * replica_errors: only a leader's answer has them), else NULL. */
+ * replica_errors: every node's answer has them, asked of the leader),
+ * else NULL. */
 static const char *repl_error(yajl_val p, char *out, size_t cap)
 {
     const char *e = tn_ctl_get_str(p, "error");

@@ -9,13 +9,18 @@
  * called: "owner is down"), an owner nobody answers for ("owner
  * unreachable", the other entries unharmed), and the router as node 1 or
  * without node RPC (every partition read here, before the call returns).
- * Every test checks that uv_loop_close returns 0. */
+ * The owner endpoint also answers PERRS (cluster/perrs.h) from a script:
+ * a replicated topic's partitions get the errors it names beside their
+ * numbers, and an owner that refuses PERRS as an earlier release does
+ * (400) leaves them without errors and with their numbers. Every test
+ * checks that uv_loop_close returns 0. */
 #include "core/platform.h"
 
 #include "fixture_meta.h"
 #include "fixture_rpc.h"
 #include "testutil.h"
 
+#include "cluster/perrs.h"
 #include "cluster/pstats.h"
 #include "cluster/router.h"
 #include "cluster/rpc.h"
@@ -44,9 +49,36 @@ typedef struct {
     tn_broker_t *b;
     tn_meta_t *m;
     tn_srv_t *srv;
-    tu_rpc_pair_t rpc;   /* the owner serves PSTATS */
+    tu_rpc_pair_t rpc;   /* the owner serves PSTATS and PERRS */
     tn_router_t *router; /* node 2's, over rpc.caller */
+    bool older;          /* PERRS answered as an earlier release does */
+    unsigned perrs;      /* PERRS requests the owner took */
 } rfx_t;
+
+/* The owner's PERRS answer from a script: partition 0 holds member 3's
+ * "no space left on device", the others none; 400 as an earlier release
+ * when f->older. */
+static void on_perrs(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    rfx_t *f = arg;
+    f->perrs++;
+    if (f->older) {
+        tn_rpc_reply_error(req, 400, "unsupported rpc operation");
+        return;
+    }
+    tn_wire_pstats_t w;
+    assert_int_equal(tn_wire_pstats_decode(payload, len, &w, NULL, 0), 0);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_perrs_reply_start(&b, w.count), 0);
+    static const tn_wire_perr_t e = {3, "no space left on device"};
+    for (uint32_t i = 0; i < w.count; i++) {
+        uint32_t p = tn_wire_pstats_index(&w, i);
+        assert_int_equal(tn_wire_perrs_reply_part(&b, p, &e, p == 0 ? 1 : 0), 0);
+    }
+    tn_rpc_reply(req, 200, "application/octet-stream", tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
 
 static void commit(rfx_t *f, const tn_meta_cmd_t *c)
 {
@@ -89,7 +121,11 @@ static rfx_t *rfx_new(void)
     assert_int_equal(tn_broker_open(f->loop, f->fx->store, &o, &f->b), 0);
     tn_broker_set_placement(f->b, place, NULL);
     assert_int_equal(tn_pstats_srv_new(f->b, &f->srv), 0);
-    tu_srv_pair_open(&f->rpc, f->loop, f->srv, TN_OP_PSTATS, 0);
+    tn_rpc_handler_t h[TN_SRV_HANDLERS + 1];
+    size_t nh = 0;
+    tn_srv_handlers(f->srv, h, &nh);
+    h[nh++] = (tn_rpc_handler_t){TN_OP_PERRS, 0, on_perrs, f};
+    tu_rpc_pair_open(&f->rpc, f->loop, h, nh);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/meta", f->fx->dir);
     f->m = tu_meta_lone(f->loop, dir, f->rpc.addr);
@@ -130,6 +166,10 @@ typedef struct {
     uint32_t n;
     unsigned calls;
     bool done;
+    /* Each item's errors, copied in the callback (the router's until it
+     * returns). */
+    uint32_t nerrs[8];
+    tn_replica_perr_t errs[8][TN_WIRE_PERRS_MAX];
 } gather_t;
 
 static void on_gathered(void *arg, tn_router_pstat_t *items, uint32_t n)
@@ -137,6 +177,14 @@ static void on_gathered(void *arg, tn_router_pstat_t *items, uint32_t n)
     gather_t *g = arg;
     assert_ptr_equal(items, g->items);
     assert_int_equal(n, g->n);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_true(items[i].nerrs <= TN_WIRE_PERRS_MAX);
+        assert_true((items[i].nerrs == 0) == (items[i].errs == NULL));
+        g->nerrs[i] = items[i].nerrs;
+        if (items[i].nerrs > 0)
+            memcpy(g->errs[i], items[i].errs, items[i].nerrs * sizeof(*items[i].errs));
+        items[i].errs = NULL; /* gone once this returns */
+    }
     g->calls++;
     g->done = true;
 }
@@ -288,6 +336,66 @@ static void test_local_reads(void **state)
     rfx_free(f);
 }
 
+/* A replicated topic (factor 2 over members 1 and 3, both this owner's
+ * endpoint): each owner is asked for errors beside the numbers, once per
+ * gather, and partition 0 carries member 3's; a factor-1 topic is not
+ * asked. An owner that refuses PERRS (an earlier release) leaves every
+ * partition without errors, with its numbers. */
+static void test_replica_errors(void **state)
+{
+    (void)state;
+    rfx_t *f = rfx_new();
+    tn_meta_cmd_t m3 = tu_meta_member_cmd(3, f->rpc.addr);
+    commit(f, &m3);
+    tn_meta_cmd_t c = tu_meta_topic_cmd("rt", 2);
+    c.topic.native = true;
+    c.topic.replication_factor = 2;
+    c.topic.min_insync = 1;
+    commit(f, &c);
+    const tn_meta_state_t *s = tn_meta_state(f->m);
+    uint32_t leader[2];
+    for (uint32_t p = 0; p < 2; p++) {
+        const tn_pstate_t *ps = tn_meta_state_pstate(s, "rt", p);
+        assert_non_null(ps);
+        assert_int_equal(ps->nreplicas, 2);
+        leader[p] = ps->leader;
+        assert_true(leader[p] == 1 || leader[p] == 3);
+    }
+    /* One PERRS call per owner (a leader each: one or two). */
+    unsigned owners = leader[0] == leader[1] ? 1 : 2;
+    (void)tu_broker_topic(f->loop, f->b, "rt", 2);
+    publish(f, "rt", 1, 2);
+    static const uint32_t all[] = {0, 1};
+    bool sync;
+    gather_t *g = gather(f, "rt", all, 2, &sync);
+    assert_false(sync);
+    assert_int_equal(f->perrs, owners);
+    assert_true(g->items[0].have && g->items[1].have);
+    assert_int_equal(g->items[1].st.next_offset, 2);
+    assert_int_equal(g->nerrs[0], 1);
+    assert_int_equal(g->errs[0][0].node, 3);
+    assert_string_equal(g->errs[0][0].text, "no space left on device");
+    assert_int_equal(g->nerrs[1], 0);
+
+    /* A factor-1 topic: no PERRS call. */
+    topic(f, "t", 2);
+    g = gather(f, "t", all, 2, &sync);
+    assert_int_equal(f->perrs, owners);
+    assert_true(g->items[0].have && g->items[1].have);
+    assert_int_equal(g->nerrs[0], 0);
+
+    /* An earlier release: the numbers, no errors. */
+    f->older = true;
+    g = gather(f, "rt", all, 2, &sync);
+    assert_int_equal(f->perrs, 2 * owners);
+    assert_true(g->items[0].have && g->items[1].have);
+    assert_null(g->items[0].error);
+    assert_int_equal(g->items[1].st.next_offset, 2);
+    assert_int_equal(g->nerrs[0], 0);
+    assert_int_equal(g->nerrs[1], 0);
+    rfx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -296,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_owner_down),
         cmocka_unit_test(test_owner_unreachable),
         cmocka_unit_test(test_local_reads),
+        cmocka_unit_test(test_replica_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
