@@ -5,6 +5,7 @@
 
 #include "cluster/moveprog.h"
 
+#include "cluster/reply.h"
 #include "core/buf.h"
 #include "core/err.h"
 
@@ -87,9 +88,7 @@ static void on_reply(void *arg, int status, const tn_wire_reply_t *reply, const 
         if (reply->status == 200)
             status = tn_wire_moveprog_reply_decode(reply->body, reply->body_len, &c->out);
         else
-            status = reply->status == 503   ? UV_EAGAIN
-                     : reply->status == 400 ? UV_EINVAL
-                                            : TN_EPROTO;
+            status = tn_reply_status_err(reply->status);
     }
     if (status != 0)
         memset(&c->out, 0, sizeof(c->out));

@@ -4,6 +4,7 @@
 
 #include "cluster/perrs.h"
 
+#include "cluster/reply.h"
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/err.h"
@@ -77,9 +78,7 @@ static void on_reply(void *arg, int status, const tn_wire_reply_t *reply, const 
         if (reply->status == 200)
             status = take_reply(c, reply->body, reply->body_len);
         else
-            status = reply->status == 503   ? UV_EAGAIN
-                     : reply->status == 400 ? UV_EINVAL
-                                            : TN_EPROTO;
+            status = tn_reply_status_err(reply->status);
     }
     c->cb(c, status);
 }

@@ -4,6 +4,7 @@
 
 #include "cluster/pstats.h"
 
+#include "cluster/reply.h"
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/err.h"
@@ -96,9 +97,7 @@ static void on_reply(void *arg, int status, const tn_wire_reply_t *reply, const 
             status =
                 tn_wire_pstats_reply_decode(reply->body, reply->body_len, c->parts, c->n, c->out);
         else
-            status = reply->status == 503   ? UV_EAGAIN
-                     : reply->status == 400 ? UV_EINVAL
-                                            : TN_EPROTO;
+            status = tn_reply_status_err(reply->status);
     }
     c->cb(c, status);
 }

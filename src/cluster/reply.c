@@ -100,3 +100,8 @@ int tn_reply_error_decode(uint16_t status, const uint8_t *body, size_t len, cons
     yajl_tree_free(root);
     return 0;
 }
+
+int tn_reply_status_err(uint16_t status)
+{
+    return status == 503 ? UV_EAGAIN : status == 400 ? UV_EINVAL : TN_EPROTO;
+}

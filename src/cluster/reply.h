@@ -4,7 +4,8 @@
  * naming another member in one field. Both callers decode it here and map
  * the other statuses to their own codes. Also the sentence of the plain
  * {"error":"..."} answers of PURGE (cluster/purge.h) and REMOTE_CHECK
- * (cluster/rcheck.h), whose callers map the statuses likewise.
+ * (cluster/rcheck.h), whose callers map the statuses likewise; and the
+ * error of a binary answer's other statuses.
  *
  * Threads: any (pure). */
 #ifndef TN_CLUSTER_REPLY_H
@@ -45,5 +46,12 @@ int tn_store_reply_decode(uint16_t status, const uint8_t *body, size_t len, cons
  * byte, not JSON, no "error"). */
 int tn_reply_error_decode(uint16_t status, const uint8_t *body, size_t len, const char *what,
                           char *error, size_t errlen);
+
+/* The error a call whose 200 answer is binary (PSTATS, PERRS, SETTLE,
+ * MOVE_PROGRESS) reports for any other status: UV_EAGAIN for 503 (the
+ * callee could not answer now), UV_EINVAL for 400 (it refused the
+ * request, as a node of an earlier release refuses an opcode it does not
+ * know), TN_EPROTO for the rest. */
+int tn_reply_status_err(uint16_t status);
 
 #endif

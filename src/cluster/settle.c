@@ -4,6 +4,7 @@
 
 #include "cluster/settle.h"
 
+#include "cluster/reply.h"
 #include "core/alloc.h"
 #include "core/buf.h"
 #include "core/err.h"
@@ -133,9 +134,7 @@ static void on_reply(void *arg, int status, const tn_wire_reply_t *reply, const 
         if (reply->status == 200)
             status = tn_wire_settle_reply_decode(reply->body, reply->body_len, c->n, c->status);
         else
-            status = reply->status == 503   ? UV_EAGAIN
-                     : reply->status == 400 ? UV_EINVAL
-                                            : TN_EPROTO;
+            status = tn_reply_status_err(reply->status);
     }
     c->cb(c, status);
 }
