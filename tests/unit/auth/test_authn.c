@@ -174,11 +174,25 @@ static void test_verifier_cache_and_shared_runs(void **state)
     tn_authn_stats(a, &st);
     assert_int_equal(st.bcrypt_runs, 1);
     assert_int_equal(st.cache_hits, 1);
+    /* The cache holds a MAC of this password only: another password, the
+     * same one cut short or run on (the length counts), is no hit and goes
+     * to bcrypt, which denies it. */
+    assert_int_equal(check(&loop, a, "u0", "wrong"), TN_AUTHN_DENIED);
+    memset(&p, 0, sizeof(p));
+    p.req.data = &p;
+    tn_authn_check(a, &p.req, "u0", "right!", 5, on_result); /* "right" */
+    assert_int_equal(p.done, 1);
+    assert_int_equal(p.result, TN_AUTHN_OK);
+    assert_int_equal(check(&loop, a, "u0", "righ"), TN_AUTHN_DENIED);
+    assert_int_equal(check(&loop, a, "u0", "right!"), TN_AUTHN_DENIED);
+    tn_authn_stats(a, &st);
+    assert_int_equal(st.bcrypt_runs, 4);
+    assert_int_equal(st.cache_hits, 2);
     /* A users change (password, grants) sends it back to bcrypt. */
     U.version++;
     assert_int_equal(check(&loop, a, "u0", "right"), TN_AUTHN_OK);
     tn_authn_stats(a, &st);
-    assert_int_equal(st.bcrypt_runs, 2);
+    assert_int_equal(st.bcrypt_runs, 5);
 
     /* Three identical checks share one run; the one that leaves does not
      * hurt the others. */
@@ -195,7 +209,7 @@ static void test_verifier_cache_and_shared_runs(void **state)
     assert_int_equal(q[2].result, TN_AUTHN_OK);
     assert_int_equal(q[1].done, 0);
     tn_authn_stats(a, &st);
-    assert_int_equal(st.bcrypt_runs, 3);
+    assert_int_equal(st.bcrypt_runs, 6);
 
     tn_authn_close(a, NULL, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
