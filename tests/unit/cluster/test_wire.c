@@ -1790,6 +1790,11 @@ static void test_settle_reply(void **state)
     assert_int_equal(tn_buf_append(&b, "", 1), 0);
     assert_int_equal(tn_wire_settle_reply_decode(tn_buf_data(&b), tn_buf_size(&b), 5, out),
                      TN_EPROTO);
+    /* The fuzz corpus's reply-status-500: one handle, a channel log
+     * failure (500), decodes. */
+    const uint8_t one500[] = {0, 0, 0, 1, 0x01, 0xf4};
+    assert_int_equal(tn_wire_settle_reply_decode(one500, sizeof(one500), 1, out), 0);
+    assert_int_equal(out[0], 500);
     const uint16_t odd[1] = {200};
     tn_buf_reset(&b);
     assert_int_equal(tn_wire_settle_reply_encode(&b, odd, 1), 0);
