@@ -1077,7 +1077,7 @@ void tn_ws_free(tn_ws_t *ws)
 }
 
 #ifdef TN_TEST
-void tn__ws_fuzz(const uint8_t *data, size_t len)
+int tn__ws_fuzz(const uint8_t *data, size_t len)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
@@ -1087,8 +1087,9 @@ void tn__ws_fuzz(const uint8_t *data, size_t len)
     tn_ws_t *ws;
     if (tn_ws_new(&loop, &o, &ws) != 0) {
         uv_loop_close(&loop);
-        return;
+        return 0;
     }
+    int bad = 0;
     session_t *s = session_new(ws, "t", "127.0.0.1:1");
     if (s != NULL) {
         s->state = S_AUTH;
@@ -1100,10 +1101,18 @@ void tn__ws_fuzz(const uint8_t *data, size_t len)
             at += n;
             step = step * 3 % 4096 + 1;
         }
+        /* No auth is configured: nothing leaves the auth phase but a
+         * failure, and a session fails once. */
+        if ((s->state != S_AUTH && s->state != S_CLOSING) || ws->st.auth_failures > 1)
+            bad = -1;
         session_end(s);
     }
     uv_run(&loop, UV_RUN_DEFAULT);
-    uv_loop_close(&loop);
+    if (ws->sessions != NULL || ws->nsessions != 0)
+        bad = -1;
+    if (uv_loop_close(&loop) != 0)
+        bad = -1;
     tn_ws_free(ws);
+    return bad;
 }
 #endif

@@ -104,8 +104,11 @@ bool tn_ws_origin_allowed(const tn_ws_opts_t *o, const char *origin, size_t len)
 
 #ifdef TN_TEST
 /* Feed bytes from a client to a session in its auth phase, with no
- * network and no broker: the frame decoder and the control parser. */
-void tn__ws_fuzz(const uint8_t *data, size_t len);
+ * network and no broker: the frame decoder and the control parser.
+ * 0, or -1 when an invariant broke: the session left the auth phase other
+ * than by failing, failed auth more than once, or was not let go whole
+ * (still linked, or a handle left on the loop). */
+int tn__ws_fuzz(const uint8_t *data, size_t len);
 #endif
 
 #endif
