@@ -1217,7 +1217,12 @@ static void test_moveprog_codec(void **state)
     assert_int_equal(tn_wire_moveprog_reply_encode(&b, &r), 0);
     assert_int_equal(tn_buf_size(&b), TN_WIRE_MOVEPROG_REPLY);
     assert_int_equal(tn_wire_moveprog_reply_decode(tn_buf_data(&b), tn_buf_size(&b), &d), 0);
-    assert_memory_equal(&d, &r, sizeof(r));
+    /* Field by field: the struct's padding is not the decoder's to set
+     * (a byte compare read whatever an earlier test left on the stack). */
+    assert_int_equal(d.known, r.known);
+    assert_int_equal(d.bytes_copied, r.bytes_copied);
+    assert_int_equal(d.bytes_total, r.bytes_total);
+    assert_int_equal(d.lag_records, r.lag_records);
     uint8_t raw[TN_WIRE_MOVEPROG_REPLY];
     memcpy(raw, tn_buf_data(&b), sizeof(raw));
     raw[0] = 4; /* an unknown bit */
