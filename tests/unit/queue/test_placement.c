@@ -1443,8 +1443,11 @@ static void test_placed_again_while_closing(void **state)
     close_broker(q);
     assert_true(w.done);
     assert_int_equal(w.status, TN_ECLOSED);
-    assert_int_equal(open_chanlogs(q, "c"), 0);
-    assert_int_equal(open_plogs(q), 0);
+    /* The abandoned log's close (tn_plog_abandon) may still be finishing
+     * when the broker's close has ended (on a busy machine it is): it
+     * ends by itself, and nothing stays open. */
+    openw_t none = {q, 0, 0};
+    assert_true(run_until(q, open_counts, &none));
     place_all(SELF);
     qfx_free(q);
 }
