@@ -10,7 +10,7 @@
 #
 # SHAPE: pub8 (PUB, 8 connections, 200 B), mpub2 (MPUB of 200, 2
 # connections, 200 B), http64 (HTTP /pub, 64 connections, 200 B), pub8c
-# (pub8 with one consumer), pub64 (PUB, 64 connections). With STRACE=1 each run is also counted by
+# (pub8 with one consumer), mpub2c (mpub2 with one consumer, nsq_bench.sh's shape), pub64 (PUB, 64 connections). With STRACE=1 each run is also counted by
 # `strace -c -f` (slower: its figures are syscalls per round, not CPU),
 # with PERF=1 by `perf stat -e context-switches,cpu-migrations`, and with
 # PROFILE=FILE recorded by `perf record -g` into FILE.<run>, with
@@ -36,6 +36,7 @@ pub8) args=(--producers 8 --consumers 0 --batch 1) ;;
 pub8c) args=(--producers 8 --consumers 1 --batch 1) ;;
 pub64) args=(--producers 64 --consumers 0 --batch 1) ;;
 mpub2) args=(--producers 2 --consumers 0 --batch 200) ;;
+mpub2c) args=(--producers 2 --consumers 1 --batch 200) ;;
 http64) args=(--producers 64 --consumers 0 --batch 1) ;;
 *) echo "unknown shape $shape" >&2; exit 2 ;;
 esac
