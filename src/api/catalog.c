@@ -254,6 +254,14 @@ static void release_held(tn_catalog_t *c, bool all)
     }
 }
 
+/* The stamper (queue.h): the record the gate just let a creation through for. */
+static int64_t record_stamp(void *arg, const char *name)
+{
+    tn_catalog_t *c = arg;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(c->meta), name);
+    return e != NULL ? e->rec.created_at_ms : 0;
+}
+
 static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
 {
     tn_catalog_t *c = arg;
@@ -631,12 +639,16 @@ static void on_gone(void *arg, int status)
 
 /* Whether the engine's ready topic t is not the one the replica records
  * (e, NULL when none): deleted, or deleted and made again. A topic whose
- * record it was made from is not known yet takes e's. */
+ * record it was made from is not known (its directory was written before
+ * stamps, queue.h record_created_ms) takes e's, and keeps it as its stamp. */
 static bool stale(tn_topic_t *t, const tn_meta_topic_entry_t *e)
 {
     if (e != NULL && t->record_created_ms == 0)
         t->record_created_ms = e->rec.created_at_ms;
-    return e == NULL || t->record_created_ms != e->rec.created_at_ms;
+    if (e == NULL || t->record_created_ms != e->rec.created_at_ms)
+        return true;
+    tn_topic_keep_stamp(t); /* a directory from before stamps gets this one */
+    return false;
 }
 
 /* Put g (off any list) on c's deletions and ask the engine for it
@@ -965,6 +977,7 @@ int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, t
         return rc;
     }
     tn_broker_set_gate(b, gate, c);
+    tn_broker_set_stamper(b, record_stamp, c);
     tn_broker_set_placement(b, place, c);
     tn_broker_set_grow_here(b, grow_here, c);
     tn_meta_on_change(m, on_meta_change, c);
@@ -1183,6 +1196,7 @@ void tn_catalog_stop(tn_catalog_t *c)
         return;
     tn_broker_unlisten(c->broker, on_event, c);
     tn_broker_set_gate(c->broker, NULL, NULL);
+    tn_broker_set_stamper(c->broker, NULL, NULL);
     tn_broker_set_placement(c->broker, NULL, NULL);
     c->broker->place_readopt = NULL;
     tn_broker_set_grow_here(c->broker, NULL, NULL);

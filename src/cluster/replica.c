@@ -295,6 +295,7 @@ struct part_s {
     uint64_t trunc_logged_at; /* ms: the last failed truncation logged */
     uint32_t trunc_unlogged;  /* failed truncations not logged since */
     uv_work_t open_work;
+    int64_t open_stamp; /* the engine topic's stamp the opening writes first (0: none) */
     int open_rc;
     /* a damaged copy (its log isolated by a CRC failure): reported with
      * PART_CORRUPT, then repaired from the leader (DESIGN step 7) */
@@ -585,7 +586,14 @@ static void feed_state(part_t *pt)
 static void open_work(uv_work_t *w)
 {
     part_t *pt = TN_CONTAINER_OF(w, part_t, open_work);
-    pt->open_rc = tn_plog_open(pt->rm->o.broker->store, pt->topic, pt->p, &pt->plog);
+    tn_store_t *store = pt->rm->o.broker->store;
+    /* The topic's stamp before a directory of it is made here (queue.h,
+     * record_created_ms). */
+    pt->open_rc = pt->open_stamp != 0
+                      ? tn_store_topic_stamp_write(store, pt->topic, pt->open_stamp, true)
+                      : 0;
+    if (pt->open_rc == 0)
+        pt->open_rc = tn_plog_open(store, pt->topic, pt->p, &pt->plog);
 }
 
 static void part_maybe_free(part_t *pt);
@@ -603,6 +611,9 @@ static void open_done(uv_work_t *w, int status)
         pt->plog = NULL;
         pt->src = SRC_NONE;
     } else {
+        tn_topic_t *t = tn_broker_topic_find(rm->o.broker, pt->topic);
+        if (pt->open_stamp != 0 && t != NULL && t->record_created_ms == pt->open_stamp)
+            tn_topic_stamped(t, pt->open_stamp);
         hold_log(pt, pt->plog, SRC_OWN);
         pt->plog->on_progress = NULL;
         tn_plog_set_durability(pt->plog, TN_DURABILITY_DURABLE);
@@ -655,6 +666,8 @@ static bool ensure_log(part_t *pt)
     pt->src = SRC_OPENING;
     pt->busy++;
     rm->working++;
+    tn_topic_t *t = tn_broker_topic_find(rm->o.broker, pt->topic);
+    pt->open_stamp = t != NULL ? tn_topic_stamp_due(t) : 0;
     if (uv_queue_work(rm->o.loop, &pt->open_work, open_work, open_done) != 0) {
         pt->busy--;
         rm->working--;

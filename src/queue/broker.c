@@ -346,6 +346,7 @@ void tn__topic_unlink(tn_broker_t *b, tn_topic_t *t)
 typedef struct {
     uv_work_t work;
     tn_topic_t *t;
+    int64_t stamp; /* written before the first partition (0: none) */
     int rc;
 } topic_job_t;
 
@@ -354,6 +355,16 @@ static void topic_create_work(uv_work_t *w)
     topic_job_t *j = TN_CONTAINER_OF(w, topic_job_t, work);
     tn_topic_t *t = j->t;
     const tn_broker_opts_t *o = &t->broker->opts;
+    /* The stamp first: partition directories without it would be taken,
+     * after a crash here, for whatever topic of the name is recorded by
+     * then. (What the job reads of t was set before it was queued.) */
+    bool local = false;
+    for (uint32_t i = 0; i < t->nparts; i++)
+        local |= !t->parts[i]->remote;
+    j->stamp = local ? tn_topic_stamp_due(t) : 0;
+    if (j->stamp != 0 &&
+        (j->rc = tn_store_topic_stamp_write(t->broker->store, t->name, j->stamp, true)) != 0)
+        return;
     for (uint32_t i = 0; i < t->nparts; i++) {
         if (t->parts[i]->remote)
             continue; /* its log is on its owner */
@@ -373,6 +384,7 @@ static void topic_create_done(uv_work_t *w, int status)
     tn_topic_t *t = j->t;
     tn_broker_t *b = t->broker;
     int rc = j->rc != 0 ? j->rc : status;
+    int64_t stamp = j->stamp;
     tn_free(j);
     t->busy--;
     if (rc != 0) {
@@ -383,6 +395,8 @@ static void topic_create_done(uv_work_t *w, int status)
         tn__waiters_fire(&t->waiters, rc);
         tn__topic_free(t);
     } else {
+        if (stamp != 0)
+            tn_topic_stamped(t, stamp);
         uint32_t remote = 0;
         for (uint32_t i = 0; i < t->nparts; i++) {
             if (t->parts[i]->remote) {
@@ -465,6 +479,22 @@ void tn_broker_set_gate(tn_broker_t *b, tn_gate_fn fn, void *arg)
     b->gate_arg = arg;
 }
 
+void tn_broker_set_stamper(tn_broker_t *b, tn_stamp_fn fn, void *arg)
+{
+    b->stamp = fn;
+    b->stamp_arg = arg;
+}
+
+/* A topic's creation passed the gate: its record is committed and
+ * applied here, so where its partitions live and which record it is are
+ * known (before its job runs, which reads both). */
+static void gate_passed(tn_broker_t *b, tn_topic_t *t)
+{
+    tn__topic_place_new(t, 0);
+    if (b->stamp != NULL && !t->memory)
+        t->record_created_ms = b->stamp(b->stamp_arg, t->name);
+}
+
 void tn_broker_set_grow_here(tn_broker_t *b, tn_grow_here_fn fn, void *arg)
 {
     b->grow_here = fn;
@@ -525,7 +555,7 @@ int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_afte
     int status = g->status;
     tn_free(g);
     if (status == 0 && ch == NULL)
-        tn__topic_place_new(t, 0); /* its record is committed: where it lives is known */
+        gate_passed(b, t);
     return status != 0 ? status : uv_queue_work(b->loop, work, run, after);
 }
 
@@ -545,7 +575,7 @@ void tn_gate_done(tn_gate_t *g, int status)
     if (status == 0 && b->closing)
         status = TN_ECLOSED;
     if (status == 0 && place != NULL)
-        tn__topic_place_new(place, 0); /* its record is committed: where it lives is known */
+        gate_passed(b, place);
     if (status == 0)
         status = uv_queue_work(b->loop, work, run, after);
     if (status != 0)

@@ -281,8 +281,13 @@ struct tn_topic_s {
     bool place_again;
     /* The created_at_ms of the metastore record it was made from (the
      * catalog's, in a cluster): a record of that name with another one is
-     * a new topic, made after this one was deleted. 0: not known yet. */
+     * a new topic, made after this one was deleted. 0: not known yet.
+     * Kept in the topic's directory (its stamp, tn_store_topic_stamp_write)
+     * before its first local partition is made, so that a node coming back
+     * knows which topic its files are of; stamp_ms: the one there (0: none
+     * yet). */
     int64_t record_created_ms;
+    int64_t stamp_ms;
     uint64_t ttl_discards;
     uint64_t message_count; /* published since start */
     uint64_t message_bytes;
@@ -480,6 +485,11 @@ typedef void (*tn_broker_event_cb)(void *arg, tn_broker_event_t ev, const char *
  * tn_gate_done(g, 0), or fails with the status it gives. */
 typedef struct tn_gate_s tn_gate_t;
 typedef void (*tn_gate_fn)(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch);
+/* The stamper: the creation time of the metastore record of the topic
+ * named name (0: none), asked once the gate let a topic's creation
+ * through, for its record_created_ms, which the creation writes first as
+ * its stamp. None (a lone node's topics): never stamped. */
+typedef int64_t (*tn_stamp_fn)(void *arg, const char *name);
 
 /* The placement: whether partition p of topic t (borrowed; its name and
  * partition count are set) lives on this node; false with *owner, the
@@ -543,6 +553,8 @@ struct tn_broker_s {
     uint32_t nlisteners;
     tn_gate_fn gate;
     void *gate_arg;
+    tn_stamp_fn stamp;
+    void *stamp_arg;
     tn_place_fn place; /* NULL: every partition is local */
     void *place_arg;
     /* Whether partition p of t is replicated (its placement moves away
@@ -626,6 +638,8 @@ int tn_broker_topic(tn_broker_t *b, const char *name, size_t len, bool create, u
 
 /* Set (fn NULL: remove) the creation gate. */
 void tn_broker_set_gate(tn_broker_t *b, tn_gate_fn fn, void *arg);
+/* Set the stamper (tn_stamp_fn; NULL: none). */
+void tn_broker_set_stamper(tn_broker_t *b, tn_stamp_fn fn, void *arg);
 /* The gate's answer for g (which is freed). */
 void tn_gate_done(tn_gate_t *g, int status);
 
@@ -893,6 +907,20 @@ static inline tn_plog_t *tn_topic_part_plog(const tn_topic_t *t, uint32_t p)
  * logs may be opened meanwhile, and tn_broker_topic answers UV_EAGAIN.
  * Loop thread. */
 bool tn_topic_busy(const tn_topic_t *t);
+/* The stamp a job making a local partition directory of t must write
+ * first (storage/store.h): record_created_ms when the topic's directory
+ * does not hold it yet, else 0. tn_topic_stamped notes that a job wrote
+ * ms. Loop thread. */
+int64_t tn_topic_stamp_due(const tn_topic_t *t);
+void tn_topic_stamped(tn_topic_t *t, int64_t ms);
+/* Write record_created_ms as t's stamp when its directory is here without
+ * it (a topic loaded from a directory written before stamps, whose record
+ * the catalog just took as its own): on a worker, the topic busy
+ * meanwhile (publishes wait, a deletion is refused with UV_EBUSY), so the
+ * write never lands in the directory of a topic made after this one is
+ * deleted. Nothing when there is nothing to write, or while t is busy
+ * (the next call tries again). Loop thread. */
+void tn_topic_keep_stamp(tn_topic_t *t);
 /* The topic named name in any state (being created, grown, placed or
  * deleted too, unlike tn_broker_topic), or NULL. Borrowed: owned by the
  * engine. Loop thread. */

@@ -140,6 +140,14 @@ int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, const bool
                    st.segments, st.bytes);
         tn__part_ready(t->parts[i]);
     }
+    int64_t stamp = 0;
+    int rc = tn_store_topic_stamp_read(b->store, name, &stamp);
+    if (rc != 0)
+        TN_LOG(TN_LOG_WARN,
+               "topic %s: its stamp (%s) cannot be read (%s): the topic recorded under its "
+               "name is taken for its own, as for a directory made before stamps",
+               name, TN_STORE_STAMP_FILE, tn_strerror(rc));
+    t->record_created_ms = t->stamp_ms = stamp;
     t->state = TN_OBJ_READY;
     tn__topic_insert(b, t);
     *out = t;
@@ -708,6 +716,7 @@ typedef struct {
     char **names;       /* [nch] */
     tn_chanlog_t **cls; /* [nch][to - from] */
     tn_cursor_t *curs;
+    int64_t stamp; /* written before the first local partition (0: none) */
     int rc;
     tn_delete_cb cb;
     void *arg;
@@ -718,6 +727,13 @@ static void grow_work(uv_work_t *w)
     grow_t *g = TN_CONTAINER_OF(w, grow_t, work);
     tn_topic_t *t = g->t;
     uint32_t n = g->to - g->from;
+    bool local = false;
+    for (uint32_t k = 0; k < n; k++)
+        local |= !g->remote[k];
+    if (!local)
+        g->stamp = 0;
+    if (g->stamp != 0)
+        g->rc = tn_store_topic_stamp_write(t->broker->store, t->name, g->stamp, true);
     for (uint32_t k = 0; k < n && g->rc == 0; k++)
         if (!g->remote[k])
             g->rc = tn_plog_open(t->broker->store, t->name, g->from + k, &g->plogs[k]);
@@ -845,6 +861,8 @@ static void grow_done(uv_work_t *w, int status)
     if (rc == 0 && !grow_channels(g))
         rc = UV_ENOMEM;
     if (rc == 0) {
+        if (g->stamp != 0)
+            tn_topic_stamped(t, g->stamp);
         for (uint32_t k = 0; k < n; k++) {
             tn_part_t *p = t->parts[g->from + k];
             if (p->remote)
@@ -905,6 +923,7 @@ int tn_topic_grow(tn_topic_t *t, uint32_t nparts, tn_delete_cb cb, void *arg)
             continue;
         ok = (g->names[c++] = tn_strdup(ch->name)) != NULL;
     }
+    g->stamp = tn_topic_stamp_due(t);
     if (!ok || uv_queue_work(b->loop, &g->work, grow_work, grow_done) != 0) {
         grow_free(g, false);
         return UV_ENOMEM;
@@ -960,6 +979,7 @@ typedef struct {
     tn_chanlog_t **cls; /* [nch][n] */
     tn_cursor_t *curs;
     uint32_t closing; /* held channel logs still closing, + 1 while they start */
+    int64_t stamp;    /* written before the partitions (0: none) */
     int rc;
     tn_delete_cb cb;
     void *arg;
@@ -969,6 +989,8 @@ static void place_work(uv_work_t *w)
 {
     place_t *o = TN_CONTAINER_OF(w, place_t, work);
     tn_topic_t *t = o->t;
+    if (o->stamp != 0 && o->n > 0)
+        o->rc = tn_store_topic_stamp_write(t->broker->store, t->name, o->stamp, true);
     for (uint32_t k = 0; k < o->n && o->rc == 0; k++)
         o->rc = tn_plog_open(t->broker->store, t->name, o->idx[k], &o->plogs[k]);
     for (uint32_t c = 0; c < o->nch && o->rc == 0; c++)
@@ -1056,6 +1078,8 @@ static void place_done(uv_work_t *w, int status)
     if (rc == 0 && !place_install(o))
         rc = UV_ENOMEM;
     if (rc == 0) {
+        if (o->stamp != 0 && o->n > 0)
+            tn_topic_stamped(t, o->stamp);
         for (uint32_t k = 0; k < o->n; k++)
             TN_LOG(TN_LOG_NOTICE, "partition %s/%" PRIu32 " is placed on this node: opened",
                    t->name, o->idx[k]);
@@ -1084,6 +1108,7 @@ static void place_closed_one(place_t *o)
     tn_broker_t *b = o->t->broker;
     if (o->rc == 0 && b->closing)
         o->rc = TN_ECLOSED;
+    o->stamp = tn_topic_stamp_due(o->t);
     if (o->rc == 0 && uv_queue_work(b->loop, &o->work, place_work, place_done) == 0)
         return;
     if (o->rc == 0)
@@ -1134,6 +1159,75 @@ static void place_close_held(place_t *o)
                "here again, to open them from their files",
                t->name, nheld);
     place_closed_one(o);
+}
+
+/* --- the stamp ------------------------------------------------------------------- */
+
+int64_t tn_topic_stamp_due(const tn_topic_t *t)
+{
+    return !t->memory && t->record_created_ms > 0 && t->stamp_ms != t->record_created_ms
+               ? t->record_created_ms
+               : 0;
+}
+
+void tn_topic_stamped(tn_topic_t *t, int64_t ms)
+{
+    t->stamp_ms = ms;
+}
+
+typedef struct {
+    uv_work_t work;
+    tn_topic_t *t;
+    int64_t ms;
+    int rc;
+} stamp_job_t;
+
+static void stamp_work(uv_work_t *w)
+{
+    stamp_job_t *j = TN_CONTAINER_OF(w, stamp_job_t, work);
+    j->rc = tn_store_topic_stamp_write(j->t->broker->store, j->t->name, j->ms, false);
+}
+
+static void stamp_done(uv_work_t *w, int status)
+{
+    stamp_job_t *j = TN_CONTAINER_OF(w, stamp_job_t, work);
+    tn_topic_t *t = j->t;
+    int rc = j->rc != 0 ? j->rc : status;
+    t->busy--;
+    if (rc == 0)
+        tn_topic_stamped(t, j->ms);
+    else
+        TN_LOG(TN_LOG_WARN, "topic %s: writing its stamp failed: %s; tried again later", t->name,
+               tn_strerror(rc));
+    tn_free(j);
+    reshape_end(t, 0, NULL, NULL);
+}
+
+void tn_topic_keep_stamp(tn_topic_t *t)
+{
+    int64_t ms = tn_topic_stamp_due(t);
+    if (ms == 0 || tn_topic_busy(t) || t->deleted || t->broker->closing)
+        return;
+    bool local = false; /* a directory here (a follower's own copy counts too) */
+    for (uint32_t i = 0; i < t->nparts; i++)
+        local |= t->parts[i]->plog != NULL;
+    if (!local)
+        return;
+    stamp_job_t *j = tn_calloc(1, sizeof(*j));
+    if (j == NULL)
+        return;
+    j->t = t;
+    j->ms = ms;
+    if (uv_queue_work(t->broker->loop, &j->work, stamp_work, stamp_done) != 0) {
+        tn_free(j);
+        return;
+    }
+    /* Busy as a growth is: a deletion, which would move the directory
+     * away and let a topic of the name make a new one, waits for it. */
+    t->growing = true;
+    t->state = TN_OBJ_CREATING;
+    t->busy++;
+    t->broker->workers++;
 }
 
 bool tn_topic_busy(const tn_topic_t *t)

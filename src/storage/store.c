@@ -680,6 +680,50 @@ int tn_store_remove_topic(tn_store_t *store, const char *topic)
     return 0;
 }
 
+/* The stamp file: u32 magic "TNS1", u32 crc32c of the next 8 bytes, u64
+ * the record's creation time (Unix ms); little-endian. */
+#define STAMP_MAGIC 0x31534E54u /* "TNS1" read as a little-endian u32 */
+
+int tn_store_topic_stamp_write(tn_store_t *store, const char *topic, int64_t ms, bool make_dir)
+{
+    if (!tn_store_valid_name(topic) || ms <= 0)
+        return UV_EINVAL;
+    char dir[4400];
+    snprintf(dir, sizeof(dir), "%s/%s", store->topics_path, topic);
+    struct stat st;
+    if (make_dir) {
+        int rc = tn_io_mkdir_p(dir, 0755);
+        if (rc != 0)
+            return rc;
+    } else if (stat(dir, &st) != 0) {
+        return errno == ENOENT ? 0 : tn_err_from_errno(errno);
+    }
+    unsigned char payload[8];
+    tn_put_u64(payload, (uint64_t)ms);
+    return tn_io_write_record_file(dir, TN_STORE_STAMP_FILE, STAMP_MAGIC, payload, sizeof(payload));
+}
+
+int tn_store_topic_stamp_read(tn_store_t *store, const char *topic, int64_t *ms)
+{
+    *ms = 0;
+    if (!tn_store_valid_name(topic))
+        return UV_EINVAL;
+    char dir[4400];
+    snprintf(dir, sizeof(dir), "%s/%s", store->topics_path, topic);
+    unsigned char payload[8];
+    int rc =
+        tn_io_read_record_file(dir, TN_STORE_STAMP_FILE, STAMP_MAGIC, payload, sizeof(payload));
+    if (rc == UV_ENOENT || rc == UV_ENOTDIR)
+        return 0;
+    if (rc != 0)
+        return rc;
+    int64_t v = (int64_t)tn_get_u64(payload);
+    if (v <= 0)
+        return TN_ECORRUPT;
+    *ms = v;
+    return 0;
+}
+
 int tn_store_list_topics(tn_store_t *store, tn_store_topic_cb cb, void *arg)
 {
     DIR *d = opendir(store->topics_path);

@@ -192,6 +192,21 @@ typedef int (*tn_store_partition_cb)(void *arg, const char *topic, uint32_t part
 int tn_store_list_partitions(tn_store_t *store, const char *topic, tn_store_partition_cb cb,
                              void *arg);
 
+/* A topic directory's stamp (`topics/<topic>/stamp`, storage-format.md):
+ * the creation time (Unix ms, not 0) of the metastore record the topic was
+ * made from, so a node that comes back after the topic was deleted and
+ * made again under its name tells its old files from the new topic.
+ * tn_store_topic_stamp_write replaces it atomically; with make_dir it
+ * first makes the topic's directory (a topic whose first local partition
+ * is about to be made), else a topic with no directory here is left
+ * alone (0). tn_store_topic_stamp_read: 0 with *ms 0 when the topic has
+ * no directory or no stamp (made before stamps, or a lone node's);
+ * TN_ECORRUPT when the file is not a stamp (size, magic, CRC, or 0).
+ * Blocking: a worker thread (read: also before the loop runs). */
+#define TN_STORE_STAMP_FILE "stamp"
+int tn_store_topic_stamp_write(tn_store_t *store, const char *topic, int64_t ms, bool make_dir);
+int tn_store_topic_stamp_read(tn_store_t *store, const char *topic, int64_t *ms);
+
 /* Remove a topic's directory (its logs and channel logs closed): renamed
  * into trash/ (durably: the topic is gone from then on, even after a
  * crash), then deleted; a start clears what a crash left in trash/.

@@ -1452,6 +1452,121 @@ static void test_placed_again_while_closing(void **state)
     qfx_free(q);
 }
 
+/* --- stamps (queue.h record_created_ms) ----------------------------------------- */
+
+static void gate_pass(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
+{
+    (void)arg;
+    (void)t;
+    (void)ch;
+    tn_gate_done(g, 0);
+}
+
+/* The stamper the tests play the catalog with: topic name -> the record's
+ * creation time, 1000 + its first letter. */
+static int64_t stamper(void *arg, const char *name)
+{
+    (void)arg;
+    return 1000 + name[0];
+}
+
+static int64_t stamp_on_disk(qfx_t *q, const char *name)
+{
+    int64_t ms = -1;
+    assert_int_equal(tn_store_topic_stamp_read(q->fx->store, name, &ms), 0);
+    return ms;
+}
+
+static void stamped_broker(qfx_t *q)
+{
+    tn_broker_set_gate(q->b, gate_pass, NULL);
+    tn_broker_set_stamper(q->b, stamper, NULL);
+}
+
+static bool topic_idle(void *arg)
+{
+    return !tn_topic_busy(arg);
+}
+
+/* A topic made through the gate writes its record's creation time into
+ * its directory before its first local partition: at its creation, at a
+ * growth or a placement that brings one here (never a directory for a
+ * topic with none here), and a restart loads it. A topic loaded from a
+ * directory without one (made before stamps) writes the one it is given
+ * (tn_topic_keep_stamp), busy meanwhile so that a deletion waits. */
+static void test_stamps(void **state)
+{
+    (void)state;
+    place_all(2); /* nothing here */
+    qfx_t *q = qfx_new(true);
+    stamped_broker(q);
+    tn_topic_t *t = topic(q, "r", 2);
+    assert_int_equal(t->record_created_ms, 1000 + 'r');
+    assert_int_equal(t->stamp_ms, 0);
+    assert_int_equal(stamp_on_disk(q, "r"), 0); /* no directory made for it */
+    owners[1] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 1));
+    assert_int_equal(stamp_on_disk(q, "r"), 1000 + 'r');
+    assert_int_equal(t->stamp_ms, 1000 + 'r');
+
+    place_all(SELF);
+    tn_topic_t *u = topic(q, "u", 1);
+    assert_int_equal(stamp_on_disk(q, "u"), 1000 + 'u');
+    assert_int_equal(u->stamp_ms, 1000 + 'u');
+    place_all(2);
+    tn_topic_t *g = topic(q, "g", 1);
+    assert_int_equal(stamp_on_disk(q, "g"), 0);
+    owners[2] = SELF;
+    grown_flag = false;
+    assert_int_equal(tn_topic_grow(g, 3, on_grown, NULL), 0);
+    assert_true(run_until(q, is_grown, NULL));
+    assert_int_equal(grown_status, 0);
+    assert_true(tn_topic_part_local(g, 2));
+    assert_int_equal(stamp_on_disk(q, "g"), 1000 + 'g');
+
+    /* Without a stamper (a directory from an earlier release): none. */
+    tn_broker_set_stamper(q->b, NULL, NULL);
+    place_all(SELF);
+    tn_topic_t *v = topic(q, "v", 1);
+    assert_int_equal(v->record_created_ms, 0);
+    assert_int_equal(stamp_on_disk(q, "v"), 0);
+
+    restart(q, true);
+    stamped_broker(q);
+    t = topic(q, "r", 0);
+    assert_int_equal(t->record_created_ms, 1000 + 'r');
+    assert_int_equal(t->stamp_ms, 1000 + 'r');
+    g = topic(q, "g", 0);
+    assert_int_equal(g->record_created_ms, 1000 + 'g');
+    v = topic(q, "v", 0);
+    assert_int_equal(v->record_created_ms, 0);
+    assert_int_equal(v->stamp_ms, 0);
+    /* The catalog takes the record for it (stale()), then keeps it. */
+    v->record_created_ms = 4242;
+    tn_topic_keep_stamp(v);
+    assert_true(tn_topic_busy(v));
+    assert_int_equal(tn_topic_delete(v, NULL, NULL), UV_EBUSY);
+    tn_topic_t *out = NULL;
+    waitw_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_wait;
+    assert_int_equal(tn_broker_topic(q->b, "v", 1, false, 0, &w.w, &out), UV_EAGAIN);
+    assert_true(run_until(q, wait_done, &w));
+    assert_int_equal(w.status, 0);
+    assert_true(run_until(q, topic_idle, v));
+    assert_int_equal(v->stamp_ms, 4242);
+    assert_int_equal(stamp_on_disk(q, "v"), 4242);
+    tn_topic_keep_stamp(v); /* written already: nothing to do */
+    assert_false(tn_topic_busy(v));
+    assert_int_equal(publish(q, "v", "m", 0, NULL, NULL), 0);
+
+    restart(q, true);
+    v = topic(q, "v", 0);
+    assert_int_equal(v->record_created_ms, 4242);
+    qfx_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1474,6 +1589,7 @@ int main(void)
         cmocka_unit_test(test_lead_moved_away),
         cmocka_unit_test(test_abandoned_channel_logs_closed),
         cmocka_unit_test(test_placed_again_while_closing),
+        cmocka_unit_test(test_stamps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

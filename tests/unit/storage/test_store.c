@@ -134,6 +134,76 @@ static void test_listing(void **state)
     free(dir);
 }
 
+/* A topic's stamp (store.h): written atomically, read back; absent (no
+ * directory, or a directory from before stamps) reads 0; anything else
+ * in its place is refused as damaged, and a write without make_dir leaves
+ * a topic with no directory here alone. */
+static void test_topic_stamp(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char *dir = tu_tempdir();
+    tn_store_opts_t o;
+    tu_store_opts(&o, dir);
+    tn_store_t *s = tu_store_open(&loop, &o);
+    int64_t ms = -1;
+    assert_int_equal(tn_store_topic_stamp_read(s, "alpha", &ms), 0); /* no directory */
+    assert_int_equal(ms, 0);
+    assert_int_equal(tn_store_topic_stamp_write(s, "alpha", 1796007846123, false), 0);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/alpha", dir);
+    struct stat st;
+    assert_int_equal(stat(path, &st), -1); /* left alone: no directory made */
+
+    tn_plog_t *p;
+    assert_int_equal(tn_plog_open(s, "alpha", 0, &p), 0); /* a directory from before stamps */
+    ms = -1;
+    assert_int_equal(tn_store_topic_stamp_read(s, "alpha", &ms), 0);
+    assert_int_equal(ms, 0);
+    assert_int_equal(tn_store_topic_stamp_write(s, "alpha", 1796007846123, false), 0);
+    assert_int_equal(tn_store_topic_stamp_read(s, "alpha", &ms), 0);
+    assert_int_equal(ms, 1796007846123);
+    assert_int_equal(tn_store_topic_stamp_write(s, "alpha", 1796007846999, false), 0);
+    assert_int_equal(tn_store_topic_stamp_read(s, "alpha", &ms), 0);
+    assert_int_equal(ms, 1796007846999); /* replaced */
+    /* make_dir: the stamp of a topic whose first partition comes next. */
+    assert_int_equal(tn_store_topic_stamp_write(s, "beta", 42, true), 0);
+    assert_int_equal(tn_store_topic_stamp_read(s, "beta", &ms), 0);
+    assert_int_equal(ms, 42);
+    /* Not one a topic can have, nor a name that is not a topic's. */
+    assert_int_equal(tn_store_topic_stamp_write(s, "beta", 0, true), UV_EINVAL);
+    assert_int_equal(tn_store_topic_stamp_write(s, "beta", -5, true), UV_EINVAL);
+    assert_int_equal(tn_store_topic_stamp_write(s, "..", 42, true), UV_EINVAL);
+    assert_int_equal(tn_store_topic_stamp_read(s, "a/b", &ms), UV_EINVAL);
+    /* The stamp is not a partition: listing does not see it. */
+    char parts[1024] = "";
+    assert_int_equal(tn_store_list_partitions(s, "alpha", add_partition, parts), 0);
+    assert_string_equal(parts, "alpha/0;");
+    /* Damaged: another size, or a flipped byte (CRC), or a stamp of 0. */
+    snprintf(path, sizeof(path), "%s/topics/beta", dir);
+    write_text(path, TN_STORE_STAMP_FILE, "1796007846123\n");
+    assert_int_equal(tn_store_topic_stamp_read(s, "beta", &ms), TN_ECORRUPT);
+    assert_int_equal(tn_store_topic_stamp_write(s, "beta", 42, false), 0);
+    char file[4200];
+    snprintf(file, sizeof(file), "%s/%s", path, TN_STORE_STAMP_FILE);
+    FILE *f = fopen(file, "r+b");
+    assert_non_null(f);
+    fseek(f, 9, SEEK_SET);
+    fputc(0x7f, f);
+    fclose(f);
+    assert_int_equal(tn_store_topic_stamp_read(s, "beta", &ms), TN_ECORRUPT);
+    unsigned char zero[8] = {0};
+    assert_int_equal(
+        tn_io_write_record_file(path, TN_STORE_STAMP_FILE, 0x31534E54u, zero, sizeof(zero)), 0);
+    assert_int_equal(tn_store_topic_stamp_read(s, "beta", &ms), TN_ECORRUPT);
+    assert_int_equal(ms, 0);
+    tu_store_close(&loop, s);
+    tu_loop_fini(&loop);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 static void test_names(void **state)
 {
     (void)state;
@@ -182,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_lock_refuses_second_daemon),
         cmocka_unit_test(test_format_rules),
         cmocka_unit_test(test_listing),
+        cmocka_unit_test(test_topic_stamp),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_open_alloc_failures),
     };
