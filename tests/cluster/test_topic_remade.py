@@ -196,6 +196,27 @@ class TopicRemade(harness.ClusterTest):
         for node in c.nodes:
             self.assertEqual(consume_all(node, "r3", 0, f"c{node.id}"), ["new-0", "new-1"])
 
+    def test_every_replica_of_a_new_topic_is_stamped(self):
+        # A node that only follows a partition (its copy opened by the
+        # replica manager, the engine's partition on the leader) keeps the
+        # stamp too: without it, a restart takes whatever topic is recorded
+        # under the name by then for the one its copy is of.
+        c = self.make(3)
+        c.start()
+        c.wait_alive(3)
+        leader = c.find_leader()
+        spec = {"name": "s3", "partitions": 1, "replication_factor": 3, "min_insync_replicas": 2}
+        status, body = leader.request("POST", "/v1/topics", spec)
+        self.assertEqual(status, 201, body)
+        status, body = leader.request("POST", "/v1/topics/s3/produce", b"one", headers=OCTET)
+        self.assertEqual(status, 202, body)
+        wait_until("a copy on every node",
+                   lambda: all(len(leader.request("GET", "/v1/topics/s3")[1]["partition_stats"][0]
+                                   .get("isr", [])) == 3 for _ in [0]), 60)
+        for node in c.nodes:
+            wait_until(f"node {node.id}'s stamp",
+                       lambda: os.path.exists(os.path.join(node.data, "topics", "s3", "stamp")), 30)
+
 
 if __name__ == "__main__":
     harness.main()
