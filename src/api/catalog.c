@@ -640,14 +640,19 @@ static void on_gone(void *arg, int status)
 /* Whether the engine's ready topic t is not the one the replica records
  * (e, NULL when none): deleted, or deleted and made again. A topic whose
  * record it was made from is not known (its directory was written before
- * stamps, queue.h record_created_ms) takes e's, and keeps it as its stamp. */
-static bool stale(tn_topic_t *t, const tn_meta_topic_entry_t *e)
+ * stamps, queue.h record_created_ms) takes e's, and keeps it as its stamp.
+ * So does a topic whose only files here are the replica manager's own
+ * copies, opened before the engine's topic was made (which then had no
+ * partition of its own to stamp the directory for). */
+static bool stale(tn_catalog_t *c, tn_topic_t *t, const tn_meta_topic_entry_t *e)
 {
     if (e != NULL && t->record_created_ms == 0)
         t->record_created_ms = e->rec.created_at_ms;
     if (e == NULL || t->record_created_ms != e->rec.created_at_ms)
         return true;
-    tn_topic_keep_stamp(t); /* a directory from before stamps gets this one */
+    if (tn_topic_stamp_due(t) != 0)
+        tn_topic_keep_stamp(t, c->replica != NULL &&
+                                   tn_replica_holds_own(c->replica, t->name, t->nparts));
     return false;
 }
 
@@ -710,7 +715,7 @@ static void follow_deletions(tn_catalog_t *c)
             if (t->memory || t->state != TN_OBJ_READY || going(c, t->name, NULL))
                 continue;
             const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, t->name);
-            if (stale(t, e)) {
+            if (stale(c, t, e)) {
                 if (gone_new(&found, t->name, "") == NULL)
                     break;
                 continue;
@@ -774,7 +779,7 @@ static int purge_step(tn_catalog_t *c, purge_t *p, int64_t now)
         int rc = tn_broker_topic(c->broker, p->topic, strlen(p->topic), false, 0, NULL, &t);
         if (rc == TN_ENOTFOUND)
             return 0; /* nothing of it here (any longer) */
-        if (rc == 0 && (t->memory || !stale(t, tn_meta_topic_find(s, p->topic))))
+        if (rc == 0 && (t->memory || !stale(c, t, tn_meta_topic_find(s, p->topic))))
             return 0; /* the topic made again after it, not the old one */
         if (rc == 0) {
             /* The old one, not yet followed (a lone node, or the change

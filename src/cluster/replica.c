@@ -4189,6 +4189,16 @@ bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p)
            tn_meta_state_pstate(tn_meta_state(rm->o.meta), topic, p) != NULL;
 }
 
+bool tn_replica_holds_own(tn_replica_t *rm, const char *topic, uint32_t nparts)
+{
+    for (uint32_t p = 0; p < nparts; p++) {
+        const part_t *pt = part_find(rm, topic, p);
+        if (pt != NULL && pt->src == SRC_OWN && pt->plog != NULL)
+            return true;
+    }
+    return false;
+}
+
 void tn_replica_each_own_log(tn_replica_t *rm, tn_replica_log_cb cb, void *arg)
 {
     for (size_t i = 0; i < NBUCKETS; i++)

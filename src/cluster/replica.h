@@ -162,6 +162,11 @@ bool tn_replica_leads(tn_replica_t *rm, const char *topic, uint32_t p);
 uint32_t tn_replica_pending(tn_replica_t *rm, const char *topic, uint32_t p, uint32_t *out);
 /* Whether (topic, p) is a replicated partition this node knows of. */
 bool tn_replica_replicated(tn_replica_t *rm, const char *topic, uint32_t p);
+/* Whether the manager holds its own copy (a follower's log, which the
+ * engine does not hold) of a partition below nparts of topic: its files
+ * are in the topic's directory here (the catalog stamps it, queue.h
+ * tn_topic_keep_stamp). */
+bool tn_replica_holds_own(tn_replica_t *rm, const char *topic, uint32_t nparts);
 
 /* Told on the manager's loop when this node takes the lead of a
  * replicated partition (pl: the engine's log, gated, before the epoch's

@@ -915,12 +915,16 @@ int64_t tn_topic_stamp_due(const tn_topic_t *t);
 void tn_topic_stamped(tn_topic_t *t, int64_t ms);
 /* Write record_created_ms as t's stamp when its directory is here without
  * it (a topic loaded from a directory written before stamps, whose record
- * the catalog just took as its own): on a worker, the topic busy
- * meanwhile (publishes wait, a deletion is refused with UV_EBUSY), so the
- * write never lands in the directory of a topic made after this one is
- * deleted. Nothing when there is nothing to write, or while t is busy
- * (the next call tries again). Loop thread. */
-void tn_topic_keep_stamp(tn_topic_t *t);
+ * the catalog just took as its own; or a topic whose only files here are
+ * a replica's own copies, opened before the engine's topic was made):
+ * on a worker, the topic busy meanwhile (publishes wait, a deletion is
+ * refused with UV_EBUSY), so the write never lands in the directory of a
+ * topic made after this one is deleted. copy_here: the caller knows of a
+ * copy of one of t's partitions open here outside the engine (the replica
+ * manager's own, which t->parts does not show). Nothing when there is
+ * nothing to write, or while t is busy (the next call tries again). Loop
+ * thread. */
+void tn_topic_keep_stamp(tn_topic_t *t, bool copy_here);
 /* The topic named name in any state (being created, grown, placed or
  * deleted too, unlike tn_broker_topic), or NULL. Borrowed: owned by the
  * engine. Loop thread. */

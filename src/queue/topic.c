@@ -1203,12 +1203,14 @@ static void stamp_done(uv_work_t *w, int status)
     reshape_end(t, 0, NULL, NULL);
 }
 
-void tn_topic_keep_stamp(tn_topic_t *t)
+void tn_topic_keep_stamp(tn_topic_t *t, bool copy_here)
 {
     int64_t ms = tn_topic_stamp_due(t);
     if (ms == 0 || tn_topic_busy(t) || t->deleted || t->broker->closing)
         return;
-    bool local = false; /* a directory here (a follower's own copy counts too) */
+    /* A directory here: a log the engine holds (served, or set aside for
+     * another owner), or a replica's own copy, which it does not. */
+    bool local = copy_here;
     for (uint32_t i = 0; i < t->nparts; i++)
         local |= t->parts[i]->plog != NULL;
     if (!local)

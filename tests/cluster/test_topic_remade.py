@@ -217,6 +217,35 @@ class TopicRemade(harness.ClusterTest):
             wait_until(f"node {node.id}'s stamp",
                        lambda: os.path.exists(os.path.join(node.data, "topics", "s3", "stamp")), 30)
 
+        # So such a node, down through a deletion and a creation of the
+        # name, drops its copy of the old topic when it comes back.
+        lead = leader.request("GET", "/v1/topics/s3")[1]["partition_stats"][0]["leader"]
+        down = next(n for n in c.nodes if str(n.id) != str(lead) and n is not leader)
+        other = next(n for n in c.nodes if n is not down)
+        for i in range(3):
+            status, body = other.request("POST", "/v1/topics/s3/produce", f"old-{i}".encode(),
+                                         headers=OCTET)
+            self.assertEqual(status, 202, body)
+        wait_until("the old messages on the follower's disk",
+                   lambda: old_bytes_on_disk(down, "s3") != [], 30)
+        self.assertEqual(down.stop(), 0)
+        status, body = other.request("DELETE", "/v1/topics/s3", timeout=60)
+        self.assertIn(status, (204, 500), body)
+        status, body = other.request("POST", "/v1/topics", spec)
+        self.assertEqual(status, 201, body)
+        down.start()
+        c.wait_ready([down])
+        wait_until("the follower deleted the old topic's files",
+                   lambda: "topic s3 is no longer recorded as it is here" in down.log(), 30)
+        wait_until("new acknowledged",
+                   lambda: other.request("POST", "/v1/topics/s3/produce", b"new",
+                                         headers=OCTET)[0] == 202, 60)
+        wait_until("the follower back in sync",
+                   lambda: str(down.id) in other.request("GET", "/v1/topics/s3")[1]
+                   ["partition_stats"][0].get("isr", []), 60)
+        self.assertEqual(old_bytes_on_disk(down, "s3"), [])
+        self.assertEqual(consume_all(down, "s3", 0, "c"), ["new"])
+
 
 if __name__ == "__main__":
     harness.main()

@@ -1525,6 +1525,27 @@ static void test_stamps(void **state)
     assert_true(tn_topic_part_local(g, 2));
     assert_int_equal(stamp_on_disk(q, "g"), 1000 + 'g');
 
+    /* A topic whose only files here are a replica's own copy (opened by
+     * the replica manager before the engine's topic was made, so the
+     * creation had nothing local to stamp the directory for): stamped
+     * once the caller says the copy is here, busy meanwhile. */
+    place_all(2);
+    tn_topic_t *f = topic(q, "f", 1);
+    assert_false(tn_topic_part_local(f, 0));
+    tn_plog_t *own = NULL;
+    assert_int_equal(tn_plog_open(q->fx->store, "f", 0, &own), 0);
+    assert_int_equal(stamp_on_disk(q, "f"), 0);
+    tn_topic_keep_stamp(f, false); /* the engine sees no file of it here */
+    assert_false(tn_topic_busy(f));
+    assert_int_equal(f->stamp_ms, 0);
+    tn_topic_keep_stamp(f, true);
+    assert_true(tn_topic_busy(f));
+    assert_int_equal(tn_topic_delete(f, NULL, NULL), UV_EBUSY);
+    assert_true(run_until(q, topic_idle, f));
+    assert_int_equal(f->stamp_ms, 1000 + 'f');
+    assert_int_equal(stamp_on_disk(q, "f"), 1000 + 'f');
+    tu_plog_close(&q->fx->loop, own);
+
     /* Without a stamper (a directory from an earlier release): none. */
     tn_broker_set_stamper(q->b, NULL, NULL);
     place_all(SELF);
@@ -1544,7 +1565,7 @@ static void test_stamps(void **state)
     assert_int_equal(v->stamp_ms, 0);
     /* The catalog takes the record for it (stale()), then keeps it. */
     v->record_created_ms = 4242;
-    tn_topic_keep_stamp(v);
+    tn_topic_keep_stamp(v, false);
     assert_true(tn_topic_busy(v));
     assert_int_equal(tn_topic_delete(v, NULL, NULL), UV_EBUSY);
     tn_topic_t *out = NULL;
@@ -1557,7 +1578,7 @@ static void test_stamps(void **state)
     assert_true(run_until(q, topic_idle, v));
     assert_int_equal(v->stamp_ms, 4242);
     assert_int_equal(stamp_on_disk(q, "v"), 4242);
-    tn_topic_keep_stamp(v); /* written already: nothing to do */
+    tn_topic_keep_stamp(v, false); /* written already: nothing to do */
     assert_false(tn_topic_busy(v));
     assert_int_equal(publish(q, "v", "m", 0, NULL, NULL), 0);
 
