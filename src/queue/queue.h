@@ -488,7 +488,7 @@ typedef void (*tn_gate_fn)(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t 
 /* The stamper: the creation time of the metastore record of the topic
  * named name (0: none), asked once the gate let a topic's creation
  * through, for its record_created_ms, which the creation writes first as
- * its stamp. None (a lone node's topics): never stamped. */
+ * its stamp. None (no catalog): never stamped. */
 typedef int64_t (*tn_stamp_fn)(void *arg, const char *name);
 
 /* The placement: whether partition p of topic t (borrowed; its name and

@@ -1197,8 +1197,8 @@ static void stamp_done(uv_work_t *w, int status)
     if (rc == 0)
         tn_topic_stamped(t, j->ms);
     else
-        TN_LOG(TN_LOG_WARN, "topic %s: writing its stamp failed: %s; tried again later", t->name,
-               tn_strerror(rc));
+        TN_LOG_RL(TN_LOG_WARN, 60000, "topic %s: writing its stamp failed: %s; tried again later",
+                  t->name, tn_strerror(rc));
     tn_free(j);
     reshape_end(t, 0, NULL, NULL);
 }
