@@ -698,9 +698,17 @@ int tn_store_topic_stamp_write(tn_store_t *store, const char *topic, int64_t ms,
     } else if (stat(dir, &st) != 0) {
         return errno == ENOENT ? 0 : tn_err_from_errno(errno);
     }
+    return tn_store_stamp_write_dir(dir, ms);
+}
+
+int tn_store_stamp_write_dir(const char *topic_dir, int64_t ms)
+{
+    if (ms <= 0)
+        return UV_EINVAL;
     unsigned char payload[8];
     tn_put_u64(payload, (uint64_t)ms);
-    return tn_io_write_record_file(dir, TN_STORE_STAMP_FILE, STAMP_MAGIC, payload, sizeof(payload));
+    return tn_io_write_record_file(topic_dir, TN_STORE_STAMP_FILE, STAMP_MAGIC, payload,
+                                   sizeof(payload));
 }
 
 int tn_store_topic_stamp_read(tn_store_t *store, const char *topic, int64_t *ms)

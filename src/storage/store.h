@@ -206,6 +206,9 @@ int tn_store_list_partitions(tn_store_t *store, const char *topic, tn_store_part
 #define TN_STORE_STAMP_FILE "stamp"
 int tn_store_topic_stamp_write(tn_store_t *store, const char *topic, int64_t ms, bool make_dir);
 int tn_store_topic_stamp_read(tn_store_t *store, const char *topic, int64_t *ms);
+/* The same write into topic_dir (an existing topic directory, named
+ * whole), without a store: for `ternctl restore`. */
+int tn_store_stamp_write_dir(const char *topic_dir, int64_t ms);
 
 /* Remove a topic's directory (its logs and channel logs closed): renamed
  * into trash/ (durably: the topic is gone from then on, even after a

@@ -6,14 +6,18 @@ topic directory carries the creation time of the metastore record it was
 made from (storage-format.md, "Topic stamp"), and the node compares it
 with the record its replica holds once it has caught up.
 
-Run: python3 tests/cluster/test_topic_remade.py --ternd build/ternd
+Run: python3 tests/cluster/test_topic_remade.py --ternd build/ternd --ternctl build/ternctl
 """
 import os
+import struct
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import wait_until  # noqa: E402
+from harness import PASSWORD, wait_until  # noqa: E402
+
+TERNCTL = None
 
 OCTET = {"Content-Type": "application/octet-stream"}
 CLIENT = {"X-Tern-Client": "test-topic-remade"}
@@ -246,6 +250,76 @@ class TopicRemade(harness.ClusterTest):
         self.assertEqual(old_bytes_on_disk(down, "s3"), [])
         self.assertEqual(consume_all(down, "s3", 0, "c"), ["new"])
 
+    def test_a_node_restored_to_rejoin_drops_a_topic_made_again_since_its_backup(self):
+        # `ternctl restore --rejoin` stamps the restored topic directories
+        # with the backup's records, so that a topic deleted and made again
+        # since the backup is told apart when the node comes back, as for
+        # a node that was down (its restored files deleted, not served as
+        # the new topic's).
+        c = self.make(3)
+        c.start()
+        c.wait_alive(3)
+        first = c.find_leader()
+        down = next(n for n in c.nodes if n is not first)
+        status, body = first.request("POST", "/v1/topics", {"name": "rb", "partitions": 3})
+        self.assertEqual(status, 201, body)
+        wait_until("the old topic on every node",
+                   lambda: all(n.owners("rb") == ["1", "2", "3"] for n in c.nodes), 30)
+        p = ["1", "2", "3"].index(str(down.id))
+        for i in range(3):
+            status, body = first.request("POST", f"/v1/topics/rb/produce?partition={p}",
+                                         f"old-{i}".encode(), headers=OCTET)
+            self.assertEqual(status, 202, body)
+        wait_until("the old messages in the node's log",
+                   lambda: down.request("GET", "/v1/topics/rb")[1]["partition_stats"][p]
+                   .get("next_offset") == 3, 30)
+        created = first.request("GET", "/v1/topics/rb")[1]["created_at"]  # seconds
+        bdir = os.path.join(c.dir, "backup")
+        r = ternctl("backup", bdir, port=first.http_port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+        self.assertEqual(down.stop(), 0)
+        status, body = first.request("DELETE", "/v1/topics/rb", timeout=60)
+        self.assertIn(status, (204, 500), body)
+        status, body = first.request("POST", "/v1/topics", {"name": "rb", "partitions": 3})
+        self.assertEqual(status, 201, body)
+        self.assertEqual(first.owners("rb"), ["1", "2", "3"],
+                         "the down node was passed over: the creation came too late")
+        os.rename(down.data, down.data + ".old")
+        r = ternctl("restore", bdir, "--data-path", down.data, "--node", str(down.id), "--rejoin")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # The stamp is the backup's record's (storage-format.md: TNS1, CRC,
+        # Unix ms), not the one made since.
+        with open(os.path.join(down.data, "topics", "rb", "stamp"), "rb") as f:
+            magic, _, ms = struct.unpack("<IIQ", f.read())
+        self.assertEqual(magic, 0x31534E54)
+        self.assertEqual(ms // 1000, created)
+        self.assertNotEqual(old_bytes_on_disk(down, "rb"), [])
+
+        # Back, it serves only the new topic's messages and keeps none of
+        # the old one's bytes.
+        down.start()
+        c.wait_ready([down])
+        wait_until("new acknowledged",
+                   lambda: first.request("POST", f"/v1/topics/rb/produce?partition={p}", b"new",
+                                         headers=OCTET)[0] == 202, 60)
+        self.assertEqual(consume_all(down, "rb", p, "c"), ["new"])
+        self.assertEqual(old_bytes_on_disk(down, "rb"), [])
+
+
+def ternctl(*args, port=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+    if port is not None:
+        env.update(TERN_URL=f"http://127.0.0.1:{port}", TERN_USER="admin",
+                   TERN_PASSWORD=PASSWORD)
+    return subprocess.run([TERNCTL, *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def configure(args):
+    global TERNCTL
+    TERNCTL = os.path.abspath(args.ternctl)
+
 
 if __name__ == "__main__":
-    harness.main()
+    harness.main(options=[("--ternctl", {"required": True})], configure=configure)

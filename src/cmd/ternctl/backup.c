@@ -63,7 +63,9 @@
 #include "core/err.h"
 #include "meta/meta.h"
 #include "meta/restore.h"
+#include "meta/state.h"
 #include "storage/plog.h"
+#include "storage/store.h"
 
 #include <uv.h>
 
@@ -1010,6 +1012,54 @@ static int whole_cluster(whole_t *w, const char *dir, const set_t *set, uint64_t
     return TN_CTL_OK;
 }
 
+/* With --rejoin: each restored topic directory is stamped (storage-format.md,
+ * "Topic stamp") with the creation time of the topic's record in the
+ * node's own metastore snapshot of the backup (taken with its files), so
+ * that a topic deleted and made again under its name since the backup is
+ * told apart once the node has caught up: its restored files are deleted
+ * there, never served as the new topic's. A directory the snapshot has no
+ * record for gets none (it takes the topic recorded under its name at the
+ * first start, as a directory from before stamps does). *nstamped: how
+ * many were written. */
+static int stamp_restored(const char *dir, uint64_t id, const tn_manifest_t *m, const char *data,
+                          size_t *nstamped)
+{
+    char p[PATH_LEN];
+    pathf(p, sizeof(p), "%s/%" PRIu64 "/metastore.snapshot", dir, id);
+    char *snap = NULL;
+    size_t len = 0;
+    int e = read_file(p, TN_MANIFEST_MAX_BYTES, &snap, &len);
+    if (e != 0)
+        return say("restore", "%s: %s", p, tn_strerror(e));
+    if (len != m->meta_len || tn_crc32c(0, snap, len) != m->meta_crc) {
+        tn_free(snap);
+        return say("restore", "%s is damaged: its length or CRC32C is not the manifest's", p);
+    }
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    e = tn_meta_state_restore(&s, snap, len);
+    tn_free(snap);
+    if (e != 0) {
+        tn_meta_state_fini(&s);
+        return say("restore", "%s: not a metastore snapshot: %s", p, tn_strerror(e));
+    }
+    int rc = TN_CTL_OK;
+    for (size_t i = 0; i < s.ntopics && rc == TN_CTL_OK; i++) {
+        const tn_meta_topic_t *t = &s.topics[i]->rec;
+        char tdir[PATH_LEN];
+        struct stat st;
+        pathf(tdir, sizeof(tdir), "%s/topics/%s", data, t->name);
+        if (t->created_at_ms <= 0 || stat(tdir, &st) != 0 || !S_ISDIR(st.st_mode))
+            continue; /* no files of it in this node's backup */
+        if ((e = tn_store_stamp_write_dir(tdir, t->created_at_ms)) != 0)
+            rc = say("restore", "%s/%s: %s", tdir, TN_STORE_STAMP_FILE, tn_strerror(e));
+        else
+            (*nstamped)++;
+    }
+    tn_meta_state_fini(&s);
+    return rc;
+}
+
 static int run_restore(tn_ctl_t *c, int argc, char **argv)
 {
     static const struct option opts[] = {{"data-path", required_argument, NULL, 'd'},
@@ -1131,6 +1181,9 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         nfiles++;
     }
     if (rejoin) {
+        size_t nstamped = 0;
+        if ((rc = stamp_restored(dir, id, &m, data, &nstamped)) != TN_CTL_OK)
+            goto out;
         if ((e = fsync_dir(data)) != 0) {
             rc = say("restore", "fsync %s: %s", data, tn_strerror(e));
             goto out;
