@@ -36,6 +36,8 @@ typedef struct purge_s purge_t;
 #define CLAIM_WAIT_MS  10000
 #define CLAIM_CHECK_MS 250
 
+typedef struct confirm_s confirm_t;
+
 struct tn_catalog_s {
     tn_replica_t *replica; /* NULL: no replicated partitions */
     tn_broker_t *broker;
@@ -55,6 +57,17 @@ struct tn_catalog_s {
 #endif
     bool purge_checking; /* purges_check is walking the list */
     bool purge_again;    /* and was asked again meanwhile (a deletion that ended at once) */
+    /* In a cluster: the replica was confirmed current with the leader
+     * since the start (follow_deletions waits for it), and the
+     * confirmation under way (NULL: none). */
+    bool current;
+    confirm_t *confirm;
+};
+
+/* A tn_meta_confirm of the catalog's; a catalog that stops first
+ * detaches it (c = NULL). */
+struct confirm_s {
+    tn_catalog_t *c;
 };
 
 /* A publish with grow_here (queue.h) that found no partition of its NSQ
@@ -694,6 +707,51 @@ static gone_t *gone_new(gone_t **list, const char *topic, const char *channel)
     return g;
 }
 
+static void follow_meta(tn_catalog_t *c);
+
+static void on_confirmed(void *arg, int status)
+{
+    confirm_t *k = arg;
+    tn_catalog_t *c = k->c;
+    tn_free(k);
+    if (c == NULL)
+        return;
+    c->confirm = NULL;
+    if (status != 0) {
+        TN_LOG_RL(TN_LOG_INFO, 10000,
+                  "metastore: this node's replica is not confirmed current yet (%s): deletions "
+                  "are followed once it is",
+                  tn_strerror(status));
+        return; /* the next change asks again */
+    }
+    c->current = true;
+    follow_meta(c);
+}
+
+/* Whether the replica may be followed in deleting (follow_deletions):
+ * once it was confirmed current with the leader (tn_meta_confirm) since
+ * the start, which is asked for here. "Ready" is not enough: a metastore
+ * started empty beside files (a node restored with `ternctl restore
+ * --rejoin`) is ready at its bootstrap entry, before the leader's log has
+ * reached it, and would have every topic deleted here as unrecorded. */
+static bool replica_current(tn_catalog_t *c)
+{
+    if (c->current)
+        return true;
+    if (c->confirm != NULL)
+        return false;
+    confirm_t *k = tn_calloc(1, sizeof(*k));
+    if (k == NULL)
+        return false;
+    k->c = c;
+    c->confirm = k;
+    if (tn_meta_confirm(c->meta, on_confirmed, k) != 0) {
+        c->confirm = NULL;
+        tn_free(k); /* closing, or out of memory: the next change asks again */
+    }
+    return false;
+}
+
 /* In a cluster, delete from the engine the topics and durable channels the
  * replica no longer records: deleted through another node (or while this
  * node was away; at start the replica has applied at least what it had
@@ -905,7 +963,7 @@ static void follow_meta(tn_catalog_t *c)
         purges_check(c, false, 0);
         return;
     }
-    if (c->o.cluster)
+    if (c->o.cluster && replica_current(c))
         follow_deletions(c);
     for (size_t i = 0; i < s->ntopics; i++)
         make(c, s->topics[i], true);
@@ -1180,7 +1238,7 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
 void tn_catalog_reconcile(tn_catalog_t *c)
 {
     release_held(c, false);
-    if (c->o.cluster)
+    if (c->o.cluster && replica_current(c))
         follow_deletions(c);
     const tn_meta_state_t *s = tn_meta_state(c->meta);
     for (size_t i = 0; i < s->ntopics; i++)
@@ -1213,6 +1271,8 @@ void tn_catalog_stop(tn_catalog_t *c)
         uv_close((uv_handle_t *)c->ptimer, on_timer_closed);
     for (asked_t *a = c->asked; a != NULL; a = a->next)
         a->c = NULL;
+    if (c->confirm != NULL)
+        c->confirm->c = NULL;
     if (c->timer != NULL)
         uv_close((uv_handle_t *)c->timer, on_timer_closed);
 #ifdef TN_TEST

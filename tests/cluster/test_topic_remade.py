@@ -300,11 +300,51 @@ class TopicRemade(harness.ClusterTest):
         # the old one's bytes.
         down.start()
         c.wait_ready([down])
+        wait_until("the restored node deleted the old topic's files",
+                   lambda: "topic rb is no longer recorded as it is here" in down.log(), 30)
         wait_until("new acknowledged",
                    lambda: first.request("POST", f"/v1/topics/rb/produce?partition={p}", b"new",
                                          headers=OCTET)[0] == 202, 60)
         self.assertEqual(consume_all(down, "rb", p, "c"), ["new"])
         self.assertEqual(old_bytes_on_disk(down, "rb"), [])
+
+    def test_a_node_restored_to_rejoin_keeps_a_topic_recorded_since_its_backup(self):
+        # Restored with --rejoin, the node's metastore starts empty and is
+        # "ready" at its bootstrap entry, before the leader's log reaches
+        # it: deletions are followed only once it was confirmed current,
+        # so its factor-1 partition comes back as it was at the backup
+        # (operations.md) instead of being deleted as unrecorded.
+        c = self.make(3)
+        c.start()
+        c.wait_alive(3)
+        first = c.find_leader()
+        down = next(n for n in c.nodes if n is not first)
+        status, body = first.request("POST", "/v1/topics", {"name": "rk", "partitions": 3})
+        self.assertEqual(status, 201, body)
+        wait_until("the topic on every node",
+                   lambda: all(n.owners("rk") == ["1", "2", "3"] for n in c.nodes), 30)
+        p = ["1", "2", "3"].index(str(down.id))
+        for i in range(3):
+            status, body = first.request("POST", f"/v1/topics/rk/produce?partition={p}",
+                                         f"kept-{i}".encode(), headers=OCTET)
+            self.assertEqual(status, 202, body)
+        wait_until("the messages in the node's log",
+                   lambda: down.request("GET", "/v1/topics/rk")[1]["partition_stats"][p]
+                   .get("next_offset") == 3, 30)
+        bdir = os.path.join(c.dir, "backup")
+        r = ternctl("backup", bdir, port=first.http_port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+        self.assertEqual(down.stop(), 0)
+        os.rename(down.data, down.data + ".old")
+        r = ternctl("restore", bdir, "--data-path", down.data, "--node", str(down.id), "--rejoin")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        down.start()
+        c.wait_ready([down])
+        wait_until("the node confirmed current and following",
+                   lambda: down.owners("rk") == ["1", "2", "3"], 30)
+        self.assertEqual(consume_all(down, "rk", p, "c"), ["kept-0", "kept-1", "kept-2"])
+        self.assertNotIn("topic rk is no longer recorded as it is here", down.log())
 
 
 def ternctl(*args, port=None):
