@@ -250,34 +250,48 @@ class TopicRemade(harness.ClusterTest):
         self.assertEqual(old_bytes_on_disk(down, "s3"), [])
         self.assertEqual(consume_all(down, "s3", 0, "c"), ["new"])
 
+    def backed_up(self, topic, prefix):
+        """Three nodes; topic (factor 1, three partitions) with three
+        messages prefix-0.. on the partition of a node other than the
+        metastore leader, then a backup of the cluster. (leader, that
+        node, its partition, the backup's directory, the topic's
+        created_at in seconds)."""
+        c = self.make(3)
+        c.start()
+        c.wait_alive(3)
+        first = c.find_leader()
+        down = next(n for n in c.nodes if n is not first)
+        status, body = first.request("POST", "/v1/topics", {"name": topic, "partitions": 3})
+        self.assertEqual(status, 201, body)
+        wait_until("the topic on every node",
+                   lambda: all(n.owners(topic) == ["1", "2", "3"] for n in c.nodes), 30)
+        p = ["1", "2", "3"].index(str(down.id))
+        for i in range(3):
+            status, body = first.request("POST", f"/v1/topics/{topic}/produce?partition={p}",
+                                         f"{prefix}-{i}".encode(), headers=OCTET)
+            self.assertEqual(status, 202, body)
+        wait_until("the messages in the node's log",
+                   lambda: down.request("GET", f"/v1/topics/{topic}")[1]["partition_stats"][p]
+                   .get("next_offset") == 3, 30)
+        created = first.request("GET", f"/v1/topics/{topic}")[1]["created_at"]
+        bdir = os.path.join(c.dir, "backup")
+        r = ternctl("backup", bdir, port=first.http_port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return first, down, p, bdir, created
+
+    def restore_rejoin(self, node, bdir):
+        """node's data directory replaced by its backup, to rejoin."""
+        os.rename(node.data, node.data + ".old")
+        r = ternctl("restore", bdir, "--data-path", node.data, "--node", str(node.id), "--rejoin")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_a_node_restored_to_rejoin_drops_a_topic_made_again_since_its_backup(self):
         # `ternctl restore --rejoin` stamps the restored topic directories
         # with the backup's records, so that a topic deleted and made again
         # since the backup is told apart when the node comes back, as for
         # a node that was down (its restored files deleted, not served as
         # the new topic's).
-        c = self.make(3)
-        c.start()
-        c.wait_alive(3)
-        first = c.find_leader()
-        down = next(n for n in c.nodes if n is not first)
-        status, body = first.request("POST", "/v1/topics", {"name": "rb", "partitions": 3})
-        self.assertEqual(status, 201, body)
-        wait_until("the old topic on every node",
-                   lambda: all(n.owners("rb") == ["1", "2", "3"] for n in c.nodes), 30)
-        p = ["1", "2", "3"].index(str(down.id))
-        for i in range(3):
-            status, body = first.request("POST", f"/v1/topics/rb/produce?partition={p}",
-                                         f"old-{i}".encode(), headers=OCTET)
-            self.assertEqual(status, 202, body)
-        wait_until("the old messages in the node's log",
-                   lambda: down.request("GET", "/v1/topics/rb")[1]["partition_stats"][p]
-                   .get("next_offset") == 3, 30)
-        created = first.request("GET", "/v1/topics/rb")[1]["created_at"]  # seconds
-        bdir = os.path.join(c.dir, "backup")
-        r = ternctl("backup", bdir, port=first.http_port)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-
+        first, down, p, bdir, created = self.backed_up("rb", "old")
         self.assertEqual(down.stop(), 0)
         status, body = first.request("DELETE", "/v1/topics/rb", timeout=60)
         self.assertIn(status, (204, 500), body)
@@ -285,9 +299,7 @@ class TopicRemade(harness.ClusterTest):
         self.assertEqual(status, 201, body)
         self.assertEqual(first.owners("rb"), ["1", "2", "3"],
                          "the down node was passed over: the creation came too late")
-        os.rename(down.data, down.data + ".old")
-        r = ternctl("restore", bdir, "--data-path", down.data, "--node", str(down.id), "--rejoin")
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.restore_rejoin(down, bdir)
         # The stamp is the backup's record's (storage-format.md: TNS1, CRC,
         # Unix ms), not the one made since.
         with open(os.path.join(down.data, "topics", "rb", "stamp"), "rb") as f:
@@ -299,7 +311,7 @@ class TopicRemade(harness.ClusterTest):
         # Back, it serves only the new topic's messages and keeps none of
         # the old one's bytes.
         down.start()
-        c.wait_ready([down])
+        down.wait_ready()
         wait_until("the restored node deleted the old topic's files",
                    lambda: "topic rb is no longer recorded as it is here" in down.log(), 30)
         wait_until("new acknowledged",
@@ -314,38 +326,15 @@ class TopicRemade(harness.ClusterTest):
         # it: deletions are followed only once it was confirmed current,
         # so its factor-1 partition comes back as it was at the backup
         # (operations.md) instead of being deleted as unrecorded.
-        c = self.make(3)
-        c.start()
-        c.wait_alive(3)
-        first = c.find_leader()
-        down = next(n for n in c.nodes if n is not first)
-        status, body = first.request("POST", "/v1/topics", {"name": "rk", "partitions": 3})
-        self.assertEqual(status, 201, body)
-        wait_until("the topic on every node",
-                   lambda: all(n.owners("rk") == ["1", "2", "3"] for n in c.nodes), 30)
-        p = ["1", "2", "3"].index(str(down.id))
-        for i in range(3):
-            status, body = first.request("POST", f"/v1/topics/rk/produce?partition={p}",
-                                         f"kept-{i}".encode(), headers=OCTET)
-            self.assertEqual(status, 202, body)
-        wait_until("the messages in the node's log",
-                   lambda: down.request("GET", "/v1/topics/rk")[1]["partition_stats"][p]
-                   .get("next_offset") == 3, 30)
-        bdir = os.path.join(c.dir, "backup")
-        r = ternctl("backup", bdir, port=first.http_port)
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-
+        first, down, p, bdir, _ = self.backed_up("rk", "kept")
         self.assertEqual(down.stop(), 0)
-        os.rename(down.data, down.data + ".old")
-        r = ternctl("restore", bdir, "--data-path", down.data, "--node", str(down.id), "--rejoin")
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.restore_rejoin(down, bdir)
         down.start()
-        c.wait_ready([down])
-        wait_until("the node confirmed current and following",
+        down.wait_ready()
+        wait_until("the node following the records",
                    lambda: down.owners("rk") == ["1", "2", "3"], 30)
         self.assertEqual(consume_all(down, "rk", p, "c"), ["kept-0", "kept-1", "kept-2"])
         self.assertNotIn("topic rk is no longer recorded as it is here", down.log())
-
 
 def ternctl(*args, port=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
