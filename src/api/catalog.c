@@ -728,16 +728,25 @@ static void on_confirmed(void *arg, int status)
     follow_meta(c);
 }
 
-/* Whether the replica may be followed in deleting (follow_deletions):
- * once it was confirmed current with the leader (tn_meta_confirm) since
- * the start, which is asked for here. "Ready" is not enough: a metastore
- * started empty beside files (a node restored with `ternctl restore
- * --rejoin`) is ready at its bootstrap entry, before the leader's log has
- * reached it, and would have every topic deleted here as unrecorded. */
+/* Whether the replica may be followed in deleting (follow_deletions).
+ * A replica that started with the cluster's log (a restart) has applied
+ * at least what it held before once it is ready, and deletions are
+ * followed at once, before the replica manager acts on partitions of a
+ * topic deleted meanwhile. One that started with none of it (at most its
+ * bootstrap entry, tn_meta_start_index) waits until it was confirmed
+ * current with the leader (tn_meta_confirm), which is asked for here:
+ * "ready" is not enough there, since a metastore started empty beside
+ * files (a node restored with `ternctl restore --rejoin`) is ready at its
+ * bootstrap entry, before the leader's log has reached it, and would have
+ * every topic deleted here as unrecorded. */
 static bool replica_current(tn_catalog_t *c)
 {
     if (c->current)
         return true;
+    if (tn_meta_start_index(c->meta) > 1) {
+        c->current = true;
+        return true;
+    }
     if (c->confirm != NULL)
         return false;
     confirm_t *k = tn_calloc(1, sizeof(*k));

@@ -2615,6 +2615,11 @@ uint64_t tn_meta_applied_index(tn_meta_t *m)
     return raft_last_applied(&m->raft);
 }
 
+uint64_t tn_meta_start_index(const tn_meta_t *m)
+{
+    return m->start_index;
+}
+
 uint64_t tn_meta_term(tn_meta_t *m)
 {
     return m->raft.current_term;

@@ -395,6 +395,12 @@ uint64_t tn_meta_confirmed_at(tn_meta_t *m);
 void tn_meta_timeouts(const tn_meta_t *m, unsigned *election_ms, unsigned *session_ms);
 /* The index of the last log entry applied to the local replica. */
 uint64_t tn_meta_applied_index(tn_meta_t *m);
+/* The index of the last log entry this replica held when it started: 0
+ * or 1 when it held none of the cluster's log then (a new member, one
+ * that joins, or one restored with `ternctl restore --rejoin`: at most
+ * its bootstrap entry), whose "ready" can come before the leader's log
+ * has reached it (tn_catalog, following deletions). */
+uint64_t tn_meta_start_index(const tn_meta_t *m);
 /* This replica's current Raft term. */
 uint64_t tn_meta_term(tn_meta_t *m);
 /* Close: no more proposals, waiting ones get TN_ECLOSED; those already
