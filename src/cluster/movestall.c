@@ -129,6 +129,7 @@ bool tn_movestall_check(tn_movestall_t *st, uint64_t move_id, bool ready,
             stalled = true;
             out->node = t[k].node;
             out->seen = st->m[i].seen;
+            out->based = st->m[i].based;
             out->end = st->m[i].end;
             out->idle_ms = (uint64_t)idle;
         }
@@ -139,9 +140,9 @@ bool tn_movestall_check(tn_movestall_t *st, uint64_t move_id, bool ready,
 bool tn_movestall_wait_err(const tn_movestall_verdict_t *v, const char *err, uint64_t became_at,
                            uint64_t now, uint64_t report_ms)
 {
-    /* A target that never fetched here appends nothing, so has no error
-     * to tell. */
-    return err == NULL && v->seen && now < became_at + 2 * report_ms;
+    /* A target that never fetched, here or from an earlier leader,
+     * appends nothing, so has no error to tell. */
+    return err == NULL && (v->seen || v->based) && now < became_at + 2 * report_ms;
 }
 
 void tn_movestall_reason(const tn_movestall_verdict_t *v, uint64_t timeout_ms, uint64_t log_end,
@@ -154,7 +155,7 @@ void tn_movestall_reason(const tn_movestall_verdict_t *v, uint64_t timeout_ms, u
         return;
     tn_time_fmt_ms(idle, sizeof(idle), timeout_ms);
     int at;
-    if (v->seen)
+    if (v->seen || v->based)
         at = snprintf(why, len,
                       "target member %" PRIu32 " copied no record for %s (at offset %" PRIu64
                       " of %" PRIu64,

@@ -114,7 +114,9 @@ typedef struct tn_movestall_s {
 typedef struct tn_movestall_verdict_s {
     uint32_t node;    /* the member */
     bool seen;        /* it fetched here at all */
-    uint64_t end;     /* its copy's end (seen) */
+    bool based;       /* its clock came from a committed mark: it fetched
+                       * from an earlier leader, where its copy stood */
+    uint64_t end;     /* its copy's end (seen, or the mark's when based) */
     uint64_t idle_ms; /* how long it made no progress */
 } tn_movestall_verdict_t;
 
@@ -154,14 +156,16 @@ bool tn_movestall_check(tn_movestall_t *st, uint64_t move_id, bool ready,
  * target's append error (DESIGN step 3): err is the error the target
  * reported and still holds (NULL: none known); report_ms is the period at
  * which a target repeats a lasting error (to the leader of the epoch it
- * knows). true: wait (no error known yet, the target fetched here, and
- * the lead is younger than two periods); false: fail now. */
+ * knows). true: wait (no error known yet, the target fetched here or
+ * from an earlier leader - a lead just taken may not have heard from it
+ * yet, while it has an error to tell - and the lead is younger than two
+ * periods); false: fail now. */
 bool tn_movestall_wait_err(const tn_movestall_verdict_t *v, const char *err, uint64_t became_at,
                            uint64_t now, uint64_t report_ms);
 
 /* The reason a stalled move fails with, into why (len bytes, NUL ended):
  * "target member N copied no record for T (at offset E of L): the
- * partition stays on its old replicas" when v->seen, else "target member
+ * partition stays on its old replicas" when v->seen or v->based, else "target member
  * N fetched nothing for T (the log ends at L): ...", T being timeout_ms
  * as tn_time_fmt_ms says it and L log_end; with "; its last append error:
  * ERR" before the closing parenthesis when err is not NULL (borrowed). The

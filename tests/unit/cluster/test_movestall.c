@@ -251,6 +251,18 @@ static void test_mark_unseen_and_churn(void **state)
     }
     assert_true(failed);
     assert_int_equal(failed_at, w + TIMEOUT);
+    /* The verdict of a leader the target has not fetched from yet says
+     * where its copy stood by the mark (it fetched from an earlier one). */
+    {
+        tn_movestall_t fresh;
+        tn_movestall_reset(&fresh);
+        tn_movestall_target_t unseen = target(4, false, 0);
+        tn_movestall_marks(&fresh, 9, &committed, 1, 0, w + TIMEOUT);
+        assert_true(tn_movestall_check(&fresh, 9, false, &unseen, 1, END, 0, TIMEOUT, &v));
+        assert_false(v.seen);
+        assert_true(v.based);
+        assert_int_equal(v.end, 0);
+    }
     /* Its first fetch past the mark is progress. */
     tn_movestall_t st;
     tn_movestall_reset(&st);
@@ -288,9 +300,11 @@ static void test_mark_skew(void **state)
 }
 
 /* A lead just taken waits up to two report periods for the target's
- * append error while none is known and the target fetched here; no wait
+ * append error while none is known and the target fetched here, or from
+ * an earlier leader (its clock from a committed mark: it has not found
+ * this lead yet, and reports its error to it within a period); no wait
  * once the error is known, the lead is old enough, or the target never
- * fetched (it appended nothing, so has no error to tell). */
+ * fetched anywhere (it appended nothing, so has no error to tell). */
 static void test_wait_for_err(void **state)
 {
     (void)state;
@@ -303,6 +317,11 @@ static void test_wait_for_err(void **state)
     assert_false(tn_movestall_wait_err(&v, "no space left on device", became, became, period));
     v.seen = false;
     assert_false(tn_movestall_wait_err(&v, NULL, became, became, period));
+    v.based = true;
+    assert_true(tn_movestall_wait_err(&v, NULL, became, became, period));
+    assert_true(tn_movestall_wait_err(&v, NULL, became, became + 2 * period - 1, period));
+    assert_false(tn_movestall_wait_err(&v, NULL, became, became + 2 * period, period));
+    assert_false(tn_movestall_wait_err(&v, "no space left on device", became, became, period));
 }
 
 #define TAIL "): the partition stays on its old replicas"
@@ -336,6 +355,11 @@ static void test_reason_forms(void **state)
               "target member 4 fetched nothing for 1500ms (the log ends at 7" TAIL);
     reason_in(&u, 1500, 7, "i/o error", 161,
               "target member 4 fetched nothing for 1500ms (the log ends at 7; its last append "
+              "error: i/o error" TAIL);
+    /* Not here yet, but from an earlier leader: where its copy stood. */
+    tn_movestall_verdict_t b = {.node = 4, .seen = false, .based = true, .end = 2, .idle_ms = 1600};
+    reason_in(&b, 1500, 7, "i/o error", 161,
+              "target member 4 copied no record for 1500ms (at offset 2 of 7; its last append "
               "error: i/o error" TAIL);
 }
 
