@@ -288,6 +288,9 @@ struct tn_topic_s {
      * yet). */
     int64_t record_created_ms;
     int64_t stamp_ms;
+    /* A worker writes the stamp (tn_topic_keep_stamp): the topic serves
+     * on, but counts as busy (no growth, placement or deletion meanwhile). */
+    bool stamping;
     uint64_t ttl_discards;
     uint64_t message_count; /* published since start */
     uint64_t message_bytes;
@@ -917,9 +920,10 @@ void tn_topic_stamped(tn_topic_t *t, int64_t ms);
  * it (a topic loaded from a directory written before stamps, whose record
  * the catalog just took as its own; or a topic whose only files here are
  * a replica's own copies, opened before the engine's topic was made):
- * on a worker, the topic busy meanwhile (publishes wait, a deletion is
- * refused with UV_EBUSY), so the write never lands in the directory of a
- * topic made after this one is deleted. copy_here: the caller knows of a
+ * on a worker, the topic busy meanwhile (tn_topic_busy; publishes and
+ * consumes go on, a deletion waits in tn_topic_wait_idle, and is refused
+ * with UV_EBUSY if asked directly), so the write never lands in the
+ * directory of a topic made after this one is deleted. copy_here: the caller knows of a
  * copy of one of t's partitions open here outside the engine (the replica
  * manager's own, which t->parts does not show). Nothing when there is
  * nothing to write, or while t is busy (the next call tries again). Loop

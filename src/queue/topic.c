@@ -662,7 +662,7 @@ void tn__part_close_deferred(tn_part_t *p)
 
 int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg)
 {
-    if (t->state != TN_OBJ_READY)
+    if (t->state != TN_OBJ_READY || t->stamping)
         return UV_EBUSY;
     /* A channel being created reads the logs on a worker thread. */
     for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
@@ -887,7 +887,7 @@ int tn_topic_grow(tn_topic_t *t, uint32_t nparts, tn_delete_cb cb, void *arg)
 {
     if (nparts <= t->nparts)
         return UV_EINVAL;
-    if (t->state != TN_OBJ_READY || t->growing)
+    if (t->state != TN_OBJ_READY || t->growing || t->stamping)
         return UV_EBUSY;
     uint32_t nch = 0;
     for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
@@ -1192,15 +1192,22 @@ static void stamp_done(uv_work_t *w, int status)
 {
     stamp_job_t *j = TN_CONTAINER_OF(w, stamp_job_t, work);
     tn_topic_t *t = j->t;
+    tn_broker_t *b = t->broker;
     int rc = j->rc != 0 ? j->rc : status;
     t->busy--;
+    t->stamping = false;
     if (rc == 0)
         tn_topic_stamped(t, j->ms);
     else
         TN_LOG_RL(TN_LOG_WARN, 60000, "topic %s: writing its stamp failed: %s; tried again later",
                   t->name, tn_strerror(rc));
     tn_free(j);
-    reshape_end(t, 0, NULL, NULL);
+    tn__waiters_fire(&t->waiters, 0); /* a deletion or growth waiting for it */
+    if (t->deleted && t->busy == 0)
+        tn__topic_free(t);
+    else
+        tn__topic_place_resume(t);
+    tn__broker_work_done(b);
 }
 
 void tn_topic_keep_stamp(tn_topic_t *t, bool copy_here)
@@ -1224,17 +1231,16 @@ void tn_topic_keep_stamp(tn_topic_t *t, bool copy_here)
         tn_free(j);
         return;
     }
-    /* Busy as a growth is: a deletion, which would move the directory
-     * away and let a topic of the name make a new one, waits for it. */
-    t->growing = true;
-    t->state = TN_OBJ_CREATING;
+    /* Busy, serving on: a deletion, which would move the directory away
+     * and let a topic of the name make a new one, waits for it. */
+    t->stamping = true;
     t->busy++;
     t->broker->workers++;
 }
 
 bool tn_topic_busy(const tn_topic_t *t)
 {
-    if (t->state != TN_OBJ_READY || t->growing)
+    if (t->state != TN_OBJ_READY || t->growing || t->stamping)
         return true;
     for (const tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
         if (ch->state != TN_OBJ_READY)
@@ -1244,7 +1250,7 @@ bool tn_topic_busy(const tn_topic_t *t)
 
 int tn_topic_wait_idle(tn_topic_t *t, tn_waiter_t *w)
 {
-    if (t->state == TN_OBJ_CREATING) {
+    if (t->state == TN_OBJ_CREATING || t->stamping) {
         w->next = t->waiters;
         t->waiters = w;
         return UV_EAGAIN;
