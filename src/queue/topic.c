@@ -802,13 +802,26 @@ static bool grow_channels(grow_t *g)
     return true;
 }
 
+/* The last step of every job that held the topic busy (a growth, a
+ * placement, a stamp write), once its waiters ran: a deletion that waited
+ * for it frees the topic now, else a placement change that came meanwhile
+ * starts; the broker hears that one of its worker jobs ended. */
+static void job_end(tn_topic_t *t)
+{
+    tn_broker_t *b = t->broker;
+    if (t->deleted && t->busy == 0)
+        tn__topic_free(t);
+    else
+        tn__topic_place_resume(t);
+    tn__broker_work_done(b);
+}
+
 /* The end of a growth or a placement (grow_done, place_done), once its
  * work is freed: the topic is ready again, its waiters run, its channels
  * pump (rc 0), the caller hears rc, then a deletion that waited frees the
  * topic or a placement change that came meanwhile starts. */
 static void reshape_end(tn_topic_t *t, int rc, tn_delete_cb cb, void *arg)
 {
-    tn_broker_t *b = t->broker;
     t->growing = false;
     t->state = TN_OBJ_READY;
     tn__waiters_fire(&t->waiters, 0);
@@ -816,11 +829,7 @@ static void reshape_end(tn_topic_t *t, int rc, tn_delete_cb cb, void *arg)
         tn__topic_pump_all(t);
     if (cb != NULL)
         cb(arg, rc);
-    if (t->deleted && t->busy == 0)
-        tn__topic_free(t);
-    else
-        tn__topic_place_resume(t);
-    tn__broker_work_done(b);
+    job_end(t);
 }
 
 static void grow_done(uv_work_t *w, int status)
@@ -1192,7 +1201,6 @@ static void stamp_done(uv_work_t *w, int status)
 {
     stamp_job_t *j = TN_CONTAINER_OF(w, stamp_job_t, work);
     tn_topic_t *t = j->t;
-    tn_broker_t *b = t->broker;
     int rc = j->rc != 0 ? j->rc : status;
     t->busy--;
     t->stamping = false;
@@ -1203,11 +1211,7 @@ static void stamp_done(uv_work_t *w, int status)
                   t->name, tn_strerror(rc));
     tn_free(j);
     tn__waiters_fire(&t->waiters, 0); /* a deletion or growth waiting for it */
-    if (t->deleted && t->busy == 0)
-        tn__topic_free(t);
-    else
-        tn__topic_place_resume(t);
-    tn__broker_work_done(b);
+    job_end(t);
 }
 
 void tn_topic_keep_stamp(tn_topic_t *t, bool copy_here)
