@@ -272,6 +272,15 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
     case TN_MC_TOPIC_DELETE:
         tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
         break;
+    case TN_MC_TOPIC_FACTOR:
+        if (c->topic.replication_factor < 1 || c->topic.replication_factor > TN_META_MAX_FACTOR ||
+            c->topic.min_insync < 1 || c->topic.min_insync > c->topic.replication_factor)
+            w.rc = UV_EINVAL;
+        tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
+        tn__meta_w_u8(&w, c->topic.replication_factor);
+        tn__meta_w_u8(&w, c->topic.min_insync);
+        tn__meta_w_u64(&w, c->expect);
+        break;
     case TN_MC_CHANNEL_PUT:
     case TN_MC_CHANNEL_DELETE:
         tn__meta_w_u8(&w, c->if_absent ? 1 : 0);
@@ -804,6 +813,17 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
     }
     case TN_MC_TOPIC_DELETE:
         r_name(&r, c->topic.name, false);
+        break;
+    case TN_MC_TOPIC_FACTOR:
+        r_name(&r, c->topic.name, false);
+        c->topic.replication_factor = tn__meta_r_u8(&r);
+        c->topic.min_insync = tn__meta_r_u8(&r);
+        c->if_unchanged = true;
+        c->expect = tn__meta_r_u64(&r);
+        if (r.rc == 0 &&
+            (c->topic.replication_factor < 1 || c->topic.replication_factor > TN_META_MAX_FACTOR ||
+             c->topic.min_insync < 1 || c->topic.min_insync > c->topic.replication_factor))
+            r.rc = TN_ECORRUPT;
         break;
     case TN_MC_CHANNEL_PUT:
     case TN_MC_CHANNEL_DELETE:

@@ -143,6 +143,9 @@ typedef enum {
     TN_MC_CLUSTER_REBALANCE = 23,
     TN_MC_MEMBER_REMOVE = 24, /* a member removed (and its tombstone) */
     TN_MC_MOVE_MARK = 25,     /* a move's stall marks (partstate.h rule 10) */
+    /* A topic's replication factor changed (topic.name, .replication_factor,
+     * .min_insync; if_unchanged with expect always): state.c topic_factor. */
+    TN_MC_TOPIC_FACTOR = 26,
     /* Remotes (meta/remote.h has their payloads). */
     TN_MC_REMOTE_PUT = 30,
     TN_MC_REMOTE_DELETE = 31,

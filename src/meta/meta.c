@@ -199,6 +199,11 @@ struct tn_meta_s {
     bool decom_busy;
     bool decom_pending; /* the last scan left a decommission or heal move to begin */
     uint64_t next_decom_ms;
+    /* Factor (check_factor): the leader's PART_MOVE begins, one at a time. */
+    tn_meta_req_t factorreq;
+    bool factor_busy;
+    bool factor_pending; /* the last scan left a partition's count to change */
+    uint64_t next_factor_ms;
     /* Rebalance (check_spread): the leader's proposals, one at a time. */
     uint32_t max_moves;  /* max-moves-per-node */
     bool auto_rebalance; /* a member joining asks for a rebalance */
@@ -1822,6 +1827,23 @@ static void check_moves(tn_meta_t *m)
 
 /* --- decommission: replicas off draining members ------------------------------------ */
 
+/* The PART_MOVE begin of change ch of a plan over in, with a new random
+ * id, through req (one at a time per driver: its data is m): the id, or 0
+ * when it could not be proposed (the scan stops; the next one plans again). */
+static uint64_t begin_change(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_rebal_in_t *in,
+                             const tn_place_change_t *ch, tn_meta_cb cb)
+{
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id) || id == 0)
+        return 0;
+    req->data = m;
+    const tn_place_part_t *pp = &in->parts[ch->part];
+    if (tn_meta_propose_move(m, req, in->topics[ch->part]->rec.name, pp->partition, TN_MOVE_BEGIN,
+                             id, ch->to.replicas, ch->to.factor, NULL, cb) != 0)
+        return 0;
+    return id;
+}
+
 static void on_decom_begun(tn_meta_req_t *req, int status)
 {
     tn_meta_t *m = req->data;
@@ -1947,25 +1969,98 @@ static void check_decommission(tn_meta_t *m)
             pending = pending || !blocked; /* blocked: a member of it is not alive */
             if (!may)
                 continue;
-            const tn_place_part_t *pp = &din.parts[ch->part];
-            const char *topic = din.topics[ch->part]->rec.name;
-            uint64_t id = 0;
-            if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id) || id == 0)
+            uint64_t id = begin_change(m, &m->decomreq, &din, ch, on_decom_begun);
+            if (id == 0)
                 break;
+            m->decom_busy = true;
             TN_LOG(TN_LOG_NOTICE,
                    "metastore: %s %" PRIu64 ": moving %s/%" PRIu32 " (move %016" PRIx64 ")", what,
-                   mb->id, topic, pp->partition, id);
-            m->decomreq.data = m;
-            if (tn_meta_propose_move(m, &m->decomreq, topic, pp->partition, TN_MOVE_BEGIN, id,
-                                     ch->to.replicas, ch->to.factor, NULL, on_decom_begun) == 0)
-                m->decom_busy = true;
-            else
-                break;
+                   mb->id, din.topics[ch->part]->rec.name, din.parts[ch->part].partition, id);
         }
     }
     m->decom_pending = pending;
     tn_place_plan_fini(&plan);
     tn_meta_rebal_in_fini(&din);
+}
+
+/* --- the replication factor: each partition's replicas as many as its topic's ------- */
+
+static void on_factor_begun(tn_meta_req_t *req, int status)
+{
+    tn_meta_t *m = req->data;
+    m->factor_busy = false;
+    if (status != 0 && status != UV_EBUSY && status != TN_ECLOSED && status != TN_ENOTFOUND)
+        TN_LOG_RL(TN_LOG_WARN, 60000, "metastore: a replication factor's partition move: %s",
+                  tn_strerror(status));
+}
+
+/* On the leader, every DECOM_SCAN_MS once no decommission or self-healing
+ * has a move left to begin (those go first): every placed partition whose
+ * replicas, as they will be once the move under way is done, are not as
+ * many as its topic's replication_factor (a factor changed by
+ * TOPIC_FACTOR, or a partition made while too few members were alive)
+ * gets the planner's factor rule (meta/placement.h rule 4: members
+ * appended, least loaded first, or dropped from the end, the ones not
+ * eligible first, never the preferred leader), and one PART_MOVE begin is
+ * proposed at a time for a partition with no move under way whose new
+ * members are all alive, under max-moves-per-node (tn_meta_rebal_take);
+ * the moves complete as any do (check_moves). A partition that cannot get
+ * enough members is left as it is and logged at most once a minute.
+ * factor_pending says whether a change is left to begin, which a
+ * rebalance waits for (check_spread). */
+static void check_factor(tn_meta_t *m)
+{
+    uint64_t now = uv_now(m->loop);
+    if (!m->leading || m->lead_term != m->raft.current_term) {
+        m->factor_pending = false;
+        return;
+    }
+    if (m->factor_busy || m->decom_pending || now < m->next_factor_ms)
+        return;
+    m->next_factor_ms = now + DECOM_SCAN_MS;
+    tn_meta_rebal_in_t in;
+    if (tn_meta_rebal_in_init(&in, &m->state) != 0)
+        return; /* out of memory: the next scan */
+    tn_place_plan_t plan;
+    tn_place_plan_init(&plan);
+    char err[160];
+    bool pending = false;
+    if (tn_meta_factor_plan(&in, &plan, err, sizeof(err)) != 0) {
+        TN_LOG_RL(TN_LOG_WARN, 60000, "metastore: replication factor: %s", err);
+        goto done;
+    }
+    for (size_t k = 0; k < plan.nproblems; k++) {
+        const tn_place_part_t *pp = &in.parts[plan.problems[k].part];
+        const tn_meta_topic_entry_t *t = in.topics[plan.problems[k].part];
+        TN_LOG_RL(TN_LOG_WARN, 60000,
+                  "metastore: partition %s/%" PRIu32 " has %" PRIu32
+                  " replicas and its topic's replication_factor is %u: too few alive members "
+                  "that are not draining hold none of it to add the rest",
+                  t->rec.name, pp->partition, pp->factor, tn_meta_topic_factor(&t->rec));
+    }
+    for (size_t k = 0; k < plan.nchanges && !m->factor_busy; k++) {
+        const tn_place_change_t *ch = &plan.changes[k];
+        bool blocked;
+        bool may = tn_meta_rebal_take(&in, ch, m->max_moves, &blocked);
+        pending = pending || !blocked;
+        if (!may)
+            continue;
+        uint64_t id = begin_change(m, &m->factorreq, &in, ch, on_factor_begun);
+        if (id == 0)
+            break;
+        m->factor_busy = true;
+        const tn_place_part_t *pp = &in.parts[ch->part];
+        const char *topic = in.topics[ch->part]->rec.name;
+        TN_LOG(TN_LOG_NOTICE,
+               "metastore: replication factor of %s is %u: moving %s/%" PRIu32 " from %" PRIu32
+               " to %" PRIu32 " replicas (move %016" PRIx64 ")",
+               topic, tn_meta_topic_factor(&in.topics[ch->part]->rec), topic, pp->partition,
+               pp->factor, ch->to.factor, id);
+    }
+done:
+    m->factor_pending = pending;
+    tn_place_plan_fini(&plan);
+    tn_meta_rebal_in_fini(&in);
 }
 
 /* --- rebalance: replicas and preferred leaders spread over the members ---------------- */
@@ -2097,9 +2192,9 @@ static void check_spread(tn_meta_t *m)
         return;
     }
     forget_joins(m, true); /* the rebalance under way plans over them */
-    if (m->decom_pending) {
+    if (m->decom_pending || m->factor_pending) {
         tn_meta_rebal_in_fini(&in);
-        return; /* a decommission or self-healing first */
+        return; /* a decommission, self-healing or factor change first */
     }
     tn_place_plan_t plan;
     tn_place_plan_init(&plan);
@@ -2116,19 +2211,13 @@ static void check_spread(tn_meta_t *m)
             blocked += no;
             continue;
         }
-        const tn_place_part_t *pp = &in.parts[ch->part];
-        const char *topic = in.topics[ch->part]->rec.name;
-        uint64_t id = 0;
-        if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id) || id == 0)
+        uint64_t id = begin_change(m, &m->spreadreq, &in, ch, on_spread_proposed);
+        if (id == 0)
             break;
+        m->spread_busy = true;
         TN_LOG(TN_LOG_NOTICE, "metastore: rebalance: %s %s/%" PRIu32 " (move %016" PRIx64 ")",
-               ch->moved > 0 ? "moving" : "reordering the replicas of", topic, pp->partition, id);
-        m->spreadreq.data = m;
-        if (tn_meta_propose_move(m, &m->spreadreq, topic, pp->partition, TN_MOVE_BEGIN, id,
-                                 ch->to.replicas, ch->to.factor, NULL, on_spread_proposed) == 0)
-            m->spread_busy = true;
-        else
-            break;
+               ch->moved > 0 ? "moving" : "reordering the replicas of",
+               in.topics[ch->part]->rec.name, in.parts[ch->part].partition, id);
     }
     if (!m->spread_busy && in.nmoving == 0) {
         /* Nothing under way, so nothing was held by the cap or a move:
@@ -2581,6 +2670,8 @@ static void on_poll(uv_timer_t *t)
         check_moves(m);
     if (!m->closing)
         check_decommission(m);
+    if (!m->closing)
+        check_factor(m);
     if (!m->closing)
         check_spread(m);
     if (!m->closing)

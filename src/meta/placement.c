@@ -200,6 +200,12 @@ static uint32_t spread(const work_t *w, bool leaders)
     return hi >= lo ? hi - lo : 0;
 }
 
+static bool same_list(const tn_place_part_t *a, const tn_place_part_t *b)
+{
+    return a->factor == b->factor &&
+           memcmp(a->replicas, b->replicas, a->factor * sizeof(uint32_t)) == 0;
+}
+
 /* The plan's changes and problems from the working copy; frees the work. */
 static int work_end(work_t *w, char *err, size_t errlen)
 {
@@ -207,8 +213,7 @@ static int work_end(work_t *w, char *err, size_t errlen)
     tn_place_plan_t *plan = w->plan;
     size_t nchanges = 0, nproblems = 0;
     for (size_t k = 0; k < in->nparts; k++) {
-        nchanges += memcmp(w->parts[k].replicas, in->parts[k].replicas,
-                           in->parts[k].factor * sizeof(uint32_t)) != 0;
+        nchanges += !same_list(&w->parts[k], &in->parts[k]);
         nproblems += w->why[k] != 0;
     }
     plan->changes = alloc_n(nchanges, sizeof(*plan->changes));
@@ -224,7 +229,7 @@ static int work_end(work_t *w, char *err, size_t errlen)
         if (w->why[k] != 0)
             plan->problems[plan->nproblems++] =
                 (tn_place_problem_t){(uint32_t)k, w->why_member, (tn_place_why_t)w->why[k]};
-        if (memcmp(to->replicas, from->replicas, from->factor * sizeof(uint32_t)) == 0)
+        if (same_list(to, from))
             continue;
         tn_place_change_t *c = &plan->changes[plan->nchanges++];
         c->part = (uint32_t)k;
@@ -541,5 +546,64 @@ int tn_place_rebalance(const tn_place_in_t *in, uint32_t max_moves, tn_place_pla
     balance_leaders(&w);
     balance_replicas(&w, max_moves);
     balance_leaders(&w);
+    return work_end(&w, err, errlen);
+}
+
+/* --- the replication factor ------------------------------------------------------ */
+
+/* The position rule 4 drops from partition k: the last one whose member is
+ * not eligible, else the last; never position 0. */
+static uint32_t drop_pos(const work_t *w, const tn_place_part_t *p)
+{
+    for (uint32_t i = p->factor - 1; i > 0; i--)
+        if (!eligible(w, member_index(w->in, p->replicas[i])))
+            return i;
+    return p->factor - 1;
+}
+
+int tn_place_refactor(const tn_place_in_t *in, const uint32_t *want, tn_place_plan_t *plan,
+                      char *err, size_t errlen)
+{
+    work_t w;
+    int rc = work_begin(&w, in, plan, false, err, errlen);
+    if (rc != 0)
+        return rc;
+    for (size_t k = 0; k < in->nparts; k++) {
+        if (want[k] < 1 || want[k] > TN_PLACE_MAX_REPLICAS) {
+            work_free(&w);
+            tn_place_plan_fini(plan);
+            tn_errbuf(err, errlen, "partition %zu: a factor of %u is outside 1..%d", k, want[k],
+                      TN_PLACE_MAX_REPLICAS);
+            return UV_EINVAL;
+        }
+    }
+    for (size_t k = 0; k < in->nparts; k++) {
+        tn_place_part_t *p = &w.parts[k];
+        while (p->factor > want[k]) {
+            uint32_t pos = drop_pos(&w, p);
+            uint32_t m = member_index(in, p->replicas[pos]);
+            w.loads[m].replicas--;
+            memmove(&p->replicas[pos], &p->replicas[pos + 1],
+                    (p->factor - pos - 1) * sizeof(p->replicas[0]));
+            p->factor--;
+            p->replicas[p->factor] = 0;
+        }
+        uint32_t room = 0;
+        for (uint32_t m = 0; m < in->nmembers; m++)
+            room += eligible(&w, m) && position(p, in->members[m].id) < 0;
+        if (p->factor < want[k] && room < want[k] - p->factor) {
+            w.why[k] = TN_PLACE_NO_ROOM; /* all or nothing: the list stays */
+            continue;
+        }
+        while (p->factor < want[k]) {
+            uint32_t best = NONE;
+            for (uint32_t m = 0; m < in->nmembers; m++)
+                if (eligible(&w, m) && position(p, in->members[m].id) < 0 &&
+                    (best == NONE || less_loaded(&w, m, best)))
+                    best = m;
+            w.loads[best].replicas++;
+            p->replicas[p->factor++] = in->members[best].id;
+        }
+    }
     return work_end(&w, err, errlen);
 }

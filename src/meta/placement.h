@@ -7,9 +7,10 @@
  * scratch freed before they return, so the metastore leader and a
  * simulation get the same plan from the same input.
  *
- * Decommission, self-healing (meta.c check_decommission) and rebalance
- * (meta.c check_spread, meta/rebalance.h) run these on the metastore
- * leader and begin PART_MOVEs with the changes.
+ * Decommission, self-healing (meta.c check_decommission), the factor
+ * (meta.c check_factor) and rebalance (meta.c check_spread,
+ * meta/rebalance.h) run these on the metastore leader and begin
+ * PART_MOVEs with the changes.
  *
  * Where this must agree with the placement at creation (meta/state.c,
  * place()/place_replicated()): both treat replicas[0] as the preferred
@@ -71,6 +72,12 @@
  *      replicas on eligible members; with mixed factors it may not be (three
  *      factor-1 partitions on A, three factor-2 ones on B and C: A leads 3
  *      whatever the order), and plan->leader_spread says so.
+ *   4. Factor (a partition's replica count made its topic's
+ *      replication_factor): appended, the least loaded eligible members
+ *      it lacks, in the load order, one at a time; dropped, from the end,
+ *      the members that are not eligible first, never position 0. All
+ *      or nothing: a partition that cannot get enough members is reported
+ *      TN_PLACE_NO_ROOM and keeps its list.
  *   max_moves (0 = no cap) bounds the replicas placed on a new member per
  *   call (reorders move no data and are not counted); plan->more says that
  *   the cap stopped the plan: apply it, then plan again.
@@ -178,6 +185,18 @@ int tn_place_heal(const tn_place_in_t *in, uint32_t member, uint32_t max_moves,
                   tn_place_plan_t *plan, char *err, size_t errlen);
 int tn_place_rebalance(const tn_place_in_t *in, uint32_t max_moves, tn_place_plan_t *plan,
                        char *err, size_t errlen);
+
+/* Rule 4 (the factor): every partition k whose list is not want[k] long
+ * (caller-owned, in->nparts entries, each 1..TN_PLACE_MAX_REPLICAS, else
+ * UV_EINVAL) gets one that is: a longer list keeps its members in their
+ * order and appends the least loaded eligible members it lacks, one at a
+ * time (loads updated after each pick); one with too few such members is
+ * reported TN_PLACE_NO_ROOM and keeps its list (never a partial change). A
+ * shorter list keeps position 0 (the preferred leader) and drops, one at a
+ * time, the last member that is not eligible, else the last. Changes that
+ * only drop replicas have moved 0. Any thread; in is only read. */
+int tn_place_refactor(const tn_place_in_t *in, const uint32_t *want, tn_place_plan_t *plan,
+                      char *err, size_t errlen);
 
 /* Apply plan's changes to parts (caller-owned, the in->parts the plan was
  * made from, or a copy of it): what the move mechanism will have done once

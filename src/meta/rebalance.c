@@ -195,3 +195,20 @@ int tn_meta_rebal_plan(const tn_meta_rebal_in_t *in, tn_place_plan_t *plan, char
     tn_place_in_t pin = tn_meta_rebal_place_in(in);
     return tn_place_rebalance(&pin, 0, plan, err, errlen);
 }
+
+int tn_meta_factor_plan(const tn_meta_rebal_in_t *in, tn_place_plan_t *plan, char *err,
+                        size_t errlen)
+{
+    uint32_t *want = tn_calloc(in->nparts > 0 ? in->nparts : 1, sizeof(*want));
+    if (want == NULL) {
+        tn_place_plan_fini(plan);
+        tn_errbuf(err, errlen, "out of memory planning %zu partitions", in->nparts);
+        return UV_ENOMEM;
+    }
+    for (size_t i = 0; i < in->nparts; i++)
+        want[i] = tn_meta_topic_factor(&in->topics[i]->rec);
+    tn_place_in_t pin = tn_meta_rebal_place_in(in);
+    int rc = tn_place_refactor(&pin, want, plan, err, errlen);
+    tn_free(want);
+    return rc;
+}

@@ -14,7 +14,8 @@
  *      Either proposes CLUSTER_REBALANCE wanted (if none is): the state
  *      then says a rebalance is under way, so whichever member leads the
  *      metastore drives it, a new leader after a change too.
- *   2. Every scan, while one is wanted and no decommission or self-healing
+ *   2. Every scan, while one is wanted and no decommission, self-healing or
+ *      factor change (meta.c check_factor)
  *      has a move left to begin (those go first), the leader plans over
  *      the state as it will be once the moves under way are done
  *      (tn_meta_rebal_in_init: a moving partition counts with its target)
@@ -99,5 +100,12 @@ bool tn_meta_rebal_take(tn_meta_rebal_in_t *in, const tn_place_change_t *ch, uin
  * (tn_place_rebalance's). */
 int tn_meta_rebal_plan(const tn_meta_rebal_in_t *in, tn_place_plan_t *plan, char *err,
                        size_t errlen);
+
+/* The factor plan of s now, over in (made by the caller from s): the
+ * planner's factor rule (placement.h rule 4) with each partition's topic's
+ * replication_factor as its wanted count, uncapped; a partition whose list
+ * has that many already is left as it is. 0, or an error with err filled. */
+int tn_meta_factor_plan(const tn_meta_rebal_in_t *in, tn_place_plan_t *plan, char *err,
+                        size_t errlen);
 
 #endif

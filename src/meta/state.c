@@ -707,6 +707,12 @@ static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_e
     if (c->move_kind == TN_MOVE_COMPLETE) {
         rc = tn_pstate_move_complete(ps, c->move_id, &nodes, err, sizeof(err));
         mv.end = TN_MOVE_DONE;
+        /* The topic's min_insync, capped by the replicas it ends with: a
+         * partition raised to the topic's factor (TOPIC_FACTOR) takes it
+         * now. Every replica in the ISR, as a completion needs. */
+        uint32_t want = TN_MIN((uint32_t)tn_meta_topic_min_insync(&t->rec), ps->nreplicas);
+        if (rc == 0 && ps->min_insync != want && ps->nisr >= want)
+            ps->min_insync = want;
     } else {
         /* ABORT and FAIL both put the old replicas back (rule 8). */
         rc = tn_pstate_move_abort(ps, c->move_id, &nodes, err, sizeof(err));
@@ -819,6 +825,80 @@ static bool made_by(const tn_meta_topic_t *rec, const tn_meta_cmd_t *c)
 
 /* restoring: a snapshot is being read, whose topics come by name, so a
  * child may come before its parent; restore counts children at the end. */
+/* The topic's min_insync, capped by each partition's replicas, into the
+ * states of partitions [0, upto) of t (a bumped epoch each; told when
+ * told_too). During a move the list is target and old together: the cap
+ * is the smaller of the two a move may end with. */
+static void pstates_min_insync(tn_meta_state_t *s, tn_meta_topic_entry_t *t, uint32_t upto,
+                               bool told_too)
+{
+    uint32_t min_insync = tn_meta_topic_min_insync(&t->rec);
+    for (uint32_t p = 0; t->pstates != NULL && p < upto; p++) {
+        tn_pstate_t *ps = &t->pstates[p];
+        if (ps->nreplicas == 0)
+            continue;
+        uint32_t cap = ps->ntarget > 0 ? TN_MIN(ps->ntarget, ps->nold) : ps->nreplicas;
+        if (ps->min_insync == TN_MIN(min_insync, cap))
+            continue;
+        ps->min_insync = TN_MIN(min_insync, cap);
+        ps->partition_epoch++;
+        if (told_too)
+            tell(s, t, t->rec.name, p);
+    }
+}
+
+/* TOPIC_FACTOR (docs/replication.md "Changing a topic's replication
+ * factor"): the record's factor and min_insync become c's, while the
+ * record is the one the change was made from (TN_ECHANGED). Raised above
+ * 1, every partition that has an owner and no state (a factor-1 partition
+ * that never moved) gets one over its owner alone in the same apply, as
+ * its move would (tn_meta_state_move_from: replicas and ISR the owner,
+ * leading in epoch 1, min_insync 1), so every placed partition of a
+ * replicated topic has a state; an owner that is not alive refuses the
+ * whole change (UV_EPERM), nothing changed. The count of each partition's
+ * replicas is then moved to the factor by the metastore leader (meta.c
+ * check_factor), and its min_insync follows at each move's completion
+ * (part_move); here it is capped by the replicas each has now. */
+static int topic_factor(tn_meta_state_t *s, const tn_meta_cmd_t *c)
+{
+    tn_meta_topic_entry_t *t = (tn_meta_topic_entry_t *)tn_meta_topic_find(s, c->topic.name);
+    if (t == NULL)
+        return TN_ENOTFOUND;
+    if (tn_meta_topic_fingerprint(&t->rec) != c->expect)
+        return TN_ECHANGED;
+    uint8_t factor = c->topic.replication_factor, min_insync = c->topic.min_insync;
+    if (factor < 1 || factor > TN_META_MAX_FACTOR || min_insync < 1 || min_insync > factor)
+        return UV_EINVAL;
+    uint32_t n = t->rec.partitions;
+    bool convert = false;
+    for (uint32_t p = 0; factor > 1 && p < n; p++) {
+        if (t->owners[p] == 0 || (t->pstates != NULL && t->pstates[p].nreplicas > 0))
+            continue;
+        const tn_meta_member_t *m = tn_meta_member_find(s, t->owners[p]);
+        if (m == NULL || m->status != TN_MEMBER_ALIVE || m->fenced)
+            return UV_EPERM;
+        convert = true;
+    }
+    if (convert && pstates_fit(t) != 0)
+        return UV_ENOMEM;
+    tn_pstate_nodes_t nodes = nodes_of(s);
+    for (uint32_t p = 0; convert && p < n; p++) {
+        tn_pstate_t *ps = &t->pstates[p];
+        if (t->owners[p] == 0 || ps->nreplicas > 0)
+            continue;
+        uint32_t owner = (uint32_t)t->owners[p];
+        char err[128];
+        if (tn_pstate_create(ps, &owner, 1, 1, &nodes, err, sizeof(err)) != 0)
+            memset(ps, 0, sizeof(*ps)); /* checked alive above: not reached */
+        else
+            tell(s, t, t->rec.name, p);
+    }
+    t->rec.replication_factor = factor;
+    t->rec.min_insync = min_insync;
+    pstates_min_insync(s, t, n, true);
+    return 0;
+}
+
 static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
 {
     bool found;
@@ -862,8 +942,8 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
             if (c->topic.parent[0] != '\0')
                 count_child(s, c->topic.parent, 1);
         }
-        /* The factor stays (changing it is a partition move); a new
-         * min_insync reaches every partition state. */
+        /* The factor stays (TOPIC_FACTOR changes it); a new min_insync
+         * reaches every partition state. */
         uint8_t factor = tn_meta_topic_factor(&t->rec);
         uint8_t min_insync = TN_MIN(tn_meta_topic_min_insync(&c->topic), factor);
         bool min_changed = min_insync != tn_meta_topic_min_insync(&t->rec);
@@ -872,18 +952,8 @@ static int topic_put(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
         t->rec.min_insync = min_insync;
         for (uint32_t p = now; p < was && t->pstates != NULL; p++)
             tell(s, t, t->rec.name, p);
-        for (uint32_t p = 0; min_changed && t->pstates != NULL && p < TN_MIN(was, now); p++) {
-            tn_pstate_t *ps = &t->pstates[p];
-            if (ps->nreplicas == 0)
-                continue;
-            /* During a move the list is target and old together: the cap
-             * is the smaller of the two a move may end with. */
-            uint32_t cap = ps->ntarget > 0 ? TN_MIN(ps->ntarget, ps->nold) : ps->nreplicas;
-            ps->min_insync = TN_MIN((uint32_t)min_insync, cap);
-            ps->partition_epoch++;
-            if (!restoring)
-                tell(s, t, t->rec.name, p);
-        }
+        if (min_changed)
+            pstates_min_insync(s, t, TN_MIN(was, now), !restoring);
         if (now > was && restoring)
             s->unassigned += now - was;
         else if (now > was)
@@ -1338,6 +1408,8 @@ static int apply(tn_meta_state_t *s, const tn_meta_cmd_t *c, bool restoring)
     switch (c->type) {
     case TN_MC_TOPIC_PUT:
         return topic_put(s, c, restoring);
+    case TN_MC_TOPIC_FACTOR:
+        return topic_factor(s, c);
     case TN_MC_TOPIC_DELETE: {
         int rc = topic_delete(s, c->topic.name);
         if (rc == 0) /* its remote children go with it */

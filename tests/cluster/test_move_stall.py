@@ -246,10 +246,11 @@ class MoveStall(ReplicaBase):
         self.wait_all(leader, topic, 0, acked)
 
     def leaders_change_mid_stall(self, c, first, pair, sid):
-        """Move to pair + [S] (S still refuses the copy), forcing the
-        partition's leadership to the other of pair about every second
-        until the move fails."""
-        mid = self.begin(first, pair + [sid])
+        """Move to pair[0] and S (S still refuses the copy; a move keeps the
+        topic's factor, 2), forcing the partition's leadership to the other
+        of pair about every second until the move fails: pair[1], leaving
+        with the move, is in the ISR throughout and may lead meanwhile."""
+        mid = self.begin(first, [pair[0], sid])
         marks, flips, failed = set(), 0, None
         while failed is None:
             m = self.find_move(first, mid)

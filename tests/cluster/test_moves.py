@@ -212,7 +212,7 @@ class Moves(tr.Replication):
             ({"replicas": ["1", "1", "2"]}, 400, "listed twice"),
             ({"replicas": ["1", "2", "9"]}, 400, "member 9 is not a known member"),
             ({"replicas": replicas}, 400, "has these replicas already"),
-            ({"replicas": [spare]}, 400, "fewer than min_insync_replicas 2"),
+            ({"replicas": [spare]}, 400, "replication factor 3 is moved to exactly 3 members"),
         ]
         for body, want, words in cases:
             status, answer = n0.request("PATCH", f"/v1/topics/{V1}/partitions/{p}", body)

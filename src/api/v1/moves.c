@@ -606,8 +606,20 @@ static void on_begin_current(void *arg, int status)
         finish(m, 404, e == NULL ? "topic not found" : "no such partition");
         return;
     }
-    if (tn_meta_topic_factor(&e->rec) == 1 && m->n != 1) {
+    uint8_t factor = tn_meta_topic_factor(&e->rec);
+    if (factor == 1 && m->n != 1) {
         finish(m, 400, FACTOR_ONE);
+        return;
+    }
+    if (m->n != factor) {
+        /* The metastore leader keeps every partition at its topic's
+         * factor (meta.c check_factor): another count would be moved back. */
+        char why[192];
+        snprintf(why, sizeof(why),
+                 "invalid argument: a partition of a topic of replication factor %u is moved to "
+                 "exactly %u members (PATCH the topic's replication_factor to change how many)",
+                 factor, factor);
+        finish(m, 400, why);
         return;
     }
     char err[192] = "";

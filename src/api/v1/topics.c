@@ -642,7 +642,9 @@ static bool patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
     }
     uint8_t factor = tn_meta_topic_factor(cur);
     if (p->given[PF_FACTOR] && b->replication_factor != factor) {
-        snprintf(err, errlen, "changing replication_factor is a partition move, not supported yet");
+        /* on_topic_patch sends a change to factor_patch; a record changed
+         * meanwhile under an ordinary PATCH says so. */
+        snprintf(err, errlen, "the topic's replication_factor changed meanwhile: send it again");
         return false;
     }
     if (p->given[PF_MIN_INSYNC] && (b->min_insync < 1 || b->min_insync > factor)) {
@@ -672,6 +674,148 @@ static bool patch_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
     if (p->given[PF_MIN_INSYNC])
         c->topic.min_insync = (uint8_t)b->min_insync; /* every partition state follows */
     return true;
+}
+
+/* --- the replication factor (docs/replication.md "Changing a topic's
+ * replication factor") ------------------------------------------------------------ */
+
+/* The TOPIC_FACTOR p makes of cur, into c: 0, else the HTTP status of the
+ * refusal with why in err. Checked on this node's replica; the apply
+ * checks the owners again, and the record's fingerprint. */
+static int factor_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur, tn_meta_cmd_t *c,
+                       char *err, size_t errlen)
+{
+    const patch_body_t *b = &p->b;
+    const tn_meta_state_t *s = tn_meta_state(v->meta);
+    if (b->replication_factor < 1 || b->replication_factor > TN_META_MAX_FACTOR) {
+        snprintf(err, errlen, "invalid argument: replication_factor must be 1..%d",
+                 TN_META_MAX_FACTOR);
+        return 400;
+    }
+    uint8_t factor = (uint8_t)b->replication_factor, was = tn_meta_topic_factor(cur);
+    int64_t min_insync = TN_MIN(tn_meta_topic_min_insync(cur), factor);
+    if (p->given[PF_MIN_INSYNC])
+        min_insync = b->min_insync;
+    else if (was == 1)
+        min_insync = TN_MIN(TN_MAX(v->o.min_insync_replicas, 1), factor);
+    if (min_insync < 1 || min_insync > factor) {
+        snprintf(err, errlen,
+                 "invalid argument: min_insync_replicas must be 1..replication_factor (%u)",
+                 factor);
+        return 400;
+    }
+    uint32_t eligible = 0;
+    for (size_t i = 0; i < s->nmembers; i++)
+        eligible += s->members[i].status == TN_MEMBER_ALIVE && !s->members[i].fenced &&
+                    !s->members[i].draining;
+    if (factor > was && factor > eligible) {
+        snprintf(err, errlen,
+                 "replication_factor %u needs %u alive members that are not draining; the "
+                 "cluster has %" PRIu32,
+                 factor, factor, eligible);
+        return 409;
+    }
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, cur->name);
+    for (uint32_t q = 0; e != NULL && factor > 1 && q < e->rec.partitions; q++) {
+        if (e->owners[q] == 0 || tn_meta_state_pstate(s, cur->name, q) != NULL)
+            continue;
+        const tn_meta_member_t *m = tn_meta_member_find(s, e->owners[q]);
+        if (m == NULL || m->status != TN_MEMBER_ALIVE || m->fenced) {
+            snprintf(err, errlen,
+                     "partition %" PRIu32 "'s owner, member %" PRIu64
+                     ", is not alive: its only copy cannot be copied until it is back",
+                     q, e->owners[q]);
+            return 409;
+        }
+    }
+    memset(c, 0, sizeof(*c));
+    c->type = TN_MC_TOPIC_FACTOR;
+    c->if_unchanged = true;
+    c->expect = tn_meta_topic_fingerprint(cur);
+    snprintf(c->topic.name, sizeof(c->topic.name), "%s", cur->name);
+    c->topic.replication_factor = factor;
+    c->topic.min_insync = (uint8_t)min_insync;
+    return 0;
+}
+
+/* Whether rec has the factor and min_insync p asks (a copy of the change
+ * that landed, or another change to the same). */
+static bool factor_done(const patch_t *p, const tn_meta_topic_t *rec)
+{
+    return tn_meta_topic_factor(rec) == p->b.replication_factor &&
+           (!p->given[PF_MIN_INSYNC] || tn_meta_topic_min_insync(rec) == p->b.min_insync);
+}
+
+/* The change is committed; the answer shows this node's replica once it
+ * has it (on a follower the leader answered first). The moves follow,
+ * begun by the metastore leader. */
+static void on_factor_applied(void *arg, int status)
+{
+    (void)status; /* not yet applied here: the answer shows what is */
+    op_end(arg, 200, NULL);
+}
+
+static void on_factor_recorded(tn_meta_req_t *req, int status)
+{
+    op_t *op = req->data;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(op->v->meta), op->topic);
+    if (status == TN_ENOTFOUND || (status == TN_ECHANGED && e == NULL)) {
+        op_end(op, 404, "topic not found");
+        return;
+    }
+    if (status == TN_ECHANGED && factor_done(&op->patch, &e->rec)) {
+        op_end(op, 200, NULL);
+        return;
+    }
+    if (status == TN_ECHANGED && ++op->tries < TN__V1_CHANGE_TRIES && !op->v->closing) {
+        tn_meta_cmd_t c;
+        char refusal[192];
+        int code = factor_make(op->v, &op->patch, &e->rec, &c, refusal, sizeof(refusal));
+        if (code != 0)
+            op_end(op, code, refusal);
+        else if (tn_meta_propose(op->v->meta, &op->mreq, &c, on_factor_recorded) != 0)
+            op_end(op, 503, "control plane temporarily unavailable");
+        return;
+    }
+    if (status == TN_ECHANGED) {
+        op_end(op, 409, "the topic kept changing while this change was applied; send it again");
+    } else if (status == UV_EPERM) {
+        op_end(op, 409,
+               "a partition's owner is not alive: its only copy cannot be copied until it is "
+               "back");
+    } else if (status != 0) {
+        op_end(op, 503, "control plane temporarily unavailable");
+    } else if (op->v->closing || tn_meta_confirm(op->v->meta, on_factor_applied, op) != 0) {
+        op_end(op, 200, NULL);
+    }
+}
+
+/* PATCH replication_factor to another factor: admins only (it copies
+ * partitions between members), on its own or with min_insync_replicas. */
+static void factor_patch(tn_v1_t *v, tn_http_request_t *r, const tn_meta_topic_entry_t *e,
+                         const patch_t *p)
+{
+    if (v->o.security && !tn__v1_is_admin(v, r)) {
+        tn__v1_error(r, 403, "only an admin may change a topic's replication factor", NULL);
+        return;
+    }
+    for (int i = 0; i < PF_COUNT; i++) {
+        if (p->given[i] && i != PF_FACTOR && i != PF_MIN_INSYNC) {
+            tn__v1_error(r, 400,
+                         "invalid argument: replication_factor is changed on its own "
+                         "(min_insync_replicas may come with it)",
+                         NULL);
+            return;
+        }
+    }
+    tn_meta_cmd_t c;
+    char err[192];
+    int code = factor_make(v, p, &e->rec, &c, err, sizeof(err));
+    if (code != 0) {
+        tn__v1_error(r, code, err, NULL);
+        return;
+    }
+    (void)op_start(v, r, &c, on_factor_recorded, NULL, 0, p);
 }
 
 static void grow_engine(op_t *op);
@@ -775,7 +919,7 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
     patch_body_t b;
     memset(&b, 0, sizeof(b));
     bool given[PF_COUNT];
-    char err[192];
+    char err[256];
     int rc = tn_json_object(tn_buf_data(&r->body), tn_buf_size(&r->body), patch_fields, PF_COUNT,
                             &b, given, err, sizeof(err));
     if (rc == UV_ENOMEM) {
@@ -790,7 +934,7 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
         snprintf(err, sizeof(err),
                  "invalid argument: give at least one of partitions, retention_ms, "
                  "visibility_timeout_ms, max_in_flight_per_partition, "
-                 "max_acked_ahead_per_partition, owner, min_insync_replicas");
+                 "max_acked_ahead_per_partition, owner, replication_factor, min_insync_replicas");
         refused = true;
     } else if (!refused && given[PF_RETENTION]) {
         refused = retention_refused(b.retention_ms, err, sizeof(err));
@@ -813,6 +957,11 @@ static void on_topic_patch(tn_http_request_t *r, void *arg)
     patch_t p;
     p.b = b;
     memcpy(p.given, given, sizeof(p.given));
+    if (!refused && given[PF_FACTOR] &&
+        b.replication_factor != (int64_t)tn_meta_topic_factor(&e->rec)) {
+        factor_patch(v, r, e, &p);
+        return;
+    }
     tn_meta_cmd_t c;
     if (refused || !patch_make(v, &p, &e->rec, &c, err, sizeof(err))) {
         tn__v1_error(r, 400, err, NULL);

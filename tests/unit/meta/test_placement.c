@@ -940,6 +940,55 @@ static void test_random_clusters(void **state)
     }
 }
 
+/* Rule 4, the factor. Members 1..4 alive, 5 draining, 6 dead; loads
+ * before (replicas, leads): 1 (3, 2), 2 (1, 1), 3 (2, 1), 4 (2, 1).
+ *   p0 [1] to 3: the least loaded eligible members it lacks, one at a
+ *      time: 2 (1 replica), then 3 and 4 tie at (2, 1), the lower id: 3.
+ *   p1 [2, 3, 6] to 1: 6 first (dead), then the last, 3: [2].
+ *   p2 [3, 5, 4] to 2: 5 (draining): [3, 4].
+ *   p3 [4, 1] to 2: as it is.
+ *   p4 [1] to 5: only 2, 3 and 4 could be added: no room, left as it is. */
+static void test_refactor(void **state)
+{
+    fx_t *f = *state;
+    cl_t c;
+    memset(&c, 0, sizeof(c));
+    for (uint32_t id = 1; id <= 6; id++)
+        add_member(&c, id, id != 6, id == 5);
+    const uint32_t p0[] = {1, 0}, p1[] = {2, 3, 6, 0}, p2[] = {3, 5, 4, 0}, p3[] = {4, 1, 0},
+                   p4[] = {1, 0};
+    add_part(&c, 0, 0, p0);
+    add_part(&c, 0, 1, p1);
+    add_part(&c, 0, 2, p2);
+    add_part(&c, 0, 3, p3);
+    add_part(&c, 1, 0, p4);
+    tn_place_in_t in = in_of(&c);
+    uint32_t want[5] = {3, 1, 2, 2, 0};
+    assert_int_equal(tn_place_refactor(&in, want, &f->plan, f->err, sizeof(f->err)), UV_EINVAL);
+    assert_non_null(strstr(f->err, "partition 4: a factor of 0"));
+    assert_int_equal(f->plan.nchanges, 0);
+    want[4] = 5;
+    assert_int_equal(tn_place_refactor(&in, want, &f->plan, f->err, sizeof(f->err)), 0);
+    counts_are(&f->plan, 3, 2, 2);
+    const uint32_t to0[] = {1, 2, 3, 0}, to1[] = {2, 0}, to2[] = {3, 4, 0};
+    assert_true(list_is(&change_of(&f->plan, 0)->to, to0));
+    assert_int_equal(change_of(&f->plan, 0)->moved, 2);
+    assert_true(list_is(&change_of(&f->plan, 1)->to, to1));
+    assert_int_equal(change_of(&f->plan, 1)->moved, 0);
+    assert_true(list_is(&change_of(&f->plan, 2)->to, to2));
+    assert_null(change_of(&f->plan, 3));
+    assert_null(change_of(&f->plan, 4));
+    assert_int_equal(f->plan.nproblems, 1);
+    assert_int_equal(f->plan.problems[0].part, 4);
+    assert_int_equal(f->plan.problems[0].why, TN_PLACE_NO_ROOM);
+    /* Applied and planned again: nothing left but the partition with no room. */
+    apply(&c, &f->plan);
+    in = in_of(&c);
+    assert_int_equal(tn_place_refactor(&in, want, &f->plan, f->err, sizeof(f->err)), 0);
+    assert_int_equal(f->plan.nchanges, 0);
+    assert_int_equal(f->plan.nproblems, 1);
+}
+
 /* Each case with a plan of its own. */
 #define PLACE_TEST(t) cmocka_unit_test_setup_teardown(t, fx_setup, fx_teardown)
 
@@ -954,6 +1003,7 @@ int main(void)
         PLACE_TEST(test_mixed_factors_leader_limit),
         PLACE_TEST(test_leader_chains),
         PLACE_TEST(test_malformed_input),
+        PLACE_TEST(test_refactor),
         PLACE_TEST(test_out_of_memory),
         PLACE_TEST(test_random_clusters),
     };

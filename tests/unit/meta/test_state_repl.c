@@ -1436,6 +1436,118 @@ static void test_factor1_move_through_state(void **state)
     tn_meta_state_fini(&s);
 }
 
+static tn_meta_cmd_t factor_cmd(const tn_meta_state_t *s, const char *name, uint8_t factor,
+                                uint8_t min_insync)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_TOPIC_FACTOR;
+    c.if_unchanged = true;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(s, name);
+    c.expect = e != NULL ? tn_meta_topic_fingerprint(&e->rec) : 1;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", name);
+    c.topic.replication_factor = factor;
+    c.topic.min_insync = min_insync;
+    return c;
+}
+
+/* TOPIC_FACTOR: the codec; a factor-1 topic raised gives every partition a
+ * state over its owner (refused whole while an owner is not alive); the
+ * record changes only from the record it was made from; min_insync is
+ * capped by the replicas each partition has and follows a move's
+ * completion; lowered, the states stay; a snapshot keeps it all. */
+static void test_topic_factor(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four(&s);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("one", 3, 1, 1)), 0);
+    tn_meta_cmd_t c = factor_cmd(&s, "one", 3, 2), d;
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_TOPIC_FACTOR);
+    assert_string_equal(d.topic.name, "one");
+    assert_int_equal(d.topic.replication_factor, 3);
+    assert_int_equal(d.topic.min_insync, 2);
+    assert_true(d.if_unchanged && d.expect == c.expect);
+    tn_meta_cmd_fini(&d);
+    /* Out of range: not encoded, and refused at decode. */
+    tn_meta_cmd_t bad = c;
+    bad.topic.min_insync = 4;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&bad, &b), UV_EINVAL);
+    tn_buf_fini(&b);
+    size_t at = 2 + strlen("one"); /* the name's length (u16) and bytes, then the factor */
+    assert_int_equal(decode_patched(&c, at, 0), TN_ECORRUPT);
+    assert_int_equal(decode_patched(&c, at, TN_META_MAX_FACTOR + 1), TN_ECORRUPT);
+    assert_int_equal(decode_patched(&c, at + 1, 0), TN_ECORRUPT);
+    assert_int_equal(decode_patched(&c, at + 1, 4), TN_ECORRUPT);
+    /* Refusals change nothing: an unknown topic, a stale fingerprint, an
+     * owner not alive. */
+    tells_t told;
+    tell_to(&s, &told);
+    assert_int_equal(apply(&s, factor_cmd(&s, "nope", 3, 2)), TN_ENOTFOUND);
+    tn_meta_cmd_t stale = factor_cmd(&s, "one", 3, 2);
+    stale.expect ^= 1;
+    assert_int_equal(apply(&s, stale), TN_ECHANGED);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(&s, "one");
+    uint64_t owner2 = e->owners[2];
+    assert_int_equal(apply(&s, fence(owner2, 100 + owner2)), 0);
+    assert_int_equal(apply(&s, factor_cmd(&s, "one", 3, 2)), UV_EPERM);
+    assert_int_equal(tn_meta_topic_factor(&e->rec), 1);
+    for (uint32_t p = 0; p < 3; p++)
+        assert_null(tn_meta_state_pstate(&s, "one", p));
+    assert_int_equal(told.n, 0);
+    /* The owner back: raised, every partition a one-replica state over its
+     * owner, leading in epoch 1 with min_insync 1 (capped). */
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(owner2, 100 + owner2, 0)), 0);
+    assert_int_equal(apply(&s, factor_cmd(&s, "one", 3, 2)), 0);
+    e = tn_meta_topic_find(&s, "one");
+    assert_int_equal(tn_meta_topic_factor(&e->rec), 3);
+    assert_int_equal(tn_meta_topic_min_insync(&e->rec), 2);
+    for (uint32_t p = 0; p < 3; p++) {
+        const tn_pstate_t *ps = tn_meta_state_pstate(&s, "one", p);
+        assert_non_null(ps);
+        assert_int_equal(ps->nreplicas, 1);
+        assert_int_equal(ps->replicas[0], e->owners[p]);
+        assert_int_equal(ps->leader, e->owners[p]);
+        assert_int_equal(ps->leader_epoch, 1);
+        assert_int_equal(ps->min_insync, 1);
+        assert_true(was_told(&told, "one", p));
+    }
+    assert_int_equal(apply(&s, c), TN_ECHANGED); /* made from the record before */
+    /* A snapshot keeps the factor and the states. */
+    tn_meta_state_t r;
+    tu_meta_state_reload(&s, &r);
+    expect_same_snapshot(&s, &r);
+    /* A move to three replicas: min_insync 2 at its completion. */
+    const tn_pstate_t *ps = tn_meta_state_pstate(&s, "one", 0);
+    uint32_t o = ps->replicas[0];
+    uint32_t to[3] = {o, o % 4 + 1, (o + 1) % 4 + 1};
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_BEGIN, 7, 5, to, 3)), 0);
+    assert_int_equal(ps->min_insync, 1);
+    tn_meta_cmd_t cas = isr_cmd(ps, o, ps->partition_epoch, to, 3, &s);
+    snprintf(cas.topic.name, sizeof(cas.topic.name), "one");
+    assert_int_equal(apply(&s, cas), 0);
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_COMPLETE, 7, 6, NULL, 0)), 0);
+    assert_int_equal(ps->nreplicas, 3);
+    assert_int_equal(ps->min_insync, 2);
+    /* Lowered to 1: the record's min_insync and every state's go to 1;
+     * the states stay (a factor-1 topic's moved partitions). */
+    assert_int_equal(apply(&s, factor_cmd(&s, "one", 1, 1)), 0);
+    assert_int_equal(tn_meta_topic_factor(&e->rec), 1);
+    assert_int_equal(tn_meta_topic_min_insync(&e->rec), 1);
+    assert_int_equal(ps->min_insync, 1);
+    assert_int_equal(ps->nreplicas, 3); /* the metastore leader's moves shrink it */
+    const uint32_t keep[1] = {o};
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_BEGIN, 8, 7, keep, 1)), 0);
+    assert_int_equal(apply(&s, move_cmd("one", 0, TN_MOVE_COMPLETE, 8, 8, NULL, 0)), 0);
+    assert_int_equal(ps->nreplicas, 1);
+    assert_int_equal(ps->replicas[0], o);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1459,6 +1571,7 @@ int main(void)
         cmocka_unit_test(test_snapshot_with_move),
         cmocka_unit_test(test_factor1_move_through_state),
         cmocka_unit_test(test_move_marks),
+        cmocka_unit_test(test_topic_factor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
