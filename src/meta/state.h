@@ -34,9 +34,10 @@
  * starting at index p mod n and wrapping, so that leadership spreads, and
  * makes the partition's tn_pstate_t (meta/partstate.h) over them; owners[p]
  * is the first of them (the preferred leader) and tn_meta_state_owner
- * answers the current leader. A PUT never changes a topic's factor (a
- * partition move, not supported): the stored one stays; a new min_insync
- * reaches every partition state. A member is live for elections unless a
+ * answers the current leader. A PUT never changes a topic's factor: the
+ * stored one stays (TOPIC_FACTOR changes it, state.c topic_factor: raised
+ * above 1, every partition without a state gets one over its owner); a
+ * new min_insync reaches every partition state. A member is live for elections unless a
  * MEMBER_FENCE ended its session and it has not registered since; a
  * registration with another incarnation than the recorded one, or another
  * boot id (a restart), fences the old session first (the same apply), and a registration that makes
