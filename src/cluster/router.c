@@ -1312,6 +1312,15 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
         rc = tn_perrs_call(r->rpc, m->api_addr, topic, op->parts + g->base, g->n,
                            op->counts + g->base, TN_ROUTER_PSTATS_TIMEOUT_MS, &g->perrs, on_perrs);
         op->pending++;
+        if (rc == UV_EINVAL) {
+            /* Refused here (the request would not encode), not by the
+             * owner: on_perrs would take it for an earlier release. */
+            TN_LOG_RL(TN_LOG_WARN, 10000,
+                      "partition stats: the replica errors request for node %" PRIu64
+                      " could not be made: %s",
+                      g->owner, tn_strerror(rc));
+            rc = TN_ECLOSED; /* said once: on_perrs counts it done, quietly */
+        }
         if (rc != 0)
             on_perrs(&g->perrs, rc);
     }
