@@ -1548,6 +1548,34 @@ static void test_topic_factor(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* A factor-1 topic made while no member was alive (every partition
+ * unassigned) raised: nothing to convert, and the partitions placed once a
+ * member registers are replicated ones, each with a state (the apply must
+ * have room for them). */
+static void test_topic_factor_unplaced(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("u", 2, 1, 1)), 0);
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(&s, "u");
+    assert_true(e->owners[0] == 0 && e->owners[1] == 0);
+    assert_int_equal(apply(&s, factor_cmd(&s, "u", 3, 2)), 0);
+    assert_int_equal(tn_meta_topic_factor(&e->rec), 3);
+    for (uint64_t id = 1; id <= 3; id++)
+        assert_int_equal(apply(&s, tu_meta_rec_cmd(id, 100 + id, 0)), 0);
+    for (uint32_t p = 0; p < 2; p++) {
+        const tn_pstate_t *ps = tn_meta_state_pstate(&s, "u", p);
+        assert_non_null(ps);
+        assert_int_equal(ps->replicas[0], e->owners[p]);
+    }
+    tn_meta_state_t r;
+    tu_meta_state_reload(&s, &r);
+    expect_same_snapshot(&s, &r);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1572,6 +1600,7 @@ int main(void)
         cmocka_unit_test(test_factor1_move_through_state),
         cmocka_unit_test(test_move_marks),
         cmocka_unit_test(test_topic_factor),
+        cmocka_unit_test(test_topic_factor_unplaced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
