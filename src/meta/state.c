@@ -879,7 +879,10 @@ static int topic_factor(tn_meta_state_t *s, const tn_meta_cmd_t *c)
             return UV_EPERM;
         convert = true;
     }
-    if (convert && pstates_fit(t) != 0)
+    /* Room for every partition's state whenever the topic becomes a
+     * replicated one, even with nothing to convert: a partition placed
+     * later (place_unassigned, every owner 0 now) gets its state there. */
+    if (factor > 1 && pstates_fit(t) != 0)
         return UV_ENOMEM;
     tn_pstate_nodes_t nodes = nodes_of(s);
     for (uint32_t p = 0; convert && p < n; p++) {
