@@ -1576,6 +1576,51 @@ static void test_topic_factor_unplaced(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* A PART_MOVE COMPLETE in the bytes an older build wrote (no flags byte
+ * after the time), applied: as that build applied it, min_insync as it
+ * was. A replica that applied it under that build and snapshotted has it
+ * so; one replaying the same entry from an older snapshot must too. Here
+ * a factor-3 topic (min_insync 2) made while one member was registered, its
+ * partition moved to three members the way an older build allowed. */
+static void test_move_complete_older_entry(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(apply(&s, tu_meta_rec_cmd(1, 101, 0)), 0);
+    assert_int_equal(apply(&s, tu_meta_native_topic_cmd("r", 1, 3, 2)), 0);
+    const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0);
+    assert_non_null(ps);
+    assert_int_equal(ps->nreplicas, 1);
+    assert_int_equal(ps->min_insync, 1);
+    for (uint64_t id = 2; id <= 4; id++)
+        assert_int_equal(apply(&s, tu_meta_rec_cmd(id, 100 + id, 0)), 0);
+    const uint32_t to[3] = {1, 2, 3};
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 7, 5, to, 3)), 0);
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, ps->partition_epoch, to, 3, &s)), 0);
+    /* The older build's bytes: name [2+1], part [4], kind [1], id [8],
+     * ms [8], and nothing after. */
+    tn_meta_cmd_t c = move_cmd("r", 0, TN_MOVE_COMPLETE, 7, 6, NULL, 0);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    uint32_t old_len = 2 + 1 + 4 + 1 + 8 + 8;
+    unsigned char *bytes = (unsigned char *)tn_buf_data(&b);
+    assert_true(tn_buf_size(&b) >= TN_META_HDR + old_len);
+    tn_put_u32(bytes + 4, old_len);
+    memset(bytes + TN_META_HDR + old_len, 0, tn_buf_size(&b) - TN_META_HDR - old_len);
+    tn_meta_cmd_t d;
+    size_t used = 0;
+    assert_int_equal(tn_meta_cmd_decode(bytes, tn_buf_size(&b), &d, &used), 0);
+    assert_int_equal(d.move_kind, TN_MOVE_COMPLETE);
+    assert_int_equal(tn_meta_state_apply(&s, &d), 0);
+    tn_meta_cmd_fini(&d);
+    tn_buf_fini(&b);
+    assert_int_equal(ps->nreplicas, 3);
+    assert_int_equal(ps->min_insync, 1);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1601,6 +1646,7 @@ int main(void)
         cmocka_unit_test(test_move_marks),
         cmocka_unit_test(test_topic_factor),
         cmocka_unit_test(test_topic_factor_unplaced),
+        cmocka_unit_test(test_move_complete_older_entry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
