@@ -409,6 +409,8 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
             w_nodes(&w, c->target, c->ntarget);
         else if (c->move_kind == TN_MOVE_ABORT || c->move_kind == TN_MOVE_FAIL)
             tn__meta_w_str(&w, c->move_reason, TN_META_MOVE_REASON_MAX);
+        else if (!c->move_unflagged) /* COMPLETE: its flags byte (none but bit 0) */
+            tn__meta_w_u8(&w, 1);
         break;
     case TN_MC_MOVE_MARK:
         if (c->move_id == 0)
@@ -985,6 +987,14 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             c->ntarget = r_nodes(&r, c->target);
         else if (r.rc == 0 && (c->move_kind == TN_MOVE_ABORT || c->move_kind == TN_MOVE_FAIL))
             tn__meta_r_str(&r, c->move_reason, TN_META_MOVE_REASON_MAX);
+        /* COMPLETE's flags byte came with TOPIC_FACTOR (bit 0: the
+         * partition's min_insync follows the topic's at the completion);
+         * an entry without it is an older build's. */
+        if (r.rc == 0 && c->move_kind == TN_MOVE_COMPLETE) {
+            c->move_unflagged = r.left == 0;
+            if (!c->move_unflagged && !r_flag(&r) && r.rc == 0)
+                r.rc = TN_ECORRUPT;
+        }
         break;
     case TN_MC_MOVE_MARK:
         r_name(&r, c->topic.name, false);

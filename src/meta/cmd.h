@@ -346,6 +346,10 @@ typedef struct {
     uint32_t ntarget;
     uint32_t target[TN_PSTATE_MAX_REPLICAS];
     char move_reason[TN_META_MOVE_REASON_MAX + 1];
+    /* PART_MOVE COMPLETE decoded without the flags byte (an older build's
+     * entry, whose apply left the partition's min_insync as it was; the
+     * apply keeps doing so for it, state.c part_move): encoded so again. */
+    bool move_unflagged;
     /* MOVE_MARK (with move_id): the marks (nodes distinct, none NONE). */
     uint32_t nmark;
     tn_pstate_mark_t mark[TN_PSTATE_MAX_REPLICAS];

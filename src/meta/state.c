@@ -709,9 +709,12 @@ static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_e
         mv.end = TN_MOVE_DONE;
         /* The topic's min_insync, capped by the replicas it ends with: a
          * partition raised to the topic's factor (TOPIC_FACTOR) takes it
-         * now. Every replica in the ISR, as a completion needs. */
+         * now. Every replica in the ISR, as a completion needs. Not for an
+         * older build's entry (move_unflagged): that build left it as it
+         * was, and every replica, replaying it or restoring a snapshot
+         * taken after it, must hold the same state. */
         uint32_t want = TN_MIN((uint32_t)tn_meta_topic_min_insync(&t->rec), ps->nreplicas);
-        if (rc == 0 && ps->min_insync != want && ps->nisr >= want)
+        if (rc == 0 && !c->move_unflagged && ps->min_insync != want && ps->nisr >= want)
             ps->min_insync = want;
     } else {
         /* ABORT and FAIL both put the old replicas back (rule 8). */
