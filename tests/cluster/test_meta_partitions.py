@@ -157,11 +157,17 @@ class MetaPartitions(harness.ClusterTest):
         status, answer = node.request("POST", "/v1/topics",
                                       {"name": "r2", "partitions": 2, "replication_factor": 2})
         self.assertEqual(status, 201, answer)
-        # Changing the factor is a partition move: refused.
-        status, answer = node.request("PATCH", "/v1/topics/r2", {"replication_factor": 3})
+        # A factor change comes on its own (min_insync_replicas may come
+        # with it) and within 1..5 (docs/http-api.md; the change itself is
+        # cluster_factor_change's).
+        status, answer = node.request("PATCH", "/v1/topics/r2",
+                                      {"replication_factor": 3, "retention_ms": 3600000})
         self.assertEqual(status, 400, answer)
-        self.assertEqual(answer, {"error": "changing replication_factor is a partition move, "
-                                           "not supported yet"})
+        self.assertEqual(answer, {"error": "invalid argument: replication_factor is changed on "
+                                           "its own (min_insync_replicas may come with it)"})
+        status, answer = node.request("PATCH", "/v1/topics/r2", {"replication_factor": 6})
+        self.assertEqual(status, 400, answer)
+        self.assertIn("replication_factor must be 1..5", answer["error"])
         status, answer = node.request("PATCH", "/v1/topics/r2", {"min_insync_replicas": 3})
         self.assertEqual(status, 400, answer)
         # min_insync_replicas changes, in every partition state too.
