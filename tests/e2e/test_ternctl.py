@@ -520,6 +520,12 @@ class Topics(Base):
         self.assertEqual(self.js("topics", "delete", "r" + name), {"deleted": True})
         err = self.fails(2, "topics", "create", "r" + name, "--replication-factor", "6")
         self.assertIn("--replication-factor 6: expected an integer from 1 to 5", err)
+        # alter --replication-factor changes the factor (docs/replication.md
+        # "Changing a topic's replication factor"): the server's refusal on a
+        # lone node, which has too few members to raise it.
+        err = self.fails(1, "topics", "alter", name, "--replication-factor", "3")
+        self.assertIn(f"alter topic {name}: 409 replication_factor 3 needs 3 alive members that "
+                      f"are not draining; the cluster has 1", err)
         self.assertEqual(self.ok("topics", "delete", name), f"deleted topic {name}\n")
         err = self.fails(1, "topics", "get", name)
         self.assertIn(f"get topic {name}: 404 topic not found", err)
