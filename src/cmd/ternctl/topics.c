@@ -392,6 +392,8 @@ static int settings(int argc, char **argv, bool create, tn_buf_t *b)
         {"max-in-flight", required_argument, NULL, O_MIF},
         {"max-acked-ahead", required_argument, NULL, O_MAA},
         {"owner", required_argument, NULL, O_OWNER},
+        {"replication-factor", required_argument, NULL, O_FACTOR},
+        {"min-insync", required_argument, NULL, O_MIN_INSYNC},
         {NULL, 0, NULL, 0}};
     const char *sub = create ? "create" : "alter";
     int ch;
@@ -593,7 +595,9 @@ const tn_ctl_cmd_t tn_ctl_cmd_topics = {
         "                                    at most the factor)\n"
         "alter    PATCH /v1/topics/NAME with any of --partitions (only grows), --retention,\n"
         "         --visibility-timeout, --max-in-flight, --max-acked-ahead, --owner USER\n"
-        "         (admins; \"\" gives the topic back to the NSQ doors)\n"
+        "         (admins; \"\" gives the topic back to the NSQ doors), --min-insync N;\n"
+        "         or --replication-factor N (admins; alone or with --min-insync): every\n"
+        "         partition is moved online to N replicas\n"
         "delete   DELETE /v1/topics/NAME: the record, data and channels\n"
         "\n"
         "Durations are Go's (250ms, 90s, 1h30m, 168h). --json prints the server's JSON\n"
