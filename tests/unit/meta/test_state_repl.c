@@ -1613,6 +1613,15 @@ static void test_move_complete_older_entry(void **state)
     size_t used = 0;
     assert_int_equal(tn_meta_cmd_decode(bytes, tn_buf_size(&b), &d, &used), 0);
     assert_int_equal(d.move_kind, TN_MOVE_COMPLETE);
+    assert_true(d.move_unflagged);
+    tn_buf_t again; /* encoded again as it came */
+    tn_buf_init(&again);
+    assert_int_equal(tn_meta_cmd_encode(&d, &again), 0);
+    assert_int_equal(tn_buf_size(&again), used);
+    assert_memory_equal(tn_buf_data(&again), bytes, used);
+    tn_buf_fini(&again);
+    assert_false(c.move_unflagged); /* this build's: the flags byte */
+    assert_int_equal(payload_len(&c), old_len + 1);
     assert_int_equal(tn_meta_state_apply(&s, &d), 0);
     tn_meta_cmd_fini(&d);
     tn_buf_fini(&b);
