@@ -391,6 +391,50 @@ static void test_singles_spread(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* A topic lowered to factor 1 keeps its partitions' replicas until the
+ * factor's moves shrink them (meta.c check_factor), and those wait for
+ * decommissions and self-healing (decom_pending). So a decommission's
+ * change of such a partition (its draining member replaced, the count
+ * kept) must begin; refused at the apply, the decommission proposes it
+ * again every scan, stays pending, and the factor's moves never come. */
+static void test_lowered_decommission_begins(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    members_with_r(&s, 4, 1); /* r/0 on 1,2,3 */
+    tn_meta_cmd_t low;
+    memset(&low, 0, sizeof(low));
+    low.type = TN_MC_TOPIC_FACTOR;
+    low.if_unchanged = true;
+    low.expect = tn_meta_topic_fingerprint(&tn_meta_topic_find(&s, "r")->rec);
+    snprintf(low.topic.name, sizeof(low.topic.name), "r");
+    low.topic.replication_factor = 1;
+    low.topic.min_insync = 1;
+    assert_int_equal(apply(&s, low), 0);
+    tn_meta_cmd_t drain;
+    memset(&drain, 0, sizeof(drain));
+    drain.type = TN_MC_MEMBER_DRAIN;
+    drain.member.id = 2;
+    drain.member.draining = true;
+    assert_int_equal(apply(&s, drain), 0);
+    tn_meta_rebal_in_t in;
+    assert_int_equal(tn_meta_rebal_in_init(&in, &s), 0);
+    tn_place_in_t pin = tn_meta_rebal_place_in(&in);
+    tn_place_plan_t plan;
+    tn_place_plan_init(&plan);
+    char err[160];
+    assert_int_equal(tn_place_decommission(&pin, 2, 0, &plan, err, sizeof(err)), 0);
+    assert_int_equal(plan.nchanges, 1);
+    const tn_place_change_t *ch = &plan.changes[0];
+    assert_int_equal(ch->to.factor, 3);
+    tn_meta_cmd_t begin =
+        move_begin(0, 21, ch->to.replicas[0], ch->to.replicas[1], ch->to.replicas[2]);
+    assert_int_equal(apply(&s, begin), 0);
+    tn_place_plan_fini(&plan);
+    tn_meta_rebal_in_fini(&in);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -400,6 +444,7 @@ int main(void)
         cmocka_unit_test(test_take_caps),
         cmocka_unit_test(test_capped_steps_converge),
         cmocka_unit_test(test_singles_spread),
+        cmocka_unit_test(test_lowered_decommission_begins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
