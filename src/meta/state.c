@@ -687,8 +687,14 @@ static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_e
 {
     tn_pstate_nodes_t nodes = nodes_of(s);
     char err[160];
-    if (c->move_kind == TN_MOVE_BEGIN && !topic_replicated(t) && c->ntarget != 1)
-        return UV_EINVAL; /* a factor-1 topic's partition moves to one member */
+    /* A factor-1 topic's partition moves to one member; one that has more
+     * (its topic lowered by TOPIC_FACTOR, not shrunk yet) to at most as
+     * many: a decommission or self-healing replaces a member of it before
+     * the factor's moves shrink it (meta.c check_factor waits for them).
+     * Before TOPIC_FACTOR such a partition had one replica: the same rule. */
+    if (c->move_kind == TN_MOVE_BEGIN && !topic_replicated(t) && c->ntarget != 1 &&
+        c->ntarget > ps->nreplicas)
+        return UV_EINVAL;
     if (c->move_kind == TN_MOVE_BEGIN)
         return tn_pstate_move_begin(ps, c->target, c->ntarget, c->move_id, c->move_ms, &nodes, err,
                                     sizeof(err));
