@@ -191,9 +191,14 @@ class FactorChange(f1.MovesF1):
             self.assertEqual(m["to"], ps[p].replicas, m)
             self.assertIsNone(m["error"], m)
         self.flowing(60)
-        # The node that owned rv/0 at the start dies: the other two serve
-        # every partition (min_insync 2 of 3).
-        victim = self.node(owners[0])
+        self.lose(self.node(owners[0]))
+        self.flowing(60)
+        self.finish()
+
+    def lose(self, victim):
+        """victim (the node that owned rv/0 at the start) dies: the other
+        two serve every partition (min_insync 2 of 3), taking produces and
+        delivering; then it comes back into every ISR."""
         self.kill(victim, f"the first owner of {V1}/0, after the raise")
         t = time.monotonic()
         wait_until(f"every partition of {V1} led by a node other than {victim.id}",
@@ -208,8 +213,6 @@ class FactorChange(f1.MovesF1):
         self.restart(victim)
         wait_until(f"every partition of {V1} with its 3 replicas in its ISR again",
                    lambda: self.at_factor(3), 120, 0.5)
-        self.flowing(60)
-        self.finish()
 
     def test_lower(self):
         self.start_factor = 3
