@@ -331,7 +331,7 @@ class FactorChange(f1.MovesF1):
         victim.kill()
         wait_until(f"member {dead} dead", lambda: self.member_status(meta, dead) == "dead", 60)
         err = self.refused(meta, "/v1/topics/f1", {"replication_factor": 2}, 409,
-                           re.compile(rf"\b{dead}\b"))
+                           re.compile(rf"member {dead}\b"))
         tr.log(f"f1 raised with the owner of f1/{p} dead: {err}")
         self.refused(meta, "/v1/topics/f1", {"replication_factor": 3}, 409,
                      [re.compile(r"\b3\b"), re.compile(r"\b2\b")])
