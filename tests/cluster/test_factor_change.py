@@ -35,7 +35,11 @@ cluster's default factor, 3, and min-insync-replicas is 2.
                           topic owner who is not an admin (403), a
                           partition PATCH of other than the factor's count
                           of members (400), ternctl's refusals; none of
-                          them changes the topic.
+                          them changes the topic;
+  test_growth_while_a_member_is_dead  rv (factor 3) grown to four
+                          partitions while a member is dead: the new one
+                          gets two replicas, and its third once the member
+                          is back, under the load.
 
 Run: python3 tests/cluster/test_factor_change.py --ternd build/ternd --ternctl build/ternctl
          [FactorChange.test_...]
@@ -249,6 +253,43 @@ class FactorChange(f1.MovesF1):
                         lambda: (lambda x: x if x and all(m["state"] == "done" for m in x)
                                  else None)(self.moves_of()), 60, 0.5)
         self.assertEqual(len(ms), 6, ms)  # one per partition and step
+        self.flowing(60)
+        self.finish()
+
+    def test_growth_while_a_member_is_dead(self):
+        """A partition made by a growth while a member is dead gets fewer
+        replicas than the factor; the metastore leader gives it the
+        missing one once the member is back (the count follows the topic
+        whatever made it differ)."""
+        self.start_factor = 3
+        self.cluster(n=3)
+        self.load.start()
+        self.flowing(100)
+        meta = self.c.find_leader()
+        victim = next(n for n in self.c.nodes if n is not meta)
+        self.kill(victim, "before rv grows")
+        wait_until(f"member {victim.id} dead",
+                   lambda: self.member_status(meta, victim.id) == "dead", 60)
+        status, body = meta.request("PATCH", f"/v1/topics/{V1}", {"partitions": 4}, timeout=30)
+        self.assertEqual(status, 200, body)
+        self.history.fault(f"{V1} grown to 4 partitions while node {victim.id} is dead")
+        ps = wait_until(f"{V1}/3 led", lambda: (lambda x: x if x and len(x) == 4 and x[3].leader
+                                                 else None)(self.info(V1)), 60)
+        tr.log(f"{V1}/3 made while node {victim.id} is dead: {ps[3]} replicas {ps[3].replicas}")
+        self.assertEqual(len(ps[3].replicas), 2, ps[3].replicas)
+        self.assertNotIn(str(victim.id), ps[3].replicas)
+        self.load.v1_parts.append(3)  # the producers take the new partition too
+        self.flowing(40)
+        self.restart(victim)
+        ps = wait_until(f"every partition of {V1}, the new one included, with 3 replicas in "
+                        "its ISR", lambda: (lambda x: x if x and len(x) == 4 else None)(
+                            self.at_factor(3)), 120, 0.5)
+        self.assertIn(str(victim.id), ps[3].replicas, ps[3].replicas)
+        ms = wait_until(f"the move of {V1}/3 listed done",
+                        lambda: [m for m in self.moves_of() if m["partition"] == 3 and
+                                 m["state"] == "done"], 60, 0.5)
+        tr.log(f"move of {V1}/3: {ms}")
+        self.assertEqual(ms[0]["to"], ps[3].replicas, ms)
         self.flowing(60)
         self.finish()
 
