@@ -125,6 +125,7 @@ class FactorChange(f1.MovesF1):
         got, answer = node.request(method, path, body, auth=auth, headers=headers, timeout=30)
         self.assertEqual(got, status, (path, body, answer))
         err = answer.get("error", "") if isinstance(answer, dict) else str(answer)
+        tr.log(f"{method} {path} {body}: {got} {err}")
         for w in words if isinstance(words, (list, tuple)) else [words]:
             if isinstance(w, re.Pattern):
                 self.assertRegex(err, w, (path, body, answer))
