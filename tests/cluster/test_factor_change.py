@@ -26,7 +26,10 @@ cluster's default factor, 3, and min-insync-replicas is 2.
                           1 (`ternctl topics alter --replication-factor`)
                           under the load: every partition keeps the first
                           replicas of its list, its preferred leader leads,
-                          min_insync_replicas reads 2, then 1;
+                          min_insync_replicas reads 2, then 1, and every
+                          partition takes produces at each factor (GET
+                          shows no partition's own min_insync_replicas:
+                          one above its replicas would refuse them);
   test_refusals           other fields with the factor (400), a factor
                           outside 1..5 (400), more than the members alive
                           (409 naming both counts), a factor-1 topic raised
@@ -110,13 +113,20 @@ class FactorChange(f1.MovesF1):
         self.assertEqual(got["min_insync_replicas"], answer["min_insync_replicas"], got)
         return answer
 
-    def partition_min_insync(self, topic, want):
-        """Every partition entry that shows a min_insync_replicas shows want
-        (min of the topic's and its replicas: here both are want)."""
-        body = self.topic(self.up_node(), topic)
-        for p in body.get("partition_stats", []):
-            if "min_insync_replicas" in p:
-                self.assertEqual(p["min_insync_replicas"], want, p)
+    def reach(self, n):
+        """rv's partitions once each has n replicas, all in its ISR."""
+        ps = wait_until(f"every partition of {V1} with {n} replicas, all in its ISR",
+                        lambda: self.at_factor(n), 180, 0.5)
+        tr.log(f"{V1} at factor {n}: {ps}")
+        return ps
+
+    def served(self, since, why, parts=3):
+        """Every partition of rv takes produces (10 acknowledged since
+        since): its min_insync_replicas is no more than the replicas it
+        has in its ISR (GET shows the topic's, not each partition's)."""
+        for p in range(parts):
+            wait_until(f"10 produces to {V1}/{p} acknowledged {why}",
+                       lambda: self.acked_on(p, since) >= 10, 90)
 
     def moves_of(self, topic=V1):
         return [m for m in self.moves() if m["topic"] == topic]
@@ -170,15 +180,12 @@ class FactorChange(f1.MovesF1):
         # Raised from 1 without min_insync_replicas: the server's (2),
         # clamped to 3.
         self.assertEqual(answer["min_insync_replicas"], 2, answer)
-        ps = wait_until(f"every partition of {V1} with 3 replicas, all in its ISR",
-                        lambda: self.at_factor(3), 180, 0.5)
-        tr.log(f"{V1} at factor 3: {ps}")
+        ps = self.reach(3)
         for p, owner in zip(ps, owners):
             # The owner stays the preferred leader (first); the members
             # appended are the others (three nodes: all of them).
             self.assertEqual(p.replicas[0], owner, p)
             self.assertEqual(sorted(p.replicas), sorted(str(n.id) for n in self.c.nodes), p)
-        self.partition_min_insync(V1, 2)
 
         # One move per partition, from its owner to its three replicas,
         # each done (every node lists the metastore's state).
@@ -210,9 +217,8 @@ class FactorChange(f1.MovesF1):
                    lambda: (lambda ps: ps and all(p.leader and p.leader != str(victim.id)
                                                   for p in ps))(
                        self.info(V1, exclude=(victim.id,))), tr.SESSION + 30, 0.2)
+        self.served(t, f"while node {victim.id} is down")
         for p in range(3):
-            wait_until(f"10 produces to {V1}/{p} acknowledged while node {victim.id} is down",
-                       lambda: self.acked_on(p, t) >= 10, 90)
             wait_until(f"5 messages of {V1}/{p} delivered while node {victim.id} is down",
                        lambda: self.delivered_on(p, t) >= 5, 90)
         self.restart(victim)
@@ -231,25 +237,21 @@ class FactorChange(f1.MovesF1):
         # list dropped.
         answer = self.set_factor(meta, 2)
         self.assertEqual(answer["min_insync_replicas"], 2, answer)
-        ps = wait_until(f"every partition of {V1} with 2 replicas, all in its ISR",
-                        lambda: self.at_factor(2), 180, 0.5)
-        tr.log(f"{V1} at factor 2: {ps}")
+        ps = self.reach(2)
         for p, was in zip(ps, before):
             self.assertEqual(p.replicas, was[:2], p)
-        self.partition_min_insync(V1, 2)
-        self.flowing(60)
+        self.served(time.monotonic(), "at factor 2")
         # 2 -> 1 through ternctl: min_insync_replicas becomes min(2, 1).
         r = self.ternctl("topics", "alter", V1, "--replication-factor", "1")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.history.fault(f"{V1} replication_factor -> 1 (ternctl)")
         got = self.topic(meta)
         self.assertEqual((got["replication_factor"], got["min_insync_replicas"]), (1, 1), got)
-        ps = wait_until(f"every partition of {V1} with 1 replica",
-                        lambda: self.at_factor(1), 180, 0.5)
-        tr.log(f"{V1} at factor 1: {ps}")
+        ps = self.reach(1)
         for p, was in zip(ps, before):
             self.assertEqual((p.replicas, p.leader), ([was[0]], was[0]), p)
-        self.partition_min_insync(V1, 1)
+        # With one replica each, min_insync 1: every partition takes produces.
+        self.served(time.monotonic(), "at factor 1")
         ms = wait_until(f"the moves of {V1} listed done",
                         lambda: (lambda x: x if x and all(m["state"] == "done" for m in x)
                                  else None)(self.moves_of()), 60, 0.5)
