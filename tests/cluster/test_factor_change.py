@@ -26,10 +26,9 @@ cluster's default factor, 3, and min-insync-replicas is 2.
                           1 (`ternctl topics alter --replication-factor`)
                           under the load: every partition keeps the first
                           replicas of its list, its preferred leader leads,
-                          min_insync_replicas reads 2, then 1, and every
-                          partition takes produces at each factor (GET
-                          shows no partition's own min_insync_replicas:
-                          one above its replicas would refuse them);
+                          min_insync_replicas reads 2, then 1 (the
+                          topic's and each partition's), and every
+                          partition takes produces at each factor;
   test_refusals           other fields with the factor (400), a factor
                           outside 1..5 (400), more than the members alive
                           (409 naming both counts), a factor-1 topic raised
@@ -113,17 +112,25 @@ class FactorChange(f1.MovesF1):
         self.assertEqual(got["min_insync_replicas"], answer["min_insync_replicas"], got)
         return answer
 
-    def reach(self, n):
-        """rv's partitions once each has n replicas, all in its ISR."""
+    def reach(self, n, min_insync):
+        """rv's partitions once each has n replicas, all in its ISR, and
+        shows min_insync (the topic's, capped by its replicas: a raised
+        partition takes it at its move's completion)."""
         ps = wait_until(f"every partition of {V1} with {n} replicas, all in its ISR",
                         lambda: self.at_factor(n), 180, 0.5)
         tr.log(f"{V1} at factor {n}: {ps}")
+        wait_until(f"every partition of {V1} with min_insync_replicas {min_insync}",
+                   lambda: self.min_insyncs() == [min_insync] * len(ps), 60)
         return ps
+
+    def min_insyncs(self):
+        node = self.up_node()
+        return [p.get("min_insync_replicas") for p in self.topic(node).get("partition_stats", [])]
 
     def served(self, since, why, parts=3):
         """Every partition of rv takes produces (10 acknowledged since
         since): its min_insync_replicas is no more than the replicas it
-        has in its ISR (GET shows the topic's, not each partition's)."""
+        has in its ISR."""
         for p in range(parts):
             wait_until(f"10 produces to {V1}/{p} acknowledged {why}",
                        lambda: self.acked_on(p, since) >= 10, 90)
@@ -180,7 +187,7 @@ class FactorChange(f1.MovesF1):
         # Raised from 1 without min_insync_replicas: the server's (2),
         # clamped to 3.
         self.assertEqual(answer["min_insync_replicas"], 2, answer)
-        ps = self.reach(3)
+        ps = self.reach(3, 2)
         for p, owner in zip(ps, owners):
             # The owner stays the preferred leader (first); the members
             # appended are the others (three nodes: all of them).
@@ -237,7 +244,7 @@ class FactorChange(f1.MovesF1):
         # list dropped.
         answer = self.set_factor(meta, 2)
         self.assertEqual(answer["min_insync_replicas"], 2, answer)
-        ps = self.reach(2)
+        ps = self.reach(2, 2)
         for p, was in zip(ps, before):
             self.assertEqual(p.replicas, was[:2], p)
         self.served(time.monotonic(), "at factor 2")
@@ -247,7 +254,7 @@ class FactorChange(f1.MovesF1):
         self.history.fault(f"{V1} replication_factor -> 1 (ternctl)")
         got = self.topic(meta)
         self.assertEqual((got["replication_factor"], got["min_insync_replicas"]), (1, 1), got)
-        ps = self.reach(1)
+        ps = self.reach(1, 1)
         for p, was in zip(ps, before):
             self.assertEqual((p.replicas, p.leader), ([was[0]], was[0]), p)
         # With one replica each, min_insync 1: every partition takes produces.

@@ -268,9 +268,9 @@ static void json_pstate(tn_v1_t *v, tn_buf_t *b, const char *topic, uint32_t p,
     if (ps->nelr > 0)
         json_members(b, "elr", ps->elr, ps->nelr);
     tn__v1_appendf(b,
-                   ",\"leader_epoch\":%u,\"partition_epoch\":%u,\"under_replicated\":%s"
-                   ",\"offline\":%s,\"unclean\":%s",
-                   ps->leader_epoch, ps->partition_epoch,
+                   ",\"leader_epoch\":%u,\"partition_epoch\":%u,\"min_insync_replicas\":%u"
+                   ",\"under_replicated\":%s,\"offline\":%s,\"unclean\":%s",
+                   ps->leader_epoch, ps->partition_epoch, ps->min_insync,
                    ps->nisr < ps->nreplicas ? "true" : "false",
                    ps->leader == TN_PSTATE_NONE ? "true" : "false", ps->unclean ? "true" : "false");
     if (ps->corrupt != 0) {
