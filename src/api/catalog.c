@@ -54,6 +54,7 @@ struct tn_catalog_s {
     uv_timer_t *ptimer; /* their deadlines and busy topics (made with the first purge) */
 #ifdef TN_TEST
     uv_timer_t *lag; /* TERN_TEST_CATALOG_LAG_MS: following the replica late */
+    uint64_t deletions_from; /* TERN_TEST_DELETIONS_AFTER_MS: loop ms (0: not held) */
 #endif
     bool purge_checking; /* purges_check is walking the list */
     bool purge_again;    /* and was asked again meanwhile (a deletion that ended at once) */
@@ -772,10 +773,18 @@ static bool replica_current(tn_catalog_t *c)
  * channels of fan-out links are left to fanout.c (fanout.h), which makes
  * each node's where its link starts and deletes those of links that are
  * gone: their record is one for every node's channel. */
+#ifdef TN_TEST
+static bool deletions_held(tn_catalog_t *c);
+#endif
+
 static void follow_deletions(tn_catalog_t *c)
 {
     const tn_meta_state_t *s = tn_meta_state(c->meta);
     tn_broker_t *b = c->broker;
+#ifdef TN_TEST
+    if (deletions_held(c))
+        return;
+#endif
     gone_t *found = NULL; /* collected first: deleting changes the lists walked */
     for (size_t i = 0; i < b->nbuckets; i++) {
         for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
@@ -1013,6 +1022,36 @@ static bool lagging(tn_catalog_t *c)
 }
 #endif
 
+#ifdef TN_TEST
+/* TERN_TEST_DELETIONS_AFTER_MS=n (ternd-test): the catalog follows no
+ * deletion (follow_deletions) until n ms after it started, then looks
+ * again by itself, so a test can have the replica manager act first on
+ * the partitions of a topic deleted (and made again) while the node was
+ * away, whichever order a start takes. True while held. */
+static bool deletions_held(tn_catalog_t *c)
+{
+    if (c->deletions_from == 0)
+        return false;
+    uint64_t now = uv_now(c->broker->loop);
+    if (now >= c->deletions_from) {
+        c->deletions_from = 0;
+        return false;
+    }
+    if (c->lag == NULL) {
+        uv_timer_t *h = tn_calloc(1, sizeof(*h));
+        if (h == NULL || uv_timer_init(c->broker->loop, h) != 0) {
+            tn_free(h);
+            return true; /* a later change looks again */
+        }
+        h->data = c;
+        c->lag = h;
+    }
+    if (!uv_is_active((uv_handle_t *)c->lag))
+        uv_timer_start(c->lag, on_lag_timer, c->deletions_from - now, 0);
+    return true;
+}
+#endif
+
 static void on_meta_change(void *arg)
 {
 #ifdef TN_TEST
@@ -1043,6 +1082,11 @@ int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, t
     c->broker = b;
     c->meta = m;
     c->o = *o;
+#ifdef TN_TEST
+    const char *held = getenv("TERN_TEST_DELETIONS_AFTER_MS");
+    if (held != NULL && atoi(held) > 0)
+        c->deletions_from = uv_now(b->loop) + (uint64_t)atoi(held);
+#endif
     int rc = tn_broker_listen(b, on_event, c);
     if (rc != 0) {
         tn_free(c);

@@ -1868,6 +1868,9 @@ static void read_done(uv_work_t *w, int status)
     rm->working--;
     freq_unlink(f);
     reply_now(f);
+    for (uint32_t i = 0; i < f->n; i++)
+        if (f->items[i].plog != NULL)
+            tn_plog_unpin(f->items[i].plog); /* freq_answer pinned it */
     freq_free(f);
     if (rm->closing)
         maybe_close_done(rm);
@@ -1943,12 +1946,20 @@ static void freq_answer(freq_t *f)
         return;
     }
     if (read && !rm->closing) {
+        /* The engine owns these logs and may close one while the worker
+         * reads it (its topic deleted): pinned, it stays until read_done. */
+        for (uint32_t i = 0; i < f->n; i++)
+            if (f->items[i].plog != NULL)
+                tn_plog_pin(f->items[i].plog);
         rm->working++;
         if (uv_queue_work(rm->o.loop, &f->work, read_work, read_done) == 0)
             return;
         rm->working--;
-        for (uint32_t i = 0; i < f->n; i++)
+        for (uint32_t i = 0; i < f->n; i++) {
+            if (f->items[i].plog != NULL)
+                tn_plog_unpin(f->items[i].plog);
             f->items[i].plog = NULL;
+        }
     }
     freq_unlink(f);
     reply_now(f);
@@ -3176,6 +3187,46 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
 
 /* --- events: the logs move --------------------------------------------------------- */
 
+/* The engine closes pl, a log it owns (its topic deleted, a log set aside
+ * abandoned), which the partition's part_t may hold (SRC_ENGINE): as a
+ * follower's copy, or as the log a leader leads from. It is let go now
+ * (tn_plog_close tells the watch before the close is queued), so nothing
+ * here touches it once it is freed. What was asked of it before (a
+ * truncation, a reset, an append of fetched records) still completes
+ * first, on_trunc_done and the like finding no log held; reads of it on a
+ * worker pin it (freq_answer). The partition then waits for the engine's
+ * topic to be idle again and takes the log it holds, or opens one of its
+ * own (ensure_log, on the tick): a topic deleted and made again under the
+ * same name gets the new topic's files, fetched from the leader. */
+static void engine_log_closing(tn_replica_t *rm, tn_plog_t *pl)
+{
+    part_t *pt = part_find(rm, pl->topic, pl->partition);
+    if (pt == NULL || pt->plog != pl || pt->src != SRC_ENGINE)
+        return; /* a log of our own closes through release_own */
+    TN_LOG(TN_LOG_NOTICE,
+           "replica %s/%" PRIu32 ": the engine closes the log this replica %s; letting it go",
+           pt->topic, pt->p, pt->core.role == TN_REPL_LEADER ? "leads from" : "follows on");
+    if (pt->ready) {
+        /* A leader's: the router's window forgets it; the leader takes
+         * the engine's next log of the partition on the tick
+         * (leader_take), as after a hand-over. */
+        if (rm->lead_cb != NULL)
+            rm->lead_cb(rm->lead_arg, pt->topic, pt->p, NULL);
+        pt->ready = false;
+        pt->start_pending = false;
+    }
+    pt->plog = NULL;
+    pt->src = SRC_NONE;
+    /* A fetch not sent yet was asked for that log's end: the next log's
+     * first poll feeds it whatever it holds (fed_end can match no end),
+     * and the core fetches from there. */
+    if (pt->want) {
+        pt->want = false;
+        pt->core.fetching = false;
+    }
+    pt->fed_end = UINT64_MAX;
+}
+
 /* Answer the parked fetches that have something to say now (records past
  * their offset, a hw that moved, a partition that left). */
 static void wake_fetches(tn_replica_t *rm)
@@ -3197,6 +3248,10 @@ static void wake_fetches(tn_replica_t *rm)
 static void on_watch(void *arg, tn_plog_t *pl)
 {
     tn_replica_t *rm = arg;
+    if (pl->closing) {
+        engine_log_closing(rm, pl);
+        return;
+    }
     if (rm->closing || !meta_current(rm))
         return;
     part_t *pt = part_find(rm, pl->topic, pl->partition);
@@ -3572,7 +3627,9 @@ static void repair_read_done(uv_work_t *w, int status)
         TN_LOG_RL(TN_LOG_WARN, 5000,
                   "replica %s/%" PRIu32 ": cannot serve offsets from %" PRIu64 " for a repair: %s",
                   r->topic, r->p, r->from, tn_strerror(r->rc));
-    repair_reply(r, ok ? TN_FETCH_RECORDS : TN_FETCH_ERROR);
+    tn_plog_t *pinned = r->plog;
+    repair_reply(r, ok ? TN_FETCH_RECORDS : TN_FETCH_ERROR); /* frees r */
+    tn_plog_unpin(pinned);
     if (rm->closing)
         maybe_close_done(rm);
 }
@@ -3618,9 +3675,11 @@ void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len,
         return;
     }
     r->plog = pt->plog;
+    tn_plog_pin(r->plog); /* the engine's: kept while the worker reads it (freq_answer) */
     rm->working++;
     if (uv_queue_work(rm->o.loop, &r->work, repair_read_work, repair_read_done) != 0) {
         rm->working--;
+        tn_plog_unpin(r->plog);
         repair_reply(r, TN_FETCH_ERROR);
     }
 }

@@ -2106,6 +2106,14 @@ void tn_plog_set_repl_watch(tn_plog_t *pl, bool on)
     atomic_store(&pl->repl_watch, on);
 }
 
+static void close_submit(tn_plog_t *plog)
+{
+    memset(&plog->close_req, 0, sizeof(plog->close_req));
+    plog->close_req.exec = close_exec;
+    plog->close_req.done = close_done;
+    tn__committer_submit(&plog->store->logc, &plog->close_req);
+}
+
 void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb)
 {
     if (plog->closing)
@@ -2113,11 +2121,33 @@ void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb)
     plog->closing = true;
     plog->close_cb = cb;
     tn_plog_fail_gated(plog, TN_ECLOSED);
-    memset(&plog->close_req, 0, sizeof(plog->close_req));
-    plog->close_req.exec = close_exec;
-    plog->close_req.done = close_done;
     plog->store->closing++;
-    tn__committer_submit(&plog->store->logc, &plog->close_req);
+    /* The replica manager may hold this log (one the engine owns): it lets
+     * go now, before close_done frees it. What it asked of the log before
+     * completes first (the committer runs requests in order, and their
+     * completions come back in that order). */
+    tn_store_t *store = plog->store;
+    if (atomic_load(&plog->repl_watch) && store->repl_cb != NULL)
+        store->repl_cb(store->repl_arg, plog);
+    if (plog->pins > 0) {
+        plog->close_held = true; /* tn_plog_unpin submits it */
+        return;
+    }
+    close_submit(plog);
+}
+
+void tn_plog_pin(tn_plog_t *pl)
+{
+    pl->pins++;
+}
+
+void tn_plog_unpin(tn_plog_t *pl)
+{
+    TN_ASSERT(pl->pins > 0);
+    if (--pl->pins == 0 && pl->close_held) {
+        pl->close_held = false;
+        close_submit(pl);
+    }
 }
 
 void tn_plog_abandon(tn_plog_t *plog, tn_plog_cb cb)

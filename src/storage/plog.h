@@ -224,6 +224,10 @@ struct tn_plog_s {
     tn_plog_cb close_cb;
     bool closing;
     bool abandoned; /* tn_plog_abandon: the close touches no file */
+    /* Readers off the loop that are not the log's owner (tn_plog_pin): a
+     * close asked meanwhile is held (close_held) until the last unpins. */
+    uint32_t pins;
+    bool close_held;
 
     /* Memory-only logs (tn_plog_open_memory): the records of offsets
      * [mem_first, written_next) in a ring of mem_cap slots (a power of
@@ -315,8 +319,21 @@ uint64_t tn_plog_mem_trim(tn_plog_t *plog, uint64_t below);
 /* Close the log after its queued requests complete; cb (may be NULL) runs
  * on the loop thread, after which the memory is freed. Appends waiting
  * for the hw gate (or reaching it while the log closes) complete with
- * TN_ECLOSED. */
+ * TN_ECLOSED; requests asked from now on are refused with TN_ECLOSED. A
+ * log under tn_plog_set_repl_watch tells the store's replica watch at
+ * once (plog->closing is then true), so that a user of the log other
+ * than its owner (the replica manager holds logs the engine owns) lets
+ * go of it before it is freed; the requests it queued before still
+ * complete first. A pinned log (tn_plog_pin) is closed only once the last
+ * pin is released. */
 void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb);
+
+/* Keep pl's memory while a worker thread reads it for a user that does
+ * not own it (the replica manager serving a fetch from the engine's log):
+ * a close asked meanwhile waits for tn_plog_unpin. Both on the loop
+ * thread; every pin is released exactly once. */
+void tn_plog_pin(tn_plog_t *pl);
+void tn_plog_unpin(tn_plog_t *pl);
 
 /* Close a log object whose files another object of the same partition
  * has written since it last looked (a replicated partition's log the

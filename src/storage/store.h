@@ -181,7 +181,10 @@ void tn_store_close(tn_store_t *store, tn_store_close_cb cb);
  * runs on the loop thread, on a later turn, after records were written
  * to, or made durable in, a log marked with tn_plog_set_repl_watch (and
  * when its hw moved). Positions are read by cb; several changes may be
- * told once. cb NULL turns it off. Loop thread. */
+ * told once. cb is also called at once, inside tn_plog_close, when such a
+ * log starts closing (plog->closing true): the watcher lets go of it (its
+ * memory is freed once the close completes). cb NULL turns it off. Loop
+ * thread. */
 void tn_store_set_repl_watch(tn_store_t *store, void (*cb)(void *arg, tn_plog_t *plog), void *arg);
 
 /* Topics and partitions present on disk, for recovery at startup. The
