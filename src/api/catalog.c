@@ -53,7 +53,7 @@ struct tn_catalog_s {
     purge_t *purges;    /* confirmed deletions under way (tn_catalog_purge) */
     uv_timer_t *ptimer; /* their deadlines and busy topics (made with the first purge) */
 #ifdef TN_TEST
-    uv_timer_t *lag; /* TERN_TEST_CATALOG_LAG_MS: following the replica late */
+    uv_timer_t *lag;         /* TERN_TEST_CATALOG_LAG_MS: following the replica late */
     uint64_t deletions_from; /* TERN_TEST_DELETIONS_AFTER_MS: loop ms (0: not held) */
 #endif
     bool purge_checking; /* purges_check is walking the list */

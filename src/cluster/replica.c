@@ -484,13 +484,36 @@ static void follow_placement(tn_replica_t *rm, part_t *pt)
         (void)tn_topic_follow_placement(t, NULL, NULL);
 }
 
+/* Whether the engine's topic t is not the one the metastore records under
+ * its name: made from a record deleted since (its stamp, queue.h
+ * record_created_ms, is another record's creation time; 0, from before
+ * stamps, is taken for the recorded one, as the catalog does). The
+ * catalog deletes it here once it follows the deletion; until then its
+ * logs hold the old topic's records, which a partition of the new one must
+ * neither follow on (a truncation to the epochs they share would keep old
+ * records as the new topic's, and an append there would be reported
+ * flushed, counted in the hw, then removed with the old files) nor lead
+ * from. The partition waits, as for a busy topic (DESIGN invariant 1). */
+static bool engine_stale(tn_replica_t *rm, const tn_topic_t *t)
+{
+#ifdef TN_TEST
+    if (getenv("TERN_TEST_FOLLOW_STALE_TOPIC") != NULL)
+        return false; /* the order before this check, for tests */
+#endif
+    if (t->record_created_ms == 0)
+        return false;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(rm->o.meta), t->name);
+    return e != NULL && e->rec.created_at_ms != t->record_created_ms;
+}
+
 /* Whether the engine's topic is being created, grown or placed (or
- * deleted): engine_topic does not see it then, yet the engine may hold
- * the partition's log (set aside, or being opened). */
+ * deleted), or is a stale one (engine_stale): engine_topic does not see it
+ * then, yet the engine may hold the partition's log (set aside, or being
+ * opened). */
 static bool engine_busy(tn_replica_t *rm, part_t *pt)
 {
     tn_topic_t *t = tn_broker_topic_find(rm->o.broker, pt->topic);
-    return t != NULL && tn_topic_busy(t);
+    return t != NULL && (tn_topic_busy(t) || engine_stale(rm, t));
 }
 
 static uint64_t test_own_beside(const part_t *pt);
@@ -983,9 +1006,9 @@ static void reopen_step(part_t *pt)
 static void leader_take(part_t *pt)
 {
     tn_plog_t *pl = NULL;
-    if (pt->ready || pt->core.role != TN_REPL_LEADER || !pt->handed ||
+    if (pt->ready || pt->core.role != TN_REPL_LEADER || !pt->handed || engine_busy(pt->rm, pt) ||
         !engine_local(pt->rm, pt, &pl))
-        return;
+        return; /* (a stale topic's log is deleted, not led from: the tick) */
     if (now_ms(pt->rm) < pt->handed_at + test_take_delay(pt->topic))
         return; /* TN_TEST only: the tick takes it later */
     uint64_t end = tn_plog_written_next(pl);

@@ -1,16 +1,21 @@
-"""A follower down through a deletion and a creation of its topic's name
-whose replica manager takes the engine's copy of the old topic (the log
-the engine set aside, its partition led elsewhere) before the catalog
-deletes that topic here: the deletion closes the log the replica manager
-holds, which lets it go (it was freed under it before: the node crashed
-or stopped following, and never rejoined the ISR), and the follower then
-copies the new topic from its leader and rejoins the ISR.
+"""A follower down through a deletion and a creation of its topic's name,
+whose engine comes back with the old topic (its set-aside log led
+elsewhere) until the catalog deletes it here:
+
+- the replica manager waits for that deletion: it neither truncates the
+  old topic's log to the epochs it shares with the new one nor appends
+  the new topic's records to it (they would be reported flushed, then
+  removed with the old files), and then copies the new topic from its
+  leader and rejoins the ISR;
+- in the order before that wait (TERN_TEST_FOLLOW_STALE_TOPIC), and for
+  any log the engine closes under a replica that holds it, the deletion
+  closes the log the replica manager follows on, which lets it go (it was
+  freed under it: the node crashed or stopped following, its deletion
+  never logged as finished, and it never rejoined the ISR).
 
 ternd-test's TERN_TEST_DELETIONS_AFTER_MS makes the order certain: the
 restarted node's catalog follows no deletion until HOLD_MS after it
-started, so its replica manager fetches from the new topic's leader (and
-truncates the old copy, whose epochs the new leader's log does not hold)
-first.
+started, so its replica manager acts first.
 
 Run: python3 tests/cluster/test_remade_held_log.py --ternd build/ternd-test
 """
@@ -44,7 +49,10 @@ def isr(node, topic):
 class RemadeHeldLog(harness.ClusterTest):
     node_args = ["--raft-election-timeout=3s", "--cluster-rpc-dial-timeout=300ms"]
 
-    def test_a_deletion_closes_the_log_a_follower_holds(self):
+    def remade_while_down(self, extra_env):
+        """A factor-3 topic deleted and made again while its follower
+        `down` was stopped; down started again with extra_env (and its
+        deletions held). (cluster, down, another node)."""
         c = self.make(3)
         c.start()
         c.wait_alive(3)
@@ -78,25 +86,44 @@ class RemadeHeldLog(harness.ClusterTest):
 
         env = c.env()
         env["TERN_TEST_DELETIONS_AFTER_MS"] = str(HOLD_MS)
+        env.update(extra_env)
         down.start(env=env)
         c.wait_ready([down])
-        # The replica manager acts on the old copy first; the catalog's
-        # deletion, held until HOLD_MS, closes the log it holds.
-        wait_until("the replica manager on the old copy",
-                   lambda: "replica h3/0: truncating its log" in down.log(), 30)
-        wait_until("the deletion of the old topic here",
-                   lambda: "topic h3 is no longer recorded as it is here" in down.log(), 30)
-        wait_until("the old topic deleted here", lambda: "topic h3 deleted" in down.log(), 30)
+        return c, down, other
 
+    def back_in_sync(self, down, other):
+        wait_until("the old topic deleted here", lambda: "topic h3 deleted" in down.log(), 30)
         wait_until("the follower back in sync", lambda: str(down.id) in isr(other, "h3"), 60)
         self.assertEqual(old_bytes_on_disk(down, "h3"), [])
-        self.assertIn("replica h3/0: the engine closes the log this replica follows on",
-                      down.log())
         # The new topic's only message, served through the node that
         # lost nothing acknowledged.
         status, m = down.request("GET", "/v1/topics/h3/consume?partition=0&channel=c")
         self.assertEqual(status, 200, m)
         self.assertEqual(m["payload"], "new")
+
+    def test_a_follower_waits_for_the_deletion_of_a_stale_topic(self):
+        # The engine's topic is the old one (its stamp is not the record's):
+        # the replica manager neither truncates nor appends to its log; it
+        # waits for the catalog's deletion and then copies the new topic.
+        _, down, other = self.remade_while_down({})
+        wait_until("the deletion of the old topic here",
+                   lambda: "topic h3 is no longer recorded as it is here" in down.log(), 30)
+        self.assertNotIn("replica h3/0: truncating its log", down.log())
+        self.back_in_sync(down, other)
+
+    def test_a_deletion_closes_the_log_a_follower_holds(self):
+        # TERN_TEST_FOLLOW_STALE_TOPIC: the order before that wait (still
+        # reachable with a log the engine closes under a replica that
+        # holds it): the replica manager takes the old topic's log and
+        # truncates it; the catalog's deletion, held until HOLD_MS, closes
+        # the log it holds, which it lets go.
+        _, down, other = self.remade_while_down({"TERN_TEST_FOLLOW_STALE_TOPIC": "1"})
+        wait_until("the replica manager on the old copy",
+                   lambda: "replica h3/0: truncating its log" in down.log(), 30)
+        self.back_in_sync(down, other)
+        self.assertIn("replica h3/0: the engine closes the log this replica follows on",
+                      down.log())
+
 
 if __name__ == "__main__":
     harness.main()
