@@ -1590,6 +1590,8 @@ static void on_reset_advanced(tn_plog_advance_t *req, int status)
 static void on_reset_emptied(tn_plog_trunc_t *req, int status)
 {
     part_t *pt = req->data;
+    if (status == 0 && pt->plog != req->plog)
+        status = TN_ECLOSED; /* the engine closed it meanwhile (engine_log_closing) */
     if (status == 0 && !pt->dead && !pt->rm->closing) {
         memset(&pt->adv, 0, sizeof(pt->adv));
         pt->adv.data = pt;
@@ -3902,7 +3904,9 @@ static void on_tick(uv_timer_t *t)
                 first_feed(pt);
                 continue;
             }
-            if (pt->core.role != TN_REPL_LEADER && pt->src == SRC_NONE && pt->core_fed)
+            /* (Also when not fed since a truncation, reset or repair that
+             * ended after the engine closed the log: engine_log_closing.) */
+            if (pt->core.role != TN_REPL_LEADER && pt->src == SRC_NONE)
                 (void)ensure_log(pt);
             if (pt->core.role != TN_REPL_LEADER && pt->src == SRC_ENGINE && pt->plog != NULL)
                 tn_plog_fail_gated(pt->plog, TN_EFENCED); /* see resign() */

@@ -2758,9 +2758,28 @@ static int trunc_run(tn_plog_t *plog, tn_plog_trunc_t *req)
     return 0;
 }
 
+#ifdef TN_TEST
+/* TERN_TEST_TRUNC_DELAY_MS=n (ternd-test): the process's first
+ * truncation waits n ms on the committer before it runs, so that a test
+ * can have a log closed (its topic deleted) while a truncation of it is
+ * under way. Every request of the committer waits behind it. */
+static void trunc_test_delay(void)
+{
+    static atomic_bool done;
+    const char *v = getenv("TERN_TEST_TRUNC_DELAY_MS");
+    if (v == NULL || atoi(v) <= 0 || atomic_exchange(&done, true))
+        return;
+    TN_LOG(TN_LOG_NOTICE, "truncation held %d ms (TERN_TEST_TRUNC_DELAY_MS)", atoi(v));
+    uv_sleep((unsigned int)atoi(v));
+}
+#else
+#define trunc_test_delay() ((void)0)
+#endif
+
 static void trunc_exec(tn__committer_t *c, tn__sreq_t *s)
 {
     tn_plog_trunc_t *req = (tn_plog_trunc_t *)s;
+    trunc_test_delay();
     s->status = trunc_run(req->plog, req);
     tn__store_complete(c->store, s, s);
 }

@@ -125,5 +125,18 @@ class RemadeHeldLog(harness.ClusterTest):
                       down.log())
 
 
+    def test_a_deletion_during_a_truncation_of_the_log_a_follower_holds(self):
+        # As above, with the truncation held on the committer
+        # (TERN_TEST_TRUNC_DELAY_MS) until after the deletion closed the
+        # log: the close waits behind it, the truncation ends with no log
+        # held, and the deletion completes.
+        _, down, other = self.remade_while_down({"TERN_TEST_FOLLOW_STALE_TOPIC": "1",
+                                                 "TERN_TEST_TRUNC_DELAY_MS": str(HOLD_MS + 2000)})
+        wait_until("the truncation held", lambda: "truncation held" in down.log(), 30)
+        self.back_in_sync(down, other)
+        log = down.log()
+        closing = log.index("replica h3/0: the engine closes the log this replica follows on")
+        self.assertLess(closing, log.index("partition h3/0: truncating to offset"))
+
 if __name__ == "__main__":
     harness.main()
