@@ -53,8 +53,10 @@ struct tn_catalog_s {
     purge_t *purges;    /* confirmed deletions under way (tn_catalog_purge) */
     uv_timer_t *ptimer; /* their deadlines and busy topics (made with the first purge) */
 #ifdef TN_TEST
-    uv_timer_t *lag;         /* TERN_TEST_CATALOG_LAG_MS: following the replica late */
-    uint64_t deletions_from; /* TERN_TEST_DELETIONS_AFTER_MS: loop ms (0: not held) */
+    uv_timer_t *lag; /* TERN_TEST_CATALOG_LAG_MS: following the replica late */
+    /* TERN_TEST_DELETIONS_AFTER_MS: how long deletions are held from the
+     * first look (0: not held), and until when (loop ms, 0: not armed). */
+    uint64_t deletions_hold, deletions_from;
 #endif
     bool purge_checking; /* purges_check is walking the list */
     bool purge_again;    /* and was asked again meanwhile (a deletion that ended at once) */
@@ -1024,17 +1026,20 @@ static bool lagging(tn_catalog_t *c)
 
 #ifdef TN_TEST
 /* TERN_TEST_DELETIONS_AFTER_MS=n (ternd-test): the catalog follows no
- * deletion (follow_deletions) until n ms after it started, then looks
- * again by itself, so a test can have the replica manager act first on
- * the partitions of a topic deleted (and made again) while the node was
- * away, whichever order a start takes. True while held. */
+ * deletion (follow_deletions) until n ms after it first would (the
+ * replica ready), then looks again by itself, so a test can have the
+ * replica manager act first on the partitions of a topic deleted (and
+ * made again) while the node was away, whichever order a start takes.
+ * True while held. */
 static bool deletions_held(tn_catalog_t *c)
 {
-    if (c->deletions_from == 0)
+    if (c->deletions_hold == 0)
         return false;
     uint64_t now = uv_now(c->broker->loop);
+    if (c->deletions_from == 0)
+        c->deletions_from = now + c->deletions_hold;
     if (now >= c->deletions_from) {
-        c->deletions_from = 0;
+        c->deletions_hold = 0;
         return false;
     }
     if (c->lag == NULL) {
@@ -1085,7 +1090,7 @@ int tn_catalog_start(tn_broker_t *b, tn_meta_t *m, const tn_catalog_opts_t *o, t
 #ifdef TN_TEST
     const char *held = getenv("TERN_TEST_DELETIONS_AFTER_MS");
     if (held != NULL && atoi(held) > 0)
-        c->deletions_from = uv_now(b->loop) + (uint64_t)atoi(held);
+        c->deletions_hold = (uint64_t)atoi(held);
 #endif
     int rc = tn_broker_listen(b, on_event, c);
     if (rc != 0) {

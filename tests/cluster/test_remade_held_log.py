@@ -14,8 +14,8 @@ elsewhere) until the catalog deletes it here:
   never logged as finished, and it never rejoined the ISR).
 
 ternd-test's TERN_TEST_DELETIONS_AFTER_MS makes the order certain: the
-restarted node's catalog follows no deletion until HOLD_MS after it
-started, so its replica manager acts first.
+restarted node's catalog follows no deletion until HOLD_MS after its
+metastore replica is ready, so its replica manager acts first.
 
 Run: python3 tests/cluster/test_remade_held_log.py --ternd build/ternd-test
 """
@@ -25,20 +25,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import wait_until  # noqa: E402
+from test_topic_remade import old_bytes_on_disk  # noqa: E402
 
 OCTET = {"Content-Type": "application/octet-stream"}
 HOLD_MS = 4000
-
-
-def old_bytes_on_disk(node, topic):
-    """The files under node's directory of topic that hold b"old-"."""
-    found = []
-    for root, _, files in os.walk(os.path.join(node.data, "topics", topic)):
-        for name in files:
-            with open(os.path.join(root, name), "rb") as f:
-                if b"old-" in f.read():
-                    found.append(os.path.join(root, name))
-    return found
 
 
 def isr(node, topic):
