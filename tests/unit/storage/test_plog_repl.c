@@ -1641,10 +1641,87 @@ static void test_repl_watch(void **state)
     assert_int_equal(tn_plog_durable_next(f), 2);
 }
 
+/* A close tells the replica watch at once (the manager lets go of a log
+ * the engine closes under it), runs after a truncation asked before it,
+ * and waits for the last pin (a worker's read) before the log is freed. */
+typedef struct {
+    tn_plog_t *pl;
+    int closing_calls;
+    bool trunc_done, closed;
+    int trunc_status;
+    bool closed_before_trunc;
+} closewatch_t;
+
+static closewatch_t *cw_cur;
+
+static void on_cw_watch(void *arg, tn_plog_t *pl)
+{
+    closewatch_t *cw = arg;
+    if (pl == cw->pl && pl->closing)
+        cw->closing_calls++;
+}
+
+static void on_cw_trunc(tn_plog_trunc_t *req, int status)
+{
+    closewatch_t *cw = req->data;
+    cw->trunc_done = true;
+    cw->trunc_status = status;
+}
+
+static void on_cw_closed(tn_plog_t *pl)
+{
+    (void)pl;
+    cw_cur->closed = true;
+    cw_cur->closed_before_trunc = !cw_cur->trunc_done;
+}
+
+static void test_close_tells_watch_and_waits_for_pins(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *pl = open_log(fx, "closing", 0);
+    tn_plog_set_durability(pl, TN_DURABILITY_DURABLE);
+    areq_t a = {0};
+    a.req.data = &a;
+    tn_rec_in_t rec = {.key = tn_iov(NULL, 0), .body = tn_iov("m", 1)};
+    assert_int_equal(tn_plog_append(pl, &a.req, &rec, 1, on_areq), 0);
+    run_until(&fx->loop, &a.done);
+    assert_int_equal(a.status, 0);
+
+    closewatch_t cw = {.pl = pl};
+    cw_cur = &cw;
+    tn_store_set_repl_watch(fx->store, on_cw_watch, &cw);
+    tn_plog_set_repl_watch(pl, true);
+    tn_plog_trunc_t tr;
+    memset(&tr, 0, sizeof(tr));
+    tr.data = &cw;
+    assert_int_equal(tn_plog_truncate(pl, &tr, 0, 0, on_cw_trunc), 0);
+    tn_plog_pin(pl);
+    tn_plog_close(pl, on_cw_closed);
+    assert_int_equal(cw.closing_calls, 1); /* told at once, before any completion */
+    assert_false(cw.trunc_done);
+    /* Asked after the close: refused. */
+    tn_plog_trunc_t late;
+    memset(&late, 0, sizeof(late));
+    assert_int_equal(tn_plog_truncate(pl, &late, 0, 0, on_cw_trunc), TN_ECLOSED);
+
+    run_until(&fx->loop, &cw.trunc_done);
+    assert_int_equal(cw.trunc_status, 0);
+    for (int i = 0; i < 50; i++) /* pinned: the close is not even queued */
+        uv_run(&fx->loop, UV_RUN_NOWAIT);
+    assert_false(cw.closed);
+    assert_int_equal(tn_plog_written_next(pl), 0); /* still readable */
+    tn_plog_unpin(pl);
+    run_until(&fx->loop, &cw.closed);
+    assert_false(cw.closed_before_trunc);
+    assert_int_equal(cw.closing_calls, 1);
+    tn_store_set_repl_watch(fx->store, NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_control_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_tells_watch_and_waits_for_pins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_begin_epoch_and_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epochs_repaired_at_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_probe, setup, teardown),
