@@ -26,8 +26,9 @@ a time and acked. So the new leader's consumers run ahead of the old one:
      completes without a leader change, the hand-back that follows it
      takes the leadership off node 1;
   4. a move that drops node 1, the leader, from a partition whose other
-     replicas are in the ISR: its completion hands the leadership over
-     and node 1 is no replica any more (it never fetches with the new
+     replicas are in the ISR (rv's replication factor lowered to 2, node 1
+     last in the partition's list): its completion hands the leadership
+     over and node 1 is no replica any more (it never fetches with the new
      epoch: the new leader's hold ends by its bound).
 
 The ledger must find resurrected 0 (and nothing else). HANDFENCE_OFF=n in
@@ -212,6 +213,12 @@ class HandFence(tm.Moves):
         tr.log(f"{label}: done, {got} deliveries meanwhile")
         self.assertTrue(self.lagged.running())
 
+    def lower_to_two(self):
+        status, body = self.others()[0].request("PATCH", f"/v1/topics/{V1}",
+                                                {"replication_factor": 2}, timeout=30)
+        self.assertEqual(status, 200, body)
+        self.history.fault(f"{V1} replication_factor -> 2")
+
     # the case
 
     def test_handovers_from_a_lagging_leader(self):
@@ -254,14 +261,20 @@ class HandFence(tm.Moves):
         self.flowing(60)
 
         # 4. A move that drops node 1, the leader of a again (forced), from
-        # a: the target is in the ISR from its start.
+        # a: the target is in the ISR from its start. A move keeps the
+        # topic's factor, so it is rv's factor lowered to 2, whose move
+        # of a drops the last of a's list (node 1, put there by a reorder
+        # first); the other partitions lose their last replica too.
+        order = [r for r in self.info(V1)[a].replicas if r != str(X.id)] + [str(X.id)]
+        moves.append(self.begin(a, order, self.others()[0]))
+        self.wait_state(moves[-1], ("done",), 60)
         self.force(a, X.id)
         self.wait_led(a, X.id)
-        target = [r for r in self.info(V1)[a].replicas if r != str(X.id)]
-        self.window("move dropping the leader", a,
-                    lambda: moves.append(self.begin(a, target, self.others()[0])),
-                    self.epoch(a))
-        self.wait_state(moves[-1], ("done",), 60)
+        target = order[:2]
+        self.window("move dropping the leader", a, lambda: self.lower_to_two(), self.epoch(a))
+        wait_until(f"{V1}/{a}'s move to {target} done",
+                   lambda: any(m["topic"] == V1 and m["partition"] == a and m["to"] == target
+                               and m["state"] == "done" for m in self.moves()), 60)
         ps = self.info(V1)[a]
         self.assertEqual(ps.replicas, target, ps)
         self.flowing(60)
