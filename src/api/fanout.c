@@ -123,7 +123,11 @@ int tn_fanout_open_channel(tn_broker_t *b, const char *parent, uint64_t epoch, b
                            tn_waiter_t *w, tn_channel_t **out)
 {
     tn_topic_t *t = NULL;
-    if (tn_broker_topic(b, parent, strlen(parent), false, 0, NULL, &t) != 0)
+    /* A parent being placed or grown here is waited for, not missing. */
+    int rc = tn_broker_topic(b, parent, strlen(parent), false, 0, w, &t);
+    if (rc == UV_EAGAIN)
+        return rc;
+    if (rc != 0)
         return TN_ENOTFOUND;
     char name[32];
     tn_fanout_channel(epoch, name);

@@ -72,7 +72,8 @@ void tn_fanout_channel(uint64_t epoch, char out[32]);
  * tail when at_tail (an attach), else from the attach time the epoch
  * carries, or at the tail when it carries none (a runner on a node that
  * has no such channel yet). 0 with *out; UV_EAGAIN: w runs once it is
- * made; TN_ENOTFOUND: this node's engine has no parent topic (yet); else
+ * made (or the parent is, when it is being placed or grown here);
+ * TN_ENOTFOUND: this node's engine has no parent topic (yet); else
  * the engine's error. */
 int tn_fanout_open_channel(tn_broker_t *b, const char *parent, uint64_t epoch, bool at_tail,
                            tn_waiter_t *w, tn_channel_t **out);

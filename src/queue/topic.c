@@ -10,6 +10,7 @@
 #include "queue/internal.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 void tn__waiters_fire(tn_waiter_t **list, int status)
@@ -994,10 +995,28 @@ typedef struct {
     void *arg;
 } place_t;
 
+#ifdef TN_TEST
+/* TERN_TEST_PLACE_DELAY_MS=n (ternd-test): every placement's work waits n
+ * ms first, so that a test can reach a topic while its partitions are
+ * being opened here (its state is CREATING until place_done). */
+static void place_test_delay(const tn_topic_t *t)
+{
+    const char *v = getenv("TERN_TEST_PLACE_DELAY_MS");
+    if (v == NULL || atoi(v) <= 0)
+        return;
+    TN_LOG(TN_LOG_NOTICE, "placement of %s held %d ms (TERN_TEST_PLACE_DELAY_MS)", t->name,
+           atoi(v));
+    uv_sleep((unsigned int)atoi(v));
+}
+#else
+#define place_test_delay(t) ((void)(t))
+#endif
+
 static void place_work(uv_work_t *w)
 {
     place_t *o = TN_CONTAINER_OF(w, place_t, work);
     tn_topic_t *t = o->t;
+    place_test_delay(t);
     if (o->stamp != 0 && o->n > 0)
         o->rc = tn_store_topic_stamp_write(t->broker->store, t->name, o->stamp, true);
     for (uint32_t k = 0; k < o->n && o->rc == 0; k++)

@@ -1222,13 +1222,23 @@ int tn_io_write_file_atomic(const char *dir, const char *name, const void *data,
     return tn_io_write_file_atomic_mode(dir, name, data, len, 0644);
 }
 
-int tn_io_write_file_atomic_mode(const char *dir, const char *name, const void *data, size_t len,
-                                 int mode)
+/* Two threads replacing the same file (a topic's stamp, written by the
+ * engine's topic job and a replica's log opening at once) would share its
+ * .tmp: one would unlink or rename the other's. Writers of one path take
+ * its stripe of these locks; others run side by side. */
+#define ATOMIC_STRIPES 32
+static uv_mutex_t atomic_locks[ATOMIC_STRIPES];
+static uv_once_t atomic_once = UV_ONCE_INIT;
+
+static void atomic_init_locks(void)
 {
-    char tmp[4096], dst[4096];
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name) >= sizeof(tmp) ||
-        (size_t)snprintf(dst, sizeof(dst), "%s/%s", dir, name) >= sizeof(dst))
-        return UV_ENAMETOOLONG;
+    for (size_t i = 0; i < ATOMIC_STRIPES; i++)
+        uv_mutex_init(&atomic_locks[i]);
+}
+
+static int write_atomic_locked(const char *dir, const char *tmp, const char *dst, const void *data,
+                               size_t len, int mode)
+{
     int fd;
     int rc = 0;
     struct stat st;
@@ -1247,6 +1257,21 @@ int tn_io_write_file_atomic_mode(const char *dir, const char *name, const void *
         rc = tn_io_fsync_dir(dir);
     if (rc != 0)
         unlink(tmp);
+    return rc;
+}
+
+int tn_io_write_file_atomic_mode(const char *dir, const char *name, const void *data, size_t len,
+                                 int mode)
+{
+    char tmp[4096], dst[4096];
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, name) >= sizeof(tmp) ||
+        (size_t)snprintf(dst, sizeof(dst), "%s/%s", dir, name) >= sizeof(dst))
+        return UV_ENAMETOOLONG;
+    uv_once(&atomic_once, atomic_init_locks);
+    uv_mutex_t *lock = &atomic_locks[tn_crc32c(0, dst, strlen(dst)) % ATOMIC_STRIPES];
+    uv_mutex_lock(lock);
+    int rc = write_atomic_locked(dir, tmp, dst, data, len, mode);
+    uv_mutex_unlock(lock);
     return rc;
 }
 

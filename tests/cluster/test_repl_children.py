@@ -21,7 +21,12 @@ log cold) kept its "waiting for a read" flag for ever, so every consume
 that found nothing there was held a further second past its wait; a probe
 (no wait) then answered after its caller's 500 ms deadline, every time.
 
-Run: python3 tests/cluster/test_repl_children.py --ternd build/ternd
+The child is asked of node 1 while it opens the parent's partitions (ternd-
+test holds each placement there 1 s): the attach waits for them. It once
+answered 503 "the parent topic is not ready" after making the child (a
+parent being placed was taken for a missing one).
+
+Run: python3 tests/cluster/test_repl_children.py --ternd build/ternd-test
 """
 import os
 import sys
@@ -35,6 +40,7 @@ CLIENT = {"X-Tern-Client": "test-repl-children"}
 ARGS = ["--default-replication-factor=3",
         "--replica-lag-time-max=2s"]
 MISSED = "no reply within the deadline"
+PLACE_DELAY_MS = 1000  # node 1's placements (ternd-test's TERN_TEST_PLACE_DELAY_MS)
 
 
 class ReplChildren(harness.ClusterTest):
@@ -51,20 +57,26 @@ class ReplChildren(harness.ClusterTest):
         return [p["leader"] for p in ps]
 
     def test_child_consumed_through_non_leaders(self):
-        c = self.make(3, args=ARGS).start()
-        c.wait_alive(3)
+        c = self.make(3, args=ARGS)
         n1 = c.nodes[0]
+        held = dict(c.env(), TERN_TEST_PLACE_DELAY_MS=str(PLACE_DELAY_MS))
+        for n in c.nodes:
+            n.start(env=held if n is n1 else None)
+        c.wait_ready()
+        c.wait_alive(3)
         status, body = n1.request("POST", "/v1/topics",
                                   {"name": "par", "partitions": 3, "replication_factor": 3})
         self.assertEqual(status, 201, body)
-        # A create with a parent makes the topic, then attaches it; the
-        # attach answers 503 "the parent topic is not ready" while the
-        # parent's partitions are not placed yet, after the child was made
-        # (a retry would then find it: 409). So wait for par's leaders on
-        # every node first, and create the child once.
-        wait_until("a leader for every partition of par on every node",
-                   lambda: all(self.leaders(n, "par") for n in c.nodes))
-        status, body = n1.request("POST", "/v1/topics", {"name": "kid", "parent": "par"})
+        # A create with a parent makes the topic, then attaches it. The
+        # attach waits while the parent's partitions are being opened on
+        # the node asked (it once answered 503 "the parent topic is not
+        # ready" then, after the child was made, so a retry found 409):
+        # node 1 holds each placement a while, and the child is asked of
+        # it while par's is held.
+        wait_until("node 1 opening par's partitions",
+                   lambda: "placement of par held" in n1.log())
+        status, body = n1.request("POST", "/v1/topics", {"name": "kid", "parent": "par"},
+                                  timeout=30)
         self.assertEqual(status, 201, body)
         self.assertEqual((body["role"], body["replication_factor"], body["partitions"]),
                          ("child", 3, 3), body)

@@ -165,6 +165,8 @@ static void propose(rcop_t *op)
         rcop_end(op, 503, "control plane temporarily unavailable");
 }
 
+static void open_cursor(rcop_t *op);
+
 static void on_channel(tn_waiter_t *w, int status)
 {
     rcop_t *op = w->data;
@@ -172,7 +174,7 @@ static void on_channel(tn_waiter_t *w, int status)
         rcop_end(op, 503, "creating the remote child's cursor channel failed");
         return;
     }
-    propose(op);
+    open_cursor(op); /* made, or the parent is placed: ready now */
 }
 
 static rcop_t *rcop_new(tn_v1_t *v, tn_http_request_t *r, bool attach, const char *parent,
@@ -313,6 +315,14 @@ static void attach_go(rcop_t *op)
         tn_fanout_hold(v->fanout, &op->hold);
         op->held = true;
     }
+    open_cursor(op);
+}
+
+/* Step 4: the cursor channel at the parent's tail, then the record. */
+static void open_cursor(rcop_t *op)
+{
+    tn_v1_t *v = op->v;
+    tn_meta_rchild_t *ch = &op->cmd.child;
     if (v->closing) {
         rcop_end(op, 503, "the node is stopping");
         return;

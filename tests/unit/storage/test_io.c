@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <uv.h>
 
 static void path_in(char *buf, const char *dir, const char *name)
 {
@@ -288,6 +290,49 @@ static void test_fdatasync_many(void **state)
     free(dir);
 }
 
+typedef struct {
+    const char *dir;
+    int failures;
+} racer_t;
+
+static void race_writes(void *arg)
+{
+    racer_t *r = arg;
+    for (int i = 0; i < 200; i++)
+        if (tn_io_write_file_atomic(r->dir, "stamp", "0123456789", 10) != 0)
+            r->failures++;
+}
+
+/* Two threads replacing one file at once (a topic's stamp, by the engine
+ * and by a replica opening its log) both succeed: neither unlinks or
+ * renames the other's .tmp. */
+static void test_atomic_writers_of_one_file(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    racer_t r[2] = {{dir, 0}, {dir, 0}};
+    uv_thread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(uv_thread_create(&th[i], race_writes, &r[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(uv_thread_join(&th[i]), 0);
+    assert_int_equal(r[0].failures, 0);
+    assert_int_equal(r[1].failures, 0);
+    char p[4096];
+    path_in(p, dir, "stamp");
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_io_read_file(p, 1 << 20, &b), 0);
+    assert_int_equal(b.len, 10);
+    assert_memory_equal(b.base, "0123456789", 10);
+    tn_buf_fini(&b);
+    path_in(p, dir, "stamp.tmp");
+    struct stat st;
+    assert_int_not_equal(stat(p, &st), 0); /* no .tmp left */
+    tu_rmrf(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_pwritev_many_vectors),
         cmocka_unit_test(test_pwritev_short_write),
         cmocka_unit_test(test_fdatasync_many),
+        cmocka_unit_test(test_atomic_writers_of_one_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
