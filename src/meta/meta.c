@@ -1827,6 +1827,17 @@ static void check_moves(tn_meta_t *m)
 
 /* --- decommission: replicas off draining members ------------------------------------ */
 
+/* Whether a driver's PART_MOVE begin or a rebalance's proposal is in
+ * flight (decommission and self-healing, factor, rebalance: each keeps
+ * one of its own). The state a plan reads does not have it until it is
+ * answered, so no driver plans meanwhile: two begins could pick one
+ * partition (the second refused), or touch a member by more moves than
+ * max-moves-per-node. */
+static bool change_in_flight(const tn_meta_t *m)
+{
+    return m->decom_busy || m->factor_busy || m->spread_busy;
+}
+
 /* The PART_MOVE begin of change ch of a plan over in, with a new random
  * id, through req (one at a time per driver: its data is m): the id, or 0
  * when it could not be proposed (the scan stops; the next one plans again). */
@@ -1916,7 +1927,7 @@ static void check_decommission(tn_meta_t *m)
         m->decom_pending = false;
         return;
     }
-    if (m->decom_busy || now < m->next_decom_ms)
+    if (change_in_flight(m) || now < m->next_decom_ms)
         return;
     m->next_decom_ms = now + DECOM_SCAN_MS;
     const tn_meta_state_t *s = &m->state;
@@ -2015,7 +2026,7 @@ static void check_factor(tn_meta_t *m)
         m->factor_pending = false;
         return;
     }
-    if (m->factor_busy || m->decom_pending || now < m->next_factor_ms)
+    if (change_in_flight(m) || m->decom_pending || now < m->next_factor_ms)
         return;
     m->next_factor_ms = now + DECOM_SCAN_MS;
     tn_meta_rebal_in_t in;
@@ -2180,7 +2191,7 @@ static void check_spread(tn_meta_t *m)
     if (!m->leading || m->lead_term != m->raft.current_term)
         return;
     const tn_meta_state_t *s = &m->state;
-    if (m->spread_busy || now < m->next_spread_ms || (!s->rebal.wanted && m->njoined == 0))
+    if (change_in_flight(m) || now < m->next_spread_ms || (!s->rebal.wanted && m->njoined == 0))
         return;
     m->next_spread_ms = now + DECOM_SCAN_MS;
     tn_meta_rebal_in_t in;

@@ -128,7 +128,7 @@ int tn_meta_rebal_in_init(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
     for (size_t i = 0; i < s->nmembers; i++) {
         const tn_meta_member_t *mb = &s->members[i];
         in->members[i].id = (uint32_t)mb->id;
-        in->members[i].alive = mb->status == TN_MEMBER_ALIVE && !mb->fenced;
+        in->members[i].alive = tn_meta_member_live(mb);
         in->members[i].draining = mb->draining;
     }
     if (collect(in, s) != 0) {

@@ -398,7 +398,7 @@ int tn_meta_state_move_from(const tn_meta_state_t *s, const char *topic, uint32_
         return UV_EINVAL;
     }
     const tn_meta_member_t *m = tn_meta_member_find(s, owner);
-    if (m == NULL || m->status != TN_MEMBER_ALIVE || m->fenced) {
+    if (!tn_meta_member_live(m)) {
         tn_errbuf(err, errlen,
                   "its owner, member %" PRIu32 ", is not alive: the partition's only copy cannot "
                   "be copied until it is back",
@@ -429,7 +429,7 @@ uint8_t tn_meta_state_clamp_factor(const tn_meta_state_t *s, unsigned asked)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->nmembers; i++)
-        n += s->members[i].status == TN_MEMBER_ALIVE && !s->members[i].fenced;
+        n += tn_meta_member_live(&s->members[i]);
     size_t f = TN_MIN((size_t)TN_MIN(asked, (unsigned)TN_META_MAX_FACTOR), n);
     return (uint8_t)(f > 0 ? f : 1);
 }
@@ -884,7 +884,7 @@ static int topic_factor(tn_meta_state_t *s, const tn_meta_cmd_t *c)
         if (t->owners[p] == 0 || (t->pstates != NULL && t->pstates[p].nreplicas > 0))
             continue;
         const tn_meta_member_t *m = tn_meta_member_find(s, t->owners[p]);
-        if (m == NULL || m->status != TN_MEMBER_ALIVE || m->fenced)
+        if (!tn_meta_member_live(m))
             return UV_EPERM;
         convert = true;
     }
@@ -1151,6 +1151,11 @@ const tn_meta_member_t *tn_meta_member_find(const tn_meta_state_t *s, uint64_t i
     bool found;
     size_t i = member_search(s, id, &found);
     return found ? &s->members[i] : NULL;
+}
+
+bool tn_meta_member_live(const tn_meta_member_t *m)
+{
+    return m != NULL && m->status == TN_MEMBER_ALIVE && !m->fenced;
 }
 
 /* --- removed members (state.h) ---------------------------------------------------- */

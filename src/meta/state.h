@@ -172,6 +172,9 @@ const tn_meta_topic_entry_t *tn_meta_topic_find(const tn_meta_state_t *s, const 
 const tn_meta_user_t *tn_meta_user_find(const tn_meta_state_t *s, const char *name);
 /* A member by id (members are sorted by id), or NULL. */
 const tn_meta_member_t *tn_meta_member_find(const tn_meta_state_t *s, uint64_t id);
+/* Whether m (NULL: no such member) is alive and not fenced: a member that
+ * may hold, copy or serve a replica now. */
+bool tn_meta_member_live(const tn_meta_member_t *m);
 bool tn_meta_channel_exists(const tn_meta_state_t *s, const char *topic, const char *channel);
 /* Index of the first topic whose name sorts after `after` ("" = 0). */
 size_t tn_meta_topic_after(const tn_meta_state_t *s, const char *after);

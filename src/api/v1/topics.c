@@ -706,8 +706,7 @@ static int factor_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
     }
     uint32_t eligible = 0;
     for (size_t i = 0; i < s->nmembers; i++)
-        eligible += s->members[i].status == TN_MEMBER_ALIVE && !s->members[i].fenced &&
-                    !s->members[i].draining;
+        eligible += tn_meta_member_live(&s->members[i]) && !s->members[i].draining;
     if (factor > was && factor > eligible) {
         snprintf(err, errlen,
                  "replication_factor %u needs %u alive members that are not draining; the "
@@ -720,7 +719,7 @@ static int factor_make(tn_v1_t *v, const patch_t *p, const tn_meta_topic_t *cur,
         if (e->owners[q] == 0 || tn_meta_state_pstate(s, cur->name, q) != NULL)
             continue;
         const tn_meta_member_t *m = tn_meta_member_find(s, e->owners[q]);
-        if (m == NULL || m->status != TN_MEMBER_ALIVE || m->fenced) {
+        if (!tn_meta_member_live(m)) {
             snprintf(err, errlen,
                      "partition %" PRIu32 "'s owner, member %" PRIu64
                      ", is not alive: its only copy cannot be copied until it is back",
