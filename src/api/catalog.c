@@ -985,8 +985,12 @@ static void follow_meta(tn_catalog_t *c)
     }
     if (c->o.cluster && replica_current(c))
         follow_deletions(c);
-    for (size_t i = 0; i < s->ntopics; i++)
+    for (size_t i = 0; i < s->ntopics; i++) {
         make(c, s->topics[i], true);
+        /* Settings changed through another node (a PATCH) reach this
+         * engine's topic too: its partitions' caps and retention. */
+        tn_v1_apply_topic(c->broker, &s->topics[i]->rec);
+    }
     tn_broker_follow_placement(c->broker);
     claims_check(c, false, 0);
     purges_check(c, false, 0);

@@ -6,7 +6,8 @@ SIGKILLed, the metastore leader ends its session (member-session-timeout)
 and every node's view moves the leadership to another ISR member, one
 epoch later, without the killed node in the ISR; restarted, the node is
 live again. The /v1 fields: out-of-range values refused, a PATCH of the
-factor refused, min_insync_replicas changed in place; the options'
+factor refused, min_insync_replicas changed in place, a cap PATCHed
+through one node holding on every partition's leader; the options'
 defaults (factor 3, min_insync 2) for /v1, NSQ-made (HTTP and TCP), child
 and dead-letter topics; the clamp to the members alive is the metastore's
 (two of three alive: factor 2 through either node); a lone node clamps the
@@ -27,6 +28,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 import harness  # noqa: E402
 from harness import wait_until  # noqa: E402
 from nsqwire import Conn  # noqa: E402  (tests/e2e)
+
+OCTET = {"Content-Type": "application/octet-stream"}
+CLIENT = {"X-Tern-Client": "test-meta-partitions"}
 
 # A session timeout shorter than the default keeps the test quick; the
 # deadlines below are generous, not timing assertions.
@@ -179,6 +183,38 @@ class MetaPartitions(harness.ClusterTest):
                                            else None)(partitions(x, "r2")), 30)
             self.assertEqual(body["replication_factor"], 2)
             self.assertTrue(all(len(e["replicas"]) == 2 for e in body["partition_stats"]))
+        # A setting PATCHed through one node holds on every partition's
+        # leader: node 1 took the PATCH, the other nodes' engines got it
+        # from the record (they once kept the old cap until a restart).
+        status, answer = node.request("POST", "/v1/topics", {"name": "capped", "partitions": 3})
+        self.assertEqual(status, 201, answer)
+        leaders = wait_until("a leader for every partition of capped", lambda: (
+            lambda b: [e["leader"] for e in b["partition_stats"]]
+            if b and all(e.get("leader") for e in b["partition_stats"]) else None)(
+                partitions(node, "capped")), 30)
+        self.assertEqual(sorted(leaders), ["1", "2", "3"], leaders)
+        status, answer = node.request("PATCH", "/v1/topics/capped",
+                                      {"max_in_flight_per_partition": 1})
+        self.assertEqual(status, 200, answer)
+        for p in range(3):
+            for i in range(3):
+                status, answer = wait_until(f"capped/{p} taking m{i}", lambda p=p, i=i: (
+                    lambda r: r if r[0] != 503 else None)(node.request(
+                        "POST", f"/v1/topics/capped/produce?partition={p}", f"m{i}".encode(),
+                        headers=OCTET)))
+                self.assertIn(status, (200, 201, 202), answer)
+        for p in range(3):
+            # Through the partition's leader: one message of three while
+            # it is in flight, then nothing.
+            via = c.nodes[int(leaders[p]) - 1]
+            got = []
+            for wait in ("1s", "0"):
+                status, answer = via.request(
+                    "GET", f"/v1/topics/capped/consume?partition={p}&max=10&wait={wait}",
+                    headers=CLIENT)
+                self.assertIn(status, (200, 204), answer)
+                got.append(len(answer["messages"]) if status == 200 else 0)
+            self.assertEqual(got, [1, 0], (p, leaders[p], got))
 
 
     def test_defaults_reach_every_topic(self):

@@ -150,8 +150,10 @@ static void on_topic_get(tn_http_request_t *r, void *arg)
 
 void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec)
 {
-    tn_topic_t *t = NULL;
-    if (tn_broker_topic(b, rec->name, strlen(rec->name), false, 0, NULL, &t) != 0)
+    /* Being placed or grown too: what it is given now holds after (the
+     * logs it opens meanwhile take its durability when installed). */
+    tn_topic_t *t = tn_broker_topic_find(b, rec->name);
+    if (t == NULL || t->state == TN_OBJ_DELETING || t->state == TN_OBJ_FAILED)
         return;
     t->max_inflight_part = (uint32_t)TN_MIN(rec->max_inflight, (int64_t)UINT32_MAX);
     t->max_acked_ahead = (uint32_t)TN_MIN(rec->max_acked_ahead, (int64_t)UINT32_MAX);
@@ -163,7 +165,8 @@ void tn_v1_apply_topic(tn_broker_t *b, const tn_meta_topic_t *rec)
     t->own_retention_ns =
         rec->retention_ms > INT64_MAX / 1000000 ? INT64_MAX : rec->retention_ms * 1000000;
     t->own_max_attempts = rec->max_attempts;
-    tn_topic_set_durability(t, rec->durability);
+    if (t->durability != rec->durability)
+        tn_topic_set_durability(t, rec->durability);
 }
 
 /* --- creating and deleting topics ---------------------------------------------------- */
