@@ -522,20 +522,30 @@ static void stamp_skip(tn_meta_t *m, tn_meta_req_t *req)
     tn_meta_cmd_fini(&c);
 }
 
-static void submit(tn_meta_t *m, tn_meta_req_t *req)
+/* Hand req to libraft: 0 (on_applied answers it), or the error libraft
+ * refused the entry with at once (RAFT_NOTLEADER while a leadership
+ * transfer is under way, out of memory): req's buffer is still ours then,
+ * and its callback has not run. */
+static int submit_try(tn_meta_t *m, tn_meta_req_t *req)
 {
     stamp_skip(m, req);
     req->apply.data = req;
     int rc = raft_apply(&m->raft, &req->apply, &req->buf, 1, on_applied);
-    if (rc == 0)
+    if (rc == 0) {
         m->inflight++;
+        return 0;
+    }
+    TN_LOG(TN_LOG_WARN, "metastore: proposal refused: %s", raft_strerror(rc));
+    return rc == RAFT_NOMEM ? UV_ENOMEM : rc == RAFT_NOTLEADER ? TN_ENOTLEADER : TN_EFAILED;
+}
+
+/* submit_try, answering req with a refusal. */
+static void submit(tn_meta_t *m, tn_meta_req_t *req)
+{
+    int rc = submit_try(m, req);
     if (rc != 0) {
-        /* Not taken: the buffer is still ours. */
         raft_free(req->buf.base);
-        TN_LOG(TN_LOG_WARN, "metastore: proposal refused: %s", raft_strerror(rc));
-        req->cb(req, answer(req, rc == RAFT_NOMEM       ? UV_ENOMEM
-                                 : rc == RAFT_NOTLEADER ? TN_ENOTLEADER
-                                                        : TN_EFAILED));
+        req->cb(req, answer(req, rc));
     }
 }
 
@@ -823,10 +833,12 @@ int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn
     req->resent = false;
     req->avoid = 0;
     req->expires = uv_now(m->loop) + PROPOSE_MS;
-    if (raft_state(&m->raft) == RAFT_LEADER && m->waiting == NULL) {
-        submit(m, req);
+    if (raft_state(&m->raft) == RAFT_LEADER && m->waiting == NULL && submit_try(m, req) == 0)
         return 0;
-    }
+    /* Not the leader, behind others, or refused by libraft at once: from
+     * the tick (dispatch_waiting), which answers a second refusal. Never
+     * answered inside this call: the drivers mark themselves busy once it
+     * returns 0, and their callbacks clear the mark. */
     enqueue(m, req);
     return 0;
 }
@@ -859,8 +871,10 @@ int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, s
     req->next = NULL;
     req->type = type;
     req->resent = false;
-    submit(m, req);
-    return 0;
+    rc = submit_try(m, req);
+    if (rc != 0)
+        raft_free(req->buf.base); /* answered by the caller, not through cb */
+    return rc;
 }
 
 int tn_meta_leader(tn_meta_t *m, uint64_t *id, const char **api_addr)

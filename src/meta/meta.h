@@ -242,15 +242,17 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
  * listeners have bound (the ports they got). 0, or UV_EINVAL (a string
  * without its terminating NUL). */
 int tn_meta_set_nsq(tn_meta_t *m, const tn_meta_nsq_t *nsq);
-/* Propose c (copied). 0 (cb follows), UV_EINVAL (c does not encode),
+/* Propose c (copied). 0 (cb follows: never inside this call, so a caller
+ * may mark itself busy once it returns 0), UV_EINVAL (c does not encode),
  * TN_ECLOSED or UV_ENOMEM. */
 int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn_meta_cb cb);
 /* On the leader, for the node RPC handler: propose a command another
  * node encoded (len bytes, copied), decoded and checked first. 0 (cb
  * follows), TN_ENOTLEADER (this node is not the leader: the caller
- * answers 421), TN_ECORRUPT (not exactly one valid command), UV_ENOTSUP
- * (a version or type this build does not know), UV_EINVAL (a snapshot-only
- * record), TN_ECLOSED, UV_ENOMEM. */
+ * answers 421; also while it transfers its leadership), TN_ECORRUPT (not
+ * exactly one valid command), UV_ENOTSUP (a version or type this build
+ * does not know), UV_EINVAL (a snapshot-only record), TN_ECLOSED,
+ * UV_ENOMEM, TN_EFAILED (libraft refused it). */
 int tn_meta_propose_encoded(tn_meta_t *m, tn_meta_req_t *req, const void *buf, size_t len,
                             tn_meta_cb cb);
 /* The leader as this node knows it: 0 with its id and API address (from
