@@ -17,6 +17,7 @@
 #include "core/err.h"
 #include "core/time.h"
 #include "queue/queue.h"
+#include "storage/plog.h"
 #include "storage/record.h"
 
 #include "fixture_meta.h"
@@ -577,6 +578,43 @@ static void test_server_rebuild_from_log(void **state)
     pfx_free(f);
 }
 
+typedef struct {
+    pfx_t *f;
+    bool deleted;
+    bool idle_first; /* the rebuild had ended when the deletion ended */
+} rbdel_t;
+
+static void on_rb_deleted(void *arg, int status)
+{
+    rbdel_t *d = arg;
+    assert_int_equal(status, 0);
+    d->idle_first = idle(d->f);
+    d->deleted = true;
+}
+
+/* The log a rebuild reads on a worker is the engine's, which may close it
+ * meanwhile (the topic deleted just after this node took the lead): the
+ * rebuild pins it (tn_plog_pin), so the close waits until the read ends
+ * instead of freeing the log under the worker. */
+static void test_server_rebuild_pins_log(void **state)
+{
+    (void)state;
+    pfx_t *f = pfx_new();
+    tn_topic_t *t = tu_broker_topic(f->loop, f->b, "orders", 2);
+    callw_t w;
+    assert_int_equal(call(f, &w, 4, 100, "a", 3), 0);
+    tn_plog_t *pl = t->parts[1]->plog;
+    assert_int_equal(tn_produce_server_rebuild_log(f->s, "orders", 1, pl), 0);
+    rbdel_t d = {f, false, false};
+    assert_int_equal(tn_topic_delete(t, on_rb_deleted, &d), 0);
+    assert_true(pl->closing);
+    assert_true(pl->close_held); /* not freed while the worker reads it */
+    assert_true(tu_run_loop(f->loop, tu_is_true, &d.deleted));
+    assert_true(d.idle_first);
+    assert_true(tu_run_loop(f->loop, idle, f));
+    pfx_free(f);
+}
+
 static void test_server_refusals(void **state)
 {
     (void)state;
@@ -624,6 +662,7 @@ int main(void)
         cmocka_unit_test(test_server_stores_once),
         cmocka_unit_test(test_server_refusals),
         cmocka_unit_test(test_server_rebuild_from_log),
+        cmocka_unit_test(test_server_rebuild_pins_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
