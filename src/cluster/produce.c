@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/name.h"
 #include "core/u64map.h"
+#include "storage/plog.h"
 #include "storage/record.h"
 
 #include <inttypes.h>
@@ -489,6 +490,7 @@ static void rebuild_done(uv_work_t *w, int status)
     }
     if (x != NULL)
         x->rebuilding--;
+    tn_plog_unpin(rb->pl); /* tn_produce_server_rebuild_log pinned it */
     if (status != 0 || rb->err != 0)
         TN_LOG(TN_LOG_WARN,
                "produce window of %s/%" PRIu32 ": reading the log tail stopped early (%s); "
@@ -518,8 +520,13 @@ int tn_produce_server_rebuild_log(tn_produce_server_t *s, const char *topic, uin
      * records a truncation removed since; the log is the truth. */
     tn_produce_window_clear(x->w, TN_EREMOTE);
     rb->gen = ++x->gen;
+    /* The engine's log: it may close it while the worker reads (its topic
+     * deleted just after this node took the lead); pinned, it stays until
+     * rebuild_done. */
+    tn_plog_pin(pl);
     int rc = uv_queue_work(s->o.loop, &rb->work, rebuild_work, rebuild_done);
     if (rc != 0) {
+        tn_plog_unpin(pl);
         tn_free(rb);
         return rc;
     }

@@ -184,10 +184,9 @@ int tn_produce_server_rebuild(tn_produce_server_t *s, const char *topic, uint32_
  * many records before its log end (and at most TN_PRODUCE_REBUILD_BYTES). */
 #define TN_PRODUCE_REBUILD_RECORDS 65536
 #define TN_PRODUCE_REBUILD_BYTES   (64u * 1024 * 1024)
-/* This node became leader of (topic, p) with log pl (borrowed: it must
- * stay open until the read ends, a few ms for a tail in the page cache;
- * the replica manager keeps a new leader's log open at least that long,
- * but nothing here enforces it): read the log's tail (the last
+/* This node became leader of (topic, p) with log pl (borrowed, pinned
+ * until the read ends: tn_plog_pin, so a close the engine asks meanwhile,
+ * its topic deleted, waits for it; loop thread): read the log's tail (the last
  * TN_PRODUCE_REBUILD_RECORDS records) on a worker thread and enter its
  * PRODUCER records into the partition's window. Until that ends, PRODUCE
  * for the partition answers 503 (retried by the caller), so no retry of

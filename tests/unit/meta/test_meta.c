@@ -926,7 +926,7 @@ static void test_propose_answers_later(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     tn_meta_t *m = open_meta(&loop, mdir, 64);
-    struct raft_heap heap = {NULL,        heap_malloc,        heap_free,        heap_calloc,
+    struct raft_heap heap = {NULL,         heap_malloc,        heap_free,        heap_calloc,
                              heap_realloc, heap_aligned_alloc, heap_aligned_free};
     raft_heap_set(&heap);
     tn_meta_req_t req;
