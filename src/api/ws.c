@@ -968,6 +968,12 @@ static void handle_ws(tn_http_request_t *r, void *arg)
     topic[name->len] = '\0';
     tn_topic_t *t = NULL;
     int rc = tn_broker_topic(ws->o.broker, topic, name->len, false, 0, NULL, &t);
+    if (rc == UV_EAGAIN) {
+        answer(r, 503, "E_TOPIC_NOT_READY",
+               "the topic is being made, grown or placed on this node; retry",
+               "Retry-After: 1\r\n");
+        return;
+    }
     if (rc != 0) {
         answer(r, 404, "E_BAD_TOPIC", "no such topic on this node", NULL);
         return;

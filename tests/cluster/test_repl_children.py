@@ -24,7 +24,8 @@ that found nothing there was held a further second past its wait; a probe
 The child is asked of node 1 while it opens the parent's partitions (ternd-
 test holds each placement there 1 s): the attach waits for them. It once
 answered 503 "the parent topic is not ready" after making the child (a
-parent being placed was taken for a missing one).
+parent being placed was taken for a missing one). The live feed asked for
+the parent then answers 503 E_TOPIC_NOT_READY (retry), not 404.
 
 Run: python3 tests/cluster/test_repl_children.py --ternd build/ternd-test
 """
@@ -32,13 +33,15 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
 import harness  # noqa: E402
 from harness import wait_until  # noqa: E402
+from wsclient import WS, HandshakeError  # noqa: E402  (tests/e2e)
 
 OCTET = {"Content-Type": "application/octet-stream"}
 CLIENT = {"X-Tern-Client": "test-repl-children"}
 ARGS = ["--default-replication-factor=3",
-        "--replica-lag-time-max=2s"]
+        "--replica-lag-time-max=2s", "--websocket-enabled"]
 MISSED = "no reply within the deadline"
 PLACE_DELAY_MS = 1000  # node 1's placements (ternd-test's TERN_TEST_PLACE_DELAY_MS)
 
@@ -75,9 +78,19 @@ class ReplChildren(harness.ClusterTest):
         # it while par's is held.
         wait_until("node 1 opening par's partitions",
                    lambda: "placement of par held" in n1.log())
+        # The live feed meanwhile: retry (503), not "no such topic" (404).
+        with self.assertRaises(HandshakeError) as cm:
+            WS(n1.http_port, "/v1/ws/topics/par").sock.close()
+        self.assertEqual((cm.exception.status, cm.exception.json()["message"],
+                          cm.exception.headers.get("retry-after")),
+                         (503, "E_TOPIC_NOT_READY", "1"), cm.exception.body)
         status, body = n1.request("POST", "/v1/topics", {"name": "kid", "parent": "par"},
                                   timeout=30)
         self.assertEqual(status, 201, body)
+        # Placed: the feed's next check (par is not a ttl_discard topic).
+        with self.assertRaises(HandshakeError) as cm:
+            WS(n1.http_port, "/v1/ws/topics/par").sock.close()
+        self.assertEqual(cm.exception.status, 409, cm.exception.body)
         self.assertEqual((body["role"], body["replication_factor"], body["partitions"]),
                          ("child", 3, 3), body)
         kid = wait_until("a leader for every partition of par and kid on every node",
