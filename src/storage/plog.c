@@ -79,7 +79,8 @@
 typedef struct {
     uint64_t offset;
     uint64_t pos;
-    bool control; /* a TN_REC_F_CONTROL record */
+    int64_t publish_ns; /* the record's: this round's, or the leader's for a copy */
+    bool control;       /* a TN_REC_F_CONTROL record */
 } note_t;
 
 /* The log committer's scratch arrays. */
@@ -1025,8 +1026,7 @@ static int trim_zeros(tn_seg_t *seg)
 
 /* Write the gathered iovs at wstart and publish the new records. */
 static int flush(tn_plog_t *plog, tn_seg_t *seg, uint64_t wstart, uint64_t wend,
-                 const tn_iov_t *iov, size_t niov, const note_t *notes, size_t nnotes,
-                 int64_t publish_ns)
+                 const tn_iov_t *iov, size_t niov, const note_t *notes, size_t nnotes)
 {
     if (niov == 0)
         return 0;
@@ -1047,9 +1047,13 @@ static int flush(tn_plog_t *plog, tn_seg_t *seg, uint64_t wstart, uint64_t wend,
         if (notes[i].control)
             (void)tn_seg_ctl_note(seg, notes[i].offset);
     }
+    /* The segment's first and newest publish times are its records' (the
+     * sidecar index and a recovery's scan say the same): a copy's are the
+     * leader's, not the time of the round that wrote it. */
     if (seg->count == 0)
-        seg->first_ns = publish_ns;
-    seg->last_ns = publish_ns;
+        seg->first_ns = notes[0].publish_ns;
+    for (size_t i = 0; i < nnotes; i++)
+        seg->last_ns = TN_MAX(seg->last_ns, notes[i].publish_ns);
     seg->count += nnotes;
     seg->size = wend;
     uv_mutex_unlock(&plog->lock);
@@ -1217,7 +1221,7 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
             return;
         }
         if (pos > 0 && pos + r->s.bytes > seg_limit) {
-            int rc = flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes, pub);
+            int rc = flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes);
             if (rc != 0) {
                 set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
                 fail_from(group, rc);
@@ -1258,6 +1262,7 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
                     plog->last_publish_ns = h.publish_ns;
                 ls->notes[nnotes].offset = plog->next_offset++;
                 ls->notes[nnotes].pos = pos + at;
+                ls->notes[nnotes].publish_ns = h.publish_ns;
                 ls->notes[nnotes].control = (h.flags & TN_REC_F_CONTROL) != 0;
                 nnotes++;
                 at += (size_t)tn_rec_size(&h);
@@ -1287,13 +1292,14 @@ static void write_log(tn__committer_t *c, tn_plog_t *plog, int64_t now_ns)
                 ls->iov[niov++] = in->body;
             ls->notes[nnotes].offset = h.offset;
             ls->notes[nnotes].pos = pos;
+            ls->notes[nnotes].publish_ns = pub;
             ls->notes[nnotes].control = i < r->ncontrol;
             nnotes++;
             pos += tn_rec_size(&h);
         }
     }
     int err = atomic_load(&plog->err);
-    int rc = err != 0 ? err : flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes, pub);
+    int rc = err != 0 ? err : flush(plog, seg, wstart, pos, ls->iov, niov, ls->notes, nnotes);
     if (rc != 0) {
         if (err == 0)
             set_sticky(plog, rc, "writing segment %" PRIu64, seg->base);
