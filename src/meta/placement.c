@@ -551,16 +551,14 @@ int tn_place_rebalance(const tn_place_in_t *in, uint32_t max_moves, tn_place_pla
 
 /* --- the replication factor ------------------------------------------------------ */
 
-/* The position rule 4 drops from partition p (2 replicas or more): the
- * last one whose member is not eligible, else the last that is not its
- * current leader; never position 0. */
+/* The position rule 4 drops from partition k: the last one whose member is
+ * not eligible, else the last; never position 0. */
 static uint32_t drop_pos(const work_t *w, const tn_place_part_t *p)
 {
     for (uint32_t i = p->factor - 1; i > 0; i--)
         if (!eligible(w, member_index(w->in, p->replicas[i])))
             return i;
-    uint32_t last = p->factor - 1;
-    return last > 1 && p->leader != 0 && p->replicas[last] == p->leader ? last - 1 : last;
+    return p->factor - 1;
 }
 
 int tn_place_refactor(const tn_place_in_t *in, const uint32_t *want, tn_place_plan_t *plan,

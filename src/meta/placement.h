@@ -109,7 +109,6 @@ typedef struct tn_place_part_s {
     uint32_t partition; /* carried, not used */
     uint32_t factor;    /* replicas in the list: the partition's replication factor */
     uint32_t replicas[TN_PLACE_MAX_REPLICAS]; /* preference order: [0] the preferred leader */
-    uint32_t leader; /* the member leading it now, 0: none known (rule 4 keeps it) */
 } tn_place_part_t;
 
 /* A placement to plan over. members sorted by id, ids distinct and not 0;
@@ -194,9 +193,8 @@ int tn_place_rebalance(const tn_place_in_t *in, uint32_t max_moves, tn_place_pla
  * time (loads updated after each pick); one with too few such members is
  * reported TN_PLACE_NO_ROOM and keeps its list (never a partial change). A
  * shorter list keeps position 0 (the preferred leader) and drops, one at a
- * time, the last member that is not eligible, else the last that is not
- * the partition's current leader (a leader dropped would hand over first).
- * Changes that only drop replicas have moved 0. Any thread; in is only read. */
+ * time, the last member that is not eligible, else the last. Changes that
+ * only drop replicas have moved 0. Any thread; in is only read. */
 int tn_place_refactor(const tn_place_in_t *in, const uint32_t *want, tn_place_plan_t *plan,
                       char *err, size_t errlen);
 

@@ -105,7 +105,6 @@ static int collect(tn_meta_rebal_in_t *in, const tn_meta_state_t *s)
             pp->partition = k;
             pp->factor = n;
             memcpy(pp->replicas, list, n * sizeof(*list));
-            pp->leader = ps->leader; /* 0: offline, or factor 1 without a state */
             in->topics[in->nparts] = t;
             in->moving[in->nparts] = ps->ntarget > 0;
             in->nparts++;

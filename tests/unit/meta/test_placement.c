@@ -989,39 +989,6 @@ static void test_refactor(void **state)
     assert_int_equal(f->plan.nproblems, 1);
 }
 
-/* Rule 4 lowering a partition whose current leader (after a failover) is
- * last in its list drops the one before it instead, so that the leader
- * does not hand over; a leader at position 0, or one not in the list,
- * changes nothing; not eligible members still go first. */
-static void test_refactor_keeps_leader(void **state)
-{
-    fx_t *f = *state;
-    cl_t c;
-    memset(&c, 0, sizeof(c));
-    for (uint32_t id = 1; id <= 4; id++)
-        add_member(&c, id, true, id == 4);
-    const uint32_t p0[] = {1, 2, 3, 0}, p1[] = {1, 2, 3, 0}, p2[] = {2, 3, 4, 0},
-                   p3[] = {1, 2, 3, 0};
-    add_part(&c, 0, 0, p0);
-    c.p[0].leader = 3; /* last: 2 goes */
-    add_part(&c, 0, 1, p1);
-    c.p[1].leader = 1; /* first: 3 goes, as without one */
-    add_part(&c, 0, 2, p2);
-    c.p[2].leader = 4; /* draining, so not eligible: it goes all the same */
-    add_part(&c, 0, 3, p3);
-    c.p[3].leader = 3; /* lowered to 1: only the preferred leader stays */
-    tn_place_in_t in = in_of(&c);
-    uint32_t want[4] = {2, 2, 2, 1};
-    assert_int_equal(tn_place_refactor(&in, want, &f->plan, f->err, sizeof(f->err)), 0);
-    const uint32_t to0[] = {1, 3, 0}, to1[] = {1, 2, 0}, to2[] = {2, 3, 0}, to3[] = {1, 0};
-    assert_true(list_is(&change_of(&f->plan, 0)->to, to0));
-    assert_true(list_is(&change_of(&f->plan, 1)->to, to1));
-    assert_true(list_is(&change_of(&f->plan, 2)->to, to2));
-    assert_true(list_is(&change_of(&f->plan, 3)->to, to3));
-    for (uint32_t k = 0; k < 4; k++)
-        assert_int_equal(change_of(&f->plan, k)->moved, 0);
-}
-
 /* Each case with a plan of its own. */
 #define PLACE_TEST(t) cmocka_unit_test_setup_teardown(t, fx_setup, fx_teardown)
 
@@ -1037,7 +1004,6 @@ int main(void)
         PLACE_TEST(test_leader_chains),
         PLACE_TEST(test_malformed_input),
         PLACE_TEST(test_refactor),
-        PLACE_TEST(test_refactor_keeps_leader),
         PLACE_TEST(test_out_of_memory),
         PLACE_TEST(test_random_clusters),
     };
