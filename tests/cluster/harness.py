@@ -32,6 +32,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -47,6 +48,11 @@ import daemon as daemon_mod  # noqa: E402
 from daemon import Daemon  # noqa: E402
 
 PASSWORD = "cluster-harness-admin"
+# How long a stop at a test's end (Cluster.close, the replication suite's
+# finish) lets a node drain before the second SIGTERM: with the load
+# stopped a drain ends at once, unless the router still counts a publish
+# under way (seen after failovers), which holds it for drain-timeout (30 s).
+DRAIN_GRACE = 5
 
 _used_ports = set()
 
@@ -241,8 +247,26 @@ class Node:
         """SIGKILL, by process id."""
         self.daemon.kill()
 
-    def stop(self, timeout=60):
-        """A graceful stop (SIGTERM, by process id); its exit status."""
+    def stop(self, timeout=60, drain=None):
+        """A graceful stop (SIGTERM, by process id); its exit status. With
+        drain (seconds), a node still draining after that long gets the
+        second SIGTERM, which shuts it down now the same way as a drain
+        that timed out (docs/operations.md): for stops after the load
+        ended, where nothing is left to drain but a drain-timeout (30 s)
+        could pass waiting on one publish the router still counts."""
+        proc = self.daemon.proc
+        if drain is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(drain)
+            except subprocess.TimeoutExpired:
+                sys.stderr.write(f"[harness] node {self.id} still draining after {drain}s: "
+                                 "a second SIGTERM stops it now\n")
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    pass  # daemon.stop raises it below
         return self.daemon.stop(timeout=timeout)
 
     def log(self):
@@ -430,16 +454,17 @@ class Cluster:
     def logs(self):
         return "".join(f"--- node {n.id} ---\n{n.log()}" for n in self.nodes)
 
-    def stop(self, timeout=60):
+    def stop(self, timeout=60, drain=None):
         """Stop every running node gracefully, all at once (SIGTERM, by
         PID; one at a time, each stop but the last hands leadership over
-        and waits on the rest: seconds per node); {node id: exit status,
-        None for one still running after timeout seconds}."""
+        and waits on the rest: seconds per node; drain as Node.stop);
+        {node id: exit status, None for one still running after timeout
+        seconds}."""
         codes = {}
 
         def stop(node):
             try:
-                codes[node.id] = node.stop(timeout=timeout)
+                codes[node.id] = node.stop(timeout=timeout, drain=drain)
             except subprocess.TimeoutExpired:
                 codes[node.id] = None
 
@@ -451,10 +476,11 @@ class Cluster:
         return codes
 
     def close(self):
-        """Stop every node still running, all at once (stop), SIGKILL for
+        """Stop every node still running, all at once (stop, a second
+        SIGTERM for one still draining after DRAIN_GRACE s), SIGKILL for
         one that does not exit within 30 s; then remove the directory."""
         try:
-            self.stop(timeout=30)
+            self.stop(timeout=30, drain=DRAIN_GRACE)
         finally:
             for node in self.running():
                 node.kill()

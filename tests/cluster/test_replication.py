@@ -556,7 +556,7 @@ class Replication(harness.ClusterTest):
                     final.set_members(topic, p.index, p.replicas)
         log("partitions at the end: " + "; ".join(f"{t} {v}" for t, v in views.items()))
         load.stop()
-        codes = c.stop(timeout=60)
+        codes = c.stop(timeout=60, drain=harness.DRAIN_GRACE)
         for n in c.nodes:
             final.add_node(str(n.id), rl.read_replica(n.data, [V1, NSQ]))
         report = rl.check(h, final)
