@@ -22,6 +22,12 @@ every message acknowledged is delivered by it (so each was on the
 followers' disks before its OK), at an offset after the epoch-start
 record that begins the partition (offset 0).
 
+Then the partition is led by node 2 (a forced election): a PUB through
+node 1, which holds a replica and leads nothing, goes to the leader at
+once rather than waiting for a partition of its own to grow there. With
+node 1 dead, /lookup lists the leader (the record names node 1 the
+partition's owner).
+
 test_v1_topic_first_produce: the same for a topic made with POST
 /v1/topics (factor 3): its first /v1 produce and nsqd /pub on the leader are
 answered OK once the leader serves, and survive the leader's SIGKILL.
@@ -143,10 +149,38 @@ class NsqReplicated(harness.ClusterTest):
                                     b"v1-0", headers=OCTET, timeout=60)
         self.assertEqual(status, 202, answer)
         acked.append("v1-0")
+        # Its partition led by node 2 now (a forced election), node 1 still
+        # holds a replica of it and leads none: a PUB there goes to the
+        # leader at once. It once waited for a partition of its own to
+        # grow here (10 s, logged as "no partition of it here to take
+        # it"), since node 1 is still the partition's preferred leader.
+        status, body = wait_until("the forced election of node 2", lambda: (
+            lambda r: r if r[0] != 503 else None)(c.nodes[1].request(
+                "POST", f"/v1/topics/nd/partitions/{here[0]}/leader", {"node": "2"})), 60, 0.5)
+        self.assertEqual(status, 200, body)
+        wait_until("node 1 seeing node 2 lead nd", lambda: (n1.owners("nd") or [])[here[0]] == "2")
+        conn = Conn(self.tcp_port(n1), host=n1.host, timeout=60)
+        try:
+            conn.identify()
+            self.assertEqual(conn.pub("nd", b"pub-2"), (0, b"OK"))
+            acked.append("pub-2")
+        finally:
+            conn.close()
+        self.assertNotIn("no partition of it here", n1.log())
+        self.assertEqual(len(n1.owners("nd")), len(owners), "nd grew a partition")
         # Every OK above was given once the followers held the message:
-        # the leader dies now, and the others still deliver all of it.
+        # node 1 dies now, and the others still deliver all of it.
         n1.kill()
         owners = self.new_leader(c, "nd", n1)
+        # /lookup lists the leader, though the record still names node 1
+        # (dead) the owner of nd's only partition: NSQ consumers find it.
+        leader = self.node(c, owners[here[0]])
+        c.wait_alive(2)
+        for n in c.nodes[1:]:
+            status, lk = n.nsq_http("GET", "/lookup?topic=nd")
+            self.assertEqual(status, 200, lk)
+            self.assertEqual([p["tcp_port"] for p in lk["producers"]], [self.tcp_port(leader)],
+                             (n.id, lk))
         got = self.drain(c, "nd", owners, acked)
         self.check_after_epoch_start(got)
 

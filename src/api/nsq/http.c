@@ -552,16 +552,23 @@ static bool has_local_part(const tn_topic_t *t)
     return false;
 }
 
+/* Whether the record names member the owner of a partition of e (a
+ * replicated one's preferred leader), or the leader of one now: after a
+ * failover a replicated partition is served by its new leader, and its
+ * preferred leader serves it again once leadership returns. */
 static bool owns_part(const tn_meta_topic_entry_t *e, uint64_t member)
 {
-    for (uint32_t p = 0; e != NULL && p < e->rec.partitions; p++)
+    for (uint32_t p = 0; e != NULL && p < e->rec.partitions; p++) {
         if (e->owners[p] == member)
             return true;
+        if (e->pstates != NULL && e->pstates[p].nreplicas > 0 && e->pstates[p].leader == member)
+            return true;
+    }
     return false;
 }
 
 /* Whether member m (this node when self) serves topic: the record names
- * it the owner of a partition; for this node also a partition open here
+ * it the owner or the leader of a partition; for this node also a partition open here
  * (before its first registration, or an ephemeral topic, which is never
  * recorded and lives on each node that has it). */
 static bool serves(const tn_meta_member_t *m, bool self, const tn_meta_topic_entry_t *e,
