@@ -536,25 +536,23 @@ static void on_grown_for(tn_meta_req_t *req, int status)
     tn_free(a);
 }
 
-/* Whether node holds a partition of e: owns a factor-1 one, or is a
- * replica of a replicated one; *leads: it owns or leads one now. */
-static bool holds_part(const tn_meta_topic_entry_t *e, uint64_t node, bool *leads)
+static bool owns_part(const tn_meta_topic_entry_t *e, uint64_t node)
 {
-    bool holds = false;
-    *leads = false;
+    for (uint32_t p = 0; p < e->rec.partitions; p++)
+        if (e->owners[p] == node)
+            return true;
+    return false;
+}
+
+/* Whether node leads a partition of e now (owns a factor-1 one). */
+static bool leads_part(const tn_meta_topic_entry_t *e, uint64_t node)
+{
     for (uint32_t p = 0; p < e->rec.partitions; p++) {
-        const tn_pstate_t *ps =
-            e->pstates != NULL && e->pstates[p].nreplicas > 0 ? &e->pstates[p] : NULL;
-        if (ps == NULL) {
-            holds |= e->owners[p] == node;
-            *leads |= e->owners[p] == node;
-            continue;
-        }
-        for (uint32_t i = 0; i < ps->nreplicas; i++)
-            holds |= ps->replicas[i] == node;
-        *leads |= ps->leader == node;
+        bool replicated = e->pstates != NULL && e->pstates[p].nreplicas > 0;
+        if ((replicated ? e->pstates[p].leader : e->owners[p]) == node)
+            return true;
     }
-    return holds;
+    return false;
 }
 
 /* Ask the metastore for a partition of topic owned by this node
@@ -591,8 +589,8 @@ static int ask_grow(tn_catalog_t *c, const char *topic)
  * grows by one partition this node owns, as a fleet of nsqd gets the
  * topic on each node its producers publish to; the publish waits for it
  * (at most CLAIM_WAIT_MS). A lone node has every partition, a /v1 topic
- * keeps the count its owner chose, a draining member grows nothing, and a
- * member holding replicas that others lead now sends the publish to them. */
+ * keeps the count its owner chose, a draining member grows nothing, and the
+ * owner of partitions others lead now sends the publish to them. */
 static int grow_here(void *arg, tn_topic_t *t, tn_waiter_t *w)
 {
     tn_catalog_t *c = arg;
@@ -616,20 +614,18 @@ static int grow_here(void *arg, tn_topic_t *t, tn_waiter_t *w)
         h->data = c;
         c->timer = h;
     }
-    /* A replica here of partitions all led elsewhere now (a failover, a
-     * forced election; this node may still be their preferred leader):
-     * the publish goes to their leaders, as a /v1 produce does, rather
-     * than waiting for one to be led here. */
-    bool leads = false;
-    bool holds = holds_part(e, c->o.node_id, &leads);
-    if (holds && !leads)
+    /* The owner (preferred leader) of partitions all led elsewhere now (a
+     * failover, a forced election): the publish goes to their leaders, as
+     * a /v1 produce does, rather than waiting for one to be led here. */
+    bool owns = owns_part(e, c->o.node_id);
+    if (owns && !leads_part(e, c->o.node_id))
         return TN_EREMOTE;
     claim_t *k = tn_calloc(1, sizeof(*k));
     if (k == NULL)
         return UV_ENOMEM;
     /* Already recorded here (asked before, by another publish): the engine
      * follows the record, and the claim waits for that. */
-    int rc = holds ? 0 : ask_grow(c, t->name);
+    int rc = owns ? 0 : ask_grow(c, t->name);
     if (rc != 0) {
         tn_free(k);
         TN_LOG_RL(TN_LOG_WARN, 10000, "NSQ publish to %s: cannot ask for a partition here: %s",
