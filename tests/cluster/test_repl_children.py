@@ -22,7 +22,7 @@ that found nothing there was held a further second past its wait; a probe
 (no wait) then answered after its caller's 500 ms deadline, every time.
 
 The child is asked of node 1 while it opens the parent's partitions (ternd-
-test holds each placement there 1 s): the attach waits for them. It once
+test holds each placement there 3 s): the attach waits for them. It once
 answered 503 "the parent topic is not ready" after making the child (a
 parent being placed was taken for a missing one). The live feed asked for
 the parent then answers 503 E_TOPIC_NOT_READY (retry), not 404.
@@ -43,7 +43,7 @@ CLIENT = {"X-Tern-Client": "test-repl-children"}
 ARGS = ["--default-replication-factor=3",
         "--replica-lag-time-max=2s", "--websocket-enabled"]
 MISSED = "no reply within the deadline"
-PLACE_DELAY_MS = 1000  # node 1's placements (ternd-test's TERN_TEST_PLACE_DELAY_MS)
+PLACE_DELAY_MS = 3000  # node 1's placements (ternd-test's TERN_TEST_PLACE_DELAY_MS)
 
 
 class ReplChildren(harness.ClusterTest):
