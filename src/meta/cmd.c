@@ -405,12 +405,15 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         tn__meta_w_u8(&w, c->move_kind);
         tn__meta_w_u64(&w, c->move_id);
         tn__meta_w_u64(&w, (uint64_t)c->move_ms);
-        if (c->move_kind == TN_MOVE_BEGIN)
+        if (c->move_kind == TN_MOVE_BEGIN) {
             w_nodes(&w, c->target, c->ntarget);
-        else if (c->move_kind == TN_MOVE_ABORT || c->move_kind == TN_MOVE_FAIL)
+        } else if (c->move_kind == TN_MOVE_ABORT || c->move_kind == TN_MOVE_FAIL) {
             tn__meta_w_str(&w, c->move_reason, TN_META_MOVE_REASON_MAX);
-        else if (!c->move_unflagged) /* COMPLETE: its flags byte (none but bit 0) */
+            if (!c->abort_unflagged) /* its flags byte (none but bit 0) */
+                tn__meta_w_u8(&w, 1);
+        } else if (!c->move_unflagged) { /* COMPLETE: its flags byte (none but bit 0) */
             tn__meta_w_u8(&w, 1);
+        }
         break;
     case TN_MC_MOVE_MARK:
         if (c->move_id == 0)
@@ -987,6 +990,13 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
             c->ntarget = r_nodes(&r, c->target);
         else if (r.rc == 0 && (c->move_kind == TN_MOVE_ABORT || c->move_kind == TN_MOVE_FAIL))
             tn__meta_r_str(&r, c->move_reason, TN_META_MOVE_REASON_MAX);
+        /* ABORT's and FAIL's flags byte came with rule 8's refusal for too
+         * few copies (bit 0); an entry without it is an older build's. */
+        if (r.rc == 0 && (c->move_kind == TN_MOVE_ABORT || c->move_kind == TN_MOVE_FAIL)) {
+            c->abort_unflagged = r.left == 0;
+            if (!c->abort_unflagged && !r_flag(&r) && r.rc == 0)
+                r.rc = TN_ECORRUPT;
+        }
         /* COMPLETE's flags byte came with TOPIC_FACTOR (bit 0: the
          * partition's min_insync follows the topic's at the completion);
          * an entry without it is an older build's. */

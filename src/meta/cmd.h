@@ -68,7 +68,11 @@
  * stall clocks' memory across a leader change.
  * PART_MOVE ([s] topic [4] partition [1] kind [8] move id [8] ms, then
  * for BEGIN [1] n (1..TN_PSTATE_MAX_REPLICAS) n x [4] node, for ABORT and
- * FAIL (kind 3) [s] reason): a reassignment (partstate.h rules 6 to 8). MOVE_DONE (a
+ * FAIL (kind 3) [s] reason [1] flags (bit 0: rule 8 refuses an abort that
+ * would leave too few in-sync copies; absent in older builds' entries,
+ * applied without that refusal), for COMPLETE [1] flags (bit 0: the
+ * partition's min_insync follows the topic's; absent in older builds'
+ * entries)): a reassignment (partstate.h rules 6 to 8). MOVE_DONE (a
  * snapshot record only): [8] id [s] topic [4] partition [1] end (1 done, 2
  * aborted, 3 failed) [8] started ms [8] finished ms [1] nfrom from as [4] each [1]
  * nto to as [4] each [s] reason.
@@ -350,6 +354,10 @@ typedef struct {
      * entry, whose apply left the partition's min_insync as it was; the
      * apply keeps doing so for it, state.c part_move): encoded so again. */
     bool move_unflagged;
+    /* PART_MOVE ABORT or FAIL decoded without the flags byte (an older
+     * build's entry, applied without rule 8's refusal for too few copies,
+     * as that build did: partstate.h): encoded so again. */
+    bool abort_unflagged;
     /* MOVE_MARK (with move_id): the marks (nodes distinct, none NONE). */
     uint32_t nmark;
     tn_pstate_mark_t mark[TN_PSTATE_MAX_REPLICAS];

@@ -1724,7 +1724,10 @@ static void on_move_failed(tn_meta_req_t *req, int status)
     if (status != 0 && status != TN_ECLOSED && status != TN_ENOTFOUND)
         TN_LOG_RL(TN_LOG_WARN, 60000, "metastore: failing a partition move: %s%s",
                   tn_strerror(status),
-                  status == UV_EPERM ? " (no old replica could lead: tried again later)" : "");
+                  status == UV_EPERM ? " (the old replicas cannot take the partition back yet: "
+                                       "none could lead, or they hold too few in-sync copies; "
+                                       "tried again later)"
+                                     : "");
 }
 
 typedef struct {

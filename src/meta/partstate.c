@@ -608,12 +608,48 @@ int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_
     return 0;
 }
 
+/* The copies an election may choose (ISR and ELR members of their current
+ * incarnation: each holds every record below the hw) in *all, and how many
+ * of them list[0..n) holds in *kept. */
+static void copies_held(const tn_pstate_t *ps, const uint32_t *list, uint32_t n,
+                        const tn_pstate_nodes_t *nodes, uint32_t *all, uint32_t *kept)
+{
+    *all = *kept = 0;
+    for (uint32_t k = 0; k < ps->nisr + ps->nelr; k++) {
+        const tn_pstate_member_t *m = k < ps->nisr ? &ps->isr[k] : &ps->elr[k - ps->nisr];
+        if (!current(nodes, m))
+            continue;
+        (*all)++;
+        *kept += list_has(list, n, m->node);
+    }
+}
+
 int tn_pstate_move_abort(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes, char *err,
                          size_t errlen)
+{
+    return tn_pstate_move_abort_ex(ps, id, true, nodes, err, errlen);
+}
+
+int tn_pstate_move_abort_ex(tn_pstate_t *ps, uint64_t id, bool keep_copies,
+                            const tn_pstate_nodes_t *nodes, char *err, size_t errlen)
 {
     int rc = move_named(ps, id, err, errlen);
     if (rc != 0)
         return rc;
+    /* The target members it drops may hold copies of the acknowledged
+     * records the old ones lack (an old member out of the ISR, a target
+     * member in it or in the ELR): the abort must leave as many copies as
+     * min_insync asks (or as there are, if fewer), else it would lose
+     * what a single fault more could not, or leave no member to elect. */
+    uint32_t all, kept;
+    copies_held(ps, ps->old, ps->nold, nodes, &all, &kept);
+    if (keep_copies && kept < TN_MIN(all, ps->min_insync)) {
+        tn_errbuf(err, errlen,
+                  "the old replicas hold %u of the %u copies an election may choose (min_insync "
+                  "%u): the abort would drop the others; it can once the old replicas catch up",
+                  kept, all, ps->min_insync);
+        return UV_EPERM;
+    }
     uint32_t leader = ps->leader;
     if (leader != TN_PSTATE_NONE && !list_has(ps->old, ps->nold, leader)) {
         leader = first_eligible_of(ps, ps->old, ps->nold, nodes);

@@ -72,7 +72,12 @@
  *   8. Abort (tn_pstate_move_abort): replicas back to the old list; ISR
  *      and ELR keep old members only; a leader that is not an old replica
  *      hands over to the first eligible old ISR member; refused when none
- *      is (no old replica could lead).
+ *      is (no old replica could lead), and when the old members would hold
+ *      fewer of the ISR and ELR copies (current incarnations) than
+ *      min_insync, or than there are if fewer: a target member in the ISR
+ *      or the ELR may hold acknowledged records an old member out of the
+ *      ISR lacks, and dropping it would leave them on fewer disks than
+ *      min_insync promised (or, the partition offline, none to elect).
  *   9. Failure: a move one of whose target members outside the ISR the
  *      controller gave up on (dead past replace-dead-after: the caller's
  *      list, tn_pstate_move_blocked) cannot complete; it is aborted by
@@ -253,9 +258,16 @@ int tn_pstate_move_complete(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_
 
 /* Abort the move id: rule 8. 0; TN_ENOTFOUND no move id under way;
  * UV_EPERM the leader is not an old replica and no old ISR member may
- * lead (nothing changed). */
+ * lead, or the old members would hold fewer ISR and ELR copies than
+ * min_insync (or than there are) (nothing changed; the reason in err). */
 int tn_pstate_move_abort(tn_pstate_t *ps, uint64_t id, const tn_pstate_nodes_t *nodes, char *err,
                          size_t errlen);
+
+/* tn_pstate_move_abort with rule 8's refusal for too few copies only when
+ * keep_copies: false applies an older build's PART_MOVE abort as that
+ * build did (its entries replay with the rule they were made under). */
+int tn_pstate_move_abort_ex(tn_pstate_t *ps, uint64_t id, bool keep_copies,
+                            const tn_pstate_nodes_t *nodes, char *err, size_t errlen);
 
 /* Set the stall marks of the move id to mark[0..n) (copied; n <=
  * TN_PSTATE_MAX_REPLICAS): rule 10. 0; TN_ENOTFOUND no move id under way;

@@ -724,7 +724,7 @@ static int part_move(tn_meta_state_t *s, const tn_meta_cmd_t *c, tn_meta_topic_e
             ps->min_insync = want;
     } else {
         /* ABORT and FAIL both put the old replicas back (rule 8). */
-        rc = tn_pstate_move_abort(ps, c->move_id, &nodes, err, sizeof(err));
+        rc = tn_pstate_move_abort_ex(ps, c->move_id, !c->abort_unflagged, &nodes, err, sizeof(err));
         bool failed = c->move_kind == TN_MOVE_FAIL;
         mv.end = failed ? TN_MOVE_FAILED : TN_MOVE_ABORTED;
         snprintf(mv.reason, sizeof(mv.reason), "%s",

@@ -32,7 +32,8 @@
  * than catching_up while a target lacks more than a fetch's worth
  * (cluster/throttle.h).
  * DELETE /v1/cluster/moves/{id}: PART_MOVE abort after the same confirm
- * and dry run (404 unknown, 409 finished or no old replica could lead).
+ * and dry run (404 unknown, 409 finished, no old replica could lead, or
+ * the old replicas hold too few in-sync copies: partstate.h rule 8).
  *
  * Threads: the loop thread. */
 #include "core/platform.h"
@@ -523,7 +524,9 @@ static void on_proposed(tn_meta_req_t *req, int status)
     } else if (status == UV_EBUSY) {
         finish(m, 409, "a move of this partition is under way");
     } else if (status == UV_EPERM) {
-        finish(m, 409, "no replica of the old list could lead: the move was not aborted");
+        finish(m, 409,
+               "the old replicas cannot take the partition back now (none could lead, or they "
+               "hold fewer in-sync copies than min_insync_replicas): the move was not aborted");
     } else if (status == UV_EINVAL) {
         /* Judged valid on a state that moved before the command applied
          * (a member's session ended, say). */

@@ -583,6 +583,66 @@ static void test_move_abort(void **state)
     assert_int_equal(f.ps.leader_epoch, was.leader_epoch);
 }
 
+/* The ISR to the listed nodes by the leader's CAS; 0 ends. */
+static void cas_set(fix_t *f, const uint32_t *nodes)
+{
+    tn_pstate_member_t isr[TN_PSTATE_MAX_REPLICAS];
+    uint32_t n = 0;
+    for (; nodes[n]; n++)
+        isr[n] = (tn_pstate_member_t){nodes[n], f->v[nodes[n] - 1].incarnation};
+    char err[160];
+    assert_int_equal(tn_pstate_alter_isr(&f->ps, f->ps.leader, f->ps.leader_epoch,
+                                         f->ps.partition_epoch, isr, n, &f->nodes, err,
+                                         sizeof(err)),
+                     0);
+}
+
+/* Rule 8's second refusal: an abort never leaves the acknowledged records
+ * on fewer ISR and ELR copies than min_insync (or than there are). Found
+ * by test_repl_sim.c's moves: an abort dropped the target member that,
+ * with the leader, held them (an old member out of the ISR), and a CRC
+ * failure of the leader's copy then left the partition offline for good;
+ * and an abort of an offline partition dropped its only ELR member. */
+static void test_move_abort_keeps_copies(void **state)
+{
+    (void)state;
+    fix_t f;
+    char err[160];
+    /* 4 caught up, then 2 and 3 fell behind: 1 and 4 hold everything. */
+    fix_moving(&f);
+    cas_add(&f, 4);
+    cas_set(&f, (const uint32_t[]){1, 4, 0});
+    tn_pstate_t was = f.ps;
+    assert_int_equal(tn_pstate_move_abort(&f.ps, 9, &f.nodes, err, sizeof(err)), UV_EPERM);
+    assert_non_null(strstr(err, "hold 1 of the 2 copies"));
+    assert_memory_equal(&was, &f.ps, sizeof(was));
+    /* 2 caught up again: two old copies, the abort goes. */
+    cas_add(&f, 2);
+    assert_int_equal(tn_pstate_move_abort(&f.ps, 9, &f.nodes, err, sizeof(err)), 0);
+    assert_true(isr_is(&f.ps, (const uint32_t[]){1, 2, 0}));
+    /* Offline, the target member 4 the only ELR copy (1 left with a wiped
+     * disk): an abort would leave no member to elect, ever. */
+    fix_moving(&f);
+    cas_add(&f, 4);
+    cas_set(&f, (const uint32_t[]){1, 4, 0});
+    f.v[0].live = false;
+    assert_true(tn_pstate_fence(&f.ps, 1, 0, &f.nodes));
+    assert_int_equal(f.ps.leader, 4);
+    f.v[0].incarnation = 0x99;
+    f.v[3].live = false;
+    assert_true(tn_pstate_fence(&f.ps, 4, 0, &f.nodes));
+    assert_int_equal(f.ps.leader, TN_PSTATE_NONE);
+    assert_int_equal(f.ps.nisr, 0);
+    assert_int_equal(f.ps.nelr, 1);
+    was = f.ps;
+    assert_int_equal(tn_pstate_move_abort(&f.ps, 9, &f.nodes, err, sizeof(err)), UV_EPERM);
+    assert_non_null(strstr(err, "hold 0 of the 1 copies"));
+    assert_memory_equal(&was, &f.ps, sizeof(was));
+    /* With no copy at all there is nothing to keep: allowed. */
+    f.v[3].incarnation = 0x98;
+    assert_int_equal(tn_pstate_move_abort(&f.ps, 9, &f.nodes, err, sizeof(err)), 0);
+}
+
 /* Rule 9: a move blocks on a target member outside the ISR that the
  * controller gave up on; not on one in the ISR, an old member, or with no
  * move. */
@@ -671,6 +731,7 @@ int main(void)
         cmocka_unit_test(test_move_begin_too_many_together),
         cmocka_unit_test(test_move_complete),
         cmocka_unit_test(test_move_abort),
+        cmocka_unit_test(test_move_abort_keeps_copies),
         cmocka_unit_test(test_move_blocked),
         cmocka_unit_test(test_move_with_fence_and_marks),
     };

@@ -1630,6 +1630,57 @@ static void test_move_complete_older_entry(void **state)
     tn_meta_state_fini(&s);
 }
 
+/* Rule 8's refusal for too few copies holds for this build's aborts
+ * (their flags byte); an older build's entry (none) applies as that build
+ * applied it, so that a log replays to the state it made then. */
+static void test_move_abort_older_entry(void **state)
+{
+    (void)state;
+    tn_meta_state_t s;
+    four_with_r(&s, 1, 3, 2);
+    const tn_pstate_t *ps = tn_meta_state_pstate(&s, "r", 0);
+    expect_replicas(ps, 1, 2, 3);
+    /* 4 joins and catches up, then 2 and 3 fall behind: 1 and 4 hold the
+     * acknowledged records. */
+    const uint32_t to[3] = {1, 2, 4}, all[4] = {1, 2, 3, 4}, two[2] = {1, 4};
+    assert_int_equal(apply(&s, move_cmd("r", 0, TN_MOVE_BEGIN, 7, 5, to, 3)), 0);
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, ps->partition_epoch, all, 4, &s)), 0);
+    assert_int_equal(apply(&s, isr_cmd(ps, 1, ps->partition_epoch, two, 2, &s)), 0);
+    tn_meta_cmd_t c = move_cmd("r", 0, TN_MOVE_ABORT, 7, 6, NULL, 0);
+    snprintf(c.move_reason, sizeof(c.move_reason), "x");
+    tn_pstate_t was = *ps;
+    assert_int_equal(tn_meta_state_apply(&s, &c), UV_EPERM);
+    assert_memory_equal(&was, ps, sizeof(was));
+    /* The older build's bytes: name [2+1], part [4], kind [1], id [8],
+     * ms [8], reason [2+1], and nothing after. */
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    uint32_t old_len = 2 + 1 + 4 + 1 + 8 + 8 + 2 + 1;
+    assert_int_equal(payload_len(&c), old_len + 1);
+    unsigned char *bytes = (unsigned char *)tn_buf_data(&b);
+    tn_put_u32(bytes + 4, old_len);
+    memset(bytes + TN_META_HDR + old_len, 0, tn_buf_size(&b) - TN_META_HDR - old_len);
+    tn_meta_cmd_t d;
+    size_t used = 0;
+    assert_int_equal(tn_meta_cmd_decode(bytes, tn_buf_size(&b), &d, &used), 0);
+    assert_true(d.abort_unflagged);
+    assert_string_equal(d.move_reason, "x");
+    tn_buf_t again; /* encoded again as it came */
+    tn_buf_init(&again);
+    assert_int_equal(tn_meta_cmd_encode(&d, &again), 0);
+    assert_int_equal(tn_buf_size(&again), used);
+    assert_memory_equal(tn_buf_data(&again), bytes, used);
+    tn_buf_fini(&again);
+    assert_int_equal(tn_meta_state_apply(&s, &d), 0);
+    tn_meta_cmd_fini(&d);
+    tn_buf_fini(&b);
+    expect_replicas(ps, 1, 2, 3);
+    assert_int_equal(ps->nisr, 1);
+    assert_int_equal(ps->isr[0].node, 1);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1656,6 +1707,7 @@ int main(void)
         cmocka_unit_test(test_topic_factor),
         cmocka_unit_test(test_topic_factor_unplaced),
         cmocka_unit_test(test_move_complete_older_entry),
+        cmocka_unit_test(test_move_abort_older_entry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
