@@ -82,8 +82,11 @@
  * it once they learn the new epoch; a replica marked corrupt (it cut its
  * log at a CRC failure) counts only with fetches sent after it applied the
  * state that marked it, since earlier ones may describe records it no
- * longer has; disk errors and power loss are the shell's: it restarts the
- * core from the log as found on disk.
+ * longer has; so does a member that a move adds (in its target, not in its
+ * old list) from the first state of that move the leader applies, since
+ * it may have been dropped and its copy emptied (quarantine/) in states the
+ * leader skipped; disk errors and power loss are the shell's: it restarts
+ * the core from the log as found on disk.
  * What the shell must guarantee (the simulation does): a restarted core
  * acts on no partition state older than its registration's answer (the
  * registration fenced its previous session; an older state might name it
@@ -604,13 +607,39 @@ static void on_fetch_error(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_acti
 
 /* --- events ---------------------------------------------------------------------- */
 
+static bool list_has(const uint32_t *v, uint32_t n, uint32_t node)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] == node)
+            return true;
+    return false;
+}
+
+/* Whether node is a member the move under way in ps adds (in its target,
+ * not in its old list), when that move is not the one in old. */
+static bool adds_anew(const tn_pstate_t *ps, const tn_pstate_t *old, uint32_t node)
+{
+    return ps->ntarget > 0 && ps->move_id != old->move_id &&
+           list_has(ps->target, ps->ntarget, node) && !list_has(ps->old, ps->nold, node);
+}
+
 /* The replica list changed within the leader's epoch (a partition move
  * began, completed or was aborted: the list grows, shrinks or reorders):
  * peers[i] follows replicas[i] again, each known peer keeping what the
- * leader knows of it, a new one starting as a new leader's do. */
+ * leader knows of it, a new one starting as a new leader's do. A member
+ * that a move this leader had not seen adds starts anew too, even when
+ * the leader knew it: it was no replica when that move began, so its copy
+ * may have been dropped and emptied (quarantine/) since, with the same
+ * incarnation, in states this leader never saw (the metastore tells the
+ * newest state, not each one: meta.c tell_pstates), and a flushed offset
+ * it reported before would vouch for records it lacks (the list may even
+ * look the same: 2,3,1, then 2,3 without it, then 2,3,1 again). */
 static void peers_follow(tn_repl_t *r, const tn_pstate_t *old, uint64_t now)
 {
-    if (old->nreplicas == r->ps.nreplicas &&
+    bool anew = false;
+    for (uint32_t i = 0; i < r->ps.nreplicas; i++)
+        anew |= adds_anew(&r->ps, old, r->ps.replicas[i]);
+    if (!anew && old->nreplicas == r->ps.nreplicas &&
         memcmp(old->replicas, r->ps.replicas, r->ps.nreplicas * sizeof(r->ps.replicas[0])) == 0)
         return;
     tn_repl_peer_t was[TN_PSTATE_MAX_REPLICAS];
@@ -619,7 +648,7 @@ static void peers_follow(tn_repl_t *r, const tn_pstate_t *old, uint64_t now)
     for (uint32_t i = 0; i < r->ps.nreplicas; i++) {
         uint32_t node = r->ps.replicas[i];
         bool kept = false;
-        for (uint32_t k = 0; k < old->nreplicas && !kept; k++) {
+        for (uint32_t k = 0; k < old->nreplicas && !kept && !adds_anew(&r->ps, old, node); k++) {
             if (was[k].node == node) {
                 r->peers[i] = was[k];
                 kept = true;

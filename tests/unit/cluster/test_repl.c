@@ -945,6 +945,43 @@ static void test_move_reorders_peers_within_the_epoch(void **state)
     assert_int_equal(a->isr[3].incarnation, 0x104);
 }
 
+/* A member that a move the leader had not seen adds starts anew: 3 was
+ * caught up (flushed 11), a move dropped it and another gave it back
+ * within this epoch, and the leader saw neither the drop nor the list
+ * change (2,3,1 before and after: the metastore tells the newest state
+ * only). Its copy went to quarantine/ meanwhile, so it fetches from 0
+ * with the same incarnation: what it reported before must not put it in
+ * the ISR (found by test_repl_sim.c's moves: a member joined the ISR with
+ * an empty log). It joins once caught up again. */
+static void test_move_adds_a_member_anew(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_caught_up(&r, &h, &out);
+    tn_pstate_t ps = pstate(1, 3, 9, 2); /* ISR {1,2}: 3 left with the first move */
+    ps.ntarget = 3;
+    ps.nold = 2;
+    const uint32_t target[3] = {1, 2, 3}, old[2] = {1, 2};
+    memcpy(ps.target, target, sizeof(target));
+    memcpy(ps.old, old, sizeof(old));
+    ps.move_id = 7;
+    step_state(&r, &ps, 110, &out);
+    assert_false(r.peers[2].seen);
+    step_fetch(&r, 3, 3, 0, 0, 0, 120, &out);
+    assert_null(find(&out, TN_REPL_ACT_PROPOSE_ISR));
+    /* A later state of the same move keeps what the leader learnt. */
+    ps.partition_epoch = 10;
+    step_state(&r, &ps, 125, &out);
+    assert_true(r.peers[2].seen);
+    step_fetch(&r, 3, 3, 11, 3, 11, 130, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+    assert_non_null(a);
+    assert_int_equal(a->nisr, 3);
+    assert_int_equal(a->isr[2].node, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -961,6 +998,7 @@ int main(void)
         cmocka_unit_test(test_follower_resets_when_no_epoch_is_shared),
         cmocka_unit_test(test_shrink_after_lag_then_expand),
         cmocka_unit_test(test_move_reorders_peers_within_the_epoch),
+        cmocka_unit_test(test_move_adds_a_member_anew),
         cmocka_unit_test(test_silent_follower_stays_out_until_it_fetches),
         cmocka_unit_test(test_few_replicas_refuse_and_freeze),
         cmocka_unit_test(test_channels_gate_the_expand),
