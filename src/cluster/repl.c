@@ -24,7 +24,10 @@
  *      can never make the ISR larger than what the hw counted), of the
  *      incarnation the ISR names. It only grows, and moves only past S.
  *      It stays while the committed ISR has fewer than min_insync members
- *      (so those that left, the ELR, hold all of it). Each move is
+ *      (so those that left, the ELR, hold all of it), and while an ELR is
+ *      left beside an ISR at min_insync (min_insync lowered under it): the
+ *      leader then proposes the same ISR, which empties the ELR, before
+ *      the hw moves past what its members hold. Each move is
  *      ACT_HW(h): produces below h complete with OK.
  *   5. A follower whose flushed offset has stayed behind the leader's log
  *      end (as of its previous fetch; a flushed offset, from a report or a
@@ -199,8 +202,12 @@ static void update_hw(tn_repl_t *r, tn_repl_actions_t *out)
         h = u64_min(h, member_flushed(r, &r->maybe[i]));
     /* Below min_insync the hw stays where it is: nothing is acknowledged
      * or shown, and the members that left hold everything below it (the
-     * controller may elect them: meta/partstate.h, ELR). */
-    if (r->ps.nisr < r->ps.min_insync || h <= r->epoch_start || h <= r->hw)
+     * controller may elect them: meta/partstate.h, ELR). So it does while
+     * an ELR is left with the ISR at min_insync (min_insync lowered under
+     * it: a topic's update): moving on would leave those members
+     * electable without what it covers; the same-ISR CAS the leader
+     * proposes then (maybe_clear_elr) empties the ELR first. */
+    if (r->ps.nisr < r->ps.min_insync || r->ps.nelr > 0 || h <= r->epoch_start || h <= r->hw)
         return;
     r->hw = h;
     r->acks_ok = true;
@@ -278,6 +285,15 @@ static void maybe_shrink(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
     }
     if (n < r->ps.nisr)
         propose(r, now, isr, n, out);
+}
+
+/* An ELR beside an ISR at min_insync (min_insync lowered: a topic's
+ * update, meta/state.c) freezes the hw (update_hw): a CAS of the same ISR
+ * empties it (the controller's rule for an ISR at min_insync). */
+static void maybe_clear_elr(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
+{
+    if (!r->proposing && r->ps.nelr > 0 && r->ps.nisr >= r->ps.min_insync)
+        propose(r, now, r->ps.isr, r->ps.nisr, out);
 }
 
 static void become_leader(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
@@ -765,6 +781,7 @@ static void on_tick(tn_repl_t *r, uint64_t now, tn_repl_actions_t *out)
             push(out, TN_REPL_ACT_REFRESH);
         }
         maybe_shrink(r, now, out);
+        maybe_clear_elr(r, now, out);
     } else if (r->role == TN_REPL_FOLLOWER && !r->stopped) {
         if (r->fetching ? now >= r->fetch_sent_at + r->cfg.fetch_timeout_ms
                         : now >= r->next_fetch_at)

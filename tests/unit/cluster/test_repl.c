@@ -982,6 +982,45 @@ static void test_move_adds_a_member_anew(void **state)
     assert_int_equal(a->isr[2].node, 3);
 }
 
+/* min_insync lowered (a topic's update) while the ISR is at the new
+ * value and an ELR is left: the hw stays until the leader's same-ISR CAS
+ * emptied the ELR, else the ELR member, electable, would lack what the hw
+ * covers (found by test_repl_sim.c: 2 left for the ELR at min_insync 2,
+ * min_insync fell to 1, 1 acked alone and was fenced, and 2 was elected
+ * without those records). */
+static void test_lowered_min_insync_clears_the_elr(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    leader_caught_up(&r, &h, &out); /* hw 11 */
+    assert_int_equal(r.hw, 11);
+    tn_pstate_t ps = pstate(1, 3, 6, 1); /* 2 and 3 left: 2 in the ELR */
+    ps.elr[0] = (tn_pstate_member_t){2, 0x102};
+    ps.nelr = 1;
+    step_state(&r, &ps, 410, &out); /* past 2's and 3's lag */
+    ps.partition_epoch = 7;
+    ps.min_insync = 1;
+    step_state(&r, &ps, 420, &out);
+    h.end = 12;
+    step_log(&r, 12, 12, 3, 430, &out);
+    assert_null(find(&out, TN_REPL_ACT_HW));
+    tn_repl_event_t tick = {.type = TN_REPL_EV_TICK, .now = 440};
+    tn_repl_step(&r, &tick, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_PROPOSE_ISR);
+    assert_non_null(a);
+    assert_int_equal(a->expected_pe, 7);
+    assert_int_equal(a->nisr, 1);
+    assert_int_equal(a->isr[0].node, 1);
+    ps.partition_epoch = 8;
+    ps.nelr = 0;
+    step_state(&r, &ps, 450, &out);
+    a = find(&out, TN_REPL_ACT_HW);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 12);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -999,6 +1038,7 @@ int main(void)
         cmocka_unit_test(test_shrink_after_lag_then_expand),
         cmocka_unit_test(test_move_reorders_peers_within_the_epoch),
         cmocka_unit_test(test_move_adds_a_member_anew),
+        cmocka_unit_test(test_lowered_min_insync_clears_the_elr),
         cmocka_unit_test(test_silent_follower_stays_out_until_it_fetches),
         cmocka_unit_test(test_few_replicas_refuse_and_freeze),
         cmocka_unit_test(test_channels_gate_the_expand),
