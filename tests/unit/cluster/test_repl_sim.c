@@ -13,7 +13,37 @@
  * replica cuts its log there and reports it) -- one lost copy per schedule,
  * never of the last in-sync one -- and pauses (SIGSTOP) longer or shorter
  * than the session timeout. Producers write to whichever node believes it leads; consumers
- * read from whichever node serves.
+ * read from whichever node serves (and does not hold its deliveries).
+ *
+ * Replica set changes (partstate.h rules 6 to 10, as the metastore and the
+ * replica manager apply them), under the same faults:
+ *   - moves begun at random by "drivers" (an admin, a decommission, a
+ *     self-healing, a rebalance, a factor change): one member replaced
+ *     (the leader 40% of the time; a member without a session half of the
+ *     time there is one), the list reordered, one member dropped or one
+ *     added (from min_insync replicas up to 4 with 5 nodes, 3 with 3); the
+ *     metastore leader's scan every MOVE_SCAN_MS completes a move whose
+ *     target is in the ISR (handing the leadership over when the leader
+ *     leaves) or fails one waiting on a target dead for DEAD_MS, one
+ *     command in flight, applied a Raft round later and re-checked (so a
+ *     completion's min_insync follows the topic's, state.c part_move);
+ *     admins abort moves at random; leaders write stall marks (rule 10:
+ *     they bump no epoch and no replica reads them, so they change
+ *     nothing a replica keeps);
+ *   - with min_insync 1, the topic's min_insync rises to 2 and falls back
+ *     (a topic's update: every partition's follows, capped by its
+ *     replicas);
+ *   - every node's metastore replica gets every state, and its replica
+ *     manager the newest one only (meta.c tell_pstates: a state superseded
+ *     before it was told is never told); a node the newest state names gets
+ *     a core over its copy as found, one it no longer names drops its core
+ *     (a leader resigns: its produces fail) and its copy is marked, then
+ *     goes to quarantine/ (emptied) a while later or at the next start
+ *     unless given back before;
+ *   - an old leader about to hand over requeues its leases first (a delay
+ *     before the CAS that completes the move) and holds its deliveries
+ *     (replica.c propose_isr, hold_deliveries); a fetch to a node with no
+ *     replica is answered NOT_LEADER.
  *
  * The checker (every change is checked when it happens, so after every
  * step, and again at the end after a healing phase):
@@ -30,7 +60,16 @@
  *     only in the epoch its records carry, and nothing it acked is missing
  *     from the next leader's log (a fenced leader acks nothing that is
  *     lost);
- *   - no truncation below a follower's hw is ever asked for.
+ *   - no truncation below a follower's hw is ever asked for;
+ *   - the controller's states stay whole: a leader is a replica in the
+ *     ISR, ISR and ELR members are replicas (a member a move dropped is
+ *     never elected), during a move the replicas are the target then the
+ *     old ones it drops, and a stall mark bumps no epoch;
+ *   - a member joins the ISR only with every committed record flushed (a
+ *     new replica caught up in the current epoch; a copy lost since -- a
+ *     wipe not yet registered, a CRC failure not yet applied -- excepted);
+ *   - after healing no move is under way, and every ISR member holds a
+ *     replica.
  *
  * Followers fetch once their copy is written and report its flush
  * (FLUSHED) while that fetch is out, as the shell does.
@@ -39,7 +78,8 @@
  * 200 under TERN_SANITIZED;
  * make soak raises it); a failure prints its seed; TERN_SIM_SEED=s (with
  * TERN_SIM_NODES=3|5 and TERN_SIM_MIN_ISR=1|2) replays that schedule exactly, and
- * TERN_SIM_VERBOSE=1 traces it. */
+ * TERN_SIM_VERBOSE=1 traces it; TERN_SIM_KEEP_GOING=1 prints every failing
+ * seed of a run before the test fails. */
 #include "core/platform.h"
 
 #include "cluster/repl.h"
@@ -75,6 +115,9 @@
 #define REBALANCE_MS 500
 #define FAULT_MS     4000
 #define HEAL_MS      5000
+#define MOVE_SCAN_MS 200  /* the metastore leader's scan of moves (meta.c check_moves) */
+#define DEAD_MS      1500 /* replace-dead-after: a dead target fails its move */
+#define RELEASE_MS   30   /* at most: an old leader requeues its leases before the hand-over */
 
 /* --- the PRNG (splitmix64: one seed, one sequence) -------------------------------- */
 
@@ -122,6 +165,20 @@ typedef struct {
     bool up, paused;
     bool reg_p[MAXP];     /* acts on p's states only after its registration's */
     bool corrupt_p[MAXP]; /* reported a CRC failure, not yet answered */
+    /* The replica manager's part_t of p (replica.c on_pstate): a core
+     * exists only while the newest state it applied names this node. */
+    bool has_core[MAXP];
+    uint32_t seen_pe[MAXP]; /* the newest partition epoch it applied (this run) */
+    /* Its copy of p, dropped by a move, is marked (durable) and goes to
+     * quarantine/ at quarantine_at, or at the next start; given back
+     * before, the mark is taken away and the copy followed on. */
+    bool dropped[MAXP];
+    uint64_t quarantine_at[MAXP];
+    /* A leader handing over (replica.c propose_isr, release_leases): the
+     * leases requeued before the CAS that completes the move. */
+    bool releasing[MAXP], hold_isr[MAXP];
+    uint64_t release_at[MAXP], release_for[MAXP], released_move[MAXP];
+    uint32_t hold_pe[MAXP];
     uint64_t boot, reg_sent_at;
     uint64_t down_until, pause_until;
     disk_t disk[MAXP];
@@ -146,6 +203,8 @@ enum {
     M_FERR,
     M_CORRUPT,
 };
+
+enum { MV_NONE, MV_COMPLETE, MV_FAIL };
 
 typedef struct {
     uint64_t at, seq;
@@ -181,6 +240,16 @@ typedef struct {
     bool cut[MAXN + 1][MAXN + 1]; /* from, to */
     uint64_t heal_at;
     bool faults, producing, wiped, flipped;
+    /* moves: the topic's min_insync, the most replicas a move asks, the
+     * last move id, when each member's session ended, and the metastore
+     * leader's PART_MOVE complete or fail in flight (one at a time,
+     * re-checked when applied) */
+    uint32_t topic_min_isr, max_rf;
+    uint64_t move_seq, dead_since[MAXN + 1];
+    struct {
+        uint32_t kind, p;
+        uint64_t id, at;
+    } mcmd;
     /* the ledger */
     uint32_t committed[MAXP][LOGCAP];
     ack_t acked[MAXPID];
@@ -190,7 +259,7 @@ typedef struct {
     char fail[256];
     bool verbose;
     /* counts over a run */
-    uint32_t elections, faults_done;
+    uint32_t elections, faults_done, moves_begun, moves_done, moves_aborted;
 } sim_t;
 
 static void trace(sim_t *s, const char *fmt, ...) TN_PRINTF(2, 3);
@@ -349,6 +418,8 @@ static void node_step(sim_t *s, node_t *nd, uint32_t p, const tn_repl_event_t *e
 
 static void feed_log(sim_t *s, node_t *nd, uint32_t p)
 {
+    if (!nd->has_core[p])
+        return;
     const disk_t *d = &nd->disk[p];
     tn_repl_event_t ev = {.type = TN_REPL_EV_LOG, .now = s->now};
     ev.u.log.end = d->len;
@@ -395,6 +466,100 @@ static void send_corrupt(sim_t *s, node_t *nd, uint32_t p)
     net_send(s, &m);
 }
 
+/* A fresh core for p (a new part_t, a restart, a restart of the core
+ * after a CRC failure): no state, nothing known of the log until fed. */
+static void core_init(node_t *nd, uint32_t p)
+{
+    tn_repl_config_t cfg = {
+        .node = nd->id,
+        .incarnation = nd->inc,
+        .replica_lag_ms = LAG_MS,
+        .fetch_idle_ms = IDLE_MS,
+        .fetch_timeout_ms = TIMEOUT_MS,
+        .epoch_end = disk_epoch_end,
+        .epoch_end_arg = &nd->disk[p],
+    };
+    tn_repl_init(&nd->core[p], &cfg);
+    nd->checked_hw[p] = 0;
+}
+
+/* The shell's per-partition state that lives with its part_t. */
+static void shell_reset(node_t *nd, uint32_t p)
+{
+    nd->releasing[p] = nd->hold_isr[p] = false;
+    nd->release_at[p] = nd->release_for[p] = nd->released_move[p] = 0;
+    nd->hold_pe[p] = 0;
+}
+
+/* A dropped copy moves to quarantine/: what it held is out of reach. */
+static void quarantine(sim_t *s, node_t *nd, uint32_t p)
+{
+    disk_t *d = &nd->disk[p];
+    trace(s, "node %u p%u: dropped copy (%" PRIu64 " records) to quarantine", nd->id, p, d->len);
+    d->len = d->flushed = 0;
+    d->needs_repair = false;
+    nd->dropped[p] = false;
+}
+
+/* The state names nd a replica of p and it holds none (a move's target,
+ * a copy given back, a restart): a part_t over its copy as found (the
+ * mark taken away first; a copy whose move to quarantine/ was under way
+ * is gone), its core fed the log, then the state. */
+static void replica_add(sim_t *s, node_t *nd, uint32_t p)
+{
+    if (nd->dropped[p]) {
+        trace(s, "node %u p%u: given back", nd->id, p);
+        nd->dropped[p] = false;
+    }
+    nd->has_core[p] = true;
+    core_init(nd, p);
+    shell_reset(nd, p);
+    feed_log(s, nd, p);
+}
+
+/* The state no longer names nd (a move dropped it): a leader resigns
+ * (its produces waiting for the hw fail), the part_t goes, the copy
+ * stays, marked dropped (replica.c part_drop, mark_dropped). */
+static void replica_drop(sim_t *s, node_t *nd, uint32_t p)
+{
+    trace(s, "node %u p%u: dropped (%s)", nd->id, p,
+          nd->core[p].role == TN_REPL_LEADER ? "leader" : "follower");
+    if (nd->core[p].role == TN_REPL_LEADER)
+        fail_pending(s, nd, p);
+    nd->has_core[p] = false;
+    core_init(nd, p);
+    shell_reset(nd, p);
+    nd->dropped[p] = true;
+    nd->quarantine_at[p] = s->now + 10 + rng_below(&s->rng, 800);
+}
+
+/* replica.c hands_over: ps, led by nd, is a move that completes next by
+ * handing the leadership away: nd is not in the target and every target
+ * member is in isr[0..nisr). */
+static bool hands_over(const node_t *nd, const tn_pstate_t *ps, const tn_pstate_member_t *isr,
+                       uint32_t nisr)
+{
+    if (ps->leader != nd->id || ps->ntarget == 0)
+        return false;
+    for (uint32_t i = 0; i < ps->ntarget; i++) {
+        bool in = false;
+        for (uint32_t j = 0; j < nisr; j++)
+            in |= isr[j].node == ps->target[i];
+        if (ps->target[i] == nd->id || !in)
+            return false;
+    }
+    return true;
+}
+
+/* replica.c hold_deliveries: whether nd holds p's deliveries. */
+static bool holds(const node_t *nd, uint32_t p)
+{
+    const tn_pstate_t *ps = &nd->core[p].ps;
+    bool requeued = ps->ntarget > 0 && (nd->releasing[p] || nd->released_move[p] == ps->move_id);
+    return ps->leader != nd->id || nd->hold_isr[p] || requeued ||
+           hands_over(nd, ps, ps->isr, ps->nisr);
+}
+
 /* A read of p at off failed its CRC check: the shell drops the log from
  * there (it re-fetches it from a clean leader), restarts the core from the
  * log as found, and reports the failure; until the controller answered
@@ -412,9 +577,7 @@ static bool crc_check(sim_t *s, node_t *nd, uint32_t p, uint64_t off)
         d->flushed = off;
     if (nd->core[p].role == TN_REPL_LEADER)
         fail_pending(s, nd, p);
-    tn_repl_config_t cfg = nd->core[p].cfg;
-    tn_repl_init(&nd->core[p], &cfg);
-    nd->checked_hw[p] = 0;
+    core_init(nd, p);
     nd->reg_p[p] = false;
     nd->corrupt_p[p] = true;
     feed_log(s, nd, p);
@@ -463,11 +626,32 @@ static void do_actions(sim_t *s, node_t *nd, uint32_t p, const tn_repl_actions_t
             m.act = *a;
             net_send(s, &m);
             break;
-        case TN_REPL_ACT_PROPOSE_ISR:
+        case TN_REPL_ACT_PROPOSE_ISR: {
+            /* replica.c propose_isr: the CAS that lets a move complete by
+             * handing the leadership away waits for the leases' requeue
+             * (the core proposes again after its timeout), then holds
+             * deliveries until a newer state. */
+            bool adds = false;
+            for (uint32_t k = 0; k < a->nisr; k++)
+                adds |= tn_pstate_isr_find(&r->ps, a->isr[k].node) < 0;
+            bool handing = adds && hands_over(nd, &r->ps, a->isr, a->nisr);
+            if (nd->releasing[p])
+                break;
+            if (handing && nd->released_move[p] != r->ps.move_id) {
+                nd->releasing[p] = true;
+                nd->release_for[p] = r->ps.move_id;
+                nd->release_at[p] = s->now + 1 + rng_below(&s->rng, RELEASE_MS);
+                break;
+            }
+            if (handing) {
+                nd->hold_isr[p] = true;
+                nd->hold_pe[p] = a->expected_pe;
+            }
             msg_new(&m, M_ALTER, nd->id, CTL, p);
             m.act = *a;
             net_send(s, &m);
             break;
+        }
         case TN_REPL_ACT_HW:
             complete_pending(s, nd, p, a->offset, a->acks_ok);
             break;
@@ -558,19 +742,19 @@ static void node_start(sim_t *s, node_t *nd)
     for (uint32_t p = 0; p < MAXP; p++) {
         /* Recovery syncs what the log holds before it serves. */
         nd->disk[p].flushed = nd->disk[p].len;
-        tn_repl_config_t cfg = {
-            .node = nd->id,
-            .incarnation = nd->inc,
-            .replica_lag_ms = LAG_MS,
-            .fetch_idle_ms = IDLE_MS,
-            .fetch_timeout_ms = TIMEOUT_MS,
-            .epoch_end = disk_epoch_end,
-            .epoch_end_arg = &nd->disk[p],
-        };
-        tn_repl_init(&nd->core[p], &cfg);
-        nd->checked_hw[p] = 0;
+        /* Cores come with the registration's answer (replica.c:
+         * meta_current), over the copies as found. */
+        nd->has_core[p] = false;
+        nd->seen_pe[p] = 0;
+        core_init(nd, p);
+        shell_reset(nd, p);
+        /* A marked copy moves to quarantine/ before recovery; a mark the
+         * crash beat is made once the metastore is current (mark_sweep). */
+        if (nd->dropped[p] && rng_chance(&s->rng, 700000))
+            quarantine(s, nd, p);
+        else if (nd->dropped[p])
+            nd->quarantine_at[p] = s->now + 10 + rng_below(&s->rng, 800);
         nd->corrupt_p[p] = nd->disk[p].needs_repair;
-        feed_log(s, nd, p);
     }
     nd->boot++;
     for (uint32_t p = 0; p < MAXP; p++) { /* recovery reads the whole log */
@@ -608,6 +792,7 @@ static void node_down(sim_t *s, node_t *nd, int kind, uint64_t for_ms)
         if (kind == 2) {
             nd->disk[p].len = nd->disk[p].flushed = 0;
             nd->disk[p].needs_repair = false;
+            nd->dropped[p] = false;
         }
     }
     if (kind == 2)
@@ -636,6 +821,12 @@ static void node_tick(sim_t *s, node_t *nd)
     }
     for (uint32_t p = 0; p < MAXP && nd->up; p++) {
         disk_t *d = &nd->disk[p];
+        if (nd->dropped[p] && s->now >= nd->quarantine_at[p])
+            quarantine(s, nd, p);
+        if (nd->releasing[p] && s->now >= nd->release_at[p]) {
+            nd->releasing[p] = false;
+            nd->released_move[p] = nd->release_for[p];
+        }
         if (d->flushed < d->len && rng_chance(&s->rng, 400000)) {
             if (s->faults && rng_chance(&s->rng, 1500)) {
                 node_down(s, nd, 1, 50 + rng_below(&s->rng, 1000)); /* fsync failed */
@@ -644,8 +835,37 @@ static void node_tick(sim_t *s, node_t *nd)
             d->flushed = d->len;
             feed_log(s, nd, p);
         }
+        if (!nd->has_core[p])
+            continue;
         tn_repl_event_t ev = {.type = TN_REPL_EV_TICK, .now = s->now};
         node_step(s, nd, p, &ev, NULL);
+    }
+}
+
+static bool is_replica(const tn_pstate_t *ps, uint32_t node)
+{
+    for (uint32_t i = 0; i < ps->nreplicas; i++)
+        if (ps->replicas[i] == node)
+            return true;
+    return false;
+}
+
+/* A state newer than any this node applied (replica.c on_pstate): a
+ * part_t is made when it names the node, dropped when it no longer does;
+ * a copy of a partition that does not name it is marked dropped. */
+static void apply_membership(sim_t *s, node_t *nd, uint32_t p, const tn_pstate_t *ps)
+{
+    if (ps->partition_epoch < nd->seen_pe[p])
+        return;
+    nd->seen_pe[p] = ps->partition_epoch;
+    bool named = is_replica(ps, nd->id);
+    if (named && !nd->has_core[p])
+        replica_add(s, nd, p);
+    else if (!named && nd->has_core[p])
+        replica_drop(s, nd, p);
+    else if (!named && !nd->dropped[p] && nd->disk[p].len > 0) {
+        nd->dropped[p] = true;
+        nd->quarantine_at[p] = s->now + 10 + rng_below(&s->rng, 800);
     }
 }
 
@@ -668,10 +888,18 @@ static void node_receive(sim_t *s, node_t *nd, const msg_t *m)
         nd->reg_p[m->p] = true;
         if (m->corrupt_ack)
             nd->disk[m->p].needs_repair = nd->corrupt_p[m->p] = false;
+        apply_membership(s, nd, m->p, &m->ps);
+        if (!nd->has_core[m->p])
+            return;
+        if (nd->hold_isr[m->p] && m->ps.partition_epoch > nd->hold_pe[m->p])
+            nd->hold_isr[m->p] = false;
+        if (m->ps.partition_epoch > nd->core[m->p].ps.partition_epoch)
+            trace(s, "node %u p%u applies pe %u", nd->id, m->p, m->ps.partition_epoch);
         ev.type = TN_REPL_EV_STATE;
         ev.u.state = &m->ps;
         break;
     case M_REFUSED:
+        nd->hold_isr[m->p] = false;
         ev.type = TN_REPL_EV_ISR_REFUSED;
         ev.u.refused.partition_epoch = m->act.expected_pe;
         break;
@@ -711,6 +939,17 @@ static void node_receive(sim_t *s, node_t *nd, const msg_t *m)
     default:
         return;
     }
+    if (!nd->has_core[m->p]) {
+        /* No part_t here: a fetch is answered NOT_LEADER (the follower
+         * reads its state again), anything else is dropped. */
+        if (m->type == M_FETCH) {
+            msg_t r;
+            msg_new(&r, M_FERR, nd->id, m->from, m->p);
+            r.act.err = TN_EREMOTE;
+            net_send(s, &r);
+        }
+        return;
+    }
     node_step(s, nd, m->p, &ev, m);
 }
 
@@ -721,9 +960,41 @@ static tn_pstate_nodes_t members(sim_t *s)
     return (tn_pstate_nodes_t){s->members, s->n};
 }
 
+/* The controller's rules keep a partition state whole: checked after
+ * every change (partstate.h's invariants that a move touches). */
+static void check_pstate(sim_t *s, uint32_t p)
+{
+    const tn_pstate_t *ps = &s->ps[p];
+    if (ps->leader != TN_PSTATE_NONE &&
+        (!is_replica(ps, ps->leader) || tn_pstate_isr_find(ps, ps->leader) < 0))
+        violation(s, "p%u: leader %u is not a replica in the ISR (epoch %u)", p, ps->leader,
+                  ps->leader_epoch);
+    for (uint32_t k = 0; k < ps->nisr + ps->nelr; k++) {
+        uint32_t node = k < ps->nisr ? ps->isr[k].node : ps->elr[k - ps->nisr].node;
+        if (!is_replica(ps, node))
+            violation(s, "p%u: ISR or ELR member %u is not a replica", p, node);
+    }
+    if (ps->ntarget == 0)
+        return;
+    uint32_t k = 0;
+    bool ok = ps->ntarget <= ps->nreplicas &&
+              memcmp(ps->target, ps->replicas, ps->ntarget * sizeof(ps->target[0])) == 0;
+    for (uint32_t i = 0; ok && i < ps->nold; i++) {
+        bool in_target = false;
+        for (uint32_t j = 0; j < ps->ntarget; j++)
+            in_target |= ps->target[j] == ps->old[i];
+        if (!in_target)
+            ok = ps->ntarget + k < ps->nreplicas && ps->replicas[ps->ntarget + k++] == ps->old[i];
+    }
+    if (!ok || ps->ntarget + k != ps->nreplicas)
+        violation(s, "p%u: during move %" PRIu64 " the replicas are not the target then the old", p,
+                  ps->move_id);
+}
+
 static void push_state(sim_t *s, uint32_t p)
 {
     msg_t m;
+    check_pstate(s, p);
     if (s->verbose) {
         const tn_pstate_t *ps = &s->ps[p];
         char isr[128] = "";
@@ -739,19 +1010,59 @@ static void push_state(sim_t *s, uint32_t p)
             size_t l = strlen(elr);
             snprintf(elr + l, sizeof(elr) - l, " %u", ps->elr[k].node);
         }
-        trace(s, "p%u: leader %u epoch %u pe %u isr [%s ] elr [%s ]", p, ps->leader,
-              ps->leader_epoch, ps->partition_epoch, isr, elr);
+        char rep[64] = "";
+        for (uint32_t k = 0; k < ps->nreplicas; k++) {
+            size_t l = strlen(rep);
+            snprintf(rep + l, sizeof(rep) - l, " %u", ps->replicas[k]);
+        }
+        trace(s, "p%u: leader %u epoch %u pe %u replicas [%s ] isr [%s ] elr [%s ]%s", p,
+              ps->leader, ps->leader_epoch, ps->partition_epoch, rep, isr, elr,
+              ps->ntarget ? " (moving)" : "");
     }
-    for (uint32_t i = 0; i < s->ps[p].nreplicas; i++) {
-        msg_new(&m, M_STATE, CTL, s->ps[p].replicas[i], p);
+    /* Every node's metastore replica applies every state, and tells its
+     * replica manager at its tick the state as it is then (meta.c
+     * tell_pstates): a state not told yet is told no more. */
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < s->nq; i++) {
+        const msg_t *q = &s->q[i];
+        if (q->type != M_STATE || q->p != p || q->reg || q->corrupt_ack)
+            s->q[k++] = *q;
+    }
+    s->nq = k;
+    for (uint32_t i = 1; i <= s->n; i++) {
+        msg_new(&m, M_STATE, CTL, i, p);
         m.ps = s->ps[p];
         net_send(s, &m);
+    }
+}
+
+/* The leader's CAS added member m to p's ISR: m's copy must hold every
+ * committed record, flushed (it caught up in this epoch). Not a copy lost
+ * since (a wiped disk whose new incarnation the controller has not seen,
+ * a CRC failure not yet applied): the one lost copy a schedule allows. */
+static void check_isr_add(sim_t *s, uint32_t p, const tn_pstate_member_t *m)
+{
+    const node_t *nd = &s->node[m->node];
+    const disk_t *d = &nd->disk[p];
+    if (nd->inc != m->incarnation || d->needs_repair || nd->corrupt_p[p])
+        return;
+    for (uint64_t o = 0; o < LOGCAP && s->committed[p][o] != UNSET; o++) {
+        if (o >= d->flushed || d->r[o].pid != s->committed[p][o]) {
+            violation(s,
+                      "node %u joins p%u's ISR (epoch %u) without committed p%u@%" PRIu64
+                      " (%08x; its log %" PRIu64 ", flushed %" PRIu64 ")",
+                      m->node, p, s->ps[p].leader_epoch, p, o, s->committed[p][o], d->len,
+                      d->flushed);
+            return;
+        }
     }
 }
 
 static void ctl_fence(sim_t *s, uint32_t node)
 {
     tn_pstate_node_t *mb = &s->members[node - 1];
+    if (mb->live)
+        s->dead_since[node] = s->now;
     mb->live = false;
     tn_pstate_nodes_t v = members(s);
     trace(s, "controller fences node %u", node);
@@ -809,11 +1120,15 @@ static void ctl_receive(sim_t *s, const msg_t *m)
         return;
     case M_ALTER: {
         char err[128];
+        tn_pstate_t was = s->ps[m->p];
         int rc = tn_pstate_alter_isr(&s->ps[m->p], m->from, m->act.leader_epoch, m->act.expected_pe,
                                      m->act.isr, m->act.nisr, &v, err, sizeof(err));
         if (rc == 0) {
             trace(s, "p%u ISR now %u members (pe %u) by node %u", m->p, s->ps[m->p].nisr,
                   s->ps[m->p].partition_epoch, m->from);
+            for (uint32_t k = 0; k < s->ps[m->p].nisr; k++)
+                if (tn_pstate_isr_find(&was, s->ps[m->p].isr[k].node) < 0)
+                    check_isr_add(s, m->p, &s->ps[m->p].isr[k]);
             push_state(s, m->p);
         } else {
             msg_new(&r, M_REFUSED, CTL, m->from, m->p);
@@ -827,8 +1142,217 @@ static void ctl_receive(sim_t *s, const msg_t *m)
     }
 }
 
+/* --- the controller: moves --------------------------------------------------------- */
+
+static void trace_list(sim_t *s, char *buf, size_t len, const uint32_t *v, uint32_t n)
+{
+    (void)s;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < n; i++) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, len - l, " %u", v[i]);
+    }
+}
+
+/* A new replica list for p, as an admin, a decommission, a self-healing
+ * (a dead member replaced), a rebalance or a factor change might ask:
+ * one member replaced (the leader sometimes), the list reordered, one
+ * dropped or one added. PART_MOVE begin, applied at once. */
+static void move_begin(sim_t *s, uint32_t p)
+{
+    tn_pstate_t *ps = &s->ps[p];
+    uint32_t n = ps->nreplicas, nt = n, t[TN_PSTATE_MAX_REPLICAS];
+    memcpy(t, ps->replicas, n * sizeof(t[0]));
+    uint32_t spare[MAXN], nspare = 0;
+    for (uint32_t i = 1; i <= s->n; i++)
+        if (!is_replica(ps, i) && s->members[i - 1].live)
+            spare[nspare++] = i;
+    uint32_t victim = rng_below(&s->rng, n);
+    for (uint32_t k = 0; k < n; k++) {
+        if (t[k] == ps->leader && rng_chance(&s->rng, 400000))
+            victim = k;
+        if (!s->members[t[k] - 1].live && rng_chance(&s->rng, 500000))
+            victim = k; /* self-healing replaces a dead member */
+    }
+    switch (rng_below(&s->rng, 4)) {
+    case 0: /* replace one */
+        if (nspare == 0)
+            return;
+        t[victim] = spare[rng_below(&s->rng, nspare)];
+        break;
+    case 1: /* another order (the preferred leader) */
+        for (uint32_t k = n - 1; k > 0; k--) {
+            uint32_t j = rng_below(&s->rng, k + 1), x = t[k];
+            t[k] = t[j];
+            t[j] = x;
+        }
+        break;
+    case 2: /* one fewer */
+        if (n <= ps->min_insync || n <= 1)
+            return;
+        memmove(&t[victim], &t[victim + 1], (n - victim - 1) * sizeof(t[0]));
+        nt--;
+        break;
+    default: /* one more */
+        if (n >= s->max_rf || nspare == 0)
+            return;
+        t[nt++] = spare[rng_below(&s->rng, nspare)];
+        if (rng_chance(&s->rng, 500000)) {
+            uint32_t j = rng_below(&s->rng, nt), x = t[nt - 1];
+            t[nt - 1] = t[j];
+            t[j] = x;
+        }
+        break;
+    }
+    tn_pstate_nodes_t v = members(s);
+    char err[160], from[48], to[48];
+    trace_list(s, from, sizeof(from), ps->replicas, ps->nreplicas);
+    if (tn_pstate_move_begin(ps, t, nt, ++s->move_seq, (int64_t)s->now, &v, err, sizeof(err)) != 0)
+        return;
+    trace_list(s, to, sizeof(to), t, nt);
+    trace(s, "p%u: move %" PRIu64 " begins: [%s ] -> [%s ]", p, s->move_seq, from, to);
+    s->moves_begun++;
+    push_state(s, p);
+}
+
+/* The partition leader's stall marks (partstate.h rule 10): where each
+ * target member's copy stands. They bump no epoch and reach no replica's
+ * rules: a mark changes nothing a replica keeps. (The leader's view is
+ * read directly; the proposal's path is not what is under test.) */
+static void move_mark(sim_t *s, uint32_t p)
+{
+    tn_pstate_t *ps = &s->ps[p];
+    if (ps->leader == TN_PSTATE_NONE)
+        return;
+    const tn_repl_t *lr = &s->node[ps->leader].core[p];
+    tn_pstate_mark_t mk[TN_PSTATE_MAX_REPLICAS];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < ps->ntarget; i++)
+        for (uint32_t k = 0; k < lr->ps.nreplicas; k++)
+            if (lr->peers[k].node == ps->target[i] && lr->peers[k].seen)
+                mk[n++] = (tn_pstate_mark_t){ps->target[i], lr->peers[k].end, (int64_t)s->now};
+    uint32_t pe = ps->partition_epoch;
+    if (tn_pstate_move_mark(ps, ps->move_id, mk, n) == 0 && ps->partition_epoch != pe)
+        violation(s, "p%u: a move mark bumped the partition epoch", p);
+}
+
+/* The metastore leader's PART_MOVE complete or fail, applied now
+ * (partstate.h rules 7 to 9, re-checked; state.c part_move: a completed
+ * move's min_insync becomes the topic's, capped by its replicas). */
+static void move_apply(sim_t *s)
+{
+    uint32_t p = s->mcmd.p;
+    tn_pstate_t *ps = &s->ps[p];
+    tn_pstate_nodes_t v = members(s);
+    char err[160];
+    int rc;
+    if (s->mcmd.kind == MV_COMPLETE) {
+        rc = tn_pstate_move_complete(ps, s->mcmd.id, &v, err, sizeof(err));
+        uint32_t want = s->topic_min_isr < ps->nreplicas ? s->topic_min_isr : ps->nreplicas;
+        if (rc == 0 && ps->min_insync != want && ps->nisr >= want)
+            ps->min_insync = want;
+    } else {
+        rc = tn_pstate_move_abort(ps, s->mcmd.id, &v, err, sizeof(err));
+    }
+    uint32_t kind = s->mcmd.kind;
+    s->mcmd.kind = MV_NONE;
+    if (rc != 0)
+        return;
+    trace(s, "p%u: move %" PRIu64 " %s", p, s->mcmd.id,
+          kind == MV_COMPLETE ? "completes" : "fails (a target dead)");
+    if (kind == MV_COMPLETE)
+        s->moves_done++;
+    else
+        s->moves_aborted++;
+    push_state(s, p);
+}
+
+/* An admin changes the topic's min_insync_replicas (state.c: TOPIC
+ * update, pstates_min_insync): every partition's becomes it, capped by
+ * its replicas (during a move, by the smaller of the target and the old
+ * list). */
+static void topic_min_insync(sim_t *s, uint32_t min_isr)
+{
+    s->topic_min_isr = min_isr;
+    trace(s, "topic min_insync now %u", min_isr);
+    for (uint32_t p = 0; p < MAXP; p++) {
+        tn_pstate_t *ps = &s->ps[p];
+        uint32_t cap =
+            ps->ntarget > 0 ? (ps->ntarget < ps->nold ? ps->ntarget : ps->nold) : ps->nreplicas;
+        uint32_t want = min_isr < cap ? min_isr : cap;
+        if (ps->min_insync == want)
+            continue;
+        ps->min_insync = want;
+        ps->partition_epoch++;
+        push_state(s, p);
+    }
+}
+
+static void ctl_moves(sim_t *s)
+{
+    tn_pstate_nodes_t v = members(s);
+    char err[160];
+    if (s->mcmd.kind != MV_NONE && s->now >= s->mcmd.at)
+        move_apply(s);
+    for (uint32_t p = 0; p < MAXP; p++) {
+        tn_pstate_t *ps = &s->ps[p];
+        if (ps->ntarget == 0) {
+            if (s->faults && rng_chance(&s->rng, 30000))
+                move_begin(s, p);
+            continue;
+        }
+        /* An admin's abort, or the leader's fail of a stalled copy. */
+        if (s->faults && rng_chance(&s->rng, 3000) &&
+            tn_pstate_move_abort(ps, ps->move_id, &v, err, sizeof(err)) == 0) {
+            trace(s, "p%u: move aborted", p);
+            s->moves_aborted++;
+            push_state(s, p);
+            continue;
+        }
+        if (rng_chance(&s->rng, 20000))
+            move_mark(s, p);
+    }
+    if (s->mcmd.kind != MV_NONE || s->now % MOVE_SCAN_MS != 0)
+        return;
+    /* meta.c check_moves: the first move ready to complete, or the first
+     * that waits on a target dead past replace-dead-after (fail). */
+    for (uint32_t p = 0; p < MAXP; p++) {
+        const tn_pstate_t *ps = &s->ps[p];
+        if (ps->ntarget == 0)
+            continue;
+        tn_pstate_t copy = *ps;
+        uint32_t kind = MV_NONE;
+        if (!tn_pstate_move_ready(ps)) {
+            uint32_t gone[TN_PSTATE_MAX_REPLICAS];
+            size_t ngone = 0;
+            for (uint32_t i = 0; i < ps->ntarget; i++) {
+                uint32_t t = ps->target[i];
+                if (!s->members[t - 1].live && s->now >= s->dead_since[t] + DEAD_MS)
+                    gone[ngone++] = t;
+            }
+            if (tn_pstate_move_blocked(ps, gone, ngone) != TN_PSTATE_NONE &&
+                tn_pstate_move_abort(&copy, ps->move_id, &v, err, sizeof(err)) == 0)
+                kind = MV_FAIL;
+        } else if (tn_pstate_move_complete(&copy, ps->move_id, &v, err, sizeof(err)) == 0) {
+            kind = MV_COMPLETE;
+        }
+        if (kind != MV_NONE) {
+            s->mcmd.kind = kind;
+            s->mcmd.p = p;
+            s->mcmd.id = ps->move_id;
+            s->mcmd.at = s->now + 1 + rng_below(&s->rng, 20); /* a Raft round */
+            return;
+        }
+    }
+}
+
 static void ctl_tick(sim_t *s)
 {
+    ctl_moves(s);
+    /* min_insync 1 promises one copy only: there it may rise to 2 and
+     * fall back (where disk faults would break a promise of two, never). */
+    if (s->min_isr == 1 && s->faults && rng_chance(&s->rng, 5000))
+        topic_min_insync(s, s->topic_min_isr == 1 ? 2 : 1);
     for (uint32_t i = 1; i <= s->n; i++)
         if (s->members[i - 1].live && s->now > s->last_hb[i] + SESSION_MS)
             ctl_fence(s, i);
@@ -856,8 +1380,8 @@ static void produce(sim_t *s)
     uint32_t p = rng_below(&s->rng, MAXP);
     tn_repl_t *r = &nd->core[p];
     disk_t *d = &nd->disk[p];
-    if (!nd->up || nd->paused || tn_repl_accepts(r) != 0 || d->len >= PRODCAP || nd->npend >= 256 ||
-        s->npid + 1 >= MAXPID)
+    if (!nd->up || nd->paused || !nd->has_core[p] || tn_repl_accepts(r) != 0 || d->len >= PRODCAP ||
+        nd->npend >= 256 || s->npid + 1 >= MAXPID)
         return;
     uint32_t pid = ++s->npid;
     d->r[d->len] = (rec_t){r->ps.leader_epoch, pid, false};
@@ -871,7 +1395,7 @@ static void consume(sim_t *s)
     node_t *nd = &s->node[1 + rng_below(&s->rng, s->n)];
     uint32_t p = rng_below(&s->rng, MAXP);
     tn_repl_t *r = &nd->core[p];
-    if (!nd->up || nd->paused || !tn_repl_serving(r))
+    if (!nd->up || nd->paused || !nd->has_core[p] || !tn_repl_serving(r) || holds(nd, p))
         return;
     for (int k = 0; k < BATCH && s->cursor[p] < r->hw; k++, s->cursor[p]++) {
         if (crc_check(s, nd, p, s->cursor[p]))
@@ -1019,7 +1543,8 @@ static void sim_setup(sim_t *s, uint64_t seed, uint32_t n)
     s->seed = s->rng = seed;
     s->n = n;
     s->rf = 3;
-    s->min_isr = sim_min_isr;
+    s->min_isr = s->topic_min_isr = sim_min_isr;
+    s->max_rf = n >= 5 ? 4 : 3;
     s->verbose = getenv("TERN_SIM_VERBOSE") != NULL;
     memset(s->committed, 0xff, sizeof(s->committed));
     for (uint32_t i = 1; i <= n; i++) {
@@ -1052,9 +1577,13 @@ static void sim_final_check(sim_t *s)
             violation(s, "p%u offline after healing", p);
             return;
         }
+        if (ps->ntarget > 0) {
+            violation(s, "p%u: move %" PRIu64 " still under way after healing", p, ps->move_id);
+            return;
+        }
         node_t *l = &s->node[ps->leader];
         const tn_repl_t *lr = &l->core[p];
-        if (lr->role != TN_REPL_LEADER || !tn_repl_serving(lr)) {
+        if (!l->has_core[p] || lr->role != TN_REPL_LEADER || !tn_repl_serving(lr)) {
             violation(s,
                       "p%u: node %u leads but does not serve after healing (role %d, epoch %u, "
                       "hw %" PRIu64 ", epoch start %" PRIu64 ", registered %d)",
@@ -1073,6 +1602,8 @@ static void sim_final_check(sim_t *s)
             node_t *m = &s->node[ps->isr[k].node];
             if (m->inc != ps->isr[k].incarnation)
                 continue; /* a stale entry the leader is removing */
+            if (!m->has_core[p])
+                violation(s, "ISR member %u of p%u holds no replica", m->id, p);
             for (uint64_t o = 0; o < lr->hw; o++)
                 if (o >= m->disk[p].len || m->disk[p].r[o].pid != l->disk[p].r[o].pid) {
                     violation(s, "ISR member %u of p%u differs from leader %u at %" PRIu64, m->id,
@@ -1176,13 +1707,21 @@ static void run_many(uint32_t n, uint32_t min_isr)
     /* Sanitized builds run ten times slower: fewer schedules by default. */
     uint64_t count = env_u64("TERN_SIM_SCHEDULES", getenv("TERN_SANITIZED") ? 200 : 1000);
     uint64_t base = env_u64("TERN_SIM_BASE", 0x7e51u) * 1000003u + n * 10 + min_isr;
-    uint64_t acks = 0, reads = 0, elections = 0, faults = 0;
+    uint64_t acks = 0, reads = 0, elections = 0, faults = 0, begun = 0, done = 0, aborted = 0;
+    /* TERN_SIM_KEEP_GOING=1: every failing seed is printed, then the test fails. */
+    bool keep_going = getenv("TERN_SIM_KEEP_GOING") != NULL;
+    uint64_t failures = 0;
     for (uint64_t i = 0; i < count; i++) {
         uint64_t seed = base + i * 0x9e3779b9u;
         if (sim_run(s, seed, n) != 0) {
             printf("FAILED: %s\nreplay: TERN_SIM_SEED=%" PRIu64 " TERN_SIM_NODES=%u "
                    "TERN_SIM_MIN_ISR=%u TERN_SIM_VERBOSE=1\n",
                    s->fail, seed, n, min_isr);
+            fflush(stdout);
+            if (keep_going) {
+                failures++;
+                continue;
+            }
             sim_free(s);
             fail();
         }
@@ -1190,12 +1729,20 @@ static void run_many(uint32_t n, uint32_t min_isr)
         reads += s->nread;
         elections += s->elections;
         faults += s->faults_done;
+        begun += s->moves_begun;
+        done += s->moves_done;
+        aborted += s->moves_aborted;
     }
     printf("%" PRIu64 " schedules of %u nodes, min_insync %u: %" PRIu64 " acks, %" PRIu64
-           " reads, %" PRIu64 " elections, %" PRIu64 " faults\n",
-           count, n, min_isr, acks, reads, elections, faults);
+           " reads, %" PRIu64 " elections, %" PRIu64 " faults, moves %" PRIu64 " begun, %" PRIu64
+           " completed, %" PRIu64 " aborted\n",
+           count, n, min_isr, acks, reads, elections, faults, begun, done, aborted);
     assert_true(count == 0 || acks > count); /* the schedules did work */
     sim_free(s);
+    if (failures > 0) {
+        printf("%" PRIu64 " of %" PRIu64 " schedules failed\n", failures, count);
+        fail();
+    }
 }
 
 static void test_sim_3_nodes(void **state)
