@@ -130,13 +130,21 @@ static void note_damage(tn_plog_t *plog, uint64_t base, uint64_t end)
     atomic_store(&plog->bad_base, base);
 }
 
+/* The end of the damaged segment at base as the segments stand now (lock
+ * held): the next one's base, TN_PLOG_DAMAGE_ACTIVE when it is the last,
+ * 0 when there is no such segment. */
+static uint64_t damage_end_locked(const tn_plog_t *plog, uint64_t base)
+{
+    for (uint32_t i = 0; i < plog->nsegs; i++)
+        if (plog->segs[i]->base == base)
+            return i + 1 < plog->nsegs ? plog->segs[i + 1]->base : TN_PLOG_DAMAGE_ACTIVE;
+    return 0;
+}
+
 void tn__plog_note_damage(tn_plog_t *plog, uint64_t base)
 {
-    uint64_t end = 0;
     uv_mutex_lock(&plog->lock);
-    for (uint32_t i = 0; i + 1 < plog->nsegs; i++)
-        if (plog->segs[i]->base == base)
-            end = plog->segs[i + 1]->base;
+    uint64_t end = damage_end_locked(plog, base);
     uv_mutex_unlock(&plog->lock);
     note_damage(plog, base, end);
 }
@@ -149,9 +157,35 @@ bool tn_plog_damage(tn_plog_t *pl, uint64_t *base, uint64_t *end)
     uint64_t b = atomic_load(&pl->bad_base);
     if (e <= b)
         return false;
+    if (e == TN_PLOG_DAMAGE_ACTIVE) {
+        /* Found in the active segment: a roll may have sealed it since
+         * (a round that was under way when the log turned sticky). */
+        uv_mutex_lock(&pl->lock);
+        e = damage_end_locked(pl, b);
+        uv_mutex_unlock(&pl->lock);
+        if (e <= b)
+            return false;
+    }
     *base = b;
     *end = e;
     return true;
+}
+
+uint32_t tn_plog_damage_prefix_epoch(tn_plog_t *pl, uint64_t base)
+{
+    if (base == 0)
+        return 0;
+    uint32_t epoch = 0;
+    uv_mutex_lock(&pl->lock);
+    const tn_epochs_t *h = &pl->epochs;
+    for (uint32_t i = h->n; i > 0; i--) {
+        if (h->entries[i - 1].start <= base - 1) {
+            epoch = h->entries[i - 1].epoch;
+            break;
+        }
+    }
+    uv_mutex_unlock(&pl->lock);
+    return epoch;
 }
 
 static tn_seg_t *active_seg(tn_plog_t *plog)
@@ -447,8 +481,7 @@ static int recover_segment(tn_plog_t *plog, uint64_t base, uint64_t next, bool l
         if (rc != 0)
             goto fail;
     } else if (scan.tail != 0 && (!last || scan.durable_damage)) {
-        if (!last)
-            note_damage(plog, base, next);
+        note_damage(plog, base, last ? TN_PLOG_DAMAGE_ACTIVE : next);
         set_sticky(plog, TN_ECORRUPT, "segment %s: %s at byte %" PRIu64 "%s", path,
                    scan.tail == TN_ESHORT ? "truncated record" : "bad record", scan.tail_pos,
                    last ? " below data that had been made durable" : " in a sealed segment");
@@ -529,20 +562,35 @@ static int recover_damage(tn_plog_t *plog)
     uint64_t base = tn_get_u64(p), end = tn_get_u64(p + 8);
     if (atomic_load(&plog->err) != 0)
         return 0; /* isolated already: the damage was found again, or other damage */
-    for (uint32_t i = 0; i + 1 < plog->nsegs; i++) {
-        if (plog->segs[i]->base == base && plog->segs[i + 1]->base == end) {
-            note_damage(plog, base, end);
+    /* The segment there now, as the damage's end names it: the one
+     * followed by the segment at end, or for the active segment's damage
+     * (TN_PLOG_DAMAGE_ACTIVE) the last one, or one a roll sealed after
+     * the damage was found. */
+    uint64_t now_end = damage_end_locked(plog, base);
+    if (now_end != 0 && (now_end == end || end == TN_PLOG_DAMAGE_ACTIVE)) {
+        note_damage(plog, base, now_end);
+        if (now_end == TN_PLOG_DAMAGE_ACTIVE)
+            set_sticky(plog, TN_ECORRUPT,
+                       "the active segment %" PRIu64 " (offsets from %" PRIu64
+                       ") was found damaged before the restart and is not repaired yet",
+                       base, base);
+        else
             set_sticky(plog, TN_ECORRUPT,
                        "segment %" PRIu64 " (offsets %" PRIu64 "..%" PRIu64
                        ") was found damaged before the restart and is not repaired yet",
-                       base, base, end - 1);
-            return 0;
-        }
+                       base, base, now_end - 1);
+        return 0;
     }
-    TN_LOG(TN_LOG_NOTICE,
-           "partition %s/%u: the damage recorded for offsets %" PRIu64 "..%" PRIu64
-           " matches no segment any more (truncated or collected since): record dropped",
-           plog->topic, plog->partition, base, end - 1);
+    if (end == TN_PLOG_DAMAGE_ACTIVE)
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%u: the damage recorded for the active segment %" PRIu64
+               " matches no segment any more (truncated since): record dropped",
+               plog->topic, plog->partition, base);
+    else
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%u: the damage recorded for offsets %" PRIu64 "..%" PRIu64
+               " matches no segment any more (truncated or collected since): record dropped",
+               plog->topic, plog->partition, base, end - 1);
     char path[4096];
     rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, DAMAGE_FILE);
     if (rc == 0)
@@ -665,6 +713,29 @@ static int recover_epochs(tn_plog_t *plog)
     return rc;
 }
 
+/* An isolated log's epochs file, loaded as it is (nothing repaired or
+ * written: the log's end is not known past the damage), for the repair
+ * of a damaged active segment (tn_plog_damage_prefix_epoch). A file that
+ * cannot be read leaves the history empty. */
+static void load_epochs_isolated(tn_plog_t *plog)
+{
+    if (tn_epochs_load(&plog->epochs, plog->dir) != 0) {
+        tn_epochs_fini(&plog->epochs);
+        tn_epochs_init(&plog->epochs);
+    }
+    plog->epochs_used = plog->epochs.n > 0;
+}
+
+/* The epochs at open: repaired to the recovered log, or, isolated, as
+ * the file holds them. */
+static int open_epochs(tn_plog_t *plog)
+{
+    if (atomic_load(&plog->err) == 0)
+        return recover_epochs(plog);
+    load_epochs_isolated(plog);
+    return 0;
+}
+
 static void progress_done(tn__sreq_t *s);
 
 static void plog_free(tn_plog_t *plog)
@@ -739,8 +810,8 @@ int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_pl
     if (rc != 0)
         goto fail;
     rc = recover(plog);
-    if (rc == 0 && atomic_load(&plog->err) == 0)
-        rc = recover_epochs(plog);
+    if (rc == 0)
+        rc = open_epochs(plog);
     if (rc != 0)
         goto fail;
     track_open(plog);
@@ -2904,8 +2975,8 @@ static int reload(tn_plog_t *plog)
         rc = UV_ENOMEM;
     if (rc == 0)
         rc = recover(fresh);
-    if (rc == 0 && atomic_load(&fresh->err) == 0)
-        rc = recover_epochs(fresh);
+    if (rc == 0)
+        rc = open_epochs(fresh);
     if (rc != 0) {
         plog_free(fresh);
         return rc;
@@ -2941,11 +3012,55 @@ static int reload(tn_plog_t *plog)
     return 0;
 }
 
+/* Write the damage record (base, end): the damage file (committer
+ * thread; atomic, the directory synced). */
+static int write_damage(tn_plog_t *plog, uint64_t base, uint64_t end)
+{
+    unsigned char b[16];
+    tn_put_u64(b, base);
+    tn_put_u64(b + 8, end);
+    return tn_io_write_record_file(plog->dir, DAMAGE_FILE, DAMAGE_MAGIC, b, sizeof(b));
+}
+
+/* tn_plog_repair_active, step 6: the epochs file becomes the entries of
+ * the file starting below base, then the copy's (committer thread). Read
+ * from the file, not from memory: a log isolated at open has not repaired
+ * its history against the log, and a crash may have left the copy's
+ * entries in the file already (they are dropped and given again). */
+static int repair_epochs(tn_plog_t *plog, tn_plog_repair_t *req)
+{
+    tn_epochs_t h;
+    tn_epochs_init(&h);
+    int rc = tn_epochs_load(&h, plog->dir);
+    if (rc == 0) {
+        (void)tn_epochs_truncate_from_end(&h, req->base);
+        for (uint32_t i = 0; i < req->nrepochs && rc == 0; i++)
+            rc = tn_epochs_assign(&h, req->repochs[i].epoch, req->repochs[i].start, NULL);
+        if (rc == 0 && (h.n > 0 || plog->epochs_used))
+            rc = tn_epochs_save(&h, plog->dir);
+    }
+    if (rc != 0)
+        TN_LOG(TN_LOG_ERROR,
+               "partition %s/%u: cannot give the repaired active segment its epochs: %s (%s)",
+               plog->topic, plog->partition, h.errmsg, tn_strerror(rc));
+    tn_epochs_fini(&h);
+    return rc == TN_EFORMAT ? TN_ECORRUPT : rc;
+}
+
 static int repair_run(tn_plog_t *plog, tn_plog_repair_t *req)
 {
     uint64_t base, end;
-    if (!tn_plog_damage(plog, &base, &end) || base != req->base || end != req->end)
+    if (!tn_plog_damage(plog, &base, &end) || base != req->base ||
+        end != (req->active ? TN_PLOG_DAMAGE_ACTIVE : req->end))
         return UV_EINVAL;
+    /* 0. (The active segment's repair) the damage recorded first: until
+     * step 7 removes it, an open finds the log isolated, whichever of the
+     * files below are in place, and the repair starts over. */
+    if (req->active) {
+        int r0 = write_damage(plog, base, TN_PLOG_DAMAGE_ACTIVE);
+        if (r0 != 0)
+            return r0;
+    }
     char segp[4096], tmpp[4096], idxp[4096];
     int rc = seg_path(plog, base, "log", segp, sizeof(segp));
     if (rc == 0)
@@ -2971,7 +3086,7 @@ static int repair_run(tn_plog_t *plog, tn_plog_repair_t *req)
     int fd = -1;
     rc = tn_io_open(tmpp, O_WRONLY | O_CREAT | O_TRUNC, 0644, &fd);
     if (rc == 0)
-        rc = tn_io_pwrite(fd, req->raw, req->raw_len, 0);
+        rc = req->raw_len > 0 ? tn_io_pwrite(fd, req->raw, req->raw_len, 0) : 0;
     if (rc == 0)
         rc = tn_io_fdatasync(fd);
     if (fd >= 0) {
@@ -3005,6 +3120,11 @@ static int repair_run(tn_plog_t *plog, tn_plog_repair_t *req)
     if (rc != 0 || repair_stops(5))
         goto out;
 
+    /* 6. (The active segment's repair) the epochs: the records from base
+     * on are the leader's now. */
+    if (req->active && ((rc = repair_epochs(plog, req)) != 0 || repair_stops(6)))
+        goto out;
+
     /* The damage record goes (a crash before leaves it: the next open
      * isolates the good copy and it is copied again). */
     char dmgp[4096];
@@ -3018,7 +3138,14 @@ static int repair_run(tn_plog_t *plog, tn_plog_repair_t *req)
 
     /* 6. Re-open in place. */
     rc = reload(plog);
-    if (rc == 0)
+    if (rc == 0 && req->active)
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%u: the active segment %" PRIu64 " replaced by a good copy of %" PRIu64
+               " records from offset %" PRIu64 "; the damaged file is kept as %s%s%s",
+               plog->topic, plog->partition, base, req->end - base, base, req->quarantined,
+               atomic_load(&plog->err) != 0 ? "; still isolated: " : "",
+               atomic_load(&plog->err) != 0 ? plog->errmsg : "");
+    else if (rc == 0)
         TN_LOG(TN_LOG_NOTICE,
                "partition %s/%u: segment %" PRIu64 " (offsets %" PRIu64 "..%" PRIu64
                ") replaced by a good copy; the damaged file is kept as %s%s%s",
@@ -3045,6 +3172,8 @@ static void repair_done(tn__sreq_t *s)
     tn_plog_t *pl = req->plog;
     tn_free(req->raw);
     req->raw = NULL;
+    tn_free(req->repochs);
+    req->repochs = NULL;
     uint64_t w = atomic_load(&pl->written_next);
     if (atomic_load(&pl->hw) > w)
         atomic_store(&pl->hw, w);
@@ -3057,12 +3186,8 @@ static void dmgrec_exec(tn__committer_t *c, tn__sreq_t *s)
     tn_plog_t *plog = req->plog;
     uint64_t base, end;
     int rc = 0;
-    if (tn_plog_damage(plog, &base, &end)) {
-        unsigned char b[16];
-        tn_put_u64(b, base);
-        tn_put_u64(b + 8, end);
-        rc = tn_io_write_record_file(plog->dir, DAMAGE_FILE, DAMAGE_MAGIC, b, sizeof(b));
-    }
+    if (tn_plog_damage(plog, &base, &end))
+        rc = write_damage(plog, base, end);
     s->status = rc;
     tn__store_complete(c->store, s, s);
 }
@@ -3108,11 +3233,67 @@ int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t
         return UV_ENOMEM;
     memcpy(req->raw, bytes, len);
     req->raw_len = len;
+    req->active = false;
+    req->repochs = NULL;
+    req->nrepochs = 0;
     req->s.exec = repair_exec;
     req->s.done = repair_done;
     req->plog = pl;
     req->base = base;
     req->end = end;
+    req->cb = cb;
+    req->quarantined[0] = '\0';
+    tn__committer_submit(&pl->store->logc, &req->s);
+    return 0;
+}
+
+int tn_plog_repair_active(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, const void *bytes,
+                          size_t len, const tn_epoch_entry_t *epochs, uint32_t nepochs,
+                          tn_plog_repair_cb cb)
+{
+    if (pl->mem || cb == NULL || (len > 0 && bytes == NULL) || (nepochs > 0 && epochs == NULL) ||
+        base > INT64_MAX)
+        return UV_EINVAL;
+    if (pl->closing)
+        return TN_ECLOSED;
+    uint32_t n = 0;
+    if (len > 0) {
+        int rc = tn_rec_check_run(bytes, len, base, &n);
+        if (rc != 0)
+            return rc;
+    }
+    if (n == 0 && nepochs > 0)
+        return UV_EINVAL;
+    for (uint32_t i = 0; i < nepochs; i++) {
+        bool ordered = i == 0 || (epochs[i].epoch > epochs[i - 1].epoch &&
+                                  epochs[i].start > epochs[i - 1].start);
+        if (!ordered || epochs[i].epoch == 0 || epochs[i].epoch == TN_EPOCHS_UNDEFINED ||
+            epochs[i].start < base || epochs[i].start >= base + n)
+            return TN_ECORRUPT;
+    }
+    memset(&req->s, 0, sizeof(req->s));
+    /* An empty copy still gets a buffer: steps 1-5 write it as a file. */
+    req->raw = tn_malloc(len > 0 ? len : 1);
+    req->repochs = nepochs > 0 ? tn_malloc(nepochs * sizeof(*epochs)) : NULL;
+    if (req->raw == NULL || (nepochs > 0 && req->repochs == NULL)) {
+        tn_free(req->raw);
+        tn_free(req->repochs);
+        req->raw = NULL;
+        req->repochs = NULL;
+        return UV_ENOMEM;
+    }
+    if (len > 0)
+        memcpy(req->raw, bytes, len);
+    if (nepochs > 0)
+        memcpy(req->repochs, epochs, nepochs * sizeof(*epochs));
+    req->raw_len = len;
+    req->active = true;
+    req->nrepochs = nepochs;
+    req->s.exec = repair_exec;
+    req->s.done = repair_done;
+    req->plog = pl;
+    req->base = base;
+    req->end = base + n;
     req->cb = cb;
     req->quarantined[0] = '\0';
     tn__committer_submit(&pl->store->logc, &req->s);

@@ -113,6 +113,10 @@ struct tn_plog_repair_s {
     uint64_t base, end;
     unsigned char *raw; /* owned copy of the records, freed before cb */
     size_t raw_len;
+    /* tn_plog_repair_active: the copy's epochs (owned, freed before cb) */
+    bool active;
+    tn_epoch_entry_t *repochs;
+    uint32_t nrepochs;
     tn_plog_repair_cb cb;
     /* out: where the damaged file was kept (a path in the partition's
      * directory), "" when the repair stopped before that */
@@ -170,10 +174,10 @@ struct tn_plog_s {
     atomic_int durability;
     atomic_int err; /* sticky: TN_ECORRUPT, an I/O error, ... */
     char errmsg[512];
-    /* Where a TN_ECORRUPT came from, when it was a record of a segment
-     * followed by another: that segment's base and the next one's base
-     * (bad_end 0: not known, or the active segment). Written before err
-     * turns sticky; read with it (tn_plog_damage). */
+    /* Where a TN_ECORRUPT came from, when it was a record of a segment:
+     * that segment's base and the next one's base, or
+     * TN_PLOG_DAMAGE_ACTIVE for the active segment (bad_end 0: not known).
+     * Written before err turns sticky; read with it (tn_plog_damage). */
     atomic_uint_fast64_t bad_base;
     atomic_uint_fast64_t bad_end;
     atomic_uint_fast64_t written_next;
@@ -563,14 +567,28 @@ int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint6
 int tn_plog_truncate_batch(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
                            tn_plog_trunc_cb cb);
 
+/* tn_plog_damage's *end when the damaged segment is the active one (the
+ * last): its records from base on, however many there are. */
+#define TN_PLOG_DAMAGE_ACTIVE UINT64_MAX
+
 /* Where the damage of an isolated log is, for a repair from another
  * replica: true when the sticky error is TN_ECORRUPT and it was found in
- * the records of a segment followed by another one (by recovery, a read,
- * tn_plog_read_raw or the scrub); *base is that segment's base offset and
- * *end the next segment's (exclusive). False otherwise (no damage, another
- * error, damage in the active segment, in a sidecar or the epochs file).
- * Any thread. */
+ * the records of a segment (by recovery, a read, tn_plog_read_raw or the
+ * scrub); *base is that segment's base offset and *end the next segment's
+ * (exclusive), or TN_PLOG_DAMAGE_ACTIVE when the segment is the last one
+ * (tn_plog_repair_active). A segment that was active when its damage was
+ * found and has been followed by another since is a sealed one here.
+ * False otherwise (no damage, another error, damage in a sidecar or the
+ * epochs file, or segments that overlap). Any thread. */
 bool tn_plog_damage(tn_plog_t *pl, uint64_t *base, uint64_t *end);
+
+/* For the repair of a damaged active segment at base: the epoch of the
+ * record at base - 1 in this log's epoch history (loaded also when the log
+ * opened isolated), which the leader checks against its own history before
+ * it serves the copy (its log and this one agree below base only then);
+ * 0 when the history does not cover base - 1 (base 0, or an empty
+ * history). Any thread. */
+uint32_t tn_plog_damage_prefix_epoch(tn_plog_t *pl, uint64_t base);
 
 /* Record durably where this isolated log's damage is (tn_plog_damage):
  * the partition's `damage` file (docs/storage-format.md) holds the range,
@@ -617,6 +635,34 @@ int tn_plog_record_damage(tn_plog_t *pl, tn_plog_dmgrec_t *req, tn_plog_dmgrec_c
 int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,
                    const void *bytes, size_t len, tn_plog_repair_cb cb);
 
+/* Replace the damaged ACTIVE segment at base (tn_plog_damage's end
+ * TN_PLOG_DAMAGE_ACTIVE) with the leader's records from base on:
+ * bytes[0..len) (as for tn_plog_repair, the first at base, n of them; len
+ * 0: none, the segment is replaced by an empty one) and the leader's
+ * epochs covering them (as tn_plog_epochs_range gives them for
+ * [base, base + n): ordered, each starting in the run; copied). Whatever
+ * this copy held from base on is dropped: records past base + n were
+ * above the leader's hw, or are fetched again. On the committer thread,
+ * crash-safely (docs/storage-format.md): 0. the damage record is written
+ * (durable: until it goes, an open isolates the log again); 1-5 as
+ * tn_plog_repair (`<base>.repair`, the damaged file kept as
+ * `<base>.log.damaged.<wall ms>`, rename, directory fsync); 6. the epochs
+ * file becomes this copy's entries starting below base followed by the
+ * given ones (written atomically); 7. the damage record is removed and the
+ * directory fsynced; 8. the log is recovered in place. A crash before 7
+ * reopens the log isolated by the record, whatever files are in place,
+ * and the repair starts over. The caller checks first that this log agrees
+ * with the leader's below base (tn_plog_damage_prefix_epoch). req->end is
+ * base + n. Refused at once: UV_EINVAL (a memory log, no callback, bytes
+ * NULL with len > 0, epochs given for no records), TN_ECORRUPT (not such
+ * a run, or epochs out of order or outside it), TN_ECLOSED, UV_ENOMEM; at
+ * run time UV_EINVAL when the damage is not the active segment at base any
+ * more, TN_ECORRUPT when the epochs file cannot be read (nothing changed
+ * then, the log stays isolated). 0 when queued. Loop thread; cb on it. */
+int tn_plog_repair_active(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, const void *bytes,
+                          size_t len, const tn_epoch_entry_t *epochs, uint32_t nepochs,
+                          tn_plog_repair_cb cb);
+
 /* The hw gate of a replicated leader (loop thread). While gated, an
  * append (tn_plog_append, tn_plog_begin_epoch) that its mode would
  * complete waits until tn_plog_set_hw covers its last record (hw > last
@@ -657,9 +703,10 @@ void tn_plog_set_repl_watch(tn_plog_t *pl, bool on);
  * the request completes with UV_EIO and the log turns sticky. -1 (the
  * default) disarms. */
 void tn__plog_trunc_stop_after(int k);
-/* Stop the next tn_plog_repair after step k (1..5 above) as a crash
- * would: the rest is skipped and the request completes with UV_EIO (the
- * log stays isolated). -1 (the default) disarms. */
+/* Stop the next tn_plog_repair after step k (1..5 above; 1..6 for
+ * tn_plog_repair_active) as a crash would: the rest is skipped and the
+ * request completes with UV_EIO (the log stays isolated). -1 (the
+ * default) disarms. */
 void tn__plog_repair_stop_after(int k);
 #endif
 

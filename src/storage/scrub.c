@@ -1,5 +1,6 @@
-/* Scrub: the scrubber's thread, the checks of one sealed segment, the
- * token bucket, and the loop-thread side (timer, waiters). See scrub.h.
+/* Scrub: the scrubber's thread, the checks of one sealed segment (and of
+ * the synced records of the active one), the token bucket, and the
+ * loop-thread side (timer, waiters). See scrub.h.
  *
  * DESIGN: pinning without blocking.
  *   1. A run copies the names (topic, partition) of the open disk logs
@@ -245,8 +246,12 @@ static bool still_there(run_t *r, const tn_seg_t *seg)
 }
 
 /* Isolate the partition for damage in seg at pos, as recovery does.
- * False when the segment is no longer the log's (deleted meanwhile). */
-static bool isolate(run_t *r, const tn_seg_t *seg, const char *what, uint64_t pos)
+ * False when the segment is no longer the log's (deleted meanwhile), or,
+ * for the active segment, when the record at offset (NO_OFFSET: not
+ * known) is no longer below the log's end (a truncation cut the file
+ * while it was read: it moves the end back first). */
+static bool isolate(run_t *r, const tn_seg_t *seg, const char *what, uint64_t pos, bool active,
+                    uint64_t offset)
 {
     tn_store_t *store = r->s->store;
     uv_mutex_lock(&store->open_lock);
@@ -256,12 +261,14 @@ static bool isolate(run_t *r, const tn_seg_t *seg, const char *what, uint64_t po
         uv_mutex_lock(&plog->lock);
         there = holds(plog, seg);
         uv_mutex_unlock(&plog->lock);
+        if (there && active)
+            there = offset != NO_OFFSET && offset < tn_plog_written_next(plog);
     }
     if (there) {
         tn__plog_note_damage(plog, seg->base);
         tn__plog_isolate(plog, TN_ECORRUPT,
-                         "segment %s: %s at byte %" PRIu64 " in a sealed segment (found by scrub)",
-                         seg->path, what, pos);
+                         "segment %s: %s at byte %" PRIu64 " in %s segment (found by scrub)",
+                         seg->path, what, pos, active ? "the active" : "a sealed");
     }
     uv_mutex_unlock(&store->open_lock);
     return there;
@@ -515,7 +522,7 @@ static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count
     goto out;
 
 found : {
-    bool iso = isolate(r, seg, bad, pos);
+    bool iso = isolate(r, seg, bad, pos, false, NO_OFFSET);
     if (iso) {
         note_error(r, seg->base, seg->path, pos, bad_offset, true, "%s: %s", bad, detail);
     } else {
@@ -539,6 +546,79 @@ out:
         s->cur.segments++;
     uv_mutex_unlock(&s->lock);
     tn_buf_fini(&ibuf);
+}
+
+/* Check the first count records of the pinned active segment seg (those
+ * below the log's durable_next when it was pinned: synced, so no write
+ * changes their bytes; size bounds them). No sidecar, no count or length
+ * to compare: the records only (magic, flags, lengths, dense offsets,
+ * CRC). A truncation may cut the file meanwhile: a finding then isolates
+ * nothing (isolate). */
+static void check_active(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count)
+{
+    tn_scrub_t *s = r->s;
+    r->fd = seg->fd;
+    r->wpos = 0;
+    tn_buf_reset(&r->win);
+    uint64_t pos = 0, expected = seg->base, nrec = 0;
+    const char *bad = NULL;
+    char detail[160] = "";
+    int rc = 0;
+    bool gone = false;
+    while (nrec < count) {
+        const unsigned char *p;
+        rc = win_get(r, pos, TN_REC_HDR, size, &p);
+        if (rc == TN_ESHORT) {
+            bad = "truncated record";
+            snprintf(detail, sizeof(detail), "the segment ends at byte %" PRIu64, size);
+            break;
+        }
+        if (rc != 0)
+            break;
+        tn_rec_hdr_t h;
+        if (tn_rec_decode_hdr(p, TN_REC_HDR, &h) != 0 || h.offset != expected) {
+            bad = "bad record";
+            snprintf(detail, sizeof(detail), "bad record header where offset %" PRIu64 " belongs",
+                     expected);
+            break;
+        }
+        uint64_t rsize = tn_rec_size(&h);
+        rc = pos + rsize > size ? TN_ESHORT : win_get(r, pos, (size_t)rsize, size, &p);
+        if (rc == TN_ESHORT) {
+            bad = "truncated record";
+            snprintf(detail, sizeof(detail), "record of %" PRIu64 " bytes runs past the end",
+                     rsize);
+            break;
+        }
+        if (rc != 0)
+            break;
+        if (tn_rec_verify(p, p + TN_REC_HDR, p + TN_REC_HDR + h.key_len) != 0) {
+            bad = "bad record";
+            snprintf(detail, sizeof(detail), "CRC mismatch in the record of offset %" PRIu64,
+                     h.offset);
+            break;
+        }
+        pos += rsize;
+        expected++;
+        nrec++;
+    }
+    if (bad != NULL) {
+        if (isolate(r, seg, bad, pos, true, expected))
+            note_error(r, seg->base, seg->path, pos, expected, true, "%s: %s", bad, detail);
+        else
+            gone = true;
+    } else if (rc != 0 && !r->stopped) {
+        note_error(r, seg->base, seg->path, pos, NO_OFFSET, false, "cannot read the segment: %s",
+                   tn_strerror(rc));
+    }
+    uv_mutex_lock(&s->lock);
+    s->cur.records += nrec;
+    s->tot.records += nrec;
+    if (gone)
+        s->cur.segments_skipped++;
+    else if (!r->stopped)
+        s->cur.segments++;
+    uv_mutex_unlock(&s->lock);
 }
 
 /* --- one partition, one run ---------------------------------------------------- */
@@ -608,6 +688,29 @@ static void check_partition(run_t *r, const part_t *part)
         tn_seg_unref(seg);
     }
     tn_free(bases);
+
+    /* The active segment: its records below durable_next. */
+    tn_seg_t *act = NULL;
+    uint64_t asize = 0, acount = 0;
+    uv_mutex_lock(&store->open_lock);
+    plog = isolated || r->stopped ? NULL : find_plog(store, part->topic, part->partition);
+    if (plog != NULL) {
+        uv_mutex_lock(&plog->lock);
+        uint64_t durable = tn_plog_durable_next(plog);
+        tn_seg_t *c = plog->nsegs > 0 ? plog->segs[plog->nsegs - 1] : NULL;
+        if (tn_plog_err(plog) == 0 && c != NULL && !c->sealed && durable > c->base) {
+            act = c;
+            asize = c->size;
+            acount = TN_MIN(durable, c->base + c->count) - c->base;
+            tn_seg_ref(act);
+        }
+        uv_mutex_unlock(&plog->lock);
+    }
+    uv_mutex_unlock(&store->open_lock);
+    if (act != NULL) {
+        check_active(r, act, asize, acount);
+        tn_seg_unref(act);
+    }
 }
 
 static void run(tn_scrub_t *s)

@@ -1,10 +1,16 @@
 /* Scrub: a background verification of every sealed segment of every open
- * partition log, at a bounded rate.
+ * partition log, and of the synced records of its active one, at a
+ * bounded rate.
  *
  * A run walks the store's open partition logs and, in each, its sealed
- * segments (the active one is still being written and is checked by
- * recovery at every start). For each segment it reads the sidecar index
- * and then the records front to back, and checks:
+ * segments, then the records of the active segment below the log's
+ * durable point (synced, so no write changes them; recovery scans the
+ * whole segment at every start): magic, flags, lengths, dense offsets and
+ * CRC only, with no sidecar, count or length to compare; a finding there
+ * isolates the log only when the record is still below its end (a
+ * truncation may cut the file while it is read). For each sealed segment
+ * it reads the sidecar index and then the records front to back, and
+ * checks:
  *   - the file's length is the length the log holds for it;
  *   - every record: magic, flags, lengths, the next offset in sequence and
  *     its CRC; the records end exactly at the file's end, the last one

@@ -1,8 +1,9 @@
 /* The partition log's replication support: control records, the epoch
  * history (begin_epoch, queries, repair at open, retention), the
  * follower's raw copy of the leader's records, suffix truncation and each
- * of its crash points, the repair of a damaged segment and the record of
- * its damage across a restart, and the hw gate. */
+ * of its crash points, the repair of a damaged segment (sealed or the
+ * active one) and the record of its damage across a restart, the scrub of
+ * the active segment, and the hw gate. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -1082,6 +1083,417 @@ static void test_repair_powerloss(void **state)
     tn_buf_fini(&good);
 }
 
+/* --- repair of a damaged active segment ------------------------------------------ */
+
+/* Flip a byte in the middle of the records of topic/0's active segment
+ * (the last file; its zeroed space ahead is not counted); its base. */
+static uint64_t flip_active(fx_t *fx, tn_plog_t *pl, const char *topic)
+{
+    uv_mutex_lock(&pl->lock);
+    tn_seg_t *seg = pl->segs[pl->nsegs - 1];
+    uint64_t base = seg->base, size = seg->size;
+    assert_true(seg->count >= 8);
+    uv_mutex_unlock(&pl->lock);
+    char path[4096];
+    seg_file(fx, topic, base, "log", path, sizeof(path));
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)(size / 2), SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, (long)(size / 2), SEEK_SET), 0);
+    assert_int_not_equal(fputc(c ^ 0x20, f), EOF);
+    assert_int_equal(fclose(f), 0);
+    return base;
+}
+
+static int repair_active(fx_t *fx, tn_plog_t *pl, uint64_t base, const tn_buf_t *good,
+                         const tn_epoch_entry_t *ep, uint32_t nep, rw_t *w)
+{
+    tn_plog_repair_t req;
+    memset(w, 0, sizeof(*w));
+    req.data = w;
+    size_t len = good != NULL ? tn_buf_size(good) : 0;
+    int rc = tn_plog_repair_active(pl, &req, base, len > 0 ? tn_buf_data(good) : NULL, len, ep, nep,
+                                   on_repair);
+    if (rc != 0)
+        return rc;
+    run_until(&fx->loop, &w->done);
+    return w->status;
+}
+
+/* The copy a leader (ref) serves of [base, end): records and epochs. */
+static uint32_t copy_of(tn_plog_t *ref, uint64_t base, uint64_t end, tn_buf_t *good,
+                        tn_epoch_entry_t *ep)
+{
+    read_range(ref, base, end, good);
+    return end > base ? tn_plog_epochs_range(ref, base, end, ep, 8) : 0;
+}
+
+/* The end of the k-th whole batch of ref from offset from on. */
+static uint64_t batches_end(tn_plog_t *ref, uint64_t from, int k)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    for (int i = 0; i < k; i++) {
+        uint32_t n;
+        tn_buf_reset(&b);
+        assert_int_equal(tn_plog_read_raw(ref, from, 1, &b, &n), 0);
+        assert_true(n > 0);
+        from += n;
+    }
+    tn_buf_fini(&b);
+    return from;
+}
+
+/* A follower's copy of ref in pl (topic), its active segment damaged and
+ * found by a read: isolated, the damage named (base, ACTIVE), appends
+ * refused at once, the prefix epoch the history's at base - 1. */
+static uint64_t damaged_active_copy(fx_t *fx, tn_plog_t *ref, tn_plog_t *pl, const char *topic)
+{
+    copy_all(fx, ref, pl, 3000);
+    uint64_t base = flip_active(fx, pl, topic);
+    find_damage(pl, base, TN_PLOG_DAMAGE_ACTIVE);
+    char body[64];
+    size_t len = tu_body(1, body, sizeof(body));
+    uint64_t off;
+    assert_int_equal(tu_append(&fx->loop, pl, body, len, &off), TN_ECORRUPT);
+    tn_epoch_entry_t e[8];
+    uint32_t n = tn_plog_epochs_range(ref, base - 1, base, e, 8);
+    assert_int_equal(n, 1);
+    assert_int_equal(tn_plog_damage_prefix_epoch(pl, base), e[0].epoch);
+    return base;
+}
+
+static void expect_kept_and_clean(fx_t *fx, const char *topic, uint64_t base, const rw_t *w)
+{
+    assert_int_equal(access(w->quarantined, F_OK), 0);
+    assert_non_null(strstr(w->quarantined, ".log.damaged."));
+    char path[4096];
+    seg_file(fx, topic, base, "repair", path, sizeof(path));
+    assert_int_not_equal(access(path, F_OK), 0);
+    assert_false(exists(fx, topic, 0, "damage"));
+}
+
+/* Damage in the active segment, found by a read: the segment is replaced
+ * by the leader's records from its base on, the log serves again byte for
+ * byte the leader's (epochs too), copies go on, and a restart finds it
+ * whole; bad copies are refused without a change. */
+static void test_repair_active(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    tn_plog_t *pl = open_log(fx, "ra", 0);
+    uint64_t base = damaged_active_copy(fx, ref, pl, "ra");
+    uint64_t end = tn_plog_written_next(ref);
+    uint64_t *bases;
+    (void)seg_bases(fx, "ra", &bases);
+
+    tn_buf_t good;
+    tn_buf_init(&good);
+    tn_epoch_entry_t ep[8];
+    rw_t w;
+    /* The sealed form names a range: refused at run time. */
+    (void)copy_of(ref, base, end, &good, ep);
+    assert_int_equal(repair(fx, pl, base, end, &good, &w), UV_EINVAL);
+    /* A damaged copy, epochs outside the run, epochs for no records. */
+    uint32_t nep = copy_of(ref, base, end, &good, ep);
+    ((unsigned char *)tn_buf_data(&good))[tn_buf_size(&good) / 2] ^= 1;
+    assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), TN_ECORRUPT);
+    nep = copy_of(ref, base, end, &good, ep);
+    tn_epoch_entry_t far = {.epoch = 9, .start = end};
+    assert_int_equal(repair_active(fx, pl, base, &good, &far, 1, &w), TN_ECORRUPT);
+    assert_int_equal(repair_active(fx, pl, base, NULL, ep, nep, &w), UV_EINVAL);
+    /* Another segment than the damaged one: refused at run time. */
+    tn_buf_t other;
+    tn_buf_init(&other);
+    tn_epoch_entry_t oep[8];
+    uint32_t onep = copy_of(ref, bases[1], bases[2], &other, oep);
+    assert_int_equal(repair_active(fx, pl, bases[1], &other, oep, onep, &w), UV_EINVAL);
+    tn_buf_fini(&other);
+    tn_free(bases);
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+
+    assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    uint64_t b0, b1;
+    assert_false(tn_plog_damage(pl, &b0, &b1));
+    expect_same(ref, pl);
+    expect_kept_and_clean(fx, "ra", base, &w);
+    append_n(fx, ref, 20);
+    begin_epoch(fx, ref, 5, NULL);
+    append_batch(fx, ref, 3);
+    copy_all(fx, ref, pl, 1 << 20);
+    expect_same(ref, pl);
+    tn_buf_fini(&good);
+    tu_fx_reopen(fx);
+    ref = open_log(fx, "ref", 0);
+    pl = open_log(fx, "ra", 0);
+    expect_same(ref, pl);
+}
+
+/* What the copy holds from the segment's base on is the leader's only:
+ * a tail of this copy's own (an epoch it led, never committed) goes with
+ * the damaged segment; a copy up to a hw below this copy's end, or an
+ * empty one (the hw at or below the base), leaves the log ending there,
+ * and the usual copies go on from it. */
+static void test_repair_active_drops_tail(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    uint64_t end = tn_plog_written_next(ref);
+    tn_buf_t good;
+    tn_buf_init(&good);
+    tn_epoch_entry_t ep[8];
+    rw_t w;
+
+    /* Its own tail in epoch 9, past the leader's end. */
+    tn_plog_t *pl = open_log(fx, "rt", 0);
+    copy_all(fx, ref, pl, 3000);
+    assert_int_equal(begin_epoch(fx, pl, 9, NULL), 0);
+    append_n(fx, pl, 12);
+    uint64_t base = flip_active(fx, pl, "rt");
+    assert_true(base < end);
+    find_damage(pl, base, TN_PLOG_DAMAGE_ACTIVE);
+    uint32_t nep = copy_of(ref, base, end, &good, ep);
+    assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    expect_same(ref, pl); /* epoch 9 gone with its records */
+    tu_plog_close(&fx->loop, pl);
+    pl = open_log(fx, "rt", 0);
+    expect_same(ref, pl);
+    tu_plog_close(&fx->loop, pl);
+
+    /* Up to a hw a few batches past the base. */
+    pl = open_log(fx, "rh", 0);
+    base = damaged_active_copy(fx, ref, pl, "rh");
+    uint64_t hw = batches_end(ref, base, 3);
+    assert_true(hw < tn_plog_written_next(ref));
+    nep = copy_of(ref, base, hw, &good, ep);
+    assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_int_equal(tn_plog_written_next(pl), hw);
+    copy_all(fx, ref, pl, 3000);
+    expect_same(ref, pl);
+    tu_plog_close(&fx->loop, pl);
+
+    /* Nothing to copy: the segment is emptied at its base. */
+    pl = open_log(fx, "re", 0);
+    base = damaged_active_copy(fx, ref, pl, "re");
+    assert_int_equal(repair_active(fx, pl, base, NULL, NULL, 0, &w), 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_int_equal(tn_plog_written_next(pl), base);
+    tn_epoch_entry_t e[8];
+    assert_int_equal(tn_plog_epochs_range(ref, base - 1, base, e, 8), 1);
+    assert_int_equal(tn_plog_last_epoch(pl), e[0].epoch);
+    expect_kept_and_clean(fx, "re", base, &w);
+    tu_plog_close(&fx->loop, pl);
+    pl = open_log(fx, "re", 0);
+    assert_int_equal(tn_plog_written_next(pl), base);
+    copy_all(fx, ref, pl, 3000);
+    expect_same(ref, pl);
+    tn_buf_fini(&good);
+}
+
+/* Damage that recovery finds in the active segment (a bad record below
+ * records synced after it) isolates the log at open with the damage named
+ * (base, ACTIVE) and the epochs loaded as the file holds them; the repair
+ * re-opens it whole. A damage record naming the active segment isolates
+ * an open that would not see it, as the segment it was: still the last,
+ * or sealed since (then its range is the sealed one); none matching is
+ * dropped. */
+static void test_repair_active_at_open(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    tn_plog_t *pl = open_log(fx, "ro", 0);
+    copy_all(fx, ref, pl, 3000);
+    uint64_t base = flip_active(fx, pl, "ro");
+    tu_plog_close(&fx->loop, pl);
+    pl = open_any(fx, "ro");
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+    uint64_t b = 0, e = 0;
+    assert_true(tn_plog_damage(pl, &b, &e));
+    assert_int_equal(b, base);
+    assert_int_equal(e, TN_PLOG_DAMAGE_ACTIVE);
+    tn_epoch_entry_t pe[8];
+    assert_int_equal(tn_plog_epochs_range(ref, base - 1, base, pe, 8), 1);
+    assert_int_equal(tn_plog_damage_prefix_epoch(pl, base), pe[0].epoch);
+    tn_buf_t good;
+    tn_buf_init(&good);
+    tn_epoch_entry_t ep[8];
+    uint32_t nep = copy_of(ref, base, tn_plog_written_next(ref), &good, ep);
+    rw_t w;
+    assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    expect_same(ref, pl);
+
+    /* Damage records written by hand on the clean copy. */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/ro/0/damage", fx->dir);
+    uint64_t *bases;
+    size_t nb = seg_bases(fx, "ro", &bases);
+    const uint64_t cases[3][3] = {
+        /* recorded base, what the open names: base, end */
+        {bases[nb - 1], bases[nb - 1], TN_PLOG_DAMAGE_ACTIVE},
+        {bases[1], bases[1], bases[2]},
+        {bases[1] + 1, 0, 0},
+    };
+    tn_free(bases);
+    for (int i = 0; i < 3; i++) {
+        unsigned char rec[24];
+        tn_put_u32(rec, 0x31444E54u); /* "TND1" */
+        tn_put_u64(rec + 8, cases[i][0]);
+        tn_put_u64(rec + 16, TN_PLOG_DAMAGE_ACTIVE);
+        tn_put_u32(rec + 4, tn_crc32c(0, rec + 8, 16));
+        write_damage_file(path, rec, sizeof(rec));
+        tu_fx_reopen(fx);
+        ref = open_log(fx, "ref", 0);
+        pl = open_any(fx, "ro");
+        if (cases[i][1] == 0) {
+            assert_int_equal(tn_plog_err(pl), 0); /* matches nothing: dropped */
+            assert_false(exists(fx, "ro", 0, "damage"));
+            continue;
+        }
+        assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+        assert_true(tn_plog_damage(pl, &b, &e));
+        assert_int_equal(b, cases[i][1]);
+        assert_int_equal(e, cases[i][2]);
+        if (e == TN_PLOG_DAMAGE_ACTIVE) {
+            nep = copy_of(ref, b, tn_plog_written_next(ref), &good, ep);
+            assert_int_equal(repair_active(fx, pl, b, &good, ep, nep, &w), 0);
+        } else {
+            read_range(ref, b, e, &good);
+            assert_int_equal(repair(fx, pl, b, e, &good, &w), 0);
+        }
+        assert_int_equal(tn_plog_err(pl), 0);
+        expect_same(ref, pl);
+    }
+    tn_buf_fini(&good);
+}
+
+/* Each crash point of an active segment's repair: the reopened log is
+ * isolated by the damage record whatever files were in place, the repair
+ * starts over and finishes; every record below the copy's end is there at
+ * every point. */
+static void test_repair_active_crash_points(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    uint64_t end = tn_plog_written_next(ref);
+    tn_buf_t good;
+    tn_buf_init(&good);
+    tn_epoch_entry_t ep[8];
+    for (int k = 1; k <= 6; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "acrash%d", k);
+        tn_plog_t *pl = open_log(fx, name, 0);
+        uint64_t base = damaged_active_copy(fx, ref, pl, name);
+        uint32_t nep = copy_of(ref, base, end, &good, ep);
+        rw_t w;
+        tn__plog_repair_stop_after(k);
+        assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), UV_EIO);
+        assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+        tu_plog_close(&fx->loop, pl);
+        assert_true(exists(fx, name, 0, "damage"));
+        pl = open_any(fx, name);
+        assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+        uint64_t b = 0, e = 0;
+        assert_true(tn_plog_damage(pl, &b, &e));
+        assert_int_equal(b, base);
+        assert_int_equal(e, TN_PLOG_DAMAGE_ACTIVE);
+        assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), 0);
+        assert_int_equal(tn_plog_err(pl), 0);
+        expect_same(ref, pl);
+        expect_kept_and_clean(fx, name, base, &w);
+        tu_plog_close(&fx->loop, pl);
+        pl = open_log(fx, name, 0);
+        expect_same(ref, pl);
+        tu_plog_close(&fx->loop, pl);
+    }
+    tn_buf_fini(&good);
+}
+
+/* The same under the power-loss simulator: a cut at every mutating
+ * operation of an active segment's repair, then a random post-crash
+ * state; the log opens isolated (a second repair finishes) or, once the
+ * record went, repaired, and holds the leader's records either way. */
+static void test_repair_active_powerloss(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    uint64_t end = tn_plog_written_next(ref);
+    tn_buf_t good;
+    tn_buf_init(&good);
+    tn_epoch_entry_t ep[8];
+    char root[4096];
+    for (long cut = 0;; cut++) {
+        char name[32];
+        snprintf(name, sizeof(name), "apw%ld", cut);
+        snprintf(root, sizeof(root), "%s/topics/%s", fx->dir, name);
+        tn_plog_t *pl = open_log(fx, name, 0);
+        uint64_t base = damaged_active_copy(fx, ref, pl, name);
+        uint32_t nep = copy_of(ref, base, end, &good, ep);
+        assert_int_equal(tn_io_sim_start(root), 0);
+        tn_io_sim_cut_after(cut);
+        rw_t w;
+        int rc = repair_active(fx, pl, base, &good, ep, nep, &w);
+        bool was_cut = tn_io_sim_is_cut();
+        tu_plog_close(&fx->loop, pl);
+        assert_int_equal(tn_io_sim_powerloss((uint64_t)cut * 7919 + 1), 0);
+        pl = open_any(fx, name);
+        int err = tn_plog_err(pl);
+        if (err != 0) {
+            assert_int_equal(err, TN_ECORRUPT);
+            assert_false(!was_cut && rc == 0);
+            uint64_t b = 0, e = 0;
+            assert_true(tn_plog_damage(pl, &b, &e));
+            assert_int_equal(b, base);
+            assert_int_equal(e, TN_PLOG_DAMAGE_ACTIVE);
+            assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), 0);
+        }
+        assert_int_equal(tn_plog_err(pl), 0);
+        expect_same(ref, pl);
+        tu_plog_close(&fx->loop, pl);
+        if (!was_cut) {
+            assert_int_equal(rc, 0);
+            break;
+        }
+        assert_true(cut < 200);
+    }
+    tn_buf_fini(&good);
+}
+
+/* The scrub checks the active segment's synced records too: a byte
+ * flipped there isolates the log with the damage named (base, ACTIVE); a
+ * clean log reports nothing. */
+static void test_scrub_active(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    tn_plog_t *pl = open_log(fx, "sa", 0);
+    copy_all(fx, ref, pl, 3000);
+    tn_scrub_report_t rep = scrub_all(fx);
+    assert_int_equal(rep.errors_total, 0);
+    uint64_t base = flip_active(fx, pl, "sa");
+    rep = scrub_all(fx);
+    assert_int_equal(rep.errors_total, 1);
+    assert_true(rep.errors[0].isolated);
+    assert_int_equal(rep.errors[0].segment, base);
+    assert_string_equal(rep.errors[0].topic, "sa");
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+    assert_int_equal(tn_plog_err(ref), 0);
+    uint64_t b = 0, e = 0;
+    assert_true(tn_plog_damage(pl, &b, &e));
+    assert_int_equal(b, base);
+    assert_int_equal(e, TN_PLOG_DAMAGE_ACTIVE);
+}
+
 /* --- truncation -------------------------------------------------------------------- */
 
 static void on_trunc(tn_plog_trunc_t *req, int status)
@@ -1779,6 +2191,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_damage_recorded_across_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_powerloss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_active, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_active_drops_tail, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_active_at_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_active_crash_points, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_active_powerloss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scrub_active, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hw_gate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repl_watch, setup, teardown),
     };
