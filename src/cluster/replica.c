@@ -84,9 +84,17 @@
  *      whole range to tn_plog_repair (a crash-safe replacement that
  *      re-opens the log in place), and feeds the core the log as found:
  *      it fetches again and the leader's usual expand rule adds it back
- *      once caught up (that CAS clears the mark). A repair that fails is
+ *      once caught up (that CAS clears the mark). The active segment
+ *      (tn_plog_damage's end TN_PLOG_DAMAGE_ACTIVE) is copied from its
+ *      base up to the leader's hw, or a segment's worth (REPAIR calls with
+ *      flushed_offset UINT64_MAX; the first one carries the epoch of this
+ *      copy's record below the base, which the leader checks as a fetch's
+ *      divergence: DIVERGING empties the segment instead), with the
+ *      answers' epochs, and handed to tn_plog_repair_active: what this
+ *      copy held from the base on goes, and the fetches go on from the
+ *      copy's end. A repair that fails is
  *      tried again after REPAIR_RETRY_MS; damage that is not a segment's
- *      records (the active segment, the epochs file) stays isolated and
+ *      records (the epochs file) stays isolated and
  *      is logged. A partition whose every replica is damaged has no
  *      leader to repair from: it stays offline, logged every minute.
  * Failure modes: a fetch call that fails or times out is sent again by
@@ -312,6 +320,11 @@ struct part_s {
     uint64_t rep_retry_at;
     uint64_t rep_base, rep_end, rep_next;
     uint32_t rep_from; /* the leader read from */
+    /* the damaged segment is the active one: the copy is what the leader
+     * holds below its hw from rep_base on (rep_end unknown until read),
+     * with its epochs (rep_ep: tn_epoch_entry_t back to back) */
+    bool rep_active;
+    tn_buf_t rep_ep;
     tn_buf_t rep_buf;
     tn_rpc_call_t *rep_call;
     tn_plog_repair_t rep_req;
@@ -2621,6 +2634,7 @@ static void part_maybe_free(part_t *pt)
         *pp = pt->next;
     tn_buf_fini(&pt->appbuf);
     tn_buf_fini(&pt->rep_buf);
+    tn_buf_fini(&pt->rep_ep);
     tn_free(pt->appep);
     tn_free(pt->topic);
     tn_free(pt);
@@ -3172,6 +3186,7 @@ static void on_pstate(void *arg, const char *topic, uint32_t p, const tn_pstate_
         pt->p = p;
         tn_buf_init(&pt->appbuf);
         tn_buf_init(&pt->rep_buf);
+        tn_buf_init(&pt->rep_ep);
         tn_repl_config_t cfg = {
             .node = rm->o.node,
             .incarnation = tn_meta_incarnation(rm->o.meta),
@@ -3350,17 +3365,29 @@ static void record_damage(part_t *pt)
 
 static void repair_send(part_t *pt);
 
+/* The range under repair, for a log line: "offsets A..B", or for the
+ * active segment "the active segment from offset A". */
+static const char *rep_range(const part_t *pt, char *buf, size_t len)
+{
+    if (pt->rep_active)
+        snprintf(buf, len, "the active segment from offset %" PRIu64, pt->rep_base);
+    else
+        snprintf(buf, len, "offsets %" PRIu64 "..%" PRIu64, pt->rep_base, pt->rep_end - 1);
+    return buf;
+}
+
 static void repair_fail(part_t *pt, const char *what, const char *why)
 {
     tn_replica_t *rm = pt->rm;
     rm->st.repairs_failed++;
+    char range[96];
     TN_LOG_RL(TN_LOG_WARN, 5000,
-              "replica %s/%" PRIu32 ": repair of offsets %" PRIu64 "..%" PRIu64
-              " from node %" PRIu32 ": %s: %s; trying again",
-              pt->topic, pt->p, pt->rep_base, pt->rep_end - 1, pt->rep_from, what, why);
+              "replica %s/%" PRIu32 ": repair of %s from node %" PRIu32 ": %s: %s; trying again",
+              pt->topic, pt->p, rep_range(pt, range, sizeof(range)), pt->rep_from, what, why);
     pt->rep_busy = false;
     pt->rep_retry_at = now_ms(rm) + REPAIR_RETRY_MS;
     tn_buf_reset(&pt->rep_buf);
+    tn_buf_reset(&pt->rep_ep);
 }
 
 static void on_repaired(tn_plog_repair_t *req, int status)
@@ -3384,15 +3411,124 @@ static void on_repaired(tn_plog_repair_t *req, int status)
     pt->dmg_recorded = false; /* the repair removed the record; damage found next is new */
     rm->st.repairs++;
     int err = pt->plog != NULL ? tn_plog_err(pt->plog) : 0;
+    char range[96];
+    if (pt->rep_active && req->end > req->base)
+        snprintf(range, sizeof(range), "offsets %" PRIu64 "..%" PRIu64 " (the active segment)",
+                 req->base, req->end - 1);
+    else if (pt->rep_active)
+        snprintf(range, sizeof(range),
+                 "offsets from %" PRIu64 " (the active segment, emptied: nothing of it to copy)",
+                 req->base);
+    else
+        rep_range(pt, range, sizeof(range));
     TN_LOG(TN_LOG_NOTICE,
-           "replica %s/%" PRIu32 ": repaired offsets %" PRIu64 "..%" PRIu64 " from node %" PRIu32
+           "replica %s/%" PRIu32 ": repaired %s from node %" PRIu32
            " (the damaged file is kept as %s)%s",
-           pt->topic, pt->p, pt->rep_base, pt->rep_end - 1, pt->rep_from, req->quarantined,
+           pt->topic, pt->p, range, pt->rep_from, req->quarantined,
            err != 0 ? "; more damage found, repairing that next"
                     : "; it catches up and rejoins the ISR");
     pt->core_fed = false; /* feed the log as it is now: the core fetches again */
     poll_log(pt);
     send_fetches(rm);
+}
+
+/* The whole copy of a damaged active segment in hand (or nothing to
+ * copy): replace the segment with it. */
+static void repair_active_replace(part_t *pt)
+{
+    if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE)) {
+        repair_fail(pt, "replacing the segment", "the log is not in hand");
+        return;
+    }
+    memset(&pt->rep_req, 0, sizeof(pt->rep_req));
+    pt->rep_req.data = pt;
+    pt->busy++;
+    int rc = tn_plog_repair_active(
+        pt->plog, &pt->rep_req, pt->rep_base, tn_buf_data(&pt->rep_buf), tn_buf_size(&pt->rep_buf),
+        (const tn_epoch_entry_t *)tn_buf_data(&pt->rep_ep),
+        (uint32_t)(tn_buf_size(&pt->rep_ep) / sizeof(tn_epoch_entry_t)), on_repaired);
+    if (rc != 0) {
+        pt->busy--;
+        repair_fail(pt, "replacing the segment", tn_strerror(rc));
+        return;
+    }
+    tn_buf_fini(&pt->rep_buf); /* the request has its own copies */
+    tn_buf_init(&pt->rep_buf);
+    tn_buf_reset(&pt->rep_ep);
+}
+
+/* One answer for a damaged active segment (DESIGN step 7): records from
+ * rep_next up to the leader's hw, or DIVERGING to the first call when
+ * this copy parted from the leader's log below the segment. */
+static void repair_active_reply(part_t *pt, const tn_fetch_rpart_t *rp)
+{
+    if (rp->status == TN_FETCH_DIVERGING && pt->rep_next == pt->rep_base) {
+        /* Nothing from rep_base on is the leader's (the divergence point
+         * lies below it): the damaged segment is replaced by an empty one
+         * and the fetches' usual rules cut this copy back to where it
+         * parted (never below the hw) and copy the rest. */
+        TN_LOG(TN_LOG_NOTICE,
+               "replica %s/%" PRIu32 ": this copy parts from node %" PRIu32
+               "'s log below its damaged active segment (the leader's epoch %" PRIu32
+               " ends at %" PRIu64 "): the segment is emptied, then the copy follows as usual",
+               pt->topic, pt->p, pt->rep_from, rp->epoch, rp->end_offset);
+        tn_buf_reset(&pt->rep_buf);
+        tn_buf_reset(&pt->rep_ep);
+        repair_active_replace(pt);
+        return;
+    }
+    char why[64];
+    if (rp->status != TN_FETCH_RECORDS) {
+        snprintf(why, sizeof(why), "the leader answered %s",
+                 rp->status == TN_FETCH_ERROR           ? "that it cannot read the range"
+                 : rp->status == TN_FETCH_NOT_LEADER    ? "that it does not lead"
+                 : rp->status == TN_FETCH_FENCED        ? "fenced"
+                 : rp->status == TN_FETCH_UNKNOWN_EPOCH ? "unknown epoch"
+                                                        : "another status");
+        repair_fail(pt, "reading", why);
+        return;
+    }
+    uint32_t n = 0;
+    if (rp->from != pt->rep_next ||
+        (rp->count > 0 &&
+         (tn_rec_check_run(rp->records, rp->records_len, rp->from, &n) != 0 || n != rp->count))) {
+        repair_fail(pt, "reading", "records that do not continue the range");
+        return;
+    }
+    /* The epochs, merged with those of the answers before (each answer's
+     * first entry starts at its own first offset). */
+    for (uint32_t i = 0; i < rp->nepochs; i++) {
+        tn_epoch_entry_t e;
+        tn_fetch_rpart_epoch(rp, i, &e);
+        size_t have = tn_buf_size(&pt->rep_ep) / sizeof(e);
+        const tn_epoch_entry_t *last =
+            have > 0 ? (const tn_epoch_entry_t *)tn_buf_data(&pt->rep_ep) + have - 1 : NULL;
+        if (last != NULL && last->epoch == e.epoch)
+            continue;
+        if ((last != NULL && (e.epoch < last->epoch || e.start <= last->start)) ||
+            e.start < rp->from || e.start >= rp->from + rp->count) {
+            repair_fail(pt, "reading", "epochs that do not follow the records");
+            return;
+        }
+        if (tn_buf_append(&pt->rep_ep, &e, sizeof(e)) != 0) {
+            repair_fail(pt, "reading", "out of memory");
+            return;
+        }
+    }
+    if (rp->count > 0 && tn_buf_append(&pt->rep_buf, rp->records, rp->records_len) != 0) {
+        repair_fail(pt, "reading", "out of memory");
+        return;
+    }
+    pt->rep_next += rp->count;
+    /* Done at the leader's hw (an empty answer), or once a segment's worth
+     * is in hand (what this copy's active segment held, at most): the
+     * rest comes by the usual fetches. */
+    uint64_t enough = pt->plog != NULL ? pt->plog->store->opts.segment_bytes : 0;
+    if (rp->count > 0 && tn_buf_size(&pt->rep_buf) < enough) {
+        repair_send(pt);
+        return;
+    }
+    repair_active_replace(pt);
 }
 
 static void on_repair_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
@@ -3417,6 +3553,10 @@ static void on_repair_reply(void *arg, int status, const tn_wire_reply_t *reply,
         fr.count != 1 || tn_fetch_reply_next(&fr, &rp) != 0) {
         snprintf(why, sizeof(why), "answer %u", reply->status);
         repair_fail(pt, "reading", why);
+        return;
+    }
+    if (pt->rep_active) {
+        repair_active_reply(pt, &rp);
         return;
     }
     if (rp.status != TN_FETCH_RECORDS) {
@@ -3482,6 +3622,13 @@ static void repair_send(part_t *pt)
     fp.fetch_offset = pt->rep_next;
     fp.flushed_offset = pt->rep_end;
     fp.partition_epoch = pt->core.ps.partition_epoch;
+    if (pt->rep_active) {
+        /* Up to the leader's hw; the first call asks the leader to check
+         * that this copy's log agrees with its own below the segment. */
+        fp.flushed_offset = UINT64_MAX;
+        if (pt->rep_next == pt->rep_base && pt->plog != NULL)
+            fp.last_fetched_epoch = tn_plog_damage_prefix_epoch(pt->plog, pt->rep_base);
+    }
     int rc = tn_fetch_req_put_head(&b, rm->o.node, tn_meta_incarnation(rm->o.meta), 0,
                                    (uint32_t)rm->o.fetch_max_bytes, 1);
     if (rc == 0)
@@ -3546,7 +3693,7 @@ static void check_damage(part_t *pt, uint64_t now)
             pt->dmg_stuck_logged_at = now;
             TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot repair this copy: %s", pt->topic,
                    pt->p,
-                   !where ? "the damage is not in the records of a sealed segment"
+                   !where ? "the damage is not in the records of a segment"
                    : leader == TN_PSTATE_NONE
                        ? "no leader to copy from (every in-sync replica is damaged or down); "
                          "the partition stays offline"
@@ -3555,15 +3702,17 @@ static void check_damage(part_t *pt, uint64_t now)
         return;
     }
     pt->rep_busy = true;
+    pt->rep_active = end == TN_PLOG_DAMAGE_ACTIVE;
     pt->rep_base = base;
     pt->rep_end = end;
     pt->rep_next = base;
     pt->rep_from = leader;
     tn_buf_reset(&pt->rep_buf);
+    tn_buf_reset(&pt->rep_ep);
     pt->want = false;
-    TN_LOG(TN_LOG_NOTICE,
-           "replica %s/%" PRIu32 ": repairing offsets %" PRIu64 "..%" PRIu64 " from node %" PRIu32,
-           pt->topic, pt->p, base, end - 1, leader);
+    char range[96];
+    TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": repairing %s from node %" PRIu32, pt->topic,
+           pt->p, rep_range(pt, range, sizeof(range)), leader);
     repair_send(pt);
 }
 
@@ -3577,22 +3726,28 @@ typedef struct {
     char topic[256];
     uint32_t p;
     uint64_t from, to;
+    bool upto_hw; /* an active segment's copy: to is the hw, cut at a batch end below it */
     size_t max;
     tn_buf_t recs;
     uint32_t count;
     int rc;
+    uint32_t div_epoch; /* TN_FETCH_DIVERGING: the leader's epoch and its end */
+    uint64_t div_end;
 } rreq_t;
 
 static void repair_read_work(uv_work_t *w)
 {
     rreq_t *r = TN_CONTAINER_OF(w, rreq_t, work);
+    if (r->from >= r->to)
+        return; /* (up to the hw) nothing below it */
     r->rc = tn_plog_read_raw(r->plog, r->from, r->max, &r->recs, &r->count);
     if (r->rc != 0 || r->count == 0)
         return;
-    /* Never past the end of the range, which must be a batch's end. */
+    /* Never past the end of the range, which must be a batch's end (up to
+     * the hw: cut at the last batch end below it). */
     const unsigned char *b = (const unsigned char *)tn_buf_data(&r->recs);
-    size_t len = tn_buf_size(&r->recs), pos = 0;
-    uint32_t n = 0;
+    size_t len = tn_buf_size(&r->recs), pos = 0, batch_pos = 0;
+    uint32_t n = 0, batch_n = 0;
     bool more = false;
     while (pos < len) {
         tn_rec_hdr_t h;
@@ -3605,13 +3760,17 @@ static void repair_read_work(uv_work_t *w)
         more = (h.flags & TN_REC_F_MORE) != 0;
         pos += (size_t)tn_rec_size(&h);
         n++;
+        if (!more) {
+            batch_pos = pos;
+            batch_n = n;
+        }
     }
-    if (more) {
+    if (more && !r->upto_hw) {
         r->rc = UV_EINVAL; /* the end falls inside a batch */
         return;
     }
-    r->recs.len = r->recs.off + pos; /* cut at the range end */
-    r->count = n;
+    r->recs.len = r->recs.off + batch_pos; /* cut at the range end */
+    r->count = batch_n;
 }
 
 static void repair_reply(rreq_t *r, uint16_t status)
@@ -3628,6 +3787,8 @@ static void repair_reply(rreq_t *r, uint16_t status)
             r->count > 0 ? tn_plog_epochs_range(r->plog, r->from, r->from + r->count, ep, 64) : 0;
         rc = tn_fetch_reply_put_records(&b, hw, r->from, r->count, ep, nep, tn_buf_data(&r->recs),
                                         tn_buf_size(&r->recs));
+    } else if (rc == 0 && status == TN_FETCH_DIVERGING) {
+        rc = tn_fetch_reply_put_diverging(&b, hw, r->div_epoch, r->div_end);
     } else if (rc == 0) {
         rc = tn_fetch_reply_put_status(&b, status, hw);
     }
@@ -3646,8 +3807,8 @@ static void repair_read_done(uv_work_t *w, int status)
     tn_replica_t *rm = r->rm;
     rm->working--;
     part_t *pt = part_find(rm, r->topic, r->p);
-    bool ok = status == 0 && r->rc == 0 && r->count > 0 && pt != NULL && pt->plog == r->plog &&
-              pt->core.role == TN_REPL_LEADER;
+    bool ok = status == 0 && r->rc == 0 && (r->count > 0 || r->upto_hw) && pt != NULL &&
+              pt->plog == r->plog && pt->core.role == TN_REPL_LEADER;
     if (!ok && r->rc != 0)
         TN_LOG_RL(TN_LOG_WARN, 5000,
                   "replica %s/%" PRIu32 ": cannot serve offsets from %" PRIu64 " for a repair: %s",
@@ -3682,6 +3843,7 @@ void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len,
     r->p = fp.partition;
     r->from = fp.fetch_offset;
     r->to = fp.flushed_offset;
+    r->upto_hw = fp.flushed_offset == UINT64_MAX;
     r->max = fr.max_bytes > 0 && fr.max_bytes < rm->o.fetch_max_bytes ? fr.max_bytes
                                                                       : rm->o.fetch_max_bytes;
     tn_buf_init(&r->recs);
@@ -3693,8 +3855,25 @@ void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len,
         status = TN_FETCH_FENCED;
     else if (fp.leader_epoch > pt->core.ps.leader_epoch)
         status = TN_FETCH_UNKNOWN_EPOCH;
-    else if (tn_plog_err(pt->plog) != 0 || r->to > tn_plog_written_next(pt->plog))
+    else if (tn_plog_err(pt->plog) != 0 || (!r->upto_hw && r->to > tn_plog_written_next(pt->plog)))
         status = TN_FETCH_ERROR;
+    if (status == TN_FETCH_RECORDS && r->upto_hw)
+        r->to = pt->core.hw; /* committed: the same on every replica, for good */
+    if (status == TN_FETCH_RECORDS && fp.last_fetched_epoch != 0 && fp.fetch_offset > 0) {
+        /* An active segment's copy: the asking log's record before
+         * fetch_offset carries last_fetched_epoch; it agrees with this log
+         * below fetch_offset only when this history has that epoch running
+         * at least to fetch_offset (a fetch's check, repl.c). */
+        uint32_t found = 0;
+        uint64_t end = 0;
+        if (tn_plog_epoch_end(pt->plog, fp.last_fetched_epoch, &found, &end) != 0) {
+            status = TN_FETCH_ERROR;
+        } else if (found != fp.last_fetched_epoch || end < fp.fetch_offset) {
+            status = TN_FETCH_DIVERGING;
+            r->div_epoch = found;
+            r->div_end = end;
+        }
+    }
     if (status != TN_FETCH_RECORDS) {
         repair_reply(r, status);
         return;

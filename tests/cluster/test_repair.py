@@ -9,7 +9,10 @@ the damage was found and before its repair finds it again (its record in
 the partition's directory) and repairs it. The same for the
 leader: its partition moves to a clean in-sync replica, every acknowledged
 message is still readable there, and the old leader repairs itself as a
-follower. A partition whose every replica is damaged in the same range
+follower. The same for the ACTIVE segment (the last, still taking
+appends): a follower's damage found by recovery at its restart, the
+leader's found by a scrub; each copies what the leader holds of it below
+its hw and rejoins the ISR. A partition whose every replica is damaged in the same range
 goes offline, says so (/v1 `damaged`, tern_replica_damaged_partitions, a
 log line on each node) and never serves the bad bytes.
 
@@ -100,19 +103,22 @@ class Repair(harness.ClusterTest):
     def segments(self, node):
         return sorted(glob.glob(os.path.join(self.pdir(node), "*.log")))
 
-    def flip(self, node, offset=None):
+    def flip(self, node, offset=None, segment=0):
         """Flip a body byte of a message record in the first segment of
-        node's copy (sealed: later ones follow): the record past the middle,
-        or the one at offset. Returns that record's offset."""
-        path = self.segments(node)[0]
+        node's copy (sealed: later ones follow; segment=-1: the active one):
+        the record past the middle, or the one at offset. Returns that
+        record's offset."""
+        path = self.segments(node)[segment]
         with open(path, "r+b") as f:
             data = f.read()
             recs = rl.parse_segment(data)
+            # The records' length (an active segment has zeroed space after them).
+            total = sum(rl.REC_HDR.size + len(r.key) + len(r.body) for r in recs)
             pos = 0
             for rec in recs:
                 size = rl.REC_HDR.size + len(rec.key) + len(rec.body)
                 pick = rec.offset == offset if offset is not None else (
-                    pos > len(data) // 2 and not rec.control and len(rec.body) > 40)
+                    pos > total // 2 and not rec.control and len(rec.body) > 40)
                 if pick:
                     break
                 pos += size
@@ -198,6 +204,63 @@ class Repair(harness.ClusterTest):
             lambda l: l if l is not None and l is not old else None)(self.leader(follower)))
         self.repaired(old, before)
         self.produce_batch(30)
+        self.wait_isr(3)
+        self.expect_identical()
+        self.expect_readable(self.leader())
+        self.assertIsNot(new, old)
+
+    def test_active_segment(self):
+        # Damage in the ACTIVE segment (the last, still taking appends) of
+        # a follower, found by recovery at its restart, then of the leader,
+        # found by a scrub: each copy is repaired from the leader (the
+        # leader steps down first) and rejoins the ISR, identical below the
+        # hw. Before, both stayed isolated: "cannot repair this copy: the
+        # damage is not in the records of a sealed segment".
+        lead = self.leader()
+        follower = next(n for n in self.c.nodes if n is not lead)
+
+        def active(node):
+            with open(self.segments(node)[-1], "rb") as f:
+                return f.read()
+
+        def copy_end(node):
+            recs = rl.parse_segment(active(node))
+            return recs[-1].offset + 1 if recs else 0
+        for _ in range(4):  # a new segment of small batches, copied one by one
+            self.produce_batch(5)
+            end = self.pstats(lead)["log_end"]
+            wait_until(f"node {follower.id} holds offsets below {end}",
+                       lambda: copy_end(follower) >= end)
+        follower.kill()
+        # A record that a later one's sync mark says was durable: recovery
+        # takes the damage for what it is, not for a torn tail it may cut.
+        data = active(follower)
+        pos, marks = 0, []
+        for rec in rl.parse_segment(data):
+            marks.append((pos, rec, rl.REC_HDR.unpack_from(data, pos)[6]))
+            pos += rl.REC_HDR.size + len(rec.key) + len(rec.body)
+        target = next((rec for i, (p, rec, _) in enumerate(marks)
+                       if not rec.control and any(m > p for _, _, m in marks[i + 1:])), None)
+        self.assertIsNotNone(target, "no record of the active segment known durable")
+        self.flip(follower, offset=target.offset, segment=-1)
+        follower.start()
+        follower.wait_ready()
+        wait_until("the damage found at the restart", lambda: "this copy is damaged" in
+                   follower.log())
+        self.repaired(follower, 0)
+        self.assertIn("(the active segment) from node", follower.log())
+        self.produce_batch(5)
+        self.wait_isr(3)
+        self.expect_identical()
+
+        old = self.leader()
+        before = self.repairs(old)
+        self.flip(old, segment=-1)
+        self.scrub(old)
+        new = wait_until("another leader of rp/0", lambda: (
+            lambda l: l if l is not None and l is not old else None)(self.leader(follower)))
+        self.repaired(old, before)
+        self.produce_batch(5)
         self.wait_isr(3)
         self.expect_identical()
         self.expect_readable(self.leader())
