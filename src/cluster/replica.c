@@ -92,11 +92,14 @@
  *      divergence: DIVERGING empties the segment instead), with the
  *      answers' epochs, and handed to tn_plog_repair_active: what this
  *      copy held from the base on goes, and the fetches go on from the
- *      copy's end. A repair that fails is
- *      tried again after REPAIR_RETRY_MS; damage that is not a segment's
- *      records (the epochs file) stays isolated and
- *      is logged. A partition whose every replica is damaged has no
- *      leader to repair from: it stays offline, logged every minute.
+ *      copy's end. A damaged epochs file (tn_plog_epochs_damaged) is
+ *      rebuilt from the records (tn_plog_rebuild_epochs), with the
+ *      leader's epoch of this copy's first offset from one REPAIR call (a
+ *      batch up to its hw). A repair that fails is tried again after
+ *      REPAIR_RETRY_MS; damage it cannot place (overlapping segments) stays
+ *      isolated and is logged. A partition whose every replica is damaged
+ *      has no leader to repair from: it stays offline, logged every
+ *      minute.
  * Failure modes: a fetch call that fails or times out is sent again by
  * the core's fetch timeout; an ISR proposal the metastore refuses is
  * EV_ISR_REFUSED; a truncation below the hw is refused (the partition
@@ -324,6 +327,9 @@ struct part_s {
      * holds below its hw from rep_base on (rep_end unknown until read),
      * with its epochs (rep_ep: tn_epoch_entry_t back to back) */
     bool rep_active;
+    /* the epochs file is damaged: rebuilt from the records, the leader
+     * asked only for the epoch of this copy's first offset (rep_base) */
+    bool rep_epochs;
     tn_buf_t rep_ep;
     tn_buf_t rep_buf;
     tn_rpc_call_t *rep_call;
@@ -3369,7 +3375,9 @@ static void repair_send(part_t *pt);
  * active segment "the active segment from offset A". */
 static const char *rep_range(const part_t *pt, char *buf, size_t len)
 {
-    if (pt->rep_active)
+    if (pt->rep_epochs)
+        snprintf(buf, len, "its epochs file (the epoch of offset %" PRIu64 ")", pt->rep_base);
+    else if (pt->rep_active)
         snprintf(buf, len, "the active segment from offset %" PRIu64, pt->rep_base);
     else
         snprintf(buf, len, "offsets %" PRIu64 "..%" PRIu64, pt->rep_base, pt->rep_end - 1);
@@ -3531,6 +3539,67 @@ static void repair_active_reply(part_t *pt, const tn_fetch_rpart_t *rp)
     repair_active_replace(pt);
 }
 
+static void on_epochs_rebuilt(tn_plog_repair_t *req, int status)
+{
+    part_t *pt = req->data;
+    tn_replica_t *rm = pt->rm;
+    pt->busy--;
+    if (pt->dead || rm->closing) {
+        pt->rep_busy = false;
+        part_maybe_free(pt);
+        return;
+    }
+    if (status != 0) {
+        repair_fail(pt, "rebuilding the epochs file", tn_strerror(status));
+        return;
+    }
+    pt->rep_busy = false;
+    pt->dmg_logged = false;
+    pt->dmg_recorded = false;
+    rm->st.repairs++;
+    int err = pt->plog != NULL ? tn_plog_err(pt->plog) : 0;
+    TN_LOG(TN_LOG_NOTICE,
+           "replica %s/%" PRIu32 ": rebuilt its epochs file from its records (%" PRIu64
+           " epochs; the first records' epoch %" PRIu32 " from node %" PRIu32 ")%s",
+           pt->topic, pt->p, req->end, req->first_epoch, pt->rep_from,
+           err != 0 ? "; more damage found, repairing that next"
+                    : "; it catches up and rejoins the ISR");
+    pt->core_fed = false;
+    poll_log(pt);
+    send_fetches(rm);
+}
+
+/* The leader's answer for a damaged epochs file: the epoch of this copy's
+ * first offset (none when the leader cannot say: the rebuild then needs
+ * the log to start with an EPOCH_START record). */
+static void repair_epochs_reply(part_t *pt, const tn_fetch_rpart_t *rp)
+{
+    if (rp->status != TN_FETCH_RECORDS && rp->status != TN_FETCH_ERROR) {
+        repair_fail(pt, "reading", "the leader answered that it does not lead, or another epoch");
+        return;
+    }
+    uint32_t first_epoch = 0;
+    if (rp->status == TN_FETCH_RECORDS && rp->count > 0 && rp->from == pt->rep_base &&
+        rp->nepochs > 0) {
+        tn_epoch_entry_t e;
+        tn_fetch_rpart_epoch(rp, 0, &e);
+        if (e.start == rp->from)
+            first_epoch = e.epoch;
+    }
+    if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE)) {
+        repair_fail(pt, "rebuilding the epochs file", "the log is not in hand");
+        return;
+    }
+    memset(&pt->rep_req, 0, sizeof(pt->rep_req));
+    pt->rep_req.data = pt;
+    pt->busy++;
+    int rc = tn_plog_rebuild_epochs(pt->plog, &pt->rep_req, first_epoch, on_epochs_rebuilt);
+    if (rc != 0) {
+        pt->busy--;
+        repair_fail(pt, "rebuilding the epochs file", tn_strerror(rc));
+    }
+}
+
 static void on_repair_reply(void *arg, int status, const tn_wire_reply_t *reply, const char *err)
 {
     part_t *pt = arg;
@@ -3553,6 +3622,10 @@ static void on_repair_reply(void *arg, int status, const tn_wire_reply_t *reply,
         fr.count != 1 || tn_fetch_reply_next(&fr, &rp) != 0) {
         snprintf(why, sizeof(why), "answer %u", reply->status);
         repair_fail(pt, "reading", why);
+        return;
+    }
+    if (pt->rep_epochs) {
+        repair_epochs_reply(pt, &rp);
         return;
     }
     if (pt->rep_active) {
@@ -3629,8 +3702,10 @@ static void repair_send(part_t *pt)
         if (pt->rep_next == pt->rep_base && pt->plog != NULL)
             fp.last_fetched_epoch = tn_plog_damage_prefix_epoch(pt->plog, pt->rep_base);
     }
+    if (pt->rep_epochs)
+        fp.flushed_offset = UINT64_MAX; /* one batch up to the hw: its epoch */
     int rc = tn_fetch_req_put_head(&b, rm->o.node, tn_meta_incarnation(rm->o.meta), 0,
-                                   (uint32_t)rm->o.fetch_max_bytes, 1);
+                                   pt->rep_epochs ? 1 : (uint32_t)rm->o.fetch_max_bytes, 1);
     if (rc == 0)
         rc = tn_fetch_req_put_part(&b, &fp);
     if (rc == 0) {
@@ -3685,15 +3760,21 @@ static void check_damage(part_t *pt, uint64_t now)
         return;
     uint64_t base = 0, end = 0;
     bool where = tn_plog_damage(pt->plog, &base, &end);
+    bool epochs = !where && tn_plog_epochs_damaged(pt->plog);
+    if (epochs) {
+        tn_plog_stats_t st;
+        tn_plog_stats(pt->plog, &st);
+        base = st.first_offset;
+    }
     uint32_t leader = pt->core.ps.leader;
-    if (!where || pt->core.role != TN_REPL_FOLLOWER || leader == TN_PSTATE_NONE ||
+    if ((!where && !epochs) || pt->core.role != TN_REPL_FOLLOWER || leader == TN_PSTATE_NONE ||
         leader == rm->o.node || pt->core.ps.partition_epoch < ps->partition_epoch) {
         if (pt->core.ps.partition_epoch >= ps->partition_epoch &&
             (pt->dmg_stuck_logged_at == 0 || now >= pt->dmg_stuck_logged_at + STUCK_LOG_MS)) {
             pt->dmg_stuck_logged_at = now;
             TN_LOG(TN_LOG_ERROR, "replica %s/%" PRIu32 ": cannot repair this copy: %s", pt->topic,
                    pt->p,
-                   !where ? "the damage is not in the records of a segment"
+                   !where && !epochs ? "the damage is not in the records of a segment"
                    : leader == TN_PSTATE_NONE
                        ? "no leader to copy from (every in-sync replica is damaged or down); "
                          "the partition stays offline"
@@ -3702,7 +3783,8 @@ static void check_damage(part_t *pt, uint64_t now)
         return;
     }
     pt->rep_busy = true;
-    pt->rep_active = end == TN_PLOG_DAMAGE_ACTIVE;
+    pt->rep_epochs = epochs;
+    pt->rep_active = !epochs && end == TN_PLOG_DAMAGE_ACTIVE;
     pt->rep_base = base;
     pt->rep_end = end;
     pt->rep_next = base;

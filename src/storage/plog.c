@@ -693,7 +693,10 @@ static int recover_epochs(tn_plog_t *plog)
 {
     int rc = tn_epochs_load(&plog->epochs, plog->dir); /* none: empty */
     if (rc == TN_ECORRUPT || rc == TN_EFORMAT) {
+        plog->epochs_bad = rc == TN_ECORRUPT;
         set_sticky(plog, rc, "%s", plog->epochs.errmsg);
+        tn_epochs_fini(&plog->epochs);
+        tn_epochs_init(&plog->epochs);
         return 0;
     }
     if (rc != 0)
@@ -2994,6 +2997,7 @@ static int reload(tn_plog_t *plog)
     plog->epochs = fresh->epochs;
     fresh->epochs = ep;
     plog->epochs_used = fresh->epochs_used;
+    plog->epochs_bad = fresh->epochs_bad;
     plog->floor = fresh->floor;
     plog->floor_ctl = fresh->floor_ctl;
     plog->floor_ctl_known = fresh->floor_ctl_known;
@@ -3241,6 +3245,130 @@ int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t
     req->plog = pl;
     req->base = base;
     req->end = end;
+    req->cb = cb;
+    req->quarantined[0] = '\0';
+    tn__committer_submit(&pl->store->logc, &req->s);
+    return 0;
+}
+
+bool tn_plog_epochs_damaged(tn_plog_t *pl)
+{
+    if (atomic_load(&pl->err) != TN_ECORRUPT)
+        return false;
+    uv_mutex_lock(&pl->lock);
+    bool bad = pl->epochs_bad;
+    uv_mutex_unlock(&pl->lock);
+    return bad;
+}
+
+/* tn_plog_rebuild_epochs: the history of the log's records from their
+ * EPOCH_START records (committer thread; the log is isolated, so nothing
+ * else changes its segments). */
+static int rebuild_scan(tn_plog_t *plog, uint32_t first_epoch, tn_epochs_t *h)
+{
+    uint64_t first = first_offset_locked(plog);
+    bool started = false; /* the first record at or past first seen */
+    window_t w = {.at = 0, .len = 0};
+    tn_buf_init(&w.buf);
+    int rc = 0;
+    for (uint32_t i = 0; i < plog->nsegs && rc == 0; i++) {
+        tn_seg_t *seg = plog->segs[i];
+        uint64_t pos = 0, off = seg->base;
+        w.len = 0; /* another file */
+        while (pos < seg->size && rc == 0) {
+            const unsigned char *b;
+            tn_rec_hdr_t hd;
+            rc = window_get(&w, seg, pos, TN_REC_HDR, seg->size, &b);
+            if (rc == 0 && (tn_rec_decode_hdr(b, TN_REC_HDR, &hd) != 0 || hd.offset != off))
+                rc = TN_ECORRUPT;
+            if (rc != 0)
+                break;
+            size_t size = (size_t)tn_rec_size(&hd);
+            tn_ctrl_t ctl = {0};
+            bool epoch_start = false;
+            if ((hd.flags & TN_REC_F_CONTROL) != 0 && off >= first) {
+                tn_rec_t rec;
+                rc = window_get(&w, seg, pos, size, seg->size, &b);
+                if (rc == 0 && (tn_rec_decode(b, size, &rec) != 0 ||
+                                tn_ctrl_decode(rec.body, rec.h.body_len, &ctl) != 0))
+                    rc = TN_ECORRUPT;
+                epoch_start = rc == 0 && ctl.kind == TN_CTRL_EPOCH_START;
+            }
+            if (rc == 0 && off >= first && !started) {
+                started = true;
+                if (!epoch_start && first_epoch == 0)
+                    rc = TN_ERANGE; /* the first records' epoch is the leader's to say */
+                else if (!epoch_start)
+                    rc = tn_epochs_assign(h, first_epoch, off, NULL);
+            }
+            if (rc == 0 && epoch_start) {
+                uint32_t latest = tn_epochs_latest(h);
+                rc = ctl.epoch == 0 || ctl.epoch == TN_EPOCHS_UNDEFINED ||
+                             (latest != TN_EPOCHS_UNDEFINED && ctl.epoch <= latest)
+                         ? TN_ECORRUPT
+                         : tn_epochs_assign(h, ctl.epoch, off, NULL);
+            }
+            pos += size;
+            off++;
+        }
+    }
+    tn_buf_fini(&w.buf);
+    return rc;
+}
+
+static int rebuild_run(tn_plog_t *plog, tn_plog_repair_t *req)
+{
+    if (!tn_plog_epochs_damaged(plog))
+        return UV_EINVAL;
+    tn_epochs_t h;
+    tn_epochs_init(&h);
+    int rc = rebuild_scan(plog, req->first_epoch, &h);
+    if (rc == 0 && repair_stops(1))
+        rc = UV_EIO;
+    if (rc == 0) {
+        rc = tn_epochs_save(&h, plog->dir);
+        if (rc != 0)
+            TN_LOG(TN_LOG_ERROR, "partition %s/%u: rebuilding the epochs file: %s", plog->topic,
+                   plog->partition, h.errmsg);
+    }
+    req->end = h.n;
+    tn_epochs_fini(&h);
+    if (rc == 0)
+        rc = reload(plog);
+    if (rc == 0)
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%u: epochs file rebuilt from the records (%" PRIu64 " epochs)%s%s",
+               plog->topic, plog->partition, req->end,
+               atomic_load(&plog->err) != 0 ? "; still isolated: " : "",
+               atomic_load(&plog->err) != 0 ? plog->errmsg : "");
+    return rc;
+}
+
+static void rebuild_exec(tn__committer_t *c, tn__sreq_t *s)
+{
+    tn_plog_repair_t *req = (tn_plog_repair_t *)s;
+    s->status = rebuild_run(req->plog, req);
+    tn__store_complete(c->store, s, s);
+}
+
+int tn_plog_rebuild_epochs(tn_plog_t *pl, tn_plog_repair_t *req, uint32_t first_epoch,
+                           tn_plog_repair_cb cb)
+{
+    if (pl->mem || cb == NULL || first_epoch == TN_EPOCHS_UNDEFINED)
+        return UV_EINVAL;
+    if (pl->closing)
+        return TN_ECLOSED;
+    memset(&req->s, 0, sizeof(req->s));
+    req->raw = NULL;
+    req->raw_len = 0;
+    req->active = false;
+    req->repochs = NULL;
+    req->nrepochs = 0;
+    req->first_epoch = first_epoch;
+    req->s.exec = rebuild_exec;
+    req->s.done = repair_done;
+    req->plog = pl;
+    req->base = req->end = 0;
     req->cb = cb;
     req->quarantined[0] = '\0';
     tn__committer_submit(&pl->store->logc, &req->s);

@@ -115,6 +115,7 @@ struct tn_plog_repair_s {
     size_t raw_len;
     /* tn_plog_repair_active: the copy's epochs (owned, freed before cb) */
     bool active;
+    uint32_t first_epoch; /* tn_plog_rebuild_epochs */
     tn_epoch_entry_t *repochs;
     uint32_t nrepochs;
     tn_plog_repair_cb cb;
@@ -250,6 +251,9 @@ struct tn_plog_s {
      * one. */
     tn_epochs_t epochs;
     bool epochs_used;
+    /* The open found the epochs file damaged (the log isolated for it:
+     * tn_plog_epochs_damaged). */
+    bool epochs_bad;
     /* The hw gate (tn_plog_set_gated). gated and hw are written on the
      * loop thread, read by any thread. gwait: appends written and synced
      * as their mode wants, waiting for the hw to cover them, oldest first
@@ -663,6 +667,33 @@ int tn_plog_repair_active(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, c
                           size_t len, const tn_epoch_entry_t *epochs, uint32_t nepochs,
                           tn_plog_repair_cb cb);
 
+/* Whether the log is isolated because its open found the `epochs` file
+ * damaged (TN_ECORRUPT: a bad CRC, length, magic or order; not a file of
+ * another version): tn_plog_rebuild_epochs repairs it. Any thread. */
+bool tn_plog_epochs_damaged(tn_plog_t *pl);
+
+/* Rebuild a damaged epochs file (tn_plog_epochs_damaged) from the log's
+ * own records: every EPOCH_START control record at offset o with epoch e
+ * is the entry (e, o), as the leader of e recorded it before it wrote the
+ * record (tn_plog_begin_epoch) and as every copy of its records carries
+ * it; the records before the first one (its EPOCH_START dropped by
+ * retention, or a copy restarted at a leader's log start) get
+ * first_epoch, the leader's epoch of the log's first offset (0: not
+ * known; then the rebuild needs the log to start with an EPOCH_START). On
+ * the committer thread: every segment is read (each control record's CRC
+ * checked), the file written atomically, then the log recovered in place.
+ * A crash leaves the damaged file (the log opens isolated again and the
+ * rebuild starts over) or the rebuilt one. req->end is the number of
+ * entries. Refused at once: UV_EINVAL (a memory log, no callback),
+ * TN_ECLOSED; at run time UV_EINVAL when the log is not isolated by a
+ * damaged epochs file any more, TN_ERANGE when the log does not start
+ * with an EPOCH_START and first_epoch is 0, TN_ECORRUPT when the records
+ * cannot be read or their epochs do not rise (or first_epoch is not below
+ * the first EPOCH_START's), all with nothing changed. 0 when queued. Loop
+ * thread; cb on it. */
+int tn_plog_rebuild_epochs(tn_plog_t *pl, tn_plog_repair_t *req, uint32_t first_epoch,
+                           tn_plog_repair_cb cb);
+
 /* The hw gate of a replicated leader (loop thread). While gated, an
  * append (tn_plog_append, tn_plog_begin_epoch) that its mode would
  * complete waits until tn_plog_set_hw covers its last record (hw > last
@@ -704,7 +735,8 @@ void tn_plog_set_repl_watch(tn_plog_t *pl, bool on);
  * default) disarms. */
 void tn__plog_trunc_stop_after(int k);
 /* Stop the next tn_plog_repair after step k (1..5 above; 1..6 for
- * tn_plog_repair_active) as a crash would: the rest is skipped and the
+ * tn_plog_repair_active; 1 for tn_plog_rebuild_epochs: after the scan,
+ * before the file is written) as a crash would: the rest is skipped and the
  * request completes with UV_EIO (the log stays isolated). -1 (the
  * default) disarms. */
 void tn__plog_repair_stop_after(int k);

@@ -12,7 +12,8 @@ message is still readable there, and the old leader repairs itself as a
 follower. The same for the ACTIVE segment (the last, still taking
 appends): a follower's damage found by recovery at its restart, the
 leader's found by a scrub; each copies what the leader holds of it below
-its hw and rejoins the ISR. A partition whose every replica is damaged in the same range
+its hw and rejoins the ISR. A damaged `epochs` file is rebuilt from the
+copy's own EPOCH_START records. A partition whose every replica is damaged in the same range
 goes offline, says so (/v1 `damaged`, tern_replica_damaged_partitions, a
 log line on each node) and never serves the bad bytes.
 
@@ -265,6 +266,31 @@ class Repair(harness.ClusterTest):
         self.expect_identical()
         self.expect_readable(self.leader())
         self.assertIsNot(new, old)
+
+    def test_epochs_file(self):
+        # A follower's `epochs` file damaged (found at its restart): the
+        # history is rebuilt from its records' EPOCH_START records, the
+        # leader telling the epoch of its first offset, and it rejoins the
+        # ISR. Before, it stayed isolated for good.
+        lead = self.leader()
+        follower = next(n for n in self.c.nodes if n is not lead)
+        follower.kill()
+        path = os.path.join(self.pdir(follower), "epochs")
+        with open(path, "r+b") as f:
+            f.seek(14)  # inside the first entry
+            b = f.read(1)
+            f.seek(14)
+            f.write(bytes([b[0] ^ 0x01]))
+        follower.start()
+        follower.wait_ready()
+        wait_until("the damage found at the restart", lambda: "this copy is damaged" in
+                   follower.log())
+        wait_until(f"node {follower.id} rebuilt its epochs file",
+                   lambda: self.repairs(follower) > 0, timeout=90)
+        self.assertIn("rebuilt its epochs file from its records", follower.log())
+        self.produce_batch(5)
+        self.wait_isr(3)
+        self.expect_identical()
 
     def test_restart_before_the_repair(self):
         # The damage is found while the other two are stopped (no quorum:

@@ -3,7 +3,8 @@
  * follower's raw copy of the leader's records, suffix truncation and each
  * of its crash points, the repair of a damaged segment (sealed or the
  * active one) and the record of its damage across a restart, the scrub of
- * the active segment, and the hw gate. */
+ * the active segment, the rebuild of a damaged epochs file, and the hw
+ * gate. */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -686,6 +687,7 @@ static void test_raw_refusals(void **state)
 typedef struct {
     bool done;
     int status;
+    uint64_t end; /* req->end */
     char quarantined[512];
 } rw_t;
 
@@ -694,6 +696,7 @@ static void on_repair(tn_plog_repair_t *req, int status)
     rw_t *w = req->data;
     w->done = true;
     w->status = status;
+    w->end = req->end;
     snprintf(w->quarantined, sizeof(w->quarantined), "%s", req->quarantined);
 }
 
@@ -1494,6 +1497,179 @@ static void test_scrub_active(void **state)
     assert_int_equal(e, TN_PLOG_DAMAGE_ACTIVE);
 }
 
+/* --- rebuilding a damaged epochs file ---------------------------------------------- */
+
+static void flip_epochs(fx_t *fx, const char *topic)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/%s/0/epochs", fx->dir, topic);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 14, SEEK_SET), 0); /* inside the first entry */
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, 14, SEEK_SET), 0);
+    assert_int_not_equal(fputc(c ^ 0x01, f), EOF);
+    assert_int_equal(fclose(f), 0);
+}
+
+static int rebuild(fx_t *fx, tn_plog_t *pl, uint32_t first_epoch, rw_t *w)
+{
+    tn_plog_repair_t req;
+    memset(w, 0, sizeof(*w));
+    req.data = w;
+    int rc = tn_plog_rebuild_epochs(pl, &req, first_epoch, on_repair);
+    if (rc != 0)
+        return rc;
+    run_until(&fx->loop, &w->done);
+    return w->status;
+}
+
+/* The epochs of pl and ref agree over [from, end of ref). */
+static void expect_epochs_from(tn_plog_t *ref, tn_plog_t *pl, uint64_t from)
+{
+    uint64_t n = tn_plog_written_next(ref);
+    assert_int_equal(tn_plog_written_next(pl), n);
+    tn_epoch_entry_t ea[8], eb[8];
+    uint32_t na = tn_plog_epochs_range(ref, from, n, ea, 8);
+    uint32_t nb = tn_plog_epochs_range(pl, from, n, eb, 8);
+    assert_int_equal(na, nb);
+    for (uint32_t i = 0; i < na; i++) {
+        assert_int_equal(ea[i].epoch, eb[i].epoch);
+        assert_int_equal(ea[i].start, eb[i].start);
+    }
+    assert_int_equal(tn_plog_last_epoch(ref), tn_plog_last_epoch(pl));
+}
+
+/* A damaged epochs file isolates the log at open (tn_plog_epochs_damaged,
+ * no range for tn_plog_damage); the history is rebuilt from the records'
+ * EPOCH_START records, the log serves again with the leader's history, and
+ * a restart finds it whole. A log whose first records' EPOCH_START is gone
+ * (a drop floor) needs the leader's epoch of its first offset: refused
+ * without it, or with one that does not fit, without a change. A log not
+ * isolated for it is refused; a file of another version is not damage. */
+static void test_rebuild_epochs(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    tn_plog_t *pl = open_log(fx, "eb", 0);
+    copy_all(fx, ref, pl, 3000);
+    rw_t w;
+    assert_int_equal(rebuild(fx, pl, 0, &w), UV_EINVAL); /* nothing to rebuild */
+    assert_false(tn_plog_epochs_damaged(pl));
+    tu_plog_close(&fx->loop, pl);
+    flip_epochs(fx, "eb");
+    pl = open_any(fx, "eb");
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+    assert_true(tn_plog_epochs_damaged(pl));
+    uint64_t b, e;
+    assert_false(tn_plog_damage(pl, &b, &e));
+    assert_int_equal(rebuild(fx, pl, 0, &w), 0);
+    assert_int_equal(w.end, 3); /* epochs 1, 3 and 4 */
+    assert_int_equal(tn_plog_err(pl), 0);
+    assert_false(tn_plog_epochs_damaged(pl));
+    expect_same(ref, pl);
+    append_n(fx, ref, 10);
+    copy_all(fx, ref, pl, 3000);
+    expect_same(ref, pl);
+    tu_plog_close(&fx->loop, pl);
+    pl = open_log(fx, "eb", 0);
+    expect_same(ref, pl);
+
+    /* The first records' EPOCH_START dropped below a floor. */
+    tn_plog_floor_t fr;
+    bool fdone = false;
+    fr.data = &fdone;
+    assert_int_equal(tn_plog_drop_below(pl, &fr, 500, on_floor), 0);
+    run_until(&fx->loop, &fdone);
+    tu_plog_close(&fx->loop, pl);
+    flip_epochs(fx, "eb");
+    pl = open_any(fx, "eb");
+    assert_true(tn_plog_epochs_damaged(pl));
+    assert_int_equal(rebuild(fx, pl, 0, &w), TN_ERANGE);
+    assert_int_equal(rebuild(fx, pl, 9, &w), TN_ECORRUPT); /* above the EPOCH_STARTs after */
+    assert_true(tn_plog_epochs_damaged(pl));
+    tn_epoch_entry_t at[8];
+    assert_int_equal(tn_plog_epochs_range(ref, 500, 501, at, 8), 1);
+    assert_int_equal(rebuild(fx, pl, at[0].epoch, &w), 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    expect_epochs_from(ref, pl, 500);
+    tu_plog_close(&fx->loop, pl);
+    pl = open_log(fx, "eb", 0);
+    expect_epochs_from(ref, pl, 500);
+    tu_plog_close(&fx->loop, pl);
+
+    /* Another version: not damage, nothing to rebuild. */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/eb/0/epochs", fx->dir);
+    tn_buf_t fb;
+    tn_buf_init(&fb);
+    assert_int_equal(tn_io_read_file(path, 1 << 20, &fb), 0);
+    unsigned char *p = (unsigned char *)tn_buf_data(&fb);
+    size_t len = tn_buf_size(&fb);
+    tn_put_u32(p + 4, 2);
+    tn_put_u32(p + len - 4, tn_crc32c(0, p, len - 4));
+    write_damage_file(path, p, len);
+    tn_buf_fini(&fb);
+    pl = open_any(fx, "eb");
+    assert_int_equal(tn_plog_err(pl), TN_EFORMAT);
+    assert_false(tn_plog_epochs_damaged(pl));
+}
+
+/* The rebuild stopped after its scan (a crash) leaves the damaged file: the
+ * log opens isolated and the rebuild starts over; under the power-loss
+ * simulator, at every I/O operation, the log opens isolated (rebuilt
+ * then) or with the rebuilt file, the leader's history either way. */
+static void test_rebuild_epochs_crash(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    char root[4096];
+    for (long cut = -1;; cut++) {
+        char name[32];
+        snprintf(name, sizeof(name), "ebc%ld", cut + 1);
+        snprintf(root, sizeof(root), "%s/topics/%s", fx->dir, name);
+        tn_plog_t *pl = open_log(fx, name, 0);
+        copy_all(fx, ref, pl, 3000);
+        tu_plog_close(&fx->loop, pl);
+        flip_epochs(fx, name);
+        pl = open_any(fx, name);
+        assert_true(tn_plog_epochs_damaged(pl));
+        rw_t w;
+        int rc;
+        bool was_cut;
+        if (cut < 0) {
+            tn__plog_repair_stop_after(1);
+            rc = rebuild(fx, pl, 0, &w);
+            assert_int_equal(rc, UV_EIO);
+            was_cut = true;
+            tu_plog_close(&fx->loop, pl);
+        } else {
+            assert_int_equal(tn_io_sim_start(root), 0);
+            tn_io_sim_cut_after(cut);
+            rc = rebuild(fx, pl, 0, &w);
+            was_cut = tn_io_sim_is_cut();
+            tu_plog_close(&fx->loop, pl);
+            assert_int_equal(tn_io_sim_powerloss((uint64_t)cut * 7919 + 1), 0);
+        }
+        pl = open_any(fx, name);
+        if (tn_plog_err(pl) != 0) {
+            assert_true(was_cut);
+            assert_true(tn_plog_epochs_damaged(pl));
+            assert_int_equal(rebuild(fx, pl, 0, &w), 0);
+        }
+        assert_int_equal(tn_plog_err(pl), 0);
+        expect_same(ref, pl);
+        tu_plog_close(&fx->loop, pl);
+        if (!was_cut) {
+            assert_int_equal(rc, 0);
+            break;
+        }
+        assert_true(cut < 200);
+    }
+}
+
 /* --- truncation -------------------------------------------------------------------- */
 
 static void on_trunc(tn_plog_trunc_t *req, int status)
@@ -2197,6 +2373,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_repair_active_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_active_powerloss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scrub_active, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebuild_epochs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebuild_epochs_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hw_gate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repl_watch, setup, teardown),
     };
