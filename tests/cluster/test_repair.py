@@ -12,8 +12,10 @@ message is still readable there, and the old leader repairs itself as a
 follower. The same for the ACTIVE segment (the last, still taking
 appends): a follower's damage found by recovery at its restart, the
 leader's found by a scrub; each copies what the leader holds of it below
-its hw and rejoins the ISR. A damaged `epochs` file is rebuilt from the
-copy's own EPOCH_START records. A partition whose every replica is damaged in the same range
+its hw and rejoins the ISR; an old leader whose unacknowledged tail
+began below its damaged active segment is told it parts from the leader
+there, and truncates rather than copying onto that tail. A damaged
+`epochs` file is rebuilt from the copy's own EPOCH_START records. A partition whose every replica is damaged in the same range
 goes offline, says so (/v1 `damaged`, tern_replica_damaged_partitions, a
 log line on each node) and never serves the bad bytes.
 
@@ -132,6 +134,24 @@ class Repair(harness.ClusterTest):
             os.fsync(f.fileno())
         return rec.offset
 
+    def active(self, node):
+        with open(self.segments(node)[-1], "rb") as f:
+            return f.read()
+
+    def flip_durable_active(self, node):
+        """Flip a record of node's active segment (node stopped) that a
+        later record's sync mark says was durable: recovery takes the
+        damage for what it is, not for a torn tail it may cut."""
+        data = self.active(node)
+        pos, marks = 0, []
+        for rec in rl.parse_segment(data):
+            marks.append((pos, rec, rl.REC_HDR.unpack_from(data, pos)[6]))
+            pos += rl.REC_HDR.size + len(rec.key) + len(rec.body)
+        target = next((rec for i, (p, rec, _) in enumerate(marks)
+                       if not rec.control and any(m > p for _, _, m in marks[i + 1:])), None)
+        self.assertIsNotNone(target, "no record of the active segment known durable")
+        self.flip(node, offset=target.offset, segment=-1)
+
     def scrub(self, node):
         status, rep = node.request("POST", "/v1/storage/scrub?wait=true", headers=CLIENT,
                                    timeout=120)
@@ -220,12 +240,8 @@ class Repair(harness.ClusterTest):
         lead = self.leader()
         follower = next(n for n in self.c.nodes if n is not lead)
 
-        def active(node):
-            with open(self.segments(node)[-1], "rb") as f:
-                return f.read()
-
         def copy_end(node):
-            recs = rl.parse_segment(active(node))
+            recs = rl.parse_segment(self.active(node))
             return recs[-1].offset + 1 if recs else 0
         for _ in range(4):  # a new segment of small batches, copied one by one
             self.produce_batch(5)
@@ -233,17 +249,7 @@ class Repair(harness.ClusterTest):
             wait_until(f"node {follower.id} holds offsets below {end}",
                        lambda: copy_end(follower) >= end)
         follower.kill()
-        # A record that a later one's sync mark says was durable: recovery
-        # takes the damage for what it is, not for a torn tail it may cut.
-        data = active(follower)
-        pos, marks = 0, []
-        for rec in rl.parse_segment(data):
-            marks.append((pos, rec, rl.REC_HDR.unpack_from(data, pos)[6]))
-            pos += rl.REC_HDR.size + len(rec.key) + len(rec.body)
-        target = next((rec for i, (p, rec, _) in enumerate(marks)
-                       if not rec.control and any(m > p for _, _, m in marks[i + 1:])), None)
-        self.assertIsNotNone(target, "no record of the active segment known durable")
-        self.flip(follower, offset=target.offset, segment=-1)
+        self.flip_durable_active(follower)
         follower.start()
         follower.wait_ready()
         wait_until("the damage found at the restart", lambda: "this copy is damaged" in
@@ -266,6 +272,53 @@ class Repair(harness.ClusterTest):
         self.expect_identical()
         self.expect_readable(self.leader())
         self.assertIsNot(new, old)
+
+    def test_active_segment_past_divergence(self):
+        # The damaged active segment lies in a tail the new leader never
+        # had, and that tail began in the segment before it: this copy and
+        # the leader part below the damaged segment. The leader refuses the
+        # copy (diverging), the segment is emptied, and the usual fetch
+        # truncates to where the logs part and copies the rest. Copying
+        # the leader's records onto the old tail would leave records below
+        # the hw that differ from the others' (expect_identical).
+        lead = self.leader()
+        others = [n for n in self.c.nodes if n is not lead]
+        for n in others:
+            os.kill(n.daemon.proc.pid, signal.SIGSTOP)
+        try:
+            # A whole segment's batch, then small ones each synced in a new
+            # (the active) segment: none acknowledged, written all the same.
+            bodies = [rl.make_body(f"x{i}", 1000).decode() for i in range(60)]
+            lead.request("POST", f"/v1/topics/{TOPIC}/produce/batch",
+                         [{"payload": b, "partition": 0} for b in bodies], headers=CLIENT,
+                         timeout=1)
+            for k in range(3):
+                small = [{"payload": rl.make_body(f"y{k}.{i}", 1000).decode(), "partition": 0}
+                         for i in range(5)]
+                before = len(rl.read_partition(self.pdir(lead)))
+                lead.request("POST", f"/v1/topics/{TOPIC}/produce/batch", small,
+                             headers=CLIENT, timeout=1)
+                wait_until(f"node {lead.id} wrote the batch",
+                           lambda: len(rl.read_partition(self.pdir(lead))) >= before + 5)
+            lead.kill()
+        finally:
+            for n in others:
+                os.kill(n.daemon.proc.pid, signal.SIGCONT)
+        wait_until("a new leader of rp/0", lambda: (
+            lambda l: l if l is not None and l is not lead else None)(self.leader(others[0])))
+        end = max(r.offset for r in rl.read_partition(self.pdir(lead))) + 1
+        while self.pstats(self.leader(others[0]))["high_watermark"] <= end:
+            self.produce_batch(30)
+        self.flip_durable_active(lead)
+        lead.start()
+        lead.wait_ready()
+        wait_until(f"node {lead.id} repaired its copy", lambda: self.repairs(lead) > 0,
+                   timeout=90)
+        self.assertIn("parts from node", lead.log())
+        self.produce_batch(5)
+        self.wait_isr(3)
+        self.expect_identical()
+        self.expect_readable(self.leader())
 
     def test_epochs_file(self):
         # A follower's `epochs` file damaged (found at its restart): the
