@@ -283,27 +283,29 @@ class Repair(harness.ClusterTest):
         # the hw that differ from the others' (expect_identical).
         lead = self.leader()
         others = [n for n in self.c.nodes if n is not lead]
+        # The followers killed, not stopped: an answer the leader sent to a
+        # parked fetch would reach a stopped one when it goes on, and the
+        # new leader would hold part of the tail.
         for n in others:
-            os.kill(n.daemon.proc.pid, signal.SIGSTOP)
-        try:
-            # A whole segment's batch, then small ones each synced in a new
-            # (the active) segment: none acknowledged, written all the same.
-            bodies = [rl.make_body(f"x{i}", 1000).decode() for i in range(60)]
-            lead.request("POST", f"/v1/topics/{TOPIC}/produce/batch",
-                         [{"payload": b, "partition": 0} for b in bodies], headers=CLIENT,
+            n.kill()
+        # A whole segment's batch, then small ones each synced in a new (the
+        # active) segment: none acknowledged, written all the same.
+        bodies = [rl.make_body(f"x{i}", 1000).decode() for i in range(60)]
+        lead.request("POST", f"/v1/topics/{TOPIC}/produce/batch",
+                     [{"payload": b, "partition": 0} for b in bodies], headers=CLIENT, timeout=1)
+        for k in range(3):
+            small = [{"payload": rl.make_body(f"y{k}.{i}", 1000).decode(), "partition": 0}
+                     for i in range(5)]
+            before = len(rl.read_partition(self.pdir(lead)))
+            lead.request("POST", f"/v1/topics/{TOPIC}/produce/batch", small, headers=CLIENT,
                          timeout=1)
-            for k in range(3):
-                small = [{"payload": rl.make_body(f"y{k}.{i}", 1000).decode(), "partition": 0}
-                         for i in range(5)]
-                before = len(rl.read_partition(self.pdir(lead)))
-                lead.request("POST", f"/v1/topics/{TOPIC}/produce/batch", small,
-                             headers=CLIENT, timeout=1)
-                wait_until(f"node {lead.id} wrote the batch",
-                           lambda: len(rl.read_partition(self.pdir(lead))) >= before + 5)
-            lead.kill()
-        finally:
-            for n in others:
-                os.kill(n.daemon.proc.pid, signal.SIGCONT)
+            wait_until(f"node {lead.id} wrote the batch",
+                       lambda: len(rl.read_partition(self.pdir(lead))) >= before + 5)
+        lead.kill()
+        for n in others:
+            n.start()
+        for n in others:
+            n.wait_ready()
         wait_until("a new leader of rp/0", lambda: (
             lambda l: l if l is not None and l is not lead else None)(self.leader(others[0])))
         end = max(r.offset for r in rl.read_partition(self.pdir(lead))) + 1
