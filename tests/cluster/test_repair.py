@@ -309,7 +309,9 @@ class Repair(harness.ClusterTest):
         wait_until("a new leader of rp/0", lambda: (
             lambda l: l if l is not None and l is not lead else None)(self.leader(others[0])))
         end = max(r.offset for r in rl.read_partition(self.pdir(lead))) + 1
-        while self.pstats(self.leader(others[0]))["high_watermark"] <= end:
+        # A partition's stats lack high_watermark while the node asked has
+        # not read them from its leader yet (just elected): 0 then.
+        while (self.pstats(self.leader(others[0])) or {}).get("high_watermark", 0) <= end:
             self.produce_batch(30)
         self.flip_durable_active(lead)
         lead.start()
