@@ -95,11 +95,12 @@
  *      copy's end. A damaged epochs file (tn_plog_epochs_damaged) is
  *      rebuilt from the records (tn_plog_rebuild_epochs), with the
  *      leader's epoch of this copy's first offset from one REPAIR call (a
- *      batch up to its hw). A repair that fails is tried again after
- *      REPAIR_RETRY_MS; damage it cannot place (overlapping segments) stays
- *      isolated and is logged. A partition whose every replica is damaged
- *      has no leader to repair from: it stays offline, logged every
- *      minute.
+ *      batch up to its hw), before a damaged active segment beside it is
+ *      repaired (from the records below that segment). A repair that
+ *      fails is tried again after REPAIR_RETRY_MS; damage it cannot place
+ *      (overlapping segments) stays isolated and is logged. A partition
+ *      whose every replica is damaged has no leader to repair from: it
+ *      stays offline, logged every minute.
  * Failure modes: a fetch call that fails or times out is sent again by
  * the core's fetch timeout; an ISR proposal the metastore refuses is
  * EV_ISR_REFUSED; a truncation below the hw is refused (the partition
@@ -3760,7 +3761,9 @@ static void check_damage(part_t *pt, uint64_t now)
         return;
     uint64_t base = 0, end = 0;
     bool where = tn_plog_damage(pt->plog, &base, &end);
-    bool epochs = !where && tn_plog_epochs_damaged(pt->plog);
+    /* A damaged epochs file is rebuilt first, also beside a damaged
+     * active segment: that repair needs the history below the segment. */
+    bool epochs = tn_plog_epochs_damaged(pt->plog);
     if (epochs) {
         tn_plog_stats_t st;
         tn_plog_stats(pt->plog, &st);

@@ -719,10 +719,17 @@ static int recover_epochs(tn_plog_t *plog)
 /* An isolated log's epochs file, loaded as it is (nothing repaired or
  * written: the log's end is not known past the damage), for the repair
  * of a damaged active segment (tn_plog_damage_prefix_epoch). A file that
- * cannot be read leaves the history empty. */
+ * cannot be read leaves the history empty; a damaged one beside damage in
+ * the active segment (every segment recovered: the isolation came from
+ * the last one, or from the damage record after them) is rebuilt first
+ * (tn_plog_epochs_damaged), from the records below that segment. */
 static void load_epochs_isolated(tn_plog_t *plog)
 {
-    if (tn_epochs_load(&plog->epochs, plog->dir) != 0) {
+    int rc = tn_epochs_load(&plog->epochs, plog->dir);
+    if (rc != 0) {
+        uint64_t base, end;
+        plog->epochs_bad =
+            rc == TN_ECORRUPT && tn_plog_damage(plog, &base, &end) && end == TN_PLOG_DAMAGE_ACTIVE;
         tn_epochs_fini(&plog->epochs);
         tn_epochs_init(&plog->epochs);
     }
@@ -3026,30 +3033,29 @@ static int write_damage(tn_plog_t *plog, uint64_t base, uint64_t end)
     return tn_io_write_record_file(plog->dir, DAMAGE_FILE, DAMAGE_MAGIC, b, sizeof(b));
 }
 
-/* tn_plog_repair_active, step 6: the epochs file becomes the entries of
- * the file starting below base, then the copy's (committer thread). Read
- * from the file, not from memory: a log isolated at open has not repaired
- * its history against the log, and a crash may have left the copy's
- * entries in the file already (they are dropped and given again). */
-static int repair_epochs(tn_plog_t *plog, tn_plog_repair_t *req)
+/* tn_plog_repair_active: the history the epochs file gets at step 6, the
+ * entries of the file starting below base, then the copy's, made in h
+ * (initialized) before any file changes (committer thread): a file that
+ * cannot be read refuses the repair with nothing changed. Read from the
+ * file, not from memory: a log isolated at open has not repaired its
+ * history against the log, and a crash may have left the copy's entries
+ * in the file already (they are dropped and given again). */
+static int repair_epochs(tn_plog_t *plog, tn_plog_repair_t *req, tn_epochs_t *h)
 {
-    tn_epochs_t h;
-    tn_epochs_init(&h);
-    int rc = tn_epochs_load(&h, plog->dir);
+    int rc = tn_epochs_load(h, plog->dir);
     if (rc == 0) {
-        (void)tn_epochs_truncate_from_end(&h, req->base);
+        (void)tn_epochs_truncate_from_end(h, req->base);
         for (uint32_t i = 0; i < req->nrepochs && rc == 0; i++)
-            rc = tn_epochs_assign(&h, req->repochs[i].epoch, req->repochs[i].start, NULL);
-        if (rc == 0 && (h.n > 0 || plog->epochs_used))
-            rc = tn_epochs_save(&h, plog->dir);
+            rc = tn_epochs_assign(h, req->repochs[i].epoch, req->repochs[i].start, NULL);
     }
     if (rc != 0)
         TN_LOG(TN_LOG_ERROR,
                "partition %s/%u: cannot give the repaired active segment its epochs: %s (%s)",
-               plog->topic, plog->partition, h.errmsg, tn_strerror(rc));
-    tn_epochs_fini(&h);
+               plog->topic, plog->partition, h->errmsg, tn_strerror(rc));
     return rc == TN_EFORMAT ? TN_ECORRUPT : rc;
 }
+
+static int repair_steps(tn_plog_t *plog, tn_plog_repair_t *req, tn_epochs_t *hist);
 
 static int repair_run(tn_plog_t *plog, tn_plog_repair_t *req)
 {
@@ -3057,6 +3063,20 @@ static int repair_run(tn_plog_t *plog, tn_plog_repair_t *req)
     if (!tn_plog_damage(plog, &base, &end) || base != req->base ||
         end != (req->active ? TN_PLOG_DAMAGE_ACTIVE : req->end))
         return UV_EINVAL;
+    tn_epochs_t h;
+    tn_epochs_init(&h);
+    int rc = req->active ? repair_epochs(plog, req, &h) : 0;
+    if (rc == 0)
+        rc = repair_steps(plog, req, &h);
+    tn_epochs_fini(&h);
+    return rc;
+}
+
+/* repair_run's steps; hist: the active segment's new history
+ * (repair_epochs). */
+static int repair_steps(tn_plog_t *plog, tn_plog_repair_t *req, tn_epochs_t *hist)
+{
+    uint64_t base = req->base, end = req->end;
     /* 0. (The active segment's repair) the damage recorded first: until
      * step 7 removes it, an open finds the log isolated, whichever of the
      * files below are in place, and the repair starts over. */
@@ -3126,7 +3146,14 @@ static int repair_run(tn_plog_t *plog, tn_plog_repair_t *req)
 
     /* 6. (The active segment's repair) the epochs: the records from base
      * on are the leader's now. */
-    if (req->active && ((rc = repair_epochs(plog, req)) != 0 || repair_stops(6)))
+    if (req->active && (hist->n > 0 || plog->epochs_used)) {
+        rc = tn_epochs_save(hist, plog->dir);
+        if (rc != 0)
+            TN_LOG(TN_LOG_ERROR,
+                   "partition %s/%u: cannot give the repaired active segment its epochs: %s (%s)",
+                   plog->topic, plog->partition, hist->errmsg, tn_strerror(rc));
+    }
+    if (req->active && (rc != 0 || repair_stops(6)))
         goto out;
 
     /* The damage record goes (a crash before leaves it: the next open
@@ -3264,14 +3291,14 @@ bool tn_plog_epochs_damaged(tn_plog_t *pl)
 /* tn_plog_rebuild_epochs: the history of the log's records from their
  * EPOCH_START records (committer thread; the log is isolated, so nothing
  * else changes its segments). */
-static int rebuild_scan(tn_plog_t *plog, uint32_t first_epoch, tn_epochs_t *h)
+static int rebuild_scan(tn_plog_t *plog, uint32_t first_epoch, uint64_t limit, tn_epochs_t *h)
 {
     uint64_t first = first_offset_locked(plog);
     bool started = false; /* the first record at or past first seen */
     window_t w = {.at = 0, .len = 0};
     tn_buf_init(&w.buf);
     int rc = 0;
-    for (uint32_t i = 0; i < plog->nsegs && rc == 0; i++) {
+    for (uint32_t i = 0; i < plog->nsegs && plog->segs[i]->base < limit && rc == 0; i++) {
         tn_seg_t *seg = plog->segs[i];
         uint64_t pos = 0, off = seg->base;
         w.len = 0; /* another file */
@@ -3320,9 +3347,14 @@ static int rebuild_run(tn_plog_t *plog, tn_plog_repair_t *req)
 {
     if (!tn_plog_epochs_damaged(plog))
         return UV_EINVAL;
+    /* Damage in the active segment too (load_epochs_isolated): the
+     * history of the records below it; its repair replaces the rest. */
+    uint64_t limit = UINT64_MAX, end;
+    if (tn_plog_damage(plog, &limit, &end) && end != TN_PLOG_DAMAGE_ACTIVE)
+        return UV_EINVAL;
     tn_epochs_t h;
     tn_epochs_init(&h);
-    int rc = rebuild_scan(plog, req->first_epoch, &h);
+    int rc = rebuild_scan(plog, req->first_epoch, limit, &h);
     if (rc == 0 && repair_stops(1))
         rc = UV_EIO;
     if (rc == 0) {

@@ -669,7 +669,10 @@ int tn_plog_repair_active(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, c
 
 /* Whether the log is isolated because its open found the `epochs` file
  * damaged (TN_ECORRUPT: a bad CRC, length, magic or order; not a file of
- * another version): tn_plog_rebuild_epochs repairs it. Any thread. */
+ * another version), alone or beside damage in the active segment (then
+ * tn_plog_damage names that too, and the file is rebuilt first: the
+ * segment's repair needs the history below it): tn_plog_rebuild_epochs
+ * repairs it. Any thread. */
 bool tn_plog_epochs_damaged(tn_plog_t *pl);
 
 /* Rebuild a damaged epochs file (tn_plog_epochs_damaged) from the log's
@@ -682,11 +685,15 @@ bool tn_plog_epochs_damaged(tn_plog_t *pl);
  * known; then the rebuild needs the log to start with an EPOCH_START). On
  * the committer thread: every segment is read (each control record's CRC
  * checked), the file written atomically, then the log recovered in place.
+ * With the active segment damaged too, only the records below it are read
+ * (tn_plog_repair_active replaces the rest, with the leader's epochs), and
+ * the log stays isolated by that segment.
  * A crash leaves the damaged file (the log opens isolated again and the
  * rebuild starts over) or the rebuilt one. req->end is the number of
  * entries. Refused at once: UV_EINVAL (a memory log, no callback),
  * TN_ECLOSED; at run time UV_EINVAL when the log is not isolated by a
- * damaged epochs file any more, TN_ERANGE when the log does not start
+ * damaged epochs file any more (or a sealed segment is damaged too),
+ * TN_ERANGE when the log does not start
  * with an EPOCH_START and first_epoch is 0, TN_ECORRUPT when the records
  * cannot be read or their epochs do not rise (or first_epoch is not below
  * the first EPOCH_START's), all with nothing changed. 0 when queued. Loop

@@ -37,9 +37,12 @@ ARGS = ["--replica-lag-time-max=2s", "--min-insync-replicas=2",
 TOPIC = "rp"
 
 
-class Repair(harness.ClusterTest):
-    def setUp(self):
-        self.c = self.make(3, args=ARGS).start()
+class RepairCase(harness.ClusterTest):
+    """The helpers of the tests below: a cluster of three with TOPIC (one
+    partition, factor 3) made by start()."""
+
+    def start_cluster(self, args):
+        self.c = self.make(3, args=args).start()
         self.c.wait_alive(3)
         status, body = self.c.nodes[0].request(
             "POST", "/v1/topics", {"name": TOPIC, "partitions": 1, "replication_factor": 3})
@@ -47,13 +50,6 @@ class Repair(harness.ClusterTest):
         self.acked = []
         self.seq = 0
         wait_until("a leader of rp/0", lambda: self.leader() is not None)
-        # Several sealed segments (64 KiB each) on every replica.
-        for _ in range(6):
-            self.produce_batch(60)
-        self.wait_isr(3)
-        for n in self.c.nodes:
-            wait_until(f"three segments of {TOPIC}/0 on node {n.id}",
-                       lambda n=n: len(self.segments(n)) >= 3)
 
     # --- helpers -------------------------------------------------------------------
 
@@ -195,6 +191,40 @@ class Repair(harness.ClusterTest):
         self.assertEqual(len(kept), 1, kept)
         self.assertIn("repaired offsets", victim.log())
 
+    def copy_end(self, node):
+        recs = rl.parse_segment(self.active(node))
+        return recs[-1].offset + 1 if recs else 0
+
+    def small_batches_copied(self, lead, follower):
+        """A new segment of small batches, copied one by one by follower
+        (so that later records' sync marks prove the earlier durable)."""
+        for _ in range(4):
+            self.produce_batch(5)
+            end = self.pstats(lead)["log_end"]
+            wait_until(f"node {follower.id} holds offsets below {end}",
+                       lambda: self.copy_end(follower) >= end)
+
+    def flip_epochs(self, node):
+        """Flip a byte inside the first entry of node's `epochs` file."""
+        path = os.path.join(self.pdir(node), "epochs")
+        with open(path, "r+b") as f:
+            f.seek(14)
+            b = f.read(1)
+            f.seek(14)
+            f.write(bytes([b[0] ^ 0x01]))
+
+
+class Repair(RepairCase):
+    def setUp(self):
+        self.start_cluster(ARGS)
+        # Several sealed segments (64 KiB each) on every replica.
+        for _ in range(6):
+            self.produce_batch(60)
+        self.wait_isr(3)
+        for n in self.c.nodes:
+            wait_until(f"three segments of {TOPIC}/0 on node {n.id}",
+                       lambda n=n: len(self.segments(n)) >= 3)
+
     # --- tests ---------------------------------------------------------------------
 
     def test_follower_then_leader(self):
@@ -239,15 +269,7 @@ class Repair(harness.ClusterTest):
         # damage is not in the records of a sealed segment".
         lead = self.leader()
         follower = next(n for n in self.c.nodes if n is not lead)
-
-        def copy_end(node):
-            recs = rl.parse_segment(self.active(node))
-            return recs[-1].offset + 1 if recs else 0
-        for _ in range(4):  # a new segment of small batches, copied one by one
-            self.produce_batch(5)
-            end = self.pstats(lead)["log_end"]
-            wait_until(f"node {follower.id} holds offsets below {end}",
-                       lambda: copy_end(follower) >= end)
+        self.small_batches_copied(lead, follower)
         follower.kill()
         self.flip_durable_active(follower)
         follower.start()
@@ -332,12 +354,7 @@ class Repair(harness.ClusterTest):
         lead = self.leader()
         follower = next(n for n in self.c.nodes if n is not lead)
         follower.kill()
-        path = os.path.join(self.pdir(follower), "epochs")
-        with open(path, "r+b") as f:
-            f.seek(14)  # inside the first entry
-            b = f.read(1)
-            f.seek(14)
-            f.write(bytes([b[0] ^ 0x01]))
+        self.flip_epochs(follower)
         follower.start()
         follower.wait_ready()
         wait_until("the damage found at the restart", lambda: "this copy is damaged" in
@@ -345,6 +362,35 @@ class Repair(harness.ClusterTest):
         wait_until(f"node {follower.id} rebuilt its epochs file",
                    lambda: self.repairs(follower) > 0, timeout=90)
         self.assertIn("rebuilt its epochs file from its records", follower.log())
+        self.produce_batch(5)
+        self.wait_isr(3)
+        self.expect_identical()
+
+    def test_active_segment_and_epochs_file(self):
+        # A follower's active segment AND its `epochs` file damaged, both
+        # found at its restart: the history is rebuilt first, from the
+        # records below the damaged segment, then the segment is repaired;
+        # the copy rejoins the ISR identical below the hw. Before, every
+        # attempt (each 2 s) copied the segment from the leader, kept
+        # another `.log.damaged.` copy of it, and failed on the epochs file.
+        lead = self.leader()
+        follower = next(n for n in self.c.nodes if n is not lead)
+        self.small_batches_copied(lead, follower)
+        follower.kill()
+        self.flip_durable_active(follower)
+        self.flip_epochs(follower)
+        follower.start()
+        follower.wait_ready()
+        wait_until("the damage found at the restart", lambda: "this copy is damaged" in
+                   follower.log())
+        kept = os.path.join(self.pdir(follower), "*.log.damaged.*")
+        wait_until(f"node {follower.id} repaired its active segment", lambda: (
+            "(the active segment) from node" in follower.log() or len(glob.glob(kept)) > 1),
+            timeout=90)
+        self.assertEqual(len(glob.glob(kept)), 1, glob.glob(kept))
+        log = follower.log()
+        self.assertIn("rebuilt its epochs file from its records", log)
+        self.assertLess(log.index("rebuilt its epochs file"), log.index("(the active segment)"))
         self.produce_batch(5)
         self.wait_isr(3)
         self.expect_identical()

@@ -16,6 +16,7 @@
 #include "storage/io.h"
 #include "storage/scrub.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1670,6 +1671,117 @@ static void test_rebuild_epochs_crash(void **state)
     }
 }
 
+/* The files of topic/0 whose name holds a damaged segment's suffix. */
+static int count_damaged(fx_t *fx, const char *topic)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/topics/%s/0", fx->dir, topic);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strstr(e->d_name, ".log.damaged.") != NULL;
+    closedir(d);
+    return n;
+}
+
+/* A copy damaged in its active segment and in its epochs file at once
+ * (both found at open): the active segment's repair, which needs the
+ * history below the segment, is refused with nothing changed (before, it
+ * replaced the segment and kept another copy of it on every attempt, then
+ * failed on the epochs file: a retry every 2 s filled the disk); the
+ * history is rebuilt first from the records below the damaged segment
+ * (its own cannot be trusted), the log stays isolated by the segment, and
+ * its repair then finishes. A sealed segment damaged beside the file is
+ * repaired first, then the file rebuilt. */
+static void test_repair_active_and_epochs(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_leader(fx, ref);
+    tn_plog_t *pl = open_log(fx, "ae", 0);
+    copy_all(fx, ref, pl, 3000);
+    uint64_t base = flip_active(fx, pl, "ae");
+    tu_plog_close(&fx->loop, pl);
+    flip_epochs(fx, "ae");
+    pl = open_any(fx, "ae");
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+    uint64_t b = 0, e = 0;
+    assert_true(tn_plog_damage(pl, &b, &e));
+    assert_int_equal(b, base);
+    assert_int_equal(e, TN_PLOG_DAMAGE_ACTIVE);
+    assert_true(tn_plog_epochs_damaged(pl));
+
+    tn_buf_t good;
+    tn_buf_init(&good);
+    tn_epoch_entry_t ep[8];
+    uint32_t nep = copy_of(ref, base, tn_plog_written_next(ref), &good, ep);
+    char path[4096];
+    seg_file(fx, "ae", base, "log", path, sizeof(path));
+    tn_buf_t before, after;
+    tn_buf_init(&before);
+    tn_buf_init(&after);
+    assert_int_equal(tn_io_read_file(path, 1 << 24, &before), 0);
+    rw_t w;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), TN_ECORRUPT);
+        assert_int_equal(count_damaged(fx, "ae"), 0);
+        tn_buf_reset(&after);
+        assert_int_equal(tn_io_read_file(path, 1 << 24, &after), 0);
+        assert_int_equal(tn_buf_size(&after), tn_buf_size(&before));
+        assert_memory_equal(tn_buf_data(&after), tn_buf_data(&before), tn_buf_size(&before));
+        assert_true(tn_plog_epochs_damaged(pl));
+    }
+    tn_buf_fini(&before);
+    tn_buf_fini(&after);
+
+    assert_int_equal(rebuild(fx, pl, 0, &w), 0);
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT); /* the segment still */
+    assert_false(tn_plog_epochs_damaged(pl));
+    assert_true(tn_plog_damage(pl, &b, &e));
+    assert_int_equal(b, base);
+    assert_int_equal(e, TN_PLOG_DAMAGE_ACTIVE);
+    tn_epoch_entry_t pe[8];
+    assert_int_equal(tn_plog_epochs_range(ref, base - 1, base, pe, 8), 1);
+    assert_int_equal(tn_plog_damage_prefix_epoch(pl, base), pe[0].epoch);
+    assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    expect_same(ref, pl);
+    assert_int_equal(count_damaged(fx, "ae"), 1);
+    tu_plog_close(&fx->loop, pl);
+    pl = open_log(fx, "ae", 0);
+    expect_same(ref, pl);
+    tu_plog_close(&fx->loop, pl);
+
+    /* A sealed segment (its sidecar gone: recovery scans it) and the
+     * file: the segment is repaired first (the open did not read the
+     * segments after it, so no rebuild from them); the log re-opened in
+     * place finds the file damaged and rebuilds it. */
+    pl = open_log(fx, "se", 0);
+    copy_all(fx, ref, pl, 3000);
+    tu_plog_close(&fx->loop, pl);
+    uint64_t end;
+    flip_second(fx, "se", &base, &end);
+    seg_file(fx, "se", base, "idx", path, sizeof(path));
+    assert_int_equal(unlink(path), 0);
+    flip_epochs(fx, "se");
+    pl = open_any(fx, "se");
+    assert_true(tn_plog_damage(pl, &b, &e));
+    assert_int_equal(b, base);
+    assert_int_equal(e, end);
+    assert_false(tn_plog_epochs_damaged(pl));
+    assert_int_equal(rebuild(fx, pl, 0, &w), UV_EINVAL);
+    read_range(ref, base, end, &good);
+    assert_int_equal(repair(fx, pl, base, end, &good, &w), 0);
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+    assert_false(tn_plog_damage(pl, &b, &e));
+    assert_true(tn_plog_epochs_damaged(pl));
+    assert_int_equal(rebuild(fx, pl, 0, &w), 0);
+    assert_int_equal(tn_plog_err(pl), 0);
+    expect_same(ref, pl);
+    tn_buf_fini(&good);
+}
+
 /* --- truncation -------------------------------------------------------------------- */
 
 static void on_trunc(tn_plog_trunc_t *req, int status)
@@ -2375,6 +2487,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_scrub_active, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rebuild_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rebuild_epochs_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_active_and_epochs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hw_gate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repl_watch, setup, teardown),
     };
