@@ -89,10 +89,11 @@
  *      base up to the leader's hw, or a segment's worth (REPAIR calls with
  *      flushed_offset UINT64_MAX; the first one carries the epoch of this
  *      copy's record below the base, which the leader checks as a fetch's
- *      divergence: DIVERGING empties the segment instead), with the
- *      answers' epochs, and handed to tn_plog_repair_active: what this
- *      copy held from the base on goes, and the fetches go on from the
- *      copy's end. A damaged epochs file (tn_plog_epochs_damaged) is
+ *      divergence: DIVERGING empties the segment instead; OUT_OF_RANGE, the
+ *      leader's log starting above the offset asked, ends the copy there),
+ *      with the answers' epochs, and handed to tn_plog_repair_active:
+ *      what this copy held from the base on goes, and the fetches go on
+ *      from the copy's end. A damaged epochs file (tn_plog_epochs_damaged) is
  *      rebuilt from the records (tn_plog_rebuild_epochs), with the
  *      leader's epoch of this copy's first offset from one REPAIR call (a
  *      batch up to its hw), before a damaged active segment beside it is
@@ -3486,6 +3487,20 @@ static void repair_active_reply(part_t *pt, const tn_fetch_rpart_t *rp)
         repair_active_replace(pt);
         return;
     }
+    if (rp->status == TN_FETCH_OUT_OF_RANGE) {
+        /* The leader's log starts above rep_next (its retention went past
+         * it: a copy's segment can start a few records before the
+         * leader's, its fetches written whole): nothing from there on is
+         * the partition's. The copy is what is in hand, possibly nothing;
+         * the usual fetch from its end is answered the same and restarts
+         * the log at the leader's start (a reset). */
+        TN_LOG(TN_LOG_NOTICE,
+               "replica %s/%" PRIu32 ": node %" PRIu32 "'s log starts at %" PRIu64
+               ", above offset %" PRIu64 " of the damaged active segment: the copy ends there",
+               pt->topic, pt->p, pt->rep_from, rp->end_offset, pt->rep_next);
+        repair_active_replace(pt);
+        return;
+    }
     char why[64];
     if (rp->status != TN_FETCH_RECORDS) {
         snprintf(why, sizeof(why), "the leader answered %s",
@@ -3571,11 +3586,13 @@ static void on_epochs_rebuilt(tn_plog_repair_t *req, int status)
 }
 
 /* The leader's answer for a damaged epochs file: the epoch of this copy's
- * first offset (none when the leader cannot say: the rebuild then needs
- * the log to start with an EPOCH_START record). */
+ * first offset (none when the leader cannot say, e.g. its log starts
+ * above it: the rebuild then needs the log to start with an EPOCH_START
+ * record). */
 static void repair_epochs_reply(part_t *pt, const tn_fetch_rpart_t *rp)
 {
-    if (rp->status != TN_FETCH_RECORDS && rp->status != TN_FETCH_ERROR) {
+    if (rp->status != TN_FETCH_RECORDS && rp->status != TN_FETCH_ERROR &&
+        rp->status != TN_FETCH_OUT_OF_RANGE) {
         repair_fail(pt, "reading", "the leader answered that it does not lead, or another epoch");
         return;
     }
@@ -3818,6 +3835,9 @@ typedef struct {
     int rc;
     uint32_t div_epoch; /* TN_FETCH_DIVERGING: the leader's epoch and its end */
     uint64_t div_end;
+    /* (up to the hw) from is below this log's start: TN_FETCH_OUT_OF_RANGE */
+    bool out_of_range;
+    uint64_t log_start;
 } rreq_t;
 
 static void repair_read_work(uv_work_t *w)
@@ -3826,6 +3846,20 @@ static void repair_read_work(uv_work_t *w)
     if (r->from >= r->to)
         return; /* (up to the hw) nothing below it */
     r->rc = tn_plog_read_raw(r->plog, r->from, r->max, &r->recs, &r->count);
+    if (r->rc == TN_ENOTFOUND && r->upto_hw) {
+        /* Below the log's start (retention went past it): nothing of the
+         * copy's range from there is the partition's any more; the copy
+         * is told where the log starts (its fetch then restarts there). */
+        tn_plog_stats_t st;
+        tn_plog_stats(r->plog, &st);
+        if (r->from < st.first_offset) {
+            r->out_of_range = true;
+            r->log_start = st.first_offset;
+            r->rc = 0;
+            r->count = 0;
+            tn_buf_reset(&r->recs);
+        }
+    }
     if (r->rc != 0 || r->count == 0)
         return;
     /* Never past the end of the range, which must be a batch's end (up to
@@ -3874,6 +3908,8 @@ static void repair_reply(rreq_t *r, uint16_t status)
                                         tn_buf_size(&r->recs));
     } else if (rc == 0 && status == TN_FETCH_DIVERGING) {
         rc = tn_fetch_reply_put_diverging(&b, hw, r->div_epoch, r->div_end);
+    } else if (rc == 0 && status == TN_FETCH_OUT_OF_RANGE) {
+        rc = tn_fetch_reply_put_out_of_range(&b, hw, r->log_start);
     } else if (rc == 0) {
         rc = tn_fetch_reply_put_status(&b, status, hw);
     }
@@ -3899,7 +3935,10 @@ static void repair_read_done(uv_work_t *w, int status)
                   "replica %s/%" PRIu32 ": cannot serve offsets from %" PRIu64 " for a repair: %s",
                   r->topic, r->p, r->from, tn_strerror(r->rc));
     tn_plog_t *pinned = r->plog;
-    repair_reply(r, ok ? TN_FETCH_RECORDS : TN_FETCH_ERROR); /* frees r */
+    uint16_t answer = !ok               ? TN_FETCH_ERROR
+                      : r->out_of_range ? TN_FETCH_OUT_OF_RANGE
+                                        : TN_FETCH_RECORDS;
+    repair_reply(r, answer); /* frees r */
     tn_plog_unpin(pinned);
     if (rm->closing)
         maybe_close_done(rm);

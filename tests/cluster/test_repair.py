@@ -14,10 +14,14 @@ appends): a follower's damage found by recovery at its restart, the
 leader's found by a scrub; each copies what the leader holds of it below
 its hw and rejoins the ISR; an old leader whose unacknowledged tail
 began below its damaged active segment is told it parts from the leader
-there, and truncates rather than copying onto that tail. A damaged
-`epochs` file is rebuilt from the copy's own EPOCH_START records. A partition whose every replica is damaged in the same range
-goes offline, says so (/v1 `damaged`, tern_replica_damaged_partitions, a
-log line on each node) and never serves the bad bytes.
+there, and truncates rather than copying onto that tail; a follower's
+active segment that begins below the leader's log start (retention) ends
+there and restarts at the leader's start. A damaged `epochs` file is
+rebuilt from the copy's own EPOCH_START records, also beside a damaged
+active segment (first). A partition whose every replica is damaged in the
+same range goes offline, says so (/v1 `damaged`,
+tern_replica_damaged_partitions, a log line on each node) and never
+serves the bad bytes.
 
 Run: python3 tests/cluster/test_repair.py --ternd build/ternd
 """
@@ -69,16 +73,17 @@ class RepairCase(harness.ClusterTest):
                 return self.node(ps["leader"])
         return None
 
-    def produce_batch(self, n):
-        """n messages of 1000 bytes in one /v1 batch through the leader,
-        retried until acknowledged (a new leader answers 503 at first)."""
+    def produce_batch(self, n, via=None):
+        """n messages of 1000 bytes in one /v1 batch through the leader (as
+        via tells, when given), retried until acknowledged (a new leader
+        answers 503 at first)."""
         ids = [f"m{self.seq + i}" for i in range(n)]
         self.seq += n
         bodies = [rl.make_body(i, 1000).decode() for i in ids]
         items = [{"payload": b, "partition": 0} for b in bodies]
 
         def send():
-            lead = self.leader()
+            lead = self.leader(via)
             if lead is None:
                 return False
             status, body = lead.request("POST", f"/v1/topics/{TOPIC}/produce/batch", items,
@@ -456,6 +461,85 @@ class Repair(RepairCase):
             if status == 200:
                 self.assertIsNotNone(rl.parse_body(m["payload"]), m)
                 self.assertIn(m["payload"], self.acked)
+
+
+# Retention of 5 s, checked every second: segments go soon after they seal.
+RETENTION_ARGS = ARGS + ["--retention=5s", "--gc-interval=1s"]
+
+
+class RepairPastRetention(RepairCase):
+    def setUp(self):
+        self.start_cluster(RETENTION_ARGS)
+
+    def base_of_active(self, node):
+        return int(os.path.basename(self.segments(node)[-1]).split(".")[0])
+
+    def expect_identical_held(self):
+        """expect_identical for what each replica still holds below the hw
+        (retention drops the oldest segments on each one's own clock):
+        CRC good, dense up to the hw, the same where two of them hold an
+        offset."""
+        hw = self.pstats(self.leader())["high_watermark"]
+
+        def held(n):
+            try:  # a segment retention deletes while it is listed: again
+                return [r for r in rl.read_partition(self.pdir(n)) if r.offset < hw]
+            except FileNotFoundError:
+                return None
+        copies = {}
+        for n in self.c.nodes:
+            recs = wait_until(f"node {n.id}'s records", lambda n=n: held(n))
+            offs = [r.offset for r in recs]
+            self.assertEqual(offs, list(range(offs[0], hw)), f"node {n.id}")
+            self.assertEqual([r.offset for r in recs if not r.crc_ok], [], f"node {n.id}")
+            copies[n.id] = {r.offset: r.digest for r in recs}
+        common = set.intersection(*(set(c) for c in copies.values()))
+        self.assertTrue(common, copies.keys())
+        first = next(iter(copies.values()))
+        for node_id, c in copies.items():
+            self.assertEqual([o for o in sorted(common) if c[o] != first[o]], [],
+                             f"node {node_id} differs below hw {hw}")
+
+    def test_active_segment_below_the_leaders_start(self):
+        # A follower writes each fetch's answer whole, so it rolls at the
+        # start of the answer that would overflow its segment, and the
+        # leader at the batch that does: the follower's active segment
+        # begins a few records below the leader's. Once the leader's
+        # retention drops the segment before its own active one, its log
+        # starts above the base of the follower's active segment. Damage
+        # there must still be repaired: the leader says where its log
+        # starts (OUT_OF_RANGE), the copy ends below it, and the usual fetch
+        # restarts the log at the leader's start. Before, the leader
+        # answered "error" (it cannot read below its start), every 2 s, and
+        # the copy stayed out of the ISR for good.
+        lead = self.leader()
+        follower = next(n for n in self.c.nodes if n is not lead)
+        self.produce_batch(5, via=lead)
+        wait_until(f"node {follower.id} holds offsets below 5",
+                   lambda: self.copy_end(follower) >= 5)
+        # Stopped while a segment's worth of small batches is written: it
+        # then copies them in one answer of its next fetch.
+        os.kill(follower.pid, signal.SIGSTOP)
+        try:
+            for _ in range(15):
+                self.produce_batch(5, via=lead)
+        finally:
+            os.kill(follower.pid, signal.SIGCONT)
+        end = self.pstats(lead)["log_end"]
+        wait_until(f"node {follower.id} holds offsets below {end}",
+                   lambda: self.copy_end(follower) >= end)
+        fbase, lbase = self.base_of_active(follower), self.base_of_active(lead)
+        self.assertLess(fbase, lbase, "the follower's active segment begins below the leader's")
+        wait_until(f"the leader's log to start past {fbase}",
+                   lambda: self.pstats(lead)["oldest_offset"] > fbase, timeout=60)
+        self.flip(follower, segment=-1)
+        self.scrub(follower)
+        wait_until(f"node {follower.id} repaired its copy", lambda: self.repairs(follower) > 0,
+                   timeout=90)
+        self.assertIn(f"'s log starts at {lbase}", follower.log())
+        self.produce_batch(5, via=lead)
+        self.wait_isr(3)
+        self.expect_identical_held()
 
 
 if __name__ == "__main__":
