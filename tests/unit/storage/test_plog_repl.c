@@ -1379,9 +1379,9 @@ static void test_repair_active_at_open(void **state)
 }
 
 /* Each crash point of an active segment's repair: the reopened log is
- * isolated by the damage record whatever files were in place, the repair
- * starts over and finishes; every record below the copy's end is there at
- * every point. */
+ * isolated by the damage record whatever files were in place (the damaged
+ * segment before step 4, the good copy after), with the same epoch below
+ * the base; the repair starts over and finishes. */
 static void test_repair_active_crash_points(void **state)
 {
     fx_t *fx = *state;
@@ -1396,6 +1396,7 @@ static void test_repair_active_crash_points(void **state)
         snprintf(name, sizeof(name), "acrash%d", k);
         tn_plog_t *pl = open_log(fx, name, 0);
         uint64_t base = damaged_active_copy(fx, ref, pl, name);
+        uint32_t prefix = tn_plog_damage_prefix_epoch(pl, base);
         uint32_t nep = copy_of(ref, base, end, &good, ep);
         rw_t w;
         tn__plog_repair_stop_after(k);
@@ -1409,6 +1410,24 @@ static void test_repair_active_crash_points(void **state)
         assert_true(tn_plog_damage(pl, &b, &e));
         assert_int_equal(b, base);
         assert_int_equal(e, TN_PLOG_DAMAGE_ACTIVE);
+        /* On disk: the damaged segment before step 4, the good copy from
+         * it on; the epoch below base (what the leader checks before it
+         * serves the copy again) the same, step 6's rewrite or not. */
+        char path[4096];
+        seg_file(fx, name, base, "log", path, sizeof(path));
+        tn_buf_t file;
+        tn_buf_init(&file);
+        assert_int_equal(tn_io_read_file(path, 1 << 24, &file), 0);
+        uint32_t n = 0;
+        int run = tn_rec_check_run(tn_buf_data(&file), tn_buf_size(&file), base, &n);
+        tn_buf_fini(&file);
+        if (k < 4) {
+            assert_int_not_equal(run, 0);
+        } else {
+            assert_int_equal(run, 0);
+            assert_int_equal(n, end - base);
+        }
+        assert_int_equal(tn_plog_damage_prefix_epoch(pl, base), prefix);
         assert_int_equal(repair_active(fx, pl, base, &good, ep, nep, &w), 0);
         assert_int_equal(tn_plog_err(pl), 0);
         expect_same(ref, pl);
