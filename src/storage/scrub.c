@@ -258,11 +258,17 @@ static bool isolate(run_t *r, const tn_seg_t *seg, const char *what, uint64_t po
     tn_plog_t *plog = find_plog(store, r->topic, r->partition);
     bool there = false;
     if (plog != NULL) {
+        /* Both under the lock: a truncation lowers written_next before it
+         * cuts the file and replaces the segment object under this lock, so
+         * a segment still the log's with the record below the end was read
+         * before any truncation touched it; read after the unlock, a
+         * truncation completed meanwhile and new appends past the record
+         * could make a cut file look damaged. */
         uv_mutex_lock(&plog->lock);
         there = holds(plog, seg);
-        uv_mutex_unlock(&plog->lock);
         if (there && active)
             there = offset != NO_OFFSET && offset < tn_plog_written_next(plog);
+        uv_mutex_unlock(&plog->lock);
     }
     if (there) {
         tn__plog_note_damage(plog, seg->base);
