@@ -3400,26 +3400,48 @@ static void repair_fail(part_t *pt, const char *what, const char *why)
     tn_buf_reset(&pt->rep_ep);
 }
 
-static void on_repaired(tn_plog_repair_t *req, int status)
+/* The end of a repair's storage step (a segment replaced, the epochs file
+ * rebuilt; what: its name for a failure's line): false when the caller
+ * has nothing more to do (the partition is going, or the step failed and
+ * is tried again); true when it succeeded, counted, with the marks of the
+ * damage cleared (the repair removed its record: damage found next is
+ * new). The caller logs it, then calls repair_resumed. */
+static bool repair_ended(part_t *pt, int status, const char *what)
 {
-    part_t *pt = req->data;
     tn_replica_t *rm = pt->rm;
     pt->busy--;
-    tn_buf_fini(&pt->rep_buf);
-    tn_buf_init(&pt->rep_buf);
     if (pt->dead || rm->closing) {
         pt->rep_busy = false;
         part_maybe_free(pt);
-        return;
+        return false;
     }
     if (status != 0) {
-        repair_fail(pt, "replacing the segment", tn_strerror(status));
-        return;
+        repair_fail(pt, what, tn_strerror(status));
+        return false;
     }
     pt->rep_busy = false;
     pt->dmg_logged = false;
-    pt->dmg_recorded = false; /* the repair removed the record; damage found next is new */
+    pt->dmg_recorded = false;
     rm->st.repairs++;
+    return true;
+}
+
+/* After a repair's step succeeded: the core is fed the log as it is now
+ * and fetches again. */
+static void repair_resumed(part_t *pt)
+{
+    pt->core_fed = false;
+    poll_log(pt);
+    send_fetches(pt->rm);
+}
+
+static void on_repaired(tn_plog_repair_t *req, int status)
+{
+    part_t *pt = req->data;
+    tn_buf_fini(&pt->rep_buf);
+    tn_buf_init(&pt->rep_buf);
+    if (!repair_ended(pt, status, "replacing the segment"))
+        return;
     int err = pt->plog != NULL ? tn_plog_err(pt->plog) : 0;
     char range[96];
     if (pt->rep_active && req->end > req->base)
@@ -3437,9 +3459,7 @@ static void on_repaired(tn_plog_repair_t *req, int status)
            pt->topic, pt->p, range, pt->rep_from, req->quarantined,
            err != 0 ? "; more damage found, repairing that next"
                     : "; it catches up and rejoins the ISR");
-    pt->core_fed = false; /* feed the log as it is now: the core fetches again */
-    poll_log(pt);
-    send_fetches(rm);
+    repair_resumed(pt);
 }
 
 /* The whole copy of a damaged active segment in hand (or nothing to
@@ -3558,21 +3578,8 @@ static void repair_active_reply(part_t *pt, const tn_fetch_rpart_t *rp)
 static void on_epochs_rebuilt(tn_plog_repair_t *req, int status)
 {
     part_t *pt = req->data;
-    tn_replica_t *rm = pt->rm;
-    pt->busy--;
-    if (pt->dead || rm->closing) {
-        pt->rep_busy = false;
-        part_maybe_free(pt);
+    if (!repair_ended(pt, status, "rebuilding the epochs file"))
         return;
-    }
-    if (status != 0) {
-        repair_fail(pt, "rebuilding the epochs file", tn_strerror(status));
-        return;
-    }
-    pt->rep_busy = false;
-    pt->dmg_logged = false;
-    pt->dmg_recorded = false;
-    rm->st.repairs++;
     int err = pt->plog != NULL ? tn_plog_err(pt->plog) : 0;
     TN_LOG(TN_LOG_NOTICE,
            "replica %s/%" PRIu32 ": rebuilt its epochs file from its records (%" PRIu64
@@ -3580,9 +3587,7 @@ static void on_epochs_rebuilt(tn_plog_repair_t *req, int status)
            pt->topic, pt->p, req->end, req->first_epoch, pt->rep_from,
            err != 0 ? "; more damage found, repairing that next"
                     : "; it catches up and rejoins the ISR");
-    pt->core_fed = false;
-    poll_log(pt);
-    send_fetches(rm);
+    repair_resumed(pt);
 }
 
 /* The leader's answer for a damaged epochs file: the epoch of this copy's

@@ -171,21 +171,28 @@ bool tn_plog_damage(tn_plog_t *pl, uint64_t *base, uint64_t *end)
     return true;
 }
 
-uint32_t tn_plog_damage_prefix_epoch(tn_plog_t *pl, uint64_t base)
+/* The epoch of the record at offset - 1 by the history (0: offset 0, or
+ * no entry starts at or below it). Any thread. */
+static uint32_t epoch_before(tn_plog_t *pl, uint64_t offset)
 {
-    if (base == 0)
+    if (offset == 0)
         return 0;
     uint32_t epoch = 0;
     uv_mutex_lock(&pl->lock);
     const tn_epochs_t *h = &pl->epochs;
     for (uint32_t i = h->n; i > 0; i--) {
-        if (h->entries[i - 1].start <= base - 1) {
+        if (h->entries[i - 1].start <= offset - 1) {
             epoch = h->entries[i - 1].epoch;
             break;
         }
     }
     uv_mutex_unlock(&pl->lock);
     return epoch;
+}
+
+uint32_t tn_plog_damage_prefix_epoch(tn_plog_t *pl, uint64_t base)
+{
+    return epoch_before(pl, base);
 }
 
 static tn_seg_t *active_seg(tn_plog_t *plog)
@@ -2285,20 +2292,7 @@ int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *
 
 uint32_t tn_plog_last_epoch(tn_plog_t *pl)
 {
-    uint64_t w = atomic_load(&pl->written_next);
-    if (w == 0)
-        return 0;
-    uint32_t epoch = 0;
-    uv_mutex_lock(&pl->lock);
-    const tn_epochs_t *h = &pl->epochs;
-    for (uint32_t i = h->n; i > 0; i--) {
-        if (h->entries[i - 1].start <= w - 1) {
-            epoch = h->entries[i - 1].epoch;
-            break;
-        }
-    }
-    uv_mutex_unlock(&pl->lock);
-    return epoch;
+    return epoch_before(pl, atomic_load(&pl->written_next));
 }
 
 uint32_t tn_plog_epochs_range(tn_plog_t *pl, uint64_t from, uint64_t to, tn_epoch_entry_t *out,
