@@ -1003,6 +1003,21 @@ int tn_plog_begin_epoch(tn_plog_t *pl, tn_append_t *req, uint32_t epoch, tn_appe
     return 0;
 }
 
+/* Whether epochs[0..n) can describe the records [base, base + count)
+ * that arrived with them: increasing epochs and starts, each a real epoch,
+ * each starting at one of those records. */
+static bool epochs_fit(const tn_epoch_entry_t *epochs, uint32_t n, uint64_t base, uint32_t count)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        bool ordered = i == 0 || (epochs[i].epoch > epochs[i - 1].epoch &&
+                                  epochs[i].start > epochs[i - 1].start);
+        if (!ordered || epochs[i].epoch == 0 || epochs[i].epoch == TN_EPOCHS_UNDEFINED ||
+            epochs[i].start < base || epochs[i].start >= base + count)
+            return false;
+    }
+    return true;
+}
+
 int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_t len,
                        uint64_t first_offset, const tn_epoch_entry_t *epochs, uint32_t nepochs,
                        tn_append_cb cb)
@@ -1017,13 +1032,8 @@ int tn_plog_append_raw(tn_plog_t *pl, tn_append_t *req, const void *bytes, size_
     rc = tn_rec_check_run(bytes, len, first_offset, &n);
     if (rc != 0)
         return rc;
-    for (uint32_t i = 0; i < nepochs; i++) {
-        bool ordered = i == 0 || (epochs[i].epoch > epochs[i - 1].epoch &&
-                                  epochs[i].start > epochs[i - 1].start);
-        if (!ordered || epochs[i].epoch == 0 || epochs[i].epoch == TN_EPOCHS_UNDEFINED ||
-            epochs[i].start < first_offset || epochs[i].start >= first_offset + n)
-            return TN_ECORRUPT;
-    }
+    if (!epochs_fit(epochs, nepochs, first_offset, n))
+        return TN_ECORRUPT;
     req->raw = tn_malloc(len);
     req->repochs = nepochs ? tn_malloc(nepochs * sizeof(*epochs)) : NULL;
     if (req->raw == NULL || (nepochs > 0 && req->repochs == NULL)) {
@@ -3418,13 +3428,8 @@ int tn_plog_repair_active(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, c
     }
     if (n == 0 && nepochs > 0)
         return UV_EINVAL;
-    for (uint32_t i = 0; i < nepochs; i++) {
-        bool ordered = i == 0 || (epochs[i].epoch > epochs[i - 1].epoch &&
-                                  epochs[i].start > epochs[i - 1].start);
-        if (!ordered || epochs[i].epoch == 0 || epochs[i].epoch == TN_EPOCHS_UNDEFINED ||
-            epochs[i].start < base || epochs[i].start >= base + n)
-            return TN_ECORRUPT;
-    }
+    if (!epochs_fit(epochs, nepochs, base, n))
+        return TN_ECORRUPT;
     memset(&req->s, 0, sizeof(req->s));
     /* An empty copy still gets a buffer: steps 1-5 write it as a file. */
     req->raw = tn_malloc(len > 0 ? len : 1);

@@ -369,6 +369,22 @@ static bool read_sidecar(run_t *r, const tn_seg_t *seg, uint64_t count, tn_buf_t
     return true;
 }
 
+/* A checked segment's counts: the records whose CRC verified (per
+ * segment, not per record: a lock each), and the segment as checked, or
+ * as skipped when it was gone before a finding could isolate it. */
+static void count_segment(run_t *r, uint64_t nrec, bool gone)
+{
+    tn_scrub_t *s = r->s;
+    uv_mutex_lock(&s->lock);
+    s->cur.records += nrec;
+    s->tot.records += nrec;
+    if (gone)
+        s->cur.segments_skipped++;
+    else if (!r->stopped)
+        s->cur.segments++;
+    uv_mutex_unlock(&s->lock);
+}
+
 /* Check one pinned sealed segment of size bytes and count records. */
 static void check_segment(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count)
 {
@@ -541,16 +557,7 @@ io_error:
         note_error(r, seg->base, seg->path, pos, NO_OFFSET, false, "cannot read the segment: %s",
                    tn_strerror(rc));
 out:
-    /* The records whose CRC verified; counted per segment, not per record
-     * (a lock each). */
-    uv_mutex_lock(&s->lock);
-    s->cur.records += nrec;
-    s->tot.records += nrec;
-    if (gone)
-        s->cur.segments_skipped++;
-    else if (!r->stopped)
-        s->cur.segments++;
-    uv_mutex_unlock(&s->lock);
+    count_segment(r, nrec, gone);
     tn_buf_fini(&ibuf);
 }
 
@@ -562,7 +569,6 @@ out:
  * nothing (isolate). */
 static void check_active(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count)
 {
-    tn_scrub_t *s = r->s;
     r->fd = seg->fd;
     r->wpos = 0;
     tn_buf_reset(&r->win);
@@ -617,14 +623,7 @@ static void check_active(run_t *r, tn_seg_t *seg, uint64_t size, uint64_t count)
         note_error(r, seg->base, seg->path, pos, NO_OFFSET, false, "cannot read the segment: %s",
                    tn_strerror(rc));
     }
-    uv_mutex_lock(&s->lock);
-    s->cur.records += nrec;
-    s->tot.records += nrec;
-    if (gone)
-        s->cur.segments_skipped++;
-    else if (!r->stopped)
-        s->cur.segments++;
-    uv_mutex_unlock(&s->lock);
+    count_segment(r, nrec, gone);
 }
 
 /* --- one partition, one run ---------------------------------------------------- */
