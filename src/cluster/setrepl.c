@@ -26,7 +26,12 @@
  *      the rest, and answers 204 once every record it queued so far is
  *      fdatasync'ed. The channel log's committer keeps its own cursor and
  *      checkpoints, so a promoted follower's engine opens the log as it
- *      would its own.
+ *      would its own. It takes a channel's records only while its engine
+ *      has that channel (engine_channel: 503 else), and a log it holds
+ *      belongs to the engine's channel object it was opened for
+ *      (tn_channel_t.gen): the engine deleting the channel here removes
+ *      its files, so the log closes, and a channel made again under the
+ *      name gets a log made anew.
  *   5. On each answer the leader computes with tn_setrepl_commit (pure)
  *      the highest seq that every follower of the committed ISR has (the
  *      ISR holding at least min_insync members): any ISR member may be
@@ -75,9 +80,9 @@
  *      ISR counts like an ISR member until a call to it failed and the
  *      gate answered no for it since (so the core, which proposes on
  *      the gate's last answer, never adds it after settles went on
- *      without it), and a member the core proposed (o.pending) counts
- *      until the CAS is decided, answering or not: once in it may be
- *      elected.
+ *      without it); a member the core
+ *      proposed (o.pending) counts until the CAS is decided, answering
+ *      or not: once in it may be elected.
  * Failure modes: a follower that fails a call is retried with a backoff
  * (100 ms doubling to 1 s) from its last confirmed record; while it is in
  * the committed ISR its stalled confirmations hold settles, until the
@@ -91,13 +96,13 @@
  * after its record (and every record before it in its channel log) is
  * fdatasync'ed on the leader and on every member of the ISR the metastore
  * committed, which has at least min_insync members, and of the maximal
- * ISR (any member an ISR change in flight may add); a follower never
- * writes the channel log of a partition this node leads (its engine owns
- * it); a follower answers 204 only for records it has synced, and for a
- * snapshot only once its records are synced; every member of the committed
- * ISR holds every settle the ISR confirmed (it joined through the gate,
- * and the waits counted it since), so whichever is elected next delivers
- * none of them again.
+ * ISR (any member an ISR change in flight may add); a
+ * follower never writes the channel log of a partition this node leads
+ * (its engine owns it); a follower answers 204 only for records it has
+ * synced, and for a snapshot only once its records are synced; every
+ * member of the committed ISR holds every settle the ISR confirmed (it
+ * joined through the gate, and the waits counted it since), so
+ * whichever is elected next delivers none of them again.
  *
  * Known limits: records go to every synced replica, in the ISR or not,
  * and the leader keeps them until every synced replica has them, but at
@@ -327,6 +332,7 @@ struct flog_s {
      * go through it, and inflight counts those not completed yet. */
     bool engine;
     uint32_t inflight;
+    uint64_t gen; /* the engine's channel object it belongs to (engine_channel) */
     bool opening;
     bool closing;
     int open_err;
@@ -878,6 +884,8 @@ static bool follows_here(const tn_setrepl_t *s, const tn_pstate_t *ps)
 }
 
 static void flog_close(flog_t *fl);
+static int engine_channel(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel,
+                          uint64_t *gen, bool *held);
 
 static void on_tick(uv_timer_t *t)
 {
@@ -893,7 +901,8 @@ static void on_tick(uv_timer_t *t)
         if (stream_check(st, &ps))
             pump(st);
     }
-    /* Follower logs of partitions no longer followed here. */
+    /* Follower logs of partitions no longer followed here, and of
+     * channels deleted here since they opened (engine_channel). */
     flog_t *fnext;
     for (flog_t *fl = s->flogs; fl != NULL; fl = fnext) {
         fnext = fl->next;
@@ -901,7 +910,10 @@ static void on_tick(uv_timer_t *t)
             continue;
         tn_pstate_t ps;
         bool found = s->o.pstate(s->o.pstate_arg, fl->topic, fl->p, &ps) == 0;
-        if (!follows_here(s, found ? &ps : NULL))
+        uint64_t gen;
+        bool held;
+        if (!follows_here(s, found ? &ps : NULL) ||
+            engine_channel(s, fl->topic, fl->p, fl->channel, &gen, &held) != 0 || gen != fl->gen)
             flog_close(fl); /* may free fl, never another */
     }
     /* Releases done with, once this node follows the partition again. */
@@ -1193,7 +1205,7 @@ static void open_done(uv_work_t *wk, int status)
 }
 
 static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel,
-                        uint64_t base_frontier, bool engine)
+                        uint64_t base_frontier, bool engine, uint64_t gen)
 {
     for (flog_t *fl = s->flogs; fl != NULL; fl = fl->next)
         if (fl->p == p && strcmp(fl->topic, topic) == 0 && strcmp(fl->channel, channel) == 0)
@@ -1213,6 +1225,7 @@ static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const ch
     fl->p = p;
     fl->base_frontier = base_frontier;
     fl->engine = engine;
+    fl->gen = gen;
     fl->opening = !engine;
     fl->work.data = fl;
     if (!engine && uv_queue_work(s->o.loop, &fl->work, open_work, open_done) != 0) {
@@ -1228,31 +1241,75 @@ static flog_t *flog_get(tn_setrepl_t *s, const char *topic, uint32_t p, const ch
     return fl;
 }
 
-/* Whether this node's engine has the channel log of (topic, p, channel)
- * open: a partition it led and gave up keeps its channels' logs, and two
- * writers must never share one log, so the follower leaves it alone. */
-static bool engine_holds(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel)
+/* Whether the engine's topic t is not the one the metastore records under
+ * its name (an old topic of the name, deleted and made again while this
+ * node lagged, which the catalog deletes here with its files). */
+static bool topic_stale(tn_setrepl_t *s, const tn_topic_t *t)
 {
-    tn_topic_t *t = NULL;
-    tn_channel_t *ch = NULL;
-    if (s->o.broker == NULL ||
-        tn_broker_topic(s->o.broker, topic, strlen(topic), false, 0, NULL, &t) != 0 ||
-        t->state != TN_OBJ_READY || p >= t->nparts ||
-        tn_topic_channel(t, channel, strlen(channel), false, NULL, &ch) != 0)
+    if (s->o.meta == NULL || t->record_created_ms == 0)
         return false;
-    return ch->parts != NULL && ch->parts[p] != NULL && ch->parts[p]->cl != NULL;
+    const tn_meta_topic_entry_t *e = tn_meta_topic_find(tn_meta_state(s->o.meta), t->name);
+    return e != NULL && e->rec.created_at_ms != t->record_created_ms;
+}
+
+/* The engine's channel (topic, channel) that this node's follower log of
+ * it on partition p belongs to: *gen, which channel object it is
+ * (queue.h tn_channel_t.gen), and *held, whether the engine has its log
+ * of p open (a partition it led and set aside, or opened from disk at
+ * start: two writers must never share one log, so the records then go
+ * through the engine). 0, or UV_EAGAIN while the engine has no such
+ * channel: not made here yet, or being deleted (its files go, every
+ * partition's, this node's followed ones too), or its topic is an old
+ * one of the name (stale: deleted here with its files). A follower
+ * writes a channel's records only while the engine has that channel, to
+ * files of that channel: a log kept open across a deletion wrote the
+ * records of the channel made again into the deleted files, and once
+ * promoted the node made that channel anew at offset 0. No engine (unit
+ * tests of the handler alone): 0, gen 0, not held. */
+static int engine_channel(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel,
+                          uint64_t *gen, bool *held)
+{
+    *gen = 0;
+    *held = false;
+    if (s->o.broker == NULL)
+        return 0;
+    tn_topic_t *t = tn_broker_topic_find(s->o.broker, topic);
+    if (t == NULL || t->state == TN_OBJ_DELETING || t->state == TN_OBJ_FAILED || topic_stale(s, t))
+        return UV_EAGAIN;
+    tn_channel_t *ch = t->channels;
+    while (ch != NULL && strcmp(ch->name, channel) != 0)
+        ch = ch->next;
+    if (ch == NULL || ch->memory || ch->deleted || ch->state == TN_OBJ_DELETING ||
+        ch->state == TN_OBJ_FAILED)
+        return UV_EAGAIN;
+    *gen = ch->gen;
+    *held = ch->state == TN_OBJ_READY && p < t->nparts && ch->parts != NULL &&
+            ch->parts[p] != NULL && ch->parts[p]->cl != NULL;
+    return 0;
 }
 
 /* Hand q (its records copied, its ops made) to its channel's follower
- * log: written now, queued while the log opens, or refused while the log
- * changes hands (held: the engine holds it). Answers q on failure. */
-static void freq_submit(tn_setrepl_t *s, tn_rpc_req_t *req, freq_t *q, bool held)
+ * log: written now, queued while the log opens, or refused while the
+ * engine's channel is not there (engine_channel) or the log changes hands
+ * (held: the engine holds it; gen: another channel object than the log's,
+ * the channel deleted and made again). Answers q on failure. */
+static void freq_submit(tn_setrepl_t *s, tn_rpc_req_t *req, freq_t *q)
 {
-    flog_t *fl = flog_get(s, q->w.topic, q->w.partition, q->w.channel, q->w.base_frontier, held);
+    uint64_t gen;
+    bool held;
+    if (engine_channel(s, q->w.topic, q->w.partition, q->w.channel, &gen, &held) != 0) {
+        tn_rpc_reply_error(req, 503, "channel not made here yet, or being deleted; retry");
+        freq_free(q);
+        return;
+    }
+    flog_t *fl =
+        flog_get(s, q->w.topic, q->w.partition, q->w.channel, q->w.base_frontier, held, gen);
     if (fl == NULL) {
         freq_answer(q, UV_ENOMEM);
         return;
     }
+    if (!fl->closing && fl->gen != gen)
+        flog_close(fl); /* the deleted channel's: its queued records complete first */
     if (fl->closing || fl->engine != held) {
         /* Closing, or the engine took its log up or gave it up: the
          * leader tries again once this one is gone. */
@@ -1311,9 +1368,6 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
         freq_free(q);
         return;
     }
-    /* The engine may hold this channel's log (a partition it set aside):
-     * the records then go through it, never through a second writer. */
-    bool held = engine_holds(s, q->w.topic, q->w.partition, q->w.channel);
     /* The records outlive the payload while the log opens. */
     size_t nb = (size_t)q->w.count * TN_SETREPL_REC_SIZE;
     q->rec_bytes = tn_malloc(nb);
@@ -1324,7 +1378,7 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     }
     memcpy(q->rec_bytes, q->w.recs, nb);
     q->w.recs = q->rec_bytes;
-    freq_submit(s, req, q, held);
+    freq_submit(s, req, q);
 }
 
 /* The records that bring a channel log to at least state c: everything
@@ -1440,13 +1494,12 @@ static void on_chan_snap(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
     q->w.recs = bytes;
     q->rec_bytes = bytes; /* transferred: freq_free frees it */
     tn_cursor_fini(&w.state);
-    bool held = engine_holds(s, q->w.topic, q->w.partition, q->w.channel);
     q->ops = tn_calloc(n, sizeof(*q->ops));
     if (q->ops == NULL) {
         freq_answer(q, UV_ENOMEM);
         return;
     }
-    freq_submit(s, req, q, held);
+    freq_submit(s, req, q);
 }
 
 /* --- lifecycle and the manager's calls ------------------------------------------------- */

@@ -417,6 +417,7 @@ static tn_channel_t *channel_new(tn_topic_t *t, const char *name, size_t len)
     if (ch == NULL)
         return NULL;
     ch->topic = t;
+    ch->gen = ++t->broker->channel_gen;
     ch->name = tn_malloc(len + 1);
     ch->parts = tn_calloc(t->nparts, sizeof(*ch->parts));
     bool ok = ch->name != NULL && ch->parts != NULL;

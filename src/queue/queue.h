@@ -357,6 +357,12 @@ struct tn_channel_s {
     uint32_t busy;
     uint64_t message_count; /* delivered since start */
     uint64_t dlq_count;
+    /* Which channel object this is: a number no other channel object of
+     * the broker had (from 1), so a channel deleted and made again under
+     * the same name (or in a topic made again) has another. Whoever keeps
+     * something tied to a channel of this node's disk (cluster/setrepl.c,
+     * a follower's channel logs) tells the two apart by it. */
+    uint64_t gen;
 };
 
 /* A message handed to a consumer. body is borrowed for the callback; take
@@ -601,6 +607,7 @@ struct tn_broker_s {
     void (*close_cb)(tn_broker_t *b);
     uint32_t handles_open;
     uint32_t nonce_seed;
+    uint64_t channel_gen; /* the last tn_channel_t.gen given */
     /* latency: publish to its durability boundary; channel-log records
      * (FIN, REQ, ...) to their fdatasync */
     tn_hist_t pub_hist;
