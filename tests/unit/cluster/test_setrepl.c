@@ -674,14 +674,57 @@ static int fin_and_sync(ffx_t *f, tn_channel_t *ch, lsink_t *k, int i, lsync_t *
     return w->status;
 }
 
-static void test_leader_waits_for_isr(void **state)
+/* The leader path's fixture: node 1 leads partition 0 of "orders" (its
+ * own store, engine and replicator, calling from the pair's caller
+ * endpoint) with the channel "billing" and n messages, all delivered to
+ * sink k (leases of 60 s); node 2 follows it (the pair's served endpoint,
+ * a replicator without an engine). ISR {1, 2}, min_insync 2. */
+typedef struct {
+    ffx_t *f;
+    char *ldir;
+    tn_store_t *lstore;
+    tn_broker_t *b;
+    tn_setrepl_t *leader;
+    tn_topic_t *t;
+    tn_channel_t *ch;
+    lsink_t k;
+} lfx_t;
+
+/* The channel name of the leader's topic, made (a durable one). */
+static tn_channel_t *lfx_channel(lfx_t *x, const char *name)
 {
-    (void)state;
-    ffx_t *f = ffx_new(); /* node 1's follower side is node 2 here */
-    the_follower = f->s;
-    follower_addr = f->rpc.addr;
+    tn_channel_t *ch = NULL;
+    lwait_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_lwait;
+    int rc = tn_topic_channel(x->t, name, strlen(name), true, &w.w, &ch);
+    if (rc == UV_EAGAIN) {
+        tu_run_until(&x->f->loop, &w.done);
+        rc = tn_topic_channel(x->t, name, strlen(name), false, NULL, &ch);
+    }
+    assert_int_equal(rc, 0);
+    return ch;
+}
+
+/* Sink k attached to ch, until it got n deliveries. */
+static void lfx_attach(lfx_t *x, tn_channel_t *ch, lsink_t *k, int n)
+{
+    memset(k, 0, sizeof(*k));
+    k->c.deliver = on_ldeliver;
+    k->c.data = k;
+    k->c.timeout_ms = 60000;
+    tn_consumer_attach(&k->c, ch);
+    tn_consumer_credit(&k->c, (uint32_t)n);
+    while (k->n < n)
+        uv_run(&x->f->loop, UV_RUN_ONCE);
+}
+
+static void lfx_open(lfx_t *x, int n)
+{
+    memset(x, 0, sizeof(*x));
+    ffx_t *f = x->f = ffx_new();
     script_part = 0;
-    /* Node 1 leads partition 0 of "orders"; node 2 follows it. */
+    script_pending = 0;
     script_ps.replicas[0] = 1;
     script_ps.replicas[1] = 2;
     script_ps.leader = 1;
@@ -703,12 +746,10 @@ static void test_leader_waits_for_isr(void **state)
     tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
     follower_addr = f->rpc.addr;
 
-    /* The leader: its own store, engine and replicator (calls from the
-     * pair's caller endpoint). */
-    char *ldir = tu_tempdir();
+    x->ldir = tu_tempdir();
     tn_store_opts_t so;
-    tu_store_opts(&so, ldir);
-    tn_store_t *lstore = tu_store_open(&f->loop, &so);
+    tu_store_opts(&so, x->ldir);
+    x->lstore = tu_store_open(&f->loop, &so);
     tn_broker_opts_t bo;
     memset(&bo, 0, sizeof(bo));
     bo.default_partitions = 1;
@@ -718,62 +759,100 @@ static void test_leader_waits_for_isr(void **state)
     bo.max_inflight_msgs = 100000;
     bo.max_ahead = 1 << 16;
     bo.gc_interval_ms = 3600000;
-    tn_broker_t *b = NULL;
-    assert_int_equal(tn_broker_open(&f->loop, lstore, &bo, &b), 0);
+    assert_int_equal(tn_broker_open(&f->loop, x->lstore, &bo, &x->b), 0);
     tn_setrepl_opts_t lo = {.loop = &f->loop,
                             .node_id = 1,
                             .rpc = f->rpc.caller,
-                            .store = lstore,
-                            .broker = b,
+                            .store = x->lstore,
+                            .broker = x->b,
                             .pstate = script_pstate,
                             .addr = addr_of,
                             .pending = pending_of};
-    tn_setrepl_t *leader = NULL;
-    assert_int_equal(tn_setrepl_new(&lo, &leader), 0);
+    assert_int_equal(tn_setrepl_new(&lo, &x->leader), 0);
 
-    tn_topic_t *t = NULL;
     lwait_t w;
     memset(&w, 0, sizeof(w));
     w.w.cb = on_lwait;
-    int rc = tn_broker_topic(b, "orders", 6, true, 1, &w.w, &t);
+    int rc = tn_broker_topic(x->b, "orders", 6, true, 1, &w.w, &x->t);
     if (rc == UV_EAGAIN) {
         tu_run_until(&f->loop, &w.done);
-        rc = tn_broker_topic(b, "orders", 6, false, 0, NULL, &t);
+        rc = tn_broker_topic(x->b, "orders", 6, false, 0, NULL, &x->t);
     }
     assert_int_equal(rc, 0);
-    tn_channel_t *ch = NULL;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_lwait;
-    rc = tn_topic_channel(t, "billing", 7, true, &w.w, &ch);
-    if (rc == UV_EAGAIN) {
-        tu_run_until(&f->loop, &w.done);
-        rc = tn_topic_channel(t, "billing", 7, false, NULL, &ch);
-    }
-    assert_int_equal(rc, 0);
-    for (int i = 0; i < 5; i++) {
+    x->ch = lfx_channel(x, "billing");
+    for (int i = 0; i < n; i++) {
         lpub_t pw;
         memset(&pw, 0, sizeof(pw));
         assert_int_equal(tn_pub_init(&pw.p, 1), 0);
         assert_int_equal(tn_pub_set(&pw.p, 0, "m", 1), 0);
         pw.p.data = &pw;
-        assert_int_equal(tn_broker_publish(b, "orders", 6, &pw.p, 0, on_lpub), 0);
+        assert_int_equal(tn_broker_publish(x->b, "orders", 6, &pw.p, 0, on_lpub), 0);
         tu_run_until(&f->loop, &pw.done);
         assert_int_equal(pw.status, 0);
         tn_pub_fini(&pw.p);
     }
-    lsink_t k;
-    memset(&k, 0, sizeof(k));
-    k.c.deliver = on_ldeliver;
-    k.c.data = &k;
-    k.c.timeout_ms = 60000;
-    tn_consumer_attach(&k.c, ch);
-    tn_consumer_credit(&k.c, 5);
-    while (k.n < 5)
-        uv_run(&f->loop, UV_RUN_ONCE);
+    lfx_attach(x, x->ch, &x->k, n);
+}
+
+/* The leader side closed (the sinks detached first); x->f stays. */
+static void lfx_close(lfx_t *x)
+{
+    ffx_t *f = x->f;
+    closed_flag = false;
+    tn_setrepl_close(x->leader, on_closed, NULL);
+    tu_run_until(&f->loop, &closed_flag);
+    broker_gone = false;
+    tn_broker_close(x->b, on_broker_gone);
+    tu_run_until(&f->loop, &broker_gone);
+    tu_store_close(&f->loop, x->lstore);
+    tu_rmrf(x->ldir);
+    free(x->ldir);
+    follower_addr = f->rpc.addr;
+    script_pending = 0;
+}
+
+/* Run the loop until catch_up says node 2 caught up (asked every ms). */
+static bool lfx_catch_up(lfx_t *x, uint32_t node)
+{
+    bool caught = tn_setrepl_catch_up(x->leader, "orders", 0, node, 0);
+    int64_t until = tn_now_mono_ms() + 20000;
+    while (!caught && tn_now_mono_ms() < until) {
+        uv_run(&x->f->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+        caught = tn_setrepl_catch_up(x->leader, "orders", 0, node, 0);
+    }
+    return caught;
+}
+
+/* The follower's log of channel after a release (the partition led by
+ * node 1 again, so the release closes it), read into *cur. */
+static void follower_log(ffx_t *f, const char *channel, tn_cursor_t *cur)
+{
+    script_ps.leader = 1;
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 0, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    tn_chanlog_t *cl = NULL;
+    assert_int_equal(tn_chanlog_open(f->store, "orders", 0, channel, NULL, &cl, cur), 0);
+    bool done = false;
+    cl->data = &done;
+    tn_chanlog_close(cl, on_cl_closed);
+    tu_run_until(&f->loop, &done);
+}
+
+static void test_leader_waits_for_isr(void **state)
+{
+    (void)state;
+    lfx_t x;
+    lfx_open(&x, 5);
+    ffx_t *f = x.f;
+    tn_channel_t *ch = x.ch;
+    lsink_t *k = &x.k;
+    tn_setrepl_t *leader = x.leader;
 
     /* ISR {1, 2}, min 2: the FIN's wait ends once the follower wrote it. */
     lsync_t sw;
-    assert_int_equal(fin_and_sync(f, ch, &k, 0, &sw), 0);
+    assert_int_equal(fin_and_sync(f, ch, k, 0, &sw), 0);
     assert_true(sw.served_then >= 1);
     tn_setrepl_stats_t st;
     tn_setrepl_stats(leader, &st);
@@ -783,20 +862,13 @@ static void test_leader_waits_for_isr(void **state)
 
     /* The ISR shrinks to the leader alone: too few in-sync replicas. */
     script_ps.nisr = 1;
-    assert_int_equal(fin_and_sync(f, ch, &k, 1, &sw), TN_EFEWREPLICAS);
+    assert_int_equal(fin_and_sync(f, ch, k, 1, &sw), TN_EFEWREPLICAS);
 
     /* Node 2, out of the ISR now, counts as caught up again only once it
      * installed a snapshot of the channel's state (tn_setrepl_catch_up
      * sends it): both FINs, the refused one too, are in its log then. */
-    bool caught = tn_setrepl_catch_up(leader, "orders", 0, 2, 0);
-    assert_false(caught);
-    int64_t until = tn_now_mono_ms() + 20000;
-    while (!caught && tn_now_mono_ms() < until) {
-        uv_run(&f->loop, UV_RUN_NOWAIT);
-        usleep(1000);
-        caught = tn_setrepl_catch_up(leader, "orders", 0, 2, 0);
-    }
-    assert_true(caught);
+    assert_false(tn_setrepl_catch_up(leader, "orders", 0, 2, 0));
+    assert_true(lfx_catch_up(&x, 2));
     tn_setrepl_stats(leader, &st);
     assert_true(st.snapshots_sent >= 1);
     tn_setrepl_stats_t fst;
@@ -817,9 +889,9 @@ static void test_leader_waits_for_isr(void **state)
     lsync_t pw;
     memset(&pw, 0, sizeof(pw));
     pw.s.data = &pw;
-    assert_int_equal(tn_consumer_fin(&k.c, 0, k.d[3].offset, false, 0), 0);
+    assert_int_equal(tn_consumer_fin(&k->c, 0, k->d[3].offset, false, 0), 0);
     tn_channel_sync(ch, 0, &pw.s, on_lsync);
-    until = tn_now_mono_ms() + 20000;
+    int64_t until = tn_now_mono_ms() + 20000;
     while (st.call_failures < failed + 2 && tn_now_mono_ms() < until) {
         uv_run(&f->loop, UV_RUN_NOWAIT);
         usleep(1000);
@@ -849,35 +921,19 @@ static void test_leader_waits_for_isr(void **state)
     script_ps.nisr = 2;
     script_ps.leader = 2;
     script_ps.leader_epoch = 4;
-    assert_int_equal(fin_and_sync(f, ch, &k, 2, &sw), TN_EFENCED);
+    assert_int_equal(fin_and_sync(f, ch, k, 2, &sw), TN_EFENCED);
     tn_setrepl_stats(leader, &st);
     assert_int_equal(st.streams, 0);
 
-    tn_consumer_detach(&k.c);
-    closed_flag = false;
-    tn_setrepl_close(leader, on_closed, NULL);
-    tu_run_until(&f->loop, &closed_flag);
-    broker_gone = false;
-    tn_broker_close(b, on_broker_gone);
-    tu_run_until(&f->loop, &broker_gone);
-    tu_store_close(&f->loop, lstore);
-    tu_rmrf(ldir);
-    free(ldir);
+    uint64_t first = k->d[0].offset;
+    tn_consumer_detach(&k->c);
+    lfx_close(&x);
 
-    /* The follower's log has the first FIN (offset 0). */
-    script_ps.leader = 1; /* its own partition again: the release closes it */
-    released_flag = false;
-    tn_setrepl_release(f->s, "orders", 0, on_released, &released_flag);
-    tu_run_until(&f->loop, &released_flag);
-    tn_chanlog_t *cl = NULL;
+    /* The follower's log has the first FIN. */
     tn_cursor_t cur;
-    assert_int_equal(tn_chanlog_open(f->store, "orders", 0, "billing", NULL, &cl, &cur), 0);
-    assert_true(tn_cursor_is_settled(&cur, k.d[0].offset));
+    follower_log(f, "billing", &cur);
+    assert_true(tn_cursor_is_settled(&cur, first));
     tn_cursor_fini(&cur);
-    bool done = false;
-    cl->data = &done;
-    tn_chanlog_close(cl, on_cl_closed);
-    tu_run_until(&f->loop, &done);
     ffx_free(f);
 }
 
