@@ -82,7 +82,9 @@
  *      the gate's last answer, never adds it after settles went on
  *      without it); a member the core
  *      proposed (o.pending) counts until the CAS is decided, answering
- *      or not: once in it may be elected.
+ *      or not: once in it may be elected; and so does an ELR left
+ *      beside an ISR at min_insync (min_insync lowered under it) until
+ *      the leader's same-ISR CAS empties it.
  * Failure modes: a follower that fails a call is retried with a backoff
  * (100 ms doubling to 1 s) from its last confirmed record; while it is in
  * the committed ISR its stalled confirmations hold settles, until the
@@ -96,7 +98,7 @@
  * after its record (and every record before it in its channel log) is
  * fdatasync'ed on the leader and on every member of the ISR the metastore
  * committed, which has at least min_insync members, and of the maximal
- * ISR (any member an ISR change in flight may add); a
+ * ISR (any other member that may be elected before it has it); a
  * follower never writes the channel log of a partition this node leads
  * (its engine owns it); a follower answers 204 only for records it has
  * synced, and for a snapshot only once its records are synced; every
@@ -217,11 +219,14 @@ static uint32_t extra_add(uint32_t *out, uint32_t n, const tn_pstate_member_t *i
     return n + 1;
 }
 
-uint32_t tn_setrepl_extra(const tn_pstate_member_t *isr, uint32_t nisr, const uint32_t *counted,
+uint32_t tn_setrepl_extra(const tn_pstate_member_t *isr, uint32_t nisr,
+                          const tn_pstate_member_t *elr, uint32_t nelr, const uint32_t *counted,
                           uint32_t ncounted, const uint32_t *pending, uint32_t npending,
                           uint32_t *out)
 {
     uint32_t n = 0;
+    for (uint32_t i = 0; i < nelr; i++)
+        n = extra_add(out, n, isr, nisr, elr[i].node);
     for (uint32_t i = 0; i < ncounted; i++)
         n = extra_add(out, n, isr, nisr, counted[i]);
     for (uint32_t i = 0; i < npending; i++)
@@ -507,9 +512,10 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
     st->npeers = n;
 }
 
-/* Confirm what the maximal ISR has (the committed ISR, the counted
- * followers and the core's proposed additions: tn_setrepl_extra), drop
- * what every replica has (within TN_SETREPL_KEEP_MAX). */
+/* Confirm what the maximal ISR has (the committed ISR, an ELR left beside
+ * it, the counted followers and the core's proposed additions:
+ * tn_setrepl_extra), drop what every replica has (within
+ * TN_SETREPL_KEEP_MAX). */
 static void evaluate(stream_t *st, const tn_pstate_t *ps)
 {
     tn_setrepl_ack_t acks[TN_PSTATE_MAX_REPLICAS];
@@ -537,8 +543,8 @@ static void evaluate(stream_t *st, const tn_pstate_t *ps)
         if (npending > TN_PSTATE_MAX_REPLICAS)
             npending = TN_PSTATE_MAX_REPLICAS;
     }
-    uint32_t nextra =
-        tn_setrepl_extra(ps->isr, ps->nisr, counted, ncounted, pending, npending, extra);
+    uint32_t nextra = tn_setrepl_extra(ps->isr, ps->nisr, ps->elr, ps->nelr, counted, ncounted,
+                                       pending, npending, extra);
     bool starved = false;
     uint64_t c = tn_setrepl_commit_with(st->high, acks, nacks, ps->isr, ps->nisr, extra, nextra,
                                         st->s->o.node_id, ps->min_insync, &starved);

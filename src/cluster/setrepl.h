@@ -57,15 +57,20 @@ uint64_t tn_setrepl_commit_with(uint64_t local, const tn_setrepl_ack_t *acks, ui
                                 const tn_pstate_member_t *isr, uint32_t nisr, const uint32_t *extra,
                                 uint32_t nextra, uint32_t self, uint32_t min_insync, bool *starved);
 
-/* The maximal ISR's members outside the committed one, whose acks the
- * waits count (tn_setrepl_commit_with's extra), written to out (room for
- * TN_PSTATE_MAX_REPLICAS): the followers counted as caught up (counted,
- * the ISR may be taking them in) and the members an ISR change in flight
- * may add (pending: the core's proposal), each once, none of isr. A
- * proposed member counts whether or not it is caught up or answering:
- * until the CAS is decided it may join the ISR and be elected. Returns
- * their number. */
-uint32_t tn_setrepl_extra(const tn_pstate_member_t *isr, uint32_t nisr, const uint32_t *counted,
+/* The members outside the committed ISR whose acks the waits count
+ * (tn_setrepl_commit_with's extra), written to out (room for
+ * TN_PSTATE_MAX_REPLICAS): every one that may be elected before the
+ * settle is on it otherwise. The ELR (elr[0..nelr): beside an ISR at
+ * min_insync only when min_insync was lowered under it, until the
+ * leader's same-ISR CAS empties it; cluster/repl.c holds the hw the same
+ * way), the followers counted as caught up (counted, the ISR may be
+ * taking them in) and the members an ISR change in flight may add
+ * (pending: the core's proposal), each once, none of isr. A proposed
+ * member counts whether or not it is caught up or answering: until the
+ * CAS is decided it may join the ISR and be elected. Returns their
+ * number. */
+uint32_t tn_setrepl_extra(const tn_pstate_member_t *isr, uint32_t nisr,
+                          const tn_pstate_member_t *elr, uint32_t nelr, const uint32_t *counted,
                           uint32_t ncounted, const uint32_t *pending, uint32_t npending,
                           uint32_t *out);
 

@@ -236,6 +236,32 @@ static void test_rule_isr_changes(void **state)
     assert_int_equal(tn_setrepl_commit(2, acks5, 4, isr4, 4, 1, 3, &starved), 2);
 }
 
+/* The members outside the committed ISR that count (tn_setrepl_extra):
+ * an ELR left beside the ISR, the counted followers, the proposed ones,
+ * each once, none of the ISR. */
+static void test_rule_extra(void **state)
+{
+    (void)state;
+    tn_pstate_member_t isr1[1] = {mem(1)};
+    tn_pstate_member_t elr[2] = {mem(2), mem(3)};
+    uint32_t counted[2] = {3, 4};
+    uint32_t pending[2] = {4, 1};
+    uint32_t out[TN_PSTATE_MAX_REPLICAS];
+    assert_int_equal(tn_setrepl_extra(isr1, 1, elr, 2, counted, 2, pending, 2, out), 3);
+    assert_int_equal(out[0], 2);
+    assert_int_equal(out[1], 3);
+    assert_int_equal(out[2], 4);
+    assert_int_equal(tn_setrepl_extra(isr1, 1, NULL, 0, NULL, 0, NULL, 0, out), 0);
+    /* min_insync lowered to 1 under the ELR {2}: node 2 may still be
+     * elected, so the leader's own sync does not confirm alone. */
+    bool starved = true;
+    uint32_t n = tn_setrepl_extra(isr1, 1, elr, 1, NULL, 0, NULL, 0, out);
+    assert_int_equal(tn_setrepl_commit_with(7, NULL, 0, isr1, 1, out, n, 1, 1, &starved), 0);
+    assert_false(starved);
+    tn_setrepl_ack_t acks[1] = {{2, 5}};
+    assert_int_equal(tn_setrepl_commit_with(7, acks, 1, isr1, 1, out, n, 1, 1, &starved), 5);
+}
+
 static void test_trim(void **state)
 {
     (void)state;
@@ -937,14 +963,86 @@ static void test_leader_waits_for_isr(void **state)
     ffx_free(f);
 }
 
+/* Start FIN of sink k's i-th delivery and its sync (w answered later). */
+static void fin_start(tn_channel_t *ch, lsink_t *k, int i, lsync_t *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->s.data = w;
+    assert_int_equal(tn_consumer_fin(&k->c, 0, k->d[i].offset, false, 0), 0);
+    tn_channel_sync(ch, 0, &w->s, on_lsync);
+}
+
+/* Run the leader's loop until its calls failed once more than before
+ * (a follower that does not answer), then a little longer. */
+static void run_past_a_failure(lfx_t *x, uint64_t failed)
+{
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(x->leader, &st);
+    int64_t until = tn_now_mono_ms() + 20000;
+    while (st.call_failures <= failed && tn_now_mono_ms() < until) {
+        uv_run(&x->f->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+        tn_setrepl_stats(x->leader, &st);
+    }
+    assert_true(st.call_failures > failed);
+    for (int i = 0; i < 10; i++)
+        uv_run(&x->f->loop, UV_RUN_NOWAIT);
+}
+
+static uint64_t call_failures(lfx_t *x)
+{
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(x->leader, &st);
+    return st.call_failures;
+}
+
+/* min_insync lowered under an ELR (a topic's update): the ISR {1} at the
+ * new min_insync 1, node 2 left beside it in the ELR, which the
+ * controller may elect until the leader's same-ISR CAS (repl.c,
+ * maybe_clear_elr) empties it. A settle is answered only once every
+ * member that may be elected has it: node 2, not answering here, holds
+ * it until the ELR is empty (before, the leader alone confirmed it, and
+ * node 2, elected, would deliver the message again). */
+static void test_leader_waits_for_the_elr(void **state)
+{
+    (void)state;
+    lfx_t x;
+    lfx_open(&x, 3);
+    script_ps.nisr = 1;
+    script_ps.nelr = 1;
+    script_ps.elr[0] = mem(2);
+    script_ps.min_insync = 1;
+    follower_addr = "127.0.0.1:1"; /* refused */
+    uint64_t failed = call_failures(&x);
+    lsync_t w;
+    fin_start(x.ch, &x.k, 0, &w);
+    run_past_a_failure(&x, failed);
+    assert_false(w.done); /* held for the ELR member */
+    /* The same-ISR CAS applied: the ELR is empty. */
+    script_ps.nelr = 0;
+    tn_setrepl_pstate_changed(x.leader, "orders", 0, &script_ps);
+    tu_run_until(&x.f->loop, &w.done);
+    assert_int_equal(w.status, 0);
+    tn_consumer_detach(&x.k.c);
+    lfx_close(&x);
+    ffx_free(x.f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_codec_round_trip),       cmocka_unit_test(test_codec_refusals),
-        cmocka_unit_test(test_rule_min_insync),        cmocka_unit_test(test_trim),
-        cmocka_unit_test(test_rule_isr_changes),       cmocka_unit_test(test_follower_writes),
-        cmocka_unit_test(test_follower_base_frontier), cmocka_unit_test(test_follower_refuses),
-        cmocka_unit_test(test_leader_waits_for_isr),   cmocka_unit_test(test_follower_snapshot),
+        cmocka_unit_test(test_codec_round_trip),
+        cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_rule_min_insync),
+        cmocka_unit_test(test_trim),
+        cmocka_unit_test(test_rule_isr_changes),
+        cmocka_unit_test(test_follower_writes),
+        cmocka_unit_test(test_follower_base_frontier),
+        cmocka_unit_test(test_follower_refuses),
+        cmocka_unit_test(test_leader_waits_for_isr),
+        cmocka_unit_test(test_follower_snapshot),
+        cmocka_unit_test(test_rule_extra),
+        cmocka_unit_test(test_leader_waits_for_the_elr),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
