@@ -80,7 +80,9 @@
  *      ISR counts like an ISR member until a call to it failed and the
  *      gate answered no for it since (so the core, which proposes on
  *      the gate's last answer, never adds it after settles went on
- *      without it); a member the core
+ *      without it); a follower the gate said yes to last (vouch_t)
+ *      counts from the start in every stream of the partition made
+ *      since (a channel made after that answer); a member the core
  *      proposed (o.pending) counts until the CAS is decided, answering
  *      or not: once in it may be elected; and so does an ELR left
  *      beside an ISR at min_insync (min_insync lowered under it) until
@@ -360,12 +362,26 @@ typedef struct release_s {
     bool fired;
 } release_t;
 
+/* A follower the ISR gate last said yes to (tn_setrepl_catch_up true):
+ * the leader's core may propose it into the ISR on that answer until the
+ * gate next says no, so it counts in every stream of the partition made
+ * meanwhile (a channel made since, a channel log opened again), as it
+ * does, counted, in those it answered for (step 9). */
+typedef struct vouch_s {
+    struct vouch_s *next;
+    char *topic;
+    uint32_t p;
+    uint32_t node;
+    uint64_t move_id; /* the partition's move under way when it was said */
+} vouch_t;
+
 struct tn_setrepl_s {
     tn_setrepl_opts_t o;
     stream_t *streams;
     pcall_t *calls;
     flog_t *flogs;
     release_t *released; /* partitions handed to the engine */
+    vouch_t *vouched;
     uv_timer_t tick;
     uint64_t idgen;
     uint32_t busy; /* calls, flogs, the timer: s is freed when 0 after close */
@@ -458,6 +474,60 @@ static uint64_t member_inc(tn_setrepl_t *s, uint32_t node)
     return m != NULL ? m->incarnation : 0;
 }
 
+static bool list_has(const uint32_t *v, uint32_t n, uint32_t node)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] == node)
+            return true;
+    return false;
+}
+
+/* Whether node is a member the move under way in ps adds (in its target,
+ * not in its old list), when that move is not move_id: it was no replica
+ * when that move began, so its copy may have been dropped and emptied
+ * (quarantine/, channel logs with it) in states this node never looked
+ * at, with the same incarnation (repl.c, adds_anew, for the record log). */
+static bool adds_anew(const tn_pstate_t *ps, uint64_t move_id, uint32_t node)
+{
+    return ps->ntarget > 0 && ps->move_id != move_id && list_has(ps->target, ps->ntarget, node) &&
+           !list_has(ps->old, ps->nold, node);
+}
+
+static bool is_replica(const tn_pstate_t *ps, uint32_t node);
+
+static vouch_t **vouch_find(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_t node)
+{
+    vouch_t **pp = &s->vouched;
+    while (*pp != NULL &&
+           ((*pp)->node != node || (*pp)->p != p || strcmp((*pp)->topic, topic) != 0))
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static void vouch_free(vouch_t **pp)
+{
+    vouch_t *v = *pp;
+    *pp = v->next;
+    tn_free(v->topic);
+    tn_free(v);
+}
+
+/* Whether the gate's yes for node on partition p of topic still stands
+ * in ps: this node leads, node is a replica outside the ISR, and no move
+ * added it anew since. */
+static bool vouch_holds(tn_setrepl_t *s, const vouch_t *v, const tn_pstate_t *ps)
+{
+    return ps->leader == s->o.node_id && is_replica(ps, v->node) &&
+           tn_pstate_isr_find(ps, v->node) < 0 && !adds_anew(ps, v->move_id, v->node);
+}
+
+static bool vouched(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_t node,
+                    const tn_pstate_t *ps)
+{
+    vouch_t **pp = vouch_find(s, topic, p, node);
+    return *pp != NULL && vouch_holds(s, *pp, ps);
+}
+
 /* Make st's followers the replicas of ps (minus this node): every one is
  * pushed to, in the ISR or not, so a replica out of the ISR (down for a
  * while, catching up its log) gets the channel state it missed before it
@@ -483,11 +553,13 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
             /* An ISR member holds every settle the ISR confirmed (it was
              * let in only once caught up, and the waits count it since),
              * so the stream's records are all it needs; any other
-             * replica gets a snapshot first. */
+             * replica gets a snapshot first, and counts from the start
+             * when the ISR gate said yes for it last (vouch_t). */
             int k = tn_pstate_isr_find(ps, node);
             keep[n] = (peer_t){.node = node,
                                .acked = st->low - 1,
                                .synced = k >= 0,
+                               .counted = k < 0 && vouched(st->s, st->topic, st->p, node, ps),
                                .in_isr = k >= 0,
                                .inc = k >= 0 ? ps->isr[k].incarnation : 0};
         }
@@ -921,6 +993,15 @@ static void on_tick(uv_timer_t *t)
         if (!follows_here(s, found ? &ps : NULL) ||
             engine_channel(s, fl->topic, fl->p, fl->channel, &gen, &held) != 0 || gen != fl->gen)
             flog_close(fl); /* may free fl, never another */
+    }
+    /* The gate's yes answers that no longer stand. */
+    for (vouch_t **pp = &s->vouched; *pp != NULL;) {
+        tn_pstate_t ps;
+        if (s->o.pstate(s->o.pstate_arg, (*pp)->topic, (*pp)->p, &ps) != 0 ||
+            !vouch_holds(s, *pp, &ps))
+            vouch_free(pp);
+        else
+            pp = &(*pp)->next;
     }
     /* Releases done with, once this node follows the partition again. */
     for (release_t **pp = &s->released; *pp != NULL;) {
@@ -1551,6 +1632,13 @@ void tn_setrepl_pstate_changed(tn_setrepl_t *s, const char *topic, uint32_t p,
 {
     if (s->closing)
         return;
+    for (vouch_t **pp = &s->vouched; *pp != NULL;) {
+        if ((*pp)->p == p && strcmp((*pp)->topic, topic) == 0 &&
+            (ps == NULL || !vouch_holds(s, *pp, ps)))
+            vouch_free(pp);
+        else
+            pp = &(*pp)->next;
+    }
     stream_t *next;
     for (stream_t *st = s->streams; st != NULL; st = next) {
         next = st->next;
@@ -1581,8 +1669,8 @@ void tn_setrepl_pstate_changed(tn_setrepl_t *s, const char *topic, uint32_t p,
     }
 }
 
-bool tn_setrepl_catch_up(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_t node,
-                         uint64_t incarnation)
+static bool catch_up(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_t node,
+                     uint64_t incarnation, tn_pstate_t *ps_out)
 {
     tn_pstate_t ps;
     tn_topic_t *t = NULL;
@@ -1629,7 +1717,36 @@ bool tn_setrepl_catch_up(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_
             (incarnation != 0 && pe->inc != incarnation))
             all = false;
     }
+    *ps_out = ps;
     return all;
+}
+
+bool tn_setrepl_catch_up(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_t node,
+                         uint64_t incarnation)
+{
+    tn_pstate_t ps;
+    bool yes = catch_up(s, topic, p, node, incarnation, &ps);
+    vouch_t **pp = vouch_find(s, topic, p, node);
+    if (!yes) {
+        if (*pp != NULL)
+            vouch_free(pp);
+        return false;
+    }
+    /* The core may propose node on this yes until the gate says no: it
+     * counts in the partition's new streams meanwhile (out of memory:
+     * no yes). */
+    if (*pp == NULL) {
+        vouch_t *v = tn_calloc(1, sizeof(*v));
+        if (v == NULL || (v->topic = tn_strdup(topic)) == NULL) {
+            tn_free(v);
+            return false;
+        }
+        v->p = p;
+        v->node = node;
+        *pp = v;
+    }
+    (*pp)->move_id = ps.move_id;
+    return true;
 }
 
 void tn_setrepl_release(tn_setrepl_t *s, const char *topic, uint32_t p, tn_setrepl_release_cb cb,
@@ -1699,6 +1816,8 @@ static void maybe_free(tn_setrepl_t *s)
 {
     if (!s->closing || s->busy > 0)
         return;
+    while (s->vouched != NULL)
+        vouch_free(&s->vouched);
     while (s->released != NULL) {
         release_t *r = s->released;
         s->released = r->next;

@@ -158,7 +158,9 @@ void tn_setrepl_release(tn_setrepl_t *s, const char *topic, uint32_t p, tn_setre
  * started on the way (its stream made, a snapshot sent): asking again
  * later tells when it is done. false too when this node does not lead p
  * in the engine, or a channel of the topic is still being made. The
- * replica manager proposes node into the ISR only once this is true. */
+ * replica manager proposes node into the ISR only once this is true, on
+ * the last answer: from a yes to the next no, node counts for the waits
+ * of every stream of p made meanwhile too (a channel made since). */
 bool tn_setrepl_catch_up(tn_setrepl_t *s, const char *topic, uint32_t p, uint32_t node,
                          uint64_t incarnation);
 
