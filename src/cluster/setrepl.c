@@ -65,8 +65,11 @@
  *      stream's records after S. A peer that is in the committed ISR
  *      when it joins a stream is synced (the gate below let it in with
  *      every channel caught up, and the waits count it since); one that
- *      leaves the ISR, whose incarnation changes, or that lacks records
- *      no longer kept, is not synced any more.
+ *      leaves the ISR, whose incarnation changes, that lacks records
+ *      no longer kept, or that a move adds anew (in its target, not its
+ *      old list, a move this node had not seen: dropped and added back
+ *      meanwhile, its copy may have gone to quarantine/), is not synced
+ *      any more.
  *   9. The ISR gate: tn_setrepl_catch_up(node, incarnation), asked by the
  *      replica manager each tick for the leader's followers outside the
  *      ISR, makes a stream for every durable channel of the partition
@@ -294,7 +297,8 @@ struct stream_s {
     uint64_t done; /* the waits up to here ended (confirmed or failed) */
     peer_t peers[TN_PSTATE_MAX_REPLICAS];
     uint32_t npeers;
-    uint32_t refs; /* calls in flight */
+    uint64_t move_id; /* the partition's move under way when peers were last synced */
+    uint32_t refs;    /* calls in flight */
     bool dead;
 };
 
@@ -549,6 +553,13 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
         if (old != NULL) {
             keep[n] = *old;
             keep[n].gone = false;
+            if (adds_anew(ps, st->move_id, node) && tn_pstate_isr_find(ps, node) < 0) {
+                /* Dropped and added back meanwhile: what it installed may
+                 * have gone with its copy. */
+                keep[n].synced = false;
+                keep[n].counted = false;
+                keep[n].uncount_at = 0;
+            }
         } else {
             /* An ISR member holds every settle the ISR confirmed (it was
              * let in only once caught up, and the waits count it since),
@@ -582,6 +593,7 @@ static void peers_sync(stream_t *st, const tn_pstate_t *ps)
     }
     memcpy(st->peers, keep, n * sizeof(keep[0]));
     st->npeers = n;
+    st->move_id = ps->move_id;
 }
 
 /* Confirm what the maximal ISR has (the committed ISR, an ELR left beside

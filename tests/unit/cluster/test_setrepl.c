@@ -1064,6 +1064,60 @@ static void test_gate_yes_counts_on_new_channels(void **state)
     ffx_free(x.f);
 }
 
+/* A follower outside the ISR that installed the channel's state, dropped
+ * by a move and added back by another, in states the leader's replicator
+ * never looked at (it looks every 250 ms and at the newest state the
+ * replica manager is told): its copy may have gone to quarantine/
+ * meanwhile, its channel logs with it (the same incarnation). Like a
+ * member a move adds anew to the record log (repl.c, adds_anew), it gets
+ * the channel's state again before the gate says yes. Before, the
+ * leader kept it synced: the gate said yes at once, its log empty. */
+static void test_move_adds_a_follower_anew(void **state)
+{
+    (void)state;
+    lfx_t x;
+    lfx_open(&x, 3);
+    ffx_t *f = x.f;
+    script_ps.nisr = 1;
+    script_ps.min_insync = 1;
+    lsync_t sw;
+    assert_int_equal(fin_and_sync(f, x.ch, &x.k, 0, &sw), 0);
+    assert_true(lfx_catch_up(&x, 2));
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(x.leader, &st);
+    uint64_t snaps = st.snapshots_sent;
+
+    /* Dropped: node 2 closes its channel logs, and its copy goes to
+     * quarantine/ (the files leave topics/). */
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 0, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    assert_int_equal(tn_chanlog_delete(f->store, "orders", 0, "billing"), 0);
+    /* Added back by a move with another id: target {1, 2}, old {1, 3}. */
+    script_ps.move_id = 9;
+    script_ps.ntarget = 2;
+    script_ps.target[0] = 1;
+    script_ps.target[1] = 2;
+    script_ps.nold = 2;
+    script_ps.old[0] = 1;
+    script_ps.old[1] = 3;
+    script_ps.partition_epoch++;
+    tn_setrepl_pstate_changed(f->s, "orders", 0, &script_ps); /* node 2 follows again */
+
+    assert_false(tn_setrepl_catch_up(x.leader, "orders", 0, 2, 0));
+    assert_true(lfx_catch_up(&x, 2));
+    tn_setrepl_stats(x.leader, &st);
+    assert_true(st.snapshots_sent > snaps);
+    uint64_t first = x.k.d[0].offset;
+    tn_consumer_detach(&x.k.c);
+    lfx_close(&x);
+    tn_cursor_t cur;
+    follower_log(f, "billing", &cur);
+    assert_true(tn_cursor_is_settled(&cur, first));
+    tn_cursor_fini(&cur);
+    ffx_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1080,6 +1134,7 @@ int main(void)
         cmocka_unit_test(test_rule_extra),
         cmocka_unit_test(test_leader_waits_for_the_elr),
         cmocka_unit_test(test_gate_yes_counts_on_new_channels),
+        cmocka_unit_test(test_move_adds_a_follower_anew),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
