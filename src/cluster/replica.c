@@ -919,6 +919,23 @@ static bool test_append_fails(const part_t *pt)
     return hit;
 }
 
+/* TERN_TEST_UNMARK_DELAY_MS: taking away the dropped mark of a copy of
+ * topic given back waits this long first (on the mark queue's worker),
+ * so a test can stop the node while the copy is still marked
+ * (tests/cluster/test_chan_given_back.py). */
+static void test_unmark_delay(const char *topic, uint32_t p)
+{
+    uint64_t ms = test_topic_num("TERN_TEST_UNMARK_DELAY_MS", topic);
+    if (ms == 0)
+        return;
+    TN_LOG(TN_LOG_NOTICE,
+           "replica %s/%" PRIu32 ": taking its dropped mark away held %" PRIu64
+           " ms (TERN_TEST_UNMARK_DELAY_MS)",
+           topic, p, ms);
+    uv_sleep((unsigned int)ms);
+    TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": taking its dropped mark away now", topic, p);
+}
+
 /* TERN_TEST_QUARANTINE_HOLD: a copy of topic marked dropped stays marked
  * where it is while the node runs (not moved at once, as when something
  * keeps it in use), so a test can give the partition back before the move
@@ -944,6 +961,12 @@ static inline bool test_hold_quarantine(const char *topic)
 {
     (void)topic;
     return false;
+}
+
+static inline void test_unmark_delay(const char *topic, uint32_t p)
+{
+    (void)topic;
+    (void)p;
 }
 
 static inline uint64_t test_take_delay(const char *topic)
@@ -2756,7 +2779,9 @@ static bool meta_current(tn_replica_t *rm)
  * directory, and the replica starts from an empty log and catches up. The job moves only a
  * marked directory, so a crash leaves the marked copy in topics/ (moved at the next start) or
  * the moved one in quarantine/. A copy something keeps in use (the engine serving it: not
- * remote there) stays marked, and the next start moves it. */
+ * remote there) stays marked, and the next start moves it. While a copy is marked, being
+ * unmarked or moved (tn_replica_copy_moving), the follower's channel logs of it take nothing
+ * (setrepl.h, copy_moving): what they wrote could go with the copy. */
 
 typedef struct mark_s {
     struct mark_s *next;
@@ -2793,6 +2818,8 @@ static void mark_work(uv_work_t *w)
     tn_replica_t *rm = TN_CONTAINER_OF(w, tn_replica_t, mq_work);
     mark_t *m = rm->mq;
     const char *path = rm->o.broker->store->path;
+    if (!m->dropped && !m->move)
+        test_unmark_delay(m->topic, m->p);
     m->rc = m->move ? tn_store_quarantine_dropped(path, m->topic, m->p, &m->moved)
                     : tn_store_mark_dropped(path, m->topic, m->p, m->dropped, m->tag);
 }
@@ -3052,6 +3079,14 @@ static bool fetch_reads(const tn_replica_t *rm, const char *topic, uint32_t p)
                 strcmp(f->items[i].topic, topic) == 0)
                 return true;
     return false;
+}
+
+bool tn_replica_copy_moving(tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    if (marked_find(rm, topic, p) < rm->nmarked || rel_find(rm, topic, p) != NULL)
+        return true;
+    const part_t *pt = part_find(rm, topic, p);
+    return pt != NULL && pt->unmarking;
 }
 
 static void rel_step(rel_t *r);

@@ -219,4 +219,12 @@ int tn_replica_move_progress(tn_replica_t *rm, const char *topic, uint32_t p, ui
  * (the next start moves them to quarantine/: storage/store.h). */
 uint64_t tn_replica_marked(const tn_replica_t *rm);
 
+/* Whether this node's copy of partition p of topic is on its way to or
+ * from quarantine/ ("quarantine marks" in replica.c): marked dropped
+ * (the next start moves it, or a move while the node runs), given back
+ * while its mark is being taken away, or its move under way. What is
+ * written into it meanwhile may go with it, so a follower's channel logs
+ * of the partition wait (cluster/setrepl.h, copy_moving). Loop thread. */
+bool tn_replica_copy_moving(tn_replica_t *rm, const char *topic, uint32_t p);
+
 #endif

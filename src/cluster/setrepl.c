@@ -31,7 +31,10 @@
  *      belongs to the engine's channel object it was opened for
  *      (tn_channel_t.gen): the engine deleting the channel here removes
  *      its files, so the log closes, and a channel made again under the
- *      name gets a log made anew.
+ *      name gets a log made anew. Nor does it write while this node's
+ *      copy of the partition is on its way to or from quarantine/
+ *      (o.copy_moving: marked dropped, its mark being taken away, or
+ *      being moved), since what it wrote could go with the copy.
  *   5. On each answer the leader computes with tn_setrepl_commit (pure)
  *      the highest seq that every follower of the committed ISR has (the
  *      ISR holding at least min_insync members): any ISR member may be
@@ -1039,8 +1042,13 @@ static void freq_free(freq_t *q)
 
 static void freq_answer(freq_t *q, int status)
 {
-    if (status == 0 && q->snap != NULL)
+    if (status == 0 && q->snap != NULL) {
         q->snap->st.snapshots_installed++;
+        TN_LOG(TN_LOG_INFO,
+               "setrepl: channel %s of %s/%" PRIu32
+               ": installed the leader's state (stream %" PRIx64 ", as of record %" PRIu64 ")",
+               q->w.channel, q->w.topic, q->w.partition, q->w.stream, q->snap_next - 1);
+    }
     if (status == 0)
         tn_rpc_reply(q->req, 204, NULL, NULL, 0);
     else if (status == 421)
@@ -1396,6 +1404,16 @@ static void freq_submit(tn_setrepl_t *s, tn_rpc_req_t *req, freq_t *q)
 {
     uint64_t gen;
     bool held;
+    if (s->o.copy_moving != NULL &&
+        s->o.copy_moving(s->o.copy_moving_arg, q->w.topic, q->w.partition)) {
+        TN_LOG_RL(TN_LOG_NOTICE, 10000,
+                  "setrepl: channel %s of %s/%" PRIu32
+                  ": this copy is on its way to or from quarantine/; its channel state waits",
+                  q->w.channel, q->w.topic, q->w.partition);
+        tn_rpc_reply_error(req, 503, "this copy is being moved (quarantine marks); retry");
+        freq_free(q);
+        return;
+    }
     if (engine_channel(s, q->w.topic, q->w.partition, q->w.channel, &gen, &held) != 0) {
         tn_rpc_reply_error(req, 503, "channel not made here yet, or being deleted; retry");
         freq_free(q);

@@ -121,6 +121,12 @@ typedef struct {
      * NULL: none known (only the followers counted here hold waits). */
     uint32_t (*pending)(void *arg, const char *topic, uint32_t p, uint32_t *out);
     void *pending_arg;
+    /* Whether this node's copy of partition p of topic is on its way to
+     * or from quarantine/ (cluster/replica.h, tn_replica_copy_moving): a
+     * follower writes no channel state into it meanwhile (503: what it
+     * wrote could go with the copy, answered 204). NULL: never. */
+    bool (*copy_moving)(void *arg, const char *topic, uint32_t p);
+    void *copy_moving_arg;
 } tn_setrepl_opts_t;
 
 /* A replicator (opts copied). It installs itself as the broker's

@@ -892,6 +892,14 @@ static uint32_t setrepl_pending(void *arg, const char *topic, uint32_t p, uint32
     return d->replica != NULL ? tn_replica_pending(d->replica, topic, p, out) : 0;
 }
 
+/* Whether this node's copy of a partition is on its way to or from
+ * quarantine/ (the replica manager's marks), for setrepl. */
+static bool setrepl_copy_moving(void *arg, const char *topic, uint32_t p)
+{
+    daemon_t *d = arg;
+    return d->replica != NULL && tn_replica_copy_moving(d->replica, topic, p);
+}
+
 /* The replica manager's promotion step: the follower's channel logs of
  * the partition close before the engine opens them. */
 static void setrepl_release(void *arg, const char *topic, uint32_t p, void (*cb)(void *cb_arg),
@@ -942,6 +950,8 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         so.pstate_arg = d->meta;
         so.pending = setrepl_pending;
         so.pending_arg = d;
+        so.copy_moving = setrepl_copy_moving;
+        so.copy_moving_arg = d;
         so.incarnation = tn_meta_incarnation(d->meta);
         rc = tn_setrepl_new(&so, &d->setrepl);
     }

@@ -36,7 +36,11 @@ ARGS = ["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s",
 N = 100
 
 
-class ChanRemade(harness.ClusterTest):
+class ChanBase(harness.ClusterTest):
+    """What the tests of a follower's channel logs share (also
+    test_chan_given_back.py): TOPIC's partition 0 on three nodes, the
+    channel CHANNEL consumed and acked through /v1."""
+
     def part(self, node):
         """Partition 0 as node's GET /v1/topics/{t} shows it (None: no
         answer)."""
@@ -110,9 +114,10 @@ class ChanRemade(harness.ClusterTest):
             wait_until(f"channel {CHANNEL} on node {n.id}",
                        lambda x=n: CHANNEL in (self.channels(x) or []), timeout=60)
 
-    def test_channel_deleted_and_made_again(self):
-        c = self.make(3, args=ARGS).start()
-        c.wait_alive(3)
+    def make_topic(self, c):
+        """The topic (factor 3, min_insync 2) with its whole ISR everywhere,
+        the channel made, N messages produced through the leader. Returns
+        (leader, every payload)."""
         status, body = c.nodes[0].request(
             "POST", "/v1/topics",
             {"name": TOPIC, "partitions": 1, "replication_factor": 3,
@@ -121,7 +126,6 @@ class ChanRemade(harness.ClusterTest):
         self.assertEqual(status, 201, body)
         self.in_sync_everywhere(c)
         lead = self.node(c, self.part(c.nodes[0])["leader"])
-        follower = next(n for n in c.nodes if n is not lead)
         self.make_channel(c, lead)
 
         def produce():
@@ -130,7 +134,42 @@ class ChanRemade(harness.ClusterTest):
                                 headers=CLIENT)
             return s == 202
         wait_until("the leader takes produces", produce, timeout=60, interval=0.5)
-        everything = {f"m{i}" for i in range(N)}
+        return lead, {f"m{i}" for i in range(N)}
+
+    def elect_and_check(self, c, lead, node, acked, never_acked):
+        """node elected (a clean election, the whole ISR back everywhere),
+        lead (which holds the leases) killed; node delivers every message
+        never acked and none of those acked with 204."""
+        def elect():
+            self.in_sync_everywhere(c)
+            s, b = lead.request("POST", f"/v1/topics/{TOPIC}/partitions/0/leader",
+                                {"node": str(node.id)}, headers=CLIENT)
+            return b if s == 200 else None
+        b = wait_until(f"node {node.id} elected", elect, timeout=240)
+        self.assertEqual(b["leader"], str(node.id), b)
+        wait_until(f"every node sees node {node.id} lead",
+                   lambda: all((self.part(n) or {}).get("leader") == str(node.id)
+                               for n in c.nodes if n.running()), timeout=60)
+        lead.kill()
+
+        delivered = set(self.consume(node, never_acked, deadline_s=180))
+        s, b = node.request(
+            "GET", f"/v1/topics/{TOPIC}/consume?partition=0&channel={CHANNEL}&max=100&wait=3s",
+            headers=CLIENT)
+        if s == 200:
+            delivered |= {m["payload"] for m in b["messages"]}
+        self.assertEqual(sorted(acked & delivered), [],
+                         f"messages acked with 204 delivered again by node {node.id}")
+        self.assertEqual(sorted(never_acked - delivered), [],
+                         f"messages never acked that node {node.id} did not deliver")
+
+
+class ChanRemade(ChanBase):
+    def test_channel_deleted_and_made_again(self):
+        c = self.make(3, args=ARGS).start()
+        c.wait_alive(3)
+        lead, everything = self.make_topic(c)
+        follower = next(n for n in c.nodes if n is not lead)
 
         # The first channel: every message acked (the followers' replicators
         # write its log).
@@ -162,28 +201,7 @@ class ChanRemade(harness.ClusterTest):
         never_acked = everything - tried
 
         # A follower elected, the old leader (which holds the leases) killed.
-        def elect():
-            self.in_sync_everywhere(c)
-            s, b = lead.request("POST", f"/v1/topics/{TOPIC}/partitions/0/leader",
-                                {"node": str(follower.id)}, headers=CLIENT)
-            return b if s == 200 else None
-        b = wait_until(f"node {follower.id} elected", elect, timeout=240)
-        self.assertEqual(b["leader"], str(follower.id), b)
-        wait_until(f"every node sees node {follower.id} lead",
-                   lambda: all((self.part(n) or {}).get("leader") == str(follower.id)
-                               for n in c.nodes if n.running()), timeout=60)
-        lead.kill()
-
-        delivered = set(self.consume(follower, never_acked, deadline_s=180))
-        s, b = follower.request(
-            "GET", f"/v1/topics/{TOPIC}/consume?partition=0&channel={CHANNEL}&max=100&wait=3s",
-            headers=CLIENT)
-        if s == 200:
-            delivered |= {m["payload"] for m in b["messages"]}
-        self.assertEqual(sorted(acked & delivered), [],
-                         f"messages acked with 204 delivered again by node {follower.id}")
-        self.assertEqual(sorted(never_acked - delivered), [],
-                         f"messages never acked that node {follower.id} did not deliver")
+        self.elect_and_check(c, lead, follower, acked, never_acked)
 
 
 if __name__ == "__main__":
