@@ -3497,17 +3497,28 @@ static void on_repaired(tn_plog_repair_t *req, int status)
     repair_resumed(pt);
 }
 
-/* The whole copy of a damaged active segment in hand (or nothing to
- * copy): replace the segment with it. */
-static void repair_active_replace(part_t *pt)
+/* The start of a repair's storage step (what: its name for a failure's
+ * line): false, the repair failed and is tried again, when this node does
+ * not hold the log to write (no log, or one it does not write through);
+ * else pt->rep_req is ready for the plog call and the partition busy. */
+static bool repair_step_begin(part_t *pt, const char *what)
 {
     if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE)) {
-        repair_fail(pt, "replacing the segment", "the log is not in hand");
-        return;
+        repair_fail(pt, what, "the log is not in hand");
+        return false;
     }
     memset(&pt->rep_req, 0, sizeof(pt->rep_req));
     pt->rep_req.data = pt;
     pt->busy++;
+    return true;
+}
+
+/* The whole copy of a damaged active segment in hand (or nothing to
+ * copy): replace the segment with it. */
+static void repair_active_replace(part_t *pt)
+{
+    if (!repair_step_begin(pt, "replacing the segment"))
+        return;
     int rc = tn_plog_repair_active(
         pt->plog, &pt->rep_req, pt->rep_base, tn_buf_data(&pt->rep_buf), tn_buf_size(&pt->rep_buf),
         (const tn_epoch_entry_t *)tn_buf_data(&pt->rep_ep),
@@ -3644,13 +3655,8 @@ static void repair_epochs_reply(part_t *pt, const tn_fetch_rpart_t *rp)
         if (e.start == rp->from)
             first_epoch = e.epoch;
     }
-    if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE)) {
-        repair_fail(pt, "rebuilding the epochs file", "the log is not in hand");
+    if (!repair_step_begin(pt, "rebuilding the epochs file"))
         return;
-    }
-    memset(&pt->rep_req, 0, sizeof(pt->rep_req));
-    pt->rep_req.data = pt;
-    pt->busy++;
     int rc = tn_plog_rebuild_epochs(pt->plog, &pt->rep_req, first_epoch, on_epochs_rebuilt);
     if (rc != 0) {
         pt->busy--;
