@@ -1205,9 +1205,15 @@ void tn_router_pstats(tn_router_t *r, const char *topic, tn_router_pstat_t *item
         it->nerrs = 0;
         it->errs = NULL;
         switch (pstats_where(r, s, topic, it->partition, &it->owner)) {
-        case PS_HERE:
-            it->have = tn_pstats_local(r->o.broker, topic, it->partition, &it->st) == 200;
+        case PS_HERE: {
+            /* Refused here as a remote owner's refusal reads (a topic
+             * being grown answers 503 for a moment). */
+            uint16_t st = tn_pstats_local(r->o.broker, topic, it->partition, &it->st);
+            it->have = st == 200;
+            if (!it->have)
+                it->error = pstat_refusal(st);
             break;
+        }
         case PS_IS_DOWN:
             it->error = PS_DOWN;
             break;

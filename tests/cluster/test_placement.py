@@ -74,9 +74,20 @@ class Placement(harness.ClusterTest):
             self.assertEqual(status, 202, answer)
         # Each owner's partitions hold what was produced there: one message
         # per partition before the growth, shown through every node.
+        # An owner still growing the topic answers "retry" for a moment
+        # instead of numbers, and a busy one may miss the 2 s of a read
+        # (an entry with an error either way); wait for numbers.
         for node in c.nodes:
-            status, body = node.request("GET", "/v1/topics/orders")
-            for p, entry in enumerate(body["partition_stats"][:6]):
+            def read(n=node):
+                status, body = n.request("GET", "/v1/topics/orders")
+                if status != 200:
+                    return None
+                entries = body["partition_stats"][:6]
+                if any("next_offset" not in entry for entry in entries):
+                    return None
+                return entries
+            entries = wait_until(f"node {node.id} reads every partition's numbers", read, 30)
+            for p, entry in enumerate(entries):
                 self.assertEqual(entry["next_offset"], 1, (node.id, p, entry))
 
     def test_sticky_on_death_and_new_topics_on_the_alive(self):
