@@ -692,6 +692,16 @@ static bool ensure_log(part_t *pt)
          * The tick asks again. */
         return false;
     }
+    tn_topic_t *t = tn_broker_topic_find(rm->o.broker, pt->topic);
+    if (t == NULL) {
+        /* The engine has not made the topic yet (its catalog follows the
+         * record a moment after the metastore applied it): a copy opened
+         * now would make the topic's directory without its stamp, and a
+         * node stopped before the catalog wrote one would take those
+         * records at its next start for whatever topic of the name is
+         * recorded by then. The tick asks again. */
+        return false;
+    }
     uint64_t hook = test_own_beside(pt);
     tn_plog_t *pl = engine_aside(rm, pt);
     if (hook != 0 && engine_local(rm, pt, NULL))
@@ -710,8 +720,7 @@ static bool ensure_log(part_t *pt)
     pt->src = SRC_OPENING;
     pt->busy++;
     rm->working++;
-    tn_topic_t *t = tn_broker_topic_find(rm->o.broker, pt->topic);
-    pt->open_stamp = t != NULL ? tn_topic_stamp_due(t) : 0;
+    pt->open_stamp = tn_topic_stamp_due(t);
     if (uv_queue_work(rm->o.loop, &pt->open_work, open_work, open_done) != 0) {
         pt->busy--;
         rm->working--;

@@ -11,7 +11,12 @@ elsewhere) until the catalog deletes it here:
   any log the engine closes under a replica that holds it, the deletion
   closes the log the replica manager follows on, which lets it go (it was
   freed under it: the node crashed or stopped following, its deletion
-  never logged as finished, and it never rejoined the ISR).
+  never logged as finished, and it never rejoined the ISR);
+- all of it needs the old topic's copy stamped: the replica manager opens
+  no copy of its own before the node's catalog made the topic
+  (TERN_TEST_CATALOG_LAG_MS widens that moment), so the copy's directory
+  has the stamp before it holds a record (a copy opened earlier had none,
+  and a node stopped then took the old records for the new topic).
 
 ternd-test's TERN_TEST_DELETIONS_AFTER_MS makes the order certain: the
 restarted node's catalog follows no deletion until HOLD_MS after its
@@ -29,6 +34,7 @@ from test_topic_remade import old_bytes_on_disk  # noqa: E402
 
 OCTET = {"Content-Type": "application/octet-stream"}
 HOLD_MS = 4000
+LAG_MS = 20000
 
 
 def isr(node, topic):
@@ -90,6 +96,50 @@ class RemadeHeldLog(harness.ClusterTest):
         status, m = down.request("GET", "/v1/topics/h3/consume?partition=0&channel=c")
         self.assertEqual(status, 200, m)
         self.assertEqual(m["payload"], "new")
+
+    def test_a_follower_copy_is_stamped_before_it_holds_records(self):
+        # The window between a node's metastore replica applying a topic's
+        # record and its catalog making the topic in the engine
+        # (TERN_TEST_CATALOG_LAG_MS widens it on one node): its replica
+        # manager waits for the engine's topic before it opens a copy of
+        # its own, so the copy's directory gets the topic's stamp first.
+        # A copy opened in that window had none: stopped before its
+        # catalog caught up, the node took those records at its next start
+        # for whatever topic of the name was recorded by then (this
+        # file's other cases failed so on a loaded machine).
+        c = self.make(3)
+        late = c.nodes[2]
+        for node in c.nodes:
+            env = c.env()
+            if node is late:
+                env["TERN_TEST_CATALOG_LAG_MS"] = str(LAG_MS)
+            node.start(env=env)
+        c.wait_ready()
+        c.wait_alive(3)
+        other = c.nodes[0]
+        spec = {"name": "h3", "partitions": 3, "replication_factor": 3, "min_insync_replicas": 2}
+        status, body = other.request("POST", "/v1/topics", spec)
+        self.assertEqual(status, 201, body)
+        # A partition the late node follows (one it leads waits for its
+        # catalog too, before it takes produces).
+        stats = wait_until("every partition led", lambda: (lambda b: b if all(
+            e.get("leader") for e in b["partition_stats"]) else None)(
+                other.request("GET", "/v1/topics/h3")[1]), 30)
+        p = next(e["index"] for e in stats["partition_stats"] if str(e["leader"]) != str(late.id))
+        # (Acknowledged once the leader drops the late node from the ISR,
+        # replica-lag-time after: it copies nothing before its catalog
+        # made the topic.)
+        for i in range(3):
+            status, body = other.request("POST", f"/v1/topics/h3/produce?partition={p}",
+                                         f"old-{i}".encode(), headers=OCTET, timeout=60)
+            self.assertEqual(status, 202, body)
+        stamp = os.path.join(late.data, "topics", "h3", "stamp")
+        wait_until("the messages on the late node's disk",
+                   lambda: old_bytes_on_disk(late, "h3") != [], 60, interval=0.05)
+        self.assertTrue(os.path.exists(stamp), "records on disk before the topic's stamp")
+        wait_until("the late node in sync",
+                   lambda: str(late.id) in other.request("GET", "/v1/topics/h3")[1]
+                   ["partition_stats"][p].get("isr", []), 60)
 
     def test_a_follower_waits_for_the_deletion_of_a_stale_topic(self):
         # The engine's topic is the old one (its stamp is not the record's):
