@@ -93,7 +93,11 @@
  *      leader's log starting above the offset asked, ends the copy there),
  *      with the answers' epochs, and handed to tn_plog_repair_active:
  *      what this copy held from the base on goes, and the fetches go on
- *      from the copy's end. A damaged epochs file (tn_plog_epochs_damaged) is
+ *      from the copy's end. A range that runs into a gap of the leader's
+ *      log (offsets never assigned: its answer GAP) ends there, the gap
+ *      kept: a sealed segment's records before it go to
+ *      tn_plog_repair_gap, an active segment's copy ends at it and the
+ *      fetch skips it (ACT_SKIP). A damaged epochs file (tn_plog_epochs_damaged) is
  *      rebuilt from the records (tn_plog_rebuild_epochs), with the
  *      leader's epoch of this copy's first offset from one REPAIR call (a
  *      batch up to its hw), before a damaged active segment beside it is
@@ -3495,6 +3499,10 @@ static void on_repaired(tn_plog_repair_t *req, int status)
         snprintf(range, sizeof(range),
                  "offsets from %" PRIu64 " (the active segment, emptied: nothing of it to copy)",
                  req->base);
+    else if (req->recs_end < req->end)
+        snprintf(range, sizeof(range),
+                 "offsets %" PRIu64 "..%" PRIu64 " (then the leader's gap up to %" PRIu64 ")",
+                 req->base, req->recs_end - 1, req->end);
     else
         rep_range(pt, range, sizeof(range));
     TN_LOG(TN_LOG_NOTICE,
@@ -3542,6 +3550,25 @@ static void repair_active_replace(part_t *pt)
     tn_buf_reset(&pt->rep_ep);
 }
 
+/* The whole range of a damaged sealed segment in hand (gap: its records,
+ * the rest of the range a gap of the leader's log): replace the segment
+ * with it. */
+static void repair_sealed_replace(part_t *pt, bool gap)
+{
+    if (!repair_step_begin(pt, "replacing the segment"))
+        return;
+    int rc = (gap ? tn_plog_repair_gap : tn_plog_repair)(pt->plog, &pt->rep_req, pt->rep_base,
+                                                         pt->rep_end, tn_buf_data(&pt->rep_buf),
+                                                         tn_buf_size(&pt->rep_buf), on_repaired);
+    if (rc != 0) {
+        pt->busy--;
+        repair_fail(pt, "replacing the segment", tn_strerror(rc));
+        return;
+    }
+    tn_buf_fini(&pt->rep_buf); /* the request has its own copy */
+    tn_buf_init(&pt->rep_buf);
+}
+
 /* One answer for a damaged active segment (DESIGN step 7): records from
  * rep_next up to the leader's hw, or DIVERGING to the first call when
  * this copy parted from the leader's log below the segment. */
@@ -3573,6 +3600,20 @@ static void repair_active_reply(part_t *pt, const tn_fetch_rpart_t *rp)
                "replica %s/%" PRIu32 ": node %" PRIu32 "'s log starts at %" PRIu64
                ", above offset %" PRIu64 " of the damaged active segment: the copy ends there",
                pt->topic, pt->p, pt->rep_from, rp->end_offset, pt->rep_next);
+        repair_active_replace(pt);
+        return;
+    }
+    if (rp->status == TN_FETCH_GAP && rp->end_offset > pt->rep_next) {
+        /* The leader never assigned the offsets from rep_next to
+         * end_offset (tn_plog_advance): a segment holds no gap, so the
+         * copy ends there, and the usual fetch from its end is answered
+         * GAP and skips them (a new segment at end_offset), as any copy
+         * of this log does: the same offsets, the same gap. */
+        TN_LOG(TN_LOG_NOTICE,
+               "replica %s/%" PRIu32 ": node %" PRIu32 "'s log has a gap at offsets %" PRIu64
+               "..%" PRIu64 " (never assigned): the copy of the damaged active segment ends "
+               "there, and the fetch skips the gap",
+               pt->topic, pt->p, pt->rep_from, pt->rep_next, rp->end_offset - 1);
         repair_active_replace(pt);
         return;
     }
@@ -3705,9 +3746,17 @@ static void on_repair_reply(void *arg, int status, const tn_wire_reply_t *reply,
         repair_active_reply(pt, &rp);
         return;
     }
+    if (rp.status == TN_FETCH_GAP && pt->rep_next > pt->rep_base && rp.end_offset >= pt->rep_end) {
+        /* The rest of the range is offsets the leader never assigned
+         * (tn_plog_advance left a gap after this segment's records, up to
+         * the next segment's base): so does this copy. */
+        repair_sealed_replace(pt, true);
+        return;
+    }
     if (rp.status != TN_FETCH_RECORDS) {
         snprintf(why, sizeof(why), "the leader answered %s",
                  rp.status == TN_FETCH_ERROR           ? "that it cannot read the range"
+                 : rp.status == TN_FETCH_GAP           ? "a gap inside the segment's records"
                  : rp.status == TN_FETCH_NOT_LEADER    ? "that it does not lead"
                  : rp.status == TN_FETCH_FENCED        ? "fenced"
                  : rp.status == TN_FETCH_UNKNOWN_EPOCH ? "unknown epoch"
@@ -3730,23 +3779,7 @@ static void on_repair_reply(void *arg, int status, const tn_wire_reply_t *reply,
         repair_send(pt);
         return;
     }
-    /* The whole range in hand: replace the damaged segment. */
-    if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE)) {
-        repair_fail(pt, "replacing the segment", "the log is not in hand");
-        return;
-    }
-    memset(&pt->rep_req, 0, sizeof(pt->rep_req));
-    pt->rep_req.data = pt;
-    pt->busy++;
-    int rc = tn_plog_repair(pt->plog, &pt->rep_req, pt->rep_base, pt->rep_end,
-                            tn_buf_data(&pt->rep_buf), tn_buf_size(&pt->rep_buf), on_repaired);
-    if (rc != 0) {
-        pt->busy--;
-        repair_fail(pt, "replacing the segment", tn_strerror(rc));
-        return;
-    }
-    tn_buf_fini(&pt->rep_buf); /* the request has its own copy */
-    tn_buf_init(&pt->rep_buf);
+    repair_sealed_replace(pt, false);
 }
 
 /* Ask the leader for the next piece of the damaged range. */
@@ -3892,7 +3925,10 @@ typedef struct {
     uint64_t div_end;
     /* (up to the hw) from is below this log's start: TN_FETCH_OUT_OF_RANGE */
     bool out_of_range;
-    uint64_t log_start;
+    /* from is in a gap of this log (offsets never assigned,
+     * tn_plog_advance): TN_FETCH_GAP */
+    bool gap;
+    uint64_t log_start; /* OUT_OF_RANGE: the log's start; GAP: the gap's end */
 } rreq_t;
 
 static void repair_read_work(uv_work_t *w)
@@ -3910,6 +3946,18 @@ static void repair_read_work(uv_work_t *w)
         if (r->from < st.first_offset) {
             r->out_of_range = true;
             r->log_start = st.first_offset;
+            r->rc = 0;
+            r->count = 0;
+            tn_buf_reset(&r->recs);
+        }
+    }
+    if (r->rc == TN_EGAP) {
+        /* Offsets this log never assigned (tn_plog_advance): the copy
+         * has the same gap, up to its end, as a fetch skips it. */
+        uint64_t end = tn_plog_gap_end(r->plog, r->from);
+        if (end > r->from) {
+            r->gap = true;
+            r->log_start = end;
             r->rc = 0;
             r->count = 0;
             tn_buf_reset(&r->recs);
@@ -3965,6 +4013,8 @@ static void repair_reply(rreq_t *r, uint16_t status)
         rc = tn_fetch_reply_put_diverging(&b, hw, r->div_epoch, r->div_end);
     } else if (rc == 0 && status == TN_FETCH_OUT_OF_RANGE) {
         rc = tn_fetch_reply_put_out_of_range(&b, hw, r->log_start);
+    } else if (rc == 0 && status == TN_FETCH_GAP) {
+        rc = tn_fetch_reply_put_gap(&b, hw, r->log_start);
     } else if (rc == 0) {
         rc = tn_fetch_reply_put_status(&b, status, hw);
     }
@@ -3983,7 +4033,7 @@ static void repair_read_done(uv_work_t *w, int status)
     tn_replica_t *rm = r->rm;
     rm->working--;
     part_t *pt = part_find(rm, r->topic, r->p);
-    bool ok = status == 0 && r->rc == 0 && (r->count > 0 || r->upto_hw) && pt != NULL &&
+    bool ok = status == 0 && r->rc == 0 && (r->count > 0 || r->upto_hw || r->gap) && pt != NULL &&
               pt->plog == r->plog && pt->core.role == TN_REPL_LEADER;
     if (!ok && r->rc != 0)
         TN_LOG_RL(TN_LOG_WARN, 5000,
@@ -3992,6 +4042,7 @@ static void repair_read_done(uv_work_t *w, int status)
     tn_plog_t *pinned = r->plog;
     uint16_t answer = !ok               ? TN_FETCH_ERROR
                       : r->out_of_range ? TN_FETCH_OUT_OF_RANGE
+                      : r->gap          ? TN_FETCH_GAP
                                         : TN_FETCH_RECORDS;
     repair_reply(r, answer); /* frees r */
     tn_plog_unpin(pinned);

@@ -3183,8 +3183,9 @@ static int repair_steps(tn_plog_t *plog, tn_plog_repair_t *req, tn_epochs_t *his
     else if (rc == 0)
         TN_LOG(TN_LOG_NOTICE,
                "partition %s/%u: segment %" PRIu64 " (offsets %" PRIu64 "..%" PRIu64
-               ") replaced by a good copy; the damaged file is kept as %s%s%s",
-               plog->topic, plog->partition, base, base, end - 1, req->quarantined,
+               "%s) replaced by a good copy; the damaged file is kept as %s%s%s",
+               plog->topic, plog->partition, base, base, req->recs_end - 1,
+               req->recs_end < end ? ", then a gap" : "", req->quarantined,
                atomic_load(&plog->err) != 0 ? "; still isolated: " : "",
                atomic_load(&plog->err) != 0 ? plog->errmsg : "");
     return rc;
@@ -3249,8 +3250,10 @@ int tn_plog_record_damage(tn_plog_t *pl, tn_plog_dmgrec_t *req, tn_plog_dmgrec_c
     return 0;
 }
 
-int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,
-                   const void *bytes, size_t len, tn_plog_repair_cb cb)
+/* tn_plog_repair and tn_plog_repair_gap: gap, whether the copy may end
+ * short of end (the rest a gap). */
+static int repair_submit(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,
+                         const void *bytes, size_t len, bool gap, tn_plog_repair_cb cb)
 {
     if (pl->mem || cb == NULL || bytes == NULL || len == 0 || end <= base)
         return UV_EINVAL;
@@ -3260,7 +3263,7 @@ int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t
     int rc = tn_rec_check_run(bytes, len, base, &n);
     if (rc != 0)
         return rc;
-    if ((uint64_t)n != end - base)
+    if (gap ? (uint64_t)n > end - base : (uint64_t)n != end - base)
         return TN_ECORRUPT;
     memset(&req->s, 0, sizeof(req->s));
     req->raw = tn_malloc(len);
@@ -3277,9 +3280,22 @@ int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t
     req->base = base;
     req->end = end;
     req->cb = cb;
+    req->recs_end = base + n;
     req->quarantined[0] = '\0';
     tn__committer_submit(&pl->store->logc, &req->s);
     return 0;
+}
+
+int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,
+                   const void *bytes, size_t len, tn_plog_repair_cb cb)
+{
+    return repair_submit(pl, req, base, end, bytes, len, false, cb);
+}
+
+int tn_plog_repair_gap(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,
+                       const void *bytes, size_t len, tn_plog_repair_cb cb)
+{
+    return repair_submit(pl, req, base, end, bytes, len, true, cb);
 }
 
 bool tn_plog_epochs_damaged(tn_plog_t *pl)
@@ -3453,6 +3469,7 @@ int tn_plog_repair_active(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, c
     req->plog = pl;
     req->base = base;
     req->end = base + n;
+    req->recs_end = base + n;
     req->cb = cb;
     req->quarantined[0] = '\0';
     tn__committer_submit(&pl->store->logc, &req->s);

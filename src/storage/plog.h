@@ -111,6 +111,7 @@ struct tn_plog_repair_s {
     void *data;
     tn_plog_t *plog;
     uint64_t base, end;
+    uint64_t recs_end;  /* tn_plog_repair(_gap): the copy's records end here */
     unsigned char *raw; /* owned copy of the records, freed before cb */
     size_t raw_len;
     /* tn_plog_repair_active: the copy's epochs (owned, freed before cb) */
@@ -638,6 +639,17 @@ int tn_plog_record_damage(tn_plog_t *pl, tn_plog_dmgrec_t *req, tn_plog_dmgrec_c
  * thread; cb runs on it. */
 int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,
                    const void *bytes, size_t len, tn_plog_repair_cb cb);
+
+/* tn_plog_repair for a segment the leader's log ends with a gap: the copy
+ * holds the records [base, base + n) (1 <= n <= end - base) and the
+ * offsets [base + n, end) were never assigned (tn_plog_advance: the next
+ * segment starts at end, after the gap), on the leader and so in this
+ * copy, which a read there then answers TN_EGAP. The caller knows it from
+ * the leader (its repair read's GAP answer, whose gap ends at or past
+ * end). The same steps, crash outcomes and refusals, but TN_ECORRUPT only
+ * for more than end - base records. req->recs_end is base + n. */
+int tn_plog_repair_gap(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,
+                       const void *bytes, size_t len, tn_plog_repair_cb cb);
 
 /* Replace the damaged ACTIVE segment at base (tn_plog_damage's end
  * TN_PLOG_DAMAGE_ACTIVE) with the leader's records from base on:

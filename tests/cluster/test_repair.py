@@ -45,8 +45,14 @@ class RepairCase(harness.ClusterTest):
     """The helpers of the tests below: a cluster of three with TOPIC (one
     partition, factor 3) made by start()."""
 
-    def start_cluster(self, args):
-        self.c = self.make(3, args=args).start()
+    def start_cluster(self, args, env=None):
+        """env: more environment for every node (the TN_TEST hooks of
+        ternd-test)."""
+        self.c = self.make(3, args=args)
+        full = dict(self.c.env(), **(env or {}))
+        for node in self.c.nodes:
+            node.start(env=full)
+        self.c.wait_ready()
         self.c.wait_alive(3)
         status, body = self.c.nodes[0].request(
             "POST", "/v1/topics", {"name": TOPIC, "partitions": 1, "replication_factor": 3})
@@ -163,15 +169,20 @@ class RepairCase(harness.ClusterTest):
     def repairs(self, node):
         return node.metric("tern_replica_repairs_total") or 0
 
-    def expect_identical(self):
+    def expect_identical(self, gaps=False):
         """Every replica's records below the high watermark: CRC good and
-        the same (a digest without the segment-local sync mark) on each."""
+        the same (a digest without the segment-local sync mark) on each;
+        dense from 0, or with gaps=True at the same offsets on each (the
+        same gaps)."""
         hw = self.pstats(self.leader())["high_watermark"]
         self.assertGreater(hw, 300)
         copies = {}
+        offsets = None
         for n in self.c.nodes:
             recs = [r for r in rl.read_partition(self.pdir(n)) if r.offset < hw]
-            self.assertEqual([r.offset for r in recs], list(range(hw)), f"node {n.id}")
+            offsets = offsets or [r.offset for r in recs]
+            self.assertEqual([r.offset for r in recs], offsets if gaps else list(range(hw)),
+                             f"node {n.id}")
             bad = [r.offset for r in recs if not r.crc_ok]
             self.assertEqual(bad, [], f"records failing their CRC on node {n.id}")
             copies[n.id] = [r.digest for r in recs]
@@ -461,6 +472,76 @@ class Repair(RepairCase):
             if status == 200:
                 self.assertIsNotNone(rl.parse_body(m["payload"]), m)
                 self.assertIn(m["payload"], self.acked)
+
+
+# TERN_TEST_LEADER_GAP: each leader of rp skips this many offsets right
+# after its first epoch-start record (once per process).
+GAP = 1000
+
+
+class RepairAcrossGap(RepairCase):
+    """A leader's log with gaps (offsets it never assigned: tn_plog_advance,
+    as the queue engine's recovery of a channel that refers to a lost tail
+    leaves one), made by ternd-test's TERN_TEST_LEADER_GAP: the repair
+    copies up to a gap and the copy ends with the leader's gap, as a fetch
+    skips it. Before, the leader answered the repair's read inside the gap
+    with `error`, every 2 s, and the damaged copy stayed out of the ISR for
+    good."""
+
+    def setUp(self):
+        self.start_cluster(ARGS, env={"TERN_TEST_LEADER_GAP": f"{TOPIC}={GAP}"})
+        for _ in range(3):
+            self.produce_batch(60)
+        self.wait_isr(3)
+
+    def test_sealed_then_active_segment_before_a_gap(self):
+        # The first leader skipped offsets 1..GAP after its epoch start at
+        # 0: every copy's first segment holds that one record, sealed, and
+        # the gap follows it up to the next segment's base.
+        lead = self.leader()
+        follower = next(n for n in self.c.nodes if n is not lead)
+        bases = [int(os.path.basename(p).split(".")[0]) for p in self.segments(follower)]
+        self.assertEqual(bases[:2], [0, GAP + 1])
+        before = self.repairs(follower)
+        self.assertEqual(self.flip(follower, offset=0), 0)
+        self.scrub(follower)
+        self.repaired(follower, before)
+        self.assertIn(f"repaired offsets 0..0 (then the leader's gap up to {GAP + 1})",
+                      follower.log())
+        self.produce_batch(5)
+        self.wait_isr(3)
+        self.expect_identical(gaps=True)
+
+        # The active segment: a follower's copy damaged while it is down,
+        # and meanwhile a new leader (a process that did not lead before)
+        # makes a gap past this copy's end. The repair reads the leader's
+        # records from the segment's base up to the gap, the copy ends
+        # there, and the fetch skips the gap.
+        lead = self.leader()
+        follower = next(n for n in self.c.nodes if n is not lead and n is not follower)
+        self.produce_batch(60)  # the segment rolls: a small active one follows
+        self.small_batches_copied(lead, follower)
+        follower.kill()
+        self.flip_durable_active(follower)
+        end = self.pstats(lead)["log_end"]
+        lead.kill()
+        lead.start(env=dict(self.c.env(), TERN_TEST_LEADER_GAP=f"{TOPIC}={GAP}"))
+        lead.wait_ready()
+        wait_until("a new leader's gap", lambda: (
+            lambda l: l is not None and (self.pstats(l) or {}).get("log_end", 0) > end + GAP)(
+                self.leader()), timeout=90)
+        self.produce_batch(5)
+        follower.start(env=dict(self.c.env(), TERN_TEST_LEADER_GAP=f"{TOPIC}={GAP}"))
+        follower.wait_ready()
+        wait_until("the damage found at the restart", lambda: "this copy is damaged" in
+                   follower.log())
+        self.repaired(follower, 0)
+        log = follower.log()
+        self.assertIn("'s log has a gap at offsets", log)
+        self.assertIn("(the active segment) from node", log)
+        self.produce_batch(5)
+        self.wait_isr(3)
+        self.expect_identical(gaps=True)
 
 
 # Retention of 5 s, checked every second: segments go soon after they seal.

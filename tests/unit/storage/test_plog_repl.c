@@ -778,9 +778,9 @@ static void find_damage(tn_plog_t *pl, uint64_t base, uint64_t end)
     tn_buf_init(&scratch);
     int rc = 0;
     uint64_t n = tn_plog_written_next(pl);
-    for (uint64_t off = 0; off < n && rc == 0; off++) {
+    for (uint64_t off = 0; off < n && (rc == 0 || rc == TN_EGAP); off++) {
         tn_rec_t rec;
-        rc = tn_plog_read(pl, off, &scratch, &rec);
+        rc = tn_plog_read(pl, off, &scratch, &rec); /* (past a gap's offsets) */
     }
     tn_buf_fini(&scratch);
     assert_int_equal(rc, TN_ECORRUPT);
@@ -849,6 +849,113 @@ static void test_repair(void **state)
     ref = open_log(fx, "ref", 0);
     pl = open_log(fx, "rp", 0);
     expect_same(ref, pl);
+}
+
+/* Every offset of a and b reads the same: the same record, or the same
+ * refusal (TN_EGAP in a gap). */
+static void expect_same_gaps(tn_plog_t *a, tn_plog_t *b)
+{
+    uint64_t n = tn_plog_written_next(a);
+    assert_int_equal(tn_plog_written_next(b), n);
+    tn_buf_t sa, sb;
+    tn_buf_init(&sa);
+    tn_buf_init(&sb);
+    for (uint64_t off = 0; off < n; off++) {
+        tn_rec_t ra, rb;
+        int rca = tn_plog_read(a, off, &sa, &ra);
+        int rcb = tn_plog_read(b, off, &sb, &rb);
+        if (rca != rcb)
+            fail_msg("offset %llu: %s and %s", (unsigned long long)off, tn_strerror(rca),
+                     tn_strerror(rcb));
+        if (rca != 0)
+            continue;
+        assert_int_equal(ra.h.flags, rb.h.flags);
+        assert_int_equal(ra.h.body_len, rb.h.body_len);
+        assert_memory_equal(ra.body, rb.body, ra.h.body_len);
+    }
+    tn_buf_fini(&sa);
+    tn_buf_fini(&sb);
+}
+
+static void advance_to(fx_t *fx, tn_plog_t *pl, uint64_t next)
+{
+    tn_plog_advance_t adv;
+    tw_t aw = {false, 0};
+    adv.data = &aw;
+    assert_int_equal(tn_plog_advance(pl, &adv, next, on_advance), 0);
+    run_until(&fx->loop, &aw.done);
+    assert_int_equal(aw.status, 0);
+}
+
+/* Records, a gap (tn_plog_advance), records, a gap, records: the log a
+ * replica of a leader that advanced twice holds. */
+static void build_gapped(fx_t *fx, tn_plog_t *pl)
+{
+    assert_int_equal(begin_epoch(fx, pl, 1, NULL), 0);
+    append_n(fx, pl, 40);
+    advance_to(fx, pl, 100);
+    append_n(fx, pl, 20);
+    for (int i = 0; i < 5; i++)
+        append_batch(fx, pl, 6);
+    advance_to(fx, pl, 300);
+    append_n(fx, pl, 10);
+}
+
+/* A damaged sealed segment that a gap follows ([base, end) holds records
+ * up to some offset, then offsets never assigned up to the next
+ * segment's base): its good copy is shorter than end - base, which
+ * tn_plog_repair refuses and tn_plog_repair_gap takes; the log then reads
+ * as the reference, the same records and the same gap, also after a
+ * restart. */
+static void test_repair_before_gap(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_gapped(fx, ref);
+    tn_plog_t *pl = open_log(fx, "rp", 0);
+    build_gapped(fx, pl);
+    expect_same_gaps(ref, pl);
+    uint64_t base, end;
+    flip_second(fx, "rp", &base, &end);
+    assert_int_equal(base, 100);
+    assert_int_equal(end, 300);
+    find_damage(pl, base, end);
+
+    tn_buf_t good;
+    tn_buf_init(&good);
+    read_range(ref, base, 150, &good);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    uint32_t n;
+    assert_int_equal(tn_plog_read_raw(ref, 150, 1 << 20, &b, &n), TN_EGAP);
+    assert_int_equal(tn_plog_gap_end(ref, 150), end);
+    tn_buf_fini(&b);
+    rw_t w;
+    assert_int_equal(repair(fx, pl, base, end, &good, &w), TN_ECORRUPT);
+    tn_plog_repair_t req;
+    memset(&w, 0, sizeof(w));
+    req.data = &w;
+    /* More records than the range holds: refused. */
+    assert_int_equal(
+        tn_plog_repair_gap(pl, &req, base, 120, tn_buf_data(&good), tn_buf_size(&good), on_repair),
+        TN_ECORRUPT);
+    assert_int_equal(
+        tn_plog_repair_gap(pl, &req, base, end, tn_buf_data(&good), tn_buf_size(&good), on_repair),
+        0);
+    run_until(&fx->loop, &w.done);
+    assert_int_equal(w.status, 0);
+    assert_int_equal(req.recs_end, 150);
+    assert_int_equal(tn_plog_err(pl), 0);
+    expect_same_gaps(ref, pl);
+    assert_int_equal(tn_plog_gap_end(pl, 150), end);
+    append_n(fx, ref, 5);
+    append_n(fx, pl, 5);
+    expect_same_gaps(ref, pl);
+    tn_buf_fini(&good);
+    tu_fx_reopen(fx);
+    ref = open_log(fx, "ref", 0);
+    pl = open_log(fx, "rp", 0);
+    expect_same_gaps(ref, pl);
 }
 
 /* Damage that recovery finds (the sidecar gone too: the segment is
@@ -2494,6 +2601,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncate_powerloss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncate_reset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_before_gap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_at_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damage_recorded_across_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_crash_points, setup, teardown),
