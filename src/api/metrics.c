@@ -200,6 +200,20 @@ static void repl_metrics(const tn_metrics_t *m, tn_buf_t *b)
            "damaged segments this node replaced with its leader's copy", rs.repairs);
     scalar(b, "tern_replica_repairs_failed_total", "counter",
            "repair attempts that failed here (each is tried again)", rs.repairs_failed);
+    scalar(b, "tern_replica_repairs_running", "gauge",
+           "repairs of damaged replicas running on this node now (at most max-repairs-per-node)",
+           rs.repairs_running);
+    scalar(b, "tern_replica_repairs_running_peak", "gauge",
+           "the most repairs of damaged replicas that ran on this node at once since it started",
+           rs.repairs_running_peak);
+    scalar(b, "tern_replica_repairs_waiting", "gauge",
+           "damaged replicas on this node waiting their turn to be repaired (max-repairs-per-node)",
+           rs.repairs_waiting);
+    family(b, "tern_replica_repair_busy_total", "counter",
+           "repair reads answered busy (max-repairs-per-node reads served at once), by side: "
+           "served (this node answered it) and asked (this node's read, asked again)");
+    put(b, "tern_replica_repair_busy_total{side=\"served\"} %" PRIu64 "\n", rs.repair_busy_served);
+    put(b, "tern_replica_repair_busy_total{side=\"asked\"} %" PRIu64 "\n", rs.repair_busy_asked);
     scalar(b, "tern_isr_shrinks_total", "counter",
            "ISR shrinks this node proposed and the metastore applied", rs.isr_shrinks);
     scalar(b, "tern_isr_expands_total", "counter",

@@ -97,13 +97,20 @@
  *      log (offsets never assigned: its answer GAP) ends there, the gap
  *      kept: a sealed segment's records before it go to
  *      tn_plog_repair_gap, an active segment's copy ends at it and the
- *      fetch skips it (ACT_SKIP). A damaged epochs file (tn_plog_epochs_damaged) is
- *      rebuilt from the records (tn_plog_rebuild_epochs), with the
+ *      fetch skips it (ACT_SKIP). A damaged epochs file
+ *      (tn_plog_epochs_damaged) is rebuilt from the records
+ *      (tn_plog_rebuild_epochs), with the
  *      leader's epoch of this copy's first offset from one REPAIR call (a
  *      batch up to its hw), before a damaged active segment beside it is
- *      repaired (from the records below that segment). A repair that
- *      fails is tried again after REPAIR_RETRY_MS; damage it cannot place
- *      (overlapping segments) stays isolated and is logged. A partition
+ *      repaired (from the records below that segment). At most
+ *      max-repairs-per-node repairs run at once here, and as many repair
+ *      reads are served at once (rm->rep_slots, rm->read_slots:
+ *      throttle.h): a repair that finds no slot waits its turn on the
+ *      tick; a read that finds none is answered 429 busy and the follower
+ *      asks again after REPAIR_BUSY_MS, keeping its copy and its slot.
+ *      A repair that fails is tried again after REPAIR_RETRY_MS; damage
+ *      it cannot place (overlapping segments) stays isolated and is
+ *      logged. A partition
  *      whose every replica is damaged has no leader to repair from: it
  *      stays offline, logged every minute.
  * Failure modes: a fetch call that fails or times out is sent again by
@@ -156,9 +163,12 @@
 #define DMG_RETRY_MS    1000  /* a PART_CORRUPT that did not apply */
 #define REPAIR_RETRY_MS 2000  /* a repair read or replacement that failed */
 #define REPAIR_CALL_MS  30000 /* one REPAIR call */
-#define STUCK_LOG_MS    60000 /* "cannot repair" at most this often */
-#define CHANS_MS        50
-#define REPORT_CALL_MS  2000 /* one FLUSHED call (a lost one only costs time) */
+/* A REPAIR read the leader answered busy (max-repairs-per-node reads
+ * served there at once) is asked again after this long, the copy kept. */
+#define REPAIR_BUSY_MS 200
+#define STUCK_LOG_MS   60000 /* "cannot repair" at most this often */
+#define CHANS_MS       50
+#define REPORT_CALL_MS 2000 /* one FLUSHED call (a lost one only costs time) */
 /* A parked fetch is answered for a hw that moved (no records) only after
  * it waited this long: under load the records that follow every ack carry
  * the hw anyway, and an answer of a hw alone costs the follower a round
@@ -325,7 +335,11 @@ struct part_s {
     tn_plog_dmgrec_t dmg_rec;
     bool dmg_rec_busy, dmg_recorded;
     uint64_t dmg_stuck_logged_at; /* the last "cannot repair" line */
-    bool rep_busy;                /* reading the range, or replacing the segment */
+    bool rep_busy;                /* reading the range, or replacing the segment (a slot of
+                                     rm->rep_slots held: rep_begin, rep_release) */
+    bool rep_waiting;             /* ready to repair, waiting for a slot (its turn) */
+    bool rep_waiting_logged;      /* ... said so once */
+    uint64_t rep_resend_at;       /* the read answered busy: asked again then (0: none) */
     uint64_t rep_retry_at;
     uint64_t rep_base, rep_end, rep_next;
     uint32_t rep_from; /* the leader read from */
@@ -428,6 +442,9 @@ struct tn_replica_s {
     void *lead_arg;
     /* move-rate: what this node serves to followers out of the ISR */
     tn_throttle_t bucket;
+    /* max-repairs-per-node: repairs this node runs (follower side) and
+     * repair reads it serves (leader side) at once (throttle.h) */
+    tn_repair_slots_t rep_slots, read_slots;
     tn_move_tally_t tally; /* finished moves, for /metrics */
     uint64_t tally_at;
     /* Quarantine marks: jobs run one at a time, in order (mq), and the
@@ -645,6 +662,16 @@ static void open_work(uv_work_t *w)
 }
 
 static void part_maybe_free(part_t *pt);
+
+/* The end of a repair, however it ends: its slot goes back. */
+static void rep_release(part_t *pt)
+{
+    if (!pt->rep_busy)
+        return;
+    pt->rep_busy = false;
+    pt->rep_resend_at = 0;
+    tn_repair_slots_give(&pt->rm->rep_slots);
+}
 
 static void open_done(uv_work_t *w, int status)
 {
@@ -957,7 +984,36 @@ static bool test_hold_quarantine(const char *topic)
 {
     return test_topic_num("TERN_TEST_QUARANTINE_HOLD", topic) != 0;
 }
+
+/* TERN_TEST_REPAIR_DELAY_MS: a repair of topic on this node holds its
+ * slot (max-repairs-per-node) this long before its first read; and
+ * TERN_TEST_REPAIR_READ_DELAY_MS: each repair read of topic this node
+ * serves holds its slot this long (on the worker) before it reads. Both
+ * make repairs overlap, so a test sees the cap at work
+ * (tests/cluster/test_repair.py, RepairCap). */
+static uint64_t test_repair_delay(const char *topic)
+{
+    return test_topic_num("TERN_TEST_REPAIR_DELAY_MS", topic);
+}
+
+static void test_repair_read_delay(const char *topic)
+{
+    uint64_t ms = test_topic_num("TERN_TEST_REPAIR_READ_DELAY_MS", topic);
+    if (ms > 0)
+        uv_sleep((unsigned int)ms);
+}
 #else
+static inline uint64_t test_repair_delay(const char *topic)
+{
+    (void)topic;
+    return 0;
+}
+
+static inline void test_repair_read_delay(const char *topic)
+{
+    (void)topic;
+}
+
 static uint64_t test_own_beside(const part_t *pt)
 {
     (void)pt;
@@ -2676,6 +2732,7 @@ static void part_maybe_free(part_t *pt)
         pp = &(*pp)->next;
     if (*pp == pt)
         *pp = pt->next;
+    rep_release(pt); /* (a repair waiting to ask its leader again) */
     tn_buf_fini(&pt->appbuf);
     tn_buf_fini(&pt->rep_buf);
     tn_buf_fini(&pt->rep_ep);
@@ -3442,7 +3499,7 @@ static void repair_fail(part_t *pt, const char *what, const char *why)
     TN_LOG_RL(TN_LOG_WARN, 5000,
               "replica %s/%" PRIu32 ": repair of %s from node %" PRIu32 ": %s: %s; trying again",
               pt->topic, pt->p, rep_range(pt, range, sizeof(range)), pt->rep_from, what, why);
-    pt->rep_busy = false;
+    rep_release(pt);
     pt->rep_retry_at = now_ms(rm) + REPAIR_RETRY_MS;
     tn_buf_reset(&pt->rep_buf);
     tn_buf_reset(&pt->rep_ep);
@@ -3459,7 +3516,7 @@ static bool repair_ended(part_t *pt, int status, const char *what)
     tn_replica_t *rm = pt->rm;
     pt->busy--;
     if (pt->dead || rm->closing) {
-        pt->rep_busy = false;
+        rep_release(pt);
         part_maybe_free(pt);
         return false;
     }
@@ -3467,7 +3524,7 @@ static bool repair_ended(part_t *pt, int status, const char *what)
         repair_fail(pt, what, tn_strerror(status));
         return false;
     }
-    pt->rep_busy = false;
+    rep_release(pt);
     pt->dmg_logged = false;
     pt->dmg_recorded = false;
     rm->st.repairs++;
@@ -3721,12 +3778,25 @@ static void on_repair_reply(void *arg, int status, const tn_wire_reply_t *reply,
     pt->busy--;
     pt->rep_call = NULL;
     if (pt->dead || rm->closing) {
-        pt->rep_busy = false;
+        rep_release(pt);
         part_maybe_free(pt);
         return;
     }
     if (status != 0) {
         repair_fail(pt, "reading", err != NULL ? err : tn_strerror(status));
+        return;
+    }
+    if (reply->status == 429) {
+        /* The leader serves max-repairs-per-node repair reads already:
+         * the same piece is asked again shortly, the copy kept (and this
+         * node's slot with it). */
+        rm->st.repair_busy_asked++;
+        TN_LOG_RL(TN_LOG_NOTICE, 5000,
+                  "replica %s/%" PRIu32 ": node %" PRIu32
+                  " is busy serving other repairs (max-repairs-per-node): asking again for "
+                  "offsets from %" PRIu64 " shortly",
+                  pt->topic, pt->p, pt->rep_from, pt->rep_next);
+        pt->rep_resend_at = now_ms(rm) + REPAIR_BUSY_MS;
         return;
     }
     char why[64];
@@ -3831,6 +3901,13 @@ static void repair_send(part_t *pt)
 static void check_damage(part_t *pt, uint64_t now)
 {
     tn_replica_t *rm = pt->rm;
+    if (pt->rep_busy && pt->rep_resend_at != 0 && now >= pt->rep_resend_at &&
+        pt->rep_call == NULL) {
+        pt->rep_resend_at = 0; /* the leader was busy: its turn may have come */
+        repair_send(pt);
+        return;
+    }
+    pt->rep_waiting = false;
     if (pt->plog == NULL || (pt->src != SRC_OWN && pt->src != SRC_ENGINE) || pt->rep_busy)
         return;
     if (tn_plog_err(pt->plog) != TN_ECORRUPT)
@@ -3890,6 +3967,20 @@ static void check_damage(part_t *pt, uint64_t now)
         }
         return;
     }
+    if (!tn_repair_slots_take(&rm->rep_slots)) {
+        /* max-repairs-per-node repairs run here already, each holding up
+         * to a segment in memory: this one waits its turn (a later tick). */
+        if (!pt->rep_waiting_logged) {
+            pt->rep_waiting_logged = true;
+            TN_LOG(TN_LOG_NOTICE,
+                   "replica %s/%" PRIu32 ": waiting its turn to be repaired: %" PRIu32
+                   " repairs run on this node already (max-repairs-per-node)",
+                   pt->topic, pt->p, rm->rep_slots.running);
+        }
+        pt->rep_waiting = true;
+        return;
+    }
+    pt->rep_waiting_logged = false;
     pt->rep_busy = true;
     pt->rep_epochs = epochs;
     pt->rep_active = !epochs && end == TN_PLOG_DAMAGE_ACTIVE;
@@ -3901,8 +3992,16 @@ static void check_damage(part_t *pt, uint64_t now)
     tn_buf_reset(&pt->rep_ep);
     pt->want = false;
     char range[96];
-    TN_LOG(TN_LOG_NOTICE, "replica %s/%" PRIu32 ": repairing %s from node %" PRIu32, pt->topic,
-           pt->p, rep_range(pt, range, sizeof(range)), leader);
+    TN_LOG(TN_LOG_NOTICE,
+           "replica %s/%" PRIu32 ": repairing %s from node %" PRIu32 " (%" PRIu32
+           " of at most %" PRIu32 " repairs at once here)",
+           pt->topic, pt->p, rep_range(pt, range, sizeof(range)), leader, rm->rep_slots.running,
+           rm->rep_slots.cap);
+    uint64_t delay = test_repair_delay(pt->topic);
+    if (delay > 0) {
+        pt->rep_resend_at = now + delay; /* the tick sends it (check_damage) */
+        return;
+    }
     repair_send(pt);
 }
 
@@ -3934,6 +4033,7 @@ typedef struct {
 static void repair_read_work(uv_work_t *w)
 {
     rreq_t *r = TN_CONTAINER_OF(w, rreq_t, work);
+    test_repair_read_delay(r->topic);
     if (r->from >= r->to)
         return; /* (up to the hw) nothing below it */
     r->rc = tn_plog_read_raw(r->plog, r->from, r->max, &r->recs, &r->count);
@@ -4032,6 +4132,7 @@ static void repair_read_done(uv_work_t *w, int status)
     rreq_t *r = TN_CONTAINER_OF(w, rreq_t, work);
     tn_replica_t *rm = r->rm;
     rm->working--;
+    tn_repair_slots_give(&rm->read_slots); /* (the answer is made at once, below) */
     part_t *pt = part_find(rm, r->topic, r->p);
     bool ok = status == 0 && r->rc == 0 && (r->count > 0 || r->upto_hw || r->gap) && pt != NULL &&
               pt->plog == r->plog && pt->core.role == TN_REPL_LEADER;
@@ -4108,11 +4209,26 @@ void tn_replica_on_repair(tn_rpc_req_t *req, const uint8_t *payload, size_t len,
         repair_reply(r, status);
         return;
     }
+    if (!tn_repair_slots_take(&rm->read_slots)) {
+        /* max-repairs-per-node reads served at once already, each
+         * holding up to fetch-max-bytes and its answer: the follower asks
+         * again shortly (429), keeping what it copied. */
+        char body[160];
+        int n = snprintf(body, sizeof(body),
+                         "{\"error\":\"busy: this node serves %" PRIu32
+                         " repair reads at once already (max-repairs-per-node)\"}",
+                         rm->read_slots.running);
+        tn_rpc_reply(req, 429, "application/json", body, (size_t)n);
+        tn_buf_fini(&r->recs);
+        tn_free(r);
+        return;
+    }
     r->plog = pt->plog;
     tn_plog_pin(r->plog); /* the engine's: kept while the worker reads it (freq_answer) */
     rm->working++;
     if (uv_queue_work(rm->o.loop, &r->work, repair_read_work, repair_read_done) != 0) {
         rm->working--;
+        tn_repair_slots_give(&rm->read_slots);
         tn_plog_unpin(r->plog);
         repair_reply(r, TN_FETCH_ERROR);
     }
@@ -4397,6 +4513,8 @@ int tn_replica_new(const tn_replica_opts_t *o, tn_replica_t **out)
     if (rm->o.fetch_max_bytes == 0)
         rm->o.fetch_max_bytes = DEFAULT_MAX;
     tn_throttle_init(&rm->bucket, rm->o.move_rate, uv_now(o->loop));
+    tn_repair_slots_init(&rm->rep_slots, rm->o.max_repairs);
+    tn_repair_slots_init(&rm->read_slots, rm->o.max_repairs);
     unsigned election_ms, session_ms;
     tn_meta_timeouts(o->meta, &election_ms, &session_ms);
     tn_handfence_config(&rm->fence_cfg, election_ms, session_ms);
@@ -4716,6 +4834,10 @@ void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out)
     out->under_replicated = out->offline = out->damaged = 0;
     out->max_lag_records = out->max_lag_bytes = out->max_lag_ms = 0;
     out->move_bytes_sent = rm->bucket.copied;
+    out->repairs_running = rm->rep_slots.running;
+    out->repairs_running_peak = rm->rep_slots.peak;
+    out->repairs_waiting = 0;
+    out->repair_busy_served = rm->read_slots.waits;
     out->throttle_waits = rm->bucket.waits;
     out->moves_done = rm->tally.done;
     out->moves_aborted = rm->tally.aborted;
@@ -4730,6 +4852,7 @@ void tn_replica_stats(tn_replica_t *rm, tn_replica_stats_t *out)
             if (pt->dead)
                 continue;
             out->partitions++;
+            out->repairs_waiting += pt->rep_waiting;
             out->damaged += pt->plog != NULL && (pt->src == SRC_OWN || pt->src == SRC_ENGINE) &&
                             tn_plog_err(pt->plog) == TN_ECORRUPT;
             const tn_repl_t *c = &pt->core;

@@ -47,6 +47,10 @@ typedef struct {
      * ISR, alive, copied nothing from this leader for this long is failed
      * (cluster/movestall.h); 0 = never. */
     uint64_t move_stall_ms;
+    /* Option max-repairs-per-node: repairs of damaged replicas this node
+     * runs at once, and repair reads it serves at once (throttle.h
+     * tn_repair_slots_t); 0 = TN_REPAIR_SLOTS_DEFAULT. */
+    uint32_t max_repairs;
     /* Before a partition is handed to the engine (promotion): close what
      * this node holds of it as a follower besides the log (the channel
      * logs of cluster/setrepl.h, tn_setrepl_release), then cb(cb_arg) on
@@ -84,6 +88,12 @@ typedef struct {
     uint64_t repairs, repairs_failed; /* damaged segments replaced from the leader; attempts
                                          that failed (tried again) */
     uint64_t damaged;                 /* replicas here whose log is isolated by a CRC failure */
+    /* max-repairs-per-node: repairs running here now, the most at once
+     * since start, damaged replicas waiting their turn; repair reads this
+     * node answered busy (leader side) and busy answers it got (follower
+     * side: the read asked again, the copy kept). */
+    uint64_t repairs_running, repairs_running_peak, repairs_waiting;
+    uint64_t repair_busy_served, repair_busy_asked;
     uint64_t max_lag_records, max_lag_bytes, max_lag_ms; /* over followers of led partitions */
     /* Moves (cluster/throttle.h). Fetches sent on node RPC's bulk
      * connection (of fetches_sent); bytes read for followers out of the ISR

@@ -5,6 +5,7 @@
 
 #include "cluster/throttle.h"
 
+#include "core/assert.h"
 #include "meta/cmd.h"
 
 #include <string.h>
@@ -124,4 +125,31 @@ bool tn_move_tally_note(tn_move_tally_t *t, uint64_t id, uint8_t end, int64_t st
     if (finished_ms > started_ms)
         t->seconds_sum += (double)(finished_ms - started_ms) / 1e3;
     return true;
+}
+
+/* --- repairs at once ----------------------------------------------------------------- */
+
+void tn_repair_slots_init(tn_repair_slots_t *s, uint32_t cap)
+{
+    memset(s, 0, sizeof(*s));
+    s->cap = cap > 0 ? cap : TN_REPAIR_SLOTS_DEFAULT;
+}
+
+bool tn_repair_slots_take(tn_repair_slots_t *s)
+{
+    if (s->running >= s->cap) {
+        s->waits++;
+        return false;
+    }
+    s->running++;
+    if (s->running > s->peak)
+        s->peak = s->running;
+    return true;
+}
+
+void tn_repair_slots_give(tn_repair_slots_t *s)
+{
+    TN_DASSERT(s->running > 0);
+    if (s->running > 0)
+        s->running--;
 }

@@ -10,7 +10,9 @@
  *     by how much (tn_throttle_t, a token bucket of option move-rate);
  *   - a move's state as GET /v1/cluster/moves shows it (copying or
  *     catching_up, tn_throttle_move_state);
- *   - the tally of finished moves for /metrics (tn_move_tally_t).
+ *   - the tally of finished moves for /metrics (tn_move_tally_t);
+ *   - how many repairs of damaged replicas run at once
+ *     (tn_repair_slots_t, option max-repairs-per-node).
  *
  * Why the leader's serving side holds the bucket: it is where a copy
  * costs the produce path (the source reads the records, often from disk,
@@ -94,6 +96,34 @@ bool tn_throttle_far(size_t answer_bytes, size_t max_bytes);
  * leader's log (lag_known, lag_bytes), "catching_up" when closer or not
  * known here. A static string. */
 const char *tn_throttle_move_state(bool ready, bool lag_known, uint64_t lag_bytes);
+
+/* Repairs of damaged replicas (replica.c, DESIGN step 7), at most cap at
+ * once on a node, on each side that holds the copied records in memory:
+ * the follower that repairs (its copy of a segment, up to segment-bytes
+ * plus a batch, held from the first read until the replacement is
+ * written, twice that for a moment while the replacement takes its own
+ * copy) and the leader that serves the reads (each read up to
+ * fetch-max-bytes plus a batch, and its answer). A repair, or a read,
+ * takes a slot before it starts and gives it back when it ends, however
+ * it ends; one that finds none waits its turn (the follower asks again on
+ * a later tick; the leader answers the read "busy", and the follower asks
+ * for the same piece again shortly, keeping what it copied): nothing
+ * fails for good for want of a slot. Option max-repairs-per-node. */
+#define TN_REPAIR_SLOTS_DEFAULT 2
+typedef struct tn_repair_slots_s {
+    uint32_t cap;     /* the most at once (at least 1) */
+    uint32_t running; /* slots taken now */
+    uint32_t peak;    /* the most taken at once since init */
+    uint64_t waits;   /* takes refused: one waited its turn */
+} tn_repair_slots_t;
+
+/* At most cap at once (0: TN_REPAIR_SLOTS_DEFAULT). */
+void tn_repair_slots_init(tn_repair_slots_t *s, uint32_t cap);
+/* Take a slot: true when one was free (then give it back once with
+ * tn_repair_slots_give), false when cap are taken (counted in waits). */
+bool tn_repair_slots_take(tn_repair_slots_t *s);
+/* Give back a slot taken. */
+void tn_repair_slots_give(tn_repair_slots_t *s);
 
 /* Moves this node saw finish (its metastore replica's ring of finished
  * moves, scanned over and over): each counted once. */

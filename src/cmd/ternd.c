@@ -142,6 +142,7 @@ typedef struct {
     int64_t replica_lag_ms;
     int64_t move_rate;     /* bytes/s, 0 unlimited (cluster/throttle.h) */
     int64_t move_stall_ms; /* 0: never (cluster/movestall.h) */
+    int64_t max_repairs;   /* max-repairs-per-node (cluster/throttle.h) */
     tn_scrub_t *scrub;     /* checks the sealed segments' CRCs and indexes */
     bool dispatch_stopped;
     bool stopping;          /* a signal came: leadership transfer, then shut_down */
@@ -738,6 +739,7 @@ static int open_meta(daemon_t *d, const tn_config_t *cfg, char *err, size_t errl
     d->replica_lag_ms = cfg->replica_lag_time_max_ns / 1000000;
     d->move_rate = cfg->move_rate;
     d->move_stall_ms = cfg->move_stall_timeout_ns / 1000000;
+    d->max_repairs = cfg->max_repairs_per_node;
     d->raft_address = cfg->raft_listen.addr.name;
     d->raft_name = cfg->raft_name;
     /* One of a cluster, not a lone node: unassigned partitions wait for an
@@ -967,6 +969,7 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         rpo.replica_lag_ms = (uint64_t)d->replica_lag_ms;
         rpo.move_rate = (uint64_t)d->move_rate;
         rpo.move_stall_ms = (uint64_t)d->move_stall_ms;
+        rpo.max_repairs = (uint32_t)d->max_repairs;
         rpo.release = setrepl_release;
         rpo.release_arg = d->setrepl;
         rpo.channels = setrepl_channels;

@@ -360,6 +360,10 @@ static const opt_t options[] = {
     {"max-moves-per-node", OPT_INT, F(max_moves_per_node), "2", 1, 64, NULL,
      "partition moves copying a replica that may take one off, or put one on, a member at once "
      "(decommission, self-healing and rebalance alike)"},
+    {"max-repairs-per-node", OPT_INT, F(max_repairs_per_node), "2", 1, 64, NULL,
+     "repairs of damaged replicas this node runs at once (each holds up to segment-bytes of "
+     "copied records in memory), and repair reads it serves its followers at once; more wait "
+     "their turn"},
 };
 
 /* The OPT_ADDR options: where each keeps its resolved address, and how it
@@ -1971,7 +1975,8 @@ static const struct {
                 "cluster-rpc-timeout cluster-rpc-reply-write-timeout cluster-join-interval"},
     {"Replication", "experimental-replication default-replication-factor min-insync-replicas "
                     "member-session-timeout replica-lag-time-max move-rate leader-rebalance-delay "
-                    "replace-dead-after move-stall-timeout auto-rebalance max-moves-per-node"},
+                    "replace-dead-after move-stall-timeout auto-rebalance max-moves-per-node "
+                    "max-repairs-per-node"},
     {"Limits", "max-msg-size max-body-size max-connections http-max-connections "
                "http-large-body-budget max-partitions http-max-consumes-per-user "
                "http-max-produces-per-user max-inflight-bytes max-inflight-messages"},

@@ -213,8 +213,9 @@ typedef struct tn_config_s {
     char *remotes_allowed_hosts;
     char *remotes_allow_addresses;
     bool remotes_api_hop_encrypted;
-    bool auto_rebalance;        /* a member joining rebalances the replicas */
-    int64_t max_moves_per_node; /* replica-copying moves touching one member at once */
+    bool auto_rebalance;          /* a member joining rebalances the replicas */
+    int64_t max_moves_per_node;   /* replica-copying moves touching one member at once */
+    int64_t max_repairs_per_node; /* repairs of damaged replicas (and reads served) at once */
 
     /* Settled by tn_config_load (owned; freed, the secret wiped, by
      * tn_config_fini). peers: the initial voters, this node among them

@@ -544,6 +544,148 @@ class RepairAcrossGap(RepairCase):
         self.expect_identical(gaps=True)
 
 
+CAP_TOPIC = "rc"
+CAP_PARTS = 3
+
+
+class RepairCap(RepairCase):
+    """max-repairs-per-node 1 on every node: a node whose copies of several
+    partitions are damaged at once repairs them one at a time, the others
+    waiting their turn, and all are repaired; a leader serving two
+    followers' repair reads at once answers the second busy, which asks
+    again and keeps its copy, and both are repaired, with no failed
+    attempt. ternd-test's TERN_TEST_REPAIR_DELAY_MS (a repair holds its
+    slot 1 s before its first read) and TERN_TEST_REPAIR_READ_DELAY_MS (a
+    read served holds its slot 2.5 s) make them overlap for sure."""
+
+    def setUp(self):
+        self.c = self.make(3, args=ARGS + ["--max-repairs-per-node=1"])
+        env = dict(self.c.env(), TERN_TEST_REPAIR_DELAY_MS=f"{CAP_TOPIC}=1000",
+                   TERN_TEST_REPAIR_READ_DELAY_MS=f"{CAP_TOPIC}=2500")
+        for node in self.c.nodes:
+            node.start(env=env)
+        self.c.wait_ready()
+        self.c.wait_alive(3)
+        status, body = self.c.nodes[0].request(
+            "POST", "/v1/topics",
+            {"name": CAP_TOPIC, "partitions": CAP_PARTS, "replication_factor": 3})
+        self.assertEqual(status, 201, body)
+        for p in range(CAP_PARTS):
+            wait_until(f"a leader of {CAP_TOPIC}/{p}", lambda p=p: self.cap_leader(p))
+            for i in range(3):  # a sealed segment (64 KiB) on every copy
+                self.cap_produce(p, f"p{p}.{i}")
+        self.cap_whole()
+        for p in range(CAP_PARTS):
+            for n in self.c.nodes:
+                wait_until(f"two segments of {CAP_TOPIC}/{p} on node {n.id}",
+                           lambda n=n, p=p: len(self.cap_segments(n, p)) >= 2)
+
+    def cap_pstats(self, node, p):
+        status, body = node.request("GET", f"/v1/topics/{CAP_TOPIC}")
+        if status != 200 or "partition_stats" not in body:
+            return None
+        return next((x for x in body["partition_stats"] if x.get("index") == p), None)
+
+    def cap_leader(self, p):
+        for n in self.c.running():
+            ps = self.cap_pstats(n, p)
+            if ps and ps.get("leader"):
+                return self.node(ps["leader"])
+        return None
+
+    def cap_produce(self, p, tag):
+        items = [{"payload": rl.make_body(f"{tag}.{i}", 1000).decode(), "partition": p}
+                 for i in range(30)]
+
+        def send():
+            lead = self.cap_leader(p)
+            if lead is None:
+                return False
+            status, _ = lead.request("POST", f"/v1/topics/{CAP_TOPIC}/produce/batch", items,
+                                     headers=CLIENT, timeout=30)
+            return status == 202
+        wait_until(f"a batch to {CAP_TOPIC}/{p} acknowledged", send, timeout=60, interval=0.5)
+
+    def cap_segments(self, node, p):
+        return sorted(glob.glob(os.path.join(node.data, "topics", CAP_TOPIC, str(p), "*.log")))
+
+    def cap_flip(self, node, p):
+        """Flip a body byte of a message record in node's first (sealed)
+        segment of CAP_TOPIC/p."""
+        path = self.cap_segments(node, p)[0]
+        with open(path, "r+b") as f:
+            data = f.read()
+            pos = 0
+            for rec in rl.parse_segment(data):
+                if not rec.control and len(rec.body) > 40:
+                    break
+                pos += rl.REC_HDR.size + len(rec.key) + len(rec.body)
+            at = pos + rl.REC_HDR.size + len(rec.key) + len(rec.body) // 2
+            f.seek(at)
+            f.write(bytes([data[at] ^ 0x20]))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def cap_scrub(self, node, parts):
+        status, rep = node.request("POST", "/v1/storage/scrub?wait=true", headers=CLIENT,
+                                   timeout=120)
+        self.assertEqual(status, 200, rep)
+        found = {e["partition"] for e in rep["errors"] if e["topic"] == CAP_TOPIC}
+        self.assertEqual(found, set(parts), rep)
+
+    def cap_whole(self):
+        def whole():
+            for p in range(CAP_PARTS):
+                for node in self.c.running():
+                    ps = self.cap_pstats(node, p)
+                    if ps is None or len(ps.get("isr", [])) != 3 or ps.get("damaged"):
+                        return False
+            return True
+        wait_until(f"every partition of {CAP_TOPIC} with 3 in-sync replicas, none damaged",
+                   whole, timeout=120)
+
+    def test_repairs_take_turns(self):
+        # One node's copies of every partition damaged at once: repaired
+        # one at a time, the others waiting their turn, all of them.
+        victim = self.c.nodes[1]
+        for p in range(CAP_PARTS):
+            self.cap_flip(victim, p)
+        self.cap_scrub(victim, range(CAP_PARTS))
+        wait_until(f"node {victim.id} repaired {CAP_PARTS} copies",
+                   lambda: self.repairs(victim) >= CAP_PARTS, timeout=120)
+        self.cap_whole()
+        self.assertEqual(victim.metric("tern_replica_repairs_running_peak"), 1)
+        self.assertEqual(victim.metric("tern_replica_repairs_running"), 0)
+        self.assertEqual(victim.metric("tern_replica_repairs_waiting"), 0)
+        log = victim.log()
+        self.assertIn("waiting its turn to be repaired", log)
+        self.assertIn("(1 of at most 1 repairs at once here)", log)
+
+        # Both followers of one partition damaged at once: their reads
+        # meet at the leader, which serves one and answers the other busy;
+        # that one asks again (no failed attempt) and both are repaired.
+        lead = self.cap_leader(0)
+        followers = [n for n in self.c.nodes if n is not lead]
+        before = {n.id: (self.repairs(n), n.metric("tern_replica_repairs_failed_total") or 0)
+                  for n in followers}
+        for n in followers:
+            self.cap_flip(n, 0)
+        for n in followers:
+            self.cap_scrub(n, [0])
+        for n in followers:
+            wait_until(f"node {n.id} repaired its copy of {CAP_TOPIC}/0",
+                       lambda n=n: self.repairs(n) > before[n.id][0], timeout=120)
+        self.cap_whole()
+        self.assertGreaterEqual(lead.metric('tern_replica_repair_busy_total{side="served"}'), 1)
+        self.assertGreaterEqual(sum(n.metric('tern_replica_repair_busy_total{side="asked"}')
+                                    for n in followers), 1)
+        self.assertTrue(any("is busy serving other repairs" in n.log() for n in followers))
+        for n in followers:
+            self.assertEqual(n.metric("tern_replica_repairs_failed_total") or 0, before[n.id][1],
+                             f"node {n.id}")
+            self.assertEqual(n.metric("tern_replica_repairs_running_peak"), 1)
+
+
 # Retention of 5 s, checked every second: segments go soon after they seal.
 RETENTION_ARGS = ARGS + ["--retention=5s", "--gc-interval=1s"]
 

@@ -177,6 +177,40 @@ static void test_tally(void **state)
     assert_int_equal(t.done, 101);
 }
 
+/* max-repairs-per-node: at most cap slots taken at once, the rest refused
+ * (counted) until one is given back; the peak never passes the cap. */
+static void test_repair_slots(void **state)
+{
+    (void)state;
+    tn_repair_slots_t s;
+    tn_repair_slots_init(&s, 0);
+    assert_int_equal(s.cap, TN_REPAIR_SLOTS_DEFAULT);
+    tn_repair_slots_init(&s, 3);
+    for (int i = 0; i < 3; i++)
+        assert_true(tn_repair_slots_take(&s));
+    assert_false(tn_repair_slots_take(&s));
+    assert_false(tn_repair_slots_take(&s));
+    assert_int_equal(s.waits, 2);
+    assert_int_equal(s.running, 3);
+    tn_repair_slots_give(&s);
+    assert_true(tn_repair_slots_take(&s)); /* a waiter's turn */
+    assert_false(tn_repair_slots_take(&s));
+    for (int i = 0; i < 3; i++)
+        tn_repair_slots_give(&s);
+    assert_int_equal(s.running, 0);
+    assert_int_equal(s.peak, 3);
+    assert_int_equal(s.waits, 3);
+    /* Cap 1: one at a time, over many rounds. */
+    tn_repair_slots_init(&s, 1);
+    for (int i = 0; i < 10; i++) {
+        assert_true(tn_repair_slots_take(&s));
+        assert_false(tn_repair_slots_take(&s));
+        tn_repair_slots_give(&s);
+    }
+    assert_int_equal(s.peak, 1);
+    assert_int_equal(s.waits, 10);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -188,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_lane),
         cmocka_unit_test(test_move_state),
         cmocka_unit_test(test_tally),
+        cmocka_unit_test(test_repair_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
