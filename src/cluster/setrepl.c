@@ -126,9 +126,9 @@
  * its engine opened from disk at start before the placement moved it)
  * writes the records through the engine (tn_broker_chan_apply), which
  * applies them to the channel's cursor too, so the engine serves them if
- * it leads again; a message the other leader put back is found by the
- * engine's scan again, its due time and attempts then as the engine
- * delivers it.
+ * it leads again; a message the other leader put back waits there until
+ * its due time and keeps its attempts, as in a log opened from its files
+ * (before, the engine's scan delivered it at once, attempts from 0).
  *
  * Threads: the loop thread (the RPC endpoint's and the engine's). */
 #include "core/platform.h"

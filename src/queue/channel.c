@@ -1495,10 +1495,21 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
     int rc = tn_cursor_apply(&cp->cur, rec);
     if (rc != 0)
         return rc;
-    /* A message put back by the leader is found by the scan again once
-     * this node serves the partition. */
-    if (rec->op == TN_WAL_REQ && cp->scan > rec->offset)
-        cp->scan = rec->offset;
+    /* A message put back by the leader waits here as there: until its
+     * due time, with the attempts the record carries (a log opened from
+     * its files does the same, tn__chpart_init), once this node serves
+     * the partition again. The cursor alone would leave it to the scan,
+     * which delivers at once and counts attempts from 0: a nack's delay
+     * answered OK would be forgotten at a hand-back. A REQ of an offset
+     * settled here is ignored, as the cursor ignores it. Out of memory:
+     * the scan finds it. */
+    if (rec->op == TN_WAL_REQ && !tn_cursor_is_settled(&cp->cur, rec->offset)) {
+        if (pend_add(cp, rec->offset, rec->attempts,
+                     wall_to_mono(rec->due_ms, tn_now_wall_ms(), tn_now_mono_ms())) != 0 &&
+            cp->scan > rec->offset)
+            cp->scan = rec->offset;
+        tn__broker_rewake(cp);
+    }
     return tn_chanlog_submit(cp->cl, op, rec, cb);
 }
 

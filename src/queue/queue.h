@@ -758,10 +758,11 @@ void tn_broker_chan_repl_done(tn_broker_t *b, const char *topic, const char *cha
  * partition this node does not serve but whose channel log the engine
  * still holds (a leader set aside, or a partition found on disk at start
  * and placed elsewhere): applied to the channel's cursor, so the engine
- * serves it if it leads again, and queued to its log with op and cb as
- * tn_chanlog_submit. 0; TN_ENOTFOUND no such channel partition or no log
- * open for it here; UV_EBUSY the partition is served here; or the
- * cursor's or the log's error (cb never runs then). */
+ * serves it if it leads again (a REQ also waits there until its due time,
+ * with its attempts, as one read from the log at its open), and queued to
+ * its log with op and cb as tn_chanlog_submit. 0; TN_ENOTFOUND no such
+ * channel partition or no log open for it here; UV_EBUSY the partition is
+ * served here; or the cursor's or the log's error (cb never runs then). */
 int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel, uint32_t p,
                          const tn_walrec_t *rec, tn_walop_t *op, tn_walop_cb cb);
 /* How many open channel partitions' logs failed while running (their

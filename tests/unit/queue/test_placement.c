@@ -1175,6 +1175,64 @@ static void test_chan_apply_while_set_aside(void **state)
     qfx_free(q);
 }
 
+/* A REQ (a nack) the other leader made while this node's log was set
+ * aside keeps its due time and its attempts when the partition is led
+ * here again: the message waits out its delay and comes with the
+ * attempts the record carries. Before, the record reached only the
+ * cursor, and the scan delivered the message at once with its attempts
+ * counted from 0 (a hand-back by the preferred-leader rebalance forgot
+ * every nack's delay the other leader had answered OK). */
+static void test_chan_apply_req_keeps_delay(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    q->b->place_readopt = readopt_yes;
+    tn_topic_t *t = topic(q, "rq", 1);
+    tn_channel_t *ch = channel(q, t, "c");
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(publish(q, "rq", "m", 0, NULL, NULL), 0);
+    owners[0] = 7;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0));
+    /* Node 7 put offset 0 back for a minute (after its 3rd delivery),
+     * offset 1 for now (its 4th), offset 2 for 300 ms (its 2nd). */
+    int64_t now = tn_now_wall_ms();
+    tn_walrec_t recs[3] = {
+        {.op = TN_WAL_REQ, .offset = 0, .due_ms = now + 60000, .attempts = 3},
+        {.op = TN_WAL_REQ, .offset = 1, .due_ms = now, .attempts = 4},
+        {.op = TN_WAL_REQ, .offset = 2, .due_ms = now + 300, .attempts = 2},
+    };
+    applyw_t w[3];
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 3; i++) {
+        w[i].op.data = &w[i];
+        assert_int_equal(tn_broker_chan_apply(q->b, "rq", "c", 0, &recs[i], &w[i].op, on_applied),
+                         0);
+    }
+    assert_true(run_until(q, applied, &w[2]));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(w[i].status, 0);
+    /* Led here again: offsets 1 and 3 now, offset 2 once its time came
+     * (nothing else wakes the channel), offset 0 not before its time. */
+    owners[0] = SELF;
+    follow(q, t);
+    sink_t s;
+    attach(&s, ch, 4);
+    expect_n(q, &s, 3);
+    run_for(q, 200);
+    assert_int_equal(s.n, 3);
+    static const uint32_t want[4] = {0, 5, 3, 1}; /* attempts by offset */
+    for (int i = 0; i < 3; i++) {
+        assert_int_not_equal(s.d[i].offset, 0);
+        assert_int_equal(s.d[i].attempts, want[s.d[i].offset]);
+    }
+    assert_int_equal(s.d[2].offset, 2);
+    assert_true(tn_now_wall_ms() >= now + 300);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 /* The lead of a replicated partition goes to another node while
  * consumers here hold its messages (a partition move's hand-over, a
  * failover of a live leader): their leases on it end without a record (a
@@ -1609,6 +1667,7 @@ int main(void)
         cmocka_unit_test(test_no_placement_all_local),
         cmocka_unit_test(test_grow_here),
         cmocka_unit_test(test_chan_apply_while_set_aside),
+        cmocka_unit_test(test_chan_apply_req_keeps_delay),
         cmocka_unit_test(test_lead_moved_away),
         cmocka_unit_test(test_abandoned_channel_logs_closed),
         cmocka_unit_test(test_placed_again_while_closing),
