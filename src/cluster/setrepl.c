@@ -116,19 +116,22 @@
  *
  * Known limits: records go to every synced replica, in the ISR or not,
  * and the leader keeps them until every synced replica has them, but at
- * most TN_SETREPL_KEEP_MAX decided ones: a replica that lacks some needs
- * a snapshot again (step 8). A snapshot is one call, bounded by the RPC
- * payload (16 MiB). A replica that leaves the ISR gets a new snapshot of
- * every channel before it comes back, even with its disk intact. A follower
- * creates a channel's log at the frontier the leader had when its record
- * stream began (base_frontier). A node whose engine still holds the
- * channel's log (a leader set aside without a restart, or a partition
- * its engine opened from disk at start before the placement moved it)
- * writes the records through the engine (tn_broker_chan_apply), which
- * applies them to the channel's cursor too, so the engine serves them if
- * it leads again; a message the other leader put back waits there until
- * its due time and keeps its attempts, as in a log opened from its files
- * (before, the engine's scan delivered it at once, attempts from 0).
+ * most TN_SETREPL_KEEP_MAX decided ones (o.keep_max): a replica that
+ * lacks some needs a snapshot again (step 8), also when the pass that
+ * dropped them is the one that would push to it (pump: never the records
+ * after a gap, which it would answer 204 to and count as caught up
+ * without). A snapshot is one call, bounded by the RPC payload (16 MiB).
+ * A replica that leaves the ISR gets a new snapshot of every channel
+ * before it comes back, even with its disk intact. A follower creates a
+ * channel's log at the frontier the leader had when its record stream
+ * began (base_frontier). A node whose engine still holds the channel's
+ * log (a leader set aside without a restart, or a partition its engine
+ * opened from disk at start before the placement moved it) writes the
+ * records through the engine (tn_broker_chan_apply), which applies them
+ * to the channel's cursor too, so the engine serves them if it leads
+ * again; a message the other leader put back waits there until its due
+ * time and keeps its attempts, as in a log opened from its files (before,
+ * the engine's scan delivered it at once, attempts from 0).
  *
  * Threads: the loop thread (the RPC endpoint's and the engine's). */
 #include "core/platform.h"
@@ -643,7 +646,7 @@ static void evaluate(stream_t *st, const tn_pstate_t *ps)
     }
     /* Keep what some ISR follower still lacks (within a bound), and what
      * is not decided. */
-    uint64_t low = tn_setrepl_trim(st->low, st->high, st->done, min_acked, TN_SETREPL_KEEP_MAX);
+    uint64_t low = tn_setrepl_trim(st->low, st->high, st->done, min_acked, s->o.keep_max);
     if (low > st->low) {
         size_t k = (size_t)(low - st->low);
         size_t have = (size_t)(st->high - st->low + 1);
@@ -872,15 +875,21 @@ static void pump(stream_t *st)
         peer_t *pe = &st->peers[i];
         if (pe->gone || pe->inflight || pe->retry_at > now)
             continue;
+        if (pe->synced && pe->acked + 1 < st->low) {
+            /* Records it lacks were dropped since its last check (the
+             * pass that decided them, evaluate): the rest after a gap
+             * would make it look caught up without them. */
+            pe->synced = false;
+            pe->counted = false;
+            pe->uncount_at = 0;
+        }
         if (!pe->synced) {
             send_snapshot(st, pe, s->o.rpc != NULL ? member_addr(s, pe->node) : NULL);
             continue;
         }
         if (pe->acked >= st->high)
             continue;
-        uint64_t first = pe->acked + 1 < st->low ? st->low : pe->acked + 1;
-        if (first > st->high)
-            continue;
+        uint64_t first = pe->acked + 1;
         uint64_t n64 = st->high - first + 1;
         uint32_t n = n64 > TN_SETREPL_MAX ? TN_SETREPL_MAX : (uint32_t)n64;
         const char *addr = s->o.rpc != NULL ? member_addr(s, pe->node) : NULL;
@@ -1629,6 +1638,8 @@ int tn_setrepl_new(const tn_setrepl_opts_t *opts, tn_setrepl_t **out)
     s->o = *opts;
     if (s->o.call_timeout_ms == 0)
         s->o.call_timeout_ms = 5000;
+    if (s->o.keep_max == 0)
+        s->o.keep_max = TN_SETREPL_KEEP_MAX;
     int rc = uv_timer_init(s->o.loop, &s->tick);
     if (rc != 0) {
         tn_free(s);

@@ -127,6 +127,9 @@ typedef struct {
      * wrote could go with the copy, answered 204). NULL: never. */
     bool (*copy_moving)(void *arg, const char *topic, uint32_t p);
     void *copy_moving_arg;
+    /* Decided records kept for followers that lack them, at most
+     * (tn_setrepl_trim's keep_max); 0: TN_SETREPL_KEEP_MAX. */
+    uint64_t keep_max;
 } tn_setrepl_opts_t;
 
 /* A replicator (opts copied). It installs itself as the broker's
