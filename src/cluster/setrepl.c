@@ -24,17 +24,19 @@
  *      worker thread, skips records it already has (same stream id, seq
  *      below what it wrote: a retried call whose answer was lost), queues
  *      the rest, and answers 204 once every record it queued so far is
- *      fdatasync'ed. The channel log's committer keeps its own cursor and
- *      checkpoints, so a promoted follower's engine opens the log as it
- *      would its own. It takes a channel's records only while its engine
- *      has that channel (engine_channel: 503 else), and a log it holds
- *      belongs to the engine's channel object it was opened for
- *      (tn_channel_t.gen): the engine deleting the channel here removes
- *      its files, so the log closes, and a channel made again under the
- *      name gets a log made anew. Nor does it write while this node's
- *      copy of the partition is on its way to or from quarantine/
- *      (o.copy_moving: marked dropped, its mark being taken away, or
- *      being moved), since what it wrote could go with the copy.
+ *      fdatasync'ed (a record the log or the engine refused is not
+ *      written: the request fails, and the retry writes it). The channel
+ *      log's committer keeps its own cursor and checkpoints, so a
+ *      promoted follower's engine opens the log as it would its own. It
+ *      takes a channel's records only while its engine has that channel
+ *      (engine_channel: 503 else), and a log it holds belongs to the
+ *      engine's channel object it was opened for (tn_channel_t.gen): the
+ *      engine deleting the channel here removes its files, so the log
+ *      closes, and a channel made again under the name gets a log made
+ *      anew. Nor does it write while this node's copy of the partition is
+ *      on its way to or from quarantine/ (o.copy_moving: marked dropped,
+ *      its mark being taken away, or being moved), since what it wrote
+ *      could go with the copy.
  *   5. On each answer the leader computes with tn_setrepl_commit (pure)
  *      the highest seq that every follower of the committed ISR has (the
  *      ISR holding at least min_insync members): any ISR member may be
@@ -1195,7 +1197,9 @@ static void engine_write(flog_t *fl, freq_t *q, uint32_t skip)
         fl->stream = w->stream;
         fl->next_seq = w->first_seq + i + 1;
     }
-    if (fl->stream != w->stream) {
+    /* Only records it queued count as written: after a refusal the
+     * leader's retry must write the rest, not skip them. */
+    if (q->status == 0 && fl->stream != w->stream) {
         fl->stream = w->stream;
         fl->next_seq = w->first_seq + w->count;
     }
@@ -1249,7 +1253,7 @@ static void flog_write(flog_t *fl, freq_t *q)
         fl->stream = w->stream;
         fl->next_seq = w->first_seq + i + 1;
     }
-    if (fl->stream != w->stream) {
+    if (q->status == 0 && fl->stream != w->stream) { /* as in engine_write */
         fl->stream = w->stream;
         fl->next_seq = w->first_seq + w->count;
     }

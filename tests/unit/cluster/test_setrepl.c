@@ -1221,6 +1221,123 @@ static void test_lagging_follower_gets_no_gap(void **state)
     ffx_free(f);
 }
 
+/* --- the follower through its engine -------------------------------------------------- */
+
+/* The follower engine's placement: partition 1 of "orders" is served
+ * here while eng_serves, else led by node 2 with its log set aside. */
+static bool eng_serves;
+
+static bool eng_place(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
+{
+    (void)arg;
+    (void)t;
+    bool here = p != 1 || eng_serves;
+    *owner = here ? 1 : 2;
+    return here;
+}
+
+static bool eng_readopt(void *arg, const tn_topic_t *t, uint32_t p)
+{
+    (void)arg;
+    (void)t;
+    (void)p;
+    return true;
+}
+
+static void on_eng_followed(void *arg, int status)
+{
+    assert_int_equal(status, 0);
+    *(bool *)arg = true;
+}
+
+/* A record the follower's engine refused (tn_broker_chan_apply: here the
+ * partition was still served here, UV_EBUSY, as in a placement that lags
+ * the metastore) is not taken as written: the request fails (500), and
+ * the leader's retry writes it. Before, the refused first call of a
+ * stream marked the stream's records up to its last as written: the
+ * retry skipped them all and was answered 204, the FIN in no log here,
+ * and the leader counted this node as having it. */
+static void test_follower_engine_refusal_retried(void **state)
+{
+    (void)state;
+    ffx_t *f = ffx_new();
+    /* The follower's replicator with an engine on its store. */
+    tu_rpc_pair_close(&f->rpc, &f->loop);
+    closed_flag = false;
+    tn_setrepl_close(f->s, on_closed, NULL);
+    tu_run_until(&f->loop, &closed_flag);
+    tn_broker_opts_t bo;
+    memset(&bo, 0, sizeof(bo));
+    bo.default_partitions = 1;
+    bo.bootstrap_window_ms = 90000;
+    bo.cache_bytes = 1 << 20;
+    bo.max_inflight_bytes = 1 << 30;
+    bo.max_inflight_msgs = 100000;
+    bo.max_ahead = 1 << 16;
+    bo.gc_interval_ms = 3600000;
+    tn_broker_t *b = NULL;
+    assert_int_equal(tn_broker_open(&f->loop, f->store, &bo, &b), 0);
+    eng_serves = true;
+    tn_broker_set_placement(b, eng_place, NULL);
+    b->place_readopt = eng_readopt;
+    lwait_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_lwait;
+    tn_topic_t *t = NULL;
+    int rc = tn_broker_topic(b, "orders", 6, true, 2, &w.w, &t);
+    if (rc == UV_EAGAIN) {
+        tu_run_until(&f->loop, &w.done);
+        rc = tn_broker_topic(b, "orders", 6, false, 0, NULL, &t);
+    }
+    assert_int_equal(rc, 0);
+    tn_channel_t *ch = NULL;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_lwait;
+    rc = tn_topic_channel(t, "billing", 7, true, &w.w, &ch);
+    if (rc == UV_EAGAIN) {
+        tu_run_until(&f->loop, &w.done);
+        rc = tn_topic_channel(t, "billing", 7, false, NULL, &ch);
+    }
+    assert_int_equal(rc, 0);
+    tn_setrepl_opts_t o = {
+        .loop = &f->loop, .node_id = 1, .store = f->store, .broker = b, .pstate = script_pstate};
+    assert_int_equal(tn_setrepl_new(&o, &f->s), 0);
+    tn_rpc_handler_t h[TN_SETREPL_HANDLERS];
+    size_t nh = 0;
+    tn_setrepl_handlers(f->s, h, &nh);
+    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
+
+    /* Node 2 leads partition 1 (script_ps), the engine serves it still. */
+    tu_rpc_raw_t r;
+    tn_walrec_t a[1] = {{.op = TN_WAL_FIN, .offset = 0}};
+    assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 500);
+    /* The placement caught up: the log is set aside, the engine holds
+     * the channel's log. The retry's record is written. */
+    eng_serves = false;
+    bool followed = false;
+    assert_int_equal(tn_topic_follow_placement(t, on_eng_followed, &followed), 0);
+    tu_run_until(&f->loop, &followed);
+    assert_false(tn_topic_part_local(t, 1));
+    assert_int_equal(push(f, 3, 77, 1, a, 1, &r), 204);
+    assert_true(tn_cursor_is_settled(&ch->parts[1]->cur, 0));
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.served_records, 1);
+
+    tu_rpc_pair_close(&f->rpc, &f->loop);
+    closed_flag = false;
+    tn_setrepl_close(f->s, on_closed, NULL);
+    tu_run_until(&f->loop, &closed_flag);
+    broker_gone = false;
+    tn_broker_close(b, on_broker_gone);
+    tu_run_until(&f->loop, &broker_gone);
+    tu_store_close(&f->loop, f->store);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    tu_rmrf(f->dir);
+    free(f->dir);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1239,6 +1356,7 @@ int main(void)
         cmocka_unit_test(test_gate_yes_counts_on_new_channels),
         cmocka_unit_test(test_move_adds_a_follower_anew),
         cmocka_unit_test(test_lagging_follower_gets_no_gap),
+        cmocka_unit_test(test_follower_engine_refusal_retried),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
