@@ -1501,9 +1501,11 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
      * the partition again. The cursor alone would leave it to the scan,
      * which delivers at once and counts attempts from 0: a nack's delay
      * answered OK would be forgotten at a hand-back. A REQ of an offset
-     * settled here is ignored, as the cursor ignores it. Out of memory:
-     * the scan finds it. */
-    if (rec->op == TN_WAL_REQ && !tn_cursor_is_settled(&cp->cur, rec->offset)) {
+     * settled here is ignored, as the cursor ignores it, and so is one
+     * leased here (a dead-letter move under way: an offset is never
+     * pending and leased at once). Out of memory: the scan finds it. */
+    if (rec->op == TN_WAL_REQ && !tn_cursor_is_settled(&cp->cur, rec->offset) &&
+        tn_leases_get(&cp->leases, rec->offset) == NULL) {
         if (pend_add(cp, rec->offset, rec->attempts,
                      wall_to_mono(rec->due_ms, tn_now_wall_ms(), tn_now_mono_ms())) != 0 &&
             cp->scan > rec->offset)
