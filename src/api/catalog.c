@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The per-partition in-flight and acked-ahead caps a topic gets when none
  * is given (the native API's defaults). */
@@ -1015,9 +1016,12 @@ static void follow_meta(tn_catalog_t *c)
 }
 
 #ifdef TN_TEST
+static bool held_by_file(tn_catalog_t *c);
+
 static void on_lag_timer(uv_timer_t *h)
 {
-    follow_meta(h->data);
+    if (!held_by_file(h->data))
+        follow_meta(h->data);
 }
 
 /* TERN_TEST_CATALOG_LAG_MS=n (ternd-test): the catalog follows the
@@ -1079,10 +1083,36 @@ static bool deletions_held(tn_catalog_t *c)
 }
 #endif
 
+#ifdef TN_TEST
+/* TERN_TEST_CATALOG_HOLD=path (ternd-test): while the file path exists,
+ * the catalog follows no change of the replica (it looks again every
+ * 100 ms), so a test can have this node's engine keep a channel that the
+ * metastore deleted and recorded again meanwhile, and let both reach the
+ * catalog at once when it removes the file. True while held. */
+static bool held_by_file(tn_catalog_t *c)
+{
+    const char *path = getenv("TERN_TEST_CATALOG_HOLD");
+    if (path == NULL || path[0] == '\0' || access(path, F_OK) != 0)
+        return false;
+    if (c->lag == NULL) {
+        uv_timer_t *h = tn_calloc(1, sizeof(*h));
+        if (h == NULL || uv_timer_init(c->broker->loop, h) != 0) {
+            tn_free(h);
+            return true; /* a later change looks again */
+        }
+        h->data = c;
+        c->lag = h;
+    }
+    if (!uv_is_active((uv_handle_t *)c->lag))
+        uv_timer_start(c->lag, on_lag_timer, 100, 0);
+    return true;
+}
+#endif
+
 static void on_meta_change(void *arg)
 {
 #ifdef TN_TEST
-    if (lagging(arg))
+    if (held_by_file(arg) || lagging(arg))
         return;
 #endif
     follow_meta(arg);
