@@ -214,6 +214,33 @@ static bool recorded(const tn_catalog_t *c, const char *topic, const char *chann
                               : tn_meta_channel_exists(s, topic, channel);
 }
 
+/* The engine's channel ch takes the stamp of its record (meta/cmd.h
+ * CHANNEL_PUT) when it has none yet: made here before its record (the
+ * gate), from its record, or loaded from disk at start. A channel whose
+ * stamp is known is never given another: one whose record has another
+ * stamp is an old channel of the name, which follow_deletions replaces. */
+static void adopt_stamp(const tn_catalog_t *c, const char *topic, tn_channel_t *ch)
+{
+    uint64_t stamp;
+    if (ch != NULL && ch->stamp == 0 && !ch->memory && !ch->deleted &&
+        ch->state != TN_OBJ_DELETING && ch->state != TN_OBJ_FAILED &&
+        tn_meta_channel_find(tn_meta_state(c->meta), topic, ch->name, &stamp))
+        ch->stamp = stamp;
+}
+
+/* The engine's channel of topic named channel (made, or being made), or
+ * NULL. */
+static tn_channel_t *engine_channel(const tn_catalog_t *c, const char *topic, const char *channel)
+{
+    tn_topic_t *t = tn_broker_topic_find(c->broker, topic);
+    if (t == NULL || t->state == TN_OBJ_DELETING)
+        return NULL;
+    tn_channel_t *ch = t->channels;
+    while (ch != NULL && strcmp(ch->name, channel) != 0)
+        ch = ch->next;
+    return ch;
+}
+
 static void on_gate_recorded(tn_meta_req_t *req, int status)
 {
     gated_t *x = req->data;
@@ -244,6 +271,8 @@ static void on_gate_recorded(tn_meta_req_t *req, int status)
         }
         /* Out of memory: it goes on, unplaced; the next change places it. */
     }
+    if (status == 0 && c != NULL && x->channel[0] != '\0')
+        adopt_stamp(c, x->topic, engine_channel(c, x->topic, x->channel));
     tn_free(x);
     tn_gate_done(g, status);
 }
@@ -265,6 +294,8 @@ static void release_held(tn_catalog_t *c, bool all)
             status = TN_ENOTFOUND;
         }
         *pp = h->next;
+        if (status == 0 && h->channel[0] != '\0')
+            adopt_stamp(c, h->topic, engine_channel(c, h->topic, h->channel));
         tn_gate_t *g = h->g;
         tn_free(h);
         tn_gate_done(g, status);
@@ -292,6 +323,7 @@ static void gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
         topic_record(c, t, &cmd);
     } else {
         if (tn_meta_channel_exists(s, t->name, ch->name)) {
+            adopt_stamp(c, t->name, ch);
             tn_gate_done(g, 0);
             return;
         }
@@ -819,8 +851,23 @@ static void follow_deletions(tn_catalog_t *c)
             }
             for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
                 if (ch->memory || ch->state != TN_OBJ_READY || going(c, t->name, ch->name) ||
-                    tn_meta_channel_exists(s, t->name, ch->name) || tn_fanout_is_channel(ch->name))
+                    tn_fanout_is_channel(ch->name))
                     continue;
+                uint64_t stamp;
+                if (tn_meta_channel_find(s, t->name, ch->name, &stamp)) {
+                    if (ch->stamp == 0)
+                        ch->stamp = stamp;
+                    if (ch->stamp == stamp)
+                        continue;
+                    /* Deleted and made again, and this replica applied
+                     * both before the catalog looked: the old channel goes
+                     * (its files, every partition's), and on_gone makes
+                     * the recorded one anew. */
+                    TN_LOG(TN_LOG_NOTICE,
+                           "metastore: channel %s of %s is recorded with another stamp (made "
+                           "again); replacing it here",
+                           ch->name, t->name);
+                }
                 if (gone_new(&found, t->name, ch->name) == NULL)
                     break;
             }
@@ -1333,6 +1380,7 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
             return;
         cw->cb = on_reconciled;
         rc = tn_topic_channel(t, ch, strlen(ch), true, cw, &out);
+        adopt_stamp(c, name, rc == 0 ? out : engine_channel(c, name, ch));
         if (rc == UV_EAGAIN && following)
             TN_LOG(TN_LOG_INFO, "metastore: channel %s of %s is recorded; making it here", ch,
                    name);

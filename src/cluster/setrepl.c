@@ -33,10 +33,15 @@
  *      engine's channel object it was opened for (tn_channel_t.gen): the
  *      engine deleting the channel here removes its files, so the log
  *      closes, and a channel made again under the name gets a log made
- *      anew. Nor does it write while this node's copy of the partition is
- *      on its way to or from quarantine/ (o.copy_moving: marked dropped,
- *      its mark being taken away, or being moved), since what it wrote
- *      could go with the copy.
+ *      anew. Which channel of the name the leader's records are of is
+ *      told by its stamp (queue.h tn_channel_t.stamp, from the metastore
+ *      record), sent with each call: a follower whose engine's channel
+ *      has another (an old one its catalog has not replaced yet) answers
+ *      503 until it has the leader's (an older leader sends none, and is
+ *      not checked). Nor does it write while this node's copy of the
+ *      partition is on its way to or from quarantine/ (o.copy_moving:
+ *      marked dropped, its mark being taken away, or being moved), since
+ *      what it wrote could go with the copy.
  *   5. On each answer the leader computes with tn_setrepl_commit (pure)
  *      the highest seq that every follower of the committed ISR has (the
  *      ISR holding at least min_insync members): any ISR member may be
@@ -800,6 +805,20 @@ static void on_push_reply(void *arg, int status, const tn_wire_reply_t *reply, c
 
 /* The engine's channel partition of (topic, channel, p) when this node
  * serves it (its log open here), else NULL. Borrowed for the tick. */
+/* The stamp of the engine's channel (queue.h tn_channel_t.stamp; 0: not
+ * known), which the leader's calls carry so that a follower writes them
+ * only into its own channel of that record. */
+static uint64_t engine_stamp(tn_setrepl_t *s, const char *topic, const char *channel)
+{
+    tn_topic_t *t = s->o.broker != NULL ? tn_broker_topic_find(s->o.broker, topic) : NULL;
+    if (t == NULL)
+        return 0;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        if (!ch->deleted && strcmp(ch->name, channel) == 0)
+            return ch->stamp;
+    return 0;
+}
+
 static tn_chpart_t *engine_chpart(tn_setrepl_t *s, const char *topic, uint32_t p,
                                   const char *channel)
 {
@@ -846,7 +865,7 @@ static void send_snapshot(stream_t *st, peer_t *pe, const char *addr)
     tn_buf_t b;
     tn_buf_init(&b);
     int rc = tn_wire_chansnap_encode(&b, st->topic, st->p, st->epoch, st->channel, st->id, seq, inc,
-                                     &cp->cur);
+                                     &cp->cur, engine_stamp(s, st->topic, st->channel));
     if (rc == 0) {
         *pc = (pcall_t){.st = st, .node = pe->node, .last = seq, .snap = true, .inc = inc};
         rc = tn_rpc_call(s->o.rpc, addr, TN_OP_CHAN_SNAP, tn_buf_data(&b), tn_buf_size(&b),
@@ -904,7 +923,8 @@ static void pump(stream_t *st)
         tn_buf_t b;
         tn_buf_init(&b);
         int rc = tn_wire_setrepl_encode(&b, st->topic, st->p, st->epoch, st->channel, st->id, first,
-                                        st->base_frontier, st->recs + (first - st->low), n);
+                                        st->base_frontier, st->recs + (first - st->low), n,
+                                        engine_stamp(s, st->topic, st->channel));
         if (rc == 0) {
             *pc = (pcall_t){.st = st, .node = pe->node, .last = first + n - 1};
             rc = tn_rpc_call(s->o.rpc, addr, TN_OP_SETTLE_REPL, tn_buf_data(&b), tn_buf_size(&b),
@@ -989,7 +1009,7 @@ static bool follows_here(const tn_setrepl_t *s, const tn_pstate_t *ps)
 
 static void flog_close(flog_t *fl);
 static int engine_channel(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel,
-                          uint64_t *gen, bool *held);
+                          uint64_t *gen, uint64_t *stamp, bool *held);
 
 static void on_tick(uv_timer_t *t)
 {
@@ -1014,10 +1034,11 @@ static void on_tick(uv_timer_t *t)
             continue;
         tn_pstate_t ps;
         bool found = s->o.pstate(s->o.pstate_arg, fl->topic, fl->p, &ps) == 0;
-        uint64_t gen;
+        uint64_t gen, stamp;
         bool held;
         if (!follows_here(s, found ? &ps : NULL) ||
-            engine_channel(s, fl->topic, fl->p, fl->channel, &gen, &held) != 0 || gen != fl->gen)
+            engine_channel(s, fl->topic, fl->p, fl->channel, &gen, &stamp, &held) != 0 ||
+            gen != fl->gen)
             flog_close(fl); /* may free fl, never another */
     }
     /* The gate's yes answers that no longer stand. */
@@ -1374,7 +1395,8 @@ static bool topic_stale(tn_setrepl_t *s, const tn_topic_t *t)
 
 /* The engine's channel (topic, channel) that this node's follower log of
  * it on partition p belongs to: *gen, which channel object it is
- * (queue.h tn_channel_t.gen), and *held, whether the engine has its log
+ * (queue.h tn_channel_t.gen), *stamp, which metastore record it is made
+ * from (tn_channel_t.stamp, 0: not known), and *held, whether the engine has its log
  * of p open (a partition it led and set aside, or opened from disk at
  * start: two writers must never share one log, so the records then go
  * through the engine). 0, or UV_EAGAIN while the engine has no such
@@ -1387,9 +1409,10 @@ static bool topic_stale(tn_setrepl_t *s, const tn_topic_t *t)
  * promoted the node made that channel anew at offset 0. No engine (unit
  * tests of the handler alone): 0, gen 0, not held. */
 static int engine_channel(tn_setrepl_t *s, const char *topic, uint32_t p, const char *channel,
-                          uint64_t *gen, bool *held)
+                          uint64_t *gen, uint64_t *stamp, bool *held)
 {
     *gen = 0;
+    *stamp = 0;
     *held = false;
     if (s->o.broker == NULL)
         return 0;
@@ -1403,6 +1426,7 @@ static int engine_channel(tn_setrepl_t *s, const char *topic, uint32_t p, const 
         ch->state == TN_OBJ_FAILED)
         return UV_EAGAIN;
     *gen = ch->gen;
+    *stamp = ch->stamp;
     *held = ch->state == TN_OBJ_READY && p < t->nparts && ch->parts != NULL &&
             ch->parts[p] != NULL && ch->parts[p]->cl != NULL;
     return 0;
@@ -1415,7 +1439,7 @@ static int engine_channel(tn_setrepl_t *s, const char *topic, uint32_t p, const 
  * the channel deleted and made again). Answers q on failure. */
 static void freq_submit(tn_setrepl_t *s, tn_rpc_req_t *req, freq_t *q)
 {
-    uint64_t gen;
+    uint64_t gen, stamp;
     bool held;
     if (s->o.copy_moving != NULL &&
         s->o.copy_moving(s->o.copy_moving_arg, q->w.topic, q->w.partition)) {
@@ -1427,8 +1451,22 @@ static void freq_submit(tn_setrepl_t *s, tn_rpc_req_t *req, freq_t *q)
         freq_free(q);
         return;
     }
-    if (engine_channel(s, q->w.topic, q->w.partition, q->w.channel, &gen, &held) != 0) {
+    if (engine_channel(s, q->w.topic, q->w.partition, q->w.channel, &gen, &stamp, &held) != 0) {
         tn_rpc_reply_error(req, 503, "channel not made here yet, or being deleted; retry");
+        freq_free(q);
+        return;
+    }
+    if (s->o.broker != NULL && q->w.chan_stamp != 0 && stamp != q->w.chan_stamp) {
+        /* Another channel of the name (deleted and made again; this
+         * node's catalog has not replaced it yet), or one whose record the
+         * catalog has not matched yet (stamp 0): the records are not its. */
+        s->st.other_channel++;
+        TN_LOG_RL(TN_LOG_NOTICE, 10000,
+                  "setrepl: channel %s of %s/%" PRIu32 ": the leader's is stamped %" PRIx64
+                  ", this node's %" PRIx64 " (made again, or not matched to its record yet); "
+                  "its state waits",
+                  q->w.channel, q->w.topic, q->w.partition, q->w.chan_stamp, stamp);
+        tn_rpc_reply_error(req, 503, "this node's channel is another one of the name; retry");
         freq_free(q);
         return;
     }
@@ -1622,6 +1660,7 @@ static void on_chan_snap(tn_rpc_req_t *req, const uint8_t *payload, size_t len, 
     q->w.base_frontier = w.state.frontier;
     q->w.count = n;
     q->w.recs = bytes;
+    q->w.chan_stamp = w.chan_stamp;
     q->rec_bytes = bytes; /* transferred: freq_free frees it */
     tn_cursor_fini(&w.state);
     q->ops = tn_calloc(n, sizeof(*q->ops));

@@ -182,8 +182,11 @@ typedef struct {
     uint64_t fenced;              /* requests refused here for a stale epoch */
     uint64_t snapshots_sent;      /* CHAN_SNAP calls made (leader) */
     uint64_t snapshots_installed; /* CHAN_SNAP states installed here (follower) */
-    uint32_t streams;             /* leader streams open */
-    uint32_t followed;            /* follower channel logs open */
+    /* SETTLE_REPL and CHAN_SNAP refused here (503): the engine's channel
+     * is not the one of the leader's stamp (follower) */
+    uint64_t other_channel;
+    uint32_t streams;  /* leader streams open */
+    uint32_t followed; /* follower channel logs open */
 } tn_setrepl_stats_t;
 void tn_setrepl_stats(const tn_setrepl_t *s, tn_setrepl_stats_t *out);
 

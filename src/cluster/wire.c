@@ -1181,7 +1181,7 @@ static bool walop_known(uint8_t op)
 int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
                            uint32_t leader_epoch, const char *channel, uint64_t stream,
                            uint64_t first_seq, uint64_t base_frontier, const tn_walrec_t *recs,
-                           uint32_t n)
+                           uint32_t n, uint64_t chan_stamp)
 {
     size_t tl = strlen(topic), cl = strlen(channel);
     if (tl == 0 || tl > 255 || cl == 0 || cl > 255 || leader_epoch == 0 || first_seq == 0 ||
@@ -1192,7 +1192,7 @@ int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
             return UV_EINVAL;
     size_t mark = b->len;
     int rc = tn_buf_reserve(b, 4 + tl + 4 + 4 + 4 + cl + 8 + 8 + 8 + 4 +
-                                   (size_t)n * TN_SETREPL_REC_SIZE);
+                                   (size_t)n * TN_SETREPL_REC_SIZE + 8);
     rc = rc != 0 ? rc : tn_wire_put_str(b, topic);
     rc = rc != 0 ? rc : tn_wire_put_u32(b, partition);
     rc = rc != 0 ? rc : tn_wire_put_u32(b, leader_epoch);
@@ -1208,6 +1208,8 @@ int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
         rc = rc != 0 ? rc : tn_wire_put_u32(b, recs[i].attempts);
         rc = rc != 0 ? rc : tn_wire_put_u64(b, recs[i].value);
     }
+    if (rc == 0 && chan_stamp != 0)
+        rc = tn_wire_put_u64(b, chan_stamp);
     if (rc != 0)
         b->len = mark;
     return rc;
@@ -1246,8 +1248,21 @@ int tn_wire_setrepl_decode(const void *p, size_t len, tn_wire_setrepl_t *out, ch
                   out->count);
         return TN_EPROTO;
     }
-    size_t left = len - in.off;
-    if (left != (size_t)out->count * TN_SETREPL_REC_SIZE) {
+    size_t left = len - in.off, nb = (size_t)out->count * TN_SETREPL_REC_SIZE;
+    /* The channel's stamp after the records came later: absent (an older
+     * build's request, or a channel without one) it is 0. */
+    out->chan_stamp = 0;
+    if (left == nb + 8) {
+        tn_wire_in_t st;
+        tn_wire_in_init(&st, in.p + in.off + nb, 8);
+        (void)tn_wire_get_u64(&st, &out->chan_stamp);
+        if (out->chan_stamp == 0) {
+            tn_errbuf(err, errlen, "malformed settle_repl request: a channel stamp of 0");
+            return TN_EPROTO;
+        }
+        left = nb;
+    }
+    if (left != nb) {
         tn_errbuf(err, errlen, "malformed settle_repl request: %zu bytes for %" PRIu32 " records",
                   left, out->count);
         return TN_EPROTO;
@@ -1280,7 +1295,8 @@ void tn_wire_setrepl_rec(const tn_wire_setrepl_t *w, uint32_t i, tn_walrec_t *ou
 
 int tn_wire_chansnap_encode(tn_buf_t *b, const char *topic, uint32_t partition,
                             uint32_t leader_epoch, const char *channel, uint64_t stream,
-                            uint64_t seq, uint64_t incarnation, const tn_cursor_t *state)
+                            uint64_t seq, uint64_t incarnation, const tn_cursor_t *state,
+                            uint64_t chan_stamp)
 {
     size_t tl = strlen(topic), cl = strlen(channel);
     if (tl == 0 || tl > 255 || cl == 0 || cl > 255 || leader_epoch == 0)
@@ -1291,7 +1307,7 @@ int tn_wire_chansnap_encode(tn_buf_t *b, const char *topic, uint32_t partition,
     if (rc == 0 && tn_buf_size(&img) > TN_WIRE_MAX_PAYLOAD - 1024)
         rc = UV_EINVAL;
     size_t mark = b->len;
-    rc = rc != 0 ? rc : tn_buf_reserve(b, 4 + tl + 4 + 4 + 4 + cl + 8 + 8 + 8 + 4 + img.len);
+    rc = rc != 0 ? rc : tn_buf_reserve(b, 4 + tl + 4 + 4 + 4 + cl + 8 + 8 + 8 + 4 + img.len + 8);
     rc = rc != 0 ? rc : tn_wire_put_str(b, topic);
     rc = rc != 0 ? rc : tn_wire_put_u32(b, partition);
     rc = rc != 0 ? rc : tn_wire_put_u32(b, leader_epoch);
@@ -1300,6 +1316,8 @@ int tn_wire_chansnap_encode(tn_buf_t *b, const char *topic, uint32_t partition,
     rc = rc != 0 ? rc : tn_wire_put_u64(b, seq);
     rc = rc != 0 ? rc : tn_wire_put_u64(b, incarnation);
     rc = rc != 0 ? rc : tn_wire_put_bytes(b, img.base, img.len);
+    if (rc == 0 && chan_stamp != 0)
+        rc = tn_wire_put_u64(b, chan_stamp);
     tn_buf_fini(&img);
     if (rc != 0)
         b->len = mark;
@@ -1323,7 +1341,16 @@ int tn_wire_chansnap_decode(const void *p, size_t len, tn_wire_chansnap_t *out, 
     (void)tn_wire_get_u64(&in, &out->stream);
     (void)tn_wire_get_u64(&in, &out->seq);
     (void)tn_wire_get_u64(&in, &out->incarnation);
-    if (tn_wire_get_bytes(&in, TN_WIRE_MAX_PAYLOAD, &img, &n) != 0 || tn_wire_end(&in) != 0) {
+    (void)tn_wire_get_bytes(&in, TN_WIRE_MAX_PAYLOAD, &img, &n);
+    /* The channel's stamp came later: absent (an older build's request,
+     * or a channel without one) it is 0. */
+    out->chan_stamp = 0;
+    if (in.err == 0 && in.len - in.off == 8 &&
+        (tn_wire_get_u64(&in, &out->chan_stamp) != 0 || out->chan_stamp == 0)) {
+        tn_errbuf(err, errlen, "malformed chan_snap request: a channel stamp of 0");
+        return TN_EPROTO;
+    }
+    if (in.err != 0 || tn_wire_end(&in) != 0) {
         tn_errbuf(err, errlen,
                   "malformed chan_snap request: a field is short, invalid or trailing");
         return TN_EPROTO;

@@ -203,12 +203,16 @@ typedef enum {
      * base_frontier (where a follower creating the channel's log starts
      * it: the leader's frontier when this stream began), u32 count
      * (1..TN_SETREPL_MAX), then count records of u8 op (1..6, storage/
-     * cursor.h TN_WAL_*), u64 offset, i64 due_ms, u32 attempts, u64 value.
+     * cursor.h TN_WAL_*), u64 offset, i64 due_ms, u32 attempts, u64 value,
+     * then, when the leader's channel has one, u64 chan_stamp (not 0: the
+     * stamp of the channel's metastore record, meta/cmd.h CHANNEL_PUT;
+     * absent in an older build's request: 0, unknown).
      * Replies: 204 once every record is in the follower's channel log and
      * fdatasync'ed; 409 {"error":...} the leader_epoch is older than the
      * follower's (fenced); 421 the follower does not follow this
      * partition (no replica here, or it leads it); 503 {"error":...} not
-     * ready, a newer epoch it has not seen yet, shutting down; 500 the
+     * ready, a newer epoch it has not seen yet, its engine's channel not
+     * the one of chan_stamp (yet), shutting down; 500 the
      * channel log failed; 400 malformed. */
     TN_OP_SETTLE_REPL = 13,
     /* A damaged replica's read of a range of its leader's log, to replace
@@ -236,7 +240,8 @@ typedef enum {
      * record of that stream the state includes; 0: none), u64 incarnation
      * (the follower's data directory the leader means; 0: any), u32
      * length, then length bytes: the state as a channel checkpoint image
-     * (TNC1, storage/cursor.h; its own seq field is ignored). Replies: 204
+     * (TNC1, storage/cursor.h; its own seq field is ignored), then maybe
+     * u64 chan_stamp (as SETTLE_REPL's). Replies: 204
      * once the follower's channel log holds at least that state,
      * fdatasync'ed; 409 {"error":...} a stale leader epoch, or another
      * incarnation; 421, 503, 500, 400 as SETTLE_REPL. */
@@ -804,17 +809,21 @@ typedef struct {
     uint64_t base_frontier;
     uint32_t count;
     const uint8_t *recs; /* count * TN_SETREPL_REC_SIZE bytes */
+    /* The stamp of the leader's channel (meta/cmd.h CHANNEL_PUT), 0 when
+     * the request had none (an older build, a channel without one). */
+    uint64_t chan_stamp;
 } tn_wire_setrepl_t;
 
 /* Append a SETTLE_REPL request's fields (after the opcode byte) for
- * recs[0..n) (borrowed) to b. 0, UV_ENOMEM, or UV_EINVAL (topic or
+ * recs[0..n) (borrowed) to b, chan_stamp last unless 0 (the encoding of
+ * older builds then). 0, UV_ENOMEM, or UV_EINVAL (topic or
  * channel empty or over 255 bytes, leader_epoch or first_seq 0, n not
  * 1..TN_SETREPL_MAX, a record op not 1..TN_SETREPL_OP_MAX); on failure b
  * is as it was. */
 int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
                            uint32_t leader_epoch, const char *channel, uint64_t stream,
                            uint64_t first_seq, uint64_t base_frontier, const tn_walrec_t *recs,
-                           uint32_t n);
+                           uint32_t n, uint64_t chan_stamp);
 /* Exact decode of a SETTLE_REPL request's fields (p, len: after the
  * opcode byte; borrowed while out is used). The names' syntax is the
  * handler's to judge. 0 or TN_EPROTO (short, trailing, a string empty,
@@ -842,15 +851,18 @@ typedef struct {
     uint64_t seq;         /* the last record of the stream the state includes */
     uint64_t incarnation; /* the follower's the leader means; 0: any */
     tn_cursor_t state;
+    uint64_t chan_stamp; /* as tn_wire_setrepl_t's */
 } tn_wire_chansnap_t;
 
 /* Append a CHAN_SNAP request's fields (after the opcode byte) to b, the
- * state (borrowed) as a checkpoint image. 0, UV_ENOMEM, or UV_EINVAL
+ * state (borrowed) as a checkpoint image, chan_stamp last unless 0. 0,
+ * UV_ENOMEM, or UV_EINVAL
  * (topic or channel empty or over 255 bytes, leader_epoch 0, an image
  * over TN_WIRE_MAX_PAYLOAD); on failure b is as it was. */
 int tn_wire_chansnap_encode(tn_buf_t *b, const char *topic, uint32_t partition,
                             uint32_t leader_epoch, const char *channel, uint64_t stream,
-                            uint64_t seq, uint64_t incarnation, const tn_cursor_t *state);
+                            uint64_t seq, uint64_t incarnation, const tn_cursor_t *state,
+                            uint64_t chan_stamp);
 /* Exact decode of a CHAN_SNAP request's fields (p, len: after the opcode
  * byte; borrowed for the call). 0; TN_EPROTO (short, trailing, a string
  * empty, over 255 bytes or holding a NUL, leader_epoch 0, a length not

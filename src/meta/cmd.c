@@ -286,6 +286,8 @@ int tn_meta_cmd_encode(const tn_meta_cmd_t *c, tn_buf_t *out)
         tn__meta_w_u8(&w, c->if_absent ? 1 : 0);
         tn__meta_w_str(&w, c->topic.name, TN_NAME_MAX);
         tn__meta_w_str(&w, c->channel, TN_NAME_MAX);
+        if (c->type == TN_MC_CHANNEL_PUT && c->chan_stamp != 0)
+            tn__meta_w_u64(&w, c->chan_stamp);
         break;
     case TN_MC_USER_PUT:
         tn__meta_w_u8(&w, (c->if_unchanged ? 2
@@ -835,6 +837,12 @@ int tn_meta_cmd_decode(const void *buf, size_t len, tn_meta_cmd_t *c, size_t *us
         c->if_absent = r_flag(&r);
         r_name(&r, c->topic.name, false);
         r_name(&r, c->channel, false);
+        /* The stamp came later: an older build's entry has none (0). */
+        if (c->type == TN_MC_CHANNEL_PUT && r.rc == 0 && r.left > 0) {
+            c->chan_stamp = tn__meta_r_u64(&r);
+            if (r.rc == 0 && c->chan_stamp == 0)
+                r.rc = TN_ECORRUPT;
+        }
         break;
     case TN_MC_USER_PUT: {
         uint8_t cond = tn__meta_r_u8(&r); /* 1 if_absent, 2 if_unchanged; bit 7 again */

@@ -27,6 +27,12 @@
  * fields, then the NSQ door's ([s] broadcast address, [s] hostname, [2] NSQ
  * TCP port, [2] HTTP port, [s] version); MEMBER_STATUS
  * ([8] id, [1] status, [8] the heartbeat the decision was made from).
+ * CHANNEL_PUT ([1] if_absent [s] topic [s] channel, then [8] stamp, not 0,
+ * when it has one): the stamp is the channel's identity, a random id the
+ * proposer draws (tn_meta_propose), so that every node tells a channel
+ * deleted and made again under its name from the old one (the catalog,
+ * cluster/setrepl.h); an entry or snapshot record of an older build has
+ * none and reads as stamp 0 (unknown), encoded so again.
  * TOPIC_GROW_FOR ([s] topic, [8] member id): one partition more, owned by
  * that member, unless it owns one already (NSQ topics: meta/state.h).
  * NOOP ([8] proposer id, [8] nonce) changes nothing (a follower's
@@ -313,6 +319,9 @@ typedef struct {
     bool clamp;
     tn_meta_topic_t topic;
     char channel[TN_NAME_MAX + 1];
+    /* CHANNEL_PUT: the channel's stamp (above; 0: none, an older build's
+     * entry, or one tn_meta_propose draws). */
+    uint64_t chan_stamp;
     tn_meta_user_t user;
     /* MEMBER_STATUS: member.heartbeat_ms is the expected one; TOPIC_GROW_FOR
      * (topic.name): member.id is the member the partition is for. */

@@ -813,10 +813,28 @@ static int take_buffer(tn_meta_req_t *req, const void *p, size_t len)
     return 0;
 }
 
+/* A CHANNEL_PUT without a stamp (cmd.h) gets one here, drawn at random
+ * (not 0), so that every proposer's channel has an identity. 0 or
+ * TN_EFAILED (no random bytes). */
+static int stamp_channel(tn_meta_cmd_t *c)
+{
+    while (c->type == TN_MC_CHANNEL_PUT && c->chan_stamp == 0)
+        if (getrandom(&c->chan_stamp, sizeof(c->chan_stamp), 0) != (ssize_t)sizeof(c->chan_stamp))
+            return TN_EFAILED;
+    return 0;
+}
+
 int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn_meta_cb cb)
 {
     if (m->closing)
         return TN_ECLOSED;
+    tn_meta_cmd_t stamped;
+    if (c->type == TN_MC_CHANNEL_PUT && c->chan_stamp == 0) {
+        stamped = *c; /* a CHANNEL_PUT owns no memory: the shallow copy is whole */
+        if (stamp_channel(&stamped) != 0)
+            return TN_EFAILED;
+        c = &stamped;
+    }
     tn_buf_t b;
     tn_buf_init(&b);
     int rc = tn_meta_cmd_encode(c, &b);

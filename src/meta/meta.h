@@ -242,9 +242,11 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
  * listeners have bound (the ports they got). 0, or UV_EINVAL (a string
  * without its terminating NUL). */
 int tn_meta_set_nsq(tn_meta_t *m, const tn_meta_nsq_t *nsq);
-/* Propose c (copied). 0 (cb follows: never inside this call, so a caller
- * may mark itself busy once it returns 0), UV_EINVAL (c does not encode),
- * TN_ECLOSED or UV_ENOMEM. */
+/* Propose c (copied). A CHANNEL_PUT without a stamp gets one, drawn at
+ * random (cmd.h: the channel's identity). 0 (cb follows: never inside
+ * this call, so a caller may mark itself busy once it returns 0),
+ * UV_EINVAL (c does not encode), TN_ECLOSED, UV_ENOMEM or TN_EFAILED (no
+ * random bytes for a stamp). */
 int tn_meta_propose(tn_meta_t *m, tn_meta_req_t *req, const tn_meta_cmd_t *c, tn_meta_cb cb);
 /* On the leader, for the node RPC handler: propose a command another
  * node encoded (len bytes, copied), decoded and checked first. 0 (cb

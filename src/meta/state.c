@@ -23,6 +23,7 @@ static void topic_free(tn_meta_topic_entry_t *t)
     for (uint32_t i = 0; i < t->nchannels; i++)
         tn_free(t->channels[i]);
     tn_free(t->channels);
+    tn_free(t->chstamps);
     tn_free(t->owners);
     tn_free(t->pstates);
     tn_free(t);
@@ -142,10 +143,19 @@ static size_t channel_search(const tn_meta_topic_entry_t *t, const char *name, b
 
 bool tn_meta_channel_exists(const tn_meta_state_t *s, const char *topic, const char *channel)
 {
+    uint64_t stamp;
+    return tn_meta_channel_find(s, topic, channel, &stamp);
+}
+
+bool tn_meta_channel_find(const tn_meta_state_t *s, const char *topic, const char *channel,
+                          uint64_t *stamp)
+{
     const tn_meta_topic_entry_t *t = tn_meta_topic_find(s, topic);
     bool found = false;
+    size_t i = 0;
     if (t != NULL)
-        channel_search(t, channel, &found);
+        i = channel_search(t, channel, &found);
+    *stamp = found ? t->chstamps[i] : 0;
     return found;
 }
 
@@ -1031,15 +1041,23 @@ static int channel_put(tn_meta_state_t *s, const tn_meta_cmd_t *c)
     bool found;
     size_t i = channel_search(t, c->channel, &found);
     if (found)
-        return c->if_absent ? UV_EEXIST : 0;
+        return c->if_absent ? UV_EEXIST : 0; /* the channel keeps its stamp */
     size_t n = t->nchannels, cap = t->chcap;
     if (grow((void ***)&t->channels, n, &cap) != 0)
         return UV_ENOMEM;
-    t->chcap = (uint32_t)cap;
+    if (cap != t->chcap) {
+        uint64_t *st = tn_realloc(t->chstamps, cap * sizeof(*st));
+        if (st == NULL)
+            return UV_ENOMEM; /* channels grew alone: chcap still says the old size */
+        t->chstamps = st;
+        t->chcap = (uint32_t)cap;
+    }
     char *name = tn_strdup(c->channel);
     if (name == NULL)
         return UV_ENOMEM;
     insert_at((void **)t->channels, &n, i, name);
+    memmove(&t->chstamps[i + 1], &t->chstamps[i], (t->nchannels - i) * sizeof(*t->chstamps));
+    t->chstamps[i] = c->chan_stamp;
     t->nchannels = (uint32_t)n;
     return 0;
 }
@@ -1056,6 +1074,7 @@ static int channel_delete(tn_meta_state_t *s, const tn_meta_cmd_t *c)
     tn_free(t->channels[i]);
     size_t n = t->nchannels;
     remove_at((void **)t->channels, &n, i);
+    memmove(&t->chstamps[i], &t->chstamps[i + 1], (n - i) * sizeof(*t->chstamps));
     t->nchannels = (uint32_t)n;
     return 0;
 }
@@ -1519,6 +1538,7 @@ int tn_meta_state_snapshot(const tn_meta_state_t *s, tn_buf_t *out)
             c.type = TN_MC_CHANNEL_PUT;
             snprintf(c.topic.name, sizeof(c.topic.name), "%s", t->rec.name);
             snprintf(c.channel, sizeof(c.channel), "%s", t->channels[k]);
+            c.chan_stamp = t->chstamps[k];
             rc = tn_meta_cmd_encode(&c, out);
             count++;
         }

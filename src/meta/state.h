@@ -76,6 +76,9 @@
 typedef struct {
     tn_meta_topic_t rec;
     char **channels; /* sorted, owned */
+    /* The stamp of each channel (CHANNEL_PUT, cmd.h; 0: made by an older
+     * build), beside its name (chcap slots). */
+    uint64_t *chstamps;
     uint32_t nchannels;
     uint32_t chcap;
     uint32_t nchildren; /* topics whose parent this is (derived, not stored) */
@@ -176,6 +179,10 @@ const tn_meta_member_t *tn_meta_member_find(const tn_meta_state_t *s, uint64_t i
  * may hold, copy or serve a replica now. */
 bool tn_meta_member_live(const tn_meta_member_t *m);
 bool tn_meta_channel_exists(const tn_meta_state_t *s, const char *topic, const char *channel);
+/* Whether the channel is recorded, and then its stamp in *stamp (cmd.h
+ * CHANNEL_PUT; 0: none, a record of an older build). */
+bool tn_meta_channel_find(const tn_meta_state_t *s, const char *topic, const char *channel,
+                          uint64_t *stamp);
 /* Index of the first topic whose name sorts after `after` ("" = 0). */
 size_t tn_meta_topic_after(const tn_meta_state_t *s, const char *after);
 

@@ -363,6 +363,13 @@ struct tn_channel_s {
      * something tied to a channel of this node's disk (cluster/setrepl.c,
      * a follower's channel logs) tells the two apart by it. */
     uint64_t gen;
+    /* The stamp of the metastore record this channel is (meta/cmd.h
+     * CHANNEL_PUT: a random id drawn when the channel was made, the same
+     * on every node), which the catalog sets (api/catalog.c) and the
+     * replicator carries with the channel's state (cluster/setrepl.h).
+     * 0: not known (made before its record, loaded from disk at start, or
+     * a record of an older build). Kept in memory only. */
+    uint64_t stamp;
 };
 
 /* A message handed to a consumer. body is borrowed for the callback; take

@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         tn_buf_t b;
         tn_buf_init(&b);
         if (tn_wire_chansnap_encode(&b, w->topic, w->partition, w->leader_epoch, w->channel,
-                                    w->stream, w->seq, w->incarnation, c) != 0 ||
+                                    w->stream, w->seq, w->incarnation, c, w->chan_stamp) != 0 ||
             tn_buf_size(&b) != size || memcmp(tn_buf_data(&b), data, size) != 0)
             abort();
         tn_buf_fini(&b);

@@ -279,6 +279,84 @@ static void test_cluster_follows_records(void **state)
     cfx_free(f);
 }
 
+static void channel_cmd(cfx_t *f, uint8_t type, const char *topic, const char *channel,
+                        uint64_t stamp)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = type;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    snprintf(c.channel, sizeof(c.channel), "%s", channel);
+    c.chan_stamp = stamp;
+    commit(f, &c);
+}
+
+typedef struct {
+    cfx_t *f;
+    uint64_t stamp;   /* the engine's channel has it */
+    uint64_t not_gen; /* and is another object than this one */
+    uint64_t gen;     /* out */
+} stamped_t;
+
+static bool channel_stamped(void *arg)
+{
+    stamped_t *x = arg;
+    tn_topic_t *t = NULL;
+    tn_channel_t *ch = NULL;
+    if (tn_broker_topic(x->f->b, "far", 3, false, 0, NULL, &t) != 0 ||
+        tn_topic_channel(t, "audit", 5, false, NULL, &ch) != 0 || ch->stamp != x->stamp ||
+        ch->gen == x->not_gen)
+        return false;
+    x->gen = ch->gen;
+    return true;
+}
+
+/* A channel's stamp (meta/cmd.h CHANNEL_PUT): the engine's channel made
+ * from a record takes its stamp; one proposed here without a stamp gets
+ * one drawn (tn_meta_propose). A channel deleted and made again while the
+ * catalog did not look (TERN_TEST_CATALOG_HOLD), both changes seen at
+ * once, is replaced: the engine's channel with the old stamp goes and a
+ * new object with the record's is made. Before, the name being recorded,
+ * the old channel stayed with its state. */
+static void test_channel_made_again_at_once(void **state)
+{
+    (void)state;
+    cfx_t *f = cfx_new(true);
+    register_member(f, 2);
+    put_topic(f, "far", 1);
+    channel_cmd(f, TN_MC_CHANNEL_PUT, "far", "audit", 0x77);
+    stamped_t x = {f, 0x77, 0, 0};
+    assert_true(run_until(f, channel_stamped, &x));
+    uint64_t first = x.gen;
+
+    char hold[4096];
+    snprintf(hold, sizeof(hold), "%s/catalog-hold", f->fx->dir);
+    FILE *h = fopen(hold, "w");
+    assert_non_null(h);
+    fclose(h);
+    assert_int_equal(setenv("TERN_TEST_CATALOG_HOLD", hold, 1), 0);
+    channel_cmd(f, TN_MC_CHANNEL_DELETE, "far", "audit", 0);
+    channel_cmd(f, TN_MC_CHANNEL_PUT, "far", "audit", 0); /* drawn at the proposal */
+    uint64_t drawn = 0;
+    assert_true(tn_meta_channel_find(tn_meta_state(f->m), "far", "audit", &drawn));
+    assert_true(drawn != 0 && drawn != 0x77);
+    /* Held (its timer looks every 100 ms): the engine keeps the old
+     * channel. */
+    int64_t until = tn_now_mono_ms() + 300;
+    while (tn_now_mono_ms() < until) {
+        uv_run(&f->fx->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    x = (stamped_t){f, 0x77, 0, 0};
+    assert_true(channel_stamped(&x));
+    assert_int_equal(x.gen, first);
+    assert_int_equal(unlink(hold), 0);
+    x = (stamped_t){f, drawn, first, 0};
+    assert_true(run_until(f, channel_stamped, &x));
+    unsetenv("TERN_TEST_CATALOG_HOLD");
+    cfx_free(f);
+}
+
 /* A lone node: every partition is here, as before placement. */
 static void test_lone_node_has_every_partition(void **state)
 {
@@ -706,6 +784,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cluster_follows_records),
+        cmocka_unit_test(test_channel_made_again_at_once),
         cmocka_unit_test(test_lone_node_has_every_partition),
         cmocka_unit_test(test_three_nodes),
         cmocka_unit_test(test_nsq_publishes_grow_the_topic),

@@ -44,7 +44,7 @@ static void test_codec_round_trip(void **state)
     tn_buf_init(&b);
     assert_int_equal(tn_wire_put_u8(&b, 0xAA), 0); /* a prefix stays as it was */
     assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 7, 42, "billing", 0x1122334455667788u,
-                                            1000, 555, recs, 4),
+                                            1000, 555, recs, 4, 0),
                      0);
     tn_wire_setrepl_t w;
     char err[256];
@@ -77,6 +77,65 @@ static void test_codec_round_trip(void **state)
     tn_buf_fini(&b);
 }
 
+/* The channel's stamp after the records (and after a CHAN_SNAP's state):
+ * absent when 0, as an older build sends; a present 0 is refused. */
+static void test_codec_stamp(void **state)
+{
+    (void)state;
+    tn_walrec_t fin = {.op = TN_WAL_FIN, .offset = 1};
+    tn_buf_t b, old;
+    tn_buf_init(&b);
+    tn_buf_init(&old);
+    assert_int_equal(tn_wire_setrepl_encode(&old, "t", 0, 1, "c", 1, 1, 0, &fin, 1, 0), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &fin, 1, 0xABCDull), 0);
+    assert_int_equal(tn_buf_size(&b), tn_buf_size(&old) + 8);
+    assert_memory_equal(tn_buf_data(&b), tn_buf_data(&old), tn_buf_size(&old));
+    tn_wire_setrepl_t w;
+    char err[256];
+    assert_int_equal(tn_wire_setrepl_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)),
+                     0);
+    assert_true(w.chan_stamp == 0xABCDull);
+    assert_int_equal(w.count, 1);
+    assert_int_equal(
+        tn_wire_setrepl_decode(tn_buf_data(&old), tn_buf_size(&old), &w, err, sizeof(err)), 0);
+    assert_true(w.chan_stamp == 0);
+    uint8_t *g = (uint8_t *)tn_buf_data(&b);
+    size_t n = tn_buf_size(&b);
+    memset(g + n - 8, 0, 8); /* a stamp of 0 */
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
+    assert_int_equal(tn_wire_setrepl_decode(g, n - 1, &w, err, sizeof(err)), TN_EPROTO);
+
+    tn_cursor_t c;
+    tn_cursor_init(&c, 5);
+    tn_buf_reset(&b);
+    tn_buf_reset(&old);
+    assert_int_equal(tn_wire_chansnap_encode(&old, "t", 0, 1, "c", 9, 1, 0, &c, 0), 0);
+    assert_int_equal(tn_wire_chansnap_encode(&b, "t", 0, 1, "c", 9, 1, 0, &c, 77), 0);
+    assert_int_equal(tn_buf_size(&b), tn_buf_size(&old) + 8);
+    tn_wire_chansnap_t cs;
+    assert_int_equal(
+        tn_wire_chansnap_decode(tn_buf_data(&b), tn_buf_size(&b), &cs, err, sizeof(err)), 0);
+    assert_true(cs.chan_stamp == 77);
+    assert_int_equal(cs.state.frontier, 5);
+    tn_cursor_fini(&cs.state);
+    assert_int_equal(
+        tn_wire_chansnap_decode(tn_buf_data(&old), tn_buf_size(&old), &cs, err, sizeof(err)), 0);
+    assert_true(cs.chan_stamp == 0);
+    tn_cursor_fini(&cs.state);
+    g = (uint8_t *)tn_buf_data(&b);
+    n = tn_buf_size(&b);
+    memset(g + n - 8, 0, 8);
+    assert_int_equal(tn_wire_chansnap_decode(g, n, &cs, err, sizeof(err)), TN_EPROTO);
+    tn_cursor_fini(&cs.state);
+    for (size_t cut = 1; cut < 8; cut++) { /* part of a stamp: trailing bytes */
+        assert_int_equal(tn_wire_chansnap_decode(g, n - cut, &cs, err, sizeof(err)), TN_EPROTO);
+        tn_cursor_fini(&cs.state);
+    }
+    tn_cursor_fini(&c);
+    tn_buf_fini(&old);
+    tn_buf_fini(&b);
+}
+
 static void test_codec_refusals(void **state)
 {
     (void)state;
@@ -88,22 +147,25 @@ static void test_codec_refusals(void **state)
     tn_buf_t b;
     tn_buf_init(&b);
     /* The encoder refuses what the decoder would, and leaves b as it was. */
-    assert_int_equal(tn_wire_setrepl_encode(&b, "", 0, 1, "c", 1, 1, 0, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "", 1, 1, 0, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, long_name, 0, 1, "c", 1, 1, 0, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 0, "c", 1, 1, 0, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 0, 0, &fin, 1), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &fin, 0), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, UINT64_MAX, 0, &fin, 1),
+    assert_int_equal(tn_wire_setrepl_encode(&b, "", 0, 1, "c", 1, 1, 0, &fin, 1, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "", 1, 1, 0, &fin, 1, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, long_name, 0, 1, "c", 1, 1, 0, &fin, 1, 0),
                      UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &bad, 1), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 0, "c", 1, 1, 0, &fin, 1, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 0, 0, &fin, 1, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &fin, 0, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, UINT64_MAX, 0, &fin, 1, 0),
+                     UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &bad, 1, 0), UV_EINVAL);
     tn_walrec_t many[TN_SETREPL_MAX + 1];
     for (size_t i = 0; i < TN_ARRAY_SIZE(many); i++)
         many[i] = fin;
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX + 1),
-                     UV_EINVAL);
+    assert_int_equal(
+        tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX + 1, 0),
+        UV_EINVAL);
     assert_int_equal(tn_buf_size(&b), 0);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX, 0),
+                     0);
     tn_wire_setrepl_t w;
     char err[256];
     assert_int_equal(tn_wire_setrepl_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)),
@@ -113,7 +175,7 @@ static void test_codec_refusals(void **state)
     /* A good request, then each way of spoiling it. */
     tn_buf_reset(&b);
     tn_walrec_t two[2] = {fin, {.op = TN_WAL_EMPTY, .offset = 5}};
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 3, 2, "c", 5, 10, 0, two, 2), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 3, 2, "c", 5, 10, 0, two, 2, 0), 0);
     uint8_t *g = (uint8_t *)tn_buf_data(&b);
     size_t n = tn_buf_size(&b);
     for (size_t cut = 0; cut < n; cut++) {
@@ -369,7 +431,7 @@ static uint16_t push(ffx_t *f, uint32_t epoch, uint64_t stream, uint64_t first,
     tn_buf_t b;
     tn_buf_init(&b);
     assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, epoch, "billing", stream, first,
-                                            push_base, recs, n),
+                                            push_base, recs, n, 0),
                      0);
     uint16_t st = tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, r);
     tn_buf_fini(&b);
@@ -382,7 +444,7 @@ static uint16_t snap(ffx_t *f, uint32_t epoch, uint64_t stream, uint64_t seq, ui
     tn_buf_t b;
     tn_buf_init(&b);
     assert_int_equal(
-        tn_wire_chansnap_encode(&b, "orders", 1, epoch, "billing", stream, seq, inc, state), 0);
+        tn_wire_chansnap_encode(&b, "orders", 1, epoch, "billing", stream, seq, inc, state, 0), 0);
     uint16_t st = tu_rpc_raw(&f->rpc, &f->loop, TN_OP_CHAN_SNAP, &b, 10000, r);
     tn_buf_fini(&b);
     return st;
@@ -540,7 +602,7 @@ static void test_follower_snapshot(void **state)
     /* A malformed state: its checkpoint image's CRC spoiled. */
     tn_buf_t b;
     tn_buf_init(&b);
-    assert_int_equal(tn_wire_chansnap_encode(&b, "orders", 1, 3, "billing", 40, 5, 77, &c), 0);
+    assert_int_equal(tn_wire_chansnap_encode(&b, "orders", 1, 3, "billing", 40, 5, 77, &c, 0), 0);
     ((uint8_t *)tn_buf_data(&b))[tn_buf_size(&b) - 1] ^= 0x5a;
     assert_int_equal(tu_rpc_raw(&f->rpc, &f->loop, TN_OP_CHAN_SNAP, &b, 10000, &r), 400);
     tn_buf_fini(&b);
@@ -589,7 +651,7 @@ static void test_follower_refuses(void **state)
     assert_int_equal(tn_wire_put_str(&b, "orders"), 0);
     assert_int_equal(tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, &r), 400);
     tn_buf_reset(&b);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, 3, "bad name", 1, 1, 0, a, 1), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, 3, "bad name", 1, 1, 0, a, 1, 0), 0);
     assert_int_equal(tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, &r), 400);
     tn_buf_fini(&b);
     tn_setrepl_stats_t st;
@@ -869,6 +931,122 @@ static void follower_log(ffx_t *f, const char *channel, tn_cursor_t *cur)
     cl->data = &done;
     tn_chanlog_close(cl, on_cl_closed);
     tu_run_until(&f->loop, &done);
+}
+
+/* The follower engine's placement: node 1 holds every partition. */
+static bool placed_on_1(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
+{
+    (void)arg;
+    (void)t;
+    (void)p;
+    *owner = 1;
+    return false;
+}
+
+/* The leader's channel and the follower's engine's channel of the same
+ * name but different stamps (queue.h tn_channel_t.stamp: another metastore
+ * record, the channel deleted and made again while the follower's catalog
+ * lagged): the follower refuses the leader's records (503, retried) and
+ * the FIN's wait holds; once the follower's channel is the leader's (its
+ * catalog made the new one, here: took its stamp), the records land and
+ * the wait ends. Before, the follower wrote them into the old channel's
+ * log and answered 204. */
+static void test_follower_refuses_another_channel(void **state)
+{
+    (void)state;
+    lfx_t x;
+    lfx_open(&x, 3);
+    ffx_t *f = x.f;
+    /* The follower (node 2) gets an engine with the topic and a channel
+     * of the name, stamped by another record than the leader's. */
+    tu_rpc_pair_close(&f->rpc, &f->loop);
+    closed_flag = false;
+    tn_setrepl_close(f->s, on_closed, NULL);
+    tu_run_until(&f->loop, &closed_flag);
+    tn_broker_opts_t bo;
+    memset(&bo, 0, sizeof(bo));
+    bo.default_partitions = 1;
+    bo.bootstrap_window_ms = 90000;
+    bo.cache_bytes = 1 << 20;
+    bo.max_inflight_bytes = 1 << 30;
+    bo.max_inflight_msgs = 100000;
+    bo.max_ahead = 1 << 16;
+    bo.gc_interval_ms = 3600000;
+    tn_broker_t *fb = NULL;
+    assert_int_equal(tn_broker_open(&f->loop, f->store, &bo, &fb), 0);
+    tn_broker_set_placement(fb, placed_on_1, NULL);
+    lwait_t w;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_lwait;
+    tn_topic_t *ft = NULL;
+    int rc = tn_broker_topic(fb, "orders", 6, true, 1, &w.w, &ft);
+    if (rc == UV_EAGAIN) {
+        tu_run_until(&f->loop, &w.done);
+        rc = tn_broker_topic(fb, "orders", 6, false, 0, NULL, &ft);
+    }
+    assert_int_equal(rc, 0);
+    tn_channel_t *fch = NULL;
+    memset(&w, 0, sizeof(w));
+    w.w.cb = on_lwait;
+    rc = tn_topic_channel(ft, "billing", 7, true, &w.w, &fch);
+    if (rc == UV_EAGAIN) {
+        tu_run_until(&f->loop, &w.done);
+        rc = tn_topic_channel(ft, "billing", 7, false, NULL, &fch);
+    }
+    assert_int_equal(rc, 0);
+    tn_setrepl_opts_t fo = {
+        .loop = &f->loop, .node_id = 2, .store = f->store, .broker = fb, .pstate = script_pstate};
+    assert_int_equal(tn_setrepl_new(&fo, &f->s), 0);
+    the_follower = f->s;
+    tn_rpc_handler_t h[TN_SETREPL_HANDLERS];
+    size_t nh = 0;
+    tn_setrepl_handlers(f->s, h, &nh);
+    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
+    follower_addr = f->rpc.addr;
+    x.ch->stamp = 0x5151;
+    fch->stamp = 0x4242;
+
+    /* A FIN on the leader: the follower refuses its record, again and
+     * again, and the wait holds. */
+    lsync_t sw;
+    memset(&sw, 0, sizeof(sw));
+    sw.s.data = &sw;
+    assert_int_equal(tn_consumer_fin(&x.k.c, 0, x.k.d[0].offset, false, 0), 0);
+    tn_channel_sync(x.ch, 0, &sw.s, on_lsync);
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    int64_t until = tn_now_mono_ms() + 20000;
+    while (st.other_channel < 2 && tn_now_mono_ms() < until) {
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+        tn_setrepl_stats(f->s, &st);
+    }
+    assert_true(st.other_channel >= 2);
+    assert_int_equal(st.served_records, 0);
+    assert_false(sw.done);
+
+    /* The follower's channel is the leader's now: the retried call lands. */
+    fch->stamp = 0x5151;
+    tu_run_until(&f->loop, &sw.done);
+    assert_int_equal(sw.status, 0);
+    assert_true(sw.served_then >= 1);
+
+    tn_consumer_detach(&x.k.c);
+    lfx_close(&x);
+    /* The follower's engine goes before its replicator (ffx_free). */
+    tu_rpc_pair_close(&f->rpc, &f->loop);
+    closed_flag = false;
+    tn_setrepl_close(f->s, on_closed, NULL);
+    tu_run_until(&f->loop, &closed_flag);
+    broker_gone = false;
+    tn_broker_close(fb, on_broker_gone);
+    tu_run_until(&f->loop, &broker_gone);
+    tn_setrepl_opts_t plain = {
+        .loop = &f->loop, .node_id = 2, .store = f->store, .pstate = script_pstate};
+    assert_int_equal(tn_setrepl_new(&plain, &f->s), 0);
+    tn_setrepl_handlers(f->s, h, &nh);
+    tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
+    ffx_free(f);
 }
 
 static void test_leader_waits_for_isr(void **state)
@@ -1343,6 +1521,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codec_round_trip),
         cmocka_unit_test(test_codec_refusals),
+        cmocka_unit_test(test_codec_stamp),
         cmocka_unit_test(test_rule_min_insync),
         cmocka_unit_test(test_trim),
         cmocka_unit_test(test_rule_isr_changes),
@@ -1350,6 +1529,7 @@ int main(void)
         cmocka_unit_test(test_follower_base_frontier),
         cmocka_unit_test(test_follower_refuses),
         cmocka_unit_test(test_leader_waits_for_isr),
+        cmocka_unit_test(test_follower_refuses_another_channel),
         cmocka_unit_test(test_follower_snapshot),
         cmocka_unit_test(test_rule_extra),
         cmocka_unit_test(test_leader_waits_for_the_elr),

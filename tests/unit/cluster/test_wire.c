@@ -770,12 +770,14 @@ static void test_request_check(void **state)
     assert_int_equal(tn_wire_produce_encode(&good[TN_OP_PRODUCE], &ph, &rec, 1), 0);
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};
     assert_int_equal(
-        tn_wire_setrepl_encode(&good[TN_OP_SETTLE_REPL], "t", 0, 1, "default", 9, 1, 0, &wr, 1), 0);
+        tn_wire_setrepl_encode(&good[TN_OP_SETTLE_REPL], "t", 0, 1, "default", 9, 1, 0, &wr, 1, 0),
+        0);
     tn_cursor_t snap;
     tn_cursor_init(&snap, 4);
     assert_int_equal(tn_cursor_apply(&snap, &wr), 0);
     assert_int_equal(
-        tn_wire_chansnap_encode(&good[TN_OP_CHAN_SNAP], "t", 0, 1, "default", 9, 1, 0, &snap), 0);
+        tn_wire_chansnap_encode(&good[TN_OP_CHAN_SNAP], "t", 0, 1, "default", 9, 1, 0, &snap, 0),
+        0);
     tn_cursor_fini(&snap);
     for (int op = TN_OP_ECHO; op < TN_OP__COUNT; op++) {
         tn_buf_t *g = &good[op];

@@ -3,7 +3,8 @@
  * topics, unknown topics and members) and MEMBER_REC (the NSQ door's
  * addresses in the member record), their codec, the previous build's
  * MEMBER_REG still decoding and applied without losing those addresses,
- * and snapshots keeping both. */
+ * and snapshots keeping both; channels' stamps (CHANNEL_PUT with and
+ * without one, kept beside the names and in snapshots). */
 #include "core/platform.h"
 
 #include "fixture_meta.h"
@@ -284,13 +285,123 @@ static void test_grow_for_bound(void **state)
     tn_meta_state_fini(&s);
 }
 
+static tn_meta_cmd_t channel_cmd(uint8_t type, const char *topic, const char *channel,
+                                 uint64_t stamp)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = type;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    snprintf(c.channel, sizeof(c.channel), "%s", channel);
+    c.chan_stamp = stamp;
+    return c;
+}
+
+static uint64_t stamp_of(const tn_meta_state_t *s, const char *topic, const char *channel)
+{
+    uint64_t stamp = 1;
+    assert_true(tn_meta_channel_find(s, topic, channel, &stamp));
+    return stamp;
+}
+
+/* A channel's stamp (cmd.h CHANNEL_PUT): carried by the command, kept by
+ * the state beside the name (a PUT of a recorded channel keeps it; a
+ * delete and a new PUT replace it), written into snapshots; an older
+ * build's CHANNEL_PUT, without one, decodes and applies as stamp 0, and
+ * a stamp of 0 written out is refused. */
+static void test_channel_stamps(void **state)
+{
+    (void)state;
+    tn_meta_cmd_t c = channel_cmd(TN_MC_CHANNEL_PUT, "t", "c", 0x1122334455667788ULL), d;
+    roundtrip(&c, &d);
+    assert_int_equal(d.type, TN_MC_CHANNEL_PUT);
+    assert_string_equal(d.channel, "c");
+    assert_true(d.chan_stamp == 0x1122334455667788ULL);
+
+    /* The older encoding: no stamp (what an entry of the previous build
+     * holds, byte for byte what encoding stamp 0 gives). */
+    c = channel_cmd(TN_MC_CHANNEL_PUT, "t", "c", 0);
+    roundtrip(&c, &d);
+    assert_true(d.chan_stamp == 0);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    const unsigned char *old = (const unsigned char *)tn_buf_data(&b);
+    assert_int_equal(tn_get_u32(old + 4), 1 + 2 + 1 + 2 + 1); /* flag, "t", "c" */
+    /* A stamp of 0 written out is not a stamp. */
+    tn_buf_t zero;
+    tn_buf_init(&zero);
+    assert_int_equal(tn_buf_append(&zero, old, TN_META_HDR + 7), 0);
+    uint8_t z[8 + 7] = {0}; /* eight zero bytes, then the padding to 8 */
+    assert_int_equal(tn_buf_append(&zero, z, sizeof(z) - 6), 0);
+    unsigned char *zp = (unsigned char *)tn_buf_data(&zero);
+    tn_put_u32(zp + 4, 7 + 8);
+    size_t used;
+    assert_int_equal(tn_buf_size(&zero) % 8, 0);
+    assert_int_equal(tn_meta_cmd_decode(zp, tn_buf_size(&zero), &d, &used), TN_ECORRUPT);
+    tn_buf_fini(&zero);
+    tn_buf_fini(&b);
+    /* DELETE has no stamp. */
+    c = channel_cmd(TN_MC_CHANNEL_DELETE, "t", "c", 0);
+    roundtrip(&c, &d);
+
+    tn_meta_state_t s;
+    tn_meta_state_init(&s);
+    assert_int_equal(apply(&s, nsq_topic("t", 1)), 0);
+    assert_int_equal(apply(&s, channel_cmd(TN_MC_CHANNEL_PUT, "t", "b", 0)), 0); /* older */
+    assert_int_equal(apply(&s, channel_cmd(TN_MC_CHANNEL_PUT, "t", "d", 40)), 0);
+    assert_int_equal(apply(&s, channel_cmd(TN_MC_CHANNEL_PUT, "t", "c", 30)), 0);
+    assert_int_equal(apply(&s, channel_cmd(TN_MC_CHANNEL_PUT, "t", "a", 10)), 0);
+    assert_true(stamp_of(&s, "t", "a") == 10);
+    assert_true(stamp_of(&s, "t", "b") == 0);
+    assert_true(stamp_of(&s, "t", "c") == 30);
+    assert_true(stamp_of(&s, "t", "d") == 40);
+    /* A PUT of a recorded channel changes nothing. */
+    c = channel_cmd(TN_MC_CHANNEL_PUT, "t", "c", 31);
+    c.if_absent = true;
+    assert_int_equal(apply(&s, c), UV_EEXIST);
+    assert_int_equal(apply(&s, channel_cmd(TN_MC_CHANNEL_PUT, "t", "c", 32)), 0);
+    assert_true(stamp_of(&s, "t", "c") == 30);
+    /* Deleted and made again: another stamp; the others stay beside their
+     * names. */
+    assert_int_equal(apply(&s, channel_cmd(TN_MC_CHANNEL_DELETE, "t", "b", 0)), 0);
+    assert_int_equal(apply(&s, channel_cmd(TN_MC_CHANNEL_DELETE, "t", "c", 0)), 0);
+    assert_false(tn_meta_channel_exists(&s, "t", "c"));
+    assert_int_equal(apply(&s, channel_cmd(TN_MC_CHANNEL_PUT, "t", "c", 33)), 0);
+    assert_true(stamp_of(&s, "t", "a") == 10);
+    assert_true(stamp_of(&s, "t", "c") == 33);
+    assert_true(stamp_of(&s, "t", "d") == 40);
+    /* Many channels (the arrays grow together). */
+    for (int i = 0; i < 100; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "m%03d", 99 - i);
+        assert_int_equal(apply(&s, channel_cmd(TN_MC_CHANNEL_PUT, "t", name, 1000 + i)), 0);
+    }
+    assert_true(stamp_of(&s, "t", "m000") == 1099);
+    assert_true(stamp_of(&s, "t", "m099") == 1000);
+    assert_true(stamp_of(&s, "t", "d") == 40);
+
+    /* A snapshot keeps every stamp. */
+    tn_buf_t snap;
+    tn_buf_init(&snap);
+    assert_int_equal(tn_meta_state_snapshot(&s, &snap), 0);
+    tn_meta_state_t r;
+    tn_meta_state_init(&r);
+    assert_int_equal(tn_meta_state_restore(&r, tn_buf_data(&snap), tn_buf_size(&snap)), 0);
+    assert_true(stamp_of(&r, "t", "a") == 10);
+    assert_true(stamp_of(&r, "t", "c") == 33);
+    assert_true(stamp_of(&r, "t", "m050") == 1049);
+    tn_buf_fini(&snap);
+    tn_meta_state_fini(&r);
+    tn_meta_state_fini(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_codec),
-        cmocka_unit_test(test_previous_registration),
-        cmocka_unit_test(test_grow_for),
-        cmocka_unit_test(test_grow_for_bound),
+        cmocka_unit_test(test_codec),          cmocka_unit_test(test_previous_registration),
+        cmocka_unit_test(test_grow_for),       cmocka_unit_test(test_grow_for_bound),
+        cmocka_unit_test(test_channel_stamps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
