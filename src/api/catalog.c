@@ -216,16 +216,38 @@ static bool recorded(const tn_catalog_t *c, const char *topic, const char *chann
 
 /* The engine's channel ch takes the stamp of its record (meta/cmd.h
  * CHANNEL_PUT) when it has none yet: made here before its record (the
- * gate), from its record, or loaded from disk at start. A channel whose
- * stamp is known is never given another: one whose record has another
- * stamp is an old channel of the name, which follow_deletions replaces. */
+ * gate), from its record, or loaded from disk at start (from the record
+ * the replica holds then: an old one, if the replica has not applied the
+ * channel's deletion yet, which is the channel on disk, and which
+ * follow_deletions replaces once it has). A channel whose stamp is known
+ * is never given another: one whose record has another stamp is an old
+ * channel of the name, which follow_deletions replaces. The channels of
+ * fan-out links have none: their record is one for every node's channel,
+ * which fanout.c makes and deletes (fanout.h), so their state is
+ * replicated unchecked, as before stamps. */
 static void adopt_stamp(const tn_catalog_t *c, const char *topic, tn_channel_t *ch)
 {
     uint64_t stamp;
     if (ch != NULL && ch->stamp == 0 && !ch->memory && !ch->deleted &&
         ch->state != TN_OBJ_DELETING && ch->state != TN_OBJ_FAILED &&
+        !tn_fanout_is_channel(ch->name) &&
         tn_meta_channel_find(tn_meta_state(c->meta), topic, ch->name, &stamp))
         ch->stamp = stamp;
+}
+
+/* Every engine channel without a stamp takes its record's (adopt_stamp),
+ * on each change of the replica, in a cluster: not only once deletions
+ * are followed (follow_deletions waits for a replica confirmed current),
+ * since a follower refuses the leader's stamped records for a channel
+ * whose stamp it does not know. */
+static void adopt_stamps(tn_catalog_t *c)
+{
+    tn_broker_t *b = c->broker;
+    for (size_t i = 0; i < b->nbuckets; i++)
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext)
+            if (!t->memory && t->state == TN_OBJ_READY)
+                for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+                    adopt_stamp(c, t->name, ch);
 }
 
 /* The engine's channel of topic named channel (made, or being made), or
@@ -1049,6 +1071,8 @@ static void follow_meta(tn_catalog_t *c)
         purges_check(c, false, 0);
         return;
     }
+    if (c->o.cluster)
+        adopt_stamps(c);
     if (c->o.cluster && replica_current(c))
         follow_deletions(c);
     for (size_t i = 0; i < s->ntopics; i++) {
@@ -1396,6 +1420,8 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
 void tn_catalog_reconcile(tn_catalog_t *c)
 {
     release_held(c, false);
+    if (c->o.cluster)
+        adopt_stamps(c);
     if (c->o.cluster && replica_current(c))
         follow_deletions(c);
     const tn_meta_state_t *s = tn_meta_state(c->meta);
