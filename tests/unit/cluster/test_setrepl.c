@@ -1003,6 +1003,7 @@ static void test_follower_refuses_another_channel(void **state)
     tn_setrepl_handlers(f->s, h, &nh);
     tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
     follower_addr = f->rpc.addr;
+    tn_setrepl_set_rpc(x.leader, f->rpc.caller); /* the pair is a new one */
     x.ch->stamp = 0x5151;
     fch->stamp = 0x4242;
 
