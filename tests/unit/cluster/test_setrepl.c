@@ -25,6 +25,7 @@
 #include "fixture_rpc.h"
 #include "testutil.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -951,14 +952,13 @@ static bool placed_on_1(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *ow
  * catalog made the new one, here: took its stamp), the records land and
  * the wait ends. Before, the follower wrote them into the old channel's
  * log and answered 204. */
-static void test_follower_refuses_another_channel(void **state)
+/* Node 2 (x's follower) gets an engine on its store with the topic and
+ * the channel "billing" (placed on node 1 when elsewhere, else served
+ * here), and a replicator with that engine; the leader calls the pair
+ * made anew. Returns node 2's channel; *fb its engine. */
+static tn_channel_t *follower_engine(lfx_t *x, bool elsewhere, tn_broker_t **fb)
 {
-    (void)state;
-    lfx_t x;
-    lfx_open(&x, 3);
-    ffx_t *f = x.f;
-    /* The follower (node 2) gets an engine with the topic and a channel
-     * of the name, stamped by another record than the leader's. */
+    ffx_t *f = x->f;
     tu_rpc_pair_close(&f->rpc, &f->loop);
     closed_flag = false;
     tn_setrepl_close(f->s, on_closed, NULL);
@@ -972,17 +972,17 @@ static void test_follower_refuses_another_channel(void **state)
     bo.max_inflight_msgs = 100000;
     bo.max_ahead = 1 << 16;
     bo.gc_interval_ms = 3600000;
-    tn_broker_t *fb = NULL;
-    assert_int_equal(tn_broker_open(&f->loop, f->store, &bo, &fb), 0);
-    tn_broker_set_placement(fb, placed_on_1, NULL);
+    assert_int_equal(tn_broker_open(&f->loop, f->store, &bo, fb), 0);
+    if (elsewhere)
+        tn_broker_set_placement(*fb, placed_on_1, NULL);
     lwait_t w;
     memset(&w, 0, sizeof(w));
     w.w.cb = on_lwait;
     tn_topic_t *ft = NULL;
-    int rc = tn_broker_topic(fb, "orders", 6, true, 1, &w.w, &ft);
+    int rc = tn_broker_topic(*fb, "orders", 6, true, 1, &w.w, &ft);
     if (rc == UV_EAGAIN) {
         tu_run_until(&f->loop, &w.done);
-        rc = tn_broker_topic(fb, "orders", 6, false, 0, NULL, &ft);
+        rc = tn_broker_topic(*fb, "orders", 6, false, 0, NULL, &ft);
     }
     assert_int_equal(rc, 0);
     tn_channel_t *fch = NULL;
@@ -995,7 +995,7 @@ static void test_follower_refuses_another_channel(void **state)
     }
     assert_int_equal(rc, 0);
     tn_setrepl_opts_t fo = {
-        .loop = &f->loop, .node_id = 2, .store = f->store, .broker = fb, .pstate = script_pstate};
+        .loop = &f->loop, .node_id = 2, .store = f->store, .broker = *fb, .pstate = script_pstate};
     assert_int_equal(tn_setrepl_new(&fo, &f->s), 0);
     the_follower = f->s;
     tn_rpc_handler_t h[TN_SETREPL_HANDLERS];
@@ -1003,38 +1003,17 @@ static void test_follower_refuses_another_channel(void **state)
     tn_setrepl_handlers(f->s, h, &nh);
     tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
     follower_addr = f->rpc.addr;
-    tn_setrepl_set_rpc(x.leader, f->rpc.caller); /* the pair is a new one */
-    x.ch->stamp = 0x5151;
-    fch->stamp = 0x4242;
+    tn_setrepl_set_rpc(x->leader, f->rpc.caller); /* the pair is a new one */
+    return fch;
+}
 
-    /* A FIN on the leader: the follower refuses its record, again and
-     * again, and the wait holds. */
-    lsync_t sw;
-    memset(&sw, 0, sizeof(sw));
-    sw.s.data = &sw;
-    assert_int_equal(tn_consumer_fin(&x.k.c, 0, x.k.d[0].offset, false, 0), 0);
-    tn_channel_sync(x.ch, 0, &sw.s, on_lsync);
-    tn_setrepl_stats_t st;
-    tn_setrepl_stats(f->s, &st);
-    int64_t until = tn_now_mono_ms() + 20000;
-    while (st.other_channel < 2 && tn_now_mono_ms() < until) {
-        uv_run(&f->loop, UV_RUN_NOWAIT);
-        usleep(1000);
-        tn_setrepl_stats(f->s, &st);
-    }
-    assert_true(st.other_channel >= 2);
-    assert_int_equal(st.served_records, 0);
-    assert_false(sw.done);
-
-    /* The follower's channel is the leader's now: the retried call lands. */
-    fch->stamp = 0x5151;
-    tu_run_until(&f->loop, &sw.done);
-    assert_int_equal(sw.status, 0);
-    assert_true(sw.served_then >= 1);
-
-    tn_consumer_detach(&x.k.c);
-    lfx_close(&x);
-    /* The follower's engine goes before its replicator (ffx_free). */
+/* The leader side closed (lfx_close), then node 2's engine, and node 2
+ * back to a replicator without one, for ffx_free. */
+static void follower_engine_close(lfx_t *x, tn_broker_t *fb)
+{
+    ffx_t *f = x->f;
+    tn_consumer_detach(&x->k.c);
+    lfx_close(x);
     tu_rpc_pair_close(&f->rpc, &f->loop);
     closed_flag = false;
     tn_setrepl_close(f->s, on_closed, NULL);
@@ -1045,9 +1024,94 @@ static void test_follower_refuses_another_channel(void **state)
     tn_setrepl_opts_t plain = {
         .loop = &f->loop, .node_id = 2, .store = f->store, .pstate = script_pstate};
     assert_int_equal(tn_setrepl_new(&plain, &f->s), 0);
+    tn_rpc_handler_t h[TN_SETREPL_HANDLERS];
+    size_t nh = 0;
     tn_setrepl_handlers(f->s, h, &nh);
     tu_rpc_pair_open(&f->rpc, &f->loop, h, nh);
     ffx_free(f);
+}
+
+/* Run the loop until *counter (re-read by stats) reaches want, or 20 s. */
+static uint64_t run_until_count(ffx_t *f, tn_setrepl_t *s, size_t off, uint64_t want)
+{
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(s, &st);
+    int64_t until = tn_now_mono_ms() + 20000;
+    uint64_t v = *(uint64_t *)((char *)&st + off);
+    while (v < want && tn_now_mono_ms() < until) {
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+        usleep(1000);
+        tn_setrepl_stats(s, &st);
+        v = *(uint64_t *)((char *)&st + off);
+    }
+    return v;
+}
+
+static void test_follower_refuses_another_channel(void **state)
+{
+    (void)state;
+    lfx_t x;
+    lfx_open(&x, 3);
+    ffx_t *f = x.f;
+    /* Node 2's engine has a channel of the name stamped by another
+     * record than the leader's. */
+    tn_broker_t *fb = NULL;
+    tn_channel_t *fch = follower_engine(&x, true, &fb);
+    x.ch->stamp = 0x5151;
+    fch->stamp = 0x4242;
+
+    /* A FIN on the leader: the follower refuses its record, again and
+     * again, and the wait holds. */
+    lsync_t sw;
+    memset(&sw, 0, sizeof(sw));
+    sw.s.data = &sw;
+    assert_int_equal(tn_consumer_fin(&x.k.c, 0, x.k.d[0].offset, false, 0), 0);
+    tn_channel_sync(x.ch, 0, &sw.s, on_lsync);
+    assert_true(run_until_count(f, f->s, offsetof(tn_setrepl_stats_t, other_channel), 2) >= 2);
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.served_records, 0);
+    assert_false(sw.done);
+
+    /* The follower's channel is the leader's now: the retried call lands. */
+    fch->stamp = 0x5151;
+    tu_run_until(&f->loop, &sw.done);
+    assert_int_equal(sw.status, 0);
+    assert_true(sw.served_then >= 1);
+    follower_engine_close(&x, fb);
+}
+
+/* A follower whose engine cannot take a record (here: it serves the
+ * partition itself, UV_EBUSY from tn_broker_chan_apply) answers 500, and
+ * the leader's retry of that call is refused again: the records are not
+ * counted as written. Before, the follower noted the call's records as
+ * written after the first failure, skipped them all on the retry and
+ * answered 204, and the leader's wait ended OK with nothing on the
+ * follower. */
+static void test_follower_failed_apply_is_not_skipped(void **state)
+{
+    (void)state;
+    lfx_t x;
+    lfx_open(&x, 3);
+    ffx_t *f = x.f;
+    tn_broker_t *fb = NULL;
+    (void)follower_engine(&x, false, &fb);
+    lsync_t sw;
+    memset(&sw, 0, sizeof(sw));
+    sw.s.data = &sw;
+    assert_int_equal(tn_consumer_fin(&x.k.c, 0, x.k.d[0].offset, false, 0), 0);
+    tn_channel_sync(x.ch, 0, &sw.s, on_lsync);
+    uint64_t calls = run_until_count(f, x.leader, offsetof(tn_setrepl_stats_t, calls), 4);
+    assert_false(sw.done); /* before: ended OK at the second call */
+    assert_true(calls >= 4);
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.served_records, 0);
+    tn_setrepl_stats(x.leader, &st);
+    assert_true(st.call_failures + 1 >= st.calls); /* every call refused (one may be out) */
+    follower_engine_close(&x, fb);
+    assert_true(sw.done); /* the leader's close ended the wait */
+    assert_int_not_equal(sw.status, 0);
 }
 
 static void test_leader_waits_for_isr(void **state)
@@ -1531,6 +1595,7 @@ int main(void)
         cmocka_unit_test(test_follower_refuses),
         cmocka_unit_test(test_leader_waits_for_isr),
         cmocka_unit_test(test_follower_refuses_another_channel),
+        cmocka_unit_test(test_follower_failed_apply_is_not_skipped),
         cmocka_unit_test(test_follower_snapshot),
         cmocka_unit_test(test_rule_extra),
         cmocka_unit_test(test_leader_waits_for_the_elr),
