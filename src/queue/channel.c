@@ -1480,6 +1480,47 @@ void tn_broker_chan_repl_done(tn_broker_t *b, const char *topic, const char *cha
     sync_run(cp, seq, status);
 }
 
+/* A settle another leader made (tn_broker_chan_apply: rec applied to the
+ * cursor) takes off the pending entries of the offsets it settled, which
+ * a REQ from that leader made here: else they stayed until this node led
+ * the partition again and their delivery came due, one per message ever
+ * put back while the log follows (for days, beside a leader set aside),
+ * and counted as deferred once led here. FIN and SKIP settle one offset,
+ * EMPTY everything below its own. Out of memory: those of an EMPTY stay,
+ * and delivery drops them as it meets them (chpart_next). */
+static void pend_drop_settled(tn_chpart_t *cp, const tn_walrec_t *rec)
+{
+    if (tn_u64map_size(&cp->pend_map) == 0)
+        return;
+    if (rec->op == TN_WAL_FIN || rec->op == TN_WAL_SKIP) {
+        tn__pend_t *pe = tn_u64map_get(&cp->pend_map, rec->offset);
+        if (pe != NULL && tn_cursor_is_settled(&cp->cur, rec->offset))
+            pend_free(cp, pe);
+        return;
+    }
+    if (rec->op != TN_WAL_EMPTY)
+        return;
+    /* The map may not change while it is walked: the offsets first. */
+    size_t n = 0, pos = 0;
+    uint64_t key;
+    void *val;
+    while (tn_u64map_next(&cp->pend_map, &pos, &key, &val))
+        n += tn_cursor_is_settled(&cp->cur, key);
+    if (n == 0)
+        return;
+    uint64_t *offs = tn_malloc(n * sizeof(*offs));
+    if (offs == NULL)
+        return;
+    size_t k = 0;
+    pos = 0;
+    while (k < n && tn_u64map_next(&cp->pend_map, &pos, &key, &val))
+        if (tn_cursor_is_settled(&cp->cur, key))
+            offs[k++] = key;
+    for (size_t i = 0; i < k; i++)
+        pend_free(cp, tn_u64map_get(&cp->pend_map, offs[i]));
+    tn_free(offs);
+}
+
 int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel, uint32_t p,
                          const tn_walrec_t *rec, tn_walop_t *op, tn_walop_cb cb)
 {
@@ -1511,6 +1552,8 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
             cp->scan > rec->offset)
             cp->scan = rec->offset;
         tn__broker_rewake(cp);
+    } else if (rec->op != TN_WAL_REQ) {
+        pend_drop_settled(cp, rec);
     }
     return tn_chanlog_submit(cp->cl, op, rec, cb);
 }

@@ -1233,6 +1233,62 @@ static void test_chan_apply_req_keeps_delay(void **state)
     qfx_free(q);
 }
 
+/* A REQ another leader made while this node's log was set aside, then
+ * settled there (a FIN of a later delivery, or a frontier moved past it
+ * by an EMPTY: retention, a purge) leaves nothing waiting here: the
+ * pending entry the REQ made goes with the settle. Before, it stayed
+ * until this node led the partition again and its delivery came due (a
+ * set-aside log that follows for days kept one per message ever nacked,
+ * and /stats counted them as deferred once led here). */
+static void test_chan_apply_settle_drops_req(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    q->b->place_readopt = readopt_yes;
+    tn_topic_t *t = topic(q, "rs", 1);
+    tn_channel_t *ch = channel(q, t, "c");
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(publish(q, "rs", "m", 0, NULL, NULL), 0);
+    owners[0] = 7;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0));
+    /* Node 7 puts offsets 0, 1 and 2 back for a minute, then settles 0
+     * (FIN) and everything below 2 (EMPTY). */
+    int64_t due = tn_now_wall_ms() + 60000;
+    tn_walrec_t recs[5] = {
+        {.op = TN_WAL_REQ, .offset = 0, .due_ms = due, .attempts = 1},
+        {.op = TN_WAL_REQ, .offset = 1, .due_ms = due, .attempts = 1},
+        {.op = TN_WAL_REQ, .offset = 2, .due_ms = due, .attempts = 1},
+        {.op = TN_WAL_FIN, .offset = 0},
+        {.op = TN_WAL_EMPTY, .offset = 2},
+    };
+    applyw_t w[5];
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 5; i++) {
+        w[i].op.data = &w[i];
+        assert_int_equal(tn_broker_chan_apply(q->b, "rs", "c", 0, &recs[i], &w[i].op, on_applied),
+                         0);
+    }
+    assert_true(run_until(q, applied, &w[4]));
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(w[i].status, 0);
+    /* Led here again: only offset 2 waits for its time, offset 3 goes. */
+    owners[0] = SELF;
+    follow(q, t);
+    tn_channel_stats_t st;
+    tn_channel_stats(ch, &st);
+    assert_int_equal(st.deferred, 1);
+    sink_t s;
+    attach(&s, ch, 4);
+    expect_n(q, &s, 1);
+    run_for(q, 100);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.d[0].offset, 3);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 /* The lead of a replicated partition goes to another node while
  * consumers here hold its messages (a partition move's hand-over, a
  * failover of a live leader): their leases on it end without a record (a
@@ -1668,6 +1724,7 @@ int main(void)
         cmocka_unit_test(test_grow_here),
         cmocka_unit_test(test_chan_apply_while_set_aside),
         cmocka_unit_test(test_chan_apply_req_keeps_delay),
+        cmocka_unit_test(test_chan_apply_settle_drops_req),
         cmocka_unit_test(test_lead_moved_away),
         cmocka_unit_test(test_abandoned_channel_logs_closed),
         cmocka_unit_test(test_placed_again_while_closing),
