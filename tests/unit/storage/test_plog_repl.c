@@ -1132,6 +1132,69 @@ static void test_repair_crash_points(void **state)
     tn_buf_fini(&good);
 }
 
+/* tn_plog_repair_gap stopped after each step as a crash would: at the
+ * next open the log is either the good copy (records, then the gap, as
+ * the reference) or isolated again with the damage where it was, and a
+ * second repair finishes; either way it then reads as the reference,
+ * also after a restart. */
+static void test_repair_gap_crash_points(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *ref = open_log(fx, "ref", 0);
+    build_gapped(fx, ref);
+    tn_buf_t good;
+    tn_buf_init(&good);
+    read_range(ref, 100, 150, &good);
+    for (int k = 1; k <= 5; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "gcrash%d", k);
+        tn_plog_t *pl = open_log(fx, name, 0);
+        build_gapped(fx, pl);
+        uint64_t base, end;
+        flip_second(fx, name, &base, &end);
+        assert_int_equal(base, 100);
+        assert_int_equal(end, 300);
+        find_damage(pl, base, end);
+        tn_plog_repair_t req;
+        rw_t w;
+        for (int round = 0; round < 2; round++) {
+            memset(&w, 0, sizeof(w));
+            req.data = &w;
+            if (round == 0)
+                tn__plog_repair_stop_after(k);
+            assert_int_equal(tn_plog_repair_gap(pl, &req, base, end, tn_buf_data(&good),
+                                                tn_buf_size(&good), on_repair),
+                             0);
+            run_until(&fx->loop, &w.done);
+            if (round == 1)
+                break;
+            assert_int_equal(w.status, UV_EIO);
+            tu_plog_close(&fx->loop, pl);
+            pl = open_any(fx, name);
+            if (k >= 4) {
+                assert_int_equal(tn_plog_err(pl), 0); /* the good copy is in place */
+                break;
+            }
+            if (k < 3)
+                find_damage(pl, base, end);
+            uint64_t b = 0, e = 0;
+            assert_true(tn_plog_damage(pl, &b, &e));
+            assert_int_equal(b, base);
+            assert_int_equal(e, end);
+        }
+        if (k < 4)
+            assert_int_equal(w.status, 0);
+        assert_int_equal(tn_plog_err(pl), 0);
+        expect_same_gaps(ref, pl);
+        assert_int_equal(tn_plog_gap_end(pl, 150), end);
+        tu_plog_close(&fx->loop, pl);
+        pl = open_log(fx, name, 0);
+        expect_same_gaps(ref, pl);
+        tu_plog_close(&fx->loop, pl);
+    }
+    tn_buf_fini(&good);
+}
+
 /* The same under the power-loss simulator: a cut at every mutating
  * operation of a repair, then a random post-crash state; the log then
  * holds every record, good or (found again) damaged, and a second repair
@@ -2605,6 +2668,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_repair_at_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damage_recorded_across_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_crash_points, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_repair_gap_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_powerloss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_active, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_active_drops_tail, setup, teardown),
