@@ -532,6 +532,60 @@ class ClusterTest(unittest.TestCase):
             sys.stderr.write(c.logs())
 
 
+class OnePartition:
+    """Helpers of a ClusterTest about partition 0 of one replicated topic
+    (a class attribute topic; factor replicas) on nodes that all hold a
+    replica: how a node shows it, waiting for its whole ISR, a clean
+    election. isr_timeout and elect_timeout: how long those may take."""
+
+    topic = None
+    replicas = 3
+    client = {"X-Tern-Client": "cluster-test"}
+    isr_timeout = 120
+    elect_timeout = 120
+
+    def part(self, node):
+        """Partition 0 of the topic as node's GET /v1/topics/{t} shows it
+        (None: no answer)."""
+        status, body = node.request("GET", f"/v1/topics/{self.topic}")
+        if status != 200 or not isinstance(body, dict) or not body.get("partition_stats"):
+            return None
+        return body["partition_stats"][0]
+
+    def node(self, c, node_id):
+        return next(n for n in c.nodes if str(n.id) == str(node_id))
+
+    def in_sync_everywhere(self, c):
+        """Wait until every running node shows the partition's whole
+        replica set in its ISR, under one leader."""
+        def whole():
+            parts = [self.part(n) for n in c.nodes if n.running()]
+            if not parts or any(p is None or not p.get("leader") for p in parts):
+                return False
+            want = sorted(parts[0].get("replicas", []))
+            return len(want) == self.replicas and all(
+                sorted(p.get("isr", [])) == want and p["leader"] == parts[0]["leader"]
+                for p in parts)
+        wait_until(f"{self.topic}/0 with its whole ISR under one leader on every node", whole,
+                   timeout=self.isr_timeout, interval=0.5)
+
+    def elect(self, c, via, node):
+        """A clean election of node, once the whole ISR is there on every
+        running node (again while refused for a member that fell out
+        meanwhile); returns once every running node sees it lead."""
+        def attempt():
+            self.in_sync_everywhere(c)
+            s, b = via.request("POST", f"/v1/topics/{self.topic}/partitions/0/leader",
+                               {"node": str(node.id)}, headers=self.client)
+            return (s, b) if s == 200 else None
+        s, b = wait_until(f"node {node.id} elected", attempt, timeout=self.elect_timeout)
+        if b.get("leader") != str(node.id):
+            raise AssertionError(f"node {node.id} elected, but the answer says {b}")
+        wait_until(f"every node sees node {node.id} lead",
+                   lambda: all((self.part(n) or {}).get("leader") == str(node.id)
+                               for n in c.nodes if n.running()), timeout=60)
+
+
 def main(options=(), configure=None):
     """The command line of every test file here: --ternd PATH (the ternd
     the nodes run), the file's own options ((flag, argparse keywords)

@@ -41,31 +41,10 @@ ARGS = ["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s",
 N = 200
 
 
-class ChanSnap(harness.ClusterTest):
-    def part(self, node):
-        """Partition 0 of the topic as node's GET /v1/topics/{t} shows it
-        (None: no answer)."""
-        status, body = node.request("GET", f"/v1/topics/{TOPIC}")
-        if status != 200 or not isinstance(body, dict) or not body.get("partition_stats"):
-            return None
-        return body["partition_stats"][0]
-
-    def in_sync_everywhere(self, c):
-        """Wait until every running node shows the partition's whole replica
-        set in its ISR, under one leader."""
-        def whole():
-            parts = [self.part(n) for n in c.nodes if n.running()]
-            if not parts or any(p is None or not p.get("leader") for p in parts):
-                return False
-            want = sorted(parts[0].get("replicas", []))
-            return len(want) == 3 and all(
-                sorted(p.get("isr", [])) == want and p["leader"] == parts[0]["leader"]
-                for p in parts)
-        wait_until(f"{TOPIC}/0 with its whole ISR under one leader on every node", whole,
-                   timeout=180, interval=0.5)
-
-    def node(self, c, node_id):
-        return next(n for n in c.nodes if str(n.id) == str(node_id))
+class ChanSnap(harness.OnePartition, harness.ClusterTest):
+    topic = TOPIC
+    isr_timeout = 180
+    elect_timeout = 240
 
     def consume(self, node, want, deadline_s=120):
         """Messages node delivers (payload -> receipt handle) until want
@@ -129,20 +108,6 @@ class ChanSnap(harness.ClusterTest):
                 acked.add(p)
         self.assertGreater(len(acked), N // 4, f"too few acks answered 204: {answers}")
         return lead, acked, everything - tried
-
-    def elect(self, c, via, node):
-        """A clean election of node, once the whole ISR is back everywhere
-        (again while refused for a member that fell out meanwhile)."""
-        def attempt():
-            self.in_sync_everywhere(c)
-            s, b = via.request("POST", f"/v1/topics/{TOPIC}/partitions/0/leader",
-                               {"node": str(node.id)}, headers=CLIENT)
-            return (s, b) if s == 200 else None
-        s, b = wait_until(f"node {node.id} elected", attempt, timeout=240)
-        self.assertEqual(b["leader"], str(node.id), b)
-        wait_until(f"every node sees node {node.id} lead",
-                   lambda: all((self.part(n) or {}).get("leader") == str(node.id)
-                               for n in c.nodes if n.running()), timeout=60)
 
     def check_delivers(self, node, acked, never_acked):
         """What node delivers: every message never acked, and no message

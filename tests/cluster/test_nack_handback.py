@@ -30,45 +30,8 @@ ARGS = ["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s",
         "--min-insync-replicas=2", "--member-session-timeout=3s"]
 
 
-class NackHandBack(harness.ClusterTest):
-    def part(self, node):
-        """Partition 0 of the topic as node's GET /v1/topics/{t} shows it
-        (None: no answer)."""
-        status, body = node.request("GET", f"/v1/topics/{TOPIC}")
-        if status != 200 or not isinstance(body, dict) or not body.get("partition_stats"):
-            return None
-        return body["partition_stats"][0]
-
-    def node(self, c, node_id):
-        return next(n for n in c.nodes if str(n.id) == str(node_id))
-
-    def in_sync_everywhere(self, c):
-        """Wait until every node shows the partition's whole replica set in
-        its ISR, under one leader."""
-        def whole():
-            parts = [self.part(n) for n in c.nodes]
-            if any(p is None or not p.get("leader") for p in parts):
-                return False
-            want = sorted(parts[0].get("replicas", []))
-            return len(want) == 3 and all(
-                sorted(p.get("isr", [])) == want and p["leader"] == parts[0]["leader"]
-                for p in parts)
-        wait_until(f"{TOPIC}/0 with its whole ISR under one leader on every node", whole,
-                   timeout=120, interval=0.5)
-
-    def elect(self, c, via, node):
-        """A clean election of node, once the whole ISR is there on every
-        node (again while refused for a member that fell out meanwhile)."""
-        def attempt():
-            self.in_sync_everywhere(c)
-            s, b = via.request("POST", f"/v1/topics/{TOPIC}/partitions/0/leader",
-                               {"node": str(node.id)}, headers=CLIENT)
-            return (s, b) if s == 200 else None
-        s, b = wait_until(f"node {node.id} elected", attempt, timeout=120)
-        self.assertEqual(b["leader"], str(node.id), b)
-        wait_until(f"every node sees node {node.id} lead",
-                   lambda: all((self.part(n) or {}).get("leader") == str(node.id)
-                               for n in c.nodes), timeout=60)
+class NackHandBack(harness.OnePartition, harness.ClusterTest):
+    topic = TOPIC
 
     def take_one(self, node):
         """The message, from node once it serves (waiting out a take-over
