@@ -38,7 +38,15 @@
  *      record), sent with each call: a follower whose engine's channel
  *      has another (an old one its catalog has not replaced yet) answers
  *      503 until it has the leader's (an older leader sends none, and is
- *      not checked). Nor does it write while this node's copy of the
+ *      not checked). Each call carries too the incarnation of this
+ *      node's data directory the leader holds synced (peer_t.inc: its
+ *      ISR entry's, or the one its snapshot was meant for): a follower
+ *      whose own is another (wiped and made anew, before the leader saw
+ *      it register) answers 409, and the leader marks it not synced: it
+ *      gets a snapshot (step 8) before any record counts from it. An
+ *      older build answers 400 to the incarnation (a trailing field): the
+ *      leader sends that follower the older encoding since (no_inc). Nor
+ *      does it write while this node's copy of the
  *      partition is on its way to or from quarantine/ (o.copy_moving:
  *      marked dropped, its mark being taken away, or being moved), since
  *      what it wrote could go with the copy.
@@ -116,7 +124,9 @@
  * ISR (any other member that may be elected before it has it); a
  * follower never writes the channel log of a partition this node leads
  * (its engine owns it); a follower answers 204 only for records it has
- * synced, and for a snapshot only once its records are synced; every
+ * synced, and for a snapshot only once its records are synced, and
+ * neither for another data directory than its own (a wiped disk's
+ * fresh log confirms nothing until it installed a snapshot); every
  * member of the committed ISR holds every settle the ISR confirmed (it
  * joined through the gate, and the waits counted it since), so
  * whichever is elected next delivers none of them again.
@@ -290,6 +300,9 @@ typedef struct {
      * when the gate is not asking (it is not a candidate then). */
     int64_t uncount_at;
     bool in_isr; /* in the committed ISR when last looked */
+    /* It refused (400) a call that carried its incarnation: an older
+     * build, which takes records only without it (and checks none). */
+    bool no_inc;
     unsigned failures;
     int64_t retry_at; /* monotonic ms: no call before */
 } peer_t;
@@ -321,7 +334,7 @@ typedef struct pcall_s {
     uint32_t node;
     uint64_t last; /* the call's last seq (a snapshot: the seq its state includes) */
     bool snap;     /* a CHAN_SNAP call */
-    uint64_t inc;  /* the incarnation the snapshot was meant for */
+    uint64_t inc;  /* the follower's incarnation the call was meant for (0: any) */
     tn_rpc_call_t *call;
 } pcall_t;
 
@@ -773,6 +786,16 @@ static void on_push_reply(void *arg, int status, const tn_wire_reply_t *reply, c
             if (pe->counted && pe->uncount_at == 0)
                 pe->uncount_at = tn_now_mono_ms();
             peer_failed(pe);
+            if (!pc->snap && code == 409) {
+                /* Its data directory is not the one it was synced with
+                 * (wiped and made anew before this node saw its new
+                 * incarnation), or this node is fenced (the stream ends
+                 * at its next check): the records confirm nothing, it
+                 * needs the channel's state first. */
+                pe->synced = false;
+            } else if (!pc->snap && code == 400 && pc->inc != 0) {
+                pe->no_inc = true; /* an older build: the older encoding */
+            }
         }
         if (status != TN_ECLOSED)
             TN_LOG_RL(TN_LOG_WARN, 10000,
@@ -780,7 +803,7 @@ static void on_push_reply(void *arg, int status, const tn_wire_reply_t *reply, c
                       ": %s",
                       pc->node, pc->snap ? "the state" : "records", st->channel, st->topic, st->p,
                       status != 0   ? (err != NULL ? err : tn_strerror(status))
-                      : code == 409 ? "fenced (stale leader epoch)"
+                      : code == 409 ? "fenced (stale leader epoch) or another data directory"
                                     : "refused");
     }
     tn_free(pc);
@@ -920,13 +943,18 @@ static void pump(stream_t *st)
             peer_failed(pe);
             continue;
         }
+        /* The data directory it is synced for: one made anew since (a
+         * wiped disk this node has not seen registered yet) refuses the
+         * records (409) rather than confirm them without the state
+         * before them. */
+        uint64_t inc = pe->no_inc ? 0 : pe->inc;
         tn_buf_t b;
         tn_buf_init(&b);
         int rc = tn_wire_setrepl_encode(&b, st->topic, st->p, st->epoch, st->channel, st->id, first,
                                         st->base_frontier, st->recs + (first - st->low), n,
-                                        engine_stamp(s, st->topic, st->channel));
+                                        engine_stamp(s, st->topic, st->channel), inc);
         if (rc == 0) {
-            *pc = (pcall_t){.st = st, .node = pe->node, .last = first + n - 1};
+            *pc = (pcall_t){.st = st, .node = pe->node, .last = first + n - 1, .inc = inc};
             rc = tn_rpc_call(s->o.rpc, addr, TN_OP_SETTLE_REPL, tn_buf_data(&b), tn_buf_size(&b),
                              s->o.call_timeout_ms, on_push_reply, pc, &pc->call);
         }
@@ -1533,6 +1561,21 @@ static void on_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len
     }
     if (q->w.leader_epoch > ps.leader_epoch) {
         tn_rpc_reply_error(req, 503, "leader epoch newer than this node knows; retry");
+        freq_free(q);
+        return;
+    }
+    if (q->w.incarnation != 0 && s->o.incarnation != 0 && q->w.incarnation != s->o.incarnation) {
+        /* The leader holds another data directory of this node synced
+         * (this one was made anew: a wiped disk), before it saw the new
+         * one: these records, without the channel's state before them,
+         * must not count as held here. It sends a snapshot next. */
+        s->st.other_incarnation++;
+        TN_LOG_RL(TN_LOG_NOTICE, 10000,
+                  "setrepl: channel %s of %s/%" PRIu32 ": the leader's records are meant for data "
+                  "directory %" PRIx64 ", this node's is %" PRIx64 "; they wait for its state",
+                  q->w.channel, q->w.topic, q->w.partition, q->w.incarnation, s->o.incarnation);
+        tn_rpc_reply_error(req, 409,
+                           "the records are meant for another data directory (incarnation)");
         freq_free(q);
         return;
     }

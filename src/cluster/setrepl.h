@@ -105,8 +105,8 @@ typedef struct {
     tn_broker_t *broker; /* borrowed: the leader's engine */
     tn_setrepl_pstate_fn pstate;
     void *pstate_arg;
-    /* This node's data directory incarnation: a CHAN_SNAP meant for
-     * another one is refused (409). 0: not checked. */
+    /* This node's data directory incarnation: a CHAN_SNAP or SETTLE_REPL
+     * meant for another one is refused (409). 0: not checked. */
     uint64_t incarnation;
     uint64_t call_timeout_ms; /* one SETTLE_REPL call; 0: 5000 */
     /* A member's node RPC address ("host:port", borrowed until the next
@@ -185,6 +185,9 @@ typedef struct {
     /* SETTLE_REPL and CHAN_SNAP refused here (503): the engine's channel
      * is not the one of the leader's stamp (follower) */
     uint64_t other_channel;
+    /* SETTLE_REPL refused here (409): meant for another data directory
+     * incarnation than this node's (follower) */
+    uint64_t other_incarnation;
     uint32_t streams;  /* leader streams open */
     uint32_t followed; /* follower channel logs open */
 } tn_setrepl_stats_t;

@@ -1181,7 +1181,7 @@ static bool walop_known(uint8_t op)
 int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
                            uint32_t leader_epoch, const char *channel, uint64_t stream,
                            uint64_t first_seq, uint64_t base_frontier, const tn_walrec_t *recs,
-                           uint32_t n, uint64_t chan_stamp)
+                           uint32_t n, uint64_t chan_stamp, uint64_t incarnation)
 {
     size_t tl = strlen(topic), cl = strlen(channel);
     if (tl == 0 || tl > 255 || cl == 0 || cl > 255 || leader_epoch == 0 || first_seq == 0 ||
@@ -1192,7 +1192,7 @@ int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
             return UV_EINVAL;
     size_t mark = b->len;
     int rc = tn_buf_reserve(b, 4 + tl + 4 + 4 + 4 + cl + 8 + 8 + 8 + 4 +
-                                   (size_t)n * TN_SETREPL_REC_SIZE + 8);
+                                   (size_t)n * TN_SETREPL_REC_SIZE + 16);
     rc = rc != 0 ? rc : tn_wire_put_str(b, topic);
     rc = rc != 0 ? rc : tn_wire_put_u32(b, partition);
     rc = rc != 0 ? rc : tn_wire_put_u32(b, leader_epoch);
@@ -1208,8 +1208,13 @@ int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
         rc = rc != 0 ? rc : tn_wire_put_u32(b, recs[i].attempts);
         rc = rc != 0 ? rc : tn_wire_put_u64(b, recs[i].value);
     }
-    if (rc == 0 && chan_stamp != 0)
+    /* The incarnation came after the stamp: with it, the stamp is
+     * written even when 0 (its place is fixed); without either, the
+     * encoding of the builds before them. */
+    if (rc == 0 && (chan_stamp != 0 || incarnation != 0))
         rc = tn_wire_put_u64(b, chan_stamp);
+    if (rc == 0 && incarnation != 0)
+        rc = tn_wire_put_u64(b, incarnation);
     if (rc != 0)
         b->len = mark;
     return rc;
@@ -1249,15 +1254,25 @@ int tn_wire_setrepl_decode(const void *p, size_t len, tn_wire_setrepl_t *out, ch
         return TN_EPROTO;
     }
     size_t left = len - in.off, nb = (size_t)out->count * TN_SETREPL_REC_SIZE;
-    /* The channel's stamp after the records came later: absent (an older
-     * build's request, or a channel without one) it is 0. */
+    /* The channel's stamp after the records came later, and the
+     * follower's incarnation after it later still: absent (an older
+     * build's request, a channel without a stamp, an incarnation not
+     * known) they are 0. The stamp alone is not 0; before an
+     * incarnation (never 0) it may be. */
     out->chan_stamp = 0;
-    if (left == nb + 8) {
+    out->incarnation = 0;
+    if (left == nb + 8 || left == nb + 16) {
         tn_wire_in_t st;
-        tn_wire_in_init(&st, in.p + in.off + nb, 8);
+        tn_wire_in_init(&st, in.p + in.off + nb, left - nb);
         (void)tn_wire_get_u64(&st, &out->chan_stamp);
-        if (out->chan_stamp == 0) {
+        if (left == nb + 16)
+            (void)tn_wire_get_u64(&st, &out->incarnation);
+        if (left == nb + 8 && out->chan_stamp == 0) {
             tn_errbuf(err, errlen, "malformed settle_repl request: a channel stamp of 0");
+            return TN_EPROTO;
+        }
+        if (left == nb + 16 && out->incarnation == 0) {
+            tn_errbuf(err, errlen, "malformed settle_repl request: an incarnation of 0");
             return TN_EPROTO;
         }
         left = nb;

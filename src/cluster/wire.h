@@ -206,14 +206,18 @@ typedef enum {
      * cursor.h TN_WAL_*), u64 offset, i64 due_ms, u32 attempts, u64 value,
      * then, when the leader's channel has one, u64 chan_stamp (not 0: the
      * stamp of the channel's metastore record, meta/cmd.h CHANNEL_PUT;
-     * absent in an older build's request: 0, unknown).
+     * absent in an older build's request: 0, unknown), then, when the
+     * leader knows it, u64 incarnation (not 0: the follower's data
+     * directory the leader holds it synced for; chan_stamp is then
+     * written even when 0; absent: 0, any).
      * Replies: 204 once every record is in the follower's channel log and
      * fdatasync'ed; 409 {"error":...} the leader_epoch is older than the
-     * follower's (fenced); 421 the follower does not follow this
-     * partition (no replica here, or it leads it); 503 {"error":...} not
-     * ready, a newer epoch it has not seen yet, its engine's channel not
-     * the one of chan_stamp (yet), shutting down; 500 the
-     * channel log failed; 400 malformed. */
+     * follower's (fenced), or the follower's data directory is another
+     * incarnation (it needs the channel's state first: CHAN_SNAP); 421
+     * the follower does not follow this partition (no replica here, or
+     * it leads it); 503 {"error":...} not ready, a newer epoch it has not
+     * seen yet, its engine's channel not the one of chan_stamp (yet),
+     * shutting down; 500 the channel log failed; 400 malformed. */
     TN_OP_SETTLE_REPL = 13,
     /* A damaged replica's read of a range of its leader's log, to replace
      * a segment that failed its CRC (docs/replication.md, "Repair of a
@@ -812,25 +816,29 @@ typedef struct {
     /* The stamp of the leader's channel (meta/cmd.h CHANNEL_PUT), 0 when
      * the request had none (an older build, a channel without one). */
     uint64_t chan_stamp;
+    /* The follower's data directory incarnation the leader means, 0 when
+     * the request had none (an older build, not known): any. */
+    uint64_t incarnation;
 } tn_wire_setrepl_t;
 
 /* Append a SETTLE_REPL request's fields (after the opcode byte) for
- * recs[0..n) (borrowed) to b, chan_stamp last unless 0 (the encoding of
- * older builds then). 0, UV_ENOMEM, or UV_EINVAL (topic or
- * channel empty or over 255 bytes, leader_epoch or first_seq 0, n not
- * 1..TN_SETREPL_MAX, a record op not 1..TN_SETREPL_OP_MAX); on failure b
- * is as it was. */
+ * recs[0..n) (borrowed) to b, then chan_stamp and incarnation: both
+ * when incarnation is not 0, chan_stamp alone when only it is not 0,
+ * neither else (the encoding of older builds). 0, UV_ENOMEM, or
+ * UV_EINVAL (topic or channel empty or over 255 bytes, leader_epoch or
+ * first_seq 0, n not 1..TN_SETREPL_MAX, a record op not
+ * 1..TN_SETREPL_OP_MAX); on failure b is as it was. */
 int tn_wire_setrepl_encode(tn_buf_t *b, const char *topic, uint32_t partition,
                            uint32_t leader_epoch, const char *channel, uint64_t stream,
                            uint64_t first_seq, uint64_t base_frontier, const tn_walrec_t *recs,
-                           uint32_t n, uint64_t chan_stamp);
+                           uint32_t n, uint64_t chan_stamp, uint64_t incarnation);
 /* Exact decode of a SETTLE_REPL request's fields (p, len: after the
  * opcode byte; borrowed while out is used). The names' syntax is the
  * handler's to judge. 0 or TN_EPROTO (short, trailing, a string empty,
  * over 255 bytes or holding a NUL, leader_epoch or first_seq 0, first_seq
  * + count overflowing, count not 1..TN_SETREPL_MAX or not what the
- * payload holds, a record op not 1..TN_SETREPL_OP_MAX), with a sentence in
- * err (may be
+ * payload holds, a record op not 1..TN_SETREPL_OP_MAX, a chan_stamp of 0
+ * alone, an incarnation of 0 written), with a sentence in err (may be
  * NULL). */
 int tn_wire_setrepl_decode(const void *p, size_t len, tn_wire_setrepl_t *out, char *err,
                            size_t errlen);

@@ -104,6 +104,15 @@ def settle_repl_seeds(here):
     write(sp, "seed-trailing", setrepl_fields(b"t", 0, 1, b"c", 1, 1, recs) + b"\x00")
     write(sp, "seed-short", setrepl_fields(b"t", 0, 1, b"c", 1, 1, recs)[:-5])
     write(sp, "seed-empty-channel", setrepl_fields(b"t", 0, 1, b"", 1, 1, recs[:1]))
+    # After the records: the channel's stamp, then the follower's
+    # incarnation (with it, the stamp is written even when 0).
+    one = setrepl_fields(b"t", 0, 1, b"c", 1, 1, recs[:1])
+    write(sp, "seed-stamp", one + struct.pack(">Q", 0xABCD))
+    write(sp, "seed-stamp-zero", one + struct.pack(">Q", 0))
+    write(sp, "seed-incarnation", one + struct.pack(">QQ", 0, 0x77))
+    write(sp, "seed-stamp-incarnation", one + struct.pack(">QQ", 0xABCD, 0x77))
+    write(sp, "seed-incarnation-zero", one + struct.pack(">QQ", 0xABCD, 0))
+    write(sp, "seed-incarnation-cut", one + struct.pack(">QQ", 0xABCD, 0x77)[:-3])
 
 
 def ckpt_image(frontier, settled, requeued, paused=False, seq=0, counts=(0, 0, 0)):

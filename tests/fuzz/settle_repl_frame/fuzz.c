@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         tn_buf_init(&b);
         if (tn_wire_setrepl_encode(&b, w->topic, w->partition, w->leader_epoch, w->channel,
                                    w->stream, w->first_seq, w->base_frontier, recs, w->count,
-                                   w->chan_stamp) != 0 ||
+                                   w->chan_stamp, w->incarnation) != 0 ||
             tn_buf_size(&b) != size || memcmp(tn_buf_data(&b), data, size) != 0)
             abort();
         tn_buf_fini(&b);

@@ -6,12 +6,15 @@
  * real store: records land in the follower's channel log (read back after
  * a release), a retried request is not applied twice, a new log starts at
  * the leader's base frontier, a stale epoch is fenced (409), a newer one
- * is 503, a partition led here or not replicated is 421, and a released
- * partition stays 421; and the leader path with a real engine: a FIN's
+ * is 503, a partition led here or not replicated is 421, a released
+ * partition stays 421, and records meant for another data directory
+ * incarnation are 409; and the leader path with a real engine: a FIN's
  * tn_channel_sync ends only once the follower wrote its record, fails
  * with TN_EFEWREPLICAS when the ISR is below min_insync and TN_EFENCED
- * once another node leads. Every test checks that uv_loop_close returns
- * 0. */
+ * once another node leads, and ends only after a snapshot when the
+ * follower's data directory was made anew (an older build's follower
+ * gets the encoding without the incarnation). Every test checks that
+ * uv_loop_close returns 0. */
 #include "core/platform.h"
 
 #include "cluster/rpc.h"
@@ -45,7 +48,7 @@ static void test_codec_round_trip(void **state)
     tn_buf_init(&b);
     assert_int_equal(tn_wire_put_u8(&b, 0xAA), 0); /* a prefix stays as it was */
     assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 7, 42, "billing", 0x1122334455667788u,
-                                            1000, 555, recs, 4, 0),
+                                            1000, 555, recs, 4, 0, 0),
                      0);
     tn_wire_setrepl_t w;
     char err[256];
@@ -87,8 +90,8 @@ static void test_codec_stamp(void **state)
     tn_buf_t b, old;
     tn_buf_init(&b);
     tn_buf_init(&old);
-    assert_int_equal(tn_wire_setrepl_encode(&old, "t", 0, 1, "c", 1, 1, 0, &fin, 1, 0), 0);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &fin, 1, 0xABCDull), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&old, "t", 0, 1, "c", 1, 1, 0, &fin, 1, 0, 0), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &fin, 1, 0xABCDull, 0), 0);
     assert_int_equal(tn_buf_size(&b), tn_buf_size(&old) + 8);
     assert_memory_equal(tn_buf_data(&b), tn_buf_data(&old), tn_buf_size(&old));
     tn_wire_setrepl_t w;
@@ -137,6 +140,49 @@ static void test_codec_stamp(void **state)
     tn_buf_fini(&b);
 }
 
+/* The follower's incarnation after the stamp: with it the stamp is
+ * written even when 0; an incarnation of 0 written is refused, and so is
+ * part of one. */
+static void test_codec_incarnation(void **state)
+{
+    (void)state;
+    tn_walrec_t fin = {.op = TN_WAL_FIN, .offset = 1};
+    tn_buf_t b, old;
+    tn_buf_init(&b);
+    tn_buf_init(&old);
+    assert_int_equal(tn_wire_setrepl_encode(&old, "t", 0, 1, "c", 1, 1, 0, &fin, 1, 0, 0), 0);
+    tn_wire_setrepl_t w;
+    char err[256];
+    struct {
+        uint64_t stamp, inc;
+        size_t extra;
+    } cases[] = {{0, 0, 0}, {0xAB, 0, 8}, {0, 0x77, 16}, {0xAB, 0x77, 16}};
+    for (size_t i = 0; i < TN_ARRAY_SIZE(cases); i++) {
+        tn_buf_reset(&b);
+        assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &fin, 1,
+                                                cases[i].stamp, cases[i].inc),
+                         0);
+        assert_int_equal(tn_buf_size(&b), tn_buf_size(&old) + cases[i].extra);
+        assert_memory_equal(tn_buf_data(&b), tn_buf_data(&old), tn_buf_size(&old));
+        assert_int_equal(
+            tn_wire_setrepl_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)), 0);
+        assert_true(w.chan_stamp == cases[i].stamp);
+        assert_true(w.incarnation == cases[i].inc);
+        assert_int_equal(w.count, 1);
+    }
+    /* The last case: an incarnation of 0 written, and cut ones. */
+    uint8_t *g = (uint8_t *)tn_buf_data(&b);
+    size_t n = tn_buf_size(&b);
+    memset(g + n - 8, 0, 8);
+    err[0] = '\0';
+    assert_int_equal(tn_wire_setrepl_decode(g, n, &w, err, sizeof(err)), TN_EPROTO);
+    assert_non_null(strstr(err, "incarnation"));
+    for (size_t cut = 1; cut < 8; cut++)
+        assert_int_equal(tn_wire_setrepl_decode(g, n - cut, &w, err, sizeof(err)), TN_EPROTO);
+    tn_buf_fini(&old);
+    tn_buf_fini(&b);
+}
+
 static void test_codec_refusals(void **state)
 {
     (void)state;
@@ -148,25 +194,25 @@ static void test_codec_refusals(void **state)
     tn_buf_t b;
     tn_buf_init(&b);
     /* The encoder refuses what the decoder would, and leaves b as it was. */
-    assert_int_equal(tn_wire_setrepl_encode(&b, "", 0, 1, "c", 1, 1, 0, &fin, 1, 0), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "", 1, 1, 0, &fin, 1, 0), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, long_name, 0, 1, "c", 1, 1, 0, &fin, 1, 0),
+    assert_int_equal(tn_wire_setrepl_encode(&b, "", 0, 1, "c", 1, 1, 0, &fin, 1, 0, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "", 1, 1, 0, &fin, 1, 0, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, long_name, 0, 1, "c", 1, 1, 0, &fin, 1, 0, 0),
                      UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 0, "c", 1, 1, 0, &fin, 1, 0), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 0, 0, &fin, 1, 0), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &fin, 0, 0), UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, UINT64_MAX, 0, &fin, 1, 0),
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 0, "c", 1, 1, 0, &fin, 1, 0, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 0, 0, &fin, 1, 0, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &fin, 0, 0, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, UINT64_MAX, 0, &fin, 1, 0, 0),
                      UV_EINVAL);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &bad, 1, 0), UV_EINVAL);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, &bad, 1, 0, 0), UV_EINVAL);
     tn_walrec_t many[TN_SETREPL_MAX + 1];
     for (size_t i = 0; i < TN_ARRAY_SIZE(many); i++)
         many[i] = fin;
     assert_int_equal(
-        tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX + 1, 0),
+        tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX + 1, 0, 0),
         UV_EINVAL);
     assert_int_equal(tn_buf_size(&b), 0);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX, 0),
-                     0);
+    assert_int_equal(
+        tn_wire_setrepl_encode(&b, "t", 0, 1, "c", 1, 1, 0, many, TN_SETREPL_MAX, 0, 0), 0);
     tn_wire_setrepl_t w;
     char err[256];
     assert_int_equal(tn_wire_setrepl_decode(tn_buf_data(&b), tn_buf_size(&b), &w, err, sizeof(err)),
@@ -176,7 +222,7 @@ static void test_codec_refusals(void **state)
     /* A good request, then each way of spoiling it. */
     tn_buf_reset(&b);
     tn_walrec_t two[2] = {fin, {.op = TN_WAL_EMPTY, .offset = 5}};
-    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 3, 2, "c", 5, 10, 0, two, 2, 0), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "t", 3, 2, "c", 5, 10, 0, two, 2, 0, 0), 0);
     uint8_t *g = (uint8_t *)tn_buf_data(&b);
     size_t n = tn_buf_size(&b);
     for (size_t cut = 0; cut < n; cut++) {
@@ -432,7 +478,21 @@ static uint16_t push(ffx_t *f, uint32_t epoch, uint64_t stream, uint64_t first,
     tn_buf_t b;
     tn_buf_init(&b);
     assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, epoch, "billing", stream, first,
-                                            push_base, recs, n, 0),
+                                            push_base, recs, n, 0, 0),
+                     0);
+    uint16_t st = tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, r);
+    tn_buf_fini(&b);
+    return st;
+}
+
+/* push, meant for the follower's data directory inc (0: any). */
+static uint16_t push_inc(ffx_t *f, uint64_t inc, uint64_t stream, uint64_t first,
+                         const tn_walrec_t *recs, uint32_t n, tu_rpc_raw_t *r)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, 3, "billing", stream, first, push_base,
+                                            recs, n, 0, inc),
                      0);
     uint16_t st = tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, r);
     tn_buf_fini(&b);
@@ -630,6 +690,43 @@ static void test_follower_snapshot(void **state)
     ffx_free(f);
 }
 
+/* Records meant for another data directory of this node than its own
+ * (the leader holds an older one synced: this one was wiped and made
+ * anew) are refused with 409 and not written; those meant for its own,
+ * or for any (an older leader, an incarnation not known), are written. */
+static void test_follower_refuses_another_incarnation(void **state)
+{
+    (void)state;
+    ffx_incarnation = 77;
+    ffx_t *f = ffx_new();
+    ffx_incarnation = 0;
+    tu_rpc_raw_t r;
+    tn_walrec_t a[1] = {{.op = TN_WAL_FIN, .offset = 3}};
+    tn_walrec_t b[1] = {{.op = TN_WAL_FIN, .offset = 4}};
+    tn_walrec_t c[1] = {{.op = TN_WAL_FIN, .offset = 5}};
+    assert_int_equal(push_inc(f, 78, 9, 1, a, 1, &r), 409);
+    assert_non_null(strstr(r.body, "incarnation"));
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.other_incarnation, 1);
+    assert_int_equal(st.served_records, 0);
+    assert_int_equal(push_inc(f, 77, 9, 1, b, 1, &r), 204);
+    assert_int_equal(push_inc(f, 0, 9, 2, c, 1, &r), 204);
+    tn_setrepl_stats(f->s, &st);
+    assert_int_equal(st.served_records, 2);
+
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    tn_cursor_t cur;
+    read_back(f, &cur);
+    assert_false(tn_cursor_is_settled(&cur, 3));
+    assert_true(tn_cursor_is_settled(&cur, 4));
+    assert_true(tn_cursor_is_settled(&cur, 5));
+    tn_cursor_fini(&cur);
+    ffx_free(f);
+}
+
 static void test_follower_refuses(void **state)
 {
     (void)state;
@@ -652,7 +749,8 @@ static void test_follower_refuses(void **state)
     assert_int_equal(tn_wire_put_str(&b, "orders"), 0);
     assert_int_equal(tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, &r), 400);
     tn_buf_reset(&b);
-    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, 3, "bad name", 1, 1, 0, a, 1, 0), 0);
+    assert_int_equal(tn_wire_setrepl_encode(&b, "orders", 1, 3, "bad name", 1, 1, 0, a, 1, 0, 0),
+                     0);
     assert_int_equal(tu_rpc_raw(&f->rpc, &f->loop, TN_OP_SETTLE_REPL, &b, 10000, &r), 400);
     tn_buf_fini(&b);
     tn_setrepl_stats_t st;
@@ -692,6 +790,7 @@ typedef struct {
     bool done;
     int status;
     uint64_t served_then; /* the follower's records written when it ended */
+    uint64_t snaps_then;  /* the follower's snapshots installed when it ended */
 } lsync_t;
 
 static tn_setrepl_t *the_follower;
@@ -715,6 +814,7 @@ static void on_lsync(tn_chan_sync_t *s, int status)
     tn_setrepl_stats_t st;
     tn_setrepl_stats(the_follower, &st);
     w->served_then = st.served_records;
+    w->snaps_then = st.snapshots_installed;
     w->status = status;
     w->done = true;
 }
@@ -810,6 +910,9 @@ static void lfx_attach(lfx_t *x, tn_channel_t *ch, lsink_t *k, int n)
 
 /* The leader's keep_max for the next lfx_open (0: the default). */
 static uint64_t lfx_keep_max;
+/* Node 2's data directory incarnation for the next lfx_open (0: not
+ * checked; its ISR entry says 102). */
+static uint64_t lfx_follower_inc;
 
 static void lfx_open(lfx_t *x, int n)
 {
@@ -828,8 +931,11 @@ static void lfx_open(lfx_t *x, int n)
     closed_flag = false;
     tn_setrepl_close(f->s, on_closed, NULL);
     tu_run_until(&f->loop, &closed_flag);
-    tn_setrepl_opts_t fo = {
-        .loop = &f->loop, .node_id = 2, .store = f->store, .pstate = script_pstate};
+    tn_setrepl_opts_t fo = {.loop = &f->loop,
+                            .node_id = 2,
+                            .store = f->store,
+                            .pstate = script_pstate,
+                            .incarnation = lfx_follower_inc};
     assert_int_equal(tn_setrepl_new(&fo, &f->s), 0);
     the_follower = f->s;
     tn_rpc_handler_t h[TN_SETREPL_HANDLERS];
@@ -903,6 +1009,7 @@ static void lfx_close(lfx_t *x)
     follower_addr = f->rpc.addr;
     script_pending = 0;
     lfx_keep_max = 0;
+    lfx_follower_inc = 0;
 }
 
 /* Run the loop until catch_up says node 2 caught up (asked every ms). */
@@ -1112,6 +1219,94 @@ static void test_follower_failed_apply_is_not_skipped(void **state)
     follower_engine_close(&x, fb);
     assert_true(sw.done); /* the leader's close ended the wait */
     assert_int_not_equal(sw.status, 0);
+}
+
+/* Node 2 is in the ISR with incarnation 102 (the leader's metastore
+ * replica has not seen it register again), but its data directory was
+ * wiped and made anew: incarnation 202, its channel log empty. A FIN's
+ * record is refused there (409), so the wait holds, and ends only once
+ * node 2 installed the channel's state (CHAN_SNAP; here meant for any
+ * incarnation: the leader's replica knows none). Before, node 2 wrote the
+ * record into its fresh log and answered 204, and the FIN was answered
+ * OK, counted on a disk without the channel's earlier state. */
+static void test_wiped_follower_confirms_nothing(void **state)
+{
+    (void)state;
+    lfx_t x;
+    lfx_follower_inc = 202;
+    lfx_open(&x, 3);
+    ffx_t *f = x.f;
+    lsync_t sw;
+    memset(&sw, 0, sizeof(sw));
+    sw.s.data = &sw;
+    assert_int_equal(tn_consumer_fin(&x.k.c, 0, x.k.d[1].offset, false, 0), 0);
+    tn_channel_sync(x.ch, 0, &sw.s, on_lsync);
+    tu_run_until(&f->loop, &sw.done);
+    assert_int_equal(sw.status, 0);
+    assert_true(sw.snaps_then >= 1); /* before: 0, the record taken at once */
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(f->s, &st);
+    assert_true(st.other_incarnation >= 1);
+    tn_setrepl_stats(x.leader, &st);
+    assert_true(st.snapshots_sent >= 1);
+    uint64_t acked = x.k.d[1].offset;
+    tn_consumer_detach(&x.k.c);
+    lfx_close(&x);
+
+    tn_cursor_t cur;
+    follower_log(f, "billing", &cur);
+    assert_true(tn_cursor_is_settled(&cur, acked));
+    tn_cursor_fini(&cur);
+    ffx_free(f);
+}
+
+/* A follower of an older build refuses (400) records that carry its
+ * incarnation, as a trailing field; the leader sends it the older
+ * encoding then, and the FIN is answered once it took that. */
+static uint32_t old_refused, old_taken;
+static void on_old_settle_repl(tn_rpc_req_t *req, const uint8_t *payload, size_t len, void *arg)
+{
+    (void)arg;
+    tn_wire_setrepl_t w;
+    if (tn_wire_setrepl_decode(payload, len, &w, NULL, 0) != 0 || w.incarnation != 0) {
+        old_refused++;
+        tn_rpc_reply_error(req, 400, "malformed settle_repl request");
+        return;
+    }
+    old_taken += w.count;
+    tn_rpc_reply(req, 204, NULL, NULL, 0);
+}
+
+static void test_older_follower_gets_no_incarnation(void **state)
+{
+    (void)state;
+    lfx_t x;
+    lfx_open(&x, 3);
+    ffx_t *f = x.f;
+    /* Node 2 answers as an older build would. */
+    tu_rpc_pair_close(&f->rpc, &f->loop);
+    tn_rpc_handler_t h[1] = {{TN_OP_SETTLE_REPL, 0, on_old_settle_repl, NULL}};
+    tu_rpc_pair_open(&f->rpc, &f->loop, h, 1);
+    follower_addr = f->rpc.addr;
+    tn_setrepl_set_rpc(x.leader, f->rpc.caller);
+    old_refused = old_taken = 0;
+    lsync_t sw;
+    memset(&sw, 0, sizeof(sw));
+    sw.s.data = &sw;
+    assert_int_equal(tn_consumer_fin(&x.k.c, 0, x.k.d[0].offset, false, 0), 0);
+    tn_channel_sync(x.ch, 0, &sw.s, on_lsync);
+    tu_run_until(&f->loop, &sw.done);
+    assert_int_equal(sw.status, 0);
+    assert_int_equal(old_refused, 1); /* its ISR entry's incarnation, once */
+    assert_true(old_taken >= 1);
+    tn_consumer_detach(&x.k.c);
+    lfx_close(&x);
+    tu_rpc_pair_close(&f->rpc, &f->loop);
+    tn_rpc_handler_t fh[TN_SETREPL_HANDLERS];
+    size_t nh = 0;
+    tn_setrepl_handlers(f->s, fh, &nh);
+    tu_rpc_pair_open(&f->rpc, &f->loop, fh, nh);
+    ffx_free(f);
 }
 
 static void test_leader_waits_for_isr(void **state)
@@ -1587,12 +1782,16 @@ int main(void)
         cmocka_unit_test(test_codec_round_trip),
         cmocka_unit_test(test_codec_refusals),
         cmocka_unit_test(test_codec_stamp),
+        cmocka_unit_test(test_codec_incarnation),
         cmocka_unit_test(test_rule_min_insync),
         cmocka_unit_test(test_trim),
         cmocka_unit_test(test_rule_isr_changes),
         cmocka_unit_test(test_follower_writes),
         cmocka_unit_test(test_follower_base_frontier),
         cmocka_unit_test(test_follower_refuses),
+        cmocka_unit_test(test_follower_refuses_another_incarnation),
+        cmocka_unit_test(test_wiped_follower_confirms_nothing),
+        cmocka_unit_test(test_older_follower_gets_no_incarnation),
         cmocka_unit_test(test_leader_waits_for_isr),
         cmocka_unit_test(test_follower_refuses_another_channel),
         cmocka_unit_test(test_follower_failed_apply_is_not_skipped),

@@ -769,9 +769,9 @@ static void test_request_check(void **state)
     tn_wire_produce_hdr_t ph = {.topic = "t", .partition = 1, .node = 2, .seq = 3};
     assert_int_equal(tn_wire_produce_encode(&good[TN_OP_PRODUCE], &ph, &rec, 1), 0);
     tn_walrec_t wr = {.op = TN_WAL_FIN, .offset = 7};
-    assert_int_equal(
-        tn_wire_setrepl_encode(&good[TN_OP_SETTLE_REPL], "t", 0, 1, "default", 9, 1, 0, &wr, 1, 0),
-        0);
+    assert_int_equal(tn_wire_setrepl_encode(&good[TN_OP_SETTLE_REPL], "t", 0, 1, "default", 9, 1, 0,
+                                            &wr, 1, 0, 0),
+                     0);
     tn_cursor_t snap;
     tn_cursor_init(&snap, 4);
     assert_int_equal(tn_cursor_apply(&snap, &wr), 0);
