@@ -21,6 +21,12 @@
  *   6. A record's sync_mark is the segment length covered by an fdatasync
  *      when the record was written; recovery trusts it to tell a torn tail
  *      from damage (segment.c).
+ *   7. Damage found at runtime (a read, the scrub) in the active segment's
+ *      records is recorded in the partition's damage file, synced, before
+ *      the log turns isolated; recovery reads that record before it scans
+ *      the segments and cuts no tail of the active segment it names (a bad
+ *      record in the last synced batch would otherwise pass for a torn
+ *      write and take the acknowledged records after it along).
  *
  * DESIGN: a round on the log committer.
  *   1. Group the round's appends by partition, in arrival order.
@@ -110,16 +116,6 @@ static void set_sticky(tn_plog_t *plog, int err, const char *fmt, ...)
     TN_LOG(TN_LOG_ERROR, "%s; the partition refuses writes until restart", plog->errmsg);
 }
 
-void tn__plog_isolate(tn_plog_t *plog, int err, const char *fmt, ...)
-{
-    char what[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
-    set_sticky(plog, err, "%s", what);
-}
-
 /* Record the damaged segment [base, end) ahead of the sticky error that
  * isolates the log for it (tn_plog_damage); end 0: unknown. */
 static void note_damage(tn_plog_t *plog, uint64_t base, uint64_t end)
@@ -141,12 +137,41 @@ static uint64_t damage_end_locked(const tn_plog_t *plog, uint64_t base)
     return 0;
 }
 
-void tn__plog_note_damage(tn_plog_t *plog, uint64_t base)
+static int write_damage(tn_plog_t *plog, uint64_t base, uint64_t end);
+
+void tn__plog_found_damage(tn_plog_t *plog, uint64_t base, const char *fmt, ...)
 {
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    uv_mutex_lock(&plog->dmg_lock);
+    if (atomic_load(&plog->err) != 0) {
+        uv_mutex_unlock(&plog->dmg_lock);
+        return; /* isolated already: its damage (or failure) stands */
+    }
     uv_mutex_lock(&plog->lock);
     uint64_t end = damage_end_locked(plog, base);
     uv_mutex_unlock(&plog->lock);
+    /* The active segment's damage is recorded before anyone hears of it:
+     * recovery would take a bad record in the last synced batch for a torn
+     * write and cut it with every acknowledged record after it. A sealed
+     * segment's is not (its records stay, and a read or the scrub finds it
+     * again); a replicated copy's replica manager records that one
+     * (tn_plog_record_damage). */
+    if (end == TN_PLOG_DAMAGE_ACTIVE && !plog->mem) {
+        int rc = write_damage(plog, base, TN_PLOG_DAMAGE_ACTIVE);
+        if (rc != 0)
+            TN_LOG(TN_LOG_ERROR,
+                   "partition %s/%u: cannot record the damage in the active segment %" PRIu64
+                   " (%s): a restart would cut the records from the bad one on as a torn "
+                   "tail; copy the partition directory before any restart",
+                   plog->topic, plog->partition, base, tn_strerror(rc));
+    }
     note_damage(plog, base, end);
+    set_sticky(plog, TN_ECORRUPT, "%s", what);
+    uv_mutex_unlock(&plog->dmg_lock);
 }
 
 bool tn_plog_damage(tn_plog_t *pl, uint64_t *base, uint64_t *end)
@@ -399,9 +424,11 @@ uint64_t tn_plog_controls_in(tn_plog_t *plog, uint64_t from, uint64_t to,
 /* --- recovery ------------------------------------------------------------- */
 
 /* Open and check one segment (next: the following segment's base, when
- * not last). Sets the log's sticky error (and returns 0) on corruption;
- * returns an error only when the open itself failed. */
-static int recover_segment(tn_plog_t *plog, uint64_t base, uint64_t next, bool last,
+ * not last; recorded: the last segment is the active one a damage record
+ * names, so no tail of it is cut). Sets the log's sticky error (and
+ * returns 0) on corruption; returns an error only when the open itself
+ * failed. */
+static int recover_segment(tn_plog_t *plog, uint64_t base, uint64_t next, bool last, bool recorded,
                            uint64_t ctl_base, bool may_ctl, tn_seg_t **out)
 {
     uint32_t interval = plog->store->opts.index_interval;
@@ -481,7 +508,17 @@ static int recover_segment(tn_plog_t *plog, uint64_t base, uint64_t next, bool l
     seg->last_ns = scan.last_ns;
     seg->idx_loaded = true;
 
-    if (scan.tail != 0 && last && scan.zero_tail) {
+    if (scan.tail != 0 && recorded) {
+        /* The damage found before the restart (or more): whatever the tail
+         * looks like, it holds acknowledged records. Nothing is cut. */
+        note_damage(plog, base, TN_PLOG_DAMAGE_ACTIVE);
+        set_sticky(plog, TN_ECORRUPT,
+                   "the active segment %" PRIu64 " (offsets from %" PRIu64
+                   ") was found damaged before the restart and is not repaired yet (%s at byte "
+                   "%" PRIu64 ", not cut: the partition's damage record names the segment)",
+                   base, base, scan.tail == TN_ESHORT ? "truncated record" : "bad record",
+                   scan.tail_pos);
+    } else if (scan.tail != 0 && last && scan.zero_tail) {
         /* Space written ahead of the records (see zero_ahead), left by a
          * crash: nothing was lost. The cut need not be durable. */
         rc = tn_io_ftruncate(seg->fd, scan.valid_len);
@@ -552,27 +589,79 @@ static int recover_floor(tn_plog_t *plog)
 #define DAMAGE_FILE  "damage"
 #define DAMAGE_MAGIC 0x31444E54u /* "TND1" read as a little-endian u32 */
 
-/* At open, after the segments: a damage recorded before the restart
- * isolates the log again while its segment is still there. */
-static int recover_damage(tn_plog_t *plog)
+/* The damage record as the open finds it (load_damage). */
+typedef struct {
+    bool found;   /* a file is there */
+    bool damaged; /* ... of another size, magic or CRC */
+    uint64_t base, end;
+} dmgrec_t;
+
+/* At open, before the segments: the damage record, when there is one (a
+ * damaged file is isolated for later, by apply_damage). */
+static int load_damage(tn_plog_t *plog, dmgrec_t *d)
 {
+    memset(d, 0, sizeof(*d));
     unsigned char p[16];
     int rc = tn_io_read_record_file(plog->dir, DAMAGE_FILE, DAMAGE_MAGIC, p, sizeof(p));
     if (rc == UV_ENOENT)
         return 0;
-    if (rc == TN_ECORRUPT) {
+    if (rc != 0 && rc != TN_ECORRUPT)
+        return rc;
+    d->found = true;
+    d->damaged = rc == TN_ECORRUPT;
+    if (!d->damaged) {
+        d->base = tn_get_u64(p);
+        d->end = tn_get_u64(p + 8);
+    }
+    return 0;
+}
+
+/* A damage record no segment matches (truncated, collected, or moved
+ * aside by the operator since) goes, and says so. */
+static int drop_damage(tn_plog_t *plog, const dmgrec_t *d)
+{
+    if (d->damaged)
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%u: damage file %s/%s is damaged, and no segment is left for it to "
+               "name: removed",
+               plog->topic, plog->partition, plog->dir, DAMAGE_FILE);
+    else if (d->end == TN_PLOG_DAMAGE_ACTIVE)
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%u: the damage recorded for the active segment %" PRIu64
+               " matches no segment any more (truncated or moved aside since): record dropped",
+               plog->topic, plog->partition, d->base);
+    else
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%u: the damage recorded for offsets %" PRIu64 "..%" PRIu64
+               " matches no segment any more (truncated, collected or moved aside since): "
+               "record dropped",
+               plog->topic, plog->partition, d->base, d->end - 1);
+    char path[4096];
+    int rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, DAMAGE_FILE);
+    if (rc == 0)
+        rc = tn_io_unlink(path);
+    if (rc == 0)
+        rc = tn_io_fsync_dir(plog->dir);
+    return rc == UV_ENOENT ? 0 : rc;
+}
+
+/* At open, after the segments: a damage recorded before the restart
+ * isolates the log again while its segment is still there. */
+static int apply_damage(tn_plog_t *plog, const dmgrec_t *d)
+{
+    if (!d->found)
+        return 0;
+    if (d->damaged) {
         set_sticky(plog, TN_ECORRUPT, "damage file %s/%s is damaged", plog->dir, DAMAGE_FILE);
         return 0;
     }
-    if (rc != 0)
-        return rc;
-    uint64_t base = tn_get_u64(p), end = tn_get_u64(p + 8);
     if (atomic_load(&plog->err) != 0)
         return 0; /* isolated already: the damage was found again, or other damage */
     /* The segment there now, as the damage's end names it: the one
      * followed by the segment at end, or for the active segment's damage
      * (TN_PLOG_DAMAGE_ACTIVE) the last one, or one a roll sealed after
      * the damage was found. */
+    uint64_t base = d->base, end = d->end;
     uint64_t now_end = damage_end_locked(plog, base);
     if (now_end != 0 && (now_end == end || end == TN_PLOG_DAMAGE_ACTIVE)) {
         note_damage(plog, base, now_end);
@@ -588,35 +677,29 @@ static int recover_damage(tn_plog_t *plog)
                        base, base, now_end - 1);
         return 0;
     }
-    if (end == TN_PLOG_DAMAGE_ACTIVE)
-        TN_LOG(TN_LOG_NOTICE,
-               "partition %s/%u: the damage recorded for the active segment %" PRIu64
-               " matches no segment any more (truncated since): record dropped",
-               plog->topic, plog->partition, base);
-    else
-        TN_LOG(TN_LOG_NOTICE,
-               "partition %s/%u: the damage recorded for offsets %" PRIu64 "..%" PRIu64
-               " matches no segment any more (truncated or collected since): record dropped",
-               plog->topic, plog->partition, base, end - 1);
-    char path[4096];
-    rc = tn_io_path(path, sizeof(path), "%s/%s", plog->dir, DAMAGE_FILE);
-    if (rc == 0)
-        rc = tn_io_unlink(path);
-    if (rc == 0)
-        rc = tn_io_fsync_dir(plog->dir);
-    return rc == UV_ENOENT ? 0 : rc;
+    return drop_damage(plog, d);
 }
 
 static int recover(tn_plog_t *plog)
 {
     uint64_t *bases = NULL;
     size_t n = 0;
+    dmgrec_t dmg;
     int rc = tn__seg_list(plog->dir, &bases, &n);
-    if (rc != 0)
+    if (rc == 0)
+        rc = load_damage(plog, &dmg);
+    if (rc != 0) {
+        tn_free(bases);
         return rc;
+    }
     if (n == 0) {
+        /* No segment for a damage record to name: the operator moved the
+         * only one aside. */
+        if (dmg.found)
+            rc = drop_damage(plog, &dmg);
         tn_seg_t *seg;
-        rc = create_segment(plog, 0, &seg);
+        if (rc == 0)
+            rc = create_segment(plog, 0, &seg);
         if (rc == 0 && (rc = push_seg(plog, seg)) != 0)
             tn_seg_unref(seg);
         tn_free(bases);
@@ -639,7 +722,10 @@ static int recover(tn_plog_t *plog)
         uint64_t ctl_base = 0;
         if (plog->nsegs > 0)
             ctl_base = active_seg(plog)->ctl_base + active_seg(plog)->nctl;
-        rc = recover_segment(plog, bases[i], i + 1 < n ? bases[i + 1] : 0, i + 1 == n, ctl_base,
+        bool last = i + 1 == n;
+        bool recorded = last && dmg.found && !dmg.damaged && dmg.base == bases[i] &&
+                        dmg.end == TN_PLOG_DAMAGE_ACTIVE;
+        rc = recover_segment(plog, bases[i], last ? 0 : bases[i + 1], last, recorded, ctl_base,
                              may_ctl, &seg);
         if (rc != 0)
             break;
@@ -672,7 +758,7 @@ static int recover(tn_plog_t *plog)
         return rc;
     rc = recover_floor(plog);
     if (rc == 0)
-        rc = recover_damage(plog);
+        rc = apply_damage(plog, &dmg);
     if (rc != 0)
         return rc;
     if (atomic_load(&plog->err) == 0 && (rc = count_floor_ctl(plog)) != 0)
@@ -763,6 +849,7 @@ static void plog_free(tn_plog_t *plog)
     for (uint32_t i = 0; i < plog->nsegs; i++)
         tn_seg_unref(plog->segs[i]);
     tn_free(plog->segs);
+    uv_mutex_destroy(&plog->dmg_lock);
     uv_mutex_destroy(&plog->lock);
     tn_free(plog->dir);
     tn_free(plog->topic);
@@ -784,6 +871,11 @@ static int plog_new(tn_store_t *store, const char *topic, uint32_t partition, tn
     tn_epochs_init(&plog->epochs);
     int rc = uv_mutex_init(&plog->lock);
     if (rc != 0) {
+        tn_free(plog);
+        return rc;
+    }
+    if ((rc = uv_mutex_init(&plog->dmg_lock)) != 0) {
+        uv_mutex_destroy(&plog->lock);
         tn_free(plog);
         return rc;
     }
@@ -1788,10 +1880,9 @@ int tn_plog_read(tn_plog_t *plog, uint64_t offset, tn_buf_t *scratch, tn_rec_t *
     tn_seg_unref(seg);
     if (rc != 0 && offset >= atomic_load(&plog->written_next))
         return TN_ENOTFOUND; /* truncated (tn_plog_truncate) while it was read */
-    if (rc == TN_ECORRUPT) {
-        tn__plog_note_damage(plog, seg->base);
-        set_sticky(plog, rc, "reading offset %" PRIu64 " of segment %" PRIu64, offset, seg->base);
-    }
+    if (rc == TN_ECORRUPT)
+        tn__plog_found_damage(plog, seg->base, "reading offset %" PRIu64 " of segment %" PRIu64,
+                              offset, seg->base);
     return rc;
 }
 
@@ -2550,10 +2641,9 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
         tn_seg_unref(seg);
         if (rc != 0 && off >= atomic_load(&pl->written_next))
             rc = TN_ENOTFOUND; /* truncated while it was read */
-        else if (rc == TN_ECORRUPT) {
-            tn__plog_note_damage(pl, seg_base);
-            set_sticky(pl, rc, "reading offset %" PRIu64 " of segment %" PRIu64, off, seg_base);
-        }
+        else if (rc == TN_ECORRUPT)
+            tn__plog_found_damage(pl, seg_base, "reading offset %" PRIu64 " of segment %" PRIu64,
+                                  off, seg_base);
     }
     tn_buf_fini(&w.buf);
     if ((rc == TN_EGAP && batch_n > 0 && batch_n == n) || (rc == TN_ENOTFOUND && batch_n > 0))
@@ -3027,11 +3117,19 @@ static int reload(tn_plog_t *plog)
     return 0;
 }
 
-/* Write the damage record (base, end): the damage file (committer
- * thread; atomic, the directory synced). */
+/* Write the damage record (base, end): the damage file (dmg_lock held;
+ * atomic, the directory synced), unless the file there already names
+ * that damage (the same range, or the segment at base as the active one,
+ * which an open takes for it sealed since), as tn__plog_found_damage
+ * leaves it for the active segment before tn_plog_record_damage or a
+ * repair asks. */
 static int write_damage(tn_plog_t *plog, uint64_t base, uint64_t end)
 {
     unsigned char b[16];
+    if (tn_io_read_record_file(plog->dir, DAMAGE_FILE, DAMAGE_MAGIC, b, sizeof(b)) == 0 &&
+        tn_get_u64(b) == base &&
+        (tn_get_u64(b + 8) == end || tn_get_u64(b + 8) == TN_PLOG_DAMAGE_ACTIVE))
+        return 0;
     tn_put_u64(b, base);
     tn_put_u64(b + 8, end);
     return tn_io_write_record_file(plog->dir, DAMAGE_FILE, DAMAGE_MAGIC, b, sizeof(b));
@@ -3085,7 +3183,9 @@ static int repair_steps(tn_plog_t *plog, tn_plog_repair_t *req, tn_epochs_t *his
      * step 7 removes it, an open finds the log isolated, whichever of the
      * files below are in place, and the repair starts over. */
     if (req->active) {
+        uv_mutex_lock(&plog->dmg_lock);
         int r0 = write_damage(plog, base, TN_PLOG_DAMAGE_ACTIVE);
+        uv_mutex_unlock(&plog->dmg_lock);
         if (r0 != 0)
             return r0;
     }
@@ -3222,8 +3322,10 @@ static void dmgrec_exec(tn__committer_t *c, tn__sreq_t *s)
     tn_plog_t *plog = req->plog;
     uint64_t base, end;
     int rc = 0;
+    uv_mutex_lock(&plog->dmg_lock);
     if (tn_plog_damage(plog, &base, &end))
         rc = write_damage(plog, base, end);
+    uv_mutex_unlock(&plog->dmg_lock);
     s->status = rc;
     tn__store_complete(c->store, s, s);
 }

@@ -193,6 +193,11 @@ struct tn_plog_s {
     uint64_t floor_ctl;
     bool floor_ctl_known;
 
+    /* Held by whoever writes the damage record, with the check that the
+     * log has not failed yet and the isolation that follows it
+     * (tn__plog_found_damage); taken before lock, never while holding it. */
+    uv_mutex_t dmg_lock;
+
     /* Segments, oldest first; the last is active. Guarded by lock. */
     uv_mutex_t lock;
     tn_seg_t **segs;
@@ -604,7 +609,9 @@ uint32_t tn_plog_damage_prefix_epoch(tn_plog_t *pl, uint64_t base);
  * replaces the segment, which removes the record. A record that no
  * segment matches at open (truncated or collected since) is dropped. On
  * the committer thread; cb with 0 once the file and its directory are
- * synced (also when the damage is gone by then: nothing written).
+ * synced (also when the damage is gone by then, or the file already names
+ * it, as tn__plog_found_damage leaves it for the active segment: nothing
+ * written).
  * Refused at once: UV_EINVAL (a memory log, no range known, cb NULL),
  * TN_ECLOSED. */
 int tn_plog_record_damage(tn_plog_t *pl, tn_plog_dmgrec_t *req, tn_plog_dmgrec_cb cb);
@@ -769,13 +776,15 @@ void tn__memlog_free(tn_plog_t *plog);
 void tn__plog_round(tn__committer_t *c, tn__sreq_t *round);
 int64_t tn__plog_tick(tn__committer_t *c, int64_t now_ns);
 void tn__plog_committer_fini(tn__committer_t *c);
-/* Isolate the log as recovery does for damage it finds (scrub.c): the
- * sticky error becomes err, errmsg says "partition T/P: <what>: <err>",
- * logged at error level. No-op when the log already failed. Any thread. */
-void tn__plog_isolate(tn_plog_t *plog, int err, const char *fmt, ...) TN_PRINTF(3, 4);
-/* Record that the records of the segment at base are damaged, for
- * tn_plog_damage; call just before isolating the log for it. No-op when
- * the log already failed. Any thread; takes the log's lock. */
-void tn__plog_note_damage(tn_plog_t *plog, uint64_t base);
+/* Damage found while the log runs (a read, the scrub) in the records of
+ * the segment at base: isolate the log for it as recovery does (sticky
+ * TN_ECORRUPT, errmsg "partition T/P: <what>: <err>", logged at error
+ * level, tn_plog_damage giving the segment's range). When that segment is
+ * the active one, the damage record (the `damage` file) is written and
+ * synced first, before the isolation is seen: a restart must isolate the
+ * log again, not cut the records from the bad one on as a torn tail. No-op
+ * when the log already failed. Any thread but the loop's (it blocks on
+ * disk); takes the log's locks. */
+void tn__plog_found_damage(tn_plog_t *plog, uint64_t base, const char *fmt, ...) TN_PRINTF(3, 4);
 
 #endif

@@ -270,12 +270,13 @@ static bool isolate(run_t *r, const tn_seg_t *seg, const char *what, uint64_t po
             there = offset != NO_OFFSET && offset < tn_plog_written_next(plog);
         uv_mutex_unlock(&plog->lock);
     }
-    if (there) {
-        tn__plog_note_damage(plog, seg->base);
-        tn__plog_isolate(plog, TN_ECORRUPT,
-                         "segment %s: %s at byte %" PRIu64 " in %s segment (found by scrub)",
-                         seg->path, what, pos, active ? "the active" : "a sealed");
-    }
+    /* Still under the store's lock (the log stays open): for the active
+     * segment this writes and syncs the damage record first. Only a close
+     * meeting a finding waits on it. */
+    if (there)
+        tn__plog_found_damage(plog, seg->base,
+                              "segment %s: %s at byte %" PRIu64 " in %s segment (found by scrub)",
+                              seg->path, what, pos, active ? "the active" : "a sealed");
     uv_mutex_unlock(&store->open_lock);
     return there;
 }

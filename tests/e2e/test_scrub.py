@@ -16,6 +16,11 @@ disk, then
 - after a restart with the sidecar removed, recovery scans the segment and
   isolates the partition itself: the produce answer is the one scrub's
   isolation gave.
+And a factor-1 partition whose active segment the scrub finds damaged in
+its last synced batch: the damage record is written before the scrub
+answers, a restart after SIGKILL isolates the partition with nothing cut,
+and the operator's two documented ways back (move the segment aside, or
+remove the `damage` file) serve the records before the damage.
 One daemon at a time, a few seconds in all."""
 import argparse
 import base64
@@ -273,6 +278,104 @@ class ScrubTest(unittest.TestCase):
         if ISOLATED in m:
             self.assertEqual(m[ISOLATED], 1)
         self.assertEqual(self.produce(1, "again")[0], 202)
+
+    def replay(self, offset):
+        """A replay read of partition 0 at offset: (status, payload or None)."""
+        status, data = self.request("GET", f"/v1/topics/{TOPIC}/consume?partition=0&offset={offset}")
+        return status, json.loads(data)["payload"] if status == 200 else None
+
+    def next_offset(self):
+        return self.json("GET", f"/v1/topics/{TOPIC}")["partition_stats"][0]["next_offset"]
+
+    def test_active_segment_factor1(self):
+        """Damage the scrub finds in the active segment of a factor-1
+        partition, in its last synced batch (nothing synced after it, so
+        recovery alone would take it for a torn write): a restart after a
+        SIGKILL isolates the partition (the damage record) instead of
+        cutting the acknowledged records from the bad one on; the operator's
+        documented steps bring it back: moving the segment aside (the record
+        then names no segment and is dropped), or removing the `damage` file
+        to cut at the bad record's batch and keep the records before it."""
+        self.start("--scrub-interval=0")
+        self.json("POST", "/v1/topics", json.dumps({"name": TOPIC, "partitions": 1}), want=201)
+        body = "x" * 400
+        payloads = []
+        for b, n in ((0, 100), (1, 100), (2, 20)):
+            batch = [{"payload": f"{b}-{i}-{body}", "partition": 0} for i in range(n)]
+            payloads += [m["payload"] for m in batch]
+            self.json("POST", f"/v1/topics/{TOPIC}/produce/batch", json.dumps(batch), want=202)
+        self.assertEqual(self.next_offset(), 220)
+        pdir = os.path.join(self.data, "topics", TOPIC, "0")
+        logs = sorted(glob.glob(os.path.join(pdir, "*.log")))
+        self.assertGreaterEqual(len(logs), 2, logs)  # a sealed segment before the active one
+        active = logs[-1]
+        base = int(os.path.basename(active)[:-4])
+        self.assertTrue(0 < base < 200, logs)
+        bad = 205  # in the last batch (200..219): nothing was synced after it
+        pos = self.flip(active, bad - base)
+        size = os.path.getsize(active)
+
+        rep = self.json("POST", "/v1/storage/scrub?wait=true")
+        self.assertEqual((rep["status"], rep["errors_total"]), ("errors", 1), rep)
+        err = rep["errors"][0]
+        self.assertEqual((err["segment"], err["position"], err["offset"]), (base, pos, bad))
+        self.assertTrue(err["isolated"])
+        self.d.wait_for("in the active segment (found by scrub)")
+        refused = self.produce(0, "refused")
+        self.assertEqual(refused[0], 500, refused)
+        self.assertIn(b"partition isolated", refused[1])
+        # Recorded before the scrub answered.
+        self.assertTrue(os.path.exists(os.path.join(pdir, "damage")))
+        self.d.kill()
+        self.d = None
+
+        # Restarted: isolated, and nothing cut.
+        self.start("--scrub-interval=0")
+        status, data = self.produce(0, "after restart")
+        self.assertEqual(status, 500, (data, self.next_offset()))
+        self.assertEqual((status, data), refused)
+        # (Recovery's lines come before "ready".)
+        line = [l for l in self.d.log().splitlines() if "found damaged before the restart" in l]
+        self.assertTrue(line, self.d.log())
+        self.assertIn(f"partition {TOPIC}/0: the active segment {base} ", line[0])
+        self.assertIn("not cut: the partition's damage record names the segment", line[0])
+        self.assertNotIn("truncating torn tail", self.d.log())
+        self.assertEqual(os.path.getsize(active), size)
+        self.stop()
+
+        # The operator moves the damaged segment aside (in a copy of the
+        # data directory): the record names no segment any more and goes;
+        # the sealed segment's records are served.
+        data1 = self.data
+        self.data = os.path.join(self.dir, "moved")
+        shutil.copytree(data1, self.data)
+        moved_pdir = os.path.join(self.data, "topics", TOPIC, "0")
+        name = os.path.basename(active)
+        os.rename(os.path.join(moved_pdir, name), os.path.join(self.dir, name))
+        self.start("--scrub-interval=0")
+        self.assertIn("matches no segment any more", self.d.log())
+        self.assertFalse(os.path.exists(os.path.join(moved_pdir, "damage")))
+        for off in (0, base - 1):
+            self.assertEqual(self.replay(off), (200, payloads[off]))
+        self.assertEqual(self.next_offset(), base)
+        self.stop()
+        # ... and a later start does not isolate it again.
+        self.start("--scrub-interval=0")
+        self.assertEqual(self.replay(base - 1), (200, payloads[base - 1]))
+        self.stop()
+
+        # Or the operator removes the damage record: recovery cuts the
+        # active segment at the start of the bad record's batch (200), every
+        # record before it is served.
+        self.data = data1
+        os.unlink(os.path.join(pdir, "damage"))
+        self.start("--scrub-interval=0")
+        self.assertIn("truncating torn tail", self.d.log())
+        for off in (0, base - 1, base, 199):
+            self.assertEqual(self.replay(off), (200, payloads[off]))
+        self.assertEqual(self.next_offset(), 200)
+        status, data = self.produce(0, "served")
+        self.assertEqual(status, 202, data)
 
 
 def main():

@@ -312,6 +312,83 @@ static void test_corruption_found_by_read_is_sticky(void **state)
     assert_int_equal(tu_append(&fx->loop, plog, "x", 1, NULL), TN_ECORRUPT);
 }
 
+static bool file_exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* Damage a read finds in the active segment's last batch (nothing synced
+ * after it: recovery alone would cut it as a torn tail, acknowledged
+ * records included): the damage record is on disk by the time the read
+ * answers, and a reopen isolates the log with nothing cut. Moving the
+ * segment aside, even the only one, drops the record at the next open,
+ * and it isolates nothing after. */
+static void test_active_damage_found_by_read_recorded(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *plog = open_log(fx, "t", 0);
+    append_n(fx, plog, 0, 5);
+    char bodies[5][512];
+    tn_rec_in_t recs[5];
+    for (uint64_t i = 0; i < 5; i++) {
+        size_t len = tu_body(5 + i, bodies[i], sizeof(bodies[i]));
+        recs[i] = (tn_rec_in_t){{NULL, 0}, tn_iov(bodies[i], len), 0};
+    }
+    uint64_t first;
+    assert_int_equal(tu_append_batch(&fx->loop, plog, recs, 5, &first), 0);
+    assert_int_equal(first, 5);
+    char path[4096], dmg[4096];
+    snprintf(path, sizeof(path), "%s/topics/t/0/00000000000000000000.log", fx->dir);
+    snprintf(dmg, sizeof(dmg), "%s/topics/t/0/damage", fx->dir);
+    uint64_t pos = 0;
+    for (uint64_t i = 0; i < 7; i++) {
+        char body[512];
+        pos += TN_REC_HDR + tu_body(i, body, sizeof(body));
+    }
+    unsigned char junk = 0x5A;
+    tu_patch_file(path, (long)(pos + TN_REC_HDR + 1), &junk, 1); /* record 7's body */
+    tn_buf_t scratch;
+    tn_buf_init(&scratch);
+    tn_rec_t rec;
+    assert_false(file_exists(dmg));
+    assert_int_equal(tn_plog_read(plog, 7, &scratch, &rec), TN_ECORRUPT);
+    assert_true(file_exists(dmg)); /* before the read answered */
+    tn_buf_fini(&scratch);
+    assert_int_equal(tn_plog_err(plog), TN_ECORRUPT);
+
+    tu_fx_reopen(fx);
+    long size = tu_file_size(path);
+    plog = open_log(fx, "t", 0);
+    assert_int_equal(tn_plog_err(plog), TN_ECORRUPT);
+    assert_non_null(strstr(plog->errmsg, "found damaged before the restart"));
+    uint64_t base = 1, end = 0;
+    assert_true(tn_plog_damage(plog, &base, &end));
+    assert_int_equal(base, 0);
+    assert_true(end == TN_PLOG_DAMAGE_ACTIVE);
+    assert_int_equal(tu_file_size(path), size); /* nothing cut */
+    assert_int_equal(tn_plog_written_next(plog), 5);
+    tu_fx_reopen(fx); /* and again */
+    plog = open_log(fx, "t", 0);
+    assert_int_equal(tn_plog_err(plog), TN_ECORRUPT);
+    assert_int_equal(tu_file_size(path), size);
+
+    /* The operator moves the only segment aside. */
+    tu_store_close(&fx->loop, fx->store);
+    fx->store = NULL;
+    char aside[4096];
+    snprintf(aside, sizeof(aside), "%s/aside.log", fx->dir);
+    assert_int_equal(rename(path, aside), 0);
+    fx->store = tu_store_open(&fx->loop, &fx->opts);
+    plog = open_log(fx, "t", 0);
+    assert_int_equal(tn_plog_err(plog), 0);
+    assert_false(file_exists(dmg));
+    tu_fx_reopen(fx);
+    plog = open_log(fx, "t", 0);
+    assert_int_equal(tn_plog_err(plog), 0);
+    append_n(fx, plog, 0, 3);
+    expect_all(plog, 0, 3);
+}
+
 static void test_fsync_failure_is_sticky(void **state)
 {
     fx_t *fx = *state;
@@ -1116,6 +1193,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_torn_tail_truncated_on_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_sealed_segment_isolates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corruption_found_by_read_is_sticky, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_active_damage_found_by_read_recorded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fsync_failure_is_sticky, setup, teardown),
         cmocka_unit_test_setup_teardown(test_zero_tail_trimmed_on_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abandon_keeps_the_files, setup, teardown),
