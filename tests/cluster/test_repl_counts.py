@@ -272,6 +272,16 @@ class ReplCounts(harness.ClusterTest):
             wait_until(f"{topic} led with 3 in-sync replicas everywhere",
                        lambda t=topic: self.settled(t, 3), timeout=90)
         wait_until(f"{F1} placed", lambda: self.settled(F1, 1), timeout=60)
+        # Each node's engine lists a topic in /stats once its creation
+        # there ended (null while it is still being made, as nsqd answers
+        # for a topic it does not have), which may come after the ISR is
+        # whole: the copies are the replica manager's.
+        for n in self.c.running():
+            for topic in (NSQ, NSQ_BARE, V1, F1):
+                wait_until(f"{topic} made on node {n.id}",
+                           lambda n=n, t=topic: n.request(
+                               "GET", f"/stats?format=json&topic={t}")[1].get("topics"),
+                           timeout=60)
 
     # --- the test --------------------------------------------------------------
 
