@@ -217,9 +217,7 @@ static bool recorded(const tn_catalog_t *c, const char *topic, const char *chann
 /* The engine's channel ch takes the stamp of its record (meta/cmd.h
  * CHANNEL_PUT) when it has none yet: made here before its record (the
  * gate), from its record, or loaded from disk at start (from the record
- * the replica holds then: an old one, if the replica has not applied the
- * channel's deletion yet, which is the channel on disk, and which
- * follow_deletions replaces once it has). A channel whose stamp is known
+ * a replica confirmed current holds: adopt_stamps). A channel whose stamp is known
  * is never given another: one whose record has another stamp is an old
  * channel of the name, which follow_deletions replaces. The channels of
  * fan-out links have none: their record is one for every node's channel,
@@ -236,10 +234,17 @@ static void adopt_stamp(const tn_catalog_t *c, const char *topic, tn_channel_t *
 }
 
 /* Every engine channel without a stamp takes its record's (adopt_stamp),
- * on each change of the replica, in a cluster: not only once deletions
- * are followed (follow_deletions waits for a replica confirmed current),
- * since a follower refuses the leader's stamped records for a channel
- * whose stamp it does not know. */
+ * on each change of a replica confirmed current (replica_current), in a
+ * cluster: not only once deletions are followed (TERN_TEST_DELETIONS_AFTER_MS
+ * holds those), since a follower refuses the leader's stamped records for
+ * a channel whose stamp it does not know. Not before the confirmation: a
+ * replica started empty beside files (`ternctl restore --rejoin`) passes
+ * through older states while it catches up, and a channel loaded from
+ * disk that took a record those show (deleted and made again since)
+ * would be replaced by follow_deletions once the replica is current, its
+ * state here dropped, although the files are the new record's channel.
+ * A restart's replica is current once ready (replica_current), so this
+ * waits only on such a node (its 503s to the leader are retried). */
 static void adopt_stamps(tn_catalog_t *c)
 {
     tn_broker_t *b = c->broker;
@@ -815,8 +820,16 @@ static void on_confirmed(void *arg, int status)
  * files (a node restored with `ternctl restore --rejoin`) is ready at its
  * bootstrap entry, before the leader's log has reached it, and would have
  * every topic deleted here as unrecorded. */
+#ifdef TN_TEST
+static bool unconfirmed_by_file(void);
+#endif
+
 static bool replica_current(tn_catalog_t *c)
 {
+#ifdef TN_TEST
+    if (unconfirmed_by_file())
+        return false;
+#endif
     if (c->current)
         return true;
     if (tn_meta_start_index(c->meta) > 1) {
@@ -1071,10 +1084,10 @@ static void follow_meta(tn_catalog_t *c)
         purges_check(c, false, 0);
         return;
     }
-    if (c->o.cluster)
+    if (c->o.cluster && replica_current(c)) {
         adopt_stamps(c);
-    if (c->o.cluster && replica_current(c))
         follow_deletions(c);
+    }
     for (size_t i = 0; i < s->ntopics; i++) {
         make(c, s->topics[i], true);
         /* Settings changed through another node (a PATCH) reach this
@@ -1177,6 +1190,20 @@ static bool held_by_file(tn_catalog_t *c)
     if (!uv_is_active((uv_handle_t *)c->lag))
         uv_timer_start(c->lag, on_lag_timer, 100, 0);
     return true;
+}
+#endif
+
+#ifdef TN_TEST
+/* TERN_TEST_CATALOG_UNCONFIRMED=path (ternd-test): while the file path
+ * exists, the replica counts as not confirmed current (replica_current),
+ * as a replica started empty beside files (`ternctl restore --rejoin`)
+ * does until the leader's log has reached it, so a test can show what the
+ * catalog does with the states such a replica passes through. Looked at
+ * on each change: a test makes one once it removed the file. */
+static bool unconfirmed_by_file(void)
+{
+    const char *path = getenv("TERN_TEST_CATALOG_UNCONFIRMED");
+    return path != NULL && path[0] != '\0' && access(path, F_OK) == 0;
 }
 #endif
 
@@ -1420,10 +1447,10 @@ static void make(tn_catalog_t *c, const tn_meta_topic_entry_t *e, bool following
 void tn_catalog_reconcile(tn_catalog_t *c)
 {
     release_held(c, false);
-    if (c->o.cluster)
+    if (c->o.cluster && replica_current(c)) {
         adopt_stamps(c);
-    if (c->o.cluster && replica_current(c))
         follow_deletions(c);
+    }
     const tn_meta_state_t *s = tn_meta_state(c->meta);
     for (size_t i = 0; i < s->ntopics; i++)
         make(c, s->topics[i], false);
