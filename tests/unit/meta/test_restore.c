@@ -2,9 +2,9 @@
  * the copy to lead as a table (ties, a copy ahead in epoch but shorter,
  * empty, missing and damaged copies), the rewritten partition state, the
  * derived incarnations, and the rewrite of a real snapshot: the same bytes
- * from every member's restore, and a restored member's first registration
- * fences nothing, so the partition keeps the leader and epochs the restore
- * chose. */
+ * from every member's restore, channel stamps kept, and a restored
+ * member's first registration fences nothing, so the partition keeps the
+ * leader and epochs the restore chose. */
 #include "core/platform.h"
 
 #include "fixture_meta.h"
@@ -194,6 +194,18 @@ static void test_rewrite_snapshot(void **state)
     }
     tn_meta_cmd_t t = tu_meta_native_topic_cmd("rt", 2, 3, 2);
     assert_int_equal(tn_meta_state_apply(&s, &t), 0);
+    /* Channels: one stamped (meta/cmd.h CHANNEL_PUT), one an older
+     * build's (none). */
+    tn_meta_cmd_t ch;
+    memset(&ch, 0, sizeof(ch));
+    ch.type = TN_MC_CHANNEL_PUT;
+    snprintf(ch.topic.name, sizeof(ch.topic.name), "rt");
+    snprintf(ch.channel, sizeof(ch.channel), "audit");
+    ch.chan_stamp = 0xc4a1;
+    assert_int_equal(tn_meta_state_apply(&s, &ch), 0);
+    snprintf(ch.channel, sizeof(ch.channel), "older");
+    ch.chan_stamp = 0;
+    assert_int_equal(tn_meta_state_apply(&s, &ch), 0);
     const tn_pstate_t *ps0 = tn_meta_state_pstate(&s, "rt", 0);
     assert_non_null(ps0);
     uint32_t old_epoch = ps0->leader_epoch;
@@ -233,6 +245,13 @@ static void test_rewrite_snapshot(void **state)
     assert_non_null(off);
     assert_int_equal(off->leader, TN_PSTATE_NONE);
     assert_int_equal(off->nisr + off->nelr, 0);
+    /* Channels keep their stamps: a restored node's catalog takes the
+     * same channel for the same one (api/catalog.c, follow_deletions). */
+    uint64_t stamp = 1;
+    assert_true(tn_meta_channel_find(&s, "rt", "audit", &stamp));
+    assert_true(stamp == 0xc4a1);
+    assert_true(tn_meta_channel_find(&s, "rt", "older", &stamp));
+    assert_true(stamp == 0);
     for (uint64_t id = 1; id <= 3; id++) {
         const tn_meta_member_t *m = tn_meta_member_find(&s, id);
         assert_non_null(m);
