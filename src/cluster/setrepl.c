@@ -793,8 +793,19 @@ static void on_push_reply(void *arg, int status, const tn_wire_reply_t *reply, c
                  * at its next check): the records confirm nothing, it
                  * needs the channel's state first. */
                 pe->synced = false;
-            } else if (!pc->snap && code == 400 && pc->inc != 0) {
-                pe->no_inc = true; /* an older build: the older encoding */
+            } else if (!pc->snap && code == 400 && pc->inc != 0 && !pe->no_inc) {
+                /* An older build: the older encoding. A newer one answers
+                 * 400 only to a malformed call (a bug), which this would
+                 * leave unchecked for the stream's life: said once, with
+                 * the follower's words, and counted. */
+                pe->no_inc = true;
+                s->st.inc_refused++;
+                int n = (int)TN_MIN(reply->body_len, 200);
+                TN_LOG(TN_LOG_NOTICE,
+                       "setrepl: node %" PRIu32 " refused the incarnation in records of channel %s "
+                       "of %s/%" PRIu32 " (400: %.*s); taking it for an older build, it gets "
+                       "them unchecked from now on",
+                       pc->node, st->channel, st->topic, st->p, n, (const char *)reply->body);
             }
         }
         if (status != TN_ECLOSED)

@@ -188,6 +188,12 @@ typedef struct {
     /* SETTLE_REPL refused here (409): meant for another data directory
      * incarnation than this node's (follower) */
     uint64_t other_incarnation;
+    /* SETTLE_REPL calls carrying the follower's incarnation that it
+     * refused with 400, after which the stream sends it the older
+     * encoding, unchecked (leader): an older build, or a malformed call
+     * a newer one refused (a bug, which then goes unchecked: the notice
+     * line quotes the follower's answer) */
+    uint64_t inc_refused;
     uint32_t streams;  /* leader streams open */
     uint32_t followed; /* follower channel logs open */
 } tn_setrepl_stats_t;

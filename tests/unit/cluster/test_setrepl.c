@@ -1299,6 +1299,9 @@ static void test_older_follower_gets_no_incarnation(void **state)
     assert_int_equal(sw.status, 0);
     assert_int_equal(old_refused, 1); /* its ISR entry's incarnation, once */
     assert_true(old_taken >= 1);
+    tn_setrepl_stats_t st;
+    tn_setrepl_stats(x.leader, &st);
+    assert_int_equal(st.inc_refused, 1); /* counted (and said) once */
     tn_consumer_detach(&x.k.c);
     lfx_close(&x);
     tu_rpc_pair_close(&f->rpc, &f->loop);
