@@ -18,6 +18,7 @@
 #include "testutil.h"
 
 #include "api/catalog.h"
+#include "core/buf.h"
 #include "core/err.h"
 #include "core/time.h"
 #include "meta/meta.h"
@@ -456,6 +457,84 @@ static void test_loaded_channel_waits_for_a_current_replica(void **state)
     cfx_free(f);
 }
 
+typedef struct {
+    tn_meta_req_t req;
+    bool done;
+    int status;
+} rawp_t;
+
+static void on_raw_proposed(tn_meta_req_t *req, int status)
+{
+    rawp_t *x = req->data;
+    x->done = true;
+    x->status = status;
+}
+
+static bool raw_done(void *arg)
+{
+    return ((rawp_t *)arg)->done;
+}
+
+/* Commit the CHANNEL_PUT of an older build: encoded without a stamp, as
+ * another node's forwarded bytes (tn_meta_propose would draw one). */
+static void put_older_channel(cfx_t *f, const char *topic, const char *channel)
+{
+    tn_meta_cmd_t c;
+    memset(&c, 0, sizeof(c));
+    c.type = TN_MC_CHANNEL_PUT;
+    snprintf(c.topic.name, sizeof(c.topic.name), "%s", topic);
+    snprintf(c.channel, sizeof(c.channel), "%s", channel);
+    tn_buf_t b;
+    tn_buf_init(&b);
+    assert_int_equal(tn_meta_cmd_encode(&c, &b), 0);
+    rawp_t x;
+    memset(&x, 0, sizeof(x));
+    x.req.data = &x;
+    assert_int_equal(
+        tn_meta_propose_encoded(f->m, &x.req, tn_buf_data(&b), tn_buf_size(&b), on_raw_proposed),
+        0);
+    assert_true(run_until(f, raw_done, &x));
+    assert_int_equal(x.status, 0);
+    tn_buf_fini(&b);
+    uint64_t stamp = 1;
+    assert_true(tn_meta_channel_find(tn_meta_state(f->m), topic, channel, &stamp));
+    assert_true(stamp == 0);
+}
+
+/* A channel an older build recorded (stamp 0, meta/cmd.h CHANNEL_PUT) is
+ * never replaced for its stamp: its engine channel keeps stamp 0 and stays
+ * the same object through later changes of the replica, also one loaded
+ * from disk. */
+static void test_older_channel_is_kept(void **state)
+{
+    (void)state;
+    cfx_t *f = cfx_open();
+    /* The records arrive before the replica is confirmed: the engine's
+     * topic is not taken for deleted meanwhile. */
+    char unconfirmed[4096];
+    snprintf(unconfirmed, sizeof(unconfirmed), "%s/unconfirmed", f->fx->dir);
+    FILE *u = fopen(unconfirmed, "w");
+    assert_non_null(u);
+    fclose(u);
+    assert_int_equal(setenv("TERN_TEST_CATALOG_UNCONFIRMED", unconfirmed, 1), 0);
+    uint64_t gen = engine_channel_made(f, "far", "audit")->gen;
+    cfx_start(f, true);
+    register_member(f, 2);
+    put_topic(f, "far", 1);
+    put_older_channel(f, "far", "audit");
+    assert_int_equal(unlink(unconfirmed), 0);
+    unsetenv("TERN_TEST_CATALOG_UNCONFIRMED");
+    channel_cmd(f, TN_MC_CHANNEL_PUT, "far", "other", 0x33); /* a change after it */
+    stamped_t x = {f, 0, 0, 0};
+    has_topic_t h = {f, "far", 1, "other"};
+    assert_true(run_until(f, engine_follows, &h));
+    register_member(f, 2); /* one more change, looked at with the replica confirmed */
+    assert_true(run_until(f, engine_follows, &h));
+    assert_true(channel_stamped(&x));
+    assert_int_equal(x.gen, gen);
+    cfx_free(f);
+}
+
 /* A lone node: every partition is here, as before placement. */
 static void test_lone_node_has_every_partition(void **state)
 {
@@ -885,6 +964,7 @@ int main(void)
         cmocka_unit_test(test_cluster_follows_records),
         cmocka_unit_test(test_channel_made_again_at_once),
         cmocka_unit_test(test_loaded_channel_waits_for_a_current_replica),
+        cmocka_unit_test(test_older_channel_is_kept),
         cmocka_unit_test(test_lone_node_has_every_partition),
         cmocka_unit_test(test_three_nodes),
         cmocka_unit_test(test_nsq_publishes_grow_the_topic),
