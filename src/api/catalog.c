@@ -1108,15 +1108,10 @@ static void on_lag_timer(uv_timer_t *h)
         follow_meta(h->data);
 }
 
-/* TERN_TEST_CATALOG_LAG_MS=n (ternd-test): the catalog follows the
- * replica n ms after a change, so a test can show what a request does
- * between the metastore applying a record and the catalog making what it
- * names. True when the change is left to the timer. */
-static bool lagging(tn_catalog_t *c)
+/* The test hooks' one timer (c->lag, made on first use) started for ms
+ * unless already pending. false when it could not be made. */
+static bool lag_timer_start(tn_catalog_t *c, uint64_t ms)
 {
-    const char *v = getenv("TERN_TEST_CATALOG_LAG_MS");
-    if (v == NULL || atoi(v) <= 0)
-        return false;
     if (c->lag == NULL) {
         uv_timer_t *h = tn_calloc(1, sizeof(*h));
         if (h == NULL || uv_timer_init(c->broker->loop, h) != 0) {
@@ -1126,11 +1121,23 @@ static bool lagging(tn_catalog_t *c)
         h->data = c;
         c->lag = h;
     }
+    if (!uv_is_active((uv_handle_t *)c->lag))
+        uv_timer_start(c->lag, on_lag_timer, ms, 0);
+    return true;
+}
+
+/* TERN_TEST_CATALOG_LAG_MS=n (ternd-test): the catalog follows the
+ * replica n ms after a change, so a test can show what a request does
+ * between the metastore applying a record and the catalog making what it
+ * names. True when the change is left to the timer. */
+static bool lagging(tn_catalog_t *c)
+{
+    const char *v = getenv("TERN_TEST_CATALOG_LAG_MS");
+    if (v == NULL || atoi(v) <= 0)
+        return false;
     /* One pending timer covers every change until it fires: it reads
      * the replica as it is then. */
-    if (!uv_is_active((uv_handle_t *)c->lag))
-        uv_timer_start(c->lag, on_lag_timer, (uint64_t)atoi(v), 0);
-    return true;
+    return lag_timer_start(c, (uint64_t)atoi(v));
 }
 #endif
 
@@ -1152,17 +1159,7 @@ static bool deletions_held(tn_catalog_t *c)
         c->deletions_hold = 0;
         return false;
     }
-    if (c->lag == NULL) {
-        uv_timer_t *h = tn_calloc(1, sizeof(*h));
-        if (h == NULL || uv_timer_init(c->broker->loop, h) != 0) {
-            tn_free(h);
-            return true; /* a later change looks again */
-        }
-        h->data = c;
-        c->lag = h;
-    }
-    if (!uv_is_active((uv_handle_t *)c->lag))
-        uv_timer_start(c->lag, on_lag_timer, c->deletions_from - now, 0);
+    (void)lag_timer_start(c, c->deletions_from - now); /* else a later change looks again */
     return true;
 }
 #endif
@@ -1178,17 +1175,7 @@ static bool held_by_file(tn_catalog_t *c)
     const char *path = getenv("TERN_TEST_CATALOG_HOLD");
     if (path == NULL || path[0] == '\0' || access(path, F_OK) != 0)
         return false;
-    if (c->lag == NULL) {
-        uv_timer_t *h = tn_calloc(1, sizeof(*h));
-        if (h == NULL || uv_timer_init(c->broker->loop, h) != 0) {
-            tn_free(h);
-            return true; /* a later change looks again */
-        }
-        h->data = c;
-        c->lag = h;
-    }
-    if (!uv_is_active((uv_handle_t *)c->lag))
-        uv_timer_start(c->lag, on_lag_timer, 100, 0);
+    (void)lag_timer_start(c, 100); /* else a later change looks again */
     return true;
 }
 #endif
