@@ -732,6 +732,71 @@ int tn_store_topic_stamp_read(tn_store_t *store, const char *topic, int64_t *ms)
     return 0;
 }
 
+/* The channel stamp file: u32 magic "TNSC", u32 crc32c of the next 8
+ * bytes, u64 the record's stamp; little-endian. */
+#define CHAN_STAMP_MAGIC 0x43534E54u /* "TNSC" read as a little-endian u32 */
+
+/* dir: the topic's directory; name: the channel's stamp file. */
+static int chan_stamp_path(tn_store_t *store, const char *topic, const char *channel, char *dir,
+                           size_t dirlen, char *name, size_t namelen)
+{
+    if (!tn_store_valid_name(topic) || !tn_store_valid_name(channel))
+        return UV_EINVAL;
+    int n = snprintf(dir, dirlen, "%s/%s", store->topics_path, topic);
+    int m = snprintf(name, namelen, "%s" TN_STORE_CHAN_STAMP_SUFFIX, channel);
+    if (n < 0 || (size_t)n >= dirlen || m < 0 || (size_t)m >= namelen)
+        return UV_ENAMETOOLONG;
+    return 0;
+}
+
+int tn_store_channel_stamp_write(tn_store_t *store, const char *topic, const char *channel,
+                                 uint64_t stamp, bool *written)
+{
+    if (written != NULL)
+        *written = false;
+    char dir[4400], name[300], path[4800];
+    int rc = chan_stamp_path(store, topic, channel, dir, sizeof(dir), name, sizeof(name));
+    if (rc != 0)
+        return rc;
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return errno == ENOENT ? 0 : tn_err_from_errno(errno);
+    if (stamp == 0) {
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        rc = tn_io_unlink(path);
+        if (rc == UV_ENOENT)
+            return 0;
+        return rc != 0 ? rc : tn_io_fsync_dir(dir);
+    }
+    unsigned char payload[8];
+    tn_put_u64(payload, stamp);
+    rc = tn_io_write_record_file(dir, name, CHAN_STAMP_MAGIC, payload, sizeof(payload));
+    if (rc == 0 && written != NULL)
+        *written = true;
+    return rc;
+}
+
+int tn_store_channel_stamp_read(tn_store_t *store, const char *topic, const char *channel,
+                                uint64_t *stamp)
+{
+    *stamp = 0;
+    char dir[4400], name[300];
+    int rc = chan_stamp_path(store, topic, channel, dir, sizeof(dir), name, sizeof(name));
+    if (rc != 0)
+        return rc;
+    unsigned char payload[8];
+    rc = tn_io_read_record_file(dir, name, CHAN_STAMP_MAGIC, payload, sizeof(payload));
+    if (rc == UV_ENOENT || rc == UV_ENOTDIR)
+        return 0;
+    if (rc != 0)
+        return rc;
+    uint64_t v = tn_get_u64(payload);
+    if (v == 0)
+        return TN_ECORRUPT;
+    *stamp = v;
+    return 0;
+}
+
 int tn_store_list_topics(tn_store_t *store, tn_store_topic_cb cb, void *arg)
 {
     DIR *d = opendir(store->topics_path);

@@ -213,6 +213,26 @@ int tn_store_topic_stamp_read(tn_store_t *store, const char *topic, int64_t *ms)
  * whole), without a store: for `ternctl restore`. */
 int tn_store_stamp_write_dir(const char *topic_dir, int64_t ms);
 
+/* A channel's stamp (`topics/<topic>/<channel>.cstamp`, storage-format.md):
+ * the random id (not 0) of the metastore record (CHANNEL_PUT) the channel
+ * was made from, so that a node which comes back after the channel was
+ * deleted and made again under its name (its topic kept) tells its files
+ * of the old channel from the new one. It is kept once per topic
+ * directory, beside the partitions that hold the channel's logs.
+ * tn_store_channel_stamp_write replaces it atomically, in an existing
+ * topic directory only (none here: 0 with *written false; written may be
+ * NULL); stamp 0 removes it (then fsyncs the directory), so that a stamp
+ * left by a deleted channel is never taken for a new one's.
+ * tn_store_channel_stamp_read: 0 with *stamp 0 when there is none (a
+ * channel made by an earlier release, or a fan-out link's); TN_ECORRUPT
+ * when the file is not a stamp (size, magic, CRC, or 0). Blocking: a
+ * worker thread (read: also before the loop runs). */
+#define TN_STORE_CHAN_STAMP_SUFFIX ".cstamp"
+int tn_store_channel_stamp_write(tn_store_t *store, const char *topic, const char *channel,
+                                 uint64_t stamp, bool *written);
+int tn_store_channel_stamp_read(tn_store_t *store, const char *topic, const char *channel,
+                                uint64_t *stamp);
+
 /* Remove a topic's directory (its logs and channel logs closed): renamed
  * into trash/ (durably: the topic is gone from then on, even after a
  * crash), then deleted; a start clears what a crash left in trash/.

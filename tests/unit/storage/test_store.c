@@ -204,6 +204,78 @@ static void test_topic_stamp(void **state)
     free(dir);
 }
 
+/* A channel's stamp (store.h): kept in its topic's directory, written
+ * atomically and read back, removed with stamp 0; absent reads 0; a topic
+ * with no directory here is left alone (nothing written); anything else
+ * in its place is refused as damaged. */
+static void test_channel_stamp(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char *dir = tu_tempdir();
+    tn_store_opts_t o;
+    tu_store_opts(&o, dir);
+    tn_store_t *s = tu_store_open(&loop, &o);
+    uint64_t stamp = 1;
+    bool written = true;
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "c", &stamp), 0);
+    assert_int_equal(stamp, 0);
+    assert_int_equal(tn_store_channel_stamp_write(s, "alpha", "c", 7, &written), 0);
+    assert_false(written); /* no directory: none made */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/alpha", dir);
+    struct stat st;
+    assert_int_equal(stat(path, &st), -1);
+
+    tn_plog_t *p;
+    assert_int_equal(tn_plog_open(s, "alpha", 0, &p), 0);
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "c", &stamp), 0);
+    assert_int_equal(stamp, 0); /* files from before stamps */
+    assert_int_equal(tn_store_channel_stamp_write(s, "alpha", "c", 0xfeedface12345678u, &written),
+                     0);
+    assert_true(written);
+    assert_int_equal(tn_store_channel_stamp_write(s, "alpha", "d", 9, NULL), 0);
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "c", &stamp), 0);
+    assert_true(stamp == 0xfeedface12345678u);
+    assert_int_equal(tn_store_channel_stamp_write(s, "alpha", "c", 11, NULL), 0);
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "c", &stamp), 0);
+    assert_int_equal(stamp, 11); /* replaced */
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "d", &stamp), 0);
+    assert_int_equal(stamp, 9); /* one per channel */
+    /* Removed (twice: the second finds nothing); the other one stays. */
+    assert_int_equal(tn_store_channel_stamp_write(s, "alpha", "c", 0, &written), 0);
+    assert_false(written);
+    assert_int_equal(tn_store_channel_stamp_write(s, "alpha", "c", 0, NULL), 0);
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "c", &stamp), 0);
+    assert_int_equal(stamp, 0);
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "d", &stamp), 0);
+    assert_int_equal(stamp, 9);
+    /* Neither the topic's stamp nor a partition. */
+    int64_t ms = -1;
+    assert_int_equal(tn_store_topic_stamp_read(s, "alpha", &ms), 0);
+    assert_int_equal(ms, 0);
+    char parts[1024] = "";
+    assert_int_equal(tn_store_list_partitions(s, "alpha", add_partition, parts), 0);
+    assert_string_equal(parts, "alpha/0;");
+    /* Names that are not a channel's. */
+    assert_int_equal(tn_store_channel_stamp_write(s, "alpha", "..", 1, NULL), UV_EINVAL);
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "a/b", &stamp), UV_EINVAL);
+    /* Damaged: another size, or a stamp of 0. */
+    write_text(path, "d" TN_STORE_CHAN_STAMP_SUFFIX, "9\n");
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "d", &stamp), TN_ECORRUPT);
+    unsigned char zero[8] = {0};
+    assert_int_equal(tn_io_write_record_file(path, "d" TN_STORE_CHAN_STAMP_SUFFIX, 0x43534E54u,
+                                             zero, sizeof(zero)),
+                     0);
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "d", &stamp), TN_ECORRUPT);
+    assert_int_equal(stamp, 0);
+    tu_store_close(&loop, s);
+    tu_loop_fini(&loop);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 static void test_names(void **state)
 {
     (void)state;
@@ -253,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_format_rules),
         cmocka_unit_test(test_listing),
         cmocka_unit_test(test_topic_stamp),
+        cmocka_unit_test(test_channel_stamp),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_open_alloc_failures),
     };
