@@ -249,10 +249,23 @@ static void adopt_stamps(tn_catalog_t *c)
 {
     tn_broker_t *b = c->broker;
     for (size_t i = 0; i < b->nbuckets; i++)
-        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext)
-            if (!t->memory && t->state == TN_OBJ_READY)
-                for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
-                    adopt_stamp(c, t->name, ch);
+        for (tn_topic_t *t = b->buckets[i]; t != NULL; t = t->hnext) {
+            if (t->memory || t->state != TN_OBJ_READY)
+                continue;
+            int copy_here = -1; /* asked once per topic, when needed */
+            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next) {
+                adopt_stamp(c, t->name, ch);
+                /* On disk too (a channel from before stamps, or made before
+                 * its record was matched), so a node that comes back after
+                 * the channel was made again tells the two apart. */
+                if (ch->stamp == 0 || ch->stamp == ch->stamp_kept)
+                    continue;
+                if (copy_here < 0)
+                    copy_here =
+                        c->replica != NULL && tn_replica_holds_own(c->replica, t->name, t->nparts);
+                tn_channel_keep_stamp(ch, copy_here == 1);
+            }
+        }
 }
 
 /* The engine's channel of topic named channel (made, or being made), or

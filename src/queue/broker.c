@@ -541,12 +541,14 @@ int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_afte
     if (b->gate == NULL || t->memory) {
         if (ch == NULL)
             tn__topic_place_new(t, 0);
+        else
+            tn__channel_gate_passed(ch);
         return uv_queue_work(b->loop, work, run, after);
     }
     tn_gate_t *g = tn_calloc(1, sizeof(*g));
     if (g == NULL)
         return UV_ENOMEM;
-    *g = (tn_gate_t){b, work, run, after, true, false, 0, ch == NULL ? t : NULL};
+    *g = (tn_gate_t){b, work, run, after, true, false, 0, ch == NULL ? t : NULL, ch};
     b->gate(b->gate_arg, g, t, ch);
     g->asking = false;
     if (!g->answered)
@@ -556,6 +558,8 @@ int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_afte
     tn_free(g);
     if (status == 0 && ch == NULL)
         gate_passed(b, t);
+    if (status == 0 && ch != NULL)
+        tn__channel_gate_passed(ch);
     return status != 0 ? status : uv_queue_work(b->loop, work, run, after);
 }
 
@@ -571,11 +575,14 @@ void tn_gate_done(tn_gate_t *g, int status)
     uv_work_cb run = g->run;
     uv_after_work_cb after = g->after;
     tn_topic_t *place = g->place;
+    tn_channel_t *chan = g->chan;
     tn_free(g);
     if (status == 0 && b->closing)
         status = TN_ECLOSED;
     if (status == 0 && place != NULL)
         gate_passed(b, place);
+    if (status == 0 && chan != NULL)
+        tn__channel_gate_passed(chan);
     if (status == 0)
         status = uv_queue_work(b->loop, work, run, after);
     if (status != 0)

@@ -523,6 +523,16 @@ int tn__channel_load(tn_topic_t *t, const char *name)
             break;
         }
     }
+    /* Which record the files are of: the catalog replaces the channel if
+     * its record has another stamp (deleted and made again meanwhile). */
+    uint64_t stamp = 0;
+    int rc = tn_store_channel_stamp_read(b->store, t->name, name, &stamp);
+    if (rc != 0)
+        TN_LOG(TN_LOG_WARN,
+               "channel %s of %s: its stamp (%s%s) cannot be read (%s): the channel recorded "
+               "under its name is taken for its own, as for files written before stamps",
+               name, t->name, name, TN_STORE_CHAN_STAMP_SUFFIX, tn_strerror(rc));
+    ch->stamp = ch->stamp_kept = stamp;
     ch->state = TN_OBJ_READY;
     channel_link(t, ch);
     return 0;
@@ -539,6 +549,14 @@ typedef struct {
     int64_t since_ns;
     tn_chanlog_t **cls;
     tn_cursor_t *curs;
+    bool stamp_written; /* ch->stamp_kept is in the topic's directory */
+    /* Remote partitions whose log the engine holds set aside for the
+     * replica manager (a replicated partition's follower that led it or
+     * loaded it from disk): the channel's log is opened there as on a
+     * served one, as a channel loaded at start has it, so a follower's
+     * records and snapshots go through it (tn_broker_chan_apply) and the
+     * channel is served from it once led here again. */
+    bool *aside;
     int rc;
 } chan_job_t;
 
@@ -567,8 +585,15 @@ static void chan_create_work(uv_work_t *w)
     chan_job_t *j = TN_CONTAINER_OF(w, chan_job_t, work);
     tn_channel_t *ch = j->ch;
     tn_topic_t *t = ch->topic;
+    /* The stamp before the first checkpoint: files of the channel are
+     * never on disk with another channel's stamp beside them (a stamp left
+     * by a deleted channel of the name goes when this one's is unknown). */
+    j->rc = tn_store_channel_stamp_write(t->broker->store, t->name, ch->name, ch->stamp_kept,
+                                         &j->stamp_written);
+    if (j->rc != 0)
+        return;
     for (uint32_t i = 0; i < t->nparts; i++) {
-        if (t->parts[i]->remote)
+        if (t->parts[i]->remote && !j->aside[i])
             continue; /* its channel log is on the partition's owner */
         tn_plog_t *plog = t->parts[i]->plog;
         tn_plog_stats_t st;
@@ -598,6 +623,8 @@ static void chan_create_done(uv_work_t *w, int status)
     tn_broker_t *b = t->broker;
     int rc = j->rc != 0 ? j->rc : status;
     ch->busy--;
+    if (!j->stamp_written)
+        ch->stamp_kept = 0; /* no directory here yet: tn_channel_keep_stamp writes it later */
     for (uint32_t i = 0; i < t->nparts; i++) {
         if (t->parts[i]->remote && j->cls[i] == NULL)
             tn_cursor_init(&j->curs[i], 0); /* idle: the log is on its owner */
@@ -630,6 +657,7 @@ static void chan_create_done(uv_work_t *w, int status)
     }
     tn_free(j->cls);
     tn_free(j->curs);
+    tn_free(j->aside);
     tn_free(j);
     tn__topic_place_resume(t);
     tn__broker_work_done(b);
@@ -731,16 +759,23 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
     if (j != NULL) {
         j->cls = tn_calloc(t->nparts, sizeof(*j->cls));
         j->curs = tn_calloc(t->nparts, sizeof(*j->curs));
+        j->aside = tn_calloc(t->nparts, sizeof(*j->aside));
     }
-    if (j == NULL || j->cls == NULL || j->curs == NULL) {
+    if (j == NULL || j->cls == NULL || j->curs == NULL || j->aside == NULL) {
         if (j != NULL) {
             tn_free(j->cls);
             tn_free(j->curs);
+            tn_free(j->aside);
         }
         tn_free(j);
         tn__channel_free(ch);
         return UV_ENOMEM;
     }
+    /* Placement waits while the channel is made (tn_topic_busy), and a
+     * set-aside log is not abandoned meanwhile, so this holds for the job. */
+    for (uint32_t i = 0; i < t->nparts; i++)
+        j->aside[i] = t->parts[i]->remote && t->parts[i]->plog != NULL &&
+                      b->place_readopt != NULL && b->place_readopt(b->place_arg, t, i);
     j->ch = ch;
     j->first = !has_durable_channel(t) && start == START_DEFAULT;
     j->at_tail = start == START_TAIL;
@@ -751,6 +786,7 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
     if (rc != 0) {
         tn_free(j->cls);
         tn_free(j->curs);
+        tn_free(j->aside);
         tn_free(j);
         tn__channel_free(ch);
         return rc;
@@ -763,6 +799,91 @@ static int channel_get(tn_topic_t *t, const char *name, size_t len, bool create,
         ch->waiters = w;
     }
     return UV_EAGAIN;
+}
+
+void tn__channel_gate_passed(tn_channel_t *ch)
+{
+    ch->stamp_kept = ch->stamp;
+}
+
+/* --- the stamp ------------------------------------------------------------------ */
+
+typedef struct {
+    uv_work_t work;
+    tn_channel_t *ch; /* loop thread only */
+    tn_store_t *store;
+    char *topic;
+    char *name;
+    uint64_t stamp;
+    bool written;
+    int rc;
+} chstamp_job_t;
+
+static void chstamp_work(uv_work_t *w)
+{
+    chstamp_job_t *j = TN_CONTAINER_OF(w, chstamp_job_t, work);
+    j->rc = tn_store_channel_stamp_write(j->store, j->topic, j->name, j->stamp, &j->written);
+}
+
+static void drop_one(void *arg);
+
+static void chstamp_done(uv_work_t *w, int status)
+{
+    chstamp_job_t *j = TN_CONTAINER_OF(w, chstamp_job_t, work);
+    tn_channel_t *ch = j->ch;
+    tn_broker_t *b = ch->topic->broker;
+    int rc = j->rc != 0 ? j->rc : status;
+    ch->stamping = false;
+    if (rc == 0 && j->written)
+        ch->stamp_kept = j->stamp;
+    else if (rc != 0)
+        TN_LOG_RL(TN_LOG_WARN, 60000,
+                  "channel %s of %s: writing its stamp failed: %s; tried again later", j->name,
+                  j->topic, tn_strerror(rc));
+    void *drop = ch->stamp_drop;
+    ch->stamp_drop = NULL;
+    tn_free(j->topic);
+    tn_free(j->name);
+    tn_free(j);
+    if (--ch->busy == 0 && ch->deleted)
+        tn__channel_free(ch);
+    if (drop != NULL)
+        drop_one(drop); /* a deletion waiting for the write */
+    tn__broker_work_done(b);
+}
+
+void tn_channel_keep_stamp(tn_channel_t *ch, bool copy_here)
+{
+    tn_topic_t *t = ch->topic;
+    if (ch->memory || ch->deleted || ch->state != TN_OBJ_READY || ch->stamping || ch->stamp == 0 ||
+        ch->stamp == ch->stamp_kept || t->deleted || t->state == TN_OBJ_DELETING ||
+        t->broker->closing)
+        return;
+    /* A directory here: a log the engine holds (served, or set aside for
+     * another owner), or a replica's own copy, which it does not. */
+    bool local = copy_here;
+    for (uint32_t i = 0; i < t->nparts; i++)
+        local |= t->parts[i]->plog != NULL;
+    if (!local)
+        return;
+    chstamp_job_t *j = tn_calloc(1, sizeof(*j));
+    if (j == NULL)
+        return;
+    j->ch = ch;
+    j->store = t->broker->store;
+    j->stamp = ch->stamp;
+    j->topic = tn_strdup(t->name);
+    j->name = tn_strdup(ch->name);
+    if (j->topic == NULL || j->name == NULL ||
+        uv_queue_work(t->broker->loop, &j->work, chstamp_work, chstamp_done) != 0) {
+        tn_free(j->topic);
+        tn_free(j->name);
+        tn_free(j);
+        return;
+    }
+    ch->stamping = true;
+    ch->busy++;
+    t->broker->workers++;
 }
 
 /* --- GC support ----------------------------------------------------------- */
@@ -1798,13 +1919,18 @@ static void kick_all(tn_channel_t *ch)
     ch->busy--;
 }
 
-static void on_drop_closed(tn_chanlog_t *cl)
+static void drop_one(void *arg)
 {
-    drop_t *d = cl->data;
+    drop_t *d = arg;
     if (--d->left == 0) {
         d->done(d->arg);
         tn_free(d);
     }
+}
+
+static void on_drop_closed(tn_chanlog_t *cl)
+{
+    drop_one(cl->data);
 }
 
 uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg)
@@ -1847,6 +1973,12 @@ uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg)
         }
         cp->cl = NULL;
     }
+    if (ch->stamping && d != NULL) {
+        /* Its stamp being written: the files go once it is (chstamp_done). */
+        ch->stamp_drop = d;
+        d->left++;
+        n++;
+    }
     if (d != NULL) {
         d->done = done;
         d->arg = arg;
@@ -1879,6 +2011,10 @@ static void chdel_work(uv_work_t *w)
         if (rc != 0 && rc != UV_ENOENT && d->rc == 0)
             d->rc = rc;
     }
+    /* Then its stamp: one left by a crash before is removed by the next
+     * channel of the name, before its first checkpoint. */
+    if (d->rc == 0)
+        d->rc = tn_store_channel_stamp_write(d->b->store, d->topic, d->channel, 0, NULL);
 }
 
 static void chdel_done(uv_work_t *w, int status)

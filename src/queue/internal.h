@@ -68,7 +68,13 @@ struct tn_gate_s {
     bool answered; /* it answered before returning */
     int status;
     tn_topic_t *place; /* a topic being created: placed once the gate opens */
+    /* A channel being created: its stamp, matched by the gate, is the one
+     * its creation writes (tn__channel_gate_passed). */
+    tn_channel_t *chan;
 };
+/* The gate opened for ch's creation: its job writes ch->stamp (0: removes
+ * a stamp file left by an earlier channel of the name). */
+void tn__channel_gate_passed(tn_channel_t *ch);
 /* Ask the placement about every partition of t (being created): marks the
  * remote ones, which the creation does not open. */
 void tn__topic_place_new(tn_topic_t *t, uint32_t from);

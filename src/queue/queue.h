@@ -367,9 +367,24 @@ struct tn_channel_s {
      * CHANNEL_PUT: a random id drawn when the channel was made, the same
      * on every node), which the catalog sets (api/catalog.c) and the
      * replicator carries with the channel's state (cluster/setrepl.h).
-     * 0: not known (made before its record, loaded from disk at start, or
-     * a record of an older build). Kept in memory only. */
+     * 0: not known (made before its record and not matched yet, loaded
+     * from files written before stamps, a record of an older build, or a
+     * fan-out link's channel). Kept on disk beside the channel's files
+     * (tn_store_channel_stamp_write): loaded from there at start, so a
+     * node that was down while the channel was deleted and made again
+     * tells its old channel from the recorded one. */
     uint64_t stamp;
+    /* The stamp in the channel's stamp file: the one its creation writes
+     * (the stamp known once the creation gate opened; 0: a stamp left by
+     * an earlier channel of the name is removed), the one read at load,
+     * or the one a keep job wrote (tn_channel_keep_stamp). Loop thread,
+     * not changed while a creation or keep job runs. */
+    uint64_t stamp_kept;
+    /* A worker writes the stamp (tn_channel_keep_stamp); a deletion
+     * meanwhile (the channel's or its topic's) waits for it before it
+     * removes the files (stamp_drop: that deletion's wait). */
+    bool stamping;
+    void *stamp_drop;
 };
 
 /* A message handed to a consumer. body is borrowed for the callback; take
@@ -847,6 +862,17 @@ typedef void (*tn_delete_cb)(void *arg, int status);
  * apart); UV_ENOMEM. */
 int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg);
 int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg);
+/* Write ch->stamp as the channel's stamp file when the file does not hold
+ * it (a channel loaded from files written before stamps, or made before
+ * its record was known, whose record the catalog just matched it to), on
+ * a worker: the channel serves on meanwhile, and its deletion waits for
+ * the write (so it never lands beside the files of a channel made after
+ * this one is deleted). copy_here: the caller knows of a copy of one of
+ * the topic's partitions open here outside the engine (the replica
+ * manager's own), so the topic has a directory here. Nothing when there
+ * is nothing to write, no topic directory here, or while a write runs
+ * (the next call tries again). Loop thread. */
+void tn_channel_keep_stamp(tn_channel_t *ch, bool copy_here);
 int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg);
 /* Delete the topic called topic (channel NULL) or its channel, waiting
  * first for it, or a channel of it, to finish being created or grown (the

@@ -1035,6 +1035,66 @@ static void test_delete_survives_restart(void **state)
     qfx_free(q);
 }
 
+static bool stamp_kept(void *arg)
+{
+    tn_channel_t *ch = arg;
+    return !ch->stamping;
+}
+
+/* A channel's stamp on disk (queue.h tn_channel_t.stamp): none for a
+ * channel whose record is not known; tn_channel_keep_stamp writes it, a
+ * restart loads it with the channel, a deletion waiting for a write
+ * removes it after the channel's files, and a channel made again under
+ * the name (its stamp still unknown) never loads the old one's. */
+static void test_channel_stamp_kept(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    assert_true(ch->stamp == 0 && ch->stamp_kept == 0);
+    uint64_t stamp = 1;
+    assert_int_equal(tn_store_channel_stamp_read(q->fx->store, "t", "c", &stamp), 0);
+    assert_true(stamp == 0);
+    ch->stamp = 0xabcdef0123456789u; /* the catalog matched it to its record */
+    tn_channel_keep_stamp(ch, false);
+    assert_true(ch->stamping);
+    tn_channel_keep_stamp(ch, false); /* one write at a time */
+    assert_true(run_until(q, stamp_kept, ch));
+    assert_true(ch->stamp_kept == 0xabcdef0123456789u);
+    assert_int_equal(tn_store_channel_stamp_read(q->fx->store, "t", "c", &stamp), 0);
+    assert_true(stamp == 0xabcdef0123456789u);
+
+    restart(q);
+    tn_topic_t *t;
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
+    assert_int_equal(tn_topic_channel(t, "c", 1, false, NULL, &ch), 0);
+    assert_true(ch->stamp == 0xabcdef0123456789u && ch->stamp_kept == ch->stamp);
+
+    /* Deleted while a write is under way: the files go after it. */
+    ch->stamp_kept = 0; /* as if not written yet */
+    tn_channel_keep_stamp(ch, false);
+    assert_true(ch->stamping);
+    deleted_flag = false;
+    assert_int_equal(tn_channel_delete(ch, on_deleted, NULL), 0);
+    assert_true(run_until(q, is_deleted, NULL));
+    assert_int_equal(deleted_status, 0);
+    assert_int_equal(tn_store_channel_stamp_read(q->fx->store, "t", "c", &stamp), 0);
+    assert_true(stamp == 0);
+
+    /* A stamp a crash left behind (the deletion's last step not done) is
+     * removed by the next channel of the name, whose stamp is unknown. */
+    assert_int_equal(tn_store_channel_stamp_write(q->fx->store, "t", "c", 77, NULL), 0);
+    ch = channel(q, "t", "c");
+    assert_true(ch->stamp == 0 && ch->stamp_kept == 0);
+    assert_int_equal(tn_store_channel_stamp_read(q->fx->store, "t", "c", &stamp), 0);
+    assert_true(stamp == 0);
+    restart(q);
+    assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
+    assert_int_equal(tn_topic_channel(t, "c", 1, false, NULL, &ch), 0);
+    assert_true(ch->stamp == 0);
+    qfx_free(q);
+}
+
 static void kick_detaches(tn_consumer_t *c)
 {
     tn_consumer_detach(c);
@@ -1432,6 +1492,7 @@ int main(void)
         cmocka_unit_test(test_grow_partitions),
         cmocka_unit_test(test_delete_waits_for_creation),
         cmocka_unit_test(test_control_records_not_delivered),
+        cmocka_unit_test(test_channel_stamp_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

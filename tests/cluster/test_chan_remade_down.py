@@ -1,0 +1,143 @@
+"""A channel deleted and made again under the same name (its topic kept)
+while a node was down: when that node comes back, its files of the old
+channel (its position, its acks) are not taken for the new one. Each
+channel's stamp (the random id of its metastore record, CHANNEL_PUT) is
+kept on disk beside its files (storage-format.md, "Channel stamp"), and
+the node's catalog replaces a channel loaded with another stamp than its
+record's, as for a topic (test_topic_remade.py).
+
+- Factor 3: 100 messages acked on the channel (each follower's replicator
+  writes its log), a follower F stopped, the channel deleted and made
+  again, all 100 delivered again on it and every other one acked; F comes
+  back, is elected (a clean election, the whole ISR back on every node)
+  and the old leader SIGKILLed: F delivers every message never acked on
+  the new channel and none of those whose ack was answered 204.
+- Factor 1: the partition's owner O stopped after its channel acked every
+  message; the channel deleted and made again through another node; O
+  comes back and delivers every retained message on the new channel (the
+  first durable channel of its topic starts at the retained backlog).
+
+Before the fix the stamp was kept in memory only: F (and O) loaded the old
+channel from disk and took the new record's stamp for it. O delivered
+nothing (the old channel had finished everything); F got the new
+channel's state by snapshot but kept what its log had more (the old
+channel's acks), and delivered none of the messages never acked on the
+new channel.
+
+Run: python3 tests/cluster/test_chan_remade_down.py --ternd build/ternd
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import test_chan_remade as base  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+REPLACED = f"channel {base.CHANNEL} of {base.TOPIC} is recorded with another stamp"
+
+
+class ChanRemadeDown(base.ChanBase):
+    def remake_without(self, c, down):
+        """The channel deleted and made again while down is stopped, through
+        the metastore leader (a 503 retried: a new leader catching up after
+        the stop); waits for the running nodes."""
+        running = [n for n in c.nodes if n is not down]
+
+        def call(path):
+            via = c.find_leader(running)
+            s, b = via.request("POST", path, timeout=60)
+            return (s, b) if s != 503 else None
+        s, b = wait_until("the deletion taken", lambda: call(
+            f"/channel/delete?topic={base.TOPIC}&channel={base.CHANNEL}"), timeout=60)
+        self.assertEqual(s, 200, b)
+        for n in running:
+            wait_until(f"channel {base.CHANNEL} gone from node {n.id}",
+                       lambda x=n: self.channels(x) is not None
+                       and base.CHANNEL not in self.channels(x), timeout=60)
+        s, b = wait_until("the creation taken", lambda: call(
+            f"/channel/create?topic={base.TOPIC}&channel={base.CHANNEL}"), timeout=60)
+        self.assertEqual(s, 200, b)
+        for n in running:
+            wait_until(f"channel {base.CHANNEL} on node {n.id}",
+                       lambda x=n: base.CHANNEL in (self.channels(x) or []), timeout=60)
+
+    def test_replicated_channel_made_again_while_a_follower_was_down(self):
+        c = self.make(3, args=base.ARGS).start()
+        c.wait_alive(3)
+        lead, everything = self.make_topic(c)
+        down = next(n for n in c.nodes if n is not lead)
+
+        # The first channel: every message acked (the followers' replicators
+        # write its log), on the follower's disk too before it stops.
+        got = self.consume(lead, everything)
+        self.assertEqual(set(got), everything)
+        for p in sorted(got):
+            self.assertEqual(self.ack(lead, got[p]), 204)
+        self.in_sync_everywhere(c)
+        self.assertEqual(down.stop(), 0)
+
+        self.remake_without(c, down)
+        # The new channel (the retained backlog: every message again), every
+        # other message acked (lead and the other follower: min_insync 2).
+        got = self.consume(lead, everything)
+        self.assertEqual(set(got), everything)
+        acked, tried = set(), set()
+        for i in range(0, base.N, 2):
+            p = f"m{i}"
+            tried.add(p)
+            if self.ack(lead, got[p]) == 204:
+                acked.add(p)
+        self.assertGreater(len(acked), base.N // 4)
+        never_acked = everything - tried
+
+        down.start()
+        c.wait_ready([down])
+        # The follower elected, the old leader (which holds the leases)
+        # killed.
+        self.elect_and_check(c, lead, down, acked, never_acked)
+        self.assertIn(REPLACED, down.log())
+
+    def test_factor_1_channel_made_again_while_its_owner_was_down(self):
+        c = self.make(3, args=base.ARGS).start()
+        c.wait_alive(3)
+        status, body = c.nodes[0].request(
+            "POST", "/v1/topics",
+            {"name": base.TOPIC, "partitions": 1, "replication_factor": 1,
+             "visibility_timeout_ms": base.VISIBILITY_MS},
+            headers=base.CLIENT)
+        self.assertEqual(status, 201, body)
+        owner = wait_until("the partition placed, on every node",
+                           lambda: len({str((n.owners(base.TOPIC) or [None])[0])
+                                        for n in c.nodes} - {"None", "0"}) == 1
+                           and c.nodes[0].owners(base.TOPIC)[0], timeout=30)
+        down = self.node(c, owner)
+        via = next(n for n in c.nodes if n is not down)
+        # 404 until via's catalog made the topic in its engine.
+        wait_until("the channel made", lambda: via.request(
+            "POST", f"/channel/create?topic={base.TOPIC}&channel={base.CHANNEL}")[0] == 200,
+            timeout=60)
+        self.make_channel(c, via)
+        everything = {f"m{i}" for i in range(base.N)}
+        s, b = down.request("POST", f"/v1/topics/{base.TOPIC}/produce/batch",
+                            [{"payload": p, "partition": 0} for p in sorted(everything)],
+                            headers=base.CLIENT)
+        self.assertEqual(s, 202, b)
+        got = self.consume(down, everything)
+        self.assertEqual(set(got), everything)
+        for p in sorted(got):
+            self.assertEqual(self.ack(down, got[p]), 204)
+        self.assertEqual(down.stop(), 0)
+
+        self.remake_without(c, down)
+        down.start()
+        c.wait_ready([down])
+        # Every retained message on the new channel, through any node.
+        delivered = self.consume(via, everything, deadline_s=180)
+        self.assertEqual(sorted(everything - set(delivered)), [],
+                         "retained messages the new channel did not deliver")
+        self.assertIn(REPLACED, down.log())
+
+
+if __name__ == "__main__":
+    harness.main()
