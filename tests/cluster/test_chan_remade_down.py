@@ -13,18 +13,23 @@ record's, as for a topic (test_topic_remade.py).
   and the old leader SIGKILLed: F delivers every message never acked on
   the new channel and none of those whose ack was answered 204.
 - Factor 1: the partition's owner O stopped after its channel acked every
-  message; the channel deleted and made again through another node; O
-  comes back and delivers every retained message on the new channel (the
-  first durable channel of its topic starts at the retained backlog).
+  message; the channel deleted and made again; O comes back and delivers
+  every retained message on the new channel (the first durable channel
+  of its topic starts at the retained backlog). Once with O down through
+  the deletion and creation, once with O's catalog held
+  (TERN_TEST_CATALOG_HOLD, ternd-test) while its metastore replica takes
+  both, so that O starts with the new record already in its replica.
 
-Before the fix the stamp was kept in memory only: F (and O) loaded the old
-channel from disk and took the new record's stamp for it. O delivered
-nothing (the old channel had finished everything); F got the new
-channel's state by snapshot but kept what its log had more (the old
-channel's acks), and delivered none of the messages never acked on the
-new channel.
+Before the fix the stamp was kept in memory only: O (and F) loaded the old
+channel from disk and took for it the stamp of the record its replica
+held when its catalog first looked: the old one if the replica still
+had it (then the channel was replaced, as now), the new one otherwise
+(always with the replica current): O then delivered none of the 100 (the
+old channel had finished them). F's replaced channel, made while its
+partition's log was set aside here, had no log on it: elected, F served
+it from offset 0 and delivered the acked messages again.
 
-Run: python3 tests/cluster/test_chan_remade_down.py --ternd build/ternd
+Run: python3 tests/cluster/test_chan_remade_down.py --ternd build/ternd-test
 """
 import os
 import sys
@@ -45,7 +50,7 @@ class ChanRemadeDown(base.ChanBase):
         running = [n for n in c.nodes if n is not down]
 
         def call(path):
-            via = c.find_leader(running)
+            via = c.find_leader()  # any running node, down too when held
             s, b = via.request("POST", path, timeout=60)
             return (s, b) if s != 503 else None
         s, b = wait_until("the deletion taken", lambda: call(
@@ -98,8 +103,19 @@ class ChanRemadeDown(base.ChanBase):
         self.elect_and_check(c, lead, down, acked, never_acked)
         self.assertIn(REPLACED, down.log())
 
-    def test_factor_1_channel_made_again_while_its_owner_was_down(self):
-        c = self.make(3, args=base.ARGS).start()
+    def factor_1(self, replica_current):
+        """The factor-1 case; replica_current: the owner's metastore replica
+        has the deletion and the new record before it stops (its catalog
+        held meanwhile, TERN_TEST_CATALOG_HOLD), so it loads the old
+        channel's files with the new record already in its replica."""
+        c = self.make(3, args=base.ARGS)
+        hold = {}
+        for n in c.nodes:
+            env = c.env()
+            hold[n.id] = os.path.join(n.dir, "catalog-hold")
+            env["TERN_TEST_CATALOG_HOLD"] = hold[n.id]
+            n.start(env=env)
+        c.wait_ready()
         c.wait_alive(3)
         status, body = c.nodes[0].request(
             "POST", "/v1/topics",
@@ -127,10 +143,27 @@ class ChanRemadeDown(base.ChanBase):
         self.assertEqual(set(got), everything)
         for p in sorted(got):
             self.assertEqual(self.ack(down, got[p]), 204)
-        self.assertEqual(down.stop(), 0)
 
-        self.remake_without(c, down)
-        down.start()
+        if replica_current:
+            open(hold[down.id], "w").close()
+            self.remake_without(c, down)
+            # A topic recorded after: once the owner's replica has it, it
+            # has the deletion and the new channel record too.
+            leader = c.find_leader()
+            s, b = leader.request("POST", "/v1/topics", {"name": "marker", "partitions": 1},
+                                  headers=base.CLIENT)
+            self.assertEqual(s, 201, b)
+            wait_until("the owner's replica current", lambda: down.request(
+                "GET", "/v1/topics/marker")[0] == 200, timeout=60)
+            self.assertIn(base.CHANNEL, self.channels(down) or [])  # the old one, held
+            self.assertEqual(down.stop(), 0)
+            os.unlink(hold[down.id])
+        else:
+            self.assertEqual(down.stop(), 0)
+            self.remake_without(c, down)
+        env = c.env()
+        env["TERN_TEST_CATALOG_HOLD"] = hold[down.id]
+        down.start(env=env)
         c.wait_ready([down])
         # Every retained message on the new channel, through any node.
         delivered = self.consume(via, everything, deadline_s=180)
@@ -138,6 +171,11 @@ class ChanRemadeDown(base.ChanBase):
                          "retained messages the new channel did not deliver")
         self.assertIn(REPLACED, down.log())
 
+    def test_factor_1_channel_made_again_while_its_owner_was_down(self):
+        self.factor_1(replica_current=False)
+
+    def test_factor_1_owner_back_with_a_current_replica(self):
+        self.factor_1(replica_current=True)
 
 if __name__ == "__main__":
     harness.main()
