@@ -145,6 +145,23 @@ class ChanRemadeDown(base.ChanBase):
             self.assertEqual(self.ack(down, got[p]), 204)
 
         if replica_current:
+            if c.find_leader() is down:
+                # The owner must not take the deletion itself (its door
+                # deletes its engine's channel at once, and nothing is
+                # left to replace): a restart hands the metastore's
+                # leadership to another node.
+                self.assertEqual(down.stop(), 0)
+                env = c.env()
+                env["TERN_TEST_CATALOG_HOLD"] = hold[down.id]
+                down.start(env=env)
+                c.wait_ready([down])
+                wait_until("another metastore leader", lambda: c.find_leader() is not down,
+                           timeout=60)
+                # ... which reaches the owner again (its partition's
+                # numbers read there), or the deletion's call to it fails.
+                wait_until("the owner reachable from the metastore leader", lambda: "next_offset" in (
+                    c.find_leader().request("GET", f"/v1/topics/{base.TOPIC}", headers=base.CLIENT)
+                    [1].get("partition_stats") or [{}])[0], timeout=60)
             open(hold[down.id], "w").close()
             self.remake_without(c, down)
             # A topic recorded after: once the owner's replica has it, it
