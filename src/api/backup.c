@@ -21,6 +21,7 @@
 #include "meta/meta.h"
 #include "storage/chanlog.h"
 #include "storage/epochs.h"
+#include "storage/io.h"
 #include "storage/record.h"
 #include "storage/wal.h"
 
@@ -375,16 +376,21 @@ typedef struct {
 
 /* Link rel into the session and record it with its first len bytes
  * (UINT64_MAX: the whole file). 0, 1 when the file is gone (unlinked
- * since it was listed), or <0 (recorded in the list). */
+ * since it was listed), or <0 (recorded in the list). A file replaced by
+ * rename as it is linked (a channel's checkpoint, every 16 records at
+ * --checkpoint-every=16) is linked in its new version, never taken for
+ * gone (tn_io_link_current): a channel's WAL without its checkpoint is a
+ * channel whose creation never finished, restored as a new one. */
 static int pin_link(ctx_t *c, const char *rel, uint64_t len)
 {
     char src[PATH_MAX_LEN], dst[PATH_MAX_LEN];
     pathf(src, sizeof(src), "%s/%s", c->data, rel);
     pathf(dst, sizeof(dst), "%s/%s", c->sess, rel);
-    if (link(src, dst) != 0) {
-        if (errno == ENOENT)
-            return 1;
-        flist_fail(c->l, -errno, "link %s", rel);
+    int rc = tn_io_link_current(src, dst);
+    if (rc == UV_ENOENT)
+        return 1;
+    if (rc != 0) {
+        flist_fail(c->l, rc, "link %s", rel);
         return c->l->err;
     }
     if (len == UINT64_MAX) {
@@ -396,7 +402,7 @@ static int pin_link(ctx_t *c, const char *rel, uint64_t len)
         len = (uint64_t)st.st_size;
     }
     uint32_t crc = 0;
-    int rc = crc_file(dst, len, c->buf, &crc);
+    rc = crc_file(dst, len, c->buf, &crc);
     if (rc != 0) {
         flist_fail(c->l, rc, "read %s", rel);
         return rc;
@@ -558,10 +564,10 @@ static void take_partition(ctx_t *c, const part_t *p)
         pathf(src, sizeof(src), "%s/%s", c->sess, seg);
         char from[PATH_MAX_LEN];
         pathf(from, sizeof(from), "%s/%s", c->data, seg);
-        if (link(from, src) != 0) {
-            if (errno == ENOENT)
+        if ((rc = tn_io_link_current(from, src)) != 0) {
+            if (rc == UV_ENOENT)
                 continue; /* reclaimed by GC since the listing: every channel had settled it */
-            flist_fail(l, -errno, "link %s", seg);
+            flist_fail(l, rc, "link %s", seg);
             break;
         }
         uint64_t end = 0, next = 0;
@@ -714,10 +720,10 @@ static void take_ingress(ctx_t *c, uint64_t durable)
         pathf(rel, sizeof(rel), "ingress/%020" PRIu64 ".log", bases[i]);
         pathf(from, sizeof(from), "%s/%s", c->data, rel);
         pathf(to, sizeof(to), "%s/%s", c->sess, rel);
-        if (link(from, to) != 0) {
-            if (errno == ENOENT)
+        if ((rc = tn_io_link_current(from, to)) != 0) {
+            if (rc == UV_ENOENT)
                 continue;
-            flist_fail(l, -errno, "link %s", rel);
+            flist_fail(l, rc, "link %s", rel);
             break;
         }
         uint64_t end = 0;

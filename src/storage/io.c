@@ -1104,6 +1104,26 @@ int tn_io_rename(const char *from, const char *to)
     return 0;
 }
 
+/* Tries of tn_io_link_current: each lost one needs a rename over `from`
+ * inside link(2)'s few microseconds between lookup and link. */
+#define LINK_TRIES 1000
+
+int tn_io_link_current(const char *from, const char *to)
+{
+    for (int i = 0; i < LINK_TRIES; i++) {
+        if (link(from, to) == 0)
+            return 0;
+        if (errno != ENOENT)
+            return tn_err_from_errno(errno);
+        /* Gone, or replaced meanwhile: a name that is still there (its
+         * new file) is linked again. */
+        struct stat st;
+        if (lstat(from, &st) != 0)
+            return errno == ENOENT ? UV_ENOENT : tn_err_from_errno(errno);
+    }
+    return UV_EAGAIN;
+}
+
 int tn_io_unlink(const char *path)
 {
     int rc = sim_dirop(2, path, NULL);

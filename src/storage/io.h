@@ -60,6 +60,14 @@ int tn_io_ftruncate(int fd, uint64_t len);
 int tn_io_fsize(int fd, uint64_t *size);
 int tn_io_rename(const char *from, const char *to);
 int tn_io_unlink(const char *path);
+/* Hard-link `to` to the file `from` names now (a backup pinning a file that
+ * tn_io_write_file_atomic replaces: a checkpoint, a floor). 0; UV_ENOENT
+ * only when `from` names no file; UV_EAGAIN when it was replaced at each of
+ * many tries; another error as link(2) gives it. link(2) alone answers
+ * ENOENT also when `from` was renamed over between its lookup and the link
+ * (the inode it found had lost its last name), so a file that exists
+ * throughout would be taken for gone. Any thread. */
+int tn_io_link_current(const char *from, const char *to);
 /* mkdir; UV_EEXIST when it exists. */
 int tn_io_mkdir(const char *path, int mode);
 /* mkdir -p, then fsync each directory whose entry was created. */

@@ -8,12 +8,15 @@
 #include "core/err.h"
 #include "storage/io.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <uv.h>
 
 static void path_in(char *buf, const char *dir, const char *name)
@@ -303,6 +306,73 @@ static void race_writes(void *arg)
             r->failures++;
 }
 
+typedef struct {
+    const char *dir;
+    atomic_bool stop;
+    long renames;
+    int failures;
+} replacer_t;
+
+/* Replace dir/ckpt by rename as fast as it goes (no syncs: only the
+ * directory entries matter here). */
+static void replace_loop(void *arg)
+{
+    replacer_t *r = arg;
+    char tmp[4096], dst[4096];
+    path_in(tmp, r->dir, "ckpt.tmp");
+    path_in(dst, r->dir, "ckpt");
+    while (!atomic_load(&r->stop)) {
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || write(fd, "x", 1) != 1 || close(fd) != 0 || rename(tmp, dst) != 0) {
+            r->failures++; /* checked by the test's thread (cmocka asserts there only) */
+            return;
+        }
+        r->renames++;
+    }
+}
+
+/* A backup links a channel's checkpoint while the channel replaces it by
+ * rename: link(2) alone answers ENOENT now and then (the inode its lookup
+ * found lost its name before the link), and the backup took the
+ * checkpoint for gone (CI's e2e_backup: a partition restored with its WAL
+ * and no checkpoint started its channel anew). tn_io_link_current links
+ * the file the name has; UV_ENOENT only once the name is gone. */
+static void test_link_current_while_replaced(void **state)
+{
+    (void)state;
+    char *dir = tu_tempdir();
+    char src[4096], dst[4096];
+    path_in(src, dir, "ckpt");
+    path_in(dst, dir, "pinned");
+    int fd = open(src, O_WRONLY | O_CREAT, 0644);
+    assert_true(fd >= 0);
+    close(fd);
+    replacer_t r = {.dir = dir};
+    atomic_init(&r.stop, false);
+    uv_thread_t th;
+    assert_int_equal(uv_thread_create(&th, replace_loop, &r), 0);
+    int failed = 0, first = 0;
+    for (int i = 0; i < 50000; i++) {
+        int rc = tn_io_link_current(src, dst);
+        if (rc != 0) {
+            if (failed++ == 0)
+                first = rc;
+            continue;
+        }
+        assert_int_equal(unlink(dst), 0);
+    }
+    atomic_store(&r.stop, true);
+    assert_int_equal(uv_thread_join(&th), 0);
+    assert_int_equal(r.failures, 0);
+    if (failed != 0)
+        fail_msg("%d of 50000 links failed (first: %s) during %ld renames", failed,
+                 tn_strerror(first), r.renames);
+    assert_int_equal(unlink(src), 0);
+    assert_int_equal(tn_io_link_current(src, dst), UV_ENOENT);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* Two threads replacing one file at once (a topic's stamp, by the engine
  * and by a replica opening its log) both succeed: neither unlinks or
  * renames the other's .tmp. */
@@ -344,6 +414,7 @@ int main(void)
         cmocka_unit_test(test_pwritev_short_write),
         cmocka_unit_test(test_fdatasync_many),
         cmocka_unit_test(test_atomic_writers_of_one_file),
+        cmocka_unit_test(test_link_current_while_replaced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
