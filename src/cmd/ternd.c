@@ -147,6 +147,7 @@ typedef struct {
     bool dispatch_stopped;
     bool stopping;          /* a signal came: leadership transfer, then shut_down */
     bool shut;              /* shut_down ran */
+    bool signals_open;      /* sigint, sigterm, sighup: until storage closed */
     bool meta_drained;      /* libraft left open on the loop: stop the loop and exit */
     tn_notify_t notify;     /* the service manager (NOTIFY_SOCKET), or off */
     uv_timer_t ready_poll;  /* until READY=1 is sent (notify on) */
@@ -176,10 +177,31 @@ static bool nsq_protected(void *arg, const char *topic)
     return d->security && tn_access_protected(d->meta, topic);
 } /* for the close callbacks, which carry no argument */
 
+/* The signal handlers' end: when storage has closed (or the start
+ * failed), not when the shutdown begins, so a signal during the shutdown
+ * is said and ignored (on_signal) rather than ending the process. */
+static void close_signals(daemon_t *d)
+{
+    if (!d->signals_open)
+        return;
+    d->signals_open = false;
+    uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sigterm, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
+    /* The process is on its way out (storage closed, or it never served):
+     * a late signal must not end it by its default action instead of the
+     * exit status it is about to give. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+}
+
 static void on_store_closed(tn_store_t *store)
 {
     (void)store;
     TN_LOG(TN_LOG_NOTICE, "storage closed; exiting");
+    if (g_daemon != NULL)
+        close_signals(g_daemon);
     if (g_daemon != NULL && g_daemon->stop_watch_on) {
         g_daemon->stop_watch_on = false;
         uv_close((uv_handle_t *)&g_daemon->stop_watch, NULL);
@@ -445,9 +467,10 @@ static void shut_down(daemon_t *d)
         uv_close((uv_handle_t *)&d->ready_poll, NULL);
     d->ready_poll_inited = false;
     tn_drain_stop(d->drain); /* a drain under way ends here; its doors close */
-    uv_close((uv_handle_t *)&d->sigint, NULL);
-    uv_close((uv_handle_t *)&d->sigterm, NULL);
-    uv_close((uv_handle_t *)&d->sighup, NULL);
+    /* The signal handlers stay until storage has closed (on_store_closed):
+     * a signal now is said and ignored, where the default action would
+     * end the process by that signal in the middle of closing (a second
+     * SIGTERM sent just as a leadership hand-over ended did). */
     tn_reload_detach(d->reload);
     d->api.ready = false;
     d->api.shutting_down = true;
@@ -541,6 +564,11 @@ static void on_drain_done(void *arg, bool timed_out)
 static void on_signal(uv_signal_t *h, int signum)
 {
     daemon_t *d = h->data;
+    if (d->shut) {
+        TN_LOG(TN_LOG_NOTICE, "%s received: already shutting down",
+               signum == SIGINT ? "SIGINT" : "SIGTERM");
+        return;
+    }
     /* The first SIGTERM of a serving node drains it (a rolling restart's
      * stop); SIGINT, a SIGTERM during startup, and any second signal stop
      * at once, as before drains existed. */
@@ -1465,6 +1493,7 @@ int main(int argc, char **argv)
     uv_signal_start(&d.sigint, on_signal, SIGINT);
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sighup, on_sighup, SIGHUP);
+    d.signals_open = true;
     d.reload_target = (tn_reload_target_t){&cfg, argc, argv, environ, NULL, NULL, NULL};
     d.loop = &loop;
     g_daemon = &d;
@@ -1475,17 +1504,13 @@ int main(int argc, char **argv)
         TN_LOG(TN_LOG_ERROR, "recovery failed: %s", tn_strerror(rc));
         notify(&d, "STATUS=recovery failed: %s", tn_strerror(rc));
         d.rc = 1;
-        uv_close((uv_handle_t *)&d.sigint, NULL);
-        uv_close((uv_handle_t *)&d.sigterm, NULL);
-        uv_close((uv_handle_t *)&d.sighup, NULL);
+        close_signals(&d);
         on_broker_closed(NULL);
     } else if (open_meta(&d, &cfg, err, sizeof(err)) != 0) {
         TN_LOG(TN_LOG_ERROR, "%s", err);
         notify(&d, "STATUS=%s", err);
         d.rc = 1;
-        uv_close((uv_handle_t *)&d.sigint, NULL);
-        uv_close((uv_handle_t *)&d.sigterm, NULL);
-        uv_close((uv_handle_t *)&d.sighup, NULL);
+        close_signals(&d);
         tn_broker_close(d.broker, on_broker_closed);
     } else if (start_doors(&d, &cfg, &wopts, err, sizeof(err)) != 0) {
         /* Nothing is served yet: say why, close what started, exit 1.

@@ -307,6 +307,24 @@ class Signals(Base):
         self.assertIn("SIGINT received: shutting down", self.d.log())
         c.close()
 
+    def test_signals_while_shutting_down_change_nothing(self):
+        # SIGTERMs sent all through the shutdown: each is said and
+        # ignored, and the node still exits 0 (the handlers closed as the
+        # shutdown began, and a late SIGTERM ended the process by its
+        # default action: a stop counted as unclean).
+        self.start()
+        self.d.proc.send_signal(signal.SIGINT)
+        sent = 0
+        while self.d.proc.poll() is None and sent < 20000:
+            try:
+                self.d.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                break
+            sent += 1
+            time.sleep(0.001)
+        self.assertEqual(self.wait_exit(), 0, self.d.log())
+        self.assertIn("SIGINT received: shutting down", self.d.log())
+
     def test_idle_node_drains_at_once_on_sigterm(self):
         self.start()
         self.d.proc.send_signal(signal.SIGTERM)
