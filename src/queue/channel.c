@@ -859,12 +859,7 @@ void tn_channel_keep_stamp(tn_channel_t *ch, bool copy_here)
         ch->stamp == ch->stamp_kept || t->deleted || t->state == TN_OBJ_DELETING ||
         t->broker->closing)
         return;
-    /* A directory here: a log the engine holds (served, or set aside for
-     * another owner), or a replica's own copy, which it does not. */
-    bool local = copy_here;
-    for (uint32_t i = 0; i < t->nparts; i++)
-        local |= t->parts[i]->plog != NULL;
-    if (!local)
+    if (!tn__topic_dir_here(t, copy_here))
         return;
     chstamp_job_t *j = tn_calloc(1, sizeof(*j));
     if (j == NULL)

@@ -50,6 +50,10 @@ void tn__part_ready(tn_part_t *p);
 void tn__broker_unstarve(tn_broker_t *b);
 void tn__topic_pump_all(tn_topic_t *t);
 void tn__topic_free(tn_topic_t *t);
+/* Whether t has a directory here for a stamp to go in: a log the engine
+ * holds (served, or set aside for another owner), or, copy_here, a
+ * replica's own copy, which it does not. */
+bool tn__topic_dir_here(const tn_topic_t *t, bool copy_here);
 void tn__waiters_fire(tn_waiter_t **list, int status);
 /* Load a topic found on disk: the partitions present are opened, the
  * others (a cluster node holds only its own) are remote, not placed yet. */

@@ -1233,17 +1233,20 @@ static void stamp_done(uv_work_t *w, int status)
     job_end(t);
 }
 
+bool tn__topic_dir_here(const tn_topic_t *t, bool copy_here)
+{
+    bool local = copy_here;
+    for (uint32_t i = 0; i < t->nparts; i++)
+        local |= t->parts[i]->plog != NULL;
+    return local;
+}
+
 void tn_topic_keep_stamp(tn_topic_t *t, bool copy_here)
 {
     int64_t ms = tn_topic_stamp_due(t);
     if (ms == 0 || tn_topic_busy(t) || t->deleted || t->broker->closing)
         return;
-    /* A directory here: a log the engine holds (served, or set aside for
-     * another owner), or a replica's own copy, which it does not. */
-    bool local = copy_here;
-    for (uint32_t i = 0; i < t->nparts; i++)
-        local |= t->parts[i]->plog != NULL;
-    if (!local)
+    if (!tn__topic_dir_here(t, copy_here))
         return;
     stamp_job_t *j = tn_calloc(1, sizeof(*j));
     if (j == NULL)
