@@ -622,6 +622,35 @@ static void requeue(tn_meta_t *m, tn_meta_req_t *req)
     push_front(m, req);
 }
 
+/* A forwarded deletion of a topic or channel that the leader answered,
+ * answered to its caller once this replica has applied it too
+ * (tn_meta_confirm): a door takes the engine's part at its answer, and
+ * the catalog, still seeing the record, would make the topic or channel
+ * again from it and record it anew (docs/cluster.md "Deleting through a
+ * follower"). */
+typedef struct {
+    tn_meta_req_t *req;
+    int status; /* the leader's answer */
+} applied_here_t;
+
+static bool removes_record(uint8_t type)
+{
+    return type == TN_MC_TOPIC_DELETE || type == TN_MC_CHANNEL_DELETE;
+}
+
+static void on_applied_here(void *arg, int status)
+{
+    applied_here_t *h = arg;
+    tn_meta_req_t *req = h->req;
+    int answered = h->status;
+    tn_free(h);
+    /* Not confirmed (no leader, the NOOP not applied here in time, the
+     * metastore closing): the deletion is committed but not here yet, and
+     * the caller learns only that (its engine's part is left to the
+     * catalog, which follows the record once this replica has it). */
+    req->cb(req, status == 0 ? answer(req, answered) : status);
+}
+
 static void on_forwarded(void *arg, int status)
 {
     fwd_t *f = arg;
@@ -645,6 +674,20 @@ static void on_forwarded(void *arg, int status)
         return;
     }
     raft_free(req->buf.base);
+    if ((status == 0 || status == TN_ENOTFOUND) && removes_record(req->type)) {
+        applied_here_t *h = tn_malloc(sizeof(*h));
+        int rc = h != NULL ? 0 : UV_ENOMEM;
+        if (h != NULL) {
+            h->req = req;
+            h->status = status;
+            rc = tn_meta_confirm(m, on_applied_here, h);
+            if (rc == 0)
+                return;
+            tn_free(h);
+        }
+        req->cb(req, rc);
+        return;
+    }
     req->cb(req, answer(req, status));
 }
 

@@ -22,7 +22,14 @@
  *   3. Every replica applies it to its state in log order; on the
  *      proposing node the request's callback then runs with the state
  *      machine's answer (0, UV_EEXIST, TN_ENOTFOUND, UV_ENOTSUP for a
- *      command this build does not know).
+ *      command this build does not know). A forwarded proposal's answer
+ *      is the leader's, which may come before this replica has applied
+ *      the entry; a TOPIC_DELETE or CHANNEL_DELETE is answered only once
+ *      it has (a tn_meta_confirm after the leader's answer; that
+ *      confirmation's error if it fails), since the doors delete the
+ *      engine's part at the answer and the catalog would make it again
+ *      from a record still here (docs/cluster.md "Deleting through a
+ *      follower").
  *
  * A failover under a forwarded proposal: a proposal has PROPOSE_MS (10 s,
  * the forward call's own bound) from tn_meta_propose. While its forward is

@@ -17,6 +17,7 @@
 
 #include "core/alloc.h"
 #include "core/assert.h"
+#include "core/buf.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/netaddr.h"
@@ -27,6 +28,7 @@
 #include <openssl/x509.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -93,6 +95,9 @@ struct conn_s {
     size_t hello_len;
     unsigned char hello[HELLO_HEAD + TN_META_ADDR_MAX];
     char peer[TN_META_ADDR_MAX + 32]; /* "a.b.c.d:port" or "name:port (a.b.c.d:port)", for logs */
+#ifdef TN_TEST
+    tn_buf_t held; /* TERN_TEST_RAFT_HOLD: plaintext from the peer not given to libraft yet */
+#endif
 };
 
 /* A write of bytes copied into it. conn is NULL for a write whose
@@ -283,6 +288,9 @@ static conn_t *conn_new(transport_t *t, bool dialer)
     c->status = RAFT_NOCONNECTION;
     c->deadline_ms = uv_now(t->loop) + TN_META_TRANSPORT_HANDSHAKE_MS;
     snprintf(c->peer, sizeof(c->peer), "?");
+#ifdef TN_TEST
+    tn_buf_init(&c->held);
+#endif
     c->next = t->conns;
     if (t->conns != NULL)
         t->conns->prev = c;
@@ -316,6 +324,9 @@ static void conn_free(conn_t *c)
     int status = t->closing ? RAFT_CANCELED : c->status;
     if (c->ssl != NULL)
         SSL_free(c->ssl);
+#ifdef TN_TEST
+    tn_buf_fini(&c->held);
+#endif
     tn_free(c);
     if (req != NULL)
         req->cb(req, NULL, status);
@@ -531,9 +542,52 @@ static int make_pipe(conn_t *c, uv_pipe_t **theirs)
     return 0;
 }
 
+#ifdef TN_TEST
+/* TERN_TEST_RAFT_HOLD=path (ternd-test, Raft over TLS): while the file
+ * path exists, what the peers send reaches libraft only once it is gone
+ * (in order; the sweep looks every HOLD_CHECK_MS), so a test can have
+ * this node's metastore replica lag the leader's answers (those come
+ * over node RPC) as long as it likes. */
+#define HOLD_CHECK_MS 100
+
+static bool raft_held(void)
+{
+    const char *path = getenv("TERN_TEST_RAFT_HOLD");
+    return path != NULL && path[0] != '\0' && access(path, F_OK) == 0;
+}
+
+static void write_local(conn_t *c, const char *data, size_t len);
+
+/* What was held for c, to libraft once the file is gone. */
+static void hold_flush(conn_t *c)
+{
+    if (tn_buf_size(&c->held) == 0 || c->state != C_PUMP || raft_held())
+        return;
+    tn_buf_t b = c->held;
+    tn_buf_init(&c->held);
+    write_local(c, tn_buf_data(&b), tn_buf_size(&b));
+    tn_buf_fini(&b);
+}
+#endif
+
 /* Plaintext from the peer for libraft's end. */
 static void pump_to_local(conn_t *c, const char *data, size_t len)
 {
+#ifdef TN_TEST
+    hold_flush(c);
+    if (c->state != C_PUMP)
+        return;
+    if (tn_buf_size(&c->held) > 0 || raft_held()) {
+        if (tn_buf_append(&c->held, data, len) != 0)
+            conn_close(c);
+        return;
+    }
+    write_local(c, data, len);
+}
+
+static void write_local(conn_t *c, const char *data, size_t len)
+{
+#endif
     if (write_copy((uv_stream_t *)&c->local, c, data, len) != 0) {
         conn_close(c);
         return;
@@ -847,6 +901,10 @@ static void on_sweep(uv_timer_t *timer)
         /* refuse never frees synchronously: c has its tcp handle. */
         if (c->state != C_PUMP && c->state != C_CLOSING && now >= c->deadline_ms)
             refuse(c, "handshake not completed in time");
+#ifdef TN_TEST
+        else if (c->state == C_PUMP)
+            hold_flush(c);
+#endif
     }
 }
 
@@ -874,7 +932,12 @@ static int tr_init(struct raft_uv_transport *rt, raft_id id, const char *address
     uv_timer_init(t->loop, &t->sweep);
     t->sweep.data = t;
     t->sweep_open = true;
-    uv_timer_start(&t->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+    uint64_t sweep_ms = SWEEP_MS;
+#ifdef TN_TEST
+    if (getenv("TERN_TEST_RAFT_HOLD") != NULL)
+        sweep_ms = HOLD_CHECK_MS;
+#endif
+    uv_timer_start(&t->sweep, on_sweep, sweep_ms, sweep_ms);
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "queue/internal.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* --- channel log records ------------------------------------------------- */
@@ -580,11 +581,30 @@ static uint64_t find_start(tn_plog_t *plog, uint64_t lo, uint64_t hi, int64_t si
     return lo;
 }
 
+#ifdef TN_TEST
+/* TERN_TEST_CHANNEL_CREATE_DELAY_MS=n (ternd-test): every durable
+ * channel's creation work waits n ms first, so that a test can have the
+ * metastore replica change while a channel is being made here. */
+static void chan_create_test_delay(const tn_channel_t *ch)
+{
+    const char *v = getenv("TERN_TEST_CHANNEL_CREATE_DELAY_MS");
+    if (v == NULL || atoi(v) <= 0)
+        return;
+    TN_LOG(TN_LOG_NOTICE,
+           "creation of channel %s of %s held %d ms (TERN_TEST_CHANNEL_CREATE_DELAY_MS)", ch->name,
+           ch->topic->name, atoi(v));
+    uv_sleep((unsigned int)atoi(v));
+}
+#else
+#define chan_create_test_delay(ch) ((void)(ch))
+#endif
+
 static void chan_create_work(uv_work_t *w)
 {
     chan_job_t *j = TN_CONTAINER_OF(w, chan_job_t, work);
     tn_channel_t *ch = j->ch;
     tn_topic_t *t = ch->topic;
+    chan_create_test_delay(ch);
     /* The stamp before the first checkpoint: files of the channel are
      * never on disk with another channel's stamp beside them (a stamp left
      * by a deleted channel of the name goes when this one's is unknown). */
