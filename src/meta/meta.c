@@ -606,12 +606,47 @@ static bool resendable(int status)
     }
 }
 
+static int stamp_channel(tn_meta_cmd_t *c);
+
+/* A CHANNEL_PUT sent again gets a stamp of its own: the first copy may
+ * have been committed and its channel deleted before this one commits,
+ * and this one then makes a new channel, which must not carry the
+ * deleted one's identity (a node whose engine still has that channel
+ * would keep its state under the new record). A copy that finds the
+ * channel changes nothing (the record keeps its stamp, state.h). Left as
+ * it is when it cannot be redone (out of memory, no random bytes). */
+static void restamp(tn_meta_req_t *req)
+{
+    tn_meta_cmd_t c;
+    size_t used = 0;
+    if (tn_meta_cmd_decode(req->buf.base, req->buf.len, &c, &used) != 0)
+        return;
+    uint64_t old = c.chan_stamp;
+    c.chan_stamp = 0;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    void *copy = NULL;
+    if (old != 0 && used == req->buf.len && stamp_channel(&c) == 0 &&
+        tn_meta_cmd_encode(&c, &b) == 0)
+        copy = raft_malloc(tn_buf_size(&b));
+    if (copy != NULL) {
+        memcpy(copy, tn_buf_data(&b), tn_buf_size(&b));
+        raft_free(req->buf.base);
+        req->buf.base = copy;
+        req->buf.len = tn_buf_size(&b);
+    }
+    tn_buf_fini(&b);
+    tn_meta_cmd_fini(&c);
+}
+
 /* req waits again for a leader to send it to, ahead of newer proposals,
  * within what is left of its budget. */
 static void requeue(tn_meta_t *m, tn_meta_req_t *req)
 {
     /* Marked again in its bytes (cmd.h): the copies that follow answer as
      * the first would, should it be committed after all. */
+    if (req->type == TN_MC_CHANNEL_PUT)
+        restamp(req);
     uint8_t *b = req->buf.base;
     if (req->buf.len > TN_META_HDR && b[3] == TN_MC_TOPIC_PUT)
         b[TN_META_HDR] |= TN_META_TOPIC_AGAIN;

@@ -53,7 +53,10 @@
  * exactly the record it writes answers 0 (state.h),
  * and on the proposer a re-sent delete that finds nothing, or a re-sent
  * CHANNEL_PUT if_absent that finds the channel, answers 0 (what was asked
- * holds). The one effect a second copy can have is on a write that
+ * holds). A CHANNEL_PUT sent again also carries a new stamp: should its
+ * first copy commit and the channel be deleted before the second
+ * commits, the second makes a new channel, never one with the deleted
+ * channel's identity (a copy that finds the channel keeps its stamp). The one effect a second copy can have is on a write that
  * another proposer made between the two copies (a re-sent delete after
  * someone re-created the topic in those milliseconds): the same as the
  * client's own retry after a 503, which is what the re-send replaces.

@@ -1484,8 +1484,9 @@ typedef struct {
     char raft[NNODES + 1][32];
     char api[NNODES + 1][32];
     int forwarded;
-    int refuse; /* the hook's answer when not 0 (a peer out of reach) */
-    bool hold;  /* the leader's answers wait in held (a leader that dies after appending) */
+    int refuse;        /* the hook's answer when not 0 (a peer out of reach) */
+    bool hold;         /* the leader's answers wait in held (a leader that dies after appending) */
+    uint8_t hold_type; /* the command held (0: TOPIC_PUT) */
     struct hop_s *held[8];
     int nheld;
 } cluster_t;
@@ -1553,7 +1554,8 @@ static int forward_hook(void *arg, uint64_t leader, const char *api, const void 
     h->c = c;
     /* Only the test's own proposal (a topic create): a member's
      * registration forwarded meanwhile is answered as usual. */
-    h->held = c->hold && len > TN_META_HDR && ((const uint8_t *)cmd)[3] == TN_MC_TOPIC_PUT;
+    h->held = c->hold && len > TN_META_HDR &&
+              ((const uint8_t *)cmd)[3] == (c->hold_type != 0 ? c->hold_type : TN_MC_TOPIC_PUT);
     h->req.data = h;
     int rc = tn_meta_propose_encoded(c->m[leader], &h->req, cmd, len, on_hop);
     if (rc != 0) {
@@ -1989,6 +1991,138 @@ static void test_resend_after_failover(void **state)
     free(dir);
 }
 
+typedef struct {
+    cluster_t *c;
+    uint64_t n; /* nodes 1..n, or the one node n (chan_on) */
+    const char *topic, *channel;
+    bool present;
+} chan_wait_t;
+
+/* Whether node w->n's replica has (w->present) or lacks the channel. */
+static bool chan_on(void *arg)
+{
+    chan_wait_t *w = arg;
+    uint64_t stamp;
+    return tn_meta_channel_find(tn_meta_state(w->c->m[w->n]), w->topic, w->channel, &stamp) ==
+           w->present;
+}
+
+static bool chan_everywhere(void *arg)
+{
+    chan_wait_t *w = arg;
+    for (uint64_t i = 1; i <= w->n; i++) {
+        chan_wait_t one = {w->c, i, w->topic, w->channel, w->present};
+        if (!chan_on(&one))
+            return false;
+    }
+    return true;
+}
+
+/* A channel create forwarded to a leader that committed it and then
+ * stopped leading without answering; meanwhile the channel is deleted
+ * (through the leader, as a user who saw it would); the follower sends
+ * the create again to the new leader, which makes the channel anew: the
+ * create was never answered, so it took effect after the deletion, and
+ * answers 0. The channel it makes is a new one: its stamp is not the
+ * deleted channel's, so a node whose engine still has the deleted one
+ * (its replica applied the deletion and the create again at once)
+ * replaces it rather than keep the old channel's state under the new
+ * record. (Before, the copy sent again carried the first copy's stamp.) */
+static void test_channel_create_resent_after_its_deletion(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    char *dir = tu_tempdir();
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    cluster_t c;
+    memset(&c, 0, sizeof(c));
+    c.loop = &loop;
+    the_cluster = &c;
+    for (uint64_t i = 1; i <= 3; i++) {
+        snprintf(c.dir[i], sizeof(c.dir[i]), "%s/meta%llu", dir, (unsigned long long)i);
+        snprintf(c.raft[i], sizeof(c.raft[i]), "127.0.0.1:%d", free_port());
+        snprintf(c.api[i], sizeof(c.api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
+    }
+    for (uint64_t i = 1; i <= 3; i++)
+        cluster_open(&c, i, false);
+    assert_true(run_until(&loop, three_caught_up, &c));
+    assert_true(run_until(&loop, members_registered, &c));
+    uint64_t leader = agreed_leader(&c, 3);
+    uint64_t follower = leader == 1 ? 2 : 1;
+    tn_meta_req_t req;
+    counter_t cnt = {0, 0};
+    req.data = &cnt;
+    tn_meta_cmd_t t = topic_cmd("chr", true);
+    assert_int_equal(tn_meta_propose(c.m[leader], &req, &t, on_done), 0);
+    want_t w = {&cnt, 1};
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, 0);
+
+    /* The create through the follower: committed, its answer held back. */
+    c.hold = true;
+    c.hold_type = TN_MC_CHANNEL_PUT;
+    tn_meta_req_t creq;
+    counter_t ccnt = {0, 0};
+    creq.data = &ccnt;
+    tn_meta_cmd_t ch;
+    memset(&ch, 0, sizeof(ch));
+    ch.type = TN_MC_CHANNEL_PUT;
+    ch.if_absent = true;
+    snprintf(ch.topic.name, sizeof(ch.topic.name), "chr");
+    snprintf(ch.channel, sizeof(ch.channel), "c");
+    assert_int_equal(tn_meta_propose(c.m[follower], &creq, &ch, on_done), 0);
+    chan_wait_t on_leader = {&c, leader, "chr", "c", true};
+    assert_true(run_until(&loop, chan_on, &on_leader));
+    uint64_t first = 0;
+    assert_true(tn_meta_channel_find(tn_meta_state(c.m[leader]), "chr", "c", &first));
+    assert_int_not_equal(first, 0);
+    assert_int_equal(ccnt.done, 0);
+    c.hold = false;
+
+    /* Deleted through the leader. */
+    tn_meta_cmd_t del = ch;
+    del.type = TN_MC_CHANNEL_DELETE;
+    del.if_absent = false;
+    assert_int_equal(tn_meta_propose(c.m[leader], &req, &del, on_done), 0);
+    w.n = 2;
+    assert_true(run_until(&loop, has_done, &w));
+    assert_int_equal(cnt.last, 0);
+
+    /* The leader hands over: the create goes to the new one, answers 0,
+     * and the channel is back everywhere as a new channel. */
+    async_t a = {0, 0};
+    assert_int_equal(tn_meta_transfer(c.m[leader], on_async, &a), 0);
+    assert_true(run_until(&loop, leader_of_three_moved, &leader));
+    want_t cw = {&ccnt, 1};
+    assert_true(run_until(&loop, has_done, &cw));
+    assert_int_equal(ccnt.last, 0);
+    chan_wait_t all = {&c, 3, "chr", "c", true};
+    assert_true(run_until(&loop, chan_everywhere, &all));
+    for (uint64_t i = 1; i <= 3; i++) {
+        uint64_t stamp = 0;
+        assert_true(tn_meta_channel_find(tn_meta_state(c.m[i]), "chr", "c", &stamp));
+        assert_int_not_equal(stamp, 0);
+        assert_int_not_equal(stamp, first);
+    }
+    assert_true(run_until(&loop, async_done, &a));
+    assert_int_equal(c.nheld, 1);
+    hop_t *h = c.held[0];
+    h->done(h->done_arg, h->status);
+    tn_free(h);
+    assert_int_equal(ccnt.done, 1);
+
+    closed_count = 0;
+    for (uint64_t i = 1; i <= 3; i++)
+        tn_meta_close(c.m[i], on_node_closed, NULL);
+    int n = 3;
+    assert_true(run_until(&loop, all_closed, &n));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* A node whose peers never come: no leader, so proposals are answered
  * TN_ENOLEADER after their bound, and the leader-only calls refuse. */
 static void test_no_leader(void **state)
@@ -2137,6 +2271,7 @@ int main(void)
         cmocka_unit_test(test_previous_log_replays),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_resend_after_failover),
+        cmocka_unit_test(test_channel_create_resent_after_its_deletion),
         cmocka_unit_test(test_no_leader),
         cmocka_unit_test(test_moved_address),
     };
