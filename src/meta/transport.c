@@ -542,6 +542,20 @@ static int make_pipe(conn_t *c, uv_pipe_t **theirs)
     return 0;
 }
 
+/* data to libraft's end of c's pipe, pausing the peer's reads while
+ * libraft is behind. */
+static void write_local(conn_t *c, const char *data, size_t len)
+{
+    if (write_copy((uv_stream_t *)&c->local, c, data, len) != 0) {
+        conn_close(c);
+        return;
+    }
+    if (!c->tcp_paused && c->local.write_queue_size > TN_META_TRANSPORT_QUEUE_MAX) {
+        c->tcp_paused = true;
+        uv_read_stop((uv_stream_t *)c->tcp);
+    }
+}
+
 #ifdef TN_TEST
 /* TERN_TEST_RAFT_HOLD=path (ternd-test, Raft over TLS): while the file
  * path exists, what the peers send reaches libraft only once it is gone
@@ -555,8 +569,6 @@ static bool raft_held(void)
     const char *path = getenv("TERN_TEST_RAFT_HOLD");
     return path != NULL && path[0] != '\0' && access(path, F_OK) == 0;
 }
-
-static void write_local(conn_t *c, const char *data, size_t len);
 
 /* What was held for c, to libraft once the file is gone. */
 static void hold_flush(conn_t *c)
@@ -582,20 +594,8 @@ static void pump_to_local(conn_t *c, const char *data, size_t len)
             conn_close(c);
         return;
     }
-    write_local(c, data, len);
-}
-
-static void write_local(conn_t *c, const char *data, size_t len)
-{
 #endif
-    if (write_copy((uv_stream_t *)&c->local, c, data, len) != 0) {
-        conn_close(c);
-        return;
-    }
-    if (!c->tcp_paused && c->local.write_queue_size > TN_META_TRANSPORT_QUEUE_MAX) {
-        c->tcp_paused = true;
-        uv_read_stop((uv_stream_t *)c->tcp);
-    }
+    write_local(c, data, len);
 }
 
 static void on_local_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
