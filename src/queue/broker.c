@@ -817,12 +817,30 @@ static int load_partition_count(void *arg, const char *topic, uint32_t partition
     return 0;
 }
 
-static int load_channel(void *arg, const char *channel)
+/* The names of a topic's channels, gathered over its local partitions. */
+typedef struct {
+    char **names;
+    size_t n, cap;
+} load_chans_t;
+
+static int load_channel_name(void *arg, const char *channel)
 {
-    tn_topic_t *t = arg;
-    /* A channel exists when its lowest local partition has it (deletion
-     * removes that one last); each local partition opens it. */
-    return tn__channel_load(t, channel);
+    load_chans_t *lc = arg;
+    for (size_t i = 0; i < lc->n; i++)
+        if (strcmp(lc->names[i], channel) == 0)
+            return 0;
+    if (lc->n == lc->cap) {
+        size_t cap = lc->cap == 0 ? 8 : lc->cap * 2;
+        char **names = tn_realloc(lc->names, cap * sizeof(*names));
+        if (names == NULL)
+            return UV_ENOMEM;
+        lc->names = names;
+        lc->cap = cap;
+    }
+    if ((lc->names[lc->n] = tn_strdup(channel)) == NULL)
+        return UV_ENOMEM;
+    lc->n++;
+    return 0;
 }
 
 static int load_topic(void *arg, const char *name)
@@ -839,13 +857,21 @@ static int load_topic(void *arg, const char *name)
     tn_topic_t *t = NULL;
     if (rc == 0)
         rc = tn__topic_load(ctx->b, name, lp.n, lp.present, &t);
-    uint32_t lowest = 0;
-    while (lowest < lp.n && !lp.present[lowest])
-        lowest++;
+    /* A channel exists when any local partition has its checkpoint (a
+     * deletion removes partition 0's last, so one cut short by a crash
+     * still finds it); each local partition opens it, and one that lost
+     * its files gets it anew (tn__channel_load says so). */
+    load_chans_t lc = {NULL, 0, 0};
+    for (uint32_t i = 0; rc == 0 && i < lp.n; i++)
+        if (lp.present[i])
+            rc = tn_chanlog_list(ctx->b->store, name, i, load_channel_name, &lc);
+    for (size_t i = 0; rc == 0 && i < lc.n; i++)
+        rc = tn__channel_load(t, lc.names[i]);
+    for (size_t i = 0; i < lc.n; i++)
+        tn_free(lc.names[i]);
+    tn_free(lc.names);
     tn_free(lp.present);
-    if (rc != 0)
-        return rc;
-    return tn_chanlog_list(ctx->b->store, name, lowest, load_channel, t);
+    return rc;
 }
 
 int tn_broker_open(uv_loop_t *loop, tn_store_t *store, const tn_broker_opts_t *opts,

@@ -473,12 +473,49 @@ static tn_channel_t *channel_find(tn_topic_t *t, const char *name, size_t len)
     return NULL;
 }
 
+/* A channel loaded at start whose checkpoint partition i lacks (lost or
+ * removed by hand, a backup restored without it, or a growth of the topic
+ * cut short by a crash): *made says it is made there, *init (the caller
+ * finis it then) from the partition's first retained offset. Its position
+ * there is unknown, so every retained record is delivered again rather
+ * than any unsettled one skipped; a WAL left without its checkpoint cannot
+ * be replayed (its frames apply to the checkpoint) and is cut. */
+static int start_missing(tn_topic_t *t, uint32_t i, const char *name, tn_cursor_t *init, bool *made)
+{
+    bool ckpt, wal;
+    int rc = tn_chanlog_probe(t->broker->store, t->name, i, name, &ckpt, &wal);
+    if (rc != 0 || ckpt)
+        return rc;
+    tn_plog_stats_t st;
+    tn_plog_stats(t->parts[i]->plog, &st);
+    tn_cursor_init(init, st.first_offset);
+    *made = true;
+    if (st.written_next > st.first_offset || wal)
+        TN_LOG(TN_LOG_WARN,
+               "partition %s/%" PRIu32 ": channel %s has no checkpoint here (other partitions "
+               "have the channel)%s: made anew from the first retained offset %" PRIu64
+               ", so its %" PRIu64 " retained messages here are delivered again",
+               t->name, i, name, wal ? "; its WAL without a checkpoint is discarded" : "",
+               st.first_offset, st.written_next - st.first_offset);
+    else
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%" PRIu32 ": channel %s has no checkpoint here (an empty "
+               "partition, as a growth cut short leaves): made at offset %" PRIu64,
+               t->name, i, name, st.first_offset);
+    return 0;
+}
+
 int tn__channel_load(tn_topic_t *t, const char *name)
 {
     tn_channel_t *ch = channel_new(t, name, strlen(name));
     if (ch == NULL)
         return UV_ENOMEM;
     tn_broker_t *b = t->broker;
+    bool *made = tn_calloc(t->nparts, sizeof(*made)); /* the partitions that lacked it */
+    if (made == NULL) {
+        tn__channel_free(ch);
+        return UV_ENOMEM;
+    }
     for (uint32_t i = 0; i < t->nparts; i++) {
         tn_chanlog_t *cl;
         tn_cursor_t cur;
@@ -488,15 +525,22 @@ int tn__channel_load(tn_topic_t *t, const char *name)
             int rc = tn__chpart_init(ch->parts[i], ch, t->parts[i], NULL, &cur);
             if (rc != 0) {
                 tn_cursor_fini(&cur);
+                tn_free(made);
                 tn__channel_free(ch);
                 return rc;
             }
             continue;
         }
-        int rc = tn_chanlog_open(b->store, t->name, i, name, NULL, &cl, &cur);
+        tn_cursor_t init;
+        int rc = start_missing(t, i, name, &init, &made[i]);
+        if (rc == 0)
+            rc = tn_chanlog_open(b->store, t->name, i, name, made[i] ? &init : NULL, &cl, &cur);
+        if (made[i])
+            tn_cursor_fini(&init);
         if (rc != 0) {
             TN_LOG(TN_LOG_ERROR, "cannot open channel %s of %s/%" PRIu32 ": %s", name, t->name, i,
                    tn_strerror(rc));
+            tn_free(made);
             tn__channel_free(ch);
             return rc;
         }
@@ -505,6 +549,7 @@ int tn__channel_load(tn_topic_t *t, const char *name)
         rc = tn__chpart_init(ch->parts[i], ch, t->parts[i], cl, &cur);
         if (rc != 0) {
             tn_cursor_fini(&cur);
+            tn_free(made);
             tn__channel_free(ch);
             return rc;
         }
@@ -517,13 +562,22 @@ int tn__channel_load(tn_topic_t *t, const char *name)
         check_lost_tail(cp);
         tn__broker_rewake(cp);
     }
+    /* Paused as the first partition that kept its checkpoint says; one
+     * that lacked it records the pause too, so it says the same next time. */
     ch->paused = false;
     for (uint32_t i = 0; i < t->nparts; i++) {
-        if (!t->parts[i]->remote) {
+        if (!t->parts[i]->remote && !made[i]) {
             ch->paused = ch->parts[i]->cur.paused;
             break;
         }
     }
+    for (uint32_t i = 0; ch->paused && i < t->nparts; i++) {
+        if (made[i]) {
+            tn_walrec_t r = {.op = TN_WAL_PAUSE, .value = 1};
+            record(ch->parts[i], &r);
+        }
+    }
+    tn_free(made);
     /* Which record the files are of: the catalog replaces the channel if
      * its record has another stamp (deleted and made again meanwhile). */
     uint64_t stamp = 0;

@@ -489,6 +489,27 @@ int tn_chanlog_delete(tn_store_t *store, const char *topic, uint32_t partition, 
     return tn_io_fsync_dir(dir);
 }
 
+int tn_chanlog_probe(tn_store_t *store, const char *topic, uint32_t partition, const char *channel,
+                     bool *ckpt, bool *wal)
+{
+    char dir[4096], path[4096];
+    int rc = partition_dir(store, topic, partition, dir, sizeof(dir));
+    if (rc != 0)
+        return rc;
+    if (!tn_store_valid_name(channel))
+        return UV_EINVAL;
+    const char *ext[2] = {"ckpt", "wal"};
+    bool *found[2] = {ckpt, wal};
+    for (int i = 0; i < 2; i++) {
+        if ((rc = tn_io_path(path, sizeof(path), "%s/%s.%s", dir, channel, ext[i])) != 0)
+            return rc;
+        *found[i] = access(path, F_OK) == 0;
+        if (!*found[i] && errno != ENOENT)
+            return tn_err_from_errno(errno);
+    }
+    return 0;
+}
+
 int tn_chanlog_list(tn_store_t *store, const char *topic, uint32_t partition, tn_chanlog_list_cb cb,
                     void *arg)
 {

@@ -113,6 +113,12 @@ void tn_chanlog_close(tn_chanlog_t *cl, tn_chanlog_cb cb);
 int tn_chanlog_delete(tn_store_t *store, const char *topic, uint32_t partition,
                       const char *channel);
 
+/* Which of the channel's files are in topic/partition: *ckpt its
+ * checkpoint (the channel exists there), *wal its WAL. Returns 0, or an
+ * error other than the files' absence. Blocks on disk (a stat each). */
+int tn_chanlog_probe(tn_store_t *store, const char *topic, uint32_t partition, const char *channel,
+                     bool *ckpt, bool *wal);
+
 /* Channels (names with a checkpoint) of one partition; cb borrows the name. */
 typedef int (*tn_chanlog_list_cb)(void *arg, const char *channel);
 int tn_chanlog_list(tn_store_t *store, const char *topic, uint32_t partition, tn_chanlog_list_cb cb,

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""A channel whose files are missing on one partition, against the real
+ternd (docs/storage-format.md, "A channel" under "Recovery").
+
+A topic of 3 partitions with the durable channels `work` and `other`;
+4 messages on each partition; `work` acks offsets 0 and 1 of every
+partition and leaves 2 and 3 unacked. ternd stops; one partition's
+`work.ckpt` and `work.wal` are removed (the lowest partition, or another
+one); ternd starts again (with --bootstrap-window=0, so a channel made
+anew "from the bootstrap window" would start at the tail and skip the
+backlog) and `work` is drained. Expected, whichever partition lost its
+files:
+- the channel is there (loaded from the partitions that kept their
+  files), its acks on those partitions kept: offsets 2 and 3 only;
+- the partition that lost its files delivers every retained message
+  again (0 to 3): nothing is skipped;
+- ternd says so at warn, naming the topic, the channel and the
+  partition.
+"""
+import argparse
+import base64
+import http.client
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+from daemon import Daemon
+import daemon as daemon_mod
+
+PASSWORD = "root-pw-for-chanload"
+API = {"X-Tern-Client": "tests"}
+PARTS = 3
+PER_PART = 4
+ACKED = 2  # offsets below this are acked on every partition before the stop
+
+
+def call(port, method, path, body=None, headers=None, timeout=30):
+    h = dict(headers or {})
+    h["Authorization"] = "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def drain(port, topic, channel, ack_below=None):
+    """Consumes channel until it has nothing left (a 204 after a 1 s wait):
+    the (partition, offset) pairs delivered, each once; acks those whose
+    offset is below ack_below (leaves the others leased)."""
+    got = []
+    while True:
+        st, body = call(port, "GET", f"/v1/topics/{topic}/consume?channel={channel}&wait=1s")
+        if st == 204:
+            return got
+        assert st == 200, (st, body)
+        m = json.loads(body)
+        got.append((m["partition"], m["offset"]))
+        if ack_below is not None and m["offset"] < ack_below:
+            st, body = call(port, "POST", f"/v1/topics/{topic}/ack?channel={channel}"
+                            f"&receipt_handle={m['receipt_handle']}", headers=API)
+            assert st == 204, (st, body)
+
+
+class ChannelFilesLost(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tern-chanload-")
+        self.data = os.path.join(self.dir, "data")
+        self.env = dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD)
+        self.d = None
+
+    def tearDown(self):
+        if self.d is not None:
+            self.d.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start(self):
+        self.d = Daemon(self.data, "--bootstrap-window=0", env=self.env,
+                        log_path=os.path.join(self.dir, "ternd.log"))
+        self.d.wait_for("ready")
+        return self.d.http_port
+
+    def stop(self):
+        rc = self.d.stop()
+        self.assertEqual(rc, 0, self.d.log())
+        self.d = None
+
+    def prepare(self, topic):
+        port = self.start()
+        self.d.wait_for("root user admin created")
+        st, body = call(port, "POST", "/v1/topics",
+                        json.dumps({"name": topic, "partitions": PARTS}).encode(),
+                        {"Content-Type": "application/json"})
+        self.assertEqual(st, 201, body)
+        for ch in ("work", "other"):
+            st, body = call(port, "POST", f"/channel/create?topic={topic}&channel={ch}")
+            self.assertEqual(st, 200, body)
+        for p in range(PARTS):
+            for i in range(PER_PART):
+                st, body = call(port, "POST", f"/v1/topics/{topic}/produce?partition={p}",
+                                f"m{p}.{i}".encode(), API)
+                self.assertEqual(st, 202, body)
+        got = drain(port, topic, "work", ack_below=ACKED)
+        self.assertEqual(sorted(got), [(p, o) for p in range(PARTS) for o in range(PER_PART)])
+        self.stop()
+
+    def lose(self, topic, p, what=("ckpt", "wal")):
+        for ext in what:
+            os.unlink(os.path.join(self.data, "topics", topic, str(p), f"work.{ext}"))
+
+    def check(self, topic, lost):
+        port = self.start()
+        got = drain(port, topic, "work", ack_below=PER_PART)
+        want = [(p, o) for p in range(PARTS)
+                for o in range(0 if p == lost else ACKED, PER_PART)]
+        self.assertEqual(sorted(got), want, self.d.log())
+        warn = [ln for ln in self.d.log().splitlines()
+                if " warn " in ln and f"{topic}/{lost}" in ln and "work" in ln]
+        self.assertTrue(warn, "no warning names the partition:\n" + self.d.log())
+        self.assertIn("again", warn[0])
+        self.stop()
+        # The partition has its files again: after a second restart nothing
+        # is delivered again (all acked) and no more warnings come.
+        port = self.start()
+        self.assertEqual(drain(port, topic, "work"), [])
+        self.assertEqual(self.d.log().count(f"{topic}/{lost}: channel work"), len(warn),
+                         self.d.log())
+
+    def test_lowest_partition_lost(self):
+        self.prepare("tlow")
+        self.lose("tlow", 0)
+        self.check("tlow", 0)
+
+    def test_middle_partition_lost(self):
+        self.prepare("tmid")
+        self.lose("tmid", 1)
+        self.check("tmid", 1)
+
+    def test_pause_kept(self):
+        # A paused channel whose lowest partition lost its files stays
+        # paused, and says so again at the next start (that partition
+        # is the first one read then).
+        self.prepare("tpause")
+        port = self.start()
+        st, body = call(port, "POST", "/channel/pause?topic=tpause&channel=work")
+        self.assertEqual(st, 200, body)
+        self.stop()
+        self.lose("tpause", 0)
+        for _ in range(2):
+            port = self.start()
+            self.assertTrue(self.paused(port, "tpause", "work"), self.d.log())
+            self.stop()
+
+    def paused(self, port, topic, channel):
+        st, body = call(port, "GET", f"/stats?format=json&topic={topic}&channel={channel}")
+        self.assertEqual(st, 200, body)
+        t = next(x for x in json.loads(body)["topics"] if x["topic_name"] == topic)
+        return next(c for c in t["channels"] if c["channel_name"] == channel)["paused"]
+
+    def test_checkpoint_lost_wal_kept(self):
+        self.prepare("tckpt")
+        self.lose("tckpt", 2, what=("ckpt",))
+        self.check("tckpt", 2)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args, rest = ap.parse_known_args()
+    daemon_mod.TERND = args.ternd
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
