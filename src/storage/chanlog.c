@@ -140,6 +140,12 @@ static int recover_channel(tn_chanlog_t *cl, const char *ckpt_path)
     if (rc != 0 || atomic_load(&cl->err) != 0)
         return rc;
 
+    if (access(cl->wal_path, F_OK) != 0 && errno == ENOENT)
+        TN_LOG(TN_LOG_WARN,
+               "channel %s in %s: its WAL is missing (lost, or a backup taken as the channel was "
+               "made): its state is the checkpoint's (seq %" PRIu64
+               "); what was settled after it is delivered again",
+               cl->name, cl->dir, cl->durable.seq);
     rc = tn_io_open(cl->wal_path, O_RDWR | O_CREAT, 0644, &cl->fd);
     if (rc != 0)
         return rc;

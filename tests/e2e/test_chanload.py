@@ -16,6 +16,9 @@ files:
   again (0 to 3): nothing is skipped;
 - ternd says so at warn, naming the topic, the channel and the
   partition.
+A paused channel stays paused. And `ternctl restore` of a backup whose
+channel files do not go together (a WAL without its checkpoint, the
+reverse, a partition without the channel) says so for each.
 """
 import argparse
 import base64
@@ -23,6 +26,7 @@ import http.client
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +40,17 @@ API = {"X-Tern-Client": "tests"}
 PARTS = 3
 PER_PART = 4
 ACKED = 2  # offsets below this are acked on every partition before the stop
+
+
+TERNCTL = None  # set by main()
+
+
+def ternctl(*args, port=None):
+    env = dict(os.environ, TERN_USER="admin", TERN_PASSWORD=PASSWORD)
+    env.pop("TERN_PASSWORD_FILE", None)
+    if port is not None:
+        env["TERN_URL"] = f"http://127.0.0.1:{port}"
+    return subprocess.run([TERNCTL, *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 def call(port, method, path, body=None, headers=None, timeout=30):
@@ -68,7 +83,7 @@ def drain(port, topic, channel, ack_below=None):
             assert st == 204, (st, body)
 
 
-class ChannelFilesLost(unittest.TestCase):
+class Base(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tern-chanload-")
         self.data = os.path.join(self.dir, "data")
@@ -132,6 +147,8 @@ class ChannelFilesLost(unittest.TestCase):
         self.assertEqual(self.d.log().count(f"{topic}/{lost}: channel work"), len(warn),
                          self.d.log())
 
+
+class ChannelFilesLost(Base):
     def test_lowest_partition_lost(self):
         self.prepare("tlow")
         self.lose("tlow", 0)
@@ -169,11 +186,61 @@ class ChannelFilesLost(unittest.TestCase):
         self.check("tckpt", 2)
 
 
+class RestoreReports(Base):
+    """`ternctl restore` of a backup whose channel files do not go
+    together: it says so, per partition and channel, restores, and the
+    restored ternd delivers again rather than skip."""
+
+    def test_restore_reports_channel_files_missing(self):
+        self.prepare("tb")
+        port = self.start()
+        bdir = os.path.join(self.dir, "backup")
+        r = ternctl("backup", bdir, port=port)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.stop()
+        # Partition 0 loses work's checkpoint, partition 1 its WAL and
+        # partition 2 both: from the copy and from its manifest.
+        man_path = os.path.join(bdir, "1", "manifest.json")
+        with open(man_path) as f:
+            man = json.load(f)
+        gone = {"topics/tb/0/work.ckpt", "topics/tb/1/work.wal", "topics/tb/2/work.ckpt",
+                "topics/tb/2/work.wal"}
+        self.assertTrue(gone <= {x["path"] for x in man["files"]}, man["files"])
+        man["files"] = [x for x in man["files"] if x["path"] not in gone]
+        for g in gone:
+            os.unlink(os.path.join(bdir, "1", "data", g))
+        with open(man_path, "w") as f:
+            json.dump(man, f)
+        self.data = os.path.join(self.dir, "restored")
+        r = ternctl("restore", bdir, "--data-path", self.data)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        warn = [ln for ln in r.stderr.splitlines() if "warning" in ln and "channel work" in ln]
+        self.assertEqual(len(warn), 3, r.stderr)
+        self.assertIn("partition tb/0: channel work has a WAL but no checkpoint", warn[0])
+        self.assertIn("partition tb/1: channel work has a checkpoint but no WAL", warn[1])
+        self.assertIn("partition tb/2: no file of channel work", warn[2])
+        self.assertNotIn("channel other", r.stderr)
+        # The restored node: partition 1 is back at its checkpoint (seq 0:
+        # every ack was in the WAL), 0 and 2 are made anew; all from 0.
+        port = self.start()
+        got = drain(port, "tb", "work", ack_below=PER_PART)
+        want = [(p, o) for p in range(PARTS) for o in range(PER_PART)]
+        self.assertEqual(sorted(got), want, self.d.log())
+        log = self.d.log()
+        for p in (0, 2):
+            self.assertIn(f"partition tb/{p}: channel work has no checkpoint here", log)
+        self.assertIn("tb/1: its WAL is missing", log)
+        self.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)
+    ap.add_argument("--ternctl", required=True)
     args, rest = ap.parse_known_args()
     daemon_mod.TERND = args.ternd
+    global TERNCTL
+    TERNCTL = args.ternctl
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
 
 
