@@ -1723,7 +1723,12 @@ int tn_broker_chan_apply(tn_broker_t *b, const char *topic, const char *channel,
     tn_chpart_t *cp = ch->parts[p];
     if (!cp->part->remote)
         return UV_EBUSY;
-    int rc = tn_cursor_apply(&cp->cur, rec);
+    /* A record the log refuses changes nothing here: the leader sends it
+     * again (setrepl.c engine_write), and a REQ applied to the cursor on
+     * each try would count requeue_count once per try. */
+    int rc = tn_chanlog_refuses(cp->cl, rec);
+    if (rc == 0)
+        rc = tn_cursor_apply(&cp->cur, rec);
     if (rc != 0)
         return rc;
     /* A message put back by the leader waits here as there: until its

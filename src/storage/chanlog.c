@@ -263,7 +263,7 @@ static void op_done(tn__sreq_t *s)
     op->cb(op, s->status);
 }
 
-int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, tn_walop_cb cb)
+int tn_chanlog_refuses(tn_chanlog_t *cl, const tn_walrec_t *rec)
 {
     if (cl->closing)
         return TN_ECLOSED;
@@ -271,8 +271,18 @@ int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, 
     if (err != 0)
         return err;
     unsigned char tmp[TN_WAL_MAX_FRAME];
-    if (cb == NULL || tn_wal_encode(tmp, rec, 0, 0) == 0)
+    if (tn_wal_encode(tmp, rec, 0, 0) == 0)
         return UV_EINVAL;
+    return 0;
+}
+
+int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, tn_walop_cb cb)
+{
+    if (cb == NULL)
+        return UV_EINVAL;
+    int err = tn_chanlog_refuses(cl, rec);
+    if (err != 0)
+        return err;
     memset(&op->s, 0, sizeof(op->s));
     op->s.bytes = TN_WAL_MAX_FRAME;
     op->s.done = op_done;

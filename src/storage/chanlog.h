@@ -88,6 +88,13 @@ int tn_chanlog_open(tn_store_t *store, const char *topic, uint32_t partition, co
  * UV_EINVAL (unknown op). cb runs on the loop thread after the fdatasync. */
 int tn_chanlog_submit(tn_chanlog_t *cl, tn_walop_t *op, const tn_walrec_t *rec, tn_walop_cb cb);
 
+/* Loop thread: what tn_chanlog_submit would refuse rec with now (closing,
+ * the log's sticky error, a record that does not encode), or 0. A caller
+ * that changes state before submitting checks this first, so a refusal
+ * leaves nothing changed for a retry to do again (the sticky error can
+ * still come from the storage thread in between). */
+int tn_chanlog_refuses(tn_chanlog_t *cl, const tn_walrec_t *rec);
+
 int tn_chanlog_err(tn_chanlog_t *cl);
 
 /* Loop thread: how many records were queued, and how many of them have

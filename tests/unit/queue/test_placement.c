@@ -12,6 +12,7 @@
 #include "core/err.h"
 #include "core/time.h"
 #include "queue/queue.h"
+#include "storage/io.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -1289,6 +1290,47 @@ static void test_chan_apply_settle_drops_req(void **state)
     qfx_free(q);
 }
 
+/* A record the set-aside log refuses (its write failed: a sticky error)
+ * changes nothing in the engine, so the leader's retry of it (setrepl.c
+ * engine_write sends what was not queued again) counts nothing twice.
+ * Before, a REQ reached the cursor before the refusal: requeue_count went
+ * up once per retry (3 here instead of 1). */
+static void test_chan_apply_refused_counts_once(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(true);
+    q->b->place_readopt = readopt_yes;
+    tn_topic_t *t = topic(q, "rf", 1);
+    tn_channel_t *ch = channel(q, t, "c");
+    assert_int_equal(publish(q, "rf", "m", 0, NULL, NULL), 0);
+    owners[0] = 7;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0));
+    tn_walrec_t req = {.op = TN_WAL_REQ, .offset = 0, .due_ms = tn_now_wall_ms(), .attempts = 1};
+    applyw_t w[3];
+    memset(w, 0, sizeof(w));
+    w[0].op.data = &w[0];
+    /* Its WAL write (after the zeroed space ahead) fails: the log's
+     * error is sticky from then on. */
+    tn_io_fail_write_after(1, UV_EIO);
+    assert_int_equal(tn_broker_chan_apply(q->b, "rf", "c", 0, &req, &w[0].op, on_applied), 0);
+    assert_true(run_until(q, applied, &w[0]));
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(w[0].status, UV_EIO);
+    /* The follower's cursor (what /stats shows once led here again). */
+    const tn_cursor_t *cur = &ch->parts[0]->cur;
+    assert_int_equal(cur->requeue_count, 1);
+    /* The leader sends it again, twice: refused, nothing counted. */
+    for (int i = 1; i < 3; i++) {
+        w[i].op.data = &w[i];
+        assert_int_equal(tn_broker_chan_apply(q->b, "rf", "c", 0, &req, &w[i].op, on_applied),
+                         UV_EIO);
+    }
+    assert_int_equal(cur->requeue_count, 1);
+    qfx_free(q);
+}
+
 /* The lead of a replicated partition goes to another node while
  * consumers here hold its messages (a partition move's hand-over, a
  * failover of a live leader): their leases on it end without a record (a
@@ -1725,6 +1767,7 @@ int main(void)
         cmocka_unit_test(test_chan_apply_while_set_aside),
         cmocka_unit_test(test_chan_apply_req_keeps_delay),
         cmocka_unit_test(test_chan_apply_settle_drops_req),
+        cmocka_unit_test(test_chan_apply_refused_counts_once),
         cmocka_unit_test(test_lead_moved_away),
         cmocka_unit_test(test_abandoned_channel_logs_closed),
         cmocka_unit_test(test_placed_again_while_closing),
