@@ -659,6 +659,16 @@ static void chan_create_work(uv_work_t *w)
     tn_channel_t *ch = j->ch;
     tn_topic_t *t = ch->topic;
     chan_create_test_delay(ch);
+    /* A stamp file already holding this channel's stamp means this node
+     * had the channel (the stamp is written before its first checkpoint
+     * and removed after its last) and lost its files on every partition,
+     * or crashed before the first: its position here is unknown, so every
+     * retained record is delivered again rather than the bootstrap window
+     * skip the unsettled ones older than it. */
+    uint64_t had = 0;
+    bool lost = ch->stamp_kept != 0 && !j->first &&
+                tn_store_channel_stamp_read(t->broker->store, t->name, ch->name, &had) == 0 &&
+                had == ch->stamp_kept;
     /* The stamp before the first checkpoint: files of the channel are
      * never on disk with another channel's stamp beside them (a stamp left
      * by a deleted channel of the name goes when this one's is unknown). */
@@ -673,7 +683,13 @@ static void chan_create_work(uv_work_t *w)
         tn_plog_stats_t st;
         tn_plog_stats(plog, &st);
         uint64_t start = st.first_offset;
-        if (j->at_tail)
+        if (lost && st.written_next > st.first_offset)
+            TN_LOG(TN_LOG_WARN,
+                   "partition %s/%" PRIu32 ": channel %s has no checkpoint here, but its stamp "
+                   "file says this node had it: made anew from the first retained offset %" PRIu64
+                   ", so its %" PRIu64 " retained messages here are delivered again",
+                   t->name, i, ch->name, st.first_offset, st.written_next - st.first_offset);
+        else if (j->at_tail)
             start = st.visible_next;
         else if (!j->first)
             start = find_start(plog, st.first_offset, st.visible_next, j->since_ns);

@@ -185,6 +185,48 @@ class ChannelFilesLost(Base):
         self.lose("tckpt", 2, what=("ckpt",))
         self.check("tckpt", 2)
 
+    def test_every_partition_lost(self):
+        # Every partition lost work's files, but the topic's directory
+        # kept work.cstamp, which holds the stamp of the channel's record:
+        # this node had the channel, so the catalog making it again from
+        # that record starts every partition at its first retained offset
+        # (with a warn each) rather than at the bootstrap window, which
+        # (0 here) skips the unacked offsets 2 and 3 of every partition.
+        self.prepare("tall")
+        for p in range(PARTS):
+            self.lose("tall", p)
+        self.assertTrue(os.path.exists(os.path.join(self.data, "topics", "tall", "work.cstamp")))
+        port = self.start()
+        got = drain(port, "tall", "work", ack_below=PER_PART)
+        want = [(p, o) for p in range(PARTS) for o in range(PER_PART)]
+        self.assertEqual(sorted(got), want, self.d.log())
+        log = self.d.log()
+        for p in range(PARTS):
+            warn = [ln for ln in log.splitlines()
+                    if " warn " in ln and f"partition tall/{p}: channel work" in ln]
+            self.assertEqual(len(warn), 1, log)
+            self.assertIn(f"its {PER_PART} retained messages here are delivered again", warn[0])
+        self.stop()
+        port = self.start()
+        self.assertEqual(drain(port, "tall", "work"), [])
+        # (The log goes on from the first start's: no warn was added.)
+        self.assertEqual(self.d.log().count("channel work has no checkpoint"), PARTS,
+                         self.d.log())
+        self.stop()
+
+    def test_every_partition_lost_without_its_stamp(self):
+        # The same without work.cstamp: nothing on disk says this node had
+        # the channel (as for a node that just heard of it), so it is made
+        # from the bootstrap window, without a warn.
+        self.prepare("tnew")
+        for p in range(PARTS):
+            self.lose("tnew", p)
+        os.unlink(os.path.join(self.data, "topics", "tnew", "work.cstamp"))
+        port = self.start()
+        self.assertEqual(drain(port, "tnew", "work"), [], self.d.log())
+        self.assertNotIn("channel work has no checkpoint", self.d.log())
+        self.stop()
+
 
 class RestoreReports(Base):
     """`ternctl restore` of a backup whose channel files do not go
