@@ -151,6 +151,26 @@ class Names(Base):
         eph = eph[:-11] + "#ephemeral"  # 64
         self.assertEqual(self.request("POST", f"/pub?topic={q(eph)}", b"m")[0], 200)
 
+    def test_missing_topics_and_channels_by_any_name(self):
+        # nsqd 1.3.0's /topic/delete, /topic/pause and /topic/unpause do not
+        # check the name: a topic that cannot exist is one it does not have
+        # (404 TOPIC_NOT_FOUND); /topic/empty and the channel endpoints do.
+        ok, bad65 = fresh("m", 10), fresh("m", 10) + "y" * 55
+        for op in ("delete", "pause", "unpause"):
+            for name in (ok, bad65, "a%2Fb"):
+                st, _, body = self.request("POST", f"/topic/{op}?topic={name}")
+                self.assertEqual((st, json.loads(body)), (404, {"message": "TOPIC_NOT_FOUND"}),
+                                 (op, name))
+        st, _, body = self.request("POST", f"/topic/empty?topic={bad65}")
+        self.assertEqual((st, json.loads(body)), (400, {"message": "INVALID_TOPIC"}))
+        st, _, body = self.request("POST", f"/channel/delete?topic={ok}&channel=c")
+        self.assertEqual((st, json.loads(body)), (404, {"message": "TOPIC_NOT_FOUND"}))
+        self.assertEqual(self.request("POST", f"/topic/create?topic={ok}")[0], 200)
+        st, _, body = self.request("POST", f"/channel/delete?topic={ok}&channel=c")
+        self.assertEqual((st, json.loads(body)), (404, {"message": "CHANNEL_NOT_FOUND"}))
+        st, _, body = self.request("POST", f"/channel/delete?topic={bad65}&channel=c")
+        self.assertEqual((st, json.loads(body)), (400, {"message": "INVALID_ARG_TOPIC"}))
+
     def test_a_long_v1_topic_is_not_seen_by_the_nsq_doors(self):
         long = fresh("v", 10) + "w" * 90
         st, _, body = self.request("POST", "/v1/topics", json.dumps({"name": long}).encode(),

@@ -1051,7 +1051,13 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
         return;
     }
     if (!tn_nsq_valid_topic(m->topic, strlen(m->topic))) {
-        answer_error(r, 400, channel_op ? "INVALID_ARG_TOPIC" : "INVALID_TOPIC");
+        /* nsqd's /topic/delete, /topic/pause and /topic/unpause look the
+         * name up without checking it: a topic that cannot exist is one
+         * it does not have. */
+        if (!channel_op && (op == OP_DELETE || op == OP_PAUSE || op == OP_UNPAUSE))
+            answer_error(r, 404, "TOPIC_NOT_FOUND");
+        else
+            answer_error(r, 400, channel_op ? "INVALID_ARG_TOPIC" : "INVALID_TOPIC");
         tn_free(m);
         return;
     }
