@@ -102,7 +102,7 @@ static const opt_t options[] = {
      "commit-busy-poll-min publishes wait on it and commits take no longer (0: never)"},
     {"commit-busy-poll-min", OPT_INT, F(commit_busy_poll_min), "8", 1, 65536, NULL,
      "fewest publishes waiting on group commits that make the event loop busy-poll"},
-    {"commit-busy-poll-cost", OPT_DURATION, F(commit_busy_poll_cost_ns), "5us", 0, 10 * MS, NULL,
+    {"commit-busy-poll-cost", OPT_DURATION, F(commit_busy_poll_cost_ns), "2us", 0, 10 * MS, NULL,
      "most polling per waiting publish: the event loop busy-polls only while a group commit's "
      "average time divided by the publishes waiting on it is at most this (0: no limit)"},
     {"relaxed-sync-messages", OPT_INT, F(relaxed_sync_messages), "2500", 1, 10000000, NULL,

@@ -36,7 +36,8 @@
  * the appends waiting on it: polling costs the loop about a round's time
  * of CPU, shared by the appends it answers, so it polls only while the
  * average round divided by the appends out is at most busy_poll_cost_ns
- * (8 producers on a 350 µs sync would pay ~44 µs of CPU per message).
+ * (8 producers on a 350 µs sync would pay ~44 µs of CPU per message; the
+ * default, 2 µs, lets 64 appends out poll for rounds of up to 128 µs).
  *
  * Thread safety: open/close and every tn_store_* call on the loop thread
  * that opened it, unless a function says otherwise. */

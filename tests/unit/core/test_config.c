@@ -26,7 +26,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.commit_max_delay_ns, 1000000);
     assert_int_equal(cfg.commit_busy_poll_ns, 500000);
     assert_int_equal(cfg.commit_busy_poll_min, 8);
-    assert_int_equal(cfg.commit_busy_poll_cost_ns, 5000);
+    assert_int_equal(cfg.commit_busy_poll_cost_ns, 2000);
     assert_int_equal(cfg.wal_commit_max_records, 1024);
     assert_int_equal(cfg.durability, TN_DURABILITY_DURABLE);
     assert_int_equal(tn_config_validate(&cfg, NULL, 0), 0);
