@@ -876,6 +876,16 @@ static void handle_auth(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
 /* May this command run? With AUTH configured the connection's grants
  * decide; without, a protected topic is refused. 1 yes, 0 no (an error
  * went out), -1 not yet (the grants expired and are being renewed). */
+/* A parsed name as a C string, cut to fit as "%.*s" would be (a valid name
+ * holds no NUL). Not snprintf: this runs for every PUB, where that was
+ * ~600 instructions, a tenth of the loop's user time per message. */
+static void copy_name(char *dst, size_t cap, tn_iov_t name)
+{
+    size_t n = TN_MIN(name.len, cap - 1);
+    memcpy(dst, name.base, n);
+    dst[n] = '\0';
+}
+
 static int auth_gate(conn_t *c, const tn_nsq_cmd_t *cmd)
 {
     const char *name = cmd->op == TN_NSQ_SUB    ? "SUB"
@@ -886,7 +896,7 @@ static int auth_gate(conn_t *c, const tn_nsq_cmd_t *cmd)
     const tn_nsq_opts_t *o = &c->srv->opts;
     if (c->srv->auth == NULL) {
         char topic[TN_NSQ_NAME_MAX + 1];
-        snprintf(topic, sizeof(topic), "%.*s", (int)cmd->topic.len, cmd->topic.base);
+        copy_name(topic, sizeof(topic), cmd->topic);
         if (o->is_protected == NULL || !o->is_protected(o->protected_arg, topic))
             return 1;
         /* An open door cannot authenticate anyone: NSQ clients send AUTH
@@ -908,10 +918,10 @@ static int auth_gate(conn_t *c, const tn_nsq_cmd_t *cmd)
         return -1;
     }
     char topic[256], channel[256] = "";
-    snprintf(topic, sizeof(topic), "%.*s", (int)cmd->topic.len, cmd->topic.base);
+    copy_name(topic, sizeof(topic), cmd->topic);
     bool ok;
     if (cmd->op == TN_NSQ_SUB) {
-        snprintf(channel, sizeof(channel), "%.*s", (int)cmd->channel.len, cmd->channel.base);
+        copy_name(channel, sizeof(channel), cmd->channel);
         ok = tn_authz_can_subscribe(c->authz, topic, channel);
     } else {
         ok = tn_authz_can_publish(c->authz, topic);
