@@ -15,7 +15,13 @@
 # with PERF=1 by `perf stat -e context-switches,cpu-migrations`, and with
 # PROFILE=FILE recorded by `perf record -g` into FILE.<run>, with
 # SCHED=FILE its wake-ups and context switches (sched tracepoints) into
-# FILE.<run> (bench/sched_summary.sh reads them).
+# FILE.<run> (bench/sched_summary.sh reads them). With CALLGRIND=FILE
+# ternd runs under valgrind's callgrind, which counts the user-space
+# instructions of the measured window only (threads apart, into
+# FILE.<run>-<thread>) and prints them per message: a figure the machine's
+# load does not move, for changes too small for the CPU time to show
+# (ternd runs ~20x slower, so the rounds are not the same; compare
+# instruction counts only with instruction counts).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -54,11 +60,14 @@ polled() {
 for i in $(seq "$runs"); do
     rm -rf "$work/data"
     : >"$work/log" # before the background start opens it, for the greps below
-    TERN_ADMIN_PASSWORD=$pw "$build/ternd" --data-path="$work/data" --tcp-address=127.0.0.1:0 --http-address=127.0.0.1:0 \
-        --raft-address=127.0.0.1:0 "$@" 2>"$work/log" &
+    wrap=()
+    [ -n "${CALLGRIND:-}" ] && wrap=(valgrind --tool=callgrind --instr-atstart=no --separate-threads=yes
+        "--callgrind-out-file=$CALLGRIND.$i")
+    TERN_ADMIN_PASSWORD=$pw "${wrap[@]}" "$build/ternd" --data-path="$work/data" --tcp-address=127.0.0.1:0 \
+        --http-address=127.0.0.1:0 --raft-address=127.0.0.1:0 "$@" 2>"$work/log" &
     pid=$!
     port=
-    for _ in $(seq 200); do
+    for _ in $(seq 600); do
         port=$(grep -o 'NSQ TCP listening on port [0-9]*' "$work/log" | awk '{print $6}' || true)
         [ -n "$port" ] && break
         sleep 0.05
@@ -67,7 +76,7 @@ for i in $(seq "$runs"); do
     hport=$(grep -o 'HTTP listening on port [0-9]*' "$work/log" | awk '{print $5}')
     # The admin user's password hash (bcrypt, on a worker thread) must not
     # land in the measured window.
-    for _ in $(seq 200); do
+    for _ in $(seq 600); do
         grep -q 'root user admin created' "$work/log" && break
         sleep 0.05
     done
@@ -82,7 +91,9 @@ for i in $(seq "$runs"); do
     for t in "/proc/$pid/task/"*; do t0[${t##*/}]=$(ticks "$t"); done
     c0=$(ticks /proc/$pid)
     tracer=
-    if [ -n "${STRACE:-}" ]; then
+    if [ -n "${CALLGRIND:-}" ]; then
+        callgrind_control -i on "$pid" >/dev/null 2>&1
+    elif [ -n "${STRACE:-}" ]; then
         strace -c -f -p "$pid" -o "$work/strace" 2>/dev/null &
         tracer=$!
         sleep 0.5
@@ -109,6 +120,10 @@ for i in $(seq "$runs"); do
         kill -INT "$tracer"
         wait "$tracer" || true
     fi
+    if [ -n "${CALLGRIND:-}" ]; then
+        callgrind_control -i off "$pid" >/dev/null 2>&1
+        callgrind_control -d "$pid" >/dev/null 2>&1
+    fi
     msgs=$(echo "$out" | awk '/^publish:/ {print $2}')
     rate=$(echo "$out" | awk '/^publish:/ {print $9}')
     [ -n "${VERBOSE:-}" ] && echo "$out"
@@ -133,6 +148,15 @@ for i in $(seq "$runs"); do
             if (name != "total" && r > 0) printf "  %-16s %8d calls  %.2f per round\n", name, $4, $4 / r
             if (name == "total") printf "  total            %8d calls  %.2f per round\n", $4, $4 / r }' \
             "$work/strace"
+    fi
+    if [ -n "${CALLGRIND:-}" ]; then
+        # The window's dump, one file per thread: FILE.<run>.1-<thread>.
+        # Thread 01 is the loop; 02 the first committer (tern-log).
+        for f in "$CALLGRIND.$i".1-*; do
+            [ -e "$f" ] || continue
+            awk -v m="$msgs" -v t="${f##*-}" '/^totals:/ { if ($2 > 0) printf \
+                "  callgrind thread %s: %d instructions, %.0f per message\n", t, $2, $2 / m }' "$f"
+        done
     fi
     [ -n "${PERF:-}" ] && awk -v r="$rr" '/context-switches|cpu-migrations|task-clock/ {
             gsub(",", "", $1); printf "  %-18s %12s  %.2f per round\n", $2, $1, r ? $1 / r : 0 }' "$work/perf"
