@@ -272,14 +272,12 @@ static bool grown_elsewhere(const tn_router_t *r, const tn_pub_t *p)
  * Left to the engine, a publish would make it with the default count, and
  * one pinned above that count would go through the ingress log as if the
  * topic had grown elsewhere, committed here only after the catalog grew
- * it. */
+ * it. Called when the engine has no topic called topic. */
 static void make_recorded(tn_router_t *r, const char *topic, size_t len)
 {
     if (r->o.meta == NULL || len > TN_NAME_MAX || !tn_meta_ready(r->o.meta))
         return;
     tn_topic_t *t = NULL;
-    if (tn_broker_topic(r->o.broker, topic, len, false, 0, NULL, &t) != TN_ENOTFOUND)
-        return;
     char name[TN_NAME_MAX + 1];
     memcpy(name, topic, len);
     name[len] = '\0';
@@ -332,17 +330,13 @@ static void on_engine_done(tn_pub_t *p, int status)
  * with the first refusal. A local replicated partition this node does
  * not lead (being handed back) is TN_ENOTSERVING too: the wait forwards
  * it to the leader the metastore names. Partitions on other nodes go the
- * usual way (TN_EREMOTE from the engine). */
-static int replica_check(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p,
-                         tn_topic_t **tp)
+ * usual way (TN_EREMOTE from the engine). t is the engine's topic if it
+ * is ready, else NULL (nothing to check: the engine makes or waits for
+ * it). */
+static int replica_check(tn_router_t *r, tn_topic_t *t, tn_pub_t *p)
 {
-    *tp = NULL;
-    if (r->replica == NULL)
+    if (r->replica == NULL || t == NULL || t->memory)
         return 0;
-    tn_topic_t *t = NULL;
-    if (tn_broker_topic(r->o.broker, topic, len, false, 0, NULL, &t) != 0 || t == NULL || t->memory)
-        return 0;
-    *tp = t;
     int first = 0;
     int64_t elsewhere = -1; /* a partition led by another node */
     int64_t waiting = -1;   /* a partition led here, not serving yet */
@@ -417,9 +411,16 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
     /* Counted until the door's callback: a drain waits for the count to
      * reach 0 (api/drain.h). */
     r->st.publishing++;
-    make_recorded(r, topic, len);
+    /* The topic is looked up by name once: the one found ready here is
+     * the one the checks below and the engine use (nothing on this call
+     * stack deletes or replaces it; tn_topic_publish checks anyway). */
     tn_topic_t *t = NULL;
-    int rc = replica_check(r, topic, len, p, &t);
+    int found = tn_broker_topic(r->o.broker, topic, len, false, 0, NULL, &t);
+    if (found == TN_ENOTFOUND)
+        make_recorded(r, topic, len);
+    if (found != 0)
+        t = NULL;
+    int rc = replica_check(r, t, p);
     if (rc == TN_ENOTSERVING) {
         p->deliver_at_ms = deliver_at_ms; /* what the engine would have set */
         rc = wait_for_leader(r, t->name, p->pin, p);
@@ -430,7 +431,8 @@ int tn_router_publish(tn_router_t *r, const char *topic, size_t len, tn_pub_t *p
         r->st.publishing--;
         return rc;
     }
-    rc = tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
+    rc = t != NULL ? tn_topic_publish(t, p, deliver_at_ms, on_engine_done)
+                   : tn_broker_publish(r->o.broker, topic, len, p, deliver_at_ms, on_engine_done);
     if (rc == TN_EREMOTE || (rc == UV_EINVAL && grown_elsewhere(r, p)))
         rc = spill(r, p);
     else if (rc == TN_ENOTSERVING && p->topic != NULL)

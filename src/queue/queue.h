@@ -730,6 +730,12 @@ void tn_pub_fini(tn_pub_t *p);
  * p->grow_here the grow-here hook was asked first and gave none. */
 int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb);
+/* tn_broker_publish to t, a topic the caller found ready (tn_broker_topic
+ * returned 0 for it) earlier in the same call, without looking its name up
+ * again: the same checks, outcomes and callback. t borrowed. (A door's
+ * publish needs the topic before the engine does, for the replica checks:
+ * one look-up by name per publish instead of three.) */
+int tn_topic_publish(tn_topic_t *t, tn_pub_t *p, int64_t deliver_at_ms, tn_pub_cb cb);
 
 /* Attach c (deliver, timeout_ms, data, and pull/pinned/pin set by the
  * caller; credit 0) to a ready channel. */

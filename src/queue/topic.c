@@ -470,6 +470,17 @@ static void on_topic_ready(tn_waiter_t *w, int status)
     p->cb(p, status);
 }
 
+/* What every publish records before its topic is known or waited for. */
+static void pub_start(tn_broker_t *b, tn_pub_t *p, int64_t deliver_at_ms, tn_pub_cb cb)
+{
+    p->broker = b;
+    p->cb = cb;
+    p->deliver_at_ms = deliver_at_ms;
+    p->start_ns = tn_now_mono_ns();
+    p->wait.cb = on_topic_ready;
+    p->wait.data = p;
+}
+
 int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
                       int64_t deliver_at_ms, tn_pub_cb cb)
 {
@@ -477,12 +488,7 @@ int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
         return UV_EINVAL;
     if (tn_store_disk_high(b->store) && !tn_name_ephemeral(name, len))
         return TN_EDISKHIGH;
-    p->broker = b;
-    p->cb = cb;
-    p->deliver_at_ms = deliver_at_ms;
-    p->start_ns = tn_now_mono_ns();
-    p->wait.cb = on_topic_ready;
-    p->wait.data = p;
+    pub_start(b, p, deliver_at_ms, cb);
     tn_topic_t *t = NULL;
     int rc = tn_broker_topic(b, name, len, true, 0, &p->wait, &t);
     if (rc == UV_EAGAIN) {
@@ -491,6 +497,22 @@ int tn_broker_publish(tn_broker_t *b, const char *name, size_t len, tn_pub_t *p,
     }
     if (rc != 0)
         return rc;
+    p->topic = t;
+    return append_to(t, p);
+}
+
+int tn_topic_publish(tn_topic_t *t, tn_pub_t *p, int64_t deliver_at_ms, tn_pub_cb cb)
+{
+    tn_broker_t *b = t->broker;
+    if (t->state != TN_OBJ_READY) /* not as the caller found it: the long way */
+        return tn_broker_publish(b, t->name, strlen(t->name), p, deliver_at_ms, cb);
+    if (p->n == 0)
+        return UV_EINVAL;
+    if (tn_store_disk_high(b->store) && !t->memory) /* memory: the name is ephemeral */
+        return TN_EDISKHIGH;
+    if (b->closing)
+        return TN_ECLOSED;
+    pub_start(b, p, deliver_at_ms, cb);
     p->topic = t;
     return append_to(t, p);
 }

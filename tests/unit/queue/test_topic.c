@@ -6,7 +6,8 @@
  * what it cannot take, and tn_pub_fill copies in whole records (body, key,
  * own time) as the ingress log's commits do. The broker's append check
  * (tn_broker_set_append_check) refuses an append, nothing written, also
- * for a publish that waited for its topic to be made. */
+ * for a publish that waited for its topic to be made, and for one to a
+ * topic the caller found ready (tn_topic_publish). */
 #include "core/platform.h"
 
 #include "testutil.h"
@@ -452,12 +453,62 @@ static void test_append_check(void **state)
     qfx_free(q);
 }
 
+static int publish_to(qfx_t *q, pubw_t *w, tn_topic_t *t)
+{
+    w->p.data = w;
+    w->done = false;
+    int rc = tn_topic_publish(t, &w->p, 0, on_pub);
+    if (rc == 0) {
+        assert_true(run_until(q, pub_done, w));
+        rc = w->status;
+    }
+    return rc;
+}
+
+/* tn_topic_publish, the door's publish to a topic it found ready: the
+ * same outcomes as a publish by name (appended, the append check asked,
+ * its refusal given back with nothing written) without a look-up. */
+static void test_topic_publish(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new();
+    check_t c = {.answer = 0};
+    tn_broker_set_append_check(q->b, on_check, &c);
+    tn_topic_t *t = topic(q, "ready");
+    pubw_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 1), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, "a", 1), 0);
+    assert_int_equal(publish_to(q, &w, t), 0);
+    assert_int_equal(w.p.first_offset, 0);
+    assert_ptr_equal(w.p.topic, t);
+    assert_int_equal(c.asked, 1);
+    assert_string_equal(c.topic, "ready");
+    tn_pub_fini(&w.p);
+    /* Refused by the check: nothing written. */
+    c.answer = TN_ENOTSERVING;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(tn_pub_init(&w.p, 1), 0);
+    assert_int_equal(tn_pub_set(&w.p, 0, "b", 1), 0);
+    assert_int_equal(publish_to(q, &w, t), TN_ENOTSERVING);
+    tn_plog_stats_t st;
+    tn_plog_stats(tn_topic_part_plog(t, 0), &st);
+    assert_int_equal(st.written_next, 1);
+    c.answer = 0;
+    assert_int_equal(publish_to(q, &w, t), 0);
+    assert_int_equal(w.p.first_offset, 1);
+    const tn_centry_t *e = record(q, t, 1);
+    expect_record(e, "b", NULL, 0);
+    tn_pub_fini(&w.p);
+    qfx_free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_append_check),  cmocka_unit_test(test_own_times_one_append),
         cmocka_unit_test(test_default_times), cmocka_unit_test(test_set_deliver_at_refused),
-        cmocka_unit_test(test_fill),
+        cmocka_unit_test(test_fill),          cmocka_unit_test(test_topic_publish),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
