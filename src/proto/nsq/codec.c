@@ -8,6 +8,7 @@
 #include "core/name.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -159,7 +160,10 @@ static int check_body_len(tn_nsq_cmd_t *cmd, const char *name, int32_t blen,
 int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq_cmd_t *cmd,
                  size_t *consumed)
 {
-    memset(cmd, 0, sizeof(*cmd));
+    /* Every field but errmsg (192 bytes, most of the struct): fail()
+     * writes it, and only a TN_EPROTO answer reads it. */
+    memset(cmd, 0, offsetof(tn_nsq_cmd_t, errmsg));
+    cmd->errmsg[0] = '\0';
     size_t scan = TN_MIN(len, (size_t)lim->max_line + 2); /* room for "\r\n" */
     const char *nl = memchr(buf, '\n', scan);
     if (nl == NULL) {

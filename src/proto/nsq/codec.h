@@ -125,7 +125,8 @@ typedef struct {
      * needs, once its length prefix has been read and checked (0 before),
      * so the caller can refuse to buffer more than it allows. */
     uint64_t need;
-    /* When it returns TN_EPROTO: what to send the client. */
+    /* When it returns TN_EPROTO: what to send the client. errmsg stays
+     * last: tn_nsq_parse zeroes only the fields before it. */
     tn_nsq_err_t err;
     char errmsg[192];
 } tn_nsq_cmd_t;
