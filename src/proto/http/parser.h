@@ -40,6 +40,8 @@ typedef struct {
     tn_iov_t path;
     tn_iov_t query; /* after '?', without it; empty when none */
     int minor;      /* HTTP/1.minor */
+    /* Valid below nheaders only (the HTTP server leaves the rest
+     * unzeroed: it zeroes the fields before and from nheaders on). */
     tn_http_header_t headers[TN_HTTP_MAX_HEADERS];
     uint32_t nheaders;
     int64_t content_length; /* -1: none given */

@@ -13,6 +13,7 @@
 #include "proto/http/encoding.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -684,11 +685,17 @@ void tn_http_resume(tn_http_request_t *r)
 static void begin(conn_t *c, size_t headlen)
 {
     tn_http_server_t *s = c->srv;
-    tn_http_request_t *r = tn_calloc(1, sizeof(*r));
+    /* Zeroed but for the head's header array (TN_HTTP_MAX_HEADERS spans,
+     * 3.2 of its 3.6 KB): the parser fills it, and it is read only below
+     * nheaders, which the parser sets. Zeroing it all was ~3,600 counted
+     * instructions of a /pub (libc's memset stores it with `rep stosb`). */
+    tn_http_request_t *r = tn_malloc(sizeof(*r));
     if (r == NULL) {
         conn_close(c);
         return;
     }
+    memset(r, 0, offsetof(tn_http_request_t, head.headers));
+    memset(&r->head.nheaders, 0, sizeof(*r) - offsetof(tn_http_request_t, head.nheaders));
     tn_buf_init(&r->body);
     tn_buf_init(&r->headbuf);
     size_t used;
