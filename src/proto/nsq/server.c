@@ -1197,7 +1197,11 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0 || c->draining)
         return; /* dropped: the connection is closing */
-    c->last_recv_ms = tn_now_mono_ms();
+    /* The loop's time (CLOCK_MONOTONIC's, as tn_now_mono_ms, read when
+     * the poll returned): for the heartbeat's liveness deadline, in
+     * seconds, a few ms early is as good, and a read of the clock per
+     * command is not free. */
+    c->last_recv_ms = (int64_t)uv_now(stream->loop);
     if (c->tls != NULL) {
         bool done = false;
         int rc = tn_tls_feed(c->tls, buf->base, (size_t)nread, &c->tlsin, &done);
