@@ -1095,11 +1095,25 @@ static bool same_topic(const chfile_t *a, const char *path, size_t topic_len)
     return a->topic_len == topic_len && memcmp(a->path + 7, path + 7, topic_len) == 0;
 }
 
+/* Whether the manifest holds the file dir (dir_len bytes, ending in '/')
+ * followed by name. */
+static bool manifest_has(const tn_manifest_t *m, const char *dir, size_t dir_len, const char *name)
+{
+    size_t name_len = strlen(name);
+    for (size_t i = 0; i < m->nfiles; i++) {
+        const char *path = m->files[i].path;
+        if (strncmp(path, dir, dir_len) == 0 && strlen(path + dir_len) == name_len &&
+            memcmp(path + dir_len, name, name_len) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* Channel files that do not go together in one node's manifest, each
  * said on stderr with what ternd makes of it (docs/storage-format.md,
  * "A channel" under "Recovery"): a WAL without its checkpoint, a
- * checkpoint without its WAL, and a partition of the backup without a
- * channel other partitions of its topic have. A backup taken while a
+ * checkpoint without its WAL, and a factor-1 partition of the backup
+ * without a channel other partitions of its topic have. A backup taken while a
  * channel was made or deleted can hold the first two; a copy that lost
  * files holds any. The restore goes on (ternd delivers again rather
  * than lose), but not silently. Returns how many were said, or -1 out
@@ -1184,6 +1198,11 @@ static long check_channels(const tn_manifest_t *m)
             continue;
         done = path;
         done_len = dir_len;
+        /* A replicated partition's copy (it has an epochs file) gets a
+         * channel's state from its leader: a follower's copy has no file
+         * of a channel until the leader's first settle of it reaches it. */
+        if (manifest_has(m, path, dir_len, "epochs"))
+            continue;
         for (size_t k = 0; k < n; k++) {
             const chfile_t *a = &cf[k];
             if (!a->ckpt || !same_topic(a, path, topic_len))
