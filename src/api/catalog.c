@@ -915,6 +915,7 @@ static void follow_deletions(tn_catalog_t *c)
                            "metastore: channel %s of %s is recorded with another stamp (made "
                            "again); replacing it here",
                            ch->name, t->name);
+                    ch->replaced = true; /* its consumers come back for the new one */
                 }
                 if (gone_new(&found, t->name, ch->name) == NULL)
                     break;

@@ -295,6 +295,10 @@ static void on_kick(tn_consumer_t *c)
         poll_t *p = l->head;
         if (p->got > 0)
             finish(p, 200, NULL);
+        else if (c->replaced)
+            finish(p, 503,
+                   "the channel is being made again here (deleted and recreated "
+                   "elsewhere meanwhile); retry");
         else
             finish(p, 404, "the topic or channel was deleted");
     }

@@ -2003,6 +2003,7 @@ static void kick_all(tn_channel_t *ch)
         void (*kick)(tn_consumer_t * c) = c->kick;
         /* Detached first: the door may free c in its kick. */
         tn_consumer_detach(c);
+        c->replaced = ch->replaced;
         if (kick != NULL)
             kick(c);
     }

@@ -385,6 +385,11 @@ struct tn_channel_s {
      * removes the files (stamp_drop: that deletion's wait). */
     bool stamping;
     void *stamp_drop;
+    /* The catalog deletes it to make its record's channel anew (deleted
+     * and made again elsewhere meanwhile: another stamp): its consumers
+     * are kicked with tn_consumer_t.replaced, to come back for the new
+     * one rather than be told it is gone. Loop thread. */
+    bool replaced;
 };
 
 /* A message handed to a consumer. body is borrowed for the callback; take
@@ -420,6 +425,9 @@ struct tn_consumer_s {
      * detached c already (its in-flight messages went back); the door
      * drops the client and may free c here. */
     void (*kick)(tn_consumer_t *c);
+    /* Set before kick: the channel is being replaced by the recorded one
+     * of the same name (tn_channel_t.replaced), not deleted for good. */
+    bool replaced;
     /* Optional: a partition of its topic that this node served has gone
      * to another node while it runs (a partition move or a failover handed
      * its lead away; docs/cluster.md, "What clients see at the

@@ -31,8 +31,10 @@ it from offset 0 and delivered the acked messages again.
 
 Run: python3 tests/cluster/test_chan_remade_down.py --ternd build/ternd-test
 """
+import http.client
 import os
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -178,15 +180,63 @@ class ChanRemadeDown(base.ChanBase):
         else:
             self.assertEqual(down.stop(), 0)
             self.remake_without(c, down)
+            # Back with its replica taken for not current yet (so its
+            # catalog follows no deletion): the old channel loaded, a
+            # consume waiting on it, then the catalog replaces it.
+            unconfirmed = os.path.join(down.dir, "unconfirmed")
+            open(unconfirmed, "w").close()
         env = c.env()
         env["TERN_TEST_CATALOG_HOLD"] = hold[down.id]
+        if not replica_current:
+            env["TERN_TEST_CATALOG_UNCONFIRMED"] = unconfirmed
         down.start(env=env)
         c.wait_ready([down])
+        if not replica_current:
+            self.kicked_by_replacement(c, down, unconfirmed)
         # Every retained message on the new channel, through any node.
         delivered = self.consume(via, everything, deadline_s=180)
         self.assertEqual(sorted(everything - set(delivered)), [],
                          "retained messages the new channel did not deliver")
         self.assertIn(REPLACED, down.log())
+
+    def kicked_by_replacement(self, c, owner, unconfirmed):
+        """A consume waiting on the old channel at owner when its catalog
+        replaces it is answered 503 with Retry-After (come back: the
+        channel exists, made anew), not 404 "deleted"."""
+        answer = {}
+
+        def wait():
+            h = dict(base.CLIENT)
+            h["Authorization"] = harness.basic("admin", harness.PASSWORD)
+            conn = http.client.HTTPConnection(owner.host, owner.http_port, timeout=60)
+            try:
+                conn.request("GET", f"/v1/topics/{base.TOPIC}/consume?partition=0"
+                             f"&channel={base.CHANNEL}&max=100&wait=30s", headers=h)
+                r = conn.getresponse()
+                answer["r"] = (r.status, r.getheader("Retry-After"), r.read())
+            finally:
+                conn.close()
+        t = threading.Thread(target=wait)
+        t.start()
+        try:
+            wait_until("the consume parked on the old channel", lambda: any(
+                ch.get("channel_name") == base.CHANNEL and ch.get("clients")
+                for tp in (owner.request("GET", "/stats?format=json")[1].get("topics") or [])
+                if tp.get("topic_name") == base.TOPIC for ch in tp.get("channels") or []),
+                timeout=30)
+            os.unlink(unconfirmed)
+            # A change of the replica has the catalog look again.
+            wait_until("a topic recorded", lambda: c.find_leader().request(
+                "POST", "/v1/topics", {"name": "marker2", "partitions": 1},
+                headers=base.CLIENT)[0] in (201, 409), timeout=60)
+        finally:
+            if os.path.exists(unconfirmed):
+                os.unlink(unconfirmed)
+            t.join(70)
+        status, retry_after, body = answer["r"]
+        self.assertEqual(status, 503, body)
+        self.assertIn("made again", body.decode())
+        self.assertEqual(retry_after, "1")
 
     def test_factor_1_channel_made_again_while_its_owner_was_down(self):
         self.factor_1(replica_current=False)
