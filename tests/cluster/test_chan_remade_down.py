@@ -18,7 +18,11 @@ record's, as for a topic (test_topic_remade.py).
   of its topic starts at the retained backlog). Once with O down through
   the deletion and creation, once with O's catalog held
   (TERN_TEST_CATALOG_HOLD, ternd-test) while its metastore replica takes
-  both, so that O starts with the new record already in its replica.
+  both, so that O starts with the new record already in its replica. In
+  the first, a consume waiting at O on the old channel when O's catalog
+  replaces it (its replica taken for not current until then,
+  TERN_TEST_CATALOG_UNCONFIRMED) is answered 503 with Retry-After, not
+  404 "deleted" (a CI rehearsal's consume failed on that 404).
 
 Before the fix the stamp was kept in memory only: O (and F) loaded the old
 channel from disk and took for it the stamp of the record its replica
