@@ -184,6 +184,8 @@ struct tn_meta_s {
     uint64_t confirmed_at;
 #ifdef TN_TEST
     uint64_t pnotes_since; /* TERN_TEST_PSTATE_LAG_MS: notes pending since (0: none) */
+    /* TERN_TEST_MOVE_COMPLETE_DELAY_MS: the move seen ready, and since when (loop ms) */
+    uint64_t held_move, held_since;
 #endif
     tn_meta_req_t fence; /* the leader's MEMBER_FENCE, one at a time */
     bool fence_busy;
@@ -1883,6 +1885,25 @@ static void part_cmd_init(tn_meta_cmd_t *c, uint8_t type, const char *topic, uin
     c->part = p;
 }
 
+#ifdef TN_TEST
+/* TERN_TEST_MOVE_COMPLETE_DELAY_MS=n (ternd-test): this node, leading the
+ * metastore, proposes a move's completion only once it has seen the move
+ * ready (handing_over) for n ms, counted again by each new leader, so a
+ * test can kill a node or abort the move while it is handing over
+ * (tests/cluster/test_move_faults.py). One move at a time is held. */
+static bool complete_held(tn_meta_t *m, uint64_t move_id, uint64_t now)
+{
+    const char *v = getenv("TERN_TEST_MOVE_COMPLETE_DELAY_MS");
+    if (v == NULL || atoi(v) <= 0)
+        return false;
+    if (m->held_move != move_id) {
+        m->held_move = move_id;
+        m->held_since = now;
+    }
+    return now < m->held_since + (uint64_t)atoi(v);
+}
+#endif
+
 /* A move whose target is all in the ISR, and whose leader is in the
  * target or may hand over to one that is eligible: its completion. One
  * that cannot finish (move_dead_target): its failure. */
@@ -1906,6 +1927,10 @@ static void move_one(void *arg, const char *topic, uint32_t p, const tn_pstate_t
     if (tn_pstate_move_complete(&copy, ps->move_id, &sc->nodes, err, sizeof(err)) != 0)
         return; /* not yet (no target member may lead): the next scan */
     tn_meta_t *m = sc->m;
+#ifdef TN_TEST
+    if (complete_held(m, ps->move_id, sc->now))
+        return;
+#endif
     tn_meta_cmd_t c;
     part_cmd_init(&c, TN_MC_PART_MOVE, topic, p);
     c.move_kind = TN_MOVE_COMPLETE;
