@@ -27,7 +27,21 @@ Four nodes, topic rv with four partitions of factor 3 (MoveFaults):
                                     next metastore leader completes it;
   test_abort_handing_over           DELETE /v1/cluster/moves/{id} while it
                                     hands over: aborted, back on the old
-                                    replicas, delivering again.
+                                    replicas, delivering again;
+  test_abort_after_target_took_the_lead  the new member forced to lead
+                                    (clean) while it hands over, acks
+                                    answered by it, then the abort: the
+                                    lead goes back to an old member;
+  test_new_leader_killed_after_switch  the new member that took the lead at
+                                    the completion SIGKILLed at once.
+Four nodes, move-rate 256 KiB/s and a 2 MB backlog on the partition moved
+(MoveFaultsCopying), so the fault lands mid-copy:
+  test_source_killed_copying        the leader (moved off) SIGKILLed: the
+                                    target copies the rest from the next;
+  test_target_killed_copying        the new member SIGKILLed holding the
+                                    leader's channel state (its snapshot
+                                    comes before the records): restarted,
+                                    it copies the rest, with no hole.
 Three nodes, rv and rn at factor 1 (MoveFaultsF1):
   test_source_killed_after_switch   the source SIGKILLed as soon as the
                                     move is done (the target leads);
@@ -58,7 +72,7 @@ V1 = tr.V1
 # Long enough to see the hand-over and act in it on a loaded machine, and
 # past the member session (3 s), so a member killed in it is fenced before
 # the completion is proposed.
-HOLD_MS = 6000
+HOLD_MS = 8000
 
 
 class Faults:
@@ -206,10 +220,174 @@ class MoveFaults(Faults, tm.Moves):
         wait_until("every partition of rv with its whole ISR", self.settled4, 90)
         self.finish()
 
+    def test_abort_after_target_took_the_lead(self):
+        """A new member made leader (a forced clean election) while the
+        move hands over, acks answered by it, then the move aborted: the
+        leadership goes back to an old member, the new one is dropped with
+        what it leads, and nothing it acknowledged is lost or delivered
+        again after its ack."""
+        self.cluster(n=4)
+        self.load.start()
+        self.flowing(100)
+        meta = self.c.find_leader()
+        p = 0
+        leader, replicas, spare = self.layout(p)
+        target = [spare] + [r for r in replicas if r != leader]
+        mid = self.begin(p, target, meta)
+        self.handing_over(mid, meta)
+        self.history.fault(f"leader of {V1}/{p} forced to node {spare}, handing over")
+        status, answer = meta.request("POST", f"/v1/topics/{V1}/partitions/{p}/leader",
+                                      {"node": spare})
+        self.assertEqual(status, 200, answer)
+        t = time.monotonic()
+        wait_until(f"{V1}/{p} led by node {spare}",
+                   lambda: self.partitions(meta, V1)[p].leader == spare, 30, 0.1)
+        wait_until(f"acks of {V1}/{p} answered by its new leader {spare}",
+                   lambda: self.acks_since(p, t) >= 5, 30, 0.1)
+        self.history.fault(f"abort move {mid} of {V1}/{p}, led by its new member")
+        status, answer = meta.request("DELETE", f"/v1/cluster/moves/{mid}")
+        self.assertEqual(status, 200, answer)
+        self.assertEqual(answer["state"], "aborted", answer)
+        wait_until(f"{V1}/{p} back on {replicas} on every node",
+                   lambda: all(self.partitions(n, V1)[p].replicas == replicas
+                               for n in self.c.nodes), 30)
+        ps = self.partitions(meta, V1)[p]
+        self.assertIn(ps.leader, replicas, ps)
+        t = time.monotonic()
+        self.serves(p)
+        wait_until(f"messages of {V1}/{p} produced after the abort delivered",
+                   lambda: self.delivered_on(p, t) >= 10, 90)
+        wait_until("every partition of rv with its whole ISR", self.settled4, 90)
+        self.finish()
+
+    def test_new_leader_killed_after_switch(self):
+        """The new member that took the lead at the completion SIGKILLed
+        as soon as the move is done: the partition fails over to another
+        member of the new list."""
+        self.cluster(n=4)
+        self.load.start()
+        self.flowing(100)
+        meta = self.c.find_leader()
+        p = self.partition_spared_by_meta_leader()
+        leader, replicas, spare = self.layout(p)
+        target = [spare] + [r for r in replicas if r != leader]
+        mid = self.begin(p, target, meta)
+        self.handing_over(mid, meta)
+        done = self.wait_state(mid, ("done", "aborted", "failed"), 60, meta)
+        self.assertEqual(done["state"], "done", done)
+        new = self.partitions(meta, V1)[p].leader
+        self.assertEqual(new, spare)
+        self.kill(self.node(new), f"the new leader of {V1}/{p}, right after the switch")
+        self.new_leader(p, self.node(new))
+        self.serves(p)
+        self.restart(self.node(new))
+        wait_until("every partition of rv with its whole ISR", self.settled4, 90)
+        self.finish()
+
+    def acks_since(self, p, since):
+        """Acks of rv/p answered OK since (the router settles an ack on
+        the partition's leader: after the forced election, the new member)."""
+        with self.history.lock:
+            return sum(1 for f in self.history.fins if f[1] == V1 and f[3] == p and f[0] >= since)
+
     def delivered_on(self, p, since):
         with self.history.lock:
             return sum(1 for d in self.history.deliveries
                        if d[1] == V1 and d[3] == p and d[0] >= since)
+
+
+class MoveFaultsCopying(Faults, tm.Moves):
+    """Faults while the copy runs: move-rate holds it to 256 KiB/s and
+    the partition gets a backlog of 2 MB first (ids of the ledger), so the
+    move is seen mid-copy, a part of the log on the target, whatever the
+    machine's speed."""
+    node_args = ("--move-rate=256KiB",)
+
+    def backlog(self, p, n=128, size=16384):
+        node = self.leader(p)
+        prod = self.history.producer(f"{V1}.backlog", V1, "/v1 produce (backlog)", partition=p)
+        for _ in range(n):
+            seqs, ids = prod.next_ids(1)
+            op = self.history.invoke(prod.name, seqs, ids, V1, p, prod.door)
+            status, body = node.request("POST", f"/v1/topics/{V1}/produce?partition={p}",
+                                        tr.rl.make_body(ids[0], size), headers=tr.OCTET,
+                                        timeout=8)
+            self.history.complete(op, "ok" if status == 202 else
+                                  "unknown" if status is None else "fail", (node.id, status))
+
+    def mid_copy(self, mid, node, p=None, target=None):
+        """Wait for move mid to be mid-copy (as node lists it); with
+        target, also for target's copy of rv/p to hold the leader's channel
+        state (installed from its snapshot before the records are copied:
+        it then refers past the copy's end)."""
+        installed = f"setrepl: channel {tr.V1_CHANNEL} of {V1}/{p}: installed the leader's state"
+
+        def copying():
+            m = self.find_move(mid, node)
+            if m is not None and m["state"] in ("done", "aborted", "failed"):
+                self.fail(f"move {mid} ended before the fault: {m}")
+            ok = m is not None and isinstance(m.get("bytes_copied"), int) and \
+                isinstance(m.get("bytes_total"), int) and \
+                0 < m["bytes_copied"] < m["bytes_total"] // 2 and \
+                (target is None or installed in target.log())
+            return m if ok else None
+        m = wait_until(f"move {mid} mid-copy", copying, 60, 0.1)
+        tr.log(f"move {mid} mid-copy: {m}")
+        return m
+
+    def test_source_killed_copying(self):
+        """The leader (moved off) SIGKILLed while the target copies: the
+        partition fails over to an old follower, the target copies the
+        rest from it, the move completes."""
+        self.cluster(n=4)
+        self.load.start()
+        self.flowing(60)
+        meta = self.c.find_leader()
+        p = next(q for q in range(4) if self.layout(q)[0] != str(meta.id))
+        self.backlog(p)
+        leader, replicas, spare = self.layout(p)
+        target = [spare] + [r for r in replicas if r != leader]
+        mid = self.begin(p, target, meta)
+        self.mid_copy(mid, meta)
+        self.kill(self.node(leader), f"the leader of {V1}/{p}, moved off, mid-copy")
+        self.new_leader(p, self.node(leader))
+        done = self.wait_state(mid, ("done", "aborted", "failed"), 180, meta)
+        self.assertEqual(done["state"], "done", done)
+        ps = self.partitions(meta, V1)[p]
+        self.assertEqual(ps.replicas, target, ps)
+        self.serves(p)
+        self.restart(self.node(leader))
+        wait_until("every partition of rv with its whole ISR", self.settled4, 90)
+        self.finish()
+
+    def test_target_killed_copying(self):
+        """The new member SIGKILLed with part of the log copied and the
+        leader's channel state installed (it refers past the copy's end):
+        once back, it copies the rest from its own copy's end on, leaving
+        no hole (the engine used to skip its log to the channel's end at
+        the start, taking the missing records for a lost tail), and the
+        move completes."""
+        self.cluster(n=4)
+        self.load.start()
+        self.flowing(60)
+        meta = self.c.find_leader()
+        p = self.partition_spared_by_meta_leader()
+        self.backlog(p)
+        leader, replicas, spare = self.layout(p)
+        target = [spare] + [r for r in replicas if r != leader]
+        mid = self.begin(p, target, meta)
+        self.mid_copy(mid, meta, p, self.node(spare))
+        self.kill(self.node(spare), f"the new member of {V1}/{p}, mid-copy, holding the "
+                                    "leader's channel state")
+        self.flowing(40)
+        self.restart(self.node(spare))
+        done = self.wait_state(mid, ("done", "aborted", "failed"), 180, meta)
+        self.assertEqual(done["state"], "done", done)
+        ps = self.partitions(meta, V1)[p]
+        self.assertEqual(ps.replicas, target, ps)
+        self.serves(p)
+        wait_until("every partition of rv with its whole ISR", self.settled4, 90)
+        self.finish()
 
 
 class MoveFaultsF1(Faults, f1.MovesF1):
@@ -280,7 +458,7 @@ class MoveFaultsF1(Faults, f1.MovesF1):
 
 
 # Only this file's cases.
-for _cls in (MoveFaults, MoveFaultsF1):
+for _cls in (MoveFaults, MoveFaultsCopying, MoveFaultsF1):
     for _name in dir(_cls):
         if _name.startswith("test") and _name not in vars(_cls):
             setattr(_cls, _name, None)
