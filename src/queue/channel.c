@@ -392,12 +392,24 @@ static void on_advanced(tn_plog_advance_t *req, int status)
 
 /* A channel that refers to offsets its partition lost (an unsynced tail of
  * a write_ack or relaxed log, cut by a power failure) must never see them
- * assigned to new messages: move the log past them. */
+ * assigned to new messages: move the log past them.
+ *
+ * Not a replicated partition's copy (its log keeps a leader-epoch history):
+ * its offsets are its leader's, and its channel state is the leader's too,
+ * installed from the leader's snapshot while the copy is under way (a
+ * move's target, a follower catching up), so it refers past what the copy
+ * holds yet without anything lost. The replica manager fetches the rest
+ * from that offset on (or cuts a diverged tail by the epochs); a skip would
+ * leave a hole in the copy for good, which the copy would serve once it
+ * leads (tests/cluster/test_move_faults.py, a move's target SIGKILLed
+ * mid-copy). An ISR member's channels refer below the high watermark,
+ * which its flushed log covers, so a power cut leaves no copy a lost tail
+ * that its channels refer to. */
 static void check_lost_tail(tn_chpart_t *cp)
 {
     tn_part_t *p = cp->part;
     uint64_t end = cursor_end(&cp->cur);
-    if (end <= tn_plog_written_next(p->plog) || p->advancing)
+    if (end <= tn_plog_written_next(p->plog) || p->advancing || tn_plog_has_epochs(p->plog))
         return;
     TN_LOG(TN_LOG_WARN,
            "partition %s/%" PRIu32 ": channel %s refers to offsets up to %" PRIu64

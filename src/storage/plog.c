@@ -2391,6 +2391,14 @@ int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *
     return tn_plog_epoch_end(plog, epoch, found, end);
 }
 
+bool tn_plog_has_epochs(tn_plog_t *pl)
+{
+    uv_mutex_lock(&pl->lock);
+    bool has = pl->epochs.n > 0;
+    uv_mutex_unlock(&pl->lock);
+    return has;
+}
+
 uint32_t tn_plog_last_epoch(tn_plog_t *pl)
 {
     return epoch_before(pl, atomic_load(&pl->written_next));

@@ -484,6 +484,11 @@ int tn_plog_epoch_end(tn_plog_t *pl, uint32_t epoch, uint32_t *found, uint64_t *
  * tn_repl_config_t (epoch_end_arg = the tn_plog_t). */
 int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *end);
 
+/* Whether the log keeps a leader-epoch history (an entry in its `epochs`
+ * file): a replicated partition's copy, whose offsets are its leader's.
+ * Any thread. */
+bool tn_plog_has_epochs(tn_plog_t *pl);
+
 /* The epoch of the record at written_next - 1, 0 when the log is empty or
  * the history has no entry covering it. Any thread. */
 uint32_t tn_plog_last_epoch(tn_plog_t *pl);

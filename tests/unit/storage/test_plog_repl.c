@@ -211,10 +211,12 @@ static void test_begin_epoch_and_queries(void **state)
     fx_t *fx = *state;
     tn_plog_t *pl = open_log(fx, "ep", 0);
     assert_int_equal(tn_plog_last_epoch(pl), 0);
+    assert_false(tn_plog_has_epochs(pl)); /* a factor-1 partition's log, so far */
     expect_end(pl, 5, 0, 0);
     uint64_t off;
     assert_int_equal(begin_epoch(fx, pl, 2, &off), 0);
     assert_int_equal(off, 0);
+    assert_true(tn_plog_has_epochs(pl));
     assert_true(exists(fx, "ep", 0, TN_EPOCHS_FILE));
     append_n(fx, pl, 3);
     assert_int_equal(begin_epoch(fx, pl, 5, &off), 0);
@@ -239,6 +241,7 @@ static void test_begin_epoch_and_queries(void **state)
     tn_buf_fini(&s);
 
     for (int pass = 0; pass < 2; pass++) {
+        assert_true(tn_plog_has_epochs(pl)); /* reopened too */
         assert_int_equal(tn_plog_last_epoch(pl), 5);
         expect_end(pl, 1, 0, 0);
         expect_end(pl, 2, 2, 4);
