@@ -47,6 +47,11 @@ Three nodes, rv and rn at factor 1 (MoveFaultsF1):
                                     move is done (the target leads);
   test_target_killed_handing_over   the target (the ISR's other member)
                                     SIGKILLed while it hands over.
+The same, move-rate 256 KiB/s and a 2 MB backlog (MoveFaultsF1Copying):
+  test_target_killed_copying        the target SIGKILLed mid-copy holding the
+                                    owner's channel state, its records all
+                                    below the owner's first epoch: restarted,
+                                    it copies the rest, with no hole.
 
 Run: python3 tests/cluster/test_move_faults.py --ternd build/ternd-test \
          --ternctl build/ternctl [MoveFaults.test_...]
@@ -100,6 +105,38 @@ class Faults:
         return sum(1 for o in list(self.history.ops)
                    if o.partition == p and o.outcome == "ok" and o.t_invoke >= since and
                    o.topic == V1)
+
+    def backlog(self, p, n=128, size=16384):
+        node = self.leader(p)
+        prod = self.history.producer(f"{V1}.backlog", V1, "/v1 produce (backlog)", partition=p)
+        for _ in range(n):
+            seqs, ids = prod.next_ids(1)
+            op = self.history.invoke(prod.name, seqs, ids, V1, p, prod.door)
+            status, body = node.request("POST", f"/v1/topics/{V1}/produce?partition={p}",
+                                        tr.rl.make_body(ids[0], size), headers=tr.OCTET,
+                                        timeout=8)
+            self.history.complete(op, "ok" if status == 202 else
+                                  "unknown" if status is None else "fail", (node.id, status))
+
+    def mid_copy(self, mid, node, p=None, target=None):
+        """Wait for move mid to be mid-copy (as node lists it); with
+        target, also for target's copy of rv/p to hold the leader's channel
+        state (installed from its snapshot before the records are copied:
+        it then refers past the copy's end)."""
+        installed = f"setrepl: channel {tr.V1_CHANNEL} of {V1}/{p}: installed the leader's state"
+
+        def copying():
+            m = self.find_move(mid, node)
+            if m is not None and m["state"] in ("done", "aborted", "failed"):
+                self.fail(f"move {mid} ended before the fault: {m}")
+            ok = m is not None and isinstance(m.get("bytes_copied"), int) and \
+                isinstance(m.get("bytes_total"), int) and \
+                0 < m["bytes_copied"] < m["bytes_total"] // 2 and \
+                (target is None or installed in target.log())
+            return m if ok else None
+        m = wait_until(f"move {mid} mid-copy", copying, 60, 0.1)
+        tr.log(f"move {mid} mid-copy: {m}")
+        return m
 
     def serves(self, p, n=20):
         t = time.monotonic()
@@ -303,38 +340,6 @@ class MoveFaultsCopying(Faults, tm.Moves):
     machine's speed."""
     node_args = ("--move-rate=256KiB",)
 
-    def backlog(self, p, n=128, size=16384):
-        node = self.leader(p)
-        prod = self.history.producer(f"{V1}.backlog", V1, "/v1 produce (backlog)", partition=p)
-        for _ in range(n):
-            seqs, ids = prod.next_ids(1)
-            op = self.history.invoke(prod.name, seqs, ids, V1, p, prod.door)
-            status, body = node.request("POST", f"/v1/topics/{V1}/produce?partition={p}",
-                                        tr.rl.make_body(ids[0], size), headers=tr.OCTET,
-                                        timeout=8)
-            self.history.complete(op, "ok" if status == 202 else
-                                  "unknown" if status is None else "fail", (node.id, status))
-
-    def mid_copy(self, mid, node, p=None, target=None):
-        """Wait for move mid to be mid-copy (as node lists it); with
-        target, also for target's copy of rv/p to hold the leader's channel
-        state (installed from its snapshot before the records are copied:
-        it then refers past the copy's end)."""
-        installed = f"setrepl: channel {tr.V1_CHANNEL} of {V1}/{p}: installed the leader's state"
-
-        def copying():
-            m = self.find_move(mid, node)
-            if m is not None and m["state"] in ("done", "aborted", "failed"):
-                self.fail(f"move {mid} ended before the fault: {m}")
-            ok = m is not None and isinstance(m.get("bytes_copied"), int) and \
-                isinstance(m.get("bytes_total"), int) and \
-                0 < m["bytes_copied"] < m["bytes_total"] // 2 and \
-                (target is None or installed in target.log())
-            return m if ok else None
-        m = wait_until(f"move {mid} mid-copy", copying, 60, 0.1)
-        tr.log(f"move {mid} mid-copy: {m}")
-        return m
-
     def test_source_killed_copying(self):
         """The leader (moved off) SIGKILLed while the target copies: the
         partition fails over to an old follower, the target copies the
@@ -457,8 +462,38 @@ class MoveFaultsF1(Faults, f1.MovesF1):
         self.finish()
 
 
+class MoveFaultsF1Copying(MoveFaultsF1):
+    """Factor 1, the copy held to 256 KiB/s with a 2 MB backlog."""
+    node_args = ("--move-rate=256KiB",)
+
+    def test_target_killed_copying(self):
+        """The target of a factor-1 move SIGKILLed mid-copy, holding the
+        owner's channel state: the records it copied so far are below the
+        owner's first epoch (the owner's log had none before the move);
+        restarted, it copies the rest with no hole, and the move completes."""
+        self.cluster()
+        self.load.start()
+        self.flowing(60)
+        meta = self.c.find_leader()
+        p, src, dst = self.pick()
+        self.backlog(p)
+        mid = self.begin(p, [dst], meta)
+        self.mid_copy(mid, meta, p, self.node(dst))
+        self.kill(self.node(dst), f"the target of {V1}/{p}, mid-copy, holding the owner's "
+                                  "channel state")
+        self.flowing(40)
+        self.restart(self.node(dst))
+        done = self.wait_state(mid, ("done", "aborted", "failed"), 180, meta)
+        self.assertEqual(done["state"], "done", done)
+        ps = self.partitions(meta, V1)[p]
+        self.assertEqual((ps.leader, ps.replicas), (dst, [dst]), ps)
+        self.serves(p)
+        wait_until("every partition of rv in sync", self.settled3, 90)
+        self.finish()
+
+
 # Only this file's cases.
-for _cls in (MoveFaults, MoveFaultsCopying, MoveFaultsF1):
+for _cls in (MoveFaults, MoveFaultsCopying, MoveFaultsF1, MoveFaultsF1Copying):
     for _name in dir(_cls):
         if _name.startswith("test") and _name not in vars(_cls):
             setattr(_cls, _name, None)
