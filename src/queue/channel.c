@@ -394,7 +394,7 @@ static void on_advanced(tn_plog_advance_t *req, int status)
  * a write_ack or relaxed log, cut by a power failure) must never see them
  * assigned to new messages: move the log past them.
  *
- * Not a replicated partition's copy (its log keeps a leader-epoch history):
+ * Not a replicated partition's copy (its log has an epochs file):
  * its offsets are its leader's, and its channel state is the leader's too,
  * installed from the leader's snapshot while the copy is under way (a
  * move's target, a follower catching up), so it refers past what the copy
@@ -409,7 +409,7 @@ static void check_lost_tail(tn_chpart_t *cp)
 {
     tn_part_t *p = cp->part;
     uint64_t end = cursor_end(&cp->cur);
-    if (end <= tn_plog_written_next(p->plog) || p->advancing || tn_plog_has_epochs(p->plog))
+    if (end <= tn_plog_written_next(p->plog) || p->advancing || tn_plog_is_replica(p->plog))
         return;
     TN_LOG(TN_LOG_WARN,
            "partition %s/%" PRIu32 ": channel %s refers to offsets up to %" PRIu64

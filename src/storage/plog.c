@@ -794,8 +794,15 @@ static int recover_epochs(tn_plog_t *plog)
     }
     if (rc != 0)
         return rc;
-    if (plog->epochs.n == 0)
-        return 0; /* factor 1, or nothing replicated yet */
+    if (plog->epochs.n == 0) {
+        /* Factor 1, nothing replicated yet, or a copy whose records all
+         * precede its leader's first epoch (an empty file: raw_prepare). */
+        char path[4096];
+        plog->epochs_used =
+            tn_io_path(path, sizeof(path), "%s/%s", plog->dir, TN_EPOCHS_FILE) == 0 &&
+            access(path, F_OK) == 0;
+        return 0;
+    }
     plog->epochs_used = true;
     uint64_t end = atomic_load(&plog->written_next);
     bool changed = tn_epochs_truncate_from_end(&plog->epochs, end);
@@ -1325,7 +1332,9 @@ static void fail_from(tn_append_t *from, int err)
  * only changed on this thread, so reading it without the lock is safe. */
 static int save_epochs(tn_plog_t *plog)
 {
+    uv_mutex_lock(&plog->lock); /* tn_plog_is_replica reads it on any thread */
     plog->epochs_used = true;
+    uv_mutex_unlock(&plog->lock);
     int rc = tn_epochs_save(&plog->epochs, plog->dir);
     if (rc != 0)
         set_sticky(plog, rc, "saving the epochs file: %s", plog->epochs.errmsg);
@@ -1349,7 +1358,11 @@ static int epoch_prepare(tn_plog_t *plog, tn_append_t *r)
 }
 
 /* tn_plog_append_raw: the offsets must continue the log; the batch's
- * epochs are recorded, durably, before its records are written. */
+ * epochs are recorded, durably, before its records are written. A copy's
+ * first records write the epochs file even when they carry no epoch (a
+ * factor-1 partition's records below its first epoch, copied by its
+ * move), so the log is known for a replica's at its next open
+ * (tn_plog_is_replica). */
 static int raw_prepare(tn_plog_t *plog, tn_append_t *r)
 {
     if (r->raw_first != plog->next_offset)
@@ -1376,7 +1389,7 @@ static int raw_prepare(tn_plog_t *plog, tn_append_t *r)
     }
     if (rc != 0)
         return rc;
-    return changed ? save_epochs(plog) : 0;
+    return changed || !plog->epochs_used ? save_epochs(plog) : 0;
 }
 
 /* Write this round's appends of one log. */
@@ -2391,12 +2404,12 @@ int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *
     return tn_plog_epoch_end(plog, epoch, found, end);
 }
 
-bool tn_plog_has_epochs(tn_plog_t *pl)
+bool tn_plog_is_replica(tn_plog_t *pl)
 {
     uv_mutex_lock(&pl->lock);
-    bool has = pl->epochs.n > 0;
+    bool used = pl->epochs_used;
     uv_mutex_unlock(&pl->lock);
-    return has;
+    return used;
 }
 
 uint32_t tn_plog_last_epoch(tn_plog_t *pl)

@@ -469,7 +469,10 @@ int tn_plog_drop_below(tn_plog_t *plog, tn_plog_floor_t *req, uint64_t below, tn
  * history (storage/epochs.h) in the file `epochs` beside its segments. It
  * is loaded at open and repaired after recovery (entries past the log end
  * or below its start dropped). Factor-1 partitions never begin an epoch or
- * copy one, and so never get the file: their format is unchanged. */
+ * copy one, and so never get the file: their format is unchanged. A copy
+ * gets it with its first fetched records, empty when they carry no epoch
+ * (a factor-1 partition's records below its first epoch, copied by its
+ * move), so that a copy is known for one at its next start. */
 
 /* The epoch-end answer of the local log (the tn_repl_epoch_end_cb shape):
  * for epoch, the largest epoch E <= epoch the history holds in *found and
@@ -484,10 +487,11 @@ int tn_plog_epoch_end(tn_plog_t *pl, uint32_t epoch, uint32_t *found, uint64_t *
  * tn_repl_config_t (epoch_end_arg = the tn_plog_t). */
 int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *end);
 
-/* Whether the log keeps a leader-epoch history (an entry in its `epochs`
- * file): a replicated partition's copy, whose offsets are its leader's.
- * Any thread. */
-bool tn_plog_has_epochs(tn_plog_t *pl);
+/* Whether the log is a replicated partition's copy, whose offsets are its
+ * leader's: it has an `epochs` file (written by its first epoch as a
+ * leader, or by the first records it copied, empty when they precede
+ * every epoch). Any thread. */
+bool tn_plog_is_replica(tn_plog_t *pl);
 
 /* The epoch of the record at written_next - 1, 0 when the log is empty or
  * the history has no entry covering it. Any thread. */

@@ -211,12 +211,12 @@ static void test_begin_epoch_and_queries(void **state)
     fx_t *fx = *state;
     tn_plog_t *pl = open_log(fx, "ep", 0);
     assert_int_equal(tn_plog_last_epoch(pl), 0);
-    assert_false(tn_plog_has_epochs(pl)); /* a factor-1 partition's log, so far */
+    assert_false(tn_plog_is_replica(pl)); /* a factor-1 partition's log, so far */
     expect_end(pl, 5, 0, 0);
     uint64_t off;
     assert_int_equal(begin_epoch(fx, pl, 2, &off), 0);
     assert_int_equal(off, 0);
-    assert_true(tn_plog_has_epochs(pl));
+    assert_true(tn_plog_is_replica(pl));
     assert_true(exists(fx, "ep", 0, TN_EPOCHS_FILE));
     append_n(fx, pl, 3);
     assert_int_equal(begin_epoch(fx, pl, 5, &off), 0);
@@ -241,7 +241,7 @@ static void test_begin_epoch_and_queries(void **state)
     tn_buf_fini(&s);
 
     for (int pass = 0; pass < 2; pass++) {
-        assert_true(tn_plog_has_epochs(pl)); /* reopened too */
+        assert_true(tn_plog_is_replica(pl)); /* reopened too */
         assert_int_equal(tn_plog_last_epoch(pl), 5);
         expect_end(pl, 1, 0, 0);
         expect_end(pl, 2, 2, 4);
@@ -515,6 +515,34 @@ static void expect_reads_same(tn_plog_t *a, tn_plog_t *b, bool times)
 static void expect_same(tn_plog_t *a, tn_plog_t *b)
 {
     expect_reads_same(a, b, true);
+}
+
+/* A copy of records that precede every epoch (a factor-1 partition's,
+ * copied by its move) is known for a replica's at its next open: its first
+ * records write an empty epochs file (tn_plog_is_replica), which the
+ * engine asks before it would skip the log to the end its channels refer
+ * to (queue/channel.c, check_lost_tail). */
+static void test_copy_without_epochs_is_a_replica(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *src = open_log(fx, "f1", 0);
+    append_n(fx, src, 6);
+    tn_plog_t *cp = open_log(fx, "f1cp", 0);
+    assert_false(tn_plog_is_replica(cp));
+    copy_all(fx, src, cp, 1 << 16);
+    assert_false(tn_plog_is_replica(src));
+    assert_false(exists(fx, "f1", 0, TN_EPOCHS_FILE));
+    for (int pass = 0; pass < 2; pass++) {
+        assert_true(tn_plog_is_replica(cp));
+        assert_true(exists(fx, "f1cp", 0, TN_EPOCHS_FILE));
+        assert_int_equal(tn_plog_last_epoch(cp), 0);
+        assert_int_equal(tn_plog_written_next(cp), 6);
+        tu_fx_reopen(fx);
+        src = open_log(fx, "f1", 0);
+        cp = open_log(fx, "f1cp", 0);
+        assert_false(tn_plog_is_replica(src));
+    }
+    expect_same(src, cp);
 }
 
 static void build_leader(fx_t *fx, tn_plog_t *pl)
@@ -2635,6 +2663,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_control_records, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_tells_watch_and_waits_for_pins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_begin_epoch_and_queries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_without_epochs_is_a_replica, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epochs_repaired_at_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_probe, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_trims_epochs, setup, teardown),
