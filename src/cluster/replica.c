@@ -659,6 +659,13 @@ static void open_work(uv_work_t *w)
                       : 0;
     if (pt->open_rc == 0)
         pt->open_rc = tn_plog_open(store, pt->topic, pt->p, &pt->plog);
+    /* Known for a copy at its next start even before its first record:
+     * its channel state, the leader's snapshot, may come first, and the
+     * engine skips a factor-1 log to the end its channels refer to
+     * (queue/channel.c, check_lost_tail). A failure is the log's sticky
+     * error (it takes no write, as for any). */
+    if (pt->open_rc == 0)
+        (void)tn_plog_mark_replica(pt->plog);
 }
 
 static void part_maybe_free(part_t *pt);

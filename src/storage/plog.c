@@ -2404,6 +2404,13 @@ int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *
     return tn_plog_epoch_end(plog, epoch, found, end);
 }
 
+int tn_plog_mark_replica(tn_plog_t *pl)
+{
+    if (pl->mem || tn_plog_err(pl) != 0 || tn_plog_is_replica(pl))
+        return 0;
+    return save_epochs(pl); /* nothing queued yet: no committer round runs on it */
+}
+
 bool tn_plog_is_replica(tn_plog_t *pl)
 {
     uv_mutex_lock(&pl->lock);

@@ -493,6 +493,15 @@ int tn_plog_epoch_end_cb(void *plog, uint32_t epoch, uint32_t *found, uint64_t *
  * every epoch). Any thread. */
 bool tn_plog_is_replica(tn_plog_t *pl);
 
+/* Mark a log its replica manager has just opened as a replicated
+ * partition's copy: its epochs file is written, empty, when it has none,
+ * durably, so that a copy that holds its leader's channel state before
+ * any of its records is known for one at its next start. 0 (also for a
+ * memory log, or one already marked or isolated), or the write's error,
+ * which is the log's sticky error too. On the opening thread, before any
+ * request on the log. */
+int tn_plog_mark_replica(tn_plog_t *pl);
+
 /* The epoch of the record at written_next - 1, 0 when the log is empty or
  * the history has no entry covering it. Any thread. */
 uint32_t tn_plog_last_epoch(tn_plog_t *pl);

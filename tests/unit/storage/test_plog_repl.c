@@ -519,7 +519,8 @@ static void expect_same(tn_plog_t *a, tn_plog_t *b)
 
 /* A copy of records that precede every epoch (a factor-1 partition's,
  * copied by its move) is known for a replica's at its next open: its first
- * records write an empty epochs file (tn_plog_is_replica), which the
+ * records write an empty epochs file (tn_plog_is_replica), as does its
+ * replica manager's open before any (tn_plog_mark_replica), which the
  * engine asks before it would skip the log to the end its channels refer
  * to (queue/channel.c, check_lost_tail). */
 static void test_copy_without_epochs_is_a_replica(void **state)
@@ -543,6 +544,17 @@ static void test_copy_without_epochs_is_a_replica(void **state)
         assert_false(tn_plog_is_replica(src));
     }
     expect_same(src, cp);
+
+    /* A copy marked by its replica manager's open, before any record. */
+    tn_plog_t *mk = open_log(fx, "f1mk", 0);
+    assert_false(tn_plog_is_replica(mk));
+    assert_int_equal(tn_plog_mark_replica(mk), 0);
+    assert_true(tn_plog_is_replica(mk));
+    assert_int_equal(tn_plog_mark_replica(mk), 0); /* once is enough */
+    tu_fx_reopen(fx);
+    mk = open_log(fx, "f1mk", 0);
+    assert_true(tn_plog_is_replica(mk));
+    assert_int_equal(tn_plog_written_next(mk), 0);
 }
 
 static void build_leader(fx_t *fx, tn_plog_t *pl)
