@@ -184,8 +184,10 @@ struct tn_meta_s {
     uint64_t confirmed_at;
 #ifdef TN_TEST
     uint64_t pnotes_since; /* TERN_TEST_PSTATE_LAG_MS: notes pending since (0: none) */
-    /* TERN_TEST_MOVE_COMPLETE_DELAY_MS: the move seen ready, and since when (loop ms) */
-    uint64_t held_move, held_since;
+    /* TERN_TEST_MOVE_COMPLETE_DELAY_MS: moves seen ready, and since when (loop ms) */
+    struct {
+        uint64_t move, since;
+    } held[8];
 #endif
     tn_meta_req_t fence; /* the leader's MEMBER_FENCE, one at a time */
     bool fence_busy;
@@ -1890,17 +1892,27 @@ static void part_cmd_init(tn_meta_cmd_t *c, uint8_t type, const char *topic, uin
  * metastore, proposes a move's completion only once it has seen the move
  * ready (handing_over) for n ms, counted again by each new leader, so a
  * test can kill a node or abort the move while it is handing over
- * (tests/cluster/test_move_faults.py). One move at a time is held. */
+ * (tests/cluster/test_move_faults.py). Up to 8 moves are timed at once
+ * (a ninth takes the oldest's slot, which starts again). */
 static bool complete_held(tn_meta_t *m, uint64_t move_id, uint64_t now)
 {
     const char *v = getenv("TERN_TEST_MOVE_COMPLETE_DELAY_MS");
     if (v == NULL || atoi(v) <= 0)
         return false;
-    if (m->held_move != move_id) {
-        m->held_move = move_id;
-        m->held_since = now;
+    size_t slot = 0;
+    for (size_t i = 0; i < TN_ARRAY_SIZE(m->held); i++) {
+        if (m->held[i].move == move_id) {
+            slot = i;
+            break;
+        }
+        if (m->held[i].since < m->held[slot].since)
+            slot = i;
     }
-    return now < m->held_since + (uint64_t)atoi(v);
+    if (m->held[slot].move != move_id) {
+        m->held[slot].move = move_id;
+        m->held[slot].since = now;
+    }
+    return now < m->held[slot].since + (uint64_t)atoi(v);
 }
 #endif
 

@@ -33,7 +33,11 @@ Four nodes, topic rv with four partitions of factor 3 (MoveFaults):
                                     answered by it, then the abort: the
                                     lead goes back to an old member;
   test_new_leader_killed_after_switch  the new member that took the lead at
-                                    the completion SIGKILLed at once.
+                                    the completion SIGKILLed at once;
+  test_decommissioned_member_killed_handing_over  a member being
+                                    decommissioned, a leader, SIGKILLed while
+                                    a move off it hands over: it ends holding
+                                    nothing.
 Four nodes, move-rate 256 KiB/s and a 2 MB backlog on the partition moved
 (MoveFaultsCopying), so the fault lands mid-copy:
   test_source_killed_copying        the leader (moved off) SIGKILLed: the
@@ -318,6 +322,44 @@ class MoveFaults(Faults, tm.Moves):
         self.new_leader(p, self.node(new))
         self.serves(p)
         self.restart(self.node(new))
+        wait_until("every partition of rv with its whole ISR", self.settled4, 90)
+        self.finish()
+
+    def test_decommissioned_member_killed_handing_over(self):
+        """A member being decommissioned, leader of a partition, SIGKILLed
+        while one of the moves off it hands over: the moves go on from the
+        other members (its partitions fail over), and it ends holding
+        nothing."""
+        self.cluster(n=4)
+        self.load.start()
+        self.flowing(100)
+        meta = self.c.find_leader()
+        ps = self.info(V1)
+        vid = next(p.leader for p in ps if p.leader != str(meta.id))
+        status, body = meta.request("POST", f"/v1/cluster/members/{vid}/decommission",
+                                    headers=tr.CLIENT)
+        self.assertEqual(status, 204, body)
+        self.history.fault(f"decommission member {vid}")
+
+        def off_it_handing_over():
+            return next((m for m in self.moves(meta) if vid in m["from"] and
+                         vid not in m["to"] and m["state"] == "handing_over"), None)
+        m = wait_until(f"a move off member {vid} handing over", off_it_handing_over, 120, 0.1)
+        tr.log(f"move off {vid} handing over: {m}")
+        self.kill(self.node(vid), f"member {vid}, decommissioned, a move off it handing over")
+
+        def holds_nothing():
+            status, body = meta.request("GET", "/v1/cluster/members")
+            if status != 200:
+                return None
+            mb = next(x for x in body["members"] if x["id"] == vid)
+            return mb if mb["replica_partitions"] == 0 else None
+        mb = wait_until(f"member {vid} holds no replica", holds_nothing, 240, 0.5)
+        tr.log(f"member {vid} after the decommission: {mb}")
+        for p in self.info(V1):
+            self.assertNotIn(vid, p.replicas, p)
+            self.serves(p.index, 5)
+        self.restart(self.node(vid))
         wait_until("every partition of rv with its whole ISR", self.settled4, 90)
         self.finish()
 
