@@ -502,7 +502,15 @@ static int start_missing(tn_topic_t *t, uint32_t i, const char *name, tn_cursor_
     tn_plog_stats(t->parts[i]->plog, &st);
     tn_cursor_init(init, st.first_offset);
     *made = true;
-    if (st.written_next > st.first_offset || wal)
+    if (tn_plog_is_replica(t->parts[i]->plog))
+        /* A replicated partition's copy: a follower's has no file of a
+         * channel until its leader's first settle of it reaches it, and
+         * takes the channel's state from its leader (setrepl.h). */
+        TN_LOG(TN_LOG_INFO,
+               "partition %s/%" PRIu32 ": channel %s has no checkpoint here (a replicated "
+               "partition's copy: its state comes from the leader): made at offset %" PRIu64,
+               t->name, i, name, st.first_offset);
+    else if (st.written_next > st.first_offset || wal)
         TN_LOG(TN_LOG_WARN,
                "partition %s/%" PRIu32 ": channel %s has no checkpoint here (other partitions "
                "have the channel)%s: made anew from the first retained offset %" PRIu64
