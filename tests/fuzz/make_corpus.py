@@ -151,6 +151,15 @@ def chan_snap_seeds(here):
     write(cs, "seed-trailing", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0, full) + b"\x00")
     write(cs, "seed-short", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0, full)[:-3])
     write(cs, "seed-no-state", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0, b""))
+    # After the state: the channel's stamp (not 0), absent for an older
+    # build's request or a channel without one.
+    one = chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0, full)
+    write(cs, "seed-stamp", one + struct.pack(">Q", 0xABCDEF0123456789))
+    write(cs, "seed-stamp-zero", one + struct.pack(">Q", 0))
+    write(cs, "seed-stamp-cut", one + struct.pack(">Q", 0xABCD)[:-3])
+    write(cs, "seed-stamp-long", one + struct.pack(">QB", 0xABCD, 0))
+    write(cs, "seed-stamp-empty-state", chansnap_fields(b"t", 0, 1, b"c", 1, 0, 0, b"") +
+          struct.pack(">Q", 0xABCD))
 
 
 def pstats_fields(topic, parts):
@@ -507,6 +516,81 @@ def rchild_seeds(here):
     write(mc, "seed-rchild-snapshot", snap)
 
 
+def chan_put(topic, channel, stamp=None, if_absent=0):
+    """A CHANNEL_PUT (meta/cmd.h, type 3): [8] stamp after the names, or none
+    (an older build's entry); CHANNEL_DELETE (type 4) when stamp is "delete"."""
+    p = bytes([if_absent]) + mstr(topic) + mstr(channel)
+    if stamp == "delete":
+        return meta_cmd(4, p)
+    if stamp is not None:
+        p += struct.pack("<Q", stamp)
+    return meta_cmd(3, p)
+
+
+def chan_stamp_seeds(here):
+    """Channel stamps in the metastore (fuzz target meta_cmd): put with and
+    without one, again with another (the record keeps its first), deleted
+    and made again, a stamp of 0 or cut short (refused), a snapshot of
+    stamped and unstamped channels."""
+    mc = os.path.join(here, "meta_cmd", "corpus")
+    put = chan_put(b"orders", b"billing", 0x0123456789ABCDEF)
+    write(mc, "seed-chan-stamp", TOPIC_ORDERS + put)
+    write(mc, "seed-chan-stamp-again", TOPIC_ORDERS + put +
+          chan_put(b"orders", b"billing", 0x1111, if_absent=1) +
+          chan_put(b"orders", b"billing", 0x2222))
+    write(mc, "seed-chan-stamp-remade", TOPIC_ORDERS + put +
+          chan_put(b"orders", b"billing", "delete") + chan_put(b"orders", b"billing", 0x3333))
+    write(mc, "seed-chan-stamp-none", TOPIC_ORDERS + chan_put(b"orders", b"billing") +
+          chan_put(b"orders", b"audit", 0xFFFFFFFFFFFFFFFF))
+    write(mc, "seed-chan-stamp-zero", TOPIC_ORDERS + chan_put(b"orders", b"billing", 0))
+    cut = bytes([0]) + mstr(b"orders") + mstr(b"billing") + b"\x01\x02\x03"
+    write(mc, "seed-chan-stamp-cut", TOPIC_ORDERS + meta_cmd(3, cut))
+    long = bytes([0]) + mstr(b"orders") + mstr(b"billing") + struct.pack("<QB", 5, 0)
+    write(mc, "seed-chan-stamp-long", TOPIC_ORDERS + meta_cmd(3, long))
+    write(mc, "seed-chan-delete-stamp", TOPIC_ORDERS + put +
+          meta_cmd(4, bytes([0]) + mstr(b"orders") + mstr(b"billing") + struct.pack("<Q", 5)))
+    recs = [TOPIC_ORDERS, chan_put(b"orders", b"billing", 0xABCDEF, if_absent=1),
+            chan_put(b"orders", b"audit", if_absent=1)]
+    snap = b"TMS1" + struct.pack("<IQQ", 0, 1, len(recs)) + b"".join(recs)
+    write(mc, "seed-chan-stamp-snapshot", snap)
+    recs[1] = chan_put(b"orders", b"billing", 0, if_absent=1)
+    snap = b"TMS1" + struct.pack("<IQQ", 0, 1, len(recs)) + b"".join(recs)
+    write(mc, "seed-chan-stamp-snapshot-zero", snap)
+
+
+def record_file(magic, payload):
+    """A small record file (storage/io.h): u32 magic, u32 CRC32C, payload."""
+    return struct.pack("<II", magic, crc32c(payload)) + payload
+
+
+def record_file_seeds(here):
+    """The record_file target: byte 0 picks the file (0 channel stamp, 1
+    topic stamp, 2 floor, 3 damage), the rest is its contents."""
+    rf = os.path.join(here, "record_file", "corpus")
+    cstamp, tstamp, floor, damage = 0x43534E54, 0x31534E54, 0x31464E54, 0x31444E54
+    good = record_file(cstamp, struct.pack("<Q", 0x0123456789ABCDEF))
+    write(rf, "seed-cstamp", b"\x00" + good)
+    write(rf, "seed-cstamp-zero", b"\x00" + record_file(cstamp, struct.pack("<Q", 0)))
+    write(rf, "seed-cstamp-bad-crc", b"\x00" + good[:4] + b"\0\0\0\0" + good[8:])
+    write(rf, "seed-cstamp-short", b"\x00" + good[:-1])
+    write(rf, "seed-cstamp-long", b"\x00" + good + b"\x00")
+    write(rf, "seed-cstamp-topic-magic", b"\x00" + record_file(tstamp, struct.pack("<Q", 5)))
+    write(rf, "seed-cstamp-empty", b"\x00")
+    write(rf, "seed-tstamp", b"\x01" + record_file(tstamp, struct.pack("<q", 1764590000123)))
+    write(rf, "seed-tstamp-negative", b"\x01" + record_file(tstamp, struct.pack("<q", -1)))
+    write(rf, "seed-floor", b"\x02" + record_file(floor, struct.pack("<Q", 4096)))
+    write(rf, "seed-floor-zero", b"\x02" + record_file(floor, struct.pack("<Q", 0)))
+    active = 0xFFFFFFFFFFFFFFFF
+    write(rf, "seed-damage-active", b"\x03" + record_file(damage, struct.pack("<QQ", 0, active)))
+    write(rf, "seed-damage-sealed", b"\x03" + record_file(damage, struct.pack("<QQ", 0, 100)))
+    write(rf, "seed-damage-other", b"\x03" + record_file(damage, struct.pack("<QQ", 500, active)))
+    write(rf, "seed-damage-empty-range", b"\x03" + record_file(damage, struct.pack("<QQ", 7, 7)))
+    write(rf, "seed-damage-reversed", b"\x03" + record_file(damage, struct.pack("<QQ", 9, 3)))
+    bad = record_file(damage, struct.pack("<QQ", 0, active))
+    write(rf, "seed-damage-bad-crc", b"\x03" + bad[:5] + b"\xff" + bad[6:])
+    write(rf, "seed-damage-short", b"\x03" + bad[:-8])
+
+
 def write(dirname, name, data):
     os.makedirs(dirname, exist_ok=True)
     with open(os.path.join(dirname, name), "wb") as f:
@@ -595,6 +679,8 @@ def main():
     remote_seeds(here)
     rchild_seeds(here)
     move_mark_seeds(here)
+    chan_stamp_seeds(here)
+    record_file_seeds(here)
 
 
 if __name__ == "__main__":
