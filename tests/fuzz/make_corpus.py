@@ -591,6 +591,33 @@ def record_file_seeds(here):
     write(rf, "seed-damage-short", b"\x03" + bad[:-8])
 
 
+def manifest(paths):
+    """A backup manifest (docs/storage-format.md) of node 1 holding paths."""
+    files = ",".join('{"path":"%s","length":0,"crc32c":0}' % p for p in sorted(paths))
+    return ('{"format":"tern-backup 1","storage_format":1,"session":"2a341846682ba06f",'
+            '"node_id":1,"created_ms":1796160311654,"ttl_ms":600000,"metastore":{"path":'
+            '"metastore.snapshot","length":504,"crc32c":2750604445,"applied_index":9,"voters":'
+            '[{"id":1,"raft_address":"127.0.0.1:0"}]},"files":[%s]}' % files).encode()
+
+
+def backup_manifest_seeds(here):
+    """Manifests whose channel files do and do not go together (restore's
+    channel check), with the incarnation, channel stamp and damage files."""
+    bm = os.path.join(here, "backup_manifest", "corpus")
+    seg = "00000000000000000000.log"
+    good = ["FORMAT", "incarnation", "topics/t/c.cstamp", "topics/t/stamp"]
+    for p in range(3):
+        good += ["topics/t/%d/%s" % (p, seg), "topics/t/%d/c.wal" % p, "topics/t/%d/c.ckpt" % p]
+    write(bm, "seed-channels", manifest(good))
+    odd = ["topics/t/0/%s" % seg, "topics/t/0/c.wal", "topics/t/0/c.ckpt", "topics/t/0/damage",
+           "topics/t/1/%s" % seg, "topics/t/1/c.wal",
+           "topics/t/2/%s" % seg, "topics/t/2/c.ckpt", "topics/t/2/d.ckpt",
+           "topics/t/3/%s" % seg,
+           "topics/u/0/x.wal", "topics/u/0/.wal", "topics/u/0/.ckpt", "topics/u/x/y.ckpt",
+           "topics/u/4294967296/a.ckpt", "topics/u/07/b.wal", "topics/u/1/sub/c.ckpt"]
+    write(bm, "seed-channels-odd", manifest(odd))
+
+
 def write(dirname, name, data):
     os.makedirs(dirname, exist_ok=True)
     with open(os.path.join(dirname, name), "wb") as f:
@@ -681,6 +708,7 @@ def main():
     move_mark_seeds(here)
     chan_stamp_seeds(here)
     record_file_seeds(here)
+    backup_manifest_seeds(here)
 
 
 if __name__ == "__main__":

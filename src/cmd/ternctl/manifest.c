@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/err.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -256,4 +257,155 @@ void tn_manifest_fini(tn_manifest_t *m)
     tn_free(m->files);
     tn_free(m->voters);
     memset(m, 0, sizeof(*m));
+}
+
+/* A channel file of the manifest: topics/<topic>/<p>/<channel>.wal|.ckpt. */
+typedef struct {
+    const char *path; /* borrowed from the manifest */
+    size_t topic_len; /* the topic is path + 7 */
+    uint32_t partition;
+    const char *name; /* the channel's, in path; name_len bytes */
+    size_t name_len;
+    bool ckpt, wal;
+} chfile_t;
+
+/* Splits a manifest path into topic, partition and file name; false when
+ * it is not a file of a partition directory. */
+static bool partition_file(const char *path, size_t *topic_len, uint32_t *p, const char **file)
+{
+    if (strncmp(path, "topics/", 7) != 0)
+        return false;
+    const char *t = path + 7, *slash = strchr(t, '/');
+    if (slash == NULL || slash == t || !isdigit((unsigned char)slash[1]))
+        return false;
+    char *end = NULL;
+    unsigned long x = strtoul(slash + 1, &end, 10);
+    if (*end != '/' || x > UINT32_MAX || strchr(end + 1, '/') != NULL)
+        return false;
+    *topic_len = (size_t)(slash - t);
+    *p = (uint32_t)x;
+    *file = end + 1;
+    return true;
+}
+
+static bool same_topic(const chfile_t *a, const char *path, size_t topic_len)
+{
+    return a->topic_len == topic_len && memcmp(a->path + 7, path + 7, topic_len) == 0;
+}
+
+/* Channel files that do not go together in one node's manifest, each
+ * said on out with what ternd makes of it (docs/storage-format.md,
+ * "A channel" under "Recovery"): a WAL without its checkpoint, a
+ * checkpoint without its WAL, and a partition of the backup without a
+ * channel other partitions of its topic have. A backup taken while a
+ * channel was made or deleted can hold the first two; a copy that lost
+ * files holds any. The restore goes on (ternd delivers again rather
+ * than lose), but not silently. Returns how many were said, or -1 out
+ * of memory. */
+long tn_manifest_check_channels(const tn_manifest_t *m, FILE *out)
+{
+    chfile_t *cf = tn_calloc(m->nfiles + 1, sizeof(*cf));
+    if (cf == NULL)
+        return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < m->nfiles; i++) {
+        chfile_t f = {.path = m->files[i].path};
+        const char *file;
+        if (!partition_file(f.path, &f.topic_len, &f.partition, &file))
+            continue;
+        size_t len = strlen(file);
+        if (len > 4 && strcmp(file + len - 4, ".wal") == 0)
+            f.wal = true, f.name_len = len - 4;
+        else if (len > 5 && strcmp(file + len - 5, ".ckpt") == 0)
+            f.ckpt = true, f.name_len = len - 5;
+        else
+            continue;
+        f.name = file;
+        size_t k = 0;
+        while (k < n &&
+               !(same_topic(&cf[k], f.path, f.topic_len) && cf[k].partition == f.partition &&
+                 cf[k].name_len == f.name_len && memcmp(cf[k].name, f.name, f.name_len) == 0))
+            k++;
+        if (k == n)
+            cf[n++] = f;
+        cf[k].ckpt |= f.ckpt;
+        cf[k].wal |= f.wal;
+    }
+    long said = 0;
+    for (size_t k = 0; k < n; k++) {
+        const chfile_t *a = &cf[k];
+        bool elsewhere = false; /* another partition has the channel's checkpoint */
+        for (size_t j = 0; j < n && !elsewhere; j++)
+            elsewhere = j != k && cf[j].ckpt && same_topic(&cf[j], a->path, a->topic_len) &&
+                        cf[j].name_len == a->name_len &&
+                        memcmp(cf[j].name, a->name, a->name_len) == 0;
+        int tl = (int)a->topic_len, nl = (int)a->name_len;
+        const char *t = a->path + 7;
+        if (a->wal && !a->ckpt && elsewhere) {
+            fprintf(out,
+                    "ternctl restore: warning: partition %.*s/%" PRIu32 ": channel %.*s has a WAL "
+                    "but no checkpoint in the backup: ternd makes the channel anew there and "
+                    "delivers that partition's retained messages to it again\n",
+                    tl, t, a->partition, nl, a->name);
+            said++;
+        } else if (a->wal && !a->ckpt) {
+            fprintf(out,
+                    "ternctl restore: warning: partition %.*s/%" PRIu32 ": channel %.*s has a WAL "
+                    "but no checkpoint in the backup, nor on any other partition (deleted as the "
+                    "backup ran, or its checkpoints lost): ternd ignores the WAL\n",
+                    tl, t, a->partition, nl, a->name);
+            said++;
+        } else if (a->ckpt && !a->wal) {
+            fprintf(out,
+                    "ternctl restore: warning: partition %.*s/%" PRIu32 ": channel %.*s has a "
+                    "checkpoint but no WAL in the backup (made as the backup ran, or its WAL "
+                    "lost): its acks after the checkpoint are not restored, those messages are "
+                    "delivered again\n",
+                    tl, t, a->partition, nl, a->name);
+            said++;
+        }
+    }
+    /* Partitions of the backup (a segment) without a channel of their
+     * topic: said once per partition and channel. The manifest is sorted
+     * by path, so a directory's files are together. */
+    const char *done = NULL; /* the last partition directory checked */
+    size_t done_len = 0;
+    for (size_t i = 0; i < m->nfiles; i++) {
+        size_t topic_len;
+        uint32_t p;
+        const char *file, *path = m->files[i].path;
+        if (!partition_file(path, &topic_len, &p, &file) || strlen(file) != 24 ||
+            strcmp(file + 20, ".log") != 0)
+            continue;
+        size_t dir_len = (size_t)(file - path);
+        if (done != NULL && done_len == dir_len && memcmp(done, path, dir_len) == 0)
+            continue;
+        done = path;
+        done_len = dir_len;
+        for (size_t k = 0; k < n; k++) {
+            const chfile_t *a = &cf[k];
+            if (!a->ckpt || !same_topic(a, path, topic_len))
+                continue;
+            bool here = false, dup = false;
+            for (size_t j = 0; j < n && !here; j++)
+                here = same_topic(&cf[j], a->path, a->topic_len) && cf[j].partition == p &&
+                       cf[j].name_len == a->name_len &&
+                       memcmp(cf[j].name, a->name, a->name_len) == 0;
+            for (size_t j = 0; j < k && !dup; j++) /* the channel said from an earlier file */
+                dup = cf[j].ckpt && same_topic(&cf[j], a->path, a->topic_len) &&
+                      cf[j].name_len == a->name_len &&
+                      memcmp(cf[j].name, a->name, a->name_len) == 0;
+            if (here || dup)
+                continue;
+            fprintf(out,
+                    "ternctl restore: warning: partition %.*s/%" PRIu32 ": no file of channel "
+                    "%.*s, which other partitions of the topic have, in the backup: ternd makes "
+                    "the channel anew there and delivers that partition's retained messages to "
+                    "it again\n",
+                    (int)topic_len, path + 7, p, (int)a->name_len, a->name);
+            said++;
+        }
+    }
+    tn_free(cf);
+    return said;
 }

@@ -13,6 +13,8 @@
 
 #include "meta/meta.h"
 
+#include <stdio.h>
+
 #define TN_MANIFEST_FORMAT    "tern-backup 1"
 #define TN_MANIFEST_MAX_BYTES (256u * 1024 * 1024)
 #define TN_MANIFEST_PATH_MAX  1024
@@ -48,5 +50,12 @@ void tn_manifest_fini(tn_manifest_t *m);
  * no empty segment, at most TN_MANIFEST_PATH_MAX bytes. Nothing else (no
  * absolute path, no "..", not meta/ or LOCK) can come out of a manifest. */
 bool tn_manifest_path_ok(const char *p);
+
+/* `ternctl restore`'s check of the channel files of m (decoded, borrowed):
+ * files that do not go together (a WAL without its checkpoint, the
+ * reverse, a partition without a channel its topic's other partitions
+ * have), each said as one warning line on out with what ternd makes of
+ * it. Returns how many were said, or -1 out of memory. */
+long tn_manifest_check_channels(const tn_manifest_t *m, FILE *out);
 
 #endif
