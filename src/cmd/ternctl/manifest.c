@@ -259,14 +259,21 @@ void tn_manifest_fini(tn_manifest_t *m)
     memset(m, 0, sizeof(*m));
 }
 
-/* A channel file of the manifest: topics/<topic>/<p>/<channel>.wal|.ckpt. */
+/* A channel file of the manifest: topics/<topic>/<p>/<channel>.wal|.ckpt
+ * (both files of one partition's channel: one entry). */
 typedef struct {
-    const char *path; /* borrowed from the manifest */
+    const char *path; /* borrowed from the manifest: its first file */
     size_t topic_len; /* the topic is path + 7 */
     uint32_t partition;
     const char *name; /* the channel's, in path; name_len bytes */
     size_t name_len;
     bool ckpt, wal;
+    bool elsewhere; /* another partition of the topic has the channel's checkpoint */
+    size_t first;   /* the index of its first file in the manifest */
+    /* On a channel's first entry (sorted): where its entries end, and
+     * whether any has a checkpoint. */
+    size_t group_end;
+    bool group_ckpt;
 } chfile_t;
 
 /* Splits a manifest path into topic, partition and file name; false when
@@ -288,9 +295,53 @@ static bool partition_file(const char *path, size_t *topic_len, uint32_t *p, con
     return true;
 }
 
-static bool same_topic(const chfile_t *a, const char *path, size_t topic_len)
+static int cmp_span(const char *a, size_t al, const char *b, size_t bl)
 {
-    return a->topic_len == topic_len && memcmp(a->path + 7, path + 7, topic_len) == 0;
+    int c = memcmp(a, b, TN_MIN(al, bl));
+    return c != 0 ? c : (al > bl) - (al < bl);
+}
+
+static int cmp_topic(const chfile_t *a, const char *topic, size_t topic_len)
+{
+    return cmp_span(a->path + 7, a->topic_len, topic, topic_len);
+}
+
+/* The channel's key: topic, then name. */
+static int cmp_channel(const chfile_t *a, const chfile_t *b)
+{
+    int c = cmp_span(a->path + 7, a->topic_len, b->path + 7, b->topic_len);
+    return c != 0 ? c : cmp_span(a->name, a->name_len, b->name, b->name_len);
+}
+
+/* Sorted by channel, then partition, then the manifest's order. */
+static int cmp_chfile(const void *x, const void *y)
+{
+    const chfile_t *a = x, *b = y;
+    int c = cmp_channel(a, b);
+    if (c == 0)
+        c = (a->partition > b->partition) - (a->partition < b->partition);
+    return c != 0 ? c : (a->first > b->first) - (a->first < b->first);
+}
+
+static int cmp_first(const void *x, const void *y)
+{
+    const chfile_t *a = *(const chfile_t *const *)x, *b = *(const chfile_t *const *)y;
+    return (a->first > b->first) - (a->first < b->first);
+}
+
+/* Whether cf[from..to) (one channel's entries, by partition) has p. */
+static bool has_partition(const chfile_t *cf, size_t from, size_t to, uint32_t p)
+{
+    while (from < to) {
+        size_t mid = from + (to - from) / 2;
+        if (cf[mid].partition == p)
+            return true;
+        if (cf[mid].partition < p)
+            from = mid + 1;
+        else
+            to = mid;
+    }
+    return false;
 }
 
 /* Channel files that do not go together in one node's manifest, each
@@ -300,16 +351,22 @@ static bool same_topic(const chfile_t *a, const char *path, size_t topic_len)
  * channel other partitions of its topic have. A backup taken while a
  * channel was made or deleted can hold the first two; a copy that lost
  * files holds any. The restore goes on (ternd delivers again rather
- * than lose), but not silently. Returns how many were said, or -1 out
- * of memory. */
+ * than lose), but not silently. The files are sorted by channel once,
+ * so a backup of many partitions and channels is checked in n log n
+ * (the pairwise search this replaced took minutes for 17,600 files).
+ * Returns how many were said, or -1 out of memory. */
 long tn_manifest_check_channels(const tn_manifest_t *m, FILE *out)
 {
     chfile_t *cf = tn_calloc(m->nfiles + 1, sizeof(*cf));
-    if (cf == NULL)
+    chfile_t **order = tn_calloc(m->nfiles + 1, sizeof(*order));
+    if (cf == NULL || order == NULL) {
+        tn_free(cf);
+        tn_free(order);
         return -1;
+    }
     size_t n = 0;
     for (size_t i = 0; i < m->nfiles; i++) {
-        chfile_t f = {.path = m->files[i].path};
+        chfile_t f = {.path = m->files[i].path, .first = i};
         const char *file;
         if (!partition_file(f.path, &f.topic_len, &f.partition, &file))
             continue;
@@ -321,27 +378,41 @@ long tn_manifest_check_channels(const tn_manifest_t *m, FILE *out)
         else
             continue;
         f.name = file;
-        size_t k = 0;
-        while (k < n &&
-               !(same_topic(&cf[k], f.path, f.topic_len) && cf[k].partition == f.partition &&
-                 cf[k].name_len == f.name_len && memcmp(cf[k].name, f.name, f.name_len) == 0))
-            k++;
-        if (k == n)
-            cf[n++] = f;
-        cf[k].ckpt |= f.ckpt;
-        cf[k].wal |= f.wal;
+        cf[n++] = f;
     }
+    /* One entry per partition and channel (its first file's), sorted. */
+    qsort(cf, n, sizeof(*cf), cmp_chfile);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k > 0 && cmp_channel(&cf[k - 1], &cf[i]) == 0 &&
+            cf[k - 1].partition == cf[i].partition) {
+            cf[k - 1].ckpt |= cf[i].ckpt;
+            cf[k - 1].wal |= cf[i].wal;
+        } else {
+            cf[k++] = cf[i];
+        }
+    }
+    n = k;
+    /* Per channel: its checkpoints on other partitions. */
+    for (size_t g = 0, end; g < n; g = end) {
+        size_t ckpts = 0;
+        for (end = g; end < n && cmp_channel(&cf[g], &cf[end]) == 0; end++)
+            ckpts += cf[end].ckpt;
+        for (size_t i = g; i < end; i++)
+            cf[i].elsewhere = ckpts > (cf[i].ckpt ? 1u : 0u);
+        cf[g].group_end = end;
+        cf[g].group_ckpt = ckpts > 0;
+    }
+    /* Said in the manifest's order. */
+    for (size_t i = 0; i < n; i++)
+        order[i] = &cf[i];
+    qsort(order, n, sizeof(*order), cmp_first);
     long said = 0;
-    for (size_t k = 0; k < n; k++) {
-        const chfile_t *a = &cf[k];
-        bool elsewhere = false; /* another partition has the channel's checkpoint */
-        for (size_t j = 0; j < n && !elsewhere; j++)
-            elsewhere = j != k && cf[j].ckpt && same_topic(&cf[j], a->path, a->topic_len) &&
-                        cf[j].name_len == a->name_len &&
-                        memcmp(cf[j].name, a->name, a->name_len) == 0;
+    for (size_t i = 0; i < n; i++) {
+        const chfile_t *a = order[i];
         int tl = (int)a->topic_len, nl = (int)a->name_len;
         const char *t = a->path + 7;
-        if (a->wal && !a->ckpt && elsewhere) {
+        if (a->wal && !a->ckpt && a->elsewhere) {
             fprintf(out,
                     "ternctl restore: warning: partition %.*s/%" PRIu32 ": channel %.*s has a WAL "
                     "but no checkpoint in the backup: ternd makes the channel anew there and "
@@ -366,8 +437,9 @@ long tn_manifest_check_channels(const tn_manifest_t *m, FILE *out)
         }
     }
     /* Partitions of the backup (a segment) without a channel of their
-     * topic: said once per partition and channel. The manifest is sorted
-     * by path, so a directory's files are together. */
+     * topic that has a checkpoint somewhere: said once per partition and
+     * channel, the channels by name. The manifest is sorted by path, so a
+     * directory's files are together. */
     const char *done = NULL; /* the last partition directory checked */
     size_t done_len = 0;
     for (size_t i = 0; i < m->nfiles; i++) {
@@ -382,30 +454,29 @@ long tn_manifest_check_channels(const tn_manifest_t *m, FILE *out)
             continue;
         done = path;
         done_len = dir_len;
-        for (size_t k = 0; k < n; k++) {
-            const chfile_t *a = &cf[k];
-            if (!a->ckpt || !same_topic(a, path, topic_len))
-                continue;
-            bool here = false, dup = false;
-            for (size_t j = 0; j < n && !here; j++)
-                here = same_topic(&cf[j], a->path, a->topic_len) && cf[j].partition == p &&
-                       cf[j].name_len == a->name_len &&
-                       memcmp(cf[j].name, a->name, a->name_len) == 0;
-            for (size_t j = 0; j < k && !dup; j++) /* the channel said from an earlier file */
-                dup = cf[j].ckpt && same_topic(&cf[j], a->path, a->topic_len) &&
-                      cf[j].name_len == a->name_len &&
-                      memcmp(cf[j].name, a->name, a->name_len) == 0;
-            if (here || dup)
+        /* The topic's channels: the first entry not below it, on. */
+        size_t lo = 0, hi = n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (cmp_topic(&cf[mid], path + 7, topic_len) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (size_t g = lo; g < n && cmp_topic(&cf[g], path + 7, topic_len) == 0;
+             g = cf[g].group_end) {
+            if (!cf[g].group_ckpt || has_partition(cf, g, cf[g].group_end, p))
                 continue;
             fprintf(out,
                     "ternctl restore: warning: partition %.*s/%" PRIu32 ": no file of channel "
                     "%.*s, which other partitions of the topic have, in the backup: ternd makes "
                     "the channel anew there and delivers that partition's retained messages to "
                     "it again\n",
-                    (int)topic_len, path + 7, p, (int)a->name_len, a->name);
+                    (int)topic_len, path + 7, p, (int)cf[g].name_len, cf[g].name);
             said++;
         }
     }
+    tn_free(order);
     tn_free(cf);
     return said;
 }

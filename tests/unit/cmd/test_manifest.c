@@ -1,13 +1,17 @@
 /* The backup manifest decoder and its path rule (src/cmd/ternctl/manifest.c):
  * what api/backup.c writes decodes; every malformed, out-of-range or
- * escaping document is refused with a message naming the field. */
+ * escaping document is refused with a message naming the field; restore's
+ * channel check says each channel file that does not pair up, also in a
+ * backup of many files. */
 #include "core/platform.h"
 
 #include "testutil.h"
 
 #include "cmd/ternctl/manifest.h"
 
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define HEAD                                                                                       \
@@ -131,12 +135,108 @@ static void test_path_rule(void **state)
     assert_true(tn_manifest_path_ok(longp));
 }
 
+/* A manifest of the given paths (sorted, as the decoder leaves them);
+ * the caller frees m->files and each path. */
+static void files_of(tn_manifest_t *m, char **paths, size_t n)
+{
+    memset(m, 0, sizeof(*m));
+    m->files = calloc(n, sizeof(*m->files));
+    assert_non_null(m->files);
+    for (size_t i = 0; i < n; i++)
+        m->files[i].path = paths[i];
+    m->nfiles = n;
+}
+
+/* tn_manifest_check_channels on paths: how many it said, its text in out. */
+static long check(char **paths, size_t n, char *out, size_t outlen)
+{
+    tn_manifest_t m;
+    files_of(&m, paths, n);
+    FILE *f = fmemopen(out, outlen, "w");
+    assert_non_null(f);
+    long said = tn_manifest_check_channels(&m, f);
+    fclose(f);
+    free(m.files);
+    return said;
+}
+
+static void test_channel_check_says_what_does_not_pair(void **state)
+{
+    (void)state;
+    char *ok[] = {"FORMAT",
+                  "topics/t/0/00000000000000000000.log",
+                  "topics/t/0/c.ckpt",
+                  "topics/t/0/c.wal",
+                  "topics/t/1/00000000000000000000.log",
+                  "topics/t/1/c.ckpt",
+                  "topics/t/1/c.wal",
+                  "topics/t/c.cstamp"};
+    char out[4096] = "";
+    assert_int_equal(check(ok, sizeof(ok) / sizeof(ok[0]), out, sizeof(out)), 0);
+    assert_string_equal(out, "");
+    char *odd[] = {"topics/t/0/00000000000000000000.log",
+                   "topics/t/0/c.ckpt",
+                   "topics/t/0/c.wal",
+                   "topics/t/0/d.ckpt",
+                   "topics/t/1/00000000000000000000.log",
+                   "topics/t/1/c.wal",
+                   "topics/t/2/00000000000000000000.log",
+                   "topics/t/2/x.wal",
+                   "topics/u/0/00000000000000000000.log"};
+    assert_int_equal(check(odd, sizeof(odd) / sizeof(odd[0]), out, sizeof(out)), 6);
+    assert_non_null(strstr(out, "partition t/0: channel d has a checkpoint but no WAL"));
+    assert_non_null(strstr(out, "partition t/1: channel c has a WAL but no checkpoint in the "
+                                "backup: ternd makes"));
+    assert_non_null(strstr(out, "partition t/2: channel x has a WAL but no checkpoint in the "
+                                "backup, nor on any other partition"));
+    assert_non_null(strstr(out, "partition t/1: no file of channel d,"));
+    assert_non_null(strstr(out, "partition t/2: no file of channel c,"));
+    assert_non_null(strstr(out, "partition t/2: no file of channel d,"));
+    assert_null(strstr(out, "partition u/"));
+}
+
+/* A backup of one topic of 512 partitions with 20 channels each (20,992
+ * files) is checked at once: the pairwise search this replaced ran
+ * about 10^10 comparisons on it (a 17,600-file backup took 210 s). */
+static void test_channel_check_many_files(void **state)
+{
+    (void)state;
+    enum { PARTS = 512, CHANS = 20 };
+    size_t cap = PARTS * (1 + 2 * CHANS), n = 0;
+    char **paths = calloc(cap, sizeof(*paths));
+    assert_non_null(paths);
+    for (uint32_t p = 0; p < PARTS; p++) {
+        char b[64];
+        snprintf(b, sizeof(b), "topics/t/%" PRIu32 "/00000000000000000000.log", p);
+        paths[n++] = strdup(b);
+        for (int c = 0; c < CHANS; c++) {
+            if (p == 300 && c == 7)
+                continue; /* neither file: said for partition 300 */
+            snprintf(b, sizeof(b), "topics/t/%" PRIu32 "/c%02d.ckpt", p, c);
+            paths[n++] = strdup(b);
+            if (p == 5 && c == 3)
+                continue; /* the checkpoint alone */
+            snprintf(b, sizeof(b), "topics/t/%" PRIu32 "/c%02d.wal", p, c);
+            paths[n++] = strdup(b);
+        }
+    }
+    char out[4096] = "";
+    assert_int_equal(check(paths, n, out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "partition t/5: channel c03 has a checkpoint but no WAL"));
+    assert_non_null(strstr(out, "partition t/300: no file of channel c07,"));
+    for (size_t i = 0; i < n; i++)
+        free(paths[i]);
+    free(paths);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decodes_the_servers_document),
         cmocka_unit_test(test_refuses_bad_documents),
         cmocka_unit_test(test_path_rule),
+        cmocka_unit_test(test_channel_check_says_what_does_not_pair),
+        cmocka_unit_test(test_channel_check_many_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
