@@ -454,6 +454,19 @@ long tn_manifest_check_channels(const tn_manifest_t *m, FILE *out)
             continue;
         done = path;
         done_len = dir_len;
+        /* A replicated partition's copy (it has an epochs file) gets a
+         * channel's state from its leader: a follower's copy has no file
+         * of a channel until the leader's first settle of it reaches it.
+         * The directory's files are together, from this one on. */
+        bool replica = false;
+        for (size_t f = i; f < m->nfiles && !replica; f++) {
+            const char *q = m->files[f].path;
+            if (strncmp(q, path, dir_len) != 0)
+                break;
+            replica = strcmp(q + dir_len, "epochs") == 0;
+        }
+        if (replica)
+            continue;
         /* The topic's channels: the first entry not below it, on. */
         size_t lo = 0, hi = n;
         while (lo < hi) {

@@ -53,8 +53,9 @@ bool tn_manifest_path_ok(const char *p);
 
 /* `ternctl restore`'s check of the channel files of m (decoded, borrowed):
  * files that do not go together (a WAL without its checkpoint, the
- * reverse, a partition without a channel its topic's other partitions
- * have), each said as one warning line on out with what ternd makes of
+ * reverse, a factor-1 partition without a channel its topic's other
+ * partitions have: a replicated partition's copy, with an epochs file,
+ * gets its channels from its leader), each said as one warning line on out with what ternd makes of
  * it. Returns how many were said, or -1 out of memory. */
 long tn_manifest_check_channels(const tn_manifest_t *m, FILE *out);
 

@@ -193,6 +193,19 @@ static void test_channel_check_says_what_does_not_pair(void **state)
     assert_non_null(strstr(out, "partition t/2: no file of channel c,"));
     assert_non_null(strstr(out, "partition t/2: no file of channel d,"));
     assert_null(strstr(out, "partition u/"));
+    /* A replicated partition's copy (an epochs file) without the channel:
+     * a follower's, which gets it from its leader. Not said. */
+    char *copy[] = {"topics/r/0/00000000000000000000.log",
+                    "topics/r/0/c.ckpt",
+                    "topics/r/0/c.wal",
+                    "topics/r/0/epochs",
+                    "topics/r/1/00000000000000000000.log",
+                    "topics/r/1/epochs",
+                    "topics/r/2/00000000000000000000.log"};
+    out[0] = '\0';
+    assert_int_equal(check(copy, sizeof(copy) / sizeof(copy[0]), out, sizeof(out)), 1);
+    assert_non_null(strstr(out, "partition r/2: no file of channel c,"));
+    assert_null(strstr(out, "partition r/1"));
 }
 
 /* A backup of one topic of 512 partitions with 20 channels each (20,992
