@@ -56,9 +56,10 @@
  * holds). A CHANNEL_PUT sent again also carries a new stamp: should its
  * first copy commit and the channel be deleted before the second
  * commits, the second makes a new channel, never one with the deleted
- * channel's identity (a copy that finds the channel keeps its stamp). The one effect a second copy can have is on a write that
- * another proposer made between the two copies (a re-sent delete after
- * someone re-created the topic in those milliseconds): the same as the
+ * channel's identity (a copy that finds the channel keeps its stamp).
+ * The one effect a second copy can have is on a write that another
+ * proposer made between the two copies (a re-sent delete after someone
+ * re-created the topic in those milliseconds): the same as the
  * client's own retry after a 503, which is what the re-send replaces.
  *
  * Heard recently (placement, meta/state.h): the leader samples libraft's
