@@ -339,6 +339,25 @@ int tn_metrics_write(const tn_metrics_t *m, tn_buf_t *b)
     scalar(b, "tern_gc_segments_total", "counter", "segments reclaimed", br->gc_segments);
     scalar(b, "tern_disk_high", "gauge", "1 while publishes are refused for lack of disk",
            tn_store_disk_high(st) ? 1 : 0);
+    const tn__committer_t *cs[2] = {&st->logc, &st->walc};
+    const char *logs[2] = {"partition", "channel"};
+    family(b, "tern_commit_flowing", "gauge",
+           "1 while a storage thread gathers rounds as they flow, 0 by cohort (operations.md)");
+    for (int i = 0; i < 2; i++)
+        put(b, "tern_commit_flowing{log=\"%s\"} %d\n", logs[i],
+            atomic_load_explicit(&cs[i]->flowing, memory_order_relaxed) ? 1 : 0);
+    family(b, "tern_commit_pace_epochs_total", "counter",
+           "measured epochs of each way of gathering group-commit rounds");
+    for (int i = 0; i < 2; i++)
+        for (int w = 0; w < 2; w++)
+            put(b, "tern_commit_pace_epochs_total{log=\"%s\",way=\"%s\"} %" PRIu64 "\n", logs[i],
+                w == 0 ? "cohort" : "flow",
+                (uint64_t)atomic_load_explicit(&cs[i]->pace_epochs[w], memory_order_relaxed));
+    family(b, "tern_commit_pace_switches_total", "counter",
+           "changes of the preferred way of gathering group-commit rounds");
+    for (int i = 0; i < 2; i++)
+        put(b, "tern_commit_pace_switches_total{log=\"%s\"} %" PRIu64 "\n", logs[i],
+            (uint64_t)atomic_load_explicit(&cs[i]->pace_switches, memory_order_relaxed));
     uint64_t polled = st->poll_ns_total;
     if (st->poll_started_ns != 0)
         polled += (uint64_t)(tn_now_mono_ns() - st->poll_started_ns);

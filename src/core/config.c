@@ -96,7 +96,8 @@ static const opt_t options[] = {
     {"commit-max-bytes", OPT_SIZE, F(commit_max_bytes), "8MiB", 4096, 256 * 1024 * 1024, NULL,
      "most record bytes gathered into one group commit"},
     {"commit-max-delay", OPT_DURATION, F(commit_max_delay_ns), "1ms", 0, 100 * MS, NULL,
-     "longest a group commit waits for more requests after its first"},
+     "longest a group commit waits for more requests after its first (0: no waiting, each round "
+     "takes what is queued)"},
     {"commit-busy-poll", OPT_DURATION, F(commit_busy_poll_ns), "500us", 0, 10 * MS, NULL,
      "longest the event loop polls for a group commit to finish instead of sleeping, while "
      "commit-busy-poll-min publishes wait on it and commits take no longer (0: never)"},

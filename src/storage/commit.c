@@ -2,6 +2,7 @@
 #include "core/platform.h"
 
 #include "storage/commit.h"
+#include "storage/pace.h"
 
 #include "core/alloc.h"
 #include "core/log.h"
@@ -54,12 +55,18 @@ static void committer_main(void *arg)
     char tname[16];
     snprintf(tname, sizeof(tname), "tern-%s", c->name != NULL ? c->name : "commit");
     pthread_setname_np(pthread_self(), tname);
+    tn__pace_t pace;
+    tn__pace_init(&pace, tn_now_mono_ns());
     uv_mutex_lock(&c->lock);
     for (;;) {
-        /* After a round of several requests their writers will likely all
-         * come back: wait for that many (up to max_delay) before waking,
-         * instead of waking for the first and again for the rest. */
-        bool expect_cohort = c->last_round > 1 && c->max_delay_ns > 0;
+        /* The way rounds are gathered (pace.h): cohort or flow. */
+        bool cohort = c->max_delay_ns > 0 && !pace.flow;
+        /* Cohort: after a round of several requests their writers will
+         * likely all come back: wait for that many (up to max_delay)
+         * before waking, instead of waking for the first and again for
+         * the rest. */
+        bool expect_cohort = c->last_round > 1 && cohort;
+        int64_t idle_from = c->head == NULL ? tn_now_mono_ns() : 0;
         while (c->head == NULL && !c->stop) {
             int64_t now = tn_now_mono_ns();
             if (c->next_tick_ns != 0 && now >= c->next_tick_ns) {
@@ -88,6 +95,8 @@ static void committer_main(void *arg)
         }
         if (c->head == NULL && c->stop)
             break;
+        if (idle_from != 0)
+            tn__pace_idle(&pace, tn_now_mono_ns() - idle_from);
 
         /* Gather a round. */
         tn__sreq_t *first = pop(c), *last = first;
@@ -96,7 +105,7 @@ static void committer_main(void *arg)
         uint64_t bytes = first->bytes;
         int64_t start = tn_now_mono_ns();
         int64_t quiet = TN_MAX(c->max_delay_ns / 8, QUIET_MIN_NS);
-        bool wait_more = c->last_round > 1 && c->max_delay_ns > 0;
+        bool wait_more = c->last_round > 1 && cohort;
         /* A round as large as the last one has every steady writer in it. */
         size_t target = TN_MIN((size_t)c->max_reqs, TN_MAX(c->last_round, (size_t)2));
         while (n < c->max_reqs && bytes < c->max_bytes) {
@@ -134,6 +143,19 @@ static void committer_main(void *arg)
                               memory_order_relaxed);
         atomic_fetch_add_explicit(&c->rounds, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&c->requests, n, memory_order_relaxed);
+        if (c->max_delay_ns > 0) {
+            tn__pace_round(&pace, n, t0 + took);
+            if (pace.rounds == 0) { /* an epoch ended */
+                if (pace.switches != atomic_load_explicit(&c->pace_switches, memory_order_relaxed))
+                    TN_LOG(TN_LOG_DEBUG, "%s rounds: now gathered %s (cohort %.0f/s, flow %.0f/s)",
+                           tname, pace.pref_flow ? "as they flow" : "by cohort", pace.rate[0],
+                           pace.rate[1]);
+                atomic_store_explicit(&c->flowing, pace.flow, memory_order_relaxed);
+                atomic_store_explicit(&c->pace_epochs[0], pace.epochs[0], memory_order_relaxed);
+                atomic_store_explicit(&c->pace_epochs[1], pace.epochs[1], memory_order_relaxed);
+                atomic_store_explicit(&c->pace_switches, pace.switches, memory_order_relaxed);
+            }
+        }
 
         uv_mutex_lock(&c->lock);
         int64_t now = tn_now_mono_ns();

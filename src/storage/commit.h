@@ -8,7 +8,9 @@
  * short quiet gap; it does not wait at all after a round of one (a lone
  * writer should not pay the delay), and none of this waiting when an
  * urgent request (tn__committer_submit_urgent) is queued or in the round.
- * It hands the
+ * All of that waiting is the cohort way of gathering; the committer also
+ * runs the flow way (no waiting: a round takes what is queued) and picks
+ * the faster by measuring both (pace.h). It hands the
  * round to its `process` function, which writes, syncs and completes every
  * request through tn__store_complete. Between rounds it runs its `tick`
  * function when that is due (background syncs, disk checks).
@@ -82,6 +84,12 @@ struct tn__committer_s {
     atomic_uint_fast64_t rounds;
     atomic_uint_fast64_t requests;
     atomic_int_fast64_t round_ns; /* moving average of a round's processing time */
+    /* How rounds are gathered (pace.h), published at each epoch's end:
+     * the way now, counted epochs each way ([0] cohort, [1] flow) and
+     * changes of the preferred way. */
+    atomic_bool flowing;
+    atomic_uint_fast64_t pace_epochs[2];
+    atomic_uint_fast64_t pace_switches;
 };
 
 int tn__committer_start(tn__committer_t *c);
