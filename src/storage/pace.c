@@ -17,6 +17,7 @@ static void next_epoch(tn__pace_t *p, int64_t now_ns)
 void tn__pace_init(tn__pace_t *p, int64_t now_ns)
 {
     memset(p, 0, sizeof(*p));
+    p->soon = true; /* the first probe comes after the first counted epoch */
     next_epoch(p, now_ns);
 }
 
@@ -36,7 +37,7 @@ void tn__pace_round(tn__pace_t *p, size_t n, int64_t now_ns)
     if (p->idle || p->reqs < 2 * p->rounds) {
         if (p->phase != 0) { /* probe again after one counted epoch */
             p->phase = 0;
-            p->since = UINT32_MAX;
+            p->soon = true;
         }
         next_epoch(p, now_ns);
         return;
@@ -49,18 +50,23 @@ void tn__pace_round(tn__pace_t *p, size_t n, int64_t now_ns)
         p->phase = 2;
         break;
     case 2: {
-        double pref = (p->before + rate) / 2;
-        p->rate[p->pref_flow ? 1 : 0] = pref;
+        p->rate[p->pref_flow ? 1 : 0] = (p->before + rate) / 2;
         p->rate[p->pref_flow ? 0 : 1] = p->probe;
-        /* Flow only when clearly faster: cohort costs less CPU per
+        /* Flow only when clearly faster, twice: cohort costs less CPU per
          * request, so a tie goes to it. */
-        bool flow = p->rate[1] * 100 > p->rate[0] * (100 + TN_PACE_MARGIN_PCT);
-        if (flow != p->pref_flow) {
-            p->pref_flow = flow;
+        bool faster = p->rate[1] * 100 > p->rate[0] * (100 + TN_PACE_MARGIN_PCT);
+        p->soon = false;
+        if (faster != p->pref_flow && (p->pref_flow || ++p->wins >= TN_PACE_FLOW_WINS)) {
+            p->pref_flow = faster;
             p->switches++;
             p->backoff = 0;
-        } else if (p->backoff < TN_PACE_BACKOFF_MAX) {
-            p->backoff++;
+            p->wins = 0;
+        } else if (faster && !p->pref_flow) {
+            p->soon = true; /* confirm with another probe at once */
+        } else {
+            p->wins = 0;
+            if (p->backoff < TN_PACE_BACKOFF_MAX)
+                p->backoff++;
         }
         p->phase = 0;
         p->since = 0;
@@ -69,12 +75,8 @@ void tn__pace_round(tn__pace_t *p, size_t n, int64_t now_ns)
     }
     default:
         p->before = rate;
-        if (p->since < UINT32_MAX)
-            p->since++;
-        /* The first probe comes as soon as the preferred way has a rate. */
-        if (p->switches == 0 && p->rate[0] == 0 && p->rate[1] == 0)
-            p->phase = 1;
-        else if (p->since >= (uint32_t)TN_PACE_PROBE_EVERY << p->backoff)
+        p->since++;
+        if (p->soon || p->since >= (uint32_t)TN_PACE_PROBE_EVERY << p->backoff)
             p->phase = 1;
         break;
     }

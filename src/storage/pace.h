@@ -24,12 +24,17 @@
  *   After TN_PACE_PROBE_EVERY counted epochs one epoch runs the other way
  *   (a probe), then one more the preferred way. The probe's rate is set
  *   against the mean of the preferred epochs just before and just after
- *   it (a load that drifts during the three cancels out): flow is
- *   preferred when its rate beats cohort's by more than
- *   TN_PACE_MARGIN_PCT percent, cohort otherwise (at the same rate cohort
- *   costs less CPU per request, so a tie goes to it). The first probe
- *   comes after the first counted epoch. Each probe in a row that leaves
- *   the preference as it was doubles the wait before the next, up to
+ *   it (a load that drifts during the three cancels out). Flow is faster
+ *   when its rate beats cohort's by more than TN_PACE_MARGIN_PCT percent;
+ *   cohort, preferred, gives way to flow only when flow is faster in
+ *   TN_PACE_FLOW_WINS probes in a row (each winning probe is followed by
+ *   another at once), and flow gives way to cohort at the first probe
+ *   where it is not faster. The bias is deliberate: at the same rate
+ *   cohort costs less CPU per request (fewer rounds, fewer syncs: the
+ *   kernel's share of a sync is counted against the broker too), and a
+ *   disk at its bandwidth limit makes epochs noisy. The first probe comes
+ *   after the first counted epoch. Each probe that leaves the preference
+ *   as it was doubles the wait before the next, up to
  *   TN_PACE_PROBE_EVERY << TN_PACE_BACKOFF_MAX epochs (about 16 s), so a
  *   clear winner pays little for the probes; a change resets the wait.
  *   An epoch is not counted when its rounds averaged fewer than two
@@ -53,7 +58,8 @@
 #define TN_PACE_EPOCH_ROUNDS 64
 #define TN_PACE_PROBE_EVERY  10
 #define TN_PACE_BACKOFF_MAX  3
-#define TN_PACE_MARGIN_PCT   5
+#define TN_PACE_MARGIN_PCT   10
+#define TN_PACE_FLOW_WINS    2
 #define TN_PACE_IDLE_NS      (10 * 1000 * 1000LL)
 
 typedef struct {
@@ -69,6 +75,8 @@ typedef struct {
     double rate[2];     /* latest decided rates, [0] cohort, [1] flow */
     uint32_t since;     /* counted epochs of the preferred way since a probe */
     uint32_t backoff;   /* probes in a row that changed nothing, up to TN_PACE_BACKOFF_MAX */
+    uint32_t wins;      /* probes in a row where flow was faster, cohort preferred */
+    bool soon;          /* probe at the next counted epoch */
     uint64_t epochs[2]; /* counted epochs run each way */
     uint64_t switches;  /* changes of the preferred way */
 } tn__pace_t;

@@ -1,6 +1,6 @@
 /* How a committer picks its way of gathering rounds (storage/pace.h),
  * driven with simulated time: a load where flow is faster switches to flow
- * after the first probe and stays there; a load where the two tie, or
+ * after two probes and stays there; a load where the two tie, or
  * cohort is faster, keeps cohort; a load that changes is followed at a
  * later probe; epochs with an idle gap or rounds of one are not counted;
  * probes that change nothing come less and less often. */
@@ -57,9 +57,13 @@ static void test_flow_faster_switches_and_stays(void **state)
     sim_t s;
     sim_init(&s);
     /* Flow completes twice the requests per round: the first counted
-     * epoch (cohort) is followed by a probe (flow), one more cohort epoch,
-     * then the switch. */
+     * epoch (cohort) is followed by a probe (flow) and one more cohort
+     * epoch. One winning probe does not switch... */
     run(&s, 700, 8, 16);
+    assert_false(s.p.pref_flow);
+    assert_int_equal(s.p.wins, 1);
+    /* ...a second one, at once, does. */
+    run(&s, 600, 8, 16);
     assert_true(s.p.pref_flow);
     assert_int_equal(s.p.switches, 1);
     assert_true(s.p.rate[1] > s.p.rate[0]);
@@ -81,8 +85,8 @@ static void test_tie_keeps_cohort(void **state)
     (void)state;
     sim_t s;
     sim_init(&s);
-    /* Flow 4% faster: within the margin, so cohort stays preferred. */
-    run(&s, 20000, 100, 104);
+    /* Flow 8% faster: within the margin, so cohort stays preferred. */
+    run(&s, 20000, 100, 108);
     assert_false(s.p.pref_flow);
     assert_int_equal(s.p.switches, 0);
     assert_true(s.p.epochs[1] >= 2); /* flow was probed */
@@ -94,7 +98,7 @@ static void test_follows_a_changed_load(void **state)
     (void)state;
     sim_t s;
     sim_init(&s);
-    run(&s, 1000, 8, 16);
+    run(&s, 1300, 8, 16);
     assert_true(s.p.pref_flow);
     /* The load changes: now cohort is faster. The next probe of cohort,
      * 10 epochs of 200 ms after the switch, brings it back. */
@@ -130,8 +134,9 @@ static void test_epochs_not_counted(void **state)
     run(&s, 200, 8, 16);
     assert_false(s.p.pref_flow);
     assert_int_equal(s.p.epochs[1], 0);
-    /* One counted cohort epoch, then the probe again, then the decision. */
-    run(&s, 1000, 8, 16);
+    /* One counted cohort epoch, then the probe again, then the decision;
+     * twice. */
+    run(&s, 1400, 8, 16);
     assert_true(s.p.pref_flow);
     assert_int_equal(s.p.switches, 1);
 }
