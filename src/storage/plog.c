@@ -589,20 +589,11 @@ static int recover_floor(tn_plog_t *plog)
 #define DAMAGE_FILE  "damage"
 #define DAMAGE_MAGIC 0x31444E54u /* "TND1" read as a little-endian u32 */
 
-/* The damage record as the open finds it (load_damage). */
-typedef struct {
-    bool found;   /* a file is there */
-    bool damaged; /* ... of another size, magic or CRC */
-    uint64_t base, end;
-} dmgrec_t;
-
-/* At open, before the segments: the damage record, when there is one (a
- * damaged file is isolated for later, by apply_damage). */
-static int load_damage(tn_plog_t *plog, dmgrec_t *d)
+int tn__plog_damage_load(const char *dir, tn__plog_dmgfile_t *d)
 {
     memset(d, 0, sizeof(*d));
     unsigned char p[16];
-    int rc = tn_io_read_record_file(plog->dir, DAMAGE_FILE, DAMAGE_MAGIC, p, sizeof(p));
+    int rc = tn_io_read_record_file(dir, DAMAGE_FILE, DAMAGE_MAGIC, p, sizeof(p));
     if (rc == UV_ENOENT)
         return 0;
     if (rc != 0 && rc != TN_ECORRUPT)
@@ -616,9 +607,14 @@ static int load_damage(tn_plog_t *plog, dmgrec_t *d)
     return 0;
 }
 
+bool tn__plog_damage_names(const tn__plog_dmgfile_t *d, uint64_t now_end)
+{
+    return now_end != 0 && (now_end == d->end || d->end == TN_PLOG_DAMAGE_ACTIVE);
+}
+
 /* A damage record no segment matches (truncated, collected, or moved
  * aside by the operator since) goes, and says so. */
-static int drop_damage(tn_plog_t *plog, const dmgrec_t *d)
+static int drop_damage(tn_plog_t *plog, const tn__plog_dmgfile_t *d)
 {
     if (d->damaged)
         TN_LOG(TN_LOG_NOTICE,
@@ -647,7 +643,7 @@ static int drop_damage(tn_plog_t *plog, const dmgrec_t *d)
 
 /* At open, after the segments: a damage recorded before the restart
  * isolates the log again while its segment is still there. */
-static int apply_damage(tn_plog_t *plog, const dmgrec_t *d)
+static int apply_damage(tn_plog_t *plog, const tn__plog_dmgfile_t *d)
 {
     if (!d->found)
         return 0;
@@ -661,9 +657,9 @@ static int apply_damage(tn_plog_t *plog, const dmgrec_t *d)
      * followed by the segment at end, or for the active segment's damage
      * (TN_PLOG_DAMAGE_ACTIVE) the last one, or one a roll sealed after
      * the damage was found. */
-    uint64_t base = d->base, end = d->end;
+    uint64_t base = d->base;
     uint64_t now_end = damage_end_locked(plog, base);
-    if (now_end != 0 && (now_end == end || end == TN_PLOG_DAMAGE_ACTIVE)) {
+    if (tn__plog_damage_names(d, now_end)) {
         note_damage(plog, base, now_end);
         if (now_end == TN_PLOG_DAMAGE_ACTIVE)
             set_sticky(plog, TN_ECORRUPT,
@@ -684,10 +680,10 @@ static int recover(tn_plog_t *plog)
 {
     uint64_t *bases = NULL;
     size_t n = 0;
-    dmgrec_t dmg;
+    tn__plog_dmgfile_t dmg;
     int rc = tn__seg_list(plog->dir, &bases, &n);
     if (rc == 0)
-        rc = load_damage(plog, &dmg);
+        rc = tn__plog_damage_load(plog->dir, &dmg);
     if (rc != 0) {
         tn_free(bases);
         return rc;

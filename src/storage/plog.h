@@ -287,11 +287,14 @@ int tn_plog_open(tn_store_t *store, const char *topic, uint32_t partition, tn_pl
  * found without writing anything there (plogprobe.c): for `ternctl
  * restore`, which looks at every member's copy of a replicated partition
  * in a backup before it writes a byte. It reads with recovery's own
- * pieces (segment sidecars and scans, the floor and epochs files) and
+ * pieces (segment sidecars and scans, the floor, damage and epochs files) and
  * applies recovery's decisions in memory: a torn tail of the last segment
- * is not counted, a sealed segment's damage or a damaged floor or epochs
- * file is TN_ECORRUPT (the log would open isolated), and the epoch
- * history is cut to the log as recovery cuts it. */
+ * is not counted, a sealed segment's damage, a damaged floor or epochs
+ * file, or a damage record (the `damage` file) that is damaged or still
+ * names a segment is TN_ECORRUPT (the log would open isolated; a record
+ * naming the last segment as the active one also keeps its tail from
+ * being taken for a torn write), and the epoch history is cut to the log
+ * as recovery cuts it. */
 typedef struct {
     uint64_t log_start; /* the first offset the log holds (floor included) */
     uint64_t log_end;   /* the offset the next append would get */
@@ -313,6 +316,27 @@ void tn_plog_probe_fini(tn_plog_probe_t *out);
  * file into *floor, which a missing file leaves as it was. 0,
  * TN_ECORRUPT or an I/O error. */
 int tn__plog_floor_load(const char *dir, uint64_t *floor);
+
+/* Storage-internal (the log's recovery and the probe): dir's damage
+ * record (the `damage` file, docs/storage-format.md), read before the
+ * segments are. */
+typedef struct {
+    bool found;         /* a file is there */
+    bool damaged;       /* ... of another size, magic or CRC */
+    uint64_t base, end; /* the segment it names (end TN_PLOG_DAMAGE_ACTIVE: the active one) */
+} tn__plog_dmgfile_t;
+
+/* Read dir's damage file into *d (none: found false). 0 (a damaged file
+ * too: d->damaged) or an I/O error. */
+int tn__plog_damage_load(const char *dir, tn__plog_dmgfile_t *d);
+
+/* Whether the valid record d still names a segment, so the log opens
+ * isolated for it: now_end is what follows the segment at d->base as the
+ * recovered segments stand (the next one's base, TN_PLOG_DAMAGE_ACTIVE
+ * when it is the last, 0 when no segment starts at d->base). The same
+ * range, or for the active segment's damage the segment at base, the last
+ * one or one sealed since. */
+bool tn__plog_damage_names(const tn__plog_dmgfile_t *d, uint64_t now_end);
 
 /* Open a log that keeps its records in memory only (an NSQ `#ephemeral`
  * topic's partition): nothing is written to disk, a restart loses it.

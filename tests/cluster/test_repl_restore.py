@@ -38,6 +38,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -260,7 +261,9 @@ class ReplRestore(harness.ClusterTest):
         restore rewrites the same partition states (leader = the best copy,
         ISR = it, epochs above every restored one) and incarnations, so the
         cluster starts with every replicated partition led, and nothing
-        acknowledged before the backup is lost, nothing FINed comes back."""
+        acknowledged before the backup is lost, nothing FINed comes back.
+        A copy with a damage record naming its active segment is not
+        chosen (it is probed as ternd's open finds it: isolated)."""
         c = self.make(3, args=ARGS).start()
         c.wait_alive(3)
         topics = {"wr": 3, "ws": 1}
@@ -392,6 +395,40 @@ class ReplRestore(harness.ClusterTest):
                 self.assertEqual(cp["beyond_leader"], 0, d)  # all caught up before the backup
             chosen[key] = d
         self.assertEqual(sorted(chosen), sorted(parts))
+
+        # A copy whose damage record names its active segment (a backup of
+        # a node where that copy was isolated for damage since a restart)
+        # is not chosen: the restore probes it as ternd's open will find
+        # it, isolated, though its records look whole.
+        lead = chosen[("wr", 0)]["leader"]
+        dmg = os.path.join(c.dir, "dmg")
+        shutil.copytree(bdir, dmg)
+        man_path = os.path.join(dmg, lead, "manifest.json")
+        with open(man_path) as f:
+            man = json.load(f)
+        pdir = "topics/wr/0/"
+        base = max(int(x["path"][len(pdir):-4]) for x in man["files"]
+                   if x["path"].startswith(pdir) and x["path"].endswith(".log"))
+        tail = struct.pack("<QQ", base, 2**64 - 1)  # the active segment
+        rec = struct.pack("<II", 0x31444E54, repl_ledger.crc32c(tail)) + tail  # "TND1"
+        with open(os.path.join(dmg, lead, "data", pdir + "damage"), "wb") as f:
+            f.write(rec)
+        man["files"].append({"path": pdir + "damage", "length": len(rec),
+                             "crc32c": repl_ledger.crc32c(rec)})
+        man["files"].sort(key=lambda x: x["path"])
+        with open(man_path, "w") as f:
+            json.dump(man, f)
+        xd = os.path.join(c.dir, "xd")
+        r = ternctl("--json", "restore", dmg, "--data-path", xd, "--node", lead)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        d = [x for x in json.loads(r.stdout)["partitions"]
+             if (x["topic"], x["partition"]) == ("wr", 0)][0]
+        self.assertNotEqual(d["leader"], lead, d)
+        cp = [x for x in d["copies"] if x["node"] == lead][0]
+        self.assertTrue(cp["present"] and cp["damaged"], d)
+        self.assertTrue(os.path.exists(os.path.join(xd, pdir, "damage")))
+        shutil.rmtree(dmg)
+        shutil.rmtree(xd)
 
         # Started: every partition led, without an operator, at the
         # rewritten epochs or later, and the restored incarnations registered.

@@ -14,6 +14,7 @@
 #include "core/err.h"
 #include "storage/epochs.h"
 #include "storage/io.h"
+#include "storage/record.h"
 #include "storage/scrub.h"
 
 #include <dirent.h>
@@ -1096,6 +1097,131 @@ static void test_damage_recorded_across_restart(void **state)
     pl = open_any(fx, "dr");
     assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
     assert_false(tn_plog_damage(pl, &b, &e));
+}
+
+/* The damage record of dir as tn_plog_record_damage writes it. */
+static void put_damage(const char *dir, uint64_t base, uint64_t end)
+{
+    unsigned char p[16];
+    tn_put_u64(p, base);
+    tn_put_u64(p + 8, end);
+    assert_int_equal(tn_io_write_record_file(dir, "damage", 0x31444E54u /* "TND1" */, p, 16), 0);
+}
+
+/* The byte position of the record at offset in the segment file path. */
+static long rec_pos(const char *path, uint64_t offset)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    long pos = 0;
+    for (;;) {
+        unsigned char hdr[TN_REC_HDR];
+        tn_rec_hdr_t h;
+        assert_int_equal(fseek(f, pos, SEEK_SET), 0);
+        assert_int_equal(fread(hdr, 1, sizeof(hdr), f), sizeof(hdr));
+        assert_int_equal(tn_rec_decode_hdr(hdr, sizeof(hdr), &h), 0);
+        if (h.offset == offset)
+            break;
+        pos += (long)tn_rec_size(&h);
+    }
+    fclose(f);
+    return pos;
+}
+
+/* Probe topic/0 (store closed): want (0 at log end `end`, or TN_ECORRUPT
+ * with what in errmsg and the highest epoch of the file as max_epoch),
+ * nothing written; then the open there agrees (isolated, or at `end`). */
+static void probe_agrees(fx_t *fx, const char *topic, int want, const char *what, uint64_t end,
+                         uint32_t max_epoch)
+{
+    char dir[4096], before[8192], after[8192];
+    snprintf(dir, sizeof(dir), "%s/topics/%s/0", fx->dir, topic);
+    tn_plog_probe_t pr;
+    listing(dir, before, sizeof(before));
+    int rc = tn_plog_probe(dir, &pr);
+    listing(dir, after, sizeof(after));
+    assert_string_equal(before, after);
+    if (rc != want)
+        fail_msg("probe: %s (%s), not %s", tn_err_name(rc), pr.errmsg, tn_err_name(want));
+    if (what != NULL && strstr(pr.errmsg, what) == NULL)
+        fail_msg("probe: \"%s\" does not say \"%s\"", pr.errmsg, what);
+    if (rc == 0)
+        assert_int_equal(pr.log_end, end);
+    assert_int_equal(pr.max_epoch, max_epoch);
+    tn_plog_probe_fini(&pr);
+    fx->store = tu_store_open(&fx->loop, &fx->opts);
+    tn_plog_t *pl = open_any(fx, topic);
+    assert_int_equal(tn_plog_err(pl), want);
+    if (want == 0)
+        assert_int_equal(tn_plog_written_next(pl), end);
+    tu_store_close(&fx->loop, fx->store);
+    fx->store = NULL;
+}
+
+/* The probe reads the partition's damage record as the open does
+ * (recover, apply_damage): a record naming the active segment keeps a bad
+ * record in its last batch from passing for a torn tail, and isolates
+ * the segment with good records too; a sealed segment's range, or the
+ * active segment's damage in a segment sealed since, isolates; a record
+ * naming no segment does not (the open drops it); a damaged record
+ * isolates. The open agrees each time; the probe writes nothing. */
+static void test_probe_damage_record(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *pl = open_log(fx, "pd", 0);
+    build_leader(fx, pl);
+    append_batch(fx, pl, 4); /* the last batch: nothing synced after it */
+    uint64_t end = tn_plog_written_next(pl);
+    tu_store_close(&fx->loop, fx->store);
+    fx->store = NULL;
+    uint64_t *bases;
+    size_t n = seg_bases(fx, "pd", &bases);
+    uint64_t sealed = bases[n - 2], active = bases[n - 1];
+    tn_free(bases);
+    char dir[4096], seg[4096], dmg[4200];
+    snprintf(dir, sizeof(dir), "%s/topics/pd/0", fx->dir);
+    snprintf(dmg, sizeof(dmg), "%s/damage", dir);
+    seg_file(fx, "pd", active, "log", seg, sizeof(seg));
+    long at = rec_pos(seg, end - 3) + TN_REC_HDR + 1; /* a body byte of the batch's second */
+    long size = tu_file_size(seg);
+    unsigned char byte;
+    FILE *f = fopen(seg, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    assert_int_equal(fread(&byte, 1, 1, f), 1);
+    fclose(f);
+    unsigned char flipped = byte ^ 0x20;
+    tu_patch_file(seg, at, &flipped, 1);
+
+    /* Without a record, the bad record passes for a torn write (the probe
+     * alone: the open would cut it). */
+    tn_plog_probe_t pr;
+    assert_int_equal(tn_plog_probe(dir, &pr), 0);
+    assert_int_equal(pr.log_end, end - 4);
+    tn_plog_probe_fini(&pr);
+
+    /* Recorded for the active segment: isolated, nothing cut. */
+    put_damage(dir, active, TN_PLOG_DAMAGE_ACTIVE);
+    probe_agrees(fx, "pd", TN_ECORRUPT, "not cut: the partition's damage record names", 0, 4);
+    assert_int_equal(tu_file_size(seg), size);
+    /* ... with every record good again, still isolated. */
+    tu_patch_file(seg, at, &byte, 1);
+    probe_agrees(fx, "pd", TN_ECORRUPT, "found damaged before the restart", 0, 4);
+    /* A sealed segment's range; the active segment's damage in a
+     * segment sealed since. */
+    put_damage(dir, sealed, active);
+    probe_agrees(fx, "pd", TN_ECORRUPT, "found damaged before the restart", 0, 4);
+    put_damage(dir, sealed, TN_PLOG_DAMAGE_ACTIVE);
+    probe_agrees(fx, "pd", TN_ECORRUPT, "found damaged before the restart", 0, 4);
+    /* A range no segment has: served (the open drops the record). */
+    put_damage(dir, sealed + 1, active);
+    probe_agrees(fx, "pd", 0, NULL, end, 4);
+    assert_int_equal(access(dmg, F_OK), -1);
+    /* A damaged record. */
+    put_damage(dir, sealed, active);
+    unsigned char junk = 0xEE;
+    tu_patch_file(dmg, 12, &junk, 1);
+    probe_agrees(fx, "pd", TN_ECORRUPT, "damage file", 0, 4);
 }
 
 /* Each crash point of a repair: the reopened log holds either the
@@ -2690,6 +2816,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_repair_before_gap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_at_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damage_recorded_across_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_probe_damage_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_gap_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_repair_powerloss, setup, teardown),
