@@ -527,9 +527,9 @@ static int list_bases(const char *dir, const char *ext, uint64_t **out, size_t *
 }
 
 /* One partition: its segments below the durable end, their sidecars, its
- * floor, its channels' WALs (copied) and then their checkpoints
- * (linked): a checkpoint taken between the two is newer than the WAL
- * copy, and recovery skips the WAL frames it already holds. */
+ * floor, epochs and damage files, its channels' WALs (copied) and then
+ * their checkpoints (linked): a checkpoint taken between the two is newer
+ * than the WAL copy, and recovery skips the WAL frames it already holds. */
 static void take_partition(ctx_t *c, const part_t *p)
 {
     flist_t *l = c->l;
@@ -612,6 +612,17 @@ static void take_partition(ctx_t *c, const part_t *p)
      * to lead by it (cmd/ternctl/backup.c). Renamed into place at each
      * change, so the link keeps the version of now. */
     pathf(fl, sizeof(fl), "%s/" TN_EPOCHS_FILE, rel);
+    if (pin_link(c, fl, UINT64_MAX) < 0)
+        return;
+    /* The damage record (storage-format.md, "Damage record"), after the
+     * segments too: a partition isolated for damage in its active segment
+     * since a restart has its durable end at the damaged batch, so its
+     * segments are copied clean up to there; without the record the
+     * restored copy would open healthy and give the offsets of the
+     * acknowledged records after it to new ones. With it, the copy opens
+     * isolated as the original does, and a whole cluster's restore does
+     * not choose it to lead (tn_plog_probe). */
+    pathf(fl, sizeof(fl), "%s/damage", rel);
     if (pin_link(c, fl, UINT64_MAX) < 0)
         return;
     /* Channels: WALs first, then checkpoints. */

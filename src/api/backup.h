@@ -25,7 +25,8 @@
  *   2. On a worker thread, under <data>/backup/<id>/ (same file system):
  *      hard links to every segment with records below the durable end,
  *      the sidecars of those that are not the last, the floor file, the
- *      `epochs` file of a replicated partition (after its segments), the
+ *      `epochs` file of a replicated partition and the `damage` file of a
+ *      partition that has one (after its segments), the
  *      ingress segments, FORMAT and the data directory's incarnation
  *      (meta.h TN_META_INCARNATION_FILE); copies of each channel WAL (it
  *      is truncated in place at a checkpoint, so a link would not keep its

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -486,6 +487,105 @@ class BackupTest(unittest.TestCase):
             json.dump(man, out)
         with open(os.path.join(bdir, "backup.json"), "w") as out:
             json.dump({"format": "tern-backup-set 1", "metastore_from": 1, "nodes": [1]}, out)
+
+
+class IsolatedPartitionBackup(unittest.TestCase):
+    """A backup of a node with a factor-1 partition isolated for damage in
+    its active segment since a restart (the scrub found it and recorded
+    it in the partition's `damage` file; docs/storage-format.md, "Damage
+    record"): the isolated log's durable end is the damaged batch's start,
+    so the backup copies its records clean up to there. The backup carries
+    the damage record, so the restored node opens the partition isolated,
+    as the original does, instead of serving it and giving the offsets of
+    the acknowledged records from the damaged batch on to new messages."""
+
+    HDR = 44  # record header bytes (docs/storage-format.md)
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tern-backup-dmg-")
+        self.env = dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD)
+        self.d = None
+
+    def tearDown(self):
+        if self.d is not None:
+            self.d.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def start(self, data, first=False):
+        self.d = Daemon(data, "--segment-bytes=64KiB", "--scrub-interval=0", env=self.env,
+                        log_path=os.path.join(self.dir, os.path.basename(data) + ".log"))
+        self.d.wait_for("ready")
+        if first:
+            self.d.wait_for("root user admin created")
+            return self.d.http_port
+        deadline = time.monotonic() + 30
+        while call(self.d.http_port, "GET", "/v1/topics/dmg")[0] != 200:
+            self.assertLess(time.monotonic(), deadline, self.d.log())
+            time.sleep(0.1)
+        return self.d.http_port
+
+    def flip(self, path, record):
+        """Flip a byte in the body of the record-th record of a segment."""
+        with open(path, "r+b") as f:
+            data = f.read()
+            pos = 0
+            for _ in range(record):
+                body_len, = struct.unpack_from("<I", data, pos + 32)
+                key_len, = struct.unpack_from("<H", data, pos + 40)
+                pos += self.HDR + key_len + body_len
+            key_len, = struct.unpack_from("<H", data, pos + 40)
+            at = pos + self.HDR + key_len + 10
+            f.seek(at)
+            f.write(bytes([data[at] ^ 0x20]))
+
+    def produce(self, port, payload):
+        return call(port, "POST", "/v1/topics/dmg/produce?partition=0", payload.encode(),
+                    headers={"Content-Type": "application/octet-stream"})
+
+    def test_isolated_partition_restored_isolated(self):
+        data = os.path.join(self.dir, "data")
+        port = self.start(data, first=True)
+        st, body = call(port, "POST", "/v1/topics", json.dumps({"name": "dmg", "partitions": 1}),
+                        headers={"Content-Type": "application/json"})
+        self.assertEqual(st, 201, body)
+        for b, n in ((0, 100), (1, 100), (2, 20)):
+            batch = [{"payload": f"{b}-{i}-" + "x" * 400} for i in range(n)]
+            st, body = call(port, "POST", "/v1/topics/dmg/produce/batch", json.dumps(batch),
+                            headers={"Content-Type": "application/json"})
+            self.assertEqual(st, 202, body)
+        pdir = os.path.join(data, "topics", "dmg", "0")
+        active = sorted(f for f in os.listdir(pdir) if f.endswith(".log"))[-1]
+        base = int(active[:-4])
+        self.assertTrue(0 < base < 200, active)  # a sealed segment before it
+        self.flip(os.path.join(pdir, active), 205 - base)  # in the last batch, 200..219
+        st, body = call(port, "POST", "/v1/storage/scrub?wait=true")
+        self.assertEqual(st, 200, body)
+        self.assertEqual(json.loads(body)["errors_total"], 1, body)
+        self.assertTrue(os.path.exists(os.path.join(pdir, "damage")))
+        self.d.kill()
+        self.d = None
+        port = self.start(data)  # isolated again, nothing cut
+        refused = self.produce(port, "refused")
+        self.assertEqual(refused[0], 500, refused)
+        self.assertIn(b"partition isolated", refused[1])
+
+        bdir = os.path.join(self.dir, "backup")
+        r = ternctl("backup", bdir, port=port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(self.d.stop(), 0, self.d.log())
+        self.d = None
+        with open(os.path.join(bdir, "1", "manifest.json")) as f:
+            paths = [x["path"] for x in json.load(f)["files"]]
+        self.assertIn("topics/dmg/0/damage", paths)
+        rdir = os.path.join(self.dir, "restored")
+        r = ternctl("restore", bdir, "--data-path", rdir, user=None)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        port = self.start(rdir)
+        st, body = self.produce(port, "after restore")
+        self.assertEqual((st, body), refused, self.d.log())
+        self.assertIn(f"partition dmg/0: the active segment {base} ", self.d.log())
+        self.assertEqual(self.d.stop(), 0, self.d.log())
+        self.d = None
 
 
 def main():
