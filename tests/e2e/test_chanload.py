@@ -16,7 +16,8 @@ files:
   again (0 to 3): nothing is skipped;
 - ternd says so at warn, naming the topic, the channel and the
   partition.
-A paused channel stays paused. And `ternctl restore` of a backup whose
+A paused channel stays paused (made again unpaused when its files are
+lost on every partition: the pause is kept in them only). And `ternctl restore` of a backup whose
 channel files do not go together (a WAL without its checkpoint, the
 reverse, a partition without the channel) says so for each.
 """
@@ -174,11 +175,33 @@ class ChannelFilesLost(Base):
             self.assertTrue(self.paused(port, "tpause", "work"), self.d.log())
             self.stop()
 
+    def test_pause_lost_with_every_file(self):
+        # The pause is kept in the channel's files only (the metastore's
+        # record of a channel holds none): a paused channel whose files
+        # are lost on every partition is made again by the catalog
+        # unpaused, as any channel made anew (docs/storage-format.md, "A
+        # channel"; docs/http-api.md, "/channel/pause").
+        self.prepare("tpall")
+        port = self.start()
+        st, body = call(port, "POST", "/channel/pause?topic=tpall&channel=work")
+        self.assertEqual(st, 200, body)
+        self.stop()
+        for p in range(PARTS):
+            self.lose("tpall", p)
+        port = self.start()
+        deadline = time.monotonic() + 30
+        while (paused := self.paused(port, "tpall", "work")) is None:  # the catalog makes it
+            self.assertLess(time.monotonic(), deadline, self.d.log())
+            time.sleep(0.1)
+        self.assertIn("channel work of tpall was recorded but had no files", self.d.log())
+        self.assertFalse(paused, self.d.log())
+        self.stop()
+
     def paused(self, port, topic, channel):
         st, body = call(port, "GET", f"/stats?format=json&topic={topic}&channel={channel}")
         self.assertEqual(st, 200, body)
         t = next(x for x in json.loads(body)["topics"] if x["topic_name"] == topic)
-        return next(c for c in t["channels"] if c["channel_name"] == channel)["paused"]
+        return next((c["paused"] for c in t["channels"] if c["channel_name"] == channel), None)
 
     def test_checkpoint_lost_wal_kept(self):
         self.prepare("tckpt")
