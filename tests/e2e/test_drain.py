@@ -323,7 +323,15 @@ class Signals(Base):
             sent += 1
             time.sleep(0.001)
         self.assertEqual(self.wait_exit(), 0, self.d.log())
-        self.assertIn("SIGINT received: shutting down", self.d.log())
+        # The shutdown began once. Usually the SIGINT begins it, but the
+        # kernel hands a process-directed signal to any thread that does
+        # not block it, so the first SIGTERM, 1 ms later, can reach the
+        # loop first (seen in CI): then it begins a drain, which ends at
+        # once on this idle node, and the SIGINT is said and ignored.
+        log = self.d.log()
+        began = (log.count("SIGINT received: shutting down") +
+                 log.count("SIGTERM received: draining"))
+        self.assertEqual(began, 1, log)
 
     def test_idle_node_drains_at_once_on_sigterm(self):
         self.start()
