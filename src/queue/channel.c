@@ -1620,16 +1620,29 @@ void tn_channel_sync(tn_channel_t *ch, uint32_t partition, tn_chan_sync_t *s, tn
     cp->sync_tail = s;
 }
 
-/* A tn_topic_part_requeue_leases: one sync per channel, counted down. */
+/* Syncs of several channel partitions, counted down: cb runs once with
+ * the first error after the last one ended (tn_topic_part_requeue_leases:
+ * one sync per channel; tn_channel_sync_all: one per local partition). */
 typedef struct {
     tn_requeue_cb cb;
     void *arg;
     uint32_t pending; /* syncs not ended, plus one while they start */
     int status;       /* the first error */
     tn_chan_sync_t syncs[];
-} requeue_op_t;
+} syncs_op_t;
 
-static void requeue_synced(requeue_op_t *op, int status)
+static syncs_op_t *syncs_op_new(uint32_t n, tn_requeue_cb cb, void *arg)
+{
+    syncs_op_t *op = tn_calloc(1, sizeof(*op) + (size_t)n * sizeof(op->syncs[0]));
+    if (op == NULL)
+        return NULL;
+    op->cb = cb;
+    op->arg = arg;
+    op->pending = 1; /* held while the syncs start */
+    return op;
+}
+
+static void syncs_op_ended(syncs_op_t *op, int status)
 {
     if (op->status == 0)
         op->status = status;
@@ -1639,9 +1652,31 @@ static void requeue_synced(requeue_op_t *op, int status)
     tn_free(op);
 }
 
-static void on_requeue_sync(tn_chan_sync_t *s, int status)
+static void on_syncs_op_sync(tn_chan_sync_t *s, int status)
 {
-    requeue_synced(s->data, status);
+    syncs_op_ended(s->data, status);
+}
+
+/* Start the sync of partition p of ch as op's syncs[k]. */
+static void syncs_op_start(syncs_op_t *op, uint32_t k, tn_channel_t *ch, uint32_t p)
+{
+    /* op is the sync's until its cb (each sync counted once). */
+    op->syncs[k].data = op;
+    op->pending++;
+    tn_channel_sync(ch, p, &op->syncs[k], on_syncs_op_sync);
+}
+
+int tn_channel_sync_all(tn_channel_t *ch, tn_requeue_cb cb, void *arg)
+{
+    uint32_t n = ch->state == TN_OBJ_READY ? ch->topic->nparts : 0;
+    syncs_op_t *op = syncs_op_new(n, cb, arg);
+    if (op == NULL)
+        return UV_ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        if (!ch->parts[i]->part->remote)
+            syncs_op_start(op, i, ch, i);
+    syncs_op_ended(op, 0);
+    return 0;
 }
 
 int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, void *arg)
@@ -1649,12 +1684,9 @@ int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, vo
     uint32_t nch = 0;
     for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
         nch++;
-    requeue_op_t *op = tn_calloc(1, sizeof(*op) + (size_t)nch * sizeof(op->syncs[0]));
+    syncs_op_t *op = syncs_op_new(nch, cb, arg);
     if (op == NULL)
         return UV_ENOMEM;
-    op->cb = cb;
-    op->arg = arg;
-    op->pending = 1; /* held while the syncs start */
     uint32_t k = 0;
     for (tn_channel_t *ch = t->channels; ch != NULL && k < nch; ch = ch->next, k++) {
         if (p < t->nparts && ch->state == TN_OBJ_READY && ch->consumers != NULL) {
@@ -1671,12 +1703,9 @@ int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, vo
                 c = c->next;
             } while (c != ch->consumers);
         }
-        /* op is the sync's until its cb (each sync counted once). */
-        op->syncs[k].data = op;
-        op->pending++;
-        tn_channel_sync(ch, p, &op->syncs[k], on_requeue_sync);
+        syncs_op_start(op, k, ch, p);
     }
-    requeue_synced(op, 0);
+    syncs_op_ended(op, 0);
     return 0;
 }
 

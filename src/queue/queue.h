@@ -838,11 +838,15 @@ typedef struct {
 } tn_channel_stats_t;
 void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out);
 
-/* Pause or unpause delivery of a channel (durable for durable channels). */
+/* Pause or unpause delivery of a channel: applied at once; for a durable
+ * channel a record is queued to the log of each partition held here
+ * (durable once tn_channel_sync_all's cb ran with 0). Partitions other
+ * nodes hold are not told. 0 or the first error. */
 int tn_channel_pause(tn_channel_t *ch, bool paused);
 /* Drop everything the channel holds: its backlog up to the tail, deferred
  * and requeued messages, and what is in flight (later FINs for those
- * fail). Durable for durable channels; counters stay. */
+ * fail), in the partitions held here. Counters stay. Durable for durable
+ * channels as tn_channel_pause. */
 int tn_channel_empty(tn_channel_t *ch);
 /* Pause or unpause a topic, as nsqd does: while paused, what is published
  * is held at the topic (its depth) and no channel receives it; what the
@@ -1037,6 +1041,12 @@ void tn_topic_part_hold(tn_topic_t *t, uint32_t p, bool held);
  * not run, nothing requeued) or 0. Loop thread. */
 typedef void (*tn_requeue_cb)(void *arg, int status);
 int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, void *arg);
+/* Wait until what was queued so far to the logs of every partition of ch
+ * held here is durable (tn_channel_sync of each): an answer that says a
+ * tn_channel_pause or tn_channel_empty is done waits for it. cb runs
+ * exactly once, possibly before this returns, with 0 or the first error;
+ * UV_ENOMEM (cb does not run) or 0. Loop thread. */
+int tn_channel_sync_all(tn_channel_t *ch, tn_requeue_cb cb, void *arg);
 /* Deliver from partition p of t (no-op past nparts) only before loop
  * time until (uv_now; 0: no bound): a replicated partition's leader
  * delivers only while its metastore replica is known to be current

@@ -855,6 +855,12 @@ static void on_mgmt_wait(tn_waiter_t *w, int status)
     mgmt_run(m);
 }
 
+/* A channel's pause, unpause or emptying is durable, or failed. */
+static void on_channel_synced(void *arg, int status)
+{
+    on_deleted(arg, status);
+}
+
 /* /topic/empty has dropped what the topic held. */
 static void on_emptied(void *arg, int status)
 {
@@ -1024,12 +1030,23 @@ static void mgmt_run(mgmt_t *m)
             return; /* on_deleted answers and frees m */
         r->on_cancel = NULL;
         answer_error(r, rc == UV_EBUSY ? 409 : 503, rc == UV_EBUSY ? "BUSY" : "E_STORAGE");
-    } else {
-        if (m->op == OP_EMPTY)
-            tn_channel_empty(ch);
-        else if (m->op == OP_PAUSE || m->op == OP_UNPAUSE)
-            tn_channel_pause(ch, m->op == OP_PAUSE);
+    } else if (m->op == OP_CREATE) {
         answer_done(r);
+    } else {
+        /* Answered once the records are durable in every partition held
+         * here (DESIGN.md: "done" only after the fdatasync). */
+        if (m->op == OP_EMPTY)
+            rc = tn_channel_empty(ch);
+        else
+            rc = tn_channel_pause(ch, m->op == OP_PAUSE);
+        if (rc == 0) {
+            r->on_cancel = on_mgmt_cancel;
+            rc = tn_channel_sync_all(ch, on_channel_synced, m);
+            if (rc == 0)
+                return; /* on_channel_synced answers and frees m */
+            r->on_cancel = NULL;
+        }
+        answer_error(r, 503, "E_STORAGE");
     }
     tn_free(m);
 }

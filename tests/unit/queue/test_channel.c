@@ -1203,6 +1203,56 @@ static void three_partitions(tn_broker_opts_t *o)
     o->default_partitions = 3;
 }
 
+typedef struct {
+    bool done;
+    int status;
+} allw_t;
+
+static void on_sync_all(void *arg, int status)
+{
+    allw_t *w = arg;
+    assert_false(w->done);
+    w->done = true;
+    w->status = status;
+}
+
+static bool all_done(void *arg)
+{
+    return ((allw_t *)arg)->done;
+}
+
+/* The door answers a pause or an emptying once tn_channel_sync_all ends:
+ * after every partition's record is durable (e2e_nsq_pause_strace proves
+ * the order), or with the first partition's error. */
+static void test_pause_sync_all(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(three_partitions);
+    tn_channel_t *ch = channel(q, "t", "c");
+    assert_int_equal(ch->topic->nparts, 3);
+    assert_int_equal(tn_channel_pause(ch, true), 0);
+    allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, on_sync_all, &w), 0);
+    assert_true(run_until(q, all_done, &w));
+    assert_int_equal(w.status, 0);
+    /* Every partition's pause was durable: a restart keeps it. */
+    restart(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->paused);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_true(ch->parts[i]->cur.paused);
+    /* A record that fails: the wait ends with the error. */
+    tn_io_fail_sync_after(0, UV_EIO);
+    assert_int_equal(tn_channel_empty(ch), 0);
+    allw_t f = {0};
+    assert_int_equal(tn_channel_sync_all(ch, on_sync_all, &f), 0);
+    assert_true(run_until(q, all_done, &f));
+    tn_io_fail_sync_after(-1, 0);
+    assert_int_equal(f.status, UV_EIO);
+    assert_true(run_until(q, one_log_failed, q->b));
+    qfx_free(q);
+}
+
 /* Deleting a topic of several partitions with a durable channel waits for
  * the channel's logs once, not once per partition. */
 static void test_delete_multi_partition_topic(void **state)
@@ -1556,6 +1606,7 @@ int main(void)
         cmocka_unit_test(test_restart_keeps_fins_and_redelivers_the_rest),
         cmocka_unit_test(test_cold_read_ends_waiting_fetch),
         cmocka_unit_test(test_pause_and_empty),
+        cmocka_unit_test(test_pause_sync_all),
         cmocka_unit_test(test_backlog_kept_across_restart_then_gc),
         cmocka_unit_test(test_delete_survives_restart),
         cmocka_unit_test(test_bad_names),

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Proof from the outside that nsqd's /channel/pause, /channel/unpause and
+/channel/empty answer 200 only after the channel WAL record of every
+partition the node holds is fdatasync'ed (docs/http-api.md): a SIGKILL
+right after the 200 must not lose the pause or the emptying.
+
+ternd runs normally with a topic of several partitions; strace then
+attaches to every thread of it (`strace -f -p PID`) and records, in the
+order they happened, the socket reads and writes, the writes to files and
+every fdatasync, with file descriptors named by their paths (-yy). A
+client pauses, unpauses and empties channels one after the other on one
+keep-alive connection (each request names its own channel, so its records
+are told apart by their files). For each request and each partition p the
+trace must show, in this order:
+
+  1. the read of the request (found by its path in the bytes);
+  2. a write to topics/<t>/<p>/<channel>.wal;
+  3. a completed fdatasync of that file;
+  4. the write of the answer (HTTP/1.1 200) to the same socket.
+
+The order of the lines is the order of the syscalls (strace reports a
+syscall's exit before the traced thread runs on; the answer is caused by
+the syncs' completions or, on a broken build, by nothing after the read).
+
+/topic/pause and /topic/unpause are not checked: a topic's pause is held
+in memory (a restart unpauses, docs/http-api.md); /topic/empty already
+answers from its own completion.
+
+Skipped (exit 0 with a note) when strace is not installed or cannot
+attach (no ptrace permission)."""
+import argparse
+import base64
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon as daemon_mod  # noqa: E402
+from daemon import Daemon  # noqa: E402
+
+PASSWORD = "strace-test-password"
+AUTH = "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
+TOPIC = "pauses"
+PARTS = 3
+OPS = ("pause", "unpause", "empty")
+
+
+def call(conn, method, path, body=None, headers=None):
+    h = {"Authorization": AUTH}
+    h.update(headers or {})
+    conn.request(method, path, body=body, headers=h)
+    r = conn.getresponse()
+    return r.status, r.read()
+
+
+LINE = re.compile(r"^(\d+)\s+(.*)$")
+CALL = re.compile(r"^(\w+)\((\d+)<([^>]*)>")
+RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>")
+
+
+def parse(path):
+    """The completed syscalls of the trace, in order: (name, fd path, text)."""
+    out = []
+    pending = {}  # pid -> (name, fd path, text so far)
+    with open(path, errors="replace") as f:
+        for raw in f:
+            m = LINE.match(raw.rstrip("\n"))
+            if m is None:
+                continue
+            pid, rest = m.group(1), m.group(2)
+            r = RESUMED.match(rest)
+            if r is not None:
+                if pid in pending:
+                    name, fdp, text = pending.pop(pid)
+                    out.append((name, fdp, text + rest, rest))
+                continue
+            c = CALL.match(rest)
+            if c is None:
+                continue
+            name, fdp = c.group(1), c.group(3)
+            if rest.endswith("<unfinished ...>"):
+                pending[pid] = (name, fdp, rest)
+                continue
+            out.append((name, fdp, rest, rest))
+    return out
+
+
+def result(text):
+    m = re.search(r"\)\s+=\s+(-?\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+READS = ("read", "readv", "recvfrom", "recvmsg")
+WRITES = ("write", "writev", "sendto", "sendmsg")
+FILE_WRITES = ("write", "writev", "pwrite64", "pwritev", "pwritev2")
+
+
+def check(events, reqs):
+    """reqs: (marker in the request, WAL file suffixes, status line of the
+    answer). Returns a list of failures (empty: proved)."""
+    failures = []
+    pos = 0
+    for marker, wals, answer in reqs:
+        i_read = next((i for i in range(pos, len(events))
+                       if events[i][0] in READS and marker in events[i][2]), None)
+        if i_read is None:
+            failures.append(f"{marker}: its request is not in the trace")
+            continue
+        sock = events[i_read][1]
+        i_resp = next((i for i in range(i_read, len(events))
+                       if events[i][0] in WRITES and events[i][1] == sock
+                       and answer in events[i][2]), None)
+        if i_resp is None:
+            failures.append(f"{marker}: its answer is not in the trace")
+            continue
+        for wal in wals:
+            i_wal = next((i for i in range(i_read + 1, i_resp)
+                          if events[i][0] in FILE_WRITES and events[i][1].endswith(wal)
+                          and (result(events[i][2]) or 0) > 0), None)
+            i_sync = None
+            if i_wal is not None:
+                i_sync = next((i for i in range(i_wal + 1, i_resp)
+                               if events[i][0] == "fdatasync" and events[i][1].endswith(wal)
+                               and result(events[i][2]) == 0), None)
+            if i_wal is None or i_sync is None:
+                failures.append(f"{marker}: answered ({answer!r}, trace event {i_resp}) after "
+                                f"its request (event {i_read}) with no write and fdatasync of "
+                                f"{wal} in between (write at {i_wal})")
+        pos = i_resp + 1
+    return failures
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ternd", required=True)
+    args = ap.parse_args()
+    strace = shutil.which("strace")
+    if strace is None:
+        print("SKIP: strace is not installed (scripts/install-deps.sh installs it)")
+        return 0
+    daemon_mod.TERND = os.path.abspath(args.ternd)
+    tmp = tempfile.mkdtemp(prefix="tern-pause-strace-")
+    trace = os.path.join(tmp, "trace")
+    data = os.path.join(tmp, "data")
+    d = Daemon(data, env=dict(os.environ, TERN_ADMIN_PASSWORD=PASSWORD))
+    st = None
+    try:
+        d.wait_for("ready")
+        d.wait_for("root user admin created")
+        conn = http.client.HTTPConnection("127.0.0.1", d.http_port, timeout=30)
+        status, body = call(conn, "POST", "/v1/topics",
+                            json.dumps({"name": TOPIC, "partitions": PARTS}).encode(),
+                            {"Content-Type": "application/json"})
+        assert status == 201, (status, body)
+        channels = []
+        for op in OPS:
+            for k in range(2):
+                ch = f"{op}{k}"
+                channels.append((op, ch))
+                status, body = call(conn, "POST", f"/channel/create?topic={TOPIC}&channel={ch}")
+                assert status == 200, (status, body)
+        for i in range(6):
+            status, body = call(conn, "POST", f"/pub?topic={TOPIC}", b"m%d" % i)
+            assert status == 200, (status, body)
+        # The partitions this node holds: one WAL file per channel in each.
+        tdir = os.path.join(data, "topics", TOPIC)
+        parts = sorted(p for p in os.listdir(tdir) if p.isdigit()
+                       and os.path.exists(os.path.join(tdir, p, f"{channels[0][1]}.wal")))
+        assert len(parts) == PARTS, (parts, os.listdir(tdir))
+
+        st = subprocess.Popen([strace, "-f", "-p", str(d.proc.pid), "-o", trace, "-yy",
+                               "-s", "512", "-e",
+                               "trace=fdatasync,read,readv,recvfrom,recvmsg,write,writev,"
+                               "sendto,sendmsg,pwrite64,pwritev,pwritev2"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # strace says "Process N attached" per thread, or "Process N attached
+        # with T threads" once.
+        threads = len(os.listdir(f"/proc/{d.proc.pid}/task"))
+        attached = 0
+        errs = []
+        deadline = time.monotonic() + 30
+        while attached < threads and time.monotonic() < deadline:
+            line = st.stderr.readline()
+            if not line:
+                break
+            errs.append(line)
+            m = re.search(r"attached with (\d+) threads", line)
+            if m is not None:
+                attached += int(m.group(1))  # strace 5 and later: one line for all
+            elif "attached" in line:
+                attached += 1
+        if attached == 0:
+            print("SKIP: strace could not attach:\n" + "".join(errs))
+            return 0
+        assert attached >= threads, f"strace attached to {attached} of {threads} threads"
+
+        reqs = []
+        for op, ch in channels:
+            if op == "unpause":
+                # An unpause of a paused channel: its own record, after the pause's.
+                status, body = call(conn, "POST", f"/channel/pause?topic={TOPIC}&channel={ch}")
+                assert status == 200, (status, body)
+            path = f"/channel/{op}?topic={TOPIC}&channel={ch}"
+            status, body = call(conn, "POST", path)
+            assert status == 200, (status, body)
+            reqs.append((path + " ", [f"/topics/{TOPIC}/{p}/{ch}.wal" for p in parts],
+                         "HTTP/1.1 200"))
+        conn.close()
+
+        # SIGINT: strace detaches (ternd runs on) and flushes the trace.
+        st.send_signal(signal.SIGINT)
+        st.communicate(timeout=60)
+        st = None
+        events = parse(trace)
+        syncs = sum(1 for e in events if e[0] == "fdatasync" and e[1].endswith(".wal"))
+        if syncs == 0:
+            with open(trace, errors="replace") as f:
+                head = f.readlines()[:60]
+            raise AssertionError(f"no fdatasync of a channel WAL in the trace ({len(events)} "
+                                 "events); it begins:\n" + "".join(head))
+        failures = check(events, reqs)
+        if failures:
+            print("FAIL: answers written before their WAL records were synced:")
+            for f in failures:
+                print("  " + f)
+            return 1
+        print(f"ok: {len(reqs)} pauses, unpauses and emptyings, each answered after a write "
+              f"and an fdatasync of the channel's WAL in each of {len(parts)} partitions "
+              f"({syncs} syncs, {len(events)} traced syscalls)")
+        rc = d.stop()
+        assert rc == 0, f"ternd exited {rc}:\n{d.log()}"
+        return 0
+    finally:
+        if st is not None and st.poll() is None:
+            st.send_signal(signal.SIGINT)
+            try:
+                st.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                st.kill()
+                st.communicate()
+        if d.proc.poll() is None:
+            d.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
