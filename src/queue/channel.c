@@ -1679,6 +1679,24 @@ int tn_channel_sync_all(tn_channel_t *ch, tn_requeue_cb cb, void *arg)
     return 0;
 }
 
+int tn__topic_sync_channels(tn_topic_t *t, tn_requeue_cb cb, void *arg)
+{
+    uint32_t nch = 0;
+    for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+        nch++;
+    syncs_op_t *op = syncs_op_new(nch * t->nparts, cb, arg);
+    if (op == NULL)
+        return UV_ENOMEM;
+    uint32_t k = 0;
+    for (tn_channel_t *ch = t->channels; ch != NULL && k < nch * t->nparts; ch = ch->next) {
+        for (uint32_t i = 0; i < t->nparts; i++, k++)
+            if (ch->state == TN_OBJ_READY && !t->parts[i]->remote)
+                syncs_op_start(op, k, ch, i);
+    }
+    syncs_op_ended(op, 0);
+    return 0;
+}
+
 int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, void *arg)
 {
     uint32_t nch = 0;

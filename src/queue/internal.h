@@ -144,5 +144,9 @@ void tn__topic_vanish_if_unused(tn_topic_t *t);
 /* Settle every offset below `below` on partition p of each channel (GC by
  * age passed them). */
 void tn__topic_settle_below(tn_topic_t *t, uint32_t p, uint64_t below);
+/* Wait until what was queued so far to the logs of every channel of t,
+ * on every partition held here, is durable: as tn_channel_sync_all, for
+ * all the topic's channels at once. */
+int tn__topic_sync_channels(tn_topic_t *t, tn_requeue_cb cb, void *arg);
 
 #endif

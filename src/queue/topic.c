@@ -587,9 +587,10 @@ int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
             tn__topic_settle_below(t, i, end);
             p->hold = end;
         }
-        if (cb != NULL)
-            cb(arg, 0);
-        return 0;
+        /* Done once the channels' records are durable. */
+        if (cb == NULL)
+            return 0;
+        return tn__topic_sync_channels(t, cb, arg);
     }
     tempty_t *e = tn_calloc(1, sizeof(*e) + t->nparts * sizeof(e->reqs[0]));
     if (e == NULL)
