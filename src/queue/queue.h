@@ -872,11 +872,13 @@ typedef void (*tn_delete_cb)(void *arg, int status);
 /* Drop what the topic itself holds (tn_topic_depth), as nsqd's
  * /topic/empty: the retained messages of a topic without channels are
  * dropped durably (the first channel made later starts after them); a
- * paused topic's held messages are settled in every channel (cb once
- * their records are durable). Channels' own messages are untouched. cb runs with 0 or an error once
- * done (possibly before this returns). 0 when under way; UV_EBUSY (not ready, or being emptied);
- * UV_EAGAIN (paused, and a channel has not yet finished the messages from before the pause: they
- * cannot be told apart); UV_ENOMEM. */
+ * paused topic's held messages are settled in every channel (done once
+ * those records are durable). Channels' own messages are untouched. cb
+ * runs with 0 or an error once done (possibly before this returns). 0
+ * when under way; UV_EBUSY (not ready, or being emptied); UV_EAGAIN
+ * (paused, and a channel has not yet finished the messages from before
+ * the pause: they cannot be told apart); UV_ENOMEM (a paused topic's
+ * held messages may be settled already). */
 int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg);
 int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg);
 /* Write ch->stamp as the channel's stamp file when the file does not hold
