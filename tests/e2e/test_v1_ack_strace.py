@@ -43,6 +43,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import daemon as daemon_mod  # noqa: E402
 from daemon import Daemon  # noqa: E402
+from stracelog import FILE_WRITES, READS, WRITES, parse, result  # noqa: E402
 
 PASSWORD = "strace-test-password"
 AUTH = "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
@@ -57,48 +58,6 @@ def call(conn, method, path, body=None, headers=None):
     conn.request(method, path, body=body, headers=h)
     r = conn.getresponse()
     return r.status, r.read()
-
-
-LINE = re.compile(r"^(\d+)\s+(.*)$")
-CALL = re.compile(r"^(\w+)\((\d+)<([^>]*)>")
-RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>")
-
-
-def parse(path):
-    """The completed syscalls of the trace, in order: (name, fd path, text)."""
-    out = []
-    pending = {}  # pid -> (name, fd path, text so far)
-    with open(path, errors="replace") as f:
-        for raw in f:
-            m = LINE.match(raw.rstrip("\n"))
-            if m is None:
-                continue
-            pid, rest = m.group(1), m.group(2)
-            r = RESUMED.match(rest)
-            if r is not None:
-                if pid in pending:
-                    name, fdp, text = pending.pop(pid)
-                    out.append((name, fdp, text + rest, rest))
-                continue
-            c = CALL.match(rest)
-            if c is None:
-                continue
-            name, fdp = c.group(1), c.group(3)
-            if rest.endswith("<unfinished ...>"):
-                pending[pid] = (name, fdp, rest)
-                continue
-            out.append((name, fdp, rest, rest))
-    return out
-
-
-def result(text):
-    m = re.search(r"\)\s+=\s+(-?\d+)", text)
-    return int(m.group(1)) if m else None
-
-
-READS = ("read", "readv", "recvfrom", "recvmsg")
-WRITES = ("write", "writev", "sendto", "sendmsg")
-FILE_WRITES = ("write", "writev", "pwrite64", "pwritev", "pwritev2")
 
 
 def check(events, wal_suffix, reqs):
