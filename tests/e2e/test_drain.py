@@ -323,15 +323,21 @@ class Signals(Base):
             sent += 1
             time.sleep(0.001)
         self.assertEqual(self.wait_exit(), 0, self.d.log())
-        # The shutdown began once. Usually the SIGINT begins it, but the
-        # kernel hands a process-directed signal to any thread that does
-        # not block it, so the first SIGTERM, 1 ms later, can reach the
-        # loop first (seen in CI): then it begins a drain, which ends at
-        # once on this idle node, and the SIGINT is said and ignored.
+        # Usually the SIGINT begins the shutdown and every SIGTERM after it
+        # is said and ignored. But the kernel hands a process-directed
+        # signal to any thread that does not block it, and while the loop
+        # thread has the SIGINT pending another thread may take the first
+        # SIGTERM and reach the loop first (seen in CI): then the SIGTERM
+        # begins a drain and the SIGINT, a second signal, stops it at once
+        # (or finds it done). Either way each kind began at most once.
         log = self.d.log()
-        began = (log.count("SIGINT received: shutting down") +
-                 log.count("SIGTERM received: draining"))
-        self.assertEqual(began, 1, log)
+        drains = log.count("SIGTERM received: draining")
+        stops = log.count("SIGINT received: shutting down")
+        self.assertLessEqual(drains, 1, log)
+        self.assertLessEqual(stops, 1, log)
+        self.assertGreaterEqual(drains + stops, 1, log)
+        if drains == 0:
+            self.assertEqual(stops, 1, log)
 
     def test_idle_node_drains_at_once_on_sigterm(self):
         self.start()
