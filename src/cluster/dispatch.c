@@ -79,6 +79,8 @@ typedef struct send_s {
     tn_dispatch_t *d;
     dest_t *dst;
     bool local;
+    bool abandoned; /* cancelled by the pass: its owner was marked dead */
+    uint64_t owner; /* the member it went to */
     uint32_t n;
     uint64_t *seqs;
     tn_commit_call_t call;
@@ -691,6 +693,7 @@ static void send_batch(tn_dispatch_t *d, const tn_meta_state_t *s, dest_t *dst, 
     }
     x->d = d;
     x->dst = dst;
+    x->owner = owner;
     x->n = n;
     x->seqs = seqs;
     uint32_t k = 0;
@@ -750,6 +753,23 @@ static bool mark_refills(tn_dispatch_t *d, const tn_meta_state_t *s, int64_t now
     return any;
 }
 
+/* Cancel each batch in flight to another member that the replica now
+ * marks dead (or no longer has): a dead owner may never answer, and its
+ * records would wait out the commit's budget (30 s) before the next pass
+ * could reroute them. Cancelled, they are back to waiting from the
+ * loop: unpinned ones go to a partition whose owner is alive, pinned
+ * ones wait for theirs. An owner that stored the batch all the same holds
+ * those records twice (at-least-once, as after any failed commit). */
+static void abandon_dead(tn_dispatch_t *d, const tn_meta_state_t *s)
+{
+    for (send_t *x = d->sends; x != NULL; x = x->next) {
+        if (x->local || x->abandoned || alive_member(s, x->owner) != NULL)
+            continue;
+        x->abandoned = true;
+        tn_commit_call_cancel(&x->call);
+    }
+}
+
 static void pass(tn_dispatch_t *d)
 {
     maybe_read(d);
@@ -760,6 +780,8 @@ static void pass(tn_dispatch_t *d)
     const tn_meta_state_t *s = tn_meta_state(d->o.meta);
     int64_t now = tn_now_mono_ns();
     bool waiting = d->parked > 0;
+    if (!d->stopping)
+        abandon_dead(d, s);
     if (d->parked > 0 && mark_refills(d, s, now))
         maybe_read(d);
     for (size_t i = 0; i < d->n && d->inflight < d->o.max_inflight && !d->stopping; i++) {
@@ -823,7 +845,9 @@ static void pass(tn_dispatch_t *d)
     }
     prune_dests(d, s);
     advance(d);
-    if (!d->stopping && (waiting || d->reading))
+    /* Batches in flight: passes go on, so one to an owner marked dead
+     * meanwhile is abandoned (abandon_dead). */
+    if (!d->stopping && (waiting || d->reading || d->sends != NULL))
         schedule(d, PASS_IDLE_MS);
 }
 
@@ -915,7 +939,7 @@ void tn_dispatch_stop(tn_dispatch_t *d, void (*cb)(void *arg), void *arg)
     uv_timer_stop(&d->timer);
     d->scheduled = false;
     for (send_t *x = d->sends; x != NULL; x = x->next)
-        if (!x->local)
+        if (!x->local && !x->abandoned)
             tn_commit_call_cancel(&x->call);
     maybe_stopped(d);
 }

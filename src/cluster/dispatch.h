@@ -28,7 +28,10 @@
  *      RPC frame cap). This node's own partitions are published to the
  *      engine; the others go to their owner over node RPC (TN_OP_COMMIT,
  *      30 s budget). A failed batch goes back to waiting; its destination
- *      is retried after 1 s.
+ *      is retried after 1 s. A batch in flight to an owner the replica
+ *      marks dead meanwhile is cancelled at the next pass (passes run
+ *      every 50 ms while batches are in flight), so its records go back
+ *      to waiting (step 2) at once instead of after the budget.
  *   4. Checkpoint: the first record not yet committed bounds it; the log
  *      persists it and removes the segments below (one checkpoint at a
  *      time, at most every 200 ms unless 4096 records wait for one, so

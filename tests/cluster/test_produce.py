@@ -43,11 +43,11 @@ class Produce(harness.ClusterTest):
             out.append(m["payload"])
             offset += 1
 
-    def wait_partition(self, c, topic, p, expect):
+    def wait_partition(self, c, topic, p, expect, timeout=60):
         owner = self.node(c, c.nodes[0].owners(topic)[p])
         wait_until(f"{topic}/{p} on node {owner.id} holding {len(expect)}",
                    lambda: sorted(self.read_partition(owner, topic, p) or [None]) == sorted(expect),
-                   60)
+                   timeout)
 
     def start(self, n=3, **kw):
         c = self.make(n, **kw).start()
@@ -163,14 +163,27 @@ class Produce(harness.ClusterTest):
         wait_until("the owners everywhere",
                    lambda: all(n.owners("r") == ["1", "2"] for n in c.nodes))
         taker = c.nodes[2]  # owns no partition of r: every produce goes through its log
+        # One record through the taker to partition 1's owner first: the
+        # taker then has a connection to it, over which a commit to the
+        # owner once it is killed gets no answer at all (a fresh dial
+        # would fail within its dial timeout instead).
+        status, answer = self.produce(taker, "r", "before", "?partition=1")
+        self.assertEqual(status, 202, answer)
+        self.wait_partition(c, "r", 1, ["before"])
         c.nodes[1].kill()   # the owner of partition 1, not yet known dead
         expect = []
         for i in range(20):
             status, answer = self.produce(taker, "r", f"r{i}")
             self.assertEqual(status, 202, answer)
             expect.append(f"r{i}")
-        # Once partition 1's owner is dead, what waited for it goes to 0.
-        self.wait_partition(c, "r", 0, expect)
+        # Once partition 1's owner is dead, what waited for it goes to 0,
+        # a batch already sent to it too: abandoned when the taker's
+        # replica marks the owner dead, not left to fail by itself (the
+        # connection's end, or its commit's 30 s budget: 6 to 27 s later
+        # here before), so all of it is there within seconds.
+        wait_until(f"node {c.nodes[1].id} marked dead in node {taker.id}'s replica",
+                   lambda: taker.alive_members() == 2, 60)
+        self.wait_partition(c, "r", 0, expect, timeout=5)
         self.assertGreater(self.metric(taker, 'tern_dispatch_records_total{outcome="rerouted"}'),
                            0)
 
