@@ -13,6 +13,9 @@ SIGTERM, both by process id; Node.start() again reuses the data
 directory and the ports. Cluster.stop() stops every running node at once
 (their exit statuses); Cluster.close() SIGKILLs the nodes still running
 and removes the directory (a test's cleanup: nothing reads the data).
+ClusterTest.make gives a case a cluster of its own; ClusterTest.shared
+gives the cases of a class that only add topics of their own one cluster,
+closed after the class's last case.
 
 The metastore leader is the node whose /v1/cluster/members marks itself
 leader when the API says so; until node status over RPC exists it is the
@@ -523,6 +526,39 @@ class ClusterTest(unittest.TestCase):
         self.addCleanup(c.close)
         self.addCleanup(self._dump_on_failure, c)
         return c
+
+    def shared(self, n=3):
+        """The class's one cluster of n nodes (node_args first, as make
+        gives), started with every member alive by the first case that asks
+        and closed after the class's last case: for cases that only make
+        topics of their own names and leave every node running, so that
+        each does not start a cluster of its own (seconds a case). Its
+        nodes' logs are shown when a case that used it fails."""
+        cls = type(self)
+        c = cls.__dict__.get("_shared_cluster")
+        if c is None:
+            c = Cluster(n, args=list(self.node_args))
+            try:
+                c.start()
+                c.wait_alive(n)
+            except BaseException:
+                sys.stderr.write(c.logs())
+                c.close()
+                raise
+            cls._shared_cluster = c
+            cls.addClassCleanup(cls._close_shared)
+        if len(c.nodes) != n or len(c.running()) != n:
+            raise AssertionError(f"the shared cluster has {len(c.running())} of "
+                                 f"{len(c.nodes)} nodes running, {n} asked:\n{c.logs()}")
+        self.addCleanup(self._dump_on_failure, c)
+        return c
+
+    @classmethod
+    def _close_shared(cls):
+        c = cls.__dict__.get("_shared_cluster")
+        if c is not None:
+            cls._shared_cluster = None
+            c.close()
 
     def _dump_on_failure(self, c):
         outcome = getattr(self, "_outcome", None)

@@ -40,6 +40,9 @@ class Consume(harness.ClusterTest):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
     def start(self, n=3, **kw):
+        """A cluster of the case's own: one it stops a node of, or with
+        options of its own (the others take self.shared(): each of those
+        makes and consumes only a topic of its own name)."""
         c = self.make(n, **kw).start()
         c.wait_alive(n)
         return c
@@ -73,49 +76,6 @@ class Consume(harness.ClusterTest):
             "POST", f"/v1/topics/{topic}/ack?receipt_handle={m['receipt_handle']}{query}", None,
             headers=CLIENT)
         self.assertEqual(status, 204, body)
-
-    def test_single_and_batch_consumes_through_one_node_take_every_owner_once(self):
-        c = self.start()
-        self.topic(c, "t")
-        owners = c.nodes[0].owners("t")
-        expect = self.produce_at_owners(c, "t", 4, "s")
-        via = c.nodes[2]
-        got = []
-        deadline = time.monotonic() + 60
-        # Single consumes until half is taken, then batches for the rest.
-        while len(got) < len(expect) // 2 and time.monotonic() < deadline:
-            status, m = via.request("GET", "/v1/topics/t/consume?wait=1s")
-            self.assertIn(status, (200, 204), m)
-            if status == 200:
-                got.append(m["payload"])
-                self.ack_at_owner(c, "t", m, owners)
-        while len(got) < len(expect) and time.monotonic() < deadline:
-            status, b = via.request("GET", "/v1/topics/t/consume?max=5&wait=1s", headers=CLIENT)
-            self.assertIn(status, (200, 204), b)
-            if status == 200:
-                self.assertLessEqual(len(b["messages"]), 5)
-                for m in b["messages"]:
-                    got.append(m["payload"])
-                    self.ack_at_owner(c, "t", m, owners)
-        self.assertEqual(sorted(got), sorted(expect))
-        # Every message was acked: nothing comes back, through any node.
-        for node in c.nodes:
-            status, m = node.request("GET", "/v1/topics/t/consume")
-            self.assertEqual(status, 204, m)
-
-    def test_a_batch_fills_from_several_owners(self):
-        c = self.start()
-        self.topic(c, "b")
-        owners = c.nodes[0].owners("b")
-        expect = self.produce_at_owners(c, "b", 2, "b")
-        status, body = c.nodes[0].request("GET", "/v1/topics/b/consume?max=6", headers=CLIENT)
-        self.assertEqual(status, 200, body)
-        parts = {m["partition"] for m in body["messages"]}
-        self.assertEqual(len(body["messages"]), 6, body)
-        self.assertEqual(parts, {0, 1, 2})
-        self.assertEqual(sorted(m["payload"] for m in body["messages"]), sorted(expect))
-        for m in body["messages"]:
-            self.ack_at_owner(c, "b", m, owners)
 
     def test_a_waiting_queue_consume_sees_an_owner_it_does_not_long_poll(self):
         # A wait of 30 s: an answer before its end came from a probe round
@@ -158,130 +118,6 @@ class Consume(harness.ClusterTest):
         for node in c.nodes:
             status, m = node.request("GET", "/v1/topics/r/consume")
             self.assertEqual(status, 204, m)
-
-    def test_pinned_and_replay_through_a_non_owner(self):
-        c = self.start()
-        self.topic(c, "p")
-        owners = c.nodes[0].owners("p")
-        self.produce_at_owners(c, "p", 2, "pin")
-        via = c.nodes[0]  # owns partition 0 only
-        status, m = via.request("GET", "/v1/topics/p/consume?partition=2")
-        self.assertEqual(status, 200, m)
-        self.assertEqual((m["partition"], m["payload"]), (2, "pin-p2-0"))
-        self.ack_at_owner(c, "p", m, owners)
-        status, m = via.request("GET", "/v1/topics/p/consume?partition=2")
-        self.assertEqual(status, 200, m)
-        self.assertEqual(m["payload"], "pin-p2-1")
-        self.ack_at_owner(c, "p", m, owners)
-        status, m = via.request("GET", "/v1/topics/p/consume?partition=2")
-        self.assertEqual(status, 204, m)
-        # Replay reads: no lease, no handle, the same answers as the owner's.
-        status, m = via.request("GET", "/v1/topics/p/consume?partition=1&offset=1")
-        self.assertEqual(status, 200, m)
-        self.assertEqual((m["partition"], m["offset"], m["payload"]), (1, 1, "pin-p1-1"))
-        self.assertNotIn("receipt_handle", m)
-        status, m = via.request("GET", "/v1/topics/p/consume?partition=1&offset=2")
-        self.assertEqual(status, 204, m)
-
-    def test_long_poll_through_a_non_owner_gets_a_later_produce(self):
-        c = self.start()
-        self.topic(c, "w", partitions=1)  # owned by node 1 alone: it gets the forwarded poll
-        via, owner = c.nodes[1], c.nodes[0]
-        result = {}
-
-        def poll():
-            result["answer"] = via.request("GET", "/v1/topics/w/consume?wait=8s", timeout=30)
-
-        t = threading.Thread(target=poll)
-        t.start()
-        time.sleep(1.5)  # the poll is waiting (a slow machine only makes the produce later)
-        status, answer = owner.request("POST", "/v1/topics/w/produce", b"late", headers=OCTET)
-        self.assertEqual(status, 202, answer)
-        t.join(40)
-        status, m = result["answer"]
-        self.assertEqual(status, 200, m)
-        self.assertEqual((m["partition"], m["payload"]), (0, "late"))
-        status, body = owner.request(
-            "POST", f"/v1/topics/w/ack?receipt_handle={m['receipt_handle']}", None,
-            headers=CLIENT)
-        self.assertEqual(status, 204, body)
-
-    def test_a_forwarded_poll_whose_client_leaves_gives_its_message_back(self):
-        c = self.start()
-        status, body = c.nodes[0].request(
-            "POST", "/v1/topics", {"name": "g", "partitions": 1, "visibility_timeout_ms": 60000})
-        self.assertEqual(status, 201, body)
-        wait_until("the owner everywhere", lambda: all(n.owners("g") == ["1"]
-                                                       for n in c.nodes))
-        owner, via = c.nodes[0], c.nodes[1]
-        auth = harness.basic("admin", harness.PASSWORD)
-        for i in range(3):
-            # A pinned long poll through the non-owner: forwarded to node 1.
-            s = socket.create_connection((via.host, via.http_port), timeout=10)
-            s.sendall((f"GET /v1/topics/g/consume?partition=0&wait=10s HTTP/1.1\r\n"
-                       f"Host: tern\r\nAuthorization: {auth}\r\n\r\n").encode())
-            time.sleep(1.0)  # parked on the owner (a slow machine only delays the produce)
-            # The message arrives and the client leaves at the same moment.
-            p = http.client.HTTPConnection(owner.host, owner.http_port, timeout=10)
-            p.request("POST", "/v1/topics/g/produce", body=f"gone{i}".encode(),
-                      headers={"Authorization": auth, **OCTET})
-            s.close()
-            r = p.getresponse()
-            r.read()
-            p.close()
-            self.assertEqual(r.status, 202)
-            got = {}
-
-            def back():
-                status, m = owner.request("GET", "/v1/topics/g/consume?wait=1s")
-                if status == 200:
-                    got["m"] = m
-                return status == 200
-
-            # Its lease (if the owner took one for the poll) was given back:
-            # well before the 60 s visibility timeout.
-            wait_until("the message deliverable again", back, timeout=20)
-            self.assertEqual(got["m"]["payload"], f"gone{i}")
-            status, body = owner.request(
-                "POST", f"/v1/topics/g/ack?receipt_handle={got['m']['receipt_handle']}", None,
-                headers=CLIENT)
-            self.assertEqual(status, 204, body)
-
-    def test_publish_time_is_the_same_through_owner_and_non_owner(self):
-        c = self.start()
-        self.topic(c, "ts", partitions=1)
-        owner, via = c.nodes[0], c.nodes[2]
-        # One produced at the owner, one through a non-owner (its ingress
-        # log, then the owner's append).
-        status, answer = owner.request("POST", "/v1/topics/ts/produce", b"a", headers=OCTET)
-        self.assertEqual(status, 202, answer)
-        time.sleep(1.2)  # the two publish times fall in different seconds
-        status, answer = via.request("POST", "/v1/topics/ts/produce", b"b", headers=OCTET)
-        self.assertEqual(status, 202, answer)
-        stamps = {}
-        for off in (0, 1):
-            def read(node):
-                status, m = node.request("GET", f"/v1/topics/ts/consume?partition=0&offset={off}")
-                return m if status == 200 else None
-            wait_until("the record at the owner", lambda: read(owner) is not None)
-            at_owner, through = read(owner), read(via)
-            self.assertIsNotNone(through)
-            self.assertEqual(at_owner["payload"], through["payload"])
-            self.assertEqual(at_owner["timestamp"], through["timestamp"])
-            stamps[off] = at_owner["timestamp"]
-        self.assertLessEqual(stamps[0], stamps[1])
-        # A lease: taken through the non-owner, given back, taken at the
-        # owner: the same publish time both ways.
-        status, m1 = via.request("GET", "/v1/topics/ts/consume?partition=0")
-        self.assertEqual(status, 200, m1)
-        status, body = via.request(
-            "POST", f"/v1/topics/ts/ack?receipt_handle={m1['receipt_handle']}&extend=0", None,
-            headers=CLIENT)
-        self.assertEqual(status, 204, body)
-        status, m2 = owner.request("GET", "/v1/topics/ts/consume?partition=0&wait=5s")
-        self.assertEqual(status, 200, m2)
-        self.assertEqual((m2["offset"], m2["timestamp"]), (m1["offset"], m1["timestamp"]))
-        self.assertEqual(m1["timestamp"], stamps[m1["offset"]])
 
     def open_poll(self, node, topic, query):
         """A /v1 consume sent on a raw connection (closed by the caller)."""
@@ -362,6 +198,184 @@ class Consume(harness.ClusterTest):
             got.append(m["payload"])
             self.ack_at_owner(c, "k", m, owners)
         self.assertEqual(sorted(got), sorted(p for p in expect if "-p1-" not in p))
+
+
+class SharedConsume(Consume):
+    """The cases that share one cluster (self.shared()): each makes and
+    consumes only a topic of its own name, and stops no node."""
+
+    def test_single_and_batch_consumes_through_one_node_take_every_owner_once(self):
+        c = self.shared()
+        self.topic(c, "t")
+        owners = c.nodes[0].owners("t")
+        expect = self.produce_at_owners(c, "t", 4, "s")
+        via = c.nodes[2]
+        got = []
+        deadline = time.monotonic() + 60
+        # Single consumes until half is taken, then batches for the rest.
+        while len(got) < len(expect) // 2 and time.monotonic() < deadline:
+            status, m = via.request("GET", "/v1/topics/t/consume?wait=1s")
+            self.assertIn(status, (200, 204), m)
+            if status == 200:
+                got.append(m["payload"])
+                self.ack_at_owner(c, "t", m, owners)
+        while len(got) < len(expect) and time.monotonic() < deadline:
+            status, b = via.request("GET", "/v1/topics/t/consume?max=5&wait=1s", headers=CLIENT)
+            self.assertIn(status, (200, 204), b)
+            if status == 200:
+                self.assertLessEqual(len(b["messages"]), 5)
+                for m in b["messages"]:
+                    got.append(m["payload"])
+                    self.ack_at_owner(c, "t", m, owners)
+        self.assertEqual(sorted(got), sorted(expect))
+        # Every message was acked: nothing comes back, through any node.
+        for node in c.nodes:
+            status, m = node.request("GET", "/v1/topics/t/consume")
+            self.assertEqual(status, 204, m)
+
+    def test_a_batch_fills_from_several_owners(self):
+        c = self.shared()
+        self.topic(c, "b")
+        owners = c.nodes[0].owners("b")
+        expect = self.produce_at_owners(c, "b", 2, "b")
+        status, body = c.nodes[0].request("GET", "/v1/topics/b/consume?max=6", headers=CLIENT)
+        self.assertEqual(status, 200, body)
+        parts = {m["partition"] for m in body["messages"]}
+        self.assertEqual(len(body["messages"]), 6, body)
+        self.assertEqual(parts, {0, 1, 2})
+        self.assertEqual(sorted(m["payload"] for m in body["messages"]), sorted(expect))
+        for m in body["messages"]:
+            self.ack_at_owner(c, "b", m, owners)
+
+    def test_pinned_and_replay_through_a_non_owner(self):
+        c = self.shared()
+        self.topic(c, "p")
+        owners = c.nodes[0].owners("p")
+        self.produce_at_owners(c, "p", 2, "pin")
+        via = c.nodes[0]  # owns partition 0 only
+        status, m = via.request("GET", "/v1/topics/p/consume?partition=2")
+        self.assertEqual(status, 200, m)
+        self.assertEqual((m["partition"], m["payload"]), (2, "pin-p2-0"))
+        self.ack_at_owner(c, "p", m, owners)
+        status, m = via.request("GET", "/v1/topics/p/consume?partition=2")
+        self.assertEqual(status, 200, m)
+        self.assertEqual(m["payload"], "pin-p2-1")
+        self.ack_at_owner(c, "p", m, owners)
+        status, m = via.request("GET", "/v1/topics/p/consume?partition=2")
+        self.assertEqual(status, 204, m)
+        # Replay reads: no lease, no handle, the same answers as the owner's.
+        status, m = via.request("GET", "/v1/topics/p/consume?partition=1&offset=1")
+        self.assertEqual(status, 200, m)
+        self.assertEqual((m["partition"], m["offset"], m["payload"]), (1, 1, "pin-p1-1"))
+        self.assertNotIn("receipt_handle", m)
+        status, m = via.request("GET", "/v1/topics/p/consume?partition=1&offset=2")
+        self.assertEqual(status, 204, m)
+
+    def test_long_poll_through_a_non_owner_gets_a_later_produce(self):
+        c = self.shared()
+        self.topic(c, "w", partitions=1)  # owned by node 1 alone: it gets the forwarded poll
+        via, owner = c.nodes[1], c.nodes[0]
+        result = {}
+
+        def poll():
+            result["answer"] = via.request("GET", "/v1/topics/w/consume?wait=8s", timeout=30)
+
+        t = threading.Thread(target=poll)
+        t.start()
+        time.sleep(1.5)  # the poll is waiting (a slow machine only makes the produce later)
+        status, answer = owner.request("POST", "/v1/topics/w/produce", b"late", headers=OCTET)
+        self.assertEqual(status, 202, answer)
+        t.join(40)
+        status, m = result["answer"]
+        self.assertEqual(status, 200, m)
+        self.assertEqual((m["partition"], m["payload"]), (0, "late"))
+        status, body = owner.request(
+            "POST", f"/v1/topics/w/ack?receipt_handle={m['receipt_handle']}", None,
+            headers=CLIENT)
+        self.assertEqual(status, 204, body)
+
+    def test_a_forwarded_poll_whose_client_leaves_gives_its_message_back(self):
+        c = self.shared()
+        status, body = c.nodes[0].request(
+            "POST", "/v1/topics", {"name": "g", "partitions": 1, "visibility_timeout_ms": 60000})
+        self.assertEqual(status, 201, body)
+        wait_until("the owner everywhere", lambda: all(n.owners("g") == ["1"]
+                                                       for n in c.nodes))
+        owner, via = c.nodes[0], c.nodes[1]
+        auth = harness.basic("admin", harness.PASSWORD)
+        for i in range(3):
+            # A pinned long poll through the non-owner: forwarded to node 1.
+            s = socket.create_connection((via.host, via.http_port), timeout=10)
+            s.sendall((f"GET /v1/topics/g/consume?partition=0&wait=10s HTTP/1.1\r\n"
+                       f"Host: tern\r\nAuthorization: {auth}\r\n\r\n").encode())
+            time.sleep(1.0)  # parked on the owner (a slow machine only delays the produce)
+            # The message arrives and the client leaves at the same moment.
+            p = http.client.HTTPConnection(owner.host, owner.http_port, timeout=10)
+            p.request("POST", "/v1/topics/g/produce", body=f"gone{i}".encode(),
+                      headers={"Authorization": auth, **OCTET})
+            s.close()
+            r = p.getresponse()
+            r.read()
+            p.close()
+            self.assertEqual(r.status, 202)
+            got = {}
+
+            def back():
+                status, m = owner.request("GET", "/v1/topics/g/consume?wait=1s")
+                if status == 200:
+                    got["m"] = m
+                return status == 200
+
+            # Its lease (if the owner took one for the poll) was given back:
+            # well before the 60 s visibility timeout.
+            wait_until("the message deliverable again", back, timeout=20)
+            self.assertEqual(got["m"]["payload"], f"gone{i}")
+            status, body = owner.request(
+                "POST", f"/v1/topics/g/ack?receipt_handle={got['m']['receipt_handle']}", None,
+                headers=CLIENT)
+            self.assertEqual(status, 204, body)
+
+    def test_publish_time_is_the_same_through_owner_and_non_owner(self):
+        c = self.shared()
+        self.topic(c, "ts", partitions=1)
+        owner, via = c.nodes[0], c.nodes[2]
+        # One produced at the owner, one through a non-owner (its ingress
+        # log, then the owner's append).
+        status, answer = owner.request("POST", "/v1/topics/ts/produce", b"a", headers=OCTET)
+        self.assertEqual(status, 202, answer)
+        time.sleep(1.2)  # the two publish times fall in different seconds
+        status, answer = via.request("POST", "/v1/topics/ts/produce", b"b", headers=OCTET)
+        self.assertEqual(status, 202, answer)
+        stamps = {}
+        for off in (0, 1):
+            def read(node):
+                status, m = node.request("GET", f"/v1/topics/ts/consume?partition=0&offset={off}")
+                return m if status == 200 else None
+            wait_until("the record at the owner", lambda: read(owner) is not None)
+            at_owner, through = read(owner), read(via)
+            self.assertIsNotNone(through)
+            self.assertEqual(at_owner["payload"], through["payload"])
+            self.assertEqual(at_owner["timestamp"], through["timestamp"])
+            stamps[off] = at_owner["timestamp"]
+        self.assertLessEqual(stamps[0], stamps[1])
+        # A lease: taken through the non-owner, given back, taken at the
+        # owner: the same publish time both ways.
+        status, m1 = via.request("GET", "/v1/topics/ts/consume?partition=0")
+        self.assertEqual(status, 200, m1)
+        status, body = via.request(
+            "POST", f"/v1/topics/ts/ack?receipt_handle={m1['receipt_handle']}&extend=0", None,
+            headers=CLIENT)
+        self.assertEqual(status, 204, body)
+        status, m2 = owner.request("GET", "/v1/topics/ts/consume?partition=0&wait=5s")
+        self.assertEqual(status, 200, m2)
+        self.assertEqual((m2["offset"], m2["timestamp"]), (m1["offset"], m1["timestamp"]))
+        self.assertEqual(m1["timestamp"], stamps[m1["offset"]])
+
+
+# Only its own cases here (Consume runs the others).
+for _name in dir(Consume):
+    if _name.startswith("test") and _name not in vars(SharedConsume):
+        setattr(SharedConsume, _name, None)
 
 
 if __name__ == "__main__":
