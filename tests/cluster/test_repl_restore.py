@@ -79,6 +79,14 @@ class ReplRestore(harness.ClusterTest):
         self.assertEqual(status, 200, body)
         return [m for m in body["members"] if str(m["id"]) == str(node_id)][0]["incarnation"]
 
+    def stop_all(self, c):
+        """Every node stopped gracefully, all at once, each exiting 0 (one
+        after the other, a leader's stop hands the lead to a voter already
+        stopped and waits 5 s for it before it stops anyway)."""
+        codes = c.stop()
+        self.assertEqual(sorted(codes), sorted(n.id for n in c.nodes))
+        self.assertEqual({i: s for i, s in codes.items() if s != 0}, {}, c.logs()[-8000:])
+
     def consume_until(self, c, topic, want, got):
         """Consume topic from c's nodes in turn, acknowledging each batch,
         counting every delivery in got (payload -> times), until got holds
@@ -246,8 +254,7 @@ class ReplRestore(harness.ClusterTest):
 
         wait_until("followers caught up", lambda: all(
             n.metric("tern_replica_lag_records") == 0 for n in c.nodes))
-        for n in c.nodes:
-            self.assertEqual(n.stop(), 0, n.log())
+        self.stop_all(c)
         logs = {n.id: repl_ledger.read_replica(n.data, ["rr"])[("rr", 0)] for n in c.nodes}
         view = {i: [(x.offset, x.digest) for x in recs] for i, recs in logs.items()}
         self.assertEqual(view[3], view[2], "node 3's log differs from node 2's")
@@ -333,8 +340,7 @@ class ReplRestore(harness.ClusterTest):
             body = f"B-{t}-{p}-{i}"
             self.assertTrue(produce(c.nodes[0], t, p, body), body)
             after.append(body)
-        for n in c.nodes:
-            self.assertEqual(n.stop(), 0, n.log())
+        self.stop_all(c)
 
         # A restore missing a member's copy, or with a damaged one, fails
         # before it writes anything, naming it.
@@ -475,8 +481,8 @@ class ReplRestore(harness.ClusterTest):
         self.assertEqual(sorted(set(got) & set(after)), [],
                          "acknowledged after the backup, yet restored")
         self.assertEqual(sorted(set(later) - set(got)), [], "acknowledged after the restore, lost")
+        self.stop_all(c)
         for n in c.nodes:
-            self.assertEqual(n.stop(), 0, n.log())
             self.assertNotIn("runtime error", n.log())
 
 
