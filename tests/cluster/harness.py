@@ -527,6 +527,17 @@ class ClusterTest(unittest.TestCase):
         self.addCleanup(self._dump_on_failure, c)
         return c
 
+    def stop_all(self, c):
+        """Every node of c stopped gracefully, all at once (Cluster.stop),
+        each asserted running and exiting 0 (its log shown if not). One
+        after the other, a leader's stop can hand the lead to a voter
+        stopped just before and wait seconds for it before it stops
+        anyway."""
+        codes = c.stop()
+        self.assertEqual(sorted(codes), sorted(n.id for n in c.nodes), "nodes not running")
+        for node in c.nodes:
+            self.assertEqual(codes[node.id], 0, f"node {node.id}:\n{node.log()[-4000:]}")
+
     def shared(self, n=3):
         """The class's one cluster of n nodes (node_args first, as make
         gives), started with every member alive by the first case that asks

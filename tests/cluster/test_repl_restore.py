@@ -79,14 +79,6 @@ class ReplRestore(harness.ClusterTest):
         self.assertEqual(status, 200, body)
         return [m for m in body["members"] if str(m["id"]) == str(node_id)][0]["incarnation"]
 
-    def stop_all(self, c):
-        """Every node stopped gracefully, all at once, each exiting 0 (one
-        after the other, a leader's stop hands the lead to a voter already
-        stopped and waits 5 s for it before it stops anyway)."""
-        codes = c.stop()
-        self.assertEqual(sorted(codes), sorted(n.id for n in c.nodes))
-        self.assertEqual({i: s for i, s in codes.items() if s != 0}, {}, c.logs()[-8000:])
-
     def consume_until(self, c, topic, want, got):
         """Consume topic from c's nodes in turn, acknowledging each batch,
         counting every delivery in got (payload -> times), until got holds
