@@ -1894,13 +1894,15 @@ static void part_cmd_init(tn_meta_cmd_t *c, uint8_t type, const char *topic, uin
  * test can kill a node or abort the move while it is handing over
  * (tests/cluster/test_move_faults.py). Up to 8 moves are timed at once
  * (a ninth takes the oldest's slot, which starts again). With
- * TERN_TEST_MOVE_COMPLETE_HOLD_FILE=path too, a move not timed yet is
- * held only while path exists (those timed keep their n ms), so a test
- * can let the moves after its fault complete at once. */
+ * TERN_TEST_MOVE_COMPLETE_HOLD_FILE=path too, moves are held only while
+ * path exists, so a test done with its fault lets them complete at once. */
 static bool complete_held(tn_meta_t *m, uint64_t move_id, uint64_t now)
 {
     const char *v = getenv("TERN_TEST_MOVE_COMPLETE_DELAY_MS");
     if (v == NULL || atoi(v) <= 0)
+        return false;
+    const char *file = getenv("TERN_TEST_MOVE_COMPLETE_HOLD_FILE");
+    if (file != NULL && file[0] != '\0' && access(file, F_OK) != 0)
         return false;
     size_t slot = 0;
     for (size_t i = 0; i < TN_ARRAY_SIZE(m->held); i++) {
@@ -1912,9 +1914,6 @@ static bool complete_held(tn_meta_t *m, uint64_t move_id, uint64_t now)
             slot = i;
     }
     if (m->held[slot].move != move_id) {
-        const char *file = getenv("TERN_TEST_MOVE_COMPLETE_HOLD_FILE");
-        if (file != NULL && file[0] != '\0' && access(file, F_OK) != 0)
-            return false;
         m->held[slot].move = move_id;
         m->held[slot].since = now;
     }

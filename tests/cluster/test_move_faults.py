@@ -11,10 +11,12 @@ applied. The metastore leader proposes a ready move's completion within
 200 ms; every node here runs ternd-test with
 TERN_TEST_MOVE_COMPLETE_DELAY_MS, so a metastore leader proposes it only
 once it has seen the move ready for that long (a new leader counts again),
-which holds the hand-over open for the fault whatever the machine's speed
-(with TERN_TEST_MOVE_COMPLETE_HOLD_FILE, only while the file exists for a
-move not held yet: the decommission case lets the moves that begin after
-its fault complete at once).
+which holds the hand-over open for the fault whatever the machine's speed,
+and TERN_TEST_MOVE_COMPLETE_HOLD_FILE, so that it holds only while a file
+of the test's exists: once the fault is done and what it causes seen (a
+node fenced, a new leader), the case removes the file (release) and the
+move completes as soon as it is ready. The classes whose faults come
+while the copy runs hold nothing.
 
 Under the replication suite's load (test_replication.py: /v1 and NSQ
 producers and consumers acking on every node) and its ledger checker
@@ -90,14 +92,17 @@ HOLD_MS = 8000
 class Faults:
     """What both classes share (a mixin before tm.Moves)."""
 
+    hold = True  # the class's faults come in a hand-over, held open
+
     def make(self, n, **kw):
         c = super().make(n, **kw)
-        # Moves are held while this file exists (a case that is done with
-        # holding removes it: those held already keep their HOLD_MS).
-        self.hold_file = os.path.join(c.dir, "hold-moves")
-        open(self.hold_file, "w").close()
-        env = dict(c.env(), TERN_TEST_MOVE_COMPLETE_DELAY_MS=str(HOLD_MS),
-                   TERN_TEST_MOVE_COMPLETE_HOLD_FILE=self.hold_file)
+        env = c.env()
+        if self.hold:
+            # Moves are held while this file exists (release).
+            self.hold_file = os.path.join(c.dir, "hold-moves")
+            open(self.hold_file, "w").close()
+            env.update(TERN_TEST_MOVE_COMPLETE_DELAY_MS=str(HOLD_MS),
+                       TERN_TEST_MOVE_COMPLETE_HOLD_FILE=self.hold_file)
         for node in c.nodes:
             orig = node.start
 
@@ -105,6 +110,12 @@ class Faults:
                 return orig(*extra, env=env if env is not None else mine)
             node.start = start
         return c
+
+    def release(self):
+        """The case's fault is done and its effect seen: no move is held
+        any longer (each completes once it is ready)."""
+        tr.log("moves no longer held in their hand-over")
+        os.unlink(self.hold_file)
 
     def handing_over(self, mid, node):
         """Wait for move mid to hand over (as node lists it)."""
@@ -177,6 +188,7 @@ class MoveFaults(Faults, tm.Moves):
         self.handing_over(mid, meta)
         self.kill(self.node(spare), f"the new member of {V1}/{p}, handing over")
         time.sleep(tr.SESSION + 1)
+        self.release()
         self.restart(self.node(spare))
         done = self.wait_state(mid, ("done", "aborted", "failed"), 120, meta)
         self.assertEqual(done["state"], "done", done)
@@ -202,6 +214,8 @@ class MoveFaults(Faults, tm.Moves):
         mid = self.begin(p, target, meta)
         self.handing_over(mid, meta)
         self.kill(self.node(leader), f"the leader of {V1}/{p}, moved off, handing over")
+        self.new_leader(p, self.node(leader))
+        self.release()
         done = self.wait_state(mid, ("done", "aborted", "failed"), 120, meta)
         self.assertEqual(done["state"], "done", done)
         ps = self.partitions(meta, V1)[p]
@@ -233,6 +247,10 @@ class MoveFaults(Faults, tm.Moves):
         others = [n for n in self.c.nodes if n is not meta]
         new_meta = self.c.find_leader(others, 60)
         tr.log(f"metastore led by node {new_meta.id} now")
+        wait_until(f"node {me} fenced out of {V1}/{p}'s ISR",
+                   lambda: (lambda ps: ps is not None and me not in ps[p].isr)(
+                       self.partitions(new_meta, V1)), tr.SESSION + 30, 0.2)
+        self.release()
         done = self.wait_state(mid, ("done", "aborted", "failed"), 120, new_meta)
         self.assertEqual(done["state"], "done", done)
         ps = self.partitions(new_meta, V1)[p]
@@ -327,6 +345,7 @@ class MoveFaults(Faults, tm.Moves):
         target = [spare] + [r for r in replicas if r != leader]
         mid = self.begin(p, target, meta)
         self.handing_over(mid, meta)
+        self.release()  # the fault comes after the switch
         done = self.wait_state(mid, ("done", "aborted", "failed"), 60, meta)
         self.assertEqual(done["state"], "done", done)
         new = self.partitions(meta, V1)[p].leader
@@ -360,13 +379,13 @@ class MoveFaults(Faults, tm.Moves):
         m = wait_until(f"a move off member {vid} handing over", off_it_handing_over, 120, 0.1)
         tr.log(f"move off {vid} handing over: {m}")
         self.kill(self.node(vid), f"member {vid}, decommissioned, a move off it handing over")
-        # Once its partitions failed over (its session ended), the moves
-        # that begin from then on are not held: only the one handing over
-        # at the kill (and any other timed by then) is the fault's.
+        # Once its partitions failed over (its session ended), no move is
+        # held: the one handing over at the kill was held past the fence,
+        # and the rest of the decommission's moves need no hold.
         wait_until(f"no partition of {V1} led by member {vid}",
                    lambda: (lambda ps: ps and all(p.leader and p.leader != vid for p in ps))(
                        self.info(V1)), tr.SESSION + 30, 0.2)
-        os.unlink(self.hold_file)
+        self.release()
 
         def holds_nothing():
             status, body = meta.request("GET", "/v1/cluster/members")
@@ -410,6 +429,7 @@ class MoveFaultsCopying(Faults, tm.Moves):
     move is seen mid-copy, a part of the log on the target, whatever the
     machine's speed."""
     node_args = ("--move-rate=256KiB", "--auto-rebalance=false")
+    hold = False  # the faults come while the copy runs
 
     def test_source_killed_copying(self):
         """The leader (moved off) SIGKILLed while the target copies: the
@@ -501,6 +521,7 @@ class MoveFaultsF1(Faults, f1.MovesF1):
         p, src, dst = self.pick()
         mid = self.begin(p, [dst], meta)
         self.handing_over(mid, meta)
+        self.release()  # the fault comes after the switch
         done = self.wait_state(mid, ("done", "aborted", "failed"), 60, meta)
         self.assertEqual(done["state"], "done", done)
         self.kill(self.node(src), f"the source of {V1}/{p}, right after the switch")
@@ -524,6 +545,7 @@ class MoveFaultsF1(Faults, f1.MovesF1):
         self.handing_over(mid, meta)
         self.kill(self.node(dst), f"the target of {V1}/{p}, handing over")
         time.sleep(tr.SESSION + 1)
+        self.release()
         self.restart(self.node(dst))
         done = self.wait_state(mid, ("done", "aborted", "failed"), 120, meta)
         self.assertEqual(done["state"], "done", done)
@@ -537,6 +559,7 @@ class MoveFaultsF1(Faults, f1.MovesF1):
 class MoveFaultsF1Copying(MoveFaultsF1):
     """Factor 1, the copy held to 256 KiB/s with a 2 MB backlog."""
     node_args = ("--move-rate=256KiB", "--auto-rebalance=false")
+    hold = False  # the fault comes while the copy runs
 
     def test_target_killed_copying(self):
         """The target of a factor-1 move SIGKILLed mid-copy, holding the
