@@ -108,7 +108,7 @@ class Stats(harness.ClusterTest):
 
     def test_same_numbers_everywhere_and_owner_failures(self):
         c = self.make(3, args=["--cluster-heartbeat-interval=500ms",
-                               "--cluster-dead-after=15s"]).start()
+                               "--cluster-dead-after=8s"]).start()
         c.wait_alive(3)
         status, body = c.nodes[0].request("POST", "/v1/topics", {"name": "st", "partitions": 3})
         self.assertEqual(status, 201, body)
@@ -146,7 +146,7 @@ class Stats(harness.ClusterTest):
         self.assertEqual(one, seen[0][2])
 
         # SIGSTOP the owner of partition 1: unreachable before it is down.
-        # dead-after is 15 s so that, however slow the machine, the stopped
+        # dead-after is 8 s so that, however slow the machine, the stopped
         # member stays alive in the metastore for several PSTATS timeouts
         # (2 s): long enough to see it unreachable.
         stopped, asker = c.nodes[1], c.nodes[0]
