@@ -36,30 +36,37 @@ class Settle(harness.ClusterTest):
         return [n for n in c.nodes if str(n.id) == str(node_id)][0]
 
     def start(self, **kw):
-        c = self.make(3, **kw).start()
-        c.wait_alive(3)
+        """The case's own topic (three partitions, one per node) on a
+        cluster of its own when the case starts it with options, else on
+        the class's shared one (the cases that share it stop no node)."""
+        if kw:
+            c = self.make(3, **kw).start()
+            c.wait_alive(3)
+        else:
+            c = self.shared()
+        self.t = "t-" + self._testMethodName[len("test_"):]
         status, body = c.nodes[0].request(
             "POST", "/v1/topics",
-            {"name": "t", "partitions": 3, "visibility_timeout_ms": VISIBILITY_MS})
+            {"name": self.t, "partitions": 3, "visibility_timeout_ms": VISIBILITY_MS})
         self.assertEqual(status, 201, body)
         wait_until("the owners everywhere",
-                   lambda: all(n.owners("t") == ["1", "2", "3"] for n in c.nodes))
+                   lambda: all(n.owners(self.t) == ["1", "2", "3"] for n in c.nodes))
         return c
 
     def owner(self, c, p):
-        return self.node(c, c.nodes[0].owners("t")[p])
+        return self.node(c, c.nodes[0].owners(self.t)[p])
 
     def others(self, c, node):
         return [n for n in c.nodes if n is not node]
 
     def produce(self, node, p, body):
-        status, answer = node.request("POST", f"/v1/topics/t/produce?partition={p}",
+        status, answer = node.request("POST", f"/v1/topics/{self.t}/produce?partition={p}",
                                       body.encode(), headers=OCTET)
         self.assertEqual(status, 202, answer)
 
     def consume(self, node, p, wait="5s"):
         """A lease of a message of partition p, taken on node (its owner)."""
-        return node.request("GET", f"/v1/topics/t/consume?partition={p}&wait={wait}")
+        return node.request("GET", f"/v1/topics/{self.t}/consume?partition={p}&wait={wait}")
 
     def lease(self, c, p, body):
         owner = self.owner(c, p)
@@ -72,12 +79,40 @@ class Settle(harness.ClusterTest):
 
     def ack(self, node, handle, extend=None):
         q = f"receipt_handle={handle}" + (f"&extend={extend}" if extend is not None else "")
-        return node.request("POST", f"/v1/topics/t/ack?{q}", headers=CLIENT)
+        return node.request("POST", f"/v1/topics/{self.t}/ack?{q}", headers=CLIENT)
 
     def ack_batch(self, node, handles, extend=None):
         q = f"?extend={extend}" if extend is not None else ""
-        return node.request("POST", f"/v1/topics/t/ack/batch{q}", handles,
+        return node.request("POST", f"/v1/topics/{self.t}/ack/batch{q}", handles,
                             headers=CLIENT)
+
+    def test_owner_gone(self):
+        c = self.start(args=["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s"])
+        m = self.lease(c, 2, "orphan")
+        owner = self.owner(c, 2)
+        via = self.owner(c, 0)
+        owner.kill()
+        # Before the metastore marks it dead: unreachable (the call fails).
+        status, body = self.ack(via, m["receipt_handle"])
+        self.assertIn(status, (502, 503), body)
+        self.assertIn(body["error"], (UNREACHABLE, DOWN))
+        # Once its member record says dead: 503, without calling it.
+        wait_until("the owner marked dead",
+                   lambda: self.ack(via, m["receipt_handle"])[0] == 503, 60)
+        status, body = self.ack(via, m["receipt_handle"])
+        self.assertEqual((status, body["error"]), (503, DOWN))
+        # A batch mixes the dead owner's handle with a live local one.
+        local = self.lease(c, 0, "local")
+        status, body = self.ack_batch(via, [m["receipt_handle"], local["receipt_handle"]])
+        self.assertEqual(status, 200, body)
+        self.assertEqual([(r["status"], r.get("error")) for r in body["results"]],
+                         [(503, DOWN), (204, None)])
+
+
+
+class SharedSettle(Settle):
+    """The cases that share one cluster (Settle.start without options):
+    each settles on a topic of its own and stops no node."""
 
     def test_ack_extend_nack_through_another_node(self):
         c = self.start()
@@ -161,28 +196,6 @@ class Settle(harness.ClusterTest):
             status, body = self.consume(self.owner(c, p), p, wait="1s")
             self.assertEqual(status, 204, body)
 
-    def test_owner_gone(self):
-        c = self.start(args=["--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s"])
-        m = self.lease(c, 2, "orphan")
-        owner = self.owner(c, 2)
-        via = self.owner(c, 0)
-        owner.kill()
-        # Before the metastore marks it dead: unreachable (the call fails).
-        status, body = self.ack(via, m["receipt_handle"])
-        self.assertIn(status, (502, 503), body)
-        self.assertIn(body["error"], (UNREACHABLE, DOWN))
-        # Once its member record says dead: 503, without calling it.
-        wait_until("the owner marked dead",
-                   lambda: self.ack(via, m["receipt_handle"])[0] == 503, 60)
-        status, body = self.ack(via, m["receipt_handle"])
-        self.assertEqual((status, body["error"]), (503, DOWN))
-        # A batch mixes the dead owner's handle with a live local one.
-        local = self.lease(c, 0, "local")
-        status, body = self.ack_batch(via, [m["receipt_handle"], local["receipt_handle"]])
-        self.assertEqual(status, 200, body)
-        self.assertEqual([(r["status"], r.get("error")) for r in body["results"]],
-                         [(503, DOWN), (204, None)])
-
     def test_many_concurrent_acks_through_a_non_owner(self):
         c = self.start()
         owner = self.owner(c, 1)
@@ -190,13 +203,14 @@ class Settle(harness.ClusterTest):
         n = 300
         for k in range(0, n, 100):
             status, body = owner.request(
-                "POST", "/v1/topics/t/produce/batch",
+                "POST", f"/v1/topics/{self.t}/produce/batch",
                 [{"payload": f"m{i}", "partition": 1} for i in range(k, k + 100)])
             self.assertEqual(status, 202, body)
         handles = []
         while len(handles) < n:
             status, body = owner.request(
-                "GET", "/v1/topics/t/consume?partition=1&max=100&wait=5s", headers=CLIENT)
+                "GET", f"/v1/topics/{self.t}/consume?partition=1&max=100&wait=5s",
+                headers=CLIENT)
             self.assertEqual(status, 200, body)
             handles += [m["receipt_handle"] for m in body["messages"]]
         self.assertEqual(len(handles), n)
@@ -215,6 +229,12 @@ class Settle(harness.ClusterTest):
         time.sleep(VISIBILITY_MS / 1000 + 1)
         status, body = self.consume(owner, 1, wait="2s")
         self.assertEqual(status, 204, body)
+
+
+# Only its own cases here (Settle runs the others).
+for _name in dir(Settle):
+    if _name.startswith("test") and _name not in vars(SharedSettle):
+        setattr(SharedSettle, _name, None)
 
 
 if __name__ == "__main__":
