@@ -511,7 +511,7 @@ class IdentityCap(Base):
             for _ in range(100):
                 # A client timeout well past the long poll's (ASan builds
                 # answer it late).
-                status = self.request("GET", f"/v1/topics/{name}/consume?wait=10s", None,
+                status = self.request("GET", f"/v1/topics/{name}/consume?wait=6s", None,
                                       ("admin", PASSWORD), timeout=30)[0]
                 if status != 429:
                     break
@@ -522,8 +522,9 @@ class IdentityCap(Base):
         for th in threads:
             th.start()
         # Once both are parked, a third is refused (asked again until then:
-        # a refused or empty consume holds nothing).
-        deadline = time.monotonic() + 8
+        # a refused or empty consume holds nothing). They park within
+        # milliseconds, and stay 6 s: the test waits for their end.
+        deadline = time.monotonic() + 5
         while True:
             status, headers, body = self.request("GET", f"/v1/topics/{name}/consume", None,
                                                  ("admin", PASSWORD))
