@@ -34,8 +34,21 @@ void tn__pace_round(tn__pace_t *p, size_t n, int64_t now_ns)
     int64_t took = now_ns - p->start_ns;
     if (took < TN_PACE_EPOCH_NS || p->rounds < TN_PACE_EPOCH_ROUNDS)
         return;
-    if (p->idle || p->reqs < 2 * p->rounds) {
-        if (p->phase != 0) { /* probe again after one counted epoch */
+    /* Rounds of fewer than two requests on average in a cohort epoch: the
+     * load gives cohort nothing to gather. Flow epochs count however small
+     * their rounds: flow itself splits a few writers into rounds of one. */
+    bool no_cohort = !p->flow && p->reqs < 2 * p->rounds;
+    if (p->idle || no_cohort) {
+        if (no_cohort && p->phase == 1) {
+            /* A probe of cohort with nothing to gather: the two ways do the
+             * same under this load, and cohort costs less. */
+            p->pref_flow = false;
+            p->switches++;
+            p->backoff = 0;
+            p->wins = 0;
+            p->soon = false;
+            p->phase = 0;
+        } else if (p->phase != 0) { /* probe again after one counted epoch */
             p->phase = 0;
             p->soon = true;
         }

@@ -37,11 +37,15 @@
  *   as it was doubles the wait before the next, up to
  *   TN_PACE_PROBE_EVERY << TN_PACE_BACKOFF_MAX epochs (about 16 s), so a
  *   clear winner pays little for the probes; a change resets the wait.
- *   An epoch is not counted when its rounds averaged fewer than two
- *   requests (no cohort: both ways do the same) or when the committer sat
- *   idle for longer than TN_PACE_IDLE_NS in it (the load stopped, so the
- *   rate says nothing about the way); one not counted during a probe
- *   starts the probe again.
+ *   A cohort epoch whose rounds averaged fewer than two requests is not
+ *   counted (no cohort: both ways do the same); a flow epoch counts
+ *   whatever its rounds, since flow itself can split a few writers into
+ *   rounds of one that cohort would gather. A probe of cohort that finds
+ *   no cohort makes cohort preferred (the same rate for less CPU). An
+ *   epoch in which the committer sat idle for longer than TN_PACE_IDLE_NS
+ *   is not counted either (the load stopped, so the rate says nothing
+ *   about the way); one not counted during a probe starts the probe
+ *   again.
  *   Comparing adjacent epochs under a load that changes between them can
  *   pick the wrong way; the next probe, a second or so later, corrects it.
  *   Neither way changes what is durable when: a request still completes

@@ -2,7 +2,8 @@
  * driven with simulated time: a load where flow is faster switches to flow
  * after two probes and stays there; a load where the two tie, or
  * cohort is faster, keeps cohort; a load that changes is followed at a
- * later probe; epochs with an idle gap or rounds of one are not counted;
+ * later probe; epochs with an idle gap or cohort epochs of rounds of one
+ * are not counted, flow's rounds of one are;
  * probes that change nothing come less and less often. */
 #include "core/platform.h"
 
@@ -141,6 +142,36 @@ static void test_epochs_not_counted(void **state)
     assert_int_equal(s.p.switches, 1);
 }
 
+static void test_flow_rounds_of_one_count(void **state)
+{
+    (void)state;
+    sim_t s;
+    sim_init(&s);
+    run(&s, 1300, 8, 16);
+    assert_true(s.p.pref_flow);
+    /* A few writers: flow splits them into rounds of one, cohort gathers
+     * three a round. Flow's epochs still count, so the next probe of
+     * cohort finds it faster and brings it back. */
+    run(&s, 3000, 3, 1);
+    assert_false(s.p.pref_flow);
+    assert_int_equal(s.p.switches, 2);
+    /* A lone writer with flow preferred: the probe of cohort finds nothing
+     * to gather and leaves cohort preferred; its epochs are not counted
+     * from then on, so nothing is probed while the load stays. */
+    sim_init(&s);
+    run(&s, 1300, 8, 16);
+    assert_true(s.p.pref_flow);
+    uint64_t counted = s.p.epochs[0] + s.p.epochs[1];
+    run(&s, 3000, 1, 1);
+    assert_false(s.p.pref_flow);
+    assert_int_equal(s.p.switches, 2);
+    uint64_t after = s.p.epochs[0] + s.p.epochs[1];
+    run(&s, 5000, 1, 1);
+    assert_int_equal(s.p.epochs[0] + s.p.epochs[1], after);
+    assert_true(after > counted); /* flow's epochs of one counted until the probe */
+    assert_false(s.p.flow);
+}
+
 static void test_epoch_needs_rounds(void **state)
 {
     (void)state;
@@ -166,6 +197,7 @@ int main(void)
         cmocka_unit_test(test_tie_keeps_cohort),
         cmocka_unit_test(test_follows_a_changed_load),
         cmocka_unit_test(test_epochs_not_counted),
+        cmocka_unit_test(test_flow_rounds_of_one_count),
         cmocka_unit_test(test_epoch_needs_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
