@@ -2,7 +2,8 @@
 leaves only after the fdatasync it promises (test_v1_ack_strace,
 test_nsq_pause_strace): one line a syscall with the thread id first,
 turned into the completed syscalls in order, each with the path of the
-file descriptor it names."""
+file descriptor it names; then, for each request, whether a write and an
+fdatasync of each file it names came between its read and its answer."""
 import re
 
 LINE = re.compile(r"^(\d+)\s+(.*)$")
@@ -45,3 +46,42 @@ def result(text):
 READS = ("read", "readv", "recvfrom", "recvmsg")
 WRITES = ("write", "writev", "sendto", "sendmsg")
 FILE_WRITES = ("write", "writev", "pwrite64", "pwritev", "pwritev2")
+
+
+def answered_after_sync(events, reqs):
+    """reqs: (marker in the request, file path suffixes, status line of the
+    answer), in the order they were sent. Each request's read is the first
+    read holding its marker after the previous answer; its answer the
+    first write holding the status line on the same socket. Returns a list
+    of failures (empty: each answer left after a write and an fdatasync of
+    every file named, both between the read and the answer)."""
+    failures = []
+    pos = 0
+    for marker, files, answer in reqs:
+        i_read = next((i for i in range(pos, len(events))
+                       if events[i][0] in READS and marker in events[i][2]), None)
+        if i_read is None:
+            failures.append(f"{marker}: its request is not in the trace")
+            continue
+        sock = events[i_read][1]
+        i_resp = next((i for i in range(i_read, len(events))
+                       if events[i][0] in WRITES and events[i][1] == sock
+                       and answer in events[i][2]), None)
+        if i_resp is None:
+            failures.append(f"{marker}: its answer is not in the trace")
+            continue
+        for path in files:
+            i_write = next((i for i in range(i_read + 1, i_resp)
+                            if events[i][0] in FILE_WRITES and events[i][1].endswith(path)
+                            and (result(events[i][2]) or 0) > 0), None)
+            i_sync = None
+            if i_write is not None:
+                i_sync = next((i for i in range(i_write + 1, i_resp)
+                               if events[i][0] == "fdatasync" and events[i][1].endswith(path)
+                               and result(events[i][2]) == 0), None)
+            if i_write is None or i_sync is None:
+                failures.append(f"{marker}: answered ({answer!r}, trace event {i_resp}) after "
+                                f"its request (event {i_read}) with no write and fdatasync of "
+                                f"{path} in between (write at {i_write})")
+        pos = i_resp + 1
+    return failures

@@ -43,7 +43,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import daemon as daemon_mod  # noqa: E402
 from daemon import Daemon  # noqa: E402
-from stracelog import FILE_WRITES, READS, WRITES, parse, result  # noqa: E402
+from stracelog import answered_after_sync, parse  # noqa: E402
 
 PASSWORD = "strace-test-password"
 AUTH = "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
@@ -58,40 +58,6 @@ def call(conn, method, path, body=None, headers=None):
     conn.request(method, path, body=body, headers=h)
     r = conn.getresponse()
     return r.status, r.read()
-
-
-def check(events, wal_suffix, reqs):
-    """reqs: (marker in the request, status line of the answer). Returns
-    a list of failures (empty: proved)."""
-    failures = []
-    pos = 0
-    for marker, answer in reqs:
-        i_read = next((i for i in range(pos, len(events))
-                       if events[i][0] in READS and marker in events[i][2]), None)
-        if i_read is None:
-            failures.append(f"{marker}: its request is not in the trace")
-            continue
-        sock = events[i_read][1]
-        i_resp = next((i for i in range(i_read, len(events))
-                       if events[i][0] in WRITES and events[i][1] == sock
-                       and answer in events[i][2]), None)
-        if i_resp is None:
-            failures.append(f"{marker}: its answer is not in the trace")
-            continue
-        i_wal = next((i for i in range(i_read + 1, i_resp)
-                      if events[i][0] in FILE_WRITES and events[i][1].endswith(wal_suffix)
-                      and (result(events[i][2]) or 0) > 0), None)
-        i_sync = None
-        if i_wal is not None:
-            i_sync = next((i for i in range(i_wal + 1, i_resp)
-                           if events[i][0] == "fdatasync" and events[i][1].endswith(wal_suffix)
-                           and result(events[i][2]) == 0), None)
-        if i_wal is None or i_sync is None:
-            failures.append(f"{marker}: answered ({answer!r}, trace event {i_resp}) after its "
-                            f"request (event {i_read}) with no WAL write and fdatasync of "
-                            f"{wal_suffix} in between (WAL write at {i_wal})")
-        pos = i_resp + 1
-    return failures
 
 
 def main():
@@ -183,7 +149,7 @@ def main():
                 head = f.readlines()[:60]
             raise AssertionError(f"no fdatasync of {wal} in the trace ({len(events)} events); "
                                  "it begins:\n" + "".join(head))
-        failures = check(events, wal, reqs)
+        failures = answered_after_sync(events, [(m, (wal,), a) for m, a in reqs])
         if failures:
             print("FAIL: answers written before their WAL record was synced:")
             for f in failures:
