@@ -591,13 +591,15 @@ def record_file_seeds(here):
     write(rf, "seed-damage-short", b"\x03" + bad[:-8])
 
 
-def manifest(paths):
-    """A backup manifest (docs/storage-format.md) of node 1 holding paths."""
+def manifest(paths, isolated=""):
+    """A backup manifest (docs/storage-format.md) of node 1 holding paths
+    (and isolated, the text of its "isolated" array, when given)."""
     files = ",".join('{"path":"%s","length":0,"crc32c":0}' % p for p in sorted(paths))
     return ('{"format":"tern-backup 1","storage_format":1,"session":"2a341846682ba06f",'
             '"node_id":1,"created_ms":1796160311654,"ttl_ms":600000,"metastore":{"path":'
             '"metastore.snapshot","length":504,"crc32c":2750604445,"applied_index":9,"voters":'
-            '[{"id":1,"raft_address":"127.0.0.1:0"}]},"files":[%s]}' % files).encode()
+            '[{"id":1,"raft_address":"127.0.0.1:0"}]},"files":[%s]%s}' %
+            (files, ',"isolated":[%s]' % isolated if isolated else "")).encode()
 
 
 def backup_manifest_seeds(here):
@@ -616,6 +618,12 @@ def backup_manifest_seeds(here):
            "topics/u/0/x.wal", "topics/u/0/.wal", "topics/u/0/.ckpt", "topics/u/x/y.ckpt",
            "topics/u/4294967296/a.ckpt", "topics/u/07/b.wal", "topics/u/1/sub/c.ckpt"]
     write(bm, "seed-channels-odd", manifest(odd))
+    # A partition isolated for damage, copied whole (api/backup.c take_whole).
+    whole = ["FORMAT", "topics/t/0/%s" % seg, "topics/t/0/00000000000000000100.log",
+             "topics/t/0/00000000000000000100.idx", "topics/t/0/00000000000000000200.log"]
+    write(bm, "seed-isolated", manifest(whole, '{"topic":"t","partition":0,"error":"partition '
+                                                't/0: segment /d/t/0/00000000000000000100.log: '
+                                                'bad record at byte 9 in a sealed segment"}'))
 
 
 def write(dirname, name, data):

@@ -244,6 +244,42 @@ int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, 
             goto out;
         }
     }
+    /* The partitions isolated for damage (optional: a server before this
+     * field wrote none). */
+    yajl_val is = field(root, "isolated");
+    if (is != NULL) {
+        if (!YAJL_IS_ARRAY(is) || is->u.array.len > m->nfiles) {
+            fail(err, errlen, "isolated is not an array of at most one entry per file");
+            goto out;
+        }
+        m->isolated = tn_calloc(is->u.array.len ? is->u.array.len : 1, sizeof(*m->isolated));
+        if (m->isolated == NULL) {
+            rc = UV_ENOMEM;
+            goto out;
+        }
+        for (size_t i = 0; i < is->u.array.len; i++) {
+            yajl_val e = is->u.array.values[i];
+            yajl_val t = field(e, "topic"), w = field(e, "error");
+            if (t == NULL || !YAJL_IS_STRING(t) || strlen(SV(t)) == 0 || strlen(SV(t)) > 255 ||
+                !uint_field(e, "partition", UINT32_MAX, &u) || w == NULL || !YAJL_IS_STRING(w) ||
+                strlen(SV(w)) > 1024) {
+                char what[100];
+                snprintf(what, sizeof(what),
+                         "isolated entry %zu: topic, partition or error missing or out of range",
+                         i);
+                fail(err, errlen, what);
+                goto out;
+            }
+            tn_manifest_isolated_t *x = &m->isolated[i];
+            x->partition = (uint32_t)u;
+            if ((x->topic = tn_strdup(SV(t))) == NULL || (x->error = tn_strdup(SV(w))) == NULL) {
+                tn_free(x->topic);
+                rc = UV_ENOMEM;
+                goto out;
+            }
+            m->nisolated++;
+        }
+    }
     rc = 0;
 out:
     yajl_tree_free(root);
@@ -255,6 +291,11 @@ void tn_manifest_fini(tn_manifest_t *m)
     for (size_t i = 0; i < m->nfiles; i++)
         tn_free(m->files[i].path);
     tn_free(m->files);
+    for (size_t i = 0; i < m->nisolated; i++) {
+        tn_free(m->isolated[i].topic);
+        tn_free(m->isolated[i].error);
+    }
+    tn_free(m->isolated);
     tn_free(m->voters);
     memset(m, 0, sizeof(*m));
 }

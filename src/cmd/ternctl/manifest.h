@@ -25,6 +25,14 @@ typedef struct {
     uint32_t crc; /* CRC32C of exactly len bytes */
 } tn_manifest_file_t;
 
+/* A partition the node had isolated for damage at the backup: its files
+ * are copied whole, the damage included (api/backup.c take_whole). */
+typedef struct {
+    char *topic;
+    uint32_t partition;
+    char *error; /* why the node isolated it, as it said */
+} tn_manifest_isolated_t;
+
 typedef struct {
     char session[65];
     uint64_t node_id;
@@ -36,6 +44,8 @@ typedef struct {
     size_t nvoters;
     tn_manifest_file_t *files;
     size_t nfiles;
+    tn_manifest_isolated_t *isolated; /* "isolated" (absent from older servers' manifests) */
+    size_t nisolated;
 } tn_manifest_t;
 
 /* Decode buf (len bytes, borrowed) into m (owned by the caller: fini it,

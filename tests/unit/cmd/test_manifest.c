@@ -1,6 +1,7 @@
 /* The backup manifest decoder and its path rule (src/cmd/ternctl/manifest.c):
  * what api/backup.c writes decodes; every malformed, out-of-range or
- * escaping document is refused with a message naming the field; restore's
+ * escaping document is refused with a message naming the field (the
+ * optional list of partitions isolated for damage too); restore's
  * channel check says each channel file that does not pair up, also in a
  * backup of many files. */
 #include "core/platform.h"
@@ -55,6 +56,33 @@ static void test_decodes_the_servers_document(void **state)
     tn_manifest_fini(&m);
 }
 
+/* The partitions the node had isolated for damage (api/backup.c copies
+ * them whole): decoded when there, none when absent (an older server). */
+static void test_decodes_isolated_partitions(void **state)
+{
+    (void)state;
+    const char *doc =
+        HEAD "\"files\":[{\"path\":\"topics/t1/0/00000000000000000000.log\","
+             "\"length\":144,\"crc32c\":1}],\"isolated\":[{\"topic\":\"t1\",\"partition\":0,"
+             "\"error\":\"partition t1/0: segment /d/x.log: bad record at byte 9 in a sealed "
+             "segment: data failed its checksum or structure check\"}]}";
+    tn_manifest_t m;
+    char err[300];
+    assert_int_equal(parse(doc, &m, err, sizeof(err)), 0);
+    assert_int_equal(m.nisolated, 1);
+    assert_string_equal(m.isolated[0].topic, "t1");
+    assert_int_equal(m.isolated[0].partition, 0);
+    assert_non_null(strstr(m.isolated[0].error, "in a sealed segment"));
+    tn_manifest_fini(&m);
+    assert_int_equal(parse(HEAD "\"files\":[],\"isolated\":[]}", &m, err, sizeof(err)), 0);
+    assert_int_equal(m.nisolated, 0);
+    tn_manifest_fini(&m);
+    assert_int_equal(parse(HEAD "\"files\":[]}", &m, err, sizeof(err)), 0);
+    assert_int_equal(m.nisolated, 0);
+    assert_null(m.isolated);
+    tn_manifest_fini(&m);
+}
+
 static void refused(const char *doc, const char *want)
 {
     tn_manifest_t m;
@@ -95,6 +123,19 @@ static void test_refuses_bad_documents(void **state)
             "\"crc32c\":1,\"applied_index\":1,\"voters\":[{\"id\":1,\"raft_address\":\"a:1\"}]},"
             "\"files\":[]}",
             "metastore.path");
+    refused(HEAD "\"files\":[],\"isolated\":{}}", "isolated is not an array");
+    /* More entries than files: no such backup. */
+    refused(HEAD "\"files\":[],\"isolated\":[{\"topic\":\"t\",\"partition\":0,\"error\":\"\"}]}",
+            "isolated is not an array");
+    refused(HEAD "\"files\":[{\"path\":\"FORMAT\",\"length\":1,\"crc32c\":0}],"
+                 "\"isolated\":[{\"topic\":\"t\",\"partition\":-1,\"error\":\"\"}]}",
+            "isolated entry 0");
+    refused(HEAD "\"files\":[{\"path\":\"FORMAT\",\"length\":1,\"crc32c\":0}],"
+                 "\"isolated\":[{\"topic\":\"\",\"partition\":0,\"error\":\"\"}]}",
+            "isolated entry 0");
+    refused(HEAD "\"files\":[{\"path\":\"FORMAT\",\"length\":1,\"crc32c\":0}],"
+                 "\"isolated\":[{\"topic\":\"t\",\"partition\":0}]}",
+            "isolated entry 0");
     const char nul[] = "{\"format\":\"tern-backup 1\"\0}";
     tn_manifest_t m;
     char err[300];
@@ -246,6 +287,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decodes_the_servers_document),
+        cmocka_unit_test(test_decodes_isolated_partitions),
         cmocka_unit_test(test_refuses_bad_documents),
         cmocka_unit_test(test_path_rule),
         cmocka_unit_test(test_channel_check_says_what_does_not_pair),
