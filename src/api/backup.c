@@ -330,6 +330,7 @@ typedef struct {
     uint32_t partition;
     uint64_t durable_next; /* the end of the copy */
     uint64_t want;         /* written, not yet durable, at the POST: wait for it; 0 when not */
+    char *isolated; /* isolated for damage at the POST: why (its errmsg, owned); NULL when not */
 } part_t;
 
 /* A channel log with records queued but not yet completed at the POST:
@@ -526,22 +527,46 @@ static int list_bases(const char *dir, const char *ext, uint64_t **out, size_t *
     return rc;
 }
 
-/* One partition: its segments below the durable end, their sidecars, its
- * floor, epochs and damage files, its channels' WALs (copied) and then
- * their checkpoints (linked): a checkpoint taken between the two is newer
- * than the WAL copy, and recovery skips the WAL frames it already holds. */
-static void take_partition(ctx_t *c, const part_t *p)
+/* A partition isolated for damage (tn_plog_err TN_ECORRUPT or
+ * TN_EFORMAT at the POST): every segment and sidecar in its directory,
+ * whole, as they stand. Its log's durable end says nothing of what was
+ * acknowledged: an open that finds a bad record in a sealed segment stops
+ * there (the log ends at the damaged batch, the segments after it are
+ * not opened) and writes no damage record (the next open scans that
+ * segment again and finds the damage again), so a copy cut at that end
+ * would be a clean, shorter log, which the restored node would serve and
+ * whose next offsets it would give again to new messages. Copied whole,
+ * the restored directory is this one, the damaged bytes included: it
+ * opens isolated for the same damage, and every acknowledged record is in
+ * it for the repair (operations.md, "A damaged partition"). Nothing
+ * appends to an isolated log; a link keeps each file's bytes. */
+static void take_whole(ctx_t *c, const char *rel, const char *dir)
+{
+    static const char *const exts[] = {".log", ".idx"};
+    for (size_t k = 0; k < 2 && c->l->err == 0; k++) {
+        uint64_t *bases = NULL;
+        size_t n = 0;
+        int rc = list_bases(dir, exts[k], &bases, &n);
+        if (rc != 0) {
+            flist_fail(c->l, rc, "list %s", rel);
+            return;
+        }
+        for (size_t i = 0; i < n && c->l->err == 0; i++) {
+            char f[PATH_MAX_LEN];
+            pathf(f, sizeof(f), "%s/%020" PRIu64 "%s", rel, bases[i], exts[k]);
+            pin_link(c, f, UINT64_MAX);
+        }
+        tn_free(bases);
+    }
+}
+
+/* A partition's segments that hold records below its durable end, each
+ * cut at its last whole batch below it and its records' CRCs checked,
+ * and the sidecars of all but the last. */
+static void take_segments(ctx_t *c, const part_t *p, const char *rel, const char *dir)
 {
     flist_t *l = c->l;
-    char rel[PATH_MAX_LEN], dir[PATH_MAX_LEN], sdir[PATH_MAX_LEN];
-    pathf(rel, sizeof(rel), "topics/%s/%" PRIu32, p->topic, p->partition);
-    pathf(dir, sizeof(dir), "%s/%s", c->data, rel);
-    pathf(sdir, sizeof(sdir), "%s/%s", c->sess, rel);
-    int rc = mkdirs(sdir);
-    if (rc != 0) {
-        flist_fail(l, rc, "mkdir %s", sdir);
-        return;
-    }
+    int rc;
     uint64_t *bases = NULL;
     size_t n = 0;
     if ((rc = list_bases(dir, ".log", &bases, &n)) != 0) {
@@ -597,6 +622,29 @@ static void take_partition(ctx_t *c, const part_t *p)
         }
     }
     tn_free(bases);
+}
+
+/* One partition: its segments below the durable end (every one whole when
+ * it is isolated for damage: take_whole), their sidecars, its
+ * floor, epochs and damage files, its channels' WALs (copied) and then
+ * their checkpoints (linked): a checkpoint taken between the two is newer
+ * than the WAL copy, and recovery skips the WAL frames it already holds. */
+static void take_partition(ctx_t *c, const part_t *p)
+{
+    flist_t *l = c->l;
+    char rel[PATH_MAX_LEN], dir[PATH_MAX_LEN], sdir[PATH_MAX_LEN];
+    pathf(rel, sizeof(rel), "topics/%s/%" PRIu32, p->topic, p->partition);
+    pathf(dir, sizeof(dir), "%s/%s", c->data, rel);
+    pathf(sdir, sizeof(sdir), "%s/%s", c->sess, rel);
+    int rc = mkdirs(sdir);
+    if (rc != 0) {
+        flist_fail(l, rc, "mkdir %s", sdir);
+        return;
+    }
+    if (p->isolated != NULL)
+        take_whole(c, rel, dir);
+    else
+        take_segments(c, p, rel, dir);
     if (l->err != 0)
         return;
     char fl[PATH_MAX_LEN];
@@ -615,13 +663,12 @@ static void take_partition(ctx_t *c, const part_t *p)
     if (pin_link(c, fl, UINT64_MAX) < 0)
         return;
     /* The damage record (storage-format.md, "Damage record"), after the
-     * segments too: a partition isolated for damage in its active segment
-     * since a restart has its durable end at the damaged batch, so its
-     * segments are copied clean up to there; without the record the
-     * restored copy would open healthy and give the offsets of the
-     * acknowledged records after it to new ones. With it, the copy opens
-     * isolated as the original does, and a whole cluster's restore does
-     * not choose it to lead (tn_plog_probe). */
+     * segments too (a partition that has one is isolated: copied whole):
+     * without it, the restored copy's open would take a bad record in the
+     * active segment's last synced batch for a torn tail and cut it, with
+     * the acknowledged records after it, and give their offsets to new
+     * ones. With it, the copy opens isolated as the original does, and a
+     * whole cluster's restore does not choose it to lead (tn_plog_probe). */
     pathf(fl, sizeof(fl), "%s/damage", rel);
     if (pin_link(c, fl, UINT64_MAX) < 0)
         return;
@@ -859,6 +906,19 @@ static void manifest_json(tn_backup_t *bk, session_t *s, take_t *t)
         tn__v1_appendf(b, ",\"length\":%" PRIu64 ",\"crc32c\":%" PRIu32 "}", s->files[i].len,
                        s->files[i].crc);
     }
+    tn_buf_append(b, "],\"isolated\":[", 14);
+    size_t k = 0;
+    for (size_t i = 0; i < t->nparts; i++) {
+        const part_t *p = &t->parts[i];
+        if (p->isolated == NULL)
+            continue;
+        tn_buf_append(b, k > 0 ? ",{\"topic\":" : "{\"topic\":", k > 0 ? 10 : 9);
+        k++;
+        tn__v1_json_str(b, p->topic);
+        tn__v1_appendf(b, ",\"partition\":%" PRIu32 ",\"error\":", p->partition);
+        tn__v1_json_str(b, p->isolated);
+        tn_buf_append(b, "}", 1);
+    }
     tn_buf_append(b, "]}", 2);
 }
 
@@ -866,8 +926,10 @@ static void session_remove(session_t *s);
 
 static void take_free(take_t *t)
 {
-    for (size_t i = 0; i < t->nparts; i++)
+    for (size_t i = 0; i < t->nparts; i++) {
         tn_free(t->parts[i].topic);
+        tn_free(t->parts[i].isolated);
+    }
     tn_free(t->parts);
     for (size_t i = 0; i < t->nchans; i++) {
         tn_free(t->chans[i].topic);
@@ -897,6 +959,12 @@ static void take_after(uv_work_t *w, int status)
         t->files.v = NULL;
         t->files.n = 0;
         manifest_json(bk, s, t);
+        for (size_t i = 0; i < t->nparts; i++)
+            if (t->parts[i].isolated != NULL)
+                TN_LOG(TN_LOG_WARN,
+                       "backup %s: partition %s/%" PRIu32 " is isolated (%s): its files are "
+                       "copied whole, the damage included, so it is restored isolated as here",
+                       s->id, t->parts[i].topic, t->parts[i].partition, t->parts[i].isolated);
         s->ready = true;
         s->used_at = uv_now(bk->loop);
         TN_LOG(TN_LOG_NOTICE, "backup %s: %zu files pinned", s->id, s->nfiles);
@@ -1036,10 +1104,30 @@ static int collect_channels(take_t *t, tn_topic_t *tp)
     return 0;
 }
 
+/* Why pl is isolated for damage (its errmsg, copied into *out), or
+ * *out NULL when it is not: serving, or failed for another reason (a
+ * write or an fdatasync: its records below the durable end are whole,
+ * and nothing past it was acknowledged in durable mode). UV_ENOMEM. The
+ * message is written before the error turns sticky at an open; at run
+ * time a reader may see it a moment late, so an empty one is named. */
+static int isolated_why(tn_plog_t *pl, char **out)
+{
+    *out = NULL;
+    int err = tn_plog_err(pl);
+    if (err != TN_ECORRUPT && err != TN_EFORMAT)
+        return 0;
+    char msg[sizeof(pl->errmsg)];
+    memcpy(msg, pl->errmsg, sizeof(msg));
+    msg[sizeof(msg) - 1] = '\0';
+    *out = tn_strdup(msg[0] != '\0' ? msg : tn_strerror(err));
+    return *out != NULL ? 0 : UV_ENOMEM;
+}
+
 /* One log in t->parts: its durable end (want: what was written beyond it,
- * waited for; 0: none). The name is copied. */
-static int collect_add(take_t *t, size_t *cap, const char *topic, uint32_t p, uint64_t durable,
-                       uint64_t want)
+ * waited for; 0: none), and whether it is isolated for damage (then
+ * copied whole, nothing waited for). The name is copied. */
+static int collect_add(take_t *t, size_t *cap, const char *topic, uint32_t p, tn_plog_t *pl,
+                       uint64_t durable, uint64_t want)
 {
     if (t->nparts == *cap) {
         *cap = *cap ? *cap * 2 : 32;
@@ -1048,10 +1136,15 @@ static int collect_add(take_t *t, size_t *cap, const char *topic, uint32_t p, ui
             return UV_ENOMEM;
         t->parts = v;
     }
-    char *name = tn_strdup(topic);
-    if (name == NULL)
+    char *why;
+    if (isolated_why(pl, &why) != 0)
         return UV_ENOMEM;
-    t->parts[t->nparts++] = (part_t){name, p, durable, want};
+    char *name = tn_strdup(topic);
+    if (name == NULL) {
+        tn_free(why);
+        return UV_ENOMEM;
+    }
+    t->parts[t->nparts++] = (part_t){name, p, durable, why != NULL ? 0 : want, why};
     return 0;
 }
 
@@ -1074,7 +1167,7 @@ static void on_own_log(void *arg, const char *topic, uint32_t p, tn_plog_t *pl)
     for (size_t i = 0; i < x->engine_parts; i++)
         if (x->t->parts[i].partition == p && strcmp(x->t->parts[i].topic, topic) == 0)
             return;
-    x->rc = collect_add(x->t, x->cap, topic, p, tn_plog_durable_next(pl), 0);
+    x->rc = collect_add(x->t, x->cap, topic, p, pl, tn_plog_durable_next(pl), 0);
 }
 
 static int collect(tn_backup_t *bk, take_t *t)
@@ -1094,7 +1187,7 @@ static int collect(tn_backup_t *bk, take_t *t)
                  * relaxed acknowledge it before its fdatasync). */
                 uint64_t w = tn_plog_written_next(part->plog);
                 uint64_t d = tn_plog_durable_next(part->plog);
-                int rc = collect_add(t, &cap, tp->name, part->index, d, w > d ? w : 0);
+                int rc = collect_add(t, &cap, tp->name, part->index, part->plog, d, w > d ? w : 0);
                 if (rc != 0)
                     return rc;
             }

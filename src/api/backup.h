@@ -37,6 +37,11 @@
  *      unlinks it: that is the pin. Each file's length is what is copied
  *      (a segment's: up to its last record below the durable end, so
  *      never past it) and its CRC32C is computed over exactly those bytes.
+ *      A partition isolated for damage at the POST (TN_ECORRUPT,
+ *      TN_EFORMAT) is taken whole instead: every segment and sidecar of
+ *      its directory as they stand, unchecked (its durable end stops at
+ *      the damage, and a copy cut there would restore as a clean, shorter
+ *      log); the manifest's "isolated" names it with its error.
  *   3. Answer 201 with the manifest (backup.c's manifest_json). The
  *      session lives until DELETE /v1/backup/{id} or until it has not
  *      been used for its TTL (every download renews it); then its

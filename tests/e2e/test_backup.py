@@ -587,6 +587,89 @@ class IsolatedPartitionBackup(unittest.TestCase):
         self.assertEqual(self.d.stop(), 0, self.d.log())
         self.d = None
 
+    def next_offset(self, port):
+        st, body = call(port, "GET", "/v1/topics/dmg")
+        self.assertEqual(st, 200, body)
+        ps = json.loads(body)["partition_stats"][0]
+        return ps.get("next_offset")
+
+    def test_sealed_segment_damage_copied_whole(self):
+        """Recovery found a bad record in a SEALED segment (its sidecar
+        lost with it, so the open scanned it) and isolated the partition;
+        the log it opened ends at the damaged batch and no damage record
+        is written (a restart finds the damage again). The backup copies
+        that partition's directory as it stands, every segment whole, the
+        damaged one and those after it included, and ternctl says so: the
+        restored copy opens isolated as the original does (not serving a
+        shorter log whose next offsets were acknowledged already), and
+        every acknowledged record is in it, for the repair of "A damaged
+        partition" (docs/operations.md) to bring back."""
+        data = os.path.join(self.dir, "data")
+        port = self.start(data, first=True)
+        st, body = call(port, "POST", "/v1/topics", json.dumps({"name": "dmg", "partitions": 1}),
+                        headers={"Content-Type": "application/json"})
+        self.assertEqual(st, 201, body)
+        for b, n in ((0, 100), (1, 100), (2, 100), (3, 20)):
+            batch = [{"payload": f"{b}-{i}-" + "x" * 400} for i in range(n)]
+            st, body = call(port, "POST", "/v1/topics/dmg/produce/batch", json.dumps(batch),
+                            headers={"Content-Type": "application/json"})
+            self.assertEqual(st, 202, body)
+        self.assertEqual(self.next_offset(port), 320)
+        self.assertEqual(self.d.stop(), 0, self.d.log())
+        self.d = None
+        pdir = os.path.join(data, "topics", "dmg", "0")
+        segs = sorted(f for f in os.listdir(pdir) if f.endswith(".log"))
+        self.assertGreaterEqual(len(segs), 3, segs)  # one sealed segment after the damaged one
+        damaged = segs[1]
+        base = int(damaged[:-4])
+        after = int(segs[2][:-4])
+        self.flip(os.path.join(pdir, damaged), (base + after) // 2 - base)
+        os.unlink(os.path.join(pdir, damaged[:-4] + ".idx"))
+        port = self.start(data)
+        refused = self.produce(port, "refused")
+        self.assertEqual(refused[0], 500, refused)
+        self.assertIn(b"partition isolated", refused[1])
+        self.assertIn(f"{damaged}: bad record at byte ", self.d.log())
+        self.assertFalse(os.path.exists(os.path.join(pdir, "damage")))
+        sizes = {f: os.path.getsize(os.path.join(pdir, f)) for f in os.listdir(pdir)
+                 if f.endswith(".log")}
+
+        bdir = os.path.join(self.dir, "backup")
+        r = ternctl("backup", bdir, port=port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("partition dmg/0 is isolated", r.stderr)
+        self.assertIn(damaged, r.stderr)
+        self.assertEqual(self.d.stop(), 0, self.d.log())
+        self.d = None
+        with open(os.path.join(bdir, "1", "manifest.json")) as f:
+            man = json.load(f)
+        copied = {x["path"]: x["length"] for x in man["files"]}
+        for seg, size in sizes.items():
+            self.assertEqual(copied.get("topics/dmg/0/" + seg), size, (seg, copied))
+        self.assertEqual([(x["topic"], x["partition"]) for x in man["isolated"]], [("dmg", 0)])
+
+        rdir = os.path.join(self.dir, "restored")
+        r = ternctl("restore", bdir, "--data-path", rdir, user=None)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        port = self.start(rdir)
+        st, body = self.produce(port, "after restore")
+        self.assertEqual((st, body), refused, self.d.log())
+        self.assertIn(f"{damaged}: bad record at byte ", self.d.log())
+        self.assertEqual(self.d.stop(), 0, self.d.log())
+        self.d = None
+        # The operator's repair on the restored copy: the damaged segment
+        # moved aside, the records after it are served at their offsets
+        # and the next publish takes the one after the last acknowledged.
+        rpdir = os.path.join(rdir, "topics", "dmg", "0")
+        os.rename(os.path.join(rpdir, damaged), os.path.join(self.dir, damaged))
+        port = self.start(rdir)
+        self.assertEqual(self.next_offset(port), 320, self.d.log())
+        self.assertEqual(self.produce(port, "after repair")[0], 202)
+        self.assertEqual(self.next_offset(port), 321)
+        self.assertEqual(self.d.stop(), 0, self.d.log())
+        self.d = None
+
+
 
 def main():
     global TERNCTL

@@ -545,6 +545,14 @@ static int run_backup(tn_ctl_t *c, int argc, char **argv)
             rc = say("backup", "%s answered as node %" PRIu64 ", the member list says %" PRIu64,
                      nd->url, nd->m.node_id, nd->id);
         }
+        for (size_t k = 0; rc == TN_CTL_OK && k < nd->m.nisolated; k++)
+            fprintf(stderr,
+                    "ternctl backup: warning: node %" PRIu64 ": partition %s/%" PRIu32
+                    " is isolated (%s): its files are copied whole, the damage included, and "
+                    "it is restored isolated as it is now (docs/operations.md, \"A damaged "
+                    "partition\")\n",
+                    nd->id, nd->m.isolated[k].topic, nd->m.isolated[k].partition,
+                    nd->m.isolated[k].error);
     }
     for (size_t i = 0; rc == TN_CTL_OK && i < n; i++)
         rc = copy_node(c, &nodes[i], dir, buf);
@@ -1132,6 +1140,15 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         if ((rc = check_file(p, m.files[i].len, m.files[i].crc, buf)) != TN_CTL_OK)
             goto out;
     }
+    /* Partitions copied isolated for damage: said, then restored as they
+     * were (ternd opens them isolated again). */
+    for (size_t i = 0; i < m.nisolated; i++)
+        fprintf(stderr,
+                "ternctl restore: warning: partition %s/%" PRIu32 ": node %" PRIu64
+                " had it isolated when backed up (%s): restored as it was, the "
+                "damage included, so ternd opens it isolated (docs/operations.md, \"A damaged "
+                "partition\")\n",
+                m.isolated[i].topic, m.isolated[i].partition, id, m.isolated[i].error);
     /* Channel files that do not go together: said, then restored. */
     if (tn_manifest_check_channels(&m, stderr) < 0) {
         rc = say("restore", "out of memory");
