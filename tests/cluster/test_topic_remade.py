@@ -130,6 +130,11 @@ class TopicRemade(harness.ClusterTest):
         status, body = first.request("POST", f"/v1/topics/re/produce?partition={p}", b"after",
                                      headers=OCTET)
         self.assertEqual(status, 202, body)
+        # Taken by another node, the record reaches the owner's log when
+        # that node's ingress log commits it there (a moment later).
+        wait_until("the record after the restart in the node's log",
+                   lambda: down.request("GET", "/v1/topics/re")[1]["partition_stats"][p]
+                   .get("next_offset", 0) >= 3, 30)
         self.assertEqual(consume_all(down, "re", p, "c"), ["after"])
         self.assertEqual(down.log().count("topic re is no longer recorded as it is here"), 1,
                          down.log())
