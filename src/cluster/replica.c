@@ -244,7 +244,8 @@ struct part_s {
     start_t *start_cur; /* the newest epoch-start record asked, until it completes */
     start_t *starts;    /* every one asked and not completed (the close fails them) */
 #ifdef TN_TEST
-    bool test_gapped; /* TERN_TEST_LEADER_GAP was applied */
+    bool test_gapped;    /* TERN_TEST_LEADER_GAP was applied */
+    bool test_open_held; /* TERN_TEST_COPY_OPEN_HOLD holds its open (noticed) */
 #endif
     uint64_t last_hw; /* what parked fetches were answered against */
     uint64_t last_end;
@@ -560,6 +561,7 @@ static bool engine_busy(tn_replica_t *rm, part_t *pt)
 
 static uint64_t test_own_beside(const part_t *pt);
 static bool test_append_fails(const part_t *pt);
+static bool test_open_held(part_t *pt);
 
 /* Our own log is open on the partition's files (or is handed over): a
  * log the engine set aside for the partition has not seen what ours
@@ -755,6 +757,8 @@ static bool ensure_log(part_t *pt)
         hold_log(pt, pl, SRC_ENGINE);
         return true;
     }
+    if (test_open_held(pt))
+        return false; /* TN_TEST: the tick asks again */
     pt->src = SRC_OPENING;
     pt->busy++;
     rm->working++;
@@ -944,14 +948,11 @@ static uint64_t test_own_beside(const part_t *pt)
     return test_topic_num("TERN_TEST_OWN_LOG", pt->topic);
 }
 
-/* TERN_TEST_APPEND_ENOSPC: the path of a file; while it exists and one of
- * its lines is "topic/partition", this node's appends of records it
- * fetched for that partition fail with ENOSPC, as on a full disk, and the
- * rest of the node works on (tests/cluster/test_move_stall.py: a move
- * target that refuses the copy for good). */
-static bool test_append_fails(const part_t *pt)
+/* Whether the file the environment variable var names exists and one of
+ * its lines is "topic/partition" of pt. */
+static bool test_file_lists(const char *var, const part_t *pt)
 {
-    const char *path = getenv("TERN_TEST_APPEND_ENOSPC");
+    const char *path = getenv(var);
     FILE *f = path != NULL && *path != '\0' ? fopen(path, "r") : NULL;
     if (f == NULL)
         return false;
@@ -964,6 +965,34 @@ static bool test_append_fails(const part_t *pt)
     }
     fclose(f);
     return hit;
+}
+
+/* TERN_TEST_APPEND_ENOSPC: the path of a file; while it exists and one of
+ * its lines is "topic/partition", this node's appends of records it
+ * fetched for that partition fail with ENOSPC, as on a full disk, and the
+ * rest of the node works on (tests/cluster/test_move_stall.py: a move
+ * target that refuses the copy for good). */
+static bool test_append_fails(const part_t *pt)
+{
+    return test_file_lists("TERN_TEST_APPEND_ENOSPC", pt);
+}
+
+/* TERN_TEST_COPY_OPEN_HOLD: the path of a file; while it exists and one
+ * of its lines is "topic/partition", this node's replica manager opens no
+ * copy of its own of that partition (ensure_log: the tick asks again), so
+ * the leader's channel state comes to the follower before the copy is
+ * open and marked a replica's (tests/cluster/test_move_faults.py,
+ * test_target_killed_before_its_copy_opens). A notice says when the hold
+ * begins. */
+static bool test_open_held(part_t *pt)
+{
+    bool held = test_file_lists("TERN_TEST_COPY_OPEN_HOLD", pt);
+    if (held && !pt->test_open_held)
+        TN_LOG(TN_LOG_NOTICE,
+               "replica %s/%" PRIu32 ": opening its copy held (TERN_TEST_COPY_OPEN_HOLD)",
+               pt->topic, pt->p);
+    pt->test_open_held = held;
+    return held;
 }
 
 /* TERN_TEST_UNMARK_DELAY_MS: taking away the dropped mark of a copy of
@@ -1028,6 +1057,12 @@ static uint64_t test_own_beside(const part_t *pt)
 }
 
 static inline bool test_append_fails(const part_t *pt)
+{
+    (void)pt;
+    return false;
+}
+
+static inline bool test_open_held(part_t *pt)
 {
     (void)pt;
     return false;
