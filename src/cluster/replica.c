@@ -662,10 +662,12 @@ static void open_work(uv_work_t *w)
     if (pt->open_rc == 0)
         pt->open_rc = tn_plog_open(store, pt->topic, pt->p, &pt->plog);
     /* Known for a copy at its next start even before its first record:
-     * its channel state, the leader's snapshot, may come first, and the
-     * engine skips a factor-1 log to the end its channels refer to
-     * (queue/channel.c, check_lost_tail). A failure is the log's sticky
-     * error (it takes no write, as for any). */
+     * its channel state, the leader's snapshot, comes before the records,
+     * and the engine skips a factor-1 log to the end its channels refer
+     * to (queue/channel.c, check_lost_tail). That state waits for this
+     * mark (tn_replica_copy_ready, setrepl.h copy_ready). A failure is
+     * the log's sticky error (it takes no write, as for any, nor channel
+     * state). */
     if (pt->open_rc == 0)
         (void)tn_plog_mark_replica(pt->plog);
 }
@@ -3199,6 +3201,13 @@ bool tn_replica_copy_moving(tn_replica_t *rm, const char *topic, uint32_t p)
         return true;
     const part_t *pt = part_find(rm, topic, p);
     return pt != NULL && pt->unmarking;
+}
+
+bool tn_replica_copy_ready(tn_replica_t *rm, const char *topic, uint32_t p)
+{
+    const part_t *pt = part_find(rm, topic, p);
+    return pt != NULL && !pt->dead && pt->plog != NULL &&
+           (pt->src == SRC_OWN || pt->src == SRC_ENGINE) && tn_plog_is_replica(pt->plog);
 }
 
 static void rel_step(rel_t *r);

@@ -237,4 +237,14 @@ uint64_t tn_replica_marked(const tn_replica_t *rm);
  * of the partition wait (cluster/setrepl.h, copy_moving). Loop thread. */
 bool tn_replica_copy_moving(tn_replica_t *rm, const char *topic, uint32_t p);
 
+/* Whether this node's copy of partition p of topic is open here (its own
+ * log, or the engine's it follows on) and marked a replicated partition's
+ * (storage/plog.h, tn_plog_is_replica: its `epochs` file is on disk). A
+ * follower's channel logs of the partition take nothing before
+ * (cluster/setrepl.h, copy_ready): channel state that reached a copy not
+ * so marked made the engine skip the log forward at the next start, to
+ * the end its channels refer to (queue/channel.c, check_lost_tail).
+ * Loop thread. */
+bool tn_replica_copy_ready(tn_replica_t *rm, const char *topic, uint32_t p);
+
 #endif

@@ -49,7 +49,15 @@
  *      does it write while this node's copy of the
  *      partition is on its way to or from quarantine/ (o.copy_moving:
  *      marked dropped, its mark being taken away, or being moved), since
- *      what it wrote could go with the copy.
+ *      what it wrote could go with the copy; nor (503) before its replica
+ *      manager holds its copy of the partition open and marked a
+ *      replica's (o.copy_ready: its `epochs` file on disk). The channel
+ *      logs here are opened beside the manager's open of the partition's
+ *      log, and nothing else orders the two: a copy killed with the
+ *      leader's state synced and no mark yet was taken at its next start
+ *      for a factor-1 log that lost its tail, and skipped forward to the
+ *      end its channels refer to (queue/channel.c, check_lost_tail): a
+ *      hole in the copy for good.
  *   5. On each answer the leader computes with tn_setrepl_commit (pure)
  *      the highest seq that every follower of the committed ISR has (the
  *      ISR holding at least min_insync members): any ISR member may be
@@ -1487,6 +1495,17 @@ static void freq_submit(tn_setrepl_t *s, tn_rpc_req_t *req, freq_t *q)
                   ": this copy is on its way to or from quarantine/; its channel state waits",
                   q->w.channel, q->w.topic, q->w.partition);
         tn_rpc_reply_error(req, 503, "this copy is being moved (quarantine marks); retry");
+        freq_free(q);
+        return;
+    }
+    if (s->o.copy_ready != NULL &&
+        !s->o.copy_ready(s->o.copy_ready_arg, q->w.topic, q->w.partition)) {
+        TN_LOG_RL(TN_LOG_NOTICE, 10000,
+                  "setrepl: channel %s of %s/%" PRIu32
+                  ": this node's copy of the partition is not open yet (marked a replica's); "
+                  "its channel state waits",
+                  q->w.channel, q->w.topic, q->w.partition);
+        tn_rpc_reply_error(req, 503, "this node's copy of the partition is not open yet; retry");
         freq_free(q);
         return;
     }

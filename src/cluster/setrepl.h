@@ -127,6 +127,15 @@ typedef struct {
      * wrote could go with the copy, answered 204). NULL: never. */
     bool (*copy_moving)(void *arg, const char *topic, uint32_t p);
     void *copy_moving_arg;
+    /* Whether this node's replica manager holds its copy of partition p
+     * of topic open and marked a replicated partition's (its `epochs`
+     * file: cluster/replica.h, tn_replica_copy_ready): a follower writes
+     * no channel state before (503, retried), since a copy unmarked at
+     * the next start whose channels refer past its log's end is skipped
+     * forward to that end (queue/channel.c, check_lost_tail), a hole in
+     * it for good. NULL: never asked (taken as open). */
+    bool (*copy_ready)(void *arg, const char *topic, uint32_t p);
+    void *copy_ready_arg;
     /* Decided records kept for followers that lack them, at most
      * (tn_setrepl_trim's keep_max); 0: TN_SETREPL_KEEP_MAX. */
     uint64_t keep_max;

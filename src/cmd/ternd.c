@@ -930,6 +930,15 @@ static bool setrepl_copy_moving(void *arg, const char *topic, uint32_t p)
     return d->replica != NULL && tn_replica_copy_moving(d->replica, topic, p);
 }
 
+/* Whether this node's copy of a partition is open and marked a
+ * replica's (the replica manager's), for setrepl: its channel state waits
+ * until it is. */
+static bool setrepl_copy_ready(void *arg, const char *topic, uint32_t p)
+{
+    daemon_t *d = arg;
+    return d->replica != NULL && tn_replica_copy_ready(d->replica, topic, p);
+}
+
 /* The replica manager's promotion step: the follower's channel logs of
  * the partition close before the engine opens them. */
 static void setrepl_release(void *arg, const char *topic, uint32_t p, void (*cb)(void *cb_arg),
@@ -982,6 +991,8 @@ static int open_routing(daemon_t *d, char *err, size_t errlen)
         so.pending_arg = d;
         so.copy_moving = setrepl_copy_moving;
         so.copy_moving_arg = d;
+        so.copy_ready = setrepl_copy_ready;
+        so.copy_ready_arg = d;
         so.incarnation = tn_meta_incarnation(d->meta);
         rc = tn_setrepl_new(&so, &d->setrepl);
     }

@@ -51,6 +51,12 @@ Four nodes, move-rate 256 KiB/s and a 2 MB backlog on the partition moved
                                     leader's channel state (its snapshot
                                     comes before the records): restarted,
                                     it copies the rest, with no hole.
+  test_target_killed_before_its_copy_opens  the new member SIGKILLed once
+                                    the leader's channel state came before
+                                    its copy was open (TERN_TEST_COPY_OPEN_HOLD
+                                    holds the open): the state waits for
+                                    the copy, open and marked a replica's,
+                                    and no hole is left.
 Three nodes, rv and rn at factor 1 (MoveFaultsF1):
   test_source_killed_after_switch   the source SIGKILLed as soon as the
                                     move is done (the target leads);
@@ -61,6 +67,9 @@ The same, move-rate 256 KiB/s and a 2 MB backlog (MoveFaultsF1Copying):
                                     owner's channel state, its records all
                                     below the owner's first epoch: restarted,
                                     it copies the rest, with no hole.
+  test_target_killed_before_its_copy_opens  the same before the target's
+                                    copy opened: the only copy once the
+                                    move is done, it holds every record.
 
 Run: python3 tests/cluster/test_move_faults.py --ternd build/ternd-test \
          --ternctl build/ternctl [MoveFaults.test_...]
@@ -97,6 +106,10 @@ class Faults:
     def make(self, n, **kw):
         c = super().make(n, **kw)
         env = c.env()
+        # A node's own copy of a partition this file lists ("topic/p") is
+        # not opened while it exists (hold_open).
+        self.open_hold_file = os.path.join(c.dir, "hold-open")
+        env.update(TERN_TEST_COPY_OPEN_HOLD=self.open_hold_file)
         if self.hold:
             # Moves are held while this file exists (release).
             self.hold_file = os.path.join(c.dir, "hold-moves")
@@ -160,6 +173,49 @@ class Faults:
         m = wait_until(f"move {mid} mid-copy", copying, 60, 0.1)
         tr.log(f"move {mid} mid-copy: {m}")
         return m
+
+    def hold_open(self, p):
+        """From now on, no node opens a copy of its own of rv/p (ensure_log
+        in cluster/replica.c asks again on its tick) until open_held_killed
+        ends the hold."""
+        with open(self.open_hold_file, "w") as f:
+            f.write(f"{V1}/{p}\n")
+
+    def open_held_killed(self, mid, p, target):
+        """target, a new member of rv/p whose copy hold_open keeps from
+        opening, is SIGKILLed once the leader's channel state came to it
+        first: installed (the window: a copy not marked a replica's yet
+        holds a channel that refers past its log's end) or refused (503
+        until the copy is open and marked). The hold ends, target comes
+        back, the move completes, and target's engine never skipped its
+        copy of rv/p forward at the start (queue/channel.c,
+        check_lost_tail): its copy has no hole (the ledger checks the rest
+        in finish)."""
+        held = f"replica {V1}/{p}: opening its copy held"
+        installed = f"setrepl: channel {tr.V1_CHANNEL} of {V1}/{p}: installed the leader's state"
+        refused = f"setrepl: channel {tr.V1_CHANNEL} of {V1}/{p}: this node's copy of the " \
+            "partition is not open yet"
+
+        def came():
+            text = target.log()
+            if held not in text:
+                return None
+            return "installed" if installed in text else "refused" if refused in text else None
+        how = wait_until(f"the leader's channel state of {V1}/{p} at node {target.id}, its "
+                         "copy not open", came, 60, 0.1)
+        m = self.find_move(mid)
+        self.assertIn(m["state"], ("copying", "catching_up"), m)
+        self.kill(target, f"the new member of {V1}/{p}, its copy not open, the leader's channel "
+                          f"state {how}")
+        self.flowing(40)
+        os.unlink(self.open_hold_file)
+        self.restart(target)
+        done = self.wait_state(mid, ("done", "aborted", "failed"), 180)
+        self.assertEqual(done["state"], "done", done)
+        skipped = [line for line in target.log().splitlines()
+                   if f"partition {V1}/{p}: channel " in line and "skipping them" in line]
+        self.expect(f"node {target.id} skipped its copy of {V1}/{p} forward at its start",
+                    skipped, [])
 
     def serves(self, p, n=20):
         t = time.monotonic()
@@ -486,6 +542,30 @@ class MoveFaultsCopying(Faults, tm.Moves):
         self.finish()
 
 
+    def test_target_killed_before_its_copy_opens(self):
+        """The new member SIGKILLed when the leader's channel state came
+        before its replica manager opened its copy (TERN_TEST_COPY_OPEN_HOLD
+        holds the open): the state waits for the copy (503) and once back
+        the target copies the whole log. It used to install the state in a
+        copy not marked a replica's yet, whose engine at the next start
+        skipped the log to the channel's end: a hole in the copy for good."""
+        self.cluster(n=4)
+        self.load.start()
+        self.flowing(60)
+        meta = self.c.find_leader()
+        p = self.partition_spared_by_meta_leader()
+        leader, replicas, spare = self.layout(p)
+        target = [spare] + [r for r in replicas if r != leader]
+        self.hold_open(p)
+        mid = self.begin(p, target, meta)
+        self.open_held_killed(mid, p, self.node(spare))
+        ps = self.partitions(meta, V1)[p]
+        self.assertEqual(ps.replicas, target, ps)
+        self.serves(p)
+        wait_until("every partition of rv with its whole ISR", self.settled4, 90)
+        self.finish()
+
+
 class MoveFaultsF1(Faults, f1.MovesF1):
     """Both topics at factor 1 (rv asks for it, rn, NSQ-made, takes the
     default), as test_moves_f1.py, whose helpers these are."""
@@ -580,6 +660,28 @@ class MoveFaultsF1Copying(MoveFaultsF1):
         self.restart(self.node(dst))
         done = self.wait_state(mid, ("done", "aborted", "failed"), 180, meta)
         self.assertEqual(done["state"], "done", done)
+        ps = self.partitions(meta, V1)[p]
+        self.assertEqual((ps.leader, ps.replicas), (dst, [dst]), ps)
+        self.serves(p)
+        wait_until("every partition of rv in sync", self.settled3, 90)
+        self.finish()
+
+
+    def test_target_killed_before_its_copy_opens(self):
+        """The target of a factor-1 move SIGKILLed when the owner's channel
+        state came before its replica manager opened its copy (as
+        MoveFaultsCopying's case): the target, the only copy once the move
+        is done, holds every acknowledged record (it used to skip to the
+        channel's end at its start: phantom, acknowledged records that no
+        copy kept)."""
+        self.cluster()
+        self.load.start()
+        self.flowing(60)
+        meta = self.c.find_leader()
+        p, src, dst = self.pick()
+        self.hold_open(p)
+        mid = self.begin(p, [dst], meta)
+        self.open_held_killed(mid, p, self.node(dst))
         ps = self.partitions(meta, V1)[p]
         self.assertEqual((ps.leader, ps.replicas), (dst, [dst]), ps)
         self.serves(p)

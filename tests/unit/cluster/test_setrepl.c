@@ -7,9 +7,10 @@
  * a release), a retried request is not applied twice, a new log starts at
  * the leader's base frontier, a stale epoch is fenced (409), a newer one
  * is 503, a partition led here or not replicated is 421, a released
- * partition stays 421, and records meant for another data directory
- * incarnation are 409; and the leader path with a real engine: a FIN's
- * tn_channel_sync ends only once the follower wrote its record, fails
+ * partition stays 421, records meant for another data directory
+ * incarnation are 409, and state and records for a partition whose copy
+ * is not open here yet are 503; and the leader path with a real engine:
+ * a FIN's tn_channel_sync ends only once the follower wrote its record, fails
  * with TN_EFEWREPLICAS when the ISR is below min_insync and TN_EFENCED
  * once another node leads, and ends only after a snapshot when the
  * follower's data directory was made anew (an older build's follower
@@ -410,6 +411,16 @@ static int script_pstate(void *arg, const char *topic, uint32_t p, tn_pstate_t *
 
 static uint64_t push_base;       /* base_frontier of the next pushes */
 static uint64_t ffx_incarnation; /* the follower's data directory incarnation */
+static bool ffx_copy_gate;       /* ffx_new gives the follower a copy_ready */
+static bool copy_open;           /* what that copy_ready answers */
+
+static bool copy_ready(void *arg, const char *topic, uint32_t p)
+{
+    (void)arg;
+    (void)topic;
+    (void)p;
+    return copy_open;
+}
 
 typedef struct {
     uv_loop_t loop;
@@ -432,7 +443,8 @@ static ffx_t *ffx_new(void)
                            .node_id = 1,
                            .store = f->store,
                            .pstate = script_pstate,
-                           .incarnation = ffx_incarnation};
+                           .incarnation = ffx_incarnation,
+                           .copy_ready = ffx_copy_gate ? copy_ready : NULL};
     assert_int_equal(tn_setrepl_new(&o, &f->s), 0);
     tn_rpc_handler_t h[TN_SETREPL_HANDLERS];
     size_t nh = 0;
@@ -685,6 +697,46 @@ static void test_follower_snapshot(void **state)
     assert_false(tn_cursor_is_settled(&cur, 20)); /* seq 5 was the state's */
     assert_false(tn_cursor_is_settled(&cur, 14));
     assert_int_equal(cur.timeout_count, 3);
+    tn_cursor_fini(&cur);
+    tn_cursor_fini(&c);
+    ffx_free(f);
+}
+
+/* A follower whose replica manager has not opened its copy of the
+ * partition yet (not marked a replica's: at the next start the engine
+ * would skip a copy whose channels refer past its end) refuses the
+ * leader's channel state and records (503, retried) and makes no channel
+ * log; once the copy is open it takes them. */
+static void test_follower_waits_for_its_copy(void **state)
+{
+    (void)state;
+    ffx_copy_gate = true;
+    copy_open = false;
+    ffx_t *f = ffx_new();
+    ffx_copy_gate = false;
+    tu_rpc_raw_t r;
+    tn_cursor_t c;
+    tn_cursor_init(&c, 10);
+    tn_walrec_t next[1] = {{.op = TN_WAL_FIN, .offset = 12}};
+    assert_int_equal(snap(f, 3, 40, 5, 0, &c, &r), 503);
+    assert_non_null(strstr(r.body, "not open yet"));
+    assert_int_equal(push(f, 3, 40, 6, next, 1, &r), 503);
+    assert_non_null(strstr(r.body, "not open yet"));
+    bool ckpt = true, wal = true;
+    assert_int_equal(tn_chanlog_probe(f->store, "orders", 1, "billing", &ckpt, &wal), 0);
+    assert_false(ckpt);
+    assert_false(wal);
+
+    copy_open = true;
+    assert_int_equal(snap(f, 3, 40, 5, 0, &c, &r), 204);
+    assert_int_equal(push(f, 3, 40, 6, next, 1, &r), 204);
+    released_flag = false;
+    tn_setrepl_release(f->s, "orders", 1, on_released, &released_flag);
+    tu_run_until(&f->loop, &released_flag);
+    tn_cursor_t cur;
+    read_back(f, &cur);
+    assert_int_equal(cur.frontier, 10);
+    assert_true(tn_cursor_is_settled(&cur, 12));
     tn_cursor_fini(&cur);
     tn_cursor_fini(&c);
     ffx_free(f);
@@ -1799,6 +1851,7 @@ int main(void)
         cmocka_unit_test(test_follower_refuses_another_channel),
         cmocka_unit_test(test_follower_failed_apply_is_not_skipped),
         cmocka_unit_test(test_follower_snapshot),
+        cmocka_unit_test(test_follower_waits_for_its_copy),
         cmocka_unit_test(test_rule_extra),
         cmocka_unit_test(test_leader_waits_for_the_elr),
         cmocka_unit_test(test_gate_yes_counts_on_new_channels),
