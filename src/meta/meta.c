@@ -139,13 +139,19 @@ struct tn_meta_s {
     raft_term lead_term;    /* the term whose barrier applied here (0: none) */
     raft_term lead_asked;   /* the term lead_barrier was asked in */
     bool lead_barrier_busy; /* lead_barrier is in libraft */
-    /* tn_meta_transfer. */
+    /* tn_meta_transfer (meta.h): a barrier finds the voters that answer,
+     * then raft_transfer to one of them. */
+    struct raft_barrier xfer_barrier;
     struct raft_transfer xfer;
     uint64_t xfer_deadline;
-    uint64_t xfer_down_ms; /* when it saw itself stepped down (0: not yet) */
+    uint64_t xfer_start_ms; /* when it was asked (loop time) */
+    uint64_t xfer_down_ms;  /* when it saw itself stepped down (0: not yet) */
     void (*xfer_cb)(void *arg, int status);
     void *xfer_arg;
-    int xfer_status; /* 1 while undecided */
+    int xfer_status;          /* 1 while undecided */
+    int xfer_barrier_status;  /* the barrier's answer; 1 while it has none */
+    uint64_t xfer_target;     /* the voter chosen (0: none yet) */
+    uint64_t self_xfer_after; /* check_removals: no handover tried before (loop ms) */
     unsigned election_ms;
     unsigned hb_interval_ms;
     unsigned dead_after_ms;
@@ -158,8 +164,10 @@ struct tn_meta_s {
     bool reg_busy;
     bool reg_failing;
     bool mark_busy;
-    bool xfer_active;  /* a transfer request is waiting for its answer */
-    bool xfer_in_raft; /* raft_transfer took it and has not called back */
+    bool xfer_active;       /* a transfer request is waiting for its answer */
+    bool xfer_choosing;     /* its barrier is out: the target is not chosen yet */
+    bool xfer_barrier_busy; /* xfer_barrier is in libraft */
+    bool xfer_in_raft;      /* raft_transfer took it and has not called back */
     char api_addr[TN_META_ADDR_MAX + 1];
     tn_meta_nsq_t nsq; /* this node's NSQ door, for its registration */
     /* Replicated partitions. */
@@ -1018,6 +1026,7 @@ static void fail_waiting(tn_meta_t *m, int status)
     }
     if (m->xfer_active) {
         m->xfer_active = false;
+        m->xfer_choosing = false;
         m->xfer_cb(m->xfer_arg, status);
     }
     /* Confirmations answered but not yet applied here; one still in
@@ -1381,6 +1390,29 @@ int tn_meta_join(tn_meta_t *m, uint64_t id, const char *raft_addr,
 
 /* --- leadership transfer -------------------------------------------------------- */
 
+/* DESIGN (tn_meta_transfer, meta.h): choosing the voter to hand over to.
+ *   1. The leader appends a barrier entry. A voter that is up stores it
+ *      and says so: its match index (libraft's progress: what the voter
+ *      reported holding) reaches the barrier's index. A voter stopped or
+ *      cut off reports nothing. (libraft's own choice, raft_transfer with
+ *      id 0, goes by the next index it sends, which runs ahead of what a
+ *      gone voter holds, so it picks a voter stopped a moment ago as
+ *      readily as a live one, and then waits for it in vain.)
+ *   2. Once the barrier commits (a majority holds it, so the voter chosen
+ *      can win the election), the target is, of the other voters holding
+ *      it, the one holding the most of the log (configuration order on a
+ *      tie); raft_transfer sends it TimeoutNow once it holds the whole log.
+ *   3. Done once another node is known to lead (or this one stepped down
+ *      and learnt of no leader within an election timeout).
+ * Failures: no commit within an election timeout (no majority answers):
+ * no handover, TN_ENOTFOUND, one notice line. libraft ends its transfer
+ * after an election timeout with this node still leading (the target went
+ * away after it answered): UV_ETIMEDOUT then, not at the overall bound.
+ * All on loop (monotonic) time. The heard-recently view (note_contacts)
+ * does not take part: sampled at ticks, it shows every voter unheard after
+ * the loop stalled for two election timeouts, and a handover that would
+ * have worked was skipped. */
+
 static void on_transferred(struct raft_transfer *req)
 {
     tn_meta_t *m = req->data;
@@ -1388,10 +1420,102 @@ static void on_transferred(struct raft_transfer *req)
     wake(m);
 }
 
+static void on_xfer_barrier(struct raft_barrier *b, int status)
+{
+    tn_meta_t *m = b->data;
+    m->xfer_barrier_busy = false;
+    m->xfer_barrier_status = status;
+    wake(m);
+}
+
+/* The voter to hand leadership to (step 2); 0: none holds the barrier. */
+static raft_id xfer_target(const tn_meta_t *m)
+{
+    const struct raft_configuration *conf = &m->raft.configuration;
+    const struct raft_progress *prog = m->raft.leader_state.progress;
+    raft_id best = 0;
+    raft_index most = 0;
+    for (unsigned i = 0; prog != NULL && i < conf->n; i++) {
+        const struct raft_server *s = &conf->servers[i];
+        if (s->id == m->id || s->role != RAFT_VOTER || prog[i].match_index < m->xfer_barrier.index)
+            continue;
+        if (best == 0 || prog[i].match_index > most) {
+            best = s->id;
+            most = prog[i].match_index;
+        }
+    }
+    return best;
+}
+
+/* Whether the configuration has a voter other than this node. */
+static bool xfer_other_voter(const tn_meta_t *m)
+{
+    const struct raft_configuration *conf = &m->raft.configuration;
+    for (unsigned i = 0; i < conf->n; i++)
+        if (conf->servers[i].id != m->id && conf->servers[i].role == RAFT_VOTER)
+            return true;
+    return false;
+}
+
+/* Steps 1 and 2, on the leader, while the barrier is out: false while it
+ * waits; true once xfer_status says what came of it (1: raft_transfer took
+ * the target). */
+static bool xfer_choose(tn_meta_t *m)
+{
+    if (m->xfer_barrier_status == 1) {
+        if (uv_now(m->loop) < m->xfer_start_ms + m->election_ms)
+            return false;
+        TN_LOG_RL(TN_LOG_NOTICE, 10000,
+                  "metastore: no majority of the voters stored a new entry within %u ms: "
+                  "not handing leadership over",
+                  m->election_ms);
+        m->xfer_status = TN_ENOTFOUND;
+        return true;
+    }
+    if (m->xfer_barrier_status != 0) {
+        TN_LOG(TN_LOG_WARN, "metastore: leadership transfer: barrier failed: %s",
+               raft_strerror(m->xfer_barrier_status));
+        m->xfer_status = TN_EFAILED;
+        return true;
+    }
+    raft_id target = xfer_target(m);
+    if (target == 0) {
+        /* The barrier committed, so a majority holds it, but the
+         * configuration changed under it (or this node is its only voter
+         * now). */
+        TN_LOG(TN_LOG_NOTICE, "metastore: no other voter stored a new entry: not handing "
+                              "leadership over");
+        m->xfer_status = TN_ENOTFOUND;
+        return true;
+    }
+    memset(&m->xfer, 0, sizeof(m->xfer));
+    m->xfer.data = m;
+    int rc = raft_transfer(&m->raft, &m->xfer, target, on_transferred);
+    if (rc != 0) {
+        TN_LOG(TN_LOG_WARN, "metastore: leadership transfer to node %llu refused: %s",
+               (unsigned long long)target, raft_strerror(rc));
+        m->xfer_status = TN_EFAILED;
+        return true;
+    }
+    TN_LOG(TN_LOG_NOTICE, "metastore: handing leadership over to node %llu (answered in %llu ms)",
+           (unsigned long long)target, (unsigned long long)(uv_now(m->loop) - m->xfer_start_ms));
+    m->xfer_in_raft = true;
+    m->xfer_target = target;
+    m->xfer_status = 1;
+    return true;
+}
+
 static void run_transfer(tn_meta_t *m)
 {
     if (!m->xfer_active)
         return;
+    if (m->xfer_choosing) {
+        /* A node that stopped leading meanwhile waits below to learn the
+         * new leader. */
+        if (raft_state(&m->raft) == RAFT_LEADER && !xfer_choose(m))
+            return;
+        m->xfer_choosing = false;
+    }
     bool started = m->xfer_status == 1;
     raft_id leader = 0;
     const char *addr = NULL;
@@ -1400,7 +1524,9 @@ static void run_transfer(tn_meta_t *m)
          * leader's first message (later on a loaded machine) a node that
          * stepped down knows of none. It waits for it one election
          * timeout at most: when the whole cluster stops at once no new
-         * leader comes. */
+         * leader comes. Still leading once libraft gave the transfer up
+         * (an election timeout after it began: the target did not take
+         * over) is a failure at once. */
         uint64_t now = uv_now(m->loop);
         bool stepped_down = raft_state(&m->raft) != RAFT_LEADER;
         raft_leader(&m->raft, &leader, &addr);
@@ -1409,7 +1535,7 @@ static void run_transfer(tn_meta_t *m)
         if (stepped_down && ((leader != 0 && leader != m->id) ||
                              now >= m->xfer_down_ms + m->election_ms || now >= m->xfer_deadline))
             m->xfer_status = 0;
-        else if (now >= m->xfer_deadline)
+        else if ((!stepped_down && !m->xfer_in_raft) || now >= m->xfer_deadline)
             m->xfer_status = UV_ETIMEDOUT;
         else
             return;
@@ -1418,6 +1544,11 @@ static void run_transfer(tn_meta_t *m)
     if (started && m->xfer_status == 0)
         TN_LOG(TN_LOG_NOTICE, "metastore: leadership handed over (leader now %llu)",
                (unsigned long long)leader);
+    else if (m->xfer_status == UV_ETIMEDOUT && m->xfer_target != 0)
+        TN_LOG(TN_LOG_WARN,
+               "metastore: node %llu answered but did not take leadership over within %u ms "
+               "(stopping too?)",
+               (unsigned long long)m->xfer_target, m->election_ms);
     m->xfer_cb(m->xfer_arg, m->xfer_status);
 }
 
@@ -1427,24 +1558,37 @@ int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg)
         return TN_ECLOSED;
     if (m->xfer_active || m->xfer_in_raft)
         return UV_EBUSY;
+    uint64_t now = uv_now(m->loop);
     m->xfer_cb = cb;
     m->xfer_arg = arg;
     m->xfer_active = true;
     m->xfer_status = 0;
-    m->xfer_deadline = uv_now(m->loop) + 3 * (uint64_t)m->election_ms + 2000;
+    m->xfer_target = 0;
+    m->xfer_deadline = now + 3 * (uint64_t)m->election_ms + 2000;
+    m->xfer_start_ms = now;
     m->xfer_down_ms = 0;
     if (raft_state(&m->raft) == RAFT_LEADER) {
-        memset(&m->xfer, 0, sizeof(m->xfer));
-        m->xfer.data = m;
-        int rc = raft_transfer(&m->raft, &m->xfer, 0, on_transferred);
-        if (rc == 0) {
-            m->xfer_in_raft = true;
+        if (!xfer_other_voter(m)) {
+            m->xfer_status = TN_ENOTFOUND;
+        } else if (m->xfer_barrier_busy) {
+            /* The barrier of an earlier transfer is still out: its answer
+             * serves this one too. */
+            m->xfer_choosing = true;
             m->xfer_status = 1;
         } else {
-            m->xfer_status = rc == RAFT_NOTFOUND ? TN_ENOTFOUND : TN_EFAILED;
-            if (rc != RAFT_NOTFOUND)
+            memset(&m->xfer_barrier, 0, sizeof(m->xfer_barrier));
+            m->xfer_barrier.data = m;
+            int rc = raft_barrier(&m->raft, &m->xfer_barrier, on_xfer_barrier);
+            if (rc == 0) {
+                m->xfer_barrier_busy = true;
+                m->xfer_barrier_status = 1;
+                m->xfer_choosing = true;
+                m->xfer_status = 1;
+            } else {
+                m->xfer_status = TN_EFAILED;
                 TN_LOG(TN_LOG_WARN, "metastore: leadership transfer refused: %s",
                        raft_strerror(rc));
+            }
         }
     }
     wake(m);
@@ -2467,10 +2611,13 @@ static void on_rm_change(struct raft_change *req, int status)
 static void on_self_xfer(void *arg, int status)
 {
     tn_meta_t *m = arg;
-    if (status != 0 && status != TN_ECLOSED)
+    /* TN_ENOTFOUND: no voter could take over (logged); tried again an
+     * election timeout later, as after any failure. */
+    if (status != 0 && status != TN_ECLOSED && status != TN_ENOTFOUND)
         TN_LOG(TN_LOG_WARN, "metastore: handing leadership over before this node's removal: %s",
                tn_strerror(status));
-    (void)m;
+    if (status != 0 && !m->closing)
+        m->self_xfer_after = uv_now(m->loop) + m->election_ms;
 }
 
 /* On the leader, each tick: a server of the Raft configuration whose id
@@ -2504,7 +2651,7 @@ static void check_removals(tn_meta_t *m)
             tn_meta_member_find(&m->state, id) != NULL || rejoined(m, id))
             continue;
         if (id == m->id) {
-            if (!m->xfer_active && !m->xfer_in_raft)
+            if (!m->xfer_active && !m->xfer_in_raft && now >= m->self_xfer_after)
                 (void)tn_meta_transfer(m, on_self_xfer, m);
             return;
         }

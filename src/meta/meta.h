@@ -283,14 +283,20 @@ int tn_meta_leader(tn_meta_t *m, uint64_t *id, const char **api_addr);
  * UV_EINVAL (id 0 or a bad address), TN_ECLOSED, UV_ENOMEM. */
 int tn_meta_join(tn_meta_t *m, uint64_t id, const char *raft_addr,
                  void (*cb)(void *arg, int status), void *arg);
-/* Hand leadership to another voter before a graceful stop (raft_transfer
- * to any voter, then wait until libraft shows another leader, at most
- * 3 election timeouts + 2 s: 5 s with the default 1 s; stepping down is
- * not enough: it waits up to an election timeout more to know the new one). 0 and cb(arg, status)
- * later: 0 (another node leads; or this one did not lead, or stepped down and learnt of no new
- * leader in that time), TN_ENOTFOUND (no other voter), UV_ETIMEDOUT (still leader at the bound),
- * TN_EFAILED, TN_ECLOSED. Or at once UV_EBUSY (a transfer is under way) or TN_ECLOSED.
- */
+/* Hand leadership to another voter before a graceful stop (meta.c's
+ * DESIGN under "leadership transfer"): the leader appends a barrier and,
+ * once a majority stored it, hands over (raft_transfer) to the voter that
+ * answered holding the most of the log; then waits until libraft shows
+ * another leader (stepping down is not enough: it waits up to an election
+ * timeout more to learn the new one). No handover when no majority of the
+ * voters stored the barrier within an election timeout (nobody could win
+ * the election; logged). 0 and
+ * cb(arg, status) later: 0 (another node leads; or this one did not lead,
+ * or stepped down and learnt of no new leader in that time), TN_ENOTFOUND
+ * (no other voter, or none that could take over), UV_ETIMEDOUT (the
+ * target did not take over within libraft's bound of an election timeout;
+ * at most 3 election timeouts + 2 s in all), TN_EFAILED, TN_ECLOSED. Or at
+ * once UV_EBUSY (a transfer is under way) or TN_ECLOSED. Loop thread. */
 int tn_meta_transfer(tn_meta_t *m, void (*cb)(void *arg, int status), void *arg);
 /* Confirm with the leader that this node's view is current, for a
  * destructive action: on the leader a raft_barrier (every earlier entry

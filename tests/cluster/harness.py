@@ -466,8 +466,8 @@ class Cluster:
 
     def stop(self, timeout=60, drain=None):
         """Stop every running node gracefully, all at once (SIGTERM, by
-        PID; one at a time, each stop but the last hands leadership over
-        and waits on the rest: seconds per node; drain as Node.stop);
+        PID: one at a time, a last node still leading would wait up to an
+        election timeout for voters that are gone; drain as Node.stop);
         {node id: exit status, None for one still running after timeout
         seconds}."""
         codes = {}
@@ -535,10 +535,7 @@ class ClusterTest(unittest.TestCase):
 
     def stop_all(self, c):
         """Every node of c stopped gracefully, all at once (Cluster.stop),
-        each asserted running and exiting 0 (its log shown if not). One
-        after the other, a leader's stop can hand the lead to a voter
-        stopped just before and wait seconds for it before it stops
-        anyway."""
+        each asserted running and exiting 0 (its log shown if not)."""
         codes = c.stop()
         self.assertEqual(sorted(codes), sorted(n.id for n in c.nodes), "nodes not running")
         for node in c.nodes:

@@ -176,6 +176,32 @@ class Failures(ClusterTest):
         self.create_topics(new_leader, ["after-handover"])
         self.assert_replicated(survivors, ["before-handover", "after-handover"])
 
+    def test_stops_one_by_one_hand_leadership_to_a_live_voter(self):
+        # A rolling stop: a follower first, then the leader. The leader
+        # hands over to the voter still running, never to the one stopped
+        # a moment ago: libraft 0.15's own choice (the first voter in
+        # configuration order, id order here, that it counts as up to
+        # date) picked that one, and the stop waited 5 s for it and logged
+        # "transfer failed".
+        c = self.make(3).start()
+        leader = c.find_leader()
+        first = min((x for x in c.nodes if x is not leader), key=lambda x: x.id)
+        self.create_topics(leader, ["before-stops"])
+        self.assert_replicated(c.nodes, ["before-stops"])
+        self.assertEqual(first.stop(), 0, first.log())
+        leader = c.find_leader()  # the same one, unless an election came between
+        other = next(x for x in c.running() if x is not leader)
+        self.assertEqual(leader.stop(), 0, leader.log())
+        log = leader.log()
+        self.assertNotIn("transfer failed", log)
+        self.assertIn(f"metastore: handing leadership over to node {other.id}", log)
+        self.assertIn(f"metastore leadership handed to node {other.id}", log)
+        # The last node, alone of three: no majority could elect anyone,
+        # so it stops without trying.
+        self.assertEqual(other.stop(), 0, other.log())
+        self.assertNotIn("transfer failed", other.log())
+        self.assertNotIn("handing leadership over to", other.log())
+
     def test_graceful_stop_and_restart_of_every_node(self):
         c = self.make(3).start()
         self.create_topics(c.find_leader(), ["kept"])
