@@ -3281,6 +3281,7 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
      * adds it. */
     rc = o->join_only ? RAFT_CANTBOOTSTRAP : raft_bootstrap(&m->raft, &conf);
     raft_configuration_close(&conf);
+    bool bootstrapped = rc == 0;
     if (rc == 0 && o->npeers == 0) {
         TN_LOG(TN_LOG_NOTICE, "metastore: new cluster bootstrapped with node %llu at %s",
                (unsigned long long)o->node_id, m->address);
@@ -3328,6 +3329,19 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
             tn_errbuf(err, errlen, "metastore: start: %s",
                       msg[0] != '\0' ? msg : raft_strerror(rc));
         goto fail_raft;
+    }
+    if (bootstrapped && o->npeers > 1 && raft_state(&m->raft) == RAFT_FOLLOWER) {
+        /* A new cluster's voters start together and none has led yet:
+         * there is no leader whose silence the first election timer
+         * could detect, yet libraft draws it from [E, 2E] like every
+         * later one, which left every new cluster leaderless for 1-2 s.
+         * This node's first timer only is drawn from [E/4, E/2] (libraft's
+         * own random source); the next ones, and every timer of a node
+         * that restarts on its state, are libraft's. The timer decides
+         * only when this node asks for (pre-)votes, never who wins. */
+        unsigned e = m->election_ms;
+        m->raft.follower_state.randomized_election_timeout =
+            (unsigned)m->io.random(&m->io, (int)(e / 4), (int)(e / 2));
     }
     m->start_index = raft_last_index(&m->raft);
     uv_timer_start(&m->poll, on_poll, LEADER_POLL_MS, LEADER_POLL_MS);

@@ -8,6 +8,7 @@ fourth node joining with --join, member liveness.
 
 Run: python3 tests/cluster/test_meta.py --ternd build/ternd [unittest args]
 """
+import datetime
 import json
 import os
 import re
@@ -68,6 +69,21 @@ class Bootstrap(ClusterTest):
 
     def test_bootstrap_of_five(self):
         self.check_bootstrap(5)
+
+    def test_first_election_of_a_new_cluster_is_early(self):
+        # A node that just bootstrapped draws its first election timer from
+        # a quarter to half an election timeout, not libraft's one to two:
+        # no node of the new cluster used to ask for votes before a whole
+        # election timeout (4 s here) had passed since it started.
+        c = self.make(3, args=["--raft-election-timeout=4s"]).start()
+        leader = c.find_leader()
+
+        def at(node, text):
+            line = next(x for x in node.log().splitlines() if text in x)
+            return datetime.datetime.strptime(line[:23], "%Y-%m-%dT%H:%M:%S.%f")
+        first = min(at(x, "metastore: new cluster bootstrapped") for x in c.nodes)
+        elected = at(leader, "metastore ready: leader")
+        self.assertLess((elected - first).total_seconds(), 4.0, c.logs())
 
     def test_secret_and_tls_files_from_the_harness(self):
         # The harness's certificates chain to its CA and to no other; a
