@@ -322,6 +322,11 @@ class TopicRemade(harness.ClusterTest):
         wait_until("new acknowledged",
                    lambda: first.request("POST", f"/v1/topics/rb/produce?partition={p}", b"new",
                                          headers=OCTET)[0] == 202, 60)
+        # Taken by another node's ingress log: committed to the owner a
+        # moment later.
+        wait_until("new in the node's log",
+                   lambda: down.request("GET", "/v1/topics/rb")[1]["partition_stats"][p]
+                   .get("next_offset", 0) >= 1, 30)
         self.assertEqual(consume_all(down, "rb", p, "c"), ["new"])
         self.assertEqual(old_bytes_on_disk(down, "rb"), [])
 
