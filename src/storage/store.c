@@ -736,14 +736,15 @@ int tn_store_topic_stamp_read(tn_store_t *store, const char *topic, int64_t *ms)
  * bytes, u64 the record's stamp; little-endian. */
 #define CHAN_STAMP_MAGIC 0x43534E54u /* "TNSC" read as a little-endian u32 */
 
-/* dir: the topic's directory; name: the channel's stamp file. */
-static int chan_stamp_path(tn_store_t *store, const char *topic, const char *channel, char *dir,
-                           size_t dirlen, char *name, size_t namelen)
+/* dir: the topic's directory; name: the channel's file ending in suffix
+ * (its stamp, its pause). */
+static int chan_file_path(tn_store_t *store, const char *topic, const char *channel,
+                          const char *suffix, char *dir, size_t dirlen, char *name, size_t namelen)
 {
     if (!tn_store_valid_name(topic) || !tn_store_valid_name(channel))
         return UV_EINVAL;
     int n = snprintf(dir, dirlen, "%s/%s", store->topics_path, topic);
-    int m = snprintf(name, namelen, "%s" TN_STORE_CHAN_STAMP_SUFFIX, channel);
+    int m = snprintf(name, namelen, "%s%s", channel, suffix);
     if (n < 0 || (size_t)n >= dirlen || m < 0 || (size_t)m >= namelen)
         return UV_ENAMETOOLONG;
     return 0;
@@ -755,7 +756,8 @@ int tn_store_channel_stamp_write(tn_store_t *store, const char *topic, const cha
     if (written != NULL)
         *written = false;
     char dir[4400], name[300], path[4800];
-    int rc = chan_stamp_path(store, topic, channel, dir, sizeof(dir), name, sizeof(name));
+    int rc = chan_file_path(store, topic, channel, TN_STORE_CHAN_STAMP_SUFFIX, dir, sizeof(dir),
+                            name, sizeof(name));
     if (rc != 0)
         return rc;
     struct stat st;
@@ -781,7 +783,8 @@ int tn_store_channel_stamp_read(tn_store_t *store, const char *topic, const char
 {
     *stamp = 0;
     char dir[4400], name[300];
-    int rc = chan_stamp_path(store, topic, channel, dir, sizeof(dir), name, sizeof(name));
+    int rc = chan_file_path(store, topic, channel, TN_STORE_CHAN_STAMP_SUFFIX, dir, sizeof(dir),
+                            name, sizeof(name));
     if (rc != 0)
         return rc;
     unsigned char payload[8];
@@ -794,6 +797,62 @@ int tn_store_channel_stamp_read(tn_store_t *store, const char *topic, const char
     if (v == 0)
         return TN_ECORRUPT;
     *stamp = v;
+    return 0;
+}
+
+/* The channel pause file: u32 magic "TNSP", u32 crc32c of the next 8
+ * bytes, u64 1 (paused) or 0 (unpaused); little-endian. */
+#define CHAN_PAUSE_MAGIC 0x50534E54u /* "TNSP" read as a little-endian u32 */
+
+int tn_store_channel_pause_write(tn_store_t *store, const char *topic, const char *channel,
+                                 int paused, bool *written)
+{
+    if (written != NULL)
+        *written = false;
+    if (paused < -1 || paused > 1)
+        return UV_EINVAL;
+    char dir[4400], name[300], path[4800];
+    int rc = chan_file_path(store, topic, channel, TN_STORE_CHAN_PAUSE_SUFFIX, dir, sizeof(dir),
+                            name, sizeof(name));
+    if (rc != 0)
+        return rc;
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return errno == ENOENT ? 0 : tn_err_from_errno(errno);
+    if (paused < 0) {
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        rc = tn_io_unlink(path);
+        if (rc == UV_ENOENT)
+            return 0;
+        return rc != 0 ? rc : tn_io_fsync_dir(dir);
+    }
+    unsigned char payload[8];
+    tn_put_u64(payload, (uint64_t)paused);
+    rc = tn_io_write_record_file(dir, name, CHAN_PAUSE_MAGIC, payload, sizeof(payload));
+    if (rc == 0 && written != NULL)
+        *written = true;
+    return rc;
+}
+
+int tn_store_channel_pause_read(tn_store_t *store, const char *topic, const char *channel,
+                                int *paused)
+{
+    *paused = -1;
+    char dir[4400], name[300];
+    int rc = chan_file_path(store, topic, channel, TN_STORE_CHAN_PAUSE_SUFFIX, dir, sizeof(dir),
+                            name, sizeof(name));
+    if (rc != 0)
+        return rc;
+    unsigned char payload[8];
+    rc = tn_io_read_record_file(dir, name, CHAN_PAUSE_MAGIC, payload, sizeof(payload));
+    if (rc == UV_ENOENT || rc == UV_ENOTDIR)
+        return 0;
+    if (rc != 0)
+        return rc;
+    uint64_t v = tn_get_u64(payload);
+    if (v > 1)
+        return TN_ECORRUPT;
+    *paused = (int)v;
     return 0;
 }
 

@@ -234,6 +234,27 @@ int tn_store_channel_stamp_write(tn_store_t *store, const char *topic, const cha
 int tn_store_channel_stamp_read(tn_store_t *store, const char *topic, const char *channel,
                                 uint64_t *stamp);
 
+/* A channel's pause on this node (`topics/<topic>/<channel>.cpause`,
+ * storage-format.md): whether this node's channel is paused as a whole
+ * (nsqd's /channel/pause is per node, docs/cluster.md). It is the node's,
+ * not a partition's: the channel logs' PAUSE records travel with their
+ * partition (a move, a follower's copy of its leader's state), so they
+ * cannot say what this node was told. tn_store_channel_pause_write
+ * replaces it atomically with paused (1 or 0), in an existing topic
+ * directory only (none here: 0 with *written false; written may be NULL);
+ * -1 removes it (then fsyncs the directory), so that a file left by a
+ * deleted channel is never taken for a new one's.
+ * tn_store_channel_pause_read: *paused 1 or 0, or -1 when there is none
+ * (a channel never paused or unpaused since it was made, or one paused by
+ * an earlier release); TN_ECORRUPT when the file is not one (size, magic,
+ * CRC, or a value other than 0 and 1). Blocking: a worker thread (read:
+ * also before the loop runs). */
+#define TN_STORE_CHAN_PAUSE_SUFFIX ".cpause"
+int tn_store_channel_pause_write(tn_store_t *store, const char *topic, const char *channel,
+                                 int paused, bool *written);
+int tn_store_channel_pause_read(tn_store_t *store, const char *topic, const char *channel,
+                                int *paused);
+
 /* Remove a topic's directory (its logs and channel logs closed): renamed
  * into trash/ (durably: the topic is gone from then on, even after a
  * crash), then deleted; a start clears what a crash left in trash/.
