@@ -321,6 +321,15 @@ int tn__chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanl
 
 static void chpart_fini(tn_chpart_t *cp);
 
+void tn__chpart_take_pause(tn_chpart_t *cp)
+{
+    tn_channel_t *ch = cp->ch;
+    if (ch == NULL || cp->cl == NULL || cp->cur.paused == ch->paused || log_failed(cp) != 0)
+        return;
+    tn_walrec_t r = {.op = TN_WAL_PAUSE, .value = ch->paused ? 1 : 0};
+    (void)record(cp, &r); /* its failure breaks cp, which says so */
+}
+
 int tn__chpart_reset(tn_chpart_t *cp, tn_chanlog_t *cl, tn_cursor_t *cur)
 {
     tn_channel_t *ch = cp->ch;
@@ -329,10 +338,8 @@ int tn__chpart_reset(tn_chpart_t *cp, tn_chanlog_t *cl, tn_cursor_t *cur)
     chpart_fini(cp);
     memset(cp, 0, sizeof(*cp));
     int rc = tn__chpart_init(cp, ch, part, cl, cur);
-    if (rc == 0 && ch->paused && cl != NULL) {
-        tn_walrec_t r = {.op = TN_WAL_PAUSE, .value = 1};
-        rc = record(cp, &r);
-    }
+    if (rc == 0)
+        tn__chpart_take_pause(cp);
     return rc;
 }
 
@@ -525,6 +532,34 @@ static int start_missing(tn_topic_t *t, uint32_t i, const char *name, tn_cursor_
     return 0;
 }
 
+/* Whether this node's channel ch, its partitions loaded (made: those
+ * that lacked its files), is paused: as its pause file says. The
+ * partitions' own flags cannot say it: they travel with their partition
+ * (a move, a failover), and a follower's copy holds its leader's, so the
+ * first partition opened would impose its flag on them all. Without a
+ * pause file (a channel paused by an earlier release, which kept the
+ * pause in the partitions only), or with one that cannot be read: paused
+ * when any partition that kept its files here says so (a pause kept
+ * rather than deliveries resumed that someone stopped). */
+static bool load_paused(const tn_channel_t *ch, const bool *made)
+{
+    const tn_topic_t *t = ch->topic;
+    const char *name = ch->name;
+    int paused = -1;
+    int rc = tn_store_channel_pause_read(t->broker->store, t->name, name, &paused);
+    if (rc != 0)
+        TN_LOG(TN_LOG_WARN,
+               "channel %s of %s: its pause file (%s%s) cannot be read (%s): paused if a "
+               "partition here says so",
+               name, t->name, name, TN_STORE_CHAN_PAUSE_SUFFIX, tn_strerror(rc));
+    if (paused >= 0)
+        return paused == 1;
+    for (uint32_t i = 0; i < t->nparts; i++)
+        if (!t->parts[i]->remote && !made[i] && ch->parts[i]->cur.paused)
+            return true;
+    return false;
+}
+
 int tn__channel_load(tn_topic_t *t, const char *name)
 {
     tn_channel_t *ch = channel_new(t, name, strlen(name));
@@ -582,21 +617,7 @@ int tn__channel_load(tn_topic_t *t, const char *name)
         check_lost_tail(cp);
         tn__broker_rewake(cp);
     }
-    /* Paused as the first partition that kept its checkpoint says; one
-     * that lacked it records the pause too, so it says the same next time. */
-    ch->paused = false;
-    for (uint32_t i = 0; i < t->nparts; i++) {
-        if (!t->parts[i]->remote && !made[i]) {
-            ch->paused = ch->parts[i]->cur.paused;
-            break;
-        }
-    }
-    for (uint32_t i = 0; ch->paused && i < t->nparts; i++) {
-        if (made[i]) {
-            tn_walrec_t r = {.op = TN_WAL_PAUSE, .value = 1};
-            record(ch->parts[i], &r);
-        }
-    }
+    ch->paused = load_paused(ch, made);
     tn_free(made);
     /* Which record the files are of: the catalog replaces the channel if
      * its record has another stamp (deleted and made again meanwhile). */
@@ -632,6 +653,7 @@ typedef struct {
      * records and snapshots go through it (tn_broker_chan_apply) and the
      * channel is served from it once led here again. */
     bool *aside;
+    bool paused; /* this node's pause, kept from before (chan_create_work) */
     int rc;
 } chan_job_t;
 
@@ -686,14 +708,29 @@ static void chan_create_work(uv_work_t *w)
      * retained record is delivered again rather than the bootstrap window
      * skip the unsettled ones older than it. */
     uint64_t had = 0;
-    bool lost = ch->stamp_kept != 0 && !j->first &&
-                tn_store_channel_stamp_read(t->broker->store, t->name, ch->name, &had) == 0 &&
-                had == ch->stamp_kept;
+    bool had_it = ch->stamp_kept != 0 &&
+                  tn_store_channel_stamp_read(t->broker->store, t->name, ch->name, &had) == 0 &&
+                  had == ch->stamp_kept;
+    bool lost = had_it && !j->first;
     /* The stamp before the first checkpoint: files of the channel are
      * never on disk with another channel's stamp beside them (a stamp left
      * by a deleted channel of the name goes when this one's is unknown). */
     j->rc = tn_store_channel_stamp_write(t->broker->store, t->name, ch->name, ch->stamp_kept,
                                          &j->stamp_written);
+    /* This node's pause: kept when the stamp says this node had this very
+     * channel (it has no file of it on any partition: lost, or a
+     * follower's copies the leader's settles never reached). Otherwise
+     * the channel is made unpaused, and its pause file says so (one left
+     * by a deleted channel of the name, a deletion cut short, is not this
+     * one's), so that no partition's own flag decides it at the next
+     * start (load_paused). */
+    int paused = -1;
+    if (j->rc == 0 && had_it &&
+        tn_store_channel_pause_read(t->broker->store, t->name, ch->name, &paused) == 0 &&
+        paused >= 0)
+        j->paused = paused == 1;
+    else if (j->rc == 0)
+        j->rc = tn_store_channel_pause_write(t->broker->store, t->name, ch->name, 0, NULL);
     if (j->rc != 0)
         return;
     for (uint32_t i = 0; i < t->nparts; i++) {
@@ -756,12 +793,17 @@ static void chan_create_done(uv_work_t *w, int status)
         tn__channel_free(ch);
     } else {
         ch->state = TN_OBJ_READY;
-        TN_LOG(TN_LOG_INFO, "channel %s of %s created, starting at offset %" PRIu64 "%s", ch->name,
-               t->name, ch->parts[0]->cur.frontier,
+        ch->paused = j->paused;
+        for (uint32_t i = 0; ch->paused && i < t->nparts; i++)
+            if (!t->parts[i]->remote)
+                tn__chpart_take_pause(ch->parts[i]);
+        TN_LOG(TN_LOG_INFO, "channel %s of %s created, starting at offset %" PRIu64 "%s%s",
+               ch->name, t->name, ch->parts[0]->cur.frontier,
                j->first     ? " (the retained backlog)"
                : j->at_tail ? " (the tail)"
                : j->since   ? " (its first record from the time asked for)"
-                            : "");
+                            : "",
+               ch->paused ? ", paused as this node's pause file says" : "");
         tn__broker_event(b, TN_EV_CHANNEL_UP, t->name, ch->name);
         tn__waiters_fire(&ch->waiters, 0);
     }
@@ -1666,15 +1708,23 @@ static void syncs_op_start(syncs_op_t *op, uint32_t k, tn_channel_t *ch, uint32_
     tn_channel_sync(ch, p, &op->syncs[k], on_syncs_op_sync);
 }
 
+static void pause_file_sync(tn_channel_t *ch, tn_chan_sync_t *s, tn_chan_sync_cb cb);
+
 int tn_channel_sync_all(tn_channel_t *ch, tn_requeue_cb cb, void *arg)
 {
     uint32_t n = ch->state == TN_OBJ_READY ? ch->topic->nparts : 0;
-    syncs_op_t *op = syncs_op_new(n, cb, arg);
+    syncs_op_t *op = syncs_op_new(n + 1, cb, arg);
     if (op == NULL)
         return UV_ENOMEM;
     for (uint32_t i = 0; i < n; i++)
         if (!ch->parts[i]->part->remote)
             syncs_op_start(op, i, ch, i);
+    if (n > 0) {
+        /* And the node's pause file (syncs[n]). */
+        op->syncs[n].data = op;
+        op->pending++;
+        pause_file_sync(ch, &op->syncs[n], on_syncs_op_sync);
+    }
     syncs_op_ended(op, 0);
     return 0;
 }
@@ -1937,15 +1987,135 @@ void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out)
     out->message_count = out->finish_count + out->depth;
 }
 
+/* --- the node's pause file ------------------------------------------------------ */
+
+typedef struct {
+    uv_work_t work;
+    tn_channel_t *ch; /* loop thread only */
+    tn_store_t *store;
+    char *topic;
+    char *name;
+    int paused;
+    uint64_t covers; /* the asks (ch->pause_asked) this write covers */
+    int rc;
+} chpause_job_t;
+
+static void chpause_work(uv_work_t *w)
+{
+    chpause_job_t *j = TN_CONTAINER_OF(w, chpause_job_t, work);
+    j->rc = tn_store_channel_pause_write(j->store, j->topic, j->name, j->paused, NULL);
+}
+
+static void pause_write_start(tn_channel_t *ch);
+
+/* End the waits the finished write covers (all of them when it failed:
+ * the answer says so, as a record that failed). */
+static void pause_waits_run(tn_channel_t *ch, uint64_t covers, int status)
+{
+    tn_chan_sync_t **pp = &ch->pause_waits;
+    while (*pp != NULL) {
+        tn_chan_sync_t *s = *pp;
+        if (status == 0 && s->seq > covers) {
+            pp = &s->next;
+            continue;
+        }
+        *pp = s->next;
+        s->next = NULL;
+        s->cb(s, status);
+    }
+}
+
+static void chpause_done(uv_work_t *w, int status)
+{
+    chpause_job_t *j = TN_CONTAINER_OF(w, chpause_job_t, work);
+    tn_channel_t *ch = j->ch;
+    tn_broker_t *b = ch->topic->broker;
+    int rc = j->rc != 0 ? j->rc : status;
+    ch->pause_writing = false;
+    if (rc == 0)
+        ch->pause_done = j->covers;
+    else
+        TN_LOG_RL(TN_LOG_ERROR, 60000, "channel %s of %s: writing its pause file failed: %s",
+                  j->name, j->topic, tn_strerror(rc));
+    uint64_t covers = j->covers;
+    tn_free(j->topic);
+    tn_free(j->name);
+    tn_free(j);
+    void *drop = ch->pause_drop;
+    ch->pause_drop = NULL;
+    pause_waits_run(ch, covers, rc);
+    /* Asked again while it ran: the next write, unless the channel goes. */
+    if (ch->pause_asked > covers && !ch->deleted)
+        pause_write_start(ch);
+    else if (ch->deleted)
+        pause_waits_run(ch, UINT64_MAX, TN_ECLOSED);
+    if (--ch->busy == 0 && ch->deleted)
+        tn__channel_free(ch);
+    if (drop != NULL)
+        drop_one(drop); /* a deletion waiting for the write */
+    tn__broker_work_done(b);
+}
+
+/* Write ch->paused to the pause file, covering every ask so far. A write
+ * that cannot start ends the waits with its error. */
+static void pause_write_start(tn_channel_t *ch)
+{
+    tn_topic_t *t = ch->topic;
+    chpause_job_t *j = tn_calloc(1, sizeof(*j));
+    if (j != NULL) {
+        j->ch = ch;
+        j->store = t->broker->store;
+        j->paused = ch->paused ? 1 : 0;
+        j->covers = ch->pause_asked;
+        j->topic = tn_strdup(t->name);
+        j->name = tn_strdup(ch->name);
+    }
+    if (j == NULL || j->topic == NULL || j->name == NULL ||
+        uv_queue_work(t->broker->loop, &j->work, chpause_work, chpause_done) != 0) {
+        if (j != NULL) {
+            tn_free(j->topic);
+            tn_free(j->name);
+            tn_free(j);
+        }
+        pause_waits_run(ch, UINT64_MAX, UV_ENOMEM);
+        return;
+    }
+    ch->pause_writing = true;
+    ch->busy++;
+    t->broker->workers++;
+}
+
+/* Wait (s, cb) until the pause file holds every tn_channel_pause asked
+ * so far: at once when it does. */
+static void pause_file_sync(tn_channel_t *ch, tn_chan_sync_t *s, tn_chan_sync_cb cb)
+{
+    if (ch->memory || ch->pause_done >= ch->pause_asked) {
+        cb(s, 0);
+        return;
+    }
+    s->seq = ch->pause_asked;
+    s->cb = cb;
+    s->next = ch->pause_waits;
+    ch->pause_waits = s;
+    if (!ch->pause_writing)
+        pause_write_start(ch); /* the last write failed: once more */
+}
+
 int tn_channel_pause(tn_channel_t *ch, bool paused)
 {
     if (ch->state != TN_OBJ_READY)
         return UV_EAGAIN;
     ch->paused = paused;
+    if (!ch->memory) {
+        /* The node's pause, whatever it leads (a restart loads it). */
+        ch->pause_asked++;
+        if (!ch->pause_writing)
+            pause_write_start(ch);
+    }
     int rc = 0;
     for (uint32_t i = 0; i < ch->topic->nparts; i++) {
         if (ch->parts[i]->part->remote)
-            continue; /* a partition opened later takes ch->paused */
+            continue; /* one led here later takes ch->paused (tn__chpart_reset) */
         tn_walrec_t r = {.op = TN_WAL_PAUSE, .value = paused ? 1 : 0};
         int e = record(ch->parts[i], &r);
         if (e != 0 && rc == 0)
@@ -2137,6 +2307,12 @@ uint32_t tn__channel_drop(tn_channel_t *ch, void (*done)(void *arg), void *arg)
         d->left++;
         n++;
     }
+    if (ch->pause_writing && d != NULL) {
+        /* Its pause file being written: likewise (chpause_done). */
+        ch->pause_drop = d;
+        d->left++;
+        n++;
+    }
     if (d != NULL) {
         d->done = done;
         d->arg = arg;
@@ -2169,8 +2345,11 @@ static void chdel_work(uv_work_t *w)
         if (rc != 0 && rc != UV_ENOENT && d->rc == 0)
             d->rc = rc;
     }
-    /* Then its stamp: one left by a crash before is removed by the next
-     * channel of the name, before its first checkpoint. */
+    /* Then its pause file and its stamp: ones left by a crash before are
+     * removed by the next channel of the name, before its first
+     * checkpoint. */
+    if (d->rc == 0)
+        d->rc = tn_store_channel_pause_write(d->b->store, d->topic, d->channel, -1, NULL);
     if (d->rc == 0)
         d->rc = tn_store_channel_stamp_write(d->b->store, d->topic, d->channel, 0, NULL);
 }

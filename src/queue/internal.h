@@ -98,6 +98,10 @@ int tn__gate_then_queue(tn_broker_t *b, uv_work_t *work, uv_work_cb run, uv_afte
  * log: one it held is closed first (topic.c, place_close_held), never
  * overwritten. 0 or UV_ENOMEM. */
 int tn__chpart_reset(tn_chpart_t *cp, tn_chanlog_t *cl, tn_cursor_t *cur);
+/* cp's partition is led here now: its deliveries follow this node's pause
+ * (ch->paused), and so does its own flag, which travels with it (a move,
+ * a follower's copy): a PAUSE record when they differ. Loop thread. */
+void tn__chpart_take_pause(tn_chpart_t *cp);
 /* Set up a channel's state on one partition from its log (NULL: in
  * memory) and recovered cursor (taken over on success). 0 or UV_ENOMEM. */
 int tn__chpart_init(tn_chpart_t *cp, tn_channel_t *ch, tn_part_t *part, tn_chanlog_t *cl,

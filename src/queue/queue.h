@@ -347,7 +347,7 @@ struct tn_channel_s {
     tn_consumer_t *consumers; /* circular list */
     uint32_t nconsumers;
     uint32_t next_part;
-    bool paused;
+    bool paused; /* this node's pause: no partition led here delivers */
     bool deleted;
     bool pump_queued;
     tn_channel_t *pump_next;
@@ -385,6 +385,19 @@ struct tn_channel_s {
      * removes the files (stamp_drop: that deletion's wait). */
     bool stamping;
     void *stamp_drop;
+    /* This node's pause, kept in the channel's pause file
+     * (tn_store_channel_pause_write; what a restart loads): each
+     * tn_channel_pause asks for a write of ch->paused (pause_asked counts
+     * the asks), one write runs at a time (pause_writing), one asked
+     * while it runs follows it, and pause_done is the count the last
+     * finished write covered. tn_channel_sync_all waits (pause_waits, seq:
+     * the ask needed) for the writes asked before it; a deletion meanwhile
+     * waits for the running one (pause_drop), as for the stamp. Loop
+     * thread. */
+    uint64_t pause_asked, pause_done;
+    bool pause_writing;
+    tn_chan_sync_t *pause_waits;
+    void *pause_drop;
     /* The catalog deletes it to make its record's channel anew (deleted
      * and made again elsewhere meanwhile: another stamp): its consumers
      * are kicked with tn_consumer_t.replaced, to come back for the new
@@ -838,10 +851,13 @@ typedef struct {
 } tn_channel_stats_t;
 void tn_channel_stats(const tn_channel_t *ch, tn_channel_stats_t *out);
 
-/* Pause or unpause delivery of a channel: applied at once; for a durable
- * channel a record is queued to the log of each partition held here
- * (durable once tn_channel_sync_all's cb ran with 0). Partitions other
- * nodes hold are not told. 0 or the first error. */
+/* Pause or unpause delivery of a channel on this node: applied at once,
+ * to every partition this node leads now or comes to lead later (the
+ * pause is the node's, as a lone nsqd's channel; docs/cluster.md). For a
+ * durable channel the node's pause file is written (what a restart
+ * loads) and a record is queued to the log of each partition held here
+ * (durable once tn_channel_sync_all's cb ran with 0). Other nodes are
+ * not told. 0 or the first error. */
 int tn_channel_pause(tn_channel_t *ch, bool paused);
 /* Drop everything the channel holds: its backlog up to the tail, deferred
  * and requeued messages, and what is in flight (later FINs for those
@@ -1043,7 +1059,8 @@ void tn_topic_part_hold(tn_topic_t *t, uint32_t p, bool held);
 typedef void (*tn_requeue_cb)(void *arg, int status);
 int tn_topic_part_requeue_leases(tn_topic_t *t, uint32_t p, tn_requeue_cb cb, void *arg);
 /* Wait until what was queued so far to the logs of every partition of ch
- * held here is durable (tn_channel_sync of each): an answer that says a
+ * held here is durable (tn_channel_sync of each), and the pause file
+ * written for every tn_channel_pause before: an answer that says a
  * tn_channel_pause or tn_channel_empty is done waits for it. cb runs
  * exactly once, possibly before this returns, with 0 or the first error;
  * UV_ENOMEM (cb does not run) or 0. Loop thread. */

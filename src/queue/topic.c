@@ -1519,6 +1519,8 @@ int tn_topic_follow_placement(tn_topic_t *t, tn_delete_cb cb, void *arg)
             tn__part_ready(p);
             if (t->durability >= 0)
                 tn_plog_set_durability(p->plog, t->durability);
+            for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
+                tn__chpart_take_pause(ch->parts[i]);
             TN_LOG(TN_LOG_NOTICE, "partition %s/%" PRIu32 " is led by this node: served again",
                    t->name, i);
             tn__topic_pump_all(t);

@@ -16,8 +16,10 @@ files:
   again (0 to 3): nothing is skipped;
 - ternd says so at warn, naming the topic, the channel and the
   partition.
-A paused channel stays paused (made again unpaused when its files are
-lost on every partition: the pause is kept in them only). And `ternctl restore` of a backup whose
+A paused channel stays paused, also when SIGKILLed right after the 200,
+and when its files are lost on every partition (the pause is the node's,
+kept in its pause file beside the channel's stamp; made again unpaused
+when that is lost too). And `ternctl restore` of a backup whose
 channel files do not go together (a WAL without its checkpoint, the
 reverse, a partition without the channel) says so for each.
 """
@@ -175,26 +177,55 @@ class ChannelFilesLost(Base):
             self.assertTrue(self.paused(port, "tpause", "work"), self.d.log())
             self.stop()
 
-    def test_pause_lost_with_every_file(self):
-        # The pause is kept in the channel's files only (the metastore's
-        # record of a channel holds none): a paused channel whose files
-        # are lost on every partition is made again by the catalog
-        # unpaused, as any channel made anew (docs/storage-format.md, "A
-        # channel"; docs/http-api.md, "/channel/pause").
+    def test_pause_kept_with_every_file_lost(self):
+        # The pause is the node's, kept in its pause file (work.cpause,
+        # beside work.cstamp): a paused channel whose files are lost on
+        # every partition is made again by the catalog, paused (the stamp
+        # file says this node had this very channel). Without the pause
+        # file too it is made unpaused, as any channel made anew
+        # (docs/storage-format.md, "A channel"; docs/http-api.md,
+        # "/channel/pause").
         self.prepare("tpall")
         port = self.start()
         st, body = call(port, "POST", "/channel/pause?topic=tpall&channel=work")
         self.assertEqual(st, 200, body)
         self.stop()
-        for p in range(PARTS):
-            self.lose("tpall", p)
+        for lose_pause_file in (False, True):
+            for p in range(PARTS):
+                self.lose("tpall", p)
+            if lose_pause_file:
+                os.unlink(os.path.join(self.data, "topics", "tpall", "work.cpause"))
+            port = self.start()
+            deadline = time.monotonic() + 30
+            while (paused := self.paused(port, "tpall", "work")) is None:  # the catalog makes it
+                self.assertLess(time.monotonic(), deadline, self.d.log())
+                time.sleep(0.1)
+            self.assertIn("channel work of tpall was recorded but had no files", self.d.log())
+            self.assertEqual(paused, not lose_pause_file, self.d.log())
+            self.stop()
+
+    def test_pause_kept_by_sigkill_on_every_partition(self):
+        # Paused (200), SIGKILLed at once, started again: paused, and no
+        # partition delivers; unpaused (200), SIGKILLed, started again:
+        # every partition delivers its unacked messages.
+        self.prepare("tkill")
         port = self.start()
-        deadline = time.monotonic() + 30
-        while (paused := self.paused(port, "tpall", "work")) is None:  # the catalog makes it
-            self.assertLess(time.monotonic(), deadline, self.d.log())
-            time.sleep(0.1)
-        self.assertIn("channel work of tpall was recorded but had no files", self.d.log())
-        self.assertFalse(paused, self.d.log())
+        st, body = call(port, "POST", "/channel/pause?topic=tkill&channel=work")
+        self.assertEqual(st, 200, body)
+        self.d.kill()
+        port = self.start()
+        self.assertTrue(self.paused(port, "tkill", "work"), self.d.log())
+        for p in range(PARTS):
+            st, body = call(port, "GET",
+                            f"/v1/topics/tkill/consume?channel=work&partition={p}&wait=1s")
+            self.assertEqual(st, 204, (p, body))
+        st, body = call(port, "POST", "/channel/unpause?topic=tkill&channel=work")
+        self.assertEqual(st, 200, body)
+        self.d.kill()
+        port = self.start()
+        self.assertFalse(self.paused(port, "tkill", "work"), self.d.log())
+        got = drain(port, "tkill", "work")
+        self.assertEqual(sorted(got), [(p, o) for p in range(PARTS) for o in range(ACKED, PER_PART)])
         self.stop()
 
     def paused(self, port, topic, channel):

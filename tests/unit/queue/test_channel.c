@@ -10,7 +10,9 @@
 #include "core/log.h"
 #include "core/time.h"
 #include "queue/queue.h"
+#include "storage/chanlog.h"
 #include "storage/io.h"
+#include "storage/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -1253,6 +1255,96 @@ static void test_pause_sync_all(void **state)
     qfx_free(q);
 }
 
+static void publish_keyed(qfx_t *q, const char *topic, const char *body, const char *key,
+                          uint32_t partition);
+
+static void on_flag_written(tn_walop_t *op, int status)
+{
+    assert_int_equal(status, 0);
+    *(bool *)op->data = true;
+}
+
+/* With the broker closed, give partition p of channel c of t the pause
+ * flag paused in its own log, as a partition led elsewhere before brings
+ * it: moved here, or failed over to this node's copy, which holds its
+ * leader's state. */
+static void set_part_flag(qfx_t *q, uint32_t p, bool paused)
+{
+    tn_chanlog_t *cl = NULL;
+    tn_cursor_t cur;
+    assert_int_equal(tn_chanlog_open(q->fx->store, "t", p, "c", NULL, &cl, &cur), 0);
+    tn_cursor_fini(&cur);
+    bool done = false;
+    tn_walop_t op;
+    op.data = &done;
+    tn_walrec_t r = {.op = TN_WAL_PAUSE, .value = paused ? 1 : 0};
+    assert_int_equal(tn_chanlog_submit(cl, &op, &r, on_flag_written), 0);
+    while (!done)
+        uv_run(&q->fx->loop, UV_RUN_ONCE);
+    tu_fx_reopen(q->fx); /* closes the log */
+}
+
+/* Pause or unpause c through the door's calls, answered once durable. */
+static void pause_durably(qfx_t *q, tn_channel_t *ch, bool paused)
+{
+    assert_int_equal(tn_channel_pause(ch, paused), 0);
+    allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, on_sync_all, &w), 0);
+    assert_true(run_until(q, all_done, &w));
+    assert_int_equal(w.status, 0);
+}
+
+/* The pause is the node's (docs/cluster.md, "Pause and empty are per
+ * node"): a restart restores it on every partition, whatever flag the
+ * partition opened first carries in its own log (which travels with the
+ * partition: a move, a failover), and whatever the order. Before the
+ * node kept its pause in a file of its own, the first partition's flag
+ * decided for all of them. */
+static void test_pause_is_the_nodes(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(three_partitions);
+    tn_channel_t *ch = channel(q, "t", "c");
+    pause_durably(q, ch, true);
+    /* Partition 0 comes from an unpaused node: the node stays paused. */
+    close_broker(q);
+    tu_fx_reopen(q->fx);
+    set_part_flag(q, 0, false);
+    open_broker(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->paused);
+    for (uint32_t p = 0; p < 3; p++)
+        publish_keyed(q, "t", "held", NULL, p);
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    run_for(q, 50);
+    assert_int_equal(s.n, 0);
+    tn_consumer_detach(&s.c);
+    /* Unpaused, partition 0 comes from a paused node: the node stays
+     * unpaused, and every partition delivers. */
+    pause_durably(q, ch, false);
+    close_broker(q);
+    tu_fx_reopen(q->fx);
+    set_part_flag(q, 0, true);
+    open_broker(q);
+    ch = channel(q, "t", "c");
+    assert_false(ch->paused);
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 3);
+    tn_consumer_detach(&s.c);
+    /* Without a pause file (a channel paused by an earlier release, which
+     * kept it in the partitions only): paused when a partition says so,
+     * here the last one. */
+    close_broker(q);
+    tu_fx_reopen(q->fx);
+    assert_int_equal(tn_store_channel_pause_write(q->fx->store, "t", "c", -1, NULL), 0);
+    set_part_flag(q, 2, true);
+    open_broker(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->paused);
+    qfx_free(q);
+}
+
 /* Deleting a topic of several partitions with a durable channel waits for
  * the channel's logs once, not once per partition. */
 static void test_delete_multi_partition_topic(void **state)
@@ -1607,6 +1699,7 @@ int main(void)
         cmocka_unit_test(test_cold_read_ends_waiting_fetch),
         cmocka_unit_test(test_pause_and_empty),
         cmocka_unit_test(test_pause_sync_all),
+        cmocka_unit_test(test_pause_is_the_nodes),
         cmocka_unit_test(test_backlog_kept_across_restart_then_gc),
         cmocka_unit_test(test_delete_survives_restart),
         cmocka_unit_test(test_bad_names),
