@@ -27,7 +27,6 @@ Run: python3 tests/cluster/test_pause_node.py --ternd build/ternd
 import os
 import socket
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -36,8 +35,9 @@ from nsqwire import Conn  # noqa: E402  (tests/e2e)
 
 CHANNEL = "c"
 CLIENT = {"X-Tern-Client": "cluster-test"}
-ARGS = ["--default-replication-factor=3", "--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s",
-        "--min-insync-replicas=2", "--member-session-timeout=3s"]
+ARGS = ["--default-replication-factor=3", "--min-insync-replicas=2",
+        "--cluster-heartbeat-interval=500ms", "--cluster-dead-after=3s",
+        "--member-session-timeout=3s"]
 N = 20
 QUIET_S = 2  # how long a paused channel's consumer is watched for nothing
 
@@ -95,13 +95,18 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
         self.assertEqual(self.channel_paused(node, self.topic), paused)
 
     def kill_and_restart(self, c, node):
-        """SIGKILL node, start it again, wait until it is ready and the
-        partition's ISR is whole again everywhere."""
+        """SIGKILL node, start it again, wait until it is ready, the
+        partition's ISR is whole again everywhere and the node's engine
+        has the channel (loaded, or made by its catalog when its copy
+        had no file of it); whether it is paused there."""
         node.kill()
         node.start()
         node.wait_ready()
         c.wait_alive(3)
         self.in_sync_everywhere(c)
+        wait_until(f"channel {CHANNEL} on node {node.id}",
+                   lambda: self.channel_paused(node, self.topic) is not None, timeout=90)
+        return self.channel_paused(node, self.topic)
 
     def subscribe(self, node):
         conn = Conn(self.tcp_port(node), host=node.host, timeout=60)
@@ -128,8 +133,7 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
         b = next(n for n in c.nodes if n is not lead)
 
         self.set_pause(b, True)
-        self.kill_and_restart(c, b)
-        self.assertTrue(self.channel_paused(b, self.topic), "the pause was lost by a restart")
+        self.assertTrue(self.kill_and_restart(c, b), "the pause was lost by a restart")
 
         self.elect(c, lead, b)
         conn = self.subscribe(b)
@@ -166,8 +170,7 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
         self.assertFalse(self.channel_paused(b, self.topic))
         self.read_all(self.subscribe(b))
 
-        self.kill_and_restart(c, lead)
-        self.assertTrue(self.channel_paused(lead, self.topic), "the pause was lost by a restart")
+        self.assertTrue(self.kill_and_restart(c, lead), "the pause was lost by a restart")
 
 
 if __name__ == "__main__":

@@ -225,7 +225,8 @@ class ChannelFilesLost(Base):
         port = self.start()
         self.assertFalse(self.paused(port, "tkill", "work"), self.d.log())
         got = drain(port, "tkill", "work")
-        self.assertEqual(sorted(got), [(p, o) for p in range(PARTS) for o in range(ACKED, PER_PART)])
+        self.assertEqual(sorted(got),
+                         [(p, o) for p in range(PARTS) for o in range(ACKED, PER_PART)])
         self.stop()
 
     def paused(self, port, topic, channel):
