@@ -50,14 +50,18 @@ FILE_WRITES = ("write", "writev", "pwrite64", "pwritev", "pwritev2")
 
 def answered_after_sync(events, reqs):
     """reqs: (marker in the request, file path suffixes, status line of the
-    answer), in the order they were sent. Each request's read is the first
-    read holding its marker after the previous answer; its answer the
-    first write holding the status line on the same socket. Returns a list
-    of failures (empty: each answer left after a write and an fdatasync of
-    every file named, both between the read and the answer)."""
+    answer[, extra]), in the order they were sent. Each request's read is
+    the first read holding its marker after the previous answer; its answer
+    the first write holding the status line on the same socket. extra, when
+    given and not None, is called (events, read index, answer index) and
+    returns a further failure or None. Returns a list of failures (empty:
+    each answer left after a write and an fdatasync of every file named,
+    both between the read and the answer)."""
     failures = []
     pos = 0
-    for marker, files, answer in reqs:
+    for req in reqs:
+        marker, files, answer = req[:3]
+        extra = req[3] if len(req) > 3 else None
         i_read = next((i for i in range(pos, len(events))
                        if events[i][0] in READS and marker in events[i][2]), None)
         if i_read is None:
@@ -83,5 +87,9 @@ def answered_after_sync(events, reqs):
                 failures.append(f"{marker}: answered ({answer!r}, trace event {i_resp}) after "
                                 f"its request (event {i_read}) with no write and fdatasync of "
                                 f"{path} in between (write at {i_write})")
+        if extra is not None:
+            f = extra(events, i_read, i_resp)
+            if f is not None:
+                failures.append(f)
         pos = i_resp + 1
     return failures

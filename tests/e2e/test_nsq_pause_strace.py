@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Proof from the outside that nsqd's /channel/pause, /channel/unpause and
 /channel/empty answer 200 only after the channel WAL record of every
-partition the node holds is fdatasync'ed (docs/http-api.md): a SIGKILL
-right after the 200 must not lose the pause or the emptying.
+partition the node holds is fdatasync'ed, and for a pause or unpause the
+node's pause file written (docs/http-api.md): a SIGKILL right after the
+200 must not lose the pause or the emptying.
 
 ternd runs normally with a topic of several partitions; strace then
 attaches to every thread of it (`strace -f -p PID`) and records, in the
@@ -16,7 +17,12 @@ trace must show, in this order:
   1. the read of the request (found by its path in the bytes);
   2. a write to topics/<t>/<p>/<channel>.wal;
   3. a completed fdatasync of that file;
-  4. the write of the answer (HTTP/1.1 200) to the same socket.
+  4. the write of the answer (HTTP/1.1 200) to the same socket;
+
+and for a pause or unpause, between 1 and 4, the node's pause file
+(topics/<t>/<channel>.cpause, docs/storage-format.md "Channel pause")
+written: a write of its temporary copy, its fdatasync, then an fsync of
+the topic's directory (after the rename).
 
 The order of the lines is the order of the syscalls (strace reports a
 syscall's exit before the traced thread runs on; the answer is caused by
@@ -45,7 +51,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import daemon as daemon_mod  # noqa: E402
 from daemon import Daemon  # noqa: E402
-from stracelog import answered_after_sync, parse  # noqa: E402
+from stracelog import FILE_WRITES, answered_after_sync, parse, result  # noqa: E402
 
 PASSWORD = "strace-test-password"
 AUTH = "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
@@ -61,6 +67,32 @@ def call(conn, method, path, body=None, headers=None):
     conn.request(method, path, body=body, headers=h)
     r = conn.getresponse()
     return r.status, r.read()
+
+
+def check_pause_file(events, marker, i_read, i_resp, pause):
+    """pause: (the pause file's path suffix, its directory's). Between the
+    request (event i_read) and its answer (i_resp): a write of the file's
+    temporary copy, its fdatasync, then an fsync of the directory (after
+    the rename, which is not traced: it names no descriptor). A failure,
+    or None."""
+    path, tdir = pause
+    i_w = next((i for i in range(i_read + 1, i_resp)
+                if events[i][0] in FILE_WRITES and events[i][1].endswith(path + ".tmp")
+                and (result(events[i][2]) or 0) > 0), None)
+    i_s = i_d = None
+    if i_w is not None:
+        i_s = next((i for i in range(i_w + 1, i_resp)
+                    if events[i][0] == "fdatasync" and events[i][1].endswith(path + ".tmp")
+                    and result(events[i][2]) == 0), None)
+    if i_s is not None:
+        i_d = next((i for i in range(i_s + 1, i_resp)
+                    if events[i][0] == "fsync" and events[i][1].endswith(tdir)
+                    and result(events[i][2]) == 0), None)
+    if i_d is None:
+        return (f"{marker}: answered (trace event {i_resp}) with no write, fdatasync and "
+                f"directory fsync of the node's pause file {path} in between (write at {i_w}, "
+                f"fdatasync at {i_s})")
+    return None
 
 
 def main():
@@ -115,7 +147,7 @@ def main():
 
         st = subprocess.Popen([strace, "-f", "-p", str(d.proc.pid), "-o", trace, "-yy",
                                "-s", "512", "-e",
-                               "trace=fdatasync,read,readv,recvfrom,recvmsg,write,writev,"
+                               "trace=fdatasync,fsync,read,readv,recvfrom,recvmsg,write,writev,"
                                "sendto,sendmsg,pwrite64,pwritev,pwritev2"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         # strace says "Process N attached" per thread, or "Process N attached
@@ -148,12 +180,20 @@ def main():
             path = f"/channel/{op}?topic={TOPIC}&channel={ch}"
             status, body = call(conn, "POST", path)
             assert status == 200, (status, body)
+            pause = None
+            if op != "empty":
+                pause = (f"/topics/{TOPIC}/{ch}.cpause", f"/topics/{TOPIC}")
+            extra = None
+            if pause is not None:
+                def extra(events, i_read, i_resp, marker=path, pause=pause):
+                    return check_pause_file(events, marker, i_read, i_resp, pause)
             reqs.append((path + " ", [f"/topics/{TOPIC}/{p}/{ch}.wal" for p in parts],
-                         "HTTP/1.1 200"))
+                         "HTTP/1.1 200", extra))
         path = f"/topic/empty?topic={HELD}"
         status, body = call(conn, "POST", path)
         assert status == 200, (status, body)
-        reqs.append((path + " ", [f"/topics/{HELD}/{p}/c.wal" for p in parts], "HTTP/1.1 200"))
+        reqs.append((path + " ", [f"/topics/{HELD}/{p}/c.wal" for p in parts], "HTTP/1.1 200",
+                     None))
         # The client may read the last answer before strace has recorded
         # the end of its write; the loop thread's next syscalls (this
         # request's read) come only after it.
@@ -179,7 +219,9 @@ def main():
                 print("  " + f)
             return 1
         print(f"ok: {len(reqs)} pauses, unpauses and emptyings (one of a paused topic), "
-              f"each answered after a write and an fdatasync of the channel's WAL in each of {len(parts)} partitions "
+              f"each answered after a write and an fdatasync of the channel's WAL in each of "
+              f"{len(parts)} partitions "
+              f"and, for a pause or unpause, of the node's pause file and its directory "
               f"({syncs} syncs, {len(events)} traced syscalls)")
         rc = d.stop()
         assert rc == 0, f"ternd exited {rc}:\n{d.log()}"

@@ -521,6 +521,65 @@ static void test_open_later_keeps_pause(void **state)
     qfx_free(q);
 }
 
+typedef struct {
+    bool done;
+    int status;
+} allw_t;
+
+static void on_sync_all(void *arg, int status)
+{
+    allw_t *w = arg;
+    assert_false(w->done);
+    w->done = true;
+    w->status = status;
+}
+
+static bool all_done(void *arg)
+{
+    return ((allw_t *)arg)->done;
+}
+
+/* tn_channel_pause and the wait the door answers after: its status. */
+static int pause_and_wait(qfx_t *q, tn_channel_t *ch, bool paused)
+{
+    assert_int_equal(tn_channel_pause(ch, paused), 0);
+    allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, on_sync_all, &w), 0);
+    assert_true(run_until(q, all_done, &w));
+    return w.status;
+}
+
+/* A node's pause is its own (docs/cluster.md, "Pause and empty are per
+ * node"): paused while it leads none of the topic's partitions (their
+ * files here, led elsewhere), the pause is kept in its pause file, the
+ * wait the door answers after ends only once that file is durable (its
+ * error if not), and a restart keeps the pause although no partition
+ * here says so. Before the pause file, a node that led nothing kept its
+ * pause in memory only. */
+static void test_pause_kept_leading_nothing(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(false); /* everything local: the topic's files here */
+    tn_topic_t *t = topic(q, "t", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    tn_broker_set_placement(q->b, place, NULL);
+    place_all(9);
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0) || tn_topic_part_local(t, 1));
+    run_for(q, 30);
+    tn_io_fail_sync_after(0, UV_EIO); /* the pause file's fdatasync */
+    int rc = pause_and_wait(q, ch, true);
+    tn_io_fail_sync_after(-1, 0);
+    assert_int_equal(rc, UV_EIO);
+    assert_int_equal(pause_and_wait(q, ch, true), 0);
+    restart(q, true);
+    t = topic(q, "t", 0);
+    ch = channel(q, t, "c");
+    assert_true(ch->paused);
+    assert_false(ch->parts[0]->cur.paused || ch->parts[1]->cur.paused);
+    qfx_free(q);
+}
+
 /* A partition open here that the placement gives to another node (a data
  * directory restored elsewhere) stops serving; its files stay. One left
  * unplaced stays local. */
@@ -1753,6 +1812,7 @@ int main(void)
         cmocka_unit_test(test_all_remote_refused),
         cmocka_unit_test(test_open_later),
         cmocka_unit_test(test_open_later_keeps_pause),
+        cmocka_unit_test(test_pause_kept_leading_nothing),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
         cmocka_unit_test(test_abandoned_log_reopened_from_files),
