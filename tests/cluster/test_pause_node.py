@@ -52,9 +52,9 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
         status, body = node.request("GET", f"/stats?format=json&topic={topic}")
         if status != 200 or not isinstance(body, dict):
             return None
-        for t in body.get("topics", []):
+        for t in body.get("topics") or []:
             if t["topic_name"] == topic:
-                for ch in t["channels"]:
+                for ch in t.get("channels") or []:
                     if ch["channel_name"] == CHANNEL:
                         return ch["paused"]
         return None
@@ -87,26 +87,40 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
         self.assertEqual(status, 200, info)
         return info["tcp_port"]
 
+    def paused_on(self, node):
+        """Whether node shows c paused, once its /stats lists it (a node
+        may list no topic for a moment, as around an election)."""
+        wait_until(f"channel {CHANNEL} in node {node.id}'s /stats",
+                   lambda: self.channel_paused(node, self.topic) is not None, timeout=60)
+        return self.channel_paused(node, self.topic)
+
     def set_pause(self, node, paused):
         verb = "pause" if paused else "unpause"
         status, body = node.request(
             "POST", f"/channel/{verb}?topic={self.topic}&channel={CHANNEL}", headers=CLIENT)
         self.assertEqual(status, 200, body)
-        self.assertEqual(self.channel_paused(node, self.topic), paused)
+        self.assertEqual(self.paused_on(node), paused)
 
     def kill_and_restart(self, c, node):
         """SIGKILL node, start it again, wait until it is ready, the
         partition's ISR is whole again everywhere and the node's engine
-        has the channel (loaded, or made by its catalog when its copy
-        had no file of it); whether it is paused there."""
+        has the channel ready: loaded from its files at the start (before
+        ready), or made by its catalog when its copy had no file of it
+        (/stats lists a channel being made, unpaused until it is ready,
+        so its log's "created" line is waited for); whether it is paused
+        there."""
+        before = len(node.log())
         node.kill()
         node.start()
         node.wait_ready()
         c.wait_alive(3)
         self.in_sync_everywhere(c)
-        wait_until(f"channel {CHANNEL} on node {node.id}",
-                   lambda: self.channel_paused(node, self.topic) is not None, timeout=90)
-        return self.channel_paused(node, self.topic)
+        remade = f"channel {CHANNEL} of {self.topic} was recorded but had no files"
+        if remade in node.log()[before:]:
+            wait_until(f"channel {CHANNEL} made again on node {node.id}",
+                       lambda: f"channel {CHANNEL} of {self.topic} created, starting"
+                       in node.log()[before:].split(remade, 1)[1], timeout=60)
+        return self.paused_on(node)
 
     def subscribe(self, node):
         conn = Conn(self.tcp_port(node), host=node.host, timeout=60)
@@ -153,7 +167,7 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
         with self.assertRaises(socket.timeout, msg="a paused channel delivered"):
             conn.read_message()
         conn.sock.settimeout(60)
-        self.assertTrue(self.channel_paused(b, self.topic))
+        self.assertTrue(self.paused_on(b))
 
         self.set_pause(b, False)
         self.read_all(conn)
@@ -167,7 +181,7 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
 
         self.set_pause(lead, True)
         self.elect(c, lead, b)
-        self.assertFalse(self.channel_paused(b, self.topic))
+        self.assertFalse(self.paused_on(b))
         self.read_all(self.subscribe(b))
 
         self.assertTrue(self.kill_and_restart(c, lead), "the pause was lost by a restart")
