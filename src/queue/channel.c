@@ -978,6 +978,7 @@ static void chstamp_work(uv_work_t *w)
 }
 
 static void drop_one(void *arg);
+static void pause_write_start(tn_channel_t *ch);
 
 static void chstamp_done(uv_work_t *w, int status)
 {
@@ -986,9 +987,17 @@ static void chstamp_done(uv_work_t *w, int status)
     tn_broker_t *b = ch->topic->broker;
     int rc = j->rc != 0 ? j->rc : status;
     ch->stamping = false;
-    if (rc == 0 && j->written)
+    if (rc == 0 && j->written && !ch->deleted) {
         ch->stamp_kept = j->stamp;
-    else if (rc != 0)
+        /* The topic's directory is here now (a copy of a partition came):
+         * the node's pause goes beside the stamp, so that a pause asked
+         * while there was none outlives a restart. */
+        ch->pause_asked++;
+        if (!ch->pause_writing)
+            pause_write_start(ch);
+    } else if (rc == 0 && j->written) {
+        ch->stamp_kept = j->stamp;
+    } else if (rc != 0)
         TN_LOG_RL(TN_LOG_WARN, 60000,
                   "channel %s of %s: writing its stamp failed: %s; tried again later", j->name,
                   j->topic, tn_strerror(rc));
@@ -2005,8 +2014,6 @@ static void chpause_work(uv_work_t *w)
     chpause_job_t *j = TN_CONTAINER_OF(w, chpause_job_t, work);
     j->rc = tn_store_channel_pause_write(j->store, j->topic, j->name, j->paused, NULL);
 }
-
-static void pause_write_start(tn_channel_t *ch);
 
 /* End the waits the finished write covers (all of them when it failed:
  * the answer says so, as a record that failed). */

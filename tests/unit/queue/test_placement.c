@@ -13,6 +13,7 @@
 #include "core/time.h"
 #include "queue/queue.h"
 #include "storage/io.h"
+#include "storage/store.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -577,6 +578,38 @@ static void test_pause_kept_leading_nothing(void **state)
     ch = channel(q, t, "c");
     assert_true(ch->paused);
     assert_false(ch->parts[0]->cur.paused || ch->parts[1]->cur.paused);
+    qfx_free(q);
+}
+
+static bool stamp_and_pause_written(void *arg)
+{
+    const tn_channel_t *ch = arg;
+    return !ch->stamping && !ch->pause_writing;
+}
+
+/* A node paused while it held nothing of the topic (no directory: the
+ * pause is in memory only) writes its pause file once the topic's
+ * directory appears here, with the channel's stamp (a partition placed
+ * here, a replica's copy). */
+static void test_pause_written_when_the_directory_comes(void **state)
+{
+    (void)state;
+    place_all(9);
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 2);
+    tn_channel_t *ch = channel(q, t, "c");
+    assert_int_equal(pause_and_wait(q, ch, true), 0);
+    int paused = 0;
+    assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
+    assert_int_equal(paused, -1); /* nowhere to write it */
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    ch->stamp = 42; /* the catalog's, from the channel's record */
+    tn_channel_keep_stamp(ch, false);
+    assert_true(run_until(q, stamp_and_pause_written, ch));
+    assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
+    assert_int_equal(paused, 1);
     qfx_free(q);
 }
 
@@ -1813,6 +1846,7 @@ int main(void)
         cmocka_unit_test(test_open_later),
         cmocka_unit_test(test_open_later_keeps_pause),
         cmocka_unit_test(test_pause_kept_leading_nothing),
+        cmocka_unit_test(test_pause_written_when_the_directory_comes),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
         cmocka_unit_test(test_abandoned_log_reopened_from_files),
