@@ -11,8 +11,9 @@ NSQ message id for an NSQ delivery); every settle answered OK (a /v1 ack
 204: the FIN of that message on that channel); every fault the test
 injected. Replica logs are the partitions' segment files read from the
 nodes' data directories after the nodes stopped (read_replica, in the
-record format of docs/storage-format.md), with the high watermark each
-partition had before they stopped.
+record format of docs/storage-format.md, with each copy's drop floor),
+with the high watermark each partition had before they stopped and the
+text of each node's ternd log (where its copies' starts moved on purpose).
 
 check() finds, and Report counts and prints:
   lost          an id acknowledged OK and never delivered;
@@ -28,11 +29,22 @@ check() finds, and Report counts and prints:
                 short of the high watermark, or one whose record fails its
                 own CRC32C; control records (TN_REC_F_CONTROL) count here
                 but nowhere else;
+  gapped        a replica's copy lacking records below the high watermark
+                that another copy holds: offsets inside its own range, or
+                a prefix (it starts above another copy's start) that its
+                drop floor does not explain nor a start its node's log
+                names (its retention reclaimed the segments below, or it
+                was emptied to restart at its leader's log start:
+                Final.starts). Records below a copy's start are not
+                compared, so without this a copy whose start skipped
+                forward (a move's new copy SIGKILLed at the wrong moment,
+                skipped at its restart: "(unsynced tail lost); skipping
+                them") held a hole for good that nothing else counted;
   resurrected   a message delivered again on a channel after its FIN
                 (ack) was answered OK there;
 (a copy on a node outside the partition's final replica list, set aside
 by a partition move, counts for none of these but its own CRCs and dense
-offsets: Final.set_members)
+offsets, and as another copy that gapped compares with: Final.set_members)
 and counts (without failing) duplicates (an id delivered more than once:
 stored twice, at two positions, or delivered again at the same one) and
 unknown outcomes (a write that got no answer), and prints availability:
@@ -49,6 +61,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import struct
 import sys
 import threading
@@ -65,6 +78,7 @@ REC_HDR = struct.Struct("<IIqqqIIHH")
 REC_MAGIC = 0x31524E54
 REC_F_MORE = 0x0001
 REC_F_CONTROL = 0x0002
+FLOOR_MAGIC = 0x31464E54  # "TNF1", docs/storage-format.md "Partition floor"
 
 
 # -- bodies ----------------------------------------------------------------------
@@ -232,13 +246,36 @@ def parse_segment(data):
     return out
 
 
+class Copy(list):
+    """One node's copy of a partition: its records by offset order, and its
+    drop floor (docs/storage-format.md, "Partition floor": records below it
+    are dropped on purpose), None when it has no `floor` file."""
+    floor = None
+
+
+def read_floor(directory):
+    """A partition directory's drop floor, or None (no file, or one that
+    is not a floor: ternd would isolate that partition)."""
+    try:
+        with open(os.path.join(directory, "floor"), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    if len(data) != 16 or struct.unpack_from("<I", data)[0] != FLOOR_MAGIC or \
+            struct.unpack_from("<I", data, 4)[0] != crc32c(data[8:16]):
+        return None
+    return struct.unpack_from("<Q", data, 8)[0]
+
+
 def read_partition(directory):
-    """Every record of a partition directory's segments, by offset order."""
-    recs = []
+    """Every record of a partition directory's segments, by offset order
+    (a Copy)."""
+    recs = Copy()
     for path in sorted(glob.glob(os.path.join(directory, "*.log"))):
         with open(path, "rb") as f:
             recs += parse_segment(f.read())
     recs.sort(key=lambda r: r.offset)
+    recs.floor = read_floor(directory)
     return recs
 
 
@@ -270,9 +307,33 @@ class Final:
         # still checked for CRCs and dense offsets, and not counted as
         # holding any id (phantom, hole and conflict look at replicas only).
         self.members = {}
+        # node -> the text of its ternd log (all its runs), when the test
+        # gives it: where its copies' starts moved on purpose (starts()).
+        self.texts = {}
 
-    def add_node(self, node, logs):
+    def add_node(self, node, logs, text=None):
+        """node's copies ({(topic, p): Copy}, read_replica) and, when
+        given, the text of its ternd log (see starts)."""
         self.logs[node] = logs
+        if text is not None:
+            self.texts[node] = text
+
+    def starts(self, node, key):
+        """The offsets where node's log says its copy of partition key was
+        made to start on purpose: its retention (GC) reclaimed the segments
+        below ("reclaimed N segment(s) ...; oldest offset now X"), or the
+        copy was emptied to restart at its leader's log start, which the
+        leader's retention had moved ("the leader's log starts at X ...
+        emptying it to restart there"; a move's new copy of a log whose
+        start moved comes this way too)."""
+        topic, p = key
+        found = set()
+        text = self.texts.get(node, self.texts.get(str(node), ""))
+        for pat in (GC_LINE, RESET_LINE):
+            for m in pat.finditer(text):
+                if m.group(1) == topic and int(m.group(2)) == p:
+                    found.add(int(m.group(3)))
+        return found
 
     def set_partition(self, topic, p, hw, replicas):
         self.hw[(topic, p)] = hw
@@ -288,9 +349,17 @@ class Final:
         return members is not None and str(node) not in members
 
 
+# The log lines that move a copy's start on purpose (Final.starts):
+# src/queue/broker.c on_gc_done and src/cluster/replica.c follower_reset.
+GC_LINE = re.compile(r"topic ([A-Za-z0-9._-]+)/(\d+): reclaimed \d+ segment\(s\), \d+ bytes; "
+                     r"oldest offset now (\d+)")
+RESET_LINE = re.compile(r"replica ([A-Za-z0-9._-]+)/(\d+): the leader's log starts at (\d+) and "
+                        r"this copy")
+
+
 # -- the checker ----------------------------------------------------------------------
 
-ANOMALIES = ("lost", "phantom", "conflict", "hole", "diverged", "resurrected")
+ANOMALIES = ("lost", "phantom", "conflict", "hole", "diverged", "gapped", "resurrected")
 
 
 class Report:
@@ -492,7 +561,7 @@ def check_divergence(r, final):
                 r.add("diverged", f"{topic}/{p} on node {node}: records failing their CRC "
                                   f"below the hw {hw} at {bad[:5]}")
             offs = [x.offset for x in recs]
-            if offs and offs != list(range(offs[0], offs[0] + len(offs))):
+            if aside and offs and offs != list(range(offs[0], offs[0] + len(offs))):
                 r.add("diverged", f"{topic}/{p} on node {node}: offsets not dense below {hw}")
             if str(node) in must and (not offs or offs[-1] != hw - 1) and hw > 0:
                 r.add("diverged", f"{topic}/{p} on node {node}: ends at "
@@ -512,6 +581,43 @@ def check_divergence(r, final):
         for n in must:
             if n not in {str(x) for x in holders} and hw > 0:
                 r.add("diverged", f"{topic}/{p}: replica {n} holds no log (hw {hw})")
+        check_gaps(r, final, key, hw, holders)
+
+
+def check_gaps(r, final, key, hw, holders):
+    """A replica's copy lacking records below the hw that another copy
+    holds: a prefix (its first offset above another copy's first) that
+    neither its drop floor nor a start its node's log names (Final.starts:
+    its retention, or a reset to its leader's log start) explains, or
+    offsets inside its own range that another replica holds. Offsets no
+    copy holds are not counted here: a gap its leader's log never assigned
+    is in every copy (docs/replication.md, "A follower inside a gap of the
+    leader's log"), and an acknowledged record missing everywhere is lost."""
+    topic, p = key
+    offs = {n: sorted({x.offset for x in recs if x.offset < hw}) for n, recs in holders.items()}
+    for node in sorted(holders, key=str):
+        mine = offs[node]
+        if final.set_aside(node, key) or not mine:
+            continue
+        first, last, have = mine[0], mine[-1], set(mine)
+        below = sorted((o[0], str(n)) for n, o in offs.items() if n != node and o and o[0] < first)
+        floor = getattr(holders[node], "floor", None)
+        if below and not (floor is not None and floor >= first) and \
+                first not in final.starts(node, key):
+            low, other = below[0]
+            r.add("gapped", f"{topic}/{p} on node {node}: starts at {first}, node {other}'s copy "
+                            f"at {low}; no drop floor, retention or reset of its own put its "
+                            f"start there (floor {floor}, starts its log names "
+                            f"{sorted(final.starts(node, key))})")
+        for n in sorted(holders, key=str):
+            if n == node:
+                continue
+            inside = [o for o in offs[n] if first < o < last and o not in have]
+            if inside:
+                r.add("gapped", f"{topic}/{p} on node {node}: lacks {len(inside)} offsets inside "
+                                f"its log that node {n} holds, from {inside[0]} (below the hw "
+                                f"{hw})")
+                break
 
 
 def availability(ops, faults):

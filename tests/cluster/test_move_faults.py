@@ -20,9 +20,9 @@ while the copy runs hold nothing.
 
 Under the replication suite's load (test_replication.py: /v1 and NSQ
 producers and consumers acking on every node) and its ledger checker
-(lost, phantom, conflict, hole, diverged and resurrected-FIN all 0); each
-case also checks that the move ends (done or aborted) and that the
-partition ends led with its whole ISR and takes produces.
+(lost, phantom, conflict, hole, diverged, gapped and resurrected-FIN all
+0); each case also checks that the move ends (done or aborted) and that
+the partition ends led with its whole ISR and takes produces.
 
 Four nodes, topic rv with four partitions of factor 3 (MoveFaults):
   test_target_killed_handing_over   the new member, in the ISR, SIGKILLed;

@@ -11,6 +11,7 @@ Run: python3 tests/cluster/test_repl_ledger_unit.py
 """
 import os
 import shutil
+import struct
 import sys
 import tempfile
 import unittest
@@ -55,10 +56,34 @@ class Builder:
             off += 1
         self.hw = off
         self.logs = {n: list(self.records) for n in ("1", "2", "3")}
+        self.texts = {}  # node -> its ternd log's text (Final.starts)
 
-    def deliver_all(self, node="1"):
+    def floor(self, node, floor):
+        """A drop floor file in node's copy (docs/storage-format.md)."""
+        d = os.path.join(self.root, f"node{node}", "topics", T, "0")
+        os.makedirs(d, exist_ok=True)
+        v = struct.pack("<Q", floor)
+        with open(os.path.join(d, "floor"), "wb") as f:
+            f.write(struct.pack("<II", rl.FLOOR_MAGIC, rl.crc32c(v)) + v)
+
+    def deliver_all(self, node="1", but=()):
+        """Every id delivered by node, but those at the offsets in but."""
         for mid, off, body in self.ids:
-            self.h.deliver(T, CH, 0, off, body, node)
+            if off not in but:
+                self.h.deliver(T, CH, 0, off, body, node)
+
+    def drop(self, nodes, offsets):
+        """The records at offsets gone from the copies of nodes."""
+        for n in nodes:
+            self.logs[n] = [r for r in self.logs[n] if r[0] not in offsets]
+
+    def never_acked(self, offsets):
+        """The writes of the ids at offsets refused (so neither lost nor
+        a hole when no copy keeps them)."""
+        ids = {mid for mid, off, _ in self.ids if off in offsets}
+        for op in self.h.ops:
+            if set(op.ids) & ids:
+                op.outcome = "fail"
 
     def write(self):
         final = rl.Final()
@@ -68,9 +93,15 @@ class Builder:
             data = b"".join(rl.encode_record(o, b, flags=f, publish_ns=1000 + o,
                                              sync_mark=7 * int(node))
                             for o, b, f in recs)
-            with open(os.path.join(d, "00000000000000000000.log"), "wb") as fh:
+            for old in os.listdir(d):
+                if old.endswith(".log"):
+                    os.unlink(os.path.join(d, old))
+            # One segment, named by its first record's offset.
+            name = f"{recs[0][0] if recs else 0:020d}.log"
+            with open(os.path.join(d, name), "wb") as fh:
                 fh.write(data + b"\0" * 100)  # the zeroed space ahead
-            final.add_node(node, rl.read_replica(os.path.join(self.root, f"node{node}"), [T]))
+            final.add_node(node, rl.read_replica(os.path.join(self.root, f"node{node}"), [T]),
+                           self.texts.get(node))
         final.set_partition(T, 0, self.hw, list(self.logs))
         return final
 
@@ -231,6 +262,73 @@ class CheckerTest(unittest.TestCase):
         b.deliver_all()
         b.logs["2"] = b.logs["2"][:-2]
         self.only(b.check(), "diverged")
+
+    def test_gapped_prefix(self):
+        """A replica whose copy starts above the others' start, with no
+        floor, retention or reset of its own to explain it (a move's new
+        copy skipped forward at its restart): gapped. Nothing else sees
+        it: the records it lacks are on the other replicas."""
+        b = self.b
+        b.deliver_all()
+        b.drop(["3"], {0, 1, 2})
+        r = b.check()
+        self.only(r, "gapped")
+        self.assertIn("node 3: starts at 3, node 1's copy at 0", r.text())
+        # A start its node's log names for another partition or topic, or
+        # a floor below it, explains nothing.
+        b.texts["3"] = ("topic rt/1: reclaimed 1 segment(s), 300 bytes; oldest offset now 3\n"
+                        "topic rtx/0: reclaimed 1 segment(s), 300 bytes; oldest offset now 3\n"
+                        "replica rt/0: the leader's log starts at 2 and this copy (end 0) ...\n")
+        b.floor("3", 2)
+        self.only(b.check(), "gapped")
+
+    def test_prefix_explained_by_retention_reset_or_floor(self):
+        """The same copy, whose start its own retention or a reset to its
+        leader's log start put there (its node's log says so), or below
+        its drop floor: not counted."""
+        b = self.b
+        b.deliver_all()
+        b.drop(["3"], {0, 1, 2})
+        for text in ("[gc] topic rt/0: reclaimed 1 segment(s), 300 bytes; oldest offset now 3\n",
+                     "replica rt/0: the leader's log starts at 3 and this copy (end 0) holds "
+                     "nothing past it the leader keeps (...): emptying it to restart there\n"):
+            b.texts["3"] = text
+            r = b.check()
+            self.assertTrue(r.ok(), r.text())
+        b.texts.clear()
+        b.floor("3", 3)
+        r = b.check()
+        self.assertTrue(r.ok(), r.text())
+
+    def test_every_copy_starts_at_the_retained_offset(self):
+        """Every replica starts at the same offset (retention, a floor):
+        no copy lacks what another holds."""
+        b = self.b
+        b.drop(["1", "2", "3"], {0, 1, 2})
+        b.never_acked({1, 2})
+        b.deliver_all(but={1, 2})
+        r = b.check()
+        self.assertTrue(r.ok(), r.text())
+
+    def test_gapped_inside(self):
+        """A copy lacking offsets inside its range that the others hold
+        (an advance past records it had not copied yet): gapped."""
+        b = self.b
+        b.deliver_all()
+        b.drop(["2"], {3, 4})
+        r = b.check()
+        self.only(r, "gapped")
+        self.assertIn("node 2: lacks 2 offsets inside its log that node 1 holds, from 3", r.text())
+
+    def test_gap_no_copy_holds(self):
+        """Offsets no copy holds (a gap the leader's log never assigned,
+        every follower skipping it): not counted."""
+        b = self.b
+        b.drop(["1", "2", "3"], {3, 4})
+        b.never_acked({3, 4})
+        b.deliver_all(but={3, 4})
+        r = b.check()
+        self.assertTrue(r.ok(), r.text())
 
     def test_set_aside_copy_not_compared(self):
         b = self.b

@@ -17,8 +17,9 @@ History with its monotonic time. At the end (finish): production stops,
 every cut is healed and every node started, the consumers drain until
 every acknowledged id arrived (or a timeout), the test waits for every
 partition to have its whole ISR caught up, reads each partition's high
-watermark, stops the nodes and reads their segment files, and the
-checker must find lost 0, phantom 0, conflict 0, hole 0, diverged 0,
+watermark, stops the nodes and reads their segment files (and their
+logs: where a copy's start moved on purpose), and the checker must find
+lost 0, phantom 0, conflict 0, hole 0, diverged 0, gapped 0,
 resurrected 0. It prints duplicates, unknown outcomes and availability
 (how long writes were refused after each fault).
 
@@ -558,7 +559,7 @@ class Replication(harness.ClusterTest):
         load.stop()
         codes = c.stop(timeout=60, drain=harness.DRAIN_GRACE)
         for n in c.nodes:
-            final.add_node(str(n.id), rl.read_replica(n.data, [V1, NSQ]))
+            final.add_node(str(n.id), rl.read_replica(n.data, [V1, NSQ]), n.log())
         report = rl.check(h, final)
         print(report.text(), flush=True)
         if not report.ok() or load.crashes:
