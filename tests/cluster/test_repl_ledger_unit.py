@@ -295,10 +295,12 @@ class CheckerTest(unittest.TestCase):
             b.texts["3"] = text
             r = b.check()
             self.assertTrue(r.ok(), r.text())
+            self.assertEqual(r.info["later_starts_explained"], 1)
         b.texts.clear()
         b.floor("3", 3)
         r = b.check()
         self.assertTrue(r.ok(), r.text())
+        self.assertEqual(r.info["later_starts_explained"], 1)
 
     def test_every_copy_starts_at_the_retained_offset(self):
         """Every replica starts at the same offset (retention, a floor):
