@@ -169,6 +169,12 @@ class MovesF1(tm.Moves):
         bsrc = bs[0].leader
         bdst = next(str(n.id) for n in self.c.nodes if str(n.id) != bsrc)
         owner = self.node(bsrc)
+        # info() shows the first node that knows the topic: the owner's own
+        # metastore replica may apply the create a moment later (a /v1
+        # produce through it answers 404 until then), so wait for its view.
+        wait_until(f"{BACKLOG}/0 owned by node {bsrc} as it shows it itself",
+                   lambda: (lambda ps: ps and ps[0].leader == bsrc)(
+                       self.partitions(owner, BACKLOG)), 30)
         for i in range(40):
             status, _ = owner.request("POST", f"/v1/topics/{BACKLOG}/produce?partition=0",
                                       f"backlog {i}".encode(), headers=tr.OCTET)
