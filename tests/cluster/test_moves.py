@@ -383,8 +383,12 @@ class Progress(Moves):
         leader = self.node(ps.leader)
 
         def mid_copy(node):
+            # None: node's metastore replica has not applied the start yet
+            # (the PATCH answers once n0's has it; the others follow).
             m = self.find_move(mid, node)
-            if m is None or m["state"] in ("done", "aborted", "failed"):
+            if m is None:
+                return None
+            if m["state"] in ("done", "aborted", "failed"):
                 self.fail(f"move {mid} not under way on node {node.id}: {m}")
             ok = isinstance(m["bytes_total"], int) and isinstance(m["lag_records"], int) and \
                 m["bytes_copied"] < m["bytes_total"] and m["lag_records"] > 0
