@@ -335,8 +335,7 @@ class MoveFaults(Faults, tm.Moves):
         self.assertEqual(status, 200, answer)
         self.assertEqual(answer["state"], "aborted", answer)
         wait_until(f"{V1}/{p} back on {replicas} on every node",
-                   lambda: all(self.partitions(n, V1)[p].replicas == replicas
-                               for n in self.c.nodes), 30)
+                   lambda: self.on_replicas_everywhere(p, replicas), 30)
         ps = self.partitions(meta, V1)[p]
         self.assertEqual(ps.leader, leader, ps)
         # Its deliveries go on: ids produced to it after the abort come
@@ -377,8 +376,7 @@ class MoveFaults(Faults, tm.Moves):
         self.assertEqual(status, 200, answer)
         self.assertEqual(answer["state"], "aborted", answer)
         wait_until(f"{V1}/{p} back on {replicas} on every node",
-                   lambda: all(self.partitions(n, V1)[p].replicas == replicas
-                               for n in self.c.nodes), 30)
+                   lambda: self.on_replicas_everywhere(p, replicas), 30)
         ps = self.partitions(meta, V1)[p]
         self.assertIn(ps.leader, replicas, ps)
         t = time.monotonic()
