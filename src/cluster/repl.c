@@ -63,7 +63,9 @@
  *      that fetched in this epoch with that incarnation, not from before a
  *      corrupt mark, and only upward; a report of another epoch is ignored
  *      (a newer one: REFRESH). It
- *      learns hw = min(leader's hw, its log end). On DIVERGING(e, end) it
+ *      learns hw = min(leader's hw, the log end it fetched at): not the
+ *      end after the answer's records, whose append may fail (a deposed
+ *      leader's own publishes landing first). On DIVERGING(e, end) it
  *      truncates to min(end, its own end of e): the divergence point from
  *      the epoch histories, never its own hw (KIP-101). A point below its
  *      hw is refused (ACT_TRUNCATE_REFUSED) and the follower stops: that
@@ -497,8 +499,11 @@ static void on_records(tn_repl_t *r, const tn_repl_event_t *ev, tn_repl_actions_
     if (!answer_current(r, ev->u.records.leader_epoch) || ev->u.records.from != r->end)
         return; /* an answer to an older fetch: the newer one is (re)sent */
     r->fetching = false;
-    uint64_t end = ev->u.records.from + ev->u.records.count;
-    uint64_t hw = u64_min(ev->u.records.hw, end);
+    /* Only up to the log end the leader has just confirmed (the fetch's
+     * offset): the records are not appended yet, and the append can fail
+     * (a deposed leader's own publishes landing there first), after which
+     * the log there is not the leader's. The next answer covers them. */
+    uint64_t hw = u64_min(ev->u.records.hw, r->end);
     if (hw > r->hw)
         r->hw = hw;
     if (ev->u.records.count > 0) {

@@ -326,6 +326,46 @@ static void test_follower_refuses_truncation_below_hw(void **state)
     assert_null(find(&out, TN_REPL_ACT_FETCH));
 }
 
+/* A deposed leader following the new one (cluster_moves, 2026-12-06): it
+ * fetched at its log end 14, the answer brought the leader's records 14..16
+ * of epoch 3 and hw 17, and its own publishes of epoch 2, still queued as it
+ * lost the lead, landed at 14..16 first (the append of the fetched records
+ * failed: out of range). The hw it learned from that answer must not cover
+ * records it has not appended: the leader's DIVERGING at 14 is then cut, not
+ * refused as below its hw (which left it out of the ISR for good). */
+static void test_follower_hw_waits_for_its_append(void **state)
+{
+    (void)state;
+    tn_repl_t r;
+    hist_t h;
+    tn_repl_actions_t out;
+    follower_setup(&r, &h, &out);
+    tn_repl_event_t ev = {.type = TN_REPL_EV_RECORDS, .now = 1};
+    ev.u.records.leader_epoch = 3;
+    ev.u.records.from = 14;
+    ev.u.records.count = 3;
+    ev.u.records.hw = 17;
+    tn_repl_step(&r, &ev, &out);
+    assert_non_null(find(&out, TN_REPL_ACT_APPEND));
+    assert_true(r.hw <= 14);
+    /* The append failed; the log holds its own three records of epoch 2. */
+    step_log(&r, 17, 17, 2, 2, &out);
+    const tn_repl_action_t *a = find(&out, TN_REPL_ACT_FETCH);
+    assert_non_null(a);
+    assert_int_equal(a->fetch.fetch_offset, 17);
+    ev = (tn_repl_event_t){.type = TN_REPL_EV_DIVERGING, .now = 3};
+    ev.u.diverging.leader_epoch = 3;
+    ev.u.diverging.epoch = 2;
+    ev.u.diverging.end_offset = 14;
+    ev.u.diverging.fetch_offset = 17;
+    ev.u.diverging.last_fetched_epoch = 2;
+    tn_repl_step(&r, &ev, &out);
+    assert_null(find(&out, TN_REPL_ACT_TRUNCATE_REFUSED));
+    a = find(&out, TN_REPL_ACT_TRUNCATE);
+    assert_non_null(a);
+    assert_int_equal(a->offset, 14);
+}
+
 /* An answer naming an offset (OUT_OF_RANGE, GAP) to the follower of
  * follower_setup (log end 14, leader epoch 3): a late copy, an older
  * leader's, or an offset not above its end take no action act; one for
@@ -1031,6 +1071,7 @@ int main(void)
         cmocka_unit_test(test_follower_truncates_at_divergence),
         cmocka_unit_test(test_follower_diverging_backs_off),
         cmocka_unit_test(test_follower_refuses_truncation_below_hw),
+        cmocka_unit_test(test_follower_hw_waits_for_its_append),
         cmocka_unit_test(test_follower_resets_below_the_leaders_start),
         cmocka_unit_test(test_follower_skips_the_leaders_gap),
         cmocka_unit_test(test_leader_answers_a_restarted_copy),
