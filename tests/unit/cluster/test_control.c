@@ -550,16 +550,15 @@ static void test_join(void **state)
     assert_int_equal(r.http, 400);
     tn_buf_fini(&p);
 
-    /* The follower first in the join list: it answers 421 and the loop
-     * asks the leader next. */
+    /* The follower first in the join list: it passes the JOIN on to the
+     * leader (the loop asks both at once). */
     const char *join[2] = {fx.api[fx.follower], fx.api[fx.leader]};
     node_open(3, true, join, 2);
     assert_false(tn_control_admitted(fx.ctl[3]));
     assert_true(run_until(node3_admitted, NULL));
-    uint64_t id = 0;
-    const char *api = "";
-    assert_int_equal(tn_meta_leader(fx.m[3], &id, &api), 0);
-    assert_int_equal(id, fx.leader);
+    /* Node 3 follows the leader the others follow (not necessarily the
+     * one setup found: on a loaded machine the leadership may move). */
+    assert_true(run_until(three_settled, NULL));
 }
 
 typedef struct {
