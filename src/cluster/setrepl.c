@@ -177,7 +177,7 @@
 #define TICK_MS      250
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 1000
-#define UNCOUNT_MS   1000
+#define UNCOUNT_MS   1000 /* o.uncount_ms's default */
 
 /* --- the waiting rule --------------------------------------------------------------- */
 
@@ -304,7 +304,7 @@ typedef struct {
     /* A call to it failed while counted (monotonic ms; 0: none): it stops
      * counting when the ISR gate next asks about it (tn_setrepl_catch_up
      * answers no then), so the core never proposes it on an older yes
-     * after settles went on without it; or UNCOUNT_MS later on a check,
+     * after settles went on without it; or o.uncount_ms later on a check,
      * when the gate is not asking (it is not a candidate then). */
     int64_t uncount_at;
     bool in_isr; /* in the committed ISR when last looked */
@@ -734,7 +734,7 @@ static bool stream_check(stream_t *st, const tn_pstate_t *ps)
             pe->counted = false;
             pe->uncount_at = 0;
         }
-        if (pe->uncount_at != 0 && tn_now_mono_ms() >= pe->uncount_at + UNCOUNT_MS) {
+        if (pe->uncount_at != 0 && tn_now_mono_ms() >= pe->uncount_at + (int64_t)s->o.uncount_ms) {
             pe->counted = false;
             pe->uncount_at = 0;
         }
@@ -1756,6 +1756,8 @@ int tn_setrepl_new(const tn_setrepl_opts_t *opts, tn_setrepl_t **out)
         s->o.call_timeout_ms = 5000;
     if (s->o.keep_max == 0)
         s->o.keep_max = TN_SETREPL_KEEP_MAX;
+    if (s->o.uncount_ms == 0)
+        s->o.uncount_ms = UNCOUNT_MS;
     int rc = uv_timer_init(s->o.loop, &s->tick);
     if (rc != 0) {
         tn_free(s);

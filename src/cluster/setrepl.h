@@ -139,6 +139,10 @@ typedef struct {
     /* Decided records kept for followers that lack them, at most
      * (tn_setrepl_trim's keep_max); 0: TN_SETREPL_KEEP_MAX. */
     uint64_t keep_max;
+    /* A counted follower whose call failed stops counting at the first
+     * check this long after, when the ISR gate has not asked about it
+     * meanwhile (setrepl.c, peer_t.uncount_at); 0: 1000 ms. */
+    uint64_t uncount_ms;
 } tn_setrepl_opts_t;
 
 /* A replicator (opts copied). It installs itself as the broker's
