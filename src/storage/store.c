@@ -750,20 +750,24 @@ static int chan_file_path(tn_store_t *store, const char *topic, const char *chan
     return 0;
 }
 
-int tn_store_channel_stamp_write(tn_store_t *store, const char *topic, const char *channel,
-                                 uint64_t stamp, bool *written)
+/* Write value (a u64) to the channel's file of suffix as a record file of
+ * magic, or remove the file when value is 0 (remove), fsyncing the
+ * directory; nothing when the topic has no directory here. *written says
+ * whether a record was written. */
+static int chan_file_write(tn_store_t *store, const char *topic, const char *channel,
+                           const char *suffix, uint32_t magic, uint64_t value, bool remove,
+                           bool *written)
 {
     if (written != NULL)
         *written = false;
     char dir[4400], name[300], path[4800];
-    int rc = chan_file_path(store, topic, channel, TN_STORE_CHAN_STAMP_SUFFIX, dir, sizeof(dir),
-                            name, sizeof(name));
+    int rc = chan_file_path(store, topic, channel, suffix, dir, sizeof(dir), name, sizeof(name));
     if (rc != 0)
         return rc;
     struct stat st;
     if (stat(dir, &st) != 0)
         return errno == ENOENT ? 0 : tn_err_from_errno(errno);
-    if (stamp == 0) {
+    if (remove) {
         snprintf(path, sizeof(path), "%s/%s", dir, name);
         rc = tn_io_unlink(path);
         if (rc == UV_ENOENT)
@@ -771,29 +775,52 @@ int tn_store_channel_stamp_write(tn_store_t *store, const char *topic, const cha
         return rc != 0 ? rc : tn_io_fsync_dir(dir);
     }
     unsigned char payload[8];
-    tn_put_u64(payload, stamp);
-    rc = tn_io_write_record_file(dir, name, CHAN_STAMP_MAGIC, payload, sizeof(payload));
+    tn_put_u64(payload, value);
+    rc = tn_io_write_record_file(dir, name, magic, payload, sizeof(payload));
     if (rc == 0 && written != NULL)
         *written = true;
     return rc;
+}
+
+/* Read the u64 of the channel's file of suffix (*found false when there is
+ * none, or no directory). */
+static int chan_file_read(tn_store_t *store, const char *topic, const char *channel,
+                          const char *suffix, uint32_t magic, uint64_t *value, bool *found)
+{
+    *found = false;
+    *value = 0;
+    char dir[4400], name[300];
+    int rc = chan_file_path(store, topic, channel, suffix, dir, sizeof(dir), name, sizeof(name));
+    if (rc != 0)
+        return rc;
+    unsigned char payload[8];
+    rc = tn_io_read_record_file(dir, name, magic, payload, sizeof(payload));
+    if (rc == UV_ENOENT || rc == UV_ENOTDIR)
+        return 0;
+    if (rc != 0)
+        return rc;
+    *value = tn_get_u64(payload);
+    *found = true;
+    return 0;
+}
+
+int tn_store_channel_stamp_write(tn_store_t *store, const char *topic, const char *channel,
+                                 uint64_t stamp, bool *written)
+{
+    return chan_file_write(store, topic, channel, TN_STORE_CHAN_STAMP_SUFFIX, CHAN_STAMP_MAGIC,
+                           stamp, stamp == 0, written);
 }
 
 int tn_store_channel_stamp_read(tn_store_t *store, const char *topic, const char *channel,
                                 uint64_t *stamp)
 {
     *stamp = 0;
-    char dir[4400], name[300];
-    int rc = chan_file_path(store, topic, channel, TN_STORE_CHAN_STAMP_SUFFIX, dir, sizeof(dir),
-                            name, sizeof(name));
-    if (rc != 0)
+    uint64_t v;
+    bool found;
+    int rc = chan_file_read(store, topic, channel, TN_STORE_CHAN_STAMP_SUFFIX, CHAN_STAMP_MAGIC, &v,
+                            &found);
+    if (rc != 0 || !found)
         return rc;
-    unsigned char payload[8];
-    rc = tn_io_read_record_file(dir, name, CHAN_STAMP_MAGIC, payload, sizeof(payload));
-    if (rc == UV_ENOENT || rc == UV_ENOTDIR)
-        return 0;
-    if (rc != 0)
-        return rc;
-    uint64_t v = tn_get_u64(payload);
     if (v == 0)
         return TN_ECORRUPT;
     *stamp = v;
@@ -811,45 +838,20 @@ int tn_store_channel_pause_write(tn_store_t *store, const char *topic, const cha
         *written = false;
     if (paused < -1 || paused > 1)
         return UV_EINVAL;
-    char dir[4400], name[300], path[4800];
-    int rc = chan_file_path(store, topic, channel, TN_STORE_CHAN_PAUSE_SUFFIX, dir, sizeof(dir),
-                            name, sizeof(name));
-    if (rc != 0)
-        return rc;
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return errno == ENOENT ? 0 : tn_err_from_errno(errno);
-    if (paused < 0) {
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
-        rc = tn_io_unlink(path);
-        if (rc == UV_ENOENT)
-            return 0;
-        return rc != 0 ? rc : tn_io_fsync_dir(dir);
-    }
-    unsigned char payload[8];
-    tn_put_u64(payload, (uint64_t)paused);
-    rc = tn_io_write_record_file(dir, name, CHAN_PAUSE_MAGIC, payload, sizeof(payload));
-    if (rc == 0 && written != NULL)
-        *written = true;
-    return rc;
+    return chan_file_write(store, topic, channel, TN_STORE_CHAN_PAUSE_SUFFIX, CHAN_PAUSE_MAGIC,
+                           paused < 0 ? 0 : (uint64_t)paused, paused < 0, written);
 }
 
 int tn_store_channel_pause_read(tn_store_t *store, const char *topic, const char *channel,
                                 int *paused)
 {
     *paused = -1;
-    char dir[4400], name[300];
-    int rc = chan_file_path(store, topic, channel, TN_STORE_CHAN_PAUSE_SUFFIX, dir, sizeof(dir),
-                            name, sizeof(name));
-    if (rc != 0)
+    uint64_t v;
+    bool found;
+    int rc = chan_file_read(store, topic, channel, TN_STORE_CHAN_PAUSE_SUFFIX, CHAN_PAUSE_MAGIC, &v,
+                            &found);
+    if (rc != 0 || !found)
         return rc;
-    unsigned char payload[8];
-    rc = tn_io_read_record_file(dir, name, CHAN_PAUSE_MAGIC, payload, sizeof(payload));
-    if (rc == UV_ENOENT || rc == UV_ENOTDIR)
-        return 0;
-    if (rc != 0)
-        return rc;
-    uint64_t v = tn_get_u64(payload);
     if (v > 1)
         return TN_ECORRUPT;
     *paused = (int)v;
