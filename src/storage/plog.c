@@ -1325,16 +1325,24 @@ static void fail_from(tn_append_t *from, int err)
 }
 
 /* Save the epochs file after a change (committer thread). The history is
- * only changed on this thread, so reading it without the lock is safe. */
+ * only changed on this thread, so reading it without the lock is safe.
+ * The log is a replica's (epochs_used) once the file is on disk, not
+ * before: tn_plog_is_replica lets a follower take channel state into the
+ * copy (cluster/replica.h, tn_replica_copy_ready), which a crash would
+ * otherwise leave beside a log that opens as a factor-1 one and is skipped
+ * forward (queue/channel.c, check_lost_tail); a save that fails leaves it
+ * unmarked (and the log failed). */
 static int save_epochs(tn_plog_t *plog)
 {
+    int rc = tn_epochs_save(&plog->epochs, plog->dir);
+    if (rc != 0) {
+        set_sticky(plog, rc, "saving the epochs file: %s", plog->epochs.errmsg);
+        return rc;
+    }
     uv_mutex_lock(&plog->lock); /* tn_plog_is_replica reads it on any thread */
     plog->epochs_used = true;
     uv_mutex_unlock(&plog->lock);
-    int rc = tn_epochs_save(&plog->epochs, plog->dir);
-    if (rc != 0)
-        set_sticky(plog, rc, "saving the epochs file: %s", plog->epochs.errmsg);
-    return rc;
+    return 0;
 }
 
 /* tn_plog_begin_epoch: record the epoch at the log end, durably, before

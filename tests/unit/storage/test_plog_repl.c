@@ -558,6 +558,24 @@ static void test_copy_without_epochs_is_a_replica(void **state)
     assert_int_equal(tn_plog_written_next(mk), 0);
 }
 
+/* A mark that cannot be written (a full disk) leaves the log unmarked and
+ * failed: the replica manager's copy_ready (tn_replica_copy_ready) then
+ * keeps the leader's channel state out of a copy whose epochs file is not
+ * on disk, which the engine would skip forward at the next start
+ * (queue/channel.c, check_lost_tail). */
+static void test_failed_mark_is_not_a_replica(void **state)
+{
+    fx_t *fx = *state;
+    tn_plog_t *mk = open_log(fx, "f1mkfail", 0);
+    tn_io_fail_write_after(0, UV_ENOSPC);
+    int rc = tn_plog_mark_replica(mk);
+    tn_io_fail_write_after(-1, 0);
+    assert_int_equal(rc, UV_ENOSPC);
+    assert_int_equal(tn_plog_err(mk), UV_ENOSPC);
+    assert_false(exists(fx, "f1mkfail", 0, TN_EPOCHS_FILE));
+    assert_false(tn_plog_is_replica(mk));
+}
+
 static void build_leader(fx_t *fx, tn_plog_t *pl)
 {
     assert_int_equal(begin_epoch(fx, pl, 1, NULL), 0);
@@ -2802,6 +2820,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_tells_watch_and_waits_for_pins, setup, teardown),
         cmocka_unit_test_setup_teardown(test_begin_epoch_and_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_copy_without_epochs_is_a_replica, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_mark_is_not_a_replica, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epochs_repaired_at_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_probe, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_trims_epochs, setup, teardown),
