@@ -2123,8 +2123,6 @@ static void test_channel_create_resent_after_its_deletion(void **state)
     free(dir);
 }
 
-/* A node whose peers never come: no leader, so proposals are answered
- * TN_ENOLEADER after their bound, and the leader-only calls refuse. */
 typedef struct {
     cluster_t *c;
     uint64_t id;
@@ -2201,6 +2199,8 @@ static void test_transfer_to_a_live_voter(void **state)
     free(dir);
 }
 
+/* A node whose peers never come: no leader, so proposals are answered
+ * TN_ENOLEADER after their bound, and the leader-only calls refuse. */
 static void test_no_leader(void **state)
 {
     (void)state;
