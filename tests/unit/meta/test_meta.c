@@ -1703,6 +1703,26 @@ static bool all_closed(void *arg)
     return closed_count >= *(int *)arg;
 }
 
+/* Nodes 1..3 of c bootstrapped as the same three voters on loop (data
+ * under dir, addresses for nodes 1..slots), every one caught up and
+ * registered: the leader they agree on. */
+static uint64_t cluster_start3(cluster_t *c, uv_loop_t *loop, const char *dir, uint64_t slots)
+{
+    memset(c, 0, sizeof(*c));
+    c->loop = loop;
+    the_cluster = c;
+    for (uint64_t i = 1; i <= slots; i++) {
+        snprintf(c->dir[i], sizeof(c->dir[i]), "%s/meta%llu", dir, (unsigned long long)i);
+        snprintf(c->raft[i], sizeof(c->raft[i]), "127.0.0.1:%d", free_port());
+        snprintf(c->api[i], sizeof(c->api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
+    }
+    for (uint64_t i = 1; i <= 3; i++)
+        cluster_open(c, i, false);
+    assert_true(run_until(loop, three_caught_up, c));
+    assert_true(run_until(loop, members_registered, c));
+    return agreed_leader(c, 3);
+}
+
 static void test_cluster(void **state)
 {
     (void)state;
@@ -1712,21 +1732,7 @@ static void test_cluster(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     cluster_t c;
-    memset(&c, 0, sizeof(c));
-    c.loop = &loop;
-    the_cluster = &c;
-    for (uint64_t i = 1; i <= NNODES; i++) {
-        snprintf(c.dir[i], sizeof(c.dir[i]), "%s/meta%llu", dir, (unsigned long long)i);
-        snprintf(c.raft[i], sizeof(c.raft[i]), "127.0.0.1:%d", free_port());
-        snprintf(c.api[i], sizeof(c.api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
-    }
-    for (uint64_t i = 1; i <= 3; i++)
-        cluster_open(&c, i, false);
-    /* Bootstrap of the same three voters everywhere: one leader, and every
-     * node caught up (followers included) and registered. */
-    assert_true(run_until(&loop, three_caught_up, &c));
-    assert_true(run_until(&loop, members_registered, &c));
-    uint64_t leader = agreed_leader(&c, 3);
+    uint64_t leader = cluster_start3(&c, &loop, dir, NNODES);
     uint64_t follower = leader == 1 ? 2 : 1;
     uint64_t id = 0;
     const char *api = NULL;
@@ -1927,19 +1933,7 @@ static void test_resend_after_failover(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     cluster_t c;
-    memset(&c, 0, sizeof(c));
-    c.loop = &loop;
-    the_cluster = &c;
-    for (uint64_t i = 1; i <= 3; i++) {
-        snprintf(c.dir[i], sizeof(c.dir[i]), "%s/meta%llu", dir, (unsigned long long)i);
-        snprintf(c.raft[i], sizeof(c.raft[i]), "127.0.0.1:%d", free_port());
-        snprintf(c.api[i], sizeof(c.api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
-    }
-    for (uint64_t i = 1; i <= 3; i++)
-        cluster_open(&c, i, false);
-    assert_true(run_until(&loop, three_caught_up, &c));
-    assert_true(run_until(&loop, members_registered, &c));
-    uint64_t leader = agreed_leader(&c, 3);
+    uint64_t leader = cluster_start3(&c, &loop, dir, 3);
     uint64_t follower = leader == 1 ? 2 : 1;
 
     c.hold = true;
@@ -2036,19 +2030,7 @@ static void test_channel_create_resent_after_its_deletion(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     cluster_t c;
-    memset(&c, 0, sizeof(c));
-    c.loop = &loop;
-    the_cluster = &c;
-    for (uint64_t i = 1; i <= 3; i++) {
-        snprintf(c.dir[i], sizeof(c.dir[i]), "%s/meta%llu", dir, (unsigned long long)i);
-        snprintf(c.raft[i], sizeof(c.raft[i]), "127.0.0.1:%d", free_port());
-        snprintf(c.api[i], sizeof(c.api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
-    }
-    for (uint64_t i = 1; i <= 3; i++)
-        cluster_open(&c, i, false);
-    assert_true(run_until(&loop, three_caught_up, &c));
-    assert_true(run_until(&loop, members_registered, &c));
-    uint64_t leader = agreed_leader(&c, 3);
+    uint64_t leader = cluster_start3(&c, &loop, dir, 3);
     uint64_t follower = leader == 1 ? 2 : 1;
     tn_meta_req_t req;
     counter_t cnt = {0, 0};
@@ -2149,19 +2131,7 @@ static void test_transfer_to_a_live_voter(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     cluster_t c;
-    memset(&c, 0, sizeof(c));
-    c.loop = &loop;
-    the_cluster = &c;
-    for (uint64_t i = 1; i <= 3; i++) {
-        snprintf(c.dir[i], sizeof(c.dir[i]), "%s/meta%llu", dir, (unsigned long long)i);
-        snprintf(c.raft[i], sizeof(c.raft[i]), "127.0.0.1:%d", free_port());
-        snprintf(c.api[i], sizeof(c.api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
-    }
-    for (uint64_t i = 1; i <= 3; i++)
-        cluster_open(&c, i, false);
-    assert_true(run_until(&loop, three_caught_up, &c));
-    assert_true(run_until(&loop, members_registered, &c));
-    uint64_t leader = agreed_leader(&c, 3);
+    uint64_t leader = cluster_start3(&c, &loop, dir, 3);
     uint64_t gone = leader == 1 ? 2 : 1; /* first in configuration order */
     uint64_t live = 6 - leader - gone;
 
