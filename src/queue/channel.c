@@ -725,9 +725,17 @@ static void chan_create_work(uv_work_t *w)
      * one's), so that no partition's own flag decides it at the next
      * start (load_paused). */
     int paused = -1;
-    if (j->rc == 0 && had_it &&
-        tn_store_channel_pause_read(t->broker->store, t->name, ch->name, &paused) == 0 &&
-        paused >= 0)
+    int prc = 0;
+    if (j->rc == 0 && had_it)
+        prc = tn_store_channel_pause_read(t->broker->store, t->name, ch->name, &paused);
+    if (prc != 0)
+        /* As at start (load_paused), with no partition's files here to
+         * say paused: unpaused, and the file says so from now on. */
+        TN_LOG(TN_LOG_WARN,
+               "channel %s of %s: its pause file (%s%s) cannot be read (%s): made unpaused, "
+               "as no partition here has its files to say otherwise; the file is written anew",
+               ch->name, t->name, ch->name, TN_STORE_CHAN_PAUSE_SUFFIX, tn_strerror(prc));
+    if (paused >= 0)
         j->paused = paused == 1;
     else if (j->rc == 0)
         j->rc = tn_store_channel_pause_write(t->broker->store, t->name, ch->name, 0, NULL);

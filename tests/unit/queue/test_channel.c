@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAXD 256
 
@@ -1575,6 +1576,78 @@ static void test_creation_gate(void **state)
     qfx_free(q);
 }
 
+/* A gate that passes every creation, giving a channel the stamp of its
+ * record as the catalog does (stamp_of_c). */
+static uint64_t stamp_of_c;
+
+static void stamping_gate(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *ch)
+{
+    (void)arg;
+    (void)t;
+    if (ch != NULL)
+        ch->stamp = stamp_of_c;
+    tn_gate_done(g, 0);
+}
+
+/* The log goes to a temporary file between log_capture and log_release,
+ * which returns what was written. */
+static char logpath[64];
+
+static void log_capture(void)
+{
+    snprintf(logpath, sizeof(logpath), "/tmp/tern-test-channel-log-XXXXXX");
+    int fd = mkstemp(logpath);
+    assert_true(fd >= 0);
+    tn_log_set_fd(fd);
+}
+
+static char *log_release(void)
+{
+    tn_log_set_fd(2);
+    FILE *f = fopen(logpath, "r");
+    assert_non_null(f);
+    static char text[65536];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    unlink(logpath);
+    return text;
+}
+
+/* A channel made again on a node whose stamp file says it had this very
+ * channel (its files lost on every partition) keeps the pause its pause
+ * file holds; one that cannot be read is said in the log, as at start
+ * (load_paused), and the channel is made unpaused, the file written anew
+ * (no partition here has the channel's files to say paused). It was
+ * overwritten silently. */
+static void test_had_it_pause_file_unreadable(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    (void)channel(q, "t", "other"); /* the topic's directory */
+    stamp_of_c = 77;
+    tn_broker_set_gate(q->b, stamping_gate, NULL);
+    assert_int_equal(tn_store_channel_stamp_write(q->fx->store, "t", "c", 77, NULL), 0);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/topics/t/c%s", q->fx->dir, TN_STORE_CHAN_PAUSE_SUFFIX);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite("not a pause file", 1, 16, f), 16);
+    assert_int_equal(fclose(f), 0);
+    int paused = 0;
+    assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), TN_ECORRUPT);
+    log_capture();
+    tn_channel_t *ch = channel(q, "t", "c");
+    const char *text = log_release();
+    assert_true(ch->stamp_kept == 77);
+    assert_non_null(strstr(text, "channel c of t: its pause file (c.cpause) cannot be read"));
+    assert_false(ch->paused);
+    assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
+    assert_int_equal(paused, 0);
+    tn_broker_set_gate(q->b, NULL, NULL);
+    qfx_free(q);
+}
+
 static bool grown_flag;
 static int grown_status;
 
@@ -1707,6 +1780,7 @@ int main(void)
         cmocka_unit_test(test_pinned_consumer),
         cmocka_unit_test(test_topic_caps),
         cmocka_unit_test(test_creation_gate),
+        cmocka_unit_test(test_had_it_pause_file_unreadable),
         cmocka_unit_test(test_grow_partitions),
         cmocka_unit_test(test_delete_waits_for_creation),
         cmocka_unit_test(test_control_records_not_delivered),
