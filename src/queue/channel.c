@@ -533,15 +533,25 @@ static int start_missing(tn_topic_t *t, uint32_t i, const char *name, tn_cursor_
 }
 
 /* Whether this node's channel ch, its partitions loaded (made: those
- * that lacked its files), is paused: as its pause file says. The
- * partitions' own flags cannot say it: they travel with their partition
- * (a move, a failover), and a follower's copy holds its leader's, so the
- * first partition opened would impose its flag on them all. Without a
- * pause file (a channel paused by an earlier release, which kept the
- * pause in the partitions only), or with one that cannot be read: paused
- * when any partition that kept its files here says so (a pause kept
- * rather than deliveries resumed that someone stopped). */
-static bool load_paused(const tn_channel_t *ch, const bool *made)
+ * that lacked its files), is paused; stamped: whether it has a stamp file
+ * here (one that cannot be read counts). As its pause file says: the
+ * partitions' own flags cannot say it, as they travel with their
+ * partition (a move, a failover) and a follower's copy holds its
+ * leader's, so the first partition opened would impose its flag on them
+ * all. Without a pause file, or with one that cannot be read, the stamp
+ * file tells which case it is, as this release writes the pause file
+ * before the stamp (chstamp_work, chan_create_work) and removes it after
+ * (chdel_work):
+ * - a stamp: a directory of an earlier release, which kept the pause in
+ *   the partitions only (or a restore: a backup does not carry the pause
+ *   file): paused when any partition that kept its files here says so,
+ *   whatever its copy (a pause kept rather than deliveries resumed that
+ *   someone stopped);
+ * - no stamp: this node never recorded the channel; a copy of a
+ *   partition came here with its leader's channel state, pause flag
+ *   included, and the node stopped before its stamp job: unpaused, as no
+ *   flag here is this node's (the notice names each that says paused). */
+static bool load_paused(const tn_channel_t *ch, const bool *made, bool stamped)
 {
     const tn_topic_t *t = ch->topic;
     const char *name = ch->name;
@@ -550,13 +560,22 @@ static bool load_paused(const tn_channel_t *ch, const bool *made)
     if (rc != 0)
         TN_LOG(TN_LOG_WARN,
                "channel %s of %s: its pause file (%s%s) cannot be read (%s): paused if a "
-               "partition here says so",
+               "partition here says so and the channel has a stamp here",
                name, t->name, name, TN_STORE_CHAN_PAUSE_SUFFIX, tn_strerror(rc));
     if (paused >= 0)
         return paused == 1;
-    for (uint32_t i = 0; i < t->nparts; i++)
-        if (!t->parts[i]->remote && !made[i] && ch->parts[i]->cur.paused)
+    for (uint32_t i = 0; i < t->nparts; i++) {
+        if (t->parts[i]->remote || made[i] || !ch->parts[i]->cur.paused)
+            continue;
+        if (stamped)
             return true;
+        TN_LOG(TN_LOG_NOTICE,
+               "channel %s of %s/%" PRIu32 ": paused in this copy of the partition, but the "
+               "channel has neither a pause file nor a stamp here (a copy made here, its "
+               "leader's channel state in it, before this node recorded the channel): not "
+               "taken for this node's pause",
+               name, t->name, i);
+    }
     return false;
 }
 
@@ -617,8 +636,6 @@ int tn__channel_load(tn_topic_t *t, const char *name)
         check_lost_tail(cp);
         tn__broker_rewake(cp);
     }
-    ch->paused = load_paused(ch, made);
-    tn_free(made);
     /* Which record the files are of: the catalog replaces the channel if
      * its record has another stamp (deleted and made again meanwhile). */
     uint64_t stamp = 0;
@@ -628,6 +645,8 @@ int tn__channel_load(tn_topic_t *t, const char *name)
                "channel %s of %s: its stamp (%s%s) cannot be read (%s): the channel recorded "
                "under its name is taken for its own, as for files written before stamps",
                name, t->name, name, TN_STORE_CHAN_STAMP_SUFFIX, tn_strerror(rc));
+    ch->paused = load_paused(ch, made, rc != 0 || stamp != 0);
+    tn_free(made);
     ch->stamp = ch->stamp_kept = stamp;
     ch->state = TN_OBJ_READY;
     channel_link(t, ch);
@@ -712,21 +731,18 @@ static void chan_create_work(uv_work_t *w)
                   tn_store_channel_stamp_read(t->broker->store, t->name, ch->name, &had) == 0 &&
                   had == ch->stamp_kept;
     bool lost = had_it && !j->first;
-    /* The stamp before the first checkpoint: files of the channel are
-     * never on disk with another channel's stamp beside them (a stamp left
-     * by a deleted channel of the name goes when this one's is unknown). */
-    j->rc = tn_store_channel_stamp_write(t->broker->store, t->name, ch->name, ch->stamp_kept,
-                                         &j->stamp_written);
-    /* This node's pause: kept when the stamp says this node had this very
-     * channel (it has no file of it on any partition: lost, or a
-     * follower's copies the leader's settles never reached). Otherwise
-     * the channel is made unpaused, and its pause file says so (one left
-     * by a deleted channel of the name, a deletion cut short, is not this
-     * one's), so that no partition's own flag decides it at the next
-     * start (load_paused). */
+    /* This node's pause first, then the stamp, so that a stamp file here
+     * means a pause file too (load_paused: a stamp without one is from an
+     * earlier release). The pause is kept when the stamp says this node
+     * had this very channel (it has no file of it on any partition: lost,
+     * or a follower's copies the leader's settles never reached).
+     * Otherwise the channel is made unpaused, and its pause file says so
+     * (one left by a deleted channel of the name, a deletion cut short, is
+     * not this one's), so that no partition's own flag decides it at the
+     * next start. */
     int paused = -1;
     int prc = 0;
-    if (j->rc == 0 && had_it)
+    if (had_it)
         prc = tn_store_channel_pause_read(t->broker->store, t->name, ch->name, &paused);
     if (prc != 0)
         /* As at start (load_paused), with no partition's files here to
@@ -737,8 +753,14 @@ static void chan_create_work(uv_work_t *w)
                ch->name, t->name, ch->name, TN_STORE_CHAN_PAUSE_SUFFIX, tn_strerror(prc));
     if (paused >= 0)
         j->paused = paused == 1;
-    else if (j->rc == 0)
+    else
         j->rc = tn_store_channel_pause_write(t->broker->store, t->name, ch->name, 0, NULL);
+    /* The stamp before the first checkpoint: files of the channel are
+     * never on disk with another channel's stamp beside them (a stamp left
+     * by a deleted channel of the name goes when this one's is unknown). */
+    if (j->rc == 0)
+        j->rc = tn_store_channel_stamp_write(t->broker->store, t->name, ch->name, ch->stamp_kept,
+                                             &j->stamp_written);
     if (j->rc != 0)
         return;
     for (uint32_t i = 0; i < t->nparts; i++) {
@@ -975,6 +997,7 @@ typedef struct {
     char *topic;
     char *name;
     uint64_t stamp;
+    int paused; /* this node's pause when the job was queued */
     bool written;
     int rc;
 } chstamp_job_t;
@@ -982,11 +1005,18 @@ typedef struct {
 static void chstamp_work(uv_work_t *w)
 {
     chstamp_job_t *j = TN_CONTAINER_OF(w, chstamp_job_t, work);
-    j->rc = tn_store_channel_stamp_write(j->store, j->topic, j->name, j->stamp, &j->written);
+    /* The node's pause before the stamp: a stamp file here means a pause
+     * file too, so that load_paused can tell a directory of an earlier
+     * release (a stamp, no pause file) from a copy made here before this
+     * job (neither: the copy's flags are its leader's). */
+    j->rc = tn_store_channel_pause_write(j->store, j->topic, j->name, j->paused, NULL);
+    if (j->rc == 0)
+        j->rc = tn_store_channel_stamp_write(j->store, j->topic, j->name, j->stamp, &j->written);
 }
 
 static void drop_one(void *arg);
 static void pause_write_start(tn_channel_t *ch);
+static void pause_waits_run(tn_channel_t *ch, uint64_t covers, int status);
 
 static void chstamp_done(uv_work_t *w, int status)
 {
@@ -998,17 +1028,22 @@ static void chstamp_done(uv_work_t *w, int status)
     if (rc == 0 && j->written && !ch->deleted) {
         ch->stamp_kept = j->stamp;
         /* The topic's directory is here now (a copy of a partition came):
-         * the node's pause goes beside the stamp, so that a pause asked
-         * while there was none outlives a restart. */
+         * the pause file holds the pause of when the job was queued; once
+         * more with the current one, which also ends the waits
+         * (pause_file_sync) for asks made meanwhile, whose writes waited
+         * for this job (pause_write_start). */
         ch->pause_asked++;
-        if (!ch->pause_writing)
-            pause_write_start(ch);
     } else if (rc == 0 && j->written) {
         ch->stamp_kept = j->stamp;
     } else if (rc != 0)
-        TN_LOG_RL(TN_LOG_WARN, 60000,
-                  "channel %s of %s: writing its stamp failed: %s; tried again later", j->name,
-                  j->topic, tn_strerror(rc));
+        TN_LOG_RL(
+            TN_LOG_WARN, 60000,
+            "channel %s of %s: writing its pause file and stamp failed: %s; tried again later",
+            j->name, j->topic, tn_strerror(rc));
+    if (!ch->deleted && !ch->pause_writing && ch->pause_asked > ch->pause_done)
+        pause_write_start(ch);
+    else if (ch->deleted && !ch->pause_writing)
+        pause_waits_run(ch, UINT64_MAX, TN_ECLOSED);
     void *drop = ch->stamp_drop;
     ch->stamp_drop = NULL;
     tn_free(j->topic);
@@ -1036,6 +1071,7 @@ void tn_channel_keep_stamp(tn_channel_t *ch, bool copy_here)
     j->ch = ch;
     j->store = t->broker->store;
     j->stamp = ch->stamp;
+    j->paused = ch->paused ? 1 : 0;
     j->topic = tn_strdup(t->name);
     j->name = tn_strdup(ch->name);
     if (j->topic == NULL || j->name == NULL ||
@@ -2075,6 +2111,8 @@ static void chpause_done(uv_work_t *w, int status)
  * that cannot start ends the waits with its error. */
 static void pause_write_start(tn_channel_t *ch)
 {
+    if (ch->stamping)
+        return; /* the stamp job writes the pause file too: after it (chstamp_done) */
     tn_topic_t *t = ch->topic;
     chpause_job_t *j = tn_calloc(1, sizeof(*j));
     if (j != NULL) {
@@ -2360,13 +2398,13 @@ static void chdel_work(uv_work_t *w)
         if (rc != 0 && rc != UV_ENOENT && d->rc == 0)
             d->rc = rc;
     }
-    /* Then its pause file and its stamp: ones left by a crash before are
-     * removed by the next channel of the name, before its first
-     * checkpoint. */
-    if (d->rc == 0)
-        d->rc = tn_store_channel_pause_write(d->b->store, d->topic, d->channel, -1, NULL);
+    /* Then its stamp and its pause file (no stamp without a pause file:
+     * load_paused): ones left by a crash before are removed by the next
+     * channel of the name, before its first checkpoint. */
     if (d->rc == 0)
         d->rc = tn_store_channel_stamp_write(d->b->store, d->topic, d->channel, 0, NULL);
+    if (d->rc == 0)
+        d->rc = tn_store_channel_pause_write(d->b->store, d->topic, d->channel, -1, NULL);
 }
 
 static void chdel_done(uv_work_t *w, int status)

@@ -388,8 +388,9 @@ struct tn_channel_s {
     /* This node's pause, kept in the channel's pause file
      * (tn_store_channel_pause_write; what a restart loads): each
      * tn_channel_pause asks for a write of ch->paused (pause_asked counts
-     * the asks), one write runs at a time (pause_writing), one asked
-     * while it runs follows it, and pause_done is the count the last
+     * the asks), one write runs at a time (pause_writing; none while the
+     * stamp job runs, which writes the pause file before the stamp), one
+     * asked while it runs follows it, and pause_done is the count the last
      * finished write covered. tn_channel_sync_all waits (pause_waits, seq:
      * the ask needed) for the writes asked before it; a deletion meanwhile
      * waits for the running one (pause_drop), as for the stamp. Loop

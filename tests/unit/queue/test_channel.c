@@ -1333,16 +1333,124 @@ static void test_pause_is_the_nodes(void **state)
     attach(&s, ch, 10, 60000);
     expect_n(q, &s, 3);
     tn_consumer_detach(&s.c);
-    /* Without a pause file (a channel paused by an earlier release, which
-     * kept it in the partitions only): paused when a partition says so,
-     * here the last one. */
+    /* A stamp without a pause file (a channel paused by an earlier
+     * release, which kept it in the partitions only): paused when a
+     * partition says so, here the last one. */
     close_broker(q);
     tu_fx_reopen(q->fx);
     assert_int_equal(tn_store_channel_pause_write(q->fx->store, "t", "c", -1, NULL), 0);
+    assert_int_equal(tn_store_channel_stamp_write(q->fx->store, "t", "c", 77, NULL), 0);
     set_part_flag(q, 2, true);
     open_broker(q);
     ch = channel(q, "t", "c");
     assert_true(ch->paused);
+    qfx_free(q);
+}
+
+/* Partition p of t opened as the replica manager opens a copy: marked a
+ * replicated partition's (its epochs file). */
+static void mark_replica(qfx_t *q, uint32_t p)
+{
+    tn_plog_t *pl;
+    assert_int_equal(tn_plog_open(q->fx->store, "t", p, &pl), 0);
+    assert_int_equal(tn_plog_mark_replica(pl), 0);
+    assert_true(tn_plog_is_replica(pl));
+    tu_plog_close(&q->fx->loop, pl);
+}
+
+/* The stamp job writes the node's pause file before the stamp, so that a
+ * stamp here means a pause file too (load_paused tells a directory of an
+ * earlier release by a stamp without one); a pause asked meanwhile is
+ * written after the job, never beside it (an older value written last
+ * would undo it). */
+static void test_stamp_job_writes_pause_first(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    /* As a copy made here before the node recorded the channel. */
+    assert_int_equal(tn_store_channel_pause_write(q->fx->store, "t", "c", -1, NULL), 0);
+    ch->stamp = 0x1234;
+    tn_channel_keep_stamp(ch, false);
+    assert_true(ch->stamping);
+    assert_int_equal(tn_channel_pause(ch, true), 0);
+    assert_false(ch->pause_writing); /* after the stamp job */
+    allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, on_sync_all, &w), 0);
+    assert_true(run_until(q, stamp_kept, ch));
+    int paused = -1;
+    assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
+    assert_true(paused >= 0); /* 0, of when the job was queued, or already 1 */
+    assert_true(run_until(q, all_done, &w));
+    assert_int_equal(w.status, 0);
+    assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
+    assert_int_equal(paused, 1);
+    restart(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->paused && ch->stamp == 0x1234);
+    qfx_free(q);
+}
+
+/* A node that had no directory of the topic gets a replica's copy of a
+ * partition, and its channel's state from the leader, the leader's pause
+ * flag with it, before its own pause and stamp files are written (the
+ * stamp job, once the copy is open): killed in between, it has a copy
+ * saying paused and neither file. No flag here is the node's: it comes
+ * back unpaused, where it came back paused though nobody paused it there;
+ * a factor-1 partition's flag is not taken either (this release writes
+ * the pause file before the stamp, so no stamp means the node never
+ * recorded the channel). */
+static void test_pause_not_taken_without_a_stamp(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(three_partitions);
+    (void)channel(q, "t", "c");
+    close_broker(q);
+    tu_fx_reopen(q->fx);
+    assert_int_equal(tn_store_channel_pause_write(q->fx->store, "t", "c", -1, NULL), 0);
+    assert_int_equal(tn_store_channel_stamp_write(q->fx->store, "t", "c", 0, NULL), 0);
+    mark_replica(q, 1);
+    set_part_flag(q, 1, true); /* the leader's, copied */
+    set_part_flag(q, 2, true);
+    open_broker(q);
+    tn_channel_t *ch = channel(q, "t", "c");
+    assert_false(ch->paused);
+    for (uint32_t p = 0; p < 3; p++)
+        publish_keyed(q, "t", "m", NULL, p);
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 3);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+/* The upgrade from the release before pause files: a channel paused
+ * there kept its pause in the partitions only, a replicated topic's in
+ * copies with an epochs file, and its directory has a stamp and no pause
+ * file. Paused when any partition here says so, a replica's copy too
+ * (the pause is not dropped by the upgrade); the pause file says so from
+ * the next pause write on. */
+static void test_pause_kept_at_upgrade_from_a_copy(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(three_partitions);
+    (void)channel(q, "t", "c");
+    close_broker(q);
+    tu_fx_reopen(q->fx);
+    assert_int_equal(tn_store_channel_pause_write(q->fx->store, "t", "c", -1, NULL), 0);
+    assert_int_equal(tn_store_channel_stamp_write(q->fx->store, "t", "c", 77, NULL), 0);
+    mark_replica(q, 1);
+    set_part_flag(q, 1, true);
+    open_broker(q);
+    tn_channel_t *ch = channel(q, "t", "c");
+    assert_true(ch->paused);
+    for (uint32_t p = 0; p < 3; p++)
+        publish_keyed(q, "t", "held", NULL, p);
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    run_for(q, 50);
+    assert_int_equal(s.n, 0);
+    tn_consumer_detach(&s.c);
     qfx_free(q);
 }
 
@@ -1773,6 +1881,9 @@ int main(void)
         cmocka_unit_test(test_pause_and_empty),
         cmocka_unit_test(test_pause_sync_all),
         cmocka_unit_test(test_pause_is_the_nodes),
+        cmocka_unit_test(test_stamp_job_writes_pause_first),
+        cmocka_unit_test(test_pause_not_taken_without_a_stamp),
+        cmocka_unit_test(test_pause_kept_at_upgrade_from_a_copy),
         cmocka_unit_test(test_backlog_kept_across_restart_then_gc),
         cmocka_unit_test(test_delete_survives_restart),
         cmocka_unit_test(test_bad_names),
