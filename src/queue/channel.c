@@ -1002,9 +1002,29 @@ typedef struct {
     int rc;
 } chstamp_job_t;
 
+#ifdef TN_TEST
+/* TERN_TEST_CHANNEL_STAMP_DELAY_MS=n (ternd-test): every channel stamp
+ * write (tn_channel_keep_stamp) waits n ms first, so that a test can kill
+ * a node between a replica's copy of a partition made here (its channel
+ * state, the leader's, in it) and this node's pause and stamp files. */
+static void chstamp_test_delay(const chstamp_job_t *j)
+{
+    const char *v = getenv("TERN_TEST_CHANNEL_STAMP_DELAY_MS");
+    if (v == NULL || atoi(v) <= 0)
+        return;
+    TN_LOG(TN_LOG_NOTICE,
+           "stamp write of channel %s of %s held %d ms (TERN_TEST_CHANNEL_STAMP_DELAY_MS)", j->name,
+           j->topic, atoi(v));
+    uv_sleep((unsigned int)atoi(v));
+}
+#else
+#define chstamp_test_delay(j) ((void)(j))
+#endif
+
 static void chstamp_work(uv_work_t *w)
 {
     chstamp_job_t *j = TN_CONTAINER_OF(w, chstamp_job_t, work);
+    chstamp_test_delay(j);
     /* The node's pause before the stamp: a stamp file here means a pause
      * file too, so that load_paused can tell a directory of an earlier
      * release (a stamp, no pause file) from a copy made here before this
