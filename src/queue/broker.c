@@ -361,6 +361,12 @@ static void topic_create_work(uv_work_t *w)
     bool local = false;
     for (uint32_t i = 0; i < t->nparts; i++)
         local |= !t->parts[i]->remote;
+    /* Made anew here, unpaused (a metastore record holds no pause): a
+     * pause file an earlier topic of the name left in a directory with
+     * no partition (so never loaded) goes before any partition is made,
+     * so that the next start does not take it for this topic's. */
+    if (!t->memory && (j->rc = tn_store_topic_pause_remove(t->broker->store, t->name)) != 0)
+        return;
     j->stamp = local ? tn_topic_stamp_due(t) : 0;
     if (j->stamp != 0 &&
         (j->rc = tn_store_topic_stamp_write(t->broker->store, t->name, j->stamp, true)) != 0)

@@ -2250,18 +2250,6 @@ uint64_t tn__part_limit(const tn_part_t *p)
     return p->topic->paused && p->hold < limit ? p->hold : limit;
 }
 
-void tn_topic_pause(tn_topic_t *t, bool paused)
-{
-    if (paused && !t->paused) {
-        for (uint32_t i = 0; i < t->nparts; i++)
-            if (!t->parts[i]->remote)
-                t->parts[i]->hold = tn__part_limit(t->parts[i]);
-    }
-    t->paused = paused;
-    if (!paused)
-        tn__topic_pump_all(t);
-}
-
 uint64_t tn_part_message_count(const tn_part_t *p)
 {
     uint64_t next = tn_plog_written_next(p->plog);

@@ -46,7 +46,13 @@ tn_topic_t *tn__topic_find(tn_broker_t *b, const char *name, size_t len);
 /* topic.c */
 /* Close a partition log whose deletion waited for a read to end. */
 void tn__part_close_deferred(tn_part_t *p);
+/* p's log is open here (loaded, made, grown, placed, led again): ready
+ * to serve; a pause kept in memory for want of the topic's directory here
+ * is written now (tn__topic_pause_dir_made). */
 void tn__part_ready(tn_part_t *p);
+/* A directory of t is here now: a pause its last write found none for is
+ * written. */
+void tn__topic_pause_dir_made(tn_topic_t *t);
 void tn__broker_unstarve(tn_broker_t *b);
 void tn__topic_pump_all(tn_topic_t *t);
 void tn__topic_free(tn_topic_t *t);

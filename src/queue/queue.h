@@ -252,7 +252,22 @@ struct tn_topic_s {
     tn_channel_t *channels;
     tn_waiter_t *waiters;
     uint32_t next_part; /* round robin for publishes without a key */
+    /* This node's pause (tn_topic_pause), kept with each local
+     * partition's hold point in the topic's pause file (storage/store.h,
+     * tn_store_topic_pause_write; what a restart loads), as the channel's
+     * pause: each tn_topic_pause asks for a write (pause_asked counts the
+     * asks), one write runs at a time (pause_writing: the topic is busy
+     * for a deletion meanwhile, as for the stamp), one asked while it
+     * runs follows it, pause_done is the count the last finished write
+     * covered, and pause_waits the answers waiting for theirs. pause_dirless:
+     * the last write found no directory of the topic here (no partition
+     * here): the pause is in memory until one is made here, then
+     * written. Ephemeral topics write nothing. Loop thread. */
     bool paused;
+    bool pause_writing;
+    bool pause_dirless;
+    uint64_t pause_asked, pause_done;
+    struct tn__tpause_wait_s *pause_waits;
     bool deleted;
     bool growing; /* tn_topic_grow under way: channel creations and deletions wait */
     bool is_dlq;  /* its name ends in .DLQ: never dead-letters itself */
@@ -865,12 +880,22 @@ int tn_channel_pause(tn_channel_t *ch, bool paused);
  * fail), in the partitions held here. Counters stay. Durable for durable
  * channels as tn_channel_pause. */
 int tn_channel_empty(tn_channel_t *ch);
-/* Pause or unpause a topic, as nsqd does: while paused, what is published
- * is held at the topic (its depth) and no channel receives it; what the
- * channels held before goes on being delivered. Unpausing hands the held
- * messages to every channel, in order. Held in memory: a restart
- * unpauses. */
-void tn_topic_pause(tn_topic_t *t, bool paused);
+/* Pause or unpause a topic on this node, as nsqd does: while paused, what
+ * is published is held at the topic (its depth) and no channel receives
+ * it; what the channels held before goes on being delivered. Unpausing
+ * hands the held messages to every channel, in order. Applied at once;
+ * durable as nsqd's, which keeps it in its metadata file: the topic's
+ * pause file is written (paused, and each local partition's hold point),
+ * so a restart comes back paused holding exactly what arrived since the
+ * pause (an ephemeral topic's pause is in memory only; a topic with no
+ * directory here keeps it in memory until its first partition here is
+ * made, then writes it). cb(arg, status) runs exactly once on the loop
+ * thread, possibly before this returns, once the file holds this pause
+ * (0; nothing to write counts) or with the write's error (the pause then
+ * holds in memory, and the next ask writes it again); cb may be NULL.
+ * 0, or UV_ENOMEM (nothing changed, cb does not run). Loop thread. */
+typedef void (*tn_topic_pause_cb)(void *arg, int status);
+int tn_topic_pause(tn_topic_t *t, bool paused, tn_topic_pause_cb cb, void *arg);
 /* Messages the topic itself holds: while it has no channel, what it
  * retains for the first one; while paused, what arrived since. Control
  * records are not messages and do not count. */
@@ -890,12 +915,13 @@ typedef void (*tn_delete_cb)(void *arg, int status);
  * /topic/empty: the retained messages of a topic without channels are
  * dropped durably (the first channel made later starts after them); a
  * paused topic's held messages are settled in every channel (done once
- * those records are durable). Channels' own messages are untouched. cb
+ * those records are durable and the pause file holds the new hold
+ * points, tn_topic_pause). Channels' own messages are untouched. cb
  * runs with 0 or an error once done (possibly before this returns). 0
  * when under way; UV_EBUSY (not ready, or being emptied); UV_EAGAIN
  * (paused, and a channel has not yet finished the messages from before
- * the pause: they cannot be told apart); UV_ENOMEM (a paused topic's
- * held messages may be settled already). */
+ * the pause: they cannot be told apart); UV_ENOMEM (for a topic without
+ * channels; for a paused one, nothing was settled). */
 int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg);
 int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg);
 /* Write ch->stamp as the channel's stamp file when the file does not hold

@@ -106,6 +106,43 @@ void tn__part_ready(tn_part_t *p)
     p->appended_next = st.written_next;
     p->plog->data = p;
     p->plog->on_progress = on_plog_progress;
+    tn__topic_pause_dir_made(p->topic);
+}
+
+/* This node's pause, as the topic's pause file says (startup, its
+ * partitions opened): each local partition holds from its hold point,
+ * or from its end when the point is past it (records lost in a crash
+ * with relaxed publishes: what takes their offsets arrives after the
+ * pause); a partition the file does not name (a growth after the write)
+ * holds everything, as it did in memory. A file that cannot be read
+ * keeps the topic paused from each partition's end: an operator's pause
+ * kept rather than deliveries resumed (unpausing writes the file anew). */
+static void load_pause(tn_topic_t *t)
+{
+    int paused;
+    uint64_t *holds;
+    uint32_t n;
+    int rc = tn_store_topic_pause_read(t->broker->store, t->name, &paused, &holds, &n);
+    if (rc != 0) {
+        TN_LOG(TN_LOG_ERROR,
+               "topic %s: its pause file (%s) cannot be read (%s): paused, holding what arrives "
+               "from now on; /topic/unpause resumes it and writes the file anew",
+               t->name, TN_STORE_TOPIC_PAUSE_FILE, tn_strerror(rc));
+        paused = 1;
+    }
+    if (paused == 1) {
+        t->paused = true;
+        for (uint32_t i = 0; i < t->nparts; i++) {
+            tn_part_t *p = t->parts[i];
+            uint64_t end = p->plog != NULL ? p->appended_next : 0;
+            p->hold = rc != 0 ? end : i < n ? TN_MIN(holds[i], end) : 0;
+        }
+        TN_LOG(TN_LOG_NOTICE,
+               "topic %s is paused, as its pause file says: what was published since the "
+               "pause stays held until /topic/unpause",
+               t->name);
+    }
+    tn_free(holds);
 }
 
 int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, const bool *present,
@@ -149,6 +186,7 @@ int tn__topic_load(tn_broker_t *b, const char *name, uint32_t nparts, const bool
                "name is taken for its own, as for a directory made before stamps",
                name, TN_STORE_STAMP_FILE, tn_strerror(rc));
     t->record_created_ms = t->stamp_ms = stamp;
+    load_pause(t);
     t->state = TN_OBJ_READY;
     tn__topic_insert(b, t);
     *out = t;
@@ -559,6 +597,31 @@ static void on_floor_written(tn_plog_floor_t *req, int status)
     tempty_step(e);
 }
 
+/* The node's pause file (below). */
+typedef struct tn__tpause_wait_s tpause_wait_t;
+static tpause_wait_t *tpause_wait_new(tn_topic_pause_cb cb, void *arg);
+static void tpause_ask(tn_topic_t *t, tpause_wait_t *w);
+
+/* Two waits of one answer (a paused topic's empty): cb once both ended,
+ * with the first error. */
+typedef struct {
+    tn_delete_cb cb;
+    void *arg;
+    int left;
+    int rc;
+} tjoin_t;
+
+static void on_tjoin_one(void *arg, int status)
+{
+    tjoin_t *jn = arg;
+    if (status != 0 && jn->rc == 0)
+        jn->rc = status;
+    if (--jn->left > 0)
+        return;
+    jn->cb(jn->arg, jn->rc);
+    tn_free(jn);
+}
+
 int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
 {
     if (t->state != TN_OBJ_READY || t->growing)
@@ -579,6 +642,22 @@ int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
                 if (!t->parts[i]->remote && ch->parts[i]->cur.frontier < t->parts[i]->hold)
                     return UV_EAGAIN;
         }
+        /* Done once the channels' records are durable and the pause file
+         * holds the new hold points (a restart would otherwise count the
+         * settled messages in the topic's depth again). */
+        tjoin_t *jn = NULL;
+        tpause_wait_t *w = NULL;
+        if (cb != NULL) {
+            jn = tn_calloc(1, sizeof(*jn));
+            w = jn != NULL ? tpause_wait_new(on_tjoin_one, jn) : NULL;
+            if (w == NULL) {
+                tn_free(jn);
+                return UV_ENOMEM;
+            }
+            jn->cb = cb;
+            jn->arg = arg;
+            jn->left = 2;
+        }
         for (uint32_t i = 0; i < t->nparts; i++) {
             tn_part_t *p = t->parts[i];
             if (p->remote)
@@ -587,10 +666,13 @@ int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
             tn__topic_settle_below(t, i, end);
             p->hold = end;
         }
-        /* Done once the channels' records are durable. */
-        if (cb == NULL)
-            return 0;
-        return tn__topic_sync_channels(t, cb, arg);
+        tpause_ask(t, w);
+        if (jn != NULL) {
+            int rc = tn__topic_sync_channels(t, on_tjoin_one, jn);
+            if (rc != 0)
+                on_tjoin_one(jn, rc);
+        }
+        return 0;
     }
     tempty_t *e = tn_calloc(1, sizeof(*e) + t->nparts * sizeof(e->reqs[0]));
     if (e == NULL)
@@ -686,7 +768,9 @@ void tn__part_close_deferred(tn_part_t *p)
 
 int tn_topic_delete(tn_topic_t *t, tn_delete_cb cb, void *arg)
 {
-    if (t->state != TN_OBJ_READY || t->stamping)
+    /* A pause file write would land in the directory of a topic of the
+     * name made after this one is deleted. */
+    if (t->state != TN_OBJ_READY || t->stamping || t->pause_writing)
         return UV_EBUSY;
     /* A channel being created reads the logs on a worker thread. */
     for (tn_channel_t *ch = t->channels; ch != NULL; ch = ch->next)
@@ -1287,6 +1371,169 @@ void tn_topic_keep_stamp(tn_topic_t *t, bool copy_here)
     t->broker->workers++;
 }
 
+/* --- the node's pause ------------------------------------------------------------ */
+
+/* An answer waiting for the pause file to hold the ask seq. */
+struct tn__tpause_wait_s {
+    tpause_wait_t *next;
+    uint64_t seq;
+    tn_topic_pause_cb cb;
+    void *arg;
+};
+
+typedef struct {
+    uv_work_t work;
+    tn_topic_t *t;
+    bool paused;
+    bool written;    /* the topic has a directory here: the file was written */
+    uint64_t covers; /* the asks (t->pause_asked) this write covers */
+    int rc;
+    uint32_t n;
+    uint64_t holds[];
+} tpause_job_t;
+
+static void tpause_work(uv_work_t *w)
+{
+    tpause_job_t *j = TN_CONTAINER_OF(w, tpause_job_t, work);
+    j->rc = tn_store_topic_pause_write(j->t->broker->store, j->t->name, j->paused, j->holds, j->n,
+                                       &j->written);
+}
+
+/* End the waits the finished write covers (all of them when it failed:
+ * the answer says so). */
+static void tpause_waits_run(tn_topic_t *t, uint64_t covers, int status)
+{
+    tpause_wait_t **pp = &t->pause_waits;
+    while (*pp != NULL) {
+        tpause_wait_t *w = *pp;
+        if (status == 0 && w->seq > covers) {
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next;
+        tn_topic_pause_cb cb = w->cb;
+        void *arg = w->arg;
+        tn_free(w);
+        cb(arg, status);
+    }
+}
+
+static void tpause_write_start(tn_topic_t *t);
+
+static void tpause_done(uv_work_t *w, int status)
+{
+    tpause_job_t *j = TN_CONTAINER_OF(w, tpause_job_t, work);
+    tn_topic_t *t = j->t;
+    int rc = j->rc != 0 ? j->rc : status;
+    uint64_t covers = j->covers;
+    t->busy--;
+    t->pause_writing = false;
+    if (rc == 0) {
+        t->pause_done = covers;
+        t->pause_dirless = !j->written;
+    } else {
+        TN_LOG_RL(TN_LOG_ERROR, 60000, "topic %s: writing its pause file failed: %s", t->name,
+                  tn_strerror(rc));
+    }
+    tn_free(j);
+    tpause_waits_run(t, covers, rc);
+    /* Asked again while it ran: the next write, unless the topic goes. */
+    if (t->pause_asked > covers)
+        tpause_write_start(t);
+    tn__waiters_fire(&t->waiters, 0); /* a deletion waiting for it */
+    job_end(t);
+}
+
+/* Write t's pause (and each partition's hold point while paused),
+ * covering every ask so far. A write that cannot start ends the waits
+ * with its error. */
+static void tpause_write_start(tn_topic_t *t)
+{
+    if (t->state == TN_OBJ_DELETING || t->deleted || t->broker->closing) {
+        tpause_waits_run(t, UINT64_MAX, TN_ECLOSED);
+        return;
+    }
+    uint32_t n = t->paused ? t->nparts : 0;
+    tpause_job_t *j = tn_calloc(1, sizeof(*j) + n * sizeof(j->holds[0]));
+    if (j == NULL) {
+        tpause_waits_run(t, UINT64_MAX, UV_ENOMEM);
+        return;
+    }
+    j->t = t;
+    j->paused = t->paused;
+    j->covers = t->pause_asked;
+    j->n = n;
+    for (uint32_t i = 0; i < n; i++)
+        j->holds[i] = t->parts[i]->hold;
+    if (uv_queue_work(t->broker->loop, &j->work, tpause_work, tpause_done) != 0) {
+        tn_free(j);
+        tpause_waits_run(t, UINT64_MAX, UV_ENOMEM);
+        return;
+    }
+    /* Busy for a deletion (tn_topic_delete, tn_topic_wait_idle), serving on. */
+    t->pause_writing = true;
+    t->busy++;
+    t->broker->workers++;
+}
+
+static tpause_wait_t *tpause_wait_new(tn_topic_pause_cb cb, void *arg)
+{
+    tpause_wait_t *w = tn_calloc(1, sizeof(*w));
+    if (w != NULL) {
+        w->cb = cb;
+        w->arg = arg;
+    }
+    return w;
+}
+
+/* Ask for a write of t's pause as it is now; w (may be NULL; transferred)
+ * ends once the file holds it: at once for an ephemeral topic. */
+static void tpause_ask(tn_topic_t *t, tpause_wait_t *w)
+{
+    if (t->memory) {
+        if (w != NULL) {
+            tn_topic_pause_cb cb = w->cb;
+            void *arg = w->arg;
+            tn_free(w);
+            cb(arg, 0);
+        }
+        return;
+    }
+    t->pause_asked++;
+    if (w != NULL) {
+        w->seq = t->pause_asked;
+        w->next = t->pause_waits;
+        t->pause_waits = w;
+    }
+    if (!t->pause_writing)
+        tpause_write_start(t);
+}
+
+void tn__topic_pause_dir_made(tn_topic_t *t)
+{
+    if (t->paused && t->pause_dirless && !t->memory)
+        tpause_ask(t, NULL);
+}
+
+int tn_topic_pause(tn_topic_t *t, bool paused, tn_topic_pause_cb cb, void *arg)
+{
+    if (t->state != TN_OBJ_READY)
+        return UV_EBUSY;
+    tpause_wait_t *w = NULL;
+    if (cb != NULL && (w = tpause_wait_new(cb, arg)) == NULL)
+        return UV_ENOMEM;
+    if (paused && !t->paused) {
+        for (uint32_t i = 0; i < t->nparts; i++)
+            if (!t->parts[i]->remote)
+                t->parts[i]->hold = tn__part_limit(t->parts[i]);
+    }
+    t->paused = paused;
+    tpause_ask(t, w);
+    if (!paused)
+        tn__topic_pump_all(t);
+    return 0;
+}
+
 bool tn_topic_busy(const tn_topic_t *t)
 {
     if (t->state != TN_OBJ_READY || t->growing || t->stamping)
@@ -1299,7 +1546,7 @@ bool tn_topic_busy(const tn_topic_t *t)
 
 int tn_topic_wait_idle(tn_topic_t *t, tn_waiter_t *w)
 {
-    if (t->state == TN_OBJ_CREATING || t->stamping) {
+    if (t->state == TN_OBJ_CREATING || t->stamping || t->pause_writing) {
         w->next = t->waiters;
         t->waiters = w;
         return UV_EAGAIN;

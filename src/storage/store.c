@@ -6,6 +6,8 @@
 
 #include "core/alloc.h"
 #include "core/assert.h"
+#include "core/buf.h"
+#include "core/crc32c.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/name.h"
@@ -856,6 +858,100 @@ int tn_store_channel_pause_read(tn_store_t *store, const char *topic, const char
         return TN_ECORRUPT;
     *paused = (int)v;
     return 0;
+}
+
+/* The topic pause file: u32 magic "TNTP", u32 crc32c of the bytes from
+ * 8 on, u32 1 (paused) or 0 (unpaused), u32 n, then n u64 hold points,
+ * one per partition from 0; little-endian. */
+#define TOPIC_PAUSE_MAGIC 0x50544E54u /* "TNTP" read as a little-endian u32 */
+
+int tn_store_topic_pause_write(tn_store_t *store, const char *topic, bool paused,
+                               const uint64_t *holds, uint32_t n, bool *written)
+{
+    if (written != NULL)
+        *written = false;
+    if (!tn_store_valid_name(topic) || n > TN_STORE_TOPIC_PAUSE_MAX_HOLDS)
+        return UV_EINVAL;
+    char dir[4400];
+    int len = snprintf(dir, sizeof(dir), "%s/%s", store->topics_path, topic);
+    if (len < 0 || (size_t)len >= sizeof(dir))
+        return UV_ENAMETOOLONG;
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return errno == ENOENT ? 0 : tn_err_from_errno(errno);
+    size_t size = 16 + (size_t)n * 8;
+    unsigned char *buf = tn_malloc(size);
+    if (buf == NULL)
+        return UV_ENOMEM;
+    tn_put_u32(buf, TOPIC_PAUSE_MAGIC);
+    tn_put_u32(buf + 8, paused ? 1 : 0);
+    tn_put_u32(buf + 12, n);
+    for (uint32_t i = 0; i < n; i++)
+        tn_put_u64(buf + 16 + (size_t)i * 8, holds[i]);
+    tn_put_u32(buf + 4, tn_crc32c(0, buf + 8, size - 8));
+    int rc = tn_io_write_file_atomic(dir, TN_STORE_TOPIC_PAUSE_FILE, buf, size);
+    tn_free(buf);
+    if (rc == 0 && written != NULL)
+        *written = true;
+    return rc;
+}
+
+int tn_store_topic_pause_read(tn_store_t *store, const char *topic, int *paused, uint64_t **holds,
+                              uint32_t *n)
+{
+    *paused = -1;
+    *holds = NULL;
+    *n = 0;
+    if (!tn_store_valid_name(topic))
+        return UV_EINVAL;
+    char path[4400];
+    int len = snprintf(path, sizeof(path), "%s/%s/%s", store->topics_path, topic,
+                       TN_STORE_TOPIC_PAUSE_FILE);
+    if (len < 0 || (size_t)len >= sizeof(path))
+        return UV_ENAMETOOLONG;
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = tn_io_read_file(path, 16 + (size_t)TN_STORE_TOPIC_PAUSE_MAX_HOLDS * 8, &b);
+    if (rc == UV_ENOENT || rc == UV_ENOTDIR) {
+        tn_buf_fini(&b);
+        return 0;
+    }
+    if (rc == TN_ETOOBIG)
+        rc = TN_ECORRUPT;
+    const unsigned char *p = (const unsigned char *)tn_buf_data(&b);
+    size_t size = tn_buf_size(&b);
+    uint32_t count = rc == 0 && size >= 16 ? tn_get_u32(p + 12) : 0;
+    if (rc == 0 && (size < 16 || tn_get_u32(p) != TOPIC_PAUSE_MAGIC ||
+                    tn_get_u32(p + 4) != tn_crc32c(0, p + 8, size - 8) || tn_get_u32(p + 8) > 1 ||
+                    size != 16 + (size_t)count * 8))
+        rc = TN_ECORRUPT;
+    uint64_t *h = NULL;
+    if (rc == 0 && count > 0 && (h = tn_malloc((size_t)count * sizeof(*h))) == NULL)
+        rc = UV_ENOMEM;
+    if (rc == 0) {
+        for (uint32_t i = 0; i < count; i++)
+            h[i] = tn_get_u64(p + 16 + (size_t)i * 8);
+        *paused = (int)tn_get_u32(p + 8);
+        *holds = h;
+        *n = count;
+    }
+    tn_buf_fini(&b);
+    return rc;
+}
+
+int tn_store_topic_pause_remove(tn_store_t *store, const char *topic)
+{
+    if (!tn_store_valid_name(topic))
+        return UV_EINVAL;
+    char dir[4400], path[4500];
+    int len = snprintf(dir, sizeof(dir), "%s/%s", store->topics_path, topic);
+    if (len < 0 || (size_t)len >= sizeof(dir))
+        return UV_ENAMETOOLONG;
+    snprintf(path, sizeof(path), "%s/%s", dir, TN_STORE_TOPIC_PAUSE_FILE);
+    int rc = tn_io_unlink(path);
+    if (rc == UV_ENOENT || rc == UV_ENOTDIR)
+        return 0;
+    return rc != 0 ? rc : tn_io_fsync_dir(dir);
 }
 
 int tn_store_list_topics(tn_store_t *store, tn_store_topic_cb cb, void *arg)

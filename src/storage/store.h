@@ -255,6 +255,33 @@ int tn_store_channel_pause_write(tn_store_t *store, const char *topic, const cha
 int tn_store_channel_pause_read(tn_store_t *store, const char *topic, const char *channel,
                                 int *paused);
 
+/* A topic's pause on this node (`topics/<topic>/pause`, storage-format.md,
+ * "Topic pause"): nsqd's /topic/pause, which nsqd keeps in its metadata
+ * file, so a restart keeps it; per node, as the channel's. It holds
+ * whether the topic is paused and, for each of its partitions, the hold
+ * point: the offset from which what arrived is held at the topic
+ * (queue.h, tn_part_t.hold). tn_store_topic_pause_write replaces it
+ * atomically (temporary file, fsync, rename, directory fsync) with
+ * paused and the n hold points holds (borrowed; n 0 when unpaused), in
+ * an existing topic directory only (none here: 0 with *written false;
+ * written may be NULL). tn_store_topic_pause_read: *paused 1 or 0, or -1
+ * when there is none (a topic never paused, or an ephemeral one), and
+ * *holds (transferred: tn_free; NULL when *n is 0) with its *n hold
+ * points; TN_ECORRUPT when the file is not one (size, magic, CRC, a
+ * paused value other than 0 and 1). Blocking: a worker thread (read:
+ * also before the loop runs). */
+#define TN_STORE_TOPIC_PAUSE_FILE      "pause"
+#define TN_STORE_TOPIC_PAUSE_MAX_HOLDS 65536u
+int tn_store_topic_pause_write(tn_store_t *store, const char *topic, bool paused,
+                               const uint64_t *holds, uint32_t n, bool *written);
+int tn_store_topic_pause_read(tn_store_t *store, const char *topic, int *paused, uint64_t **holds,
+                              uint32_t *n);
+/* Remove the topic's pause file, then fsync its directory (nothing when
+ * there is none): a topic made here anew starts unpaused, and a file left
+ * by an earlier one must not pause it at the next start. Blocking: a
+ * worker thread. */
+int tn_store_topic_pause_remove(tn_store_t *store, const char *topic);
+
 /* Remove a topic's directory (its logs and channel logs closed): renamed
  * into trash/ (durably: the topic is gone from then on, even after a
  * crash), then deleted; a start clears what a crash left in trash/.

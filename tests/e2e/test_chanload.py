@@ -19,7 +19,11 @@ files:
 A paused channel stays paused, also when SIGKILLed right after the 200,
 and when its files are lost on every partition (the pause is the node's,
 kept in its pause file beside the channel's stamp; made again unpaused
-when that is lost too). And `ternctl restore` of a backup whose
+when that is lost too). A paused topic stays paused across a SIGKILL
+right after the 200 of /topic/pause, holding exactly what was published
+since the pause, and delivers it in order at /topic/unpause; an unpause
+SIGKILLed right after its 200 stays unpaused (the topic's pause file,
+docs/storage-format.md "Topic pause", as nsqd keeps it in nsqd.dat). And `ternctl restore` of a backup whose
 channel files do not go together (a WAL without its checkpoint, the
 reverse, a partition without the channel) says so for each.
 """
@@ -280,6 +284,93 @@ class ChannelFilesLost(Base):
         port = self.start()
         self.assertEqual(drain(port, "tnew", "work"), [], self.d.log())
         self.assertNotIn("channel work has no checkpoint", self.d.log())
+        self.stop()
+
+
+class TopicPauseKept(Base):
+    """/topic/pause is durable, as nsqd's (kept in nsqd.dat): each 200
+    comes once the node's pause file holds it."""
+
+    HELD = 3  # published per partition while paused
+
+    def consume(self, port, topic, p, ack=True):
+        """The next message of partition p of channel work (acked), or None
+        after a 1 s wait."""
+        st, body = call(port, "GET", f"/v1/topics/{topic}/consume?channel=work&partition={p}"
+                        "&wait=1s")
+        if st == 204:
+            return None
+        self.assertEqual(st, 200, body)
+        m = json.loads(body)
+        if ack:
+            st, b = call(port, "POST", f"/v1/topics/{topic}/ack?channel=work"
+                         f"&receipt_handle={m['receipt_handle']}", headers=API)
+            self.assertEqual(st, 204, b)
+        return m["offset"], m["payload"]
+
+    def topic_stats(self, port, topic):
+        st, body = call(port, "GET", f"/stats?format=json&topic={topic}")
+        self.assertEqual(st, 200, body)
+        t = next(x for x in json.loads(body)["topics"] if x["topic_name"] == topic)
+        return t["paused"], t["depth"]
+
+    def test_pause_and_unpause_kept_by_sigkill(self):
+        # Offsets 0 and 1 acked, 2 and 3 unacked before the pause (prepare):
+        # those go on being delivered while paused, across the restart.
+        self.prepare("tt")
+        port = self.start()
+        st, body = call(port, "POST", "/topic/pause?topic=tt")
+        self.assertEqual(st, 200, body)
+        for p in range(PARTS):
+            for i in range(self.HELD):
+                st, body = call(port, "POST", f"/v1/topics/tt/produce?partition={p}",
+                                f"held{p}.{i}".encode(), API)
+                self.assertEqual(st, 202, body)
+        self.assertEqual(self.topic_stats(port, "tt"), (True, PARTS * self.HELD))
+        st, body = call(port, "POST", "/topic/pause?topic=tt")  # paused again: the same
+        self.assertEqual(st, 200, body)
+        self.d.kill()
+        port = self.start()
+        self.assertEqual(self.topic_stats(port, "tt"), (True, PARTS * self.HELD), self.d.log())
+        self.assertIn("topic tt is paused, as its pause file says", self.d.log())
+        for p in range(PARTS):
+            # What the channel held before the pause, then nothing.
+            for o in range(ACKED, PER_PART):
+                self.assertEqual(self.consume(port, "tt", p), (o, f"m{p}.{o}"))
+            self.assertIsNone(self.consume(port, "tt", p), self.d.log())
+        st, body = call(port, "POST", "/topic/unpause?topic=tt")
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.topic_stats(port, "tt"), (False, 0))
+        for p in range(PARTS):
+            for i in range(self.HELD):
+                self.assertEqual(self.consume(port, "tt", p), (PER_PART + i, f"held{p}.{i}"))
+            self.assertIsNone(self.consume(port, "tt", p))
+        # Paused, a message, unpaused (200), SIGKILLed at once: unpaused
+        # after the restart, the message delivered.
+        st, body = call(port, "POST", "/topic/pause?topic=tt")
+        self.assertEqual(st, 200, body)
+        st, body = call(port, "POST", "/v1/topics/tt/produce?partition=1", b"late", API)
+        self.assertEqual(st, 202, body)
+        self.assertIsNone(self.consume(port, "tt", 1))
+        st, body = call(port, "POST", "/topic/unpause?topic=tt")
+        self.assertEqual(st, 200, body)
+        self.d.kill()
+        port = self.start()
+        self.assertEqual(self.topic_stats(port, "tt"), (False, 0), self.d.log())
+        self.assertEqual(self.consume(port, "tt", 1), (PER_PART + self.HELD, "late"))
+        self.stop()
+
+    def test_ephemeral_topic_pause_not_kept(self):
+        # As nsqd, which leaves #ephemeral topics out of nsqd.dat: nothing
+        # is written for one, and a restart does not bring it back.
+        port = self.start()
+        self.d.wait_for("root user admin created")
+        st, body = call(port, "POST", "/topic/create?topic=te%23ephemeral")
+        self.assertEqual(st, 200, body)
+        st, body = call(port, "POST", "/topic/pause?topic=te%23ephemeral")
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.topic_stats(port, "te#ephemeral"), (True, 0))
+        self.assertFalse(os.path.exists(os.path.join(self.data, "topics", "te#ephemeral")))
         self.stop()
 
 

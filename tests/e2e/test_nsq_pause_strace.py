@@ -28,10 +28,13 @@ The order of the lines is the order of the syscalls (strace reports a
 syscall's exit before the traced thread runs on; the answer is caused by
 the syncs' completions or, on a broken build, by nothing after the read).
 
-/topic/empty of a paused topic settles the held messages in every
-channel (EMPTY records): checked the same way, for the channel's WAL in
-each partition. /topic/pause and /topic/unpause are not: a topic's pause
-is held in memory (a restart unpauses, docs/http-api.md).
+/topic/pause and /topic/unpause answer 200 only after the node's pause
+file of the topic (topics/<t>/pause, docs/storage-format.md "Topic
+pause") is written the same way: its temporary copy written, its
+fdatasync, then the directory's fsync. /topic/empty of a paused topic
+settles the held messages in every channel (EMPTY records) and rewrites
+that file (the new hold points): checked the same way, for the channel's
+WAL in each partition and for the pause file.
 
 Skipped (exit 0 with a note) when strace is not installed or cannot
 attach (no ptrace permission)."""
@@ -57,6 +60,7 @@ PASSWORD = "strace-test-password"
 AUTH = "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
 TOPIC = "pauses"
 HELD = "held"  # a paused topic whose held messages /topic/empty settles
+PAUSED = "tpaused"  # a topic paused and unpaused
 PARTS = 3
 OPS = ("pause", "unpause", "empty")
 
@@ -139,6 +143,10 @@ def main():
             status, body = call(conn, "POST", f"/v1/topics/{HELD}/produce?partition={p}", b"h",
                                 {"Content-Type": "application/octet-stream"})
             assert status == 202, (status, body)
+        status, body = call(conn, "POST", "/v1/topics",
+                            json.dumps({"name": PAUSED, "partitions": PARTS}).encode(),
+                            {"Content-Type": "application/json"})
+        assert status == 201, (status, body)
         # The partitions this node holds: one WAL file per channel in each.
         tdir = os.path.join(data, "topics", TOPIC)
         parts = sorted(p for p in os.listdir(tdir) if p.isdigit()
@@ -189,11 +197,23 @@ def main():
                     return check_pause_file(events, marker, i_read, i_resp, pause)
             reqs.append((path + " ", [f"/topics/{TOPIC}/{p}/{ch}.wal" for p in parts],
                          "HTTP/1.1 200", extra))
+        def topic_pause_file(topic, marker):
+            pause = (f"/topics/{topic}/pause", f"/topics/{topic}")
+
+            def extra(events, i_read, i_resp):
+                return check_pause_file(events, marker, i_read, i_resp, pause)
+            return extra
+
+        for op in ("pause", "unpause"):
+            path = f"/topic/{op}?topic={PAUSED}"
+            status, body = call(conn, "POST", path)
+            assert status == 200, (status, body)
+            reqs.append((path + " ", [], "HTTP/1.1 200", topic_pause_file(PAUSED, path)))
         path = f"/topic/empty?topic={HELD}"
         status, body = call(conn, "POST", path)
         assert status == 200, (status, body)
         reqs.append((path + " ", [f"/topics/{HELD}/{p}/c.wal" for p in parts], "HTTP/1.1 200",
-                     None))
+                     topic_pause_file(HELD, path)))
         # The client may read the last answer before strace has recorded
         # the end of its write; the loop thread's next syscalls (this
         # request's read) come only after it.
@@ -218,9 +238,9 @@ def main():
             for f in failures:
                 print("  " + f)
             return 1
-        print(f"ok: {len(reqs)} pauses, unpauses and emptyings (one of a paused topic), "
-              f"each answered after a write and an fdatasync of the channel's WAL in each of "
-              f"{len(parts)} partitions "
+        print(f"ok: {len(reqs)} pauses, unpauses and emptyings (a topic's pause and unpause, "
+              f"one emptying of a paused topic), each answered after a write and an fdatasync "
+              f"of the channel's WAL in each of {len(parts)} partitions "
               f"and, for a pause or unpause, of the node's pause file and its directory "
               f"({syncs} syncs, {len(events)} traced syscalls)")
         rc = d.stop()

@@ -867,6 +867,12 @@ static void on_emptied(void *arg, int status)
     on_deleted(arg, status);
 }
 
+/* /topic/pause, /topic/unpause: the node's pause file holds it. */
+static void on_topic_paused(void *arg, int status)
+{
+    on_deleted(arg, status);
+}
+
 /* The engine's answer to a recorded deletion: nothing there is done too. */
 static void on_engine_deleted(void *arg, int status)
 {
@@ -1005,7 +1011,17 @@ static void mgmt_run(mgmt_t *m)
             tn_free(m);
             return;
         } else if (m->op == OP_PAUSE || m->op == OP_UNPAUSE) {
-            tn_topic_pause(t, m->op == OP_PAUSE);
+            /* Answered once the node's pause file holds it (DESIGN.md:
+             * "done" only after the fsync), as nsqd persists its metadata
+             * before answering. */
+            r->on_cancel = on_mgmt_cancel;
+            rc = tn_topic_pause(t, m->op == OP_PAUSE, on_topic_paused, m);
+            if (rc == 0)
+                return; /* on_topic_paused answers and frees m */
+            r->on_cancel = NULL;
+            answer_error(r, rc == UV_EBUSY ? 409 : 503, rc == UV_EBUSY ? "BUSY" : "E_STORAGE");
+            tn_free(m);
+            return;
         }
         answer_done(r);
         tn_free(m);

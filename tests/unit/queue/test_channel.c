@@ -972,7 +972,7 @@ static void test_pause_and_empty(void **state)
     assert_int_equal(s.n, 0);
     assert_int_equal(tn_channel_pause(ch, false), 0);
     expect_n(q, &s, 1);
-    tn_topic_pause(ch->topic, true);
+    tn_topic_pause(ch->topic, true, NULL, NULL);
     publish(q, "t", "a", 0);
     publish(q, "t", "b", 0);
     run_for(q, 30);
@@ -980,7 +980,7 @@ static void test_pause_and_empty(void **state)
     /* Empty: the backlog and the in-flight message go. */
     assert_int_equal(tn_channel_empty(ch), 0);
     assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), TN_ENOTFOUND);
-    tn_topic_pause(ch->topic, false);
+    tn_topic_pause(ch->topic, false, NULL, NULL);
     run_for(q, 30);
     assert_int_equal(s.n, 1);
     tn_channel_stats_t st;
@@ -1263,6 +1263,57 @@ static void on_flag_written(tn_walop_t *op, int status)
 {
     assert_int_equal(status, 0);
     *(bool *)op->data = true;
+}
+
+/* /topic/pause is durable, as nsqd's (docs/http-api.md): tn_topic_pause's
+ * cb runs once the topic's pause file holds it; a restart comes back
+ * paused, holding exactly what arrived since the pause, which the unpause
+ * hands over in order; an unpause is kept too; a deletion waits for a
+ * write under way; a write that fails says so. */
+static void test_topic_pause_kept(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    publish(q, "t", "before", 0);
+    allw_t w = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, true, on_sync_all, &w), 0);
+    /* Its write would land in the directory of a topic made after. */
+    assert_int_equal(tn_topic_delete(ch->topic, NULL, NULL), UV_EBUSY);
+    assert_true(run_until(q, all_done, &w));
+    assert_int_equal(w.status, 0);
+    publish(q, "t", "h1", 0);
+    publish(q, "t", "h2", 0);
+    restart(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->topic->paused);
+    assert_int_equal(tn_topic_depth(ch->topic), 2);
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    expect_n(q, &s, 1);
+    assert_string_equal(s.bodies[0], "before"); /* the channel's, from before the pause */
+    run_for(q, 30);
+    assert_int_equal(s.n, 1);
+    allw_t u = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, false, on_sync_all, &u), 0);
+    expect_n(q, &s, 3);
+    assert_string_equal(s.bodies[1], "h1");
+    assert_string_equal(s.bodies[2], "h2");
+    assert_true(run_until(q, all_done, &u));
+    assert_int_equal(u.status, 0);
+    tn_consumer_detach(&s.c);
+    restart(q);
+    ch = channel(q, "t", "c");
+    assert_false(ch->topic->paused);
+    assert_int_equal(tn_topic_depth(ch->topic), 0);
+    /* A write that fails: the wait ends with the error. */
+    tn_io_fail_sync_after(0, UV_EIO);
+    allw_t f = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, true, on_sync_all, &f), 0);
+    assert_true(run_until(q, all_done, &f));
+    tn_io_fail_sync_after(-1, 0);
+    assert_int_equal(f.status, UV_EIO);
+    qfx_free(q);
 }
 
 /* With the broker closed, give partition p of channel c of t the pause
@@ -1897,6 +1948,7 @@ int main(void)
         cmocka_unit_test(test_control_records_not_delivered),
         cmocka_unit_test(test_lost_tail),
         cmocka_unit_test(test_channel_stamp_kept),
+        cmocka_unit_test(test_topic_pause_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

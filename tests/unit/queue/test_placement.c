@@ -391,8 +391,8 @@ static void test_remote_partition_skipped(void **state)
     assert_int_equal(tn_channel_pause(ch, true), 0);
     assert_int_equal(tn_channel_pause(ch, false), 0);
     assert_int_equal(tn_channel_empty(ch), 0);
-    tn_topic_pause(t, true);
-    tn_topic_pause(t, false);
+    tn_topic_pause(t, true, NULL, NULL);
+    tn_topic_pause(t, false, NULL, NULL);
     /* A FIN counts once its channel log record is durable. */
     assert_true(run_until(q, five_finished, ch));
     tn_channel_stats(ch, &st);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static void write_text(const char *dir, const char *name, const char *text)
 {
@@ -204,6 +205,84 @@ static void test_topic_stamp(void **state)
     free(dir);
 }
 
+/* A topic's pause (store.h): written atomically with its hold points and
+ * read back; absent reads -1; a topic with no directory here is left
+ * alone (not written); anything else in its place is refused as damaged,
+ * and the pause file is not a partition. */
+static void test_topic_pause(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char *dir = tu_tempdir();
+    tn_store_opts_t o;
+    tu_store_opts(&o, dir);
+    tn_store_t *s = tu_store_open(&loop, &o);
+    int paused = 5;
+    uint64_t *holds = NULL;
+    uint32_t n = 9;
+    assert_int_equal(tn_store_topic_pause_read(s, "alpha", &paused, &holds, &n), 0);
+    assert_int_equal(paused, -1);
+    assert_null(holds);
+    assert_int_equal(n, 0);
+    const uint64_t want[3] = {0, 17, UINT64_C(0x123456789abc)};
+    bool written = true;
+    assert_int_equal(tn_store_topic_pause_write(s, "alpha", true, want, 3, &written), 0);
+    assert_false(written); /* no directory here: left alone */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/topics/alpha", dir);
+    struct stat st;
+    assert_int_equal(stat(path, &st), -1);
+
+    assert_int_equal(tn_store_topic_stamp_write(s, "alpha", 42, true), 0); /* its directory */
+    assert_int_equal(tn_store_topic_pause_write(s, "alpha", true, want, 3, &written), 0);
+    assert_true(written);
+    assert_int_equal(tn_store_topic_pause_read(s, "alpha", &paused, &holds, &n), 0);
+    assert_int_equal(paused, 1);
+    assert_int_equal(n, 3);
+    assert_memory_equal(holds, want, sizeof(want));
+    tn_free(holds);
+    assert_int_equal(tn_store_topic_pause_write(s, "alpha", false, NULL, 0, NULL), 0);
+    assert_int_equal(tn_store_topic_pause_read(s, "alpha", &paused, &holds, &n), 0);
+    assert_int_equal(paused, 0); /* replaced */
+    assert_null(holds);
+    assert_int_equal(n, 0);
+    /* Not a name a topic can have. */
+    assert_int_equal(tn_store_topic_pause_write(s, "..", true, want, 3, NULL), UV_EINVAL);
+    assert_int_equal(tn_store_topic_pause_read(s, "a/b", &paused, &holds, &n), UV_EINVAL);
+    /* Not a partition: listing does not see it. */
+    char parts[1024] = "";
+    assert_int_equal(tn_store_list_partitions(s, "alpha", add_partition, parts), 0);
+    assert_string_equal(parts, "");
+    /* Damaged: text, a flipped byte (CRC), a length that is not its count's. */
+    write_text(path, TN_STORE_TOPIC_PAUSE_FILE, "paused\n");
+    assert_int_equal(tn_store_topic_pause_read(s, "alpha", &paused, &holds, &n), TN_ECORRUPT);
+    assert_int_equal(paused, -1);
+    assert_int_equal(tn_store_topic_pause_write(s, "alpha", true, want, 3, NULL), 0);
+    char file[4200];
+    snprintf(file, sizeof(file), "%s/%s", path, TN_STORE_TOPIC_PAUSE_FILE);
+    FILE *f = fopen(file, "r+b");
+    assert_non_null(f);
+    fseek(f, 20, SEEK_SET);
+    fputc(0x7f, f);
+    fclose(f);
+    assert_int_equal(tn_store_topic_pause_read(s, "alpha", &paused, &holds, &n), TN_ECORRUPT);
+    assert_int_equal(tn_store_topic_pause_write(s, "alpha", true, want, 3, NULL), 0);
+    assert_int_equal(truncate(file, 16 + 8), 0);
+    assert_int_equal(tn_store_topic_pause_read(s, "alpha", &paused, &holds, &n), TN_ECORRUPT);
+    assert_null(holds);
+    /* Removed (a topic made anew here), and again: nothing there. */
+    assert_int_equal(tn_store_topic_pause_remove(s, "alpha"), 0);
+    assert_int_equal(tn_store_topic_pause_read(s, "alpha", &paused, &holds, &n), 0);
+    assert_int_equal(paused, -1);
+    assert_int_equal(tn_store_topic_pause_remove(s, "alpha"), 0);
+    assert_int_equal(tn_store_topic_pause_remove(s, "gamma"), 0); /* no directory */
+    tu_store_close(&loop, s);
+    tu_loop_fini(&loop);
+    tu_rmrf(dir);
+    free(dir);
+}
+
 /* A channel's stamp (store.h): kept in its topic's directory, written
  * atomically and read back, removed with stamp 0; absent reads 0; a topic
  * with no directory here is left alone (nothing written); anything else
@@ -326,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_listing),
         cmocka_unit_test(test_topic_stamp),
         cmocka_unit_test(test_channel_stamp),
+        cmocka_unit_test(test_topic_pause),
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_open_alloc_failures),
     };
