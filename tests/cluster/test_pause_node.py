@@ -22,6 +22,12 @@ then B (not paused) is elected: B delivers the partition to an NSQ
 consumer of `c` at once (the pause stayed with L, as with a fleet of
 nsqd), and L, SIGKILLed and started again, still shows `c` paused.
 
+test_topic_pause_kept_by_a_follower: a topic's pause is the node's too,
+and durable (its pause file): B, a follower holding a copy, has the
+topic paused through its door (200), is SIGKILLed right after and
+started again: B's /stats still shows the topic paused, while the
+leader, not paused, delivers the partition to an NSQ consumer.
+
 Run: python3 tests/cluster/test_pause_node.py --ternd build/ternd
 """
 import os
@@ -58,6 +64,15 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
                     if ch["channel_name"] == CHANNEL:
                         return ch["paused"]
         return None
+
+    def topic_paused(self, node, topic):
+        """Whether node's /stats shows topic paused (None: no answer, or
+        not listed yet)."""
+        status, body = node.request("GET", f"/stats?format=json&topic={topic}")
+        if status != 200 or not isinstance(body, dict):
+            return None
+        return next((t["paused"] for t in body.get("topics") or []
+                     if t["topic_name"] == topic), None)
 
     def setup_topic(self, c, topic):
         """The topic made by an NSQ PUB (factor 3, no owner: NSQ consumers
@@ -185,6 +200,24 @@ class PauseNode(harness.OnePartition, harness.ClusterTest):
         self.read_all(self.subscribe(b))
 
         self.assertTrue(self.kill_and_restart(c, lead), "the pause was lost by a restart")
+
+    def test_topic_pause_kept_by_a_follower(self):
+        c = self.make(3, args=ARGS)
+        c.start()
+        c.wait_alive(3)
+        lead = self.setup_topic(c, "pztopic")
+        b = next(n for n in c.nodes if n is not lead)
+
+        status, body = b.request("POST", f"/topic/pause?topic={self.topic}", headers=CLIENT)
+        self.assertEqual(status, 200, body)
+        self.assertTrue(self.topic_paused(b, self.topic))
+        self.kill_and_restart(c, b)
+        wait_until(f"topic {self.topic} in node {b.id}'s /stats",
+                   lambda: self.topic_paused(b, self.topic) is not None, timeout=60)
+        self.assertTrue(self.topic_paused(b, self.topic), "the topic's pause was lost by a restart")
+        # Per node, as with a fleet of nsqd: the leader was not paused.
+        self.assertFalse(self.topic_paused(lead, self.topic))
+        self.read_all(self.subscribe(lead))
 
 
 if __name__ == "__main__":
