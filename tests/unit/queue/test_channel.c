@@ -1316,6 +1316,50 @@ static void test_topic_pause_kept(void **state)
     qfx_free(q);
 }
 
+/* /topic/empty of a paused topic settles the held messages in every
+ * channel and moves the hold points to the tail: its cb runs once the
+ * pause file holds them too, so a restart finds the topic paused holding
+ * nothing (its depth 0, not the settled messages again). */
+static void test_topic_empty_paused_kept(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    sink_t s;
+    attach(&s, ch, 10, 60000);
+    publish(q, "t", "before", 0);
+    expect_n(q, &s, 1);
+    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), 0);
+    allw_t w = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, true, on_sync_all, &w), 0);
+    assert_true(run_until(q, all_done, &w));
+    publish(q, "t", "h1", 0);
+    publish(q, "t", "h2", 0);
+    assert_int_equal(tn_topic_depth(ch->topic), 2);
+    allw_t e = {0};
+    assert_int_equal(tn_topic_empty(ch->topic, on_sync_all, &e), 0);
+    assert_true(run_until(q, all_done, &e));
+    assert_int_equal(e.status, 0);
+    assert_int_equal(tn_topic_depth(ch->topic), 0);
+    tn_consumer_detach(&s.c);
+    restart(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->topic->paused);
+    assert_int_equal(tn_topic_depth(ch->topic), 0);
+    /* Published after the emptying: held, then handed over alone. */
+    publish(q, "t", "after", 0);
+    assert_int_equal(tn_topic_depth(ch->topic), 1);
+    attach(&s, ch, 10, 60000);
+    allw_t u = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, false, on_sync_all, &u), 0);
+    expect_n(q, &s, 1);
+    assert_string_equal(s.bodies[0], "after");
+    run_for(q, 30);
+    assert_int_equal(s.n, 1);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 /* With the broker closed, give partition p of channel c of t the pause
  * flag paused in its own log, as a partition led elsewhere before brings
  * it: moved here, or failed over to this node's copy, which holds its
@@ -1949,6 +1993,7 @@ int main(void)
         cmocka_unit_test(test_lost_tail),
         cmocka_unit_test(test_channel_stamp_kept),
         cmocka_unit_test(test_topic_pause_kept),
+        cmocka_unit_test(test_topic_empty_paused_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
