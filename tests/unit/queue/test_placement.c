@@ -9,6 +9,7 @@
 
 #include "testutil.h"
 
+#include "core/alloc.h"
 #include "core/err.h"
 #include "core/time.h"
 #include "queue/queue.h"
@@ -610,6 +611,75 @@ static void test_pause_written_when_the_directory_comes(void **state)
     assert_true(run_until(q, stamp_and_pause_written, ch));
     assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
     assert_int_equal(paused, 1);
+    qfx_free(q);
+}
+
+static bool topic_pause_written(void *arg)
+{
+    return !((const tn_topic_t *)arg)->pause_writing;
+}
+
+/* A topic's pause is the node's too, kept the same way: paused while it
+ * held nothing of the topic (no directory: the 200 comes, the pause is in
+ * memory), the node writes the topic's pause file once a partition is
+ * placed here; that partition, not led here at the pause, holds from 0
+ * (everything it takes until the unpause), and a restart keeps it so. A
+ * topic made anew here removes a pause file an earlier one left in a
+ * directory with no partition (never loaded): it starts unpaused, and so
+ * does its next start. */
+static void test_topic_pause_written_when_the_directory_comes(void **state)
+{
+    (void)state;
+    place_all(9);
+    qfx_t *q = qfx_new(true);
+    tn_topic_t *t = topic(q, "t", 2);
+    allw_t w = {0};
+    assert_int_equal(tn_topic_pause(t, true, on_sync_all, &w), 0);
+    assert_true(run_until(q, all_done, &w));
+    assert_int_equal(w.status, 0);
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
+    assert_int_equal(paused, -1); /* nowhere to write it */
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_true(run_until(q, topic_pause_written, t));
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
+    assert_int_equal(paused, 1);
+    assert_int_equal(n, 2);
+    tn_free(holds);
+    assert_int_equal(publish(q, "t", "x", 0, NULL, NULL), 0);
+    assert_int_equal(tn_topic_depth(t), 1);
+    restart(q, true);
+    t = topic(q, "t", 0);
+    assert_true(t->paused);
+    assert_int_equal(tn_topic_depth(t), 1);
+    tn_channel_t *ch = channel(q, t, "c");
+    sink_t s;
+    attach(&s, ch, 100);
+    run_for(q, 30);
+    assert_int_equal(s.n, 0);
+    allw_t u = {0};
+    assert_int_equal(tn_topic_pause(t, false, on_sync_all, &u), 0);
+    expect_n(q, &s, 1);
+    assert_int_equal(s.d[0].partition, 0);
+    assert_int_equal(s.d[0].offset, 0);
+    assert_true(run_until(q, all_done, &u));
+    tn_consumer_detach(&s.c);
+
+    /* A pause file left in a directory with no partition. */
+    assert_int_equal(tn_store_topic_stamp_write(q->fx->store, "u", 42, true), 0);
+    assert_int_equal(tn_store_topic_pause_write(q->fx->store, "u", true, NULL, 0, NULL), 0);
+    t = topic(q, "u", 1);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_false(t->paused);
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "u", &paused, &holds, &n), 0);
+    assert_int_equal(paused, -1);
+    restart(q, true);
+    t = topic(q, "u", 0);
+    assert_false(t->paused);
     qfx_free(q);
 }
 
@@ -1847,6 +1917,7 @@ int main(void)
         cmocka_unit_test(test_open_later_keeps_pause),
         cmocka_unit_test(test_pause_kept_leading_nothing),
         cmocka_unit_test(test_pause_written_when_the_directory_comes),
+        cmocka_unit_test(test_topic_pause_written_when_the_directory_comes),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
         cmocka_unit_test(test_abandoned_log_reopened_from_files),
