@@ -1440,7 +1440,10 @@ static void tpause_done(uv_work_t *w, int status)
     /* Asked again while it ran: the next write, unless the topic goes. */
     if (t->pause_asked > covers)
         tpause_write_start(t);
-    tn__waiters_fire(&t->waiters, 0); /* a deletion waiting for it */
+    /* A deletion waiting for it (tn_topic_wait_idle); not while the topic
+     * is being made, placed, grown or stamped: their ends wake them. */
+    if (t->state == TN_OBJ_READY && !t->growing && !t->stamping && !t->pause_writing)
+        tn__waiters_fire(&t->waiters, 0);
     job_end(t);
 }
 

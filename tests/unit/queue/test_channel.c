@@ -1313,6 +1313,22 @@ static void test_topic_pause_kept(void **state)
     assert_true(run_until(q, all_done, &f));
     tn_io_fail_sync_after(-1, 0);
     assert_int_equal(f.status, UV_EIO);
+    /* A deletion by name asked while a write runs waits for it, then
+     * removes the topic's directory, pause file included. */
+    allw_t p = {0}, d = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, false, on_sync_all, &p), 0);
+    assert_true(ch->topic->pause_writing);
+    assert_int_equal(tn_broker_delete(q->b, "t", NULL, on_sync_all, &d), 0);
+    assert_false(d.done);
+    assert_true(run_until(q, all_done, &d));
+    assert_true(p.done);
+    assert_int_equal(p.status, 0);
+    assert_int_equal(d.status, 0);
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
+    assert_int_equal(paused, -1);
     qfx_free(q);
 }
 
