@@ -23,6 +23,7 @@
 #include "storage/epochs.h"
 #include "storage/io.h"
 #include "storage/record.h"
+#include "storage/store.h"
 #include "storage/wal.h"
 
 #include <dirent.h>
@@ -696,6 +697,60 @@ static void take_partition(ctx_t *c, const part_t *p)
     }
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* This node's pause of each channel of the topics it holds a partition
+ * of: the `<channel>.cpause` files in each topic's directory (renamed
+ * into place at each pause and unpause, so a link keeps one whole
+ * version; a pause is answered once its file is written, so one answered
+ * before the POST is in the copy). Without them a restored node would
+ * have neither pause file nor stamp file, and its start would make every
+ * channel unpaused (channel.c load_paused), resuming deliveries that an
+ * operator stopped. The stamps (`.cstamp`) are left out: the pause file
+ * decides at start without one, and a restored channel takes its
+ * record's stamp as at an upgrade (docs/operations.md). Each topic once,
+ * after its partitions (a follower's copy may list it again). */
+static void take_pauses(ctx_t *c, const part_t *parts, size_t nparts)
+{
+    if (nparts == 0)
+        return;
+    const char **names = tn_malloc(nparts * sizeof(*names));
+    if (names == NULL) {
+        flist_fail(c->l, UV_ENOMEM, "%s", "pause files");
+        return;
+    }
+    for (size_t i = 0; i < nparts; i++)
+        names[i] = parts[i].topic;
+    qsort(names, nparts, sizeof(*names), cmp_str);
+    for (size_t i = 0; i < nparts && c->l->err == 0; i++) {
+        if (i > 0 && strcmp(names[i], names[i - 1]) == 0)
+            continue;
+        char rel[PATH_MAX_LEN], dir[PATH_MAX_LEN];
+        pathf(rel, sizeof(rel), "topics/%s", names[i]);
+        pathf(dir, sizeof(dir), "%s/%s", c->data, rel);
+        DIR *d = opendir(dir);
+        if (d == NULL) {
+            if (errno != ENOENT) /* gone: the topic was deleted since the POST */
+                flist_fail(c->l, -errno, "list %s", rel);
+            continue;
+        }
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL && c->l->err == 0) {
+            size_t stem;
+            if (!has_suffix(e->d_name, TN_STORE_CHAN_PAUSE_SUFFIX, &stem))
+                continue;
+            char f[PATH_MAX_LEN];
+            pathf(f, sizeof(f), "%s/%s", rel, e->d_name);
+            pin_link(c, f, UINT64_MAX); /* gone since the listing: its channel was deleted */
+        }
+        closedir(d);
+    }
+    tn_free(names);
+}
+
 /* The bytes of an ingress segment holding whole frames with seq below
  * `below`, from the start. */
 static int scan_ingress(const char *path, uint64_t below, unsigned char *buf, uint64_t *end)
@@ -879,6 +934,8 @@ static void take_work(uv_work_t *w)
         pin_link(&c, TN_META_INCARNATION_FILE, UINT64_MAX);
     for (size_t i = 0; i < t->nparts && l->err == 0; i++)
         take_partition(&c, &t->parts[i]);
+    if (l->err == 0)
+        take_pauses(&c, t->parts, t->nparts);
     if (l->err == 0 && t->ingress)
         take_ingress(&c, t->ingress_durable);
     tn_free(buf);

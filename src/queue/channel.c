@@ -543,14 +543,17 @@ static int start_missing(tn_topic_t *t, uint32_t i, const char *name, tn_cursor_
  * before the stamp (chstamp_work, chan_create_work) and removes it after
  * (chdel_work):
  * - a stamp: a directory of an earlier release, which kept the pause in
- *   the partitions only (or a restore: a backup does not carry the pause
- *   file): paused when any partition that kept its files here says so,
- *   whatever its copy (a pause kept rather than deliveries resumed that
- *   someone stopped);
+ *   the partitions only: paused when any partition that kept its files
+ *   here says so, whatever its copy (a pause kept rather than deliveries
+ *   resumed that someone stopped);
  * - no stamp: this node never recorded the channel; a copy of a
  *   partition came here with its leader's channel state, pause flag
  *   included, and the node stopped before its stamp job: unpaused, as no
- *   flag here is this node's (the notice names each that says paused). */
+ *   flag here is this node's (the notice names each that says paused).
+ *   A restore has no stamp either (a backup does not carry stamps), but
+ *   it has the pause file of the backup (api/backup.c take_pauses),
+ *   unless the backup was made by a release before backups carried them:
+ *   unpaused then too. */
 static bool load_paused(const tn_channel_t *ch, const bool *made, bool stamped)
 {
     const tn_topic_t *t = ch->topic;
@@ -572,8 +575,9 @@ static bool load_paused(const tn_channel_t *ch, const bool *made, bool stamped)
         TN_LOG(TN_LOG_NOTICE,
                "channel %s of %s/%" PRIu32 ": paused in this copy of the partition, but the "
                "channel has neither a pause file nor a stamp here (a copy made here, its "
-               "leader's channel state in it, before this node recorded the channel): not "
-               "taken for this node's pause",
+               "leader's channel state in it, before this node recorded the channel, or a "
+               "restore of a backup made before backups carried pause files): not taken for "
+               "this node's pause",
                name, t->name, i);
     }
     return false;
