@@ -550,9 +550,9 @@ static int start_missing(tn_topic_t *t, uint32_t i, const char *name, tn_cursor_
  *   partition came here with its leader's channel state, pause flag
  *   included, and the node stopped before its stamp job: unpaused, as no
  *   flag here is this node's (the notice names each that says paused).
- *   A restore has no stamp either (a backup does not carry stamps), but
- *   it has the pause file of the backup (api/backup.c take_pauses),
- *   unless the backup was made by a release before backups carried them:
+ *   A restore has the backup's pause file (api/backup.c take_pauses)
+ *   and the stamp ternctl restore writes beside it, unless the backup was
+ *   made by a release before backups carried pause files: neither, so
  *   unpaused then too. */
 static bool load_paused(const tn_channel_t *ch, const bool *made, bool stamped)
 {

@@ -813,6 +813,19 @@ int tn_store_channel_stamp_write(tn_store_t *store, const char *topic, const cha
                            stamp, stamp == 0, written);
 }
 
+int tn_store_channel_stamp_write_dir(const char *topic_dir, const char *channel, uint64_t stamp)
+{
+    if (stamp == 0 || !tn_store_valid_name(channel))
+        return UV_EINVAL;
+    char name[300];
+    int n = snprintf(name, sizeof(name), "%s%s", channel, TN_STORE_CHAN_STAMP_SUFFIX);
+    if (n < 0 || (size_t)n >= sizeof(name))
+        return UV_ENAMETOOLONG;
+    unsigned char payload[8];
+    tn_put_u64(payload, stamp);
+    return tn_io_write_record_file(topic_dir, name, CHAN_STAMP_MAGIC, payload, sizeof(payload));
+}
+
 int tn_store_channel_stamp_read(tn_store_t *store, const char *topic, const char *channel,
                                 uint64_t *stamp)
 {

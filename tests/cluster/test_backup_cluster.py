@@ -7,7 +7,12 @@ its old node id, ports and peers. The restored cluster elects a leader
 from the restored metastore (every node's snapshot is the same one), has
 the topic with its partitions and owners, and every message whose
 produce was acknowledged before the backup (through each of the three
-nodes, so some went through an ingress log) is delivered."""
+nodes, so some went through an ingress log) is delivered. A channel of a
+replicated topic paused on one follower only (a pause is the node's)
+comes back paused on that node alone: each member's copy carries its
+pause file, and restore writes the channel's stamp beside it, without
+which the catalog, making the channel where the copy holds no file of it,
+would make it unpaused."""
 import json
 import os
 import subprocess
@@ -28,9 +33,36 @@ def ternctl(*args, port=None):
                           timeout=300)
 
 
+CLIENT = {"X-Tern-Client": "cluster-test"}
+
+
+def held_paused(node):
+    """Whether node's /stats shows channel held of rt paused (None: no
+    answer, or not listed)."""
+    st, body = node.request("GET", "/stats?format=json&topic=rt")
+    if st != 200 or not isinstance(body, dict):
+        return None
+    for t in body.get("topics") or []:
+        if t["topic_name"] != "rt":
+            continue
+        for ch in t.get("channels") or []:
+            if ch["channel_name"] == "held":
+                return ch["paused"]
+    return None
+
+
+def rt_lead(node):
+    """rt/0's leader as node's GET /v1/topics/rt shows it, or None."""
+    st, body = node.request("GET", "/v1/topics/rt")
+    if st != 200 or not isinstance(body, dict) or not body.get("partition_stats"):
+        return None
+    return body["partition_stats"][0].get("leader")
+
+
 class BackupClusterTest(ClusterTest):
     # Factor 1: this test checks owners and the ingress logs in the backup
-    # (a replicated cluster's restore is not covered here).
+    # (a replicated cluster's restore is test_repl_restore's); its one
+    # factor-3 topic is for a follower's pause of a channel.
     node_args = ["--default-replication-factor=1"]
 
     def test_backup_every_member_and_restore_the_cluster(self):
@@ -52,6 +84,28 @@ class BackupClusterTest(ClusterTest):
             self.assertEqual(st, 202, (i, node.id))
             sent.add(body)
 
+        # A replicated topic's channel paused on one follower only (a
+        # pause is the node's: docs/cluster.md): each member's copy
+        # carries its own pause file, and only that node comes back
+        # paused. Its copy has no file of the channel (no settle reached
+        # it), so the channel is made by its catalog at the restored start.
+        st, body = leader.request("POST", "/v1/topics", {"name": "rt", "partitions": 1,
+                                                         "replication_factor": 3,
+                                                         "min_insync_replicas": 1})
+        self.assertEqual(st, 201, body)
+        st, body = leader.request("POST", "/channel/create?topic=rt&channel=held",
+                                  headers=CLIENT)
+        self.assertEqual(st, 200, body)
+        for n in c.nodes:
+            wait_until(f"held's pause file on node {n.id}", lambda n=n: os.path.exists(
+                os.path.join(n.data, "topics", "rt", "held.cpause")), timeout=90)
+        rt_leader = wait_until("rt/0's leader", lambda: rt_lead(leader))
+        follower = next(n for n in c.nodes if str(n.id) != str(rt_leader))
+        st, body = follower.request("POST", "/channel/pause?topic=rt&channel=held",
+                                    headers=CLIENT)
+        self.assertEqual(st, 200, body)
+        self.assertIs(held_paused(follower), True)
+
         bdir = os.path.join(c.dir, "backup")
         r = ternctl("backup", bdir, port=c.nodes[1].http_port)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr + c.logs())
@@ -65,6 +119,7 @@ class BackupClusterTest(ClusterTest):
             self.assertEqual(man["node_id"], n.id)
             self.assertEqual(sorted(v["id"] for v in man["metastore"]["voters"]), [1, 2, 3])
             ingress += [x["path"] for x in man["files"] if x["path"].startswith("ingress/")]
+            self.assertIn("topics/rt/held.cpause", [x["path"] for x in man["files"]], n.id)
         # Produces to partitions of other nodes went through ingress logs,
         # which are copied with their checkpoints.
         self.assertTrue(any(p.endswith(".log") for p in ingress), ingress)
@@ -81,6 +136,7 @@ class BackupClusterTest(ClusterTest):
             os.rename(n.data, n.data + ".old")
             r = ternctl("restore", bdir, "--data-path", n.data, "--node", str(n.id))
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        marks = {n.id: len(n.log()) for n in c.nodes}  # the restored run's log from here
         for n in c.nodes:
             n.start()
         c.wait_ready()
@@ -92,6 +148,15 @@ class BackupClusterTest(ClusterTest):
         for n in c.nodes:
             self.assertEqual(wait_until(f"ct's owners on node {n.id}",
                                         lambda n=n: n.owners("ct")), owners)
+        for n in c.nodes:
+            # Listed once ready (made by the catalog where no file of it
+            # was restored: unpaused in /stats until then).
+            wait_until(f"held ready on node {n.id}",
+                       lambda n=n: held_paused(n) is not None and any(
+                           x in n.log()[marks[n.id]:] for x in (
+                               "channel held of rt created", "channel held of rt/0: settled")),
+                       timeout=90)
+            self.assertEqual(held_paused(n), n.id == follower.id, (n.id, n.log()))
         got = set()
 
         def drained():

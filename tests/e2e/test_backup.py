@@ -758,6 +758,11 @@ class PausedChannelBackup(unittest.TestCase):
         rdir = os.path.join(self.dir, "restored")
         r = ternctl("restore", bdir, "--data-path", rdir, user=None)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # Stamped by the restore from the restored metastore's records,
+        # beside the pause files (a channel made by the catalog at start
+        # keeps its pause only beside its stamp).
+        for ch in ("held", "free"):
+            self.assertTrue(os.path.exists(os.path.join(rdir, "topics", "pz", ch + ".cstamp")))
         port = self.start(rdir)
         self.assertTrue(self.paused(port, "held"), self.d.log())
         self.assertFalse(self.paused(port, "free"), self.d.log())
@@ -782,6 +787,7 @@ class PausedChannelBackup(unittest.TestCase):
         rdir = os.path.join(self.dir, "restored-old")
         r = ternctl("restore", old, "--data-path", rdir, user=None)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(rdir, "topics", "pz", "held.cstamp")))
         port = self.start(rdir)
         self.assertFalse(self.paused(port, "held"), self.d.log())
         self.assertEqual(sorted(drain(port, "pz", "held")), want)

@@ -28,7 +28,10 @@
  *      length and CRC32C before anything is written.
  *   2. D must be missing or empty. Write each file under a temporary name,
  *      checking the CRC again of what is written, fsync, rename; fsync
- *      every directory made.
+ *      every directory made. Then each channel whose pause file the
+ *      copy holds gets its stamp from the metastore the node starts from
+ *      (stamp_channels; with --rejoin the node's own snapshot, as its
+ *      topics get theirs).
  *   3. Write D/meta from the snapshot (meta.h tn_meta_restore_write),
  *      rewritten for the whole cluster (meta/restore.h): before step 2,
  *      every member's manifest and files are checked (a member missing
@@ -1020,6 +1023,51 @@ static int whole_cluster(whole_t *w, const char *dir, const set_t *set, uint64_t
     return TN_CTL_OK;
 }
 
+/* Each channel whose pause file the node's copy holds (api/backup.c
+ * take_pauses: this node had the channel recorded, as a pause file is
+ * written at its creation) gets the stamp of its record in s, the
+ * metastore the node starts from, written after the pause file, as
+ * ternd writes them (a stamp beside a pause file). A backup carries no
+ * stamp (docs/operations.md says why), and without one a channel that
+ * the node's copy holds no file of (a follower's copy no settle reached,
+ * made by the catalog at the first start) would be made unpaused, its
+ * restored pause file taken for one left by a deleted channel of the
+ * name (channel.c chan_create_work keeps it only beside its stamp). The
+ * record's own stamp, not the one the node had: files taken a moment
+ * after the snapshot are never compared with a record of another moment,
+ * which would delete them. A channel the snapshot has no record of (or
+ * a record of a build before stamps) gets none. *nstamped: how many were
+ * written. */
+static int stamp_channels(const tn_meta_state_t *s, const tn_manifest_t *m, const char *data,
+                          size_t *nstamped)
+{
+    static const char sfx[] = TN_STORE_CHAN_PAUSE_SUFFIX;
+    const size_t sl = sizeof(sfx) - 1;
+    for (size_t i = 0; i < m->nfiles; i++) {
+        const char *path = m->files[i].path;
+        if (strncmp(path, "topics/", 7) != 0)
+            continue;
+        const char *topic = path + 7, *slash = strchr(topic, '/');
+        size_t n = strlen(path);
+        if (slash == NULL || slash == topic || strchr(slash + 1, '/') != NULL || n <= sl ||
+            strcmp(path + n - sl, sfx) != 0 || (size_t)(path + n - sl - slash) < 2)
+            continue;
+        char t[PATH_LEN], ch[PATH_LEN], tdir[PATH_LEN];
+        pathf(t, sizeof(t), "%.*s", (int)(slash - topic), topic);
+        pathf(ch, sizeof(ch), "%.*s", (int)(path + n - sl - slash - 1), slash + 1);
+        uint64_t stamp = 0;
+        if (!tn_meta_channel_find(s, t, ch, &stamp) || stamp == 0)
+            continue;
+        pathf(tdir, sizeof(tdir), "%s/topics/%s", data, t);
+        int e = tn_store_channel_stamp_write_dir(tdir, ch, stamp);
+        if (e != 0)
+            return say("restore", "%s/%s%s: %s", tdir, ch, TN_STORE_CHAN_STAMP_SUFFIX,
+                       tn_strerror(e));
+        (*nstamped)++;
+    }
+    return TN_CTL_OK;
+}
+
 /* With --rejoin: each restored topic directory is stamped (storage-format.md,
  * "Topic stamp") with the creation time of the topic's record in the
  * node's own metastore snapshot of the backup (taken with its files), so
@@ -1027,8 +1075,10 @@ static int whole_cluster(whole_t *w, const char *dir, const set_t *set, uint64_t
  * told apart once the node has caught up: its restored files are deleted
  * there, never served as the new topic's. A directory the snapshot has no
  * record for gets none (it takes the topic recorded under its name at the
- * first start, as a directory from before stamps does). *nstamped: how
- * many were written. */
+ * first start, as a directory from before stamps does). Its channels are
+ * stamped from the same snapshot (stamp_channels), so a channel deleted
+ * and made again since is told apart the same way. *nstamped: how many
+ * were written. */
 static int stamp_restored(const char *dir, uint64_t id, const tn_manifest_t *m, const char *data,
                           size_t *nstamped)
 {
@@ -1064,6 +1114,8 @@ static int stamp_restored(const char *dir, uint64_t id, const tn_manifest_t *m, 
         else
             (*nstamped)++;
     }
+    if (rc == TN_CTL_OK)
+        rc = stamp_channels(&s, m, data, nstamped);
     tn_meta_state_fini(&s);
     return rc;
 }
@@ -1226,7 +1278,21 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         rc = TN_CTL_OK;
         goto out;
     }
-    /* 3. The metastore, rewritten above, and the restored incarnation. */
+    /* 3. The channels' stamps from the rewritten metastore, then the
+     * metastore and the restored incarnation. */
+    {
+        tn_meta_state_t s;
+        tn_meta_state_init(&s);
+        size_t nstamped = 0;
+        e = tn_meta_state_restore(&s, tn_buf_data(&snap), tn_buf_size(&snap));
+        if (e != 0)
+            rc = say("restore", "the rewritten metastore: %s", tn_strerror(e));
+        else
+            rc = stamp_channels(&s, &m, data, &nstamped);
+        tn_meta_state_fini(&s);
+        if (rc != TN_CTL_OK)
+            goto out;
+    }
     pathf(q, sizeof(q), "%s/meta", data);
     if (mkdir(q, 0700) != 0) {
         rc = say("restore", "mkdir %s: %s", q, strerror(errno));

@@ -330,6 +330,14 @@ static void test_channel_stamp(void **state)
     assert_int_equal(stamp, 0);
     assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "d", &stamp), 0);
     assert_int_equal(stamp, 9);
+    /* Written into the directory named whole (ternctl restore): the same
+     * file; never 0, never a name that is not a channel's. */
+    assert_int_equal(tn_store_channel_stamp_write_dir(path, "c", 0x0123456789abcdefu), 0);
+    assert_int_equal(tn_store_channel_stamp_read(s, "alpha", "c", &stamp), 0);
+    assert_true(stamp == 0x0123456789abcdefu);
+    assert_int_equal(tn_store_channel_stamp_write_dir(path, "c", 0), UV_EINVAL);
+    assert_int_equal(tn_store_channel_stamp_write_dir(path, "a/b", 5), UV_EINVAL);
+    assert_int_equal(tn_store_channel_stamp_write(s, "alpha", "c", 0, NULL), 0);
     /* Neither the topic's stamp nor a partition. */
     int64_t ms = -1;
     assert_int_equal(tn_store_topic_stamp_read(s, "alpha", &ms), 0);
