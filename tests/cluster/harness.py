@@ -31,6 +31,7 @@ repeats a case runs it at full repetition then, and a few times otherwise.
 """
 import argparse
 import base64
+import fcntl
 import http.client
 import json
 import os
@@ -81,6 +82,10 @@ def soak():
 # between restarts, so probing with bind alone let a test running beside
 # this one take a port a stopped node comes back to (cluster_meta once
 # found its Raft port taken). A file whose pid is gone is stale and reused.
+# Claims are made under the directory's lock (.lock), as the unit tests'
+# (tests/unit/testutil.c tu_free_port) are: a file read before its
+# creator wrote its pid, or a stale one two claimers take over at once,
+# would otherwise give one port to both.
 _PORT_DIR = os.path.join(tempfile.gettempdir(), "tern-test-ports")
 
 
@@ -88,6 +93,12 @@ def _claim(port):
     """Claim port for this process across test processes; False if a live
     process holds it."""
     os.makedirs(_PORT_DIR, exist_ok=True)
+    with open(os.path.join(_PORT_DIR, ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _claim_locked(port)
+
+
+def _claim_locked(port):
     path = os.path.join(_PORT_DIR, str(port))
     for _ in range(2):
         try:

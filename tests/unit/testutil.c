@@ -5,13 +5,23 @@
 
 #include "core/err.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#define PORT_LO 20000
+#define PORT_HI 32768 /* the ephemeral range starts here */
 
 char *tu_tempdir(void)
 {
@@ -36,6 +46,83 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 void tu_rmrf(const char *path)
 {
     nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Whether port can be bound on 127.0.0.1 with type now. */
+static bool port_bindable(int type, int port)
+{
+    int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    close(fd);
+    return rc == 0;
+}
+
+/* Claim port in dir (its lock held): its file made with this pid, or
+ * taken over from a pid that is gone. False when a live process (this
+ * one included: handed out before) holds it. */
+static bool port_claim(const char *dir, int port)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%d", dir, port);
+    for (int i = 0; i < 2; i++) {
+        int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            char pid[32];
+            int n = snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+            bool ok = write(fd, pid, (size_t)n) == n;
+            close(fd);
+            assert_true(ok);
+            return true;
+        }
+        assert_int_equal(errno, EEXIST);
+        char buf[32] = "";
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t n = read(fd, buf, sizeof(buf) - 1);
+            buf[n > 0 ? n : 0] = '\0';
+            close(fd);
+        }
+        long pid = atol(buf);
+        if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
+            return false; /* a live owner */
+        unlink(path);     /* its owner is gone (or it never wrote one) */
+    }
+    return false;
+}
+
+int tu_free_port(bool udp_too)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096], lock[4160];
+    snprintf(dir, sizeof(dir), "%s/tern-test-ports", tmp && *tmp ? tmp : "/tmp");
+    if (mkdir(dir, 0755) != 0)
+        assert_int_equal(errno, EEXIST);
+    snprintf(lock, sizeof(lock), "%s/.lock", dir);
+    int lfd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    assert_true(lfd >= 0);
+    assert_int_equal(flock(lfd, LOCK_EX), 0);
+    /* From a start that differs per process, so processes do not all
+     * probe the same ports first. */
+    unsigned span = PORT_HI - PORT_LO;
+    unsigned start = ((unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL)) % span;
+    int port = 0;
+    for (unsigned k = 0; k < span && port == 0; k++) {
+        int p = PORT_LO + (int)((start + k) % span);
+        if (port_bindable(SOCK_STREAM, p) && (!udp_too || port_bindable(SOCK_DGRAM, p)) &&
+            port_claim(dir, p))
+            port = p;
+    }
+    close(lfd); /* the lock with it */
+    if (port == 0)
+        fail_msg("no free port in [%d, %d) that no live test process holds (%s)", PORT_LO, PORT_HI,
+                 dir);
+    return port;
 }
 
 void tu_store_opts(tn_store_opts_t *o, const char *path)

@@ -61,6 +61,19 @@ void tu_fx_free(tu_fx_t *fx);
 /* Close the store and open it again with fx->opts (recovery runs). */
 void tu_fx_reopen(tu_fx_t *fx);
 
+/* A port on 127.0.0.1, below the ephemeral range (so no outgoing
+ * connection takes it), free over TCP now (with udp_too, over UDP too:
+ * node RPC's QUIC listens on the number of an HTTP port), for a server a
+ * test starts later from an address string. Claimed for this process's
+ * life among every test process on the machine, unit and cluster tests
+ * alike, by a file named after the port in $TMPDIR/tern-test-ports
+ * holding the owner's pid (tests/cluster/harness.py's protocol; a file
+ * whose pid is gone is reused), created under that directory's lock: so
+ * tests run side by side (ctest -j) never get the same port, even one a
+ * node comes back to after a stop. Never the same port twice in one
+ * process. Fails the test when no port is left. */
+int tu_free_port(bool udp_too);
+
 /* Bytes of a file, or -1. */
 long tu_file_size(const char *path);
 /* Write bytes at pos of an existing file (for corruption tests). */

@@ -567,28 +567,6 @@ typedef struct {
     char api[N + 1][32];
 } cluster_t;
 
-/* A free TCP port below 32768 on 127.0.0.1. */
-static int free_port(void)
-{
-    static int next = 0;
-    if (next == 0)
-        next = 22000 + (int)(getpid() % 4000) * 2;
-    for (; next < 32000; next++) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sin_family = AF_INET;
-        sa.sin_port = htons((uint16_t)next);
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-        close(fd);
-        if (rc == 0)
-            return next++;
-    }
-    fail_msg("no free port");
-    return 0;
-}
-
 typedef struct {
     tn_meta_req_t req;
     tn_meta_forward_done done;
@@ -644,7 +622,7 @@ static void cluster_open(cluster_t *c)
     c->dir = tu_tempdir();
     tn_meta_peer_t peers[N];
     for (uint64_t i = 1; i <= N; i++) {
-        snprintf(c->raft[i], sizeof(c->raft[i]), "127.0.0.1:%d", free_port());
+        snprintf(c->raft[i], sizeof(c->raft[i]), "127.0.0.1:%d", tu_free_port(false));
         snprintf(c->api[i], sizeof(c->api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
         peers[i - 1].id = i;
         snprintf(peers[i - 1].raft_addr, sizeof(peers[i - 1].raft_addr), "%s", c->raft[i]);

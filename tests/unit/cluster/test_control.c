@@ -76,35 +76,6 @@ static fixture_t fx;
 
 /* --- helpers ------------------------------------------------------------------------ */
 
-/* A port below 32768 free for both TCP and UDP on 127.0.0.1 (Raft is TCP,
- * node RPC UDP; tests stay out of the ephemeral range). */
-static bool port_free(int type, int port)
-{
-    int fd = socket(AF_INET, type, 0);
-    if (fd < 0)
-        return false;
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    close(fd);
-    return rc == 0;
-}
-
-static int free_port(void)
-{
-    static int next = 0;
-    if (next == 0)
-        next = 21000 + (int)(getpid() % 5000) * 2;
-    for (; next < 32000; next++)
-        if (port_free(SOCK_STREAM, next) && port_free(SOCK_DGRAM, next))
-            return next++;
-    fail_msg("no free port");
-    return 0;
-}
-
 static bool run_until(bool (*cond)(void *), void *arg)
 {
     int64_t deadline = tn_now_mono_ms() + GUARD_MS;
@@ -308,8 +279,8 @@ static int setup(void **state)
     fx.dir = tu_tempdir();
     for (uint64_t i = 1; i <= NNODES; i++) {
         snprintf(fx.mdir[i], sizeof(fx.mdir[i]), "%s/meta%llu", fx.dir, (unsigned long long)i);
-        snprintf(fx.raft[i], sizeof(fx.raft[i]), "127.0.0.1:%d", free_port());
-        snprintf(fx.api[i], sizeof(fx.api[i]), "127.0.0.1:%d", free_port());
+        snprintf(fx.raft[i], sizeof(fx.raft[i]), "127.0.0.1:%d", tu_free_port(true));
+        snprintf(fx.api[i], sizeof(fx.api[i]), "127.0.0.1:%d", tu_free_port(true));
     }
     node_open(1, false, NULL, 0);
     node_open(2, false, NULL, 0);
@@ -636,7 +607,7 @@ static void test_close_in_flight(void **state)
     assert_int_equal(tn_meta_cmd_encode(&t, &cmd), 0);
     assert_int_equal(tn_wire_put_bytes(&p, tn_buf_data(&cmd), tn_buf_size(&cmd)), 0);
     char raft10[32];
-    snprintf(raft10, sizeof(raft10), "127.0.0.1:%d", free_port());
+    snprintf(raft10, sizeof(raft10), "127.0.0.1:%d", tu_free_port(true));
     join_payload(&j10, 10, raft10);
     res_t join, propose, index;
     memset(&join, 0, sizeof(join));
@@ -655,7 +626,7 @@ static void test_close_in_flight(void **state)
     /* Node 9: never started, nothing listens at its Raft address; its join
      * loop runs on the third node's endpoint. */
     char raft9[32];
-    snprintf(raft9, sizeof(raft9), "127.0.0.1:%d", free_port());
+    snprintf(raft9, sizeof(raft9), "127.0.0.1:%d", tu_free_port(true));
     join_payload(&j9, 9, raft9);
     const char *join9[1] = {fx.api[fx.leader]};
     tn_control_opts_t co;

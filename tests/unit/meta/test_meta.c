@@ -1493,29 +1493,6 @@ typedef struct {
 
 static cluster_t *the_cluster;
 
-/* A free TCP port below 32768 on 127.0.0.1 (tests stay out of the
- * ephemeral range). */
-static int free_port(void)
-{
-    static int next = 0;
-    if (next == 0)
-        next = 20000 + (int)(getpid() % 5000) * 2;
-    for (; next < 32000; next++) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sin_family = AF_INET;
-        sa.sin_port = htons((uint16_t)next);
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-        close(fd);
-        if (rc == 0)
-            return next++;
-    }
-    fail_msg("no free port");
-    return 0;
-}
-
 typedef struct hop_s {
     tn_meta_req_t req;
     tn_meta_forward_done done;
@@ -1713,7 +1690,7 @@ static uint64_t cluster_start3(cluster_t *c, uv_loop_t *loop, const char *dir, u
     the_cluster = c;
     for (uint64_t i = 1; i <= slots; i++) {
         snprintf(c->dir[i], sizeof(c->dir[i]), "%s/meta%llu", dir, (unsigned long long)i);
-        snprintf(c->raft[i], sizeof(c->raft[i]), "127.0.0.1:%d", free_port());
+        snprintf(c->raft[i], sizeof(c->raft[i]), "127.0.0.1:%d", tu_free_port(false));
         snprintf(c->api[i], sizeof(c->api[i]), "127.0.0.%llu:4151", (unsigned long long)i);
     }
     for (uint64_t i = 1; i <= 3; i++)
@@ -2183,7 +2160,7 @@ static void test_no_leader(void **state)
     char addr[3][32];
     tn_meta_peer_t peers[3];
     for (int i = 0; i < 3; i++) {
-        snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", free_port());
+        snprintf(addr[i], sizeof(addr[i]), "127.0.0.1:%d", tu_free_port(false));
         peers[i].id = (uint64_t)i + 1;
         snprintf(peers[i].raft_addr, sizeof(peers[i].raft_addr), "%s", addr[i]);
     }
@@ -2265,7 +2242,7 @@ static void test_moved_address(void **state)
     tn_meta_t *m = open_meta(&loop, mdir, 64);
     close_meta(&loop, m);
     char moved[32];
-    snprintf(moved, sizeof(moved), "127.0.0.1:%d", free_port());
+    snprintf(moved, sizeof(moved), "127.0.0.1:%d", tu_free_port(false));
     int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     assert_true(fd >= 0);
     tn_log_set_fd(fd);

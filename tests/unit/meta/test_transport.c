@@ -82,34 +82,6 @@ static bool run_until(uv_loop_t *loop, bool (*cond)(void *), void *arg)
     return true;
 }
 
-/* A free loopback port below 32768 (the ephemeral range starts above). */
-static int free_port(void)
-{
-    static int next = 0;
-    if (next == 0)
-        next = 20000 + (int)(getpid() % 8000);
-    for (int tries = 0; tries < 1000; tries++) {
-        int port = next++;
-        if (next >= 32000)
-            next = 20000;
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        assert_true(fd >= 0);
-        int on = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-        struct sockaddr_in sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sin_family = AF_INET;
-        sa.sin_port = htons((uint16_t)port);
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-        close(fd);
-        if (rc == 0)
-            return port;
-    }
-    fail_msg("no free port");
-    return 0;
-}
-
 /* --- a libraft node over the transport ----------------------------------------- */
 
 #define BIG_LEN (2 * 1024 * 1024)
@@ -336,7 +308,7 @@ static void replicate(uv_loop_t *loop, node_t *nodes, int count, size_t len)
 static void start_three(uv_loop_t *loop, node_t *nodes, int *ports, bool tls)
 {
     for (int i = 0; i < 4; i++)
-        ports[i] = free_port();
+        ports[i] = tu_free_port(false);
     const char *names[] = {"n1", "n2", "n3"};
     for (int i = 0; i < 3; i++)
         node_start(&nodes[i], loop, (raft_id)i + 1, ports, 3, tls ? names[i] : NULL, "ca1");
@@ -608,7 +580,7 @@ static void test_garbage_handshakes(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     solo_t s;
-    int port = free_port();
+    int port = tu_free_port(false);
     solo_start(&s, &loop, port, false);
     raw_t r;
     unsigned char h[300];
@@ -659,7 +631,7 @@ static void test_garbage_handshakes(void **state)
 
     /* With TLS, plaintext bytes (even a valid hello) fail the TLS
      * handshake. */
-    port = free_port();
+    port = tu_free_port(false);
     solo_start(&s, &loop, port, true);
     n = hello(h, "TNRH", 1, 14, 7, "127.0.0.1:1234");
     raw_send(&loop, &r, port, h, n);
@@ -698,7 +670,7 @@ static void test_close_cancels_pending_connect(void **state)
     uv_loop_init(&loop);
     int mute = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(mute >= 0);
-    int mport = free_port();
+    int mport = tu_free_port(false);
     struct sockaddr_in sa;
     uv_ip4_addr("127.0.0.1", mport, &sa);
     assert_int_equal(bind(mute, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -706,7 +678,7 @@ static void test_close_cancels_pending_connect(void **state)
 
     for (int tls = 0; tls < 2; tls++) {
         solo_t s;
-        solo_start(&s, &loop, free_port(), tls == 1);
+        solo_start(&s, &loop, tu_free_port(false), tls == 1);
         struct raft_uv_connect req;
         req.data = &s;
         char addr[32];
@@ -853,7 +825,7 @@ static void test_named_connects(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     solo_t a, b;
-    int aport = free_port(), bport = free_port();
+    int aport = tu_free_port(false), bport = tu_free_port(false);
     solo_start_as(&a, &loop, aport, false, "localhost");
     solo_start(&b, &loop, bport, false);
     b.hold = true;
@@ -962,10 +934,10 @@ static void test_backpressure(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     solo_t a, b;
-    int pa = free_port();
+    int pa = tu_free_port(false);
     solo_start(&a, &loop, pa, true);
     a.hold = true;
-    solo_start(&b, &loop, free_port(), true);
+    solo_start(&b, &loop, tu_free_port(false), true);
     struct raft_uv_connect req;
     req.data = &b;
     char addr[32];
