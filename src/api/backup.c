@@ -702,17 +702,18 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* This node's pause of each channel of the topics it holds a partition
- * of: the `<channel>.cpause` files in each topic's directory (renamed
- * into place at each pause and unpause, so a link keeps one whole
- * version; a pause is answered once its file is written, so one answered
- * before the POST is in the copy). Without them a restored node would
- * have neither pause file nor stamp file, and its start would make every
- * channel unpaused (channel.c load_paused), resuming deliveries that an
- * operator stopped. The stamps (`.cstamp`) are left out: the pause file
- * decides at start without one, and a restored channel takes its
- * record's stamp as at an upgrade (docs/operations.md). Each topic once,
- * after its partitions (a follower's copy may list it again). */
+/* This node's pauses of the topics it holds a partition of: each
+ * channel's `<channel>.cpause` file and the topic's own `pause` file (its
+ * hold points with it) in each topic's directory (renamed into place at
+ * each pause and unpause, so a link keeps one whole version; a pause is
+ * answered once its file is written, so one answered before the POST is
+ * in the copy). Without them a restored node would start with every
+ * channel unpaused (a channel without pause file nor stamp file:
+ * channel.c load_paused) and every topic unpaused, resuming deliveries
+ * that an operator stopped. The stamps (`.cstamp`) are left out: the
+ * pause file decides at start without one, and a restored channel takes
+ * its record's stamp as at an upgrade (docs/operations.md). Each topic
+ * once, after its partitions (a follower's copy may list it again). */
 static void take_pauses(ctx_t *c, const part_t *parts, size_t nparts)
 {
     if (nparts == 0)
@@ -740,7 +741,8 @@ static void take_pauses(ctx_t *c, const part_t *parts, size_t nparts)
         struct dirent *e;
         while ((e = readdir(d)) != NULL && c->l->err == 0) {
             size_t stem;
-            if (!has_suffix(e->d_name, TN_STORE_CHAN_PAUSE_SUFFIX, &stem))
+            if (!has_suffix(e->d_name, TN_STORE_CHAN_PAUSE_SUFFIX, &stem) &&
+                strcmp(e->d_name, TN_STORE_TOPIC_PAUSE_FILE) != 0)
                 continue;
             char f[PATH_MAX_LEN];
             pathf(f, sizeof(f), "%s/%s", rel, e->d_name);

@@ -678,7 +678,8 @@ class PausedChannelBackup(unittest.TestCase):
     it a restored node has neither the pause file nor the stamp file of
     the channel, and it started unpaused, delivering a backlog that an
     operator had stopped. A backup of the release before (no pause file
-    in its manifest) still restores, its channels unpaused."""
+    in its manifest) still restores, its channels unpaused. A topic's
+    pause (its `pause` file) is carried the same way."""
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="tern-backup-pause-")
@@ -791,6 +792,60 @@ class PausedChannelBackup(unittest.TestCase):
         port = self.start(rdir)
         self.assertFalse(self.paused(port, "held"), self.d.log())
         self.assertEqual(sorted(drain(port, "pz", "held")), want)
+        self.stop()
+
+    def topic_state(self, port):
+        st, body = call(port, "GET", "/stats?format=json&topic=pz")
+        self.assertEqual(st, 200, body)
+        t = next(x for x in json.loads(body)["topics"] if x["topic_name"] == "pz")
+        return t["paused"], t["depth"]
+
+    def produce(self, port, tag, n):
+        sent = []
+        for p in range(2):
+            batch = [f"{tag}-{p}-{i}" for i in range(n)]
+            sent += batch
+            st, body = call(port, "POST", "/v1/topics/pz/produce/batch",
+                            json.dumps([{"payload": m, "partition": p} for m in batch]),
+                            headers={"Content-Type": "application/json"})
+            self.assertEqual(st, 202, body)
+        return sorted(m.encode() for m in sent)
+
+    def test_paused_topic_restored_paused(self):
+        """A topic paused on the node (nsqd's /topic/pause, kept in the
+        topic's `pause` file with its hold points) is paused on the
+        restored node and holds what arrived since the pause: the
+        channel gets what came before it, and the rest at the unpause."""
+        data = os.path.join(self.dir, "data")
+        port = self.start(data, first=True)
+        st, body = call(port, "POST", "/v1/topics", json.dumps({"name": "pz", "partitions": 2}),
+                        headers={"Content-Type": "application/json"})
+        self.assertEqual(st, 201, body)
+        st, body = call(port, "POST", "/channel/create?topic=pz&channel=c")
+        self.assertEqual(st, 200, body)
+        before = self.produce(port, "before", 10)
+        st, body = call(port, "POST", "/topic/pause?topic=pz")
+        self.assertEqual(st, 200, body)
+        held = self.produce(port, "held", 5)
+        self.assertEqual(self.topic_state(port), (True, 10))
+        bdir = os.path.join(self.dir, "backup")
+        r = ternctl("backup", bdir, port=port)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.stop()
+        with open(os.path.join(bdir, "1", "manifest.json")) as f:
+            paths = [x["path"] for x in json.load(f)["files"]]
+        self.assertIn("topics/pz/pause", paths)
+
+        rdir = os.path.join(self.dir, "restored")
+        r = ternctl("restore", bdir, "--data-path", rdir, user=None)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        port = self.start(rdir)
+        self.assertEqual(self.topic_state(port), (True, 10), self.d.log())
+        self.assertEqual(sorted(drain(port, "pz", "c")), before)
+        st, body = call(port, "POST", "/topic/unpause?topic=pz")
+        self.assertEqual(st, 200, body)
+        self.assertEqual(sorted(drain(port, "pz", "c")), held)
+        self.assertEqual(self.topic_state(port), (False, 0))
         self.stop()
 
 
