@@ -4,7 +4,7 @@
  * in-flight budget, deferred messages and recovery after a restart. */
 #include "core/platform.h"
 
-#include "testutil.h"
+#include "fixture_queue.h"
 
 #include "core/err.h"
 #include "core/log.h"
@@ -19,231 +19,25 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAXD 256
-
-typedef struct {
-    tn_consumer_t c;
-    tn_delivery_t d[MAXD];
-    char bodies[MAXD][64];
-    char keys[MAXD][16];
-    int n;
-} sink_t;
-
-static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
-{
-    sink_t *s = c->data;
-    assert_true(s->n < MAXD);
-    s->d[s->n] = *d;
-    snprintf(s->bodies[s->n], sizeof(s->bodies[0]), "%.*s", (int)d->body->len, d->body->data);
-    if (d->key != NULL)
-        snprintf(s->keys[s->n], sizeof(s->keys[0]), "%.*s", (int)d->key->len, d->key->data);
-    s->d[s->n].body = NULL; /* borrowed only for the callback */
-    s->d[s->n].key = NULL;
-    s->n++;
-}
-
-typedef struct {
-    tu_fx_t *fx;
-    tn_broker_t *b;
-    tn_broker_opts_t opts;
-} qfx_t;
-
-static void default_opts(tn_broker_opts_t *o)
-{
-    memset(o, 0, sizeof(*o));
-    o->default_partitions = 1;
-    o->bootstrap_window_ms = 90000;
-    o->cache_bytes = 1 << 20;
-    o->max_inflight_bytes = 1 << 30;
-    o->max_inflight_msgs = 100000;
-    o->max_ahead = 1 << 16;
-    o->gc_interval_ms = 3600000;
-}
-
-static void open_broker(qfx_t *q)
-{
-    assert_int_equal(tn_broker_open(&q->fx->loop, q->fx->store, &q->opts, &q->b), 0);
-}
-
-static bool broker_closed;
-
-static void on_broker_closed(tn_broker_t *b)
-{
-    (void)b;
-    broker_closed = true;
-}
-
-static void close_broker(qfx_t *q)
-{
-    broker_closed = false;
-    tn_broker_close(q->b, on_broker_closed);
-    /* Its handles close and its storage requests finish first. */
-    while (!broker_closed)
-        uv_run(&q->fx->loop, UV_RUN_ONCE);
-    q->b = NULL;
-}
-
-static qfx_t *qfx_new(void (*tweak)(tn_broker_opts_t *o))
-{
-    qfx_t *q = calloc(1, sizeof(*q));
-    q->fx = tu_fx_new(NULL);
-    default_opts(&q->opts);
-    if (tweak != NULL)
-        tweak(&q->opts);
-    open_broker(q);
-    return q;
-}
-
-static void qfx_free(qfx_t *q)
-{
-    if (q->b != NULL)
-        close_broker(q);
-    tu_fx_free(q->fx);
-    free(q);
-}
-
-/* Restart: close broker and store, open both again (recovery runs). */
-static void restart(qfx_t *q)
-{
-    close_broker(q);
-    tu_fx_reopen(q->fx);
-    open_broker(q);
-}
-
-/* Run the loop until cond(arg) or about 5 s pass. */
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
-/* Run the loop with a repeating 5 ms tick beside the broker's own timers
- * (some an hour apart), so a loop turn never sleeps longer than that: a
- * one-shot tick restarted each turn could fire before the turn's poll on
- * a loaded machine, and the poll then slept until the broker's next
- * timer. Stops when done(arg) says so or at deadline_ms; returns done. */
-static bool run_ticking(qfx_t *q, bool (*done)(void *), void *arg, int64_t deadline_ms)
-{
-    uv_timer_t t;
-    uv_timer_init(&q->fx->loop, &t);
-    uv_timer_start(&t, on_tick, 5, 5);
-    bool ok;
-    while (!(ok = done != NULL && done(arg)) && tn_now_mono_ms() < deadline_ms)
-        uv_run(&q->fx->loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&q->fx->loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
-static bool run_until(qfx_t *q, bool (*cond)(void *), void *arg)
-{
-    return run_ticking(q, cond, arg, tn_now_mono_ms() + 5000);
-}
-
-static void run_for(qfx_t *q, int64_t ms)
-{
-    (void)run_ticking(q, NULL, NULL, tn_now_mono_ms() + ms);
-}
-
-typedef struct {
-    tn_pub_t p;
-    bool done;
-    int status;
-} pubw_t;
-
-static void on_pub(tn_pub_t *p, int status)
-{
-    pubw_t *w = p->data;
-    w->done = true;
-    w->status = status;
-}
-
-static bool pub_done(void *arg)
-{
-    return ((pubw_t *)arg)->done;
-}
-
 static void publish(qfx_t *q, const char *topic, const char *body, int64_t deliver_at)
 {
-    pubw_t w;
+    qfx_pubw_t w;
     memset(&w, 0, sizeof(w));
     assert_int_equal(tn_pub_init(&w.p, 1), 0);
     assert_int_equal(tn_pub_set(&w.p, 0, body, strlen(body)), 0);
     w.p.data = &w;
-    assert_int_equal(tn_broker_publish(q->b, topic, strlen(topic), &w.p, deliver_at, on_pub), 0);
-    assert_true(run_until(q, pub_done, &w));
+    assert_int_equal(tn_broker_publish(q->b, topic, strlen(topic), &w.p, deliver_at, qfx_on_pub),
+                     0);
+    assert_true(qfx_run_until(q, qfx_pub_done, &w));
     assert_int_equal(w.status, 0);
     tn_pub_fini(&w.p);
 }
 
-typedef struct {
-    tn_waiter_t w;
-    bool done;
-    int status;
-} waitw_t;
-
-static void on_wait(tn_waiter_t *w, int status)
-{
-    waitw_t *x = (waitw_t *)w;
-    x->done = true;
-    x->status = status;
-}
-
-static bool wait_done(void *arg)
-{
-    return ((waitw_t *)arg)->done;
-}
-
+/* Channel name of topic, both made when missing (the topic with the
+ * default partition count). */
 static tn_channel_t *channel(qfx_t *q, const char *topic, const char *name)
 {
-    tn_topic_t *t;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_broker_topic(q->b, topic, strlen(topic), true, 0, &w.w, &t);
-    if (rc == UV_EAGAIN) {
-        assert_true(run_until(q, wait_done, &w));
-        assert_int_equal(w.status, 0);
-        rc = tn_broker_topic(q->b, topic, strlen(topic), false, 0, NULL, &t);
-    }
-    assert_int_equal(rc, 0);
-    tn_channel_t *ch;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    rc = tn_topic_channel(t, name, strlen(name), true, &w.w, &ch);
-    if (rc == UV_EAGAIN) {
-        assert_true(run_until(q, wait_done, &w));
-        assert_int_equal(w.status, 0);
-        rc = tn_topic_channel(t, name, strlen(name), false, NULL, &ch);
-    }
-    assert_int_equal(rc, 0);
-    return ch;
-}
-
-static void attach(sink_t *s, tn_channel_t *ch, uint32_t credit, int64_t timeout_ms)
-{
-    memset(s, 0, sizeof(*s));
-    s->c.deliver = on_deliver;
-    s->c.data = s;
-    s->c.timeout_ms = timeout_ms;
-    tn_consumer_attach(&s->c, ch);
-    tn_consumer_credit(&s->c, credit);
-}
-
-typedef struct {
-    sink_t *s;
-    int n;
-} want_t;
-
-static bool has_n(void *arg)
-{
-    want_t *w = arg;
-    return w->s->n >= w->n;
-}
-
-static void expect_n(qfx_t *q, sink_t *s, int n)
-{
-    want_t w = {s, n};
-    assert_true(run_until(q, has_n, &w));
+    return qfx_channel(q, qfx_topic(q, topic, 0), name);
 }
 
 typedef struct {
@@ -281,7 +75,7 @@ static void sync_ch(qfx_t *q, tn_channel_t *ch, uint32_t p, int want)
 {
     syncw_t w = {.s.data = &w};
     tn_channel_sync(ch, p, &w.s, on_sync);
-    assert_true(run_until(q, sync_done, &w));
+    assert_true(qfx_run_until(q, sync_done, &w));
     assert_int_equal(w.status, want);
 }
 
@@ -290,13 +84,13 @@ static void sync_ch(qfx_t *q, tn_channel_t *ch, uint32_t p, int want)
 static void test_publish_deliver_fin(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
     publish(q, "t", "one", 0);
     publish(q, "t", "two", 0);
-    expect_n(q, &s, 2);
+    qfx_expect_n(q, &s, 2);
     assert_string_equal(s.bodies[0], "one");
     assert_string_equal(s.bodies[1], "two");
     assert_int_equal(s.d[0].attempts, 1);
@@ -322,13 +116,13 @@ static void test_publish_deliver_fin(void **state)
 static void test_fin_done_after_log_sync(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
     for (int i = 0; i < 3; i++)
         publish(q, "t", "m", 0);
-    expect_n(q, &s, 3);
+    qfx_expect_n(q, &s, 3);
     syncw_t w[3];
     memset(w, 0, sizeof(w));
     order_n = 0;
@@ -344,7 +138,7 @@ static void test_fin_done_after_log_sync(void **state)
     assert_int_equal(st.finish_count, 0);
     assert_int_equal(st.depth, 3);
     assert_int_equal(st.inflight, 0);
-    assert_true(run_until(q, sync_done, &w[2]));
+    assert_true(qfx_run_until(q, sync_done, &w[2]));
     for (int i = 0; i < 3; i++) {
         assert_true(w[i].done);
         assert_int_equal(w[i].status, 0);
@@ -360,11 +154,11 @@ static void test_fin_done_after_log_sync(void **state)
     assert_int_equal(idle.status, 0);
     /* The FINs are durable: a restart delivers none of them again. */
     tn_consumer_detach(&s.c);
-    restart(q);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
-    attach(&s, ch, 10, 60000);
+    qfx_attach(&s, ch, 10, 60000);
     publish(q, "t", "after", 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     assert_string_equal(s.bodies[0], "after");
     tn_consumer_detach(&s.c);
     qfx_free(q);
@@ -376,23 +170,23 @@ static void test_fin_done_after_log_sync(void **state)
 static void test_fin_failed_write(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
     for (int i = 0; i < 3; i++)
         publish(q, "t", "m", 0);
-    expect_n(q, &s, 3);
+    qfx_expect_n(q, &s, 3);
     tn_io_fail_sync_after(0, UV_EIO);
     assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
     syncw_t w = {.s.data = &w};
     tn_channel_sync(ch, 0, &w.s, on_sync);
-    assert_true(run_until(q, sync_done, &w));
+    assert_true(qfx_run_until(q, sync_done, &w));
     tn_io_fail_sync_after(-1, 0);
     assert_int_equal(w.status, UV_EIO);
     /* The wait may have ended at once, from the log's sticky error, before
      * the record's own completion reached the loop: wait for that too. */
-    assert_true(run_until(q, one_log_failed, q->b)); /* the node is not ready */
+    assert_true(qfx_run_until(q, one_log_failed, q->b)); /* the node is not ready */
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
     assert_int_equal(st.finish_count, 0);
@@ -414,11 +208,11 @@ static void test_fin_failed_write(void **state)
     /* After a restart the node is ready again, and the messages whose
      * settles were refused are delivered again (the failed FIN's record
      * may or may not have reached the file). */
-    restart(q);
+    qfx_restart(q);
     assert_int_equal(tn_broker_logs_failed(q->b), 0);
     ch = channel(q, "t", "c");
-    attach(&s, ch, 10, 60000);
-    expect_n(q, &s, 2);
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 2);
     tn_consumer_detach(&s.c);
     qfx_free(q);
 }
@@ -426,17 +220,17 @@ static void test_fin_failed_write(void **state)
 static void test_credit_limits_inflight(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 2, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 2, 60000);
     for (int i = 0; i < 5; i++)
         publish(q, "t", "m", 0);
-    run_for(q, 50);
+    qfx_run_for(q, 50);
     assert_int_equal(s.n, 2);
     tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0);
-    expect_n(q, &s, 3);
-    run_for(q, 30);
+    qfx_expect_n(q, &s, 3);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 3);
     tn_consumer_detach(&s.c);
     qfx_free(q);
@@ -445,20 +239,20 @@ static void test_credit_limits_inflight(void **state)
 static void test_req_delay_and_attempts(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
     publish(q, "t", "x", 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     int64_t t0 = tn_now_mono_ms();
     assert_int_equal(tn_consumer_req(&s.c, 0, s.d[0].offset, false, 0, 600), 0);
-    run_for(q, 100);
+    qfx_run_for(q, 100);
     assert_int_equal(s.n, 1);
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
     assert_int_equal(st.deferred, 1);
-    expect_n(q, &s, 2);
+    qfx_expect_n(q, &s, 2);
     assert_true(tn_now_mono_ms() - t0 >= 600);
     assert_int_equal(s.d[1].offset, s.d[0].offset);
     assert_int_equal(s.d[1].attempts, 2);
@@ -472,19 +266,19 @@ static void test_req_delay_and_attempts(void **state)
 static void test_timeout_redelivers_and_touch(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
+    qfx_sink_t s;
     /* Margins of hundreds of milliseconds: a loaded machine may run the
      * loop late, never early. */
-    attach(&s, ch, 10, 1000);
+    qfx_attach(&s, ch, 10, 1000);
     publish(q, "t", "x", 0);
-    expect_n(q, &s, 1);
-    run_for(q, 500);
+    qfx_expect_n(q, &s, 1);
+    qfx_run_for(q, 500);
     assert_int_equal(tn_consumer_touch(&s.c, 0, s.d[0].offset, false, 0, 1000), 0);
-    run_for(q, 700);
+    qfx_run_for(q, 700);
     assert_int_equal(s.n, 1); /* touched: 1.2 s in, not expired */
-    expect_n(q, &s, 2);
+    qfx_expect_n(q, &s, 2);
     assert_int_equal(s.d[1].attempts, 2);
     /* The first delivery's nonce no longer settles it. */
     assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, true, s.d[0].nonce), UV_ESRCH);
@@ -498,15 +292,15 @@ static void test_timeout_redelivers_and_touch(void **state)
 static void test_detach_returns_inflight(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t a, b;
-    attach(&a, ch, 10, 60000);
+    qfx_sink_t a, b;
+    qfx_attach(&a, ch, 10, 60000);
     publish(q, "t", "x", 0);
-    expect_n(q, &a, 1);
-    attach(&b, ch, 10, 60000);
+    qfx_expect_n(q, &a, 1);
+    qfx_attach(&b, ch, 10, 60000);
     tn_consumer_detach(&a.c);
-    expect_n(q, &b, 1);
+    qfx_expect_n(q, &b, 1);
     assert_int_equal(b.d[0].offset, a.d[0].offset);
     assert_int_equal(b.d[0].attempts, 2);
     tn_consumer_detach(&b.c);
@@ -521,19 +315,19 @@ static void zero_bootstrap(tn_broker_opts_t *o)
 static void test_backlog_and_bootstrap(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(zero_bootstrap);
+    qfx_t *q = qfx_new(zero_bootstrap, NULL);
     publish(q, "t", "early", 0);
     tn_channel_t *first = channel(q, "t", "first");
     tn_channel_t *second = channel(q, "t", "second");
-    sink_t a, b;
-    attach(&a, first, 10, 60000);
-    attach(&b, second, 10, 60000);
-    expect_n(q, &a, 1);
+    qfx_sink_t a, b;
+    qfx_attach(&a, first, 10, 60000);
+    qfx_attach(&b, second, 10, 60000);
+    qfx_expect_n(q, &a, 1);
     assert_string_equal(a.bodies[0], "early"); /* the first channel gets the backlog */
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(b.n, 0); /* a later one starts at the (empty) window */
     publish(q, "t", "late", 0);
-    expect_n(q, &b, 1);
+    qfx_expect_n(q, &b, 1);
     assert_string_equal(b.bodies[0], "late");
     tn_consumer_detach(&a.c);
     tn_consumer_detach(&b.c);
@@ -544,14 +338,12 @@ static tn_channel_t *channel_since(qfx_t *q, const char *topic, const char *name
 {
     tn_topic_t *t;
     assert_int_equal(tn_broker_topic(q->b, topic, strlen(topic), false, 0, NULL, &t), 0);
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
+    qfx_waitw_t w;
+    qfx_waitw_init(&w);
     tn_channel_t *ch;
     int rc = tn_topic_channel_since(t, name, strlen(name), since_ns, &w.w, &ch);
     if (rc == UV_EAGAIN) {
-        assert_true(run_until(q, wait_done, &w));
-        assert_int_equal(w.status, 0);
+        qfx_wait(q, &w, 0);
         rc = tn_topic_channel(t, name, strlen(name), false, NULL, &ch);
     }
     assert_int_equal(rc, 0);
@@ -565,27 +357,27 @@ static tn_channel_t *channel_since(qfx_t *q, const char *topic, const char *name
 static void test_channel_since(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     publish(q, "t", "old-1", 0);
     publish(q, "t", "old-2", 0);
-    run_for(q, 5);
+    qfx_run_for(q, 5);
     int64_t since = tn_now_wall_ns();
-    run_for(q, 5);
+    qfx_run_for(q, 5);
     publish(q, "t", "new-1", 0);
     publish(q, "t", "new-2", 0);
     tn_channel_t *ch = channel_since(q, "t", "fanout.0000000000000001", since);
-    sink_t s;
-    attach(&s, ch, 10, 60000);
-    expect_n(q, &s, 2);
-    run_for(q, 30);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 2);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 2);
     assert_string_equal(s.bodies[0], "new-1");
     assert_string_equal(s.bodies[1], "new-2");
     /* An earlier time takes everything retained from then on. */
     tn_channel_t *all = channel_since(q, "t", "all", 1);
-    sink_t a;
-    attach(&a, all, 10, 60000);
-    expect_n(q, &a, 4);
+    qfx_sink_t a;
+    qfx_attach(&a, all, 10, 60000);
+    qfx_expect_n(q, &a, 4);
     assert_string_equal(a.bodies[0], "old-1");
     /* An existing channel is found as it is. */
     assert_ptr_equal(channel_since(q, "t", "all", since), all);
@@ -597,14 +389,14 @@ static void test_channel_since(void **state)
 static void test_ephemeral_channel(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     publish(q, "t", "before", 0);
     tn_channel_t *ch = channel(q, "t", "e#ephemeral");
     assert_true(ch->ephemeral);
-    sink_t s;
-    attach(&s, ch, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
     publish(q, "t", "after", 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     assert_string_equal(s.bodies[0], "after");
     tn_consumer_detach(&s.c);
     tn_topic_t *t;
@@ -621,19 +413,19 @@ static void one_attempt(tn_broker_opts_t *o)
 static void test_dead_letter(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(one_attempt);
+    qfx_t *q = qfx_new(one_attempt, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
     publish(q, "t", "poison", 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     tn_consumer_req(&s.c, 0, s.d[0].offset, false, 0, 0);
-    run_for(q, 50);
+    qfx_run_for(q, 50);
     assert_int_equal(s.n, 1);
     tn_channel_t *dlq = channel(q, "t.c.DLQ", "inspect");
-    sink_t d;
-    attach(&d, dlq, 10, 60000);
-    expect_n(q, &d, 1);
+    qfx_sink_t d;
+    qfx_attach(&d, dlq, 10, 60000);
+    qfx_expect_n(q, &d, 1);
     assert_string_equal(d.bodies[0], "poison");
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
@@ -652,16 +444,16 @@ static void two_slots(tn_broker_opts_t *o)
 static void test_inflight_budget(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(two_slots);
+    qfx_t *q = qfx_new(two_slots, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 100, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 100, 60000);
     for (int i = 0; i < 4; i++)
         publish(q, "t", "m", 0);
-    run_for(q, 50);
+    qfx_run_for(q, 50);
     assert_int_equal(s.n, 2);
     tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0);
-    expect_n(q, &s, 3);
+    qfx_expect_n(q, &s, 3);
     tn_consumer_detach(&s.c);
     qfx_free(q);
 }
@@ -669,16 +461,16 @@ static void test_inflight_budget(void **state)
 static void test_deferred_publish(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
     int64_t t0 = tn_now_mono_ms();
     publish(q, "t", "later", tn_now_wall_ms() + 150);
     publish(q, "t", "now", 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     assert_string_equal(s.bodies[0], "now");
-    expect_n(q, &s, 2);
+    qfx_expect_n(q, &s, 2);
     assert_string_equal(s.bodies[1], "later");
     assert_true(tn_now_mono_ms() - t0 >= 140);
     tn_consumer_detach(&s.c);
@@ -688,23 +480,23 @@ static void test_deferred_publish(void **state)
 static void test_restart_keeps_fins_and_redelivers_the_rest(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
     publish(q, "t", "a", 0);
     publish(q, "t", "b", 0);
     publish(q, "t", "c", 0);
-    expect_n(q, &s, 3);
+    qfx_expect_n(q, &s, 3);
     tn_consumer_fin(&s.c, 0, s.d[1].offset, false, 0);
     tn_consumer_req(&s.c, 0, s.d[2].offset, false, 0, 0);
-    run_for(q, 50); /* the channel log commits */
+    qfx_run_for(q, 50); /* the channel log commits */
     tn_consumer_detach(&s.c);
-    restart(q);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
-    attach(&s, ch, 10, 60000);
-    expect_n(q, &s, 2);
-    run_for(q, 30);
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 2);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 2);
     /* a (never settled) and c (requeued once: attempts kept) come back. */
     bool saw_a = false, saw_c = false;
@@ -734,19 +526,19 @@ static void test_restart_keeps_fins_and_redelivers_the_rest(void **state)
 static void test_cold_read_ends_waiting_fetch(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
     publish(q, "t", "a", 0);
     publish(q, "t", "b", 0);
     publish(q, "t", "c", 0);
-    run_for(q, 30);
-    restart(q);
+    qfx_run_for(q, 30);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
     assert_false(ch->parts[0]->waiting_fetch);
-    sink_t s;
-    attach(&s, ch, 10, 60000);
-    expect_n(q, &s, 3);
-    run_for(q, 30);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 3);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 3);
     assert_string_equal(s.bodies[0], "a");
     assert_false(ch->parts[0]->waiting_fetch); /* the read ended; nothing is missing */
@@ -780,10 +572,10 @@ static void wait_app(qfx_t *q, appw_t *w)
 static void test_control_records_not_delivered(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
     publish(q, "t", "a", 0);
-    close_broker(q);
+    qfx_close(q);
     /* The store opened again before the log is opened on its own: records
      * appended through a second open of a log the engine wrote in the same
      * store did not survive the next open (the restarts below lost 1..6,
@@ -819,13 +611,13 @@ static void test_control_records_not_delivered(void **state)
     tu_plog_close(&q->fx->loop, pl);
 
     for (int pass = 0; pass < 2; pass++) {
-        open_broker(q);
+        qfx_open(q);
         ch = channel(q, "t", "c");
-        sink_t s;
-        attach(&s, ch, 10, 60000);
+        qfx_sink_t s;
+        qfx_attach(&s, ch, 10, 60000);
         if (pass == 0) {
-            expect_n(q, &s, 4);
-            run_for(q, 50);
+            qfx_expect_n(q, &s, 4);
+            qfx_run_for(q, 50);
             assert_int_equal(s.n, 4);
             const char *want[4] = {"a", "b", "c", "d"};
             const uint64_t offs[4] = {0, 3, 4, 5};
@@ -835,7 +627,7 @@ static void test_control_records_not_delivered(void **state)
                 assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[i].offset, false, 0), 0);
             }
         } else {
-            run_for(q, 50);
+            qfx_run_for(q, 50);
             assert_int_equal(s.n, 0); /* nothing left, control records included */
         }
         sync_ch(q, ch, 0, 0);
@@ -846,10 +638,10 @@ static void test_control_records_not_delivered(void **state)
         assert_int_equal(st.finish_count, 4);
         assert_int_equal(st.message_count, 4);
         tn_consumer_detach(&s.c);
-        close_broker(q);
+        qfx_close(q);
         tu_fx_reopen(q->fx);
     }
-    open_broker(q);
+    qfx_open(q);
 
     /* The depth of a channel with no consumer counts only the messages. */
     ch = channel(q, "t", "c");
@@ -859,7 +651,7 @@ static void test_control_records_not_delivered(void **state)
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
     assert_int_equal(st.depth, 1);
-    close_broker(q);
+    qfx_close(q);
     tu_fx_reopen(q->fx);
     assert_int_equal(tn_plog_open(q->fx->store, "t", 0, &pl), 0);
     tn_rec_in_t pr = {.key = tn_iov(NULL, 0), .body = tn_iov(prod, sizeof(prod))};
@@ -869,7 +661,7 @@ static void test_control_records_not_delivered(void **state)
     assert_int_equal(tu_append(&q->fx->loop, pl, "f", 1, &off), 0);
     assert_int_equal(off, 9);
     tu_plog_close(&q->fx->loop, pl);
-    open_broker(q);
+    qfx_open(q);
     ch = channel(q, "t", "c");
     assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
     tn_channel_stats(ch, &st);
@@ -881,10 +673,10 @@ static void test_control_records_not_delivered(void **state)
     /* The log: a, b, c, d, e 7, PRODUCER 8, f 9: six messages, its four
      * control records not counted. */
     assert_int_equal(tn_part_message_count(t->parts[0]), 6);
-    sink_t s;
-    attach(&s, ch, 10, 60000);
-    expect_n(q, &s, 2);
-    run_for(q, 50);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 2);
+    qfx_run_for(q, 50);
     assert_int_equal(s.n, 2);
     assert_string_equal(s.bodies[0], "e");
     assert_string_equal(s.bodies[1], "f");
@@ -911,21 +703,21 @@ static void on_trunc(tn_plog_trunc_t *req, int status)
 static void test_lost_tail(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     const char *topics[2] = {"f1", "cp"};
     for (int i = 0; i < 2; i++) {
         tn_channel_t *ch = channel(q, topics[i], "c");
         for (int k = 0; k < 5; k++)
             publish(q, topics[i], "m", 0);
-        sink_t s;
-        attach(&s, ch, 10, 60000);
-        expect_n(q, &s, 5);
+        qfx_sink_t s;
+        qfx_attach(&s, ch, 10, 60000);
+        qfx_expect_n(q, &s, 5);
         for (int k = 0; k < 5; k++)
             assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[k].offset, false, 0), 0);
         sync_ch(q, ch, 0, 0);
         tn_consumer_detach(&s.c);
     }
-    close_broker(q);
+    qfx_close(q);
     tu_fx_reopen(q->fx);
     for (int i = 0; i < 2; i++) {
         tn_plog_t *pl;
@@ -947,8 +739,8 @@ static void test_lost_tail(void **state)
         tu_plog_close(&q->fx->loop, pl);
     }
     tu_fx_reopen(q->fx);
-    open_broker(q);
-    run_for(q, 100);
+    qfx_open(q);
+    qfx_run_for(q, 100);
     tn_topic_t *t;
     assert_int_equal(tn_broker_topic(q->b, "f1", 2, false, 0, NULL, &t), 0);
     assert_int_equal(tn_plog_written_next(t->parts[0]->plog), 5);
@@ -962,39 +754,39 @@ static void test_lost_tail(void **state)
 static void test_pause_and_empty(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
     assert_int_equal(tn_channel_pause(ch, true), 0);
     publish(q, "t", "held", 0);
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 0);
     assert_int_equal(tn_channel_pause(ch, false), 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     tn_topic_pause(ch->topic, true, NULL, NULL);
     publish(q, "t", "a", 0);
     publish(q, "t", "b", 0);
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 1);
     /* Empty: the backlog and the in-flight message go. */
     assert_int_equal(tn_channel_empty(ch), 0);
     assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), TN_ENOTFOUND);
     tn_topic_pause(ch->topic, false, NULL, NULL);
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 1);
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
     assert_int_equal(st.depth, 0);
     assert_int_equal(st.inflight, 0);
     publish(q, "t", "after", 0);
-    expect_n(q, &s, 2);
+    qfx_expect_n(q, &s, 2);
     assert_string_equal(s.bodies[1], "after");
     tn_consumer_detach(&s.c);
     /* Pause and empty survive a restart. */
     assert_int_equal(tn_channel_pause(ch, true), 0);
-    run_for(q, 30);
-    restart(q);
+    qfx_run_for(q, 30);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
     assert_true(ch->paused);
     tn_channel_stats(ch, &st);
@@ -1029,20 +821,20 @@ static uint32_t segments(qfx_t *q, const char *topic)
 static void test_backlog_kept_across_restart_then_gc(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(fast_gc);
+    qfx_t *q = qfx_new(fast_gc, NULL);
     /* 64 KiB segments: 300 messages of 1 KiB fill several. */
     publish_many(q, "t", 300);
     uint32_t before = segments(q, "t");
     assert_true(before >= 4);
-    run_for(q, 100);
+    qfx_run_for(q, 100);
     assert_int_equal(segments(q, "t"), before); /* no channel yet: everything kept */
-    restart(q);
+    qfx_restart(q);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, MAXD, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, QFX_MAXD, 60000);
     int got = 0;
     while (got < 300) {
-        expect_n(q, &s, 1);
+        qfx_expect_n(q, &s, 1);
         for (int i = 0; i < s.n; i++)
             assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[i].offset, false, 0), 0);
         got += s.n;
@@ -1054,7 +846,7 @@ static void test_backlog_kept_across_restart_then_gc(void **state)
      * back to the loop a moment later: wait for both.) */
     int64_t deadline = tn_now_mono_ms() + 5000;
     while ((segments(q, "t") > 1 || q->b->gc_segments < before - 1) && tn_now_mono_ms() < deadline)
-        run_for(q, 20);
+        qfx_run_for(q, 20);
     assert_int_equal(segments(q, "t"), 1);
     assert_true(q->b->gc_segments >= before - 1);
     tn_consumer_detach(&s.c);
@@ -1080,21 +872,21 @@ static bool is_deleted(void *arg)
 static void test_delete_survives_restart(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *keep = channel(q, "t", "keep");
     tn_channel_t *gone = channel(q, "t", "gone");
     (void)keep;
-    sink_t s;
-    attach(&s, gone, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, gone, 10, 60000);
     publish(q, "t", "m", 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     deleted_flag = false;
     assert_int_equal(tn_channel_delete(gone, on_deleted, NULL), 0);
     assert_null(s.c.ch); /* its consumer was detached */
-    assert_true(run_until(q, is_deleted, NULL));
+    assert_true(qfx_run_until(q, is_deleted, NULL));
     assert_int_equal(deleted_status, 0);
     publish(q, "other", "x", 0);
-    restart(q);
+    qfx_restart(q);
     tn_topic_t *t;
     assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
     tn_channel_t *ch;
@@ -1103,10 +895,10 @@ static void test_delete_survives_restart(void **state)
     deleted_flag = false;
     assert_int_equal(tn_topic_delete(t, on_deleted, NULL), 0);
     assert_int_equal(tn_broker_topic(q->b, "t", 1, true, 0, NULL, &t), UV_EBUSY);
-    assert_true(run_until(q, is_deleted, NULL));
+    assert_true(qfx_run_until(q, is_deleted, NULL));
     assert_int_equal(deleted_status, 0);
     assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), TN_ENOTFOUND);
-    restart(q);
+    qfx_restart(q);
     assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), TN_ENOTFOUND);
     assert_int_equal(tn_broker_topic(q->b, "other", 5, false, 0, NULL, &t), 0);
     qfx_free(q);
@@ -1126,7 +918,7 @@ static bool stamp_kept(void *arg)
 static void test_channel_stamp_kept(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
     assert_true(ch->stamp == 0 && ch->stamp_kept == 0);
     uint64_t stamp = 1;
@@ -1136,12 +928,12 @@ static void test_channel_stamp_kept(void **state)
     tn_channel_keep_stamp(ch, false);
     assert_true(ch->stamping);
     tn_channel_keep_stamp(ch, false); /* one write at a time */
-    assert_true(run_until(q, stamp_kept, ch));
+    assert_true(qfx_run_until(q, stamp_kept, ch));
     assert_true(ch->stamp_kept == 0xabcdef0123456789u);
     assert_int_equal(tn_store_channel_stamp_read(q->fx->store, "t", "c", &stamp), 0);
     assert_true(stamp == 0xabcdef0123456789u);
 
-    restart(q);
+    qfx_restart(q);
     tn_topic_t *t;
     assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
     assert_int_equal(tn_topic_channel(t, "c", 1, false, NULL, &ch), 0);
@@ -1153,7 +945,7 @@ static void test_channel_stamp_kept(void **state)
     assert_true(ch->stamping);
     deleted_flag = false;
     assert_int_equal(tn_channel_delete(ch, on_deleted, NULL), 0);
-    assert_true(run_until(q, is_deleted, NULL));
+    assert_true(qfx_run_until(q, is_deleted, NULL));
     assert_int_equal(deleted_status, 0);
     assert_int_equal(tn_store_channel_stamp_read(q->fx->store, "t", "c", &stamp), 0);
     assert_true(stamp == 0);
@@ -1165,7 +957,7 @@ static void test_channel_stamp_kept(void **state)
     assert_true(ch->stamp == 0 && ch->stamp_kept == 0);
     assert_int_equal(tn_store_channel_stamp_read(q->fx->store, "t", "c", &stamp), 0);
     assert_true(stamp == 0);
-    restart(q);
+    qfx_restart(q);
     assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
     assert_int_equal(tn_topic_channel(t, "c", 1, false, NULL, &ch), 0);
     assert_true(ch->stamp == 0);
@@ -1183,11 +975,11 @@ static void kick_detaches(tn_consumer_t *c)
 static void test_kick_ends_ephemeral_channel(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "e#ephemeral");
-    sink_t a, b;
-    attach(&a, ch, 10, 60000);
-    attach(&b, ch, 10, 60000);
+    qfx_sink_t a, b;
+    qfx_attach(&a, ch, 10, 60000);
+    qfx_attach(&b, ch, 10, 60000);
     a.c.kick = kick_detaches;
     b.c.kick = kick_detaches;
     tn_topic_t *t;
@@ -1196,7 +988,7 @@ static void test_kick_ends_ephemeral_channel(void **state)
     assert_int_equal(tn_topic_delete(t, on_deleted, NULL), 0);
     assert_null(a.c.ch);
     assert_null(b.c.ch);
-    assert_true(run_until(q, is_deleted, NULL));
+    assert_true(qfx_run_until(q, is_deleted, NULL));
     assert_int_equal(deleted_status, 0);
     qfx_free(q);
 }
@@ -1206,40 +998,22 @@ static void three_partitions(tn_broker_opts_t *o)
     o->default_partitions = 3;
 }
 
-typedef struct {
-    bool done;
-    int status;
-} allw_t;
-
-static void on_sync_all(void *arg, int status)
-{
-    allw_t *w = arg;
-    assert_false(w->done);
-    w->done = true;
-    w->status = status;
-}
-
-static bool all_done(void *arg)
-{
-    return ((allw_t *)arg)->done;
-}
-
 /* The door answers a pause or an emptying once tn_channel_sync_all ends:
  * after every partition's record is durable (e2e_nsq_pause_strace proves
  * the order), or with the first partition's error. */
 static void test_pause_sync_all(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(three_partitions);
+    qfx_t *q = qfx_new(three_partitions, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
     assert_int_equal(ch->topic->nparts, 3);
     assert_int_equal(tn_channel_pause(ch, true), 0);
-    allw_t w = {0};
-    assert_int_equal(tn_channel_sync_all(ch, on_sync_all, &w), 0);
-    assert_true(run_until(q, all_done, &w));
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
     assert_int_equal(w.status, 0);
     /* Every partition's pause was durable: a restart keeps it. */
-    restart(q);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
     assert_true(ch->paused);
     for (uint32_t i = 0; i < 3; i++)
@@ -1247,12 +1021,12 @@ static void test_pause_sync_all(void **state)
     /* A record that fails: the wait ends with the error. */
     tn_io_fail_sync_after(0, UV_EIO);
     assert_int_equal(tn_channel_empty(ch), 0);
-    allw_t f = {0};
-    assert_int_equal(tn_channel_sync_all(ch, on_sync_all, &f), 0);
-    assert_true(run_until(q, all_done, &f));
+    qfx_allw_t f = {0};
+    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &f), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &f));
     tn_io_fail_sync_after(-1, 0);
     assert_int_equal(f.status, UV_EIO);
-    assert_true(run_until(q, one_log_failed, q->b));
+    assert_true(qfx_run_until(q, one_log_failed, q->b));
     qfx_free(q);
 }
 
@@ -1273,54 +1047,54 @@ static void on_flag_written(tn_walop_t *op, int status)
 static void test_topic_pause_kept(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
     publish(q, "t", "before", 0);
-    allw_t w = {0};
-    assert_int_equal(tn_topic_pause(ch->topic, true, on_sync_all, &w), 0);
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, true, qfx_on_sync_all, &w), 0);
     /* Its write would land in the directory of a topic made after. */
     assert_int_equal(tn_topic_delete(ch->topic, NULL, NULL), UV_EBUSY);
-    assert_true(run_until(q, all_done, &w));
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
     assert_int_equal(w.status, 0);
     publish(q, "t", "h1", 0);
     publish(q, "t", "h2", 0);
-    restart(q);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
     assert_true(ch->topic->paused);
     assert_int_equal(tn_topic_depth(ch->topic), 2);
-    sink_t s;
-    attach(&s, ch, 10, 60000);
-    expect_n(q, &s, 1);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 1);
     assert_string_equal(s.bodies[0], "before"); /* the channel's, from before the pause */
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 1);
-    allw_t u = {0};
-    assert_int_equal(tn_topic_pause(ch->topic, false, on_sync_all, &u), 0);
-    expect_n(q, &s, 3);
+    qfx_allw_t u = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, false, qfx_on_sync_all, &u), 0);
+    qfx_expect_n(q, &s, 3);
     assert_string_equal(s.bodies[1], "h1");
     assert_string_equal(s.bodies[2], "h2");
-    assert_true(run_until(q, all_done, &u));
+    assert_true(qfx_run_until(q, qfx_all_done, &u));
     assert_int_equal(u.status, 0);
     tn_consumer_detach(&s.c);
-    restart(q);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
     assert_false(ch->topic->paused);
     assert_int_equal(tn_topic_depth(ch->topic), 0);
     /* A write that fails: the wait ends with the error. */
     tn_io_fail_sync_after(0, UV_EIO);
-    allw_t f = {0};
-    assert_int_equal(tn_topic_pause(ch->topic, true, on_sync_all, &f), 0);
-    assert_true(run_until(q, all_done, &f));
+    qfx_allw_t f = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, true, qfx_on_sync_all, &f), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &f));
     tn_io_fail_sync_after(-1, 0);
     assert_int_equal(f.status, UV_EIO);
     /* A deletion by name asked while a write runs waits for it, then
      * removes the topic's directory, pause file included. */
-    allw_t p = {0}, d = {0};
-    assert_int_equal(tn_topic_pause(ch->topic, false, on_sync_all, &p), 0);
+    qfx_allw_t p = {0}, d = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, false, qfx_on_sync_all, &p), 0);
     assert_true(ch->topic->pause_writing);
-    assert_int_equal(tn_broker_delete(q->b, "t", NULL, on_sync_all, &d), 0);
+    assert_int_equal(tn_broker_delete(q->b, "t", NULL, qfx_on_sync_all, &d), 0);
     assert_false(d.done);
-    assert_true(run_until(q, all_done, &d));
+    assert_true(qfx_run_until(q, qfx_all_done, &d));
     assert_true(p.done);
     assert_int_equal(p.status, 0);
     assert_int_equal(d.status, 0);
@@ -1339,38 +1113,38 @@ static void test_topic_pause_kept(void **state)
 static void test_topic_empty_paused_kept(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 10, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
     publish(q, "t", "before", 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), 0);
-    allw_t w = {0};
-    assert_int_equal(tn_topic_pause(ch->topic, true, on_sync_all, &w), 0);
-    assert_true(run_until(q, all_done, &w));
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, true, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
     publish(q, "t", "h1", 0);
     publish(q, "t", "h2", 0);
     assert_int_equal(tn_topic_depth(ch->topic), 2);
-    allw_t e = {0};
-    assert_int_equal(tn_topic_empty(ch->topic, on_sync_all, &e), 0);
-    assert_true(run_until(q, all_done, &e));
+    qfx_allw_t e = {0};
+    assert_int_equal(tn_topic_empty(ch->topic, qfx_on_sync_all, &e), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &e));
     assert_int_equal(e.status, 0);
     assert_int_equal(tn_topic_depth(ch->topic), 0);
     tn_consumer_detach(&s.c);
-    restart(q);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
     assert_true(ch->topic->paused);
     assert_int_equal(tn_topic_depth(ch->topic), 0);
     /* Published after the emptying: held, then handed over alone. */
     publish(q, "t", "after", 0);
     assert_int_equal(tn_topic_depth(ch->topic), 1);
-    attach(&s, ch, 10, 60000);
-    allw_t u = {0};
-    assert_int_equal(tn_topic_pause(ch->topic, false, on_sync_all, &u), 0);
-    expect_n(q, &s, 1);
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_allw_t u = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, false, qfx_on_sync_all, &u), 0);
+    qfx_expect_n(q, &s, 1);
     assert_string_equal(s.bodies[0], "after");
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 1);
     tn_consumer_detach(&s.c);
     qfx_free(q);
@@ -1400,9 +1174,9 @@ static void set_part_flag(qfx_t *q, uint32_t p, bool paused)
 static void pause_durably(qfx_t *q, tn_channel_t *ch, bool paused)
 {
     assert_int_equal(tn_channel_pause(ch, paused), 0);
-    allw_t w = {0};
-    assert_int_equal(tn_channel_sync_all(ch, on_sync_all, &w), 0);
-    assert_true(run_until(q, all_done, &w));
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
     assert_int_equal(w.status, 0);
 }
 
@@ -1415,44 +1189,44 @@ static void pause_durably(qfx_t *q, tn_channel_t *ch, bool paused)
 static void test_pause_is_the_nodes(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(three_partitions);
+    qfx_t *q = qfx_new(three_partitions, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
     pause_durably(q, ch, true);
     /* Partition 0 comes from an unpaused node: the node stays paused. */
-    close_broker(q);
+    qfx_close(q);
     tu_fx_reopen(q->fx);
     set_part_flag(q, 0, false);
-    open_broker(q);
+    qfx_open(q);
     ch = channel(q, "t", "c");
     assert_true(ch->paused);
     for (uint32_t p = 0; p < 3; p++)
         publish_keyed(q, "t", "held", NULL, p);
-    sink_t s;
-    attach(&s, ch, 10, 60000);
-    run_for(q, 50);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_run_for(q, 50);
     assert_int_equal(s.n, 0);
     tn_consumer_detach(&s.c);
     /* Unpaused, partition 0 comes from a paused node: the node stays
      * unpaused, and every partition delivers. */
     pause_durably(q, ch, false);
-    close_broker(q);
+    qfx_close(q);
     tu_fx_reopen(q->fx);
     set_part_flag(q, 0, true);
-    open_broker(q);
+    qfx_open(q);
     ch = channel(q, "t", "c");
     assert_false(ch->paused);
-    attach(&s, ch, 10, 60000);
-    expect_n(q, &s, 3);
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 3);
     tn_consumer_detach(&s.c);
     /* A stamp without a pause file (a channel paused by an earlier
      * release, which kept it in the partitions only): paused when a
      * partition says so, here the last one. */
-    close_broker(q);
+    qfx_close(q);
     tu_fx_reopen(q->fx);
     assert_int_equal(tn_store_channel_pause_write(q->fx->store, "t", "c", -1, NULL), 0);
     assert_int_equal(tn_store_channel_stamp_write(q->fx->store, "t", "c", 77, NULL), 0);
     set_part_flag(q, 2, true);
-    open_broker(q);
+    qfx_open(q);
     ch = channel(q, "t", "c");
     assert_true(ch->paused);
     qfx_free(q);
@@ -1477,7 +1251,7 @@ static void mark_replica(qfx_t *q, uint32_t p)
 static void test_stamp_job_writes_pause_first(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
     /* As a copy made here before the node recorded the channel. */
     assert_int_equal(tn_store_channel_pause_write(q->fx->store, "t", "c", -1, NULL), 0);
@@ -1486,17 +1260,17 @@ static void test_stamp_job_writes_pause_first(void **state)
     assert_true(ch->stamping);
     assert_int_equal(tn_channel_pause(ch, true), 0);
     assert_false(ch->pause_writing); /* after the stamp job */
-    allw_t w = {0};
-    assert_int_equal(tn_channel_sync_all(ch, on_sync_all, &w), 0);
-    assert_true(run_until(q, stamp_kept, ch));
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, stamp_kept, ch));
     int paused = -1;
     assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
     assert_true(paused >= 0); /* 0, of when the job was queued, or already 1 */
-    assert_true(run_until(q, all_done, &w));
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
     assert_int_equal(w.status, 0);
     assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
     assert_int_equal(paused, 1);
-    restart(q);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
     assert_true(ch->paused && ch->stamp == 0x1234);
     qfx_free(q);
@@ -1514,23 +1288,23 @@ static void test_stamp_job_writes_pause_first(void **state)
 static void test_pause_not_taken_without_a_stamp(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(three_partitions);
+    qfx_t *q = qfx_new(three_partitions, NULL);
     (void)channel(q, "t", "c");
-    close_broker(q);
+    qfx_close(q);
     tu_fx_reopen(q->fx);
     assert_int_equal(tn_store_channel_pause_write(q->fx->store, "t", "c", -1, NULL), 0);
     assert_int_equal(tn_store_channel_stamp_write(q->fx->store, "t", "c", 0, NULL), 0);
     mark_replica(q, 1);
     set_part_flag(q, 1, true); /* the leader's, copied */
     set_part_flag(q, 2, true);
-    open_broker(q);
+    qfx_open(q);
     tn_channel_t *ch = channel(q, "t", "c");
     assert_false(ch->paused);
     for (uint32_t p = 0; p < 3; p++)
         publish_keyed(q, "t", "m", NULL, p);
-    sink_t s;
-    attach(&s, ch, 10, 60000);
-    expect_n(q, &s, 3);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 3);
     tn_consumer_detach(&s.c);
     qfx_free(q);
 }
@@ -1544,22 +1318,22 @@ static void test_pause_not_taken_without_a_stamp(void **state)
 static void test_pause_kept_at_upgrade_from_a_copy(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(three_partitions);
+    qfx_t *q = qfx_new(three_partitions, NULL);
     (void)channel(q, "t", "c");
-    close_broker(q);
+    qfx_close(q);
     tu_fx_reopen(q->fx);
     assert_int_equal(tn_store_channel_pause_write(q->fx->store, "t", "c", -1, NULL), 0);
     assert_int_equal(tn_store_channel_stamp_write(q->fx->store, "t", "c", 77, NULL), 0);
     mark_replica(q, 1);
     set_part_flag(q, 1, true);
-    open_broker(q);
+    qfx_open(q);
     tn_channel_t *ch = channel(q, "t", "c");
     assert_true(ch->paused);
     for (uint32_t p = 0; p < 3; p++)
         publish_keyed(q, "t", "held", NULL, p);
-    sink_t s;
-    attach(&s, ch, 10, 60000);
-    run_for(q, 50);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_run_for(q, 50);
     assert_int_equal(s.n, 0);
     tn_consumer_detach(&s.c);
     qfx_free(q);
@@ -1570,7 +1344,7 @@ static void test_pause_kept_at_upgrade_from_a_copy(void **state)
 static void test_delete_multi_partition_topic(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(three_partitions);
+    qfx_t *q = qfx_new(three_partitions, NULL);
     tn_channel_t *ch = channel(q, "t", "durable");
     assert_int_equal(ch->topic->nparts, 3);
     for (int i = 0; i < 6; i++)
@@ -1579,7 +1353,7 @@ static void test_delete_multi_partition_topic(void **state)
     assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), 0);
     deleted_flag = false;
     assert_int_equal(tn_topic_delete(t, on_deleted, NULL), 0);
-    assert_true(run_until(q, is_deleted, NULL));
+    assert_true(qfx_run_until(q, is_deleted, NULL));
     assert_int_equal(deleted_status, 0);
     assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), TN_ENOTFOUND);
     qfx_free(q);
@@ -1589,7 +1363,7 @@ static void test_delete_multi_partition_topic(void **state)
 static void publish_keyed(qfx_t *q, const char *topic, const char *body, const char *key,
                           uint32_t partition)
 {
-    pubw_t w;
+    qfx_pubw_t w;
     memset(&w, 0, sizeof(w));
     assert_int_equal(tn_pub_init(&w.p, 1), 0);
     assert_int_equal(tn_pub_set(&w.p, 0, body, strlen(body)), 0);
@@ -1598,8 +1372,8 @@ static void publish_keyed(qfx_t *q, const char *topic, const char *body, const c
     w.p.pinned = true;
     w.p.pin = partition;
     w.p.data = &w;
-    assert_int_equal(tn_broker_publish(q->b, topic, strlen(topic), &w.p, 0, on_pub), 0);
-    assert_true(run_until(q, pub_done, &w));
+    assert_int_equal(tn_broker_publish(q->b, topic, strlen(topic), &w.p, 0, qfx_on_pub), 0);
+    assert_true(qfx_run_until(q, qfx_pub_done, &w));
     assert_int_equal(w.status, 0);
     assert_int_equal(w.p.partition, partition);
     tn_pub_fini(&w.p);
@@ -1611,41 +1385,38 @@ static void publish_keyed(qfx_t *q, const char *topic, const char *body, const c
 static void test_pull_credit_and_keys(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
     for (int i = 0; i < 5; i++)
         publish_keyed(q, "t", "m", i % 2 ? "odd" : NULL, 0);
-    sink_t s;
-    memset(&s, 0, sizeof(s));
-    s.c.deliver = on_deliver;
-    s.c.data = &s;
-    s.c.timeout_ms = 60000;
+    qfx_sink_t s;
+    qfx_sink_init(&s, QFX_MAXD, 60000);
     s.c.pull = true;
     tn_consumer_attach(&s.c, ch);
     tn_consumer_credit(&s.c, 2);
-    expect_n(q, &s, 2);
-    run_for(q, 30);
+    qfx_expect_n(q, &s, 2);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 2);
     assert_int_equal(s.c.credit, 0);
     assert_string_equal(s.keys[0], "");
     assert_string_equal(s.keys[1], "odd");
     tn_consumer_credit(&s.c, 2); /* still holding two: a puller gets two more */
-    expect_n(q, &s, 4);
+    qfx_expect_n(q, &s, 4);
     assert_int_equal(tn_consumer_inflight(&s.c), 4);
     for (int i = 0; i < 4; i++)
         assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[i].offset, s.d[i].nonce), 0);
     tn_consumer_detach(&s.c);
-    restart(q);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
-    attach(&s, ch, 10, 60000);
-    expect_n(q, &s, 1);
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 1);
     assert_string_equal(s.keys[0], "");
     assert_int_equal(s.d[0].offset, 4);
     tn_consumer_detach(&s.c);
-    restart(q);
+    qfx_restart(q);
     ch = channel(q, "t", "c2"); /* the backlog is read back from disk */
-    attach(&s, ch, 10, 60000);
-    expect_n(q, &s, 5);
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_expect_n(q, &s, 5);
     assert_string_equal(s.keys[1], "odd");
     assert_string_equal(s.keys[3], "odd");
     assert_string_equal(s.keys[4], "");
@@ -1658,26 +1429,23 @@ static void test_pull_credit_and_keys(void **state)
 static void test_pinned_consumer(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(three_partitions);
+    qfx_t *q = qfx_new(three_partitions, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t pin;
-    memset(&pin, 0, sizeof(pin));
-    pin.c.deliver = on_deliver;
-    pin.c.data = &pin;
-    pin.c.timeout_ms = 60000;
+    qfx_sink_t pin;
+    qfx_sink_init(&pin, QFX_MAXD, 60000);
     pin.c.pinned = true;
     pin.c.pin = 2;
     tn_consumer_attach(&pin.c, ch);
     tn_consumer_credit(&pin.c, 10);
     for (uint32_t p = 0; p < 3; p++)
         publish_keyed(q, "t", "m", NULL, p);
-    expect_n(q, &pin, 1);
-    run_for(q, 30);
+    qfx_expect_n(q, &pin, 1);
+    qfx_run_for(q, 30);
     assert_int_equal(pin.n, 1);
     assert_int_equal(pin.d[0].partition, 2);
-    sink_t any;
-    attach(&any, ch, 10, 60000);
-    expect_n(q, &any, 2);
+    qfx_sink_t any;
+    qfx_attach(&any, ch, 10, 60000);
+    qfx_expect_n(q, &any, 2);
     assert_int_not_equal(any.d[0].partition, 2);
     assert_int_not_equal(any.d[1].partition, 2);
     tn_consumer_detach(&any.c);
@@ -1690,41 +1458,38 @@ static void test_pinned_consumer(void **state)
 static void test_topic_caps(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
     ch->topic->max_inflight_part = 3;
     ch->topic->max_acked_ahead = 3;
     for (int i = 0; i < 6; i++)
         publish(q, "t", "m", 0);
-    sink_t nsq; /* not pulling: the caps are not for it */
-    attach(&nsq, channel(q, "t", "n"), 100, 60000);
-    expect_n(q, &nsq, 6);
+    qfx_sink_t nsq; /* not pulling: the caps are not for it */
+    qfx_attach(&nsq, channel(q, "t", "n"), 100, 60000);
+    qfx_expect_n(q, &nsq, 6);
     tn_consumer_detach(&nsq.c);
-    sink_t s;
-    memset(&s, 0, sizeof(s));
-    s.c.deliver = on_deliver;
-    s.c.data = &s;
-    s.c.timeout_ms = 60000;
+    qfx_sink_t s;
+    qfx_sink_init(&s, QFX_MAXD, 60000);
     s.c.pull = true;
     tn_consumer_attach(&s.c, ch);
     tn_consumer_credit(&s.c, 100);
-    expect_n(q, &s, 3);
-    run_for(q, 30);
+    qfx_expect_n(q, &s, 3);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 3); /* capped at 3 in flight */
     assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce + 1), UV_ESRCH);
     assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[1].offset, s.d[1].nonce), 0);
     assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[2].offset, s.d[2].nonce), 0);
-    expect_n(q, &s, 5); /* two more go out: offsets 3 and 4 */
+    qfx_expect_n(q, &s, 5); /* two more go out: offsets 3 and 4 */
     assert_int_equal(s.d[3].offset, 3);
     assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[3].offset, s.d[3].nonce), 0);
     /* Three settled ahead of the head (offset 0): a fourth is refused, and
      * nothing but the head would go out. */
     assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[4].offset, s.d[4].nonce), UV_ENOBUFS);
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 5);
     assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[0].offset, s.d[0].nonce), 0);
     assert_int_equal(tn_consumer_ack(&s.c, 0, s.d[4].offset, s.d[4].nonce), 0);
-    expect_n(q, &s, 6);
+    qfx_expect_n(q, &s, 6);
     assert_int_equal(s.d[5].offset, 5);
     tn_consumer_detach(&s.c);
     qfx_free(q);
@@ -1756,28 +1521,24 @@ static void test_gate_fn(void *arg, tn_gate_t *g, tn_topic_t *t, tn_channel_t *c
 static void test_creation_gate(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     gatefx_t x = {0};
     tn_broker_set_gate(q->b, test_gate_fn, &x);
     tn_topic_t *t = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
+    qfx_waitw_t w;
+    qfx_waitw_init(&w);
     assert_int_equal(tn_broker_topic(q->b, "g1", 2, true, 0, &w.w, &t), UV_EAGAIN);
     assert_int_equal(x.calls, 1);
     assert_false(x.last_was_channel);
-    run_for(q, 50);
+    qfx_run_for(q, 50);
     assert_false(w.done); /* held by the gate */
     tn_gate_done(x.held, 0);
-    assert_true(run_until(q, wait_done, &w));
-    assert_int_equal(w.status, 0);
+    qfx_wait(q, &w, 0);
     /* A refusal fails the creation; the topic is not there afterwards. */
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
+    qfx_waitw_init(&w);
     assert_int_equal(tn_broker_topic(q->b, "g2", 2, true, 0, &w.w, &t), UV_EAGAIN);
     tn_gate_done(x.held, UV_EPERM);
-    assert_true(run_until(q, wait_done, &w));
-    assert_int_equal(w.status, UV_EPERM);
+    qfx_wait(q, &w, UV_EPERM);
     assert_int_equal(tn_broker_topic(q->b, "g2", 2, false, 0, NULL, &t), TN_ENOTFOUND);
     /* Answers given at once. */
     x.answer_now = -1;
@@ -1842,7 +1603,7 @@ static char *log_release(void)
 static void test_had_it_pause_file_unreadable(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     (void)channel(q, "t", "other"); /* the topic's directory */
     stamp_of_c = 77;
     tn_broker_set_gate(q->b, stamping_gate, NULL);
@@ -1867,56 +1628,40 @@ static void test_had_it_pause_file_unreadable(void **state)
     qfx_free(q);
 }
 
-static bool grown_flag;
-static int grown_status;
-
-static void on_grown(void *arg, int status)
-{
-    (void)arg;
-    grown_flag = true;
-    grown_status = status;
-}
-
-static bool is_grown(void *arg)
-{
-    (void)arg;
-    return grown_flag;
-}
-
 /* Growing a topic: its channels get the new partitions from their first
  * offset, and a restart finds all of it. */
 static void test_grow_partitions(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_channel_t *ch = channel(q, "t", "c");
-    sink_t s;
-    attach(&s, ch, 100, 60000);
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 100, 60000);
     publish(q, "t", "old", 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     tn_topic_t *t = ch->topic;
-    assert_int_equal(tn_topic_grow(t, 1, on_grown, NULL), UV_EINVAL);
-    grown_flag = false;
-    assert_int_equal(tn_topic_grow(t, 3, on_grown, NULL), 0);
-    assert_int_equal(tn_topic_grow(t, 4, on_grown, NULL), UV_EBUSY);
-    assert_true(run_until(q, is_grown, NULL));
-    assert_int_equal(grown_status, 0);
+    assert_int_equal(tn_topic_grow(t, 1, qfx_on_grown, NULL), UV_EINVAL);
+    qfx_grown_flag = false;
+    assert_int_equal(tn_topic_grow(t, 3, qfx_on_grown, NULL), 0);
+    assert_int_equal(tn_topic_grow(t, 4, qfx_on_grown, NULL), UV_EBUSY);
+    assert_true(qfx_run_until(q, qfx_is_grown, NULL));
+    assert_int_equal(qfx_grown_status, 0);
     assert_int_equal(t->nparts, 3);
     publish_keyed(q, "t", "new", "k", 2);
-    expect_n(q, &s, 2);
+    qfx_expect_n(q, &s, 2);
     assert_int_equal(s.d[1].partition, 2);
     assert_string_equal(s.bodies[1], "new");
     for (int i = 0; i < 2; i++)
         assert_int_equal(tn_consumer_fin(&s.c, s.d[i].partition, s.d[i].offset, false, 0), 0);
     tn_consumer_detach(&s.c);
-    restart(q);
+    qfx_restart(q);
     ch = channel(q, "t", "c");
     assert_int_equal(ch->topic->nparts, 3);
-    attach(&s, ch, 100, 60000);
+    qfx_attach(&s, ch, 100, 60000);
     publish_keyed(q, "t", "after", NULL, 1);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     assert_int_equal(s.d[0].partition, 1);
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 1); /* nothing settled came back */
     tn_consumer_detach(&s.c);
     qfx_free(q);
@@ -1926,13 +1671,13 @@ static void test_grow_partitions(void **state)
 static void test_delete_waits_for_creation(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_topic_t *t = NULL;
     assert_int_equal(tn_broker_topic(q->b, "young", 5, true, 0, NULL, &t), UV_EAGAIN);
     deleted_flag = false;
     assert_int_equal(tn_broker_delete(q->b, "young", NULL, on_deleted, NULL), 0);
     assert_false(deleted_flag); /* still being made */
-    assert_true(run_until(q, is_deleted, NULL));
+    assert_true(qfx_run_until(q, is_deleted, NULL));
     assert_int_equal(deleted_status, 0);
     assert_int_equal(tn_broker_topic(q->b, "young", 5, false, 0, NULL, &t), TN_ENOTFOUND);
     /* A channel being made holds its topic's deletion too. */
@@ -1942,7 +1687,7 @@ static void test_delete_waits_for_creation(void **state)
     assert_int_equal(tn_topic_delete(t, NULL, NULL), UV_EBUSY);
     deleted_flag = false;
     assert_int_equal(tn_broker_delete(q->b, "t", NULL, on_deleted, NULL), 0);
-    assert_true(run_until(q, is_deleted, NULL));
+    assert_true(qfx_run_until(q, is_deleted, NULL));
     assert_int_equal(deleted_status, 0);
     assert_int_equal(tn_broker_topic(q->b, "t", 1, false, 0, NULL, &t), TN_ENOTFOUND);
     deleted_flag = false;
@@ -1955,15 +1700,15 @@ static void test_delete_waits_for_creation(void **state)
 static void test_bad_names(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(NULL);
+    qfx_t *q = qfx_new(NULL, NULL);
     tn_topic_t *t;
     assert_int_equal(tn_broker_topic(q->b, "a/b", 3, true, 0, NULL, &t), UV_EINVAL);
     assert_int_equal(tn_broker_topic(q->b, "nope", 4, false, 0, NULL, &t), TN_ENOTFOUND);
-    pubw_t w;
+    qfx_pubw_t w;
     memset(&w, 0, sizeof(w));
     tn_pub_init(&w.p, 1);
     tn_pub_set(&w.p, 0, "x", 1);
-    assert_int_equal(tn_broker_publish(q->b, "..", 2, &w.p, 0, on_pub), UV_EINVAL);
+    assert_int_equal(tn_broker_publish(q->b, "..", 2, &w.p, 0, qfx_on_pub), UV_EINVAL);
     tn_pub_fini(&w.p);
     qfx_free(q);
 }

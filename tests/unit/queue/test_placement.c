@@ -7,7 +7,7 @@
  * restart finds a topic with holes where the remote partitions are. */
 #include "core/platform.h"
 
-#include "testutil.h"
+#include "fixture_queue.h"
 
 #include "core/alloc.h"
 #include "core/err.h"
@@ -43,142 +43,12 @@ static void place_all(uint64_t owner)
         owners[i] = owner;
 }
 
-typedef struct {
-    tn_consumer_t c;
-    tn_delivery_t d[MAXD];
-    int n;
-} sink_t;
-
-static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
-{
-    sink_t *s = c->data;
-    assert_true(s->n < MAXD);
-    s->d[s->n] = *d;
-    s->d[s->n].body = NULL; /* borrowed for the callback only */
-    s->d[s->n].key = NULL;
-    s->n++;
-}
-
-typedef struct {
-    tu_fx_t *fx;
-    tn_broker_t *b;
-    tn_broker_opts_t opts;
-} qfx_t;
-
-static void open_broker(qfx_t *q, bool placed)
-{
-    assert_int_equal(tn_broker_open(&q->fx->loop, q->fx->store, &q->opts, &q->b), 0);
-    if (placed)
-        tn_broker_set_placement(q->b, place, NULL);
-}
-
-static qfx_t *qfx_new(bool placed)
-{
-    qfx_t *q = calloc(1, sizeof(*q));
-    q->fx = tu_fx_new(NULL);
-    tn_broker_opts_t *o = &q->opts;
-    o->default_partitions = 1;
-    o->bootstrap_window_ms = 90000;
-    o->cache_bytes = 1 << 20;
-    o->max_inflight_bytes = 1 << 30;
-    o->max_inflight_msgs = 100000;
-    o->max_ahead = 1 << 16;
-    o->gc_interval_ms = 3600000;
-    o->mem_max_records = 100;
-    o->mem_max_bytes = 1 << 20;
-    open_broker(q, placed);
-    return q;
-}
-
-static bool closed_flag;
-
-static void on_closed(tn_broker_t *b)
-{
-    (void)b;
-    closed_flag = true;
-}
-
-static void close_broker(qfx_t *q)
-{
-    closed_flag = false;
-    tn_broker_close(q->b, on_closed);
-    while (!closed_flag)
-        uv_run(&q->fx->loop, UV_RUN_ONCE);
-    q->b = NULL;
-}
-
-static void restart(qfx_t *q, bool placed)
-{
-    close_broker(q);
-    tu_fx_reopen(q->fx);
-    open_broker(q, placed);
-}
-
-static void qfx_free(qfx_t *q)
-{
-    if (q->b != NULL)
-        close_broker(q);
-    tu_fx_free(q->fx);
-    free(q);
-}
-
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
-/* Run the loop (a 5 ms tick keeps turns short) until done(arg), at most
- * about 5 s; returns done. */
-static bool run_until(qfx_t *q, bool (*done)(void *), void *arg)
-{
-    uv_timer_t t;
-    uv_timer_init(&q->fx->loop, &t);
-    uv_timer_start(&t, on_tick, 5, 5);
-    int64_t deadline = tn_now_mono_ms() + 5000;
-    bool ok;
-    while (!(ok = done != NULL && done(arg)) && tn_now_mono_ms() < deadline)
-        uv_run(&q->fx->loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&q->fx->loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
-static bool never(void *arg)
-{
-    int64_t *until = arg;
-    return tn_now_mono_ms() >= *until;
-}
-
-static void run_for(qfx_t *q, int64_t ms)
-{
-    int64_t until = tn_now_mono_ms() + ms;
-    (void)run_until(q, never, &until);
-}
-
-typedef struct {
-    tn_pub_t p;
-    bool done;
-    int status;
-} pubw_t;
-
-static void on_pub(tn_pub_t *p, int status)
-{
-    pubw_t *w = p->data;
-    w->done = true;
-    w->status = status;
-}
-
-static bool pub_done(void *arg)
-{
-    return ((pubw_t *)arg)->done;
-}
-
 /* Publish body (pin < 0: round robin); the final status, with the
  * partition it went to (or was refused for) and the owner named. */
 static int publish(qfx_t *q, const char *topic, const char *body, int pin, uint32_t *partition,
                    uint64_t *owner)
 {
-    pubw_t w;
+    qfx_pubw_t w;
     memset(&w, 0, sizeof(w));
     assert_int_equal(tn_pub_init(&w.p, 1), 0);
     assert_int_equal(tn_pub_set(&w.p, 0, body, strlen(body)), 0);
@@ -187,9 +57,9 @@ static int publish(qfx_t *q, const char *topic, const char *body, int pin, uint3
         w.p.pinned = true;
         w.p.pin = (uint32_t)pin;
     }
-    int rc = tn_broker_publish(q->b, topic, strlen(topic), &w.p, 0, on_pub);
+    int rc = tn_broker_publish(q->b, topic, strlen(topic), &w.p, 0, qfx_on_pub);
     if (rc == 0) {
-        assert_true(run_until(q, pub_done, &w));
+        assert_true(qfx_run_until(q, qfx_pub_done, &w));
         rc = w.status;
     }
     if (partition != NULL)
@@ -200,81 +70,12 @@ static int publish(qfx_t *q, const char *topic, const char *body, int pin, uint3
     return rc;
 }
 
-typedef struct {
-    tn_waiter_t w;
-    bool done;
-    int status;
-} waitw_t;
-
-static void on_wait(tn_waiter_t *w, int status)
+/* Attach s to ch with credit: 60 s timeouts, at most MAXD deliveries. */
+static void attach(qfx_sink_t *s, tn_channel_t *ch, uint32_t credit)
 {
-    waitw_t *x = (waitw_t *)w;
-    x->done = true;
-    x->status = status;
-}
-
-static bool wait_done(void *arg)
-{
-    return ((waitw_t *)arg)->done;
-}
-
-static tn_topic_t *topic(qfx_t *q, const char *name, uint32_t nparts)
-{
-    tn_topic_t *t = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_broker_topic(q->b, name, strlen(name), true, nparts, &w.w, &t);
-    if (rc == UV_EAGAIN) {
-        assert_true(run_until(q, wait_done, &w));
-        assert_int_equal(w.status, 0);
-        rc = tn_broker_topic(q->b, name, strlen(name), false, 0, NULL, &t);
-    }
-    assert_int_equal(rc, 0);
-    return t;
-}
-
-static tn_channel_t *channel(qfx_t *q, tn_topic_t *t, const char *name)
-{
-    tn_channel_t *ch = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_topic_channel(t, name, strlen(name), true, &w.w, &ch);
-    if (rc == UV_EAGAIN) {
-        assert_true(run_until(q, wait_done, &w));
-        assert_int_equal(w.status, 0);
-        rc = tn_topic_channel(t, name, strlen(name), false, NULL, &ch);
-    }
-    assert_int_equal(rc, 0);
-    return ch;
-}
-
-static void attach(sink_t *s, tn_channel_t *ch, uint32_t credit)
-{
-    memset(s, 0, sizeof(*s));
-    s->c.deliver = on_deliver;
-    s->c.data = s;
-    s->c.timeout_ms = 60000;
+    qfx_sink_init(s, MAXD, 60000);
     tn_consumer_attach(&s->c, ch);
     tn_consumer_credit(&s->c, credit);
-}
-
-typedef struct {
-    sink_t *s;
-    int n;
-} want_t;
-
-static bool has_n(void *arg)
-{
-    want_t *w = arg;
-    return w->s->n >= w->n;
-}
-
-static void expect_n(qfx_t *q, sink_t *s, int n)
-{
-    want_t w = {s, n};
-    assert_true(run_until(q, has_n, &w));
 }
 
 /* Which partitions of topic have files in the store. */
@@ -315,7 +116,7 @@ static void follow(qfx_t *q, tn_topic_t *t)
 {
     cbw_t w = {false, 0};
     assert_int_equal(tn_topic_follow_placement(t, on_followed, &w), 0);
-    assert_true(run_until(q, cb_done, &w));
+    assert_true(qfx_run_until(q, cb_done, &w));
     assert_int_equal(w.status, 0);
 }
 
@@ -335,8 +136,8 @@ static void test_remote_partition_skipped(void **state)
     (void)state;
     place_all(SELF);
     owners[1] = 7;
-    qfx_t *q = qfx_new(true);
-    tn_topic_t *t = topic(q, "t", 3);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 3);
     assert_int_equal(t->nparts, 3);
     assert_true(tn_topic_part_local(t, 0));
     assert_false(tn_topic_part_local(t, 1));
@@ -362,30 +163,27 @@ static void test_remote_partition_skipped(void **state)
     const tn_centry_t *e = NULL;
     assert_int_equal(tn_part_record(t, 1, 0, NULL, &e), TN_EREMOTE);
 
-    tn_channel_t *ch = channel(q, t, "c");
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
     assert_int_equal(st.depth, 4);
-    sink_t s;
+    qfx_sink_t s;
     attach(&s, ch, 100);
-    expect_n(q, &s, 4);
+    qfx_expect_n(q, &s, 4);
     for (int i = 0; i < s.n; i++) {
         assert_int_not_equal(s.d[i].partition, 1);
         assert_int_equal(tn_consumer_fin(&s.c, s.d[i].partition, s.d[i].offset, false, 0), 0);
     }
     /* A consumer pinned to the remote partition gets nothing. */
-    sink_t pinned;
-    memset(&pinned, 0, sizeof(pinned));
+    qfx_sink_t pinned;
+    qfx_sink_init(&pinned, MAXD, 60000);
     pinned.c.pinned = true;
     pinned.c.pin = 1;
-    pinned.c.deliver = on_deliver;
-    pinned.c.data = &pinned;
-    pinned.c.timeout_ms = 60000;
     tn_consumer_attach(&pinned.c, ch);
     tn_consumer_credit(&pinned.c, 10);
     assert_int_equal(publish(q, "t", "late", -1, &where, NULL), 0);
-    expect_n(q, &s, 5);
-    run_for(q, 30);
+    qfx_expect_n(q, &s, 5);
+    qfx_run_for(q, 30);
     assert_int_equal(pinned.n, 0);
     assert_int_equal(tn_consumer_fin(&s.c, s.d[4].partition, s.d[4].offset, false, 0), 0);
     /* Admin actions walk the partitions too. */
@@ -395,7 +193,7 @@ static void test_remote_partition_skipped(void **state)
     tn_topic_pause(t, true, NULL, NULL);
     tn_topic_pause(t, false, NULL, NULL);
     /* A FIN counts once its channel log record is durable. */
-    assert_true(run_until(q, five_finished, ch));
+    assert_true(qfx_run_until(q, five_finished, ch));
     tn_channel_stats(ch, &st);
     assert_int_equal(st.depth, 0);
     assert_int_equal(st.finish_count, 5);
@@ -409,11 +207,11 @@ static void test_all_remote_refused(void **state)
 {
     (void)state;
     place_all(5);
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     uint64_t owner = 99;
     assert_int_equal(publish(q, "far", "m", -1, NULL, &owner), TN_EREMOTE);
     assert_int_equal(owner, 0); /* no single owner to name */
-    tn_topic_t *t = topic(q, "far", 0);
+    tn_topic_t *t = qfx_topic(q, "far", 0);
     assert_int_equal(t->nparts, 1);
     assert_false(tn_topic_part_local(t, 0));
     assert_int_equal(t->parts[0]->owner, 5);
@@ -421,7 +219,7 @@ static void test_all_remote_refused(void **state)
     parts_on_disk(q, "far", on_disk);
     assert_false(on_disk[0]);
     /* Its channels exist, idle, with nothing to deliver. */
-    tn_channel_t *ch = channel(q, t, "c");
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
     assert_int_equal(st.depth, 0);
@@ -438,15 +236,15 @@ static void test_open_later(void **state)
     (void)state;
     place_all(SELF);
     owners[1] = 0; /* not placed yet */
-    qfx_t *q = qfx_new(true);
-    tn_topic_t *t = topic(q, "t", 2);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
     assert_false(tn_topic_part_local(t, 1));
     assert_int_equal(t->parts[1]->owner, 0);
-    tn_channel_t *ch = channel(q, t, "c");
-    sink_t s;
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    qfx_sink_t s;
     attach(&s, ch, 100);
     assert_int_equal(publish(q, "t", "zero", -1, NULL, NULL), 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     assert_int_equal(s.d[0].partition, 0);
     assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), 0);
 
@@ -463,27 +261,27 @@ static void test_open_later(void **state)
     uint32_t where = 99;
     assert_int_equal(publish(q, "t", "one", 1, &where, NULL), 0);
     assert_int_equal(where, 1);
-    expect_n(q, &s, 2);
+    qfx_expect_n(q, &s, 2);
     assert_int_equal(s.d[1].partition, 1);
     assert_int_equal(s.d[1].offset, 0);
     assert_int_equal(tn_consumer_fin(&s.c, 1, 0, false, 0), 0);
     /* Round robin covers it now. */
     assert_int_equal(publish(q, "t", "a", -1, NULL, NULL), 0);
     assert_int_equal(publish(q, "t", "b", -1, NULL, NULL), 0);
-    expect_n(q, &s, 4);
+    qfx_expect_n(q, &s, 4);
     assert_int_not_equal(s.d[2].partition, s.d[3].partition);
     for (int i = 2; i < 4; i++)
         assert_int_equal(tn_consumer_fin(&s.c, s.d[i].partition, s.d[i].offset, false, 0), 0);
     tn_consumer_detach(&s.c);
 
     /* After a restart both partitions and the channel's progress load. */
-    restart(q, true);
-    t = topic(q, "t", 0);
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
     assert_int_equal(t->nparts, 2);
     assert_true(tn_topic_part_local(t, 0) && tn_topic_part_local(t, 1));
-    ch = channel(q, t, "c");
+    ch = qfx_channel(q, t, "c");
     attach(&s, ch, 100);
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 0); /* everything was settled */
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
@@ -498,56 +296,38 @@ static void test_open_later_keeps_pause(void **state)
     (void)state;
     place_all(SELF);
     owners[0] = 0;
-    qfx_t *q = qfx_new(true);
-    tn_topic_t *t = topic(q, "t", 2);
-    tn_channel_t *ch = channel(q, t, "c");
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     assert_int_equal(tn_channel_pause(ch, true), 0);
     owners[0] = SELF;
     follow(q, t);
     assert_true(tn_topic_part_local(t, 0));
-    sink_t s;
+    qfx_sink_t s;
     attach(&s, ch, 100);
     assert_int_equal(publish(q, "t", "x", 0, NULL, NULL), 0);
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 0);
     assert_int_equal(tn_channel_pause(ch, false), 0);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     assert_int_equal(s.d[0].partition, 0);
     tn_consumer_detach(&s.c);
     /* The pause was written to the new partition's channel log too. */
     assert_int_equal(tn_channel_pause(ch, true), 0);
-    restart(q, true);
-    t = topic(q, "t", 0);
-    ch = channel(q, t, "c");
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
+    ch = qfx_channel(q, t, "c");
     assert_true(ch->paused);
     qfx_free(q);
-}
-
-typedef struct {
-    bool done;
-    int status;
-} allw_t;
-
-static void on_sync_all(void *arg, int status)
-{
-    allw_t *w = arg;
-    assert_false(w->done);
-    w->done = true;
-    w->status = status;
-}
-
-static bool all_done(void *arg)
-{
-    return ((allw_t *)arg)->done;
 }
 
 /* tn_channel_pause and the wait the door answers after: its status. */
 static int pause_and_wait(qfx_t *q, tn_channel_t *ch, bool paused)
 {
     assert_int_equal(tn_channel_pause(ch, paused), 0);
-    allw_t w = {0};
-    assert_int_equal(tn_channel_sync_all(ch, on_sync_all, &w), 0);
-    assert_true(run_until(q, all_done, &w));
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
     return w.status;
 }
 
@@ -561,22 +341,23 @@ static int pause_and_wait(qfx_t *q, tn_channel_t *ch, bool paused)
 static void test_pause_kept_leading_nothing(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(false); /* everything local: the topic's files here */
-    tn_topic_t *t = topic(q, "t", 2);
-    tn_channel_t *ch = channel(q, t, "c");
+    qfx_t *q = qfx_new(qfx_small_memlogs, NULL); /* everything local: the topic's files here */
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     tn_broker_set_placement(q->b, place, NULL);
     place_all(9);
     follow(q, t);
     assert_false(tn_topic_part_local(t, 0) || tn_topic_part_local(t, 1));
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     tn_io_fail_sync_after(0, UV_EIO); /* the pause file's fdatasync */
     int rc = pause_and_wait(q, ch, true);
     tn_io_fail_sync_after(-1, 0);
     assert_int_equal(rc, UV_EIO);
     assert_int_equal(pause_and_wait(q, ch, true), 0);
-    restart(q, true);
-    t = topic(q, "t", 0);
-    ch = channel(q, t, "c");
+    q->place = place; /* the broker opened again asks it too */
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
+    ch = qfx_channel(q, t, "c");
     assert_true(ch->paused);
     assert_false(ch->parts[0]->cur.paused || ch->parts[1]->cur.paused);
     qfx_free(q);
@@ -596,9 +377,9 @@ static void test_pause_written_when_the_directory_comes(void **state)
 {
     (void)state;
     place_all(9);
-    qfx_t *q = qfx_new(true);
-    tn_topic_t *t = topic(q, "t", 2);
-    tn_channel_t *ch = channel(q, t, "c");
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     assert_int_equal(pause_and_wait(q, ch, true), 0);
     int paused = 0;
     assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
@@ -608,7 +389,7 @@ static void test_pause_written_when_the_directory_comes(void **state)
     assert_true(tn_topic_part_local(t, 0));
     ch->stamp = 42; /* the catalog's, from the channel's record */
     tn_channel_keep_stamp(ch, false);
-    assert_true(run_until(q, stamp_and_pause_written, ch));
+    assert_true(qfx_run_until(q, stamp_and_pause_written, ch));
     assert_int_equal(tn_store_channel_pause_read(q->fx->store, "t", "c", &paused), 0);
     assert_int_equal(paused, 1);
     qfx_free(q);
@@ -631,11 +412,11 @@ static void test_topic_pause_written_when_the_directory_comes(void **state)
 {
     (void)state;
     place_all(9);
-    qfx_t *q = qfx_new(true);
-    tn_topic_t *t = topic(q, "t", 2);
-    allw_t w = {0};
-    assert_int_equal(tn_topic_pause(t, true, on_sync_all, &w), 0);
-    assert_true(run_until(q, all_done, &w));
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
     assert_int_equal(w.status, 0);
     int paused = 0;
     uint64_t *holds = NULL;
@@ -645,40 +426,40 @@ static void test_topic_pause_written_when_the_directory_comes(void **state)
     owners[0] = SELF;
     follow(q, t);
     assert_true(tn_topic_part_local(t, 0));
-    assert_true(run_until(q, topic_pause_written, t));
+    assert_true(qfx_run_until(q, topic_pause_written, t));
     assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
     assert_int_equal(paused, 1);
     assert_int_equal(n, 2);
     tn_free(holds);
     assert_int_equal(publish(q, "t", "x", 0, NULL, NULL), 0);
     assert_int_equal(tn_topic_depth(t), 1);
-    restart(q, true);
-    t = topic(q, "t", 0);
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
     assert_true(t->paused);
     assert_int_equal(tn_topic_depth(t), 1);
-    tn_channel_t *ch = channel(q, t, "c");
-    sink_t s;
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    qfx_sink_t s;
     attach(&s, ch, 100);
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s.n, 0);
-    allw_t u = {0};
-    assert_int_equal(tn_topic_pause(t, false, on_sync_all, &u), 0);
-    expect_n(q, &s, 1);
+    qfx_allw_t u = {0};
+    assert_int_equal(tn_topic_pause(t, false, qfx_on_sync_all, &u), 0);
+    qfx_expect_n(q, &s, 1);
     assert_int_equal(s.d[0].partition, 0);
     assert_int_equal(s.d[0].offset, 0);
-    assert_true(run_until(q, all_done, &u));
+    assert_true(qfx_run_until(q, qfx_all_done, &u));
     tn_consumer_detach(&s.c);
 
     /* A pause file left in a directory with no partition. */
     assert_int_equal(tn_store_topic_stamp_write(q->fx->store, "u", 42, true), 0);
     assert_int_equal(tn_store_topic_pause_write(q->fx->store, "u", true, NULL, 0, NULL), 0);
-    t = topic(q, "u", 1);
+    t = qfx_topic(q, "u", 1);
     assert_true(tn_topic_part_local(t, 0));
     assert_false(t->paused);
     assert_int_equal(tn_store_topic_pause_read(q->fx->store, "u", &paused, &holds, &n), 0);
     assert_int_equal(paused, -1);
-    restart(q, true);
-    t = topic(q, "u", 0);
+    qfx_restart(q);
+    t = qfx_topic(q, "u", 0);
     assert_false(t->paused);
     qfx_free(q);
 }
@@ -689,8 +470,8 @@ static void test_topic_pause_written_when_the_directory_comes(void **state)
 static void test_given_away_left_on_disk(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(false); /* no placement: everything local */
-    tn_topic_t *t = topic(q, "t", 2);
+    qfx_t *q = qfx_new(qfx_small_memlogs, NULL); /* no placement: everything local */
+    tn_topic_t *t = qfx_topic(q, "t", 2);
     assert_int_equal(publish(q, "t", "p0", 0, NULL, NULL), 0);
     assert_int_equal(publish(q, "t", "p1", 1, NULL, NULL), 0);
     tn_broker_set_placement(q->b, place, NULL);
@@ -712,16 +493,15 @@ static void test_given_away_left_on_disk(void **state)
     follow(q, t);
     assert_false(tn_topic_part_local(t, 1));
     /* Its record is still there for whoever looks at the disk. */
-    restart(q, false);
-    t = topic(q, "t", 0);
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
     assert_true(tn_topic_part_local(t, 1));
     const tn_centry_t *e = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
+    qfx_waitw_t w;
+    qfx_waitw_init(&w);
     int rc = tn_part_record(t, 1, 0, &w.w, &e);
     if (rc == UV_EAGAIN) {
-        assert_true(run_until(q, wait_done, &w));
+        assert_true(qfx_run_until(q, qfx_wait_done, &w));
         rc = tn_part_record(t, 1, 0, NULL, &e);
     }
     assert_int_equal(rc, 0);
@@ -761,13 +541,13 @@ static bool all_replicated(void *arg, const tn_topic_t *t, uint32_t p)
 static void test_moved_consumers_dropped(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     place_all(SELF);
     q->b->place_readopt = all_replicated;
-    tn_topic_t *t = topic(q, "t", 2);
-    tn_channel_t *ch = channel(q, t, "c");
-    sink_t *nsq = calloc(1, sizeof(*nsq)), *other = calloc(1, sizeof(*other));
-    sink_t *lane = calloc(1, sizeof(*lane));
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    qfx_sink_t *nsq = calloc(1, sizeof(*nsq)), *other = calloc(1, sizeof(*other));
+    qfx_sink_t *lane = calloc(1, sizeof(*lane));
     attach(nsq, ch, 1);
     nsq->c.moved = on_moved;
     attach(other, ch, 1);
@@ -820,26 +600,26 @@ static void test_requeue_leases(void **state)
 {
     (void)state;
     place_all(SELF);
-    qfx_t *q = qfx_new(true);
-    tn_topic_t *t = topic(q, "t", 2);
-    tn_channel_t *ch = channel(q, t, "c");
-    sink_t *s = calloc(1, sizeof(*s));
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    qfx_sink_t *s = calloc(1, sizeof(*s));
     attach(s, ch, 3);
     assert_int_equal(publish(q, "t", "a", 0, NULL, NULL), 0);
     assert_int_equal(publish(q, "t", "b", 0, NULL, NULL), 0);
     assert_int_equal(publish(q, "t", "c", 1, NULL, NULL), 0);
-    expect_n(q, s, 3);
+    qfx_expect_n(q, s, 3);
     for (int i = 0; i < 3; i++)
         assert_int_equal(s->d[i].attempts, 1);
     tn_topic_part_hold(t, 0, true); /* as the replica manager does */
     requeued_status = -1;
     assert_int_equal(tn_topic_part_requeue_leases(t, 0, on_requeued, NULL), 0);
-    assert_true(run_until(q, requeued, NULL));
+    assert_true(qfx_run_until(q, requeued, NULL));
     assert_int_equal(requeued_status, 0);
     assert_int_equal(tn_consumer_inflight(&s->c), 1); /* partition 1's stays */
     tn_topic_part_hold(t, 0, false);
     tn_consumer_credit(&s->c, 5);
-    expect_n(q, s, 5);
+    qfx_expect_n(q, s, 5);
     for (int i = 3; i < 5; i++) {
         assert_int_equal(s->d[i].partition, 0);
         assert_int_equal(s->d[i].attempts, 2);
@@ -857,10 +637,10 @@ static void test_requeue_leases(void **state)
 static void test_abandoned_log_reopened_from_files(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     place_all(SELF);
     q->b->place_readopt = all_replicated;
-    tn_topic_t *t = topic(q, "t", 1);
+    tn_topic_t *t = qfx_topic(q, "t", 1);
     for (int i = 0; i < 3; i++)
         assert_int_equal(publish(q, "t", "old", 0, NULL, NULL), 0);
     assert_int_equal(tn_topic_part_abandon(t, 0), 0); /* local: nothing to do */
@@ -899,15 +679,15 @@ static void test_abandoned_log_reopened_from_files(void **state)
 static void test_released_partition_moved(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     place_all(SELF);
     q->b->place_readopt = all_replicated;
-    tn_topic_t *t = topic(q, "t", 2);
-    tn_channel_t *ch = channel(q, t, "c");
-    sink_t *s = calloc(1, sizeof(*s));
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    qfx_sink_t *s = calloc(1, sizeof(*s));
     attach(s, ch, 10);
     assert_int_equal(publish(q, "t", "a", 0, NULL, NULL), 0);
-    expect_n(q, s, 1);
+    qfx_expect_n(q, s, 1);
     assert_int_equal(tn_consumer_fin(&s->c, 0, s->d[0].offset, false, 0), 0);
     cbw_t w = {0};
     assert_int_equal(tn_topic_part_release(t, 0, on_followed, &w), UV_EBUSY); /* local */
@@ -916,9 +696,9 @@ static void test_released_partition_moved(void **state)
     follow(q, t);
     assert_non_null(t->parts[0]->plog); /* set aside */
     assert_non_null(ch->parts[0]->cl);
-    run_for(q, 20); /* the FIN's record completes */
+    qfx_run_for(q, 20); /* the FIN's record completes */
     assert_int_equal(tn_topic_part_release(t, 0, on_followed, &w), 0);
-    assert_true(run_until(q, cb_done, &w));
+    assert_true(qfx_run_until(q, cb_done, &w));
     assert_int_equal(w.status, 0);
     assert_null(t->parts[0]->plog);
     assert_null(ch->parts[0]->cl);
@@ -928,7 +708,7 @@ static void test_released_partition_moved(void **state)
     assert_true(w2.done);
     /* Partition 1 is served as before. */
     assert_int_equal(publish(q, "t", "b", 1, NULL, NULL), 0);
-    expect_n(q, s, 2);
+    qfx_expect_n(q, s, 2);
     assert_int_equal(s->d[1].partition, 1);
     /* Marked and moved while the engine runs. */
     const char *path = q->fx->store->path;
@@ -947,7 +727,7 @@ static void test_released_partition_moved(void **state)
     assert_int_equal(tn_plog_written_next(t->parts[0]->plog), 0);
     assert_non_null(ch->parts[0]->cl);
     assert_int_equal(publish(q, "t", "c", 0, NULL, NULL), 0);
-    expect_n(q, s, 3);
+    qfx_expect_n(q, s, 3);
     assert_int_equal(s->d[2].partition, 0);
     assert_int_equal(s->d[2].offset, 0);
     tn_consumer_detach(&s->c);
@@ -963,25 +743,25 @@ static void test_held_partition_delivers_nothing(void **state)
 {
     (void)state;
     place_all(SELF);
-    qfx_t *q = qfx_new(true);
-    tn_topic_t *t = topic(q, "t", 2);
-    tn_channel_t *ch = channel(q, t, "c");
-    sink_t *s = calloc(1, sizeof(*s));
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    qfx_sink_t *s = calloc(1, sizeof(*s));
     attach(s, ch, 100);
     assert_int_equal(publish(q, "t", "a", 0, NULL, NULL), 0);
-    expect_n(q, s, 1);
+    qfx_expect_n(q, s, 1);
     tn_topic_part_hold(t, 0, true);
     tn_topic_part_hold(t, 9, true); /* past nparts: nothing */
     assert_int_equal(publish(q, "t", "b", 0, NULL, NULL), 0);
     assert_int_equal(publish(q, "t", "c", 1, NULL, NULL), 0);
-    expect_n(q, s, 2);
-    run_for(q, 30);
+    qfx_expect_n(q, s, 2);
+    qfx_run_for(q, 30);
     assert_int_equal(s->n, 2);
     assert_int_equal(s->d[1].partition, 1);
     /* Settles of what it delivered before go on. */
     assert_int_equal(tn_consumer_fin(&s->c, 0, s->d[0].offset, false, 0), 0);
     tn_topic_part_hold(t, 0, false);
-    expect_n(q, s, 3);
+    qfx_expect_n(q, s, 3);
     assert_int_equal(s->d[2].partition, 0);
     tn_consumer_detach(&s->c);
     free(s);
@@ -995,39 +775,39 @@ static void test_lapsed_lease_delivers_nothing(void **state)
 {
     (void)state;
     place_all(SELF);
-    qfx_t *q = qfx_new(true);
-    tn_topic_t *t = topic(q, "t", 2);
-    tn_channel_t *ch = channel(q, t, "c");
-    sink_t *s = calloc(1, sizeof(*s));
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    qfx_sink_t *s = calloc(1, sizeof(*s));
     attach(s, ch, 100);
     uv_loop_t *loop = q->b->loop;
     uv_update_time(loop);
     tn_topic_part_lease(t, 0, uv_now(loop) + 60000); /* valid */
     tn_topic_part_lease(t, 9, 1);                    /* past nparts: nothing */
     assert_int_equal(publish(q, "t", "a", 0, NULL, NULL), 0);
-    expect_n(q, s, 1);
+    qfx_expect_n(q, s, 1);
     tn_topic_part_lease(t, 0, 1); /* lapsed */
     assert_int_equal(publish(q, "t", "b", 0, NULL, NULL), 0);
     assert_int_equal(publish(q, "t", "c", 1, NULL, NULL), 0);
-    expect_n(q, s, 2);
-    run_for(q, 30);
+    qfx_expect_n(q, s, 2);
+    qfx_run_for(q, 30);
     assert_int_equal(s->n, 2);
     assert_int_equal(s->d[1].partition, 1);
     assert_int_equal(tn_consumer_fin(&s->c, 0, s->d[0].offset, false, 0), 0);
     /* Renewed: what waited is delivered without another publish. */
     uv_update_time(loop);
     tn_topic_part_lease(t, 0, uv_now(loop) + 60000);
-    expect_n(q, s, 3);
+    qfx_expect_n(q, s, 3);
     assert_int_equal(s->d[2].partition, 0);
     /* A lease that runs out by itself stops deliveries too. */
     uv_update_time(loop);
     tn_topic_part_lease(t, 0, uv_now(loop) + 20);
-    run_for(q, 40);
+    qfx_run_for(q, 40);
     assert_int_equal(publish(q, "t", "d", 0, NULL, NULL), 0);
-    run_for(q, 30);
+    qfx_run_for(q, 30);
     assert_int_equal(s->n, 3);
     tn_topic_part_lease(t, 0, 0); /* no bound */
-    expect_n(q, s, 4);
+    qfx_expect_n(q, s, 4);
     tn_consumer_detach(&s->c);
     free(s);
     qfx_free(q);
@@ -1041,13 +821,13 @@ static void test_restart_with_holes(void **state)
     (void)state;
     place_all(SELF);
     owners[0] = 4;
-    qfx_t *q = qfx_new(true);
-    tn_topic_t *t = topic(q, "t", 3);
-    tn_channel_t *ch = channel(q, t, "c");
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 3);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     assert_int_equal(publish(q, "t", "m", 2, NULL, NULL), 0);
     (void)ch;
-    restart(q, true);
-    t = topic(q, "t", 0);
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
     assert_int_equal(t->nparts, 3);
     assert_false(tn_topic_part_local(t, 0));
     assert_int_equal(t->parts[0]->owner, 0); /* until the placement is followed */
@@ -1057,28 +837,12 @@ static void test_restart_with_holes(void **state)
     assert_int_equal(t->parts[0]->owner, 4);
     tn_channel_t *found = NULL;
     assert_int_equal(tn_topic_channel(t, "c", 1, false, NULL, &found), 0);
-    sink_t s;
+    qfx_sink_t s;
     attach(&s, found, 10);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     assert_int_equal(s.d[0].partition, 2);
     tn_consumer_detach(&s.c);
     qfx_free(q);
-}
-
-static bool grown_flag;
-static int grown_status;
-
-static void on_grown(void *arg, int status)
-{
-    (void)arg;
-    grown_flag = true;
-    grown_status = status;
-}
-
-static bool is_grown(void *arg)
-{
-    (void)arg;
-    return grown_flag;
 }
 
 /* Growth asks the placement for the new partitions only. */
@@ -1087,13 +851,13 @@ static void test_grow_places_new_partitions(void **state)
     (void)state;
     place_all(SELF);
     owners[2] = 3;
-    qfx_t *q = qfx_new(true);
-    tn_topic_t *t = topic(q, "t", 1);
-    tn_channel_t *ch = channel(q, t, "c");
-    grown_flag = false;
-    assert_int_equal(tn_topic_grow(t, 3, on_grown, NULL), 0);
-    assert_true(run_until(q, is_grown, NULL));
-    assert_int_equal(grown_status, 0);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 1);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    qfx_grown_flag = false;
+    assert_int_equal(tn_topic_grow(t, 3, qfx_on_grown, NULL), 0);
+    assert_true(qfx_run_until(q, qfx_is_grown, NULL));
+    assert_int_equal(qfx_grown_status, 0);
     assert_int_equal(t->nparts, 3);
     assert_true(tn_topic_part_local(t, 1));
     assert_false(tn_topic_part_local(t, 2));
@@ -1101,11 +865,11 @@ static void test_grow_places_new_partitions(void **state)
     bool on_disk[MAXP];
     parts_on_disk(q, "t", on_disk);
     assert_true(on_disk[0] && on_disk[1] && !on_disk[2]);
-    sink_t s;
+    qfx_sink_t s;
     attach(&s, ch, 10);
     for (int i = 0; i < 4; i++)
         assert_int_equal(publish(q, "t", "m", -1, NULL, NULL), 0);
-    expect_n(q, &s, 4);
+    qfx_expect_n(q, &s, 4);
     for (int i = 0; i < 4; i++)
         assert_int_not_equal(s.d[i].partition, 2);
     assert_int_equal(publish(q, "t", "m", 2, NULL, NULL), TN_EREMOTE);
@@ -1132,23 +896,23 @@ static int grow_hook(void *arg, tn_topic_t *t, tn_waiter_t *w)
 
 /* An NSQ publish (grow_here) of body to topic, started: 0 or the status
  * it was refused with at once. */
-static int start_nsq_pub(qfx_t *q, const char *topic, pubw_t *w)
+static int start_nsq_pub(qfx_t *q, const char *topic, qfx_pubw_t *w)
 {
     memset(w, 0, sizeof(*w));
     assert_int_equal(tn_pub_init(&w->p, 1), 0);
     assert_int_equal(tn_pub_set(&w->p, 0, "m", 1), 0);
     w->p.data = w;
     w->p.grow_here = true;
-    return tn_broker_publish(q->b, topic, strlen(topic), &w->p, 0, on_pub);
+    return tn_broker_publish(q->b, topic, strlen(topic), &w->p, 0, qfx_on_pub);
 }
 
-static void hook_says(qfx_t *q, pubw_t *w, int status)
+static void hook_says(qfx_t *q, qfx_pubw_t *w, int status)
 {
     assert_non_null(hook_waiter);
     tn_waiter_t *h = hook_waiter;
     hook_waiter = NULL;
     h->cb(h, status);
-    assert_true(run_until(q, pub_done, w));
+    assert_true(qfx_run_until(q, qfx_pub_done, w));
 }
 
 static bool deleted_flag;
@@ -1174,7 +938,7 @@ static void test_grow_here(void **state)
 {
     (void)state;
     place_all(5);
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     tn_broker_set_grow_here(q->b, grow_hook, NULL);
     hook_asks = 0;
     hook_answer = 0;
@@ -1182,18 +946,18 @@ static void test_grow_here(void **state)
     /* Not an NSQ publish (a /v1 produce): refused at once, no ask. */
     assert_int_equal(publish(q, "fleet", "m", -1, NULL, NULL), TN_EREMOTE);
     assert_int_equal(hook_asks, 0);
-    pubw_t w;
+    qfx_pubw_t w;
     assert_int_equal(start_nsq_pub(q, "fleet", &w), 0);
-    run_for(q, 50);
+    qfx_run_for(q, 50);
     assert_false(w.done);
     assert_int_equal(hook_asks, 1);
     /* The metastore gives this node partition 1; the engine grows the
      * topic; then the hook answers and the publish goes there. */
     owners[1] = SELF;
-    tn_topic_t *t = topic(q, "fleet", 0);
-    grown_flag = false;
-    assert_int_equal(tn_topic_grow(t, 2, on_grown, NULL), 0);
-    assert_true(run_until(q, is_grown, NULL));
+    tn_topic_t *t = qfx_topic(q, "fleet", 0);
+    qfx_grown_flag = false;
+    assert_int_equal(tn_topic_grow(t, 2, qfx_on_grown, NULL), 0);
+    assert_true(qfx_run_until(q, qfx_is_grown, NULL));
     assert_false(w.done);
     hook_says(q, &w, 0);
     assert_int_equal(w.status, 0);
@@ -1202,7 +966,7 @@ static void test_grow_here(void **state)
     tn_pub_fini(&w.p);
     /* With a partition here, no ask. */
     assert_int_equal(start_nsq_pub(q, "fleet", &w), 0);
-    assert_true(run_until(q, pub_done, &w));
+    assert_true(qfx_run_until(q, qfx_pub_done, &w));
     assert_int_equal(w.status, 0);
     assert_int_equal(hook_asks, 1);
     tn_pub_fini(&w.p);
@@ -1210,7 +974,7 @@ static void test_grow_here(void **state)
     /* "far" has its one partition on node 5. The hook refuses at once. */
     hook_answer = TN_EREMOTE;
     assert_int_equal(start_nsq_pub(q, "far", &w), 0); /* waits for the creation first */
-    assert_true(run_until(q, pub_done, &w));
+    assert_true(qfx_run_until(q, qfx_pub_done, &w));
     assert_int_equal(w.status, TN_EREMOTE);
     assert_int_equal(hook_asks, 2);
     tn_pub_fini(&w.p);
@@ -1233,7 +997,7 @@ static void test_grow_here(void **state)
     assert_non_null(hook_waiter);
     deleted_flag = false;
     assert_int_equal(tn_broker_delete(q->b, "far", NULL, on_deleted, NULL), 0);
-    assert_true(run_until(q, is_deleted, NULL));
+    assert_true(qfx_run_until(q, is_deleted, NULL));
     hook_says(q, &w, 0);
     assert_int_equal(w.status, TN_ENOTFOUND);
     tn_pub_fini(&w.p);
@@ -1241,7 +1005,7 @@ static void test_grow_here(void **state)
     assert_int_equal(tn_broker_topic(q->b, "far", 3, false, 0, NULL, &gone), TN_ENOTFOUND);
     /* Ephemeral topics are local everywhere: no ask. */
     assert_int_equal(start_nsq_pub(q, "e#ephemeral", &w), 0);
-    assert_true(run_until(q, pub_done, &w));
+    assert_true(qfx_run_until(q, qfx_pub_done, &w));
     assert_int_equal(w.status, 0);
     assert_int_equal(hook_asks, 5);
     tn_pub_fini(&w.p);
@@ -1253,8 +1017,8 @@ static void test_grow_here(void **state)
 static void test_no_placement_all_local(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new(false);
-    tn_topic_t *t = topic(q, "t", 3);
+    qfx_t *q = qfx_new(qfx_small_memlogs, NULL);
+    tn_topic_t *t = qfx_topic(q, "t", 3);
     for (uint32_t i = 0; i < 3; i++)
         assert_true(tn_topic_part_local(t, i));
     follow(q, t);
@@ -1299,10 +1063,10 @@ static void test_chan_apply_while_set_aside(void **state)
 {
     (void)state;
     place_all(SELF);
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     q->b->place_readopt = readopt_yes;
-    tn_topic_t *t = topic(q, "ra", 1);
-    tn_channel_t *ch = channel(q, t, "c");
+    tn_topic_t *t = qfx_topic(q, "ra", 1);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     for (int i = 0; i < 3; i++)
         assert_int_equal(publish(q, "ra", "m", 0, NULL, NULL), 0);
     applyw_t w[2];
@@ -1322,7 +1086,7 @@ static void test_chan_apply_while_set_aside(void **state)
     assert_false(tn_topic_part_local(t, 0));
     assert_int_equal(tn_broker_chan_apply(q->b, "ra", "c", 0, &fin0, &w[0].op, on_applied), 0);
     assert_int_equal(tn_broker_chan_apply(q->b, "ra", "c", 0, &fin1, &w[1].op, on_applied), 0);
-    assert_true(run_until(q, applied, &w[1]));
+    assert_true(qfx_run_until(q, applied, &w[1]));
     assert_true(w[0].done);
     assert_int_equal(w[0].status, 0);
     assert_int_equal(w[1].status, 0);
@@ -1330,9 +1094,9 @@ static void test_chan_apply_while_set_aside(void **state)
      * the first delivery is offset 2. */
     owners[0] = SELF;
     follow(q, t);
-    sink_t s;
+    qfx_sink_t s;
     attach(&s, ch, 3);
-    expect_n(q, &s, 1);
+    qfx_expect_n(q, &s, 1);
     assert_int_equal(s.d[0].offset, 2);
     tn_consumer_detach(&s.c);
     qfx_free(q);
@@ -1349,10 +1113,10 @@ static void test_chan_apply_req_keeps_delay(void **state)
 {
     (void)state;
     place_all(SELF);
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     q->b->place_readopt = readopt_yes;
-    tn_topic_t *t = topic(q, "rq", 1);
-    tn_channel_t *ch = channel(q, t, "c");
+    tn_topic_t *t = qfx_topic(q, "rq", 1);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     for (int i = 0; i < 4; i++)
         assert_int_equal(publish(q, "rq", "m", 0, NULL, NULL), 0);
     owners[0] = 7;
@@ -1373,17 +1137,17 @@ static void test_chan_apply_req_keeps_delay(void **state)
         assert_int_equal(tn_broker_chan_apply(q->b, "rq", "c", 0, &recs[i], &w[i].op, on_applied),
                          0);
     }
-    assert_true(run_until(q, applied, &w[2]));
+    assert_true(qfx_run_until(q, applied, &w[2]));
     for (int i = 0; i < 3; i++)
         assert_int_equal(w[i].status, 0);
     /* Led here again: offsets 1 and 3 now, offset 2 once its time came
      * (nothing else wakes the channel), offset 0 not before its time. */
     owners[0] = SELF;
     follow(q, t);
-    sink_t s;
+    qfx_sink_t s;
     attach(&s, ch, 4);
-    expect_n(q, &s, 3);
-    run_for(q, 200);
+    qfx_expect_n(q, &s, 3);
+    qfx_run_for(q, 200);
     assert_int_equal(s.n, 3);
     static const uint32_t want[4] = {0, 5, 3, 1}; /* attempts by offset */
     for (int i = 0; i < 3; i++) {
@@ -1407,10 +1171,10 @@ static void test_chan_apply_settle_drops_req(void **state)
 {
     (void)state;
     place_all(SELF);
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     q->b->place_readopt = readopt_yes;
-    tn_topic_t *t = topic(q, "rs", 1);
-    tn_channel_t *ch = channel(q, t, "c");
+    tn_topic_t *t = qfx_topic(q, "rs", 1);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     for (int i = 0; i < 4; i++)
         assert_int_equal(publish(q, "rs", "m", 0, NULL, NULL), 0);
     owners[0] = 7;
@@ -1433,7 +1197,7 @@ static void test_chan_apply_settle_drops_req(void **state)
         assert_int_equal(tn_broker_chan_apply(q->b, "rs", "c", 0, &recs[i], &w[i].op, on_applied),
                          0);
     }
-    assert_true(run_until(q, applied, &w[4]));
+    assert_true(qfx_run_until(q, applied, &w[4]));
     for (int i = 0; i < 5; i++)
         assert_int_equal(w[i].status, 0);
     /* Led here again: only offset 2 waits for its time, offset 3 goes. */
@@ -1442,10 +1206,10 @@ static void test_chan_apply_settle_drops_req(void **state)
     tn_channel_stats_t st;
     tn_channel_stats(ch, &st);
     assert_int_equal(st.deferred, 1);
-    sink_t s;
+    qfx_sink_t s;
     attach(&s, ch, 4);
-    expect_n(q, &s, 1);
-    run_for(q, 100);
+    qfx_expect_n(q, &s, 1);
+    qfx_run_for(q, 100);
     assert_int_equal(s.n, 1);
     assert_int_equal(s.d[0].offset, 3);
     tn_consumer_detach(&s.c);
@@ -1461,10 +1225,10 @@ static void test_chan_apply_refused_counts_once(void **state)
 {
     (void)state;
     place_all(SELF);
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     q->b->place_readopt = readopt_yes;
-    tn_topic_t *t = topic(q, "rf", 1);
-    tn_channel_t *ch = channel(q, t, "c");
+    tn_topic_t *t = qfx_topic(q, "rf", 1);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     assert_int_equal(publish(q, "rf", "m", 0, NULL, NULL), 0);
     owners[0] = 7;
     follow(q, t);
@@ -1477,7 +1241,7 @@ static void test_chan_apply_refused_counts_once(void **state)
      * error is sticky from then on. */
     tn_io_fail_write_after(1, UV_EIO);
     assert_int_equal(tn_broker_chan_apply(q->b, "rf", "c", 0, &req, &w[0].op, on_applied), 0);
-    assert_true(run_until(q, applied, &w[0]));
+    assert_true(qfx_run_until(q, applied, &w[0]));
     tn_io_fail_write_after(-1, 0);
     assert_int_equal(w[0].status, UV_EIO);
     /* The follower's cursor (what /stats shows once led here again). */
@@ -1513,15 +1277,15 @@ static void test_lead_moved_away(void **state)
 {
     (void)state;
     place_all(SELF);
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     q->b->place_readopt = readopt_yes;
-    tn_topic_t *t = topic(q, "lm", 2);
-    tn_channel_t *ch = channel(q, t, "c");
+    tn_topic_t *t = qfx_topic(q, "lm", 2);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     for (int i = 0; i < 4; i++)
         assert_int_equal(publish(q, "lm", "m", i % 2, NULL, NULL), 0);
-    sink_t held, nsq;
+    qfx_sink_t held, nsq;
     attach(&held, ch, 4);
-    expect_n(q, &held, 4);
+    qfx_expect_n(q, &held, 4);
     attach(&nsq, ch, 0);
     nsq.c.moved = on_away;
     assert_int_equal(q->b->inflight_msgs, 4);
@@ -1558,10 +1322,10 @@ static void test_lead_moved_away(void **state)
     place_all(SELF);
     follow(q, t);
     tn_consumer_detach(&held.c);
-    sink_t again;
+    qfx_sink_t again;
     attach(&again, ch, 8);
-    expect_n(q, &again, 4);
-    run_for(q, 50);
+    qfx_expect_n(q, &again, 4);
+    qfx_run_for(q, 50);
     assert_int_equal(again.n, 4);
     tn_consumer_detach(&again.c);
     qfx_free(q);
@@ -1601,7 +1365,7 @@ static void chan_sync(qfx_t *q, tn_channel_t *ch, uint32_t p)
     syncw_t w = {0};
     w.s.data = &w;
     tn_channel_sync(ch, p, &w.s, on_synced);
-    assert_true(run_until(q, synced, &w));
+    assert_true(qfx_run_until(q, synced, &w));
     assert_int_equal(w.status, 0);
 }
 
@@ -1650,15 +1414,15 @@ static void test_abandoned_channel_logs_closed(void **state)
 {
     (void)state;
     place_all(SELF);
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     q->b->place_readopt = all_replicated;
-    tn_topic_t *t = topic(q, "or", 1);
-    tn_channel_t *ch = channel(q, t, "c");
+    tn_topic_t *t = qfx_topic(q, "or", 1);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     for (int i = 0; i < 6; i++)
         assert_int_equal(publish(q, "or", "m", 0, NULL, NULL), 0);
-    sink_t *s = calloc(1, sizeof(*s));
+    qfx_sink_t *s = calloc(1, sizeof(*s));
     attach(s, ch, 2);
-    expect_n(q, s, 2);
+    qfx_expect_n(q, s, 2);
     assert_int_equal(s->d[0].offset, 0);
     assert_int_equal(s->d[1].offset, 1);
     /* FIN 0 durable; FIN 1 queued, a wait on it. */
@@ -1685,10 +1449,10 @@ static void test_abandoned_channel_logs_closed(void **state)
     tn_walrec_t fin2 = {.op = TN_WAL_FIN, .offset = 2};
     tn_walrec_t fin3 = {.op = TN_WAL_FIN, .offset = 3};
     assert_int_equal(tn_broker_chan_apply(q->b, "or", "c", 0, &fin2, &w[0].op, on_applied), 0);
-    assert_true(run_until(q, applied, &w[0]));
+    assert_true(qfx_run_until(q, applied, &w[0]));
     assert_int_equal(w[0].status, 0);
     openw_t before = {q, 1, 1};
-    assert_true(run_until(q, open_counts, &before));
+    assert_true(qfx_run_until(q, open_counts, &before));
     int fds = open_fds();
     /* The manager's own log wrote the files: the set-aside one goes. */
     assert_int_equal(tn_topic_part_abandon(t, 0), 0);
@@ -1707,15 +1471,15 @@ static void test_abandoned_channel_logs_closed(void **state)
     assert_int_equal(sw.status, 0);
     /* One channel log and one plog open, as before: nothing orphaned. */
     openw_t after = {q, 1, 1};
-    assert_true(run_until(q, open_counts, &after));
+    assert_true(qfx_run_until(q, open_counts, &after));
     assert_non_null(ch->parts[0]->cl);
     assert_ptr_equal(q->fx->store->chanlogs, ch->parts[0]->cl);
     assert_int_equal(open_fds(), fds);
     /* Opened from the files: FIN 0 to 3 are there; 4 and 5 come. */
-    sink_t *s2 = calloc(1, sizeof(*s2));
+    qfx_sink_t *s2 = calloc(1, sizeof(*s2));
     attach(s2, ch, 10);
-    expect_n(q, s2, 2);
-    run_for(q, 30);
+    qfx_expect_n(q, s2, 2);
+    qfx_run_for(q, 30);
     assert_int_equal(s2->n, 2);
     assert_int_equal(s2->d[0].offset, 4);
     assert_int_equal(s2->d[1].offset, 5);
@@ -1724,13 +1488,13 @@ static void test_abandoned_channel_logs_closed(void **state)
     tn_consumer_detach(&s2->c);
     free(s2);
     /* FIN 4, durable in the new log, survives the store's close. */
-    restart(q, true);
-    t = topic(q, "or", 0);
-    ch = channel(q, t, "c");
-    sink_t *s3 = calloc(1, sizeof(*s3));
+    qfx_restart(q);
+    t = qfx_topic(q, "or", 0);
+    ch = qfx_channel(q, t, "c");
+    qfx_sink_t *s3 = calloc(1, sizeof(*s3));
     attach(s3, ch, 10);
-    expect_n(q, s3, 1);
-    run_for(q, 30);
+    qfx_expect_n(q, s3, 1);
+    qfx_run_for(q, 30);
     assert_int_equal(s3->n, 1);
     assert_int_equal(s3->d[0].offset, 5);
     tn_consumer_detach(&s3->c);
@@ -1745,10 +1509,10 @@ static void test_placed_again_while_closing(void **state)
 {
     (void)state;
     place_all(SELF);
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     q->b->place_readopt = all_replicated;
-    tn_topic_t *t = topic(q, "oc", 1);
-    tn_channel_t *ch = channel(q, t, "c");
+    tn_topic_t *t = qfx_topic(q, "oc", 1);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     assert_int_equal(publish(q, "oc", "m", 0, NULL, NULL), 0);
     owners[0] = 9;
     follow(q, t);
@@ -1758,14 +1522,14 @@ static void test_placed_again_while_closing(void **state)
     cbw_t w = {0};
     assert_int_equal(tn_topic_follow_placement(t, on_followed, &w), 0);
     assert_false(w.done); /* the held log is closing */
-    close_broker(q);
+    qfx_close(q);
     assert_true(w.done);
     assert_int_equal(w.status, TN_ECLOSED);
     /* The abandoned log's close (tn_plog_abandon) may still be finishing
      * when the broker's close has ended (on a busy machine it is): it
      * ends by itself, and nothing stays open. */
     openw_t none = {q, 0, 0};
-    assert_true(run_until(q, open_counts, &none));
+    assert_true(qfx_run_until(q, open_counts, &none));
     place_all(SELF);
     qfx_free(q);
 }
@@ -1816,9 +1580,9 @@ static void test_stamps(void **state)
 {
     (void)state;
     place_all(2); /* nothing here */
-    qfx_t *q = qfx_new(true);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
     stamped_broker(q);
-    tn_topic_t *t = topic(q, "r", 2);
+    tn_topic_t *t = qfx_topic(q, "r", 2);
     assert_int_equal(t->record_created_ms, 1000 + 'r');
     assert_int_equal(t->stamp_ms, 0);
     assert_int_equal(stamp_on_disk(q, "r"), 0); /* no directory made for it */
@@ -1829,17 +1593,17 @@ static void test_stamps(void **state)
     assert_int_equal(t->stamp_ms, 1000 + 'r');
 
     place_all(SELF);
-    tn_topic_t *u = topic(q, "u", 1);
+    tn_topic_t *u = qfx_topic(q, "u", 1);
     assert_int_equal(stamp_on_disk(q, "u"), 1000 + 'u');
     assert_int_equal(u->stamp_ms, 1000 + 'u');
     place_all(2);
-    tn_topic_t *g = topic(q, "g", 1);
+    tn_topic_t *g = qfx_topic(q, "g", 1);
     assert_int_equal(stamp_on_disk(q, "g"), 0);
     owners[2] = SELF;
-    grown_flag = false;
-    assert_int_equal(tn_topic_grow(g, 3, on_grown, NULL), 0);
-    assert_true(run_until(q, is_grown, NULL));
-    assert_int_equal(grown_status, 0);
+    qfx_grown_flag = false;
+    assert_int_equal(tn_topic_grow(g, 3, qfx_on_grown, NULL), 0);
+    assert_true(qfx_run_until(q, qfx_is_grown, NULL));
+    assert_int_equal(qfx_grown_status, 0);
     assert_true(tn_topic_part_local(g, 2));
     assert_int_equal(stamp_on_disk(q, "g"), 1000 + 'g');
 
@@ -1848,7 +1612,7 @@ static void test_stamps(void **state)
      * creation had nothing local to stamp the directory for): stamped
      * once the caller says the copy is here, busy meanwhile. */
     place_all(2);
-    tn_topic_t *f = topic(q, "f", 1);
+    tn_topic_t *f = qfx_topic(q, "f", 1);
     assert_false(tn_topic_part_local(f, 0));
     tn_plog_t *own = NULL;
     assert_int_equal(tn_plog_open(q->fx->store, "f", 0, &own), 0);
@@ -1859,7 +1623,7 @@ static void test_stamps(void **state)
     tn_topic_keep_stamp(f, true);
     assert_true(tn_topic_busy(f));
     assert_int_equal(tn_topic_delete(f, NULL, NULL), UV_EBUSY);
-    assert_true(run_until(q, topic_idle, f));
+    assert_true(qfx_run_until(q, topic_idle, f));
     assert_int_equal(f->stamp_ms, 1000 + 'f');
     assert_int_equal(stamp_on_disk(q, "f"), 1000 + 'f');
     tu_plog_close(&q->fx->loop, own);
@@ -1867,18 +1631,18 @@ static void test_stamps(void **state)
     /* Without a stamper (a directory from an earlier release): none. */
     tn_broker_set_stamper(q->b, NULL, NULL);
     place_all(SELF);
-    tn_topic_t *v = topic(q, "v", 1);
+    tn_topic_t *v = qfx_topic(q, "v", 1);
     assert_int_equal(v->record_created_ms, 0);
     assert_int_equal(stamp_on_disk(q, "v"), 0);
 
-    restart(q, true);
+    qfx_restart(q);
     stamped_broker(q);
-    t = topic(q, "r", 0);
+    t = qfx_topic(q, "r", 0);
     assert_int_equal(t->record_created_ms, 1000 + 'r');
     assert_int_equal(t->stamp_ms, 1000 + 'r');
-    g = topic(q, "g", 0);
+    g = qfx_topic(q, "g", 0);
     assert_int_equal(g->record_created_ms, 1000 + 'g');
-    v = topic(q, "v", 0);
+    v = qfx_topic(q, "v", 0);
     assert_int_equal(v->record_created_ms, 0);
     assert_int_equal(v->stamp_ms, 0);
     /* The catalog takes the record for it (stale()), then keeps it. */
@@ -1887,23 +1651,21 @@ static void test_stamps(void **state)
     assert_true(tn_topic_busy(v));
     assert_int_equal(tn_topic_delete(v, NULL, NULL), UV_EBUSY);
     tn_topic_t *out = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
+    qfx_waitw_t w;
+    qfx_waitw_init(&w);
     /* It serves on meanwhile; a deletion waits for it (tn_topic_wait_idle). */
     assert_int_equal(tn_broker_topic(q->b, "v", 1, false, 0, NULL, &out), 0);
     assert_int_equal(tn_topic_wait_idle(v, &w.w), UV_EAGAIN);
-    assert_true(run_until(q, wait_done, &w));
-    assert_int_equal(w.status, 0);
-    assert_true(run_until(q, topic_idle, v));
+    qfx_wait(q, &w, 0);
+    assert_true(qfx_run_until(q, topic_idle, v));
     assert_int_equal(v->stamp_ms, 4242);
     assert_int_equal(stamp_on_disk(q, "v"), 4242);
     tn_topic_keep_stamp(v, false); /* written already: nothing to do */
     assert_false(tn_topic_busy(v));
     assert_int_equal(publish(q, "v", "m", 0, NULL, NULL), 0);
 
-    restart(q, true);
-    v = topic(q, "v", 0);
+    qfx_restart(q);
+    v = qfx_topic(q, "v", 0);
     assert_int_equal(v->record_created_ms, 4242);
     qfx_free(q);
 }

@@ -10,7 +10,7 @@
  * topic the caller found ready (tn_topic_publish). */
 #include "core/platform.h"
 
-#include "testutil.h"
+#include "fixture_queue.h"
 
 #include "core/err.h"
 #include "core/time.h"
@@ -35,171 +35,26 @@ static void on_deliver(tn_consumer_t *c, const tn_delivery_t *d)
     s->offsets[s->n++] = d->offset;
 }
 
-typedef struct {
-    tu_fx_t *fx;
-    tn_broker_t *b;
-    tn_broker_opts_t opts;
-} qfx_t;
-
-static void open_broker(qfx_t *q)
+/* The topic tests' fixture: memory logs of 100 records and 1 MiB, and
+ * waits of up to 10 s. */
+static qfx_t *new_qfx(void)
 {
-    assert_int_equal(tn_broker_open(&q->fx->loop, q->fx->store, &q->opts, &q->b), 0);
-}
-
-static qfx_t *qfx_new(void)
-{
-    qfx_t *q = calloc(1, sizeof(*q));
-    q->fx = tu_fx_new(NULL);
-    tn_broker_opts_t *o = &q->opts;
-    o->default_partitions = 1;
-    o->bootstrap_window_ms = 90000;
-    o->cache_bytes = 1 << 20;
-    o->max_inflight_bytes = 1 << 30;
-    o->max_inflight_msgs = 100000;
-    o->max_ahead = 1 << 16;
-    o->gc_interval_ms = 3600000;
-    o->mem_max_records = 100;
-    o->mem_max_bytes = 1 << 20;
-    open_broker(q);
+    qfx_t *q = qfx_new(qfx_small_memlogs, NULL);
+    q->wait_ms = 10000;
     return q;
-}
-
-static bool closed_flag;
-
-static void on_closed(tn_broker_t *b)
-{
-    (void)b;
-    closed_flag = true;
-}
-
-static void close_broker(qfx_t *q)
-{
-    closed_flag = false;
-    tn_broker_close(q->b, on_closed);
-    while (!closed_flag)
-        uv_run(&q->fx->loop, UV_RUN_ONCE);
-    q->b = NULL;
-}
-
-static void qfx_free(qfx_t *q)
-{
-    if (q->b != NULL)
-        close_broker(q);
-    tu_fx_free(q->fx);
-    free(q);
-}
-
-static void on_tick(uv_timer_t *t)
-{
-    (void)t;
-}
-
-/* Run the loop (a 5 ms tick keeps turns short) until done(arg), at most
- * about 10 s; returns done. */
-static bool run_until(qfx_t *q, bool (*done)(void *), void *arg)
-{
-    uv_timer_t t;
-    uv_timer_init(&q->fx->loop, &t);
-    uv_timer_start(&t, on_tick, 5, 5);
-    int64_t deadline = tn_now_mono_ms() + 10000;
-    bool ok;
-    while (!(ok = done(arg)) && tn_now_mono_ms() < deadline)
-        uv_run(&q->fx->loop, UV_RUN_ONCE);
-    uv_close((uv_handle_t *)&t, NULL);
-    uv_run(&q->fx->loop, UV_RUN_NOWAIT);
-    return ok;
-}
-
-static bool not_yet(void *arg)
-{
-    return tn_now_mono_ms() >= *(int64_t *)arg;
-}
-
-static void run_for(qfx_t *q, int64_t ms)
-{
-    int64_t until = tn_now_mono_ms() + ms;
-    (void)run_until(q, not_yet, &until);
-}
-
-typedef struct {
-    tn_pub_t p;
-    bool done;
-    int status;
-} pubw_t;
-
-static void on_pub(tn_pub_t *p, int status)
-{
-    pubw_t *w = p->data;
-    w->done = true;
-    w->status = status;
-}
-
-static bool pub_done(void *arg)
-{
-    return ((pubw_t *)arg)->done;
 }
 
 /* Publish w->p (set up by the caller) with the publish's own time at;
  * returns the final status. */
-static int publish(qfx_t *q, pubw_t *w, const char *topic, int64_t at)
+static int publish(qfx_t *q, qfx_pubw_t *w, const char *topic, int64_t at)
 {
     w->p.data = w;
-    int rc = tn_broker_publish(q->b, topic, strlen(topic), &w->p, at, on_pub);
+    int rc = tn_broker_publish(q->b, topic, strlen(topic), &w->p, at, qfx_on_pub);
     if (rc == 0) {
-        assert_true(run_until(q, pub_done, w));
+        assert_true(qfx_run_until(q, qfx_pub_done, w));
         rc = w->status;
     }
     return rc;
-}
-
-typedef struct {
-    tn_waiter_t w;
-    bool done;
-    int status;
-} waitw_t;
-
-static void on_wait(tn_waiter_t *w, int status)
-{
-    waitw_t *x = (waitw_t *)w;
-    x->done = true;
-    x->status = status;
-}
-
-static bool wait_done(void *arg)
-{
-    return ((waitw_t *)arg)->done;
-}
-
-static tn_topic_t *topic(qfx_t *q, const char *name)
-{
-    tn_topic_t *t = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_broker_topic(q->b, name, strlen(name), true, 0, &w.w, &t);
-    if (rc == UV_EAGAIN) {
-        assert_true(run_until(q, wait_done, &w));
-        assert_int_equal(w.status, 0);
-        rc = tn_broker_topic(q->b, name, strlen(name), false, 0, NULL, &t);
-    }
-    assert_int_equal(rc, 0);
-    return t;
-}
-
-static tn_channel_t *channel(qfx_t *q, tn_topic_t *t, const char *name)
-{
-    tn_channel_t *ch = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
-    int rc = tn_topic_channel(t, name, strlen(name), true, &w.w, &ch);
-    if (rc == UV_EAGAIN) {
-        assert_true(run_until(q, wait_done, &w));
-        assert_int_equal(w.status, 0);
-        rc = tn_topic_channel(t, name, strlen(name), false, NULL, &ch);
-    }
-    assert_int_equal(rc, 0);
-    return ch;
 }
 
 /* The record at offset of partition 0, read from disk when it is not in
@@ -207,13 +62,11 @@ static tn_channel_t *channel(qfx_t *q, tn_topic_t *t, const char *name)
 static const tn_centry_t *record(qfx_t *q, tn_topic_t *t, uint64_t offset)
 {
     const tn_centry_t *e = NULL;
-    waitw_t w;
-    memset(&w, 0, sizeof(w));
-    w.w.cb = on_wait;
+    qfx_waitw_t w;
+    qfx_waitw_init(&w);
     int rc = tn_part_record(t, 0, offset, &w.w, &e);
     if (rc == UV_EAGAIN) {
-        assert_true(run_until(q, wait_done, &w));
-        assert_int_equal(w.status, 0);
+        qfx_wait(q, &w, 0);
         rc = tn_part_record(t, 0, offset, NULL, &e);
     }
     assert_int_equal(rc, 0);
@@ -245,13 +98,13 @@ static void expect_record(const tn_centry_t *e, const char *body, const char *ke
 static void test_own_times_one_append(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new();
-    tn_topic_t *t = topic(q, "t");
-    tn_channel_t *ch = channel(q, t, "c");
+    qfx_t *q = new_qfx();
+    tn_topic_t *t = qfx_topic(q, "t", 0);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
     int64_t now = tn_now_wall_ms();
     int64_t hour = now + 3600 * 1000, past = now - 5000, day = now + 86400 * 1000;
 
-    pubw_t w;
+    qfx_pubw_t w;
     memset(&w, 0, sizeof(w));
     assert_int_equal(tn_pub_init(&w.p, 4), 0);
     const char *bodies[4] = {"default", "now", "past", "later"};
@@ -277,7 +130,7 @@ static void test_own_times_one_append(void **state)
     s.c.timeout_ms = 60000;
     tn_consumer_attach(&s.c, ch);
     tn_consumer_credit(&s.c, 8);
-    run_for(q, 300);
+    qfx_run_for(q, 300);
     assert_int_equal(s.n, 2);
     assert_int_equal(s.offsets[0], 1);
     assert_int_equal(s.offsets[1], 2);
@@ -287,10 +140,10 @@ static void test_own_times_one_append(void **state)
     tn_consumer_detach(&s.c);
 
     /* From disk, after a restart: the same times. */
-    close_broker(q);
+    qfx_close(q);
     tu_fx_reopen(q->fx);
-    open_broker(q);
-    t = topic(q, "t");
+    qfx_open(q);
+    t = qfx_topic(q, "t", 0);
     for (uint64_t i = 0; i < 4; i++)
         expect_record(record(q, t, i), bodies[i], i == 1 ? "k1" : NULL, want[i]);
     qfx_free(q);
@@ -302,11 +155,11 @@ static void test_own_times_one_append(void **state)
 static void test_default_times(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new();
-    tn_topic_t *t = topic(q, "t");
+    qfx_t *q = new_qfx();
+    tn_topic_t *t = qfx_topic(q, "t", 0);
     int64_t later = tn_now_wall_ms() + 3600 * 1000;
 
-    pubw_t w;
+    qfx_pubw_t w;
     memset(&w, 0, sizeof(w));
     assert_int_equal(tn_pub_init(&w.p, 2), 0);
     tn_iov_t bodies[2] = {tn_iov("a", 1), tn_iov("b", 1)};
@@ -354,8 +207,8 @@ static void test_set_deliver_at_refused(void **state)
 static void test_fill(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new();
-    tn_topic_t *t = topic(q, "t");
+    qfx_t *q = new_qfx();
+    tn_topic_t *t = qfx_topic(q, "t", 0);
     int64_t now = tn_now_wall_ms();
     int64_t later = now + 3600 * 1000, day = now + 86400 * 1000;
 
@@ -364,7 +217,7 @@ static void test_fill(void **state)
         {tn_iov(NULL, 0), tn_iov("one", 3), day},
         {tn_iov("k2", 2), tn_iov("two", 3), later},
     };
-    pubw_t w;
+    qfx_pubw_t w;
     memset(&w, 0, sizeof(w));
     assert_int_equal(tn_pub_init(&w.p, 3), 0);
     assert_int_equal(tn_pub_fill(&w.p, recs), 0);
@@ -411,11 +264,11 @@ static int on_check(void *arg, const tn_topic_t *t, uint32_t p)
 static void test_append_check(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new();
+    qfx_t *q = new_qfx();
     check_t c = {.answer = TN_ENOTSERVING};
     tn_broker_set_append_check(q->b, on_check, &c);
     /* Made by the publish: it waits for the topic, then is refused. */
-    pubw_t w;
+    qfx_pubw_t w;
     memset(&w, 0, sizeof(w));
     assert_int_equal(tn_pub_init(&w.p, 1), 0);
     assert_int_equal(tn_pub_set(&w.p, 0, "a", 1), 0);
@@ -423,7 +276,7 @@ static void test_append_check(void **state)
     assert_int_equal(c.asked, 1);
     assert_string_equal(c.topic, "made");
     assert_int_equal(w.p.partition, 0);
-    tn_topic_t *t = topic(q, "made");
+    tn_topic_t *t = qfx_topic(q, "made", 0);
     tn_plog_stats_t st;
     tn_plog_stats(tn_topic_part_plog(t, 0), &st);
     assert_int_equal(st.written_next, 0);
@@ -453,13 +306,13 @@ static void test_append_check(void **state)
     qfx_free(q);
 }
 
-static int publish_to(qfx_t *q, pubw_t *w, tn_topic_t *t)
+static int publish_to(qfx_t *q, qfx_pubw_t *w, tn_topic_t *t)
 {
     w->p.data = w;
     w->done = false;
-    int rc = tn_topic_publish(t, &w->p, 0, on_pub);
+    int rc = tn_topic_publish(t, &w->p, 0, qfx_on_pub);
     if (rc == 0) {
-        assert_true(run_until(q, pub_done, w));
+        assert_true(qfx_run_until(q, qfx_pub_done, w));
         rc = w->status;
     }
     return rc;
@@ -471,11 +324,11 @@ static int publish_to(qfx_t *q, pubw_t *w, tn_topic_t *t)
 static void test_topic_publish(void **state)
 {
     (void)state;
-    qfx_t *q = qfx_new();
+    qfx_t *q = new_qfx();
     check_t c = {.answer = 0};
     tn_broker_set_append_check(q->b, on_check, &c);
-    tn_topic_t *t = topic(q, "ready");
-    pubw_t w;
+    tn_topic_t *t = qfx_topic(q, "ready", 0);
+    qfx_pubw_t w;
     memset(&w, 0, sizeof(w));
     assert_int_equal(tn_pub_init(&w.p, 1), 0);
     assert_int_equal(tn_pub_set(&w.p, 0, "a", 1), 0);
