@@ -117,7 +117,7 @@ class HTTP(unittest.TestCase):
         t = fresh()
         cases = [
             (f"/pub", b"x", 400, "MISSING_ARG_TOPIC"),
-            (f"/pub?topic=", b"x", 400, "MISSING_ARG_TOPIC"),
+            (f"/pub?topic=", b"x", 400, "INVALID_TOPIC"),  # as nsqd 1.3.0
             (f"/pub?topic=bad/name", b"x", 400, "INVALID_TOPIC"),
             (f"/pub?topic={t}", b"", 400, "MSG_EMPTY"),
             (f"/pub?topic={t}&defer=-1", b"x", 400, "INVALID_DEFER"),

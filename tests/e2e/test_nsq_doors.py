@@ -4,8 +4,8 @@ exactly, against the real ternd (each checked against a real nsqd 1.3.0
 run beside it): nsqd's name rule (64 characters with #ephemeral counted),
 ephemeral topics (memory only, gone with their last channel), the bad
 magic answer, /stats client and producer entries (TLS fields included),
-the v1 response header, /topic/empty and /topic/pause, and /mpub's
-BODY_TOO_BIG."""
+the v1 response header, /topic/empty and /topic/pause, /mpub's
+BODY_TOO_BIG, and the less used requests (NsqdEdges)."""
 import argparse
 import base64
 import http.client
@@ -455,6 +455,36 @@ class Limits(Base):
         st, _, body = self.request("POST", f"/pub?topic={t}", b"x" * 1025)
         self.assertEqual((st, json.loads(body)), (413, {"message": "MSG_TOO_BIG"}))
         self.assertEqual(self.request("POST", f"/mpub?topic={t}", b"a\nb")[0], 200)
+
+
+class NsqdEdges(Base):
+    """Less used requests, each answered as nsqd 1.3.0 answers it (checked
+    beside a real one)."""
+
+    def http_error(self, method, path, body=b""):
+        st, h, out = self.request(method, path, body)
+        return st, json.loads(out)["message"]
+
+    def test_an_empty_argument_is_there_but_invalid(self):
+        # nsqd tells a missing topic= or channel= from an empty one: the
+        # empty one fails the name check.
+        t = fresh("ea")
+        self.assertEqual(self.request("POST", f"/topic/create?topic={t}")[0], 200)
+        cases = [
+            ("/pub?topic=", 400, "INVALID_TOPIC"),
+            ("/mpub?topic=", 400, "INVALID_TOPIC"),
+            ("/topic/create?topic=", 400, "INVALID_TOPIC"),
+            ("/topic/empty?topic=", 400, "INVALID_TOPIC"),
+            ("/topic/delete?topic=", 404, "TOPIC_NOT_FOUND"),
+            ("/channel/create?topic=&channel=c", 400, "INVALID_ARG_TOPIC"),
+            (f"/channel/create?topic={t}&channel=", 400, "INVALID_ARG_CHANNEL"),
+            (f"/channel/delete?topic={t}&channel=", 400, "INVALID_ARG_CHANNEL"),
+            ("/pub", 400, "MISSING_ARG_TOPIC"),
+            (f"/channel/create?topic={t}", 400, "MISSING_ARG_CHANNEL"),
+        ]
+        for path, status, code in cases:
+            body = b"x" if path.startswith(("/pub", "/mpub")) else b""
+            self.assertEqual(self.http_error("POST", path, body), (status, code), path)
 
 
 def main():
