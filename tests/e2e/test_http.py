@@ -154,7 +154,7 @@ class HTTP(unittest.TestCase):
         self.assertEqual(self.request("POST", f"/mpub?topic={t}", b"")[0], 200)  # nothing
         bad = struct.pack(">I", 2) + struct.pack(">I", 1) + b"a"
         status, _, body = self.request("POST", f"/mpub?topic={t}&binary=true", bad)
-        self.assertEqual((status, json.loads(body)["message"]), (413, "BAD_BODY"))
+        self.assertEqual((status, json.loads(body)["message"]), (413, "BAD_MESSAGE"))  # nsqd's
         trailing = struct.pack(">I", 1) + struct.pack(">I", 1) + b"a" + b"junk"
         status, _, body = self.request("POST", f"/mpub?topic={t}&binary=true", trailing)
         self.assertEqual((status, json.loads(body)["message"]), (413, "BAD_BODY"))

@@ -487,6 +487,28 @@ class NsqdEdges(Base):
             self.assertEqual(self.http_error("POST", path, body), (status, code), path)
 
 
+    def test_binary_mpub_faults_past_the_count_are_the_messages(self):
+        # nsqd's readMPUB: a fault in the count is BAD_BODY, every fault
+        # after it BAD_MESSAGE (413 both).
+        t = fresh("bm")
+        over = 1024 * 1024 + 1
+        cases = [
+            (b"\0\0", "BAD_BODY"),
+            (struct.pack(">I", 0), "BAD_BODY"),
+            (struct.pack(">II", 2, 1) + b"a", "BAD_MESSAGE"),  # no second size
+            (struct.pack(">II", 1, 5) + b"ab", "BAD_MESSAGE"),  # cut short
+            (struct.pack(">II", 1, 0), "BAD_MESSAGE"),
+            (struct.pack(">II", 1, 2**31) + b"ab", "BAD_MESSAGE"),  # negative
+            (struct.pack(">II", 1, over) + b"x" * 64, "BAD_MESSAGE"),
+        ]
+        for body, code in cases:
+            self.assertEqual(self.http_error("POST", f"/mpub?topic={t}&binary=true", body),
+                             (413, code), body)
+        # Text mode calls a long line MSG_TOO_BIG, as nsqd's does.
+        self.assertEqual(self.http_error("POST", f"/mpub?topic={t}", b"x" * over + b"\ny"),
+                         (413, "MSG_TOO_BIG"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

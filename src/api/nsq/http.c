@@ -1286,23 +1286,17 @@ static uint32_t split_mpub(tn_http_request_t *r, tn_nsq_http_t *api, bool binary
             *status = 503;
             return 0;
         }
+        /* Past the count, nsqd's readMPUB calls every fault the message's
+         * (E_BAD_MESSAGE, so 413 BAD_MESSAGE): a size missing or cut
+         * short, a size of 0, negative (as an int32) or over
+         * --max-msg-size, a message cut short. */
         size_t p = 4;
         for (uint32_t i = 0; i < n; i++) {
-            if (len - p < 4) {
+            uint32_t m = len - p < 4 ? 0 : be32((const unsigned char *)data + p);
+            p += len - p < 4 ? len - p : 4;
+            if (m == 0 || m > INT32_MAX || m > api->max_msg_size || len - p < m) {
                 tn_free(v);
-                *code = "BAD_BODY";
-                return 0;
-            }
-            uint32_t m = be32((const unsigned char *)data + p);
-            p += 4;
-            if (m == 0 || m > api->max_msg_size) {
-                tn_free(v);
-                *code = m == 0 ? "BAD_MESSAGE" : "MSG_TOO_BIG";
-                return 0;
-            }
-            if (len - p < m) {
-                tn_free(v);
-                *code = "BAD_BODY";
+                *code = "BAD_MESSAGE";
                 return 0;
             }
             v[i] = tn_iov(data + p, m);
