@@ -509,6 +509,28 @@ class NsqdEdges(Base):
                          (413, "MSG_TOO_BIG"))
 
 
+    def test_an_empty_number_is_zero(self):
+        # nsqd parses numbers with ByteToBase10, which reads "" as 0:
+        # "RDY " is RDY 0, "REQ <id> " a REQ without delay, "DPUB t " a
+        # DPUB without one.
+        t = fresh("en")
+        c = self.conn()
+        c.cmd(f"DPUB {t} ", b"m")
+        self.assertEqual(c.read_response(), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        c.rdy(1)
+        m = c.read_message()
+        self.assertEqual((m.body, m.attempts), (b"m", 1))
+        c.cmd("RDY ")  # 0: nothing more is sent
+        c.cmd(f"REQ {m.id} ")
+        c.cmd("NOP")
+        self.assertEqual(self.until("requeued", lambda: self.topic_stats(t)["channels"][0]
+                                    ["requeue_count"]), 1)
+        c.rdy(1)
+        m = c.read_message()
+        self.assertEqual((m.body, m.attempts), (b"m", 2))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

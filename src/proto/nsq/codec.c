@@ -66,10 +66,12 @@ bool tn_nsq_valid_channel(const char *s, size_t len)
     return len <= TN_NSQ_NAME_MAX && tn_name_valid_any(s, len);
 }
 
-/* nsqd's ByteToBase10: decimal digits only, no sign. */
+/* nsqd's ByteToBase10: decimal digits only, no sign; an empty one is 0
+ * (so "RDY \n" is RDY 0 and "REQ <id> \n" a REQ without delay, as in
+ * nsqd). */
 static bool parse_u63(const char *s, size_t len, int64_t *out)
 {
-    if (len == 0 || len > 18)
+    if (len > 18)
         return false;
     int64_t v = 0;
     for (size_t i = 0; i < len; i++) {

@@ -139,6 +139,15 @@ static void test_commands(void **state)
     n = build(buf, "RDY 2500\n", NULL, 0);
     expect_ok(buf, n, &c);
     assert_int_equal(c.num, 2500);
+    n = build(buf, "RDY \n", NULL, 0); /* nsqd's ByteToBase10 reads "" as 0 */
+    expect_ok(buf, n, &c);
+    assert_int_equal(c.num, 0);
+    n = build(buf, "REQ 0001000000000042 \n", NULL, 0);
+    expect_ok(buf, n, &c);
+    assert_int_equal(c.num, 0);
+    n = build(buf, "DPUB orders \n", "x", 1);
+    expect_ok(buf, n, &c);
+    assert_int_equal(c.num, 0);
     n = build(buf, "FIN 0001000000000042\n", NULL, 0);
     expect_ok(buf, n, &c);
     assert_int_equal(c.op, TN_NSQ_FIN);
