@@ -531,6 +531,32 @@ class NsqdEdges(Base):
         self.assertEqual((m.body, m.attempts), (b"m", 2))
 
 
+    def subscribed(self, prefix):
+        c = self.conn()
+        self.assertEqual(c.sub(fresh(prefix), "ch"), (FRAME_RESPONSE, b"OK"))
+        return c
+
+    def test_message_ids_are_checked_by_length_only(self):
+        # nsqd's getMessageID checks the length: 16 bytes that are no ID
+        # of its are not in flight (E_*_FAILED, the connection stays);
+        # any other length is fatal, in nsqd's words.
+        c = self.subscribed("id")
+        for cmd, code in (("FIN", "E_FIN_FAILED"), ("REQ", "E_REQ_FAILED"),
+                          ("TOUCH", "E_TOUCH_FAILED")):
+            c.cmd(f"{cmd} zzzzzzzzzzzzzzzz" + (" 0" if cmd == "REQ" else ""))
+            self.assertEqual(c.read_response(), (
+                FRAME_ERROR, f"{code} {cmd} zzzzzzzzzzzzzzzz failed ID not in flight".encode()))
+        for line, text in (("FIN abc", "E_INVALID invalid message ID"),
+                           ("REQ 00000000000000000 0", "E_INVALID invalid message ID"),
+                           ("TOUCH", "E_INVALID TOUCH insufficient number of params"),
+                           ("FIN", "E_INVALID FIN insufficient number of params"),
+                           ("REQ 0000000000000000", "E_INVALID REQ insufficient number of params")):
+            c.cmd(line)
+            self.assertEqual(c.read_response(), (FRAME_ERROR, text.encode()), line)
+            self.assertTrue(c.expect_closed(), line)
+            c = self.subscribed("id")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

@@ -202,8 +202,11 @@ int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq
                     (int)TN_MIN(params[0].len, (size_t)64), params[0].base);
     const char *name = commands[k].name;
     cmd->op = commands[k].op;
-    if (np < commands[k].min_params)
-        return fail(cmd, TN_NSQ_E_INVALID, "%s insufficient number of parameters", name);
+    if (np < commands[k].min_params) /* nsqd's words: "params" for FIN, REQ and TOUCH */
+        return fail(cmd, TN_NSQ_E_INVALID, "%s insufficient number of %s", name,
+                    cmd->op == TN_NSQ_FIN || cmd->op == TN_NSQ_REQ || cmd->op == TN_NSQ_TOUCH
+                        ? "params"
+                        : "parameters");
 
     switch (cmd->op) {
     case TN_NSQ_SUB:
@@ -246,7 +249,7 @@ int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq
     case TN_NSQ_TOUCH:
         cmd->id = params[1];
         if (cmd->id.len != TN_NSQ_ID_LEN)
-            return fail(cmd, TN_NSQ_E_INVALID, "Invalid Message ID");
+            return fail(cmd, TN_NSQ_E_INVALID, "invalid message ID");
         if (cmd->op == TN_NSQ_REQ && !parse_u63(params[2].base, params[2].len, &cmd->num))
             return fail(cmd, TN_NSQ_E_INVALID, "REQ could not parse timeout %.*s",
                         (int)TN_MIN(params[2].len, (size_t)64), params[2].base);

@@ -1022,7 +1022,13 @@ static bool handle(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
             break;
         }
         if (tn_nsq_id_decode(cmd->id.base, cmd->id.len, &part, &off) != 0) {
-            send_error(c, TN_NSQ_E_INVALID, "Invalid Message ID");
+            /* nsqd checks only an ID's length: 16 bytes that are not one
+             * of its IDs are simply not in flight (the connection stays). */
+            settle_failed(c,
+                          cmd->op == TN_NSQ_FIN   ? TN_NSQ_E_FIN_FAILED
+                          : cmd->op == TN_NSQ_REQ ? TN_NSQ_E_REQ_FAILED
+                                                  : TN_NSQ_E_TOUCH_FAILED,
+                          name, cmd, TN_ENOTFOUND);
             break;
         }
         if (cmd->op == TN_NSQ_FIN) {

@@ -220,10 +220,10 @@ static void test_errors(void **state)
     E("DPUB t 3600001\n", INVALID, "DPUB timeout 3600001 out of range 0-3600000");
     E("RDY many\n", INVALID, "RDY could not parse count many");
     E("RDY 2501\n", INVALID, "RDY count 2501 out of range 0-2500");
-    E("FIN abc\n", INVALID, "Invalid Message ID");
-    E("REQ 0001000000000042\n", INVALID, "REQ insufficient number of parameters");
+    E("FIN abc\n", INVALID, "invalid message ID");
+    E("REQ 0001000000000042\n", INVALID, "REQ insufficient number of params");
     E("REQ 0001000000000042 -1\n", INVALID, "REQ could not parse timeout -1");
-    E("TOUCH\n", INVALID, "TOUCH insufficient number of parameters");
+    E("TOUCH\n", INVALID, "TOUCH insufficient number of params");
 
     n = build(buf, "PUB t\n", "", 0); /* length prefix 0, no body */
     expect_err(buf, n, TN_NSQ_E_BAD_MESSAGE, "PUB invalid message body size 0");
