@@ -557,6 +557,16 @@ class NsqdEdges(Base):
             c = self.subscribed("id")
 
 
+    def test_auth_after_sub_is_out_of_state_before_disabled(self):
+        # nsqd checks the state first: AUTH after SUB is E_INVALID even
+        # where AUTH is disabled.
+        c = self.subscribed("au")
+        c.cmd("AUTH", b"secret")
+        self.assertEqual(c.read_response(),
+                         (FRAME_ERROR, b"E_INVALID cannot AUTH in current state"))
+        self.assertTrue(c.expect_closed())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

@@ -847,16 +847,17 @@ static void start_auth(conn_t *c)
 static void handle_auth(conn_t *c, const tn_nsq_cmd_t *cmd, size_t consumed)
 {
     tn_buf_consume(&c->in, consumed);
-    if (c->srv->auth == NULL) {
-        send_error(c, TN_NSQ_E_AUTH_DISABLED, "AUTH disabled");
+    /* In nsqd's order: the state, then a second AUTH, then no server. */
+    if (c->subscribed) {
+        send_error(c, TN_NSQ_E_INVALID, "cannot AUTH in current state");
         return;
     }
     if (c->authz != NULL || c->secret != NULL) {
         send_error(c, TN_NSQ_E_INVALID, "AUTH already set");
         return;
     }
-    if (c->subscribed) {
-        send_error(c, TN_NSQ_E_INVALID, "cannot AUTH in current state");
+    if (c->srv->auth == NULL) {
+        send_error(c, TN_NSQ_E_AUTH_DISABLED, "AUTH disabled");
         return;
     }
     if (cmd->body.len == 0) {
