@@ -567,6 +567,20 @@ class NsqdEdges(Base):
         self.assertTrue(c.expect_closed())
 
 
+    def test_unbuffered_output_is_a_one_byte_buffer(self):
+        # nsqd answers output_buffer_size -1 with the 1-byte buffer it
+        # makes, and no timeout; messages still go out at once.
+        t = fresh("ob")
+        c = self.conn(output_buffer_size=-1, output_buffer_timeout=1000)
+        self.assertEqual((c.identified["output_buffer_size"],
+                          c.identified["output_buffer_timeout"]), (1, 0))
+        self.assertEqual(c.sub(t, "ch"), (FRAME_RESPONSE, b"OK"))
+        c.rdy(5)
+        p = self.conn()
+        self.assertEqual(p.pub(t, b"now"), (FRAME_RESPONSE, b"OK"))
+        self.assertEqual(c.read_message().body, b"now")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

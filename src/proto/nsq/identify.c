@@ -290,7 +290,9 @@ int tn_nsq_identify(const char *body, size_t len, const tn_nsq_server_opts_t *sr
     if (x.present[I_OBS]) {
         int64_t v = r->output_buffer_size;
         if (v == -1) {
-            n.output_buffer_size = 0;
+            /* No buffering: nsqd makes it a buffer of 1 byte, which its
+             * IDENTIFY answer shows; every frame fills it. */
+            n.output_buffer_size = 1;
             n.output_buffer_timeout_ms = 0;
         } else if (v == 0) {
         } else if (v >= 64 && v <= srv->max_output_buffer_size) {

@@ -43,7 +43,7 @@ typedef struct {
 /* A connection's settings. tn_nsq_client_defaults gives nsqd's. */
 typedef struct {
     int64_t heartbeat_ms;             /* 0: disabled */
-    int64_t output_buffer_size;       /* bytes; 0: unbuffered */
+    int64_t output_buffer_size;       /* bytes; 1 (nsqd's -1): unbuffered */
     int64_t output_buffer_timeout_ms; /* 0: flush at once */
     int64_t msg_timeout_ms;
     int32_t sample_rate; /* 0: every message */

@@ -88,7 +88,7 @@ static void test_defaults_and_fields(void **state)
     /* -1 disables heartbeats; buffer size -1 disables buffering and its timeout. */
     ok("{\"heartbeat_interval\":-1,\"output_buffer_size\":-1}", &c);
     assert_int_equal(c.heartbeat_ms, 0);
-    assert_int_equal(c.output_buffer_size, 0);
+    assert_int_equal(c.output_buffer_size, 1); /* nsqd's: a 1-byte buffer */
     assert_int_equal(c.output_buffer_timeout_ms, 0);
     ok("null", &c); /* Go decodes null into a struct as no change */
 
