@@ -581,6 +581,45 @@ class NsqdEdges(Base):
         self.assertEqual(c.read_message().body, b"now")
 
 
+    def raw_http(self, data, wait=10):
+        """Send data on a fresh socket; what came back before the server
+        closed it, and whether it did within wait seconds."""
+        s = socket.create_connection(("127.0.0.1", self.http), timeout=wait)
+        try:
+            s.sendall(data)
+            out = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except socket.timeout:
+                    return out, False
+                if not chunk:
+                    return out, True
+                out += chunk
+        finally:
+            s.close()
+
+    def test_the_servers_own_answers_honour_close_and_head(self):
+        # nsqd (Go's net/http) closes after any answer to a request that
+        # asked it to, and answers HEAD with the head alone.
+        for req in (b"GET /nosuch HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    b"DELETE /pub?topic=t HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    b"GET /pub?topic=t HTTP/1.0\r\n\r\n"):
+            out, closed = self.raw_http(req)
+            self.assertTrue(closed, req)
+            self.assertRegex(out, rb"^HTTP/1\.[01] 40[45] ", req)
+            self.assertNotIn(b"keep-alive", out.lower(), req)
+        # A HEAD refused has no body: the next answer on the connection
+        # is read whole and right.
+        out, closed = self.raw_http(b"HEAD /pub?topic=t HTTP/1.1\r\nHost: x\r\n\r\n"
+                                    b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        self.assertTrue(closed)
+        first, _, rest = out.partition(b"\r\n\r\n")
+        self.assertTrue(first.startswith(b"HTTP/1.1 405 "), out)
+        self.assertTrue(rest.startswith(b"HTTP/1.1 200 OK\r\n"), out)
+        self.assertTrue(rest.endswith(b"\r\n\r\nOK"), out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

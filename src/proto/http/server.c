@@ -448,6 +448,15 @@ static int hl_flush(hline_t *l, tn_buf_t *b)
 static void write_answer(conn_t *c, int minor, int status, const char *ctype, const char *headers,
                          const void *body, size_t len, bool head_only)
 {
+    /* The answers the server makes itself (404, 405, 413, ...) honour the
+     * request too: its Connection: close (or HTTP/1.0 without keep-alive)
+     * closes, and a HEAD gets the head alone (RFC 9110 9.3.2), else a
+     * keep-alive client would read the body as the next answer. */
+    const tn_http_req_t *h = c->req != NULL ? &c->req->head : NULL;
+    if (h != NULL && (!h->keep_alive || c->srv->no_keepalive))
+        c->close_after = true;
+    if (h != NULL && h->method.len == 4 && memcmp(h->method.base, "HEAD", 4) == 0)
+        head_only = true;
     bool keep = !c->close_after;
     c->srv->requests++;
     if (status >= 100 && status < 600)
