@@ -168,6 +168,10 @@ static daemon_t *g_daemon;
 
 /* A shutdown still going after this long logs what it waits for. */
 #define STOP_WATCH_MS 10000
+/* nsqd sets this header on every answer but /ping's, its own 404 and 405
+ * included; the HTTP listeners add it to the answers they make
+ * themselves. */
+#define NSQ_V1_HEADER "X-NSQ-Content-Type: nsq; version=1.0\r\n"
 
 /* The NSQ TCP door's question, with no NSQ AUTH configured: is this topic
  * closed to it (api/access.h)? */
@@ -1092,8 +1096,7 @@ static void tls_required_guard(tn_http_request_t *r, void *arg)
     char body[96];
     int n = snprintf(body, sizeof(body), "{\"message\":\"TLS_REQUIRED\",\"https_port\":%d}",
                      d->https != NULL ? tn_http_server_port(d->https) : 0);
-    tn_http_respond(r, 403, "application/json; charset=utf-8",
-                    "X-NSQ-Content-Type: nsq; version=1.0\r\n", body, (size_t)n);
+    tn_http_respond(r, 403, "application/json; charset=utf-8", NSQ_V1_HEADER, body, (size_t)n);
 }
 
 /* The HTTPS listener (https-address): the HTTP listener's routes over
@@ -1115,6 +1118,7 @@ static int start_https(daemon_t *d, const tn_config_t *cfg, char *err, size_t er
     hopts.body_timeout_ms = cfg->http_body_timeout_ns / 1000000;
     hopts.idle_timeout_ms = cfg->http_idle_timeout_ns / 1000000;
     hopts.large_body_budget = (uint64_t)cfg->http_large_body_budget;
+    hopts.own_headers = NSQ_V1_HEADER;
     hopts.tls = d->https_tls;
     rc = tn_http_server_start(d->loop, &hopts, &cfg->https_listen.addr, &d->https, err, errlen);
     if (rc != 0)
@@ -1217,6 +1221,7 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
     hopts.body_timeout_ms = cfg->http_body_timeout_ns / 1000000;
     hopts.idle_timeout_ms = cfg->http_idle_timeout_ns / 1000000;
     hopts.large_body_budget = (uint64_t)cfg->http_large_body_budget;
+    hopts.own_headers = NSQ_V1_HEADER;
     tn_nsq_http_init(&d->api, cfg, TN_VERSION);
     if ((rc = nsq_broadcast(d, cfg, err, errlen)) != 0)
         return rc;

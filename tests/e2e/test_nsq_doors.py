@@ -620,6 +620,20 @@ class NsqdEdges(Base):
         self.assertTrue(rest.endswith(b"\r\n\r\nOK"), out)
 
 
+    def test_the_v1_header_on_the_servers_own_answers(self):
+        # nsqd's 404, 405 and 413 carry X-NSQ-Content-Type like its other
+        # answers (only /ping's lacks it).
+        t = fresh("vh")
+        for method, path, body, status, code in (
+                ("GET", "/nosuch", None, 404, "NOT_FOUND"),
+                ("GET", f"/pub?topic={t}", None, 405, "METHOD_NOT_ALLOWED"),
+                ("POST", f"/pub?topic={t}", b"x" * (1024 * 1024 + 1), 413, "MSG_TOO_BIG")):
+            st, h, out = self.request(method, path, body)
+            self.assertEqual((st, json.loads(out)["message"]), (status, code), path)
+            self.assertEqual(h.get("x-nsq-content-type"), "nsq; version=1.0", path)
+            self.assertEqual(h.get("content-type"), "application/json; charset=utf-8", path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

@@ -512,7 +512,10 @@ static void answer_error(conn_t *c, int minor, int status, const char *message, 
     int n = snprintf(body, sizeof(body), "{\"message\":\"%s\"}", message);
     if (close)
         c->close_after = true;
-    const char *extra = status == 503 ? "Retry-After: 1\r\n" : NULL;
+    char extra[256];
+    snprintf(extra, sizeof(extra), "%s%s",
+             c->srv->opts.own_headers != NULL ? c->srv->opts.own_headers : "",
+             status == 503 ? "Retry-After: 1\r\n" : "");
     write_answer(c, minor, status, "application/json; charset=utf-8", extra, body, (size_t)n,
                  false);
     request_free(c);
@@ -818,8 +821,8 @@ static void route_request(conn_t *c)
         const guard_t *g = known ? NULL : find_guard(s, h);
         if (g != NULL && g->not_found != NULL) {
             c->close_after = c->close_after || has_body;
-            write_answer(c, h->minor, 404, "application/json; charset=utf-8", NULL, g->not_found,
-                         strlen(g->not_found), false);
+            write_answer(c, h->minor, 404, "application/json; charset=utf-8", s->opts.own_headers,
+                         g->not_found, strlen(g->not_found), false);
             request_free(c);
             c->state = C_HEAD;
             flush(c);
@@ -829,9 +832,10 @@ static void route_request(conn_t *c)
             answer_error(c, h->minor, 404, "NOT_FOUND", has_body);
             return;
         }
-        char allow[256], hdr[300];
+        char allow[256], hdr[600];
         allowed_methods(s, h, allow, sizeof(allow));
-        snprintf(hdr, sizeof(hdr), "Allow: %s\r\n", allow);
+        snprintf(hdr, sizeof(hdr), "Allow: %s\r\n%s", allow,
+                 s->opts.own_headers != NULL ? s->opts.own_headers : "");
         c->close_after = c->close_after || has_body;
         static const char body[] = "{\"message\":\"METHOD_NOT_ALLOWED\"}";
         write_answer(c, h->minor, 405, "application/json; charset=utf-8", hdr, body,

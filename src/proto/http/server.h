@@ -83,6 +83,9 @@ typedef struct {
     int64_t idle_timeout_ms;    /* keep-alive, 60 s */
     uint64_t large_body_budget; /* node-wide bytes of bodies over 1 MiB in flight */
     const char *server_name;    /* "Server:" header, borrowed */
+    /* Header lines ("Name: value\r\n"...) for the answers the server makes
+     * itself (404, 405, 413, 503, ...), borrowed; NULL: none. */
+    const char *own_headers;
     tn_tls_ctx_t *tls; /* HTTPS with it (borrowed, see tn_http_server_set_tls); NULL: plain */
 } tn_http_opts_t;
 
