@@ -634,6 +634,22 @@ class NsqdEdges(Base):
             self.assertEqual(h.get("content-type"), "application/json; charset=utf-8", path)
 
 
+    def test_a_body_on_the_topic_and_channel_endpoints_is_ignored(self):
+        # nsqd reads no body on /topic/* and /channel/*: a form or a JSON
+        # body there changes nothing.
+        t = fresh("ib")
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        for path in (f"/topic/create?topic={t}", f"/channel/create?topic={t}&channel=c",
+                     f"/channel/pause?topic={t}&channel=c", f"/topic/empty?topic={t}"):
+            st, _, out = self.request("POST", path, b"a=b", form)
+            self.assertEqual((st, out), (200, b""), path)
+        st, _, out = self.request("POST", f"/topic/pause?topic={t}", b"{}",
+                                  {"Content-Type": "application/json"})
+        self.assertEqual((st, out), (200, b""))
+        ts = self.topic_stats(t)
+        self.assertEqual((ts["paused"], ts["channels"][0]["paused"]), (True, True))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

@@ -1385,6 +1385,10 @@ static void on_mpub(tn_http_request_t *r, void *arg)
     publish(r, api, h, topic, deliver_at);
 }
 
+/* nsqd's topic and channel endpoints read no body, so a client's body there
+ * (a form, "{}") is no error: up to this much is read and ignored. */
+#define IGNORED_BODY (64 * 1024)
+
 int tn_nsq_http_register(tn_http_server_t *srv, tn_nsq_http_t *api)
 {
     int rc = 0;
@@ -1392,16 +1396,32 @@ int tn_nsq_http_register(tn_http_server_t *srv, tn_nsq_http_t *api)
     rc = rc ? rc : tn_http_route(srv, "GET", "/info", 0, NULL, on_info, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/healthz", 0, NULL, on_healthz, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/stats", 0, NULL, on_stats, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/topic/create", 0, NULL, on_topic_create, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/topic/empty", 0, NULL, on_topic_empty, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/topic/pause", 0, NULL, on_topic_pause, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/topic/unpause", 0, NULL, on_topic_unpause, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/channel/create", 0, NULL, on_channel_create, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/channel/empty", 0, NULL, on_channel_empty, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/channel/pause", 0, NULL, on_channel_pause, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/channel/unpause", 0, NULL, on_channel_unpause, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/topic/delete", 0, NULL, on_topic_delete, api);
-    rc = rc ? rc : tn_http_route(srv, "POST", "/channel/delete", 0, NULL, on_channel_delete, api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/topic/create", IGNORED_BODY, NULL, on_topic_create, api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/topic/empty", IGNORED_BODY, NULL, on_topic_empty, api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/topic/pause", IGNORED_BODY, NULL, on_topic_pause, api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/topic/unpause", IGNORED_BODY, NULL, on_topic_unpause,
+                            api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/channel/create", IGNORED_BODY, NULL, on_channel_create,
+                            api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/channel/empty", IGNORED_BODY, NULL, on_channel_empty,
+                            api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/channel/pause", IGNORED_BODY, NULL, on_channel_pause,
+                            api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/channel/unpause", IGNORED_BODY, NULL, on_channel_unpause,
+                            api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/topic/delete", IGNORED_BODY, NULL, on_topic_delete, api);
+    rc = rc ? rc
+            : tn_http_route(srv, "POST", "/channel/delete", IGNORED_BODY, NULL, on_channel_delete,
+                            api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/lookup", 0, NULL, on_lookup, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/topics", 0, NULL, on_topics, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/channels", 0, NULL, on_channels, api);
