@@ -650,6 +650,14 @@ class NsqdEdges(Base):
         self.assertEqual((ts["paused"], ts["channels"][0]["paused"]), (True, True))
 
 
+    def test_pub_looks_at_the_body_first(self):
+        # nsqd's /pub reads the body before the query: an empty one is
+        # MSG_EMPTY whatever the topic; /mpub checks the topic first.
+        for path in ("/pub", "/pub?topic=bad!", "/pub?topic=" + "x" * 65):
+            self.assertEqual(self.http_error("POST", path), (400, "MSG_EMPTY"), path)
+        self.assertEqual(self.http_error("POST", "/mpub?topic=bad!"), (400, "INVALID_TOPIC"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

@@ -1233,8 +1233,8 @@ static void on_pub(tn_http_request_t *r, void *arg)
     tn_nsq_http_t *api = arg;
     char topic[256];
     int64_t deliver_at;
-    if (!pub_args(r, api, topic, sizeof(topic), &deliver_at))
-        return;
+    /* nsqd looks at the body before the query: an empty body is
+     * MSG_EMPTY whatever the topic. */
     size_t len = tn_buf_size(&r->body);
     if (len == 0) {
         answer_error(r, 400, "MSG_EMPTY");
@@ -1244,6 +1244,8 @@ static void on_pub(tn_http_request_t *r, void *arg)
         answer_error(r, 413, "MSG_TOO_BIG");
         return;
     }
+    if (!pub_args(r, api, topic, sizeof(topic), &deliver_at))
+        return;
     hpub_t *h = tn_calloc(1, sizeof(*h));
     if (h == NULL || tn_pub_init(&h->pub, 1) != 0 ||
         tn_pub_set(&h->pub, 0, tn_buf_data(&r->body), len) != 0) {
