@@ -658,6 +658,20 @@ class NsqdEdges(Base):
         self.assertEqual(self.http_error("POST", "/mpub?topic=bad!"), (400, "INVALID_TOPIC"))
 
 
+    def test_a_query_go_cannot_parse_is_invalid_request(self):
+        # nsqd parses the whole query with Go's url.ParseQuery first: a bad
+        # %-escape anywhere, or a ';', is 400 INVALID_REQUEST.
+        t = fresh("iq")
+        for method, path, body in (
+                ("POST", "/pub?topic=x%zz", b"x"), ("POST", f"/pub?a=%2&topic={t}", b"x"),
+                ("POST", f"/mpub?topic={t};", b"x"), ("POST", f"/topic/create?topic={t}&x=%", b""),
+                ("POST", f"/channel/create?topic={t}&channel=c%g1", b""),
+                ("POST", "/topic/delete?topic=nosuch%", b""), ("GET", "/stats?format=json;", b"")):
+            self.assertEqual(self.http_error(method, path, body), (400, "INVALID_REQUEST"), path)
+        self.assertEqual(self.request("POST", f"/pub?topic={t}%31", b"x")[:3:2], (200, b"OK"))
+        self.assertIsNotNone(self.topic_stats(t + "1"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

@@ -480,11 +480,33 @@ static void stats_text(tn_nsq_http_t *api, const tn_http_request_t *r, tn_buf_t 
     tn_free(topics);
 }
 
+static bool hex_digit(char ch)
+{
+    return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') || (ch >= 'A' && ch <= 'F');
+}
+
+/* Whether Go's url.ParseQuery takes the query, as nsqd needs before it
+ * reads any argument (else 400 INVALID_REQUEST): every '%' starts a
+ * two-hex-digit escape, and no ';' is in it (Go refuses it as a
+ * separator since 1.17). */
+static bool query_ok(tn_iov_t q)
+{
+    for (size_t i = 0; i < q.len; i++) {
+        if (q.base[i] == ';')
+            return false;
+        if (q.base[i] == '%' &&
+            (i + 2 >= q.len || !hex_digit(q.base[i + 1]) || !hex_digit(q.base[i + 2])))
+            return false;
+    }
+    return true;
+}
+
 static void on_stats(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
     char format[16] = "", topic[256] = "", channel[256] = "", inc[16] = "true";
-    if (tn_http_query(r->head.query, "format", format, sizeof(format)) < 0 ||
+    if (!query_ok(r->head.query) ||
+        tn_http_query(r->head.query, "format", format, sizeof(format)) < 0 ||
         tn_http_query(r->head.query, "topic", topic, sizeof(topic)) < 0 ||
         tn_http_query(r->head.query, "channel", channel, sizeof(channel)) < 0 ||
         tn_http_query(r->head.query, "include_clients", inc, sizeof(inc)) < 0) {
@@ -652,6 +674,10 @@ static void answer_lookupd(tn_http_request_t *r, int status, tn_buf_t *b)
  * value): the name check that follows refuses it. */
 static bool topic_arg(tn_http_request_t *r, char *topic, size_t len)
 {
+    if (!query_ok(r->head.query)) {
+        answer_error(r, 400, "INVALID_REQUEST");
+        return false;
+    }
     int rc = tn_http_query(r->head.query, "topic", topic, len);
     if (rc != 1) {
         answer_error(r, 400, "MISSING_ARG_TOPIC");
@@ -1184,6 +1210,10 @@ static bool pub_args(tn_http_request_t *r, tn_nsq_http_t *api, char *topic, size
         /* Retryable: a client (or the load balancer, which /readyz took
          * this node out of) sends it to another node. */
         answer_error(r, 503, "E_DRAINING");
+        return false;
+    }
+    if (!query_ok(r->head.query)) {
+        answer_error(r, 400, "INVALID_REQUEST");
         return false;
     }
     int rc = tn_http_query(r->head.query, "topic", topic, tlen);
