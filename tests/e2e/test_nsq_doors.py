@@ -672,6 +672,22 @@ class NsqdEdges(Base):
         self.assertIsNotNone(self.topic_stats(t + "1"))
 
 
+    def test_options_and_allow_as_nsqds_router(self):
+        # nsqd's router answers OPTIONS with an empty 200 and the methods
+        # in Allow, OPTIONS included and sorted; a 405's Allow is the same.
+        t = fresh("op")
+        for path, allow in ((f"/topic/create?topic={t}", "OPTIONS, POST"),
+                            (f"/channel/delete?topic={t}&channel=c", "OPTIONS, POST"),
+                            ("/ping", "GET, OPTIONS"), ("/stats", "GET, OPTIONS")):
+            st, h, out = self.request("OPTIONS", path)
+            self.assertEqual((st, h.get("allow"), out, h.get("content-type")),
+                             (200, allow, b"", None), path)
+            other = "GET" if "POST" in allow else "DELETE"
+            st, h, _ = self.request(other, path)
+            self.assertEqual((st, h.get("allow")), (405, allow), path)
+        self.assertIsNone(self.topic_stats(t))  # OPTIONS made nothing
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)
