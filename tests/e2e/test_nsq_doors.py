@@ -688,6 +688,22 @@ class NsqdEdges(Base):
         self.assertIsNone(self.topic_stats(t))  # OPTIONS made nothing
 
 
+    def test_bad_names_are_quoted_as_go_quotes_them(self):
+        # nsqd writes the name with Go's %q: quotes, backslashes, control
+        # bytes and bytes that are not UTF-8 come escaped.
+        for line, text in (
+                (b'PUB a"b', b'E_BAD_TOPIC PUB topic name "a\\"b" is not valid'),
+                (b"PUB a\tb", b'E_BAD_TOPIC PUB topic name "a\\tb" is not valid'),
+                (b"PUB \xff", b'E_BAD_TOPIC PUB topic name "\\xff" is not valid'),
+                (b"PUB a\\b", b'E_BAD_TOPIC PUB topic name "a\\\\b" is not valid'),
+                (b"PUB \xc3\xa9", b'E_BAD_TOPIC PUB topic name "\xc3\xa9" is not valid'),
+                (b'SUB ok a"b', b'E_BAD_CHANNEL SUB channel name "a\\"b" is not valid')):
+            c = Conn(self.port)
+            self.conns.append(c)
+            c.send(line + b"\n" + (struct.pack(">I", 1) + b"x" if line.startswith(b"PUB") else b""))
+            self.assertEqual(c.read_response(), (FRAME_ERROR, text), line)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

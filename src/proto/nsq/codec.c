@@ -49,6 +49,73 @@ static int fail(tn_nsq_cmd_t *cmd, tn_nsq_err_t err, const char *fmt, ...)
     return TN_EPROTO;
 }
 
+/* Length of the valid UTF-8 sequence at s[0..len), or 0 when it is not
+ * one (overlong forms and surrogates are not). */
+static size_t utf8_seq(const unsigned char *s, size_t len)
+{
+    unsigned char b = s[0];
+    size_t n = b >= 0xc2 && b <= 0xdf   ? 2
+               : b >= 0xe0 && b <= 0xef ? 3
+               : b >= 0xf0 && b <= 0xf4 ? 4
+                                        : 0;
+    if (n == 0 || n > len)
+        return 0;
+    unsigned char lo = b == 0xe0 ? 0xa0 : b == 0xf0 ? 0x90 : 0x80;
+    unsigned char hi = b == 0xed ? 0x9f : b == 0xf4 ? 0x8f : 0xbf;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* A name quoted as Go's %q (strconv.Quote) writes it in nsqd's error
+ * texts: \" and \\ escaped, \a\b\f\n\r\t\v, other control bytes and
+ * bytes that are not UTF-8 as \xNN; valid UTF-8 past ASCII is kept (Go
+ * also escapes the few unprintable runes there, which names never hold
+ * in practice). out is NUL-terminated, cut short if it fills. */
+static const char *go_quote(char *out, size_t cap, const char *name, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)name;
+    size_t o = 0;
+    out[o++] = '"';
+    for (size_t i = 0; i < len && o + 6 < cap;) {
+        unsigned char ch = s[i];
+        const char *esc = ch == '"'    ? "\\\""
+                          : ch == '\\' ? "\\\\"
+                          : ch == '\a' ? "\\a"
+                          : ch == '\b' ? "\\b"
+                          : ch == '\f' ? "\\f"
+                          : ch == '\n' ? "\\n"
+                          : ch == '\r' ? "\\r"
+                          : ch == '\t' ? "\\t"
+                          : ch == '\v' ? "\\v"
+                                       : NULL;
+        size_t n = ch >= 0x80 ? utf8_seq(s + i, len - i) : 1;
+        if (esc != NULL) {
+            out[o++] = esc[0];
+            out[o++] = esc[1];
+        } else if (ch < 0x20 || ch == 0x7f || n == 0) {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[ch >> 4];
+            out[o++] = hex[ch & 15];
+            n = 1;
+        } else {
+            if (o + n + 2 > cap)
+                break;
+            memcpy(out + o, s + i, n);
+            o += n;
+        }
+        i += n;
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+    return out;
+}
+
 bool tn_nsq_is_ephemeral(const char *s, size_t len)
 {
     return tn_name_ephemeral(s, len);
@@ -180,6 +247,7 @@ int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq
     if (line_len > lim->max_line)
         return fail(cmd, TN_NSQ_E_INVALID, "command line longer than %u bytes", lim->max_line);
 
+    char q[sizeof(cmd->errmsg)]; /* a quoted name for an error text */
     tn_iov_t params[MAX_PARAMS] = {{0}};
     int np = 0;
     size_t start = 0;
@@ -213,19 +281,19 @@ int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq
         cmd->topic = params[1];
         cmd->channel = params[2];
         if (!tn_nsq_valid_topic(cmd->topic.base, cmd->topic.len))
-            return fail(cmd, TN_NSQ_E_BAD_TOPIC, "SUB topic name \"%.*s\" is not valid",
-                        (int)TN_MIN(cmd->topic.len, (size_t)300), cmd->topic.base);
+            return fail(cmd, TN_NSQ_E_BAD_TOPIC, "SUB topic name %s is not valid",
+                        go_quote(q, sizeof(q), cmd->topic.base, cmd->topic.len));
         if (!tn_nsq_valid_channel(cmd->channel.base, cmd->channel.len))
-            return fail(cmd, TN_NSQ_E_BAD_CHANNEL, "SUB channel name \"%.*s\" is not valid",
-                        (int)TN_MIN(cmd->channel.len, (size_t)300), cmd->channel.base);
+            return fail(cmd, TN_NSQ_E_BAD_CHANNEL, "SUB channel name %s is not valid",
+                        go_quote(q, sizeof(q), cmd->channel.base, cmd->channel.len));
         break;
     case TN_NSQ_PUB:
     case TN_NSQ_MPUB:
     case TN_NSQ_DPUB:
         cmd->topic = params[1];
         if (!tn_nsq_valid_topic(cmd->topic.base, cmd->topic.len))
-            return fail(cmd, TN_NSQ_E_BAD_TOPIC, "%s topic name \"%.*s\" is not valid", name,
-                        (int)TN_MIN(cmd->topic.len, (size_t)300), cmd->topic.base);
+            return fail(cmd, TN_NSQ_E_BAD_TOPIC, "%s topic name %s is not valid", name,
+                        go_quote(q, sizeof(q), cmd->topic.base, cmd->topic.len));
         if (cmd->op == TN_NSQ_DPUB) {
             if (!parse_u63(params[2].base, params[2].len, &cmd->num))
                 return fail(cmd, TN_NSQ_E_INVALID, "DPUB could not parse timeout %.*s",
