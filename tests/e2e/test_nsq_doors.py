@@ -697,10 +697,12 @@ class NsqdEdges(Base):
                 (b"PUB \xff", b'E_BAD_TOPIC PUB topic name "\\xff" is not valid'),
                 (b"PUB a\\b", b'E_BAD_TOPIC PUB topic name "a\\\\b" is not valid'),
                 (b"PUB \xc3\xa9", b'E_BAD_TOPIC PUB topic name "\xc3\xa9" is not valid'),
-                (b'SUB ok a"b', b'E_BAD_CHANNEL SUB channel name "a\\"b" is not valid')):
+                (b'SUB ok a"b', b'E_BAD_CHANNEL SUB channel name "a\\"b" is not valid'),
+                # nsqd's MPUB repeats the code in its text.
+                (b"MPUB a!", b'E_BAD_TOPIC E_BAD_TOPIC MPUB topic name "a!" is not valid')):
             c = Conn(self.port)
             self.conns.append(c)
-            c.send(line + b"\n" + (struct.pack(">I", 1) + b"x" if line.startswith(b"PUB") else b""))
+            c.send(line + b"\n" + (struct.pack(">I", 1) + b"x" if b"PUB" in line else b""))
             self.assertEqual(c.read_response(), (FRAME_ERROR, text), line)
 
 

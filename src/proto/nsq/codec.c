@@ -292,7 +292,9 @@ int tn_nsq_parse(const char *buf, size_t len, const tn_nsq_limits_t *lim, tn_nsq
     case TN_NSQ_DPUB:
         cmd->topic = params[1];
         if (!tn_nsq_valid_topic(cmd->topic.base, cmd->topic.len))
-            return fail(cmd, TN_NSQ_E_BAD_TOPIC, "%s topic name %s is not valid", name,
+            /* nsqd's MPUB text repeats the code: "E_BAD_TOPIC E_BAD_TOPIC MPUB ..." */
+            return fail(cmd, TN_NSQ_E_BAD_TOPIC, "%s%s topic name %s is not valid",
+                        cmd->op == TN_NSQ_MPUB ? "E_BAD_TOPIC " : "", name,
                         go_quote(q, sizeof(q), cmd->topic.base, cmd->topic.len));
         if (cmd->op == TN_NSQ_DPUB) {
             if (!parse_u63(params[2].base, params[2].len, &cmd->num))
