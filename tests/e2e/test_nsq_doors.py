@@ -706,6 +706,25 @@ class NsqdEdges(Base):
             self.assertEqual(c.read_response(), (FRAME_ERROR, text), line)
 
 
+    def test_a_name_too_long_for_any_topic_is_invalid_not_missing(self):
+        # 300 characters are there but no name: nsqd says INVALID_*, or
+        # finds nothing.
+        t, long = fresh("tl"), "a" * 300
+        self.assertEqual(self.request("POST", f"/topic/create?topic={t}")[0], 200)
+        for path, status, code in (
+                (f"/topic/create?topic={long}", 400, "INVALID_TOPIC"),
+                (f"/channel/create?topic={long}&channel=c", 400, "INVALID_ARG_TOPIC"),
+                (f"/channel/create?topic={t}&channel={long}", 400, "INVALID_ARG_CHANNEL"),
+                (f"/topic/delete?topic={long}", 404, "TOPIC_NOT_FOUND"),
+                (f"/pub?topic={long}", 400, "INVALID_TOPIC")):
+            body = b"x" if path.startswith("/pub") else b""
+            self.assertEqual(self.http_error("POST", path, body), (status, code), path)
+        st, _, out = self.request("GET", f"/stats?format=json&topic={long}")
+        self.assertEqual((st, json.loads(out)["topics"]), (200, None))
+        st, _, out = self.request("GET", f"/stats?format=json&topic={t}&channel={long}")
+        self.assertEqual((st, json.loads(out)["topics"]), (200, []))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ternd", required=True)

@@ -505,14 +505,21 @@ static void on_stats(tn_http_request_t *r, void *arg)
 {
     tn_nsq_http_t *api = arg;
     char format[16] = "", topic[256] = "", channel[256] = "", inc[16] = "true";
-    if (!query_ok(r->head.query) ||
-        tn_http_query(r->head.query, "format", format, sizeof(format)) < 0 ||
-        tn_http_query(r->head.query, "topic", topic, sizeof(topic)) < 0 ||
-        tn_http_query(r->head.query, "channel", channel, sizeof(channel)) < 0 ||
-        tn_http_query(r->head.query, "include_clients", inc, sizeof(inc)) < 0) {
+    /* A topic or channel too long to be any one's name matches none (as in
+     * nsqd): "." is no topic's or channel's name either. Other values that
+     * do not fit are no value nsqd knows, so the default. */
+    if (!query_ok(r->head.query)) {
         answer_error(r, 400, "INVALID_REQUEST");
         return;
     }
+    if (tn_http_query(r->head.query, "format", format, sizeof(format)) < 0)
+        format[0] = '\0';
+    if (tn_http_query(r->head.query, "topic", topic, sizeof(topic)) < 0)
+        snprintf(topic, sizeof(topic), ".");
+    if (tn_http_query(r->head.query, "channel", channel, sizeof(channel)) < 0)
+        snprintf(channel, sizeof(channel), ".");
+    if (tn_http_query(r->head.query, "include_clients", inc, sizeof(inc)) < 0)
+        snprintf(inc, sizeof(inc), "true");
     tn_buf_t b;
     tn_buf_init(&b);
     if (strcmp(format, "json") == 0) {
@@ -679,6 +686,10 @@ static bool topic_arg(tn_http_request_t *r, char *topic, size_t len)
         return false;
     }
     int rc = tn_http_query(r->head.query, "topic", topic, len);
+    if (rc == TN_ETOOBIG) { /* too long to be any topic's name: there, but invalid */
+        topic[0] = '\0';
+        return true;
+    }
     if (rc != 1) {
         answer_error(r, 400, "MISSING_ARG_TOPIC");
         return false;
@@ -1123,6 +1134,10 @@ static void mgmt(tn_http_request_t *r, tn_nsq_http_t *api, int op, bool channel_
     }
     if (channel_op) {
         int rc = tn_http_query(r->head.query, "channel", m->channel, sizeof(m->channel));
+        if (rc == TN_ETOOBIG) { /* too long: there, but invalid */
+            m->channel[0] = '\0';
+            rc = 1;
+        }
         if (rc != 1) {
             answer_error(r, 400, "MISSING_ARG_CHANNEL");
             tn_free(m);
