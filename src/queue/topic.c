@@ -1525,10 +1525,12 @@ int tn_topic_pause(tn_topic_t *t, bool paused, tn_topic_pause_cb cb, void *arg)
     tpause_wait_t *w = NULL;
     if (cb != NULL && (w = tpause_wait_new(cb, arg)) == NULL)
         return UV_ENOMEM;
+    /* Each partition led here holds from its delivery limit; one not led
+     * here holds from 0 should it come to lead here while paused (never
+     * from a point an earlier pause left it). */
     if (paused && !t->paused) {
         for (uint32_t i = 0; i < t->nparts; i++)
-            if (!t->parts[i]->remote)
-                t->parts[i]->hold = tn__part_limit(t->parts[i]);
+            t->parts[i]->hold = t->parts[i]->remote ? 0 : tn__part_limit(t->parts[i]);
     }
     t->paused = paused;
     tpause_ask(t, w);

@@ -464,6 +464,65 @@ static void test_topic_pause_written_when_the_directory_comes(void **state)
     qfx_free(q);
 }
 
+static bool all_replicated(void *arg, const tn_topic_t *t, uint32_t p);
+
+/* Pause t (or unpause it) and wait for its pause file. */
+static void topic_pause_wait(qfx_t *q, tn_topic_t *t, bool paused)
+{
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(t, paused, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    assert_int_equal(w.status, 0);
+}
+
+/* A replicated partition not led here when the topic is paused holds
+ * from 0 once it comes to lead here (docs/cluster.md), whatever hold
+ * point an earlier pause left it: one led here during an earlier pause
+ * kept that pause's point, so the messages below it that the channel
+ * had not taken, published before this pause, were delivered through a
+ * paused node. */
+static void test_topic_pause_remote_holds_from_zero(void **state)
+{
+    (void)state;
+    place_all(SELF);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    q->b->place_readopt = all_replicated;
+    tn_topic_t *t = qfx_topic(q, "t", 1);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(publish(q, "t", "m", 0, NULL, NULL), 0);
+    /* An earlier pause, led here: its hold point is past the three. */
+    topic_pause_wait(q, t, true);
+    topic_pause_wait(q, t, false);
+    /* Led elsewhere, then paused here, then led here again. */
+    owners[0] = 9;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0));
+    topic_pause_wait(q, t, true);
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    assert_int_equal(tn_topic_depth(t), 3); /* its whole log */
+    qfx_sink_t s;
+    attach(&s, ch, 100);
+    qfx_run_for(q, 30);
+    assert_int_equal(s.n, 0);
+    /* So does a restart. */
+    tn_consumer_detach(&s.c);
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
+    assert_true(t->paused);
+    assert_int_equal(tn_topic_depth(t), 3);
+    ch = qfx_channel(q, t, "c");
+    attach(&s, ch, 100);
+    qfx_run_for(q, 30);
+    assert_int_equal(s.n, 0);
+    topic_pause_wait(q, t, false);
+    qfx_expect_n(q, &s, 3);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 /* A partition open here that the placement gives to another node (a data
  * directory restored elsewhere) stops serving; its files stay. One left
  * unplaced stays local. */
@@ -1680,6 +1739,7 @@ int main(void)
         cmocka_unit_test(test_pause_kept_leading_nothing),
         cmocka_unit_test(test_pause_written_when_the_directory_comes),
         cmocka_unit_test(test_topic_pause_written_when_the_directory_comes),
+        cmocka_unit_test(test_topic_pause_remote_holds_from_zero),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
         cmocka_unit_test(test_abandoned_log_reopened_from_files),
