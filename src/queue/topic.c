@@ -1330,11 +1330,17 @@ static void stamp_done(uv_work_t *w, int status)
     int rc = j->rc != 0 ? j->rc : status;
     t->busy--;
     t->stamping = false;
-    if (rc == 0)
+    if (rc == 0) {
         tn_topic_stamped(t, j->ms);
-    else
+        /* The directory may be here now for a replica's copy, which the
+         * next start loads: a pause kept in memory for want of one is
+         * written, as a channel's is beside its stamp (before the waiters:
+         * a deletion waits for that write too). */
+        tn__topic_pause_dir_made(t);
+    } else {
         TN_LOG_RL(TN_LOG_WARN, 60000, "topic %s: writing its stamp failed: %s; tried again later",
                   t->name, tn_strerror(rc));
+    }
     tn_free(j);
     tn__waiters_fire(&t->waiters, 0); /* a deletion or growth waiting for it */
     job_end(t);

@@ -400,6 +400,12 @@ static bool topic_pause_written(void *arg)
     return !((const tn_topic_t *)arg)->pause_writing;
 }
 
+static bool topic_quiet(void *arg)
+{
+    const tn_topic_t *t = arg;
+    return !t->stamping && !t->pause_writing;
+}
+
 /* A topic's pause is the node's too, kept the same way: paused while it
  * held nothing of the topic (no directory: the 200 comes, the pause is in
  * memory), the node writes the topic's pause file once a partition is
@@ -461,6 +467,46 @@ static void test_topic_pause_written_when_the_directory_comes(void **state)
     qfx_restart(q);
     t = qfx_topic(q, "u", 0);
     assert_false(t->paused);
+    qfx_free(q);
+}
+
+/* A topic paused while the node held nothing of it (no directory: in
+ * memory) writes its pause file once a replica's copy of a partition is
+ * made here (the catalog then writes the topic's stamp,
+ * tn_topic_keep_stamp with copy_here), as a channel's pause is written
+ * with its stamp: the copy's directory is loaded at the next start, and a
+ * topic loaded without a pause file comes back unpaused. */
+static void test_topic_pause_written_with_a_copy(void **state)
+{
+    (void)state;
+    place_all(9);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    t->record_created_ms = 42; /* the metastore record's, as the catalog sets it */
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    assert_int_equal(w.status, 0);
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
+    assert_int_equal(paused, -1); /* nowhere to write it */
+    /* The replica manager makes a follower's copy of partition 0 here. */
+    tn_plog_t *pl;
+    assert_int_equal(tn_plog_open(q->fx->store, "t", 0, &pl), 0);
+    tu_plog_close(&q->fx->loop, pl);
+    tn_topic_keep_stamp(t, true);
+    assert_true(t->stamping);
+    assert_true(qfx_run_until(q, topic_quiet, t));
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
+    assert_int_equal(paused, 1);
+    assert_int_equal(n, 2);
+    assert_true(holds[0] == 0 && holds[1] == 0);
+    tn_free(holds);
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
+    assert_true(t->paused);
     qfx_free(q);
 }
 
@@ -1740,6 +1786,7 @@ int main(void)
         cmocka_unit_test(test_pause_written_when_the_directory_comes),
         cmocka_unit_test(test_topic_pause_written_when_the_directory_comes),
         cmocka_unit_test(test_topic_pause_remote_holds_from_zero),
+        cmocka_unit_test(test_topic_pause_written_with_a_copy),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
         cmocka_unit_test(test_abandoned_log_reopened_from_files),
