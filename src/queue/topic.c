@@ -1398,11 +1398,30 @@ typedef struct {
     uint64_t holds[];
 } tpause_job_t;
 
+#ifdef TN_TEST
+/* TERN_TEST_TOPIC_PAUSE_DELAY_MS=n (ternd-test, unit tests): every topic
+ * pause write waits n ms after the file's write (or its finding no
+ * directory) and before its end, so that a test can have a partition
+ * made here between the two, as a worker descheduled there would. */
+static void tpause_test_delay(const tpause_job_t *j)
+{
+    const char *v = getenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS");
+    if (v == NULL || atoi(v) <= 0)
+        return;
+    TN_LOG(TN_LOG_NOTICE, "pause write of topic %s held %d ms (TERN_TEST_TOPIC_PAUSE_DELAY_MS)",
+           j->t->name, atoi(v));
+    uv_sleep((unsigned int)atoi(v));
+}
+#else
+#define tpause_test_delay(j) ((void)(j))
+#endif
+
 static void tpause_work(uv_work_t *w)
 {
     tpause_job_t *j = TN_CONTAINER_OF(w, tpause_job_t, work);
     j->rc = tn_store_topic_pause_write(j->t->broker->store, j->t->name, j->paused, j->holds, j->n,
                                        &j->written);
+    tpause_test_delay(j);
 }
 
 /* End the waits the finished write covers (all of them when it failed:
@@ -1520,7 +1539,9 @@ static void tpause_ask(tn_topic_t *t, tpause_wait_t *w)
 
 void tn__topic_pause_dir_made(tn_topic_t *t)
 {
-    if (t->paused && t->pause_dirless && !t->memory)
+    /* A write under way may have found no directory yet (its end sets
+     * pause_dirless): one more after it. */
+    if (t->paused && (t->pause_dirless || t->pause_writing) && !t->memory)
         tpause_ask(t, NULL);
 }
 

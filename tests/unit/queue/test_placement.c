@@ -510,6 +510,39 @@ static void test_topic_pause_written_with_a_copy(void **state)
     qfx_free(q);
 }
 
+/* A partition placed here while the pause write that found no directory
+ * of the topic has not ended yet (its worker between the write and its
+ * end): its directory is made meanwhile, and the pause file is written
+ * once that write ends, not left in memory until a restart unpauses it. */
+static void test_topic_pause_dir_made_during_its_write(void **state)
+{
+    (void)state;
+    place_all(9);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    tn_topic_t *t = qfx_topic(q, "t", 1);
+    assert_int_equal(setenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS", "1000", 1), 0);
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &w), 0);
+    assert_true(t->pause_writing);
+    owners[0] = SELF;
+    follow(q, t); /* its part_ready comes before the pause write ends */
+    assert_true(tn_topic_part_local(t, 0));
+    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    assert_int_equal(w.status, 0);
+    assert_true(qfx_run_until(q, topic_quiet, t));
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
+    assert_int_equal(paused, 1);
+    tn_free(holds);
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
+    assert_true(t->paused);
+    qfx_free(q);
+}
+
 static bool all_replicated(void *arg, const tn_topic_t *t, uint32_t p);
 
 /* Pause t (or unpause it) and wait for its pause file. */
@@ -1787,6 +1820,7 @@ int main(void)
         cmocka_unit_test(test_topic_pause_written_when_the_directory_comes),
         cmocka_unit_test(test_topic_pause_remote_holds_from_zero),
         cmocka_unit_test(test_topic_pause_written_with_a_copy),
+        cmocka_unit_test(test_topic_pause_dir_made_during_its_write),
         cmocka_unit_test(test_given_away_left_on_disk),
         cmocka_unit_test(test_moved_consumers_dropped),
         cmocka_unit_test(test_abandoned_log_reopened_from_files),
