@@ -915,8 +915,9 @@ typedef void (*tn_delete_cb)(void *arg, int status);
  * /topic/empty: the retained messages of a topic without channels are
  * dropped durably (the first channel made later starts after them); a
  * paused topic's held messages are settled in every channel (done once
- * those records are durable and the pause file holds the new hold
- * points, tn_topic_pause). Channels' own messages are untouched. cb
+ * those records are durable, then the pause file holds the new hold
+ * points, tn_topic_pause: never written before the records, and not
+ * after a record that failed). Channels' own messages are untouched. cb
  * runs with 0 or an error once done (possibly before this returns). 0
  * when under way; UV_EBUSY (not ready, or being emptied); UV_EAGAIN
  * (paused, and a channel has not yet finished the messages from before

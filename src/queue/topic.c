@@ -601,25 +601,34 @@ static void on_floor_written(tn_plog_floor_t *req, int status)
 typedef struct tn__tpause_wait_s tpause_wait_t;
 static tpause_wait_t *tpause_wait_new(tn_topic_pause_cb cb, void *arg);
 static void tpause_ask(tn_topic_t *t, tpause_wait_t *w);
+static void tpause_wait_end(tpause_wait_t *w, int status);
 
-/* Two waits of one answer (a paused topic's empty): cb once both ended,
- * with the first error. */
+static void job_end(tn_topic_t *t);
+
+/* A paused topic's empty between the channels' records and the pause
+ * file: the file takes the new hold points only once the records that
+ * settle the held messages are durable. Written first, a crash (or a
+ * channel log that fails) would leave the channels before the held
+ * messages with the hold points past them, and a restart would deliver
+ * them from a topic still paused. The topic is kept (busy) meanwhile. */
 typedef struct {
-    tn_delete_cb cb;
-    void *arg;
-    int left;
-    int rc;
-} tjoin_t;
+    tn_topic_t *t;
+    tpause_wait_t *w; /* the answer's, or NULL */
+} theld_t;
 
-static void on_tjoin_one(void *arg, int status)
+static void on_held_settled(void *arg, int status)
 {
-    tjoin_t *jn = arg;
-    if (status != 0 && jn->rc == 0)
-        jn->rc = status;
-    if (--jn->left > 0)
-        return;
-    jn->cb(jn->arg, jn->rc);
-    tn_free(jn);
+    theld_t *h = arg;
+    tn_topic_t *t = h->t;
+    tpause_wait_t *w = h->w;
+    tn_free(h);
+    t->busy--;
+    if (status == 0) {
+        tpause_ask(t, w);
+    } else if (w != NULL) {
+        tpause_wait_end(w, status);
+    }
+    job_end(t);
 }
 
 int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
@@ -642,22 +651,17 @@ int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
                 if (!t->parts[i]->remote && ch->parts[i]->cur.frontier < t->parts[i]->hold)
                     return UV_EAGAIN;
         }
-        /* Done once the channels' records are durable and the pause file
-         * holds the new hold points (a restart would otherwise count the
-         * settled messages in the topic's depth again). */
-        tjoin_t *jn = NULL;
+        /* Done once the channels' records are durable, then the pause
+         * file holds the new hold points (a restart would otherwise count
+         * the settled messages in the topic's depth again): on_held_settled. */
+        theld_t *h = tn_calloc(1, sizeof(*h));
         tpause_wait_t *w = NULL;
-        if (cb != NULL) {
-            jn = tn_calloc(1, sizeof(*jn));
-            w = jn != NULL ? tpause_wait_new(on_tjoin_one, jn) : NULL;
-            if (w == NULL) {
-                tn_free(jn);
-                return UV_ENOMEM;
-            }
-            jn->cb = cb;
-            jn->arg = arg;
-            jn->left = 2;
+        if (h == NULL || (cb != NULL && (w = tpause_wait_new(cb, arg)) == NULL)) {
+            tn_free(h);
+            return UV_ENOMEM;
         }
+        h->t = t;
+        h->w = w;
         for (uint32_t i = 0; i < t->nparts; i++) {
             tn_part_t *p = t->parts[i];
             if (p->remote)
@@ -666,12 +670,11 @@ int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
             tn__topic_settle_below(t, i, end);
             p->hold = end;
         }
-        tpause_ask(t, w);
-        if (jn != NULL) {
-            int rc = tn__topic_sync_channels(t, on_tjoin_one, jn);
-            if (rc != 0)
-                on_tjoin_one(jn, rc);
-        }
+        t->busy++;
+        t->broker->workers++;
+        int rc = tn__topic_sync_channels(t, on_held_settled, h);
+        if (rc != 0)
+            on_held_settled(h, rc);
         return 0;
     }
     tempty_t *e = tn_calloc(1, sizeof(*e) + t->nparts * sizeof(e->reqs[0]));
@@ -1502,6 +1505,15 @@ static void tpause_write_start(tn_topic_t *t)
     t->pause_writing = true;
     t->busy++;
     t->broker->workers++;
+}
+
+/* End w (not on a list) with status. */
+static void tpause_wait_end(tpause_wait_t *w, int status)
+{
+    tn_topic_pause_cb cb = w->cb;
+    void *arg = w->arg;
+    tn_free(w);
+    cb(arg, status);
 }
 
 static tpause_wait_t *tpause_wait_new(tn_topic_pause_cb cb, void *arg)
