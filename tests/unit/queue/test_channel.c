@@ -1202,6 +1202,34 @@ static void test_topic_empty_paused_channel_failed(void **state)
     qfx_free(q);
 }
 
+/* A paused topic deleted while its emptying waits for the channels'
+ * records: the topic lives until that wait ends, which writes nothing
+ * into the directory going away (the emptying ends with TN_ECLOSED, or 0
+ * if its write came first). */
+static void test_topic_empty_paused_then_deleted(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, true, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    publish(q, "t", "h1", 0);
+    qfx_allw_t e = {0}, d = {0};
+    assert_int_equal(tn_topic_empty(ch->topic, qfx_on_sync_all, &e), 0);
+    assert_int_equal(tn_broker_delete(q->b, "t", NULL, qfx_on_sync_all, &d), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &e));
+    assert_true(qfx_run_until(q, qfx_all_done, &d));
+    assert_true(e.status == 0 || e.status == TN_ECLOSED);
+    assert_int_equal(d.status, 0);
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
+    assert_int_equal(paused, -1);
+    qfx_free(q);
+}
+
 /* With the broker closed, give partition p of channel c of t the pause
  * flag paused in its own log, as a partition led elsewhere before brings
  * it: moved here, or failed over to this node's copy, which holds its
@@ -1808,6 +1836,7 @@ int main(void)
         cmocka_unit_test(test_topic_pause_kept),
         cmocka_unit_test(test_topic_empty_paused_kept),
         cmocka_unit_test(test_topic_empty_paused_channel_failed),
+        cmocka_unit_test(test_topic_empty_paused_then_deleted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
