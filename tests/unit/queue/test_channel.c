@@ -1230,6 +1230,34 @@ static void test_topic_empty_paused_then_deleted(void **state)
     qfx_free(q);
 }
 
+/* The broker closed while a topic's and a channel's pause writes run
+ * and more are asked behind them: every wait ends once (0 for a write
+ * that ran, TN_ECLOSED for one that cannot start), nothing is freed
+ * under a job (ASan), and the pauses written are loaded again. */
+static void test_close_during_pause_writes(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    tn_topic_t *t = ch->topic;
+    qfx_allw_t a = {0}, b = {0};
+    assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &a), 0);
+    assert_true(t->pause_writing);
+    assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &b), 0);
+    assert_int_equal(tn_channel_pause(ch, true), 0);
+    qfx_allw_t c = {0};
+    assert_int_equal(tn_channel_sync_all(ch, qfx_on_sync_all, &c), 0);
+    qfx_close(q);
+    assert_true(a.done && b.done && c.done);
+    assert_int_equal(a.status, 0);
+    assert_true(b.status == 0 || b.status == TN_ECLOSED);
+    tu_fx_reopen(q->fx);
+    qfx_open(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->topic->paused);
+    qfx_free(q);
+}
+
 /* With the broker closed, give partition p of channel c of t the pause
  * flag paused in its own log, as a partition led elsewhere before brings
  * it: moved here, or failed over to this node's copy, which holds its
@@ -1837,6 +1865,7 @@ int main(void)
         cmocka_unit_test(test_topic_empty_paused_kept),
         cmocka_unit_test(test_topic_empty_paused_channel_failed),
         cmocka_unit_test(test_topic_empty_paused_then_deleted),
+        cmocka_unit_test(test_close_during_pause_writes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
