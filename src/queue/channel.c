@@ -2274,7 +2274,11 @@ uint64_t tn_topic_depth(const tn_topic_t *t)
             tn_plog_stats(p->plog, &st);
             from = st.first_offset;
         } else if (t->paused) {
-            from = p->hold;
+            /* What retention reclaimed of the held messages is gone:
+             * no channel gets it at the unpause. */
+            tn_plog_stats_t st;
+            tn_plog_stats(p->plog, &st);
+            from = TN_MAX(p->hold, st.first_offset);
         }
         if (end > from) {
             /* Messages only: a replicated partition's control records

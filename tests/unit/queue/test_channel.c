@@ -858,6 +858,42 @@ static void test_backlog_kept_across_restart_then_gc(void **state)
     qfx_free(q);
 }
 
+static void fast_gc_retention(tn_broker_opts_t *o)
+{
+    fast_gc(o);
+    o->retention_ns = 1000000; /* 1 ms: every sealed segment is past it */
+}
+
+/* Retention reclaims segments of a paused topic's held messages: the
+ * topic's depth counts the held messages still in the log, not those
+ * reclaimed (they are not handed to the channels at the unpause), and so
+ * does a restart. */
+static void test_paused_topic_depth_after_retention(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(fast_gc_retention, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    tn_topic_t *t = ch->topic;
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    publish_many(q, "t", 300); /* 64 KiB segments: several (GC may start meanwhile) */
+    int64_t deadline = tn_now_mono_ms() + 5000;
+    while (segments(q, "t") > 1 && tn_now_mono_ms() < deadline)
+        qfx_run_for(q, 20);
+    assert_int_equal(segments(q, "t"), 1);
+    for (int pass = 0; pass < 2; pass++) {
+        tn_plog_stats_t st;
+        tn_plog_stats(t->parts[0]->plog, &st);
+        assert_true(st.first_offset > 0);
+        assert_int_equal(tn_topic_depth(t), st.written_next - st.first_offset);
+        qfx_restart(q);
+        t = qfx_topic(q, "t", 0);
+        assert_true(t->paused);
+    }
+    qfx_free(q);
+}
+
 static bool deleted_flag;
 static int deleted_status;
 
@@ -1866,6 +1902,7 @@ int main(void)
         cmocka_unit_test(test_topic_empty_paused_channel_failed),
         cmocka_unit_test(test_topic_empty_paused_then_deleted),
         cmocka_unit_test(test_close_during_pause_writes),
+        cmocka_unit_test(test_paused_topic_depth_after_retention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
