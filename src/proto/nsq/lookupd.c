@@ -35,6 +35,7 @@ struct lconn_s {
     uint32_t refs; /* timer + tcp (when open) + a resolve or connect in flight */
     bool tcp_open;
     bool connected;
+    bool gone; /* dropped from the set (tn_lookupd_set): closing, not to reconnect */
     lconn_t *next;
 };
 
@@ -45,19 +46,17 @@ struct tn_lookupd_s {
     char *broadcast;
     char *version;
     lconn_t *conns;
-    uint32_t open; /* lconns not yet freed */
+    /* Holds the object open while the set is empty, so it is freed only
+     * in a close callback, as every other path frees it. */
+    uv_timer_t anchor;
+    uint32_t open; /* lconns not yet freed, plus the anchor until stop */
     bool stopping;
     void (*stop_cb)(void *arg);
     void *stop_arg;
 };
 
-static void lconn_unref(lconn_t *c)
+static void lookupd_unref(tn_lookupd_t *l)
 {
-    if (--c->refs > 0)
-        return;
-    tn_lookupd_t *l = c->l;
-    tn_buf_fini(&c->in);
-    tn_free(c);
     if (--l->open == 0 && l->stopping) {
         void (*cb)(void *) = l->stop_cb;
         void *arg = l->stop_arg;
@@ -67,6 +66,27 @@ static void lconn_unref(lconn_t *c)
         if (cb != NULL)
             cb(arg);
     }
+}
+
+static void lconn_unref(lconn_t *c)
+{
+    if (--c->refs > 0)
+        return;
+    tn_lookupd_t *l = c->l;
+    tn_buf_fini(&c->in);
+    tn_free(c);
+    lookupd_unref(l);
+}
+
+static void on_anchor_closed(uv_handle_t *h)
+{
+    lookupd_unref(h->data);
+}
+
+/* Whether c is on its way out: the client stops or c left the set. */
+static bool ending(const lconn_t *c)
+{
+    return c->l->stopping || c->gone;
 }
 
 static void on_handle_closed(uv_handle_t *h)
@@ -127,7 +147,7 @@ static void lost(lconn_t *c)
         c->tcp_open = false;
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
     }
-    if (c->l->stopping)
+    if (ending(c))
         return;
     uv_timer_start(&c->timer, on_timer, (uint64_t)c->backoff_ms, 0);
     c->backoff_ms = TN_MIN(c->backoff_ms * 2, BACKOFF_MAX_MS);
@@ -196,8 +216,8 @@ static void register_all(lconn_t *c)
 static void on_connected(uv_connect_t *req, int status)
 {
     lconn_t *c = req->data;
-    if (c->l->stopping || status != 0) {
-        if (status != 0 && !c->l->stopping)
+    if (ending(c) || status != 0) {
+        if (status != 0 && !ending(c))
             TN_LOG_RL(TN_LOG_WARN, 60000, "lookupd %s:%s: cannot connect (%s); retrying", c->host,
                       c->port, uv_strerror(status));
         lost(c);
@@ -232,9 +252,9 @@ static void on_connected(uv_connect_t *req, int status)
 static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
 {
     lconn_t *c = g->data;
-    if (c->l->stopping || status != 0 || res == NULL) {
+    if (ending(c) || status != 0 || res == NULL) {
         uv_freeaddrinfo(res);
-        if (!c->l->stopping)
+        if (!ending(c))
             lost(c);
         lconn_unref(c);
         return;
@@ -290,6 +310,64 @@ static void on_event(void *arg, tn_broker_event_t ev, const char *topic, const c
     }
 }
 
+/* One "host:port" of a list (trimmed of spaces) into hp, as every
+ * address option reads it ([IPv6]:port too): a server needs a host, and a
+ * port to dial. */
+static bool parse_one(const char *p, size_t len, tn_hostport_t *hp)
+{
+    char one[TN_NETADDR_HOST_MAX + 16];
+    while (len > 0 && *p == ' ')
+        p++, len--;
+    while (len > 0 && p[len - 1] == ' ')
+        len--;
+    if (len == 0 || len >= sizeof(one))
+        return false;
+    memcpy(one, p, len);
+    one[len] = '\0';
+    return tn_netaddr_split(one, hp, NULL, 0) == 0 && hp->host[0] != '\0' && hp->port != 0;
+}
+
+static lconn_t *find_conn(tn_lookupd_t *l, const tn_hostport_t *hp)
+{
+    char port[8];
+    snprintf(port, sizeof(port), "%d", hp->port);
+    for (lconn_t *c = l->conns; c != NULL; c = c->next)
+        if (strcmp(c->host, hp->host) == 0 && strcmp(c->port, port) == 0)
+            return c;
+    return NULL;
+}
+
+/* A new connection to hp, not yet started. NULL: out of memory. */
+static lconn_t *add_conn(tn_lookupd_t *l, const tn_hostport_t *hp)
+{
+    lconn_t *c = tn_calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    snprintf(c->host, sizeof(c->host), "%s", hp->host);
+    snprintf(c->port, sizeof(c->port), "%d", hp->port);
+    c->l = l;
+    c->backoff_ms = BACKOFF_MIN_MS;
+    tn_buf_init(&c->in);
+    uv_timer_init(l->loop, &c->timer);
+    c->timer.data = c;
+    c->refs = 1;
+    c->next = l->conns;
+    l->conns = c;
+    l->open++;
+    return c;
+}
+
+/* Close c's socket and timer; c goes when its last reference does. */
+static void close_conn(lconn_t *c)
+{
+    c->connected = false;
+    if (c->tcp_open) {
+        c->tcp_open = false;
+        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    }
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
 int tn_lookupd_start(uv_loop_t *loop, tn_broker_t *broker, const char *addrs,
                      const tn_lookupd_opts_t *opts, tn_lookupd_t **out)
 {
@@ -307,66 +385,31 @@ int tn_lookupd_start(uv_loop_t *loop, tn_broker_t *broker, const char *addrs,
         tn_free(l);
         return UV_ENOMEM;
     }
+    uv_timer_init(loop, &l->anchor);
+    l->anchor.data = l;
+    l->open = 1;
     const char *p = addrs;
     int rc = 0;
     while (*p != '\0' && rc == 0) {
         const char *end = strchr(p, ',');
         size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
-        while (len > 0 && *p == ' ')
-            p++, len--;
-        while (len > 0 && p[len - 1] == ' ')
-            len--;
-        if (len > 0) {
-            /* host:port as every address option reads it ([IPv6]:port
-             * too); a server needs a host, and a port to dial. */
-            char one[TN_NETADDR_HOST_MAX + 16];
-            tn_hostport_t hp;
-            if (len >= sizeof(one)) {
-                rc = UV_EINVAL;
-                break;
-            }
-            memcpy(one, p, len);
-            one[len] = '\0';
-            if (tn_netaddr_split(one, &hp, NULL, 0) != 0 || hp.host[0] == '\0' || hp.port == 0) {
-                rc = UV_EINVAL;
-                break;
-            }
-            lconn_t *c = tn_calloc(1, sizeof(*c));
-            if (c == NULL) {
-                rc = UV_ENOMEM;
-                break;
-            }
-            snprintf(c->host, sizeof(c->host), "%s", hp.host);
-            snprintf(c->port, sizeof(c->port), "%d", hp.port);
-            c->l = l;
-            c->backoff_ms = BACKOFF_MIN_MS;
-            tn_buf_init(&c->in);
-            uv_timer_init(loop, &c->timer);
-            c->timer.data = c;
-            c->refs = 1;
-            c->next = l->conns;
-            l->conns = c;
-            l->open++;
-        }
+        tn_hostport_t hp;
+        bool blank = strspn(p, " ") >= len;
+        if (!blank && !parse_one(p, len, &hp))
+            rc = UV_EINVAL;
+        else if (!blank && find_conn(l, &hp) == NULL && add_conn(l, &hp) == NULL)
+            rc = UV_ENOMEM;
         if (end == NULL)
             break;
         p = end + 1;
     }
-    if (rc != 0 || l->conns == NULL) {
+    if (rc == 0)
+        rc = tn_broker_listen(broker, on_event, l);
+    if (rc != 0) {
         l->stopping = true;
         for (lconn_t *c = l->conns; c != NULL; c = c->next)
             uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-        if (l->conns == NULL) {
-            tn_free(l->broadcast);
-            tn_free(l->version);
-            tn_free(l);
-        }
-        return rc != 0 ? rc : UV_EINVAL;
-    }
-    if ((rc = tn_broker_listen(broker, on_event, l)) != 0) {
-        l->stopping = true;
-        for (lconn_t *c = l->conns; c != NULL; c = c->next)
-            uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+        uv_close((uv_handle_t *)&l->anchor, on_anchor_closed);
         return rc;
     }
     for (lconn_t *c = l->conns; c != NULL; c = c->next)
@@ -375,18 +418,59 @@ int tn_lookupd_start(uv_loop_t *loop, tn_broker_t *broker, const char *addrs,
     return 0;
 }
 
+int tn_lookupd_set(tn_lookupd_t *l, const char *const *addrs, size_t n)
+{
+    tn_hostport_t *want = n > 0 ? tn_calloc(n, sizeof(*want)) : NULL;
+    bool *ok = n > 0 ? tn_calloc(n, sizeof(*ok)) : NULL;
+    if (n > 0 && (want == NULL || ok == NULL)) {
+        tn_free(want);
+        tn_free(ok);
+        return UV_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ok[i] = parse_one(addrs[i], strlen(addrs[i]), &want[i]);
+        if (!ok[i])
+            TN_LOG(TN_LOG_WARN, "lookupd \"%s\": not a host:port; not registering there", addrs[i]);
+    }
+    /* Leave the lookupds no longer wanted: nsqd closes the connection,
+     * without UNREGISTER. */
+    for (lconn_t **pp = &l->conns; *pp != NULL;) {
+        lconn_t *c = *pp;
+        bool keep = false;
+        for (size_t i = 0; i < n && !keep; i++)
+            keep = ok[i] && find_conn(l, &want[i]) == c;
+        if (keep) {
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        c->gone = true;
+        TN_LOG(TN_LOG_INFO, "lookupd %s:%s: removed", c->host, c->port);
+        close_conn(c);
+    }
+    /* Join the new ones; their connections register everything. */
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (!ok[i] || find_conn(l, &want[i]) != NULL)
+            continue;
+        lconn_t *c = add_conn(l, &want[i]);
+        if (c == NULL)
+            rc = UV_ENOMEM;
+        else
+            start_connect(c);
+    }
+    tn_free(want);
+    tn_free(ok);
+    return rc;
+}
+
 void tn_lookupd_stop(tn_lookupd_t *l, void (*cb)(void *arg), void *arg)
 {
     l->stopping = true;
     l->stop_cb = cb;
     l->stop_arg = arg;
     tn_broker_unlisten(l->broker, on_event, l);
-    for (lconn_t *c = l->conns; c != NULL; c = c->next) {
-        c->connected = false;
-        if (c->tcp_open) {
-            c->tcp_open = false;
-            uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-        }
-        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-    }
+    for (lconn_t *c = l->conns; c != NULL; c = c->next)
+        close_conn(c);
+    uv_close((uv_handle_t *)&l->anchor, on_anchor_closed);
 }

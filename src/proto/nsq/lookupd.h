@@ -11,6 +11,10 @@
  *      frame); an error is logged, not fatal.
  *   4. A failed or closed connection is retried with a backoff of 1 s
  *      doubling to 15 s; the next connection registers everything again.
+ *   5. tn_lookupd_set replaces the set at runtime (nsqd's PUT
+ *      /config/nsqlookupd_tcp_addresses): connections to lookupds left
+ *      out close, as nsqd's do, without UNREGISTER; new ones go through
+ *      steps 1-4; those in both sets stay as they are.
  *
  * Threads: the loop thread. */
 #ifndef TN_PROTO_NSQ_LOOKUPD_H
@@ -31,12 +35,18 @@ typedef struct {
     const char *version;
 } tn_lookupd_opts_t;
 
-/* Register with every host:port of the comma-separated list addrs. The
- * broker's topics and channels are registered, and later changes
- * followed (this installs the broker's event hook). 0, UV_EINVAL (a bad
- * address) or UV_ENOMEM. */
+/* Register with every host:port of the comma-separated list addrs (may
+ * be empty: none until tn_lookupd_set). The broker's topics and channels
+ * are registered, and later changes followed (this installs the broker's
+ * event hook). 0, UV_EINVAL (a bad address) or UV_ENOMEM. */
 int tn_lookupd_start(uv_loop_t *loop, tn_broker_t *broker, const char *addrs,
                      const tn_lookupd_opts_t *opts, tn_lookupd_t **out);
+/* Make addrs (n "host:port" strings, borrowed) the set of lookupds, as
+ * in step 5. An entry that is no host:port is logged and skipped (nsqd
+ * takes it and fails to dial it); an empty set closes every connection
+ * and keeps l for a later call. 0 or UV_ENOMEM (the set may then be
+ * partly applied). */
+int tn_lookupd_set(tn_lookupd_t *l, const char *const *addrs, size_t n);
 /* Close every connection; cb runs when all handles are closed. */
 void tn_lookupd_stop(tn_lookupd_t *l, void (*cb)(void *arg), void *arg);
 
