@@ -393,6 +393,22 @@ static void on_http_closed(void *arg)
 
 /* One message to the service manager (core/notify.h). Only the first
  * failure is logged; the daemon serves either way. */
+/* PUT /config/nsqlookupd_tcp_addresses (api/nsq/http.h): re-point the
+ * registration, starting the client if no lookupd was configured. */
+static int set_lookupds(void *arg, const char *const *addrs, size_t n)
+{
+    daemon_t *d = arg;
+    /* The HTTP server closes before the lookupd client (shut_down), so
+     * no PUT comes after that stopped. */
+    if (d->lookupd == NULL) {
+        tn_lookupd_opts_t lo = {d->broadcast, d->api.tcp_port, d->api.http_port, TN_VERSION};
+        int rc = tn_lookupd_start(d->loop, d->broker, "", &lo, &d->lookupd);
+        if (rc != 0)
+            return rc;
+    }
+    return tn_lookupd_set(d->lookupd, addrs, n);
+}
+
 static void notify(daemon_t *d, const char *fmt, ...) TN_PRINTF(2, 3);
 static void notify(daemon_t *d, const char *fmt, ...)
 {
@@ -1393,10 +1409,13 @@ static int start_doors(daemon_t *d, const tn_config_t *cfg, tn_ws_opts_t *wopts,
         return rc;
     }
     char *lookupds = tn_config_lookupds(cfg);
-    if (lookupds == NULL) {
+    if (lookupds == NULL || tn_nsq_http_set_lookupds(&d->api, lookupds) != 0) {
+        tn_free(lookupds);
         tn_errbuf(err, errlen, "cannot start lookupd registration: %s", tn_strerror(UV_ENOMEM));
         return UV_ENOMEM;
     }
+    d->api.set_lookupds = set_lookupds;
+    d->api.set_lookupds_arg = d;
     if (lookupds[0] != '\0') {
         tn_lookupd_opts_t lo = {d->broadcast, d->api.tcp_port, d->api.http_port, TN_VERSION};
         rc = tn_lookupd_start(loop, d->broker, lookupds, &lo, &d->lookupd);
@@ -1547,6 +1566,7 @@ int main(int argc, char **argv)
         start_ready_poll(&d);
     }
     uv_run(&loop, UV_RUN_DEFAULT);
+    tn_nsq_http_fini(&d.api);
     /* With the metastore drained, libraft's handles are still on the loop
      * (tn_meta_drain): everything else has closed, storage is durable. */
     rc = d.meta_drained ? 0 : uv_loop_close(&loop);

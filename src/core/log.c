@@ -17,6 +17,11 @@
 #include <unistd.h>
 
 int tn_log_level = TN_LOG_INFO;
+
+void tn_log_set_level(int level)
+{
+    tn_log_level = level;
+}
 static int log_fd = 2;
 static int log_format = TN_LOG_TEXT;
 static bool log_journal;

@@ -29,6 +29,10 @@ typedef enum {
 
 extern int tn_log_level;
 
+/* Change the level at runtime (nsqd's PUT /config/log_level). Lines
+ * being written by other threads meanwhile see the old or the new one. */
+void tn_log_set_level(int level);
+
 /* Rate limiter state for one call site. */
 typedef struct {
     int64_t next_ms;

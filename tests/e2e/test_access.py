@@ -231,6 +231,19 @@ class UsersServeAuth(Base):
         self.assertEqual(self.request("POST", f"/pub?topic={o}", b"m", ADMIN)[0], 200)
         self.assertEqual(self.request("POST", f"/pub?topic={o}", b"m", ALICE)[0], 403)
 
+    def test_config_changes_take_an_admin(self):
+        # nsqd's PUT /config/:opt changes the node for every topic: an
+        # admin's, as a topic's management is its owner's or an admin's.
+        st, _, body = self.request("PUT", "/config/log_level", b"info")
+        self.assertEqual((st, json.loads(body)), (401, {"message": "AUTH_REQUIRED"}))
+        st, _, body = self.request("PUT", "/config/nsqlookupd_tcp_addresses", b"[]", ALICE)
+        self.assertEqual((st, json.loads(body)), (403, {"message": "FORBIDDEN"}))
+        self.assertEqual(self.request("PUT", "/config/log_level", b"info", ADMIN)[:1], (200,))
+        self.assertEqual(self.request("PUT", "/config/nsqlookupd_tcp_addresses", b"[]", ADMIN)[0],
+                         200)
+        # Reading stays open, as /info does.
+        self.assertEqual(self.request("GET", "/config/log_level")[0], 200)
+
 
 def main():
     ap = argparse.ArgumentParser()

@@ -488,6 +488,40 @@ class HTTP(unittest.TestCase):
         self.assertEqual(status, 405)
         self.assertIn("POST", headers["Allow"])
 
+    def test_config_log_level_and_unknown_options(self):
+        """nsqd's /config/:opt: log_level reads as nsqd's number (1 debug ..
+        5 fatal) and is set by name; any other option is 400 INVALID_OPTION
+        (a PUT's body is checked first: an empty one is 413)."""
+        v1 = {"Accept": "application/vnd.nsq; version=1.0"}
+
+        def config(method, opt, body=None, headers=None):
+            st, h, b = self.request(method, f"/config/{opt}", body, headers)
+            self.assertEqual(h.get("Content-Type"), "application/json; charset=utf-8")
+            self.assertEqual(h.get("X-NSQ-Content-Type"), "nsq; version=1.0")
+            return st, json.loads(b)
+
+        self.assertEqual(config("GET", "log_level"), (200, 2))  # --log-level info
+        try:
+            self.assertEqual(config("PUT", "log_level", b"debug"), (200, 1))
+            self.assertEqual(config("GET", "log_level", headers=v1), (200, 1))
+            self.assertEqual(config("PUT", "log_level", b"WARN"), (200, 3))
+            self.assertEqual(config("PUT", "log_level", b"Error"), (200, 4))
+            self.assertEqual(config("GET", "log_level"), (200, 4))
+            for bad in (b"warning", b"notice", b"debug\n", b"x"):
+                self.assertEqual(config("PUT", "log_level", bad), (400, {"message": "INVALID_VALUE"}),
+                                 bad)
+            self.assertEqual(config("GET", "log_level"), (200, 4))
+            self.assertEqual(config("PUT", "log_level", b""), (413, {"message": "INVALID_VALUE"}))
+        finally:
+            self.assertEqual(config("PUT", "log_level", b"info"), (200, 2))
+        self.assertEqual(config("GET", "bogus"), (400, {"message": "INVALID_OPTION"}))
+        self.assertEqual(config("GET", "bogus", headers=v1), (400, {"message": "INVALID_OPTION"}))
+        self.assertEqual(config("PUT", "bogus", b"x"), (400, {"message": "INVALID_OPTION"}))
+        self.assertEqual(config("PUT", "bogus", b""), (413, {"message": "INVALID_VALUE"}))
+        status, headers, _ = self.request("POST", "/config/log_level")
+        self.assertEqual(status, 405)
+        self.assertIn("PUT", headers["Allow"])
+
     def test_head(self):
         status, headers, body = self.request("HEAD", "/ping")
         self.assertEqual((status, body, headers["Content-Length"]), (200, b"", "2"))
@@ -684,6 +718,7 @@ class FakeLookupd:
         self.port = self.sock.getsockname()[1]
         self.events = []
         self.identities = []
+        self.closed = 0  # connections the node closed
         self.lock = threading.Lock()
         threading.Thread(target=self.serve, daemon=True).start()
 
@@ -726,7 +761,11 @@ class FakeLookupd:
                     with self.lock:
                         self.events.append(line.decode())
                 conn.sendall(ok)
-        except (EOFError, OSError, AssertionError):
+        except EOFError:
+            with self.lock:
+                self.closed += 1
+            conn.close()
+        except (OSError, AssertionError):
             conn.close()
 
     def wait_for(self, event, timeout=10):
@@ -737,6 +776,16 @@ class FakeLookupd:
                     return True
             time.sleep(0.05)
         raise AssertionError(f"lookupd never saw {event!r}; saw {self.events}")
+
+    def wait_until(self, what, cond, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if cond():
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"lookupd never saw {what}; saw {self.events}, "
+                             f"{len(self.identities)} IDENTIFY, {self.closed} closed")
 
     def close(self):
         self.sock.close()
@@ -778,6 +827,80 @@ class LookupdRegistration(unittest.TestCase):
             self.assertEqual(dm.stop(), 0)
         finally:
             lk.close()
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_put_config_moves_the_registration(self):
+        """nsqd's PUT /config/nsqlookupd_tcp_addresses: the new lookupds get
+        IDENTIFY and every REGISTER, the connections to dropped ones close;
+        GET answers the list as set; nothing of it survives a restart."""
+        a, b = FakeLookupd(), FakeLookupd()
+        d = tempfile.mkdtemp(prefix="tern-http-")
+        dm = None
+        try:
+            data = os.path.join(d, "data")
+            dm = Daemon(data, "--broadcast-address=127.0.0.1")
+            dm.wait_for("ready")
+
+            def config(method, body=None):
+                c = http.client.HTTPConnection("127.0.0.1", dm.http_port, timeout=10)
+                try:
+                    c.request(method, "/config/nsqlookupd_tcp_addresses", body=body)
+                    r = c.getresponse()
+                    self.assertEqual(r.getheader("Content-Type"), "application/json; charset=utf-8")
+                    return r.status, json.loads(r.read())
+                finally:
+                    c.close()
+
+            c = http.client.HTTPConnection("127.0.0.1", dm.http_port, timeout=10)
+            for path in ("/topic/create?topic=mvt", "/channel/create?topic=mvt&channel=mvc"):
+                c.request("POST", path)
+                self.assertEqual(c.getresponse().read(), b"")
+            c.close()
+            self.assertEqual(config("GET"), (200, []))
+            # No lookupd was configured: the first PUT starts registering.
+            addr_a, addr_b = f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"
+            self.assertEqual(config("PUT", json.dumps([addr_a])), (200, [addr_a]))
+            a.wait_for("REGISTER mvt mvc")
+            a.wait_for("REGISTER mvt")
+            self.assertEqual(a.identities[0]["broadcast_address"], "127.0.0.1")
+            self.assertEqual(config("GET"), (200, [addr_a]))
+            # Moving to b: b hears everything, a's connection closes.
+            self.assertEqual(config("PUT", json.dumps([addr_b])), (200, [addr_b]))
+            b.wait_for("REGISTER mvt mvc")
+            a.wait_until("its connection closed", lambda: a.closed == 1)
+            self.assertEqual(len(b.identities), 1)
+            self.assertEqual(config("GET"), (200, [addr_b]))
+            # Both: b's connection stays as it is, a registers anew.
+            with a.lock:
+                a.events.clear()
+            self.assertEqual(config("PUT", json.dumps([addr_b, addr_a])), (200, [addr_b, addr_a]))
+            a.wait_for("REGISTER mvt mvc")
+            self.assertEqual((len(a.identities), len(b.identities), b.closed), (2, 1, 0))
+            # nsqd's answers to bad bodies; the list stays.
+            for bad in (b"notjson", b'"x"', b"[1]", b'["x", 2]', b"{}", b"[[]]", b"[] []"):
+                self.assertEqual(config("PUT", bad), (400, {"message": "INVALID_VALUE"}), bad)
+            self.assertEqual(config("PUT", b""), (413, {"message": "INVALID_VALUE"}))
+            self.assertEqual(config("GET"), (200, [addr_b, addr_a]))
+            # An address nsqd cannot dial is taken as it takes it (and logged).
+            self.assertEqual(config("PUT", b'["nohost"]'), (200, ["nohost"]))
+            a.wait_until("its second connection closed", lambda: a.closed == 2)
+            b.wait_until("its connection closed", lambda: b.closed == 1)
+            self.assertEqual(config("PUT", b"[]"), (200, []))
+            self.assertEqual(config("PUT", b"null"), (200, None))
+            self.assertEqual(config("PUT", json.dumps([addr_a])), (200, [addr_a]))
+            a.wait_until("a third IDENTIFY", lambda: len(a.identities) == 3)
+            self.assertEqual(dm.stop(), 0)
+            # Not persisted, as in nsqd: a restart has the flags' list.
+            dm = Daemon(data)
+            dm.wait_for("ready")
+            self.assertEqual(config("GET"), (200, []))
+            rc, dm = dm.stop(), None
+            self.assertEqual(rc, 0)
+        finally:
+            if dm is not None:
+                dm.stop()
+            a.close()
+            b.close()
             shutil.rmtree(d, ignore_errors=True)
 
 

@@ -5,6 +5,7 @@
 
 #include "core/alloc.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "core/name.h"
 #include "core/time.h"
 #include "api/access.h"
@@ -12,6 +13,7 @@
 #include "api/users.h"
 #include "api/v1/common.h"
 #include "cluster/replerr.h"
+#include "proto/http/json.h"
 #include "proto/nsq/codec.h"
 
 #include <inttypes.h>
@@ -1432,6 +1434,307 @@ static void on_mpub(tn_http_request_t *r, void *arg)
     publish(r, api, h, topic, deliver_at);
 }
 
+/* --- /config/{opt} ----------------------------------------------------------- */
+
+void tn_nsq_http_fini(tn_nsq_http_t *api)
+{
+    tn_free(api->lookupds_json);
+    api->lookupds_json = NULL;
+}
+
+/* The JSON array of n strings (addrs[i] of lens[i] bytes), or "null"
+ * when null (nsqd's nil list after a PUT of null). NULL: out of memory. */
+static char *lookupds_json(char *const *addrs, const size_t *lens, size_t n, bool null)
+{
+    tn_buf_t b;
+    tn_buf_init(&b);
+    int rc = null ? tn_buf_append(&b, "null", 4) : tn_buf_append(&b, "[", 1);
+    for (size_t i = 0; i < n && !null; i++) {
+        if (i > 0)
+            rc = rc ? rc : tn_buf_append(&b, ",", 1);
+        rc = rc ? rc : tn_buf_append(&b, "\"", 1);
+        rc = rc ? rc : tn_buf_json_escape_n(&b, addrs[i], lens[i]);
+        rc = rc ? rc : tn_buf_append(&b, "\"", 1);
+    }
+    rc = rc || null ? rc : tn_buf_append(&b, "]", 1);
+    rc = rc ? rc : tn_buf_append(&b, "", 1); /* the NUL, to hand the text over as a string */
+    if (rc != 0) {
+        tn_buf_fini(&b);
+        return NULL;
+    }
+    return b.base; /* transferred: nothing was consumed, so the text starts there */
+}
+
+int tn_nsq_http_set_lookupds(tn_nsq_http_t *api, const char *addrs)
+{
+    /* At most one entry per comma, plus one. */
+    size_t cap = 1;
+    for (const char *p = addrs; *p != '\0'; p++)
+        cap += *p == ',';
+    char **v = tn_calloc(cap, sizeof(*v));
+    size_t *lens = tn_calloc(cap, sizeof(*lens));
+    size_t n = 0;
+    char *json = NULL;
+    if (v != NULL && lens != NULL) {
+        for (const char *p = addrs; *p != '\0';) {
+            const char *end = strchr(p, ',');
+            size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+            while (len > 0 && *p == ' ')
+                p++, len--;
+            while (len > 0 && p[len - 1] == ' ')
+                len--;
+            if (len > 0) {
+                v[n] = (char *)p;
+                lens[n++] = len;
+            }
+            if (end == NULL)
+                break;
+            p = end + 1;
+        }
+        json = lookupds_json(v, lens, n, false);
+    }
+    tn_free(v);
+    tn_free(lens);
+    if (json == NULL)
+        return UV_ENOMEM;
+    tn_free(api->lookupds_json);
+    api->lookupds_json = json;
+    return 0;
+}
+
+/* A PUT body of nsqlookupd_tcp_addresses, as Go's json.Unmarshal into a
+ * []string takes it: an array of strings (a null element is ""), or null
+ * for none. */
+typedef struct {
+    char **v;
+    size_t *lens;
+    size_t n, cap;
+    int depth;
+    bool null; /* the whole value was null */
+    bool bad;
+    bool nomem;
+} addr_list_t;
+
+static int al_add(addr_list_t *a, const char *s, size_t len)
+{
+    if (a->depth != 1) {
+        a->bad = true;
+        return 0;
+    }
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 8;
+        char **v = tn_realloc(a->v, cap * sizeof(*v));
+        if (v != NULL)
+            a->v = v;
+        size_t *l = v != NULL ? tn_realloc(a->lens, cap * sizeof(*l)) : NULL;
+        if (l == NULL) {
+            a->nomem = true;
+            return 0;
+        }
+        a->lens = l;
+        a->cap = cap;
+    }
+    char *copy = tn_malloc(len + 1);
+    if (copy == NULL) {
+        a->nomem = true;
+        return 0;
+    }
+    memcpy(copy, s, len);
+    copy[len] = '\0';
+    a->v[a->n] = copy;
+    a->lens[a->n++] = len;
+    return 1;
+}
+
+static int al_null(void *ctx)
+{
+    addr_list_t *a = ctx;
+    if (a->depth == 0) {
+        a->null = true;
+        return 1;
+    }
+    return al_add(a, "", 0);
+}
+
+static int al_string(void *ctx, const unsigned char *s, size_t len)
+{
+    return al_add(ctx, (const char *)s, len);
+}
+
+static int al_start_array(void *ctx)
+{
+    addr_list_t *a = ctx;
+    if (a->depth++ != 0)
+        a->bad = true;
+    return !a->bad;
+}
+
+static int al_end_array(void *ctx)
+{
+    ((addr_list_t *)ctx)->depth--;
+    return 1;
+}
+
+static int al_other(void *ctx)
+{
+    ((addr_list_t *)ctx)->bad = true;
+    return 0;
+}
+
+static int al_bool(void *ctx, int b)
+{
+    (void)b;
+    return al_other(ctx);
+}
+
+static int al_number(void *ctx, const char *s, size_t len)
+{
+    (void)s, (void)len;
+    return al_other(ctx);
+}
+
+static int al_key(void *ctx, const unsigned char *s, size_t len)
+{
+    (void)s, (void)len;
+    return al_other(ctx);
+}
+
+static void al_fini(addr_list_t *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        tn_free(a->v[i]);
+    tn_free(a->v);
+    tn_free(a->lens);
+}
+
+/* false after answering an error. */
+static bool put_lookupds(tn_http_request_t *r, tn_nsq_http_t *api)
+{
+    static const yajl_callbacks cbs = {
+        al_null,  al_bool, NULL,     NULL,           al_number,    al_string,
+        al_other, al_key,  al_other, al_start_array, al_end_array,
+    };
+    addr_list_t a = {0};
+    bool ok = false;
+    int rc = tn_json_events(tn_buf_data(&r->body), tn_buf_size(&r->body), &cbs, &a, true, &ok);
+    if (rc == 0 && a.nomem)
+        rc = UV_ENOMEM;
+    if (rc != 0) {
+        al_fini(&a);
+        answer_error(r, 500, "INTERNAL_ERROR");
+        return false;
+    }
+    if (!ok || a.bad) {
+        al_fini(&a);
+        answer_error(r, 400, "INVALID_VALUE");
+        return false;
+    }
+    char *json = lookupds_json(a.v, a.lens, a.n, a.null);
+    if (json == NULL || api->set_lookupds == NULL ||
+        api->set_lookupds(api->set_lookupds_arg, (const char *const *)a.v, a.n) != 0) {
+        tn_free(json);
+        al_fini(&a);
+        answer_error(r, 500, "INTERNAL_ERROR");
+        return false;
+    }
+    al_fini(&a);
+    tn_free(api->lookupds_json);
+    api->lookupds_json = json;
+    TN_LOG(TN_LOG_NOTICE, "nsqlookupd_tcp_addresses set to %s by PUT /config", json);
+    return true;
+}
+
+/* nsqd's log level names, which PUT takes in any case; its fatal is
+ * tern's error, as --log-level fatal is. */
+static const struct {
+    const char *name;
+    int level;
+} nsq_levels[] = {
+    {"debug", TN_LOG_DEBUG}, {"info", TN_LOG_INFO},   {"warn", TN_LOG_WARN},
+    {"error", TN_LOG_ERROR}, {"fatal", TN_LOG_ERROR},
+};
+
+/* The level as nsqd's GET answers it, a number: debug 1, info 2, warn 3,
+ * error 4, fatal 5. tern's notice, between info and warn, reads as info. */
+static int nsq_level_number(int level)
+{
+    switch (level) {
+    case TN_LOG_DEBUG:
+        return 1;
+    case TN_LOG_INFO:
+    case TN_LOG_NOTICE:
+        return 2;
+    case TN_LOG_WARN:
+        return 3;
+    case TN_LOG_ERROR:
+        return 4;
+    default:
+        return 5;
+    }
+}
+
+/* false after answering an error. */
+static bool put_log_level(tn_http_request_t *r)
+{
+    const char *body = tn_buf_data(&r->body);
+    size_t len = tn_buf_size(&r->body);
+    for (size_t i = 0; i < TN_ARRAY_SIZE(nsq_levels); i++) {
+        if (strlen(nsq_levels[i].name) == len && strncasecmp(body, nsq_levels[i].name, len) == 0) {
+            tn_log_set_level(nsq_levels[i].level);
+            TN_LOG(TN_LOG_NOTICE, "log level set to %s by PUT /config", nsq_levels[i].name);
+            return true;
+        }
+    }
+    answer_error(r, 400, "INVALID_VALUE");
+    return false;
+}
+
+/* GET or PUT /config/{opt}, nsqd's doConfig for the two options it
+ * can change at runtime. A PUT changes how the node runs for everyone,
+ * so when NSQ AUTH is served by tern's users (every topic guarded) it
+ * takes an admin, as a guarded topic's management takes its owner or an
+ * admin; with open doors it is open, as in nsqd. */
+static void on_config(tn_http_request_t *r, void *arg)
+{
+    tn_nsq_http_t *api = arg;
+    const tn_iov_t *opt = tn_http_param(r, "opt");
+    bool lookupds = opt->len == 24 && memcmp(opt->base, "nsqlookupd_tcp_addresses", 24) == 0;
+    bool level = opt->len == 9 && memcmp(opt->base, "log_level", 9) == 0;
+    bool put = r->head.method.len == 3 && memcmp(r->head.method.base, "PUT", 3) == 0;
+    if (put) {
+        if (api->v1 != NULL && api->v1->o.security && api->protect_all) {
+            if (r->principal[0] == '\0') {
+                tn__v1_nsq_refuse(r, 401, "AUTH_REQUIRED");
+                return;
+            }
+            if (!tn__v1_is_admin(api->v1, r)) {
+                tn__v1_nsq_refuse(r, 403, "FORBIDDEN");
+                return;
+            }
+        }
+        /* nsqd checks the body before the option. */
+        if (tn_buf_size(&r->body) == 0) {
+            answer_error(r, 413, "INVALID_VALUE");
+            return;
+        }
+        if (lookupds && !put_lookupds(r, api))
+            return;
+        if (level && !put_log_level(r))
+            return;
+    }
+    if (lookupds && api->lookupds_json != NULL) {
+        answer_json(r, 200, api->lookupds_json);
+    } else if (level) {
+        char body[16];
+        snprintf(body, sizeof(body), "%d", nsq_level_number(tn_log_level));
+        answer_json(r, 200, body);
+    } else if (lookupds) {
+        answer_json(r, 200, "[]");
+    } else {
+        answer_error(r, 400, "INVALID_OPTION");
+    }
+}
+
 /* nsqd's topic and channel endpoints read no body, so a client's body there
  * (a form, "{}") is no error: up to this much is read and ignored. */
 #define IGNORED_BODY (64 * 1024)
@@ -1474,6 +1777,12 @@ int tn_nsq_http_register(tn_http_server_t *srv, tn_nsq_http_t *api)
     rc = rc ? rc : tn_http_route(srv, "GET", "/channels", 0, NULL, on_channels, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/nodes", 0, NULL, on_nodes, api);
     rc = rc ? rc : tn_http_route(srv, "GET", "/readyz", 0, NULL, on_readyz, api);
+    rc = rc ? rc : tn_http_route(srv, "GET", "/config/{opt}", 0, NULL, on_config, api);
+    /* nsqd reads at most --max-msg-size bytes, and refuses more with
+     * 413 INVALID_VALUE. */
+    rc = rc ? rc
+            : tn_http_route(srv, "PUT", "/config/{opt}", api->max_msg_size, "INVALID_VALUE",
+                            on_config, api);
     rc =
         rc ? rc : tn_http_route(srv, "POST", "/pub", api->max_msg_size, "MSG_TOO_BIG", on_pub, api);
     rc = rc ? rc : tn_http_route(srv, "PUT", "/pub", api->max_msg_size, "MSG_TOO_BIG", on_pub, api);

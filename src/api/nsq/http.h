@@ -1,5 +1,5 @@
-/* NSQ's HTTP API on tern's HTTP server: /ping, /info, /pub, /mpub, and
- * the health endpoints /healthz and /readyz. Publishing answers `OK` at
+/* NSQ's HTTP API on tern's HTTP server: /ping, /info, /pub, /mpub,
+ * /config/{opt}, and the health endpoints /healthz and /readyz. Publishing answers `OK` at
  * the same durability boundary as the TCP PUB (after the fdatasync in
  * durable mode). Errors are nsqd's: a status and {"message": "<CODE>"};
  * a request whose Accept names `application/vnd.nsq; version=1.0` gets
@@ -45,10 +45,25 @@ typedef struct {
     /* The node's drain (api/drain.h; NULL: none): while it runs /readyz
      * answers 503 {"status":"draining"} and /pub, /mpub 503 E_DRAINING. */
     struct tn_drain_s *drain;
+    /* nsqd's /config/nsqlookupd_tcp_addresses: the list as GET answers it
+     * (JSON, owned; set with tn_nsq_http_set_lookupds), and the hook a PUT
+     * calls with the new one (n strings, borrowed for the call; 0 or a
+     * negative error) to re-point the lookupd registration (NULL: PUT
+     * answers 500). Not persisted, as in nsqd. */
+    char *lookupds_json;
+    int (*set_lookupds)(void *arg, const char *const *addrs, size_t n);
+    void *set_lookupds_arg;
 } tn_nsq_http_t;
 
 /* Fill the settings from cfg (ports and broker are the caller's). */
 void tn_nsq_http_init(tn_nsq_http_t *api, const tn_config_t *cfg, const char *version);
+
+/* Free what the settings own. */
+void tn_nsq_http_fini(tn_nsq_http_t *api);
+
+/* Make the comma-separated list addrs (as --lookupd-tcp-address takes it)
+ * what GET /config/nsqlookupd_tcp_addresses answers. 0 or UV_ENOMEM. */
+int tn_nsq_http_set_lookupds(tn_nsq_http_t *api, const char *addrs);
 
 /* What /readyz answers (and when ternd sends READY=1): ready, not
  * draining, and the metastore caught up; with security on, also the users

@@ -272,11 +272,12 @@ int tn_v1_register(tn_http_server_t *srv, tn_v1_t *v)
     /* /metrics on this listener names every topic: it takes the same
      * credentials (a listener of its own, metrics-address, stays open). */
     rc = rc ? rc : tn_http_guard(srv, "/metrics", guard, v);
-    /* nsqd's endpoints that name a topic or list them (api/nsq/http.c
-     * checks the rights on protected topics). */
-    static const char *const nsq_paths[] = {"/pub",      "/mpub",     "/topic/",
-                                            "/channel/", "/stats",    "/lookup",
-                                            "/topics",   "/channels", "/nodes"};
+    /* nsqd's endpoints that name a topic or list them, and /config/
+     * (api/nsq/http.c checks the rights on protected topics, and an
+     * admin's for a config change when every topic is guarded). */
+    static const char *const nsq_paths[] = {"/pub",   "/mpub",   "/topic/", "/channel/",
+                                            "/stats", "/lookup", "/topics", "/channels",
+                                            "/nodes", "/config/"};
     for (size_t i = 0; rc == 0 && i < TN_ARRAY_SIZE(nsq_paths); i++)
         rc = tn_http_guard(srv, nsq_paths[i], nsq_guard, v);
     rc = rc ? rc : tn__v1_users_register(srv, v);
