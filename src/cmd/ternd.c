@@ -391,8 +391,6 @@ static void on_http_closed(void *arg)
         close_meta(d);
 }
 
-/* One message to the service manager (core/notify.h). Only the first
- * failure is logged; the daemon serves either way. */
 /* PUT /config/nsqlookupd_tcp_addresses (api/nsq/http.h): re-point the
  * registration, starting the client if no lookupd was configured. */
 static int set_lookupds(void *arg, const char *const *addrs, size_t n)
@@ -409,6 +407,8 @@ static int set_lookupds(void *arg, const char *const *addrs, size_t n)
     return tn_lookupd_set(d->lookupd, addrs, n);
 }
 
+/* One message to the service manager (core/notify.h). Only the first
+ * failure is logged; the daemon serves either way. */
 static void notify(daemon_t *d, const char *fmt, ...) TN_PRINTF(2, 3);
 static void notify(daemon_t *d, const char *fmt, ...)
 {

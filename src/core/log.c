@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int tn_log_level = TN_LOG_INFO;
+_Atomic int tn_log_level = TN_LOG_INFO;
 
 void tn_log_set_level(int level)
 {

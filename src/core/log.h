@@ -27,7 +27,9 @@ typedef enum {
     TN_LOG_OFF
 } tn_log_level_t;
 
-extern int tn_log_level;
+/* Atomic: the loop thread changes it at runtime (tn_log_set_level) while
+ * worker and storage threads log. */
+extern _Atomic int tn_log_level;
 
 /* Change the level at runtime (nsqd's PUT /config/log_level). Lines
  * being written by other threads meanwhile see the old or the new one. */
