@@ -225,6 +225,11 @@ struct tn_part_s {
     /* While the topic is paused: offsets from here on are held at the
      * topic (its depth), not delivered by any channel. */
     uint64_t hold;
+    /* The hold point the topic's pause file may take: hold, except while
+     * a paused topic's emptying waits for the channels' records that
+     * settle what it held (tn_topic_empty), or after those failed: then
+     * the point from before, which those records do not need. */
+    uint64_t hold_file;
     /* Placement: the partition lives on another node (owner, its member
      * id; 0 while the metastore has not placed it). plog is NULL, except
      * for a partition found on disk here that the metastore gives to
@@ -267,6 +272,11 @@ struct tn_topic_s {
     bool pause_writing;
     bool pause_dirless;
     uint64_t pause_asked, pause_done;
+    /* Counts the pauses (from unpaused) and the emptyings whose channel
+     * records failed: an emptying moves the hold points the file may take
+     * (hold_file) only if none came between its start and its records'
+     * end. */
+    uint64_t pause_epoch;
     struct tn__tpause_wait_s *pause_waits;
     bool deleted;
     bool growing; /* tn_topic_grow under way: channel creations and deletions wait */
@@ -916,12 +926,13 @@ typedef void (*tn_delete_cb)(void *arg, int status);
  * dropped durably (the first channel made later starts after them); a
  * paused topic's held messages are settled in every channel (done once
  * those records are durable, then the pause file holds the new hold
- * points, tn_topic_pause: never written before the records, and not
- * after a record that failed). Channels' own messages are untouched. cb
- * runs with 0 or an error once done (possibly before this returns). 0
- * when under way; UV_EBUSY (not ready, or being emptied); UV_EAGAIN
- * (paused, and a channel has not yet finished the messages from before
- * the pause: they cannot be told apart); UV_ENOMEM (for a topic without
+ * points, tn_topic_pause: never written before the records, by this or
+ * any other write of the file, and not after a record that failed).
+ * Channels' own messages are untouched. cb runs with 0 or an error once
+ * done (possibly before this returns). 0 when under way; UV_EBUSY (not
+ * ready, or being emptied); UV_EAGAIN (paused, and a channel has not yet
+ * finished the messages from before the pause: they cannot be told
+ * apart); UV_ENOMEM (for a topic without
  * channels; for a paused one, nothing was settled). */
 int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg);
 int tn_channel_delete(tn_channel_t *ch, tn_delete_cb cb, void *arg);

@@ -136,6 +136,7 @@ static void load_pause(tn_topic_t *t)
             tn_part_t *p = t->parts[i];
             uint64_t end = p->plog != NULL ? p->appended_next : 0;
             p->hold = rc != 0 ? end : i < n ? TN_MIN(holds[i], end) : 0;
+            p->hold_file = p->hold;
         }
         TN_LOG(TN_LOG_NOTICE,
                "topic %s is paused, as its pause file says: what was published since the "
@@ -610,10 +611,30 @@ static void job_end(tn_topic_t *t);
  * settle the held messages are durable. Written first, a crash (or a
  * channel log that fails) would leave the channels before the held
  * messages with the hold points past them, and a restart would deliver
- * them from a topic still paused. The topic is kept (busy) meanwhile. */
+ * them from a topic still paused. The topic is kept (busy) meanwhile.
+ *
+ * The in-memory hold points move at once (no channel delivers what was
+ * settled, the depth is 0), but any pause write may start during the
+ * wait (a /topic/pause again, one asked while another ran, a partition's
+ * directory made here): each writes the points the file may take,
+ * hold_file, which the emptying moves to its targets only here, once the
+ * records are durable. Chosen over deferring every write while an
+ * emptying waits (and putting the points back after a failure): that
+ * would hold back answers that do not depend on the emptying, and undo
+ * in memory what no channel delivers any more. A failure
+ * leaves hold_file where it was, for good: a channel log that failed
+ * refuses writes until a restart, so no later emptying's records can be
+ * durable either; it also counts in pause_epoch, so that an emptying
+ * started before it does not move the points past its messages. A pause
+ * (from unpaused) during the wait sets hold_file anew with hold, and
+ * counts too: the points of a pause are never taken back by an older
+ * emptying. */
 typedef struct {
     tn_topic_t *t;
     tpause_wait_t *w; /* the answer's, or NULL */
+    uint64_t epoch;   /* t->pause_epoch at the start */
+    uint32_t n;
+    uint64_t to[]; /* each partition's hold point to take (0: none) */
 } theld_t;
 
 static void on_held_settled(void *arg, int status)
@@ -621,13 +642,18 @@ static void on_held_settled(void *arg, int status)
     theld_t *h = arg;
     tn_topic_t *t = h->t;
     tpause_wait_t *w = h->w;
-    tn_free(h);
     t->busy--;
     if (status == 0) {
+        if (h->epoch == t->pause_epoch)
+            for (uint32_t i = 0; i < h->n && i < t->nparts; i++)
+                t->parts[i]->hold_file = TN_MAX(t->parts[i]->hold_file, h->to[i]);
         tpause_ask(t, w);
-    } else if (w != NULL) {
-        tpause_wait_end(w, status);
+    } else {
+        t->pause_epoch++;
+        if (w != NULL)
+            tpause_wait_end(w, status);
     }
+    tn_free(h);
     job_end(t);
 }
 
@@ -654,7 +680,7 @@ int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
         /* Done once the channels' records are durable, then the pause
          * file holds the new hold points (a restart would otherwise count
          * the settled messages in the topic's depth again): on_held_settled. */
-        theld_t *h = tn_calloc(1, sizeof(*h));
+        theld_t *h = tn_calloc(1, sizeof(*h) + t->nparts * sizeof(h->to[0]));
         tpause_wait_t *w = NULL;
         if (h == NULL || (cb != NULL && (w = tpause_wait_new(cb, arg)) == NULL)) {
             tn_free(h);
@@ -662,13 +688,16 @@ int tn_topic_empty(tn_topic_t *t, tn_delete_cb cb, void *arg)
         }
         h->t = t;
         h->w = w;
+        h->epoch = t->pause_epoch;
+        h->n = t->nparts;
         for (uint32_t i = 0; i < t->nparts; i++) {
             tn_part_t *p = t->parts[i];
             if (p->remote)
                 continue;
             uint64_t end = TN_MIN(tn_plog_visible_next(p->plog), p->appended_next);
             tn__topic_settle_below(t, i, end);
-            p->hold = end;
+            p->hold = end; /* hold_file: on_held_settled */
+            h->to[i] = end;
         }
         t->busy++;
         t->broker->workers++;
@@ -1495,7 +1524,7 @@ static void tpause_write_start(tn_topic_t *t)
     j->covers = t->pause_asked;
     j->n = n;
     for (uint32_t i = 0; i < n; i++)
-        j->holds[i] = t->parts[i]->hold;
+        j->holds[i] = t->parts[i]->hold_file; /* never past durable settles: theld_t */
     if (uv_queue_work(t->broker->loop, &j->work, tpause_work, tpause_done) != 0) {
         tn_free(j);
         tpause_waits_run(t, UINT64_MAX, UV_ENOMEM);
@@ -1568,8 +1597,12 @@ int tn_topic_pause(tn_topic_t *t, bool paused, tn_topic_pause_cb cb, void *arg)
      * here holds from 0 should it come to lead here while paused (never
      * from a point an earlier pause left it). */
     if (paused && !t->paused) {
-        for (uint32_t i = 0; i < t->nparts; i++)
-            t->parts[i]->hold = t->parts[i]->remote ? 0 : tn__part_limit(t->parts[i]);
+        for (uint32_t i = 0; i < t->nparts; i++) {
+            tn_part_t *p = t->parts[i];
+            p->hold = p->remote ? 0 : tn__part_limit(p);
+            p->hold_file = p->hold;
+        }
+        t->pause_epoch++; /* an emptying still waiting moves nothing (theld_t) */
     }
     t->paused = paused;
     tpause_ask(t, w);

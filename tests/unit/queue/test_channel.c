@@ -6,6 +6,7 @@
 
 #include "fixture_queue.h"
 
+#include "core/alloc.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/time.h"
@@ -1238,6 +1239,137 @@ static void test_topic_empty_paused_channel_failed(void **state)
     qfx_free(q);
 }
 
+/* Every local partition's hold point in t's pause file equals want[i]. */
+static void assert_file_holds(qfx_t *q, const tn_topic_t *t, const uint64_t *want)
+{
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, t->name, &paused, &holds, &n), 0);
+    assert_int_equal(paused, 1);
+    assert_int_equal(n, t->nparts);
+    for (uint32_t i = 0; i < n; i++)
+        if (!t->parts[i]->remote)
+            assert_int_equal(holds[i], want[i]);
+    tn_free(holds);
+}
+
+/* A pause write's answer that reads the pause file's hold points then,
+ * before a write that follows it can land. */
+typedef struct {
+    qfx_allw_t w;
+    qfx_t *q;
+    const char *topic;
+    uint64_t *holds;
+    uint32_t n;
+} pausew_t;
+
+static void on_pause_read_file(void *arg, int status)
+{
+    pausew_t *p = arg;
+    int paused = 0;
+    assert_int_equal(
+        tn_store_topic_pause_read(p->q->fx->store, p->topic, &paused, &p->holds, &p->n), 0);
+    assert_int_equal(paused, 1);
+    qfx_on_sync_all(&p->w, status);
+}
+
+/* A pause write that starts while a paused topic's emptying waits for
+ * the channels' records (a second /topic/pause here) takes the hold
+ * points of before the emptying, not those the emptying moved in memory:
+ * landed before the records are durable, a crash would otherwise leave
+ * a paused topic whose restart delivers the held messages. The
+ * emptying's own write takes the new points once the records are. */
+static void test_topic_empty_paused_write_meanwhile(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    tn_topic_t *t = ch->topic;
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    assert_int_equal(w.status, 0);
+    for (int i = 0; i < 8; i++)
+        publish(q, "t", "held", 0);
+    assert_int_equal(tn_topic_depth(t), 8);
+    uint64_t before[64], after[64];
+    assert_true(t->nparts <= 64);
+    for (uint32_t i = 0; i < t->nparts; i++)
+        before[i] = t->parts[i]->hold;
+    assert_file_holds(q, t, before);
+    qfx_allw_t e = {0};
+    pausew_t p = {.q = q, .topic = "t"};
+    assert_int_equal(tn_topic_empty(t, qfx_on_sync_all, &e), 0);
+    for (uint32_t i = 0; i < t->nparts; i++)
+        after[i] = t->parts[i]->hold;
+    /* Nothing ran on the loop since: the channels' records are queued,
+     * not yet durable, and this write starts at once. */
+    assert_false(t->pause_writing);
+    assert_int_equal(tn_topic_pause(t, true, on_pause_read_file, &p), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &p.w));
+    assert_int_equal(p.w.status, 0);
+    assert_int_equal(p.n, t->nparts);
+    for (uint32_t i = 0; i < t->nparts; i++)
+        if (!t->parts[i]->remote)
+            assert_int_equal(p.holds[i], before[i]);
+    tn_free(p.holds);
+    assert_true(qfx_run_until(q, qfx_all_done, &e));
+    assert_int_equal(e.status, 0);
+    /* The emptying's write came after the records: the new points. */
+    assert_file_holds(q, t, after);
+    qfx_restart(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->topic->paused);
+    assert_int_equal(tn_topic_depth(ch->topic), 0);
+    qfx_free(q);
+}
+
+/* A paused topic's emptying whose channel's records fail leaves the hold
+ * points the pause file may take where they were: a pause asked again
+ * after it writes the file with those, and a restart finds the held
+ * messages held, not delivered by a paused topic. */
+static void test_topic_empty_paused_failed_then_paused(void **state)
+{
+    (void)state;
+    qfx_t *q = qfx_new(NULL, NULL);
+    tn_channel_t *ch = channel(q, "t", "c");
+    qfx_sink_t s;
+    qfx_attach(&s, ch, 10, 60000);
+    publish(q, "t", "before", 0);
+    qfx_expect_n(q, &s, 1);
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, true, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    publish(q, "t", "h1", 0);
+    publish(q, "t", "h2", 0);
+    assert_int_equal(tn_topic_depth(ch->topic), 2);
+    tn_io_fail_sync_after(0, UV_EIO);
+    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), 0);
+    sync_ch(q, ch, 0, UV_EIO);
+    tn_io_fail_sync_after(-1, 0);
+    assert_true(qfx_run_until(q, one_log_failed, q->b));
+    qfx_allw_t e = {0};
+    assert_int_equal(tn_topic_empty(ch->topic, qfx_on_sync_all, &e), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &e));
+    assert_int_not_equal(e.status, 0);
+    qfx_allw_t p = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, true, qfx_on_sync_all, &p), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &p));
+    assert_int_equal(p.status, 0);
+    tn_consumer_detach(&s.c);
+    qfx_restart(q);
+    ch = channel(q, "t", "c");
+    assert_true(ch->topic->paused);
+    assert_int_equal(tn_topic_depth(ch->topic), 2);
+    qfx_attach(&s, ch, 10, 60000);
+    qfx_run_for(q, 50);
+    for (int i = 0; i < s.n; i++)
+        assert_string_equal(s.bodies[i], "before");
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
 /* A paused topic deleted while its emptying waits for the channels'
  * records: the topic lives until that wait ends, which writes nothing
  * into the directory going away (the emptying ends with TN_ECLOSED, or 0
@@ -1901,6 +2033,8 @@ int main(void)
         cmocka_unit_test(test_topic_empty_paused_kept),
         cmocka_unit_test(test_topic_empty_paused_channel_failed),
         cmocka_unit_test(test_topic_empty_paused_then_deleted),
+        cmocka_unit_test(test_topic_empty_paused_write_meanwhile),
+        cmocka_unit_test(test_topic_empty_paused_failed_then_paused),
         cmocka_unit_test(test_close_during_pause_writes),
         cmocka_unit_test(test_paused_topic_depth_after_retention),
     };
