@@ -367,13 +367,25 @@ typedef struct {
     /* Out: */
     flist_t files;
     uint32_t snap_crc;
+    size_t stamps_left_out; /* channel stamps that changed as the files were copied */
 } take_t;
+
+/* A channel's stamp as read before its files were copied (read_stamps). */
+typedef struct {
+    char *rel; /* topics/<topic>/<channel>.cstamp, owned */
+    uint64_t stamp;
+} cstamp_t;
 
 typedef struct {
     const char *data; /* the data directory */
     const char *sess; /* the session's directory */
     unsigned char *buf;
     flist_t *l;
+    const char **topics; /* the topics of the partitions taken, sorted, each once */
+    size_t ntopics;
+    cstamp_t *stamps; /* sorted by rel */
+    size_t nstamps;
+    size_t *left_out; /* take_t stamps_left_out */
 } ctx_t;
 
 /* Link rel into the session and record it with its first len bytes
@@ -702,6 +714,133 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+static int cmp_stamp(const void *a, const void *b)
+{
+    return strcmp(((const cstamp_t *)a)->rel, ((const cstamp_t *)b)->rel);
+}
+
+/* c->topics: the topics of parts, sorted, each once (a follower's copy
+ * may list one again). The names are borrowed from parts. */
+static void list_topics(ctx_t *c, const part_t *parts, size_t nparts)
+{
+    if (nparts == 0)
+        return;
+    const char **names = tn_malloc(nparts * sizeof(*names));
+    if (names == NULL) {
+        flist_fail(c->l, UV_ENOMEM, "%s", "topic list");
+        return;
+    }
+    for (size_t i = 0; i < nparts; i++)
+        names[i] = parts[i].topic;
+    qsort(names, nparts, sizeof(*names), cmp_str);
+    size_t n = 0;
+    for (size_t i = 0; i < nparts; i++)
+        if (n == 0 || strcmp(names[i], names[n - 1]) != 0)
+            names[n++] = names[i];
+    c->topics = names;
+    c->ntopics = n;
+}
+
+/* Each channel stamp (`<channel>.cstamp`) in the directories of
+ * c->topics, read before any partition's files are copied, into
+ * c->stamps: take_stamp keeps a stamp only if it still reads the same
+ * after them. A stamp that cannot be read is not listed (so not kept). */
+static void read_stamps(ctx_t *c)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < c->ntopics && c->l->err == 0; i++) {
+        char dir[PATH_MAX_LEN];
+        pathf(dir, sizeof(dir), "%s/topics/%s", c->data, c->topics[i]);
+        DIR *d = opendir(dir);
+        if (d == NULL)
+            continue; /* gone, or failing: take_partition says so */
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL && c->l->err == 0) {
+            size_t stem;
+            if (!has_suffix(e->d_name, TN_STORE_CHAN_STAMP_SUFFIX, &stem) || stem == 0 ||
+                stem >= 256)
+                continue;
+            char ch[256];
+            pathf(ch, sizeof(ch), "%.*s", (int)stem, e->d_name);
+            uint64_t stamp = 0;
+            if (tn_store_channel_stamp_read_dir(dir, ch, &stamp) != 0 || stamp == 0)
+                continue;
+            if (c->nstamps == cap) {
+                size_t ncap = cap ? cap * 2 : 16;
+                cstamp_t *v = tn_realloc(c->stamps, ncap * sizeof(*v));
+                if (v == NULL) {
+                    flist_fail(c->l, UV_ENOMEM, "%s", "channel stamps");
+                    break;
+                }
+                c->stamps = v;
+                cap = ncap;
+            }
+            char rel[PATH_MAX_LEN];
+            pathf(rel, sizeof(rel), "topics/%s/%s", c->topics[i], e->d_name);
+            if ((c->stamps[c->nstamps].rel = tn_strdup(rel)) == NULL) {
+                flist_fail(c->l, UV_ENOMEM, "%s", "channel stamps");
+                break;
+            }
+            c->stamps[c->nstamps++].stamp = stamp;
+        }
+        closedir(d);
+    }
+    if (c->nstamps > 1)
+        qsort(c->stamps, c->nstamps, sizeof(*c->stamps), cmp_stamp);
+}
+
+/* A channel's stamp into the session (rel: topics/<topic>/<channel>.cstamp,
+ * name: its file name, stem bytes of it the channel), beside its pause
+ * file already there (no stamp without a pause file: channel.c
+ * load_paused). Kept only when it holds what read_stamps read before the
+ * channel's files were copied: its id never comes back once the channel
+ * is deleted, and files of a channel are never on disk beside another
+ * channel's stamp (channel.c chan_create_work, chdel_work), so the copied
+ * files are this record's. One that changed between (the channel deleted
+ * or made again as the files were copied) is left out and counted: the
+ * files may be either channel's. */
+static void take_stamp(ctx_t *c, const char *rel, const char *name, size_t stem)
+{
+    char src[PATH_MAX_LEN], dst[PATH_MAX_LEN], sdir[PATH_MAX_LEN], ch[256];
+    pathf(src, sizeof(src), "%s/%s", c->data, rel);
+    pathf(dst, sizeof(dst), "%s/%s", c->sess, rel);
+    pathf(sdir, sizeof(sdir), "%.*s", (int)(strlen(dst) - strlen(name) - 1), dst);
+    pathf(ch, sizeof(ch), "%.*s", (int)stem, name);
+    char pause[PATH_MAX_LEN];
+    pathf(pause, sizeof(pause), "%s/%s" TN_STORE_CHAN_PAUSE_SUFFIX, sdir, ch);
+    struct stat st;
+    if (stat(pause, &st) != 0)
+        return; /* no pause file taken: deleted since the listing */
+    int rc = tn_io_link_current(src, dst);
+    if (rc == UV_ENOENT)
+        return; /* its channel was deleted since the listing */
+    if (rc != 0) {
+        flist_fail(c->l, rc, "link %s", rel);
+        return;
+    }
+    uint64_t now = 0;
+    cstamp_t key = {(char *)rel, 0};
+    const cstamp_t *before =
+        c->nstamps > 0 ? bsearch(&key, c->stamps, c->nstamps, sizeof(key), cmp_stamp) : NULL;
+    if (tn_store_channel_stamp_read_dir(sdir, ch, &now) != 0 || before == NULL ||
+        before->stamp != now) {
+        (*c->left_out)++;
+        if ((rc = tn_io_unlink(dst)) != 0)
+            flist_fail(c->l, rc, "unlink the copy of %s", rel);
+        return;
+    }
+    uint32_t crc = 0;
+    if (stat(dst, &st) != 0) {
+        flist_fail(c->l, -errno, "stat %s", rel);
+        return;
+    }
+    if ((rc = crc_file(dst, (uint64_t)st.st_size, c->buf, &crc)) != 0) {
+        flist_fail(c->l, rc, "read %s", rel);
+        return;
+    }
+    flist_add(c->l, rel, (uint64_t)st.st_size, crc);
+}
+
 /* This node's pauses of the topics it holds a partition of: each
  * channel's `<channel>.cpause` file and the topic's own `pause` file (its
  * hold points with it) in each topic's directory (renamed into place at
@@ -710,47 +849,42 @@ static int cmp_str(const void *a, const void *b)
  * in the copy). Without them a restored node would start with every
  * channel unpaused (a channel without pause file nor stamp file:
  * channel.c load_paused) and every topic unpaused, resuming deliveries
- * that an operator stopped. The stamps (`.cstamp`) are left out: the
- * pause file decides at start without one, and a restored channel takes
- * its record's stamp as at an upgrade (docs/operations.md). Each topic
- * once, after its partitions (a follower's copy may list it again). */
-static void take_pauses(ctx_t *c, const part_t *parts, size_t nparts)
+ * that an operator stopped. Then each channel's stamp (`.cstamp`,
+ * take_stamp), after its files and its pause file: which record the
+ * copied files are of, which `ternctl restore --rejoin` writes back
+ * (a plain restore stamps from the metastore it restores, which is a
+ * moment older than the files: docs/operations.md). Each topic once,
+ * after its partitions. */
+static void take_pauses(ctx_t *c)
 {
-    if (nparts == 0)
-        return;
-    const char **names = tn_malloc(nparts * sizeof(*names));
-    if (names == NULL) {
-        flist_fail(c->l, UV_ENOMEM, "%s", "pause files");
-        return;
-    }
-    for (size_t i = 0; i < nparts; i++)
-        names[i] = parts[i].topic;
-    qsort(names, nparts, sizeof(*names), cmp_str);
-    for (size_t i = 0; i < nparts && c->l->err == 0; i++) {
-        if (i > 0 && strcmp(names[i], names[i - 1]) == 0)
-            continue;
+    for (size_t i = 0; i < c->ntopics && c->l->err == 0; i++) {
         char rel[PATH_MAX_LEN], dir[PATH_MAX_LEN];
-        pathf(rel, sizeof(rel), "topics/%s", names[i]);
+        pathf(rel, sizeof(rel), "topics/%s", c->topics[i]);
         pathf(dir, sizeof(dir), "%s/%s", c->data, rel);
-        DIR *d = opendir(dir);
-        if (d == NULL) {
-            if (errno != ENOENT) /* gone: the topic was deleted since the POST */
-                flist_fail(c->l, -errno, "list %s", rel);
-            continue;
+        for (int pass = 0; pass < 2 && c->l->err == 0; pass++) {
+            DIR *d = opendir(dir);
+            if (d == NULL) {
+                if (errno != ENOENT) /* gone: the topic was deleted since the POST */
+                    flist_fail(c->l, -errno, "list %s", rel);
+                break;
+            }
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL && c->l->err == 0) {
+                size_t stem;
+                char f[PATH_MAX_LEN];
+                pathf(f, sizeof(f), "%s/%s", rel, e->d_name);
+                if (pass == 1) {
+                    if (has_suffix(e->d_name, TN_STORE_CHAN_STAMP_SUFFIX, &stem) && stem > 0 &&
+                        stem < 256)
+                        take_stamp(c, f, e->d_name, stem);
+                } else if (has_suffix(e->d_name, TN_STORE_CHAN_PAUSE_SUFFIX, &stem) ||
+                           strcmp(e->d_name, TN_STORE_TOPIC_PAUSE_FILE) == 0) {
+                    pin_link(c, f, UINT64_MAX); /* gone since the listing: channel deleted */
+                }
+            }
+            closedir(d);
         }
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL && c->l->err == 0) {
-            size_t stem;
-            if (!has_suffix(e->d_name, TN_STORE_CHAN_PAUSE_SUFFIX, &stem) &&
-                strcmp(e->d_name, TN_STORE_TOPIC_PAUSE_FILE) != 0)
-                continue;
-            char f[PATH_MAX_LEN];
-            pathf(f, sizeof(f), "%s/%s", rel, e->d_name);
-            pin_link(c, f, UINT64_MAX); /* gone since the listing: its channel was deleted */
-        }
-        closedir(d);
     }
-    tn_free(names);
 }
 
 /* The bytes of an ingress segment holding whole frames with seq below
@@ -898,10 +1032,45 @@ static void take_ingress(ctx_t *c, uint64_t durable)
     flist_add(l, "ingress/checkpoint", sizeof(b), tn_crc32c(0, b, sizeof(b)));
 }
 
+#ifdef TN_TEST
+/* TERN_TEST_BACKUP_TAKE_HOLD (ternd-test): the path of a file; while it
+ * exists (at most 120 s), a session's file work waits, so that a test can
+ * change the node between two of its steps: at the start, before
+ * anything is copied (the file empty: after the POST's metastore
+ * snapshot, the wait for durable ends widened), or before the pause
+ * files and the channels' stamps are taken (the file holding "stamps":
+ * after the channels' files were copied). A notice says when the hold begins. */
+static void take_test_hold(const session_t *s, const char *at)
+{
+    const char *path = getenv("TERN_TEST_BACKUP_TAKE_HOLD");
+    if (path == NULL || path[0] == '\0')
+        return;
+    char what[16] = "";
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    size_t n = fread(what, 1, sizeof(what) - 1, f);
+    fclose(f);
+    while (n > 0 && (what[n - 1] == '\n' || what[n - 1] == ' '))
+        n--;
+    what[n] = '\0';
+    if (strcmp(what, at) != 0)
+        return;
+    TN_LOG(TN_LOG_NOTICE, "backup %s: copying its files held%s%s (TERN_TEST_BACKUP_TAKE_HOLD)",
+           s->id, at[0] != '\0' ? " before " : "", at);
+    struct stat st;
+    for (int i = 0; i < 120 * 20 && stat(path, &st) == 0; i++)
+        uv_sleep(50);
+}
+#else
+#define take_test_hold(s, at) ((void)(s))
+#endif
+
 static void take_work(uv_work_t *w)
 {
     take_t *t = w->data;
     flist_t *l = &t->files;
+    take_test_hold(t->s, "");
     char sess[PATH_MAX_LEN];
     pathf(sess, sizeof(sess), "%s/" SESSION_DIR "/%s", t->bk->data_path, t->s->id);
     int rc = mkdirs(sess);
@@ -914,7 +1083,10 @@ static void take_work(uv_work_t *w)
         flist_fail(l, UV_ENOMEM, "%s", "scan buffer");
         return;
     }
-    ctx_t c = {t->bk->data_path, sess, buf, l};
+    ctx_t c = {t->bk->data_path, sess, buf, l, NULL, 0, NULL, 0, &t->stamps_left_out};
+    list_topics(&c, t->parts, t->nparts);
+    if (l->err == 0)
+        read_stamps(&c);
     /* The metastore's snapshot, as a file of the session. */
     char mp[PATH_MAX_LEN];
     pathf(mp, sizeof(mp), "%s/" META_FILE, sess);
@@ -936,10 +1108,16 @@ static void take_work(uv_work_t *w)
         pin_link(&c, TN_META_INCARNATION_FILE, UINT64_MAX);
     for (size_t i = 0; i < t->nparts && l->err == 0; i++)
         take_partition(&c, &t->parts[i]);
-    if (l->err == 0)
-        take_pauses(&c, t->parts, t->nparts);
+    if (l->err == 0) {
+        take_test_hold(t->s, "stamps");
+        take_pauses(&c);
+    }
     if (l->err == 0 && t->ingress)
         take_ingress(&c, t->ingress_durable);
+    for (size_t i = 0; i < c.nstamps; i++)
+        tn_free(c.stamps[i].rel);
+    tn_free(c.stamps);
+    tn_free(c.topics);
     tn_free(buf);
 }
 
@@ -1024,6 +1202,13 @@ static void take_after(uv_work_t *w, int status)
                        "backup %s: partition %s/%" PRIu32 " is isolated (%s): its files are "
                        "copied whole, the damage included, so it is restored isolated as here",
                        s->id, t->parts[i].topic, t->parts[i].partition, t->parts[i].isolated);
+        if (t->stamps_left_out > 0)
+            TN_LOG(TN_LOG_WARN,
+                   "backup %s: %zu channel stamp(s) left out: each changed as its channel's "
+                   "files were copied (the channel deleted or made again), so the files may be "
+                   "of either; `ternctl restore --rejoin` stamps those channels from the "
+                   "backup's metastore, as for a backup without stamps",
+                   s->id, t->stamps_left_out);
         s->ready = true;
         s->used_at = uv_now(bk->loop);
         TN_LOG(TN_LOG_NOTICE, "backup %s: %zu files pinned", s->id, s->nfiles);

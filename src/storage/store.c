@@ -813,14 +813,23 @@ int tn_store_channel_stamp_write(tn_store_t *store, const char *topic, const cha
                            stamp, stamp == 0, written);
 }
 
+/* The name of channel's stamp file into name (300 bytes). */
+static int chan_stamp_name(const char *channel, char *name)
+{
+    if (!tn_store_valid_name(channel))
+        return UV_EINVAL;
+    int n = snprintf(name, 300, "%s%s", channel, TN_STORE_CHAN_STAMP_SUFFIX);
+    return n < 0 || n >= 300 ? UV_ENAMETOOLONG : 0;
+}
+
 int tn_store_channel_stamp_write_dir(const char *topic_dir, const char *channel, uint64_t stamp)
 {
-    if (stamp == 0 || !tn_store_valid_name(channel))
-        return UV_EINVAL;
     char name[300];
-    int n = snprintf(name, sizeof(name), "%s%s", channel, TN_STORE_CHAN_STAMP_SUFFIX);
-    if (n < 0 || (size_t)n >= sizeof(name))
-        return UV_ENAMETOOLONG;
+    if (stamp == 0)
+        return UV_EINVAL;
+    int rc = chan_stamp_name(channel, name);
+    if (rc != 0)
+        return rc;
     unsigned char payload[8];
     tn_put_u64(payload, stamp);
     return tn_io_write_record_file(topic_dir, name, CHAN_STAMP_MAGIC, payload, sizeof(payload));
@@ -830,12 +839,29 @@ int tn_store_channel_stamp_read(tn_store_t *store, const char *topic, const char
                                 uint64_t *stamp)
 {
     *stamp = 0;
-    uint64_t v;
-    bool found;
-    int rc = chan_file_read(store, topic, channel, TN_STORE_CHAN_STAMP_SUFFIX, CHAN_STAMP_MAGIC, &v,
-                            &found);
-    if (rc != 0 || !found)
+    if (!tn_store_valid_name(topic))
+        return UV_EINVAL;
+    char dir[4400];
+    int n = snprintf(dir, sizeof(dir), "%s/%s", store->topics_path, topic);
+    if (n < 0 || (size_t)n >= sizeof(dir))
+        return UV_ENAMETOOLONG;
+    return tn_store_channel_stamp_read_dir(dir, channel, stamp);
+}
+
+int tn_store_channel_stamp_read_dir(const char *topic_dir, const char *channel, uint64_t *stamp)
+{
+    *stamp = 0;
+    char name[300];
+    int rc = chan_stamp_name(channel, name);
+    if (rc != 0)
         return rc;
+    unsigned char payload[8];
+    rc = tn_io_read_record_file(topic_dir, name, CHAN_STAMP_MAGIC, payload, sizeof(payload));
+    if (rc == UV_ENOENT || rc == UV_ENOTDIR)
+        return 0;
+    if (rc != 0)
+        return rc;
+    uint64_t v = tn_get_u64(payload);
     if (v == 0)
         return TN_ECORRUPT;
     *stamp = v;

@@ -234,8 +234,11 @@ int tn_store_channel_stamp_write(tn_store_t *store, const char *topic, const cha
 int tn_store_channel_stamp_read(tn_store_t *store, const char *topic, const char *channel,
                                 uint64_t *stamp);
 /* The same write (stamp not 0) into topic_dir (an existing topic
- * directory, named whole), without a store: for `ternctl restore`. */
+ * directory, named whole), without a store: for `ternctl restore`. And
+ * the same read from topic_dir (named whole): for a backup, which reads
+ * the stamps beside the files it copies (api/backup.c) and in its copy. */
 int tn_store_channel_stamp_write_dir(const char *topic_dir, const char *channel, uint64_t stamp);
+int tn_store_channel_stamp_read_dir(const char *topic_dir, const char *channel, uint64_t *stamp);
 
 /* A channel's pause on this node (`topics/<topic>/<channel>.cpause`,
  * storage-format.md): whether this node's channel is paused as a whole

@@ -23,11 +23,11 @@ OCTET = {"Content-Type": "application/octet-stream"}
 CLIENT = {"X-Tern-Client": "test-topic-remade"}
 
 
-def consume_all(node, topic, partition, channel):
+def consume_all(node, topic, partition, channel, most=None):
     """Every message node answers for one partition and channel, acked,
-    until a consume finds nothing (payloads, in order)."""
+    until a consume finds nothing or most were (payloads, in order)."""
     got = []
-    while True:
+    while most is None or len(got) < most:
         status, m = node.request("GET", f"/v1/topics/{topic}/consume?partition={partition}"
                                  f"&channel={channel}")
         if status == 204:
@@ -37,6 +37,7 @@ def consume_all(node, topic, partition, channel):
         status, body = node.request("POST", f"/v1/topics/{topic}/ack?channel={channel}"
                                     f"&receipt_handle={m['receipt_handle']}", headers=CLIENT)
         assert status == 204, (status, body)
+    return got
 
 
 def old_bytes_on_disk(node, topic):
@@ -48,6 +49,20 @@ def old_bytes_on_disk(node, topic):
                 if b"old-" in f.read():
                     found.append(os.path.join(root, name))
     return found
+
+
+def placed(test, c, topic):
+    """topic (three partitions, one on each node) made through c's
+    metastore leader once every member is alive, and known on every node.
+    (the leader, another node, the index of that node's partition)."""
+    c.wait_alive(3)
+    first = c.find_leader()
+    down = next(n for n in c.nodes if n is not first)
+    status, body = first.request("POST", "/v1/topics", {"name": topic, "partitions": 3})
+    test.assertEqual(status, 201, body)
+    wait_until("the topic on every node",
+               lambda: all(n.owners(topic) == ["1", "2", "3"] for n in c.nodes), 30)
+    return first, down, ["1", "2", "3"].index(str(down.id))
 
 
 class TopicRemade(harness.ClusterTest):
@@ -263,14 +278,7 @@ class TopicRemade(harness.ClusterTest):
         created_at in seconds)."""
         c = self.make(3)
         c.start()
-        c.wait_alive(3)
-        first = c.find_leader()
-        down = next(n for n in c.nodes if n is not first)
-        status, body = first.request("POST", "/v1/topics", {"name": topic, "partitions": 3})
-        self.assertEqual(status, 201, body)
-        wait_until("the topic on every node",
-                   lambda: all(n.owners(topic) == ["1", "2", "3"] for n in c.nodes), 30)
-        p = ["1", "2", "3"].index(str(down.id))
+        first, down, p = placed(self, c, topic)
         for i in range(3):
             status, body = first.request("POST", f"/v1/topics/{topic}/produce?partition={p}",
                                          f"{prefix}-{i}".encode(), headers=OCTET)

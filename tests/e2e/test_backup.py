@@ -751,7 +751,10 @@ class PausedChannelBackup(unittest.TestCase):
         paths = [x["path"] for x in man["files"]]
         self.assertIn("topics/pz/held.cpause", paths)
         self.assertIn("topics/pz/free.cpause", paths)
-        self.assertFalse([p for p in paths if p.endswith(".cstamp")], paths)
+        # And each channel's stamp, as it was beside its files when they
+        # were copied (written back by --rejoin only).
+        self.assertIn("topics/pz/held.cstamp", paths)
+        self.assertIn("topics/pz/free.cstamp", paths)
 
         # Restored: held is paused (nothing delivered on any partition)
         # until unpaused, then delivers its whole backlog; free was not
@@ -763,7 +766,33 @@ class PausedChannelBackup(unittest.TestCase):
         # beside the pause files (a channel made by the catalog at start
         # keeps its pause only beside its stamp).
         for ch in ("held", "free"):
-            self.assertTrue(os.path.exists(os.path.join(rdir, "topics", "pz", ch + ".cstamp")))
+            stamp = os.path.join("topics", "pz", ch + ".cstamp")
+            self.assertTrue(os.path.exists(os.path.join(rdir, stamp)))
+            # One node: its files and its metastore name the same record.
+            with open(os.path.join(rdir, stamp), "rb") as f, \
+                    open(os.path.join(bdir, "1", "data", stamp), "rb") as g:
+                self.assertEqual(f.read(), g.read())
+        # The copied stamps are for --rejoin: a plain restore stamps from
+        # the metastore it restores, whatever the copy says (a copy of
+        # held's stamp naming another record restores with the record's).
+        other = os.path.join(self.dir, "backup-other-stamp")
+        shutil.copytree(bdir, other)
+        rel = "topics/pz/held.cstamp"
+        val = struct.pack("<Q", 0x5EED)
+        rec = struct.pack("<II", 0x43534E54, nsqwire.crc32c(val)) + val
+        with open(os.path.join(other, "1", "data", rel), "wb") as f:
+            f.write(rec)
+        man2 = json.loads(json.dumps(man))
+        for x in man2["files"]:
+            if x["path"] == rel:
+                x["length"], x["crc32c"] = len(rec), nsqwire.crc32c(rec)
+        with open(os.path.join(other, "1", "manifest.json"), "w") as f:
+            json.dump(man2, f)
+        r = ternctl("restore", other, "--data-path", os.path.join(self.dir, "r2"), user=None)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.dir, "r2", rel), "rb") as f, \
+                open(os.path.join(rdir, rel), "rb") as g:
+            self.assertEqual(f.read(), g.read())
         port = self.start(rdir)
         self.assertTrue(self.paused(port, "held"), self.d.log())
         self.assertFalse(self.paused(port, "free"), self.d.log())
@@ -776,15 +805,18 @@ class PausedChannelBackup(unittest.TestCase):
         self.stop()
 
         # A backup made by the release before pause files were carried:
-        # its manifest names none. It restores, and held comes back
-        # unpaused (docs/operations.md, "Backup and restore").
+        # its manifest names none (nor stamps, carried later). It
+        # restores, and held comes back unpaused (docs/operations.md,
+        # "Backup and restore").
         old = os.path.join(self.dir, "backup-old")
         shutil.copytree(bdir, old)
-        man["files"] = [x for x in man["files"] if not x["path"].endswith(".cpause")]
+        man["files"] = [x for x in man["files"]
+                        if not x["path"].endswith((".cpause", ".cstamp"))]
         with open(os.path.join(old, "1", "manifest.json"), "w") as f:
             json.dump(man, f)
         for ch in ("held", "free"):
-            os.unlink(os.path.join(old, "1", "data", "topics", "pz", ch + ".cpause"))
+            for sfx in (".cpause", ".cstamp"):
+                os.unlink(os.path.join(old, "1", "data", "topics", "pz", ch + sfx))
         rdir = os.path.join(self.dir, "restored-old")
         r = ternctl("restore", old, "--data-path", rdir, user=None)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

@@ -31,7 +31,9 @@
  *      every directory made. Then each channel whose pause file the
  *      copy holds gets its stamp from the metastore the node starts from
  *      (stamp_channels; with --rejoin the node's own snapshot, as its
- *      topics get theirs).
+ *      topics get theirs, unless the backup holds the stamp that was
+ *      beside the channel's files when they were copied: --rejoin
+ *      writes that one, a plain restore leaves it out).
  *   3. Write D/meta from the snapshot (meta.h tn_meta_restore_write),
  *      rewritten for the whole cluster (meta/restore.h): before step 2,
  *      every member's manifest and files are checked (a member missing
@@ -1023,40 +1025,53 @@ static int whole_cluster(whole_t *w, const char *dir, const set_t *set, uint64_t
     return TN_CTL_OK;
 }
 
+/* Whether path (a manifest's) is the file of a channel ending in sfx in
+ * its topic's directory, topics/<t>/<c><sfx>; then t and ch (PATH_LEN
+ * bytes each) name them. */
+static bool chan_file(const char *path, const char *sfx, char *t, char *ch)
+{
+    if (strncmp(path, "topics/", 7) != 0)
+        return false;
+    const char *topic = path + 7, *slash = strchr(topic, '/');
+    size_t n = strlen(path), sl = strlen(sfx);
+    if (slash == NULL || slash == topic || strchr(slash + 1, '/') != NULL || n <= sl ||
+        strcmp(path + n - sl, sfx) != 0 || (size_t)(path + n - sl - slash) < 2)
+        return false;
+    pathf(t, PATH_LEN, "%.*s", (int)(slash - topic), topic);
+    pathf(ch, PATH_LEN, "%.*s", (int)(path + n - sl - slash - 1), slash + 1);
+    return true;
+}
+
 /* Each channel whose pause file the node's copy holds (api/backup.c
  * take_pauses: this node had the channel recorded, as a pause file is
- * written at its creation) gets the stamp of its record in s, the
- * metastore the node starts from, written after the pause file, as
- * ternd writes them (a stamp beside a pause file). A backup carries no
- * stamp (docs/operations.md says why), and without one a channel that
- * the node's copy holds no file of (a follower's copy no settle reached,
- * made by the catalog at the first start) would be made unpaused, its
- * restored pause file taken for one left by a deleted channel of the
- * name (channel.c chan_create_work keeps it only beside its stamp). The
- * record's own stamp, not the one the node had: files taken a moment
- * after the snapshot are never compared with a record of another moment,
- * which would delete them. A channel the snapshot has no record of (or
- * a record of a build before stamps) gets none. *nstamped: how many were
- * written. */
-static int stamp_channels(const tn_meta_state_t *s, const tn_manifest_t *m, const char *data,
-                          size_t *nstamped)
+ * written at its creation) gets a stamp, written after the pause file,
+ * as ternd writes them (a stamp beside a pause file): without one a
+ * channel that the node's copy holds no file of (a follower's copy no
+ * settle reached, made by the catalog at the first start) would be made
+ * unpaused, its restored pause file taken for one left by a deleted
+ * channel of the name (channel.c chan_create_work keeps it only beside
+ * its stamp).
+ * With copied true (--rejoin) a channel whose stamp the backup holds
+ * (api/backup.c take_stamp; none in an earlier release's) has it already, written with the files:
+ * it names the record the files are of, which the running cluster compares with its own (a channel
+ * deleted and made again between the backup's snapshot and the copy of its files is the new one).
+ * Every other channel, and every channel without copied (a plain restore, whose metastore is the
+ * snapshot, a moment older than the files: the files are compared with no other record than the
+ * restored one, and one that differs would have them deleted), gets the stamp of its record in s,
+ * the metastore the node starts from (with --rejoin its own snapshot).
+ * A channel s has no record of (or a record of a build before stamps)
+ * gets none. *nstamped: how many were written. */
+static int stamp_channels(const tn_meta_state_t *s, const tn_manifest_t *m, bool copied,
+                          const char *data, size_t *nstamped)
 {
-    static const char sfx[] = TN_STORE_CHAN_PAUSE_SUFFIX;
-    const size_t sl = sizeof(sfx) - 1;
     for (size_t i = 0; i < m->nfiles; i++) {
-        const char *path = m->files[i].path;
-        if (strncmp(path, "topics/", 7) != 0)
+        char t[PATH_LEN], ch[PATH_LEN], tdir[PATH_LEN], sp[PATH_LEN];
+        if (!chan_file(m->files[i].path, TN_STORE_CHAN_PAUSE_SUFFIX, t, ch))
             continue;
-        const char *topic = path + 7, *slash = strchr(topic, '/');
-        size_t n = strlen(path);
-        if (slash == NULL || slash == topic || strchr(slash + 1, '/') != NULL || n <= sl ||
-            strcmp(path + n - sl, sfx) != 0 || (size_t)(path + n - sl - slash) < 2)
-            continue;
-        char t[PATH_LEN], ch[PATH_LEN], tdir[PATH_LEN];
-        pathf(t, sizeof(t), "%.*s", (int)(slash - topic), topic);
-        pathf(ch, sizeof(ch), "%.*s", (int)(path + n - sl - slash - 1), slash + 1);
+        pathf(sp, sizeof(sp), "topics/%s/%s%s", t, ch, TN_STORE_CHAN_STAMP_SUFFIX);
         uint64_t stamp = 0;
-        if (!tn_meta_channel_find(s, t, ch, &stamp) || stamp == 0)
+        if ((copied && tn_manifest_find(m, sp) != NULL) ||
+            !tn_meta_channel_find(s, t, ch, &stamp) || stamp == 0)
             continue;
         pathf(tdir, sizeof(tdir), "%s/topics/%s", data, t);
         int e = tn_store_channel_stamp_write_dir(tdir, ch, stamp);
@@ -1075,10 +1090,11 @@ static int stamp_channels(const tn_meta_state_t *s, const tn_manifest_t *m, cons
  * told apart once the node has caught up: its restored files are deleted
  * there, never served as the new topic's. A directory the snapshot has no
  * record for gets none (it takes the topic recorded under its name at the
- * first start, as a directory from before stamps does). Its channels are
- * stamped from the same snapshot (stamp_channels), so a channel deleted
- * and made again since is told apart the same way. *nstamped: how many
- * were written. */
+ * first start, as a directory from before stamps does). Its channels
+ * keep the stamps the backup copied beside their files, or are stamped
+ * from the same snapshot (stamp_channels), so a channel deleted and made
+ * again since is told apart the same way. *nstamped: how many were
+ * written. */
 static int stamp_restored(const char *dir, uint64_t id, const tn_manifest_t *m, const char *data,
                           size_t *nstamped)
 {
@@ -1115,7 +1131,7 @@ static int stamp_restored(const char *dir, uint64_t id, const tn_manifest_t *m, 
             (*nstamped)++;
     }
     if (rc == TN_CTL_OK)
-        rc = stamp_channels(&s, m, data, nstamped);
+        rc = stamp_channels(&s, m, true, data, nstamped);
     tn_meta_state_fini(&s);
     return rc;
 }
@@ -1243,6 +1259,9 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     for (size_t i = 0; i < m.nfiles; i++) {
         if (strcmp(m.files[i].path, TN_META_INCARNATION_FILE) == 0)
             continue;
+        char t[PATH_LEN], ch[PATH_LEN];
+        if (!rejoin && chan_file(m.files[i].path, TN_STORE_CHAN_STAMP_SUFFIX, t, ch))
+            continue; /* the restored metastore's record's instead (stamp_channels) */
         if ((e = make_parents(data, m.files[i].path)) != 0) {
             rc = say("restore", "mkdir for %s: %s", m.files[i].path, tn_strerror(e));
             goto out;
@@ -1288,7 +1307,7 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
         if (e != 0)
             rc = say("restore", "the rewritten metastore: %s", tn_strerror(e));
         else
-            rc = stamp_channels(&s, &m, data, &nstamped);
+            rc = stamp_channels(&s, &m, false, data, &nstamped);
         tn_meta_state_fini(&s);
         if (rc != TN_CTL_OK)
             goto out;

@@ -286,6 +286,22 @@ out:
     return rc;
 }
 
+const tn_manifest_file_t *tn_manifest_find(const tn_manifest_t *m, const char *path)
+{
+    size_t lo = 0, hi = m->nfiles;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(m->files[mid].path, path);
+        if (c == 0)
+            return &m->files[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
 void tn_manifest_fini(tn_manifest_t *m)
 {
     for (size_t i = 0; i < m->nfiles; i++)

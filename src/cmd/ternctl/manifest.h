@@ -54,6 +54,10 @@ typedef struct {
 int tn_manifest_parse(const char *buf, size_t len, tn_manifest_t *m, char *err, size_t errlen);
 void tn_manifest_fini(tn_manifest_t *m);
 
+/* The file of m (decoded, borrowed) at path, or NULL: a binary search
+ * (the decoder sorts the files by path). */
+const tn_manifest_file_t *tn_manifest_find(const tn_manifest_t *m, const char *path);
+
 /* Whether p is a path a backup may hold: "FORMAT", "incarnation", or
  * under "topics/" or "ingress/", made of segments of [A-Za-z0-9._-] that
  * are not "." or "..",

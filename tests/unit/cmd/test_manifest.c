@@ -1,7 +1,8 @@
 /* The backup manifest decoder and its path rule (src/cmd/ternctl/manifest.c):
  * what api/backup.c writes decodes; every malformed, out-of-range or
  * escaping document is refused with a message naming the field (the
- * optional list of partitions isolated for damage too); restore's
+ * optional list of partitions isolated for damage too); a file is found
+ * by its path; restore's
  * channel check says each channel file that does not pair up, also in a
  * backup of many files. */
 #include "core/platform.h"
@@ -53,6 +54,13 @@ static void test_decodes_the_servers_document(void **state)
     assert_int_equal(m.files[0].len, 15);
     assert_string_equal(m.files[2].path, "topics/t1/0/00000000000000000000.log");
     assert_int_equal(m.files[2].crc, 3421037752u);
+    /* Found by path (restore: whether a channel's stamp was copied). */
+    assert_ptr_equal(tn_manifest_find(&m, "FORMAT"), &m.files[0]);
+    assert_ptr_equal(tn_manifest_find(&m, "ingress/checkpoint"), &m.files[1]);
+    assert_ptr_equal(tn_manifest_find(&m, "topics/t1/0/00000000000000000000.log"), &m.files[2]);
+    assert_null(tn_manifest_find(&m, "topics/t1/c.cstamp"));
+    assert_null(tn_manifest_find(&m, "A"));
+    assert_null(tn_manifest_find(&m, "z"));
     tn_manifest_fini(&m);
 }
 

@@ -337,6 +337,13 @@ static void test_channel_stamp(void **state)
     assert_true(stamp == 0x0123456789abcdefu);
     assert_int_equal(tn_store_channel_stamp_write_dir(path, "c", 0), UV_EINVAL);
     assert_int_equal(tn_store_channel_stamp_write_dir(path, "a/b", 5), UV_EINVAL);
+    /* And read from it (a backup reads the stamps beside what it copies). */
+    stamp = 1;
+    assert_int_equal(tn_store_channel_stamp_read_dir(path, "c", &stamp), 0);
+    assert_true(stamp == 0x0123456789abcdefu);
+    assert_int_equal(tn_store_channel_stamp_read_dir(path, "none", &stamp), 0);
+    assert_int_equal(stamp, 0);
+    assert_int_equal(tn_store_channel_stamp_read_dir(path, "a/b", &stamp), UV_EINVAL);
     assert_int_equal(tn_store_channel_stamp_write(s, "alpha", "c", 0, NULL), 0);
     /* Neither the topic's stamp nor a partition. */
     int64_t ms = -1;

@@ -1,0 +1,181 @@
+"""A node restored with `ternctl restore --rejoin` keeps a channel that was
+deleted and made again between its backup's metastore snapshot and the
+copy of its files: the restored channel stamp (storage-format.md,
+"Channel stamp") is the one that was beside the files when they were
+copied, so the node, back in its cluster, takes the files for the
+channel recorded now: it delivers the one message left on it, and
+none of those acked.
+
+A backup session takes the metastore's snapshot at its POST and copies
+the files after (up to 15 s later while it waits for durable ends):
+here the copy is held (TERN_TEST_BACKUP_TAKE_HOLD, ternd-test) while
+the channel is deleted and made again, and every message of its
+partition acked on the new channel.
+
+Before the fix the restore stamped the channel with the snapshot's
+record (the deleted channel's): back in its cluster, the node found its
+record with another stamp, deleted the new channel's files and made it
+again at the partition's end ("recorded with another stamp"): the
+message it had left to deliver never was.
+
+Run: python3 tests/cluster/test_rejoin_stamp.py --ternd build/ternd-test --ternctl build/ternctl
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import test_topic_remade as remade  # noqa: E402
+from harness import PASSWORD, wait_until  # noqa: E402
+
+OCTET = {"Content-Type": "application/octet-stream"}
+TOPIC = "rs"
+CHANNEL = "c"
+REPLACED = f"channel {CHANNEL} of {TOPIC} is recorded with another stamp"
+
+
+def ternctl_cmd(*args, port):
+    """ternctl's command line and environment, as remade.ternctl runs it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+    env.update(TERN_URL=f"http://127.0.0.1:{port}", TERN_USER="admin", TERN_PASSWORD=PASSWORD)
+    return [remade.TERNCTL, *args], env
+
+
+def stamp_on_disk(node):
+    """The channel's stamp in node's data directory (storage-format.md:
+    TNSC, CRC, the record's id), or None when it has none."""
+    try:
+        with open(os.path.join(node.data, "topics", TOPIC, CHANNEL + ".cstamp"), "rb") as f:
+            magic, _, stamp = struct.unpack("<IIQ", f.read())
+    except (FileNotFoundError, struct.error):
+        return None
+    assert magic == 0x43534E54, hex(magic)
+    return stamp
+
+
+def consume(node, partition, most=None):
+    return remade.consume_all(node, TOPIC, partition, CHANNEL, most)
+
+
+class RejoinStamp(harness.ClusterTest):
+    # Factor 1: the restored node owns its partition's only copy, so its
+    # channel's files are the channel's state.
+    node_args = ["--default-replication-factor=1", "--raft-election-timeout=3s",
+                 "--cluster-rpc-dial-timeout=300ms"]
+
+    def produce(self, via, p, prefix):
+        for i in range(3):
+            status, body = via.request("POST", f"/v1/topics/{TOPIC}/produce?partition={p}",
+                                       f"{prefix}-{i}".encode(), headers=OCTET)
+            self.assertEqual(status, 202, body)
+
+    def remade_while_held(self, at):
+        """Three nodes; the topic (factor 1, three partitions) with the
+        channel and three messages old-0.. on the partition of a node other
+        than the metastore leader (the owner); a backup whose copy at the
+        owner is held at `at` (TERN_TEST_BACKUP_TAKE_HOLD: "" before any
+        file, "stamps" before the pause files and stamps) while the
+        channel is deleted and made again and old-0, old-1 acked on the new
+        one. (cluster, leader, owner, its partition, the backup's
+        directory, the old channel's stamp, the new one's)."""
+        c = self.make(3)
+        for n in c.nodes:
+            env = c.env()
+            env["TERN_TEST_BACKUP_TAKE_HOLD"] = os.path.join(n.dir, "take-hold")
+            n.start(env=env)
+        c.wait_ready()
+        first, down, p = remade.placed(self, c, TOPIC)
+        status, body = first.request("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}")
+        self.assertEqual(status, 200, body)
+        old = wait_until("the channel's stamp on the owner's disk",
+                         lambda: stamp_on_disk(down), 30)
+        self.produce(first, p, "old")
+        wait_until("the messages in the owner's log",
+                   lambda: down.request("GET", f"/v1/topics/{TOPIC}")[1]["partition_stats"][p]
+                   .get("next_offset") == 3, 30)
+
+        # The backup: the owner's snapshot taken at its POST, the copy of
+        # its files held (only there: ternctl asks the members in turn).
+        hold = os.path.join(down.dir, "take-hold")
+        with open(hold, "w") as f:
+            f.write(at)
+        bdir = os.path.join(c.dir, "backup")
+        cmd, env = ternctl_cmd("--timeout", "120s", "backup", bdir, port=first.http_port)
+        backup = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+        try:
+            wait_until("the owner's copy held",
+                       lambda: "TERN_TEST_BACKUP_TAKE_HOLD" in down.log()
+                       or backup.poll() is not None, 30)
+            if backup.poll() is not None:
+                self.fail(f"the backup ended: {backup.stdout.read()}")
+            # Meanwhile the channel is deleted and made again.
+            status, body = first.request(
+                "POST", f"/channel/delete?topic={TOPIC}&channel={CHANNEL}", timeout=60)
+            self.assertEqual(status, 200, body)
+            wait_until("the old channel's stamp gone from the owner's disk",
+                       lambda: stamp_on_disk(down) != old, 30)
+            wait_until("the channel made again", lambda: first.request(
+                "POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}")[0] == 200, 30)
+            new = wait_until("the new channel's stamp on the owner's disk",
+                             lambda: stamp_on_disk(down), 30)
+            self.assertNotEqual(new, old)
+            # old-0 and old-1 acked on it, old-2 left to deliver.
+            self.assertEqual(consume(down, p, 2), ["old-0", "old-1"])
+        finally:
+            if os.path.exists(hold):
+                os.unlink(hold)
+        out, _ = backup.communicate(timeout=300)
+        self.assertEqual(backup.returncode, 0, out)
+        return c, first, down, p, bdir, old, new
+
+    def test_a_channel_made_again_while_the_copy_waited_is_kept(self):
+        c, first, down, p, bdir, old, new = self.remade_while_held("")
+        # The owner's data directory replaced by its backup, to rejoin.
+        self.assertEqual(down.stop(), 0)
+        os.rename(down.data, down.data + ".old")
+        r = remade.ternctl("restore", bdir, "--data-path", down.data, "--node", str(down.id),
+                        "--rejoin")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        down.start()
+        down.wait_ready()
+        wait_until("the node following the records", lambda: down.owners(TOPIC) == ["1", "2", "3"],
+                   30)
+        # A topic recorded after: once the node's replica has it, its
+        # catalog has compared the channel's stamp with the record's.
+        status, body = first.request("POST", "/v1/topics", {"name": "marker", "partitions": 1})
+        self.assertEqual(status, 201, body)
+        wait_until("the node's replica current",
+                   lambda: down.request("GET", "/v1/topics/marker")[0] == 200, 60)
+        time.sleep(3)
+        self.assertEqual(consume(down, p), ["old-2"],
+                         "the new channel's position not kept (old-2 is its one message left)")
+        self.assertNotIn(REPLACED, down.log())
+        self.assertEqual(stamp_on_disk(down), new)
+
+
+    def test_a_stamp_that_changed_as_the_files_were_copied_is_left_out(self):
+        # The channel's files copied, then it is deleted and made again
+        # before its stamp is taken: the files may be of either channel,
+        # so the backup carries no stamp for it (restore --rejoin then
+        # stamps it from the snapshot, as for an earlier release's backup)
+        # and says so; its pause file is carried as ever.
+        c, first, down, p, bdir, old, new = self.remade_while_held("stamps")
+        with open(os.path.join(bdir, str(down.id), "manifest.json")) as f:
+            paths = [x["path"] for x in json.load(f)["files"]]
+        self.assertIn(f"topics/{TOPIC}/{CHANNEL}.cpause", paths)
+        self.assertNotIn(f"topics/{TOPIC}/{CHANNEL}.cstamp", paths)
+        self.assertIn("1 channel stamp(s) left out", down.log())
+        # The other channel's stamp (the topic's "default") is carried.
+        self.assertIn(f"topics/{TOPIC}/default.cstamp", paths)
+
+def configure(args):
+    remade.configure(args)
+
+
+if __name__ == "__main__":
+    harness.main(options=[("--ternctl", {"required": True})], configure=configure)
