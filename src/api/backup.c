@@ -757,8 +757,7 @@ static void read_stamps(ctx_t *c)
         struct dirent *e;
         while ((e = readdir(d)) != NULL && c->l->err == 0) {
             size_t stem;
-            if (!has_suffix(e->d_name, TN_STORE_CHAN_STAMP_SUFFIX, &stem) || stem == 0 ||
-                stem >= 256)
+            if (!has_suffix(e->d_name, TN_STORE_CHAN_STAMP_SUFFIX, &stem) || stem >= 256)
                 continue;
             char ch[256];
             pathf(ch, sizeof(ch), "%.*s", (int)stem, e->d_name);
@@ -852,8 +851,8 @@ static void take_stamp(ctx_t *c, const char *rel, const char *name, size_t stem)
  * that an operator stopped. Then each channel's stamp (`.cstamp`,
  * take_stamp), after its files and its pause file: which record the
  * copied files are of, which `ternctl restore --rejoin` writes back
- * (a plain restore stamps from the metastore it restores, which is a
- * moment older than the files: docs/operations.md). Each topic once,
+ * (a plain restore stamps from the metastore it restores, a snapshot of
+ * another moment than the files: docs/operations.md). Each topic once,
  * after its partitions. */
 static void take_pauses(ctx_t *c)
 {
@@ -874,8 +873,7 @@ static void take_pauses(ctx_t *c)
                 char f[PATH_MAX_LEN];
                 pathf(f, sizeof(f), "%s/%s", rel, e->d_name);
                 if (pass == 1) {
-                    if (has_suffix(e->d_name, TN_STORE_CHAN_STAMP_SUFFIX, &stem) && stem > 0 &&
-                        stem < 256)
+                    if (has_suffix(e->d_name, TN_STORE_CHAN_STAMP_SUFFIX, &stem) && stem < 256)
                         take_stamp(c, f, e->d_name, stem);
                 } else if (has_suffix(e->d_name, TN_STORE_CHAN_PAUSE_SUFFIX, &stem) ||
                            strcmp(e->d_name, TN_STORE_TOPIC_PAUSE_FILE) == 0) {
@@ -1039,7 +1037,8 @@ static void take_ingress(ctx_t *c, uint64_t durable)
  * anything is copied (the file empty: after the POST's metastore
  * snapshot, the wait for durable ends widened), or before the pause
  * files and the channels' stamps are taken (the file holding "stamps":
- * after the channels' files were copied). A notice says when the hold begins. */
+ * after the channels' files were copied). A notice says when the hold
+ * begins. */
 static void take_test_hold(const session_t *s, const char *at)
 {
     const char *path = getenv("TERN_TEST_BACKUP_TAKE_HOLD");
@@ -1206,8 +1205,8 @@ static void take_after(uv_work_t *w, int status)
             TN_LOG(TN_LOG_WARN,
                    "backup %s: %zu channel stamp(s) left out: each changed as its channel's "
                    "files were copied (the channel deleted or made again), so the files may be "
-                   "of either; `ternctl restore --rejoin` stamps those channels from the "
-                   "backup's metastore, as for a backup without stamps",
+                   "of either, or could not be read; `ternctl restore --rejoin` stamps those "
+                   "channels from the backup's metastore, as for a backup without stamps",
                    s->id, t->stamps_left_out);
         s->ready = true;
         s->used_at = uv_now(bk->loop);
