@@ -880,6 +880,15 @@ static int load_topic(void *arg, const char *name)
     return rc;
 }
 
+/* The store's cut watch (storage/store.h): a partition's log was cut. */
+static void on_log_cut(void *arg, const char *topic, uint32_t partition, uint64_t cut)
+{
+    tn_broker_t *b = arg;
+    tn_topic_t *t = tn__topic_find(b, topic, strlen(topic));
+    if (t != NULL && !b->closing)
+        tn__topic_hold_cut(t, partition, cut);
+}
+
 int tn_broker_open(uv_loop_t *loop, tn_store_t *store, const tn_broker_opts_t *opts,
                    tn_broker_t **out)
 {
@@ -924,6 +933,7 @@ int tn_broker_open(uv_loop_t *loop, tn_store_t *store, const tn_broker_opts_t *o
         TN_LOG(TN_LOG_ERROR, "loading topics: %s", tn_strerror(rc));
     uint64_t gc_ms = b->opts.gc_interval_ms > 0 ? (uint64_t)b->opts.gc_interval_ms : 10000;
     uv_timer_start(&b->gc_timer, on_gc_timer, gc_ms, gc_ms);
+    tn_store_set_cut_watch(store, on_log_cut, b);
     *out = b;
     return 0;
 }
@@ -969,6 +979,8 @@ void tn_broker_close(tn_broker_t *b, void (*cb)(tn_broker_t *b))
         return;
     b->closing = true;
     b->close_cb = cb;
+    if (b->store->cut_arg == b)
+        tn_store_set_cut_watch(b->store, NULL, NULL);
     while (b->pump_head != NULL) {
         tn_channel_t *ch = b->pump_head;
         b->pump_head = ch->pump_next;

@@ -223,7 +223,8 @@ struct tn_part_s {
     tn_plog_advance_t advance;
     bool advancing;
     /* While the topic is paused: offsets from here on are held at the
-     * topic (its depth), not delivered by any channel. */
+     * topic (its depth), not delivered by any channel. Never above a cut
+     * of the log since the pause (tn__topic_hold_cut). */
     uint64_t hold;
     /* The hold point the topic's pause file may take: hold, except while
      * a paused topic's emptying waits for the channels' records that
@@ -272,10 +273,10 @@ struct tn_topic_s {
     bool pause_writing;
     bool pause_dirless;
     uint64_t pause_asked, pause_done;
-    /* Counts the pauses (from unpaused) and the emptyings whose channel
-     * records failed: an emptying moves the hold points the file may take
-     * (hold_file) only if none came between its start and its records'
-     * end. */
+    /* Counts the pauses (from unpaused), the emptyings whose channel
+     * records failed and the cuts of a log below its hold point: an
+     * emptying moves the hold points the file may take (hold_file) only
+     * if none came between its start and its records' end. */
     uint64_t pause_epoch;
     struct tn__tpause_wait_s *pause_waits;
     bool deleted;

@@ -628,7 +628,8 @@ static void job_end(tn_topic_t *t);
  * started before it does not move the points past its messages. A pause
  * (from unpaused) during the wait sets hold_file anew with hold, and
  * counts too: the points of a pause are never taken back by an older
- * emptying. */
+ * emptying. So does a cut of a log below its hold point
+ * (tn__topic_hold_cut): the emptying's targets are of the log before it. */
 typedef struct {
     tn_topic_t *t;
     tpause_wait_t *w; /* the answer's, or NULL */
@@ -1584,6 +1585,36 @@ void tn__topic_pause_dir_made(tn_topic_t *t)
      * pause_dirless): one more after it. */
     if (t->paused && (t->pause_dirless || t->pause_writing) && !t->memory)
         tpause_ask(t, NULL);
+}
+
+/* A cut of the partition's log (a follower's copy cut at a divergence
+ * point, or emptied for a reset: cluster/replica.c) removes records below
+ * the hold point that the pause saw, and the copy then takes others at
+ * the same offsets: the new leader's, which arrived here after the pause.
+ * So the hold point never stays above a cut: it comes down to it, as does
+ * the one the file may take, and the file is written with it (otherwise a
+ * restart would take the old point back). Clean elections never cut
+ * below it (it was at most the hw at the pause, and a follower never cuts
+ * below its hw); a follower's hw starts at 0 after a restart, and an
+ * unclean election may have lost records below it. It counts in
+ * pause_epoch: an emptying started before it took its targets from the
+ * old log and moves no point past the cut (theld_t). */
+void tn__topic_hold_cut(tn_topic_t *t, uint32_t p, uint64_t cut)
+{
+    if (p >= t->nparts || !t->paused || t->deleted || t->state == TN_OBJ_DELETING)
+        return;
+    tn_part_t *part = t->parts[p];
+    if (part->hold <= cut && part->hold_file <= cut)
+        return;
+    TN_LOG(TN_LOG_NOTICE,
+           "partition %s/%" PRIu32 ": its log was cut at %" PRIu64
+           ", below the pause's hold point %" PRIu64
+           ": what it takes from there on is held too, until /topic/unpause",
+           t->name, p, cut, part->hold);
+    part->hold = TN_MIN(part->hold, cut);
+    part->hold_file = TN_MIN(part->hold_file, cut);
+    t->pause_epoch++;
+    tpause_ask(t, NULL);
 }
 
 int tn_topic_pause(tn_topic_t *t, bool paused, tn_topic_pause_cb cb, void *arg)

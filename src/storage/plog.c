@@ -3004,6 +3004,11 @@ static void trunc_done(tn__sreq_t *s)
     uint64_t w = atomic_load(&pl->written_next);
     if (atomic_load(&pl->hw) > w)
         atomic_store(&pl->hw, w);
+    /* Records went (step 1 ran, even if a later step failed): the
+     * engine hears of it first (tn_store_set_cut_watch). */
+    tn_store_t *st = pl->store;
+    if (req->dropped > 0 && st->cut_cb != NULL)
+        st->cut_cb(st->cut_arg, pl->topic, pl->partition, req->cut_to);
     req->cb(req, s->status);
 }
 

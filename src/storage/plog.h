@@ -607,6 +607,8 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
  * (src/queue/cache.c) and its appended_next; a partition whose log is
  * truncated must be detached from the engine (a follower's is) or have
  * that cache dropped and appended_next reset before it serves again.
+ * A cut that removed records is told to the store's cut watch
+ * (tn_store_set_cut_watch) before cb.
  * 0 when queued, TN_ECLOSED, TN_ERANGE, UV_EINVAL. Loop thread. */
 int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
                      tn_plog_trunc_cb cb);

@@ -99,6 +99,10 @@ struct tn_store_s {
     /* The replica manager's watch (tn_store_set_repl_watch, loop thread). */
     void (*repl_cb)(void *arg, tn_plog_t *plog);
     void *repl_arg;
+    /* The queue engine's watch of truncations (tn_store_set_cut_watch,
+     * loop thread). */
+    void (*cut_cb)(void *arg, const char *topic, uint32_t partition, uint64_t cut);
+    void *cut_arg;
     tn__sreq_t *done_head;
     tn__sreq_t *done_tail;
     /* Busy-polling (loop thread only; see above). */
@@ -187,6 +191,22 @@ void tn_store_close(tn_store_t *store, tn_store_close_cb cb);
  * memory is freed once the close completes). cb NULL turns it off. Loop
  * thread. */
 void tn_store_set_repl_watch(tn_store_t *store, void (*cb)(void *arg, tn_plog_t *plog), void *arg);
+
+/* The queue engine's watch over truncations: cb(arg, topic, partition,
+ * cut) runs on the loop thread when a tn_plog_truncate* of any log of the
+ * store removed records (its positions moved back, whatever its status),
+ * before the request's own cb, with the offset the log was cut at (topic
+ * borrowed for the call). Whoever asked for the cut (the replica manager
+ * cuts a follower's copy at a divergence point, or empties it for a
+ * reset: cluster/replica.c) and whichever log object of the partition it
+ * ran on (the engine's, set aside, or the manager's own): the records
+ * from cut on are others than the engine may have seen there, so a paused
+ * topic's hold point comes down to it (queue/topic.c, tn__topic_hold_cut).
+ * cb NULL turns it off. Loop thread. */
+void tn_store_set_cut_watch(tn_store_t *store,
+                            void (*cb)(void *arg, const char *topic, uint32_t partition,
+                                       uint64_t cut),
+                            void *arg);
 
 /* Topics and partitions present on disk, for recovery at startup. The
  * callback borrows the name. Returns 0 or an I/O error. */

@@ -17,6 +17,7 @@
 #include "storage/store.h"
 
 #include <dirent.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -600,6 +601,117 @@ static void test_topic_pause_remote_holds_from_zero(void **state)
     qfx_expect_n(q, &s, 3);
     tn_consumer_detach(&s.c);
     qfx_free(q);
+}
+
+static void on_cut_done(tn_plog_trunc_t *req, int status)
+{
+    on_followed(req->data, status);
+}
+
+/* Cut pl at offset (floor 0), as the replica manager cuts a follower's
+ * copy at a divergence point (cluster/replica.c, follower_truncate), and
+ * append n records after it. */
+static void cut_and_append(qfx_t *q, tn_plog_t *pl, uint64_t offset, int n)
+{
+    cbw_t w = {false, 0};
+    tn_plog_trunc_t req;
+    req.data = &w;
+    assert_int_equal(tn_plog_truncate(pl, &req, offset, 0, on_cut_done), 0);
+    assert_true(qfx_run_until(q, cb_done, &w));
+    assert_int_equal(w.status, 0);
+    for (int i = 0; i < n; i++) {
+        uint64_t off = 0;
+        assert_int_equal(tu_append(&q->fx->loop, pl, "new", 3, &off), 0);
+        assert_int_equal(off, offset + (uint64_t)i);
+    }
+}
+
+/* A paused topic's hold point never sits above a truncation of the log
+ * (docs/cluster.md): a replicated partition led here at the pause holds
+ * from its end then (3); deposed, its copy is cut at a divergence point
+ * below that (1: a restart or an unclean election left the floor there)
+ * and takes the new leader's records at the same offsets; led here again
+ * while still paused, those records arrived after the pause and are held
+ * like any other, here and after a restart (the pause file is written
+ * with the lower point). Before, the hold stayed at 3 and offsets 1 and 2,
+ * new records, were delivered through the paused node. own_log: the cut
+ * and the records go through the replica manager's own log object of the
+ * partition, the engine's set-aside one closed (tn_topic_part_abandon)
+ * and the partition opened from its files when led here again. */
+static void hold_below_a_cut(bool own_log)
+{
+    place_all(SELF);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    q->b->place_readopt = all_replicated;
+    tn_topic_t *t = qfx_topic(q, "t", 1);
+    tn_channel_t *ch = qfx_channel(q, t, "c");
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(publish(q, "t", "old", 0, NULL, NULL), 0);
+    topic_pause_wait(q, t, true);
+    assert_int_equal(tn_topic_depth(t), 0); /* everything went out before the pause */
+    owners[0] = 9;
+    follow(q, t);
+    assert_false(tn_topic_part_local(t, 0));
+    if (own_log) {
+        tn_plog_t *own = NULL;
+        assert_int_equal(tn_plog_open(q->fx->store, "t", 0, &own), 0);
+        cut_and_append(q, own, 1, 3);
+        assert_int_equal(tn_topic_part_abandon(t, 0), 0);
+        tu_plog_close(&q->fx->loop, own);
+    } else {
+        cut_and_append(q, t->parts[0]->plog, 1, 3);
+    }
+    assert_true(qfx_run_until(q, topic_quiet, t));
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    qfx_sink_t s;
+    attach(&s, ch, 100);
+    qfx_expect_n(q, &s, 1);
+    qfx_run_for(q, 30);
+    for (int i = 0; i < s.n; i++)
+        print_message("delivered offset %" PRIu64 " (%s)\n", s.d[i].offset, s.bodies[i]);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.d[0].offset, 0);
+    assert_int_equal(tn_topic_depth(t), 3); /* offsets 1..3, all new */
+    assert_int_equal(tn_consumer_fin(&s.c, 0, 0, false, 0), 0);
+    tn_consumer_detach(&s.c);
+    assert_true(qfx_run_until(q, topic_quiet, t));
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
+    assert_int_equal(paused, 1);
+    assert_int_equal(n, 1);
+    print_message("pause file: hold %" PRIu64 "\n", holds[0]);
+    assert_int_equal(holds[0], 1);
+    tn_free(holds);
+    /* A restart holds them too; the unpause delivers them. */
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
+    assert_true(t->paused);
+    assert_int_equal(tn_topic_depth(t), 3);
+    ch = qfx_channel(q, t, "c");
+    attach(&s, ch, 100);
+    qfx_run_for(q, 30);
+    assert_int_equal(s.n, 0);
+    topic_pause_wait(q, t, false);
+    qfx_expect_n(q, &s, 3);
+    assert_int_equal(s.d[0].offset, 1);
+    tn_consumer_detach(&s.c);
+    qfx_free(q);
+}
+
+static void test_topic_pause_hold_below_a_cut(void **state)
+{
+    (void)state;
+    hold_below_a_cut(false);
+}
+
+static void test_topic_pause_hold_below_a_cut_own_log(void **state)
+{
+    (void)state;
+    hold_below_a_cut(true);
 }
 
 /* A partition open here that the placement gives to another node (a data
@@ -1819,6 +1931,8 @@ int main(void)
         cmocka_unit_test(test_pause_written_when_the_directory_comes),
         cmocka_unit_test(test_topic_pause_written_when_the_directory_comes),
         cmocka_unit_test(test_topic_pause_remote_holds_from_zero),
+        cmocka_unit_test(test_topic_pause_hold_below_a_cut),
+        cmocka_unit_test(test_topic_pause_hold_below_a_cut_own_log),
         cmocka_unit_test(test_topic_pause_written_with_a_copy),
         cmocka_unit_test(test_topic_pause_dir_made_during_its_write),
         cmocka_unit_test(test_given_away_left_on_disk),
