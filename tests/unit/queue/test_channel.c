@@ -1870,6 +1870,131 @@ static char *log_release(void)
     return text;
 }
 
+/* Whether the captured log (log_capture) says needle (arg) yet. */
+static bool log_says(void *arg)
+{
+    FILE *f = fopen(logpath, "r");
+    if (f == NULL)
+        return false;
+    static char text[65536];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    return strstr(text, arg) != NULL;
+}
+
+/* The placement of the tests below: partition 1 on node place_p1_owner,
+ * every other one here (node 1). */
+static uint64_t place_p1_owner;
+
+static bool place_p1(void *arg, const tn_topic_t *t, uint32_t p, uint64_t *owner)
+{
+    (void)arg;
+    (void)t;
+    *owner = p == 1 ? place_p1_owner : 1;
+    return *owner == 1;
+}
+
+static bool topic_not_busy(void *arg)
+{
+    return !tn_topic_busy(arg);
+}
+
+/* The topic's pause writes have covered this many asks (pause_done). */
+static uint64_t pause_done_want;
+
+static bool pause_done_reached(void *arg)
+{
+    return ((const tn_topic_t *)arg)->pause_done >= pause_done_want;
+}
+
+/* A pause write that starts while a paused topic's emptying waits for the
+ * channels' records, asked while another write was under way, takes the
+ * hold points the file may take (hold_file), never those the emptying
+ * moved in memory (theld_t): landed before the records are durable, a
+ * crash would leave a paused topic whose restart delivers the held
+ * messages. The write under way (the first) is past its file's syncs and
+ * held on its worker (TERN_TEST_TOPIC_PAUSE_DELAY_MS); every fdatasync is
+ * then slowed (tn_io_delay_sync), so the channels' records stay not
+ * durable until after the second write started. dir_made: the second
+ * write is asked by the topic's directory for partition 1 made here (its
+ * placement here), else by a /topic/pause asked again. */
+static void emptying_while_a_write_follows(bool dir_made)
+{
+    place_p1_owner = 9;
+    qfx_t *q = qfx_new(NULL, place_p1);
+    q->wait_ms = 10000;
+    tn_topic_t *t = qfx_topic(q, "t", 2);
+    qfx_channel(q, t, "c");
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    for (int i = 0; i < 8; i++)
+        publish(q, "t", "held", 0);
+    assert_int_equal(tn_topic_depth(t), 8);
+    uint64_t before[2] = {t->parts[0]->hold, 0};
+    assert_file_holds(q, t, before);
+
+    log_capture();
+    int level = tn_log_level;
+    tn_log_level = TN_LOG_NOTICE; /* the hold's line (tpause_test_delay) */
+    assert_int_equal(setenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS", "1000", 1), 0);
+    qfx_allw_t w1 = {0};
+    assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &w1), 0);
+    assert_true(qfx_run_until(q, log_says, "pause write of topic t held"));
+    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0);
+    tn_log_level = level;
+    uint64_t asked = t->pause_asked;
+    if (dir_made) {
+        place_p1_owner = 1;
+        assert_int_equal(tn_topic_follow_placement(t, NULL, NULL), 0);
+        assert_true(qfx_run_until(q, topic_not_busy, t));
+        assert_true(tn_topic_part_local(t, 1));
+        assert_int_equal(t->pause_asked, asked + 1); /* tn__topic_pause_dir_made */
+    }
+    tn_io_delay_sync(2000 * 1000000LL);
+    qfx_allw_t e = {0};
+    assert_int_equal(tn_topic_empty(t, qfx_on_sync_all, &e), 0);
+    uint64_t after[2] = {t->parts[0]->hold, t->parts[1]->hold};
+    assert_int_equal(after[0], before[0] + 8);
+    qfx_allw_t w2 = {0};
+    if (!dir_made)
+        assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &w2), 0);
+    assert_int_equal(t->pause_asked, asked + 1);
+    assert_true(t->pause_writing); /* the first: the second follows it */
+    pause_done_want = asked;       /* the first write's */
+    assert_true(qfx_run_until(q, pause_done_reached, t));
+    /* The second write has started; the emptying still waits. */
+    assert_false(e.done);
+    tn_io_delay_sync(0);
+    pause_done_want = asked + 1; /* the second's */
+    assert_true(qfx_run_until(q, pause_done_reached, t));
+    assert_file_holds(q, t, before);
+    assert_true(qfx_run_until(q, qfx_all_done, &e));
+    assert_int_equal(e.status, 0);
+    assert_file_holds(q, t, after); /* the emptying's own write, after the records */
+    if (!dir_made)
+        assert_true(w2.done && w2.status == 0);
+    log_release();
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
+    assert_true(t->paused);
+    assert_int_equal(tn_topic_depth(t), 0);
+    qfx_free(q);
+}
+
+static void test_topic_empty_paused_write_asked_again(void **state)
+{
+    (void)state;
+    emptying_while_a_write_follows(false);
+}
+
+static void test_topic_empty_paused_dir_made(void **state)
+{
+    (void)state;
+    emptying_while_a_write_follows(true);
+}
+
 /* A channel made again on a node whose stamp file says it had this very
  * channel (its files lost on every partition) keeps the pause its pause
  * file holds; one that cannot be read is said in the log, as at start
@@ -2035,6 +2160,8 @@ int main(void)
         cmocka_unit_test(test_topic_empty_paused_then_deleted),
         cmocka_unit_test(test_topic_empty_paused_write_meanwhile),
         cmocka_unit_test(test_topic_empty_paused_failed_then_paused),
+        cmocka_unit_test(test_topic_empty_paused_write_asked_again),
+        cmocka_unit_test(test_topic_empty_paused_dir_made),
         cmocka_unit_test(test_close_during_pause_writes),
         cmocka_unit_test(test_paused_topic_depth_after_retention),
     };
