@@ -5,7 +5,9 @@
 
 #include "fixture_meta.h"
 
+#include "core/alloc.h"
 #include "core/time.h"
+#include "storage/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,4 +240,18 @@ void qfx_expect_n(qfx_t *q, qfx_sink_t *s, int n)
 {
     want_t w = {s, n};
     assert_true(qfx_run_until(q, has_n, &w));
+}
+
+void qfx_assert_file_holds(qfx_t *q, const tn_topic_t *t, const uint64_t *want)
+{
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    assert_int_equal(tn_store_topic_pause_read(q->fx->store, t->name, &paused, &holds, &n), 0);
+    assert_int_equal(paused, 1);
+    assert_int_equal(n, t->nparts);
+    for (uint32_t i = 0; i < n; i++)
+        if (!t->parts[i]->remote)
+            assert_int_equal(holds[i], want[i]);
+    tn_free(holds);
 }

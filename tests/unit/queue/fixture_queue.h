@@ -4,12 +4,12 @@
  * restarted (recovery runs), the loop run until a condition holds or for a
  * while, the waiters of a publish, a topic or channel lookup, a callback
  * that runs once (a channel's sync of all partitions, a pause) and a
- * topic's growth, and a consumer that records what it is delivered. What
- * the test files set differently stays in them: tweaks of the options, the
- * placement, the wait bound (test_topic.c waits up to 10 s), a sink's
- * bound. Built into every tests/unit/queue binary (see
- * CMakeLists.txt). Every helper fails the current test (cmocka) instead
- * of returning an error. */
+ * topic's growth, a consumer that records what it is delivered, and a
+ * check of the hold points in a topic's pause file. What the test files
+ * set differently stays in them: tweaks of the options, the placement,
+ * the wait bound (test_topic.c waits up to 10 s), a sink's bound. Built
+ * into every tests/unit/queue binary (see CMakeLists.txt). Every helper
+ * fails the current test (cmocka) instead of returning an error. */
 #ifndef TN_TESTS_FIXTURE_QUEUE_H
 #define TN_TESTS_FIXTURE_QUEUE_H
 
@@ -149,5 +149,9 @@ void qfx_attach(qfx_sink_t *s, tn_channel_t *ch, uint32_t credit, int64_t timeou
 /* Run the loop until s has had n deliveries; the test fails if it has not
  * within q->wait_ms. */
 void qfx_expect_n(qfx_t *q, qfx_sink_t *s, int n);
+
+/* t's pause file says paused, names every partition of t, and each local
+ * partition's hold point there equals want[i]. */
+void qfx_assert_file_holds(qfx_t *q, const tn_topic_t *t, const uint64_t *want);
 
 #endif

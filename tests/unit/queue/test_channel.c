@@ -1239,21 +1239,6 @@ static void test_topic_empty_paused_channel_failed(void **state)
     qfx_free(q);
 }
 
-/* Every local partition's hold point in t's pause file equals want[i]. */
-static void assert_file_holds(qfx_t *q, const tn_topic_t *t, const uint64_t *want)
-{
-    int paused = 0;
-    uint64_t *holds = NULL;
-    uint32_t n = 0;
-    assert_int_equal(tn_store_topic_pause_read(q->fx->store, t->name, &paused, &holds, &n), 0);
-    assert_int_equal(paused, 1);
-    assert_int_equal(n, t->nparts);
-    for (uint32_t i = 0; i < n; i++)
-        if (!t->parts[i]->remote)
-            assert_int_equal(holds[i], want[i]);
-    tn_free(holds);
-}
-
 /* A pause write's answer that reads the pause file's hold points then,
  * before a write that follows it can land. */
 typedef struct {
@@ -1297,7 +1282,7 @@ static void test_topic_empty_paused_write_meanwhile(void **state)
     assert_true(t->nparts <= 64);
     for (uint32_t i = 0; i < t->nparts; i++)
         before[i] = t->parts[i]->hold;
-    assert_file_holds(q, t, before);
+    qfx_assert_file_holds(q, t, before);
     qfx_allw_t e = {0};
     pausew_t p = {.q = q, .topic = "t"};
     assert_int_equal(tn_topic_empty(t, qfx_on_sync_all, &e), 0);
@@ -1317,7 +1302,7 @@ static void test_topic_empty_paused_write_meanwhile(void **state)
     assert_true(qfx_run_until(q, qfx_all_done, &e));
     assert_int_equal(e.status, 0);
     /* The emptying's write came after the records: the new points. */
-    assert_file_holds(q, t, after);
+    qfx_assert_file_holds(q, t, after);
     qfx_restart(q);
     ch = channel(q, "t", "c");
     assert_true(ch->topic->paused);
@@ -1933,7 +1918,7 @@ static void emptying_while_a_write_follows(bool dir_made)
         publish(q, "t", "held", 0);
     assert_int_equal(tn_topic_depth(t), 8);
     uint64_t before[2] = {t->parts[0]->hold, 0};
-    assert_file_holds(q, t, before);
+    qfx_assert_file_holds(q, t, before);
 
     log_capture();
     int level = tn_log_level;
@@ -1969,10 +1954,10 @@ static void emptying_while_a_write_follows(bool dir_made)
     tn_io_delay_sync(0);
     pause_done_want = asked + 1; /* the second's */
     assert_true(qfx_run_until(q, pause_done_reached, t));
-    assert_file_holds(q, t, before);
+    qfx_assert_file_holds(q, t, before);
     assert_true(qfx_run_until(q, qfx_all_done, &e));
     assert_int_equal(e.status, 0);
-    assert_file_holds(q, t, after); /* the emptying's own write, after the records */
+    qfx_assert_file_holds(q, t, after); /* the emptying's own write, after the records */
     if (!dir_made)
         assert_true(w2.done && w2.status == 0);
     log_release();

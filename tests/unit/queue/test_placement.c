@@ -555,6 +555,40 @@ static void topic_pause_wait(qfx_t *q, tn_topic_t *t, bool paused)
     assert_int_equal(w.status, 0);
 }
 
+/* A fixture whose every partition is placed here and replicated
+ * (place_readopt), with topic t of one partition, its channel c and
+ * three records of body. */
+static qfx_t *replicated_t(const char *body, tn_topic_t **t, tn_channel_t **ch)
+{
+    place_all(SELF);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    q->b->place_readopt = all_replicated;
+    *t = qfx_topic(q, "t", 1);
+    *ch = qfx_channel(q, *t, "c");
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(publish(q, "t", body, 0, NULL, NULL), 0);
+    return q;
+}
+
+/* Restart q: topic t comes back paused, its depth held (all of
+ * partition 0's), which channel c's consumer gets only at the unpause,
+ * from offset first on. */
+static void restart_still_held(qfx_t *q, uint64_t held, uint64_t first)
+{
+    qfx_restart(q);
+    tn_topic_t *t = qfx_topic(q, "t", 0);
+    assert_true(t->paused);
+    assert_int_equal(tn_topic_depth(t), held);
+    qfx_sink_t s;
+    attach(&s, qfx_channel(q, t, "c"), 100);
+    qfx_run_for(q, 30);
+    assert_int_equal(s.n, 0);
+    topic_pause_wait(q, t, false);
+    qfx_expect_n(q, &s, (int)held);
+    assert_int_equal(s.d[0].offset, first);
+    tn_consumer_detach(&s.c);
+}
+
 /* A replicated partition not led here when the topic is paused holds
  * from 0 once it comes to lead here (docs/cluster.md), whatever hold
  * point an earlier pause left it: one led here during an earlier pause
@@ -564,13 +598,9 @@ static void topic_pause_wait(qfx_t *q, tn_topic_t *t, bool paused)
 static void test_topic_pause_remote_holds_from_zero(void **state)
 {
     (void)state;
-    place_all(SELF);
-    qfx_t *q = qfx_new(qfx_small_memlogs, place);
-    q->b->place_readopt = all_replicated;
-    tn_topic_t *t = qfx_topic(q, "t", 1);
-    tn_channel_t *ch = qfx_channel(q, t, "c");
-    for (int i = 0; i < 3; i++)
-        assert_int_equal(publish(q, "t", "m", 0, NULL, NULL), 0);
+    tn_topic_t *t;
+    tn_channel_t *ch;
+    qfx_t *q = replicated_t("m", &t, &ch);
     /* An earlier pause, led here: its hold point is past the three. */
     topic_pause_wait(q, t, true);
     topic_pause_wait(q, t, false);
@@ -589,17 +619,7 @@ static void test_topic_pause_remote_holds_from_zero(void **state)
     assert_int_equal(s.n, 0);
     /* So does a restart. */
     tn_consumer_detach(&s.c);
-    qfx_restart(q);
-    t = qfx_topic(q, "t", 0);
-    assert_true(t->paused);
-    assert_int_equal(tn_topic_depth(t), 3);
-    ch = qfx_channel(q, t, "c");
-    attach(&s, ch, 100);
-    qfx_run_for(q, 30);
-    assert_int_equal(s.n, 0);
-    topic_pause_wait(q, t, false);
-    qfx_expect_n(q, &s, 3);
-    tn_consumer_detach(&s.c);
+    restart_still_held(q, 3, 0);
     qfx_free(q);
 }
 
@@ -640,13 +660,9 @@ static void cut_and_append(qfx_t *q, tn_plog_t *pl, uint64_t offset, int n)
  * and the partition opened from its files when led here again. */
 static void hold_below_a_cut(bool own_log)
 {
-    place_all(SELF);
-    qfx_t *q = qfx_new(qfx_small_memlogs, place);
-    q->b->place_readopt = all_replicated;
-    tn_topic_t *t = qfx_topic(q, "t", 1);
-    tn_channel_t *ch = qfx_channel(q, t, "c");
-    for (int i = 0; i < 3; i++)
-        assert_int_equal(publish(q, "t", "old", 0, NULL, NULL), 0);
+    tn_topic_t *t;
+    tn_channel_t *ch;
+    qfx_t *q = replicated_t("old", &t, &ch);
     topic_pause_wait(q, t, true);
     assert_int_equal(tn_topic_depth(t), 0); /* everything went out before the pause */
     owners[0] = 9;
@@ -677,28 +693,10 @@ static void hold_below_a_cut(bool own_log)
     assert_int_equal(tn_consumer_fin(&s.c, 0, 0, false, 0), 0);
     tn_consumer_detach(&s.c);
     assert_true(qfx_run_until(q, topic_quiet, t));
-    int paused = 0;
-    uint64_t *holds = NULL;
-    uint32_t n = 0;
-    assert_int_equal(tn_store_topic_pause_read(q->fx->store, "t", &paused, &holds, &n), 0);
-    assert_int_equal(paused, 1);
-    assert_int_equal(n, 1);
-    print_message("pause file: hold %" PRIu64 "\n", holds[0]);
-    assert_int_equal(holds[0], 1);
-    tn_free(holds);
+    uint64_t cut = 1;
+    qfx_assert_file_holds(q, t, &cut);
     /* A restart holds them too; the unpause delivers them. */
-    qfx_restart(q);
-    t = qfx_topic(q, "t", 0);
-    assert_true(t->paused);
-    assert_int_equal(tn_topic_depth(t), 3);
-    ch = qfx_channel(q, t, "c");
-    attach(&s, ch, 100);
-    qfx_run_for(q, 30);
-    assert_int_equal(s.n, 0);
-    topic_pause_wait(q, t, false);
-    qfx_expect_n(q, &s, 3);
-    assert_int_equal(s.d[0].offset, 1);
-    tn_consumer_detach(&s.c);
+    restart_still_held(q, 3, 1);
     qfx_free(q);
 }
 
