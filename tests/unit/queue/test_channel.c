@@ -1923,7 +1923,10 @@ static void emptying_while_a_write_follows(bool dir_made)
     log_capture();
     int level = tn_log_level;
     tn_log_level = TN_LOG_NOTICE; /* the hold's line (tpause_test_delay) */
-    assert_int_equal(setenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS", "1000", 1), 0);
+    /* The first write's hold (2 s) ends well before the emptying's
+     * slowed sync (4 s, started after the hold began) can: a margin of
+     * 2 s for the placement below and a busy machine. */
+    assert_int_equal(setenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS", "2000", 1), 0);
     qfx_allw_t w1 = {0};
     assert_int_equal(tn_topic_pause(t, true, qfx_on_sync_all, &w1), 0);
     assert_true(qfx_run_until(q, log_says, "pause write of topic t held"));
@@ -1937,7 +1940,7 @@ static void emptying_while_a_write_follows(bool dir_made)
         assert_true(tn_topic_part_local(t, 1));
         assert_int_equal(t->pause_asked, asked + 1); /* tn__topic_pause_dir_made */
     }
-    tn_io_delay_sync(2000 * 1000000LL);
+    tn_io_delay_sync(4000 * 1000000LL);
     qfx_allw_t e = {0};
     assert_int_equal(tn_topic_empty(t, qfx_on_sync_all, &e), 0);
     uint64_t after[2] = {t->parts[0]->hold, t->parts[1]->hold};
