@@ -1739,56 +1739,64 @@ static void on_config(tn_http_request_t *r, void *arg)
  * (a form, "{}") is no error: up to this much is read and ignored. */
 #define IGNORED_BODY (64 * 1024)
 
-int tn_nsq_http_register(tn_http_server_t *srv, tn_nsq_http_t *api)
-{
-    int rc = 0;
-    rc = rc ? rc : tn_http_route(srv, "GET", "/ping", 0, NULL, on_ping, api);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/info", 0, NULL, on_info, api);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/healthz", 0, NULL, on_healthz, api);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/stats", 0, NULL, on_stats, api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/topic/create", IGNORED_BODY, NULL, on_topic_create, api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/topic/empty", IGNORED_BODY, NULL, on_topic_empty, api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/topic/pause", IGNORED_BODY, NULL, on_topic_pause, api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/topic/unpause", IGNORED_BODY, NULL, on_topic_unpause,
-                            api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/channel/create", IGNORED_BODY, NULL, on_channel_create,
-                            api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/channel/empty", IGNORED_BODY, NULL, on_channel_empty,
-                            api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/channel/pause", IGNORED_BODY, NULL, on_channel_pause,
-                            api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/channel/unpause", IGNORED_BODY, NULL, on_channel_unpause,
-                            api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/topic/delete", IGNORED_BODY, NULL, on_topic_delete, api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/channel/delete", IGNORED_BODY, NULL, on_channel_delete,
-                            api);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/lookup", 0, NULL, on_lookup, api);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/topics", 0, NULL, on_topics, api);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/channels", 0, NULL, on_channels, api);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/nodes", 0, NULL, on_nodes, api);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/readyz", 0, NULL, on_readyz, api);
-    rc = rc ? rc : tn_http_route(srv, "GET", "/config/{opt}", 0, NULL, on_config, api);
+/* How much body a route reads; the message and body limits are api's,
+ * known only when the routes are registered. */
+enum { BODY_NONE, BODY_IGNORED, BODY_MSG, BODY_MPUB };
+
+/* nsqd's HTTP routes, registered in this order (the server tries them in
+ * it). A route with two methods is registered once per method. Who may
+ * call a route is its handler's decision (authorize() per topic, on_config
+ * for a PUT); HEAD and OPTIONS are the server's, from these routes. */
+static const struct {
+    const char *methods[2]; /* the second may be NULL */
+    const char *path;
+    uint8_t body;
+    const char *too_big; /* the 413's message; NULL: the server's BODY_TOO_BIG */
+    tn_http_handler_cb handler;
+} nsq_routes[] = {
+    {{"GET"}, "/ping", BODY_NONE, NULL, on_ping},
+    {{"GET"}, "/info", BODY_NONE, NULL, on_info},
+    {{"GET"}, "/healthz", BODY_NONE, NULL, on_healthz},
+    {{"GET"}, "/stats", BODY_NONE, NULL, on_stats},
+    {{"POST"}, "/topic/create", BODY_IGNORED, NULL, on_topic_create},
+    {{"POST"}, "/topic/empty", BODY_IGNORED, NULL, on_topic_empty},
+    {{"POST"}, "/topic/pause", BODY_IGNORED, NULL, on_topic_pause},
+    {{"POST"}, "/topic/unpause", BODY_IGNORED, NULL, on_topic_unpause},
+    {{"POST"}, "/channel/create", BODY_IGNORED, NULL, on_channel_create},
+    {{"POST"}, "/channel/empty", BODY_IGNORED, NULL, on_channel_empty},
+    {{"POST"}, "/channel/pause", BODY_IGNORED, NULL, on_channel_pause},
+    {{"POST"}, "/channel/unpause", BODY_IGNORED, NULL, on_channel_unpause},
+    {{"POST"}, "/topic/delete", BODY_IGNORED, NULL, on_topic_delete},
+    {{"POST"}, "/channel/delete", BODY_IGNORED, NULL, on_channel_delete},
+    {{"GET"}, "/lookup", BODY_NONE, NULL, on_lookup},
+    {{"GET"}, "/topics", BODY_NONE, NULL, on_topics},
+    {{"GET"}, "/channels", BODY_NONE, NULL, on_channels},
+    {{"GET"}, "/nodes", BODY_NONE, NULL, on_nodes},
+    {{"GET"}, "/readyz", BODY_NONE, NULL, on_readyz},
+    {{"GET"}, "/config/{opt}", BODY_NONE, NULL, on_config},
     /* nsqd reads at most --max-msg-size bytes, and refuses more with
      * 413 INVALID_VALUE. */
-    rc = rc ? rc
-            : tn_http_route(srv, "PUT", "/config/{opt}", api->max_msg_size, "INVALID_VALUE",
-                            on_config, api);
-    rc =
-        rc ? rc : tn_http_route(srv, "POST", "/pub", api->max_msg_size, "MSG_TOO_BIG", on_pub, api);
-    rc = rc ? rc : tn_http_route(srv, "PUT", "/pub", api->max_msg_size, "MSG_TOO_BIG", on_pub, api);
-    rc = rc ? rc
-            : tn_http_route(srv, "POST", "/mpub", api->max_body_size, "BODY_TOO_BIG", on_mpub, api);
-    rc = rc ? rc
-            : tn_http_route(srv, "PUT", "/mpub", api->max_body_size, "BODY_TOO_BIG", on_mpub, api);
-    return rc;
+    {{"PUT"}, "/config/{opt}", BODY_MSG, "INVALID_VALUE", on_config},
+    {{"POST", "PUT"}, "/pub", BODY_MSG, "MSG_TOO_BIG", on_pub},
+    {{"POST", "PUT"}, "/mpub", BODY_MPUB, "BODY_TOO_BIG", on_mpub},
+};
+
+int tn_nsq_http_register(tn_http_server_t *srv, tn_nsq_http_t *api)
+{
+    const uint64_t max_body[] = {
+        [BODY_NONE] = 0,
+        [BODY_IGNORED] = IGNORED_BODY,
+        [BODY_MSG] = api->max_msg_size,
+        [BODY_MPUB] = api->max_body_size,
+    };
+    for (size_t i = 0; i < TN_ARRAY_SIZE(nsq_routes); i++) {
+        for (size_t m = 0; m < 2 && nsq_routes[i].methods[m] != NULL; m++) {
+            int rc = tn_http_route(srv, nsq_routes[i].methods[m], nsq_routes[i].path,
+                                   max_body[nsq_routes[i].body], nsq_routes[i].too_big,
+                                   nsq_routes[i].handler, api);
+            if (rc != 0)
+                return rc;
+        }
+    }
+    return 0;
 }
