@@ -507,7 +507,7 @@ class HTTP(unittest.TestCase):
             self.assertEqual(config("PUT", "log_level", b"WARN"), (200, 3))
             self.assertEqual(config("PUT", "log_level", b"Error"), (200, 4))
             self.assertEqual(config("GET", "log_level"), (200, 4))
-            for bad in (b"warning", b"notice", b"debug\n", b"x"):
+            for bad in (b"warning", b"verbose", b"debug\n", b"x"):
                 self.assertEqual(config("PUT", "log_level", bad), (400, {"message": "INVALID_VALUE"}),
                                  bad)
             self.assertEqual(config("GET", "log_level"), (200, 4))
@@ -704,6 +704,45 @@ class MetricsListener(unittest.TestCase):
                 c.close()
             self.assertEqual(dm.stop(), 0)
         finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+class LogLevelNotice(unittest.TestCase):
+    def test_notice_reads_as_its_name_and_round_trips(self):
+        """tern's notice has no nsqd number: GET /config/log_level answers
+        "notice", and a PUT of what GET answered (that, or a number, as
+        the body) sets the level it read, so a script can put it back."""
+        d = tempfile.mkdtemp(prefix="tern-http-")
+        dm = None
+        try:
+            dm = Daemon(os.path.join(d, "data"), "--log-level=notice")
+            dm.wait_for("ready")
+
+            def config(method, body=None):
+                c = http.client.HTTPConnection("127.0.0.1", dm.http_port, timeout=10)
+                try:
+                    c.request(method, "/config/log_level", body=body)
+                    r = c.getresponse()
+                    return r.status, r.read()
+                finally:
+                    c.close()
+
+            got = config("GET")
+            self.assertEqual(got, (200, b'"notice"'))
+            self.assertEqual(config("PUT", got[1]), (200, b'"notice"'))
+            self.assertEqual(config("GET"), (200, b'"notice"'))
+            self.assertEqual(config("PUT", b"NOTICE"), (200, b'"notice"'))
+            # nsqd's levels read as its numbers, which PUT takes back too.
+            self.assertEqual(config("PUT", b"debug"), (200, b"1"))
+            self.assertEqual(config("PUT", b"1"), (200, b"1"))
+            self.assertEqual(config("PUT", b"5"), (200, b"4"))  # nsqd's fatal: error
+            for bad in (b"0", b"6", b"2.5", b"notice\n", b'"notice', b'"2"'):
+                self.assertEqual(config("PUT", bad), (400, b'{"message":"INVALID_VALUE"}'), bad)
+            self.assertEqual(config("PUT", got[1]), (200, b'"notice"'))
+            dm.wait_for('log level set to notice by PUT /config')
+        finally:
+            if dm is not None:
+                self.assertEqual(dm.stop(), 0)
             shutil.rmtree(d, ignore_errors=True)
 
 

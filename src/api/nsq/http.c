@@ -1644,42 +1644,37 @@ static bool put_lookupds(tn_http_request_t *r, tn_nsq_http_t *api)
     return true;
 }
 
-/* nsqd's log level names, which PUT takes in any case; its fatal is
- * tern's error, as --log-level fatal is. */
+/* The log levels of /config/log_level: nsqd's, by the name PUT takes (in
+ * any case) and the number GET answers, its fatal being tern's error as
+ * --log-level fatal is; and tern's notice, which nsqd has no number for:
+ * GET answers its name, "notice", a JSON string. PUT also takes what GET
+ * answers (a number, or the name in quotes), so a level read can be put
+ * back as it was read. */
 static const struct {
     const char *name;
+    char number; /* nsqd's, '\0' for none */
     int level;
 } nsq_levels[] = {
-    {"debug", TN_LOG_DEBUG}, {"info", TN_LOG_INFO},   {"warn", TN_LOG_WARN},
-    {"error", TN_LOG_ERROR}, {"fatal", TN_LOG_ERROR},
+    {"debug", '1', TN_LOG_DEBUG}, {"info", '2', TN_LOG_INFO},   {"notice", '\0', TN_LOG_NOTICE},
+    {"warn", '3', TN_LOG_WARN},   {"error", '4', TN_LOG_ERROR}, {"fatal", '5', TN_LOG_ERROR},
 };
-
-/* The level as nsqd's GET answers it, a number: debug 1, info 2, warn 3,
- * error 4, fatal 5. tern's notice, between info and warn, reads as info. */
-static int nsq_level_number(int level)
-{
-    switch (level) {
-    case TN_LOG_DEBUG:
-        return 1;
-    case TN_LOG_INFO:
-    case TN_LOG_NOTICE:
-        return 2;
-    case TN_LOG_WARN:
-        return 3;
-    case TN_LOG_ERROR:
-        return 4;
-    default:
-        return 5;
-    }
-}
 
 /* false after answering an error. */
 static bool put_log_level(tn_http_request_t *r)
 {
     const char *body = tn_buf_data(&r->body);
     size_t len = tn_buf_size(&r->body);
+    bool quoted = len >= 2 && body[0] == '"' && body[len - 1] == '"';
+    if (quoted) {
+        body++;
+        len -= 2;
+    }
     for (size_t i = 0; i < TN_ARRAY_SIZE(nsq_levels); i++) {
-        if (strlen(nsq_levels[i].name) == len && strncasecmp(body, nsq_levels[i].name, len) == 0) {
+        bool named =
+            strlen(nsq_levels[i].name) == len && strncasecmp(body, nsq_levels[i].name, len) == 0;
+        bool numbered =
+            !quoted && len == 1 && nsq_levels[i].number != '\0' && body[0] == nsq_levels[i].number;
+        if (named || numbered) {
             tn_log_set_level(nsq_levels[i].level);
             TN_LOG(TN_LOG_NOTICE, "log level set to %s by PUT /config", nsq_levels[i].name);
             return true;
@@ -1687,6 +1682,24 @@ static bool put_log_level(tn_http_request_t *r)
     }
     answer_error(r, 400, "INVALID_VALUE");
     return false;
+}
+
+/* What GET /config/log_level answers: nsqd's number for the level, or
+ * the name in quotes when nsqd has none. */
+static void answer_log_level(tn_http_request_t *r)
+{
+    int level = tn_log_level;
+    char body[16] = "5"; /* TN_LOG_OFF, not settable here: as nsqd's fatal */
+    for (size_t i = 0; i < TN_ARRAY_SIZE(nsq_levels); i++) {
+        if (nsq_levels[i].level != level)
+            continue;
+        if (nsq_levels[i].number != '\0')
+            snprintf(body, sizeof(body), "%c", nsq_levels[i].number);
+        else
+            snprintf(body, sizeof(body), "\"%s\"", nsq_levels[i].name);
+        break;
+    }
+    answer_json(r, 200, body);
 }
 
 /* GET or PUT /config/{opt}, nsqd's doConfig for the two options it
@@ -1725,9 +1738,7 @@ static void on_config(tn_http_request_t *r, void *arg)
     if (lookupds && api->lookupds_json != NULL) {
         answer_json(r, 200, api->lookupds_json);
     } else if (level) {
-        char body[16];
-        snprintf(body, sizeof(body), "%d", nsq_level_number(tn_log_level));
-        answer_json(r, 200, body);
+        answer_log_level(r);
     } else if (lookupds) {
         answer_json(r, 200, "[]");
     } else {
