@@ -26,6 +26,17 @@ from daemon import Daemon
 from nsqwire import Conn
 
 
+def request(port, method, path, body=None, headers=None):
+    """One request on a connection of its own: status, headers, body."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+    finally:
+        c.close()
+
+
 def fresh(prefix="h"):
     return f"{prefix}{uuid.uuid4().hex[:10]}"
 
@@ -51,13 +62,7 @@ class HTTP(unittest.TestCase):
         assert rc == 0, f"ternd exited {rc}:\n{cls.d.log()}"
 
     def request(self, method, path, body=None, headers=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            c.request(method, path, body=body, headers=headers or {})
-            r = c.getresponse()
-            return r.status, dict(r.getheaders()), r.read()
-        finally:
-            c.close()
+        return request(self.port, method, path, body, headers)
 
     def raw(self, data, timeout=10):
         """Send raw bytes, return everything the server sends until it
@@ -719,13 +724,8 @@ class LogLevelNotice(unittest.TestCase):
             dm.wait_for("ready")
 
             def config(method, body=None):
-                c = http.client.HTTPConnection("127.0.0.1", dm.http_port, timeout=10)
-                try:
-                    c.request(method, "/config/log_level", body=body)
-                    r = c.getresponse()
-                    return r.status, r.read()
-                finally:
-                    c.close()
+                st, _, out = request(dm.http_port, method, "/config/log_level", body)
+                return st, out
 
             got = config("GET")
             self.assertEqual(got, (200, b'"notice"'))
