@@ -30,7 +30,9 @@ says whether the run is a soak (TERN_SOAK set, by make soak): a test that
 repeats a case runs it at full repetition then, and a few times otherwise.
 """
 import argparse
+import atexit
 import base64
+import contextlib
 import fcntl
 import http.client
 import json
@@ -81,20 +83,76 @@ def soak():
 # holding the owner's pid. A node's ports stay free while it is stopped
 # between restarts, so probing with bind alone let a test running beside
 # this one take a port a stopped node comes back to (cluster_meta once
-# found its Raft port taken). A file whose pid is gone is stale and reused.
-# Claims are made under the directory's lock (.lock), as the unit tests'
-# (tests/unit/testutil.c tu_free_port) are: a file read before its
-# creator wrote its pid, or a stale one two claimers take over at once,
-# would otherwise give one port to both.
+# found its Raft port taken). A file whose pid is gone is stale: removed by
+# the first claim of each process, or taken over.
+# Every change to the directory (a claim, a stale file removed, a claim's
+# file removed at release) is made under the directory's lock (.lock,
+# which nobody removes), as the unit tests' are (tests/unit/testutil.c
+# tu_free_port, the same protocol): a file read before its creator wrote
+# its pid, or a stale one two claimers take over at once, would otherwise
+# give one port to both; and since the lock is never on a file being
+# removed, no claimer can hold a lock on a name another just unlinked.
+# A claim lasts until its process exits; at exit (atexit) its files go, in
+# that process only (their pid is its own: a forked child's exit leaves
+# its parent's claims alone).
 _PORT_DIR = os.path.join(tempfile.gettempdir(), "tern-test-ports")
+_claimed = set()  # ports whose files this process made
+_swept_by = None  # the process that swept _PORT_DIR
+
+
+@contextlib.contextmanager
+def _ports_locked():
+    os.makedirs(_PORT_DIR, exist_ok=True)
+    with open(os.path.join(_PORT_DIR, ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _owner(path):
+    """The pid in a claim file (0: none written); None when there is none."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else 0
+
+
+def _alive(pid):
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _sweep():
+    """Remove the stale claims (the lock held)."""
+    for name in os.listdir(_PORT_DIR):
+        if name.isdigit():
+            path = os.path.join(_PORT_DIR, name)
+            pid = _owner(path)
+            if pid is not None and not _alive(pid):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
 
 
 def _claim(port):
     """Claim port for this process across test processes; False if a live
     process holds it."""
-    os.makedirs(_PORT_DIR, exist_ok=True)
-    with open(os.path.join(_PORT_DIR, ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    global _swept_by
+    with _ports_locked():
+        if _swept_by != os.getpid():
+            _sweep()
+            if _swept_by is None:
+                atexit.register(_release_all)  # inherited by a forked child
+            _swept_by = os.getpid()
         return _claim_locked(port)
 
 
@@ -104,23 +162,33 @@ def _claim_locked(port):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            try:
-                with open(path) as f:
-                    pid = int(f.read().strip() or "0")
-                os.kill(pid, 0)
+            pid = _owner(path)
+            if _alive(pid):
                 return pid == os.getpid()
-            except (ValueError, ProcessLookupError, FileNotFoundError):
-                try:
-                    os.unlink(path)  # its owner is gone
-                except FileNotFoundError:
-                    pass
-                continue
-            except PermissionError:
-                return False
+            try:
+                os.unlink(path)  # its owner is gone
+            except FileNotFoundError:
+                pass
+            continue
         with os.fdopen(fd, "w") as f:
             f.write(str(os.getpid()))
+        _claimed.add(port)
         return True
     return False
+
+
+def _release(ports):
+    """Give up this process's claims on ports: their files go."""
+    with _ports_locked():
+        for port in ports:
+            path = os.path.join(_PORT_DIR, str(port))
+            if _owner(path) == os.getpid():
+                os.unlink(path)
+            _claimed.discard(port)
+
+
+def _release_all():
+    _release(list(_claimed))
 
 
 def free_port():

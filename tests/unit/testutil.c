@@ -6,6 +6,7 @@
 #include "core/err.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -63,13 +64,132 @@ static bool port_bindable(int type, int port)
     return rc == 0;
 }
 
-/* Claim port in dir (its lock held): its file made with this pid, or
- * taken over from a pid that is gone. False when a live process (this
- * one included: handed out before) holds it. */
-static bool port_claim(const char *dir, int port)
+/* --- port claims ---------------------------------------------------------
+ *
+ * The protocol, shared with tests/cluster/harness.py (_claim, _release):
+ * $TMPDIR/tern-test-ports/<port> is a claim, holding its claimer's pid;
+ * one whose pid is gone is stale, free to take. Every change there (a
+ * claim made, a stale file removed, a claim's file removed at its
+ * release) is made holding an exclusive flock on the directory's .lock,
+ * which nobody removes. So no claimer opens a port file another process
+ * is removing, and the race of locks on the files removed themselves (a
+ * file unlinked while another process has it open, about to lock it, then
+ * holding a lock on a name that no longer exists) cannot arise.
+ *
+ * A claim lasts until its process exits: then (atexit) its files go, by
+ * the process that claimed them only (a forked child's exit leaves its
+ * parent's claims alone: their pid is not its own). A process that dies
+ * without exiting (SIGKILL, a crash) leaves its files; each process's
+ * first claim removes the stale files it finds. */
+
+static char port_dir[4096];
+static pid_t port_swept_by;                            /* the process that swept port_dir */
+static uint8_t port_mine[(PORT_HI - PORT_LO + 7) / 8]; /* claimed by this process */
+
+/* Take the claims' lock; its fd, to close (the lock with it), or -1.
+ * No cmocka asserts: it also runs at exit, outside any test. */
+static int ports_lock(void)
 {
+    if (port_dir[0] == '\0') {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(port_dir, sizeof(port_dir), "%s/tern-test-ports", tmp && *tmp ? tmp : "/tmp");
+    }
+    if (mkdir(port_dir, 0755) != 0 && errno != EEXIST)
+        return -1;
+    char lock[4160];
+    snprintf(lock, sizeof(lock), "%s/.lock", port_dir);
+    int lfd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (lfd < 0)
+        return -1;
+    while (flock(lfd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            close(lfd);
+            return -1;
+        }
+    }
+    return lfd;
+}
+
+/* The pid in the claim file path (0: none written, or not a number); -1
+ * when there is no such file. */
+static long port_owner(const char *path)
+{
+    char buf[32] = "";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
+    return atol(buf);
+}
+
+static bool port_mine_has(int port)
+{
+    return port_mine[(port - PORT_LO) / 8] & (1u << ((port - PORT_LO) % 8));
+}
+
+static void port_mine_set(int port, bool mine)
+{
+    uint8_t *byte = &port_mine[(port - PORT_LO) / 8];
+    uint8_t bit = (uint8_t)(1u << ((port - PORT_LO) % 8));
+    *byte = mine ? (uint8_t)(*byte | bit) : (uint8_t)(*byte & ~bit);
+}
+
+static bool pid_alive(long pid)
+{
+    return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* Remove the stale claims (the lock held). */
+static void ports_sweep(void)
+{
+    DIR *d = opendir(port_dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '\0' || strspn(e->d_name, "0123456789") != strlen(e->d_name))
+            continue;
+        char path[4400];
+        snprintf(path, sizeof(path), "%s/%s", port_dir, e->d_name);
+        long pid = port_owner(path);
+        if (pid >= 0 && !pid_alive(pid))
+            unlink(path);
+    }
+    closedir(d);
+}
+
+/* Remove this process's claims (atexit). */
+static void ports_release_all(void)
+{
+    int lfd = ports_lock();
+    if (lfd < 0)
+        return;
+    for (int p = PORT_LO; p < PORT_HI; p++) {
+        if (port_mine_has(p)) {
+            char path[4200];
+            snprintf(path, sizeof(path), "%s/%d", port_dir, p);
+            if (port_owner(path) == (long)getpid())
+                unlink(path);
+        }
+    }
+    close(lfd);
+}
+
+/* Claim port (the lock held): its file made with this pid, or taken over
+ * from a pid that is gone. False when a live process (this one included:
+ * handed out before) holds it. */
+static bool port_claim(int port)
+{
+    if (port_swept_by != getpid()) {
+        ports_sweep();
+        if (port_swept_by == 0)
+            atexit(ports_release_all); /* inherited by a forked child */
+        port_swept_by = getpid();
+    }
     char path[4200];
-    snprintf(path, sizeof(path), "%s/%d", dir, port);
+    snprintf(path, sizeof(path), "%s/%d", port_dir, port);
     for (int i = 0; i < 2; i++) {
         int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
         if (fd >= 0) {
@@ -78,35 +198,44 @@ static bool port_claim(const char *dir, int port)
             bool ok = write(fd, pid, (size_t)n) == n;
             close(fd);
             assert_true(ok);
+            port_mine_set(port, true);
             return true;
         }
         assert_int_equal(errno, EEXIST);
-        char buf[32] = "";
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            ssize_t n = read(fd, buf, sizeof(buf) - 1);
-            buf[n > 0 ? n : 0] = '\0';
-            close(fd);
-        }
-        long pid = atol(buf);
-        if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
+        if (pid_alive(port_owner(path)))
             return false; /* a live owner */
         unlink(path);     /* its owner is gone (or it never wrote one) */
     }
     return false;
 }
 
+bool tu_port_claim(int port)
+{
+    assert_true(port >= PORT_LO && port < PORT_HI);
+    int lfd = ports_lock();
+    assert_true(lfd >= 0);
+    bool ok = port_claim(port);
+    close(lfd);
+    return ok;
+}
+
+void tu_port_release(int port)
+{
+    assert_true(port >= PORT_LO && port < PORT_HI);
+    int lfd = ports_lock();
+    assert_true(lfd >= 0);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%d", port_dir, port);
+    if (port_owner(path) == (long)getpid())
+        unlink(path);
+    port_mine_set(port, false);
+    close(lfd);
+}
+
 int tu_free_port(bool udp_too)
 {
-    const char *tmp = getenv("TMPDIR");
-    char dir[4096], lock[4160];
-    snprintf(dir, sizeof(dir), "%s/tern-test-ports", tmp && *tmp ? tmp : "/tmp");
-    if (mkdir(dir, 0755) != 0)
-        assert_int_equal(errno, EEXIST);
-    snprintf(lock, sizeof(lock), "%s/.lock", dir);
-    int lfd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    int lfd = ports_lock();
     assert_true(lfd >= 0);
-    assert_int_equal(flock(lfd, LOCK_EX), 0);
     /* From a start that differs per process, so processes do not all
      * probe the same ports first. */
     unsigned span = PORT_HI - PORT_LO;
@@ -115,13 +244,13 @@ int tu_free_port(bool udp_too)
     for (unsigned k = 0; k < span && port == 0; k++) {
         int p = PORT_LO + (int)((start + k) % span);
         if (port_bindable(SOCK_STREAM, p) && (!udp_too || port_bindable(SOCK_DGRAM, p)) &&
-            port_claim(dir, p))
+            port_claim(p))
             port = p;
     }
     close(lfd); /* the lock with it */
     if (port == 0)
         fail_msg("no free port in [%d, %d) that no live test process holds (%s)", PORT_LO, PORT_HI,
-                 dir);
+                 port_dir);
     return port;
 }
 

@@ -68,11 +68,18 @@ void tu_fx_reopen(tu_fx_t *fx);
  * life among every test process on the machine, unit and cluster tests
  * alike, by a file named after the port in $TMPDIR/tern-test-ports
  * holding the owner's pid (tests/cluster/harness.py's protocol; a file
- * whose pid is gone is reused), created under that directory's lock: so
- * tests run side by side (ctest -j) never get the same port, even one a
- * node comes back to after a stop. Never the same port twice in one
- * process. Fails the test when no port is left. */
+ * whose pid is gone is stale and removed), created under that
+ * directory's lock: so tests run side by side (ctest -j) never get the
+ * same port, even one a node comes back to after a stop. The file goes
+ * when the process exits. Never the same port twice in one process
+ * (unless released). Fails the test when no port is left. */
 int tu_free_port(bool udp_too);
+/* Claim port as tu_free_port does, whether or not it can be bound:
+ * false when a live process (this one included) holds it. */
+bool tu_port_claim(int port);
+/* Give up this process's claim on port before it exits: its file goes,
+ * and any process may claim it. Nothing when this process holds none. */
+void tu_port_release(int port);
 
 /* Bytes of a file, or -1. */
 long tu_file_size(const char *path);
