@@ -367,7 +367,8 @@ typedef struct {
     /* Out: */
     flist_t files;
     uint32_t snap_crc;
-    size_t stamps_left_out; /* channel stamps that changed as the files were copied */
+    size_t stamps_left_out;       /* channel stamps that changed as the files were copied */
+    size_t topic_stamps_left_out; /* topic stamps that did */
 } take_t;
 
 /* A channel's stamp as read before its files were copied (read_stamps). */
@@ -383,9 +384,11 @@ typedef struct {
     flist_t *l;
     const char **topics; /* the topics of the partitions taken, sorted, each once */
     size_t ntopics;
+    int64_t *tstamps; /* each topic's stamp as read before its files were copied, or 0 */
     cstamp_t *stamps; /* sorted by rel */
     size_t nstamps;
-    size_t *left_out; /* take_t stamps_left_out */
+    size_t *left_out;       /* take_t stamps_left_out */
+    size_t *topic_left_out; /* take_t topic_stamps_left_out */
 } ctx_t;
 
 /* Link rel into the session and record it with its first len bytes
@@ -741,16 +744,23 @@ static void list_topics(ctx_t *c, const part_t *parts, size_t nparts)
     c->ntopics = n;
 }
 
-/* Each channel stamp (`<channel>.cstamp`) in the directories of
- * c->topics, read before any partition's files are copied, into
- * c->stamps: take_stamp keeps a stamp only if it still reads the same
- * after them. A stamp that cannot be read is not listed (so not kept). */
+/* Each topic's stamp (`stamp`) and each channel stamp (`<channel>.cstamp`)
+ * in the directories of c->topics, read before any partition's files are
+ * copied, into c->tstamps and c->stamps: take_topic_stamp and take_stamp
+ * keep a stamp only if it still reads the same after them. A stamp that
+ * cannot be read is not listed (a topic's reads 0), so not kept. */
 static void read_stamps(ctx_t *c)
 {
     size_t cap = 0;
+    if (c->ntopics > 0 && (c->tstamps = tn_calloc(c->ntopics, sizeof(*c->tstamps))) == NULL) {
+        flist_fail(c->l, UV_ENOMEM, "%s", "topic stamps");
+        return;
+    }
     for (size_t i = 0; i < c->ntopics && c->l->err == 0; i++) {
         char dir[PATH_MAX_LEN];
         pathf(dir, sizeof(dir), "%s/topics/%s", c->data, c->topics[i]);
+        if (tn_store_stamp_read_dir(dir, &c->tstamps[i]) != 0)
+            c->tstamps[i] = 0;
         DIR *d = opendir(dir);
         if (d == NULL)
             continue; /* gone, or failing: take_partition says so */
@@ -788,6 +798,31 @@ static void read_stamps(ctx_t *c)
         qsort(c->stamps, c->nstamps, sizeof(*c->stamps), cmp_stamp);
 }
 
+/* A stamp's link dst (of rel) in the session: recorded in the list when
+ * same (it holds what was read before the files were copied), else
+ * removed and counted in *left_out. */
+static void keep_stamp(ctx_t *c, const char *rel, const char *dst, bool same, size_t *left_out)
+{
+    int rc;
+    if (!same) {
+        (*left_out)++;
+        if ((rc = tn_io_unlink(dst)) != 0)
+            flist_fail(c->l, rc, "unlink the copy of %s", rel);
+        return;
+    }
+    struct stat st;
+    uint32_t crc = 0;
+    if (stat(dst, &st) != 0) {
+        flist_fail(c->l, -errno, "stat %s", rel);
+        return;
+    }
+    if ((rc = crc_file(dst, (uint64_t)st.st_size, c->buf, &crc)) != 0) {
+        flist_fail(c->l, rc, "read %s", rel);
+        return;
+    }
+    flist_add(c->l, rel, (uint64_t)st.st_size, crc);
+}
+
 /* A channel's stamp into the session (rel: topics/<topic>/<channel>.cstamp,
  * name: its file name, stem bytes of it the channel), beside its pause
  * file already there (no stamp without a pause file: channel.c
@@ -821,23 +856,44 @@ static void take_stamp(ctx_t *c, const char *rel, const char *name, size_t stem)
     cstamp_t key = {(char *)rel, 0};
     const cstamp_t *before =
         c->nstamps > 0 ? bsearch(&key, c->stamps, c->nstamps, sizeof(key), cmp_stamp) : NULL;
-    if (tn_store_channel_stamp_read_dir(sdir, ch, &now) != 0 || before == NULL ||
-        before->stamp != now) {
-        (*c->left_out)++;
-        if ((rc = tn_io_unlink(dst)) != 0)
-            flist_fail(c->l, rc, "unlink the copy of %s", rel);
+    keep_stamp(c, rel, dst,
+               tn_store_channel_stamp_read_dir(sdir, ch, &now) == 0 && before != NULL &&
+                   before->stamp == now,
+               c->left_out);
+}
+
+/* Topic i's stamp (`topics/<topic>/stamp`) into the session, after every
+ * other file of the topic (its partitions, pause files and channel
+ * stamps). Kept only when it holds what read_stamps read before the first
+ * file was copied: a topic's directory goes whole with its stamp at its
+ * deletion (store.c tn_store_remove_topic), and one made again under the
+ * name is stamped with its own record's creation time before its first
+ * partition directory is made (another time: the comparison the catalog
+ * makes, catalog.c stale), so the copied files are that record's. One
+ * that changed, appeared or went meanwhile (the topic deleted or made
+ * again as its files were copied) is left out and counted: the files
+ * may be either topic's. */
+static void take_topic_stamp(ctx_t *c, size_t i)
+{
+    char rel[PATH_MAX_LEN], src[PATH_MAX_LEN], dst[PATH_MAX_LEN], sdir[PATH_MAX_LEN];
+    pathf(rel, sizeof(rel), "topics/%s/" TN_STORE_STAMP_FILE, c->topics[i]);
+    pathf(src, sizeof(src), "%s/%s", c->data, rel);
+    pathf(dst, sizeof(dst), "%s/%s", c->sess, rel);
+    pathf(sdir, sizeof(sdir), "%s/topics/%s", c->sess, c->topics[i]);
+    int64_t before = c->tstamps[i], now = 0;
+    int rc = tn_io_link_current(src, dst);
+    if (rc == UV_ENOENT) {
+        if (before != 0)
+            (*c->topic_left_out)++; /* deleted since: its copied files may be of either */
         return;
     }
-    uint32_t crc = 0;
-    if (stat(dst, &st) != 0) {
-        flist_fail(c->l, -errno, "stat %s", rel);
+    if (rc != 0) {
+        flist_fail(c->l, rc, "link %s", rel);
         return;
     }
-    if ((rc = crc_file(dst, (uint64_t)st.st_size, c->buf, &crc)) != 0) {
-        flist_fail(c->l, rc, "read %s", rel);
-        return;
-    }
-    flist_add(c->l, rel, (uint64_t)st.st_size, crc);
+    keep_stamp(c, rel, dst,
+               tn_store_stamp_read_dir(sdir, &now) == 0 && before != 0 && now == before,
+               c->topic_left_out);
 }
 
 /* This node's pauses of the topics it holds a partition of: each
@@ -849,11 +905,11 @@ static void take_stamp(ctx_t *c, const char *rel, const char *name, size_t stem)
  * channel unpaused (a channel without pause file nor stamp file:
  * channel.c load_paused) and every topic unpaused, resuming deliveries
  * that an operator stopped. Then each channel's stamp (`.cstamp`,
- * take_stamp), after its files and its pause file: which record the
- * copied files are of, which `ternctl restore --rejoin` writes back
- * (a plain restore stamps from the metastore it restores, a snapshot of
- * another moment than the files: docs/operations.md). Each topic once,
- * after its partitions. */
+ * take_stamp), after its files and its pause file, and last the topic's
+ * (`stamp`, take_topic_stamp): which records the copied files are of,
+ * which `ternctl restore --rejoin` writes back (a plain restore writes
+ * none of them back: docs/operations.md). Each topic once, after its
+ * partitions. */
 static void take_pauses(ctx_t *c)
 {
     for (size_t i = 0; i < c->ntopics && c->l->err == 0; i++) {
@@ -882,6 +938,8 @@ static void take_pauses(ctx_t *c)
             }
             closedir(d);
         }
+        if (c->l->err == 0)
+            take_topic_stamp(c, i);
     }
 }
 
@@ -1036,9 +1094,9 @@ static void take_ingress(ctx_t *c, uint64_t durable)
  * change the node between two of its steps: at the start, before
  * anything is copied (the file empty: after the POST's metastore
  * snapshot, the wait for durable ends widened), or before the pause
- * files and the channels' stamps are taken (the file holding "stamps":
- * after the channels' files were copied). A notice says when the hold
- * begins. */
+ * files and the channels' and topics' stamps are taken (the file holding
+ * "stamps": after the partitions' files were copied). A notice says when
+ * the hold begins. */
 static void take_test_hold(const session_t *s, const char *at)
 {
     const char *path = getenv("TERN_TEST_BACKUP_TAKE_HOLD");
@@ -1082,7 +1140,12 @@ static void take_work(uv_work_t *w)
         flist_fail(l, UV_ENOMEM, "%s", "scan buffer");
         return;
     }
-    ctx_t c = {t->bk->data_path, sess, buf, l, NULL, 0, NULL, 0, &t->stamps_left_out};
+    ctx_t c = {.data = t->bk->data_path,
+               .sess = sess,
+               .buf = buf,
+               .l = l,
+               .left_out = &t->stamps_left_out,
+               .topic_left_out = &t->topic_stamps_left_out};
     list_topics(&c, t->parts, t->nparts);
     if (l->err == 0)
         read_stamps(&c);
@@ -1116,6 +1179,7 @@ static void take_work(uv_work_t *w)
     for (size_t i = 0; i < c.nstamps; i++)
         tn_free(c.stamps[i].rel);
     tn_free(c.stamps);
+    tn_free(c.tstamps);
     tn_free(c.topics);
     tn_free(buf);
 }
@@ -1208,6 +1272,13 @@ static void take_after(uv_work_t *w, int status)
                    "of either, or could not be read; `ternctl restore --rejoin` stamps those "
                    "channels from the backup's metastore, as for a backup without stamps",
                    s->id, t->stamps_left_out);
+        if (t->topic_stamps_left_out > 0)
+            TN_LOG(TN_LOG_WARN,
+                   "backup %s: %zu topic stamp(s) left out: each changed as its topic's files "
+                   "were copied (the topic deleted or made again), so the files may be of "
+                   "either, or could not be read; `ternctl restore --rejoin` stamps those topics "
+                   "from the backup's metastore, as for a backup without stamps",
+                   s->id, t->topic_stamps_left_out);
         s->ready = true;
         s->used_at = uv_now(bk->loop);
         TN_LOG(TN_LOG_NOTICE, "backup %s: %zu files pinned", s->id, s->nfiles);

@@ -729,9 +729,15 @@ int tn_store_topic_stamp_read(tn_store_t *store, const char *topic, int64_t *ms)
         return UV_EINVAL;
     char dir[4400];
     snprintf(dir, sizeof(dir), "%s/%s", store->topics_path, topic);
+    return tn_store_stamp_read_dir(dir, ms);
+}
+
+int tn_store_stamp_read_dir(const char *topic_dir, int64_t *ms)
+{
+    *ms = 0;
     unsigned char payload[8];
-    int rc =
-        tn_io_read_record_file(dir, TN_STORE_STAMP_FILE, STAMP_MAGIC, payload, sizeof(payload));
+    int rc = tn_io_read_record_file(topic_dir, TN_STORE_STAMP_FILE, STAMP_MAGIC, payload,
+                                    sizeof(payload));
     if (rc == UV_ENOENT || rc == UV_ENOTDIR)
         return 0;
     if (rc != 0)

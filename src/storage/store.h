@@ -231,8 +231,11 @@ int tn_store_list_partitions(tn_store_t *store, const char *topic, tn_store_part
 int tn_store_topic_stamp_write(tn_store_t *store, const char *topic, int64_t ms, bool make_dir);
 int tn_store_topic_stamp_read(tn_store_t *store, const char *topic, int64_t *ms);
 /* The same write into topic_dir (an existing topic directory, named
- * whole), without a store: for `ternctl restore`. */
+ * whole), without a store: for `ternctl restore`. And the same read from
+ * topic_dir (named whole): for a backup, which reads the stamp beside the
+ * files it copies (api/backup.c) and in its copy. */
 int tn_store_stamp_write_dir(const char *topic_dir, int64_t ms);
+int tn_store_stamp_read_dir(const char *topic_dir, int64_t *ms);
 
 /* A channel's stamp (`topics/<topic>/<channel>.cstamp`, storage-format.md):
  * the random id (not 0) of the metastore record (CHANNEL_PUT) the channel

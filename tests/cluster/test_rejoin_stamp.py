@@ -18,6 +18,15 @@ record with another stamp, deleted the new channel's files and made it
 again at the partition's end ("recorded with another stamp"): the
 message it had left to deliver never was.
 
+The same for a topic deleted and made again in that window (its
+partition here factor 1): the restored topic stamp ("Topic stamp") is
+the one beside the copied files, the new topic's, so the node keeps
+them: its messages below the backup's durable end, and its channel's
+position. Before the fix the restore stamped the directory with the
+snapshot's record (the deleted topic's): back in its cluster, the node
+deleted the new topic's files here ("no longer recorded as it is here")
+and made it again empty, losing its acknowledged messages.
+
 Run: python3 tests/cluster/test_rejoin_stamp.py --ternd build/ternd-test --ternctl build/ternctl
 """
 import json
@@ -36,6 +45,8 @@ OCTET = {"Content-Type": "application/octet-stream"}
 TOPIC = "rs"
 CHANNEL = "c"
 REPLACED = f"channel {CHANNEL} of {TOPIC} is recorded with another stamp"
+TOPIC2 = "rt"  # the topic deleted and made again
+TOPIC_GONE = f"topic {TOPIC2} is no longer recorded as it is here"
 
 
 def ternctl_cmd(*args, port):
@@ -57,8 +68,20 @@ def stamp_on_disk(node):
     return stamp
 
 
-def consume(node, partition, most=None):
-    return remade.consume_all(node, TOPIC, partition, CHANNEL, most)
+def topic_stamp_on_disk(node, topic):
+    """topic's stamp in node's data directory (storage-format.md: TNS1,
+    CRC, the record's creation time in Unix ms), or None."""
+    try:
+        with open(os.path.join(node.data, "topics", topic, "stamp"), "rb") as f:
+            magic, _, ms = struct.unpack("<IIQ", f.read())
+    except (FileNotFoundError, struct.error):
+        return None
+    assert magic == 0x31534E54, hex(magic)
+    return ms
+
+
+def consume(node, partition, most=None, topic=TOPIC):
+    return remade.consume_all(node, topic, partition, CHANNEL, most)
 
 
 class RejoinStamp(harness.ClusterTest):
@@ -67,39 +90,46 @@ class RejoinStamp(harness.ClusterTest):
     node_args = ["--default-replication-factor=1", "--raft-election-timeout=3s",
                  "--cluster-rpc-dial-timeout=300ms"]
 
-    def produce(self, via, p, prefix):
+    def produce(self, via, p, prefix, topic=TOPIC):
         for i in range(3):
-            status, body = via.request("POST", f"/v1/topics/{TOPIC}/produce?partition={p}",
+            status, body = via.request("POST", f"/v1/topics/{topic}/produce?partition={p}",
                                        f"{prefix}-{i}".encode(), headers=OCTET)
             self.assertEqual(status, 202, body)
 
-    def remade_while_held(self, at):
-        """Three nodes; the topic (factor 1, three partitions) with the
-        channel and three messages old-0.. on the partition of a node other
-        than the metastore leader (the owner); a backup whose copy at the
-        owner is held at `at` (TERN_TEST_BACKUP_TAKE_HOLD: "" before any
-        file, "stamps" before the pause files and stamps) while the
-        channel is deleted and made again and old-0, old-1 acked on the new
-        one. (cluster, leader, owner, its partition, the backup's
-        directory, the old channel's stamp, the new one's)."""
+    def made(self, topic):
+        """Three nodes, each able to hold its backup's copy; topic (factor
+        1, three partitions) with the channel and three messages prefix
+        old-.. on the partition of a node other than the metastore leader
+        (the owner). (cluster, leader, owner, its partition)."""
         c = self.make(3)
         for n in c.nodes:
             env = c.env()
             env["TERN_TEST_BACKUP_TAKE_HOLD"] = os.path.join(n.dir, "take-hold")
             n.start(env=env)
         c.wait_ready()
-        first, down, p = remade.placed(self, c, TOPIC)
-        status, body = first.request("POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}")
+        first, down, p = remade.placed(self, c, topic)
+        self.made_again(first, down, p, topic, "old")
+        return c, first, down, p
+
+    def made_again(self, first, down, p, topic, prefix):
+        """The channel on topic (known on every node) and three messages
+        prefix-0.. in down's log of partition p."""
+        status, body = first.request("POST", f"/channel/create?topic={topic}&channel={CHANNEL}")
         self.assertEqual(status, 200, body)
-        old = wait_until("the channel's stamp on the owner's disk",
-                         lambda: stamp_on_disk(down), 30)
-        self.produce(first, p, "old")
+        wait_until("the channel's stamp on the owner's disk",
+                   lambda: os.path.exists(os.path.join(down.data, "topics", topic,
+                                                       CHANNEL + ".cstamp")), 30)
+        self.produce(first, p, prefix, topic)
         wait_until("the messages in the owner's log",
-                   lambda: down.request("GET", f"/v1/topics/{TOPIC}")[1]["partition_stats"][p]
+                   lambda: down.request("GET", f"/v1/topics/{topic}")[1]["partition_stats"][p]
                    .get("next_offset") == 3, 30)
 
-        # The backup: the owner's snapshot taken at its POST, the copy of
-        # its files held (only there: ternctl asks the members in turn).
+    def held_backup(self, c, first, down, at, change):
+        """A backup whose copy at down is held at `at`
+        (TERN_TEST_BACKUP_TAKE_HOLD: "" before any file, after the
+        metastore snapshot; "stamps" before the pause files and stamps)
+        while change() runs (only there: ternctl asks the members in
+        turn). The backup's directory."""
         hold = os.path.join(down.dir, "take-hold")
         with open(hold, "w") as f:
             f.write(at)
@@ -113,7 +143,49 @@ class RejoinStamp(harness.ClusterTest):
                        or backup.poll() is not None, 30)
             if backup.poll() is not None:
                 self.fail(f"the backup ended: {backup.stdout.read()}")
-            # Meanwhile the channel is deleted and made again.
+            change()
+        finally:
+            if os.path.exists(hold):
+                os.unlink(hold)
+        out, _ = backup.communicate(timeout=300)
+        self.assertEqual(backup.returncode, 0, out)
+        return bdir
+
+    def rejoined(self, first, down, bdir, topic):
+        """down's data directory replaced by its backup (restore
+        --rejoin), then started again and current with the records: its
+        catalog has compared the topic's and channels' stamps with them.
+        What down logged since it was restored."""
+        self.assertEqual(down.stop(), 0)
+        mark = len(down.log())
+        os.rename(down.data, down.data + ".old")
+        r = remade.ternctl("restore", bdir, "--data-path", down.data, "--node", str(down.id),
+                           "--rejoin")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        down.start()
+        down.wait_ready()
+        wait_until("the node following the records", lambda: down.owners(topic) == ["1", "2", "3"],
+                   30)
+        # A topic recorded after: once the node's replica has it, its
+        # catalog has compared the stamps with the records.
+        status, body = first.request("POST", "/v1/topics", {"name": "marker", "partitions": 1})
+        self.assertEqual(status, 201, body)
+        wait_until("the node's replica current",
+                   lambda: down.request("GET", "/v1/topics/marker")[0] == 200, 60)
+        time.sleep(3)
+        return down.log()[mark:]
+
+    def remade_while_held(self, at):
+        """The topic made (made()); a backup whose copy at the owner is
+        held at `at` while the channel is deleted and made again and
+        old-0, old-1 acked on the new one. (cluster, leader, owner, its
+        partition, the backup's directory, the old channel's stamp, the
+        new one's)."""
+        c, first, down, p = self.made(TOPIC)
+        old = stamp_on_disk(down)
+        stamps = {}
+
+        def change():
             status, body = first.request(
                 "POST", f"/channel/delete?topic={TOPIC}&channel={CHANNEL}", timeout=60)
             self.assertEqual(status, 200, body)
@@ -121,42 +193,22 @@ class RejoinStamp(harness.ClusterTest):
                        lambda: stamp_on_disk(down) != old, 30)
             wait_until("the channel made again", lambda: first.request(
                 "POST", f"/channel/create?topic={TOPIC}&channel={CHANNEL}")[0] == 200, 30)
-            new = wait_until("the new channel's stamp on the owner's disk",
-                             lambda: stamp_on_disk(down), 30)
-            self.assertNotEqual(new, old)
+            stamps["new"] = wait_until("the new channel's stamp on the owner's disk",
+                                       lambda: stamp_on_disk(down), 30)
+            self.assertNotEqual(stamps["new"], old)
             # old-0 and old-1 acked on it, old-2 left to deliver.
             self.assertEqual(consume(down, p, 2), ["old-0", "old-1"])
-        finally:
-            if os.path.exists(hold):
-                os.unlink(hold)
-        out, _ = backup.communicate(timeout=300)
-        self.assertEqual(backup.returncode, 0, out)
-        return c, first, down, p, bdir, old, new
+
+        bdir = self.held_backup(c, first, down, at, change)
+        return c, first, down, p, bdir, old, stamps["new"]
 
     def test_a_channel_made_again_while_the_copy_waited_is_kept(self):
         c, first, down, p, bdir, old, new = self.remade_while_held("")
-        # The owner's data directory replaced by its backup, to rejoin.
-        self.assertEqual(down.stop(), 0)
-        os.rename(down.data, down.data + ".old")
-        r = remade.ternctl("restore", bdir, "--data-path", down.data, "--node", str(down.id),
-                        "--rejoin")
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        down.start()
-        down.wait_ready()
-        wait_until("the node following the records", lambda: down.owners(TOPIC) == ["1", "2", "3"],
-                   30)
-        # A topic recorded after: once the node's replica has it, its
-        # catalog has compared the channel's stamp with the record's.
-        status, body = first.request("POST", "/v1/topics", {"name": "marker", "partitions": 1})
-        self.assertEqual(status, 201, body)
-        wait_until("the node's replica current",
-                   lambda: down.request("GET", "/v1/topics/marker")[0] == 200, 60)
-        time.sleep(3)
+        log = self.rejoined(first, down, bdir, TOPIC)
         self.assertEqual(consume(down, p), ["old-2"],
                          "the new channel's position not kept (old-2 is its one message left)")
-        self.assertNotIn(REPLACED, down.log())
+        self.assertNotIn(REPLACED, log)
         self.assertEqual(stamp_on_disk(down), new)
-
 
     def test_a_stamp_that_changed_as_the_files_were_copied_is_left_out(self):
         # The channel's files copied, then it is deleted and made again
@@ -172,6 +224,73 @@ class RejoinStamp(harness.ClusterTest):
         self.assertIn("1 channel stamp(s) left out", down.log())
         # The other channel's stamp (the topic's "default") is carried.
         self.assertIn(f"topics/{TOPIC}/default.cstamp", paths)
+
+    def topic_remade_while_held(self, at):
+        """TOPIC2 made (made()); a backup whose copy at the owner is held
+        at `at` while the topic is deleted and made again, placed as
+        before, with the channel and three messages new-0.. on the owner's
+        partition, new-0 and new-1 acked. The owner's log of the old topic
+        ended at offset 3, the backup's durable end for it: its copy of
+        the new topic's partition holds new-0..new-2. (cluster, leader,
+        owner, its partition, the backup's directory, the old topic's
+        stamp, the new one's)."""
+        c, first, down, p = self.made(TOPIC2)
+        old = topic_stamp_on_disk(down, TOPIC2)
+        self.assertIsNotNone(old)
+        stamps = {}
+
+        def change():
+            status, body = first.request("DELETE", f"/v1/topics/{TOPIC2}", timeout=60)
+            self.assertEqual(status, 204, body)
+            status, body = first.request("POST", "/v1/topics", {"name": TOPIC2, "partitions": 3})
+            self.assertEqual(status, 201, body)
+            wait_until("the topic made again on every node",
+                       lambda: all(n.owners(TOPIC2) == ["1", "2", "3"] for n in c.nodes), 30)
+            stamps["new"] = wait_until(
+                "the new topic's stamp on the owner's disk",
+                lambda: (lambda ms: ms if ms not in (None, old) else None)(
+                    topic_stamp_on_disk(down, TOPIC2)), 30)
+            self.made_again(first, down, p, TOPIC2, "new")
+            self.assertEqual(consume(down, p, 2, TOPIC2), ["new-0", "new-1"])
+
+        bdir = self.held_backup(c, first, down, at, change)
+        return c, first, down, p, bdir, old, stamps["new"]
+
+    def test_a_topic_made_again_while_the_copy_waited_is_kept(self):
+        # The backup must keep what the owner acknowledged below its
+        # durable end: the new topic's new-0..new-2, new-0 and new-1
+        # settled. Restored with --rejoin, the node keeps them as the
+        # topic the cluster records: new-2 is the one message left.
+        c, first, down, p, bdir, old, new = self.topic_remade_while_held("")
+        log = self.rejoined(first, down, bdir, TOPIC2)
+        self.assertEqual(consume(down, p, topic=TOPIC2), ["new-2"],
+                         "the new topic's files not kept (new-2 is its one message left)")
+        self.assertNotIn(TOPIC_GONE, log)
+        self.assertEqual(topic_stamp_on_disk(down, TOPIC2), new)
+        # Carried by the backup, as it was beside the copied files.
+        with open(os.path.join(bdir, str(down.id), "manifest.json")) as f:
+            paths = [x["path"] for x in json.load(f)["files"]]
+        self.assertIn(f"topics/{TOPIC2}/stamp", paths)
+
+    def test_a_topic_stamp_that_changed_as_the_files_were_copied_is_left_out(self):
+        # The partitions copied, then the topic deleted and made again
+        # before its stamp is taken: the files may be of either topic, so
+        # the backup carries no stamp for it and says so; restore --rejoin
+        # stamps the directory from the snapshot, as for a backup of an
+        # earlier release (the old record's: its files are deleted once
+        # the node is back, not served as the new topic's).
+        c, first, down, p, bdir, old, new = self.topic_remade_while_held("stamps")
+        with open(os.path.join(bdir, str(down.id), "manifest.json")) as f:
+            paths = [x["path"] for x in json.load(f)["files"]]
+        self.assertNotIn(f"topics/{TOPIC2}/stamp", paths)
+        self.assertIn("1 topic stamp(s) left out", down.log())
+        self.assertEqual(down.stop(), 0)
+        os.rename(down.data, down.data + ".old")
+        r = remade.ternctl("restore", bdir, "--data-path", down.data, "--node", str(down.id),
+                           "--rejoin")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(topic_stamp_on_disk(down, TOPIC2), old)
+
 
 def configure(args):
     remade.configure(args)

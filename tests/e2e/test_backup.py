@@ -755,6 +755,8 @@ class PausedChannelBackup(unittest.TestCase):
         # were copied (written back by --rejoin only).
         self.assertIn("topics/pz/held.cstamp", paths)
         self.assertIn("topics/pz/free.cstamp", paths)
+        # And the topic's, taken last the same way.
+        self.assertIn("topics/pz/stamp", paths)
 
         # Restored: held is paused (nothing delivered on any partition)
         # until unpaused, then delivers its whole backlog; free was not
@@ -772,6 +774,9 @@ class PausedChannelBackup(unittest.TestCase):
             with open(os.path.join(rdir, stamp), "rb") as f, \
                     open(os.path.join(bdir, "1", "data", stamp), "rb") as g:
                 self.assertEqual(f.read(), g.read())
+        # The topic's copied stamp is not written either: the directory is
+        # stamped at the first start from the restored metastore's record.
+        self.assertFalse(os.path.exists(os.path.join(rdir, "topics", "pz", "stamp")))
         # The copied stamps are for --rejoin: a plain restore stamps from
         # the metastore it restores, whatever the copy says (a copy of
         # held's stamp naming another record restores with the record's).
@@ -811,12 +816,13 @@ class PausedChannelBackup(unittest.TestCase):
         old = os.path.join(self.dir, "backup-old")
         shutil.copytree(bdir, old)
         man["files"] = [x for x in man["files"]
-                        if not x["path"].endswith((".cpause", ".cstamp"))]
+                        if not x["path"].endswith((".cpause", ".cstamp", "/stamp"))]
         with open(os.path.join(old, "1", "manifest.json"), "w") as f:
             json.dump(man, f)
         for ch in ("held", "free"):
             for sfx in (".cpause", ".cstamp"):
                 os.unlink(os.path.join(old, "1", "data", "topics", "pz", ch + sfx))
+        os.unlink(os.path.join(old, "1", "data", "topics", "pz", "stamp"))
         rdir = os.path.join(self.dir, "restored-old")
         r = ternctl("restore", old, "--data-path", rdir, user=None)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

@@ -1042,6 +1042,20 @@ static bool chan_file(const char *path, const char *sfx, char *t, char *ch)
     return true;
 }
 
+/* Whether path (a manifest's) is a stamp the backup carried (api/backup.c
+ * take_stamp, take_topic_stamp): a channel's, topics/<t>/<c>.cstamp, or
+ * a topic's, topics/<t>/stamp. */
+static bool carried_stamp(const char *path)
+{
+    char t[PATH_LEN], ch[PATH_LEN];
+    if (chan_file(path, TN_STORE_CHAN_STAMP_SUFFIX, t, ch))
+        return true;
+    if (strncmp(path, "topics/", 7) != 0)
+        return false;
+    const char *slash = strchr(path + 7, '/');
+    return slash != NULL && slash != path + 7 && strcmp(slash + 1, TN_STORE_STAMP_FILE) == 0;
+}
+
 /* Each channel whose pause file the node's copy holds (api/backup.c
  * take_pauses: this node had the channel recorded, as a pause file is
  * written at its creation) gets a stamp, written after the pause file,
@@ -1083,18 +1097,23 @@ static int stamp_channels(const tn_meta_state_t *s, const tn_manifest_t *m, bool
     return TN_CTL_OK;
 }
 
-/* With --rejoin: each restored topic directory is stamped (storage-format.md,
- * "Topic stamp") with the creation time of the topic's record in the
- * node's own metastore snapshot of the backup (taken with its files), so
- * that a topic deleted and made again under its name since the backup is
- * told apart once the node has caught up: its restored files are deleted
- * there, never served as the new topic's. A directory the snapshot has no
- * record for gets none (it takes the topic recorded under its name at the
- * first start, as a directory from before stamps does). Its channels
- * keep the stamps the backup copied beside their files, or are stamped
- * from the same snapshot (stamp_channels), so a channel deleted and made
- * again since is told apart the same way. *nstamped: how many were
- * written. */
+/* With --rejoin: each restored topic directory keeps the stamp
+ * (storage-format.md, "Topic stamp") the backup copied beside its files
+ * (api/backup.c take_topic_stamp), written with them: it names the record
+ * the files are of (a topic deleted and made again between the backup's
+ * snapshot and the copy of its files is the new one). One without (left
+ * out, or a backup of an earlier release) is stamped with the creation
+ * time of the topic's record in the node's own metastore snapshot of the
+ * backup, taken a moment before its files. Either way a topic deleted and
+ * made again under its name since the backup is told apart once the node
+ * has caught up: its restored files are deleted there, never served as
+ * the new topic's. A directory without a carried stamp that the snapshot
+ * has no record for gets none (it takes the topic recorded under its name
+ * at the first start, as a directory from before stamps does). Its
+ * channels keep the stamps the backup copied beside their files, or are
+ * stamped from the same snapshot (stamp_channels), so a channel deleted
+ * and made again since is told apart the same way. *nstamped: how many
+ * were written. */
 static int stamp_restored(const char *dir, uint64_t id, const tn_manifest_t *m, const char *data,
                           size_t *nstamped)
 {
@@ -1120,11 +1139,14 @@ static int stamp_restored(const char *dir, uint64_t id, const tn_manifest_t *m, 
     int rc = TN_CTL_OK;
     for (size_t i = 0; i < s.ntopics && rc == TN_CTL_OK; i++) {
         const tn_meta_topic_t *t = &s.topics[i]->rec;
-        char tdir[PATH_LEN];
+        char tdir[PATH_LEN], sp[PATH_LEN];
         struct stat st;
         pathf(tdir, sizeof(tdir), "%s/topics/%s", data, t->name);
+        pathf(sp, sizeof(sp), "topics/%s/%s", t->name, TN_STORE_STAMP_FILE);
         if (t->created_at_ms <= 0 || stat(tdir, &st) != 0 || !S_ISDIR(st.st_mode))
             continue; /* no files of it in this node's backup */
+        if (tn_manifest_find(m, sp) != NULL)
+            continue; /* carried, written with the files */
         if ((e = tn_store_stamp_write_dir(tdir, t->created_at_ms)) != 0)
             rc = say("restore", "%s/%s: %s", tdir, TN_STORE_STAMP_FILE, tn_strerror(e));
         else
@@ -1259,9 +1281,9 @@ static int run_restore(tn_ctl_t *c, int argc, char **argv)
     for (size_t i = 0; i < m.nfiles; i++) {
         if (strcmp(m.files[i].path, TN_META_INCARNATION_FILE) == 0)
             continue;
-        char t[PATH_LEN], ch[PATH_LEN];
-        if (!rejoin && chan_file(m.files[i].path, TN_STORE_CHAN_STAMP_SUFFIX, t, ch))
-            continue; /* the restored metastore's record's instead (stamp_channels) */
+        if (!rejoin && carried_stamp(m.files[i].path))
+            continue; /* channels: the restored metastore's record's instead (stamp_channels);
+                       * topics: stamped at the first start from it */
         if ((e = make_parents(data, m.files[i].path)) != 0) {
             rc = say("restore", "mkdir for %s: %s", m.files[i].path, tn_strerror(e));
             goto out;

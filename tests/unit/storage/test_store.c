@@ -138,7 +138,8 @@ static void test_listing(void **state)
 /* A topic's stamp (store.h): written atomically, read back; absent (no
  * directory, or a directory from before stamps) reads 0; anything else
  * in its place is refused as damaged, and a write without make_dir leaves
- * a topic with no directory here alone. */
+ * a topic with no directory here alone; the read without a store reads the
+ * same. */
 static void test_topic_stamp(void **state)
 {
     (void)state;
@@ -172,6 +173,16 @@ static void test_topic_stamp(void **state)
     assert_int_equal(tn_store_topic_stamp_write(s, "beta", 42, true), 0);
     assert_int_equal(tn_store_topic_stamp_read(s, "beta", &ms), 0);
     assert_int_equal(ms, 42);
+    /* And read from the directory named whole (a backup reads the stamp
+     * beside what it copies); none there reads 0. */
+    snprintf(path, sizeof(path), "%s/topics/beta", dir);
+    ms = -1;
+    assert_int_equal(tn_store_stamp_read_dir(path, &ms), 0);
+    assert_int_equal(ms, 42);
+    snprintf(path, sizeof(path), "%s/topics/gamma", dir);
+    ms = -1;
+    assert_int_equal(tn_store_stamp_read_dir(path, &ms), 0);
+    assert_int_equal(ms, 0);
     /* Not one a topic can have, nor a name that is not a topic's. */
     assert_int_equal(tn_store_topic_stamp_write(s, "beta", 0, true), UV_EINVAL);
     assert_int_equal(tn_store_topic_stamp_write(s, "beta", -5, true), UV_EINVAL);
@@ -199,6 +210,7 @@ static void test_topic_stamp(void **state)
         tn_io_write_record_file(path, TN_STORE_STAMP_FILE, 0x31534E54u, zero, sizeof(zero)), 0);
     assert_int_equal(tn_store_topic_stamp_read(s, "beta", &ms), TN_ECORRUPT);
     assert_int_equal(ms, 0);
+    assert_int_equal(tn_store_stamp_read_dir(path, &ms), TN_ECORRUPT);
     tu_store_close(&loop, s);
     tu_loop_fini(&loop);
     tu_rmrf(dir);
