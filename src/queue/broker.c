@@ -880,13 +880,14 @@ static int load_topic(void *arg, const char *name)
     return rc;
 }
 
-/* The store's cut watch (storage/store.h): a partition's log was cut. */
-static void on_log_cut(void *arg, const char *topic, uint32_t partition, uint64_t cut)
+/* The store's cut watch (storage/store.h): a partition's log was cut;
+ * true when the cut waits for t's pause file (tn__topic_hold_cut). */
+static bool on_log_cut(void *arg, const char *topic, uint32_t partition, uint64_t cut,
+                       tn_store_cut_t *wait)
 {
     tn_broker_t *b = arg;
     tn_topic_t *t = tn__topic_find(b, topic, strlen(topic));
-    if (t != NULL && !b->closing)
-        tn__topic_hold_cut(t, partition, cut);
+    return t != NULL && !b->closing && tn__topic_hold_cut(t, partition, cut, wait);
 }
 
 int tn_broker_open(uv_loop_t *loop, tn_store_t *store, const tn_broker_opts_t *opts,

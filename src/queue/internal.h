@@ -55,8 +55,10 @@ void tn__part_ready(tn_part_t *p);
 void tn__topic_pause_dir_made(tn_topic_t *t);
 /* Partition p of t had its log cut at cut (storage/store.h,
  * tn_store_set_cut_watch): while t is paused, p's hold points come down
- * to cut and the pause file is written with them. */
-void tn__topic_hold_cut(tn_topic_t *t, uint32_t p, uint64_t cut);
+ * to cut and the pause file is written with them. True when wait is kept
+ * (ended by tn_store_cut_done once that write has ended); false: nothing
+ * to wait for. */
+bool tn__topic_hold_cut(tn_topic_t *t, uint32_t p, uint64_t cut, tn_store_cut_t *wait);
 void tn__broker_unstarve(tn_broker_t *b);
 void tn__topic_pump_all(tn_topic_t *t);
 void tn__topic_free(tn_topic_t *t);

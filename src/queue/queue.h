@@ -279,6 +279,10 @@ struct tn_topic_s {
      * if none came between its start and its records' end. */
     uint64_t pause_epoch;
     struct tn__tpause_wait_s *pause_waits;
+    /* Truncations of a partition's log held back by the store's cut watch
+     * until a pause write covering their ask (seq) has ended
+     * (tn__topic_hold_cut); ended as pause_waits are. */
+    tn_store_cut_t *pause_cuts;
     bool deleted;
     bool growing; /* tn_topic_grow under way: channel creations and deletions wait */
     bool is_dlq;  /* its name ends in .DLQ: never dead-letters itself */

@@ -73,8 +73,11 @@ tn_topic_t *tn__topic_new(tn_broker_t *b, const char *name, size_t len, uint32_t
     return t;
 }
 
+static void tpause_cuts_run(tn_topic_t *t, uint64_t covers, int status);
+
 void tn__topic_free(tn_topic_t *t)
 {
+    tpause_cuts_run(t, UINT64_MAX, TN_ECLOSED); /* none is left waiting: the logs stay pinned */
     while (t->channels != NULL) {
         tn_channel_t *ch = t->channels;
         t->channels = ch->next;
@@ -1457,10 +1460,28 @@ static void tpause_work(uv_work_t *w)
     tpause_test_delay(j);
 }
 
+/* End the cuts held for t's pause file (tn__topic_hold_cut) that the
+ * finished write covers (all of them when it failed or cannot start: the
+ * store fails their logs). */
+static void tpause_cuts_run(tn_topic_t *t, uint64_t covers, int status)
+{
+    tn_store_cut_t **pp = &t->pause_cuts;
+    while (*pp != NULL) {
+        tn_store_cut_t *c = *pp;
+        if (status == 0 && c->seq > covers) {
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        tn_store_cut_done(c, status);
+    }
+}
+
 /* End the waits the finished write covers (all of them when it failed:
- * the answer says so). */
+ * the answer says so), the cuts held for it first. */
 static void tpause_waits_run(tn_topic_t *t, uint64_t covers, int status)
 {
+    tpause_cuts_run(t, covers, status);
     tpause_wait_t **pp = &t->pause_waits;
     while (*pp != NULL) {
         tpause_wait_t *w = *pp;
@@ -1598,23 +1619,45 @@ void tn__topic_pause_dir_made(tn_topic_t *t)
  * below its hw); a follower's hw starts at 0 after a restart, and an
  * unclean election may have lost records below it. It counts in
  * pause_epoch: an emptying started before it took its targets from the
- * old log and moves no point past the cut (theld_t). */
-void tn__topic_hold_cut(tn_topic_t *t, uint32_t p, uint64_t cut)
+ * old log and moves no point past the cut (theld_t).
+ *
+ * The truncation completes (its caller appends at the cut offsets) only
+ * once a write covering the lowered point has ended: wait is kept on
+ * pause_cuts with the ask's seq, and so is that of a cut above the point
+ * while another waits (the file does not hold their point yet). A
+ * failed write fails the cut's log (tn_store_cut_done): retrying would
+ * hold the partition's replication on a disk that cannot write a small
+ * file, and a failed log refuses the records a restart would deliver
+ * (the restart clamps the file's point to the log's end: load_pause). So
+ * does a write that cannot start (the broker closing; tn__topic_free ends
+ * what is left). A deletion waits for the writes (tn_topic_wait_idle),
+ * so for the cuts. A topic not paused, or ephemeral (no file), keeps
+ * nothing: the cut completes at once, with no write. */
+bool tn__topic_hold_cut(tn_topic_t *t, uint32_t p, uint64_t cut, tn_store_cut_t *wait)
 {
-    if (p >= t->nparts || !t->paused || t->deleted || t->state == TN_OBJ_DELETING)
-        return;
+    if (p >= t->nparts || !t->paused || t->memory || t->deleted || t->state == TN_OBJ_DELETING)
+        return false;
     tn_part_t *part = t->parts[p];
-    if (part->hold <= cut && part->hold_file <= cut)
-        return;
-    TN_LOG(TN_LOG_NOTICE,
-           "partition %s/%" PRIu32 ": its log was cut at %" PRIu64
-           ", below the pause's hold point %" PRIu64
-           ": what it takes from there on is held too, until /topic/unpause",
-           t->name, p, cut, part->hold);
-    part->hold = TN_MIN(part->hold, cut);
-    part->hold_file = TN_MIN(part->hold_file, cut);
-    t->pause_epoch++;
-    tpause_ask(t, NULL);
+    bool lower = part->hold > cut || part->hold_file > cut;
+    if (!lower && t->pause_cuts == NULL)
+        return false;
+    /* On the list first: a write that cannot start ends it at once. With
+     * others waiting, a write is under way: the last ask covers it. */
+    wait->seq = t->pause_asked + (lower ? 1 : 0);
+    wait->next = t->pause_cuts;
+    t->pause_cuts = wait;
+    if (lower) {
+        TN_LOG(TN_LOG_NOTICE,
+               "partition %s/%" PRIu32 ": its log was cut at %" PRIu64
+               ", below the pause's hold point %" PRIu64
+               ": what it takes from there on is held too, until /topic/unpause",
+               t->name, p, cut, part->hold);
+        part->hold = TN_MIN(part->hold, cut);
+        part->hold_file = TN_MIN(part->hold_file, cut);
+        t->pause_epoch++;
+        tpause_ask(t, NULL);
+    }
+    return true;
 }
 
 int tn_topic_pause(tn_topic_t *t, bool paused, tn_topic_pause_cb cb, void *arg)

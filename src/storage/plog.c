@@ -3005,11 +3005,36 @@ static void trunc_done(tn__sreq_t *s)
     if (atomic_load(&pl->hw) > w)
         atomic_store(&pl->hw, w);
     /* Records went (step 1 ran, even if a later step failed): the
-     * engine hears of it first (tn_store_set_cut_watch). */
+     * engine hears of it first (tn_store_set_cut_watch), and may hold the
+     * cb back until its side of the cut is durable (tn_store_cut_done,
+     * which may run within the watch); the log stays pinned meanwhile, so
+     * that its close waits. */
     tn_store_t *st = pl->store;
-    if (req->dropped > 0 && st->cut_cb != NULL)
-        st->cut_cb(st->cut_arg, pl->topic, pl->partition, req->cut_to);
+    if (req->dropped > 0 && st->cut_cb != NULL) {
+        tn_plog_pin(pl);
+        if (st->cut_cb(st->cut_arg, pl->topic, pl->partition, req->cut_to, &req->cut_wait))
+            return;
+        tn_plog_unpin(pl);
+    }
     req->cb(req, s->status);
+}
+
+void tn_store_cut_done(tn_store_cut_t *wait, int status)
+{
+    tn_plog_trunc_t *req = TN_CONTAINER_OF(wait, tn_plog_trunc_t, cut_wait);
+    tn_plog_t *pl = req->plog;
+    if (status != 0) {
+        /* The engine could not make the cut durable on its side (a paused
+         * topic's pause file keeps the old hold point): no record may land
+         * at the cut offsets, which a restart would deliver. */
+        set_sticky(pl, status, "making the truncation to %" PRIu64 " durable for the engine",
+                   req->cut_to);
+        if (req->s.status == 0)
+            req->s.status = status;
+    }
+    int rc = req->s.status;
+    req->cb(req, rc); /* may submit the close tn_plog_unpin lets go */
+    tn_plog_unpin(pl);
 }
 
 static int trunc_submit(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,

@@ -149,6 +149,8 @@ struct tn_plog_trunc_s {
     /* out */
     uint64_t dropped; /* records removed */
     uint64_t cut_to;  /* the log end after it (with status 0) */
+    /* The store's: held by its cut watch (tn_store_set_cut_watch). */
+    tn_store_cut_t cut_wait;
 };
 
 typedef struct {
@@ -608,7 +610,10 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
  * truncated must be detached from the engine (a follower's is) or have
  * that cache dropped and appended_next reset before it serves again.
  * A cut that removed records is told to the store's cut watch
- * (tn_store_set_cut_watch) before cb.
+ * (tn_store_set_cut_watch) before cb, which may hold cb back until the
+ * engine has made the cut durable on its side (a paused topic's pause
+ * file: docs/cluster.md); a failure there fails the log (sticky) and cb
+ * gets that error. Records go at the cut offsets only after cb.
  * 0 when queued, TN_ECLOSED, TN_ERANGE, UV_EINVAL. Loop thread. */
 int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
                      tn_plog_trunc_cb cb);

@@ -456,10 +456,7 @@ void tn_store_set_repl_watch(tn_store_t *store, void (*cb)(void *arg, tn_plog_t 
     store->repl_arg = arg;
 }
 
-void tn_store_set_cut_watch(tn_store_t *store,
-                            void (*cb)(void *arg, const char *topic, uint32_t partition,
-                                       uint64_t cut),
-                            void *arg)
+void tn_store_set_cut_watch(tn_store_t *store, tn_store_cut_watch_cb cb, void *arg)
 {
     store->cut_cb = cb;
     store->cut_arg = arg;

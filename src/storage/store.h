@@ -56,6 +56,17 @@
 #define TN_STORE_FORMAT 1
 
 typedef struct tn_plog_s tn_plog_t;
+
+/* A cut the queue engine holds back (tn_store_set_cut_watch): the store's,
+ * inside the truncation request; next and seq are the watcher's while it
+ * holds it. */
+typedef struct tn_store_cut_s tn_store_cut_t;
+struct tn_store_cut_s {
+    tn_store_cut_t *next;
+    uint64_t seq;
+};
+typedef bool (*tn_store_cut_watch_cb)(void *arg, const char *topic, uint32_t partition,
+                                      uint64_t cut, tn_store_cut_t *wait);
 typedef struct tn_chanlog_s tn_chanlog_t;
 typedef struct tn_ilog_s tn_ilog_t;
 typedef void (*tn_store_close_cb)(tn_store_t *store);
@@ -101,7 +112,7 @@ struct tn_store_s {
     void *repl_arg;
     /* The queue engine's watch of truncations (tn_store_set_cut_watch,
      * loop thread). */
-    void (*cut_cb)(void *arg, const char *topic, uint32_t partition, uint64_t cut);
+    tn_store_cut_watch_cb cut_cb;
     void *cut_arg;
     tn__sreq_t *done_head;
     tn__sreq_t *done_tail;
@@ -193,20 +204,36 @@ void tn_store_close(tn_store_t *store, tn_store_close_cb cb);
 void tn_store_set_repl_watch(tn_store_t *store, void (*cb)(void *arg, tn_plog_t *plog), void *arg);
 
 /* The queue engine's watch over truncations: cb(arg, topic, partition,
- * cut) runs on the loop thread when a tn_plog_truncate* of any log of the
- * store removed records (its positions moved back, whatever its status),
- * before the request's own cb, with the offset the log was cut at (topic
- * borrowed for the call). Whoever asked for the cut (the replica manager
- * cuts a follower's copy at a divergence point, or empties it for a
- * reset: cluster/replica.c) and whichever log object of the partition it
- * ran on (the engine's, set aside, or the manager's own): the records
- * from cut on are others than the engine may have seen there, so a paused
- * topic's hold point comes down to it (queue/topic.c, tn__topic_hold_cut).
- * cb NULL turns it off. Loop thread. */
-void tn_store_set_cut_watch(tn_store_t *store,
-                            void (*cb)(void *arg, const char *topic, uint32_t partition,
-                                       uint64_t cut),
-                            void *arg);
+ * cut, wait) runs on the loop thread when a tn_plog_truncate* of any log
+ * of the store removed records (its positions moved back, whatever its
+ * status), before the request's own cb, with the offset the log was cut
+ * at (topic borrowed for the call). Whoever asked for the cut (the replica
+ * manager cuts a follower's copy at a divergence point, or empties it for
+ * a reset: cluster/replica.c) and whichever log object of the partition
+ * it ran on (the engine's, set aside, or the manager's own): the records
+ * from cut on are others than the engine may have seen there, so a
+ * paused topic's hold point comes down to it (queue/topic.c,
+ * tn__topic_hold_cut).
+ *
+ * cb returns false when it has nothing to make durable first (the common
+ * case: the topic is not paused): the request completes at once. True:
+ * it keeps wait (owned by the store, inside the request) until what it
+ * must write for the cut (the pause file with the lowered point) has
+ * ended, then calls tn_store_cut_done(wait, status), exactly once (within
+ * cb too, when that write cannot start), and only then does the request's
+ * cb run; the log stays open meanwhile (it
+ * is pinned). The caller of the truncation appends at the cut offsets
+ * only after its cb, so no record that arrives there can outlive a crash
+ * with the old point in the file. cb NULL turns it off. Loop thread. */
+void tn_store_set_cut_watch(tn_store_t *store, tn_store_cut_watch_cb cb, void *arg);
+
+/* The end of a cut the watch held (above). status 0: the request's cb
+ * runs with the truncation's own status. Else what had to be written for
+ * the cut could not be: the log fails with status (a sticky error: it
+ * refuses writes until a restart, so nothing lands at the cut offsets
+ * that a restart would take with the old point) and the request's cb gets
+ * the truncation's error, or status. Loop thread. */
+void tn_store_cut_done(tn_store_cut_t *wait, int status);
 
 /* Topics and partitions present on disk, for recovery at startup. The
  * callback borrows the name. Returns 0 or an I/O error. */

@@ -712,6 +712,208 @@ static void test_topic_pause_hold_below_a_cut_own_log(void **state)
     hold_below_a_cut(true);
 }
 
+/* A cut of a paused topic's partition, seen from its truncation's cb
+ * (what the replica manager waits for before it appends at the cut
+ * offsets): whether a pause write was still under way then and the hold
+ * point the pause file held for the partition. */
+typedef struct {
+    cbw_t w;
+    const tn_topic_t *t;
+    uint32_t p;
+    bool writing;
+    uint64_t file_hold; /* UINT64_MAX: no file, or no point for p */
+} cutw_t;
+
+static void on_cut_seen(tn_plog_trunc_t *req, int status)
+{
+    cutw_t *c = req->data;
+    c->writing = c->t->pause_writing;
+    c->file_hold = UINT64_MAX;
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    if (tn_store_topic_pause_read(c->t->broker->store, c->t->name, &paused, &holds, &n) == 0 &&
+        c->p < n)
+        c->file_hold = holds[c->p];
+    tn_free(holds);
+    on_followed(&c->w, status);
+}
+
+/* Topic t of nparts, every partition replicated, three records in each,
+ * paused (each holds from 3), then led by node 9: its copies here are a
+ * follower's, to cut. */
+static qfx_t *paused_follower(uint32_t nparts, tn_topic_t **t)
+{
+    place_all(SELF);
+    qfx_t *q = qfx_new(qfx_small_memlogs, place);
+    q->b->place_readopt = all_replicated;
+    *t = qfx_topic(q, "t", nparts);
+    (void)qfx_channel(q, *t, "c");
+    for (uint32_t p = 0; p < nparts; p++)
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(publish(q, "t", "old", (int)p, NULL, NULL), 0);
+    topic_pause_wait(q, *t, true);
+    for (uint32_t p = 0; p < nparts; p++)
+        owners[p] = 9;
+    follow(q, *t);
+    return q;
+}
+
+static void cut_start(tn_topic_t *t, uint32_t p, uint64_t offset, tn_plog_trunc_t *req, cutw_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->t = t;
+    c->p = p;
+    req->data = c;
+    assert_int_equal(tn_plog_truncate(t->parts[p]->plog, req, offset, 0, on_cut_seen), 0);
+}
+
+static bool hold_cut(void *arg)
+{
+    const tn_topic_t *t = arg;
+    return t->parts[0]->hold == 1;
+}
+
+static void cut_print(const char *what, const cutw_t *c)
+{
+    print_message("%s: status %d, pause write under way %d, the file's hold %" PRIu64 "\n", what,
+                  c->w.status, c->writing, c->file_hold);
+}
+
+/* The truncation of a paused topic's partition below its hold point
+ * completes only once the pause file holds the lowered point
+ * (docs/cluster.md): its caller (the replica manager) appends the new
+ * leader's records at the cut offsets after its cb, and a crash then must
+ * not leave the old point in the file. Several cuts at once (two
+ * partitions, the second while the first's write is held on its worker):
+ * each waits for a write covering its own point. A cut of a topic not
+ * paused completes at once. */
+static void test_topic_pause_cut_waits_for_its_file(void **state)
+{
+    (void)state;
+    tn_topic_t *t;
+    qfx_t *q = paused_follower(2, &t);
+    tn_plog_trunc_t r0, r1;
+    cutw_t c0, c1;
+    assert_int_equal(setenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS", "300", 1), 0);
+    cut_start(t, 0, 1, &r0, &c0);
+    assert_true(qfx_run_until(q, hold_cut, t));
+    cut_start(t, 1, 2, &r1, &c1);
+    assert_true(qfx_run_until(q, cb_done, &c0.w));
+    assert_true(qfx_run_until(q, cb_done, &c1.w));
+    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0);
+    cut_print("partition 0 cut at 1", &c0);
+    cut_print("partition 1 cut at 2", &c1);
+    assert_int_equal(c0.w.status, 0);
+    assert_int_equal(c0.file_hold, 1);
+    assert_int_equal(c1.w.status, 0);
+    assert_int_equal(c1.file_hold, 2);
+    assert_true(qfx_run_until(q, topic_quiet, t));
+    /* Unpaused: at once, no write. */
+    topic_pause_wait(q, t, false);
+    uint64_t asked = t->pause_asked;
+    cut_start(t, 0, 0, &r0, &c0);
+    assert_true(qfx_run_until(q, cb_done, &c0.w));
+    assert_int_equal(c0.w.status, 0);
+    assert_int_equal(t->pause_asked, asked);
+    qfx_free(q);
+}
+
+/* Start a pause write of t held 1 s on its worker (written already), so
+ * that the next one, a cut's, waits behind it. */
+static void pause_write_held(qfx_t *q, tn_topic_t *t)
+{
+    assert_int_equal(setenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS", "1000", 1), 0);
+    assert_int_equal(tn_topic_pause(t, true, NULL, NULL), 0);
+    qfx_run_for(q, 100);
+    assert_true(t->pause_writing);
+}
+
+/* The pause write a cut waits for fails (its fdatasync, armed once the
+ * truncation is done): the cut's log fails (it refuses writes until a
+ * restart: no record lands at the cut offsets with the old point in the
+ * file), and the truncation's cb gets the error. The restart takes the
+ * file's old point down to the log's end, the cut. */
+static void test_topic_pause_cut_fails_with_its_file(void **state)
+{
+    (void)state;
+    tn_topic_t *t;
+    qfx_t *q = paused_follower(1, &t);
+    pause_write_held(q, t);
+    tn_plog_trunc_t r;
+    cutw_t c;
+    cut_start(t, 0, 1, &r, &c);
+    assert_true(qfx_run_until(q, hold_cut, t));
+    tn_io_fail_sync_after(0, UV_EIO); /* the cut's pause write, after the held one */
+    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0);
+    assert_true(qfx_run_until(q, cb_done, &c.w));
+    assert_true(qfx_run_until(q, topic_quiet, t));
+    tn_io_fail_sync_after(-1, 0);
+    uint64_t off = 0;
+    int rc = tu_append(&q->fx->loop, t->parts[0]->plog, "new", 3, &off);
+    cut_print("cut at 1, its pause write failed", &c);
+    print_message("an append after it: %s\n", tn_strerror(rc));
+    assert_int_equal(c.w.status, UV_EIO);
+    assert_int_equal(rc, UV_EIO);
+    assert_int_equal(c.file_hold, 3);
+    qfx_restart(q);
+    t = qfx_topic(q, "t", 0);
+    assert_true(t->paused);
+    assert_int_equal(t->parts[0]->hold, 1);
+    qfx_free(q);
+}
+
+/* The broker closes while a cut waits behind a pause write: the write for
+ * it cannot start, the cut's log fails and its cb gets TN_ECLOSED; the
+ * close does not wait for it forever (the log is pinned meanwhile). */
+static void test_topic_pause_cut_waiting_at_close(void **state)
+{
+    (void)state;
+    tn_topic_t *t;
+    qfx_t *q = paused_follower(1, &t);
+    pause_write_held(q, t);
+    tn_plog_trunc_t r;
+    cutw_t c;
+    cut_start(t, 0, 1, &r, &c);
+    assert_true(qfx_run_until(q, hold_cut, t));
+    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0);
+    qfx_close(q);
+    cut_print("cut at 1, the broker closed", &c);
+    assert_true(c.w.done);
+    assert_int_equal(c.w.status, TN_ECLOSED);
+    qfx_free(q);
+}
+
+/* A deletion of the topic asked while a cut waits behind a pause write
+ * waits for both writes (tn_topic_wait_idle): the cut has ended by then,
+ * the file holding its point, and the deletion goes on. */
+static void test_topic_pause_cut_waiting_at_delete(void **state)
+{
+    (void)state;
+    tn_topic_t *t;
+    qfx_t *q = paused_follower(1, &t);
+    pause_write_held(q, t);
+    tn_plog_trunc_t r;
+    cutw_t c;
+    cut_start(t, 0, 1, &r, &c);
+    assert_true(qfx_run_until(q, hold_cut, t));
+    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0);
+    assert_int_equal(tn_topic_delete(t, NULL, NULL), UV_EBUSY);
+    qfx_waitw_t w;
+    qfx_waitw_init(&w);
+    assert_int_equal(tn_topic_wait_idle(t, &w.w), UV_EAGAIN);
+    qfx_wait(q, &w, 0);
+    cut_print("cut at 1, the topic idle for its deletion", &c);
+    assert_true(c.w.done);
+    assert_int_equal(c.w.status, 0);
+    assert_int_equal(c.file_hold, 1);
+    cbw_t d = {false, 0};
+    assert_int_equal(tn_topic_delete(t, on_followed, &d), 0);
+    assert_true(qfx_run_until(q, cb_done, &d));
+    assert_int_equal(d.status, 0);
+    qfx_free(q);
+}
+
 /* A partition open here that the placement gives to another node (a data
  * directory restored elsewhere) stops serving; its files stay. One left
  * unplaced stays local. */
@@ -1931,6 +2133,10 @@ int main(void)
         cmocka_unit_test(test_topic_pause_remote_holds_from_zero),
         cmocka_unit_test(test_topic_pause_hold_below_a_cut),
         cmocka_unit_test(test_topic_pause_hold_below_a_cut_own_log),
+        cmocka_unit_test(test_topic_pause_cut_waits_for_its_file),
+        cmocka_unit_test(test_topic_pause_cut_fails_with_its_file),
+        cmocka_unit_test(test_topic_pause_cut_waiting_at_close),
+        cmocka_unit_test(test_topic_pause_cut_waiting_at_delete),
         cmocka_unit_test(test_topic_pause_written_with_a_copy),
         cmocka_unit_test(test_topic_pause_dir_made_during_its_write),
         cmocka_unit_test(test_given_away_left_on_disk),
