@@ -112,14 +112,29 @@ void tn__part_ready(tn_part_t *p)
     tn__topic_pause_dir_made(p->topic);
 }
 
+/* A point of the pause file came down to its partition's end at load:
+ * the file takes it at once (recovery, before the replica manager starts
+ * and appends there), or a second restart, with records at those offsets
+ * again, would take the old point back and deliver them. */
+static void load_pause_rewrite(tn_topic_t *t, const uint64_t *holds, uint32_t n)
+{
+    int rc = tn_store_topic_pause_write(t->broker->store, t->name, true, holds, n, NULL);
+    if (rc != 0)
+        TN_LOG(TN_LOG_ERROR,
+               "topic %s: writing its pause file with the hold points lowered to its "
+               "partitions' ends: %s (the next write of its pause carries them)",
+               t->name, tn_strerror(rc));
+}
+
 /* This node's pause, as the topic's pause file says (startup, its
  * partitions opened): each local partition holds from its hold point,
  * or from its end when the point is past it (records lost in a crash
- * with relaxed publishes: what takes their offsets arrives after the
- * pause); a partition the file does not name (a growth after the write)
- * holds everything, as it did in memory. A file that cannot be read
- * keeps the topic paused from each partition's end: an operator's pause
- * kept rather than deliveries resumed (unpausing writes the file anew). */
+ * with relaxed publishes, or a cut whose pause write failed:
+ * tn__topic_hold_cut; what takes their offsets arrives after the pause);
+ * a partition the file does not name (a growth after the write) holds
+ * everything, as it did in memory. A file that cannot be read keeps the
+ * topic paused from each partition's end: an operator's pause kept
+ * rather than deliveries resumed (unpausing writes the file anew). */
 static void load_pause(tn_topic_t *t)
 {
     int paused;
@@ -135,16 +150,22 @@ static void load_pause(tn_topic_t *t)
     }
     if (paused == 1) {
         t->paused = true;
+        bool lowered = false;
         for (uint32_t i = 0; i < t->nparts; i++) {
             tn_part_t *p = t->parts[i];
             uint64_t end = p->plog != NULL ? p->appended_next : 0;
             p->hold = rc != 0 ? end : i < n ? TN_MIN(holds[i], end) : 0;
             p->hold_file = p->hold;
+            lowered |= rc == 0 && i < n && holds[i] > end;
+            if (i < n)
+                holds[i] = p->hold;
         }
         TN_LOG(TN_LOG_NOTICE,
                "topic %s is paused, as its pause file says: what was published since the "
                "pause stays held until /topic/unpause",
                t->name);
+        if (lowered)
+            load_pause_rewrite(t, holds, n);
     }
     tn_free(holds);
 }
