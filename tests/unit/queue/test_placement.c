@@ -819,14 +819,20 @@ static void test_topic_pause_cut_waits_for_its_file(void **state)
     qfx_free(q);
 }
 
-/* Start a pause write of t held 1 s on its worker (written already), so
- * that the next one, a cut's, waits behind it. */
-static void pause_write_held(qfx_t *q, tn_topic_t *t)
+/* A paused follower's partition (paused_follower, one partition) cut at
+ * 1 while a pause write is held 1 s on its worker (written already): the
+ * cut's write waits behind it, and the cut for that. */
+static qfx_t *cut_behind_a_write(tn_topic_t **t, tn_plog_trunc_t *r, cutw_t *c)
 {
+    qfx_t *q = paused_follower(1, t);
     assert_int_equal(setenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS", "1000", 1), 0);
-    assert_int_equal(tn_topic_pause(t, true, NULL, NULL), 0);
+    assert_int_equal(tn_topic_pause(*t, true, NULL, NULL), 0);
     qfx_run_for(q, 100);
-    assert_true(t->pause_writing);
+    assert_true((*t)->pause_writing);
+    cut_start(*t, 0, 1, r, c);
+    assert_true(qfx_run_until(q, hold_cut, *t));
+    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0); /* for the cut's write */
+    return q;
 }
 
 /* The pause write a cut waits for fails (its fdatasync, armed once the
@@ -839,14 +845,10 @@ static void test_topic_pause_cut_fails_with_its_file(void **state)
 {
     (void)state;
     tn_topic_t *t;
-    qfx_t *q = paused_follower(1, &t);
-    pause_write_held(q, t);
     tn_plog_trunc_t r;
     cutw_t c;
-    cut_start(t, 0, 1, &r, &c);
-    assert_true(qfx_run_until(q, hold_cut, t));
+    qfx_t *q = cut_behind_a_write(&t, &r, &c);
     tn_io_fail_sync_after(0, UV_EIO); /* the cut's pause write, after the held one */
-    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0);
     assert_true(qfx_run_until(q, cb_done, &c.w));
     assert_true(qfx_run_until(q, topic_quiet, t));
     tn_io_fail_sync_after(-1, 0);
@@ -878,13 +880,9 @@ static void test_topic_pause_cut_waiting_at_close(void **state)
 {
     (void)state;
     tn_topic_t *t;
-    qfx_t *q = paused_follower(1, &t);
-    pause_write_held(q, t);
     tn_plog_trunc_t r;
     cutw_t c;
-    cut_start(t, 0, 1, &r, &c);
-    assert_true(qfx_run_until(q, hold_cut, t));
-    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0);
+    qfx_t *q = cut_behind_a_write(&t, &r, &c);
     qfx_close(q);
     cut_print("cut at 1, the broker closed", &c);
     assert_true(c.w.done);
@@ -899,13 +897,9 @@ static void test_topic_pause_cut_waiting_at_delete(void **state)
 {
     (void)state;
     tn_topic_t *t;
-    qfx_t *q = paused_follower(1, &t);
-    pause_write_held(q, t);
     tn_plog_trunc_t r;
     cutw_t c;
-    cut_start(t, 0, 1, &r, &c);
-    assert_true(qfx_run_until(q, hold_cut, t));
-    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0);
+    qfx_t *q = cut_behind_a_write(&t, &r, &c);
     assert_int_equal(tn_topic_delete(t, NULL, NULL), UV_EBUSY);
     qfx_waitw_t w;
     qfx_waitw_init(&w);
