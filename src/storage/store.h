@@ -67,6 +67,7 @@ struct tn_store_cut_s {
 };
 typedef bool (*tn_store_cut_watch_cb)(void *arg, const char *topic, uint32_t partition,
                                       uint64_t cut, tn_store_cut_t *wait);
+
 typedef struct tn_chanlog_s tn_chanlog_t;
 typedef struct tn_ilog_s tn_ilog_t;
 typedef void (*tn_store_close_cb)(tn_store_t *store);
@@ -221,13 +222,12 @@ void tn_store_set_repl_watch(tn_store_t *store, void (*cb)(void *arg, tn_plog_t 
  * must write for the cut (the pause file with the lowered point) has
  * ended, then calls tn_store_cut_done(wait, status), exactly once (within
  * cb too, when that write cannot start), and only then does the request's
- * cb run; the log stays open meanwhile (it
- * is pinned). The caller of the truncation appends at the cut offsets
- * only after its cb, so no record that arrives there can outlive a crash
- * with the old point in the file. cb NULL turns it off. Loop thread. */
+ * cb run; the log stays open meanwhile (it is pinned). The caller of the truncation appends at the
+ * cut offsets only after its cb, so no record that arrives there can outlive a crash with the old
+ * point in the file. cb NULL turns it off. Loop thread. */
 void tn_store_set_cut_watch(tn_store_t *store, tn_store_cut_watch_cb cb, void *arg);
 
-/* The end of a cut the watch held (above). status 0: the request's cb
+/* The end of a cut the watch held (above; storage/plog.c). status 0: the request's cb
  * runs with the truncation's own status. Else what had to be written for
  * the cut could not be: the log fails with status (a sticky error: it
  * refuses writes until a restart, so nothing lands at the cut offsets
