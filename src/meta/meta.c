@@ -153,6 +153,11 @@ struct tn_meta_s {
     uint64_t xfer_target;     /* the voter chosen (0: none yet) */
     uint64_t self_xfer_after; /* check_removals: no handover tried before (loop ms) */
     unsigned election_ms;
+    /* A new cluster this node bootstrapped with others, until it has a
+     * leader: every election timer is drawn from [E/4, E/2]
+     * (first_elections). */
+    bool first_elections;
+    bool stood; /* said that it asks for votes */
     unsigned hb_interval_ms;
     unsigned dead_after_ms;
     bool addr_checked;
@@ -2928,11 +2933,53 @@ int tn_meta_heard(tn_meta_t *m, uint64_t id, uint64_t *ago_ms, bool *recent)
     return 0;
 }
 
+/* A new cluster's voters start together and none has led yet: there is
+ * no leader whose silence an election timer could detect, yet libraft
+ * draws each from [E, 2E], which left every new cluster leaderless for
+ * 1-2 s, and for 2-4 more after a first election that elected no one (a
+ * split vote, or vote requests lost while the voters' connections came
+ * up on a loaded machine). Until a leader is known, each timer libraft
+ * draws is drawn again from [E/4, E/2] (libraft's own random source),
+ * the first at the start; once one is known, every timer is libraft's,
+ * as is every timer of a node that restarts on its state. The timers
+ * decide only when this node asks for (pre-)votes, never who wins.
+ * Polled every LEADER_POLL_MS: a timer libraft drew since is replaced
+ * before it can fire. */
+static void first_elections(tn_meta_t *m)
+{
+    raft_id leader = 0;
+    const char *addr = NULL;
+    raft_leader(&m->raft, &leader, &addr);
+    int state = raft_state(&m->raft);
+    if (leader != 0 || state == RAFT_LEADER) {
+        m->first_elections = false;
+        TN_LOG(TN_LOG_NOTICE, "metastore: the new cluster's first leader is node %llu (term %llu)",
+               (unsigned long long)(state == RAFT_LEADER ? m->raft.id : leader),
+               (unsigned long long)m->raft.current_term);
+        return;
+    }
+    unsigned e = m->election_ms;
+    unsigned *timer = NULL;
+    if (state == RAFT_FOLLOWER)
+        timer = &m->raft.follower_state.randomized_election_timeout;
+    else if (state == RAFT_CANDIDATE)
+        timer = &m->raft.candidate_state.randomized_election_timeout;
+    if (state == RAFT_CANDIDATE && !m->stood) {
+        m->stood = true;
+        TN_LOG(TN_LOG_NOTICE,
+               "metastore: no leader yet in this new cluster: this node asks for votes");
+    }
+    if (timer != NULL && *timer > e / 2)
+        *timer = (unsigned)m->io.random(&m->io, (int)(e / 4), (int)(e / 2));
+}
+
 static void on_poll(uv_timer_t *t)
 {
     tn_meta_t *m = t->data;
     if (m->closing)
         return;
+    if (m->first_elections)
+        first_elections(m);
     lead_barrier(m);
     bool leader = raft_state(&m->raft) == RAFT_LEADER;
     if (leader && m->leader_since_wall == 0)
@@ -3331,17 +3378,9 @@ int tn_meta_open(uv_loop_t *loop, const tn_meta_opts_t *o, tn_meta_t **out, char
         goto fail_raft;
     }
     if (bootstrapped && o->npeers > 1 && raft_state(&m->raft) == RAFT_FOLLOWER) {
-        /* A new cluster's voters start together and none has led yet:
-         * there is no leader whose silence the first election timer
-         * could detect, yet libraft draws it from [E, 2E] like every
-         * later one, which left every new cluster leaderless for 1-2 s.
-         * This node's first timer only is drawn from [E/4, E/2] (libraft's
-         * own random source); the next ones, and every timer of a node
-         * that restarts on its state, are libraft's. The timer decides
-         * only when this node asks for (pre-)votes, never who wins. */
-        unsigned e = m->election_ms;
-        m->raft.follower_state.randomized_election_timeout =
-            (unsigned)m->io.random(&m->io, (int)(e / 4), (int)(e / 2));
+        /* Short election timers until a leader is known. */
+        m->first_elections = true;
+        first_elections(m);
     }
     m->start_index = raft_last_index(&m->raft);
     uv_timer_start(&m->poll, on_poll, LEADER_POLL_MS, LEADER_POLL_MS);
