@@ -229,8 +229,9 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
     }
     case TN_OP_SETTLE_REPL: {
         /* topic, partition, leader_epoch, channel, stream, first_seq,
-         * count, then count records of op (1..5), offset, due, attempts,
-         * value: the check judges the values too. */
+         * count, then count records of op (1..TN_SETREPL_OP_MAX), offset,
+         * due, attempts, value, then an optional chan_stamp and
+         * incarnation: the check judges the values too. */
         char topic[256], channel[256];
         uint32_t part, epoch, count;
         uint64_t stream, first, base;
@@ -262,6 +263,19 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
                     tn_wire_put_u64(out, value) != 0)
                     abort();
             }
+        }
+        /* Then the channel's stamp (not 0 when alone), then the
+         * follower's incarnation (not 0), each only when written. */
+        size_t tail = in.err == 0 ? in.len - in.off : 0;
+        if (tail == 8 || tail == 16) {
+            uint64_t stamp, inc = 0;
+            if (tn_wire_get_u64(&in, &stamp) != 0 ||
+                (tail == 16 && tn_wire_get_u64(&in, &inc) != 0))
+                abort();
+            if ((tail == 8 && stamp == 0) || (tail == 16 && inc == 0))
+                return TN_EPROTO;
+            if (tn_wire_put_u64(out, stamp) != 0 || (tail == 16 && tn_wire_put_u64(out, inc) != 0))
+                abort();
         }
         break;
     }
