@@ -332,6 +332,14 @@ typedef struct {
     uint64_t durable_next; /* the end of the copy */
     uint64_t want;         /* written, not yet durable, at the POST: wait for it; 0 when not */
     char *isolated; /* isolated for damage at the POST: why (its errmsg, owned); NULL when not */
+    /* The creation time of the topic's record at the POST, which its
+     * directory's stamp holds (queue.h record_created_ms); 0: not known. */
+    int64_t stamp;
+    /* Set by the copy: the topic was deleted and made again since the
+     * POST (its stamp names another record), so the partition's files
+     * are the new topic's, copied up to what is durable of them
+     * (take_segments), not to the old topic's durable end. */
+    bool remade;
 } part_t;
 
 /* A channel log with records queued but not yet completed at the POST:
@@ -576,10 +584,50 @@ static void take_whole(ctx_t *c, const char *rel, const char *dir)
     }
 }
 
+/* Whether p's topic is no longer the one the POST saw: its directory's
+ * stamp, read now, names another record (a topic deleted and made again
+ * under the name is stamped before its first partition directory is made:
+ * store.h tn_store_topic_stamp_write). False when the POST's was not
+ * known, or when the directory (or its stamp) is gone or cannot be read:
+ * a topic deleted since the POST leaves no files to copy, and a log found
+ * short beside the POST's stamp is damage. */
+static bool remade_since_post(const ctx_t *c, const part_t *p)
+{
+    char dir[PATH_MAX_LEN];
+    pathf(dir, sizeof(dir), "%s/topics/%s", c->data, p->topic);
+    int64_t now = 0;
+    return p->stamp != 0 && tn_store_stamp_read_dir(dir, &now) == 0 && now != 0 && now != p->stamp;
+}
+
+/* fdatasync path's data: a segment of a topic made again since the POST,
+ * whose records the copy takes up to their end as it finds it rather
+ * than to a durable end the engine vouched for. */
+static int sync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = tn_io_fdatasync(fd);
+    close(fd);
+    return rc;
+}
+
 /* A partition's segments that hold records below its durable end, each
  * cut at its last whole batch below it and its records' CRCs checked,
- * and the sidecars of all but the last. */
-static void take_segments(ctx_t *c, const part_t *p, const char *rel, const char *dir)
+ * and the sidecars of all but the last. A log that ends below the
+ * durable end, or a record below it that does not verify, is damage and
+ * fails the backup, unless the topic was deleted and made again since
+ * the POST (remade_since_post): then the files are another log under the
+ * name, and p->remade set. A remade partition (found so before its
+ * first segment) has its segments taken up to the end of their whole
+ * records, the last one maybe still being appended, each synced once its
+ * records are found (sync_path), so that what is copied is durable: the
+ * new topic's log as it stands, its records past the old one's durable
+ * end too. Found so here (made again as its segments were copied), the
+ * segments before were taken up to the old end, and this one as far as
+ * its records go; the topic's stamp then changed since the copy began,
+ * so it is left out (take_topic_stamp). */
+static void take_segments(ctx_t *c, part_t *p, const char *rel, const char *dir)
 {
     flist_t *l = c->l;
     int rc;
@@ -592,10 +640,11 @@ static void take_segments(ctx_t *c, const part_t *p, const char *rel, const char
     /* The segments that hold offsets below the durable end: those with a
      * base at or below it (one starting exactly there is kept, empty, so
      * the restored log goes on from that offset). */
+    uint64_t below = p->remade ? UINT64_MAX : p->durable_next;
     size_t last = 0;
     bool any = false;
     for (size_t i = 0; i < n; i++)
-        if (bases[i] <= p->durable_next) {
+        if (bases[i] <= below) {
             last = i;
             any = true;
         }
@@ -612,9 +661,20 @@ static void take_segments(ctx_t *c, const part_t *p, const char *rel, const char
             break;
         }
         uint64_t end = 0, next = 0;
-        rc = scan_segment(src, bases[i], p->durable_next, c->buf, &end, &next);
-        if (rc != 0) {
+        rc = scan_segment(src, bases[i], below, c->buf, &end, &next);
+        bool short_end = rc == 0 && i == last && next < below;
+        if ((rc == TN_ECORRUPT || short_end) && !p->remade && remade_since_post(c, p))
+            p->remade = true;
+        /* A remade log's bad record is where its records end for the copy
+         * (one being written as it was read, or the new log's own damage,
+         * which its node finds when it reads it). */
+        bool stop = p->remade && rc == TN_ECORRUPT;
+        if (rc != 0 && !stop) {
             flist_fail(l, rc, "scan %s", seg);
+            break;
+        }
+        if (p->remade && (rc = sync_path(src)) != 0) {
+            flist_fail(l, rc, "sync %s", seg);
             break;
         }
         uint32_t crc = 0;
@@ -623,7 +683,7 @@ static void take_segments(ctx_t *c, const part_t *p, const char *rel, const char
             break;
         }
         flist_add(l, seg, end, crc);
-        if (i == last && next < p->durable_next) {
+        if (short_end && !p->remade) {
             /* Durable records the log should hold are not there: damage,
              * said rather than copied short. */
             flist_fail(l, TN_ECORRUPT,
@@ -631,6 +691,10 @@ static void take_segments(ctx_t *c, const part_t *p, const char *rel, const char
                        p->durable_next);
             break;
         }
+        /* A remade log whose records stop before the next segment's base
+         * is copied up to there, without a gap. */
+        if (stop || (p->remade && i < last && bases[i + 1] != next))
+            break;
         if (i < last) {
             char idx[PATH_MAX_LEN];
             pathf(idx, sizeof(idx), "%s/%020" PRIu64 ".idx", rel, bases[i]);
@@ -645,7 +709,7 @@ static void take_segments(ctx_t *c, const part_t *p, const char *rel, const char
  * floor, epochs and damage files, its channels' WALs (copied) and then
  * their checkpoints (linked): a checkpoint taken between the two is newer
  * than the WAL copy, and recovery skips the WAL frames it already holds. */
-static void take_partition(ctx_t *c, const part_t *p)
+static void take_partition(ctx_t *c, part_t *p)
 {
     flist_t *l = c->l;
     char rel[PATH_MAX_LEN], dir[PATH_MAX_LEN], sdir[PATH_MAX_LEN];
@@ -657,7 +721,10 @@ static void take_partition(ctx_t *c, const part_t *p)
         flist_fail(l, rc, "mkdir %s", sdir);
         return;
     }
-    if (p->isolated != NULL)
+    /* A topic made again since the POST: its partition is the new log,
+     * neither the old one's durable end nor its isolation applies. */
+    p->remade = remade_since_post(c, p);
+    if (p->isolated != NULL && !p->remade)
         take_whole(c, rel, dir);
     else
         take_segments(c, p, rel, dir);
@@ -1210,8 +1277,8 @@ static void manifest_json(tn_backup_t *bk, session_t *s, take_t *t)
     size_t k = 0;
     for (size_t i = 0; i < t->nparts; i++) {
         const part_t *p = &t->parts[i];
-        if (p->isolated == NULL)
-            continue;
+        if (p->isolated == NULL || p->remade)
+            continue; /* remade: the new topic's log, copied as it is */
         tn_buf_append(b, k > 0 ? ",{\"topic\":" : "{\"topic\":", k > 0 ? 10 : 9);
         k++;
         tn__v1_json_str(b, p->topic);
@@ -1259,12 +1326,21 @@ static void take_after(uv_work_t *w, int status)
         t->files.v = NULL;
         t->files.n = 0;
         manifest_json(bk, s, t);
-        for (size_t i = 0; i < t->nparts; i++)
-            if (t->parts[i].isolated != NULL)
+        for (size_t i = 0; i < t->nparts; i++) {
+            const part_t *p = &t->parts[i];
+            if (p->remade)
+                TN_LOG(TN_LOG_WARN,
+                       "backup %s: topic %s was deleted and made again since the backup started: "
+                       "partition %s/%" PRIu32 " is copied as the new topic's, up to what is "
+                       "durable of it, not cut at the old topic's durable end (%" PRIu64
+                       "); the old topic's files went with it",
+                       s->id, p->topic, p->topic, p->partition, p->durable_next);
+            else if (p->isolated != NULL)
                 TN_LOG(TN_LOG_WARN,
                        "backup %s: partition %s/%" PRIu32 " is isolated (%s): its files are "
                        "copied whole, the damage included, so it is restored isolated as here",
-                       s->id, t->parts[i].topic, t->parts[i].partition, t->parts[i].isolated);
+                       s->id, p->topic, p->partition, p->isolated);
+        }
         if (t->stamps_left_out > 0)
             TN_LOG(TN_LOG_WARN,
                    "backup %s: %zu channel stamp(s) left out: each changed as its channel's "
@@ -1438,10 +1514,11 @@ static int isolated_why(tn_plog_t *pl, char **out)
 }
 
 /* One log in t->parts: its durable end (want: what was written beyond it,
- * waited for; 0: none), and whether it is isolated for damage (then
- * copied whole, nothing waited for). The name is copied. */
+ * waited for; 0: none), whether it is isolated for damage (then copied
+ * whole, nothing waited for), and its topic's record (stamp, 0: not
+ * known). The name is copied. */
 static int collect_add(take_t *t, size_t *cap, const char *topic, uint32_t p, tn_plog_t *pl,
-                       uint64_t durable, uint64_t want)
+                       uint64_t durable, uint64_t want, int64_t stamp)
 {
     if (t->nparts == *cap) {
         *cap = *cap ? *cap * 2 : 32;
@@ -1458,7 +1535,7 @@ static int collect_add(take_t *t, size_t *cap, const char *topic, uint32_t p, tn
         tn_free(why);
         return UV_ENOMEM;
     }
-    t->parts[t->nparts++] = (part_t){name, p, durable, why != NULL ? 0 : want, why};
+    t->parts[t->nparts++] = (part_t){name, p, durable, why != NULL ? 0 : want, why, stamp, false};
     return 0;
 }
 
@@ -1468,6 +1545,17 @@ typedef struct {
     size_t engine_parts; /* t->parts[0..engine_parts) came from the engine */
     int rc;
 } own_ctx_t;
+
+/* The topic of that name the engine has now (not deleted), or NULL:
+ * looked up by name at every use, since a deleted topic's memory goes. */
+static tn_topic_t *find_topic(tn_broker_t *b, const char *topic)
+{
+    for (size_t i = 0; i < b->nbuckets; i++)
+        for (tn_topic_t *tp = b->buckets[i]; tp != NULL; tp = tp->hnext)
+            if (!tp->deleted && strcmp(tp->name, topic) == 0)
+                return tp;
+    return NULL;
+}
 
 /* A follower's own log (cluster/replica.h): its copy up to what it
  * flushed, which is all a follower ever vouches for (its leader's hw
@@ -1481,7 +1569,9 @@ static void on_own_log(void *arg, const char *topic, uint32_t p, tn_plog_t *pl)
     for (size_t i = 0; i < x->engine_parts; i++)
         if (x->t->parts[i].partition == p && strcmp(x->t->parts[i].topic, topic) == 0)
             return;
-    x->rc = collect_add(x->t, x->cap, topic, p, pl, tn_plog_durable_next(pl), 0);
+    const tn_topic_t *tp = find_topic(x->t->bk->v->broker, topic);
+    x->rc = collect_add(x->t, x->cap, topic, p, pl, tn_plog_durable_next(pl), 0,
+                        tp != NULL ? tp->record_created_ms : 0);
 }
 
 static int collect(tn_backup_t *bk, take_t *t)
@@ -1501,7 +1591,8 @@ static int collect(tn_backup_t *bk, take_t *t)
                  * relaxed acknowledge it before its fdatasync). */
                 uint64_t w = tn_plog_written_next(part->plog);
                 uint64_t d = tn_plog_durable_next(part->plog);
-                int rc = collect_add(t, &cap, tp->name, part->index, part->plog, d, w > d ? w : 0);
+                int rc = collect_add(t, &cap, tp->name, part->index, part->plog, d, w > d ? w : 0,
+                                     tp->record_created_ms);
                 if (rc != 0)
                     return rc;
             }
@@ -1528,35 +1619,33 @@ static int collect(tn_backup_t *bk, take_t *t)
     return 0;
 }
 
-/* The partition log of topic/partition as the engine has it now, or NULL
- * (deleted since, or no longer local): looked up by name at every poll,
- * since a deleted topic's memory goes. */
-static tn_plog_t *find_plog(tn_broker_t *b, const char *topic, uint32_t partition)
+/* The partition log of p as the engine has it now, or NULL: its topic
+ * deleted since (or deleted and made again: another record than the
+ * POST's, whose log is not the one waited for), or the partition no
+ * longer local. */
+static tn_plog_t *find_plog(tn_broker_t *b, const part_t *p)
 {
-    for (size_t i = 0; i < b->nbuckets; i++)
-        for (tn_topic_t *tp = b->buckets[i]; tp != NULL; tp = tp->hnext)
-            if (!tp->deleted && strcmp(tp->name, topic) == 0)
-                return partition < tp->nparts && tp->parts[partition] != NULL
-                           ? tp->parts[partition]->plog
-                           : NULL;
-    return NULL;
+    const tn_topic_t *tp = find_topic(b, p->topic);
+    if (tp == NULL ||
+        (p->stamp != 0 && tp->record_created_ms != 0 && tp->record_created_ms != p->stamp))
+        return NULL;
+    return p->partition < tp->nparts && tp->parts[p->partition] != NULL
+               ? tp->parts[p->partition]->plog
+               : NULL;
 }
 
 /* The channel log of topic/partition/channel as the engine has it now,
  * or NULL (the topic or channel was deleted since, or the partition is no
- * longer local), looked up by name like find_plog. */
+ * longer local). */
 static tn_chanlog_t *find_chanlog(tn_broker_t *b, const chan_t *c)
 {
-    for (size_t i = 0; i < b->nbuckets; i++)
-        for (tn_topic_t *tp = b->buckets[i]; tp != NULL; tp = tp->hnext) {
-            if (tp->deleted || strcmp(tp->name, c->topic) != 0)
-                continue;
-            for (tn_channel_t *ch = tp->channels; ch != NULL; ch = ch->next)
-                if (!ch->deleted && ch->parts != NULL && c->partition < tp->nparts &&
-                    strcmp(ch->name, c->channel) == 0)
-                    return ch->parts[c->partition] != NULL ? ch->parts[c->partition]->cl : NULL;
-            return NULL;
-        }
+    const tn_topic_t *tp = find_topic(b, c->topic);
+    if (tp == NULL)
+        return NULL;
+    for (tn_channel_t *ch = tp->channels; ch != NULL; ch = ch->next)
+        if (!ch->deleted && ch->parts != NULL && c->partition < tp->nparts &&
+            strcmp(ch->name, c->channel) == 0)
+            return ch->parts[c->partition] != NULL ? ch->parts[c->partition]->cl : NULL;
     return NULL;
 }
 
@@ -1579,7 +1668,7 @@ static void on_wait_closed(uv_handle_t *h)
 
 /* Every partition that had records written but not durable at the POST:
  * durable now (its end is then what was written), gone (skipped: its
- * topic was deleted), failed (the backup fails: its acknowledged tail
+ * topic was deleted, or deleted and made again), failed (the backup fails: its acknowledged tail
  * cannot be made durable) or still waiting. Every channel log that had
  * records queued at the POST: all of those completed (written and
  * synced), gone (its topic or channel was deleted), failed (the backup
@@ -1596,7 +1685,7 @@ static void on_wait(uv_timer_t *h)
         part_t *p = &t->parts[i];
         if (p->want == 0)
             continue;
-        tn_plog_t *pl = find_plog(bk->v->broker, p->topic, p->partition);
+        tn_plog_t *pl = find_plog(bk->v->broker, p);
         if (pl == NULL) {
             p->want = 0;
         } else if (tn_plog_err(pl) != 0) {

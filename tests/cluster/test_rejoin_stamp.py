@@ -27,6 +27,13 @@ snapshot's record (the deleted topic's): back in its cluster, the node
 deleted the new topic's files here ("no longer recorded as it is here")
 and made it again empty, losing its acknowledged messages.
 
+The new topic's log is another than the one whose durable end the
+backup took at its POST: the copy finds it by the topic's stamp and
+takes it as it stands, up to what is durable of it. Before, it was cut
+at the old topic's durable end (a new log longer than that lost its
+records past it), and a new log shorter than that failed the whole
+backup as damage ("... ends at offset 2, below the durable end 3").
+
 Run: python3 tests/cluster/test_rejoin_stamp.py --ternd build/ternd-test --ternctl build/ternctl
 """
 import json
@@ -90,8 +97,8 @@ class RejoinStamp(harness.ClusterTest):
     node_args = ["--default-replication-factor=1", "--raft-election-timeout=3s",
                  "--cluster-rpc-dial-timeout=300ms"]
 
-    def produce(self, via, p, prefix, topic=TOPIC):
-        for i in range(3):
+    def produce(self, via, p, prefix, topic=TOPIC, count=3):
+        for i in range(count):
             status, body = via.request("POST", f"/v1/topics/{topic}/produce?partition={p}",
                                        f"{prefix}-{i}".encode(), headers=OCTET)
             self.assertEqual(status, 202, body)
@@ -111,18 +118,18 @@ class RejoinStamp(harness.ClusterTest):
         self.made_again(first, down, p, topic, "old")
         return c, first, down, p
 
-    def made_again(self, first, down, p, topic, prefix):
-        """The channel on topic (known on every node) and three messages
+    def made_again(self, first, down, p, topic, prefix, count=3):
+        """The channel on topic (known on every node) and count messages
         prefix-0.. in down's log of partition p."""
         status, body = first.request("POST", f"/channel/create?topic={topic}&channel={CHANNEL}")
         self.assertEqual(status, 200, body)
         wait_until("the channel's stamp on the owner's disk",
                    lambda: os.path.exists(os.path.join(down.data, "topics", topic,
                                                        CHANNEL + ".cstamp")), 30)
-        self.produce(first, p, prefix, topic)
+        self.produce(first, p, prefix, topic, count)
         wait_until("the messages in the owner's log",
                    lambda: down.request("GET", f"/v1/topics/{topic}")[1]["partition_stats"][p]
-                   .get("next_offset") == 3, 30)
+                   .get("next_offset") == count, 30)
 
     def held_backup(self, c, first, down, at, change):
         """A backup whose copy at down is held at `at`
@@ -225,15 +232,15 @@ class RejoinStamp(harness.ClusterTest):
         # The other channel's stamp (the topic's "default") is carried.
         self.assertIn(f"topics/{TOPIC}/default.cstamp", paths)
 
-    def topic_remade_while_held(self, at):
+    def topic_remade_while_held(self, at, count=3):
         """TOPIC2 made (made()); a backup whose copy at the owner is held
         at `at` while the topic is deleted and made again, placed as
-        before, with the channel and three messages new-0.. on the owner's
-        partition, new-0 and new-1 acked. The owner's log of the old topic
-        ended at offset 3, the backup's durable end for it: its copy of
-        the new topic's partition holds new-0..new-2. (cluster, leader,
-        owner, its partition, the backup's directory, the old topic's
-        stamp, the new one's)."""
+        before, with the channel and count messages new-0.. on the owner's
+        partition, all but the last acked. The owner's log of the old
+        topic ended at offset 3, the backup's durable end for it (the new
+        topic's log may end before or after it). (cluster, leader, owner,
+        its partition, the backup's directory, the old topic's stamp, the
+        new one's)."""
         c, first, down, p = self.made(TOPIC2)
         old = topic_stamp_on_disk(down, TOPIC2)
         self.assertIsNotNone(old)
@@ -250,27 +257,44 @@ class RejoinStamp(harness.ClusterTest):
                 "the new topic's stamp on the owner's disk",
                 lambda: (lambda ms: ms if ms not in (None, old) else None)(
                     topic_stamp_on_disk(down, TOPIC2)), 30)
-            self.made_again(first, down, p, TOPIC2, "new")
-            self.assertEqual(consume(down, p, 2, TOPIC2), ["new-0", "new-1"])
+            self.made_again(first, down, p, TOPIC2, "new", count)
+            self.assertEqual(consume(down, p, count - 1, TOPIC2),
+                             [f"new-{i}" for i in range(count - 1)])
 
         bdir = self.held_backup(c, first, down, at, change)
         return c, first, down, p, bdir, old, stamps["new"]
 
-    def test_a_topic_made_again_while_the_copy_waited_is_kept(self):
-        # The backup must keep what the owner acknowledged below its
-        # durable end: the new topic's new-0..new-2, new-0 and new-1
-        # settled. Restored with --rejoin, the node keeps them as the
-        # topic the cluster records: new-2 is the one message left.
-        c, first, down, p, bdir, old, new = self.topic_remade_while_held("")
+    def assert_new_topic_kept(self, first, down, p, bdir, new, left):
+        """down restored from bdir with --rejoin keeps the new topic's
+        files as the topic the cluster records: it delivers `left`."""
         log = self.rejoined(first, down, bdir, TOPIC2)
-        self.assertEqual(consume(down, p, topic=TOPIC2), ["new-2"],
-                         "the new topic's files not kept (new-2 is its one message left)")
+        self.assertEqual(consume(down, p, topic=TOPIC2), left,
+                         "the new topic's files not kept as they were copied")
         self.assertNotIn(TOPIC_GONE, log)
         self.assertEqual(topic_stamp_on_disk(down, TOPIC2), new)
         # Carried by the backup, as it was beside the copied files.
         with open(os.path.join(bdir, str(down.id), "manifest.json")) as f:
             paths = [x["path"] for x in json.load(f)["files"]]
         self.assertIn(f"topics/{TOPIC2}/stamp", paths)
+
+    def test_a_topic_made_again_while_the_copy_waited_is_kept(self):
+        # The new topic's partition is copied up to what is durable of it
+        # (new-0..new-3, past the old topic's durable end, 3), new-0..new-2
+        # settled. Restored with --rejoin, the node keeps its files as the
+        # topic the cluster records: new-3 is the one message left.
+        c, first, down, p, bdir, old, new = self.topic_remade_while_held("", 4)
+        self.assert_new_topic_kept(first, down, p, bdir, new, ["new-3"])
+        self.assertIn(f"partition {TOPIC2}/{p} is copied as the new topic's", down.log())
+
+    def test_a_topic_made_again_shorter_while_the_copy_waited_is_kept(self):
+        # The new topic's log (new-0, new-1) ends before the old topic's
+        # durable end (3): not damage, the backup does not fail (it did,
+        # with 500 "... ends at offset 2, below the durable end 3: data
+        # failed its checksum or structure check"); the new topic's
+        # partition is copied as it is, and kept with --rejoin.
+        c, first, down, p, bdir, old, new = self.topic_remade_while_held("", 2)
+        self.assert_new_topic_kept(first, down, p, bdir, new, ["new-1"])
+        self.assertIn(f"partition {TOPIC2}/{p} is copied as the new topic's", down.log())
 
     def test_a_topic_stamp_that_changed_as_the_files_were_copied_is_left_out(self):
         # The partitions copied, then the topic deleted and made again
