@@ -311,7 +311,8 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
     case TN_OP_CHAN_SNAP: {
         /* topic, partition, leader_epoch, channel, stream, seq,
          * incarnation, then the state's bytes, which must be a valid
-         * channel checkpoint image: the check judges them too. */
+         * channel checkpoint image (the check judges them too), then an
+         * optional chan_stamp. */
         char topic[256], channel[256];
         uint32_t part, epoch;
         uint64_t stream, seq, inc;
@@ -323,6 +324,11 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
             break;
         if (topic[0] == '\0' || channel[0] == '\0' || epoch == 0)
             return TN_EPROTO;
+        /* Then the channel's stamp (not 0), only when written. */
+        uint64_t stamp = 0;
+        bool stamped = in.len - in.off == 8;
+        if (stamped && (tn_wire_get_u64(&in, &stamp) != 0 || stamp == 0))
+            return TN_EPROTO;
         tn_cursor_t c;
         int crc = tn_cursor_decode(bytes, n, &c);
         tn_cursor_fini(&c);
@@ -331,7 +337,8 @@ static int reencode(const uint8_t *data, size_t size, tn_buf_t *out)
         if (tn_wire_put_str(out, topic) != 0 || tn_wire_put_u32(out, part) != 0 ||
             tn_wire_put_u32(out, epoch) != 0 || tn_wire_put_str(out, channel) != 0 ||
             tn_wire_put_u64(out, stream) != 0 || tn_wire_put_u64(out, seq) != 0 ||
-            tn_wire_put_u64(out, inc) != 0 || tn_wire_put_bytes(out, bytes, n) != 0)
+            tn_wire_put_u64(out, inc) != 0 || tn_wire_put_bytes(out, bytes, n) != 0 ||
+            (stamped && tn_wire_put_u64(out, stamp) != 0))
             abort();
         break;
     }
