@@ -1,8 +1,8 @@
 /* Fuzz target: a backup manifest as `ternctl restore` reads it from disk
  * (src/cmd/ternctl/manifest.c). It decodes or is refused with a message;
  * what decodes holds only paths the path rule accepts, no path twice, and
- * its node among the voters. What decodes then goes through restore's
- * channel check (tn_manifest_check_channels), which must not crash. */
+ * its node among the voters, each found by its path. What decodes then
+ * goes through restore's channel check (tn_manifest_check_channels), which must not crash. */
 #include "core/platform.h"
 
 #include "cmd/ternctl/manifest.h"
@@ -34,7 +34,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             if (i > 0 && strcmp(m.files[i - 1].path, m.files[i].path) >= 0)
                 abort();
+            /* restore finds a carried stamp by its path (tn_manifest_find) */
+            if (tn_manifest_find(&m, m.files[i].path) != &m.files[i])
+                abort();
         }
+        if (tn_manifest_find(&m, "topics/\x7f") != NULL) /* no path holds it */
+            abort();
     }
     /* restore's channel check, over what decoded: any manifest, however
      * its channel files pair up, gets its warnings (in time: libFuzzer's
