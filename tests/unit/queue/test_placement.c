@@ -916,6 +916,55 @@ static void test_topic_pause_cut_waiting_at_delete(void **state)
     qfx_free(q);
 }
 
+/* The log a cut waits behind a pause write on is closed meanwhile (the
+ * engine sets a follower's log aside: tn_topic_part_abandon; the replica
+ * manager's own log closes likewise), its close queued behind the
+ * truncation: the log stays open until the cut has ended (it is pinned
+ * from the truncation's submission), not freed under the cut that the
+ * pause write ends later. */
+static bool aside_closed, closed_first;
+
+static void on_aside_closed(tn_plog_t *pl)
+{
+    (void)pl;
+    aside_closed = true;
+}
+
+static void on_cut_of_closing(tn_plog_trunc_t *req, int status)
+{
+    closed_first = aside_closed;
+    on_cut_seen(req, status);
+}
+
+static void test_topic_pause_cut_of_a_log_closing(void **state)
+{
+    (void)state;
+    tn_topic_t *t;
+    tn_plog_trunc_t r;
+    cutw_t c;
+    qfx_t *q = paused_follower(1, &t);
+    assert_int_equal(setenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS", "500", 1), 0);
+    tn_plog_t *pl = t->parts[0]->plog;
+    memset(&c, 0, sizeof(c));
+    c.t = t;
+    r.data = &c;
+    aside_closed = closed_first = false;
+    assert_int_equal(tn_plog_truncate(pl, &r, 1, 0, on_cut_of_closing), 0);
+    assert_int_equal(tn_topic_part_abandon(t, 0), 0);
+    pl->close_cb = on_aside_closed; /* set by the abandon to NULL: seen here */
+    assert_true(qfx_run_until(q, cb_done, &c.w));
+    assert_int_equal(unsetenv("TERN_TEST_TOPIC_PAUSE_DELAY_MS"), 0);
+    cut_print("cut at 1, its log closed meanwhile", &c);
+    print_message("the log closed before the cut's cb: %d\n", closed_first);
+    assert_false(closed_first);
+    assert_int_equal(c.w.status, 0);
+    assert_int_equal(c.file_hold, 1);
+    assert_true(qfx_run_until(q, topic_quiet, t));
+    qfx_run_for(q, 50);
+    assert_true(aside_closed);
+    qfx_free(q);
+}
+
 /* A partition open here that the placement gives to another node (a data
  * directory restored elsewhere) stops serving; its files stay. One left
  * unplaced stays local. */
@@ -2139,6 +2188,7 @@ int main(void)
         cmocka_unit_test(test_topic_pause_cut_fails_with_its_file),
         cmocka_unit_test(test_topic_pause_cut_waiting_at_close),
         cmocka_unit_test(test_topic_pause_cut_waiting_at_delete),
+        cmocka_unit_test(test_topic_pause_cut_of_a_log_closing),
         cmocka_unit_test(test_topic_pause_written_with_a_copy),
         cmocka_unit_test(test_topic_pause_dir_made_during_its_write),
         cmocka_unit_test(test_given_away_left_on_disk),
