@@ -3007,16 +3007,15 @@ static void trunc_done(tn__sreq_t *s)
     /* Records went (step 1 ran, even if a later step failed): the
      * engine hears of it first (tn_store_set_cut_watch), and may hold the
      * cb back until its side of the cut is durable (tn_store_cut_done,
-     * which may run within the watch); the log stays pinned meanwhile, so
-     * that its close waits. */
+     * which may run within the watch); the log stays pinned meanwhile
+     * (since trunc_submit: a close asked while the truncation ran is held
+     * too, not freeing the log under the held cut). */
     tn_store_t *st = pl->store;
-    if (req->dropped > 0 && st->cut_cb != NULL) {
-        tn_plog_pin(pl);
-        if (st->cut_cb(st->cut_arg, pl->topic, pl->partition, req->cut_to, &req->cut_wait))
-            return;
-        tn_plog_unpin(pl);
-    }
-    req->cb(req, s->status);
+    if (req->dropped > 0 && st->cut_cb != NULL &&
+        st->cut_cb(st->cut_arg, pl->topic, pl->partition, req->cut_to, &req->cut_wait))
+        return;
+    req->cb(req, s->status); /* may ask the close tn_plog_unpin then submits */
+    tn_plog_unpin(pl);
 }
 
 void tn_store_cut_done(tn_store_cut_t *wait, int status)
@@ -3056,6 +3055,10 @@ static int trunc_submit(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, ui
     req->cb = cb;
     req->dropped = 0;
     req->cut_to = offset;
+    /* Pinned until the request's cb has run (trunc_done, or
+     * tn_store_cut_done for a cut the engine holds): a close asked
+     * meanwhile waits for it. */
+    tn_plog_pin(pl);
     tn__committer_submit(&pl->store->logc, &req->s);
     return 0;
 }

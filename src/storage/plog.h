@@ -370,8 +370,9 @@ void tn_plog_close(tn_plog_t *plog, tn_plog_cb cb);
 
 /* Keep pl's memory while a worker thread reads it for a user that does
  * not own it (the replica manager serving a fetch from the engine's log):
- * a close asked meanwhile waits for tn_plog_unpin. Both on the loop
- * thread; every pin is released exactly once. */
+ * a close asked meanwhile waits for tn_plog_unpin (so does a truncation,
+ * until its cb: tn_plog_truncate). Both on the loop thread; every pin is
+ * released exactly once. */
 void tn_plog_pin(tn_plog_t *pl);
 void tn_plog_unpin(tn_plog_t *pl);
 
@@ -613,7 +614,9 @@ int tn_plog_read_raw(tn_plog_t *pl, uint64_t from, size_t max_bytes, tn_buf_t *o
  * (tn_store_set_cut_watch) before cb, which may hold cb back until the
  * engine has made the cut durable on its side (a paused topic's pause
  * file: docs/cluster.md); a failure there fails the log (sticky) and cb
- * gets that error. Records go at the cut offsets only after cb.
+ * gets that error. Records go at the cut offsets only after cb. The log
+ * is pinned (tn_plog_pin) from here until cb has run: a close asked
+ * meanwhile waits for it.
  * 0 when queued, TN_ECLOSED, TN_ERANGE, UV_EINVAL. Loop thread. */
 int tn_plog_truncate(tn_plog_t *pl, tn_plog_trunc_t *req, uint64_t offset, uint64_t floor,
                      tn_plog_trunc_cb cb);
