@@ -75,28 +75,30 @@ class Bootstrap(ClusterTest):
         # quarter to half an election timeout until the cluster has a
         # leader, not libraft's one to two: no node of the new cluster used
         # to ask for votes before a whole election timeout (16 s here) had
-        # passed since it started. Counted from the last node's start (a
-        # busy machine may start the three seconds apart): each round's
-        # timer fires within 8 s, so the leader of term 2 (the first
-        # election) comes within 8 s (4 s left for a loaded machine's
-        # stalls), and one of a later term (the rounds before elected no
-        # one: a split vote) within 8 s more per round; before the fix no
-        # election came within 16 s of the first's, nor a later round
-        # within 16 s of the one before.
+        # passed since it started. So the first round of votes starts
+        # within 8 s of the last node's start (a busy machine may start the
+        # three seconds apart; 4 s more for its stalls), whatever that round
+        # gives: a node asking for votes says so (once, seen by a 10 ms
+        # poll, so a round won within it may go unsaid: the first leader's
+        # line then stands for it). Whether the round elects (a split vote
+        # or pre-votes lost while connections come up elect no one, and the
+        # next round comes 4-8 s later) is not what this checks.
         c = self.make(3, args=["--raft-election-timeout=16s"]).start()
         leader = c.find_leader()
 
-        def at(node, text):
-            line = next(x for x in node.log().splitlines() if text in x)
-            return line, datetime.datetime.strptime(line[:23], "%Y-%m-%dT%H:%M:%S.%f")
-        starts = [at(x, "metastore: new cluster bootstrapped")[1] for x in c.nodes]
-        first, elected = at(leader, "metastore: the new cluster's first leader is node")
-        term = int(re.search(r"\(term (\d+)\)", first).group(1))
-        self.assertGreaterEqual(term, 2, first)
-        bound = 12.0 + 8.0 * (term - 2)
-        print(f"first leader in term {term}, {(elected - max(starts)).total_seconds():.2f} s "
-              f"after the last start (bound {bound:.0f} s)")
-        self.assertLess((elected - max(starts)).total_seconds(), bound, c.logs())
+        def at(line):
+            return datetime.datetime.strptime(line[:23], "%Y-%m-%dT%H:%M:%S.%f")
+
+        def first(node, text):
+            return next((x for x in node.log().splitlines() if text in x), None)
+        starts = [at(first(x, "metastore: new cluster bootstrapped")) for x in c.nodes]
+        led = first(leader, "metastore: the new cluster's first leader is node")
+        self.assertIsNotNone(led, c.logs())
+        asked = [x for x in (first(n, "this node asks for votes") for n in c.nodes) if x]
+        began = min([at(led)] + [at(x) for x in asked])
+        print(f"first round of votes {(began - max(starts)).total_seconds():.2f} s after the last "
+              f"start; {led[24:].strip()}, {(at(led) - max(starts)).total_seconds():.2f} s")
+        self.assertLess((began - max(starts)).total_seconds(), 12.0, c.logs())
 
     def test_secret_and_tls_files_from_the_harness(self):
         # The harness's certificates chain to its CA and to no other; a
