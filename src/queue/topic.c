@@ -1653,31 +1653,40 @@ void tn__topic_pause_dir_made(tn_topic_t *t)
  * does a write that cannot start (the broker closing; tn__topic_free ends
  * what is left). A deletion waits for the writes (tn_topic_wait_idle),
  * so for the cuts. A topic not paused, or ephemeral (no file), keeps
- * nothing: the cut completes at once, with no write. */
+ * nothing: the cut completes at once, with no write. A damaged copy's
+ * repair (storage/plog.h, tn_plog_repair) comes here as a cut at its
+ * base before it changes anything: a failed write fails the repair
+ * instead, the copy unchanged and still isolated. */
 bool tn__topic_hold_cut(tn_topic_t *t, uint32_t p, uint64_t cut, tn_store_cut_t *wait)
 {
     if (p >= t->nparts || !t->paused || t->memory || t->deleted || t->state == TN_OBJ_DELETING)
         return false;
     tn_part_t *part = t->parts[p];
     bool lower = part->hold > cut || part->hold_file > cut;
-    if (!lower && t->pause_cuts == NULL)
+    /* The file may not hold the point in memory yet: a write is under
+     * way, or the last one failed (a repair it failed comes again). */
+    bool stale = t->pause_done < t->pause_asked;
+    if (!lower && !stale && t->pause_cuts == NULL)
         return false;
     /* On the list first: a write that cannot start ends it at once. With
-     * others waiting, a write is under way: the last ask covers it. */
-    wait->seq = t->pause_asked + (lower ? 1 : 0);
+     * a write under way, the last ask covers it (the next write follows
+     * that one); after a failed one, a new write. */
+    bool ask = lower || (stale && !t->pause_writing);
+    wait->seq = t->pause_asked + (ask ? 1 : 0);
     wait->next = t->pause_cuts;
     t->pause_cuts = wait;
     if (lower) {
         TN_LOG(TN_LOG_NOTICE,
-               "partition %s/%" PRIu32 ": its log was cut at %" PRIu64
+               "partition %s/%" PRIu32 ": its log was cut (or repaired from the leader) at %" PRIu64
                ", below the pause's hold point %" PRIu64
                ": what it takes from there on is held too, until /topic/unpause",
                t->name, p, cut, part->hold);
         part->hold = TN_MIN(part->hold, cut);
         part->hold_file = TN_MIN(part->hold_file, cut);
         t->pause_epoch++;
-        tpause_ask(t, NULL);
     }
+    if (ask)
+        tpause_ask(t, NULL);
     return true;
 }
 

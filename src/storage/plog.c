@@ -2997,6 +2997,27 @@ static void trunc_exec(tn__committer_t *c, tn__sreq_t *s)
     tn__store_complete(c->store, s, s);
 }
 
+/* Tell the store's cut watch (tn_store_set_cut_watch) that pl's records
+ * from cut on went, or are about to be replaced; done ends what the watch
+ * holds (tn_store_cut_done, which may run within the watch). True: the
+ * watch holds wait, and pl stays pinned until done unpins it, so that
+ * its close waits. Loop thread. */
+static bool cut_watch_tell(tn_plog_t *pl, uint64_t cut, tn_store_cut_t *wait,
+                           void (*done)(tn_store_cut_t *wait, int status))
+{
+    tn_store_t *st = pl->store;
+    if (st->cut_cb == NULL)
+        return false;
+    wait->done = done;
+    tn_plog_pin(pl);
+    if (st->cut_cb(st->cut_arg, pl->topic, pl->partition, cut, wait))
+        return true;
+    tn_plog_unpin(pl);
+    return false;
+}
+
+static void trunc_cut_end(tn_store_cut_t *wait, int status);
+
 static void trunc_done(tn__sreq_t *s)
 {
     tn_plog_trunc_t *req = (tn_plog_trunc_t *)s;
@@ -3005,20 +3026,26 @@ static void trunc_done(tn__sreq_t *s)
     if (atomic_load(&pl->hw) > w)
         atomic_store(&pl->hw, w);
     /* Records went (step 1 ran, even if a later step failed): the
-     * engine hears of it first (tn_store_set_cut_watch), and may hold the
-     * cb back until its side of the cut is durable (tn_store_cut_done,
-     * which may run within the watch); the log stays pinned meanwhile
-     * (since trunc_submit: a close asked while the truncation ran is held
-     * too, not freeing the log under the held cut). */
-    tn_store_t *st = pl->store;
-    if (req->dropped > 0 && st->cut_cb != NULL &&
-        st->cut_cb(st->cut_arg, pl->topic, pl->partition, req->cut_to, &req->cut_wait))
+     * engine hears of it first, and may hold the cb back until its side
+     * of the cut is durable (trunc_cut_end). The log is pinned since
+     * trunc_submit (a close asked while the truncation ran is held too,
+     * not freeing the log under a held cut); a held cut keeps the pin
+     * cut_watch_tell took, until trunc_cut_end. */
+    if (req->dropped > 0 && cut_watch_tell(pl, req->cut_to, &req->cut_wait, trunc_cut_end)) {
+        tn_plog_unpin(pl); /* trunc_submit's: the watch's pin holds it now */
         return;
+    }
     req->cb(req, s->status); /* may ask the close tn_plog_unpin then submits */
     tn_plog_unpin(pl);
 }
 
 void tn_store_cut_done(tn_store_cut_t *wait, int status)
+{
+    wait->done(wait, status);
+}
+
+/* tn_store_cut_done for a truncation the cut watch held. */
+static void trunc_cut_end(tn_store_cut_t *wait, int status)
 {
     tn_plog_trunc_t *req = TN_CONTAINER_OF(wait, tn_plog_trunc_t, cut_wait);
     tn_plog_t *pl = req->plog;
@@ -3363,7 +3390,7 @@ out:
 static void repair_exec(tn__committer_t *c, tn__sreq_t *s)
 {
     tn_plog_repair_t *req = (tn_plog_repair_t *)s;
-    s->status = repair_run(req->plog, req);
+    s->status = req->pre_status != 0 ? req->pre_status : repair_run(req->plog, req);
     tn__store_complete(c->store, s, s);
 }
 
@@ -3378,7 +3405,38 @@ static void repair_done(tn__sreq_t *s)
     uint64_t w = atomic_load(&pl->written_next);
     if (atomic_load(&pl->hw) > w)
         atomic_store(&pl->hw, w);
-    req->cb(req, s->status);
+    bool pinned = req->pinned;
+    req->cb(req, s->status); /* may submit the close tn_plog_unpin lets go */
+    if (pinned)
+        tn_plog_unpin(pl);
+}
+
+/* tn_store_cut_done for a repair the cut watch held (repair_queue): it
+ * runs now, or fails with status without changing anything (the engine
+ * could not make the lowered hold point durable: the new records must not
+ * be in place with the old point in the pause file). Through the
+ * committer either way, so that cb never runs within the submit. */
+static void repair_cut_end(tn_store_cut_t *wait, int status)
+{
+    tn_plog_repair_t *req = TN_CONTAINER_OF(wait, tn_plog_repair_t, cut_wait);
+    req->pre_status = status;
+    tn__committer_submit(&req->plog->store->logc, &req->s);
+}
+
+/* Queue the repair req of pl (loop thread). When pl holds records from
+ * req->base on, which the repair replaces with the leader's or drops, the
+ * store's cut watch hears of it first with base, before any file changes
+ * (after an unclean election the leader's records there may be others
+ * than a pause saw), and the repair runs once the watch is done
+ * (repair_cut_end), pl pinned until its cb. */
+static void repair_queue(tn_plog_t *pl, tn_plog_repair_t *req)
+{
+    req->pre_status = 0;
+    req->pinned = atomic_load(&pl->written_next) > req->base;
+    if (req->pinned && cut_watch_tell(pl, req->base, &req->cut_wait, repair_cut_end))
+        return;
+    req->pinned = false;
+    tn__committer_submit(&pl->store->logc, &req->s);
 }
 
 static void dmgrec_exec(tn__committer_t *c, tn__sreq_t *s)
@@ -3449,7 +3507,7 @@ static int repair_submit(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, ui
     req->cb = cb;
     req->recs_end = base + n;
     req->quarantined[0] = '\0';
-    tn__committer_submit(&pl->store->logc, &req->s);
+    repair_queue(pl, req);
     return 0;
 }
 
@@ -3584,6 +3642,8 @@ int tn_plog_rebuild_epochs(tn_plog_t *pl, tn_plog_repair_t *req, uint32_t first_
     req->repochs = NULL;
     req->nrepochs = 0;
     req->first_epoch = first_epoch;
+    req->pre_status = 0;
+    req->pinned = false;
     req->s.exec = rebuild_exec;
     req->s.done = repair_done;
     req->plog = pl;
@@ -3639,6 +3699,6 @@ int tn_plog_repair_active(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, c
     req->recs_end = base + n;
     req->cb = cb;
     req->quarantined[0] = '\0';
-    tn__committer_submit(&pl->store->logc, &req->s);
+    repair_queue(pl, req);
     return 0;
 }

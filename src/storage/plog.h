@@ -120,6 +120,12 @@ struct tn_plog_repair_s {
     tn_epoch_entry_t *repochs;
     uint32_t nrepochs;
     tn_plog_repair_cb cb;
+    /* The store's: held by its cut watch (tn_store_set_cut_watch) before
+     * the repair runs; pre_status its failure, pinned whether it held
+     * the log. */
+    tn_store_cut_t cut_wait;
+    int pre_status;
+    bool pinned;
     /* out: where the damaged file was kept (a path in the partition's
      * directory), "" when the repair stopped before that */
     char quarantined[512];
@@ -695,7 +701,14 @@ int tn_plog_record_damage(tn_plog_t *pl, tn_plog_dmgrec_t *req, tn_plog_dmgrec_c
  * log, len 0, no callback), TN_ECORRUPT (bytes not such a run, or not
  * end - base records), TN_ECLOSED; at run time UV_EINVAL when the log's
  * damage is no longer [base, end) (nothing changed). 0 when queued. Loop
- * thread; cb runs on it. */
+ * thread; cb runs on it. Before it runs, the store's cut watch hears of
+ * it with base (tn_store_set_cut_watch: the records from base on are
+ * replaced by the leader's, which after an unclean election may be
+ * others), and may hold it until the engine has made that durable on its
+ * side (a paused topic's pause file: docs/cluster.md); a failure there
+ * fails the repair with that error, nothing changed. The same for
+ * tn_plog_repair_gap and tn_plog_repair_active (when the log holds
+ * records from base on). */
 int tn_plog_repair(tn_plog_t *pl, tn_plog_repair_t *req, uint64_t base, uint64_t end,
                    const void *bytes, size_t len, tn_plog_repair_cb cb);
 

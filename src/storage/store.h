@@ -64,6 +64,8 @@ typedef struct tn_store_cut_s tn_store_cut_t;
 struct tn_store_cut_s {
     tn_store_cut_t *next;
     uint64_t seq;
+    /* The store's: what tn_store_cut_done ends (storage/plog.c). */
+    void (*done)(tn_store_cut_t *wait, int status);
 };
 typedef bool (*tn_store_cut_watch_cb)(void *arg, const char *topic, uint32_t partition,
                                       uint64_t cut, tn_store_cut_t *wait);
@@ -208,7 +210,12 @@ void tn_store_set_repl_watch(tn_store_t *store, void (*cb)(void *arg, tn_plog_t 
  * cut, wait) runs on the loop thread when a tn_plog_truncate* of any log
  * of the store removed records (its positions moved back, whatever its
  * status), before the request's own cb, with the offset the log was cut
- * at (topic borrowed for the call). Whoever asked for the cut (the replica
+ * at (topic borrowed for the call). A damaged copy's repair
+ * (tn_plog_repair, _gap, _active) of a log holding records from its base
+ * on tells it too, with the base, before the repair changes any file: it
+ * replaces those records with the leader's, or drops them, and runs only
+ * once the watch is done (its failure then fails the repair, nothing
+ * changed). Whoever asked for the cut (the replica
  * manager cuts a follower's copy at a divergence point, or empties it for
  * a reset: cluster/replica.c) and whichever log object of the partition
  * it ran on (the engine's, set aside, or the manager's own): the records
@@ -227,7 +234,9 @@ void tn_store_set_repl_watch(tn_store_t *store, void (*cb)(void *arg, tn_plog_t 
  * point in the file. cb NULL turns it off. Loop thread. */
 void tn_store_set_cut_watch(tn_store_t *store, tn_store_cut_watch_cb cb, void *arg);
 
-/* The end of a cut the watch held (above; storage/plog.c). status 0: the request's cb
+/* The end of a cut the watch held (above; storage/plog.c). For a
+ * repair: status 0 runs it, else it fails with status, nothing changed.
+ * For a truncation: status 0: the request's cb
  * runs with the truncation's own status. Else what had to be written for
  * the cut could not be: the log fails with status (a sticky error: it
  * refuses writes until a restart, so nothing lands at the cut offsets

@@ -646,6 +646,36 @@ static void cut_and_append(qfx_t *q, tn_plog_t *pl, uint64_t offset, int n)
     }
 }
 
+/* Partition 0 of paused topic t led here again: channel ch delivers
+ * only offset 0 when n is 1 (nothing when 0), the depth is held, and so
+ * are the records from hold on in the pause file and after a restart,
+ * until the unpause delivers them. */
+static void led_again_held(qfx_t *q, tn_topic_t *t, tn_channel_t *ch, int n, uint64_t held,
+                           uint64_t hold)
+{
+    assert_true(qfx_run_until(q, topic_quiet, t));
+    owners[0] = SELF;
+    follow(q, t);
+    assert_true(tn_topic_part_local(t, 0));
+    qfx_sink_t s;
+    attach(&s, ch, 100);
+    if (n > 0)
+        qfx_expect_n(q, &s, n);
+    qfx_run_for(q, 30);
+    for (int i = 0; i < s.n; i++)
+        print_message("delivered offset %" PRIu64 " (%s)\n", s.d[i].offset, s.bodies[i]);
+    assert_int_equal(s.n, n);
+    if (n > 0) {
+        assert_int_equal(s.d[0].offset, 0);
+        assert_int_equal(tn_consumer_fin(&s.c, 0, 0, false, 0), 0);
+    }
+    assert_int_equal(tn_topic_depth(t), held);
+    tn_consumer_detach(&s.c);
+    assert_true(qfx_run_until(q, topic_quiet, t));
+    qfx_assert_file_holds(q, t, &hold);
+    restart_still_held(q, held, hold);
+}
+
 /* A paused topic's hold point never sits above a truncation of the log
  * (docs/cluster.md): a replicated partition led here at the pause holds
  * from its end then (3); deposed, its copy is cut at a divergence point
@@ -677,26 +707,7 @@ static void hold_below_a_cut(bool own_log)
     } else {
         cut_and_append(q, t->parts[0]->plog, 1, 3);
     }
-    assert_true(qfx_run_until(q, topic_quiet, t));
-    owners[0] = SELF;
-    follow(q, t);
-    assert_true(tn_topic_part_local(t, 0));
-    qfx_sink_t s;
-    attach(&s, ch, 100);
-    qfx_expect_n(q, &s, 1);
-    qfx_run_for(q, 30);
-    for (int i = 0; i < s.n; i++)
-        print_message("delivered offset %" PRIu64 " (%s)\n", s.d[i].offset, s.bodies[i]);
-    assert_int_equal(s.n, 1);
-    assert_int_equal(s.d[0].offset, 0);
-    assert_int_equal(tn_topic_depth(t), 3); /* offsets 1..3, all new */
-    assert_int_equal(tn_consumer_fin(&s.c, 0, 0, false, 0), 0);
-    tn_consumer_detach(&s.c);
-    assert_true(qfx_run_until(q, topic_quiet, t));
-    uint64_t cut = 1;
-    qfx_assert_file_holds(q, t, &cut);
-    /* A restart holds them too; the unpause delivers them. */
-    restart_still_held(q, 3, 1);
+    led_again_held(q, t, ch, 1, 3, 1); /* offsets 1..3, all new */
     qfx_free(q);
 }
 
@@ -710,6 +721,138 @@ static void test_topic_pause_hold_below_a_cut_own_log(void **state)
 {
     (void)state;
     hold_below_a_cut(true);
+}
+
+/* A repair of partition 0 of t, seen from its cb: the hold point the
+ * pause file held for it then. */
+typedef struct {
+    cbw_t w;
+    const tn_topic_t *t;
+    uint64_t file_hold; /* UINT64_MAX: no file */
+    tn_buf_t copy;      /* the new leader's records from 0 on */
+    tn_epoch_entry_t ep[4];
+    uint32_t nep;
+    tn_plog_repair_t req;
+} repw_t;
+
+static void on_repaired(tn_plog_repair_t *req, int status)
+{
+    repw_t *r = req->data;
+    r->file_hold = UINT64_MAX;
+    int paused = 0;
+    uint64_t *holds = NULL;
+    uint32_t n = 0;
+    if (tn_store_topic_pause_read(r->t->broker->store, r->t->name, &paused, &holds, &n) == 0 &&
+        n > 0)
+        r->file_hold = holds[0];
+    tn_free(holds);
+    on_followed(&r->w, status);
+}
+
+/* Topic t (channel c) of one replicated partition, led here at the pause
+ * (holding from 3, its three records delivered), then deposed (led by
+ * node 9): its copy's active segment (base 0) is found damaged, and r
+ * has the new leader's records for it, as a repair reads them
+ * (docs/replication.md): after an unclean election, 0 as here and 1..3
+ * others. */
+static qfx_t *paused_damaged(tn_topic_t **t, tn_channel_t **ch, repw_t *r)
+{
+    qfx_t *q = replicated_t("old", t, ch);
+    topic_pause_wait(q, *t, true);
+    assert_int_equal(tn_topic_depth(*t), 0);
+    owners[0] = 9;
+    follow(q, *t);
+    assert_false(tn_topic_part_local(*t, 0));
+    tn_plog_t *lead = NULL;
+    assert_int_equal(tn_plog_open(q->fx->store, "lead", 0, &lead), 0);
+    uint64_t off = 0;
+    assert_int_equal(tu_append(&q->fx->loop, lead, "old", 3, &off), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(tu_append(&q->fx->loop, lead, "new", 3, &off), 0);
+    memset(r, 0, sizeof(*r));
+    r->t = *t;
+    tn_buf_init(&r->copy);
+    uint32_t n = 0;
+    assert_int_equal(tn_plog_read_raw(lead, 0, 1 << 20, &r->copy, &n), 0);
+    assert_int_equal(n, 4);
+    r->nep = tn_plog_epochs_range(lead, 0, 4, r->ep, 4);
+    tu_plog_close(&q->fx->loop, lead);
+    tn_plog_t *pl = (*t)->parts[0]->plog;
+    tn__plog_found_damage(pl, 0, "a record fails its CRC (test)");
+    uint64_t b = 1, e = 0;
+    assert_true(tn_plog_damage(pl, &b, &e));
+    assert_int_equal(b, 0);
+    assert_int_equal(e, TN_PLOG_DAMAGE_ACTIVE);
+    return q;
+}
+
+/* Repair t's partition 0 with r's copy, as the replica manager does
+ * (tn_plog_repair_active); its status. */
+static int repair_with(qfx_t *q, tn_topic_t *t, repw_t *r)
+{
+    r->w = (cbw_t){false, 0};
+    r->req.data = r;
+    assert_int_equal(tn_plog_repair_active(t->parts[0]->plog, &r->req, 0, tn_buf_data(&r->copy),
+                                           tn_buf_size(&r->copy), r->ep, r->nep, on_repaired),
+                     0);
+    assert_true(qfx_run_until(q, cb_done, &r->w));
+    return r->w.status;
+}
+
+/* A repair of a paused topic's partition lowers its hold point as a cut
+ * does (docs/cluster.md), to the repaired segment's base, and runs only
+ * once the pause file holds it: the new leader's records there (others
+ * than the pause saw) are held like any other, led here again and after
+ * a restart. Before, the repair told no one: the hold stayed at 3 and
+ * offsets 0..2 were delivered again, 1 and 2 new. The point comes down to
+ * the base, not to the first record that differs (0 is held too). */
+static void test_topic_pause_hold_below_a_repair(void **state)
+{
+    (void)state;
+    repw_t r;
+    tn_topic_t *t;
+    tn_channel_t *ch;
+    qfx_t *q = paused_damaged(&t, &ch, &r);
+    assert_int_equal(repair_with(q, t, &r), 0);
+    print_message("repaired; the pause file's hold then: %" PRIu64 "\n", r.file_hold);
+    assert_int_equal(tn_plog_err(t->parts[0]->plog), 0);
+    assert_int_equal(r.file_hold, 0);
+    tn_buf_fini(&r.copy);
+    led_again_held(q, t, ch, 0, 4, 0);
+    qfx_free(q);
+}
+
+/* The pause write a repair waits for fails: the repair fails with it and
+ * changes nothing (the copy stays isolated with its damage, no file
+ * kept), and the next attempt runs only once a write has put the lowered
+ * point in the file (the hold in memory is already down: it does not
+ * wait for that by itself). */
+static void test_topic_pause_repair_fails_with_its_file(void **state)
+{
+    (void)state;
+    repw_t r;
+    tn_topic_t *t;
+    tn_channel_t *ch;
+    qfx_t *q = paused_damaged(&t, &ch, &r);
+    tn_plog_t *pl = t->parts[0]->plog;
+    tn_io_fail_sync_after(0, UV_EIO); /* the repair's pause write */
+    int rc = repair_with(q, t, &r);
+    tn_io_fail_sync_after(-1, 0);
+    print_message("the pause write failed: the repair %s, the log %s, the file's hold %" PRIu64
+                  "\n",
+                  tn_strerror(rc), tn_strerror(tn_plog_err(pl)), r.file_hold);
+    assert_int_equal(rc, UV_EIO);
+    assert_int_equal(tn_plog_err(pl), TN_ECORRUPT);
+    assert_string_equal(r.req.quarantined, "");
+    assert_int_equal(r.file_hold, 3);
+    assert_true(qfx_run_until(q, topic_quiet, t));
+    rc = repair_with(q, t, &r);
+    print_message("again: the repair %s, the file's hold %" PRIu64 "\n", tn_strerror(rc),
+                  r.file_hold);
+    assert_int_equal(rc, 0);
+    assert_int_equal(r.file_hold, 0);
+    tn_buf_fini(&r.copy);
+    qfx_free(q);
 }
 
 /* A cut of a paused topic's partition, seen from its truncation's cb
@@ -2184,6 +2327,8 @@ int main(void)
         cmocka_unit_test(test_topic_pause_remote_holds_from_zero),
         cmocka_unit_test(test_topic_pause_hold_below_a_cut),
         cmocka_unit_test(test_topic_pause_hold_below_a_cut_own_log),
+        cmocka_unit_test(test_topic_pause_hold_below_a_repair),
+        cmocka_unit_test(test_topic_pause_repair_fails_with_its_file),
         cmocka_unit_test(test_topic_pause_cut_waits_for_its_file),
         cmocka_unit_test(test_topic_pause_cut_fails_with_its_file),
         cmocka_unit_test(test_topic_pause_cut_waiting_at_close),
