@@ -1192,6 +1192,51 @@ static void test_topic_empty_paused_kept(void **state)
     qfx_free(q);
 }
 
+/* A topic paused after "before" was delivered to s, holding h1 and h2,
+ * whose /topic/empty failed: the channel's log failed at the FIN's record
+ * (a failed sync: sticky, nothing of it after is written). */
+static tn_channel_t *paused_empty_failed(qfx_t *q, qfx_sink_t *s)
+{
+    tn_channel_t *ch = channel(q, "t", "c");
+    qfx_attach(s, ch, 10, 60000);
+    publish(q, "t", "before", 0);
+    qfx_expect_n(q, s, 1);
+    qfx_allw_t w = {0};
+    assert_int_equal(tn_topic_pause(ch->topic, true, qfx_on_sync_all, &w), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &w));
+    publish(q, "t", "h1", 0);
+    publish(q, "t", "h2", 0);
+    assert_int_equal(tn_topic_depth(ch->topic), 2);
+    tn_io_fail_sync_after(0, UV_EIO);
+    assert_int_equal(tn_consumer_fin(&s->c, 0, s->d[0].offset, false, 0), 0);
+    sync_ch(q, ch, 0, UV_EIO);
+    tn_io_fail_sync_after(-1, 0);
+    assert_true(qfx_run_until(q, one_log_failed, q->b));
+    qfx_allw_t e = {0};
+    assert_int_equal(tn_topic_empty(ch->topic, qfx_on_sync_all, &e), 0);
+    assert_true(qfx_run_until(q, qfx_all_done, &e));
+    assert_int_not_equal(e.status, 0);
+    return ch;
+}
+
+/* After a restart the topic is paused with h1 and h2 held: "before" may
+ * come again (its FIN's bytes may have reached the file), never what the
+ * paused topic holds. Frees q. */
+static void restart_holds_both(qfx_t *q, qfx_sink_t *s)
+{
+    tn_consumer_detach(&s->c);
+    qfx_restart(q);
+    tn_channel_t *ch = channel(q, "t", "c");
+    assert_true(ch->topic->paused);
+    assert_int_equal(tn_topic_depth(ch->topic), 2);
+    qfx_attach(s, ch, 10, 60000);
+    qfx_run_for(q, 50);
+    for (int i = 0; i < s->n; i++)
+        assert_string_equal(s->bodies[i], "before");
+    tn_consumer_detach(&s->c);
+    qfx_free(q);
+}
+
 /* /topic/empty of a paused topic whose channel's records are not
  * durable (its log failed: the emptying answers the error) leaves the
  * pause file's hold points where they were: a restart finds the held
@@ -1201,42 +1246,10 @@ static void test_topic_empty_paused_channel_failed(void **state)
 {
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
-    tn_channel_t *ch = channel(q, "t", "c");
     qfx_sink_t s;
-    qfx_attach(&s, ch, 10, 60000);
-    publish(q, "t", "before", 0);
-    qfx_expect_n(q, &s, 1);
-    qfx_allw_t w = {0};
-    assert_int_equal(tn_topic_pause(ch->topic, true, qfx_on_sync_all, &w), 0);
-    assert_true(qfx_run_until(q, qfx_all_done, &w));
-    publish(q, "t", "h1", 0);
-    publish(q, "t", "h2", 0);
-    assert_int_equal(tn_topic_depth(ch->topic), 2);
-    /* The channel's log fails at the FIN's record (a failed sync: sticky,
-     * nothing of it after is written). */
-    tn_io_fail_sync_after(0, UV_EIO);
-    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), 0);
-    sync_ch(q, ch, 0, UV_EIO);
-    tn_io_fail_sync_after(-1, 0);
-    assert_true(qfx_run_until(q, one_log_failed, q->b));
-    qfx_allw_t e = {0};
-    assert_int_equal(tn_topic_empty(ch->topic, qfx_on_sync_all, &e), 0);
-    assert_true(qfx_run_until(q, qfx_all_done, &e));
-    assert_int_not_equal(e.status, 0);
+    tn_channel_t *ch = paused_empty_failed(q, &s);
     assert_true(qfx_run_until(q, topic_pause_idle, ch->topic));
-    tn_consumer_detach(&s.c);
-    qfx_restart(q);
-    ch = channel(q, "t", "c");
-    assert_true(ch->topic->paused);
-    assert_int_equal(tn_topic_depth(ch->topic), 2);
-    /* "before" again or not (its FIN's bytes may have reached the file),
-     * never what the paused topic holds. */
-    qfx_attach(&s, ch, 10, 60000);
-    qfx_run_for(q, 50);
-    for (int i = 0; i < s.n; i++)
-        assert_string_equal(s.bodies[i], "before");
-    tn_consumer_detach(&s.c);
-    qfx_free(q);
+    restart_holds_both(q, &s);
 }
 
 /* A pause write's answer that reads the pause file's hold points then,
@@ -1318,41 +1331,13 @@ static void test_topic_empty_paused_failed_then_paused(void **state)
 {
     (void)state;
     qfx_t *q = qfx_new(NULL, NULL);
-    tn_channel_t *ch = channel(q, "t", "c");
     qfx_sink_t s;
-    qfx_attach(&s, ch, 10, 60000);
-    publish(q, "t", "before", 0);
-    qfx_expect_n(q, &s, 1);
-    qfx_allw_t w = {0};
-    assert_int_equal(tn_topic_pause(ch->topic, true, qfx_on_sync_all, &w), 0);
-    assert_true(qfx_run_until(q, qfx_all_done, &w));
-    publish(q, "t", "h1", 0);
-    publish(q, "t", "h2", 0);
-    assert_int_equal(tn_topic_depth(ch->topic), 2);
-    tn_io_fail_sync_after(0, UV_EIO);
-    assert_int_equal(tn_consumer_fin(&s.c, 0, s.d[0].offset, false, 0), 0);
-    sync_ch(q, ch, 0, UV_EIO);
-    tn_io_fail_sync_after(-1, 0);
-    assert_true(qfx_run_until(q, one_log_failed, q->b));
-    qfx_allw_t e = {0};
-    assert_int_equal(tn_topic_empty(ch->topic, qfx_on_sync_all, &e), 0);
-    assert_true(qfx_run_until(q, qfx_all_done, &e));
-    assert_int_not_equal(e.status, 0);
+    tn_channel_t *ch = paused_empty_failed(q, &s);
     qfx_allw_t p = {0};
     assert_int_equal(tn_topic_pause(ch->topic, true, qfx_on_sync_all, &p), 0);
     assert_true(qfx_run_until(q, qfx_all_done, &p));
     assert_int_equal(p.status, 0);
-    tn_consumer_detach(&s.c);
-    qfx_restart(q);
-    ch = channel(q, "t", "c");
-    assert_true(ch->topic->paused);
-    assert_int_equal(tn_topic_depth(ch->topic), 2);
-    qfx_attach(&s, ch, 10, 60000);
-    qfx_run_for(q, 50);
-    for (int i = 0; i < s.n; i++)
-        assert_string_equal(s.bodies[i], "before");
-    tn_consumer_detach(&s.c);
-    qfx_free(q);
+    restart_holds_both(q, &s);
 }
 
 /* A paused topic deleted while its emptying waits for the channels'
